@@ -1,0 +1,11 @@
+/** What a request is authenticated as. The id is the stable service-account id (ADR 0008). */
+export const SCOPES = ['read', 'write', 'admin'] as const;
+export type Scope = (typeof SCOPES)[number];
+
+export interface Principal {
+  /** Stable principal (service account) id; every key of the account resolves to it. */
+  readonly id: string;
+  readonly name: string;
+  readonly keyId: string;
+  readonly scopes: ReadonlySet<Scope>;
+}

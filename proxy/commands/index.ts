@@ -1,0 +1,6 @@
+import type { Command } from './command.ts';
+import { migrateCommand } from './migrate-command.ts';
+import { serveCommand } from './serve-command.ts';
+
+/** Every `arkvory` subcommand, in the order `--help` lists them. */
+export const COMMANDS: readonly Command[] = [serveCommand, migrateCommand];

@@ -1,0 +1,34 @@
+import { migrate } from '../../migrations/runner.ts';
+import { createPool } from '../database.ts';
+import { createLogger } from '../logger.ts';
+import { loadConfigOrExit } from '../serve.ts';
+import type { Command } from './command.ts';
+
+export const migrateCommand: Command = {
+  name: 'migrate',
+  summary: 'apply pending database migrations (safe to run concurrently; a second run is a no-op)',
+  usage: `Usage: arkvory migrate
+
+Applies the numbered SQL files in migrations/ that the database at ARKVORY_DATABASE_URL has not
+seen, in order, each in its own transaction, under an advisory lock. Needs ARKVORY_DATABASE_URL
+(the embedded database is migrated by \`arkvory serve\` itself).`,
+  async run(_args, env) {
+    const config = loadConfigOrExit(env);
+    if (!config.databaseUrl) {
+      process.stderr.write('arkvory migrate: ARKVORY_DATABASE_URL is not set (the embedded database is migrated by `arkvory serve`)\n');
+      return 2;
+    }
+    const log = createLogger(config.logLevel);
+    const pool = createPool(config.databaseUrl, 1, log, 'arkvory-migrate');
+    try {
+      const applied = await migrate(pool, { onApply: (m) => log.info({ version: m.version, name: m.name }, 'migration applied') });
+      process.stdout.write(applied.length ? `applied ${applied.length} migration(s): ${applied.map((m) => m.version).join(', ')}\n` : 'schema is up to date\n');
+      return 0;
+    } catch (err) {
+      process.stderr.write(`arkvory migrate: ${(err as Error).message}\n`);
+      return 1;
+    } finally {
+      await pool.end();
+    }
+  },
+};

@@ -1,0 +1,17 @@
+import { serve } from '../serve.ts';
+import type { Command } from './command.ts';
+
+export const serveCommand: Command = {
+  name: 'serve',
+  summary: 'run the gateway in the role named by ARKVORY_ROLE',
+  usage: `Usage: arkvory serve
+
+Runs the gateway in the role given by ARKVORY_ROLE (api, reader, worker, router), configured only by
+ARKVORY_* environment variables (see the README table). With no ARKVORY_DATABASE_URL it starts an
+embedded PostgreSQL under <ARKVORY_DATA_DIR>/.pg and applies the migrations itself.
+
+SIGTERM/SIGINT: stop accepting, /health/status turns 503, in-flight requests get up to
+ARKVORY_SHUTDOWN_TIMEOUT_SECONDS, then exit 0. A second signal exits at once.
+Exit codes: 0 clean stop, 1 startup or runtime failure, 2 invalid configuration.`,
+  run: (_args, env) => serve(env),
+};

@@ -1,0 +1,252 @@
+import path from 'node:path';
+
+/**
+ * Every ARKVORY_* variable, declared once. `loadConfig` validates against this table, the README
+ * variable table is checked against it (test/contract), and so are the names used in `deploy/`.
+ */
+export type VariableKind =
+  | { type: 'int'; min: number; max: number }
+  | { type: 'enum'; values: readonly string[] }
+  | { type: 'string' }
+  | { type: 'url'; protocols: readonly string[] }
+  | { type: 'bool' };
+
+export interface VariableSpec {
+  name: string;
+  kind: VariableKind;
+  /** Default as the operator would write it; undefined = unset (optional). */
+  defaultValue?: string;
+  secret?: boolean;
+  doc: string;
+}
+
+const TiB = 2 ** 40;
+const BYTES_PER_SECOND = { type: 'int', min: 0, max: TiB } as const;
+
+export const VARIABLES: readonly VariableSpec[] = [
+  { name: 'ARKVORY_ROLE', kind: { type: 'enum', values: ['api', 'reader', 'worker', 'router'] }, defaultValue: 'api', doc: 'Process role: `api` (the single writer), `reader`, `worker` or `router`.' },
+  { name: 'ARKVORY_HOST', kind: { type: 'string' }, defaultValue: '127.0.0.1', doc: 'Address the HTTP server binds to.' },
+  { name: 'ARKVORY_PORT', kind: { type: 'int', min: 0, max: 65535 }, defaultValue: '8080', doc: 'HTTP port (0 picks a free port and logs it).' },
+  { name: 'ARKVORY_DATA_DIR', kind: { type: 'string' }, defaultValue: './data', doc: 'Storage root of the filesystem store; also holds the embedded PostgreSQL (`.pg`) and `admin.key`.' },
+  { name: 'ARKVORY_DATABASE_URL', kind: { type: 'url', protocols: ['postgres:', 'postgresql:'] }, secret: true, doc: 'PostgreSQL connection URL. Unset: an embedded PostgreSQL under `<DATA_DIR>/.pg` (standalone only).' },
+  { name: 'ARKVORY_DATABASE_POOL_SIZE', kind: { type: 'int', min: 1, max: 1000 }, defaultValue: '10', doc: 'Size of the shared `pg` pool (the lease holds one connection more).' },
+  { name: 'ARKVORY_REDIS_URL', kind: { type: 'url', protocols: ['redis:', 'rediss:'] }, secret: true, doc: 'Redis URL for rate-limit counters. Unset: counters in process memory (standalone only).' },
+  { name: 'ARKVORY_LOG_LEVEL', kind: { type: 'enum', values: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] }, defaultValue: 'info', doc: 'pino log level.' },
+  { name: 'ARKVORY_SHUTDOWN_TIMEOUT_SECONDS', kind: { type: 'int', min: 0, max: 3600 }, defaultValue: '30', doc: 'How long in-flight requests may run after SIGTERM/SIGINT before they are cut.' },
+  { name: 'ARKVORY_MAX_UPLOAD_BYTES', kind: { type: 'int', min: 1, max: 2 ** 50 }, defaultValue: '10737418240', doc: 'Largest accepted upload body; larger → 413 `payload_too_large`.' },
+  { name: 'ARKVORY_DOWNLOAD_BYTES_PER_SECOND', kind: BYTES_PER_SECOND, defaultValue: '0', doc: 'Process-wide download ceiling (0 = no ceiling). In the shared profile it can only lower the share.' },
+  { name: 'ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL', kind: BYTES_PER_SECOND, defaultValue: '0', doc: 'Download ceiling per principal (0 = no ceiling).' },
+  { name: 'ARKVORY_UPLOAD_BYTES_PER_SECOND', kind: BYTES_PER_SECOND, defaultValue: '0', doc: 'Process-wide upload ceiling (0 = no ceiling).' },
+  { name: 'ARKVORY_UPLOAD_BYTES_PER_SECOND_PER_PRINCIPAL', kind: BYTES_PER_SECOND, defaultValue: '0', doc: 'Upload ceiling per principal (0 = no ceiling).' },
+  { name: 'ARKVORY_MAX_DOWNLOADS', kind: { type: 'int', min: 1, max: 100000 }, defaultValue: '256', doc: 'Process-wide cap on concurrent downloads.' },
+  { name: 'ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL', kind: { type: 'int', min: 1, max: 100000 }, doc: 'Concurrent downloads per principal. Default min(4, MAX_DOWNLOADS).' },
+  { name: 'ARKVORY_MAX_UPLOADS_PER_PRINCIPAL', kind: { type: 'int', min: 1, max: 1000 }, defaultValue: '1', doc: 'Concurrent mutating uploads per principal.' },
+  { name: 'ARKVORY_ADMISSION_QUEUE_LENGTH', kind: { type: 'int', min: 0, max: 100000 }, defaultValue: '64', doc: 'Requests that may wait for an admission slot per principal and direction; beyond → 429 `busy`.' },
+  { name: 'ARKVORY_ADMISSION_WAIT_SECONDS', kind: { type: 'int', min: 0, max: 3600 }, defaultValue: '30', doc: 'Longest wait for an admission slot; beyond → 429 `busy`.' },
+  { name: 'ARKVORY_RATE_LIMITS_FILE', kind: { type: 'string' }, doc: 'YAML rate-limit rule file (the file tier). Unset: no file tier.' },
+  { name: 'ARKVORY_GATEWAY_SLOTS', kind: { type: 'int', min: 2, max: 16 }, doc: 'Shared profile: total gateways sharing the download budget (writer included). Unset: standalone.' },
+  { name: 'ARKVORY_GATEWAY_SLOT', kind: { type: 'int', min: 0, max: 15 }, doc: 'Shared profile: this gateway\'s slot (writer 0, readers 1..SLOTS-1).' },
+  { name: 'ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND', kind: BYTES_PER_SECOND, doc: 'Shared profile: the global download budget, split floor(rate / SLOTS) per gateway.' },
+  { name: 'ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL', kind: BYTES_PER_SECOND, doc: 'Shared profile: global per-principal download budget (0 = off), split like the global one.' },
+];
+
+export type Role = 'api' | 'reader' | 'worker' | 'router';
+export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+
+export interface Config {
+  readonly role: Role;
+  readonly host: string;
+  readonly port: number;
+  readonly dataDir: string;
+  readonly databaseUrl: string | undefined;
+  readonly databasePoolSize: number;
+  readonly redisUrl: string | undefined;
+  readonly logLevel: LogLevel;
+  readonly shutdownTimeoutMs: number;
+  readonly maxUploadBytes: number;
+  readonly bandwidth: {
+    readonly downloadBytesPerSec: number;
+    readonly downloadBytesPerSecPerPrincipal: number;
+    readonly uploadBytesPerSec: number;
+    readonly uploadBytesPerSecPerPrincipal: number;
+  };
+  readonly admission: {
+    readonly maxDownloads: number;
+    readonly maxDownloadsPerPrincipal: number;
+    readonly maxUploadsPerPrincipal: number;
+    readonly queueLength: number;
+    readonly waitMs: number;
+  };
+  readonly rateLimitsFile: string | undefined;
+  readonly shared:
+    | {
+        readonly slots: number;
+        readonly slot: number;
+        readonly downloadBytesPerSec: number;
+        readonly downloadBytesPerSecPerPrincipal: number;
+      }
+    | null;
+}
+
+export const CONFIG_ERROR_CODE = 'invalid_config' as const;
+
+export class ConfigError extends Error {
+  readonly code = CONFIG_ERROR_CODE;
+  override readonly name = 'ConfigError';
+  /** One line per problem: `ARKVORY_X: expected …, got "…"`. */
+  readonly problems: readonly string[];
+  constructor(problems: readonly string[], options?: { cause?: unknown }) {
+    super(problems.join('\n'), options);
+    this.problems = problems;
+  }
+}
+
+/** Variables the test harness reads; they configure the tests, never a gateway. */
+const IGNORED_PREFIXES = ['ARKVORY_TEST_'];
+
+function describeKind(kind: VariableKind): string {
+  switch (kind.type) {
+    case 'int':
+      return `an integer from ${kind.min} to ${kind.max}`;
+    case 'enum':
+      return `one of ${kind.values.join('|')}`;
+    case 'string':
+      return 'a non-empty string';
+    case 'url':
+      return `a URL with scheme ${kind.protocols.map((p) => p.replace(':', '://')).join(' or ')}`;
+    case 'bool':
+      return '1/0/true/false';
+  }
+}
+
+export function describeAllowed(spec: VariableSpec): string {
+  return describeKind(spec.kind);
+}
+
+function parseValue(spec: VariableSpec, raw: string): { ok: true; value: string | number | boolean } | { ok: false } {
+  const kind = spec.kind;
+  switch (kind.type) {
+    case 'int': {
+      if (!/^(0|[1-9][0-9]*)$/.test(raw)) return { ok: false };
+      const n = Number(raw);
+      if (!Number.isSafeInteger(n) || n < kind.min || n > kind.max) return { ok: false };
+      return { ok: true, value: n };
+    }
+    case 'enum':
+      return kind.values.includes(raw) ? { ok: true, value: raw } : { ok: false };
+    case 'string':
+      return raw.length > 0 && !raw.includes('\0') ? { ok: true, value: raw } : { ok: false };
+    case 'url': {
+      try {
+        const u = new URL(raw);
+        return kind.protocols.includes(u.protocol) ? { ok: true, value: raw } : { ok: false };
+      } catch {
+        return { ok: false };
+      }
+    }
+    case 'bool':
+      if (['1', 'true'].includes(raw)) return { ok: true, value: true };
+      if (['0', 'false'].includes(raw)) return { ok: true, value: false };
+      return { ok: false };
+  }
+}
+
+function shown(spec: VariableSpec | undefined, raw: string): string {
+  if (spec?.secret) return '<redacted>';
+  return JSON.stringify(raw.length > 200 ? `${raw.slice(0, 200)}…` : raw);
+}
+
+/**
+ * Parses and validates every ARKVORY_* variable once. All problems are collected and thrown
+ * together as one ConfigError; the result is deep-frozen.
+ */
+export function loadConfig(env: Readonly<Record<string, string | undefined>>, cwd = process.cwd()): Config {
+  const problems: string[] = [];
+  const known = new Map(VARIABLES.map((v) => [v.name, v]));
+  for (const name of Object.keys(env)) {
+    if (!name.startsWith('ARKVORY_') || IGNORED_PREFIXES.some((p) => name.startsWith(p))) continue;
+    if (!known.has(name)) problems.push(`${name}: unknown variable (a typo?); see the README variable table`);
+  }
+  const values = new Map<string, string | number | boolean | undefined>();
+  for (const spec of VARIABLES) {
+    const raw = env[spec.name];
+    const text = raw === undefined || raw === '' ? spec.defaultValue : raw;
+    if (text === undefined) {
+      values.set(spec.name, undefined);
+      continue;
+    }
+    const parsed = parseValue(spec, text);
+    if (parsed.ok) values.set(spec.name, parsed.value);
+    else problems.push(`${spec.name}: expected ${describeKind(spec.kind)}, got ${shown(spec, text)}`);
+  }
+  const num = (name: string): number => values.get(name) as number;
+  const optNum = (name: string): number | undefined => values.get(name) as number | undefined;
+  const str = (name: string): string => values.get(name) as string;
+  const optStr = (name: string): string | undefined => values.get(name) as string | undefined;
+
+  let shared: Config['shared'] = null;
+  if (problems.length === 0) {
+    const slots = optNum('ARKVORY_GATEWAY_SLOTS');
+    const slot = optNum('ARKVORY_GATEWAY_SLOT');
+    const sharedRate = optNum('ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND');
+    const sharedPerPrincipal = optNum('ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL');
+    const role = str('ARKVORY_ROLE');
+    if (slots === undefined) {
+      for (const name of ['ARKVORY_GATEWAY_SLOT', 'ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND', 'ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL']) {
+        if (values.get(name) !== undefined) problems.push(`${name}: only valid with ARKVORY_GATEWAY_SLOTS (the shared profile); got ${shown(known.get(name), String(values.get(name)))}`);
+      }
+      if (role === 'reader') problems.push('ARKVORY_ROLE: "reader" needs the shared profile (set ARKVORY_GATEWAY_SLOTS, ARKVORY_GATEWAY_SLOT and ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND)');
+    } else {
+      const minRate = slots * 65536;
+      if (sharedRate === undefined) problems.push(`ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: required with ARKVORY_GATEWAY_SLOTS; expected an integer from ${minRate} to ${TiB}`);
+      else if (sharedRate < minRate) problems.push(`ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: expected an integer from ${minRate} (SLOTS × 65536) to ${TiB}, got "${sharedRate}"`);
+      if (sharedPerPrincipal !== undefined && sharedPerPrincipal !== 0 && sharedPerPrincipal < minRate)
+        problems.push(`ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: expected 0 or an integer from ${minRate} (SLOTS × 65536) to ${TiB}, got "${sharedPerPrincipal}"`);
+      if (slot === undefined) problems.push(`ARKVORY_GATEWAY_SLOT: required with ARKVORY_GATEWAY_SLOTS; expected 0 for the writer or 1 to ${slots - 1} for a reader`);
+      else if (role === 'api' && slot !== 0) problems.push(`ARKVORY_GATEWAY_SLOT: the writer (ARKVORY_ROLE=api) is always slot 0, got "${slot}"`);
+      else if (role === 'reader' && (slot < 1 || slot > slots - 1)) problems.push(`ARKVORY_GATEWAY_SLOT: a reader takes a slot from 1 to ${slots - 1}, got "${slot}"`);
+      if (sharedRate !== undefined && slot !== undefined) {
+        shared = { slots, slot, downloadBytesPerSec: sharedRate, downloadBytesPerSecPerPrincipal: sharedPerPrincipal ?? 0 };
+      }
+    }
+  }
+  if (problems.length > 0) throw new ConfigError(problems);
+
+  const maxDownloads = num('ARKVORY_MAX_DOWNLOADS');
+  const config: Config = {
+    role: str('ARKVORY_ROLE') as Role,
+    host: str('ARKVORY_HOST'),
+    port: num('ARKVORY_PORT'),
+    dataDir: path.resolve(cwd, str('ARKVORY_DATA_DIR')),
+    databaseUrl: optStr('ARKVORY_DATABASE_URL'),
+    databasePoolSize: num('ARKVORY_DATABASE_POOL_SIZE'),
+    redisUrl: optStr('ARKVORY_REDIS_URL'),
+    logLevel: str('ARKVORY_LOG_LEVEL') as LogLevel,
+    shutdownTimeoutMs: num('ARKVORY_SHUTDOWN_TIMEOUT_SECONDS') * 1000,
+    maxUploadBytes: num('ARKVORY_MAX_UPLOAD_BYTES'),
+    bandwidth: {
+      downloadBytesPerSec: num('ARKVORY_DOWNLOAD_BYTES_PER_SECOND'),
+      downloadBytesPerSecPerPrincipal: num('ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL'),
+      uploadBytesPerSec: num('ARKVORY_UPLOAD_BYTES_PER_SECOND'),
+      uploadBytesPerSecPerPrincipal: num('ARKVORY_UPLOAD_BYTES_PER_SECOND_PER_PRINCIPAL'),
+    },
+    admission: {
+      maxDownloads,
+      maxDownloadsPerPrincipal: optNum('ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL') ?? Math.min(4, maxDownloads),
+      maxUploadsPerPrincipal: num('ARKVORY_MAX_UPLOADS_PER_PRINCIPAL'),
+      queueLength: num('ARKVORY_ADMISSION_QUEUE_LENGTH'),
+      waitMs: num('ARKVORY_ADMISSION_WAIT_SECONDS') * 1000,
+    },
+    rateLimitsFile: optStr('ARKVORY_RATE_LIMITS_FILE'),
+    shared,
+  };
+  return deepFreeze(config);
+}
+
+function deepFreeze<T>(value: T): T {
+  if (value && typeof value === 'object') {
+    for (const inner of Object.values(value)) deepFreeze(inner);
+    Object.freeze(value);
+  }
+  return value;
+}

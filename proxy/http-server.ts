@@ -1,0 +1,175 @@
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import { randomUUID } from 'node:crypto';
+import type { AddressInfo, Socket } from 'node:net';
+import type { Logger } from 'pino';
+import type { Principal } from '../policy/auth/principal.ts';
+import { GatewayError } from './errors.ts';
+import { sendError } from './http-errors.ts';
+import { RouteTable, type HttpMethod } from './route-table.ts';
+
+/**
+ * Who may call a route. `public`: anyone. `service`: any valid key. `read`/`write`: a key with a
+ * read/write grant on the `:repo` parameter (and the scope). `admin`: a key with the admin scope.
+ */
+export type Access = 'public' | 'service' | 'read' | 'write' | 'admin';
+
+export interface RequestContext {
+  readonly req: IncomingMessage;
+  readonly res: ServerResponse;
+  readonly url: URL;
+  readonly params: Readonly<Record<string, string>>;
+  /** Route template, e.g. `/api/v1/repositories/:repo/artifacts/:id/content`; used in logs and metrics. */
+  readonly route: string;
+  readonly access: Access;
+  readonly reqId: string;
+  readonly log: Logger;
+  /** Aborted when the client goes away before the response finished. */
+  readonly signal: AbortSignal;
+  principal: Principal | undefined;
+}
+
+export interface Route {
+  methods: readonly HttpMethod[];
+  template: string;
+  access: Access;
+  handle(ctx: RequestContext): Promise<void>;
+}
+
+/** A gate runs before every handler (auth → admission → rate limit); it throws a coded error to deny. */
+export type Gate = (ctx: RequestContext) => Promise<void>;
+
+export interface GatewayServer {
+  readonly server: http.Server;
+  listen(port: number, host: string): Promise<AddressInfo>;
+  /** Stops accepting, waits up to `timeoutMs` for in-flight requests, then cuts the rest. */
+  close(timeoutMs: number): Promise<void>;
+  readonly inFlight: number;
+}
+
+const REQUEST_ID = /^[A-Za-z0-9._-]{1,64}$/;
+
+export function createGatewayServer(options: { routes: readonly Route[]; gates: readonly Gate[]; log: Logger }): GatewayServer {
+  const table = new RouteTable<Route>();
+  for (const route of options.routes) table.add({ methods: route.methods, template: route.template, value: route });
+  const gates = [...options.gates];
+  const { log } = options;
+  let inFlight = 0;
+  const idle: Array<() => void> = [];
+
+  const server = http.createServer({ requestTimeout: 0, headersTimeout: 30_000, keepAliveTimeout: 5_000 }, (req, res) => {
+    inFlight++;
+    const started = process.hrtime.bigint();
+    const socket = req.socket as Socket;
+    const bytesOutAtStart = socket.bytesWritten;
+    const bytesInAtStart = socket.bytesRead;
+    const incomingId = req.headers['x-request-id'];
+    const reqId = typeof incomingId === 'string' && REQUEST_ID.test(incomingId) ? incomingId : randomUUID();
+    res.setHeader('x-request-id', reqId);
+    const controller = new AbortController();
+    let route = 'unmatched';
+    let ctx: RequestContext | undefined;
+    res.on('close', () => {
+      if (!res.writableFinished) controller.abort(new GatewayError('invalid_request', 'client closed the connection'));
+      inFlight--;
+      const ms = Number(process.hrtime.bigint() - started) / 1e6;
+      log.info(
+        {
+          reqId,
+          method: req.method,
+          route,
+          status: res.statusCode,
+          bytesOut: socket.bytesWritten - bytesOutAtStart,
+          bytesIn: socket.bytesRead - bytesInAtStart,
+          ms: Math.round(ms * 10) / 10,
+          principal: ctx?.principal?.id,
+          completed: res.writableFinished,
+        },
+        'request',
+      );
+      if (inFlight === 0) for (const resolve of idle.splice(0)) resolve();
+    });
+
+    let url: URL;
+    try {
+      url = new URL(req.url ?? '/', 'http://gateway.invalid');
+    } catch {
+      sendError(res, new GatewayError('invalid_request', 'The request target is not a valid URL.'), log);
+      return;
+    }
+    const match = table.match(req.method ?? 'GET', url.pathname);
+    if (match.kind === 'not_found') {
+      sendError(res, new GatewayError('not_found', 'No such route.'), log.child({ reqId }));
+      return;
+    }
+    if (match.kind === 'method_not_allowed') {
+      route = match.template;
+      sendError(res, new GatewayError('method_not_allowed', undefined, { headers: { allow: match.allow.join(', ') } }), log.child({ reqId, route }));
+      return;
+    }
+    route = match.route.template;
+    const routeDef = match.route.value;
+    ctx = {
+      req,
+      res,
+      url,
+      params: match.params,
+      route,
+      access: routeDef.access,
+      reqId,
+      log: log.child({ reqId, route }),
+      signal: controller.signal,
+      principal: undefined,
+    };
+    void runRoute(ctx, routeDef, gates);
+  });
+
+  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
+    // Malformed request lines/headers: answer 400 when the socket still can, never crash.
+    if (socket.writable && !socket.destroyed) {
+      const body = JSON.stringify({ code: 'invalid_request', message: 'Malformed HTTP request.' });
+      socket.end(`HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+    } else {
+      socket.destroy();
+    }
+    log.debug({ code: err.code }, 'client error');
+  });
+
+  return {
+    server,
+    get inFlight() {
+      return inFlight;
+    },
+    listen(port, host) {
+      return new Promise((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(port, host, () => {
+          server.off('error', reject);
+          resolve(server.address() as AddressInfo);
+        });
+      });
+    },
+    async close(timeoutMs) {
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      server.closeIdleConnections();
+      if (inFlight > 0) {
+        let timer: NodeJS.Timeout | undefined;
+        await Promise.race([
+          new Promise<void>((resolve) => idle.push(resolve)),
+          new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs))),
+        ]);
+        clearTimeout(timer);
+      }
+      server.closeAllConnections();
+      await closed;
+    },
+  };
+}
+
+async function runRoute(ctx: RequestContext, route: Route, gates: readonly Gate[]): Promise<void> {
+  try {
+    for (const gate of gates) await gate(ctx);
+    await route.handle(ctx);
+  } catch (err) {
+    sendError(ctx.res, err, ctx.log);
+  }
+}

@@ -1,0 +1,42 @@
+import type { Route } from '../http-server.ts';
+import { sendJson } from '../http-errors.ts';
+import type { Services } from '../services.ts';
+
+export function healthRoutes(services: Services): Route[] {
+  const { lifecycle, config } = services;
+  return [
+    {
+      methods: ['GET', 'HEAD'],
+      template: '/health/live',
+      access: 'public',
+      async handle({ res }) {
+        sendJson(res, 200, { status: 'live' });
+      },
+    },
+    {
+      methods: ['GET', 'HEAD'],
+      template: '/health/status',
+      access: 'public',
+      async handle({ res }) {
+        // Public and key-less for balancers: only whether this gateway can serve.
+        const serving = lifecycle.isServing;
+        sendJson(res, serving ? 200 : 503, { status: serving ? 'serving' : lifecycle.state });
+      },
+    },
+    {
+      methods: ['GET', 'HEAD'],
+      template: '/health/ready',
+      access: 'service',
+      async handle({ res }) {
+        const body: Record<string, unknown> = {
+          status: lifecycle.isServing ? 'ready' : lifecycle.state,
+          role: config.role,
+          writable: config.role === 'api',
+          sharedDownloads: null,
+        };
+        for (const provider of services.readiness) Object.assign(body, provider());
+        sendJson(res, lifecycle.isServing ? 200 : 503, body);
+      },
+    },
+  ];
+}

@@ -1,0 +1,124 @@
+import { mkdir } from 'node:fs/promises';
+import type { Logger } from 'pino';
+import { pendingMigrations, migrate } from '../migrations/runner.ts';
+import { systemClock } from '../policy/clock.ts';
+import { buildApp } from './app.ts';
+import { ConfigError, loadConfig, type Config } from './config.ts';
+import { openDatabase, type Database } from './database.ts';
+import { createGatewayServer, type GatewayServer } from './http-server.ts';
+import { Lifecycle } from './lifecycle.ts';
+import { createLogger } from './logger.ts';
+import type { Services } from './services.ts';
+
+/** Exit codes: 0 clean stop, 1 startup or runtime failure, 2 invalid configuration. */
+export const EXIT = { ok: 0, failure: 1, config: 2 } as const;
+
+export class StartupError extends Error {
+  override readonly name = 'StartupError';
+  readonly code = 'startup_refused' as const;
+}
+
+export function loadConfigOrExit(env: NodeJS.ProcessEnv): Config {
+  try {
+    return loadConfig(env);
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      for (const line of err.problems) process.stderr.write(`arkvory: invalid configuration: ${line}\n`);
+      process.exit(EXIT.config);
+    }
+    throw err;
+  }
+}
+
+/** The embedded defaults exist for one standalone writer; everything else needs real services. */
+function checkProfile(config: Config): void {
+  if (!config.databaseUrl && (config.shared || config.role !== 'api')) {
+    throw new StartupError(`the embedded PostgreSQL is only for a single standalone api process; set ARKVORY_DATABASE_URL for role "${config.role}"${config.shared ? ' in the shared profile' : ''}`);
+  }
+  if (!config.redisUrl && config.shared) {
+    throw new StartupError('the shared profile needs a Redis shared by all gateways for rate-limit counters; set ARKVORY_REDIS_URL');
+  }
+  if (config.role === 'worker' || config.role === 'router') {
+    throw new StartupError(`role "${config.role}" is not part of this build yet`);
+  }
+}
+
+/** `arkvory serve`: runs until SIGTERM/SIGINT, then drains and resolves with the exit code. */
+export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
+  const config = loadConfigOrExit(env);
+  const log = createLogger(config.logLevel);
+  const lifecycle = new Lifecycle();
+  let database: Database | undefined;
+  let server: GatewayServer | undefined;
+  let stopRequested: (() => void) | undefined;
+  const stopSignal = new Promise<void>((resolve) => (stopRequested = resolve));
+  let signals = 0;
+  const onSignal = (signal: NodeJS.Signals) => {
+    signals++;
+    if (signals > 1) {
+      log.warn({ signal }, 'second signal: exiting now');
+      process.exit(EXIT.failure);
+    }
+    log.info({ signal }, 'shutting down');
+    lifecycle.set('draining', 'shutdown');
+    stopRequested?.();
+  };
+  process.on('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
+
+  let built: Services | undefined;
+  try {
+    checkProfile(config);
+    await mkdir(config.dataDir, { recursive: true });
+    database = await openDatabase(config, log);
+    if (database.embedded) {
+      const applied = await migrate(database.pool);
+      if (applied.length) log.info({ migrations: applied.map((m) => m.version) }, 'migrations applied to the embedded database');
+    } else {
+      const pending = await pendingMigrations(database.pool);
+      if (pending.length) {
+        throw new StartupError(`the database schema is behind this code (${pending.length} pending migration(s), first ${pending[0]!.version}); run \`npm run migrate\` with the same ARKVORY_DATABASE_URL`);
+      }
+    }
+    if (signals > 0) return await finish(log, built, server, database, config, EXIT.ok);
+    built = {
+      config,
+      log,
+      pool: database.pool,
+      clock: systemClock,
+      lifecycle,
+      preClose: [],
+      onClose: [],
+      readiness: [],
+    };
+    const app = await buildApp(built);
+    server = createGatewayServer({ routes: app.routes, gates: app.gates, log });
+    const address = await server.listen(config.port, config.host);
+    if (signals === 0) lifecycle.set('serving');
+    log.info({ role: config.role, url: `http://${address.address}:${address.port}`, port: address.port }, 'listening');
+  } catch (err) {
+    logStartupFailure(log, err);
+    return await finish(log, built, server, database, config, EXIT.failure);
+  }
+  await stopSignal;
+  return await finish(log, built, server, database, config, EXIT.ok);
+}
+
+function logStartupFailure(log: Logger, err: unknown): void {
+  const message = err instanceof Error ? err.message : String(err);
+  log.fatal({ err, code: (err as { code?: string }).code }, `cannot start: ${message}`);
+  process.stderr.write(`arkvory: cannot start: ${message}\n`);
+}
+
+async function finish(log: Logger, services: Services | undefined, server: GatewayServer | undefined, database: Database | undefined, config: Config, code: number): Promise<number> {
+  try {
+    for (const hook of services?.preClose ?? []) await hook();
+    if (server) await server.close(config.shutdownTimeoutMs);
+    for (const hook of services?.onClose ?? []) await hook();
+  } catch (err) {
+    log.error({ err }, 'shutdown step failed');
+  }
+  if (database) await database.close();
+  log.info({ code }, 'stopped');
+  return code;
+}

@@ -1,0 +1,20 @@
+import type pg from 'pg';
+import type { Logger } from 'pino';
+import type { Clock } from '../policy/clock.ts';
+import type { Config } from './config.ts';
+import type { Lifecycle } from './lifecycle.ts';
+
+/** What the serve process builds once and hands to each feature module. */
+export interface Services {
+  readonly config: Config;
+  readonly log: Logger;
+  readonly pool: pg.Pool;
+  readonly clock: Clock;
+  readonly lifecycle: Lifecycle;
+  /** Run first on shutdown, before in-flight requests are awaited (admission queues close here). */
+  readonly preClose: Array<() => void | Promise<void>>;
+  /** Run last on shutdown, after the HTTP server closed, before the pool ends. */
+  readonly onClose: Array<() => void | Promise<void>>;
+  /** Extra fields for `/health/ready`; each provider returns aggregates only, never ids or paths. */
+  readonly readiness: Array<() => Record<string, unknown>>;
+}
