@@ -1,5 +1,6 @@
 import { migrate } from '../../migrations/runner.ts';
 import { createPool } from '../database.ts';
+import { pino } from 'pino';
 import { createLogger } from '../logger.ts';
 import { loadConfigOrExit } from '../serve.ts';
 import type { Command } from './command.ts';
@@ -18,7 +19,8 @@ seen, in order, each in its own transaction, under an advisory lock. Needs ARKVO
       process.stderr.write('arkvory migrate: ARKVORY_DATABASE_URL is not set (the embedded database is migrated by `arkvory serve`)\n');
       return 2;
     }
-    const log = createLogger(config.logLevel);
+    // Logs go to stderr so stdout carries only the one-line result.
+    const log = createLogger(config.logLevel, pino.destination(2));
     const pool = createPool(config.databaseUrl, 1, log, 'arkvory-migrate');
     try {
       const applied = await migrate(pool, { onApply: (m) => log.info({ version: m.version, name: m.name }, 'migration applied') });

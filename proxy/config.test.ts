@@ -1,0 +1,103 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig, VARIABLES } from './config.ts';
+
+function problemsOf(env: Record<string, string>): string[] {
+  try {
+    loadConfig(env, '/srv');
+  } catch (err) {
+    if (err instanceof ConfigError) return [...err.problems];
+    throw err;
+  }
+  return [];
+}
+
+describe('loadConfig', () => {
+  it('fills every default from the table', () => {
+    const config = loadConfig({}, '/srv');
+    expect(config).toMatchObject({
+      role: 'api',
+      host: '127.0.0.1',
+      port: 8080,
+      dataDir: '/srv/data',
+      databaseUrl: undefined,
+      databasePoolSize: 10,
+      logLevel: 'info',
+      shutdownTimeoutMs: 30_000,
+      shared: null,
+    });
+    expect(config.admission.maxDownloadsPerPrincipal).toBe(4);
+  });
+
+  it('derives the per-principal download cap as min(4, MAX_DOWNLOADS)', () => {
+    expect(loadConfig({ ARKVORY_MAX_DOWNLOADS: '2' }).admission.maxDownloadsPerPrincipal).toBe(2);
+    expect(loadConfig({ ARKVORY_MAX_DOWNLOADS: '2', ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '7' }).admission.maxDownloadsPerPrincipal).toBe(7);
+  });
+
+  it.each([
+    ['ARKVORY_PORT', 'abc', 'expected an integer from 0 to 65535, got "abc"'],
+    ['ARKVORY_PORT', '65536', 'got "65536"'],
+    ['ARKVORY_PORT', '08', 'got "08"'],
+    ['ARKVORY_ROLE', 'boss', 'expected one of api|reader|worker|router, got "boss"'],
+    ['ARKVORY_DATABASE_POOL_SIZE', '0', 'expected an integer from 1 to 1000, got "0"'],
+    ['ARKVORY_DATABASE_POOL_SIZE', '-1', 'got "-1"'],
+    ['ARKVORY_LOG_LEVEL', 'loud', 'got "loud"'],
+    ['ARKVORY_DATABASE_URL', 'mysql://x', 'got <redacted>'],
+    ['ARKVORY_REDIS_URL', 'not a url', 'got <redacted>'],
+    ['ARKVORY_SHUTDOWN_TIMEOUT_SECONDS', '1.5', 'got "1.5"'],
+  ])('%s=%s is refused with a line naming it', (name, value, expected) => {
+    const problems = problemsOf({ [name]: value });
+    expect(problems).toHaveLength(1);
+    expect(problems[0]).toMatch(new RegExp(`^${name}: `));
+    expect(problems[0]).toContain(expected);
+  });
+
+  it('never echoes a secret value', () => {
+    const problems = problemsOf({ ARKVORY_DATABASE_URL: 'ftp://user:hunter2@db' });
+    expect(problems.join('\n')).not.toContain('hunter2');
+  });
+
+  it('collects every problem at once and rejects unknown ARKVORY_ names', () => {
+    const problems = problemsOf({ ARKVORY_PORT: 'x', ARKVORY_ROLE: 'y', ARKVORY_PROT: '1' });
+    expect(problems.map((p) => p.split(':')[0]).sort()).toEqual(['ARKVORY_PORT', 'ARKVORY_PROT', 'ARKVORY_ROLE']);
+  });
+
+  it('ignores the test harness variables', () => {
+    expect(() => loadConfig({ ARKVORY_TEST_DATABASE_URL: 'x' })).not.toThrow();
+  });
+
+  describe('shared profile', () => {
+    const shared = { ARKVORY_GATEWAY_SLOTS: '2', ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: '67108864' };
+    it('accepts the spec example for the writer and a reader', () => {
+      expect(loadConfig({ ...shared, ARKVORY_GATEWAY_SLOT: '0' }).shared).toEqual({ slots: 2, slot: 0, downloadBytesPerSec: 67108864, downloadBytesPerSecPerPrincipal: 0 });
+      expect(loadConfig({ ...shared, ARKVORY_ROLE: 'reader', ARKVORY_GATEWAY_SLOT: '1' }).shared?.slot).toBe(1);
+    });
+    it.each([
+      [{ ...shared, ARKVORY_GATEWAY_SLOT: '1' }, 'ARKVORY_GATEWAY_SLOT: the writer'],
+      [{ ...shared, ARKVORY_ROLE: 'reader', ARKVORY_GATEWAY_SLOT: '2' }, 'ARKVORY_GATEWAY_SLOT: a reader takes a slot from 1 to 1'],
+      [{ ...shared, ARKVORY_ROLE: 'reader', ARKVORY_GATEWAY_SLOT: '0' }, 'ARKVORY_GATEWAY_SLOT: a reader'],
+      [{ ARKVORY_GATEWAY_SLOTS: '2', ARKVORY_GATEWAY_SLOT: '0' }, 'ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: required'],
+      [{ ...shared, ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: '131071', ARKVORY_GATEWAY_SLOT: '0' }, 'from 131072 (SLOTS × 65536)'],
+      [{ ...shared }, 'ARKVORY_GATEWAY_SLOT: required'],
+      [{ ARKVORY_GATEWAY_SLOTS: '17' }, 'ARKVORY_GATEWAY_SLOTS: expected an integer from 2 to 16'],
+      [{ ARKVORY_GATEWAY_SLOT: '0' }, 'only valid with ARKVORY_GATEWAY_SLOTS'],
+      [{ ARKVORY_ROLE: 'reader' }, 'needs the shared profile'],
+    ])('refuses %j', (env, expected) => {
+      expect(problemsOf(env as Record<string, string>).join('\n')).toContain(expected);
+    });
+  });
+
+  it('returns a deep-frozen object', () => {
+    const config = loadConfig({});
+    expect(Object.isFrozen(config)).toBe(true);
+    expect(Object.isFrozen(config.bandwidth)).toBe(true);
+  });
+
+  it('declares every variable once, with the ARKVORY_ prefix and a doc line', () => {
+    const names = VARIABLES.map((v) => v.name);
+    expect(new Set(names).size).toBe(names.length);
+    for (const v of VARIABLES) {
+      expect(v.name).toMatch(/^ARKVORY_[A-Z0-9_]+$/);
+      expect(v.doc.length).toBeGreaterThan(10);
+    }
+  });
+});

@@ -1,0 +1,19 @@
+import { readFile } from 'node:fs/promises';
+import { describe, expect, it } from 'vitest';
+import { errorsTable, README, section, variablesTable } from '../support/readme-tables.ts';
+
+describe('README contract', () => {
+  it('lists every ARKVORY_* variable exactly as the config table declares it (npm run docs regenerates)', async () => {
+    expect(section(await readFile(README, 'utf8'), 'variables')).toBe(variablesTable());
+  });
+
+  it('lists every error code with its status, both ways (npm run docs regenerates)', async () => {
+    expect(section(await readFile(README, 'utf8'), 'errors')).toBe(errorsTable());
+  });
+
+  it('names the start and test commands near the top', async () => {
+    const top = (await readFile(README, 'utf8')).slice(0, 2500);
+    expect(top).toContain('npm start');
+    expect(top).toContain('npm test');
+  });
+});

@@ -1,0 +1,127 @@
+/**
+ * Spawns real gateway processes (`arkvory serve`) on free loopback ports, waits for
+ * `/health/status`, captures their logs, and kills whatever is left when the test file ends.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { chmod, mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { afterAll } from 'vitest';
+import { freeLoopbackPort } from '../../proxy/embedded-database.ts';
+
+export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+export const CLI = path.join(ROOT, 'bin/arkvory.js');
+
+export interface GatewayProcess {
+  readonly url: string;
+  readonly port: number;
+  readonly dataDir: string;
+  readonly child: ChildProcess;
+  /** Everything the process wrote to stdout and stderr so far. */
+  logs(): string;
+  /** Parsed JSON log lines (stdout). */
+  logLines(): Array<Record<string, unknown>>;
+  /** Sends a signal and resolves with the exit code (or signal name). */
+  stop(signal?: NodeJS.Signals): Promise<number | string>;
+  exited: Promise<number | string>;
+}
+
+export interface StartOptions {
+  env?: Record<string, string | undefined>;
+  dataDir?: string;
+  /** Resolve once the process listens, whatever /health/status says. */
+  waitFor?: 'serving' | 'listening' | 'none';
+  timeoutMs?: number;
+}
+
+const running = new Set<GatewayProcess>();
+const tempDirs: string[] = [];
+let registered = false;
+
+export async function makeTempDir(prefix = 'arkvory-data-'): Promise<string> {
+  const dir = await mkdtemp(path.join(os.tmpdir(), prefix));
+  // The embedded PostgreSQL (as user postgres) must be able to traverse a data dir made by root.
+  await chmod(dir, 0o755);
+  tempDirs.push(dir);
+  return dir;
+}
+
+/** Child env: only what the test gives plus PATH/HOME; nothing of the harness's ARKVORY_TEST_*. */
+function childEnv(extra: Record<string, string | undefined>): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME, LANG: process.env.LANG ?? 'C.UTF-8' };
+  for (const [k, v] of Object.entries(extra)) if (v !== undefined) env[k] = v;
+  return env;
+}
+
+export function runCli(args: string[], env: Record<string, string | undefined>, input?: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [CLI, ...args], { env: childEnv(env), cwd: ROOT, stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+    child.stdin.end(input ?? '');
+  });
+}
+
+export async function startGateway(options: StartOptions = {}): Promise<GatewayProcess> {
+  if (!registered) {
+    registered = true;
+    afterAll(async () => {
+      await Promise.all([...running].map((g) => g.stop('SIGKILL')));
+      for (const dir of tempDirs.splice(0)) await rm(dir, { recursive: true, force: true });
+    });
+  }
+  const port = options.env?.ARKVORY_PORT ? Number(options.env.ARKVORY_PORT) : await freeLoopbackPort();
+  const dataDir = options.dataDir ?? (await makeTempDir());
+  const env = childEnv({ ARKVORY_LOG_LEVEL: 'info', ARKVORY_DATA_DIR: dataDir, ...options.env, ARKVORY_PORT: String(port), ARKVORY_HOST: '127.0.0.1' });
+  const child = spawn(process.execPath, [CLI, 'serve'], { env, cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  const exited = new Promise<number | string>((resolve) => child.on('exit', (code, signal) => resolve(code ?? signal ?? -1)));
+  const url = `http://127.0.0.1:${port}`;
+  const gateway: GatewayProcess = {
+    url,
+    port,
+    dataDir,
+    child,
+    exited,
+    logs: () => stdout + stderr,
+    logLines: () =>
+      stdout
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .map((l) => JSON.parse(l) as Record<string, unknown>),
+    async stop(signal = 'SIGTERM') {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      const code = await exited;
+      running.delete(gateway);
+      return code;
+    },
+  };
+  running.add(gateway);
+  const waitFor = options.waitFor ?? 'serving';
+  if (waitFor === 'none') return gateway;
+  const deadline = Date.now() + (options.timeoutMs ?? 30_000);
+  let exitedEarly = false;
+  void exited.then(() => (exitedEarly = true));
+  while (Date.now() < deadline) {
+    if (exitedEarly) throw new Error(`gateway exited during startup (${await exited}):\n${gateway.logs()}`);
+    try {
+      const res = await fetch(`${url}/health/status`);
+      await res.arrayBuffer();
+      if (waitFor === 'listening' || res.status === 200) return gateway;
+    } catch {
+      // not listening yet
+    }
+    await sleep(50);
+  }
+  await gateway.stop('SIGKILL');
+  throw new Error(`gateway did not become ${waitFor} within the timeout:\n${gateway.logs()}`);
+}

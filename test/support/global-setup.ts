@@ -1,0 +1,132 @@
+/**
+ * Provides a real PostgreSQL and a real Redis to the whole run:
+ * - ARKVORY_TEST_DATABASE_URL (a server where we may CREATE/DROP DATABASE), else an embedded
+ *   PostgreSQL started here in a temporary directory;
+ * - ARKVORY_TEST_REDIS_URL, else a `redis-server` from PATH on a free loopback port. With neither,
+ *   the run fails and says how to install it.
+ * Test files then make their own database and key prefix (test/support/database.ts, redis.ts).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { chmod, mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Redis } from 'ioredis';
+import pg from 'pg';
+import type { TestProject } from 'vitest/node';
+import { startEmbeddedDatabase, freeLoopbackPort, type EmbeddedDatabase } from '../../proxy/embedded-database.ts';
+import { createLogger } from '../../proxy/logger.ts';
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    adminDatabaseUrl: string;
+    redisUrl: string;
+  }
+}
+
+async function checkPostgres(url: string): Promise<void> {
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 5000 });
+  try {
+    await client.connect();
+    await client.query('SELECT 1');
+  } catch (err) {
+    throw new Error(`ARKVORY_TEST_DATABASE_URL=${url.replace(/:[^:@/]*@/, ':***@')} is not reachable (${(err as Error).message}); start PostgreSQL or unset the variable to use an embedded one`);
+  } finally {
+    await client.end().catch(() => {});
+  }
+}
+
+async function startRedis(): Promise<{ url: string; child: ChildProcess }> {
+  const port = await freeLoopbackPort();
+  const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--protected-mode', 'yes'], { stdio: 'ignore' });
+  const failed = new Promise<never>((_, reject) =>
+    child.once('error', (err: NodeJS.ErrnoException) =>
+      reject(new Error(err.code === 'ENOENT' ? 'redis-server is not on PATH and ARKVORY_TEST_REDIS_URL is not set; install it with `apt-get install redis-server` (Debian) or point ARKVORY_TEST_REDIS_URL at a Redis' : `redis-server failed to start: ${err.message}`)),
+    ),
+  );
+  const url = `redis://127.0.0.1:${port}`;
+  const ready = (async () => {
+    for (let i = 0; i < 100; i++) {
+      const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+      client.on('error', () => {});
+      try {
+        await client.connect();
+        await client.ping();
+        return;
+      } catch {
+        await sleep(50);
+      } finally {
+        client.disconnect();
+      }
+    }
+    throw new Error('redis-server did not answer within 5 s');
+  })();
+  await Promise.race([ready, failed]);
+  return { url, child };
+}
+
+async function checkRedis(url: string): Promise<void> {
+  const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+  client.on('error', () => {});
+  try {
+    await client.connect();
+    await client.ping();
+  } catch (err) {
+    throw new Error(`ARKVORY_TEST_REDIS_URL=${url} is not reachable (${(err as Error).message}); start Redis or unset the variable to launch redis-server from PATH`);
+  } finally {
+    client.disconnect();
+  }
+}
+
+interface Services {
+  databaseUrl: string;
+  redisUrl: string;
+  cleanups: Array<() => Promise<void>>;
+}
+
+// Vitest loads the root global setup once per project, each a separate module instance in the same
+// process; the services are started once and shared through globalThis.
+const shared = globalThis as typeof globalThis & { __arkvoryTestServices?: { started: Promise<Services>; users: number } };
+
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  shared.__arkvoryTestServices ??= { started: startServices(), users: 0 };
+  const state = shared.__arkvoryTestServices;
+  state.users++;
+  const services = await state.started;
+  project.provide('adminDatabaseUrl', services.databaseUrl);
+  project.provide('redisUrl', services.redisUrl);
+  return async () => {
+    if (--state.users > 0) return;
+    shared.__arkvoryTestServices = undefined;
+    for (const cleanup of services.cleanups.reverse()) await cleanup();
+  };
+}
+
+async function startServices(): Promise<Services> {
+  const cleanups: Array<() => Promise<void>> = [];
+  let databaseUrl = process.env.ARKVORY_TEST_DATABASE_URL;
+  if (databaseUrl) {
+    await checkPostgres(databaseUrl);
+  } else {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'arkvory-test-pg-'));
+    await chmod(dir, 0o755);
+    const embedded: EmbeddedDatabase = await startEmbeddedDatabase(dir, createLogger('warn'));
+    databaseUrl = embedded.url;
+    cleanups.push(async () => {
+      await embedded.stop();
+      await rm(dir, { recursive: true, force: true });
+    });
+  }
+  let redisUrl = process.env.ARKVORY_TEST_REDIS_URL;
+  if (redisUrl) {
+    await checkRedis(redisUrl);
+  } else {
+    const redis = await startRedis();
+    redisUrl = redis.url;
+    cleanups.push(async () => {
+      redis.child.kill('SIGTERM');
+    });
+  }
+  process.stderr.write(`[test services] PostgreSQL: ${process.env.ARKVORY_TEST_DATABASE_URL ? 'ARKVORY_TEST_DATABASE_URL' : 'embedded'}; Redis: ${process.env.ARKVORY_TEST_REDIS_URL ? 'ARKVORY_TEST_REDIS_URL' : `redis-server on ${redisUrl}`}\n`);
+  return { databaseUrl, redisUrl, cleanups };
+}

@@ -1,0 +1,45 @@
+/**
+ * The README tables that are generated from code (variables, error codes) and checked by
+ * test/contract. `npm run docs` rewrites them between their markers.
+ */
+import { readFile, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { describeAllowed, VARIABLES } from '../../proxy/config.ts';
+import { ALL_ERROR_MESSAGES, HTTP_STATUS, type ErrorCode } from '../../proxy/http-errors.ts';
+import { ERROR_ADVICE } from './error-advice.ts';
+import { ROOT } from './gateway.ts';
+
+export const README = path.join(ROOT, 'README.md');
+
+export function variablesTable(): string {
+  const rows = VARIABLES.map((v) => `| \`${v.name}\` | ${v.defaultValue === undefined ? '(unset)' : `\`${v.defaultValue}\``} | ${describeAllowed(v)} | ${v.doc} |`);
+  return ['| variable | default | allowed | meaning |', '| --- | --- | --- | --- |', ...rows].join('\n');
+}
+
+export function errorsTable(): string {
+  const codes = (Object.keys(HTTP_STATUS) as ErrorCode[]).sort((a, b) => HTTP_STATUS[a] - HTTP_STATUS[b] || a.localeCompare(b));
+  const rows = codes.map((c) => `| \`${c}\` | ${HTTP_STATUS[c]} | ${ALL_ERROR_MESSAGES[c]} | ${ERROR_ADVICE[c]} |`);
+  return ['| code | status | meaning | what to do |', '| --- | --- | --- | --- |', ...rows].join('\n');
+}
+
+export function section(text: string, name: string): string | undefined {
+  const start = text.indexOf(`<!-- ${name}:start -->`);
+  const end = text.indexOf(`<!-- ${name}:end -->`);
+  if (start === -1 || end === -1) return undefined;
+  return text.slice(start + `<!-- ${name}:start -->`.length, end).trim();
+}
+
+function replaceSection(text: string, name: string, body: string): string {
+  const start = text.indexOf(`<!-- ${name}:start -->`);
+  const end = text.indexOf(`<!-- ${name}:end -->`);
+  if (start === -1 || end === -1) throw new Error(`README has no <!-- ${name}:start/end --> markers`);
+  return `${text.slice(0, start)}<!-- ${name}:start -->\n${body}\n${text.slice(end)}`;
+}
+
+if (process.argv[1] && import.meta.url.endsWith(path.basename(process.argv[1]))) {
+  let text = await readFile(README, 'utf8');
+  text = replaceSection(text, 'variables', variablesTable());
+  text = replaceSection(text, 'errors', errorsTable());
+  await writeFile(README, text);
+  process.stdout.write('README tables rewritten\n');
+}

@@ -1,0 +1,19 @@
+import { defineConfig } from 'vitest/config';
+
+// One global setup provides a real PostgreSQL and Redis to every project (see test/support).
+export default defineConfig({
+  test: {
+    globalSetup: ['test/support/global-setup.ts'],
+    pool: 'forks',
+    maxWorkers: 2,
+    testTimeout: 60_000,
+    hookTimeout: 90_000,
+    teardownTimeout: 30_000,
+    reporters: ['default', ['json', { outputFile: '.vitest-report.json' }]],
+    projects: [
+      { extends: true, test: { name: 'unit', include: ['{proxy,policy,storage-adapter,migrations}/**/*.test.ts'], exclude: ['**/*.int.test.ts', '**/node_modules/**'] } },
+      { extends: true, test: { name: 'int', include: ['**/*.int.test.ts', 'test/contract/**/*.test.ts'], exclude: ['**/node_modules/**'] } },
+      { extends: true, test: { name: 'chaos', include: ['chaos/**/*.chaos.test.ts'], exclude: ['**/node_modules/**'] } },
+    ],
+  },
+});
