@@ -1,4 +1,8 @@
+import { Authenticator } from '../policy/auth/authenticator.ts';
+import { createAuthGate } from './auth-gate.ts';
+import { bootstrapAdmin } from './bootstrap-admin.ts';
 import type { Gate, Route } from './http-server.ts';
+import { authAdminRoutes } from './routes/auth-admin.ts';
 import { healthRoutes } from './routes/health.ts';
 import type { Services } from './services.ts';
 
@@ -7,7 +11,12 @@ import type { Services } from './services.ts';
  * (auth → admission → rate limit). Each module owns its routes; the order of gates is fixed here.
  */
 export async function buildApp(services: Services): Promise<{ routes: Route[]; gates: Gate[] }> {
-  const routes: Route[] = [...healthRoutes(services)];
-  const gates: Gate[] = [];
+  const auth = new Authenticator({ pool: services.pool, databaseUrl: services.databaseUrl, clock: services.clock, log: services.log.child({ component: 'auth' }) });
+  await auth.start();
+  services.onClose.push(() => auth.stop());
+  await bootstrapAdmin(services);
+
+  const routes: Route[] = [...healthRoutes(services), ...authAdminRoutes(services)];
+  const gates: Gate[] = [createAuthGate(auth, services.lifecycle)];
   return { routes, gates };
 }

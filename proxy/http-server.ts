@@ -2,6 +2,7 @@ import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Logger } from 'pino';
+import type { Access } from '../policy/auth/authorize.ts';
 import type { Principal } from '../policy/auth/principal.ts';
 import { GatewayError } from './errors.ts';
 import { sendError } from './http-errors.ts';
@@ -11,7 +12,7 @@ import { RouteTable, type HttpMethod } from './route-table.ts';
  * Who may call a route. `public`: anyone. `service`: any valid key. `read`/`write`: a key with a
  * read/write grant on the `:repo` parameter (and the scope). `admin`: a key with the admin scope.
  */
-export type Access = 'public' | 'service' | 'read' | 'write' | 'admin';
+export type { Access };
 
 export interface RequestContext {
   readonly req: IncomingMessage;

@@ -85,6 +85,8 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
       config,
       log,
       pool: database.pool,
+      databaseUrl: database.url,
+      isEmbeddedDatabase: database.embedded !== undefined,
       clock: systemClock,
       lifecycle,
       preClose: [],

@@ -9,6 +9,10 @@ export interface Services {
   readonly config: Config;
   readonly log: Logger;
   readonly pool: pg.Pool;
+  /** URL of the same database, for connections of their own (LISTEN, the lease). */
+  readonly databaseUrl: string;
+  /** True when PostgreSQL is the embedded default (standalone, first-run conveniences apply). */
+  readonly isEmbeddedDatabase: boolean;
   readonly clock: Clock;
   readonly lifecycle: Lifecycle;
   /** Run first on shutdown, before in-flight requests are awaited (admission queues close here). */

@@ -1,0 +1,202 @@
+/**
+ * Administration of principals, keys, repositories and grants: the one implementation behind both
+ * the CLI and the `/api/v1/admin/` routes. Secrets are generated here and returned once.
+ */
+import type pg from 'pg';
+import { PolicyError } from '../errors.ts';
+import { generateKey } from './key-format.ts';
+import { SCOPES, type Scope } from './principal.ts';
+import type { Permission } from './authorize.ts';
+
+export interface PrincipalRow {
+  id: string;
+  name: string;
+  disabled: boolean;
+  createdAt: string;
+}
+
+export interface KeyRow {
+  keyId: string;
+  principalId: string;
+  kind: 'service' | 'personal';
+  scopes: Scope[];
+  description: string | null;
+  createdAt: string;
+  expiresAt: string | null;
+  revokedAt: string | null;
+  lastUsedAt: string | null;
+}
+
+export interface CreatedKey extends KeyRow {
+  /** The whole key: shown once, never stored. */
+  key: string;
+}
+
+export interface GrantRow {
+  principalId: string;
+  principalName: string;
+  repository: string;
+  permission: Permission;
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const PRINCIPAL_NAME = /^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$/;
+const REPOSITORY_NAME = /^[a-z0-9][a-z0-9._-]{0,63}$/;
+const KEY_ID = /^[a-z0-9]{16}$/;
+
+function iso(value: Date | null): string | null {
+  return value ? value.toISOString() : null;
+}
+
+function toKey(r: Record<string, unknown>): KeyRow {
+  return {
+    keyId: r.key_id as string,
+    principalId: r.principal_id as string,
+    kind: r.kind as KeyRow['kind'],
+    scopes: r.scopes as Scope[],
+    description: (r.description as string | null) ?? null,
+    createdAt: (r.created_at as Date).toISOString(),
+    expiresAt: iso(r.expires_at as Date | null),
+    revokedAt: iso(r.revoked_at as Date | null),
+    lastUsedAt: iso(r.last_used_at as Date | null),
+  };
+}
+
+function toPrincipal(r: Record<string, unknown>): PrincipalRow {
+  return { id: r.id as string, name: r.name as string, disabled: r.disabled as boolean, createdAt: (r.created_at as Date).toISOString() };
+}
+
+export function parseScopes(value: unknown): Scope[] {
+  const list = typeof value === 'string' ? value.split(',').map((s) => s.trim()) : value;
+  if (!Array.isArray(list) || list.length === 0 || !list.every((s) => (SCOPES as readonly unknown[]).includes(s))) {
+    throw new PolicyError('invalid_request', `scopes must be a non-empty list of ${SCOPES.join(', ')}`);
+  }
+  return [...new Set(list as Scope[])];
+}
+
+function isUniqueViolation(err: unknown): boolean {
+  return (err as { code?: string }).code === '23505';
+}
+
+export class AdminStore {
+  readonly #pool: pg.Pool;
+  constructor(pool: pg.Pool) {
+    this.#pool = pool;
+  }
+
+  async createPrincipal(name: string): Promise<PrincipalRow> {
+    if (typeof name !== 'string' || !PRINCIPAL_NAME.test(name)) throw new PolicyError('invalid_request', 'principal name must match ^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$');
+    try {
+      const r = await this.#pool.query('INSERT INTO arkvory_principals (name) VALUES ($1) RETURNING *', [name]);
+      return toPrincipal(r.rows[0]);
+    } catch (err) {
+      if (isUniqueViolation(err)) throw new PolicyError('conflict', `principal "${name}" already exists`, { cause: err });
+      throw err;
+    }
+  }
+
+  async listPrincipals(): Promise<PrincipalRow[]> {
+    const r = await this.#pool.query('SELECT * FROM arkvory_principals ORDER BY name');
+    return r.rows.map(toPrincipal);
+  }
+
+  /** Finds a principal by id or name. */
+  async findPrincipal(ref: string): Promise<PrincipalRow> {
+    const r = UUID.test(ref)
+      ? await this.#pool.query('SELECT * FROM arkvory_principals WHERE id = $1', [ref])
+      : await this.#pool.query('SELECT * FROM arkvory_principals WHERE name = $1', [ref]);
+    if (!r.rows[0]) throw new PolicyError('not_found', `no principal "${ref}"`);
+    return toPrincipal(r.rows[0]);
+  }
+
+  async setPrincipalDisabled(ref: string, disabled: boolean): Promise<PrincipalRow> {
+    const p = await this.findPrincipal(ref);
+    const r = await this.#pool.query('UPDATE arkvory_principals SET disabled = $2 WHERE id = $1 RETURNING *', [p.id, disabled]);
+    return toPrincipal(r.rows[0]);
+  }
+
+  async createKey(principalRef: string, options: { scopes: Scope[]; expiresInSeconds?: number; kind?: 'service' | 'personal'; description?: string }): Promise<CreatedKey> {
+    const p = await this.findPrincipal(principalRef);
+    const scopes = parseScopes(options.scopes);
+    const kind = options.kind ?? 'service';
+    if (kind !== 'service' && kind !== 'personal') throw new PolicyError('invalid_request', 'kind must be service or personal');
+    const expires = options.expiresInSeconds;
+    if (expires !== undefined && (!Number.isSafeInteger(expires) || expires <= 0)) throw new PolicyError('invalid_request', 'expiresInSeconds must be a positive integer');
+    const generated = generateKey();
+    const r = await this.#pool.query(
+      `INSERT INTO arkvory_api_keys (key_id, principal_id, kind, secret_sha256, scopes, description, expires_at)
+       VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $7::bigint IS NULL THEN NULL ELSE now() + make_interval(secs => $7::bigint) END)
+       RETURNING *`,
+      [generated.keyId, p.id, kind, generated.secretSha256, scopes, options.description ?? null, expires ?? null],
+    );
+    return { ...toKey(r.rows[0]), key: generated.key };
+  }
+
+  async listKeys(principalRef: string): Promise<KeyRow[]> {
+    const p = await this.findPrincipal(principalRef);
+    const r = await this.#pool.query('SELECT * FROM arkvory_api_keys WHERE principal_id = $1 ORDER BY created_at', [p.id]);
+    return r.rows.map(toKey);
+  }
+
+  async revokeKey(keyId: string): Promise<KeyRow> {
+    if (!KEY_ID.test(keyId)) throw new PolicyError('not_found', `no key "${keyId}"`);
+    const r = await this.#pool.query('UPDATE arkvory_api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE key_id = $1 RETURNING *', [keyId]);
+    if (!r.rows[0]) throw new PolicyError('not_found', `no key "${keyId}"`);
+    return toKey(r.rows[0]);
+  }
+
+  /** A new key for the same principal, scopes and kind; the old one keeps working until revoked. */
+  async rotateKey(keyId: string, options: { expiresInSeconds?: number } = {}): Promise<CreatedKey> {
+    if (!KEY_ID.test(keyId)) throw new PolicyError('not_found', `no key "${keyId}"`);
+    const r = await this.#pool.query('SELECT * FROM arkvory_api_keys WHERE key_id = $1', [keyId]);
+    if (!r.rows[0]) throw new PolicyError('not_found', `no key "${keyId}"`);
+    const old = toKey(r.rows[0]);
+    if (old.revokedAt) throw new PolicyError('conflict', `key "${keyId}" is revoked; create a new key instead`);
+    return this.createKey(old.principalId, { scopes: old.scopes, kind: old.kind, description: `rotated from ${keyId}`, ...(options.expiresInSeconds ? { expiresInSeconds: options.expiresInSeconds } : {}) });
+  }
+
+  async createRepository(name: string): Promise<{ name: string; createdAt: string }> {
+    if (typeof name !== 'string' || !REPOSITORY_NAME.test(name)) throw new PolicyError('invalid_request', 'repository name must match ^[a-z0-9][a-z0-9._-]{0,63}$');
+    try {
+      const r = await this.#pool.query('INSERT INTO arkvory_repositories (name) VALUES ($1) RETURNING *', [name]);
+      return { name: r.rows[0].name, createdAt: (r.rows[0].created_at as Date).toISOString() };
+    } catch (err) {
+      if (isUniqueViolation(err)) throw new PolicyError('conflict', `repository "${name}" already exists`, { cause: err });
+      throw err;
+    }
+  }
+
+  async listRepositories(): Promise<Array<{ name: string; createdAt: string }>> {
+    const r = await this.#pool.query('SELECT * FROM arkvory_repositories ORDER BY name');
+    return r.rows.map((row) => ({ name: row.name as string, createdAt: (row.created_at as Date).toISOString() }));
+  }
+
+  async addGrant(principalRef: string, repository: string, permission: Permission): Promise<GrantRow> {
+    if (permission !== 'read' && permission !== 'write') throw new PolicyError('invalid_request', 'permission must be read or write');
+    const p = await this.findPrincipal(principalRef);
+    const repo = await this.#pool.query('SELECT 1 FROM arkvory_repositories WHERE name = $1', [repository]);
+    if (!repo.rowCount) throw new PolicyError('not_found', `no repository "${repository}"`);
+    await this.#pool.query(
+      `INSERT INTO arkvory_grants (principal_id, repository, permission) VALUES ($1, $2, $3)
+       ON CONFLICT (principal_id, repository) DO UPDATE SET permission = EXCLUDED.permission`,
+      [p.id, repository, permission],
+    );
+    return { principalId: p.id, principalName: p.name, repository, permission };
+  }
+
+  async removeGrant(principalRef: string, repository: string): Promise<void> {
+    const p = await this.findPrincipal(principalRef);
+    const r = await this.#pool.query('DELETE FROM arkvory_grants WHERE principal_id = $1 AND repository = $2', [p.id, repository]);
+    if (!r.rowCount) throw new PolicyError('not_found', `"${p.name}" has no grant on "${repository}"`);
+  }
+
+  async listGrants(principalRef?: string): Promise<GrantRow[]> {
+    const p = principalRef === undefined ? undefined : await this.findPrincipal(principalRef);
+    const r = await this.#pool.query(
+      `SELECT g.principal_id, p.name, g.repository, g.permission FROM arkvory_grants g JOIN arkvory_principals p ON p.id = g.principal_id
+       WHERE $1::uuid IS NULL OR g.principal_id = $1 ORDER BY p.name, g.repository`,
+      [p?.id ?? null],
+    );
+    return r.rows.map((row) => ({ principalId: row.principal_id, principalName: row.name, repository: row.repository, permission: row.permission }));
+  }
+}

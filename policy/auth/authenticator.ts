@@ -1,0 +1,249 @@
+/**
+ * Resolves `Authorization: Bearer ark_…` to a Principal and answers grant questions, with a bounded
+ * in-process cache so the common request costs no database round trip.
+ *
+ * Revocation bound: every change that can revoke access bumps `arkvory_auth_epoch` and NOTIFYs
+ * `arkvory_auth`. The cache is cleared on NOTIFY and whenever the epoch (polled every 500 ms) moves,
+ * and it is trusted only while the last successful poll is younger than 1.5 s; otherwise every
+ * lookup goes to the database. So a revoked key stops working on every gateway within 2 s even when
+ * notifications are lost, and a gateway that cannot reach the database answers 503, never stale.
+ */
+import pg from 'pg';
+import type { Logger } from 'pino';
+import type { Clock } from '../clock.ts';
+import { PolicyError } from '../errors.ts';
+import type { Permission } from './authorize.ts';
+import { parseAuthorization, secretMatches } from './key-format.ts';
+import type { Principal, Scope } from './principal.ts';
+
+interface KeyEntry {
+  principalId: string;
+  principalName: string;
+  disabled: boolean;
+  secretSha256: Buffer;
+  scopes: ReadonlySet<Scope>;
+  expiresAtMs: number | null;
+  revoked: boolean;
+}
+
+export interface AuthenticatorOptions {
+  pool: pg.Pool;
+  /** Connection URL for the LISTEN client (a connection of its own, outside the pool). */
+  databaseUrl: string;
+  clock: Clock;
+  log: Logger;
+  maxEntries?: number;
+  pollIntervalMs?: number;
+  freshnessMs?: number;
+  lastUsedIntervalMs?: number;
+}
+
+const UNAUTHORIZED_HEADERS = { 'www-authenticate': 'Bearer realm="arkvory"' };
+
+export function unauthorized(): PolicyError {
+  return new PolicyError('unauthorized', undefined, { headers: UNAUTHORIZED_HEADERS });
+}
+
+/** A Map used as a bounded LRU: re-inserting moves a key to the end; the oldest is evicted. */
+class BoundedCache<V> {
+  readonly #max: number;
+  readonly #map = new Map<string, V>();
+  constructor(max: number) {
+    this.#max = max;
+  }
+  get(key: string): V | undefined {
+    const v = this.#map.get(key);
+    if (v !== undefined) {
+      this.#map.delete(key);
+      this.#map.set(key, v);
+    }
+    return v;
+  }
+  set(key: string, value: V): void {
+    this.#map.delete(key);
+    this.#map.set(key, value);
+    if (this.#map.size > this.#max) this.#map.delete(this.#map.keys().next().value!);
+  }
+  clear(): void {
+    this.#map.clear();
+  }
+  get size(): number {
+    return this.#map.size;
+  }
+}
+
+export class Authenticator {
+  readonly #pool: pg.Pool;
+  readonly #options: AuthenticatorOptions;
+  readonly #keys: BoundedCache<KeyEntry | null>;
+  readonly #grants: BoundedCache<Map<string, Permission>>;
+  readonly #lastUsedWritten = new BoundedCache<number>(10_000);
+  #epoch: string | undefined;
+  #epochCheckedAtMs = Number.NEGATIVE_INFINITY;
+  #pollTimer: NodeJS.Timeout | undefined;
+  #listener: pg.Client | undefined;
+  #stopped = false;
+  #pollWarned = false;
+
+  constructor(options: AuthenticatorOptions) {
+    this.#options = options;
+    this.#pool = options.pool;
+    this.#keys = new BoundedCache(options.maxEntries ?? 10_000);
+    this.#grants = new BoundedCache(options.maxEntries ?? 10_000);
+  }
+
+  get #freshnessMs(): number {
+    return this.#options.freshnessMs ?? 1500;
+  }
+
+  async start(): Promise<void> {
+    await this.#poll();
+    await this.#listen();
+    const interval = this.#options.pollIntervalMs ?? 500;
+    this.#pollTimer = setInterval(() => void this.#poll(), interval);
+    this.#pollTimer.unref();
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    clearInterval(this.#pollTimer);
+    const listener = this.#listener;
+    this.#listener = undefined;
+    await listener?.end().catch(() => {});
+  }
+
+  /** Whether cached entries may be used now (a recent successful epoch poll). */
+  get isCacheTrusted(): boolean {
+    return this.#options.clock.monotonicMs() - this.#epochCheckedAtMs <= this.#freshnessMs;
+  }
+
+  #invalidate(): void {
+    this.#keys.clear();
+    this.#grants.clear();
+  }
+
+  async #poll(): Promise<void> {
+    try {
+      const r = await this.#pool.query<{ epoch: string }>('SELECT epoch::text AS epoch FROM arkvory_auth_epoch');
+      const epoch = r.rows[0]?.epoch;
+      if (epoch !== this.#epoch) {
+        this.#invalidate();
+        this.#epoch = epoch;
+      }
+      this.#epochCheckedAtMs = this.#options.clock.monotonicMs();
+      this.#pollWarned = false;
+    } catch (err) {
+      if (!this.#pollWarned) this.#options.log.warn({ err: { message: (err as Error).message } }, 'auth epoch poll failed; key cache not trusted');
+      this.#pollWarned = true;
+    }
+  }
+
+  async #listen(): Promise<void> {
+    if (this.#stopped) return;
+    const client = new pg.Client({ connectionString: this.#options.databaseUrl, application_name: 'arkvory-auth-listen', keepAlive: true, connectionTimeoutMillis: 5000 });
+    const retry = () => {
+      if (this.#listener !== client) return;
+      this.#listener = undefined;
+      this.#invalidate();
+      client.end().catch(() => {});
+      if (!this.#stopped) setTimeout(() => void this.#listen(), 1000).unref();
+    };
+    client.on('error', retry);
+    client.on('end', retry);
+    client.on('notification', () => {
+      this.#invalidate();
+      void this.#poll();
+    });
+    this.#listener = client;
+    try {
+      await client.connect();
+      await client.query('LISTEN arkvory_auth');
+      // Anything changed while we were not listening must not survive in the cache.
+      this.#invalidate();
+    } catch (err) {
+      this.#options.log.warn({ err: { message: (err as Error).message } }, 'auth LISTEN failed; relying on polling');
+      retry();
+    }
+  }
+
+  async #loadKey(keyId: string): Promise<KeyEntry | null> {
+    const trusted = this.isCacheTrusted;
+    if (trusted) {
+      const cached = this.#keys.get(keyId);
+      if (cached !== undefined) return cached;
+    }
+    let rows: Array<Record<string, unknown>>;
+    try {
+      const r = await this.#pool.query(
+        `SELECT k.secret_sha256, k.scopes, k.expires_at, k.revoked_at IS NOT NULL AS revoked, p.id AS principal_id, p.name, p.disabled
+         FROM arkvory_api_keys k JOIN arkvory_principals p ON p.id = k.principal_id WHERE k.key_id = $1`,
+        [keyId],
+      );
+      rows = r.rows;
+    } catch (err) {
+      throw new PolicyError('unavailable', 'Cannot verify the key right now; retry later.', { cause: err });
+    }
+    const row = rows[0];
+    const entry: KeyEntry | null = row
+      ? {
+          principalId: row.principal_id as string,
+          principalName: row.name as string,
+          disabled: row.disabled as boolean,
+          secretSha256: row.secret_sha256 as Buffer,
+          scopes: new Set(row.scopes as Scope[]),
+          expiresAtMs: row.expires_at ? (row.expires_at as Date).getTime() : null,
+          revoked: row.revoked as boolean,
+        }
+      : null;
+    if (trusted) this.#keys.set(keyId, entry);
+    return entry;
+  }
+
+  /** The principal for an Authorization header; every failure is the same 401. */
+  async authenticate(header: unknown): Promise<Principal> {
+    const parsed = parseAuthorization(header);
+    if (!parsed) throw unauthorized();
+    const entry = await this.#loadKey(parsed.keyId);
+    if (!entry || !secretMatches(parsed.secret, entry.secretSha256)) throw unauthorized();
+    if (entry.revoked || entry.disabled) throw unauthorized();
+    if (entry.expiresAtMs !== null && entry.expiresAtMs <= this.#options.clock.wallMs()) throw unauthorized();
+    this.#touch(parsed.keyId);
+    return { id: entry.principalId, name: entry.principalName, keyId: parsed.keyId, scopes: entry.scopes };
+  }
+
+  /** The principal's permission on a repository, or undefined when it has none (or no such repository). */
+  async grant(principalId: string, repository: string): Promise<Permission | undefined> {
+    const trusted = this.isCacheTrusted;
+    let grants = trusted ? this.#grants.get(principalId) : undefined;
+    if (!grants) {
+      try {
+        const r = await this.#pool.query<{ repository: string; permission: Permission }>('SELECT repository, permission FROM arkvory_grants WHERE principal_id = $1', [principalId]);
+        grants = new Map(r.rows.map((row) => [row.repository, row.permission]));
+      } catch (err) {
+        throw new PolicyError('unavailable', 'Cannot check permissions right now; retry later.', { cause: err });
+      }
+      if (trusted) this.#grants.set(principalId, grants);
+    }
+    return grants.get(repository);
+  }
+
+  /** Every repository the principal may read, for listings. */
+  async readableRepositories(principalId: string): Promise<string[]> {
+    await this.grant(principalId, '');
+    const grants = this.#grants.get(principalId);
+    if (grants) return [...grants.keys()].sort();
+    const r = await this.#pool.query<{ repository: string }>('SELECT repository FROM arkvory_grants WHERE principal_id = $1 ORDER BY repository', [principalId]);
+    return r.rows.map((row) => row.repository);
+  }
+
+  /** last_used_at, written at most once a minute per key so a busy client does not write per request. */
+  #touch(keyId: string): void {
+    const now = this.#options.clock.monotonicMs();
+    const last = this.#lastUsedWritten.get(keyId);
+    if (last !== undefined && now - last < (this.#options.lastUsedIntervalMs ?? 60_000)) return;
+    this.#lastUsedWritten.set(keyId, now);
+    this.#pool.query('UPDATE arkvory_api_keys SET last_used_at = now() WHERE key_id = $1', [keyId]).catch((err: unknown) => {
+      this.#options.log.debug({ err: { message: (err as Error).message } }, 'last_used_at update failed');
+    });
+  }
+}

@@ -1,0 +1,55 @@
+/**
+ * API keys: `ark_<keyId>_<secret>`, keyId 16 chars [a-z0-9], secret 43 chars base64url (256 random
+ * bits). Only sha256(secret) is stored: with 256 bits of entropy a slow hash adds nothing.
+ */
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+
+const KEY_ID_ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
+export const KEY_PATTERN = /^ark_([a-z0-9]{16})_([A-Za-z0-9_-]{43})$/;
+/** Longest Authorization value worth parsing; anything longer is refused unread. */
+export const MAX_AUTHORIZATION_LENGTH = 256;
+
+export interface GeneratedKey {
+  keyId: string;
+  secret: string;
+  /** The whole key, shown once. */
+  key: string;
+  secretSha256: Buffer;
+}
+
+function randomKeyId(): string {
+  // 36^16 ≈ 2^82 ids; rejection sampling keeps the alphabet uniform.
+  let id = '';
+  while (id.length < 16) {
+    for (const byte of randomBytes(32)) {
+      if (byte < 252 && id.length < 16) id += KEY_ID_ALPHABET[byte % 36];
+    }
+  }
+  return id;
+}
+
+export function generateKey(): GeneratedKey {
+  const keyId = randomKeyId();
+  const secret = randomBytes(32).toString('base64url');
+  return { keyId, secret, key: `ark_${keyId}_${secret}`, secretSha256: hashSecret(secret) };
+}
+
+export function hashSecret(secret: string): Buffer {
+  return createHash('sha256').update(secret, 'utf8').digest();
+}
+
+/** Parses `Bearer <key>`; anything else (missing, other scheme, malformed key) → undefined. */
+export function parseAuthorization(header: unknown): { keyId: string; secret: string } | undefined {
+  if (typeof header !== 'string' || header.length > MAX_AUTHORIZATION_LENGTH) return undefined;
+  const match = /^Bearer +(\S+) *$/i.exec(header);
+  if (!match) return undefined;
+  const key = KEY_PATTERN.exec(match[1]!);
+  if (!key) return undefined;
+  return { keyId: key[1]!, secret: key[2]! };
+}
+
+/** Constant-time comparison of a presented secret with the stored digest. */
+export function secretMatches(secret: string, storedSha256: Buffer): boolean {
+  const presented = hashSecret(secret);
+  return storedSha256.length === presented.length && timingSafeEqual(presented, storedSha256);
+}

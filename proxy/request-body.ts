@@ -1,0 +1,24 @@
+import type { IncomingMessage } from 'node:http';
+import { GatewayError } from './errors.ts';
+
+/** Reads a small JSON request body (admin routes); larger than `maxBytes` → 413, bad JSON → 400. */
+export async function readJsonBody(req: IncomingMessage, maxBytes = 64 * 1024): Promise<Record<string, unknown>> {
+  const type = req.headers['content-type'] ?? '';
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > maxBytes) throw new GatewayError('payload_too_large', `JSON bodies are limited to ${maxBytes} bytes.`);
+    chunks.push(chunk as Buffer);
+  }
+  if (size === 0) return {};
+  if (!/^application\/json\b/i.test(type)) throw new GatewayError('invalid_request', 'Send JSON with Content-Type: application/json.');
+  let value: unknown;
+  try {
+    value = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+  } catch {
+    throw new GatewayError('invalid_request', 'The body is not valid JSON.');
+  }
+  if (!value || typeof value !== 'object' || Array.isArray(value)) throw new GatewayError('invalid_request', 'The body must be a JSON object.');
+  return value as Record<string, unknown>;
+}
