@@ -124,11 +124,16 @@ export function createGatewayServer(options: { routes: readonly Route[]; gates: 
     void runRoute(ctx, routeDef, gates);
   });
 
-  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
-    // Malformed request lines/headers: answer 400 when the socket still can, never crash.
+  server.on('clientError', (err: NodeJS.ErrnoException & { rawPacket?: Buffer }, socket) => {
+    // Malformed request lines/headers: answer 400 when the socket still can, never crash. Bytes the
+    // parser refuses inside Authorization are credentials that cannot be valid: the same 401 as any
+    // other bad key, so a caller learns nothing from the difference.
     if (socket.writable && !socket.destroyed) {
-      const body = JSON.stringify({ code: 'invalid_request', message: 'Malformed HTTP request.' });
-      socket.end(`HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+      const badCredentials = err.rawPacket !== undefined && hasMalformedAuthorization(err.rawPacket);
+      const status = badCredentials ? '401 Unauthorized' : '400 Bad Request';
+      const body = JSON.stringify(badCredentials ? { code: 'unauthorized', message: 'A valid API key is required.' } : { code: 'invalid_request', message: 'Malformed HTTP request.' });
+      const extra = badCredentials ? 'www-authenticate: Bearer realm="arkvory"\r\n' : '';
+      socket.end(`HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${extra}connection: close\r\n\r\n${body}`);
     } else {
       socket.destroy();
     }
@@ -164,6 +169,13 @@ export function createGatewayServer(options: { routes: readonly Route[]; gates: 
       await closed;
     },
   };
+}
+
+/** True when the raw request head has an Authorization line with bytes HTTP does not allow. */
+function hasMalformedAuthorization(raw: Buffer): boolean {
+  const head = raw.toString('latin1');
+  const match = /(?:^|\n)authorization:([^\n]*)/i.exec(head);
+  return match !== null && /[\x00-\x08\x0a-\x1f\x7f]/.test(match[1]!.replace(/\r$/, ''));
 }
 
 async function runRoute(ctx: RequestContext, route: Route, gates: readonly Gate[]): Promise<void> {

@@ -1,6 +1,7 @@
+import { grantsCommand, keysCommand, principalsCommand, reposCommand } from './auth-commands.ts';
 import type { Command } from './command.ts';
 import { migrateCommand } from './migrate-command.ts';
 import { serveCommand } from './serve-command.ts';
 
 /** Every `arkvory` subcommand, in the order `--help` lists them. */
-export const COMMANDS: readonly Command[] = [serveCommand, migrateCommand];
+export const COMMANDS: readonly Command[] = [serveCommand, migrateCommand, principalsCommand, keysCommand, reposCommand, grantsCommand];

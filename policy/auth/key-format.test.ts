@@ -1,0 +1,31 @@
+import { describe, expect, it } from 'vitest';
+import { generateKey, hashSecret, KEY_PATTERN, parseAuthorization, secretMatches } from './key-format.ts';
+
+describe('API key format', () => {
+  it('generates ark_<16 id chars>_<43 secret chars> with 256 random bits and distinct keys', () => {
+    const keys = Array.from({ length: 200 }, () => generateKey());
+    for (const k of keys) {
+      expect(k.key).toMatch(KEY_PATTERN);
+      expect(Buffer.from(k.secret, 'base64url')).toHaveLength(32);
+      expect(k.secretSha256.equals(hashSecret(k.secret))).toBe(true);
+    }
+    expect(new Set(keys.map((k) => k.keyId)).size).toBe(200);
+    expect(new Set(keys.map((k) => k.secret)).size).toBe(200);
+  });
+
+  it('parses a Bearer header and refuses everything else', () => {
+    const k = generateKey();
+    expect(parseAuthorization(`Bearer ${k.key}`)).toEqual({ keyId: k.keyId, secret: k.secret });
+    expect(parseAuthorization(`bearer ${k.key}`)).toEqual({ keyId: k.keyId, secret: k.secret });
+    for (const bad of [undefined, '', 'Bearer', `Basic ${k.key}`, k.key, `Bearer ${k.key}x`, `Bearer ${k.key.slice(0, -1)}`, `Bearer ${k.key} extra`, `Bearer ark_${k.keyId.toUpperCase()}_${k.secret}`, `Bearer ${'a'.repeat(300)}`, ['Bearer', k.key], 42]) {
+      expect(parseAuthorization(bad)).toBeUndefined();
+    }
+  });
+
+  it('compares secrets against the stored digest', () => {
+    const k = generateKey();
+    expect(secretMatches(k.secret, k.secretSha256)).toBe(true);
+    expect(secretMatches(generateKey().secret, k.secretSha256)).toBe(false);
+    expect(secretMatches(k.secret, Buffer.alloc(5))).toBe(false);
+  });
+});

@@ -1,0 +1,40 @@
+import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { pino } from 'pino';
+import type pg from 'pg';
+import { pendingMigrations } from '../../migrations/runner.ts';
+import { createPool } from '../database.ts';
+import { createLogger } from '../logger.ts';
+import { loadConfigOrExit } from '../serve.ts';
+import { UsageError } from './command.ts';
+
+/**
+ * The database an admin command works on: ARKVORY_DATABASE_URL, or else the embedded PostgreSQL of
+ * a running `npm start` on the same ARKVORY_DATA_DIR (its port is in postmaster.pid).
+ */
+export async function openCliPool(env: NodeJS.ProcessEnv): Promise<pg.Pool> {
+  const config = loadConfigOrExit(env);
+  const log = createLogger(config.logLevel === 'info' ? 'warn' : config.logLevel, pino.destination(2));
+  let url = config.databaseUrl;
+  if (!url) {
+    const pidFile = path.join(config.dataDir, '.pg', 'postmaster.pid');
+    const passwordFile = path.join(config.dataDir, '.pg.password');
+    if (!existsSync(pidFile) || !existsSync(passwordFile)) {
+      throw new UsageError(`ARKVORY_DATABASE_URL is not set and no embedded database is running under ${config.dataDir}; start the gateway (npm start) or set ARKVORY_DATABASE_URL`);
+    }
+    const port = Number((await readFile(pidFile, 'utf8')).split('\n')[3]);
+    const password = (await readFile(passwordFile, 'utf8')).trim();
+    url = `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`;
+  }
+  const pool = createPool(url, 2, log, 'arkvory-cli');
+  const pending = await pendingMigrations(pool).catch(async (err: unknown) => {
+    await pool.end();
+    throw new UsageError(`cannot reach the database: ${(err as Error).message}`);
+  });
+  if (pending.length) {
+    await pool.end();
+    throw new UsageError('the database schema is behind this code; run `npm run migrate` first');
+  }
+  return pool;
+}
