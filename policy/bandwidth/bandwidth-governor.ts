@@ -1,0 +1,399 @@
+import type { Clock } from '../clock.ts';
+import { PolicyError } from '../errors.ts';
+import { systemTimers, type TimerHandle, type Timers } from '../timers.ts';
+import {
+  type BucketSpec,
+  type BucketState,
+  createBucketSpec,
+  hasTokens,
+  msUntilTokens,
+  quantumBytesFor,
+  startBucket,
+  takeTokens,
+} from './token-bucket.ts';
+
+/** One per HTTP body stream. */
+export interface ByteMeter {
+  /** Callers split chunks to at most this many bytes. */
+  readonly quantumBytes: number;
+  /**
+   * Resolves when `bytes` (≤ `quantumBytes`) may pass. Rejects with PolicyError `lease_lost` (fenced),
+   * `unavailable` (closed) or `busy` (the waiting bound is full), or with the signal's reason.
+   * One take at a time per meter: a second one while the first waits is a caller bug (rejects).
+   */
+  take(bytes: number, signal?: AbortSignal): Promise<void>;
+}
+
+export interface BandwidthGovernorOptions {
+  /** The direction's ceiling for the whole process; 0 = off. */
+  rateBytesPerSec: number;
+  /** The ceiling of each principal in this direction; 0 = off. */
+  perPrincipalBytesPerSec: number;
+  /** Only `monotonicMs` is read. */
+  clock: Clock;
+  timers?: Timers;
+  /** Principal states kept (until the process stops); default 1000. */
+  maxPrincipals?: number;
+  /** Takes that may wait at once, over all streams; default 256. */
+  maxWaiting?: number;
+  /** Called synchronously at each grant, for metrics, tests and the benchmark. Must not throw. */
+  onGrant?: (principalId: string, bytes: number, nowMs: number) => void;
+}
+
+/** Aggregates only: never a principal id. */
+export interface BandwidthSnapshot {
+  rateBytesPerSec: number;
+  perPrincipalBytesPerSec: number;
+  quantumBytes: number;
+  /** Bytes granted since start (granted is not delivered). */
+  grantedBytes: number;
+  /** Takes waiting now (each at most one quantum). */
+  waitingQuanta: number;
+  /** Principal states held (0 when both ceilings are off: nothing is tracked then). */
+  principals: number;
+  /** Takes and meters refused with `busy` (waiting bound full, principal table full). */
+  rejectedBusy: number;
+  fenced: boolean;
+  closed: boolean;
+}
+
+export const DEFAULT_MAX_PRINCIPALS = 1000;
+export const DEFAULT_MAX_WAITING = 256;
+const RETRY_AFTER = { 'retry-after': '1' };
+const RESOLVED: Promise<void> = Promise.resolve();
+
+interface PrincipalState {
+  readonly id: string;
+  bucket: BucketState | null;
+  /** Waiting takes of this principal's streams, oldest first. */
+  readonly queue: Waiter[];
+  inRing: boolean;
+}
+
+interface MeterState {
+  waiter: Waiter | null;
+}
+
+interface Waiter {
+  readonly principal: PrincipalState;
+  readonly meter: MeterState;
+  readonly bytes: number;
+  readonly resolve: () => void;
+  readonly reject: (err: unknown) => void;
+  readonly signal: AbortSignal | undefined;
+  readonly onAbort: () => void;
+}
+
+/**
+ * One per direction per process (ADR 0008). Every take passes the direction's global bucket and the
+ * principal's bucket at once. Waiting takes are served round-robin over principals: a principal
+ * waiting for its own bucket is skipped (it never holds back global quota others could use); the
+ * first principal in turn that is ready but finds the global bucket short holds a reservation: no
+ * one else takes global tokens until its take passes, so smaller quanta cannot starve it. One timer.
+ */
+export class BandwidthGovernor {
+  readonly quantumBytes: number;
+  readonly #rateBytesPerSec: number;
+  readonly #perPrincipalBytesPerSec: number;
+  readonly #clock: Clock;
+  readonly #timers: Timers;
+  readonly #maxPrincipals: number;
+  readonly #maxWaiting: number;
+  readonly #onGrant: BandwidthGovernorOptions['onGrant'];
+  readonly #globalSpec: BucketSpec | null;
+  readonly #principalSpec: BucketSpec | null;
+  #global: BucketState | null;
+  readonly #principals = new Map<string, PrincipalState>();
+  /** Principals with waiting takes, in turn order; `#ring[0]` is next. */
+  #ring: PrincipalState[] = [];
+  /** Ready principal at `#ring[0]` waiting for the global bucket; global tokens are kept for it. */
+  #reserved: PrincipalState | null = null;
+  #waiting = 0;
+  #grantedBytes = 0;
+  #rejectedBusy = 0;
+  #timer: TimerHandle | null = null;
+  #timerDueMs = Infinity;
+  #fenced = false;
+  #closed = false;
+
+  constructor(options: BandwidthGovernorOptions) {
+    const { rateBytesPerSec, perPrincipalBytesPerSec, clock } = options;
+    this.quantumBytes = quantumBytesFor([rateBytesPerSec, perPrincipalBytesPerSec]);
+    this.#rateBytesPerSec = rateBytesPerSec;
+    this.#perPrincipalBytesPerSec = perPrincipalBytesPerSec;
+    this.#clock = clock;
+    this.#timers = options.timers ?? systemTimers;
+    this.#maxPrincipals = positiveInt(options.maxPrincipals ?? DEFAULT_MAX_PRINCIPALS, 'maxPrincipals');
+    this.#maxWaiting = positiveInt(options.maxWaiting ?? DEFAULT_MAX_WAITING, 'maxWaiting');
+    this.#onGrant = options.onGrant;
+    const nowMs = clock.monotonicMs();
+    this.#globalSpec = rateBytesPerSec > 0 ? createBucketSpec(rateBytesPerSec, this.quantumBytes) : null;
+    this.#principalSpec = perPrincipalBytesPerSec > 0 ? createBucketSpec(perPrincipalBytesPerSec, this.quantumBytes) : null;
+    this.#global = this.#globalSpec ? startBucket(this.#globalSpec, nowMs) : null;
+  }
+
+  /** True when both ceilings are off: takes pass at once and nothing is tracked per principal. */
+  get isUnlimited(): boolean {
+    return this.#globalSpec === null && this.#principalSpec === null;
+  }
+
+  /**
+   * A meter for one body stream of `principalId` (the stable service-account id, never a key id).
+   * Throws PolicyError `lease_lost` when fenced, `unavailable` when closed, `busy` when the principal
+   * table is full (it keeps every principal until the process stops).
+   */
+  meter(principalId: string): ByteMeter {
+    this.#checkOpen();
+    if (typeof principalId !== 'string' || principalId === '') throw new TypeError('principalId: expected a non-empty string');
+    const state: MeterState = { waiter: null };
+    if (this.isUnlimited) return this.#unlimitedMeter(principalId, state);
+    const principal = this.#principalFor(principalId);
+    return {
+      quantumBytes: this.quantumBytes,
+      take: (bytes, signal) => this.#take(principal, state, bytes, signal),
+    };
+  }
+
+  /** Lost database ownership or lease: every waiting and every new take rejects with `lease_lost`. */
+  fence(): void {
+    if (this.#fenced) return;
+    this.#fenced = true;
+    this.#rejectAll(new PolicyError('lease_lost'));
+  }
+
+  /** Shutdown (preClose): waiting takes reject with `unavailable`, and so does every later one. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#rejectAll(new PolicyError('unavailable'));
+  }
+
+  snapshot(): BandwidthSnapshot {
+    return {
+      rateBytesPerSec: this.#rateBytesPerSec,
+      perPrincipalBytesPerSec: this.#perPrincipalBytesPerSec,
+      quantumBytes: this.quantumBytes,
+      grantedBytes: this.#grantedBytes,
+      waitingQuanta: this.#waiting,
+      principals: this.#principals.size,
+      rejectedBusy: this.#rejectedBusy,
+      fenced: this.#fenced,
+      closed: this.#closed,
+    };
+  }
+
+  #unlimitedMeter(principalId: string, state: MeterState): ByteMeter {
+    return {
+      quantumBytes: this.quantumBytes,
+      take: (bytes, signal) => {
+        const refused = this.#refuse(state, bytes, signal);
+        if (refused) return refused;
+        this.#count(principalId, bytes, this.#onGrant ? this.#clock.monotonicMs() : 0);
+        return RESOLVED;
+      },
+    };
+  }
+
+  #principalFor(principalId: string): PrincipalState {
+    const known = this.#principals.get(principalId);
+    if (known) return known;
+    if (this.#principals.size >= this.#maxPrincipals) {
+      this.#rejectedBusy++;
+      throw new PolicyError('busy', `More than ${this.#maxPrincipals} principals transferred since start; this process tracks no more.`, { headers: RETRY_AFTER });
+    }
+    const principal: PrincipalState = {
+      id: principalId,
+      bucket: this.#principalSpec ? startBucket(this.#principalSpec, this.#clock.monotonicMs()) : null,
+      queue: [],
+      inRing: false,
+    };
+    this.#principals.set(principalId, principal);
+    return principal;
+  }
+
+  #take(principal: PrincipalState, meter: MeterState, bytes: number, signal: AbortSignal | undefined): Promise<void> {
+    const refused = this.#refuse(meter, bytes, signal);
+    if (refused) return refused;
+    if (bytes === 0) return RESOLVED;
+    const nowMs = this.#clock.monotonicMs();
+    this.#dispatch(nowMs);
+    if (principal.queue.length === 0 && this.#reserved === null && this.#canPass(principal, bytes, nowMs)) {
+      this.#grant(principal, bytes, nowMs);
+      return RESOLVED;
+    }
+    if (this.#waiting >= this.#maxWaiting) {
+      this.#rejectedBusy++;
+      return Promise.reject(new PolicyError('busy', `More than ${this.#maxWaiting} quanta are waiting for bandwidth.`, { headers: RETRY_AFTER }));
+    }
+    return new Promise<void>((resolve, reject) => {
+      const waiter: Waiter = {
+        principal,
+        meter,
+        bytes,
+        resolve,
+        reject,
+        signal,
+        onAbort: () => this.#cancel(waiter),
+      };
+      signal?.addEventListener('abort', waiter.onAbort, { once: true });
+      meter.waiter = waiter;
+      principal.queue.push(waiter);
+      this.#waiting++;
+      if (!principal.inRing) {
+        principal.inRing = true;
+        this.#ring.push(principal);
+      }
+      this.#dispatch(nowMs);
+    });
+  }
+
+  /** The checks every take makes first; a rejected promise when the take cannot even wait. */
+  #refuse(meter: MeterState, bytes: number, signal: AbortSignal | undefined): Promise<never> | null {
+    if (!Number.isSafeInteger(bytes) || bytes < 0 || bytes > this.quantumBytes) {
+      return Promise.reject(new RangeError(`bytes: expected an integer from 0 to the quantum ${this.quantumBytes}, got ${bytes}`));
+    }
+    if (this.#fenced) return Promise.reject(new PolicyError('lease_lost'));
+    if (this.#closed) return Promise.reject(new PolicyError('unavailable'));
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    if (meter.waiter !== null) return Promise.reject(new Error('ByteMeter.take: the previous take of this stream has not settled'));
+    return null;
+  }
+
+  #canPass(principal: PrincipalState, bytes: number, nowMs: number): boolean {
+    return this.#principalHas(principal, bytes, nowMs) && this.#globalHas(bytes, nowMs);
+  }
+
+  #principalHas(principal: PrincipalState, bytes: number, nowMs: number): boolean {
+    return this.#principalSpec === null || hasTokens(this.#principalSpec, principal.bucket!, bytes, nowMs);
+  }
+
+  #globalHas(bytes: number, nowMs: number): boolean {
+    return this.#globalSpec === null || hasTokens(this.#globalSpec, this.#global!, bytes, nowMs);
+  }
+
+  #grant(principal: PrincipalState, bytes: number, nowMs: number): void {
+    if (this.#principalSpec) principal.bucket = takeTokens(this.#principalSpec, principal.bucket!, bytes, nowMs);
+    if (this.#globalSpec) this.#global = takeTokens(this.#globalSpec, this.#global!, bytes, nowMs);
+    this.#count(principal.id, bytes, nowMs);
+  }
+
+  #count(principalId: string, bytes: number, nowMs: number): void {
+    this.#grantedBytes += bytes;
+    this.#onGrant?.(principalId, bytes, nowMs);
+  }
+
+  /** Grants every waiting take that may pass now, round-robin, then arms the one timer. */
+  #dispatch(nowMs: number): void {
+    this.#reserved = null;
+    let progressed = true;
+    passes: while (progressed && this.#ring.length > 0) {
+      progressed = false;
+      // Each visit removes ring[0], one of this pass's principals; re-queued ones go behind them.
+      for (let visits = this.#ring.length; visits > 0; visits--) {
+        const principal = this.#ring[0]!;
+        const head = principal.queue[0]!;
+        if (!this.#principalHas(principal, head.bytes, nowMs)) {
+          this.#ring.push(this.#ring.shift()!);
+          continue;
+        }
+        if (!this.#globalHas(head.bytes, nowMs)) {
+          this.#reserved = principal;
+          break passes;
+        }
+        this.#ring.shift();
+        principal.queue.shift();
+        this.#settle(head);
+        this.#grant(principal, head.bytes, nowMs);
+        if (principal.queue.length > 0) this.#ring.push(principal);
+        else principal.inRing = false;
+        progressed = true;
+        head.resolve();
+      }
+    }
+    this.#arm(nowMs);
+  }
+
+  /** One timer for the direction, due when the next waiting take can pass. */
+  #arm(nowMs: number): void {
+    if (this.#ring.length === 0) {
+      this.#disarm();
+      return;
+    }
+    let waitMs: number;
+    if (this.#reserved !== null) {
+      waitMs = msUntilTokens(this.#globalSpec!, this.#global!, this.#reserved.queue[0]!.bytes, nowMs);
+    } else {
+      // Nobody is ready, so every principal in the ring waits for its own bucket.
+      waitMs = Infinity;
+      for (const principal of this.#ring) {
+        waitMs = Math.min(waitMs, msUntilTokens(this.#principalSpec!, principal.bucket!, principal.queue[0]!.bytes, nowMs));
+      }
+    }
+    const delayMs = Math.max(1, Math.ceil(waitMs));
+    if (this.#timer !== null && this.#timerDueMs <= nowMs + delayMs) return;
+    this.#disarm();
+    this.#timerDueMs = nowMs + delayMs;
+    this.#timer = this.#timers.setTimeout(() => {
+      this.#timer = null;
+      this.#timerDueMs = Infinity;
+      this.#dispatch(this.#clock.monotonicMs());
+    }, delayMs);
+  }
+
+  #disarm(): void {
+    if (this.#timer === null) return;
+    this.#timers.clearTimeout(this.#timer);
+    this.#timer = null;
+    this.#timerDueMs = Infinity;
+  }
+
+  /** A waiting take whose signal fired: its quantum is dropped (never granted), others move on. */
+  #cancel(waiter: Waiter): void {
+    if (waiter.meter.waiter !== waiter) return;
+    this.#remove(waiter);
+    this.#settle(waiter);
+    waiter.reject(waiter.signal!.reason);
+    this.#dispatch(this.#clock.monotonicMs());
+  }
+
+  #remove(waiter: Waiter): void {
+    const { principal } = waiter;
+    principal.queue.splice(principal.queue.indexOf(waiter), 1);
+    if (principal.queue.length === 0) {
+      principal.inRing = false;
+      this.#ring.splice(this.#ring.indexOf(principal), 1);
+    }
+  }
+
+  /** Bookkeeping shared by grant, cancel and reject: the take no longer waits. */
+  #settle(waiter: Waiter): void {
+    waiter.meter.waiter = null;
+    waiter.signal?.removeEventListener('abort', waiter.onAbort);
+    this.#waiting--;
+  }
+
+  #rejectAll(err: PolicyError): void {
+    const ring = this.#ring;
+    this.#ring = [];
+    this.#reserved = null;
+    this.#disarm();
+    for (const principal of ring) {
+      const queue = principal.queue.splice(0);
+      principal.inRing = false;
+      for (const waiter of queue) {
+        this.#settle(waiter);
+        waiter.reject(err);
+      }
+    }
+  }
+
+  #checkOpen(): void {
+    if (this.#fenced) throw new PolicyError('lease_lost');
+    if (this.#closed) throw new PolicyError('unavailable');
+  }
+}
+
+function positiveInt(value: number, name: string): number {
+  if (!Number.isSafeInteger(value) || value < 1) throw new RangeError(`${name}: expected a positive integer, got ${value}`);
+  return value;
+}

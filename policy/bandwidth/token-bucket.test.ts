@@ -1,0 +1,153 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import {
+  availableBytes,
+  burstBytes,
+  createBucketSpec,
+  hasTokens,
+  MIB,
+  msUntilTokens,
+  quantumBytesFor,
+  refillBucket,
+  startBucket,
+  takeTokens,
+  toMicros,
+} from './token-bucket.ts';
+
+const TIB = 2 ** 40;
+
+describe('burst and quantum at the edge rates', () => {
+  it.each([
+    // rate, burst = floor(min(rate / 10, 1 MiB)), quantum alone, capacity = max(burst, quantum)
+    [0, 0, 65_536, 0],
+    [1, 0, 1, 1],
+    [9, 0, 1, 1],
+    [10, 1, 1, 1],
+    [11, 1, 1, 1],
+    [19, 1, 1, 1],
+    [20, 2, 2, 2],
+    [65_536, 6553, 6553, 6553],
+    [655_360, 65_536, 65_536, 65_536],
+    [655_369, 65_536, 65_536, 65_536],
+    [655_370, 65_537, 65_536, 65_537],
+    [10 * MIB - 1, MIB - 1, 65_536, MIB - 1],
+    [10 * MIB, MIB, 65_536, MIB],
+    [10 * MIB + 1, MIB, 65_536, MIB],
+    [TIB, MIB, 65_536, MIB],
+  ])('rate %d B/s: burst %d, quantum %d, capacity %d', (rate, burst, quantum, capacity) => {
+    expect(burstBytes(rate)).toBe(burst);
+    expect(quantumBytesFor([rate])).toBe(quantum);
+    const spec = createBucketSpec(rate, quantum);
+    expect(spec).toEqual({ rateBytesPerSec: rate, burstBytes: burst, capacityBytes: capacity });
+  });
+
+  it.each([
+    // global, per principal → quantum ≤ 64 KiB and ≤ every enabled burst, at least 1
+    [TIB, 65_536, 6553],
+    [65_536, TIB, 6553],
+    [9, TIB, 1],
+    [TIB, 1, 1],
+    [10, 10 * MIB + 1, 1],
+    [0, 0, 65_536],
+    [0, 200_000, 20_000],
+    [200_000, 0, 20_000],
+  ])('global %d and per principal %d B/s share the quantum %d', (global, perPrincipal, quantum) => {
+    expect(quantumBytesFor([global, perPrincipal])).toBe(quantum);
+    // Both buckets accept it: it never exceeds either capacity.
+    for (const rate of [global, perPrincipal]) expect(() => createBucketSpec(rate, quantum)).not.toThrow();
+  });
+
+  it('refuses rates outside 0..1 TiB/s and quanta above an enabled burst', () => {
+    expect(() => burstBytes(-1)).toThrow(RangeError);
+    expect(() => burstBytes(1.5)).toThrow(RangeError);
+    expect(() => burstBytes(TIB + 1)).toThrow(/rateBytesPerSec/);
+    expect(() => createBucketSpec(65_536, 6554)).toThrow(/exceeds the burst 6553/);
+    expect(() => createBucketSpec(9, 2)).toThrow(RangeError);
+    expect(() => createBucketSpec(TIB, 65_537)).toThrow(RangeError);
+    expect(() => createBucketSpec(TIB, 0)).toThrow(RangeError);
+  });
+});
+
+describe('token bucket', () => {
+  it('starts holding its burst and refills at the rate, on whole microseconds', () => {
+    const spec = createBucketSpec(10, 1); // 1 byte per 100 ms, burst 1
+    let state = startBucket(spec, 5);
+    state = takeTokens(spec, state, 1, 5)!;
+    expect(takeTokens(spec, state, 1, 5)).toBeNull();
+    expect(hasTokens(spec, state, 1, 104.999)).toBe(false);
+    expect(msUntilTokens(spec, state, 1, 5)).toBe(100);
+    expect(msUntilTokens(spec, state, 1, 55)).toBe(50);
+    expect(hasTokens(spec, state, 1, 105)).toBe(true);
+    // Idle for a long time: never more than the capacity.
+    expect(availableBytes(spec, state, 1e9)).toBe(1);
+  });
+
+  it('rates below 10 B/s start empty, hold one byte at most, and pass one byte per 1/rate s', () => {
+    const spec = createBucketSpec(1, 1);
+    const state = startBucket(spec, 0);
+    expect(availableBytes(spec, state, 0)).toBe(0);
+    expect(takeTokens(spec, state, 1, 999.999)).toBeNull();
+    const after = takeTokens(spec, state, 1, 1000)!;
+    expect(after).not.toBeNull();
+    expect(availableBytes(spec, after, 1000)).toBe(0);
+    expect(availableBytes(spec, after, 60_000)).toBe(1);
+    expect(msUntilTokens(createBucketSpec(9, 1), startBucket(createBucketSpec(9, 1), 0), 1, 0)).toBeCloseTo(111.112, 6);
+  });
+
+  it('1 TiB/s fills from empty to its 1 MiB capacity within one microsecond', () => {
+    const spec = createBucketSpec(TIB, 65_536);
+    let state = startBucket(spec, 0);
+    for (let i = 0; i < 16; i++) state = takeTokens(spec, state, 65_536, 0)!;
+    expect(availableBytes(spec, state, 0)).toBe(0);
+    expect(takeTokens(spec, state, 1, 0)).toBeNull();
+    expect(availableBytes(spec, state, 0.001)).toBe(MIB);
+  });
+
+  it('credits nothing when the clock goes back', () => {
+    const spec = createBucketSpec(1000, 100);
+    let state = startBucket(spec, 1000);
+    state = takeTokens(spec, state, 100, 1000)!;
+    expect(refillBucket(spec, state, 500)).toBe(state);
+    expect(availableBytes(spec, state, 1100)).toBe(100);
+  });
+
+  it('a disabled bucket always passes and never holds state', () => {
+    const spec = createBucketSpec(0, 65_536);
+    const state = startBucket(spec, 0);
+    expect(takeTokens(spec, state, 65_536, 0)).toBe(state);
+    expect(msUntilTokens(spec, state, 65_536, 0)).toBe(0);
+  });
+
+  it('rounds the monotonic clock to microseconds', () => {
+    expect(toMicros(0.0004)).toBe(0);
+    expect(toMicros(0.001)).toBe(1);
+    expect(toMicros(123.456789)).toBe(123_457);
+  });
+
+  it('matches an exact BigInt model under random refills and takes (no drift)', () => {
+    const rateArb = fc.oneof(fc.constantFrom(1, 9, 10, 65_536, 10 * MIB + 1, TIB, TIB - 1, 3), fc.integer({ min: 1, max: TIB }));
+    fc.assert(
+      fc.property(rateArb, fc.array(fc.tuple(fc.integer({ min: 0, max: 5_000_000 }), fc.integer({ min: 1, max: 65_536 })), { maxLength: 200 }), (rate, steps) => {
+        const quantum = quantumBytesFor([rate]);
+        const spec = createBucketSpec(rate, quantum);
+        let state = startBucket(spec, 0);
+        let model = BigInt(spec.burstBytes) * 1_000_000n;
+        const capacity = BigInt(spec.capacityBytes) * 1_000_000n;
+        let us = 0;
+        for (const [dtUs, want] of steps) {
+          us += dtUs;
+          model += BigInt(dtUs) * BigInt(rate);
+          if (model > capacity) model = capacity;
+          const bytes = Math.min(want, quantum);
+          const next = takeTokens(spec, state, bytes, us / 1000);
+          const modelPasses = model >= BigInt(bytes) * 1_000_000n;
+          expect(next !== null).toBe(modelPasses);
+          if (modelPasses) model -= BigInt(bytes) * 1_000_000n;
+          state = next ?? refillBucket(spec, state, us / 1000);
+          expect(BigInt(state.microTokens)).toBe(model);
+        }
+      }),
+      { numRuns: 300 },
+    );
+  });
+});

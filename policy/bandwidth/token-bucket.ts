@@ -1,0 +1,130 @@
+/**
+ * The token bucket of ADR 0008, as pure functions over plain records; time is an argument.
+ *
+ * Units: the monotonic clock is read in milliseconds and rounded to whole microseconds
+ * (`toMicros`); tokens are kept in micro-bytes (bytes × 10^6), so a bucket of rate R gains exactly R
+ * micro-bytes per microsecond. Every quantity stays an integer below 2^53, so refill, take and the
+ * bound below are exact, with no drift from floating-point rounding.
+ *
+ * Bound. The bucket starts holding `burstBytes` and never holds more than `capacityBytes`; a take of
+ * n bytes needs n whole bytes present. Hence, on the microsecond clock:
+ *   - from start:                      granted(start, t] ≤ R × (t − start) + burstBytes
+ *   - from any instant s (in particular from a full bucket): granted[s, t] ≤ R × (t − s) + capacityBytes
+ * `capacityBytes` = max(burst, quantum) equals the burst for every rate ≥ 10 B/s (the quantum never
+ * exceeds an enabled burst of at least one byte). For rates 1..9 B/s the burst rounds down to 0 and
+ * nothing could ever pass; there the quantum is one byte and the bucket holds at most that one byte,
+ * so the bound from start is R × t exactly and from a full bucket R × t + 1 byte.
+ */
+
+export const MIB = 1_048_576;
+/** A quantum never exceeds 64 KiB (ADR 0008). */
+export const MAX_QUANTUM_BYTES = 65_536;
+/** Largest rate accepted: 1 TiB/s, as `ARKVORY_*_BYTES_PER_SECOND` allow; keeps all arithmetic exact. */
+export const MAX_RATE_BYTES_PER_SEC = 2 ** 40;
+const MICRO = 1_000_000;
+
+/** Burst of a rate: floor(min(rate / 10, 1 MiB)); 0 for a disabled (0) rate. */
+export function burstBytes(rateBytesPerSec: number): number {
+  checkRate(rateBytesPerSec, 'rateBytesPerSec');
+  return Math.floor(Math.min(rateBytesPerSec / 10, MIB));
+}
+
+/**
+ * The quantum for a set of rates (0 = that ceiling is off): at most 64 KiB and at most every enabled
+ * burst, but at least one byte, so that rates below 10 B/s (burst 0) still pass bytes.
+ */
+export function quantumBytesFor(ratesBytesPerSec: readonly number[]): number {
+  let quantum = MAX_QUANTUM_BYTES;
+  for (const rate of ratesBytesPerSec) {
+    if (rate > 0) quantum = Math.min(quantum, burstBytes(rate));
+  }
+  return Math.max(1, quantum);
+}
+
+export interface BucketSpec {
+  /** 0 = disabled: every take passes. */
+  readonly rateBytesPerSec: number;
+  /** What the bucket holds at start (and the ADR's burst). */
+  readonly burstBytes: number;
+  /** The most it ever holds: max(burst, quantum). */
+  readonly capacityBytes: number;
+}
+
+export interface BucketState {
+  /** Tokens in micro-bytes (bytes × 10^6). */
+  readonly microTokens: number;
+  /** Microsecond instant up to which refill has been credited. */
+  readonly atUs: number;
+}
+
+export function createBucketSpec(rateBytesPerSec: number, quantumBytes: number): BucketSpec {
+  const burst = burstBytes(rateBytesPerSec);
+  if (!Number.isSafeInteger(quantumBytes) || quantumBytes < 1 || quantumBytes > MAX_QUANTUM_BYTES) {
+    throw new RangeError(`quantumBytes: expected an integer from 1 to ${MAX_QUANTUM_BYTES}, got ${quantumBytes}`);
+  }
+  if (rateBytesPerSec > 0 && quantumBytes > Math.max(1, burst)) {
+    throw new RangeError(`quantumBytes: ${quantumBytes} exceeds the burst ${burst} of rate ${rateBytesPerSec} (at least 1 byte)`);
+  }
+  return { rateBytesPerSec, burstBytes: burst, capacityBytes: rateBytesPerSec > 0 ? Math.max(burst, quantumBytes) : 0 };
+}
+
+/** The monotonic clock as the bucket sees it: whole microseconds. */
+export function toMicros(nowMs: number): number {
+  return Math.round(nowMs * 1000);
+}
+
+/** A bucket that starts holding its burst. */
+export function startBucket(spec: BucketSpec, nowMs: number): BucketState {
+  return { microTokens: spec.burstBytes * MICRO, atUs: toMicros(nowMs) };
+}
+
+/** Credits the time elapsed since `state.atUs`, capped at capacity. A clock that goes back credits nothing. */
+export function refillBucket(spec: BucketSpec, state: BucketState, nowMs: number): BucketState {
+  const nowUs = toMicros(nowMs);
+  if (nowUs <= state.atUs || spec.rateBytesPerSec === 0) return state;
+  const missing = spec.capacityBytes * MICRO - state.microTokens;
+  if (missing <= 0) return { microTokens: state.microTokens, atUs: nowUs };
+  const elapsedUs = nowUs - state.atUs;
+  const rate = spec.rateBytesPerSec;
+  // The float quotient is off by far less than 1, so past it + 1 the bucket is surely full; below
+  // it the product stays under missing + 2 × rate < 2^53 and is exact.
+  const credit = elapsedUs > missing / rate + 1 ? missing : Math.min(missing, elapsedUs * rate);
+  return { microTokens: state.microTokens + credit, atUs: nowUs };
+}
+
+/** Whole bytes available now. */
+export function availableBytes(spec: BucketSpec, state: BucketState, nowMs: number): number {
+  if (spec.rateBytesPerSec === 0) return Infinity;
+  return Math.floor(refillBucket(spec, state, nowMs).microTokens / MICRO);
+}
+
+export function hasTokens(spec: BucketSpec, state: BucketState, bytes: number, nowMs: number): boolean {
+  if (spec.rateBytesPerSec === 0) return true;
+  return refillBucket(spec, state, nowMs).microTokens >= bytes * MICRO;
+}
+
+/** Takes `bytes` if they are all there; `null` when not (the state is then unchanged). */
+export function takeTokens(spec: BucketSpec, state: BucketState, bytes: number, nowMs: number): BucketState | null {
+  if (spec.rateBytesPerSec === 0) return state;
+  const refilled = refillBucket(spec, state, nowMs);
+  if (refilled.microTokens < bytes * MICRO) return null;
+  return { microTokens: refilled.microTokens - bytes * MICRO, atUs: refilled.atUs };
+}
+
+/**
+ * Milliseconds until `bytes` are available (0 if now; Infinity if more than the bucket can hold).
+ * Used only to schedule a wake-up; a take still checks exactly, so an early wake just waits again.
+ */
+export function msUntilTokens(spec: BucketSpec, state: BucketState, bytes: number, nowMs: number): number {
+  if (spec.rateBytesPerSec === 0) return 0;
+  if (bytes > spec.capacityBytes) return Infinity;
+  const need = bytes * MICRO - refillBucket(spec, state, nowMs).microTokens;
+  if (need <= 0) return 0;
+  return Math.ceil(need / spec.rateBytesPerSec) / 1000;
+}
+
+function checkRate(rate: number, name: string): void {
+  if (!Number.isSafeInteger(rate) || rate < 0 || rate > MAX_RATE_BYTES_PER_SEC) {
+    throw new RangeError(`${name}: expected an integer from 0 (off) to ${MAX_RATE_BYTES_PER_SEC}, got ${rate}`);
+  }
+}
