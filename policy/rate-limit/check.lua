@@ -1,0 +1,66 @@
+-- One atomic evaluation of every counting rule of one limiter check: the twin of evaluate.ts.
+-- Guarantees: bans suppress counting; a limit rule that is exceeded stops the loop; peek writes nothing;
+-- every written key gets a TTL (set again on each write, so a key left without one heals itself).
+-- Assumes: "now" is ARGV[1] (the caller's wall clock, ms), not Redis TIME, so the TS reference, the
+-- memory store and this script decide on the same clock; KEYS come in pairs (counter, ban) per rule.
+-- ARGV: now, cost, mode ('check'|'peek'), n, then per rule: action, limit, windowEndMs, banMs, distinct ('1'|'0'), member
+local now = tonumber(ARGV[1])
+local cost = ARGV[2]
+local costNumber = tonumber(cost)
+local counting = ARGV[3] == 'check'
+local n = tonumber(ARGV[4])
+local slack = 1000
+local out = {}
+for i = 1, n do
+  local a = 4 + (i - 1) * 6
+  local action = ARGV[a + 1]
+  local limit = tonumber(ARGV[a + 2])
+  local windowEnd = tonumber(ARGV[a + 3])
+  local banMs = tonumber(ARGV[a + 4])
+  local distinct = ARGV[a + 5] == '1'
+  local member = ARGV[a + 6]
+  local ckey = KEYS[(i - 1) * 2 + 1]
+  local bkey = KEYS[(i - 1) * 2 + 2]
+  local banUntil = 0
+  if banMs > 0 then banUntil = tonumber(redis.call('GET', bkey) or '0') or 0 end
+  local count, exceeded, banned, resetAt
+  if banUntil > now then
+    if distinct then count = redis.call('SCARD', ckey) else count = tonumber(redis.call('GET', ckey) or '0') end
+    exceeded = 1
+    banned = 1
+    resetAt = banUntil
+  else
+    local ttl = windowEnd + slack - now
+    if ttl < 1 then ttl = 1 end
+    if distinct then
+      if counting then
+        redis.call('SADD', ckey, member)
+        redis.call('PEXPIRE', ckey, ttl)
+        count = redis.call('SCARD', ckey)
+      else
+        count = redis.call('SCARD', ckey) + 1 - redis.call('SISMEMBER', ckey, member)
+      end
+    else
+      if counting then
+        count = tonumber(redis.call('INCRBYFLOAT', ckey, cost))
+        redis.call('PEXPIRE', ckey, ttl)
+      else
+        count = tonumber(redis.call('GET', ckey) or '0') + costNumber
+      end
+    end
+    exceeded = 0
+    banned = 0
+    resetAt = windowEnd
+    if count > limit then
+      exceeded = 1
+      if banMs > 0 then
+        banned = 1
+        resetAt = now + banMs
+        if counting then redis.call('SET', bkey, string.format('%.0f', resetAt), 'PX', banMs) end
+      end
+    end
+  end
+  out[#out + 1] = { string.format('%.17g', count), exceeded, banned, string.format('%.0f', resetAt) }
+  if exceeded == 1 and action == 'limit' then break end
+end
+return out

@@ -1,0 +1,222 @@
+/**
+ * The decision, pure: counters and bans × now → outcomes and the writes that make them true.
+ * `check.lua` is the same algorithm, atomically in Redis; the memory store runs this function.
+ * The shared conformance suite (store.int.test.ts) holds the two to the same table.
+ *
+ * Window algorithm: aligned fixed windows. A counter covers [floor(now/P)*P, +P) and its key names
+ * the window start, so a new window is a new key (the old one expires by TTL). "now" is the
+ * caller's wall clock, passed in (ARGV in Lua), so every process and the tests agree on it.
+ *
+ * Per applicable counting rule, in order:
+ *  - ban active (ban end > now): exceeded, no counting, resetAt = ban end;
+ *  - otherwise count += cost (or add the value to the distinct set); exceeded when count > limit;
+ *    exceeded with ban_for_s starts a ban of ban_for_s, resetAt = ban end, else resetAt = window end;
+ *  - a `limit` rule that is exceeded blocks and is terminal; `log` never blocks and never stops.
+ * A `skip` rule is terminal (applicableRules cut the list after it) and counts nothing.
+ * `peek` computes the same outcomes for the given cost and writes nothing.
+ */
+import { banKey, counterBase, counterKey, windowStartMs } from './keys.ts';
+import type { Identifier } from './match.ts';
+import { valueOf } from './match.ts';
+import { encodeValue } from './keys.ts';
+import type { Resolvable, Rule } from './rules.ts';
+
+export type Mode = 'check' | 'peek';
+
+/** One counting rule, resolved for one check: numbers, keys, window. */
+export interface PlannedRule {
+  readonly rule: Rule;
+  readonly action: 'limit' | 'log';
+  readonly limit: number;
+  readonly periodMs: number;
+  readonly banMs: number;
+  readonly windowEndMs: number;
+  readonly counterKey: string;
+  readonly banKey: string;
+  /** For count_distinct: the (encoded) value to add; undefined for plain counters. */
+  readonly distinctValue: string | undefined;
+}
+
+export interface Plan {
+  readonly counting: readonly PlannedRule[];
+  /** The terminal skip rule that ended the list, if any. */
+  readonly skip: Rule | undefined;
+}
+
+/** Counter state the store read for one planned rule. */
+export interface RuleState {
+  /** Current count (plain) or set size (distinct). */
+  readonly count: number;
+  /** Ban end in ms, 0 when none. */
+  readonly banUntilMs: number;
+  /** Distinct rules: whether the value is already in the set. */
+  readonly isMember: boolean;
+}
+
+export interface Outcome {
+  readonly count: number;
+  readonly exceeded: boolean;
+  readonly banned: boolean;
+  readonly resetAtMs: number;
+}
+
+export type Write =
+  | { readonly op: 'incr'; readonly key: string; readonly by: number; readonly expireAtMs: number }
+  | { readonly op: 'sadd'; readonly key: string; readonly member: string; readonly expireAtMs: number }
+  | { readonly op: 'ban'; readonly key: string; readonly untilMs: number };
+
+/** Keys are kept this long past the end of their window (a cheap margin for clock skew). */
+export const KEY_SLACK_MS = 1000;
+
+function resolve(value: Resolvable | undefined, what: string, rule: Rule): number {
+  const n = typeof value === 'function' ? value() : value;
+  if (typeof n !== 'number' || !Number.isFinite(n) || n < 0) throw new TypeError(`rule "${rule.name}": ${what} resolved to ${String(n)}, expected a non-negative number`);
+  return n;
+}
+
+export function buildPlan(prefix: string, limiter: string, applicable: readonly Rule[], identifier: Identifier, nowMs: number): Plan {
+  const counting: PlannedRule[] = [];
+  let skip: Rule | undefined;
+  for (const rule of applicable) {
+    if (rule.action === 'skip') {
+      skip = rule;
+      break;
+    }
+    const limit = resolve(rule.limit, 'limit', rule);
+    const periodMs = Math.max(1, Math.round(resolve(rule.periodS, 'period_s', rule) * 1000));
+    const start = windowStartMs(nowMs, periodMs);
+    const base = counterBase(prefix, limiter, rule.name, rule.characteristics, identifier);
+    const distinct = rule.countDistinct !== undefined;
+    counting.push({
+      rule,
+      action: rule.action,
+      limit,
+      periodMs,
+      banMs: rule.banForS ? rule.banForS * 1000 : 0,
+      windowEndMs: start + periodMs,
+      counterKey: counterKey(base, distinct, start),
+      banKey: banKey(base),
+      distinctValue: distinct ? encodeValue(valueOf(identifier, rule.countDistinct!)) : undefined,
+    });
+  }
+  return { counting, skip };
+}
+
+/** The reference algorithm (see the header). `states[i]` belongs to `plan.counting[i]`. */
+export function evaluate(plan: Plan, states: readonly RuleState[], input: { nowMs: number; cost: number; mode: Mode }): { outcomes: Outcome[]; writes: Write[] } {
+  const { nowMs, cost, mode } = input;
+  const outcomes: Outcome[] = [];
+  const writes: Write[] = [];
+  for (let i = 0; i < plan.counting.length; i++) {
+    const p = plan.counting[i]!;
+    const s = states[i]!;
+    let outcome: Outcome;
+    if (p.banMs > 0 && s.banUntilMs > nowMs) {
+      outcome = { count: s.count, exceeded: true, banned: true, resetAtMs: s.banUntilMs };
+    } else {
+      const expireAtMs = p.windowEndMs + KEY_SLACK_MS;
+      let count: number;
+      if (p.distinctValue !== undefined) {
+        count = s.count + (s.isMember ? 0 : 1);
+        if (mode === 'check') writes.push({ op: 'sadd', key: p.counterKey, member: p.distinctValue, expireAtMs });
+      } else {
+        count = s.count + cost;
+        if (mode === 'check') writes.push({ op: 'incr', key: p.counterKey, by: cost, expireAtMs });
+      }
+      const exceeded = count > p.limit;
+      if (exceeded && p.banMs > 0) {
+        const untilMs = nowMs + p.banMs;
+        if (mode === 'check') writes.push({ op: 'ban', key: p.banKey, untilMs });
+        outcome = { count, exceeded, banned: true, resetAtMs: untilMs };
+      } else {
+        outcome = { count, exceeded, banned: false, resetAtMs: p.windowEndMs };
+      }
+    }
+    outcomes.push(outcome);
+    if (outcome.exceeded && p.action === 'limit') break;
+  }
+  return { outcomes, writes };
+}
+
+export type RuleResult = 'allow' | 'exceeded' | 'banned' | 'skip';
+
+export interface RuleEvaluation {
+  readonly rule: Rule;
+  readonly result: RuleResult;
+}
+
+export interface RateLimitInfo {
+  /** The limit of `rule`, resolved at check time. */
+  readonly resolvedLimit: number;
+  /** The period of `rule` in seconds, resolved at check time. */
+  readonly resolvedPeriodS: number;
+  /** When the caller may usefully retry: the window end, or the ban end while banned. */
+  readonly resetAtMs: number;
+  /** What is left of `limit` in this window (0 when exceeded or banned). */
+  readonly remaining: number;
+}
+
+export interface RateLimitResult {
+  /** What the caller should do. */
+  readonly action: 'allow' | 'block';
+  /** Whether `rule`'s count exceeded its limit (or its ban is active); true for an exceeded shadow rule too. */
+  readonly exceeded: boolean;
+  /** The most constraining evaluated rule; the skip rule when a skip ended the evaluation. */
+  readonly rule: Rule | undefined;
+  /** Set when the store failed; the result then allows (fail open). */
+  readonly error: Error | undefined;
+  /** Absent for skip, for errors and when no counting rule applied. */
+  readonly info: RateLimitInfo | undefined;
+  /** Every rule evaluated, in order (for metrics and logs). */
+  readonly evaluations: readonly RuleEvaluation[];
+}
+
+export const ALLOW_NOTHING_MATCHED: RateLimitResult = Object.freeze({ action: 'allow', exceeded: false, rule: undefined, error: undefined, info: undefined, evaluations: [] });
+
+export function failOpen(error: Error): RateLimitResult {
+  return { action: 'allow', exceeded: false, rule: undefined, error, info: undefined, evaluations: [] };
+}
+
+/**
+ * Builds the caller's result from the outcomes (either store's). The most constraining rule is:
+ * the blocking limit rule; else the first exceeded shadow (log) rule; else the limit rule with the
+ * least remaining (earliest reset on ties); else the log rule with the least remaining. A reached
+ * skip rule wins over the non-exceeded ones (it bypasses; no counter, so no info).
+ */
+export function summarize(plan: Plan, outcomes: readonly Outcome[]): RateLimitResult {
+  const evaluations: RuleEvaluation[] = [];
+  let blocking = -1;
+  let firstExceededLog = -1;
+  let bestLimit = -1;
+  let bestLog = -1;
+  const remainingOf = (i: number) => Math.max(0, plan.counting[i]!.limit - outcomes[i]!.count);
+  const better = (i: number, j: number) => j === -1 || remainingOf(i) < remainingOf(j) || (remainingOf(i) === remainingOf(j) && outcomes[i]!.resetAtMs < outcomes[j]!.resetAtMs);
+  for (let i = 0; i < outcomes.length; i++) {
+    const p = plan.counting[i]!;
+    const o = outcomes[i]!;
+    evaluations.push({ rule: p.rule, result: o.banned && o.exceeded ? 'banned' : o.exceeded ? 'exceeded' : 'allow' });
+    if (p.action === 'limit') {
+      if (o.exceeded) blocking = i;
+      else if (better(i, bestLimit)) bestLimit = i;
+    } else if (o.exceeded) {
+      if (firstExceededLog === -1) firstExceededLog = i;
+    } else if (better(i, bestLog)) bestLog = i;
+  }
+  const reachedSkip = plan.skip !== undefined && blocking === -1;
+  if (reachedSkip) evaluations.push({ rule: plan.skip!, result: 'skip' });
+  // A reached skip bypasses the rest; only an exceeded shadow rule before it stays visible.
+  const chosen = blocking !== -1 ? blocking : firstExceededLog !== -1 ? firstExceededLog : reachedSkip ? -1 : bestLimit !== -1 ? bestLimit : bestLog;
+  if (chosen === -1) {
+    return { action: 'allow', exceeded: false, rule: reachedSkip ? plan.skip : undefined, error: undefined, info: undefined, evaluations };
+  }
+  const p = plan.counting[chosen]!;
+  const o = outcomes[chosen]!;
+  return {
+    action: blocking !== -1 ? 'block' : 'allow',
+    exceeded: o.exceeded,
+    rule: p.rule,
+    error: undefined,
+    info: { resolvedLimit: p.limit, resolvedPeriodS: p.periodMs / 1000, resetAtMs: o.resetAtMs, remaining: o.exceeded ? 0 : remainingOf(chosen) },
+    evaluations,
+  };
+}

@@ -1,0 +1,49 @@
+/**
+ * Counter key naming. Pure.
+ *
+ *   <prefix><limiter>:{<rule>|<char>=<value>,…}:c:<windowStartMs>   counter (INCRBYFLOAT) or
+ *   <prefix><limiter>:{<rule>|<char>=<value>,…}:d:<windowStartMs>   distinct-value set (SADD)
+ *   <prefix><limiter>:{<rule>|<char>=<value>,…}:b                   ban (value: ban end, ms)
+ *
+ * The `{…}` hash tag puts a counter and its ban in one Redis Cluster slot. Values are escaped so
+ * that no value can forge a separator, and values over 200 bytes are replaced by `#` + their
+ * SHA-256 (the whole value is hashed, so two long values sharing a prefix never share a counter;
+ * `#` is escaped in raw values, so a hash never equals a raw value). A missing value is `_unknown_`.
+ */
+import { createHash } from 'node:crypto';
+import { valueOf, type Identifier } from './match.ts';
+
+export const DEFAULT_KEY_PREFIX = 'arkvory:rl:';
+export const UNKNOWN_VALUE = '_unknown_';
+export const MAX_RAW_VALUE_BYTES = 200;
+
+const ESCAPES: Record<string, string> = { '%': '%25', '{': '%7B', '}': '%7D', ':': '%3A', ',': '%2C', '=': '%3D', '#': '%23', '|': '%7C' };
+
+export function encodeValue(value: string | undefined): string {
+  if (value === undefined) return UNKNOWN_VALUE;
+  if (Buffer.byteLength(value, 'utf8') > MAX_RAW_VALUE_BYTES) return `#${createHash('sha256').update(value, 'utf8').digest('hex')}`;
+  return value.replace(/[%{}:,=#|]/g, (c) => ESCAPES[c]!);
+}
+
+/** `<prefix><limiter>:{<rule>|<characteristics>}`: the part every key of one counter shares. */
+export function counterBase(prefix: string, limiter: string, ruleName: string, characteristics: readonly string[], identifier: Identifier): string {
+  let tag = `${ruleName}|`;
+  for (let i = 0; i < characteristics.length; i++) {
+    const c = characteristics[i]!;
+    tag += `${i ? ',' : ''}${encodeValue(c)}=${encodeValue(valueOf(identifier, c))}`;
+  }
+  return `${prefix}${limiter}:{${tag}}`;
+}
+
+/** Aligned fixed window: [floor(now / period) * period, + period). */
+export function windowStartMs(nowMs: number, periodMs: number): number {
+  return nowMs - (((nowMs % periodMs) + periodMs) % periodMs);
+}
+
+export function counterKey(base: string, distinct: boolean, startMs: number): string {
+  return `${base}:${distinct ? 'd' : 'c'}:${startMs}`;
+}
+
+export function banKey(base: string): string {
+  return `${base}:b`;
+}

@@ -1,0 +1,134 @@
+/**
+ * `Limiter` (spec 1.1): built once per checkpoint with a name and ordered rules, then
+ * `check` / `peek` / `clear` per request. A store failure or a store slower than `timeoutMs` fails
+ * open: the result allows, carries `error`, is counted, and is logged at most once per interval.
+ */
+import type { Logger } from 'pino';
+import type { Clock } from '../clock.ts';
+import { RateLimitError } from './errors.ts';
+import { ALLOW_NOTHING_MATCHED, buildPlan, failOpen, summarize, type Mode, type Plan, type RateLimitResult } from './evaluate.ts';
+import { banKey, counterBase, counterKey, windowStartMs } from './keys.ts';
+import { applicableRules, type Identifier } from './match.ts';
+import { noMetrics, type RateLimitMetrics } from './metrics.ts';
+import type { Rule } from './rules.ts';
+import type { CounterStore } from './store.ts';
+
+export interface LimiterDeps {
+  store: CounterStore;
+  clock: Clock;
+  log: Logger;
+  metrics?: RateLimitMetrics;
+  /** Prepended to every key; default `arkvory:rl:`. */
+  keyPrefix?: string;
+  /** Longest a store call may take before the check fails open. Default 100 ms. */
+  timeoutMs?: number;
+  /** Store errors are logged at most once per this interval. Default 10 s. */
+  errorLogIntervalMs?: number;
+}
+
+export interface LimiterDefinition {
+  name: string;
+  /** Ordered rules, or a function returning the current ones (the tiered rule store's replica). */
+  rules: readonly Rule[] | (() => readonly Rule[]);
+}
+
+export interface Limiter {
+  readonly name: string;
+  /** Counts `cost` (default 1; floats allowed) against every applicable rule and returns the verdict. */
+  check(identifier: Identifier, options?: { cost?: number }): Promise<RateLimitResult>;
+  /** The verdict `check` would return for `cost` (default 1), without counting or starting bans. */
+  peek(identifier: Identifier, options?: { cost?: number }): Promise<RateLimitResult>;
+  /** Drops this limiter's counters and bans (shadow bans too) for one identifier, all rules. */
+  clear(identifier: Identifier): Promise<void>;
+}
+
+export const DEFAULT_TIMEOUT_MS = 100;
+
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new RateLimitError('store_timeout', `the rate-limit store did not answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+export function createLimiter(deps: LimiterDeps, definition: LimiterDefinition): Limiter {
+  const { store, clock, log } = deps;
+  const metrics = deps.metrics ?? noMetrics;
+  const prefix = deps.keyPrefix ?? 'arkvory:rl:';
+  const timeoutMs = deps.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  const errorLogIntervalMs = deps.errorLogIntervalMs ?? 10_000;
+  const name = definition.name;
+  const rulesNow = typeof definition.rules === 'function' ? definition.rules : () => definition.rules as readonly Rule[];
+  let lastErrorLogMs = -Infinity;
+  let suppressedErrors = 0;
+
+  const reportError = (operation: string, err: unknown): Error => {
+    const error = err instanceof Error ? err : new Error(String(err));
+    const code = (error as { code?: unknown }).code;
+    metrics.error({ limiter: name, operation, code: typeof code === 'string' ? code : 'store_unavailable' });
+    const now = clock.monotonicMs();
+    if (now - lastErrorLogMs >= errorLogIntervalMs) {
+      log.warn({ limiter: name, operation, err: error, code: typeof code === 'string' ? code : 'store_unavailable', suppressed: suppressedErrors }, 'rate-limit store failed; failing open');
+      lastErrorLogMs = now;
+      suppressedErrors = 0;
+    } else suppressedErrors++;
+    return error;
+  };
+
+  const run = async (identifier: Identifier, cost: number, mode: Mode): Promise<RateLimitResult> => {
+    if (!(Number.isFinite(cost) && cost >= 0)) throw new RangeError(`cost must be a finite number >= 0, got ${cost}`);
+    const applicable = applicableRules(rulesNow(), identifier);
+    if (applicable.length === 0) return ALLOW_NOTHING_MATCHED;
+    const nowMs = clock.wallMs();
+    let plan: Plan;
+    try {
+      plan = buildPlan(prefix, name, applicable, identifier, nowMs);
+    } catch (err) {
+      // A callable limit/period that throws is a host bug; fail open rather than fail the request.
+      return failOpen(reportError(mode, err));
+    }
+    if (plan.counting.length === 0) return summarize(plan, []);
+    try {
+      const outcomes = await withTimeout(store.run(plan, { nowMs, cost, mode }), timeoutMs);
+      return summarize(plan, outcomes);
+    } catch (err) {
+      return failOpen(reportError(mode, err));
+    }
+  };
+
+  return {
+    name,
+    async check(identifier, options) {
+      const result = await run(identifier, options?.cost ?? 1, 'check');
+      metrics.check({ limiter: name, action: result.action, matched: result.evaluations.length > 0, error: result.error !== undefined });
+      for (const e of result.evaluations) metrics.ruleEvaluation({ limiter: name, rule: e.rule.name, action: e.rule.action, result: e.result });
+      return result;
+    },
+    async peek(identifier, options) {
+      const result = await run(identifier, options?.cost ?? 1, 'peek');
+      metrics.peek({ limiter: name, action: result.action, error: result.error !== undefined });
+      return result;
+    },
+    async clear(identifier) {
+      const nowMs = clock.wallMs();
+      const keys: string[] = [];
+      for (const rule of rulesNow()) {
+        if (rule.action === 'skip') continue;
+        const base = counterBase(prefix, name, rule.name, rule.characteristics, identifier);
+        const period = typeof rule.periodS === 'function' ? rule.periodS() : rule.periodS;
+        if (typeof period === 'number' && period > 0) {
+          const periodMs = Math.round(period * 1000);
+          keys.push(counterKey(base, rule.countDistinct !== undefined, windowStartMs(nowMs, periodMs)));
+        }
+        keys.push(banKey(base));
+      }
+      try {
+        await withTimeout(store.clear(keys), timeoutMs);
+        log.info({ limiter: name, keys: keys.length }, 'rate-limit state cleared');
+      } catch (err) {
+        reportError('clear', err);
+      }
+    },
+  };
+}

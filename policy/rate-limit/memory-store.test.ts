@@ -1,0 +1,22 @@
+import { describe, expect, it } from 'vitest';
+import { createMemoryStore } from './memory-store.ts';
+import { storeConformance, T0 } from './store-conformance.ts';
+import { buildPlan } from './evaluate.ts';
+import { defineRule } from './rules.ts';
+
+let n = 0;
+storeConformance('memory', () => ({ store: createMemoryStore(), prefix: `t${++n}:` }));
+
+describe('memory store', () => {
+  it('forgets expired counters and bans, so memory stays bounded', async () => {
+    const store = createMemoryStore({ sweepEvery: 1 });
+    const rule = defineRule({ name: 'r', action: 'limit', characteristics: ['ip'], limit: 1, periodS: 60, banForS: 120 });
+    for (let i = 0; i < 50; i++) {
+      const plan = buildPlan('p:', 'l', [rule], { ip: `10.0.0.${i}` }, T0);
+      await store.run(plan, { nowMs: T0, cost: 2, mode: 'check' });
+    }
+    expect(store.size(T0)).toBe(100);
+    expect(store.size(T0 + 61_000)).toBe(50);
+    expect(store.size(T0 + 120_000)).toBe(0);
+  });
+});

@@ -1,0 +1,66 @@
+import { pino } from 'pino';
+import { describe, expect, it } from 'vitest';
+import { useTestRedis } from '../../test/support/redis.ts';
+import { ManualClock } from '../clock.ts';
+import { buildPlan } from './evaluate.ts';
+import { createLimiter } from './limiter.ts';
+import { createMemoryStore } from './memory-store.ts';
+import { createRedisStore } from './redis-store.ts';
+import { defineRule } from './rules.ts';
+import { storeConformance, T0 } from './store-conformance.ts';
+
+const redis = useTestRedis();
+let n = 0;
+storeConformance('redis', () => ({ store: createRedisStore(redis.client), prefix: `${redis.prefix}${++n}:` }));
+storeConformance('memory (same table, same run)', () => ({ store: createMemoryStore(), prefix: `m${++n}:` }));
+
+describe('redis store specifics', () => {
+  const rule = defineRule({ name: 'r', action: 'limit', characteristics: ['ip'], limit: 1, periodS: 60, banForS: 600 });
+  const limiterOn = (prefix: string, clock = new ManualClock(T0, 0)) =>
+    createLimiter({ store: createRedisStore(redis.client), clock, log: pino({ level: 'silent' }), keyPrefix: prefix, timeoutMs: 2000 }, { name: 'lim', rules: [rule] });
+
+  it('gives every key a TTL, keeps a counter and its ban in one cluster slot, and heals a key left without TTL', async () => {
+    const prefix = `${redis.prefix}ttl:`;
+    const limiter = limiterOn(prefix);
+    await limiter.check({ ip: 'a' });
+    await limiter.check({ ip: 'a' });
+    const plan = buildPlan(prefix, 'lim', [rule], { ip: 'a' }, T0);
+    const { counterKey, banKey } = plan.counting[0]!;
+    // Redis Cluster hashes only the first {…} section, so equal tags mean one slot.
+    const tag = (key: string) => key.slice(key.indexOf('{') + 1, key.indexOf('}', key.indexOf('{')));
+    expect(tag(counterKey)).toBe('r|ip=a');
+    expect(tag(banKey)).toBe(tag(counterKey));
+    const counterTtl = await redis.client.pttl(counterKey);
+    const banTtl = await redis.client.pttl(banKey);
+    expect(counterTtl).toBeGreaterThan(59_000);
+    expect(counterTtl).toBeLessThanOrEqual(61_000);
+    expect(banTtl).toBeGreaterThan(599_000);
+    expect(banTtl).toBeLessThanOrEqual(600_000);
+    await redis.client.persist(counterKey);
+    expect(await redis.client.pttl(counterKey)).toBe(-1);
+    await limiterOn(prefix).check({ ip: 'a' }).catch(() => undefined);
+    // Banned: no counting, so the key is untouched; a fresh identifier shows the healing on write.
+    const other = buildPlan(prefix, 'lim', [rule], { ip: 'b' }, T0).counting[0]!.counterKey;
+    await redis.client.set(other, '0');
+    await limiterOn(prefix).check({ ip: 'b' });
+    expect(await redis.client.pttl(other)).toBeGreaterThan(59_000);
+  });
+
+  it('survives SCRIPT FLUSH (NOSCRIPT → EVAL fallback) and runs one script per check', async () => {
+    const prefix = `${redis.prefix}noscript:`;
+    const limiter = limiterOn(prefix);
+    expect((await limiter.check({ ip: 'n' })).action).toBe('allow');
+    await redis.client.script('FLUSH');
+    expect((await limiter.check({ ip: 'n' })).action).toBe('block');
+  });
+
+  it('stores float costs with INCRBYFLOAT', async () => {
+    const prefix = `${redis.prefix}float:`;
+    const bytes = defineRule({ name: 'bytes', action: 'limit', characteristics: ['p'], limit: 10, periodS: 60 });
+    const limiter = createLimiter({ store: createRedisStore(redis.client), clock: new ManualClock(T0, 0), log: pino({ level: 'silent' }), keyPrefix: prefix }, { name: 'lim', rules: [bytes] });
+    await limiter.check({ p: 'x' }, { cost: 1.5 });
+    await limiter.check({ p: 'x' }, { cost: 2.25 });
+    const key = buildPlan(prefix, 'lim', [bytes], { p: 'x' }, T0).counting[0]!.counterKey;
+    expect(await redis.client.get(key)).toBe('3.75');
+  });
+});

@@ -1,0 +1,13 @@
+import type { Mode, Outcome, Plan } from './evaluate.ts';
+
+/**
+ * Where counters and bans live. One `run` is one atomic evaluation of every counting rule of a check
+ * (a single script call in Redis). Implementations: redis-store.ts, memory-store.ts; both pass the
+ * conformance suite in store.int.test.ts.
+ */
+export interface CounterStore {
+  readonly kind: 'redis' | 'memory';
+  run(plan: Plan, input: { nowMs: number; cost: number; mode: Mode }): Promise<Outcome[]>;
+  /** Deletes these keys (counters and bans of one identifier). */
+  clear(keys: readonly string[]): Promise<void>;
+}
