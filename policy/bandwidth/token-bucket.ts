@@ -36,7 +36,8 @@ export function burstBytes(rateBytesPerSec: number): number {
 export function quantumBytesFor(ratesBytesPerSec: readonly number[]): number {
   let quantum = MAX_QUANTUM_BYTES;
   for (const rate of ratesBytesPerSec) {
-    if (rate > 0) quantum = Math.min(quantum, burstBytes(rate));
+    const burst = burstBytes(rate);
+    if (rate > 0) quantum = Math.min(quantum, burst);
   }
   return Math.max(1, quantum);
 }

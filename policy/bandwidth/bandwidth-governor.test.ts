@@ -1,0 +1,280 @@
+import { describe, expect, it } from 'vitest';
+import { ManualClock } from '../clock.ts';
+import { PolicyError } from '../errors.ts';
+import { ManualTimers, settle } from '../timers.ts';
+import { BandwidthGovernor, type BandwidthGovernorOptions } from './bandwidth-governor.ts';
+
+interface Grant {
+  principal: string;
+  bytes: number;
+  atMs: number;
+}
+
+function setup(options: Partial<BandwidthGovernorOptions> & Pick<BandwidthGovernorOptions, 'rateBytesPerSec' | 'perPrincipalBytesPerSec'>) {
+  const clock = new ManualClock(1_700_000_000_000, 10_000);
+  const timers = new ManualTimers(clock);
+  const grants: Grant[] = [];
+  const governor = new BandwidthGovernor({
+    clock,
+    timers,
+    onGrant: (principal, bytes, nowMs) => grants.push({ principal, bytes, atMs: nowMs - 10_000 }),
+    ...options,
+  });
+  return { clock, timers, governor, grants };
+}
+
+/** Watches a promise without awaiting it. */
+function track<T>(promise: Promise<T>) {
+  const seen: { done: boolean; error: unknown } = { done: false, error: undefined };
+  promise.then(
+    () => (seen.done = true),
+    (err: unknown) => {
+      seen.done = true;
+      seen.error = err;
+    },
+  );
+  return seen;
+}
+
+async function code(promise: Promise<unknown>): Promise<string> {
+  try {
+    await promise;
+  } catch (err) {
+    return (err as { code?: string }).code ?? String(err);
+  }
+  return 'passed';
+}
+
+describe('BandwidthGovernor', () => {
+  it('with both ceilings off, takes pass at once: no timer, no principal state, only the byte count', async () => {
+    const { governor, timers } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 0 });
+    const meter = governor.meter('p1');
+    expect(meter.quantumBytes).toBe(65_536);
+    const taken = track(meter.take(65_536));
+    await Promise.resolve();
+    expect(taken).toEqual({ done: true, error: undefined });
+    for (let i = 0; i < 1000; i++) await meter.take(65_536);
+    expect(timers.size).toBe(0);
+    expect(governor.snapshot()).toMatchObject({ grantedBytes: 1001 * 65_536, waitingQuanta: 0, principals: 0 });
+  });
+
+  it('paces one stream at the global rate after the burst, with one timer', async () => {
+    // 65536 B/s: burst and quantum 6553 bytes; a quantum refills in 99.991 ms.
+    const { governor, timers, grants } = setup({ rateBytesPerSec: 65_536, perPrincipalBytesPerSec: 0 });
+    const meter = governor.meter('p1');
+    expect(meter.quantumBytes).toBe(6553);
+    await meter.take(6553);
+    const second = track(meter.take(6553));
+    await settle();
+    expect(second.done).toBe(false);
+    expect(timers.size).toBe(1);
+    expect(governor.snapshot().waitingQuanta).toBe(1);
+    await timers.advance(99);
+    expect(second.done).toBe(false);
+    await timers.advance(1);
+    expect(second.done).toBe(true);
+    expect(grants.map((g) => g.atMs)).toEqual([0, 100]);
+    expect(timers.size).toBe(0);
+  });
+
+  it('two keys (meters) of one principal share one bucket; another principal has its own', async () => {
+    const { governor } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 10_240 }); // burst 1024
+    const viaKeyA = governor.meter('svc-1');
+    const viaKeyB = governor.meter('svc-1');
+    await viaKeyA.take(1024);
+    const blocked = track(viaKeyB.take(1));
+    await governor.meter('svc-2').take(1024);
+    await settle();
+    expect(blocked.done).toBe(false);
+    expect(governor.snapshot().principals).toBe(2);
+  });
+
+  it('serves waiting principals round-robin, not streams first-come', async () => {
+    // Global 10240 B/s: burst and quantum 1024, one quantum per 100 ms; per principal off.
+    const { governor, timers, grants } = setup({ rateBytesPerSec: 10_240, perPrincipalBytesPerSec: 0 });
+    await governor.meter('drain').take(1024);
+    grants.length = 0;
+    const streams = ['a', 'a', 'a', 'b', 'c', 'c'].map((principal) => ({ principal, meter: governor.meter(principal) }));
+    // Every stream keeps one take waiting and asks again as soon as it is granted.
+    let stop = false;
+    const loops = streams.map(async ({ meter }) => {
+      while (!stop) await meter.take(1024);
+    });
+    await timers.advance(1200);
+    stop = true;
+    governor.close();
+    await Promise.allSettled(loops);
+    expect(grants.map((g) => g.principal)).toEqual(['a', 'b', 'c', 'a', 'b', 'c', 'a', 'b', 'c', 'a', 'b', 'c']);
+    expect(grants.map((g) => g.atMs)).toEqual([100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1100, 1200]);
+  });
+
+  it('a principal waiting for its own bucket does not hold back free global quota of others', async () => {
+    // Global 102400 B/s (burst 10240), per principal 10240 B/s (burst 1024): quantum 1024.
+    const { governor, timers, grants } = setup({ rateBytesPerSec: 102_400, perPrincipalBytesPerSec: 10_240 });
+    const slow = governor.meter('a');
+    await slow.take(1024);
+    const waitingOwn = track(slow.take(1024));
+    await settle();
+    expect(waitingOwn.done).toBe(false);
+    for (let i = 0; i < 5; i++) await governor.meter(`other-${i}`).take(1024);
+    expect(waitingOwn.done).toBe(false);
+    await timers.advance(100);
+    expect(waitingOwn.done).toBe(true);
+    expect(grants.filter((g) => g.principal.startsWith('other')).every((g) => g.atMs === 0)).toBe(true);
+  });
+
+  it('a ready principal whose quantum waits for the global bucket is not starved by smaller quanta', async () => {
+    // Global 10240 B/s: 1024 bytes refill in 100 ms. A wants a full quantum; B keeps asking for 1 byte.
+    const { governor, timers, grants } = setup({ rateBytesPerSec: 10_240, perPrincipalBytesPerSec: 0 });
+    const big = governor.meter('big');
+    const small = governor.meter('small');
+    await small.take(1024);
+    const bigTake = track(big.take(1024)); // the bucket is empty: waits, and reserves the refill
+    let stop = false;
+    const smallLoop = (async () => {
+      while (!stop) await small.take(1);
+    })();
+    await timers.advance(99);
+    expect(bigTake.done).toBe(false);
+    expect(grants.filter((g) => g.principal === 'small' && g.atMs > 0)).toEqual([]);
+    await timers.advance(1); // 1024 bytes at 100 ms
+    expect(bigTake.done).toBe(true);
+    expect(grants.find((g) => g.principal === 'big')?.atMs).toBe(100);
+    stop = true;
+    await timers.advance(10);
+    await smallLoop;
+  });
+
+  it('bounds waiting to 256 quanta over all streams; the next waiting take is busy', async () => {
+    const { governor } = setup({ rateBytesPerSec: 10_240, perPrincipalBytesPerSec: 0 });
+    await governor.meter('drain').take(1024);
+    const waiting = Array.from({ length: 256 }, (_, i) => track(governor.meter(`p${i % 7}`).take(1)));
+    await settle();
+    expect(governor.snapshot().waitingQuanta).toBe(256);
+    const refused = governor.meter('late').take(1);
+    expect(await code(refused)).toBe('busy');
+    await refused.catch((err: PolicyError) => expect(err.headers['retry-after']).toBe('1'));
+    expect(governor.snapshot()).toMatchObject({ waitingQuanta: 256, rejectedBusy: 1 });
+    expect(waiting.some((w) => w.done)).toBe(false);
+  });
+
+  it('allows one pending take per stream', async () => {
+    const { governor } = setup({ rateBytesPerSec: 10_240, perPrincipalBytesPerSec: 0 });
+    const meter = governor.meter('p');
+    await meter.take(1024);
+    const first = track(meter.take(1024));
+    await expect(meter.take(1)).rejects.toThrow(/has not settled/);
+    await expect(meter.take(1025)).rejects.toThrow(RangeError);
+    await settle();
+    expect(first.done).toBe(false);
+  });
+
+  it('keeps at most 1000 principals, until the process stops; the 1001st is busy', async () => {
+    const { governor } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 1_000_000 });
+    for (let i = 0; i < 1000; i++) governor.meter(`svc-${i}`);
+    expect(governor.snapshot().principals).toBe(1000);
+    expect(() => governor.meter('svc-1000')).toThrow(PolicyError);
+    try {
+      governor.meter('svc-1001');
+    } catch (err) {
+      expect((err as PolicyError).code).toBe('busy');
+    }
+    // Known principals still get meters, with the state they had.
+    await governor.meter('svc-0').take(65_536);
+    expect(governor.snapshot()).toMatchObject({ principals: 1000, rejectedBusy: 2 });
+  });
+
+  it('fenced: waiting and new takes reject lease_lost, never fall back to unlimited', async () => {
+    const { governor, timers } = setup({ rateBytesPerSec: 10_240, perPrincipalBytesPerSec: 0 });
+    const meter = governor.meter('p');
+    await meter.take(1024);
+    const waiting = meter.take(1024);
+    governor.fence();
+    expect(await code(waiting)).toBe('lease_lost');
+    expect(await code(meter.take(1))).toBe('lease_lost');
+    expect(() => governor.meter('q')).toThrow(/lost its share/);
+    await timers.advance(10_000);
+    expect(await code(meter.take(1))).toBe('lease_lost');
+    expect(timers.size).toBe(0);
+    expect(governor.snapshot()).toMatchObject({ fenced: true, waitingQuanta: 0 });
+  });
+
+  it('fences an unlimited governor too', async () => {
+    const { governor } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 0 });
+    const meter = governor.meter('p');
+    governor.fence();
+    expect(await code(meter.take(1))).toBe('lease_lost');
+  });
+
+  it('close() cancels waiting grants (unavailable) and refuses new ones', async () => {
+    const { governor, timers } = setup({ rateBytesPerSec: 10_240, perPrincipalBytesPerSec: 10_240 });
+    const meter = governor.meter('p');
+    await meter.take(1024);
+    const waiting = meter.take(1024);
+    governor.close();
+    expect(await code(waiting)).toBe('unavailable');
+    expect(await code(meter.take(1))).toBe('unavailable');
+    expect(() => governor.meter('p')).toThrow(PolicyError);
+    expect(timers.size).toBe(0);
+    expect(governor.snapshot()).toMatchObject({ closed: true, waitingQuanta: 0, grantedBytes: 1024 });
+  });
+
+  it('cancel does not refund: granted bytes stay spent, a cancelled waiting quantum is dropped', async () => {
+    const { governor, timers, grants } = setup({ rateBytesPerSec: 10_240, perPrincipalBytesPerSec: 0 });
+    const meter = governor.meter('p');
+    const controller = new AbortController();
+    await meter.take(1024, controller.signal);
+    controller.abort(new Error('client went away'));
+    // The 1024 granted bytes are not returned: the next take still waits a full refill.
+    const next = track(governor.meter('q').take(1024));
+    await timers.advance(99);
+    expect(next.done).toBe(false);
+    await timers.advance(1);
+    expect(next.done).toBe(true);
+
+    const second = new AbortController();
+    const cancelled = meter.take(1024, second.signal);
+    await timers.advance(50);
+    second.abort(new Error('client went away'));
+    await expect(cancelled).rejects.toThrow('client went away');
+    expect(governor.snapshot()).toMatchObject({ waitingQuanta: 0, grantedBytes: 2048 });
+    expect(timers.size).toBe(0);
+    // What the cancelled take did not get is simply still in the bucket for the next one.
+    await timers.advance(50);
+    await governor.meter('r').take(1024);
+    expect(grants.map((g) => [g.principal, g.atMs])).toEqual([
+      ['p', 0],
+      ['q', 100],
+      ['r', 200],
+    ]);
+  });
+
+  it('a cancelled reservation frees the global refill for the others', async () => {
+    const { governor, timers, grants } = setup({ rateBytesPerSec: 10_240, perPrincipalBytesPerSec: 0 });
+    await governor.meter('drain').take(1000);
+    const controller = new AbortController();
+    const big = governor.meter('big').take(1024, controller.signal);
+    const small = track(governor.meter('small').take(10));
+    await settle();
+    expect(small.done).toBe(false); // held behind the reservation
+    controller.abort();
+    await expect(big).rejects.toThrow();
+    await settle();
+    expect(small.done).toBe(true);
+    expect(grants.at(-1)).toEqual({ principal: 'small', bytes: 10, atMs: 0 });
+    expect(timers.size).toBe(0);
+  });
+
+  it('rejects a take whose signal already fired without spending anything', async () => {
+    const { governor } = setup({ rateBytesPerSec: 10_240, perPrincipalBytesPerSec: 0 });
+    await expect(governor.meter('p').take(1024, AbortSignal.abort(new Error('gone')))).rejects.toThrow('gone');
+    expect(governor.snapshot().grantedBytes).toBe(0);
+  });
+
+  it('refuses nonsense options', () => {
+    const clock = new ManualClock();
+    expect(() => new BandwidthGovernor({ clock, rateBytesPerSec: -1, perPrincipalBytesPerSec: 0 })).toThrow(RangeError);
+    expect(() => new BandwidthGovernor({ clock, rateBytesPerSec: 0, perPrincipalBytesPerSec: 0, maxWaiting: 0 })).toThrow(/maxWaiting/);
+    expect(() => new BandwidthGovernor({ clock, rateBytesPerSec: 1, perPrincipalBytesPerSec: 0 }).meter('')).toThrow(TypeError);
+  });
+});
