@@ -1,0 +1,55 @@
+import { describe, expect, it } from 'vitest';
+import { evaluateReadPreconditions, isIfRangeSatisfied, parseEntityTags } from './conditional.ts';
+
+const etag = '"abc"';
+const lastModifiedMs = Date.parse('Sun, 29 Nov 2026 10:00:00 GMT');
+const v = { etag, lastModifiedMs };
+const http = (ms: number) => new Date(ms).toUTCString();
+
+describe('parseEntityTags', () => {
+  it.each([
+    ['*', '*'],
+    ['"a"', [{ weak: false, opaque: '"a"' }]],
+    ['W/"a", "b"', [{ weak: true, opaque: '"a"' }, { weak: false, opaque: '"b"' }]],
+    ['"a,b" , "c"', [{ weak: false, opaque: '"a,b"' }, { weak: false, opaque: '"c"' }]],
+    ['a', undefined],
+    ['"unterminated', undefined],
+    ['"a" junk', undefined],
+  ] as const)('%s', (input, expected) => {
+    expect(parseEntityTags(input)).toEqual(expected);
+  });
+});
+
+describe('evaluateReadPreconditions', () => {
+  it.each([
+    ['nothing', {}, 'proceed'],
+    ['If-None-Match equal', { ifNoneMatch: etag }, 'not_modified'],
+    ['If-None-Match weak equal (weak comparison)', { ifNoneMatch: `W/${etag}` }, 'not_modified'],
+    ['If-None-Match in a list', { ifNoneMatch: `"x", ${etag}` }, 'not_modified'],
+    ['If-None-Match star', { ifNoneMatch: '*' }, 'not_modified'],
+    ['If-None-Match other', { ifNoneMatch: '"other"' }, 'proceed'],
+    ['If-None-Match malformed', { ifNoneMatch: 'nope' }, 'proceed'],
+    ['If-Modified-Since equal', { ifModifiedSince: http(lastModifiedMs) }, 'not_modified'],
+    ['If-Modified-Since later', { ifModifiedSince: http(lastModifiedMs + 60_000) }, 'not_modified'],
+    ['If-Modified-Since earlier', { ifModifiedSince: http(lastModifiedMs - 1000) }, 'proceed'],
+    ['If-Modified-Since invalid', { ifModifiedSince: 'yesterday' }, 'proceed'],
+    ['If-None-Match wins over If-Modified-Since', { ifNoneMatch: '"other"', ifModifiedSince: http(lastModifiedMs) }, 'proceed'],
+  ] as const)('%s', (_name, headers, expected) => {
+    expect(evaluateReadPreconditions(headers, v)).toBe(expected);
+  });
+});
+
+describe('isIfRangeSatisfied', () => {
+  it.each([
+    ['absent', undefined, true],
+    ['same strong etag', etag, true],
+    ['weak etag never matches', `W/${etag}`, false],
+    ['other etag', '"other"', false],
+    ['exact date', http(lastModifiedMs), true],
+    ['later date', http(lastModifiedMs + 1000), false],
+    ['earlier date', http(lastModifiedMs - 1000), false],
+    ['garbage', 'not a date', false],
+  ] as const)('%s', (_name, header, expected) => {
+    expect(isIfRangeSatisfied(header, v)).toBe(expected);
+  });
+});

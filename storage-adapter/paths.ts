@@ -1,0 +1,45 @@
+/**
+ * The one containment helper: every path under the storage root is built here, and nothing that
+ * resolves outside the root (`..`, absolute paths, NUL bytes) is ever returned.
+ */
+import path from 'node:path';
+import { StorageError } from './errors.ts';
+
+const SHA256_HEX = /^[0-9a-f]{64}$/;
+
+export function isSha256Hex(value: string): boolean {
+  return SHA256_HEX.test(value);
+}
+
+/** True when `candidate` is `root` itself or lies below it (both absolute). */
+export function isPathInsideDirectory(root: string, candidate: string): boolean {
+  const relative = path.relative(root, candidate);
+  return relative === '' || (!relative.startsWith('..') && !path.isAbsolute(relative));
+}
+
+/**
+ * Joins `relative` onto the absolute `root` and checks the result stays inside it. Throws
+ * `invalid_request` for NUL bytes, absolute inputs and anything escaping the root.
+ */
+export function resolveInsideRoot(root: string, relative: string): string {
+  if (!path.isAbsolute(root)) throw new StorageError('invalid_request', 'The storage root must be an absolute path.');
+  if (relative.includes('\0') || path.isAbsolute(relative) || relative === '') {
+    throw new StorageError('invalid_request', 'The storage path is not a relative path inside the root.');
+  }
+  const resolved = path.resolve(root, relative);
+  if (!isPathInsideDirectory(root, resolved) || resolved === path.resolve(root)) {
+    throw new StorageError('invalid_request', 'The storage path escapes the storage root.');
+  }
+  return resolved;
+}
+
+/** `blobs/sha256/ab/cd/<hex>` for a lowercase hex sha256. */
+export function blobRelativePath(sha256Hex: string): string {
+  if (!isSha256Hex(sha256Hex)) throw new StorageError('invalid_request', 'A blob id must be 64 lowercase hex digits.');
+  return path.join('blobs', 'sha256', sha256Hex.slice(0, 2), sha256Hex.slice(2, 4), sha256Hex);
+}
+
+export const STORAGE_ID_FILE = 'storage-id';
+export const TMP_DIR = 'tmp';
+export const BLOBS_DIR = path.join('blobs', 'sha256');
+export const UPLOADS_DIR = 'uploads';

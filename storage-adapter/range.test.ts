@@ -1,0 +1,48 @@
+import { describe, expect, it } from 'vitest';
+import { COALESCE_GAP_BYTES, contentRangeHeader, decideRange, MAX_RANGES, unsatisfiedRangeHeader } from './range.ts';
+
+describe('decideRange', () => {
+  it.each([
+    ['absent', undefined, 1000, { kind: 'full' }],
+    ['first bytes', 'bytes=0-99', 1000, { kind: 'partial', ranges: [{ start: 0, end: 99 }] }],
+    ['open-ended', 'bytes=900-', 1000, { kind: 'partial', ranges: [{ start: 900, end: 999 }] }],
+    ['suffix', 'bytes=-100', 1000, { kind: 'partial', ranges: [{ start: 900, end: 999 }] }],
+    ['suffix longer than the file', 'bytes=-5000', 1000, { kind: 'partial', ranges: [{ start: 0, end: 999 }] }],
+    ['last-pos past the end is clamped', 'bytes=990-5000', 1000, { kind: 'partial', ranges: [{ start: 990, end: 999 }] }],
+    ['single last byte', 'bytes=999-999', 1000, { kind: 'partial', ranges: [{ start: 999, end: 999 }] }],
+    ['unit is case-insensitive, spaces allowed', 'Bytes = 0-1 , 500-501', 1000, { kind: 'partial', ranges: [{ start: 0, end: 1 }, { start: 500, end: 501 }] }],
+    ['several far apart keep the client order', 'bytes=500-599,0-99', 1000, { kind: 'partial', ranges: [{ start: 500, end: 599 }, { start: 0, end: 99 }] }],
+    ['overlapping are coalesced in ascending order', 'bytes=50-150,0-99', 1000, { kind: 'partial', ranges: [{ start: 0, end: 150 }] }],
+    ['adjacent are coalesced', 'bytes=0-9,10-19', 1000, { kind: 'partial', ranges: [{ start: 0, end: 19 }] }],
+    ['a small gap is coalesced', `bytes=0-9,${10 + COALESCE_GAP_BYTES}-200`, 1000, { kind: 'partial', ranges: [{ start: 0, end: 200 }] }],
+    ['a large gap is not', `bytes=0-9,${11 + COALESCE_GAP_BYTES}-200`, 1000, { kind: 'partial', ranges: [{ start: 0, end: 9 }, { start: 11 + COALESCE_GAP_BYTES, end: 200 }] }],
+    ['unsatisfiable specs are dropped', 'bytes=0-9,5000-6000', 1000, { kind: 'partial', ranges: [{ start: 0, end: 9 }] }],
+    ['empty list elements are ignored', 'bytes=0-9,,', 1000, { kind: 'partial', ranges: [{ start: 0, end: 9 }] }],
+    ['first-pos at size', 'bytes=1000-', 1000, { kind: 'unsatisfiable' }],
+    ['zero suffix', 'bytes=-0', 1000, { kind: 'unsatisfiable' }],
+    ['any range of an empty file', 'bytes=0-', 0, { kind: 'unsatisfiable' }],
+    ['suffix of an empty file', 'bytes=-10', 0, { kind: 'unsatisfiable' }],
+    ['huge first-pos', 'bytes=99999999999999999999999-', 1000, { kind: 'unsatisfiable' }],
+    ['huge last-pos is clamped', 'bytes=5-99999999999999999999999', 1000, { kind: 'partial', ranges: [{ start: 5, end: 999 }] }],
+    ['other unit is ignored', 'items=0-5', 1000, { kind: 'full' }],
+    ['last < first makes the field invalid', 'bytes=10-5', 1000, { kind: 'full' }],
+    ['garbage', 'bytes=abc', 1000, { kind: 'full' }],
+    ['negative numbers', 'bytes=--5', 1000, { kind: 'full' }],
+    ['no equals sign', 'bytes 0-5', 1000, { kind: 'full' }],
+    ['empty set', 'bytes=', 1000, { kind: 'full' }],
+  ] as const)('%s', (_name, header, size, expected) => {
+    expect(decideRange(header, size)).toEqual(expected);
+  });
+
+  it(`ignores a header with more than ${MAX_RANGES} ranges and accepts exactly ${MAX_RANGES}`, () => {
+    const specs = (n: number) => Array.from({ length: n }, (_, i) => `${i * 1000}-${i * 1000 + 9}`).join(',');
+    expect(decideRange(`bytes=${specs(MAX_RANGES + 1)}`, 10_000_000)).toEqual({ kind: 'full' });
+    const accepted = decideRange(`bytes=${specs(MAX_RANGES)}`, 10_000_000);
+    expect(accepted.kind === 'partial' && accepted.ranges.length).toBe(MAX_RANGES);
+  });
+
+  it('formats Content-Range', () => {
+    expect(contentRangeHeader({ start: 0, end: 99 }, 1000)).toBe('bytes 0-99/1000');
+    expect(unsatisfiedRangeHeader(1000)).toBe('bytes */1000');
+  });
+});
