@@ -5,13 +5,13 @@
  */
 import type { Logger } from 'pino';
 import type { Clock } from '../clock.ts';
-import { RateLimitError } from './errors.ts';
 import { ALLOW_NOTHING_MATCHED, buildPlan, failOpen, summarize, type Mode, type Plan, type RateLimitResult } from './evaluate.ts';
 import { banKey, counterBase, counterKey, windowStartMs } from './keys.ts';
 import { applicableRules, type Identifier } from './match.ts';
 import { noMetrics, type RateLimitMetrics } from './metrics.ts';
 import type { Rule } from './rules.ts';
 import type { CounterStore } from './store.ts';
+import { withTimeout } from './timeout.ts';
 
 export interface LimiterDeps {
   store: CounterStore;
@@ -28,8 +28,11 @@ export interface LimiterDeps {
 
 export interface LimiterDefinition {
   name: string;
-  /** Ordered rules, or a function returning the current ones (the tiered rule store's replica). */
-  rules: readonly Rule[] | (() => readonly Rule[]);
+  /**
+   * Ordered rules, or a function returning the current ones for an identifier (the tiered rule
+   * store's replica; with Phase 3 a remote layer in front of it, see rule-provider.ts).
+   */
+  rules: readonly Rule[] | ((identifier: Identifier) => readonly Rule[]);
 }
 
 export interface Limiter {
@@ -43,14 +46,6 @@ export interface Limiter {
 }
 
 export const DEFAULT_TIMEOUT_MS = 100;
-
-function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new RateLimitError('store_timeout', `the rate-limit store did not answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
 
 export function createLimiter(deps: LimiterDeps, definition: LimiterDefinition): Limiter {
   const { store, clock, log } = deps;
@@ -78,7 +73,7 @@ export function createLimiter(deps: LimiterDeps, definition: LimiterDefinition):
 
   const run = async (identifier: Identifier, cost: number, mode: Mode): Promise<RateLimitResult> => {
     if (!(Number.isFinite(cost) && cost >= 0)) throw new RangeError(`cost must be a finite number >= 0, got ${cost}`);
-    const applicable = applicableRules(rulesNow(), identifier);
+    const applicable = applicableRules(rulesNow(identifier), identifier);
     if (applicable.length === 0) return ALLOW_NOTHING_MATCHED;
     const nowMs = clock.wallMs();
     let plan: Plan;
@@ -113,7 +108,7 @@ export function createLimiter(deps: LimiterDeps, definition: LimiterDefinition):
     async clear(identifier) {
       const nowMs = clock.wallMs();
       const keys: string[] = [];
-      for (const rule of rulesNow()) {
+      for (const rule of rulesNow(identifier)) {
         if (rule.action === 'skip') continue;
         const base = counterBase(prefix, name, rule.name, rule.characteristics, identifier);
         const period = typeof rule.periodS === 'function' ? rule.periodS() : rule.periodS;
