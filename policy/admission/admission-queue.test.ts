@@ -1,0 +1,167 @@
+import { describe, expect, it } from 'vitest';
+import { ManualClock } from '../clock.ts';
+import type { PolicyError } from '../errors.ts';
+import { ManualTimers, settle } from '../timers.ts';
+import { AdmissionQueue, type AdmissionQueueOptions, type Release } from './admission-queue.ts';
+
+function setup(options: Partial<AdmissionQueueOptions> = {}) {
+  const clock = new ManualClock();
+  const timers = new ManualTimers(clock);
+  const queue = new AdmissionQueue({ maxDownloads: 256, queueLength: 64, waitMs: 30_000, timers, ...options });
+  return { queue, timers };
+}
+
+function track(promise: Promise<Release>) {
+  const seen: { release: Release | null; error: unknown } = { release: null, error: undefined };
+  promise.then(
+    (release) => (seen.release = release),
+    (err: unknown) => (seen.error = err),
+  );
+  return seen;
+}
+
+describe('AdmissionQueue', () => {
+  it('defaults: 4 downloads and 1 upload per principal; the 5th download waits for a release', async () => {
+    const { queue } = setup();
+    const releases = await Promise.all([1, 2, 3, 4].map(() => queue.acquire('p', 'download')));
+    const fifth = track(queue.acquire('p', 'download'));
+    const upload = await queue.acquire('p', 'upload');
+    const secondUpload = track(queue.acquire('p', 'upload'));
+    await settle();
+    expect(fifth.release).toBeNull();
+    expect(secondUpload.release).toBeNull();
+    expect(queue.snapshot()).toEqual({
+      downloads: { active: 4, queued: 1, rejected: 0 },
+      uploads: { active: 1, queued: 1, rejected: 0 },
+      closed: false,
+    });
+    releases[0]!();
+    upload();
+    await settle();
+    expect(fifth.release).not.toBeNull();
+    expect(secondUpload.release).not.toBeNull();
+    expect(queue.snapshot().downloads).toEqual({ active: 4, queued: 0, rejected: 0 });
+  });
+
+  it('caps downloads per principal at min(4, maxDownloads) by default', async () => {
+    const { queue } = setup({ maxDownloads: 2 });
+    await queue.acquire('p', 'download');
+    await queue.acquire('p', 'download');
+    const third = track(queue.acquire('p', 'download'));
+    await settle();
+    expect(third.release).toBeNull();
+  });
+
+  it('a principal with a free slot passes one blocked on its own cap (no head-of-line blocking)', async () => {
+    const { queue } = setup({ maxDownloads: 10, maxDownloadsPerPrincipal: 1 });
+    await queue.acquire('a', 'download');
+    const aWaits = track(queue.acquire('a', 'download'));
+    const b = track(queue.acquire('b', 'download'));
+    await settle();
+    expect(aWaits.release).toBeNull();
+    expect(b.release).not.toBeNull();
+  });
+
+  it('the process-wide download cap is handed out round-robin over principals whose own slot is free', async () => {
+    const { queue } = setup({ maxDownloads: 2, maxDownloadsPerPrincipal: 2 });
+    const first = await queue.acquire('a', 'download');
+    const second = await queue.acquire('a', 'download');
+    const order: string[] = [];
+    const waiters = ['a', 'a', 'b', 'c'].map((principal) => queue.acquire(principal, 'download').then((release) => (order.push(principal), release)));
+    await settle();
+    expect(queue.snapshot().downloads).toEqual({ active: 2, queued: 4, rejected: 0 });
+    first();
+    await settle();
+    second();
+    await settle();
+    expect(order).toEqual(['a', 'b']);
+    for (const release of await Promise.all(waiters.slice(0, 1).concat(waiters.slice(2, 3)))) release();
+    await settle();
+    expect(order).toEqual(['a', 'b', 'c', 'a']);
+  });
+
+  it('bounds the queue per principal and kind: beyond it, busy with retry-after', async () => {
+    const { queue } = setup({ maxDownloadsPerPrincipal: 1, queueLength: 2 });
+    await queue.acquire('p', 'download');
+    const waiting = [track(queue.acquire('p', 'download')), track(queue.acquire('p', 'download'))];
+    const refused = await queue.acquire('p', 'download').catch((err: PolicyError) => err);
+    expect(refused).toMatchObject({ code: 'busy', headers: { 'retry-after': '1' } });
+    // Another principal has its own queue.
+    await queue.acquire('q', 'download');
+    expect(track(queue.acquire('q', 'download')).error).toBeUndefined();
+    await settle();
+    expect(waiting.every((w) => w.release === null && w.error === undefined)).toBe(true);
+    expect(queue.snapshot().downloads).toEqual({ active: 2, queued: 3, rejected: 1 });
+  });
+
+  it('bounds the wait: after waitMs the request is busy, and counted', async () => {
+    const { queue, timers } = setup({ waitMs: 30_000 });
+    await queue.acquire('p', 'upload');
+    const waiting = track(queue.acquire('p', 'upload'));
+    await timers.advance(29_999);
+    expect(waiting.error).toBeUndefined();
+    await timers.advance(1);
+    expect(waiting.error).toMatchObject({ code: 'busy', headers: { 'retry-after': '1' } });
+    expect(queue.snapshot().uploads).toEqual({ active: 1, queued: 0, rejected: 1 });
+    expect(timers.size).toBe(0);
+  });
+
+  it('with queueLength 0 or waitMs 0 nothing waits', async () => {
+    for (const options of [{ queueLength: 0 }, { waitMs: 0 }]) {
+      const { queue } = setup(options);
+      await queue.acquire('p', 'upload');
+      await expect(queue.acquire('p', 'upload')).rejects.toMatchObject({ code: 'busy' });
+    }
+  });
+
+  it('an aborted wait leaves the queue without taking a slot', async () => {
+    const { queue, timers } = setup();
+    const release = await queue.acquire('p', 'upload');
+    const controller = new AbortController();
+    const waiting = queue.acquire('p', 'upload', controller.signal);
+    controller.abort(new Error('client went away'));
+    await expect(waiting).rejects.toThrow('client went away');
+    expect(timers.size).toBe(0);
+    release();
+    expect(queue.snapshot().uploads).toEqual({ active: 0, queued: 0, rejected: 0 });
+    await expect(queue.acquire('p', 'upload', AbortSignal.abort(new Error('gone')))).rejects.toThrow('gone');
+  });
+
+  it('release is idempotent', async () => {
+    const { queue } = setup({ maxDownloadsPerPrincipal: 1 });
+    const release = await queue.acquire('p', 'download');
+    const other = await queue.acquire('q', 'download');
+    release();
+    release();
+    expect(queue.snapshot().downloads.active).toBe(1);
+    other();
+    expect(queue.snapshot().downloads.active).toBe(0);
+  });
+
+  it('close(): waiting requests get unavailable, new ones too; held slots still release', async () => {
+    const { queue, timers } = setup();
+    const release = await queue.acquire('p', 'upload');
+    const waiting = queue.acquire('p', 'upload');
+    queue.close();
+    await expect(waiting).rejects.toMatchObject({ code: 'unavailable' });
+    await expect(queue.acquire('q', 'download')).rejects.toMatchObject({ code: 'unavailable' });
+    expect(timers.size).toBe(0);
+    release();
+    expect(queue.snapshot()).toEqual({
+      downloads: { active: 0, queued: 0, rejected: 0 },
+      uploads: { active: 0, queued: 0, rejected: 0 },
+      closed: true,
+    });
+  });
+
+  it('the snapshot holds aggregates only, never a principal id', async () => {
+    const { queue } = setup();
+    await queue.acquire('principal-secret-id', 'download');
+    expect(JSON.stringify(queue.snapshot())).not.toContain('principal-secret-id');
+  });
+
+  it('refuses nonsense options', () => {
+    expect(() => new AdmissionQueue({ maxDownloads: 0 })).toThrow(/maxDownloads/);
+    expect(() => new AdmissionQueue({ maxDownloads: 1, queueLength: -1 })).toThrow(/queueLength/);
+  });
+});
