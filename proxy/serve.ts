@@ -2,11 +2,13 @@ import { mkdir } from 'node:fs/promises';
 import type { Logger } from 'pino';
 import { pendingMigrations, migrate } from '../migrations/runner.ts';
 import { systemClock } from '../policy/clock.ts';
+import { Coordinator } from '../policy/lease/coordinator.ts';
 import { buildApp } from './app.ts';
 import { ConfigError, loadConfig, type Config } from './config.ts';
 import { openDatabase, type Database } from './database.ts';
 import { createGatewayServer, type GatewayServer } from './http-server.ts';
 import { Lifecycle } from './lifecycle.ts';
+import { readOnlyGate } from './read-only-gate.ts';
 import { createLogger } from './logger.ts';
 import type { Services } from './services.ts';
 
@@ -67,6 +69,7 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
   process.on('SIGINT', onSignal);
 
   let built: Services | undefined;
+  let coordinator: Coordinator | undefined;
   try {
     checkProfile(config);
     await mkdir(config.dataDir, { recursive: true });
@@ -81,12 +84,15 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
       }
     }
     if (signals > 0) return await finish(log, built, server, database, config, EXIT.ok);
+    coordinator = await openCoordinator(config, database.url, log);
+    coordinator.onFenced(() => lifecycle.set('fenced', 'lease lost'));
     built = {
       config,
       log,
       pool: database.pool,
       databaseUrl: database.url,
       isEmbeddedDatabase: database.embedded !== undefined,
+      coordinator,
       clock: systemClock,
       lifecycle,
       preClose: [],
@@ -94,16 +100,36 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
       readiness: [],
     };
     const app = await buildApp(built);
-    server = createGatewayServer({ routes: app.routes, gates: app.gates, log });
+    const gates = config.role === 'reader' ? [readOnlyGate, ...app.gates] : app.gates;
+    server = createGatewayServer({ routes: app.routes, gates, log });
     const address = await server.listen(config.port, config.host);
     if (signals === 0) lifecycle.set('serving');
     log.info({ role: config.role, url: `http://${address.address}:${address.port}`, port: address.port }, 'listening');
   } catch (err) {
     logStartupFailure(log, err);
-    return await finish(log, built, server, database, config, EXIT.failure);
+    return await finish(log, built, server, database, config, EXIT.failure, coordinator);
   }
   await stopSignal;
-  return await finish(log, built, server, database, config, EXIT.ok);
+  return await finish(log, built, server, database, config, EXIT.ok, coordinator);
+}
+
+/** Barriers, the stored policy and (shared profile) the slot lease, on a connection of their own. */
+async function openCoordinator(config: Config, databaseUrl: string, log: Logger): Promise<Coordinator> {
+  const role = config.role === 'reader' ? 'reader' : 'api';
+  return Coordinator.open({
+    databaseUrl,
+    role,
+    clock: systemClock,
+    log: log.child({ component: 'lease' }),
+    ...(config.shared
+      ? {
+          shared: {
+            slot: config.shared.slot,
+            policy: { slots: config.shared.slots, downloadBytesPerSec: config.shared.downloadBytesPerSec, downloadBytesPerSecPerPrincipal: config.shared.downloadBytesPerSecPerPrincipal },
+          },
+        }
+      : {}),
+  });
 }
 
 function logStartupFailure(log: Logger, err: unknown): void {
@@ -112,7 +138,7 @@ function logStartupFailure(log: Logger, err: unknown): void {
   process.stderr.write(`arkvory: cannot start: ${message}\n`);
 }
 
-async function finish(log: Logger, services: Services | undefined, server: GatewayServer | undefined, database: Database | undefined, config: Config, code: number): Promise<number> {
+async function finish(log: Logger, services: Services | undefined, server: GatewayServer | undefined, database: Database | undefined, config: Config, code: number, coordinator?: Coordinator): Promise<number> {
   try {
     for (const hook of services?.preClose ?? []) await hook();
     if (server) await server.close(config.shutdownTimeoutMs);
@@ -120,6 +146,7 @@ async function finish(log: Logger, services: Services | undefined, server: Gatew
   } catch (err) {
     log.error({ err }, 'shutdown step failed');
   }
+  await coordinator?.close();
   if (database) await database.close();
   log.info({ code }, 'stopped');
   return code;

@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { Clock } from '../policy/clock.ts';
+import type { Coordinator } from '../policy/lease/coordinator.ts';
 import type { Config } from './config.ts';
 import type { Lifecycle } from './lifecycle.ts';
 
@@ -13,6 +14,8 @@ export interface Services {
   readonly databaseUrl: string;
   /** True when PostgreSQL is the embedded default (standalone, first-run conveniences apply). */
   readonly isEmbeddedDatabase: boolean;
+  /** Barriers and (shared profile) the slot lease; `isPermitted()` is false once fenced. */
+  readonly coordinator: Coordinator;
   readonly clock: Clock;
   readonly lifecycle: Lifecycle;
   /** Run first on shutdown, before in-flight requests are awaited (admission queues close here). */

@@ -32,7 +32,7 @@ export function healthRoutes(services: Services): Route[] {
           status: lifecycle.isServing ? 'ready' : lifecycle.state,
           role: config.role,
           writable: config.role === 'api',
-          sharedDownloads: null,
+          sharedDownloads: services.coordinator.snapshot(),
         };
         for (const provider of services.readiness) Object.assign(body, provider());
         sendJson(res, lifecycle.isServing ? 200 : 503, body);

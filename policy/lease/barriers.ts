@@ -1,0 +1,42 @@
+/**
+ * Session advisory locks that keep roles exclusive. They live on a connection of their own that a
+ * gateway holds from start to stop, so PostgreSQL releases them only when that process's session
+ * ends (or its TCP keepalive gives up on it).
+ *
+ * Keys use the two-int4 form (class 'ARKV', object id): a separate lock space from the migration lock.
+ */
+import type pg from 'pg';
+
+const LOCK_CLASS = 0x41524b56; // 'ARKV'
+export const BARRIERS = {
+  /** Exclusive: one writer per database. */
+  writer: 1,
+  /** Shared by every running gateway and worker; offline maintenance takes it exclusively. */
+  maintenance: 2,
+  /** Exclusive: one active completion worker per database. */
+  worker: 3,
+} as const;
+export type Barrier = keyof typeof BARRIERS;
+
+export async function tryLockExclusive(client: pg.ClientBase, barrier: Barrier): Promise<boolean> {
+  const r = await client.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1, $2) AS ok', [LOCK_CLASS, BARRIERS[barrier]]);
+  return r.rows[0]!.ok;
+}
+
+export async function tryLockShared(client: pg.ClientBase, barrier: Barrier): Promise<boolean> {
+  const r = await client.query<{ ok: boolean }>('SELECT pg_try_advisory_lock_shared($1, $2) AS ok', [LOCK_CLASS, BARRIERS[barrier]]);
+  return r.rows[0]!.ok;
+}
+
+export async function unlockExclusive(client: pg.ClientBase, barrier: Barrier): Promise<void> {
+  await client.query('SELECT pg_advisory_unlock($1, $2)', [LOCK_CLASS, BARRIERS[barrier]]);
+}
+
+/** How many sessions hold a barrier now (any mode), for diagnostics and `policy reset`. */
+export async function barrierHolders(client: pg.ClientBase | pg.Pool, barrier: Barrier): Promise<number> {
+  const r = await client.query<{ n: number }>(
+    `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 2 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+    [LOCK_CLASS, BARRIERS[barrier]],
+  );
+  return r.rows[0]!.n;
+}

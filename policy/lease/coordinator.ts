@@ -1,0 +1,228 @@
+/**
+ * A gateway's standing in the database, on a connection of its own held from start to stop (the
+ * shared pool may be busy longer than a lease lasts):
+ * - barriers: the writer lock (one writer per database, standalone included) and the shared
+ *   maintenance barrier (offline maintenance refuses while any gateway runs);
+ * - the stored download policy check;
+ * - in the shared profile, the slot lease: acquired at start (waiting out a stopped owner's
+ *   reservation, refusing a live one), renewed 2 s after each confirmation, fenced for good when
+ *   the permit lapses or the database no longer holds it.
+ * Losing the connection loses the barriers, so it fences too.
+ */
+import { randomUUID } from 'node:crypto';
+import pg from 'pg';
+import type { Logger } from 'pino';
+import type { Clock } from '../clock.ts';
+import { tryLockExclusive, tryLockShared } from './barriers.ts';
+import { checkPolicy, PolicyRefusal, type DownloadPolicy } from './download-policy.ts';
+import { acquired, confirmRenewal, isPermitValid, nextRenewalAt, observe, renewalRejected, RESERVATION_MS, type Instant, type PermitState } from './lease-permit.ts';
+
+export interface CoordinatorOptions {
+  databaseUrl: string;
+  role: 'api' | 'reader';
+  /** Shared profile only. */
+  shared?: { slot: number; policy: DownloadPolicy; advertiseUrl?: string };
+  clock: Clock;
+  log: Logger;
+  /** Longest wait for a stopped owner's reservation to expire. */
+  acquireTimeoutMs?: number;
+  /** How long to watch a holder before calling it live (it renews every 2 s). */
+  liveCheckMs?: number;
+  retryAfterErrorMs?: number;
+}
+
+export class SlotBusy extends PolicyRefusal {}
+
+export class Coordinator {
+  readonly owner = randomUUID();
+  readonly #options: CoordinatorOptions;
+  readonly #client: pg.Client;
+  #permit: PermitState | undefined;
+  #fencedReason: string | undefined;
+  #renewTimer: NodeJS.Timeout | undefined;
+  #expiryTimer: NodeJS.Timeout | undefined;
+  #renewing = false;
+  #closed = false;
+  readonly #fenceListeners: Array<(reason: string) => void> = [];
+
+  private constructor(options: CoordinatorOptions) {
+    this.#options = options;
+    this.#client = new pg.Client({ connectionString: options.databaseUrl, application_name: `arkvory-${options.role}-lease`, keepAlive: true, keepAliveInitialDelayMillis: 5000, connectionTimeoutMillis: 10_000 });
+  }
+
+  static async open(options: CoordinatorOptions): Promise<Coordinator> {
+    const c = new Coordinator(options);
+    try {
+      await c.#start();
+    } catch (err) {
+      c.#closed = true;
+      await c.#client.end().catch(() => {});
+      throw err;
+    }
+    return c;
+  }
+
+  #now(): Instant {
+    return { monotonicMs: this.#options.clock.monotonicMs(), wallMs: this.#options.clock.wallMs() };
+  }
+
+  async #start(): Promise<void> {
+    const { role, shared, log } = this.#options;
+    await this.#client.connect();
+    this.#client.on('error', (err) => this.#fence(`the lease connection failed: ${err.message}`));
+    this.#client.on('end', () => {
+      if (!this.#closed) this.#fence('the lease connection closed');
+    });
+    if (role === 'api' && !(await tryLockExclusive(this.#client, 'writer'))) {
+      throw new PolicyRefusal('another writer (ARKVORY_ROLE=api) is running on this database; only one writer may run at a time');
+    }
+    if (!(await tryLockShared(this.#client, 'maintenance'))) {
+      throw new PolicyRefusal('offline maintenance (scrub/gc) holds the maintenance barrier on this database; start the gateway after it finishes');
+    }
+    await checkPolicy(this.#client, role, shared?.policy);
+    if (shared) {
+      await this.#acquire(shared.slot);
+      log.info({ slot: shared.slot, slots: shared.policy.slots, owner: this.owner, generation: this.generation }, 'slot lease acquired');
+    }
+  }
+
+  get generation(): number | undefined {
+    return this.#permit?.kind === 'held' ? this.#permit.generation : undefined;
+  }
+
+  /** True while this process may grant payload: standalone until fenced; shared while the permit is valid. */
+  isPermitted(): boolean {
+    if (this.#fencedReason !== undefined) return false;
+    if (!this.#options.shared) return true;
+    if (!this.#permit) return false;
+    const now = this.#now();
+    if (isPermitValid(this.#permit, now)) return true;
+    this.#apply(observe(this.#permit, now));
+    return false;
+  }
+
+  get fencedReason(): string | undefined {
+    return this.#fencedReason;
+  }
+
+  onFenced(listener: (reason: string) => void): void {
+    this.#fenceListeners.push(listener);
+  }
+
+  /** For /health/ready: `sharedDownloads` (null in standalone). */
+  snapshot(): { slot: number; slots: number; active: boolean; leaseSeconds: number } | null {
+    const shared = this.#options.shared;
+    if (!shared) return null;
+    return { slot: shared.slot, slots: shared.policy.slots, active: this.isPermitted(), leaseSeconds: RESERVATION_MS / 1000 };
+  }
+
+  async #tryAcquire(slot: number): Promise<{ generation: number } | undefined> {
+    const shared = this.#options.shared!;
+    const r = await this.#client.query<{ generation: string }>(
+      `INSERT INTO arkvory_gateway_leases AS l (slot, owner, generation, role, advertise_url, acquired_at, renewed_at, expires_at)
+       VALUES ($1, $2, 1, $3, $4, clock_timestamp(), clock_timestamp(), clock_timestamp() + make_interval(secs => $5::double precision / 1000))
+       ON CONFLICT (slot) DO UPDATE SET owner = EXCLUDED.owner, generation = l.generation + 1, role = EXCLUDED.role,
+         advertise_url = EXCLUDED.advertise_url, acquired_at = EXCLUDED.acquired_at, renewed_at = EXCLUDED.renewed_at, expires_at = EXCLUDED.expires_at
+       WHERE l.expires_at <= clock_timestamp()
+       RETURNING generation::text`,
+      [slot, this.owner, this.#options.role, shared.advertiseUrl ?? null, RESERVATION_MS],
+    );
+    return r.rows[0] ? { generation: Number(r.rows[0].generation) } : undefined;
+  }
+
+  async #acquire(slot: number): Promise<void> {
+    const { clock, log } = this.#options;
+    const timeoutMs = this.#options.acquireTimeoutMs ?? 15_000;
+    const liveCheckMs = this.#options.liveCheckMs ?? 2_500;
+    const startedMono = clock.monotonicMs();
+    let firstSeen: { renewedAt: string; owner: string; atMono: number } | undefined;
+    let waitingLogged = false;
+    for (;;) {
+      const requestStartedAt = this.#now();
+      const got = await this.#tryAcquire(slot);
+      if (got) {
+        this.#apply(acquired(got.generation, requestStartedAt, this.#now()));
+        this.#schedule();
+        return;
+      }
+      const holder = await this.#client.query<{ owner: string; renewed_at: string; remaining_ms: number }>(
+        `SELECT owner::text, renewed_at::text, greatest(0, extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8 AS remaining_ms FROM arkvory_gateway_leases WHERE slot = $1`,
+        [slot],
+      );
+      const row = holder.rows[0];
+      if (!row) continue;
+      const nowMono = clock.monotonicMs();
+      if (!firstSeen) firstSeen = { renewedAt: row.renewed_at, owner: row.owner, atMono: nowMono };
+      else if (row.renewed_at !== firstSeen.renewedAt || row.owner !== firstSeen.owner) {
+        throw new SlotBusy(`slot ${slot} is held by a running gateway that keeps renewing it; give this process another ARKVORY_GATEWAY_SLOT or stop the other one`);
+      }
+      if (!waitingLogged) {
+        log.info({ slot, remainingMs: Math.round(row.remaining_ms) }, 'slot reserved by an earlier owner; waiting for its reservation to expire');
+        waitingLogged = true;
+      }
+      if (nowMono - startedMono >= timeoutMs) throw new SlotBusy(`slot ${slot} stayed reserved for ${timeoutMs / 1000} s; is another gateway using it?`);
+      // Look again when the live check is due or the reservation ends, whichever is first.
+      const untilLiveCheck = firstSeen.atMono + liveCheckMs - nowMono;
+      const wait = Math.max(20, Math.min(row.remaining_ms + 20, untilLiveCheck > 0 ? untilLiveCheck : row.remaining_ms + 20, timeoutMs - (nowMono - startedMono)));
+      await new Promise((resolve) => setTimeout(resolve, wait));
+    }
+  }
+
+  #apply(next: PermitState): void {
+    this.#permit = next;
+    if (next.kind === 'fenced') this.#fence(next.reason);
+  }
+
+  #fence(reason: string): void {
+    if (this.#fencedReason !== undefined || this.#closed) return;
+    this.#fencedReason = reason;
+    clearTimeout(this.#renewTimer);
+    clearTimeout(this.#expiryTimer);
+    this.#options.log.error({ reason, owner: this.owner }, 'fenced: this gateway lost its lease or database ownership and will not serve again; restart it');
+    for (const listener of this.#fenceListeners) listener(reason);
+  }
+
+  #schedule(): void {
+    if (this.#closed || !this.#permit || this.#permit.kind !== 'held') return;
+    clearTimeout(this.#renewTimer);
+    clearTimeout(this.#expiryTimer);
+    const nowMono = this.#options.clock.monotonicMs();
+    const renewAt = nextRenewalAt(this.#permit)!;
+    this.#renewTimer = setTimeout(() => void this.#renew(), Math.max(0, renewAt - nowMono));
+    // Fence on time even while a renewal hangs on a slow link.
+    this.#expiryTimer = setTimeout(() => this.isPermitted(), Math.max(0, this.#permit.validUntil.monotonicMs - nowMono) + 1);
+  }
+
+  async #renew(): Promise<void> {
+    if (this.#renewing || this.#closed || !this.#permit || this.#permit.kind !== 'held') return;
+    const shared = this.#options.shared!;
+    this.#renewing = true;
+    const requestStartedAt = this.#now();
+    try {
+      const r = await this.#client.query(
+        `UPDATE arkvory_gateway_leases SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + make_interval(secs => $4::double precision / 1000)
+         WHERE slot = $1 AND owner = $2 AND generation = $3 AND expires_at > clock_timestamp() RETURNING slot`,
+        [shared.slot, this.owner, this.#permit.generation, RESERVATION_MS],
+      );
+      if (this.#fencedReason !== undefined) return;
+      this.#apply(r.rowCount ? confirmRenewal(this.#permit, requestStartedAt, this.#now()) : renewalRejected(this.#permit));
+      this.#schedule();
+    } catch (err) {
+      if (this.#fencedReason !== undefined || this.#closed) return;
+      this.#options.log.warn({ err: { message: (err as Error).message } }, 'lease renewal failed; retrying while the permit lasts');
+      this.#apply(observe(this.#permit, this.#now()));
+      clearTimeout(this.#renewTimer);
+      this.#renewTimer = setTimeout(() => void this.#renew(), this.#options.retryAfterErrorMs ?? 500);
+    } finally {
+      this.#renewing = false;
+    }
+  }
+
+  /** Stops renewing and closes the connection. The database reservation is left to expire on its own. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    clearTimeout(this.#renewTimer);
+    clearTimeout(this.#expiryTimer);
+    await this.#client.end().catch(() => {});
+  }
+}
