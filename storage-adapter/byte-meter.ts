@@ -1,0 +1,8 @@
+/**
+ * What the bandwidth governors hand to a transfer (structurally the same as policy/bandwidth's
+ * meter; storage-adapter does not import policy). `take` resolves when `bytes` may pass.
+ */
+export interface ByteMeter {
+  readonly quantumBytes: number;
+  take(bytes: number, signal?: AbortSignal): Promise<void>;
+}

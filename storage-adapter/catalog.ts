@@ -1,0 +1,108 @@
+/**
+ * The artifact catalog in PostgreSQL: which name in which repository points at which blob. A row
+ * is inserted only after its blob is durable, so a reader that finds a row finds whole bytes.
+ */
+import type pg from 'pg';
+
+export const ARTIFACT_KINDS = ['artifact', 'package', 'asset'] as const;
+export type ArtifactKind = (typeof ARTIFACT_KINDS)[number];
+
+/** Names one published object. `version`/`asset` are '' where the kind has none. */
+export interface ArtifactKey {
+  readonly repository: string;
+  readonly kind: ArtifactKind;
+  readonly name: string;
+  readonly version: string;
+  readonly asset: string;
+}
+
+export interface CatalogEntry extends ArtifactKey {
+  readonly sha256: string;
+  readonly sizeBytes: number;
+  readonly contentType: string;
+  readonly publishedBy: string | null;
+  /** Whole seconds (the column is truncated), so Last-Modified round-trips exactly. */
+  readonly createdAtMs: number;
+}
+
+export type NewCatalogEntry = Omit<CatalogEntry, 'createdAtMs'>;
+
+interface Row {
+  repository: string;
+  kind: ArtifactKind;
+  name: string;
+  version: string;
+  asset: string;
+  sha256: string;
+  size_bytes: string;
+  content_type: string;
+  published_by: string | null;
+  created_at: Date;
+}
+
+const COLUMNS = 'repository, kind, name, version, asset, sha256, size_bytes, content_type, published_by, created_at';
+
+function toEntry(row: Row): CatalogEntry {
+  return {
+    repository: row.repository,
+    kind: row.kind,
+    name: row.name,
+    version: row.version,
+    asset: row.asset,
+    sha256: row.sha256,
+    sizeBytes: Number(row.size_bytes),
+    contentType: row.content_type,
+    publishedBy: row.published_by,
+    createdAtMs: row.created_at.getTime(),
+  };
+}
+
+function keyParams(key: ArtifactKey): string[] {
+  return [key.repository, key.kind, key.name, key.version, key.asset];
+}
+
+const KEY_WHERE = 'repository = $1 AND kind = $2 AND name = $3 AND version = $4 AND asset = $5';
+
+export interface Catalog {
+  get(key: ArtifactKey): Promise<CatalogEntry | undefined>;
+  /** Inserts in one statement; returns the row now stored under the key (ours or an earlier one). */
+  insertOrGet(entry: NewCatalogEntry): Promise<{ inserted: boolean; entry: CatalogEntry }>;
+  /** Removes the catalog row only; the blob stays until offline gc. */
+  remove(key: ArtifactKey): Promise<boolean>;
+  /** Every sha256 some row references (for gc and tests). */
+  referencedBlobs(): Promise<Set<string>>;
+}
+
+export function createCatalog(pool: pg.Pool): Catalog {
+  return {
+    async get(key) {
+      const { rows } = await pool.query<Row>(`SELECT ${COLUMNS} FROM arkvory_artifacts WHERE ${KEY_WHERE}`, keyParams(key));
+      return rows[0] ? toEntry(rows[0]) : undefined;
+    },
+    async insertOrGet(entry) {
+      // One statement is one transaction: either our row is inserted, or we read the winner's.
+      const { rows } = await pool.query<Row & { inserted: boolean }>(
+        `WITH ins AS (
+           INSERT INTO arkvory_artifacts (repository, kind, name, version, asset, sha256, size_bytes, content_type, published_by)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+           ON CONFLICT (repository, kind, name, version, asset) DO NOTHING
+           RETURNING ${COLUMNS}
+         )
+         SELECT ${COLUMNS}, true AS inserted FROM ins`,
+        [...keyParams(entry), entry.sha256, entry.sizeBytes, entry.contentType, entry.publishedBy],
+      );
+      if (rows[0]) return { inserted: true, entry: toEntry(rows[0]) };
+      const existing = await this.get(entry);
+      if (!existing) throw new Error('catalog row vanished between insert and read');
+      return { inserted: false, entry: existing };
+    },
+    async remove(key) {
+      const result = await pool.query(`DELETE FROM arkvory_artifacts WHERE ${KEY_WHERE}`, keyParams(key));
+      return (result.rowCount ?? 0) > 0;
+    },
+    async referencedBlobs() {
+      const { rows } = await pool.query<{ sha256: string }>('SELECT DISTINCT sha256 FROM arkvory_artifacts');
+      return new Set(rows.map((r) => r.sha256));
+    },
+  };
+}

@@ -1,0 +1,146 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { Readable } from 'node:stream';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createRepository } from '../test/support/auth.ts';
+import { createTestDatabase, useTestDatabase } from '../test/support/database.ts';
+import { createCatalog, type ArtifactKey } from './catalog.ts';
+import { openFsStore } from './fs-store.ts';
+import { blobRelativePath } from './paths.ts';
+import { publishArtifact } from './publish.ts';
+
+const dirs: string[] = [];
+async function tempRoot(): Promise<string> {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'arkvory-store-'));
+  dirs.push(dir);
+  return dir;
+}
+afterEach(async () => {
+  for (const dir of dirs.splice(0)) await rm(dir, { recursive: true, force: true });
+});
+
+const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+const body = (b: Buffer) => Readable.from([b.subarray(0, 1000), b.subarray(1000)]);
+
+describe('storage identity', () => {
+  const db = useTestDatabase();
+
+  it('the writer creates root, layout, storage-id and the row; later starts verify; readers never create', async () => {
+    await db.pool.query('DELETE FROM arkvory_storage');
+    const root = path.join(await tempRoot(), 'nested', 'root');
+    await expect(openFsStore({ root, role: 'reader', pool: db.pool })).rejects.toMatchObject({ code: 'storage_mismatch' });
+    const store = await openFsStore({ root, role: 'writer', pool: db.pool });
+    const fileId = (await readFile(path.join(root, 'storage-id'), 'utf8')).trim();
+    const { rows } = await db.pool.query<{ id: string }>('SELECT id::text AS id FROM arkvory_storage');
+    expect(rows).toEqual([{ id: fileId }]);
+    expect(store.storageId).toBe(fileId);
+    for (const d of ['blobs/sha256', 'tmp', 'uploads']) expect((await stat(path.join(root, d))).isDirectory()).toBe(true);
+    expect((await openFsStore({ root, role: 'writer', pool: db.pool })).storageId).toBe(fileId);
+    const reader = await openFsStore({ root, role: 'reader', pool: db.pool });
+    expect(reader.writable).toBe(false);
+
+    // Another, empty root on the same database: refused with a message naming the fix.
+    const other = await tempRoot();
+    await expect(openFsStore({ root: other, role: 'writer', pool: db.pool })).rejects.toMatchObject({ code: 'storage_mismatch', message: expect.stringContaining('ARKVORY_DATA_DIR') });
+    expect(await readdir(other)).toEqual([]);
+    await expect(openFsStore({ root: other, role: 'reader', pool: db.pool })).rejects.toMatchObject({ code: 'storage_mismatch' });
+
+    // A root whose storage-id differs from the row: refused.
+    await writeFile(path.join(root, 'storage-id'), '00000000-0000-4000-8000-000000000000\n');
+    await expect(openFsStore({ root, role: 'writer', pool: db.pool })).rejects.toMatchObject({ code: 'storage_mismatch', message: expect.stringContaining('different installations') });
+    await writeFile(path.join(root, 'storage-id'), 'garbage\n');
+    await expect(openFsStore({ root, role: 'writer', pool: db.pool })).rejects.toMatchObject({ code: 'storage_mismatch' });
+  });
+
+  it('a root bound to another database is refused', async () => {
+    const other = await createTestDatabase();
+    try {
+      await db.pool.query('DELETE FROM arkvory_storage');
+      const root = await tempRoot();
+      await openFsStore({ root, role: 'writer', pool: db.pool });
+      await expect(openFsStore({ root, role: 'writer', pool: other.pool })).rejects.toMatchObject({ code: 'storage_mismatch', message: expect.stringContaining('ARKVORY_DATABASE_URL') });
+      const { rows } = await other.pool.query('SELECT id FROM arkvory_storage');
+      expect(rows).toEqual([]);
+    } finally {
+      await other.drop();
+    }
+  });
+
+  it('the writer empties tmp/ at start; a reader leaves it alone', async () => {
+    await db.pool.query('DELETE FROM arkvory_storage');
+    const root = await tempRoot();
+    await openFsStore({ root, role: 'writer', pool: db.pool });
+    await writeFile(path.join(root, 'tmp', 'left-over.upload'), 'x');
+    await mkdir(path.join(root, 'tmp', 'dir'));
+    await openFsStore({ root, role: 'reader', pool: db.pool });
+    expect((await readdir(path.join(root, 'tmp'))).sort()).toEqual(['dir', 'left-over.upload']);
+    await openFsStore({ root, role: 'writer', pool: db.pool });
+    expect(await readdir(path.join(root, 'tmp'))).toEqual([]);
+  });
+});
+
+describe('publish', () => {
+  const db = useTestDatabase();
+  const key = (name: string): ArtifactKey => ({ repository: 'store-test', kind: 'artifact', name, version: '', asset: '' });
+
+  async function setup() {
+    await db.pool.query('DELETE FROM arkvory_storage');
+    await createRepository(db.pool, 'store-test').catch(() => {});
+    const root = await tempRoot();
+    const store = await openFsStore({ root, role: 'writer', pool: db.pool });
+    return { root, store, catalog: createCatalog(db.pool) };
+  }
+
+  it('publishes once, answers unchanged for the same bytes and conflict for others; blobs are shared', async () => {
+    const { root, store, catalog } = await setup();
+    const bytes = randomBytes(70_000);
+    const first = await publishArtifact({ store, catalog }, { key: key('a'), body: body(bytes), contentType: 'text/plain', publishedBy: null, stage: { maxBytes: 1e6 } });
+    expect(first).toMatchObject({ outcome: 'created', entry: { sha256: sha256(bytes), sizeBytes: 70_000, contentType: 'text/plain' } });
+    expect(await readFile(path.join(root, blobRelativePath(sha256(bytes))))).toEqual(bytes);
+    const again = await publishArtifact({ store, catalog }, { key: key('a'), body: body(bytes), contentType: 'text/plain', publishedBy: null, stage: { maxBytes: 1e6 } });
+    expect(again.outcome).toBe('unchanged');
+    const other = randomBytes(10);
+    await expect(publishArtifact({ store, catalog }, { key: key('a'), body: body(other), contentType: 'text/plain', publishedBy: null, stage: { maxBytes: 1e6 } })).rejects.toMatchObject({ code: 'conflict' });
+    // Same bytes under a second name: one blob.
+    await publishArtifact({ store, catalog }, { key: key('b'), body: body(bytes), contentType: 'text/plain', publishedBy: null, stage: { maxBytes: 1e6 } });
+    expect(await catalog.referencedBlobs()).toEqual(new Set([sha256(bytes)]));
+    expect(await readdir(path.join(root, 'tmp'))).toEqual([]);
+  });
+
+  it.each([
+    ['a wrong digest', { expectedSha256: 'f'.repeat(64) }, 'invalid_request'],
+    ['a shorter body than declared', { expectedLength: 5001 }, 'invalid_request'],
+    ['a longer body than declared', { expectedLength: 4999 }, 'invalid_request'],
+    ['a body over the limit', { maxBytes: 4999 }, 'payload_too_large'],
+  ] as const)('%s publishes nothing and leaves tmp/ empty', async (_name, options, code) => {
+    const { root, store, catalog } = await setup();
+    const bytes = randomBytes(5000);
+    await expect(publishArtifact({ store, catalog }, { key: key('x'), body: body(bytes), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e6, ...options } })).rejects.toMatchObject({ code });
+    expect(await catalog.get(key('x'))).toBeUndefined();
+    expect(await store.hasBlob(sha256(bytes))).toBe(false);
+    expect(await readdir(path.join(root, 'tmp'))).toEqual([]);
+  });
+
+  it('an aborted body publishes nothing', async () => {
+    const { root, store, catalog } = await setup();
+    async function* broken() {
+      yield randomBytes(100_000);
+      throw Object.assign(new Error('aborted'), { code: 'ECONNRESET' });
+    }
+    await expect(publishArtifact({ store, catalog }, { key: key('y'), body: broken(), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e6 } })).rejects.toThrow('aborted');
+    expect(await catalog.get(key('y'))).toBeUndefined();
+    expect(await readdir(path.join(root, 'tmp'))).toEqual([]);
+    expect(await readdir(path.join(root, 'blobs', 'sha256'))).toEqual([]);
+  });
+
+  it('charges an upload meter in quanta before accepting bytes', async () => {
+    const { store, catalog } = await setup();
+    const taken: number[] = [];
+    const meter = { quantumBytes: 4096, take: async (n: number) => void taken.push(n) };
+    await publishArtifact({ store, catalog }, { key: key('m'), body: body(randomBytes(10_000)), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e6, meter } });
+    expect(taken.reduce((a, b) => a + b, 0)).toBe(10_000);
+    expect(Math.max(...taken)).toBeLessThanOrEqual(4096);
+  });
+});

@@ -1,0 +1,230 @@
+/**
+ * The filesystem store: content-addressed immutable blobs under `blobs/sha256/ab/cd/<hex>`,
+ * uploads in progress under `tmp/` (same filesystem, so publishing is a link). Opening as writer
+ * creates the layout and the storage identity and empties `tmp/`; a reader only verifies.
+ */
+import { createHash, randomUUID } from 'node:crypto';
+import { link, mkdir, open, readdir, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
+import path from 'node:path';
+import type pg from 'pg';
+import type { ByteMeter } from './byte-meter.ts';
+import { StorageError, storageErrorFromErrno } from './errors.ts';
+import { fsyncDirectory } from './fs-sync.ts';
+import { ensureStorageIdentity, type StorageRole } from './identity.ts';
+import { BLOBS_DIR, blobRelativePath, isSha256Hex, resolveInsideRoot, TMP_DIR, UPLOADS_DIR } from './paths.ts';
+
+/** Body bytes are gathered up to this size before one write call (fewer syscalls, same memory bound). */
+const WRITE_BATCH_BYTES = 1024 * 1024;
+
+export interface StageOptions {
+  /** Larger bodies fail with `payload_too_large` as soon as the limit is crossed. */
+  readonly maxBytes: number;
+  /** Declared length (Content-Length); a different count fails with `invalid_request`. */
+  readonly expectedLength?: number | undefined;
+  /** Declared sha256 (Content-Digest) as lowercase hex; a different digest fails with `invalid_request`. */
+  readonly expectedSha256?: string | undefined;
+  readonly signal?: AbortSignal | undefined;
+  /** Upload pacing: each slice of the body is charged before it is accepted. */
+  readonly meter?: ByteMeter | undefined;
+}
+
+/** A fully written, fsynced temp file not yet visible under `blobs/`. */
+export interface StagedBlob {
+  readonly sha256: string;
+  readonly sizeBytes: number;
+  /** Links the file into `blobs/` (an identical blob already there is kept) and fsyncs the directory. */
+  commit(): Promise<void>;
+  /** Removes the temp file; safe to call after commit and more than once. */
+  discard(): Promise<void>;
+}
+
+export interface BlobReader {
+  readonly sizeBytes: number;
+  readonly handle: FileHandle;
+  close(): Promise<void>;
+}
+
+export interface FsStore {
+  readonly root: string;
+  readonly storageId: string;
+  readonly writable: boolean;
+  stage(body: AsyncIterable<Uint8Array>, options: StageOptions): Promise<StagedBlob>;
+  /** Opens a published blob for reading; `not_found` when it is absent. */
+  openBlob(sha256: string): Promise<BlobReader>;
+  hasBlob(sha256: string): Promise<boolean>;
+}
+
+/** Maps fs failures on the write path; ENOSPC/EDQUOT become `storage_full`, the rest pass through. */
+function mapWriteError(err: unknown): unknown {
+  if (err instanceof StorageError) return err;
+  const mapped = storageErrorFromErrno(err);
+  return mapped && mapped.code === 'storage_full' ? mapped : err;
+}
+
+async function writeFully(handle: FileHandle, buffers: Buffer[]): Promise<void> {
+  const total = buffers.reduce((n, b) => n + b.length, 0);
+  const { bytesWritten } = await handle.writev(buffers);
+  if (bytesWritten === total) return;
+  let rest = Buffer.concat(buffers).subarray(bytesWritten);
+  while (rest.length > 0) {
+    const result = await handle.write(rest);
+    rest = rest.subarray(result.bytesWritten);
+  }
+}
+
+async function isDirectory(p: string): Promise<boolean> {
+  try {
+    return (await stat(p)).isDirectory();
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
+    throw err;
+  }
+}
+
+/** Creates `dir` with parents; fsyncs each new directory's parent so the entries are durable. */
+async function mkdirDurable(dir: string, stopAt: string): Promise<void> {
+  const first = await mkdir(dir, { recursive: true });
+  if (first === undefined) return;
+  for (let d = dir; ; d = path.dirname(d)) {
+    await fsyncDirectory(path.dirname(d));
+    if (d === first || path.dirname(d) === stopAt || d === path.dirname(d)) break;
+  }
+}
+
+export async function openFsStore(options: { root: string; role: StorageRole; pool: pg.Pool }): Promise<FsStore> {
+  const root = path.resolve(options.root);
+  const { role } = options;
+  if (role === 'writer') await mkdir(root, { recursive: true });
+  else if (!(await isDirectory(root))) throw new StorageError('storage_mismatch', `the storage root ${root} does not exist; a reader never creates it (start the writer first, or mount the shared root)`);
+
+  const storageId = await ensureStorageIdentity({ root, role, pool: options.pool });
+  const blobsDir = resolveInsideRoot(root, BLOBS_DIR);
+  const tmpDir = resolveInsideRoot(root, TMP_DIR);
+  if (role === 'writer') {
+    await mkdirDurable(blobsDir, root);
+    await mkdirDurable(tmpDir, root);
+    await mkdirDurable(resolveInsideRoot(root, UPLOADS_DIR), root);
+    // Whatever is in tmp/ belongs to uploads a previous process never finished.
+    for (const entry of await readdir(tmpDir)) await rm(path.join(tmpDir, entry), { recursive: true, force: true });
+  } else if (!(await isDirectory(blobsDir))) {
+    throw new StorageError('storage_mismatch', `${blobsDir} is missing; the storage root is incomplete`);
+  }
+
+  const blobPath = (sha256: string) => resolveInsideRoot(root, blobRelativePath(sha256));
+
+  return {
+    root,
+    storageId,
+    writable: role === 'writer',
+
+    async stage(body, stageOptions) {
+      if (role !== 'writer') throw new Error('stage() on a read-only store');
+      const tempPath = resolveInsideRoot(root, path.join(TMP_DIR, `${randomUUID()}.upload`));
+      const hash = createHash('sha256');
+      let handle: FileHandle | undefined;
+      let received = 0;
+      try {
+        handle = await open(tempPath, 'wx', 0o644);
+        let batch: Buffer[] = [];
+        let batchBytes = 0;
+        for await (const chunk of body) {
+          stageOptions.signal?.throwIfAborted();
+          const bytes = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+          received += bytes.length;
+          if (received > stageOptions.maxBytes) throw new StorageError('payload_too_large', `The upload is larger than the limit of ${stageOptions.maxBytes} bytes.`);
+          if (stageOptions.expectedLength !== undefined && received > stageOptions.expectedLength) {
+            throw new StorageError('invalid_request', `The body is longer than its Content-Length of ${stageOptions.expectedLength} bytes.`);
+          }
+          if (stageOptions.meter) {
+            const quantum = Math.max(1, stageOptions.meter.quantumBytes);
+            for (let offset = 0; offset < bytes.length; offset += quantum) {
+              await stageOptions.meter.take(Math.min(quantum, bytes.length - offset), stageOptions.signal);
+            }
+          }
+          hash.update(bytes);
+          batch.push(bytes);
+          batchBytes += bytes.length;
+          if (batchBytes >= WRITE_BATCH_BYTES) {
+            await writeFully(handle, batch);
+            batch = [];
+            batchBytes = 0;
+          }
+        }
+        stageOptions.signal?.throwIfAborted();
+        if (batchBytes > 0) await writeFully(handle, batch);
+        if (stageOptions.expectedLength !== undefined && received !== stageOptions.expectedLength) {
+          throw new StorageError('invalid_request', `The body has ${received} bytes but Content-Length said ${stageOptions.expectedLength}.`);
+        }
+        const sha256 = hash.digest('hex');
+        if (stageOptions.expectedSha256 !== undefined && stageOptions.expectedSha256 !== sha256) {
+          throw new StorageError('invalid_request', 'The body does not match its Content-Digest (sha-256).');
+        }
+        await handle.sync();
+        await handle.close();
+        handle = undefined;
+        let committed = false;
+        let discarded = false;
+        return {
+          sha256,
+          sizeBytes: received,
+          async commit() {
+            if (discarded) throw new Error('commit() after discard()');
+            if (committed) return;
+            const target = blobPath(sha256);
+            const dir = path.dirname(target);
+            try {
+              await mkdirDurable(dir, blobsDir);
+              try {
+                await link(tempPath, target);
+              } catch (err) {
+                // Content-addressed: an existing blob with this name has these exact bytes; keep it.
+                if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+              }
+              await fsyncDirectory(dir);
+            } catch (err) {
+              throw mapWriteError(err);
+            }
+            committed = true;
+          },
+          async discard() {
+            discarded = true;
+            await unlink(tempPath).catch((err: NodeJS.ErrnoException) => {
+              if (err.code !== 'ENOENT') throw err;
+            });
+          },
+        };
+      } catch (err) {
+        await handle?.close().catch(() => {});
+        await unlink(tempPath).catch(() => {});
+        throw mapWriteError(err);
+      }
+    },
+
+    async openBlob(sha256) {
+      if (!isSha256Hex(sha256)) throw new StorageError('not_found');
+      let handle: FileHandle;
+      try {
+        handle = await open(blobPath(sha256), 'r');
+      } catch (err) {
+        throw storageErrorFromErrno(err) ?? err;
+      }
+      try {
+        const info = await handle.stat();
+        return { sizeBytes: info.size, handle, close: () => handle.close() };
+      } catch (err) {
+        await handle.close().catch(() => {});
+        throw err;
+      }
+    },
+
+    async hasBlob(sha256) {
+      if (!isSha256Hex(sha256)) return false;
+      try {
+        return (await stat(blobPath(sha256))).isFile();
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
+        throw err;
+      }
+    },
+  };
+}

@@ -1,0 +1,91 @@
+/**
+ * Binds a storage root to a database: `<root>/storage-id` and the single `arkvory_storage` row hold
+ * the same UUID. The writer creates both on first start; every later start (and every reader)
+ * only checks that they agree and refuses with `storage_mismatch` otherwise.
+ */
+import { randomUUID } from 'node:crypto';
+import { open, readFile, rename } from 'node:fs/promises';
+import path from 'node:path';
+import type pg from 'pg';
+import { StorageError } from './errors.ts';
+import { resolveInsideRoot, STORAGE_ID_FILE } from './paths.ts';
+import { fsyncDirectory } from './fs-sync.ts';
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+export type StorageRole = 'writer' | 'reader';
+
+async function readStorageIdFile(root: string): Promise<string | undefined> {
+  const file = resolveInsideRoot(root, STORAGE_ID_FILE);
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw err;
+  }
+  const id = text.trim();
+  if (!UUID.test(id)) throw new StorageError('storage_mismatch', `${file} does not hold a storage UUID (found ${JSON.stringify(id.slice(0, 60))}); restore the right file or the right ARKVORY_DATA_DIR`);
+  return id;
+}
+
+async function readStorageIdRow(pool: pg.Pool): Promise<string | undefined> {
+  const { rows } = await pool.query<{ id: string }>('SELECT id::text AS id FROM arkvory_storage');
+  return rows[0]?.id;
+}
+
+/** Writes `storage-id` atomically: temp file, fsync, rename, fsync of the root. */
+async function writeStorageIdFile(root: string, id: string): Promise<void> {
+  const file = resolveInsideRoot(root, STORAGE_ID_FILE);
+  const temp = resolveInsideRoot(root, `${STORAGE_ID_FILE}.${process.pid}.tmp`);
+  const handle = await open(temp, 'w', 0o644);
+  try {
+    await handle.writeFile(`${id}\n`);
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+  await rename(temp, file);
+  await fsyncDirectory(root);
+}
+
+/**
+ * Returns the storage id after checking (reader) or creating-then-checking (writer) the binding.
+ * A fresh pair (no file, no row) is created only by the writer; every other disagreement refuses.
+ */
+export async function ensureStorageIdentity(options: { root: string; role: StorageRole; pool: pg.Pool }): Promise<string> {
+  const { root, role, pool } = options;
+  const fileId = await readStorageIdFile(root);
+  const rowId = await readStorageIdRow(pool);
+  if (fileId === undefined && rowId === undefined) {
+    if (role === 'reader') {
+      throw new StorageError('storage_mismatch', `the storage root ${root} is not initialised (no ${STORAGE_ID_FILE}, no arkvory_storage row); start the writer (ARKVORY_ROLE=api) first`);
+    }
+    const id = randomUUID();
+    // Row first inside a transaction, file before commit: a crash in between leaves a file without
+    // a row, which the next start reports instead of silently binding a second database.
+    const client = await pool.connect();
+    try {
+      await client.query('BEGIN');
+      const inserted = await client.query('INSERT INTO arkvory_storage (id) VALUES ($1) ON CONFLICT (singleton) DO NOTHING', [id]);
+      if (inserted.rowCount === 1) await writeStorageIdFile(root, id);
+      await client.query('COMMIT');
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => {});
+      throw err;
+    } finally {
+      client.release();
+    }
+    return ensureStorageIdentity({ root, role: 'reader', pool });
+  }
+  if (fileId === undefined) {
+    throw new StorageError('storage_mismatch', `the database is bound to storage ${rowId} but ${root} has no ${STORAGE_ID_FILE}; point ARKVORY_DATA_DIR at that storage root`);
+  }
+  if (rowId === undefined) {
+    throw new StorageError('storage_mismatch', `${path.join(root, STORAGE_ID_FILE)} says storage ${fileId} but the database has no arkvory_storage row; point ARKVORY_DATABASE_URL at the database of this storage root`);
+  }
+  if (rowId !== fileId) {
+    throw new StorageError('storage_mismatch', `${path.join(root, STORAGE_ID_FILE)} says storage ${fileId} but the database is bound to storage ${rowId}; the root and the database belong to different installations`);
+  }
+  return fileId;
+}
