@@ -142,6 +142,18 @@ describe('writeMetered and createMeteredTransform (downloads: handing bytes to t
     expect(governor.snapshot().grantedBytes).toBe(10_240);
   });
 
+  it('destroying the Transform (client gone) cancels its waiting take', async () => {
+    const { governor } = setup(10_240);
+    const transform = createMeteredTransform(governor.meter('reader'));
+    transform.on('error', () => {});
+    transform.write(bytes(4096));
+    await settle();
+    expect(governor.snapshot()).toMatchObject({ grantedBytes: 1024, waitingQuanta: 1 });
+    transform.destroy(new Error('client went away'));
+    await settle();
+    expect(governor.snapshot()).toMatchObject({ grantedBytes: 1024, waitingQuanta: 0 });
+  });
+
   it('the Transform errors the pipeline when the take rejects (shutdown)', async () => {
     const { governor } = setup(10_240);
     const meter: ByteMeter = governor.meter('reader');

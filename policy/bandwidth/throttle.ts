@@ -18,7 +18,8 @@ export function* splitChunk(chunk: Uint8Array, quantumBytes: number): Generator<
 
 /**
  * Reads `source` one chunk at a time and yields it in metered pieces. The source is not read further
- * until the consumer asks for the next piece, so a waiting take holds back the upload itself.
+ * until the consumer asks for the next piece, so a waiting take holds back the upload itself. Pass a
+ * `signal` that fires when the request closes: a generator cannot be stopped while its take waits.
  */
 export async function* meterChunks(source: AsyncIterable<Uint8Array | string>, meter: ByteMeter, signal?: AbortSignal): AsyncGenerator<Buffer, void, undefined> {
   for await (const chunk of source) {
@@ -42,16 +43,25 @@ export async function writeMetered(out: Writable, chunk: Uint8Array, meter: Byte
   }
 }
 
-/** A Transform that meters what passes through it (e.g. file stream → transform → response). */
+/**
+ * A Transform that meters what passes through it (e.g. file stream → transform → response). When the
+ * pipeline is destroyed (the client went away), a take still waiting is cancelled with it.
+ */
 export function createMeteredTransform(meter: ByteMeter, signal?: AbortSignal): Transform {
+  const destroyed = new AbortController();
+  const takeSignal = signal ? AbortSignal.any([signal, destroyed.signal]) : destroyed.signal;
   return new Transform({
     transform(chunk: Buffer, _encoding, callback) {
       (async () => {
         for (const piece of splitChunk(chunk, meter.quantumBytes)) {
-          await meter.take(piece.length, signal);
+          await meter.take(piece.length, takeSignal);
           this.push(piece);
         }
       })().then(() => callback(), (err: unknown) => callback(err instanceof Error ? err : new Error(String(err))));
+    },
+    destroy(err, callback) {
+      destroyed.abort(err ?? new Error('the metered stream was destroyed'));
+      callback(err);
     },
   });
 }
