@@ -108,6 +108,9 @@ describe('BandwidthGovernor bound (property)', () => {
                 );
               }
             }
+            // One timer per direction; never more waiting than the bound.
+            expect(timers.size).toBeLessThanOrEqual(1);
+            expect(governor.snapshot().waitingQuanta).toBeLessThanOrEqual(maxWaiting);
           }
           // Liveness: with time, every take still waiting is granted (no lost wake-ups).
           for (let i = 0; i < 200 && streams.some((s) => s.pending !== null && !s.pending.settled); i++) await timers.advance(1000);

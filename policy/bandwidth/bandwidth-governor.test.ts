@@ -108,6 +108,35 @@ describe('BandwidthGovernor', () => {
     expect(grants.map((g) => g.atMs)).toEqual([100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1100, 1200]);
   });
 
+  it('one greedy principal with many streams gets no more of the global rate than a principal with one', async () => {
+    const { governor, timers, grants } = setup({ rateBytesPerSec: 102_400, perPrincipalBytesPerSec: 0 }); // quantum 10240
+    let stop = false;
+    const loops = [...Array.from({ length: 8 }, () => governor.meter('greedy')), governor.meter('modest')].map(async (meter) => {
+      while (!stop) await meter.take(10_240);
+    });
+    await timers.advance(10_000);
+    stop = true;
+    governor.close();
+    await Promise.allSettled(loops);
+    const bytesOf = (p: string) => grants.filter((g) => g.principal === p).reduce((sum, g) => sum + g.bytes, 0);
+    // 10 s × 100 KiB/s + the 10 KiB burst, split evenly.
+    expect(bytesOf('greedy') + bytesOf('modest')).toBe(1_024_000 + 10_240);
+    expect(Math.abs(bytesOf('greedy') - bytesOf('modest'))).toBeLessThanOrEqual(10_240);
+  });
+
+  it('parallel streams of one principal together stay under its ceiling', async () => {
+    const { governor, timers, grants } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 10_240 });
+    let stop = false;
+    const loops = Array.from({ length: 4 }, () => governor.meter('p')).map(async (meter) => {
+      while (!stop) await meter.take(1024);
+    });
+    await timers.advance(5000);
+    stop = true;
+    governor.close();
+    await Promise.allSettled(loops);
+    expect(grants.reduce((sum, g) => sum + g.bytes, 0)).toBe(5 * 10_240 + 1024);
+  });
+
   it('a principal waiting for its own bucket does not hold back free global quota of others', async () => {
     // Global 102400 B/s (burst 10240), per principal 10240 B/s (burst 1024): quantum 1024.
     const { governor, timers, grants } = setup({ rateBytesPerSec: 102_400, perPrincipalBytesPerSec: 10_240 });
