@@ -11,6 +11,7 @@ import { Lifecycle } from './lifecycle.ts';
 import { readOnlyGate } from './read-only-gate.ts';
 import { createLogger } from './logger.ts';
 import type { Services } from './services.ts';
+import { createTransfers } from './transfers.ts';
 
 /** Exit codes: 0 clean stop, 1 startup or runtime failure, 2 invalid configuration. */
 export const EXIT = { ok: 0, failure: 1, config: 2 } as const;
@@ -86,6 +87,7 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
     if (signals > 0) return await finish(log, built, server, database, config, EXIT.ok);
     coordinator = await openCoordinator(config, database.url, log);
     coordinator.onFenced(() => lifecycle.set('fenced', 'lease lost'));
+    const transfers = createTransfers(config, systemClock, coordinator);
     built = {
       config,
       log,
@@ -93,11 +95,13 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
       databaseUrl: database.url,
       isEmbeddedDatabase: database.embedded !== undefined,
       coordinator,
+      transfers,
       clock: systemClock,
       lifecycle,
-      preClose: [],
+      // Queues close before in-flight requests are awaited; waiting grants are cancelled (ADR 0008).
+      preClose: [() => transfers.close()],
       onClose: [],
-      readiness: [],
+      readiness: [() => transfers.snapshot()],
     };
     const app = await buildApp(built);
     const gates = config.role === 'reader' ? [readOnlyGate, ...app.gates] : app.gates;

@@ -4,6 +4,7 @@ import type { Clock } from '../policy/clock.ts';
 import type { Coordinator } from '../policy/lease/coordinator.ts';
 import type { Config } from './config.ts';
 import type { Lifecycle } from './lifecycle.ts';
+import type { Transfers } from './transfers.ts';
 
 /** What the serve process builds once and hands to each feature module. */
 export interface Services {
@@ -16,6 +17,8 @@ export interface Services {
   readonly isEmbeddedDatabase: boolean;
   /** Barriers and (shared profile) the slot lease; `isPermitted()` is false once fenced. */
   readonly coordinator: Coordinator;
+  /** Bandwidth governors and admission: every body stream goes through `admit` and a `meter`. */
+  readonly transfers: Transfers;
   readonly clock: Clock;
   readonly lifecycle: Lifecycle;
   /** Run first on shutdown, before in-flight requests are awaited (admission queues close here). */

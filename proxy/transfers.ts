@@ -1,0 +1,90 @@
+import { AdmissionQueue, type Release, type TransferKind } from '../policy/admission/index.ts';
+import { createBandwidthGovernors, type BandwidthGovernors, type ByteMeter } from '../policy/bandwidth/index.ts';
+import { PolicyError } from '../policy/errors.ts';
+import type { Coordinator } from '../policy/lease/coordinator.ts';
+import { localDownloadCeilings } from '../policy/lease/shares.ts';
+import type { Config } from './config.ts';
+import type { Clock } from '../policy/clock.ts';
+
+/**
+ * Everything that paces and admits bodies in this process: one governor per direction (download
+ * ceilings lowered to this gateway's share in the shared profile), the admission queue, and the
+ * lease check that makes a fenced process refuse every new quantum.
+ */
+export interface Transfers {
+  readonly governors: BandwidthGovernors;
+  readonly admission: AdmissionQueue;
+  /** Waits for an admission slot (429 `busy` beyond the queue or wait bound). */
+  admit(principalId: string, kind: TransferKind, signal?: AbortSignal): Promise<Release>;
+  /** A meter for one body stream of `principalId` in a direction. */
+  meter(direction: 'download' | 'upload', principalId: string): ByteMeter;
+  /** Aggregates for /health/ready: no principal id, key, path or file name. */
+  snapshot(): Record<string, unknown>;
+  close(): void;
+}
+
+/** The download ceilings this process enforces: local ones, or its share of the stored policy. */
+export function downloadCeilings(config: Config): { downloadBytesPerSec: number; downloadBytesPerSecPerPrincipal: number } {
+  const local = { downloadBytesPerSec: config.bandwidth.downloadBytesPerSec, downloadBytesPerSecPerPrincipal: config.bandwidth.downloadBytesPerSecPerPrincipal };
+  if (!config.shared) return local;
+  return localDownloadCeilings({ slots: config.shared.slots, downloadBytesPerSec: config.shared.downloadBytesPerSec, downloadBytesPerSecPerPrincipal: config.shared.downloadBytesPerSecPerPrincipal }, local);
+}
+
+/** Wraps a meter so a lapsed lease stops payload at the very grant, whatever the timers did. */
+function guarded(meter: ByteMeter, isPermitted: () => boolean): ByteMeter {
+  return {
+    quantumBytes: meter.quantumBytes,
+    async take(bytes, signal) {
+      if (!isPermitted()) throw new PolicyError('lease_lost');
+      await meter.take(bytes, signal);
+      if (!isPermitted()) throw new PolicyError('lease_lost');
+    },
+  };
+}
+
+export function createTransfers(config: Config, clock: Clock, coordinator: Coordinator): Transfers {
+  const download = downloadCeilings(config);
+  const governors = createBandwidthGovernors(
+    { clock },
+    { ...download, uploadBytesPerSec: config.bandwidth.uploadBytesPerSec, uploadBytesPerSecPerPrincipal: config.bandwidth.uploadBytesPerSecPerPrincipal },
+  );
+  const admission = new AdmissionQueue({
+    maxDownloads: config.admission.maxDownloads,
+    maxDownloadsPerPrincipal: config.admission.maxDownloadsPerPrincipal,
+    maxUploadsPerPrincipal: config.admission.maxUploadsPerPrincipal,
+    queueLength: config.admission.queueLength,
+    waitMs: config.admission.waitMs,
+  });
+  coordinator.onFenced(() => {
+    governors.download.fence();
+    governors.upload.fence();
+  });
+  const isPermitted = () => coordinator.isPermitted();
+  return {
+    governors,
+    admission,
+    admit(principalId, kind, signal) {
+      if (!isPermitted()) return Promise.reject(new PolicyError('lease_lost'));
+      return admission.acquire(principalId, kind, signal);
+    },
+    meter(direction, principalId) {
+      return guarded(governors[direction].meter(principalId), isPermitted);
+    },
+    snapshot() {
+      const a = admission.snapshot();
+      const d = governors.download.snapshot();
+      const u = governors.upload.snapshot();
+      return {
+        transfers: {
+          downloads: { ...a.downloads, bytesGranted: d.grantedBytes, waitingQuanta: d.waitingQuanta, bytesPerSecond: d.rateBytesPerSec, bytesPerSecondPerPrincipal: d.perPrincipalBytesPerSec },
+          uploads: { ...a.uploads, bytesGranted: u.grantedBytes, waitingQuanta: u.waitingQuanta, bytesPerSecond: u.rateBytesPerSec, bytesPerSecondPerPrincipal: u.perPrincipalBytesPerSec },
+        },
+      };
+    },
+    close() {
+      admission.close();
+      governors.download.close();
+      governors.upload.close();
+    },
+  };
+}
