@@ -4,6 +4,8 @@ import { bootstrapAdmin } from './bootstrap-admin.ts';
 import type { Gate, Route } from './http-server.ts';
 import { authAdminRoutes } from './routes/auth-admin.ts';
 import { healthRoutes } from './routes/health.ts';
+import { openRateLimiting } from './rate-limit-gate.ts';
+import { rateLimitAdminRoutes } from './routes/rate-limit-admin.ts';
 import type { Services } from './services.ts';
 
 /**
@@ -18,5 +20,10 @@ export async function buildApp(services: Services): Promise<{ routes: Route[]; g
 
   const routes: Route[] = [...healthRoutes(services), ...authAdminRoutes(services)];
   const gates: Gate[] = [createAuthGate(auth, services.lifecycle)];
+  // Rate limiting: auth failures are counted around the auth gate; gateway_request runs after it.
+  const rateLimiting = await openRateLimiting(services);
+  routes.push(...rateLimitAdminRoutes(rateLimiting.registry));
+  gates[0] = rateLimiting.guardAuth(gates[0]!);
+  gates.push(rateLimiting.gate);
   return { routes, gates };
 }

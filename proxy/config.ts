@@ -44,6 +44,7 @@ export const VARIABLES: readonly VariableSpec[] = [
   { name: 'ARKVORY_ADMISSION_QUEUE_LENGTH', kind: { type: 'int', min: 0, max: 100000 }, defaultValue: '64', doc: 'Requests that may wait for an admission slot per principal and direction; beyond → 429 `busy`.' },
   { name: 'ARKVORY_ADMISSION_WAIT_SECONDS', kind: { type: 'int', min: 0, max: 3600 }, defaultValue: '30', doc: 'Longest wait for an admission slot; beyond → 429 `busy`.' },
   { name: 'ARKVORY_RATE_LIMITS_FILE', kind: { type: 'string' }, doc: 'YAML rate-limit rule file (the file tier). Unset: no file tier.' },
+  { name: 'ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS', kind: { type: 'int', min: 1, max: 60000 }, defaultValue: '250', doc: 'Longest a rate-limit check waits for Redis; slower (or Redis down) → the check fails open (allowed, counted, logged).' },
   { name: 'ARKVORY_REDIS_KEY_PREFIX', kind: { type: 'string' }, defaultValue: 'arkvory:', doc: 'Prefix of every Redis key (rate-limit counters `<prefix>rl:…`, rule documents `<prefix>ratelimit:rules:…`); lets gateway groups share one Redis.' },
   { name: 'ARKVORY_GATEWAY_SLOTS', kind: { type: 'int', min: 2, max: 16 }, doc: 'Shared profile: total gateways sharing the download budget (writer included). Unset: standalone.' },
   { name: 'ARKVORY_GATEWAY_SLOT', kind: { type: 'int', min: 0, max: 15 }, doc: 'Shared profile: this gateway\'s slot (writer 0, readers 1..SLOTS-1).' },
@@ -80,6 +81,7 @@ export interface Config {
   };
   readonly rateLimitsFile: string | undefined;
   readonly redisKeyPrefix: string;
+  readonly rateLimitTimeoutMs: number;
   readonly shared:
     | {
         readonly slots: number;
@@ -241,6 +243,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
     },
     rateLimitsFile: optStr('ARKVORY_RATE_LIMITS_FILE'),
     redisKeyPrefix: str('ARKVORY_REDIS_KEY_PREFIX'),
+    rateLimitTimeoutMs: num('ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS'),
     shared,
   };
   return deepFreeze(config);

@@ -41,11 +41,13 @@ describe('evaluate (the reference the Lua must equal)', () => {
     expect(plan.counting[0]!.banKey).toBe('arkvory:rl:gateway_request:{ban|ip=10.0.0.1}:b');
   });
 
-  it('summarize: a skip reached reports the skip rule and no info; an unreached skip is not reported', () => {
+  it('summarize: a skip alone reports the skip rule and no info; rules counted before it still report; an unreached skip is not reported', () => {
+    const alone = summarize(buildPlan('p:', 'lim', [skip], { ip: '1' }, T), []);
+    expect(alone).toMatchObject({ action: 'allow', exceeded: false, rule: { name: 'bypass' }, info: undefined });
     const plan = buildPlan('p:', 'lim', [limit3, skip], { ip: '1' }, T);
     expect(plan.skip?.name).toBe('bypass');
     const passed = summarize(plan, [{ count: 1, exceeded: false, banned: false, resetAtMs: T + 30_000 }]);
-    expect(passed).toMatchObject({ action: 'allow', rule: { name: 'bypass' }, info: undefined });
+    expect(passed).toMatchObject({ action: 'allow', rule: { name: 'l3' }, info: { remaining: 2 } });
     expect(passed.evaluations.map((e) => e.result)).toEqual(['allow', 'skip']);
     const blocked = summarize(plan, [{ count: 4, exceeded: true, banned: false, resetAtMs: T + 30_000 }]);
     expect(blocked).toMatchObject({ action: 'block', rule: { name: 'l3' }, info: { remaining: 0 } });

@@ -180,8 +180,8 @@ export function failOpen(error: Error): RateLimitResult {
 /**
  * Builds the caller's result from the outcomes (either store's). The most constraining rule is:
  * the blocking limit rule; else the first exceeded shadow (log) rule; else the limit rule with the
- * least remaining (earliest reset on ties); else the log rule with the least remaining. A reached
- * skip rule wins over the non-exceeded ones (it bypasses; no counter, so no info).
+ * least remaining (earliest reset on ties); else the log rule with the least remaining; else the
+ * reached skip rule (no counter, so no info). Rules counted before a skip still count and report.
  */
 export function summarize(plan: Plan, outcomes: readonly Outcome[]): RateLimitResult {
   const evaluations: RuleEvaluation[] = [];
@@ -204,8 +204,7 @@ export function summarize(plan: Plan, outcomes: readonly Outcome[]): RateLimitRe
   }
   const reachedSkip = plan.skip !== undefined && blocking === -1;
   if (reachedSkip) evaluations.push({ rule: plan.skip!, result: 'skip' });
-  // A reached skip bypasses the rest; only an exceeded shadow rule before it stays visible.
-  const chosen = blocking !== -1 ? blocking : firstExceededLog !== -1 ? firstExceededLog : reachedSkip ? -1 : bestLimit !== -1 ? bestLimit : bestLog;
+  const chosen = blocking !== -1 ? blocking : firstExceededLog !== -1 ? firstExceededLog : bestLimit !== -1 ? bestLimit : bestLog;
   if (chosen === -1) {
     return { action: 'allow', exceeded: false, rule: reachedSkip ? plan.skip : undefined, error: undefined, info: undefined, evaluations };
   }

@@ -1,0 +1,229 @@
+/**
+ * Rate limiting at the HTTP edge: builds the Redis client (or the in-memory default), the tiered rule
+ * registry and the gateway's three limiters, and exposes
+ *  - `gate`: the `gateway_request` check on every request (after auth) plus the `transfer_bytes`
+ *    peek before and check after the body moved;
+ *  - `guardAuth(authGate)`: wraps the auth gate so failed authentications count in `auth_failure`
+ *    (a banned address gets 429 before its key is even looked at; a success clears the failures).
+ */
+import { readFile } from 'node:fs/promises';
+import type { Socket } from 'node:net';
+import { Redis } from 'ioredis';
+import type { Logger } from 'pino';
+import type { Clock } from '../policy/clock.ts';
+import { PolicyError } from '../policy/errors.ts';
+import { formatProblem } from '../policy/rate-limit/errors.ts';
+import type { RateLimitResult } from '../policy/rate-limit/evaluate.ts';
+import { createLimiter, type Limiter } from '../policy/rate-limit/limiter.ts';
+import { ANONYMOUS, type Identifier } from '../policy/rate-limit/match.ts';
+import { createMemoryStore } from '../policy/rate-limit/memory-store.ts';
+import { createRateLimitMetrics } from '../policy/rate-limit/metrics.ts';
+import { createPgRuleDocuments } from '../policy/rate-limit/pg-rule-documents.ts';
+import { createRedisRuleDocuments } from '../policy/rate-limit/redis-rule-documents.ts';
+import { createRedisStore } from '../policy/rate-limit/redis-store.ts';
+import { layeredRules } from '../policy/rate-limit/rule-provider.ts';
+import { createRuleRegistry, type RuleRegistry } from '../policy/rate-limit/rule-registry.ts';
+import type { AvailableLimiters, RuleSpec } from '../policy/rate-limit/rules.ts';
+import { parseAvailableLimiters, parseRateLimits } from '../policy/rate-limit/yaml-source.ts';
+import type { Gate, RequestContext } from './http-server.ts';
+import type { Services } from './services.ts';
+
+export const AVAILABLE_LIMITERS_FILE = new URL('../policy/rate-limit/available_limiters.yaml', import.meta.url);
+export class RateLimitConfigError extends Error {
+  override readonly name = 'RateLimitConfigError';
+  readonly code = 'invalid_rules' as const;
+  readonly lines: readonly string[];
+  constructor(lines: readonly string[]) {
+    super(`invalid rate-limit rules:\n${lines.map((l) => `  ${l}`).join('\n')}`);
+    this.lines = lines;
+  }
+}
+
+/** Reads the shipped limiter list and the operator file; every problem is reported with file:line. */
+export async function loadRuleFiles(rateLimitsFile: string | undefined): Promise<{ available: AvailableLimiters; fileRules: Map<string, RuleSpec[]> }> {
+  const shipped = parseAvailableLimiters(await readFile(AVAILABLE_LIMITERS_FILE, 'utf8'), 'available_limiters.yaml');
+  if (shipped.problems.length) throw new RateLimitConfigError(shipped.problems.map(formatProblem));
+  if (!rateLimitsFile) return { available: shipped.available, fileRules: new Map() };
+  let text: string;
+  try {
+    text = await readFile(rateLimitsFile, 'utf8');
+  } catch (err) {
+    throw new RateLimitConfigError([`${rateLimitsFile}: cannot read ARKVORY_RATE_LIMITS_FILE (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`]);
+  }
+  const parsed = parseRateLimits(text, rateLimitsFile, shipped.available);
+  if (parsed.problems.length) throw new RateLimitConfigError(parsed.problems.map(formatProblem));
+  return { available: shipped.available, fileRules: parsed.rateLimits };
+}
+
+/** The ioredis client for counters and rule documents: bounded waits, no offline queue (fail fast). */
+export function createRateLimitRedis(url: string, log: Logger, clock: Clock): Redis {
+  const redis = new Redis(url, {
+    lazyConnect: true,
+    enableOfflineQueue: false,
+    enableAutoPipelining: true,
+    maxRetriesPerRequest: 0,
+    connectTimeout: 2000,
+    commandTimeout: 2000,
+    retryStrategy: (times) => Math.min(100 * times, 2000),
+    connectionName: 'arkvory-rate-limit',
+  });
+  let lastLogMs = -Infinity;
+  redis.on('error', (err: Error & { code?: string }) => {
+    const now = clock.monotonicMs();
+    if (now - lastLogMs < 10_000) return;
+    lastLogMs = now;
+    log.warn({ code: err.code ?? 'store_unavailable', message: err.message }, 'rate-limit Redis connection error (checks fail open until it is back)');
+  });
+  return redis;
+}
+
+export interface RateLimiting {
+  readonly registry: RuleRegistry;
+  readonly request: Limiter;
+  readonly authFailure: Limiter;
+  readonly transferBytes: Limiter;
+  readonly counters: 'redis' | 'memory';
+  /** After auth: `gateway_request` and `transfer_bytes`. */
+  readonly gate: Gate;
+  /** Wraps the auth gate with the `auth_failure` limiter. */
+  guardAuth(authGate: Gate): Gate;
+}
+
+/** Starts rate limiting for `serve`. Throws `RateLimitConfigError` for a bad rule file; never for Redis being down. */
+export async function openRateLimiting(services: Services, options: { refreshIntervalMs?: number } = {}): Promise<RateLimiting> {
+  const { config, clock } = services;
+  const log = services.log.child({ component: 'rate-limit' });
+  const { available, fileRules } = await loadRuleFiles(config.rateLimitsFile);
+  let redis: Redis | undefined;
+  if (config.redisUrl) {
+    redis = createRateLimitRedis(config.redisUrl, log, clock);
+    const client = redis;
+    await client.connect().catch((err: unknown) => log.warn({ err }, 'rate-limit Redis not reachable at startup; failing open and retrying'));
+    services.onClose.push(async () => {
+      await client.quit().catch(() => client.disconnect());
+    });
+  }
+  const store = redis ? createRedisStore(redis) : createMemoryStore();
+  const documents = redis ? createRedisRuleDocuments(redis, `${config.redisKeyPrefix}ratelimit:rules:`) : createPgRuleDocuments(services.pool);
+  const registry = createRuleRegistry({ documents, available, fileRules, clock, log, ...(options.refreshIntervalMs ? { refreshIntervalMs: options.refreshIntervalMs } : {}) });
+  await registry.start();
+  services.onClose.push(() => registry.stop());
+  const metrics = createRateLimitMetrics();
+  const deps = { store, clock, log, metrics, timeoutMs: config.rateLimitTimeoutMs, keyPrefix: `${config.redisKeyPrefix}rl:` };
+  const local = { name: 'local', rulesFor: (limiter: string) => registry.rules(limiter) };
+  const limiter = (name: string) => createLimiter(deps, { name, rules: layeredRules(name, [local]) });
+  const request = limiter('gateway_request');
+  const authFailure = limiter('auth_failure');
+  const transferBytes = limiter('transfer_bytes');
+  services.readiness.push(() => {
+    const status = registry.status();
+    return { rateLimits: { counters: store.kind, rules: status.documents, rulesFresh: status.lastRefreshError === undefined && status.seeded } };
+  });
+  log.info({ counters: store.kind, rules: documents.kind, file: config.rateLimitsFile ?? null }, 'rate limiting ready');
+  return {
+    registry,
+    request,
+    authFailure,
+    transferBytes,
+    counters: store.kind,
+    gate: createRateLimitGate({ request, transferBytes, clock }),
+    guardAuth: (authGate) => guardAuthGate(authGate, authFailure, clock),
+  };
+}
+
+/** `::ffff:10.0.0.1` → `10.0.0.1`, so one client has one address whichever socket family it used. */
+export function clientIp(ctx: RequestContext): string {
+  const raw = ctx.req.socket.remoteAddress ?? '';
+  return raw.startsWith('::ffff:') ? raw.slice(7) : raw;
+}
+
+export function requestType(ctx: Pick<RequestContext, 'route' | 'access' | 'req'>): 'read' | 'write' | 'admin' | 'health' {
+  if (ctx.route.startsWith('/health/') || ctx.route === '/metrics') return 'health';
+  if (ctx.access === 'admin' || ctx.route.startsWith('/api/v1/admin/') || ctx.route === '/api/v1/admin') return 'admin';
+  const method = ctx.req.method ?? 'GET';
+  return method === 'GET' || method === 'HEAD' || method === 'OPTIONS' ? 'read' : 'write';
+}
+
+/** The `gateway_request` identifier: exactly the properties declared in available_limiters.yaml. */
+export function requestIdentifier(ctx: RequestContext): Identifier {
+  return {
+    principal: ctx.principal?.id ?? ANONYMOUS,
+    ip: clientIp(ctx),
+    method: ctx.req.method ?? 'GET',
+    repository: ctx.params.repo,
+    route: ctx.route,
+    request_type: requestType(ctx),
+  };
+}
+
+/**
+ * IETF RateLimit header fields (draft-ietf-httpapi-ratelimit-headers): `RateLimit-Policy` names the
+ * rule with its quota `q` and window `w`; `RateLimit` gives what is left `r` and seconds to reset `t`.
+ */
+export function rateLimitHeaders(result: RateLimitResult, nowMs: number): Record<string, string> {
+  if (!result.rule || !result.info) return {};
+  const { info } = result;
+  const resetS = Math.max(0, Math.ceil((info.resetAtMs - nowMs) / 1000));
+  const name = result.rule.name;
+  const headers: Record<string, string> = {
+    'ratelimit-policy': `"${name}";q=${Math.floor(info.resolvedLimit)};w=${Math.max(1, Math.round(info.resolvedPeriodS))}`,
+    ratelimit: `"${name}";r=${Math.floor(info.remaining)};t=${resetS}`,
+  };
+  if (result.action === 'block') headers['retry-after'] = String(Math.max(1, resetS));
+  return headers;
+}
+
+function blocked(result: RateLimitResult, nowMs: number, message?: string): PolicyError {
+  return new PolicyError('rate_limited', message, { headers: rateLimitHeaders(result, nowMs) });
+}
+
+export function createRateLimitGate(deps: { request: Limiter; transferBytes: Limiter; clock: Clock }): Gate {
+  const { request, transferBytes, clock } = deps;
+  return async (ctx) => {
+    const identifier = requestIdentifier(ctx);
+    const result = await request.check(identifier);
+    if (result.action === 'block') throw blocked(result, clock.wallMs());
+    if (result.exceeded) ctx.log.info({ limiter: request.name, rule: result.rule?.name, code: 'rate_limited', shadow: true }, 'shadow rate limit exceeded');
+    if (result.rule?.action === 'limit' && result.info) {
+      for (const [name, value] of Object.entries(rateLimitHeaders(result, clock.wallMs()))) ctx.res.setHeader(name, value);
+    }
+    if (identifier.request_type === 'health') return;
+
+    const transferId: Identifier = { ...identifier, direction: identifier.method === 'GET' || identifier.method === 'HEAD' ? 'download' : 'upload' };
+    const peek = await transferBytes.peek(transferId);
+    if (peek.action === 'block') throw blocked(peek, clock.wallMs(), 'Transfer volume quota exhausted; retry later.');
+    if (peek.evaluations.length === 0) return; // no transfer rule applies: nothing to count afterwards
+    const socket = ctx.req.socket as Socket;
+    const writtenAtStart = socket.bytesWritten;
+    const readAtStart = socket.bytesRead;
+    ctx.res.once('close', () => {
+      const bytes = socket.bytesWritten - writtenAtStart + (socket.bytesRead - readAtStart);
+      if (bytes > 0) void transferBytes.check(transferId, { cost: bytes });
+    });
+  };
+}
+
+/**
+ * Counts failed authentications by address in `auth_failure`. A banned (or over-limit) address is
+ * refused with 429 before authentication; a 401 counts one failure; a success clears the address's
+ * failures when it had any (spec 1.5: a successful login discards the failures before it).
+ */
+export function guardAuthGate(authGate: Gate, authFailure: Limiter, clock: Clock): Gate {
+  return async (ctx) => {
+    if (ctx.access === 'public') return authGate(ctx);
+    const identifier: Identifier = { ip: clientIp(ctx) };
+    const before = await authFailure.peek(identifier, { cost: 0 });
+    if (before.action === 'block') throw blocked(before, clock.wallMs(), 'Too many failed authentications from this address; retry later.');
+    try {
+      await authGate(ctx);
+    } catch (err) {
+      if ((err as { code?: unknown }).code === 'unauthorized') {
+        const result = await authFailure.check(identifier);
+        if (result.action === 'block') ctx.log.warn({ limiter: authFailure.name, rule: result.rule?.name, code: 'rate_limited' }, 'address banned after failed authentications');
+      }
+      throw err;
+    }
+    const hadFailures = before.info !== undefined && before.info.remaining < before.info.resolvedLimit;
+    if (ctx.principal && hadFailures) await authFailure.clear(identifier);
+  };
+}

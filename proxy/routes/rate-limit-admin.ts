@@ -1,0 +1,76 @@
+/**
+ * `/api/v1/admin/rate-limits…` (admin scope): show the effective rules tier by tier, publish a
+ * batch (limiter → rules) atomically into the published tier, and delete one published rule.
+ */
+import { formatProblem, RateLimitError } from '../../policy/rate-limit/errors.ts';
+import type { RuleRegistry } from '../../policy/rate-limit/rule-registry.ts';
+import { PolicyError } from '../../policy/errors.ts';
+import type { Route } from '../http-server.ts';
+import { sendJson } from '../http-errors.ts';
+import { readJsonBody } from '../request-body.ts';
+
+const BASE = '/api/v1/admin/rate-limits';
+
+/** Engine errors → policy codes the HTTP table knows. */
+export function toPolicyError(err: unknown): unknown {
+  if (!(err instanceof RateLimitError)) return err;
+  switch (err.code) {
+    case 'invalid_rules':
+      return new PolicyError('invalid_request', `Invalid rules: ${err.problems.map(formatProblem).join('; ')}`, { cause: err });
+    case 'unknown_limiter':
+    case 'unknown_rule':
+      return new PolicyError('not_found', err.message, { cause: err });
+    case 'store_unavailable':
+    case 'store_timeout':
+      return new PolicyError('unavailable', 'The rate-limit rule store is unavailable; retry later.', { cause: err });
+  }
+}
+
+async function mapped<T>(work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (err) {
+    throw toPolicyError(err);
+  }
+}
+
+export function rateLimitAdminRoutes(registry: RuleRegistry): Route[] {
+  return [
+    {
+      methods: ['GET'],
+      template: BASE,
+      access: 'admin',
+      async handle({ res }) {
+        sendJson(res, 200, { limiters: await mapped(() => registry.show()) });
+      },
+    },
+    {
+      methods: ['PUT'],
+      template: BASE,
+      access: 'admin',
+      async handle({ req, res }) {
+        const body = await readJsonBody(req, 1024 * 1024);
+        const published = await mapped(() => registry.publish(body));
+        sendJson(res, 200, { published });
+      },
+    },
+    {
+      methods: ['GET'],
+      template: `${BASE}/:limiter`,
+      access: 'admin',
+      async handle({ res, params }) {
+        const [view] = await mapped(() => registry.show(params.limiter!));
+        sendJson(res, 200, view);
+      },
+    },
+    {
+      methods: ['DELETE'],
+      template: `${BASE}/:limiter/rules/:rule`,
+      access: 'admin',
+      async handle({ res, params }) {
+        await mapped(() => registry.unpublish(params.limiter!, params.rule!));
+        res.writeHead(204).end();
+      },
+    },
+  ];
+}
