@@ -1,6 +1,7 @@
 import { Authenticator } from '../policy/auth/authenticator.ts';
 import { createAuthGate } from './auth-gate.ts';
 import { bootstrapAdmin } from './bootstrap-admin.ts';
+import { openContentModule } from './content-module.ts';
 import type { Gate, Route } from './http-server.ts';
 import { authAdminRoutes } from './routes/auth-admin.ts';
 import { healthRoutes } from './routes/health.ts';
@@ -18,7 +19,8 @@ export async function buildApp(services: Services): Promise<{ routes: Route[]; g
   services.onClose.push(() => auth.stop());
   await bootstrapAdmin(services);
 
-  const routes: Route[] = [...healthRoutes(services), ...authAdminRoutes(services)];
+  const content = await openContentModule(services, { readableRepositories: (id) => auth.readableRepositories(id), grant: (id, repo) => auth.grant(id, repo) });
+  const routes: Route[] = [...healthRoutes(services), ...authAdminRoutes(services), ...content.routes];
   const gates: Gate[] = [createAuthGate(auth, services.lifecycle)];
   // Rate limiting: auth failures are counted around the auth gate; gateway_request runs after it.
   const rateLimiting = await openRateLimiting(services);

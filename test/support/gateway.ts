@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import { afterAll } from 'vitest';
+import { afterAll, onTestFinished } from 'vitest';
 import { freeLoopbackPort } from '../../proxy/embedded-database.ts';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -38,6 +38,7 @@ export interface StartOptions {
 
 const running = new Set<GatewayProcess>();
 const tempDirs: string[] = [];
+const dataDirByDatabase = new Map<string, Promise<string>>();
 let registered = false;
 
 export async function makeTempDir(prefix = 'arkvory-data-'): Promise<string> {
@@ -53,6 +54,13 @@ function childEnv(extra: Record<string, string | undefined>): NodeJS.ProcessEnv 
   const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME, LANG: process.env.LANG ?? 'C.UTF-8' };
   for (const [k, v] of Object.entries(extra)) if (v !== undefined) env[k] = v;
   return env;
+}
+
+/** SIGTERM (so an embedded PostgreSQL stops with it), SIGKILL after 10 s. */
+async function stopGently(gateway: GatewayProcess): Promise<void> {
+  const timer = setTimeout(() => gateway.child.kill('SIGKILL'), 10_000);
+  await gateway.stop('SIGTERM');
+  clearTimeout(timer);
 }
 
 export function runCli(args: string[], env: Record<string, string | undefined>, input?: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
@@ -72,12 +80,17 @@ export async function startGateway(options: StartOptions = {}): Promise<GatewayP
   if (!registered) {
     registered = true;
     afterAll(async () => {
-      await Promise.all([...running].map((g) => g.stop('SIGKILL')));
+      await Promise.all([...running].map((g) => stopGently(g)));
       for (const dir of tempDirs.splice(0)) await rm(dir, { recursive: true, force: true });
     });
   }
   const port = options.env?.ARKVORY_PORT ? Number(options.env.ARKVORY_PORT) : await freeLoopbackPort();
-  const dataDir = options.dataDir ?? (await makeTempDir());
+  // A database is bound to one storage root (storage-id); gateways started on the same database
+  // without an explicit dataDir share one root, as they would in production.
+  const databaseUrl = options.env?.ARKVORY_DATABASE_URL;
+  let sharedDir = databaseUrl && !options.dataDir ? dataDirByDatabase.get(databaseUrl) : undefined;
+  if (databaseUrl && !options.dataDir && !sharedDir) dataDirByDatabase.set(databaseUrl, (sharedDir = makeTempDir()));
+  const dataDir = options.dataDir ?? (await sharedDir) ?? (await makeTempDir());
   const env = childEnv({ ARKVORY_LOG_LEVEL: 'info', ARKVORY_DATA_DIR: dataDir, ...options.env, ARKVORY_PORT: String(port), ARKVORY_HOST: '127.0.0.1' });
   const child = spawn(process.execPath, [CLI, 'serve'], { env, cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
@@ -106,6 +119,13 @@ export async function startGateway(options: StartOptions = {}): Promise<GatewayP
     },
   };
   running.add(gateway);
+  // A gateway started inside a test ends with it (one writer per database: the next test may need
+  // its own); one started in a hook lives until the file ends.
+  try {
+    onTestFinished(() => stopGently(gateway));
+  } catch {
+    // not inside a test
+  }
   const waitFor = options.waitFor ?? 'serving';
   if (waitFor === 'none') return gateway;
   const deadline = Date.now() + (options.timeoutMs ?? 30_000);

@@ -1,0 +1,31 @@
+/**
+ * Opens the filesystem store for this role (writer creates and binds the root, reader verifies),
+ * and returns the content and catalog routes. Startup fails with `storage_mismatch` when the root
+ * and the database disagree.
+ */
+import type { Permission } from '../policy/auth/authorize.ts';
+import { createCatalog } from '../storage-adapter/catalog.ts';
+import { openFsStore, type FsStore } from '../storage-adapter/fs-store.ts';
+import type { Route } from './http-server.ts';
+import { artifactRoutes } from './routes/artifacts.ts';
+import { contentRoutes, type ContentMeters } from './routes/content.ts';
+import type { Services } from './services.ts';
+
+export interface ContentModuleDeps {
+  readableRepositories(principalId: string): Promise<string[]>;
+  grant(principalId: string, repository: string): Promise<Permission | undefined>;
+  /** Bandwidth governors; absent → unthrottled. */
+  meters?: ContentMeters;
+}
+
+export async function openContentModule(services: Services, deps: ContentModuleDeps): Promise<{ routes: Route[]; store: FsStore }> {
+  const { config } = services;
+  const store = await openFsStore({ root: config.dataDir, role: config.role === 'reader' ? 'reader' : 'writer', pool: services.pool });
+  services.log.info({ storageId: store.storageId, writable: store.writable }, 'storage root verified');
+  const catalog = createCatalog(services.pool);
+  const routes = [
+    ...contentRoutes({ store, catalog, maxUploadBytes: config.maxUploadBytes, meters: deps.meters }),
+    ...artifactRoutes({ catalog, writable: store.writable, readableRepositories: (id) => deps.readableRepositories(id), grant: (id, repo) => deps.grant(id, repo) }),
+  ];
+  return { routes, store };
+}
