@@ -228,6 +228,23 @@ describe('BandwidthGovernor', () => {
     expect(governor.snapshot()).toMatchObject({ fenced: true, waitingQuanta: 0 });
   });
 
+  it('fences itself the moment the permit lapses, for waiting and new takes alike', async () => {
+    let permitted = true;
+    const { governor, timers, grants } = setup({ rateBytesPerSec: 10_240, perPrincipalBytesPerSec: 0, isPermitted: () => permitted });
+    const meter = governor.meter('p');
+    await meter.take(1024);
+    const waiting = meter.take(1024);
+    await timers.advance(50);
+    permitted = false;
+    await timers.advance(50); // the refill timer finds the permit gone: no grant
+    expect(await code(waiting)).toBe('lease_lost');
+    permitted = true; // an expired permission is not resumed
+    expect(await code(meter.take(1))).toBe('lease_lost');
+    expect(() => governor.meter('q')).toThrow(PolicyError);
+    expect(grants).toHaveLength(1);
+    expect(governor.snapshot().fenced).toBe(true);
+  });
+
   it('fences an unlimited governor too', async () => {
     const { governor } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 0 });
     const meter = governor.meter('p');

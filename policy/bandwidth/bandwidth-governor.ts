@@ -36,6 +36,11 @@ export interface BandwidthGovernorOptions {
   maxPrincipals?: number;
   /** Takes that may wait at once, over all streams; default 256. */
   maxWaiting?: number;
+  /**
+   * Asked before every grant (e.g. the lease coordinator's `isPermitted`): once it answers false the
+   * governor fences itself for good, as if `fence()` had been called. Omitted: always permitted.
+   */
+  isPermitted?: () => boolean;
   /** Called synchronously at each grant, for metrics, tests and the benchmark. Must not throw. */
   onGrant?: (principalId: string, bytes: number, nowMs: number) => void;
 }
@@ -100,6 +105,7 @@ export class BandwidthGovernor {
   readonly #maxPrincipals: number;
   readonly #maxWaiting: number;
   readonly #onGrant: BandwidthGovernorOptions['onGrant'];
+  readonly #isPermitted: (() => boolean) | undefined;
   readonly #globalSpec: BucketSpec | null;
   readonly #principalSpec: BucketSpec | null;
   #global: BucketState | null;
@@ -126,6 +132,7 @@ export class BandwidthGovernor {
     this.#maxPrincipals = positiveInt(options.maxPrincipals ?? DEFAULT_MAX_PRINCIPALS, 'maxPrincipals');
     this.#maxWaiting = positiveInt(options.maxWaiting ?? DEFAULT_MAX_WAITING, 'maxWaiting');
     this.#onGrant = options.onGrant;
+    this.#isPermitted = options.isPermitted;
     const nowMs = clock.monotonicMs();
     this.#globalSpec = rateBytesPerSec > 0 ? createBucketSpec(rateBytesPerSec, this.quantumBytes) : null;
     this.#principalSpec = perPrincipalBytesPerSec > 0 ? createBucketSpec(perPrincipalBytesPerSec, this.quantumBytes) : null;
@@ -252,7 +259,7 @@ export class BandwidthGovernor {
     if (!Number.isSafeInteger(bytes) || bytes < 0 || bytes > this.quantumBytes) {
       return Promise.reject(new RangeError(`bytes: expected an integer from 0 to the quantum ${this.quantumBytes}, got ${bytes}`));
     }
-    if (this.#fenced) return Promise.reject(new PolicyError('lease_lost'));
+    if (!this.#checkPermit()) return Promise.reject(new PolicyError('lease_lost'));
     if (this.#closed) return Promise.reject(new PolicyError('unavailable'));
     if (signal?.aborted) return Promise.reject(signal.reason);
     if (meter.waiter !== null) return Promise.reject(new Error('ByteMeter.take: the previous take of this stream has not settled'));
@@ -285,6 +292,7 @@ export class BandwidthGovernor {
   /** Grants every waiting take that may pass now, round-robin, then arms the one timer. */
   #dispatch(nowMs: number): void {
     this.#reserved = null;
+    if (this.#ring.length > 0 && !this.#checkPermit()) return;
     let progressed = true;
     passes: while (progressed && this.#ring.length > 0) {
       progressed = false;
@@ -387,8 +395,14 @@ export class BandwidthGovernor {
     }
   }
 
+  /** False when fenced; fences first if the permit has just lapsed. */
+  #checkPermit(): boolean {
+    if (!this.#fenced && this.#isPermitted !== undefined && !this.#isPermitted()) this.fence();
+    return !this.#fenced;
+  }
+
   #checkOpen(): void {
-    if (this.#fenced) throw new PolicyError('lease_lost');
+    if (!this.#checkPermit()) throw new PolicyError('lease_lost');
     if (this.#closed) throw new PolicyError('unavailable');
   }
 }

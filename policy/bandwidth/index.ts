@@ -20,8 +20,11 @@ export interface BandwidthGovernors {
   readonly upload: BandwidthGovernor;
 }
 
-/** The two governors of a process, one per direction; their budgets are independent. */
-export function createBandwidthGovernors(deps: { clock: Clock; timers?: Timers }, config: BandwidthConfig): BandwidthGovernors {
+/**
+ * The two governors of a process, one per direction; their budgets are independent. Pass the lease
+ * coordinator's `isPermitted` so both fence themselves (uploads too) the moment the permit lapses.
+ */
+export function createBandwidthGovernors(deps: { clock: Clock; timers?: Timers; isPermitted?: () => boolean }, config: BandwidthConfig): BandwidthGovernors {
   return {
     download: new BandwidthGovernor({ ...deps, rateBytesPerSec: config.downloadBytesPerSec, perPrincipalBytesPerSec: config.downloadBytesPerSecPerPrincipal }),
     upload: new BandwidthGovernor({ ...deps, rateBytesPerSec: config.uploadBytesPerSec, perPrincipalBytesPerSec: config.uploadBytesPerSecPerPrincipal }),
