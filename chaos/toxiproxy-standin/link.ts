@@ -36,6 +36,8 @@ export class Link implements LinkControl {
   #run: Run = { aborted: new Signal(), current: null };
   /** undefined while open; the toxic that closed the link (null: closed from outside a toxic). */
   #closeAfter: AttachedToxic | null | undefined;
+  /** The toxics up to and including the closer: the closing EOF starts after them. */
+  #passedCloser = new Set<AttachedToxic>();
   #isDead = false;
 
   constructor(options: LinkOptions) {
@@ -72,17 +74,18 @@ export class Link implements LinkControl {
   }
 
   removeToxic(name: string): void {
-    const index = this.#attached.findIndex((t) => t.spec.name === name);
-    if (index < 0) return;
-    const [toxic] = this.#attached.splice(index, 1);
-    toxic?.detach();
+    const toxic = this.#attached.find((t) => t.spec.name === name);
+    if (!toxic) return;
+    toxic.detach();
+    this.#attached.splice(this.#attached.indexOf(toxic), 1);
   }
 
   closeLink(from: AttachedToxic | null): void {
     if (this.#closeAfter !== undefined || this.#isDead) return;
     this.#closeAfter = from;
     this.#source.pause();
-    const closerIndex = from ? this.#attached.indexOf(from) : this.#attached.length;
+    const closerIndex = from ? this.#attached.indexOf(from) : this.#attached.length - 1;
+    this.#passedCloser = new Set(closerIndex >= 0 ? this.#attached.slice(0, closerIndex + 1) : this.#attached);
     const current = this.#run.current;
     const currentIndex = current ? this.#attached.indexOf(current) : -1;
     // Data already past the closing toxic still goes out; data at or before it is dropped.
@@ -111,10 +114,7 @@ export class Link implements LinkControl {
       await this.#process(item, new Set(), run);
       if (item === EOF && this.#closeAfter === undefined) return this.#finish();
     }
-    const closer = this.#closeAfter;
-    const closerIndex = closer ? this.#attached.indexOf(closer) : -1;
-    const visited = new Set(closerIndex >= 0 ? this.#attached.slice(0, closerIndex + 1) : this.#attached);
-    await this.#process(EOF, visited, this.#newRun());
+    await this.#process(EOF, this.#passedCloser, this.#newRun());
     this.#finish();
   }
 

@@ -2,8 +2,8 @@
  * The toxics the stand-in knows, with the semantics of Shopify/toxiproxy v2 `toxics/*.go`:
  * - latency: each chunk leaves `latency ± jitter` ms after it was read (pipelined, not cumulative);
  * - bandwidth: `rate` KB/s (1 KB = 1000 bytes), large chunks split into 100 ms slices;
- * - timeout: data stops flowing; after `timeout` ms (0 = never) the link closes; removing it lets
- *   the held data through;
+ * - timeout: data is dropped; the link closes `timeout` ms after the toxic started or last dropped
+ *   data (0 = never), at once on EOF, and when the toxic is removed (the real `Cleanup`);
  * - reset_peer: on the first data (or EOF) wait `timeout` ms, then close the link; the sockets are
  *   reset (RST) when the toxic existed when the connection opened (real: SO_LINGER 0 at link start);
  * - slow_close: data flows, the close waits `delay` ms;
@@ -79,6 +79,7 @@ export class AttachedToxic {
   }
 
   detach(): void {
+    BEHAVIOURS[this.spec.type].detach?.(this, this.#link);
     this.isDetached = true;
     this.#clearTimer();
     this.#fireInterrupt();
@@ -113,8 +114,17 @@ export class AttachedToxic {
 interface Behaviour {
   /** Called when the toxic is attached to a link and on every update. */
   attach?(toxic: AttachedToxic, link: LinkControl): void;
+  /** Called when the toxic is removed, while it is still in the chain. */
+  detach?(toxic: AttachedToxic, link: LinkControl): void;
   /** Yields what goes on down the chain; yields nothing to drop the item. */
   pass(toxic: AttachedToxic, item: Item, link: LinkControl): AsyncGenerator<Item, void>;
+}
+
+function restartTimeoutTimer(toxic: AttachedToxic, link: LinkControl): void {
+  if (toxic.timer) clearTimeout(toxic.timer);
+  toxic.timer = undefined;
+  const timeoutMs = attr(toxic, 'timeout');
+  if (toxic.isActive && timeoutMs > 0) toxic.timer = setTimeout(() => link.closeLink(toxic), timeoutMs);
 }
 
 function attr(toxic: AttachedToxic, name: string): number {
@@ -169,18 +179,14 @@ const BEHAVIOURS: Record<ToxicType, Behaviour> = {
   },
 
   timeout: {
-    attach(toxic, link) {
-      if (toxic.timer) clearTimeout(toxic.timer);
-      toxic.timer = undefined;
-      const timeoutMs = attr(toxic, 'timeout');
-      if (toxic.isActive && timeoutMs > 0) toxic.timer = setTimeout(() => link.closeLink(toxic), timeoutMs);
+    attach: restartTimeoutTimer,
+    detach(toxic, link) {
+      // Removing a timeout toxic closes the connections it held (toxics/timeout.go Cleanup).
+      if (toxic.isActive) link.closeLink(toxic);
     },
     async *pass(toxic, item, link) {
-      while (!toxic.isDetached && toxic.isActive) {
-        const woke = await waitFor(null, [toxic.interrupted, link.aborted]);
-        if (woke === link.aborted) return;
-      }
-      yield item;
+      if (item === EOF) return link.closeLink(toxic);
+      restartTimeoutTimer(toxic, link); // the real select arms a fresh timer after each chunk
     },
   },
 
