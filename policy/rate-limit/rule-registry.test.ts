@@ -1,4 +1,3 @@
-import { readFileSync } from 'node:fs';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../clock.ts';
@@ -7,7 +6,6 @@ import { createMemoryStore } from './memory-store.ts';
 import { createMemoryRuleDocuments } from './rule-documents.ts';
 import { createRuleRegistry } from './rule-registry.ts';
 import type { LimiterSpec, RuleSpec } from './rules.ts';
-import { parseAvailableLimiters } from './yaml-source.ts';
 
 const log = pino({ level: 'silent' });
 const available = new Map<string, LimiterSpec>([
@@ -25,15 +23,6 @@ function setup(options: { file?: Map<string, RuleSpec[]>; documents?: ReturnType
 const names = (rules: readonly { name: string }[]) => rules.map((r) => r.name);
 
 describe('rule registry (tiers, publish, replica, orphans)', () => {
-  it('ships an available_limiters.yaml that validates, with the gateway limiters', () => {
-    const file = new URL('./available_limiters.yaml', import.meta.url);
-    const { available: shipped, problems } = parseAvailableLimiters(readFileSync(file, 'utf8'), 'available_limiters.yaml');
-    expect(problems).toEqual([]);
-    expect([...shipped.keys()]).toEqual(['gateway_request', 'auth_failure', 'transfer_bytes']);
-    expect(shipped.get('gateway_request')!.available_properties).toEqual(['principal', 'ip', 'method', 'repository', 'route', 'request_type']);
-    expect(shipped.get('auth_failure')!.default_rules[0]).toMatchObject({ ban_for_s: 900 });
-  });
-
   it('evaluates file > published > default; a same-name higher rule replaces the lower and keeps its counter', async () => {
     const { registry } = setup();
     await registry.start();

@@ -1,0 +1,126 @@
+import { readFile } from 'node:fs/promises';
+import { pino } from 'pino';
+import type pg from 'pg';
+import type { Redis } from 'ioredis';
+import { systemClock } from '../../policy/clock.ts';
+import { formatProblem, RateLimitError } from '../../policy/rate-limit/errors.ts';
+import { createPgRuleDocuments } from '../../policy/rate-limit/pg-rule-documents.ts';
+import { createRedisRuleDocuments } from '../../policy/rate-limit/redis-rule-documents.ts';
+import { createRuleRegistry, type RuleRegistry } from '../../policy/rate-limit/rule-registry.ts';
+import { parseRateLimits } from '../../policy/rate-limit/yaml-source.ts';
+import { createLogger } from '../logger.ts';
+import { createRateLimitRedis, loadRuleFiles, RateLimitConfigError } from '../rate-limit-gate.ts';
+import { loadConfigOrExit } from '../serve.ts';
+import { openCliPool } from './cli-database.ts';
+import { UsageError, type Command } from './command.ts';
+
+/** The rule store the gateways use: Redis when ARKVORY_REDIS_URL is set, else the database. */
+async function openRegistry(env: NodeJS.ProcessEnv): Promise<{ registry: RuleRegistry; close(): Promise<void> }> {
+  const config = loadConfigOrExit(env);
+  const log = createLogger(config.logLevel === 'info' ? 'warn' : config.logLevel, pino.destination(2));
+  const { available, fileRules } = await loadRuleFiles(config.rateLimitsFile);
+  let redis: Redis | undefined;
+  let pool: pg.Pool | undefined;
+  if (config.redisUrl) {
+    redis = createRateLimitRedis(config.redisUrl, log, systemClock);
+    await redis.connect();
+  } else pool = await openCliPool(env);
+  const documents = redis ? createRedisRuleDocuments(redis, `${config.redisKeyPrefix}ratelimit:rules:`) : createPgRuleDocuments(pool!);
+  const registry = createRuleRegistry({ documents, available, fileRules, clock: systemClock, log, timeoutMs: 10_000 });
+  return {
+    registry,
+    async close() {
+      if (redis) await redis.quit().catch(() => redis.disconnect());
+      if (pool) await pool.end();
+    },
+  };
+}
+
+async function readRulesFile(file: string | undefined) {
+  if (!file) throw new UsageError('a FILE argument is required');
+  const { available } = await loadRuleFiles(undefined);
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    throw new RateLimitConfigError([`${file}: cannot read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`]);
+  }
+  return parseRateLimits(text, file, available);
+}
+
+export const ratelimitCommand: Command = {
+  name: 'ratelimit',
+  summary: 'validate rate-limit rule files; publish, unpublish and show the rules the gateways use',
+  usage: `Usage:
+  arkvory ratelimit validate FILE          check a rate_limits.yaml; exit 1 and one line per violation
+  arkvory ratelimit publish FILE           publish its rules (published tier), all limiters at once
+  arkvory ratelimit unpublish LIMITER RULE delete one published rule
+  arkvory ratelimit show [LIMITER]         effective rules, tier by tier (file > published > default)
+
+FILE has the format of ARKVORY_RATE_LIMITS_FILE: rate_limits: { <limiter>: [rules] }. Limiters not
+in FILE are left as they are; rules are added or replaced by name. The rule store is Redis when
+ARKVORY_REDIS_URL is set, else the database (ARKVORY_DATABASE_URL, or the embedded one of a running
+gateway). Running gateways pick changes up within their refresh interval (5 s).
+Exit codes: 0 ok, 1 invalid rules or unknown limiter/rule, 2 usage.`,
+  async run(args, env) {
+    const [sub, ...rest] = args;
+    try {
+      switch (sub) {
+        case 'validate': {
+          const { rateLimits, problems } = await readRulesFile(rest[0]);
+          for (const p of problems) process.stderr.write(`${formatProblem(p)}\n`);
+          if (problems.length) return 1;
+          const rules = [...rateLimits.values()].reduce((n, r) => n + r.length, 0);
+          process.stdout.write(`${rest[0]}: ok (${rules} rule(s) for ${rateLimits.size} limiter(s))\n`);
+          return 0;
+        }
+        case 'publish': {
+          const { rateLimits, problems } = await readRulesFile(rest[0]);
+          for (const p of problems) process.stderr.write(`${formatProblem(p)}\n`);
+          if (problems.length) return 1;
+          const store = await openRegistry(env);
+          try {
+            const result = await store.registry.publish({ rate_limits: Object.fromEntries(rateLimits) });
+            process.stdout.write(`${JSON.stringify({ published: result })}\n`);
+            return 0;
+          } finally {
+            await store.close();
+          }
+        }
+        case 'unpublish': {
+          const [limiter, rule] = rest;
+          if (!limiter || !rule) throw new UsageError('unpublish needs LIMITER and RULE');
+          const store = await openRegistry(env);
+          try {
+            await store.registry.unpublish(limiter, rule);
+            process.stdout.write(`${JSON.stringify({ unpublished: { limiter, rule } })}\n`);
+            return 0;
+          } finally {
+            await store.close();
+          }
+        }
+        case 'show': {
+          const store = await openRegistry(env);
+          try {
+            process.stdout.write(`${JSON.stringify({ limiters: await store.registry.show(rest[0]) }, null, 2)}\n`);
+            return 0;
+          } finally {
+            await store.close();
+          }
+        }
+        default:
+          throw new UsageError(`unknown subcommand "${sub ?? ''}"`);
+      }
+    } catch (err) {
+      if (err instanceof RateLimitConfigError) {
+        for (const line of err.lines) process.stderr.write(`${line}\n`);
+        return 1;
+      }
+      if (err instanceof RateLimitError) {
+        for (const line of err.problems.length ? err.problems.map(formatProblem) : [err.message]) process.stderr.write(`arkvory ratelimit ${sub}: ${line}\n`);
+        return 1;
+      }
+      throw err;
+    }
+  },
+};
