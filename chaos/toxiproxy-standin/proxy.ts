@@ -45,7 +45,8 @@ export class StandinProxy {
   readonly toxics: Record<StreamDirection, ToxicSpec[]> = { upstream: [], downstream: [] };
   #server: net.Server | undefined;
   readonly #connections = new Set<Connection>();
-  readonly #dialing = new Set<net.Socket>();
+  /** Clients whose upstream is still being dialled (upstream socket -> client socket). */
+  readonly #dialing = new Map<net.Socket, net.Socket>();
 
   constructor(name: string, listen: string, upstream: string) {
     this.name = name;
@@ -91,7 +92,10 @@ export class StandinProxy {
     const server = this.#server;
     this.#server = undefined;
     const closed = new Promise<void>((resolve) => server?.close(() => resolve()) ?? resolve());
-    for (const socket of this.#dialing) socket.destroy();
+    for (const [upstream, client] of this.#dialing) {
+      upstream.destroy();
+      client.destroy();
+    }
     this.#dialing.clear();
     for (const connection of this.#connections) connection.destroy();
     this.#connections.clear();
@@ -145,7 +149,7 @@ export class StandinProxy {
       return;
     }
     const upstream = net.connect({ host: target.host, port: target.port, allowHalfOpen: true, noDelay: true });
-    this.#dialing.add(upstream);
+    this.#dialing.set(upstream, client);
     upstream.on('error', () => {});
     upstream.once('error', () => {
       this.#dialing.delete(upstream);
