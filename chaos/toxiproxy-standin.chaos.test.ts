@@ -168,6 +168,30 @@ describe(`toxiproxy server (${process.env.TOXIPROXY_URL ? 'TOXIPROXY_URL' : 'sta
       expect(await again.roundTripMs('after')).toBeLessThan(1000);
     });
 
+    it('updating the upstream sends new connections to the new upstream', async () => {
+      const target = await toxiproxy.proxyTo(echo.address);
+      expect(await (await connect(target)).roundTripMs('echoed')).toBeLessThan(1000);
+      const moved = await target.proxy.update({ enabled: true, listen: target.proxy.listen, upstream: goodbye.address });
+      expect(moved.toJson()).toEqual({ ...target.proxy.toJson(), upstream: goodbye.address });
+      const client = await connect(target);
+      await client.endedWithin(3000);
+      expect(client.received().toString()).toBe('bye');
+    });
+
+    it('an unreachable upstream: the client is accepted, then closed without data', async () => {
+      const gone = await startTcpServer('echo');
+      await gone.close();
+      const target = await toxiproxy.proxyTo(gone.address);
+      const client = await connect(target);
+      await client.endedWithin(3000);
+      expect(client.receivedBytes()).toBe(0);
+    });
+
+    it('refuses to create a proxy on a listen address that is taken (500)', async () => {
+      const taken = await toxiproxy.proxyTo(echo.address);
+      await expect(toxiproxy.client.createProxy({ name: uniqueName('clash'), listen: taken.proxy.listen, upstream: echo.address })).rejects.toThrow('status code 500');
+    });
+
     it('POST /reset removes every toxic and re-enables disabled proxies', async () => {
       const target = await toxiproxy.proxyTo(echo.address);
       await target.proxy.addToxic({ name: 'slow', type: 'latency', stream: 'downstream', toxicity: 1, attributes: { latency: 600, jitter: 0 } });
