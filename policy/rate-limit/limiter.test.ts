@@ -1,0 +1,79 @@
+import { pino } from 'pino';
+import { Registry } from 'prom-client';
+import { describe, expect, it, vi } from 'vitest';
+import { ManualClock } from '../clock.ts';
+import { createLimiter } from './limiter.ts';
+import { createMemoryStore } from './memory-store.ts';
+import { createRateLimitMetrics, METRIC_NAMES } from './metrics.ts';
+import { defineRule } from './rules.ts';
+import type { CounterStore } from './store.ts';
+
+const rule = defineRule({ name: 'r', action: 'limit', characteristics: ['ip'], limit: 1, periodS: 60 });
+
+function capturingLog() {
+  const lines: Array<Record<string, unknown>> = [];
+  const log = pino({ level: 'info' }, { write: (s: string) => lines.push(JSON.parse(s) as Record<string, unknown>) });
+  return { log, lines };
+}
+
+describe('limiter', () => {
+  it('fails open on a store error: allows, sets error, no info; logs once per interval and counts every one', async () => {
+    const failing: CounterStore = { kind: 'memory', run: async () => Promise.reject(new Error('boom')), clear: async () => undefined };
+    const { log, lines } = capturingLog();
+    const registry = new Registry();
+    const clock = new ManualClock();
+    const limiter = createLimiter({ store: failing, clock, log, metrics: createRateLimitMetrics(registry), errorLogIntervalMs: 10_000 }, { name: 'lim', rules: [rule] });
+    for (let i = 0; i < 3; i++) expect(await limiter.check({ ip: 'a' })).toMatchObject({ action: 'allow', exceeded: false, info: undefined, error: expect.objectContaining({ message: 'boom' }) });
+    expect(lines.filter((l) => l.msg === 'rate-limit store failed; failing open')).toHaveLength(1);
+    clock.advance(10_000);
+    await limiter.peek({ ip: 'a' });
+    const logged = lines.filter((l) => l.msg === 'rate-limit store failed; failing open');
+    expect(logged).toHaveLength(2);
+    expect(logged[1]).toMatchObject({ suppressed: 2, operation: 'peek' });
+    expect(await registry.getSingleMetricAsString(METRIC_NAMES.errors)).toContain('operation="check",code="store_unavailable"} 3');
+    expect(await registry.getSingleMetricAsString(METRIC_NAMES.peeks)).toContain('action="allow",error="true"} 1');
+  });
+
+  it('fails open with store_timeout when the store hangs longer than timeoutMs', async () => {
+    vi.useFakeTimers();
+    try {
+      const hanging: CounterStore = { kind: 'redis', run: () => new Promise(() => {}), clear: () => new Promise(() => {}) };
+      const limiter = createLimiter({ store: hanging, clock: new ManualClock(), log: pino({ level: 'silent' }), timeoutMs: 100 }, { name: 'lim', rules: [rule] });
+      const pending = limiter.check({ ip: 'a' });
+      await vi.advanceTimersByTimeAsync(99);
+      let settled = false;
+      void pending.then(() => (settled = true));
+      await Promise.resolve();
+      expect(settled).toBe(false);
+      await vi.advanceTimersByTimeAsync(1);
+      const result = await pending;
+      expect(result.action).toBe('allow');
+      expect((result.error as { code?: string }).code).toBe('store_timeout');
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('counts one check per call, one evaluation per rule, and does no I/O when no rule applies', async () => {
+    const registry = new Registry();
+    const store = createMemoryStore();
+    const run = vi.spyOn(store, 'run');
+    const rules = [defineRule({ name: 'shadow', action: 'log', limit: 5, periodS: 60 }), defineRule({ name: 'only_put', action: 'limit', limit: 5, periodS: 60, match: { method: 'PUT' } })];
+    const limiter = createLimiter({ store, clock: new ManualClock(), log: pino({ level: 'silent' }), metrics: createRateLimitMetrics(registry) }, { name: 'lim', rules });
+    await limiter.check({ method: 'PUT' });
+    expect(await registry.getSingleMetricAsString(METRIC_NAMES.checks)).toContain('limiter="lim",action="allow",matched="true",error="false"} 1');
+    const evaluations = await registry.getSingleMetricAsString(METRIC_NAMES.ruleEvaluations);
+    expect(evaluations).toContain('rule="shadow",action="log",result="allow"} 1');
+    expect(evaluations).toContain('rule="only_put",action="limit",result="allow"} 1');
+    const none = createLimiter({ store, clock: new ManualClock(), log: pino({ level: 'silent' }) }, { name: 'lim2', rules: [rules[1]!] });
+    run.mockClear();
+    expect(await none.check({ method: 'GET' })).toMatchObject({ action: 'allow', rule: undefined, info: undefined });
+    expect(run).not.toHaveBeenCalled();
+  });
+
+  it('rejects a negative or non-finite cost', async () => {
+    const limiter = createLimiter({ store: createMemoryStore(), clock: new ManualClock(), log: pino({ level: 'silent' }) }, { name: 'lim', rules: [rule] });
+    await expect(limiter.check({ ip: 'a' }, { cost: -1 })).rejects.toThrow(RangeError);
+    await expect(limiter.check({ ip: 'a' }, { cost: Number.NaN })).rejects.toThrow(RangeError);
+  });
+});
