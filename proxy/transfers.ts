@@ -30,22 +30,12 @@ export function downloadCeilings(config: Config): { downloadBytesPerSec: number;
   return localDownloadCeilings({ slots: config.shared.slots, downloadBytesPerSec: config.shared.downloadBytesPerSec, downloadBytesPerSecPerPrincipal: config.shared.downloadBytesPerSecPerPrincipal }, local);
 }
 
-/** Wraps a meter so a lapsed lease stops payload at the very grant, whatever the timers did. */
-function guarded(meter: ByteMeter, isPermitted: () => boolean): ByteMeter {
-  return {
-    quantumBytes: meter.quantumBytes,
-    async take(bytes, signal) {
-      if (!isPermitted()) throw new PolicyError('lease_lost');
-      await meter.take(bytes, signal);
-      if (!isPermitted()) throw new PolicyError('lease_lost');
-    },
-  };
-}
-
 export function createTransfers(config: Config, clock: Clock, coordinator: Coordinator): Transfers {
   const download = downloadCeilings(config);
+  const isPermitted = () => coordinator.isPermitted();
+  // The governors ask the lease before every grant and fence themselves at the first "no".
   const governors = createBandwidthGovernors(
-    { clock },
+    { clock, isPermitted },
     { ...download, uploadBytesPerSec: config.bandwidth.uploadBytesPerSec, uploadBytesPerSecPerPrincipal: config.bandwidth.uploadBytesPerSecPerPrincipal },
   );
   const admission = new AdmissionQueue({
@@ -59,7 +49,6 @@ export function createTransfers(config: Config, clock: Clock, coordinator: Coord
     governors.download.fence();
     governors.upload.fence();
   });
-  const isPermitted = () => coordinator.isPermitted();
   return {
     governors,
     admission,
@@ -68,7 +57,7 @@ export function createTransfers(config: Config, clock: Clock, coordinator: Coord
       return admission.acquire(principalId, kind, signal);
     },
     meter(direction, principalId) {
-      return guarded(governors[direction].meter(principalId), isPermitted);
+      return governors[direction].meter(principalId);
     },
     snapshot() {
       const a = admission.snapshot();
