@@ -61,15 +61,11 @@ export function optionalNumber(body: Record<string, unknown>, field: string): nu
 export function optionalInteger(body: Record<string, unknown>, field: string): number | undefined {
   const value = body[field];
   if (value === undefined || value === null) return undefined;
-  if (typeof value !== 'number' || !Number.isSafeInteger(value)) {
-    if (typeof value === 'number') return failNumber(field, value);
-    throw mismatch(field, value, 'int64');
+  if (typeof value !== 'number') throw mismatch(field, value, 'int64');
+  if (!Number.isSafeInteger(value)) {
+    throw API_ERRORS.badRequestBody(`json: cannot unmarshal number ${value} into Go struct field .${field} of type int64`);
   }
   return value;
-}
-
-function failNumber(field: string, value: number): never {
-  throw API_ERRORS.badRequestBody(`json: cannot unmarshal number ${value} into Go struct field .${field} of type int64`);
 }
 
 export function optionalObject(body: Record<string, unknown>, field: string): Record<string, unknown> | undefined {
