@@ -8,6 +8,7 @@ import { healthRoutes } from './routes/health.ts';
 import { openRateLimiting } from './rate-limit-gate.ts';
 import { rateLimitAdminRoutes } from './routes/rate-limit-admin.ts';
 import type { Services } from './services.ts';
+import { contentMeters, withAdmission } from './transfers.ts';
 
 /**
  * Composes the feature modules for this role into one route list and one ordered gate chain
@@ -19,8 +20,13 @@ export async function buildApp(services: Services): Promise<{ routes: Route[]; g
   services.onClose.push(() => auth.stop());
   await bootstrapAdmin(services);
 
-  const content = await openContentModule(services, { readableRepositories: (id) => auth.readableRepositories(id), grant: (id, repo) => auth.grant(id, repo) });
-  const routes: Route[] = [...healthRoutes(services), ...authAdminRoutes(services), ...content.routes];
+  const content = await openContentModule(services, {
+    readableRepositories: (id) => auth.readableRepositories(id),
+    grant: (id, repo) => auth.grant(id, repo),
+    meters: contentMeters(services.transfers),
+  });
+  const contentRoutes = content.routes.map((route) => withAdmission(route, services.transfers));
+  const routes: Route[] = [...healthRoutes(services), ...authAdminRoutes(services), ...contentRoutes];
   const gates: Gate[] = [createAuthGate(auth, services.lifecycle)];
   // Rate limiting: auth failures are counted around the auth gate; gateway_request runs after it.
   const rateLimiting = await openRateLimiting(services);

@@ -5,6 +5,7 @@ import type { Coordinator } from '../policy/lease/coordinator.ts';
 import { localDownloadCeilings } from '../policy/lease/shares.ts';
 import type { Config } from './config.ts';
 import type { Clock } from '../policy/clock.ts';
+import type { RequestContext, Route } from './http-server.ts';
 
 /**
  * Everything that paces and admits bodies in this process: one governor per direction (download
@@ -75,5 +76,38 @@ export function createTransfers(config: Config, clock: Clock, coordinator: Coord
       governors.download.close();
       governors.upload.close();
     },
+  };
+}
+
+/**
+ * Wraps a body route so the request holds an admission slot of its principal while it runs:
+ * `GET …/content` a download slot, `PUT` an upload slot. HEAD moves no body and is not admitted.
+ */
+export function withAdmission(route: Route, transfers: Transfers): Route {
+  const kindFor = (method: string | undefined): TransferKind | undefined => {
+    if (method === 'PUT' || method === 'POST') return 'upload';
+    if (method === 'GET' && route.template.endsWith('/content')) return 'download';
+    return undefined;
+  };
+  return {
+    ...route,
+    async handle(ctx) {
+      const kind = kindFor(ctx.req.method);
+      if (!kind || !ctx.principal) return route.handle(ctx);
+      const release = await transfers.admit(ctx.principal.id, kind, ctx.signal);
+      try {
+        await route.handle(ctx);
+      } finally {
+        release();
+      }
+    },
+  };
+}
+
+/** The meters the content routes use: the request's principal in the route's direction. */
+export function contentMeters(transfers: Transfers): { download(ctx: RequestContext): ByteMeter | undefined; upload(ctx: RequestContext): ByteMeter | undefined } {
+  return {
+    download: (ctx) => (ctx.principal ? transfers.meter('download', ctx.principal.id) : undefined),
+    upload: (ctx) => (ctx.principal ? transfers.meter('upload', ctx.principal.id) : undefined),
   };
 }
