@@ -1,47 +1,96 @@
 /**
- * Writes a planned content body to the response, streaming from an open blob. Backpressure comes
- * from the socket (pipe / `drain`); with a meter every slice is charged before it is written. A
- * client disconnect rejects the pending step; the caller closes the file in `finally`.
+ * Writes a planned content body to the response, streaming from an open blob through a small,
+ * fixed set of reused buffers: a buffer is read into again only after the socket has taken its
+ * bytes (the write callback), so a slow client stalls the reads instead of growing memory, and a
+ * fast one produces no garbage per chunk. With a meter every chunk is charged before it is written.
+ * A client disconnect rejects the pending step; the caller closes the file in `finally`.
  */
-import { once } from 'node:events';
 import type { ServerResponse } from 'node:http';
-import { pipeline } from 'node:stream/promises';
 import type { FileHandle } from 'node:fs/promises';
 import type { ByteMeter } from '../storage-adapter/byte-meter.ts';
+import type { ByteRange } from '../storage-adapter/range.ts';
 import type { Segment } from './content-response.ts';
 
-/** Read size from disk; larger than Node's 64 KiB default, fewer round trips to the thread pool. */
-export const READ_CHUNK_BYTES = 256 * 1024;
+/** Per response: BUFFER_COUNT × CHUNK_BYTES in flight at most (512 KiB). */
+export const CHUNK_BYTES = 128 * 1024;
+export const BUFFER_COUNT = 4;
 
-async function writeChunk(res: ServerResponse, chunk: Buffer, signal: AbortSignal): Promise<void> {
-  if (!res.write(chunk)) await once(res, 'drain', { signal });
+/** A pool of reusable buffers for one response; `acquire` waits until the socket returns one. */
+class BufferRing {
+  readonly #free: Buffer[] = [];
+  #allocated = 0;
+  readonly #count: number;
+  readonly #size: number;
+  #waiter: (() => void) | undefined;
+  #failure: Error | undefined;
+
+  /** Buffers are allocated on first need, so a 4 KiB answer costs one 4 KiB buffer. */
+  constructor(count: number, size: number) {
+    this.#count = count;
+    this.#size = size;
+  }
+
+  async acquire(signal: AbortSignal): Promise<Buffer> {
+    for (;;) {
+      if (this.#failure) throw this.#failure;
+      signal.throwIfAborted();
+      const buffer = this.#free.pop();
+      if (buffer) return buffer;
+      if (this.#allocated < this.#count) {
+        this.#allocated++;
+        return Buffer.allocUnsafe(this.#size);
+      }
+      await new Promise<void>((resolve) => {
+        const onAbort = () => resolve();
+        signal.addEventListener('abort', onAbort, { once: true });
+        this.#waiter = () => {
+          signal.removeEventListener('abort', onAbort);
+          resolve();
+        };
+      });
+      this.#waiter = undefined;
+    }
+  }
+
+  release(buffer: Buffer, err?: Error | null): void {
+    if (err) this.#failure ??= err;
+    else this.#free.push(buffer);
+    this.#waiter?.();
+  }
+}
+
+async function streamRange(res: ServerResponse, handle: FileHandle, range: ByteRange, ring: BufferRing, chunkBytes: number, meter: ByteMeter | undefined, signal: AbortSignal): Promise<void> {
+  for (let position = range.start; position <= range.end; ) {
+    const buffer = await ring.acquire(signal);
+    const want = Math.min(chunkBytes, range.end - position + 1);
+    const { bytesRead } = await handle.read(buffer, 0, want, position);
+    if (bytesRead === 0) {
+      ring.release(buffer);
+      throw new Error(`blob ended at byte ${position}, before the ${range.end + 1} bytes the catalog promised`);
+    }
+    position += bytesRead;
+    if (meter) await meter.take(bytesRead, signal);
+    signal.throwIfAborted();
+    res.write(buffer.subarray(0, bytesRead), (err) => ring.release(buffer, err));
+  }
 }
 
 export async function sendSegments(res: ServerResponse, handle: FileHandle, segments: readonly Segment[], options: { meter?: ByteMeter | undefined; signal: AbortSignal }): Promise<void> {
   const { meter, signal } = options;
+  const rangeBytes = segments.reduce((n, s) => (s.kind === 'range' ? Math.max(n, s.range.end - s.range.start + 1) : n), 0);
+  const chunkBytes = Math.max(1, Math.min(meter ? meter.quantumBytes : CHUNK_BYTES, CHUNK_BYTES, rangeBytes));
+  const ring = new BufferRing(BUFFER_COUNT, chunkBytes);
   for (const segment of segments) {
     signal.throwIfAborted();
-    if (segment.kind === 'bytes') {
-      await writeChunk(res, segment.data, signal);
-      continue;
-    }
-    const { start, end } = segment.range;
-    if (!meter) {
-      const source = handle.createReadStream({ start, end, autoClose: false, highWaterMark: READ_CHUNK_BYTES });
-      await pipeline(source, res, { end: false, signal });
-      continue;
-    }
-    const quantum = Math.max(1, Math.min(meter.quantumBytes, READ_CHUNK_BYTES));
-    const source = handle.createReadStream({ start, end, autoClose: false, highWaterMark: quantum });
-    try {
-      for await (const chunk of source) {
-        await meter.take((chunk as Buffer).length, signal);
-        await writeChunk(res, chunk as Buffer, signal);
-      }
-    } finally {
-      source.destroy();
-    }
+    if (segment.kind === 'bytes') res.write(segment.data);
+    else await streamRange(res, handle, segment.range, ring, chunkBytes, meter, signal);
   }
-  res.end();
-  if (!res.writableFinished) await once(res, 'finish', { signal });
+  await new Promise<void>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    res.end(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    });
+  });
 }

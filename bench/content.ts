@@ -1,0 +1,331 @@
+/**
+ * Download benchmark (issue 4): one 1 GiB file and one 4 KiB file served three ways in one run:
+ * through the gateway (authenticated, unthrottled), through a minimal Node
+ * `fs.createReadStream().pipe(res)` server, and through nginx when it is installed.
+ *
+ *   node bench/content.ts [--database-url postgres://postgres@127.0.0.1:5432/postgres]
+ *                         [--runs 3] [--big-mib 1024] [--small-requests 2000] [--concurrency 16]
+ *
+ * Large file: MiB/s for 1 stream and for 16 parallel streams (each a whole-file curl to
+ * /dev/null), the median of --runs runs, and the ratio gateway/baseline. Small file: requests/s
+ * with p50/p99 latency over keep-alive connections. While the gateway serves 16 parallel streams
+ * its RSS is sampled every 50 ms; the peak is printed. A temporary database (dropped at the end)
+ * and temporary directories are used; nothing is left behind.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { createReadStream, existsSync } from 'node:fs';
+import { chmod, mkdir, mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { migrate } from '../migrations/runner.ts';
+import { AdminStore } from '../policy/auth/admin-store.ts';
+import { freeLoopbackPort } from '../proxy/embedded-database.ts';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const MiB = 1024 * 1024;
+
+const { values: args } = parseArgs({
+  options: {
+    'database-url': { type: 'string', default: 'postgres://postgres@127.0.0.1:5432/postgres' },
+    runs: { type: 'string', default: '3' },
+    'big-mib': { type: 'string', default: '1024' },
+    'small-requests': { type: 'string', default: '2000' },
+    concurrency: { type: 'string', default: '16' },
+  },
+});
+const RUNS = Number(args.runs);
+const BIG_BYTES = Number(args['big-mib']) * MiB;
+const SMALL_BYTES = 4096;
+const SMALL_REQUESTS = Number(args['small-requests']);
+const STREAMS = Number(args.concurrency);
+
+interface Target {
+  name: string;
+  bigUrl: string;
+  smallUrl: string;
+  headers(run: number, stream: number): Record<string, string>;
+  pid?: number;
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+const percentile = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
+
+function curl(url: string, headers: Record<string, string>): Promise<{ bytes: number; status: number }> {
+  return new Promise((resolve, reject) => {
+    const argv = ['-s', '-o', '/dev/null', '-w', '%{http_code} %{size_download}'];
+    for (const [k, v] of Object.entries(headers)) argv.push('-H', `${k}: ${v}`);
+    argv.push(url);
+    const child = spawn('curl', argv, { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.on('error', reject);
+    child.on('close', () => {
+      const [status, bytes] = out.trim().split(' ').map(Number);
+      resolve({ status: status ?? 0, bytes: bytes ?? 0 });
+    });
+  });
+}
+
+async function rssBytes(pid: number): Promise<number> {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
+  return Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? 0) * 1024;
+}
+
+/** MiB/s of `streams` parallel whole-file downloads; also the peak RSS of `pid` meanwhile. */
+async function measureBig(target: Target, streams: number, run: number): Promise<{ mibPerSec: number; peakRss: number }> {
+  let peakRss = 0;
+  let sampling = true;
+  const sampler = (async () => {
+    while (sampling && target.pid) {
+      peakRss = Math.max(peakRss, await rssBytes(target.pid));
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  })();
+  const started = process.hrtime.bigint();
+  const results = await Promise.all(Array.from({ length: streams }, (_, s) => curl(target.bigUrl, target.headers(run, s))));
+  const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+  sampling = false;
+  await sampler;
+  for (const r of results) if (r.status !== 200 || r.bytes !== BIG_BYTES) throw new Error(`${target.name}: download got ${r.status} with ${r.bytes} bytes`);
+  return { mibPerSec: (streams * BIG_BYTES) / MiB / seconds, peakRss };
+}
+
+/** Requests/s and latency percentiles for the 4 KiB file over `STREAMS` keep-alive connections. */
+async function measureSmall(target: Target, run: number): Promise<{ rps: number; p50Ms: number; p99Ms: number; errors: number }> {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: STREAMS });
+  const latencies: number[] = [];
+  let errors = 0;
+  let next = 0;
+  const one = (headers: Record<string, string>) =>
+    new Promise<void>((resolve) => {
+      const t0 = process.hrtime.bigint();
+      http
+        .get(target.smallUrl, { agent, headers }, (res) => {
+          let n = 0;
+          res.on('data', (d: Buffer) => (n += d.length));
+          res.on('end', () => {
+            if (res.statusCode !== 200 || n !== SMALL_BYTES) errors++;
+            latencies.push(Number(process.hrtime.bigint() - t0) / 1e6);
+            resolve();
+          });
+        })
+        .on('error', () => {
+          errors++;
+          resolve();
+        });
+    });
+  const started = process.hrtime.bigint();
+  await Promise.all(
+    Array.from({ length: STREAMS }, async (_, w) => {
+      while (next++ < SMALL_REQUESTS) await one(target.headers(run, w));
+    }),
+  );
+  const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+  agent.destroy();
+  return { rps: SMALL_REQUESTS / seconds, p50Ms: percentile(latencies, 50), p99Ms: percentile(latencies, 99), errors };
+}
+
+function waitForLine(child: ChildProcess, pattern: RegExp, what: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let text = '';
+    const onData = (d: Buffer) => {
+      text += d.toString();
+      if (pattern.test(text)) resolve();
+    };
+    child.stdout?.on('data', onData);
+    child.stderr?.on('data', onData);
+    child.once('exit', (code) => reject(new Error(`${what} exited (${code}) before it was ready:\n${text}`)));
+    setTimeout(() => reject(new Error(`${what} not ready in 60 s:\n${text}`)), 60_000).unref();
+  });
+}
+
+async function main(): Promise<void> {
+  const work = await mkdtemp(path.join(os.tmpdir(), 'arkvory-bench-'));
+  // nginx workers run as an unprivileged user and must traverse to the files.
+  await chmod(work, 0o755);
+  const files = path.join(work, 'files');
+  const dataDir = path.join(work, 'data');
+  const children: ChildProcess[] = [];
+  const dbName = `arkvory_bench_${randomBytes(4).toString('hex')}`;
+  const adminUrl = args['database-url']!;
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${dbName}`);
+  const dbUrl = Object.assign(new URL(adminUrl), { pathname: `/${dbName}` }).toString();
+  const pool = new pg.Pool({ connectionString: dbUrl, max: 2 });
+  try {
+    await migrate(pool);
+    const store = new AdminStore(pool);
+    await store.createRepository('bench');
+    // One principal per stream and run: per-principal limits (admission, rate rules) never bind.
+    const keys: string[][] = [];
+    for (let run = 0; run < RUNS; run++) {
+      const row: string[] = [];
+      for (let s = 0; s < STREAMS; s++) {
+        const principal = await store.createPrincipal(`bench-${run}-${s}`);
+        await store.addGrant(principal.id, 'bench', 'write');
+        row.push((await store.createKey(principal.id, { scopes: ['read', 'write'] })).key);
+      }
+      keys.push(row);
+    }
+
+    process.stderr.write(`writing a ${BIG_BYTES / MiB} MiB and a 4 KiB file under ${files}\n`);
+    await mkdir(files, { recursive: true });
+    const big = await open(path.join(files, 'big.bin'), 'w');
+    const block = randomBytes(4 * MiB);
+    for (let written = 0; written < BIG_BYTES; written += block.length) await big.write(block, 0, Math.min(block.length, BIG_BYTES - written));
+    await big.close();
+    await writeFile(path.join(files, 'small.bin'), randomBytes(SMALL_BYTES));
+
+    // Gateway.
+    const gatewayPort = await freeLoopbackPort();
+    const gatewayBase = `http://127.0.0.1:${gatewayPort}`;
+    const startGateway = async (): Promise<ChildProcess> => {
+      const child = spawn(process.execPath, [path.join(ROOT, 'bin/arkvory.js'), 'serve'], {
+        cwd: ROOT,
+        env: {
+          PATH: process.env.PATH,
+          HOME: process.env.HOME,
+          ARKVORY_DATABASE_URL: dbUrl,
+          ARKVORY_DATA_DIR: dataDir,
+          ARKVORY_PORT: String(gatewayPort),
+          ARKVORY_LOG_LEVEL: 'warn',
+          ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2),
+        },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      children.push(child);
+      child.stdout!.resume();
+      child.stderr!.resume();
+      for (let i = 0; ; i++) {
+        const ok = await fetch(`${gatewayBase}/health/status`).then((r) => r.status === 200, () => false);
+        if (ok) return child;
+        if (i > 600 || child.exitCode !== null) throw new Error('gateway did not start');
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    };
+    let gateway = await startGateway();
+    for (const name of ['big.bin', 'small.bin']) {
+      const status = await new Promise<number>((resolve, reject) => {
+        const req = http.request(`${gatewayBase}/api/v1/repositories/bench/artifacts/${name}`, { method: 'PUT', headers: { authorization: `Bearer ${keys[0]![0]}` } }, (res) => {
+          res.resume();
+          res.on('end', () => resolve(res.statusCode ?? 0));
+        });
+        req.on('error', reject);
+        createReadStream(path.join(files, name)).pipe(req);
+      });
+      if (status !== 201) throw new Error(`upload of ${name} answered ${status}`);
+    }
+    // Restart, so the download figures (RSS above all) carry nothing over from the 1 GiB upload.
+    gateway.kill('SIGTERM');
+    await new Promise((r) => gateway.once('exit', r));
+    gateway = await startGateway();
+    await new Promise((r) => setTimeout(r, 1000));
+    const idleRss = await rssBytes(gateway.pid!);
+
+    // Minimal Node baseline.
+    const basePort = await freeLoopbackPort();
+    const baseline = spawn(process.execPath, [path.join(ROOT, 'bench/content-node-baseline.ts'), files, String(basePort)], { stdio: ['ignore', 'pipe', 'pipe'] });
+    children.push(baseline);
+    await waitForLine(baseline, /ready/, 'node baseline');
+
+    const targets: Target[] = [
+      {
+        name: 'gateway',
+        bigUrl: `${gatewayBase}/api/v1/repositories/bench/artifacts/big.bin/content`,
+        smallUrl: `${gatewayBase}/api/v1/repositories/bench/artifacts/small.bin/content`,
+        headers: (run, s) => ({ authorization: `Bearer ${keys[run]![s % STREAMS]}` }),
+        pid: gateway.pid!,
+      },
+      { name: 'node-baseline', bigUrl: `http://127.0.0.1:${basePort}/big.bin`, smallUrl: `http://127.0.0.1:${basePort}/small.bin`, headers: () => ({}), pid: baseline.pid! },
+    ];
+
+    // nginx, when installed.
+    const nginxBin = ['/usr/sbin/nginx', '/usr/local/sbin/nginx'].find((p) => existsSync(p));
+    if (nginxBin) {
+      const nginxPort = await freeLoopbackPort();
+      const prefix = path.join(work, 'nginx');
+      await mkdir(prefix, { recursive: true });
+      const conf = path.join(prefix, 'nginx.conf');
+      await writeFile(
+        conf,
+        `daemon off; worker_processes auto; pid ${prefix}/nginx.pid; error_log ${prefix}/error.log;
+events { worker_connections 1024; }
+http { access_log off; sendfile on; tcp_nopush on; client_body_temp_path ${prefix}/body; proxy_temp_path ${prefix}/proxy;
+  fastcgi_temp_path ${prefix}/fastcgi; uwsgi_temp_path ${prefix}/uwsgi; scgi_temp_path ${prefix}/scgi;
+  server { listen 127.0.0.1:${nginxPort}; root ${files}; } }
+`,
+      );
+      const nginx = spawn(nginxBin, ['-c', conf, '-p', prefix], { stdio: ['ignore', 'pipe', 'pipe'] });
+      children.push(nginx);
+      for (let i = 0; ; i++) {
+        const ok = await fetch(`http://127.0.0.1:${nginxPort}/small.bin`).then((r) => r.status === 200, () => false);
+        if (ok) break;
+        if (i > 100) throw new Error(`nginx did not start: ${await readFile(path.join(prefix, 'error.log'), 'utf8').catch(() => '')}`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      targets.push({ name: 'nginx', bigUrl: `http://127.0.0.1:${nginxPort}/big.bin`, smallUrl: `http://127.0.0.1:${nginxPort}/small.bin`, headers: () => ({}) });
+    } else {
+      process.stderr.write('nginx not installed: skipping the nginx column\n');
+    }
+
+    // Warm the page cache so every server reads from memory.
+    await curl(targets[1]!.bigUrl, {});
+
+    const results: Record<string, { one: number[]; many: number[]; rss: number[]; rps: number[]; p50: number[]; p99: number[]; errors: number }> = {};
+    for (const t of targets) results[t.name] = { one: [], many: [], rss: [], rps: [], p50: [], p99: [], errors: 0 };
+    // Interleave servers within each run, so background load hits them alike.
+    for (let run = 0; run < RUNS; run++) {
+      for (const t of targets) {
+        const r = results[t.name]!;
+        r.one.push((await measureBig(t, 1, run)).mibPerSec);
+        const many = await measureBig(t, STREAMS, run);
+        r.many.push(many.mibPerSec);
+        r.rss.push(many.peakRss);
+        const small = await measureSmall(t, run);
+        r.rps.push(small.rps);
+        r.p50.push(small.p50Ms);
+        r.p99.push(small.p99Ms);
+        r.errors += small.errors;
+        process.stderr.write(`run ${run + 1}/${RUNS} ${t.name}: 1×${r.one.at(-1)!.toFixed(0)} MiB/s, ${STREAMS}×${many.mibPerSec.toFixed(0)} MiB/s, 4 KiB ${small.rps.toFixed(0)} req/s\n`);
+      }
+    }
+
+    const gw = results.gateway!;
+    const base = results['node-baseline']!;
+    const row = (name: string) => {
+      const r = results[name]!;
+      return {
+        server: name,
+        '1 stream MiB/s': Math.round(median(r.one)),
+        [`${STREAMS} streams MiB/s`]: Math.round(median(r.many)),
+        '4 KiB req/s': Math.round(median(r.rps)),
+        'p50 ms': Number(median(r.p50).toFixed(2)),
+        'p99 ms': Number(median(r.p99).toFixed(2)),
+        'small errors': r.errors,
+      };
+    };
+    console.log(`\nbench/content.ts: ${BIG_BYTES / MiB} MiB and 4 KiB files, medians of ${RUNS} runs, ${os.cpus().length} CPUs, load average ${os.loadavg().map((l) => l.toFixed(1)).join(' ')}`);
+    console.table(targets.map((t) => row(t.name)));
+    console.log(`gateway/baseline: 1 stream ${(median(gw.one) / median(base.one)).toFixed(2)}×, ${STREAMS} streams ${(median(gw.many) / median(base.many)).toFixed(2)}×, 4 KiB req/s ${(median(gw.rps) / median(base.rps)).toFixed(2)}×`);
+    if (results.nginx) {
+      const n = results.nginx;
+      console.log(`gateway/nginx:    1 stream ${(median(gw.one) / median(n.one)).toFixed(2)}×, ${STREAMS} streams ${(median(gw.many) / median(n.many)).toFixed(2)}×, 4 KiB req/s ${(median(gw.rps) / median(n.rps)).toFixed(2)}×`);
+    }
+    console.log(`gateway RSS idle after start: ${(idleRss / MiB).toFixed(1)} MiB`);
+    console.log(`gateway peak RSS during ${STREAMS} parallel ${BIG_BYTES / MiB} MiB downloads: ${(Math.max(...gw.rss) / MiB).toFixed(1)} MiB (per run: ${gw.rss.map((b) => (b / MiB).toFixed(1)).join(', ')})`);
+  } finally {
+    for (const child of children) child.kill('SIGTERM');
+    await pool.end();
+    await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`).catch(() => {});
+    await admin.end();
+    await rm(work, { recursive: true, force: true });
+  }
+}
+
+await main();
