@@ -1,6 +1,7 @@
 -- One atomic evaluation of every counting rule of one limiter check: the twin of evaluate.ts.
 -- Guarantees: bans suppress counting; a limit rule that is exceeded stops the loop; peek writes nothing;
--- every written key gets a TTL (set again on each write, so a key left without one heals itself).
+-- every written key gets a TTL (PEXPIRE … NX on each write: a new key, or one left without a TTL, gets
+-- one; a key that has one is not rewritten, so replicas see no extra writes). Needs Redis >= 7.0.
 -- Assumes: "now" is ARGV[1] (the caller's wall clock, ms), not Redis TIME, so the TS reference, the
 -- memory store and this script decide on the same clock; KEYS come in pairs (counter, ban) per rule.
 -- ARGV: now, cost, mode ('check'|'peek'), n, then per rule: action, limit, windowEndMs, banMs, distinct ('1'|'0'), member
@@ -35,7 +36,7 @@ for i = 1, n do
     if distinct then
       if counting then
         redis.call('SADD', ckey, member)
-        redis.call('PEXPIRE', ckey, ttl)
+        redis.call('PEXPIRE', ckey, ttl, 'NX')
         count = redis.call('SCARD', ckey)
       else
         count = redis.call('SCARD', ckey) + 1 - redis.call('SISMEMBER', ckey, member)
@@ -43,7 +44,7 @@ for i = 1, n do
     else
       if counting then
         count = tonumber(redis.call('INCRBYFLOAT', ckey, cost))
-        redis.call('PEXPIRE', ckey, ttl)
+        redis.call('PEXPIRE', ckey, ttl, 'NX')
       else
         count = tonumber(redis.call('GET', ckey) or '0') + costNumber
       end
@@ -60,7 +61,11 @@ for i = 1, n do
       end
     end
   end
-  out[#out + 1] = { string.format('%.17g', count), exceeded, banned, string.format('%.0f', resetAt) }
+  -- Flat reply: count, exceeded, banned, resetAt per evaluated rule.
+  out[#out + 1] = string.format('%.17g', count)
+  out[#out + 1] = exceeded
+  out[#out + 1] = banned
+  out[#out + 1] = string.format('%.0f', resetAt)
   if exceeded == 1 and action == 'limit' then break end
 end
 return out

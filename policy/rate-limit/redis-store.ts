@@ -11,7 +11,7 @@ import type { CounterStore } from './store.ts';
 export const CHECK_SCRIPT = readFileSync(new URL('./check.lua', import.meta.url), 'utf8');
 const COMMAND = 'arkvoryRateLimitCheck';
 
-type ScriptReply = Array<[string, number, number, string]>;
+type ScriptReply = Array<string | number>;
 type WithCheck = Redis & { [COMMAND](numKeys: number, ...args: Array<string | number>): Promise<ScriptReply> };
 
 export function createRedisStore(redis: Redis): CounterStore {
@@ -26,7 +26,9 @@ export function createRedisStore(redis: Redis): CounterStore {
       args.push(input.nowMs, String(input.cost), input.mode, n);
       for (const p of plan.counting) args.push(p.action, p.limit, p.windowEndMs, p.banMs, p.distinctValue !== undefined ? '1' : '0', p.distinctValue ?? '');
       const reply = await client[COMMAND](n * 2, ...args);
-      return reply.map(([count, exceeded, banned, resetAt]) => ({ count: Number(count), exceeded: exceeded === 1, banned: banned === 1, resetAtMs: Number(resetAt) }));
+      const outcomes: Outcome[] = [];
+      for (let i = 0; i + 3 < reply.length; i += 4) outcomes.push({ count: Number(reply[i]), exceeded: reply[i + 1] === 1, banned: reply[i + 2] === 1, resetAtMs: Number(reply[i + 3]) });
+      return outcomes;
     },
     async clear(keys) {
       if (keys.length) await redis.del(...keys);

@@ -2,10 +2,17 @@ import { RateLimitError } from './errors.ts';
 
 /** Rejects with `store_timeout` when `promise` takes longer than `ms`; the late answer is ignored. */
 export function withTimeout<T>(promise: Promise<T>, ms: number, what = 'the rate-limit store'): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new RateLimitError('store_timeout', `${what} did not answer within ${ms} ms`)), ms);
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new RateLimitError('store_timeout', `${what} did not answer within ${ms} ms`)), ms);
+    promise.then(
+      (value) => {
+        clearTimeout(timer);
+        resolve(value);
+      },
+      (err: unknown) => {
+        clearTimeout(timer);
+        reject(err);
+      },
+    );
   });
-  promise.catch(() => {});
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
