@@ -49,7 +49,13 @@ export interface GatewayServer {
 
 const REQUEST_ID = /^[A-Za-z0-9._-]{1,64}$/;
 
-export function createGatewayServer(options: { routes: readonly Route[]; gates: readonly Gate[]; log: Logger }): GatewayServer {
+export function createGatewayServer(options: {
+  routes: readonly Route[];
+  gates: readonly Gate[];
+  log: Logger;
+  /** A reader: every method but GET/HEAD is 405 `read_only` before any route or gate runs. */
+  readOnly?: boolean;
+}): GatewayServer {
   const table = new RouteTable<Route>();
   for (const route of options.routes) table.add({ methods: route.methods, template: route.template, value: route });
   const gates = [...options.gates];
@@ -95,6 +101,10 @@ export function createGatewayServer(options: { routes: readonly Route[]; gates: 
       url = new URL(req.url ?? '/', 'http://gateway.invalid');
     } catch {
       sendError(res, new GatewayError('invalid_request', 'The request target is not a valid URL.'), log);
+      return;
+    }
+    if (options.readOnly && req.method !== 'GET' && req.method !== 'HEAD') {
+      sendError(res, new GatewayError('read_only', undefined, { headers: { allow: 'GET, HEAD' } }), log.child({ reqId }));
       return;
     }
     const match = table.match(req.method ?? 'GET', url.pathname);

@@ -8,8 +8,8 @@ import { ConfigError, loadConfig, type Config } from './config.ts';
 import { openDatabase, type Database } from './database.ts';
 import { createGatewayServer, type GatewayServer } from './http-server.ts';
 import { Lifecycle } from './lifecycle.ts';
-import { readOnlyGate } from './read-only-gate.ts';
 import { createLogger } from './logger.ts';
+import { runRouter } from './router/run-router.ts';
 import type { Services } from './services.ts';
 import { createTransfers } from './transfers.ts';
 
@@ -41,7 +41,7 @@ function checkProfile(config: Config): void {
   if (!config.redisUrl && config.shared) {
     throw new StartupError('the shared profile needs a Redis shared by all gateways for rate-limit counters; set ARKVORY_REDIS_URL');
   }
-  if (config.role === 'worker' || config.role === 'router') {
+  if (config.role === 'worker') {
     throw new StartupError(`role "${config.role}" is not part of this build yet`);
   }
 }
@@ -50,6 +50,8 @@ function checkProfile(config: Config): void {
 export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
   const config = loadConfigOrExit(env);
   const log = createLogger(config.logLevel);
+  // The router holds no lease, barrier or database state of its own (proxy/router/run-router.ts).
+  if (config.role === 'router') return runRouter(config, log);
   const lifecycle = new Lifecycle();
   let database: Database | undefined;
   let server: GatewayServer | undefined;
@@ -104,8 +106,7 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
       readiness: [() => transfers.snapshot()],
     };
     const app = await buildApp(built);
-    const gates = config.role === 'reader' ? [readOnlyGate, ...app.gates] : app.gates;
-    server = createGatewayServer({ routes: app.routes, gates, log });
+    server = createGatewayServer({ routes: app.routes, gates: app.gates, log, readOnly: config.role === 'reader' });
     const address = await server.listen(config.port, config.host);
     if (signals === 0) lifecycle.set('serving');
     log.info({ role: config.role, url: `http://${address.address}:${address.port}`, port: address.port }, 'listening');
@@ -129,6 +130,7 @@ async function openCoordinator(config: Config, databaseUrl: string, log: Logger)
       ? {
           shared: {
             slot: config.shared.slot,
+            advertiseUrl: config.advertiseUrl,
             policy: { slots: config.shared.slots, downloadBytesPerSec: config.shared.downloadBytesPerSec, downloadBytesPerSecPerPrincipal: config.shared.downloadBytesPerSecPerPrincipal },
           },
         }
