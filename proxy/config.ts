@@ -1,4 +1,6 @@
 import path from 'node:path';
+import { parseBackendList, parseOrigin } from './router/backend-url.ts';
+import { parseTrustedProxies } from './router/forwarded.ts';
 
 /**
  * Every ARKVORY_* variable, declared once. `loadConfig` validates against this table, the README
@@ -50,6 +52,12 @@ export const VARIABLES: readonly VariableSpec[] = [
   { name: 'ARKVORY_GATEWAY_SLOT', kind: { type: 'int', min: 0, max: 15 }, doc: 'Shared profile: this gateway\'s slot (writer 0, readers 1..SLOTS-1).' },
   { name: 'ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND', kind: BYTES_PER_SECOND, doc: 'Shared profile: the global download budget, split floor(rate / SLOTS) per gateway.' },
   { name: 'ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL', kind: BYTES_PER_SECOND, doc: 'Shared profile: global per-principal download budget (0 = off), split like the global one.' },
+  { name: 'ARKVORY_ADVERTISE_URL', kind: { type: 'url', protocols: ['http:', 'https:'] }, doc: 'Shared profile: the origin (`http://10.0.0.5:8080`, no path) at which routers reach this gateway; recorded with its lease. Unset: routers reading the leases skip this gateway.' },
+  { name: 'ARKVORY_TRUSTED_PROXIES', kind: { type: 'string' }, doc: 'Comma-separated IPs/CIDR blocks (routers, nginx, HAProxy) whose `X-Forwarded-For` is believed for the client address. Unset: the socket peer is the client.' },
+  { name: 'ARKVORY_ROUTER_BACKENDS', kind: { type: 'string' }, doc: 'Router: a static list of gateway origins, comma-separated, the writer first. Unset: discovered from the live leases (needs ARKVORY_DATABASE_URL).' },
+  { name: 'ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS', kind: { type: 'int', min: 100, max: 60000 }, defaultValue: '2000', doc: 'Router: how often leases are read and every gateway\'s `/health/status` is probed; a failing gateway leaves the pool within 2 intervals.' },
+  { name: 'ARKVORY_ROUTER_CONNECT_TIMEOUT_MILLISECONDS', kind: { type: 'int', min: 50, max: 60000 }, defaultValue: '3000', doc: 'Router: longest wait for a TCP connection to a gateway; then 502 `upstream_unreachable` (GET/HEAD: one retry elsewhere).' },
+  { name: 'ARKVORY_ROUTER_IDLE_TIMEOUT_SECONDS', kind: { type: 'int', min: 1, max: 3600 }, defaultValue: '120', doc: 'Router: longest silence on an upstream connection (no byte either way); before the response → 504 `upstream_timeout`, after → the response is cut.' },
 ];
 
 export type Role = 'api' | 'reader' | 'worker' | 'router';
@@ -82,6 +90,17 @@ export interface Config {
   readonly rateLimitsFile: string | undefined;
   readonly redisKeyPrefix: string;
   readonly rateLimitTimeoutMs: number;
+  /** Origin recorded with the lease for routers (shared profile). */
+  readonly advertiseUrl: string | undefined;
+  /** Validated ARKVORY_TRUSTED_PROXIES entries; compile with `createTrustedProxies`. */
+  readonly trustedProxies: readonly string[];
+  readonly router: {
+    /** Static gateways, writer first; undefined = discovered from the leases. */
+    readonly backends: readonly string[] | undefined;
+    readonly probeIntervalMs: number;
+    readonly connectTimeoutMs: number;
+    readonly idleTimeoutMs: number;
+  };
   readonly shared:
     | {
         readonly slots: number;
@@ -214,6 +233,31 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
       }
     }
   }
+  let advertiseUrl: string | undefined;
+  let trustedProxies: string[] = [];
+  let routerBackends: string[] | undefined;
+  if (problems.length === 0) {
+    const role = str('ARKVORY_ROLE');
+    const advertise = optStr('ARKVORY_ADVERTISE_URL');
+    if (advertise !== undefined) {
+      const parsed = parseOrigin(advertise);
+      if (!parsed.ok) problems.push(`ARKVORY_ADVERTISE_URL: ${parsed.problem}`);
+      else if (!shared) problems.push('ARKVORY_ADVERTISE_URL: only recorded in the shared profile (set ARKVORY_GATEWAY_SLOTS); a standalone gateway is listed in ARKVORY_ROUTER_BACKENDS instead');
+      else advertiseUrl = parsed.value;
+    }
+    const trusted = parseTrustedProxies(optStr('ARKVORY_TRUSTED_PROXIES'));
+    if (trusted.ok) trustedProxies = trusted.value;
+    else problems.push(`ARKVORY_TRUSTED_PROXIES: ${trusted.problem}`);
+    const backends = optStr('ARKVORY_ROUTER_BACKENDS');
+    if (backends !== undefined) {
+      const parsed = parseBackendList(backends);
+      if (role !== 'router') problems.push(`ARKVORY_ROUTER_BACKENDS: only valid with ARKVORY_ROLE=router, got role "${role}"`);
+      else if (!parsed.ok) problems.push(`ARKVORY_ROUTER_BACKENDS: ${parsed.problem}`);
+      else routerBackends = parsed.value;
+    } else if (role === 'router' && optStr('ARKVORY_DATABASE_URL') === undefined) {
+      problems.push('ARKVORY_ROLE: "router" finds its gateways in the lease table (set ARKVORY_DATABASE_URL) or in a static list (set ARKVORY_ROUTER_BACKENDS)');
+    }
+  }
   if (problems.length > 0) throw new ConfigError(problems);
 
   const maxDownloads = num('ARKVORY_MAX_DOWNLOADS');
@@ -244,6 +288,14 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
     rateLimitsFile: optStr('ARKVORY_RATE_LIMITS_FILE'),
     redisKeyPrefix: str('ARKVORY_REDIS_KEY_PREFIX'),
     rateLimitTimeoutMs: num('ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS'),
+    advertiseUrl,
+    trustedProxies,
+    router: {
+      backends: routerBackends,
+      probeIntervalMs: num('ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS'),
+      connectTimeoutMs: num('ARKVORY_ROUTER_CONNECT_TIMEOUT_MILLISECONDS'),
+      idleTimeoutMs: num('ARKVORY_ROUTER_IDLE_TIMEOUT_SECONDS') * 1000,
+    },
     shared,
   };
   return deepFreeze(config);

@@ -1,0 +1,134 @@
+/**
+ * The router's discovery cache: the known gateways, whether their last probe passed, and how many
+ * proxied requests each is serving. No I/O and no clock: discovery and probes report into it, the
+ * proxy asks it for a target.
+ *
+ * Selection (documented in docs/router.md): content reads go to the healthy gateway with the
+ * fewest requests in flight through this router (least active); ties rotate round-robin, so an
+ * idle pool is visited in turn. Everything else goes to the writer.
+ */
+import type { RequestClass } from './route-class.ts';
+
+export type BackendRole = 'writer' | 'reader';
+
+export interface BackendSpec {
+  /** Origin such as `http://10.0.0.5:8080` (no path). */
+  readonly url: string;
+  readonly role: BackendRole;
+}
+
+export interface BackendView {
+  readonly url: string;
+  readonly role: BackendRole;
+  readonly healthy: boolean;
+  readonly active: number;
+}
+
+interface Backend {
+  url: string;
+  role: BackendRole;
+  healthy: boolean;
+  active: number;
+  /** Position in discovery order, for a stable round-robin. */
+  order: number;
+  lastError: string | undefined;
+}
+
+/**
+ * Least active first; among equals the first at or after `cursor` in rotation order. Returns the
+ * index into `candidates`, or -1 when there is none.
+ */
+export function pickLeastActive(candidates: readonly Pick<BackendView, 'active'>[], cursor: number): number {
+  if (candidates.length === 0) return -1;
+  let best = -1;
+  for (let step = 0; step < candidates.length; step++) {
+    const i = (cursor + step) % candidates.length;
+    if (best === -1 || candidates[i]!.active < candidates[best]!.active) best = i;
+  }
+  return best;
+}
+
+export type PoolChange = { url: string; healthy: boolean; reason: string };
+
+export class BackendPool {
+  readonly #backends = new Map<string, Backend>();
+  #cursor = 0;
+  #order = 0;
+
+  /** Replaces the known set. New gateways wait for their first passing probe; gone ones leave at once. */
+  update(specs: readonly BackendSpec[]): { added: string[]; removed: string[] } {
+    const wanted = new Map(specs.map((s) => [s.url, s]));
+    const removed: string[] = [];
+    const added: string[] = [];
+    for (const url of this.#backends.keys()) {
+      if (!wanted.has(url)) {
+        this.#backends.delete(url);
+        removed.push(url);
+      }
+    }
+    for (const spec of wanted.values()) {
+      const known = this.#backends.get(spec.url);
+      if (known) known.role = spec.role;
+      else {
+        this.#backends.set(spec.url, { url: spec.url, role: spec.role, healthy: false, active: 0, order: this.#order++, lastError: 'not probed yet' });
+        added.push(spec.url);
+      }
+    }
+    return { added, removed };
+  }
+
+  /** A probe result; returns the change when health flipped. */
+  recordProbe(url: string, ok: boolean, reason: string): PoolChange | undefined {
+    const backend = this.#backends.get(url);
+    if (!backend || backend.healthy === ok) return undefined;
+    backend.healthy = ok;
+    backend.lastError = ok ? undefined : reason;
+    return { url, healthy: ok, reason };
+  }
+
+  /** A proxied request could not reach the gateway: out of the pool until a probe passes. */
+  markUnreachable(url: string, reason: string): PoolChange | undefined {
+    return this.recordProbe(url, false, reason);
+  }
+
+  /** The target for a request of `kind`, skipping `exclude` (the backend that just failed). */
+  pick(kind: RequestClass, exclude: ReadonlySet<string> = new Set()): BackendView | undefined {
+    const candidates = [...this.#backends.values()]
+      .filter((b) => b.healthy && !exclude.has(b.url) && (kind === 'content-read' || b.role === 'writer'))
+      .sort((a, b) => a.order - b.order);
+    const index = pickLeastActive(candidates, this.#cursor % Math.max(1, candidates.length));
+    if (index === -1) return undefined;
+    this.#cursor = index + 1;
+    return { ...candidates[index]! };
+  }
+
+  /** Counts a request against `url` until the returned release is called (once). */
+  acquire(url: string): () => void {
+    const backend = this.#backends.get(url);
+    if (!backend) return () => {};
+    backend.active++;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      backend.active--;
+    };
+  }
+
+  urls(): string[] {
+    return [...this.#backends.keys()];
+  }
+
+  snapshot(): Array<BackendView & { lastError: string | undefined }> {
+    return [...this.#backends.values()].sort((a, b) => a.order - b.order).map((b) => ({ url: b.url, role: b.role, healthy: b.healthy, active: b.active, lastError: b.lastError }));
+  }
+
+  /** Router `/health/status`: at least one gateway can serve reads. */
+  get canServeReads(): boolean {
+    return [...this.#backends.values()].some((b) => b.healthy);
+  }
+
+  get hasHealthyWriter(): boolean {
+    return [...this.#backends.values()].some((b) => b.healthy && b.role === 'writer');
+  }
+}

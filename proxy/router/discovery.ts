@@ -1,0 +1,62 @@
+/**
+ * Where the router's gateways come from: a static list (ARKVORY_ROUTER_BACKENDS, writer first) or
+ * the live rows of `arkvory_gateway_leases` (each gateway records ARKVORY_ADVERTISE_URL with its
+ * lease; slot 0 / role `api` is the writer). Reading leases needs only SELECT; the router takes no
+ * lease and no barrier.
+ */
+import pg from 'pg';
+import type { Logger } from 'pino';
+import type { BackendSpec } from './backend-pool.ts';
+
+export interface Discovery {
+  readonly kind: 'static' | 'leases';
+  discover(): Promise<BackendSpec[]>;
+  close(): Promise<void>;
+}
+
+export function staticDiscovery(origins: readonly string[]): Discovery {
+  const specs: BackendSpec[] = origins.map((url, i) => ({ url, role: i === 0 ? 'writer' : 'reader' }));
+  return { kind: 'static', discover: async () => specs, close: async () => {} };
+}
+
+export interface LeaseRow {
+  slot: number;
+  role: string;
+  advertise_url: string | null;
+}
+
+/** Live lease rows → backends (pure). Rows without an advertised URL cannot be routed to. */
+export function backendsFromLeases(rows: readonly LeaseRow[]): { backends: BackendSpec[]; unadvertised: number[] } {
+  const backends: BackendSpec[] = [];
+  const unadvertised: number[] = [];
+  for (const row of rows) {
+    if (!row.advertise_url) {
+      unadvertised.push(row.slot);
+      continue;
+    }
+    backends.push({ url: row.advertise_url, role: row.role === 'api' && row.slot === 0 ? 'writer' : 'reader' });
+  }
+  return { backends, unadvertised };
+}
+
+export function leaseDiscovery(databaseUrl: string, log: Logger, queryTimeoutMs: number): Discovery {
+  const pool = new pg.Pool({ connectionString: databaseUrl, max: 1, application_name: 'arkvory-router', connectionTimeoutMillis: queryTimeoutMs, query_timeout: queryTimeoutMs, idleTimeoutMillis: 30_000 });
+  pool.on('error', (err) => log.warn({ err: err.message }, 'idle lease-discovery connection failed'));
+  const warned = new Set<number>();
+  return {
+    kind: 'leases',
+    async discover() {
+      const { rows } = await pool.query<LeaseRow>(
+        `SELECT slot, role, advertise_url FROM arkvory_gateway_leases WHERE expires_at > clock_timestamp() ORDER BY slot`,
+      );
+      const { backends, unadvertised } = backendsFromLeases(rows);
+      for (const slot of unadvertised) {
+        if (warned.has(slot)) continue;
+        warned.add(slot);
+        log.warn({ slot }, 'a live gateway lease has no advertised URL; set ARKVORY_ADVERTISE_URL on that gateway so routers can reach it');
+      }
+      return backends;
+    },
+    close: () => pool.end(),
+  };
+}

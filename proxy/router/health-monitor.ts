@@ -1,0 +1,94 @@
+/**
+ * Keeps the pool current: every probe interval it re-reads discovery and probes each gateway's
+ * public `/health/status` (200 = in the pool). A probe times out after 0.9 interval, so a gateway
+ * that dies or hangs right after a passing probe is out of the pool within 2 intervals; it returns
+ * with its first passing probe. A failed discovery keeps the last known list (the cache).
+ */
+import http from 'node:http';
+import https from 'node:https';
+import type { Logger } from 'pino';
+import type { BackendPool, PoolChange } from './backend-pool.ts';
+import type { Discovery } from './discovery.ts';
+
+export function probeBackend(url: string, timeoutMs: number, agents: { http: http.Agent; https: https.Agent }): Promise<{ ok: boolean; reason: string }> {
+  return new Promise((resolve) => {
+    const isHttps = url.startsWith('https:');
+    const client = isHttps ? https : http;
+    const req = client.request(`${url}/health/status`, { method: 'GET', agent: isHttps ? agents.https : agents.http, headers: { 'user-agent': 'arkvory-router-probe' } }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode === 200 ? { ok: true, reason: 'probe passed' } : { ok: false, reason: `/health/status answered ${res.statusCode}` }));
+      res.on('error', (err) => resolve({ ok: false, reason: err.message }));
+    });
+    req.setTimeout(timeoutMs, () => req.destroy(Object.assign(new Error(`no answer to the probe within ${timeoutMs} ms`), { code: 'PROBE_TIMEOUT' })));
+    req.on('error', (err) => resolve({ ok: false, reason: err.message }));
+    req.end();
+  });
+}
+
+export interface HealthMonitor {
+  /** One discovery + probe round; resolves when every probe finished. */
+  runRound(): Promise<void>;
+  start(): void;
+  stop(): Promise<void>;
+}
+
+export function createHealthMonitor(options: { pool: BackendPool; discovery: Discovery; intervalMs: number; log: Logger; onChange?: (change: PoolChange) => void }): HealthMonitor {
+  const { pool, discovery, intervalMs, log } = options;
+  const agents = { http: new http.Agent({ keepAlive: true, maxSockets: 2 }), https: new https.Agent({ keepAlive: true, maxSockets: 2 }) };
+  const probeTimeoutMs = Math.max(50, Math.floor(intervalMs * 0.9));
+  let timer: NodeJS.Timeout | undefined;
+  let stopped = false;
+  let current: Promise<void> | undefined;
+  let discoveryFailing = false;
+
+  const report = (change: PoolChange | undefined) => {
+    if (!change) return;
+    if (change.healthy) log.info({ backend: change.url }, 'gateway joined the pool');
+    else log.warn({ backend: change.url, reason: change.reason }, 'gateway left the pool');
+    options.onChange?.(change);
+  };
+
+  const probe = async (url: string) => {
+    const result = await probeBackend(url, probeTimeoutMs, agents);
+    if (!stopped) report(pool.recordProbe(url, result.ok, result.reason));
+  };
+
+  const runRound = async () => {
+    const known = pool.urls();
+    const probes = known.map(probe);
+    try {
+      const { added, removed } = pool.update(await discovery.discover());
+      if (discoveryFailing) log.info('gateway discovery works again');
+      discoveryFailing = false;
+      for (const url of removed) log.info({ backend: url }, 'gateway no longer discovered (lease expired or removed)');
+      probes.push(...added.map(probe));
+    } catch (err) {
+      if (!discoveryFailing) log.warn({ err: (err as Error).message }, 'gateway discovery failed; keeping the last known gateways');
+      discoveryFailing = true;
+    }
+    await Promise.all(probes);
+  };
+
+  const loop = () => {
+    if (stopped) return;
+    const startedAt = performance.now();
+    current = runRound().finally(() => {
+      if (stopped) return;
+      timer = setTimeout(loop, Math.max(0, intervalMs - (performance.now() - startedAt)));
+    });
+  };
+
+  return {
+    runRound,
+    start() {
+      timer = setTimeout(loop, intervalMs);
+    },
+    async stop() {
+      stopped = true;
+      clearTimeout(timer);
+      await current?.catch(() => {});
+      agents.http.destroy();
+      agents.https.destroy();
+    },
+  };
+}

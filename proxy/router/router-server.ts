@@ -1,0 +1,83 @@
+/**
+ * The router's HTTP server: `/health/live` and `/health/status` answered locally, every other
+ * request proxied. `/health/status` is 200 while at least one gateway can serve reads; its body
+ * says how many gateways are healthy and whether the writer is (no addresses: it is public).
+ */
+import http from 'node:http';
+import { randomUUID } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import type { Logger } from 'pino';
+import { sendJson } from '../http-errors.ts';
+import type { BackendPool } from './backend-pool.ts';
+import type { ProxyHandler } from './proxy-handler.ts';
+
+const REQUEST_ID = /^[A-Za-z0-9._-]{1,64}$/;
+
+export interface RouterServer {
+  readonly server: http.Server;
+  listen(port: number, host: string): Promise<AddressInfo>;
+  /** Stops accepting, lets in-flight requests run up to `timeoutMs`, then cuts the rest. */
+  close(timeoutMs: number): Promise<void>;
+}
+
+export function createRouterServer(options: { pool: BackendPool; handler: ProxyHandler; log: Logger; isDraining: () => boolean }): RouterServer {
+  const { pool, handler, log } = options;
+  let inFlight = 0;
+  const idle: Array<() => void> = [];
+  const server = http.createServer({ requestTimeout: 0, headersTimeout: 30_000, keepAliveTimeout: 5_000 }, (req, res) => {
+    inFlight++;
+    const started = performance.now();
+    const incomingId = req.headers['x-request-id'];
+    const reqId = typeof incomingId === 'string' && REQUEST_ID.test(incomingId) ? incomingId : randomUUID();
+    res.setHeader('x-request-id', reqId);
+    const path = (req.url ?? '/').split('?', 1)[0];
+    let outcome: { kind: string; backend: string | undefined; attempts: number } = { kind: 'local', backend: undefined, attempts: 0 };
+    res.on('close', () => {
+      inFlight--;
+      log.info({ reqId, method: req.method, kind: outcome.kind, backend: outcome.backend, attempts: outcome.attempts, status: res.statusCode, ms: Math.round((performance.now() - started) * 10) / 10, completed: res.writableFinished }, 'request');
+      if (inFlight === 0) for (const resolve of idle.splice(0)) resolve();
+    });
+    if ((path === '/health/live' || path === '/health/status') && (req.method === 'GET' || req.method === 'HEAD')) {
+      if (path === '/health/live') return sendJson(res, 200, { status: 'live' });
+      const backends = pool.snapshot();
+      const serving = pool.canServeReads && !options.isDraining();
+      return sendJson(res, serving ? 200 : 503, {
+        status: serving ? 'serving' : options.isDraining() ? 'draining' : 'no_backend',
+        role: 'router',
+        backends: { total: backends.length, healthy: backends.filter((b) => b.healthy).length },
+        writer: pool.hasHealthyWriter,
+      });
+    }
+    outcome = handler.handle(req, res, reqId, log.child({ reqId }));
+  });
+  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
+    if (socket.writable && !socket.destroyed) {
+      const body = JSON.stringify({ code: 'invalid_request', message: 'Malformed HTTP request.' });
+      socket.end(`HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+    } else socket.destroy();
+    log.debug({ code: err.code }, 'client error');
+  });
+  return {
+    server,
+    listen(port, host) {
+      return new Promise((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(port, host, () => {
+          server.off('error', reject);
+          resolve(server.address() as AddressInfo);
+        });
+      });
+    },
+    async close(timeoutMs) {
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      server.closeIdleConnections();
+      if (inFlight > 0) {
+        let timer: NodeJS.Timeout | undefined;
+        await Promise.race([new Promise<void>((resolve) => idle.push(resolve)), new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs)))]);
+        clearTimeout(timer);
+      }
+      server.closeAllConnections();
+      await closed;
+    },
+  };
+}

@@ -1,0 +1,77 @@
+/**
+ * `arkvory serve` with ARKVORY_ROLE=router: a stateless front proxy. It takes no lease and no
+ * barrier and keeps nothing but its discovery cache, so several routers can run side by side.
+ * Startup: discovery must work once (the lease table readable, or the static list parsed), one
+ * probe round runs, then it listens. SIGTERM/SIGINT: stop accepting, drain, exit 0.
+ */
+import type { Logger } from 'pino';
+import type { Config } from '../config.ts';
+import { BackendPool } from './backend-pool.ts';
+import { leaseDiscovery, staticDiscovery, type Discovery } from './discovery.ts';
+import { createTrustedProxies } from './forwarded.ts';
+import { createHealthMonitor } from './health-monitor.ts';
+import { createProxyHandler } from './proxy-handler.ts';
+import { createRouterServer } from './router-server.ts';
+
+const EXIT_OK = 0;
+const EXIT_FAILURE = 1;
+
+export async function runRouter(config: Config, log: Logger): Promise<number> {
+  let draining = false;
+  let stopRequested: (() => void) | undefined;
+  const stopSignal = new Promise<void>((resolve) => (stopRequested = resolve));
+  let signals = 0;
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (++signals > 1) {
+      log.warn({ signal }, 'second signal: exiting now');
+      process.exit(EXIT_FAILURE);
+    }
+    log.info({ signal }, 'shutting down');
+    draining = true;
+    stopRequested?.();
+  };
+  process.on('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
+
+  const pool = new BackendPool();
+  let discovery: Discovery | undefined;
+  const reportChange = (change: { url: string; healthy: boolean; reason: string }) => {
+    if (!change.healthy) log.warn({ backend: change.url, reason: change.reason }, 'gateway left the pool');
+  };
+  const handler = createProxyHandler({ pool, trusted: createTrustedProxies(config.trustedProxies), connectTimeoutMs: config.router.connectTimeoutMs, idleTimeoutMs: config.router.idleTimeoutMs, onPoolChange: reportChange });
+  const server = createRouterServer({ pool, handler, log, isDraining: () => draining });
+  let monitor: ReturnType<typeof createHealthMonitor> | undefined;
+  let code = EXIT_OK;
+  try {
+    discovery = config.router.backends
+      ? staticDiscovery(config.router.backends)
+      : leaseDiscovery(config.databaseUrl!, log.child({ component: 'discovery' }), Math.max(1000, config.router.probeIntervalMs));
+    // Fail fast on a wrong URL or an unmigrated database; later failures keep the cache.
+    try {
+      pool.update(await discovery.discover());
+    } catch (err) {
+      throw new Error(`cannot read the gateway leases (${(err as Error).message}); check ARKVORY_DATABASE_URL and run \`npm run migrate\`, or list the gateways in ARKVORY_ROUTER_BACKENDS`, { cause: err });
+    }
+    monitor = createHealthMonitor({ pool, discovery, intervalMs: config.router.probeIntervalMs, log: log.child({ component: 'probe' }) });
+    await monitor.runRound();
+    monitor.start();
+    const address = await server.listen(config.port, config.host);
+    log.info({ role: 'router', url: `http://${address.address}:${address.port}`, port: address.port, discovery: discovery.kind, backends: pool.snapshot().map((b) => ({ url: b.url, role: b.role, healthy: b.healthy })) }, 'listening');
+  } catch (err) {
+    const message = err instanceof Error ? err.message : String(err);
+    log.fatal({ err, code: 'startup_refused' }, `cannot start: ${message}`);
+    process.stderr.write(`arkvory: cannot start: ${message}\n`);
+    code = EXIT_FAILURE;
+  }
+  if (code === EXIT_OK && signals === 0) await stopSignal;
+  try {
+    if (server.server.listening) await server.close(config.shutdownTimeoutMs);
+  } catch (err) {
+    log.error({ err }, 'shutdown step failed');
+  }
+  await monitor?.stop();
+  handler.close();
+  await discovery?.close().catch(() => {});
+  log.info({ code }, 'stopped');
+  return code;
+}
