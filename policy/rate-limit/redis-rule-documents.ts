@@ -85,7 +85,7 @@ export function createRedisRuleDocuments(redis: Redis, prefix = DEFAULT_RULES_PR
     },
     async writeOrphanMarks(marks, unmark) {
       const multi = redis.multi();
-      for (const [l, t] of marks) multi.hset(orphansKey, l, String(t));
+      for (const [l, t] of marks) multi.hsetnx(orphansKey, l, String(t));
       if (unmark.length) multi.hdel(orphansKey, ...unmark);
       await multi.exec();
     },

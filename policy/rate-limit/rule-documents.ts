@@ -20,6 +20,7 @@ export interface RuleDocumentStore {
   listIndexed(): Promise<string[]>;
   /** When each orphaned limiter was first seen (ms). */
   readOrphanMarks(): Promise<Map<string, number>>;
+  /** Records first-seen times (an existing mark is kept) and drops the marks of `unmark`. */
   writeOrphanMarks(marks: ReadonlyMap<string, number>, unmark: readonly string[]): Promise<void>;
   /** Deletes documents together with their index entries and orphan marks. */
   remove(limiters: readonly string[]): Promise<void>;
@@ -57,7 +58,7 @@ export function createMemoryRuleDocuments(): RuleDocumentStore & { failing: bool
     },
     async writeOrphanMarks(set: ReadonlyMap<string, number>, unmark: readonly string[]) {
       store.check();
-      for (const [l, t] of set) marks.set(l, t);
+      for (const [l, t] of set) if (!marks.has(l)) marks.set(l, t);
       for (const l of unmark) marks.delete(l);
     },
     async remove(limiters: readonly string[]) {
