@@ -106,6 +106,38 @@ describe('rate limiting over HTTP (real gateway process)', () => {
     expect(await gw.stop()).toBe(0);
   });
 
+  it('enforces a transfer_bytes volume quota: peeked before, counted with the bytes after', async () => {
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'write', 'admin'] });
+    const quota = `rate_limits:
+  transfer_bytes:
+    - name: admin_bytes_by_principal
+      action: limit
+      characteristics: [principal]
+      limit: 1500
+      period_s: 3600
+      match:
+        request_type: admin
+`;
+    const gw = await startGateway({ env: { ...redisEnv(), ARKVORY_RATE_LIMITS_FILE: await rulesFile(quota) } });
+    const get = () => fetch(`${gw.url}/api/v1/admin/rate-limits/auth_failure`, { headers: bearer(admin.key) });
+    const seen: number[] = [];
+    for (let i = 0; i < 10 && seen.at(-1) !== 429; i++) {
+      const res = await get();
+      await res.arrayBuffer();
+      seen.push(res.status);
+      // The count lands when the response closes; give it a moment before the next peek.
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    // Each response is several hundred bytes: the quota lets a few through, then refuses.
+    expect(seen.at(-1)).toBe(429);
+    expect(seen.filter((s) => s === 200).length).toBeGreaterThanOrEqual(1);
+    expect(seen.filter((s) => s === 200).length).toBeLessThan(6);
+    const blocked = await get();
+    expect(blocked.status).toBe(429);
+    expect(blocked.headers.get('ratelimit-policy')).toBe('"admin_bytes_by_principal";q=1500;w=3600');
+    expect(await gw.stop()).toBe(0);
+  });
+
   it('refuses to start on an invalid rule file, naming file, line and rule', async () => {
     const file = await rulesFile(`rate_limits:
   gateway_request:
