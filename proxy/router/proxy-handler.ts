@@ -24,6 +24,8 @@ import { classifyRequest, isRetryable, type RequestClass } from './route-class.t
 /** Hop-by-hop response headers; the router's own connection decides these. */
 const HOP_BY_HOP_RESPONSE = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'trailer', 'te']);
 
+const CONNECT_FAILURES = new Set(['ECONNREFUSED', 'ECONNECT_TIMEOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN']);
+
 class UpstreamTimeout extends Error {
   readonly code = 'ROUTER_UPSTREAM_IDLE';
 }
@@ -167,7 +169,8 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
         const mapped = timedOut
           ? new GatewayError('upstream_timeout', `The gateway did not answer within ${Math.round(options.idleTimeoutMs / 1000)} s.`, { cause: err })
           : new GatewayError('upstream_unreachable', 'The gateway could not be reached.', { cause: err });
-        noteUnreachable(backend.url, `proxied request failed: ${err.message}`);
+        // Only a failed connect says the gateway is down; a reset or a silence may be one request's.
+        if (CONNECT_FAILURES.has((err as NodeJS.ErrnoException).code ?? '')) noteUnreachable(backend.url, `cannot connect: ${err.message}`);
         if (retryable && attempt.number === 1) {
           log.info({ backend: backend.url, err: err.message }, 'gateway failed before answering; retrying once elsewhere');
           start(new Set([...excluded, backend.url]), mapped);
