@@ -1,0 +1,106 @@
+/**
+ * Fault: 20 s of latency on the reader→PostgreSQL direction of the reader's whole database link, while a download runs.
+ * Expected: the reader fences at its permit's end, 8 s after its last confirmed renewal started: the transfer ends,
+ * new requests get 503 lease_lost, /health/status 503. Recovery: the client resumes with Range through the writer.
+ */
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { createRepository, createServiceAccount } from '../test/support/auth.ts';
+import { randomContent, request, sha256 } from '../test/support/content.ts';
+import { createTestDatabase, type TestDatabase } from '../test/support/database.ts';
+import { makeTempDir, startGateway, type GatewayProcess } from '../test/support/gateway.ts';
+import { call, leaseRow, logLine, logTimeMs, sharedEnv, startDownload } from './support/gateways.ts';
+import { hostPortOf, startToxiproxy, urlThrough, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
+import { waitUntil } from './support/wait.ts';
+
+const KiB = 1024;
+const SLOTS = 2;
+/** The writer's share is 1 MiB/s (a fast resume); the reader is held to 128 KiB/s locally. */
+const RATE = SLOTS * 1024 * KiB;
+const READER_BYTES_PER_SEC = 128 * KiB;
+/** 16 s at the reader's rate: still running when the reader must fence (≤ 8 s after the toxic). */
+const file = randomContent(2048 * KiB);
+/** Far above the 8 s permit: no renewal sent under the toxic can be confirmed in time. */
+const LATENCY_MS = 20_000;
+const PERMIT_MS = 8_000;
+const contentPath = '/api/v1/repositories/chaos/artifacts/big.bin/content';
+
+let toxiproxy: ToxiproxyServer;
+let db: TestDatabase & { drop(): Promise<void> };
+let writer: GatewayProcess;
+let key: string;
+
+beforeAll(async () => {
+  toxiproxy = await startToxiproxy();
+  db = await createTestDatabase();
+  await createRepository(db.pool, 'chaos');
+  ({ key } = await createServiceAccount(db.pool, { grants: { chaos: 'write' } }));
+  const dataDir = await makeTempDir();
+  writer = await startGateway({ env: sharedEnv({ databaseUrl: db.url, role: 'api', slot: 0, slots: SLOTS, rateBytesPerSec: RATE }), dataDir });
+  const put = await call(`${writer.url}/api/v1/repositories/chaos/artifacts/big.bin`, { method: 'PUT', key, headers: { 'content-type': 'application/octet-stream' }, body: file });
+  expect(put.status).toBe(201);
+});
+
+afterAll(async () => {
+  await writer?.stop();
+  await toxiproxy?.stop();
+  await db?.drop();
+});
+
+describe('latency on the reader↔PostgreSQL link during a download', () => {
+  it('fences the reader 8 s after its last confirmed renewal: the download ends, 503 lease_lost, and it resumes through the writer', async () => {
+    const link = await toxiproxy.proxyTo(hostPortOf(inject('adminDatabaseUrl')));
+    try {
+      await fenceDuringDownload(link);
+    } finally {
+      // Before the reader stops: its goodbye to PostgreSQL would otherwise wait out the latency.
+      await link.proxy.remove();
+    }
+  });
+});
+
+async function fenceDuringDownload(link: ProxiedUpstream): Promise<void> {
+  const reader = await startGateway({
+    env: { ...sharedEnv({ databaseUrl: urlThrough(db.url, link), role: 'reader', slot: 1, slots: SLOTS, rateBytesPerSec: RATE }), ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(READER_BYTES_PER_SEC) },
+    dataDir: writer.dataDir,
+  });
+  const download = await startDownload(`${reader.url}${contentPath}`, { authorization: `Bearer ${key}` });
+  expect(download.status).toBe(200);
+  await waitUntil(() => download.receivedBytes() >= 64 * KiB, { timeoutMs: 10_000, what: 'the download to be under way' });
+
+  const toxicAtMs = Date.now();
+  await link.proxy.addToxic({ name: 'slow-requests', type: 'latency', stream: 'upstream', toxicity: 1, attributes: { latency: LATENCY_MS, jitter: 0 } });
+  const ended = await Promise.race([download.ended, new Promise<never>((_, reject) => setTimeout(() => reject(new Error('the download was not cut within 12 s of the toxic')), 12_000))]);
+
+  // Requests are delayed on their way to PostgreSQL, so the row still holds the last renewal
+  // that was confirmed: the one that reached the database before the toxic.
+  const row = (await leaseRow(db.pool, 1))!;
+  expect(row.renewedAtMs).toBeLessThanOrEqual(toxicAtMs + 50);
+  const fenced = logLine(reader, 'fenced:');
+  expect(fenced?.reason).toBe('the lease permit expired before a renewal was confirmed');
+  const fencedAtMs = logTimeMs(fenced);
+  // The permit runs 8 s from the request start, which is at most a few ms before the database
+  // stamped renewed_at; the expiry timer may fire late on a loaded machine, never early.
+  expect(fencedAtMs).toBeGreaterThanOrEqual(row.renewedAtMs + PERMIT_MS - 250);
+  expect(fencedAtMs).toBeLessThanOrEqual(row.renewedAtMs + PERMIT_MS + 1000);
+  // No quantum after the fence: the last bytes were granted before it (they may sit briefly in
+  // socket buffers), and the transfer ends with it.
+  expect(ended.complete).toBe(false);
+  expect(download.lastChunkAtMs()!).toBeLessThanOrEqual(fencedAtMs + 500);
+  expect(download.lastChunkAtMs()!).toBeGreaterThan(toxicAtMs);
+  expect(ended.endedAtMs).toBeLessThanOrEqual(fencedAtMs + 1500);
+
+  const prefix = download.received();
+  expect(prefix.length).toBeGreaterThan(64 * KiB);
+  expect(prefix.length).toBeLessThan(file.length);
+  expect(prefix.equals(file.subarray(0, prefix.length))).toBe(true);
+
+  const again = await call(`${reader.url}${contentPath}`, { key });
+  expect([again.status, again.code]).toEqual([503, 'lease_lost']);
+  expect((await call(`${reader.url}/health/status`)).status).toBe(503);
+  expect((await call(`${reader.url}/health/ready`, { key })).status).toBe(503);
+
+  const rest = await request(`${writer.url}${contentPath}`, { headers: { authorization: `Bearer ${key}`, range: `bytes=${prefix.length}-` } });
+  expect(rest.status).toBe(206);
+  expect(rest.headers['content-range']).toBe(`bytes ${prefix.length}-${file.length - 1}/${file.length}`);
+  expect(sha256(Buffer.concat([prefix, rest.body]))).toBe(sha256(file));
+}
