@@ -12,19 +12,26 @@ import { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import type { Clock } from '../policy/clock.ts';
 import { PolicyError } from '../policy/errors.ts';
-import { formatProblem } from '../policy/rate-limit/errors.ts';
-import type { RateLimitResult } from '../policy/rate-limit/evaluate.ts';
-import { createLimiter, type Limiter } from '../policy/rate-limit/limiter.ts';
-import { ANONYMOUS, type Identifier } from '../policy/rate-limit/match.ts';
-import { createMemoryStore } from '../policy/rate-limit/memory-store.ts';
-import { createRateLimitMetrics } from '../policy/rate-limit/metrics.ts';
-import { createPgRuleDocuments } from '../policy/rate-limit/pg-rule-documents.ts';
-import { createRedisRuleDocuments } from '../policy/rate-limit/redis-rule-documents.ts';
-import { createRedisStore } from '../policy/rate-limit/redis-store.ts';
-import { layeredRules } from '../policy/rate-limit/rule-provider.ts';
-import { createRuleRegistry, type RuleRegistry } from '../policy/rate-limit/rule-registry.ts';
-import type { AvailableLimiters, RuleSpec } from '../policy/rate-limit/rules.ts';
-import { parseAvailableLimiters, parseRateLimits } from '../policy/rate-limit/yaml-source.ts';
+import {
+  ANONYMOUS,
+  createLimiter,
+  createMemoryStore,
+  createPgRuleDocuments,
+  createRateLimitMetrics,
+  createRedisRuleDocuments,
+  createRedisStore,
+  createRuleRegistry,
+  formatProblem,
+  layeredRules,
+  parseAvailableLimiters,
+  parseRateLimits,
+  type AvailableLimiters,
+  type Identifier,
+  type Limiter,
+  type RateLimitResult,
+  type RuleRegistry,
+  type RuleSpec,
+} from '../policy/rate-limit/index.ts';
 import type { Gate, RequestContext } from './http-server.ts';
 import type { Services } from './services.ts';
 

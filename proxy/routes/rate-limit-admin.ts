@@ -2,8 +2,7 @@
  * `/api/v1/admin/rate-limits…` (admin scope): show the effective rules tier by tier, publish a
  * batch (limiter → rules) atomically into the published tier, and delete one published rule.
  */
-import { formatProblem, RateLimitError } from '../../policy/rate-limit/errors.ts';
-import type { RuleRegistry } from '../../policy/rate-limit/rule-registry.ts';
+import { formatProblem, RateLimitError, type RuleRegistry } from '../../policy/rate-limit/index.ts';
 import { PolicyError } from '../../policy/errors.ts';
 import type { Route } from '../http-server.ts';
 import { sendJson } from '../http-errors.ts';
