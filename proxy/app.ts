@@ -25,6 +25,7 @@ export async function buildApp(services: Services): Promise<{ routes: Route[]; g
     grant: (id, repo) => auth.grant(id, repo),
     meters: contentMeters(services.transfers),
   });
+  services.metrics?.watchStore(content.store);
   const contentRoutes = content.routes.map((route) => withAdmission(route, services.transfers));
   const routes: Route[] = [...healthRoutes(services), ...authAdminRoutes(services), ...contentRoutes];
   const gates: Gate[] = [createAuthGate(auth, services.lifecycle)];

@@ -34,6 +34,8 @@ export const VARIABLES: readonly VariableSpec[] = [
   { name: 'ARKVORY_DATABASE_POOL_SIZE', kind: { type: 'int', min: 1, max: 1000 }, defaultValue: '10', doc: 'Size of the shared `pg` pool (the lease holds one connection more).' },
   { name: 'ARKVORY_REDIS_URL', kind: { type: 'url', protocols: ['redis:', 'rediss:'] }, secret: true, doc: 'Redis URL for rate-limit counters. Unset: counters in process memory (standalone only).' },
   { name: 'ARKVORY_LOG_LEVEL', kind: { type: 'enum', values: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] }, defaultValue: 'info', doc: 'pino log level.' },
+  { name: 'ARKVORY_METRICS_TOKEN', kind: { type: 'string' }, secret: true, doc: 'Bearer token `/metrics` on the main port requires (`Authorization: Bearer <token>`). Unset: `/metrics` on the main port is public. See docs/metrics.md.' },
+  { name: 'ARKVORY_METRICS_PORT', kind: { type: 'int', min: 1, max: 65535 }, doc: 'Serve `/metrics` on this port on 127.0.0.1 only, instead of the main port. Unset: `/metrics` on the main port.' },
   { name: 'ARKVORY_SHUTDOWN_TIMEOUT_SECONDS', kind: { type: 'int', min: 0, max: 3600 }, defaultValue: '30', doc: 'How long in-flight requests may run after SIGTERM/SIGINT before they are cut.' },
   { name: 'ARKVORY_MAX_UPLOAD_BYTES', kind: { type: 'int', min: 1, max: 2 ** 50 }, defaultValue: '10737418240', doc: 'Largest accepted upload body; larger → 413 `payload_too_large`.' },
   { name: 'ARKVORY_DOWNLOAD_BYTES_PER_SECOND', kind: BYTES_PER_SECOND, defaultValue: '0', doc: 'Process-wide download ceiling (0 = no ceiling). In the shared profile it can only lower the share.' },
@@ -73,6 +75,12 @@ export interface Config {
   readonly redisUrl: string | undefined;
   readonly logLevel: LogLevel;
   readonly shutdownTimeoutMs: number;
+  readonly metrics: {
+    /** Bearer token for `/metrics` on the main port; undefined = public. */
+    readonly token: string | undefined;
+    /** A loopback-only port for `/metrics`; undefined = on the main port. */
+    readonly port: number | undefined;
+  };
   readonly maxUploadBytes: number;
   readonly bandwidth: {
     readonly downloadBytesPerSec: number;
@@ -271,6 +279,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
     redisUrl: optStr('ARKVORY_REDIS_URL'),
     logLevel: str('ARKVORY_LOG_LEVEL') as LogLevel,
     shutdownTimeoutMs: num('ARKVORY_SHUTDOWN_TIMEOUT_SECONDS') * 1000,
+    metrics: { token: optStr('ARKVORY_METRICS_TOKEN'), port: optNum('ARKVORY_METRICS_PORT') },
     maxUploadBytes: num('ARKVORY_MAX_UPLOAD_BYTES'),
     bandwidth: {
       downloadBytesPerSec: num('ARKVORY_DOWNLOAD_BYTES_PER_SECOND'),

@@ -47,6 +47,17 @@ export interface GatewayServer {
   readonly inFlight: number;
 }
 
+/** What the per-request observer (metrics) sees when a response closes: aggregates, no ids. */
+export interface RequestObservation {
+  readonly method: string;
+  /** Route template, `unmatched` when no route matched. */
+  readonly route: string;
+  readonly status: number;
+  readonly seconds: number;
+  readonly bytesIn: number;
+  readonly bytesOut: number;
+}
+
 const REQUEST_ID = /^[A-Za-z0-9._-]{1,64}$/;
 
 export function createGatewayServer(options: {
@@ -55,6 +66,8 @@ export function createGatewayServer(options: {
   log: Logger;
   /** A reader: every method but GET/HEAD is 405 `read_only` before any route or gate runs. */
   readOnly?: boolean;
+  /** Called once per request when its response closes (metrics). Must not throw. */
+  onRequest?: (observation: RequestObservation) => void;
 }): GatewayServer {
   const table = new RouteTable<Route>();
   for (const route of options.routes) table.add({ methods: route.methods, template: route.template, value: route });
@@ -79,14 +92,17 @@ export function createGatewayServer(options: {
       if (!res.writableFinished) controller.abort(new GatewayError('invalid_request', 'client closed the connection'));
       inFlight--;
       const ms = Number(process.hrtime.bigint() - started) / 1e6;
+      const bytesOut = socket.bytesWritten - bytesOutAtStart;
+      const bytesIn = socket.bytesRead - bytesInAtStart;
+      options.onRequest?.({ method: req.method ?? 'GET', route, status: res.statusCode, seconds: ms / 1000, bytesIn, bytesOut });
       log.info(
         {
           reqId,
           method: req.method,
           route,
           status: res.statusCode,
-          bytesOut: socket.bytesWritten - bytesOutAtStart,
-          bytesIn: socket.bytesRead - bytesInAtStart,
+          bytesOut,
+          bytesIn,
           ms: Math.round(ms * 10) / 10,
           principal: ctx?.principal?.id,
           completed: res.writableFinished,

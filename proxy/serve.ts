@@ -9,6 +9,8 @@ import { openDatabase, type Database } from './database.ts';
 import { createGatewayServer, type GatewayServer } from './http-server.ts';
 import { Lifecycle } from './lifecycle.ts';
 import { createLogger } from './logger.ts';
+import { createGatewayMetrics } from './metrics/gateway-metrics.ts';
+import { metricsRoute, startMetricsServer, type MetricsServer } from './metrics/metrics-endpoint.ts';
 import { runRouter } from './router/run-router.ts';
 import type { Services } from './services.ts';
 import { createTransfers } from './transfers.ts';
@@ -90,6 +92,9 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
     coordinator = await openCoordinator(config, database.url, log);
     coordinator.onFenced(() => lifecycle.set('fenced', 'lease lost'));
     const transfers = createTransfers(config, systemClock, coordinator);
+    const metrics = createGatewayMetrics();
+    metrics.watchTransfers(transfers);
+    metrics.watchCoordinator(coordinator);
     built = {
       config,
       log,
@@ -104,9 +109,16 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
       preClose: [() => transfers.close()],
       onClose: [],
       readiness: [() => transfers.snapshot()],
+      metrics,
     };
     const app = await buildApp(built);
-    server = createGatewayServer({ routes: app.routes, gates: app.gates, log, readOnly: config.role === 'reader' });
+    let metricsServer: MetricsServer | undefined;
+    if (config.metrics.port === undefined) app.routes.push(metricsRoute(metrics, config.metrics.token));
+    else {
+      metricsServer = await startMetricsServer(metrics, config.metrics.port, log);
+      built.onClose.push(() => metricsServer?.close());
+    }
+    server = createGatewayServer({ routes: app.routes, gates: app.gates, log, readOnly: config.role === 'reader', onRequest: (o) => metrics.observeRequest(o) });
     const address = await server.listen(config.port, config.host);
     if (signals === 0) lifecycle.set('serving');
     log.info({ role: config.role, url: `http://${address.address}:${address.port}`, port: address.port }, 'listening');

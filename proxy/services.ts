@@ -4,6 +4,7 @@ import type { Clock } from '../policy/clock.ts';
 import type { Coordinator } from '../policy/lease/coordinator.ts';
 import type { Config } from './config.ts';
 import type { Lifecycle } from './lifecycle.ts';
+import type { GatewayMetrics } from './metrics/gateway-metrics.ts';
 import type { Transfers } from './transfers.ts';
 
 /** What the serve process builds once and hands to each feature module. */
@@ -27,4 +28,6 @@ export interface Services {
   readonly onClose: Array<() => void | Promise<void>>;
   /** Extra fields for `/health/ready`; each provider returns aggregates only, never ids or paths. */
   readonly readiness: Array<() => Record<string, unknown>>;
+  /** Prometheus metrics; modules hand it the aggregates they own (absent: nothing is exported). */
+  readonly metrics?: GatewayMetrics;
 }

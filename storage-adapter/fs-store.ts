@@ -52,6 +52,17 @@ export interface FsStore {
   /** Opens a published blob for reading; `not_found` when it is absent. */
   openBlob(sha256: string): Promise<BlobReader>;
   hasBlob(sha256: string): Promise<boolean>;
+  /** Counts since open (for metrics): staged blobs linked, staged blobs dropped unlinked, stagings that failed. */
+  uploadStats(): UploadStats;
+}
+
+export interface UploadStats {
+  /** commit() linked the staged bytes into blobs/. */
+  readonly committed: number;
+  /** Fully staged, then discarded without commit (the same bytes were already published, or a conflict). */
+  readonly discarded: number;
+  /** Staging failed: the client went away, too large, length or digest mismatch, disk full. */
+  readonly failed: number;
 }
 
 /** Maps fs failures on the write path; ENOSPC/EDQUOT become `storage_full`, the rest pass through. */
@@ -111,11 +122,13 @@ export async function openFsStore(options: { root: string; role: StorageRole; po
   }
 
   const blobPath = (sha256: string) => resolveInsideRoot(root, blobRelativePath(sha256));
+  const stats = { committed: 0, discarded: 0, failed: 0 };
 
   return {
     root,
     storageId,
     writable: role === 'writer',
+    uploadStats: () => ({ ...stats }),
 
     async stage(body, stageOptions) {
       if (role !== 'writer') throw new Error('stage() on a read-only store');
@@ -185,8 +198,10 @@ export async function openFsStore(options: { root: string; role: StorageRole; po
               throw mapWriteError(err);
             }
             committed = true;
+            stats.committed++;
           },
           async discard() {
+            if (!committed && !discarded) stats.discarded++;
             discarded = true;
             await unlink(tempPath).catch((err: NodeJS.ErrnoException) => {
               if (err.code !== 'ENOENT') throw err;
@@ -194,6 +209,7 @@ export async function openFsStore(options: { root: string; role: StorageRole; po
           },
         };
       } catch (err) {
+        stats.failed++;
         await handle?.close().catch(() => {});
         await unlink(tempPath).catch(() => {});
         throw mapWriteError(err);

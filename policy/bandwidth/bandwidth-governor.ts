@@ -52,8 +52,12 @@ export interface BandwidthSnapshot {
   quantumBytes: number;
   /** Bytes granted since start (granted is not delivered). */
   grantedBytes: number;
+  /** Grants since start (one per take that passed, each at most one quantum). */
+  grantedQuanta: number;
   /** Takes waiting now (each at most one quantum). */
   waitingQuanta: number;
+  /** Takes since start that had to wait before their grant, refusal or cancellation. */
+  waitedTakes: number;
   /** Principal states held (0 when both ceilings are off: nothing is tracked then). */
   principals: number;
   /** Takes and meters refused with `busy` (waiting bound full, principal table full). */
@@ -116,6 +120,8 @@ export class BandwidthGovernor {
   #reserved: PrincipalState | null = null;
   #waiting = 0;
   #grantedBytes = 0;
+  #grantedQuanta = 0;
+  #waitedTakes = 0;
   #rejectedBusy = 0;
   #timer: TimerHandle | null = null;
   #timerDueMs = Infinity;
@@ -181,7 +187,9 @@ export class BandwidthGovernor {
       perPrincipalBytesPerSec: this.#perPrincipalBytesPerSec,
       quantumBytes: this.quantumBytes,
       grantedBytes: this.#grantedBytes,
+      grantedQuanta: this.#grantedQuanta,
       waitingQuanta: this.#waiting,
+      waitedTakes: this.#waitedTakes,
       principals: this.#principals.size,
       rejectedBusy: this.#rejectedBusy,
       fenced: this.#fenced,
@@ -246,6 +254,7 @@ export class BandwidthGovernor {
       meter.waiter = waiter;
       principal.queue.push(waiter);
       this.#waiting++;
+      this.#waitedTakes++;
       if (!principal.inRing) {
         principal.inRing = true;
         this.#ring.push(principal);
@@ -286,6 +295,7 @@ export class BandwidthGovernor {
 
   #count(principalId: string, bytes: number, nowMs: number): void {
     this.#grantedBytes += bytes;
+    this.#grantedQuanta++;
     this.#onGrant?.(principalId, bytes, nowMs);
   }
 

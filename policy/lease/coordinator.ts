@@ -33,6 +33,9 @@ export interface CoordinatorOptions {
 
 export class SlotBusy extends PolicyRefusal {}
 
+/** `confirmed`: the row was extended; `rejected`: no row matched (fenced); `failed`: the query failed. */
+export type RenewalOutcome = 'confirmed' | 'rejected' | 'failed';
+
 export class Coordinator {
   readonly owner = randomUUID();
   readonly #options: CoordinatorOptions;
@@ -44,6 +47,7 @@ export class Coordinator {
   #renewing = false;
   #closed = false;
   readonly #fenceListeners: Array<(reason: string) => void> = [];
+  readonly #renewalListeners: Array<(outcome: RenewalOutcome, seconds: number) => void> = [];
 
   private constructor(options: CoordinatorOptions) {
     this.#options = options;
@@ -107,6 +111,16 @@ export class Coordinator {
 
   onFenced(listener: (reason: string) => void): void {
     this.#fenceListeners.push(listener);
+  }
+
+  /** Called after every renewal attempt with its outcome and duration (for metrics). Must not throw. */
+  onRenewal(listener: (outcome: RenewalOutcome, seconds: number) => void): void {
+    this.#renewalListeners.push(listener);
+  }
+
+  #renewed(outcome: RenewalOutcome, startedMonoMs: number): void {
+    const seconds = Math.max(0, this.#options.clock.monotonicMs() - startedMonoMs) / 1000;
+    for (const listener of this.#renewalListeners) listener(outcome, seconds);
   }
 
   /** For /health/ready: `sharedDownloads` (null in standalone). */
@@ -204,10 +218,12 @@ export class Coordinator {
          WHERE slot = $1 AND owner = $2 AND generation = $3 AND expires_at > clock_timestamp() RETURNING slot`,
         [shared.slot, this.owner, this.#permit.generation, RESERVATION_MS],
       );
+      this.#renewed(r.rowCount ? 'confirmed' : 'rejected', requestStartedAt.monotonicMs);
       if (this.#fencedReason !== undefined) return;
       this.#apply(r.rowCount ? confirmRenewal(this.#permit, requestStartedAt, this.#now()) : renewalRejected(this.#permit));
       this.#schedule();
     } catch (err) {
+      this.#renewed('failed', requestStartedAt.monotonicMs);
       if (this.#fencedReason !== undefined || this.#closed) return;
       this.#options.log.warn({ err: { message: (err as Error).message } }, 'lease renewal failed; retrying while the permit lasts');
       this.#apply(observe(this.#permit, this.#now()));

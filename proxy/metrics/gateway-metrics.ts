@@ -1,0 +1,156 @@
+/**
+ * The gateway's Prometheus metrics. Request figures arrive through `observeRequest` (the HTTP
+ * server's per-request observer); everything else is read at scrape time from aggregates the
+ * policy and storage modules already keep (`snapshot()`, `uploadStats()`), so nothing under
+ * policy/ or storage-adapter/ knows about prom-client. No label carries a principal id, key, path
+ * or file name.
+ */
+import { collectDefaultMetrics, Counter, Gauge, Histogram, register as defaultRegistry, type Registry } from 'prom-client';
+import type { Coordinator, RenewalOutcome } from '../../policy/lease/coordinator.ts';
+import type { UploadStats } from '../../storage-adapter/fs-store.ts';
+import type { RequestObservation } from '../http-server.ts';
+import type { Transfers } from '../transfers.ts';
+import { RENEWAL_SECONDS_BUCKETS, REQUEST_SECONDS_BUCKETS, specOf, type GatewayMetricName } from './catalogue.ts';
+
+export interface GatewayMetrics {
+  readonly registry: Registry;
+  observeRequest(observation: RequestObservation): void;
+  watchTransfers(transfers: Transfers): void;
+  watchCoordinator(coordinator: Coordinator): void;
+  watchStore(store: { uploadStats(): UploadStats }): void;
+  /** The exposition text and its content type. */
+  render(): Promise<{ contentType: string; body: string }>;
+}
+
+/** Methods outside this set are counted as `other`, so a client cannot invent label values. */
+const METHODS = new Set(['GET', 'HEAD', 'PUT', 'POST', 'DELETE', 'PATCH', 'OPTIONS']);
+const DIRECTIONS = ['download', 'upload'] as const;
+const LEASE_STATES = ['standalone', 'held', 'lapsed', 'fenced'] as const;
+
+function counter(registry: Registry, name: GatewayMetricName, collect?: (this: Counter) => void): Counter {
+  const spec = specOf(name);
+  return new Counter({ name, help: spec.help, labelNames: spec.labels, registers: [registry], ...(collect ? { collect } : {}) });
+}
+
+function gauge(registry: Registry, name: GatewayMetricName, collect: (this: Gauge) => void): Gauge {
+  const spec = specOf(name);
+  return new Gauge({ name, help: spec.help, labelNames: spec.labels, registers: [registry], collect });
+}
+
+/**
+ * One per process. `registry` defaults to prom-client's default registry, where the rate-limit
+ * counters (policy/rate-limit/metrics.ts) also register, so one scrape shows both.
+ */
+export function createGatewayMetrics(options: { registry?: Registry; processMetrics?: boolean } = {}): GatewayMetrics {
+  const registry = options.registry ?? defaultRegistry;
+  if (options.processMetrics ?? true) collectDefaultMetrics({ register: registry });
+
+  const requests = counter(registry, 'arkvory_http_requests_total');
+  const durationSpec = specOf('arkvory_http_request_duration_seconds');
+  const duration = new Histogram({ name: durationSpec.name, help: durationSpec.help, labelNames: durationSpec.labels, buckets: [...REQUEST_SECONDS_BUCKETS], registers: [registry] });
+  const bytes = counter(registry, 'arkvory_http_bytes_total');
+  bytes.inc({ direction: 'in' }, 0);
+  bytes.inc({ direction: 'out' }, 0);
+
+  let transfers: Transfers | undefined;
+  const eachDirection = (metric: Counter | Gauge, read: (s: ReturnType<Transfers['governors']['download']['snapshot']>) => number) => {
+    if (!transfers) return;
+    // Counters mirror running totals the governors keep: reset, then set to the total.
+    if (metric instanceof Counter) metric.reset();
+    for (const direction of DIRECTIONS) {
+      const value = read(transfers.governors[direction].snapshot());
+      if (metric instanceof Counter) metric.inc({ direction }, value);
+      else metric.set({ direction }, value);
+    }
+  };
+  counter(registry, 'arkvory_bandwidth_granted_bytes_total', function () {
+    eachDirection(this, (s) => s.grantedBytes);
+  });
+  counter(registry, 'arkvory_bandwidth_granted_quanta_total', function () {
+    eachDirection(this, (s) => s.grantedQuanta);
+  });
+  counter(registry, 'arkvory_bandwidth_waited_quanta_total', function () {
+    eachDirection(this, (s) => s.waitedTakes);
+  });
+  gauge(registry, 'arkvory_bandwidth_waiting_quanta', function () {
+    eachDirection(this, (s) => s.waitingQuanta);
+  });
+  counter(registry, 'arkvory_bandwidth_rejected_total', function () {
+    eachDirection(this, (s) => s.rejectedBusy);
+  });
+  gauge(registry, 'arkvory_bandwidth_limit_bytes_per_second', function () {
+    if (!transfers) return;
+    for (const direction of DIRECTIONS) {
+      const s = transfers.governors[direction].snapshot();
+      this.set({ direction, scope: 'process' }, s.rateBytesPerSec);
+      this.set({ direction, scope: 'principal' }, s.perPrincipalBytesPerSec);
+    }
+  });
+
+  const admissionKinds = () => {
+    if (!transfers) return [];
+    const a = transfers.admission.snapshot();
+    return [
+      ['download', a.downloads],
+      ['upload', a.uploads],
+    ] as const;
+  };
+  gauge(registry, 'arkvory_admission_active', function () {
+    for (const [kind, c] of admissionKinds()) this.set({ kind }, c.active);
+  });
+  gauge(registry, 'arkvory_admission_queued', function () {
+    for (const [kind, c] of admissionKinds()) this.set({ kind }, c.queued);
+  });
+  counter(registry, 'arkvory_admission_rejected_total', function () {
+    this.reset();
+    for (const [kind, c] of admissionKinds()) this.inc({ kind }, c.rejected);
+  });
+
+  let coordinator: Coordinator | undefined;
+  gauge(registry, 'arkvory_lease_state', function () {
+    if (!coordinator) return;
+    const current = coordinator.fencedReason !== undefined ? 'fenced' : coordinator.snapshot() === null ? 'standalone' : coordinator.isPermitted() ? 'held' : coordinator.fencedReason !== undefined ? 'fenced' : 'lapsed';
+    for (const state of LEASE_STATES) this.set({ state }, state === current ? 1 : 0);
+  });
+  const renewals = counter(registry, 'arkvory_lease_renewals_total');
+  for (const outcome of ['confirmed', 'rejected', 'failed'] satisfies RenewalOutcome[]) renewals.inc({ outcome }, 0);
+  const renewalSpec = specOf('arkvory_lease_renewal_duration_seconds');
+  const renewalSeconds = new Histogram({ name: renewalSpec.name, help: renewalSpec.help, buckets: [...RENEWAL_SECONDS_BUCKETS], registers: [registry] });
+  const fencing = counter(registry, 'arkvory_lease_fencing_events_total');
+  fencing.inc(0);
+
+  let store: { uploadStats(): UploadStats } | undefined;
+  counter(registry, 'arkvory_storage_uploads_total', function () {
+    const s = store?.uploadStats() ?? { committed: 0, discarded: 0, failed: 0 };
+    this.reset();
+    for (const outcome of ['committed', 'discarded', 'failed'] as const) this.inc({ outcome }, s[outcome]);
+  });
+
+  return {
+    registry,
+    observeRequest(o) {
+      const labels = { method: METHODS.has(o.method) ? o.method : 'other', route: o.route, status: String(o.status) };
+      requests.inc(labels);
+      duration.observe(labels, o.seconds);
+      if (o.bytesIn > 0) bytes.inc({ direction: 'in' }, o.bytesIn);
+      if (o.bytesOut > 0) bytes.inc({ direction: 'out' }, o.bytesOut);
+    },
+    watchTransfers(t) {
+      transfers = t;
+    },
+    watchCoordinator(c) {
+      coordinator = c;
+      c.onRenewal((outcome, seconds) => {
+        renewals.inc({ outcome });
+        renewalSeconds.observe(seconds);
+      });
+      c.onFenced(() => fencing.inc());
+    },
+    watchStore(s) {
+      store = s;
+    },
+    async render() {
+      return { contentType: registry.contentType, body: await registry.metrics() };
+    },
+  };
+}

@@ -1,0 +1,74 @@
+/**
+ * `/metrics`: on the main port as a public route behind an optional bearer token
+ * (`ARKVORY_METRICS_TOKEN`), or on a server of its own bound to 127.0.0.1 (`ARKVORY_METRICS_PORT`),
+ * in which case the main port has no `/metrics` route at all.
+ */
+import { createHash, timingSafeEqual } from 'node:crypto';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Logger } from 'pino';
+import { PolicyError } from '../../policy/errors.ts';
+import { sendError, sendJson } from '../http-errors.ts';
+import type { Route } from '../http-server.ts';
+import type { GatewayMetrics } from './gateway-metrics.ts';
+
+export const METRICS_PATH = '/metrics';
+const UNAUTHORIZED_HEADERS = { 'www-authenticate': 'Bearer realm="arkvory-metrics"' };
+
+/** Constant-time comparison of `Authorization: Bearer <token>` with the configured token. */
+export function bearerMatches(header: string | undefined, token: string): boolean {
+  const match = /^Bearer +(\S+) *$/i.exec(header ?? '');
+  const digest = (text: string) => createHash('sha256').update(text).digest();
+  return timingSafeEqual(digest(match?.[1] ?? ''), digest(token)) && match !== null;
+}
+
+async function writeMetrics(res: http.ServerResponse, metrics: GatewayMetrics): Promise<void> {
+  const { contentType, body } = await metrics.render();
+  res.writeHead(200, { 'content-type': contentType, 'content-length': Buffer.byteLength(body), 'cache-control': 'no-store' });
+  res.end(res.req.method === 'HEAD' ? undefined : body);
+}
+
+/** The main-port route; with a token, a request without it gets 401 like any bad key. */
+export function metricsRoute(metrics: GatewayMetrics, token: string | undefined): Route {
+  return {
+    methods: ['GET', 'HEAD'],
+    template: METRICS_PATH,
+    access: 'public',
+    async handle({ req, res }) {
+      if (token !== undefined && !bearerMatches(req.headers.authorization, token)) throw new PolicyError('unauthorized', undefined, { headers: UNAUTHORIZED_HEADERS });
+      await writeMetrics(res, metrics);
+    },
+  };
+}
+
+export interface MetricsServer {
+  readonly port: number;
+  close(): Promise<void>;
+}
+
+/** A loopback-only server answering `GET|HEAD /metrics` and nothing else (404 / 405 JSON errors). */
+export async function startMetricsServer(metrics: GatewayMetrics, port: number, log: Logger): Promise<MetricsServer> {
+  const server = http.createServer((req, res) => {
+    const path = (req.url ?? '/').split('?', 1)[0];
+    if (path !== METRICS_PATH) return sendJson(res, 404, { code: 'not_found', message: 'No such route.' });
+    if (req.method !== 'GET' && req.method !== 'HEAD') return sendJson(res, 405, { code: 'method_not_allowed', message: 'Method not allowed on this route.' }, { allow: 'GET, HEAD' });
+    writeMetrics(res, metrics).catch((err: unknown) => sendError(res, err, log));
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, '127.0.0.1', () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const address = server.address() as AddressInfo;
+  log.info({ url: `http://127.0.0.1:${address.port}${METRICS_PATH}` }, 'metrics listening on loopback');
+  return {
+    port: address.port,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}
