@@ -68,7 +68,7 @@ describe('publish faults', () => {
     const retry = await request(`${restarted.url}/api/v1/repositories/crash/artifacts/big`, { method: 'PUT', headers: { ...bearer(key), 'content-digest': contentDigest(data) }, body: data });
     expect(retry.status).toBe(201);
     expect(JSON.parse(retry.body.toString())).toMatchObject({ sha256: sha256(data) });
-  });
+  }, 180_000);
 
   it('refuses to start on a storage root that is not the one bound to the database', async () => {
     const own = await createTestDatabase();
@@ -80,7 +80,7 @@ describe('publish faults', () => {
     expect(await gw.exited).toBe(1);
     expect(gw.logs()).toMatch(/cannot start: the database is bound to storage [0-9a-f-]{36} but .* has no storage-id; point ARKVORY_DATA_DIR at that storage root/);
     expect(await readdir(stranger)).toEqual([]);
-  });
+  }, 180_000);
 });
 
 describe('disk full', () => {
@@ -113,5 +113,5 @@ describe('disk full', () => {
     const back = await request(`${gw.url}/api/v1/repositories/full/artifacts/fits/content`, { headers: bearer(key) });
     expect(sha256(back.body)).toBe(sha256(fits));
     await gw.stop('SIGTERM');
-  });
+  }, 180_000);
 });
