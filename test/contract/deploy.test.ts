@@ -1,0 +1,226 @@
+/**
+ * The files under deploy/ against the code: every ARKVORY_* name exists in the config table, each
+ * role's env example (plus what its unit sets) passes the real config validation, the units carry
+ * the hardening docs/deploy.md promises and pass `systemd-analyze verify`, and the Kubernetes
+ * manifest parses, shares the volume and probes the health routes.
+ */
+import { execFile } from 'node:child_process';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { describe, expect, it } from 'vitest';
+import { parseAllDocuments } from 'yaml';
+import { loadConfig, VARIABLES } from '../../proxy/config.ts';
+import { ROOT } from '../support/gateway.ts';
+
+const DEPLOY = path.join(ROOT, 'deploy');
+const KNOWN = new Set(VARIABLES.map((v) => v.name));
+const DATA_DIR = '/var/lib/arkvory';
+const run = promisify(execFile);
+
+async function filesUnder(dir: string): Promise<string[]> {
+  const out: string[] = [];
+  for (const entry of await readdir(dir, { withFileTypes: true })) {
+    const full = path.join(dir, entry.name);
+    if (entry.isDirectory()) out.push(...(await filesUnder(full)));
+    else out.push(full);
+  }
+  return out;
+}
+
+/** `KEY=value` lines of an env file (systemd EnvironmentFile syntax without quotes). */
+function parseEnvFile(text: string): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const line of text.split('\n')) {
+    const t = line.trim();
+    if (t === '' || t.startsWith('#')) continue;
+    const eq = t.indexOf('=');
+    expect(eq, `env line without "=": ${t}`).toBeGreaterThan(0);
+    env[t.slice(0, eq)] = t.slice(eq + 1);
+  }
+  return env;
+}
+
+interface Unit {
+  file: string;
+  text: string;
+  /** Section → key → values (a key may repeat). */
+  sections: Map<string, Map<string, string[]>>;
+}
+
+function parseUnit(file: string, text: string): Unit {
+  const sections = new Map<string, Map<string, string[]>>();
+  let current: Map<string, string[]> | undefined;
+  for (const line of text.split('\n')) {
+    const t = line.trim();
+    if (t === '' || t.startsWith('#') || t.startsWith(';')) continue;
+    const header = /^\[(.+)\]$/.exec(t);
+    if (header) {
+      current = new Map();
+      sections.set(header[1]!, current);
+      continue;
+    }
+    const eq = t.indexOf('=');
+    if (!current || eq < 0) throw new Error(`${file}: unexpected line ${t}`);
+    const key = t.slice(0, eq);
+    current.set(key, [...(current.get(key) ?? []), t.slice(eq + 1)]);
+  }
+  return { file, text, sections };
+}
+
+async function unit(name: string): Promise<Unit> {
+  const file = path.join(DEPLOY, 'systemd', name);
+  return parseUnit(file, await readFile(file, 'utf8'));
+}
+
+function service(u: Unit, key: string): string[] {
+  return u.sections.get('Service')?.get(key) ?? [];
+}
+
+/** The environment a unit gives its process: its EnvironmentFile examples, then Environment= lines. */
+async function unitEnvironment(u: Unit, slot: string): Promise<Record<string, string>> {
+  const env: Record<string, string> = {};
+  for (const envFile of service(u, 'EnvironmentFile')) {
+    const example = path.join(DEPLOY, 'env', path.basename(envFile.replace(/^-/, '')).replace('%i', slot));
+    Object.assign(env, parseEnvFile(await readFile(example, 'utf8')));
+  }
+  for (const line of service(u, 'Environment')) {
+    const [key, ...rest] = line.split('=');
+    env[key!] = rest.join('=').replace('%i', slot);
+  }
+  return env;
+}
+
+const ROLES = [
+  { unit: 'arkvory-writer.service', role: 'api', writes: true },
+  { unit: 'arkvory-reader@.service', role: 'reader', writes: false },
+  { unit: 'arkvory-worker.service', role: 'worker', writes: true },
+  { unit: 'arkvory-router.service', role: 'router', writes: false },
+] as const;
+
+describe('deploy/ names and env examples', () => {
+  it('every ARKVORY_* name used anywhere under deploy/ exists in the config table', async () => {
+    const files = await filesUnder(DEPLOY);
+    const used = new Map<string, string>();
+    for (const file of files) {
+      for (const m of (await readFile(file, 'utf8')).matchAll(/\bARKVORY_[A-Z0-9_]+/g)) used.set(m[0], path.relative(ROOT, file));
+    }
+    expect(used.size).toBeGreaterThan(20);
+    const unknown = [...used].filter(([name]) => !KNOWN.has(name)).map(([name, file]) => `${name} (${file})`);
+    expect(unknown).toEqual([]);
+  });
+
+  it.each(ROLES)('$unit: its env example plus the unit environment is a valid configuration for role $role', async ({ unit: name, role }) => {
+    const env = await unitEnvironment(await unit(name), '1');
+    const config = loadConfig(env, '/');
+    expect(config.role).toBe(role);
+    if (role === 'api' || role === 'reader') {
+      // Every variable the shared profile requires is set; the data dir is the one the unit opens.
+      expect(config.shared).not.toBeNull();
+      expect(config.databaseUrl).toBeDefined();
+      expect(config.redisUrl).toBeDefined();
+      expect(config.dataDir.startsWith(`${DATA_DIR}/`)).toBe(true);
+    }
+    if (role === 'router') expect(config.databaseUrl ?? config.router.backends).toBeDefined();
+    if (role === 'worker') expect(config.databaseUrl).toBeDefined();
+  });
+
+  it('the writer and the reader examples store the identical download policy, on different ports', async () => {
+    const writer = loadConfig(await unitEnvironment(await unit('arkvory-writer.service'), '1'), '/');
+    const reader = loadConfig(await unitEnvironment(await unit('arkvory-reader@.service'), '1'), '/');
+    expect(reader.shared).toEqual({ ...writer.shared, slot: 1 });
+    expect(writer.shared!.slot).toBe(0);
+    expect(reader.port).not.toBe(writer.port);
+    expect(reader.dataDir).toBe(writer.dataDir);
+  });
+});
+
+describe('systemd units', () => {
+  it.each(ROLES)('$unit is hardened: own user, strict read-only system, writes only to the data dir, restart with a delay', async ({ unit: name, writes }) => {
+    const u = await unit(name);
+    expect(service(u, 'User')).toEqual(['arkvory']);
+    expect(service(u, 'Group')).toEqual(['arkvory']);
+    expect(service(u, 'NoNewPrivileges')).toEqual(['yes']);
+    expect(service(u, 'ProtectSystem')).toEqual(['strict']);
+    expect(service(u, 'ProtectHome')).toEqual(['yes']);
+    expect(service(u, 'PrivateTmp')).toEqual(['yes']);
+    expect(service(u, 'CapabilityBoundingSet')).toEqual(['']);
+    expect(service(u, 'ReadWritePaths')).toEqual(writes ? [DATA_DIR] : []);
+    expect(service(u, 'Restart')).toEqual(['on-failure']);
+    expect(Number.parseInt(service(u, 'RestartSec')[0] ?? '0', 10)).toBeGreaterThanOrEqual(2);
+    // Exit 2 is an invalid configuration: restarting cannot fix it.
+    expect(service(u, 'RestartPreventExitStatus')).toEqual(['2']);
+    expect(service(u, 'ExecStart')[0]).toMatch(/bin\/arkvory\.js serve$/);
+    expect(u.sections.get('Install')?.get('WantedBy')).toEqual(['multi-user.target']);
+  });
+
+  it('the reader unit is a template: the instance is the slot and picks its own env file', async () => {
+    const u = await unit('arkvory-reader@.service');
+    expect(service(u, 'Environment')).toContain('ARKVORY_GATEWAY_SLOT=%i');
+    expect(service(u, 'EnvironmentFile')).toContain('/etc/arkvory/reader-%i.env');
+  });
+
+  it('systemd-analyze verify accepts every unit (installed at this checkout, with the env examples)', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'arkvory-units-'));
+    try {
+      const names: string[] = [];
+      for (const { unit: name } of ROLES) {
+        const text = (await readFile(path.join(DEPLOY, 'systemd', name), 'utf8'))
+          .replaceAll('/opt/arkvory', ROOT)
+          .replaceAll('/etc/arkvory/reader-%i.env', path.join(DEPLOY, 'env/reader-1.env'))
+          .replaceAll('/etc/arkvory/', `${path.join(DEPLOY, 'env')}/`);
+        const target = name.replace('@.service', '@1.service');
+        await writeFile(path.join(dir, target), text);
+        names.push(target);
+      }
+      // Present on Debian with the systemd package; .ci/run installs it when missing.
+      const { stdout, stderr } = await run('systemd-analyze', ['verify', '--man=no', ...names.map((n) => path.join(dir, n))], { cwd: dir });
+      const about = `${stdout}${stderr}`.split('\n').filter((line) => line.includes(dir));
+      expect(about).toEqual([]);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('Kubernetes sidecar example', () => {
+  it('parses, shares one volume between the store and Arkvory, and probes /health/live and /health/status', async () => {
+    const docs = parseAllDocuments(await readFile(path.join(DEPLOY, 'k8s/arkvory-sidecar.yaml'), 'utf8'));
+    for (const doc of docs) expect(doc.errors).toEqual([]);
+    const objects = docs.map((d) => d.toJS() as { kind: string; metadata: { name: string }; spec?: any; data?: Record<string, string>; stringData?: Record<string, string> });
+    const deployment = objects.find((o) => o.kind === 'Deployment')!;
+    const pod = deployment.spec.template.spec;
+    const containers = pod.containers as Array<{ name: string; volumeMounts: Array<{ name: string }>; livenessProbe?: any; readinessProbe?: any; envFrom?: any[] }>;
+    expect(containers.map((c) => c.name).sort()).toEqual(['arkvory', 'storage']);
+    const [arkvory, storage] = [containers.find((c) => c.name === 'arkvory')!, containers.find((c) => c.name === 'storage')!];
+    const shared = arkvory.volumeMounts.map((m) => m.name).filter((n) => storage.volumeMounts.some((m) => m.name === n));
+    expect(shared).toHaveLength(1);
+    expect(pod.volumes.map((v: { name: string }) => v.name)).toContain(shared[0]);
+    expect(arkvory.livenessProbe.httpGet.path).toBe('/health/live');
+    expect(arkvory.readinessProbe.httpGet.path).toBe('/health/status');
+    // The environment it gets is a valid configuration.
+    const env: Record<string, string> = {};
+    for (const ref of arkvory.envFrom ?? []) {
+      const source = objects.find((o) => o.metadata.name === (ref.configMapRef ?? ref.secretRef).name)!;
+      Object.assign(env, source.data ?? source.stringData);
+    }
+    const config = loadConfig(env, '/');
+    expect(config.role).toBe('api');
+    expect(config.metrics.token).toBeDefined();
+    const mount = (arkvory.volumeMounts as Array<{ name: string; mountPath: string }>).find((m) => m.name === shared[0])!;
+    expect(config.dataDir).toBe(mount.mountPath);
+  });
+});
+
+describe('PostgreSQL snippet', () => {
+  it('sets TCP keepalives so a gateway cut off without a FIN loses its barriers in seconds', async () => {
+    const text = await readFile(path.join(DEPLOY, 'postgresql/arkvory.conf'), 'utf8');
+    const settings = Object.fromEntries([...text.matchAll(/^(\w+) = (\d+)/gm)].map((m) => [m[1]!, Number(m[2])]));
+    expect(settings.tcp_keepalives_idle).toBeGreaterThan(0);
+    expect(settings.tcp_keepalives_interval).toBeGreaterThan(0);
+    expect(settings.tcp_keepalives_count).toBeGreaterThan(0);
+    // Dead within the 10 s lease reservation's order of magnitude, not the system default of hours.
+    expect(settings.tcp_keepalives_idle! + settings.tcp_keepalives_interval! * settings.tcp_keepalives_count!).toBeLessThanOrEqual(60);
+  });
+});
