@@ -1,0 +1,202 @@
+/**
+ * Router overhead (issue 9): the same standalone gateway measured directly and through an
+ * `ARKVORY_ROLE=router` process (static ARKVORY_ROUTER_BACKENDS) in one run, interleaved per run so
+ * background load hits both alike. Prints medians and the ratios router/direct.
+ *
+ *   node bench/router.ts [--database-url postgres://postgres@127.0.0.1:5432/postgres]
+ *                        [--runs 3] [--big-mib 1024] [--small-requests 3000] [--concurrency 16]
+ *
+ * Large file: MiB/s of one whole-file curl to /dev/null. Small file (4 KiB): requests/s and p50/p99
+ * over `--concurrency` keep-alive connections. Targets of issue 9: overhead ≤ 15 % for the 1 GiB
+ * stream (ratio ≥ 0.85) and ≤ 35 % for 4 KiB requests (ratio ≥ 0.65). A temporary database and
+ * directory are used and removed; every process started here is stopped.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import { chmod, mkdtemp, open, rm, writeFile } from 'node:fs/promises';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { migrate } from '../migrations/runner.ts';
+import { AdminStore } from '../policy/auth/admin-store.ts';
+import { freeLoopbackPort } from '../proxy/embedded-database.ts';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const MiB = 1024 * 1024;
+const { values: args } = parseArgs({
+  options: {
+    'database-url': { type: 'string', default: 'postgres://postgres@127.0.0.1:5432/postgres' },
+    runs: { type: 'string', default: '3' },
+    'big-mib': { type: 'string', default: '1024' },
+    'small-requests': { type: 'string', default: '3000' },
+    concurrency: { type: 'string', default: '16' },
+  },
+});
+const RUNS = Number(args.runs);
+const BIG_BYTES = Number(args['big-mib']) * MiB;
+const SMALL_BYTES = 4096;
+const SMALL_REQUESTS = Number(args['small-requests']);
+const CONCURRENCY = Number(args.concurrency);
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+const percentile = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
+
+function curl(url: string, headers: Record<string, string>): Promise<{ status: number; bytes: number; seconds: number }> {
+  return new Promise((resolve, reject) => {
+    const argv = ['-s', '-o', '/dev/null', '-w', '%{http_code} %{size_download} %{time_total}'];
+    for (const [k, v] of Object.entries(headers)) argv.push('-H', `${k}: ${v}`);
+    argv.push(url);
+    const child = spawn('curl', argv, { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.on('error', reject);
+    child.on('close', () => {
+      const [status, bytes, seconds] = out.trim().split(' ').map(Number);
+      resolve({ status: status ?? 0, bytes: bytes ?? 0, seconds: seconds ?? 0 });
+    });
+  });
+}
+
+async function measureSmall(url: string, key: string): Promise<{ rps: number; p50Ms: number; p99Ms: number; errors: number }> {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY });
+  const latencies: number[] = [];
+  let errors = 0;
+  let next = 0;
+  const one = () =>
+    new Promise<void>((resolve) => {
+      const t0 = process.hrtime.bigint();
+      http
+        .get(url, { agent, headers: { authorization: `Bearer ${key}` } }, (res) => {
+          let n = 0;
+          res.on('data', (d: Buffer) => (n += d.length));
+          res.on('end', () => {
+            if (res.statusCode !== 200 || n !== SMALL_BYTES) errors++;
+            latencies.push(Number(process.hrtime.bigint() - t0) / 1e6);
+            resolve();
+          });
+        })
+        .on('error', () => {
+          errors++;
+          resolve();
+        });
+    });
+  const started = process.hrtime.bigint();
+  await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
+    while (next++ < SMALL_REQUESTS) await one();
+  }));
+  const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+  agent.destroy();
+  return { rps: SMALL_REQUESTS / seconds, p50Ms: percentile(latencies, 50), p99Ms: percentile(latencies, 99), errors };
+}
+
+async function startServe(env: Record<string, string>, base: string, children: ChildProcess[]): Promise<ChildProcess> {
+  const child = spawn(process.execPath, [path.join(ROOT, 'bin/arkvory.js'), 'serve'], { cwd: ROOT, env: { PATH: process.env.PATH, HOME: process.env.HOME, ARKVORY_LOG_LEVEL: 'warn', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  children.push(child);
+  let output = '';
+  child.stdout!.on('data', (d: Buffer) => (output += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
+  for (let i = 0; ; i++) {
+    const ok = await fetch(`${base}/health/status`).then((r) => r.status === 200, () => false);
+    if (ok) return child;
+    if (i > 600 || child.exitCode !== null) throw new Error(`${env.ARKVORY_ROLE ?? 'api'} did not start:\n${output}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+async function main(): Promise<void> {
+  const work = await mkdtemp(path.join(os.tmpdir(), 'arkvory-bench-router-'));
+  await chmod(work, 0o755);
+  const children: ChildProcess[] = [];
+  const dbName = `arkvory_bench_${randomBytes(4).toString('hex')}`;
+  const adminUrl = args['database-url']!;
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${dbName}`);
+  const dbUrl = Object.assign(new URL(adminUrl), { pathname: `/${dbName}` }).toString();
+  const pool = new pg.Pool({ connectionString: dbUrl, max: 2 });
+  try {
+    await migrate(pool);
+    const store = new AdminStore(pool);
+    await store.createRepository('bench');
+    const principal = await store.createPrincipal('bench');
+    await store.addGrant(principal.id, 'bench', 'write');
+    const key = (await store.createKey(principal.id, { scopes: ['read', 'write'] })).key;
+
+    const bigFile = path.join(work, 'big.bin');
+    const big = await open(bigFile, 'w');
+    const block = randomBytes(4 * MiB);
+    for (let written = 0; written < BIG_BYTES; written += block.length) await big.write(block, 0, Math.min(block.length, BIG_BYTES - written));
+    await big.close();
+    const smallFile = path.join(work, 'small.bin');
+    await writeFile(smallFile, randomBytes(SMALL_BYTES));
+
+    // Measure the proxy, not the limiter: one principal would hit the default 12000/min rule.
+    await writeFile(path.join(work, 'rules.yaml'), 'rate_limits:\n  gateway_request:\n    - name: bench_skip_all\n      action: skip\n      match: {}\n');
+    const gatewayPort = await freeLoopbackPort();
+    const gatewayBase = `http://127.0.0.1:${gatewayPort}`;
+    // Unthrottled, with room for 2 × CONCURRENCY parallel downloads of one principal.
+    await startServe({ ARKVORY_DATABASE_URL: dbUrl, ARKVORY_DATA_DIR: path.join(work, 'data'), ARKVORY_PORT: String(gatewayPort), ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2), ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: String(CONCURRENCY * 2), ARKVORY_RATE_LIMITS_FILE: path.join(work, 'rules.yaml') }, gatewayBase, children);
+    const routerPort = await freeLoopbackPort();
+    const routerBase = `http://127.0.0.1:${routerPort}`;
+    await startServe({ ARKVORY_ROLE: 'router', ARKVORY_ROUTER_BACKENDS: gatewayBase, ARKVORY_PORT: String(routerPort) }, routerBase, children);
+
+    for (const [name, file] of [['big.bin', bigFile], ['small.bin', smallFile]] as const) {
+      const status = await new Promise<number>((resolve, reject) => {
+        const req = http.request(`${gatewayBase}/api/v1/repositories/bench/artifacts/${name}`, { method: 'PUT', headers: { authorization: `Bearer ${key}` } }, (res) => {
+          res.resume();
+          res.on('end', () => resolve(res.statusCode ?? 0));
+        });
+        req.on('error', reject);
+        createReadStream(file).pipe(req);
+      });
+      if (status !== 201) throw new Error(`upload of ${name} answered ${status}`);
+    }
+    const url = (base: string, name: string) => `${base}/api/v1/repositories/bench/artifacts/${name}/content`;
+    await curl(url(gatewayBase, 'big.bin'), { authorization: `Bearer ${key}` });
+
+    const results = { direct: { big: [] as number[], rps: [] as number[], p50: [] as number[], p99: [] as number[], errors: 0 }, router: { big: [] as number[], rps: [] as number[], p50: [] as number[], p99: [] as number[], errors: 0 } };
+    for (let run = 0; run < RUNS; run++) {
+      // Alternate which goes first, so neither always gets the warmer machine.
+      const order = run % 2 === 0 ? (['direct', 'router'] as const) : (['router', 'direct'] as const);
+      for (const name of order) {
+        const base = name === 'direct' ? gatewayBase : routerBase;
+        const r = results[name];
+        const b = await curl(url(base, 'big.bin'), { authorization: `Bearer ${key}` });
+        if (b.status !== 200 || b.bytes !== BIG_BYTES) throw new Error(`${name}: big download got ${b.status} with ${b.bytes} bytes`);
+        r.big.push(BIG_BYTES / MiB / b.seconds);
+        const s = await measureSmall(url(base, 'small.bin'), key);
+        r.rps.push(s.rps);
+        r.p50.push(s.p50Ms);
+        r.p99.push(s.p99Ms);
+        r.errors += s.errors;
+        process.stderr.write(`run ${run + 1}/${RUNS} ${name}: ${r.big.at(-1)!.toFixed(0)} MiB/s, 4 KiB ${s.rps.toFixed(0)} req/s\n`);
+      }
+    }
+    const row = (name: 'direct' | 'router') => ({
+      path: name === 'direct' ? 'client → gateway' : 'client → router → gateway',
+      [`${BIG_BYTES / MiB} MiB stream MiB/s`]: Math.round(median(results[name].big)),
+      '4 KiB req/s': Math.round(median(results[name].rps)),
+      'p50 ms': Number(median(results[name].p50).toFixed(2)),
+      'p99 ms': Number(median(results[name].p99).toFixed(2)),
+      errors: results[name].errors,
+    });
+    console.log(`\nbench/router.ts: ${BIG_BYTES / MiB} MiB stream and 4 KiB requests (${CONCURRENCY} keep-alive connections, ${SMALL_REQUESTS} per run), medians of ${RUNS} runs, ${os.cpus().length} CPUs, load average ${os.loadavg().map((l) => l.toFixed(1)).join(' ')}`);
+    console.table([row('direct'), row('router')]);
+    const bigRatio = median(results.router.big) / median(results.direct.big);
+    const smallRatio = median(results.router.rps) / median(results.direct.rps);
+    console.log(`router/direct: stream ${bigRatio.toFixed(2)}× (overhead ${((1 - bigRatio) * 100).toFixed(0)} %, target ≤ 15 %), 4 KiB req/s ${smallRatio.toFixed(2)}× (overhead ${((1 - smallRatio) * 100).toFixed(0)} %, target ≤ 35 %)`);
+  } finally {
+    for (const child of children) child.kill('SIGTERM');
+    await Promise.all(children.map((c) => (c.exitCode === null ? new Promise((r) => c.once('exit', r)) : undefined)));
+    await pool.end();
+    await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`).catch(() => {});
+    await admin.end();
+    await rm(work, { recursive: true, force: true });
+  }
+}
+
+await main();
