@@ -31,6 +31,7 @@ export const VARIABLES: readonly VariableSpec[] = [
   { name: 'ARKVORY_PORT', kind: { type: 'int', min: 0, max: 65535 }, defaultValue: '8080', doc: 'HTTP port (0 picks a free port and logs it).' },
   { name: 'ARKVORY_DATA_DIR', kind: { type: 'string' }, defaultValue: './data', doc: 'Storage root of the filesystem store; also holds the embedded PostgreSQL (`.pg`) and `admin.key`.' },
   { name: 'ARKVORY_DATABASE_URL', kind: { type: 'url', protocols: ['postgres:', 'postgresql:'] }, secret: true, doc: 'PostgreSQL connection URL. Unset: an embedded PostgreSQL under `<DATA_DIR>/.pg` (standalone only).' },
+  { name: 'ARKVORY_DATABASE_STARTUP_WAIT_SECONDS', kind: { type: 'int', min: 0, max: 3600 }, defaultValue: '60', doc: 'How long startup keeps retrying an unreachable PostgreSQL (backoff 0.25 s doubling to 5 s, a warning per attempt) before it exits with code 1; 0 = give up at the first failure.' },
   { name: 'ARKVORY_DATABASE_POOL_SIZE', kind: { type: 'int', min: 1, max: 1000 }, defaultValue: '10', doc: 'Size of the shared `pg` pool (the lease holds one connection more).' },
   { name: 'ARKVORY_REDIS_URL', kind: { type: 'url', protocols: ['redis:', 'rediss:'] }, secret: true, doc: 'Redis URL for rate-limit counters. Unset: counters in process memory (standalone only).' },
   { name: 'ARKVORY_LOG_LEVEL', kind: { type: 'enum', values: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] }, defaultValue: 'info', doc: 'pino log level.' },
@@ -72,6 +73,8 @@ export interface Config {
   readonly dataDir: string;
   readonly databaseUrl: string | undefined;
   readonly databasePoolSize: number;
+  /** Startup retries an unreachable PostgreSQL this long, then exits 1. */
+  readonly databaseStartupWaitMs: number;
   readonly redisUrl: string | undefined;
   readonly logLevel: LogLevel;
   readonly shutdownTimeoutMs: number;
@@ -276,6 +279,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
     dataDir: path.resolve(cwd, str('ARKVORY_DATA_DIR')),
     databaseUrl: optStr('ARKVORY_DATABASE_URL'),
     databasePoolSize: num('ARKVORY_DATABASE_POOL_SIZE'),
+    databaseStartupWaitMs: num('ARKVORY_DATABASE_STARTUP_WAIT_SECONDS') * 1000,
     redisUrl: optStr('ARKVORY_REDIS_URL'),
     logLevel: str('ARKVORY_LOG_LEVEL') as LogLevel,
     shutdownTimeoutMs: num('ARKVORY_SHUTDOWN_TIMEOUT_SECONDS') * 1000,

@@ -1,11 +1,12 @@
 import { mkdir } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { pendingMigrations, migrate } from '../migrations/runner.ts';
 import { systemClock } from '../policy/clock.ts';
 import { Coordinator } from '../policy/lease/coordinator.ts';
 import { buildApp } from './app.ts';
 import { ConfigError, loadConfig, type Config } from './config.ts';
-import { openDatabase, type Database } from './database.ts';
+import { databaseTarget, openDatabase, waitForDatabase, type Database } from './database.ts';
 import { createGatewayServer, type GatewayServer } from './http-server.ts';
 import { Lifecycle } from './lifecycle.ts';
 import { createLogger } from './logger.ts';
@@ -59,6 +60,7 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
   let server: GatewayServer | undefined;
   let stopRequested: (() => void) | undefined;
   const stopSignal = new Promise<void>((resolve) => (stopRequested = resolve));
+  const stopping = new AbortController();
   let signals = 0;
   const onSignal = (signal: NodeJS.Signals) => {
     signals++;
@@ -68,6 +70,7 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
     }
     log.info({ signal }, 'shutting down');
     lifecycle.set('draining', 'shutdown');
+    stopping.abort();
     stopRequested?.();
   };
   process.on('SIGTERM', onSignal);
@@ -83,6 +86,16 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
       const applied = await migrate(database.pool);
       if (applied.length) log.info({ migrations: applied.map((m) => m.version) }, 'migrations applied to the embedded database');
     } else {
+      // PostgreSQL may come up after the gateway (a host boot, a failover): retry with backoff.
+      const reached = await waitForDatabase(() => database!.pool.query('SELECT 1'), {
+        boundMs: config.databaseStartupWaitMs,
+        target: databaseTarget(database.url),
+        log,
+        monotonicMs: systemClock.monotonicMs,
+        sleep: (ms, signal) => sleep(ms, undefined, { signal }),
+        signal: stopping.signal,
+      });
+      if (reached === 'stopped') return await finish(log, built, server, database, config, EXIT.ok);
       const pending = await pendingMigrations(database.pool);
       if (pending.length) {
         throw new StartupError(`the database schema is behind this code (${pending.length} pending migration(s), first ${pending[0]!.version}); run \`npm run migrate\` with the same ARKVORY_DATABASE_URL`);
