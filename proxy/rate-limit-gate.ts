@@ -33,6 +33,7 @@ import {
   type RuleSpec,
 } from '../policy/rate-limit/index.ts';
 import type { Gate, RequestContext } from './http-server.ts';
+import { clientAddress, createTrustedProxies, type TrustedProxies } from './router/forwarded.ts';
 import type { Services } from './services.ts';
 
 export const AVAILABLE_LIMITERS_FILE = new URL('../policy/rate-limit/available_limiters.yaml', import.meta.url);
@@ -101,6 +102,7 @@ export async function openRateLimiting(services: Services, options: { refreshInt
   const { config, clock } = services;
   const log = services.log.child({ component: 'rate-limit' });
   const { available, fileRules } = await loadRuleFiles(config.rateLimitsFile);
+  const trusted = createTrustedProxies(config.trustedProxies);
   let redis: Redis | undefined;
   if (config.redisUrl) {
     redis = createRateLimitRedis(config.redisUrl, log, clock);
@@ -133,15 +135,16 @@ export async function openRateLimiting(services: Services, options: { refreshInt
     authFailure,
     transferBytes,
     counters: store.kind,
-    gate: createRateLimitGate({ request, transferBytes, clock }),
-    guardAuth: (authGate) => guardAuthGate(authGate, authFailure, clock),
+    gate: createRateLimitGate({ request, transferBytes, clock, trusted }),
+    guardAuth: (authGate) => guardAuthGate(authGate, authFailure, clock, trusted),
   };
 }
 
-/** `::ffff:10.0.0.1` → `10.0.0.1`, so one client has one address whichever socket family it used. */
-export function clientIp(ctx: RequestContext): string {
-  const raw = ctx.req.socket.remoteAddress ?? '';
-  return raw.startsWith('::ffff:') ? raw.slice(7) : raw;
+const NO_TRUSTED_PROXIES = createTrustedProxies([]);
+
+/** The client address: the socket peer, or behind ARKVORY_TRUSTED_PROXIES the forwarded client. */
+export function clientIp(ctx: RequestContext, trusted: TrustedProxies = NO_TRUSTED_PROXIES): string {
+  return clientAddress(ctx.req, trusted);
 }
 
 export function requestType(ctx: Pick<RequestContext, 'route' | 'access' | 'req'>): 'read' | 'write' | 'admin' | 'health' {
@@ -152,10 +155,10 @@ export function requestType(ctx: Pick<RequestContext, 'route' | 'access' | 'req'
 }
 
 /** The `gateway_request` identifier: exactly the properties declared in available_limiters.yaml. */
-export function requestIdentifier(ctx: RequestContext): Identifier {
+export function requestIdentifier(ctx: RequestContext, trusted: TrustedProxies = NO_TRUSTED_PROXIES): Identifier {
   return {
     principal: ctx.principal?.id ?? ANONYMOUS,
-    ip: clientIp(ctx),
+    ip: clientIp(ctx, trusted),
     method: ctx.req.method ?? 'GET',
     repository: ctx.params.repo,
     route: ctx.route,
@@ -184,10 +187,11 @@ function blocked(result: RateLimitResult, nowMs: number, message?: string): Poli
   return new PolicyError('rate_limited', message, { headers: rateLimitHeaders(result, nowMs) });
 }
 
-export function createRateLimitGate(deps: { request: Limiter; transferBytes: Limiter; clock: Clock }): Gate {
+export function createRateLimitGate(deps: { request: Limiter; transferBytes: Limiter; clock: Clock; trusted?: TrustedProxies }): Gate {
   const { request, transferBytes, clock } = deps;
+  const trusted = deps.trusted ?? NO_TRUSTED_PROXIES;
   return async (ctx) => {
-    const identifier = requestIdentifier(ctx);
+    const identifier = requestIdentifier(ctx, trusted);
     const result = await request.check(identifier);
     if (result.action === 'block') throw blocked(result, clock.wallMs());
     if (result.exceeded) ctx.log.info({ limiter: request.name, rule: result.rule?.name, code: 'rate_limited', shadow: true }, 'shadow rate limit exceeded');
@@ -215,10 +219,10 @@ export function createRateLimitGate(deps: { request: Limiter; transferBytes: Lim
  * refused with 429 before authentication; a 401 counts one failure; a success clears the address's
  * failures when it had any (spec 1.5: a successful login discards the failures before it).
  */
-export function guardAuthGate(authGate: Gate, authFailure: Limiter, clock: Clock): Gate {
+export function guardAuthGate(authGate: Gate, authFailure: Limiter, clock: Clock, trusted: TrustedProxies = NO_TRUSTED_PROXIES): Gate {
   return async (ctx) => {
     if (ctx.access === 'public') return authGate(ctx);
-    const identifier: Identifier = { ip: clientIp(ctx) };
+    const identifier: Identifier = { ip: clientIp(ctx, trusted) };
     const before = await authFailure.peek(identifier, { cost: 0 });
     if (before.action === 'block') throw blocked(before, clock.wallMs(), 'Too many failed authentications from this address; retry later.');
     try {
