@@ -84,8 +84,9 @@ beforeAll(async () => {
       ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: '60000',
       ARKVORY_ROUTER_IDLE_TIMEOUT_SECONDS: '1',
     },
+    timeoutMs: 90_000,
   });
-});
+}, 120_000);
 
 afterAll(async () => {
   await router?.stop('SIGTERM');

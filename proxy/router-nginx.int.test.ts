@@ -52,8 +52,8 @@ beforeAll(async () => {
   ({ key } = await createServiceAccount(db.pool, { scopes: ['read'], grants: { shared: 'read' } }));
   ({ key: writeKey } = await createServiceAccount(db.pool, { scopes: ['read', 'write'], grants: { shared: 'write' } }));
   const shared = (role: string, slot: number) => ({ ARKVORY_DATABASE_URL: db.url, ARKVORY_REDIS_URL: inject('redisUrl'), ARKVORY_ROLE: role, ARKVORY_GATEWAY_SLOTS: '2', ARKVORY_GATEWAY_SLOT: String(slot), ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(512 * MiB), ARKVORY_TRUSTED_PROXIES: '127.0.0.1' });
-  writer = await startGateway({ env: shared('api', 0), dataDir });
-  reader = await startGateway({ env: shared('reader', 1), dataDir });
+  writer = await startGateway({ env: shared('api', 0), dataDir, timeoutMs: 90_000 });
+  reader = await startGateway({ env: shared('reader', 1), dataDir, timeoutMs: 90_000 });
 
   const dir = await makeTempDir('arkvory-nginx-');
   await mkdir(path.join(dir, 'tmp'), { recursive: true });
@@ -80,7 +80,7 @@ beforeAll(async () => {
       await new Promise((r) => setTimeout(r, 50));
     }
   }
-}, 120_000);
+}, 300_000);
 
 afterAll(async () => {
   if (nginx && nginx.exitCode === null) {

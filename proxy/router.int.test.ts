@@ -46,11 +46,6 @@ async function gatewayEnv(role: 'api' | 'reader', slot: number, rulesFile: strin
   };
 }
 
-/** Content GETs each gateway logged so far. */
-function contentReads(gw: GatewayProcess): number {
-  return gw.logLines().filter((l) => l.msg === 'request' && l.route === CONTENT_ROUTE && l.method === 'GET').length;
-}
-
 function routerStatus(): Promise<{ status: number; body: { backends: { total: number; healthy: number }; writer: boolean } }> {
   return request(`${router.url}/health/status`).then((r) => ({ status: r.status, body: JSON.parse(r.body.toString()) }));
 }
@@ -102,11 +97,13 @@ beforeAll(async () => {
   const rules = path.join(dataDir, '..', `router-rules-${randomBytes(4).toString('hex')}.yaml`);
   await writeFile(rules, 'rate_limits:\n  gateway_request:\n    - name: one_read_of_limited\n      action: limit\n      characteristics: [principal]\n      limit: 1\n      period_s: 600\n      match:\n        repository: limited\n');
   const prefix = `arkvory-test-router-${randomBytes(4).toString('hex')}:`;
-  writer = await startGateway({ env: await gatewayEnv('api', 0, rules, prefix), dataDir });
-  readers = await Promise.all([1, 2].map(async (slot) => startGateway({ env: await gatewayEnv('reader', slot, rules, prefix), dataDir })));
-  router = await startGateway({ env: { ARKVORY_ROLE: 'router', ARKVORY_DATABASE_URL: db.url, ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: String(PROBE_MS), ARKVORY_ROUTER_CONNECT_TIMEOUT_MILLISECONDS: '1000' } });
+  writer = await startGateway({ env: await gatewayEnv('api', 0, rules, prefix), dataDir, timeoutMs: 90_000 });
+  const seeded = await request(`${writer.url}/api/v1/repositories/shared/artifacts/big.bin`, { method: 'PUT', headers: { ...bearer(writeKey), 'content-type': 'application/octet-stream' }, body: file });
+  expect(seeded.status).toBe(201);
+  readers = await Promise.all([1, 2].map(async (slot) => startGateway({ env: await gatewayEnv('reader', slot, rules, prefix), dataDir, timeoutMs: 90_000 })));
+  router = await startGateway({ env: { ARKVORY_ROLE: 'router', ARKVORY_DATABASE_URL: db.url, ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: String(PROBE_MS), ARKVORY_ROUTER_CONNECT_TIMEOUT_MILLISECONDS: '1000' }, timeoutMs: 90_000 });
   await waitFor('three healthy gateways behind the router', async () => ((await routerStatus()).body.backends.healthy === 3 ? true : undefined), 10_000);
-}, 120_000);
+}, 300_000);
 
 afterAll(async () => {
   await Promise.all([router, writer, ...(readers ?? [])].filter(Boolean).map((g) => g.stop('SIGTERM')));
@@ -119,14 +116,14 @@ describe('router: one writer, two readers', () => {
     async function* body() {
       for (let offset = 0; offset < file.length; offset += 256 * 1024) yield file.subarray(offset, offset + 256 * 1024);
     }
-    const put = await request(`${router.url}/api/v1/repositories/shared/artifacts/big.bin`, { method: 'PUT', headers: { ...bearer(writeKey), 'content-type': 'application/octet-stream' }, body: body() });
+    const put = await request(`${router.url}/api/v1/repositories/shared/artifacts/uploaded.bin`, { method: 'PUT', headers: { ...bearer(writeKey), 'content-type': 'application/octet-stream' }, body: body() });
     expect(put.status).toBe(201);
     const after = [writer, ...readers].map((g) => g.logLines().filter((l) => l.method === 'PUT').length);
     expect(after[0]! - before[0]!).toBe(1);
     expect(after.slice(1)).toEqual(before.slice(1));
     expect(writer.logLines().some((l) => l.method === 'PUT' && l.status === 201)).toBe(true);
     for (const gw of [writer, ...readers]) {
-      const direct = await request(`${gw.url}${filePath}`, { headers: { ...bearer(key), range: 'bytes=0-15' } });
+      const direct = await request(`${gw.url}/api/v1/repositories/shared/artifacts/uploaded.bin/content`, { headers: { ...bearer(key), range: 'bytes=0-15' } });
       expect(direct.body.equals(file.subarray(0, 16))).toBe(true);
     }
   });
@@ -180,15 +177,18 @@ describe('router: one writer, two readers', () => {
   });
 
   it('spreads content reads over all three gateways (counted from their request logs)', async () => {
-    const before = [writer, ...readers].map(contentReads);
+    // The router forwards the client's x-request-id; each gateway logs it with the request.
+    const tag = `spread-${randomBytes(3).toString('hex')}-`;
+    const tagged = (gw: GatewayProcess) => gw.logLines().filter((l) => l.msg === 'request' && l.route === CONTENT_ROUTE && String(l.reqId).startsWith(tag)).length;
     for (let i = 0; i < 9; i++) {
-      const res = await request(`${router.url}${filePath}`, { headers: { ...bearer(key), range: `bytes=${i * 100}-${i * 100 + 99}` } });
+      const res = await request(`${router.url}${filePath}`, { headers: { ...bearer(key), range: `bytes=${i * 100}-${i * 100 + 99}`, 'x-request-id': `${tag}${i}` } });
       expect(res.status).toBe(206);
+      expect(res.headers['x-request-id']).toBe(`${tag}${i}`);
       expect(res.body.equals(file.subarray(i * 100, i * 100 + 100))).toBe(true);
     }
     // A gateway logs a request when it ends; give the last line a moment to arrive.
     const counts = await waitFor('nine logged reads', async () => {
-      const now = [writer, ...readers].map((g, i) => contentReads(g) - before[i]!);
+      const now = [writer, ...readers].map(tagged);
       return now.reduce((a, b) => a + b, 0) === 9 ? now : undefined;
     }, 5000);
     expect(counts).toEqual([3, 3, 3]);
