@@ -10,6 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { afterAll, onTestFinished } from 'vitest';
 import { freeLoopbackPort } from '../../proxy/embedded-database.ts';
+import { loadOpenApiDocument, undescribedResponses } from '../../proxy/openapi/contract.ts';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const CLI = path.join(ROOT, 'bin/arkvory.js');
@@ -37,6 +38,8 @@ export interface StartOptions {
 }
 
 const running = new Set<GatewayProcess>();
+/** Every gateway this test file started: their responses are checked against the OpenAPI document. */
+const started: GatewayProcess[] = [];
 const tempDirs: string[] = [];
 const dataDirByDatabase = new Map<string, Promise<string>>();
 let registered = false;
@@ -82,6 +85,7 @@ export async function startGateway(options: StartOptions = {}): Promise<GatewayP
     afterAll(async () => {
       await Promise.all([...running].map((g) => stopGently(g)));
       for (const dir of tempDirs.splice(0)) await rm(dir, { recursive: true, force: true });
+      await checkResponsesAgainstContract(started.splice(0));
     });
   }
   const port = options.env?.ARKVORY_PORT ? Number(options.env.ARKVORY_PORT) : await freeLoopbackPort();
@@ -119,6 +123,7 @@ export async function startGateway(options: StartOptions = {}): Promise<GatewayP
     },
   };
   running.add(gateway);
+  started.push(gateway);
   // A gateway started inside a test ends with it (one writer per database: the next test may need
   // its own); one started in a hook lives until the file ends.
   try {
@@ -144,4 +149,29 @@ export async function startGateway(options: StartOptions = {}): Promise<GatewayP
   }
   await gateway.stop('SIGKILL');
   throw new Error(`gateway did not become ${waitFor} within the timeout:\n${gateway.logs()}`);
+}
+
+/** JSON log lines of stdout; a line cut short by a kill is ignored. */
+function parsedLines(gateway: GatewayProcess): Array<Record<string, unknown>> {
+  const lines: Array<Record<string, unknown>> = [];
+  for (const line of gateway.logs().split('\n')) {
+    if (!line.startsWith('{')) continue;
+    try {
+      lines.push(JSON.parse(line) as Record<string, unknown>);
+    } catch {
+      // truncated by SIGKILL
+    }
+  }
+  return lines;
+}
+
+/**
+ * The contract over the whole integration suite: every response any gateway of this file gave
+ * (its `request` log lines: method, route template, status) must be one proxy/openapi/openapi.yaml
+ * describes; otherwise the file fails, naming each undescribed response.
+ */
+async function checkResponsesAgainstContract(gateways: GatewayProcess[]): Promise<void> {
+  if (gateways.length === 0) return;
+  const problems = undescribedResponses(await loadOpenApiDocument(), gateways.flatMap(parsedLines));
+  if (problems.length > 0) throw new Error(`responses the OpenAPI document (proxy/openapi/openapi.yaml) does not describe; document them or fix the route:\n${problems.join('\n')}`);
 }

@@ -1,0 +1,260 @@
+/**
+ * The OpenAPI document against the code and against real responses:
+ * - it is a valid OpenAPI 3.1 document (@apidevtools/swagger-parser);
+ * - its paths and methods are exactly the routes the gateway registers;
+ * - a live writer answers every documented operation (success and error cases), and every response
+ *   (status, required headers, JSON body) validates against the document (ajv, JSON Schema 2020-12);
+ * - removing a documented status makes both checks fail on the same real traffic.
+ * The harness (test/support/gateway.ts) applies the status check to every gateway of every suite.
+ */
+import SwaggerParser from '@apidevtools/swagger-parser';
+import { Ajv2020 } from 'ajv/dist/2020.js';
+import addFormatsModule from 'ajv-formats';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { loadConfig } from '../../proxy/config.ts';
+import { CONTENT_TEMPLATES } from '../../proxy/content-paths.ts';
+import type { Route } from '../../proxy/http-server.ts';
+import { Lifecycle } from '../../proxy/lifecycle.ts';
+import { createGatewayMetrics } from '../../proxy/metrics/gateway-metrics.ts';
+import { metricsRoute } from '../../proxy/metrics/metrics-endpoint.ts';
+import { HTTP_METHODS, loadOpenApiDocument, openApiPath, operationOf, resolveRef, undescribedResponses, type OpenApiDocument } from '../../proxy/openapi/contract.ts';
+import { artifactRoutes } from '../../proxy/routes/artifacts.ts';
+import { authAdminRoutes } from '../../proxy/routes/auth-admin.ts';
+import { contentRoutes } from '../../proxy/routes/content.ts';
+import { healthRoutes } from '../../proxy/routes/health.ts';
+import { rateLimitAdminRoutes } from '../../proxy/routes/rate-limit-admin.ts';
+import type { Services } from '../../proxy/services.ts';
+import { Registry } from 'prom-client';
+import { bearer, createRepository, createServiceAccount } from '../support/auth.ts';
+import { randomContent, request, type RawResponse } from '../support/content.ts';
+import { useTestDatabase } from '../support/database.ts';
+import { startGateway, type GatewayProcess } from '../support/gateway.ts';
+
+const addFormats = addFormatsModule as unknown as (ajv: Ajv2020) => Ajv2020;
+const TOKEN = 'openapi-test-metrics-token';
+
+/**
+ * The routes buildApp composes, taken from the same factories. Their dependencies are only used
+ * when a handler runs, which never happens here: only methods and templates are read.
+ */
+function registeredRoutes(): Route[] {
+  const unused = undefined as never;
+  const services = { config: loadConfig({}, '/'), lifecycle: new Lifecycle(), pool: unused, readiness: [], coordinator: unused } as unknown as Services;
+  return [
+    ...healthRoutes(services),
+    ...authAdminRoutes(services),
+    ...contentRoutes({ store: unused, catalog: unused, maxUploadBytes: 1 }),
+    ...artifactRoutes({ catalog: unused, writable: true, readableRepositories: unused, grant: unused }),
+    ...rateLimitAdminRoutes(unused),
+    metricsRoute(createGatewayMetrics({ registry: new Registry(), processMetrics: false }), undefined),
+  ];
+}
+
+/** A compiled validator over the whole document: schemas are addressed by JSON pointer. */
+function responseValidator(doc: OpenApiDocument) {
+  const ajv = new Ajv2020({ strict: false, allErrors: true });
+  addFormats(ajv);
+  ajv.addSchema({ ...doc, $id: 'openapi' });
+  const get = (segments: string[]): unknown => segments.reduce<unknown>((node, part) => (node as Record<string, unknown>)?.[part], doc);
+  const unescape = (part: string) => part.replace(/~1/g, '/').replace(/~0/g, '~');
+  const esc = (part: string) => encodeURIComponent(part.replace(/~/g, '~0').replace(/\//g, '~1'));
+
+  /** Problems of one real response of `method template`; [] when the document describes it. */
+  return function problemsOf(method: string, template: string, res: RawResponse): string[] {
+    const where = `${method} ${openApiPath(template)} → ${res.status}`;
+    const operation = operationOf(doc, method, template);
+    if (!operation) return [`${where}: no such operation`];
+    let pointer = ['paths', openApiPath(template), method.toLowerCase(), 'responses', String(res.status)];
+    let response = get(pointer) as { $ref?: string } | undefined;
+    if (response === undefined) return [`${where}: status not documented`];
+    while (response?.$ref) {
+      pointer = response.$ref.replace(/^#\//, '').split('/').map(unescape);
+      response = get(pointer) as { $ref?: string };
+    }
+    const problems: string[] = [];
+    const spec = response as { headers?: Record<string, unknown>; content?: Record<string, unknown> };
+    for (const [name, raw] of Object.entries(spec.headers ?? {})) {
+      const header = resolveRef<{ required?: boolean; schema?: object }>(doc, raw);
+      const value = res.headers[name.toLowerCase()];
+      if (value === undefined) {
+        if (header.required) problems.push(`${where}: header ${name} missing`);
+        continue;
+      }
+      if (header.schema && !ajv.validate(header.schema, String(value))) problems.push(`${where}: header ${name}=${String(value)}: ${ajv.errorsText()}`);
+    }
+    const hasBody = method !== 'HEAD' && res.status !== 204 && res.status !== 304;
+    if (!spec.content) {
+      if (hasBody && res.body.length > 0) problems.push(`${where}: a body the document does not describe`);
+      return problems;
+    }
+    const contentType = String(res.headers['content-type'] ?? '').split(';')[0]!.trim();
+    const mediaKey = Object.keys(spec.content).find((k) => k === contentType) ?? Object.keys(spec.content).find((k) => k === '*/*');
+    if (!mediaKey) return [...problems, `${where}: content-type ${contentType} not documented (${Object.keys(spec.content).join(', ')})`];
+    if (!hasBody || mediaKey !== 'application/json') return problems;
+    const validate = ajv.getSchema(`openapi#/${[...pointer, 'content', mediaKey, 'schema'].map(esc).join('/')}`);
+    if (!validate) return [...problems, `${where}: schema not found`];
+    if (!validate(JSON.parse(res.body.toString()))) problems.push(`${where}: body ${res.body.toString().slice(0, 200)}: ${ajv.errorsText(validate.errors)}`);
+    return problems;
+  };
+}
+
+describe('the document', () => {
+  it('is a valid OpenAPI 3.1 document', async () => {
+    const doc = await loadOpenApiDocument();
+    expect(doc.openapi).toMatch(/^3\.1\./);
+    await expect(SwaggerParser.validate(structuredClone(doc) as never)).resolves.toBeTruthy();
+  });
+
+  it('lists exactly the routes and methods the gateway registers', async () => {
+    const doc = await loadOpenApiDocument();
+    const registered = registeredRoutes().flatMap((r) => r.methods.map((m) => `${m} ${openApiPath(r.template)}`));
+    const documented = Object.entries(doc.paths).flatMap(([p, item]) => HTTP_METHODS.filter((m) => item[m] !== undefined).map((m) => `${m.toUpperCase()} ${p}`));
+    expect(documented.sort()).toEqual(registered.sort());
+    expect(Object.keys(CONTENT_TEMPLATES).length).toBe(3);
+  });
+});
+
+describe('real responses against the document', () => {
+  const db = useTestDatabase();
+  let gateway: GatewayProcess;
+  const traffic: Array<{ method: string; template: string; res: RawResponse }> = [];
+  let adminKey: string;
+  let writer: { principalId: string; keyId: string; key: string; name: string };
+
+  async function call(method: string, template: string, path: string, options: { headers?: Record<string, string>; body?: Buffer | object } = {}): Promise<RawResponse> {
+    const body = options.body === undefined ? undefined : Buffer.isBuffer(options.body) ? options.body : Buffer.from(JSON.stringify(options.body));
+    const headers = { ...(options.body !== undefined && !Buffer.isBuffer(options.body) ? { 'content-type': 'application/json' } : {}), ...options.headers };
+    const res = await request(`${gateway.url}${path}`, { method, headers, ...(body ? { body } : {}) });
+    traffic.push({ method, template, res });
+    return res;
+  }
+
+  beforeAll(async () => {
+    await createRepository(db.pool, 'libs');
+    ({ key: adminKey } = await createServiceAccount(db.pool, { name: 'contract-admin', scopes: ['admin'] }));
+    writer = await createServiceAccount(db.pool, { name: 'contract-writer', scopes: ['read', 'write'], grants: { libs: 'write' } });
+    gateway = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_REDIS_URL: inject('redisUrl'), ARKVORY_REDIS_KEY_PREFIX: `arkvory:openapi:${process.pid}:`, ARKVORY_METRICS_TOKEN: TOKEN }, timeoutMs: 90_000 });
+
+    const admin = bearer(adminKey);
+    const user = bearer(writer.key);
+    const bytes = randomContent(4096);
+    // Health and metrics.
+    for (const m of ['GET', 'HEAD']) {
+      await call(m, '/health/live', '/health/live');
+      await call(m, '/health/status', '/health/status');
+      await call(m, '/health/ready', '/health/ready', { headers: user });
+      await call(m, '/metrics', '/metrics', { headers: bearer(TOKEN) });
+    }
+    await call('GET', '/health/ready', '/health/ready');
+    await call('GET', '/metrics', '/metrics');
+    // Content and catalog, for the three kinds.
+    const bases = { artifact: '/api/v1/repositories/libs/artifacts/a.bin', package: '/api/v1/repositories/libs/packages/pkg/1.0.0', asset: '/api/v1/repositories/libs/packages/pkg/1.0.0/assets/x.tgz' } as const;
+    for (const kind of ['artifact', 'package', 'asset'] as const) {
+      const t = CONTENT_TEMPLATES[kind];
+      const base = bases[kind];
+      await call('PUT', t, base, { headers: { ...user, 'content-type': 'application/octet-stream' }, body: bytes });
+      await call('PUT', t, base, { headers: user, body: bytes });
+      await call('PUT', t, base, { headers: user, body: randomContent(10) });
+      await call('GET', t, base, { headers: user });
+      await call('HEAD', t, base, { headers: user });
+      const full = await call('GET', `${t}/content`, `${base}/content`, { headers: user });
+      await call('HEAD', `${t}/content`, `${base}/content`, { headers: user });
+      await call('GET', `${t}/content`, `${base}/content`, { headers: { ...user, range: 'bytes=0-9' } });
+      await call('GET', `${t}/content`, `${base}/content`, { headers: { ...user, range: 'bytes=0-9,20-29' } });
+      await call('GET', `${t}/content`, `${base}/content`, { headers: { ...user, range: 'bytes=99999-' } });
+      await call('GET', `${t}/content`, `${base}/content`, { headers: { ...user, 'if-none-match': String(full.headers.etag) } });
+      await call('GET', `${t}/content`, `${base}/content`);
+      await call('DELETE', t, base, { headers: user });
+      await call('DELETE', t, base, { headers: user });
+      await call('GET', `${t}/content`, `${base}/content`, { headers: user });
+    }
+    await call('PUT', CONTENT_TEMPLATES.artifact, '/api/v1/repositories/libs/artifacts/big.bin', { headers: { ...user, 'content-digest': `sha-256=:${Buffer.alloc(32).toString('base64')}:` }, body: bytes });
+    await call('PUT', CONTENT_TEMPLATES.artifact, '/api/v1/repositories/nope/artifacts/x', { headers: user, body: bytes });
+    for (const m of ['GET', 'HEAD']) await call(m, '/api/v1/repositories', '/api/v1/repositories', { headers: user });
+    // Admin.
+    const created = await call('POST', '/api/v1/admin/principals', '/api/v1/admin/principals', { headers: admin, body: { name: 'ci' } });
+    const principalId = JSON.parse(created.body.toString()).id as string;
+    await call('POST', '/api/v1/admin/principals', '/api/v1/admin/principals', { headers: admin, body: { name: 'ci' } });
+    await call('POST', '/api/v1/admin/principals', '/api/v1/admin/principals', { headers: admin, body: {} });
+    await call('GET', '/api/v1/admin/principals', '/api/v1/admin/principals', { headers: admin });
+    await call('GET', '/api/v1/admin/principals', '/api/v1/admin/principals', { headers: user });
+    await call('GET', '/api/v1/admin/principals/:principal', `/api/v1/admin/principals/${principalId}`, { headers: admin });
+    await call('GET', '/api/v1/admin/principals/:principal', '/api/v1/admin/principals/nobody', { headers: admin });
+    await call('POST', '/api/v1/admin/principals/:principal/disable', '/api/v1/admin/principals/ci/disable', { headers: admin });
+    await call('POST', '/api/v1/admin/principals/:principal/enable', '/api/v1/admin/principals/ci/enable', { headers: admin });
+    const key = await call('POST', '/api/v1/admin/principals/:principal/keys', '/api/v1/admin/principals/ci/keys', { headers: admin, body: { scopes: ['read'], description: 'contract' } });
+    const keyId = JSON.parse(key.body.toString()).keyId as string;
+    await call('GET', '/api/v1/admin/principals/:principal/keys', '/api/v1/admin/principals/ci/keys', { headers: admin });
+    await call('POST', '/api/v1/admin/keys/:keyId/rotate', `/api/v1/admin/keys/${keyId}/rotate`, { headers: admin, body: {} });
+    await call('POST', '/api/v1/admin/keys/:keyId/revoke', `/api/v1/admin/keys/${keyId}/revoke`, { headers: admin });
+    await call('GET', '/api/v1/admin/repositories', '/api/v1/admin/repositories', { headers: admin });
+    await call('POST', '/api/v1/admin/repositories', '/api/v1/admin/repositories', { headers: admin, body: { name: 'docs' } });
+    await call('POST', '/api/v1/admin/repositories', '/api/v1/admin/repositories', { headers: admin, body: { name: 'docs' } });
+    await call('PUT', '/api/v1/admin/grants/:principal/:repository', '/api/v1/admin/grants/ci/docs', { headers: admin, body: { permission: 'read' } });
+    await call('GET', '/api/v1/admin/grants', '/api/v1/admin/grants?principal=ci', { headers: admin });
+    await call('DELETE', '/api/v1/admin/grants/:principal/:repository', '/api/v1/admin/grants/ci/docs', { headers: admin });
+    await call('DELETE', '/api/v1/admin/grants/:principal/:repository', '/api/v1/admin/grants/ci/docs', { headers: admin });
+    // Rate limits.
+    await call('GET', '/api/v1/admin/rate-limits', '/api/v1/admin/rate-limits', { headers: admin });
+    await call('GET', '/api/v1/admin/rate-limits/:limiter', '/api/v1/admin/rate-limits/gateway_request', { headers: admin });
+    await call('GET', '/api/v1/admin/rate-limits/:limiter', '/api/v1/admin/rate-limits/nope', { headers: admin });
+    const rule = { name: 'contract_rule', action: 'log', limit: 1000, period_s: 60, characteristics: ['principal'] };
+    await call('PUT', '/api/v1/admin/rate-limits', '/api/v1/admin/rate-limits', { headers: admin, body: { rate_limits: { gateway_request: [rule] } } });
+    await call('PUT', '/api/v1/admin/rate-limits', '/api/v1/admin/rate-limits', { headers: admin, body: { rate_limits: { gateway_request: [{ name: 'Bad Name' }] } } });
+    await call('DELETE', '/api/v1/admin/rate-limits/:limiter/rules/:rule', '/api/v1/admin/rate-limits/gateway_request/rules/contract_rule', { headers: admin });
+    await call('DELETE', '/api/v1/admin/rate-limits/:limiter/rules/:rule', '/api/v1/admin/rate-limits/gateway_request/rules/contract_rule', { headers: admin });
+    // Requests that match no route, and a known path with a method it lacks.
+    traffic.push({ method: 'GET', template: 'unmatched', res: await request(`${gateway.url}/nowhere`) });
+    traffic.push({ method: 'POST', template: '/health/live', res: await request(`${gateway.url}/health/live`, { method: 'POST' }) });
+  }, 240_000);
+
+  afterAll(async () => {
+    await gateway?.stop('SIGTERM');
+  });
+
+  it('every response of every documented operation validates: status, required headers, JSON body', async () => {
+    const doc = await loadOpenApiDocument();
+    const problemsOf = responseValidator(doc);
+    const problems = traffic.filter((t) => t.template !== 'unmatched' && operationOf(doc, t.method, t.template)).flatMap((t) => problemsOf(t.method, t.template, t.res));
+    expect(problems).toEqual([]);
+    // Every operation of the document was exercised at least once.
+    const seen = new Set(traffic.map((t) => `${t.method} ${openApiPath(t.template)}`));
+    const operations = Object.entries(doc.paths).flatMap(([p, item]) => HTTP_METHODS.filter((m) => item[m] !== undefined).map((m) => `${m.toUpperCase()} ${p}`));
+    expect(operations.filter((o) => !seen.has(o))).toEqual([]);
+  });
+
+  it('each request hit the route it was meant for, and the log lines are all described', async () => {
+    const doc = await loadOpenApiDocument();
+    const lines = gateway.logLines().filter((l) => l.msg === 'request');
+    // The harness also polled /health/status while the gateway started.
+    expect(lines.length).toBeGreaterThanOrEqual(traffic.length);
+    const routes = new Map<string, number>();
+    for (const l of lines) routes.set(`${String(l.method)} ${String(l.route)}`, (routes.get(`${String(l.method)} ${String(l.route)}`) ?? 0) + 1);
+    for (const t of traffic) expect(routes.has(`${t.method} ${t.template}`), `${t.method} ${t.template}`).toBe(true);
+    expect(undescribedResponses(doc, lines)).toEqual([]);
+    // Not vacuous: the document is strict about statuses it does not list.
+    expect(undescribedResponses(doc, [{ msg: 'request', method: 'GET', route: '/health/live', status: 418 }])).toHaveLength(1);
+    expect(undescribedResponses(doc, [{ msg: 'request', method: 'GET', route: '/api/v1/undocumented', status: 200 }])).toHaveLength(1);
+    expect(undescribedResponses(doc, [{ msg: 'request', method: 'GET', route: 'unmatched', status: 200 }])).toHaveLength(1);
+  });
+
+  it('removing a documented status makes the same real traffic fail both checks', async () => {
+    const doc = await loadOpenApiDocument();
+    const put = operationOf(doc, 'PUT', CONTENT_TEMPLATES.artifact)!;
+    expect(put.responses['201']).toBeDefined();
+    delete put.responses['201'];
+    const lines = gateway.logLines().filter((l) => l.msg === 'request');
+    expect(undescribedResponses(doc, lines)).toEqual(['PUT /api/v1/repositories/:repo/artifacts/:id → 201: PUT /api/v1/repositories/{repo}/artifacts/{id} does not document status 201']);
+    const problemsOf = responseValidator(doc);
+    const created = traffic.find((t) => t.method === 'PUT' && t.template === CONTENT_TEMPLATES.artifact && t.res.status === 201)!;
+    expect(problemsOf('PUT', CONTENT_TEMPLATES.artifact, created.res)).toEqual(['PUT /api/v1/repositories/{repo}/artifacts/{id} → 201: status not documented']);
+  });
+
+  it('a body the document does not describe fails the body check', async () => {
+    const doc = await loadOpenApiDocument();
+    const problemsOf = responseValidator(doc);
+    const live = traffic.find((t) => t.method === 'GET' && t.template === '/health/live')!;
+    const altered = { ...live.res, body: Buffer.from(JSON.stringify({ status: 'live', principal: writer.principalId })) };
+    expect(problemsOf('GET', '/health/live', altered)).toHaveLength(1);
+  });
+});
