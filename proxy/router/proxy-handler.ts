@@ -76,6 +76,13 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
   };
   const proxy = createProxyServer({ selfHandleResponse: true, xfwd: false, followRedirects: false, connectTimeout: options.connectTimeoutMs });
   const attempts = new WeakMap<IncomingMessage, Attempt>();
+  // Parsed once per gateway instead of once per request.
+  const targets = new Map<string, URL>();
+  const targetOf = (url: string): URL => {
+    let target = targets.get(url);
+    if (!target) targets.set(url, (target = new URL(url)));
+    return target;
+  };
 
   proxy.on('proxyReq', (proxyReq, req) => {
     const attempt = attempts.get(req);
@@ -153,7 +160,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       };
       attempts.set(req, attempt);
       res.once('close', () => attempt.release());
-      proxy.web(req, res, { target: backend.url, agent: backend.url.startsWith('https:') ? agents.https : agents.http }, (err) => {
+      proxy.web(req, res, { target: targetOf(backend.url), agent: backend.url.startsWith('https:') ? agents.https : agents.http }, (err) => {
         if (attempt.done) return;
         if (attempt.responded) {
           // Headers are out: never end it cleanly. The pipeline callback logs.
