@@ -9,12 +9,14 @@ import { openRateLimiting } from './rate-limit-gate.ts';
 import { rateLimitAdminRoutes } from './routes/rate-limit-admin.ts';
 import type { Services } from './services.ts';
 import { contentMeters, withAdmission } from './transfers.ts';
+import { buildWorkerApp, startMultipart } from './worker-app.ts';
 
 /**
  * Composes the feature modules for this role into one route list and one ordered gate chain
  * (auth → admission → rate limit). Each module owns its routes; the order of gates is fixed here.
  */
 export async function buildApp(services: Services): Promise<{ routes: Route[]; gates: Gate[] }> {
+  if (services.config.role === 'worker') return buildWorkerApp(services);
   const auth = new Authenticator({ pool: services.pool, databaseUrl: services.databaseUrl, clock: services.clock, log: services.log.child({ component: 'auth' }) });
   await auth.start();
   services.onClose.push(() => auth.stop());
@@ -26,7 +28,8 @@ export async function buildApp(services: Services): Promise<{ routes: Route[]; g
     meters: contentMeters(services.transfers),
   });
   services.metrics?.watchStore(content.store);
-  const contentRoutes = content.routes.map((route) => withAdmission(route, services.transfers));
+  const multipart = startMultipart(services, content.store, contentMeters(services.transfers));
+  const contentRoutes = [...content.routes, ...(await multipart).routes].map((route) => withAdmission(route, services.transfers));
   const routes: Route[] = [...healthRoutes(services), ...authAdminRoutes(services), ...contentRoutes];
   const gates: Gate[] = [createAuthGate(auth, services.lifecycle)];
   // Rate limiting: auth failures are counted around the auth gate; gateway_request runs after it.

@@ -1,11 +1,11 @@
 import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it, onTestFinished } from 'vitest';
 import { AdminStore } from '../policy/auth/admin-store.ts';
 import { Authenticator } from '../policy/auth/authenticator.ts';
 import { systemClock } from '../policy/clock.ts';
 import { bearer, createRepository, createServiceAccount } from '../test/support/auth.ts';
-import { useTestDatabase } from '../test/support/database.ts';
+import { createTestDatabase, useTestDatabase } from '../test/support/database.ts';
 import { runCli, startGateway } from '../test/support/gateway.ts';
 import { createAuthGate } from './auth-gate.ts';
 import { createGatewayServer, type GatewayServer, type Route } from './http-server.ts';
@@ -142,10 +142,15 @@ async function expectWithin(ms: number, check: () => Promise<boolean>): Promise<
 
 describe('auth across real gateway processes', () => {
   it('sees a revocation made through one gateway on a second gateway within 2 s', async () => {
-    const admin = await createServiceAccount(db.pool, { scopes: ['admin'] });
-    const victim = await createServiceAccount(db.pool, { scopes: ['read'] });
-    const env = { ARKVORY_DATABASE_URL: db.url };
-    const [a, b] = await Promise.all([startGateway({ env }), startGateway({ env })]);
+    // One writer per database: the second gateway is a reader of the shared profile, on a database
+    // of its own (the stored shared policy would refuse this file's standalone gateways).
+    const own = await createTestDatabase();
+    onTestFinished(() => own.drop());
+    const admin = await createServiceAccount(own.pool, { scopes: ['admin'] });
+    const victim = await createServiceAccount(own.pool, { scopes: ['read'] });
+    const shared = { ARKVORY_DATABASE_URL: own.url, ARKVORY_REDIS_URL: inject('redisUrl'), ARKVORY_GATEWAY_SLOTS: '2', ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(64 * 1024 * 1024) };
+    const a = await startGateway({ env: { ...shared, ARKVORY_GATEWAY_SLOT: '0' } });
+    const b = await startGateway({ env: { ...shared, ARKVORY_ROLE: 'reader', ARKVORY_GATEWAY_SLOT: '1' }, dataDir: a.dataDir });
     const ready = (gw: { url: string }, key: string) => fetch(`${gw.url}/health/ready`, { headers: bearer(key) }).then((r) => r.status);
     expect(await ready(a, victim.key)).toBe(200);
     expect(await ready(b, victim.key)).toBe(200);
@@ -159,6 +164,7 @@ describe('auth across real gateway processes', () => {
       const logs = gw.logs();
       for (const key of [admin.key, victim.key]) expect(logs).not.toContain(key.slice(21));
     }
+    await Promise.all([a.stop('SIGKILL'), b.stop('SIGKILL')]);
   });
 
   it('answers 1,000 random and hostile Authorization values with 401 and stays healthy', async () => {

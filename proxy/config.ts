@@ -48,6 +48,8 @@ export const VARIABLES: readonly VariableSpec[] = [
   { name: 'ARKVORY_MAX_UPLOADS_PER_PRINCIPAL', kind: { type: 'int', min: 1, max: 1000 }, defaultValue: '1', doc: 'Concurrent mutating uploads per principal.' },
   { name: 'ARKVORY_ADMISSION_QUEUE_LENGTH', kind: { type: 'int', min: 0, max: 100000 }, defaultValue: '64', doc: 'Requests that may wait for an admission slot per principal and direction; beyond → 429 `busy`.' },
   { name: 'ARKVORY_ADMISSION_WAIT_SECONDS', kind: { type: 'int', min: 0, max: 3600 }, defaultValue: '30', doc: 'Longest wait for an admission slot; beyond → 429 `busy`.' },
+  { name: 'ARKVORY_EMBEDDED_WORKER', kind: { type: 'bool' }, defaultValue: '1', doc: 'Writer only: run the multipart completion worker inside the writer process (1) or leave it to a separate `ARKVORY_ROLE=worker` process (0).' },
+  { name: 'ARKVORY_UPLOAD_SESSION_TTL_SECONDS', kind: { type: 'int', min: 60, max: 2592000 }, defaultValue: '86400', doc: 'Multipart upload sessions expire this long after they start; their parts are then removed.' },
   { name: 'ARKVORY_RATE_LIMITS_FILE', kind: { type: 'string' }, doc: 'YAML rate-limit rule file (the file tier). Unset: no file tier.' },
   { name: 'ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS', kind: { type: 'int', min: 1, max: 60000 }, defaultValue: '250', doc: 'Longest a rate-limit check waits for Redis; slower (or Redis down) → the check fails open (allowed, counted, logged).' },
   { name: 'ARKVORY_REDIS_KEY_PREFIX', kind: { type: 'string' }, defaultValue: 'arkvory:', doc: 'Prefix of every Redis key (rate-limit counters `<prefix>rl:…`, rule documents `<prefix>ratelimit:rules:…`); lets gateway groups share one Redis.' },
@@ -99,6 +101,8 @@ export interface Config {
     readonly waitMs: number;
   };
   readonly rateLimitsFile: string | undefined;
+  readonly embeddedWorker: boolean;
+  readonly uploadSessionTtlSeconds: number;
   readonly redisKeyPrefix: string;
   readonly rateLimitTimeoutMs: number;
   /** Origin recorded with the lease for routers (shared profile). */
@@ -299,6 +303,8 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
       waitMs: num('ARKVORY_ADMISSION_WAIT_SECONDS') * 1000,
     },
     rateLimitsFile: optStr('ARKVORY_RATE_LIMITS_FILE'),
+    embeddedWorker: values.get('ARKVORY_EMBEDDED_WORKER') as boolean,
+    uploadSessionTtlSeconds: num('ARKVORY_UPLOAD_SESSION_TTL_SECONDS'),
     redisKeyPrefix: str('ARKVORY_REDIS_KEY_PREFIX'),
     rateLimitTimeoutMs: num('ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS'),
     advertiseUrl,

@@ -9,12 +9,16 @@ export type ErrorCode = PolicyErrorCode | StorageErrorCode | GatewayErrorCode;
 /** The only code → HTTP status table. A code missing here fails to compile. */
 export const HTTP_STATUS: Record<ErrorCode, number> = {
   invalid_request: 400,
+  part_missing: 400,
+  part_mismatch: 400,
+  parts_out_of_order: 400,
   unauthorized: 401,
   forbidden: 403,
   not_found: 404,
   method_not_allowed: 405,
   read_only: 405,
   conflict: 409,
+  upload_expired: 410,
   payload_too_large: 413,
   range_not_satisfiable: 416,
   rate_limited: 429,

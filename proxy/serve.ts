@@ -44,9 +44,6 @@ function checkProfile(config: Config): void {
   if (!config.redisUrl && config.shared) {
     throw new StartupError('the shared profile needs a Redis shared by all gateways for rate-limit counters; set ARKVORY_REDIS_URL');
   }
-  if (config.role === 'worker') {
-    throw new StartupError(`role "${config.role}" is not part of this build yet`);
-  }
 }
 
 /** `arkvory serve`: runs until SIGTERM/SIGINT, then drains and resolves with the exit code. */
@@ -145,7 +142,7 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
 
 /** Barriers, the stored policy and (shared profile) the slot lease, on a connection of their own. */
 async function openCoordinator(config: Config, databaseUrl: string, log: Logger): Promise<Coordinator> {
-  const role = config.role === 'reader' ? 'reader' : 'api';
+  const role = config.role === 'reader' ? 'reader' : config.role === 'worker' ? 'worker' : 'api';
   return Coordinator.open({
     databaseUrl,
     role,

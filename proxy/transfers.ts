@@ -81,11 +81,12 @@ export function createTransfers(config: Config, clock: Clock, coordinator: Coord
 
 /**
  * Wraps a body route so the request holds an admission slot of its principal while it runs:
- * `GET …/content` a download slot, `PUT` an upload slot. HEAD moves no body and is not admitted.
+ * `GET …/content` a download slot, `PUT` (a whole upload or one part) an upload slot. Requests that
+ * move no body (HEAD, session JSON) are not admitted.
  */
 export function withAdmission(route: Route, transfers: Transfers): Route {
   const kindFor = (method: string | undefined): TransferKind | undefined => {
-    if (method === 'PUT' || method === 'POST') return 'upload';
+    if (method === 'PUT') return 'upload';
     if (method === 'GET' && route.template.endsWith('/content')) return 'download';
     return undefined;
   };

@@ -9,6 +9,10 @@ export const STORAGE_ERRORS = {
   storage_mismatch: 'The storage root does not match the database.',
   upstream_unreachable: 'The artifact store could not be reached.',
   upstream_timeout: 'The artifact store did not answer in time.',
+  upload_expired: 'The upload session has expired; start a new one.',
+  part_missing: 'A listed part was never received.',
+  part_mismatch: 'A listed part digest does not match the part received.',
+  parts_out_of_order: 'Parts must be listed once each, in ascending order.',
 } as const;
 
 export type StorageErrorCode = keyof typeof STORAGE_ERRORS;

@@ -102,13 +102,18 @@ async function mkdirDurable(dir: string, stopAt: string): Promise<void> {
   }
 }
 
-export async function openFsStore(options: { root: string; role: StorageRole; pool: pg.Pool }): Promise<FsStore> {
+/**
+ * `writer` creates and binds the root and empties tmp/; `reader` only verifies and never writes;
+ * `worker` (the multipart completion worker beside a running writer) verifies like a reader but may
+ * stage and publish — it never empties tmp/, where the writer's uploads are in progress.
+ */
+export async function openFsStore(options: { root: string; role: StorageRole | 'worker'; pool: pg.Pool }): Promise<FsStore> {
   const root = path.resolve(options.root);
   const { role } = options;
   if (role === 'writer') await mkdir(root, { recursive: true });
   else if (!(await isDirectory(root))) throw new StorageError('storage_mismatch', `the storage root ${root} does not exist; a reader never creates it (start the writer first, or mount the shared root)`);
 
-  const storageId = await ensureStorageIdentity({ root, role, pool: options.pool });
+  const storageId = await ensureStorageIdentity({ root, role: role === 'writer' ? 'writer' : 'reader', pool: options.pool });
   const blobsDir = resolveInsideRoot(root, BLOBS_DIR);
   const tmpDir = resolveInsideRoot(root, TMP_DIR);
   if (role === 'writer') {
@@ -127,11 +132,11 @@ export async function openFsStore(options: { root: string; role: StorageRole; po
   return {
     root,
     storageId,
-    writable: role === 'writer',
+    writable: role !== 'reader',
     uploadStats: () => ({ ...stats }),
 
     async stage(body, stageOptions) {
-      if (role !== 'writer') throw new Error('stage() on a read-only store');
+      if (role === 'reader') throw new Error('stage() on a read-only store');
       const tempPath = resolveInsideRoot(root, path.join(TMP_DIR, `${randomUUID()}.upload`));
       const hash = createHash('sha256');
       let handle: FileHandle | undefined;

@@ -19,7 +19,8 @@ import { acquired, confirmRenewal, isPermitValid, nextRenewalAt, observe, renewa
 
 export interface CoordinatorOptions {
   databaseUrl: string;
-  role: 'api' | 'reader';
+  /** `worker` takes only the shared maintenance barrier: no writer lock, no policy, no lease. */
+  role: 'api' | 'reader' | 'worker';
   /** Shared profile only. */
   shared?: { slot: number; policy: DownloadPolicy; advertiseUrl?: string };
   clock: Clock;
@@ -83,6 +84,7 @@ export class Coordinator {
     if (!(await tryLockShared(this.#client, 'maintenance'))) {
       throw new PolicyRefusal('offline maintenance (scrub/gc) holds the maintenance barrier on this database; start the gateway after it finishes');
     }
+    if (role === 'worker') return;
     await checkPolicy(this.#client, role, shared?.policy);
     if (shared) {
       await this.#acquire(shared.slot);

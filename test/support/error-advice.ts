@@ -20,4 +20,8 @@ export const ERROR_ADVICE: Record<ErrorCode, string> = {
   storage_mismatch: 'The storage root and the database disagree; mount the right root or database.',
   upstream_timeout: 'The artifact store is slow; check it, or raise the upstream timeouts.',
   storage_full: 'Free disk space on the storage; nothing partial was published.',
+  upload_expired: 'Start a new upload session; the parts of an expired one are removed.',
+  part_missing: 'Upload every listed part (PUT …/parts/{n}) before completing.',
+  part_mismatch: 'Re-send the part, or list the sha256 the part was received with.',
+  parts_out_of_order: 'List each part once, in ascending part number.',
 };

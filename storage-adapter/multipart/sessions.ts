@@ -1,0 +1,203 @@
+/**
+ * Multipart upload sessions on the writer: session rows, part files under `uploads/<session>/`, and
+ * completion jobs. A part is written to a new file, fsynced, then recorded (replacing an earlier
+ * upload of the same number); the old file is removed afterwards, so a crash leaves at most an
+ * unreferenced part file (gc removes it).
+ */
+import { createHash, randomUUID } from 'node:crypto';
+import { mkdir, open, rm, type FileHandle } from 'node:fs/promises';
+import path from 'node:path';
+import type pg from 'pg';
+import type { ArtifactKey } from '../catalog.ts';
+import { StorageError, storageErrorFromErrno } from '../errors.ts';
+import type { ByteMeter } from '../byte-meter.ts';
+import { fsyncDirectory } from '../fs-sync.ts';
+import { resolveInsideRoot, UPLOADS_DIR } from '../paths.ts';
+import { parseListedParts, planCompletion, type ReceivedPart } from './completion-plan.ts';
+
+export type SessionState = 'open' | 'completing' | 'done' | 'failed' | 'aborted' | 'expired';
+
+export interface UploadSession {
+  id: string;
+  key: ArtifactKey;
+  contentType: string;
+  expectedSize: number | null;
+  expectedSha256: string | null;
+  state: SessionState;
+  error: string | null;
+  resultSha256: string | null;
+  resultSize: number | null;
+  createdAt: string;
+  expiresAt: string;
+  parts: ReceivedPart[];
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+function toSession(row: Record<string, unknown>, parts: ReceivedPart[]): UploadSession {
+  return {
+    id: row.id as string,
+    key: { repository: row.repository as string, kind: row.kind as ArtifactKey['kind'], name: row.name as string, version: row.version as string, asset: row.asset as string },
+    contentType: row.content_type as string,
+    expectedSize: row.expected_size === null ? null : Number(row.expected_size),
+    expectedSha256: (row.expected_sha256 as string | null) ?? null,
+    state: row.state as SessionState,
+    error: (row.error as string | null) ?? null,
+    resultSha256: (row.result_sha256 as string | null) ?? null,
+    resultSize: row.result_size === null ? null : Number(row.result_size),
+    createdAt: (row.created_at as Date).toISOString(),
+    expiresAt: (row.expires_at as Date).toISOString(),
+    parts,
+  };
+}
+
+export function sessionDir(root: string, sessionId: string): string {
+  if (!UUID.test(sessionId)) throw new StorageError('not_found', 'No such upload.');
+  return resolveInsideRoot(root, path.join(UPLOADS_DIR, sessionId));
+}
+
+export class UploadSessions {
+  readonly #pool: pg.Pool;
+  readonly #root: string;
+  readonly #ttlSeconds: number;
+
+  constructor(options: { pool: pg.Pool; root: string; ttlSeconds: number }) {
+    this.#pool = options.pool;
+    this.#root = options.root;
+    this.#ttlSeconds = options.ttlSeconds;
+  }
+
+  async create(key: ArtifactKey, options: { contentType: string; expectedSize?: number; expectedSha256?: string; principalId: string | null }): Promise<UploadSession> {
+    const id = randomUUID();
+    const r = await this.#pool.query(
+      `INSERT INTO arkvory_upload_sessions (id, repository, kind, name, version, asset, content_type, expected_size, expected_sha256, principal_id, expires_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now() + make_interval(secs => $11)) RETURNING *`,
+      [id, key.repository, key.kind, key.name, key.version, key.asset, options.contentType, options.expectedSize ?? null, options.expectedSha256 ?? null, options.principalId, this.#ttlSeconds],
+    );
+    return toSession(r.rows[0], []);
+  }
+
+  /** The session in `repository`, or `not_found` (also for another repository's session). */
+  async get(repository: string, id: string): Promise<UploadSession> {
+    if (!UUID.test(id)) throw new StorageError('not_found', 'No such upload.');
+    const r = await this.#pool.query('SELECT * FROM arkvory_upload_sessions WHERE id = $1 AND repository = $2', [id, repository]);
+    if (!r.rows[0]) throw new StorageError('not_found', 'No such upload.');
+    const parts = await this.#pool.query<{ part_number: number; size_bytes: string; sha256: string }>('SELECT part_number, size_bytes, sha256 FROM arkvory_upload_parts WHERE session_id = $1 ORDER BY part_number', [id]);
+    return toSession(
+      r.rows[0],
+      parts.rows.map((p) => ({ partNumber: p.part_number, sizeBytes: Number(p.size_bytes), sha256: p.sha256 })),
+    );
+  }
+
+  /** An open, unexpired session, or the error that says why not. */
+  async #open(repository: string, id: string): Promise<UploadSession> {
+    const session = await this.get(repository, id);
+    if (session.state === 'open' && Date.parse(session.expiresAt) <= Date.now()) throw new StorageError('upload_expired');
+    if (session.state === 'expired') throw new StorageError('upload_expired');
+    if (session.state !== 'open') throw new StorageError('conflict', `The upload is ${session.state}; it takes no more parts.`);
+    return session;
+  }
+
+  /** Streams one part to disk while hashing (paced by `meter`); re-sending a part number replaces it. */
+  async putPart(repository: string, id: string, partNumber: number, body: AsyncIterable<Uint8Array>, options: { maxBytes: number; expectedLength?: number; meter?: ByteMeter; signal?: AbortSignal }): Promise<ReceivedPart> {
+    if (!Number.isInteger(partNumber) || partNumber < 1 || partNumber > 10_000) throw new StorageError('invalid_request', 'Part numbers run from 1 to 10000.');
+    await this.#open(repository, id);
+    const dir = sessionDir(this.#root, id);
+    await mkdir(dir, { recursive: true });
+    const fileName = `${String(partNumber).padStart(5, '0')}-${randomUUID()}.part`;
+    const file = path.join(dir, fileName);
+    const hash = createHash('sha256');
+    let size = 0;
+    let handle: FileHandle | undefined;
+    try {
+      handle = await open(file, 'wx', 0o644);
+      for await (const chunk of body) {
+        options.signal?.throwIfAborted();
+        const bytes = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk);
+        for (let offset = 0; offset < bytes.length; ) {
+          const slice = options.meter ? bytes.subarray(offset, offset + Math.max(1, options.meter.quantumBytes)) : bytes.subarray(offset);
+          if (options.meter) await options.meter.take(slice.length, options.signal);
+          size += slice.length;
+          if (size > options.maxBytes) throw new StorageError('payload_too_large', `A part may hold at most ${options.maxBytes} bytes.`);
+          hash.update(slice);
+          await handle.write(slice);
+          offset += slice.length;
+        }
+      }
+      if (options.expectedLength !== undefined && size !== options.expectedLength) {
+        throw new StorageError('invalid_request', `The part has ${size} bytes, its Content-Length said ${options.expectedLength}.`);
+      }
+      await handle.sync();
+      await handle.close();
+      handle = undefined;
+      await fsyncDirectory(dir);
+    } catch (err) {
+      await handle?.close().catch(() => {});
+      await rm(file, { force: true });
+      throw storageErrorFromErrno(err)?.code === 'storage_full' ? storageErrorFromErrno(err) : err;
+    }
+    const sha256 = hash.digest('hex');
+    const previous = await this.#pool.query<{ file_name: string }>(
+      `WITH old AS (SELECT file_name FROM arkvory_upload_parts WHERE session_id = $1 AND part_number = $2)
+       INSERT INTO arkvory_upload_parts (session_id, part_number, size_bytes, sha256, file_name) VALUES ($1, $2, $3, $4, $5)
+       ON CONFLICT (session_id, part_number) DO UPDATE SET size_bytes = EXCLUDED.size_bytes, sha256 = EXCLUDED.sha256, file_name = EXCLUDED.file_name, received_at = now()
+       RETURNING (SELECT file_name FROM old) AS file_name`,
+      [id, partNumber, size, sha256, fileName],
+    );
+    const replaced = previous.rows[0]?.file_name;
+    if (replaced && replaced !== fileName) await rm(path.join(dir, replaced), { force: true });
+    return { partNumber, sizeBytes: size, sha256 };
+  }
+
+  /** Validates the ordered part list and queues one completion job (state `completing`). */
+  async complete(repository: string, id: string, listedParts: unknown): Promise<{ jobId: string; totalBytes: number }> {
+    const listed = parseListedParts(listedParts);
+    const client = await this.#pool.connect();
+    try {
+      await client.query('BEGIN');
+      const r = await client.query('SELECT state, expires_at, expected_size FROM arkvory_upload_sessions WHERE id = $1 AND repository = $2 FOR UPDATE', [id, repository]);
+      const row = r.rows[0];
+      if (!row) throw new StorageError('not_found', 'No such upload.');
+      if (row.state === 'expired' || (row.state === 'open' && (row.expires_at as Date).getTime() <= Date.now())) throw new StorageError('upload_expired');
+      if (row.state !== 'open') throw new StorageError('conflict', `The upload is ${row.state}; it cannot be completed again.`);
+      const parts = await client.query<{ part_number: number; size_bytes: string; sha256: string }>('SELECT part_number, size_bytes, sha256 FROM arkvory_upload_parts WHERE session_id = $1', [id]);
+      const plan = planCompletion(
+        listed,
+        parts.rows.map((p) => ({ partNumber: p.part_number, sizeBytes: Number(p.size_bytes), sha256: p.sha256 })),
+        row.expected_size === null ? null : Number(row.expected_size),
+      );
+      const job = await client.query<{ id: string }>('INSERT INTO arkvory_upload_jobs (session_id, parts) VALUES ($1, $2) RETURNING id::text', [id, JSON.stringify(plan.parts)]);
+      await client.query(`UPDATE arkvory_upload_sessions SET state = 'completing' WHERE id = $1`, [id]);
+      await client.query('COMMIT');
+      await this.#pool.query(`SELECT pg_notify('arkvory_upload_jobs', $1)`, [job.rows[0]!.id]);
+      return { jobId: job.rows[0]!.id, totalBytes: plan.totalBytes };
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => {});
+      throw err;
+    } finally {
+      client.release();
+    }
+  }
+
+  /** Aborts an open session: its parts are removed. */
+  async abort(repository: string, id: string): Promise<void> {
+    const r = await this.#pool.query(`UPDATE arkvory_upload_sessions SET state = 'aborted', finished_at = now() WHERE id = $1 AND repository = $2 AND state = 'open' RETURNING id`, [id, repository]);
+    if (!r.rowCount) {
+      await this.get(repository, id);
+      throw new StorageError('conflict', 'Only an open upload can be aborted.');
+    }
+    await this.removeParts(id);
+  }
+
+  async removeParts(id: string): Promise<void> {
+    await this.#pool.query('DELETE FROM arkvory_upload_parts WHERE session_id = $1', [id]);
+    await rm(sessionDir(this.#root, id), { recursive: true, force: true });
+  }
+
+  /** Marks open sessions past their expiry `expired` and removes their parts; returns how many. */
+  async expire(): Promise<number> {
+    const r = await this.#pool.query<{ id: string }>(`UPDATE arkvory_upload_sessions SET state = 'expired', finished_at = now() WHERE state = 'open' AND expires_at <= now() RETURNING id`);
+    for (const row of r.rows) await this.removeParts(row.id);
+    return r.rowCount ?? 0;
+  }
+}
