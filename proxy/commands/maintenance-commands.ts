@@ -1,0 +1,88 @@
+import pg from 'pg';
+import { tryLockExclusive } from '../../policy/lease/barriers.ts';
+import { ensureStorageIdentity } from '../../storage-adapter/identity.ts';
+import { collectGarbage } from '../../storage-adapter/maintenance/gc.ts';
+import { scrubBlobs } from '../../storage-adapter/maintenance/scrub.ts';
+import { loadConfigOrExit } from '../serve.ts';
+import { openCliPool } from './cli-database.ts';
+import { parseArgs, type Command } from './command.ts';
+
+/** A bar on a terminal, a line every 5 s otherwise. */
+function progressReporter(label: string): { update(text: string): void; done(): void } {
+  const tty = process.stderr.isTTY;
+  let last = 0;
+  return {
+    update(text) {
+      const now = Date.now();
+      if (tty) process.stderr.write(`\r${label}: ${text}\u001b[K`);
+      else if (now - last >= 5000) {
+        last = now;
+        process.stderr.write(`${JSON.stringify({ time: new Date(now).toISOString(), msg: `${label} progress`, progress: text })}\n`);
+      }
+    },
+    done() {
+      if (tty) process.stderr.write('\n');
+    },
+  };
+}
+
+/**
+ * Runs `work` while holding the maintenance barrier exclusively on a connection of its own: refused
+ * while any gateway or worker of this database is alive (each holds the barrier shared).
+ */
+async function underMaintenanceBarrier(env: NodeJS.ProcessEnv, name: string, work: (pool: pg.Pool, root: string) => Promise<number>): Promise<number> {
+  const config = loadConfigOrExit(env);
+  const pool = await openCliPool(env);
+  const client = await pool.connect();
+  try {
+    if (!(await tryLockExclusive(client, 'maintenance'))) {
+      process.stderr.write(`arkvory ${name}: refused: a gateway or worker is running on this database (it holds the maintenance barrier); stop the writer, every reader and the worker first\n`);
+      return 1;
+    }
+    await ensureStorageIdentity({ root: config.dataDir, role: 'reader', pool });
+    return await work(pool, config.dataDir);
+  } finally {
+    client.release();
+    await pool.end();
+  }
+}
+
+export const scrubCommand: Command = {
+  name: 'scrub',
+  summary: 'offline: re-hash every blob, quarantine mismatches (exit 1 if any)',
+  usage: `Usage: arkvory scrub
+
+Offline maintenance. Re-hashes every blob under <ARKVORY_DATA_DIR>/blobs and moves any whose bytes
+do not match its sha256 name into <ARKVORY_DATA_DIR>/quarantine/ (nothing is deleted). Prints a JSON
+summary; exits 1 when any blob was corrupt. Refuses while any gateway or worker of the database runs.
+Progress: a bar on a terminal, a log line every 5 s otherwise.`,
+  run(_args, env) {
+    return underMaintenanceBarrier(env, 'scrub', async (_pool, root) => {
+      const progress = progressReporter('scrub');
+      const report = await scrubBlobs(root, { onProgress: (n, bytes) => progress.update(`${n} blobs, ${(bytes / 1048576).toFixed(1)} MiB`) });
+      progress.done();
+      process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
+      return report.corrupt.length ? 1 : 0;
+    });
+  },
+};
+
+export const gcCommand: Command = {
+  name: 'gc',
+  summary: 'offline: remove unreferenced blobs and stale tmp/ and uploads/ files (--dry-run lists them)',
+  usage: `Usage: arkvory gc [--dry-run]
+
+Offline maintenance. Removes blobs that no catalog row references, every file in tmp/, and upload
+part files or session folders that no open upload session owns. --dry-run lists them and removes
+nothing. Prints a JSON summary. Refuses while any gateway or worker of the database runs.`,
+  run(args, env) {
+    const { flags } = parseArgs(args, ['dry-run']);
+    return underMaintenanceBarrier(env, 'gc', async (pool, root) => {
+      const progress = progressReporter('gc');
+      const report = await collectGarbage(root, pool, { dryRun: flags.get('dry-run') === true, onProgress: (n) => progress.update(`${n} blobs`) });
+      progress.done();
+      process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
+      return 0;
+    });
+  },
+};
