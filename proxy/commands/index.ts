@@ -1,9 +1,10 @@
 import { grantsCommand, keysCommand, principalsCommand, reposCommand } from './auth-commands.ts';
 import type { Command } from './command.ts';
+import { gcCommand, scrubCommand } from './maintenance-commands.ts';
 import { migrateCommand } from './migrate-command.ts';
 import { policyCommand } from './policy-command.ts';
 import { ratelimitCommand } from './rules-command.ts';
 import { serveCommand } from './serve-command.ts';
 
 /** Every `arkvory` subcommand, in the order `--help` lists them. */
-export const COMMANDS: readonly Command[] = [serveCommand, migrateCommand, principalsCommand, keysCommand, reposCommand, grantsCommand, policyCommand, ratelimitCommand];
+export const COMMANDS: readonly Command[] = [serveCommand, migrateCommand, principalsCommand, keysCommand, reposCommand, grantsCommand, policyCommand, ratelimitCommand, scrubCommand, gcCommand];
