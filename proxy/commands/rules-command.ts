@@ -1,17 +1,22 @@
 import { readFile } from 'node:fs/promises';
-import { pino } from 'pino';
 import type pg from 'pg';
 import type { Redis } from 'ioredis';
-import { systemClock } from '../../policy/clock.ts';
-import { createPgRuleDocuments, createRedisRuleDocuments, createRuleRegistry, formatProblem, parseRateLimits, RateLimitError, type RuleRegistry } from '../../policy/rate-limit/index.ts';
-import { createLogger } from '../logger.ts';
-import { createRateLimitRedis, loadRuleFiles, RateLimitConfigError } from '../rate-limit-gate.ts';
-import { loadConfigOrExit } from '../serve.ts';
-import { openCliPool } from './cli-database.ts';
+import type { RuleRegistry } from '../../policy/rate-limit/index.ts';
 import { UsageError, type Command } from './command.ts';
+
+// The engine, ioredis and yaml load only when this command runs, so other commands start as fast as before.
+const engine = () => import('../../policy/rate-limit/index.ts');
+const edge = () => import('../rate-limit-gate.ts');
 
 /** The rule store the gateways use: Redis when ARKVORY_REDIS_URL is set, else the database. */
 async function openRegistry(env: NodeJS.ProcessEnv): Promise<{ registry: RuleRegistry; close(): Promise<void> }> {
+  const { createPgRuleDocuments, createRedisRuleDocuments, createRuleRegistry } = await engine();
+  const { createRateLimitRedis, loadRuleFiles } = await edge();
+  const { loadConfigOrExit } = await import('../serve.ts');
+  const { createLogger } = await import('../logger.ts');
+  const { pino } = await import('pino');
+  const { systemClock } = await import('../../policy/clock.ts');
+  const { openCliPool } = await import('./cli-database.ts');
   const config = loadConfigOrExit(env);
   const log = createLogger(config.logLevel === 'info' ? 'warn' : config.logLevel, pino.destination(2));
   const { available, fileRules } = await loadRuleFiles(config.rateLimitsFile);
@@ -34,6 +39,8 @@ async function openRegistry(env: NodeJS.ProcessEnv): Promise<{ registry: RuleReg
 
 async function readRulesFile(file: string | undefined) {
   if (!file) throw new UsageError('a FILE argument is required');
+  const { parseRateLimits } = await engine();
+  const { loadRuleFiles, RateLimitConfigError } = await edge();
   const { available } = await loadRuleFiles(undefined);
   let text: string;
   try {
@@ -60,6 +67,8 @@ gateway). Running gateways pick changes up within their refresh interval (5 s).
 Exit codes: 0 ok, 1 invalid rules or unknown limiter/rule, 2 usage.`,
   async run(args, env) {
     const [sub, ...rest] = args;
+    const { formatProblem, RateLimitError } = await engine();
+    const { RateLimitConfigError } = await edge();
     try {
       switch (sub) {
         case 'validate': {
