@@ -4,12 +4,11 @@
  * new requests get 503 lease_lost, /health/status 503. Recovery: the client resumes with Range through the writer.
  */
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { createRepository, createServiceAccount } from '../test/support/auth.ts';
-import { randomContent, request, sha256 } from '../test/support/content.ts';
-import { createTestDatabase, type TestDatabase } from '../test/support/database.ts';
-import { makeTempDir, startGateway, type GatewayProcess } from '../test/support/gateway.ts';
-import { call, leaseRow, logLine, logTimeMs, sharedEnv, startDownload } from './support/gateways.ts';
-import { hostPortOf, startToxiproxy, urlThrough, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
+import { request, sha256 } from '../test/support/content.ts';
+import type { GatewayProcess } from '../test/support/gateway.ts';
+import { call, leaseRow, logLine, logTimeMs, startDownload } from './support/gateways.ts';
+import { release, startSharedCluster, type SharedCluster } from './support/shared-cluster.ts';
+import { hostPortOf, startToxiproxy, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
 import { waitUntil } from './support/wait.ts';
 
 const KiB = 1024;
@@ -18,51 +17,43 @@ const SLOTS = 2;
 const RATE = SLOTS * 1024 * KiB;
 const READER_BYTES_PER_SEC = 128 * KiB;
 /** 16 s at the reader's rate: still running when the reader must fence (≤ 8 s after the toxic). */
-const file = randomContent(2048 * KiB);
+const FILE_BYTES = 2048 * KiB;
 /** Far above the 8 s permit: no renewal sent under the toxic can be confirmed in time. */
 const LATENCY_MS = 20_000;
 const PERMIT_MS = 8_000;
-const contentPath = '/api/v1/repositories/chaos/artifacts/big.bin/content';
 
 let toxiproxy: ToxiproxyServer;
-let db: TestDatabase & { drop(): Promise<void> };
-let writer: GatewayProcess;
-let key: string;
+let cluster: SharedCluster;
+let link: ProxiedUpstream;
+let reader: GatewayProcess;
 
 beforeAll(async () => {
   toxiproxy = await startToxiproxy();
-  db = await createTestDatabase();
-  await createRepository(db.pool, 'chaos');
-  ({ key } = await createServiceAccount(db.pool, { grants: { chaos: 'write' } }));
-  const dataDir = await makeTempDir();
-  writer = await startGateway({ env: sharedEnv({ databaseUrl: db.url, role: 'api', slot: 0, slots: SLOTS, rateBytesPerSec: RATE }), dataDir });
-  const put = await call(`${writer.url}/api/v1/repositories/chaos/artifacts/big.bin`, { method: 'PUT', key, headers: { 'content-type': 'application/octet-stream' }, body: file });
-  expect(put.status).toBe(201);
-});
+  link = await toxiproxy.proxyTo(hostPortOf(inject('adminDatabaseUrl')));
+  const started = await startSharedCluster({ slots: SLOTS, rateBytesPerSec: RATE, fileBytes: FILE_BYTES, parked: [{ slot: 1, link, env: { ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(READER_BYTES_PER_SEC) } }] });
+  cluster = started;
+  reader = started.parked[0]!;
+}, 180_000);
 
 afterAll(async () => {
-  await writer?.stop();
   await toxiproxy?.stop();
-  await db?.drop();
+  await cluster?.stop();
 });
 
 describe('latency on the reader↔PostgreSQL link during a download', () => {
   it('fences the reader 8 s after its last confirmed renewal: the download ends, 503 lease_lost, and it resumes through the writer', async () => {
-    const link = await toxiproxy.proxyTo(hostPortOf(inject('adminDatabaseUrl')));
     try {
-      await fenceDuringDownload(link);
+      await release(reader, link);
+      await fenceDuringDownload();
     } finally {
       // Before the reader stops: its goodbye to PostgreSQL would otherwise wait out the latency.
       await link.proxy.remove();
     }
-  });
+  }, 120_000);
 });
 
-async function fenceDuringDownload(link: ProxiedUpstream): Promise<void> {
-  const reader = await startGateway({
-    env: { ...sharedEnv({ databaseUrl: urlThrough(db.url, link), role: 'reader', slot: 1, slots: SLOTS, rateBytesPerSec: RATE }), ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(READER_BYTES_PER_SEC) },
-    dataDir: writer.dataDir,
-  });
+async function fenceDuringDownload(): Promise<void> {
+  const { file, key, writer, contentPath } = cluster;
   const download = await startDownload(`${reader.url}${contentPath}`, { authorization: `Bearer ${key}` });
   expect(download.status).toBe(200);
   await waitUntil(() => download.receivedBytes() >= 64 * KiB, { timeoutMs: 10_000, what: 'the download to be under way' });
@@ -73,7 +64,7 @@ async function fenceDuringDownload(link: ProxiedUpstream): Promise<void> {
 
   // Requests are delayed on their way to PostgreSQL, so the row still holds the last renewal
   // that was confirmed: the one that reached the database before the toxic.
-  const row = (await leaseRow(db.pool, 1))!;
+  const row = (await leaseRow(cluster.db.pool, 1))!;
   expect(row.renewedAtMs).toBeLessThanOrEqual(toxicAtMs + 50);
   const fenced = logLine(reader, 'fenced:');
   expect(fenced?.reason).toBe('the lease permit expired before a renewal was confirmed');

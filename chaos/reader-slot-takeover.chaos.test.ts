@@ -1,0 +1,80 @@
+/**
+ * Fault: the reader on slot 1 can no longer renew (its requests to PostgreSQL are held 30 s), and a new reader starts on slot 1.
+ * Expected: the new process waits while the database reservation (10 s from the last renewal) lasts and takes the slot
+ * only once it has expired, never earlier. Recovery: the new reader serves the file, with the next generation.
+ */
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import type { GatewayProcess } from '../test/support/gateway.ts';
+import { sha256 } from '../test/support/content.ts';
+import { call, leaseRow, logLine, logTimeMs } from './support/gateways.ts';
+import { holdRenewals, release, startSharedCluster, type SharedCluster } from './support/shared-cluster.ts';
+import { hostPortOf, startToxiproxy, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
+import { trace } from './support/trace.ts';
+import { waitUntil } from './support/wait.ts';
+
+const RESERVATION_MS = 10_000;
+
+let toxiproxy: ToxiproxyServer;
+let cluster: SharedCluster;
+let oldLink: ProxiedUpstream;
+let successorLink: ProxiedUpstream;
+let old: GatewayProcess;
+let successor: GatewayProcess;
+
+beforeAll(async () => {
+  toxiproxy = await startToxiproxy();
+  oldLink = await toxiproxy.proxyTo(hostPortOf(inject('adminDatabaseUrl')));
+  successorLink = await toxiproxy.proxyTo(hostPortOf(inject('adminDatabaseUrl')));
+  const started = await startSharedCluster({ slots: 2, rateBytesPerSec: 2 * 1024 * 1024, fileBytes: 256 * 1024, parked: [{ slot: 1, link: oldLink }, { slot: 1, link: successorLink }] });
+  cluster = started;
+  [old, successor] = started.parked as [GatewayProcess, GatewayProcess];
+  trace('writer serving, two readers parked');
+}, 180_000);
+
+afterAll(async () => {
+  await toxiproxy?.stop();
+  await cluster?.stop();
+});
+
+describe('a new reader on the slot of one that stopped renewing', () => {
+  it('gets the slot only after the database reservation expired, then serves', async () => {
+    try {
+      await release(old, oldLink);
+      trace('old reader serving');
+      const oldLease = logLine(old, 'slot lease acquired');
+      await holdRenewals(cluster, oldLink, 1);
+      trace('renewals held');
+      const held = (await leaseRow(cluster.db.pool, 1))!;
+      expect(held.owner).toBe(oldLease?.owner);
+      expect(held.expiresAtMs - held.renewedAtMs).toBeCloseTo(RESERVATION_MS, -1);
+
+      // The new process asks for the slot while the reservation still has seconds to run.
+      await release(successor, successorLink);
+      trace('successor serving');
+      const waiting = logLine(successor, 'slot reserved by an earlier owner');
+      expect(waiting?.remainingMs).toBeGreaterThan(0);
+      expect(logTimeMs(waiting)).toBeLessThan(held.expiresAtMs);
+      const taken = (await leaseRow(cluster.db.pool, 1))!;
+      // Not earlier: the database stamped the takeover after the old reservation ended.
+      expect(taken.acquiredAtMs).toBeGreaterThanOrEqual(held.expiresAtMs);
+      // And not much later: it looks again as the reservation ends (on a loaded machine, allow 2 s).
+      expect(taken.acquiredAtMs).toBeLessThan(held.expiresAtMs + 2000);
+      expect(taken.owner).not.toBe(held.owner);
+      expect(taken.generation).toBe(held.generation + 1);
+      const acquired = logLine(successor, 'slot lease acquired');
+      expect(acquired?.generation).toBe(taken.generation);
+      expect(logTimeMs(acquired)).toBeGreaterThanOrEqual(held.expiresAtMs);
+
+      const body = await call(`${successor.url}${cluster.contentPath}`, { key: cluster.key });
+      expect(body.status).toBe(200);
+      expect(sha256(body.body)).toBe(sha256(cluster.file));
+      // The old reader, meanwhile, fenced itself and stays out.
+      await waitUntil(async () => (await call(`${old.url}/health/status`)).status === 503, { timeoutMs: 3000, intervalMs: 100, what: 'the old reader to report 503' });
+      expect((await call(`${old.url}${cluster.contentPath}`, { key: cluster.key })).code).toBe('lease_lost');
+    } finally {
+      // Before the readers stop: their goodbyes to PostgreSQL would otherwise wait out the latency.
+      await oldLink.proxy.remove();
+      await successorLink.proxy.remove();
+    }
+  }, 120_000);
+});
