@@ -1,5 +1,6 @@
 import { grantsCommand, keysCommand, principalsCommand, reposCommand } from './auth-commands.ts';
 import type { Command } from './command.ts';
+import { doctorCommand } from './doctor-command.ts';
 import { gcCommand, scrubCommand } from './maintenance-commands.ts';
 import { migrateCommand } from './migrate-command.ts';
 import { policyCommand } from './policy-command.ts';
@@ -7,4 +8,4 @@ import { ratelimitCommand } from './rules-command.ts';
 import { serveCommand } from './serve-command.ts';
 
 /** Every `arkvory` subcommand, in the order `--help` lists them. */
-export const COMMANDS: readonly Command[] = [serveCommand, migrateCommand, principalsCommand, keysCommand, reposCommand, grantsCommand, policyCommand, ratelimitCommand, scrubCommand, gcCommand];
+export const COMMANDS: readonly Command[] = [serveCommand, migrateCommand, doctorCommand, principalsCommand, keysCommand, reposCommand, grantsCommand, policyCommand, ratelimitCommand, scrubCommand, gcCommand];

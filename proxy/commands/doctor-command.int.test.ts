@@ -1,0 +1,114 @@
+/**
+ * `arkvory doctor` as a real process: each failure class gets its own FAIL line (variables,
+ * database, migrations, storage, Redis, policy, slot), a sound configuration passes, and nothing
+ * is written to the database.
+ */
+import { randomUUID } from 'node:crypto';
+import { writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { freeLoopbackPort } from '../embedded-database.ts';
+import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
+import { makeTempDir, runCli } from '../../test/support/gateway.ts';
+import { CHECKS } from './doctor-command.ts';
+
+type Db = TestDatabase & { drop(): Promise<void> };
+let migrated: Db;
+let empty: Db;
+
+function lines(stdout: string): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const line of stdout.trim().split('\n')) {
+    const m = /^(ok|FAIL|skip) +([a-z]+): /.exec(line);
+    expect(m, line).not.toBeNull();
+    out.set(m![2]!, m![1]!);
+  }
+  expect([...out.keys()]).toEqual([...CHECKS]);
+  return out;
+}
+
+const sharedReader = (db: Db, dataDir: string, redisUrl: string) => ({
+  ARKVORY_ROLE: 'reader',
+  ARKVORY_DATABASE_URL: db.url,
+  ARKVORY_REDIS_URL: redisUrl,
+  ARKVORY_DATA_DIR: dataDir,
+  ARKVORY_GATEWAY_SLOTS: '2',
+  ARKVORY_GATEWAY_SLOT: '1',
+  ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: '1048576',
+});
+
+beforeAll(async () => {
+  [migrated, empty] = await Promise.all([createTestDatabase(), createTestDatabase({ migrated: false })]);
+});
+
+afterAll(async () => {
+  await Promise.all([migrated?.drop(), empty?.drop()]);
+});
+
+describe('arkvory doctor', () => {
+  it('a sound writer configuration passes every check and writes nothing', async () => {
+    const dataDir = await makeTempDir();
+    const r = await runCli(['doctor'], { ARKVORY_DATABASE_URL: migrated.url, ARKVORY_REDIS_URL: inject('redisUrl'), ARKVORY_DATA_DIR: dataDir });
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    const result = lines(r.stdout);
+    expect(result.get('database')).toBe('ok');
+    expect(result.get('migrations')).toBe('ok');
+    expect(result.get('storage')).toBe('ok');
+    expect(result.get('redis')).toBe('ok');
+    expect(result.get('policy')).toBe('ok');
+    expect(result.get('slot')).toBe('skip');
+    expect((await migrated.pool.query('SELECT count(*)::int AS n FROM arkvory_storage')).rows[0].n).toBe(0);
+  });
+
+  it('invalid variables: one FAIL line naming them, exit 2, the rest skipped', async () => {
+    const r = await runCli(['doctor'], { ARKVORY_PORT: 'eighty', ARKVORY_TYPO: '1' });
+    expect(r.code).toBe(2);
+    const first = r.stdout.split('\n')[0]!;
+    expect(first).toMatch(/^FAIL variables: /);
+    expect(first).toContain('ARKVORY_PORT: expected an integer');
+    expect(first).toContain('ARKVORY_TYPO: unknown variable');
+    expect([...lines(r.stdout).values()].slice(1).every((s) => s === 'skip')).toBe(true);
+  });
+
+  it('an unreachable database: FAIL database', async () => {
+    const port = await freeLoopbackPort();
+    const r = await runCli(['doctor'], { ARKVORY_DATABASE_URL: `postgres://postgres:secret@127.0.0.1:${port}/x`, ARKVORY_DATA_DIR: await makeTempDir() });
+    expect(r.code).toBe(1);
+    expect(lines(r.stdout).get('database')).toBe('FAIL');
+    expect(r.stdout).not.toContain('secret');
+  });
+
+  it('a database without the migrations: FAIL migrations', async () => {
+    const r = await runCli(['doctor'], { ARKVORY_DATABASE_URL: empty.url, ARKVORY_DATA_DIR: await makeTempDir() });
+    expect(r.code).toBe(1);
+    const result = lines(r.stdout);
+    expect(result.get('database')).toBe('ok');
+    expect(result.get('migrations')).toBe('FAIL');
+    expect(r.stdout).toMatch(/FAIL migrations: \d+ pending .*arkvory migrate/);
+  });
+
+  it('a reader with a foreign storage root, a dead Redis, a different stored policy and a busy slot: four FAIL lines', async () => {
+    const dataDir = await makeTempDir();
+    await writeFile(path.join(dataDir, 'storage-id'), `${randomUUID()}\n`);
+    await migrated.pool.query('INSERT INTO arkvory_storage (id) VALUES ($1)', [randomUUID()]);
+    await migrated.pool.query('INSERT INTO arkvory_download_policy (slots, download_bytes_per_second, download_bytes_per_second_per_principal) VALUES (2, 2097152, 0)');
+    await migrated.pool.query(
+      `INSERT INTO arkvory_gateway_leases (slot, owner, generation, role, acquired_at, renewed_at, expires_at)
+       VALUES (1, $1, 1, 'reader', clock_timestamp(), clock_timestamp(), clock_timestamp() + interval '60 seconds')`,
+      [randomUUID()],
+    );
+    const deadRedis = `redis://127.0.0.1:${await freeLoopbackPort()}`;
+    const r = await runCli(['doctor'], sharedReader(migrated, dataDir, deadRedis));
+    expect(r.code).toBe(1);
+    const result = lines(r.stdout);
+    expect(Object.fromEntries(result)).toEqual({ variables: 'ok', database: 'ok', migrations: 'ok', storage: 'FAIL', redis: 'FAIL', policy: 'FAIL', slot: 'FAIL' });
+    expect(r.stdout).toMatch(/FAIL storage: .*different installations/);
+    expect(r.stdout).toMatch(/FAIL policy: the stored policy \(SLOTS=2, SHARED_DOWNLOAD_BYTES_PER_SECOND=2097152/);
+    expect(r.stdout).toMatch(/FAIL slot: slot 1 is held by a reader/);
+    // The same reader against the matching policy and a free slot passes those two checks.
+    await migrated.pool.query('DELETE FROM arkvory_gateway_leases');
+    const fixed = await runCli(['doctor'], { ...sharedReader(migrated, dataDir, inject('redisUrl')), ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: '2097152' });
+    expect(Object.fromEntries(lines(fixed.stdout))).toMatchObject({ redis: 'ok', policy: 'ok', slot: 'ok', storage: 'FAIL' });
+  });
+});

@@ -1,0 +1,212 @@
+/**
+ * `arkvory doctor`: checks a configuration without serving and prints one line per check
+ * (`ok`, `FAIL` or `skip`, the check's name, what was found and what to do). Nothing is written:
+ * no migration, no policy row, no storage identity, no lease.
+ */
+import { readFile, stat } from 'node:fs/promises';
+import path from 'node:path';
+import { Redis } from 'ioredis';
+import pg from 'pg';
+import { pendingMigrations } from '../../migrations/runner.ts';
+import { readPolicy, type DownloadPolicy } from '../../policy/lease/download-policy.ts';
+import { STORAGE_ID_FILE } from '../../storage-adapter/paths.ts';
+import { ConfigError, loadConfig, type Config } from '../config.ts';
+import { EXIT } from '../serve.ts';
+import type { Command } from './command.ts';
+
+export type CheckStatus = 'ok' | 'FAIL' | 'skip';
+export interface CheckResult {
+  readonly check: string;
+  readonly status: CheckStatus;
+  readonly detail: string;
+}
+
+/** The checks in the order they run and print. */
+export const CHECKS = ['variables', 'database', 'migrations', 'storage', 'redis', 'policy', 'slot'] as const;
+
+const TIMEOUT_MS = 5000;
+
+function describePolicy(p: DownloadPolicy): string {
+  return `SLOTS=${p.slots}, SHARED_DOWNLOAD_BYTES_PER_SECOND=${p.downloadBytesPerSec}, SHARED_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL=${p.downloadBytesPerSecPerPrincipal}`;
+}
+
+function message(err: unknown): string {
+  return err instanceof Error ? err.message || err.name : String(err);
+}
+
+async function checkStorage(config: Config, pool: pg.Pool | undefined): Promise<CheckResult> {
+  const check = 'storage';
+  if (config.role === 'router') return { check, status: 'skip', detail: 'the router has no storage root' };
+  const role = config.role === 'api' ? 'writer' : config.role;
+  const rootExists = await stat(config.dataDir).then((s) => s.isDirectory(), () => false);
+  let fileId: string | undefined;
+  if (rootExists) {
+    fileId = await readFile(path.join(config.dataDir, STORAGE_ID_FILE), 'utf8').then(
+      (text) => text.trim(),
+      (err: NodeJS.ErrnoException) => {
+        if (err.code === 'ENOENT') return undefined;
+        throw err;
+      },
+    );
+  }
+  if (!pool) return fileId ? { check, status: 'ok', detail: `${config.dataDir} is storage ${fileId} (the embedded database is checked when it starts)` } : { check, status: 'ok', detail: `${config.dataDir} is not initialised yet; the writer creates it at first start` };
+  const { rows } = await pool.query<{ id: string }>('SELECT id::text AS id FROM arkvory_storage');
+  const rowId = rows[0]?.id;
+  if (fileId && rowId && fileId !== rowId) return { check, status: 'FAIL', detail: `${config.dataDir}/${STORAGE_ID_FILE} says storage ${fileId} but the database is bound to storage ${rowId}; the root and the database belong to different installations` };
+  if (fileId && rowId) return { check, status: 'ok', detail: `${config.dataDir} and the database are both storage ${rowId}` };
+  if (!fileId && rowId) return { check, status: 'FAIL', detail: `the database is bound to storage ${rowId} but ${config.dataDir} has no ${STORAGE_ID_FILE}; point ARKVORY_DATA_DIR at that storage root` };
+  if (fileId && !rowId) return { check, status: 'FAIL', detail: `${config.dataDir}/${STORAGE_ID_FILE} says storage ${fileId} but the database has no arkvory_storage row; point ARKVORY_DATABASE_URL at the database of this storage root` };
+  if (role === 'writer') return { check, status: 'ok', detail: `${config.dataDir} is not initialised yet; the writer creates it and its identity at first start` };
+  return { check, status: 'FAIL', detail: `the storage root ${config.dataDir} is not initialised; a ${role} never creates it: start the writer first, or mount the shared root` };
+}
+
+async function checkRedis(config: Config): Promise<CheckResult> {
+  const check = 'redis';
+  if (config.role === 'router' || config.role === 'worker') return { check, status: 'skip', detail: `the ${config.role} uses no Redis` };
+  if (!config.redisUrl) {
+    return config.shared
+      ? { check, status: 'FAIL', detail: 'the shared profile needs a Redis shared by all gateways; set ARKVORY_REDIS_URL' }
+      : { check, status: 'skip', detail: 'ARKVORY_REDIS_URL unset: rate-limit counters in process memory (standalone only)' };
+  }
+  const client = new Redis(config.redisUrl, { lazyConnect: true, connectTimeout: TIMEOUT_MS, maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: false });
+  client.on('error', () => {});
+  try {
+    await client.connect();
+    const pong = await client.ping();
+    return { check, status: 'ok', detail: `answered ${pong}` };
+  } catch (err) {
+    return { check, status: 'FAIL', detail: `cannot reach ${redacted(config.redisUrl)}: ${message(err)}; rate limits would fail open` };
+  } finally {
+    client.disconnect();
+  }
+}
+
+function redacted(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString();
+  } catch {
+    return '<url>';
+  }
+}
+
+async function checkPolicy(config: Config, pool: pg.Pool): Promise<CheckResult> {
+  const check = 'policy';
+  if (config.role === 'router' || config.role === 'worker') return { check, status: 'skip', detail: `the ${config.role} holds no download share` };
+  const stored = await readPolicy(pool);
+  const wanted = config.shared ? { slots: config.shared.slots, downloadBytesPerSec: config.shared.downloadBytesPerSec, downloadBytesPerSecPerPrincipal: config.shared.downloadBytesPerSecPerPrincipal } : undefined;
+  if (!wanted) {
+    return stored
+      ? { check, status: 'FAIL', detail: `a shared download policy is stored (${describePolicy(stored)}); a standalone gateway would be refused: configure the same ARKVORY_GATEWAY_SLOTS and SHARED rates, or reset it (arkvory policy reset)` }
+      : { check, status: 'ok', detail: 'standalone; no shared policy stored' };
+  }
+  if (!stored) {
+    return config.role === 'reader'
+      ? { check, status: 'FAIL', detail: 'no shared download policy is stored yet; start the writer with the same ARKVORY_GATEWAY_SLOTS and SHARED rates first' }
+      : { check, status: 'ok', detail: `none stored; the writer records ${describePolicy(wanted)} at start` };
+  }
+  const same = stored.slots === wanted.slots && stored.downloadBytesPerSec === wanted.downloadBytesPerSec && stored.downloadBytesPerSecPerPrincipal === wanted.downloadBytesPerSecPerPrincipal;
+  return same
+    ? { check, status: 'ok', detail: `matches the stored policy (${describePolicy(stored)})` }
+    : { check, status: 'FAIL', detail: `the stored policy (${describePolicy(stored)}) differs from this configuration (${describePolicy(wanted)}); use the stored values or reset it (arkvory policy reset)` };
+}
+
+async function checkSlot(config: Config, pool: pg.Pool): Promise<CheckResult> {
+  const check = 'slot';
+  if (!config.shared || (config.role !== 'api' && config.role !== 'reader')) return { check, status: 'skip', detail: 'no slot lease outside the shared profile' };
+  const { rows } = await pool.query<{ role: string; renewed_ago: string; expires_in: string }>(
+    `SELECT role, round(extract(epoch FROM clock_timestamp() - renewed_at), 1)::text AS renewed_ago, round(extract(epoch FROM expires_at - clock_timestamp()), 1)::text AS expires_in
+       FROM arkvory_gateway_leases WHERE slot = $1 AND expires_at > clock_timestamp()`,
+    [config.shared.slot],
+  );
+  const row = rows[0];
+  if (!row) return { check, status: 'ok', detail: `slot ${config.shared.slot} is free` };
+  return { check, status: 'FAIL', detail: `slot ${config.shared.slot} is held by a ${row.role} (renewed ${row.renewed_ago} s ago, reserved ${row.expires_in} s more); stop that gateway or choose another ARKVORY_GATEWAY_SLOT` };
+}
+
+/** Runs every check; a failed prerequisite turns the checks that need it into `skip`. */
+export async function runDoctor(env: NodeJS.ProcessEnv): Promise<CheckResult[]> {
+  const results: CheckResult[] = [];
+  const skipRest = (from: number, why: string) => {
+    for (const check of CHECKS.slice(from)) results.push({ check, status: 'skip', detail: why });
+  };
+  let config: Config;
+  try {
+    config = loadConfig(env);
+    results.push({ check: 'variables', status: 'ok', detail: `role ${config.role}, ${config.shared ? `shared profile, slot ${config.shared.slot} of ${config.shared.slots}` : 'standalone'}` });
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    results.push({ check: 'variables', status: 'FAIL', detail: err.problems.join('; ') });
+    skipRest(1, 'needs valid variables');
+    return results;
+  }
+
+  let pool: pg.Pool | undefined;
+  try {
+    if (!config.databaseUrl) {
+      const embeddedOk = config.role === 'api' && !config.shared;
+      results.push(
+        embeddedOk
+          ? { check: 'database', status: 'skip', detail: `ARKVORY_DATABASE_URL unset: the embedded PostgreSQL under ${config.dataDir}/.pg (standalone only)` }
+          : { check: 'database', status: 'FAIL', detail: `role ${config.role}${config.shared ? ' in the shared profile' : ''} needs ARKVORY_DATABASE_URL (the embedded PostgreSQL is for one standalone writer)` },
+      );
+      results.push({ check: 'migrations', status: 'skip', detail: 'applied to the embedded database when it starts' });
+      results.push(await checkStorage(config, undefined));
+      results.push(await checkRedis(config));
+      results.push({ check: 'policy', status: 'skip', detail: 'needs a database' }, { check: 'slot', status: 'skip', detail: 'needs a database' });
+      return results;
+    }
+    pool = new pg.Pool({ connectionString: config.databaseUrl, max: 1, connectionTimeoutMillis: TIMEOUT_MS, application_name: 'arkvory-doctor' });
+    pool.on('error', () => {});
+    try {
+      const { rows } = await pool.query<{ version: string }>('SHOW server_version');
+      results.push({ check: 'database', status: 'ok', detail: `PostgreSQL ${rows[0]?.version ?? '?'} reachable` });
+    } catch (err) {
+      results.push({ check: 'database', status: 'FAIL', detail: `cannot reach ${redacted(config.databaseUrl)}: ${message(err)}` });
+      skipRest(2, 'needs the database');
+      results.splice(results.findIndex((r) => r.check === 'redis'), 1, await checkRedis(config));
+      return results;
+    }
+    const pending = await pendingMigrations(pool);
+    if (pending.length > 0) {
+      results.push({ check: 'migrations', status: 'FAIL', detail: `${pending.length} pending (first ${pending[0]!.version}); run \`arkvory migrate\` with the same ARKVORY_DATABASE_URL` });
+      results.push({ check: 'storage', status: 'skip', detail: 'needs a migrated database' });
+      results.push(await checkRedis(config));
+      results.push({ check: 'policy', status: 'skip', detail: 'needs a migrated database' }, { check: 'slot', status: 'skip', detail: 'needs a migrated database' });
+      return results;
+    }
+    results.push({ check: 'migrations', status: 'ok', detail: 'the schema is up to date' });
+    results.push(await checkStorage(config, pool).catch((err: unknown) => ({ check: 'storage', status: 'FAIL' as const, detail: message(err) })));
+    results.push(await checkRedis(config));
+    results.push(await checkPolicy(config, pool));
+    results.push(await checkSlot(config, pool));
+    return results;
+  } finally {
+    await pool?.end().catch(() => {});
+  }
+}
+
+export function formatResult(r: CheckResult): string {
+  return `${r.status.padEnd(4)} ${r.check}: ${r.detail}`;
+}
+
+export const doctorCommand: Command = {
+  name: 'doctor',
+  summary: 'check a configuration without serving (variables, database, migrations, storage, Redis, policy, slot)',
+  usage: `arkvory doctor
+
+Checks the configuration in the environment without serving and prints one line per check:
+${CHECKS.join(', ')}. Each line starts with ok, FAIL or skip. Nothing is written.
+Exit codes: 0 every check ok or skipped, 1 a check failed, 2 invalid variables.`,
+  async run(args, env) {
+    if (args.includes('--help')) {
+      process.stdout.write(`${this.usage}\n`);
+      return EXIT.ok;
+    }
+    const results = await runDoctor(env);
+    for (const r of results) process.stdout.write(`${formatResult(r)}\n`);
+    if (results[0]?.status === 'FAIL') return EXIT.config;
+    return results.some((r) => r.status === 'FAIL') ? EXIT.failure : EXIT.ok;
+  },
+};
