@@ -218,7 +218,7 @@ describe('auth across real gateway processes', () => {
       expect(help.code).toBe(0);
       expect(help.stdout).toContain(`arkvory ${cmd}`);
     }
-  });
+  }, 180_000);
 });
 
 describe('first start on the embedded default', () => {
