@@ -88,7 +88,7 @@ export async function waitForDatabase(probe: () => Promise<unknown>, options: Wa
     } catch (err) {
       const waitedMs = options.monotonicMs() - startedMs;
       if (!isUnreachable(err)) throw err;
-      const retryInMs = Math.min(startupRetryDelayMs(attempt), Math.max(0, options.boundMs - waitedMs));
+      const retryInMs = Math.round(Math.min(startupRetryDelayMs(attempt), Math.max(0, options.boundMs - waitedMs)));
       if (waitedMs >= options.boundMs || retryInMs <= 0) {
         throw Object.assign(new Error(`PostgreSQL at ${options.target} not reachable after ${attempt} attempt(s) in ${Math.round(waitedMs / 1000)} s (ARKVORY_DATABASE_STARTUP_WAIT_SECONDS=${options.boundMs / 1000}): ${(err as Error).message}`, { cause: err }), { code: 'database_unreachable', attempts: attempt, waitedMs });
       }
