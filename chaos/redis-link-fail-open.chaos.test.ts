@@ -1,0 +1,140 @@
+/**
+ * Faults on the gateway↔Redis link: 1 s of latency (beyond the 200 ms rate-limit timeout), then the link cut (proxy disabled).
+ * Expected: requests still succeed (fail open) within the timeout per check plus a margin, with no RateLimit headers;
+ * `arkvory_rate_limit_errors_total` rises and the failure is logged; the rules are kept. Recovery: counting resumes in the same window.
+ */
+import { writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { createRepository, createServiceAccount } from '../test/support/auth.ts';
+import { randomContent } from '../test/support/content.ts';
+import { createTestDatabase, type TestDatabase } from '../test/support/database.ts';
+import { makeTempDir, startGateway, type GatewayProcess } from '../test/support/gateway.ts';
+import { call } from './support/gateways.ts';
+import { setEnabled } from './support/shared-cluster.ts';
+import { hostPortOf, startToxiproxy, urlThrough, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
+import { waitUntil } from './support/wait.ts';
+
+const TIMEOUT_MS = 200;
+const LATENCY_MS = 1000;
+const LIMIT = 10;
+const RULE = 'chaos_reads_by_principal';
+/** A request makes two Redis calls on this path (auth_failure peek, gateway_request check), each bounded by the timeout. */
+const FAIL_OPEN_BOUND_MS = 2 * TIMEOUT_MS + 800;
+const contentPath = '/api/v1/repositories/chaos/artifacts/small.bin/content';
+
+let toxiproxy: ToxiproxyServer;
+let db: TestDatabase & { drop(): Promise<void> };
+let link: ProxiedUpstream;
+let gateway: GatewayProcess;
+let key: string;
+let adminKey: string;
+
+beforeAll(async () => {
+  toxiproxy = await startToxiproxy();
+  db = await createTestDatabase();
+  await createRepository(db.pool, 'chaos');
+  ({ key } = await createServiceAccount(db.pool, { grants: { chaos: 'write' } }));
+  ({ key: adminKey } = await createServiceAccount(db.pool, { scopes: ['admin'] }));
+  link = await toxiproxy.proxyTo(hostPortOf(inject('redisUrl')));
+  const dir = await makeTempDir('arkvory-rules-');
+  const rulesFile = path.join(dir, 'rate_limits.yaml');
+  // A day-long window: the test does not straddle a window boundary (except at midnight UTC).
+  await writeFile(rulesFile, `rate_limits:\n  gateway_request:\n    - name: ${RULE}\n      action: limit\n      characteristics: [principal]\n      limit: ${LIMIT}\n      period_s: 86400\n      match: { request_type: read }\n`);
+  gateway = await startGateway({
+    env: {
+      ARKVORY_DATABASE_URL: db.url,
+      ARKVORY_REDIS_URL: urlThrough(inject('redisUrl'), link),
+      ARKVORY_REDIS_KEY_PREFIX: `chaos-${path.basename(dir)}:`,
+      ARKVORY_RATE_LIMITS_FILE: rulesFile,
+      ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS: String(TIMEOUT_MS),
+    },
+    timeoutMs: 60_000,
+  });
+  const put = await call(`${gateway.url}/api/v1/repositories/chaos/artifacts/small.bin`, { method: 'PUT', key, headers: { 'content-type': 'application/octet-stream' }, body: randomContent(1024) });
+  expect(put.status).toBe(201);
+}, 120_000);
+
+afterAll(async () => {
+  await toxiproxy?.stop();
+  await gateway?.stop();
+  await db?.drop();
+});
+
+async function timedGet(): Promise<{ status: number; ms: number; ratelimit: string | undefined; code: string | undefined }> {
+  const startedMs = performance.now();
+  const res = await call(`${gateway.url}${contentPath}`, { key });
+  return { status: res.status, ms: performance.now() - startedMs, ratelimit: res.headers.ratelimit as string | undefined, code: res.code };
+}
+
+/** `arkvory_rate_limit_errors_total` summed for one limiter and operation, from /metrics. */
+async function errorsTotal(limiter: string, operation: string): Promise<number> {
+  const text = (await call(`${gateway.url}/metrics`)).body.toString();
+  let total = 0;
+  for (const line of text.split('\n')) {
+    if (line.startsWith('arkvory_rate_limit_errors_total{') && line.includes(`limiter="${limiter}"`) && line.includes(`operation="${operation}"`)) total += Number(line.split(' ').at(-1));
+  }
+  return total;
+}
+
+function remaining(ratelimit: string | undefined): number {
+  const match = new RegExp(`^"${RULE}";r=(\\d+);t=\\d+$`).exec(ratelimit ?? '');
+  if (!match) throw new Error(`no RateLimit field of ${RULE}: ${ratelimit}`);
+  return Number(match[1]);
+}
+
+describe('Redis slow, then cut, under rate limiting', () => {
+  it('fails open within the timeout, counts the errors, keeps the rules, and resumes counting', async () => {
+    const before = await timedGet();
+    expect(before.status).toBe(200);
+    expect(remaining(before.ratelimit)).toBe(LIMIT - 1);
+    const errorsAtStart = await errorsTotal('gateway_request', 'check');
+
+    // Latency: the checks time out and the requests go through without RateLimit fields. The
+    // commands still reach Redis and count there (only the answers are late).
+    const slow = await link.proxy.addToxic({ name: 'slow-redis', type: 'latency', stream: 'downstream', toxicity: 1, attributes: { latency: LATENCY_MS, jitter: 0 } });
+    for (let i = 0; i < 2; i++) {
+      const res = await timedGet();
+      expect(res.status).toBe(200);
+      expect(res.ratelimit).toBeUndefined();
+      expect(res.ms).toBeGreaterThanOrEqual(TIMEOUT_MS - 5);
+      expect(res.ms).toBeLessThan(FAIL_OPEN_BOUND_MS);
+    }
+    expect(await errorsTotal('gateway_request', 'check')).toBeGreaterThanOrEqual(errorsAtStart + 2);
+    const logged = gateway.logLines().find((l) => l.msg === 'rate-limit store failed; failing open' && l.limiter === 'gateway_request');
+    expect(logged).toMatchObject({ level: 'warn', operation: 'check', code: 'store_timeout' });
+    await slow.remove();
+
+    // Cut: no connection at all; checks fail at once (nothing is queued while disconnected).
+    await setEnabled(link, false);
+    const errorsBeforeCut = await errorsTotal('gateway_request', 'check');
+    for (let i = 0; i < 2; i++) {
+      const res = await timedGet();
+      expect(res.status).toBe(200);
+      expect(res.ratelimit).toBeUndefined();
+      expect(res.ms).toBeLessThan(FAIL_OPEN_BOUND_MS);
+    }
+    expect(await errorsTotal('gateway_request', 'check')).toBeGreaterThanOrEqual(errorsBeforeCut + 2);
+    // The rules are a replica in memory: the file rule is still in force while Redis is away.
+    const rules = await call(`${gateway.url}/api/v1/admin/rate-limits/gateway_request`, { key: adminKey });
+    expect(rules.status).toBe(200);
+    expect(JSON.stringify(JSON.parse(rules.body.toString()).effective)).toContain(RULE);
+
+    // Redis returns: the client reconnects by itself and counting resumes in the same window,
+    // from 1 (before) + 2 (counted during the latency) = 3.
+    await setEnabled(link, true);
+    let first: Awaited<ReturnType<typeof timedGet>> | undefined;
+    await waitUntil(
+      async () => {
+        const res = await timedGet();
+        if (res.ratelimit) first = res;
+        return res.ratelimit !== undefined;
+      },
+      { timeoutMs: 10_000, intervalMs: 100, what: 'rate limiting to count again' },
+    );
+    expect(remaining(first!.ratelimit)).toBe(LIMIT - 4);
+    for (let left = LIMIT - 5; left >= 0; left--) expect(remaining((await timedGet()).ratelimit)).toBe(left);
+    const blocked = await timedGet();
+    expect([blocked.status, blocked.code]).toEqual([429, 'rate_limited']);
+  }, 90_000);
+});
