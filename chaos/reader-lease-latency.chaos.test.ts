@@ -89,6 +89,9 @@ async function fenceDuringDownload(): Promise<void> {
   expect([again.status, again.code]).toEqual([503, 'lease_lost']);
   expect((await call(`${reader.url}/health/status`)).status).toBe(503);
   expect((await call(`${reader.url}/health/ready`, { key })).status).toBe(503);
+  const metrics = (await call(`${reader.url}/metrics`)).body.toString();
+  expect(metrics).toMatch(/^arkvory_lease_state\{state="fenced"\} 1$/m);
+  expect(metrics).toMatch(/^arkvory_lease_fencing_events_total 1$/m);
 
   const rest = await request(`${writer.url}${contentPath}`, { headers: { authorization: `Bearer ${key}`, range: `bytes=${prefix.length}-` } });
   expect(rest.status).toBe(206);
