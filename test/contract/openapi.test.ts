@@ -21,6 +21,7 @@ import { HTTP_METHODS, loadOpenApiDocument, openApiPath, operationOf, resolveRef
 import { artifactRoutes } from '../../proxy/routes/artifacts.ts';
 import { authAdminRoutes } from '../../proxy/routes/auth-admin.ts';
 import { contentRoutes } from '../../proxy/routes/content.ts';
+import { multipartRoutes } from '../../proxy/routes/multipart.ts';
 import { healthRoutes } from '../../proxy/routes/health.ts';
 import { rateLimitAdminRoutes } from '../../proxy/routes/rate-limit-admin.ts';
 import type { Services } from '../../proxy/services.ts';
@@ -45,6 +46,7 @@ function registeredRoutes(): Route[] {
     ...authAdminRoutes(services),
     ...contentRoutes({ store: unused, catalog: unused, maxUploadBytes: 1 }),
     ...artifactRoutes({ catalog: unused, writable: true, readableRepositories: unused, grant: unused }),
+    ...multipartRoutes({ sessions: unused, maxPartBytes: 1, writable: true }),
     ...rateLimitAdminRoutes(unused),
     metricsRoute(createGatewayMetrics({ registry: new Registry(), processMetrics: false }), undefined),
   ];
@@ -171,6 +173,17 @@ describe('real responses against the document', () => {
     await call('PUT', CONTENT_TEMPLATES.artifact, '/api/v1/repositories/libs/artifacts/big.bin', { headers: { ...user, 'content-digest': `sha-256=:${Buffer.alloc(32).toString('base64')}:` }, body: bytes });
     await call('PUT', CONTENT_TEMPLATES.artifact, '/api/v1/repositories/nope/artifacts/x', { headers: user, body: bytes });
     for (const m of ['GET', 'HEAD']) await call(m, '/api/v1/repositories', '/api/v1/repositories', { headers: user });
+    // Multipart: a session per kind, a part, the session, completion, an abort.
+    const SESSION = '/api/v1/repositories/:repo/uploads/:upload';
+    const opened = await call('POST', `${CONTENT_TEMPLATES.artifact}/uploads`, '/api/v1/repositories/libs/artifacts/m.bin/uploads', { headers: user, body: { contentType: 'application/octet-stream' } });
+    const upload = String(JSON.parse(opened.body.toString()).upload);
+    await call('PUT', `${SESSION}/parts/:part`, `/api/v1/repositories/libs/uploads/${upload}/parts/1`, { headers: user, body: bytes });
+    await call('GET', SESSION, `/api/v1/repositories/libs/uploads/${upload}`, { headers: user });
+    await call('POST', `${SESSION}/complete`, `/api/v1/repositories/libs/uploads/${upload}/complete`, { headers: user, body: { parts: [{ part: 1 }] } });
+    await call('POST', `${CONTENT_TEMPLATES.package}/uploads`, '/api/v1/repositories/libs/packages/pkg/2.0.0/uploads', { headers: user, body: { contentType: 'application/octet-stream' } });
+    const assetSession = await call('POST', `${CONTENT_TEMPLATES.asset}/uploads`, '/api/v1/repositories/libs/packages/pkg/2.0.0/assets/y.tgz/uploads', { headers: user, body: { contentType: 'application/octet-stream' } });
+    await call('DELETE', SESSION, `/api/v1/repositories/libs/uploads/${String(JSON.parse(assetSession.body.toString()).upload)}`, { headers: user });
+    await call('GET', SESSION, '/api/v1/repositories/libs/uploads/no-such-upload', { headers: user });
     // Admin.
     const created = await call('POST', '/api/v1/admin/principals', '/api/v1/admin/principals', { headers: admin, body: { name: 'ci' } });
     const principalId = JSON.parse(created.body.toString()).id as string;

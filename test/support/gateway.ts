@@ -42,7 +42,14 @@ const running = new Set<GatewayProcess>();
 const started: GatewayProcess[] = [];
 const tempDirs: string[] = [];
 const dataDirByDatabase = new Map<string, Promise<string>>();
-let registered = false;
+
+// Registered when a test file imports this module (a hook added later, from inside a test or
+// another hook, would never run): stop what is left, remove temp dirs, check the contract.
+afterAll(async () => {
+  await Promise.all([...running].map((g) => stopGently(g)));
+  for (const dir of tempDirs.splice(0)) await rm(dir, { recursive: true, force: true });
+  await checkResponsesAgainstContract(started.splice(0));
+});
 
 export async function makeTempDir(prefix = 'arkvory-data-'): Promise<string> {
   const dir = await mkdtemp(path.join(os.tmpdir(), prefix));
@@ -80,14 +87,6 @@ export function runCli(args: string[], env: Record<string, string | undefined>, 
 }
 
 export async function startGateway(options: StartOptions = {}): Promise<GatewayProcess> {
-  if (!registered) {
-    registered = true;
-    afterAll(async () => {
-      await Promise.all([...running].map((g) => stopGently(g)));
-      for (const dir of tempDirs.splice(0)) await rm(dir, { recursive: true, force: true });
-      await checkResponsesAgainstContract(started.splice(0));
-    });
-  }
   const port = options.env?.ARKVORY_PORT ? Number(options.env.ARKVORY_PORT) : await freeLoopbackPort();
   // A database is bound to one storage root (storage-id); gateways started on the same database
   // without an explicit dataDir share one root, as they would in production.
