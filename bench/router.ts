@@ -14,7 +14,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
-import { chmod, mkdtemp, open, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
@@ -93,6 +93,13 @@ async function measureSmall(url: string, key: string): Promise<{ rps: number; p5
   return { rps: SMALL_REQUESTS / seconds, p50Ms: percentile(latencies, 50), p99Ms: percentile(latencies, 99), errors };
 }
 
+/** User + system CPU seconds a process has used so far (Linux /proc). */
+async function cpuSeconds(pid: number): Promise<number> {
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11] ?? 0) + Number(fields[12] ?? 0)) / 100;
+}
+
 async function startServe(env: Record<string, string>, base: string, children: ChildProcess[]): Promise<ChildProcess> {
   const child = spawn(process.execPath, [path.join(ROOT, 'bin/arkvory.js'), 'serve'], { cwd: ROOT, env: { PATH: process.env.PATH, HOME: process.env.HOME, ARKVORY_LOG_LEVEL: 'warn', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   children.push(child);
@@ -139,10 +146,10 @@ async function main(): Promise<void> {
     const gatewayPort = await freeLoopbackPort();
     const gatewayBase = `http://127.0.0.1:${gatewayPort}`;
     // Unthrottled, with room for 2 × CONCURRENCY parallel downloads of one principal.
-    await startServe({ ARKVORY_DATABASE_URL: dbUrl, ARKVORY_DATA_DIR: path.join(work, 'data'), ARKVORY_PORT: String(gatewayPort), ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2), ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: String(CONCURRENCY * 2), ARKVORY_RATE_LIMITS_FILE: path.join(work, 'rules.yaml') }, gatewayBase, children);
+    const gatewayChild = await startServe({ ARKVORY_DATABASE_URL: dbUrl, ARKVORY_DATA_DIR: path.join(work, 'data'), ARKVORY_PORT: String(gatewayPort), ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2), ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: String(CONCURRENCY * 2), ARKVORY_RATE_LIMITS_FILE: path.join(work, 'rules.yaml') }, gatewayBase, children);
     const routerPort = await freeLoopbackPort();
     const routerBase = `http://127.0.0.1:${routerPort}`;
-    await startServe({ ARKVORY_ROLE: 'router', ARKVORY_ROUTER_BACKENDS: gatewayBase, ARKVORY_PORT: String(routerPort) }, routerBase, children);
+    const routerChild = await startServe({ ARKVORY_ROLE: 'router', ARKVORY_ROUTER_BACKENDS: gatewayBase, ARKVORY_PORT: String(routerPort) }, routerBase, children);
 
     for (const [name, file] of [['big.bin', bigFile], ['small.bin', smallFile]] as const) {
       const status = await new Promise<number>((resolve, reject) => {
@@ -158,14 +165,19 @@ async function main(): Promise<void> {
     const url = (base: string, name: string) => `${base}/api/v1/repositories/bench/artifacts/${name}/content`;
     await curl(url(gatewayBase, 'big.bin'), { authorization: `Bearer ${key}` });
 
-    const results = { direct: { big: [] as number[], rps: [] as number[], p50: [] as number[], p99: [] as number[], errors: 0 }, router: { big: [] as number[], rps: [] as number[], p50: [] as number[], p99: [] as number[], errors: 0 } };
+    const fresh = () => ({ big: [] as number[], rps: [] as number[], p50: [] as number[], p99: [] as number[], gatewayCpu: [] as number[], routerCpu: [] as number[], errors: 0 });
+    const results = { direct: fresh(), router: fresh() };
     for (let run = 0; run < RUNS; run++) {
       // Alternate which goes first, so neither always gets the warmer machine.
       const order = run % 2 === 0 ? (['direct', 'router'] as const) : (['router', 'direct'] as const);
       for (const name of order) {
         const base = name === 'direct' ? gatewayBase : routerBase;
         const r = results[name];
+        const cpuBefore = [await cpuSeconds(gatewayChild.pid!), await cpuSeconds(routerChild.pid!)];
         const b = await curl(url(base, 'big.bin'), { authorization: `Bearer ${key}` });
+        const cpuAfter = [await cpuSeconds(gatewayChild.pid!), await cpuSeconds(routerChild.pid!)];
+        r.gatewayCpu.push(((cpuAfter[0]! - cpuBefore[0]!) * MiB * 1024) / BIG_BYTES);
+        r.routerCpu.push(((cpuAfter[1]! - cpuBefore[1]!) * MiB * 1024) / BIG_BYTES);
         if (b.status !== 200 || b.bytes !== BIG_BYTES) throw new Error(`${name}: big download got ${b.status} with ${b.bytes} bytes`);
         r.big.push(BIG_BYTES / MiB / b.seconds);
         const s = await measureSmall(url(base, 'small.bin'), key);
@@ -182,6 +194,8 @@ async function main(): Promise<void> {
       '4 KiB req/s': Math.round(median(results[name].rps)),
       'p50 ms': Number(median(results[name].p50).toFixed(2)),
       'p99 ms': Number(median(results[name].p99).toFixed(2)),
+      'gateway CPU s/GiB': Number(median(results[name].gatewayCpu).toFixed(2)),
+      'router CPU s/GiB': Number(median(results[name].routerCpu).toFixed(2)),
       errors: results[name].errors,
     });
     console.log(`\nbench/router.ts: ${BIG_BYTES / MiB} MiB stream and 4 KiB requests (${CONCURRENCY} keep-alive connections, ${SMALL_REQUESTS} per run), medians of ${RUNS} runs, ${os.cpus().length} CPUs, load average ${os.loadavg().map((l) => l.toFixed(1)).join(' ')}`);

@@ -41,6 +41,8 @@ function watchAbort(up: Upstream, req: http.IncomingMessage, res: http.ServerRes
 }
 
 const payload = Buffer.alloc(1024 * 1024, 7);
+const FLOOD_BYTES = 128 * 1024 * 1024;
+const flood = { written: 0, lastProgressAt: 0 };
 
 /** Writer: echoes, redirects, cuts bodies, hangs, streams forever, drops uploads — by path. */
 const writerBehaviour: Behaviour = (req, res, up) => {
@@ -55,6 +57,21 @@ const writerBehaviour: Behaviour = (req, res, up) => {
     res.writeHead(200, { 'content-type': 'application/octet-stream' });
     const timer = setInterval(() => res.write(Buffer.alloc(16 * 1024)), 20);
     res.on('close', () => clearInterval(timer));
+  } else if (path.endsWith('/flood/content')) {
+    // Writes FLOOD_BYTES as fast as the router takes them, honouring backpressure.
+    const chunk = Buffer.alloc(256 * 1024, 1);
+    res.writeHead(200, { 'content-length': String(FLOOD_BYTES) });
+    flood.written = 0;
+    flood.lastProgressAt = performance.now();
+    const pump = () => {
+      while (flood.written < FLOOD_BYTES) {
+        flood.written += chunk.length;
+        flood.lastProgressAt = performance.now();
+        if (!res.write(chunk)) return void res.once('drain', pump);
+      }
+      res.end();
+    };
+    pump();
   } else if (path === '/hang') {
     // Never answers.
   } else if (req.method === 'PUT' && path.endsWith('/drop')) {
@@ -158,6 +175,33 @@ describe('router edges with stand-in gateways', () => {
     expect(outcome.complete).toBe(false);
     expect(outcome.bytes).toBeLessThan(payload.length);
   });
+
+  it('streams with backpressure: a client that stops reading stalls the gateway instead of filling the router', async () => {
+    let res!: http.IncomingMessage;
+    let received = 0;
+    await new Promise<void>((resolve) => {
+      http.get(`${router.url}${contentPath('flood')}`, { agent: false }, (r) => {
+        res = r;
+        r.once('data', (c: Buffer) => {
+          received += c.length;
+          r.pause();
+          resolve();
+        });
+      });
+    });
+    // Wait until the gateway's writes have made no progress for 700 ms, or it finished.
+    const deadline = performance.now() + 30_000;
+    while (performance.now() - flood.lastProgressAt < 700 && flood.written < FLOOD_BYTES && performance.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    const writtenWhilePaused = flood.written;
+    // Only socket buffers sit between a paused client and the gateway: far less than the body.
+    expect(writtenWhilePaused).toBeLessThan(FLOOD_BYTES / 2);
+    res.on('data', (c: Buffer) => (received += c.length));
+    const ended = new Promise<void>((resolve) => res.on('end', () => resolve()));
+    res.resume();
+    await ended;
+    expect(received).toBe(FLOOD_BYTES);
+    expect(flood.written).toBe(FLOOD_BYTES);
+  }, 60_000);
 
   it('aborts the upstream download when the client goes away', async () => {
     await new Promise<void>((resolve) => {

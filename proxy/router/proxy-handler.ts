@@ -102,8 +102,11 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     const outcome: RequestOutcome = { kind, backend: undefined, attempts: 0 };
     const retryable = isRetryable(req.method ?? 'GET', { 'content-length': req.headers['content-length'], 'transfer-encoding': req.headers['transfer-encoding'] });
     let clientGone = false;
-    res.on('close', () => {
+    let current: Attempt | undefined;
+    // One listener for every attempt: http-proxy-3 and pipeline add their own per attempt.
+    res.once('close', () => {
       if (!res.writableFinished) clientGone = true;
+      current?.release();
     });
     req.headers = buildUpstreamHeaders({ headers: req.headers, remoteAddress: req.socket.remoteAddress, encrypted: 'encrypted' in req.socket && req.socket.encrypted === true, trusted: options.trusted, requestId: reqId }) as http.IncomingHttpHeaders;
 
@@ -159,7 +162,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
         },
       };
       attempts.set(req, attempt);
-      res.once('close', () => attempt.release());
+      current = attempt;
       proxy.web(req, res, { target: targetOf(backend.url), agent: backend.url.startsWith('https:') ? agents.https : agents.http }, (err) => {
         if (attempt.done) return;
         if (attempt.responded) {
