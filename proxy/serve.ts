@@ -170,12 +170,24 @@ async function finish(log: Logger, services: Services | undefined, server: Gatew
   try {
     for (const hook of services?.preClose ?? []) await hook();
     if (server) await server.close(config.shutdownTimeoutMs);
-    for (const hook of services?.onClose ?? []) await hook();
+    for (const hook of services?.onClose ?? []) await bounded(hook(), CLOSE_STEP_MS, 'a close hook', log);
   } catch (err) {
     log.error({ err }, 'shutdown step failed');
   }
-  await coordinator?.close();
-  if (database) await database.close();
+  await bounded(coordinator?.close(), CLOSE_STEP_MS, 'the lease connection', log);
+  if (database) await bounded(database.close(), CLOSE_STEP_MS, 'the database pool', log);
   log.info({ code }, 'stopped');
   return code;
+}
+
+/** Longest wait for one close step: a blackholed database link would otherwise hold shutdown forever. */
+const CLOSE_STEP_MS = 5000;
+
+async function bounded(step: Promise<unknown> | void | undefined, ms: number, what: string, log: Logger): Promise<void> {
+  if (!step) return;
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), ms)));
+  const outcome = await Promise.race([step.then(() => 'done' as const, () => 'done' as const), timedOut]);
+  clearTimeout(timer);
+  if (outcome === 'timeout') log.warn({ step: what, waitedMs: ms }, `closing ${what} did not finish; leaving it`);
 }
