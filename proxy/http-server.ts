@@ -120,7 +120,10 @@ export function createGatewayServer(options: {
       return;
     }
     if (options.readOnly && req.method !== 'GET' && req.method !== 'HEAD') {
-      sendError(res, new GatewayError('read_only', undefined, { headers: { allow: 'GET, HEAD' } }), log.child({ reqId }));
+      // The body stays unread: close the connection after the answer rather than drain it.
+      const headers: Record<string, string> = { allow: 'GET, HEAD' };
+      if (!req.complete) headers.connection = 'close';
+      sendError(res, new GatewayError('read_only', undefined, { headers }), log.child({ reqId }));
       return;
     }
     const match = table.match(req.method ?? 'GET', url.pathname);

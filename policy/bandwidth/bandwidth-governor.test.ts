@@ -233,11 +233,12 @@ describe('BandwidthGovernor', () => {
     const { governor, timers, grants } = setup({ rateBytesPerSec: 10_240, perPrincipalBytesPerSec: 0, isPermitted: () => permitted });
     const meter = governor.meter('p');
     await meter.take(1024);
-    const waiting = meter.take(1024);
+    // Observe the rejection from the start: it happens inside advance(), before the expect below.
+    const waiting = code(meter.take(1024));
     await timers.advance(50);
     permitted = false;
     await timers.advance(50); // the refill timer finds the permit gone: no grant
-    expect(await code(waiting)).toBe('lease_lost');
+    expect(await waiting).toBe('lease_lost');
     permitted = true; // an expired permission is not resumed
     expect(await code(meter.take(1))).toBe('lease_lost');
     expect(() => governor.meter('q')).toThrow(PolicyError);
