@@ -1,0 +1,138 @@
+/**
+ * The governor over real HTTP (issue 5): one gateway with a download ceiling R, 1/16/64 streams
+ * over 1/4/16 principals, each run N seconds. Prints achieved/R (with the burst allowance), the
+ * largest excess of received bytes over R × t + burst seen at any 100 ms sample, Jain's fairness
+ * index across the principals, and the gateway's CPU time per GiB served.
+ *
+ *   node bench/governor-http.ts [--seconds 10] [--rate 67108864] [--database postgres://…]
+ *
+ * Needs a PostgreSQL where it may create a database (default: the local one, trust auth).
+ */
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { migrate } from '../migrations/runner.ts';
+import { AdminStore } from '../policy/auth/admin-store.ts';
+import { burstBytes } from '../policy/bandwidth/index.ts';
+import { freeLoopbackPort } from '../proxy/embedded-database.ts';
+import { jainIndex } from './governor.ts';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const MiB = 2 ** 20;
+
+async function cpuMs(pid: number): Promise<number> {
+  const fields = (await readFile(`/proc/${pid}/stat`, 'utf8')).split(') ')[1]!.split(' ');
+  const ticks = Number(fields[11]) + Number(fields[12]);
+  return (ticks * 1000) / 100; // USER_HZ is 100 on Linux
+}
+
+/** Streams the file over and over until `stopAt`, counting every received byte into `counter`. */
+async function streamLoop(url: string, key: string, stopAt: number, counter: { bytes: number }): Promise<void> {
+  while (performance.now() < stopAt) {
+    await new Promise<void>((resolve) => {
+      const req = http.get(url, { headers: { authorization: `Bearer ${key}` }, agent: false }, (res) => {
+        res.on('data', (c: Buffer) => {
+          counter.bytes += c.length;
+          if (performance.now() >= stopAt) req.destroy();
+        });
+        res.on('end', resolve);
+        res.on('error', () => resolve());
+        res.on('close', resolve);
+      });
+      req.on('error', () => resolve());
+    });
+  }
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({ options: { seconds: { type: 'string', default: '10' }, rate: { type: 'string', default: String(64 * MiB) }, database: { type: 'string', default: 'postgres://postgres@127.0.0.1:5432/postgres' } } });
+  const seconds = Number(values.seconds);
+  const rate = Number(values.rate);
+  const burst = burstBytes(rate);
+  const dbName = `arkvory_bench_${randomBytes(4).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: values.database });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${dbName}`);
+  const dbUrl = Object.assign(new URL(values.database), { pathname: `/${dbName}` }).toString();
+  const pool = new pg.Pool({ connectionString: dbUrl, max: 2 });
+  const dataDir = await mkdtemp(path.join(os.tmpdir(), 'arkvory-govbench-'));
+  const port = await freeLoopbackPort();
+  const child = spawn(process.execPath, [path.join(ROOT, 'bin/arkvory.js'), 'serve'], {
+    env: { PATH: process.env.PATH, ARKVORY_DATABASE_URL: dbUrl, ARKVORY_DATA_DIR: dataDir, ARKVORY_PORT: String(port), ARKVORY_LOG_LEVEL: 'warn', ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(rate), ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '64' },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  try {
+    await migrate(pool);
+    const store = new AdminStore(pool);
+    await store.createRepository('bench');
+    const keys: string[] = [];
+    for (let i = 0; i < 16; i++) {
+      const p = await store.createPrincipal(`bench-${i}`);
+      await store.addGrant(p.id, 'bench', 'write');
+      keys.push((await store.createKey(p.id, { scopes: ['read', 'write'] })).key);
+    }
+    const base = `http://127.0.0.1:${port}`;
+    for (let i = 0; i < 200; i++) {
+      const ok = await fetch(`${base}/health/status`).then((r) => r.ok, () => false);
+      if (ok) break;
+      await sleep(100);
+    }
+    // Big enough that no stream finishes a copy within a run at R = 64 MiB/s.
+    const file = randomBytes(256 * MiB);
+    const put = await fetch(`${base}/api/v1/repositories/bench/artifacts/f.bin`, { method: 'PUT', headers: { authorization: `Bearer ${keys[0]}` }, body: file });
+    if (put.status !== 201) throw new Error(`upload failed: ${put.status}`);
+    const url = `${base}/api/v1/repositories/bench/artifacts/f.bin/content`;
+    console.log(`governor over HTTP: R = ${rate} B/s (burst ${burst} B), ${seconds} s per run, one gateway, loopback`);
+    for (const streams of [1, 16, 64]) {
+      for (const principals of [1, 4, 16]) {
+        if (principals > streams) continue;
+        // Start each run from a full bucket: idle a burst's worth of time first.
+        await sleep(Math.ceil((burst / rate) * 1000) + 200);
+        const counters = Array.from({ length: principals }, () => ({ bytes: 0 }));
+        const cpuBefore = await cpuMs(child.pid!);
+        const start = performance.now();
+        const stopAt = start + seconds * 1000;
+        const loops = Array.from({ length: streams }, (_, s) => streamLoop(url, keys[s % principals]!, stopAt, counters[s % principals]!));
+        let maxExcess = Number.NEGATIVE_INFINITY;
+        while (performance.now() < stopAt) {
+          await sleep(100);
+          const t = (performance.now() - start) / 1000;
+          const total = counters.reduce((sum, c) => sum + c.bytes, 0);
+          maxExcess = Math.max(maxExcess, total - (rate * t + burst));
+        }
+        await Promise.all(loops);
+        const elapsed = (performance.now() - start) / 1000;
+        const total = counters.reduce((sum, c) => sum + c.bytes, 0);
+        const cpu = (await cpuMs(child.pid!)) - cpuBefore;
+        console.log(
+          [
+            `${String(streams).padStart(3)} streams / ${String(principals).padStart(2)} principals`,
+            `achieved/R ${(total / (rate * elapsed)).toFixed(4)} (+burst ${(burst / (rate * elapsed)).toFixed(4)})`,
+            `max excess ${maxExcess <= 0 ? '0' : maxExcess.toFixed(0)} B`,
+            `Jain ${jainIndex(counters.map((c) => c.bytes)).toFixed(4)}`,
+            `gateway CPU ${(cpu / (total / 2 ** 30)).toFixed(0)} ms/GiB`,
+          ].join('  '),
+        );
+      }
+    }
+  } finally {
+    child.kill('SIGTERM');
+    await new Promise((r) => child.once('exit', r));
+    await pool.end();
+    await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
+    await admin.end();
+    await rm(dataDir, { recursive: true, force: true });
+  }
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exitCode = 1;
+});
