@@ -6,6 +6,7 @@ import type { Access } from '../policy/auth/authorize.ts';
 import type { Principal } from '../policy/auth/principal.ts';
 import { GatewayError } from './errors.ts';
 import { sendError } from './http-errors.ts';
+import { makeGraceful } from './graceful-server.ts';
 import { RouteTable, type HttpMethod } from './route-table.ts';
 
 /**
@@ -73,11 +74,8 @@ export function createGatewayServer(options: {
   for (const route of options.routes) table.add({ methods: route.methods, template: route.template, value: route });
   const gates = [...options.gates];
   const { log } = options;
-  let inFlight = 0;
-  const idle: Array<() => void> = [];
 
   const server = http.createServer({ requestTimeout: 0, headersTimeout: 30_000, keepAliveTimeout: 5_000 }, (req, res) => {
-    inFlight++;
     const started = process.hrtime.bigint();
     const socket = req.socket as Socket;
     const bytesOutAtStart = socket.bytesWritten;
@@ -90,7 +88,6 @@ export function createGatewayServer(options: {
     let ctx: RequestContext | undefined;
     res.on('close', () => {
       if (!res.writableFinished) controller.abort(new GatewayError('invalid_request', 'client closed the connection'));
-      inFlight--;
       const ms = Number(process.hrtime.bigint() - started) / 1e6;
       const bytesOut = socket.bytesWritten - bytesOutAtStart;
       const bytesIn = socket.bytesRead - bytesInAtStart;
@@ -109,7 +106,6 @@ export function createGatewayServer(options: {
         },
         'request',
       );
-      if (inFlight === 0) for (const resolve of idle.splice(0)) resolve();
     });
 
     let url: URL;
@@ -169,34 +165,14 @@ export function createGatewayServer(options: {
     log.debug({ code: err.code }, 'client error');
   });
 
+  const graceful = makeGraceful(server);
   return {
     server,
     get inFlight() {
-      return inFlight;
+      return graceful.inFlight;
     },
-    listen(port, host) {
-      return new Promise((resolve, reject) => {
-        server.once('error', reject);
-        server.listen(port, host, () => {
-          server.off('error', reject);
-          resolve(server.address() as AddressInfo);
-        });
-      });
-    },
-    async close(timeoutMs) {
-      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-      server.closeIdleConnections();
-      if (inFlight > 0) {
-        let timer: NodeJS.Timeout | undefined;
-        await Promise.race([
-          new Promise<void>((resolve) => idle.push(resolve)),
-          new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs))),
-        ]);
-        clearTimeout(timer);
-      }
-      server.closeAllConnections();
-      await closed;
-    },
+    listen: (port, host) => graceful.listen(port, host),
+    close: (timeoutMs) => graceful.close(timeoutMs),
   };
 }
 

@@ -4,6 +4,7 @@
  * says how many gateways are healthy and whether the writer is (no addresses: it is public).
  */
 import http from 'node:http';
+import { makeGraceful } from '../graceful-server.ts';
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
@@ -22,10 +23,7 @@ export interface RouterServer {
 
 export function createRouterServer(options: { pool: BackendPool; handler: ProxyHandler; log: Logger; isDraining: () => boolean }): RouterServer {
   const { pool, handler, log } = options;
-  let inFlight = 0;
-  const idle: Array<() => void> = [];
   const server = http.createServer({ requestTimeout: 0, headersTimeout: 30_000, keepAliveTimeout: 5_000 }, (req, res) => {
-    inFlight++;
     const started = performance.now();
     const incomingId = req.headers['x-request-id'];
     const reqId = typeof incomingId === 'string' && REQUEST_ID.test(incomingId) ? incomingId : randomUUID();
@@ -33,9 +31,7 @@ export function createRouterServer(options: { pool: BackendPool; handler: ProxyH
     const path = (req.url ?? '/').split('?', 1)[0];
     let outcome: { kind: string; backend: string | undefined; attempts: number } = { kind: 'local', backend: undefined, attempts: 0 };
     res.on('close', () => {
-      inFlight--;
       log.info({ reqId, method: req.method, kind: outcome.kind, backend: outcome.backend, attempts: outcome.attempts, status: res.statusCode, ms: Math.round((performance.now() - started) * 10) / 10, completed: res.writableFinished }, 'request');
-      if (inFlight === 0) for (const resolve of idle.splice(0)) resolve();
     });
     if ((path === '/health/live' || path === '/health/status') && (req.method === 'GET' || req.method === 'HEAD')) {
       if (path === '/health/live') return sendJson(res, 200, { status: 'live' });
@@ -57,27 +53,10 @@ export function createRouterServer(options: { pool: BackendPool; handler: ProxyH
     } else socket.destroy();
     log.debug({ code: err.code }, 'client error');
   });
+  const graceful = makeGraceful(server);
   return {
     server,
-    listen(port, host) {
-      return new Promise((resolve, reject) => {
-        server.once('error', reject);
-        server.listen(port, host, () => {
-          server.off('error', reject);
-          resolve(server.address() as AddressInfo);
-        });
-      });
-    },
-    async close(timeoutMs) {
-      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-      server.closeIdleConnections();
-      if (inFlight > 0) {
-        let timer: NodeJS.Timeout | undefined;
-        await Promise.race([new Promise<void>((resolve) => idle.push(resolve)), new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs)))]);
-        clearTimeout(timer);
-      }
-      server.closeAllConnections();
-      await closed;
-    },
+    listen: (port, host) => graceful.listen(port, host),
+    close: (timeoutMs) => graceful.close(timeoutMs),
   };
 }
