@@ -151,14 +151,15 @@ describe('a separate completion worker', () => {
     await waitForLog(second, 'worker.standby');
     const one = await uploadInParts(writer, 'first.bin', [randomContent(3000), randomContent(5000)]);
     expect((await waitForState(writer, one, ['done', 'failed'])).state).toBe('done');
-    expect(first.logs()).toContain('upload.completed');
+    // The worker logs after it commits the state the writer reports, so wait for the line.
+    await waitForLog(first, 'upload.completed');
     expect(second.logs()).not.toContain('upload.completed');
     expect(second.logLines().filter((l) => l.event === 'worker.standby')).toHaveLength(1);
     expect(await first.stop('SIGTERM')).toBe(0);
     await waitForLog(second, 'worker.active', 15_000);
     const two = await uploadInParts(writer, 'second.bin', [randomContent(4000)]);
     expect((await waitForState(writer, two, ['done', 'failed'])).state).toBe('done');
-    expect(second.logs()).toContain('upload.completed');
+    await waitForLog(second, 'upload.completed');
   }, 120_000);
 });
 
