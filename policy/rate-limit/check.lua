@@ -8,6 +8,14 @@
 local now = tonumber(ARGV[1])
 local cost = ARGV[2]
 local costNumber = tonumber(cost)
+-- Integer costs (the common case) take INCRBY, several times cheaper than INCRBYFLOAT; a counter
+-- that already holds a fraction makes INCRBY fail, and then INCRBYFLOAT counts it.
+local integerCost = string.find(cost, '^%d+$') ~= nil
+-- Integral numbers go back as integer replies (no string formatting); fractions as exact strings.
+local function reply(x)
+  if x == math.floor(x) and x > -9007199254740992 and x < 9007199254740992 then return x end
+  return string.format('%.17g', x)
+end
 local counting = ARGV[3] == 'check'
 local n = tonumber(ARGV[4])
 local slack = 1000
@@ -43,7 +51,12 @@ for i = 1, n do
       end
     else
       if counting then
-        count = tonumber(redis.call('INCRBYFLOAT', ckey, cost))
+        if integerCost then
+          count = redis.pcall('INCRBY', ckey, cost)
+          if type(count) == 'table' then count = tonumber(redis.call('INCRBYFLOAT', ckey, cost)) end
+        else
+          count = tonumber(redis.call('INCRBYFLOAT', ckey, cost))
+        end
         redis.call('PEXPIRE', ckey, ttl, 'NX')
       else
         count = tonumber(redis.call('GET', ckey) or '0') + costNumber
@@ -62,10 +75,10 @@ for i = 1, n do
     end
   end
   -- Flat reply: count, exceeded, banned, resetAt per evaluated rule.
-  out[#out + 1] = string.format('%.17g', count)
+  out[#out + 1] = reply(count)
   out[#out + 1] = exceeded
   out[#out + 1] = banned
-  out[#out + 1] = string.format('%.0f', resetAt)
+  out[#out + 1] = reply(resetAt)
   if exceeded == 1 and action == 'limit' then break end
 end
 return out

@@ -1,7 +1,7 @@
 /**
  * Counter key naming. Pure.
  *
- *   <prefix><limiter>:{<rule>|<char>=<value>,…}:c:<windowStartMs>   counter (INCRBYFLOAT) or
+ *   <prefix><limiter>:{<rule>|<char>=<value>,…}:c:<windowStartMs>   counter (INCRBY/INCRBYFLOAT) or
  *   <prefix><limiter>:{<rule>|<char>=<value>,…}:d:<windowStartMs>   distinct-value set (SADD)
  *   <prefix><limiter>:{<rule>|<char>=<value>,…}:b                   ban (value: ban end, ms)
  *

@@ -1,34 +1,113 @@
 /**
- * Counters in Redis: one `check.lua` evaluation per check, through ioredis `defineCommand` (EVALSHA,
- * falling back to EVAL when the server answers NOSCRIPT, e.g. after a restart or SCRIPT FLUSH).
+ * Counters in Redis, through ioredis `defineCommand` (EVALSHA, falling back to EVAL when the server
+ * answers NOSCRIPT, e.g. after a restart or SCRIPT FLUSH).
+ *
+ * `check.lua` is the whole algorithm, one call per check. Most checks are simpler (plain counters,
+ * no ban, integer cost, not a peek): those are gathered for one tick and sent together to
+ * `count.lua`, one call for the batch. Per check that saves an ioredis command, its timer and reply
+ * parsing in Node, and a script invocation in Redis, which is most of the cost of a check; each
+ * check stays atomic (a script runs alone) and decides exactly as check.lua would.
  * Timeouts and fail-open are the limiter's job; this module only talks to Redis.
  */
 import { readFileSync } from 'node:fs';
 import type { Redis } from 'ioredis';
-import type { Mode, Outcome, Plan } from './evaluate.ts';
+import { RateLimitError } from './errors.ts';
+import { KEY_SLACK_MS, type Mode, type Outcome, type Plan } from './evaluate.ts';
 import type { CounterStore } from './store.ts';
 
 export const CHECK_SCRIPT = readFileSync(new URL('./check.lua', import.meta.url), 'utf8');
-const COMMAND = 'arkvoryRateLimitCheck';
+export const COUNT_SCRIPT = readFileSync(new URL('./count.lua', import.meta.url), 'utf8');
+const CHECK = 'arkvoryRateLimitCheck';
+const COUNT = 'arkvoryRateLimitCount';
+/** Checks per count.lua call: bounds how long one call holds Redis (about a microsecond each). */
+export const MAX_BATCH = 256;
 
 type ScriptReply = Array<string | number>;
-type WithCheck = Redis & { [COMMAND](numKeys: number, ...args: Array<string | number>): Promise<ScriptReply> };
+type Script = (numKeys: number, ...args: Array<string | number>) => Promise<ScriptReply>;
+type WithScripts = Redis & { [CHECK]: Script; [COUNT]: Script };
+
+interface Queued {
+  readonly plan: Plan;
+  readonly nowMs: number;
+  readonly cost: number;
+  readonly resolve: (outcomes: Outcome[]) => void;
+  readonly reject: (err: unknown) => void;
+}
+
+/** Whether `count.lua` decides this check exactly as `check.lua` would. */
+export function takesFastPath(plan: Plan, cost: number, mode: Mode): boolean {
+  if (mode !== 'check' || !Number.isSafeInteger(cost)) return false;
+  for (const p of plan.counting) if (p.banMs > 0 || p.distinctValue !== undefined) return false;
+  return true;
+}
 
 export function createRedisStore(redis: Redis): CounterStore {
-  if (!(COMMAND in redis)) redis.defineCommand(COMMAND, { lua: CHECK_SCRIPT });
-  const client = redis as WithCheck;
+  if (!(CHECK in redis)) redis.defineCommand(CHECK, { lua: CHECK_SCRIPT });
+  if (!(COUNT in redis)) redis.defineCommand(COUNT, { lua: COUNT_SCRIPT });
+  const client = redis as WithScripts;
+  let queue: Queued[] = [];
+
+  const send = (batch: readonly Queued[]): void => {
+    const keys: Array<string | number> = [];
+    const argv: Array<string | number> = [];
+    for (const q of batch) {
+      argv.push(q.cost, q.plan.counting.length);
+      for (const p of q.plan.counting) {
+        keys.push(p.counterKey);
+        argv.push(Math.max(1, p.windowEndMs + KEY_SLACK_MS - q.nowMs), p.action === 'limit' ? p.limit : -1);
+      }
+    }
+    client[COUNT](keys.length, ...keys, ...argv).then(
+      (reply) => {
+        let at = 0;
+        for (const q of batch) {
+          const outcomes: Outcome[] = [];
+          let failed = false;
+          for (const p of q.plan.counting) {
+            const c = Number(reply[at++]);
+            if (c === -2) failed = true;
+            if (c < 0) continue;
+            outcomes.push({ count: c, exceeded: c > p.limit, banned: false, resetAtMs: p.windowEndMs });
+          }
+          if (failed) q.reject(new RateLimitError('store_unavailable', 'a rate-limit counter key holds a value that cannot be counted'));
+          else q.resolve(outcomes);
+        }
+      },
+      (err: unknown) => {
+        for (const q of batch) q.reject(err);
+      },
+    );
+  };
+
+  const flush = (): void => {
+    const all = queue;
+    queue = [];
+    for (let i = 0; i < all.length; i += MAX_BATCH) send(all.length <= MAX_BATCH ? all : all.slice(i, i + MAX_BATCH));
+  };
+
+  const count = (plan: Plan, nowMs: number, cost: number): Promise<Outcome[]> =>
+    new Promise((resolve, reject) => {
+      // nextTick runs after the microtasks of this turn: every check started in it joins the batch.
+      if (queue.length === 0) process.nextTick(flush);
+      queue.push({ plan, nowMs, cost, resolve, reject });
+    });
+
+  const check = async (plan: Plan, input: { nowMs: number; cost: number; mode: Mode }): Promise<Outcome[]> => {
+    const n = plan.counting.length;
+    const args: Array<string | number> = [];
+    for (const p of plan.counting) args.push(p.counterKey, p.banKey);
+    args.push(input.nowMs, String(input.cost), input.mode, n);
+    for (const p of plan.counting) args.push(p.action, p.limit, p.windowEndMs, p.banMs, p.distinctValue !== undefined ? '1' : '0', p.distinctValue ?? '');
+    const reply = await client[CHECK](n * 2, ...args);
+    const outcomes: Outcome[] = [];
+    for (let i = 0; i + 3 < reply.length; i += 4) outcomes.push({ count: Number(reply[i]), exceeded: reply[i + 1] === 1, banned: reply[i + 2] === 1, resetAtMs: Number(reply[i + 3]) });
+    return outcomes;
+  };
+
   return {
     kind: 'redis',
-    async run(plan: Plan, input: { nowMs: number; cost: number; mode: Mode }): Promise<Outcome[]> {
-      const n = plan.counting.length;
-      const args: Array<string | number> = [];
-      for (const p of plan.counting) args.push(p.counterKey, p.banKey);
-      args.push(input.nowMs, String(input.cost), input.mode, n);
-      for (const p of plan.counting) args.push(p.action, p.limit, p.windowEndMs, p.banMs, p.distinctValue !== undefined ? '1' : '0', p.distinctValue ?? '');
-      const reply = await client[COMMAND](n * 2, ...args);
-      const outcomes: Outcome[] = [];
-      for (let i = 0; i + 3 < reply.length; i += 4) outcomes.push({ count: Number(reply[i]), exceeded: reply[i + 1] === 1, banned: reply[i + 2] === 1, resetAtMs: Number(reply[i + 3]) });
-      return outcomes;
+    run(plan, input) {
+      return takesFastPath(plan, input.cost, input.mode) ? count(plan, input.nowMs, input.cost) : check(plan, input);
     },
     async clear(keys) {
       if (keys.length) await redis.del(...keys);

@@ -199,6 +199,28 @@ export function storeConformance(name: string, open: () => Promise<ConformanceCo
       expect((await limiter.check({ ns: 'm' }, { cost: 1.75 })).info!.remaining).toBe(0.25);
     });
 
+    it('integer and float costs mix on one counter', async () => {
+      const rule = defineRule({ name: 'mixed', action: 'limit', characteristics: ['ns'], limit: 5, periodS: 60 });
+      const { limiter } = await setup([rule]);
+      expect((await limiter.check({ ns: 'n' }, { cost: 1 })).info!.remaining).toBe(4);
+      expect((await limiter.check({ ns: 'n' }, { cost: 1.5 })).info!.remaining).toBe(2.5);
+      expect((await limiter.check({ ns: 'n' }, { cost: 2 })).info!.remaining).toBe(0.5);
+      expect((await limiter.check({ ns: 'n' }, { cost: 1 })).action).toBe('block');
+    });
+
+    it('many checks started together count exactly once each (batched or not)', async () => {
+      const { limiter } = await setup([perIp({ limit: 250 }), defineRule({ name: 'shadow', action: 'log', characteristics: ['ip'], limit: 100, periodS: 60 })]);
+      const results = await Promise.all(Array.from({ length: 300 }, (_, i) => limiter.check({ ip: i % 2 ? 'odd' : 'even' })));
+      expect(results.filter((r) => r.error !== undefined)).toEqual([]);
+      expect(results.filter((r) => r.action === 'block').length).toBe(0);
+      const all = await Promise.all(Array.from({ length: 400 }, () => limiter.check({ ip: 'together' })));
+      expect(all.filter((r) => r.action === 'allow').length).toBe(250);
+      expect(all.filter((r) => r.action === 'block').length).toBe(150);
+      // The blocking rule is terminal: the blocked checks never reached the shadow rule.
+      expect(all.filter((r) => r.evaluations.length === 2).length).toBe(250);
+      expect(all.filter((r) => r.evaluations.some((e) => e.rule.name === 'shadow' && e.result === 'exceeded')).length).toBe(150);
+    });
+
     it('peek returns the verdict for the cost without counting or banning', async () => {
       const rule = defineRule({ name: 'bytes', action: 'limit', characteristics: ['p'], limit: 100, periodS: 60, banForS: 60 });
       const { limiter } = await setup([rule]);

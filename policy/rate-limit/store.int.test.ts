@@ -54,6 +54,34 @@ describe('redis store specifics', () => {
     expect((await limiter.check({ ip: 'n' })).action).toBe('block');
   });
 
+  it('batches plain checks into one script call; a counter of the wrong type fails only its own check', async () => {
+    const prefix = `${redis.prefix}batch:`;
+    const plain = defineRule({ name: 'p', action: 'limit', characteristics: ['ip'], limit: 100, periodS: 60 });
+    const limiter = createLimiter({ store: createRedisStore(redis.client), clock: new ManualClock(T0, 0), log: pino({ level: 'silent' }), keyPrefix: prefix, timeoutMs: 2000 }, { name: 'lim', rules: [plain] });
+    const bad = buildPlan(prefix, 'lim', [plain], { ip: 'bad' }, T0).counting[0]!.counterKey;
+    await redis.client.hset(bad, 'f', 'v');
+    const before = Number((await redis.client.info('commandstats')).match(/cmdstat_evalsha:calls=(\d+)/)?.[1] ?? 0);
+    const results = await Promise.all(['a', 'bad', 'b', 'a'].map((ip) => limiter.check({ ip })));
+    const after = Number((await redis.client.info('commandstats')).match(/cmdstat_evalsha:calls=(\d+)/)?.[1] ?? 0);
+    expect(results.map((r) => [r.action, r.error === undefined ? 'ok' : (r.error as { code?: string }).code])).toEqual([
+      ['allow', 'ok'],
+      ['allow', 'store_unavailable'],
+      ['allow', 'ok'],
+      ['allow', 'ok'],
+    ]);
+    expect(results[3]!.info!.remaining).toBe(98);
+    // Other clients share this server, so "one call" is a bound: far fewer calls than checks.
+    expect(after - before).toBeLessThan(4);
+    // count.lua gives a new counter its TTL and heals one left without.
+    const a = buildPlan(prefix, 'lim', [plain], { ip: 'a' }, T0).counting[0]!.counterKey;
+    expect(await redis.client.pttl(a)).toBeGreaterThan(59_000);
+    await redis.client.persist(a);
+    await limiter.check({ ip: 'a' });
+    expect(await redis.client.pttl(a)).toBeGreaterThan(59_000);
+    await redis.client.script('FLUSH');
+    expect((await limiter.check({ ip: 'a' })).info!.remaining).toBe(96);
+  });
+
   it('stores float costs with INCRBYFLOAT', async () => {
     const prefix = `${redis.prefix}float:`;
     const bytes = defineRule({ name: 'bytes', action: 'limit', characteristics: ['p'], limit: 10, periodS: 60 });
