@@ -6,12 +6,18 @@
  *   node bench/router.ts [--database-url postgres://postgres@127.0.0.1:5432/postgres]
  *                        [--runs 3] [--big-mib 1024] [--small-requests 3000] [--concurrency 16]
  *
+ * Two references run in the same interleaved loop, so the router's figures can be read against what
+ * any proxy costs on this machine: nginx with the shipped deploy/nginx/arkvory.conf (addresses
+ * replaced; skipped with a note when nginx is not installed) and a bare node:http proxy (a dozen lines,
+ * request.pipe/response.pipe over a keep-alive agent: the floor of proxying in Node).
+ *
  * Large file: MiB/s of one whole-file curl to /dev/null. Small file (4 KiB): requests/s and p50/p99
  * over `--concurrency` keep-alive connections. Targets of issue 9: overhead ≤ 15 % for the 1 GiB
  * stream (ratio ≥ 0.85) and ≤ 35 % for 4 KiB requests (ratio ≥ 0.65). A temporary database and
  * directory are used and removed; every process started here is stopped.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { chmod, mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
@@ -114,6 +120,50 @@ async function startServe(env: Record<string, string>, base: string, children: C
   }
 }
 
+/** The floor: what proxying costs in Node with nothing else (no routing, health, headers, retries). */
+const BARE_PROXY = `
+import http from 'node:http';
+const [port, target] = process.argv.slice(1);
+const t = new URL(target);
+const agent = new http.Agent({ keepAlive: true });
+http.createServer((req, res) => {
+  const up = http.request({ host: t.hostname, port: t.port, path: req.url, method: req.method, headers: req.headers, agent }, (ur) => {
+    res.writeHead(ur.statusCode, ur.headers);
+    ur.pipe(res);
+  });
+  up.on('error', () => res.destroy());
+  req.pipe(up);
+}).listen(Number(port), '127.0.0.1');
+`;
+
+async function waitHealthy(base: string, child: ChildProcess, what: string): Promise<void> {
+  for (let i = 0; ; i++) {
+    const ok = await fetch(`${base}/health/live`).then((r) => r.status === 200, () => false);
+    if (ok) return;
+    if (i > 100 || child.exitCode !== null) throw new Error(`${what} did not start`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+async function startNginx(work: string, gatewayAddress: string, port: number, children: ChildProcess[]): Promise<ChildProcess | undefined> {
+  const nginx = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
+  if (!nginx) return undefined;
+  const dir = path.join(work, 'nginx');
+  const t = path.join(dir, 'tmp');
+  await import('node:fs/promises').then((fs) => fs.mkdir(t, { recursive: true }));
+  const example = await readFile(path.join(ROOT, 'deploy/nginx/arkvory.conf'), 'utf8');
+  // The shipped example, one gateway: its address for every server line, the listen port replaced.
+  const site = example.replace(/server 10\.0\.0\.1[12]:8080[^\n]*\n/g, '').replaceAll('10.0.0.10:8080', gatewayAddress).replace('listen 80;', `listen 127.0.0.1:${port};`);
+  await writeFile(path.join(dir, 'arkvory.conf'), site);
+  await writeFile(
+    path.join(dir, 'nginx.conf'),
+    `${process.getuid?.() === 0 ? 'user root;\n' : ''}worker_processes 1;\ndaemon off;\npid ${dir}/nginx.pid;\nerror_log ${dir}/error.log warn;\nevents { worker_connections 256; }\nhttp {\n  access_log off;\n  client_body_temp_path ${t}/body; proxy_temp_path ${t}/proxy; fastcgi_temp_path ${t}/fastcgi; uwsgi_temp_path ${t}/uwsgi; scgi_temp_path ${t}/scgi;\n  include ${dir}/arkvory.conf;\n}\n`,
+  );
+  const child = spawn(nginx, ['-p', dir, '-c', path.join(dir, 'nginx.conf')], { stdio: 'ignore' });
+  children.push(child);
+  return child;
+}
+
 async function main(): Promise<void> {
   const work = await mkdtemp(path.join(os.tmpdir(), 'arkvory-bench-router-'));
   await chmod(work, 0o755);
@@ -151,6 +201,24 @@ async function main(): Promise<void> {
     const routerBase = `http://127.0.0.1:${routerPort}`;
     const routerChild = await startServe({ ARKVORY_ROLE: 'router', ARKVORY_ROUTER_BACKENDS: gatewayBase, ARKVORY_PORT: String(routerPort) }, routerBase, children);
 
+    const barePort = await freeLoopbackPort();
+    const bareBase = `http://127.0.0.1:${barePort}`;
+    const bareChild = spawn(process.execPath, ['--input-type=module', '-e', BARE_PROXY, String(barePort), gatewayBase], { stdio: 'ignore' });
+    children.push(bareChild);
+    await waitHealthy(bareBase, bareChild, 'the bare node:http proxy');
+    const nginxPort = await freeLoopbackPort();
+    const nginxBase = `http://127.0.0.1:${nginxPort}`;
+    const nginxChild = await startNginx(work, `127.0.0.1:${gatewayPort}`, nginxPort, children);
+    if (nginxChild) await waitHealthy(nginxBase, nginxChild, 'nginx');
+    else process.stderr.write('nginx not installed (apt-get install nginx-light): its reference row is skipped\n');
+    // nginx forks a worker; its CPU is the master's children, so nginx rows show throughput only.
+    const paths = [
+      { name: 'direct', label: 'client → gateway', base: gatewayBase, front: undefined as number | undefined },
+      { name: 'router', label: 'client → router → gateway', base: routerBase, front: routerChild.pid },
+      { name: 'bare', label: 'client → bare node:http proxy → gateway', base: bareBase, front: bareChild.pid },
+      ...(nginxChild ? [{ name: 'nginx', label: 'client → nginx (deploy example) → gateway', base: nginxBase, front: undefined as number | undefined }] : []),
+    ];
+
     for (const [name, file] of [['big.bin', bigFile], ['small.bin', smallFile]] as const) {
       const status = await new Promise<number>((resolve, reject) => {
         const req = http.request(`${gatewayBase}/api/v1/repositories/bench/artifacts/${name}`, { method: 'PUT', headers: { authorization: `Bearer ${key}` } }, (res) => {
@@ -165,44 +233,52 @@ async function main(): Promise<void> {
     const url = (base: string, name: string) => `${base}/api/v1/repositories/bench/artifacts/${name}/content`;
     await curl(url(gatewayBase, 'big.bin'), { authorization: `Bearer ${key}` });
 
-    const fresh = () => ({ big: [] as number[], rps: [] as number[], p50: [] as number[], p99: [] as number[], gatewayCpu: [] as number[], routerCpu: [] as number[], errors: 0 });
-    const results = { direct: fresh(), router: fresh() };
+    const fresh = () => ({ big: [] as number[], rps: [] as number[], p50: [] as number[], p99: [] as number[], gatewayCpu: [] as number[], frontCpu: [] as number[], errors: 0 });
+    const results = new Map(paths.map((p) => [p.name, fresh()]));
     for (let run = 0; run < RUNS; run++) {
-      // Alternate which goes first, so neither always gets the warmer machine.
-      const order = run % 2 === 0 ? (['direct', 'router'] as const) : (['router', 'direct'] as const);
-      for (const name of order) {
-        const base = name === 'direct' ? gatewayBase : routerBase;
-        const r = results[name];
-        const cpuBefore = [await cpuSeconds(gatewayChild.pid!), await cpuSeconds(routerChild.pid!)];
-        const b = await curl(url(base, 'big.bin'), { authorization: `Bearer ${key}` });
-        const cpuAfter = [await cpuSeconds(gatewayChild.pid!), await cpuSeconds(routerChild.pid!)];
+      // Rotate which goes first, so none always gets the warmer machine.
+      const order = paths.map((_, i) => paths[(i + run) % paths.length]!);
+      for (const p of order) {
+        const r = results.get(p.name)!;
+        const cpuBefore = [await cpuSeconds(gatewayChild.pid!), p.front ? await cpuSeconds(p.front) : 0];
+        const b = await curl(url(p.base, 'big.bin'), { authorization: `Bearer ${key}` });
+        const cpuAfter = [await cpuSeconds(gatewayChild.pid!), p.front ? await cpuSeconds(p.front) : 0];
         r.gatewayCpu.push(((cpuAfter[0]! - cpuBefore[0]!) * MiB * 1024) / BIG_BYTES);
-        r.routerCpu.push(((cpuAfter[1]! - cpuBefore[1]!) * MiB * 1024) / BIG_BYTES);
-        if (b.status !== 200 || b.bytes !== BIG_BYTES) throw new Error(`${name}: big download got ${b.status} with ${b.bytes} bytes`);
+        r.frontCpu.push(((cpuAfter[1]! - cpuBefore[1]!) * MiB * 1024) / BIG_BYTES);
+        if (b.status !== 200 || b.bytes !== BIG_BYTES) throw new Error(`${p.name}: big download got ${b.status} with ${b.bytes} bytes`);
         r.big.push(BIG_BYTES / MiB / b.seconds);
-        const s = await measureSmall(url(base, 'small.bin'), key);
+        const s = await measureSmall(url(p.base, 'small.bin'), key);
         r.rps.push(s.rps);
         r.p50.push(s.p50Ms);
         r.p99.push(s.p99Ms);
         r.errors += s.errors;
-        process.stderr.write(`run ${run + 1}/${RUNS} ${name}: ${r.big.at(-1)!.toFixed(0)} MiB/s, 4 KiB ${s.rps.toFixed(0)} req/s\n`);
+        process.stderr.write(`run ${run + 1}/${RUNS} ${p.name}: ${r.big.at(-1)!.toFixed(0)} MiB/s, 4 KiB ${s.rps.toFixed(0)} req/s\n`);
       }
     }
-    const row = (name: 'direct' | 'router') => ({
-      path: name === 'direct' ? 'client → gateway' : 'client → router → gateway',
-      [`${BIG_BYTES / MiB} MiB stream MiB/s`]: Math.round(median(results[name].big)),
-      '4 KiB req/s': Math.round(median(results[name].rps)),
-      'p50 ms': Number(median(results[name].p50).toFixed(2)),
-      'p99 ms': Number(median(results[name].p99).toFixed(2)),
-      'gateway CPU s/GiB': Number(median(results[name].gatewayCpu).toFixed(2)),
-      'router CPU s/GiB': Number(median(results[name].routerCpu).toFixed(2)),
-      errors: results[name].errors,
+    const direct = results.get('direct')!;
+    const rows = paths.map((p) => {
+      const r = results.get(p.name)!;
+      return {
+        path: p.label,
+        [`${BIG_BYTES / MiB} MiB stream MiB/s`]: Math.round(median(r.big)),
+        'stream ×direct': Number((median(r.big) / median(direct.big)).toFixed(2)),
+        '4 KiB req/s': Math.round(median(r.rps)),
+        '4 KiB ×direct': Number((median(r.rps) / median(direct.rps)).toFixed(2)),
+        'p50 ms': Number(median(r.p50).toFixed(2)),
+        'p99 ms': Number(median(r.p99).toFixed(2)),
+        'gateway CPU s/GiB': Number(median(r.gatewayCpu).toFixed(2)),
+        'proxy CPU s/GiB': p.front ? Number(median(r.frontCpu).toFixed(2)) : '-',
+        errors: r.errors,
+      };
     });
     console.log(`\nbench/router.ts: ${BIG_BYTES / MiB} MiB stream and 4 KiB requests (${CONCURRENCY} keep-alive connections, ${SMALL_REQUESTS} per run), medians of ${RUNS} runs, ${os.cpus().length} CPUs, load average ${os.loadavg().map((l) => l.toFixed(1)).join(' ')}`);
-    console.table([row('direct'), row('router')]);
-    const bigRatio = median(results.router.big) / median(results.direct.big);
-    const smallRatio = median(results.router.rps) / median(results.direct.rps);
+    console.table(rows);
+    const router = results.get('router')!;
+    const bigRatio = median(router.big) / median(direct.big);
+    const smallRatio = median(router.rps) / median(direct.rps);
     console.log(`router/direct: stream ${bigRatio.toFixed(2)}× (overhead ${((1 - bigRatio) * 100).toFixed(0)} %, target ≤ 15 %), 4 KiB req/s ${smallRatio.toFixed(2)}× (overhead ${((1 - smallRatio) * 100).toFixed(0)} %, target ≤ 35 %)`);
+    const bare = results.get('bare')!;
+    console.log(`router/bare node:http proxy: stream ${(median(router.big) / median(bare.big)).toFixed(2)}×, 4 KiB ${(median(router.rps) / median(bare.rps)).toFixed(2)}×`);
   } finally {
     for (const child of children) child.kill('SIGTERM');
     await Promise.all(children.map((c) => (c.exitCode === null ? new Promise((r) => c.once('exit', r)) : undefined)));

@@ -151,6 +151,10 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
             }
           }
           res.writeHead(status, responseHeadersFrom(proxyRes.headers));
+          // pipeline() adds its own close listeners beside the server's, http-proxy-3's and ours: 11
+          // on one response is expected here, and the leak warning (an Error, a stack and a write
+          // to stderr per request) cost more CPU than the proxying of a small answer.
+          res.setMaxListeners(32);
           pipeline(proxyRes, res, (err) => {
             attempt.done = true;
             attempt.release();
