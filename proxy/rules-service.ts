@@ -54,7 +54,7 @@ export async function runRulesService(config: Config, log: Logger): Promise<numb
     server = createGatewayServer({ routes, gates: [createAuthGate(auth, lifecycle)], log });
     const address = await server.listen(config.port, config.host);
     if (signals === 0) lifecycle.set('serving');
-    log.info({ role: 'rules-service', url: `http://${address.address}:${address.port}`, port: address.port, ttlSeconds: config.rulesService.ttlSeconds, token: config.rulesService.token !== undefined }, 'listening');
+    log.info({ role: 'rules-service', url: `http://${address.address}:${address.port}`, port: address.port, ttlSeconds: config.rulesService.ttlSeconds, queryTokenRequired: config.rulesService.token !== undefined }, 'listening');
   } catch (err) {
     const message = err instanceof Error ? err.message : String(err);
     log.fatal({ err, code: 'startup_refused' }, `cannot start: ${message}`);

@@ -1,6 +1,7 @@
 /**
  * Consecutive-failure circuit breaker for the rules service. Pure: time comes in as `nowMs`.
- * Closed: every miss may ask. After `threshold` consecutive failures it opens for `openMs`: no
+ * Closed: every miss may ask. After `threshold` consecutive failures (or one failure that opens it at
+ * once: a timeout, so a hung service costs a request at most one timeout) it opens for `openMs`: no
  * request asks (their added cost is zero). Then one probe may ask (half-open); its success closes
  * the circuit, its failure opens it again for another `openMs`.
  */
@@ -11,7 +12,8 @@ export interface CircuitBreaker {
   /** Whether a caller may ask now; in half-open only the first caller (the probe) may. */
   allow(nowMs: number): boolean;
   success(): void;
-  failure(nowMs: number): void;
+  /** `opensAtOnce`: open now, whatever the count (a timeout). */
+  failure(nowMs: number, opensAtOnce?: boolean): void;
 }
 
 export function createCircuitBreaker(options: { threshold: number; openMs: number }): CircuitBreaker {
@@ -34,9 +36,9 @@ export function createCircuitBreaker(options: { threshold: number; openMs: numbe
       state = 'closed';
       failures = 0;
     },
-    failure(nowMs) {
+    failure(nowMs, opensAtOnce = false) {
       failures++;
-      if (state === 'half_open' || failures >= options.threshold) {
+      if (opensAtOnce || state === 'half_open' || failures >= options.threshold) {
         state = 'open';
         openUntilMs = nowMs + options.openMs;
       }

@@ -11,9 +11,9 @@
  *   Concurrent misses for the same identifier share one request (single flight).
  * - Failure (unreachable, error status, slower than `timeoutMs`, an answer that fails validation):
  *   `undefined`, i.e. the local tiers decide (file, published, defaults); counted by result and
- *   logged at most once per `logIntervalMs`. After `failureThreshold` consecutive failures the
- *   circuit opens for `openMs`: misses then skip the service entirely (added cost zero), and one
- *   probe per `openMs` tries again.
+ *   logged at most once per `logIntervalMs`. After `failureThreshold` consecutive failures, or one
+ *   timeout, the circuit opens for `openMs`: misses then skip the service entirely (added cost
+ *   zero), and one probe per `openMs` tries again. So a request waits at most one timeout in all.
  * Worst-case propagation of a change made in the service: `maxTtlMs` + `timeoutMs` (an entry read
  * just before the change lives its full TTL; the next miss fetches the new rules).
  */
@@ -157,7 +157,9 @@ export function createRemoteRules(deps: RemoteRulesDeps): RemoteRules {
       return { answer: rules, result: 'miss' };
     } catch (err) {
       const result: RulesServiceResult = err instanceof RulesServiceError ? err.kind : 'error';
-      breaker.failure(clock.monotonicMs());
+      // A timeout opens the circuit at once: the lookups after it (the request's other limiters,
+      // the next requests) skip the service, so a hung service costs a request one timeout at most.
+      breaker.failure(clock.monotonicMs(), result === 'timeout');
       reportFailure(limiter, result, err);
       return { answer: undefined, result };
     } finally {
