@@ -33,6 +33,7 @@ import {
   type Limiter,
   type RateLimitResult,
   type RemoteRules,
+  type RulesServiceMetrics,
   type RuleLayer,
   type RuleRegistry,
   type RuleSpec,
@@ -128,7 +129,7 @@ export async function openRateLimiting(services: Services, options: { refreshInt
   const deps = { store, clock, log, metrics, timeoutMs: config.rateLimitTimeoutMs, keyPrefix: `${config.redisKeyPrefix}rl:` };
   const local: RuleLayer = { name: 'local', rulesFor: (limiter: string) => registry.rules(limiter) };
   // Phase 3 (spec 3.1): the rules service's answers come before every local tier.
-  const remote = openRemoteRules(services, available, log);
+  const remote = openRemoteRules(services, available, log, createRulesServiceMetrics());
   const layers = remote ? [remote, local] : [local];
   const limiter = (name: string) => createLimiter(deps, { name, rules: layeredRules(name, layers) });
   const request = limiter('gateway_request');
@@ -152,7 +153,7 @@ export async function openRateLimiting(services: Services, options: { refreshInt
 }
 
 /** The remote rules layer over undici, or undefined when no rules service is configured. */
-function openRemoteRules(services: Services, available: AvailableLimiters, log: Logger): RemoteRules | undefined {
+function openRemoteRules(services: Services, available: AvailableLimiters, log: Logger, metrics: RulesServiceMetrics): RemoteRules | undefined {
   const { config, clock } = services;
   const { url, timeoutMs, maxTtlMs, token } = config.rulesService;
   if (!url) return undefined;
@@ -164,7 +165,7 @@ function openRemoteRules(services: Services, available: AvailableLimiters, log: 
     transport: client.transport,
     clock,
     log: log.child({ component: 'rules-service-client' }),
-    metrics: createRulesServiceMetrics(),
+    metrics,
     timeoutMs,
     maxTtlMs,
   });

@@ -48,10 +48,11 @@ export interface RulesServiceMetrics {
 }
 
 export const RULES_SERVICE_METRIC = 'arkvory_rate_limit_rules_service_requests_total';
+export const RULES_SERVICE_HELP = 'Rules-service lookups by result: hit (cache), miss (fetched), error, timeout, invalid, circuit_open (the last four: local rules apply).';
 
 /** One increment per lookup; children are bound once per (limiter, result) to keep the hot path cheap. */
 export function createRulesServiceMetrics(registry: Registry = defaultRegistry): RulesServiceMetrics {
-  const requests = counter(registry, RULES_SERVICE_METRIC, 'Rules-service lookups by result: hit (cache), miss (fetched), error, timeout, invalid, circuit_open (the last four fall back to the local rules).', ['limiter', 'result']);
+  const requests = counter(registry, RULES_SERVICE_METRIC, RULES_SERVICE_HELP, ['limiter', 'result']);
   const bound = new Map<string, { inc(): void }>();
   return {
     request(limiter, result) {
