@@ -184,6 +184,8 @@ describe('wire contract and breaker', () => {
     expect(shapeKey('l', ['principal'], { principal: 'p', ip: 'x' })).toBe(shapeKey('l', ['principal'], { principal: 'p', ip: 'y' }));
     expect(shapeKey('l', ['principal'], { principal: 'p' })).not.toBe(shapeKey('l', ['principal'], {}));
     expect(shapeKey('l', ['principal', 'repository'], { principal: 'a', repository: 'b' })).not.toBe(shapeKey('l', ['principal', 'repository'], { principal: 'a\0b' }));
+    expect(shapeKey('l', ['principal', 'repository'], { principal: 'a', repository: 'b\0c' })).not.toBe(shapeKey('l', ['principal', 'repository'], { principal: 'a\0b', repository: 'c' }));
+    expect(shapeKey('l', ['principal'], { principal: '-' })).not.toBe(shapeKey('l', ['principal'], {}));
   });
 
   it('answerFor: a principal rule beats a repository rule of the same name; varies_by lists kinds in use', () => {

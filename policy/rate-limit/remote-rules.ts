@@ -79,12 +79,16 @@ export interface RemoteRules extends RuleLayer {
   status(): { circuit: BreakerState; entries: number; lastError: string | undefined };
 }
 
-const MISSING = '\u0001';
-
-/** The cache key of `identifier` under one shape: limiter, the shape, and the shape's values. */
+/**
+ * The cache key of `identifier` under one shape: limiter, the shape, and the shape's values, each
+ * length-prefixed so no value can forge a separator; a missing property is `-`.
+ */
 export function shapeKey(limiter: string, shape: readonly string[], identifier: Identifier): string {
   let key = `${limiter}\0${shape.join(',')}`;
-  for (const property of shape) key += `\0${valueOf(identifier, property) ?? MISSING}`;
+  for (const property of shape) {
+    const value = valueOf(identifier, property);
+    key += value === undefined ? '\0-' : `\0${value.length}:${value}`;
+  }
   return key;
 }
 
