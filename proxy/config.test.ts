@@ -37,7 +37,7 @@ describe('loadConfig', () => {
     ['ARKVORY_PORT', 'abc', 'expected an integer from 0 to 65535, got "abc"'],
     ['ARKVORY_PORT', '65536', 'got "65536"'],
     ['ARKVORY_PORT', '08', 'got "08"'],
-    ['ARKVORY_ROLE', 'boss', 'expected one of api|reader|worker|router, got "boss"'],
+    ['ARKVORY_ROLE', 'boss', 'expected one of api|reader|worker|router|rules-service, got "boss"'],
     ['ARKVORY_DATABASE_POOL_SIZE', '0', 'expected an integer from 1 to 1000, got "0"'],
     ['ARKVORY_DATABASE_POOL_SIZE', '-1', 'got "-1"'],
     ['ARKVORY_LOG_LEVEL', 'loud', 'got "loud"'],
@@ -84,6 +84,17 @@ describe('loadConfig', () => {
     ])('refuses %j', (env, expected) => {
       expect(problemsOf(env as Record<string, string>).join('\n')).toContain(expected);
     });
+  });
+
+  it('reads the Phase 3 rules-service variables (service name checked, the role needs a database)', () => {
+    expect(loadConfig({}).rulesService).toEqual({ url: undefined, timeoutMs: 100, maxTtlMs: 60_000, token: undefined, ttlSeconds: 30 });
+    expect(loadConfig({}).serviceName).toBe('arkvory');
+    const config = loadConfig({ ARKVORY_RULES_SERVICE_URL: 'http://10.0.0.9:8090', ARKVORY_RULES_SERVICE_TIMEOUT_MILLISECONDS: '50', ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS: '5', ARKVORY_SERVICE_NAME: 'arkvory-eu' });
+    expect(config.rulesService).toMatchObject({ url: 'http://10.0.0.9:8090', timeoutMs: 50, maxTtlMs: 5000 });
+    expect(problemsOf({ ARKVORY_SERVICE_NAME: 'Not A Name' }).join('\n')).toContain('ARKVORY_SERVICE_NAME: expected ^[a-z0-9][a-z0-9_.-]{0,63}$');
+    expect(problemsOf({ ARKVORY_RULES_SERVICE_URL: 'redis://x' }).join('\n')).toContain('ARKVORY_RULES_SERVICE_URL: expected a URL with scheme http:// or https://');
+    expect(problemsOf({ ARKVORY_ROLE: 'rules-service' })).toEqual(['ARKVORY_ROLE: "rules-service" keeps its overrides in PostgreSQL; set ARKVORY_DATABASE_URL']);
+    expect(problemsOf({ ARKVORY_ROLE: 'rules-service', ARKVORY_DATABASE_URL: 'postgres://db/arkvory' })).toEqual([]);
   });
 
   it('returns a deep-frozen object', () => {

@@ -26,7 +26,7 @@ const TiB = 2 ** 40;
 const BYTES_PER_SECOND = { type: 'int', min: 0, max: TiB } as const;
 
 export const VARIABLES: readonly VariableSpec[] = [
-  { name: 'ARKVORY_ROLE', kind: { type: 'enum', values: ['api', 'reader', 'worker', 'router'] }, defaultValue: 'api', doc: 'Process role: `api` (the single writer), `reader`, `worker` or `router`.' },
+  { name: 'ARKVORY_ROLE', kind: { type: 'enum', values: ['api', 'reader', 'worker', 'router', 'rules-service'] }, defaultValue: 'api', doc: 'Process role: `api` (the single writer), `reader`, `worker`, `router` or `rules-service` (the reference Phase 3 rules service, docs/rate-limits.md).' },
   { name: 'ARKVORY_HOST', kind: { type: 'string' }, defaultValue: '127.0.0.1', doc: 'Address the HTTP server binds to.' },
   { name: 'ARKVORY_PORT', kind: { type: 'int', min: 0, max: 65535 }, defaultValue: '8080', doc: 'HTTP port (0 picks a free port and logs it).' },
   { name: 'ARKVORY_DATA_DIR', kind: { type: 'string' }, defaultValue: './data', doc: 'Storage root of the filesystem store; also holds the embedded PostgreSQL (`.pg`) and `admin.key`.' },
@@ -63,9 +63,15 @@ export const VARIABLES: readonly VariableSpec[] = [
   { name: 'ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS', kind: { type: 'int', min: 100, max: 60000 }, defaultValue: '2000', doc: 'Router: how often leases are read and every gateway\'s `/health/status` is probed; a failing gateway leaves the pool within 2 intervals.' },
   { name: 'ARKVORY_ROUTER_CONNECT_TIMEOUT_MILLISECONDS', kind: { type: 'int', min: 50, max: 60000 }, defaultValue: '3000', doc: 'Router: longest wait for a TCP connection to a gateway; then 502 `upstream_unreachable` (GET/HEAD: one retry elsewhere).' },
   { name: 'ARKVORY_ROUTER_IDLE_TIMEOUT_SECONDS', kind: { type: 'int', min: 1, max: 3600 }, defaultValue: '120', doc: 'Router: longest silence on an upstream connection (no byte either way); before the response → 504 `upstream_timeout`, after → the response is cut.' },
+  { name: 'ARKVORY_SERVICE_NAME', kind: { type: 'string' }, defaultValue: 'arkvory', doc: 'This gateway group\'s service name, sent with every rules-service query so rules for one service never reach another that shares a limiter name (`^[a-z0-9][a-z0-9_.-]{0,63}$`).' },
+  { name: 'ARKVORY_RULES_SERVICE_URL', kind: { type: 'url', protocols: ['http:', 'https:'] }, doc: 'Phase 3: base URL of an external rate-limit rules service whose per-identifier rules are evaluated before the local tiers (docs/rate-limits.md). Unset: local rules only.' },
+  { name: 'ARKVORY_RULES_SERVICE_TIMEOUT_MILLISECONDS', kind: { type: 'int', min: 1, max: 60000 }, defaultValue: '100', doc: 'Longest a rate-limit check waits for the rules service on a cache miss; slower, unreachable or invalid → the local rules apply (counted, logged).' },
+  { name: 'ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS', kind: { type: 'int', min: 1, max: 86400 }, defaultValue: '60', doc: 'Upper bound on how long a rules-service answer is cached (the service proposes `ttl_s`); worst-case propagation of a service-side change is this plus the timeout.' },
+  { name: 'ARKVORY_RULES_SERVICE_TOKEN', kind: { type: 'string' }, secret: true, doc: 'Shared bearer token for `POST /api/v1/rules/query`: the gateway sends it, the rules-service role requires it. Unset: the query route is open (bind the service to a private address).' },
+  { name: 'ARKVORY_RULES_SERVICE_TTL_SECONDS', kind: { type: 'int', min: 0, max: 86400 }, defaultValue: '30', doc: 'Role rules-service: the `ttl_s` it answers, i.e. how long gateways may cache its rules (0 = do not cache).' },
 ];
 
-export type Role = 'api' | 'reader' | 'worker' | 'router';
+export type Role = 'api' | 'reader' | 'worker' | 'router' | 'rules-service';
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 
 export interface Config {
@@ -115,6 +121,17 @@ export interface Config {
     readonly probeIntervalMs: number;
     readonly connectTimeoutMs: number;
     readonly idleTimeoutMs: number;
+  };
+  /** This gateway group's name in rules-service queries (spec 3.1). */
+  readonly serviceName: string;
+  readonly rulesService: {
+    /** Base URL of the Phase 3 rules service; undefined = local rules only. */
+    readonly url: string | undefined;
+    readonly timeoutMs: number;
+    readonly maxTtlMs: number;
+    readonly token: string | undefined;
+    /** Role rules-service: the TTL it answers. */
+    readonly ttlSeconds: number;
   };
   readonly shared:
     | {
@@ -273,6 +290,11 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
       problems.push('ARKVORY_ROLE: "router" finds its gateways in the lease table (set ARKVORY_DATABASE_URL) or in a static list (set ARKVORY_ROUTER_BACKENDS)');
     }
   }
+  if (problems.length === 0) {
+    const serviceName = str('ARKVORY_SERVICE_NAME');
+    if (!/^[a-z0-9][a-z0-9_.-]{0,63}$/.test(serviceName)) problems.push(`ARKVORY_SERVICE_NAME: expected ^[a-z0-9][a-z0-9_.-]{0,63}$, got ${JSON.stringify(serviceName)}`);
+    if (str('ARKVORY_ROLE') === 'rules-service' && optStr('ARKVORY_DATABASE_URL') === undefined) problems.push('ARKVORY_ROLE: "rules-service" keeps its overrides in PostgreSQL; set ARKVORY_DATABASE_URL');
+  }
   if (problems.length > 0) throw new ConfigError(problems);
 
   const maxDownloads = num('ARKVORY_MAX_DOWNLOADS');
@@ -314,6 +336,14 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
       probeIntervalMs: num('ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS'),
       connectTimeoutMs: num('ARKVORY_ROUTER_CONNECT_TIMEOUT_MILLISECONDS'),
       idleTimeoutMs: num('ARKVORY_ROUTER_IDLE_TIMEOUT_SECONDS') * 1000,
+    },
+    serviceName: str('ARKVORY_SERVICE_NAME'),
+    rulesService: {
+      url: optStr('ARKVORY_RULES_SERVICE_URL'),
+      timeoutMs: num('ARKVORY_RULES_SERVICE_TIMEOUT_MILLISECONDS'),
+      maxTtlMs: num('ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS') * 1000,
+      token: optStr('ARKVORY_RULES_SERVICE_TOKEN'),
+      ttlSeconds: num('ARKVORY_RULES_SERVICE_TTL_SECONDS'),
     },
     shared,
   };

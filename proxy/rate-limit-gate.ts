@@ -18,6 +18,9 @@ import {
   createMemoryStore,
   createPgRuleDocuments,
   createRateLimitMetrics,
+  createRemoteRules,
+  createRulesServiceClient,
+  createRulesServiceMetrics,
   createRedisRuleDocuments,
   createRedisStore,
   createRuleRegistry,
@@ -29,6 +32,9 @@ import {
   type Identifier,
   type Limiter,
   type RateLimitResult,
+  type RemoteRules,
+  type RulesServiceMetrics,
+  type RuleLayer,
   type RuleRegistry,
   type RuleSpec,
 } from '../policy/rate-limit/index.ts';
@@ -91,6 +97,8 @@ export interface RateLimiting {
   readonly authFailure: Limiter;
   readonly transferBytes: Limiter;
   readonly counters: 'redis' | 'memory';
+  /** The Phase 3 layer, when ARKVORY_RULES_SERVICE_URL is set. */
+  readonly remote: RemoteRules | undefined;
   /** After auth: `gateway_request` and `transfer_bytes`. */
   readonly gate: Gate;
   /** Wraps the auth gate with the `auth_failure` limiter. */
@@ -119,25 +127,48 @@ export async function openRateLimiting(services: Services, options: { refreshInt
   services.onClose.push(() => registry.stop());
   const metrics = createRateLimitMetrics();
   const deps = { store, clock, log, metrics, timeoutMs: config.rateLimitTimeoutMs, keyPrefix: `${config.redisKeyPrefix}rl:` };
-  const local = { name: 'local', rulesFor: (limiter: string) => registry.rules(limiter) };
-  const limiter = (name: string) => createLimiter(deps, { name, rules: layeredRules(name, [local]) });
+  const local: RuleLayer = { name: 'local', rulesFor: (limiter: string) => registry.rules(limiter) };
+  // Phase 3 (spec 3.1): the rules service's answers come before every local tier.
+  const remote = openRemoteRules(services, available, log, createRulesServiceMetrics());
+  const layers = remote ? [remote, local] : [local];
+  const limiter = (name: string) => createLimiter(deps, { name, rules: layeredRules(name, layers) });
   const request = limiter('gateway_request');
   const authFailure = limiter('auth_failure');
   const transferBytes = limiter('transfer_bytes');
   services.readiness.push(() => {
     const status = registry.status();
-    return { rateLimits: { counters: store.kind, rules: status.documents, rulesFresh: status.lastRefreshError === undefined && status.seeded } };
+    return { rateLimits: { counters: store.kind, rules: status.documents, rulesFresh: status.lastRefreshError === undefined && status.seeded, ...(remote ? { rulesService: remote.status().circuit } : {}) } };
   });
-  log.info({ counters: store.kind, rules: documents.kind, file: config.rateLimitsFile ?? null }, 'rate limiting ready');
+  log.info({ counters: store.kind, rules: documents.kind, file: config.rateLimitsFile ?? null, rulesService: config.rulesService.url ?? null, service: config.serviceName }, 'rate limiting ready');
   return {
     registry,
     request,
     authFailure,
     transferBytes,
     counters: store.kind,
+    remote,
     gate: createRateLimitGate({ request, transferBytes, clock, trusted }),
     guardAuth: (authGate) => guardAuthGate(authGate, authFailure, clock, trusted),
   };
+}
+
+/** The remote rules layer over undici, or undefined when no rules service is configured. */
+function openRemoteRules(services: Services, available: AvailableLimiters, log: Logger, metrics: RulesServiceMetrics): RemoteRules | undefined {
+  const { config, clock } = services;
+  const { url, timeoutMs, maxTtlMs, token } = config.rulesService;
+  if (!url) return undefined;
+  const client = createRulesServiceClient({ url, timeoutMs, token });
+  services.onClose.push(() => client.close());
+  return createRemoteRules({
+    serviceName: config.serviceName,
+    available,
+    transport: client.transport,
+    clock,
+    log: log.child({ component: 'rules-service-client' }),
+    metrics,
+    timeoutMs,
+    maxTtlMs,
+  });
 }
 
 const NO_TRUSTED_PROXIES = createTrustedProxies([]);

@@ -13,6 +13,7 @@ import { createLogger } from './logger.ts';
 import { createGatewayMetrics } from './metrics/gateway-metrics.ts';
 import { metricsRoute, startMetricsServer, type MetricsServer } from './metrics/metrics-endpoint.ts';
 import { runRouter } from './router/run-router.ts';
+import { runRulesService } from './rules-service.ts';
 import type { Services } from './services.ts';
 import { createTransfers } from './transfers.ts';
 
@@ -52,6 +53,7 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
   const log = createLogger(config.logLevel);
   // The router holds no lease, barrier or database state of its own (proxy/router/run-router.ts).
   if (config.role === 'router') return runRouter(config, log);
+  if (config.role === 'rules-service') return runRulesService(config, log);
   const lifecycle = new Lifecycle();
   let database: Database | undefined;
   let server: GatewayServer | undefined;

@@ -9,6 +9,7 @@ import { ALLOW_NOTHING_MATCHED, buildPlan, failOpen, summarize, type Mode, type 
 import { banKey, counterBase, counterKey, windowStartMs } from './keys.ts';
 import { applicableRules, type Identifier } from './match.ts';
 import { noMetrics, type RateLimitMetrics } from './metrics.ts';
+import { isPromise, type RulesNow } from './rule-provider.ts';
 import type { Rule } from './rules.ts';
 import type { CounterStore } from './store.ts';
 import { withTimeout } from './timeout.ts';
@@ -32,7 +33,7 @@ export interface LimiterDefinition {
    * Ordered rules, or a function returning the current ones for an identifier (the tiered rule
    * store's replica; with Phase 3 a remote layer in front of it, see rule-provider.ts).
    */
-  rules: readonly Rule[] | ((identifier: Identifier) => readonly Rule[]);
+  rules: readonly Rule[] | ((identifier: Identifier) => RulesNow);
 }
 
 export interface Limiter {
@@ -54,7 +55,7 @@ export function createLimiter(deps: LimiterDeps, definition: LimiterDefinition):
   const timeoutMs = deps.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   const errorLogIntervalMs = deps.errorLogIntervalMs ?? 10_000;
   const name = definition.name;
-  const rulesNow = typeof definition.rules === 'function' ? definition.rules : () => definition.rules as readonly Rule[];
+  const rulesNow: (identifier: Identifier) => RulesNow = typeof definition.rules === 'function' ? definition.rules : () => definition.rules as readonly Rule[];
   let lastErrorLogMs = -Infinity;
   let suppressedErrors = 0;
 
@@ -73,7 +74,9 @@ export function createLimiter(deps: LimiterDeps, definition: LimiterDefinition):
 
   const run = async (identifier: Identifier, cost: number, mode: Mode): Promise<RateLimitResult> => {
     if (!(Number.isFinite(cost) && cost >= 0)) throw new RangeError(`cost must be a finite number >= 0, got ${cost}`);
-    const applicable = applicableRules(rulesNow(identifier), identifier);
+    const now = rulesNow(identifier);
+    // A cold remote cache answers with a promise (bounded by its own timeout); a warm one does not.
+    const applicable = applicableRules(isPromise(now) ? await now : now, identifier);
     if (applicable.length === 0) return ALLOW_NOTHING_MATCHED;
     const nowMs = clock.wallMs();
     let plan: Plan;
@@ -108,7 +111,8 @@ export function createLimiter(deps: LimiterDeps, definition: LimiterDefinition):
     async clear(identifier) {
       const nowMs = clock.wallMs();
       const keys: string[] = [];
-      for (const rule of rulesNow(identifier)) {
+      const now = rulesNow(identifier);
+      for (const rule of isPromise(now) ? await now : now) {
         if (rule.action === 'skip') continue;
         const base = counterBase(prefix, name, rule.name, rule.characteristics, identifier);
         const period = typeof rule.periodS === 'function' ? rule.periodS() : rule.periodS;

@@ -39,3 +39,29 @@ export function createRateLimitMetrics(registry: Registry = defaultRegistry): Ra
 }
 
 export const noMetrics: RateLimitMetrics = { check() {}, ruleEvaluation() {}, peek() {}, error() {} };
+
+/** What became of one rules-service lookup (Phase 3): a cache hit, a fetched answer, or why not. */
+export type RulesServiceResult = 'hit' | 'miss' | 'error' | 'timeout' | 'invalid' | 'circuit_open';
+
+export interface RulesServiceMetrics {
+  request(limiter: string, result: RulesServiceResult): void;
+}
+
+export const RULES_SERVICE_METRIC = 'arkvory_rate_limit_rules_service_requests_total';
+export const RULES_SERVICE_HELP = 'Rules-service lookups by result: hit (cache), miss (fetched), error, timeout, invalid, circuit_open (the last four: local rules apply).';
+
+/** One increment per lookup; children are bound once per (limiter, result) to keep the hot path cheap. */
+export function createRulesServiceMetrics(registry: Registry = defaultRegistry): RulesServiceMetrics {
+  const requests = counter(registry, RULES_SERVICE_METRIC, RULES_SERVICE_HELP, ['limiter', 'result']);
+  const bound = new Map<string, { inc(): void }>();
+  return {
+    request(limiter, result) {
+      const key = `${limiter}\0${result}`;
+      let child = bound.get(key);
+      if (!child) bound.set(key, (child = requests.labels({ limiter, result })));
+      child.inc();
+    },
+  };
+}
+
+export const noRulesServiceMetrics: RulesServiceMetrics = { request() {} };

@@ -36,7 +36,7 @@ function message(err: unknown): string {
 
 async function checkStorage(config: Config, pool: pg.Pool | undefined): Promise<CheckResult> {
   const check = 'storage';
-  if (config.role === 'router') return { check, status: 'skip', detail: 'the router has no storage root' };
+  if (config.role === 'router' || config.role === 'rules-service') return { check, status: 'skip', detail: `the ${config.role} has no storage root` };
   const role = config.role === 'api' ? 'writer' : config.role;
   const rootExists = await stat(config.dataDir).then((s) => s.isDirectory(), () => false);
   let fileId: string | undefined;
@@ -62,7 +62,7 @@ async function checkStorage(config: Config, pool: pg.Pool | undefined): Promise<
 
 async function checkRedis(config: Config): Promise<CheckResult> {
   const check = 'redis';
-  if (config.role === 'router' || config.role === 'worker') return { check, status: 'skip', detail: `the ${config.role} uses no Redis` };
+  if (config.role === 'router' || config.role === 'worker' || config.role === 'rules-service') return { check, status: 'skip', detail: `the ${config.role} uses no Redis` };
   if (!config.redisUrl) {
     return config.shared
       ? { check, status: 'FAIL', detail: 'the shared profile needs a Redis shared by all gateways; set ARKVORY_REDIS_URL' }
@@ -93,7 +93,7 @@ function redacted(url: string): string {
 
 async function checkPolicy(config: Config, pool: pg.Pool): Promise<CheckResult> {
   const check = 'policy';
-  if (config.role === 'router' || config.role === 'worker') return { check, status: 'skip', detail: `the ${config.role} holds no download share` };
+  if (config.role === 'router' || config.role === 'worker' || config.role === 'rules-service') return { check, status: 'skip', detail: `the ${config.role} holds no download share` };
   const stored = await readPolicy(pool);
   const wanted = config.shared ? { slots: config.shared.slots, downloadBytesPerSec: config.shared.downloadBytesPerSec, downloadBytesPerSecPerPrincipal: config.shared.downloadBytesPerSecPerPrincipal } : undefined;
   if (!wanted) {

@@ -3,7 +3,7 @@
  * docs/metrics.md lists it, and the metrics test checks that a live `/metrics` matches it.
  * Labels never carry a principal id, key, path or file name: routes are templates.
  */
-import { METRIC_NAMES as RATE_LIMIT_METRIC_NAMES } from '../../policy/rate-limit/metrics.ts';
+import { METRIC_NAMES as RATE_LIMIT_METRIC_NAMES, RULES_SERVICE_HELP, RULES_SERVICE_METRIC } from '../../policy/rate-limit/metrics.ts';
 
 export type MetricType = 'counter' | 'gauge' | 'histogram';
 
@@ -41,6 +41,7 @@ export const GATEWAY_METRICS = [
   { name: RATE_LIMIT_METRIC_NAMES.ruleEvaluations, type: 'counter', labels: ['limiter', 'rule', 'action', 'result'], help: 'Rule evaluations inside checks.' },
   { name: RATE_LIMIT_METRIC_NAMES.peeks, type: 'counter', labels: ['limiter', 'action', 'error'], help: 'Rate-limit peeks (no counting).' },
   { name: RATE_LIMIT_METRIC_NAMES.errors, type: 'counter', labels: ['limiter', 'operation', 'code'], help: 'Rate-limit store failures (the check failed open).' },
+  { name: RULES_SERVICE_METRIC, type: 'counter', labels: ['limiter', 'result'], help: RULES_SERVICE_HELP },
 ] as const satisfies readonly MetricSpec[];
 
 /**

@@ -97,6 +97,7 @@ const ROLES = [
   { unit: 'arkvory-reader@.service', role: 'reader', writes: false },
   { unit: 'arkvory-worker.service', role: 'worker', writes: true },
   { unit: 'arkvory-router.service', role: 'router', writes: false },
+  { unit: 'arkvory-rules-service.service', role: 'rules-service', writes: false },
 ] as const;
 
 describe('deploy/ names and env examples', () => {

@@ -7,9 +7,10 @@ import path from 'node:path';
 import { describeAllowed, VARIABLES } from '../../proxy/config.ts';
 import { ALL_ERROR_MESSAGES, HTTP_STATUS, type ErrorCode } from '../../proxy/http-errors.ts';
 import { ERROR_ADVICE } from './error-advice.ts';
-import { ROOT } from './gateway.ts';
+import { fileURLToPath } from 'node:url';
 
-export const README = path.join(ROOT, 'README.md');
+// Not from gateway.ts: that module registers vitest hooks at load, which fails under `npm run docs`.
+export const README = path.join(path.dirname(fileURLToPath(import.meta.url)), '../../README.md');
 
 export function variablesTable(): string {
   const rows = VARIABLES.map((v) => `| \`${v.name}\` | ${v.defaultValue === undefined ? '(unset)' : `\`${v.defaultValue}\``} | ${describeAllowed(v)} | ${v.doc} |`);

@@ -1,0 +1,125 @@
+/**
+ * The reference rules service's data (Phase 3, spec 3.1–3.3): rule overrides per principal and per
+ * repository, scoped by calling service and limiter, in PostgreSQL (migration 0007). Validation is
+ * the one rule schema (rules.ts) against the limiter's available properties; answers follow
+ * rules-answer.ts. `answerFor` is pure; the store is the I/O edge.
+ */
+import type pg from 'pg';
+import type { RuleProblem } from './errors.ts';
+import { valueOf, type Identifier } from './match.ts';
+import type { RulesAnswer } from './rules-answer.ts';
+import { SERVICE_NAME_PATTERN } from './rules-answer.ts';
+import { NAME_PATTERN, validateRuleList, type AvailableLimiters, type RuleSpec } from './rules.ts';
+
+/** What an override is keyed by, in precedence order: a principal's override beats its repository's. */
+export const SUBJECT_KINDS = ['principal', 'repository'] as const;
+export type SubjectKind = (typeof SUBJECT_KINDS)[number];
+
+export interface OverrideKey {
+  service: string;
+  limiter: string;
+  subjectKind: SubjectKind;
+  subject: string;
+}
+
+export interface RuleOverride extends OverrideKey {
+  rules: RuleSpec[];
+  updatedAt?: string;
+}
+
+/** Checks the key (and, when given, the rules) of an override; every problem is listed. */
+export function validateOverride(input: { service: unknown; limiter: unknown; subjectKind: unknown; subject: unknown; rules?: unknown }, available: AvailableLimiters): { override: RuleOverride | undefined; problems: RuleProblem[] } {
+  const problems: RuleProblem[] = [];
+  const { service, limiter, subjectKind, subject } = input;
+  if (typeof service !== 'string' || !SERVICE_NAME_PATTERN.test(service)) problems.push({ path: ['service'], message: `service must match ${SERVICE_NAME_PATTERN.source}, got ${JSON.stringify(service)}` });
+  const spec = typeof limiter === 'string' && NAME_PATTERN.test(limiter) ? available.get(limiter) : undefined;
+  if (!spec) problems.push({ path: ['limiter'], message: `unknown limiter ${JSON.stringify(limiter)} (available: ${[...available.keys()].join(', ')})` });
+  if (!SUBJECT_KINDS.includes(subjectKind as SubjectKind)) problems.push({ path: ['subject_kind'], message: `subject kind must be one of ${SUBJECT_KINDS.join(', ')}, got ${JSON.stringify(subjectKind)}` });
+  else if (spec && !spec.available_properties.includes(subjectKind as string)) problems.push({ path: ['subject_kind'], message: `limiter "${limiter as string}" has no property "${subjectKind as string}" (available: ${spec.available_properties.join(', ') || 'none'})` });
+  if (typeof subject !== 'string' || subject.length < 1 || subject.length > 256 || subject.includes('\0')) problems.push({ path: ['subject'], message: 'subject must be a string of 1 to 256 characters' });
+  let rules: RuleSpec[] = [];
+  if (input.rules !== undefined && spec) rules = validateRuleList(input.rules, ['rules'], problems, new Set(spec.available_properties));
+  if (problems.length) return { override: undefined, problems };
+  return { override: { service: service as string, limiter: limiter as string, subjectKind: subjectKind as SubjectKind, subject: subject as string, rules }, problems };
+}
+
+/**
+ * The answer for one identifier. `kinds` are the subject kinds that have any override for this
+ * service and limiter: the answer depends on exactly those properties (so it is cached per
+ * principal only when principal overrides exist, and once for everyone when none do).
+ */
+export function answerFor(kinds: ReadonlySet<SubjectKind>, matching: ReadonlyMap<SubjectKind, RuleSpec[]>, ttlS: number): RulesAnswer {
+  const rules: RuleSpec[] = [];
+  const seen = new Set<string>();
+  for (const kind of SUBJECT_KINDS) {
+    for (const rule of matching.get(kind) ?? []) {
+      if (seen.has(rule.name)) continue; // the principal's rule of that name wins
+      seen.add(rule.name);
+      rules.push(rule);
+    }
+  }
+  return { rules, ttl_s: ttlS, varies_by: SUBJECT_KINDS.filter((k) => kinds.has(k)) };
+}
+
+export interface OverrideStore {
+  put(override: RuleOverride): Promise<RuleOverride>;
+  /** False when there was no such override. */
+  remove(key: OverrideKey): Promise<boolean>;
+  list(filter?: { service?: string; limiter?: string }): Promise<RuleOverride[]>;
+  /** One round trip: the subject kinds in use for (service, limiter) and this identifier's overrides. */
+  lookup(service: string, limiter: string, identifier: Identifier): Promise<{ kinds: Set<SubjectKind>; matching: Map<SubjectKind, RuleSpec[]> }>;
+}
+
+interface Row {
+  service: string;
+  limiter: string;
+  subject_kind: SubjectKind;
+  subject: string;
+  rules: RuleSpec[];
+  updated_at: Date;
+}
+
+const fromRow = (r: Row): RuleOverride => ({ service: r.service, limiter: r.limiter, subjectKind: r.subject_kind, subject: r.subject, rules: r.rules, updatedAt: r.updated_at.toISOString() });
+
+export function createOverrideStore(pool: pg.Pool): OverrideStore {
+  return {
+    async put(o) {
+      const { rows } = await pool.query<Row>(
+        `INSERT INTO arkvory_rule_overrides (service, limiter, subject_kind, subject, rules) VALUES ($1, $2, $3, $4, $5::jsonb)
+         ON CONFLICT (service, limiter, subject_kind, subject) DO UPDATE SET rules = EXCLUDED.rules, updated_at = now()
+         RETURNING *`,
+        [o.service, o.limiter, o.subjectKind, o.subject, JSON.stringify(o.rules)],
+      );
+      return fromRow(rows[0]!);
+    },
+    async remove(k) {
+      const { rowCount } = await pool.query('DELETE FROM arkvory_rule_overrides WHERE service = $1 AND limiter = $2 AND subject_kind = $3 AND subject = $4', [k.service, k.limiter, k.subjectKind, k.subject]);
+      return (rowCount ?? 0) > 0;
+    },
+    async list(filter = {}) {
+      const { rows } = await pool.query<Row>(
+        `SELECT * FROM arkvory_rule_overrides WHERE ($1::text IS NULL OR service = $1) AND ($2::text IS NULL OR limiter = $2)
+         ORDER BY service, limiter, subject_kind, subject`,
+        [filter.service ?? null, filter.limiter ?? null],
+      );
+      return rows.map(fromRow);
+    },
+    async lookup(service, limiter, identifier) {
+      const { rows } = await pool.query<{ subject_kind: SubjectKind; rules: RuleSpec[] | null }>(
+        `SELECT k.subject_kind, o.rules
+           FROM (SELECT DISTINCT subject_kind FROM arkvory_rule_overrides WHERE service = $1 AND limiter = $2) k
+           LEFT JOIN arkvory_rule_overrides o
+             ON o.service = $1 AND o.limiter = $2 AND o.subject_kind = k.subject_kind
+            AND o.subject = CASE k.subject_kind WHEN 'principal' THEN $3::text ELSE $4::text END`,
+        [service, limiter, valueOf(identifier, 'principal') ?? null, valueOf(identifier, 'repository') ?? null],
+      );
+      const kinds = new Set<SubjectKind>();
+      const matching = new Map<SubjectKind, RuleSpec[]>();
+      for (const r of rows) {
+        kinds.add(r.subject_kind);
+        if (r.rules) matching.set(r.subject_kind, r.rules);
+      }
+      return { kinds, matching };
+    },
+  };
+}

@@ -1,0 +1,56 @@
+/**
+ * The HTTP transport to a rules service (undici): `POST <url>/api/v1/rules/query` with the query as
+ * JSON, on one keep-alive pool. A 200 with a JSON body resolves; anything else rejects with a
+ * `RulesServiceError` (`error`, or `invalid` for a body that is not JSON). The caller's timeout
+ * (remote-rules.ts) bounds the wait; `headersTimeout`/`bodyTimeout` here stop a stuck socket.
+ */
+import { Pool } from 'undici';
+import { RulesServiceError, type RulesTransport } from './remote-rules.ts';
+
+export const RULES_QUERY_PATH = '/api/v1/rules/query';
+
+export interface RulesServiceClient {
+  readonly transport: RulesTransport;
+  close(): Promise<void>;
+}
+
+export function createRulesServiceClient(options: { url: string; timeoutMs: number; token?: string | undefined; connections?: number }): RulesServiceClient {
+  const base = new URL(options.url);
+  const path = `${base.pathname.replace(/\/$/, '')}${RULES_QUERY_PATH}`;
+  const pool = new Pool(base.origin, {
+    connections: options.connections ?? 16,
+    connectTimeout: Math.max(options.timeoutMs, 50),
+    headersTimeout: Math.max(options.timeoutMs * 2, 1000),
+    bodyTimeout: Math.max(options.timeoutMs * 2, 1000),
+    keepAliveTimeout: 30_000,
+  });
+  const headers: Record<string, string> = { 'content-type': 'application/json', accept: 'application/json' };
+  if (options.token) headers.authorization = `Bearer ${options.token}`;
+  return {
+    async transport(query, signal) {
+      let res;
+      try {
+        res = await pool.request({ method: 'POST', path, headers, body: JSON.stringify(query), signal });
+      } catch (err) {
+        const code = (err as { code?: string }).code;
+        throw new RulesServiceError(code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'UND_ERR_HEADERS_TIMEOUT' ? 'timeout' : 'error', `rules service unreachable (${code ?? (err as Error).message})`, { cause: err });
+      }
+      if (res.statusCode !== 200) {
+        await res.body.dump().catch(() => {});
+        throw new RulesServiceError('error', `rules service answered ${res.statusCode}`);
+      }
+      let text: string;
+      try {
+        text = await res.body.text();
+      } catch (err) {
+        throw new RulesServiceError('error', 'rules service answer cut short', { cause: err });
+      }
+      try {
+        return JSON.parse(text) as unknown;
+      } catch (err) {
+        throw new RulesServiceError('invalid', 'rules service answer is not JSON', { cause: err });
+      }
+    },
+    close: () => pool.close(),
+  };
+}
