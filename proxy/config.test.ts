@@ -89,7 +89,7 @@ describe('loadConfig', () => {
   it('reads the Phase 3 rules-service variables (service name checked, the role needs a database)', () => {
     expect(loadConfig({}).rulesService).toEqual({ url: undefined, timeoutMs: 100, maxTtlMs: 60_000, token: undefined, ttlSeconds: 30 });
     expect(loadConfig({}).serviceName).toBe('arkvory');
-    const config = loadConfig({ ARKVORY_RULES_SERVICE_URL: 'http://10.0.0.9:8090', ARKVORY_RULES_SERVICE_TIMEOUT_MILLISECONDS: '50', ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS: '5', ARKVORY_SERVICE_NAME: 'arkvory-eu' });
+    const config = loadConfig({ ARKVORY_RULES_SERVICE_URL: 'http://10.0.0.9:8090', ARKVORY_RULES_SERVICE_TIMEOUT_MS: '50', ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS: '5', ARKVORY_SERVICE_NAME: 'arkvory-eu' });
     expect(config.rulesService).toMatchObject({ url: 'http://10.0.0.9:8090', timeoutMs: 50, maxTtlMs: 5000 });
     expect(problemsOf({ ARKVORY_SERVICE_NAME: 'Not A Name' }).join('\n')).toContain('ARKVORY_SERVICE_NAME: expected ^[a-z0-9][a-z0-9_.-]{0,63}$');
     expect(problemsOf({ ARKVORY_RULES_SERVICE_URL: 'redis://x' }).join('\n')).toContain('ARKVORY_RULES_SERVICE_URL: expected a URL with scheme http:// or https://');

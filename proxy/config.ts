@@ -65,7 +65,7 @@ export const VARIABLES: readonly VariableSpec[] = [
   { name: 'ARKVORY_ROUTER_IDLE_TIMEOUT_SECONDS', kind: { type: 'int', min: 1, max: 3600 }, defaultValue: '120', doc: 'Router: longest silence on an upstream connection (no byte either way); before the response → 504 `upstream_timeout`, after → the response is cut.' },
   { name: 'ARKVORY_SERVICE_NAME', kind: { type: 'string' }, defaultValue: 'arkvory', doc: 'This gateway group\'s service name, sent with every rules-service query so rules for one service never reach another that shares a limiter name (`^[a-z0-9][a-z0-9_.-]{0,63}$`).' },
   { name: 'ARKVORY_RULES_SERVICE_URL', kind: { type: 'url', protocols: ['http:', 'https:'] }, doc: 'Phase 3: base URL of an external rate-limit rules service whose per-identifier rules are evaluated before the local tiers (docs/rate-limits.md). Unset: local rules only.' },
-  { name: 'ARKVORY_RULES_SERVICE_TIMEOUT_MILLISECONDS', kind: { type: 'int', min: 1, max: 60000 }, defaultValue: '100', doc: 'Longest a rate-limit check waits for the rules service on a cache miss; slower, unreachable or invalid → the local rules apply (counted, logged).' },
+  { name: 'ARKVORY_RULES_SERVICE_TIMEOUT_MS', kind: { type: 'int', min: 1, max: 60000 }, defaultValue: '100', doc: 'Longest a rate-limit check waits for the rules service on a cache miss; slower, unreachable or invalid → the local rules apply (counted, logged).' },
   { name: 'ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS', kind: { type: 'int', min: 1, max: 86400 }, defaultValue: '60', doc: 'Upper bound on how long a rules-service answer is cached (the service proposes `ttl_s`); worst-case propagation of a service-side change is this plus the timeout.' },
   { name: 'ARKVORY_RULES_SERVICE_TOKEN', kind: { type: 'string' }, secret: true, doc: 'Shared bearer token for `POST /api/v1/rules/query`: the gateway sends it, the rules-service role requires it. Unset: the query route is open (bind the service to a private address).' },
   { name: 'ARKVORY_RULES_SERVICE_TTL_SECONDS', kind: { type: 'int', min: 0, max: 86400 }, defaultValue: '30', doc: 'Role rules-service: the `ttl_s` it answers, i.e. how long gateways may cache its rules (0 = do not cache).' },
@@ -340,7 +340,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
     serviceName: str('ARKVORY_SERVICE_NAME'),
     rulesService: {
       url: optStr('ARKVORY_RULES_SERVICE_URL'),
-      timeoutMs: num('ARKVORY_RULES_SERVICE_TIMEOUT_MILLISECONDS'),
+      timeoutMs: num('ARKVORY_RULES_SERVICE_TIMEOUT_MS'),
       maxTtlMs: num('ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS') * 1000,
       token: optStr('ARKVORY_RULES_SERVICE_TOKEN'),
       ttlSeconds: num('ARKVORY_RULES_SERVICE_TTL_SECONDS'),

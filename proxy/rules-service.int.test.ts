@@ -92,7 +92,7 @@ async function rulesServiceCount(gatewayUrl: string, result: string): Promise<nu
 const capRule = (name: string, limit: number) => ({ name, action: 'limit', characteristics: ['principal'], limit, period_s: 3600 });
 
 function gatewayEnv(service: RulesServiceProcess, extra: Record<string, string> = {}): Record<string, string> {
-  return { ARKVORY_DATABASE_URL: db.url, ARKVORY_RULES_SERVICE_URL: service.url, ARKVORY_SERVICE_NAME: 'alpha', ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS: '60', ARKVORY_RULES_SERVICE_TIMEOUT_MILLISECONDS: '1000', ...extra };
+  return { ARKVORY_DATABASE_URL: db.url, ARKVORY_RULES_SERVICE_URL: service.url, ARKVORY_SERVICE_NAME: 'alpha', ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS: '60', ARKVORY_RULES_SERVICE_TIMEOUT_MS: '1000', ...extra };
 }
 
 describe('external rules service (Phase 3) with real processes', () => {
@@ -245,7 +245,7 @@ describe('external rules service (Phase 3) with real processes', () => {
     const service = await startRulesService();
     const user = await createServiceAccount(db.pool);
     const timeoutMs = 500;
-    const gw = await startGateway({ env: gatewayEnv(service, { ARKVORY_RULES_SERVICE_TIMEOUT_MILLISECONDS: String(timeoutMs), ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS: '1' }) });
+    const gw = await startGateway({ env: gatewayEnv(service, { ARKVORY_RULES_SERVICE_TIMEOUT_MS: String(timeoutMs), ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS: '1' }) });
     const timed = async () => {
       const started = performance.now();
       const res = await fetch(`${gw.url}/api/v1/repositories`, { headers: bearer(user.key) });
