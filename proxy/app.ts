@@ -39,6 +39,7 @@ export async function buildApp(services: Services): Promise<{ routes: Route[]; g
   const rateLimiting = await openRateLimiting(services);
   routes.push(...rateLimitAdminRoutes(rateLimiting.registry));
   routes.push(...(consoleUi ? await consoleUi.routes({ registry: rateLimiting.registry }) : readerConsoleRoutes()));
+  consoleUi?.start();
   gates[0] = rateLimiting.guardAuth(gates[0]!);
   gates.push(rateLimiting.gate);
   return { routes, gates };

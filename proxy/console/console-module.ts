@@ -60,8 +60,10 @@ export interface ConsoleModule {
    * (no session → 401, a state change without its CSRF token → 403), else the Authorization header.
    */
   credentials(ctx: RequestContext): string | undefined;
-  /** The routes; the rule registry exists only once rate limiting is open. */
+  /** The routes; the rule registry exists only once rate limiting is open. No side effect. */
   routes(deps: { registry: RuleRegistry }): Promise<Route[]>;
+  /** Starts the one-second bandwidth sampler (stopped on close). */
+  start(): void;
 }
 
 function withSecurityHeaders(ctx: RequestContext): void {
@@ -87,10 +89,6 @@ export function createConsole(services: Services, deps: { authenticate(authoriza
       totals: { download: transfers.governors.download.snapshot().grantedBytes, upload: transfers.governors.upload.snapshot().grantedBytes },
     });
   };
-  sample();
-  const timer = setInterval(sample, 1000);
-  timer.unref();
-  services.onClose.push(() => clearInterval(timer));
   const probe = createHealthProber({ timeoutMs: 1000, cacheMs: 1500, monotonicMs: () => clock.monotonicMs() });
 
   const credentials = (ctx: RequestContext): string | undefined => {
@@ -140,6 +138,12 @@ export function createConsole(services: Services, deps: { authenticate(authoriza
 
   return {
     credentials,
+    start() {
+      sample();
+      const timer = setInterval(sample, 1000);
+      timer.unref();
+      services.onClose.push(() => clearInterval(timer));
+    },
     async routes({ registry }) {
       const assets = new Map<string, Buffer>();
       for (const name of Object.keys(ASSETS)) assets.set(name, await readFile(new URL(name, STATIC_DIR)));

@@ -191,12 +191,16 @@ function renderBandwidth(b) {
     el('span', { class: 'legend-upload', text: `upload ${formatBytes(last.upload)}/s` }),
     ` (ceiling ${formatRate(c.upload.bytesPerSecond)}; per principal ${formatRate(c.upload.bytesPerSecondPerPrincipal)})`,
   );
-  const W = 600, H = 180, left = 48, bottom = 16, top = 8, span = 300;
-  const peak = Math.max(1, c.download.bytesPerSecond, c.upload.bytesPerSecond, ...samples.map((s) => Math.max(s.download, s.upload)));
+  for (const dir of ['download', 'upload']) drawChart($(`chart-${dir}`), dir, samples, c[dir].bytesPerSecond);
+}
+
+/** One direction against its ceiling (dashed), scaled to the larger of the ceiling and the peak. */
+function drawChart(chart, dir, samples, ceiling) {
+  const W = 600, H = 180, left = 56, bottom = 16, top = 8, span = 300;
+  const peak = Math.max(1, ceiling, ...samples.map((s) => s[dir]));
   const yMax = peak * 1.1;
   const x = (i) => left + ((W - left - 4) * (span - (samples.length - 1 - i))) / span;
   const y = (v) => top + (H - top - bottom) * (1 - v / yMax);
-  const chart = $('chart');
   const nodes = [
     svg('line', { class: 'axis', x1: left, y1: H - bottom, x2: W, y2: H - bottom }),
     svg('line', { class: 'axis', x1: left, y1: top, x2: left, y2: H - bottom }),
@@ -205,11 +209,11 @@ function renderBandwidth(b) {
     svg('text', { x: left, y: H - 2, text: '−5 min' }),
     svg('text', { x: W - 24, y: H - 2, text: 'now' }),
   ];
-  for (const dir of ['download', 'upload']) {
-    const ceiling = c[dir].bytesPerSecond;
-    if (ceiling > 0) nodes.push(svg('line', { class: `ceiling-${dir}`, x1: left, x2: W, y1: y(ceiling), y2: y(ceiling), 'data-ceiling': dir }));
-    if (samples.length > 1) nodes.push(svg('polyline', { class: dir, points: samples.map((s, i) => `${x(i).toFixed(1)},${y(s[dir]).toFixed(1)}`).join(' ') }));
+  if (ceiling > 0) {
+    nodes.push(svg('line', { class: `ceiling-${dir}`, x1: left, x2: W, y1: y(ceiling), y2: y(ceiling), 'data-ceiling': dir }));
+    nodes.push(svg('text', { x: W - 150, y: y(ceiling) - 3, text: `ceiling ${formatBytes(ceiling)}/s` }));
   }
+  if (samples.length > 1) nodes.push(svg('polyline', { class: dir, points: samples.map((s, i) => `${x(i).toFixed(1)},${y(s[dir]).toFixed(1)}`).join(' ') }));
   chart.replaceChildren(...nodes);
 }
 
@@ -282,7 +286,7 @@ function renderLimiter(l) {
       el('tbody', {}, rows)));
   }
   return el('div', { class: 'limiter', 'data-limiter': l.limiter },
-    el('h3', {}, el('span', { class: 'mono', text: l.limiter }), ` — ${l.description}`, l.source === 'compiled' ? el('span', { class: 'tag partly', text: 'rule store unreadable: shipped defaults in use' }) : null),
+    el('h3', {}, el('span', { class: 'mono', text: l.limiter }), ` — ${l.description}`, l.source === 'compiled' ? el('span', { class: 'tag', text: 'no stored rule document: shipped defaults and the file' }) : null),
     sections);
 }
 
