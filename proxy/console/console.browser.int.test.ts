@@ -11,10 +11,11 @@ import { mkdir } from 'node:fs/promises';
 import http from 'node:http';
 import path from 'node:path';
 import { chromium, type Browser, type Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { randomContent, request } from '../../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
+import { useTestRedis } from '../../test/support/redis.ts';
 import { ROOT, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { freeLoopbackPort } from '../embedded-database.ts';
 
@@ -28,6 +29,8 @@ const SCREENSHOTS = path.join(ROOT, 'test-results');
 /** Page state is read from outside: the console's CSP forbids the eval a page-side wait would need. */
 const POLL = { timeout: 15_000, interval: 100 };
 
+/** Counters and rule documents under a prefix of this file, removed afterwards. */
+const redis = useTestRedis();
 let db: TestDatabase & { drop(): Promise<void> };
 let writer: GatewayProcess;
 let reader: GatewayProcess;
@@ -41,8 +44,8 @@ const contentUrl = () => `${writer.url}/api/v1/repositories/libs/artifacts/big.b
 function sharedEnv(role: 'api' | 'reader', slot: number, port: number): Record<string, string> {
   return {
     ARKVORY_DATABASE_URL: db.url,
-    ARKVORY_REDIS_URL: inject('redisUrl'),
-    ARKVORY_REDIS_KEY_PREFIX: `arkvory:console-browser:${process.pid}:`,
+    ARKVORY_REDIS_URL: redis.url,
+    ARKVORY_REDIS_KEY_PREFIX: redis.prefix,
     ARKVORY_ROLE: role,
     ARKVORY_GATEWAY_SLOTS: '2',
     ARKVORY_GATEWAY_SLOT: String(slot),

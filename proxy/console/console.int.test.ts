@@ -4,13 +4,16 @@
  * session's token, strict security headers, sign-out, revocation of the signing key ending the
  * session, structured rule problems, and the reader's pointer to the writer.
  */
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createServiceAccount } from '../../test/support/auth.ts';
 import { request, type RawResponse } from '../../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
+import { useTestRedis } from '../../test/support/redis.ts';
 import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { freeLoopbackPort } from '../embedded-database.ts';
 
+/** Counters and rule documents under a prefix of this file, removed afterwards. */
+const redis = useTestRedis();
 let db: TestDatabase & { drop(): Promise<void> };
 let writer: GatewayProcess;
 let reader: GatewayProcess;
@@ -20,8 +23,8 @@ let userKey: string;
 function sharedEnv(role: 'api' | 'reader', slot: number, port: number): Record<string, string> {
   return {
     ARKVORY_DATABASE_URL: db.url,
-    ARKVORY_REDIS_URL: inject('redisUrl'),
-    ARKVORY_REDIS_KEY_PREFIX: `arkvory:console-int:${process.pid}:`,
+    ARKVORY_REDIS_URL: redis.url,
+    ARKVORY_REDIS_KEY_PREFIX: redis.prefix,
     ARKVORY_ROLE: role,
     ARKVORY_GATEWAY_SLOTS: '2',
     ARKVORY_GATEWAY_SLOT: String(slot),
