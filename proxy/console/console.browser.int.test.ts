@@ -138,7 +138,7 @@ describe('the console in chromium', () => {
     await page.waitForSelector('#transfer-rows tr[data-transfer]', { state: 'detached' });
   });
 
-  it('publishes a rule through the form and the next request is refused by it', async () => {
+  it('publishes a rule through the form, sees it refuse a request, changes it and deletes it', async () => {
     const probe = () => request(`${writer.url}/api/v1/repositories`, { headers: bearer(limited.key) }).then((r) => r.status);
     expect(await probe()).toBe(200);
     await page.selectOption('#rule-limiter', 'gateway_request');
@@ -159,6 +159,14 @@ describe('the console in chromium', () => {
     expect(JSON.parse(blocked.body.toString()).code).toBe('rate_limited');
     expect(String(blocked.headers['ratelimit-policy'])).toContain('console_limit_probe');
     await expect.poll(async () => Number(await page.textContent('#block-rows tr[data-limiter="gateway_request"] td:nth-child(2)')), POLL).toBeGreaterThanOrEqual(1);
+    // "edit" fills the form; publishing under the same name changes the rule in place.
+    await page.click('[data-tier-table="published_rules"] button[data-edit="console_limit_probe"]');
+    expect(await page.inputValue('#rule-form [name=match]')).toBe(`principal=${limited.principalId}`);
+    await page.fill('#rule-form [name=limit]', '500');
+    await page.click('#rule-form button[type=submit]');
+    await page.locator('[data-tier-table="published_rules"] tr[data-rule="console_limit_probe"]', { hasText: '500 per 60 s by principal' }).waitFor();
+    expect(await page.locator('[data-tier-table="published_rules"] tr[data-rule]').count()).toBe(1);
+    expect(await probe()).toBe(200);
     // Deleting it through the page lifts it.
     page.once('dialog', (d) => void d.accept());
     await page.click('[data-tier-table="published_rules"] button[data-delete="console_limit_probe"]');
