@@ -1,5 +1,6 @@
 import { Authenticator } from '../policy/auth/authenticator.ts';
 import { createAuthGate } from './auth-gate.ts';
+import { createConsole, readerConsoleRoutes } from './console/console-module.ts';
 import { bootstrapAdmin } from './bootstrap-admin.ts';
 import { openContentModule } from './content-module.ts';
 import type { Gate, Route } from './http-server.ts';
@@ -31,10 +32,14 @@ export async function buildApp(services: Services): Promise<{ routes: Route[]; g
   const multipart = startMultipart(services, content.store, contentMeters(services.transfers));
   const contentRoutes = [...content.routes, ...(await multipart).routes].map((route) => withAdmission(route, services.transfers));
   const routes: Route[] = [...healthRoutes(services), ...authAdminRoutes(services), ...contentRoutes];
-  const gates: Gate[] = [createAuthGate(auth, services.lifecycle)];
+  // The console lives on the writer only (DESIGN.md); a reader points there.
+  const consoleUi = services.config.role === 'api' ? createConsole(services, { authenticate: (header) => auth.authenticate(header) }) : undefined;
+  const gates: Gate[] = [createAuthGate(auth, services.lifecycle, consoleUi?.credentials)];
   // Rate limiting: auth failures are counted around the auth gate; gateway_request runs after it.
   const rateLimiting = await openRateLimiting(services);
   routes.push(...rateLimitAdminRoutes(rateLimiting.registry));
+  routes.push(...(consoleUi ? await consoleUi.routes({ registry: rateLimiting.registry }) : readerConsoleRoutes()));
+  consoleUi?.start();
   gates[0] = rateLimiting.guardAuth(gates[0]!);
   gates.push(rateLimiting.gate);
   return { routes, gates };

@@ -6,6 +6,8 @@ import { localDownloadCeilings } from '../policy/lease/shares.ts';
 import type { Config } from './config.ts';
 import type { Clock } from '../policy/clock.ts';
 import type { RequestContext, Route } from './http-server.ts';
+import type { Socket } from 'node:net';
+import { LiveTransfers } from './console/live-transfers.ts';
 
 /**
  * Everything that paces and admits bodies in this process: one governor per direction (download
@@ -15,6 +17,8 @@ import type { RequestContext, Route } from './http-server.ts';
 export interface Transfers {
   readonly governors: BandwidthGovernors;
   readonly admission: AdmissionQueue;
+  /** Each body request of this process now, queued or active (the console's transfer list). */
+  readonly live: LiveTransfers;
   /** Waits for an admission slot (429 `busy` beyond the queue or wait bound). */
   admit(principalId: string, kind: TransferKind, signal?: AbortSignal): Promise<Release>;
   /** A meter for one body stream of `principalId` in a direction. */
@@ -53,6 +57,7 @@ export function createTransfers(config: Config, clock: Clock, coordinator: Coord
   return {
     governors,
     admission,
+    live: new LiveTransfers(clock),
     admit(principalId, kind, signal) {
       if (!isPermitted()) return Promise.reject(new PolicyError('lease_lost'));
       return admission.acquire(principalId, kind, signal);
@@ -95,11 +100,20 @@ export function withAdmission(route: Route, transfers: Transfers): Route {
     async handle(ctx) {
       const kind = kindFor(ctx.req.method);
       if (!kind || !ctx.principal) return route.handle(ctx);
-      const release = await transfers.admit(ctx.principal.id, kind, ctx.signal);
+      const socket = ctx.req.socket as Socket;
+      const counted = kind === 'download' ? () => socket.bytesWritten : () => socket.bytesRead;
+      const atStart = counted();
+      const live = transfers.live.begin({ kind, principal: ctx.principal.name, route: ctx.route, repository: ctx.params.repo, bytes: () => counted() - atStart });
       try {
-        await route.handle(ctx);
+        const release = await transfers.admit(ctx.principal.id, kind, ctx.signal);
+        live.admitted();
+        try {
+          await route.handle(ctx);
+        } finally {
+          release();
+        }
       } finally {
-        release();
+        live.end();
       }
     },
   };

@@ -12,6 +12,7 @@ import { Ajv2020 } from 'ajv/dist/2020.js';
 import addFormatsModule from 'ajv-formats';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { loadConfig } from '../../proxy/config.ts';
+import { createConsole } from '../../proxy/console/console-module.ts';
 import { CONTENT_TEMPLATES } from '../../proxy/content-paths.ts';
 import type { Route } from '../../proxy/http-server.ts';
 import { Lifecycle } from '../../proxy/lifecycle.ts';
@@ -38,10 +39,12 @@ const TOKEN = 'openapi-test-metrics-token';
  * The routes buildApp composes, taken from the same factories. Their dependencies are only used
  * when a handler runs, which never happens here: only methods and templates are read.
  */
-function registeredRoutes(): Route[] {
+async function registeredRoutes(): Promise<Route[]> {
   const unused = undefined as never;
   const services = { config: loadConfig({}, '/'), lifecycle: new Lifecycle(), pool: unused, readiness: [], coordinator: unused } as unknown as Services;
   return [
+    // The writer's console; a reader's `/console` and `/console/` (readerConsoleRoutes) are the same operations.
+    ...(await createConsole(services, { authenticate: unused }).routes({ registry: unused })),
     ...healthRoutes(services),
     ...authAdminRoutes(services),
     ...contentRoutes({ store: unused, catalog: unused, maxUploadBytes: 1 }),
@@ -109,7 +112,7 @@ describe('the document', () => {
 
   it('lists exactly the routes and methods the gateway registers', async () => {
     const doc = await loadOpenApiDocument();
-    const registered = registeredRoutes().flatMap((r) => r.methods.map((m) => `${m} ${openApiPath(r.template)}`));
+    const registered = (await registeredRoutes()).flatMap((r) => r.methods.map((m) => `${m} ${openApiPath(r.template)}`));
     const documented = Object.entries(doc.paths).flatMap(([p, item]) => HTTP_METHODS.filter((m) => item[m] !== undefined).map((m) => `${m.toUpperCase()} ${p}`));
     expect(documented.sort()).toEqual(registered.sort());
     expect(Object.keys(CONTENT_TEMPLATES).length).toBe(3);
@@ -216,6 +219,44 @@ describe('real responses against the document', () => {
     await call('PUT', '/api/v1/admin/rate-limits', '/api/v1/admin/rate-limits', { headers: admin, body: { rate_limits: { gateway_request: [{ name: 'Bad Name' }] } } });
     await call('DELETE', '/api/v1/admin/rate-limits/:limiter/rules/:rule', '/api/v1/admin/rate-limits/gateway_request/rules/contract_rule', { headers: admin });
     await call('DELETE', '/api/v1/admin/rate-limits/:limiter/rules/:rule', '/api/v1/admin/rate-limits/gateway_request/rules/contract_rule', { headers: admin });
+    // The console: page, assets, sign-in, the session API (with and without its CSRF token).
+    for (const m of ['GET', 'HEAD']) {
+      await call(m, '/console', '/console');
+      await call(m, '/console/', '/console/');
+      await call(m, '/console/static/:file', '/console/static/console.js');
+    }
+    await call('GET', '/console/static/:file', '/console/static/console.css');
+    await call('GET', '/console/static/:file', '/console/static/missing.js');
+    await call('GET', '/console/session', '/console/session');
+    await call('POST', '/console/session', '/console/session', { headers: user });
+    await call('POST', '/console/session', '/console/session');
+    const signedIn = await call('POST', '/console/session', '/console/session', { headers: admin });
+    const session = { cookie: String(signedIn.headers['set-cookie']![0]).split(';')[0]!, 'x-csrf-token': String(JSON.parse(signedIn.body.toString()).csrfToken) };
+    const noCsrf = { cookie: session.cookie };
+    await call('GET', '/console/session', '/console/session', { headers: noCsrf });
+    await call('GET', '/console/api/status', '/console/api/status', { headers: noCsrf });
+    await call('GET', '/console/api/status', '/console/api/status');
+    await call('GET', '/console/api/rate-limits', '/console/api/rate-limits', { headers: noCsrf });
+    const consoleRule = { name: 'console_contract_rule', action: 'log', limit: 1000, period_s: 60 };
+    await call('PUT', '/console/api/rate-limits', '/console/api/rate-limits', { headers: session, body: { rate_limits: { gateway_request: [consoleRule] } } });
+    await call('PUT', '/console/api/rate-limits', '/console/api/rate-limits', { headers: noCsrf, body: { rate_limits: { gateway_request: [consoleRule] } } });
+    await call('PUT', '/console/api/rate-limits', '/console/api/rate-limits', { headers: session, body: { rate_limits: { gateway_request: [{ name: 'Bad Name', action: 'limit' }] } } });
+    await call('PUT', '/console/api/rate-limits', '/console/api/rate-limits', { headers: { ...session, 'content-type': 'application/json' }, body: Buffer.from('{') });
+    await call('DELETE', '/console/api/rate-limits/:limiter/rules/:rule', '/console/api/rate-limits/gateway_request/rules/console_contract_rule', { headers: session });
+    await call('DELETE', '/console/api/rate-limits/:limiter/rules/:rule', '/console/api/rate-limits/gateway_request/rules/console_contract_rule', { headers: session });
+    await call('GET', '/console/api/access', '/console/api/access', { headers: noCsrf });
+    await call('POST', '/console/api/principals', '/console/api/principals', { headers: session, body: { name: 'console-ci' } });
+    await call('POST', '/console/api/principals', '/console/api/principals', { headers: session, body: { name: 'console-ci' } });
+    await call('POST', '/console/api/principals', '/console/api/principals', { headers: noCsrf, body: { name: 'console-ci2' } });
+    const consoleKey = await call('POST', '/console/api/principals/:principal/keys', '/console/api/principals/console-ci/keys', { headers: session, body: { scopes: ['read'] } });
+    await call('POST', '/console/api/principals/:principal/keys', '/console/api/principals/nobody/keys', { headers: session, body: { scopes: ['read'] } });
+    await call('POST', '/console/api/keys/:keyId/revoke', `/console/api/keys/${String(JSON.parse(consoleKey.body.toString()).keyId)}/revoke`, { headers: session });
+    await call('POST', '/console/api/keys/:keyId/revoke', '/console/api/keys/0000000000000000/revoke', { headers: session });
+    await call('PUT', '/console/api/grants/:principal/:repository', '/console/api/grants/console-ci/libs', { headers: session, body: { permission: 'read' } });
+    await call('PUT', '/console/api/grants/:principal/:repository', '/console/api/grants/console-ci/nope', { headers: session, body: { permission: 'read' } });
+    await call('DELETE', '/console/api/session', '/console/api/session', { headers: noCsrf });
+    await call('DELETE', '/console/api/session', '/console/api/session', { headers: session });
+    await call('DELETE', '/console/api/session', '/console/api/session', { headers: session });
     // Requests that match no route, and a known path with a method it lacks.
     traffic.push({ method: 'GET', template: 'unmatched', res: await request(`${gateway.url}/nowhere`) });
     traffic.push({ method: 'POST', template: '/health/live', res: await request(`${gateway.url}/health/live`, { method: 'POST' }) });

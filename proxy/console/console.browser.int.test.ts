@@ -1,0 +1,234 @@
+/**
+ * The console in a real browser (playwright-core driving Debian's chromium) against a real writer
+ * and reader in the shared profile: sign in, see both gateways and a live download the test
+ * started, publish a rule and see it refuse a request, get a validation error beside its field,
+ * create a key, grant a repository, revoke the key and see it refused. Screenshots are kept as CI
+ * artifacts (ignored by git): test-results/console.png during the live download,
+ * test-results/console-access.png with the validation errors and a new key.
+ */
+import { existsSync } from 'node:fs';
+import { mkdir } from 'node:fs/promises';
+import http from 'node:http';
+import path from 'node:path';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { randomContent, request } from '../../test/support/content.ts';
+import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
+import { useTestRedis } from '../../test/support/redis.ts';
+import { ROOT, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { freeLoopbackPort } from '../embedded-database.ts';
+
+const CHROMIUM = '/usr/bin/chromium';
+/** Without the background-networking flags chromium keeps calling home on a closed network. */
+const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+const KiB = 1024;
+/** Two slots of 64 KiB/s each: a 2 MiB download stays live for ~30 s. */
+const SHARE = 64 * KiB;
+const SCREENSHOTS = path.join(ROOT, 'test-results');
+/** Page state is read from outside: the console's CSP forbids the eval a page-side wait would need. */
+const POLL = { timeout: 15_000, interval: 100 };
+
+/** Counters and rule documents under a prefix of this file, removed afterwards. */
+const redis = useTestRedis();
+let db: TestDatabase & { drop(): Promise<void> };
+let writer: GatewayProcess;
+let reader: GatewayProcess;
+let browser: Browser;
+let page: Page;
+let adminKey: string;
+let downloader: { key: string; name: string };
+let limited: { key: string; principalId: string };
+const contentUrl = () => `${writer.url}/api/v1/repositories/libs/artifacts/big.bin/content`;
+
+function sharedEnv(role: 'api' | 'reader', slot: number, port: number): Record<string, string> {
+  return {
+    ARKVORY_DATABASE_URL: db.url,
+    ARKVORY_REDIS_URL: redis.url,
+    ARKVORY_REDIS_KEY_PREFIX: redis.prefix,
+    ARKVORY_ROLE: role,
+    ARKVORY_GATEWAY_SLOTS: '2',
+    ARKVORY_GATEWAY_SLOT: String(slot),
+    ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(2 * SHARE),
+    ARKVORY_PORT: String(port),
+    ARKVORY_ADVERTISE_URL: `http://127.0.0.1:${port}`,
+  };
+}
+
+/** Starts a paced download and keeps reading until `stop()`. */
+function slowDownload(url: string, key: string): { stop(): void; bytes(): number; status: Promise<number> } {
+  let bytes = 0;
+  let req: http.ClientRequest;
+  const status = new Promise<number>((resolve, reject) => {
+    req = http.get(url, { headers: bearer(key), agent: false }, (res) => {
+      resolve(res.statusCode ?? 0);
+      res.on('data', (c: Buffer) => (bytes += c.length));
+      res.on('error', () => {});
+    });
+    req.on('error', (err) => (req.destroyed ? undefined : reject(err)));
+  });
+  return { stop: () => req.destroy(), bytes: () => bytes, status };
+}
+
+async function untilStatus(probe: () => Promise<number>, expected: number, withinMs: number): Promise<number> {
+  const deadline = Date.now() + withinMs;
+  let status = await probe();
+  while (status !== expected && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 100));
+    status = await probe();
+  }
+  return status;
+}
+
+beforeAll(async () => {
+  if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: apt-get install chromium (.ci/run installs it)`);
+  db = await createTestDatabase();
+  await createRepository(db.pool, 'libs');
+  ({ key: adminKey } = await createServiceAccount(db.pool, { name: 'browser-admin', scopes: ['admin'] }));
+  downloader = await createServiceAccount(db.pool, { name: 'slow-downloader', scopes: ['read', 'write'], grants: { libs: 'write' } });
+  limited = await createServiceAccount(db.pool, { name: 'limited-caller', scopes: ['read'], grants: { libs: 'read' } });
+  const [writerPort, readerPort] = [await freeLoopbackPort(), await freeLoopbackPort()];
+  writer = await startGateway({ env: sharedEnv('api', 0, writerPort) });
+  reader = await startGateway({ env: sharedEnv('reader', 1, readerPort) });
+  const put = await request(`${writer.url}/api/v1/repositories/libs/artifacts/big.bin`, { method: 'PUT', headers: { ...bearer(downloader.key), 'content-type': 'application/octet-stream' }, body: randomContent(2 * 1024 * KiB) });
+  expect(put.status).toBe(201);
+  browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
+  page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  page.setDefaultTimeout(15_000);
+  await page.goto(`${writer.url}/console/`);
+  await page.fill('#admin-key', adminKey);
+  await page.click('#sign-in-form button[type=submit]');
+  await page.waitForSelector('#app', { state: 'visible' });
+}, 120_000);
+
+afterAll(async () => {
+  await browser?.close();
+  await Promise.all([writer, reader].filter(Boolean).map((g) => g.stop('SIGTERM')));
+  await db?.drop();
+});
+
+describe('the console in chromium', () => {
+  it('signs in without keeping the key anywhere the page can read back', async () => {
+    expect(await page.textContent('#principal-name')).toBe('browser-admin');
+    expect(await page.inputValue('#admin-key')).toBe('');
+    expect(page.url()).not.toContain(adminKey);
+    const stored = await page.evaluate<string>('JSON.stringify({ local: { ...localStorage }, session: { ...sessionStorage }, cookie: document.cookie })');
+    expect(stored).not.toContain(adminKey.slice(4));
+    expect(JSON.parse(stored).cookie).toBe(''); // the session cookie is HttpOnly
+  });
+
+  it('shows the two gateways and a live transfer the test started', async () => {
+    await expect.poll(() => page.locator('#slot-rows tr[data-health="serving"]').count(), POLL).toBe(2);
+    expect(await page.locator('#slot-rows tr[data-slot="1"]').textContent()).toContain(reader.url);
+    const download = slowDownload(contentUrl(), downloader.key);
+    try {
+      expect(await download.status).toBe(200);
+      const row = page.locator('#transfer-rows tr[data-state="active"]', { hasText: 'slow-downloader' });
+      await row.waitFor();
+      expect(await row.textContent()).toContain('/api/v1/repositories/:repo/artifacts/:id/content');
+      // The chart draws the paced download against the 64 KiB/s ceiling line.
+      await page.waitForSelector('#chart-download polyline.download');
+      await page.waitForSelector('#chart-download line[data-ceiling="download"]', { state: 'attached' });
+      await expect.poll(() => page.textContent('#bandwidth-legend'), POLL).toMatch(/download [1-9]/);
+      expect(download.bytes()).toBeLessThan(1024 * KiB);
+      await page.screenshot({ path: await screenshotPath('console.png'), fullPage: true });
+    } finally {
+      download.stop();
+    }
+    await page.waitForSelector('#transfer-rows tr[data-transfer]', { state: 'detached' });
+  });
+
+  it('publishes a rule through the form, sees it refuse a request, changes it and deletes it', async () => {
+    const probe = () => request(`${writer.url}/api/v1/repositories`, { headers: bearer(limited.key) }).then((r) => r.status);
+    expect(await probe()).toBe(200);
+    await page.selectOption('#rule-limiter', 'gateway_request');
+    await page.fill('#rule-form [name=name]', 'console_limit_probe');
+    await page.selectOption('#rule-form [name=action]', 'limit');
+    await page.fill('#rule-form [name=limit]', '1');
+    await page.fill('#rule-form [name=period_s]', '60');
+    await page.fill('#rule-form [name=characteristics]', 'principal');
+    await page.fill('#rule-form [name=match]', `principal=${limited.principalId}`);
+    await page.click('#rule-form button[type=submit]');
+    await expect.poll(() => page.textContent('#rule-result'), POLL).toContain('Published console_limit_probe');
+    await page.locator('[data-limiter="gateway_request"] [data-tier-table="published_rules"] tr[data-rule="console_limit_probe"]').waitFor();
+    // limit 1 per window: the first request counted may be the one above; within two the rule blocks.
+    const statuses = [await probe(), await probe()];
+    expect(statuses).toContain(429);
+    const blocked = await request(`${writer.url}/api/v1/repositories`, { headers: bearer(limited.key) });
+    expect(blocked.status).toBe(429);
+    expect(JSON.parse(blocked.body.toString()).code).toBe('rate_limited');
+    expect(String(blocked.headers['ratelimit-policy'])).toContain('console_limit_probe');
+    await expect.poll(async () => Number(await page.textContent('#block-rows tr[data-limiter="gateway_request"] td:nth-child(2)')), POLL).toBeGreaterThanOrEqual(1);
+    // "edit" fills the form; publishing under the same name changes the rule in place.
+    await page.click('[data-tier-table="published_rules"] button[data-edit="console_limit_probe"]');
+    expect(await page.inputValue('#rule-form [name=match]')).toBe(`principal=${limited.principalId}`);
+    await page.fill('#rule-form [name=limit]', '500');
+    await page.click('#rule-form button[type=submit]');
+    await page.locator('[data-tier-table="published_rules"] tr[data-rule="console_limit_probe"]', { hasText: '500 per 60 s by principal' }).waitFor();
+    expect(await page.locator('[data-tier-table="published_rules"] tr[data-rule]').count()).toBe(1);
+    expect(await probe()).toBe(200);
+    // Deleting it through the page lifts it.
+    page.once('dialog', (d) => void d.accept());
+    await page.click('[data-tier-table="published_rules"] button[data-delete="console_limit_probe"]');
+    await page.locator('[data-tier-table="published_rules"] tr[data-rule="console_limit_probe"]').waitFor({ state: 'detached' });
+  });
+
+  it('shows validation errors beside the fields of a bad rule and publishes nothing', async () => {
+    await page.fill('#rule-form [name=name]', 'Bad Name');
+    await page.selectOption('#rule-form [name=action]', 'limit');
+    await page.fill('#rule-form [name=limit]', 'ten');
+    await page.fill('#rule-form [name=period_s]', '60');
+    await page.fill('#rule-form [name=characteristics]', 'nope');
+    await page.fill('#rule-form [name=match]', '');
+    await page.click('#rule-form button[type=submit]');
+    await expect.poll(() => page.textContent('#rule-form [data-error-for="name"]'), POLL).not.toBe('');
+    expect(await page.textContent('#rule-form [data-error-for="name"]')).toContain('name must match');
+    expect(await page.textContent('#rule-form [data-error-for="limit"]')).toContain('limit must be an integer');
+    expect(await page.textContent('#rule-form [data-error-for="characteristics"]')).toContain('not an available property');
+    expect(await page.textContent('#rule-result')).toBe('');
+    expect(await page.locator('tr[data-rule="Bad Name"]').count()).toBe(0);
+  });
+
+  it('creates a principal and a key (shown once), grants a repository, revokes the key and sees it refused', async () => {
+    await page.fill('#principal-form [name=name]', 'console-made');
+    await page.click('#principal-form button[type=submit]');
+    await page.locator('#principal-rows tr[data-principal="console-made"]').waitFor();
+    await page.selectOption('#key-form select[name=principal]', { label: 'console-made' });
+    await page.fill('#key-form [name=description]', 'made in the console');
+    await page.click('#key-form button[type=submit]');
+    await page.waitForSelector('#new-key', { state: 'visible' });
+    const key = (await page.textContent('#new-key-value'))!;
+    expect(key).toMatch(/^ark_[a-z0-9]{16}_[A-Za-z0-9_-]{43}$/);
+    await page.selectOption('#grant-form select[name=principal]', { label: 'console-made' });
+    await page.selectOption('#grant-form select[name=repository]', 'libs');
+    await page.selectOption('#grant-form select[name=permission]', 'read');
+    await page.click('#grant-form button[type=submit]');
+    await page.locator('#principal-rows tr[data-principal="console-made"]', { hasText: 'libs (read)' }).waitFor();
+    const head = () => request(contentUrl(), { method: 'HEAD', headers: bearer(key) }).then((r) => r.status);
+    expect(await head()).toBe(200);
+
+    await page.screenshot({ path: await screenshotPath('console-access.png'), fullPage: true });
+
+    await page.click('#new-key-dismiss');
+    expect(await page.textContent('#new-key-value')).toBe('');
+    const keyId = key.slice(4, 20);
+    page.once('dialog', (d) => void d.accept());
+    await page.click(`#principal-rows button[data-revoke="${keyId}"]`);
+    await page.locator(`#principal-rows li[data-key="${keyId}"][data-state="revoked"]`).waitFor();
+    // Revocation reaches every gateway within 2 s.
+    expect(await untilStatus(head, 401, 3000)).toBe(401);
+  });
+
+  it('signs out, and a reload then asks for the key again', async () => {
+    await page.click('#sign-out');
+    await page.waitForSelector('#sign-in', { state: 'visible' });
+    await page.reload();
+    await page.waitForSelector('#sign-in', { state: 'visible' });
+    expect(await page.isHidden('#app')).toBe(true);
+  });
+});
+
+async function screenshotPath(name: string): Promise<string> {
+  await mkdir(SCREENSHOTS, { recursive: true });
+  return path.join(SCREENSHOTS, name);
+}

@@ -1,0 +1,78 @@
+import { describe, expect, it } from 'vitest';
+import { ManualClock } from '../../policy/clock.ts';
+import { ConsoleSessions, csrfMatches, readCookie, sessionCookie } from './sessions.ts';
+
+function sessions(clock: ManualClock, maxSessions = 10) {
+  let n = 0;
+  const token = () => `token_${String(n++).padStart(20, '0')}`;
+  return new ConsoleSessions({ clock, ttlMs: 60_000, idleMs: 10_000, maxSessions, randomToken: token });
+}
+const admin = { id: 'p1', name: 'admin' };
+
+describe('ConsoleSessions', () => {
+  it('finds a session by id until it idles out', () => {
+    const clock = new ManualClock();
+    const s = sessions(clock);
+    const created = s.create(admin, 'Bearer ark_x');
+    expect(s.get(created.id)?.principalName).toBe('admin');
+    clock.advance(9_999);
+    expect(s.get(created.id)).toBeDefined();
+    clock.advance(9_999);
+    expect(s.get(created.id)).toBeDefined();
+    clock.advance(10_000);
+    expect(s.get(created.id)).toBeUndefined();
+    expect(s.size).toBe(0);
+  });
+
+  it('ends a session at its absolute lifetime even while in use', () => {
+    const clock = new ManualClock();
+    const s = sessions(clock);
+    const created = s.create(admin, 'Bearer ark_x');
+    for (let i = 0; i < 5; i++) {
+      clock.advance(9_000);
+      expect(s.get(created.id)).toBeDefined();
+    }
+    expect(s.remainingSeconds(created)).toBe(15);
+    clock.advance(15_000);
+    expect(s.get(created.id)).toBeUndefined();
+  });
+
+  it('drops the least recently used session beyond the bound, and unknown or malformed ids find nothing', () => {
+    const clock = new ManualClock();
+    const s = sessions(clock, 2);
+    const a = s.create(admin, 'a');
+    const b = s.create(admin, 'b');
+    s.get(a.id);
+    const c = s.create(admin, 'c');
+    expect(s.get(b.id)).toBeUndefined();
+    expect(s.get(a.id)).toBeDefined();
+    expect(s.get(c.id)).toBeDefined();
+    expect(s.get('nope')).toBeUndefined();
+    expect(s.get(undefined)).toBeUndefined();
+    s.delete(a.id);
+    expect(s.get(a.id)).toBeUndefined();
+  });
+
+  it('compares the CSRF token exactly', () => {
+    const s = sessions(new ManualClock());
+    const created = s.create(admin, 'a');
+    expect(csrfMatches(created, created.csrfToken)).toBe(true);
+    expect(csrfMatches(created, `${created.csrfToken}x`)).toBe(false);
+    expect(csrfMatches(created, created.csrfToken.replace(/.$/, 'Z'))).toBe(false);
+    expect(csrfMatches(created, undefined)).toBe(false);
+    expect(csrfMatches(created, [created.csrfToken])).toBe(false);
+  });
+});
+
+describe('cookies', () => {
+  it('reads one cookie out of a header', () => {
+    expect(readCookie('a=1; arkvory_console=abc; b=2', 'arkvory_console')).toBe('abc');
+    expect(readCookie('a=1', 'arkvory_console')).toBeUndefined();
+    expect(readCookie(undefined, 'arkvory_console')).toBeUndefined();
+  });
+
+  it('sets HttpOnly, SameSite=Strict, Path=/console', () => {
+    expect(sessionCookie('id', 60, false)).toBe('arkvory_console=id; Path=/console; HttpOnly; SameSite=Strict; Max-Age=60');
+    expect(sessionCookie('id', 60, true)).toMatch(/; Secure$/);
+  });
+});

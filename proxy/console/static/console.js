@@ -1,0 +1,494 @@
+// Arkvory operator console: plain ES module, no dependencies, no inline code (strict CSP).
+// Every value from the server reaches the page through textContent or an attribute, never as HTML.
+// The admin key is read from the sign-in field once, sent in the Authorization header of the
+// sign-in request, and dropped; after that the HttpOnly session cookie and the CSRF token (kept in
+// this module's memory only) authenticate the page.
+
+const STATUS_EVERY_MS = 2000;
+const SLOW_EVERY_MS = 10000;
+
+let csrfToken = null;
+let statusTimer = null;
+let slowTimer = null;
+let limiters = [];
+let principals = [];
+
+const $ = (id) => document.getElementById(id);
+
+/** An element with attributes and children (strings become text nodes). */
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (name === 'class') node.className = value;
+    else if (name === 'text') node.textContent = value;
+    else if (name.startsWith('on')) node.addEventListener(name.slice(2), value);
+    else node.setAttribute(name, value === true ? '' : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === undefined || child === null || child === false) continue;
+    node.append(typeof child === 'string' || typeof child === 'number' ? document.createTextNode(String(child)) : child);
+  }
+  return node;
+}
+
+function svg(tag, attrs = {}) {
+  const node = document.createElementNS('http://www.w3.org/2000/svg', tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (name === 'text') node.textContent = value;
+    else node.setAttribute(name, String(value));
+  }
+  return node;
+}
+
+class ApiError extends Error {
+  constructor(status, body) {
+    super(body?.message ?? `HTTP ${status}`);
+    this.status = status;
+    this.body = body;
+  }
+}
+
+/** JSON call to the console API; state changes carry the session's CSRF token. */
+async function api(method, path, body) {
+  const headers = { accept: 'application/json' };
+  if (method !== 'GET') headers['x-csrf-token'] = csrfToken ?? '';
+  if (body !== undefined) headers['content-type'] = 'application/json';
+  const res = await fetch(path, { method, headers, credentials: 'same-origin', cache: 'no-store', body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await res.text();
+  const data = text ? JSON.parse(text) : null;
+  if (res.status === 401) {
+    signedOut('Your session ended (signed out, expired, or the key was revoked). Sign in again.');
+    throw new ApiError(401, data);
+  }
+  if (!res.ok) throw new ApiError(res.status, data);
+  return data;
+}
+
+function formatBytes(n) {
+  if (!Number.isFinite(n)) return '–';
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (Math.abs(n) >= 1024 && i < units.length - 1) {
+    n /= 1024;
+    i++;
+  }
+  return `${n.toFixed(i === 0 ? 0 : 1)} ${units[i]}`;
+}
+const formatRate = (n) => (n > 0 ? `${formatBytes(n)}/s` : 'no ceiling');
+const formatSeconds = (s) => (s >= 3600 ? `${(s / 3600).toFixed(1)} h` : s >= 60 ? `${(s / 60).toFixed(1)} min` : `${s.toFixed(1)} s`);
+
+// ---------------------------------------------------------------- session
+
+function signedIn(session) {
+  csrfToken = session.csrfToken;
+  $('principal-name').textContent = session.principal.name;
+  $('whoami').hidden = false;
+  $('sign-in').hidden = true;
+  $('app').hidden = false;
+  $('banner').textContent = '';
+  refreshStatus();
+  refreshSlow();
+  clearInterval(statusTimer);
+  clearInterval(slowTimer);
+  statusTimer = setInterval(refreshStatus, STATUS_EVERY_MS);
+  slowTimer = setInterval(refreshSlow, SLOW_EVERY_MS);
+}
+
+function signedOut(message) {
+  csrfToken = null;
+  clearInterval(statusTimer);
+  clearInterval(slowTimer);
+  $('whoami').hidden = true;
+  $('app').hidden = true;
+  $('sign-in').hidden = false;
+  $('sign-in-error').textContent = message ?? '';
+  $('new-key').hidden = true;
+  $('new-key-value').textContent = '';
+}
+
+async function signIn(event) {
+  event.preventDefault();
+  const field = $('admin-key');
+  const key = field.value.trim();
+  field.value = '';
+  $('sign-in-error').textContent = '';
+  const res = await fetch('/console/session', { method: 'POST', headers: { authorization: `Bearer ${key}`, accept: 'application/json' }, credentials: 'same-origin', cache: 'no-store' });
+  const body = await res.json().catch(() => null);
+  if (res.status === 201) signedIn(body);
+  else if (res.status === 403) $('sign-in-error').textContent = 'That key has no admin scope.';
+  else $('sign-in-error').textContent = body?.message ?? `Sign-in failed (HTTP ${res.status}).`;
+}
+
+async function signOut() {
+  try {
+    await api('DELETE', '/console/api/session');
+  } catch {
+    // signed out anyway
+  }
+  signedOut('Signed out.');
+}
+
+// ---------------------------------------------------------------- status
+
+async function refreshStatus() {
+  let status;
+  try {
+    status = await api('GET', '/console/api/status');
+  } catch (err) {
+    if (err.status !== 401) $('banner').textContent = `Status unavailable: ${err.message}`;
+    return;
+  }
+  $('banner').textContent = status.gateway.state === 'serving' ? '' : `This gateway is ${status.gateway.state}.`;
+  renderGateways(status);
+  renderTransfers(status.transfers);
+  renderBandwidth(status.bandwidth);
+  renderBlocks(status.rateLimits.blocks);
+}
+
+function renderGateways(status) {
+  const g = status.gateway;
+  $('gateway-summary').textContent = g.profile === 'shared'
+    ? `Shared profile: ${status.slots.filter((s) => s.live).length} of ${g.slots} slots held; this writer is slot ${g.slot}.`
+    : 'Standalone: this writer is the only gateway (no slot leases).';
+  const rows = status.slots.map((s) =>
+    el('tr', { 'data-slot': s.slot, 'data-health': s.health },
+      el('td', { text: String(s.slot) }),
+      el('td', { text: s.role === 'api' ? 'writer (api)' : s.role }, s.self ? el('span', { class: 'tag', text: 'this gateway' }) : null),
+      el('td', { class: 'mono', text: s.advertiseUrl ?? '(not advertised)' }),
+      el('td', { text: formatSeconds(s.leaseAgeSeconds) }),
+      el('td', { text: formatSeconds(s.heldSeconds) }),
+      el('td', { text: String(s.generation) }),
+      el('td', { class: s.health === 'serving' ? 'health-serving' : 'health-bad', text: s.live ? s.health : `expired (${s.health})` }),
+    ));
+  if (rows.length === 0) rows.push(el('tr', {}, el('td', { colspan: 7, text: g.profile === 'shared' ? 'No lease rows.' : `Standalone writer, ${g.state}.` })));
+  $('slot-rows').replaceChildren(...rows);
+}
+
+function renderTransfers(t) {
+  $('transfer-summary').textContent = `Downloads: ${t.downloads.active} active, ${t.downloads.queued} queued, ${t.downloads.rejected} refused busy. Uploads: ${t.uploads.active} active, ${t.uploads.queued} queued, ${t.uploads.rejected} refused busy.`;
+  const rows = t.live.map((x) =>
+    el('tr', { 'data-transfer': x.id, 'data-state': x.state },
+      el('td', { text: x.kind }),
+      el('td', { text: x.state }),
+      el('td', { text: x.principal }),
+      el('td', { class: 'mono', text: x.route }),
+      el('td', { text: x.repository ?? '' }),
+      el('td', { text: x.seconds.toFixed(1) }),
+      el('td', { text: formatBytes(x.bytes) }),
+    ));
+  if (rows.length === 0) rows.push(el('tr', {}, el('td', { colspan: 7, text: 'No transfer right now.' })));
+  $('transfer-rows').replaceChildren(...rows);
+}
+
+function renderBandwidth(b) {
+  const samples = b.samples;
+  const last = samples.at(-1) ?? { download: 0, upload: 0 };
+  const c = b.ceilings;
+  $('bandwidth-legend').replaceChildren(
+    el('span', { class: 'legend-download', text: `download ${formatBytes(last.download)}/s` }),
+    ` (ceiling ${formatRate(c.download.bytesPerSecond)}${c.sharedDownloadBytesPerSecond ? `, shared budget ${formatRate(c.sharedDownloadBytesPerSecond)} over all gateways` : ''}; per principal ${formatRate(c.download.bytesPerSecondPerPrincipal)})  `,
+    el('span', { class: 'legend-upload', text: `upload ${formatBytes(last.upload)}/s` }),
+    ` (ceiling ${formatRate(c.upload.bytesPerSecond)}; per principal ${formatRate(c.upload.bytesPerSecondPerPrincipal)})`,
+  );
+  for (const dir of ['download', 'upload']) drawChart($(`chart-${dir}`), dir, samples, c[dir].bytesPerSecond);
+}
+
+/** One direction against its ceiling (dashed), scaled to the larger of the ceiling and the peak. */
+function drawChart(chart, dir, samples, ceiling) {
+  const W = 600, H = 180, left = 56, bottom = 16, top = 8, span = 300;
+  const peak = Math.max(1, ceiling, ...samples.map((s) => s[dir]));
+  const yMax = peak * 1.1;
+  const x = (i) => left + ((W - left - 4) * (span - (samples.length - 1 - i))) / span;
+  const y = (v) => top + (H - top - bottom) * (1 - v / yMax);
+  const nodes = [
+    svg('line', { class: 'axis', x1: left, y1: H - bottom, x2: W, y2: H - bottom }),
+    svg('line', { class: 'axis', x1: left, y1: top, x2: left, y2: H - bottom }),
+    svg('text', { x: 2, y: top + 8, text: `${formatBytes(yMax)}/s` }),
+    svg('text', { x: 2, y: H - bottom, text: '0' }),
+    svg('text', { x: left, y: H - 2, text: '−5 min' }),
+    svg('text', { x: W - 24, y: H - 2, text: 'now' }),
+  ];
+  if (ceiling > 0) {
+    nodes.push(svg('line', { class: `ceiling-${dir}`, x1: left, x2: W, y1: y(ceiling), y2: y(ceiling), 'data-ceiling': dir }));
+    nodes.push(svg('text', { x: W - 150, y: y(ceiling) - 3, text: `ceiling ${formatBytes(ceiling)}/s` }));
+  }
+  if (samples.length > 1) nodes.push(svg('polyline', { class: dir, points: samples.map((s, i) => `${x(i).toFixed(1)},${y(s[dir]).toFixed(1)}`).join(' ') }));
+  chart.replaceChildren(...nodes);
+}
+
+function renderBlocks(blocks) {
+  const rows = Object.entries(blocks).map(([limiter, n]) => el('tr', { 'data-limiter': limiter }, el('td', { class: 'mono', text: limiter }), el('td', { text: String(n) })));
+  if (rows.length === 0) rows.push(el('tr', {}, el('td', { colspan: 2, text: 'No check yet.' })));
+  $('block-rows').replaceChildren(...rows);
+}
+
+// ---------------------------------------------------------------- rules
+
+async function refreshSlow() {
+  await Promise.allSettled([refreshRules(), refreshAccess()]);
+}
+
+async function refreshRules() {
+  const data = await api('GET', '/console/api/rate-limits');
+  limiters = data.limiters;
+  const select = $('rule-limiter');
+  const chosen = select.value;
+  select.replaceChildren(...limiters.map((l) => el('option', { value: l.limiter, text: l.limiter })));
+  if (chosen) select.value = chosen;
+  showProperties();
+  $('limiters').replaceChildren(...limiters.map(renderLimiter));
+}
+
+const TIER_LABEL = { file_rules: 'file', published_rules: 'published', default_rules: 'default' };
+
+function describeMatch(match) {
+  const parts = Object.entries(match ?? {}).map(([k, v]) => (typeof v === 'string' ? `${k}=${v}` : `${k}~/${v.regex}/`));
+  return parts.length ? parts.join(', ') : '(every request)';
+}
+
+function describeCount(r) {
+  if (r.action === 'skip') return '';
+  const by = r.characteristics?.length ? ` by ${r.characteristics.join(', ')}` : '';
+  const ban = r.ban_for_s ? `, ban ${r.ban_for_s} s` : '';
+  const distinct = r.count_distinct ? ` distinct ${r.count_distinct}` : '';
+  return `${r.limit}${distinct} per ${r.period_s} s${by}${ban}`;
+}
+
+function renderLimiter(l) {
+  const sections = [];
+  for (const tier of ['file_rules', 'published_rules', 'default_rules']) {
+    const rows = l.tiers[tier].map((a) => {
+      const r = a.rule;
+      const notes = [];
+      if (a.overriddenBy) notes.push(el('span', { class: 'tag overridden', text: `overridden by the ${TIER_LABEL[a.overriddenBy]} rule of the same name` }));
+      if (a.overrides.length) notes.push(el('span', { class: 'tag overrides', text: `overrides the ${a.overrides.map((t) => TIER_LABEL[t]).join(' and ')} rule` }));
+      if (a.unreachableAfter) notes.push(el('span', { class: 'tag unreachable', text: `never reached: skip rule ${a.unreachableAfter} matches first` }));
+      if (a.partlyAfter.length) notes.push(el('span', { class: 'tag partly', text: `partly shadowed by skip ${a.partlyAfter.join(', ')}` }));
+      const actions = tier === 'published_rules'
+        ? el('td', {},
+          el('button', { type: 'button', class: 'small', 'data-edit': r.name, onclick: () => editRule(l.limiter, r), text: 'edit' }),
+          ' ',
+          el('button', { type: 'button', class: 'small', 'data-delete': r.name, onclick: () => deleteRule(l.limiter, r.name), text: 'delete' }))
+        : el('td');
+      return el('tr', { class: a.overriddenBy || a.unreachableAfter ? 'shadowed' : '', 'data-rule': r.name, 'data-tier': tier },
+        el('td', { text: a.order === undefined ? '–' : String(a.order + 1) }),
+        el('td', { class: 'mono', text: r.name }),
+        el('td', { text: r.action }),
+        el('td', { class: 'mono', text: describeMatch(r.match) }),
+        el('td', { text: describeCount(r) }),
+        el('td', {}, notes),
+        actions);
+    });
+    if (rows.length === 0) rows.push(el('tr', {}, el('td', { colspan: 7, class: 'hint', text: 'no rules in this tier' })));
+    sections.push(el('h4', { text: `${TIER_LABEL[tier]} tier` }), el('table', { 'data-tier-table': tier },
+      el('thead', {}, el('tr', {}, ...['order', 'name', 'action', 'match', 'count', 'shadowing', ''].map((h) => el('th', { text: h })))),
+      el('tbody', {}, rows)));
+  }
+  return el('div', { class: 'limiter', 'data-limiter': l.limiter },
+    el('h3', {}, el('span', { class: 'mono', text: l.limiter }), ` — ${l.description}`, l.source === 'compiled' ? el('span', { class: 'tag', text: 'no stored rule document: shipped defaults and the file' }) : null),
+    sections);
+}
+
+function showProperties() {
+  const l = limiters.find((x) => x.limiter === $('rule-limiter').value);
+  $('rule-properties').textContent = l ? `Properties of ${l.limiter}: ${l.properties.join(', ')}. Match lines: property=value (equality) or property~regex.` : '';
+}
+
+function clearRuleErrors() {
+  for (const node of document.querySelectorAll('#rule-form [data-error-for]')) node.textContent = '';
+  $('rule-result').textContent = '';
+}
+
+function ruleError(field, message) {
+  const node = document.querySelector(`#rule-form [data-error-for="${field}"]`) ?? document.querySelector('#rule-form [data-error-for="form"]');
+  node.textContent = node.textContent ? `${node.textContent}; ${message}` : message;
+}
+
+/** A number typed as digits becomes a number; anything else is sent as typed for the server to judge. */
+function numberField(value) {
+  const text = value.trim();
+  if (text === '') return undefined;
+  return /^-?\d+$/.test(text) ? Number(text) : text;
+}
+
+function ruleFromForm(form) {
+  const f = new FormData(form);
+  const rule = { name: String(f.get('name')).trim(), action: String(f.get('action')) };
+  const description = String(f.get('description')).trim();
+  if (description) rule.description = description;
+  for (const key of ['limit', 'period_s', 'ban_for_s']) {
+    const v = numberField(String(f.get(key)));
+    if (v !== undefined) rule[key] = v;
+  }
+  const characteristics = String(f.get('characteristics')).split(',').map((s) => s.trim()).filter(Boolean);
+  if (characteristics.length) rule.characteristics = characteristics;
+  const distinct = String(f.get('count_distinct')).trim();
+  if (distinct) rule.count_distinct = distinct;
+  const match = {};
+  for (const line of String(f.get('match')).split('\n').map((s) => s.trim()).filter(Boolean)) {
+    const m = /^([^=~\s]+)\s*([=~])\s*(.*)$/.exec(line);
+    if (!m) return { error: ['match', `cannot read "${line}": write property=value or property~regex`] };
+    match[m[1]] = m[2] === '=' ? m[3] : { regex: m[3] };
+  }
+  if (Object.keys(match).length) rule.match = match;
+  return { rule };
+}
+
+async function publishRule(event) {
+  event.preventDefault();
+  clearRuleErrors();
+  const form = event.target;
+  const limiter = $('rule-limiter').value;
+  const { rule, error } = ruleFromForm(form);
+  if (error) return ruleError(...error);
+  try {
+    await api('PUT', '/console/api/rate-limits', { rate_limits: { [limiter]: [rule] } });
+  } catch (err) {
+    if (err.status === 400 && Array.isArray(err.body?.problems)) {
+      // Paths are rate_limits.<limiter>[0].<field>…; a problem about the whole rule goes on top.
+      for (const p of err.body.problems) ruleError(typeof p.path[3] === 'string' ? p.path[3] : 'form', p.message);
+    } else if (err.status !== 401) ruleError('form', err.message);
+    return;
+  }
+  $('rule-result').textContent = `Published ${rule.name} to ${limiter}.`;
+  await refreshRules();
+}
+
+function editRule(limiter, r) {
+  clearRuleErrors();
+  const form = $('rule-form');
+  $('rule-limiter').value = limiter;
+  showProperties();
+  form.elements.name.value = r.name;
+  form.elements.description.value = r.description ?? '';
+  form.elements.action.value = r.action;
+  form.elements.limit.value = r.limit ?? '';
+  form.elements.period_s.value = r.period_s ?? '';
+  form.elements.ban_for_s.value = r.ban_for_s ?? '';
+  form.elements.characteristics.value = (r.characteristics ?? []).join(', ');
+  form.elements.count_distinct.value = r.count_distinct ?? '';
+  form.elements.match.value = Object.entries(r.match ?? {}).map(([k, v]) => (typeof v === 'string' ? `${k}=${v}` : `${k}~${v.regex}`)).join('\n');
+  form.elements.name.focus();
+}
+
+async function deleteRule(limiter, name) {
+  if (!window.confirm(`Delete the published rule ${name} of ${limiter}?`)) return;
+  clearRuleErrors();
+  try {
+    await api('DELETE', `/console/api/rate-limits/${encodeURIComponent(limiter)}/rules/${encodeURIComponent(name)}`);
+    $('rule-result').textContent = `Deleted ${name}.`;
+  } catch (err) {
+    if (err.status !== 401) ruleError('form', err.message);
+  }
+  await refreshRules();
+}
+
+// ---------------------------------------------------------------- principals, keys, grants
+
+async function refreshAccess() {
+  const data = await api('GET', '/console/api/access');
+  principals = data.principals;
+  for (const select of document.querySelectorAll('.principal-select')) {
+    const chosen = select.value;
+    select.replaceChildren(...principals.map((p) => el('option', { value: p.id, text: p.name })));
+    if (chosen) select.value = chosen;
+  }
+  const repoSelect = $('repository-select');
+  const chosenRepo = repoSelect.value;
+  repoSelect.replaceChildren(...data.repositories.map((r) => el('option', { value: r.name, text: r.name })));
+  if (chosenRepo) repoSelect.value = chosenRepo;
+  const rows = principals.map((p) =>
+    el('tr', { 'data-principal': p.name },
+      el('td', {}, el('strong', { text: p.name }), p.disabled ? el('span', { class: 'tag overridden', text: 'disabled' }) : null, el('div', { class: 'mono hint', text: p.id })),
+      el('td', {}, p.keys.length ? el('ul', {}, p.keys.map(renderKey)) : 'no keys'),
+      el('td', { text: p.grants.map((g) => `${g.repository} (${g.permission})`).join(', ') || 'none' }),
+    ));
+  $('principal-rows').replaceChildren(...rows);
+}
+
+function renderKey(k) {
+  const state = k.revokedAt ? 'revoked' : k.expiresAt && Date.parse(k.expiresAt) <= Date.now() ? 'expired' : 'active';
+  return el('li', { 'data-key': k.keyId, 'data-state': state },
+    el('span', { class: 'mono', text: k.keyId }),
+    ` ${k.scopes.join('+')} `,
+    el('span', { class: state === 'active' ? 'tag overrides' : 'tag overridden', text: state }),
+    k.description ? ` ${k.description}` : '',
+    k.lastUsedAt ? ` (last used ${new Date(k.lastUsedAt).toLocaleString()})` : '',
+    state === 'active' ? el('button', { type: 'button', class: 'small', 'data-revoke': k.keyId, onclick: () => revokeKey(k.keyId), text: 'revoke' }) : null);
+}
+
+function formError(form, message) {
+  form.querySelector('[data-error-for]').textContent = message;
+}
+
+async function submitting(event, work) {
+  event.preventDefault();
+  const form = event.target;
+  form.querySelector('[data-error-for]').textContent = '';
+  try {
+    await work(new FormData(form), form);
+  } catch (err) {
+    if (err.status !== 401) formError(form, err.message);
+    return;
+  }
+  await refreshAccess();
+}
+
+async function createPrincipal(event) {
+  await submitting(event, async (f, form) => {
+    await api('POST', '/console/api/principals', { name: String(f.get('name')).trim() });
+    form.reset();
+  });
+}
+
+async function createKey(event) {
+  await submitting(event, async (f) => {
+    const principal = principals.find((p) => p.id === f.get('principal'));
+    const scopes = f.getAll('scope').map(String);
+    const description = String(f.get('description')).trim();
+    const created = await api('POST', `/console/api/principals/${encodeURIComponent(String(f.get('principal')))}/keys`, { scopes, ...(description ? { description } : {}) });
+    $('new-key-principal').textContent = principal?.name ?? created.principalId;
+    $('new-key-value').textContent = created.key;
+    $('new-key').hidden = false;
+  });
+}
+
+async function grant(event) {
+  await submitting(event, async (f) => {
+    await api('PUT', `/console/api/grants/${encodeURIComponent(String(f.get('principal')))}/${encodeURIComponent(String(f.get('repository')))}`, { permission: String(f.get('permission')) });
+  });
+}
+
+async function revokeKey(keyId) {
+  if (!window.confirm(`Revoke key ${keyId}? Requests with it are refused within 2 seconds on every gateway.`)) return;
+  try {
+    await api('POST', `/console/api/keys/${encodeURIComponent(keyId)}/revoke`);
+  } catch (err) {
+    if (err.status !== 401) $('banner').textContent = `Revoking failed: ${err.message}`;
+  }
+  await refreshAccess();
+}
+
+// ---------------------------------------------------------------- start
+
+async function start() {
+  $('sign-in-form').addEventListener('submit', (e) => void signIn(e));
+  $('sign-out').addEventListener('click', () => void signOut());
+  $('rule-form').addEventListener('submit', (e) => void publishRule(e));
+  $('rule-limiter').addEventListener('change', showProperties);
+  $('principal-form').addEventListener('submit', (e) => void createPrincipal(e));
+  $('key-form').addEventListener('submit', (e) => void createKey(e));
+  $('grant-form').addEventListener('submit', (e) => void grant(e));
+  $('new-key-dismiss').addEventListener('click', () => {
+    $('new-key').hidden = true;
+    $('new-key-value').textContent = '';
+  });
+  // A reload keeps the HttpOnly cookie but loses the CSRF token: ask for it again.
+  const res = await fetch('/console/session', { credentials: 'same-origin', cache: 'no-store' });
+  const session = res.ok ? await res.json() : { signedIn: false };
+  if (session.signedIn) signedIn(session);
+  else signedOut();
+}
+
+void start();
