@@ -44,6 +44,11 @@ export function takesFastPath(plan: Plan, cost: number, mode: Mode): boolean {
 export function createRedisStore(redis: Redis): CounterStore {
   if (!(CHECK in redis)) redis.defineCommand(CHECK, { lua: CHECK_SCRIPT });
   if (!(COUNT in redis)) redis.defineCommand(COUNT, { lua: COUNT_SCRIPT });
+  // The store batches count.lua calls itself (one per tick); ioredis's auto-pipelining on top would
+  // only add a Pipeline object and a deferral to each of them.
+  // A new array: ioredis's default one is shared by every client.
+  const ignored = redis.options.autoPipeliningIgnoredCommands ?? [];
+  if (!ignored.includes(COUNT)) redis.options.autoPipeliningIgnoredCommands = [...ignored, COUNT];
   const client = redis as WithScripts;
   let queue: Queued[] = [];
 
