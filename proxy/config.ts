@@ -63,6 +63,9 @@ export const VARIABLES: readonly VariableSpec[] = [
   { name: 'ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS', kind: { type: 'int', min: 100, max: 60000 }, defaultValue: '2000', doc: 'Router: how often leases are read and every gateway\'s `/health/status` is probed; a failing gateway leaves the pool within 2 intervals.' },
   { name: 'ARKVORY_ROUTER_CONNECT_TIMEOUT_MILLISECONDS', kind: { type: 'int', min: 50, max: 60000 }, defaultValue: '3000', doc: 'Router: longest wait for a TCP connection to a gateway; then 502 `upstream_unreachable` (GET/HEAD: one retry elsewhere).' },
   { name: 'ARKVORY_ROUTER_IDLE_TIMEOUT_SECONDS', kind: { type: 'int', min: 1, max: 3600 }, defaultValue: '120', doc: 'Router: longest silence on an upstream connection (no byte either way); before the response → 504 `upstream_timeout`, after → the response is cut.' },
+  { name: 'ARKVORY_STORAGE_URL', kind: { type: 'url', protocols: ['http:', 'https:'] }, doc: 'Base URL of a static-HTTP store (e.g. nginx with WebDAV PUT/DELETE/MOVE on the storage host) used instead of the directory store; `ARKVORY_DATA_DIR` then only holds the embedded PostgreSQL and `admin.key`. See docs/storage-and-content.md.' },
+  { name: 'ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS', kind: { type: 'int', min: 50, max: 60000 }, defaultValue: '3000', doc: 'Static-HTTP store: longest wait for a TCP connection; then 504 `upstream_timeout` (refused → 502 `upstream_unreachable`).' },
+  { name: 'ARKVORY_STORAGE_TIMEOUT_SECONDS', kind: { type: 'int', min: 1, max: 3600 }, defaultValue: '30', doc: 'Static-HTTP store: longest wait for response headers and longest silence inside a body; before the first byte → 504 `upstream_timeout`, after → the response is cut.' },
 ];
 
 export type Role = 'api' | 'reader' | 'worker' | 'router';
@@ -115,6 +118,12 @@ export interface Config {
     readonly probeIntervalMs: number;
     readonly connectTimeoutMs: number;
     readonly idleTimeoutMs: number;
+  };
+  /** The static-HTTP store; undefined = the filesystem store under `dataDir`. */
+  readonly storage: {
+    readonly url: string | undefined;
+    readonly connectTimeoutMs: number;
+    readonly timeoutMs: number;
   };
   readonly shared:
     | {
@@ -314,6 +323,11 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
       probeIntervalMs: num('ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS'),
       connectTimeoutMs: num('ARKVORY_ROUTER_CONNECT_TIMEOUT_MILLISECONDS'),
       idleTimeoutMs: num('ARKVORY_ROUTER_IDLE_TIMEOUT_SECONDS') * 1000,
+    },
+    storage: {
+      url: optStr('ARKVORY_STORAGE_URL'),
+      connectTimeoutMs: num('ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS'),
+      timeoutMs: num('ARKVORY_STORAGE_TIMEOUT_SECONDS') * 1000,
     },
     shared,
   };

@@ -1,13 +1,14 @@
 /**
- * Writes a planned content body to the response, streaming from an open blob through a small,
+ * Writes a planned content body to the response, streaming from an open blob (a file, or upstream
+ * range responses of the static-HTTP store) through a small,
  * fixed set of reused buffers: a buffer is read into again only after the socket has taken its
  * bytes (the write callback), so a slow client stalls the reads instead of growing memory, and a
  * fast one produces no garbage per chunk. With a meter every chunk is charged before it is written.
  * A client disconnect rejects the pending step; the caller closes the file in `finally`.
  */
 import type { ServerResponse } from 'node:http';
-import type { FileHandle } from 'node:fs/promises';
 import type { ByteMeter } from '../storage-adapter/byte-meter.ts';
+import type { BlobReader } from '../storage-adapter/store.ts';
 import type { ByteRange } from '../storage-adapter/range.ts';
 import type { Segment } from './content-response.ts';
 
@@ -59,7 +60,7 @@ class BufferRing {
   }
 }
 
-async function streamRange(res: ServerResponse, handle: FileHandle, range: ByteRange, ring: BufferRing, chunkBytes: number, meter: ByteMeter | undefined, signal: AbortSignal): Promise<void> {
+async function streamRange(res: ServerResponse, handle: Pick<BlobReader, 'read'>, range: ByteRange, ring: BufferRing, chunkBytes: number, meter: ByteMeter | undefined, signal: AbortSignal): Promise<void> {
   for (let position = range.start; position <= range.end; ) {
     const buffer = await ring.acquire(signal);
     const want = Math.min(chunkBytes, range.end - position + 1);
@@ -75,7 +76,7 @@ async function streamRange(res: ServerResponse, handle: FileHandle, range: ByteR
   }
 }
 
-export async function sendSegments(res: ServerResponse, handle: FileHandle, segments: readonly Segment[], options: { meter?: ByteMeter | undefined; signal: AbortSignal }): Promise<void> {
+export async function sendSegments(res: ServerResponse, handle: Pick<BlobReader, 'read'>, segments: readonly Segment[], options: { meter?: ByteMeter | undefined; signal: AbortSignal }): Promise<void> {
   const { meter, signal } = options;
   const rangeBytes = segments.reduce((n, s) => (s.kind === 'range' ? Math.max(n, s.range.end - s.range.start + 1) : n), 0);
   const chunkBytes = Math.max(1, Math.min(meter ? meter.quantumBytes : CHUNK_BYTES, CHUNK_BYTES, rangeBytes));
