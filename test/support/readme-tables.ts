@@ -4,11 +4,12 @@
  */
 import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { describeAllowed, VARIABLES } from '../../proxy/config.ts';
 import { ALL_ERROR_MESSAGES, HTTP_STATUS, type ErrorCode } from '../../proxy/http-errors.ts';
 import { ERROR_ADVICE } from './error-advice.ts';
-import { ROOT } from './gateway.ts';
-
+// Not from gateway.ts: that module registers vitest hooks, which fail under plain `npm run docs`.
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const README = path.join(ROOT, 'README.md');
 
 export function variablesTable(): string {
