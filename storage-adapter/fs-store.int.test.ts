@@ -192,7 +192,7 @@ describe('storage identity (static-HTTP store)', () => {
       await Promise.all([writer.close(), reader.close()]);
 
       // Another, empty store on the same database: refused, naming the variable to fix.
-      await expect(open('writer', nginx.url.replace(/\/store\/$/, '/store/other/'))).rejects.toMatchObject({ code: 'storage_mismatch', message: expect.stringContaining('ARKVORY_STORAGE_URL') });
+      await expect(open('writer', `${nginx.url}other/`)).rejects.toMatchObject({ code: 'storage_mismatch', message: expect.stringContaining('ARKVORY_STORAGE_URL') });
       expect(await readdir(nginx.root)).toEqual(['storage-id']);
       await writeFile(path.join(nginx.root, 'storage-id'), '00000000-0000-4000-8000-000000000000\n');
       await expect(open('writer')).rejects.toMatchObject({ code: 'storage_mismatch', message: expect.stringContaining('different installations') });

@@ -11,7 +11,7 @@ import path from 'node:path';
 import { afterAll } from 'vitest';
 import { freeLoopbackPort } from '../../proxy/embedded-database.ts';
 import { request } from './content.ts';
-import { makeTempDir } from './gateway.ts';
+import { makeTempDir, ROOT } from './gateway.ts';
 
 const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
 
@@ -44,8 +44,25 @@ async function stopChild(child: ChildProcess): Promise<void> {
   running.delete(child);
 }
 
+/**
+ * The shipped deploy/static-store/arkvory-store.conf with only the address, the root and the
+ * writer's address replaced, so the example itself is what the tests run against.
+ */
+async function siteConfig(options: { port: number; root: string; move: boolean }): Promise<string> {
+  let text = await readFile(path.join(ROOT, 'deploy/static-store/arkvory-store.conf'), 'utf8');
+  const replace = (from: string, to: string) => {
+    if (!text.includes(from)) throw new Error(`deploy/static-store/arkvory-store.conf no longer contains "${from}"; update test/support/static-store.ts`);
+    text = text.replaceAll(from, to);
+  };
+  replace('listen 10.0.0.20:8081;', `listen 127.0.0.1:${options.port};`);
+  replace('alias /srv/arkvory-store/;', `alias ${options.root}/;`);
+  replace('allow 10.0.0.5;', 'allow 127.0.0.1;');
+  if (!options.move) replace('dav_methods PUT DELETE MOVE;', 'dav_methods PUT DELETE;');
+  return text;
+}
+
 /** `move: false` leaves MOVE out of dav_methods, as on a store without it (the PUT fallback). */
-export async function startStaticStore(options: { move?: boolean; prefix?: string } = {}): Promise<StaticStore> {
+export async function startStaticStore(options: { move?: boolean } = {}): Promise<StaticStore> {
   if (!NGINX) throw new Error('nginx is not installed; on Debian: apt-get install -y nginx-light');
   const dir = await makeTempDir('arkvory-static-store-');
   const root = path.join(dir, 'root');
@@ -53,8 +70,8 @@ export async function startStaticStore(options: { move?: boolean; prefix?: strin
   await mkdir(root, { recursive: true });
   await mkdir(temp, { recursive: true });
   const port = await freeLoopbackPort();
-  const prefix = options.prefix ?? '/store/';
-  const methods = options.move === false ? 'PUT DELETE' : 'PUT DELETE MOVE';
+  const site = path.join(dir, 'arkvory-store.conf');
+  await writeFile(site, await siteConfig({ port, root, move: options.move !== false }));
   const conf = path.join(dir, 'nginx.conf');
   await writeFile(
     conf,
@@ -67,25 +84,13 @@ http {
   log_format store '$status $body_bytes_sent "$request"';
   access_log ${dir}/access.log store;
   client_body_temp_path ${temp}/body; proxy_temp_path ${temp}/proxy; fastcgi_temp_path ${temp}/fastcgi; uwsgi_temp_path ${temp}/uwsgi; scgi_temp_path ${temp}/scgi;
-  sendfile on;
-  server {
-    listen 127.0.0.1:${port};
-    location ${prefix} {
-      alias ${root}/;
-      client_max_body_size 0;
-      dav_methods ${methods};
-      create_full_put_path on;
-      dav_access user:rw group:r all:r;
-      autoindex on;
-      autoindex_format json;
-    }
-  }
+  include ${site};
 }
 `,
   );
   let child: ChildProcess | undefined;
   let output = '';
-  const url = `http://127.0.0.1:${port}${prefix}`;
+  const url = `http://127.0.0.1:${port}/arkvory/`;
 
   const store: StaticStore = {
     url,
