@@ -25,6 +25,9 @@ import type { BlobReader, PartStore, StagedBlob, StageOptions, Store, StoreTree,
 
 type Method = Dispatcher.HttpMethod;
 
+/** Response bytes undici may hold per download before it pauses the upstream socket. */
+const UPSTREAM_BUFFER_BYTES = 256 * 1024;
+
 interface CallOptions {
   method: Method;
   path: string;
@@ -32,6 +35,7 @@ interface CallOptions {
   body?: Readable;
   signal?: AbortSignal;
   headersTimeout?: number;
+  highWaterMark?: number;
 }
 
 /** `blobs/sha256/ab/cd/<hex>` with forward slashes whatever the platform. */
@@ -64,7 +68,7 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<Store> {
 
   async function call(o: CallOptions): Promise<Dispatcher.ResponseData> {
     try {
-      return await upstream.request({ method: o.method, path: o.path, headers: o.headers, body: o.body, signal: o.signal, headersTimeout: o.headersTimeout });
+      return await upstream.request({ method: o.method, path: o.path, headers: o.headers, body: o.body, signal: o.signal, headersTimeout: o.headersTimeout, highWaterMark: o.highWaterMark });
     } catch (err) {
       throw upstreamError(o.signal?.aborted && o.signal.reason instanceof StorageError ? o.signal.reason : err, `${o.method} ${o.path}`);
     }
@@ -197,6 +201,20 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<Store> {
         const bytesRead = await current.readInto(buffer, offset, length);
         return { bytesRead };
       },
+      async *chunks(range, signal) {
+        if (!current || current.position !== range.start) {
+          current?.destroy();
+          current = await openRange(sha256, range.start, range.end);
+        }
+        const stream = current;
+        for (let position = range.start; position <= range.end; ) {
+          signal.throwIfAborted();
+          const chunk = await stream.next(range.end - position + 1);
+          if (!chunk) throw new Error(`the artifact store ended blob ${sha256} at byte ${position}, before byte ${range.end}`);
+          position += chunk.length;
+          yield chunk;
+        }
+      },
       async close() {
         current?.destroy();
         current = undefined;
@@ -208,13 +226,17 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<Store> {
   interface RangeStream {
     position: number;
     readonly sizeBytes: number;
+    /** The next chunk as received, cut to at most `maxBytes`; undefined at the end. */
+    next(maxBytes: number): Promise<Buffer | undefined>;
     readInto(buffer: Buffer, offset: number, length: number): Promise<number>;
     destroy(): void;
   }
 
   async function openRange(sha256: string, start: number, end: number): Promise<RangeStream> {
     const target = pathOf(blobName(sha256));
-    const res = await call({ method: 'GET', path: target, headers: { range: `bytes=${start}-${end}` } });
+    // A larger body buffer than undici's 64 KiB keeps the upstream socket flowing between our reads
+    // (fewer pause/resume turns); it is the per-download memory bound on the upstream side.
+    const res = await call({ method: 'GET', path: target, headers: { range: `bytes=${start}-${end}` }, highWaterMark: UPSTREAM_BUFFER_BYTES });
     let sizeBytes: number;
     if (res.statusCode === 206) {
       const range = parseContentRange(res.headers['content-range']);
@@ -235,7 +257,7 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<Store> {
     const stream: RangeStream = {
       position: start,
       sizeBytes,
-      async readInto(buffer, offset, length) {
+      async next(maxBytes) {
         let chunk = leftover;
         leftover = undefined;
         if (!chunk) {
@@ -245,14 +267,21 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<Store> {
           } catch (err) {
             throw upstreamError(err, `GET ${target}`);
           }
-          if (next.done) return 0;
+          if (next.done) return undefined;
           chunk = next.value;
         }
-        const n = Math.min(length, chunk.length);
-        chunk.copy(buffer, offset, 0, n);
-        if (n < chunk.length) leftover = chunk.subarray(n);
-        stream.position += n;
-        return n;
+        if (chunk.length > maxBytes) {
+          leftover = chunk.subarray(maxBytes);
+          chunk = chunk.subarray(0, maxBytes);
+        }
+        stream.position += chunk.length;
+        return chunk;
+      },
+      async readInto(buffer, offset, length) {
+        const chunk = await stream.next(length);
+        if (!chunk) return 0;
+        chunk.copy(buffer, offset);
+        return chunk.length;
       },
       destroy() {
         if (!res.body.destroyed) res.body.destroy();

@@ -33,6 +33,11 @@ export interface BlobReader {
   readonly sizeBytes: number;
   /** Reads up to `length` bytes at `position`; fewer is fine, 0 means the blob ended. */
   read(buffer: Buffer, offset: number, length: number, position: number): Promise<{ bytesRead: number }>;
+  /**
+   * Optional streaming form, preferred when present: the bytes of `range` as the store hands them
+   * over (the HTTP store's upstream chunks, no copy). Pulls only when the caller asks (backpressure).
+   */
+  chunks?(range: ByteRange, signal: AbortSignal): AsyncIterable<Buffer>;
   close(): Promise<void>;
 }
 

@@ -11,7 +11,8 @@ import path from 'node:path';
 import { afterAll } from 'vitest';
 import { freeLoopbackPort } from '../../proxy/embedded-database.ts';
 import { request } from './content.ts';
-import { makeTempDir, ROOT } from './gateway.ts';
+import { makeTempDir } from './gateway.ts';
+import { siteConfig } from './static-store-config.ts';
 
 const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
 
@@ -42,23 +43,6 @@ async function stopChild(child: ChildProcess): Promise<void> {
   await exited;
   clearTimeout(timer);
   running.delete(child);
-}
-
-/**
- * The shipped deploy/static-store/arkvory-store.conf with only the address, the root and the
- * writer's address replaced, so the example itself is what the tests run against.
- */
-async function siteConfig(options: { port: number; root: string; move: boolean }): Promise<string> {
-  let text = await readFile(path.join(ROOT, 'deploy/static-store/arkvory-store.conf'), 'utf8');
-  const replace = (from: string, to: string) => {
-    if (!text.includes(from)) throw new Error(`deploy/static-store/arkvory-store.conf no longer contains "${from}"; update test/support/static-store.ts`);
-    text = text.replaceAll(from, to);
-  };
-  replace('listen 10.0.0.20:8081;', `listen 127.0.0.1:${options.port};`);
-  replace('alias /srv/arkvory-store/;', `alias ${options.root}/;`);
-  replace('allow 10.0.0.5;', 'allow 127.0.0.1;');
-  if (!options.move) replace('dav_methods PUT DELETE MOVE;', 'dav_methods PUT DELETE;');
-  return text;
 }
 
 /** `move: false` leaves MOVE out of dav_methods, as on a store without it (the PUT fallback). */
