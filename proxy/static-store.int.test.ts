@@ -11,7 +11,7 @@ import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../test/support/auth.ts';
 import { contentDigest, randomContent, request, sha256 } from '../test/support/content.ts';
 import { useTestDatabase } from '../test/support/database.ts';
-import { startGateway, type GatewayProcess } from '../test/support/gateway.ts';
+import { runCli, startGateway, type GatewayProcess } from '../test/support/gateway.ts';
 import { startStaticStore, type StaticStore } from '../test/support/static-store.ts';
 
 const MiB = 1024 * 1024;
@@ -149,6 +149,16 @@ describe('the static-HTTP store under faults', () => {
     expect((await request(`${base()}/cut.bin`, { headers: bearer(key) })).status).toBe(404);
     expect(await blobNames(nginx.root)).not.toContain(sha256(data));
     expect(await entries(path.join(nginx.root, 'tmp'))).toEqual([]);
+  });
+
+  it('arkvory doctor checks the storage-id object on the store, and says when the store is down', async () => {
+    const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: gw.dataDir, ARKVORY_STORAGE_URL: nginx.url, ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS: '500' };
+    const ok = await runCli(['doctor'], env);
+    expect(ok.stdout).toMatch(new RegExp(`ok +storage: ${nginx.url.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} and the database are both storage`));
+    await withStoreDown(async () => {
+      const down = await runCli(['doctor'], env);
+      expect(down.stdout).toMatch(/FAIL +storage: .*could not be reached/);
+    });
   });
 
   it('a store that accepts connections but never answers: 504 upstream_timeout', async () => {

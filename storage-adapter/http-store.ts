@@ -427,3 +427,22 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<Store> {
     },
   };
 }
+
+/** Reads `storage-id` from a static-HTTP store without binding anything (for `arkvory doctor`). */
+export async function readStorageIdObject(url: string, options: UpstreamOptions): Promise<string | undefined> {
+  const base = new URL(url);
+  if (!base.pathname.endsWith('/')) base.pathname += '/';
+  const upstream = createUpstreamPool(base.origin, options);
+  const target = `${base.pathname}${STORAGE_ID_FILE}`;
+  try {
+    const res = await upstream.request({ method: 'GET', path: target }).catch((err: unknown) => {
+      throw upstreamError(err, `GET ${target}`);
+    });
+    const text = await res.body.text();
+    if (res.statusCode === 404) return undefined;
+    if (res.statusCode !== 200) throw unexpectedStatus(res.statusCode, `GET ${target}`);
+    return text.trim();
+  } finally {
+    await upstream.close();
+  }
+}
