@@ -227,3 +227,40 @@ describe('a static store without WebDAV MOVE, and multipart uploads on the store
     expect(await entries(path.join(nginx.root, 'tmp'))).toEqual([]);
   });
 });
+
+describe('the writer killed during an upload to the static store', () => {
+  const db = useTestDatabase();
+
+  it('kill -9 in the middle of a 30 MiB upload: no row, no blob, no temporary on the store; the retry succeeds', async () => {
+    await createRepository(db.pool, 'crash');
+    const { key } = await createServiceAccount(db.pool, { grants: { crash: 'write' } });
+    const nginx = await startStaticStore();
+    const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_STORAGE_URL: nginx.url, ARKVORY_LOG_LEVEL: 'warn' };
+    const gw = await startGateway({ env, timeoutMs: 60_000 });
+    const data = randomContent(30 * MiB);
+    let killed = false;
+    async function* slowBody() {
+      for (let offset = 0; offset < data.length; offset += MiB) {
+        if (offset === 10 * MiB) {
+          gw.child.kill('SIGKILL');
+          killed = true;
+          await gw.exited;
+        }
+        yield data.subarray(offset, offset + MiB);
+      }
+    }
+    const upload = await request(`${gw.url}/api/v1/repositories/crash/artifacts/big`, { method: 'PUT', headers: { ...bearer(key), 'content-length': String(data.length) }, body: slowBody() }).catch((err: Error) => err);
+    expect(killed).toBe(true);
+    expect(upload).toBeInstanceOf(Error);
+    // nginx drops a chunked PUT whose client went away: nothing reaches tmp/ or blobs/.
+    await expect.poll(async () => (await nginx.accessLog()).includes('PUT /arkvory/tmp/')).toBe(true);
+    expect(await entries(path.join(nginx.root, 'tmp'))).toEqual([]);
+    expect(await blobNames(nginx.root)).toEqual([]);
+    expect((await db.pool.query("SELECT 1 FROM arkvory_artifacts WHERE repository = 'crash'")).rowCount).toBe(0);
+
+    const restarted = await startGateway({ env, dataDir: gw.dataDir, timeoutMs: 60_000 });
+    const retry = await request(`${restarted.url}/api/v1/repositories/crash/artifacts/big`, { method: 'PUT', headers: { ...bearer(key), 'content-digest': contentDigest(data) }, body: data });
+    expect(retry.status).toBe(201);
+    expect(await blobNames(nginx.root)).toEqual([sha256(data)]);
+  }, 120_000);
+});
