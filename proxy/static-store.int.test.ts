@@ -30,6 +30,11 @@ async function blobNames(root: string): Promise<string[]> {
   return out;
 }
 
+async function rssBytes(pid: number): Promise<number> {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8');
+  return Number(/VmRSS:\s+(\d+) kB/.exec(status)![1]) * 1024;
+}
+
 const json = (r: { body: Buffer }) => JSON.parse(r.body.toString()) as Record<string, unknown>;
 
 /** A raw GET whose reading the test controls: resolves the head, then counts body bytes until close. */
@@ -149,6 +154,35 @@ describe('the static-HTTP store under faults', () => {
     expect((await request(`${base()}/cut.bin`, { headers: bearer(key) })).status).toBe(404);
     expect(await blobNames(nginx.root)).not.toContain(sha256(data));
     expect(await entries(path.join(nginx.root, 'tmp'))).toEqual([]);
+  });
+
+  it('an upload to a store that stalls is backpressured (bounded gateway memory); when it resumes the upload completes', async () => {
+    const data = randomContent(200 * MiB);
+    const rssBefore = await rssBytes(gw.child.pid!);
+    let peak = 0;
+    let offered = 0;
+    await nginx.freeze();
+    let thawed = false;
+    async function* body() {
+      for (let offset = 0; offset < data.length; offset += MiB) {
+        offered += MiB;
+        peak = Math.max(peak, await rssBytes(gw.child.pid!));
+        yield data.subarray(offset, offset + MiB);
+      }
+    }
+    const done = request(`${base()}/stall.bin`, { method: 'PUT', headers: { ...bearer(key), 'content-length': String(data.length), 'content-digest': contentDigest(data) }, body: body() });
+    // While nginx is frozen the client cannot push the whole body through the gateway.
+    await sleep(1500);
+    const offeredWhileFrozen = offered;
+    peak = Math.max(peak, await rssBytes(gw.child.pid!));
+    await nginx.thaw();
+    thawed = true;
+    const res = await done;
+    expect(thawed).toBe(true);
+    expect(res.status, res.body.toString()).toBe(201);
+    expect(offeredWhileFrozen).toBeLessThan(64 * MiB);
+    expect(peak - rssBefore).toBeLessThan(64 * MiB);
+    expect(json(res)).toMatchObject({ sha256: sha256(data) });
   });
 
   it('arkvory doctor checks the storage-id object on the store, and says when the store is down', async () => {

@@ -6,7 +6,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll } from 'vitest';
 import { freeLoopbackPort } from '../../proxy/embedded-database.ts';
@@ -25,6 +25,9 @@ export interface StaticStore {
   /** nginx's access log: one line per finished request (`status bytes_sent "request"`). */
   accessLog(): Promise<string>;
   isRunning(): boolean;
+  /** SIGSTOP / SIGCONT to nginx and its workers: a store that hangs with its sockets open. */
+  freeze(): Promise<void>;
+  thaw(): Promise<void>;
   stop(): Promise<void>;
   start(): Promise<void>;
 }
@@ -76,12 +79,29 @@ http {
   let output = '';
   const url = `http://127.0.0.1:${port}/arkvory/`;
 
+  /** nginx's master (our child) and its workers (its children, found in /proc). */
+  async function signalAll(signal: NodeJS.Signals): Promise<void> {
+    const master = child?.pid;
+    if (master === undefined) return;
+    const pids = [master];
+    for (const entry of await readdir('/proc')) {
+      if (!/^\d+$/.test(entry)) continue;
+      const stat = await readFile(`/proc/${entry}/stat`, 'utf8').catch(() => '');
+      // Field 4 (after the parenthesised name) is the parent pid.
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (ppid === master) pids.push(Number(entry));
+    }
+    for (const pid of pids) process.kill(pid, signal);
+  }
+
   const store: StaticStore = {
     url,
     root,
     port,
     accessLog: () => readFile(path.join(dir, 'access.log'), 'utf8').catch(() => ''),
     isRunning: () => child !== undefined && child.exitCode === null && child.signalCode === null,
+    freeze: () => signalAll('SIGSTOP'),
+    thaw: () => signalAll('SIGCONT'),
     async stop() {
       if (child) await stopChild(child);
       child = undefined;
