@@ -7,11 +7,11 @@ import { readdir, readFile } from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { beforeAll, describe, expect, inject, it, onTestFinished } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../test/support/auth.ts';
-import { contentDigest, randomContent, request, sha256 } from '../test/support/content.ts';
+import { contentDigest, parseMultipart, randomContent, request, sha256 } from '../test/support/content.ts';
 import { useTestDatabase } from '../test/support/database.ts';
-import { runCli, startGateway, type GatewayProcess } from '../test/support/gateway.ts';
+import { makeTempDir, runCli, startGateway, type GatewayProcess } from '../test/support/gateway.ts';
 import { startStaticStore, type StaticStore } from '../test/support/static-store.ts';
 
 const MiB = 1024 * 1024;
@@ -296,5 +296,37 @@ describe('the writer killed during an upload to the static store', () => {
     const retry = await request(`${restarted.url}/api/v1/repositories/crash/artifacts/big`, { method: 'PUT', headers: { ...bearer(key), 'content-digest': contentDigest(data) }, body: data });
     expect(retry.status).toBe(201);
     expect(await blobNames(nginx.root)).toEqual([sha256(data)]);
+  }, 120_000);
+});
+
+describe('gateways on different hosts sharing one static store', () => {
+  const db = useTestDatabase();
+
+  it('a writer, a reader and a separate worker, each with its own data dir, serve and complete through the same nginx', async () => {
+    await createRepository(db.pool, 'multi');
+    const { key } = await createServiceAccount(db.pool, { grants: { multi: 'write' } });
+    const nginx = await startStaticStore();
+    const shared = { ARKVORY_DATABASE_URL: db.url, ARKVORY_REDIS_URL: inject('redisUrl'), ARKVORY_GATEWAY_SLOTS: '2', ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(256 * MiB), ARKVORY_STORAGE_URL: nginx.url };
+    const writer = await startGateway({ env: { ...shared, ARKVORY_GATEWAY_SLOT: '0', ARKVORY_EMBEDDED_WORKER: '0' }, dataDir: await makeTempDir() });
+    const reader = await startGateway({ env: { ...shared, ARKVORY_ROLE: 'reader', ARKVORY_GATEWAY_SLOT: '1' }, dataDir: await makeTempDir() });
+    await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_ROLE: 'worker', ARKVORY_STORAGE_URL: nginx.url }, dataDir: await makeTempDir(), waitFor: 'listening' });
+
+    const data = randomContent(5 * MiB + 1);
+    expect((await request(`${writer.url}/api/v1/repositories/multi/artifacts/a.bin`, { method: 'PUT', headers: bearer(key), body: data })).status).toBe(201);
+    const range = await request(`${reader.url}/api/v1/repositories/multi/artifacts/a.bin/content`, { headers: { ...bearer(key), range: 'bytes=100-199,-50' } });
+    expect(range.status).toBe(206);
+    const ranged = parseMultipart(range.body, range.headers['content-type']!);
+    expect(Buffer.concat(ranged.map((p) => p.data)).equals(Buffer.concat([data.subarray(100, 200), data.subarray(data.length - 50)]))).toBe(true);
+    expect((await request(`${reader.url}/api/v1/repositories/multi/artifacts/b.bin`, { method: 'PUT', headers: bearer(key), body: data })).status).toBe(405);
+
+    const parts = [data.subarray(0, 3 * MiB), data.subarray(3 * MiB)];
+    const opened = await request(`${writer.url}/api/v1/repositories/multi/artifacts/m.bin/uploads`, { method: 'POST', headers: { ...bearer(key), 'content-type': 'application/json' }, body: Buffer.from('{}') });
+    const upload = json(opened).upload as string;
+    for (const [i, p] of parts.entries()) expect((await request(`${writer.url}/api/v1/repositories/multi/uploads/${upload}/parts/${i + 1}`, { method: 'PUT', headers: bearer(key), body: p })).status).toBe(200);
+    const done = await request(`${writer.url}/api/v1/repositories/multi/uploads/${upload}/complete`, { method: 'POST', headers: { ...bearer(key), 'content-type': 'application/json' }, body: Buffer.from(JSON.stringify({ parts: parts.map((p, i) => ({ partNumber: i + 1, sha256: sha256(p) })) })) });
+    expect(done.status).toBe(202);
+    await expect.poll(async () => json(await request(`${writer.url}/api/v1/repositories/multi/uploads/${upload}`, { headers: bearer(key) })).state, { timeout: 30_000 }).toBe('done');
+    const got = await request(`${reader.url}/api/v1/repositories/multi/artifacts/m.bin/content`, { headers: bearer(key) });
+    expect(sha256(got.body)).toBe(sha256(data));
   }, 120_000);
 });
