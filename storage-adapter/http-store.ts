@@ -16,7 +16,7 @@ import { Readable } from 'node:stream';
 import type pg from 'pg';
 import type { Dispatcher, Pool } from 'undici';
 import { StorageError } from './errors.ts';
-import { createUpstreamPool, unexpectedStatus, upstreamError, type UpstreamOptions } from './http-upstream.ts';
+import { createUpstreamPool, parseContentRange, unexpectedStatus, upstreamError, type UpstreamOptions } from './http-upstream.ts';
 import { ensureStorageIdentityOf, type IdentityObject, type StorageRole } from './identity.ts';
 import { sessionRelativeDir } from './multipart/session-path.ts';
 import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, TMP_DIR } from './paths.ts';
@@ -41,10 +41,6 @@ interface CallOptions {
 /** `blobs/sha256/ab/cd/<hex>` with forward slashes whatever the platform. */
 const blobName = (sha256: string) => blobRelativePath(sha256).split('\\').join('/');
 
-function parseContentRange(value: string | string[] | undefined): { start: number; end: number; size: number } | undefined {
-  const m = /^bytes (\d+)-(\d+)\/(\d+)$/.exec(String(value ?? ''));
-  return m ? { start: Number(m[1]), end: Number(m[2]), size: Number(m[3]) } : undefined;
-}
 
 export interface HttpStoreOptions extends UpstreamOptions {
   /** Base URL of the store root, e.g. `http://storage:8081/arkvory/`. */
@@ -81,7 +77,7 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<Store> {
     return res.statusCode;
   }
 
-  async function expect(o: CallOptions, ok: readonly number[]): Promise<number> {
+  async function expectStatus(o: CallOptions, ok: readonly number[]): Promise<number> {
     const code = await status(o);
     if (!ok.includes(code)) throw unexpectedStatus(code, `${o.method} ${o.path}`);
     return code;
@@ -107,8 +103,10 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<Store> {
       timer = setTimeout(() => controller.abort(new StorageError('upstream_timeout', `The artifact store did not confirm PUT ${pathOf(relative)} within ${options.timeoutMs} ms.`)), options.timeoutMs);
     }
     try {
-      await expect({ method: 'PUT', path: pathOf(relative), headers: { 'content-type': 'application/octet-stream' }, body: Readable.from(watched(), { objectMode: false }), signal: controller.signal, headersTimeout: 0 }, [200, 201, 204]);
+      await expectStatus({ method: 'PUT', path: pathOf(relative), headers: { 'content-type': 'application/octet-stream' }, body: Readable.from(watched(), { objectMode: false }), signal: controller.signal, headersTimeout: 0 }, [200, 201, 204]);
     } catch (err) {
+      // The client went away (our caller's signal): that, not a store failure, is the reason.
+      if (bodyError === undefined && signal?.aborted) throw signal.reason;
       throw bodyError ?? err;
     } finally {
       clearTimeout(timer);
@@ -135,8 +133,8 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<Store> {
 
   /** Removes an object; a collection (nginx answers 409 without the slash) with `Depth: infinity`. */
   async function remove(relative: string): Promise<void> {
-    const code = await expect({ method: 'DELETE', path: pathOf(relative) }, [200, 204, 404, 409]);
-    if (code === 409) await expect({ method: 'DELETE', path: `${pathOf(relative)}/`, headers: { depth: 'infinity' } }, [200, 204, 404]);
+    const code = await expectStatus({ method: 'DELETE', path: pathOf(relative) }, [200, 204, 404, 409]);
+    if (code === 409) await expectStatus({ method: 'DELETE', path: `${pathOf(relative)}/`, headers: { depth: 'infinity' } }, [200, 204, 404]);
   }
 
   /** MOVE, or GET+PUT+DELETE on a store without it. Returns false when `to` existed and `overwrite` is off. */

@@ -2,7 +2,7 @@
  * The HTTP edge of the static-HTTP store: one keep-alive undici `Pool` per store (never `fetch`,
  * which decompresses), and the mapping of undici's stable error codes to storage codes.
  */
-import { Pool, type Dispatcher } from 'undici';
+import { Pool } from 'undici';
 import { StorageError } from './errors.ts';
 
 /** Connect, header and body-silence timeouts end as `upstream_timeout`; see undici's Errors.md. */
@@ -25,6 +25,12 @@ export function unexpectedStatus(status: number, what: string): StorageError {
   return new StorageError('upstream_unreachable', `The artifact store answered ${status} to ${what}.`);
 }
 
+/** `bytes a-b/size` of a 206 answer; anything else (a `*` size, junk) is undefined. */
+export function parseContentRange(value: string | string[] | undefined): { start: number; end: number; size: number } | undefined {
+  const m = /^bytes (\d+)-(\d+)\/(\d+)$/.exec(String(value ?? '').trim());
+  return m ? { start: Number(m[1]), end: Number(m[2]), size: Number(m[3]) } : undefined;
+}
+
 export interface UpstreamOptions {
   readonly connectTimeoutMs: number;
   /** Longest wait for response headers and longest silence inside a response body. */
@@ -41,4 +47,3 @@ export function createUpstreamPool(origin: string, options: UpstreamOptions): Po
   });
 }
 
-export type UpstreamResponse = Dispatcher.ResponseData;
