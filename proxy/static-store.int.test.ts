@@ -330,3 +330,33 @@ describe('gateways on different hosts sharing one static store', () => {
     expect(sha256(got.body)).toBe(sha256(data));
   }, 120_000);
 });
+
+describe('bandwidth governors on the static store', () => {
+  const db = useTestDatabase();
+
+  it('the download and upload governors pace bytes through the static store', async () => {
+    const rate = 512 * 1024;
+    await createRepository(db.pool, 'st');
+    const { key } = await createServiceAccount(db.pool, { grants: { st: 'write' } });
+    const nginx = await startStaticStore();
+    const paced = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_STORAGE_URL: nginx.url, ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(rate), ARKVORY_UPLOAD_BYTES_PER_SECOND: String(rate) } });
+    const stored = randomContent(2 * MiB);
+    // The upload is paced too: 2 MiB at 512 KiB/s takes about 4 s.
+    const t0 = performance.now();
+    expect((await request(`${paced.url}/api/v1/repositories/st/artifacts/big.bin`, { method: 'PUT', headers: bearer(key), body: stored })).status).toBe(201);
+    expect((performance.now() - t0) / 1000).toBeGreaterThan(3);
+    const started = performance.now();
+    let bytes = 0;
+    await new Promise<void>((resolve) => {
+      const socket = net.connect(paced.port, '127.0.0.1');
+      socket.on('data', (d: Buffer) => (bytes += d.length));
+      socket.on('close', () => resolve());
+      socket.on('error', () => {});
+      socket.write(`GET /api/v1/repositories/st/artifacts/big.bin/content HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${key}\r\n\r\n`);
+      setTimeout(() => socket.destroy(), 2500);
+    });
+    const seconds = (performance.now() - started) / 1000;
+    expect(bytes).toBeLessThanOrEqual(rate * seconds + rate / 10 + 4096);
+    expect(bytes).toBeGreaterThan(rate * seconds * 0.5);
+  });
+});
