@@ -269,6 +269,14 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
       else if (!shared) problems.push('ARKVORY_ADVERTISE_URL: only recorded in the shared profile (set ARKVORY_GATEWAY_SLOTS); a standalone gateway is listed in ARKVORY_ROUTER_BACKENDS instead');
       else advertiseUrl = parsed.value;
     }
+    const storageUrl = optStr('ARKVORY_STORAGE_URL');
+    if (storageUrl !== undefined) {
+      const u = new URL(storageUrl);
+      // The gateway sends no credentials to the store (restrict it by network), and a query or
+      // fragment would be silently dropped from every object name.
+      if (u.username || u.password) problems.push('ARKVORY_STORAGE_URL: credentials in the URL are not supported; restrict the store to the gateways by network instead, got "<redacted>"');
+      else if (u.search || u.hash) problems.push(`ARKVORY_STORAGE_URL: expected a base URL without query or fragment (e.g. http://10.0.0.20:8081/arkvory/), got "${storageUrl}"`);
+    }
     const trusted = parseTrustedProxies(optStr('ARKVORY_TRUSTED_PROXIES'));
     if (trusted.ok) trustedProxies = trusted.value;
     else problems.push(`ARKVORY_TRUSTED_PROXIES: ${trusted.problem}`);
