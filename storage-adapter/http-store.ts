@@ -8,8 +8,8 @@
  * length or digest mismatch throws inside the body, so the store never completes the temporary.
  * commit() MOVEs it to the blob name (`Overwrite: F`: an existing blob has the same bytes). A store
  * without MOVE (405/501) gets a GET of the temporary piped into a PUT of the final name instead.
- * Durability is the store's: nginx does not fsync, so a power loss on the storage host can lose a
- * blob whose catalog row exists (scrub and gc find it; put the store on a journalled filesystem).
+ * Durability is the store's: nginx does not fsync, so a power loss on the storage host can lose or
+ * truncate a blob whose catalog row exists (scrub finds a truncated one; see the docs).
  */
 import { createHash, randomUUID } from 'node:crypto';
 import { Readable } from 'node:stream';
@@ -40,7 +40,6 @@ interface CallOptions {
 
 /** `blobs/sha256/ab/cd/<hex>` with forward slashes whatever the platform. */
 const blobName = (sha256: string) => blobRelativePath(sha256).split('\\').join('/');
-
 
 export interface HttpStoreOptions extends UpstreamOptions {
   /** Base URL of the store root, e.g. `http://storage:8081/arkvory/`. */
