@@ -8,14 +8,14 @@ import pg from 'pg';
 import type { Logger } from 'pino';
 import { tryLockExclusive, tryLockShared } from '../policy/lease/barriers.ts';
 import type { Catalog } from '../storage-adapter/catalog.ts';
-import type { FsStore } from '../storage-adapter/fs-store.ts';
+import type { Store } from '../storage-adapter/store.ts';
 import { assembleJob, type Job } from '../storage-adapter/multipart/assemble.ts';
 import type { UploadSessions } from '../storage-adapter/multipart/sessions.ts';
 
 export interface CompletionWorkerOptions {
   pool: pg.Pool;
   databaseUrl: string;
-  store: FsStore;
+  store: Store;
   catalog: Catalog;
   sessions: UploadSessions;
   log: Logger;

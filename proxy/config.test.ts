@@ -61,6 +61,18 @@ describe('loadConfig', () => {
     expect(problems.map((p) => p.split(':')[0]).sort()).toEqual(['ARKVORY_PORT', 'ARKVORY_PROT', 'ARKVORY_ROLE']);
   });
 
+  it('the static-HTTP store: a base URL and its timeouts; no credentials (never echoed), no query', () => {
+    const config = loadConfig({ ARKVORY_STORAGE_URL: 'http://10.0.0.20:8081/arkvory/', ARKVORY_STORAGE_TIMEOUT_SECONDS: '5' }, '/srv');
+    expect(config.storage).toEqual({ url: 'http://10.0.0.20:8081/arkvory/', connectTimeoutMs: 3000, timeoutMs: 5000 });
+    expect(loadConfig({}, '/srv').storage.url).toBeUndefined();
+    const withPassword = problemsOf({ ARKVORY_STORAGE_URL: 'http://u:hunter2@store/' });
+    expect(withPassword).toEqual([expect.stringMatching(/^ARKVORY_STORAGE_URL: credentials/)]);
+    expect(withPassword.join('\n')).not.toContain('hunter2');
+    expect(problemsOf({ ARKVORY_STORAGE_URL: 'http://store/a?x=1' })).toEqual([expect.stringMatching(/^ARKVORY_STORAGE_URL: expected a base URL/)]);
+    expect(problemsOf({ ARKVORY_STORAGE_URL: 'ftp://store/' })).toEqual([expect.stringMatching(/^ARKVORY_STORAGE_URL: /)]);
+    expect(problemsOf({ ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS: '10' })).toEqual([expect.stringMatching(/^ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS: /)]);
+  });
+
   it('ignores the test harness variables', () => {
     expect(() => loadConfig({ ARKVORY_TEST_DATABASE_URL: 'x' })).not.toThrow();
   });

@@ -69,6 +69,9 @@ export const VARIABLES: readonly VariableSpec[] = [
   { name: 'ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS', kind: { type: 'int', min: 1, max: 86400 }, defaultValue: '60', doc: 'Upper bound on how long a rules-service answer is cached (the service proposes `ttl_s`); worst-case propagation of a service-side change is this plus the timeout.' },
   { name: 'ARKVORY_RULES_SERVICE_TOKEN', kind: { type: 'string' }, secret: true, doc: 'Shared bearer token for `POST /api/v1/rules/query`: the gateway sends it, the rules-service role requires it. Unset: the query route is open (bind the service to a private address).' },
   { name: 'ARKVORY_RULES_SERVICE_TTL_SECONDS', kind: { type: 'int', min: 0, max: 86400 }, defaultValue: '30', doc: 'Role rules-service: the `ttl_s` it answers, i.e. how long gateways may cache its rules (0 = do not cache).' },
+  { name: 'ARKVORY_STORAGE_URL', kind: { type: 'url', protocols: ['http:', 'https:'] }, doc: 'Base URL of a static-HTTP store (e.g. nginx with WebDAV PUT/DELETE/MOVE on the storage host) used instead of the directory store; `ARKVORY_DATA_DIR` then only holds the embedded PostgreSQL and `admin.key`. See docs/storage-and-content.md.' },
+  { name: 'ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS', kind: { type: 'int', min: 50, max: 60000 }, defaultValue: '3000', doc: 'Static-HTTP store: longest wait for a TCP connection; then 504 `upstream_timeout` (refused → 502 `upstream_unreachable`).' },
+  { name: 'ARKVORY_STORAGE_TIMEOUT_SECONDS', kind: { type: 'int', min: 1, max: 3600 }, defaultValue: '30', doc: 'Static-HTTP store: longest wait for response headers and longest silence inside a body; before the first byte → 504 `upstream_timeout`, after → the response is cut.' },
 ];
 
 export type Role = 'api' | 'reader' | 'worker' | 'router' | 'rules-service';
@@ -132,6 +135,12 @@ export interface Config {
     readonly token: string | undefined;
     /** Role rules-service: the TTL it answers. */
     readonly ttlSeconds: number;
+  };
+  /** The static-HTTP store; undefined = the filesystem store under `dataDir`. */
+  readonly storage: {
+    readonly url: string | undefined;
+    readonly connectTimeoutMs: number;
+    readonly timeoutMs: number;
   };
   readonly shared:
     | {
@@ -277,6 +286,14 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
       else if (!shared) problems.push('ARKVORY_ADVERTISE_URL: only recorded in the shared profile (set ARKVORY_GATEWAY_SLOTS); a standalone gateway is listed in ARKVORY_ROUTER_BACKENDS instead');
       else advertiseUrl = parsed.value;
     }
+    const storageUrl = optStr('ARKVORY_STORAGE_URL');
+    if (storageUrl !== undefined) {
+      const u = new URL(storageUrl);
+      // The gateway sends no credentials to the store (restrict it by network), and a query or
+      // fragment would be silently dropped from every object name.
+      if (u.username || u.password) problems.push('ARKVORY_STORAGE_URL: credentials in the URL are not supported; restrict the store to the gateways by network instead, got "<redacted>"');
+      else if (u.search || u.hash) problems.push(`ARKVORY_STORAGE_URL: expected a base URL without query or fragment (e.g. http://10.0.0.20:8081/arkvory/), got "${storageUrl}"`);
+    }
     const trusted = parseTrustedProxies(optStr('ARKVORY_TRUSTED_PROXIES'));
     if (trusted.ok) trustedProxies = trusted.value;
     else problems.push(`ARKVORY_TRUSTED_PROXIES: ${trusted.problem}`);
@@ -344,6 +361,11 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
       maxTtlMs: num('ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS') * 1000,
       token: optStr('ARKVORY_RULES_SERVICE_TOKEN'),
       ttlSeconds: num('ARKVORY_RULES_SERVICE_TTL_SECONDS'),
+    },
+    storage: {
+      url: optStr('ARKVORY_STORAGE_URL'),
+      connectTimeoutMs: num('ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS'),
+      timeoutMs: num('ARKVORY_STORAGE_TIMEOUT_SECONDS') * 1000,
     },
     shared,
   };

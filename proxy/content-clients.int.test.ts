@@ -1,6 +1,7 @@
 /**
  * Real download clients against a real gateway: curl -C -, wget -c and aria2c -x 8 -s 8 must
- * reproduce the exact bytes, including after an interrupted first attempt.
+ * reproduce the exact bytes, including after an interrupted first attempt; on the directory store
+ * and through the static-HTTP store (nginx).
  */
 import { spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
@@ -11,6 +12,7 @@ import { createRepository, createServiceAccount } from '../test/support/auth.ts'
 import { contentDigest, randomContent, request, sha256 } from '../test/support/content.ts';
 import { useTestDatabase } from '../test/support/database.ts';
 import { startGateway, type GatewayProcess } from '../test/support/gateway.ts';
+import { startStaticStore, STORE_KINDS, type StaticStore } from '../test/support/static-store.ts';
 
 const MiB = 1024 * 1024;
 
@@ -32,9 +34,10 @@ async function sizeOf(file: string): Promise<number> {
   return stat(file).then((s) => s.size, () => 0);
 }
 
-describe('real HTTP clients', () => {
+describe.each(STORE_KINDS)('real HTTP clients (%s store)', (kind) => {
   const db = useTestDatabase();
   let gw: GatewayProcess;
+  let nginx: StaticStore | undefined;
   let key: string;
   let dir: string;
   const data = randomContent(50 * MiB);
@@ -43,7 +46,8 @@ describe('real HTTP clients', () => {
   beforeAll(async () => {
     await createRepository(db.pool, 'dl');
     ({ key } = await createServiceAccount(db.pool, { grants: { dl: 'write' } }));
-    gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_LOG_LEVEL: 'info' }, timeoutMs: 60_000 });
+    if (kind === 'http') nginx = await startStaticStore();
+    gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_LOG_LEVEL: 'info', ARKVORY_STORAGE_URL: nginx?.url }, timeoutMs: 60_000 });
     const put = await request(`${gw.url}/api/v1/repositories/dl/artifacts/big.bin`, { method: 'PUT', headers: { authorization: `Bearer ${key}`, 'content-digest': contentDigest(data) }, body: data });
     expect(put.status).toBe(201);
     dir = await mkdtemp(path.join(os.tmpdir(), 'arkvory-clients-'));

@@ -1,12 +1,13 @@
 /**
- * Opens the filesystem store for this role (writer creates and binds the root, reader verifies),
+ * Opens the store (directory or static HTTP) for this role (writer creates and binds the root, reader verifies),
  * and returns the content and catalog routes. Startup fails with `storage_mismatch` when the root
  * and the database disagree.
  */
 import type { Permission } from '../policy/auth/authorize.ts';
 import { createCatalog } from '../storage-adapter/catalog.ts';
-import { openFsStore, type FsStore } from '../storage-adapter/fs-store.ts';
+import type { Store } from '../storage-adapter/store.ts';
 import type { Route } from './http-server.ts';
+import { openStore } from './storage.ts';
 import { artifactRoutes } from './routes/artifacts.ts';
 import { contentRoutes, type ContentMeters } from './routes/content.ts';
 import type { Services } from './services.ts';
@@ -18,10 +19,11 @@ export interface ContentModuleDeps {
   meters?: ContentMeters;
 }
 
-export async function openContentModule(services: Services, deps: ContentModuleDeps): Promise<{ routes: Route[]; store: FsStore }> {
+export async function openContentModule(services: Services, deps: ContentModuleDeps): Promise<{ routes: Route[]; store: Store }> {
   const { config } = services;
-  const store = await openFsStore({ root: config.dataDir, role: config.role === 'reader' ? 'reader' : 'writer', pool: services.pool });
-  services.log.info({ storageId: store.storageId, writable: store.writable }, 'storage root verified');
+  const store = await openStore(config, config.role === 'reader' ? 'reader' : 'writer', services.pool);
+  services.onClose.push(() => store.close());
+  services.log.info({ storageId: store.storageId, writable: store.writable, store: store.kind, location: store.location }, 'storage root verified');
   const catalog = createCatalog(services.pool);
   const routes = [
     ...contentRoutes({ store, catalog, maxUploadBytes: config.maxUploadBytes, meters: deps.meters }),

@@ -43,3 +43,31 @@ describe('sendSegments', () => {
     expect(Math.max(...taken)).toBeLessThanOrEqual(16 * 1024);
   });
 });
+
+describe('sendSegments with a streaming reader (the static-HTTP store)', () => {
+  it('writes the store chunks of each range in order, charging the meter in quanta, exact bytes', async () => {
+    const data = randomBytes(600_000);
+    const taken: number[] = [];
+    const meter = { quantumBytes: 10_000, take: async (n: number) => void taken.push(n) };
+    const asked: Array<[number, number]> = [];
+    // Chunks of uneven sizes, as a socket hands them over.
+    const reader = {
+      read: async () => ({ bytesRead: 0 }),
+      async *chunks(range: { start: number; end: number }) {
+        asked.push([range.start, range.end]);
+        for (let p = range.start; p <= range.end; p += 65_521) yield data.subarray(p, Math.min(p + 65_521, range.end + 1));
+      },
+    };
+    const segments: Segment[] = [
+      { kind: 'range', range: { start: 500_000, end: 599_999 } },
+      { kind: 'bytes', data: Buffer.from('|') },
+      { kind: 'range', range: { start: 0, end: 250_000 } },
+    ];
+    const url = await serveWith((res) => sendSegments(res, reader, segments, { meter, signal: new AbortController().signal }));
+    const res = await request(url);
+    expect(res.body.equals(Buffer.concat([data.subarray(500_000), Buffer.from('|'), data.subarray(0, 250_001)]))).toBe(true);
+    expect(asked).toEqual([[500_000, 599_999], [0, 250_000]]);
+    expect(taken.reduce((a, b) => a + b, 0)).toBe(350_001);
+    expect(Math.max(...taken)).toBeLessThanOrEqual(10_000);
+  });
+});

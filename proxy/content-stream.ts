@@ -1,13 +1,14 @@
 /**
- * Writes a planned content body to the response, streaming from an open blob through a small,
+ * Writes a planned content body to the response, streaming from an open blob (a file, or upstream
+ * range responses of the static-HTTP store) through a small,
  * fixed set of reused buffers: a buffer is read into again only after the socket has taken its
  * bytes (the write callback), so a slow client stalls the reads instead of growing memory, and a
  * fast one produces no garbage per chunk. With a meter every chunk is charged before it is written.
  * A client disconnect rejects the pending step; the caller closes the file in `finally`.
  */
 import type { ServerResponse } from 'node:http';
-import type { FileHandle } from 'node:fs/promises';
 import type { ByteMeter } from '../storage-adapter/byte-meter.ts';
+import type { BlobReader } from '../storage-adapter/store.ts';
 import type { ByteRange } from '../storage-adapter/range.ts';
 import type { Segment } from './content-response.ts';
 
@@ -59,7 +60,7 @@ class BufferRing {
   }
 }
 
-async function streamRange(res: ServerResponse, handle: FileHandle, range: ByteRange, ring: BufferRing, chunkBytes: number, meter: ByteMeter | undefined, signal: AbortSignal): Promise<void> {
+async function streamRange(res: ServerResponse, handle: Pick<BlobReader, 'read'>, range: ByteRange, ring: BufferRing, chunkBytes: number, meter: ByteMeter | undefined, signal: AbortSignal): Promise<void> {
   for (let position = range.start; position <= range.end; ) {
     const buffer = await ring.acquire(signal);
     const want = Math.min(chunkBytes, range.end - position + 1);
@@ -75,7 +76,39 @@ async function streamRange(res: ServerResponse, handle: FileHandle, range: ByteR
   }
 }
 
-export async function sendSegments(res: ServerResponse, handle: FileHandle, segments: readonly Segment[], options: { meter?: ByteMeter | undefined; signal: AbortSignal }): Promise<void> {
+/** Bytes queued on the response before a streamed range waits for 'drain' (the ring's bound). */
+const MAX_QUEUED_BYTES = BUFFER_COUNT * CHUNK_BYTES;
+
+/** A store's own chunks (no copy): each charged in quanta, then written; waits while the socket is full. */
+async function streamChunks(res: ServerResponse, chunks: AsyncIterable<Buffer>, meter: ByteMeter | undefined, signal: AbortSignal): Promise<void> {
+  for await (const chunk of chunks) {
+    if (meter) {
+      const quantum = Math.max(1, meter.quantumBytes);
+      for (let offset = 0; offset < chunk.length; offset += quantum) await meter.take(Math.min(quantum, chunk.length - offset), signal);
+    }
+    signal.throwIfAborted();
+    if (!res.write(chunk) && res.writableLength >= MAX_QUEUED_BYTES) {
+      await new Promise<void>((resolve, reject) => {
+        const done = () => {
+          signal.removeEventListener('abort', onAbort);
+          res.off('drain', done);
+          res.off('close', done);
+          resolve();
+        };
+        const onAbort = () => {
+          res.off('drain', done);
+          res.off('close', done);
+          reject(signal.reason);
+        };
+        signal.addEventListener('abort', onAbort, { once: true });
+        res.once('drain', done);
+        res.once('close', done);
+      });
+    }
+  }
+}
+
+export async function sendSegments(res: ServerResponse, handle: Pick<BlobReader, 'read' | 'chunks'>, segments: readonly Segment[], options: { meter?: ByteMeter | undefined; signal: AbortSignal }): Promise<void> {
   const { meter, signal } = options;
   const rangeBytes = segments.reduce((n, s) => (s.kind === 'range' ? Math.max(n, s.range.end - s.range.start + 1) : n), 0);
   const chunkBytes = Math.max(1, Math.min(meter ? meter.quantumBytes : CHUNK_BYTES, CHUNK_BYTES, rangeBytes));
@@ -83,6 +116,7 @@ export async function sendSegments(res: ServerResponse, handle: FileHandle, segm
   for (const segment of segments) {
     signal.throwIfAborted();
     if (segment.kind === 'bytes') res.write(segment.data);
+    else if (handle.chunks) await streamChunks(res, handle.chunks(segment.range, signal), meter, signal);
     else await streamRange(res, handle, segment.range, ring, chunkBytes, meter, signal);
   }
   await new Promise<void>((resolve, reject) => {

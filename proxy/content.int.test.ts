@@ -6,6 +6,7 @@ import { bearer, createRepository, createServiceAccount } from '../test/support/
 import { contentDigest, parseMultipart, randomContent, request, sha256, type RawResponse } from '../test/support/content.ts';
 import { useTestDatabase } from '../test/support/database.ts';
 import { startGateway, type GatewayProcess } from '../test/support/gateway.ts';
+import { startStaticStore, STORE_KINDS, type StaticStore } from '../test/support/static-store.ts';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -18,9 +19,13 @@ function comparable(res: RawResponse): Record<string, unknown> {
   return rest;
 }
 
-describe('content API over real HTTP', () => {
+// Conformance: the same content tests on the directory store and on the static-HTTP store (nginx).
+describe.each(STORE_KINDS)('content API over real HTTP (%s store)', (kind) => {
   const db = useTestDatabase();
   let gw: GatewayProcess;
+  let nginx: StaticStore | undefined;
+  /** The directory the store keeps its layout in: the data dir, or the one nginx serves. */
+  const storeRoot = () => (kind === 'fs' ? gw.dataDir : nginx!.root);
   let writer: { key: string; principalId: string };
   let readOnly: { key: string };
   const files = new Map<number, Buffer>();
@@ -37,7 +42,8 @@ describe('content API over real HTTP', () => {
     await createRepository(db.pool, 'hidden');
     writer = await createServiceAccount(db.pool, { grants: { files: 'write' } });
     readOnly = await createServiceAccount(db.pool, { scopes: ['read'], grants: { files: 'read' } });
-    gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_MAX_UPLOAD_BYTES: String(MAX_UPLOAD), ARKVORY_LOG_LEVEL: 'info' }, timeoutMs: 60_000 });
+    if (kind === 'http') nginx = await startStaticStore();
+    gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_MAX_UPLOAD_BYTES: String(MAX_UPLOAD), ARKVORY_LOG_LEVEL: 'info', ARKVORY_STORAGE_URL: nginx?.url }, timeoutMs: 60_000 });
     for (const size of [0, 1, 64 * KiB - 1, 64 * KiB + 1, 50 * MiB]) {
       const data = randomContent(size);
       files.set(size, data);
@@ -200,9 +206,9 @@ describe('content API over real HTTP', () => {
     expect(malformed.status).toBe(400);
     const badType = await upload('bad-type', other, { 'content-type': 'not a type' });
     expect(badType.status).toBe(400);
-    const blobs = await listBlobs(gw.dataDir);
+    const blobs = await listBlobs(storeRoot());
     expect(blobs).not.toContain(sha256(other));
-    expect(await readdir(path.join(gw.dataDir, 'tmp'))).toEqual([]);
+    expect(await entries(path.join(storeRoot(), 'tmp'))).toEqual([]);
 
     // Content-Length shorter than promised: the client gives up mid-body; nothing is published.
     const truncated = await rawExchange(gw.port, `PUT /api/v1/repositories/files/artifacts/truncated HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${writer.key}\r\ncontent-length: 5000\r\n\r\n`, Buffer.alloc(1000, 1), { endAfterWrite: true });
@@ -221,7 +227,7 @@ describe('content API over real HTTP', () => {
     const streamed = await request(`${base()}/artifacts/too-big`, { method: 'PUT', headers: { ...auth(), 'transfer-encoding': 'chunked' }, body: chunks() }).catch((err: Error) => ({ status: -1, body: Buffer.from(err.message), headers: {} }));
     expect(streamed.status).toBe(413);
     expect((await request(`${base()}/artifacts/too-big`, { headers: auth() })).status).toBe(404);
-    expect(await readdir(path.join(gw.dataDir, 'tmp'))).toEqual([]);
+    expect(await entries(path.join(storeRoot(), 'tmp'))).toEqual([]);
   });
 
   it('enforces grants: read-only keys cannot upload or delete; invisible repositories are 404', async () => {
@@ -259,27 +265,43 @@ describe('content API over real HTTP', () => {
     expect(del.status).toBe(204);
     expect((await get('to-delete')).status).toBe(404);
     expect((await request(`${base()}/artifacts/to-delete`, { method: 'DELETE', headers: auth() })).status).toBe(404);
-    expect(await listBlobs(gw.dataDir)).toContain(sha256(data));
+    expect(await listBlobs(storeRoot())).toContain(sha256(data));
     // The name is free again, even for other bytes.
     expect((await upload('to-delete', randomContent(10))).status).toBe(201);
   });
 
-  it('a client that stops reading gets backpressure, not buffering; a disconnect closes the file', async () => {
+  it('a client that stops reading gets backpressure, not buffering; a disconnect closes the file (or the upstream request)', async () => {
     const pid = gw.child.pid!;
     const blob = sha256(files.get(50 * MiB)!);
+    // nginx logs a request when it ends: the upstream GET must stay open while the client stalls.
+    const upstreamDone = async () => (await nginx!.accessLog()).split('\n').filter((l) => l.includes(blob));
+    const doneBefore = kind === 'http' ? (await upstreamDone()).length : 0;
     const rssBefore = await rssBytes(pid);
     const socket = net.connect(gw.port, '127.0.0.1');
     await new Promise((r) => socket.once('connect', r));
     socket.write(`GET /api/v1/repositories/files/artifacts/size-${50 * MiB}/content HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${writer.key}\r\n\r\n`);
     socket.pause();
-    await waitFor(async () => (await openBlobFds(pid, blob)) > 0);
+    if (kind === 'fs') await waitFor(async () => (await openBlobFds(pid, blob)) > 0);
     await new Promise((r) => setTimeout(r, 1500));
     const rssDuring = await rssBytes(pid);
     expect(rssDuring - rssBefore).toBeLessThan(20 * MiB);
+    if (kind === 'http') expect((await upstreamDone()).length).toBe(doneBefore);
     socket.destroy();
-    await waitFor(async () => (await openBlobFds(pid, blob)) === 0);
+    if (kind === 'fs') await waitFor(async () => (await openBlobFds(pid, blob)) === 0);
+    else {
+      await waitFor(async () => (await upstreamDone()).length === doneBefore + 1);
+      const bytesSent = Number((await upstreamDone()).at(-1)!.split(' ')[1]);
+      expect(bytesSent).toBeLessThan(50 * MiB);
+    }
   });
 });
+
+async function entries(dir: string): Promise<string[]> {
+  return readdir(dir).catch((err: NodeJS.ErrnoException) => {
+    if (err.code === 'ENOENT') return [];
+    throw err;
+  });
+}
 
 async function listBlobs(root: string): Promise<string[]> {
   const out: string[] = [];

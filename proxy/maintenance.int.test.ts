@@ -8,21 +8,24 @@ import { bearer, createRepository, createServiceAccount } from '../test/support/
 import { randomContent, request, sha256 } from '../test/support/content.ts';
 import { useTestDatabase } from '../test/support/database.ts';
 import { runCli, startGateway } from '../test/support/gateway.ts';
+import { startStaticStore, STORE_KINDS } from '../test/support/static-store.ts';
 
-const db = useTestDatabase();
 const blobPath = (root: string, hex: string) => path.join(root, 'blobs', 'sha256', hex.slice(0, 2), hex.slice(2, 4), hex);
 
-describe('offline maintenance', () => {
+// The same scrub and gc on the directory store and, over HTTP, on the static-HTTP store (nginx).
+describe.each(STORE_KINDS)('offline maintenance (%s store)', (kind) => {
+  const db = useTestDatabase();
   it('refuses while a gateway runs; then scrub quarantines a corrupted blob and gc removes only orphans', async () => {
     await createRepository(db.pool, 'm');
     const { key } = await createServiceAccount(db.pool, { grants: { m: 'write' } });
-    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const nginx = kind === 'http' ? await startStaticStore() : undefined;
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_STORAGE_URL: nginx?.url } });
     const good = randomContent(100_000);
     const victim = randomContent(50_000);
     for (const [id, body] of [['good.bin', good], ['victim.bin', victim]] as const) {
       expect((await request(`${gw.url}/api/v1/repositories/m/artifacts/${id}`, { method: 'PUT', headers: bearer(key), body })).status).toBe(201);
     }
-    const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: gw.dataDir };
+    const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: gw.dataDir, ARKVORY_STORAGE_URL: nginx?.url };
     for (const cmd of [['scrub'], ['gc']]) {
       const refused = await runCli(cmd, env);
       expect(refused.code, cmd.join(' ')).toBe(1);
@@ -31,12 +34,13 @@ describe('offline maintenance', () => {
     expect(await gw.stop('SIGTERM')).toBe(0);
 
     // Damage on disk: one blob's bytes change; an unreferenced blob and a stale temp file appear.
-    const root = gw.dataDir;
+    const root = nginx?.root ?? gw.dataDir;
     await writeFile(blobPath(root, sha256(victim)), randomContent(50_000));
     const orphan = randomContent(1234);
     const orphanHex = createHash('sha256').update(orphan).digest('hex');
     await mkdir(path.dirname(blobPath(root, orphanHex)), { recursive: true });
     await writeFile(blobPath(root, orphanHex), orphan);
+    await mkdir(path.join(root, 'tmp'), { recursive: true });
     await writeFile(path.join(root, 'tmp', 'left-over.upload'), 'partial');
 
     const scrub = await runCli(['scrub'], env);

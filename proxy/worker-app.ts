@@ -1,5 +1,5 @@
 import { createCatalog } from '../storage-adapter/catalog.ts';
-import { openFsStore, type FsStore } from '../storage-adapter/fs-store.ts';
+import type { Store } from '../storage-adapter/store.ts';
 import { UploadSessions } from '../storage-adapter/multipart/sessions.ts';
 import { CompletionWorker } from './completion-worker.ts';
 import type { Gate, Route } from './http-server.ts';
@@ -7,8 +7,9 @@ import { healthRoutes } from './routes/health.ts';
 import { multipartRoutes } from './routes/multipart.ts';
 import type { ContentMeters } from './routes/content.ts';
 import type { Services } from './services.ts';
+import { openStore } from './storage.ts';
 
-function startWorker(services: Services, store: FsStore, sessions: UploadSessions): CompletionWorker {
+function startWorker(services: Services, store: Store, sessions: UploadSessions): CompletionWorker {
   const worker = new CompletionWorker({
     pool: services.pool,
     databaseUrl: services.databaseUrl,
@@ -29,17 +30,18 @@ function startWorker(services: Services, store: FsStore, sessions: UploadSession
  * Multipart routes for the writer (readers get none: every mutating method is read_only there), and
  * the completion worker inside the writer when ARKVORY_EMBEDDED_WORKER=1.
  */
-export async function startMultipart(services: Services, store: FsStore, meters: ContentMeters): Promise<{ routes: Route[] }> {
+export async function startMultipart(services: Services, store: Store, meters: ContentMeters): Promise<{ routes: Route[] }> {
   if (services.config.role !== 'api') return { routes: [] };
-  const sessions = new UploadSessions({ pool: services.pool, root: store.root, ttlSeconds: services.config.uploadSessionTtlSeconds });
+  const sessions = new UploadSessions({ pool: services.pool, parts: store.parts, ttlSeconds: services.config.uploadSessionTtlSeconds });
   if (services.config.embeddedWorker) await startWorker(services, store, sessions).start();
   return { routes: multipartRoutes({ sessions, maxPartBytes: services.config.maxUploadBytes, writable: store.writable, meters }) };
 }
 
 /** `ARKVORY_ROLE=worker`: the completion worker and the health routes, nothing else. */
 export async function buildWorkerApp(services: Services): Promise<{ routes: Route[]; gates: Gate[] }> {
-  const store = await openFsStore({ root: services.config.dataDir, role: 'worker', pool: services.pool });
-  const sessions = new UploadSessions({ pool: services.pool, root: store.root, ttlSeconds: services.config.uploadSessionTtlSeconds });
+  const store = await openStore(services.config, 'worker', services.pool);
+  services.onClose.push(() => store.close());
+  const sessions = new UploadSessions({ pool: services.pool, parts: store.parts, ttlSeconds: services.config.uploadSessionTtlSeconds });
   await startWorker(services, store, sessions).start();
   // No auth gate runs here, so only the public health routes are served.
   return { routes: healthRoutes(services).filter((r) => r.access === 'public'), gates: [] };

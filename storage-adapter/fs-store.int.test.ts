@@ -3,13 +3,16 @@ import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/
 import os from 'node:os';
 import path from 'node:path';
 import { Readable } from 'node:stream';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createRepository } from '../test/support/auth.ts';
 import { createTestDatabase, useTestDatabase } from '../test/support/database.ts';
 import { createCatalog, type ArtifactKey } from './catalog.ts';
+import { startStaticStore, STORE_KINDS, type StaticStore } from '../test/support/static-store.ts';
 import { openFsStore } from './fs-store.ts';
+import { openHttpStore } from './http-store.ts';
 import { blobRelativePath } from './paths.ts';
 import { publishArtifact } from './publish.ts';
+import type { Store } from './store.ts';
 
 const dirs: string[] = [];
 async function tempRoot(): Promise<string> {
@@ -77,19 +80,44 @@ describe('storage identity', () => {
     await openFsStore({ root, role: 'reader', pool: db.pool });
     expect((await readdir(path.join(root, 'tmp'))).sort()).toEqual(['dir', 'left-over.upload']);
     await openFsStore({ root, role: 'writer', pool: db.pool });
-    expect(await readdir(path.join(root, 'tmp'))).toEqual([]);
+    expect(await entries(path.join(root, 'tmp'))).toEqual([]);
   });
 });
 
-describe('publish', () => {
+/** Entries of a directory of the store root; a directory the HTTP store never created counts as empty. */
+async function entries(dir: string): Promise<string[]> {
+  return readdir(dir).catch((err: NodeJS.ErrnoException) => {
+    if (err.code === 'ENOENT') return [];
+    throw err;
+  });
+}
+
+// The conformance suite: every publish guarantee, unchanged, on both stores. nginx serves a plain
+// directory with the same layout, so the checks on the root hold for both.
+describe.each(STORE_KINDS)('publish (%s store)', (kind) => {
   const db = useTestDatabase();
   const key = (name: string): ArtifactKey => ({ repository: 'store-test', kind: 'artifact', name, version: '', asset: '' });
+  let nginx: StaticStore | undefined;
+  const opened: Store[] = [];
+  beforeAll(async () => {
+    if (kind === 'http') nginx = await startStaticStore();
+  });
+  afterAll(async () => {
+    for (const store of opened.splice(0)) await store.close();
+    await nginx?.stop();
+  });
 
   async function setup() {
     await db.pool.query('DELETE FROM arkvory_storage');
     await createRepository(db.pool, 'store-test').catch(() => {});
-    const root = await tempRoot();
-    const store = await openFsStore({ root, role: 'writer', pool: db.pool });
+    if (kind === 'fs') {
+      const root = await tempRoot();
+      return { root, store: await openFsStore({ root, role: 'writer', pool: db.pool }), catalog: createCatalog(db.pool) };
+    }
+    const root = nginx!.root;
+    for (const entry of await readdir(root)) await rm(path.join(root, entry), { recursive: true, force: true });
+    const store = await openHttpStore({ url: nginx!.url, role: 'writer', pool: db.pool, connectTimeoutMs: 2000, timeoutMs: 10_000 });
+    opened.push(store);
     return { root, store, catalog: createCatalog(db.pool) };
   }
 
@@ -106,7 +134,7 @@ describe('publish', () => {
     // Same bytes under a second name: one blob.
     await publishArtifact({ store, catalog }, { key: key('b'), body: body(bytes), contentType: 'text/plain', publishedBy: null, stage: { maxBytes: 1e6 } });
     expect(await catalog.referencedBlobs()).toEqual(new Set([sha256(bytes)]));
-    expect(await readdir(path.join(root, 'tmp'))).toEqual([]);
+    expect(await entries(path.join(root, 'tmp'))).toEqual([]);
   });
 
   it.each([
@@ -120,7 +148,7 @@ describe('publish', () => {
     await expect(publishArtifact({ store, catalog }, { key: key('x'), body: body(bytes), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e6, ...options } })).rejects.toMatchObject({ code });
     expect(await catalog.get(key('x'))).toBeUndefined();
     expect(await store.hasBlob(sha256(bytes))).toBe(false);
-    expect(await readdir(path.join(root, 'tmp'))).toEqual([]);
+    expect(await entries(path.join(root, 'tmp'))).toEqual([]);
   });
 
   it('an aborted body publishes nothing', async () => {
@@ -131,8 +159,8 @@ describe('publish', () => {
     }
     await expect(publishArtifact({ store, catalog }, { key: key('y'), body: broken(), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e6 } })).rejects.toThrow('aborted');
     expect(await catalog.get(key('y'))).toBeUndefined();
-    expect(await readdir(path.join(root, 'tmp'))).toEqual([]);
-    expect(await readdir(path.join(root, 'blobs', 'sha256'))).toEqual([]);
+    expect(await entries(path.join(root, 'tmp'))).toEqual([]);
+    expect(await entries(path.join(root, 'blobs', 'sha256'))).toEqual([]);
   });
 
   it('charges an upload meter in quanta before accepting bytes', async () => {
@@ -142,5 +170,37 @@ describe('publish', () => {
     await publishArtifact({ store, catalog }, { key: key('m'), body: body(randomBytes(10_000)), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e6, meter } });
     expect(taken.reduce((a, b) => a + b, 0)).toBe(10_000);
     expect(Math.max(...taken)).toBeLessThanOrEqual(4096);
+  });
+});
+
+describe('storage identity (static-HTTP store)', () => {
+  const db = useTestDatabase();
+
+  it('the writer PUTs the storage-id object and binds it; readers verify; a mismatch or a store that is down refuses', async () => {
+    const nginx = await startStaticStore();
+    try {
+      await db.pool.query('DELETE FROM arkvory_storage');
+      const open = (role: 'writer' | 'reader', url = nginx.url) => openHttpStore({ url, role, pool: db.pool, connectTimeoutMs: 1000, timeoutMs: 5000 });
+      await expect(open('reader')).rejects.toMatchObject({ code: 'storage_mismatch' });
+      const writer = await open('writer');
+      const objectId = (await readFile(path.join(nginx.root, 'storage-id'), 'utf8')).trim();
+      expect(writer.storageId).toBe(objectId);
+      expect((await db.pool.query<{ id: string }>('SELECT id::text AS id FROM arkvory_storage')).rows).toEqual([{ id: objectId }]);
+      const reader = await open('reader');
+      expect(reader.storageId).toBe(objectId);
+      expect(reader.writable).toBe(false);
+      await Promise.all([writer.close(), reader.close()]);
+
+      // Another, empty store on the same database: refused, naming the variable to fix.
+      await expect(open('writer', `${nginx.url}other/`)).rejects.toMatchObject({ code: 'storage_mismatch', message: expect.stringContaining('ARKVORY_STORAGE_URL') });
+      expect(await readdir(nginx.root)).toEqual(['storage-id']);
+      await writeFile(path.join(nginx.root, 'storage-id'), '00000000-0000-4000-8000-000000000000\n');
+      await expect(open('writer')).rejects.toMatchObject({ code: 'storage_mismatch', message: expect.stringContaining('different installations') });
+
+      await nginx.stop();
+      await expect(open('reader')).rejects.toMatchObject({ code: 'upstream_unreachable' });
+    } finally {
+      await nginx.stop();
+    }
   });
 });

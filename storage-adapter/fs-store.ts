@@ -7,63 +7,20 @@ import { createHash, randomUUID } from 'node:crypto';
 import { link, mkdir, open, readdir, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import type pg from 'pg';
-import type { ByteMeter } from './byte-meter.ts';
 import { StorageError, storageErrorFromErrno } from './errors.ts';
 import { fsyncDirectory } from './fs-sync.ts';
 import { ensureStorageIdentity, type StorageRole } from './identity.ts';
+import { createFsTree } from './fs-tree.ts';
+import { createFsPartStore } from './multipart/fs-parts.ts';
+import type { Store } from './store.ts';
 import { BLOBS_DIR, blobRelativePath, isSha256Hex, resolveInsideRoot, TMP_DIR, UPLOADS_DIR } from './paths.ts';
 
 /** Body bytes are gathered up to this size before one write call (fewer syscalls, same memory bound). */
 const WRITE_BATCH_BYTES = 1024 * 1024;
 
-export interface StageOptions {
-  /** Larger bodies fail with `payload_too_large` as soon as the limit is crossed. */
-  readonly maxBytes: number;
-  /** Declared length (Content-Length); a different count fails with `invalid_request`. */
-  readonly expectedLength?: number | undefined;
-  /** Declared sha256 (Content-Digest) as lowercase hex; a different digest fails with `invalid_request`. */
-  readonly expectedSha256?: string | undefined;
-  readonly signal?: AbortSignal | undefined;
-  /** Upload pacing: each slice of the body is charged before it is accepted. */
-  readonly meter?: ByteMeter | undefined;
-}
-
-/** A fully written, fsynced temp file not yet visible under `blobs/`. */
-export interface StagedBlob {
-  readonly sha256: string;
-  readonly sizeBytes: number;
-  /** Links the file into `blobs/` (an identical blob already there is kept) and fsyncs the directory. */
-  commit(): Promise<void>;
-  /** Removes the temp file; safe to call after commit and more than once. */
-  discard(): Promise<void>;
-}
-
-export interface BlobReader {
-  readonly sizeBytes: number;
-  readonly handle: FileHandle;
-  close(): Promise<void>;
-}
-
-export interface FsStore {
-  readonly root: string;
-  readonly storageId: string;
-  readonly writable: boolean;
-  stage(body: AsyncIterable<Uint8Array>, options: StageOptions): Promise<StagedBlob>;
-  /** Opens a published blob for reading; `not_found` when it is absent. */
-  openBlob(sha256: string): Promise<BlobReader>;
-  hasBlob(sha256: string): Promise<boolean>;
-  /** Counts since open (for metrics): staged blobs linked, staged blobs dropped unlinked, stagings that failed. */
-  uploadStats(): UploadStats;
-}
-
-export interface UploadStats {
-  /** commit() linked the staged bytes into blobs/. */
-  readonly committed: number;
-  /** Fully staged, then discarded without commit (the same bytes were already published, or a conflict). */
-  readonly discarded: number;
-  /** Staging failed: the client went away, too large, length or digest mismatch, disk full. */
-  readonly failed: number;
-}
+export type { BlobReader, StagedBlob, StageOptions, Store, UploadStats } from './store.ts';
+/** The filesystem store is one implementation of `Store`; the name stays for its callers. */
+export type FsStore = Store;
 
 /** Maps fs failures on the write path; ENOSPC/EDQUOT become `storage_full`, the rest pass through. */
 function mapWriteError(err: unknown): unknown {
@@ -107,7 +64,7 @@ async function mkdirDurable(dir: string, stopAt: string): Promise<void> {
  * `worker` (the multipart completion worker beside a running writer) verifies like a reader but may
  * stage and publish — it never empties tmp/, where the writer's uploads are in progress.
  */
-export async function openFsStore(options: { root: string; role: StorageRole | 'worker'; pool: pg.Pool }): Promise<FsStore> {
+export async function openFsStore(options: { root: string; role: StorageRole | 'worker'; pool: pg.Pool }): Promise<Store> {
   const root = path.resolve(options.root);
   const { role } = options;
   if (role === 'writer') await mkdir(root, { recursive: true });
@@ -130,10 +87,14 @@ export async function openFsStore(options: { root: string; role: StorageRole | '
   const stats = { committed: 0, discarded: 0, failed: 0 };
 
   return {
-    root,
+    kind: 'fs',
+    location: root,
     storageId,
     writable: role !== 'reader',
     uploadStats: () => ({ ...stats }),
+    parts: createFsPartStore(root),
+    tree: createFsTree(root),
+    close: async () => {},
 
     async stage(body, stageOptions) {
       if (role === 'reader') throw new Error('stage() on a read-only store');
@@ -221,7 +182,7 @@ export async function openFsStore(options: { root: string; role: StorageRole | '
       }
     },
 
-    async openBlob(sha256) {
+    async openBlob(sha256, _ranges) {
       if (!isSha256Hex(sha256)) throw new StorageError('not_found');
       let handle: FileHandle;
       try {
@@ -231,7 +192,7 @@ export async function openFsStore(options: { root: string; role: StorageRole | '
       }
       try {
         const info = await handle.stat();
-        return { sizeBytes: info.size, handle, close: () => handle.close() };
+        return { sizeBytes: info.size, read: (buffer, offset, length, position) => handle.read(buffer, offset, length, position), close: () => handle.close() };
       } catch (err) {
         await handle.close().catch(() => {});
         throw err;

@@ -1,11 +1,11 @@
 /**
- * Binds a storage root to a database: `<root>/storage-id` and the single `arkvory_storage` row hold
+ * Binds a storage root to a database: `<root>/storage-id` (a file, or an object on the static-HTTP
+ * store) and the single `arkvory_storage` row hold
  * the same UUID. The writer creates both on first start; every later start (and every reader)
  * only checks that they agree and refuses with `storage_mismatch` otherwise.
  */
 import { randomUUID } from 'node:crypto';
 import { open, readFile, rename } from 'node:fs/promises';
-import path from 'node:path';
 import type pg from 'pg';
 import { StorageError } from './errors.ts';
 import { resolveInsideRoot, STORAGE_ID_FILE } from './paths.ts';
@@ -15,17 +15,25 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 export type StorageRole = 'writer' | 'reader';
 
-async function readStorageIdFile(root: string): Promise<string | undefined> {
-  const file = resolveInsideRoot(root, STORAGE_ID_FILE);
-  let text: string;
-  try {
-    text = await readFile(file, 'utf8');
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
-    throw err;
-  }
+/** Where a store keeps its `storage-id`: a file in the root, or an object on the static-HTTP store. */
+export interface IdentityObject {
+  /** The store root (a directory or a base URL), for messages. */
+  readonly root: string;
+  /** The full name of the object, for messages. */
+  readonly name: string;
+  /** The variable that points at the store, named in the fix. */
+  readonly variable: string;
+  /** The raw text, or undefined when the object does not exist. */
+  read(): Promise<string | undefined>;
+  /** Writes the object atomically. */
+  write(id: string): Promise<void>;
+}
+
+async function readStorageId(object: IdentityObject): Promise<string | undefined> {
+  const text = await object.read();
+  if (text === undefined) return undefined;
   const id = text.trim();
-  if (!UUID.test(id)) throw new StorageError('storage_mismatch', `${file} does not hold a storage UUID (found ${JSON.stringify(id.slice(0, 60))}); restore the right file or the right ARKVORY_DATA_DIR`);
+  if (!UUID.test(id)) throw new StorageError('storage_mismatch', `${object.name} does not hold a storage UUID (found ${JSON.stringify(id.slice(0, 60))}); restore the right object or the right ${object.variable}`);
   return id;
 }
 
@@ -49,13 +57,38 @@ async function writeStorageIdFile(root: string, id: string): Promise<void> {
   await fsyncDirectory(root);
 }
 
+/** `<root>/storage-id` of the filesystem store. */
+export function fsIdentityObject(root: string): IdentityObject {
+  const file = resolveInsideRoot(root, STORAGE_ID_FILE);
+  return {
+    root,
+    name: file,
+    variable: 'ARKVORY_DATA_DIR',
+    async read() {
+      try {
+        return await readFile(file, 'utf8');
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+        throw err;
+      }
+    },
+    write: (id) => writeStorageIdFile(root, id),
+  };
+}
+
+/** The filesystem form: binds `<root>/storage-id`. */
+export function ensureStorageIdentity(options: { root: string; role: StorageRole; pool: pg.Pool }): Promise<string> {
+  return ensureStorageIdentityOf({ object: fsIdentityObject(options.root), role: options.role, pool: options.pool });
+}
+
 /**
  * Returns the storage id after checking (reader) or creating-then-checking (writer) the binding.
  * A fresh pair (no file, no row) is created only by the writer; every other disagreement refuses.
  */
-export async function ensureStorageIdentity(options: { root: string; role: StorageRole; pool: pg.Pool }): Promise<string> {
-  const { root, role, pool } = options;
-  const fileId = await readStorageIdFile(root);
+export async function ensureStorageIdentityOf(options: { object: IdentityObject; role: StorageRole; pool: pg.Pool }): Promise<string> {
+  const { object, role, pool } = options;
+  const root = object.root;
+  const fileId = await readStorageId(object);
   const rowId = await readStorageIdRow(pool);
   if (fileId === undefined && rowId === undefined) {
     if (role === 'reader') {
@@ -68,7 +101,7 @@ export async function ensureStorageIdentity(options: { root: string; role: Stora
     try {
       await client.query('BEGIN');
       const inserted = await client.query('INSERT INTO arkvory_storage (id) VALUES ($1) ON CONFLICT (singleton) DO NOTHING', [id]);
-      if (inserted.rowCount === 1) await writeStorageIdFile(root, id);
+      if (inserted.rowCount === 1) await object.write(id);
       await client.query('COMMIT');
     } catch (err) {
       await client.query('ROLLBACK').catch(() => {});
@@ -76,16 +109,16 @@ export async function ensureStorageIdentity(options: { root: string; role: Stora
     } finally {
       client.release();
     }
-    return ensureStorageIdentity({ root, role: 'reader', pool });
+    return ensureStorageIdentityOf({ object, role: 'reader', pool });
   }
   if (fileId === undefined) {
-    throw new StorageError('storage_mismatch', `the database is bound to storage ${rowId} but ${root} has no ${STORAGE_ID_FILE}; point ARKVORY_DATA_DIR at that storage root`);
+    throw new StorageError('storage_mismatch', `the database is bound to storage ${rowId} but ${root} has no ${STORAGE_ID_FILE}; point ${object.variable} at that storage root`);
   }
   if (rowId === undefined) {
-    throw new StorageError('storage_mismatch', `${path.join(root, STORAGE_ID_FILE)} says storage ${fileId} but the database has no arkvory_storage row; point ARKVORY_DATABASE_URL at the database of this storage root`);
+    throw new StorageError('storage_mismatch', `${object.name} says storage ${fileId} but the database has no arkvory_storage row; point ARKVORY_DATABASE_URL at the database of this storage root`);
   }
   if (rowId !== fileId) {
-    throw new StorageError('storage_mismatch', `${path.join(root, STORAGE_ID_FILE)} says storage ${fileId} but the database is bound to storage ${rowId}; the root and the database belong to different installations`);
+    throw new StorageError('storage_mismatch', `${object.name} says storage ${fileId} but the database is bound to storage ${rowId}; the root and the database belong to different installations`);
   }
   return fileId;
 }

@@ -1,11 +1,11 @@
 /**
  * Atomic immutable publish: stream to tmp/ while hashing → fsync → link into blobs/ → fsync dir →
- * one catalog insert. Until the insert commits nothing is visible; any failure before it leaves at
+ * one catalog insert (the static-HTTP store: PUT to tmp/ → verify → MOVE into blobs/ → insert). Until the insert commits nothing is visible; any failure before it leaves at
  * most an unreferenced blob (offline gc) and never a row without whole bytes.
  */
 import type { ArtifactKey, Catalog, CatalogEntry } from './catalog.ts';
 import { StorageError } from './errors.ts';
-import type { FsStore, StageOptions } from './fs-store.ts';
+import type { StageOptions, Store } from './store.ts';
 
 export interface PublishRequest {
   readonly key: ArtifactKey;
@@ -23,7 +23,7 @@ function compare(existing: CatalogEntry, sha256: string): PublishOutcome {
   return { outcome: 'unchanged', entry: existing };
 }
 
-export async function publishArtifact(deps: { store: FsStore; catalog: Catalog }, request: PublishRequest): Promise<PublishOutcome> {
+export async function publishArtifact(deps: { store: Store; catalog: Catalog }, request: PublishRequest): Promise<PublishOutcome> {
   const staged = await deps.store.stage(request.body, request.stage);
   try {
     const existing = await deps.catalog.get(request.key);

@@ -9,6 +9,7 @@ import { Redis } from 'ioredis';
 import pg from 'pg';
 import { pendingMigrations } from '../../migrations/runner.ts';
 import { readPolicy, type DownloadPolicy } from '../../policy/lease/download-policy.ts';
+import { readStorageIdObject } from '../../storage-adapter/http-store.ts';
 import { STORAGE_ID_FILE } from '../../storage-adapter/paths.ts';
 import { ConfigError, loadConfig, type Config } from '../config.ts';
 import { EXIT } from '../serve.ts';
@@ -38,9 +39,11 @@ async function checkStorage(config: Config, pool: pg.Pool | undefined): Promise<
   const check = 'storage';
   if (config.role === 'router' || config.role === 'rules-service') return { check, status: 'skip', detail: `the ${config.role} has no storage root` };
   const role = config.role === 'api' ? 'writer' : config.role;
-  const rootExists = await stat(config.dataDir).then((s) => s.isDirectory(), () => false);
+  const storageUrl = config.storage.url;
   let fileId: string | undefined;
-  if (rootExists) {
+  if (storageUrl !== undefined) {
+    fileId = await readStorageIdObject(storageUrl, config.storage);
+  } else if (await stat(config.dataDir).then((s) => s.isDirectory(), () => false)) {
     fileId = await readFile(path.join(config.dataDir, STORAGE_ID_FILE), 'utf8').then(
       (text) => text.trim(),
       (err: NodeJS.ErrnoException) => {
@@ -49,15 +52,19 @@ async function checkStorage(config: Config, pool: pg.Pool | undefined): Promise<
       },
     );
   }
-  if (!pool) return fileId ? { check, status: 'ok', detail: `${config.dataDir} is storage ${fileId} (the embedded database is checked when it starts)` } : { check, status: 'ok', detail: `${config.dataDir} is not initialised yet; the writer creates it at first start` };
+  // The static-HTTP store is named by its URL, the directory store by its path.
+  const root = storageUrl ?? config.dataDir;
+  const variable = storageUrl === undefined ? 'ARKVORY_DATA_DIR' : 'ARKVORY_STORAGE_URL';
+  const idName = storageUrl === undefined ? `${root}/${STORAGE_ID_FILE}` : `${root.replace(/\/?$/, '/')}${STORAGE_ID_FILE}`;
+  if (!pool) return fileId ? { check, status: 'ok', detail: `${root} is storage ${fileId} (the embedded database is checked when it starts)` } : { check, status: 'ok', detail: `${root} is not initialised yet; the writer creates it at first start` };
   const { rows } = await pool.query<{ id: string }>('SELECT id::text AS id FROM arkvory_storage');
   const rowId = rows[0]?.id;
-  if (fileId && rowId && fileId !== rowId) return { check, status: 'FAIL', detail: `${config.dataDir}/${STORAGE_ID_FILE} says storage ${fileId} but the database is bound to storage ${rowId}; the root and the database belong to different installations` };
-  if (fileId && rowId) return { check, status: 'ok', detail: `${config.dataDir} and the database are both storage ${rowId}` };
-  if (!fileId && rowId) return { check, status: 'FAIL', detail: `the database is bound to storage ${rowId} but ${config.dataDir} has no ${STORAGE_ID_FILE}; point ARKVORY_DATA_DIR at that storage root` };
-  if (fileId && !rowId) return { check, status: 'FAIL', detail: `${config.dataDir}/${STORAGE_ID_FILE} says storage ${fileId} but the database has no arkvory_storage row; point ARKVORY_DATABASE_URL at the database of this storage root` };
-  if (role === 'writer') return { check, status: 'ok', detail: `${config.dataDir} is not initialised yet; the writer creates it and its identity at first start` };
-  return { check, status: 'FAIL', detail: `the storage root ${config.dataDir} is not initialised; a ${role} never creates it: start the writer first, or mount the shared root` };
+  if (fileId && rowId && fileId !== rowId) return { check, status: 'FAIL', detail: `${idName} says storage ${fileId} but the database is bound to storage ${rowId}; the root and the database belong to different installations` };
+  if (fileId && rowId) return { check, status: 'ok', detail: `${root} and the database are both storage ${rowId}` };
+  if (!fileId && rowId) return { check, status: 'FAIL', detail: `the database is bound to storage ${rowId} but ${root} has no ${STORAGE_ID_FILE}; point ${variable} at that storage root` };
+  if (fileId && !rowId) return { check, status: 'FAIL', detail: `${idName} says storage ${fileId} but the database has no arkvory_storage row; point ARKVORY_DATABASE_URL at the database of this storage root` };
+  if (role === 'writer') return { check, status: 'ok', detail: `${root} is not initialised yet; the writer creates it and its identity at first start` };
+  return { check, status: 'FAIL', detail: `the storage root ${root} is not initialised; a ${role} never creates it: start the writer first, or mount the shared root` };
 }
 
 async function checkRedis(config: Config): Promise<CheckResult> {
@@ -152,7 +159,7 @@ export async function runDoctor(env: NodeJS.ProcessEnv): Promise<CheckResult[]> 
           : { check: 'database', status: 'FAIL', detail: `role ${config.role}${config.shared ? ' in the shared profile' : ''} needs ARKVORY_DATABASE_URL (the embedded PostgreSQL is for one standalone writer)` },
       );
       results.push({ check: 'migrations', status: 'skip', detail: 'applied to the embedded database when it starts' });
-      results.push(await checkStorage(config, undefined));
+      results.push(await checkStorage(config, undefined).catch((err: unknown) => ({ check: 'storage', status: 'FAIL' as const, detail: message(err) })));
       results.push(await checkRedis(config));
       results.push({ check: 'policy', status: 'skip', detail: 'needs a database' }, { check: 'slot', status: 'skip', detail: 'needs a database' });
       return results;

@@ -3,7 +3,9 @@ import { tryLockExclusive } from '../../policy/lease/barriers.ts';
 import { ensureStorageIdentity } from '../../storage-adapter/identity.ts';
 import { collectGarbage } from '../../storage-adapter/maintenance/gc.ts';
 import { scrubBlobs } from '../../storage-adapter/maintenance/scrub.ts';
+import type { StoreTree } from '../../storage-adapter/store.ts';
 import { loadConfigOrExit } from '../serve.ts';
+import { openStore } from '../storage.ts';
 import { openCliPool } from './cli-database.ts';
 import { parseArgs, type Command } from './command.ts';
 
@@ -30,7 +32,7 @@ function progressReporter(label: string): { update(text: string): void; done(): 
  * Runs `work` while holding the maintenance barrier exclusively on a connection of its own: refused
  * while any gateway or worker of this database is alive (each holds the barrier shared).
  */
-async function underMaintenanceBarrier(env: NodeJS.ProcessEnv, name: string, work: (pool: pg.Pool, root: string) => Promise<number>): Promise<number> {
+async function underMaintenanceBarrier(env: NodeJS.ProcessEnv, name: string, work: (pool: pg.Pool, root: string | StoreTree) => Promise<number>): Promise<number> {
   const config = loadConfigOrExit(env);
   const pool = await openCliPool(env);
   const client = await pool.connect();
@@ -39,8 +41,17 @@ async function underMaintenanceBarrier(env: NodeJS.ProcessEnv, name: string, wor
       process.stderr.write(`arkvory ${name}: refused: a gateway or worker is running on this database (it holds the maintenance barrier); stop the writer, every reader and the worker first\n`);
       return 1;
     }
-    await ensureStorageIdentity({ root: config.dataDir, role: 'reader', pool });
-    return await work(pool, config.dataDir);
+    if (config.storage.url === undefined) {
+      await ensureStorageIdentity({ root: config.dataDir, role: 'reader', pool });
+      return await work(pool, config.dataDir);
+    }
+    // The static-HTTP store: same work over HTTP (listing needs `autoindex_format json` on the store).
+    const store = await openStore(config, 'reader', pool);
+    try {
+      return await work(pool, store.tree);
+    } finally {
+      await store.close();
+    }
   } finally {
     client.release();
     await pool.end();
@@ -52,8 +63,8 @@ export const scrubCommand: Command = {
   summary: 'offline: re-hash every blob, quarantine mismatches (exit 1 if any)',
   usage: `Usage: arkvory scrub
 
-Offline maintenance. Re-hashes every blob under <ARKVORY_DATA_DIR>/blobs and moves any whose bytes
-do not match its sha256 name into <ARKVORY_DATA_DIR>/quarantine/ (nothing is deleted). Prints a JSON
+Offline maintenance. Re-hashes every blob under <ARKVORY_DATA_DIR>/blobs (or <ARKVORY_STORAGE_URL>/blobs)
+and moves any whose bytes do not match its sha256 name into quarantine/ (nothing is deleted). Prints a JSON
 summary; exits 1 when any blob was corrupt. Refuses while any gateway or worker of the database runs.
 Progress: a bar on a terminal, a log line every 5 s otherwise.`,
   run(_args, env) {
@@ -72,8 +83,9 @@ export const gcCommand: Command = {
   summary: 'offline: remove unreferenced blobs and stale tmp/ and uploads/ files (--dry-run lists them)',
   usage: `Usage: arkvory gc [--dry-run]
 
-Offline maintenance. Removes blobs that no catalog row references, every file in tmp/, and upload
-part files or session folders that no open upload session owns. --dry-run lists them and removes
+Offline maintenance. Removes blobs that no catalog row references, every file in tmp/ (stray
+temporaries), and upload part files or session folders that no open upload session owns; on the
+directory store or, with ARKVORY_STORAGE_URL, on the static-HTTP store. --dry-run lists them and removes
 nothing. Prints a JSON summary. Refuses while any gateway or worker of the database runs.`,
   run(args, env) {
     const { flags } = parseArgs(args, ['dry-run']);

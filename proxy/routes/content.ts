@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto';
 import type { ArtifactKind, Catalog, CatalogEntry } from '../../storage-adapter/catalog.ts';
 import type { ByteMeter } from '../../storage-adapter/byte-meter.ts';
 import { StorageError, STORAGE_ERRORS } from '../../storage-adapter/errors.ts';
-import type { FsStore } from '../../storage-adapter/fs-store.ts';
+import type { Store } from '../../storage-adapter/store.ts';
 import { publishArtifact } from '../../storage-adapter/publish.ts';
 import { parseContentDigestSha256 } from '../content-digest.ts';
 import { metadataOf } from '../content-metadata.ts';
@@ -24,7 +24,7 @@ export interface ContentMeters {
 }
 
 export interface ContentDeps {
-  readonly store: FsStore;
+  readonly store: Store;
   readonly catalog: Catalog;
   readonly maxUploadBytes: number;
   readonly meters?: ContentMeters | undefined;
@@ -65,8 +65,12 @@ async function serveContent(deps: ContentDeps, kind: ArtifactKind, ctx: RequestC
     sendJson(res, HTTP_STATUS.range_not_satisfiable, { code: 'range_not_satisfiable', message: STORAGE_ERRORS.range_not_satisfiable }, plan.headers);
     return;
   }
-  // Open before the status line goes out, so a missing or damaged blob is still a clean 500.
-  const blob = await deps.store.openBlob(entry.sha256).catch((err: unknown) => {
+  // Open before the status line goes out, so a missing or damaged blob is still a clean 500 and an
+  // unreachable static-HTTP store a clean 502/504 (its first range request is made here).
+  const ranges = ctx.req.method === 'HEAD' ? [] : plan.segments.flatMap((s) => (s.kind === 'range' ? [s.range] : []));
+  const blob = await deps.store.openBlob(entry.sha256, ranges).catch((err: unknown) => {
+    const code = (err as { code?: string }).code;
+    if (code === 'upstream_unreachable' || code === 'upstream_timeout' || code === 'storage_full') throw err;
     throw new Error(`catalog row ${pathOfKey(entry)} points at blob ${entry.sha256} which cannot be opened`, { cause: err });
   });
   try {
@@ -76,7 +80,7 @@ async function serveContent(deps: ContentDeps, kind: ArtifactKind, ctx: RequestC
       res.end();
       return;
     }
-    await sendSegments(res, blob.handle, plan.segments, { meter: deps.meters?.download?.(ctx), signal: ctx.signal });
+    await sendSegments(res, blob, plan.segments, { meter: deps.meters?.download?.(ctx), signal: ctx.signal });
   } finally {
     await blob.close();
   }

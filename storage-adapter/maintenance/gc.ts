@@ -1,12 +1,13 @@
 /**
- * Offline garbage collection: removes blobs no catalog row references, everything in `tmp/`, and
- * part files or session folders no open upload session owns. Run only under the exclusive
- * maintenance barrier, so nothing is being written while it decides.
+ * Offline garbage collection: removes blobs no catalog row references, everything in `tmp/` (stray
+ * temporaries of uploads that never finished), and part objects or session folders no open upload
+ * session owns. Run only under the exclusive maintenance barrier, so nothing is being written
+ * while it decides. Works on either store through its `StoreTree`.
  */
-import { readdir, rm, stat } from 'node:fs/promises';
-import path from 'node:path';
 import type pg from 'pg';
-import { BLOBS_DIR, resolveInsideRoot, TMP_DIR, UPLOADS_DIR } from '../paths.ts';
+import { createFsTree } from '../fs-tree.ts';
+import { TMP_DIR, UPLOADS_DIR } from '../paths.ts';
+import type { StoreTree } from '../store.ts';
 import { walkBlobs } from './walk-blobs.ts';
 
 export interface GcReport {
@@ -18,49 +19,46 @@ export interface GcReport {
   bytesFreed: number;
 }
 
-async function sizeOf(p: string): Promise<number> {
-  return (await stat(p).catch(() => ({ size: 0 }))).size;
-}
-
-export async function collectGarbage(root: string, pool: pg.Pool, options: { dryRun: boolean; onProgress?: (seen: number) => void }): Promise<GcReport> {
+/** `root` is a filesystem store root or any store's tree. */
+export async function collectGarbage(root: string | StoreTree, pool: pg.Pool, options: { dryRun: boolean; onProgress?: (seen: number) => void }): Promise<GcReport> {
+  const tree = typeof root === 'string' ? createFsTree(root) : root;
   const report: GcReport = { dryRun: options.dryRun, keptBlobs: 0, orphanBlobs: [], staleTmp: [], staleUploads: [], bytesFreed: 0 };
-  const remove = async (p: string) => {
-    report.bytesFreed += await sizeOf(p);
-    if (!options.dryRun) await rm(p, { recursive: true, force: true });
+  const remove = async (target: string, sizeBytes: number) => {
+    report.bytesFreed += sizeBytes;
+    if (!options.dryRun) await tree.remove(target);
   };
   const referenced = new Set((await pool.query<{ sha256: string }>('SELECT DISTINCT sha256 FROM arkvory_artifacts')).rows.map((r) => r.sha256));
   let seen = 0;
-  for await (const blob of walkBlobs(resolveInsideRoot(root, BLOBS_DIR))) {
+  for await (const blob of walkBlobs(tree)) {
     seen++;
     if (referenced.has(blob.name)) report.keptBlobs++;
     else {
       report.orphanBlobs.push(blob.name);
-      await remove(blob.file);
+      await remove(blob.file, blob.sizeBytes);
     }
     options.onProgress?.(seen);
   }
-  const tmpDir = resolveInsideRoot(root, TMP_DIR);
-  for (const entry of await readdir(tmpDir).catch(() => [] as string[])) {
-    report.staleTmp.push(entry);
-    await remove(path.join(tmpDir, entry));
+  for (const entry of await tree.list(TMP_DIR)) {
+    report.staleTmp.push(entry.name);
+    await remove(`${TMP_DIR}/${entry.name}`, entry.sizeBytes);
   }
   const live = await pool.query<{ session_id: string; file_name: string }>(
     `SELECT p.session_id, p.file_name FROM arkvory_upload_parts p JOIN arkvory_upload_sessions s ON s.id = p.session_id WHERE s.state IN ('open', 'completing')`,
   );
   const liveFiles = new Set(live.rows.map((r) => `${r.session_id}/${r.file_name}`));
   const liveSessions = new Set(live.rows.map((r) => r.session_id));
-  const uploadsDir = resolveInsideRoot(root, UPLOADS_DIR);
-  for (const session of await readdir(uploadsDir).catch(() => [] as string[])) {
-    const dir = path.join(uploadsDir, session);
-    if (!liveSessions.has(session)) {
-      report.staleUploads.push(session);
-      await remove(dir);
+  for (const session of await tree.list(UPLOADS_DIR)) {
+    const dir = `${UPLOADS_DIR}/${session.name}`;
+    const files = session.isDirectory ? await tree.list(dir) : [];
+    if (!liveSessions.has(session.name)) {
+      report.staleUploads.push(session.name);
+      await remove(dir, files.reduce((n, f) => n + f.sizeBytes, session.sizeBytes));
       continue;
     }
-    for (const file of await readdir(dir)) {
-      if (!liveFiles.has(`${session}/${file}`)) {
-        report.staleUploads.push(`${session}/${file}`);
-        await remove(path.join(dir, file));
+    for (const file of files) {
+      if (!liveFiles.has(`${session.name}/${file.name}`)) {
+        report.staleUploads.push(`${session.name}/${file.name}`);
+        await remove(`${dir}/${file.name}`, file.sizeBytes);
       }
     }
   }

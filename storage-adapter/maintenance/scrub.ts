@@ -1,13 +1,11 @@
 /**
  * Offline scrub: re-hashes every blob and moves any whose bytes no longer match its name into
- * `quarantine/` (never deletes). Run only under the exclusive maintenance barrier.
+ * `quarantine/` (never deletes). Run only under the exclusive maintenance barrier. Works on either
+ * store through its `StoreTree` (the static-HTTP store needs `autoindex_format json` for listing).
  */
 import { createHash } from 'node:crypto';
-import { createReadStream } from 'node:fs';
-import { mkdir, rename } from 'node:fs/promises';
-import path from 'node:path';
-import { fsyncDirectory } from '../fs-sync.ts';
-import { BLOBS_DIR, resolveInsideRoot } from '../paths.ts';
+import { createFsTree } from '../fs-tree.ts';
+import type { StoreTree } from '../store.ts';
 import { walkBlobs } from './walk-blobs.ts';
 
 export interface ScrubReport {
@@ -16,24 +14,22 @@ export interface ScrubReport {
   corrupt: Array<{ blob: string; actualSha256: string; quarantinedAs: string }>;
 }
 
-export async function scrubBlobs(root: string, options: { onProgress?: (checked: number, bytes: number) => void; nowMs?: () => number } = {}): Promise<ScrubReport> {
+/** `root` is a filesystem store root or any store's tree. */
+export async function scrubBlobs(root: string | StoreTree, options: { onProgress?: (checked: number, bytes: number) => void; nowMs?: () => number } = {}): Promise<ScrubReport> {
+  const tree = typeof root === 'string' ? createFsTree(root) : root;
   const report: ScrubReport = { checked: 0, bytes: 0, corrupt: [] };
-  const quarantine = resolveInsideRoot(root, 'quarantine');
-  for await (const blob of walkBlobs(resolveInsideRoot(root, BLOBS_DIR))) {
+  for await (const blob of walkBlobs(tree)) {
     const hash = createHash('sha256');
-    for await (const chunk of createReadStream(blob.file, { highWaterMark: 1024 * 1024 })) {
-      hash.update(chunk as Buffer);
-      report.bytes += (chunk as Buffer).length;
+    for await (const chunk of tree.read(blob.file)) {
+      hash.update(chunk);
+      report.bytes += chunk.length;
     }
     const actual = hash.digest('hex');
     report.checked++;
     if (!blob.isWellNamed || actual !== blob.name) {
-      await mkdir(quarantine, { recursive: true });
-      const target = path.join(quarantine, `${blob.name}.${(options.nowMs ?? Date.now)()}`);
-      await rename(blob.file, target);
-      await fsyncDirectory(path.dirname(blob.file));
-      await fsyncDirectory(quarantine);
-      report.corrupt.push({ blob: blob.name, actualSha256: actual, quarantinedAs: path.relative(root, target) });
+      const target = `quarantine/${blob.name}.${(options.nowMs ?? Date.now)()}`;
+      await tree.move(blob.file, target);
+      report.corrupt.push({ blob: blob.name, actualSha256: actual, quarantinedAs: target });
     }
     options.onProgress?.(report.checked, report.bytes);
   }

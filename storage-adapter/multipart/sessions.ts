@@ -1,18 +1,15 @@
 /**
- * Multipart upload sessions on the writer: session rows, part files under `uploads/<session>/`, and
- * completion jobs. A part is written to a new file, fsynced, then recorded (replacing an earlier
- * upload of the same number); the old file is removed afterwards, so a crash leaves at most an
- * unreferenced part file (gc removes it).
+ * Multipart upload sessions on the writer: session rows, part objects under `uploads/<session>/` on
+ * the store (a directory or the static-HTTP store), and completion jobs. A part is written to a new
+ * name, made durable, then recorded (replacing an earlier upload of the same number); the old one is
+ * removed afterwards, so a crash leaves at most an unreferenced part (gc removes it).
  */
 import { createHash, randomUUID } from 'node:crypto';
-import { mkdir, open, rm, type FileHandle } from 'node:fs/promises';
-import path from 'node:path';
 import type pg from 'pg';
 import type { ArtifactKey } from '../catalog.ts';
-import { StorageError, storageErrorFromErrno } from '../errors.ts';
+import { StorageError } from '../errors.ts';
 import type { ByteMeter } from '../byte-meter.ts';
-import { fsyncDirectory } from '../fs-sync.ts';
-import { resolveInsideRoot, UPLOADS_DIR } from '../paths.ts';
+import type { PartStore } from '../store.ts';
 import { parseListedParts, planCompletion, type ReceivedPart } from './completion-plan.ts';
 
 export type SessionState = 'open' | 'completing' | 'done' | 'failed' | 'aborted' | 'expired';
@@ -51,19 +48,16 @@ function toSession(row: Record<string, unknown>, parts: ReceivedPart[]): UploadS
   };
 }
 
-export function sessionDir(root: string, sessionId: string): string {
-  if (!UUID.test(sessionId)) throw new StorageError('not_found', 'No such upload.');
-  return resolveInsideRoot(root, path.join(UPLOADS_DIR, sessionId));
-}
+export { sessionDir } from './session-path.ts';
 
 export class UploadSessions {
   readonly #pool: pg.Pool;
-  readonly #root: string;
+  readonly #parts: PartStore;
   readonly #ttlSeconds: number;
 
-  constructor(options: { pool: pg.Pool; root: string; ttlSeconds: number }) {
+  constructor(options: { pool: pg.Pool; parts: PartStore; ttlSeconds: number }) {
     this.#pool = options.pool;
-    this.#root = options.root;
+    this.#parts = options.parts;
     this.#ttlSeconds = options.ttlSeconds;
   }
 
@@ -98,19 +92,15 @@ export class UploadSessions {
     return session;
   }
 
-  /** Streams one part to disk while hashing (paced by `meter`); re-sending a part number replaces it. */
+  /** Streams one part to the store while hashing (paced by `meter`); re-sending a part number replaces it. */
   async putPart(repository: string, id: string, partNumber: number, body: AsyncIterable<Uint8Array>, options: { maxBytes: number; expectedLength?: number; meter?: ByteMeter; signal?: AbortSignal }): Promise<ReceivedPart> {
     if (!Number.isInteger(partNumber) || partNumber < 1 || partNumber > 10_000) throw new StorageError('invalid_request', 'Part numbers run from 1 to 10000.');
     await this.#open(repository, id);
-    const dir = sessionDir(this.#root, id);
-    await mkdir(dir, { recursive: true });
     const fileName = `${String(partNumber).padStart(5, '0')}-${randomUUID()}.part`;
-    const file = path.join(dir, fileName);
     const hash = createHash('sha256');
     let size = 0;
-    let handle: FileHandle | undefined;
-    try {
-      handle = await open(file, 'wx', 0o644);
+    // Checks run inside the body, so a bad part fails the write itself and nothing is kept.
+    async function* checked(): AsyncGenerator<Buffer> {
       for await (const chunk of body) {
         options.signal?.throwIfAborted();
         const bytes = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk);
@@ -120,22 +110,15 @@ export class UploadSessions {
           size += slice.length;
           if (size > options.maxBytes) throw new StorageError('payload_too_large', `A part may hold at most ${options.maxBytes} bytes.`);
           hash.update(slice);
-          await handle.write(slice);
+          yield slice;
           offset += slice.length;
         }
       }
       if (options.expectedLength !== undefined && size !== options.expectedLength) {
         throw new StorageError('invalid_request', `The part has ${size} bytes, its Content-Length said ${options.expectedLength}.`);
       }
-      await handle.sync();
-      await handle.close();
-      handle = undefined;
-      await fsyncDirectory(dir);
-    } catch (err) {
-      await handle?.close().catch(() => {});
-      await rm(file, { force: true });
-      throw storageErrorFromErrno(err)?.code === 'storage_full' ? storageErrorFromErrno(err) : err;
     }
+    await this.#parts.write(id, fileName, checked(), options.signal);
     const sha256 = hash.digest('hex');
     const previous = await this.#pool.query<{ file_name: string }>(
       `WITH old AS (SELECT file_name FROM arkvory_upload_parts WHERE session_id = $1 AND part_number = $2)
@@ -145,7 +128,7 @@ export class UploadSessions {
       [id, partNumber, size, sha256, fileName],
     );
     const replaced = previous.rows[0]?.file_name;
-    if (replaced && replaced !== fileName) await rm(path.join(dir, replaced), { force: true });
+    if (replaced && replaced !== fileName) await this.#parts.remove(id, replaced);
     return { partNumber, sizeBytes: size, sha256 };
   }
 
@@ -191,7 +174,7 @@ export class UploadSessions {
 
   async removeParts(id: string): Promise<void> {
     await this.#pool.query('DELETE FROM arkvory_upload_parts WHERE session_id = $1', [id]);
-    await rm(sessionDir(this.#root, id), { recursive: true, force: true });
+    await this.#parts.removeSession(id);
   }
 
   /** Marks open sessions past their expiry `expired` and removes their parts; returns how many. */

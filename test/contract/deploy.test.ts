@@ -127,6 +127,16 @@ describe('deploy/ names and env examples', () => {
     if (role === 'worker') expect(config.databaseUrl).toBeDefined();
   });
 
+  it.each(ROLES)('$unit: with deploy/static-store/static-store.env added it is valid and uses the static-HTTP store', async ({ unit: name }) => {
+    const env = { ...(await unitEnvironment(await unit(name), '1')), ...parseEnvFile(await readFile(path.join(DEPLOY, 'static-store/static-store.env'), 'utf8')) };
+    const config = loadConfig(env, '/');
+    expect(config.storage.url).toBe('http://10.0.0.20:8081/arkvory/');
+    // The URL is the example nginx site's address and location.
+    const site = await readFile(path.join(DEPLOY, 'static-store/arkvory-store.conf'), 'utf8');
+    expect(site).toContain('listen 10.0.0.20:8081;');
+    expect(site).toContain('location /arkvory/ {');
+  });
+
   it('the writer and the reader examples store the identical download policy, on different ports', async () => {
     const writer = loadConfig(await unitEnvironment(await unit('arkvory-writer.service'), '1'), '/');
     const reader = loadConfig(await unitEnvironment(await unit('arkvory-reader@.service'), '1'), '/');

@@ -4,13 +4,13 @@
  */
 import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { describeAllowed, VARIABLES } from '../../proxy/config.ts';
 import { ALL_ERROR_MESSAGES, HTTP_STATUS, type ErrorCode } from '../../proxy/http-errors.ts';
 import { ERROR_ADVICE } from './error-advice.ts';
-import { fileURLToPath } from 'node:url';
-
-// Not from gateway.ts: that module registers vitest hooks at load, which fails under `npm run docs`.
-export const README = path.join(path.dirname(fileURLToPath(import.meta.url)), '../../README.md');
+// Not from gateway.ts: that module registers vitest hooks, which fail under plain `npm run docs`.
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+export const README = path.join(ROOT, 'README.md');
 
 export function variablesTable(): string {
   const rows = VARIABLES.map((v) => `| \`${v.name}\` | ${v.defaultValue === undefined ? '(unset)' : `\`${v.defaultValue}\``} | ${describeAllowed(v)} | ${v.doc} |`);

@@ -1,0 +1,258 @@
+/**
+ * Static-HTTP store benchmark (issue 13): the same 1 GiB file through two gateways in one run, one
+ * on the filesystem store and one in front of nginx as the static store (deploy/static-store's
+ * site, WebDAV writes, sendfile reads); target: gateway→nginx ≥ 0.7× gateway-on-fs.
+ *
+ *   node bench/static-store.ts [--database-url postgres://postgres@127.0.0.1:5432/postgres]
+ *                              [--runs 3] [--big-mib 1024] [--concurrency 4]
+ *
+ * A third column, a bare undici pass-through (bench/static-store-passthrough.ts) in front of the same
+ * nginx, shows the ceiling any gateway→nginx path reaches on this machine.
+ *
+ * Upload: one PUT of the file to each gateway (MiB/s, one run; it includes hashing and, for the
+ * static store, the PUT to tmp/ and the MOVE). Download: MiB/s for 1 stream and for --concurrency
+ * parallel streams (whole-file curl to /dev/null), medians of --runs runs, interleaved so
+ * background load hits both alike; plus the peak RSS of each gateway while serving. Temporary
+ * databases and directories are removed at the end.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { createReadStream, existsSync } from 'node:fs';
+import { chmod, mkdir, mkdtemp, open, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { migrate } from '../migrations/runner.ts';
+import { AdminStore } from '../policy/auth/admin-store.ts';
+import { freeLoopbackPort } from '../proxy/embedded-database.ts';
+import { siteConfig } from '../test/support/static-store-config.ts';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const MiB = 1024 * 1024;
+
+const { values: args } = parseArgs({
+  options: {
+    'database-url': { type: 'string', default: 'postgres://postgres@127.0.0.1:5432/postgres' },
+    runs: { type: 'string', default: '3' },
+    'big-mib': { type: 'string', default: '1024' },
+    concurrency: { type: 'string', default: '4' },
+  },
+});
+const RUNS = Number(args.runs);
+const BIG_BYTES = Number(args['big-mib']) * MiB;
+const STREAMS = Number(args.concurrency);
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+function curl(url: string, headers: Record<string, string>): Promise<{ bytes: number; status: number }> {
+  return new Promise((resolve, reject) => {
+    const argv = ['-s', '-o', '/dev/null', '-w', '%{http_code} %{size_download}'];
+    for (const [k, v] of Object.entries(headers)) argv.push('-H', `${k}: ${v}`);
+    argv.push(url);
+    const child = spawn('curl', argv, { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.on('error', reject);
+    child.on('close', () => {
+      const [status, bytes] = out.trim().split(' ').map(Number);
+      resolve({ status: status ?? 0, bytes: bytes ?? 0 });
+    });
+  });
+}
+
+async function rssBytes(pid: number): Promise<number> {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
+  return Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? 0) * 1024;
+}
+
+interface Gateway {
+  name: string;
+  base: string;
+  child: ChildProcess;
+  keys: string[];
+  /** Download path; default the artifact's content route. */
+  path?: string;
+}
+
+async function measure(gw: Gateway, streams: number): Promise<{ mibPerSec: number; peakRss: number }> {
+  let peakRss = 0;
+  let sampling = true;
+  const sampler = (async () => {
+    while (sampling) {
+      peakRss = Math.max(peakRss, await rssBytes(gw.child.pid!));
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  })();
+  const started = process.hrtime.bigint();
+  const url = `${gw.base}${gw.path ?? '/api/v1/repositories/bench/artifacts/big.bin/content'}`;
+  const results = await Promise.all(Array.from({ length: streams }, (_, s) => curl(url, gw.keys[s] ? { authorization: `Bearer ${gw.keys[s]}` } : {})));
+  const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+  sampling = false;
+  await sampler;
+  for (const r of results) if (r.status !== 200 || r.bytes !== BIG_BYTES) throw new Error(`${gw.name}: download got ${r.status} with ${r.bytes} bytes`);
+  return { mibPerSec: (streams * BIG_BYTES) / MiB / seconds, peakRss };
+}
+
+async function main(): Promise<void> {
+  const nginxBin = ['/usr/sbin/nginx', '/usr/local/sbin/nginx'].find((p) => existsSync(p));
+  if (!nginxBin) throw new Error('nginx is not installed; on Debian: apt-get install -y nginx-light');
+  const work = await mkdtemp(path.join(os.tmpdir(), 'arkvory-bench-static-'));
+  await chmod(work, 0o755);
+  const children: ChildProcess[] = [];
+  const adminUrl = args['database-url']!;
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  const databases: string[] = [];
+  const pools: pg.Pool[] = [];
+  try {
+    // One database per gateway: each is bound to its own store.
+    const newDatabase = async (): Promise<{ url: string; keys: string[] }> => {
+      const name = `arkvory_bench_${randomBytes(4).toString('hex')}`;
+      await admin.query(`CREATE DATABASE ${name}`);
+      databases.push(name);
+      const url = Object.assign(new URL(adminUrl), { pathname: `/${name}` }).toString();
+      const pool = new pg.Pool({ connectionString: url, max: 2 });
+      pools.push(pool);
+      await migrate(pool);
+      const store = new AdminStore(pool);
+      await store.createRepository('bench');
+      const keys: string[] = [];
+      for (let s = 0; s < STREAMS; s++) {
+        const principal = await store.createPrincipal(`bench-${s}`);
+        await store.addGrant(principal.id, 'bench', 'write');
+        keys.push((await store.createKey(principal.id, { scopes: ['read', 'write'] })).key);
+      }
+      return { url, keys };
+    };
+
+    const file = path.join(work, 'big.bin');
+    process.stderr.write(`writing a ${BIG_BYTES / MiB} MiB file under ${work}\n`);
+    const big = await open(file, 'w');
+    const block = randomBytes(4 * MiB);
+    for (let written = 0; written < BIG_BYTES; written += block.length) await big.write(block, 0, Math.min(block.length, BIG_BYTES - written));
+    await big.close();
+
+    // nginx as the static store, from the shipped site config.
+    const nginxPort = await freeLoopbackPort();
+    const prefix = path.join(work, 'nginx');
+    const storeRoot = path.join(work, 'store');
+    await mkdir(prefix, { recursive: true });
+    await mkdir(storeRoot, { recursive: true });
+    await writeFile(path.join(prefix, 'site.conf'), await siteConfig({ port: nginxPort, root: storeRoot, move: true }));
+    await writeFile(
+      path.join(prefix, 'nginx.conf'),
+      `${process.getuid?.() === 0 ? 'user root;\n' : ''}daemon off; worker_processes auto; pid ${prefix}/nginx.pid; error_log ${prefix}/error.log;
+events { worker_connections 1024; }
+http { access_log off; client_body_temp_path ${work}/body; proxy_temp_path ${prefix}/proxy;
+  fastcgi_temp_path ${prefix}/fastcgi; uwsgi_temp_path ${prefix}/uwsgi; scgi_temp_path ${prefix}/scgi;
+  include ${prefix}/site.conf; }
+`,
+    );
+    const nginx = spawn(nginxBin, ['-c', path.join(prefix, 'nginx.conf'), '-p', prefix], { stdio: ['ignore', 'pipe', 'pipe'] });
+    children.push(nginx);
+    const storeUrl = `http://127.0.0.1:${nginxPort}/arkvory/`;
+    for (let i = 0; ; i++) {
+      const ok = await fetch(storeUrl).then((r) => r.status === 200, () => false);
+      if (ok) break;
+      if (i > 100) throw new Error(`nginx did not start: ${await readFile(path.join(prefix, 'error.log'), 'utf8').catch(() => '')}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+
+    const startGateway = async (name: string, env: Record<string, string>): Promise<Gateway> => {
+      const db = await newDatabase();
+      const port = await freeLoopbackPort();
+      const child = spawn(process.execPath, [path.join(ROOT, 'bin/arkvory.js'), 'serve'], {
+        cwd: ROOT,
+        env: { PATH: process.env.PATH, HOME: process.env.HOME, ARKVORY_DATABASE_URL: db.url, ARKVORY_PORT: String(port), ARKVORY_LOG_LEVEL: 'warn', ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2), ...env },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      children.push(child);
+      child.stdout!.resume();
+      child.stderr!.resume();
+      const base = `http://127.0.0.1:${port}`;
+      for (let i = 0; ; i++) {
+        const ok = await fetch(`${base}/health/status`).then((r) => r.status === 200, () => false);
+        if (ok) return { name, base, child, keys: db.keys };
+        if (i > 600 || child.exitCode !== null) throw new Error(`${name} gateway did not start`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    };
+    const gateways = [await startGateway('gateway-fs', { ARKVORY_DATA_DIR: path.join(work, 'data-fs') }), await startGateway('gateway-nginx', { ARKVORY_DATA_DIR: path.join(work, 'data-http'), ARKVORY_STORAGE_URL: storeUrl, ...(process.env.BENCH_PROFILE ? { NODE_OPTIONS: '--cpu-prof --cpu-prof-dir=' + process.env.BENCH_PROFILE } : {}) })];
+
+    // The ceiling: a bare undici pass-through in front of the same nginx, reading the stored blob.
+    const passPort = await freeLoopbackPort();
+    const pass = spawn(process.execPath, [path.join(ROOT, 'bench/static-store-passthrough.ts'), storeUrl, String(passPort)], { stdio: ['ignore', 'pipe', 'inherit'] });
+    children.push(pass);
+    await new Promise<void>((resolve, reject) => {
+      pass.stdout!.once('data', () => resolve());
+      pass.once('exit', (code) => reject(new Error(`passthrough exited ${code}`)));
+    });
+
+    const uploads: Record<string, number> = {};
+    for (const gw of gateways.slice(0, 2)) {
+      const started = process.hrtime.bigint();
+      const status = await new Promise<number>((resolve, reject) => {
+        const req = http.request(`${gw.base}/api/v1/repositories/bench/artifacts/big.bin`, { method: 'PUT', headers: { authorization: `Bearer ${gw.keys[0]}`, 'content-length': String(BIG_BYTES) } }, (res) => {
+          res.resume();
+          res.on('end', () => resolve(res.statusCode ?? 0));
+        });
+        req.on('error', reject);
+        createReadStream(file, { highWaterMark: MiB }).pipe(req);
+      });
+      if (status !== 201) throw new Error(`${gw.name}: upload answered ${status}`);
+      uploads[gw.name] = BIG_BYTES / MiB / (Number(process.hrtime.bigint() - started) / 1e9);
+      process.stderr.write(`${gw.name}: upload ${uploads[gw.name]!.toFixed(0)} MiB/s\n`);
+    }
+    // The pass-through reads the blob the nginx gateway stored, by its content address.
+    const blobSha = (await readdir(path.join(storeRoot, 'blobs', 'sha256')).then(async (a) => {
+      const b = await readdir(path.join(storeRoot, 'blobs', 'sha256', a[0]!));
+      return (await readdir(path.join(storeRoot, 'blobs', 'sha256', a[0]!, b[0]!)))[0]!;
+    }));
+    const passthrough: Gateway = { name: 'undici-passthrough', base: `http://127.0.0.1:${passPort}`, child: pass, keys: [], path: `/blobs/sha256/${blobSha.slice(0, 2)}/${blobSha.slice(2, 4)}/${blobSha}` };
+    gateways.push(passthrough);
+    // Warm the page cache for both copies.
+    for (const gw of gateways) await measure(gw, 1);
+
+    const results: Record<string, { one: number[]; many: number[]; rss: number[] }> = {};
+    for (const gw of gateways) results[gw.name] = { one: [], many: [], rss: [] };
+    for (let run = 0; run < RUNS; run++) {
+      for (const gw of gateways) {
+        const r = results[gw.name]!;
+        r.one.push((await measure(gw, 1)).mibPerSec);
+        const many = await measure(gw, STREAMS);
+        r.many.push(many.mibPerSec);
+        r.rss.push(many.peakRss);
+        process.stderr.write(`run ${run + 1}/${RUNS} ${gw.name}: 1×${r.one.at(-1)!.toFixed(0)} MiB/s, ${STREAMS}×${many.mibPerSec.toFixed(0)} MiB/s\n`);
+      }
+    }
+
+    const fs = results['gateway-fs']!;
+    const web = results['gateway-nginx']!;
+    console.log(`\nbench/static-store.ts: ${BIG_BYTES / MiB} MiB file, medians of ${RUNS} runs, ${os.cpus().length} CPUs, load average ${os.loadavg().map((l) => l.toFixed(1)).join(' ')}`);
+    console.table(
+      gateways.map((gw) => ({
+        server: gw.name,
+        'upload MiB/s': uploads[gw.name] === undefined ? '-' : Math.round(uploads[gw.name]!),
+        '1 stream MiB/s': Math.round(median(results[gw.name]!.one)),
+        [`${STREAMS} streams MiB/s`]: Math.round(median(results[gw.name]!.many)),
+        'peak RSS MiB': Number((Math.max(...results[gw.name]!.rss) / MiB).toFixed(1)),
+      })),
+    );
+    const ceiling = results['undici-passthrough']!;
+    console.log(`undici pass-through / gateway on fs (the ceiling of any nginx path here): 1 stream ${(median(ceiling.one) / median(fs.one)).toFixed(2)}×, ${STREAMS} streams ${(median(ceiling.many) / median(fs.many)).toFixed(2)}×`);
+    console.log(`gateway→nginx / undici pass-through: 1 stream ${(median(web.one) / median(ceiling.one)).toFixed(2)}×, ${STREAMS} streams ${(median(web.many) / median(ceiling.many)).toFixed(2)}×`);
+    console.log(`gateway→nginx / gateway on fs: 1 stream ${(median(web.one) / median(fs.one)).toFixed(2)}×, ${STREAMS} streams ${(median(web.many) / median(fs.many)).toFixed(2)}×, upload ${(uploads['gateway-nginx']! / uploads['gateway-fs']!).toFixed(2)}× (target for downloads: ≥ 0.7×)`);
+  } finally {
+    for (const child of children) child.kill('SIGTERM');
+    await new Promise((r) => setTimeout(r, 500));
+    for (const pool of pools) await pool.end();
+    for (const name of databases) await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).catch(() => {});
+    await admin.end();
+    await rm(work, { recursive: true, force: true });
+  }
+}
+
+await main();

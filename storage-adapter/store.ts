@@ -1,0 +1,100 @@
+/**
+ * The storage interface both stores satisfy: the filesystem store (`fs-store.ts`, a directory) and
+ * the static-HTTP store (`http-store.ts`, a dumb file server such as nginx with WebDAV PUT/DELETE/MOVE).
+ * Both use the same layout of relative names, so a directory served by nginx is the same store.
+ */
+import type { ByteMeter } from './byte-meter.ts';
+import type { ByteRange } from './range.ts';
+
+export interface StageOptions {
+  /** Larger bodies fail with `payload_too_large` as soon as the limit is crossed. */
+  readonly maxBytes: number;
+  /** Declared length (Content-Length); a different count fails with `invalid_request`. */
+  readonly expectedLength?: number | undefined;
+  /** Declared sha256 (Content-Digest) as lowercase hex; a different digest fails with `invalid_request`. */
+  readonly expectedSha256?: string | undefined;
+  readonly signal?: AbortSignal | undefined;
+  /** Upload pacing: each slice of the body is charged before it is accepted. */
+  readonly meter?: ByteMeter | undefined;
+}
+
+/** A fully written temporary object, verified (size, sha256), not yet under its blob name. */
+export interface StagedBlob {
+  readonly sha256: string;
+  readonly sizeBytes: number;
+  /** Moves the bytes to `blobs/sha256/ab/cd/<hex>` (an identical blob already there is kept). */
+  commit(): Promise<void>;
+  /** Removes the temporary; safe to call after commit and more than once. */
+  discard(): Promise<void>;
+}
+
+/** Random access to one published blob, shaped like `FileHandle.read` so streaming code serves both. */
+export interface BlobReader {
+  readonly sizeBytes: number;
+  /** Reads up to `length` bytes at `position`; fewer is fine, 0 means the blob ended. */
+  read(buffer: Buffer, offset: number, length: number, position: number): Promise<{ bytesRead: number }>;
+  /**
+   * Optional streaming form, preferred when present: the bytes of `range` as the store hands them
+   * over (the HTTP store's upstream chunks, no copy). Pulls only when the caller asks (backpressure).
+   */
+  chunks?(range: ByteRange, signal: AbortSignal): AsyncIterable<Buffer>;
+  close(): Promise<void>;
+}
+
+export interface UploadStats {
+  /** commit() placed the staged bytes under blobs/. */
+  readonly committed: number;
+  /** Fully staged, then discarded without commit (the same bytes were already published, or a conflict). */
+  readonly discarded: number;
+  /** Staging failed: the client went away, too large, length or digest mismatch, disk full, store down. */
+  readonly failed: number;
+}
+
+/** Multipart part objects under `uploads/<session>/<file>`. */
+export interface PartStore {
+  /** Stores `body` under the name; durable (as far as the store offers) when it resolves, absent when it throws. */
+  write(sessionId: string, fileName: string, body: AsyncIterable<Buffer>, signal?: AbortSignal): Promise<void>;
+  read(sessionId: string, fileName: string, signal?: AbortSignal): AsyncIterable<Buffer>;
+  remove(sessionId: string, fileName: string): Promise<void>;
+  removeSession(sessionId: string): Promise<void>;
+}
+
+export interface TreeEntry {
+  readonly name: string;
+  readonly isDirectory: boolean;
+  readonly sizeBytes: number;
+}
+
+/** Name-level access for offline maintenance (scrub, gc); paths are relative to the store root. */
+export interface StoreTree {
+  /** Where the store is, for messages: a directory or a base URL. */
+  readonly location: string;
+  /** Entries of a directory; `[]` when it does not exist. */
+  list(dir: string): Promise<TreeEntry[]>;
+  read(file: string): AsyncIterable<Buffer>;
+  /** Removes a file or a whole directory; a missing one is fine. */
+  remove(target: string): Promise<void>;
+  move(from: string, to: string): Promise<void>;
+}
+
+export interface Store {
+  readonly kind: 'fs' | 'http';
+  /** A directory or a base URL, for logs and messages. */
+  readonly location: string;
+  readonly storageId: string;
+  readonly writable: boolean;
+  stage(body: AsyncIterable<Uint8Array>, options: StageOptions): Promise<StagedBlob>;
+  /**
+   * Opens a published blob; `not_found` when it is absent. `ranges` are the byte ranges the caller
+   * will read, in order: the HTTP store starts the first upstream request here, so an unreachable
+   * store fails before any response header is sent.
+   */
+  openBlob(sha256: string, ranges?: readonly ByteRange[]): Promise<BlobReader>;
+  hasBlob(sha256: string): Promise<boolean>;
+  /** Counts since open (for metrics). */
+  uploadStats(): UploadStats;
+  readonly parts: PartStore;
+  readonly tree: StoreTree;
+  /** Releases connections (HTTP store); nothing to do for the filesystem store. */
+  close(): Promise<void>;
+}

@@ -1,0 +1,130 @@
+/**
+ * A real nginx (Debian nginx-light) as the dumb static-HTTP store: generated config, a free
+ * loopback port, a temp root served for reads and written through WebDAV PUT/DELETE/MOVE. The
+ * root is a plain directory with the filesystem store's layout, so tests can inspect it the same
+ * way for both stores. `stop()`/`start()` take the store away and bring it back on the same port.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { afterAll } from 'vitest';
+import { freeLoopbackPort } from '../../proxy/embedded-database.ts';
+import { request } from './content.ts';
+import { makeTempDir } from './gateway.ts';
+import { siteConfig } from './static-store-config.ts';
+
+const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
+
+export interface StaticStore {
+  /** Base URL of the store root (ARKVORY_STORAGE_URL). */
+  readonly url: string;
+  /** The directory nginx serves. */
+  readonly root: string;
+  readonly port: number;
+  /** nginx's access log: one line per finished request (`status bytes_sent "request"`). */
+  accessLog(): Promise<string>;
+  isRunning(): boolean;
+  /** SIGSTOP / SIGCONT to nginx and its workers: a store that hangs with its sockets open. */
+  freeze(): Promise<void>;
+  thaw(): Promise<void>;
+  stop(): Promise<void>;
+  start(): Promise<void>;
+}
+
+const running = new Set<ChildProcess>();
+afterAll(async () => {
+  await Promise.all([...running].map((child) => stopChild(child)));
+});
+
+async function stopChild(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((r) => child.once('exit', r));
+  // SIGTERM is nginx's fast shutdown: open connections are closed at once (a store that goes away).
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
+  await exited;
+  clearTimeout(timer);
+  running.delete(child);
+}
+
+/** `move: false` leaves MOVE out of dav_methods, as on a store without it (the PUT fallback). */
+export async function startStaticStore(options: { move?: boolean } = {}): Promise<StaticStore> {
+  if (!NGINX) throw new Error('nginx is not installed; on Debian: apt-get install -y nginx-light');
+  const dir = await makeTempDir('arkvory-static-store-');
+  const root = path.join(dir, 'root');
+  const temp = path.join(dir, 'temp');
+  await mkdir(root, { recursive: true });
+  await mkdir(temp, { recursive: true });
+  const port = await freeLoopbackPort();
+  const site = path.join(dir, 'arkvory-store.conf');
+  await writeFile(site, await siteConfig({ port, root, move: options.move !== false }));
+  const conf = path.join(dir, 'nginx.conf');
+  await writeFile(
+    conf,
+    `${process.getuid?.() === 0 ? 'user root;\n' : ''}worker_processes 1;
+daemon off;
+pid ${dir}/nginx.pid;
+error_log ${dir}/error.log warn;
+events { worker_connections 512; }
+http {
+  log_format store '$status $body_bytes_sent "$request"';
+  access_log ${dir}/access.log store;
+  client_body_temp_path ${temp}/body; proxy_temp_path ${temp}/proxy; fastcgi_temp_path ${temp}/fastcgi; uwsgi_temp_path ${temp}/uwsgi; scgi_temp_path ${temp}/scgi;
+  include ${site};
+}
+`,
+  );
+  let child: ChildProcess | undefined;
+  let output = '';
+  const url = `http://127.0.0.1:${port}/arkvory/`;
+
+  /** nginx's master (our child) and its workers (its children, found in /proc). */
+  async function signalAll(signal: NodeJS.Signals): Promise<void> {
+    const master = child?.pid;
+    if (master === undefined) return;
+    const pids = [master];
+    for (const entry of await readdir('/proc')) {
+      if (!/^\d+$/.test(entry)) continue;
+      const stat = await readFile(`/proc/${entry}/stat`, 'utf8').catch(() => '');
+      // Field 4 (after the parenthesised name) is the parent pid.
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (ppid === master) pids.push(Number(entry));
+    }
+    for (const pid of pids) process.kill(pid, signal);
+  }
+
+  const store: StaticStore = {
+    url,
+    root,
+    port,
+    accessLog: () => readFile(path.join(dir, 'access.log'), 'utf8').catch(() => ''),
+    isRunning: () => child !== undefined && child.exitCode === null && child.signalCode === null,
+    freeze: () => signalAll('SIGSTOP'),
+    thaw: () => signalAll('SIGCONT'),
+    async stop() {
+      if (child) await stopChild(child);
+      child = undefined;
+    },
+    async start() {
+      child = spawn(NGINX, ['-p', dir, '-c', conf], { stdio: ['ignore', 'pipe', 'pipe'] });
+      running.add(child);
+      child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
+      const deadline = Date.now() + 10_000;
+      for (;;) {
+        try {
+          await request(url);
+          return;
+        } catch {
+          if (Date.now() > deadline || child.exitCode !== null) throw new Error(`nginx did not start: ${output}`);
+          await new Promise((r) => setTimeout(r, 50));
+        }
+      }
+    },
+  };
+  await store.start();
+  return store;
+}
+
+export type StoreKind = 'fs' | 'http';
+export const STORE_KINDS: readonly StoreKind[] = ['fs', 'http'];
