@@ -145,7 +145,7 @@ describe('the static-HTTP store under faults', () => {
     await stopped;
     await nginx.start();
     if (res.status !== -1) {
-      expect(res.status).toBe(502);
+      expect(res.status, `gateway log tail:\n${gw.logs().split('\n').slice(-12).join('\n')}`).toBe(502);
       expect(json(res)).toMatchObject({ code: 'upstream_unreachable' });
     }
     // Either way the gateway said why, with the stable code.

@@ -41,6 +41,13 @@ interface CallOptions {
 /** `blobs/sha256/ab/cd/<hex>` with forward slashes whatever the platform. */
 const blobName = (sha256: string) => blobRelativePath(sha256).split('\\').join('/');
 
+
+/** Our error classes carry lower_snake_case codes; Node's and undici's are upper case (ECONNRESET, UND_ERR_…). */
+function hasStableCode(err: unknown): boolean {
+  const code = (err as { code?: unknown } | undefined)?.code;
+  return typeof code === 'string' && /^[a-z][a-z0-9_]*$/.test(code);
+}
+
 export interface HttpStoreOptions extends UpstreamOptions {
   /** Base URL of the store root, e.g. `http://storage:8081/arkvory/`. */
   readonly url: string;
@@ -106,7 +113,10 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<Store> {
     } catch (err) {
       // The client went away (our caller's signal): that, not a store failure, is the reason.
       if (bodyError === undefined && signal?.aborted) throw signal.reason;
-      throw bodyError ?? err;
+      // A body that failed with one of our stable codes (size, digest, a policy refusal) is the reason.
+      // A raw stream error from the body (Node's upper-case codes) is only the echo of the store
+      // failing under it: the mapped store failure says what happened.
+      throw hasStableCode(bodyError) ? bodyError : err;
     } finally {
       clearTimeout(timer);
       signal?.removeEventListener('abort', onAbort);
