@@ -25,6 +25,7 @@ import pg from 'pg';
 import { migrate } from '../migrations/runner.ts';
 import { AdminStore } from '../policy/auth/admin-store.ts';
 import { freeLoopbackPort } from '../proxy/embedded-database.ts';
+import { curl, median, percentile, rssBytes } from './support.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const MiB = 1024 * 1024;
@@ -52,29 +53,6 @@ interface Target {
   pid?: number;
 }
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-const percentile = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
-
-function curl(url: string, headers: Record<string, string>): Promise<{ bytes: number; status: number }> {
-  return new Promise((resolve, reject) => {
-    const argv = ['-s', '-o', '/dev/null', '-w', '%{http_code} %{size_download}'];
-    for (const [k, v] of Object.entries(headers)) argv.push('-H', `${k}: ${v}`);
-    argv.push(url);
-    const child = spawn('curl', argv, { stdio: ['ignore', 'pipe', 'inherit'] });
-    let out = '';
-    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    child.on('error', reject);
-    child.on('close', () => {
-      const [status, bytes] = out.trim().split(' ').map(Number);
-      resolve({ status: status ?? 0, bytes: bytes ?? 0 });
-    });
-  });
-}
-
-async function rssBytes(pid: number): Promise<number> {
-  const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
-  return Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? 0) * 1024;
-}
 
 /** MiB/s of `streams` parallel whole-file downloads; also the peak RSS of `pid` meanwhile. */
 async function measureBig(target: Target, streams: number, run: number): Promise<{ mibPerSec: number; peakRss: number }> {

@@ -30,6 +30,7 @@ import pg from 'pg';
 import { migrate } from '../migrations/runner.ts';
 import { AdminStore } from '../policy/auth/admin-store.ts';
 import { freeLoopbackPort } from '../proxy/embedded-database.ts';
+import { cpuSeconds, curl, median, percentile } from './support.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const MiB = 1024 * 1024;
@@ -48,24 +49,6 @@ const SMALL_BYTES = 4096;
 const SMALL_REQUESTS = Number(args['small-requests']);
 const CONCURRENCY = Number(args.concurrency);
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-const percentile = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
-
-function curl(url: string, headers: Record<string, string>): Promise<{ status: number; bytes: number; seconds: number }> {
-  return new Promise((resolve, reject) => {
-    const argv = ['-s', '-o', '/dev/null', '-w', '%{http_code} %{size_download} %{time_total}'];
-    for (const [k, v] of Object.entries(headers)) argv.push('-H', `${k}: ${v}`);
-    argv.push(url);
-    const child = spawn('curl', argv, { stdio: ['ignore', 'pipe', 'inherit'] });
-    let out = '';
-    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    child.on('error', reject);
-    child.on('close', () => {
-      const [status, bytes, seconds] = out.trim().split(' ').map(Number);
-      resolve({ status: status ?? 0, bytes: bytes ?? 0, seconds: seconds ?? 0 });
-    });
-  });
-}
 
 async function measureSmall(url: string, key: string): Promise<{ rps: number; p50Ms: number; p99Ms: number; errors: number }> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY });
@@ -97,13 +80,6 @@ async function measureSmall(url: string, key: string): Promise<{ rps: number; p5
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
   agent.destroy();
   return { rps: SMALL_REQUESTS / seconds, p50Ms: percentile(latencies, 50), p99Ms: percentile(latencies, 99), errors };
-}
-
-/** User + system CPU seconds a process has used so far (Linux /proc). */
-async function cpuSeconds(pid: number): Promise<number> {
-  const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(fields[11] ?? 0) + Number(fields[12] ?? 0)) / 100;
 }
 
 async function startServe(env: Record<string, string>, base: string, children: ChildProcess[]): Promise<ChildProcess> {

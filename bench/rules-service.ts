@@ -33,6 +33,7 @@ import { ruleFromSpec } from '../policy/rate-limit/rules.ts';
 import { parseAvailableLimiters } from '../policy/rate-limit/yaml-source.ts';
 import { freeLoopbackPort } from '../proxy/embedded-database.ts';
 import { AVAILABLE_LIMITERS_FILE } from '../proxy/rate-limit-gate.ts';
+import { median } from './support.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const { values } = parseArgs({
@@ -51,7 +52,6 @@ function quantiles(samples: number[]): { p50: number; p99: number } {
   const at = (q: number) => s[Math.min(s.length - 1, Math.floor(q * s.length))]!;
   return { p50: at(0.5), p99: at(0.99) };
 }
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 async function timeChecks(limiter: Limiter, identifier: (i: number) => Record<string, string>, n: number): Promise<number[]> {
   const out: number[] = [];

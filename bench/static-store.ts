@@ -29,6 +29,7 @@ import { migrate } from '../migrations/runner.ts';
 import { AdminStore } from '../policy/auth/admin-store.ts';
 import { freeLoopbackPort } from '../proxy/embedded-database.ts';
 import { siteConfig } from '../test/support/static-store-config.ts';
+import { curl, median, rssBytes } from './support.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const MiB = 1024 * 1024;
@@ -45,28 +46,6 @@ const RUNS = Number(args.runs);
 const BIG_BYTES = Number(args['big-mib']) * MiB;
 const STREAMS = Number(args.concurrency);
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-
-function curl(url: string, headers: Record<string, string>): Promise<{ bytes: number; status: number }> {
-  return new Promise((resolve, reject) => {
-    const argv = ['-s', '-o', '/dev/null', '-w', '%{http_code} %{size_download}'];
-    for (const [k, v] of Object.entries(headers)) argv.push('-H', `${k}: ${v}`);
-    argv.push(url);
-    const child = spawn('curl', argv, { stdio: ['ignore', 'pipe', 'inherit'] });
-    let out = '';
-    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    child.on('error', reject);
-    child.on('close', () => {
-      const [status, bytes] = out.trim().split(' ').map(Number);
-      resolve({ status: status ?? 0, bytes: bytes ?? 0 });
-    });
-  });
-}
-
-async function rssBytes(pid: number): Promise<number> {
-  const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
-  return Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? 0) * 1024;
-}
 
 interface Gateway {
   name: string;

@@ -15,6 +15,7 @@ import type { Config } from './config.ts';
 import { createPool } from './database.ts';
 import { createGatewayServer } from './http-server.ts';
 import { Lifecycle } from './lifecycle.ts';
+import { watchStopSignals } from './stop-signals.ts';
 import { loadRuleFiles } from './rate-limit-gate.ts';
 import { rulesServiceRoutes } from './routes/rules-service.ts';
 
@@ -23,20 +24,7 @@ const EXIT_FAILURE = 1;
 
 export async function runRulesService(config: Config, log: Logger): Promise<number> {
   const lifecycle = new Lifecycle();
-  let stopRequested: (() => void) | undefined;
-  const stopSignal = new Promise<void>((resolve) => (stopRequested = resolve));
-  let signals = 0;
-  const onSignal = (signal: NodeJS.Signals) => {
-    if (++signals > 1) {
-      log.warn({ signal }, 'second signal: exiting now');
-      process.exit(EXIT_FAILURE);
-    }
-    log.info({ signal }, 'shutting down');
-    lifecycle.set('draining', 'shutdown');
-    stopRequested?.();
-  };
-  process.on('SIGTERM', onSignal);
-  process.on('SIGINT', onSignal);
+  const signals = watchStopSignals(log, () => lifecycle.set('draining', 'shutdown'));
 
   const databaseUrl = config.databaseUrl!; // loadConfig requires it for this role
   const pool = createPool(databaseUrl, config.databasePoolSize, log, 'arkvory-rules-service');
@@ -53,7 +41,7 @@ export async function runRulesService(config: Config, log: Logger): Promise<numb
     const routes = rulesServiceRoutes({ store: createOverrideStore(pool), available, ttlSeconds: config.rulesService.ttlSeconds, token: config.rulesService.token, lifecycle });
     server = createGatewayServer({ routes, gates: [createAuthGate(auth, lifecycle)], log });
     const address = await server.listen(config.port, config.host);
-    if (signals === 0) lifecycle.set('serving');
+    if (!signals.requested) lifecycle.set('serving');
     log.info({ role: 'rules-service', url: `http://${address.address}:${address.port}`, port: address.port, ttlSeconds: config.rulesService.ttlSeconds, queryTokenRequired: config.rulesService.token !== undefined }, 'listening');
   } catch (err) {
     const message = err instanceof Error ? err.message : String(err);
@@ -61,7 +49,7 @@ export async function runRulesService(config: Config, log: Logger): Promise<numb
     process.stderr.write(`arkvory: cannot start: ${message}\n`);
     code = EXIT_FAILURE;
   }
-  if (code === EXIT_OK && signals === 0) await stopSignal;
+  if (code === EXIT_OK && !signals.requested) await signals.stopped;
   try {
     if (server?.server.listening) await server.close(config.shutdownTimeoutMs);
   } catch (err) {

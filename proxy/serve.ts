@@ -8,6 +8,7 @@ import { buildApp } from './app.ts';
 import { ConfigError, loadConfig, type Config } from './config.ts';
 import { databaseTarget, openDatabase, waitForDatabase, type Database } from './database.ts';
 import { createGatewayServer, type GatewayServer } from './http-server.ts';
+import { watchStopSignals } from './stop-signals.ts';
 import { Lifecycle } from './lifecycle.ts';
 import { createLogger } from './logger.ts';
 import { createGatewayMetrics } from './metrics/gateway-metrics.ts';
@@ -57,23 +58,11 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
   const lifecycle = new Lifecycle();
   let database: Database | undefined;
   let server: GatewayServer | undefined;
-  let stopRequested: (() => void) | undefined;
-  const stopSignal = new Promise<void>((resolve) => (stopRequested = resolve));
   const stopping = new AbortController();
-  let signals = 0;
-  const onSignal = (signal: NodeJS.Signals) => {
-    signals++;
-    if (signals > 1) {
-      log.warn({ signal }, 'second signal: exiting now');
-      process.exit(EXIT.failure);
-    }
-    log.info({ signal }, 'shutting down');
+  const signals = watchStopSignals(log, () => {
     lifecycle.set('draining', 'shutdown');
     stopping.abort();
-    stopRequested?.();
-  };
-  process.on('SIGTERM', onSignal);
-  process.on('SIGINT', onSignal);
+  });
 
   let built: Services | undefined;
   let coordinator: Coordinator | undefined;
@@ -100,7 +89,7 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
         throw new StartupError(`the database schema is behind this code (${pending.length} pending migration(s), first ${pending[0]!.version}); run \`npm run migrate\` with the same ARKVORY_DATABASE_URL`);
       }
     }
-    if (signals > 0) return await finish(log, built, server, database, config, EXIT.ok);
+    if (signals.requested) return await finish(log, built, server, database, config, EXIT.ok);
     coordinator = await openCoordinator(config, database.url, log);
     coordinator.onFenced(() => lifecycle.set('fenced', 'lease lost'));
     const transfers = createTransfers(config, systemClock, coordinator);
@@ -132,13 +121,13 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
     }
     server = createGatewayServer({ routes: app.routes, gates: app.gates, log, readOnly: config.role === 'reader', onRequest: (o) => metrics.observeRequest(o) });
     const address = await server.listen(config.port, config.host);
-    if (signals === 0) lifecycle.set('serving');
+    if (!signals.requested) lifecycle.set('serving');
     log.info({ role: config.role, url: `http://${address.address}:${address.port}`, port: address.port }, 'listening');
   } catch (err) {
     logStartupFailure(log, err);
     return await finish(log, built, server, database, config, EXIT.failure, coordinator);
   }
-  await stopSignal;
+  await signals.stopped;
   return await finish(log, built, server, database, config, EXIT.ok, coordinator);
 }
 

@@ -3,10 +3,11 @@
  * uploads in progress under `tmp/` (same filesystem, so publishing is a link). Opening as writer
  * creates the layout and the storage identity and empties `tmp/`; a reader only verifies.
  */
-import { createHash, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { link, mkdir, open, readdir, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import type pg from 'pg';
+import { checkedUpload } from './checked-upload.ts';
 import { StorageError, storageErrorFromErrno } from './errors.ts';
 import { fsyncDirectory } from './fs-sync.ts';
 import { ensureStorageIdentity, type StorageRole } from './identity.ts';
@@ -99,28 +100,13 @@ export async function openFsStore(options: { root: string; role: StorageRole | '
     async stage(body, stageOptions) {
       if (role === 'reader') throw new Error('stage() on a read-only store');
       const tempPath = resolveInsideRoot(root, path.join(TMP_DIR, `${randomUUID()}.upload`));
-      const hash = createHash('sha256');
+      const upload = checkedUpload(body, stageOptions);
       let handle: FileHandle | undefined;
-      let received = 0;
       try {
         handle = await open(tempPath, 'wx', 0o644);
         let batch: Buffer[] = [];
         let batchBytes = 0;
-        for await (const chunk of body) {
-          stageOptions.signal?.throwIfAborted();
-          const bytes = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
-          received += bytes.length;
-          if (received > stageOptions.maxBytes) throw new StorageError('payload_too_large', `The upload is larger than the limit of ${stageOptions.maxBytes} bytes.`);
-          if (stageOptions.expectedLength !== undefined && received > stageOptions.expectedLength) {
-            throw new StorageError('invalid_request', `The body is longer than its Content-Length of ${stageOptions.expectedLength} bytes.`);
-          }
-          if (stageOptions.meter) {
-            const quantum = Math.max(1, stageOptions.meter.quantumBytes);
-            for (let offset = 0; offset < bytes.length; offset += quantum) {
-              await stageOptions.meter.take(Math.min(quantum, bytes.length - offset), stageOptions.signal);
-            }
-          }
-          hash.update(bytes);
+        for await (const bytes of upload.chunks) {
           batch.push(bytes);
           batchBytes += bytes.length;
           if (batchBytes >= WRITE_BATCH_BYTES) {
@@ -129,15 +115,8 @@ export async function openFsStore(options: { root: string; role: StorageRole | '
             batchBytes = 0;
           }
         }
-        stageOptions.signal?.throwIfAborted();
         if (batchBytes > 0) await writeFully(handle, batch);
-        if (stageOptions.expectedLength !== undefined && received !== stageOptions.expectedLength) {
-          throw new StorageError('invalid_request', `The body has ${received} bytes but Content-Length said ${stageOptions.expectedLength}.`);
-        }
-        const sha256 = hash.digest('hex');
-        if (stageOptions.expectedSha256 !== undefined && stageOptions.expectedSha256 !== sha256) {
-          throw new StorageError('invalid_request', 'The body does not match its Content-Digest (sha-256).');
-        }
+        const { sha256, sizeBytes: received } = upload.result;
         await handle.sync();
         await handle.close();
         handle = undefined;

@@ -11,10 +11,11 @@
  * Durability is the store's: nginx does not fsync, so a power loss on the storage host can lose or
  * truncate a blob whose catalog row exists (scrub finds a truncated one; see the docs).
  */
-import { createHash, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { Readable } from 'node:stream';
 import type pg from 'pg';
 import type { Dispatcher, Pool } from 'undici';
+import { checkedUpload } from './checked-upload.ts';
 import { StorageError } from './errors.ts';
 import { createUpstreamPool, parseContentRange, unexpectedStatus, upstreamError, type UpstreamOptions } from './http-upstream.ts';
 import { ensureStorageIdentityOf, type IdentityObject, type StorageRole } from './identity.ts';
@@ -351,50 +352,22 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<Store> {
     async stage(body, stageOptions: StageOptions): Promise<StagedBlob> {
       if (role === 'reader') throw new Error('stage() on a read-only store');
       const tempName = `${TMP_DIR}/${randomUUID()}.upload`;
-      const hash = createHash('sha256');
-      let received = 0;
-      let sha256 = '';
       // Every check throws inside the body, so the store sees an aborted PUT and keeps nothing.
-      async function* checked(): AsyncGenerator<Buffer> {
-        for await (const chunk of body) {
-          stageOptions.signal?.throwIfAborted();
-          const bytes = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
-          received += bytes.length;
-          if (received > stageOptions.maxBytes) throw new StorageError('payload_too_large', `The upload is larger than the limit of ${stageOptions.maxBytes} bytes.`);
-          if (stageOptions.expectedLength !== undefined && received > stageOptions.expectedLength) {
-            throw new StorageError('invalid_request', `The body is longer than its Content-Length of ${stageOptions.expectedLength} bytes.`);
-          }
-          if (stageOptions.meter) {
-            const quantum = Math.max(1, stageOptions.meter.quantumBytes);
-            for (let offset = 0; offset < bytes.length; offset += quantum) {
-              await stageOptions.meter.take(Math.min(quantum, bytes.length - offset), stageOptions.signal);
-            }
-          }
-          hash.update(bytes);
-          yield bytes;
-        }
-        stageOptions.signal?.throwIfAborted();
-        if (stageOptions.expectedLength !== undefined && received !== stageOptions.expectedLength) {
-          throw new StorageError('invalid_request', `The body has ${received} bytes but Content-Length said ${stageOptions.expectedLength}.`);
-        }
-        sha256 = hash.digest('hex');
-        if (stageOptions.expectedSha256 !== undefined && stageOptions.expectedSha256 !== sha256) {
-          throw new StorageError('invalid_request', 'The body does not match its Content-Digest (sha-256).');
-        }
-      }
+      const upload = checkedUpload(body, stageOptions);
       try {
-        await put(tempName, checked(), stageOptions.signal);
+        await put(tempName, upload.chunks, stageOptions.signal);
       } catch (err) {
         stats.failed++;
         // Normally nothing was stored; if the store did keep a temporary, gc lists it.
         await remove(tempName).catch(() => {});
         throw err;
       }
+      const { sha256, sizeBytes } = upload.result;
       let committed = false;
       let discarded = false;
       return {
         sha256,
-        sizeBytes: received,
+        sizeBytes,
         async commit() {
           if (discarded) throw new Error('commit() after discard()');
           if (committed) return;

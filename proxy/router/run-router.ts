@@ -4,6 +4,7 @@
  * Startup: discovery must work once (the lease table readable, or the static list parsed), one
  * probe round runs, then it listens. SIGTERM/SIGINT: stop accepting, drain, exit 0.
  */
+import { watchStopSignals } from '../stop-signals.ts';
 import type { Logger } from 'pino';
 import type { Config } from '../config.ts';
 import { BackendPool } from './backend-pool.ts';
@@ -18,20 +19,9 @@ const EXIT_FAILURE = 1;
 
 export async function runRouter(config: Config, log: Logger): Promise<number> {
   let draining = false;
-  let stopRequested: (() => void) | undefined;
-  const stopSignal = new Promise<void>((resolve) => (stopRequested = resolve));
-  let signals = 0;
-  const onSignal = (signal: NodeJS.Signals) => {
-    if (++signals > 1) {
-      log.warn({ signal }, 'second signal: exiting now');
-      process.exit(EXIT_FAILURE);
-    }
-    log.info({ signal }, 'shutting down');
+  const signals = watchStopSignals(log, () => {
     draining = true;
-    stopRequested?.();
-  };
-  process.on('SIGTERM', onSignal);
-  process.on('SIGINT', onSignal);
+  });
 
   const pool = new BackendPool();
   let discovery: Discovery | undefined;
@@ -63,7 +53,7 @@ export async function runRouter(config: Config, log: Logger): Promise<number> {
     process.stderr.write(`arkvory: cannot start: ${message}\n`);
     code = EXIT_FAILURE;
   }
-  if (code === EXIT_OK && signals === 0) await stopSignal;
+  if (code === EXIT_OK && !signals.requested) await signals.stopped;
   try {
     if (server.server.listening) await server.close(config.shutdownTimeoutMs);
   } catch (err) {

@@ -1,9 +1,10 @@
 import type { Route } from '../http-server.ts';
 import { sendJson } from '../http-errors.ts';
+import type { Lifecycle } from '../lifecycle.ts';
 import type { Services } from '../services.ts';
 
-export function healthRoutes(services: Services): Route[] {
-  const { lifecycle, config } = services;
+/** `/health/live` and `/health/status`, public and key-less for balancers; every serving role has them. */
+export function liveAndStatusRoutes(lifecycle: Lifecycle): Route[] {
   return [
     {
       methods: ['GET', 'HEAD'],
@@ -18,11 +19,18 @@ export function healthRoutes(services: Services): Route[] {
       template: '/health/status',
       access: 'public',
       async handle({ res }) {
-        // Public and key-less for balancers: only whether this gateway can serve.
+        // Only whether this process can serve.
         const serving = lifecycle.isServing;
         sendJson(res, serving ? 200 : 503, { status: serving ? 'serving' : lifecycle.state });
       },
     },
+  ];
+}
+
+export function healthRoutes(services: Services): Route[] {
+  const { lifecycle, config } = services;
+  return [
+    ...liveAndStatusRoutes(lifecycle),
     {
       methods: ['GET', 'HEAD'],
       template: '/health/ready',

@@ -12,6 +12,7 @@ import { PolicyError } from '../../policy/errors.ts';
 import type { Lifecycle } from '../lifecycle.ts';
 import type { Route } from '../http-server.ts';
 import { sendJson } from '../http-errors.ts';
+import { liveAndStatusRoutes } from './health.ts';
 import { readJsonBody } from '../request-body.ts';
 
 const OVERRIDES = '/api/v1/admin/rule-overrides';
@@ -40,23 +41,7 @@ const wire = (o: { service: string; limiter: string; subjectKind: string; subjec
 export function rulesServiceRoutes(deps: { store: OverrideStore; available: AvailableLimiters; ttlSeconds: number; token: string | undefined; lifecycle: Lifecycle }): Route[] {
   const { store, available, ttlSeconds, token, lifecycle } = deps;
   return [
-    {
-      methods: ['GET', 'HEAD'],
-      template: '/health/live',
-      access: 'public',
-      async handle({ res }) {
-        sendJson(res, 200, { status: 'live' });
-      },
-    },
-    {
-      methods: ['GET', 'HEAD'],
-      template: '/health/status',
-      access: 'public',
-      async handle({ res }) {
-        const serving = lifecycle.isServing;
-        sendJson(res, serving ? 200 : 503, { status: serving ? 'serving' : lifecycle.state });
-      },
-    },
+    ...liveAndStatusRoutes(lifecycle),
     {
       methods: ['POST'],
       template: '/api/v1/rules/query',

@@ -1,0 +1,36 @@
+/** What several benchmarks share: order statistics, a curl download, and /proc readings of a process. */
+import { spawn } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
+
+export const median = (xs: readonly number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+export const percentile = (xs: readonly number[], p: number): number => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
+
+/** One whole-body download with curl to /dev/null: the status, the bytes received, curl's total seconds. */
+export function curl(url: string, headers: Record<string, string>): Promise<{ status: number; bytes: number; seconds: number }> {
+  return new Promise((resolve, reject) => {
+    const argv = ['-s', '-o', '/dev/null', '-w', '%{http_code} %{size_download} %{time_total}'];
+    for (const [k, v] of Object.entries(headers)) argv.push('-H', `${k}: ${v}`);
+    argv.push(url);
+    const child = spawn('curl', argv, { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.on('error', reject);
+    child.on('close', () => {
+      const [status, bytes, seconds] = out.trim().split(' ').map(Number);
+      resolve({ status: status ?? 0, bytes: bytes ?? 0, seconds: seconds ?? 0 });
+    });
+  });
+}
+
+/** Resident set size of a process (Linux /proc), 0 once it is gone. */
+export async function rssBytes(pid: number): Promise<number> {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
+  return Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? 0) * 1024;
+}
+
+/** User + system CPU seconds a process has used so far (Linux /proc). */
+export async function cpuSeconds(pid: number): Promise<number> {
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11] ?? 0) + Number(fields[12] ?? 0)) / 100;
+}
