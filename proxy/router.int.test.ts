@@ -118,7 +118,11 @@ describe('router: one writer, two readers', () => {
     }
     const put = await request(`${router.url}/api/v1/repositories/shared/artifacts/uploaded.bin`, { method: 'PUT', headers: { ...bearer(writeKey), 'content-type': 'application/octet-stream' }, body: body() });
     expect(put.status).toBe(201);
-    const after = [writer, ...readers].map((g) => g.logLines().filter((l) => l.method === 'PUT').length);
+    // A gateway logs a request when its response ends, a moment after the client has the answer.
+    const after = await waitFor('the writer to log the PUT', async () => {
+      const now = [writer, ...readers].map((g) => g.logLines().filter((l) => l.method === 'PUT').length);
+      return now[0]! > before[0]! ? now : undefined;
+    }, 5000);
     expect(after[0]! - before[0]!).toBe(1);
     expect(after.slice(1)).toEqual(before.slice(1));
     expect(writer.logLines().some((l) => l.method === 'PUT' && l.status === 201)).toBe(true);

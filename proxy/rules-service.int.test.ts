@@ -264,12 +264,13 @@ describe('external rules service (Phase 3) with real processes', () => {
       expect(slow.res.status).toBe(200);
       expect(slow.res.headers.get('ratelimit-policy')).toBe('"limit_requests_by_principal";q=12000;w=60');
       expect(slow.ms).toBeGreaterThanOrEqual(timeoutMs * 0.9);
-      expect(slow.ms).toBeLessThan(timeoutMs * 2 - 100); // one timeout, not one per limiter
+      // One timeout, not one per limiter: the counter, not the clock, is the proof (a loaded machine stretches times).
       expect(await rulesServiceCount(gw.url, 'timeout')).toBe(1);
-      // The circuit is open: no waiting at all.
+      // The circuit is open: no waiting for the service at all.
       const fast = await timed();
       expect(fast.res.status).toBe(200);
-      expect(fast.ms).toBeLessThan(timeoutMs * 0.5);
+      expect(fast.ms).toBeLessThan(timeoutMs);
+      expect(await rulesServiceCount(gw.url, 'timeout')).toBe(1);
       expect(await rulesServiceCount(gw.url, 'circuit_open')).toBeGreaterThanOrEqual(1);
       expect(gw.logLines().filter((l) => l.msg === 'rules service answer unusable; local rate-limit rules apply').length).toBe(1); // at most once per interval
     } finally {
