@@ -317,7 +317,8 @@ describe('gateways on different hosts sharing one static store', () => {
     expect(range.status).toBe(206);
     const ranged = parseMultipart(range.body, range.headers['content-type']!);
     expect(Buffer.concat(ranged.map((p) => p.data)).equals(Buffer.concat([data.subarray(100, 200), data.subarray(data.length - 50)]))).toBe(true);
-    expect((await request(`${reader.url}/api/v1/repositories/multi/artifacts/b.bin`, { method: 'PUT', headers: bearer(key), body: data })).status).toBe(405);
+    // A small body: the reader refuses at once and may close before a large one is sent (EPIPE).
+    expect((await request(`${reader.url}/api/v1/repositories/multi/artifacts/b.bin`, { method: 'PUT', headers: bearer(key), body: Buffer.from('x') })).status).toBe(405);
 
     const parts = [data.subarray(0, 3 * MiB), data.subarray(3 * MiB)];
     const opened = await request(`${writer.url}/api/v1/repositories/multi/artifacts/m.bin/uploads`, { method: 'POST', headers: { ...bearer(key), 'content-type': 'application/json' }, body: Buffer.from('{}') });
