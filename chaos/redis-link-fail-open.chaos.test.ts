@@ -14,6 +14,8 @@ import { call } from './support/gateways.ts';
 import { setEnabled } from './support/shared-cluster.ts';
 import { hostPortOf, startToxiproxy, urlThrough, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
 import { waitUntil } from './support/wait.ts';
+import { Redis } from 'ioredis';
+import { deleteKeysWithPrefix } from '../test/support/redis.ts';
 
 const TIMEOUT_MS = 200;
 const LATENCY_MS = 1000;
@@ -29,6 +31,7 @@ let link: ProxiedUpstream;
 let gateway: GatewayProcess;
 let key: string;
 let adminKey: string;
+let redisPrefix: string | undefined;
 
 beforeAll(async () => {
   toxiproxy = await startToxiproxy();
@@ -45,7 +48,7 @@ beforeAll(async () => {
     env: {
       ARKVORY_DATABASE_URL: db.url,
       ARKVORY_REDIS_URL: urlThrough(inject('redisUrl'), link),
-      ARKVORY_REDIS_KEY_PREFIX: `chaos-${path.basename(dir)}:`,
+      ARKVORY_REDIS_KEY_PREFIX: (redisPrefix = `chaos-${path.basename(dir)}:`),
       ARKVORY_RATE_LIMITS_FILE: rulesFile,
       ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS: String(TIMEOUT_MS),
     },
@@ -59,6 +62,11 @@ afterAll(async () => {
   await toxiproxy?.stop();
   await gateway?.stop();
   await db?.drop();
+  // The gateway wrote through the proxy; its keys are in the real Redis behind it.
+  if (redisPrefix) {
+    const client = new Redis(inject('redisUrl'), { maxRetriesPerRequest: 1 });
+    await deleteKeysWithPrefix(client, redisPrefix).finally(() => client.disconnect());
+  }
 });
 
 async function timedGet(): Promise<{ status: number; ms: number; ratelimit: string | undefined; code: string | undefined }> {

@@ -8,9 +8,12 @@ import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
+import { randomBytes } from 'node:crypto';
+import { Redis } from 'ioredis';
 import { afterAll, onTestFinished } from 'vitest';
 import { freeLoopbackPort } from '../../proxy/embedded-database.ts';
 import { loadOpenApiDocument, undescribedResponses } from '../../proxy/openapi/contract.ts';
+import { deleteKeysWithPrefix } from './redis.ts';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const CLI = path.join(ROOT, 'bin/arkvory.js');
@@ -45,8 +48,32 @@ const dataDirByDatabase = new Map<string, Promise<string>>();
 
 // Registered when a test file imports this module (a hook added later, from inside a test or
 // another hook, would never run): stop what is left, remove temp dirs, check the contract.
+/**
+ * Gateways of one test file share one Redis key prefix unless the test sets its own (shared-profile
+ * gateways must see each other's published rules); every prefix a gateway used, with its Redis, is
+ * emptied when the file ends, so no run leaves keys behind.
+ */
+const FILE_REDIS_PREFIX = `arkvory:t:${randomBytes(6).toString('hex')}:gw:`;
+const usedRedisPrefixes = new Map<string, Set<string>>();
+
+async function deleteUsedRedisKeys(): Promise<void> {
+  for (const [url, prefixes] of usedRedisPrefixes) {
+    const client = new Redis(url, { maxRetriesPerRequest: 1, lazyConnect: true, connectTimeout: 2000, commandTimeout: 2000, retryStrategy: () => null });
+    try {
+      await client.connect();
+      for (const prefix of prefixes) if (prefix.length > 0) await deleteKeysWithPrefix(client, prefix);
+    } catch {
+      // Redis gone (a test stopped it): nothing to delete there.
+    } finally {
+      client.disconnect();
+    }
+  }
+  usedRedisPrefixes.clear();
+}
+
 afterAll(async () => {
   await Promise.all([...running].map((g) => stopGently(g)));
+  await deleteUsedRedisKeys();
   for (const dir of tempDirs.splice(0)) await rm(dir, { recursive: true, force: true });
   await checkResponsesAgainstContract(started.splice(0));
 });
@@ -94,7 +121,13 @@ export async function startGateway(options: StartOptions = {}): Promise<GatewayP
   let sharedDir = databaseUrl && !options.dataDir ? dataDirByDatabase.get(databaseUrl) : undefined;
   if (databaseUrl && !options.dataDir && !sharedDir) dataDirByDatabase.set(databaseUrl, (sharedDir = makeTempDir()));
   const dataDir = options.dataDir ?? (await sharedDir) ?? (await makeTempDir());
-  const env = childEnv({ ARKVORY_LOG_LEVEL: 'info', ARKVORY_DATA_DIR: dataDir, ...options.env, ARKVORY_PORT: String(port), ARKVORY_HOST: '127.0.0.1' });
+  const redisUrl = options.env?.ARKVORY_REDIS_URL;
+  const redisPrefix = options.env?.ARKVORY_REDIS_KEY_PREFIX ?? FILE_REDIS_PREFIX;
+  if (redisUrl) {
+    if (!usedRedisPrefixes.has(redisUrl)) usedRedisPrefixes.set(redisUrl, new Set());
+    usedRedisPrefixes.get(redisUrl)!.add(redisPrefix);
+  }
+  const env = childEnv({ ARKVORY_LOG_LEVEL: 'info', ARKVORY_DATA_DIR: dataDir, ...options.env, ...(redisUrl ? { ARKVORY_REDIS_KEY_PREFIX: redisPrefix } : {}), ARKVORY_PORT: String(port), ARKVORY_HOST: '127.0.0.1' });
   const child = spawn(process.execPath, [CLI, 'serve'], { env, cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
