@@ -15,6 +15,7 @@ import type { Config } from './config.ts';
 import { createPool } from './database.ts';
 import { createGatewayServer } from './http-server.ts';
 import { Lifecycle } from './lifecycle.ts';
+import { logStartupFailure } from './startup-failure.ts';
 import { watchStopSignals } from './stop-signals.ts';
 import { loadRuleFiles } from './rate-limit-gate.ts';
 import { rulesServiceRoutes } from './routes/rules-service.ts';
@@ -44,9 +45,7 @@ export async function runRulesService(config: Config, log: Logger): Promise<numb
     if (!signals.requested) lifecycle.set('serving');
     log.info({ role: 'rules-service', url: `http://${address.address}:${address.port}`, port: address.port, ttlSeconds: config.rulesService.ttlSeconds, queryTokenRequired: config.rulesService.token !== undefined }, 'listening');
   } catch (err) {
-    const message = err instanceof Error ? err.message : String(err);
-    log.fatal({ err, code: 'startup_refused' }, `cannot start: ${message}`);
-    process.stderr.write(`arkvory: cannot start: ${message}\n`);
+    logStartupFailure(log, err);
     code = EXIT_FAILURE;
   }
   if (code === EXIT_OK && !signals.requested) await signals.stopped;

@@ -8,6 +8,7 @@ import { buildApp } from './app.ts';
 import { ConfigError, loadConfig, type Config } from './config.ts';
 import { databaseTarget, openDatabase, waitForDatabase, type Database } from './database.ts';
 import { createGatewayServer, type GatewayServer } from './http-server.ts';
+import { logStartupFailure } from './startup-failure.ts';
 import { watchStopSignals } from './stop-signals.ts';
 import { Lifecycle } from './lifecycle.ts';
 import { createLogger } from './logger.ts';
@@ -149,12 +150,6 @@ async function openCoordinator(config: Config, databaseUrl: string, log: Logger)
         }
       : {}),
   });
-}
-
-function logStartupFailure(log: Logger, err: unknown): void {
-  const message = err instanceof Error ? err.message : String(err);
-  log.fatal({ err, code: (err as { code?: string }).code }, `cannot start: ${message}`);
-  process.stderr.write(`arkvory: cannot start: ${message}\n`);
 }
 
 async function finish(log: Logger, services: Services | undefined, server: GatewayServer | undefined, database: Database | undefined, config: Config, code: number, coordinator?: Coordinator): Promise<number> {

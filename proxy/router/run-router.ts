@@ -4,6 +4,7 @@
  * Startup: discovery must work once (the lease table readable, or the static list parsed), one
  * probe round runs, then it listens. SIGTERM/SIGINT: stop accepting, drain, exit 0.
  */
+import { logStartupFailure } from '../startup-failure.ts';
 import { watchStopSignals } from '../stop-signals.ts';
 import type { Logger } from 'pino';
 import type { Config } from '../config.ts';
@@ -48,9 +49,7 @@ export async function runRouter(config: Config, log: Logger): Promise<number> {
     const address = await server.listen(config.port, config.host);
     log.info({ role: 'router', url: `http://${address.address}:${address.port}`, port: address.port, discovery: discovery.kind, backends: pool.snapshot().map((b) => ({ url: b.url, role: b.role, healthy: b.healthy })) }, 'listening');
   } catch (err) {
-    const message = err instanceof Error ? err.message : String(err);
-    log.fatal({ err, code: 'startup_refused' }, `cannot start: ${message}`);
-    process.stderr.write(`arkvory: cannot start: ${message}\n`);
+    logStartupFailure(log, err);
     code = EXIT_FAILURE;
   }
   if (code === EXIT_OK && !signals.requested) await signals.stopped;
