@@ -7,7 +7,7 @@ import type { Config } from './config.ts';
 import type { Clock } from '../policy/clock.ts';
 import type { RequestContext, Route } from './http-server.ts';
 import type { Socket } from 'node:net';
-import { LiveTransfers } from './console/live-transfers.ts';
+import { LiveTransfers } from './live-transfers.ts';
 
 /**
  * Everything that paces and admits bodies in this process: one governor per direction (download

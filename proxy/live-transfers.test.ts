@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ManualClock } from '../../policy/clock.ts';
+import { ManualClock } from '../policy/clock.ts';
 import { LiveTransfers } from './live-transfers.ts';
 
 describe('LiveTransfers', () => {

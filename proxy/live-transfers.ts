@@ -1,10 +1,10 @@
 /**
- * The transfers of this process right now, for the console: one entry per body request from the
+ * The transfers of this process right now (the console lists them): one entry per body request from the
  * moment it asks for an admission slot (queued) until it ends, with the bytes its connection moved
  * so far. Bounded by the admission limits; holds no secrets (principal name, route template,
  * repository).
  */
-import type { Clock } from '../../policy/clock.ts';
+import type { Clock } from '../policy/clock.ts';
 
 export interface LiveTransferInfo {
   kind: 'download' | 'upload';
