@@ -97,8 +97,6 @@ export interface RateLimiting {
   readonly authFailure: Limiter;
   readonly transferBytes: Limiter;
   readonly counters: 'redis' | 'memory';
-  /** The Phase 3 layer, when ARKVORY_RULES_SERVICE_URL is set. */
-  readonly remote: RemoteRules | undefined;
   /** After auth: `gateway_request` and `transfer_bytes`. */
   readonly gate: Gate;
   /** Wraps the auth gate with the `auth_failure` limiter. */
@@ -146,7 +144,6 @@ export async function openRateLimiting(services: Services, options: { refreshInt
     authFailure,
     transferBytes,
     counters: store.kind,
-    remote,
     gate: createRateLimitGate({ request, transferBytes, clock, trusted }),
     guardAuth: (authGate) => guardAuthGate(authGate, authFailure, clock, trusted),
   };
