@@ -11,7 +11,9 @@
  */
 import { createHash } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
-import { readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { constants } from 'node:fs';
+import { access, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import path from 'node:path';
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleepFor } from 'node:timers/promises';
@@ -59,6 +61,9 @@ interface PartialState {
   digestHex: string | undefined;
 }
 
+/** Failures of the local file system are the caller's to fix, never a reason to try another gateway. */
+const FILE_SYSCALLS = new Set(['open', 'write', 'rename', 'unlink', 'fstat', 'stat', 'access', 'mkdir', 'close', 'ftruncate']);
+
 const defaultSleep = (ms: number, signal?: AbortSignal) => sleepFor(ms, undefined, signal ? { signal } : undefined);
 
 async function sizeOf(file: string): Promise<number> {
@@ -88,6 +93,7 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
   const stateFile = `${partial}.json`;
   const maxStalled = options.maxStalledAttempts ?? 12;
   const started = now();
+  await access(path.dirname(path.resolve(options.output)), constants.W_OK);
 
   let state = await readState(stateFile);
   let held = state ? await sizeOf(partial) : 0;
@@ -180,6 +186,7 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
     } catch (err) {
       if (options.signal?.aborted) throw new ArkvoryClientError('aborted', undefined, { cause: err });
       if (err instanceof ArkvoryClientError && !failover) throw err;
+      if (FILE_SYSCALLS.has(String((err as NodeJS.ErrnoException).syscall))) throw err;
       // A dropped connection, a reset, a timeout: this gateway failed us; try the next one.
       lastError = err;
       failover = true;

@@ -119,4 +119,20 @@ describe('arkvory put', () => {
     expect(parts).toEqual([1]);
     expect((await request(`${gw.url}/api/v1/repositories/up/artifacts/aborted.bin/content`, { headers: bearer(key) })).status).toBe(404);
   });
+
+  it('answers bad input with one line and a clear exit code, leaving nothing behind', async () => {
+    const missing = await runCli(['put', path.join(dir, 'no-such-file'), 'up/x.bin'], cliEnv());
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toMatch(/^arkvory: io: ENOENT/);
+    const noKey = await runCli(['put', path.join(dir, 'small.bin'), 'up/x.bin'], { ARKVORY_URL: gw.url });
+    expect(noKey.code).toBe(2);
+    expect(noKey.stderr).toContain('no API key');
+    const badTarget = await runCli(['put', path.join(dir, 'small.bin'), 'up/a/b/c/d'], cliEnv());
+    expect(badTarget.code).toBe(1);
+    expect(badTarget.stderr).toMatch(/^arkvory: invalid_argument: /);
+    const unwritable = await runCli(['get', 'up/pkg/1.0/small.bin', '-o', path.join(dir, 'no-such-dir', 'x')], cliEnv());
+    expect(unwritable.code).toBe(1);
+    expect(unwritable.stderr).toMatch(/^arkvory: io: ENOENT/);
+    expect((await runCli(['get'], cliEnv())).code).toBe(2);
+  });
 });

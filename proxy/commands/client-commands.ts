@@ -45,6 +45,12 @@ async function reporting(action: () => Promise<unknown>): Promise<number> {
       process.stderr.write(`arkvory: ${err.code}: ${err.message}\n`);
       return 1;
     }
+    // A local file problem (missing input, unwritable output directory) is the user's to fix: one line, no stack.
+    const errno = err as NodeJS.ErrnoException;
+    if (typeof errno.code === 'string' && typeof errno.syscall === 'string') {
+      process.stderr.write(`arkvory: io: ${errno.message}\n`);
+      return 1;
+    }
     throw err;
   }
 }
