@@ -6,7 +6,7 @@
  */
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -124,6 +124,35 @@ describe('Basic credentials', () => {
     expect(logs).not.toContain(owner.key);
     expect(logs).not.toContain(owner.key.slice(-43));
     expect(logs).not.toContain(Buffer.from(`ci-bot:${owner.key}`).toString('base64'));
+  });
+});
+
+describe('pip with credentials in the URL (Basic)', () => {
+  it('downloads an sdist from the gateway, and fails with a wrong key', async () => {
+    // A source distribution with an in-tree PEP 517 backend that needs nothing installed (no network).
+    const src = path.join(dir, 'pkg26-1.0');
+    await mkdir(src, { recursive: true });
+    await writeFile(path.join(src, 'pyproject.toml'), '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n');
+    await writeFile(
+      path.join(src, 'backend.py'),
+      ['import os', 'def get_requires_for_build_wheel(config_settings=None):', '    return []', 'def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):', '    d = os.path.join(metadata_directory, "pkg26-1.0.dist-info")', '    os.makedirs(d)', '    open(os.path.join(d, "METADATA"), "w").write("Metadata-Version: 2.1\\nName: pkg26\\nVersion: 1.0\\n")', '    return "pkg26-1.0.dist-info"', ''].join('\n'),
+    );
+    await writeFile(path.join(src, 'PKG-INFO'), 'Metadata-Version: 2.1\nName: pkg26\nVersion: 1.0\n');
+    const tarball = path.join(dir, 'pkg26-1.0.tar.gz');
+    expect((await run('tar', ['czf', tarball, '-C', dir, 'pkg26-1.0'])).code).toBe(0);
+    const sdist = await readFile(tarball);
+    const asset = '/api/v1/repositories/dl/packages/pkg26/1.0/assets/pkg26-1.0.tar.gz';
+    expect((await request(`${gw.url}${asset}`, { method: 'PUT', headers: { ...bearer(owner.key), 'content-digest': contentDigest(sdist) }, body: sdist })).status).toBe(201);
+    const url = (key: string) => `http://ci-bot:${key}@127.0.0.1:${gw.port}${asset}/content`;
+    const out = path.join(dir, 'pip-out');
+    const pip = await run('python3', ['-m', 'pip', 'download', '--no-deps', '--no-index', '--disable-pip-version-check', '-d', out, url(owner.key)]).catch((err: unknown) => {
+      throw new Error(`python3 with pip is needed (apt-get install python3-pip): ${(err as Error).message}`);
+    });
+    expect(pip.code, pip.stderr).toBe(0);
+    expect((await readFile(path.join(out, 'content'))).equals(sdist)).toBe(true);
+    const denied = await run('python3', ['-m', 'pip', 'download', '--no-deps', '--no-index', '--disable-pip-version-check', '-d', path.join(dir, 'pip-denied'), url(`ark_${owner.keyId}_${'A'.repeat(43)}`)]);
+    expect(denied.code).not.toBe(0);
+    expect(denied.stdout + denied.stderr).toContain('401');
   });
 });
 
