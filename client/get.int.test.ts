@@ -81,6 +81,35 @@ describe('arkvory get against one gateway', () => {
     expect(gw.logLines().some((l) => l.msg === 'request' && l.status === 429 && l.route === '/api/v1/repositories/:repo/artifacts/:id/content')).toBe(true);
   });
 
+  it('charges a pre-signed link to its principal: it holds that principal\'s only download slot', async () => {
+    const made = await runCli(['presign', 'dl', 'file.bin'], { ARKVORY_URL: gw.url, ARKVORY_KEY: key });
+    expect(made.code, made.stderr).toBe(0);
+    const link = (JSON.parse(made.stdout) as { url: string }).url;
+    const viaLink = new Promise<number>((resolve, reject) => {
+      http
+        .get(link, { agent: false }, (res) => {
+          let n = 0;
+          res.on('data', (c: Buffer) => (n += c.length));
+          res.on('end', () => resolve(n));
+        })
+        .on('error', reject);
+    });
+    await sleep(300);
+    const refused = await request(`${gw.url}${target}/content`, { headers: bearer(key) });
+    expect(refused.status).toBe(429);
+    expect(JSON.parse(refused.body.toString()).code).toBe('busy');
+    expect(refused.headers['retry-after']).toBe('1');
+    expect(await viaLink).toBe(file.length);
+  });
+
+  it('stops a download when its AbortSignal fires, with the code `aborted`', async () => {
+    const controller = new AbortController();
+    const output = path.join(dir, 'aborted.bin');
+    const error = await download({ url: `${gw.url}${target}/content`, output, key, signal: controller.signal, progressIntervalMs: 0, onProgress: (p) => p.bytes > 0 && controller.abort() }).catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'aborted' });
+    expect(existsSync(output)).toBe(false);
+  });
+
   it('never leaves a file that does not match the published digest under the final name', async () => {
     const bad = randomContent(200_000);
     await put(gw, key, '/api/v1/repositories/dl/artifacts/rotten.bin', bad);
