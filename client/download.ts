@@ -9,7 +9,7 @@
  * the whole file is hashed against the digest the gateway published and only then renamed to
  * `output`: a corrupt file never appears under the final name.
  */
-import { createHash } from 'node:crypto';
+import { createHash, type Hash } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
 import { constants } from 'node:fs';
 import { access, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
@@ -70,10 +70,12 @@ async function sizeOf(file: string): Promise<number> {
   return stat(file).then((s) => s.size, () => 0);
 }
 
-async function sha256File(file: string): Promise<string> {
+/** A running sha256 of the first `bytes` bytes of a file (all of it when `bytes` is undefined). */
+async function hashPrefix(file: string, bytes?: number): Promise<Hash> {
   const hash = createHash('sha256');
-  await pipeline(createReadStream(file), hash);
-  return hash.digest('hex');
+  if (bytes === 0) return hash;
+  for await (const chunk of createReadStream(file, bytes === undefined ? {} : { end: bytes - 1 })) hash.update(chunk as Buffer);
+  return hash;
 }
 
 async function readState(file: string): Promise<PartialState | undefined> {
@@ -105,6 +107,10 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
   let stalled = 0;
   let lastError: unknown;
   let lastReport = Number.NEGATIVE_INFINITY;
+  // The whole-file digest is computed as bytes arrive; only bytes held from before (a resumed run,
+  // or a cut that lost counted bytes) are read back from disk.
+  let hash: Hash | undefined;
+  let hashed = 0;
   const report = (done: boolean, force = false) => {
     const t = now();
     if (!options.onProgress || (!force && t - lastReport < (options.progressIntervalMs ?? 250))) return;
@@ -146,8 +152,15 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
           if (decision.offset === 0 && held > 0) held = 0;
           state = { etag: decision.etag, total: decision.total, digestHex: decision.digestHex };
           await writeFile(stateFile, JSON.stringify(state));
+          if (!hash || hashed !== decision.offset) {
+            hash = await hashPrefix(partial, decision.offset);
+            hashed = decision.offset;
+          }
+          const running = hash;
           const counter = new Transform({
             transform(chunk: Buffer, _enc, done) {
+              running.update(chunk);
+              hashed += chunk.length;
               held += chunk.length;
               report(false);
               done(null, chunk);
@@ -201,7 +214,7 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
   }
 
   if (!state) throw new ArkvoryClientError('protocol', 'The download ended without a representation.');
-  const sha256 = await sha256File(partial);
+  const sha256 = (hash && hashed === held ? hash : await hashPrefix(partial)).digest('hex');
   if (state.digestHex && sha256 !== state.digestHex) {
     await rm(partial, { force: true });
     await rm(stateFile, { force: true });
