@@ -76,10 +76,10 @@ export class PresignedLinks {
     this.#clock = options.clock;
   }
 
-  async #secrets(): Promise<SecretRow[]> {
+  async #secrets(options: { fresh?: boolean } = {}): Promise<SecretRow[]> {
     const generation = this.#auth.cacheGeneration;
     const trusted = this.#auth.isCacheTrusted;
-    if (trusted && this.#cache?.generation === generation) return this.#cache.rows;
+    if (!options.fresh && trusted && this.#cache?.generation === generation) return this.#cache.rows;
     let rows: SecretRow[];
     try {
       rows = await loadSecrets(this.#pool);
@@ -90,17 +90,23 @@ export class PresignedLinks {
     return rows;
   }
 
-  /** The newest unretired secret; the first one is created on first use. */
+  /**
+   * The newest unretired secret; the first one is created on first use. Read fresh (issuing is rare):
+   * a link made just after a rotation elsewhere must not be signed by the secret it retired.
+   */
   async #signingSecret(): Promise<SecretRow> {
-    const current = (await this.#secrets()).filter((s) => s.retiresAtMs === null).at(-1);
+    const current = (await this.#secrets({ fresh: true })).filter((s) => s.retiresAtMs === null).at(-1);
     if (current) return current;
-    return inTransaction(this.#pool, async (client) => {
+    const created = await inTransaction(this.#pool, async (client) => {
       const existing = (await loadSecrets(client)).filter((s) => s.retiresAtMs === null).at(-1);
       if (existing) return existing;
       const secret = randomBytes(32);
       const r = await client.query<{ id: string }>('INSERT INTO arkvory_presign_secrets (secret) VALUES ($1) RETURNING id::text AS id', [secret]);
       return { id: r.rows[0]!.id, secret, retiresAtMs: null };
     });
+    // The cached list predates the new secret; the NOTIFY that clears it may still be on its way.
+    this.#cache = undefined;
+    return created;
   }
 
   /** A link to `pathname` (a content path) made by the principal's key, valid `lifetimeSeconds`. */
@@ -119,7 +125,8 @@ export class PresignedLinks {
     if (!link || path === undefined) throw unauthorized();
     const nowMs = this.#clock.wallMs();
     if (link.expiresAt * 1000 <= nowMs) throw unauthorized();
-    const secret = (await this.#secrets()).find((s) => s.id === link.secretId);
+    // A secret unknown to the cache may be newer than it (rotated elsewhere, NOTIFY not yet here): ask once.
+    const secret = (await this.#secrets()).find((s) => s.id === link.secretId) ?? (await this.#secrets({ fresh: true })).find((s) => s.id === link.secretId);
     if (!secret || (secret.retiresAtMs !== null && secret.retiresAtMs <= nowMs)) throw unauthorized();
     if (!signatureMatches(secret.secret, { path, keyId: link.keyId, expiresAt: link.expiresAt, secretId: link.secretId }, link.signature)) throw unauthorized();
     return this.#auth.authenticateKeyId(link.keyId);
