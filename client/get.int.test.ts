@@ -265,6 +265,15 @@ describe('arkvory get across a killed gateway (shared profile, router in front)'
       if (Date.now() > deadline) throw new Error('router never saw both gateways');
       await sleep(100);
     }
+    // A link made through the router (POST → the writer) works through the router (GET → any gateway).
+    const made = await request(`${router.url}/api/v1/repositories/shared/artifacts/big.bin/presign`, { method: 'POST', headers: bearer(key) });
+    expect(made.status, made.body.toString()).toBe(201);
+    const link = JSON.parse(made.body.toString()) as { url: string; path: string };
+    expect(link.url).toBe(`${router.url}${link.path}`);
+    const head = await request(link.url, { method: 'HEAD' });
+    expect(head.status).toBe(200);
+    expect(head.headers['content-length']).toBe(String(file.length));
+    for (const gw of [router, writer, reader]) expect(gw.logs()).not.toContain(link.path.slice(link.path.indexOf('X-Arkvory-Signature=')));
     const output = path.join(dir, 'via-router.bin');
     const { result, killed } = await downloadKillingServer(`${router.url}${contentPath}`, [], [writer, reader], output);
     expect(killed, 'a gateway was serving the download and was killed').toBeDefined();
