@@ -163,6 +163,29 @@ describe('arkvory get against one gateway', () => {
     expect(gw.logLines().some((l) => l.msg === 'request' && l.status === 206)).toBe(true);
   });
 
+  it('`--mirror`: a refused first gateway sends the CLI to the mirror; on a terminal it draws a bar with rate and ETA', async () => {
+    const output = path.join(dir, 'mirrored.bin');
+    const dead = `http://127.0.0.1:${await freeLoopbackPort()}`;
+    const got = await runCli(['get', `${dead}${target}/content`, '--mirror', 'http://127.0.0.1:9', '--mirror', gw.url, '-o', output], { ARKVORY_KEY: key });
+    expect(got.code, got.stderr).toBe(0);
+    expect(sha256(await readFile(output))).toBe(sha256(file));
+    // A pseudo-terminal (util-linux `script`): the progress is one redrawn bar, not JSON lines.
+    const tty = path.join(dir, 'tty.bin');
+    const command = [process.execPath, CLI, 'get', 'dl/file.bin', '-o', tty].map((a) => `'${a}'`).join(' ');
+    const drawn = await new Promise<{ code: number | null; out: string }>((resolve, reject) => {
+      const child = spawn('script', ['-qfec', command, '/dev/null'], { env: { PATH: process.env.PATH, HOME: process.env.HOME, TERM: 'dumb', ARKVORY_URL: gw.url, ARKVORY_KEY: key }, stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      child.on('error', reject);
+      child.on('close', (code) => resolve({ code, out }));
+    });
+    expect(drawn.code, drawn.out).toBe(0);
+    expect(drawn.out).toMatch(/\r\[#+\.*\] +\d+% [\d.]+ \w+\/6\.0 MiB [\d.]+ \w+\/s ETA \d\d:\d\d/);
+    expect(drawn.out).toContain('100%');
+    expect(drawn.out).not.toContain('"event"');
+    expect(sha256(await readFile(tty))).toBe(sha256(file));
+  });
+
   it('fetches a link made by `arkvory presign` with no key', async () => {
     const made = await runCli(['presign', 'dl', 'file.bin', '--expires', '10m'], { ARKVORY_URL: gw.url, ARKVORY_KEY: key });
     expect(made.code, made.stderr).toBe(0);
