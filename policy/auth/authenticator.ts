@@ -1,6 +1,6 @@
 /**
- * Resolves `Authorization: Bearer ark_…` (or its Basic form) to a Principal and answers grant questions, with a bounded
- * in-process cache so the common request costs no database round trip.
+ * Resolves `Authorization: Bearer ark_…` (or its Basic form) to a Principal and answers grant
+ * questions, with a bounded in-process cache so the common request costs no database round trip.
  *
  * Revocation bound: every change that can revoke access bumps `arkvory_auth_epoch` and NOTIFYs
  * `arkvory_auth`. The cache is cleared on NOTIFY and whenever the epoch (polled every 500 ms) moves,
