@@ -175,7 +175,9 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
           break;
         }
         case 'complete':
+          // The range starts at the end: what we hold is the whole (a body without a length ends here).
           await res.body.dump();
+          if (state) state = { ...state, total: held };
           break;
         case 'restart':
           await res.body.dump();
