@@ -72,6 +72,7 @@ export const VARIABLES: readonly VariableSpec[] = [
   { name: 'ARKVORY_STORAGE_URL', kind: { type: 'url', protocols: ['http:', 'https:'] }, doc: 'Base URL of a static-HTTP store (e.g. nginx with WebDAV PUT/DELETE/MOVE on the storage host) used instead of the directory store; `ARKVORY_DATA_DIR` then only holds the embedded PostgreSQL and `admin.key`. See docs/storage-and-content.md.' },
   { name: 'ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS', kind: { type: 'int', min: 50, max: 60000 }, defaultValue: '3000', doc: 'Static-HTTP store: longest wait for a TCP connection; then 504 `upstream_timeout` (refused → 502 `upstream_unreachable`).' },
   { name: 'ARKVORY_STORAGE_TIMEOUT_SECONDS', kind: { type: 'int', min: 1, max: 3600 }, defaultValue: '30', doc: 'Static-HTTP store: longest wait for response headers and longest silence inside a body; before the first byte → 504 `upstream_timeout`, after → the response is cut.' },
+  { name: 'ARKVORY_PRESIGN_MAX_EXPIRES_SECONDS', kind: { type: 'int', min: 60, max: 31536000 }, defaultValue: '604800', doc: 'Longest lifetime a pre-signed link may ask for (`POST …/presign`, `arkvory presign --expires`); longer → 400 `invalid_request`. See docs/clients.md.' },
 ];
 
 export type Role = 'api' | 'reader' | 'worker' | 'router' | 'rules-service';
@@ -136,6 +137,8 @@ export interface Config {
     /** Role rules-service: the TTL it answers. */
     readonly ttlSeconds: number;
   };
+  /** Longest lifetime of a pre-signed link, seconds. */
+  readonly presignMaxExpiresSeconds: number;
   /** The static-HTTP store; undefined = the filesystem store under `dataDir`. */
   readonly storage: {
     readonly url: string | undefined;
@@ -344,6 +347,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
     rateLimitsFile: optStr('ARKVORY_RATE_LIMITS_FILE'),
     embeddedWorker: values.get('ARKVORY_EMBEDDED_WORKER') as boolean,
     uploadSessionTtlSeconds: num('ARKVORY_UPLOAD_SESSION_TTL_SECONDS'),
+    presignMaxExpiresSeconds: num('ARKVORY_PRESIGN_MAX_EXPIRES_SECONDS'),
     redisKeyPrefix: str('ARKVORY_REDIS_KEY_PREFIX'),
     rateLimitTimeoutMs: num('ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS'),
     advertiseUrl,

@@ -4,12 +4,14 @@
  * and the database disagree.
  */
 import type { Permission } from '../policy/auth/authorize.ts';
+import type { PresignedLinks } from '../policy/auth/presigned-links.ts';
 import { createCatalog } from '../storage-adapter/catalog.ts';
 import type { Store } from '../storage-adapter/store.ts';
 import type { Route } from './http-server.ts';
 import { openStore } from './storage.ts';
 import { artifactRoutes } from './routes/artifacts.ts';
 import { contentRoutes, type ContentMeters } from './routes/content.ts';
+import { presignRoutes } from './routes/presign.ts';
 import type { Services } from './services.ts';
 
 export interface ContentModuleDeps {
@@ -17,6 +19,8 @@ export interface ContentModuleDeps {
   grant(principalId: string, repository: string): Promise<Permission | undefined>;
   /** Bandwidth governors; absent → unthrottled. */
   meters?: ContentMeters;
+  /** Pre-signed links (`POST …/presign`); absent → no presign routes. */
+  links?: PresignedLinks;
 }
 
 export async function openContentModule(services: Services, deps: ContentModuleDeps): Promise<{ routes: Route[]; store: Store }> {
@@ -28,6 +32,7 @@ export async function openContentModule(services: Services, deps: ContentModuleD
   const routes = [
     ...contentRoutes({ store, catalog, maxUploadBytes: config.maxUploadBytes, meters: deps.meters }),
     ...artifactRoutes({ catalog, writable: store.writable, readableRepositories: (id) => deps.readableRepositories(id), grant: (id, repo) => deps.grant(id, repo) }),
+    ...(deps.links ? presignRoutes({ links: deps.links, catalog, maxExpiresSeconds: config.presignMaxExpiresSeconds }) : []),
   ];
   return { routes, store };
 }

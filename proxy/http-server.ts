@@ -3,6 +3,7 @@ import { randomUUID } from 'node:crypto';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Logger } from 'pino';
 import type { Access } from '../policy/auth/authorize.ts';
+import { WWW_AUTHENTICATE } from '../policy/auth/authenticator.ts';
 import type { Principal } from '../policy/auth/principal.ts';
 import { GatewayError } from './errors.ts';
 import { sendError } from './http-errors.ts';
@@ -157,7 +158,7 @@ export function createGatewayServer(options: {
       const badCredentials = err.rawPacket !== undefined && hasMalformedAuthorization(err.rawPacket);
       const status = badCredentials ? '401 Unauthorized' : '400 Bad Request';
       const body = JSON.stringify(badCredentials ? { code: 'unauthorized', message: 'A valid API key is required.' } : { code: 'invalid_request', message: 'Malformed HTTP request.' });
-      const extra = badCredentials ? 'www-authenticate: Bearer realm="arkvory"\r\n' : '';
+      const extra = badCredentials ? `www-authenticate: ${WWW_AUTHENTICATE}\r\n` : '';
       socket.end(`HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${extra}connection: close\r\n\r\n${body}`);
     } else {
       socket.destroy();
