@@ -16,6 +16,7 @@ import pg from 'pg';
 import type { TestProject } from 'vitest/node';
 import { startEmbeddedDatabase, freeLoopbackPort, type EmbeddedDatabase } from '../../proxy/embedded-database.ts';
 import { createLogger } from '../../proxy/logger.ts';
+import { describeToxiproxyServer } from '../../chaos/support/toxiproxy.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -95,6 +96,8 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const services = await state.started;
   project.provide('adminDatabaseUrl', services.databaseUrl);
   project.provide('redisUrl', services.redisUrl);
+  // The chaos project names, once per run, the toxiproxy server it runs against.
+  if (project.name === 'chaos') process.stderr.write(`[chaos] ${await describeToxiproxyServer().catch((err: Error) => `no toxiproxy server: ${err.message}`)}\n`);
   return async () => {
     if (--state.users > 0) return;
     shared.__arkvoryTestServices = undefined;
