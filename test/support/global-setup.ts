@@ -37,7 +37,8 @@ async function checkPostgres(url: string): Promise<void> {
   }
 }
 
-async function startRedis(): Promise<{ url: string; child: ChildProcess }> {
+/** A real redis-server from PATH on a free loopback port, without persistence (also used by chaos scenarios that need one of their own). */
+export async function startRedis(): Promise<{ url: string; child: ChildProcess }> {
   const port = await freeLoopbackPort();
   const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--protected-mode', 'yes'], { stdio: 'ignore' });
   const failed = new Promise<never>((_, reject) =>
