@@ -129,12 +129,16 @@ export async function describeToxiproxyServer(): Promise<string> {
     } catch {
       // toxiproxy before 2.6 answers plain text
     }
-    return `toxiproxy ${version} at TOXIPROXY_URL=${external}`;
+    return `toxiproxy ${version} at TOXIPROXY_URL=${external}${pinNote(version)}`;
   }
   const binary = findOnPath('toxiproxy-server');
   if (!binary) throw new Error(TOXIPROXY_INSTALL_HINT);
   const { stdout } = await promisify(execFile)(binary, ['-version']);
-  return `${stdout.trim()} (${binary})`;
+  return `${stdout.trim()} (${binary})${pinNote(stdout)}`;
+}
+
+function pinNote(version: string): string {
+  return version.includes(TOXIPROXY_VERSION) ? '' : `; note: the suite is pinned to ${TOXIPROXY_VERSION} (.ci/run installs it)`;
 }
 
 /** Starts (or connects to) a toxiproxy server; call `stop()` in the file's teardown. */
