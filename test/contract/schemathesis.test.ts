@@ -98,7 +98,7 @@ async function fuzz(label: string, key: string): Promise<void> {
     '--report', 'junit', '--report-junit-path', junit,
   ];
   // cwd: the temp dir, where schemathesis keeps its example database (removed with it).
-  const result = await run('schemathesis', args, 240_000, reportDir);
+  const result = await run('schemathesis', args, 360_000, reportDir);
   const report = await readFile(junit, 'utf8').catch(() => '');
   const tail = result.output.slice(-15_000);
   expect(result.code, `schemathesis (${label} key, seed ${SEED}) found problems:\n${tail}`).toBe(0);
@@ -113,9 +113,9 @@ describe('schemathesis over the OpenAPI document against a live writer', () => {
   // The read-only run first: the admin run may disable the reader's principal or remove its grant.
   it('read-only key: no 5xx, every response as documented, the gateway alive', async () => {
     await fuzz('read-only', readKey);
-  }, 300_000);
+  }, 420_000);
 
   it('admin key: no 5xx, every response as documented, the gateway alive', async () => {
     await fuzz('admin', adminKey);
-  }, 300_000);
+  }, 420_000);
 });
