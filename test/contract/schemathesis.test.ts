@@ -1,14 +1,15 @@
 /**
  * API contract fuzzing with schemathesis (PyPI) over proxy/openapi/openapi.yaml against a real
- * writer, once with an admin key and once with a read-only key: zero 5xx answers, zero responses
- * outside the document (status, content type, headers, body schema), and the gateway alive at the end.
+ * writer, once with an admin key and once with a read-only key, then against a reader of the shared
+ * profile (GET and HEAD, read-only key): zero 5xx answers, zero responses outside the document
+ * (status, content type, headers, body schema), and the gateway alive at the end.
  * `.ci/run` installs the pinned schemathesis into a venv under the tools dir and puts it on PATH.
  * ARKVORY_FUZZ_SEED reproduces a run (the seed is printed on failure); ARKVORY_FUZZ_MAX_EXAMPLES widens it.
  */
 import { spawn } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createRepository, createServiceAccount } from '../support/auth.ts';
 import { randomContent, request } from '../support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
@@ -82,11 +83,11 @@ afterAll(async () => {
   await db?.drop();
 });
 
-async function fuzz(label: string, key: string): Promise<void> {
+async function fuzz(label: string, key: string, target: GatewayProcess = gateway, extra: string[] = []): Promise<void> {
   const junit = path.join(reportDir, `${label}.xml`);
   const args = [
     'run', SPEC,
-    '--url', gateway.url,
+    '--url', target.url,
     '--header', `Authorization: Bearer ${key}`,
     '--checks', CHECKS.join(','),
     '--max-examples', String(MAX_EXAMPLES),
@@ -96,6 +97,7 @@ async function fuzz(label: string, key: string): Promise<void> {
     '--phases', 'examples,coverage,fuzzing',
     '--suppress-health-check', 'too_slow',
     '--report', 'junit', '--report-junit-path', junit,
+    ...extra,
   ];
   // cwd: the temp dir, where schemathesis keeps its example database (removed with it).
   const result = await run('schemathesis', args, 360_000, reportDir);
@@ -104,9 +106,9 @@ async function fuzz(label: string, key: string): Promise<void> {
   expect(result.code, `schemathesis (${label} key, seed ${SEED}) found problems:\n${tail}`).toBe(0);
   // The report proves operations ran (an empty run would also exit 0).
   expect(Number(/<testsuites[^>]*\btests="(\d+)"/.exec(report)?.[1] ?? 0), report.slice(0, 2000)).toBeGreaterThan(30);
-  const live = await request(`${gateway.url}/health/live`);
+  const live = await request(`${target.url}/health/live`);
   expect(live.status).toBe(200);
-  expect(gateway.child.exitCode).toBeNull();
+  expect(target.child.exitCode).toBeNull();
 }
 
 describe('schemathesis over the OpenAPI document against a live writer', () => {
@@ -117,5 +119,30 @@ describe('schemathesis over the OpenAPI document against a live writer', () => {
 
   it('admin key: no 5xx, every response as documented, the gateway alive', async () => {
     await fuzz('admin', adminKey);
+  }, 420_000);
+
+  it('a reader of the shared profile, read-only key, its methods (GET, HEAD): no 5xx, as documented, alive', async () => {
+    // A database of its own: the shared profile's writer (slot 0) and one reader (slot 1) on one root.
+    const shared = await createTestDatabase();
+    const gateways: GatewayProcess[] = [];
+    try {
+      await createRepository(shared.pool, 'fuzz');
+      const { key: writeKey } = await createServiceAccount(shared.pool, { name: 'fuzz-writer', grants: { fuzz: 'write' } });
+      const { key } = await createServiceAccount(shared.pool, { name: 'fuzz-reader', scopes: ['read'], grants: { fuzz: 'read' } });
+      const dataDir = await makeTempDir();
+      const env = (role: string, slot: number) => ({ ARKVORY_DATABASE_URL: shared.url, ARKVORY_REDIS_URL: inject('redisUrl'), ARKVORY_ROLE: role, ARKVORY_GATEWAY_SLOTS: '2', ARKVORY_GATEWAY_SLOT: String(slot), ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(64 * 1024 * 1024) });
+      const writer = await startGateway({ env: env('api', 0), dataDir, timeoutMs: 60_000 });
+      gateways.push(writer);
+      const put = await request(`${writer.url}/api/v1/repositories/fuzz/artifacts/seed.bin`, { method: 'PUT', headers: { authorization: `Bearer ${writeKey}`, 'content-type': 'application/octet-stream' }, body: randomContent(4096) });
+      expect(put.status).toBe(201);
+      const reader = await startGateway({ env: env('reader', 1), dataDir, timeoutMs: 60_000 });
+      gateways.push(reader);
+      // Every other method is refused by a reader before routing (405 read_only, the document's
+      // x-arkvory-any-request), which schemathesis cannot read from the document.
+      await fuzz('reader', key, reader, ['--include-method', 'GET', '--include-method', 'HEAD']);
+    } finally {
+      for (const g of gateways.reverse()) await g.stop();
+      await shared.drop();
+    }
   }, 420_000);
 });
