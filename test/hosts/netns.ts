@@ -2,7 +2,7 @@
  * Several hosts on this one machine: a Linux network namespace per host, a veth pair from each to
  * one bridge, addresses on a private /24 that exists only inside the test. Nothing here adds a
  * default route or enables forwarding, so no packet can leave the machine. Faults use the kernel's
- * own tools: a host's link down (its switch port), `tc netem` loss or delay towards one peer.
+ * own tools: a host's link down (its switch port), or a silent partition between two hosts.
  *
  * Every name starts with NAME_PREFIX; `removeLeftovers()` deletes whatever an earlier, interrupted
  * run left (processes inside those namespaces first, then the namespaces, then the bridge).
@@ -27,17 +27,11 @@ export function requireHostTools(): void {
   if (process.getuid?.() !== 0) {
     throw new HostsUnavailableError('the multi-host suite (npm run test:hosts) builds network namespaces and needs root; run it as root (CI runs as root), e.g. `sudo npm run test:hosts`');
   }
-  for (const tool of ['ip', 'tc']) {
-    if (spawnSync(tool, ['-V'], { stdio: 'ignore' }).error) throw new HostsUnavailableError(`\`${tool}\` is not installed; on Debian: apt-get install -y iproute2`);
-  }
+  if (spawnSync('ip', ['-V'], { stdio: 'ignore' }).error) throw new HostsUnavailableError('`ip` is not installed; on Debian: apt-get install -y iproute2');
 }
 
 export function ip(...args: string[]): string {
   return execFileSync('ip', args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
-}
-
-function tc(ns: string, ...args: string[]): void {
-  execFileSync('ip', ['netns', 'exec', ns, 'tc', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
 }
 
 function tryRun(cmd: string, args: string[]): void {
@@ -108,34 +102,21 @@ export function setLink(host: HostAddress, up: boolean): void {
   ip('link', 'set', host.ns, up ? 'up' : 'down');
 }
 
+/** A MAC address no interface has: frames sent to it are flooded by the bridge and dropped by every host. */
+const NOWHERE_MAC = '02:00:00:00:de:ad';
+
 /**
- * Egress impairment of `from` towards `to` only: a prio qdisc whose third band carries the netem,
- * and a u32 filter sending packets for `to` into it. One impairment per host at a time.
+ * `a` and `b` lose every packet to each other, both ways, silently (no RST, no ICMP): each host's
+ * neighbour entry for the other is pinned to a MAC nobody owns. Other peers are unaffected.
+ * (This kernel has no sch_netem or tc classifiers, so the partition is made in the neighbour table.)
  */
-function impair(from: HostAddress, to: HostAddress, netem: string[]): void {
-  tc(from.ns, 'qdisc', 'add', 'dev', 'eth0', 'root', 'handle', '1:', 'prio', 'bands', '3');
-  tc(from.ns, 'qdisc', 'add', 'dev', 'eth0', 'parent', '1:3', 'handle', '30:', 'netem', ...netem);
-  tc(from.ns, 'filter', 'add', 'dev', 'eth0', 'parent', '1:', 'protocol', 'ip', 'prio', '1', 'u32', 'match', 'ip', 'dst', `${to.address}/32`, 'flowid', '1:3');
-}
-
-function clearImpairments(host: HostAddress): void {
-  tryRun('ip', ['netns', 'exec', host.ns, 'tc', 'qdisc', 'del', 'dev', 'eth0', 'root']);
-}
-
-/** `a` and `b` lose every packet to each other (both directions); other peers are unaffected. */
 export function partition(a: HostAddress, b: HostAddress): void {
-  impair(a, b, ['loss', '100%']);
-  impair(b, a, ['loss', '100%']);
+  ip('-n', a.ns, 'neigh', 'replace', b.address, 'lladdr', NOWHERE_MAC, 'nud', 'permanent', 'dev', 'eth0');
+  ip('-n', b.ns, 'neigh', 'replace', a.address, 'lladdr', NOWHERE_MAC, 'nud', 'permanent', 'dev', 'eth0');
 }
 
-/** Every packet between `a` and `b` waits `ms` in each direction. */
-export function delay(a: HostAddress, b: HostAddress, ms: number): void {
-  impair(a, b, ['delay', `${ms}ms`]);
-  impair(b, a, ['delay', `${ms}ms`]);
-}
-
-/** Removes the impairments of both hosts. */
+/** Ends a partition: the pinned entries go, ARP finds the real addresses again. */
 export function heal(a: HostAddress, b: HostAddress): void {
-  clearImpairments(a);
-  clearImpairments(b);
+  tryRun('ip', ['-n', a.ns, 'neigh', 'del', b.address, 'dev', 'eth0']);
+  tryRun('ip', ['-n', b.ns, 'neigh', 'del', a.address, 'dev', 'eth0']);
 }
