@@ -54,14 +54,22 @@ export async function routerHealthy(routerUrl: string): Promise<{ total: number;
   return { ...body.backends, writer: body.writer };
 }
 
-export async function startDeployment(options: { policy: SharedPolicy; fileBytes: number; probeIntervalMs?: number; gatewayEnv?: Record<string, string> }): Promise<Deployment> {
+export async function startDeployment(options: {
+  policy: SharedPolicy;
+  fileBytes: number;
+  probeIntervalMs?: number;
+  gatewayEnv?: Record<string, string>;
+  /** Runs once the hosts are up, before the writer starts; returns variables for the writer only. */
+  beforeWriter?: (topology: Topology) => Promise<Record<string, string>>;
+}): Promise<Deployment> {
   const topology = await buildTopology({ policy: options.policy, ...(options.gatewayEnv ? { env: options.gatewayEnv } : {}) });
   const downloads = mkdtempSync(path.join(os.tmpdir(), 'akh-client-'));
   try {
     await createRepository(topology.pool, 'shared');
     const read = await createServiceAccount(topology.pool, { scopes: ['read'], grants: { shared: 'read' } });
     const write = await createServiceAccount(topology.pool, { scopes: ['read', 'write'], grants: { shared: 'write' } });
-    const writer = await topology.startGateway('writer', { role: 'api', slot: 0 });
+    const writerEnv = options.beforeWriter ? await options.beforeWriter(topology) : {};
+    const writer = await topology.startGateway('writer', { role: 'api', slot: 0, env: writerEnv });
     const file = randomBytes(options.fileBytes);
     const put = await fetch(`${writer.url}/api/v1/repositories/shared/artifacts/big.bin`, { method: 'PUT', headers: { authorization: `Bearer ${write.key}`, 'content-type': 'application/octet-stream' }, body: file });
     if (put.status !== 201) throw new Error(`upload through the writer answered ${put.status}: ${await put.text()}`);

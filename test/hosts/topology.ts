@@ -49,6 +49,8 @@ export interface Topology {
   readonly databaseUrl: string;
   readonly redisUrl: string;
   readonly storageUrl: string;
+  /** The directory nginx serves on the store host (the same filesystem here, for inspection). */
+  readonly storeRoot: string;
   /** A pool on the db host, reached from the control address. */
   readonly pool: pg.Pool;
   readonly policy: SharedPolicy;
@@ -190,7 +192,7 @@ async function startRedis(host: HostAddress): Promise<string> {
   return `redis://${host.address}:${REDIS_PORT}`;
 }
 
-async function startStore(host: HostAddress, writer: HostAddress): Promise<string> {
+async function startStore(host: HostAddress, writer: HostAddress): Promise<{ url: string; root: string }> {
   if (!NGINX) throw new Error('nginx is not installed; on Debian: apt-get install -y nginx-light');
   const dir = tempDir('store');
   const root = path.join(dir, 'root');
@@ -218,7 +220,7 @@ http {
   processes.push(nginx);
   const url = `http://${host.address}:${STORE_PORT}/arkvory/`;
   await waitFor('nginx on the store host', async () => ((await fetch(url)).status < 500 ? true : undefined), 10_000, nginx);
-  return url;
+  return { url, root };
 }
 
 export async function buildTopology(options: { policy: SharedPolicy; env?: Record<string, string> }): Promise<Topology> {
@@ -240,7 +242,7 @@ export async function buildTopology(options: { policy: SharedPolicy; env?: Recor
     },
   };
   try {
-    const [database, redisUrl, storageUrl] = await Promise.all([startPostgres(hosts.db), startRedis(hosts.cache), startStore(hosts.store, hosts.writer)]);
+    const [database, redisUrl, store] = await Promise.all([startPostgres(hosts.db), startRedis(hosts.cache), startStore(hosts.store, hosts.writer)]);
     pool = new pg.Pool({ connectionString: database.url, max: 4 });
     pool.on('error', () => {});
     await migrate(pool);
@@ -259,7 +261,7 @@ export async function buildTopology(options: { policy: SharedPolicy; env?: Recor
         ? {}
         : {
             ARKVORY_REDIS_URL: redisUrl,
-            ARKVORY_STORAGE_URL: storageUrl,
+            ARKVORY_STORAGE_URL: store.url,
             ARKVORY_GATEWAY_SLOTS: String(policy.slots),
             ARKVORY_GATEWAY_SLOT: String(slot),
             ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(policy.rateBytesPerSec),
@@ -293,7 +295,8 @@ export async function buildTopology(options: { policy: SharedPolicy; env?: Recor
       hosts,
       databaseUrl: database.url,
       redisUrl,
-      storageUrl,
+      storageUrl: store.url,
+      storeRoot: store.root,
       pool,
       policy,
       startGateway: (host: HostName, o: { role: 'api' | 'reader'; slot: number; env?: Record<string, string>; waitFor?: 'serving' | 'none'; port?: number }) => launch(host, o.role, o.slot, o.env ?? {}, o.waitFor ?? 'serving', o.port),
