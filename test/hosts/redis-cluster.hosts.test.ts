@@ -154,12 +154,15 @@ describe('failover of a primary', () => {
       'counting to resume after the failover',
     );
     expect((await cluster.primaryOf(slot)).port).toBe(replica.port);
-    // Counting goes on from the 2 replicated before the kill, never from zero (a check that failed
-    // open may still have reached the new primary later: that counts it once, never more).
+    // Counting goes on from the 2 replicated before the kill, never from zero. A check that failed
+    // open may still reach the new primary a little later (ioredis re-sends a command after a
+    // failover): that counts it once, so later checks only ever see fewer remaining.
     const remaining = resumed!.info!.remaining;
     expect(remaining).toBeLessThanOrEqual(97);
     expect(remaining).toBeGreaterThanOrEqual(97 - 40);
-    expect((await limiter.check(id)).info?.remaining).toBe(remaining - 1);
+    const next = await limiter.check(id);
+    expect(next.error).toBeUndefined();
+    expect(next.info!.remaining).toBeLessThan(remaining);
   }, 60_000);
 });
 
