@@ -4,12 +4,11 @@
  * uploaded through the writer, and keys. The client host downloads with the real curl.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import os from 'node:os';
+import { readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createRepository, createServiceAccount } from '../support/auth.ts';
-import { buildTopology, GATEWAY_PORT, type Gateway, type SharedPolicy, type Topology } from './topology.ts';
+import { buildTopology, GATEWAY_PORT, tempDir, type Gateway, type SharedPolicy, type Topology } from './topology.ts';
 
 export const MiB = 1024 * 1024;
 
@@ -63,7 +62,7 @@ export async function startDeployment(options: {
   beforeWriter?: (topology: Topology) => Promise<Record<string, string>>;
 }): Promise<Deployment> {
   const topology = await buildTopology({ policy: options.policy, ...(options.gatewayEnv ? { env: options.gatewayEnv } : {}) });
-  const downloads = mkdtempSync(path.join(os.tmpdir(), 'akh-client-'));
+  const downloads = tempDir('client');
   try {
     await createRepository(topology.pool, 'shared');
     const read = await createServiceAccount(topology.pool, { scopes: ['read'], grants: { shared: 'read' } });

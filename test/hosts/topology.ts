@@ -93,7 +93,8 @@ function hookExit(): void {
   }
 }
 
-function tempDir(prefix: string): string {
+/** A directory under the OS temp dir, removed with the topology (also on exit or a stop signal). */
+export function tempDir(prefix: string): string {
   const dir = mkdtempSync(path.join(os.tmpdir(), `akh-${prefix}-`));
   chmodSync(dir, 0o755);
   temps.push(dir);
