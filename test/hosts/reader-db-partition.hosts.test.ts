@@ -56,8 +56,9 @@ describe('reader1 partitioned from the database host', () => {
     const fencedAtMs = logTimeMs(fence);
     const lastRenewal = (await leaseRow(topology.pool, 1))!;
     // The permit lasts at most 8 s from the start of the renewal that confirmed it, which began
-    // before the database stamped renewed_at; the slack is the fence's log line being written.
-    expect(fencedAtMs - lastRenewal.renewedAtMs).toBeLessThanOrEqual(8000 + 250);
+    // before the database stamped renewed_at. Grants check the permit's end themselves; the slack
+    // is only for the fence's log line, written by a timer a loaded machine may run late.
+    expect(fencedAtMs - lastRenewal.renewedAtMs).toBeLessThanOrEqual(8000 + 500);
     expect(fencedAtMs).toBeLessThan(lastRenewal.expiresAtMs);
 
     // The replacement on slot 1, on another host, starts now: it may serve only after expires_at.
