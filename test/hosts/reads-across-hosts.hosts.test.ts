@@ -13,13 +13,15 @@
  *    (the store's silence outlasts ARKVORY_STORAGE_TIMEOUT_SECONDS and the router destroys the client
  *    connection, never a short body that looks complete); `curl -C - --retry` through the router
  *    resumes on a gateway that reaches the store and ends with the exact file.
+ * Then a process pause: reader1 SIGSTOPped longer than its permit leaves the router pool, reads go
+ * on elsewhere, and once continued it fences instead of serving.
  */
 import { randomBytes } from 'node:crypto';
 import { statSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { burstBytes } from '../../policy/bandwidth/token-bucket.ts';
-import { curlOnClient, gatewayServing, MiB, readDownload, routerLineFor, sha256, startDeployment, waitUntil, type Deployment } from './deployment.ts';
+import { curlOnClient, gatewayServing, MiB, readDownload, routerHealthy, routerLineFor, sha256, startDeployment, waitUntil, type Deployment } from './deployment.ts';
 import { heal, partition } from './netns.ts';
 import type { Gateway } from './topology.ts';
 
@@ -164,4 +166,34 @@ describe('scenario 3: reader2 partitioned from the store host mid-download', () 
     expect(again.status).toBe(206);
     expect(Buffer.from(await again.arrayBuffer()).equals(d.file.subarray(0, 65536))).toBe(true);
   }, 150_000);
+});
+
+describe('a paused reader (SIGSTOP longer than its permit)', () => {
+  it('leaves the router pool, reads go on elsewhere, and once continued it fences instead of serving', async () => {
+    const [reader1] = d.readers;
+    const PROBE_MS = 1000;
+    const stoppedAtMs = Date.now();
+    reader1.signal('SIGSTOP');
+    try {
+      // A process that answers nothing fails its probe (no answer within 0.9 interval).
+      await waitUntil('the router to drop the paused reader', () => d.router.logLines().some((l) => l.msg === 'gateway left the pool' && l.backend === reader1.url && Date.parse(String(l.time)) >= stoppedAtMs), 2 * PROBE_MS + 5000, 50);
+      for (let i = 0; i < 3; i++) {
+        const id = `pause-${i}`;
+        const res = await curlOnClient(d, ['--fail', '-r', '0-99999', '-H', `X-Request-Id: ${id}`, '-o', path.join(d.downloads, id), `${d.routerUrl}${d.contentPath}`]);
+        expect(res.code, res.stderr).toBe(0);
+        expect(readDownload(d, id).equals(d.file.subarray(0, 100_000))).toBe(true);
+        expect((await routerLineFor(d, id)).backend).not.toBe(reader1.url);
+      }
+      // Paused past its 8 s permit (counted from a renewal before the pause).
+      await new Promise((r) => setTimeout(r, Math.max(0, stoppedAtMs + 9000 - Date.now())));
+    } finally {
+      reader1.signal('SIGCONT');
+    }
+    // Continued, it finds its permit over: it fences, never serves again, and stays out of the pool.
+    await waitUntil('the continued reader to fence', () => reader1.logLines().some((l) => String(l.msg).startsWith('fenced:')), 10_000, 50);
+    expect((await fetch(`${reader1.url}/health/status`)).status).toBe(503);
+    const refused = await fetch(`${reader1.url}${d.contentPath}`, { headers: { authorization: `Bearer ${d.readKey}` } });
+    expect([refused.status, ((await refused.json()) as { code: string }).code]).toEqual([503, 'lease_lost']);
+    expect((await routerHealthy(d.routerUrl)).healthy).toBe(2);
+  }, 60_000);
 });
