@@ -1,6 +1,7 @@
 import path from 'node:path';
 import { parseBackendList, parseOrigin } from './router/backend-url.ts';
 import { parseTrustedProxies } from './router/forwarded.ts';
+import { parseRedisTarget } from '../policy/rate-limit/redis-target.ts';
 
 /**
  * Every ARKVORY_* variable, declared once. `loadConfig` validates against this table, the README
@@ -11,6 +12,8 @@ export type VariableKind =
   | { type: 'enum'; values: readonly string[] }
   | { type: 'string' }
   | { type: 'url'; protocols: readonly string[] }
+  /** One URL, or several comma-separated (Redis Cluster seed nodes). */
+  | { type: 'url-list'; protocols: readonly string[] }
   | { type: 'bool' };
 
 export interface VariableSpec {
@@ -33,7 +36,7 @@ export const VARIABLES: readonly VariableSpec[] = [
   { name: 'ARKVORY_DATABASE_URL', kind: { type: 'url', protocols: ['postgres:', 'postgresql:'] }, secret: true, doc: 'PostgreSQL connection URL. Unset: an embedded PostgreSQL under `<DATA_DIR>/.pg` (standalone only).' },
   { name: 'ARKVORY_DATABASE_STARTUP_WAIT_SECONDS', kind: { type: 'int', min: 0, max: 3600 }, defaultValue: '60', doc: 'How long startup keeps retrying an unreachable PostgreSQL (backoff 0.25 s doubling to 5 s, a warning per attempt) before it exits with code 1; 0 = give up at the first failure.' },
   { name: 'ARKVORY_DATABASE_POOL_SIZE', kind: { type: 'int', min: 1, max: 1000 }, defaultValue: '10', doc: 'Size of the shared `pg` pool (the lease holds one connection more).' },
-  { name: 'ARKVORY_REDIS_URL', kind: { type: 'url', protocols: ['redis:', 'rediss:'] }, secret: true, doc: 'Redis URL for rate-limit counters. Unset: counters in process memory (standalone only).' },
+  { name: 'ARKVORY_REDIS_URL', kind: { type: 'url-list', protocols: ['redis:', 'rediss:'] }, secret: true, doc: 'Redis URL for rate-limit counters; two or more comma-separated URLs are the seed nodes of a Redis Cluster (docs/rate-limits.md). Unset: counters in process memory (standalone only).' },
   { name: 'ARKVORY_LOG_LEVEL', kind: { type: 'enum', values: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] }, defaultValue: 'info', doc: 'pino log level.' },
   { name: 'ARKVORY_METRICS_TOKEN', kind: { type: 'string' }, secret: true, doc: 'Bearer token `/metrics` on the main port requires (`Authorization: Bearer <token>`). Unset: `/metrics` on the main port is public. See docs/metrics.md.' },
   { name: 'ARKVORY_METRICS_PORT', kind: { type: 'int', min: 1, max: 65535 }, doc: 'Serve `/metrics` on this port on 127.0.0.1 only, instead of the main port. Unset: `/metrics` on the main port.' },
@@ -181,6 +184,8 @@ function describeKind(kind: VariableKind): string {
       return 'a non-empty string';
     case 'url':
       return `a URL with scheme ${kind.protocols.map((p) => p.replace(':', '://')).join(' or ')}`;
+    case 'url-list':
+      return `a URL with scheme ${kind.protocols.map((p) => p.replace(':', '://')).join(' or ')}, or a comma-separated list of them`;
     case 'bool':
       return '1/0/true/false';
   }
@@ -210,6 +215,16 @@ function parseValue(spec: VariableSpec, raw: string): { ok: true; value: string 
       } catch {
         return { ok: false };
       }
+    }
+    case 'url-list': {
+      for (const part of raw.split(',')) {
+        try {
+          if (!kind.protocols.includes(new URL(part.trim()).protocol)) return { ok: false };
+        } catch {
+          return { ok: false };
+        }
+      }
+      return { ok: true, value: raw };
     }
     case 'bool':
       if (['1', 'true'].includes(raw)) return { ok: true, value: true };
@@ -296,6 +311,13 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
       // fragment would be silently dropped from every object name.
       if (u.username || u.password) problems.push('ARKVORY_STORAGE_URL: credentials in the URL are not supported; restrict the store to the gateways by network instead, got "<redacted>"');
       else if (u.search || u.hash) problems.push(`ARKVORY_STORAGE_URL: expected a base URL without query or fragment (e.g. http://10.0.0.20:8081/arkvory/), got "${storageUrl}"`);
+    }
+    const redisUrl = optStr('ARKVORY_REDIS_URL');
+    if (redisUrl !== undefined) {
+      const parsed = parseRedisTarget(redisUrl);
+      if (!parsed.ok) problems.push(`ARKVORY_REDIS_URL: ${parsed.problem}, got "<redacted>"`);
+      // A brace in the prefix would become the hash tag of every key and put them all in one slot.
+      else if (parsed.target.kind === 'cluster' && /[{}]/.test(str('ARKVORY_REDIS_KEY_PREFIX'))) problems.push(`ARKVORY_REDIS_KEY_PREFIX: must not contain { or } with a Redis Cluster (keys carry their own hash tags), got ${JSON.stringify(str('ARKVORY_REDIS_KEY_PREFIX'))}`);
     }
     const trusted = parseTrustedProxies(optStr('ARKVORY_TRUSTED_PROXIES'));
     if (trusted.ok) trustedProxies = trusted.value;

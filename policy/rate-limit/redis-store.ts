@@ -10,7 +10,7 @@
  * Timeouts and fail-open are the limiter's job; this module only talks to Redis.
  */
 import { readFileSync } from 'node:fs';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { RateLimitError } from './errors.ts';
 import { KEY_SLACK_MS, type Mode, type Outcome, type Plan } from './evaluate.ts';
 import type { CounterStore } from './store.ts';
@@ -24,7 +24,7 @@ export const MAX_BATCH = 256;
 
 type ScriptReply = Array<string | number>;
 type Script = (numKeys: number, ...args: Array<string | number>) => Promise<ScriptReply>;
-type WithScripts = Redis & { [CHECK]: Script; [COUNT]: Script };
+type WithScripts = (Redis | Cluster) & { [CHECK]: Script; [COUNT]: Script };
 
 interface Queued {
   readonly plan: Plan;
@@ -41,7 +41,7 @@ export function takesFastPath(plan: Plan, cost: number, mode: Mode): boolean {
   return true;
 }
 
-export function createRedisStore(redis: Redis): CounterStore {
+export function createRedisStore(redis: Redis | Cluster): CounterStore {
   if (!(CHECK in redis)) redis.defineCommand(CHECK, { lua: CHECK_SCRIPT });
   if (!(COUNT in redis)) redis.defineCommand(COUNT, { lua: COUNT_SCRIPT });
   // The store batches count.lua calls itself (one per tick); ioredis's auto-pipelining on top would
@@ -109,13 +109,36 @@ export function createRedisStore(redis: Redis): CounterStore {
     return outcomes;
   };
 
+  /**
+   * Redis Cluster: a script may only touch keys of one slot, and a rule's counter and ban share a
+   * hash tag (keys.ts) but different rules do not. So each rule runs alone through check.lua, in
+   * rule order, and the loop stops where the one-script evaluation would (a `limit` rule exceeded).
+   * Each rule's count, ban and verdict are exactly the single-server ones; what is given up is the
+   * atomicity of one check across its rules (a concurrent check may interleave between two rules,
+   * as if the checks arrived in a different order per rule) and one round trip per rule.
+   */
+  const checkPerRule = async (plan: Plan, input: { nowMs: number; cost: number; mode: Mode }): Promise<Outcome[]> => {
+    const outcomes: Outcome[] = [];
+    for (const rule of plan.counting) {
+      const [outcome] = await check({ ...plan, counting: [rule] }, input);
+      if (!outcome) break;
+      outcomes.push(outcome);
+      if (outcome.exceeded && rule.action === 'limit') break;
+    }
+    return outcomes;
+  };
+
   return {
     kind: 'redis',
     run(plan, input) {
+      if (redis.isCluster) return checkPerRule(plan, input);
       return takesFastPath(plan, input.cost, input.mode) ? count(plan, input.nowMs, input.cost) : check(plan, input);
     },
     async clear(keys) {
-      if (keys.length) await redis.del(...keys);
+      if (keys.length === 0) return;
+      // One DEL per key in a cluster: the keys of different rules live in different slots.
+      if (redis.isCluster) await Promise.all(keys.map((k) => redis.del(k)));
+      else await redis.del(...keys);
     },
   };
 }

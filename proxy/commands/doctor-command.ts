@@ -5,7 +5,8 @@
  */
 import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
+import { parseRedisTarget, redactRedisTarget } from '../../policy/rate-limit/redis-target.ts';
 import pg from 'pg';
 import { pendingMigrations } from '../../migrations/runner.ts';
 import { readPolicy, type DownloadPolicy } from '../../policy/lease/download-policy.ts';
@@ -75,14 +76,29 @@ async function checkRedis(config: Config): Promise<CheckResult> {
       ? { check, status: 'FAIL', detail: 'the shared profile needs a Redis shared by all gateways; set ARKVORY_REDIS_URL' }
       : { check, status: 'skip', detail: 'ARKVORY_REDIS_URL unset: rate-limit counters in process memory (standalone only)' };
   }
-  const client = new Redis(config.redisUrl, { lazyConnect: true, connectTimeout: TIMEOUT_MS, maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: false });
+  const parsed = parseRedisTarget(config.redisUrl);
+  if (!parsed.ok) return { check, status: 'FAIL', detail: parsed.problem };
+  const { target } = parsed;
+  const perConnection = { connectTimeout: TIMEOUT_MS, maxRetriesPerRequest: 0, ...(target.kind === 'cluster' && target.username ? { username: target.username } : {}), ...(target.kind === 'cluster' && target.password ? { password: target.password } : {}), ...(target.kind === 'cluster' && target.tls ? { tls: {} } : {}) };
+  const client =
+    target.kind === 'single'
+      ? new Redis(target.url, { ...perConnection, lazyConnect: true, retryStrategy: () => null, enableOfflineQueue: false })
+      : new Cluster([...target.nodes], { lazyConnect: true, enableOfflineQueue: false, clusterRetryStrategy: () => null, slotsRefreshTimeout: TIMEOUT_MS, redisOptions: perConnection });
   client.on('error', () => {});
   try {
     await client.connect();
+    if (client instanceof Cluster) {
+      // Every slot must have a primary, or some counters would always fail open.
+      const info = String(await client.cluster('INFO'));
+      const state = /cluster_state:(\w+)/.exec(info)?.[1] ?? 'unknown';
+      const masters = client.nodes('master').length;
+      if (state !== 'ok') return { check, status: 'FAIL', detail: `Redis Cluster state is ${state} (${masters} primaries known); rate limits on uncovered slots would fail open` };
+      return { check, status: 'ok', detail: `Redis Cluster state ok, ${masters} primaries` };
+    }
     const pong = await client.ping();
     return { check, status: 'ok', detail: `answered ${pong}` };
   } catch (err) {
-    return { check, status: 'FAIL', detail: `cannot reach ${redacted(config.redisUrl)}: ${message(err)}; rate limits would fail open` };
+    return { check, status: 'FAIL', detail: `cannot reach ${redactRedisTarget(config.redisUrl)}: ${message(err)}; rate limits would fail open` };
   } finally {
     client.disconnect();
   }
