@@ -38,9 +38,10 @@ export function validatorsOf(entry: ContentEntry): Validators {
 
 /**
  * Decides 200, 206 (one range, or multipart/byteranges for several), 304 or 416 and the exact
- * headers. `boundary` is passed in so the function stays deterministic.
+ * headers. `boundary` is passed in so the function stays deterministic; as a function it is called
+ * only when a multipart answer is planned (random bytes cost more than a small response's headers).
  */
-export function planContentResponse(entry: ContentEntry, request: ContentRequestHeaders, boundary: string): ContentPlan {
+export function planContentResponse(entry: ContentEntry, request: ContentRequestHeaders, makeBoundary: string | (() => string)): ContentPlan {
   const validators = validatorsOf(entry);
   const common: Record<string, string> = {
     'accept-ranges': 'bytes',
@@ -70,6 +71,7 @@ export function planContentResponse(entry: ContentEntry, request: ContentRequest
       segments: [{ kind: 'range', range }],
     };
   }
+  const boundary = typeof makeBoundary === 'string' ? makeBoundary : makeBoundary();
   const segments: Segment[] = [];
   let length = 0;
   ranges.forEach((range, i) => {

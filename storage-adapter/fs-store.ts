@@ -7,6 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { link, mkdir, open, readdir, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import type pg from 'pg';
+import type { OpenFileCache } from './cache/open-file-cache.ts';
 import { checkedUpload } from './checked-upload.ts';
 import { StorageError, storageErrorFromErrno } from './errors.ts';
 import { fsyncDirectory } from './fs-sync.ts';
@@ -65,7 +66,13 @@ async function mkdirDurable(dir: string, stopAt: string): Promise<void> {
  * `worker` (the multipart completion worker beside a running writer) verifies like a reader but may
  * stage and publish — it never empties tmp/, where the writer's uploads are in progress.
  */
-export async function openFsStore(options: { root: string; role: StorageRole | 'worker'; pool: pg.Pool }): Promise<Store> {
+export async function openFsStore(options: {
+  root: string;
+  role: StorageRole | 'worker';
+  pool: pg.Pool;
+  /** Reuse descriptors of hot blobs (content-addressed, so never stale while the process runs). */
+  openFiles?: OpenFileCache | undefined;
+}): Promise<Store> {
   const root = path.resolve(options.root);
   const { role } = options;
   if (role === 'writer') await mkdir(root, { recursive: true });
@@ -163,19 +170,27 @@ export async function openFsStore(options: { root: string; role: StorageRole | '
 
     async openBlob(sha256, _ranges) {
       if (!isSha256Hex(sha256)) throw new StorageError('not_found');
-      let handle: FileHandle;
-      try {
-        handle = await open(blobPath(sha256), 'r');
-      } catch (err) {
-        throw storageErrorFromErrno(err) ?? err;
+      const openFile = async () => {
+        let handle: FileHandle;
+        try {
+          handle = await open(blobPath(sha256), 'r');
+        } catch (err) {
+          throw storageErrorFromErrno(err) ?? err;
+        }
+        try {
+          return { handle, sizeBytes: (await handle.stat()).size };
+        } catch (err) {
+          await handle.close().catch(() => {});
+          throw err;
+        }
+      };
+      if (options.openFiles) {
+        const lease = await options.openFiles.acquire(sha256, openFile);
+        const { handle, sizeBytes } = lease.file;
+        return { sizeBytes, read: (buffer, offset, length, position) => handle.read(buffer, offset, length, position), close: () => lease.release() };
       }
-      try {
-        const info = await handle.stat();
-        return { sizeBytes: info.size, read: (buffer, offset, length, position) => handle.read(buffer, offset, length, position), close: () => handle.close() };
-      } catch (err) {
-        await handle.close().catch(() => {});
-        throw err;
-      }
+      const { handle, sizeBytes } = await openFile();
+      return { sizeBytes, read: (buffer, offset, length, position) => handle.read(buffer, offset, length, position), close: () => handle.close() };
     },
 
     async hasBlob(sha256) {
