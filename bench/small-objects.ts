@@ -12,7 +12,7 @@
  *
  *   node bench/small-objects.ts [--database-url postgres://…]   (default: an embedded PostgreSQL)
  *                               [--rounds 5] [--seconds 8] [--connections 64] [--big-mib 1024]
- *                               [--sizes 1,4,64,1024] [--upload]
+ *                               [--sizes 1,4,64,1024] [--upload] [--servers arkvory-memory,node-baseline]
  *
  * Per size and server: req/s, p50, p99 (wrk --latency), CPU seconds per 10k requests (/proc, the
  * server process; nginx: master and workers) and peak RSS (sampled every 100 ms), medians of the
@@ -49,6 +49,8 @@ const { values: args } = parseArgs({
     'big-mib': { type: 'string', default: '1024' },
     sizes: { type: 'string', default: '1,4,64,1024' },
     upload: { type: 'boolean', default: false },
+    /** Measure only these servers (e.g. for a CPU profile of one gateway); all by default. */
+    servers: { type: 'string' },
   },
 });
 const ROUNDS = Number(args.rounds);
@@ -302,6 +304,8 @@ http { access_log off; sendfile on; tcp_nopush on; client_body_temp_path ${prefi
       process.stderr.write('nginx not installed (Debian: apt-get install nginx-light): skipping the nginx column\n');
     }
 
+    if (args.servers) targets.splice(0, targets.length, ...targets.filter((t) => args.servers!.split(',').includes(t.name)));
+    if (!targets.some((t) => t.name === 'node-baseline')) throw new Error('--servers must include node-baseline (the ratios are against it)');
     // Warm the page cache and every server's caches.
     for (const t of targets) for (const kib of SIZES_KIB) await measureOnce(t, fileName(kib));
     await curl(targets.at(-1)!.url('big.bin'), {});

@@ -58,6 +58,7 @@ export class SmallBlobCache {
 export function bufferReader(bytes: Buffer): BlobReader {
   return {
     sizeBytes: bytes.length,
+    bytes,
     async read(buffer, offset, length, position) {
       if (position >= bytes.length) return { bytesRead: 0 };
       return { bytesRead: bytes.copy(buffer, offset, position, Math.min(bytes.length, position + length)) };
