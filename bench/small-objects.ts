@@ -103,6 +103,7 @@ export function parseWrk(out: string): WrkResult {
   const non2xx = Number(/Non-2xx or 3xx responses:\s+(\d+)/.exec(out)?.[1] ?? 0);
   const socketErrors = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(out);
   const errors = non2xx + (socketErrors ? socketErrors.slice(1).reduce((n, v) => n + Number(v), 0) : 0);
+  if (errors > 0) process.stderr.write(`  wrk: ${non2xx} non-2xx, ${socketErrors?.[0] ?? 'no socket errors'}\n`);
   if (!Number.isFinite(rps) || !Number.isFinite(requests)) throw new Error(`unexpected wrk output:\n${out}`);
   return { rps, p50Ms: latency('50'), p99Ms: latency('99'), requests, errors };
 }
