@@ -238,37 +238,46 @@ async function main(): Promise<void> {
       }
       const port = await freeLoopbackPort();
       const base = `http://127.0.0.1:${port}`;
-      const child = spawn(process.execPath, [path.join(ROOT, 'bin/arkvory.js'), 'serve'], {
-        cwd: ROOT,
-        env: {
-          PATH: process.env.PATH,
-          HOME: process.env.HOME,
-          ARKVORY_DATABASE_URL: dbUrl,
-          ARKVORY_DATA_DIR: path.join(work, name),
-          ARKVORY_PORT: String(port),
-          ARKVORY_LOG_LEVEL: 'warn',
-          ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2),
-          ARKVORY_MAX_DOWNLOADS: '256',
-          ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '128',
-          ARKVORY_ADMISSION_QUEUE_LENGTH: '1024',
-          ARKVORY_RATE_LIMITS_FILE: rules,
-          ...(redisUrl ? { ARKVORY_REDIS_URL: redisUrl } : {}),
-          ...(process.env.ARKVORY_BENCH_NODE_OPTIONS ? { NODE_OPTIONS: process.env.ARKVORY_BENCH_NODE_OPTIONS } : {}),
-        },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
-      children.push(child);
-      child.stdout!.resume();
-      child.stderr!.on('data', (d: Buffer) => process.stderr.write(`[${name}] ${d.toString()}`));
-      await waitForHttp(`${base}/health/status`, name, child);
+      const spawnGateway = async (): Promise<ChildProcess> => {
+        const child = spawn(process.execPath, [path.join(ROOT, 'bin/arkvory.js'), 'serve'], {
+          cwd: ROOT,
+          env: {
+            PATH: process.env.PATH,
+            HOME: process.env.HOME,
+            ARKVORY_DATABASE_URL: dbUrl,
+            ARKVORY_DATA_DIR: path.join(work, name),
+            ARKVORY_PORT: String(port),
+            ARKVORY_LOG_LEVEL: 'warn',
+            ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2),
+            ARKVORY_MAX_DOWNLOADS: '256',
+            ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '128',
+            ARKVORY_ADMISSION_QUEUE_LENGTH: '1024',
+            ARKVORY_RATE_LIMITS_FILE: rules,
+            ...(redisUrl ? { ARKVORY_REDIS_URL: redisUrl } : {}),
+            ...(process.env.ARKVORY_BENCH_NODE_OPTIONS ? { NODE_OPTIONS: process.env.ARKVORY_BENCH_NODE_OPTIONS } : {}),
+          },
+          stdio: ['ignore', 'pipe', 'pipe'],
+        });
+        children.push(child);
+        child.stdout!.resume();
+        child.stderr!.on('data', (d: Buffer) => process.stderr.write(`[${name}] ${d.toString()}`));
+        await waitForHttp(`${base}/health/status`, name, child);
+        return child;
+      };
+      let child = await spawnGateway();
       for (const file of [...SIZES_KIB.map(fileName), 'big.bin']) {
         const { status } = await put(`${base}/api/v1/repositories/bench/artifacts/${file}`, path.join(files, file), { authorization: `Bearer ${key}` });
         if (status !== 201) throw new Error(`${name}: upload of ${file} answered ${status}`);
       }
+      // Restarted, so the figures (RSS above all) carry nothing over from the uploads.
+      child.kill('SIGTERM');
+      await new Promise((r) => child.once('exit', r));
+      child = await spawnGateway();
+      const running = child;
       gateways.push({
         base,
         key,
-        target: { name, url: (file) => `${base}/api/v1/repositories/bench/artifacts/${file}/content`, headers: { authorization: `Bearer ${key}` }, pids: async () => [child.pid!] },
+        target: { name, url: (file) => `${base}/api/v1/repositories/bench/artifacts/${file}/content`, headers: { authorization: `Bearer ${key}` }, pids: async () => [running.pid!] },
       });
     }
 
