@@ -20,6 +20,8 @@
  * and round (curl to /dev/null). With --upload, a 1 GiB `PUT` through the gateway (Content-Digest
  * checked, fsync before publish) against an nginx WebDAV `PUT` of the same file, interleaved too.
  * Everything started here is stopped and every temporary file and database removed.
+ * `ARKVORY_BENCH_NODE_OPTIONS` (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`) is passed to the gateways
+ * as NODE_OPTIONS, for a profile of exactly this load.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
