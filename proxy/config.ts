@@ -76,6 +76,12 @@ export const VARIABLES: readonly VariableSpec[] = [
   { name: 'ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS', kind: { type: 'int', min: 50, max: 60000 }, defaultValue: '3000', doc: 'Static-HTTP store: longest wait for a TCP connection; then 504 `upstream_timeout` (refused → 502 `upstream_unreachable`).' },
   { name: 'ARKVORY_STORAGE_TIMEOUT_SECONDS', kind: { type: 'int', min: 1, max: 3600 }, defaultValue: '30', doc: 'Static-HTTP store: longest wait for response headers and longest silence inside a body; before the first byte → 504 `upstream_timeout`, after → the response is cut.' },
   { name: 'ARKVORY_PRESIGN_MAX_EXPIRES_SECONDS', kind: { type: 'int', min: 60, max: 31536000 }, defaultValue: '604800', doc: 'Longest lifetime a pre-signed link may ask for (`POST …/presign`, `arkvory presign --expires`); longer → 400 `invalid_request`. See docs/clients.md.' },
+  { name: 'ARKVORY_CATALOG_CACHE_ENTRIES', kind: { type: 'int', min: 0, max: 10_000_000 }, defaultValue: '100000', doc: 'Catalog rows kept in memory so a hot read costs no database round trip (0 = no cache). A DELETE reaches every gateway within 2 s (docs/storage-and-content.md).' },
+  { name: 'ARKVORY_CATALOG_CACHE_BYTES', kind: { type: 'int', min: 0, max: TiB }, defaultValue: '67108864', doc: 'Upper bound on the memory the cached catalog rows take (estimated per row).' },
+  { name: 'ARKVORY_OPEN_FILE_CACHE_ENTRIES', kind: { type: 'int', min: 0, max: 1_000_000 }, defaultValue: '1024', doc: 'Directory store: blob file descriptors kept open for reuse (0 = open and close per request).' },
+  { name: 'ARKVORY_OPEN_FILE_CACHE_IDLE_SECONDS', kind: { type: 'int', min: 1, max: 86400 }, defaultValue: '60', doc: 'A cached blob descriptor unused this long is closed.' },
+  { name: 'ARKVORY_BLOB_CACHE_BYTES', kind: { type: 'int', min: 0, max: TiB }, defaultValue: '33554432', doc: 'Total bytes of small blobs kept in memory, checked against their sha256 when loaded (0 = no cache). Any store.' },
+  { name: 'ARKVORY_BLOB_CACHE_MAX_OBJECT_BYTES', kind: { type: 'int', min: 0, max: 2 ** 30 }, defaultValue: '262144', doc: 'Largest blob the small-blob cache holds.' },
 ];
 
 export type Role = 'api' | 'reader' | 'worker' | 'router' | 'rules-service';
@@ -142,6 +148,15 @@ export interface Config {
   };
   /** Longest lifetime of a pre-signed link, seconds. */
   readonly presignMaxExpiresSeconds: number;
+  /** In-process caches of the read path (docs/storage-and-content.md, "Caches"). */
+  readonly caches: {
+    readonly catalogEntries: number;
+    readonly catalogBytes: number;
+    readonly openFileEntries: number;
+    readonly openFileIdleMs: number;
+    readonly blobBytes: number;
+    readonly blobMaxObjectBytes: number;
+  };
   /** The static-HTTP store; undefined = the filesystem store under `dataDir`. */
   readonly storage: {
     readonly url: string | undefined;
@@ -387,6 +402,14 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
       maxTtlMs: num('ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS') * 1000,
       token: optStr('ARKVORY_RULES_SERVICE_TOKEN'),
       ttlSeconds: num('ARKVORY_RULES_SERVICE_TTL_SECONDS'),
+    },
+    caches: {
+      catalogEntries: num('ARKVORY_CATALOG_CACHE_ENTRIES'),
+      catalogBytes: num('ARKVORY_CATALOG_CACHE_BYTES'),
+      openFileEntries: num('ARKVORY_OPEN_FILE_CACHE_ENTRIES'),
+      openFileIdleMs: num('ARKVORY_OPEN_FILE_CACHE_IDLE_SECONDS') * 1000,
+      blobBytes: num('ARKVORY_BLOB_CACHE_BYTES'),
+      blobMaxObjectBytes: num('ARKVORY_BLOB_CACHE_MAX_OBJECT_BYTES'),
     },
     storage: {
       url: optStr('ARKVORY_STORAGE_URL'),

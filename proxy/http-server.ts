@@ -135,6 +135,7 @@ export function createGatewayServer(options: {
     }
     route = match.route.template;
     const routeDef = match.route.value;
+    let reqLog: Logger | undefined;
     ctx = {
       req,
       res,
@@ -143,7 +144,10 @@ export function createGatewayServer(options: {
       route,
       access: routeDef.access,
       reqId,
-      log: log.child({ reqId, route }),
+      // Created on first use: most requests never log through it, and a pino child costs a profile's worth.
+      get log() {
+        return (reqLog ??= log.child({ reqId, route }));
+      },
       signal: controller.signal,
       principal: undefined,
     };
