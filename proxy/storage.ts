@@ -9,8 +9,9 @@ import type { StorageRole } from '../storage-adapter/identity.ts';
 import type { Store } from '../storage-adapter/store.ts';
 import type { Config } from './config.ts';
 
-export function openStore(config: Config, role: StorageRole | 'worker', pool: pg.Pool): Promise<Store> {
+/** `newStorageId`: the id a fresh root gets (restore recreates the backed-up identity). */
+export function openStore(config: Config, role: StorageRole | 'worker', pool: pg.Pool, newStorageId?: string): Promise<Store> {
   const { url, connectTimeoutMs, timeoutMs } = config.storage;
-  if (url !== undefined) return openHttpStore({ url, role, pool, connectTimeoutMs, timeoutMs });
-  return openFsStore({ root: config.dataDir, role, pool });
+  if (url !== undefined) return openHttpStore({ url, role, pool, connectTimeoutMs, timeoutMs, newStorageId });
+  return openFsStore({ root: config.dataDir, role, pool, newStorageId });
 }

@@ -65,13 +65,13 @@ async function mkdirDurable(dir: string, stopAt: string): Promise<void> {
  * `worker` (the multipart completion worker beside a running writer) verifies like a reader but may
  * stage and publish — it never empties tmp/, where the writer's uploads are in progress.
  */
-export async function openFsStore(options: { root: string; role: StorageRole | 'worker'; pool: pg.Pool }): Promise<Store> {
+export async function openFsStore(options: { root: string; role: StorageRole | 'worker'; pool: pg.Pool; newStorageId?: string | undefined }): Promise<Store> {
   const root = path.resolve(options.root);
   const { role } = options;
   if (role === 'writer') await mkdir(root, { recursive: true });
   else if (!(await isDirectory(root))) throw new StorageError('storage_mismatch', `the storage root ${root} does not exist; a reader never creates it (start the writer first, or mount the shared root)`);
 
-  const storageId = await ensureStorageIdentity({ root, role: role === 'writer' ? 'writer' : 'reader', pool: options.pool });
+  const storageId = await ensureStorageIdentity({ root, role: role === 'writer' ? 'writer' : 'reader', pool: options.pool, newId: options.newStorageId });
   const blobsDir = resolveInsideRoot(root, BLOBS_DIR);
   const tmpDir = resolveInsideRoot(root, TMP_DIR);
   if (role === 'writer') {

@@ -1,0 +1,51 @@
+/** `arkvory restore --verify`: checks a backup end to end without touching any database or store. */
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { blobRelativePath } from '../paths.ts';
+import { fileChunks, hashStream } from './blob-copy.ts';
+import { checkDatabaseFile, referencedBlobs } from './database-file.ts';
+import { BackupError } from './errors.ts';
+import { DATABASE_FILE, MANIFEST_FILE, openManifest, type SealedManifest } from './manifest.ts';
+
+export interface VerifyReport {
+  backup: string;
+  snapshotTime: string;
+  checked: number;
+  bytes: number;
+  missing: string[];
+  corrupt: Array<{ blob: string; actualSha256: string }>;
+  ok: boolean;
+}
+
+/** Reads and checks the manifest and the database file; throws `backup_invalid` with the reason. */
+export async function openBackup(dir: string): Promise<SealedManifest> {
+  const file = path.join(dir, MANIFEST_FILE);
+  const text = await readFile(file, 'utf8').catch((err: NodeJS.ErrnoException) => {
+    if (err.code === 'ENOENT') throw new BackupError('backup_invalid', `${dir} has no ${MANIFEST_FILE}: it is not a complete backup (an interrupted backup never gets one)`);
+    throw err;
+  });
+  const manifest = openManifest(text, file);
+  await checkDatabaseFile(path.join(dir, DATABASE_FILE), manifest);
+  return manifest;
+}
+
+export async function verifyBackup(dir: string, onProgress?: (done: number, total: number, bytes: number) => void): Promise<VerifyReport> {
+  const manifest = await openBackup(dir);
+  const blobs = await referencedBlobs(path.join(dir, DATABASE_FILE));
+  const report: VerifyReport = { backup: dir, snapshotTime: manifest.snapshotTime, checked: 0, bytes: 0, missing: [], corrupt: [], ok: false };
+  for (const blob of blobs) {
+    try {
+      const seen = await hashStream(fileChunks(path.join(dir, blobRelativePath(blob.sha256))));
+      report.bytes += seen.bytes;
+      if (seen.sha256 !== blob.sha256) report.corrupt.push({ blob: blob.sha256, actualSha256: seen.sha256 });
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      report.missing.push(blob.sha256);
+    }
+    report.checked++;
+    onProgress?.(report.checked, blobs.length, report.bytes);
+  }
+  if (blobs.length !== manifest.blobs.count) throw new BackupError('backup_invalid', `the database file references ${blobs.length} blobs but the manifest lists ${manifest.blobs.count}`);
+  report.ok = report.missing.length === 0 && report.corrupt.length === 0;
+  return report;
+}
