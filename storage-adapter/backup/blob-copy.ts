@@ -76,7 +76,7 @@ async function tryLink(from: string, to: string): Promise<boolean> {
     return true;
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'EXDEV' || code === 'ENOENT' || code === 'EPERM' || code === 'EMLINK') return false;
+    if (code === 'EXDEV' || code === 'ENOENT' || code === 'EPERM' || code === 'EMLINK' || code === 'EROFS') return false;
     if (code === 'EEXIST') return true;
     throw err;
   }
