@@ -201,7 +201,7 @@ export function formatResult(r: CheckResult): string {
 export const doctorCommand: Command = {
   name: 'doctor',
   summary: 'check a configuration without serving (variables, database, migrations, storage, Redis, policy, slot)',
-  usage: `arkvory doctor
+  usage: `Usage: arkvory doctor
 
 Checks the configuration in the environment without serving and prints one line per check:
 ${CHECKS.join(', ')}. Each line starts with ok, FAIL or skip. Nothing is written.
