@@ -18,6 +18,7 @@ import { createPool } from '../database.ts';
 import { startEmbeddedDatabase, type EmbeddedDatabase } from '../embedded-database.ts';
 import { createLogger } from '../logger.ts';
 import { loadConfigOrExit } from '../serve.ts';
+import { prepareDataDir } from '../startup-checks.ts';
 import { openStore } from '../storage.ts';
 import { openCliPool, runningEmbeddedDatabaseUrl } from './cli-database.ts';
 import { parseArgs, UsageError, type Command } from './command.ts';
@@ -134,6 +135,7 @@ async function openRestoreDatabase(env: NodeJS.ProcessEnv): Promise<{ pool: pg.P
   let embedded: EmbeddedDatabase | undefined;
   if (!url) {
     if (await runningEmbeddedDatabaseUrl(config.dataDir)) throw new UsageError(`a gateway is running the embedded database under ${config.dataDir}; stop it first (restore needs the target to itself)`);
+    await prepareDataDir(config.dataDir);
     embedded = await startEmbeddedDatabase(config.dataDir, log);
     url = embedded.url;
   }
