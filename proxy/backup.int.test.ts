@@ -14,6 +14,7 @@ import { bearer, createRepository, createServiceAccount } from '../test/support/
 import { randomContent, request, sha256 } from '../test/support/content.ts';
 import { createTestDatabase, useTestDatabase, type TestDatabase } from '../test/support/database.ts';
 import { CLI, makeTempDir, ROOT, runCli, startGateway, type GatewayProcess } from '../test/support/gateway.ts';
+import { useTestRedis } from '../test/support/redis.ts';
 import { startStaticStore, STORE_KINDS } from '../test/support/static-store.ts';
 
 const KiB = 1024;
@@ -238,4 +239,41 @@ describe('an interrupted backup', () => {
     expect((await runCli(['backup'], env)).code).toBe(2);
     expect((await runCli(['backup', '--keep', '0', destination], env)).code).toBe(2);
   }, 180_000);
+});
+
+describe('rule documents kept in Redis', () => {
+  const db = useTestDatabase();
+  const redis = useTestRedis();
+
+  it('are backed up beside the snapshot and restored into the target Redis, or into the target database without one', async () => {
+    const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    await writer.stop('SIGTERM');
+    const source = { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: writer.dataDir, ARKVORY_REDIS_URL: redis.url, ARKVORY_REDIS_KEY_PREFIX: `${redis.prefix}a:` };
+    const rules = path.join(await makeTempDir('arkvory-rules-'), 'publish.yaml');
+    await writeFile(rules, 'rate_limits:\n  transfer_bytes:\n    - name: bytes_per_principal_per_day\n      action: limit\n      characteristics: [principal]\n      limit: 10000000000\n      period_s: 86400\n');
+    expect((await runCli(['ratelimit', 'publish', rules], source)).code).toBe(0);
+    const destination = await makeTempDir('arkvory-backups-');
+    const backup = await runCli(['backup', destination], source);
+    expect(backup.code, backup.stderr).toBe(0);
+    // Every document the source Redis indexes (publishing writes every limiter's document).
+    const indexed = await redis.client.scard(`${redis.prefix}a:ratelimit:rules::index`);
+    expect(indexed).toBeGreaterThanOrEqual(1);
+    expect(JSON.parse(backup.stdout)).toMatchObject({ ruleDocuments: indexed });
+
+    const published = async (env: Record<string, string>) => {
+      const shown = await runCli(['ratelimit', 'show', 'transfer_bytes'], env);
+      expect(shown.code, shown.stderr).toBe(0);
+      return (JSON.parse(shown.stdout) as { limiters: Array<{ tiers: { published_rules: { rules: Array<{ name: string }> } } }> }).limiters[0]!.tiers.published_rules.rules.map((r) => r.name);
+    };
+    for (const withRedis of [true, false]) {
+      const target = await createTestDatabase({ migrated: false });
+      drops.push(target.drop);
+      const env: Record<string, string> = { ARKVORY_DATABASE_URL: target.url, ARKVORY_DATA_DIR: await makeTempDir(), ...(withRedis ? { ARKVORY_REDIS_URL: redis.url, ARKVORY_REDIS_KEY_PREFIX: `${redis.prefix}b:` } : {}) };
+      const restore = await runCli(['restore', destination], env);
+      expect(restore.code, restore.stderr).toBe(0);
+      expect(JSON.parse(restore.stdout)).toMatchObject({ ruleDocuments: indexed });
+      expect(await published(env), withRedis ? 'in the target Redis' : 'in the target database').toEqual(['bytes_per_principal_per_day']);
+    }
+    expect(await redis.client.exists(`${redis.prefix}b:ratelimit:rules:transfer_bytes`)).toBe(1);
+  }, 120_000);
 });

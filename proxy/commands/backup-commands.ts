@@ -3,17 +3,23 @@
  * Exit codes like scrub: 0 done and clean, 1 failed or found damage, 2 usage.
  */
 import path from 'node:path';
+import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import type pg from 'pg';
 import { listMigrations, migrate } from '../../migrations/runner.ts';
 import { BandwidthGovernor } from '../../policy/bandwidth/index.ts';
 import { systemClock } from '../../policy/clock.ts';
 import { tryLockExclusive, tryLockShared } from '../../policy/lease/barriers.ts';
+import { createPgRuleDocuments } from '../../policy/rate-limit/pg-rule-documents.ts';
+import { createRedisRuleDocuments } from '../../policy/rate-limit/redis-rule-documents.ts';
+import type { RuleDocumentStore } from '../../policy/rate-limit/rule-documents.ts';
+import type { LimiterRules } from '../../policy/rate-limit/rules.ts';
 import { resolveBackup } from '../../storage-adapter/backup/backup-dir.ts';
 import { runBackup } from '../../storage-adapter/backup/backup.ts';
 import { BackupError } from '../../storage-adapter/backup/errors.ts';
 import { runRestore } from '../../storage-adapter/backup/restore.ts';
 import { verifyBackup } from '../../storage-adapter/backup/verify.ts';
+import type { Config } from '../config.ts';
 import { createPool } from '../database.ts';
 import { startEmbeddedDatabase, type EmbeddedDatabase } from '../embedded-database.ts';
 import { createLogger } from '../logger.ts';
@@ -25,6 +31,14 @@ import { parseArgs, UsageError, type Command } from './command.ts';
 import { progressReporter } from './maintenance-commands.ts';
 
 const MiB = 1048576;
+
+/** The rule document store of a configuration with Redis (documents live there, not in the database). */
+async function openRedisRuleDocuments(config: Config): Promise<{ documents: RuleDocumentStore; close(): void }> {
+  const redis = new Redis(config.redisUrl!, { lazyConnect: true, maxRetriesPerRequest: 1, connectTimeout: 5000, retryStrategy: () => null });
+  redis.on('error', () => {});
+  await redis.connect();
+  return { documents: createRedisRuleDocuments(redis, `${config.redisKeyPrefix}ratelimit:rules:`), close: () => redis.disconnect() };
+}
 const progressText = (done: number, total: number, bytes: number) => `${done}/${total} blobs, ${(bytes / MiB).toFixed(1)} MiB`;
 
 function positiveInteger(flags: Map<string, string | true>, name: string): number | undefined {
@@ -69,7 +83,8 @@ export const backupCommand: Command = {
 
 Writes <destination>/arkvory-<time>/ holding database.jsonl (every table read in one database snapshot:
 principals, key hashes, grants, repositories, catalog, rule documents, overrides, upload sessions; leases
-and the shared policy for the record only), blobs/sha256/… (every blob that snapshot references, verified
+and the shared policy for the record only), rule-documents.json (with ARKVORY_REDIS_URL: the published
+rate-limit rules kept in Redis), blobs/sha256/… (every blob that snapshot references, verified
 by sha256 as it is copied) and manifest.json (counts, bytes, snapshot time, its own sha256), written last.
 Runs beside a running writer; uploads published after the snapshot are not in it. Blobs already in an
 earlier backup under <destination> are hard-linked, as are the directory store's blobs when the
@@ -97,6 +112,7 @@ otherwise); a JSON summary on stdout. Exit codes: 0 done, 1 failed (nothing left
       const store = await openStore(config, 'reader', pool);
       const meter = rate === undefined ? undefined : new BandwidthGovernor({ rateBytesPerSec: rate, perPrincipalBytesPerSec: 0, clock: systemClock }).meter('backup');
       const progress = progressReporter('backup');
+      const redisRules = config.redisUrl ? await openRedisRuleDocuments(config) : undefined;
       try {
         const summary = await abortableBySignals((signal) =>
           runBackup({
@@ -109,6 +125,12 @@ otherwise); a JSON summary on stdout. Exit codes: 0 done, 1 failed (nothing left
             keep,
             nowMs: () => systemClock.wallMs(),
             onProgress: (done, total, bytes) => progress.update(progressText(done, total, bytes)),
+            ruleDocuments: redisRules
+              ? async () => {
+                  const limiters = await redisRules.documents.listIndexed();
+                  return Object.fromEntries(await redisRules.documents.read(limiters));
+                }
+              : undefined,
           }),
         );
         progress.done();
@@ -118,6 +140,7 @@ otherwise); a JSON summary on stdout. Exit codes: 0 done, 1 failed (nothing left
         progress.done();
         return failed('backup', err);
       } finally {
+        redisRules?.close();
         await store.close();
       }
     } finally {
@@ -164,7 +187,8 @@ ARKVORY_DATA_DIR, started for the restore) holds no installation and the storage
 ARKVORY_STORAGE_URL) has no storage-id and no blobs; migrates the database, recreates the storage identity
 of the backup, writes every blob through the store (each verified by hash), loads every table in one
 transaction (leases and the shared policy are not restored; unfinished multipart uploads come back
-aborted), then scrubs what it restored. Refused while a gateway or worker of the database runs.
+aborted), writes backed-up Redis rule documents into the target's Redis (ARKVORY_REDIS_URL) or else its
+database, then scrubs what it restored. Refused while a gateway or worker of the database runs.
 Progress on stderr (a bar on a terminal, JSON lines otherwise); a JSON summary on stdout.
 Exit codes: 0 restored and clean, 1 refused, failed or the scrub found damage, 2 usage.`,
   async run(args, env) {
@@ -203,6 +227,16 @@ Exit codes: 0 restored and clean, 1 refused, failed or the scrub found damage, 2
         fsRoot: config.storage.url === undefined ? path.resolve(config.dataDir) : undefined,
         openTarget: (storageId) => openStore(config, 'writer', pool, storageId),
         onProgress: (done, total, bytes) => progress.update(progressText(done, total, bytes)),
+        // Into the target's rule store: its Redis when it has one, else the database.
+        writeRuleDocuments: async (docs) => {
+          const redisRules = config.redisUrl ? await openRedisRuleDocuments(config) : undefined;
+          try {
+            const documents = redisRules?.documents ?? createPgRuleDocuments(pool);
+            await documents.update(Object.keys(docs), () => new Map(Object.entries(docs) as Array<[string, LimiterRules]>));
+          } finally {
+            redisRules?.close();
+          }
+        },
       });
       progress.done();
       process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);

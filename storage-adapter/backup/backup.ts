@@ -3,6 +3,7 @@
  * `<destination>/<name>.<pid>.partial/`, renamed to `<destination>/<name>/` once the sealed manifest is
  * written. An interrupted backup therefore never has a manifest under a backup's name.
  */
+import { createHash } from 'node:crypto';
 import { mkdir, open, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
 import type pg from 'pg';
@@ -12,7 +13,7 @@ import type { Store } from '../store.ts';
 import { backupName, completeBackups, pruneBackups, removeStalePartials } from './backup-dir.ts';
 import { putBlob, type BlobOutcome } from './blob-copy.ts';
 import { dumpDatabase } from './database-dump.ts';
-import { BACKUP_FORMAT, DATABASE_FILE, MANIFEST_FILE, sealManifest, type BackupManifest } from './manifest.ts';
+import { BACKUP_FORMAT, DATABASE_FILE, MANIFEST_FILE, RULE_DOCUMENTS_FILE, sealManifest, type BackupManifest } from './manifest.ts';
 
 export interface BackupOptions {
   readonly destination: string;
@@ -26,12 +27,15 @@ export interface BackupOptions {
   readonly keep?: number | undefined;
   readonly nowMs: () => number;
   readonly onProgress?: ((done: number, total: number, bytes: number) => void) | undefined;
+  /** Rule documents kept outside the database (Redis), by limiter; read right after the snapshot. */
+  readonly ruleDocuments?: (() => Promise<Record<string, unknown>>) | undefined;
 }
 
 export interface BackupSummary {
   backup: string;
   snapshotTime: string;
   tables: Record<string, number>;
+  ruleDocuments: number;
   blobs: { count: number; bytes: number } & Record<BlobOutcome, number>;
   removedPartials: string[];
   pruned: string[];
@@ -58,6 +62,13 @@ export async function runBackup(options: BackupOptions): Promise<BackupSummary> 
   await mkdir(partial);
   try {
     const dump = await dumpDatabase(options.pool, path.join(partial, DATABASE_FILE), options.signal);
+    let ruleDocuments: BackupManifest['ruleDocuments'] = null;
+    if (options.ruleDocuments) {
+      const docs = await options.ruleDocuments();
+      const text = `${JSON.stringify(docs, null, 2)}\n`;
+      await writeFileDurably(path.join(partial, RULE_DOCUMENTS_FILE), text);
+      ruleDocuments = { file: RULE_DOCUMENTS_FILE, count: Object.keys(docs).length, bytes: Buffer.byteLength(text), sha256: createHash('sha256').update(text).digest('hex') };
+    }
     const outcomes: Record<BlobOutcome, number> = { reused: 0, linked: 0, copied: 0 };
     let bytes = 0;
     for (const [i, blob] of dump.blobs.entries()) {
@@ -76,6 +87,7 @@ export async function runBackup(options: BackupOptions): Promise<BackupSummary> 
       tables: dump.tables,
       database: { file: DATABASE_FILE, bytes: dump.bytes, sha256: dump.sha256 },
       blobs: { count: dump.blobs.length, bytes },
+      ruleDocuments,
     };
     options.signal?.throwIfAborted();
     await writeFileDurably(path.join(partial, MANIFEST_FILE), sealManifest(manifest));
@@ -88,6 +100,7 @@ export async function runBackup(options: BackupOptions): Promise<BackupSummary> 
       backup: final,
       snapshotTime: dump.snapshotTime,
       tables: Object.fromEntries(dump.tables.map((t) => [t.name, t.rows])),
+      ruleDocuments: ruleDocuments?.count ?? 0,
       blobs: { count: dump.blobs.length, bytes, ...outcomes },
       removedPartials,
       pruned,

@@ -12,6 +12,7 @@ const manifest: BackupManifest = {
   tables: [{ name: 'arkvory_principals', rows: 2, restored: true }, { name: 'arkvory_gateway_leases', rows: 1, restored: false }],
   database: { file: 'database.jsonl', bytes: 1234, sha256: 'a'.repeat(64) },
   blobs: { count: 3, bytes: 300 },
+  ruleDocuments: null,
 };
 
 describe('backup manifest', () => {

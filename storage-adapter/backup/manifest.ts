@@ -9,6 +9,7 @@ import { BackupError } from './errors.ts';
 export const BACKUP_FORMAT = 'arkvory-backup/1';
 export const MANIFEST_FILE = 'manifest.json';
 export const DATABASE_FILE = 'database.jsonl';
+export const RULE_DOCUMENTS_FILE = 'rule-documents.json';
 
 export interface TableEntry {
   readonly name: string;
@@ -31,6 +32,8 @@ export interface BackupManifest {
   readonly tables: readonly TableEntry[];
   readonly database: { readonly file: typeof DATABASE_FILE; readonly bytes: number; readonly sha256: string };
   readonly blobs: { readonly count: number; readonly bytes: number };
+  /** Rate-limit rule documents kept outside the database (Redis), read right after the snapshot; null when none. */
+  readonly ruleDocuments: { readonly file: typeof RULE_DOCUMENTS_FILE; readonly count: number; readonly bytes: number; readonly sha256: string } | null;
 }
 
 export interface SealedManifest extends BackupManifest {
@@ -71,7 +74,8 @@ export function openManifest(text: string, where: string): SealedManifest {
     Array.isArray(m.tables) &&
     m.tables.every((t) => typeof t.name === 'string' && /^arkvory_[a-z0-9_]+$/.test(t.name) && Number.isInteger(t.rows) && typeof t.restored === 'boolean') &&
     typeof m.database?.sha256 === 'string' &&
-    Number.isInteger(m.blobs?.count);
+    Number.isInteger(m.blobs?.count) &&
+    (m.ruleDocuments === null || (typeof m.ruleDocuments?.sha256 === 'string' && Number.isInteger(m.ruleDocuments.count)));
   if (!ok) throw new BackupError('backup_invalid', `${where} lacks a required field`);
   return m;
 }

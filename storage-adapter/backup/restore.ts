@@ -16,7 +16,7 @@ import { fileChunks } from './blob-copy.ts';
 import { dumpLines, referencedBlobs } from './database-file.ts';
 import { BackupError } from './errors.ts';
 import { DATABASE_FILE, type SealedManifest } from './manifest.ts';
-import { openBackup } from './verify.ts';
+import { openBackup, readRuleDocuments } from './verify.ts';
 
 const INSERT_ROWS = 500;
 /** Rows here mean the database already holds an installation. */
@@ -33,6 +33,8 @@ export interface RestoreOptions {
   /** Opens the target store as the writer, binding a fresh root to `storageId`. */
   readonly openTarget: (storageId: string) => Promise<Store>;
   readonly onProgress?: ((done: number, total: number, bytes: number) => void) | undefined;
+  /** Writes backed-up rule documents (kept outside the database) into the target's rule store. */
+  readonly writeRuleDocuments?: ((docs: Record<string, unknown>) => Promise<void>) | undefined;
 }
 
 export interface RestoreSummary {
@@ -42,6 +44,7 @@ export interface RestoreSummary {
   tables: Record<string, number>;
   blobs: { count: number; bytes: number };
   abortedUploads: number;
+  ruleDocuments: number;
   scrub: ScrubReport;
 }
 
@@ -156,6 +159,8 @@ export async function runRestore(options: RestoreOptions): Promise<RestoreSummar
       options.onProgress?.(i + 1, blobs.length, bytes);
     }
     const abortedUploads = await loadDatabase(options.pool, file, manifest);
+    const ruleDocuments = await readRuleDocuments(options.backup, manifest);
+    if (Object.keys(ruleDocuments).length && options.writeRuleDocuments) await options.writeRuleDocuments(ruleDocuments);
     const scrub = await scrubBlobs(store.tree);
     return {
       backup: options.backup,
@@ -164,6 +169,7 @@ export async function runRestore(options: RestoreOptions): Promise<RestoreSummar
       tables: Object.fromEntries(manifest.tables.filter((t) => t.restored).map((t) => [t.name, t.rows])),
       blobs: { count: blobs.length, bytes },
       abortedUploads,
+      ruleDocuments: Object.keys(ruleDocuments).length,
       scrub,
     };
   } finally {

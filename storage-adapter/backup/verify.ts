@@ -1,11 +1,12 @@
 /** `arkvory restore --verify`: checks a backup end to end without touching any database or store. */
+import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { blobRelativePath } from '../paths.ts';
 import { fileChunks, hashStream } from './blob-copy.ts';
 import { checkDatabaseFile, referencedBlobs } from './database-file.ts';
 import { BackupError } from './errors.ts';
-import { DATABASE_FILE, MANIFEST_FILE, openManifest, type SealedManifest } from './manifest.ts';
+import { DATABASE_FILE, MANIFEST_FILE, openManifest, RULE_DOCUMENTS_FILE, type SealedManifest } from './manifest.ts';
 
 export interface VerifyReport {
   backup: string;
@@ -26,7 +27,17 @@ export async function openBackup(dir: string): Promise<SealedManifest> {
   });
   const manifest = openManifest(text, file);
   await checkDatabaseFile(path.join(dir, DATABASE_FILE), manifest);
+  if (manifest.ruleDocuments) await readRuleDocuments(dir, manifest);
   return manifest;
+}
+
+/** The backed-up rule documents, checked against the manifest. */
+export async function readRuleDocuments(dir: string, manifest: SealedManifest): Promise<Record<string, unknown>> {
+  if (!manifest.ruleDocuments) return {};
+  const file = path.join(dir, RULE_DOCUMENTS_FILE);
+  const text = await readFile(file, 'utf8').catch(() => '');
+  if (createHash('sha256').update(text).digest('hex') !== manifest.ruleDocuments.sha256) throw new BackupError('backup_invalid', `${file} is missing or does not match the manifest`);
+  return JSON.parse(text) as Record<string, unknown>;
 }
 
 export async function verifyBackup(dir: string, onProgress?: (done: number, total: number, bytes: number) => void): Promise<VerifyReport> {
