@@ -235,7 +235,10 @@ describe('an interrupted backup', () => {
     expect(two.pruned).toEqual([one.backup]);
     expect(existsSync(one.backup)).toBe(false);
     expect((await runCli(['restore', '--verify', destination], {})).code).toBe(0);
-    // Usage errors exit 2.
+    // A destination that cannot be created fails at once with a clear line; usage errors exit 2.
+    const unusable = await runCli(['backup', '/proc/sys/arkvory-test/backups'], env);
+    expect(unusable.code).toBe(1);
+    expect(unusable.stderr).toContain('data_dir_unusable: <destination>=/proc/sys/arkvory-test/backups: cannot create /proc/sys/arkvory-test');
     expect((await runCli(['backup'], env)).code).toBe(2);
     expect((await runCli(['backup', '--keep', '0', destination], env)).code).toBe(2);
   }, 180_000);

@@ -34,12 +34,12 @@ function startupCheckError(code: StartupCheckError['code'], message: string, cau
   return new StartupCheckError(code, message, cause === undefined ? undefined : { cause });
 }
 
-async function exists(p: string): Promise<boolean> {
+async function exists(p: string, variable: string): Promise<boolean> {
   return stat(p).then(
     () => true,
     (err: NodeJS.ErrnoException) => {
       if (err.code === 'ENOENT') return false;
-      throw startupCheckError('data_dir_unusable', `ARKVORY_DATA_DIR: cannot inspect ${p} (${err.code ?? err.message})`, err);
+      throw startupCheckError('data_dir_unusable', `${variable}: cannot inspect ${p} (${err.code ?? err.message})`, err);
     },
   );
 }
@@ -49,10 +49,10 @@ async function exists(p: string): Promise<boolean> {
  * `mkdir(…, { recursive: true })` spins forever (blocking the event loop, so even SIGTERM waits)
  * under some kernel trees such as /proc/sys, where a missing entry is refused with ENOENT.
  */
-export async function prepareDataDir(dir: string): Promise<void> {
+export async function prepareDataDir(dir: string, variable = 'ARKVORY_DATA_DIR'): Promise<void> {
   const target = path.resolve(dir);
   const missing: string[] = [];
-  for (let at = target; !(await exists(at)); at = path.dirname(at)) {
+  for (let at = target; !(await exists(at, variable)); at = path.dirname(at)) {
     missing.unshift(at);
     if (path.dirname(at) === at) break;
   }
@@ -62,14 +62,14 @@ export async function prepareDataDir(dir: string): Promise<void> {
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
       if (code === 'EEXIST') continue;
-      throw startupCheckError('data_dir_unusable', `ARKVORY_DATA_DIR=${dir}: cannot create ${d} (${code ?? (err as Error).message}); choose a directory this user can create and write`, err);
+      throw startupCheckError('data_dir_unusable', `${variable}=${dir}: cannot create ${d} (${code ?? (err as Error).message}); choose a directory this user can create and write`, err);
     }
   }
   const s = await stat(target);
-  if (!s.isDirectory()) throw startupCheckError('data_dir_unusable', `ARKVORY_DATA_DIR=${dir} is not a directory`);
+  if (!s.isDirectory()) throw startupCheckError('data_dir_unusable', `${variable}=${dir} is not a directory`);
   try {
     await access(target, constants.W_OK | constants.X_OK);
   } catch (err) {
-    throw startupCheckError('data_dir_unusable', `ARKVORY_DATA_DIR=${dir} is not writable by this user (${(err as NodeJS.ErrnoException).code ?? ''}); choose another directory or fix its owner`, err);
+    throw startupCheckError('data_dir_unusable', `${variable}=${dir} is not writable by this user (${(err as NodeJS.ErrnoException).code ?? ''}); choose another directory or fix its owner`, err);
   }
 }

@@ -68,9 +68,11 @@ async function abortableBySignals<T>(work: (signal: AbortSignal) => Promise<T>):
   }
 }
 
+/** Our errors and the file system's (EACCES, ENOSPC, …) as one line on stderr, exit 1; anything else is a bug and keeps its stack. */
 function failed(name: string, err: unknown): number {
-  if (err instanceof BackupError || (err instanceof Error && err.message.startsWith('stopped by SIG'))) {
-    process.stderr.write(`arkvory ${name}: ${err instanceof BackupError ? `${err.code}: ` : ''}${err.message}\n`);
+  const code = (err as { code?: unknown } | undefined)?.code;
+  if (err instanceof Error && (typeof code === 'string' || err.message.startsWith('stopped by SIG'))) {
+    process.stderr.write(`arkvory ${name}: ${typeof code === 'string' ? `${code}: ` : ''}${err.message}\n`);
     return 1;
   }
   throw err;
@@ -101,6 +103,12 @@ otherwise); a JSON summary on stdout. Exit codes: 0 done, 1 failed (nothing left
     const keep = positiveInteger(flags, 'keep');
     const rate = positiveInteger(flags, 'bytes-per-second');
     const config = loadConfigOrExit(env);
+    // Before anything is read: a destination that cannot be created fails at once (see prepareDataDir).
+    try {
+      await prepareDataDir(destination, '<destination>');
+    } catch (err) {
+      return failed('backup', err);
+    }
     const pool = await openCliPool(env);
     const barrier = await pool.connect();
     try {
@@ -157,7 +165,7 @@ async function openRestoreDatabase(env: NodeJS.ProcessEnv): Promise<{ pool: pg.P
   let url = config.databaseUrl;
   let embedded: EmbeddedDatabase | undefined;
   if (!url) {
-    if (await runningEmbeddedDatabaseUrl(config.dataDir)) throw new UsageError(`a gateway is running the embedded database under ${config.dataDir}; stop it first (restore needs the target to itself)`);
+    if (await runningEmbeddedDatabaseUrl(config.dataDir)) throw new BackupError('target_busy', `a gateway is running the embedded database under ${config.dataDir}; stop it first (restore needs the target to itself)`);
     await prepareDataDir(config.dataDir);
     embedded = await startEmbeddedDatabase(config.dataDir, log);
     url = embedded.url;
@@ -168,7 +176,7 @@ async function openRestoreDatabase(env: NodeJS.ProcessEnv): Promise<{ pool: pg.P
   } catch (err) {
     await pool.end();
     await embedded?.stop();
-    throw new UsageError(`cannot prepare the target database: ${(err as Error).message}`);
+    throw new BackupError('target_busy', `cannot prepare the target database: ${(err as Error).message}`, { cause: err });
   }
   return embedded ? { pool, embedded } : { pool };
 }
@@ -212,7 +220,13 @@ Exit codes: 0 restored and clean, 1 refused, failed or the scrub found damage, 2
       }
     }
     const config = loadConfigOrExit(env);
-    const { pool, embedded } = await openRestoreDatabase(env);
+    let opened: Awaited<ReturnType<typeof openRestoreDatabase>>;
+    try {
+      opened = await openRestoreDatabase(env);
+    } catch (err) {
+      return failed('restore', err);
+    }
+    const { pool, embedded } = opened;
     const barrier = await pool.connect();
     try {
       if (!(await tryLockExclusive(barrier, 'maintenance'))) {

@@ -1,9 +1,10 @@
-/** Stable codes of backup, verify and restore. The CLI maps `target_not_empty` and `usage`-like ones to exit 2. */
+/** Stable codes of backup, verify and restore; the CLI prints `<code>: <message>` and exits 1. */
 export const BACKUP_ERRORS = {
   backup_invalid: 'The backup is incomplete or damaged.',
   blob_corrupt: 'A blob does not match its sha256.',
   blob_missing: 'A blob the catalog references is missing.',
   target_not_empty: 'The restore target is not empty.',
+  target_busy: 'The restore target is in use or cannot be prepared.',
   schema_newer: 'The backup was made by a newer schema than this code knows.',
 } as const;
 
