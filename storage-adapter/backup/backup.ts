@@ -4,7 +4,7 @@
  * written. An interrupted backup therefore never has a manifest under a backup's name.
  */
 import { createHash } from 'node:crypto';
-import { mkdir, open, rename, rm } from 'node:fs/promises';
+import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type pg from 'pg';
 import type { ByteMeter } from '../byte-meter.ts';
@@ -60,6 +60,8 @@ export async function runBackup(options: BackupOptions): Promise<BackupSummary> 
   if (earlier.some((dir) => path.basename(dir) === name)) name = `${name}-${process.pid}`;
   const partial = path.join(destination, `${name}.${process.pid}.partial`);
   await mkdir(partial);
+  // Hard links only within one filesystem; across, a blob is copied in one pass (read, hash, write).
+  const fsRoot = options.fsRoot !== undefined && (await stat(options.fsRoot)).dev === (await stat(partial)).dev ? options.fsRoot : undefined;
   try {
     const dump = await dumpDatabase(options.pool, path.join(partial, DATABASE_FILE), options.signal);
     let ruleDocuments: BackupManifest['ruleDocuments'] = null;
@@ -73,7 +75,7 @@ export async function runBackup(options: BackupOptions): Promise<BackupSummary> 
     let bytes = 0;
     for (const [i, blob] of dump.blobs.entries()) {
       options.signal?.throwIfAborted();
-      outcomes[await putBlob(partial, blob, earlier, { store: options.store, fsRoot: options.fsRoot, meter: options.meter, signal: options.signal })]++;
+      outcomes[await putBlob(partial, blob, earlier, { store: options.store, fsRoot, meter: options.meter, signal: options.signal })]++;
       bytes += blob.sizeBytes;
       options.onProgress?.(i + 1, dump.blobs.length, bytes);
     }

@@ -16,7 +16,7 @@ export type BlobOutcome = 'reused' | 'linked' | 'copied';
 
 export interface BlobSource {
   readonly store: Store;
-  /** The directory store's root, when the store is one: its blobs can be hard-linked. */
+  /** The directory store's root when it is on the backup's filesystem: its blobs are hard-linked (after hashing). */
   readonly fsRoot?: string | undefined;
   readonly meter?: ByteMeter | undefined;
   readonly signal?: AbortSignal | undefined;
