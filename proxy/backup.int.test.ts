@@ -235,6 +235,23 @@ describe('an interrupted backup', () => {
     expect(two.pruned).toEqual([one.backup]);
     expect(existsSync(one.backup)).toBe(false);
     expect((await runCli(['restore', '--verify', destination], {})).code).toBe(0);
+
+    // Restore onto the embedded default: a fresh data dir, no ARKVORY_DATABASE_URL; then `serve` on it.
+    const embeddedDir = await makeTempDir();
+    const restored = await runCli(['restore', destination], { ARKVORY_DATA_DIR: embeddedDir });
+    expect(restored.code, restored.stderr).toBe(0);
+    expect(JSON.parse(restored.stdout)).toMatchObject({ blobs: { count: 9 }, scrub: { corrupt: [] } });
+    expect(existsSync(path.join(embeddedDir, '.pg', 'postmaster.pid')), 'the embedded PostgreSQL was stopped').toBe(false);
+    const embeddedGw = await startGateway({ dataDir: embeddedDir });
+    const got = await request(`${embeddedGw.url}/api/v1/repositories/bk/artifacts/later.bin/content`, { headers: bearer(writer.key) });
+    expect(got.status).toBe(200);
+    expect(got.body.length).toBe(1000);
+    expect(existsSync(path.join(embeddedDir, 'admin.key')), 'no new admin: the restored principals are there').toBe(false);
+    const busy = await runCli(['restore', destination], { ARKVORY_DATA_DIR: embeddedDir });
+    expect(busy.code).toBe(1);
+    expect(busy.stderr).toContain('target_busy: a gateway is running the embedded database');
+    await embeddedGw.stop('SIGTERM');
+
     // A destination that cannot be created fails at once with a clear line; usage errors exit 2.
     const unusable = await runCli(['backup', '/proc/sys/arkvory-test/backups'], env);
     expect(unusable.code).toBe(1);
