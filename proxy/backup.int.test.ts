@@ -90,6 +90,12 @@ describe.each(STORE_KINDS)('backup and restore (%s store)', (kind) => {
     }
     const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: gw.dataDir, ARKVORY_STORAGE_URL: sourceStore?.url };
     const destination = await makeTempDir('arkvory-backups-');
+    // Coordination state a shared-profile installation would have (read only at start, so the running standalone writer is unaffected).
+    await db.pool.query('INSERT INTO arkvory_download_policy (slots, download_bytes_per_second, download_bytes_per_second_per_principal) VALUES (2, 2097152, 0)');
+    await db.pool.query(
+      `INSERT INTO arkvory_gateway_leases (slot, owner, generation, role, acquired_at, renewed_at, expires_at)
+       VALUES (1, gen_random_uuid(), 1, 'reader', clock_timestamp(), clock_timestamp(), clock_timestamp() + interval '10 seconds')`,
+    );
 
     const stop = { done: false };
     const during: Upload[] = [];
@@ -114,7 +120,8 @@ describe.each(STORE_KINDS)('backup and restore (%s store)', (kind) => {
     }
     const manifest = JSON.parse(await readFile(path.join(summary.backup, 'manifest.json'), 'utf8')) as { tables: Array<{ name: string; rows: number; restored: boolean }>; sha256: string; snapshotTime: string };
     expect(manifest.sha256).toMatch(/^[0-9a-f]{64}$/);
-    expect(manifest.tables.find((t) => t.name === 'arkvory_gateway_leases')?.restored).toBe(false);
+    expect(manifest.tables.find((t) => t.name === 'arkvory_gateway_leases')).toEqual({ name: 'arkvory_gateway_leases', rows: 1, restored: false });
+    expect(manifest.tables.find((t) => t.name === 'arkvory_download_policy')).toEqual({ name: 'arkvory_download_policy', rows: 1, restored: false });
 
     // Restore into a fresh database and a fresh root.
     const target = await createTestDatabase({ migrated: false });
@@ -136,6 +143,7 @@ describe.each(STORE_KINDS)('backup and restore (%s store)', (kind) => {
     const grants = (pool: TestDatabase['pool']) => pool.query(`SELECT p.name, g.repository, g.permission FROM arkvory_grants g JOIN arkvory_principals p ON p.id = g.principal_id ORDER BY 1, 2`).then((r) => r.rows);
     expect(await grants(target.pool)).toEqual(await grants(db.pool));
     expect((await target.pool.query('SELECT 1 FROM arkvory_gateway_leases')).rowCount).toBe(0);
+    expect((await target.pool.query('SELECT 1 FROM arkvory_download_policy')).rowCount).toBe(0);
 
     // A gateway on the restored pair serves every restored artifact byte-exact; keys and grants still hold.
     await gw.stop('SIGTERM');
