@@ -61,7 +61,7 @@ afterAll(async () => {
 });
 
 describe('README quick start', () => {
-  it('runs command by command on a fresh data dir: ready, doctor, a 404 before the grant, upload, Range, resume, a ceiling', async () => {
+  it('runs command by command on a fresh data dir: ready, doctor, a 404 before the grant, upload, Range, resume, backup, a ceiling', async () => {
     const commands = quickstartCommands(await readFile(README, 'utf8'));
     expect(commands.length).toBeGreaterThan(10);
     const work = await makeTempDir('arkvory-quickstart-');
@@ -109,6 +109,8 @@ describe('README quick start', () => {
     expect(out('arkvory -- doctor')).toMatch(/^ok {3}database: .*embedded/m);
     expect(out("-w '%{http_code}")).toBe('404\n');
     expect(JSON.parse(out('curl -fsS -H "$AUTH" -T demo.bin'))).toMatchObject({ sizeBytes: 2_000_000 });
+    expect(JSON.parse(out('arkvory -- backup'))).toMatchObject({ blobs: { count: 1, bytes: 2_000_000 } });
+    expect(JSON.parse(out('restore --verify'))).toMatchObject({ ok: true, checked: 1 });
     // The ceiling: bytes ≤ rate × t + burst, so the measured speed stays under rate × size / (size − burst).
     const rate = 1048576;
     const speed = Number(/^([\d.]+) bytes\/s$/.exec(out('speed_download').trim())![1]);
