@@ -265,6 +265,10 @@ describe('an interrupted backup', () => {
     expect(unusable.code).toBe(1);
     expect(unusable.stderr).toContain('data_dir_unusable: <destination>=/proc/sys/arkvory-test/backups: cannot create /proc/sys/arkvory-test');
     expect((await runCli(['backup'], env)).code).toBe(2);
+    // The wrong storage root for this database: one line naming the mismatch, no stack.
+    const foreign = await runCli(['backup', destination], { ...env, ARKVORY_DATA_DIR: await makeTempDir() });
+    expect(foreign.code).toBe(1);
+    expect(foreign.stderr).toMatch(/^arkvory backup: storage_mismatch: /);
     expect((await runCli(['backup', '--keep', '0', destination], env)).code).toBe(2);
   }, 180_000);
 });

@@ -8,6 +8,7 @@ import { pino } from 'pino';
 import type pg from 'pg';
 import { listMigrations, migrate } from '../../migrations/runner.ts';
 import { BandwidthGovernor } from '../../policy/bandwidth/index.ts';
+import { MAX_RATE_BYTES_PER_SEC } from '../../policy/bandwidth/token-bucket.ts';
 import { systemClock } from '../../policy/clock.ts';
 import { tryLockExclusive, tryLockShared } from '../../policy/lease/barriers.ts';
 import { createPgRuleDocuments } from '../../policy/rate-limit/pg-rule-documents.ts';
@@ -19,6 +20,7 @@ import { runBackup } from '../../storage-adapter/backup/backup.ts';
 import { BackupError } from '../../storage-adapter/backup/errors.ts';
 import { runRestore } from '../../storage-adapter/backup/restore.ts';
 import { verifyBackup } from '../../storage-adapter/backup/verify.ts';
+import type { Store } from '../../storage-adapter/store.ts';
 import type { Config } from '../config.ts';
 import { createPool } from '../database.ts';
 import { startEmbeddedDatabase, type EmbeddedDatabase } from '../embedded-database.ts';
@@ -41,11 +43,11 @@ async function openRedisRuleDocuments(config: Config): Promise<{ documents: Rule
 }
 const progressText = (done: number, total: number, bytes: number) => `${done}/${total} blobs, ${(bytes / MiB).toFixed(1)} MiB`;
 
-function positiveInteger(flags: Map<string, string | true>, name: string): number | undefined {
+function positiveInteger(flags: Map<string, string | true>, name: string, max = Number.MAX_SAFE_INTEGER): number | undefined {
   const raw = flags.get(name);
   if (raw === undefined) return undefined;
   const n = Number(raw);
-  if (raw === true || !Number.isSafeInteger(n) || n < 1) throw new UsageError(`--${name} must be a positive integer (got ${String(raw)})`);
+  if (raw === true || !Number.isSafeInteger(n) || n < 1 || n > max) throw new UsageError(`--${name} must be an integer from 1 to ${max} (got ${String(raw)})`);
   return n;
 }
 
@@ -101,7 +103,7 @@ otherwise); a JSON summary on stdout. Exit codes: 0 done, 1 failed (nothing left
     const { flags, positionals } = parseArgs(args);
     const destination = onePositional(positionals, '<destination> directory');
     const keep = positiveInteger(flags, 'keep');
-    const rate = positiveInteger(flags, 'bytes-per-second');
+    const rate = positiveInteger(flags, 'bytes-per-second', MAX_RATE_BYTES_PER_SEC);
     const config = loadConfigOrExit(env);
     // Before anything is read: a destination that cannot be created fails at once (see prepareDataDir).
     try {
@@ -117,7 +119,12 @@ otherwise); a JSON summary on stdout. Exit codes: 0 done, 1 failed (nothing left
         process.stderr.write('arkvory backup: refused: gc or scrub is running on this database (it holds the maintenance barrier); try again when it is done\n');
         return 1;
       }
-      const store = await openStore(config, 'reader', pool);
+      let store: Store;
+      try {
+        store = await openStore(config, 'reader', pool);
+      } catch (err) {
+        return failed('backup', err);
+      }
       const meter = rate === undefined ? undefined : new BandwidthGovernor({ rateBytesPerSec: rate, perPrincipalBytesPerSec: 0, clock: systemClock }).meter('backup');
       const progress = progressReporter('backup');
       const redisRules = config.redisUrl ? await openRedisRuleDocuments(config) : undefined;
