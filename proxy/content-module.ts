@@ -27,7 +27,7 @@ export interface ContentModuleDeps {
 export async function openContentModule(services: Services, deps: ContentModuleDeps): Promise<{ routes: Route[]; store: Store }> {
   const { config } = services;
   const caches = createContentCaches(services);
-  const store = caches.store(await openStore(config, config.role === 'reader' ? 'reader' : 'writer', services.pool, caches.openFiles));
+  const store = caches.store(await openStore(config, config.role === 'reader' ? 'reader' : 'writer', services.pool, { openFiles: caches.openFiles }));
   services.onClose.push(() => store.close());
   services.metrics?.watchCaches(() => caches.stats());
   services.log.info({ storageId: store.storageId, writable: store.writable, store: store.kind, location: store.location }, 'storage root verified');

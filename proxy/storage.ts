@@ -10,9 +10,18 @@ import type { StorageRole } from '../storage-adapter/identity.ts';
 import type { Store } from '../storage-adapter/store.ts';
 import type { Config } from './config.ts';
 
-/** `openFiles` applies to the directory store only (the HTTP store has no descriptors to keep). */
-export function openStore(config: Config, role: StorageRole | 'worker', pool: pg.Pool, openFiles?: OpenFileCache): Promise<Store> {
+/**
+ * `openFiles` applies to the directory store only (the HTTP store has no descriptors to keep).
+ * `newStorageId`: the id a fresh root gets (restore recreates the backed-up identity).
+ */
+export function openStore(
+  config: Config,
+  role: StorageRole | 'worker',
+  pool: pg.Pool,
+  options: { openFiles?: OpenFileCache | undefined; newStorageId?: string | undefined } = {},
+): Promise<Store> {
   const { url, connectTimeoutMs, timeoutMs } = config.storage;
-  if (url !== undefined) return openHttpStore({ url, role, pool, connectTimeoutMs, timeoutMs });
-  return openFsStore({ root: config.dataDir, role, pool, openFiles });
+  const { openFiles, newStorageId } = options;
+  if (url !== undefined) return openHttpStore({ url, role, pool, connectTimeoutMs, timeoutMs, newStorageId });
+  return openFsStore({ root: config.dataDir, role, pool, openFiles, newStorageId });
 }

@@ -126,13 +126,14 @@ export async function openFsStore(options: {
   pool: pg.Pool;
   /** Reuse descriptors of hot blobs (content-addressed, so never stale while the process runs). */
   openFiles?: OpenFileCache | undefined;
+  newStorageId?: string | undefined;
 }): Promise<Store> {
   const root = path.resolve(options.root);
   const { role } = options;
   if (role === 'writer') await mkdir(root, { recursive: true });
   else if (!(await isDirectory(root))) throw new StorageError('storage_mismatch', `the storage root ${root} does not exist; a reader never creates it (start the writer first, or mount the shared root)`);
 
-  const storageId = await ensureStorageIdentity({ root, role: role === 'writer' ? 'writer' : 'reader', pool: options.pool });
+  const storageId = await ensureStorageIdentity({ root, role: role === 'writer' ? 'writer' : 'reader', pool: options.pool, newId: options.newStorageId });
   const blobsDir = resolveInsideRoot(root, BLOBS_DIR);
   const tmpDir = resolveInsideRoot(root, TMP_DIR);
   if (role === 'writer') {

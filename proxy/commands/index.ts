@@ -1,4 +1,5 @@
 import { grantsCommand, keysCommand, principalsCommand, reposCommand } from './auth-commands.ts';
+import { backupCommand, restoreCommand } from './backup-commands.ts';
 import type { Command } from './command.ts';
 import { doctorCommand } from './doctor-command.ts';
 import { gcCommand, scrubCommand } from './maintenance-commands.ts';
@@ -11,4 +12,4 @@ import { rulesServiceCommand } from './rules-service-command.ts';
 import { serveCommand } from './serve-command.ts';
 
 /** Every `arkvory` subcommand, in the order `--help` lists them. */
-export const COMMANDS: readonly Command[] = [serveCommand, migrateCommand, doctorCommand, principalsCommand, keysCommand, reposCommand, grantsCommand, policyCommand, ratelimitCommand, rulesServiceCommand, scrubCommand, gcCommand, presignSecretCommand, getCommand, putCommand, presignCommand];
+export const COMMANDS: readonly Command[] = [serveCommand, migrateCommand, doctorCommand, principalsCommand, keysCommand, reposCommand, grantsCommand, policyCommand, ratelimitCommand, rulesServiceCommand, scrubCommand, gcCommand, backupCommand, restoreCommand, presignSecretCommand, getCommand, putCommand, presignCommand];
