@@ -7,7 +7,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, vi } from 'vitest';
 import { freeLoopbackPort } from './embedded-database.ts';
 import { loadOpenApiDocument, undescribedResponses } from './openapi/contract.ts';
 import { RULES_SERVICE_OPENAPI_PATH } from './openapi/rules-service-contract.ts';
@@ -233,7 +233,15 @@ describe('external rules service (Phase 3) with real processes', () => {
       expect(res.status).toBe(200);
       expect(res.headers.get('ratelimit-policy')).toBe('"limit_requests_by_principal";q=12000;w=60');
       expect(await rulesServiceCount(gw.url, 'invalid')).toBe(1);
-      const warning = gw.logLines().find((l) => l.msg === 'rules service answer unusable; local rate-limit rules apply');
+      // The counter moves before pino's line has crossed the stdout pipe: wait for the line.
+      const warning = await vi.waitFor(
+        () => {
+          const line = gw.logLines().find((l) => l.msg === 'rules service answer unusable; local rate-limit rules apply');
+          if (!line) throw new Error('no "rules service answer unusable" log line yet');
+          return line;
+        },
+        { timeout: 5_000, interval: 50 },
+      );
       expect(warning).toMatchObject({ result: 'invalid', code: 'rules_service_invalid', limiter: 'gateway_request' });
       expect(String((warning!.problems as string[])[0])).toMatch(/action must be one of limit, log, skip/);
     } finally {

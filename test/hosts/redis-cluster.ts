@@ -121,7 +121,10 @@ export async function startRedisCluster(): Promise<RedisClusterHandle> {
           const table = await slotTable();
           const covered = table.reduce((sum, [from, to]) => sum + (to - from + 1), 0);
           const live = new Set(alive().map((n) => n.port));
-          if (covered === 16384 && table.every(([, , ports]) => live.has(ports[0]!))) return;
+          // Healthy also means every primary has its replica attached (redis-cli --cluster create
+          // returns before the replicas have synced; a failover test needs them).
+          const replicated = table.every(([, , ports]) => ports.length >= 2) || nodes.length < 2 * table.length;
+          if (covered === 16384 && table.every(([, , ports]) => live.has(ports[0]!)) && replicated) return;
         }
         if (Date.now() > deadline) throw new Error(`the Redis Cluster did not become healthy within ${timeoutMs} ms`);
         await sleep(100);
