@@ -162,7 +162,7 @@ export function createGatewayServer(options: {
       const badCredentials = err.rawPacket !== undefined && hasMalformedAuthorization(err.rawPacket);
       const status = badCredentials ? '401 Unauthorized' : '400 Bad Request';
       const body = JSON.stringify(badCredentials ? { code: 'unauthorized', message: 'A valid API key is required.' } : { code: 'invalid_request', message: 'Malformed HTTP request.' });
-      const extra = badCredentials ? `www-authenticate: ${WWW_AUTHENTICATE}\r\n` : '';
+      const extra = badCredentials ? WWW_AUTHENTICATE.map((c) => `www-authenticate: ${c}\r\n`).join('') : '';
       // Every response carries x-request-id (the contract); the head could not be read, so a new one.
       socket.end(`HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${randomUUID()}\r\n${extra}connection: close\r\n\r\n${body}`);
     } else {

@@ -156,6 +156,34 @@ describe('pip with credentials in the URL (Basic)', () => {
   });
 });
 
+describe('Maven with a settings.xml server entry (Basic)', () => {
+  // The documented docs/clients.md example, run as written: the wagon plugin comes from Maven Central
+  // (a registry this machine reaches) into a local repository of the test's own.
+  it('downloads a jar through the wagon plugin with the key from settings.xml, and fails with a wrong key', { timeout: 240_000 }, async () => {
+    const jar = randomContent(70_000);
+    const asset = '/api/v1/repositories/dl/packages/app/1.0/assets/app-1.0.jar';
+    expect((await request(`${gw.url}${asset}`, { method: 'PUT', headers: { ...bearer(owner.key), 'content-digest': contentDigest(jar) }, body: jar })).status).toBe(201);
+    const settings = path.join(dir, 'settings.xml');
+    await writeFile(settings, '<settings><servers><server><id>arkvory</id><username>ci</username><password>${env.ARKVORY_KEY}</password></server></servers></settings>\n');
+    const mvn = (key: string, out: string) =>
+      new Promise<{ code: number | null; output: string }>((resolve, reject) => {
+        const child = spawn('mvn', ['-B', '-s', settings, `-Dmaven.repo.local=${path.join(os.homedir(), '.m2', 'repository')}`, 'org.codehaus.mojo:wagon-maven-plugin:2.0.2:download-single', '-Dwagon.serverId=arkvory', `-Dwagon.url=${gw.url}/api/v1/repositories/dl/packages/app/1.0`, '-Dwagon.fromFile=assets/app-1.0.jar/content', `-Dwagon.toFile=${out}`], { cwd: dir, env: { ...process.env, ARKVORY_KEY: key }, stdio: ['ignore', 'pipe', 'pipe'] });
+        let output = '';
+        child.stdout.on('data', (d: Buffer) => (output += d.toString()));
+        child.stderr.on('data', (d: Buffer) => (output += d.toString()));
+        child.on('error', (err: NodeJS.ErrnoException) => reject(new Error(err.code === 'ENOENT' ? 'mvn is not on PATH; on Debian: apt-get install -y maven' : err.message)));
+        child.on('close', (code) => resolve({ code, output }));
+      });
+    const ok = await mvn(owner.key, path.join(dir, 'app-1.0.jar'));
+    expect(ok.code, ok.output.slice(-3000)).toBe(0);
+    expect((await readFile(path.join(dir, 'app-1.0.jar'))).equals(jar)).toBe(true);
+    const denied = await mvn(`ark_${owner.keyId}_${'A'.repeat(43)}`, path.join(dir, 'denied.jar'));
+    expect(denied.code).not.toBe(0);
+    expect(denied.output).toMatch(/401|Unauthorized|Not authorized/i);
+    expect(existsSync(path.join(dir, 'denied.jar'))).toBe(false);
+  });
+});
+
 describe('pre-signed links', () => {
   it('open GET/HEAD of that one target with no header, charged to the presigning principal', async () => {
     const link = await presign(owner.key, target, { expiresInSeconds: 3600 });

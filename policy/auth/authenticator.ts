@@ -39,7 +39,11 @@ export interface AuthenticatorOptions {
 }
 
 /** Both schemes in one challenge (RFC 9110 §11.6.1): wget and browsers answer the Basic one. */
-export const WWW_AUTHENTICATE = 'Bearer realm="arkvory", Basic realm="arkvory"';
+/**
+ * One challenge per header line: RFC 9110 allows several in one line, but Apache HttpClient 4 (Maven's
+ * wagon) reads only the first scheme of each line and would never see Basic.
+ */
+export const WWW_AUTHENTICATE = ['Bearer realm="arkvory"', 'Basic realm="arkvory"'];
 const UNAUTHORIZED_HEADERS = { 'www-authenticate': WWW_AUTHENTICATE };
 
 export function unauthorized(): PolicyError {
