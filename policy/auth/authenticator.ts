@@ -7,6 +7,12 @@
  * and it is trusted only while the last successful poll is younger than 1.5 s; otherwise every
  * lookup goes to the database. So a revoked key stops working on every gateway within 2 s even when
  * notifications are lost, and a gateway that cannot reach the database answers 503, never stale.
+ *
+ * Unknown key ids cost no query: with the epoch the gateway loads the set of every key id (at most
+ * `maxKnownKeys`, default 100,000). While the cache is trusted, an id outside the set is refused at
+ * once, so a flood of random keys reaches neither PostgreSQL nor the LRU (which it would otherwise
+ * wash out). Creating a key bumps the epoch, which drops the set; it is reloaded on the next poll.
+ * Past `maxKnownKeys` keys the set is not kept and every unknown id is looked up (cached per id).
  */
 import pg from 'pg';
 import type { Logger } from 'pino';
@@ -33,6 +39,8 @@ export interface AuthenticatorOptions {
   clock: Clock;
   log: Logger;
   maxEntries?: number;
+  /** Most key ids held in the known-key set (the negative cache); more keys disable it. */
+  maxKnownKeys?: number;
   pollIntervalMs?: number;
   freshnessMs?: number;
   lastUsedIntervalMs?: number;
@@ -79,6 +87,8 @@ export class Authenticator {
   readonly #grants: BoundedCache<Map<string, Permission>>;
   readonly #lastUsedWritten = new BoundedCache<number>(10_000);
   #epoch: string | undefined;
+  /** Every key id as of `#epoch`; `too_many` past maxKnownKeys; undefined until loaded. */
+  #knownKeyIds: ReadonlySet<string> | 'too_many' | undefined;
   #epochCheckedAtMs = Number.NEGATIVE_INFINITY;
   #pollTimer: NodeJS.Timeout | undefined;
   #listener: pg.Client | undefined;
@@ -120,6 +130,19 @@ export class Authenticator {
   #invalidate(): void {
     this.#keys.clear();
     this.#grants.clear();
+    this.#knownKeyIds = undefined;
+  }
+
+  /** How many key ids the negative cache holds, or undefined when it is not in use. */
+  get knownKeyCount(): number | undefined {
+    const known = this.#knownKeyIds;
+    return known === undefined || known === 'too_many' ? undefined : known.size;
+  }
+
+  async #loadKnownKeyIds(): Promise<void> {
+    const max = this.#options.maxKnownKeys ?? 100_000;
+    const r = await this.#pool.query<{ key_id: string }>('SELECT key_id FROM arkvory_api_keys LIMIT $1', [max + 1]);
+    this.#knownKeyIds = r.rows.length > max ? 'too_many' : new Set(r.rows.map((row) => row.key_id));
   }
 
   async #poll(): Promise<void> {
@@ -130,6 +153,9 @@ export class Authenticator {
         this.#invalidate();
         this.#epoch = epoch;
       }
+      // Read after the epoch: the set holds at least every key of that epoch, and a later insert
+      // moves the epoch, so the set is never trusted without a key it should hold.
+      if (this.#knownKeyIds === undefined) await this.#loadKnownKeyIds();
       this.#epochCheckedAtMs = this.#options.clock.monotonicMs();
       this.#pollWarned = false;
     } catch (err) {
@@ -158,8 +184,10 @@ export class Authenticator {
     try {
       await client.connect();
       await client.query('LISTEN arkvory_auth');
-      // Anything changed while we were not listening must not survive in the cache.
+      // Anything changed while we were not listening must not survive in the cache; reload the
+      // known-key set at once rather than at the next poll.
       this.#invalidate();
+      await this.#poll();
     } catch (err) {
       this.#options.log.warn({ err: { message: (err as Error).message } }, 'auth LISTEN failed; relying on polling');
       retry();
@@ -169,6 +197,8 @@ export class Authenticator {
   async #loadKey(keyId: string): Promise<KeyEntry | null> {
     const trusted = this.isCacheTrusted;
     if (trusted) {
+      const known = this.#knownKeyIds;
+      if (known !== undefined && known !== 'too_many' && !known.has(keyId)) return null;
       const cached = this.#keys.get(keyId);
       if (cached !== undefined) return cached;
     }
