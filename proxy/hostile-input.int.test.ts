@@ -49,3 +49,63 @@ describe('hostile rule regexes', () => {
     expect(await gw.stop()).toBe(0);
   });
 });
+
+describe('repeated authentication failures (shipped auth_failure default)', () => {
+  it('bans the address after 20 failures with 429 and Retry-After from the ban end, and logs the ban once', async () => {
+    const account = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+    const gw = await startGateway({ env: redisEnv() });
+    const wrong = `ark_${account.keyId}_${'A'.repeat(43)}`;
+    const get = (key: string) => fetch(`${gw.url}/api/v1/admin/rate-limits`, { headers: bearer(key) });
+    // 20 failures are within the limit; the 21st passes it and starts the 900 s ban (it is still a 401).
+    for (let i = 0; i < 21; i++) expect((await get(wrong)).status, `failure ${i + 1}`).toBe(401);
+    const t0 = Date.now();
+    for (const key of [wrong, account.key]) {
+      const banned = await get(key);
+      expect(banned.status).toBe(429);
+      expect(((await banned.json()) as { code: string }).code).toBe('rate_limited');
+      const retryAfter = Number(banned.headers.get('retry-after'));
+      // Retry-After is the ban's end (900 s from the 21st failure), not the 60 s window's.
+      expect(retryAfter).toBeGreaterThan(900 - Math.ceil((Date.now() - t0) / 1000) - 2);
+      expect(retryAfter).toBeLessThanOrEqual(900);
+      expect(banned.headers.get('ratelimit-policy')).toBe('"ban_ip_after_auth_failures";q=20;w=60');
+    }
+    const bans = gw.logLines().filter((l) => l.msg === 'address banned after failed authentications');
+    expect(bans).toHaveLength(1);
+    expect(bans[0]).toMatchObject({ limiter: 'auth_failure', rules: ['ban_ip_after_auth_failures'], shadow: false, ip: '127.0.0.1' });
+    expect(gw.logs()).not.toContain(account.key.slice(4 + 16 + 1));
+    expect(await gw.stop()).toBe(0);
+  });
+
+  it('a success clears the failures and a shadow ban of the address (spec 1.5); a clean address writes nothing', async () => {
+    const account = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+    const env = redisEnv();
+    const gw = await startGateway({ env });
+    const wrong = `ark_${account.keyId}_${'A'.repeat(43)}`;
+    const get = (key: string) => fetch(`${gw.url}/api/v1/admin/rate-limits`, { headers: bearer(key) });
+    const keys = () => redis.client.keys(`${env.ARKVORY_REDIS_KEY_PREFIX}rl:auth_failure:*`);
+    expect((await get(account.key)).status).toBe(200);
+    expect(await keys()).toEqual([]);
+
+    // 19 failures, a success, then 20 more failures are still within the limit: the count restarted.
+    for (let i = 0; i < 19; i++) expect((await get(wrong)).status).toBe(401);
+    expect((await get(account.key)).status).toBe(200);
+    expect(await keys()).toEqual([]);
+    for (let i = 0; i < 20; i++) expect((await get(wrong)).status).toBe(401);
+    expect((await get(account.key)).status).toBe(200);
+
+    // As a shadow rule (log), the ban is written but does not block; a success discards it.
+    const publish = await fetch(`${gw.url}/api/v1/admin/rate-limits`, {
+      method: 'PUT',
+      headers: { ...bearer(account.key), 'content-type': 'application/json' },
+      body: JSON.stringify({ rate_limits: { auth_failure: [{ name: 'ban_ip_after_auth_failures', action: 'log', characteristics: ['ip'], limit: 1, period_s: 60, ban_for_s: 600 }] } }),
+    });
+    expect(publish.status).toBe(200);
+    for (let i = 0; i < 3; i++) expect((await get(wrong)).status).toBe(401);
+    expect((await keys()).some((k) => k.endsWith(':b'))).toBe(true);
+    const shadowLogs = gw.logLines().filter((l) => l.msg === 'address would be banned after failed authentications (shadow rule)');
+    expect(shadowLogs).toHaveLength(1);
+    expect((await get(account.key)).status).toBe(200);
+    expect(await keys()).toEqual([]);
+    expect(await gw.stop()).toBe(0);
+  });
+});

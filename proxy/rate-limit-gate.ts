@@ -244,8 +244,10 @@ export function createRateLimitGate(deps: { request: Limiter; transferBytes: Lim
 
 /**
  * Counts failed authentications by address in `auth_failure`. A banned (or over-limit) address is
- * refused with 429 before authentication; a 401 counts one failure; a success clears the address's
- * failures when it had any (spec 1.5: a successful login discards the failures before it).
+ * refused with 429 before authentication (Retry-After from the ban's end); a 401 counts one failure,
+ * and the failure that starts a ban (enforced or shadow) is logged. A success clears the address's
+ * counters and bans, shadow bans included (spec 1.5: a successful login discards the failures before
+ * it); the clear is skipped when the peek saw no state at all, so a clean address costs no write.
  */
 export function guardAuthGate(authGate: Gate, authFailure: Limiter, clock: Clock, trusted: TrustedProxies = NO_TRUSTED_PROXIES): Gate {
   return async (ctx) => {
@@ -258,11 +260,20 @@ export function guardAuthGate(authGate: Gate, authFailure: Limiter, clock: Clock
     } catch (err) {
       if ((err as { code?: unknown }).code === 'unauthorized') {
         const result = await authFailure.check(identifier);
-        if (result.action === 'block') ctx.log.warn({ limiter: authFailure.name, rule: result.rule?.name, code: 'rate_limited' }, 'address banned after failed authentications');
+        // Log the failure that starts a ban, not every failure during a (shadow) ban.
+        const wasBanned = new Set(before.evaluations.filter((e) => e.result === 'banned').map((e) => e.rule.name));
+        const banned = result.evaluations.filter((e) => e.result === 'banned' && !wasBanned.has(e.rule.name));
+        if (banned.length > 0) {
+          const shadow = banned.every((e) => e.rule.action === 'log');
+          ctx.log.warn(
+            { limiter: authFailure.name, rules: banned.map((e) => e.rule.name), ip: identifier.ip, shadow, code: 'rate_limited', retryAfterS: Math.max(1, Math.ceil(((result.info?.resetAtMs ?? clock.wallMs()) - clock.wallMs()) / 1000)) },
+            shadow ? 'address would be banned after failed authentications (shadow rule)' : 'address banned after failed authentications',
+          );
+        }
       }
       throw err;
     }
-    const hadFailures = before.info !== undefined && before.info.remaining < before.info.resolvedLimit;
-    if (ctx.principal && hadFailures) await authFailure.clear(identifier);
+    const hadState = before.evaluations.some((e) => e.result !== 'allow' || e.count > 0);
+    if (ctx.principal && hadState) await authFailure.clear(identifier);
   };
 }
