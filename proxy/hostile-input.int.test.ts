@@ -4,6 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../test/support/auth.ts';
+import { randomContent, request, sha256 } from '../test/support/content.ts';
 import { useTestDatabase } from '../test/support/database.ts';
 import { startGateway } from '../test/support/gateway.ts';
 import { useTestRedis } from '../test/support/redis.ts';
@@ -106,6 +107,35 @@ describe('repeated authentication failures (shipped auth_failure default)', () =
     expect(shadowLogs).toHaveLength(1);
     expect((await get(account.key)).status).toBe(200);
     expect(await keys()).toEqual([]);
+    expect(await gw.stop()).toBe(0);
+  });
+});
+
+describe('artifact, package and asset names', () => {
+  it('NFC and NFD spellings are one artifact; control, bidi and dot look-alike characters get 400 and store nothing', async () => {
+    await createRepository(db.pool, 'names');
+    const writer = await createServiceAccount(db.pool, { grants: { names: 'write' } });
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const base = `${gw.url}/api/v1/repositories/names`;
+    const data = randomContent(2048);
+    const nfc = encodeURIComponent('caf\u00e9.bin');
+    const nfd = encodeURIComponent('cafe\u0301.bin');
+    expect(nfc).not.toBe(nfd);
+    expect((await request(`${base}/artifacts/${nfc}`, { method: 'PUT', headers: bearer(writer.key), body: data })).status).toBe(201);
+    // The same bytes under the decomposed spelling are the same artifact (200, not a second 201).
+    expect((await request(`${base}/artifacts/${nfd}`, { method: 'PUT', headers: bearer(writer.key), body: data })).status).toBe(200);
+    const got = await request(`${base}/artifacts/${nfd}/content`, { headers: bearer(writer.key) });
+    expect(got.status).toBe(200);
+    expect(sha256(got.body)).toBe(sha256(data));
+    for (const bad of ['a%C2%85b', 'evil%E2%80%AEgpj.exe', '%EF%BC%8E%EF%BC%8E', 'a%E2%80%8Bb']) {
+      const r = await request(`${base}/artifacts/${bad}`, { method: 'PUT', headers: bearer(writer.key), body: data });
+      expect(r.status, bad).toBe(400);
+      expect((JSON.parse(r.body.toString()) as { code: string }).code).toBe('invalid_request');
+      const asset = await request(`${base}/packages/p/1.0/assets/${bad}`, { method: 'PUT', headers: bearer(writer.key), body: data });
+      expect(asset.status, bad).toBe(400);
+    }
+    const rows = await db.pool.query<{ name: string }>(`SELECT name FROM arkvory_artifacts WHERE repository = 'names'`);
+    expect(rows.rows.map((r) => r.name)).toEqual(['caf\u00e9.bin']);
     expect(await gw.stop()).toBe(0);
   });
 });
