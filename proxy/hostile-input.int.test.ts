@@ -139,3 +139,13 @@ describe('artifact, package and asset names', () => {
     expect(await gw.stop()).toBe(0);
   });
 });
+
+describe('configuration secrets', () => {
+  it('the startup log shows the rules-service URL without its password', async () => {
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_RULES_SERVICE_URL: 'http://svc:hunter2-pw@127.0.0.1:9/' } });
+    const ready = gw.logLines().find((l) => l.msg === 'rate limiting ready');
+    expect(ready?.rulesService).toBe('http://<redacted>@127.0.0.1:9/');
+    expect(gw.logs()).not.toContain('hunter2-pw');
+    expect(await gw.stop()).toBe(0);
+  });
+});

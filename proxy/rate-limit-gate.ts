@@ -40,6 +40,7 @@ import {
 } from '../policy/rate-limit/index.ts';
 import type { Gate, RequestContext } from './http-server.ts';
 import { clientAddress, createTrustedProxies, type TrustedProxies } from './router/forwarded.ts';
+import { redactUserinfo } from './redact-url.ts';
 import type { Services } from './services.ts';
 
 export const AVAILABLE_LIMITERS_FILE = new URL('../policy/rate-limit/available_limiters.yaml', import.meta.url);
@@ -137,7 +138,7 @@ export async function openRateLimiting(services: Services, options: { refreshInt
     const status = registry.status();
     return { rateLimits: { counters: store.kind, rules: status.documents, rulesFresh: status.lastRefreshError === undefined && status.seeded, ...(remote ? { rulesService: remote.status().circuit } : {}) } };
   });
-  log.info({ counters: store.kind, rules: documents.kind, file: config.rateLimitsFile ?? null, rulesService: config.rulesService.url ?? null, service: config.serviceName }, 'rate limiting ready');
+  log.info({ counters: store.kind, rules: documents.kind, file: config.rateLimitsFile ?? null, rulesService: config.rulesService.url === undefined ? null : redactUserinfo(config.rulesService.url), service: config.serviceName }, 'rate limiting ready');
   return {
     registry,
     request,
