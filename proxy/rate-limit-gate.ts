@@ -54,20 +54,39 @@ export class RateLimitConfigError extends Error {
   }
 }
 
-/** Reads the shipped limiter list and the operator file; every problem is reported with file:line. */
-export async function loadRuleFiles(rateLimitsFile: string | undefined): Promise<{ available: AvailableLimiters; fileRules: Map<string, RuleSpec[]> }> {
+/** What became of ARKVORY_RATE_LIMITS_FILE at start: not set, loaded, absent, or refused. */
+export type RulesFileStatus = 'unset' | 'loaded' | 'missing' | 'invalid';
+
+export interface RuleFiles {
+  available: AvailableLimiters;
+  fileRules: Map<string, RuleSpec[]>;
+  fileStatus: RulesFileStatus;
+  /** For `invalid`: one `file:line: …` line per problem. */
+  fileProblems: string[];
+}
+
+/**
+ * Reads the shipped limiter list (a problem there is our bug: it throws) and the operator file.
+ * The file is optional (spec 2.7, 2.8: "ignored if it does not exist"), and a violation in it is
+ * raised, caught and logged by the caller (spec 2.8.2), never fatal: the gateway then runs without
+ * the file tier. `arkvory ratelimit validate` is the gate before a deploy.
+ */
+export async function loadRuleFiles(rateLimitsFile: string | undefined): Promise<RuleFiles> {
   const shipped = parseAvailableLimiters(await readFile(AVAILABLE_LIMITERS_FILE, 'utf8'), 'available_limiters.yaml');
   if (shipped.problems.length) throw new RateLimitConfigError(shipped.problems.map(formatProblem));
-  if (!rateLimitsFile) return { available: shipped.available, fileRules: new Map() };
+  const none = (fileStatus: RulesFileStatus, fileProblems: string[] = []): RuleFiles => ({ available: shipped.available, fileRules: new Map(), fileStatus, fileProblems });
+  if (!rateLimitsFile) return none('unset');
   let text: string;
   try {
     text = await readFile(rateLimitsFile, 'utf8');
   } catch (err) {
-    throw new RateLimitConfigError([`${rateLimitsFile}: cannot read ARKVORY_RATE_LIMITS_FILE (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`]);
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') return none('missing');
+    return none('invalid', [`${rateLimitsFile}: cannot read ARKVORY_RATE_LIMITS_FILE (${code ?? (err as Error).message})`]);
   }
   const parsed = parseRateLimits(text, rateLimitsFile, shipped.available);
-  if (parsed.problems.length) throw new RateLimitConfigError(parsed.problems.map(formatProblem));
-  return { available: shipped.available, fileRules: parsed.rateLimits };
+  if (parsed.problems.length) return none('invalid', parsed.problems.map(formatProblem));
+  return { available: shipped.available, fileRules: parsed.rateLimits, fileStatus: 'loaded', fileProblems: [] };
 }
 
 /** The ioredis client for counters and rule documents: bounded waits, no offline queue (fail fast). */
@@ -104,11 +123,17 @@ export interface RateLimiting {
   guardAuth(authGate: Gate): Gate;
 }
 
-/** Starts rate limiting for `serve`. Throws `RateLimitConfigError` for a bad rule file; never for Redis being down. */
+/**
+ * Starts rate limiting for `serve`. Throws `RateLimitConfigError` only for a bad shipped limiter
+ * list; a missing or invalid operator file is logged and leaves the file tier empty; Redis being
+ * down never throws.
+ */
 export async function openRateLimiting(services: Services, options: { refreshIntervalMs?: number } = {}): Promise<RateLimiting> {
   const { config, clock } = services;
   const log = services.log.child({ component: 'rate-limit' });
-  const { available, fileRules } = await loadRuleFiles(config.rateLimitsFile);
+  const { available, fileRules, fileStatus, fileProblems } = await loadRuleFiles(config.rateLimitsFile);
+  if (fileStatus === 'missing') log.warn({ file: config.rateLimitsFile, code: 'rules_file_missing' }, 'ARKVORY_RATE_LIMITS_FILE does not exist; running without the file tier (spec 2.7: the file is optional)');
+  if (fileStatus === 'invalid') log.error({ file: config.rateLimitsFile, code: 'invalid_rules', problems: fileProblems }, 'ARKVORY_RATE_LIMITS_FILE is invalid; running without the file tier until a restart with a valid file');
   const trusted = createTrustedProxies(config.trustedProxies);
   let redis: Redis | undefined;
   if (config.redisUrl) {
@@ -136,7 +161,7 @@ export async function openRateLimiting(services: Services, options: { refreshInt
   const transferBytes = limiter('transfer_bytes');
   services.readiness.push(() => {
     const status = registry.status();
-    return { rateLimits: { counters: store.kind, rules: status.documents, rulesFresh: status.lastRefreshError === undefined && status.seeded, ...(remote ? { rulesService: remote.status().circuit } : {}) } };
+    return { rateLimits: { counters: store.kind, rules: status.documents, rulesFresh: status.lastRefreshError === undefined && status.seeded, rulesFile: fileStatus, ...(remote ? { rulesService: remote.status().circuit } : {}) } };
   });
   log.info({ counters: store.kind, rules: documents.kind, file: config.rateLimitsFile ?? null, rulesService: config.rulesService.url === undefined ? null : redactUserinfo(config.rulesService.url), service: config.serviceName }, 'rate limiting ready');
   return {

@@ -138,7 +138,7 @@ describe('rate limiting over HTTP (real gateway process)', () => {
     expect(await gw.stop()).toBe(0);
   });
 
-  it('refuses to start on an invalid rule file, naming file, line and rule', async () => {
+  it('an invalid rule file is logged naming file, line and rule, and the gateway runs without the file tier (spec 2.8.2)', async () => {
     const file = await rulesFile(`rate_limits:
   gateway_request:
     - name: fine
@@ -148,10 +148,30 @@ describe('rate limiting over HTTP (real gateway process)', () => {
       limit: 5
       characteristics: [nope]
 `);
-    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_RATE_LIMITS_FILE: file }, waitFor: 'none' });
-    expect(await gw.exited).toBe(1);
-    expect(gw.logs()).toContain(`${file}:5: rate_limits.gateway_request[1] (rule "broken"): limit and log rules require limit and period_s`);
-    expect(gw.logs()).toContain(`${file}:8: rate_limits.gateway_request[1].characteristics[0] (rule "broken"): characteristic "nope" is not an available property`);
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_RATE_LIMITS_FILE: file } });
+    const logged = gw.logLines().filter((l) => l.code === 'invalid_rules' && l.file === file);
+    expect(logged).toHaveLength(1);
+    expect(logged[0]!.level).toBe('error');
+    const problems = logged[0]!.problems as string[];
+    expect(problems).toContain(`${file}:5: rate_limits.gateway_request[1] (rule "broken"): limit and log rules require limit and period_s`);
+    expect(problems.some((p) => p.startsWith(`${file}:8: rate_limits.gateway_request[1].characteristics[0] (rule "broken"): characteristic "nope" is not an available property`))).toBe(true);
+    const ready = (await (await fetch(`${gw.url}/health/ready`, { headers: bearer(admin.key) })).json()) as { rateLimits: { rulesFile: string } };
+    expect(ready.rateLimits.rulesFile).toBe('invalid');
+    // Not even the valid rule of the file applies: the file tier is empty, the defaults are in force.
+    const shown = (await (await fetch(`${gw.url}/api/v1/admin/rate-limits/gateway_request`, { headers: bearer(admin.key) })).json()) as { effective: Array<{ tier: string }> };
+    expect(shown.effective.filter((r) => r.tier === 'file_rules')).toEqual([]);
+    expect(await gw.stop()).toBe(0);
+  });
+
+  it('a missing rule file is optional (spec 2.7): the gateway starts, warns once, and says so in readiness', async () => {
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+    const missing = path.join(await makeTempDir('arkvory-rules-'), 'absent.yaml');
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_RATE_LIMITS_FILE: missing } });
+    expect(gw.logLines().filter((l) => l.code === 'rules_file_missing')).toHaveLength(1);
+    const ready = (await (await fetch(`${gw.url}/health/ready`, { headers: bearer(admin.key) })).json()) as { rateLimits: { rulesFile: string } };
+    expect(ready.rateLimits.rulesFile).toBe('missing');
+    expect(await gw.stop()).toBe(0);
   });
 
   it('without Redis keeps counters in memory and published rules in PostgreSQL, across a restart', async () => {
