@@ -54,6 +54,7 @@ export const VARIABLES: readonly VariableSpec[] = [
   { name: 'ARKVORY_EMBEDDED_WORKER', kind: { type: 'bool' }, defaultValue: '1', doc: 'Writer only: run the multipart completion worker inside the writer process (1) or leave it to a separate `ARKVORY_ROLE=worker` process (0).' },
   { name: 'ARKVORY_UPLOAD_SESSION_TTL_SECONDS', kind: { type: 'int', min: 60, max: 2592000 }, defaultValue: '86400', doc: 'Multipart upload sessions expire this long after they start; their parts are then removed.' },
   { name: 'ARKVORY_RATE_LIMITS_FILE', kind: { type: 'string' }, doc: 'YAML rate-limit rule file (the file tier). Unset: no file tier.' },
+  { name: 'ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS', kind: { type: 'string' }, doc: 'Comma-separated principal names allowed to publish bypass (`skip`) rate-limit rules through the admin API and the console (spec 2.1 guardrail). Unset: nobody; bypasses come only from the operator file or the CLI. Others get 403 `forbidden` naming the rule.' },
   { name: 'ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS', kind: { type: 'int', min: 1, max: 60000 }, defaultValue: '250', doc: 'Longest a rate-limit check waits for Redis; slower (or Redis down) → the check fails open (allowed, counted, logged).' },
   { name: 'ARKVORY_REDIS_KEY_PREFIX', kind: { type: 'string' }, defaultValue: 'arkvory:', doc: 'Prefix of every Redis key (rate-limit counters `<prefix>rl:…`, rule documents `<prefix>ratelimit:rules:…`); lets gateway groups share one Redis.' },
   { name: 'ARKVORY_GATEWAY_SLOTS', kind: { type: 'int', min: 2, max: 16 }, doc: 'Shared profile: total gateways sharing the download budget (writer included). Unset: standalone.' },
@@ -117,6 +118,8 @@ export interface Config {
   readonly uploadSessionTtlSeconds: number;
   readonly redisKeyPrefix: string;
   readonly rateLimitTimeoutMs: number;
+  /** Principal names that may publish `skip` rules over HTTP (spec 2.1); empty = nobody. */
+  readonly rateLimitBypassPublishers: readonly string[];
   /** Origin recorded with the lease for routers (shared profile). */
   readonly advertiseUrl: string | undefined;
   /** Validated ARKVORY_TRUSTED_PROXIES entries; compile with `createTrustedProxies`. */
@@ -328,6 +331,14 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
       problems.push('ARKVORY_ROLE: "router" finds its gateways in the lease table (set ARKVORY_DATABASE_URL) or in a static list (set ARKVORY_ROUTER_BACKENDS)');
     }
   }
+  const bypassPublishers: string[] = [];
+  {
+    const raw = optStr('ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS');
+    for (const name of raw === undefined ? [] : raw.split(',').map((n) => n.trim())) {
+      if (!/^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$/.test(name)) problems.push(`ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS: expected comma-separated principal names, got ${shown(undefined, name)}`);
+      else if (!bypassPublishers.includes(name)) bypassPublishers.push(name);
+    }
+  }
   {
     const serviceName = str('ARKVORY_SERVICE_NAME');
     if (!failed.has('ARKVORY_SERVICE_NAME') && !/^[a-z0-9][a-z0-9_.-]{0,63}$/.test(serviceName)) problems.push(`ARKVORY_SERVICE_NAME: expected ^[a-z0-9][a-z0-9_.-]{0,63}$, got ${JSON.stringify(serviceName)}`);
@@ -368,6 +379,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
     uploadSessionTtlSeconds: num('ARKVORY_UPLOAD_SESSION_TTL_SECONDS'),
     redisKeyPrefix: str('ARKVORY_REDIS_KEY_PREFIX'),
     rateLimitTimeoutMs: num('ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS'),
+    rateLimitBypassPublishers: bypassPublishers,
     advertiseUrl,
     trustedProxies,
     router: {

@@ -149,3 +149,28 @@ describe('configuration secrets', () => {
     expect(await gw.stop()).toBe(0);
   });
 });
+
+describe('guardrail on bypass rules (spec 2.1)', () => {
+  it('an admin key not named in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS cannot publish a skip rule; a named one can', async () => {
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+    const operator = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+    const gw = await startGateway({ env: { ...redisEnv(), ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS: `someone-else,${operator.name}` } });
+    const publish = (key: string, rules: unknown[]) =>
+      fetch(`${gw.url}/api/v1/admin/rate-limits`, { method: 'PUT', headers: { ...bearer(key), 'content-type': 'application/json' }, body: JSON.stringify({ rate_limits: { gateway_request: rules } }) });
+    const limit = { name: 'writes_by_principal', action: 'limit', characteristics: ['principal'], limit: 100, period_s: 60 };
+    const bypass = { name: 'bypass_ci', action: 'skip', match: { principal: admin.principalId } };
+    const refused = await publish(admin.key, [limit, bypass]);
+    expect(refused.status).toBe(403);
+    const body = (await refused.json()) as { code: string; message: string };
+    expect(body.code).toBe('forbidden');
+    expect(body.message).toContain('rule "bypass_ci"');
+    expect(body.message).toContain('ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS');
+    // Refused whole: not even the limit rule of the batch was published.
+    const shown = (await (await fetch(`${gw.url}/api/v1/admin/rate-limits/gateway_request`, { headers: bearer(admin.key) })).json()) as { effective: Array<{ spec: { name: string } }> };
+    expect(shown.effective.map((r) => r.spec.name)).not.toContain('writes_by_principal');
+    // Non-bypass rules are still the admin's to publish; the named operator may publish the bypass.
+    expect((await publish(admin.key, [limit])).status).toBe(200);
+    expect((await publish(operator.key, [bypass])).status).toBe(200);
+    expect(await gw.stop()).toBe(0);
+  });
+});
