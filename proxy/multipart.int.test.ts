@@ -179,7 +179,16 @@ describe('a separate completion worker', () => {
     expect(second.logs()).not.toContain('upload.completed');
     expect(second.logLines().filter((l) => l.event === 'worker.standby')).toHaveLength(1);
     expect(await first.stop('SIGTERM')).toBe(0);
+    const stoppedAt = Date.now();
     await waitForLog(second, 'worker.active', 15_000);
+    // Spec: the standby "tries to take the lock every 5 seconds": it took over on one of its 5 s
+    // attempts (counted from its standby line), the first one after the active worker stopped.
+    const at = (event: string) => Date.parse(String(second.logLines().find((l) => l.event === event)!.time));
+    const sinceStandby = at('worker.active') - at('worker.standby');
+    const attempts = Math.round(sinceStandby / 5000);
+    expect(attempts).toBeGreaterThanOrEqual(1);
+    expect(Math.abs(sinceStandby - attempts * 5000)).toBeLessThan(750);
+    expect(at('worker.active') - stoppedAt).toBeLessThan(5750);
     const two = await uploadInParts(writer, 'second.bin', [randomContent(4000)]);
     expect((await waitForState(writer, two, ['done', 'failed'])).state).toBe('done');
     await waitForLog(second, 'upload.completed');
