@@ -68,8 +68,8 @@ export interface RuleFiles {
 /**
  * Reads the shipped limiter list (a problem there is our bug: it throws) and the operator file.
  * The file is optional (spec 2.7, 2.8: "ignored if it does not exist"), and a violation in it is
- * raised, caught and logged by the caller (spec 2.8.2), never fatal: the gateway then runs without
- * the file tier. `arkvory ratelimit validate` is the gate before a deploy.
+ * raised, caught and logged by the caller (spec 2.8.2), never fatal: none of its rules is applied
+ * and the stored file tier is left as it was. `arkvory ratelimit validate` is the gate before a deploy.
  */
 export async function loadRuleFiles(rateLimitsFile: string | undefined): Promise<RuleFiles> {
   const shipped = parseAvailableLimiters(await readFile(AVAILABLE_LIMITERS_FILE, 'utf8'), 'available_limiters.yaml');
@@ -125,15 +125,15 @@ export interface RateLimiting {
 
 /**
  * Starts rate limiting for `serve`. Throws `RateLimitConfigError` only for a bad shipped limiter
- * list; a missing or invalid operator file is logged and leaves the file tier empty; Redis being
- * down never throws.
+ * list; a missing operator file is logged (no file tier), an invalid one is logged and not applied
+ * (the stored file tier stays); Redis being down never throws.
  */
 export async function openRateLimiting(services: Services, options: { refreshIntervalMs?: number } = {}): Promise<RateLimiting> {
   const { config, clock } = services;
   const log = services.log.child({ component: 'rate-limit' });
   const { available, fileRules, fileStatus, fileProblems } = await loadRuleFiles(config.rateLimitsFile);
   if (fileStatus === 'missing') log.warn({ file: config.rateLimitsFile, code: 'rules_file_missing' }, 'ARKVORY_RATE_LIMITS_FILE does not exist; running without the file tier (spec 2.7: the file is optional)');
-  if (fileStatus === 'invalid') log.error({ file: config.rateLimitsFile, code: 'invalid_rules', problems: fileProblems }, 'ARKVORY_RATE_LIMITS_FILE is invalid; running without the file tier until a restart with a valid file');
+  if (fileStatus === 'invalid') log.error({ file: config.rateLimitsFile, code: 'invalid_rules', problems: fileProblems }, 'ARKVORY_RATE_LIMITS_FILE is invalid; not applied (the stored file tier, if any, is left as it was) until a restart with a valid file');
   const trusted = createTrustedProxies(config.trustedProxies);
   let redis: Redis | undefined;
   if (config.redisUrl) {
@@ -146,7 +146,8 @@ export async function openRateLimiting(services: Services, options: { refreshInt
   }
   const store = redis ? createRedisStore(redis) : createMemoryStore();
   const documents = redis ? createRedisRuleDocuments(redis, `${config.redisKeyPrefix}ratelimit:rules:`) : createPgRuleDocuments(services.pool);
-  const registry = createRuleRegistry({ documents, available, fileRules, clock, log, ...(options.refreshIntervalMs ? { refreshIntervalMs: options.refreshIntervalMs } : {}) });
+  // An invalid file must not wipe the file tier other gateways seeded into a shared store.
+  const registry = createRuleRegistry({ documents, available, fileRules, replaceFileTier: fileStatus !== 'invalid', clock, log, ...(options.refreshIntervalMs ? { refreshIntervalMs: options.refreshIntervalMs } : {}) });
   await registry.start();
   services.onClose.push(() => registry.stop());
   const metrics = createRateLimitMetrics();

@@ -138,7 +138,7 @@ describe('rate limiting over HTTP (real gateway process)', () => {
     expect(await gw.stop()).toBe(0);
   });
 
-  it('an invalid rule file is logged naming file, line and rule, and the gateway runs without the file tier (spec 2.8.2)', async () => {
+  it('an invalid rule file is logged naming file, line and rule, and is not applied: the stored file tier stays (spec 2.8.2)', async () => {
     const file = await rulesFile(`rate_limits:
   gateway_request:
     - name: fine
@@ -149,7 +149,17 @@ describe('rate limiting over HTTP (real gateway process)', () => {
       characteristics: [nope]
 `);
     const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
-    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_RATE_LIMITS_FILE: file } });
+    const env = { ...redisEnv() };
+    const fileTier = async (url: string) =>
+      ((await (await fetch(`${url}/api/v1/admin/rate-limits/gateway_request`, { headers: bearer(admin.key) })).json()) as { effective: Array<{ tier: string; spec: { name: string } }> }).effective
+        .filter((r) => r.tier === 'file_rules')
+        .map((r) => r.spec.name);
+    // A previous start with a valid file seeded the file tier of this store.
+    const good = await startGateway({ env: { ...env, ARKVORY_RATE_LIMITS_FILE: await rulesFile(HEALTH_LIVE_LIMIT) } });
+    expect(await fileTier(good.url)).toEqual(['health_live_by_ip']);
+    expect(await good.stop()).toBe(0);
+
+    const gw = await startGateway({ env: { ...env, ARKVORY_RATE_LIMITS_FILE: file } });
     const logged = gw.logLines().filter((l) => l.code === 'invalid_rules' && l.file === file);
     expect(logged).toHaveLength(1);
     expect(logged[0]!.level).toBe('error');
@@ -158,10 +168,13 @@ describe('rate limiting over HTTP (real gateway process)', () => {
     expect(problems.some((p) => p.startsWith(`${file}:8: rate_limits.gateway_request[1].characteristics[0] (rule "broken"): characteristic "nope" is not an available property`))).toBe(true);
     const ready = (await (await fetch(`${gw.url}/health/ready`, { headers: bearer(admin.key) })).json()) as { rateLimits: { rulesFile: string } };
     expect(ready.rateLimits.rulesFile).toBe('invalid');
-    // Not even the valid rule of the file applies: the file tier is empty, the defaults are in force.
-    const shown = (await (await fetch(`${gw.url}/api/v1/admin/rate-limits/gateway_request`, { headers: bearer(admin.key) })).json()) as { effective: Array<{ tier: string }> };
-    expect(shown.effective.filter((r) => r.tier === 'file_rules')).toEqual([]);
+    // Not even the valid rule of the bad file applies; the last valid file's rules stay in force.
+    expect(await fileTier(gw.url)).toEqual(['health_live_by_ip']);
     expect(await gw.stop()).toBe(0);
+    // On a store that never saw a valid file there is no file tier at all.
+    const fresh = await startGateway({ env: { ...redisEnv(), ARKVORY_RATE_LIMITS_FILE: file } });
+    expect(await fileTier(fresh.url)).toEqual([]);
+    expect(await fresh.stop()).toBe(0);
   });
 
   it('a missing rule file is optional (spec 2.7): the gateway starts, warns once, and says so in readiness', async () => {

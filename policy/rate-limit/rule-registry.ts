@@ -37,6 +37,11 @@ export interface RuleRegistryDeps {
   available: AvailableLimiters;
   /** The operator file's rules (already validated), per limiter. */
   fileRules: ReadonlyMap<string, RuleSpec[]>;
+  /**
+   * `false` when this process's operator file was invalid: seeding then leaves the stored file tier
+   * as it is (the last good file of the fleet) instead of replacing it with nothing. Default true.
+   */
+  replaceFileTier?: boolean;
   clock: Clock;
   log: Logger;
   refreshIntervalMs?: number;
@@ -143,7 +148,8 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
           if (raw === undefined && file.length === 0 && defaults.length === 0) continue;
           const existing = raw === undefined ? emptyDocument() : accept(limiter, raw);
           if (!existing) continue; // never overwrite a document we cannot read: its published tier would be lost
-          next.set(limiter, { file_rules: { rules: [...file] }, published_rules: existing.published_rules, default_rules: { rules: [...defaults] } });
+          const fileTier = deps.replaceFileTier === false ? existing.file_rules : { rules: [...file] };
+          next.set(limiter, { file_rules: fileTier, published_rules: existing.published_rules, default_rules: { rules: [...defaults] } });
         }
         return next;
       }),
