@@ -1,4 +1,5 @@
-import { writeFile } from 'node:fs/promises';
+import { rm, writeFile } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { bearer, createServiceAccount } from '../test/support/auth.ts';
@@ -184,6 +185,21 @@ describe('rate limiting over HTTP (real gateway process)', () => {
     expect(gw.logLines().filter((l) => l.code === 'rules_file_missing')).toHaveLength(1);
     const ready = (await (await fetch(`${gw.url}/health/ready`, { headers: bearer(admin.key) })).json()) as { rateLimits: { rulesFile: string } };
     expect(ready.rateLimits.rulesFile).toBe('missing');
+    expect(await gw.stop()).toBe(0);
+  });
+
+  it('a rule file that disappears or breaks while the gateway runs changes nothing and never stops it', async () => {
+    const file = await rulesFile(HEALTH_LIVE_LIMIT);
+    const gw = await startGateway({ env: { ...redisEnv(), ARKVORY_RATE_LIMITS_FILE: file } });
+    expect((await fetch(`${gw.url}/health/live`)).status).toBe(200);
+    await writeFile(file, 'rate_limits: [this is: not valid');
+    await sleep(300);
+    expect((await fetch(`${gw.url}/health/live`)).status).toBe(200);
+    await rm(file);
+    await sleep(300);
+    // The file's rule (limit 2) is still the one in force: the third request is refused.
+    expect((await fetch(`${gw.url}/health/live`)).status).toBe(429);
+    expect(gw.child.exitCode).toBeNull();
     expect(await gw.stop()).toBe(0);
   });
 
