@@ -5,12 +5,23 @@
 import type pg from 'pg';
 import { openFsStore } from '../storage-adapter/fs-store.ts';
 import { openHttpStore } from '../storage-adapter/http-store.ts';
+import type { OpenFileCache } from '../storage-adapter/cache/open-file-cache.ts';
 import type { StorageRole } from '../storage-adapter/identity.ts';
 import type { Store } from '../storage-adapter/store.ts';
 import type { Config } from './config.ts';
 
-export function openStore(config: Config, role: StorageRole | 'worker', pool: pg.Pool): Promise<Store> {
+/**
+ * `openFiles` applies to the directory store only (the HTTP store has no descriptors to keep).
+ * `newStorageId`: the id a fresh root gets (restore recreates the backed-up identity).
+ */
+export function openStore(
+  config: Config,
+  role: StorageRole | 'worker',
+  pool: pg.Pool,
+  options: { openFiles?: OpenFileCache | undefined; newStorageId?: string | undefined } = {},
+): Promise<Store> {
   const { url, connectTimeoutMs, timeoutMs } = config.storage;
-  if (url !== undefined) return openHttpStore({ url, role, pool, connectTimeoutMs, timeoutMs });
-  return openFsStore({ root: config.dataDir, role, pool });
+  const { openFiles, newStorageId } = options;
+  if (url !== undefined) return openHttpStore({ url, role, pool, connectTimeoutMs, timeoutMs, newStorageId });
+  return openFsStore({ root: config.dataDir, role, pool, openFiles, newStorageId });
 }

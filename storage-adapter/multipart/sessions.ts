@@ -143,11 +143,12 @@ export class UploadSessions {
 
   /** Validates the ordered part list and queues one completion job (state `completing`). */
   async complete(scope: SessionScope, id: string, listedParts: unknown): Promise<{ jobId: string; totalBytes: number }> {
+    // Not an id we issue (PostgreSQL would refuse it as a uuid with a 500): no such upload.
+    if (!UUID.test(id)) throw new StorageError('not_found', 'No such upload.');
     const listed = parseListedParts(listedParts);
     const client = await this.#pool.connect();
     try {
       await client.query('BEGIN');
-      if (!UUID.test(id)) throw new StorageError('not_found', 'No such upload.');
       const r = await client.query('SELECT state, expires_at, expected_size FROM arkvory_upload_sessions WHERE id = $1 AND repository = $2 AND principal_id IS NOT DISTINCT FROM $3 FOR UPDATE', [id, scope.repository, scope.principalId]);
       const row = r.rows[0];
       if (!row) throw new StorageError('not_found', 'No such upload.');
