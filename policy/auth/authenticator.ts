@@ -12,6 +12,10 @@
  * `maxKnownKeys`, default 100,000). While the cache is trusted, an id outside the set is refused at
  * once, so a flood of random keys reaches neither PostgreSQL nor the LRU (which it would otherwise
  * wash out). Creating a key bumps the epoch, which drops the set; it is reloaded on the next poll.
+ * A key used in the few milliseconds before its NOTIFY arrives is not in the set yet: such misses
+ * are still looked up, but at most `recheckBurst` at once and `recheckPerSecond` after that
+ * (default 10 and 5/s), so a fresh key works at once while a flood costs a handful of queries a
+ * second at most; a recheck that finds the key reloads the set.
  * Past `maxKnownKeys` keys the set is not kept and every unknown id is looked up (cached per id).
  */
 import pg from 'pg';
@@ -41,6 +45,10 @@ export interface AuthenticatorOptions {
   maxEntries?: number;
   /** Most key ids held in the known-key set (the negative cache); more keys disable it. */
   maxKnownKeys?: number;
+  /** Ids missing from the set that may still be looked up at once (a key newer than the set). */
+  recheckBurst?: number;
+  /** …and per second after that; beyond, a missing id is refused without a query. */
+  recheckPerSecond?: number;
   pollIntervalMs?: number;
   freshnessMs?: number;
   lastUsedIntervalMs?: number;
@@ -90,7 +98,10 @@ export class Authenticator {
   readonly #lastUsedWritten = new BoundedCache<number>(10_000);
   #epoch: string | undefined;
   /** Every key id as of `#epoch`; `too_many` past maxKnownKeys; undefined until loaded. */
-  #knownKeyIds: ReadonlySet<string> | 'too_many' | undefined;
+  #knownKeyIds: Set<string> | 'too_many' | undefined;
+  /** Token bucket of set misses that may still be looked up (see the header). */
+  #recheckTokens = Number.NaN;
+  #recheckAtMs = 0;
   #epochCheckedAtMs = Number.NEGATIVE_INFINITY;
   #pollTimer: NodeJS.Timeout | undefined;
   #listener: pg.Client | undefined;
@@ -146,6 +157,21 @@ export class Authenticator {
   get knownKeyCount(): number | undefined {
     const known = this.#knownKeyIds;
     return known === undefined || known === 'too_many' ? undefined : known.size;
+  }
+
+  /** One recheck of an id the set does not hold, if the bucket allows it now. */
+  #takeRecheck(): boolean {
+    const burst = this.#options.recheckBurst ?? 10;
+    const rate = this.#options.recheckPerSecond ?? 5;
+    const now = this.#options.clock.monotonicMs();
+    const tokens = Number.isNaN(this.#recheckTokens) ? burst : Math.min(burst, this.#recheckTokens + ((now - this.#recheckAtMs) / 1000) * rate);
+    this.#recheckAtMs = now;
+    if (tokens < 1) {
+      this.#recheckTokens = tokens;
+      return false;
+    }
+    this.#recheckTokens = tokens - 1;
+    return true;
   }
 
   async #loadKnownKeyIds(): Promise<void> {
@@ -205,11 +231,12 @@ export class Authenticator {
 
   async #loadKey(keyId: string): Promise<KeyEntry | null> {
     const trusted = this.isCacheTrusted;
+    const known = trusted ? this.#knownKeyIds : undefined;
+    const generation = this.#generation;
     if (trusted) {
-      const known = this.#knownKeyIds;
-      if (known !== undefined && known !== 'too_many' && !known.has(keyId)) return null;
       const cached = this.#keys.get(keyId);
       if (cached !== undefined) return cached;
+      if (known !== undefined && known !== 'too_many' && !known.has(keyId) && !this.#takeRecheck()) return null;
     }
     let rows: Array<Record<string, unknown>>;
     try {
@@ -234,7 +261,10 @@ export class Authenticator {
           revoked: row.revoked as boolean,
         }
       : null;
-    if (trusted) this.#keys.set(keyId, entry);
+    // Not when the cache was cleared meanwhile: the row may predate the change that cleared it.
+    if (trusted && generation === this.#generation) this.#keys.set(keyId, entry);
+    // A key newer than the set (its NOTIFY still on the way): known from now on.
+    if (entry && known instanceof Set && known === this.#knownKeyIds) known.add(keyId);
     return entry;
   }
 
@@ -266,13 +296,14 @@ export class Authenticator {
     const trusted = this.isCacheTrusted;
     let grants = trusted ? this.#grants.get(principalId) : undefined;
     if (!grants) {
+      const generation = this.#generation;
       try {
         const r = await this.#pool.query<{ repository: string; permission: Permission }>('SELECT repository, permission FROM arkvory_grants WHERE principal_id = $1', [principalId]);
         grants = new Map(r.rows.map((row) => [row.repository, row.permission]));
       } catch (err) {
         throw new PolicyError('unavailable', 'Cannot check permissions right now; retry later.', { cause: err });
       }
-      if (trusted) this.#grants.set(principalId, grants);
+      if (trusted && generation === this.#generation) this.#grants.set(principalId, grants);
     }
     return grants.get(repository);
   }
