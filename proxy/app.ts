@@ -40,7 +40,7 @@ export async function buildApp(services: Services): Promise<{ routes: Route[]; g
   const gates: Gate[] = [createAuthGate(auth, services.lifecycle, consoleUi?.credentials, links)];
   // Rate limiting: auth failures are counted around the auth gate; gateway_request runs after it.
   const rateLimiting = await openRateLimiting(services);
-  routes.push(...rateLimitAdminRoutes(rateLimiting.registry));
+  routes.push(...rateLimitAdminRoutes(rateLimiting.registry, services.config.rateLimitBypassPublishers));
   routes.push(...(consoleUi ? await consoleUi.routes({ registry: rateLimiting.registry }) : readerConsoleRoutes()));
   consoleUi?.start();
   gates[0] = rateLimiting.guardAuth(gates[0]!);

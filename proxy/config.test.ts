@@ -109,6 +109,52 @@ describe('loadConfig', () => {
     expect(problemsOf({ ARKVORY_ROLE: 'rules-service', ARKVORY_DATABASE_URL: 'postgres://db/arkvory' })).toEqual([]);
   });
 
+  it('never echoes the user info of a URL, whatever variable carries it and however it is malformed', () => {
+    const secret = 's3cr3t-pw';
+    const problems = problemsOf({
+      ARKVORY_STORAGE_URL: `http://u:${secret}@store:8081/a?x=1`,
+      ARKVORY_ADVERTISE_URL: `http://u:${secret}@10.0.0.5:8080/path`,
+      ARKVORY_RULES_SERVICE_URL: `ftp://u:${secret}@rules`,
+      ARKVORY_ROUTER_BACKENDS: `http://u:${secret}@a:1/x,http://b:2`,
+      ARKVORY_REDIS_URL: `http//u:${secret}@redis`,
+    });
+    expect(problems.length).toBeGreaterThanOrEqual(4);
+    for (const line of problems) expect(line).not.toContain(secret);
+    expect(problems.find((p) => p.startsWith('ARKVORY_RULES_SERVICE_URL:'))).toContain('ftp://<redacted>@rules');
+  });
+
+  it('refuses an empty metrics or rules-service token (it would silently mean "open")', () => {
+    const problems = problemsOf({ ARKVORY_METRICS_TOKEN: '', ARKVORY_RULES_SERVICE_TOKEN: '' });
+    expect(problems).toEqual([
+      'ARKVORY_METRICS_TOKEN: set but empty; give a non-empty secret, or unset the variable to leave it open on purpose',
+      'ARKVORY_RULES_SERVICE_TOKEN: set but empty; give a non-empty secret, or unset the variable to leave it open on purpose',
+    ]);
+    expect(loadConfig({ ARKVORY_METRICS_TOKEN: 't' }).metrics.token).toBe('t');
+    expect(loadConfig({}).metrics.token).toBeUndefined();
+  });
+
+  it('reports every configuration problem in one pass: bad values and cross-variable checks together', () => {
+    const problems = problemsOf({
+      ARKVORY_PORT: 'abc',
+      ARKVORY_GATEWAY_SLOTS: '2',
+      ARKVORY_GATEWAY_SLOT: '5',
+      ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: '1000',
+      ARKVORY_SERVICE_NAME: 'Bad Name',
+      ARKVORY_TRUSTED_PROXIES: 'not-an-ip',
+      ARKVORY_ROUTER_BACKENDS: 'http://a:1',
+    });
+    expect(problems.map((p) => p.split(':')[0]).sort()).toEqual([
+      'ARKVORY_GATEWAY_SLOT',
+      'ARKVORY_PORT',
+      'ARKVORY_ROUTER_BACKENDS',
+      'ARKVORY_SERVICE_NAME',
+      'ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND',
+      'ARKVORY_TRUSTED_PROXIES',
+    ]);
+    // A check that depends on a bad variable is skipped rather than reported wrongly.
+    expect(problemsOf({ ARKVORY_GATEWAY_SLOTS: 'x', ARKVORY_GATEWAY_SLOT: '1' }).map((p) => p.split(':')[0])).toEqual(['ARKVORY_GATEWAY_SLOTS']);
+  });
+
   it('returns a deep-frozen object', () => {
     const config = loadConfig({});
     expect(Object.isFrozen(config)).toBe(true);

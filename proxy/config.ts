@@ -2,6 +2,7 @@ import path from 'node:path';
 import { parseBackendList, parseOrigin } from './router/backend-url.ts';
 import { parseTrustedProxies } from './router/forwarded.ts';
 import { parseRedisTarget } from '../policy/rate-limit/redis-target.ts';
+import { redactUserinfo } from './redact-url.ts';
 
 /**
  * Every ARKVORY_* variable, declared once. `loadConfig` validates against this table, the README
@@ -22,6 +23,8 @@ export interface VariableSpec {
   /** Default as the operator would write it; undefined = unset (optional). */
   defaultValue?: string;
   secret?: boolean;
+  /** A secret whose absence means "open": set but empty is refused rather than read as unset. */
+  refuseEmpty?: boolean;
   doc: string;
 }
 
@@ -38,7 +41,7 @@ export const VARIABLES: readonly VariableSpec[] = [
   { name: 'ARKVORY_DATABASE_POOL_SIZE', kind: { type: 'int', min: 1, max: 1000 }, defaultValue: '10', doc: 'Size of the shared `pg` pool (the lease holds one connection more).' },
   { name: 'ARKVORY_REDIS_URL', kind: { type: 'url-list', protocols: ['redis:', 'rediss:'] }, secret: true, doc: 'Redis URL for rate-limit counters; two or more comma-separated URLs are the seed nodes of a Redis Cluster (docs/rate-limits.md). Unset: counters in process memory (standalone only).' },
   { name: 'ARKVORY_LOG_LEVEL', kind: { type: 'enum', values: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] }, defaultValue: 'info', doc: 'pino log level.' },
-  { name: 'ARKVORY_METRICS_TOKEN', kind: { type: 'string' }, secret: true, doc: 'Bearer token `/metrics` on the main port requires (`Authorization: Bearer <token>`). Unset: `/metrics` on the main port is public. See docs/metrics.md.' },
+  { name: 'ARKVORY_METRICS_TOKEN', kind: { type: 'string' }, secret: true, refuseEmpty: true, doc: 'Bearer token `/metrics` on the main port requires (`Authorization: Bearer <token>`). Unset: `/metrics` on the main port is public. Set but empty: refused at start (an empty token would silently mean public). See docs/metrics.md.' },
   { name: 'ARKVORY_METRICS_PORT', kind: { type: 'int', min: 1, max: 65535 }, doc: 'Serve `/metrics` on this port on 127.0.0.1 only, instead of the main port. Unset: `/metrics` on the main port.' },
   { name: 'ARKVORY_SHUTDOWN_TIMEOUT_SECONDS', kind: { type: 'int', min: 0, max: 3600 }, defaultValue: '30', doc: 'How long in-flight requests may run after SIGTERM/SIGINT before they are cut.' },
   { name: 'ARKVORY_MAX_UPLOAD_BYTES', kind: { type: 'int', min: 1, max: 2 ** 50 }, defaultValue: '10737418240', doc: 'Largest accepted upload body; larger → 413 `payload_too_large`.' },
@@ -54,6 +57,7 @@ export const VARIABLES: readonly VariableSpec[] = [
   { name: 'ARKVORY_EMBEDDED_WORKER', kind: { type: 'bool' }, defaultValue: '1', doc: 'Writer only: run the multipart completion worker inside the writer process (1) or leave it to a separate `ARKVORY_ROLE=worker` process (0).' },
   { name: 'ARKVORY_UPLOAD_SESSION_TTL_SECONDS', kind: { type: 'int', min: 60, max: 2592000 }, defaultValue: '86400', doc: 'Multipart upload sessions expire this long after they start; their parts are then removed.' },
   { name: 'ARKVORY_RATE_LIMITS_FILE', kind: { type: 'string' }, doc: 'YAML rate-limit rule file (the file tier). Unset: no file tier.' },
+  { name: 'ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS', kind: { type: 'string' }, doc: 'Comma-separated principal names allowed to publish bypass (`skip`) rate-limit rules through the admin API and the console (spec 2.1 guardrail). Unset: nobody; bypasses come only from the operator file or the CLI. Others get 403 `forbidden` naming the rule.' },
   { name: 'ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS', kind: { type: 'int', min: 1, max: 60000 }, defaultValue: '250', doc: 'Longest a rate-limit check waits for Redis; slower (or Redis down) → the check fails open (allowed, counted, logged).' },
   { name: 'ARKVORY_REDIS_KEY_PREFIX', kind: { type: 'string' }, defaultValue: 'arkvory:', doc: 'Prefix of every Redis key (rate-limit counters `<prefix>rl:…`, rule documents `<prefix>ratelimit:rules:…`); lets gateway groups share one Redis.' },
   { name: 'ARKVORY_GATEWAY_SLOTS', kind: { type: 'int', min: 2, max: 16 }, doc: 'Shared profile: total gateways sharing the download budget (writer included). Unset: standalone.' },
@@ -70,7 +74,7 @@ export const VARIABLES: readonly VariableSpec[] = [
   { name: 'ARKVORY_RULES_SERVICE_URL', kind: { type: 'url', protocols: ['http:', 'https:'] }, doc: 'Phase 3: base URL of an external rate-limit rules service whose per-identifier rules are evaluated before the local tiers (docs/rate-limits.md). Unset: local rules only.' },
   { name: 'ARKVORY_RULES_SERVICE_TIMEOUT_MS', kind: { type: 'int', min: 1, max: 60000 }, defaultValue: '100', doc: 'Longest a rate-limit check waits for the rules service on a cache miss; slower, unreachable or invalid → the local rules apply (counted, logged).' },
   { name: 'ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS', kind: { type: 'int', min: 1, max: 86400 }, defaultValue: '60', doc: 'Upper bound on how long a rules-service answer is cached (the service proposes `ttl_s`); worst-case propagation of a service-side change is this plus the timeout.' },
-  { name: 'ARKVORY_RULES_SERVICE_TOKEN', kind: { type: 'string' }, secret: true, doc: 'Shared bearer token for `POST /api/v1/rules/query`: the gateway sends it, the rules-service role requires it. Unset: the query route is open (bind the service to a private address).' },
+  { name: 'ARKVORY_RULES_SERVICE_TOKEN', kind: { type: 'string' }, secret: true, refuseEmpty: true, doc: 'Shared bearer token for `POST /api/v1/rules/query`: the gateway sends it, the rules-service role requires it. Unset: the query route is open (bind the service to a private address). Set but empty: refused at start.' },
   { name: 'ARKVORY_RULES_SERVICE_TTL_SECONDS', kind: { type: 'int', min: 0, max: 86400 }, defaultValue: '30', doc: 'Role rules-service: the `ttl_s` it answers, i.e. how long gateways may cache its rules (0 = do not cache).' },
   { name: 'ARKVORY_STORAGE_URL', kind: { type: 'url', protocols: ['http:', 'https:'] }, doc: 'Base URL of a static-HTTP store (e.g. nginx with WebDAV PUT/DELETE/MOVE on the storage host) used instead of the directory store; `ARKVORY_DATA_DIR` then only holds the embedded PostgreSQL and `admin.key`. See docs/storage-and-content.md.' },
   { name: 'ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS', kind: { type: 'int', min: 50, max: 60000 }, defaultValue: '3000', doc: 'Static-HTTP store: longest wait for a TCP connection; then 504 `upstream_timeout` (refused → 502 `upstream_unreachable`).' },
@@ -124,6 +128,8 @@ export interface Config {
   readonly uploadSessionTtlSeconds: number;
   readonly redisKeyPrefix: string;
   readonly rateLimitTimeoutMs: number;
+  /** Principal names that may publish `skip` rules over HTTP (spec 2.1); empty = nobody. */
+  readonly rateLimitBypassPublishers: readonly string[];
   /** Origin recorded with the lease for routers (shared profile). */
   readonly advertiseUrl: string | undefined;
   /** Validated ARKVORY_TRUSTED_PROXIES entries; compile with `createTrustedProxies`. */
@@ -248,14 +254,17 @@ function parseValue(spec: VariableSpec, raw: string): { ok: true; value: string 
   }
 }
 
+/** A value as a problem line may show it: secrets not at all, URLs without their user info. */
 function shown(spec: VariableSpec | undefined, raw: string): string {
   if (spec?.secret) return '<redacted>';
-  return JSON.stringify(raw.length > 200 ? `${raw.slice(0, 200)}…` : raw);
+  return JSON.stringify(redactUserinfo(raw.length > 200 ? `${raw.slice(0, 200)}…` : raw));
 }
 
 /**
  * Parses and validates every ARKVORY_* variable once. All problems are collected and thrown
- * together as one ConfigError; the result is deep-frozen.
+ * together as one ConfigError, in one pass: the cross-variable checks run even when another
+ * variable is bad, skipping only those that depend on a variable that failed. No problem line
+ * carries a secret or the user info of a URL. The result is deep-frozen.
  */
 export function loadConfig(env: Readonly<Record<string, string | undefined>>, cwd = process.cwd()): Config {
   const problems: string[] = [];
@@ -265,8 +274,15 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
     if (!known.has(name)) problems.push(`${name}: unknown variable (a typo?); see the README variable table`);
   }
   const values = new Map<string, string | number | boolean | undefined>();
+  /** Variables whose own value is bad: checks that need them are skipped (already reported). */
+  const failed = new Set<string>();
   for (const spec of VARIABLES) {
     const raw = env[spec.name];
+    if (raw === '' && spec.refuseEmpty) {
+      failed.add(spec.name);
+      problems.push(`${spec.name}: set but empty; give a non-empty secret, or unset the variable to leave it open on purpose`);
+      continue;
+    }
     const text = raw === undefined || raw === '' ? spec.defaultValue : raw;
     if (text === undefined) {
       values.set(spec.name, undefined);
@@ -274,15 +290,20 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
     }
     const parsed = parseValue(spec, text);
     if (parsed.ok) values.set(spec.name, parsed.value);
-    else problems.push(`${spec.name}: expected ${describeKind(spec.kind)}, got ${shown(spec, text)}`);
+    else {
+      failed.add(spec.name);
+      problems.push(`${spec.name}: expected ${describeKind(spec.kind)}, got ${shown(spec, text)}`);
+    }
   }
+  const anyFailed = (...names: string[]) => names.some((n) => failed.has(n));
   const num = (name: string): number => values.get(name) as number;
   const optNum = (name: string): number | undefined => values.get(name) as number | undefined;
   const str = (name: string): string => values.get(name) as string;
   const optStr = (name: string): string | undefined => values.get(name) as string | undefined;
 
   let shared: Config['shared'] = null;
-  if (problems.length === 0) {
+  const sharedFailed = anyFailed('ARKVORY_ROLE', 'ARKVORY_GATEWAY_SLOTS', 'ARKVORY_GATEWAY_SLOT', 'ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND', 'ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL');
+  if (!sharedFailed) {
     const slots = optNum('ARKVORY_GATEWAY_SLOTS');
     const slot = optNum('ARKVORY_GATEWAY_SLOT');
     const sharedRate = optNum('ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND');
@@ -310,12 +331,13 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
   let advertiseUrl: string | undefined;
   let trustedProxies: string[] = [];
   let routerBackends: string[] | undefined;
-  if (problems.length === 0) {
-    const role = str('ARKVORY_ROLE');
+  {
+    const role = failed.has('ARKVORY_ROLE') ? undefined : str('ARKVORY_ROLE');
     const advertise = optStr('ARKVORY_ADVERTISE_URL');
     if (advertise !== undefined) {
       const parsed = parseOrigin(advertise);
       if (!parsed.ok) problems.push(`ARKVORY_ADVERTISE_URL: ${parsed.problem}`);
+      else if (sharedFailed) advertiseUrl = parsed.value; // whether it is shared is unknown: reported above
       else if (!shared) problems.push('ARKVORY_ADVERTISE_URL: only recorded in the shared profile (set ARKVORY_GATEWAY_SLOTS); a standalone gateway is listed in ARKVORY_ROUTER_BACKENDS instead');
       else advertiseUrl = parsed.value;
     }
@@ -325,7 +347,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
       // The gateway sends no credentials to the store (restrict it by network), and a query or
       // fragment would be silently dropped from every object name.
       if (u.username || u.password) problems.push('ARKVORY_STORAGE_URL: credentials in the URL are not supported; restrict the store to the gateways by network instead, got "<redacted>"');
-      else if (u.search || u.hash) problems.push(`ARKVORY_STORAGE_URL: expected a base URL without query or fragment (e.g. http://10.0.0.20:8081/arkvory/), got "${storageUrl}"`);
+      else if (u.search || u.hash) problems.push(`ARKVORY_STORAGE_URL: expected a base URL without query or fragment (e.g. http://10.0.0.20:8081/arkvory/), got ${shown(undefined, storageUrl)}`);
     }
     const redisUrl = optStr('ARKVORY_REDIS_URL');
     if (redisUrl !== undefined) {
@@ -340,19 +362,30 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
     const backends = optStr('ARKVORY_ROUTER_BACKENDS');
     if (backends !== undefined) {
       const parsed = parseBackendList(backends);
-      if (role !== 'router') problems.push(`ARKVORY_ROUTER_BACKENDS: only valid with ARKVORY_ROLE=router, got role "${role}"`);
+      if (role === undefined) {
+        if (!parsed.ok) problems.push(`ARKVORY_ROUTER_BACKENDS: ${parsed.problem}`);
+      } else if (role !== 'router') problems.push(`ARKVORY_ROUTER_BACKENDS: only valid with ARKVORY_ROLE=router, got role "${role}"`);
       else if (!parsed.ok) problems.push(`ARKVORY_ROUTER_BACKENDS: ${parsed.problem}`);
       else routerBackends = parsed.value;
-    } else if (role === 'router' && optStr('ARKVORY_DATABASE_URL') === undefined) {
+    } else if (role === 'router' && optStr('ARKVORY_DATABASE_URL') === undefined && !failed.has('ARKVORY_DATABASE_URL')) {
       problems.push('ARKVORY_ROLE: "router" finds its gateways in the lease table (set ARKVORY_DATABASE_URL) or in a static list (set ARKVORY_ROUTER_BACKENDS)');
     }
   }
-  if (problems.length === 0) {
-    const serviceName = str('ARKVORY_SERVICE_NAME');
-    if (!/^[a-z0-9][a-z0-9_.-]{0,63}$/.test(serviceName)) problems.push(`ARKVORY_SERVICE_NAME: expected ^[a-z0-9][a-z0-9_.-]{0,63}$, got ${JSON.stringify(serviceName)}`);
-    if (str('ARKVORY_ROLE') === 'rules-service' && optStr('ARKVORY_DATABASE_URL') === undefined) problems.push('ARKVORY_ROLE: "rules-service" keeps its overrides in PostgreSQL; set ARKVORY_DATABASE_URL');
+  const bypassPublishers: string[] = [];
+  {
+    const raw = optStr('ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS');
+    for (const name of raw === undefined ? [] : raw.split(',').map((n) => n.trim())) {
+      if (!/^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$/.test(name)) problems.push(`ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS: expected comma-separated principal names, got ${shown(undefined, name)}`);
+      else if (!bypassPublishers.includes(name)) bypassPublishers.push(name);
+    }
   }
-  if (problems.length > 0) throw new ConfigError(problems);
+  {
+    const serviceName = str('ARKVORY_SERVICE_NAME');
+    if (!failed.has('ARKVORY_SERVICE_NAME') && !/^[a-z0-9][a-z0-9_.-]{0,63}$/.test(serviceName)) problems.push(`ARKVORY_SERVICE_NAME: expected ^[a-z0-9][a-z0-9_.-]{0,63}$, got ${JSON.stringify(serviceName)}`);
+    if (str('ARKVORY_ROLE') === 'rules-service' && optStr('ARKVORY_DATABASE_URL') === undefined && !failed.has('ARKVORY_DATABASE_URL')) problems.push('ARKVORY_ROLE: "rules-service" keeps its overrides in PostgreSQL; set ARKVORY_DATABASE_URL');
+  }
+  // Belt and braces: whatever a helper echoed, no problem line carries a URL's user info.
+  if (problems.length > 0) throw new ConfigError(problems.map(redactUserinfo));
 
   const maxDownloads = num('ARKVORY_MAX_DOWNLOADS');
   const config: Config = {
@@ -387,6 +420,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
     presignMaxExpiresSeconds: num('ARKVORY_PRESIGN_MAX_EXPIRES_SECONDS'),
     redisKeyPrefix: str('ARKVORY_REDIS_KEY_PREFIX'),
     rateLimitTimeoutMs: num('ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS'),
+    rateLimitBypassPublishers: bypassPublishers,
     advertiseUrl,
     trustedProxies,
     router: {

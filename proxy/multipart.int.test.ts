@@ -110,6 +110,29 @@ describe('multipart uploads (embedded worker)', () => {
     expect((await request(`${gw.url}/api/v1/repositories/mp/uploads/${other}`, { method: 'DELETE', headers: bearer(key) })).status).toBe(204);
     expect(json(await request(`${gw.url}/api/v1/repositories/mp/uploads/${other}`, { headers: bearer(key) })).state).toBe('aborted');
   });
+  it('a session belongs to the principal that opened it: another writer of the repository gets 404 for all of it', async () => {
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const other = await createServiceAccount(db.pool, { grants: { mp: 'write' } });
+    const a = randomContent(1000);
+    const upload = await openSession(gw, 'owned.bin');
+    expect((await putPart(gw, upload, 1, a)).status).toBe(200);
+    const base = `${gw.url}/api/v1/repositories/mp/uploads/${upload}`;
+    const asOther = [
+      await request(base, { headers: bearer(other.key) }),
+      await request(`${base}/parts/2`, { method: 'PUT', headers: bearer(other.key), body: a }),
+      await request(`${base}/complete`, { method: 'POST', headers: { ...bearer(other.key), 'content-type': 'application/json' }, body: Buffer.from(JSON.stringify({ parts: [{ partNumber: 1, sha256: digest(a) }] })) }),
+      await request(base, { method: 'DELETE', headers: bearer(other.key) }),
+    ];
+    for (const r of asOther) {
+      expect(r.status).toBe(404);
+      expect(json(r).code).toBe('not_found');
+    }
+    // Nothing the other principal did took effect: still open, one part, and the owner completes it.
+    const mine = json(await request(base, { headers: bearer(key) }));
+    expect(mine).toMatchObject({ state: 'open', parts: [{ partNumber: 1, sizeBytes: 1000 }] });
+    expect((await complete(gw, upload, [{ partNumber: 1, sha256: digest(a) }])).status).toBe(202);
+    expect(await waitForState(gw, upload, ['done', 'failed'])).toMatchObject({ state: 'done' });
+  });
 });
 
 describe('a separate completion worker', () => {
@@ -156,7 +179,16 @@ describe('a separate completion worker', () => {
     expect(second.logs()).not.toContain('upload.completed');
     expect(second.logLines().filter((l) => l.event === 'worker.standby')).toHaveLength(1);
     expect(await first.stop('SIGTERM')).toBe(0);
+    const stoppedAt = Date.now();
     await waitForLog(second, 'worker.active', 15_000);
+    // Spec: the standby "tries to take the lock every 5 seconds": it took over on one of its 5 s
+    // attempts (counted from its standby line), the first one after the active worker stopped.
+    const at = (event: string) => Date.parse(String(second.logLines().find((l) => l.event === event)!.time));
+    const sinceStandby = at('worker.active') - at('worker.standby');
+    const attempts = Math.round(sinceStandby / 5000);
+    expect(attempts).toBeGreaterThanOrEqual(1);
+    expect(Math.abs(sinceStandby - attempts * 5000)).toBeLessThan(750);
+    expect(at('worker.active') - stoppedAt).toBeLessThan(5750);
     const two = await uploadInParts(writer, 'second.bin', [randomContent(4000)]);
     expect((await waitForState(writer, two, ['done', 'failed'])).state).toBe('done');
     await waitForLog(second, 'upload.completed');

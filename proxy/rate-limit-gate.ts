@@ -42,6 +42,7 @@ import {
 } from '../policy/rate-limit/index.ts';
 import type { Gate, RequestContext } from './http-server.ts';
 import { clientAddress, createTrustedProxies, type TrustedProxies } from './router/forwarded.ts';
+import { redactUserinfo } from './redact-url.ts';
 import type { Services } from './services.ts';
 
 export const AVAILABLE_LIMITERS_FILE = new URL('../policy/rate-limit/available_limiters.yaml', import.meta.url);
@@ -55,20 +56,39 @@ export class RateLimitConfigError extends Error {
   }
 }
 
-/** Reads the shipped limiter list and the operator file; every problem is reported with file:line. */
-export async function loadRuleFiles(rateLimitsFile: string | undefined): Promise<{ available: AvailableLimiters; fileRules: Map<string, RuleSpec[]> }> {
+/** What became of ARKVORY_RATE_LIMITS_FILE at start: not set, loaded, absent, or refused. */
+export type RulesFileStatus = 'unset' | 'loaded' | 'missing' | 'invalid';
+
+export interface RuleFiles {
+  available: AvailableLimiters;
+  fileRules: Map<string, RuleSpec[]>;
+  fileStatus: RulesFileStatus;
+  /** For `invalid`: one `file:line: …` line per problem. */
+  fileProblems: string[];
+}
+
+/**
+ * Reads the shipped limiter list (a problem there is our bug: it throws) and the operator file.
+ * The file is optional (spec 2.7, 2.8: "ignored if it does not exist"), and a violation in it is
+ * raised, caught and logged by the caller (spec 2.8.2), never fatal: none of its rules is applied
+ * and the stored file tier is left as it was. `arkvory ratelimit validate` is the gate before a deploy.
+ */
+export async function loadRuleFiles(rateLimitsFile: string | undefined): Promise<RuleFiles> {
   const shipped = parseAvailableLimiters(await readFile(AVAILABLE_LIMITERS_FILE, 'utf8'), 'available_limiters.yaml');
   if (shipped.problems.length) throw new RateLimitConfigError(shipped.problems.map(formatProblem));
-  if (!rateLimitsFile) return { available: shipped.available, fileRules: new Map() };
+  const none = (fileStatus: RulesFileStatus, fileProblems: string[] = []): RuleFiles => ({ available: shipped.available, fileRules: new Map(), fileStatus, fileProblems });
+  if (!rateLimitsFile) return none('unset');
   let text: string;
   try {
     text = await readFile(rateLimitsFile, 'utf8');
   } catch (err) {
-    throw new RateLimitConfigError([`${rateLimitsFile}: cannot read ARKVORY_RATE_LIMITS_FILE (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`]);
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') return none('missing');
+    return none('invalid', [`${rateLimitsFile}: cannot read ARKVORY_RATE_LIMITS_FILE (${code ?? (err as Error).message})`]);
   }
   const parsed = parseRateLimits(text, rateLimitsFile, shipped.available);
-  if (parsed.problems.length) throw new RateLimitConfigError(parsed.problems.map(formatProblem));
-  return { available: shipped.available, fileRules: parsed.rateLimits };
+  if (parsed.problems.length) return none('invalid', parsed.problems.map(formatProblem));
+  return { available: shipped.available, fileRules: parsed.rateLimits, fileStatus: 'loaded', fileProblems: [] };
 }
 
 /** A single Redis or a Redis Cluster client: the rate-limit store works with either. */
@@ -121,11 +141,17 @@ export interface RateLimiting {
   guardAuth(authGate: Gate): Gate;
 }
 
-/** Starts rate limiting for `serve`. Throws `RateLimitConfigError` for a bad rule file; never for Redis being down. */
+/**
+ * Starts rate limiting for `serve`. Throws `RateLimitConfigError` only for a bad shipped limiter
+ * list; a missing operator file is logged (no file tier), an invalid one is logged and not applied
+ * (the stored file tier stays); Redis being down never throws.
+ */
 export async function openRateLimiting(services: Services, options: { refreshIntervalMs?: number } = {}): Promise<RateLimiting> {
   const { config, clock } = services;
   const log = services.log.child({ component: 'rate-limit' });
-  const { available, fileRules } = await loadRuleFiles(config.rateLimitsFile);
+  const { available, fileRules, fileStatus, fileProblems } = await loadRuleFiles(config.rateLimitsFile);
+  if (fileStatus === 'missing') log.warn({ file: config.rateLimitsFile, code: 'rules_file_missing' }, 'ARKVORY_RATE_LIMITS_FILE does not exist; running without the file tier (spec 2.7: the file is optional)');
+  if (fileStatus === 'invalid') log.error({ file: config.rateLimitsFile, code: 'invalid_rules', problems: fileProblems }, 'ARKVORY_RATE_LIMITS_FILE is invalid; not applied (the stored file tier, if any, is left as it was) until a restart with a valid file');
   const trusted = createTrustedProxies(config.trustedProxies);
   let redis: RateLimitRedis | undefined;
   if (config.redisUrl) {
@@ -138,7 +164,8 @@ export async function openRateLimiting(services: Services, options: { refreshInt
   }
   const store = redis ? createRedisStore(redis) : createMemoryStore();
   const documents = redis ? createRedisRuleDocuments(redis, ruleDocumentsPrefix(config.redisKeyPrefix, redis.isCluster)) : createPgRuleDocuments(services.pool);
-  const registry = createRuleRegistry({ documents, available, fileRules, clock, log, ...(options.refreshIntervalMs ? { refreshIntervalMs: options.refreshIntervalMs } : {}) });
+  // An invalid file must not wipe the file tier other gateways seeded into a shared store.
+  const registry = createRuleRegistry({ documents, available, fileRules, replaceFileTier: fileStatus !== 'invalid', clock, log, ...(options.refreshIntervalMs ? { refreshIntervalMs: options.refreshIntervalMs } : {}) });
   await registry.start();
   services.onClose.push(() => registry.stop());
   const metrics = createRateLimitMetrics();
@@ -153,9 +180,9 @@ export async function openRateLimiting(services: Services, options: { refreshInt
   const transferBytes = limiter('transfer_bytes');
   services.readiness.push(() => {
     const status = registry.status();
-    return { rateLimits: { counters: store.kind, rules: status.documents, rulesFresh: status.lastRefreshError === undefined && status.seeded, ...(remote ? { rulesService: remote.status().circuit } : {}) } };
+    return { rateLimits: { counters: store.kind, rules: status.documents, rulesFresh: status.lastRefreshError === undefined && status.seeded, rulesFile: fileStatus, ...(remote ? { rulesService: remote.status().circuit } : {}) } };
   });
-  log.info({ counters: store.kind, rules: documents.kind, file: config.rateLimitsFile ?? null, rulesService: config.rulesService.url ?? null, service: config.serviceName }, 'rate limiting ready');
+  log.info({ counters: store.kind, rules: documents.kind, file: config.rateLimitsFile ?? null, rulesService: config.rulesService.url === undefined ? null : redactUserinfo(config.rulesService.url), service: config.serviceName }, 'rate limiting ready');
   return {
     registry,
     request,
@@ -262,8 +289,10 @@ export function createRateLimitGate(deps: { request: Limiter; transferBytes: Lim
 
 /**
  * Counts failed authentications by address in `auth_failure`. A banned (or over-limit) address is
- * refused with 429 before authentication; a 401 counts one failure; a success clears the address's
- * failures when it had any (spec 1.5: a successful login discards the failures before it).
+ * refused with 429 before authentication (Retry-After from the ban's end); a 401 counts one failure,
+ * and the failure that starts a ban (enforced or shadow) is logged. A success clears the address's
+ * counters and bans, shadow bans included (spec 1.5: a successful login discards the failures before
+ * it); the clear is skipped when the peek saw no state at all, so a clean address costs no write.
  */
 export function guardAuthGate(authGate: Gate, authFailure: Limiter, clock: Clock, trusted: TrustedProxies = NO_TRUSTED_PROXIES): Gate {
   return async (ctx) => {
@@ -276,11 +305,20 @@ export function guardAuthGate(authGate: Gate, authFailure: Limiter, clock: Clock
     } catch (err) {
       if ((err as { code?: unknown }).code === 'unauthorized') {
         const result = await authFailure.check(identifier);
-        if (result.action === 'block') ctx.log.warn({ limiter: authFailure.name, rule: result.rule?.name, code: 'rate_limited' }, 'address banned after failed authentications');
+        // Log the failure that starts a ban, not every failure during a (shadow) ban.
+        const wasBanned = new Set(before.evaluations.filter((e) => e.result === 'banned').map((e) => e.rule.name));
+        const banned = result.evaluations.filter((e) => e.result === 'banned' && !wasBanned.has(e.rule.name));
+        if (banned.length > 0) {
+          const shadow = banned.every((e) => e.rule.action === 'log');
+          ctx.log.warn(
+            { limiter: authFailure.name, rules: banned.map((e) => e.rule.name), ip: identifier.ip, shadow, code: 'rate_limited', retryAfterS: Math.max(1, Math.ceil(((result.info?.resetAtMs ?? clock.wallMs()) - clock.wallMs()) / 1000)) },
+            shadow ? 'address would be banned after failed authentications (shadow rule)' : 'address banned after failed authentications',
+          );
+        }
       }
       throw err;
     }
-    const hadFailures = before.info !== undefined && before.info.remaining < before.info.resolvedLimit;
-    if (ctx.principal && hadFailures) await authFailure.clear(identifier);
+    const hadState = before.evaluations.some((e) => e.result !== 'allow' || e.count > 0);
+    if (ctx.principal && hadState) await authFailure.clear(identifier);
   };
 }

@@ -1,4 +1,5 @@
-import { writeFile } from 'node:fs/promises';
+import { rm, writeFile } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { bearer, createServiceAccount } from '../test/support/auth.ts';
@@ -138,7 +139,7 @@ describe('rate limiting over HTTP (real gateway process)', () => {
     expect(await gw.stop()).toBe(0);
   });
 
-  it('refuses to start on an invalid rule file, naming file, line and rule', async () => {
+  it('an invalid rule file is logged naming file, line and rule, and is not applied: the stored file tier stays (spec 2.8.2)', async () => {
     const file = await rulesFile(`rate_limits:
   gateway_request:
     - name: fine
@@ -148,10 +149,58 @@ describe('rate limiting over HTTP (real gateway process)', () => {
       limit: 5
       characteristics: [nope]
 `);
-    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_RATE_LIMITS_FILE: file }, waitFor: 'none' });
-    expect(await gw.exited).toBe(1);
-    expect(gw.logs()).toContain(`${file}:5: rate_limits.gateway_request[1] (rule "broken"): limit and log rules require limit and period_s`);
-    expect(gw.logs()).toContain(`${file}:8: rate_limits.gateway_request[1].characteristics[0] (rule "broken"): characteristic "nope" is not an available property`);
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+    const env = { ...redisEnv() };
+    const fileTier = async (url: string) =>
+      ((await (await fetch(`${url}/api/v1/admin/rate-limits/gateway_request`, { headers: bearer(admin.key) })).json()) as { effective: Array<{ tier: string; spec: { name: string } }> }).effective
+        .filter((r) => r.tier === 'file_rules')
+        .map((r) => r.spec.name);
+    // A previous start with a valid file seeded the file tier of this store.
+    const good = await startGateway({ env: { ...env, ARKVORY_RATE_LIMITS_FILE: await rulesFile(HEALTH_LIVE_LIMIT) } });
+    expect(await fileTier(good.url)).toEqual(['health_live_by_ip']);
+    expect(await good.stop()).toBe(0);
+
+    const gw = await startGateway({ env: { ...env, ARKVORY_RATE_LIMITS_FILE: file } });
+    const logged = gw.logLines().filter((l) => l.code === 'invalid_rules' && l.file === file);
+    expect(logged).toHaveLength(1);
+    expect(logged[0]!.level).toBe('error');
+    const problems = logged[0]!.problems as string[];
+    expect(problems).toContain(`${file}:5: rate_limits.gateway_request[1] (rule "broken"): limit and log rules require limit and period_s`);
+    expect(problems.some((p) => p.startsWith(`${file}:8: rate_limits.gateway_request[1].characteristics[0] (rule "broken"): characteristic "nope" is not an available property`))).toBe(true);
+    const ready = (await (await fetch(`${gw.url}/health/ready`, { headers: bearer(admin.key) })).json()) as { rateLimits: { rulesFile: string } };
+    expect(ready.rateLimits.rulesFile).toBe('invalid');
+    // Not even the valid rule of the bad file applies; the last valid file's rules stay in force.
+    expect(await fileTier(gw.url)).toEqual(['health_live_by_ip']);
+    expect(await gw.stop()).toBe(0);
+    // On a store that never saw a valid file there is no file tier at all.
+    const fresh = await startGateway({ env: { ...redisEnv(), ARKVORY_RATE_LIMITS_FILE: file } });
+    expect(await fileTier(fresh.url)).toEqual([]);
+    expect(await fresh.stop()).toBe(0);
+  });
+
+  it('a missing rule file is optional (spec 2.7): the gateway starts, warns once, and says so in readiness', async () => {
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+    const missing = path.join(await makeTempDir('arkvory-rules-'), 'absent.yaml');
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_RATE_LIMITS_FILE: missing } });
+    expect(gw.logLines().filter((l) => l.code === 'rules_file_missing')).toHaveLength(1);
+    const ready = (await (await fetch(`${gw.url}/health/ready`, { headers: bearer(admin.key) })).json()) as { rateLimits: { rulesFile: string } };
+    expect(ready.rateLimits.rulesFile).toBe('missing');
+    expect(await gw.stop()).toBe(0);
+  });
+
+  it('a rule file that disappears or breaks while the gateway runs changes nothing and never stops it', async () => {
+    const file = await rulesFile(HEALTH_LIVE_LIMIT);
+    const gw = await startGateway({ env: { ...redisEnv(), ARKVORY_RATE_LIMITS_FILE: file } });
+    expect((await fetch(`${gw.url}/health/live`)).status).toBe(200);
+    await writeFile(file, 'rate_limits: [this is: not valid');
+    await sleep(300);
+    expect((await fetch(`${gw.url}/health/live`)).status).toBe(200);
+    await rm(file);
+    await sleep(300);
+    // The file's rule (limit 2) is still the one in force: the third request is refused.
+    expect((await fetch(`${gw.url}/health/live`)).status).toBe(429);
+    expect(gw.child.exitCode).toBeNull();
+    expect(await gw.stop()).toBe(0);
   });
 
   it('without Redis keeps counters in memory and published rules in PostgreSQL, across a restart', async () => {

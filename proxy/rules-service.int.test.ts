@@ -161,6 +161,10 @@ describe('external rules service (Phase 3) with real processes', () => {
     expect(body.message).toMatch(/action must be one of/);
     expect(body.message).toMatch(/"colour" is not an available property/);
     expect((await putOverride(service, user.key, target, [capRule('x', 1)])).status).toBe(403);
+    // Spec 2.1: a bypass served to every gateway needs a publisher named in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS.
+    const bypass = await putOverride(service, admin.key, target, [{ name: 'vip_bypass', action: 'skip' }]);
+    expect(bypass.status).toBe(403);
+    expect(((await bypass.json()) as { message: string }).message).toContain('rule "vip_bypass"');
     expect((await putOverride(service, admin.key, { ...target, limiter: 'auth_failure' }, [])).status).toBe(400); // auth_failure has no principal
     const missing = await fetch(`${service.url}/api/v1/admin/rule-overrides/alpha/gateway_request/principal/nobody`, { method: 'DELETE', headers: bearer(admin.key) });
     expect(missing.status).toBe(404);

@@ -39,7 +39,7 @@ export async function runRulesService(config: Config, log: Logger): Promise<numb
     const { available } = await loadRuleFiles(undefined);
     await auth.start();
     authStarted = true;
-    const routes = rulesServiceRoutes({ store: createOverrideStore(pool), available, ttlSeconds: config.rulesService.ttlSeconds, token: config.rulesService.token, lifecycle });
+    const routes = rulesServiceRoutes({ store: createOverrideStore(pool), available, ttlSeconds: config.rulesService.ttlSeconds, token: config.rulesService.token, lifecycle, bypassPublishers: config.rateLimitBypassPublishers });
     server = createGatewayServer({ routes, gates: [createAuthGate(auth, lifecycle)], log });
     const address = await server.listen(config.port, config.host);
     if (!signals.requested) lifecycle.set('serving');

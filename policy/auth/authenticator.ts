@@ -7,6 +7,16 @@
  * and it is trusted only while the last successful poll is younger than 1.5 s; otherwise every
  * lookup goes to the database. So a revoked key stops working on every gateway within 2 s even when
  * notifications are lost, and a gateway that cannot reach the database answers 503, never stale.
+ *
+ * Unknown key ids cost no query: with the epoch the gateway loads the set of every key id (at most
+ * `maxKnownKeys`, default 100,000). While the cache is trusted, an id outside the set is refused at
+ * once, so a flood of random keys reaches neither PostgreSQL nor the LRU (which it would otherwise
+ * wash out). Creating a key bumps the epoch, which drops the set; it is reloaded on the next poll.
+ * A key used in the few milliseconds before its NOTIFY arrives is not in the set yet: such misses
+ * are still looked up, but at most `recheckBurst` at once and `recheckPerSecond` after that
+ * (default 10 and 5/s), so a fresh key works at once while a flood costs a handful of queries a
+ * second at most; a recheck that finds the key reloads the set.
+ * Past `maxKnownKeys` keys the set is not kept and every unknown id is looked up (cached per id).
  */
 import pg from 'pg';
 import type { Logger } from 'pino';
@@ -33,6 +43,12 @@ export interface AuthenticatorOptions {
   clock: Clock;
   log: Logger;
   maxEntries?: number;
+  /** Most key ids held in the known-key set (the negative cache); more keys disable it. */
+  maxKnownKeys?: number;
+  /** Ids missing from the set that may still be looked up at once (a key newer than the set). */
+  recheckBurst?: number;
+  /** …and per second after that; beyond, a missing id is refused without a query. */
+  recheckPerSecond?: number;
   pollIntervalMs?: number;
   freshnessMs?: number;
   lastUsedIntervalMs?: number;
@@ -85,6 +101,11 @@ export class Authenticator {
   readonly #grants: BoundedCache<Map<string, Permission>>;
   readonly #lastUsedWritten = new BoundedCache<number>(10_000);
   #epoch: string | undefined;
+  /** Every key id as of `#epoch`; `too_many` past maxKnownKeys; undefined until loaded. */
+  #knownKeyIds: Set<string> | 'too_many' | undefined;
+  /** Token bucket of set misses that may still be looked up (see the header). */
+  #recheckTokens = Number.NaN;
+  #recheckAtMs = 0;
   #epochCheckedAtMs = Number.NEGATIVE_INFINITY;
   #pollTimer: NodeJS.Timeout | undefined;
   #listener: pg.Client | undefined;
@@ -127,12 +148,40 @@ export class Authenticator {
   #invalidate(): void {
     this.#keys.clear();
     this.#grants.clear();
+    this.#knownKeyIds = undefined;
     this.#generation++;
   }
 
   /** Moves whenever the cache is cleared; other caches of auth state (presign secrets) follow it. */
   get cacheGeneration(): number {
     return this.#generation;
+  }
+
+  /** How many key ids the negative cache holds, or undefined when it is not in use. */
+  get knownKeyCount(): number | undefined {
+    const known = this.#knownKeyIds;
+    return known === undefined || known === 'too_many' ? undefined : known.size;
+  }
+
+  /** One recheck of an id the set does not hold, if the bucket allows it now. */
+  #takeRecheck(): boolean {
+    const burst = this.#options.recheckBurst ?? 10;
+    const rate = this.#options.recheckPerSecond ?? 5;
+    const now = this.#options.clock.monotonicMs();
+    const tokens = Number.isNaN(this.#recheckTokens) ? burst : Math.min(burst, this.#recheckTokens + ((now - this.#recheckAtMs) / 1000) * rate);
+    this.#recheckAtMs = now;
+    if (tokens < 1) {
+      this.#recheckTokens = tokens;
+      return false;
+    }
+    this.#recheckTokens = tokens - 1;
+    return true;
+  }
+
+  async #loadKnownKeyIds(): Promise<void> {
+    const max = this.#options.maxKnownKeys ?? 100_000;
+    const r = await this.#pool.query<{ key_id: string }>('SELECT key_id FROM arkvory_api_keys LIMIT $1', [max + 1]);
+    this.#knownKeyIds = r.rows.length > max ? 'too_many' : new Set(r.rows.map((row) => row.key_id));
   }
 
   async #poll(): Promise<void> {
@@ -143,6 +192,9 @@ export class Authenticator {
         this.#invalidate();
         this.#epoch = epoch;
       }
+      // Read after the epoch: the set holds at least every key of that epoch, and a later insert
+      // moves the epoch, so the set is never trusted without a key it should hold.
+      if (this.#knownKeyIds === undefined) await this.#loadKnownKeyIds();
       this.#epochCheckedAtMs = this.#options.clock.monotonicMs();
       this.#pollWarned = false;
     } catch (err) {
@@ -171,8 +223,10 @@ export class Authenticator {
     try {
       await client.connect();
       await client.query('LISTEN arkvory_auth');
-      // Anything changed while we were not listening must not survive in the cache.
+      // Anything changed while we were not listening must not survive in the cache; reload the
+      // known-key set at once rather than at the next poll.
       this.#invalidate();
+      await this.#poll();
     } catch (err) {
       this.#options.log.warn({ err: { message: (err as Error).message } }, 'auth LISTEN failed; relying on polling');
       retry();
@@ -181,9 +235,12 @@ export class Authenticator {
 
   async #loadKey(keyId: string): Promise<KeyEntry | null> {
     const trusted = this.isCacheTrusted;
+    const known = trusted ? this.#knownKeyIds : undefined;
+    const generation = this.#generation;
     if (trusted) {
       const cached = this.#keys.get(keyId);
       if (cached !== undefined) return cached;
+      if (known !== undefined && known !== 'too_many' && !known.has(keyId) && !this.#takeRecheck()) return null;
     }
     let rows: Array<Record<string, unknown>>;
     try {
@@ -208,7 +265,10 @@ export class Authenticator {
           revoked: row.revoked as boolean,
         }
       : null;
-    if (trusted) this.#keys.set(keyId, entry);
+    // Not when the cache was cleared meanwhile: the row may predate the change that cleared it.
+    if (trusted && generation === this.#generation) this.#keys.set(keyId, entry);
+    // A key newer than the set (its NOTIFY still on the way): known from now on.
+    if (entry && known instanceof Set && known === this.#knownKeyIds) known.add(keyId);
     return entry;
   }
 
@@ -240,13 +300,14 @@ export class Authenticator {
     const trusted = this.isCacheTrusted;
     let grants = trusted ? this.#grants.get(principalId) : undefined;
     if (!grants) {
+      const generation = this.#generation;
       try {
         const r = await this.#pool.query<{ repository: string; permission: Permission }>('SELECT repository, permission FROM arkvory_grants WHERE principal_id = $1', [principalId]);
         grants = new Map(r.rows.map((row) => [row.repository, row.permission]));
       } catch (err) {
         throw new PolicyError('unavailable', 'Cannot check permissions right now; retry later.', { cause: err });
       }
-      if (trusted) this.#grants.set(principalId, grants);
+      if (trusted && generation === this.#generation) this.#grants.set(principalId, grants);
     }
     return grants.get(repository);
   }

@@ -63,7 +63,7 @@ const opArb = fc.oneof(
 );
 
 describe('BandwidthGovernor bound (property)', () => {
-  it('granted bytes ≤ rate × elapsed + burst, globally and per principal, under random chunks, principals and cancellations', async () => {
+  it('granted bytes ≤ rate × elapsed + burst, globally and per principal, under random chunks, principals, cancellations and state evictions', async () => {
     await fc.assert(
       fc.asyncProperty(
         rateArb,
@@ -71,7 +71,8 @@ describe('BandwidthGovernor bound (property)', () => {
         fc.array(fc.nat(4), { minLength: 1, maxLength: 16 }),
         fc.integer({ min: 1, max: 12 }),
         fc.array(opArb, { maxLength: 120 }),
-        async (globalRate, principalRate, streamPrincipals, maxWaiting, ops) => {
+        fc.integer({ min: 1, max: 6 }),
+        async (globalRate, principalRate, streamPrincipals, maxWaiting, ops, maxPrincipals) => {
           const clock = new MicrosecondClock();
           clock.us = 3_000_000; // not starting at 0
           const startUs = clock.us;
@@ -83,6 +84,8 @@ describe('BandwidthGovernor bound (property)', () => {
             clock,
             timers,
             maxWaiting,
+            // Smaller than the principals in play: idle full states are evicted and recreated (or a take is busy).
+            maxPrincipals,
             onGrant: (principal, bytes) => events.push({ principal, bytes, us: clock.us - startUs }),
           });
           const quantum = governor.quantumBytes;

@@ -198,19 +198,36 @@ describe('BandwidthGovernor', () => {
     expect(first.done).toBe(false);
   });
 
-  it('keeps at most 1000 principals, until the process stops; the 1001st is busy', async () => {
-    const { governor } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 1_000_000 });
-    for (let i = 0; i < 1000; i++) governor.meter(`svc-${i}`);
-    expect(governor.snapshot().principals).toBe(1000);
-    expect(() => governor.meter('svc-1000')).toThrow(PolicyError);
-    try {
-      governor.meter('svc-1001');
-    } catch (err) {
-      expect((err as PolicyError).code).toBe('busy');
+  it('serves 1,100 principals with a 1,000-state table: idle states with full buckets are evicted, oldest first', async () => {
+    const { governor, clock } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 1_000_000 });
+    // Each principal takes its whole burst (100,000 B), so its bucket needs 100 ms to be full again.
+    for (let i = 0; i < 1100; i++) {
+      const meter = governor.meter(`svc-${i}`);
+      await meter.take(65_536);
+      await meter.take(34_464);
+      clock.advance(1);
     }
-    // Known principals still get meters, with the state they had.
-    await governor.meter('svc-0').take(65_536);
-    expect(governor.snapshot()).toMatchObject({ principals: 1000, rejectedBusy: 2 });
+    // Never refused: by the time the table filled, the first principals had refilled.
+    expect(governor.snapshot()).toMatchObject({ principals: 1000, rejectedBusy: 0 });
+  });
+
+  it('refuses a new principal with busy only while no state is evictable, then takes the oldest idle one', async () => {
+    const { governor, timers } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 1_000_000, maxPrincipals: 3 });
+    const meters = ['a', 'b', 'c'].map((p) => governor.meter(p));
+    for (const m of meters) await m.take(65_536); // every bucket below full
+    const waiting = track(meters[2]!.take(65_536)); // c waits for its own bucket
+    expect(() => governor.meter('d')).toThrow(expect.objectContaining({ code: 'busy' }) as Error);
+    expect(governor.snapshot()).toMatchObject({ principals: 3, rejectedBusy: 1 });
+    await timers.advance(70); // a and b are full again (65,536 B refill in 66 ms); c's take passed at 31 ms, so c is not
+    expect(waiting.done).toBe(true);
+    await governor.meter('d').take(65_536); // evicts a: idle, full, active longest ago (a and b tie: a was first)
+    expect(governor.snapshot().principals).toBe(3);
+    // An evicted principal comes back with a new (full) bucket, evicting b, the other idle full one.
+    await meters[0]!.take(65_536);
+    expect(governor.snapshot()).toMatchObject({ principals: 3, rejectedBusy: 1 });
+    // Now a, c and d are all refilling: nothing is evictable.
+    expect(() => governor.meter('e')).toThrow(expect.objectContaining({ code: 'busy' }) as Error);
+    expect(governor.snapshot()).toMatchObject({ principals: 3, rejectedBusy: 2 });
   });
 
   it('fenced: waiting and new takes reject lease_lost, never fall back to unlimited', async () => {

@@ -2,6 +2,7 @@ import type { Clock } from '../clock.ts';
 import { PolicyError } from '../errors.ts';
 import { systemTimers, type TimerHandle, type Timers } from '../timers.ts';
 import {
+  availableBytes,
   type BucketSpec,
   type BucketState,
   createBucketSpec,
@@ -32,7 +33,11 @@ export interface BandwidthGovernorOptions {
   /** Only `monotonicMs` is read. */
   clock: Clock;
   timers?: Timers;
-  /** Principal states kept (until the process stops); default 1000. */
+  /**
+   * Principal states kept at once; default 1000 (ADR 0008: bounded by the loaded keys). When the
+   * table is full, the idle state whose bucket is full (indistinguishable from a new one) and that
+   * was active longest ago is evicted; `busy` only when no state is evictable.
+   */
   maxPrincipals?: number;
   /** Takes that may wait at once, over all streams; default 256. */
   maxWaiting?: number;
@@ -74,6 +79,8 @@ const RESOLVED: Promise<void> = Promise.resolve();
 interface PrincipalState {
   readonly id: string;
   bucket: BucketState | null;
+  /** Last grant (or creation), monotonic ms: eviction takes the oldest idle state first. */
+  lastActiveMs: number;
   /** Waiting takes of this principal's streams, oldest first. */
   readonly queue: Waiter[];
   inRing: boolean;
@@ -153,17 +160,27 @@ export class BandwidthGovernor {
   /**
    * A meter for one body stream of `principalId` (the stable service-account id, never a key id).
    * Throws PolicyError `lease_lost` when fenced, `unavailable` when closed, `busy` when the principal
-   * table is full (it keeps every principal until the process stops).
+   * table is full of states that cannot be evicted (waiting, or a bucket not yet refilled).
    */
   meter(principalId: string): ByteMeter {
     this.#checkOpen();
     if (typeof principalId !== 'string' || principalId === '') throw new TypeError('principalId: expected a non-empty string');
     const state: MeterState = { waiter: null };
     if (this.isUnlimited) return this.#unlimitedMeter(principalId, state);
-    const principal = this.#principalFor(principalId);
+    this.#principalFor(principalId);
     return {
       quantumBytes: this.quantumBytes,
-      take: (bytes, signal) => this.#take(principal, state, bytes, signal),
+      // The state is looked up per take: an idle stream's state may have been evicted (its bucket
+      // was full) and is then recreated full, which grants nothing the old one would not have.
+      take: (bytes, signal) => {
+        let principal: PrincipalState;
+        try {
+          principal = this.#principalFor(principalId);
+        } catch (err) {
+          return Promise.reject(err);
+        }
+        return this.#take(principal, state, bytes, signal);
+      },
     };
   }
 
@@ -212,18 +229,37 @@ export class BandwidthGovernor {
   #principalFor(principalId: string): PrincipalState {
     const known = this.#principals.get(principalId);
     if (known) return known;
-    if (this.#principals.size >= this.#maxPrincipals) {
+    const nowMs = this.#clock.monotonicMs();
+    if (this.#principals.size >= this.#maxPrincipals && !this.#evictIdle(nowMs)) {
       this.#rejectedBusy++;
-      throw new PolicyError('busy', `More than ${this.#maxPrincipals} principals transferred since start; this process tracks no more.`, { headers: RETRY_AFTER });
+      throw new PolicyError('busy', `${this.#maxPrincipals} principals are transferring or refilling their budgets; retry shortly.`, { headers: RETRY_AFTER });
     }
     const principal: PrincipalState = {
       id: principalId,
-      bucket: this.#principalSpec ? startBucket(this.#principalSpec, this.#clock.monotonicMs()) : null,
+      bucket: this.#principalSpec ? startBucket(this.#principalSpec, nowMs) : null,
+      lastActiveMs: nowMs,
       queue: [],
       inRing: false,
     };
     this.#principals.set(principalId, principal);
     return principal;
+  }
+
+  /**
+   * Drops the idle state active longest ago whose bucket is full again: a new state starts with the
+   * burst, which is no more than a full bucket holds, so the rate bound is unchanged. O(table) but
+   * only when the table is full and a new principal arrives. False when nothing is evictable.
+   */
+  #evictIdle(nowMs: number): boolean {
+    let oldest: PrincipalState | undefined;
+    for (const p of this.#principals.values()) {
+      if (p.queue.length > 0 || p.inRing || this.#reserved === p) continue;
+      if (this.#principalSpec !== null && availableBytes(this.#principalSpec, p.bucket!, nowMs) < this.#principalSpec.burstBytes) continue;
+      if (oldest === undefined || p.lastActiveMs < oldest.lastActiveMs) oldest = p;
+    }
+    if (oldest === undefined) return false;
+    this.#principals.delete(oldest.id);
+    return true;
   }
 
   #take(principal: PrincipalState, meter: MeterState, bytes: number, signal: AbortSignal | undefined): Promise<void> {
@@ -289,6 +325,7 @@ export class BandwidthGovernor {
 
   #grant(principal: PrincipalState, bytes: number, nowMs: number): void {
     if (this.#principalSpec) principal.bucket = takeTokens(this.#principalSpec, principal.bucket!, bytes, nowMs);
+    principal.lastActiveMs = nowMs;
     if (this.#globalSpec) this.#global = takeTokens(this.#globalSpec, this.#global!, bytes, nowMs);
     this.#count(principal.id, bytes, nowMs);
   }

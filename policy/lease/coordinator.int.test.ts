@@ -78,6 +78,21 @@ describe('coordinator barriers and stored policy (real PostgreSQL)', () => {
     expect(second.generation).toBe(firstGeneration + 1);
   }, 30_000);
 
+  it('gives up waiting for a slot after 15 s (spec: "the wait is limited to 15 seconds") when a reservation outlasts it', async () => {
+    const db = await freshDb();
+    await coordinator(db, { role: 'api', shared: { slot: 0, policy } });
+    const first = await coordinator(db, { role: 'reader', shared: { slot: 1, policy } });
+    await first.close();
+    // A stationary reservation longer than any renewal would leave (a stopped owner whose database
+    // clock jumped ahead): not renewing, so not "live", but not expiring within the bound either.
+    await db.pool.query(`UPDATE arkvory_gateway_leases SET expires_at = clock_timestamp() + interval '60 seconds' WHERE slot = 1`);
+    const started = Date.now();
+    await expect(coordinator(db, { role: 'reader', shared: { slot: 1, policy } })).rejects.toThrow(/stayed reserved for 15 s/);
+    const waited = Date.now() - started;
+    expect(waited).toBeGreaterThanOrEqual(15_000);
+    expect(waited).toBeLessThan(18_000);
+  }, 40_000);
+
   it('fences when a newer generation takes the slot, and never revives', async () => {
     const db = await freshDb();
     await coordinator(db, { role: 'api', shared: { slot: 0, policy } });

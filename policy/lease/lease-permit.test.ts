@@ -4,20 +4,46 @@ import { acquired, confirmRenewal, isPermitValid, nextRenewalAt, observe, renewa
 const at = (monotonicMs: number, wallMs = 1_000_000 + monotonicMs): Instant => ({ monotonicMs, wallMs });
 
 describe('lease permit', () => {
-  it('lasts 8 s from the start of the acquiring request, waiting included', () => {
+  it('lasts 8 s from the start of the acquiring request, waiting included; renewal 2 s after the confirmation arrived', () => {
     const s = acquired(1, at(0), at(300));
     expect(isPermitValid(s, at(7999))).toBe(true);
     expect(isPermitValid(s, at(8000))).toBe(false);
-    expect(nextRenewalAt(s)).toBe(2000);
+    // Spec: "Renewal starts 2 seconds after the previous successful confirmation": the answer at 300.
+    expect(nextRenewalAt(s)).toBe(2300);
   });
 
-  it('renews 2 s after the last confirmation and extends to 8 s after the renewal request started', () => {
+  it('renews 2 s after the last confirmation; the permit extends to 8 s after the renewal request started', () => {
     let s = acquired(1, at(0), at(10));
-    s = confirmRenewal(s, at(2000), at(2600)); // slow answer: still counted from 2000
+    expect(nextRenewalAt(s)).toBe(2010);
+    s = confirmRenewal(s, at(2010), at(2600)); // slow answer: the permit still counts from 2010
     expect(s.kind).toBe('held');
-    expect(isPermitValid(s, at(9999))).toBe(true);
-    expect(isPermitValid(s, at(10_000))).toBe(false);
-    expect(nextRenewalAt(s)).toBe(4000);
+    expect(isPermitValid(s, at(10_009))).toBe(true);
+    expect(isPermitValid(s, at(10_010))).toBe(false);
+    expect(nextRenewalAt(s)).toBe(4600); // …but the next renewal from the confirmation at 2600
+  });
+
+  it('keeps the 8 s bound whatever the answer times: a permit never outlives its request start by 8 s', () => {
+    // A chain of renewals whose answers take 0 to 3 s: each starts 2 s after the previous answer.
+    let s = acquired(1, at(0), at(0));
+    for (const delay of [0, 100, 3000, 1000, 50]) {
+      const begin = nextRenewalAt(s)!;
+      s = confirmRenewal(s, at(begin), at(begin + delay));
+      expect(s.kind).toBe('held');
+      if (s.kind !== 'held') return;
+      expect(s.validUntil.monotonicMs).toBe(begin + 8000);
+      expect(nextRenewalAt(s)).toBe(begin + delay + 2000);
+    }
+    // The previous permit (from the request before, 8 s) ends 5.95 s into this request: an answer at
+    // 5.9 s is held and the next renewal (2 s later) still starts inside the new permit; an answer at
+    // 6 s comes after the old permit lapsed and fences. No permit is ever valid 8 s past its start.
+    const begin = nextRenewalAt(s)!;
+    const late = confirmRenewal(s, at(begin), at(begin + 6000));
+    expect(late.kind).toBe('fenced');
+    s = confirmRenewal(s, at(begin), at(begin + 5900));
+    expect(s.kind).toBe('held');
+    expect(nextRenewalAt(s)).toBe(begin + 7900);
+    expect(isPermitValid(s, at(begin + 7999))).toBe(true);
+    expect(observe(s, at(begin + 8000)).kind).toBe('fenced');
   });
 
   it('fences on expiry and never revives on a late renewal answer', () => {

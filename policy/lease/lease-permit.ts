@@ -1,7 +1,8 @@
 /**
  * Pure state of a slot lease as this process sees it (read-gateways spec, "Share ownership"):
  * - the database reserves the slot for 10 s from each renewal (database time);
- * - a renewal starts 2 s after the previous confirmed one;
+ * - a renewal starts 2 s after the previous *confirmation*, i.e. the moment its answer arrived
+ *   (not the start of the confirming request);
  * - the local permit lasts at most 8 s from the START of the renewal request that confirmed it,
  *   waiting for a connection and the answer included, checked on both monotonic and wall time;
  * - once the permit has lapsed the process is fenced for good: no later answer revives it.
@@ -16,7 +17,14 @@ export interface Instant {
 }
 
 export type PermitState =
-  | { kind: 'held'; generation: number; validUntil: Instant; lastConfirmedAt: Instant }
+  | {
+      kind: 'held';
+      generation: number;
+      /** 8 s after the start of the request that confirmed it, on both clocks. */
+      validUntil: Instant;
+      /** When that confirmation arrived: the next renewal starts 2 s later. */
+      lastConfirmedAt: Instant;
+    }
   | { kind: 'fenced'; reason: string };
 
 /** The permit right after acquisition, counted from when the acquiring request started. */
@@ -36,13 +44,14 @@ export function observe(state: PermitState, now: Instant): PermitState {
 
 /**
  * A renewal that the database confirmed. It extends the permit to 8 s after the request started —
- * unless the permit had already lapsed when the answer arrived (a late answer never revives it).
+ * unless the permit had already lapsed when the answer arrived (a late answer never revives it) —
+ * and the next renewal is due 2 s after the answer arrived.
  */
 export function confirmRenewal(state: PermitState, requestStartedAt: Instant, answeredAt: Instant): PermitState {
   const current = observe(state, answeredAt);
   if (current.kind === 'fenced') return current;
   const validUntil = { monotonicMs: requestStartedAt.monotonicMs + PERMIT_MS, wallMs: requestStartedAt.wallMs + PERMIT_MS };
-  const next: PermitState = { kind: 'held', generation: current.generation, validUntil, lastConfirmedAt: requestStartedAt };
+  const next: PermitState = { kind: 'held', generation: current.generation, validUntil, lastConfirmedAt: answeredAt };
   return observe(next, answeredAt);
 }
 
@@ -51,7 +60,7 @@ export function renewalRejected(_state: PermitState): PermitState {
   return { kind: 'fenced', reason: 'the database no longer holds this lease (expired or taken over by a newer generation)' };
 }
 
-/** When the next renewal should start (monotonic ms). */
+/** When the next renewal should start (monotonic ms): 2 s after the last confirmation arrived. */
 export function nextRenewalAt(state: PermitState): number | undefined {
   return state.kind === 'held' ? state.lastConfirmedAt.monotonicMs + RENEW_AFTER_MS : undefined;
 }

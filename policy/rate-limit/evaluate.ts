@@ -143,6 +143,8 @@ export type RuleResult = 'allow' | 'exceeded' | 'banned' | 'skip';
 export interface RuleEvaluation {
   readonly rule: Rule;
   readonly result: RuleResult;
+  /** The rule's count after this call (before it, for a peek of cost 0); 0 for the skip rule. */
+  readonly count: number;
 }
 
 export interface RateLimitInfo {
@@ -194,7 +196,7 @@ export function summarize(plan: Plan, outcomes: readonly Outcome[]): RateLimitRe
   for (let i = 0; i < outcomes.length; i++) {
     const p = plan.counting[i]!;
     const o = outcomes[i]!;
-    evaluations.push({ rule: p.rule, result: o.banned && o.exceeded ? 'banned' : o.exceeded ? 'exceeded' : 'allow' });
+    evaluations.push({ rule: p.rule, result: o.banned && o.exceeded ? 'banned' : o.exceeded ? 'exceeded' : 'allow', count: o.count });
     if (p.action === 'limit') {
       if (o.exceeded) blocking = i;
       else if (better(i, bestLimit)) bestLimit = i;
@@ -203,7 +205,7 @@ export function summarize(plan: Plan, outcomes: readonly Outcome[]): RateLimitRe
     } else if (better(i, bestLog)) bestLog = i;
   }
   const reachedSkip = plan.skip !== undefined && blocking === -1;
-  if (reachedSkip) evaluations.push({ rule: plan.skip!, result: 'skip' });
+  if (reachedSkip) evaluations.push({ rule: plan.skip!, result: 'skip', count: 0 });
   const chosen = blocking !== -1 ? blocking : firstExceededLog !== -1 ? firstExceededLog : bestLimit !== -1 ? bestLimit : bestLog;
   if (chosen === -1) {
     return { action: 'allow', exceeded: false, rule: reachedSkip ? plan.skip : undefined, error: undefined, info: undefined, evaluations };

@@ -4,7 +4,7 @@ import { describe, expect, it, vi } from 'vitest';
 import { ManualClock } from '../clock.ts';
 import { createLimiter } from './limiter.ts';
 import { createMemoryStore } from './memory-store.ts';
-import { createRateLimitMetrics, METRIC_NAMES } from './metrics.ts';
+import { createRateLimitMetrics, METRIC_NAMES, REMOVED_METRIC_NAMES } from './metrics.ts';
 import { defineRule } from './rules.ts';
 import type { CounterStore } from './store.ts';
 
@@ -30,7 +30,11 @@ describe('limiter', () => {
     const logged = lines.filter((l) => l.msg === 'rate-limit store failed; failing open');
     expect(logged).toHaveLength(2);
     expect(logged[1]).toMatchObject({ suppressed: 2, operation: 'peek' });
-    expect(await registry.getSingleMetricAsString(METRIC_NAMES.errors)).toContain('operation="check",code="store_unavailable"} 3');
+    expect(await registry.getSingleMetricAsString(METRIC_NAMES.checks)).toContain('action="allow",matched="false",error="true"} 3');
+    // Spec 1.10: the pre-split families are gone; a failed clear is only logged.
+    await limiter.clear({ ip: 'a' });
+    for (const removed of REMOVED_METRIC_NAMES) expect(registry.getSingleMetric(removed)).toBeUndefined();
+    expect((await registry.getMetricsAsJSON()).map((m) => m.name).sort()).toEqual([METRIC_NAMES.checks, METRIC_NAMES.peeks, METRIC_NAMES.ruleEvaluations].sort());
     expect(await registry.getSingleMetricAsString(METRIC_NAMES.peeks)).toContain('action="allow",error="true"} 1');
   });
 

@@ -1,7 +1,8 @@
 /**
  * `Limiter` (spec 1.1): built once per checkpoint with a name and ordered rules, then
  * `check` / `peek` / `clear` per request. A store failure or a store slower than `timeoutMs` fails
- * open: the result allows, carries `error`, is counted, and is logged at most once per interval.
+ * open: the result allows, carries `error`, is counted (the `error` label of checks and peeks; a
+ * failed `clear` is only logged, spec 1.10), and is logged at most once per interval.
  */
 import type { Logger } from 'pino';
 import type { Clock } from '../clock.ts';
@@ -62,7 +63,6 @@ export function createLimiter(deps: LimiterDeps, definition: LimiterDefinition):
   const reportError = (operation: string, err: unknown): Error => {
     const error = err instanceof Error ? err : new Error(String(err));
     const code = (error as { code?: unknown }).code;
-    metrics.error({ limiter: name, operation, code: typeof code === 'string' ? code : 'store_unavailable' });
     const now = clock.monotonicMs();
     if (now - lastErrorLogMs >= errorLogIntervalMs) {
       log.warn({ limiter: name, operation, err: error, code: typeof code === 'string' ? code : 'store_unavailable', suppressed: suppressedErrors }, 'rate-limit store failed; failing open');

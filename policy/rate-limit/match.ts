@@ -1,8 +1,9 @@
 /**
  * Which rules apply to an identifier (spec 1.3, 1.4). Pure. Every `match` entry must hold: equality
- * on the string form of the value, or `{ regex }` (JavaScript syntax, unicode mode, unanchored
- * unless the pattern anchors itself). A property missing from the identifier never matches.
+ * on the string form of the value, or `{ regex }` (RE2 syntax, linear time, unanchored unless the
+ * pattern anchors itself; see rule-regex.ts). A property missing from the identifier never matches.
  */
+import { regexMatches } from './rule-regex.ts';
 import type { MatchValue, Rule } from './rules.ts';
 
 export type IdentifierValue = string | number | boolean | null | undefined;
@@ -12,18 +13,6 @@ export type Identifier = Readonly<Record<string, IdentifierValue>>;
 /** Sentinel for an unauthenticated caller; the angle brackets cannot collide with a real id. */
 export const ANONYMOUS = '<anonymous>';
 
-const compiled = new Map<string, RegExp>();
-
-function regexFor(pattern: string): RegExp {
-  let re = compiled.get(pattern);
-  if (!re) {
-    re = new RegExp(pattern, 'u');
-    if (compiled.size > 10_000) compiled.clear();
-    compiled.set(pattern, re);
-  }
-  return re;
-}
-
 export function valueOf(identifier: Identifier, key: string): string | undefined {
   const v = identifier[key];
   return v === undefined || v === null ? undefined : String(v);
@@ -32,7 +21,7 @@ export function valueOf(identifier: Identifier, key: string): string | undefined
 export function matchesValue(matcher: MatchValue, value: string | undefined): boolean {
   if (value === undefined) return false;
   if (typeof matcher === 'string') return matcher === value;
-  return regexFor(matcher.regex).test(value);
+  return regexMatches(matcher.regex, value);
 }
 
 export function ruleMatches(rule: Rule, identifier: Identifier): boolean {

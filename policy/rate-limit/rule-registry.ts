@@ -37,6 +37,11 @@ export interface RuleRegistryDeps {
   available: AvailableLimiters;
   /** The operator file's rules (already validated), per limiter. */
   fileRules: ReadonlyMap<string, RuleSpec[]>;
+  /**
+   * `false` when this process's operator file was invalid: seeding then leaves the stored file tier
+   * as it is (the last good file of the fleet) instead of replacing it with nothing. Default true.
+   */
+  replaceFileTier?: boolean;
   clock: Clock;
   log: Logger;
   refreshIntervalMs?: number;
@@ -65,8 +70,12 @@ export interface RuleRegistry {
   refresh(): Promise<boolean>;
   /** Current rules of a limiter, in evaluation order (hot path: no I/O). */
   rules(limiter: string): readonly Rule[];
-  /** Validates the batch (limiter → rules), then applies it atomically to the published tier. */
-  publish(batch: unknown): Promise<{ limiters: string[]; rules: number }>;
+  /**
+   * Validates the batch (limiter → rules), then applies it atomically to the published tier. With
+   * `allowSkip: false` a batch holding a `skip` rule is refused whole with `bypass_not_allowed`
+   * (spec 2.1: guardrails on who may add bypasses). Default true (the operator's CLI).
+   */
+  publish(batch: unknown, options?: { allowSkip?: boolean }): Promise<{ limiters: string[]; rules: number }>;
   /** Deletes one published rule; `unknown_rule` if the published tier has no such rule. */
   unpublish(limiter: string, rule: string): Promise<void>;
   /** Tiers and effective rules as this process sees them after a fresh read (or its replica). */
@@ -139,7 +148,8 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
           if (raw === undefined && file.length === 0 && defaults.length === 0) continue;
           const existing = raw === undefined ? emptyDocument() : accept(limiter, raw);
           if (!existing) continue; // never overwrite a document we cannot read: its published tier would be lost
-          next.set(limiter, { file_rules: { rules: [...file] }, published_rules: existing.published_rules, default_rules: { rules: [...defaults] } });
+          const fileTier = deps.replaceFileTier === false ? existing.file_rules : { rules: [...file] };
+          next.set(limiter, { file_rules: fileTier, published_rules: existing.published_rules, default_rules: { rules: [...defaults] } });
         }
         return next;
       }),
@@ -245,9 +255,18 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
     rules(limiter) {
       return replica.get(limiter)?.rules ?? [];
     },
-    async publish(batch) {
+    async publish(batch, options) {
       const { rateLimits, problems } = validateRateLimits(batch, available);
       assertNoProblems(problems, 'publish');
+      if (options?.allowSkip === false) {
+        const bypasses: RuleProblem[] = [];
+        for (const [limiter, rules] of rateLimits) {
+          rules.forEach((r, i) => {
+            if (r.action === 'skip') bypasses.push({ path: ['rate_limits', limiter, i, 'action'], rule: r.name, message: 'bypass (skip) rules may be published only by the principals in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS, or deployed in the operator file' });
+          });
+        }
+        if (bypasses.length) throw new RateLimitError('bypass_not_allowed', `Refused: ${bypasses.map((p) => `rule "${p.rule}" in ${String(p.path[1])} is a bypass (skip) rule`).join('; ')}. Only the principals in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS may publish bypass rules; operators can also deploy them in ARKVORY_RATE_LIMITS_FILE.`, { problems: bypasses });
+      }
       const store = requireDocuments();
       const names = [...rateLimits.keys()].filter((l) => rateLimits.get(l)!.length > 0);
       await withTimeout(

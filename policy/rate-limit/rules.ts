@@ -6,6 +6,7 @@
  * a `Limiter` evaluates (limit and period may be callables, spec 1.7).
  */
 import { RateLimitError, type RuleProblem } from './errors.ts';
+import { compileRuleRegex } from './rule-regex.ts';
 
 export const ACTIONS = ['limit', 'log', 'skip'] as const;
 export type Action = (typeof ACTIONS)[number];
@@ -137,7 +138,7 @@ export function validateRule(value: unknown, path: Path, problems: RuleProblem[]
         else if (typeof raw === 'number' || typeof raw === 'boolean') match[key] = String(raw);
         else if (isPlainObject(raw) && Object.keys(raw).length === 1 && typeof raw.regex === 'string') {
           try {
-            new RegExp(raw.regex, 'u');
+            compileRuleRegex(raw.regex);
             match[key] = { regex: raw.regex };
           } catch (err) {
             problems.push({ path: [...where, 'regex'], message: `invalid regular expression: ${(err as Error).message}`, rule: ruleName });

@@ -19,7 +19,12 @@ async function openRegistry(env: NodeJS.ProcessEnv): Promise<{ registry: RuleReg
   const { openCliPool } = await import('./cli-database.ts');
   const config = loadConfigOrExit(env);
   const log = createLogger(config.logLevel === 'info' ? 'warn' : config.logLevel, pino.destination(2));
-  const { available, fileRules } = await loadRuleFiles(config.rateLimitsFile);
+  const { available, fileRules, fileStatus, fileProblems } = await loadRuleFiles(config.rateLimitsFile);
+  // The CLI writes to the shared store: an operator file it cannot apply is an error here, not a warning.
+  if (fileStatus === 'invalid') {
+    const { RateLimitConfigError } = await edge();
+    throw new RateLimitConfigError(fileProblems);
+  }
   let redis: RateLimitRedis | undefined;
   let pool: pg.Pool | undefined;
   if (config.redisUrl) {

@@ -20,7 +20,7 @@ import { loadRuleFiles } from '../rate-limit-gate.ts';
 import { readJsonBody } from '../request-body.ts';
 import type { HttpMethod } from '../route-table.ts';
 import { authAdminRoutes } from '../routes/auth-admin.ts';
-import { toPolicyError } from '../routes/rate-limit-admin.ts';
+import { mayPublishBypass, toPolicyError } from '../routes/rate-limit-admin.ts';
 import type { Services } from '../services.ts';
 import { RateSamples } from './rate-samples.ts';
 import { annotateTiers } from './shadowing.ts';
@@ -247,7 +247,7 @@ export function createConsole(services: Services, deps: { authenticate(authoriza
         api(['PUT'], 'rate-limits', async (ctx) => {
           const body = await readJsonBody(ctx.req, 1024 * 1024);
           try {
-            sendJson(ctx.res, 200, { published: await registry.publish(body) });
+            sendJson(ctx.res, 200, { published: await registry.publish(body, { allowSkip: mayPublishBypass(ctx.principal, config.rateLimitBypassPublishers) }) });
           } catch (err) {
             if (err instanceof RateLimitError && err.code === 'invalid_rules') {
               // The problems with their key paths, so the page can show each beside its field.

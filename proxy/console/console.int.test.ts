@@ -230,4 +230,14 @@ describe('console API', () => {
     expect(fields).toEqual(expect.arrayContaining(['name', 'limit', 'characteristics']));
     expect(body.problems.find((p: { path: unknown[] }) => p.path[3] === 'limit').message).toMatch(/limit must be an integer/);
   });
+
+  it('refuses a bypass (skip) rule from an admin not in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS and says why (spec 2.1)', async () => {
+    const { cookie, csrf } = await signIn(adminKey);
+    const res = await call('PUT', '/console/api/rate-limits', { cookie, csrf, body: { rate_limits: { gateway_request: [{ name: 'console_bypass', action: 'skip', match: { request_type: 'read' } }] } } });
+    expect(res.status).toBe(403);
+    const body = json(res);
+    expect(body.code).toBe('forbidden');
+    expect(body.message).toContain('rule "console_bypass"');
+    expect(body.message).toContain('ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS');
+  });
 });

@@ -44,7 +44,6 @@ export const GATEWAY_METRICS = [
   { name: RATE_LIMIT_METRIC_NAMES.checks, type: 'counter', labels: ['limiter', 'action', 'matched', 'error'], help: 'Rate-limit checks, one per check() call.' },
   { name: RATE_LIMIT_METRIC_NAMES.ruleEvaluations, type: 'counter', labels: ['limiter', 'rule', 'action', 'result'], help: 'Rule evaluations inside checks.' },
   { name: RATE_LIMIT_METRIC_NAMES.peeks, type: 'counter', labels: ['limiter', 'action', 'error'], help: 'Rate-limit peeks (no counting).' },
-  { name: RATE_LIMIT_METRIC_NAMES.errors, type: 'counter', labels: ['limiter', 'operation', 'code'], help: 'Rate-limit store failures (the check failed open).' },
   { name: RULES_SERVICE_METRIC, type: 'counter', labels: ['limiter', 'result'], help: RULES_SERVICE_HELP },
 ] as const satisfies readonly MetricSpec[];
 

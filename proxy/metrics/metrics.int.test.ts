@@ -220,7 +220,17 @@ describe('metric families after traffic', () => {
     expect(value(r, 'arkvory_rate_limit_checks_total', { limiter: 'gateway_request' })).toBeGreaterThanOrEqual(2);
     expect(value(r, 'arkvory_rate_limit_checks_total', { limiter: 'auth_failure' })).toBeGreaterThanOrEqual(1);
     expect(value(r, 'arkvory_rate_limit_rule_evaluations_total', { limiter: 'gateway_request', rule: 'limit_requests_by_principal' })).toBeGreaterThanOrEqual(2);
-    expect(w.samples.filter((s) => s.name === 'arkvory_rate_limit_errors_total')).toEqual([]);
+    // Spec 1.10: calls_total and errors_total were removed (peeks_total covers peek errors, clear is
+    // log-only); exactly the spec's families are exported.
+    for (const e of [w, r]) {
+      for (const removed of ['arkvory_rate_limit_calls_total', 'arkvory_rate_limit_errors_total']) {
+        expect(e.types.has(removed)).toBe(false);
+        expect(e.samples.filter((s) => s.name === removed)).toEqual([]);
+      }
+      const families = [...e.types.keys()].filter((n) => n.startsWith('arkvory_rate_limit_')).sort();
+      // The rules-service lookups counter is Phase 3's own family (docs/rate-limits.md), not a check counter.
+      expect(families).toEqual(['arkvory_rate_limit_checks_total', 'arkvory_rate_limit_peeks_total', 'arkvory_rate_limit_rule_evaluations_total', 'arkvory_rate_limit_rules_service_requests_total']);
+    }
   });
 
   it('process metrics are live', () => {

@@ -1,11 +1,11 @@
 /**
  * Multipart uploads on the writer: open a session on a target path, PUT parts (each paced and
  * admitted like a full upload), complete with the ordered part list (202 and a job the completion
- * worker runs), poll the session, or abort it.
+ * worker runs), poll the session, or abort it. Only the principal that opened a session sees it.
  */
 import { ARTIFACT_KINDS } from '../../storage-adapter/catalog.ts';
 import { StorageError } from '../../storage-adapter/errors.ts';
-import type { UploadSession, UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
+import type { SessionScope, UploadSession, UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
 import { CONTENT_TEMPLATES, keyFromParams, pathOfKey } from '../content-paths.ts';
 import { GatewayError } from '../errors.ts';
 import { sendJson } from '../http-errors.ts';
@@ -31,6 +31,11 @@ function sessionBody(s: UploadSession): Record<string, unknown> {
     artifact: s.state === 'done' ? { sha256: s.resultSha256, sizeBytes: s.resultSize, contentUrl: `${pathOfKey(s.key)}/content` } : null,
     url: `/api/v1/repositories/${encodeURIComponent(s.key.repository)}/uploads/${s.id}`,
   };
+}
+
+/** A session is its opener's: another principal, even a writer of the repository, gets 404. */
+function scopeOf(ctx: RequestContext): SessionScope {
+  return { repository: ctx.params.repo!, principalId: ctx.principal?.id ?? null };
 }
 
 function declaredLength(ctx: RequestContext): number | undefined {
@@ -76,7 +81,7 @@ export function multipartRoutes(deps: { sessions: UploadSessions; maxPartBytes: 
       template: SESSION,
       access: 'write',
       async handle(ctx) {
-        sendJson(ctx.res, 200, sessionBody(await sessions.get(ctx.params.repo!, ctx.params.upload!)));
+        sendJson(ctx.res, 200, sessionBody(await sessions.get(scopeOf(ctx), ctx.params.upload!)));
       },
     },
     {
@@ -85,7 +90,7 @@ export function multipartRoutes(deps: { sessions: UploadSessions; maxPartBytes: 
       access: 'write',
       async handle(ctx) {
         writable(null);
-        await sessions.abort(ctx.params.repo!, ctx.params.upload!);
+        await sessions.abort(scopeOf(ctx), ctx.params.upload!);
         ctx.res.writeHead(204).end();
       },
     },
@@ -100,7 +105,7 @@ export function multipartRoutes(deps: { sessions: UploadSessions; maxPartBytes: 
         if (length !== undefined && length > deps.maxPartBytes) throw new StorageError('payload_too_large', `A part may hold at most ${deps.maxPartBytes} bytes.`);
         try {
           const meter = deps.meters?.upload?.(ctx);
-          const part = await sessions.putPart(ctx.params.repo!, ctx.params.upload!, partNumber, ctx.req, {
+          const part = await sessions.putPart(scopeOf(ctx), ctx.params.upload!, partNumber, ctx.req, {
             maxBytes: deps.maxPartBytes,
             ...(length !== undefined ? { expectedLength: length } : {}),
             ...(meter ? { meter } : {}),
@@ -120,8 +125,8 @@ export function multipartRoutes(deps: { sessions: UploadSessions; maxPartBytes: 
       async handle(ctx) {
         writable(null);
         const body = await readJsonBody(ctx.req, 2 * 1024 * 1024);
-        const job = await sessions.complete(ctx.params.repo!, ctx.params.upload!, body.parts);
-        const session = await sessions.get(ctx.params.repo!, ctx.params.upload!);
+        const job = await sessions.complete(scopeOf(ctx), ctx.params.upload!, body.parts);
+        const session = await sessions.get(scopeOf(ctx), ctx.params.upload!);
         sendJson(ctx.res, 202, { ...sessionBody(session), job: job.jobId, totalBytes: job.totalBytes }, { location: sessionBody(session).url as string });
       },
     },

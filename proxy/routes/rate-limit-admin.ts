@@ -1,9 +1,11 @@
 /**
  * `/api/v1/admin/rate-limits…` (admin scope): show the effective rules tier by tier, publish a
  * batch (limiter → rules) atomically into the published tier, and delete one published rule.
+ * Publishing a bypass (`skip`) rule needs the publisher in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS.
  */
 import { formatProblem, RateLimitError, type RuleRegistry } from '../../policy/rate-limit/index.ts';
 import { PolicyError } from '../../policy/errors.ts';
+import type { Principal } from '../../policy/auth/principal.ts';
 import type { Route } from '../http-server.ts';
 import { sendJson } from '../http-errors.ts';
 import { readJsonBody } from '../request-body.ts';
@@ -19,6 +21,8 @@ export function toPolicyError(err: unknown): unknown {
     case 'unknown_limiter':
     case 'unknown_rule':
       return new PolicyError('not_found', err.message, { cause: err });
+    case 'bypass_not_allowed':
+      return new PolicyError('forbidden', err.message, { cause: err });
     case 'store_unavailable':
     case 'store_timeout':
       return new PolicyError('unavailable', 'The rate-limit rule store is unavailable; retry later.', { cause: err });
@@ -33,7 +37,12 @@ async function mapped<T>(work: () => Promise<T>): Promise<T> {
   }
 }
 
-export function rateLimitAdminRoutes(registry: RuleRegistry): Route[] {
+/** Spec 2.1: only the named principals may publish bypass (`skip`) rules over HTTP. */
+export function mayPublishBypass(principal: Principal | undefined, bypassPublishers: readonly string[]): boolean {
+  return principal !== undefined && bypassPublishers.includes(principal.name);
+}
+
+export function rateLimitAdminRoutes(registry: RuleRegistry, bypassPublishers: readonly string[] = []): Route[] {
   return [
     {
       methods: ['GET'],
@@ -47,9 +56,9 @@ export function rateLimitAdminRoutes(registry: RuleRegistry): Route[] {
       methods: ['PUT'],
       template: BASE,
       access: 'admin',
-      async handle({ req, res }) {
+      async handle({ req, res, principal }) {
         const body = await readJsonBody(req, 1024 * 1024);
-        const published = await mapped(() => registry.publish(body));
+        const published = await mapped(() => registry.publish(body, { allowSkip: mayPublishBypass(principal, bypassPublishers) }));
         sendJson(res, 200, { published });
       },
     },

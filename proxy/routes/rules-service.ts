@@ -13,6 +13,7 @@ import type { Lifecycle } from '../lifecycle.ts';
 import type { Route } from '../http-server.ts';
 import { sendJson } from '../http-errors.ts';
 import { liveAndStatusRoutes } from './health.ts';
+import { mayPublishBypass } from './rate-limit-admin.ts';
 import { readJsonBody } from '../request-body.ts';
 
 const OVERRIDES = '/api/v1/admin/rule-overrides';
@@ -38,8 +39,9 @@ const wire = (o: { service: string; limiter: string; subjectKind: string; subjec
   updated_at: o.updatedAt,
 });
 
-export function rulesServiceRoutes(deps: { store: OverrideStore; available: AvailableLimiters; ttlSeconds: number; token: string | undefined; lifecycle: Lifecycle }): Route[] {
+export function rulesServiceRoutes(deps: { store: OverrideStore; available: AvailableLimiters; ttlSeconds: number; token: string | undefined; lifecycle: Lifecycle; bypassPublishers?: readonly string[] }): Route[] {
   const { store, available, ttlSeconds, token, lifecycle } = deps;
+  const bypassPublishers = deps.bypassPublishers ?? [];
   return [
     ...liveAndStatusRoutes(lifecycle),
     {
@@ -72,13 +74,17 @@ export function rulesServiceRoutes(deps: { store: OverrideStore; available: Avai
       methods: ['PUT'],
       template: ONE_OVERRIDE,
       access: 'admin',
-      async handle({ req, res, params }) {
+      async handle({ req, res, params, principal }) {
         const body = await readJsonBody(req, 1024 * 1024);
         const extra = Object.keys(body).filter((k) => k !== 'rules');
         if (extra.length) throw new PolicyError('invalid_request', `unknown field(s) ${extra.map((k) => `"${k}"`).join(', ')}; send { "rules": [...] }`);
         if (body.rules === undefined) throw new PolicyError('invalid_request', 'send { "rules": [...] }');
         const { override, problems } = validateOverride({ service: params.service, limiter: params.limiter, subjectKind: params.kind, subject: params.subject, rules: body.rules }, available);
         if (!override) throw invalid(problems);
+        // Spec 2.1: a bypass served to gateways is guarded like a published one.
+        const bypasses = override.rules.filter((r) => r.action === 'skip').map((r) => `rule "${r.name}"`);
+        if (bypasses.length && !mayPublishBypass(principal, bypassPublishers))
+          throw new PolicyError('forbidden', `Refused: ${bypasses.join(', ')} is a bypass (skip) rule; only the principals in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS may publish bypass rules.`);
         sendJson(res, 200, { override: wire(await store.put(override)) });
       },
     },

@@ -29,6 +29,15 @@ export interface UploadSession {
   parts: ReceivedPart[];
 }
 
+/**
+ * Who asks about a session: its repository and the principal that opened it. A session belongs to
+ * its principal: any other one (even a writer of the same repository) is told `not_found`.
+ */
+export interface SessionScope {
+  repository: string;
+  principalId: string | null;
+}
+
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 function toSession(row: Record<string, unknown>, parts: ReceivedPart[]): UploadSession {
@@ -71,10 +80,10 @@ export class UploadSessions {
     return toSession(r.rows[0], []);
   }
 
-  /** The session in `repository`, or `not_found` (also for another repository's session). */
-  async get(repository: string, id: string): Promise<UploadSession> {
+  /** The session in `scope`, or `not_found` (also for another repository's or another principal's session). */
+  async get(scope: SessionScope, id: string): Promise<UploadSession> {
     if (!UUID.test(id)) throw new StorageError('not_found', 'No such upload.');
-    const r = await this.#pool.query('SELECT * FROM arkvory_upload_sessions WHERE id = $1 AND repository = $2', [id, repository]);
+    const r = await this.#pool.query('SELECT * FROM arkvory_upload_sessions WHERE id = $1 AND repository = $2 AND principal_id IS NOT DISTINCT FROM $3', [id, scope.repository, scope.principalId]);
     if (!r.rows[0]) throw new StorageError('not_found', 'No such upload.');
     const parts = await this.#pool.query<{ part_number: number; size_bytes: string; sha256: string }>('SELECT part_number, size_bytes, sha256 FROM arkvory_upload_parts WHERE session_id = $1 ORDER BY part_number', [id]);
     return toSession(
@@ -84,8 +93,8 @@ export class UploadSessions {
   }
 
   /** An open, unexpired session, or the error that says why not. */
-  async #open(repository: string, id: string): Promise<UploadSession> {
-    const session = await this.get(repository, id);
+  async #open(scope: SessionScope, id: string): Promise<UploadSession> {
+    const session = await this.get(scope, id);
     if (session.state === 'open' && Date.parse(session.expiresAt) <= Date.now()) throw new StorageError('upload_expired');
     if (session.state === 'expired') throw new StorageError('upload_expired');
     if (session.state !== 'open') throw new StorageError('conflict', `The upload is ${session.state}; it takes no more parts.`);
@@ -93,9 +102,9 @@ export class UploadSessions {
   }
 
   /** Streams one part to the store while hashing (paced by `meter`); re-sending a part number replaces it. */
-  async putPart(repository: string, id: string, partNumber: number, body: AsyncIterable<Uint8Array>, options: { maxBytes: number; expectedLength?: number; meter?: ByteMeter; signal?: AbortSignal }): Promise<ReceivedPart> {
+  async putPart(scope: SessionScope, id: string, partNumber: number, body: AsyncIterable<Uint8Array>, options: { maxBytes: number; expectedLength?: number; meter?: ByteMeter; signal?: AbortSignal }): Promise<ReceivedPart> {
     if (!Number.isInteger(partNumber) || partNumber < 1 || partNumber > 10_000) throw new StorageError('invalid_request', 'Part numbers run from 1 to 10000.');
-    await this.#open(repository, id);
+    await this.#open(scope, id);
     const fileName = `${String(partNumber).padStart(5, '0')}-${randomUUID()}.part`;
     const hash = createHash('sha256');
     let size = 0;
@@ -133,14 +142,14 @@ export class UploadSessions {
   }
 
   /** Validates the ordered part list and queues one completion job (state `completing`). */
-  async complete(repository: string, id: string, listedParts: unknown): Promise<{ jobId: string; totalBytes: number }> {
+  async complete(scope: SessionScope, id: string, listedParts: unknown): Promise<{ jobId: string; totalBytes: number }> {
     // Not an id we issue (PostgreSQL would refuse it as a uuid with a 500): no such upload.
     if (!UUID.test(id)) throw new StorageError('not_found', 'No such upload.');
     const listed = parseListedParts(listedParts);
     const client = await this.#pool.connect();
     try {
       await client.query('BEGIN');
-      const r = await client.query('SELECT state, expires_at, expected_size FROM arkvory_upload_sessions WHERE id = $1 AND repository = $2 FOR UPDATE', [id, repository]);
+      const r = await client.query('SELECT state, expires_at, expected_size FROM arkvory_upload_sessions WHERE id = $1 AND repository = $2 AND principal_id IS NOT DISTINCT FROM $3 FOR UPDATE', [id, scope.repository, scope.principalId]);
       const row = r.rows[0];
       if (!row) throw new StorageError('not_found', 'No such upload.');
       if (row.state === 'expired' || (row.state === 'open' && (row.expires_at as Date).getTime() <= Date.now())) throw new StorageError('upload_expired');
@@ -165,11 +174,11 @@ export class UploadSessions {
   }
 
   /** Aborts an open session: its parts are removed. */
-  async abort(repository: string, id: string): Promise<void> {
+  async abort(scope: SessionScope, id: string): Promise<void> {
     if (!UUID.test(id)) throw new StorageError('not_found', 'No such upload.');
-    const r = await this.#pool.query(`UPDATE arkvory_upload_sessions SET state = 'aborted', finished_at = now() WHERE id = $1 AND repository = $2 AND state = 'open' RETURNING id`, [id, repository]);
+    const r = await this.#pool.query(`UPDATE arkvory_upload_sessions SET state = 'aborted', finished_at = now() WHERE id = $1 AND repository = $2 AND principal_id IS NOT DISTINCT FROM $3 AND state = 'open' RETURNING id`, [id, scope.repository, scope.principalId]);
     if (!r.rowCount) {
-      await this.get(repository, id);
+      await this.get(scope, id);
       throw new StorageError('conflict', 'Only an open upload can be aborted.');
     }
     await this.removeParts(id);

@@ -1,0 +1,100 @@
+/**
+ * The authenticator's negative cache against a real PostgreSQL: a flood of unknown key ids costs no
+ * query, a key created later is accepted once the epoch moves, and past `maxKnownKeys` the gateway
+ * falls back to looking ids up. Queries are counted on a real pool (a spy, not a stand-in).
+ */
+import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createServiceAccount } from '../../test/support/auth.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { createLogger } from '../../proxy/logger.ts';
+import { systemClock } from '../clock.ts';
+import { Authenticator } from './authenticator.ts';
+
+const db = useTestDatabase();
+const cleanups: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+/** A real pool whose key lookups (the per-id SELECT) are counted. */
+function countingPool(): { pool: pg.Pool; lookups: () => number } {
+  const pool = new pg.Pool({ connectionString: db.url, max: 3 });
+  pool.on('error', () => {});
+  let lookups = 0;
+  const query = pool.query.bind(pool) as (...args: unknown[]) => unknown;
+  (pool as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
+    if (typeof args[0] === 'string' && args[0].includes('WHERE k.key_id = $1')) lookups++;
+    return query(...args);
+  };
+  cleanups.push(() => pool.end());
+  return { pool, lookups: () => lookups };
+}
+
+async function started(pool: pg.Pool, options: { maxKnownKeys?: number; recheckBurst?: number; recheckPerSecond?: number } = {}): Promise<Authenticator> {
+  const auth = new Authenticator({ pool, databaseUrl: db.url, clock: systemClock, log: createLogger('silent'), ...options });
+  await auth.start();
+  cleanups.push(() => auth.stop());
+  return auth;
+}
+
+const randomKey = () => `Bearer ark_${Array.from(randomBytes(16), (b) => 'abcdefghijklmnopqrstuvwxyz0123456789'[b % 36]).join('')}_${randomBytes(32).toString('base64url')}`;
+
+async function until(what: string, ok: () => Promise<boolean>, timeoutMs = 5000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!(await ok())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await sleep(50);
+  }
+}
+
+describe('negative cache of unknown key ids (real PostgreSQL)', () => {
+  it('answers a flood of random key ids with no key lookup beyond the small recheck allowance', async () => {
+    const existing = await createServiceAccount(db.pool);
+    const { pool, lookups } = countingPool();
+    const auth = await started(pool);
+    expect(auth.knownKeyCount).toBeGreaterThanOrEqual(1);
+    const floodStart = Date.now();
+    const outcomes = await Promise.allSettled(Array.from({ length: 2000 }, () => auth.authenticate(randomKey())));
+    expect(outcomes.every((o) => o.status === 'rejected' && (o.reason as { code?: string }).code === 'unauthorized')).toBe(true);
+    // Only the recheck allowance (for keys newer than the set) was looked up: 10 at once, 5/s after.
+    expect(lookups()).toBeLessThanOrEqual(10 + 5 * Math.ceil((Date.now() - floodStart) / 1000));
+    const afterFlood = lookups();
+    // A known id is still looked up (once, then cached) and works.
+    expect((await auth.authenticate(`Bearer ${existing.key}`)).id).toBe(existing.principalId);
+    expect(lookups()).toBe(afterFlood + 1);
+  });
+
+  it('accepts a key used the moment it is created, before its notification arrives (a bounded recheck)', async () => {
+    const { pool } = countingPool();
+    const auth = await started(pool);
+    const fresh = await createServiceAccount(db.pool);
+    expect((await auth.authenticate(`Bearer ${fresh.key}`)).id).toBe(fresh.principalId);
+  });
+
+  it('accepts a key created after start: creation moves the epoch and drops the set', async () => {
+    const { pool } = countingPool();
+    const auth = await started(pool, { recheckBurst: 0, recheckPerSecond: 0 });
+    const fresh = await createServiceAccount(db.pool);
+    await until('the new key to be accepted', async () => {
+      try {
+        return (await auth.authenticate(`Bearer ${fresh.key}`)).id === fresh.principalId;
+      } catch {
+        return false;
+      }
+    });
+    expect(auth.knownKeyCount).toBeGreaterThanOrEqual(1);
+  });
+
+  it('past maxKnownKeys keeps no set and looks unknown ids up instead', async () => {
+    await createServiceAccount(db.pool);
+    await createServiceAccount(db.pool);
+    const { pool, lookups } = countingPool();
+    const auth = await started(pool, { maxKnownKeys: 1 });
+    expect(auth.knownKeyCount).toBeUndefined();
+    await expect(auth.authenticate(randomKey())).rejects.toMatchObject({ code: 'unauthorized' });
+    expect(lookups()).toBe(1);
+  });
+});
