@@ -19,6 +19,7 @@ export const HTTP_STATUS: Record<ErrorCode, number> = {
   read_only: 405,
   conflict: 409,
   upload_expired: 410,
+  request_timeout: 408,
   payload_too_large: 413,
   range_not_satisfiable: 416,
   rate_limited: 429,

@@ -7,6 +7,7 @@ import type { Principal } from '../policy/auth/principal.ts';
 import { GatewayError } from './errors.ts';
 import { sendError } from './http-errors.ts';
 import { makeGraceful } from './graceful-server.ts';
+import { DEFAULT_FRONT_DOOR, HEAD_TIMEOUT_RESPONSE, installFrontDoor, serverOptions, type FrontDoor, type FrontDoorLimits } from './front-door.ts';
 import { RouteTable, type HttpMethod } from './route-table.ts';
 
 /**
@@ -28,6 +29,11 @@ export interface RequestContext {
   /** Aborted when the client goes away before the response finished. */
   readonly signal: AbortSignal;
   principal: Principal | undefined;
+  /**
+   * Sends `100 Continue` when the client asked for it: call once every check that may refuse the
+   * request (auth, size, admission) passed and the body is about to be read. Idempotent.
+   */
+  continueBody(): void;
 }
 
 export interface Route {
@@ -35,6 +41,8 @@ export interface Route {
   template: string;
   access: Access;
   handle(ctx: RequestContext): Promise<void>;
+  /** The handler calls `ctx.continueBody()` itself after its own checks (uploads); default: after the gates. */
+  continuesBodyItself?: boolean;
 }
 
 /** A gate runs before every handler (auth → admission → rate limit); it throws a coded error to deny. */
@@ -46,6 +54,8 @@ export interface GatewayServer {
   /** Stops accepting, waits up to `timeoutMs` for in-flight requests, then cuts the rest. */
   close(timeoutMs: number): Promise<void>;
   readonly inFlight: number;
+  /** Open connections, refusals and timeouts of the front door (metrics). */
+  readonly frontDoor: FrontDoor;
 }
 
 /** What the per-request observer (metrics) sees when a response closes: aggregates, no ids. */
@@ -69,13 +79,18 @@ export function createGatewayServer(options: {
   readOnly?: boolean;
   /** Called once per request when its response closes (metrics). Must not throw. */
   onRequest?: (observation: RequestObservation) => void;
+  /** Timeouts and the connection bound (proxy/front-door.ts); default the documented defaults. */
+  limits?: FrontDoorLimits;
 }): GatewayServer {
   const table = new RouteTable<Route>();
   for (const route of options.routes) table.add({ methods: route.methods, template: route.template, value: route });
   const gates = [...options.gates];
   const { log } = options;
 
-  const server = http.createServer({ requestTimeout: 0, headersTimeout: 30_000, keepAliveTimeout: 5_000 }, (req, res) => {
+  const limits = options.limits ?? DEFAULT_FRONT_DOOR;
+  const server = http.createServer(serverOptions(limits));
+  const frontDoor = installFrontDoor(server, limits, log, (req, res) => {
+    if (!frontDoor.admit(req, res)) return;
     const started = process.hrtime.bigint();
     const socket = req.socket as Socket;
     const bytesOutAtStart = socket.bytesWritten;
@@ -145,6 +160,7 @@ export function createGatewayServer(options: {
       log: log.child({ reqId, route }),
       signal: controller.signal,
       principal: undefined,
+      continueBody: () => frontDoor.continueBody(req, res),
     };
     void runRoute(ctx, routeDef, gates);
   });
@@ -153,6 +169,13 @@ export function createGatewayServer(options: {
     // Malformed request lines/headers: answer 400 when the socket still can, never crash. Bytes the
     // parser refuses inside Authorization are credentials that cannot be valid: the same 401 as any
     // other bad key, so a caller learns nothing from the difference.
+    if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+      // The head took longer than the header timeout: 408, the client's doing (nginx does the same).
+      if (socket.writable && !socket.destroyed) socket.end(HEAD_TIMEOUT_RESPONSE);
+      else socket.destroy();
+      log.debug({ code: 'client_timeout', phase: 'head' }, 'request head timed out');
+      return;
+    }
     if (socket.writable && !socket.destroyed) {
       const badCredentials = err.rawPacket !== undefined && hasMalformedAuthorization(err.rawPacket);
       const status = badCredentials ? '401 Unauthorized' : '400 Bad Request';
@@ -171,6 +194,7 @@ export function createGatewayServer(options: {
     get inFlight() {
       return graceful.inFlight;
     },
+    frontDoor,
     listen: (port, host) => graceful.listen(port, host),
     close: (timeoutMs) => graceful.close(timeoutMs),
   };
@@ -186,8 +210,20 @@ function hasMalformedAuthorization(raw: Buffer): boolean {
 async function runRoute(ctx: RequestContext, route: Route, gates: readonly Gate[]): Promise<void> {
   try {
     for (const gate of gates) await gate(ctx);
+    if (!route.continuesBodyItself) ctx.continueBody();
     await route.handle(ctx);
   } catch (err) {
+    if (clientIsGone(ctx)) {
+      // The client left (or was cut for idling): its doing, not a fault of ours.
+      ctx.log.info({ code: 'client_aborted', reason: (err as Error | undefined)?.message }, 'client went away before the response finished');
+      if (!ctx.res.destroyed) ctx.res.destroy();
+      return;
+    }
     sendError(ctx.res, err, ctx.log);
   }
+}
+
+/** The connection is gone, or the response closed before it finished. */
+function clientIsGone(ctx: RequestContext): boolean {
+  return ctx.signal.aborted || ctx.req.socket.destroyed || (ctx.res.destroyed && !ctx.res.writableFinished);
 }

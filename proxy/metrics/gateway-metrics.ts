@@ -10,6 +10,7 @@ import type { Coordinator, RenewalOutcome } from '../../policy/lease/coordinator
 import type { UploadStats } from '../../storage-adapter/fs-store.ts';
 import type { RequestObservation } from '../http-server.ts';
 import type { Transfers } from '../transfers.ts';
+import type { FrontDoorCounters } from '../front-door.ts';
 import { RENEWAL_SECONDS_BUCKETS, REQUEST_SECONDS_BUCKETS, specOf, type GatewayMetricName } from './catalogue.ts';
 
 export interface GatewayMetrics {
@@ -18,6 +19,7 @@ export interface GatewayMetrics {
   watchTransfers(transfers: Transfers): void;
   watchCoordinator(coordinator: Coordinator): void;
   watchStore(store: { uploadStats(): UploadStats }): void;
+  watchFrontDoor(frontDoor: { counters(): FrontDoorCounters }): void;
   /** The exposition text and its content type. */
   render(): Promise<{ contentType: string; body: string }>;
 }
@@ -126,8 +128,33 @@ export function createGatewayMetrics(options: { registry?: Registry; processMetr
     for (const outcome of ['committed', 'discarded', 'failed'] as const) this.inc({ outcome }, s[outcome]);
   });
 
+  let frontDoor: { counters(): FrontDoorCounters } | undefined;
+  gauge(registry, 'arkvory_http_open_connections', function () {
+    if (frontDoor) this.set(frontDoor.counters().open);
+  });
+  gauge(registry, 'arkvory_http_max_connections', function () {
+    if (frontDoor) this.set(frontDoor.counters().maxConnections);
+  });
+  counter(registry, 'arkvory_http_connections_refused_total', function () {
+    this.reset();
+    this.inc(frontDoor?.counters().refused ?? 0);
+  });
+  counter(registry, 'arkvory_http_idle_connections_closed_total', function () {
+    this.reset();
+    this.inc(frontDoor?.counters().idleClosed ?? 0);
+  });
+  counter(registry, 'arkvory_http_client_timeouts_total', function () {
+    const t = frontDoor?.counters().timeouts ?? { body: 0, send: 0 };
+    this.reset();
+    this.inc({ phase: 'body' }, t.body);
+    this.inc({ phase: 'send' }, t.send);
+  });
+
   return {
     registry,
+    watchFrontDoor(f) {
+      frontDoor = f;
+    },
     observeRequest(o) {
       const labels = { method: METHODS.has(o.method) ? o.method : 'other', route: o.route, status: String(o.status) };
       requests.inc(labels);

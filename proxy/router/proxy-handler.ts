@@ -83,8 +83,10 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     return target;
   };
 
-  proxy.on('proxyReq', (proxyReq, req) => {
+  proxy.on('proxyReq', (proxyReq, req, res) => {
     const attempt = attempts.get(req);
+    // The gateway decides whether the body is wanted (auth, size, admission); relay its 100.
+    if (req.headers.expect !== undefined) proxyReq.once('continue', () => (res as ServerResponse).writeContinue());
     proxyReq.setTimeout(options.idleTimeoutMs, () => proxyReq.destroy(new UpstreamTimeout(`no byte from ${attempt?.backend.url ?? 'the gateway'} for ${options.idleTimeoutMs} ms`)));
   });
   proxy.on('proxyRes', (proxyRes, req) => {
