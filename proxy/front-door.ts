@@ -30,7 +30,12 @@ export interface FrontDoorLimits {
 /** The documented defaults (proxy/config.ts), for servers built without a config (tests). */
 export const DEFAULT_FRONT_DOOR: FrontDoorLimits = { headersTimeoutMs: 30_000, bodyIdleTimeoutMs: 60_000, sendIdleTimeoutMs: 60_000, keepAliveTimeoutMs: 5_000, maxConnections: undefined };
 
-/** nginx's lingering_timeout is 5 s; a refused body may push at most this much more. */
+/**
+ * Lingering close after an early answer: the rest of the body is read and discarded for at most
+ * `ms` (nginx's lingering_timeout is 5 s) and `bytes`; past `bytes` reading stops (the client's
+ * sends block) until the time is up. A close with unread bytes sends a reset, which can destroy the
+ * answer before the client has read it: lingering lets it read the answer first.
+ */
 export const LINGER = { ms: 5000, bytes: 1024 * 1024 } as const;
 
 /** Descriptors kept for everything that is not a client connection (pool, Redis, logs, files). */
@@ -90,6 +95,12 @@ export interface FrontDoor {
   admit(req: IncomingMessage, res: ServerResponse): boolean;
   /** Sends `100 Continue` if the client asked for it and it was not sent yet: the checks passed. */
   continueBody(req: IncomingMessage, res: ServerResponse): void;
+  /**
+   * Shutdown has begun: idle keep-alive connections are closed, every later answer closes its
+   * connection, and new requests other than the health checks get a fast 503 (a balancer's
+   * readiness probe sees the drain instead of a refused connection).
+   */
+  drain(): void;
   counters(): FrontDoorCounters;
 }
 
@@ -108,7 +119,10 @@ type TrackedSocket = Socket & { [STATE]?: ConnectionState };
 type TrackedRequest = IncomingMessage & { [EXPECTS_CONTINUE]?: boolean };
 
 const HEALTH_PATHS = new Set(['/health/live', '/health/status']);
+/** While draining, readiness is answered too (503 `draining`), so a balancer sees why. */
+const DRAIN_PATHS = new Set(['/health/live', '/health/status', '/health/ready']);
 const OVERLOADED_BODY = JSON.stringify({ code: 'unavailable', message: 'Too many open connections; retry shortly.' });
+const DRAINING_BODY = JSON.stringify({ code: 'unavailable', message: 'This process is shutting down; retry (on another gateway).' });
 const HEAD_TIMEOUT_BODY = JSON.stringify({ code: 'request_timeout', message: 'The request head did not arrive in time.' });
 /** The answer to a head that did not arrive within the header timeout (Node reports it as a client error). */
 export const HEAD_TIMEOUT_RESPONSE = `HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(HEAD_TIMEOUT_BODY)}\r\ncache-control: no-store\r\nconnection: close\r\n\r\n${HEAD_TIMEOUT_BODY}`;
@@ -130,6 +144,7 @@ export function installFrontDoor(server: http.Server, limits: FrontDoorLimits, l
   const sockets = new Set<TrackedSocket>();
   let refused = 0;
   let idleClosed = 0;
+  let draining = false;
   const timeouts = { body: 0, send: 0 };
 
   server.prependListener('connection', (socket: TrackedSocket) => {
@@ -208,7 +223,8 @@ export function installFrontDoor(server: http.Server, limits: FrontDoorLimits, l
       let discarded = 0;
       req.on('data', (chunk: Buffer) => {
         discarded += chunk.length;
-        if (discarded > LINGER.bytes) this.destroy();
+        // Enough read: stop reading (no reset that could drop the answer), close at the time bound.
+        if (discarded > LINGER.bytes) req.pause();
       });
       req.on('error', () => this.destroy());
       req.on('end', () => this.destroy());
@@ -245,12 +261,14 @@ export function installFrontDoor(server: http.Server, limits: FrontDoorLimits, l
           return (writeHead as (...a: unknown[]) => ServerResponse).apply(this, args);
         } as typeof res.writeHead;
       }
-      if (state?.overflow) {
+      if (state?.overflow || draining) {
+        res.shouldKeepAlive = false;
         const path = (req.url ?? '/').split('?', 1)[0]!;
-        if (!HEALTH_PATHS.has(path) || (req.method !== 'GET' && req.method !== 'HEAD')) {
-          res.shouldKeepAlive = false;
-          res.writeHead(503, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(OVERLOADED_BODY), 'cache-control': 'no-store', 'retry-after': '1' });
-          res.end(req.method === 'HEAD' ? undefined : OVERLOADED_BODY);
+        const health = (draining ? DRAIN_PATHS : HEALTH_PATHS).has(path) && (req.method === 'GET' || req.method === 'HEAD');
+        if (!health) {
+          const body = draining ? DRAINING_BODY : OVERLOADED_BODY;
+          res.writeHead(503, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body), 'cache-control': 'no-store', 'retry-after': '1' });
+          res.end(req.method === 'HEAD' ? undefined : body);
           return false;
         }
       }
@@ -261,6 +279,13 @@ export function installFrontDoor(server: http.Server, limits: FrontDoorLimits, l
       if (!r[EXPECTS_CONTINUE]) return;
       r[EXPECTS_CONTINUE] = false;
       if (!res.headersSent) res.writeContinue();
+    },
+    drain() {
+      draining = true;
+      for (const socket of sockets) {
+        const s = socket[STATE]!;
+        if (s.active === 0 && s.served > 0) socket.destroy();
+      }
     },
     counters() {
       return { open: sockets.size, maxConnections, refused, idleClosed, timeouts: { ...timeouts } };

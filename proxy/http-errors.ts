@@ -73,7 +73,8 @@ export function sendJson(res: ServerResponse, status: number, body: unknown, hea
  */
 export function sendError(res: ServerResponse, err: unknown, log: Logger): void {
   const mapped = toHttpError(err);
-  if (mapped.status >= 500) log.error({ err, code: mapped.code }, 'request failed');
+  // `unavailable` is a state (draining, a queue closed at shutdown), not a fault: the error level is for faults.
+  if (mapped.status >= 500 && mapped.code !== 'unavailable') log.error({ err, code: mapped.code }, 'request failed');
   else log.info({ code: mapped.code }, mapped.message);
   if (res.headersSent) {
     res.destroy(err instanceof Error ? err : undefined);

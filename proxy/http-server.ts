@@ -188,7 +188,7 @@ export function createGatewayServer(options: {
     log.debug({ code: err.code }, 'client error');
   });
 
-  const graceful = makeGraceful(server);
+  const graceful = makeGraceful(server, frontDoor);
   return {
     server,
     get inFlight() {
@@ -223,7 +223,9 @@ async function runRoute(ctx: RequestContext, route: Route, gates: readonly Gate[
   }
 }
 
-/** The connection is gone, or the response closed before it finished. */
+/** The response closed before it finished, or the connection is gone (Node detaches it at the end: null). */
 function clientIsGone(ctx: RequestContext): boolean {
-  return ctx.signal.aborted || ctx.req.socket.destroyed || (ctx.res.destroyed && !ctx.res.writableFinished);
+  if (ctx.res.writableFinished) return false;
+  const socket = ctx.req.socket as Socket | null;
+  return ctx.signal.aborted || ctx.res.destroyed || socket === null || socket.destroyed;
 }

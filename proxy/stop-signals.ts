@@ -1,9 +1,14 @@
 /**
  * SIGTERM/SIGINT for a serving process, the same in every role: the first signal asks for a
  * graceful stop (`onFirst`, then `stopped` resolves), a second one exits at once with status 1, for
- * an operator whose drain is taking too long.
+ * an operator whose drain is taking too long. Signals within REPEAT_WINDOW_MS of the first are the
+ * same request delivered twice: Ctrl-C under `npm start` reaches the gateway from the terminal
+ * (its process group) and again from npm, which forwards it.
  */
 import type { Logger } from 'pino';
+
+/** A repeat this soon after the first signal is the same stop request (see above). */
+export const REPEAT_WINDOW_MS = 1000;
 
 export interface StopSignals {
   /** Whether a stop was asked for. */
@@ -14,9 +19,15 @@ export interface StopSignals {
 
 export function watchStopSignals(log: Logger, onFirst: () => void): StopSignals {
   let count = 0;
+  let firstAtMs = 0;
   let resolveStopped!: () => void;
   const stopped = new Promise<void>((resolve) => (resolveStopped = resolve));
   const onSignal = (signal: NodeJS.Signals) => {
+    if (count > 0 && performance.now() - firstAtMs < REPEAT_WINDOW_MS) {
+      log.debug({ signal }, 'the same stop request again; still draining');
+      return;
+    }
+    if (count === 0) firstAtMs = performance.now();
     if (++count > 1) {
       log.warn({ signal }, 'second signal: exiting now');
       process.exit(1);

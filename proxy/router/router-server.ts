@@ -60,7 +60,7 @@ export function createRouterServer(options: { pool: BackendPool; handler: ProxyH
     } else socket.destroy();
     log.debug({ code: err.code }, 'client error');
   });
-  const graceful = makeGraceful(server);
+  const graceful = makeGraceful(server, frontDoor);
   return {
     server,
     listen: (port, host) => graceful.listen(port, host),
