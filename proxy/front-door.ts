@@ -17,6 +17,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { readFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
+import { GatewayError } from './errors.ts';
 
 export interface FrontDoorLimits {
   readonly headersTimeoutMs: number;
@@ -198,7 +199,7 @@ export function installFrontDoor(server: http.Server, limits: FrontDoorLimits, l
       res.end(TIMEOUT_BODY, () => socket.destroy());
       // Node stops tracking a request once its response finished: fail the body the handler is
       // still reading, so the upload is dropped and its slot released.
-      socket.once('close', () => req.destroy(new Error('request body timed out')));
+      socket.once('close', () => req.destroy(new GatewayError('request_timeout')));
       const cut = setTimeout(() => socket.destroy(), 1000);
       cut.unref();
       socket.once('close', () => clearTimeout(cut));

@@ -114,7 +114,9 @@ async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext
     ctx.continueBody();
     const result = await publishArtifact(deps, {
       key,
-      body: req,
+      // A refused body (too large, bad digest) must not destroy the request: that resets the
+      // connection before the client can read the answer; the front door lingers instead.
+      body: req.iterator({ destroyOnReturn: false }),
       contentType,
       publishedBy: ctx.principal?.id ?? null,
       stage: { maxBytes: deps.maxUploadBytes, expectedLength: length, expectedSha256, signal: ctx.signal, meter: deps.meters?.upload?.(ctx) },

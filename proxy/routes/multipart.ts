@@ -102,7 +102,7 @@ export function multipartRoutes(deps: { sessions: UploadSessions; maxPartBytes: 
         try {
           const meter = deps.meters?.upload?.(ctx);
           ctx.continueBody();
-          const part = await sessions.putPart(ctx.params.repo!, ctx.params.upload!, partNumber, ctx.req, {
+          const part = await sessions.putPart(ctx.params.repo!, ctx.params.upload!, partNumber, ctx.req.iterator({ destroyOnReturn: false }), {
             maxBytes: deps.maxPartBytes,
             ...(length !== undefined ? { expectedLength: length } : {}),
             ...(meter ? { meter } : {}),
