@@ -17,7 +17,6 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { readFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
-import { GatewayError } from './errors.ts';
 
 export interface FrontDoorLimits {
   readonly headersTimeoutMs: number;
@@ -158,12 +157,12 @@ export function installFrontDoor(server: http.Server, limits: FrontDoorLimits, l
     for (const other of sockets) {
       const s = other[STATE]!;
       if (s.active === 0 && s.served > 0 && !other.destroyed) {
-        other.destroy();
+        closeIdle(other);
         idleClosed++;
       }
     }
     let live = 0;
-    for (const other of sockets) if (!other.destroyed) live++;
+    for (const other of sockets) if (!other.destroyed && !other.writableEnded) live++;
     if (live <= maxConnections) return;
     refused++;
     if (live > maxConnections + OVERFLOW_ANSWERED) {
@@ -199,7 +198,8 @@ export function installFrontDoor(server: http.Server, limits: FrontDoorLimits, l
       res.end(TIMEOUT_BODY, () => socket.destroy());
       // Node stops tracking a request once its response finished: fail the body the handler is
       // still reading, so the upload is dropped and its slot released.
-      socket.once('close', () => req.destroy(new GatewayError('request_timeout')));
+      // (Destroyed without an error: a proxy's error handlers would find the request detached.)
+      socket.once('close', () => req.destroy());
       const cut = setTimeout(() => socket.destroy(), 1000);
       cut.unref();
       socket.once('close', () => clearTimeout(cut));
@@ -210,6 +210,18 @@ export function installFrontDoor(server: http.Server, limits: FrontDoorLimits, l
     log.info({ code: 'client_timeout', phase: req.complete ? 'response' : 'request_body', idleMs: req.complete ? limits.sendIdleTimeoutMs : limits.bodyIdleTimeoutMs }, 'client idle past its timeout; connection closed');
     socket.destroy();
   });
+
+  /** An idle keep-alive connection: its last answer may still be in the buffer, so end (flush, FIN) first. */
+  function closeIdle(socket: Socket): void {
+    if (socket.writableLength === 0) {
+      socket.destroy();
+      return;
+    }
+    socket.end();
+    const timer = setTimeout(() => socket.destroy(), 1000);
+    timer.unref();
+    socket.once('close', () => clearTimeout(timer));
+  }
 
   function linger(socket: Socket, req: IncomingMessage): void {
     let lingering = false;
@@ -285,7 +297,7 @@ export function installFrontDoor(server: http.Server, limits: FrontDoorLimits, l
       draining = true;
       for (const socket of sockets) {
         const s = socket[STATE]!;
-        if (s.active === 0 && s.served > 0) socket.destroy();
+        if (s.active === 0 && s.served > 0) closeIdle(socket);
       }
     },
     counters() {

@@ -44,6 +44,8 @@ interface Attempt {
   readonly number: number;
   responded: boolean;
   done: boolean;
+  /** The request to the gateway, once it has a socket. */
+  upstream?: http.ClientRequest;
   release(): void;
   onResponse(proxyRes: IncomingMessage): void;
 }
@@ -87,8 +89,9 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
 
   proxy.on('proxyReq', (proxyReq, req, res) => {
     const attempt = attempts.get(req);
+    if (attempt) attempt.upstream = proxyReq;
     // The gateway decides whether the body is wanted (auth, size, admission); relay its 100.
-    if (expectsContinue.has(req)) {
+    if (expectsContinue.has(req) && !proxyReq.headersSent) {
       // Expect is hop-by-hop (stripped from the upstream headers): ask the gateway again and relay
       // its 100. No body byte comes before it, so the head goes out now.
       proxyReq.setHeader('expect', '100-continue');
@@ -117,6 +120,11 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       if (!res.writableFinished) clientGone = true;
       current?.release();
     });
+    // The client's body ended early (it went away, or stalled and was answered 408 here): the
+    // gateway must not keep waiting for the rest.
+    req.once('close', () => {
+      if (!req.complete && current && !current.done) current.upstream?.destroy();
+    });
     if (typeof req.headers.expect === 'string' && req.headers.expect.toLowerCase() === '100-continue') expectsContinue.add(req);
     req.headers = buildUpstreamHeaders({ headers: req.headers, remoteAddress: req.socket.remoteAddress, encrypted: 'encrypted' in req.socket && req.socket.encrypted === true, trusted: options.trusted, requestId: reqId }) as http.IncomingHttpHeaders;
 
@@ -141,7 +149,8 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
         done: false,
         release: releaseCount,
         onResponse(proxyRes) {
-          if (attempt.done) {
+          // Done, or the client was already answered here (a 408 for its stalled body).
+          if (attempt.done || res.headersSent) {
             proxyRes.destroy();
             return;
           }
