@@ -10,6 +10,12 @@ import type { Logger } from 'pino';
 /** A repeat this soon after the first signal is the same stop request (see above). */
 export const REPEAT_WINDOW_MS = 1000;
 
+/** Pure: what a signal at `nowMs` asks for, given when the first one came (undefined: none yet). */
+export function signalMeaning(firstAtMs: number | undefined, nowMs: number): 'stop' | 'repeat' | 'exit' {
+  if (firstAtMs === undefined) return 'stop';
+  return nowMs - firstAtMs < REPEAT_WINDOW_MS ? 'repeat' : 'exit';
+}
+
 export interface StopSignals {
   /** Whether a stop was asked for. */
   readonly requested: boolean;
@@ -23,11 +29,13 @@ export function watchStopSignals(log: Logger, onFirst: () => void): StopSignals 
   let resolveStopped!: () => void;
   const stopped = new Promise<void>((resolve) => (resolveStopped = resolve));
   const onSignal = (signal: NodeJS.Signals) => {
-    if (count > 0 && performance.now() - firstAtMs < REPEAT_WINDOW_MS) {
+    const now = performance.now();
+    const meaning = signalMeaning(count > 0 ? firstAtMs : undefined, now);
+    if (meaning === 'repeat') {
       log.debug({ signal }, 'the same stop request again; still draining');
       return;
     }
-    if (count === 0) firstAtMs = performance.now();
+    if (meaning === 'stop') firstAtMs = now;
     if (++count > 1) {
       log.warn({ signal }, 'second signal: exiting now');
       process.exit(1);
