@@ -225,7 +225,8 @@ async function runRoute(ctx: RequestContext, route: Route, gates: readonly Gate[
 
 /** The response closed before it finished, or the connection is gone (Node detaches it at the end: null). */
 function clientIsGone(ctx: RequestContext): boolean {
-  if (ctx.res.writableFinished) return false;
+  // Already answered (the front door's 408 for a stalled body): the body's failure follows from it.
+  if (ctx.res.writableFinished) return ctx.req.destroyed && !ctx.req.complete;
   const socket = ctx.req.socket as Socket | null;
   return ctx.signal.aborted || ctx.res.destroyed || socket === null || socket.destroyed;
 }
