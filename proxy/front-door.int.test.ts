@@ -172,20 +172,22 @@ beforeAll(async () => {
 
 afterAll(async () => {
   // Everything was released: no temporary file, no held slot, no descriptor beyond the baseline,
-  // and nothing at warn level or above that a client caused.
+  // and nothing at warn level or above that a client caused. The processes are stopped whatever
+  // an assertion says (a failed hook must not leave them running).
   if (!gw) return;
-  expect(await tmpFiles()).toEqual([]);
-  const transfers = await ready(other.key);
-  expect(transfers.uploads).toMatchObject({ active: 0, queued: 0 });
-  expect(transfers.downloads).toMatchObject({ active: 0, queued: 0 });
-  await eventually(async () => expect(await openDescriptors(gw.child.pid!)).toBeLessThanOrEqual(baselineDescriptors), 15_000);
-  await eventually(async () => expect(await openDescriptors(router.child.pid!)).toBeLessThanOrEqual(routerBaseline), 15_000);
-  expect(errorLines(gw)).toEqual([]);
-  expect(errorLines(router)).toEqual([]);
-  expect(await router.stop('SIGTERM')).toBe(0);
-  expect(await gw.stop('SIGTERM')).toBe(0);
-  expect(errorLines(gw)).toEqual([]);
-  expect(errorLines(router)).toEqual([]);
+  try {
+    expect(await tmpFiles()).toEqual([]);
+    const transfers = await ready(other.key);
+    expect(transfers.uploads).toMatchObject({ active: 0, queued: 0 });
+    expect(transfers.downloads).toMatchObject({ active: 0, queued: 0 });
+    await eventually(async () => expect(await openDescriptors(gw.child.pid!)).toBeLessThanOrEqual(baselineDescriptors), 15_000);
+    await eventually(async () => expect(await openDescriptors(router.child.pid!)).toBeLessThanOrEqual(routerBaseline), 15_000);
+  } finally {
+    const codes = await Promise.all([router?.stop('SIGTERM'), gw.stop('SIGTERM')]);
+    expect(codes).toEqual([0, 0]);
+    expect(errorLines(gw)).toEqual([]);
+    if (router) expect(errorLines(router)).toEqual([]);
+  }
 }, 60_000);
 
 interface Front {
