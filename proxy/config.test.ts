@@ -169,4 +169,13 @@ describe('loadConfig', () => {
       expect(v.doc.length).toBeGreaterThan(10);
     }
   });
+
+  it('front-door timeouts: nginx-like defaults, and the idle timeouts must outlast the admission wait', () => {
+    expect(loadConfig({}, '/srv').frontDoor).toEqual({ headersTimeoutMs: 30_000, bodyIdleTimeoutMs: 60_000, sendIdleTimeoutMs: 60_000, keepAliveTimeoutMs: 5_000, maxConnections: undefined });
+    expect(problemsOf({ ARKVORY_BODY_TIMEOUT_SECONDS: '30' })).toEqual([expect.stringMatching(/^ARKVORY_BODY_TIMEOUT_SECONDS: expected more than ARKVORY_ADMISSION_WAIT_SECONDS \(30\)/)]);
+    expect(problemsOf({ ARKVORY_SEND_TIMEOUT_SECONDS: '5', ARKVORY_ADMISSION_WAIT_SECONDS: '10' })).toEqual([expect.stringMatching(/^ARKVORY_SEND_TIMEOUT_SECONDS: expected more than/)]);
+    expect(problemsOf({ ARKVORY_HEADER_TIMEOUT_SECONDS: '0' })).toEqual([expect.stringMatching(/^ARKVORY_HEADER_TIMEOUT_SECONDS: expected an integer from 1 to 3600/)]);
+    expect(problemsOf({ ARKVORY_MAX_CONNECTIONS: '4' })).toEqual([expect.stringMatching(/^ARKVORY_MAX_CONNECTIONS: expected an integer from 8/)]);
+    expect(loadConfig({ ARKVORY_MAX_CONNECTIONS: '500' }, '/srv').frontDoor.maxConnections).toBe(500);
+  });
 });

@@ -44,6 +44,11 @@ export const VARIABLES: readonly VariableSpec[] = [
   { name: 'ARKVORY_METRICS_TOKEN', kind: { type: 'string' }, secret: true, refuseEmpty: true, doc: 'Bearer token `/metrics` on the main port requires (`Authorization: Bearer <token>`). Unset: `/metrics` on the main port is public. Set but empty: refused at start (an empty token would silently mean public). See docs/metrics.md.' },
   { name: 'ARKVORY_METRICS_PORT', kind: { type: 'int', min: 1, max: 65535 }, doc: 'Serve `/metrics` on this port on 127.0.0.1 only, instead of the main port. Unset: `/metrics` on the main port.' },
   { name: 'ARKVORY_SHUTDOWN_TIMEOUT_SECONDS', kind: { type: 'int', min: 0, max: 3600 }, defaultValue: '30', doc: 'How long in-flight requests may run after SIGTERM/SIGINT before they are cut.' },
+  { name: 'ARKVORY_HEADER_TIMEOUT_SECONDS', kind: { type: 'int', min: 1, max: 3600 }, defaultValue: '30', doc: 'Longest time a client may take to send a whole request head (nginx client_header_timeout); then 408 and the connection closes.' },
+  { name: 'ARKVORY_BODY_TIMEOUT_SECONDS', kind: { type: 'int', min: 1, max: 3600 }, defaultValue: '60', doc: 'Longest silence inside a request body (nginx client_body_timeout); then 408 `request_timeout` if nothing was answered yet, the connection closes, the upload is dropped and its slot freed. Must exceed ARKVORY_ADMISSION_WAIT_SECONDS.' },
+  { name: 'ARKVORY_SEND_TIMEOUT_SECONDS', kind: { type: 'int', min: 1, max: 3600 }, defaultValue: '60', doc: 'Longest time a client may take no response byte (nginx send_timeout); then the response is cut and its slot freed. Must exceed ARKVORY_ADMISSION_WAIT_SECONDS.' },
+  { name: 'ARKVORY_KEEPALIVE_TIMEOUT_SECONDS', kind: { type: 'int', min: 1, max: 3600 }, defaultValue: '5', doc: 'How long an idle keep-alive connection stays open between requests (nginx keepalive_timeout).' },
+  { name: 'ARKVORY_MAX_CONNECTIONS', kind: { type: 'int', min: 8, max: 1000000 }, doc: 'Open client connections served normally; past it idle keep-alive connections are closed, then new ones get a fast 503 (health checks still answered). Unset: (descriptor limit − 96) / 2. Keep it below half the descriptor limit (`ulimit -n`, systemd `LimitNOFILE`).' },
   { name: 'ARKVORY_MAX_UPLOAD_BYTES', kind: { type: 'int', min: 1, max: 2 ** 50 }, defaultValue: '10737418240', doc: 'Largest accepted upload body; larger → 413 `payload_too_large`.' },
   { name: 'ARKVORY_DOWNLOAD_BYTES_PER_SECOND', kind: BYTES_PER_SECOND, defaultValue: '0', doc: 'Process-wide download ceiling (0 = no ceiling). In the shared profile it can only lower the share.' },
   { name: 'ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL', kind: BYTES_PER_SECOND, defaultValue: '0', doc: 'Download ceiling per principal (0 = no ceiling).' },
@@ -103,6 +108,14 @@ export interface Config {
   readonly redisUrl: string | undefined;
   readonly logLevel: LogLevel;
   readonly shutdownTimeoutMs: number;
+  /** Timeouts and the connection bound of the HTTP front door (proxy/front-door.ts). */
+  readonly frontDoor: {
+    readonly headersTimeoutMs: number;
+    readonly bodyIdleTimeoutMs: number;
+    readonly sendIdleTimeoutMs: number;
+    readonly keepAliveTimeoutMs: number;
+    readonly maxConnections: number | undefined;
+  };
   readonly metrics: {
     /** Bearer token for `/metrics` on the main port; undefined = public. */
     readonly token: string | undefined;
@@ -384,6 +397,13 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
     if (!failed.has('ARKVORY_SERVICE_NAME') && !/^[a-z0-9][a-z0-9_.-]{0,63}$/.test(serviceName)) problems.push(`ARKVORY_SERVICE_NAME: expected ^[a-z0-9][a-z0-9_.-]{0,63}$, got ${JSON.stringify(serviceName)}`);
     if (str('ARKVORY_ROLE') === 'rules-service' && optStr('ARKVORY_DATABASE_URL') === undefined && !failed.has('ARKVORY_DATABASE_URL')) problems.push('ARKVORY_ROLE: "rules-service" keeps its overrides in PostgreSQL; set ARKVORY_DATABASE_URL');
   }
+  if (problems.length === 0) {
+    // A request waiting for its slot moves no byte: the idle timeouts must outlast that wait.
+    const wait = num('ARKVORY_ADMISSION_WAIT_SECONDS');
+    for (const name of ['ARKVORY_BODY_TIMEOUT_SECONDS', 'ARKVORY_SEND_TIMEOUT_SECONDS']) {
+      if (num(name) <= wait) problems.push(`${name}: expected more than ARKVORY_ADMISSION_WAIT_SECONDS (${wait}), or a queued request is cut before its slot comes; got "${num(name)}"`);
+    }
+  }
   // Belt and braces: whatever a helper echoed, no problem line carries a URL's user info.
   if (problems.length > 0) throw new ConfigError(problems.map(redactUserinfo));
 
@@ -399,6 +419,13 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
     redisUrl: optStr('ARKVORY_REDIS_URL'),
     logLevel: str('ARKVORY_LOG_LEVEL') as LogLevel,
     shutdownTimeoutMs: num('ARKVORY_SHUTDOWN_TIMEOUT_SECONDS') * 1000,
+    frontDoor: {
+      headersTimeoutMs: num('ARKVORY_HEADER_TIMEOUT_SECONDS') * 1000,
+      bodyIdleTimeoutMs: num('ARKVORY_BODY_TIMEOUT_SECONDS') * 1000,
+      sendIdleTimeoutMs: num('ARKVORY_SEND_TIMEOUT_SECONDS') * 1000,
+      keepAliveTimeoutMs: num('ARKVORY_KEEPALIVE_TIMEOUT_SECONDS') * 1000,
+      maxConnections: optNum('ARKVORY_MAX_CONNECTIONS'),
+    },
     metrics: { token: optStr('ARKVORY_METRICS_TOKEN'), port: optNum('ARKVORY_METRICS_PORT') },
     maxUploadBytes: num('ARKVORY_MAX_UPLOAD_BYTES'),
     bandwidth: {

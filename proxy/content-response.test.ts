@@ -51,4 +51,17 @@ describe('planContentResponse', () => {
     );
     expect(Number(plan.headers['content-length'])).toBe(Buffer.byteLength(text, 'latin1'));
   });
+
+  it('every answer carries nosniff and a sandbox CSP; types a browser renders or runs are attachments', () => {
+    for (const plan of [planContentResponse(entry, {}, 'B'), planContentResponse(entry, { range: 'bytes=0-1' }, 'B'), planContentResponse(entry, { range: 'bytes=1000-' }, 'B'), planContentResponse(entry, { ifNoneMatch: etag }, 'B')]) {
+      expect(plan.headers).toMatchObject({ 'x-content-type-options': 'nosniff', 'content-security-policy': 'sandbox' });
+    }
+    const disposition = (contentType: string) => planContentResponse({ ...entry, contentType }, {}, 'B').headers['content-disposition'];
+    for (const risky of ['text/html', 'text/html; charset=utf-8', 'image/svg+xml', 'application/xhtml+xml', 'text/xml', 'application/javascript', 'text/javascript', 'application/pdf', 'application/x-test']) {
+      expect(disposition(risky), risky).toBe('attachment');
+    }
+    for (const inert of ['text/plain', 'text/plain; charset=utf-8', 'application/json', 'application/octet-stream', 'image/png', 'image/jpeg']) {
+      expect(disposition(inert), inert).toBeUndefined();
+    }
+  });
 });

@@ -5,6 +5,7 @@
 import { evaluateReadPreconditions, isIfRangeSatisfied, type Validators } from '../storage-adapter/conditional.ts';
 import { contentRangeHeader, decideRange, rangeLength, unsatisfiedRangeHeader, type ByteRange } from '../storage-adapter/range.ts';
 import { formatContentDigest } from './content-digest.ts';
+import { CONTENT_SECURITY_HEADERS, needsAttachment } from './content-security.ts';
 
 export interface ContentEntry {
   readonly sha256: string;
@@ -66,7 +67,9 @@ export function planContentResponse(entry: ContentEntry, request: ContentRequest
     etag: validators.etag,
     'last-modified': lastModified,
     'cache-control': 'private, no-cache',
+    ...CONTENT_SECURITY_HEADERS,
   };
+  if (needsAttachment(entry.contentType)) common['content-disposition'] = 'attachment';
   if (evaluateReadPreconditions({ ifNoneMatch: request.ifNoneMatch, ifModifiedSince: request.ifModifiedSince }, validators) === 'not_modified') {
     return { status: 304, headers: common };
   }

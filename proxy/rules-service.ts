@@ -40,7 +40,7 @@ export async function runRulesService(config: Config, log: Logger): Promise<numb
     await auth.start();
     authStarted = true;
     const routes = rulesServiceRoutes({ store: createOverrideStore(pool), available, ttlSeconds: config.rulesService.ttlSeconds, token: config.rulesService.token, lifecycle, bypassPublishers: config.rateLimitBypassPublishers });
-    server = createGatewayServer({ routes, gates: [createAuthGate(auth, lifecycle)], log });
+    server = createGatewayServer({ routes, gates: [createAuthGate(auth, lifecycle)], log, limits: config.frontDoor });
     const address = await server.listen(config.port, config.host);
     if (!signals.requested) lifecycle.set('serving');
     log.info({ role: 'rules-service', url: `http://${address.address}:${address.port}`, port: address.port, ttlSeconds: config.rulesService.ttlSeconds, queryTokenRequired: config.rulesService.token !== undefined }, 'listening');

@@ -123,7 +123,8 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
       metricsServer = await startMetricsServer(metrics, config.metrics.port, log);
       built.onClose.push(() => metricsServer?.close());
     }
-    server = createGatewayServer({ routes: app.routes, gates: app.gates, log, readOnly: config.role === 'reader', onRequest: (o) => metrics.observeRequest(o) });
+    server = createGatewayServer({ routes: app.routes, gates: app.gates, log, readOnly: config.role === 'reader', onRequest: (o) => metrics.observeRequest(o), limits: config.frontDoor });
+    metrics.watchFrontDoor(server.frontDoor);
     const address = await server.listen(config.port, config.host);
     if (!signals.requested) lifecycle.set('serving');
     log.info({ role: config.role, url: `http://${address.address}:${address.port}`, port: address.port }, 'listening');

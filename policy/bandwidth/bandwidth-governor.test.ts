@@ -270,17 +270,25 @@ describe('BandwidthGovernor', () => {
     expect(await code(meter.take(1))).toBe('lease_lost');
   });
 
-  it('close() cancels waiting grants (unavailable) and refuses new ones', async () => {
+  it('close() cancels the takes waiting at that moment (unavailable) and nothing else (ADR 0008 preClose)', async () => {
     const { governor, timers } = setup({ rateBytesPerSec: 10_240, perPrincipalBytesPerSec: 10_240 });
     const meter = governor.meter('p');
     await meter.take(1024);
     const waiting = meter.take(1024);
     governor.close();
     expect(await code(waiting)).toBe('unavailable');
-    expect(await code(meter.take(1))).toBe('unavailable');
-    expect(() => governor.meter('p')).toThrow(PolicyError);
     expect(timers.size).toBe(0);
     expect(governor.snapshot()).toMatchObject({ closed: true, waitingQuanta: 0, grantedBytes: 1024 });
+    // A stream that was not waiting goes on, paced as before: its next take waits for tokens.
+    let granted = false;
+    const later = meter.take(1024).then(() => (granted = true));
+    await timers.advance(99);
+    expect(granted).toBe(false);
+    await timers.advance(1);
+    await later;
+    expect(granted).toBe(true);
+    expect(() => governor.meter('q')).not.toThrow();
+    expect(governor.snapshot()).toMatchObject({ closed: true, grantedBytes: 2048 });
   });
 
   it('cancel does not refund: granted bytes stay spent, a cancelled waiting quantum is dropped', async () => {

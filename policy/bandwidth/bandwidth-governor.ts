@@ -19,7 +19,7 @@ export interface ByteMeter {
   readonly quantumBytes: number;
   /**
    * Resolves when `bytes` (≤ `quantumBytes`) may pass. Rejects with PolicyError `lease_lost` (fenced),
-   * `unavailable` (closed) or `busy` (the waiting bound is full), or with the signal's reason.
+   * `unavailable` (waiting when the governor closed) or `busy` (the waiting bound is full), or with the signal's reason.
    * One take at a time per meter: a second one while the first waits is a caller bug (rejects).
    */
   take(bytes: number, signal?: AbortSignal): Promise<void>;
@@ -191,7 +191,11 @@ export class BandwidthGovernor {
     this.#rejectAll(new PolicyError('lease_lost'));
   }
 
-  /** Shutdown (preClose): waiting takes reject with `unavailable`, and so does every later one. */
+  /**
+   * Shutdown (preClose, ADR 0008): the takes waiting at this moment reject with `unavailable`.
+   * Nothing else changes: a transfer not waiting right now goes on (its later takes are paced as
+   * before) until it ends or the shutdown timeout cuts it; admission refuses new transfers.
+   */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
@@ -305,7 +309,6 @@ export class BandwidthGovernor {
       return Promise.reject(new RangeError(`bytes: expected an integer from 0 to the quantum ${this.quantumBytes}, got ${bytes}`));
     }
     if (!this.#checkPermit()) return Promise.reject(new PolicyError('lease_lost'));
-    if (this.#closed) return Promise.reject(new PolicyError('unavailable'));
     if (signal?.aborted) return Promise.reject(signal.reason);
     if (meter.waiter !== null) return Promise.reject(new Error('ByteMeter.take: the previous take of this stream has not settled'));
     return null;
@@ -450,7 +453,6 @@ export class BandwidthGovernor {
 
   #checkOpen(): void {
     if (!this.#checkPermit()) throw new PolicyError('lease_lost');
-    if (this.#closed) throw new PolicyError('unavailable');
   }
 }
 

@@ -11,6 +11,7 @@ import type { CacheStats } from '../../storage-adapter/cache/cache-stats.ts';
 import type { UploadStats } from '../../storage-adapter/fs-store.ts';
 import type { RequestObservation } from '../http-server.ts';
 import type { Transfers } from '../transfers.ts';
+import type { FrontDoorCounters } from '../front-door.ts';
 import { RENEWAL_SECONDS_BUCKETS, REQUEST_SECONDS_BUCKETS, specOf, type GatewayMetricName } from './catalogue.ts';
 
 export interface GatewayMetrics {
@@ -21,6 +22,7 @@ export interface GatewayMetrics {
   watchStore(store: { uploadStats(): UploadStats }): void;
   /** Read-path caches (catalog, open files, small blobs), read at scrape time. */
   watchCaches(stats: () => readonly CacheStats[]): void;
+  watchFrontDoor(frontDoor: { counters(): FrontDoorCounters }): void;
   /** The exposition text and its content type. */
   render(): Promise<{ contentType: string; body: string }>;
 }
@@ -150,10 +152,35 @@ export function createGatewayMetrics(options: { registry?: Registry; processMetr
     eachCache(this, (s) => s.bytes);
   });
 
+  let frontDoor: { counters(): FrontDoorCounters } | undefined;
+  gauge(registry, 'arkvory_http_open_connections', function () {
+    if (frontDoor) this.set(frontDoor.counters().open);
+  });
+  gauge(registry, 'arkvory_http_max_connections', function () {
+    if (frontDoor) this.set(frontDoor.counters().maxConnections);
+  });
+  counter(registry, 'arkvory_http_connections_refused_total', function () {
+    this.reset();
+    this.inc(frontDoor?.counters().refused ?? 0);
+  });
+  counter(registry, 'arkvory_http_idle_connections_closed_total', function () {
+    this.reset();
+    this.inc(frontDoor?.counters().idleClosed ?? 0);
+  });
+  counter(registry, 'arkvory_http_client_timeouts_total', function () {
+    const t = frontDoor?.counters().timeouts ?? { body: 0, send: 0 };
+    this.reset();
+    this.inc({ phase: 'body' }, t.body);
+    this.inc({ phase: 'send' }, t.send);
+  });
+
   return {
     registry,
     watchCaches(stats) {
       cacheStats = stats;
+    },
+    watchFrontDoor(f) {
+      frontDoor = f;
     },
     observeRequest(o) {
       const labels = { method: METHODS.has(o.method) ? o.method : 'other', route: o.route, status: String(o.status) };

@@ -44,6 +44,8 @@ interface Attempt {
   readonly number: number;
   responded: boolean;
   done: boolean;
+  /** The request to the gateway, once it has a socket. */
+  upstream?: http.ClientRequest;
   release(): void;
   onResponse(proxyRes: IncomingMessage): void;
 }
@@ -75,6 +77,8 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
   };
   const proxy = createProxyServer({ selfHandleResponse: true, xfwd: false, followRedirects: false, connectTimeout: options.connectTimeoutMs });
   const attempts = new WeakMap<IncomingMessage, Attempt>();
+  /** Requests whose client sent `Expect: 100-continue` (the header itself is not forwarded as is). */
+  const expectsContinue = new WeakSet<IncomingMessage>();
   // Parsed once per gateway instead of once per request.
   const targets = new Map<string, URL>();
   const targetOf = (url: string): URL => {
@@ -83,8 +87,17 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     return target;
   };
 
-  proxy.on('proxyReq', (proxyReq, req) => {
+  proxy.on('proxyReq', (proxyReq, req, res) => {
     const attempt = attempts.get(req);
+    if (attempt) attempt.upstream = proxyReq;
+    // The gateway decides whether the body is wanted (auth, size, admission); relay its 100.
+    if (expectsContinue.has(req) && !proxyReq.headersSent) {
+      // Expect is hop-by-hop (stripped from the upstream headers): ask the gateway again and relay
+      // its 100. No body byte comes before it, so the head goes out now.
+      proxyReq.setHeader('expect', '100-continue');
+      proxyReq.once('continue', () => (res as ServerResponse).writeContinue());
+      proxyReq.flushHeaders();
+    }
     proxyReq.setTimeout(options.idleTimeoutMs, () => proxyReq.destroy(new UpstreamTimeout(`no byte from ${attempt?.backend.url ?? 'the gateway'} for ${options.idleTimeoutMs} ms`)));
   });
   proxy.on('proxyRes', (proxyRes, req) => {
@@ -107,6 +120,12 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       if (!res.writableFinished) clientGone = true;
       current?.release();
     });
+    // The client's body ended early (it went away, or stalled and was answered 408 here): the
+    // gateway must not keep waiting for the rest.
+    req.once('close', () => {
+      if (!req.complete && current && !current.done) current.upstream?.destroy();
+    });
+    if (typeof req.headers.expect === 'string' && req.headers.expect.toLowerCase() === '100-continue') expectsContinue.add(req);
     req.headers = buildUpstreamHeaders({ headers: req.headers, remoteAddress: req.socket.remoteAddress, encrypted: 'encrypted' in req.socket && req.socket.encrypted === true, trusted: options.trusted, requestId: reqId }) as http.IncomingHttpHeaders;
 
     const fail = (err: GatewayError) => {
@@ -130,7 +149,8 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
         done: false,
         release: releaseCount,
         onResponse(proxyRes) {
-          if (attempt.done) {
+          // Done, or the client was already answered here (a 408 for its stalled body).
+          if (attempt.done || res.headersSent) {
             proxyRes.destroy();
             return;
           }
@@ -185,7 +205,8 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
         }
         attempt.done = true;
         attempt.release();
-        if (clientGone) return;
+        // The client is gone, or was already answered here (a 408 for a stalled body): nothing to report.
+        if (clientGone || res.writableEnded) return;
         const timedOut = err instanceof UpstreamTimeout;
         const mapped = timedOut
           ? new GatewayError('upstream_timeout', `The gateway did not answer within ${Math.round(options.idleTimeoutMs / 1000)} s.`, { cause: err })

@@ -5,6 +5,7 @@
  */
 import http from 'node:http';
 import { makeGraceful } from '../graceful-server.ts';
+import { DEFAULT_FRONT_DOOR, HEAD_TIMEOUT_RESPONSE, installFrontDoor, serverOptions, type FrontDoor, type FrontDoorLimits } from '../front-door.ts';
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
@@ -19,11 +20,16 @@ export interface RouterServer {
   listen(port: number, host: string): Promise<AddressInfo>;
   /** Stops accepting, lets in-flight requests run up to `timeoutMs`, then cuts the rest. */
   close(timeoutMs: number): Promise<void>;
+  readonly frontDoor: FrontDoor;
 }
 
-export function createRouterServer(options: { pool: BackendPool; handler: ProxyHandler; log: Logger; isDraining: () => boolean }): RouterServer {
+export function createRouterServer(options: { pool: BackendPool; handler: ProxyHandler; log: Logger; isDraining: () => boolean; limits?: FrontDoorLimits }): RouterServer {
   const { pool, handler, log } = options;
-  const server = http.createServer({ requestTimeout: 0, headersTimeout: 30_000, keepAliveTimeout: 5_000 }, (req, res) => {
+  const limits = options.limits ?? DEFAULT_FRONT_DOOR;
+  const server = http.createServer(serverOptions(limits));
+  // `100 Continue` is relayed from the gateway that made the checks (proxy-handler.ts), never sent here.
+  const frontDoor = installFrontDoor(server, limits, log, (req, res) => {
+    if (!frontDoor.admit(req, res)) return;
     const started = performance.now();
     const incomingId = req.headers['x-request-id'];
     const reqId = typeof incomingId === 'string' && REQUEST_ID.test(incomingId) ? incomingId : randomUUID();
@@ -47,16 +53,18 @@ export function createRouterServer(options: { pool: BackendPool; handler: ProxyH
     outcome = handler.handle(req, res, reqId, log.child({ reqId }));
   });
   server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
-    if (socket.writable && !socket.destroyed) {
+    if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT' && socket.writable && !socket.destroyed) socket.end(HEAD_TIMEOUT_RESPONSE);
+    else if (socket.writable && !socket.destroyed) {
       const body = JSON.stringify({ code: 'invalid_request', message: 'Malformed HTTP request.' });
       socket.end(`HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${randomUUID()}\r\nconnection: close\r\n\r\n${body}`);
     } else socket.destroy();
     log.debug({ code: err.code }, 'client error');
   });
-  const graceful = makeGraceful(server);
+  const graceful = makeGraceful(server, frontDoor);
   return {
     server,
     listen: (port, host) => graceful.listen(port, host),
     close: (timeoutMs) => graceful.close(timeoutMs),
+    frontDoor,
   };
 }

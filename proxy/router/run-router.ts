@@ -30,7 +30,7 @@ export async function runRouter(config: Config, log: Logger): Promise<number> {
     if (!change.healthy) log.warn({ backend: change.url, reason: change.reason }, 'gateway left the pool');
   };
   const handler = createProxyHandler({ pool, trusted: createTrustedProxies(config.trustedProxies), connectTimeoutMs: config.router.connectTimeoutMs, idleTimeoutMs: config.router.idleTimeoutMs, onPoolChange: reportChange });
-  const server = createRouterServer({ pool, handler, log, isDraining: () => draining });
+  const server = createRouterServer({ pool, handler, log, isDraining: () => draining, limits: config.frontDoor });
   let monitor: ReturnType<typeof createHealthMonitor> | undefined;
   let code = EXIT_OK;
   try {

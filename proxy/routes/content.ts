@@ -111,9 +111,12 @@ async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext
     }
     const expectedSha256 = parseContentDigestSha256(header(ctx, 'content-digest'));
     const contentType = declaredContentType(ctx);
+    ctx.continueBody();
     const result = await publishArtifact(deps, {
       key,
-      body: req,
+      // A refused body (too large, bad digest) must not destroy the request: that resets the
+      // connection before the client can read the answer; the front door lingers instead.
+      body: req.iterator({ destroyOnReturn: false }),
       contentType,
       publishedBy: ctx.principal?.id ?? null,
       stage: { maxBytes: deps.maxUploadBytes, expectedLength: length, expectedSha256, signal: ctx.signal, meter: deps.meters?.upload?.(ctx) },
@@ -134,7 +137,8 @@ export function contentRoutes(deps: ContentDeps): Route[] {
   for (const kind of ['artifact', 'package', 'asset'] as const) {
     routes.push(
       { methods: ['GET', 'HEAD'], template: `${CONTENT_TEMPLATES[kind]}/content`, access: 'read', handle: (ctx) => serveContent(deps, kind, ctx) },
-      { methods: ['PUT'], template: CONTENT_TEMPLATES[kind], access: 'write', handle: (ctx) => upload(deps, kind, ctx) },
+      // 100 Continue only after the size check (and the gates and admission before it).
+      { methods: ['PUT'], template: CONTENT_TEMPLATES[kind], access: 'write', continuesBodyItself: true, handle: (ctx) => upload(deps, kind, ctx) },
     );
   }
   return routes;

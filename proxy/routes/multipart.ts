@@ -98,6 +98,7 @@ export function multipartRoutes(deps: { sessions: UploadSessions; maxPartBytes: 
       methods: ['PUT'],
       template: `${SESSION}/parts/:part`,
       access: 'write',
+      continuesBodyItself: true,
       async handle(ctx) {
         writable(null);
         const partNumber = /^[0-9]{1,5}$/.test(ctx.params.part!) ? Number(ctx.params.part) : Number.NaN;
@@ -105,7 +106,8 @@ export function multipartRoutes(deps: { sessions: UploadSessions; maxPartBytes: 
         if (length !== undefined && length > deps.maxPartBytes) throw new StorageError('payload_too_large', `A part may hold at most ${deps.maxPartBytes} bytes.`);
         try {
           const meter = deps.meters?.upload?.(ctx);
-          const part = await sessions.putPart(scopeOf(ctx), ctx.params.upload!, partNumber, ctx.req, {
+          ctx.continueBody();
+          const part = await sessions.putPart(scopeOf(ctx), ctx.params.upload!, partNumber, ctx.req.iterator({ destroyOnReturn: false }), {
             maxBytes: deps.maxPartBytes,
             ...(length !== undefined ? { expectedLength: length } : {}),
             ...(meter ? { meter } : {}),

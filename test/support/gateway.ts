@@ -38,6 +38,8 @@ export interface StartOptions {
   /** Resolve once the process listens, whatever /health/status says. */
   waitFor?: 'serving' | 'listening' | 'none';
   timeoutMs?: number;
+  /** A launcher the gateway runs under, e.g. `['prlimit', '--nofile=256:256', '--']`. */
+  wrap?: string[];
 }
 
 const running = new Set<GatewayProcess>();
@@ -130,7 +132,8 @@ export async function startGateway(options: StartOptions = {}): Promise<GatewayP
     usedRedisPrefixes.get(redisUrl)!.add(redisPrefix);
   }
   const env = childEnv({ ARKVORY_LOG_LEVEL: 'info', ARKVORY_DATA_DIR: dataDir, ...options.env, ...(redisUrl ? { ARKVORY_REDIS_KEY_PREFIX: redisPrefix } : {}), ARKVORY_PORT: String(port), ARKVORY_HOST: '127.0.0.1' });
-  const child = spawn(process.execPath, [CLI, 'serve'], { env, cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  const [command, ...args] = [...(options.wrap ?? []), process.execPath, CLI, 'serve'];
+  const child = spawn(command!, args, { env, cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
   child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
