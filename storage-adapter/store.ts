@@ -78,7 +78,7 @@ export interface StoreTree {
 }
 
 export interface Store {
-  readonly kind: 'fs' | 'http';
+  readonly kind: 'fs' | 'http' | 's3';
   /** A directory or a base URL, for logs and messages. */
   readonly location: string;
   readonly storageId: string;
