@@ -59,6 +59,8 @@ export interface S3Client {
   delete(key: string): Promise<void>;
   /** Every object under `prefix` (ListObjectsV2, paged); with `delimiter` also the common prefixes. */
   list(prefix: string, delimiter?: string): AsyncGenerator<{ object?: ListedObject; commonPrefix?: string }>;
+  /** Multipart uploads begun under `prefix` and neither completed nor aborted (ListMultipartUploads, paged). */
+  listMultipartUploads(prefix: string): AsyncGenerator<{ key: string; uploadId: string }>;
   close(): Promise<void>;
 }
 
@@ -196,6 +198,19 @@ export function createS3Client(options: S3ClientOptions): S3Client {
         for (const c of doc?.Contents ?? []) yield { object: { key: String(c.Key), sizeBytes: Number(c.Size) } };
         token = doc?.IsTruncated === 'true' ? doc.NextContinuationToken : undefined;
       } while (token);
+    },
+    async *listMultipartUploads(prefix) {
+      let marker: { key: string; uploadId: string } | undefined;
+      do {
+        const query: Record<string, string> = { uploads: '', prefix, 'max-uploads': '1000' };
+        if (marker) Object.assign(query, { 'key-marker': marker.key, 'upload-id-marker': marker.uploadId });
+        const { text } = await expectOk({ method: 'GET', query }, `ListMultipartUploads ${prefix}`);
+        const doc = parseXml(text, `ListMultipartUploads ${prefix}`).ListMultipartUploadsResult as
+          | { Upload?: Array<{ Key: string; UploadId: string }>; IsTruncated?: string; NextKeyMarker?: string; NextUploadIdMarker?: string }
+          | undefined;
+        for (const u of doc?.Upload ?? []) yield { key: String(u.Key), uploadId: String(u.UploadId) };
+        marker = doc?.IsTruncated === 'true' && doc.NextKeyMarker ? { key: String(doc.NextKeyMarker), uploadId: String(doc.NextUploadIdMarker ?? '') } : undefined;
+      } while (marker);
     },
     close: () => pool.close(),
   };

@@ -18,7 +18,7 @@ import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, TMP_DIR } from './paths
 import { openRangeStream, rangeStreamReader, type RangeStream } from './range-stream.ts';
 import { createS3Client, type S3Client, type S3ClientOptions } from './s3-client.ts';
 import { formatS3Location, type S3Location } from './s3-location.ts';
-import { copyObject, readObject, S3_DEFAULT_LIMITS, uploadObject, type S3Limits } from './s3-transfer.ts';
+import { abortMultipart, copyObject, readObject, S3_DEFAULT_LIMITS, uploadObject, type S3Limits } from './s3-transfer.ts';
 import type { PartStore, StagedBlob, StageOptions, Store, StoreTree, TreeEntry } from './store.ts';
 
 /** `blobs/sha256/ab/cd/<hex>` with forward slashes whatever the platform. */
@@ -135,6 +135,13 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
       return entries;
     },
     read: (file) => readObject(client, keyOf(file)),
+    async incompleteUploads() {
+      const found: Array<{ name: string; abort(): Promise<void> }> = [];
+      for await (const u of client.listMultipartUploads(location.prefix)) {
+        found.push({ name: u.key.slice(location.prefix.length), abort: () => abortMultipart(client, u.key, u.uploadId) });
+      }
+      return found;
+    },
     async remove(target) {
       await client.delete(keyOf(target));
       await removeTree(target);

@@ -75,6 +75,11 @@ export interface StoreTree {
   /** Removes a file or a whole directory; a missing one is fine. */
   remove(target: string): Promise<void>;
   move(from: string, to: string): Promise<void>;
+  /**
+   * Object stores only (S3): uploads begun and never completed nor aborted (a process killed
+   * mid-upload, a cut link). Invisible to listings and readers, but they hold space until aborted.
+   */
+  incompleteUploads?(): Promise<Array<{ readonly name: string; abort(): Promise<void> }>>;
 }
 
 export interface Store {
