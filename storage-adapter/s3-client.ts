@@ -64,7 +64,8 @@ export interface S3Client {
   close(): Promise<void>;
 }
 
-const xml = new XMLParser({ ignoreAttributes: true, parseTagValue: false, isArray: (name) => ['Contents', 'CommonPrefixes', 'Upload'].includes(name) });
+// htmlEntities: servers escape the quotes of an ETag as `&#34;` (MinIO) as well as `&quot;`.
+const xml = new XMLParser({ ignoreAttributes: true, parseTagValue: false, htmlEntities: true, isArray: (name) => ['Contents', 'CommonPrefixes', 'Upload'].includes(name) });
 
 /** Parses an XML answer; a body that is not XML is `upstream_unreachable` naming the request. */
 export function parseXml(text: string, what: string): Record<string, unknown> {
