@@ -145,6 +145,10 @@ export async function startS3Server(kind: S3ServerKind, options: { bucket?: stri
       child.stdout!.on('data', append);
       child.stderr!.on('data', append);
       await ensureBucket(Date.now() + 90_000);
+      // SeaweedFS allocates its volumes on the first write, which can take seconds on a loaded
+      // machine: one write here, so tests measure the store, not the server's first allocation.
+      await client().expectOk({ method: 'PUT', key: 'warm-up', body: Buffer.from('warm-up') }, 'PUT warm-up');
+      await client().delete('warm-up');
     },
     async destroy() {
       await server.stop();
