@@ -59,6 +59,28 @@ describe.each(S3_SERVER_KINDS)('S3 store on %s', (kind) => {
     expect(uploads).toEqual([]);
   });
 
+  it('a declared sha256 for a free key stages straight under the blob name (no copy); other bytes claiming it leave the blob intact', async () => {
+    const store = await writer();
+    const catalog = createCatalog(db.pool);
+    const bytes = randomBytes(3 * MiB);
+    await publishArtifact({ store, catalog }, { key: key('direct'), body: chunked(bytes), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e9, expectedLength: bytes.length, expectedSha256: sha256(bytes) } });
+    expect(store.commits).toMatchObject({ direct: 1, copy: 0 });
+    expect(await listKeys(server, 'tmp/')).toEqual([]);
+    expect(sha256((await s3Probe(server).read(blobName(sha256(bytes))))!)).toBe(sha256(bytes));
+    // Other bytes claiming that digest (with and without a length): refused, the published blob intact.
+    const other = randomBytes(3 * MiB);
+    for (const expectedLength of [other.length, undefined]) {
+      await expect(publishArtifact({ store, catalog }, { key: key('liar'), body: chunked(other), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e9, expectedLength, expectedSha256: sha256(bytes) } })).rejects.toMatchObject({ code: 'invalid_request' });
+    }
+    expect(sha256((await s3Probe(server).read(blobName(sha256(bytes))))!)).toBe(sha256(bytes));
+    expect(await catalog.get(key('liar'))).toBeUndefined();
+    expect(await store.tree.incompleteUploads!()).toEqual([]);
+    // The same key again with the same digest: the key is taken, so the temporary path (deleted after).
+    await publishArtifact({ store, catalog }, { key: key('direct'), body: chunked(bytes), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e9, expectedSha256: sha256(bytes) } });
+    expect(store.commits).toMatchObject({ direct: 1 });
+    expect(await listKeys(server, 'tmp/')).toEqual([]);
+  });
+
   it('a body that fails after some parts leaves no object and no open multipart upload', async () => {
     const store = await writer({ partBytes: 5 * MiB });
     async function* broken() {

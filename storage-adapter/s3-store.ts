@@ -5,7 +5,8 @@
  *
  * Publish: the body streams (hashed, counted, paced) to `tmp/<uuid>.upload` (s3-transfer.ts); commit()
  * copies it server-side to its blob name unless that object already exists (content-addressed, so an
- * existing one has the same bytes), and discard() deletes the temporary. The catalog row is written
+ * existing one has the same bytes), and discard() deletes the temporary. With a declared sha256 and
+ * a key that was free, the body goes straight to its blob name and nothing is copied. The catalog row is written
  * by the caller only after commit() returned, so no row ever names a missing blob.
  */
 import { randomUUID } from 'node:crypto';
@@ -38,6 +39,8 @@ export interface S3CommitStats {
   'multipart-copy': number;
   streamed: number;
   existing: number;
+  /** Staged under its blob name (sha256 declared, key free): nothing to copy. */
+  direct: number;
 }
 
 export type S3Store = Store & { readonly commits: Readonly<S3CommitStats> };
@@ -75,7 +78,7 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
   const keyOf = (relative: string) => `${location.prefix}${relative}`;
   const locationText = `${formatS3Location(location)} on ${client.endpoint}`;
   const stats = { committed: 0, discarded: 0, failed: 0 };
-  const commits: S3CommitStats = { copy: 0, 'multipart-copy': 0, streamed: 0, existing: 0 };
+  const commits: S3CommitStats = { copy: 0, 'multipart-copy': 0, streamed: 0, existing: 0, direct: 0 };
   const { timeoutMs } = options;
 
   let storageId: string;
@@ -162,15 +165,22 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
 
     async stage(body, stageOptions: StageOptions): Promise<StagedBlob> {
       if (role === 'reader') throw new Error('stage() on a read-only store');
-      const tempName = `${TMP_DIR}/${randomUUID()}.upload`;
-      // Every check throws inside the body, so the server never completes the temporary object.
+      // A declared sha256 names the blob before the first byte: when the key was free, the body
+      // goes straight to its blob name and needs no copy (half the server work for large uploads).
+      // Safe because the object only comes into existence once the body passed every check
+      // (s3-transfer.ts), and S3 replaces an object atomically (an identical blob already there
+      // has the same bytes; a failed upload leaves it as it was).
+      const declared = stageOptions.keyWasFree && stageOptions.expectedSha256 !== undefined && isSha256Hex(stageOptions.expectedSha256) ? stageOptions.expectedSha256 : undefined;
+      const tempName = declared ? blobName(declared) : `${TMP_DIR}/${randomUUID()}.upload`;
+      // Every check throws inside the body, so the server never completes the object.
       const upload = checkedUpload(body, stageOptions);
       try {
         await uploadObject(client, keyOf(tempName), upload.chunks, limits, { expectedLength: stageOptions.expectedLength, signal: stageOptions.signal, timeoutMs });
       } catch (err) {
         stats.failed++;
-        // Normally nothing was stored; if the server did keep a temporary, gc lists it.
-        await client.delete(keyOf(tempName)).catch(() => {});
+        // Normally nothing was stored; if the server did keep a temporary, gc lists it. A blob
+        // name is never deleted here: an identical, published blob may have been there before.
+        if (!declared) await client.delete(keyOf(tempName)).catch(() => {});
         throw err;
       }
       const { sha256, sizeBytes } = upload.result;
@@ -183,7 +193,8 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
           if (discarded) throw new Error('commit() after discard()');
           if (committed) return;
           const target = keyOf(blobName(sha256));
-          if (await client.head(target)) commits.existing++;
+          if (declared) commits.direct++;
+          else if (await client.head(target)) commits.existing++;
           else commits[await copyObject(client, keyOf(tempName), target, sizeBytes, limits, timeoutMs)]++;
           committed = true;
           stats.committed++;
@@ -192,7 +203,9 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
           if (!committed && !discarded) stats.discarded++;
           discarded = true;
           // Best effort: the catalog decision is already made; a temporary left behind is gc's.
-          await client.delete(keyOf(tempName)).catch(() => {});
+          // A blob staged under its own name and not committed (a racing publish of the key) is
+          // left to gc too: another publish may reference the same blob by now.
+          if (!declared) await client.delete(keyOf(tempName)).catch(() => {});
         },
       };
     },

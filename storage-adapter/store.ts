@@ -16,6 +16,12 @@ export interface StageOptions {
   readonly signal?: AbortSignal | undefined;
   /** Upload pacing: each slice of the body is charged before it is accepted. */
   readonly meter?: ByteMeter | undefined;
+  /**
+   * The caller found no catalog row for its key: a store may then stage a body with a declared
+   * sha256 straight under its blob name (the S3 store, saving a copy). Such a blob, if not
+   * committed after all (a racing publish of the same key), stays for gc.
+   */
+  readonly keyWasFree?: boolean | undefined;
 }
 
 /** A fully written temporary object, verified (size, sha256), not yet under its blob name. */
