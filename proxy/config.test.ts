@@ -89,6 +89,8 @@ describe('loadConfig', () => {
     expect(problemsOf({ ARKVORY_STORAGE_URL: 's3://Bad_Bucket/', ...creds })).toEqual([expect.stringMatching(/^ARKVORY_STORAGE_URL: "Bad_Bucket" is not a valid S3 bucket name/)]);
     expect(problemsOf({ ARKVORY_S3_ENDPOINT: 'http://10.0.0.30:8333' })).toEqual([expect.stringMatching(/^ARKVORY_S3_ENDPOINT: only used with an s3:/)]);
     expect(problemsOf({ ARKVORY_STORAGE_URL: 's3://artifacts/', ARKVORY_S3_ENDPOINT: 'ftp://x', ...creds }).join('\n')).toMatch(/^ARKVORY_S3_ENDPOINT: /);
+    expect(problemsOf({ ARKVORY_STORAGE_URL: 's3://artifacts/', ARKVORY_S3_ENDPOINT: 'http://10.0.0.30:8333/minio', ...creds })).toEqual([expect.stringMatching(/^ARKVORY_S3_ENDPOINT: expected an origin/)]);
+    expect(problemsOf({ ARKVORY_STORAGE_URL: 's3://artifacts/', ARKVORY_S3_ENDPOINT: 'http://u:hunter2@10.0.0.30:8333', ...creds }).join('\n')).not.toContain('hunter2');
     for (const problems of [problemsOf({ ARKVORY_STORAGE_URL: 's3://Bad_Bucket/', ...creds }), problemsOf({ ARKVORY_STORAGE_URL: 's3://x', ...creds })]) expect(problems.join('\n')).not.toContain('hunter2');
   });
 

@@ -314,6 +314,11 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
         if (!accessKeyId) problems.push('AWS_ACCESS_KEY_ID: required with an s3:// ARKVORY_STORAGE_URL (the S3 store signs every request)');
         if (!secretAccessKey) problems.push('AWS_SECRET_ACCESS_KEY: required with an s3:// ARKVORY_STORAGE_URL (the S3 store signs every request)');
         const region = str('ARKVORY_S3_REGION');
+        const endpoint = optStr('ARKVORY_S3_ENDPOINT');
+        // Requests go to `<origin>/<bucket>/<key>`: a path or query on the endpoint would be dropped.
+        if (endpoint !== undefined && (new URL(endpoint).pathname !== '/' || new URL(endpoint).search || new URL(endpoint).username)) {
+          problems.push(`ARKVORY_S3_ENDPOINT: expected an origin such as http://10.0.0.30:8333 (no path, query or credentials), got "${new URL(endpoint).origin}…"`);
+        }
         if (parsed.ok && accessKeyId && secretAccessKey) {
           s3 = { location: parsed.value, endpoint: optStr('ARKVORY_S3_ENDPOINT') ?? `https://s3.${region}.amazonaws.com`, region, credentials: { accessKeyId, secretAccessKey, sessionToken: env.AWS_SESSION_TOKEN || undefined } };
         }
