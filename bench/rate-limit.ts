@@ -15,13 +15,13 @@ import { randomBytes } from 'node:crypto';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import type { Redis } from 'ioredis';
+import { Cluster } from 'ioredis';
 import { pino } from 'pino';
 import { systemClock } from '../policy/clock.ts';
 import { createLimiter } from '../policy/rate-limit/limiter.ts';
 import { createRedisStore } from '../policy/rate-limit/redis-store.ts';
 import { defineRule } from '../policy/rate-limit/rules.ts';
-import { createRateLimitRedis } from '../proxy/rate-limit-gate.ts';
+import { createRateLimitRedis, type RateLimitRedis } from '../proxy/rate-limit-gate.ts';
 
 const { values } = parseArgs({
   options: {
@@ -73,13 +73,16 @@ function row(name: string, concurrency: number, sample: Sample): Row {
   return { name, concurrency, checksPerSec: Math.round(latencies.length / sample.elapsedS), p50Ms: at(0.5), p99Ms: at(0.99), errors: sample.errors };
 }
 
-async function cleanup(client: Redis): Promise<void> {
-  let cursor = '0';
-  do {
-    const [next, keys] = await client.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
-    cursor = next;
-    if (keys.length) await client.del(...keys);
-  } while (cursor !== '0');
+async function cleanup(client: RateLimitRedis): Promise<void> {
+  // A cluster is scanned node by node, and its keys are deleted one by one (different slots).
+  for (const node of client instanceof Cluster ? client.nodes('master') : [client]) {
+    let cursor = '0';
+    do {
+      const [next, keys] = await node.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
+      cursor = next;
+      if (keys.length) await (client instanceof Cluster ? Promise.all(keys.map((k) => node.del(k))) : node.del(...keys));
+    } while (cursor !== '0');
+  }
 }
 
 async function main(): Promise<void> {

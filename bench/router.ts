@@ -15,6 +15,8 @@
  * over `--concurrency` keep-alive connections. Targets of issue 9: overhead ≤ 15 % for the 1 GiB
  * stream (ratio ≥ 0.85) and ≤ 35 % for 4 KiB requests (ratio ≥ 0.65). A temporary database and
  * directory are used and removed; every process started here is stopped.
+ * `ARKVORY_BENCH_NODE_OPTIONS` (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`) is passed to the gateway
+ * and the router as NODE_OPTIONS, for a profile of exactly this load.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -83,7 +85,7 @@ async function measureSmall(url: string, key: string): Promise<{ rps: number; p5
 }
 
 async function startServe(env: Record<string, string>, base: string, children: ChildProcess[]): Promise<ChildProcess> {
-  const child = spawn(process.execPath, [path.join(ROOT, 'bin/arkvory.js'), 'serve'], { cwd: ROOT, env: { PATH: process.env.PATH, HOME: process.env.HOME, ARKVORY_LOG_LEVEL: 'warn', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [path.join(ROOT, 'bin/arkvory.js'), 'serve'], { cwd: ROOT, env: { PATH: process.env.PATH, HOME: process.env.HOME, ARKVORY_LOG_LEVEL: 'warn', ...env, ...(process.env.ARKVORY_BENCH_NODE_OPTIONS ? { NODE_OPTIONS: process.env.ARKVORY_BENCH_NODE_OPTIONS } : {}) }, stdio: ['ignore', 'pipe', 'pipe'] });
   children.push(child);
   let output = '';
   child.stdout!.on('data', (d: Buffer) => (output += d.toString()));

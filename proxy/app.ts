@@ -1,4 +1,5 @@
 import { Authenticator } from '../policy/auth/authenticator.ts';
+import { PresignedLinks } from '../policy/auth/presigned-links.ts';
 import { createAuthGate } from './auth-gate.ts';
 import { createConsole, readerConsoleRoutes } from './console/console-module.ts';
 import { bootstrapAdmin } from './bootstrap-admin.ts';
@@ -22,11 +23,13 @@ export async function buildApp(services: Services): Promise<{ routes: Route[]; g
   await auth.start();
   services.onClose.push(() => auth.stop());
   await bootstrapAdmin(services);
+  const links = new PresignedLinks({ pool: services.pool, auth, clock: services.clock });
 
   const content = await openContentModule(services, {
     readableRepositories: (id) => auth.readableRepositories(id),
     grant: (id, repo) => auth.grant(id, repo),
     meters: contentMeters(services.transfers),
+    links,
   });
   services.metrics?.watchStore(content.store);
   const multipart = startMultipart(services, content.store, contentMeters(services.transfers));
@@ -34,7 +37,7 @@ export async function buildApp(services: Services): Promise<{ routes: Route[]; g
   const routes: Route[] = [...healthRoutes(services), ...authAdminRoutes(services), ...contentRoutes];
   // The console lives on the writer only (DESIGN.md); a reader points there.
   const consoleUi = services.config.role === 'api' ? createConsole(services, { authenticate: (header) => auth.authenticate(header) }) : undefined;
-  const gates: Gate[] = [createAuthGate(auth, services.lifecycle, consoleUi?.credentials)];
+  const gates: Gate[] = [createAuthGate(auth, services.lifecycle, consoleUi?.credentials, links)];
   // Rate limiting: auth failures are counted around the auth gate; gateway_request runs after it.
   const rateLimiting = await openRateLimiting(services);
   routes.push(...rateLimitAdminRoutes(rateLimiting.registry));

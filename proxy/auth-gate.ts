@@ -1,5 +1,7 @@
 import { authorize } from '../policy/auth/authorize.ts';
-import type { Authenticator } from '../policy/auth/authenticator.ts';
+import { unauthorized, type Authenticator } from '../policy/auth/authenticator.ts';
+import { hasPresignParams } from '../policy/auth/presign-signature.ts';
+import type { PresignedLinks } from '../policy/auth/presigned-links.ts';
 import { PolicyError } from '../policy/errors.ts';
 import type { Gate, RequestContext } from './http-server.ts';
 import type { Lifecycle } from './lifecycle.ts';
@@ -9,12 +11,19 @@ import type { Lifecycle } from './lifecycle.ts';
  * against the key's scopes and the principal's grant on `:repo`. A fenced gateway refuses every
  * request subject to authorization with 503 `lease_lost`. `credentials` picks what is checked
  * (default the Authorization header; the console supplies its session's key for its own routes).
+ * A request with no Authorization header but a pre-signed link's query parameters is the link's
+ * principal (`links`), still subject to the grant and scope checks of its key.
  */
-export function createAuthGate(auth: Authenticator, lifecycle: Lifecycle, credentials: (ctx: RequestContext) => string | undefined = (ctx) => ctx.req.headers.authorization): Gate {
+export function createAuthGate(
+  auth: Authenticator,
+  lifecycle: Lifecycle,
+  credentials: (ctx: RequestContext) => string | undefined = (ctx) => ctx.req.headers.authorization,
+  links?: PresignedLinks,
+): Gate {
   return async (ctx) => {
     if (ctx.access === 'public') return;
     if (lifecycle.state === 'fenced') throw new PolicyError('lease_lost');
-    const principal = await auth.authenticate(credentials(ctx));
+    const principal = links && ctx.req.headers.authorization === undefined && hasPresignParams(ctx.url.searchParams) ? await presignedPrincipal(links, ctx) : await auth.authenticate(credentials(ctx));
     ctx.principal = principal;
     const needsGrant = ctx.access === 'read' || ctx.access === 'write';
     const repo = ctx.params.repo;
@@ -23,4 +32,11 @@ export function createAuthGate(auth: Authenticator, lifecycle: Lifecycle, creden
     const decision = authorize(ctx.access, principal.scopes, grant);
     if (!decision.allow) throw new PolicyError(decision.code);
   };
+}
+
+/** A pre-signed link opens GET/HEAD of one content route only; anything else with its parameters is a 401. */
+function presignedPrincipal(links: PresignedLinks, ctx: RequestContext) {
+  const method = ctx.req.method;
+  if ((method !== 'GET' && method !== 'HEAD') || ctx.access !== 'read' || !ctx.route.endsWith('/content')) return Promise.reject(unauthorized());
+  return links.authenticate(ctx.url.pathname, ctx.url.searchParams);
 }

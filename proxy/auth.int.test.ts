@@ -68,7 +68,7 @@ describe('auth gate (in-process server, real PostgreSQL)', () => {
     for (const key of [undefined, 'not-a-key', unknown, wrongSecret, revoked.key, expired.key, disabled.key]) {
       const r = await call('GET', '/t/service', key);
       expect(r.status, String(key)).toBe(401);
-      expect(r.headers.get('www-authenticate')).toBe('Bearer realm="arkvory"');
+      expect(r.headers.get('www-authenticate')).toBe('Bearer realm="arkvory", Basic realm="arkvory"');
       bodies.add(JSON.stringify(r.body));
     }
     expect([...bodies]).toEqual([JSON.stringify({ code: 'unauthorized', message: 'A valid API key is required.' })]);

@@ -2,10 +2,13 @@
  * The single multipart completion worker of a database. It holds the `worker` barrier on a
  * connection of its own; a second instance logs `worker.standby` once and tries the lock every 5 s,
  * taking over without a restart when the first stops. Jobs are claimed with FOR UPDATE SKIP LOCKED;
- * jobs left `running` by a worker that died are queued again when the lock is taken.
+ * jobs left `running` by a worker that died are queued again when the lock is taken. When
+ * PostgreSQL drops out of reach during a job (nothing is visible before the catalog insert commits),
+ * the job is not failed: it is queued again once the database answers and retried (up to maxAttempts).
  */
 import pg from 'pg';
 import type { Logger } from 'pino';
+import { isUnreachable } from './database.ts';
 import { tryLockExclusive, tryLockShared } from '../policy/lease/barriers.ts';
 import type { Catalog } from '../storage-adapter/catalog.ts';
 import type { Store } from '../storage-adapter/store.ts';
@@ -25,6 +28,8 @@ export interface CompletionWorkerOptions {
   pollMs?: number;
   expirySweepMs?: number;
   maxAttempts?: number;
+  /** Pause before the next cycle after PostgreSQL was out of reach. */
+  unreachableRetryMs?: number;
 }
 
 export class CompletionWorker {
@@ -36,6 +41,8 @@ export class CompletionWorker {
   #running: Promise<void> | undefined;
   #abort = new AbortController();
   #lastSweep = 0;
+  /** A cycle lost PostgreSQL: a job may be left `running` by this worker; queue it again first. */
+  #requeueOwn = false;
 
   constructor(options: CompletionWorkerOptions) {
     this.#o = options;
@@ -85,7 +92,14 @@ export class CompletionWorker {
 
   async #tick(): Promise<void> {
     let worked = false;
+    let unreachable = false;
     try {
+      if (this.#requeueOwn) {
+        // This worker holds the exclusive worker lock and runs nothing now: every `running` job is its own.
+        const requeued = await this.#o.pool.query(`UPDATE arkvory_upload_jobs SET state = 'queued', updated_at = now() WHERE state = 'running'`);
+        this.#requeueOwn = false;
+        this.#o.log.info({ event: 'worker.resumed', requeued: requeued.rowCount }, 'PostgreSQL reachable again; interrupted jobs queued again');
+      }
       if (Date.now() - this.#lastSweep >= (this.#o.expirySweepMs ?? 30_000)) {
         this.#lastSweep = Date.now();
         const expired = await this.#o.sessions.expire();
@@ -97,9 +111,15 @@ export class CompletionWorker {
         await this.#run(job);
       }
     } catch (err) {
-      this.#o.log.error({ err }, 'completion worker cycle failed');
+      if (isUnreachable(err)) {
+        unreachable = true;
+        if (!this.#requeueOwn) this.#o.log.warn({ event: 'worker.db_unreachable', err: { message: (err as Error).message, code: (err as { code?: string }).code } }, 'a completion cycle lost its connection; the interrupted job is retried once PostgreSQL answers');
+        this.#requeueOwn = true;
+      } else {
+        this.#o.log.error({ err }, 'completion worker cycle failed');
+      }
     }
-    this.#schedule(worked ? 0 : (this.#o.pollMs ?? 250));
+    this.#schedule(unreachable ? (this.#o.unreachableRetryMs ?? 1000) : worked ? 0 : (this.#o.pollMs ?? 250));
   }
 
   async #claim(): Promise<Job | undefined> {
@@ -124,6 +144,7 @@ export class CompletionWorker {
       log.info({ event: 'upload.completed', sizeBytes: entry.sizeBytes }, 'multipart upload published');
     } catch (err) {
       if (this.#stopped) return; // left `running`; the next active worker queues it again
+      if (isUnreachable(err)) throw err; // not the upload's fault: #tick queues the job again
       const code = (err as { code?: string }).code;
       const reason = code ? `${code}: ${(err as Error).message}` : `internal: ${(err as Error).message}`;
       await this.#finish(job, 'failed', reason);

@@ -2,6 +2,7 @@ import path from 'node:path';
 import { parseBackendList, parseOrigin } from './router/backend-url.ts';
 import { parseTrustedProxies } from './router/forwarded.ts';
 import { parseS3Url, type S3Location } from '../storage-adapter/s3-location.ts';
+import { parseRedisTarget } from '../policy/rate-limit/redis-target.ts';
 
 /**
  * Every ARKVORY_* variable, declared once. `loadConfig` validates against this table, the README
@@ -12,6 +13,8 @@ export type VariableKind =
   | { type: 'enum'; values: readonly string[] }
   | { type: 'string' }
   | { type: 'url'; protocols: readonly string[] }
+  /** One URL, or several comma-separated (Redis Cluster seed nodes). */
+  | { type: 'url-list'; protocols: readonly string[] }
   | { type: 'bool' };
 
 export interface VariableSpec {
@@ -34,7 +37,7 @@ export const VARIABLES: readonly VariableSpec[] = [
   { name: 'ARKVORY_DATABASE_URL', kind: { type: 'url', protocols: ['postgres:', 'postgresql:'] }, secret: true, doc: 'PostgreSQL connection URL. Unset: an embedded PostgreSQL under `<DATA_DIR>/.pg` (standalone only).' },
   { name: 'ARKVORY_DATABASE_STARTUP_WAIT_SECONDS', kind: { type: 'int', min: 0, max: 3600 }, defaultValue: '60', doc: 'How long startup keeps retrying an unreachable PostgreSQL (backoff 0.25 s doubling to 5 s, a warning per attempt) before it exits with code 1; 0 = give up at the first failure.' },
   { name: 'ARKVORY_DATABASE_POOL_SIZE', kind: { type: 'int', min: 1, max: 1000 }, defaultValue: '10', doc: 'Size of the shared `pg` pool (the lease holds one connection more).' },
-  { name: 'ARKVORY_REDIS_URL', kind: { type: 'url', protocols: ['redis:', 'rediss:'] }, secret: true, doc: 'Redis URL for rate-limit counters. Unset: counters in process memory (standalone only).' },
+  { name: 'ARKVORY_REDIS_URL', kind: { type: 'url-list', protocols: ['redis:', 'rediss:'] }, secret: true, doc: 'Redis URL for rate-limit counters; two or more comma-separated URLs are the seed nodes of a Redis Cluster (docs/rate-limits.md). Unset: counters in process memory (standalone only).' },
   { name: 'ARKVORY_LOG_LEVEL', kind: { type: 'enum', values: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] }, defaultValue: 'info', doc: 'pino log level.' },
   { name: 'ARKVORY_METRICS_TOKEN', kind: { type: 'string' }, secret: true, doc: 'Bearer token `/metrics` on the main port requires (`Authorization: Bearer <token>`). Unset: `/metrics` on the main port is public. See docs/metrics.md.' },
   { name: 'ARKVORY_METRICS_PORT', kind: { type: 'int', min: 1, max: 65535 }, doc: 'Serve `/metrics` on this port on 127.0.0.1 only, instead of the main port. Unset: `/metrics` on the main port.' },
@@ -75,6 +78,13 @@ export const VARIABLES: readonly VariableSpec[] = [
   { name: 'ARKVORY_S3_REGION', kind: { type: 'string' }, defaultValue: 'us-east-1', doc: 'S3 store: the region requests are signed for (SigV4).' },
   { name: 'ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS', kind: { type: 'int', min: 50, max: 60000 }, defaultValue: '3000', doc: 'Static-HTTP and S3 stores: longest wait for a TCP connection; then 504 `upstream_timeout` (refused → 502 `upstream_unreachable`).' },
   { name: 'ARKVORY_STORAGE_TIMEOUT_SECONDS', kind: { type: 'int', min: 1, max: 3600 }, defaultValue: '30', doc: 'Static-HTTP and S3 stores: longest wait for response headers and longest silence inside a body; before the first byte → 504 `upstream_timeout`, after → the response is cut.' },
+  { name: 'ARKVORY_PRESIGN_MAX_EXPIRES_SECONDS', kind: { type: 'int', min: 60, max: 31536000 }, defaultValue: '604800', doc: 'Longest lifetime a pre-signed link may ask for (`POST …/presign`, `arkvory presign --expires`); longer → 400 `invalid_request`. See docs/clients.md.' },
+  { name: 'ARKVORY_CATALOG_CACHE_ENTRIES', kind: { type: 'int', min: 0, max: 10_000_000 }, defaultValue: '100000', doc: 'Catalog rows kept in memory so a hot read costs no database round trip (0 = no cache). A DELETE reaches every gateway within 2 s (docs/storage-and-content.md).' },
+  { name: 'ARKVORY_CATALOG_CACHE_BYTES', kind: { type: 'int', min: 0, max: TiB }, defaultValue: '67108864', doc: 'Upper bound on the memory the cached catalog rows take (estimated per row).' },
+  { name: 'ARKVORY_OPEN_FILE_CACHE_ENTRIES', kind: { type: 'int', min: 0, max: 1_000_000 }, defaultValue: '1024', doc: 'Directory store: blob file descriptors kept open for reuse (0 = open and close per request).' },
+  { name: 'ARKVORY_OPEN_FILE_CACHE_IDLE_SECONDS', kind: { type: 'int', min: 1, max: 86400 }, defaultValue: '60', doc: 'A cached blob descriptor unused this long is closed.' },
+  { name: 'ARKVORY_BLOB_CACHE_BYTES', kind: { type: 'int', min: 0, max: TiB }, defaultValue: '33554432', doc: 'Total bytes of small blobs kept in memory, checked against their sha256 when loaded (0 = no cache). Any store.' },
+  { name: 'ARKVORY_BLOB_CACHE_MAX_OBJECT_BYTES', kind: { type: 'int', min: 0, max: 2 ** 30 }, defaultValue: '262144', doc: 'Largest blob the small-blob cache holds.' },
 ];
 
 export type Role = 'api' | 'reader' | 'worker' | 'router' | 'rules-service';
@@ -139,6 +149,17 @@ export interface Config {
     /** Role rules-service: the TTL it answers. */
     readonly ttlSeconds: number;
   };
+  /** Longest lifetime of a pre-signed link, seconds. */
+  readonly presignMaxExpiresSeconds: number;
+  /** In-process caches of the read path (docs/storage-and-content.md, "Caches"). */
+  readonly caches: {
+    readonly catalogEntries: number;
+    readonly catalogBytes: number;
+    readonly openFileEntries: number;
+    readonly openFileIdleMs: number;
+    readonly blobBytes: number;
+    readonly blobMaxObjectBytes: number;
+  };
   /** The static-HTTP or S3 store; undefined = the filesystem store under `dataDir`. */
   readonly storage: {
     readonly url: string | undefined;
@@ -191,6 +212,8 @@ function describeKind(kind: VariableKind): string {
       return 'a non-empty string';
     case 'url':
       return `a URL with scheme ${kind.protocols.map((p) => p.replace(':', '://')).join(' or ')}`;
+    case 'url-list':
+      return `a URL with scheme ${kind.protocols.map((p) => p.replace(':', '://')).join(' or ')}, or a comma-separated list of them`;
     case 'bool':
       return '1/0/true/false';
   }
@@ -220,6 +243,16 @@ function parseValue(spec: VariableSpec, raw: string): { ok: true; value: string 
       } catch {
         return { ok: false };
       }
+    }
+    case 'url-list': {
+      for (const part of raw.split(',')) {
+        try {
+          if (!kind.protocols.includes(new URL(part.trim()).protocol)) return { ok: false };
+        } catch {
+          return { ok: false };
+        }
+      }
+      return { ok: true, value: raw };
     }
     case 'bool':
       if (['1', 'true'].includes(raw)) return { ok: true, value: true };
@@ -325,6 +358,13 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
       } else if (u.search || u.hash) problems.push(`ARKVORY_STORAGE_URL: expected a base URL without query or fragment (e.g. http://10.0.0.20:8081/arkvory/), got "${storageUrl}"`);
       else if (optStr('ARKVORY_S3_ENDPOINT') !== undefined) problems.push('ARKVORY_S3_ENDPOINT: only used with an s3:// ARKVORY_STORAGE_URL');
     } else if (optStr('ARKVORY_S3_ENDPOINT') !== undefined) problems.push('ARKVORY_S3_ENDPOINT: only used with an s3:// ARKVORY_STORAGE_URL');
+    const redisUrl = optStr('ARKVORY_REDIS_URL');
+    if (redisUrl !== undefined) {
+      const parsed = parseRedisTarget(redisUrl);
+      if (!parsed.ok) problems.push(`ARKVORY_REDIS_URL: ${parsed.problem}, got "<redacted>"`);
+      // A brace in the prefix would become the hash tag of every key and put them all in one slot.
+      else if (parsed.target.kind === 'cluster' && /[{}]/.test(str('ARKVORY_REDIS_KEY_PREFIX'))) problems.push(`ARKVORY_REDIS_KEY_PREFIX: must not contain { or } with a Redis Cluster (keys carry their own hash tags), got ${JSON.stringify(str('ARKVORY_REDIS_KEY_PREFIX'))}`);
+    }
     const trusted = parseTrustedProxies(optStr('ARKVORY_TRUSTED_PROXIES'));
     if (trusted.ok) trustedProxies = trusted.value;
     else problems.push(`ARKVORY_TRUSTED_PROXIES: ${trusted.problem}`);
@@ -375,6 +415,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
     rateLimitsFile: optStr('ARKVORY_RATE_LIMITS_FILE'),
     embeddedWorker: values.get('ARKVORY_EMBEDDED_WORKER') as boolean,
     uploadSessionTtlSeconds: num('ARKVORY_UPLOAD_SESSION_TTL_SECONDS'),
+    presignMaxExpiresSeconds: num('ARKVORY_PRESIGN_MAX_EXPIRES_SECONDS'),
     redisKeyPrefix: str('ARKVORY_REDIS_KEY_PREFIX'),
     rateLimitTimeoutMs: num('ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS'),
     advertiseUrl,
@@ -392,6 +433,14 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
       maxTtlMs: num('ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS') * 1000,
       token: optStr('ARKVORY_RULES_SERVICE_TOKEN'),
       ttlSeconds: num('ARKVORY_RULES_SERVICE_TTL_SECONDS'),
+    },
+    caches: {
+      catalogEntries: num('ARKVORY_CATALOG_CACHE_ENTRIES'),
+      catalogBytes: num('ARKVORY_CATALOG_CACHE_BYTES'),
+      openFileEntries: num('ARKVORY_OPEN_FILE_CACHE_ENTRIES'),
+      openFileIdleMs: num('ARKVORY_OPEN_FILE_CACHE_IDLE_SECONDS') * 1000,
+      blobBytes: num('ARKVORY_BLOB_CACHE_BYTES'),
+      blobMaxObjectBytes: num('ARKVORY_BLOB_CACHE_MAX_OBJECT_BYTES'),
     },
     storage: {
       url: optStr('ARKVORY_STORAGE_URL'),

@@ -36,16 +36,35 @@ export function validatorsOf(entry: ContentEntry): Validators {
   return { etag: etagOf(entry.sha256), lastModifiedMs: entry.createdAtMs };
 }
 
+interface EntryHeaders {
+  readonly validators: Validators;
+  readonly lastModified: string;
+  readonly reprDigest: string;
+}
+
+/** Header values that depend only on the (immutable) entry, formatted once per cached entry. */
+const entryHeaders = new WeakMap<ContentEntry, EntryHeaders>();
+
+function headersOf(entry: ContentEntry): EntryHeaders {
+  let h = entryHeaders.get(entry);
+  if (!h) {
+    h = { validators: validatorsOf(entry), lastModified: new Date(entry.createdAtMs).toUTCString(), reprDigest: formatContentDigest(entry.sha256) };
+    entryHeaders.set(entry, h);
+  }
+  return h;
+}
+
 /**
  * Decides 200, 206 (one range, or multipart/byteranges for several), 304 or 416 and the exact
- * headers. `boundary` is passed in so the function stays deterministic.
+ * headers. `boundary` is passed in so the function stays deterministic; as a function it is called
+ * only when a multipart answer is planned (random bytes cost more than a small response's headers).
  */
-export function planContentResponse(entry: ContentEntry, request: ContentRequestHeaders, boundary: string): ContentPlan {
-  const validators = validatorsOf(entry);
+export function planContentResponse(entry: ContentEntry, request: ContentRequestHeaders, makeBoundary: string | (() => string)): ContentPlan {
+  const { validators, lastModified, reprDigest } = headersOf(entry);
   const common: Record<string, string> = {
     'accept-ranges': 'bytes',
     etag: validators.etag,
-    'last-modified': new Date(entry.createdAtMs).toUTCString(),
+    'last-modified': lastModified,
     'cache-control': 'private, no-cache',
   };
   if (evaluateReadPreconditions({ ifNoneMatch: request.ifNoneMatch, ifModifiedSince: request.ifModifiedSince }, validators) === 'not_modified') {
@@ -54,7 +73,7 @@ export function planContentResponse(entry: ContentEntry, request: ContentRequest
   const size = entry.sizeBytes;
   const full: ContentPlan = {
     status: 200,
-    headers: { ...common, 'content-type': entry.contentType, 'content-length': String(size), 'repr-digest': formatContentDigest(entry.sha256) },
+    headers: { ...common, 'content-type': entry.contentType, 'content-length': String(size), 'repr-digest': reprDigest },
     segments: size > 0 ? [{ kind: 'range', range: { start: 0, end: size - 1 } }] : [],
   };
   if (request.range === undefined || !isIfRangeSatisfied(request.ifRange, validators)) return full;
@@ -66,10 +85,11 @@ export function planContentResponse(entry: ContentEntry, request: ContentRequest
     const range = ranges[0]!;
     return {
       status: 206,
-      headers: { ...common, 'content-type': entry.contentType, 'content-length': String(rangeLength(range)), 'content-range': contentRangeHeader(range, size), 'repr-digest': formatContentDigest(entry.sha256) },
+      headers: { ...common, 'content-type': entry.contentType, 'content-length': String(rangeLength(range)), 'content-range': contentRangeHeader(range, size), 'repr-digest': reprDigest },
       segments: [{ kind: 'range', range }],
     };
   }
+  const boundary = typeof makeBoundary === 'string' ? makeBoundary : makeBoundary();
   const segments: Segment[] = [];
   let length = 0;
   ranges.forEach((range, i) => {
@@ -82,7 +102,7 @@ export function planContentResponse(entry: ContentEntry, request: ContentRequest
   length += tail.length;
   return {
     status: 206,
-    headers: { ...common, 'content-type': `multipart/byteranges; boundary=${boundary}`, 'content-length': String(length), 'repr-digest': formatContentDigest(entry.sha256) },
+    headers: { ...common, 'content-type': `multipart/byteranges; boundary=${boundary}`, 'content-length': String(length), 'repr-digest': reprDigest },
     segments,
   };
 }

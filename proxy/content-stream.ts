@@ -82,10 +82,7 @@ const MAX_QUEUED_BYTES = BUFFER_COUNT * CHUNK_BYTES;
 /** A store's own chunks (no copy): each charged in quanta, then written; waits while the socket is full. */
 async function streamChunks(res: ServerResponse, chunks: AsyncIterable<Buffer>, meter: ByteMeter | undefined, signal: AbortSignal): Promise<void> {
   for await (const chunk of chunks) {
-    if (meter) {
-      const quantum = Math.max(1, meter.quantumBytes);
-      for (let offset = 0; offset < chunk.length; offset += quantum) await meter.take(Math.min(quantum, chunk.length - offset), signal);
-    }
+    if (meter) await charge(meter, chunk.length, signal);
     signal.throwIfAborted();
     if (!res.write(chunk) && res.writableLength >= MAX_QUEUED_BYTES) {
       await new Promise<void>((resolve, reject) => {
@@ -108,8 +105,35 @@ async function streamChunks(res: ServerResponse, chunks: AsyncIterable<Buffer>, 
   }
 }
 
-export async function sendSegments(res: ServerResponse, handle: Pick<BlobReader, 'read' | 'chunks'>, segments: readonly Segment[], options: { meter?: ByteMeter | undefined; signal: AbortSignal }): Promise<void> {
+/** Charges `bytes` to the meter in slices of at most one quantum. */
+async function charge(meter: ByteMeter, bytes: number, signal: AbortSignal): Promise<void> {
+  const quantum = Math.max(1, meter.quantumBytes);
+  for (let offset = 0; offset < bytes; offset += quantum) await meter.take(Math.min(quantum, bytes - offset), signal);
+}
+
+/** Ends the response (queued bytes flushed); rejects when the client goes away first. */
+function endResponse(res: ServerResponse, signal: AbortSignal, last?: Buffer): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    const done = () => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    };
+    if (last) res.end(last, done);
+    else res.end(done);
+  });
+}
+
+export async function sendSegments(res: ServerResponse, handle: Pick<BlobReader, 'read' | 'chunks' | 'bytes'>, segments: readonly Segment[], options: { meter?: ByteMeter | undefined; signal: AbortSignal }): Promise<void> {
   const { meter, signal } = options;
+  const only = segments.length === 1 ? segments[0]! : undefined;
+  if (handle.bytes && only?.kind === 'range') {
+    // A blob already in memory, one range: headers and body leave in one write.
+    if (meter) await charge(meter, only.range.end - only.range.start + 1, signal);
+    signal.throwIfAborted();
+    return endResponse(res, signal, handle.bytes.subarray(only.range.start, only.range.end + 1));
+  }
   const rangeBytes = segments.reduce((n, s) => (s.kind === 'range' ? Math.max(n, s.range.end - s.range.start + 1) : n), 0);
   const chunkBytes = Math.max(1, Math.min(meter ? meter.quantumBytes : CHUNK_BYTES, CHUNK_BYTES, rangeBytes));
   const ring = new BufferRing(BUFFER_COUNT, chunkBytes);
@@ -119,12 +143,5 @@ export async function sendSegments(res: ServerResponse, handle: Pick<BlobReader,
     else if (handle.chunks) await streamChunks(res, handle.chunks(segment.range, signal), meter, signal);
     else await streamRange(res, handle, segment.range, ring, chunkBytes, meter, signal);
   }
-  await new Promise<void>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener('abort', onAbort, { once: true });
-    res.end(() => {
-      signal.removeEventListener('abort', onAbort);
-      resolve();
-    });
-  });
+  await endResponse(res, signal);
 }

@@ -44,7 +44,7 @@ describe.each(ALL_STORE_KINDS)('content API over real HTTP (%s store)', (kind) =
     writer = await createServiceAccount(db.pool, { grants: { files: 'write' } });
     readOnly = await createServiceAccount(db.pool, { scopes: ['read'], grants: { files: 'read' } });
     backing = await startStoreBacking(kind);
-    gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_MAX_UPLOAD_BYTES: String(MAX_UPLOAD), ARKVORY_LOG_LEVEL: 'info', ...backing.env }, timeoutMs: 60_000 });
+    gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_MAX_UPLOAD_BYTES: String(MAX_UPLOAD), ARKVORY_LOG_LEVEL: 'info', ...backing.env, ARKVORY_OPEN_FILE_CACHE_IDLE_SECONDS: '1' }, timeoutMs: 60_000 });
     for (const size of [0, 1, 64 * KiB - 1, 64 * KiB + 1, 50 * MiB]) {
       const data = randomContent(size);
       files.set(size, data);
@@ -288,6 +288,7 @@ describe.each(ALL_STORE_KINDS)('content API over real HTTP (%s store)', (kind) =
     expect(rssDuring - rssBefore).toBeLessThan(20 * MiB);
     if (kind === 'http') expect((await upstreamDone()).length).toBe(doneBefore);
     socket.destroy();
+    // The reader releases the descriptor to the open-file cache, which closes it once idle (1 s here).
     if (kind === 'fs') await waitFor(async () => (await openBlobFds(pid, blob)) === 0);
     else if (kind === 'http') {
       await waitFor(async () => (await upstreamDone()).length === doneBefore + 1);

@@ -3,6 +3,7 @@ import { randomUUID } from 'node:crypto';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Logger } from 'pino';
 import type { Access } from '../policy/auth/authorize.ts';
+import { WWW_AUTHENTICATE } from '../policy/auth/authenticator.ts';
 import type { Principal } from '../policy/auth/principal.ts';
 import { GatewayError } from './errors.ts';
 import { sendError } from './http-errors.ts';
@@ -134,6 +135,7 @@ export function createGatewayServer(options: {
     }
     route = match.route.template;
     const routeDef = match.route.value;
+    let reqLog: Logger | undefined;
     ctx = {
       req,
       res,
@@ -142,7 +144,10 @@ export function createGatewayServer(options: {
       route,
       access: routeDef.access,
       reqId,
-      log: log.child({ reqId, route }),
+      // Created on first use: most requests never log through it, and a pino child costs a profile's worth.
+      get log() {
+        return (reqLog ??= log.child({ reqId, route }));
+      },
       signal: controller.signal,
       principal: undefined,
     };
@@ -157,8 +162,9 @@ export function createGatewayServer(options: {
       const badCredentials = err.rawPacket !== undefined && hasMalformedAuthorization(err.rawPacket);
       const status = badCredentials ? '401 Unauthorized' : '400 Bad Request';
       const body = JSON.stringify(badCredentials ? { code: 'unauthorized', message: 'A valid API key is required.' } : { code: 'invalid_request', message: 'Malformed HTTP request.' });
-      const extra = badCredentials ? 'www-authenticate: Bearer realm="arkvory"\r\n' : '';
-      socket.end(`HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${extra}connection: close\r\n\r\n${body}`);
+      const extra = badCredentials ? `www-authenticate: ${WWW_AUTHENTICATE}\r\n` : '';
+      // Every response carries x-request-id (the contract); the head could not be read, so a new one.
+      socket.end(`HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${randomUUID()}\r\n${extra}connection: close\r\n\r\n${body}`);
     } else {
       socket.destroy();
     }

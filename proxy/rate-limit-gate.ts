@@ -8,7 +8,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import type { Socket } from 'node:net';
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import type { Clock } from '../policy/clock.ts';
 import { PolicyError } from '../policy/errors.ts';
@@ -28,6 +28,8 @@ import {
   layeredRules,
   parseAvailableLimiters,
   parseRateLimits,
+  parseRedisTarget,
+  ruleDocumentsPrefix,
   type AvailableLimiters,
   type Identifier,
   type Limiter,
@@ -69,18 +71,34 @@ export async function loadRuleFiles(rateLimitsFile: string | undefined): Promise
   return { available: shipped.available, fileRules: parsed.rateLimits };
 }
 
-/** The ioredis client for counters and rule documents: bounded waits, no offline queue (fail fast). */
-export function createRateLimitRedis(url: string, log: Logger, clock: Clock): Redis {
-  const redis = new Redis(url, {
-    lazyConnect: true,
-    enableOfflineQueue: false,
-    enableAutoPipelining: true,
-    maxRetriesPerRequest: 0,
-    connectTimeout: 2000,
-    commandTimeout: 2000,
-    retryStrategy: (times) => Math.min(100 * times, 2000),
-    connectionName: 'arkvory-rate-limit',
-  });
+/** A single Redis or a Redis Cluster client: the rate-limit store works with either. */
+export type RateLimitRedis = Redis | Cluster;
+
+/**
+ * The ioredis client for counters and rule documents: bounded waits, no offline queue (fail fast).
+ * Several comma-separated URLs are the seeds of a Redis Cluster (policy/rate-limit/redis-target.ts).
+ */
+export function createRateLimitRedis(url: string, log: Logger, clock: Clock): RateLimitRedis {
+  const parsed = parseRedisTarget(url);
+  if (!parsed.ok) throw new Error(`ARKVORY_REDIS_URL: ${parsed.problem}`);
+  const { target } = parsed;
+  const perConnection = { connectTimeout: 2000, commandTimeout: 2000, maxRetriesPerRequest: 0, connectionName: 'arkvory-rate-limit' };
+  const redis: RateLimitRedis =
+    target.kind === 'single'
+      ? new Redis(target.url, { ...perConnection, lazyConnect: true, enableOfflineQueue: false, enableAutoPipelining: true, retryStrategy: (times) => Math.min(100 * times, 2000) })
+      : new Cluster([...target.nodes], {
+          lazyConnect: true,
+          enableOfflineQueue: false,
+          // No auto-pipelining: a cluster pipeline must stay in one slot, and concurrent checks touch many.
+          enableAutoPipelining: false,
+          // Reconnect to the seeds forever (as the single client does); a failover is followed
+          // through MOVED answers and a slot refresh, each bounded by the command timeout.
+          clusterRetryStrategy: (times) => Math.min(100 * times, 2000),
+          retryDelayOnFailover: 100,
+          retryDelayOnClusterDown: 100,
+          slotsRefreshTimeout: 2000,
+          redisOptions: { ...perConnection, ...(target.username ? { username: target.username } : {}), ...(target.password ? { password: target.password } : {}), ...(target.tls ? { tls: {} } : {}) },
+        });
   let lastLogMs = -Infinity;
   redis.on('error', (err: Error & { code?: string }) => {
     const now = clock.monotonicMs();
@@ -109,7 +127,7 @@ export async function openRateLimiting(services: Services, options: { refreshInt
   const log = services.log.child({ component: 'rate-limit' });
   const { available, fileRules } = await loadRuleFiles(config.rateLimitsFile);
   const trusted = createTrustedProxies(config.trustedProxies);
-  let redis: Redis | undefined;
+  let redis: RateLimitRedis | undefined;
   if (config.redisUrl) {
     redis = createRateLimitRedis(config.redisUrl, log, clock);
     const client = redis;
@@ -119,7 +137,7 @@ export async function openRateLimiting(services: Services, options: { refreshInt
     });
   }
   const store = redis ? createRedisStore(redis) : createMemoryStore();
-  const documents = redis ? createRedisRuleDocuments(redis, `${config.redisKeyPrefix}ratelimit:rules:`) : createPgRuleDocuments(services.pool);
+  const documents = redis ? createRedisRuleDocuments(redis, ruleDocumentsPrefix(config.redisKeyPrefix, redis.isCluster)) : createPgRuleDocuments(services.pool);
   const registry = createRuleRegistry({ documents, available, fileRules, clock, log, ...(options.refreshIntervalMs ? { refreshIntervalMs: options.refreshIntervalMs } : {}) });
   await registry.start();
   services.onClose.push(() => registry.stop());

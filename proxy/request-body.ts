@@ -14,11 +14,17 @@ export async function readJsonBody(req: IncomingMessage, maxBytes = 64 * 1024): 
   if (size === 0) return {};
   if (!/^application\/json\b/i.test(type)) throw new GatewayError('invalid_request', 'Send JSON with Content-Type: application/json.');
   let value: unknown;
+  let hasNul = false;
   try {
-    value = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+    // PostgreSQL text cannot hold U+0000: refused here as the client's error, not a 500 later.
+    value = JSON.parse(Buffer.concat(chunks).toString('utf8'), (key, v: unknown) => {
+      if (key.includes('\0') || (typeof v === 'string' && v.includes('\0'))) hasNul = true;
+      return v;
+    });
   } catch {
     throw new GatewayError('invalid_request', 'The body is not valid JSON.');
   }
+  if (hasNul) throw new GatewayError('invalid_request', 'JSON strings may not contain U+0000.');
   if (!value || typeof value !== 'object' || Array.isArray(value)) throw new GatewayError('invalid_request', 'The body must be a JSON object.');
   return value as Record<string, unknown>;
 }

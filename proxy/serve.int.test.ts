@@ -39,6 +39,8 @@ describe('arkvory serve', () => {
       socket.on('error', reject);
     });
     expect(reply).toMatch(/^HTTP\/1\.1 400/);
+    // Like every response (the contract), with a request id of its own.
+    expect(reply).toMatch(/\r\nx-request-id: [0-9a-f-]{36}\r\n/);
     expect((await fetch(`${gw.url}/health/live`)).status).toBe(200);
   });
 

@@ -1,4 +1,3 @@
-import { mkdir } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { pendingMigrations, migrate } from '../migrations/runner.ts';
@@ -9,6 +8,8 @@ import { ConfigError, loadConfig, type Config } from './config.ts';
 import { databaseTarget, openDatabase, waitForDatabase, type Database } from './database.ts';
 import { createGatewayServer, type GatewayServer } from './http-server.ts';
 import { logStartupFailure } from './startup-failure.ts';
+import { checkPortFree, prepareDataDir } from './startup-checks.ts';
+import { configuredCeilings, describeCeilings } from './ceilings.ts';
 import { watchStopSignals } from './stop-signals.ts';
 import { Lifecycle } from './lifecycle.ts';
 import { createLogger } from './logger.ts';
@@ -69,7 +70,9 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
   let coordinator: Coordinator | undefined;
   try {
     checkProfile(config);
-    await mkdir(config.dataDir, { recursive: true });
+    // Before any state exists: a busy port or an unusable data dir must not leave a new cluster behind.
+    await checkPortFree(config.host, config.port);
+    await prepareDataDir(config.dataDir);
     database = await openDatabase(config, log);
     if (database.embedded) {
       const applied = await migrate(database.pool);
@@ -124,6 +127,8 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
     const address = await server.listen(config.port, config.host);
     if (!signals.requested) lifecycle.set('serving');
     log.info({ role: config.role, url: `http://${address.address}:${address.port}`, port: address.port }, 'listening');
+    const ceilings = configuredCeilings(config);
+    log.info({ ceilings }, `ceilings: ${describeCeilings(ceilings)}`);
   } catch (err) {
     logStartupFailure(log, err);
     return await finish(log, built, server, database, config, EXIT.failure, coordinator);

@@ -13,6 +13,7 @@ export const STORAGE_ERRORS = {
   part_missing: 'A listed part was never received.',
   part_mismatch: 'A listed part digest does not match the part received.',
   parts_out_of_order: 'Parts must be listed once each, in ascending order.',
+  unavailable: 'The catalog cannot be read right now; retry later.',
 } as const;
 
 export type StorageErrorCode = keyof typeof STORAGE_ERRORS;

@@ -7,6 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { link, mkdir, open, readdir, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import type pg from 'pg';
+import type { OpenFileCache } from './cache/open-file-cache.ts';
 import { checkedUpload } from './checked-upload.ts';
 import { StorageError, storageErrorFromErrno } from './errors.ts';
 import { fsyncDirectory } from './fs-sync.ts';
@@ -18,6 +19,10 @@ import { BLOBS_DIR, blobRelativePath, isSha256Hex, resolveInsideRoot, TMP_DIR, U
 
 /** Body bytes are gathered up to this size before one write call (fewer syscalls, same memory bound). */
 const WRITE_BATCH_BYTES = 1024 * 1024;
+/** Batches being written while the next is gathered. */
+const MAX_WRITES_IN_FLIGHT = 2;
+/** A background fdatasync starts after this many bytes since the last one. */
+const SYNC_EVERY_BYTES = 64 * 1024 * 1024;
 
 export type { BlobReader, StagedBlob, StageOptions, Store, UploadStats } from './store.ts';
 /** The filesystem store is one implementation of `Store`; the name stays for its callers. */
@@ -30,14 +35,64 @@ function mapWriteError(err: unknown): unknown {
   return mapped && mapped.code === 'storage_full' ? mapped : err;
 }
 
-async function writeFully(handle: FileHandle, buffers: Buffer[]): Promise<void> {
+/** Writes every buffer at `position` (pwrite: concurrent batches at their own offsets never interleave). */
+async function writeFullyAt(handle: FileHandle, buffers: Buffer[], position: number): Promise<void> {
   const total = buffers.reduce((n, b) => n + b.length, 0);
-  const { bytesWritten } = await handle.writev(buffers);
+  const { bytesWritten } = await handle.writev(buffers, position);
   if (bytesWritten === total) return;
   let rest = Buffer.concat(buffers).subarray(bytesWritten);
+  let at = position + bytesWritten;
   while (rest.length > 0) {
-    const result = await handle.write(rest);
+    const result = await handle.write(rest, 0, rest.length, at);
     rest = rest.subarray(result.bytesWritten);
+    at += result.bytesWritten;
+  }
+}
+
+/**
+ * Writes an upload while it arrives, so receiving, hashing, writing and flushing overlap instead
+ * of taking turns: up to MAX_WRITES_IN_FLIGHT batches are being written while the next one is
+ * gathered (memory: at most that many batches plus the one being filled), and every
+ * SYNC_EVERY_BYTES a background fdatasync starts, so the fsync before publishing finds little left
+ * to flush. `finish` waits for every write and flush and then fsyncs; `abandon` waits for them
+ * without failing, so the file can be closed and removed.
+ */
+class OverlappedWriter {
+  readonly #handle: FileHandle;
+  readonly #writes: Array<Promise<void>> = [];
+  #position = 0;
+  #syncedAt = 0;
+  #syncing: Promise<void> | undefined;
+
+  constructor(handle: FileHandle) {
+    this.#handle = handle;
+  }
+
+  async write(batch: Buffer[], bytes: number): Promise<void> {
+    const pending = writeFullyAt(this.#handle, batch, this.#position);
+    // Observed now, awaited below or in finish/abandon: a failure is never unhandled.
+    pending.catch(() => {});
+    this.#writes.push(pending);
+    this.#position += bytes;
+    if (this.#writes.length >= MAX_WRITES_IN_FLIGHT) await this.#writes.shift();
+    if (!this.#syncing && this.#position - this.#syncedAt >= SYNC_EVERY_BYTES) {
+      this.#syncedAt = this.#position;
+      const syncing = this.#handle.datasync().finally(() => {
+        if (this.#syncing === syncing) this.#syncing = undefined;
+      });
+      syncing.catch(() => {});
+      this.#syncing = syncing;
+    }
+  }
+
+  async finish(): Promise<void> {
+    while (this.#writes.length > 0) await this.#writes.shift();
+    await this.#syncing;
+    await this.#handle.sync();
+  }
+
+  async abandon(): Promise<void> {
+    await Promise.allSettled([...this.#writes.splice(0), this.#syncing]);
   }
 }
 
@@ -65,13 +120,20 @@ async function mkdirDurable(dir: string, stopAt: string): Promise<void> {
  * `worker` (the multipart completion worker beside a running writer) verifies like a reader but may
  * stage and publish — it never empties tmp/, where the writer's uploads are in progress.
  */
-export async function openFsStore(options: { root: string; role: StorageRole | 'worker'; pool: pg.Pool }): Promise<Store> {
+export async function openFsStore(options: {
+  root: string;
+  role: StorageRole | 'worker';
+  pool: pg.Pool;
+  /** Reuse descriptors of hot blobs (content-addressed, so never stale while the process runs). */
+  openFiles?: OpenFileCache | undefined;
+  newStorageId?: string | undefined;
+}): Promise<Store> {
   const root = path.resolve(options.root);
   const { role } = options;
   if (role === 'writer') await mkdir(root, { recursive: true });
   else if (!(await isDirectory(root))) throw new StorageError('storage_mismatch', `the storage root ${root} does not exist; a reader never creates it (start the writer first, or mount the shared root)`);
 
-  const storageId = await ensureStorageIdentity({ root, role: role === 'writer' ? 'writer' : 'reader', pool: options.pool });
+  const storageId = await ensureStorageIdentity({ root, role: role === 'writer' ? 'writer' : 'reader', pool: options.pool, newId: options.newStorageId });
   const blobsDir = resolveInsideRoot(root, BLOBS_DIR);
   const tmpDir = resolveInsideRoot(root, TMP_DIR);
   if (role === 'writer') {
@@ -102,22 +164,24 @@ export async function openFsStore(options: { root: string; role: StorageRole | '
       const tempPath = resolveInsideRoot(root, path.join(TMP_DIR, `${randomUUID()}.upload`));
       const upload = checkedUpload(body, stageOptions);
       let handle: FileHandle | undefined;
+      let writer: OverlappedWriter | undefined;
       try {
         handle = await open(tempPath, 'wx', 0o644);
+        writer = new OverlappedWriter(handle);
         let batch: Buffer[] = [];
         let batchBytes = 0;
         for await (const bytes of upload.chunks) {
           batch.push(bytes);
           batchBytes += bytes.length;
           if (batchBytes >= WRITE_BATCH_BYTES) {
-            await writeFully(handle, batch);
+            await writer.write(batch, batchBytes);
             batch = [];
             batchBytes = 0;
           }
         }
-        if (batchBytes > 0) await writeFully(handle, batch);
+        if (batchBytes > 0) await writer.write(batch, batchBytes);
         const { sha256, sizeBytes: received } = upload.result;
-        await handle.sync();
+        await writer.finish();
         await handle.close();
         handle = undefined;
         let committed = false;
@@ -155,6 +219,7 @@ export async function openFsStore(options: { root: string; role: StorageRole | '
         };
       } catch (err) {
         stats.failed++;
+        await writer?.abandon();
         await handle?.close().catch(() => {});
         await unlink(tempPath).catch(() => {});
         throw mapWriteError(err);
@@ -163,19 +228,27 @@ export async function openFsStore(options: { root: string; role: StorageRole | '
 
     async openBlob(sha256, _ranges) {
       if (!isSha256Hex(sha256)) throw new StorageError('not_found');
-      let handle: FileHandle;
-      try {
-        handle = await open(blobPath(sha256), 'r');
-      } catch (err) {
-        throw storageErrorFromErrno(err) ?? err;
+      const openFile = async () => {
+        let handle: FileHandle;
+        try {
+          handle = await open(blobPath(sha256), 'r');
+        } catch (err) {
+          throw storageErrorFromErrno(err) ?? err;
+        }
+        try {
+          return { handle, sizeBytes: (await handle.stat()).size };
+        } catch (err) {
+          await handle.close().catch(() => {});
+          throw err;
+        }
+      };
+      if (options.openFiles) {
+        const lease = await options.openFiles.acquire(sha256, openFile);
+        const { handle, sizeBytes } = lease.file;
+        return { sizeBytes, read: (buffer, offset, length, position) => handle.read(buffer, offset, length, position), close: () => lease.release() };
       }
-      try {
-        const info = await handle.stat();
-        return { sizeBytes: info.size, read: (buffer, offset, length, position) => handle.read(buffer, offset, length, position), close: () => handle.close() };
-      } catch (err) {
-        await handle.close().catch(() => {});
-        throw err;
-      }
+      const { handle, sizeBytes } = await openFile();
+      return { sizeBytes, read: (buffer, offset, length, position) => handle.read(buffer, offset, length, position), close: () => handle.close() };
     },
 
     async hasBlob(sha256) {

@@ -52,6 +52,8 @@ export interface HttpStoreOptions extends UpstreamOptions {
   readonly url: string;
   readonly role: StorageRole | 'worker';
   readonly pool: pg.Pool;
+  /** The id a fresh identity gets (restore); random otherwise. */
+  readonly newStorageId?: string | undefined;
 }
 
 /** An HTTP store of any role: `writer` may create the identity; `reader` and `worker` only verify it. */
@@ -186,7 +188,7 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<Store> {
 
   let storageId: string;
   try {
-    storageId = await ensureStorageIdentityOf({ object: identity, role: role === 'writer' ? 'writer' : 'reader', pool: options.pool });
+    storageId = await ensureStorageIdentityOf({ object: identity, role: role === 'writer' ? 'writer' : 'reader', pool: options.pool, newId: options.newStorageId });
   } catch (err) {
     await upstream.close().catch(() => {});
     throw err;

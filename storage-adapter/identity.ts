@@ -77,15 +77,16 @@ export function fsIdentityObject(root: string): IdentityObject {
 }
 
 /** The filesystem form: binds `<root>/storage-id`. */
-export function ensureStorageIdentity(options: { root: string; role: StorageRole; pool: pg.Pool }): Promise<string> {
-  return ensureStorageIdentityOf({ object: fsIdentityObject(options.root), role: options.role, pool: options.pool });
+export function ensureStorageIdentity(options: { root: string; role: StorageRole; pool: pg.Pool; newId?: string | undefined }): Promise<string> {
+  return ensureStorageIdentityOf({ object: fsIdentityObject(options.root), role: options.role, pool: options.pool, newId: options.newId });
 }
 
 /**
  * Returns the storage id after checking (reader) or creating-then-checking (writer) the binding.
  * A fresh pair (no file, no row) is created only by the writer; every other disagreement refuses.
+ * `newId` is the id a fresh pair gets (a restore recreates the backed-up identity); random otherwise.
  */
-export async function ensureStorageIdentityOf(options: { object: IdentityObject; role: StorageRole; pool: pg.Pool }): Promise<string> {
+export async function ensureStorageIdentityOf(options: { object: IdentityObject; role: StorageRole; pool: pg.Pool; newId?: string | undefined }): Promise<string> {
   const { object, role, pool } = options;
   const root = object.root;
   const fileId = await readStorageId(object);
@@ -94,7 +95,7 @@ export async function ensureStorageIdentityOf(options: { object: IdentityObject;
     if (role === 'reader') {
       throw new StorageError('storage_mismatch', `the storage root ${root} is not initialised (no ${STORAGE_ID_FILE}, no arkvory_storage row); start the writer (ARKVORY_ROLE=api) first`);
     }
-    const id = randomUUID();
+    const id = options.newId ?? randomUUID();
     // Row first inside a transaction, file before commit: a crash in between leaves a file without
     // a row, which the next start reports instead of silently binding a second database.
     const client = await pool.connect();

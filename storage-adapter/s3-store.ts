@@ -31,6 +31,8 @@ export interface S3StoreOptions extends Omit<S3ClientOptions, 'bucket'> {
   readonly pool: pg.Pool;
   /** Defaults: S3's own limits (5 GiB PUT and copy, 8 MiB parts); tests lower them. */
   readonly limits?: Partial<S3Limits> | undefined;
+  /** The id a fresh store gets (restore recreates the backed-up identity); default a new UUID. */
+  readonly newStorageId?: string | undefined;
 }
 
 /** Counts of how commit() placed blobs (tests check which path a server took). */
@@ -83,7 +85,7 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
 
   let storageId: string;
   try {
-    storageId = await ensureStorageIdentityOf({ object: identityObject(client, location), role: role === 'writer' ? 'writer' : 'reader', pool: options.pool });
+    storageId = await ensureStorageIdentityOf({ object: identityObject(client, location), role: role === 'writer' ? 'writer' : 'reader', pool: options.pool, newId: options.newStorageId });
   } catch (err) {
     await client.close().catch(() => {});
     throw err;
@@ -229,7 +231,7 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
 }
 
 /** Reads `storage-id` from an S3 store without binding anything (for `arkvory doctor`). */
-export async function readS3StorageIdObject(options: Omit<S3StoreOptions, 'role' | 'pool'>): Promise<string | undefined> {
+export async function readS3StorageIdObject(options: Omit<S3StoreOptions, 'role' | 'pool' | 'newStorageId'>): Promise<string | undefined> {
   const client = createS3Client({ ...options, bucket: options.location.bucket });
   try {
     return (await identityObject(client, options.location).read())?.trim();

@@ -44,6 +44,8 @@ export interface BlobReader {
    * over (the HTTP store's upstream chunks, no copy). Pulls only when the caller asks (backpressure).
    */
   chunks?(range: ByteRange, signal: AbortSignal): AsyncIterable<Buffer>;
+  /** The whole blob, when it is already in memory (small-blob cache): a response sends it in one write. */
+  readonly bytes?: Buffer | undefined;
   close(): Promise<void>;
 }
 

@@ -1,21 +1,28 @@
 /**
- * Gives a chaos test a toxiproxy server and a toxiproxy-node-client for it. In order of preference:
- * 1. `TOXIPROXY_URL` (an already running real server that shares this machine's loopback);
- * 2. `toxiproxy-server` on PATH, started here on a free loopback port and stopped after;
- * 3. the in-repo stand-in (chaos/toxiproxy-standin), started in this process.
+ * Gives a chaos test the real toxiproxy server and a toxiproxy-node-client for it:
+ * 1. `TOXIPROXY_URL` (an already running server that shares this machine's loopback), else
+ * 2. `toxiproxy-server` on PATH, started here on a free loopback port and stopped after.
+ * Without either, `startToxiproxy()` throws at once with how to install it (TOXIPROXY_INSTALL_HINT).
  * Proxies made through `proxyTo` get unique names and are deleted by `stop()`, so files can share
- * one external server; a test that calls `/reset` affects every proxy on that server.
+ * one external server.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { accessSync, constants } from 'node:fs';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { promisify } from 'node:util';
 import { Toxiproxy, type Proxy } from 'toxiproxy-node-client';
 import { freeLoopbackPort } from '../../proxy/embedded-database.ts';
-import { startToxiproxyStandin } from '../toxiproxy-standin/index.ts';
 
-export type ToxiproxyKind = 'external' | 'spawned' | 'standin';
+export type ToxiproxyKind = 'external' | 'spawned';
+
+/** The release `.ci/run` installs; docs/chaos.md gives the same one-liner. */
+export const TOXIPROXY_VERSION = '2.12.0';
+export const TOXIPROXY_INSTALL_HINT =
+  `the chaos suite needs the real toxiproxy server: set TOXIPROXY_URL to a running one, or put toxiproxy-server on PATH, e.g. ` +
+  `\`GOBIN=/root/.cache/arkvory-tools/bin go install -ldflags=-X=github.com/Shopify/toxiproxy/v2.Version=${TOXIPROXY_VERSION} github.com/Shopify/toxiproxy/v2/cmd/server@v${TOXIPROXY_VERSION} && mv /root/.cache/arkvory-tools/bin/server /root/.cache/arkvory-tools/bin/toxiproxy-server\` ` +
+  `and add /root/.cache/arkvory-tools/bin to PATH (\`bash .ci/run\` does all of it; see docs/chaos.md)`;
 
 export interface ProxiedUpstream {
   /** The proxy, as toxiproxy-node-client returns it (update, addToxic, remove...). */
@@ -104,8 +111,34 @@ async function startServer(): Promise<{ url: string; kind: ToxiproxyKind; close(
       },
     };
   }
-  const standin = await startToxiproxyStandin();
-  return { url: standin.url, kind: 'standin', close: () => standin.close() };
+  throw new Error(TOXIPROXY_INSTALL_HINT);
+}
+
+/**
+ * One line naming the server the suite runs against and its version (GET /version of
+ * TOXIPROXY_URL, or `toxiproxy-server -version`); throws TOXIPROXY_INSTALL_HINT without either.
+ */
+export async function describeToxiproxyServer(): Promise<string> {
+  const external = process.env.TOXIPROXY_URL;
+  if (external) {
+    const response = await fetch(`${external.replace(/\/+$/, '')}/version`);
+    const text = (await response.text()).trim();
+    let version = text;
+    try {
+      version = (JSON.parse(text) as { version?: string }).version ?? text;
+    } catch {
+      // toxiproxy before 2.6 answers plain text
+    }
+    return `toxiproxy ${version} at TOXIPROXY_URL=${external}${pinNote(version)}`;
+  }
+  const binary = findOnPath('toxiproxy-server');
+  if (!binary) throw new Error(TOXIPROXY_INSTALL_HINT);
+  const { stdout } = await promisify(execFile)(binary, ['-version']);
+  return `${stdout.trim()} (${binary})${pinNote(stdout)}`;
+}
+
+function pinNote(version: string): string {
+  return version.includes(TOXIPROXY_VERSION) ? '' : `; note: the suite is pinned to ${TOXIPROXY_VERSION} (.ci/run installs it)`;
 }
 
 /** Starts (or connects to) a toxiproxy server; call `stop()` in the file's teardown. */

@@ -102,6 +102,8 @@ export class AdminStore {
 
   /** Finds a principal by id or name. */
   async findPrincipal(ref: string): Promise<PrincipalRow> {
+    // Neither an id nor a possible name (e.g. a NUL byte, which PostgreSQL refuses in text): no such principal.
+    if (!UUID.test(ref) && !PRINCIPAL_NAME.test(ref)) throw new PolicyError('not_found', `no principal ${JSON.stringify(ref)}`);
     const r = UUID.test(ref)
       ? await this.#pool.query('SELECT * FROM arkvory_principals WHERE id = $1', [ref])
       : await this.#pool.query('SELECT * FROM arkvory_principals WHERE name = $1', [ref]);

@@ -1,6 +1,6 @@
 /**
- * Resolves `Authorization: Bearer ark_…` to a Principal and answers grant questions, with a bounded
- * in-process cache so the common request costs no database round trip.
+ * Resolves `Authorization: Bearer ark_…` (or its Basic form) to a Principal and answers grant
+ * questions, with a bounded in-process cache so the common request costs no database round trip.
  *
  * Revocation bound: every change that can revoke access bumps `arkvory_auth_epoch` and NOTIFYs
  * `arkvory_auth`. The cache is cleared on NOTIFY and whenever the epoch (polled every 500 ms) moves,
@@ -38,7 +38,9 @@ export interface AuthenticatorOptions {
   lastUsedIntervalMs?: number;
 }
 
-const UNAUTHORIZED_HEADERS = { 'www-authenticate': 'Bearer realm="arkvory"' };
+/** Both schemes in one challenge (RFC 9110 §11.6.1): wget and browsers answer the Basic one. */
+export const WWW_AUTHENTICATE = 'Bearer realm="arkvory", Basic realm="arkvory"';
+const UNAUTHORIZED_HEADERS = { 'www-authenticate': WWW_AUTHENTICATE };
 
 export function unauthorized(): PolicyError {
   return new PolicyError('unauthorized', undefined, { headers: UNAUTHORIZED_HEADERS });
@@ -84,6 +86,7 @@ export class Authenticator {
   #listener: pg.Client | undefined;
   #stopped = false;
   #pollWarned = false;
+  #generation = 0;
 
   constructor(options: AuthenticatorOptions) {
     this.#options = options;
@@ -120,6 +123,12 @@ export class Authenticator {
   #invalidate(): void {
     this.#keys.clear();
     this.#grants.clear();
+    this.#generation++;
+  }
+
+  /** Moves whenever the cache is cleared; other caches of auth state (presign secrets) follow it. */
+  get cacheGeneration(): number {
+    return this.#generation;
   }
 
   async #poll(): Promise<void> {
@@ -209,6 +218,17 @@ export class Authenticator {
     if (entry.expiresAtMs !== null && entry.expiresAtMs <= this.#options.clock.wallMs()) throw unauthorized();
     this.#touch(parsed.keyId);
     return { id: entry.principalId, name: entry.principalName, keyId: parsed.keyId, scopes: entry.scopes };
+  }
+
+  /**
+   * The principal of a key id that is still valid (not revoked or expired, principal enabled), with
+   * no secret: a pre-signed link names the key that made it and is checked against it on every use.
+   */
+  async authenticateKeyId(keyId: string): Promise<Principal> {
+    const entry = await this.#loadKey(keyId);
+    if (!entry || entry.revoked || entry.disabled) throw unauthorized();
+    if (entry.expiresAtMs !== null && entry.expiresAtMs <= this.#options.clock.wallMs()) throw unauthorized();
+    return { id: entry.principalId, name: entry.principalName, keyId, scopes: entry.scopes };
   }
 
   /** The principal's permission on a repository, or undefined when it has none (or no such repository). */

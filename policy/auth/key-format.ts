@@ -3,11 +3,12 @@
  * bits). Only sha256(secret) is stored: with 256 bits of entropy a slow hash adds nothing.
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { keyFromBasic } from './basic-credentials.ts';
 
 const KEY_ID_ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
 export const KEY_PATTERN = /^ark_([a-z0-9]{16})_([A-Za-z0-9_-]{43})$/;
 /** Longest Authorization value worth parsing; anything longer is refused unread. */
-export const MAX_AUTHORIZATION_LENGTH = 256;
+export const MAX_AUTHORIZATION_LENGTH = 512;
 
 export interface GeneratedKey {
   keyId: string;
@@ -38,12 +39,13 @@ export function hashSecret(secret: string): Buffer {
   return createHash('sha256').update(secret, 'utf8').digest();
 }
 
-/** Parses `Bearer <key>`; anything else (missing, other scheme, malformed key) → undefined. */
+/** Parses `Bearer <key>` or `Basic base64(user:key)`; anything else (missing, other scheme, malformed key) → undefined. */
 export function parseAuthorization(header: unknown): { keyId: string; secret: string } | undefined {
   if (typeof header !== 'string' || header.length > MAX_AUTHORIZATION_LENGTH) return undefined;
-  const match = /^Bearer +(\S+) *$/i.exec(header);
-  if (!match) return undefined;
-  const key = KEY_PATTERN.exec(match[1]!);
+  const bearer = /^Bearer +(\S+) *$/i.exec(header);
+  const presented = bearer ? bearer[1]! : keyFromBasic(header);
+  if (presented === undefined) return undefined;
+  const key = KEY_PATTERN.exec(presented);
   if (!key) return undefined;
   return { keyId: key[1]!, secret: key[2]! };
 }

@@ -11,6 +11,7 @@ export { METRIC_NAMES, RULES_SERVICE_METRIC, createRateLimitMetrics, createRules
 export { createPgRuleDocuments } from './pg-rule-documents.ts';
 export { createRedisRuleDocuments } from './redis-rule-documents.ts';
 export { createRedisStore } from './redis-store.ts';
+export { parseRedisTarget, redactRedisTarget, ruleDocumentsPrefix, type RedisTarget } from './redis-target.ts';
 export type { RuleDocumentStore } from './rule-documents.ts';
 export { layeredRules, type RuleLayer } from './rule-provider.ts';
 export { createRemoteRules, RulesServiceError, type RemoteRules, type RulesTransport } from './remote-rules.ts';

@@ -6,7 +6,7 @@
  * `update` is optimistic: read, compute, then one Lua compare-and-set over all documents of the
  * batch (atomic); a concurrent writer makes it retry.
  */
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { RateLimitError } from './errors.ts';
 import type { RuleDocumentStore } from './rule-documents.ts';
 import type { LimiterRules } from './rules.ts';
@@ -28,9 +28,10 @@ end
 return 1
 `;
 
-type WithCas = Redis & { arkvoryRulesCas(numKeys: number, ...args: string[]): Promise<number> };
+type WithCas = (Redis | Cluster) & { arkvoryRulesCas(numKeys: number, ...args: string[]): Promise<number> };
 
-export function createRedisRuleDocuments(redis: Redis, prefix = DEFAULT_RULES_PREFIX): RuleDocumentStore {
+/** With a Cluster, `prefix` must carry a hash tag (ruleDocumentsPrefix): every key here is used together. */
+export function createRedisRuleDocuments(redis: Redis | Cluster, prefix = DEFAULT_RULES_PREFIX): RuleDocumentStore {
   if (!('arkvoryRulesCas' in redis)) redis.defineCommand('arkvoryRulesCas', { lua: CAS_SCRIPT });
   const client = redis as WithCas;
   const indexKey = `${prefix}:index`;

@@ -6,25 +6,28 @@
  * no ban, integer cost, not a peek): those are gathered for one tick and sent together to
  * `count.lua`, one call for the batch. Per check that saves an ioredis command, its timer and reply
  * parsing in Node, and a script invocation in Redis, which is most of the cost of a check; each
- * check stays atomic (a script runs alone) and decides exactly as check.lua would.
+ * check stays atomic (a script runs alone) and decides exactly as check.lua would. Peeks, which
+ * only read, are batched the same way through `peek.lua`.
  * Timeouts and fail-open are the limiter's job; this module only talks to Redis.
  */
 import { readFileSync } from 'node:fs';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { RateLimitError } from './errors.ts';
-import { KEY_SLACK_MS, type Mode, type Outcome, type Plan } from './evaluate.ts';
+import { evaluate, KEY_SLACK_MS, type Mode, type Outcome, type Plan, type RuleState } from './evaluate.ts';
 import type { CounterStore } from './store.ts';
 
 export const CHECK_SCRIPT = readFileSync(new URL('./check.lua', import.meta.url), 'utf8');
 export const COUNT_SCRIPT = readFileSync(new URL('./count.lua', import.meta.url), 'utf8');
+export const PEEK_SCRIPT = readFileSync(new URL('./peek.lua', import.meta.url), 'utf8');
 const CHECK = 'arkvoryRateLimitCheck';
 const COUNT = 'arkvoryRateLimitCount';
+const PEEK = 'arkvoryRateLimitPeek';
 /** Checks per count.lua call: bounds how long one call holds Redis (about a microsecond each). */
 export const MAX_BATCH = 256;
 
 type ScriptReply = Array<string | number>;
 type Script = (numKeys: number, ...args: Array<string | number>) => Promise<ScriptReply>;
-type WithScripts = Redis & { [CHECK]: Script; [COUNT]: Script };
+type WithScripts = (Redis | Cluster) & { [CHECK]: Script; [COUNT]: Script; [PEEK]: Script };
 
 interface Queued {
   readonly plan: Plan;
@@ -41,14 +44,16 @@ export function takesFastPath(plan: Plan, cost: number, mode: Mode): boolean {
   return true;
 }
 
-export function createRedisStore(redis: Redis): CounterStore {
+export function createRedisStore(redis: Redis | Cluster): CounterStore {
   if (!(CHECK in redis)) redis.defineCommand(CHECK, { lua: CHECK_SCRIPT });
   if (!(COUNT in redis)) redis.defineCommand(COUNT, { lua: COUNT_SCRIPT });
+  if (!(PEEK in redis)) redis.defineCommand(PEEK, { lua: PEEK_SCRIPT });
   // The store batches count.lua calls itself (one per tick); ioredis's auto-pipelining on top would
   // only add a Pipeline object and a deferral to each of them.
   // A new array: ioredis's default one is shared by every client.
   const ignored = redis.options.autoPipeliningIgnoredCommands ?? [];
-  if (!ignored.includes(COUNT)) redis.options.autoPipeliningIgnoredCommands = [...ignored, COUNT];
+  const own = [COUNT, PEEK].filter((c) => !ignored.includes(c));
+  if (own.length) redis.options.autoPipeliningIgnoredCommands = [...ignored, ...own];
   const client = redis as WithScripts;
   let queue: Queued[] = [];
 
@@ -97,6 +102,54 @@ export function createRedisStore(redis: Redis): CounterStore {
       queue.push({ plan, nowMs, cost, resolve, reject });
     });
 
+  // Peeks (auth failures before every authentication, transfer volume before every transfer) only
+  // read: a batch per tick reads every rule's state in one peek.lua call, and evaluate.ts decides
+  // each peek from that state, as the memory store does and as check.lua does in 'peek' mode.
+  interface QueuedPeek {
+    readonly plan: Plan;
+    readonly input: { nowMs: number; cost: number; mode: Mode };
+    readonly resolve: (outcomes: Outcome[]) => void;
+    readonly reject: (err: unknown) => void;
+  }
+  let peeks: QueuedPeek[] = [];
+  const sendPeeks = (batch: readonly QueuedPeek[]): void => {
+    const keys: string[] = [];
+    const argv: string[] = [];
+    for (const q of batch) {
+      for (const p of q.plan.counting) {
+        keys.push(p.counterKey, p.banKey);
+        argv.push(p.distinctValue !== undefined ? '1' : '0', p.distinctValue ?? '', p.banMs > 0 ? '1' : '0');
+      }
+    }
+    client[PEEK](keys.length, ...keys, ...argv).then(
+      (reply) => {
+        let at = 0;
+        for (const q of batch) {
+          const states: RuleState[] = q.plan.counting.map(() => {
+            const state = { count: Number(reply[at]), banUntilMs: Number(reply[at + 1]), isMember: Number(reply[at + 2]) === 1 };
+            at += 3;
+            return state;
+          });
+          if (states.some((st) => !Number.isFinite(st.count) || !Number.isFinite(st.banUntilMs))) q.reject(new RateLimitError('store_unavailable', 'a rate-limit counter key holds a value that cannot be counted'));
+          else q.resolve(evaluate(q.plan, states, q.input).outcomes);
+        }
+      },
+      (err: unknown) => {
+        for (const q of batch) q.reject(err);
+      },
+    );
+  };
+  const flushPeeks = (): void => {
+    const all = peeks;
+    peeks = [];
+    for (let i = 0; i < all.length; i += MAX_BATCH) sendPeeks(all.length <= MAX_BATCH ? all : all.slice(i, i + MAX_BATCH));
+  };
+  const peek = (plan: Plan, input: { nowMs: number; cost: number; mode: Mode }): Promise<Outcome[]> =>
+    new Promise((resolve, reject) => {
+      if (peeks.length === 0) process.nextTick(flushPeeks);
+      peeks.push({ plan, input, resolve, reject });
+    });
+
   const check = async (plan: Plan, input: { nowMs: number; cost: number; mode: Mode }): Promise<Outcome[]> => {
     const n = plan.counting.length;
     const args: Array<string | number> = [];
@@ -109,13 +162,37 @@ export function createRedisStore(redis: Redis): CounterStore {
     return outcomes;
   };
 
+  /**
+   * Redis Cluster: a script may only touch keys of one slot, and a rule's counter and ban share a
+   * hash tag (keys.ts) but different rules do not. So each rule runs alone through check.lua, in
+   * rule order, and the loop stops where the one-script evaluation would (a `limit` rule exceeded).
+   * Each rule's count, ban and verdict are exactly the single-server ones; what is given up is the
+   * atomicity of one check across its rules (a concurrent check may interleave between two rules,
+   * as if the checks arrived in a different order per rule) and one round trip per rule.
+   */
+  const checkPerRule = async (plan: Plan, input: { nowMs: number; cost: number; mode: Mode }): Promise<Outcome[]> => {
+    const outcomes: Outcome[] = [];
+    for (const rule of plan.counting) {
+      const [outcome] = await check({ ...plan, counting: [rule] }, input);
+      if (!outcome) break;
+      outcomes.push(outcome);
+      if (outcome.exceeded && rule.action === 'limit') break;
+    }
+    return outcomes;
+  };
+
   return {
     kind: 'redis',
     run(plan, input) {
+      if (redis.isCluster) return checkPerRule(plan, input);
+      if (input.mode === 'peek') return peek(plan, input);
       return takesFastPath(plan, input.cost, input.mode) ? count(plan, input.nowMs, input.cost) : check(plan, input);
     },
     async clear(keys) {
-      if (keys.length) await redis.del(...keys);
+      if (keys.length === 0) return;
+      // One DEL per key in a cluster: the keys of different rules live in different slots.
+      if (redis.isCluster) await Promise.all(keys.map((k) => redis.del(k)));
+      else await redis.del(...keys);
     },
   };
 }

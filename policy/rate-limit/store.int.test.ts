@@ -5,7 +5,7 @@ import { ManualClock } from '../clock.ts';
 import { buildPlan } from './evaluate.ts';
 import { createLimiter } from './limiter.ts';
 import { createMemoryStore } from './memory-store.ts';
-import { createRedisStore } from './redis-store.ts';
+import { CHECK_SCRIPT, createRedisStore } from './redis-store.ts';
 import { defineRule } from './rules.ts';
 import { storeConformance, T0 } from './store-conformance.ts';
 
@@ -80,6 +80,45 @@ describe('redis store specifics', () => {
     expect(await redis.client.pttl(a)).toBeGreaterThan(59_000);
     await redis.client.script('FLUSH');
     expect((await limiter.check({ ip: 'a' })).info!.remaining).toBe(96);
+  });
+
+  it('batches peeks into one script call, deciding each exactly as check.lua does in peek mode', async () => {
+    const prefix = `${redis.prefix}peeks:`;
+    const rules = [
+      defineRule({ name: 'plain', action: 'limit', characteristics: ['ip'], limit: 5, periodS: 60 }),
+      defineRule({ name: 'banning', action: 'log', characteristics: ['ip'], limit: 2, periodS: 60, banForS: 30 }),
+      defineRule({ name: 'distinct', action: 'limit', characteristics: ['ip'], countDistinct: 'p', limit: 2, periodS: 60 }),
+    ];
+    const store = createRedisStore(redis.client);
+    const clock = new ManualClock(T0, 0);
+    const limiter = createLimiter({ store, clock, log: pino({ level: 'silent' }), keyPrefix: prefix, timeoutMs: 2000 }, { name: 'lim', rules });
+    // State to read: counts, a float count, a ban, set members.
+    for (const [ip, p, cost] of [['a', 'x', 1], ['a', 'y', 1], ['a', 'z', 1], ['b', 'x', 2.5], ['c', 'x', 1]] as const) await limiter.check({ ip, p }, { cost });
+    const probes = [['a', 'x', 0], ['a', 'w', 1], ['b', 'x', 3], ['b', 'q', 0.25], ['c', 'x', 1], ['d', 'x', 1]] as const;
+    const before = Number((await redis.client.info('commandstats')).match(/cmdstat_evalsha:calls=(\d+)/)?.[1] ?? 0);
+    const batched = await Promise.all(probes.map(([ip, p, cost]) => store.run(buildPlan(prefix, 'lim', rules, { ip, p }, T0), { nowMs: T0, cost, mode: 'peek' })));
+    const after = Number((await redis.client.info('commandstats')).match(/cmdstat_evalsha:calls=(\d+)/)?.[1] ?? 0);
+    expect(after - before).toBeLessThan(probes.length);
+    // The reference: check.lua itself in peek mode, one call per probe.
+    const reference = await Promise.all(
+      probes.map(async ([ip, p, cost]) => {
+        const plan = buildPlan(prefix, 'lim', rules, { ip, p }, T0);
+        const args: Array<string | number> = [];
+        for (const r of plan.counting) args.push(r.counterKey, r.banKey);
+        args.push(T0, String(cost), 'peek', plan.counting.length);
+        for (const r of plan.counting) args.push(r.action, r.limit, r.windowEndMs, r.banMs, r.distinctValue !== undefined ? '1' : '0', r.distinctValue ?? '');
+        const reply = (await redis.client.eval(CHECK_SCRIPT, plan.counting.length * 2, ...args)) as Array<string | number>;
+        const outcomes = [];
+        for (let i = 0; i + 3 < reply.length; i += 4) outcomes.push({ count: Number(reply[i]), exceeded: reply[i + 1] === 1, banned: reply[i + 2] === 1, resetAtMs: Number(reply[i + 3]) });
+        return outcomes;
+      }),
+    );
+    expect(batched).toEqual(reference);
+    expect(batched.some((outcomes) => outcomes.some((o) => o.banned))).toBe(true);
+    expect(batched.some((outcomes) => outcomes.some((o) => !Number.isInteger(o.count)))).toBe(true);
+    // Nothing was written by any peek.
+    const plain = buildPlan(prefix, 'lim', rules, { ip: 'd', p: 'x' }, T0).counting[0]!.counterKey;
+    expect(await redis.client.exists(plain)).toBe(0);
   });
 
   it('stores float costs with INCRBYFLOAT', async () => {

@@ -9,6 +9,17 @@ import { createLogger } from '../logger.ts';
 import { loadConfigOrExit } from '../serve.ts';
 import { UsageError } from './command.ts';
 
+/** The URL of the embedded PostgreSQL a running `npm start` keeps under `dataDir` (its port is in postmaster.pid), if any. */
+export async function runningEmbeddedDatabaseUrl(dataDir: string): Promise<string | undefined> {
+  const pidFile = path.join(dataDir, '.pg', 'postmaster.pid');
+  const passwordFile = path.join(dataDir, '.pg.password');
+  if (!existsSync(pidFile) || !existsSync(passwordFile)) return undefined;
+  const port = Number((await readFile(pidFile, 'utf8')).split('\n')[3]);
+  const password = (await readFile(passwordFile, 'utf8')).trim();
+  if (!Number.isInteger(port) || port <= 0) return undefined;
+  return `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`;
+}
+
 /**
  * The database an admin command works on: ARKVORY_DATABASE_URL, or else the embedded PostgreSQL of
  * a running `npm start` on the same ARKVORY_DATA_DIR (its port is in postmaster.pid).
@@ -16,16 +27,9 @@ import { UsageError } from './command.ts';
 export async function openCliPool(env: NodeJS.ProcessEnv): Promise<pg.Pool> {
   const config = loadConfigOrExit(env);
   const log = createLogger(config.logLevel === 'info' ? 'warn' : config.logLevel, pino.destination(2));
-  let url = config.databaseUrl;
+  const url = config.databaseUrl ?? (await runningEmbeddedDatabaseUrl(config.dataDir));
   if (!url) {
-    const pidFile = path.join(config.dataDir, '.pg', 'postmaster.pid');
-    const passwordFile = path.join(config.dataDir, '.pg.password');
-    if (!existsSync(pidFile) || !existsSync(passwordFile)) {
-      throw new UsageError(`ARKVORY_DATABASE_URL is not set and no embedded database is running under ${config.dataDir}; start the gateway (npm start) or set ARKVORY_DATABASE_URL`);
-    }
-    const port = Number((await readFile(pidFile, 'utf8')).split('\n')[3]);
-    const password = (await readFile(passwordFile, 'utf8')).trim();
-    url = `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`;
+    throw new UsageError(`ARKVORY_DATABASE_URL is not set and no embedded database is running under ${config.dataDir}; start the gateway (npm start) or set ARKVORY_DATABASE_URL`);
   }
   const pool = createPool(url, 2, log, 'arkvory-cli');
   const pending = await pendingMigrations(pool).catch(async (err: unknown) => {

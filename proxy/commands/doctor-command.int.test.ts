@@ -9,7 +9,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { freeLoopbackPort } from '../embedded-database.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
-import { makeTempDir, runCli } from '../../test/support/gateway.ts';
+import { makeTempDir, runCli, startGateway } from '../../test/support/gateway.ts';
 import { CHECKS } from './doctor-command.ts';
 
 type Db = TestDatabase & { drop(): Promise<void> };
@@ -60,6 +60,21 @@ describe('arkvory doctor', () => {
     expect(result.get('slot')).toBe('skip');
     expect((await migrated.pool.query('SELECT count(*)::int AS n FROM arkvory_storage')).rows[0].n).toBe(0);
   });
+
+  it('on the embedded default: skip while no gateway runs it, then every database check against the one `npm start` runs', async () => {
+    const dataDir = await makeTempDir();
+    const before = await runCli(['doctor'], { ARKVORY_DATA_DIR: dataDir });
+    expect(before.code).toBe(0);
+    expect(lines(before.stdout).get('database')).toBe('skip');
+    expect(before.stdout).toContain('no gateway is running the embedded PostgreSQL');
+    const gw = await startGateway({ dataDir });
+    const r = await runCli(['doctor'], { ARKVORY_DATA_DIR: dataDir });
+    expect(r.code, r.stdout).toBe(0);
+    expect(Object.fromEntries(lines(r.stdout))).toEqual({ variables: 'ok', database: 'ok', migrations: 'ok', storage: 'ok', redis: 'skip', policy: 'ok', slot: 'skip' });
+    expect(r.stdout).toContain(`the embedded one of the running gateway under ${dataDir}/.pg`);
+    expect(r.stdout).toMatch(/ok {3}storage: .* and the database are both storage [0-9a-f-]{36}/);
+    await gw.stop('SIGTERM');
+  }, 90_000);
 
   it('invalid variables: one FAIL line naming them, exit 2, the rest skipped', async () => {
     const r = await runCli(['doctor'], { ARKVORY_PORT: 'eighty', ARKVORY_TYPO: '1' });

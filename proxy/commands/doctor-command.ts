@@ -5,7 +5,8 @@
  */
 import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
+import { parseRedisTarget, redactRedisTarget } from '../../policy/rate-limit/redis-target.ts';
 import pg from 'pg';
 import { pendingMigrations } from '../../migrations/runner.ts';
 import { readPolicy, type DownloadPolicy } from '../../policy/lease/download-policy.ts';
@@ -14,6 +15,7 @@ import { readS3StorageIdObject } from '../../storage-adapter/s3-store.ts';
 import { STORAGE_ID_FILE } from '../../storage-adapter/paths.ts';
 import { ConfigError, loadConfig, type Config } from '../config.ts';
 import { EXIT } from '../serve.ts';
+import { runningEmbeddedDatabaseUrl } from './cli-database.ts';
 import type { Command } from './command.ts';
 
 export type CheckStatus = 'ok' | 'FAIL' | 'skip';
@@ -78,14 +80,29 @@ async function checkRedis(config: Config): Promise<CheckResult> {
       ? { check, status: 'FAIL', detail: 'the shared profile needs a Redis shared by all gateways; set ARKVORY_REDIS_URL' }
       : { check, status: 'skip', detail: 'ARKVORY_REDIS_URL unset: rate-limit counters in process memory (standalone only)' };
   }
-  const client = new Redis(config.redisUrl, { lazyConnect: true, connectTimeout: TIMEOUT_MS, maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: false });
+  const parsed = parseRedisTarget(config.redisUrl);
+  if (!parsed.ok) return { check, status: 'FAIL', detail: parsed.problem };
+  const { target } = parsed;
+  const perConnection = { connectTimeout: TIMEOUT_MS, maxRetriesPerRequest: 0, ...(target.kind === 'cluster' && target.username ? { username: target.username } : {}), ...(target.kind === 'cluster' && target.password ? { password: target.password } : {}), ...(target.kind === 'cluster' && target.tls ? { tls: {} } : {}) };
+  const client =
+    target.kind === 'single'
+      ? new Redis(target.url, { ...perConnection, lazyConnect: true, retryStrategy: () => null, enableOfflineQueue: false })
+      : new Cluster([...target.nodes], { lazyConnect: true, enableOfflineQueue: false, clusterRetryStrategy: () => null, slotsRefreshTimeout: TIMEOUT_MS, redisOptions: perConnection });
   client.on('error', () => {});
   try {
     await client.connect();
+    if (client instanceof Cluster) {
+      // Every slot must have a primary, or some counters would always fail open.
+      const info = String(await client.cluster('INFO'));
+      const state = /cluster_state:(\w+)/.exec(info)?.[1] ?? 'unknown';
+      const masters = client.nodes('master').length;
+      if (state !== 'ok') return { check, status: 'FAIL', detail: `Redis Cluster state is ${state} (${masters} primaries known); rate limits on uncovered slots would fail open` };
+      return { check, status: 'ok', detail: `Redis Cluster state ok, ${masters} primaries` };
+    }
     const pong = await client.ping();
     return { check, status: 'ok', detail: `answered ${pong}` };
   } catch (err) {
-    return { check, status: 'FAIL', detail: `cannot reach ${redacted(config.redisUrl)}: ${message(err)}; rate limits would fail open` };
+    return { check, status: 'FAIL', detail: `cannot reach ${redactRedisTarget(config.redisUrl)}: ${message(err)}; rate limits would fail open` };
   } finally {
     client.disconnect();
   }
@@ -154,11 +171,14 @@ export async function runDoctor(env: NodeJS.ProcessEnv): Promise<CheckResult[]> 
 
   let pool: pg.Pool | undefined;
   try {
-    if (!config.databaseUrl) {
+    // The embedded default: the PostgreSQL a running `npm start` keeps under the data dir, as the other commands reach it.
+    const embeddedUrl = config.databaseUrl ? undefined : await runningEmbeddedDatabaseUrl(config.dataDir);
+    const databaseUrl = config.databaseUrl ?? (config.role === 'api' && !config.shared ? embeddedUrl : undefined);
+    if (!databaseUrl) {
       const embeddedOk = config.role === 'api' && !config.shared;
       results.push(
         embeddedOk
-          ? { check: 'database', status: 'skip', detail: `ARKVORY_DATABASE_URL unset: the embedded PostgreSQL under ${config.dataDir}/.pg (standalone only)` }
+          ? { check: 'database', status: 'skip', detail: `ARKVORY_DATABASE_URL unset and no gateway is running the embedded PostgreSQL under ${config.dataDir}/.pg (standalone only); start it (npm start) to check it too` }
           : { check: 'database', status: 'FAIL', detail: `role ${config.role}${config.shared ? ' in the shared profile' : ''} needs ARKVORY_DATABASE_URL (the embedded PostgreSQL is for one standalone writer)` },
       );
       results.push({ check: 'migrations', status: 'skip', detail: 'applied to the embedded database when it starts' });
@@ -167,20 +187,21 @@ export async function runDoctor(env: NodeJS.ProcessEnv): Promise<CheckResult[]> 
       results.push({ check: 'policy', status: 'skip', detail: 'needs a database' }, { check: 'slot', status: 'skip', detail: 'needs a database' });
       return results;
     }
-    pool = new pg.Pool({ connectionString: config.databaseUrl, max: 1, connectionTimeoutMillis: TIMEOUT_MS, application_name: 'arkvory-doctor' });
+    const where = config.databaseUrl ? redacted(config.databaseUrl) : `the embedded PostgreSQL under ${config.dataDir}/.pg`;
+    pool = new pg.Pool({ connectionString: databaseUrl, max: 1, connectionTimeoutMillis: TIMEOUT_MS, application_name: 'arkvory-doctor' });
     pool.on('error', () => {});
     try {
       const { rows } = await pool.query<{ version: string }>('SHOW server_version');
-      results.push({ check: 'database', status: 'ok', detail: `PostgreSQL ${rows[0]?.version ?? '?'} reachable` });
+      results.push({ check: 'database', status: 'ok', detail: `PostgreSQL ${rows[0]?.version ?? '?'} reachable${config.databaseUrl ? '' : ` (the embedded one of the running gateway under ${config.dataDir}/.pg)`}` });
     } catch (err) {
-      results.push({ check: 'database', status: 'FAIL', detail: `cannot reach ${redacted(config.databaseUrl)}: ${message(err)}` });
+      results.push({ check: 'database', status: 'FAIL', detail: `cannot reach ${where}: ${message(err)}` });
       skipRest(2, 'needs the database');
       results.splice(results.findIndex((r) => r.check === 'redis'), 1, await checkRedis(config));
       return results;
     }
     const pending = await pendingMigrations(pool);
     if (pending.length > 0) {
-      results.push({ check: 'migrations', status: 'FAIL', detail: `${pending.length} pending (first ${pending[0]!.version}); run \`arkvory migrate\` with the same ARKVORY_DATABASE_URL` });
+      results.push({ check: 'migrations', status: 'FAIL', detail: `${pending.length} pending (first ${pending[0]!.version}); run \`arkvory migrate\` with the same ARKVORY_DATABASE_URL (the embedded database: restart the gateway)` });
       results.push({ check: 'storage', status: 'skip', detail: 'needs a migrated database' });
       results.push(await checkRedis(config));
       results.push({ check: 'policy', status: 'skip', detail: 'needs a migrated database' }, { check: 'slot', status: 'skip', detail: 'needs a migrated database' });
@@ -204,7 +225,7 @@ export function formatResult(r: CheckResult): string {
 export const doctorCommand: Command = {
   name: 'doctor',
   summary: 'check a configuration without serving (variables, database, migrations, storage, Redis, policy, slot)',
-  usage: `arkvory doctor
+  usage: `Usage: arkvory doctor
 
 Checks the configuration in the environment without serving and prints one line per check:
 ${CHECKS.join(', ')}. Each line starts with ok, FAIL or skip. Nothing is written.

@@ -1,12 +1,15 @@
 import { grantsCommand, keysCommand, principalsCommand, reposCommand } from './auth-commands.ts';
+import { backupCommand, restoreCommand } from './backup-commands.ts';
 import type { Command } from './command.ts';
 import { doctorCommand } from './doctor-command.ts';
 import { gcCommand, scrubCommand } from './maintenance-commands.ts';
 import { migrateCommand } from './migrate-command.ts';
+import { getCommand, presignCommand, putCommand } from './client-commands.ts';
 import { policyCommand } from './policy-command.ts';
+import { presignSecretCommand } from './presign-secret-command.ts';
 import { ratelimitCommand } from './rules-command.ts';
 import { rulesServiceCommand } from './rules-service-command.ts';
 import { serveCommand } from './serve-command.ts';
 
 /** Every `arkvory` subcommand, in the order `--help` lists them. */
-export const COMMANDS: readonly Command[] = [serveCommand, migrateCommand, doctorCommand, principalsCommand, keysCommand, reposCommand, grantsCommand, policyCommand, ratelimitCommand, rulesServiceCommand, scrubCommand, gcCommand];
+export const COMMANDS: readonly Command[] = [serveCommand, migrateCommand, doctorCommand, principalsCommand, keysCommand, reposCommand, grantsCommand, policyCommand, ratelimitCommand, rulesServiceCommand, scrubCommand, gcCommand, backupCommand, restoreCommand, presignSecretCommand, getCommand, putCommand, presignCommand];

@@ -9,8 +9,8 @@ import { openStore } from '../storage.ts';
 import { openCliPool } from './cli-database.ts';
 import { parseArgs, type Command } from './command.ts';
 
-/** A bar on a terminal, a line every 5 s otherwise. */
-function progressReporter(label: string): { update(text: string): void; done(): void } {
+/** A bar on a terminal, a JSON line every 5 s otherwise. */
+export function progressReporter(label: string): { update(text: string): void; done(): void } {
   const tty = process.stderr.isTTY;
   let last = 0;
   return {

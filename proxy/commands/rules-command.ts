@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import type pg from 'pg';
-import type { Redis } from 'ioredis';
+import type { RateLimitRedis } from '../rate-limit-gate.ts';
 import type { RuleRegistry } from '../../policy/rate-limit/index.ts';
 import { UsageError, type Command } from './command.ts';
 
@@ -10,7 +10,7 @@ const edge = () => import('../rate-limit-gate.ts');
 
 /** The rule store the gateways use: Redis when ARKVORY_REDIS_URL is set, else the database. */
 async function openRegistry(env: NodeJS.ProcessEnv): Promise<{ registry: RuleRegistry; close(): Promise<void> }> {
-  const { createPgRuleDocuments, createRedisRuleDocuments, createRuleRegistry } = await engine();
+  const { createPgRuleDocuments, createRedisRuleDocuments, createRuleRegistry, ruleDocumentsPrefix } = await engine();
   const { createRateLimitRedis, loadRuleFiles } = await edge();
   const { loadConfigOrExit } = await import('../serve.ts');
   const { createLogger } = await import('../logger.ts');
@@ -20,13 +20,13 @@ async function openRegistry(env: NodeJS.ProcessEnv): Promise<{ registry: RuleReg
   const config = loadConfigOrExit(env);
   const log = createLogger(config.logLevel === 'info' ? 'warn' : config.logLevel, pino.destination(2));
   const { available, fileRules } = await loadRuleFiles(config.rateLimitsFile);
-  let redis: Redis | undefined;
+  let redis: RateLimitRedis | undefined;
   let pool: pg.Pool | undefined;
   if (config.redisUrl) {
     redis = createRateLimitRedis(config.redisUrl, log, systemClock);
     await redis.connect();
   } else pool = await openCliPool(env);
-  const documents = redis ? createRedisRuleDocuments(redis, `${config.redisKeyPrefix}ratelimit:rules:`) : createPgRuleDocuments(pool!);
+  const documents = redis ? createRedisRuleDocuments(redis, ruleDocumentsPrefix(config.redisKeyPrefix, redis.isCluster)) : createPgRuleDocuments(pool!);
   const registry = createRuleRegistry({ documents, available, fileRules, clock: systemClock, log, timeoutMs: 10_000 });
   return {
     registry,

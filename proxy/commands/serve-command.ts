@@ -6,7 +6,7 @@ export const serveCommand: Command = {
   summary: 'run the gateway in the role named by ARKVORY_ROLE',
   usage: `Usage: arkvory serve
 
-Runs the gateway in the role given by ARKVORY_ROLE (api, reader, worker, router), configured only by
+Runs the process in the role given by ARKVORY_ROLE (api, reader, worker, router, rules-service), configured only by
 ARKVORY_* environment variables (see the README table). With no ARKVORY_DATABASE_URL it starts an
 embedded PostgreSQL under <ARKVORY_DATA_DIR>/.pg and applies the migrations itself.
 

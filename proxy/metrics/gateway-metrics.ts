@@ -7,6 +7,7 @@
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, register as defaultRegistry, type Registry } from 'prom-client';
 import type { Coordinator, RenewalOutcome } from '../../policy/lease/coordinator.ts';
+import type { CacheStats } from '../../storage-adapter/cache/cache-stats.ts';
 import type { UploadStats } from '../../storage-adapter/fs-store.ts';
 import type { RequestObservation } from '../http-server.ts';
 import type { Transfers } from '../transfers.ts';
@@ -18,6 +19,8 @@ export interface GatewayMetrics {
   watchTransfers(transfers: Transfers): void;
   watchCoordinator(coordinator: Coordinator): void;
   watchStore(store: { uploadStats(): UploadStats }): void;
+  /** Read-path caches (catalog, open files, small blobs), read at scrape time. */
+  watchCaches(stats: () => readonly CacheStats[]): void;
   /** The exposition text and its content type. */
   render(): Promise<{ contentType: string; body: string }>;
 }
@@ -126,8 +129,32 @@ export function createGatewayMetrics(options: { registry?: Registry; processMetr
     for (const outcome of ['committed', 'discarded', 'failed'] as const) this.inc({ outcome }, s[outcome]);
   });
 
+  let cacheStats: () => readonly CacheStats[] = () => [];
+  const eachCache = (metric: Counter | Gauge, read: (s: CacheStats) => number) => {
+    metric.reset();
+    for (const s of cacheStats()) {
+      if (metric instanceof Counter) metric.inc({ cache: s.cache }, read(s));
+      else metric.set({ cache: s.cache }, read(s));
+    }
+  };
+  counter(registry, 'arkvory_cache_hits_total', function () {
+    eachCache(this, (s) => s.hits);
+  });
+  counter(registry, 'arkvory_cache_misses_total', function () {
+    eachCache(this, (s) => s.misses);
+  });
+  gauge(registry, 'arkvory_cache_entries', function () {
+    eachCache(this, (s) => s.entries);
+  });
+  gauge(registry, 'arkvory_cache_bytes', function () {
+    eachCache(this, (s) => s.bytes);
+  });
+
   return {
     registry,
+    watchCaches(stats) {
+      cacheStats = stats;
+    },
     observeRequest(o) {
       const labels = { method: METHODS.has(o.method) ? o.method : 'other', route: o.route, status: String(o.status) };
       requests.inc(labels);

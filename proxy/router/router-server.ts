@@ -49,7 +49,7 @@ export function createRouterServer(options: { pool: BackendPool; handler: ProxyH
   server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
     if (socket.writable && !socket.destroyed) {
       const body = JSON.stringify({ code: 'invalid_request', message: 'Malformed HTTP request.' });
-      socket.end(`HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+      socket.end(`HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${randomUUID()}\r\nconnection: close\r\n\r\n${body}`);
     } else socket.destroy();
     log.debug({ code: err.code }, 'client error');
   });

@@ -54,7 +54,7 @@ async function serveContent(deps: ContentDeps, kind: ArtifactKind, ctx: RequestC
   const plan = planContentResponse(
     entry,
     { range: header(ctx, 'range'), ifRange: header(ctx, 'if-range'), ifNoneMatch: header(ctx, 'if-none-match'), ifModifiedSince: header(ctx, 'if-modified-since') },
-    `arkvory-${randomBytes(12).toString('hex')}`,
+    () => `arkvory-${randomBytes(12).toString('hex')}`,
   );
   if (plan.status === 304) {
     res.writeHead(304, plan.headers);

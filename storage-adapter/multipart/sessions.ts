@@ -134,6 +134,8 @@ export class UploadSessions {
 
   /** Validates the ordered part list and queues one completion job (state `completing`). */
   async complete(repository: string, id: string, listedParts: unknown): Promise<{ jobId: string; totalBytes: number }> {
+    // Not an id we issue (PostgreSQL would refuse it as a uuid with a 500): no such upload.
+    if (!UUID.test(id)) throw new StorageError('not_found', 'No such upload.');
     const listed = parseListedParts(listedParts);
     const client = await this.#pool.connect();
     try {
@@ -164,6 +166,7 @@ export class UploadSessions {
 
   /** Aborts an open session: its parts are removed. */
   async abort(repository: string, id: string): Promise<void> {
+    if (!UUID.test(id)) throw new StorageError('not_found', 'No such upload.');
     const r = await this.#pool.query(`UPDATE arkvory_upload_sessions SET state = 'aborted', finished_at = now() WHERE id = $1 AND repository = $2 AND state = 'open' RETURNING id`, [id, repository]);
     if (!r.rowCount) {
       await this.get(repository, id);

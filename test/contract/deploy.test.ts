@@ -251,3 +251,80 @@ describe('PostgreSQL snippet', () => {
     expect(settings.tcp_keepalives_idle! + settings.tcp_keepalives_interval! * settings.tcp_keepalives_count!).toBeLessThanOrEqual(60);
   });
 });
+
+describe('backup service, timer and CronJob', () => {
+  const BACKUP_DIR = '/var/backups/arkvory';
+
+  it('arkvory-backup.service: a hardened oneshot running `arkvory backup --keep ${BACKUP_KEEP} ${BACKUP_DIR}` with the writer settings', async () => {
+    const u = await unit('arkvory-backup.service');
+    expect(service(u, 'Type')).toEqual(['oneshot']);
+    expect(service(u, 'User')).toEqual(['arkvory']);
+    expect(service(u, 'NoNewPrivileges')).toEqual(['yes']);
+    expect(service(u, 'ProtectSystem')).toEqual(['strict']);
+    expect(service(u, 'CapabilityBoundingSet')).toEqual(['']);
+    // It writes the backups and nothing else: never the data dir it reads.
+    expect(service(u, 'ReadWritePaths')).toEqual([BACKUP_DIR]);
+    expect(service(u, 'ExecStart')).toEqual(['/opt/arkvory/node_modules/.bin/node /opt/arkvory/bin/arkvory.js backup --keep ${BACKUP_KEEP} ${BACKUP_DIR}']);
+    expect(service(u, 'EnvironmentFile')).toEqual(['/etc/arkvory/writer.env', '/etc/arkvory/backup.env']);
+    const env = await unitEnvironment(u, '1');
+    // The database and store are the writer's; the retention is a positive count; the directory is the writable one.
+    const config = loadConfig(env, '/');
+    expect(config.databaseUrl).toBeDefined();
+    expect(config.dataDir.startsWith(`${DATA_DIR}/`)).toBe(true);
+    expect(Number(env.BACKUP_KEEP)).toBeGreaterThanOrEqual(1);
+    expect(Number.isInteger(Number(env.BACKUP_KEEP))).toBe(true);
+    expect(env.BACKUP_DIR).toBe(BACKUP_DIR);
+  });
+
+  it('arkvory-backup.timer starts the service daily, catching up a missed run', async () => {
+    const file = path.join(DEPLOY, 'systemd', 'arkvory-backup.timer');
+    const t = parseUnit(file, await readFile(file, 'utf8'));
+    const timer = t.sections.get('Timer')!;
+    expect(timer.get('OnCalendar')).toEqual(['daily']);
+    expect(timer.get('Persistent')).toEqual(['true']);
+    expect(timer.get('Unit')).toEqual(['arkvory-backup.service']);
+    expect(t.sections.get('Install')?.get('WantedBy')).toEqual(['timers.target']);
+  });
+
+  it('systemd-analyze verify accepts the backup service and timer', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'arkvory-units-'));
+    try {
+      const names = ['arkvory-backup.service', 'arkvory-backup.timer'];
+      for (const name of names) {
+        const text = (await readFile(path.join(DEPLOY, 'systemd', name), 'utf8')).replaceAll('/opt/arkvory', ROOT).replaceAll('/etc/arkvory/', `${path.join(DEPLOY, 'env')}/`);
+        await writeFile(path.join(dir, name), text);
+      }
+      const { stdout, stderr } = await run('systemd-analyze', ['verify', '--man=no', ...names.map((n) => path.join(dir, n))], { cwd: dir });
+      expect(`${stdout}${stderr}`.split('\n').filter((line) => line.includes(dir))).toEqual([]);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('the Kubernetes CronJob backs up daily, never overlapping, from the gateway volume at the gateway path', async () => {
+    const docs = parseAllDocuments(await readFile(path.join(DEPLOY, 'k8s/arkvory-sidecar.yaml'), 'utf8'));
+    const objects = docs.map((d) => d.toJS() as { kind: string; metadata: { name: string }; spec?: any; data?: Record<string, string>; stringData?: Record<string, string> });
+    const cron = objects.find((o) => o.kind === 'CronJob')!;
+    expect(cron.spec.concurrencyPolicy).toBe('Forbid');
+    expect(cron.spec.schedule.split(' ')).toHaveLength(5);
+    const pod = cron.spec.jobTemplate.spec.template.spec;
+    const [container] = pod.containers as Array<{ command: string[]; env: Array<{ name: string; value: string }>; envFrom: any[]; volumeMounts: Array<{ name: string; mountPath: string; readOnly?: boolean }> }>;
+    expect(container!.command.slice(0, 5)).toEqual(['node', 'bin/arkvory.js', 'backup', '--keep', '$(BACKUP_KEEP)']);
+    expect(Number(container!.env.find((e) => e.name === 'BACKUP_KEEP')?.value)).toBeGreaterThanOrEqual(1);
+    const destination = container!.command.at(-1)!;
+    const backups = container!.volumeMounts.find((m) => m.mountPath === destination)!;
+    expect(pod.volumes.find((v: { name: string }) => v.name === backups.name).persistentVolumeClaim.claimName).toBe(objects.find((o) => o.kind === 'PersistentVolumeClaim' && o.metadata.name === 'arkvory-backups')!.metadata.name);
+    // Same configuration as the gateway, and its volume where ARKVORY_DATA_DIR says, read-only.
+    const env: Record<string, string> = {};
+    for (const ref of container!.envFrom) {
+      const source = objects.find((o) => o.metadata.name === (ref.configMapRef ?? ref.secretRef).name)!;
+      Object.assign(env, source.data ?? source.stringData);
+    }
+    const config = loadConfig(env, '/');
+    const data = container!.volumeMounts.find((m) => m.mountPath === config.dataDir)!;
+    expect(data.readOnly).toBe(true);
+    const claim = pod.volumes.find((v: { name: string }) => v.name === data.name).persistentVolumeClaim.claimName;
+    const deployment = objects.find((o) => o.kind === 'Deployment')!;
+    expect(deployment.spec.template.spec.volumes.map((v: { persistentVolumeClaim?: { claimName: string } }) => v.persistentVolumeClaim?.claimName)).toContain(claim);
+  });
+});

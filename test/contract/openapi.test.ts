@@ -23,6 +23,7 @@ import { artifactRoutes } from '../../proxy/routes/artifacts.ts';
 import { authAdminRoutes } from '../../proxy/routes/auth-admin.ts';
 import { contentRoutes } from '../../proxy/routes/content.ts';
 import { multipartRoutes } from '../../proxy/routes/multipart.ts';
+import { presignRoutes } from '../../proxy/routes/presign.ts';
 import { healthRoutes } from '../../proxy/routes/health.ts';
 import { rateLimitAdminRoutes } from '../../proxy/routes/rate-limit-admin.ts';
 import type { Services } from '../../proxy/services.ts';
@@ -50,6 +51,7 @@ async function registeredRoutes(): Promise<Route[]> {
     ...contentRoutes({ store: unused, catalog: unused, maxUploadBytes: 1 }),
     ...artifactRoutes({ catalog: unused, writable: true, readableRepositories: unused, grant: unused }),
     ...multipartRoutes({ sessions: unused, maxPartBytes: 1, writable: true }),
+    ...presignRoutes({ links: unused, catalog: unused, maxExpiresSeconds: 1 }),
     ...rateLimitAdminRoutes(unused),
     metricsRoute(createGatewayMetrics({ registry: new Registry(), processMetrics: false }), undefined),
   ];
@@ -169,6 +171,13 @@ describe('real responses against the document', () => {
       await call('GET', `${t}/content`, `${base}/content`, { headers: { ...user, range: 'bytes=99999-' } });
       await call('GET', `${t}/content`, `${base}/content`, { headers: { ...user, 'if-none-match': String(full.headers.etag) } });
       await call('GET', `${t}/content`, `${base}/content`);
+      const link = await call('POST', `${t}/presign`, `${base}/presign`, { headers: user, body: { expiresInSeconds: 600 } });
+      const linkPath = String(JSON.parse(link.body.toString()).path);
+      await call('GET', `${t}/content`, linkPath);
+      await call('HEAD', `${t}/content`, linkPath, { headers: { range: 'bytes=0-3' } });
+      await call('GET', `${t}/content`, linkPath.replace(/X-Arkvory-Signature=[^&]+/, `X-Arkvory-Signature=${'A'.repeat(43)}`));
+      await call('POST', `${t}/presign`, `${base}/presign`, { headers: user, body: { expiresInSeconds: 0 } });
+      await call('POST', `${t}/presign`, `${base}/presign`);
       await call('DELETE', t, base, { headers: user });
       await call('DELETE', t, base, { headers: user });
       await call('GET', `${t}/content`, `${base}/content`, { headers: user });

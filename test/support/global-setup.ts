@@ -16,6 +16,7 @@ import pg from 'pg';
 import type { TestProject } from 'vitest/node';
 import { startEmbeddedDatabase, freeLoopbackPort, type EmbeddedDatabase } from '../../proxy/embedded-database.ts';
 import { createLogger } from '../../proxy/logger.ts';
+import { describeToxiproxyServer } from '../../chaos/support/toxiproxy.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -36,7 +37,8 @@ async function checkPostgres(url: string): Promise<void> {
   }
 }
 
-async function startRedis(): Promise<{ url: string; child: ChildProcess }> {
+/** A real redis-server from PATH on a free loopback port, without persistence (also used by chaos scenarios that need one of their own). */
+export async function startRedis(): Promise<{ url: string; child: ChildProcess }> {
   const port = await freeLoopbackPort();
   const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--protected-mode', 'yes'], { stdio: 'ignore' });
   const failed = new Promise<never>((_, reject) =>
@@ -95,6 +97,8 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const services = await state.started;
   project.provide('adminDatabaseUrl', services.databaseUrl);
   project.provide('redisUrl', services.redisUrl);
+  // The chaos project names, once per run, the toxiproxy server it runs against.
+  if (project.name === 'chaos') process.stderr.write(`[chaos] ${await describeToxiproxyServer().catch((err: Error) => `no toxiproxy server: ${err.message}`)}\n`);
   return async () => {
     if (--state.users > 0) return;
     shared.__arkvoryTestServices = undefined;

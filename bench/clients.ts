@@ -1,0 +1,164 @@
+/**
+ * Client benchmark (issue 26), one gateway (embedded PostgreSQL, temporary data dir) in one run:
+ *
+ * 1. Large download: curl (the baseline) vs the SDK's resuming `download()` in this process vs the
+ *    `arkvory get` CLI, whole file to disk, in interleaved rounds; MiB/s medians and ratios to curl.
+ *    The SDK also hashes the whole file before it takes its final name; curl does not.
+ * 2. Small requests: GET of a 4 KiB object through Bearer (the baseline), Basic and a pre-signed
+ *    link, over keep-alive connections at --concurrency, interleaved rounds; requests/s medians and
+ *    ratios to Bearer (what Basic parsing and link verification cost per request).
+ *
+ *   node bench/clients.ts [--rounds 3] [--big-mib 256] [--small-seconds 2] [--concurrency 8]
+ *
+ * Everything it starts is stopped and every temporary directory removed at the end.
+ */
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { chmod, mkdtemp, readFile, rm, stat } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { Agent, request } from 'undici';
+import { download } from '../client/index.ts';
+import { freeLoopbackPort } from '../proxy/embedded-database.ts';
+import { median } from './support.ts';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const CLI = path.join(ROOT, 'bin/arkvory.js');
+const MiB = 1024 * 1024;
+const { values: args } = parseArgs({
+  options: {
+    rounds: { type: 'string', default: '3' },
+    'big-mib': { type: 'string', default: '256' },
+    'small-seconds': { type: 'string', default: '2' },
+    concurrency: { type: 'string', default: '8' },
+  },
+});
+const ROUNDS = Number(args.rounds);
+const BIG = Number(args['big-mib']) * MiB;
+const SMALL_SECONDS = Number(args['small-seconds']);
+const CONCURRENCY = Number(args.concurrency);
+
+function run(cmd: string, argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(cmd, argv, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+async function call(url: string, init: { method?: string; key: string; body?: Buffer | string; json?: boolean }): Promise<{ status: number; text: string }> {
+  const res = await request(url, {
+    method: (init.method ?? 'GET') as 'GET',
+    headers: { authorization: `Bearer ${init.key}`, ...(init.json ? { 'content-type': 'application/json' } : {}) },
+    ...(init.body !== undefined ? { body: init.body } : {}),
+  });
+  return { status: res.statusCode, text: await res.body.text() };
+}
+
+async function timed(work: () => Promise<void>): Promise<number> {
+  const started = performance.now();
+  await work();
+  return (performance.now() - started) / 1000;
+}
+
+/** Requests/s of GETs with `headers` on `url` over CONCURRENCY keep-alive connections for SMALL_SECONDS. */
+async function requestRate(url: string, headers: Record<string, string>): Promise<number> {
+  const agent = new Agent({ connections: CONCURRENCY, pipelining: 1 });
+  const deadline = performance.now() + SMALL_SECONDS * 1000;
+  let done = 0;
+  const worker = async () => {
+    while (performance.now() < deadline) {
+      const res = await request(url, { headers, dispatcher: agent });
+      await res.body.dump();
+      if (res.statusCode !== 200) throw new Error(`GET answered ${res.statusCode}`);
+      done++;
+    }
+  };
+  const started = performance.now();
+  await Promise.all(Array.from({ length: CONCURRENCY }, worker));
+  const rate = done / ((performance.now() - started) / 1000);
+  await agent.close();
+  return rate;
+}
+
+async function main(): Promise<void> {
+  const dataDir = await mkdtemp(path.join(os.tmpdir(), 'arkvory-bench-clients-'));
+  // The embedded PostgreSQL runs as its own user and must traverse a directory root made.
+  await chmod(dataDir, 0o755);
+  const work = await mkdtemp(path.join(os.tmpdir(), 'arkvory-bench-clients-out-'));
+  const port = await freeLoopbackPort();
+  const gw = spawn(process.execPath, [CLI, 'serve'], { env: { PATH: process.env.PATH, HOME: process.env.HOME, ARKVORY_DATA_DIR: dataDir, ARKVORY_PORT: String(port), ARKVORY_LOG_LEVEL: 'warn', ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: String(Math.max(CONCURRENCY, 4)) }, stdio: ['ignore', 'ignore', 'inherit'] });
+  const base = `http://127.0.0.1:${port}`;
+  try {
+    const deadline = Date.now() + 120_000;
+    for (;;) {
+      const ok = await request(`${base}/health/status`).then((r) => (r.body.dump(), r.statusCode === 200), () => false);
+      if (ok) break;
+      if (Date.now() > deadline) throw new Error('gateway did not start');
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    const key = (await readFile(path.join(dataDir, 'admin.key'), 'utf8')).trim();
+    await call(`${base}/api/v1/admin/repositories`, { method: 'POST', key, body: JSON.stringify({ name: 'bench' }), json: true });
+    await call(`${base}/api/v1/admin/grants/admin/bench`, { method: 'PUT', key, body: JSON.stringify({ permission: 'write' }), json: true });
+    const big = randomBytes(BIG);
+    const small = randomBytes(4096);
+    for (const [name, body] of [['big.bin', big], ['small.bin', small]] as const) {
+      const put = await call(`${base}/api/v1/repositories/bench/artifacts/${name}`, { method: 'PUT', key, body });
+      if (put.status !== 201) throw new Error(`upload of ${name} answered ${put.status}: ${put.text}`);
+    }
+    const bigUrl = `${base}/api/v1/repositories/bench/artifacts/big.bin/content`;
+    const smallUrl = `${base}/api/v1/repositories/bench/artifacts/small.bin/content`;
+    const link = JSON.parse((await call(`${base}/api/v1/repositories/bench/artifacts/small.bin/presign`, { method: 'POST', key })).text) as { path: string };
+
+    const large: Record<string, number[]> = { curl: [], sdk: [], cli: [] };
+    const out = path.join(work, 'big.out');
+    for (let round = 0; round < ROUNDS; round++) {
+      // Interleaved, and the order rotates each round so no contender always runs first.
+      const contenders: Array<[string, () => Promise<void>]> = [
+        ['curl', async () => void (await run('curl', ['-sS', '--fail', '-H', `Authorization: Bearer ${key}`, '-o', out, bigUrl]))],
+        ['sdk', async () => void (await download({ url: bigUrl, output: out, key }))],
+        ['cli', async () => void (await run(process.execPath, [CLI, 'get', bigUrl, '-o', out], { PATH: process.env.PATH, HOME: process.env.HOME, ARKVORY_KEY: key }))],
+      ];
+      for (let i = 0; i < contenders.length; i++) {
+        const [name, fn] = contenders[(i + round) % contenders.length]!;
+        await rm(out, { force: true });
+        const seconds = await timed(fn);
+        if ((await stat(out)).size !== BIG) throw new Error(`${name} did not write the whole file`);
+        large[name]!.push(BIG / MiB / seconds);
+      }
+    }
+
+    const forms: Record<string, number[]> = { bearer: [], basic: [], presigned: [] };
+    for (let round = 0; round < ROUNDS; round++) {
+      const contenders: Array<[string, () => Promise<number>]> = [
+        ['bearer', () => requestRate(smallUrl, { authorization: `Bearer ${key}` })],
+        ['basic', () => requestRate(smallUrl, { authorization: `Basic ${Buffer.from(`admin:${key}`).toString('base64')}` })],
+        ['presigned', () => requestRate(`${base}${link.path}`, {})],
+      ];
+      for (let i = 0; i < contenders.length; i++) {
+        const [name, fn] = contenders[(i + round) % contenders.length]!;
+        forms[name]!.push(await fn());
+      }
+    }
+
+    const lines = [`machine: ${os.cpus().length} CPUs (${os.loadavg()[0]!.toFixed(1)} load average), ${ROUNDS} rounds, medians`];
+    lines.push(`large download (${BIG / MiB} MiB to disk), MiB/s:`);
+    for (const name of ['curl', 'sdk', 'cli']) lines.push(`  ${name.padEnd(9)} ${median(large[name]!).toFixed(1).padStart(8)}   ratio to curl ${(median(large[name]!) / median(large.curl!)).toFixed(2)}   rounds ${large[name]!.map((v) => v.toFixed(0)).join(' ')}`);
+    lines.push(`small GET (4 KiB, ${CONCURRENCY} keep-alive connections, ${SMALL_SECONDS} s), requests/s:`);
+    for (const name of ['bearer', 'basic', 'presigned']) lines.push(`  ${name.padEnd(9)} ${median(forms[name]!).toFixed(0).padStart(8)}   ratio to bearer ${(median(forms[name]!) / median(forms.bearer!)).toFixed(2)}   rounds ${forms[name]!.map((v) => v.toFixed(0)).join(' ')}`);
+    process.stdout.write(`${lines.join('\n')}\n`);
+  } finally {
+    gw.kill('SIGTERM');
+    await new Promise((r) => gw.once('exit', r));
+    await rm(dataDir, { recursive: true, force: true });
+    await rm(work, { recursive: true, force: true });
+  }
+}
+
+await main();

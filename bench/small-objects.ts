@@ -1,0 +1,411 @@
+/**
+ * Small objects (issue 20): 1 KiB, 4 KiB, 64 KiB and 1 MiB artifacts served by four servers in one
+ * run, in interleaved rounds so background load hits them alike, with `wrk` (Debian) as the load
+ * generator:
+ *   - arkvory-redis:  a gateway with auth, ACL, rate-limit counters in Redis,
+ *   - arkvory-memory: the same with counters in process memory,
+ *   - node-baseline:  `fs.createReadStream().pipe(res)` (bench/content-node-baseline.ts), no auth,
+ *   - nginx:          static files with sendfile (skipped with a note when nginx is not installed).
+ * Both gateways run one principal, `ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL=128` and a rule file that
+ * raises the default per-principal rule (`limit_requests_by_principal`) so it counts every request
+ * (the Redis cost stays in the figures) but never blocks the benchmark.
+ *
+ *   node bench/small-objects.ts [--database-url postgres://…]   (default: an embedded PostgreSQL)
+ *                               [--rounds 5] [--seconds 8] [--connections 64] [--big-mib 1024]
+ *                               [--sizes 1,4,64,1024] [--upload] [--servers arkvory-memory,node-baseline]
+ *
+ * Per size and server: req/s, p50, p99 (wrk --latency), CPU seconds per 10k requests (/proc, the
+ * server process; nginx: master and workers) and peak RSS (sampled every 100 ms), medians of the
+ * rounds, and the ratios to the bare Node server. Then one 1 GiB single-stream download per server
+ * and round (curl to /dev/null). With --upload, a 1 GiB `PUT` through the gateway (Content-Digest
+ * checked, fsync before publish) against an nginx WebDAV `PUT` of the same file, interleaved too.
+ * Everything started here is stopped and every temporary file and database removed.
+ * `ARKVORY_BENCH_NODE_OPTIONS` (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`) is passed to the gateways
+ * as NODE_OPTIONS, for a profile of exactly this load.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { createReadStream, existsSync } from 'node:fs';
+import { chmod, mkdir, mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import pino from 'pino';
+import { migrate } from '../migrations/runner.ts';
+import { AdminStore } from '../policy/auth/admin-store.ts';
+import { freeLoopbackPort, startEmbeddedDatabase } from '../proxy/embedded-database.ts';
+import { cpuSeconds, curl, median, rssBytes } from './support.ts';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const KiB = 1024;
+const MiB = 1024 * KiB;
+const { values: args } = parseArgs({
+  options: {
+    'database-url': { type: 'string' },
+    rounds: { type: 'string', default: '5' },
+    seconds: { type: 'string', default: '8' },
+    connections: { type: 'string', default: '64' },
+    'big-mib': { type: 'string', default: '1024' },
+    sizes: { type: 'string', default: '1,4,64,1024' },
+    upload: { type: 'boolean', default: false },
+    /** Measure only these servers (e.g. for a CPU profile of one gateway); all by default. */
+    servers: { type: 'string' },
+  },
+});
+const ROUNDS = Number(args.rounds);
+const SECONDS = Number(args.seconds);
+const CONNECTIONS = Number(args.connections);
+const BIG_BYTES = Number(args['big-mib']) * MiB;
+const SIZES_KIB = args.sizes!.split(',').map(Number);
+const fileName = (kib: number) => `s${kib}k.bin`;
+
+interface Target {
+  readonly name: string;
+  url(file: string): string;
+  readonly headers: Record<string, string>;
+  /** Processes whose CPU and RSS count (nginx: master and workers). */
+  pids(): Promise<number[]>;
+}
+
+interface WrkResult {
+  rps: number;
+  p50Ms: number;
+  p99Ms: number;
+  requests: number;
+  errors: number;
+}
+
+function run(cmd: string, argv: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(cmd, argv, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+function toMs(value: string, unit: string): number {
+  return Number(value) * ({ us: 0.001, ms: 1, s: 1000, m: 60_000 }[unit] ?? Number.NaN);
+}
+
+/** Parses `wrk --latency` output. */
+export function parseWrk(out: string): WrkResult {
+  const rps = Number(/Requests\/sec:\s+([\d.]+)/.exec(out)?.[1]);
+  const latency = (p: string) => {
+    const m = new RegExp(`^\\s+${p}%\\s+([\\d.]+)(us|ms|s|m)\\s*$`, 'm').exec(out);
+    return m ? toMs(m[1]!, m[2]!) : Number.NaN;
+  };
+  const requests = Number(/(\d+) requests in/.exec(out)?.[1]);
+  const non2xx = Number(/Non-2xx or 3xx responses:\s+(\d+)/.exec(out)?.[1] ?? 0);
+  const socketErrors = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(out);
+  const errors = non2xx + (socketErrors ? socketErrors.slice(1).reduce((n, v) => n + Number(v), 0) : 0);
+  if (errors > 0) process.stderr.write(`  wrk: ${non2xx} non-2xx, ${socketErrors?.[0] ?? 'no socket errors'}\n`);
+  if (!Number.isFinite(rps) || !Number.isFinite(requests)) throw new Error(`unexpected wrk output:\n${out}`);
+  return { rps, p50Ms: latency('50'), p99Ms: latency('99'), requests, errors };
+}
+
+async function childPids(pid: number): Promise<number[]> {
+  const text = await readFile(`/proc/${pid}/task/${pid}/children`, 'utf8').catch(() => '');
+  return [pid, ...text.trim().split(/\s+/).filter(Boolean).map(Number)];
+}
+
+async function sumOver(pids: number[], read: (pid: number) => Promise<number>): Promise<number> {
+  let total = 0;
+  for (const pid of pids) total += await read(pid);
+  return total;
+}
+
+/** One wrk run against one URL; CPU seconds and peak RSS of the target's processes meanwhile. */
+async function measure(target: Target, file: string): Promise<WrkResult & { cpuPer10k: number; peakRss: number }> {
+  const pids = await target.pids();
+  const cpuBefore = await sumOver(pids, cpuSeconds);
+  let peakRss = 0;
+  let sampling = true;
+  const sampler = (async () => {
+    while (sampling) {
+      peakRss = Math.max(peakRss, await sumOver(pids, rssBytes));
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  })();
+  const argv = ['-t1', `-c${CONNECTIONS}`, `-d${SECONDS}s`, '--latency'];
+  for (const [k, v] of Object.entries(target.headers)) argv.push('-H', `${k}: ${v}`);
+  argv.push(target.url(file));
+  const out = await run('wrk', argv);
+  sampling = false;
+  await sampler;
+  if (out.code !== 0) throw new Error(`wrk failed (${out.code}): ${out.stderr}`);
+  const result = parseWrk(out.stdout);
+  const cpu = (await sumOver(pids, cpuSeconds)) - cpuBefore;
+  return { ...result, cpuPer10k: (cpu / Math.max(1, result.requests)) * 10_000, peakRss };
+}
+
+async function waitForHttp(url: string, what: string, child: ChildProcess): Promise<void> {
+  for (let i = 0; ; i++) {
+    const ok = await fetch(url).then((r) => r.status < 500, () => false);
+    if (ok) return;
+    if (i > 600 || child.exitCode !== null) throw new Error(`${what} did not start`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+function put(url: string, file: string, headers: Record<string, string>): Promise<{ status: number; seconds: number }> {
+  return new Promise((resolve, reject) => {
+    const t0 = process.hrtime.bigint();
+    const req = http.request(url, { method: 'PUT', headers }, (res) => {
+      res.resume();
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, seconds: Number(process.hrtime.bigint() - t0) / 1e9 }));
+    });
+    req.on('error', reject);
+    createReadStream(file, { highWaterMark: MiB }).pipe(req);
+  });
+}
+
+async function main(): Promise<void> {
+  for (const tool of ['wrk', 'curl', 'redis-server']) {
+    if ((await run('sh', ['-c', `command -v ${tool}`])).code !== 0) throw new Error(`${tool} is not installed (Debian: apt-get install ${tool === 'redis-server' ? 'redis-server' : tool})`);
+  }
+  const work = await mkdtemp(path.join(os.tmpdir(), 'arkvory-small-'));
+  await chmod(work, 0o755);
+  const files = path.join(work, 'files');
+  const children: ChildProcess[] = [];
+  const log = pino({ level: 'silent' });
+  let embedded: Awaited<ReturnType<typeof startEmbeddedDatabase>> | undefined;
+  const adminUrl = args['database-url'] ?? (embedded = await startEmbeddedDatabase(path.join(work, 'pg'), log)).url;
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  const databases: string[] = [];
+  try {
+    await mkdir(files, { recursive: true });
+    for (const kib of SIZES_KIB) await writeFile(path.join(files, fileName(kib)), randomBytes(kib * KiB));
+    process.stderr.write(`writing a ${BIG_BYTES / MiB} MiB file under ${files}\n`);
+    const bigFile = path.join(files, 'big.bin');
+    const big = await open(bigFile, 'w');
+    const block = randomBytes(4 * MiB);
+    const bigHash = createHash('sha256');
+    for (let written = 0; written < BIG_BYTES; written += block.length) {
+      const part = block.subarray(0, Math.min(block.length, BIG_BYTES - written));
+      await big.write(part);
+      bigHash.update(part);
+    }
+    await big.close();
+    const bigDigest = `sha-256=:${bigHash.digest('base64')}:`;
+
+    const redisPort = await freeLoopbackPort();
+    const redis = spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    children.push(redis);
+    redis.stdout!.resume();
+    redis.stderr!.resume();
+
+    const rules = path.join(work, 'rate_limits.yaml');
+    await writeFile(
+      rules,
+      `rate_limits:
+  gateway_request:
+    - name: limit_requests_by_principal
+      description: "bench: counted in every request, never reached"
+      action: limit
+      characteristics: [principal]
+      limit: 1000000000
+      period_s: 60
+      match:
+        principal:
+          regex: "^[^<]"
+`,
+    );
+
+    // Two gateways, each with its own database and storage root (one writer per root).
+    const gateways: Array<{ target: Target; base: string; key: string }> = [];
+    for (const [name, redisUrl] of [['arkvory-redis', `redis://127.0.0.1:${redisPort}`], ['arkvory-memory', undefined]] as const) {
+      const db = `arkvory_small_${randomBytes(4).toString('hex')}`;
+      await admin.query(`CREATE DATABASE ${db}`);
+      databases.push(db);
+      const dbUrl = Object.assign(new URL(adminUrl), { pathname: `/${db}` }).toString();
+      const pool = new pg.Pool({ connectionString: dbUrl, max: 2 });
+      let key: string;
+      try {
+        await migrate(pool);
+        const store = new AdminStore(pool);
+        await store.createRepository('bench');
+        const principal = await store.createPrincipal('bench');
+        await store.addGrant(principal.id, 'bench', 'write');
+        key = (await store.createKey(principal.id, { scopes: ['read', 'write'] })).key;
+      } finally {
+        await pool.end();
+      }
+      const port = await freeLoopbackPort();
+      const base = `http://127.0.0.1:${port}`;
+      const spawnGateway = async (): Promise<ChildProcess> => {
+        const child = spawn(process.execPath, [path.join(ROOT, 'bin/arkvory.js'), 'serve'], {
+          cwd: ROOT,
+          env: {
+            PATH: process.env.PATH,
+            HOME: process.env.HOME,
+            ARKVORY_DATABASE_URL: dbUrl,
+            ARKVORY_DATA_DIR: path.join(work, name),
+            ARKVORY_PORT: String(port),
+            ARKVORY_LOG_LEVEL: 'warn',
+            ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2),
+            ARKVORY_MAX_DOWNLOADS: '256',
+            ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '128',
+            ARKVORY_ADMISSION_QUEUE_LENGTH: '1024',
+            ARKVORY_RATE_LIMITS_FILE: rules,
+            ...(redisUrl ? { ARKVORY_REDIS_URL: redisUrl } : {}),
+            ...(process.env.ARKVORY_BENCH_NODE_OPTIONS ? { NODE_OPTIONS: process.env.ARKVORY_BENCH_NODE_OPTIONS } : {}),
+          },
+          stdio: ['ignore', 'pipe', 'pipe'],
+        });
+        children.push(child);
+        child.stdout!.resume();
+        child.stderr!.on('data', (d: Buffer) => process.stderr.write(`[${name}] ${d.toString()}`));
+        await waitForHttp(`${base}/health/status`, name, child);
+        return child;
+      };
+      let child = await spawnGateway();
+      for (const file of [...SIZES_KIB.map(fileName), 'big.bin']) {
+        const { status } = await put(`${base}/api/v1/repositories/bench/artifacts/${file}`, path.join(files, file), { authorization: `Bearer ${key}` });
+        if (status !== 201) throw new Error(`${name}: upload of ${file} answered ${status}`);
+      }
+      // Restarted, so the figures (RSS above all) carry nothing over from the uploads.
+      child.kill('SIGTERM');
+      await new Promise((r) => child.once('exit', r));
+      child = await spawnGateway();
+      const running = child;
+      gateways.push({
+        base,
+        key,
+        target: { name, url: (file) => `${base}/api/v1/repositories/bench/artifacts/${file}/content`, headers: { authorization: `Bearer ${key}` }, pids: async () => [running.pid!] },
+      });
+    }
+
+    const basePort = await freeLoopbackPort();
+    const baseline = spawn(process.execPath, [path.join(ROOT, 'bench/content-node-baseline.ts'), files, String(basePort)], { stdio: ['ignore', 'pipe', 'pipe'] });
+    children.push(baseline);
+    await waitForHttp(`http://127.0.0.1:${basePort}/${fileName(SIZES_KIB[0]!)}`, 'node baseline', baseline);
+    const targets: Target[] = [...gateways.map((g) => g.target), { name: 'node-baseline', url: (file) => `http://127.0.0.1:${basePort}/${file}`, headers: {}, pids: async () => [baseline.pid!] }];
+
+    const nginxBin = ['/usr/sbin/nginx', '/usr/local/sbin/nginx'].find((p) => existsSync(p));
+    let nginxPort: number | undefined;
+    if (nginxBin) {
+      nginxPort = await freeLoopbackPort();
+      const prefix = path.join(work, 'nginx');
+      await mkdir(path.join(prefix, 'dav'), { recursive: true });
+      await chmod(prefix, 0o777);
+      await chmod(path.join(prefix, 'dav'), 0o777);
+      const conf = path.join(prefix, 'nginx.conf');
+      await writeFile(
+        conf,
+        `daemon off; worker_processes auto; pid ${prefix}/nginx.pid; error_log ${prefix}/error.log;
+events { worker_connections 1024; }
+http { access_log off; sendfile on; tcp_nopush on; client_body_temp_path ${prefix}/dav; proxy_temp_path ${prefix}/proxy;
+  fastcgi_temp_path ${prefix}/fastcgi; uwsgi_temp_path ${prefix}/uwsgi; scgi_temp_path ${prefix}/scgi;
+  server { listen 127.0.0.1:${nginxPort}; root ${files};
+    location /dav/ { root ${prefix}; dav_methods PUT DELETE; create_full_put_path on; client_max_body_size 0; } } }
+`,
+      );
+      const nginx = spawn(nginxBin, ['-c', conf, '-p', prefix], { stdio: ['ignore', 'pipe', 'pipe'] });
+      children.push(nginx);
+      await waitForHttp(`http://127.0.0.1:${nginxPort}/${fileName(SIZES_KIB[0]!)}`, 'nginx', nginx);
+      targets.push({ name: 'nginx', url: (file) => `http://127.0.0.1:${nginxPort}/${file}`, headers: {}, pids: () => childPids(nginx.pid!) });
+    } else {
+      process.stderr.write('nginx not installed (Debian: apt-get install nginx-light): skipping the nginx column\n');
+    }
+
+    if (args.servers) targets.splice(0, targets.length, ...targets.filter((t) => args.servers!.split(',').includes(t.name)));
+    if (!targets.some((t) => t.name === 'node-baseline')) throw new Error('--servers must include node-baseline (the ratios are against it)');
+    // Warm the page cache and every server's caches.
+    for (const t of targets) for (const kib of SIZES_KIB) await measureOnce(t, fileName(kib));
+    await curl(targets.at(-1)!.url('big.bin'), {});
+
+    type Row = { rps: number[]; p50: number[]; p99: number[]; cpu: number[]; rss: number[]; errors: number };
+    const results = new Map<string, Row>();
+    const rowOf = (t: string, kib: number) => {
+      const id = `${t}|${kib}`;
+      if (!results.has(id)) results.set(id, { rps: [], p50: [], p99: [], cpu: [], rss: [], errors: 0 });
+      return results.get(id)!;
+    };
+    const bigRates = new Map<string, number[]>(targets.map((t) => [t.name, []]));
+    const uploads = new Map<string, number[]>([['arkvory', []], ['nginx-webdav', []]]);
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const kib of SIZES_KIB) {
+        for (const t of targets) {
+          const r = await measure(t, fileName(kib));
+          const row = rowOf(t.name, kib);
+          row.rps.push(r.rps);
+          row.p50.push(r.p50Ms);
+          row.p99.push(r.p99Ms);
+          row.cpu.push(r.cpuPer10k);
+          row.rss.push(r.peakRss);
+          row.errors += r.errors;
+          process.stderr.write(`round ${round + 1}/${ROUNDS} ${kib} KiB ${t.name}: ${r.rps.toFixed(0)} req/s p50 ${r.p50Ms.toFixed(2)} ms p99 ${r.p99Ms.toFixed(2)} ms, ${r.cpuPer10k.toFixed(2)} CPU-s/10k${r.errors ? `, ${r.errors} errors` : ''}\n`);
+        }
+      }
+      for (const t of targets) {
+        const res = await curl(t.url('big.bin'), t.headers);
+        if (res.status !== 200 || res.bytes !== BIG_BYTES) throw new Error(`${t.name}: 1 GiB download got ${res.status} with ${res.bytes} bytes`);
+        bigRates.get(t.name)!.push(BIG_BYTES / MiB / res.seconds);
+      }
+      if (args.upload) {
+        const g = gateways[0]!;
+        const up = await put(`${g.base}/api/v1/repositories/bench/artifacts/upload-${round}.bin`, bigFile, { authorization: `Bearer ${g.key}`, 'content-digest': bigDigest, 'content-length': String(BIG_BYTES) });
+        if (up.status !== 201) throw new Error(`gateway upload answered ${up.status}`);
+        uploads.get('arkvory')!.push(BIG_BYTES / MiB / up.seconds);
+        if (nginxPort) {
+          const dav = await put(`http://127.0.0.1:${nginxPort}/dav/upload-${round}.bin`, bigFile, { 'content-length': String(BIG_BYTES) });
+          if (dav.status !== 201 && dav.status !== 204) throw new Error(`nginx WebDAV PUT answered ${dav.status}`);
+          uploads.get('nginx-webdav')!.push(BIG_BYTES / MiB / dav.seconds);
+          await rm(path.join(work, 'nginx', 'dav', `upload-${round}.bin`), { force: true });
+        }
+      }
+    }
+
+    console.log(`\nbench/small-objects.ts: wrk -t1 -c${CONNECTIONS} -d${SECONDS}s, medians of ${ROUNDS} interleaved rounds, ${os.cpus().length} CPUs, load average ${os.loadavg().map((l) => l.toFixed(1)).join(' ')}`);
+    for (const kib of SIZES_KIB) {
+      const base = rowOf('node-baseline', kib);
+      console.log(`\n${kib} KiB`);
+      console.table(
+        targets.map((t) => {
+          const r = rowOf(t.name, kib);
+          return {
+            server: t.name,
+            'req/s': Math.round(median(r.rps)),
+            'p50 ms': Number(median(r.p50).toFixed(2)),
+            'p99 ms': Number(median(r.p99).toFixed(2)),
+            'CPU-s/10k': Number(median(r.cpu).toFixed(2)),
+            'peak RSS MiB': Number((Math.max(...r.rss) / MiB).toFixed(1)),
+            '× baseline req/s': Number((median(r.rps) / median(base.rps)).toFixed(2)),
+            errors: r.errors,
+          };
+        }),
+      );
+    }
+    const baseBig = median(bigRates.get('node-baseline')!);
+    console.log(`\n${BIG_BYTES / MiB} MiB, one stream (curl)`);
+    console.table(targets.map((t) => ({ server: t.name, 'MiB/s': Math.round(median(bigRates.get(t.name)!)), '× baseline': Number((median(bigRates.get(t.name)!) / baseBig).toFixed(2)) })));
+    if (args.upload) {
+      const gw = median(uploads.get('arkvory')!);
+      const dav = uploads.get('nginx-webdav')!.length > 0 ? median(uploads.get('nginx-webdav')!) : Number.NaN;
+      console.log(`\n${BIG_BYTES / MiB} MiB PUT: gateway ${gw.toFixed(0)} MiB/s (digest checked, fsync before publish), nginx WebDAV ${dav.toFixed(0)} MiB/s, ratio ${(gw / dav).toFixed(2)}×`);
+    }
+  } finally {
+    for (const child of children) child.kill('SIGTERM');
+    await new Promise((r) => setTimeout(r, 500));
+    for (const db of databases) await admin.query(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).catch(() => {});
+    await admin.end();
+    await embedded?.stop();
+    await rm(work, { recursive: true, force: true });
+  }
+}
+
+/** One short request, to warm a server (not measured). */
+async function measureOnce(target: Target, file: string): Promise<void> {
+  const res = await curl(target.url(file), target.headers);
+  if (res.status !== 200) throw new Error(`${target.name}: ${file} answered ${res.status}`);
+}
+
+await main();

@@ -1,0 +1,230 @@
+/**
+ * `download`: fetches one object to a file through one or more gateways, resuming after any cut.
+ *
+ * Bytes go to `<output>.partial`, with `<output>.partial.json` holding the strong ETag they belong
+ * to, so even a killed process resumes. Every retry asks `Range: bytes=<held>-` with `If-Range:
+ * <etag>`: if the object changed the gateway answers 200 and the file starts over. A 502/503/504
+ * (`lease_lost`, `unavailable`) or a dropped connection moves to the next URL (mirrors, or a router
+ * that picks another gateway); a 429 waits `Retry-After` on the same one. When the last byte is in,
+ * the whole file is hashed against the digest the gateway published and only then renamed to
+ * `output`: a corrupt file never appears under the final name.
+ */
+import { createHash, type Hash } from 'node:crypto';
+import { createReadStream, createWriteStream } from 'node:fs';
+import { constants } from 'node:fs';
+import { access, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { Transform } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { setTimeout as sleepFor } from 'node:timers/promises';
+import { request, type Dispatcher } from 'undici';
+import { ArkvoryClientError, gatewayError } from './errors.ts';
+import type { Progress } from './progress.ts';
+import { backoffMs, decide, mirrorUrl, retryAfterMs } from './retry-decision.ts';
+
+export interface DownloadOptions {
+  /** The object's content URL (a gateway, a router, or a pre-signed link). */
+  readonly url: string;
+  /** Other gateways (origins, or full URLs) tried in turn when one fails. */
+  readonly mirrors?: readonly string[];
+  readonly output: string;
+  /** API key, sent as Bearer; omit for a pre-signed link. */
+  readonly key?: string | undefined;
+  readonly signal?: AbortSignal;
+  /** Called at most every `progressIntervalMs` and once at the end. */
+  readonly onProgress?: (progress: Progress) => void;
+  readonly progressIntervalMs?: number;
+  /** Consecutive attempts that gain no byte before giving up (default 12). */
+  readonly maxStalledAttempts?: number;
+  /** Longest wait a Retry-After may impose (default 60 s). */
+  readonly maxRetryAfterMs?: number;
+  /** Longest silence inside a body before the connection counts as dropped (default 30 s). */
+  readonly bodyTimeoutMs?: number;
+  readonly dispatcher?: Dispatcher;
+  /** Injected for tests: time, and how to wait. */
+  readonly now?: () => number;
+  readonly sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
+}
+
+export interface DownloadResult {
+  readonly path: string;
+  readonly bytes: number;
+  readonly sha256: string;
+  /** Requests made, and how many of them resumed from an offset. */
+  readonly attempts: number;
+  readonly resumes: number;
+}
+
+interface PartialState {
+  etag: string;
+  total: number;
+  digestHex: string | undefined;
+}
+
+/** Failures of the local file system are the caller's to fix, never a reason to try another gateway. */
+const FILE_SYSCALLS = new Set(['open', 'write', 'rename', 'unlink', 'fstat', 'stat', 'access', 'mkdir', 'close', 'ftruncate']);
+
+const defaultSleep = (ms: number, signal?: AbortSignal) => sleepFor(ms, undefined, signal ? { signal } : undefined);
+
+async function sizeOf(file: string): Promise<number> {
+  return stat(file).then((s) => s.size, () => 0);
+}
+
+/** A running sha256 of the first `bytes` bytes of a file (all of it when `bytes` is undefined). */
+async function hashPrefix(file: string, bytes?: number): Promise<Hash> {
+  const hash = createHash('sha256');
+  if (bytes === 0) return hash;
+  for await (const chunk of createReadStream(file, bytes === undefined ? {} : { end: bytes - 1 })) hash.update(chunk as Buffer);
+  return hash;
+}
+
+async function readState(file: string): Promise<PartialState | undefined> {
+  try {
+    const state = JSON.parse(await readFile(file, 'utf8')) as PartialState;
+    return typeof state.etag === 'string' && Number.isSafeInteger(state.total) ? state : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export async function download(options: DownloadOptions): Promise<DownloadResult> {
+  const urls = [options.url, ...(options.mirrors ?? []).map((m) => mirrorUrl(options.url, m))];
+  const now = options.now ?? Date.now;
+  const sleep = options.sleep ?? defaultSleep;
+  const partial = `${options.output}.partial`;
+  const stateFile = `${partial}.json`;
+  const maxStalled = options.maxStalledAttempts ?? 12;
+  const started = now();
+  await access(path.dirname(path.resolve(options.output)), constants.W_OK);
+
+  let state = await readState(stateFile);
+  let held = state ? await sizeOf(partial) : 0;
+  if (!state) await rm(partial, { force: true });
+  const heldAtStart = held;
+  let which = 0;
+  let attempts = 0;
+  let resumes = 0;
+  let stalled = 0;
+  let lastError: unknown;
+  let lastReport = Number.NEGATIVE_INFINITY;
+  // The whole-file digest is computed as bytes arrive; only bytes held from before (a resumed run,
+  // or a cut that lost counted bytes) are read back from disk.
+  let hash: Hash | undefined;
+  let hashed = 0;
+  const report = (done: boolean, force = false) => {
+    const t = now();
+    if (!options.onProgress || (!force && t - lastReport < (options.progressIntervalMs ?? 250))) return;
+    lastReport = t;
+    options.onProgress({ bytes: held, total: state?.total ?? -1, transferred: held - heldAtStart, elapsedMs: t - started, attempt: attempts, url: urls[which]!, done });
+  };
+
+  for (;;) {
+    if (options.signal?.aborted) throw new ArkvoryClientError('aborted', undefined, { cause: options.signal.reason });
+    if (state && held === state.total) break;
+    if (stalled >= maxStalled) throw new ArkvoryClientError('gave_up', `No progress after ${stalled} attempts; last error: ${(lastError as Error)?.message ?? 'none'}`, { cause: lastError });
+    const url = urls[which]!;
+    const headers: Record<string, string> = {};
+    if (options.key) headers.authorization = `Bearer ${options.key}`;
+    if (held > 0 && state) {
+      headers.range = `bytes=${held}-`;
+      headers['if-range'] = state.etag;
+      resumes++;
+    }
+    attempts++;
+    const before = held;
+    let failover = false;
+    try {
+      const res = await request(url, {
+        method: 'GET',
+        headers,
+        ...(options.signal ? { signal: options.signal } : {}),
+        ...(options.dispatcher ? { dispatcher: options.dispatcher } : {}),
+        headersTimeout: options.bodyTimeoutMs ?? 30_000,
+        bodyTimeout: options.bodyTimeoutMs ?? 30_000,
+      });
+      const decision = decide(res.statusCode, res.headers, held);
+      switch (decision.kind) {
+        case 'body': {
+          if (!decision.etag) {
+            await res.body.dump();
+            throw new ArkvoryClientError('protocol', 'The gateway sent no strong ETag; the download cannot be resumed safely.', { status: res.statusCode });
+          }
+          if (decision.offset === 0 && held > 0) held = 0;
+          state = { etag: decision.etag, total: decision.total, digestHex: decision.digestHex };
+          await writeFile(stateFile, JSON.stringify(state));
+          if (!hash || hashed !== decision.offset) {
+            hash = await hashPrefix(partial, decision.offset);
+            hashed = decision.offset;
+          }
+          const running = hash;
+          const counter = new Transform({
+            transform(chunk: Buffer, _enc, done) {
+              running.update(chunk);
+              hashed += chunk.length;
+              held += chunk.length;
+              report(false);
+              done(null, chunk);
+            },
+          });
+          try {
+            await pipeline(res.body, counter, createWriteStream(partial, decision.offset === 0 ? { flags: 'w' } : { flags: 'r+', start: decision.offset }));
+          } finally {
+            // What is on disk is the truth (a chunk counted may not have been written).
+            held = await sizeOf(partial);
+          }
+          break;
+        }
+        case 'complete':
+          // The range starts at the end: what we hold is the whole (a body without a length ends here).
+          await res.body.dump();
+          if (state) state = { ...state, total: held };
+          break;
+        case 'restart':
+          await res.body.dump();
+          await rm(partial, { force: true });
+          held = 0;
+          state = undefined;
+          break;
+        case 'wait': {
+          await res.body.dump();
+          const ms = retryAfterMs(res.headers, now(), 1000, options.maxRetryAfterMs ?? 60_000);
+          await sleep(ms, options.signal);
+          break;
+        }
+        case 'failover':
+          lastError = gatewayError(res.statusCode, await res.body.text());
+          failover = true;
+          break;
+        case 'fail':
+          throw gatewayError(res.statusCode, await res.body.text());
+      }
+    } catch (err) {
+      if (options.signal?.aborted) throw new ArkvoryClientError('aborted', undefined, { cause: err });
+      if (err instanceof ArkvoryClientError && !failover) throw err;
+      if (FILE_SYSCALLS.has(String((err as NodeJS.ErrnoException).syscall))) throw err;
+      // A dropped connection, a reset, a timeout: this gateway failed us; try the next one.
+      lastError = err;
+      failover = true;
+    }
+    if (held > before || (state && held === state.total)) stalled = 0;
+    else stalled++;
+    if (failover) {
+      which = (which + 1) % urls.length;
+      // A full lap over every gateway without progress: back off before the next lap.
+      if (stalled > 0 && which === 0) await sleep(backoffMs(Math.ceil(stalled / urls.length)), options.signal);
+    }
+  }
+
+  if (!state) throw new ArkvoryClientError('protocol', 'The download ended without a representation.');
+  const sha256 = (hash && hashed === held ? hash : await hashPrefix(partial)).digest('hex');
+  if (state.digestHex && sha256 !== state.digestHex) {
+    await rm(partial, { force: true });
+    await rm(stateFile, { force: true });
+    throw new ArkvoryClientError('digest_mismatch', `The file hashes to sha256 ${sha256}, the gateway published ${state.digestHex}; the partial file was removed.`);
+  }
+  if (!state.digestHex) throw new ArkvoryClientError('protocol', 'The gateway published no digest to verify the file against.');
+  await rename(partial, options.output);
+  await rm(stateFile, { force: true });
+  report(true, true);
+  return { path: options.output, bytes: held, sha256, attempts, resumes };
+}

@@ -1,0 +1,320 @@
+/**
+ * The resuming client (SDK and `arkvory get`) against real gateways: it waits out a 429 `busy`,
+ * refuses a file that does not match the published digest, resumes after the CLI itself was
+ * killed, fetches a pre-signed link made by `arkvory presign`, and — in the shared profile with a
+ * router in front of a writer and a reader — survives the gateway serving it being killed, both
+ * through the router and through `--mirror`. Every download is compared byte for byte.
+ */
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdtemp, open, readFile, rm, stat } from 'node:fs/promises';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { freeLoopbackPort } from '../proxy/embedded-database.ts';
+import { bearer, createRepository, createServiceAccount } from '../test/support/auth.ts';
+import { contentDigest, randomContent, request, sha256 } from '../test/support/content.ts';
+import { createTestDatabase, type TestDatabase } from '../test/support/database.ts';
+import { CLI, ROOT, makeTempDir, runCli, startGateway, type GatewayProcess } from '../test/support/gateway.ts';
+import { ArkvoryClientError, download } from './index.ts';
+
+const MiB = 1024 * 1024;
+let dir: string;
+
+beforeAll(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'arkvory-get-'));
+});
+afterAll(async () => {
+  if (dir) await rm(dir, { recursive: true, force: true });
+});
+
+async function put(gw: GatewayProcess, key: string, p: string, body: Buffer): Promise<void> {
+  const res = await request(`${gw.url}${p}`, { method: 'PUT', headers: { ...bearer(key), 'content-digest': contentDigest(body) }, body });
+  expect(res.status, res.body.toString()).toBe(201);
+}
+
+describe('arkvory get against one gateway', () => {
+  let db: TestDatabase & { drop(): Promise<void> };
+  let gw: GatewayProcess;
+  let key: string;
+  const file = randomContent(6 * MiB + 777);
+  const target = '/api/v1/repositories/dl/artifacts/file.bin';
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    await createRepository(db.pool, 'dl');
+    ({ key } = await createServiceAccount(db.pool, { grants: { dl: 'write' } }));
+    // One download per principal at a time and no queue: a second one is 429 busy (Retry-After: 1).
+    gw = await startGateway({
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '1', ARKVORY_ADMISSION_QUEUE_LENGTH: '0', ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(4 * MiB) },
+      timeoutMs: 60_000,
+    });
+    await put(gw, key, target, file);
+  });
+  afterAll(async () => {
+    await gw?.stop();
+    await db?.drop();
+  });
+
+  it('waits Retry-After on a 429 and then downloads the exact bytes', async () => {
+    // A download of the same principal holds the only slot for about 1.5 s.
+    const blocker = new Promise<number>((resolve, reject) => {
+      http
+        .get(`${gw.url}${target}/content`, { headers: bearer(key), agent: false }, (res) => {
+          let n = 0;
+          res.on('data', (c: Buffer) => (n += c.length));
+          res.on('end', () => resolve(n));
+        })
+        .on('error', reject);
+    });
+    await sleep(300);
+    const waits: number[] = [];
+    const output = path.join(dir, 'after-429.bin');
+    const result = await download({ url: `${gw.url}${target}/content`, output, key, sleep: async (ms) => (waits.push(ms), sleep(ms)) });
+    expect(await blocker).toBe(file.length);
+    expect(waits[0]).toBe(1000);
+    expect(result.attempts).toBeGreaterThanOrEqual(2);
+    expect(sha256(await readFile(output))).toBe(sha256(file));
+    expect(existsSync(`${output}.partial`)).toBe(false);
+    expect(gw.logLines().some((l) => l.msg === 'request' && l.status === 429 && l.route === '/api/v1/repositories/:repo/artifacts/:id/content')).toBe(true);
+  });
+
+  it('charges a pre-signed link to its principal: it holds that principal\'s only download slot', async () => {
+    const made = await runCli(['presign', 'dl', 'file.bin'], { ARKVORY_URL: gw.url, ARKVORY_KEY: key });
+    expect(made.code, made.stderr).toBe(0);
+    const link = (JSON.parse(made.stdout) as { url: string }).url;
+    const viaLink = new Promise<number>((resolve, reject) => {
+      http
+        .get(link, { agent: false }, (res) => {
+          let n = 0;
+          res.on('data', (c: Buffer) => (n += c.length));
+          res.on('end', () => resolve(n));
+        })
+        .on('error', reject);
+    });
+    await sleep(300);
+    const refused = await request(`${gw.url}${target}/content`, { headers: bearer(key) });
+    expect(refused.status).toBe(429);
+    expect(JSON.parse(refused.body.toString()).code).toBe('busy');
+    expect(refused.headers['retry-after']).toBe('1');
+    expect(await viaLink).toBe(file.length);
+  });
+
+  it('stops a download when its AbortSignal fires, with the code `aborted`', async () => {
+    const controller = new AbortController();
+    const output = path.join(dir, 'aborted.bin');
+    const error = await download({ url: `${gw.url}${target}/content`, output, key, signal: controller.signal, progressIntervalMs: 0, onProgress: (p) => p.bytes > 0 && controller.abort() }).catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'aborted' });
+    expect(existsSync(output)).toBe(false);
+  });
+
+  it('never leaves a file that does not match the published digest under the final name', async () => {
+    const bad = randomContent(200_000);
+    await put(gw, key, '/api/v1/repositories/dl/artifacts/rotten.bin', bad);
+    // Flip one byte of the stored blob behind the gateway's back (same size, so it still serves it).
+    const hex = sha256(bad);
+    const blob = path.join(gw.dataDir, 'blobs', 'sha256', hex.slice(0, 2), hex.slice(2, 4), hex);
+    const handle = await open(blob, 'r+');
+    await handle.write(Buffer.from([bad[1000]! ^ 0xff]), 0, 1, 1000);
+    await handle.close();
+    const output = path.join(dir, 'rotten.bin');
+    const error = await download({ url: `${gw.url}/api/v1/repositories/dl/artifacts/rotten.bin/content`, output, key }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ArkvoryClientError);
+    expect((error as ArkvoryClientError).code).toBe('digest_mismatch');
+    expect(existsSync(output)).toBe(false);
+    expect(existsSync(`${output}.partial`)).toBe(false);
+  });
+
+  it('carries the gateway code in its errors', async () => {
+    const error = await download({ url: `${gw.url}/api/v1/repositories/dl/artifacts/none/content`, output: path.join(dir, 'none.bin'), key }).catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'not_found', status: 404 });
+    const denied = await download({ url: `${gw.url}${target}/content`, output: path.join(dir, 'denied.bin'), key: `ark_${'a'.repeat(16)}_${'B'.repeat(43)}` }).catch((e: unknown) => e);
+    expect(denied).toMatchObject({ code: 'unauthorized', status: 401 });
+  });
+
+  it('resumes after `arkvory get` itself was killed, with JSON progress lines when not on a terminal', async () => {
+    const output = path.join(dir, 'killed.bin');
+    const env = { ARKVORY_URL: gw.url, ARKVORY_KEY: key };
+    const child = spawn(process.execPath, [CLI, 'get', 'dl/file.bin', '-o', output], { env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env }, cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const exited = new Promise((resolve) => child.on('exit', resolve));
+    const deadline = Date.now() + 30_000;
+    while (((await stat(`${output}.partial`).catch(() => undefined))?.size ?? 0) < MiB) {
+      if (Date.now() > deadline) throw new Error(`no partial file appeared:\n${stderr}`);
+      await sleep(50);
+    }
+    child.kill('SIGKILL');
+    await exited;
+    const partial = (await stat(`${output}.partial`)).size;
+    expect(partial).toBeLessThan(file.length);
+    expect(existsSync(output)).toBe(false);
+    const resumed = await runCli(['get', 'dl/file.bin', '-o', output], env);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    const result = JSON.parse(resumed.stdout) as { resumes: number; bytes: number; sha256: string };
+    expect(result.resumes).toBeGreaterThanOrEqual(1);
+    expect(result.sha256).toBe(sha256(file));
+    expect(sha256(await readFile(output))).toBe(sha256(file));
+    const lines = resumed.stderr.trim().split('\n').map((l) => JSON.parse(l) as { event: string; bytes: number; total: number });
+    expect(lines.at(-1)).toMatchObject({ event: 'done', bytes: file.length, total: file.length });
+    // The resumed run asked only for the rest: 206 from the offset it held.
+    expect(gw.logLines().some((l) => l.msg === 'request' && l.status === 206)).toBe(true);
+  });
+
+  it('`--mirror`: a refused first gateway sends the CLI to the mirror; on a terminal it draws a bar with rate and ETA', async () => {
+    const output = path.join(dir, 'mirrored.bin');
+    const dead = `http://127.0.0.1:${await freeLoopbackPort()}`;
+    const got = await runCli(['get', `${dead}${target}/content`, '--mirror', 'http://127.0.0.1:9', '--mirror', gw.url, '-o', output], { ARKVORY_KEY: key });
+    expect(got.code, got.stderr).toBe(0);
+    expect(sha256(await readFile(output))).toBe(sha256(file));
+    // A pseudo-terminal (util-linux `script`): the progress is one redrawn bar, not JSON lines.
+    const tty = path.join(dir, 'tty.bin');
+    const command = [process.execPath, CLI, 'get', 'dl/file.bin', '-o', tty].map((a) => `'${a}'`).join(' ');
+    const drawn = await new Promise<{ code: number | null; out: string }>((resolve, reject) => {
+      const child = spawn('script', ['-qfec', command, '/dev/null'], { env: { PATH: process.env.PATH, HOME: process.env.HOME, TERM: 'dumb', ARKVORY_URL: gw.url, ARKVORY_KEY: key }, stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      child.on('error', reject);
+      child.on('close', (code) => resolve({ code, out }));
+    });
+    expect(drawn.code, drawn.out).toBe(0);
+    expect(drawn.out).toMatch(/\r\[#+\.*\] +\d+% [\d.]+ \w+\/6\.0 MiB [\d.]+ \w+\/s ETA \d\d:\d\d/);
+    expect(drawn.out).toContain('100%');
+    expect(drawn.out).not.toContain('"event"');
+    expect(sha256(await readFile(tty))).toBe(sha256(file));
+  });
+
+  it('fetches a link made by `arkvory presign` with no key', async () => {
+    const made = await runCli(['presign', 'dl', 'file.bin', '--expires', '10m'], { ARKVORY_URL: gw.url, ARKVORY_KEY: key });
+    expect(made.code, made.stderr).toBe(0);
+    const link = JSON.parse(made.stdout) as { url: string; expiresAt: string; methods: string[] };
+    expect(link.methods).toEqual(['GET', 'HEAD']);
+    expect(Date.parse(link.expiresAt) - Date.now()).toBeLessThanOrEqual(600_000);
+    const output = path.join(dir, 'linked.bin');
+    const got = await runCli(['get', link.url, '-o', output], {});
+    expect(got.code, got.stderr).toBe(0);
+    expect(sha256(await readFile(output))).toBe(sha256(file));
+    expect(got.stderr).not.toContain('X-Arkvory-Signature');
+    const refused = await runCli(['presign', 'dl', 'file.bin', '--expires', '30d'], { ARKVORY_URL: gw.url, ARKVORY_KEY: key });
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/^arkvory: invalid_request: /);
+  });
+});
+
+describe('arkvory get across a killed gateway (shared profile, router in front)', () => {
+  const SLOTS = 2;
+  /** 1 MiB/s per gateway: an 5 MiB download lasts about 5 s, long enough to kill its gateway. */
+  const RATE = SLOTS * MiB;
+  const file = randomContent(5 * MiB + 4321);
+  const contentPath = '/api/v1/repositories/shared/artifacts/big.bin/content';
+  let db: TestDatabase;
+  let dataDir: string;
+  let key: string;
+
+  async function gatewayEnv(role: 'api' | 'reader', slot: number): Promise<Record<string, string>> {
+    const port = await freeLoopbackPort();
+    return {
+      ARKVORY_PORT: String(port),
+      ARKVORY_ADVERTISE_URL: `http://127.0.0.1:${port}`,
+      ARKVORY_DATABASE_URL: db.url,
+      ARKVORY_REDIS_URL: inject('redisUrl'),
+      ARKVORY_ROLE: role,
+      ARKVORY_GATEWAY_SLOTS: String(SLOTS),
+      ARKVORY_GATEWAY_SLOT: String(slot),
+      ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(RATE),
+    };
+  }
+
+  async function activeDownloads(gw: GatewayProcess): Promise<number> {
+    const res = await request(`${gw.url}/health/ready`, { headers: bearer(key) }).catch(() => undefined);
+    if (!res || res.status !== 200) return 0;
+    return (JSON.parse(res.body.toString()) as { transfers: { downloads: { active: number } } }).transfers.downloads.active;
+  }
+
+  /** A fresh database and storage root, a writer and a reader on it, and the file published. */
+  async function cluster(): Promise<{ writer: GatewayProcess; reader: GatewayProcess }> {
+    const fresh = await createTestDatabase();
+    databases.push(fresh);
+    db = fresh;
+    dataDir = await makeTempDir();
+    await createRepository(db.pool, 'shared');
+    ({ key } = await createServiceAccount(db.pool, { grants: { shared: 'write' } }));
+    const writer = await startGateway({ env: await gatewayEnv('api', 0), dataDir, timeoutMs: 90_000 });
+    const reader = await startGateway({ env: await gatewayEnv('reader', 1), dataDir, timeoutMs: 90_000 });
+    await put(writer, key, '/api/v1/repositories/shared/artifacts/big.bin', file);
+    return { writer, reader };
+  }
+
+  /** Downloads `url` (plus mirrors); once 1 MiB is in, SIGKILLs whichever gateway is serving it. */
+  async function downloadKillingServer(url: string, mirrors: string[], gateways: GatewayProcess[], output: string) {
+    let killed: GatewayProcess | undefined;
+    let killing: Promise<void> | undefined;
+    const result = await download({
+      url,
+      mirrors,
+      output,
+      key,
+      progressIntervalMs: 0,
+      onProgress: (p) => {
+        if (killing || p.bytes < MiB) return;
+        killing = (async () => {
+          for (const gw of gateways) {
+            if ((await activeDownloads(gw)) > 0) {
+              killed = gw;
+              await gw.stop('SIGKILL');
+              return;
+            }
+          }
+        })();
+      },
+    });
+    await killing;
+    return { result, killed };
+  }
+
+  const databases: Array<{ drop(): Promise<void> }> = [];
+  afterAll(async () => {
+    for (const d of databases) await d.drop();
+  });
+
+  it('through the router: the serving gateway is SIGKILLed mid-download and the client resumes on the other', async () => {
+    const { writer, reader } = await cluster();
+    const router = await startGateway({ env: { ARKVORY_ROLE: 'router', ARKVORY_DATABASE_URL: db.url, ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: '300', ARKVORY_ROUTER_CONNECT_TIMEOUT_MILLISECONDS: '1000' }, timeoutMs: 90_000 });
+    // Both gateways in the router's pool before the download starts.
+    const deadline = Date.now() + 20_000;
+    while ((JSON.parse((await request(`${router.url}/health/status`)).body.toString()) as { backends: { healthy: number } }).backends.healthy < 2) {
+      if (Date.now() > deadline) throw new Error('router never saw both gateways');
+      await sleep(100);
+    }
+    // A link made through the router (POST → the writer) works through the router (GET → any gateway).
+    const made = await request(`${router.url}/api/v1/repositories/shared/artifacts/big.bin/presign`, { method: 'POST', headers: bearer(key) });
+    expect(made.status, made.body.toString()).toBe(201);
+    const link = JSON.parse(made.body.toString()) as { url: string; path: string };
+    expect(link.url).toBe(`${router.url}${link.path}`);
+    const head = await request(link.url, { method: 'HEAD' });
+    expect(head.status).toBe(200);
+    expect(head.headers['content-length']).toBe(String(file.length));
+    for (const gw of [router, writer, reader]) expect(gw.logs()).not.toContain(link.path.slice(link.path.indexOf('X-Arkvory-Signature=')));
+    const output = path.join(dir, 'via-router.bin');
+    const { result, killed } = await downloadKillingServer(`${router.url}${contentPath}`, [], [writer, reader], output);
+    expect(killed, 'a gateway was serving the download and was killed').toBeDefined();
+    expect(result.resumes).toBeGreaterThanOrEqual(1);
+    expect(sha256(await readFile(output))).toBe(sha256(file));
+    await router.stop();
+    for (const gw of [writer, reader]) await gw.stop();
+  });
+
+  it('with --mirror: the first gateway is SIGKILLed mid-download and the client moves to the mirror', async () => {
+    const { writer, reader } = await cluster();
+    const output = path.join(dir, 'via-mirror.bin');
+    const { result, killed } = await downloadKillingServer(`${reader.url}${contentPath}`, [writer.url], [reader], output);
+    expect(killed).toBe(reader);
+    expect(result.resumes).toBeGreaterThanOrEqual(1);
+    expect(sha256(await readFile(output))).toBe(sha256(file));
+    const onWriter = writer.logLines().filter((l) => l.msg === 'request' && l.route === '/api/v1/repositories/:repo/artifacts/:id/content' && l.status === 206);
+    expect(onWriter.length).toBeGreaterThanOrEqual(1);
+    await writer.stop();
+  });
+});

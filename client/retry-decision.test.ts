@@ -1,0 +1,47 @@
+import { describe, expect, it } from 'vitest';
+import { backoffMs, decide, mirrorUrl, publishedSha256, retryAfterMs, strongEtag } from './retry-decision.ts';
+
+const SHA = 'ab'.repeat(32);
+const REPR = `sha-256=:${Buffer.from(SHA, 'hex').toString('base64')}:`;
+
+describe('resuming client decisions', () => {
+  it('keeps a 206 that starts at the offset, and restarts on a 200 to a ranged request', () => {
+    expect(decide(206, { 'content-range': 'bytes 100-999/1000', etag: `"${SHA}"`, 'repr-digest': REPR }, 100)).toEqual({ kind: 'body', offset: 100, total: 1000, etag: `"${SHA}"`, digestHex: SHA });
+    expect(decide(206, { 'content-range': 'bytes 0-999/1000', etag: `"${SHA}"` }, 100)).toEqual({ kind: 'fail' });
+    expect(decide(200, { 'content-length': '1000', etag: `"${SHA}"` }, 100)).toEqual({ kind: 'body', offset: 0, total: 1000, etag: `"${SHA}"`, digestHex: SHA });
+  });
+
+  it('treats 416 at the end as complete and before it as a restart', () => {
+    expect(decide(416, { 'content-range': 'bytes */1000' }, 1000)).toEqual({ kind: 'complete' });
+    expect(decide(416, { 'content-range': 'bytes */500' }, 1000)).toEqual({ kind: 'restart' });
+  });
+
+  it('waits on 429, fails over on 502/503/504 and fails on other refusals', () => {
+    expect(decide(429, {}, 0).kind).toBe('wait');
+    for (const s of [502, 503, 504]) expect(decide(s, {}, 0).kind).toBe('failover');
+    for (const s of [400, 401, 403, 404, 409, 500]) expect(decide(s, {}, 0).kind).toBe('fail');
+  });
+
+  it('reads Retry-After as seconds or a date, bounded', () => {
+    const now = Date.parse('2026-01-01T00:00:00Z');
+    expect(retryAfterMs({ 'retry-after': '3' }, now, 1000, 60_000)).toBe(3000);
+    expect(retryAfterMs({ 'retry-after': 'Thu, 01 Jan 2026 00:00:05 GMT' }, now, 1000, 60_000)).toBe(5000);
+    expect(retryAfterMs({ 'retry-after': '3600' }, now, 1000, 60_000)).toBe(60_000);
+    expect(retryAfterMs({ 'retry-after': 'Wed, 31 Dec 2025 00:00:00 GMT' }, now, 1000, 60_000)).toBe(0);
+    expect(retryAfterMs({}, now, 1000, 60_000)).toBe(1000);
+  });
+
+  it('uses only strong validators and the published sha-256', () => {
+    expect(strongEtag({ etag: 'W/"x"' })).toBeUndefined();
+    expect(strongEtag({ etag: '"x"' })).toBe('"x"');
+    expect(publishedSha256({ 'repr-digest': REPR })).toBe(SHA);
+    expect(publishedSha256({ etag: `"${SHA}"` })).toBe(SHA);
+    expect(publishedSha256({ etag: '"short"' })).toBeUndefined();
+  });
+
+  it('backs off 250 ms doubling to 5 s, and maps mirrors onto the same path', () => {
+    expect([1, 2, 3, 4, 5, 6, 10].map(backoffMs)).toEqual([250, 500, 1000, 2000, 4000, 5000, 5000]);
+    expect(mirrorUrl('http://a:1/api/x/content?q=1', 'http://b:2')).toBe('http://b:2/api/x/content?q=1');
+    expect(mirrorUrl('http://a:1/api/x/content', 'http://b:2/other/path')).toBe('http://b:2/other/path');
+  });
+});

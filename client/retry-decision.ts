@@ -1,0 +1,86 @@
+/**
+ * Pure decisions of the resuming client: what a gateway's answer means for the transfer (keep the
+ * body, start over, wait, move to another gateway, or fail) and how long `Retry-After` asks to wait.
+ * No I/O and no clock: callers pass `nowMs`.
+ */
+
+export type Headers = Readonly<Record<string, string | string[] | undefined>>;
+
+export type Decision =
+  /** Write the body at `offset` (0 when the gateway sent the whole representation again). */
+  | { readonly kind: 'body'; readonly offset: number; readonly total: number; readonly etag: string | undefined; readonly digestHex: string | undefined }
+  /** Nothing left to fetch: the range starts at the end. */
+  | { readonly kind: 'complete' }
+  /** What we hold cannot be part of the representation (416 before its end): drop it and start over. */
+  | { readonly kind: 'restart' }
+  /** The same gateway asked us to come back later (429). */
+  | { readonly kind: 'wait'; readonly ms: number }
+  /** This gateway cannot serve now (fenced, a dependency down, a proxy error): try the next one. */
+  | { readonly kind: 'failover' }
+  /** A refusal retrying cannot change (401, 403, 404, …): the caller reads the error body. */
+  | { readonly kind: 'fail' };
+
+function one(headers: Headers, name: string): string | undefined {
+  const v = headers[name];
+  return Array.isArray(v) ? v[0] : v;
+}
+
+/** A strong ETag usable in If-Range, else undefined (weak validators cannot guard a resume). */
+export function strongEtag(headers: Headers): string | undefined {
+  const etag = one(headers, 'etag');
+  return etag && /^"[^"]*"$/.test(etag) ? etag : undefined;
+}
+
+/** The sha-256 the gateway publishes: `Repr-Digest: sha-256=:<base64>:`, else an ETag that is a sha256. */
+export function publishedSha256(headers: Headers): string | undefined {
+  const repr = /sha-256=:([A-Za-z0-9+/]{43}=):/.exec(one(headers, 'repr-digest') ?? '');
+  if (repr) return Buffer.from(repr[1]!, 'base64').toString('hex');
+  const etag = /^"([0-9a-f]{64})"$/.exec(one(headers, 'etag') ?? '');
+  return etag?.[1];
+}
+
+/** Milliseconds `Retry-After` asks for (delta-seconds or an HTTP date), within [0, capMs]; `fallbackMs` when absent. */
+export function retryAfterMs(headers: Headers, nowMs: number, fallbackMs: number, capMs: number): number {
+  const raw = one(headers, 'retry-after')?.trim();
+  let ms = fallbackMs;
+  if (raw && /^[0-9]+$/.test(raw)) ms = Number(raw) * 1000;
+  else if (raw && !Number.isNaN(Date.parse(raw))) ms = Date.parse(raw) - nowMs;
+  return Math.min(Math.max(ms, 0), capMs);
+}
+
+/**
+ * What to do with an answer to `GET` sent at `offset` (with `Range: bytes=offset-` and `If-Range`
+ * when offset > 0). A 200 to a ranged request means the representation changed (If-Range failed)
+ * or the server ignores ranges: start over from 0.
+ */
+export function decide(status: number, headers: Headers, offset: number): Decision {
+  if (status === 200) {
+    const total = Number(one(headers, 'content-length'));
+    return { kind: 'body', offset: 0, total: Number.isSafeInteger(total) ? total : -1, etag: strongEtag(headers), digestHex: publishedSha256(headers) };
+  }
+  if (status === 206) {
+    const range = /^bytes (\d+)-(\d+)\/(\d+)$/.exec(one(headers, 'content-range') ?? '');
+    if (!range || Number(range[1]) !== offset) return { kind: 'fail' };
+    return { kind: 'body', offset, total: Number(range[3]), etag: strongEtag(headers), digestHex: publishedSha256(headers) };
+  }
+  if (status === 416) {
+    const total = /^bytes \*\/(\d+)$/.exec(one(headers, 'content-range') ?? '');
+    return total && Number(total[1]) === offset ? { kind: 'complete' } : { kind: 'restart' };
+  }
+  if (status === 429) return { kind: 'wait', ms: 0 };
+  if (status === 502 || status === 503 || status === 504) return { kind: 'failover' };
+  return { kind: 'fail' };
+}
+
+/** Backoff before trying again after `failures` consecutive attempts without progress: 250 ms doubling to 5 s. */
+export function backoffMs(failures: number): number {
+  return Math.min(250 * 2 ** Math.max(failures - 1, 0), 5000);
+}
+
+/** The same path and query on another gateway, when `mirror` is an origin; a full mirror URL as it is. */
+export function mirrorUrl(primary: string, mirror: string): string {
+  const m = new URL(mirror);
+  if (m.pathname !== '/' || m.search !== '') return mirror;
+  const p = new URL(primary);
+  return `${m.origin}${p.pathname}${p.search}`;
+}

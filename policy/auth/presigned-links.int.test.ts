@@ -1,0 +1,91 @@
+/**
+ * PresignedLinks against a real PostgreSQL with an injected clock: a link verifies until its
+ * expiry and not a millisecond after; a rotation with a grace period keeps old links until the
+ * grace ends (by the clock), a rotation without one kills them at once; a tampered path, a key
+ * revoked or expired after the link was made, or an unknown secret is the same 401.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLogger } from '../../proxy/logger.ts';
+import { createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { ManualClock } from '../clock.ts';
+import { AdminStore } from './admin-store.ts';
+import { Authenticator } from './authenticator.ts';
+import { PresignedLinks, rotatePresignSecret } from './presigned-links.ts';
+
+const db = useTestDatabase();
+const clock = new ManualClock(Date.now(), 0);
+let auth: Authenticator;
+let links: PresignedLinks;
+const PATH = '/api/v1/repositories/libs/artifacts/a.bin/content';
+
+beforeAll(async () => {
+  auth = new Authenticator({ pool: db.pool, databaseUrl: db.url, clock, log: createLogger('silent') });
+  await auth.start();
+  links = new PresignedLinks({ pool: db.pool, auth, clock });
+  await createRepository(db.pool, 'libs');
+});
+afterAll(async () => {
+  await auth?.stop();
+});
+
+async function principalOf(key: { principalId: string; keyId: string; name: string }) {
+  return { id: key.principalId, keyId: key.keyId, name: key.name, scopes: new Set(['read'] as const) };
+}
+
+function verify(pathAndQuery: string) {
+  const url = new URL(pathAndQuery, 'http://gw.invalid');
+  return links.authenticate(url.pathname, url.searchParams);
+}
+
+describe('pre-signed links (injected clock, real PostgreSQL)', () => {
+  it('verify until the expiry and not after it', async () => {
+    const sa = await createServiceAccount(db.pool, { grants: { libs: 'read' } });
+    const link = await links.issue(await principalOf(sa), PATH, 600);
+    expect(link.expiresAt.getTime()).toBe(Math.floor(clock.wallMs() / 1000) * 1000 + 600_000);
+    expect((await verify(link.pathAndQuery)).id).toBe(sa.principalId);
+    clock.advance(link.expiresAt.getTime() - clock.wallMs() - 1);
+    expect((await verify(link.pathAndQuery)).keyId).toBe(sa.keyId);
+    clock.advance(1);
+    await expect(verify(link.pathAndQuery)).rejects.toMatchObject({ code: 'unauthorized' });
+  });
+
+  it('refuse a tampered path, an unknown secret, and a key revoked or expired after the link was made', async () => {
+    const sa = await createServiceAccount(db.pool, { grants: { libs: 'read' } });
+    const link = await links.issue(await principalOf(sa), PATH, 600);
+    await expect(verify(link.pathAndQuery.replace('a.bin', 'b.bin'))).rejects.toMatchObject({ code: 'unauthorized' });
+    await expect(verify(link.pathAndQuery.replace(/X-Arkvory-Secret=\d+/, 'X-Arkvory-Secret=999999'))).rejects.toMatchObject({ code: 'unauthorized' });
+    const expiring = await createServiceAccount(db.pool, { grants: { libs: 'read' } });
+    // The key expires 60 s after now on this test's clock (which earlier tests moved ahead of the database's).
+    await db.pool.query('UPDATE arkvory_api_keys SET expires_at = to_timestamp($1 / 1000.0) WHERE key_id = $2', [clock.wallMs() + 60_000, expiring.keyId]);
+    const expiringLink = await links.issue(await principalOf(expiring), PATH, 600);
+    expect((await verify(expiringLink.pathAndQuery)).id).toBe(expiring.principalId);
+    clock.advance(61_000);
+    await expect(verify(expiringLink.pathAndQuery)).rejects.toMatchObject({ code: 'unauthorized' });
+    await new AdminStore(db.pool).revokeKey(sa.keyId);
+    await expect(verify(link.pathAndQuery)).rejects.toMatchObject({ code: 'unauthorized' });
+  });
+
+  it('survive a rotation until its grace period ends, and die at once without one', async () => {
+    const sa = await createServiceAccount(db.pool, { grants: { libs: 'read' } });
+    const principal = await principalOf(sa);
+    const old = await links.issue(principal, PATH, 3600);
+    const rotated = await rotatePresignSecret(db.pool, 120);
+    const fresh = await links.issue(principal, PATH, 3600);
+    expect(fresh.pathAndQuery).toContain(`X-Arkvory-Secret=${rotated.secretId}&`);
+    // The gateway clock is this test's; the grace end is the database's now() + 120 s.
+    clock.advance(Date.parse(rotated.oldLinksValidUntil) - clock.wallMs() - 1000);
+    expect((await verify(old.pathAndQuery)).id).toBe(sa.principalId);
+    clock.advance(1000);
+    await expect(verify(old.pathAndQuery)).rejects.toMatchObject({ code: 'unauthorized' });
+    expect((await verify(fresh.pathAndQuery)).id).toBe(sa.principalId);
+    await rotatePresignSecret(db.pool, 0);
+    // No grace: dead as soon as the rotation's NOTIFY (or the next epoch poll) clears the cache, within 2 s.
+    const deadline = performance.now() + 2000;
+    while (await verify(fresh.pathAndQuery).then(() => true, () => false)) {
+      expect(performance.now()).toBeLessThan(deadline);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await expect(verify(fresh.pathAndQuery)).rejects.toMatchObject({ code: 'unauthorized' });
+  });
+});

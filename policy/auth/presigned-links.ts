@@ -1,0 +1,134 @@
+/**
+ * Pre-signed links: issuing them for a principal's key and verifying them on use. The signing
+ * secrets live in PostgreSQL (`arkvory_presign_secrets`) and are cached like keys: dropped whenever
+ * the Authenticator's cache is (NOTIFY or a moved epoch), trusted only while it trusts its own, so
+ * a rotation, a revoked key, a removed grant or a disabled principal kills a link within 2 s.
+ */
+import { randomBytes } from 'node:crypto';
+import type pg from 'pg';
+import type { Clock } from '../clock.ts';
+import { PolicyError } from '../errors.ts';
+import { unauthorized, type Authenticator } from './authenticator.ts';
+import type { Principal } from './principal.ts';
+import { canonicalPath, parsePresignQuery, presignQueryString, signatureMatches, signPresign, type PresignFields } from './presign-signature.ts';
+
+interface SecretRow {
+  readonly id: string;
+  readonly secret: Buffer;
+  readonly retiresAtMs: number | null;
+}
+
+export interface IssuedLink {
+  /** Canonical path plus query: append to the gateway's (or router's) origin. */
+  readonly pathAndQuery: string;
+  readonly expiresAt: Date;
+}
+
+async function loadSecrets(pool: pg.Pool | pg.PoolClient): Promise<SecretRow[]> {
+  const r = await pool.query<{ id: string; secret: Buffer; retires_at: Date | null }>(
+    'SELECT id::text AS id, secret, retires_at FROM arkvory_presign_secrets WHERE retires_at IS NULL OR retires_at > now() ORDER BY id',
+  );
+  return r.rows.map((row) => ({ id: row.id, secret: row.secret, retiresAtMs: row.retires_at ? row.retires_at.getTime() : null }));
+}
+
+/** The table lock serialises the first secret's creation and rotations (writer and CLI may race). */
+async function inTransaction<T>(pool: pg.Pool, work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    await client.query('LOCK TABLE arkvory_presign_secrets IN SHARE ROW EXCLUSIVE MODE');
+    const result = await work(client);
+    await client.query('COMMIT');
+    return result;
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => {});
+    throw err;
+  } finally {
+    client.release();
+  }
+}
+
+/**
+ * Puts a new signing secret in place. The old ones retire after `graceSeconds` (0: at once, their
+ * links die within 2 s); returns the new secret's id and when the old ones stop verifying.
+ */
+export async function rotatePresignSecret(pool: pg.Pool, graceSeconds: number): Promise<{ secretId: string; oldLinksValidUntil: string }> {
+  return inTransaction(pool, async (client) => {
+    const retired = await client.query<{ until: Date }>(
+      `UPDATE arkvory_presign_secrets SET retires_at = now() + make_interval(secs => $1) WHERE retires_at IS NULL OR retires_at > now() + make_interval(secs => $1) RETURNING now() + make_interval(secs => $1) AS until`,
+      [graceSeconds],
+    );
+    const inserted = await client.query<{ id: string; now: Date }>('INSERT INTO arkvory_presign_secrets (secret) VALUES ($1) RETURNING id::text AS id, now() AS now', [randomBytes(32)]);
+    const until = retired.rows[0]?.until ?? inserted.rows[0]!.now;
+    return { secretId: inserted.rows[0]!.id, oldLinksValidUntil: until.toISOString() };
+  });
+}
+
+export class PresignedLinks {
+  readonly #pool: pg.Pool;
+  readonly #auth: Authenticator;
+  readonly #clock: Clock;
+  #cache: { generation: number; rows: SecretRow[] } | undefined;
+
+  constructor(options: { pool: pg.Pool; auth: Authenticator; clock: Clock }) {
+    this.#pool = options.pool;
+    this.#auth = options.auth;
+    this.#clock = options.clock;
+  }
+
+  async #secrets(options: { fresh?: boolean } = {}): Promise<SecretRow[]> {
+    const generation = this.#auth.cacheGeneration;
+    const trusted = this.#auth.isCacheTrusted;
+    if (!options.fresh && trusted && this.#cache?.generation === generation) return this.#cache.rows;
+    let rows: SecretRow[];
+    try {
+      rows = await loadSecrets(this.#pool);
+    } catch (err) {
+      throw new PolicyError('unavailable', 'Cannot verify the link right now; retry later.', { cause: err });
+    }
+    this.#cache = trusted ? { generation, rows } : undefined;
+    return rows;
+  }
+
+  /**
+   * The newest unretired secret; the first one is created on first use. Read fresh (issuing is rare):
+   * a link made just after a rotation elsewhere must not be signed by the secret it retired.
+   */
+  async #signingSecret(): Promise<SecretRow> {
+    const current = (await this.#secrets({ fresh: true })).filter((s) => s.retiresAtMs === null).at(-1);
+    if (current) return current;
+    const created = await inTransaction(this.#pool, async (client) => {
+      const existing = (await loadSecrets(client)).filter((s) => s.retiresAtMs === null).at(-1);
+      if (existing) return existing;
+      const secret = randomBytes(32);
+      const r = await client.query<{ id: string }>('INSERT INTO arkvory_presign_secrets (secret) VALUES ($1) RETURNING id::text AS id', [secret]);
+      return { id: r.rows[0]!.id, secret, retiresAtMs: null };
+    });
+    // The cached list predates the new secret; the NOTIFY that clears it may still be on its way.
+    this.#cache = undefined;
+    return created;
+  }
+
+  /** A link to `pathname` (a content path) made by the principal's key, valid `lifetimeSeconds`. */
+  async issue(principal: Principal, pathname: string, lifetimeSeconds: number): Promise<IssuedLink> {
+    const path = canonicalPath(pathname);
+    if (path === undefined) throw new PolicyError('invalid_request', 'The target path is not valid.');
+    const signing = await this.#signingSecret();
+    const fields: PresignFields = { path, keyId: principal.keyId, expiresAt: Math.floor(this.#clock.wallMs() / 1000) + lifetimeSeconds, secretId: signing.id };
+    return { pathAndQuery: `${path}?${presignQueryString(fields, signPresign(signing.secret, fields))}`, expiresAt: new Date(fields.expiresAt * 1000) };
+  }
+
+  /** The principal a link acts for; a bad, expired, rotated-out or revoked link is the same 401 as a bad key. */
+  async authenticate(pathname: string, query: URLSearchParams): Promise<Principal> {
+    const link = parsePresignQuery(query);
+    const path = canonicalPath(pathname);
+    if (!link || path === undefined) throw unauthorized();
+    const nowMs = this.#clock.wallMs();
+    if (link.expiresAt * 1000 <= nowMs) throw unauthorized();
+    // A secret unknown to the cache may be newer than it (rotated elsewhere, NOTIFY not yet here): ask once.
+    const secret = (await this.#secrets()).find((s) => s.id === link.secretId) ?? (await this.#secrets({ fresh: true })).find((s) => s.id === link.secretId);
+    if (!secret || (secret.retiresAtMs !== null && secret.retiresAtMs <= nowMs)) throw unauthorized();
+    if (!signatureMatches(secret.secret, { path, keyId: link.keyId, expiresAt: link.expiresAt, secretId: link.secretId }, link.signature)) throw unauthorized();
+    return this.#auth.authenticateKeyId(link.keyId);
+  }
+}

@@ -1,0 +1,114 @@
+/**
+ * `arkvory backup`: one database snapshot plus every blob it references, into
+ * `<destination>/<name>.<pid>.partial/`, renamed to `<destination>/<name>/` once the sealed manifest is
+ * written. An interrupted backup therefore never has a manifest under a backup's name.
+ */
+import { createHash } from 'node:crypto';
+import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
+import path from 'node:path';
+import type pg from 'pg';
+import type { ByteMeter } from '../byte-meter.ts';
+import { fsyncDirectory } from '../fs-sync.ts';
+import type { Store } from '../store.ts';
+import { backupName, completeBackups, pruneBackups, removeStalePartials } from './backup-dir.ts';
+import { putBlob, type BlobOutcome } from './blob-copy.ts';
+import { dumpDatabase } from './database-dump.ts';
+import { BACKUP_FORMAT, DATABASE_FILE, MANIFEST_FILE, RULE_DOCUMENTS_FILE, sealManifest, type BackupManifest } from './manifest.ts';
+
+export interface BackupOptions {
+  readonly destination: string;
+  readonly pool: pg.Pool;
+  readonly store: Store;
+  /** The directory store's root (hard links), when the store is one. */
+  readonly fsRoot?: string | undefined;
+  readonly meter?: ByteMeter | undefined;
+  readonly signal?: AbortSignal | undefined;
+  /** Keep only this many complete backups (the new one included); undefined keeps all. */
+  readonly keep?: number | undefined;
+  readonly nowMs: () => number;
+  readonly onProgress?: ((done: number, total: number, bytes: number) => void) | undefined;
+  /** Rule documents kept outside the database (Redis), by limiter; read right after the snapshot. */
+  readonly ruleDocuments?: (() => Promise<Record<string, unknown>>) | undefined;
+}
+
+export interface BackupSummary {
+  backup: string;
+  snapshotTime: string;
+  tables: Record<string, number>;
+  ruleDocuments: number;
+  blobs: { count: number; bytes: number } & Record<BlobOutcome, number>;
+  removedPartials: string[];
+  pruned: string[];
+}
+
+async function writeFileDurably(file: string, text: string): Promise<void> {
+  const handle = await open(file, 'wx', 0o644);
+  try {
+    await handle.writeFile(text);
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+export async function runBackup(options: BackupOptions): Promise<BackupSummary> {
+  const destination = path.resolve(options.destination);
+  await mkdir(destination, { recursive: true });
+  const removedPartials = await removeStalePartials(destination);
+  const earlier = (await completeBackups(destination)).reverse();
+  let name = backupName(options.nowMs());
+  if (earlier.some((dir) => path.basename(dir) === name)) name = `${name}-${process.pid}`;
+  const partial = path.join(destination, `${name}.${process.pid}.partial`);
+  await mkdir(partial);
+  // Hard links only within one filesystem; across, a blob is copied in one pass (read, hash, write).
+  const fsRoot = options.fsRoot !== undefined && (await stat(options.fsRoot)).dev === (await stat(partial)).dev ? options.fsRoot : undefined;
+  try {
+    const dump = await dumpDatabase(options.pool, path.join(partial, DATABASE_FILE), options.signal);
+    let ruleDocuments: BackupManifest['ruleDocuments'] = null;
+    if (options.ruleDocuments) {
+      const docs = await options.ruleDocuments();
+      const text = `${JSON.stringify(docs, null, 2)}\n`;
+      await writeFileDurably(path.join(partial, RULE_DOCUMENTS_FILE), text);
+      ruleDocuments = { file: RULE_DOCUMENTS_FILE, count: Object.keys(docs).length, bytes: Buffer.byteLength(text), sha256: createHash('sha256').update(text).digest('hex') };
+    }
+    const outcomes: Record<BlobOutcome, number> = { reused: 0, linked: 0, copied: 0 };
+    let bytes = 0;
+    for (const [i, blob] of dump.blobs.entries()) {
+      options.signal?.throwIfAborted();
+      outcomes[await putBlob(partial, blob, earlier, { store: options.store, fsRoot, meter: options.meter, signal: options.signal })]++;
+      bytes += blob.sizeBytes;
+      options.onProgress?.(i + 1, dump.blobs.length, bytes);
+    }
+    const manifest: BackupManifest = {
+      format: BACKUP_FORMAT,
+      snapshotTime: dump.snapshotTime,
+      completedAt: new Date(options.nowMs()).toISOString(),
+      storageId: dump.storageId,
+      store: { kind: options.store.kind, location: options.store.location },
+      schemaVersion: dump.schemaVersion,
+      tables: dump.tables,
+      database: { file: DATABASE_FILE, bytes: dump.bytes, sha256: dump.sha256 },
+      blobs: { count: dump.blobs.length, bytes },
+      ruleDocuments,
+    };
+    options.signal?.throwIfAborted();
+    await writeFileDurably(path.join(partial, MANIFEST_FILE), sealManifest(manifest));
+    await fsyncDirectory(partial);
+    const final = path.join(destination, name);
+    await rename(partial, final);
+    await fsyncDirectory(destination);
+    const pruned = options.keep === undefined ? [] : await pruneBackups(destination, options.keep);
+    return {
+      backup: final,
+      snapshotTime: dump.snapshotTime,
+      tables: Object.fromEntries(dump.tables.map((t) => [t.name, t.rows])),
+      ruleDocuments: ruleDocuments?.count ?? 0,
+      blobs: { count: dump.blobs.length, bytes, ...outcomes },
+      removedPartials,
+      pruned,
+    };
+  } catch (err) {
+    await rm(partial, { recursive: true, force: true });
+    throw err;
+  }
+}

@@ -1,0 +1,134 @@
+/**
+ * Puts one blob into a backup directory, verified by its sha256: reused from an earlier backup at the
+ * same destination (a hard link), hard-linked from the directory store when both are on one
+ * filesystem (after hashing it), else copied through the `Store` (any store kind).
+ */
+import { createHash } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import { link, mkdir, open, rename, rm, stat } from 'node:fs/promises';
+import path from 'node:path';
+import type { ByteMeter } from '../byte-meter.ts';
+import { blobRelativePath } from '../paths.ts';
+import type { BlobReader, Store } from '../store.ts';
+import { BackupError } from './errors.ts';
+
+export type BlobOutcome = 'reused' | 'linked' | 'copied';
+
+export interface BlobSource {
+  readonly store: Store;
+  /** The directory store's root when it is on the backup's filesystem: its blobs are hard-linked (after hashing). */
+  readonly fsRoot?: string | undefined;
+  readonly meter?: ByteMeter | undefined;
+  readonly signal?: AbortSignal | undefined;
+}
+
+const CHUNK = 1024 * 1024;
+
+/** Splits `chunk` to the meter's quantum and waits for each slice. */
+async function* paced(source: AsyncIterable<Buffer>, meter: ByteMeter | undefined, signal: AbortSignal | undefined): AsyncGenerator<Buffer> {
+  for await (const chunk of source) {
+    signal?.throwIfAborted();
+    if (!meter) {
+      yield chunk;
+      continue;
+    }
+    for (let at = 0; at < chunk.length; at += meter.quantumBytes) {
+      const slice = chunk.subarray(at, at + meter.quantumBytes);
+      await meter.take(slice.length, signal);
+      yield slice;
+    }
+  }
+}
+
+async function* readerChunks(reader: BlobReader, signal: AbortSignal): AsyncGenerator<Buffer> {
+  if (reader.sizeBytes === 0) return;
+  if (reader.chunks) {
+    yield* reader.chunks({ start: 0, end: reader.sizeBytes - 1 }, signal);
+    return;
+  }
+  for (let position = 0; position < reader.sizeBytes; ) {
+    const buffer = Buffer.allocUnsafe(Math.min(CHUNK, reader.sizeBytes - position));
+    const { bytesRead } = await reader.read(buffer, 0, buffer.length, position);
+    if (bytesRead === 0) break;
+    position += bytesRead;
+    yield buffer.subarray(0, bytesRead);
+  }
+}
+
+/** Hashes a stream; returns its sha256 and length. */
+export async function hashStream(source: AsyncIterable<Buffer>): Promise<{ sha256: string; bytes: number }> {
+  const hash = createHash('sha256');
+  let bytes = 0;
+  for await (const chunk of source) {
+    hash.update(chunk);
+    bytes += chunk.length;
+  }
+  return { sha256: hash.digest('hex'), bytes };
+}
+
+export async function* fileChunks(file: string): AsyncGenerator<Buffer> {
+  for await (const chunk of createReadStream(file, { highWaterMark: CHUNK })) yield chunk as Buffer;
+}
+
+async function tryLink(from: string, to: string): Promise<boolean> {
+  try {
+    await link(from, to);
+    return true;
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'EXDEV' || code === 'ENOENT' || code === 'EPERM' || code === 'EMLINK' || code === 'EROFS') return false;
+    if (code === 'EEXIST') return true;
+    throw err;
+  }
+}
+
+export async function putBlob(backupDir: string, blob: { sha256: string; sizeBytes: number }, earlierBackups: readonly string[], source: BlobSource): Promise<BlobOutcome> {
+  const relative = blobRelativePath(blob.sha256);
+  const target = path.join(backupDir, relative);
+  await mkdir(path.dirname(target), { recursive: true });
+  // Content-addressed: the same name in an earlier complete backup holds the same bytes (checked when it was copied).
+  for (const earlier of earlierBackups) {
+    const candidate = path.join(earlier, relative);
+    const size = await stat(candidate).then((s) => s.size, () => -1);
+    if (size === blob.sizeBytes && (await tryLink(candidate, target))) return 'reused';
+  }
+  if (source.fsRoot !== undefined) {
+    const original = path.join(source.fsRoot, relative);
+    const seen = await hashStream(paced(fileChunks(original), source.meter, source.signal)).catch((err: unknown) => {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new BackupError('blob_missing', `blob ${blob.sha256} is referenced by the catalog but missing from ${source.fsRoot}`);
+      throw err;
+    });
+    if (seen.sha256 !== blob.sha256) throw new BackupError('blob_corrupt', `blob ${blob.sha256} in ${source.fsRoot} hashes to ${seen.sha256}; run \`arkvory scrub\` to quarantine it`);
+    if (await tryLink(original, target)) return 'linked';
+  }
+  const temp = `${target}.${process.pid}.tmp`;
+  const controller = new AbortController();
+  const onAbort = () => controller.abort(source.signal?.reason);
+  source.signal?.addEventListener('abort', onAbort, { once: true });
+  let reader: BlobReader | undefined;
+  const out = await open(temp, 'w', 0o644);
+  try {
+    reader = await source.store.openBlob(blob.sha256).catch((err: unknown) => {
+      if ((err as { code?: string }).code === 'not_found') throw new BackupError('blob_missing', `blob ${blob.sha256} is referenced by the catalog but missing from ${source.store.location}`);
+      throw err;
+    });
+    const hash = createHash('sha256');
+    for await (const chunk of paced(readerChunks(reader, controller.signal), source.meter, source.signal)) {
+      hash.update(chunk);
+      await out.write(chunk);
+    }
+    await out.sync();
+    const actual = hash.digest('hex');
+    if (actual !== blob.sha256) throw new BackupError('blob_corrupt', `blob ${blob.sha256} in ${source.store.location} hashes to ${actual}; run \`arkvory scrub\` to quarantine it`);
+    await out.close();
+    await rename(temp, target);
+    return 'copied';
+  } catch (err) {
+    await out.close().catch(() => {});
+    await rm(temp, { force: true });
+    throw err;
+  } finally {
+    source.signal?.removeEventListener('abort', onAbort);
+    await reader?.close().catch(() => {});
+  }
+}

@@ -1,0 +1,94 @@
+/**
+ * Reads every Arkvory table in one REPEATABLE READ snapshot into a JSON-lines file
+ * (`{"table": …, "row": …}` per row, tables in restore order), and the blobs that snapshot references.
+ * Tables are found in the catalog, so tables added by later migrations are backed up too.
+ */
+import { createHash } from 'node:crypto';
+import { open } from 'node:fs/promises';
+import type pg from 'pg';
+import type { TableEntry } from './manifest.ts';
+import { tablesInDependencyOrder } from './table-order.ts';
+
+/** Coordination state: kept in the backup for the record, never restored as live state. */
+export const RECORD_ONLY_TABLES: ReadonlySet<string> = new Set(['arkvory_gateway_leases', 'arkvory_download_policy']);
+const MIGRATIONS_TABLE = 'arkvory_schema_migrations';
+const FETCH_ROWS = 500;
+
+export interface DatabaseDump {
+  snapshotTime: string;
+  schemaVersion: number;
+  storageId: string;
+  tables: TableEntry[];
+  bytes: number;
+  sha256: string;
+  /** Every blob a catalog row of the snapshot references, sorted by sha256. */
+  blobs: Array<{ sha256: string; sizeBytes: number }>;
+}
+
+export async function arkvoryTables(client: pg.ClientBase): Promise<string[]> {
+  const { rows } = await client.query<{ name: string }>(
+    `SELECT c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+      WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND c.relname LIKE 'arkvory\\_%' AND c.relname <> $1`,
+    [MIGRATIONS_TABLE],
+  );
+  const refs = await client.query<{ child: string; parent: string }>(
+    `SELECT cl.relname AS child, pl.relname AS parent FROM pg_constraint k
+       JOIN pg_class cl ON cl.oid = k.conrelid JOIN pg_class pl ON pl.oid = k.confrelid
+      WHERE k.contype = 'f' AND k.connamespace = current_schema()::regnamespace`,
+  );
+  return tablesInDependencyOrder(rows.map((r) => r.name), refs.rows);
+}
+
+const quoteIdent = (name: string) => `"${name.replaceAll('"', '""')}"`;
+
+/** Writes the dump to `file` (created, fsynced); the snapshot is released before it returns. */
+export async function dumpDatabase(pool: pg.Pool, file: string, signal?: AbortSignal): Promise<DatabaseDump> {
+  const client = await pool.connect();
+  const out = await open(file, 'wx', 0o600);
+  const hash = createHash('sha256');
+  let bytes = 0;
+  const write = async (text: string) => {
+    const data = Buffer.from(text);
+    hash.update(data);
+    bytes += data.length;
+    await out.write(data);
+  };
+  try {
+    await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+    // The first query fixes the snapshot; now() is that transaction's start.
+    const head = await client.query<{ t: string; v: number | null }>(`SELECT to_json(now())#>>'{}' AS t, (SELECT max(version) FROM ${MIGRATIONS_TABLE}) AS v`);
+    const storage = await client.query<{ id: string }>('SELECT id::text AS id FROM arkvory_storage');
+    const tables: TableEntry[] = [];
+    for (const table of await arkvoryTables(client)) {
+      signal?.throwIfAborted();
+      await client.query(`DECLARE dump NO SCROLL CURSOR FOR SELECT to_jsonb(t)::text AS row FROM ${quoteIdent(table)} t`);
+      let rows = 0;
+      for (;;) {
+        const batch = await client.query<{ row: string }>(`FETCH ${FETCH_ROWS} FROM dump`);
+        if (!batch.rows.length) break;
+        await write(batch.rows.map((r) => `{"table":${JSON.stringify(table)},"row":${r.row}}\n`).join(''));
+        rows += batch.rows.length;
+      }
+      await client.query('CLOSE dump');
+      tables.push({ name: table, rows, restored: !RECORD_ONLY_TABLES.has(table) });
+    }
+    const blobs = await client.query<{ sha256: string; size: string }>('SELECT sha256, max(size_bytes)::text AS size FROM arkvory_artifacts GROUP BY sha256 ORDER BY sha256');
+    await client.query('COMMIT');
+    await out.sync();
+    return {
+      snapshotTime: head.rows[0]!.t,
+      schemaVersion: head.rows[0]!.v ?? 0,
+      storageId: storage.rows[0]?.id ?? '',
+      tables,
+      bytes,
+      sha256: hash.digest('hex'),
+      blobs: blobs.rows.map((r) => ({ sha256: r.sha256, sizeBytes: Number(r.size) })),
+    };
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => {});
+    throw err;
+  } finally {
+    await out.close();
+    client.release();
+  }
+}

@@ -1,0 +1,81 @@
+/**
+ * The backup manifest: what a complete backup holds, sealed with a sha256 of its own text. It is
+ * written last (after every blob and the database file), so a backup without one is never complete.
+ * Pure: no I/O.
+ */
+import { createHash } from 'node:crypto';
+import { BackupError } from './errors.ts';
+
+export const BACKUP_FORMAT = 'arkvory-backup/1';
+export const MANIFEST_FILE = 'manifest.json';
+export const DATABASE_FILE = 'database.jsonl';
+export const RULE_DOCUMENTS_FILE = 'rule-documents.json';
+
+export interface TableEntry {
+  readonly name: string;
+  readonly rows: number;
+  /** False for coordination state (leases, the shared policy): recorded, never restored as live state. */
+  readonly restored: boolean;
+}
+
+export interface BackupManifest {
+  readonly format: typeof BACKUP_FORMAT;
+  /** Database time of the snapshot (ISO 8601). Nothing published after it is in the backup. */
+  readonly snapshotTime: string;
+  /** When the backup was complete (ISO 8601, the backup process's clock). */
+  readonly completedAt: string;
+  readonly storageId: string;
+  readonly store: { readonly kind: string; readonly location: string };
+  /** Highest migration applied to the database the backup was made from. */
+  readonly schemaVersion: number;
+  /** In restore order: a table comes after every table it references. */
+  readonly tables: readonly TableEntry[];
+  readonly database: { readonly file: typeof DATABASE_FILE; readonly bytes: number; readonly sha256: string };
+  readonly blobs: { readonly count: number; readonly bytes: number };
+  /** Rate-limit rule documents kept outside the database (Redis), read right after the snapshot; null when none. */
+  readonly ruleDocuments: { readonly file: typeof RULE_DOCUMENTS_FILE; readonly count: number; readonly bytes: number; readonly sha256: string } | null;
+}
+
+export interface SealedManifest extends BackupManifest {
+  /** sha256 of this JSON text with this field absent. */
+  readonly sha256: string;
+}
+
+const digest = (text: string) => createHash('sha256').update(text).digest('hex');
+const render = (value: unknown) => `${JSON.stringify(value, null, 2)}\n`;
+
+/** The manifest's file text: the fields, then `sha256` over the text of the fields alone. */
+export function sealManifest(manifest: BackupManifest): string {
+  const { ...fields } = manifest as BackupManifest & { sha256?: string };
+  delete fields.sha256;
+  return render({ ...fields, sha256: digest(render(fields)) });
+}
+
+/** Parses and checks a manifest's text; throws `backup_invalid` naming what is wrong. */
+export function openManifest(text: string, where: string): SealedManifest {
+  let parsed: Record<string, unknown>;
+  try {
+    parsed = JSON.parse(text) as Record<string, unknown>;
+  } catch {
+    throw new BackupError('backup_invalid', `${where} is not JSON`);
+  }
+  if (parsed === null || typeof parsed !== 'object' || parsed.format !== BACKUP_FORMAT) {
+    throw new BackupError('backup_invalid', `${where} is not an Arkvory backup manifest (format ${JSON.stringify((parsed as { format?: unknown } | null)?.format)}, expected ${BACKUP_FORMAT})`);
+  }
+  const { sha256, ...fields } = parsed;
+  if (typeof sha256 !== 'string' || digest(render(fields)) !== sha256) {
+    throw new BackupError('backup_invalid', `${where} does not match its own sha256: it was changed or cut short`);
+  }
+  const m = parsed as unknown as SealedManifest;
+  const ok =
+    typeof m.snapshotTime === 'string' &&
+    typeof m.storageId === 'string' &&
+    Number.isInteger(m.schemaVersion) &&
+    Array.isArray(m.tables) &&
+    m.tables.every((t) => typeof t.name === 'string' && /^arkvory_[a-z0-9_]+$/.test(t.name) && Number.isInteger(t.rows) && typeof t.restored === 'boolean') &&
+    typeof m.database?.sha256 === 'string' &&
+    Number.isInteger(m.blobs?.count) &&
+    (m.ruleDocuments === null || (typeof m.ruleDocuments?.sha256 === 'string' && Number.isInteger(m.ruleDocuments.count)));
+  if (!ok) throw new BackupError('backup_invalid', `${where} lacks a required field`);
+  return m;
+}

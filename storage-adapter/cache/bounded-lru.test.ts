@@ -1,0 +1,44 @@
+import { describe, expect, it } from 'vitest';
+import { BoundedLru } from './bounded-lru.ts';
+
+describe('BoundedLru', () => {
+  it('holds both bounds under a stream of distinct keys, evicting the oldest first', () => {
+    const evicted: number[] = [];
+    const lru = new BoundedLru<number, string>({ maxEntries: 100, maxBytes: 1000 }, (key) => evicted.push(key));
+    for (let i = 0; i < 2000; i++) {
+      lru.set(i, `v${i}`, 1 + (i % 20));
+      expect(lru.size).toBeLessThanOrEqual(100);
+      expect(lru.bytes).toBeLessThanOrEqual(1000);
+    }
+    expect(lru.peek(1999)).toBe('v1999');
+    expect(lru.peek(0)).toBeUndefined();
+    // Evictions happen in insertion order (none of these keys was read again).
+    expect(evicted).toEqual([...evicted].sort((a, b) => a - b));
+    expect(evicted.length + lru.size).toBe(2000);
+  });
+
+  it('a read makes an entry the newest; bytes are accounted on replace and delete', () => {
+    const lru = new BoundedLru<string, number>({ maxEntries: 2, maxBytes: 100 });
+    lru.set('a', 1, 10);
+    lru.set('b', 2, 10);
+    expect(lru.get('a')).toBe(1);
+    lru.set('c', 3, 10);
+    expect(lru.peek('b')).toBeUndefined();
+    expect([lru.peek('a'), lru.peek('c')]).toEqual([1, 3]);
+    lru.set('a', 4, 50);
+    expect(lru.bytes).toBe(60);
+    expect(lru.delete('a')).toBe(true);
+    expect(lru.bytes).toBe(10);
+    lru.clear();
+    expect([lru.size, lru.bytes]).toEqual([0, 0]);
+  });
+
+  it('refuses an entry larger than the byte bound without evicting anything', () => {
+    const lru = new BoundedLru<string, number>({ maxEntries: 10, maxBytes: 100 });
+    lru.set('small', 1, 40);
+    expect(lru.set('huge', 2, 101)).toBe(false);
+    expect(lru.peek('small')).toBe(1);
+    expect(lru.size).toBe(1);
+    expect(new BoundedLru<string, number>({ maxEntries: 0, maxBytes: 100 }).set('x', 1, 1)).toBe(false);
+  });
+});

@@ -1,0 +1,132 @@
+/**
+ * Tells an in-process cache when to forget: polls a one-row epoch table and LISTENs on a channel
+ * (the scheme of `arkvory_auth_epoch`, here `arkvory_catalog_epoch` from migration 0009).
+ * `invalidate` listeners run on every notification, whenever the polled epoch moves, and whenever
+ * the LISTEN connection is (re)established or lost. `trusted` is false while the last successful
+ * poll is older than `freshnessMs`: callers must then ask the database, so a change is never
+ * ignored for longer than `freshnessMs` plus one poll, even when notifications are lost.
+ * `generation` counts invalidations, so a loader can tell that one happened while it was querying.
+ */
+import pg from 'pg';
+import type { Logger } from 'pino';
+
+export interface MonotonicClock {
+  monotonicMs(): number;
+}
+
+export interface EpochWatcherOptions {
+  readonly pool: pg.Pool;
+  /** For the LISTEN connection (one of its own, outside the pool). */
+  readonly databaseUrl: string;
+  /** `arkvory_catalog_epoch`: a table with one row and a bigint column `epoch`. */
+  readonly table: string;
+  readonly channel: string;
+  readonly clock: MonotonicClock;
+  readonly log: Logger;
+  readonly pollIntervalMs?: number;
+  readonly freshnessMs?: number;
+}
+
+export class EpochWatcher {
+  readonly #options: EpochWatcherOptions;
+  readonly #listeners: Array<() => void> = [];
+  #epoch: string | undefined;
+  #checkedAtMs = Number.NEGATIVE_INFINITY;
+  #generation = 0;
+  #pollTimer: NodeJS.Timeout | undefined;
+  #listener: pg.Client | undefined;
+  #stopped = false;
+  #pollWarned = false;
+
+  constructor(options: EpochWatcherOptions) {
+    if (!/^[a-z_][a-z0-9_]*$/.test(options.table) || !/^[a-z_][a-z0-9_]*$/.test(options.channel)) throw new Error('epoch table and channel must be plain identifiers');
+    this.#options = options;
+  }
+
+  get freshnessMs(): number {
+    return this.#options.freshnessMs ?? 1500;
+  }
+
+  get pollIntervalMs(): number {
+    return this.#options.pollIntervalMs ?? 500;
+  }
+
+  /** Whether cached entries may be used now (a recent successful epoch poll). */
+  get trusted(): boolean {
+    return this.#options.clock.monotonicMs() - this.#checkedAtMs <= this.freshnessMs;
+  }
+
+  get generation(): number {
+    return this.#generation;
+  }
+
+  onInvalidate(listener: () => void): void {
+    this.#listeners.push(listener);
+  }
+
+  async start(): Promise<void> {
+    await this.poll();
+    await this.#listen();
+    this.#pollTimer = setInterval(() => void this.poll(), this.pollIntervalMs);
+    this.#pollTimer.unref();
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    clearInterval(this.#pollTimer);
+    const listener = this.#listener;
+    this.#listener = undefined;
+    await listener?.end().catch(() => {});
+  }
+
+  #invalidate(): void {
+    this.#generation++;
+    for (const listener of this.#listeners) listener();
+  }
+
+  /** One poll now (also run by the timer). */
+  async poll(): Promise<void> {
+    try {
+      const r = await this.#options.pool.query<{ epoch: string }>(`SELECT epoch::text AS epoch FROM ${this.#options.table}`);
+      const epoch = r.rows[0]?.epoch;
+      if (epoch !== this.#epoch) {
+        this.#invalidate();
+        this.#epoch = epoch;
+      }
+      this.#checkedAtMs = this.#options.clock.monotonicMs();
+      if (this.#pollWarned) this.#options.log.info({ table: this.#options.table }, 'epoch poll works again; cache trusted');
+      this.#pollWarned = false;
+    } catch (err) {
+      if (!this.#pollWarned) this.#options.log.warn({ table: this.#options.table, err: { message: (err as Error).message } }, 'epoch poll failed; cache not trusted');
+      this.#pollWarned = true;
+    }
+  }
+
+  async #listen(): Promise<void> {
+    if (this.#stopped) return;
+    const client = new pg.Client({ connectionString: this.#options.databaseUrl, application_name: `arkvory-${this.#options.channel}-listen`, keepAlive: true, connectionTimeoutMillis: 5000 });
+    const retry = () => {
+      if (this.#listener !== client) return;
+      this.#listener = undefined;
+      this.#invalidate();
+      client.end().catch(() => {});
+      if (!this.#stopped) setTimeout(() => void this.#listen(), 1000).unref();
+    };
+    client.on('error', retry);
+    client.on('end', retry);
+    client.on('notification', () => {
+      this.#invalidate();
+      void this.poll();
+    });
+    this.#listener = client;
+    try {
+      await client.connect();
+      await client.query(`LISTEN ${this.#options.channel}`);
+      // Anything changed while we were not listening must not survive in the cache.
+      this.#invalidate();
+    } catch (err) {
+      this.#options.log.warn({ channel: this.#options.channel, err: { message: (err as Error).message } }, 'LISTEN failed; relying on polling');
+      retry();
+    }
+  }
+}

