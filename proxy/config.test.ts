@@ -73,6 +73,27 @@ describe('loadConfig', () => {
     expect(problemsOf({ ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS: '10' })).toEqual([expect.stringMatching(/^ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS: /)]);
   });
 
+  it('the S3 store: s3://bucket/prefix, an endpoint, a region and the AWS credentials (never echoed)', () => {
+    const creds = { AWS_ACCESS_KEY_ID: 'AKIDEXAMPLE', AWS_SECRET_ACCESS_KEY: 'hunter2-secret' };
+    const config = loadConfig({ ARKVORY_STORAGE_URL: 's3://artifacts/arkvory', ARKVORY_S3_ENDPOINT: 'http://10.0.0.30:8333', ...creds }, '/srv');
+    expect(config.storage.s3).toEqual({
+      location: { bucket: 'artifacts', prefix: 'arkvory/' },
+      endpoint: 'http://10.0.0.30:8333',
+      region: 'us-east-1',
+      credentials: { accessKeyId: 'AKIDEXAMPLE', secretAccessKey: 'hunter2-secret', sessionToken: undefined },
+    });
+    // AWS itself when no endpoint is given; a session token is passed on.
+    const aws = loadConfig({ ARKVORY_STORAGE_URL: 's3://artifacts', ARKVORY_S3_REGION: 'eu-west-1', AWS_SESSION_TOKEN: 'tok', ...creds }, '/srv');
+    expect(aws.storage.s3).toMatchObject({ endpoint: 'https://s3.eu-west-1.amazonaws.com', region: 'eu-west-1', credentials: { sessionToken: 'tok' } });
+    expect(problemsOf({ ARKVORY_STORAGE_URL: 's3://artifacts/' })).toEqual([expect.stringMatching(/^AWS_ACCESS_KEY_ID: required/), expect.stringMatching(/^AWS_SECRET_ACCESS_KEY: required/)]);
+    expect(problemsOf({ ARKVORY_STORAGE_URL: 's3://Bad_Bucket/', ...creds })).toEqual([expect.stringMatching(/^ARKVORY_STORAGE_URL: "Bad_Bucket" is not a valid S3 bucket name/)]);
+    expect(problemsOf({ ARKVORY_S3_ENDPOINT: 'http://10.0.0.30:8333' })).toEqual([expect.stringMatching(/^ARKVORY_S3_ENDPOINT: only used with an s3:/)]);
+    expect(problemsOf({ ARKVORY_STORAGE_URL: 's3://artifacts/', ARKVORY_S3_ENDPOINT: 'ftp://x', ...creds }).join('\n')).toMatch(/^ARKVORY_S3_ENDPOINT: /);
+    expect(problemsOf({ ARKVORY_STORAGE_URL: 's3://artifacts/', ARKVORY_S3_ENDPOINT: 'http://10.0.0.30:8333/minio', ...creds })).toEqual([expect.stringMatching(/^ARKVORY_S3_ENDPOINT: expected an origin/)]);
+    expect(problemsOf({ ARKVORY_STORAGE_URL: 's3://artifacts/', ARKVORY_S3_ENDPOINT: 'http://u:hunter2@10.0.0.30:8333', ...creds }).join('\n')).not.toContain('hunter2');
+    for (const problems of [problemsOf({ ARKVORY_STORAGE_URL: 's3://Bad_Bucket/', ...creds }), problemsOf({ ARKVORY_STORAGE_URL: 's3://x', ...creds })]) expect(problems.join('\n')).not.toContain('hunter2');
+  });
+
   it('ignores the test harness variables', () => {
     expect(() => loadConfig({ ARKVORY_TEST_DATABASE_URL: 'x' })).not.toThrow();
   });

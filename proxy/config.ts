@@ -1,6 +1,7 @@
 import path from 'node:path';
 import { parseBackendList, parseOrigin } from './router/backend-url.ts';
 import { parseTrustedProxies } from './router/forwarded.ts';
+import { parseS3Url, type S3Location } from '../storage-adapter/s3-location.ts';
 import { parseRedisTarget } from '../policy/rate-limit/redis-target.ts';
 import { redactUserinfo } from './redact-url.ts';
 
@@ -81,9 +82,11 @@ export const VARIABLES: readonly VariableSpec[] = [
   { name: 'ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS', kind: { type: 'int', min: 1, max: 86400 }, defaultValue: '60', doc: 'Upper bound on how long a rules-service answer is cached (the service proposes `ttl_s`); worst-case propagation of a service-side change is this plus the timeout.' },
   { name: 'ARKVORY_RULES_SERVICE_TOKEN', kind: { type: 'string' }, secret: true, refuseEmpty: true, doc: 'Shared bearer token for `POST /api/v1/rules/query`: the gateway sends it, the rules-service role requires it. Unset: the query route is open (bind the service to a private address). Set but empty: refused at start.' },
   { name: 'ARKVORY_RULES_SERVICE_TTL_SECONDS', kind: { type: 'int', min: 0, max: 86400 }, defaultValue: '30', doc: 'Role rules-service: the `ttl_s` it answers, i.e. how long gateways may cache its rules (0 = do not cache).' },
-  { name: 'ARKVORY_STORAGE_URL', kind: { type: 'url', protocols: ['http:', 'https:'] }, doc: 'Base URL of a static-HTTP store (e.g. nginx with WebDAV PUT/DELETE/MOVE on the storage host) used instead of the directory store; `ARKVORY_DATA_DIR` then only holds the embedded PostgreSQL and `admin.key`. See docs/storage-and-content.md.' },
-  { name: 'ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS', kind: { type: 'int', min: 50, max: 60000 }, defaultValue: '3000', doc: 'Static-HTTP store: longest wait for a TCP connection; then 504 `upstream_timeout` (refused → 502 `upstream_unreachable`).' },
-  { name: 'ARKVORY_STORAGE_TIMEOUT_SECONDS', kind: { type: 'int', min: 1, max: 3600 }, defaultValue: '30', doc: 'Static-HTTP store: longest wait for response headers and longest silence inside a body; before the first byte → 504 `upstream_timeout`, after → the response is cut.' },
+  { name: 'ARKVORY_STORAGE_URL', kind: { type: 'url', protocols: ['http:', 'https:', 's3:'] }, doc: 'Base URL of a static-HTTP store (e.g. nginx with WebDAV PUT/DELETE/MOVE on the storage host), or `s3://<bucket>/<optional prefix>` for an S3-compatible store, used instead of the directory store; `ARKVORY_DATA_DIR` then only holds the embedded PostgreSQL and `admin.key`. See docs/storage-and-content.md.' },
+  { name: 'ARKVORY_S3_ENDPOINT', kind: { type: 'url', protocols: ['http:', 'https:'] }, doc: 'S3 store: the S3 API origin (`http://10.0.0.30:8333`, path-style requests) of a non-AWS server (SeaweedFS, MinIO, Ceph RGW, Garage, R2). Unset: `https://s3.<region>.amazonaws.com`. Credentials come from `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and optionally `AWS_SESSION_TOKEN`.' },
+  { name: 'ARKVORY_S3_REGION', kind: { type: 'string' }, defaultValue: 'us-east-1', doc: 'S3 store: the region requests are signed for (SigV4).' },
+  { name: 'ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS', kind: { type: 'int', min: 50, max: 60000 }, defaultValue: '3000', doc: 'Static-HTTP and S3 stores: longest wait for a TCP connection; then 504 `upstream_timeout` (refused → 502 `upstream_unreachable`).' },
+  { name: 'ARKVORY_STORAGE_TIMEOUT_SECONDS', kind: { type: 'int', min: 1, max: 3600 }, defaultValue: '30', doc: 'Static-HTTP and S3 stores: longest wait for response headers and longest silence inside a body; before the first byte → 504 `upstream_timeout`, after → the response is cut.' },
   { name: 'ARKVORY_PRESIGN_MAX_EXPIRES_SECONDS', kind: { type: 'int', min: 60, max: 31536000 }, defaultValue: '604800', doc: 'Longest lifetime a pre-signed link may ask for (`POST …/presign`, `arkvory presign --expires`); longer → 400 `invalid_request`. See docs/clients.md.' },
   { name: 'ARKVORY_CATALOG_CACHE_ENTRIES', kind: { type: 'int', min: 0, max: 10_000_000 }, defaultValue: '100000', doc: 'Catalog rows kept in memory so a hot read costs no database round trip (0 = no cache). A DELETE reaches every gateway within 2 s (docs/storage-and-content.md).' },
   { name: 'ARKVORY_CATALOG_CACHE_BYTES', kind: { type: 'int', min: 0, max: TiB }, defaultValue: '67108864', doc: 'Upper bound on the memory the cached catalog rows take (estimated per row).' },
@@ -176,11 +179,13 @@ export interface Config {
     readonly blobBytes: number;
     readonly blobMaxObjectBytes: number;
   };
-  /** The static-HTTP store; undefined = the filesystem store under `dataDir`. */
+  /** The static-HTTP or S3 store; undefined = the filesystem store under `dataDir`. */
   readonly storage: {
     readonly url: string | undefined;
     readonly connectTimeoutMs: number;
     readonly timeoutMs: number;
+    /** Set when `url` is `s3://…`. */
+    readonly s3: S3Config | undefined;
   };
   readonly shared:
     | {
@@ -190,6 +195,14 @@ export interface Config {
         readonly downloadBytesPerSecPerPrincipal: number;
       }
     | null;
+}
+
+/** The S3 store's location and credentials (from the standard AWS_* variables; never logged). */
+export interface S3Config {
+  readonly location: S3Location;
+  readonly endpoint: string;
+  readonly region: string;
+  readonly credentials: { readonly accessKeyId: string; readonly secretAccessKey: string; readonly sessionToken: string | undefined };
 }
 
 export const CONFIG_ERROR_CODE = 'invalid_config' as const;
@@ -342,6 +355,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
     }
   }
   let advertiseUrl: string | undefined;
+  let s3: S3Config | undefined;
   let trustedProxies: string[] = [];
   let routerBackends: string[] | undefined;
   {
@@ -360,8 +374,25 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
       // The gateway sends no credentials to the store (restrict it by network), and a query or
       // fragment would be silently dropped from every object name.
       if (u.username || u.password) problems.push('ARKVORY_STORAGE_URL: credentials in the URL are not supported; restrict the store to the gateways by network instead, got "<redacted>"');
-      else if (u.search || u.hash) problems.push(`ARKVORY_STORAGE_URL: expected a base URL without query or fragment (e.g. http://10.0.0.20:8081/arkvory/), got ${shown(undefined, storageUrl)}`);
-    }
+      else if (u.protocol === 's3:') {
+        const parsed = parseS3Url(storageUrl);
+        if (!parsed.ok) problems.push(`ARKVORY_STORAGE_URL: ${parsed.problem}`);
+        const accessKeyId = env.AWS_ACCESS_KEY_ID;
+        const secretAccessKey = env.AWS_SECRET_ACCESS_KEY;
+        if (!accessKeyId) problems.push('AWS_ACCESS_KEY_ID: required with an s3:// ARKVORY_STORAGE_URL (the S3 store signs every request)');
+        if (!secretAccessKey) problems.push('AWS_SECRET_ACCESS_KEY: required with an s3:// ARKVORY_STORAGE_URL (the S3 store signs every request)');
+        const region = str('ARKVORY_S3_REGION');
+        const endpoint = failed.has('ARKVORY_S3_ENDPOINT') ? undefined : optStr('ARKVORY_S3_ENDPOINT');
+        // Requests go to `<origin>/<bucket>/<key>`: a path or query on the endpoint would be dropped.
+        if (endpoint !== undefined && (new URL(endpoint).pathname !== '/' || new URL(endpoint).search || new URL(endpoint).username)) {
+          problems.push(`ARKVORY_S3_ENDPOINT: expected an origin such as http://10.0.0.30:8333 (no path, query or credentials), got "${new URL(endpoint).origin}…"`);
+        }
+        if (parsed.ok && accessKeyId && secretAccessKey) {
+          s3 = { location: parsed.value, endpoint: optStr('ARKVORY_S3_ENDPOINT') ?? `https://s3.${region}.amazonaws.com`, region, credentials: { accessKeyId, secretAccessKey, sessionToken: env.AWS_SESSION_TOKEN || undefined } };
+        }
+      } else if (u.search || u.hash) problems.push(`ARKVORY_STORAGE_URL: expected a base URL without query or fragment (e.g. http://10.0.0.20:8081/arkvory/), got ${shown(undefined, storageUrl)}`);
+      else if (optStr('ARKVORY_S3_ENDPOINT') !== undefined) problems.push('ARKVORY_S3_ENDPOINT: only used with an s3:// ARKVORY_STORAGE_URL');
+    } else if (optStr('ARKVORY_S3_ENDPOINT') !== undefined) problems.push('ARKVORY_S3_ENDPOINT: only used with an s3:// ARKVORY_STORAGE_URL');
     const redisUrl = optStr('ARKVORY_REDIS_URL');
     if (redisUrl !== undefined) {
       const parsed = parseRedisTarget(redisUrl);
@@ -476,6 +507,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
       url: optStr('ARKVORY_STORAGE_URL'),
       connectTimeoutMs: num('ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS'),
       timeoutMs: num('ARKVORY_STORAGE_TIMEOUT_SECONDS') * 1000,
+      s3,
     },
     shared,
   };

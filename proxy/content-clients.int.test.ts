@@ -1,7 +1,7 @@
 /**
  * Real download clients against a real gateway: curl -C -, wget -c and aria2c -x 8 -s 8 must
  * reproduce the exact bytes, including after an interrupted first attempt; on the directory store
- * and through the static-HTTP store (nginx).
+ * through the static-HTTP store (nginx) and through the S3 store on SeaweedFS and MinIO.
  */
 import { spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
@@ -12,7 +12,7 @@ import { createRepository, createServiceAccount } from '../test/support/auth.ts'
 import { contentDigest, randomContent, request, sha256 } from '../test/support/content.ts';
 import { useTestDatabase } from '../test/support/database.ts';
 import { startGateway, type GatewayProcess } from '../test/support/gateway.ts';
-import { startStaticStore, STORE_KINDS, type StaticStore } from '../test/support/static-store.ts';
+import { ALL_STORE_KINDS, startStoreBacking } from '../test/support/store-kinds.ts';
 
 const MiB = 1024 * 1024;
 
@@ -34,10 +34,9 @@ async function sizeOf(file: string): Promise<number> {
   return stat(file).then((s) => s.size, () => 0);
 }
 
-describe.each(STORE_KINDS)('real HTTP clients (%s store)', (kind) => {
+describe.each(ALL_STORE_KINDS)('real HTTP clients (%s store)', (kind) => {
   const db = useTestDatabase();
   let gw: GatewayProcess;
-  let nginx: StaticStore | undefined;
   let key: string;
   let dir: string;
   const data = randomContent(50 * MiB);
@@ -46,8 +45,8 @@ describe.each(STORE_KINDS)('real HTTP clients (%s store)', (kind) => {
   beforeAll(async () => {
     await createRepository(db.pool, 'dl');
     ({ key } = await createServiceAccount(db.pool, { grants: { dl: 'write' } }));
-    if (kind === 'http') nginx = await startStaticStore();
-    gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_LOG_LEVEL: 'info', ARKVORY_STORAGE_URL: nginx?.url }, timeoutMs: 60_000 });
+    const backing = await startStoreBacking(kind);
+    gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_LOG_LEVEL: 'info', ...backing.env }, timeoutMs: 60_000 });
     const put = await request(`${gw.url}/api/v1/repositories/dl/artifacts/big.bin`, { method: 'PUT', headers: { authorization: `Bearer ${key}`, 'content-digest': contentDigest(data) }, body: data });
     expect(put.status).toBe(201);
     dir = await mkdtemp(path.join(os.tmpdir(), 'arkvory-clients-'));

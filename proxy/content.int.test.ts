@@ -1,12 +1,11 @@
 import { readdir } from 'node:fs/promises';
 import net from 'node:net';
-import path from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../test/support/auth.ts';
 import { contentDigest, parseMultipart, randomContent, request, sha256, type RawResponse } from '../test/support/content.ts';
 import { useTestDatabase } from '../test/support/database.ts';
 import { startGateway, type GatewayProcess } from '../test/support/gateway.ts';
-import { startStaticStore, STORE_KINDS, type StaticStore } from '../test/support/static-store.ts';
+import { ALL_STORE_KINDS, startStoreBacking, type StoreBacking, type StoreProbe } from '../test/support/store-kinds.ts';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -19,13 +18,15 @@ function comparable(res: RawResponse): Record<string, unknown> {
   return rest;
 }
 
-// Conformance: the same content tests on the directory store and on the static-HTTP store (nginx).
-describe.each(STORE_KINDS)('content API over real HTTP (%s store)', (kind) => {
+// Conformance: the same content tests on the directory store, the static-HTTP store (nginx) and the
+// S3 store on each real S3 server (SeaweedFS, MinIO).
+describe.each(ALL_STORE_KINDS)('content API over real HTTP (%s store)', (kind) => {
   const db = useTestDatabase();
   let gw: GatewayProcess;
-  let nginx: StaticStore | undefined;
-  /** The directory the store keeps its layout in: the data dir, or the one nginx serves. */
-  const storeRoot = () => (kind === 'fs' ? gw.dataDir : nginx!.root);
+  let backing: StoreBacking;
+  /** The store's objects seen from outside: the data dir, the directory nginx serves, or the bucket. */
+  const probe = () => backing.probe(gw.dataDir);
+  const nginx = () => backing.nginx!;
   let writer: { key: string; principalId: string };
   let readOnly: { key: string };
   const files = new Map<number, Buffer>();
@@ -42,8 +43,8 @@ describe.each(STORE_KINDS)('content API over real HTTP (%s store)', (kind) => {
     await createRepository(db.pool, 'hidden');
     writer = await createServiceAccount(db.pool, { grants: { files: 'write' } });
     readOnly = await createServiceAccount(db.pool, { scopes: ['read'], grants: { files: 'read' } });
-    if (kind === 'http') nginx = await startStaticStore();
-    gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_MAX_UPLOAD_BYTES: String(MAX_UPLOAD), ARKVORY_LOG_LEVEL: 'info', ARKVORY_STORAGE_URL: nginx?.url, ARKVORY_OPEN_FILE_CACHE_IDLE_SECONDS: '1' }, timeoutMs: 60_000 });
+    backing = await startStoreBacking(kind);
+    gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_MAX_UPLOAD_BYTES: String(MAX_UPLOAD), ARKVORY_LOG_LEVEL: 'info', ...backing.env, ARKVORY_OPEN_FILE_CACHE_IDLE_SECONDS: '1' }, timeoutMs: 60_000 });
     for (const size of [0, 1, 64 * KiB - 1, 64 * KiB + 1, 50 * MiB]) {
       const data = randomContent(size);
       files.set(size, data);
@@ -206,9 +207,9 @@ describe.each(STORE_KINDS)('content API over real HTTP (%s store)', (kind) => {
     expect(malformed.status).toBe(400);
     const badType = await upload('bad-type', other, { 'content-type': 'not a type' });
     expect(badType.status).toBe(400);
-    const blobs = await listBlobs(storeRoot());
+    const blobs = await listBlobs(probe());
     expect(blobs).not.toContain(sha256(other));
-    expect(await entries(path.join(storeRoot(), 'tmp'))).toEqual([]);
+    expect(await probe().list('tmp')).toEqual([]);
 
     // Content-Length shorter than promised: the client gives up mid-body; nothing is published.
     const truncated = await rawExchange(gw.port, `PUT /api/v1/repositories/files/artifacts/truncated HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${writer.key}\r\ncontent-length: 5000\r\n\r\n`, Buffer.alloc(1000, 1), { endAfterWrite: true });
@@ -227,7 +228,7 @@ describe.each(STORE_KINDS)('content API over real HTTP (%s store)', (kind) => {
     const streamed = await request(`${base()}/artifacts/too-big`, { method: 'PUT', headers: { ...auth(), 'transfer-encoding': 'chunked' }, body: chunks() }).catch((err: Error) => ({ status: -1, body: Buffer.from(err.message), headers: {} }));
     expect(streamed.status).toBe(413);
     expect((await request(`${base()}/artifacts/too-big`, { headers: auth() })).status).toBe(404);
-    expect(await entries(path.join(storeRoot(), 'tmp'))).toEqual([]);
+    expect(await probe().list('tmp')).toEqual([]);
   });
 
   it('enforces grants: read-only keys cannot upload or delete; invisible repositories are 404', async () => {
@@ -265,7 +266,7 @@ describe.each(STORE_KINDS)('content API over real HTTP (%s store)', (kind) => {
     expect(del.status).toBe(204);
     expect((await get('to-delete')).status).toBe(404);
     expect((await request(`${base()}/artifacts/to-delete`, { method: 'DELETE', headers: auth() })).status).toBe(404);
-    expect(await listBlobs(storeRoot())).toContain(sha256(data));
+    expect(await listBlobs(probe())).toContain(sha256(data));
     // The name is free again, even for other bytes.
     expect((await upload('to-delete', randomContent(10))).status).toBe(201);
   });
@@ -274,7 +275,7 @@ describe.each(STORE_KINDS)('content API over real HTTP (%s store)', (kind) => {
     const pid = gw.child.pid!;
     const blob = sha256(files.get(50 * MiB)!);
     // nginx logs a request when it ends: the upstream GET must stay open while the client stalls.
-    const upstreamDone = async () => (await nginx!.accessLog()).split('\n').filter((l) => l.includes(blob));
+    const upstreamDone = async () => (await nginx().accessLog()).split('\n').filter((l) => l.includes(blob));
     const doneBefore = kind === 'http' ? (await upstreamDone()).length : 0;
     const rssBefore = await rssBytes(pid);
     const socket = net.connect(gw.port, '127.0.0.1');
@@ -289,7 +290,7 @@ describe.each(STORE_KINDS)('content API over real HTTP (%s store)', (kind) => {
     socket.destroy();
     // The reader releases the descriptor to the open-file cache, which closes it once idle (1 s here).
     if (kind === 'fs') await waitFor(async () => (await openBlobFds(pid, blob)) === 0);
-    else {
+    else if (kind === 'http') {
       await waitFor(async () => (await upstreamDone()).length === doneBefore + 1);
       const bytesSent = Number((await upstreamDone()).at(-1)!.split(' ')[1]);
       expect(bytesSent).toBeLessThan(50 * MiB);
@@ -297,17 +298,10 @@ describe.each(STORE_KINDS)('content API over real HTTP (%s store)', (kind) => {
   });
 });
 
-async function entries(dir: string): Promise<string[]> {
-  return readdir(dir).catch((err: NodeJS.ErrnoException) => {
-    if (err.code === 'ENOENT') return [];
-    throw err;
-  });
-}
-
-async function listBlobs(root: string): Promise<string[]> {
+async function listBlobs(probe: StoreProbe): Promise<string[]> {
   const out: string[] = [];
-  const base = path.join(root, 'blobs', 'sha256');
-  for (const a of await readdir(base)) for (const b of await readdir(path.join(base, a))) out.push(...(await readdir(path.join(base, a, b))));
+  const base = 'blobs/sha256';
+  for (const a of await probe.list(base)) for (const b of await probe.list(`${base}/${a}`)) out.push(...(await probe.list(`${base}/${a}/${b}`)));
   return out;
 }
 

@@ -7,7 +7,8 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createRepository } from '../test/support/auth.ts';
 import { createTestDatabase, useTestDatabase } from '../test/support/database.ts';
 import { createCatalog, type ArtifactKey } from './catalog.ts';
-import { startStaticStore, STORE_KINDS, type StaticStore } from '../test/support/static-store.ts';
+import { startStaticStore } from '../test/support/static-store.ts';
+import { ALL_STORE_KINDS, startStoreBacking, type StoreBacking } from '../test/support/store-kinds.ts';
 import { openFsStore } from './fs-store.ts';
 import { openHttpStore } from './http-store.ts';
 import { blobRelativePath } from './paths.ts';
@@ -25,6 +26,8 @@ afterEach(async () => {
 });
 
 const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+/** `blobs/sha256/ab/cd/<hex>` with forward slashes (probe names). */
+const blobName = (hex: string) => blobRelativePath(hex).split(path.sep).join('/');
 const body = (b: Buffer) => Readable.from([b.subarray(0, 1000), b.subarray(1000)]);
 
 describe('storage identity', () => {
@@ -92,41 +95,33 @@ async function entries(dir: string): Promise<string[]> {
   });
 }
 
-// The conformance suite: every publish guarantee, unchanged, on both stores. nginx serves a plain
-// directory with the same layout, so the checks on the root hold for both.
-describe.each(STORE_KINDS)('publish (%s store)', (kind) => {
+// The conformance suite: every publish guarantee, unchanged, on every store: the directory, nginx
+// (the static-HTTP store) and each real S3 server. The probe looks at the objects from outside.
+describe.each(ALL_STORE_KINDS)('publish (%s store)', (kind) => {
   const db = useTestDatabase();
   const key = (name: string): ArtifactKey => ({ repository: 'store-test', kind: 'artifact', name, version: '', asset: '' });
-  let nginx: StaticStore | undefined;
-  const opened: Store[] = [];
+  let backing: StoreBacking;
   beforeAll(async () => {
-    if (kind === 'http') nginx = await startStaticStore();
+    backing = await startStoreBacking(kind);
   });
   afterAll(async () => {
-    for (const store of opened.splice(0)) await store.close();
-    await nginx?.stop();
+    await backing?.stop();
   });
 
   async function setup() {
     await db.pool.query('DELETE FROM arkvory_storage');
     await createRepository(db.pool, 'store-test').catch(() => {});
-    if (kind === 'fs') {
-      const root = await tempRoot();
-      return { root, store: await openFsStore({ root, role: 'writer', pool: db.pool }), catalog: createCatalog(db.pool) };
-    }
-    const root = nginx!.root;
-    for (const entry of await readdir(root)) await rm(path.join(root, entry), { recursive: true, force: true });
-    const store = await openHttpStore({ url: nginx!.url, role: 'writer', pool: db.pool, connectTimeoutMs: 2000, timeoutMs: 10_000 });
-    opened.push(store);
-    return { root, store, catalog: createCatalog(db.pool) };
+    await backing.reset();
+    const store = await backing.open('writer', db.pool);
+    return { probe: backing.probe(), store, catalog: createCatalog(db.pool) };
   }
 
   it('publishes once, answers unchanged for the same bytes and conflict for others; blobs are shared', async () => {
-    const { root, store, catalog } = await setup();
+    const { probe, store, catalog } = await setup();
     const bytes = randomBytes(70_000);
     const first = await publishArtifact({ store, catalog }, { key: key('a'), body: body(bytes), contentType: 'text/plain', publishedBy: null, stage: { maxBytes: 1e6 } });
     expect(first).toMatchObject({ outcome: 'created', entry: { sha256: sha256(bytes), sizeBytes: 70_000, contentType: 'text/plain' } });
-    expect(await readFile(path.join(root, blobRelativePath(sha256(bytes))))).toEqual(bytes);
+    expect(await probe.read(blobName(sha256(bytes)))).toEqual(bytes);
     const again = await publishArtifact({ store, catalog }, { key: key('a'), body: body(bytes), contentType: 'text/plain', publishedBy: null, stage: { maxBytes: 1e6 } });
     expect(again.outcome).toBe('unchanged');
     const other = randomBytes(10);
@@ -134,7 +129,7 @@ describe.each(STORE_KINDS)('publish (%s store)', (kind) => {
     // Same bytes under a second name: one blob.
     await publishArtifact({ store, catalog }, { key: key('b'), body: body(bytes), contentType: 'text/plain', publishedBy: null, stage: { maxBytes: 1e6 } });
     expect(await catalog.referencedBlobs()).toEqual(new Set([sha256(bytes)]));
-    expect(await entries(path.join(root, 'tmp'))).toEqual([]);
+    expect(await probe.list('tmp')).toEqual([]);
   });
 
   it.each([
@@ -142,25 +137,26 @@ describe.each(STORE_KINDS)('publish (%s store)', (kind) => {
     ['a shorter body than declared', { expectedLength: 5001 }, 'invalid_request'],
     ['a longer body than declared', { expectedLength: 4999 }, 'invalid_request'],
     ['a body over the limit', { maxBytes: 4999 }, 'payload_too_large'],
+    ['a wrong digest with the length declared', { expectedLength: 5000, expectedSha256: 'f'.repeat(64) }, 'invalid_request'],
   ] as const)('%s publishes nothing and leaves tmp/ empty', async (_name, options, code) => {
-    const { root, store, catalog } = await setup();
+    const { probe, store, catalog } = await setup();
     const bytes = randomBytes(5000);
     await expect(publishArtifact({ store, catalog }, { key: key('x'), body: body(bytes), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e6, ...options } })).rejects.toMatchObject({ code });
     expect(await catalog.get(key('x'))).toBeUndefined();
     expect(await store.hasBlob(sha256(bytes))).toBe(false);
-    expect(await entries(path.join(root, 'tmp'))).toEqual([]);
+    expect(await probe.list('tmp')).toEqual([]);
   });
 
   it('an aborted body publishes nothing', async () => {
-    const { root, store, catalog } = await setup();
+    const { probe, store, catalog } = await setup();
     async function* broken() {
       yield randomBytes(100_000);
       throw Object.assign(new Error('aborted'), { code: 'ECONNRESET' });
     }
     await expect(publishArtifact({ store, catalog }, { key: key('y'), body: broken(), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e6 } })).rejects.toThrow('aborted');
     expect(await catalog.get(key('y'))).toBeUndefined();
-    expect(await entries(path.join(root, 'tmp'))).toEqual([]);
-    expect(await entries(path.join(root, 'blobs', 'sha256'))).toEqual([]);
+    expect(await probe.list('tmp')).toEqual([]);
+    expect(await probe.list('blobs/sha256')).toEqual([]);
   });
 
   it('charges an upload meter in quanta before accepting bytes', async () => {
@@ -170,6 +166,31 @@ describe.each(STORE_KINDS)('publish (%s store)', (kind) => {
     await publishArtifact({ store, catalog }, { key: key('m'), body: body(randomBytes(10_000)), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e6, meter } });
     expect(taken.reduce((a, b) => a + b, 0)).toBe(10_000);
     expect(Math.max(...taken)).toBeLessThanOrEqual(4096);
+  });
+
+  it('reads back any byte range of a published blob, and an absent blob is not_found', async () => {
+    const { store, catalog } = await setup();
+    const bytes = randomBytes(300_000);
+    await publishArtifact({ store, catalog }, { key: key('r'), body: body(bytes), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e6 } });
+    const ranges = [{ start: 0, end: 0 }, { start: 1000, end: 200_000 }, { start: 299_999, end: 299_999 }];
+    const reader = await store.openBlob(sha256(bytes), ranges);
+    try {
+      expect(reader.sizeBytes).toBe(300_000);
+      for (const range of ranges) {
+        const buffer = Buffer.alloc(range.end - range.start + 1);
+        let filled = 0;
+        while (filled < buffer.length) {
+          const { bytesRead } = await reader.read(buffer, filled, buffer.length - filled, range.start + filled);
+          expect(bytesRead).toBeGreaterThan(0);
+          filled += bytesRead;
+        }
+        expect(buffer.equals(bytes.subarray(range.start, range.end + 1))).toBe(true);
+      }
+    } finally {
+      await reader.close();
+    }
+    await expect(store.openBlob('0'.repeat(64), [{ start: 0, end: 0 }])).rejects.toMatchObject({ code: 'not_found' });
+    await expect(store.openBlob('0'.repeat(64))).rejects.toMatchObject({ code: 'not_found' });
   });
 });
 

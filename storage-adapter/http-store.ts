@@ -17,17 +17,15 @@ import type pg from 'pg';
 import type { Dispatcher, Pool } from 'undici';
 import { checkedUpload } from './checked-upload.ts';
 import { StorageError } from './errors.ts';
-import { createUpstreamPool, parseContentRange, unexpectedStatus, upstreamError, type UpstreamOptions } from './http-upstream.ts';
+import { createUpstreamPool, unexpectedStatus, upstreamError, type UpstreamOptions } from './http-upstream.ts';
 import { ensureStorageIdentityOf, type IdentityObject, type StorageRole } from './identity.ts';
 import { sessionRelativeDir } from './multipart/session-path.ts';
 import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, TMP_DIR } from './paths.ts';
 import type { ByteRange } from './range.ts';
+import { openRangeStream, rangeStreamReader, type RangeStream } from './range-stream.ts';
 import type { BlobReader, PartStore, StagedBlob, StageOptions, Store, StoreTree, TreeEntry } from './store.ts';
 
 type Method = Dispatcher.HttpMethod;
-
-/** Response bytes undici may hold per download before it pauses the upstream socket. */
-const UPSTREAM_BUFFER_BYTES = 256 * 1024;
 
 interface CallOptions {
   method: Method;
@@ -196,108 +194,13 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<Store> {
     throw err;
   }
 
-  function openReader(sha256: string, sizeBytes: number, ranges: readonly ByteRange[], first: RangeStream | undefined): BlobReader {
-    let current = first;
-    const endFor = (position: number) => ranges.find((r) => r.start <= position && position <= r.end)?.end ?? sizeBytes - 1;
-    return {
-      sizeBytes,
-      async read(buffer, offset, length, position) {
-        if (!current || current.position !== position) {
-          current?.destroy();
-          current = undefined;
-          if (position >= sizeBytes) return { bytesRead: 0 };
-          current = await openRange(sha256, position, endFor(position));
-        }
-        const bytesRead = await current.readInto(buffer, offset, length);
-        return { bytesRead };
-      },
-      async *chunks(range, signal) {
-        if (!current || current.position !== range.start) {
-          current?.destroy();
-          current = await openRange(sha256, range.start, range.end);
-        }
-        const stream = current;
-        for (let position = range.start; position <= range.end; ) {
-          signal.throwIfAborted();
-          const chunk = await stream.next(range.end - position + 1);
-          if (!chunk) throw new Error(`the artifact store ended blob ${sha256} at byte ${position}, before byte ${range.end}`);
-          position += chunk.length;
-          yield chunk;
-        }
-      },
-      async close() {
-        current?.destroy();
-        current = undefined;
-      },
-    };
-  }
-
-  /** One upstream GET of `bytes=start-end`, consumed in order. */
-  interface RangeStream {
-    position: number;
-    readonly sizeBytes: number;
-    /** The next chunk as received, cut to at most `maxBytes`; undefined at the end. */
-    next(maxBytes: number): Promise<Buffer | undefined>;
-    readInto(buffer: Buffer, offset: number, length: number): Promise<number>;
-    destroy(): void;
-  }
-
-  async function openRange(sha256: string, start: number, end: number): Promise<RangeStream> {
+  function openRange(sha256: string, start: number, end: number): Promise<RangeStream> {
     const target = pathOf(blobName(sha256));
-    // A larger body buffer than undici's 64 KiB keeps the upstream socket flowing between our reads
-    // (fewer pause/resume turns); it is the per-download memory bound on the upstream side.
-    const res = await call({ method: 'GET', path: target, headers: { range: `bytes=${start}-${end}` }, highWaterMark: UPSTREAM_BUFFER_BYTES });
-    let sizeBytes: number;
-    if (res.statusCode === 206) {
-      const range = parseContentRange(res.headers['content-range']);
-      if (!range || range.start !== start) {
-        res.body.destroy();
-        throw new StorageError('upstream_unreachable', `The artifact store answered GET ${target} with Content-Range ${String(res.headers['content-range'])} for bytes=${start}-${end}.`);
-      }
-      sizeBytes = range.size;
-    } else if (res.statusCode === 200 && start === 0) {
-      sizeBytes = Number(res.headers['content-length']);
-    } else {
-      await res.body.dump().catch(() => {});
-      if (res.statusCode === 404) throw new StorageError('not_found', `blob ${sha256} is not on the artifact store`);
-      throw unexpectedStatus(res.statusCode, `GET ${target}`);
-    }
-    const iterator = (res.body as AsyncIterable<Buffer>)[Symbol.asyncIterator]();
-    let leftover: Buffer | undefined;
-    const stream: RangeStream = {
-      position: start,
-      sizeBytes,
-      async next(maxBytes) {
-        let chunk = leftover;
-        leftover = undefined;
-        if (!chunk) {
-          let next: IteratorResult<Buffer>;
-          try {
-            next = await iterator.next();
-          } catch (err) {
-            throw upstreamError(err, `GET ${target}`);
-          }
-          if (next.done) return undefined;
-          chunk = next.value;
-        }
-        if (chunk.length > maxBytes) {
-          leftover = chunk.subarray(maxBytes);
-          chunk = chunk.subarray(0, maxBytes);
-        }
-        stream.position += chunk.length;
-        return chunk;
-      },
-      async readInto(buffer, offset, length) {
-        const chunk = await stream.next(length);
-        if (!chunk) return 0;
-        chunk.copy(buffer, offset);
-        return chunk.length;
-      },
-      destroy() {
-        if (!res.body.destroyed) res.body.destroy();
-      },
-    };
-    return stream;
+    return openRangeStream((range, highWaterMark) => call({ method: 'GET', path: target, headers: { range }, highWaterMark }), { sha256, target }, start, end);
+  }
+
+  function openReader(sha256: string, sizeBytes: number, ranges: readonly ByteRange[], first: RangeStream | undefined): BlobReader {
+    return rangeStreamReader(sha256, sizeBytes, ranges, first, (start, end) => openRange(sha256, start, end));
   }
 
   const parts: PartStore = {

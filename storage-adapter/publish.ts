@@ -24,7 +24,9 @@ function compare(existing: CatalogEntry, sha256: string): PublishOutcome {
 }
 
 export async function publishArtifact(deps: { store: Store; catalog: Catalog }, request: PublishRequest): Promise<PublishOutcome> {
-  const staged = await deps.store.stage(request.body, request.stage);
+  // Whether the key is free before the bytes arrive lets a store skip a copy (see StageOptions).
+  const keyWasFree = request.stage.expectedSha256 !== undefined && (await deps.catalog.get(request.key)) === undefined;
+  const staged = await deps.store.stage(request.body, { ...request.stage, keyWasFree });
   try {
     const existing = await deps.catalog.get(request.key);
     if (existing) return compare(existing, staged.sha256);

@@ -16,6 +16,12 @@ export interface StageOptions {
   readonly signal?: AbortSignal | undefined;
   /** Upload pacing: each slice of the body is charged before it is accepted. */
   readonly meter?: ByteMeter | undefined;
+  /**
+   * The caller found no catalog row for its key: a store may then stage a body with a declared
+   * sha256 straight under its blob name (the S3 store, saving a copy). Such a blob, if not
+   * committed after all (a racing publish of the same key), stays for gc.
+   */
+  readonly keyWasFree?: boolean | undefined;
 }
 
 /** A fully written temporary object, verified (size, sha256), not yet under its blob name. */
@@ -77,10 +83,15 @@ export interface StoreTree {
   /** Removes a file or a whole directory; a missing one is fine. */
   remove(target: string): Promise<void>;
   move(from: string, to: string): Promise<void>;
+  /**
+   * Object stores only (S3): uploads begun and never completed nor aborted (a process killed
+   * mid-upload, a cut link). Invisible to listings and readers, but they hold space until aborted.
+   */
+  incompleteUploads?(): Promise<Array<{ readonly name: string; abort(): Promise<void> }>>;
 }
 
 export interface Store {
-  readonly kind: 'fs' | 'http';
+  readonly kind: 'fs' | 'http' | 's3';
   /** A directory or a base URL, for logs and messages. */
   readonly location: string;
   readonly storageId: string;

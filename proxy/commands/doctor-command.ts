@@ -11,6 +11,7 @@ import pg from 'pg';
 import { pendingMigrations } from '../../migrations/runner.ts';
 import { readPolicy, type DownloadPolicy } from '../../policy/lease/download-policy.ts';
 import { readStorageIdObject } from '../../storage-adapter/http-store.ts';
+import { readS3StorageIdObject } from '../../storage-adapter/s3-store.ts';
 import { STORAGE_ID_FILE } from '../../storage-adapter/paths.ts';
 import { ConfigError, loadConfig, type Config } from '../config.ts';
 import { EXIT } from '../serve.ts';
@@ -43,7 +44,9 @@ async function checkStorage(config: Config, pool: pg.Pool | undefined): Promise<
   const role = config.role === 'api' ? 'writer' : config.role;
   const storageUrl = config.storage.url;
   let fileId: string | undefined;
-  if (storageUrl !== undefined) {
+  if (config.storage.s3 !== undefined) {
+    fileId = await readS3StorageIdObject({ ...config.storage.s3, connectTimeoutMs: config.storage.connectTimeoutMs, timeoutMs: config.storage.timeoutMs });
+  } else if (storageUrl !== undefined) {
     fileId = await readStorageIdObject(storageUrl, config.storage);
   } else if (await stat(config.dataDir).then((s) => s.isDirectory(), () => false)) {
     fileId = await readFile(path.join(config.dataDir, STORAGE_ID_FILE), 'utf8').then(

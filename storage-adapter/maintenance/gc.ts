@@ -16,13 +16,15 @@ export interface GcReport {
   orphanBlobs: string[];
   staleTmp: string[];
   staleUploads: string[];
+  /** S3 only: multipart uploads never completed nor aborted (object names), aborted by gc. */
+  incompleteUploads: string[];
   bytesFreed: number;
 }
 
 /** `root` is a filesystem store root or any store's tree. */
 export async function collectGarbage(root: string | StoreTree, pool: pg.Pool, options: { dryRun: boolean; onProgress?: (seen: number) => void }): Promise<GcReport> {
   const tree = typeof root === 'string' ? createFsTree(root) : root;
-  const report: GcReport = { dryRun: options.dryRun, keptBlobs: 0, orphanBlobs: [], staleTmp: [], staleUploads: [], bytesFreed: 0 };
+  const report: GcReport = { dryRun: options.dryRun, keptBlobs: 0, orphanBlobs: [], staleTmp: [], staleUploads: [], incompleteUploads: [], bytesFreed: 0 };
   const remove = async (target: string, sizeBytes: number) => {
     report.bytesFreed += sizeBytes;
     if (!options.dryRun) await tree.remove(target);
@@ -41,6 +43,11 @@ export async function collectGarbage(root: string | StoreTree, pool: pg.Pool, op
   for (const entry of await tree.list(TMP_DIR)) {
     report.staleTmp.push(entry.name);
     await remove(`${TMP_DIR}/${entry.name}`, entry.sizeBytes);
+  }
+  // Under the barrier no upload is running, so every open multipart upload is abandoned.
+  for (const upload of (await tree.incompleteUploads?.()) ?? []) {
+    report.incompleteUploads.push(upload.name);
+    if (!options.dryRun) await upload.abort();
   }
   const live = await pool.query<{ session_id: string; file_name: string }>(
     `SELECT p.session_id, p.file_name FROM arkvory_upload_parts p JOIN arkvory_upload_sessions s ON s.id = p.session_id WHERE s.state IN ('open', 'completing')`,

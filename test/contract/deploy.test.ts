@@ -137,6 +137,22 @@ describe('deploy/ names and env examples', () => {
     expect(site).toContain('location /arkvory/ {');
   });
 
+  it.each(ROLES.filter((r) => r.role !== 'router' && r.role !== 'rules-service'))('$unit: with deploy/s3-store/s3-store.env and the credentials example added it uses the S3 store of the SeaweedFS example', async ({ unit: name }) => {
+    const read = (file: string) => readFile(path.join(DEPLOY, 's3-store', file), 'utf8');
+    const env = { ...(await unitEnvironment(await unit(name), '1')), ...parseEnvFile(await read('s3-store.env')), ...parseEnvFile(await read('s3-credentials.env.example')) };
+    const config = loadConfig(env, '/');
+    expect(config.storage.s3).toMatchObject({ location: { bucket: 'arkvory-artifacts', prefix: 'prod/' }, endpoint: 'http://10.0.0.30:8333', credentials: { accessKeyId: 'replace-with-the-access-key' } });
+    // Without the credentials file the configuration is refused, naming both variables.
+    expect(() => loadConfig({ ...(env as Record<string, string>), AWS_ACCESS_KEY_ID: '', AWS_SECRET_ACCESS_KEY: '' }, '/')).toThrow(/AWS_ACCESS_KEY_ID[\s\S]*AWS_SECRET_ACCESS_KEY/);
+    // The endpoint is the SeaweedFS example's S3 port, and its identity for Arkvory has the same key.
+    expect(await read('seaweedfs-s3.service')).toContain('-ip=10.0.0.30 ');
+    expect(await read('seaweedfs-s3.service')).toContain('-s3.port=8333 ');
+    const identities = JSON.parse(await read('s3.json')) as { identities: Array<{ name: string; credentials: Array<{ accessKey: string }>; actions: string[] }> };
+    const arkvory = identities.identities.find((i) => i.name === 'arkvory')!;
+    expect(arkvory.credentials[0]!.accessKey).toBe('replace-with-the-access-key');
+    expect(arkvory.actions).toEqual(['Read:arkvory-artifacts', 'Write:arkvory-artifacts', 'List:arkvory-artifacts']);
+  });
+
   it('the writer and the reader examples store the identical download policy, on different ports', async () => {
     const writer = loadConfig(await unitEnvironment(await unit('arkvory-writer.service'), '1'), '/');
     const reader = loadConfig(await unitEnvironment(await unit('arkvory-reader@.service'), '1'), '/');

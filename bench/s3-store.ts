@@ -1,0 +1,272 @@
+/**
+ * S3 store benchmark (issue 23), on each real S3 server (SeaweedFS, MinIO) in one run:
+ * - 1 GiB single stream: the gateway on the S3 store vs a direct signed GET of the same object from
+ *   the same server (`curl --aws-sigv4`) vs the gateway on the directory store;
+ * - 4 KiB: median request time of the same three (curl, sequential requests);
+ * - upload of 1 GiB: the gateway's PUT with Content-Digest (hash, stream straight to the blob name)
+ *   vs a direct signed PUT (`curl --aws-sigv4 -T`);
+ * - peak RSS of the S3 gateway during --parallel (default 16) parallel 1 GiB downloads.
+ * Downloads are measured in --runs interleaved rounds (medians), so background load hits all alike.
+ * Targets: gateway ≥ 0.8× the direct GET and ≥ 0.8× the direct PUT; peak RSS < 200 MiB.
+ *
+ *   node bench/s3-store.ts [--server seaweedfs|minio|both] [--runs 3] [--big-mib 1024]
+ *                          [--parallel 16] [--small-requests 50] [--database-url postgres://…]
+ *
+ * Without --database-url an embedded PostgreSQL is started in a temporary directory. Everything
+ * (servers, gateways, databases, files) is removed at the end.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import { chmod, mkdtemp, open, rm, writeFile } from 'node:fs/promises';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { migrate } from '../migrations/runner.ts';
+import { AdminStore } from '../policy/auth/admin-store.ts';
+import { freeLoopbackPort, startEmbeddedDatabase } from '../proxy/embedded-database.ts';
+import { createLogger } from '../proxy/logger.ts';
+import { startS3Server, stopAllS3Servers, type S3Server, type S3ServerKind } from '../test/support/s3-server.ts';
+import { median, rssBytes } from './support.ts';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const MiB = 1024 * 1024;
+
+const { values: args } = parseArgs({
+  options: {
+    server: { type: 'string', default: 'both' },
+    'database-url': { type: 'string' },
+    runs: { type: 'string', default: '3' },
+    'big-mib': { type: 'string', default: '1024' },
+    parallel: { type: 'string', default: '16' },
+    'small-requests': { type: 'string', default: '50' },
+  },
+});
+const RUNS = Number(args.runs);
+const BIG_BYTES = Number(args['big-mib']) * MiB;
+const PARALLEL = Number(args.parallel);
+const SMALL_REQUESTS = Number(args['small-requests']);
+const SERVERS: S3ServerKind[] = args.server === 'both' ? ['seaweedfs', 'minio'] : [args.server as S3ServerKind];
+
+/** curl to /dev/null (or uploading `upload`): status, bytes, seconds. */
+function curl(argv: string[]): Promise<{ status: number; bytes: number; seconds: number }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn('curl', ['-s', '-o', '/dev/null', '-w', '%{http_code} %{size_download} %{size_upload} %{time_total}', ...argv], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.on('error', reject);
+    child.on('close', () => {
+      const [status, down, up, seconds] = out.trim().split(' ').map(Number);
+      resolve({ status: status ?? 0, bytes: Math.max(down ?? 0, up ?? 0), seconds: seconds ?? 0 });
+    });
+  });
+}
+
+/** `curl --aws-sigv4` arguments for a direct request to the server (unsigned payload, as the gateway sends). */
+const signed = (server: S3Server) => ['--aws-sigv4', `aws:amz:${server.region}:s3`, '--user', `${server.accessKeyId}:${server.secretAccessKey}`, '-H', 'x-amz-content-sha256: UNSIGNED-PAYLOAD'];
+
+interface Target {
+  name: string;
+  /** curl arguments for a whole download of the big (or small) file. */
+  big: string[];
+  small: string[];
+  pid?: number;
+}
+
+async function downloadMiBs(target: Target): Promise<number> {
+  const r = await curl(target.big);
+  if (r.status !== 200 || r.bytes !== BIG_BYTES) throw new Error(`${target.name}: download got ${r.status} with ${r.bytes} bytes`);
+  return BIG_BYTES / MiB / r.seconds;
+}
+
+async function smallMs(target: Target): Promise<number> {
+  const times: number[] = [];
+  for (let i = 0; i < SMALL_REQUESTS; i++) {
+    const r = await curl(target.small);
+    if (r.status !== 200 || r.bytes !== 4096) throw new Error(`${target.name}: 4 KiB download got ${r.status} with ${r.bytes} bytes`);
+    times.push(r.seconds * 1000);
+  }
+  return median(times);
+}
+
+/** A PUT with Content-Length and, when given, Content-Digest (which lets the S3 store skip the copy). */
+function put(url: string, key: string, file: string, size: number, sha256Base64?: string): Promise<{ status: number; seconds: number }> {
+  const started = process.hrtime.bigint();
+  const digest: Record<string, string> = sha256Base64 ? { 'content-digest': `sha-256=:${sha256Base64}:` } : {};
+  return new Promise((resolve, reject) => {
+    const req = http.request(url, { method: 'PUT', headers: { authorization: `Bearer ${key}`, 'content-length': String(size), ...digest } }, (res) => {
+      res.resume();
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, seconds: Number(process.hrtime.bigint() - started) / 1e9 }));
+    });
+    req.on('error', reject);
+    createReadStream(file, { highWaterMark: MiB }).pipe(req);
+  });
+}
+
+async function main(): Promise<void> {
+  const work = await mkdtemp(path.join(os.tmpdir(), 'arkvory-bench-s3-'));
+  await chmod(work, 0o755);
+  const children: ChildProcess[] = [];
+  const pools: pg.Pool[] = [];
+  const databases: string[] = [];
+  let embedded: Awaited<ReturnType<typeof startEmbeddedDatabase>> | undefined;
+  let adminUrl = args['database-url'];
+  if (!adminUrl) {
+    embedded = await startEmbeddedDatabase(path.join(work, 'pg'), createLogger('warn'));
+    adminUrl = embedded.url;
+  }
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  const report: string[] = [];
+  try {
+    const newDatabase = async (): Promise<{ url: string; keys: string[] }> => {
+      const name = `arkvory_bench_${randomBytes(4).toString('hex')}`;
+      await admin.query(`CREATE DATABASE ${name}`);
+      databases.push(name);
+      const url = Object.assign(new URL(adminUrl!), { pathname: `/${name}` }).toString();
+      const pool = new pg.Pool({ connectionString: url, max: 2 });
+      pools.push(pool);
+      await migrate(pool);
+      const store = new AdminStore(pool);
+      await store.createRepository('bench');
+      const keys: string[] = [];
+      for (let s = 0; s < PARALLEL; s++) {
+        const principal = await store.createPrincipal(`bench-${s}`);
+        await store.addGrant(principal.id, 'bench', 'write');
+        keys.push((await store.createKey(principal.id, { scopes: ['read', 'write'] })).key);
+      }
+      return { url, keys };
+    };
+    const startGateway = async (name: string, env: Record<string, string>) => {
+      const db = await newDatabase();
+      const port = await freeLoopbackPort();
+      const child = spawn(process.execPath, [path.join(ROOT, 'bin/arkvory.js'), 'serve'], {
+        cwd: ROOT,
+        env: {
+          PATH: process.env.PATH,
+          HOME: process.env.HOME,
+          ARKVORY_DATABASE_URL: db.url,
+          ARKVORY_PORT: String(port),
+          ARKVORY_LOG_LEVEL: 'warn',
+          ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2),
+          ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: String(PARALLEL),
+          ...env,
+        },
+        stdio: ['ignore', 'ignore', 'inherit'],
+      });
+      children.push(child);
+      const base = `http://127.0.0.1:${port}`;
+      for (let i = 0; ; i++) {
+        const ok = await fetch(`${base}/health/status`).then((r) => r.status === 200, () => false);
+        if (ok) return { name, base, child, keys: db.keys };
+        if (i > 600 || child.exitCode !== null) throw new Error(`${name} gateway did not start`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    };
+
+    const file = path.join(work, 'big.bin');
+    process.stderr.write(`writing a ${BIG_BYTES / MiB} MiB file under ${work}\n`);
+    const big = await open(file, 'w');
+    const block = randomBytes(4 * MiB);
+    const hash = createHash('sha256');
+    for (let written = 0; written < BIG_BYTES; written += block.length) {
+      const slice = block.subarray(0, Math.min(block.length, BIG_BYTES - written));
+      hash.update(slice);
+      await big.write(slice);
+    }
+    await big.close();
+    const bigDigest = hash.digest('base64');
+    const small = path.join(work, 'small.bin');
+    await writeFile(small, randomBytes(4096));
+
+    const fsGateway = await startGateway('gateway-fs', { ARKVORY_DATA_DIR: path.join(work, 'data-fs') });
+    for (const [id, f, size] of [['big.bin', file, BIG_BYTES], ['small.bin', small, 4096]] as const) {
+      const r = await put(`${fsGateway.base}/api/v1/repositories/bench/artifacts/${id}`, fsGateway.keys[0]!, f, size);
+      if (r.status !== 201) throw new Error(`gateway-fs: upload answered ${r.status}`);
+    }
+    const gatewayTarget = (gw: { name: string; base: string; keys: string[]; child: ChildProcess }, i = 0): Target => ({
+      name: gw.name,
+      pid: gw.child.pid,
+      big: ['-H', `authorization: Bearer ${gw.keys[i]}`, `${gw.base}/api/v1/repositories/bench/artifacts/big.bin/content`],
+      small: ['-H', `authorization: Bearer ${gw.keys[i]}`, `${gw.base}/api/v1/repositories/bench/artifacts/small.bin/content`],
+    });
+
+    for (const kind of SERVERS) {
+      const server = await startS3Server(kind, { bucket: 'arkvory-bench' });
+      const gw = await startGateway(`gateway-${kind}`, { ARKVORY_DATA_DIR: path.join(work, `data-${kind}`), ...server.env() });
+      // Uploads: the direct signed PUT first (to its own key), then the gateway's.
+      const direct = await curl([...signed(server), '-T', file, `${server.endpoint}/${server.bucket}/direct/big.bin`]);
+      if (direct.status !== 200) throw new Error(`${kind}: direct PUT answered ${direct.status}`);
+      await curl([...signed(server), '-T', small, `${server.endpoint}/${server.bucket}/direct/small.bin`]);
+      // With Content-Digest, as the tests' clients send it: the S3 store stages under the blob name.
+      const viaGateway = await put(`${gw.base}/api/v1/repositories/bench/artifacts/big.bin`, gw.keys[0]!, file, BIG_BYTES, bigDigest);
+      if (viaGateway.status !== 201) throw new Error(`${kind}: gateway upload answered ${viaGateway.status}`);
+      const small201 = await put(`${gw.base}/api/v1/repositories/bench/artifacts/small.bin`, gw.keys[0]!, small, 4096);
+      if (small201.status !== 201) throw new Error(`${kind}: gateway small upload answered ${small201.status}`);
+      const upload = { direct: BIG_BYTES / MiB / direct.seconds, gateway: BIG_BYTES / MiB / viaGateway.seconds };
+      process.stderr.write(`${kind}: upload direct ${upload.direct.toFixed(0)} MiB/s, gateway ${upload.gateway.toFixed(0)} MiB/s\n`);
+
+      const targets: Target[] = [
+        gatewayTarget(gw),
+        { name: `direct ${kind}`, big: [...signed(server), `${server.endpoint}/${server.bucket}/direct/big.bin`], small: [...signed(server), `${server.endpoint}/${server.bucket}/direct/small.bin`] },
+        gatewayTarget(fsGateway),
+      ];
+      for (const t of targets) await downloadMiBs(t); // warm caches
+      const results = new Map(targets.map((t) => [t.name, { big: [] as number[], small: [] as number[] }]));
+      for (let run = 0; run < RUNS; run++) {
+        for (const t of targets) {
+          const r = results.get(t.name)!;
+          r.big.push(await downloadMiBs(t));
+          r.small.push(await smallMs(t));
+          process.stderr.write(`${kind} run ${run + 1}/${RUNS} ${t.name}: ${r.big.at(-1)!.toFixed(0)} MiB/s, 4 KiB ${r.small.at(-1)!.toFixed(2)} ms\n`);
+        }
+      }
+
+      // Peak RSS of the S3 gateway under PARALLEL parallel 1 GiB downloads (one principal each).
+      let peak = 0;
+      let sampling = true;
+      const sampler = (async () => {
+        while (sampling) {
+          peak = Math.max(peak, await rssBytes(gw.child.pid!));
+          await new Promise((r) => setTimeout(r, 50));
+        }
+      })();
+      const idle = await rssBytes(gw.child.pid!);
+      const parallel = await Promise.all(Array.from({ length: PARALLEL }, (_, i) => curl(gatewayTarget(gw, i).big)));
+      sampling = false;
+      await sampler;
+      for (const r of parallel) if (r.status !== 200 || r.bytes !== BIG_BYTES) throw new Error(`${kind}: parallel download got ${r.status} with ${r.bytes} bytes`);
+
+      const g = results.get(gw.name)!;
+      const d = results.get(`direct ${kind}`)!;
+      const f = results.get('gateway-fs')!;
+      const lines = [
+        `\n${kind}: ${BIG_BYTES / MiB} MiB and 4 KiB, medians of ${RUNS} rounds, ${os.cpus().length} CPUs, load average ${os.loadavg().map((l) => l.toFixed(1)).join(' ')}`,
+        `  1 GiB download MiB/s: gateway→${kind} ${median(g.big).toFixed(0)}, direct signed GET ${median(d.big).toFixed(0)}, gateway on fs ${median(f.big).toFixed(0)}`,
+        `  4 KiB request ms:      gateway→${kind} ${median(g.small).toFixed(2)}, direct signed GET ${median(d.small).toFixed(2)}, gateway on fs ${median(f.small).toFixed(2)}`,
+        `  1 GiB upload MiB/s:   gateway→${kind} ${upload.gateway.toFixed(0)}, direct signed PUT ${upload.direct.toFixed(0)} (one each)`,
+        `  ratios: download gateway/direct ${(median(g.big) / median(d.big)).toFixed(2)}× (target ≥ 0.8), gateway-S3/gateway-fs ${(median(g.big) / median(f.big)).toFixed(2)}×, upload gateway/direct ${(upload.gateway / upload.direct).toFixed(2)}× (target ≥ 0.8)`,
+        `  RSS of the S3 gateway: idle ${(idle / MiB).toFixed(0)} MiB, peak ${(peak / MiB).toFixed(0)} MiB during ${PARALLEL} parallel ${BIG_BYTES / MiB} MiB downloads (target < 200 MiB)`,
+      ];
+      report.push(...lines);
+      console.log(lines.join('\n'));
+      gw.child.kill('SIGTERM');
+      await server.destroy();
+    }
+    console.log(`\nbench/s3-store.ts summary\n${report.join('\n')}`);
+  } finally {
+    for (const child of children) child.kill('SIGTERM');
+    await new Promise((r) => setTimeout(r, 500));
+    await stopAllS3Servers();
+    for (const pool of pools) await pool.end();
+    for (const name of databases) await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).catch(() => {});
+    await admin.end();
+    await embedded?.stop();
+    await rm(work, { recursive: true, force: true });
+  }
+}
+
+await main();

@@ -1,0 +1,122 @@
+/**
+ * Fault: the gateway's link to its S3 server (SeaweedFS, then MinIO) goes through toxiproxy.
+ * - Cut mid-download (the link slowed by a bandwidth toxic, then disabled). Expected: the client's
+ *   response ends short of Content-Length (never a complete-looking short 200). Recovery: link back,
+ *   a `Range` request for the rest completes the file to the exact bytes.
+ * - Cut mid-upload. Expected: 502 `upstream_unreachable` (or 504), no catalog row, no blob.
+ *   Recovery: link back, `arkvory gc` leaves no temporary object and no open multipart upload.
+ * - The S3 server stopped when the gateway starts. Expected: exit 1 before listening, with the
+ *   store error naming the endpoint (systemd's `Restart=on-failure` retries, as documented).
+ *   Recovery: server back, the same gateway starts and serves.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createRepository, createServiceAccount } from '../test/support/auth.ts';
+import { randomContent, request, sha256 } from '../test/support/content.ts';
+import { useTestDatabase } from '../test/support/database.ts';
+import { runCli, startGateway } from '../test/support/gateway.ts';
+import { listKeys, S3_SERVER_KINDS, startS3Server, type S3Server } from '../test/support/s3-server.ts';
+import { call, startDownload } from './support/gateways.ts';
+import { setEnabled, waitServing } from './support/shared-cluster.ts';
+import { startToxiproxy, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
+import { waitUntil } from './support/wait.ts';
+
+const MiB = 1024 * 1024;
+
+describe.each(S3_SERVER_KINDS)('the gateway↔S3 link on %s', (kind) => {
+  const db = useTestDatabase();
+  let toxiproxy: ToxiproxyServer;
+  let server: S3Server;
+  let link: ProxiedUpstream;
+  let key: string;
+  /** The gateway's S3 variables with the endpoint through the proxy. */
+  const env = () => ({ ARKVORY_DATABASE_URL: db.url, ...server.env(), ARKVORY_S3_ENDPOINT: `http://${link.host}:${link.port}`, ARKVORY_STORAGE_TIMEOUT_SECONDS: '5', ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS: '1000' });
+
+  beforeAll(async () => {
+    toxiproxy = await startToxiproxy();
+    server = await startS3Server(kind);
+    link = await toxiproxy.proxyTo(`127.0.0.1:${server.port}`);
+    await createRepository(db.pool, 'chaos');
+    ({ key } = await createServiceAccount(db.pool, { grants: { chaos: 'write' } }));
+  });
+  afterAll(async () => {
+    await toxiproxy?.stop();
+    await server?.destroy();
+  });
+
+  it('cut mid-download: the response ends short; a Range request after the link returns completes the exact bytes', async () => {
+    const gw = await startGateway({ env: env(), timeoutMs: 60_000 });
+    const file = randomContent(24 * MiB);
+    const url = `${gw.url}/api/v1/repositories/chaos/artifacts/download.bin`;
+    expect((await call(url, { method: 'PUT', key, body: file })).status).toBe(201);
+
+    // About 4 MiB/s from the store, so the download is surely in flight when the link goes.
+    const slow = await link.proxy.addToxic({ name: 'slow-store', type: 'bandwidth', stream: 'downstream', toxicity: 1, attributes: { rate: 4096 } });
+    const download = await startDownload(`${url}/content`, { authorization: `Bearer ${key}` });
+    expect(download.status).toBe(200);
+    await waitUntil(() => download.receivedBytes() >= 2 * MiB, { timeoutMs: 30_000, intervalMs: 20, what: '2 MiB of the download' });
+    await setEnabled(link, false);
+    const ended = await download.ended;
+    expect(ended.complete).toBe(false);
+    const have = download.receivedBytes();
+    expect(have).toBeLessThan(file.length);
+    expect(download.received().equals(file.subarray(0, have))).toBe(true);
+
+    await slow.remove();
+    await setEnabled(link, true);
+    const rest = await call(`${url}/content`, { key, headers: { range: `bytes=${have}-` } });
+    expect(rest.status).toBe(206);
+    expect(rest.headers['content-range']).toBe(`bytes ${have}-${file.length - 1}/${file.length}`);
+    expect(sha256(Buffer.concat([download.received(), rest.body]))).toBe(sha256(file));
+    expect(await gw.stop('SIGTERM')).toBe(0);
+    expect(gw.logs()).not.toMatch(/unhandled|uncaught/i);
+  }, 180_000);
+
+  it('cut mid-upload: a clear 5xx, nothing published; after the link returns gc leaves no temporary object', async () => {
+    const gw = await startGateway({ env: env(), timeoutMs: 60_000 });
+    const file = randomContent(24 * MiB);
+    const url = `${gw.url}/api/v1/repositories/chaos/artifacts/upload.bin`;
+    let sent = 0;
+    async function* body() {
+      for (let offset = 0; offset < file.length; offset += MiB) {
+        if (offset === 6 * MiB) await setEnabled(link, false);
+        sent += MiB;
+        yield file.subarray(offset, offset + MiB);
+      }
+    }
+    const put = await request(url, { method: 'PUT', headers: { authorization: `Bearer ${key}`, 'content-length': String(file.length) }, body: body() }).catch((err: Error) => ({ status: -1, body: Buffer.from(err.message), headers: {} }));
+    // The answer may come before the client finished sending (then the socket may close under it).
+    if (put.status !== -1) {
+      expect([502, 504]).toContain(put.status);
+      expect(JSON.parse(put.body.toString()).code).toMatch(/^upstream_(unreachable|timeout)$/);
+    }
+    expect(sent).toBeGreaterThan(6 * MiB - 1);
+    expect((await db.pool.query(`SELECT 1 FROM arkvory_artifacts WHERE name = 'upload.bin'`)).rowCount).toBe(0);
+    await setEnabled(link, true);
+    expect(await listKeys(server, 'blobs/')).not.toContainEqual(expect.stringContaining(sha256(file)));
+    expect(await gw.stop('SIGTERM')).toBe(0);
+    expect(gw.logs()).not.toMatch(/unhandled|uncaught/i);
+
+    const gc = await runCli(['gc'], { ...env(), ARKVORY_DATA_DIR: gw.dataDir });
+    expect(gc.code, gc.stderr).toBe(0);
+    expect(await listKeys(server, 'tmp/')).toEqual([]);
+    const open: string[] = [];
+    for await (const upload of server.client().listMultipartUploads('')) open.push(upload.key);
+    expect(open).toEqual([]);
+  }, 180_000);
+
+  it('the S3 server stopped at start: exit 1 before listening with the store error; starts once the server is back', async () => {
+    await server.stop();
+    try {
+      const gw = await startGateway({ env: env(), waitFor: 'none', timeoutMs: 60_000 });
+      expect(await gw.exited).toBe(1);
+      expect(gw.logs()).toMatch(/upstream_unreachable|could not be reached|S3 server/);
+      expect(gw.logs()).not.toContain(server.secretAccessKey);
+    } finally {
+      await server.start();
+    }
+    const gw = await startGateway({ env: env(), timeoutMs: 60_000 });
+    await waitServing(gw);
+    expect((await call(`${gw.url}/api/v1/repositories/chaos/artifacts/download.bin/content`, { key, headers: { range: 'bytes=0-9' } })).status).toBe(206);
+    expect(await gw.stop('SIGTERM')).toBe(0);
+  }, 180_000);
+});

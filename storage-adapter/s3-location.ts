@@ -1,0 +1,39 @@
+/**
+ * `s3://<bucket>/<optional prefix>`: where the S3 store keeps its layout. Pure parsing; the object
+ * key of a store-relative name is `<prefix><name>` (the prefix, when set, ends with `/`).
+ */
+export interface S3Location {
+  readonly bucket: string;
+  /** '' or `a/b/`. */
+  readonly prefix: string;
+}
+
+/** S3 bucket naming rules (3–63 characters, lowercase letters, digits, dots, hyphens). */
+const BUCKET = /^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/;
+
+export type ParsedS3Location = { ok: true; value: S3Location } | { ok: false; problem: string };
+
+export function parseS3Url(url: string): ParsedS3Location {
+  const m = /^s3:\/\/([^/?#]*)(\/[^?#]*)?$/.exec(url);
+  if (!m) return { ok: false, problem: `expected s3://<bucket>/<optional prefix> without query or fragment, got "${url}"` };
+  const bucket = m[1]!;
+  if (!BUCKET.test(bucket) || bucket.includes('..')) return { ok: false, problem: `"${bucket}" is not a valid S3 bucket name (3-63 lowercase letters, digits, dots and hyphens)` };
+  const parts = (m[2] ?? '').split('/').filter((p) => p !== '');
+  if (parts.some((p) => p === '.' || p === '..')) return { ok: false, problem: `the prefix of "${url}" may not contain . or .. segments` };
+  return { ok: true, value: { bucket, prefix: parts.length === 0 ? '' : `${parts.join('/')}/` } };
+}
+
+/** `s3://bucket/prefix/` for messages. */
+export function formatS3Location(location: S3Location): string {
+  return `s3://${location.bucket}/${location.prefix}`;
+}
+
+/** The path of a path-style request: `/<bucket>/<key>`, each key segment percent-encoded once. */
+export function pathStyleObjectPath(bucket: string, key: string): string {
+  return `/${bucket}/${key.split('/').map(encodeRfc3986).join('/')}`;
+}
+
+/** encodeURIComponent plus the characters SigV4 also wants encoded. */
+export function encodeRfc3986(value: string): string {
+  return encodeURIComponent(value).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+}

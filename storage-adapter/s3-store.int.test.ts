@@ -1,0 +1,161 @@
+/**
+ * What only the S3 store does, on each real S3 server (SeaweedFS, MinIO): multipart upload of a body
+ * of unknown length, multipart copy above the single-copy limit, parts and tree over object keys,
+ * abandoned multipart uploads found and aborted by gc, and the identity refusals (missing bucket,
+ * wrong credentials, server down). The shared publish suite runs in fs-store.int.test.ts.
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import { Readable } from 'node:stream';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createRepository } from '../test/support/auth.ts';
+import { useTestDatabase } from '../test/support/database.ts';
+import { listKeys, S3_SERVER_KINDS, type S3Server } from '../test/support/s3-server.ts';
+import { s3Probe, startStoreBacking, type StoreBacking } from '../test/support/store-kinds.ts';
+import { createCatalog, type ArtifactKey } from './catalog.ts';
+import { collectGarbage } from './maintenance/gc.ts';
+import { publishArtifact } from './publish.ts';
+import { openS3Store, type S3Store } from './s3-store.ts';
+
+const MiB = 1024 * 1024;
+const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+const blobName = (hex: string) => `blobs/sha256/${hex.slice(0, 2)}/${hex.slice(2, 4)}/${hex}`;
+/** A body in 1 MiB chunks, of no declared length. */
+const chunked = (b: Buffer) => Readable.from(Array.from({ length: Math.ceil(b.length / MiB) }, (_, i) => b.subarray(i * MiB, (i + 1) * MiB)));
+
+describe.each(S3_SERVER_KINDS)('S3 store on %s', (kind) => {
+  const db = useTestDatabase();
+  let backing: StoreBacking;
+  let server: S3Server;
+  const key = (name: string): ArtifactKey => ({ repository: 's3-test', kind: 'artifact', name, version: '', asset: '' });
+  beforeAll(async () => {
+    backing = await startStoreBacking(kind);
+    server = backing.s3!;
+    await createRepository(db.pool, 's3-test');
+  });
+  afterAll(async () => {
+    await backing?.stop();
+  });
+
+  async function writer(limits = {}): Promise<S3Store> {
+    await db.pool.query('DELETE FROM arkvory_storage');
+    await backing.reset();
+    return (await backing.open('writer', db.pool, { limits })) as S3Store;
+  }
+
+  it('a body of unknown length goes up as a multipart upload, and is copied into blobs/ with multipart copy above the copy limit', async () => {
+    const store = await writer({ partBytes: 5 * MiB, copyBytes: 5 * MiB });
+    const catalog = createCatalog(db.pool);
+    const bytes = randomBytes(12 * MiB + 123);
+    const result = await publishArtifact({ store, catalog }, { key: key('big'), body: chunked(bytes), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e9 } });
+    expect(result.entry).toMatchObject({ sha256: sha256(bytes), sizeBytes: bytes.length });
+    expect(store.commits).toMatchObject({ 'multipart-copy': 1, copy: 0, streamed: 0 });
+    // Compared by digest: a deep equality over 12 MiB takes minutes on a loaded machine.
+    expect(sha256((await s3Probe(server).read(blobName(sha256(bytes))))!)).toBe(sha256(bytes));
+    expect(await listKeys(server, 'tmp/')).toEqual([]);
+    // Published again under another name: the blob is there already, nothing is copied.
+    await publishArtifact({ store, catalog }, { key: key('big-2'), body: chunked(bytes), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e9 } });
+    expect(store.commits).toMatchObject({ 'multipart-copy': 1, existing: 1 });
+    const uploads = await store.tree.incompleteUploads!();
+    expect(uploads).toEqual([]);
+  });
+
+  it('a declared sha256 for a free key stages straight under the blob name (no copy); other bytes claiming it leave the blob intact', async () => {
+    const store = await writer();
+    const catalog = createCatalog(db.pool);
+    const bytes = randomBytes(3 * MiB);
+    await publishArtifact({ store, catalog }, { key: key('direct'), body: chunked(bytes), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e9, expectedLength: bytes.length, expectedSha256: sha256(bytes) } });
+    expect(store.commits).toMatchObject({ direct: 1, copy: 0 });
+    expect(await listKeys(server, 'tmp/')).toEqual([]);
+    expect(sha256((await s3Probe(server).read(blobName(sha256(bytes))))!)).toBe(sha256(bytes));
+    // Other bytes claiming that digest (with and without a length): refused, the published blob intact.
+    const other = randomBytes(3 * MiB);
+    for (const expectedLength of [other.length, undefined]) {
+      await expect(publishArtifact({ store, catalog }, { key: key('liar'), body: chunked(other), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e9, expectedLength, expectedSha256: sha256(bytes) } })).rejects.toMatchObject({ code: 'invalid_request' });
+    }
+    expect(sha256((await s3Probe(server).read(blobName(sha256(bytes))))!)).toBe(sha256(bytes));
+    expect(await catalog.get(key('liar'))).toBeUndefined();
+    expect(await store.tree.incompleteUploads!()).toEqual([]);
+    // The same key again with the same digest: the key is taken, so the temporary path (deleted after).
+    await publishArtifact({ store, catalog }, { key: key('direct'), body: chunked(bytes), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e9, expectedSha256: sha256(bytes) } });
+    expect(store.commits).toMatchObject({ direct: 1 });
+    expect(await listKeys(server, 'tmp/')).toEqual([]);
+  });
+
+  it('a body that fails after some parts leaves no object and no open multipart upload', async () => {
+    const store = await writer({ partBytes: 5 * MiB });
+    async function* broken() {
+      yield* chunked(randomBytes(11 * MiB));
+      throw Object.assign(new Error('client went away'), { code: 'ECONNRESET' });
+    }
+    await expect(publishArtifact({ store, catalog: createCatalog(db.pool) }, { key: key('broken'), body: broken(), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e9 } })).rejects.toThrow('client went away');
+    expect(await listKeys(server)).toEqual(['storage-id']);
+    expect(await store.tree.incompleteUploads!()).toEqual([]);
+  });
+
+  it('gc aborts a multipart upload left open (a writer that died mid-upload)', async () => {
+    const store = await writer();
+    const client = server.client();
+    const res = await client.request({ method: 'POST', key: 'tmp/abandoned.upload', query: { uploads: '' } });
+    expect(res.statusCode).toBe(200);
+    await res.body.dump();
+    expect((await store.tree.incompleteUploads!()).map((u) => u.name)).toEqual(['tmp/abandoned.upload']);
+    const dry = await collectGarbage(store.tree, db.pool, { dryRun: true });
+    expect(dry.incompleteUploads).toEqual(['tmp/abandoned.upload']);
+    expect((await store.tree.incompleteUploads!()).length).toBe(1);
+    const report = await collectGarbage(store.tree, db.pool, { dryRun: false });
+    expect(report.incompleteUploads).toEqual(['tmp/abandoned.upload']);
+    expect(await store.tree.incompleteUploads!()).toEqual([]);
+  });
+
+  it('parts and the maintenance tree work on object keys', async () => {
+    const store = await writer();
+    const session = '00000000-0000-4000-8000-000000000001';
+    const part = randomBytes(100_000);
+    await store.parts.write(session, '00001-a.part', Readable.from([part]));
+    await store.parts.write(session, '00002-b.part', Readable.from([Buffer.from('x')]));
+    const back: Buffer[] = [];
+    for await (const chunk of store.parts.read(session, '00001-a.part')) back.push(chunk);
+    expect(Buffer.concat(back).equals(part)).toBe(true);
+    expect((await store.tree.list('uploads')).map((e) => [e.name, e.isDirectory])).toEqual([[session, true]]);
+    expect((await store.tree.list(`uploads/${session}`)).map((e) => [e.name, e.sizeBytes])).toEqual([['00001-a.part', 100_000], ['00002-b.part', 1]]);
+    await store.tree.move(`uploads/${session}/00002-b.part`, 'quarantine/b');
+    expect(await s3Probe(server).read('quarantine/b')).toEqual(Buffer.from('x'));
+    await store.parts.remove(session, '00001-a.part');
+    expect(await store.tree.list(`uploads/${session}`)).toEqual([]);
+    await store.parts.write(session, '00003-c.part', Readable.from([Buffer.from('y')]));
+    await store.parts.removeSession(session);
+    expect(await listKeys(server, 'uploads/')).toEqual([]);
+    await expect(async () => {
+      for await (const _ of store.parts.read(session, '00003-c.part')) void _;
+    }).rejects.toMatchObject({ code: 'not_found' });
+  });
+
+  it('identity: a prefix is its own store; a missing bucket, wrong credentials and a stopped server refuse with the fix', async () => {
+    await writer();
+    const env = server.env();
+    const base = {
+      endpoint: env.ARKVORY_S3_ENDPOINT!,
+      region: server.region,
+      credentials: { accessKeyId: server.accessKeyId, secretAccessKey: server.secretAccessKey },
+      pool: db.pool,
+      connectTimeoutMs: 1000,
+      timeoutMs: 5000,
+    };
+    const reader = await openS3Store({ ...base, location: { bucket: server.bucket, prefix: '' }, role: 'reader' });
+    expect(reader.writable).toBe(false);
+    await reader.close();
+    // Another prefix of the same bucket is another (empty) store: refused, naming the variable.
+    await expect(openS3Store({ ...base, location: { bucket: server.bucket, prefix: 'other/' }, role: 'writer' })).rejects.toMatchObject({ code: 'storage_mismatch', message: expect.stringContaining('ARKVORY_STORAGE_URL') });
+    await expect(openS3Store({ ...base, location: { bucket: 'no-such-bucket', prefix: '' }, role: 'writer' })).rejects.toMatchObject({ code: 'storage_mismatch', message: expect.stringMatching(/bucket "no-such-bucket" does not exist.*create it/) });
+    await expect(openS3Store({ ...base, credentials: { accessKeyId: server.accessKeyId, secretAccessKey: 'wrong-secret-key' }, location: { bucket: server.bucket, prefix: '' }, role: 'reader' })).rejects.toMatchObject({
+      code: 'upstream_unreachable',
+      message: expect.stringContaining('AWS_SECRET_ACCESS_KEY'),
+    });
+    await server.stop();
+    try {
+      await expect(openS3Store({ ...base, location: { bucket: server.bucket, prefix: '' }, role: 'reader' })).rejects.toMatchObject({ code: 'upstream_unreachable' });
+    } finally {
+      await server.start();
+    }
+  });
+});

@@ -1,0 +1,241 @@
+/**
+ * The S3 store: the same layout as the other stores (`storage-id`, `blobs/sha256/ab/cd/<hex>`, `tmp/`,
+ * `uploads/<session>/`) as object keys under `s3://<bucket>/<prefix>` on any S3-compatible server
+ * (SeaweedFS, MinIO, Ceph RGW, Garage, AWS S3, R2). Reads are GET/HEAD with Range.
+ *
+ * Publish: the body streams (hashed, counted, paced) to `tmp/<uuid>.upload` (s3-transfer.ts); commit()
+ * copies it server-side to its blob name unless that object already exists (content-addressed, so an
+ * existing one has the same bytes), and discard() deletes the temporary. With a declared sha256 and
+ * a key that was free, the body goes straight to its blob name and nothing is copied. The catalog row is written
+ * by the caller only after commit() returned, so no row ever names a missing blob.
+ */
+import { randomUUID } from 'node:crypto';
+import type pg from 'pg';
+import { StorageError } from './errors.ts';
+import { checkedUpload } from './checked-upload.ts';
+import { ensureStorageIdentityOf, type IdentityObject, type StorageRole } from './identity.ts';
+import { sessionRelativeDir } from './multipart/session-path.ts';
+import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, TMP_DIR } from './paths.ts';
+import { openRangeStream, rangeStreamReader, type RangeStream } from './range-stream.ts';
+import { createS3Client, type S3Client, type S3ClientOptions } from './s3-client.ts';
+import { formatS3Location, type S3Location } from './s3-location.ts';
+import { abortMultipart, copyObject, readObject, S3_DEFAULT_LIMITS, uploadObject, type S3Limits } from './s3-transfer.ts';
+import type { PartStore, StagedBlob, StageOptions, Store, StoreTree, TreeEntry } from './store.ts';
+
+/** `blobs/sha256/ab/cd/<hex>` with forward slashes whatever the platform. */
+const blobName = (sha256: string) => blobRelativePath(sha256).split('\\').join('/');
+
+export interface S3StoreOptions extends Omit<S3ClientOptions, 'bucket'> {
+  readonly location: S3Location;
+  readonly role: StorageRole | 'worker';
+  readonly pool: pg.Pool;
+  /** Defaults: S3's own limits (5 GiB PUT and copy, 8 MiB parts); tests lower them. */
+  readonly limits?: Partial<S3Limits> | undefined;
+  /** The id a fresh store gets (restore recreates the backed-up identity); default a new UUID. */
+  readonly newStorageId?: string | undefined;
+}
+
+/** Counts of how commit() placed blobs (tests check which path a server took). */
+export interface S3CommitStats {
+  copy: number;
+  'multipart-copy': number;
+  streamed: number;
+  existing: number;
+  /** Staged under its blob name (sha256 declared, key free): nothing to copy. */
+  direct: number;
+}
+
+export type S3Store = Store & { readonly commits: Readonly<S3CommitStats> };
+
+function identityObject(client: S3Client, location: S3Location): IdentityObject {
+  const key = `${location.prefix}${STORAGE_ID_FILE}`;
+  const root = formatS3Location(location);
+  return {
+    root,
+    name: `${root}${STORAGE_ID_FILE}`,
+    variable: 'ARKVORY_STORAGE_URL',
+    async read() {
+      const res = await client.request({ method: 'GET', key });
+      if (res.statusCode === 404) {
+        const error = await client.failure(res, `GET ${key}`);
+        // A missing bucket is a configuration error, not an uninitialised store.
+        if (error.code === 'storage_mismatch') throw error;
+        return undefined;
+      }
+      if (res.statusCode !== 200) throw await client.failure(res, `GET ${key}`);
+      return res.body.text();
+    },
+    async write(id) {
+      // A PUT creates the object whole or not at all: readers see all or nothing.
+      await client.expectOk({ method: 'PUT', key, headers: { 'content-type': 'text/plain' }, body: Buffer.from(`${id}\n`) }, `PUT ${key}`);
+    },
+  };
+}
+
+/** An S3 store of any role: `writer` may create the identity; `reader` and `worker` only verify it. */
+export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
+  const { location, role } = options;
+  const limits: S3Limits = { ...S3_DEFAULT_LIMITS, ...options.limits };
+  const client = createS3Client({ ...options, bucket: location.bucket });
+  const keyOf = (relative: string) => `${location.prefix}${relative}`;
+  const locationText = `${formatS3Location(location)} on ${client.endpoint}`;
+  const stats = { committed: 0, discarded: 0, failed: 0 };
+  const commits: S3CommitStats = { copy: 0, 'multipart-copy': 0, streamed: 0, existing: 0, direct: 0 };
+  const { timeoutMs } = options;
+
+  let storageId: string;
+  try {
+    storageId = await ensureStorageIdentityOf({ object: identityObject(client, location), role: role === 'writer' ? 'writer' : 'reader', pool: options.pool, newId: options.newStorageId });
+  } catch (err) {
+    await client.close().catch(() => {});
+    throw err;
+  }
+
+  /** Deletes every object under `relative/` (a "directory"); object stores have no folders to remove. */
+  async function removeTree(relative: string): Promise<void> {
+    const keys: string[] = [];
+    for await (const entry of client.list(keyOf(`${relative}/`))) if (entry.object) keys.push(entry.object.key);
+    for (const key of keys) await client.delete(key);
+  }
+
+  async function upload(relative: string, body: AsyncIterable<Buffer>, signal: AbortSignal | undefined, expectedLength?: number): Promise<void> {
+    await uploadObject(client, keyOf(relative), body, limits, { expectedLength, signal, timeoutMs });
+  }
+
+  async function move(from: string, to: string): Promise<void> {
+    const source = await client.head(keyOf(from));
+    if (!source) throw new StorageError('not_found', `${from} is not on the S3 server.`);
+    await copyObject(client, keyOf(from), keyOf(to), source.sizeBytes, limits, timeoutMs);
+    await client.delete(keyOf(from));
+  }
+
+  function openRange(sha256: string, start: number, end: number): Promise<RangeStream> {
+    const key = keyOf(blobName(sha256));
+    return openRangeStream(
+      (range, highWaterMark) => client.request({ method: 'GET', key, headers: { range }, highWaterMark }),
+      { sha256, target: key, onError: (res) => client.failure(res, `GET ${key}`).then((e) => (e.code === 'not_found' ? new StorageError('not_found', `blob ${sha256} is not on the S3 server`) : e)) },
+      start,
+      end,
+    );
+  }
+
+  const parts: PartStore = {
+    async write(sessionId, fileName, body, signal) {
+      await upload(`${sessionRelativeDir(sessionId)}/${fileName}`, body, signal);
+    },
+    read: (sessionId, fileName, signal) => readObject(client, keyOf(`${sessionRelativeDir(sessionId)}/${fileName}`), signal),
+    remove: (sessionId, fileName) => client.delete(keyOf(`${sessionRelativeDir(sessionId)}/${fileName}`)),
+    removeSession: (sessionId) => removeTree(sessionRelativeDir(sessionId)),
+  };
+
+  const tree: StoreTree = {
+    location: locationText,
+    async list(dir) {
+      const prefix = keyOf(`${dir}/`);
+      const entries: TreeEntry[] = [];
+      for await (const entry of client.list(prefix, '/')) {
+        if (entry.commonPrefix) entries.push({ name: entry.commonPrefix.slice(prefix.length).replace(/\/$/, ''), isDirectory: true, sizeBytes: 0 });
+        else if (entry.object && entry.object.key.length > prefix.length) entries.push({ name: entry.object.key.slice(prefix.length), isDirectory: false, sizeBytes: entry.object.sizeBytes });
+      }
+      return entries;
+    },
+    read: (file) => readObject(client, keyOf(file)),
+    async incompleteUploads() {
+      const found: Array<{ name: string; abort(): Promise<void> }> = [];
+      for await (const u of client.listMultipartUploads(location.prefix)) {
+        found.push({ name: u.key.slice(location.prefix.length), abort: () => abortMultipart(client, u.key, u.uploadId) });
+      }
+      return found;
+    },
+    async remove(target) {
+      await client.delete(keyOf(target));
+      await removeTree(target);
+    },
+    move,
+  };
+
+  return {
+    kind: 's3',
+    location: locationText,
+    storageId,
+    writable: role !== 'reader',
+    uploadStats: () => ({ ...stats }),
+    commits,
+    parts,
+    tree,
+    close: () => client.close(),
+
+    async stage(body, stageOptions: StageOptions): Promise<StagedBlob> {
+      if (role === 'reader') throw new Error('stage() on a read-only store');
+      // A declared sha256 names the blob before the first byte: when the key was free, the body
+      // goes straight to its blob name and needs no copy (half the server work for large uploads).
+      // Safe because the object only comes into existence once the body passed every check
+      // (s3-transfer.ts), and S3 replaces an object atomically (an identical blob already there
+      // has the same bytes; a failed upload leaves it as it was).
+      const declared = stageOptions.keyWasFree && stageOptions.expectedSha256 !== undefined && isSha256Hex(stageOptions.expectedSha256) ? stageOptions.expectedSha256 : undefined;
+      const tempName = declared ? blobName(declared) : `${TMP_DIR}/${randomUUID()}.upload`;
+      // Every check throws inside the body, so the server never completes the object.
+      const upload = checkedUpload(body, stageOptions);
+      try {
+        await uploadObject(client, keyOf(tempName), upload.chunks, limits, { expectedLength: stageOptions.expectedLength, signal: stageOptions.signal, timeoutMs });
+      } catch (err) {
+        stats.failed++;
+        // Normally nothing was stored; if the server did keep a temporary, gc lists it. A blob
+        // name is never deleted here: an identical, published blob may have been there before.
+        if (!declared) await client.delete(keyOf(tempName)).catch(() => {});
+        throw err;
+      }
+      const { sha256, sizeBytes } = upload.result;
+      let committed = false;
+      let discarded = false;
+      return {
+        sha256,
+        sizeBytes,
+        async commit() {
+          if (discarded) throw new Error('commit() after discard()');
+          if (committed) return;
+          const target = keyOf(blobName(sha256));
+          if (declared) commits.direct++;
+          else if (await client.head(target)) commits.existing++;
+          else commits[await copyObject(client, keyOf(tempName), target, sizeBytes, limits, timeoutMs)]++;
+          committed = true;
+          stats.committed++;
+        },
+        async discard() {
+          if (!committed && !discarded) stats.discarded++;
+          discarded = true;
+          // Best effort: the catalog decision is already made; a temporary left behind is gc's.
+          // A blob staged under its own name and not committed (a racing publish of the key) is
+          // left to gc too: another publish may reference the same blob by now.
+          if (!declared) await client.delete(keyOf(tempName)).catch(() => {});
+        },
+      };
+    },
+
+    async openBlob(sha256, ranges = []) {
+      if (!isSha256Hex(sha256)) throw new StorageError('not_found');
+      if (ranges.length === 0) {
+        const head = await client.head(keyOf(blobName(sha256)));
+        if (!head) throw new StorageError('not_found', `blob ${sha256} is not on the S3 server`);
+        return rangeStreamReader(sha256, head.sizeBytes, ranges, undefined, (start, end) => openRange(sha256, start, end));
+      }
+      const first = await openRange(sha256, ranges[0]!.start, ranges[0]!.end);
+      return rangeStreamReader(sha256, first.sizeBytes, ranges, first, (start, end) => openRange(sha256, start, end));
+    },
+
+    async hasBlob(sha256) {
+      if (!isSha256Hex(sha256)) return false;
+      return (await client.head(keyOf(blobName(sha256)))) !== undefined;
+    },
+  };
+}
+
+/** Reads `storage-id` from an S3 store without binding anything (for `arkvory doctor`). */
+export async function readS3StorageIdObject(options: Omit<S3StoreOptions, 'role' | 'pool' | 'newStorageId'>): Promise<string | undefined> {
+  const client = createS3Client({ ...options, bucket: options.location.bucket });
+  try {
+    return (await identityObject(client, options.location).read())?.trim();
+  } finally {
+    await client.close();
+  }
+}

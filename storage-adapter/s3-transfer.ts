@@ -1,0 +1,213 @@
+/**
+ * Writing objects to S3 with bounded memory:
+ * - a body of known length up to the single-PUT limit streams in one PUT (Content-Length, unsigned
+ *   payload); its last chunk is held back until the body has passed its final checks (length,
+ *   digest), so the server never receives a complete object that failed them;
+ * - any other body goes as a multipart upload, one part (`partBytes`, the memory an upload holds)
+ *   at a time; the upload is completed only after the body ended cleanly, and aborted otherwise;
+ * - server-side copy: CopyObject up to `copyBytes`, multipart copy (UploadPartCopy) above it; a
+ *   server without UploadPartCopy (501 NotImplemented) gets the bytes streamed through us instead.
+ */
+import { StorageError } from './errors.ts';
+import { upstreamError } from './http-upstream.ts';
+import { parseXml, type S3Client } from './s3-client.ts';
+import { encodeRfc3986 } from './s3-location.ts';
+
+const MiB = 1024 * 1024;
+const GiB = 1024 * MiB;
+
+export interface S3Limits {
+  /** Largest object one PUT may create (S3: 5 GiB). */
+  readonly singlePutBytes: number;
+  /** Part size of multipart uploads (S3: at least 5 MiB except the last part). */
+  readonly partBytes: number;
+  /** Largest object one CopyObject may copy (S3: 5 GiB); larger ones use multipart copy, in parts of this size. */
+  readonly copyBytes: number;
+}
+
+export const S3_DEFAULT_LIMITS: S3Limits = { singlePutBytes: 5 * GiB, partBytes: 8 * MiB, copyBytes: 5 * GiB };
+
+/** Our error classes carry lower_snake_case codes; Node's and undici's are upper case. */
+function hasStableCode(err: unknown): boolean {
+  const code = (err as { code?: unknown } | undefined)?.code;
+  return typeof code === 'string' && /^[a-z][a-z0-9_]*$/.test(code);
+}
+
+/** Yields every chunk but the last one as it comes; the last only after `body` has returned. */
+async function* holdingLastChunk(body: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
+  let previous: Buffer | undefined;
+  for await (const chunk of body) {
+    if (previous) yield previous;
+    previous = chunk;
+  }
+  if (previous) yield previous;
+}
+
+export interface UploadOptions {
+  readonly expectedLength?: number | undefined;
+  readonly signal?: AbortSignal | undefined;
+  /** Longest wait for the server's answer once the last byte was sent. */
+  readonly timeoutMs: number;
+}
+
+/** Streams `body` to `key`; the object exists only if this resolves. */
+export async function uploadObject(client: S3Client, key: string, body: AsyncIterable<Buffer>, limits: S3Limits, options: UploadOptions): Promise<void> {
+  if (options.expectedLength !== undefined && options.expectedLength <= limits.singlePutBytes) {
+    await putStreamed(client, key, holdingLastChunk(body), options.expectedLength, options);
+    return;
+  }
+  await uploadInParts(client, key, body, limits, options);
+}
+
+/**
+ * A streamed PUT. undici's header timeout only refreshes while the socket is full, so a slowly paced
+ * upload would trip it; our own timer starts once the last byte is handed over (as in http-store).
+ */
+async function putStreamed(client: S3Client, key: string, body: AsyncIterable<Buffer>, length: number, options: UploadOptions): Promise<void> {
+  const controller = new AbortController();
+  const { signal } = options;
+  const onAbort = () => controller.abort(signal?.reason);
+  signal?.addEventListener('abort', onAbort, { once: true });
+  let timer: NodeJS.Timeout | undefined;
+  let bodyError: unknown;
+  async function* watched(): AsyncGenerator<Buffer> {
+    try {
+      yield* body;
+    } catch (err) {
+      bodyError = err;
+      throw err;
+    }
+    timer = setTimeout(() => controller.abort(new StorageError('upstream_timeout', `The S3 server did not confirm PUT ${key} within ${options.timeoutMs} ms.`)), options.timeoutMs);
+  }
+  try {
+    await client.expectOk(
+      { method: 'PUT', key, headers: { 'content-length': String(length), 'content-type': 'application/octet-stream' }, body: watched(), signal: controller.signal, headersTimeout: 0 },
+      `PUT ${key}`,
+    );
+  } catch (err) {
+    // The client went away (our caller's signal): that, not a store failure, is the reason.
+    if (bodyError === undefined && signal?.aborted) throw signal.reason;
+    // A body that failed with one of our stable codes (size, digest, a policy refusal) is the reason;
+    // a raw stream error from the body is only the echo of the store failing under it.
+    throw hasStableCode(bodyError) ? bodyError : err;
+  } finally {
+    clearTimeout(timer);
+    signal?.removeEventListener('abort', onAbort);
+  }
+}
+
+async function createMultipart(client: S3Client, key: string): Promise<string> {
+  const { text } = await client.expectOk({ method: 'POST', key, query: { uploads: '' }, headers: { 'content-type': 'application/octet-stream' } }, `CreateMultipartUpload ${key}`);
+  const doc = parseXml(text, `CreateMultipartUpload ${key}`).InitiateMultipartUploadResult as { UploadId?: string } | undefined;
+  if (!doc?.UploadId) throw new StorageError('upstream_unreachable', `The S3 server answered CreateMultipartUpload ${key} without an UploadId.`);
+  return String(doc.UploadId);
+}
+
+async function completeMultipart(client: S3Client, key: string, uploadId: string, etags: readonly string[]): Promise<void> {
+  const parts = etags.map((etag, i) => `<Part><PartNumber>${i + 1}</PartNumber><ETag>${etag.replace(/&/g, '&amp;').replace(/</g, '&lt;')}</ETag></Part>`).join('');
+  const body = Buffer.from(`<?xml version="1.0" encoding="UTF-8"?><CompleteMultipartUpload xmlns="http://s3.amazonaws.com/doc/2006-03-01/">${parts}</CompleteMultipartUpload>`);
+  await client.expectOk({ method: 'POST', key, query: { uploadId }, headers: { 'content-type': 'application/xml' }, body }, `CompleteMultipartUpload ${key}`);
+}
+
+/** Best effort: an upload left open is invisible to readers; `arkvory gc` aborts what is left. */
+export async function abortMultipart(client: S3Client, key: string, uploadId: string): Promise<void> {
+  const res = await client.request({ method: 'DELETE', key, query: { uploadId } });
+  await res.body.dump().catch(() => {});
+}
+
+async function uploadInParts(client: S3Client, key: string, body: AsyncIterable<Buffer>, limits: S3Limits, options: UploadOptions): Promise<void> {
+  let pending: Buffer[] = [];
+  let pendingBytes = 0;
+  let uploadId: string | undefined;
+  const etags: string[] = [];
+  const sendPart = async (bytes: Buffer) => {
+    uploadId ??= await createMultipart(client, key);
+    const partNumber = etags.length + 1;
+    const { headers } = await client.expectOk({ method: 'PUT', key, query: { partNumber: String(partNumber), uploadId }, body: bytes, signal: options.signal }, `UploadPart ${partNumber} ${key}`);
+    const etag = headers.etag;
+    if (typeof etag !== 'string') throw new StorageError('upstream_unreachable', `The S3 server answered UploadPart ${partNumber} ${key} without an ETag.`);
+    etags.push(etag);
+  };
+  try {
+    for await (const chunk of body) {
+      pending.push(chunk);
+      pendingBytes += chunk.length;
+      if (pendingBytes >= limits.partBytes) {
+        const part = Buffer.concat(pending, pendingBytes);
+        pending = [];
+        pendingBytes = 0;
+        await sendPart(part);
+      }
+    }
+    // The body passed its final checks: only now does the object come into existence.
+    const rest = Buffer.concat(pending, pendingBytes);
+    pending = [];
+    if (uploadId === undefined) {
+      await client.expectOk({ method: 'PUT', key, headers: { 'content-type': 'application/octet-stream' }, body: rest, signal: options.signal }, `PUT ${key}`);
+      return;
+    }
+    if (rest.length > 0) await sendPart(rest);
+    await completeMultipart(client, key, uploadId, etags);
+  } catch (err) {
+    if (uploadId !== undefined) await abortMultipart(client, key, uploadId).catch(() => {});
+    if (options.signal?.aborted && !hasStableCode(err)) throw options.signal.reason;
+    throw err;
+  }
+}
+
+/** `x-amz-copy-source` of a key in the same bucket. */
+function copySource(client: S3Client, key: string): string {
+  return `/${client.bucket}/${key.split('/').map(encodeRfc3986).join('/')}`;
+}
+
+/** Server-side copy of `from` (of `sizeBytes`) to `to`; returns how it was done (for tests and logs). */
+export async function copyObject(client: S3Client, from: string, to: string, sizeBytes: number, limits: S3Limits, timeoutMs: number): Promise<'copy' | 'multipart-copy' | 'streamed'> {
+  if (sizeBytes <= limits.copyBytes) {
+    await client.expectOk({ method: 'PUT', key: to, headers: { 'x-amz-copy-source': copySource(client, from) } }, `CopyObject ${from} → ${to}`);
+    return 'copy';
+  }
+  const uploadId = await createMultipart(client, to);
+  const etags: string[] = [];
+  try {
+    for (let start = 0; start < sizeBytes; start += limits.copyBytes) {
+      const end = Math.min(sizeBytes, start + limits.copyBytes) - 1;
+      const partNumber = etags.length + 1;
+      const res = await client.request({
+        method: 'PUT',
+        key: to,
+        query: { partNumber: String(partNumber), uploadId },
+        headers: { 'x-amz-copy-source': copySource(client, from), 'x-amz-copy-source-range': `bytes=${start}-${end}` },
+      });
+      if (res.statusCode === 501) {
+        // No UploadPartCopy on this server: fall back to streaming the bytes through us.
+        await res.body.dump().catch(() => {});
+        await abortMultipart(client, to, uploadId).catch(() => {});
+        await uploadObject(client, to, readObject(client, from), limits, { expectedLength: sizeBytes, timeoutMs });
+        return 'streamed';
+      }
+      if (res.statusCode !== 200) throw await client.failure(res, `UploadPartCopy ${partNumber} ${from} → ${to}`);
+      const text = await res.body.text();
+      const doc = parseXml(text, `UploadPartCopy ${partNumber}`).CopyPartResult as { ETag?: string } | undefined;
+      if (!doc?.ETag) throw new StorageError('upstream_unreachable', `The S3 server answered UploadPartCopy ${partNumber} ${from} → ${to} without an ETag.`);
+      etags.push(String(doc.ETag));
+    }
+    await completeMultipart(client, to, uploadId, etags);
+    return 'multipart-copy';
+  } catch (err) {
+    await abortMultipart(client, to, uploadId).catch(() => {});
+    throw err;
+  }
+}
+
+/** The whole object, streamed; `not_found` when it is absent. */
+export async function* readObject(client: S3Client, key: string, signal?: AbortSignal): AsyncGenerator<Buffer> {
+  const res = await client.request({ method: 'GET', key, signal, highWaterMark: 256 * 1024 });
+  if (res.statusCode !== 200) throw await client.failure(res, `GET ${key}`);
+  try {
+    for await (const chunk of res.body) yield chunk as Buffer;
+  } catch (err) {
+    throw upstreamError(err, `GET ${key}`);
+  } finally {
+    if (!res.body.destroyed) res.body.destroy();
+  }
+}

@@ -1,0 +1,181 @@
+/**
+ * Real S3 servers for tests and benchmarks: SeaweedFS (`weed server -s3`: master, volume server,
+ * filer and S3 gateway in one process) and MinIO (`minio server`), each on free loopback ports with
+ * its data in a temporary directory and one bucket created. `.ci/run` builds both into
+ * ${ARKVORY_TOOLS_DIR:-/root/.cache/arkvory-tools}/bin. `stop()`/`start()` take the server away and
+ * bring it back on the same ports with the same data. No vitest imports: bench/ uses it too.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { freeLoopbackPort } from '../../proxy/embedded-database.ts';
+import { createS3Client, s3ErrorOf, type S3Client } from '../../storage-adapter/s3-client.ts';
+
+export type S3ServerKind = 'seaweedfs' | 'minio';
+export const S3_SERVER_KINDS: readonly S3ServerKind[] = ['seaweedfs', 'minio'];
+
+const TOOLS_BIN = path.join(process.env.ARKVORY_TOOLS_DIR ?? '/root/.cache/arkvory-tools', 'bin');
+const BINARY: Record<S3ServerKind, string> = { seaweedfs: 'weed', minio: 'minio' };
+
+export interface S3Server {
+  readonly kind: S3ServerKind;
+  /** `http://127.0.0.1:<port>` (ARKVORY_S3_ENDPOINT). */
+  readonly endpoint: string;
+  readonly port: number;
+  readonly bucket: string;
+  readonly region: string;
+  readonly accessKeyId: string;
+  readonly secretAccessKey: string;
+  /** The gateway's storage variables for `s3://<bucket>/<prefix>`. */
+  env(prefix?: string): Record<string, string>;
+  /** A raw S3 client on the bucket, to look at and damage objects behind the gateway's back. */
+  client(): S3Client;
+  isRunning(): boolean;
+  stop(): Promise<void>;
+  start(): Promise<void>;
+  /** Stops the server and removes its data. */
+  destroy(): Promise<void>;
+}
+
+function binaryPath(kind: S3ServerKind): string {
+  const name = BINARY[kind];
+  const inTools = path.join(TOOLS_BIN, name);
+  if (existsSync(inTools)) return inTools;
+  for (const dir of (process.env.PATH ?? '').split(':')) if (dir && existsSync(path.join(dir, name))) return path.join(dir, name);
+  throw new Error(`${name} (${kind}) is not installed in ${TOOLS_BIN} nor on PATH; run \`bash .ci/run\` once (it builds it from the Go module proxy with the pinned version), or put ${name} on PATH`);
+}
+
+async function stopChild(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((r) => child.once('exit', r));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+  await exited;
+  clearTimeout(timer);
+}
+
+const live = new Set<S3Server>();
+/** For a caller without hooks (bench): stop every server still running. */
+export async function stopAllS3Servers(): Promise<void> {
+  await Promise.all([...live].map((s) => s.destroy()));
+}
+
+export async function startS3Server(kind: S3ServerKind, options: { bucket?: string } = {}): Promise<S3Server> {
+  const binary = binaryPath(kind);
+  const dir = await mkdtemp(path.join(os.tmpdir(), `arkvory-${kind}-`));
+  const dataDir = path.join(dir, 'data');
+  await mkdir(dataDir, { recursive: true });
+  const bucket = options.bucket ?? 'arkvory-test';
+  const region = 'us-east-1';
+  const accessKeyId = 'arkvorytest';
+  const secretAccessKey = 'arkvory-test-secret-key';
+  const port = await freeLoopbackPort();
+  const ports: number[] = [];
+  for (let i = 0; i < 8; i++) ports.push(await freeLoopbackPort());
+  let args: string[];
+  let env: NodeJS.ProcessEnv = { ...process.env };
+  if (kind === 'seaweedfs') {
+    const config = path.join(dir, 's3.json');
+    await writeFile(config, JSON.stringify({ identities: [{ name: 'arkvory', credentials: [{ accessKey: accessKeyId, secretKey: secretAccessKey }], actions: ['Admin', 'Read', 'Write', 'List', 'Tagging'] }] }));
+    const [master, masterGrpc, volume, volumeGrpc, filer, filerGrpc, s3Grpc] = ports as [number, number, number, number, number, number, number];
+    args = [
+      'server', '-ip=127.0.0.1', '-ip.bind=127.0.0.1', `-dir=${dataDir}`, '-filer', '-s3',
+      `-master.port=${master}`, `-master.port.grpc=${masterGrpc}`, '-master.telemetry=false', '-master.volumeSizeLimitMB=256',
+      `-volume.port=${volume}`, `-volume.port.grpc=${volumeGrpc}`, '-volume.max=0',
+      `-filer.port=${filer}`, `-filer.port.grpc=${filerGrpc}`, `-filer.localSocket=${dir}/filer.sock`,
+      `-s3.port=${port}`, `-s3.port.grpc=${s3Grpc}`, '-s3.port.iceberg=0', '-s3.port.lance=0', `-s3.localSocket=${dir}/s3.sock`, `-s3.config=${config}`,
+    ];
+  } else {
+    args = ['server', dataDir, '--address', `127.0.0.1:${port}`, '--console-address', `127.0.0.1:${ports[0]}`, '--quiet'];
+    env = { ...env, MINIO_ROOT_USER: accessKeyId, MINIO_ROOT_PASSWORD: secretAccessKey, MINIO_BROWSER: 'off', MINIO_UPDATE: 'off', MINIO_CI_CD: '1' };
+  }
+  const endpoint = `http://127.0.0.1:${port}`;
+  let child: ChildProcess | undefined;
+  let output = '';
+  let raw: S3Client | undefined;
+  const client = () => (raw ??= createS3Client({ endpoint, region, bucket, credentials: { accessKeyId, secretAccessKey }, connectTimeoutMs: 2000, timeoutMs: 30_000 }));
+
+  /** Creates the bucket, retrying while the server (SeaweedFS: its filer) is still coming up. */
+  async function ensureBucket(deadline: number): Promise<void> {
+    for (;;) {
+      let problem: string;
+      try {
+        const res = await client().request({ method: 'PUT' });
+        const text = await res.body.text();
+        const code = s3ErrorOf(text)?.code;
+        if (res.statusCode === 200 || code === 'BucketAlreadyOwnedByYou' || code === 'BucketAlreadyExists') return;
+        problem = `${res.statusCode} ${code ?? text.slice(0, 200)}`;
+      } catch (err) {
+        problem = (err as Error).message;
+      }
+      if (child?.exitCode !== null || Date.now() > deadline) throw new Error(`${kind} did not become ready (${problem}): ${output.slice(-3000)}`);
+      await sleep(200);
+    }
+  }
+
+  const server: S3Server = {
+    kind,
+    endpoint,
+    port,
+    bucket,
+    region,
+    accessKeyId,
+    secretAccessKey,
+    env: (prefix = '') => ({
+      ARKVORY_STORAGE_URL: `s3://${bucket}/${prefix}`,
+      ARKVORY_S3_ENDPOINT: endpoint,
+      ARKVORY_S3_REGION: region,
+      AWS_ACCESS_KEY_ID: accessKeyId,
+      AWS_SECRET_ACCESS_KEY: secretAccessKey,
+    }),
+    client,
+    isRunning: () => child !== undefined && child.exitCode === null && child.signalCode === null,
+    async stop() {
+      if (child) await stopChild(child);
+      child = undefined;
+    },
+    async start() {
+      child = spawn(binary, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+      const append = (d: Buffer) => {
+        output = (output + d.toString()).slice(-20_000);
+      };
+      child.stdout!.on('data', append);
+      child.stderr!.on('data', append);
+      await ensureBucket(Date.now() + 90_000);
+      // SeaweedFS allocates its volumes on the first write, which can take seconds on a loaded
+      // machine: one write here, so tests measure the store, not the server's first allocation.
+      await client().expectOk({ method: 'PUT', key: 'warm-up', body: Buffer.from('warm-up') }, 'PUT warm-up');
+      await client().delete('warm-up');
+    },
+    async destroy() {
+      await server.stop();
+      await raw?.close().catch(() => {});
+      raw = undefined;
+      live.delete(server);
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+  live.add(server);
+  try {
+    await server.start();
+  } catch (err) {
+    await server.destroy();
+    throw err;
+  }
+  return server;
+}
+
+/** Every key under `prefix` in the bucket (for checks), sorted. */
+export async function listKeys(server: S3Server, prefix = ''): Promise<string[]> {
+  const keys: string[] = [];
+  for await (const entry of server.client().list(prefix)) if (entry.object) keys.push(entry.object.key);
+  return keys.sort();
+}
+
+/** Deletes every object in the bucket (between tests sharing one server). */
+export async function emptyBucket(server: S3Server): Promise<void> {
+  for (const key of await listKeys(server)) await server.client().delete(key);
+}

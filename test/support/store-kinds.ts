@@ -1,0 +1,144 @@
+/**
+ * Every store the conformance suites run over: the directory store, the static-HTTP store (a real
+ * nginx) and the S3 store on each real S3 server. A backing starts what the kind needs and gives a
+ * probe that looks at the store's objects from outside the store under test: the directory itself
+ * (fs, and nginx's root), or raw signed S3 requests.
+ */
+import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import type pg from 'pg';
+import { afterAll } from 'vitest';
+import { openFsStore } from '../../storage-adapter/fs-store.ts';
+import { openHttpStore } from '../../storage-adapter/http-store.ts';
+import { openS3Store, type S3Store } from '../../storage-adapter/s3-store.ts';
+import type { S3Limits } from '../../storage-adapter/s3-transfer.ts';
+import type { Store } from '../../storage-adapter/store.ts';
+import { makeTempDir } from './gateway.ts';
+import { emptyBucket, listKeys, startS3Server, type S3Server, type S3ServerKind } from './s3-server.ts';
+import { startStaticStore, type StaticStore } from './static-store.ts';
+
+export type StoreKind = 'fs' | 'http' | S3ServerKind;
+export const ALL_STORE_KINDS: readonly StoreKind[] = ['fs', 'http', 'seaweedfs', 'minio'];
+export const isS3Kind = (kind: StoreKind): kind is S3ServerKind => kind === 'seaweedfs' || kind === 'minio';
+
+/** A store's objects by relative name (`tmp/…`, `blobs/sha256/…`), seen from outside. */
+export interface StoreProbe {
+  read(relative: string): Promise<Buffer | undefined>;
+  write(relative: string, bytes: Buffer | string): Promise<void>;
+  /** Names directly under `dir` (objects and "directories"), sorted; [] when there are none. */
+  list(dir: string): Promise<string[]>;
+}
+
+export function directoryProbe(root: string): StoreProbe {
+  return {
+    read: (relative) => readFile(path.join(root, relative)).catch((err: NodeJS.ErrnoException) => (err.code === 'ENOENT' ? undefined : Promise.reject(err))),
+    async write(relative, bytes) {
+      await mkdir(path.dirname(path.join(root, relative)), { recursive: true });
+      await writeFile(path.join(root, relative), bytes);
+    },
+    list: async (dir) => (await readdir(path.join(root, dir)).catch((err: NodeJS.ErrnoException) => (err.code === 'ENOENT' ? [] : Promise.reject(err)))).sort(),
+  };
+}
+
+export function s3Probe(server: S3Server, prefix = ''): StoreProbe {
+  const client = server.client();
+  return {
+    async read(relative) {
+      const res = await client.request({ method: 'GET', key: `${prefix}${relative}` });
+      if (res.statusCode === 404) {
+        await res.body.dump();
+        return undefined;
+      }
+      if (res.statusCode !== 200) throw await client.failure(res, `GET ${relative}`);
+      return Buffer.from(await res.body.arrayBuffer());
+    },
+    async write(relative, bytes) {
+      await client.expectOk({ method: 'PUT', key: `${prefix}${relative}`, body: Buffer.from(bytes) }, `PUT ${relative}`);
+    },
+    async list(dir) {
+      const base = `${prefix}${dir}/`;
+      const names = new Set<string>();
+      for (const key of await listKeys(server, base)) names.add(key.slice(base.length).split('/')[0]!);
+      return [...names].sort();
+    },
+  };
+}
+
+export interface StoreBacking {
+  readonly kind: StoreKind;
+  /** The gateway's storage variables (none for fs: the gateway's own data dir). */
+  readonly env: Record<string, string>;
+  readonly nginx?: StaticStore | undefined;
+  readonly s3?: S3Server | undefined;
+  /** fs: the store root is `dataDir` (the gateway's); the others ignore it. */
+  probe(dataDir?: string): StoreProbe;
+  /** Opens the store directly (store-level tests); fs in a fresh temp root unless `dataDir` is given. */
+  open(role: 'writer' | 'reader' | 'worker', pool: pg.Pool, options?: { dataDir?: string; limits?: Partial<S3Limits> }): Promise<Store>;
+  /** Empties the store (between tests sharing one backing). */
+  reset(dataDir?: string): Promise<void>;
+  stop(): Promise<void>;
+}
+
+const backings = new Set<StoreBacking>();
+afterAll(async () => {
+  for (const b of [...backings]) await b.stop();
+});
+
+/** Starts what `kind` needs; stopped by `stop()` or when the test file ends. */
+export async function startStoreBacking(kind: StoreKind): Promise<StoreBacking> {
+  const nginx = kind === 'http' ? await startStaticStore() : undefined;
+  const s3 = isS3Kind(kind) ? await startS3Server(kind) : undefined;
+  let lastFsRoot: string | undefined;
+  const opened: Store[] = [];
+  const backing: StoreBacking = {
+    kind,
+    env: nginx ? { ARKVORY_STORAGE_URL: nginx.url } : s3 ? s3.env() : {},
+    nginx,
+    s3,
+    probe(dataDir) {
+      if (s3) return s3Probe(s3);
+      const root = nginx?.root ?? dataDir ?? lastFsRoot;
+      if (!root) throw new Error('the fs probe needs the store root (the gateway data dir)');
+      return directoryProbe(root);
+    },
+    async open(role, pool, options = {}) {
+      let store: Store;
+      if (s3) {
+        const env = s3.env();
+        store = await openS3Store({
+          location: { bucket: s3.bucket, prefix: '' },
+          endpoint: env.ARKVORY_S3_ENDPOINT!,
+          region: s3.region,
+          credentials: { accessKeyId: s3.accessKeyId, secretAccessKey: s3.secretAccessKey },
+          role,
+          pool,
+          connectTimeoutMs: 2000,
+          timeoutMs: 30_000,
+          limits: options.limits,
+        });
+      } else if (nginx) {
+        store = await openHttpStore({ url: nginx.url, role, pool, connectTimeoutMs: 2000, timeoutMs: 10_000 });
+      } else {
+        lastFsRoot = options.dataDir ?? (await makeTempDir('arkvory-store-'));
+        store = await openFsStore({ root: lastFsRoot, role, pool });
+      }
+      opened.push(store);
+      return store;
+    },
+    async reset(dataDir) {
+      if (s3) await emptyBucket(s3);
+      const root = nginx?.root ?? dataDir;
+      if (root) for (const entry of await readdir(root)) await rm(path.join(root, entry), { recursive: true, force: true });
+    },
+    async stop() {
+      backings.delete(backing);
+      for (const store of opened.splice(0)) await store.close().catch(() => {});
+      await nginx?.stop();
+      await s3?.destroy();
+    },
+  };
+  backings.add(backing);
+  return backing;
+}
+
+export type { S3Store };
