@@ -6,7 +6,9 @@
  * file, no held slot, no descriptor beyond the baseline, and no error line in the log.
  */
 import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
+import os from 'node:os';
 import net from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -29,7 +31,15 @@ let writer: { key: string; principalId: string };
 let reader: { key: string; principalId: string };
 let other: { key: string; principalId: string };
 
-/** The timeouts of this file, short so each case takes seconds; the admission wait stays below them. */
+/**
+ * This file sends hundreds of failed authentications from 127.0.0.1 on purpose; the shipped
+ * enforcing `auth_failure` ban (20 in 60 s) would turn them into 429s and ban the legitimate clients
+ * on the same address too. The ban has its own tests (hostile-input, rate-limit); here an operator
+ * override of the same rule lifts its threshold out of reach, so what is measured is the front door.
+ */
+const rulesDir = mkdtempSync(path.join(os.tmpdir(), 'arkvory-front-door-'));
+const RULES_FILE = path.join(rulesDir, 'rate_limits.yaml');
+writeFileSync(RULES_FILE, 'rate_limits:\n  auth_failure:\n    - name: ban_ip_after_auth_failures\n      action: limit\n      characteristics: [ip]\n      limit: 1000000\n      period_s: 60\n      ban_for_s: 900\n');
 const ENV = {
   ARKVORY_HEADER_TIMEOUT_SECONDS: '2',
   ARKVORY_BODY_TIMEOUT_SECONDS: '3',
@@ -147,7 +157,7 @@ beforeAll(async () => {
   writer = await createServiceAccount(db.pool, { grants: { hostile: 'write' } });
   reader = await createServiceAccount(db.pool, { scopes: ['read'], grants: { hostile: 'read' } });
   other = await createServiceAccount(db.pool, { scopes: ['read'], grants: { hostile: 'read' } });
-  gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ...ENV }, wrap: ['prlimit', `--nofile=${DESCRIPTORS}:${DESCRIPTORS}`, '--'] });
+  gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_RATE_LIMITS_FILE: RULES_FILE, ...ENV }, wrap: ['prlimit', `--nofile=${DESCRIPTORS}:${DESCRIPTORS}`, '--'] });
   for (const [id, body] of [
     ['big.bin', big],
     ['small.bin', small],
@@ -169,6 +179,8 @@ beforeAll(async () => {
   baselineDescriptors = await openDescriptors(gw.child.pid!);
   routerBaseline = await openDescriptors(router.child.pid!);
 }, 120_000);
+
+afterAll(() => rmSync(rulesDir, { recursive: true, force: true }));
 
 afterAll(async () => {
   // Everything was released: no temporary file, no held slot, no descriptor beyond the baseline,
