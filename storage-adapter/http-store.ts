@@ -17,7 +17,7 @@ import type pg from 'pg';
 import type { Dispatcher, Pool } from 'undici';
 import { checkedUpload } from './checked-upload.ts';
 import { StorageError } from './errors.ts';
-import { createUpstreamPool, unexpectedStatus, upstreamError, type UpstreamOptions } from './http-upstream.ts';
+import { createUpstreamPool, sendStreamedBody, unexpectedStatus, upstreamError, type UpstreamOptions } from './http-upstream.ts';
 import { ensureStorageIdentityOf, type IdentityObject, type StorageRole } from './identity.ts';
 import { sessionRelativeDir } from './multipart/session-path.ts';
 import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, TMP_DIR } from './paths.ts';
@@ -40,12 +40,6 @@ interface CallOptions {
 /** `blobs/sha256/ab/cd/<hex>` with forward slashes whatever the platform. */
 const blobName = (sha256: string) => blobRelativePath(sha256).split('\\').join('/');
 
-
-/** Our error classes carry lower_snake_case codes; Node's and undici's are upper case (ECONNRESET, UND_ERR_…). */
-function hasStableCode(err: unknown): boolean {
-  const code = (err as { code?: unknown } | undefined)?.code;
-  return typeof code === 'string' && /^[a-z][a-z0-9_]*$/.test(code);
-}
 
 export interface HttpStoreOptions extends UpstreamOptions {
   /** Base URL of the store root, e.g. `http://storage:8081/arkvory/`. */
@@ -90,38 +84,12 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<Store> {
     return code;
   }
 
-  /**
-   * PUT with a streamed body. undici's header timeout only refreshes while the socket is full, so a
-   * slowly paced upload would trip it; instead our own timer starts once the last byte is handed over.
-   */
+  /** PUT with a streamed body and the confirmation deadline of `sendStreamedBody`. */
   async function put(relative: string, body: AsyncIterable<Buffer>, signal?: AbortSignal): Promise<void> {
-    const controller = new AbortController();
-    const onAbort = () => controller.abort(signal?.reason);
-    signal?.addEventListener('abort', onAbort, { once: true });
-    let timer: NodeJS.Timeout | undefined;
-    let bodyError: unknown;
-    async function* watched(): AsyncGenerator<Buffer> {
-      try {
-        yield* body;
-      } catch (err) {
-        bodyError = err;
-        throw err;
-      }
-      timer = setTimeout(() => controller.abort(new StorageError('upstream_timeout', `The artifact store did not confirm PUT ${pathOf(relative)} within ${options.timeoutMs} ms.`)), options.timeoutMs);
-    }
-    try {
-      await expectStatus({ method: 'PUT', path: pathOf(relative), headers: { 'content-type': 'application/octet-stream' }, body: Readable.from(watched(), { objectMode: false }), signal: controller.signal, headersTimeout: 0 }, [200, 201, 204]);
-    } catch (err) {
-      // The client went away (our caller's signal): that, not a store failure, is the reason.
-      if (bodyError === undefined && signal?.aborted) throw signal.reason;
-      // A body that failed with one of our stable codes (size, digest, a policy refusal) is the reason.
-      // A raw stream error from the body (Node's upper-case codes) is only the echo of the store
-      // failing under it: the mapped store failure says what happened.
-      throw hasStableCode(bodyError) ? bodyError : err;
-    } finally {
-      clearTimeout(timer);
-      signal?.removeEventListener('abort', onAbort);
-    }
+    const timeoutMessage = `The artifact store did not confirm PUT ${pathOf(relative)} within ${options.timeoutMs} ms.`;
+    await sendStreamedBody(body, { signal, timeoutMs: options.timeoutMs, timeoutMessage }, (watched, sendSignal) =>
+      expectStatus({ method: 'PUT', path: pathOf(relative), headers: { 'content-type': 'application/octet-stream' }, body: Readable.from(watched, { objectMode: false }), signal: sendSignal, headersTimeout: 0 }, [200, 201, 204]),
+    );
   }
 
   async function* get(relative: string, signal?: AbortSignal): AsyncGenerator<Buffer> {

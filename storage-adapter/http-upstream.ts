@@ -47,3 +47,48 @@ export function createUpstreamPool(origin: string, options: UpstreamOptions): Po
   });
 }
 
+
+/** Our error classes carry lower_snake_case codes; Node's and undici's are upper case (ECONNRESET, UND_ERR_…). */
+export function hasStableCode(err: unknown): boolean {
+  const code = (err as { code?: unknown } | undefined)?.code;
+  return typeof code === 'string' && /^[a-z][a-z0-9_]*$/.test(code);
+}
+
+/**
+ * Sends a streamed request body through `send` (the static and S3 stores' PUTs). undici's header
+ * timeout only refreshes while the socket is full, so a slowly paced upload would trip it; instead our
+ * own timer (`timeoutMs`, then `timeoutMessage` as 504 `upstream_timeout`) starts once the last byte
+ * is handed over. The error that wins says what really happened: the caller's abort, then a body that
+ * failed with one of our stable codes (size, digest, a policy refusal), then the store's failure (a
+ * raw stream error from the body is only the echo of the store failing under it).
+ */
+export async function sendStreamedBody(
+  body: AsyncIterable<Buffer>,
+  options: { readonly signal?: AbortSignal | undefined; readonly timeoutMs: number; readonly timeoutMessage: string },
+  send: (body: AsyncGenerator<Buffer>, signal: AbortSignal) => Promise<unknown>,
+): Promise<void> {
+  const controller = new AbortController();
+  const { signal } = options;
+  const onAbort = () => controller.abort(signal?.reason);
+  signal?.addEventListener('abort', onAbort, { once: true });
+  let timer: NodeJS.Timeout | undefined;
+  let bodyError: unknown;
+  async function* watched(): AsyncGenerator<Buffer> {
+    try {
+      yield* body;
+    } catch (err) {
+      bodyError = err;
+      throw err;
+    }
+    timer = setTimeout(() => controller.abort(new StorageError('upstream_timeout', options.timeoutMessage)), options.timeoutMs);
+  }
+  try {
+    await send(watched(), controller.signal);
+  } catch (err) {
+    if (bodyError === undefined && signal?.aborted) throw signal.reason;
+    throw hasStableCode(bodyError) ? bodyError : err;
+  } finally {
+    clearTimeout(timer);
+    signal?.removeEventListener('abort', onAbort);
+  }
+}

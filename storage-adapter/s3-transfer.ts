@@ -9,7 +9,7 @@
  *   server without UploadPartCopy (501 NotImplemented) gets the bytes streamed through us instead.
  */
 import { StorageError } from './errors.ts';
-import { upstreamError } from './http-upstream.ts';
+import { hasStableCode, sendStreamedBody, upstreamError } from './http-upstream.ts';
 import { parseXml, type S3Client } from './s3-client.ts';
 import { encodeRfc3986 } from './s3-location.ts';
 
@@ -26,12 +26,6 @@ export interface S3Limits {
 }
 
 export const S3_DEFAULT_LIMITS: S3Limits = { singlePutBytes: 5 * GiB, partBytes: 8 * MiB, copyBytes: 5 * GiB };
-
-/** Our error classes carry lower_snake_case codes; Node's and undici's are upper case. */
-function hasStableCode(err: unknown): boolean {
-  const code = (err as { code?: unknown } | undefined)?.code;
-  return typeof code === 'string' && /^[a-z][a-z0-9_]*$/.test(code);
-}
 
 /** Yields every chunk but the last one as it comes; the last only after `body` has returned. */
 async function* holdingLastChunk(body: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
@@ -59,41 +53,14 @@ export async function uploadObject(client: S3Client, key: string, body: AsyncIte
   await uploadInParts(client, key, body, limits, options);
 }
 
-/**
- * A streamed PUT. undici's header timeout only refreshes while the socket is full, so a slowly paced
- * upload would trip it; our own timer starts once the last byte is handed over (as in http-store).
- */
+/** A streamed PUT with the confirmation deadline of `sendStreamedBody`. */
 async function putStreamed(client: S3Client, key: string, body: AsyncIterable<Buffer>, length: number, options: UploadOptions): Promise<void> {
-  const controller = new AbortController();
-  const { signal } = options;
-  const onAbort = () => controller.abort(signal?.reason);
-  signal?.addEventListener('abort', onAbort, { once: true });
-  let timer: NodeJS.Timeout | undefined;
-  let bodyError: unknown;
-  async function* watched(): AsyncGenerator<Buffer> {
-    try {
-      yield* body;
-    } catch (err) {
-      bodyError = err;
-      throw err;
-    }
-    timer = setTimeout(() => controller.abort(new StorageError('upstream_timeout', `The S3 server did not confirm PUT ${key} within ${options.timeoutMs} ms.`)), options.timeoutMs);
-  }
-  try {
-    await client.expectOk(
-      { method: 'PUT', key, headers: { 'content-length': String(length), 'content-type': 'application/octet-stream' }, body: watched(), signal: controller.signal, headersTimeout: 0 },
+  await sendStreamedBody(body, { signal: options.signal, timeoutMs: options.timeoutMs, timeoutMessage: `The S3 server did not confirm PUT ${key} within ${options.timeoutMs} ms.` }, (watched, signal) =>
+    client.expectOk(
+      { method: 'PUT', key, headers: { 'content-length': String(length), 'content-type': 'application/octet-stream' }, body: watched, signal, headersTimeout: 0 },
       `PUT ${key}`,
-    );
-  } catch (err) {
-    // The client went away (our caller's signal): that, not a store failure, is the reason.
-    if (bodyError === undefined && signal?.aborted) throw signal.reason;
-    // A body that failed with one of our stable codes (size, digest, a policy refusal) is the reason;
-    // a raw stream error from the body is only the echo of the store failing under it.
-    throw hasStableCode(bodyError) ? bodyError : err;
-  } finally {
-    clearTimeout(timer);
-    signal?.removeEventListener('abort', onAbort);
-  }
+    ),
+  );
 }
 
 async function createMultipart(client: S3Client, key: string): Promise<string> {
