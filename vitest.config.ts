@@ -11,11 +11,36 @@ export default defineConfig({
     teardownTimeout: 30_000,
     reporters: ['default', ['json', { outputFile: '.vitest-report.json' }]],
     projects: [
-      { extends: true, test: { name: 'unit', include: ['{proxy,policy,storage-adapter,migrations,client}/**/*.test.ts'], exclude: ['**/*.int.test.ts', '**/node_modules/**'] } },
-      { extends: true, test: { name: 'int', include: ['**/*.int.test.ts', 'test/contract/**/*.test.ts'], exclude: ['**/node_modules/**'] } },
-      { extends: true, test: { name: 'chaos', include: ['chaos/**/*.chaos.test.ts'], exclude: ['**/node_modules/**'] } },
+      {
+        extends: true,
+        test: {
+          name: 'unit',
+          include: ['{proxy,policy,storage-adapter,migrations,client}/**/*.test.ts'],
+          exclude: ['**/*.int.test.ts', '**/node_modules/**'],
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: 'int',
+          include: ['**/*.int.test.ts', 'test/contract/**/*.test.ts'],
+          exclude: ['**/node_modules/**'],
+        },
+      },
+      {
+        extends: true,
+        test: { name: 'chaos', include: ['chaos/**/*.chaos.test.ts'], exclude: ['**/node_modules/**'] },
+      },
       // Several hosts in network namespaces (root only: it fails saying so otherwise); one file at a time, they share the names.
-      { extends: true, test: { name: 'hosts', include: ['test/hosts/**/*.hosts.test.ts'], exclude: ['**/node_modules/**'], fileParallelism: false } },
+      {
+        extends: true,
+        test: {
+          name: 'hosts',
+          include: ['test/hosts/**/*.hosts.test.ts'],
+          exclude: ['**/node_modules/**'],
+          fileParallelism: false,
+        },
+      },
     ],
   },
 });

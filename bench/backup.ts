@@ -37,7 +37,11 @@ const RUNS = Number(args.runs);
 const BLOBS = Number(args.blobs);
 const BLOB_BYTES = Number(args['blob-mib']) * MiB;
 
-function run(cmd: string, argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<{ code: number | null; stdout: string; stderr: string; seconds: number }> {
+function run(
+  cmd: string,
+  argv: string[],
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<{ code: number | null; stdout: string; stderr: string; seconds: number }> {
   const started = performance.now();
   return new Promise((resolve, reject) => {
     const child = spawn(cmd, argv, { env, cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -52,10 +56,14 @@ function run(cmd: string, argv: string[], env: NodeJS.ProcessEnv = process.env):
 
 function put(url: string, key: string, body: Buffer): Promise<number> {
   return new Promise((resolve, reject) => {
-    const req = http.request(url, { method: 'PUT', headers: { authorization: `Bearer ${key}`, 'content-length': body.length } }, (res) => {
-      res.resume();
-      res.on('end', () => resolve(res.statusCode ?? 0));
-    });
+    const req = http.request(
+      url,
+      { method: 'PUT', headers: { authorization: `Bearer ${key}`, 'content-length': body.length } },
+      (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode ?? 0));
+      },
+    );
     req.on('error', reject);
     req.end(body);
   });
@@ -67,22 +75,41 @@ async function main(): Promise<void> {
   const destinations = await mkdtemp(path.join(args.destination!, 'arkvory-bench-backup-'));
   const dataDir = path.join(work, 'data');
   const port = await freeLoopbackPort();
-  const env = { PATH: process.env.PATH, HOME: process.env.HOME, ARKVORY_DATA_DIR: dataDir, ARKVORY_PORT: String(port), ARKVORY_LOG_LEVEL: 'warn' };
+  const env = {
+    PATH: process.env.PATH,
+    HOME: process.env.HOME,
+    ARKVORY_DATA_DIR: dataDir,
+    ARKVORY_PORT: String(port),
+    ARKVORY_LOG_LEVEL: 'warn',
+  };
   let gateway: ChildProcess | undefined;
   try {
     gateway = spawn(process.execPath, [CLI, 'serve'], { env, cwd: ROOT, stdio: 'ignore' });
     for (let i = 0; ; i++) {
-      if ((await fetch(`http://127.0.0.1:${port}/health/status`).then((r) => r.status, () => 0)) === 200) break;
+      if (
+        (await fetch(`http://127.0.0.1:${port}/health/status`).then(
+          (r) => r.status,
+          () => 0,
+        )) === 200
+      )
+        break;
       if (i > 1200) throw new Error('the gateway did not start');
       await sleep(50);
     }
     const key = (await readFile(path.join(dataDir, 'admin.key'), 'utf8')).trim();
-    for (const cmd of [['repos', 'create', 'bench'], ['grants', 'add', 'admin', 'bench', 'write']]) {
+    for (const cmd of [
+      ['repos', 'create', 'bench'],
+      ['grants', 'add', 'admin', 'bench', 'write'],
+    ]) {
       const r = await run(process.execPath, [CLI, ...cmd], env);
       if (r.code !== 0) throw new Error(`${cmd.join(' ')}: ${r.stderr}`);
     }
     for (let i = 0; i < BLOBS; i++) {
-      const status = await put(`http://127.0.0.1:${port}/api/v1/repositories/bench/artifacts/blob-${i}.bin`, key, randomBytes(BLOB_BYTES));
+      const status = await put(
+        `http://127.0.0.1:${port}/api/v1/repositories/bench/artifacts/blob-${i}.bin`,
+        key,
+        randomBytes(BLOB_BYTES),
+      );
       if (status !== 201) throw new Error(`upload ${i}: ${status}`);
     }
     const total = BLOBS * BLOB_BYTES;
@@ -97,7 +124,8 @@ async function main(): Promise<void> {
           const r = await run(process.execPath, [CLI, 'backup', dest], env);
           if (r.code !== 0) throw new Error(`backup: ${r.stderr}`);
           const summary = JSON.parse(r.stdout) as { blobs: { copied: number } };
-          if (summary.blobs.copied !== BLOBS) throw new Error(`expected ${BLOBS} copied blobs, got ${JSON.stringify(summary.blobs)}`);
+          if (summary.blobs.copied !== BLOBS)
+            throw new Error(`expected ${BLOBS} copied blobs, got ${JSON.stringify(summary.blobs)}`);
           backupMiBs.push(total / MiB / r.seconds);
         } else {
           const r = await run('cp', ['-r', path.join(dataDir, 'blobs'), dest]);

@@ -40,7 +40,11 @@ const BIG = Number(args['big-mib']) * MiB;
 const SMALL_SECONDS = Number(args['small-seconds']);
 const CONCURRENCY = Number(args.concurrency);
 
-function run(cmd: string, argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<{ code: number | null; stdout: string; stderr: string }> {
+function run(
+  cmd: string,
+  argv: string[],
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
     const child = spawn(cmd, argv, { env, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
@@ -52,7 +56,10 @@ function run(cmd: string, argv: string[], env: NodeJS.ProcessEnv = process.env):
   });
 }
 
-async function call(url: string, init: { method?: string; key: string; body?: Buffer | string; json?: boolean }): Promise<{ status: number; text: string }> {
+async function call(
+  url: string,
+  init: { method?: string; key: string; body?: Buffer | string; json?: boolean },
+): Promise<{ status: number; text: string }> {
   const res = await request(url, {
     method: (init.method ?? 'GET') as 'GET',
     headers: { authorization: `Bearer ${init.key}`, ...(init.json ? { 'content-type': 'application/json' } : {}) },
@@ -93,37 +100,77 @@ async function main(): Promise<void> {
   await chmod(dataDir, 0o755);
   const work = await mkdtemp(path.join(os.tmpdir(), 'arkvory-bench-clients-out-'));
   const port = await freeLoopbackPort();
-  const gw = spawn(process.execPath, [CLI, 'serve'], { env: { PATH: process.env.PATH, HOME: process.env.HOME, ARKVORY_DATA_DIR: dataDir, ARKVORY_PORT: String(port), ARKVORY_LOG_LEVEL: 'warn', ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: String(Math.max(CONCURRENCY, 4)) }, stdio: ['ignore', 'ignore', 'inherit'] });
+  const gw = spawn(process.execPath, [CLI, 'serve'], {
+    env: {
+      PATH: process.env.PATH,
+      HOME: process.env.HOME,
+      ARKVORY_DATA_DIR: dataDir,
+      ARKVORY_PORT: String(port),
+      ARKVORY_LOG_LEVEL: 'warn',
+      ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: String(Math.max(CONCURRENCY, 4)),
+    },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
   const base = `http://127.0.0.1:${port}`;
   try {
     const deadline = Date.now() + 120_000;
     for (;;) {
-      const ok = await request(`${base}/health/status`).then((r) => (r.body.dump(), r.statusCode === 200), () => false);
+      const ok = await request(`${base}/health/status`).then(
+        (r) => (r.body.dump(), r.statusCode === 200),
+        () => false,
+      );
       if (ok) break;
       if (Date.now() > deadline) throw new Error('gateway did not start');
       await new Promise((r) => setTimeout(r, 200));
     }
     const key = (await readFile(path.join(dataDir, 'admin.key'), 'utf8')).trim();
-    await call(`${base}/api/v1/admin/repositories`, { method: 'POST', key, body: JSON.stringify({ name: 'bench' }), json: true });
-    await call(`${base}/api/v1/admin/grants/admin/bench`, { method: 'PUT', key, body: JSON.stringify({ permission: 'write' }), json: true });
+    await call(`${base}/api/v1/admin/repositories`, {
+      method: 'POST',
+      key,
+      body: JSON.stringify({ name: 'bench' }),
+      json: true,
+    });
+    await call(`${base}/api/v1/admin/grants/admin/bench`, {
+      method: 'PUT',
+      key,
+      body: JSON.stringify({ permission: 'write' }),
+      json: true,
+    });
     const big = randomBytes(BIG);
     const small = randomBytes(4096);
-    for (const [name, body] of [['big.bin', big], ['small.bin', small]] as const) {
+    for (const [name, body] of [
+      ['big.bin', big],
+      ['small.bin', small],
+    ] as const) {
       const put = await call(`${base}/api/v1/repositories/bench/artifacts/${name}`, { method: 'PUT', key, body });
       if (put.status !== 201) throw new Error(`upload of ${name} answered ${put.status}: ${put.text}`);
     }
     const bigUrl = `${base}/api/v1/repositories/bench/artifacts/big.bin/content`;
     const smallUrl = `${base}/api/v1/repositories/bench/artifacts/small.bin/content`;
-    const link = JSON.parse((await call(`${base}/api/v1/repositories/bench/artifacts/small.bin/presign`, { method: 'POST', key })).text) as { path: string };
+    const link = JSON.parse(
+      (await call(`${base}/api/v1/repositories/bench/artifacts/small.bin/presign`, { method: 'POST', key })).text,
+    ) as { path: string };
 
     const large: Record<string, number[]> = { curl: [], sdk: [], cli: [] };
     const out = path.join(work, 'big.out');
     for (let round = 0; round < ROUNDS; round++) {
       // Interleaved, and the order rotates each round so no contender always runs first.
       const contenders: Array<[string, () => Promise<void>]> = [
-        ['curl', async () => void (await run('curl', ['-sS', '--fail', '-H', `Authorization: Bearer ${key}`, '-o', out, bigUrl]))],
+        [
+          'curl',
+          async () =>
+            void (await run('curl', ['-sS', '--fail', '-H', `Authorization: Bearer ${key}`, '-o', out, bigUrl])),
+        ],
         ['sdk', async () => void (await download({ url: bigUrl, output: out, key }))],
-        ['cli', async () => void (await run(process.execPath, [CLI, 'get', bigUrl, '-o', out], { PATH: process.env.PATH, HOME: process.env.HOME, ARKVORY_KEY: key }))],
+        [
+          'cli',
+          async () =>
+            void (await run(process.execPath, [CLI, 'get', bigUrl, '-o', out], {
+              PATH: process.env.PATH,
+              HOME: process.env.HOME,
+              ARKVORY_KEY: key,
+            })),
+        ],
       ];
       for (let i = 0; i < contenders.length; i++) {
         const [name, fn] = contenders[(i + round) % contenders.length]!;
@@ -138,7 +185,10 @@ async function main(): Promise<void> {
     for (let round = 0; round < ROUNDS; round++) {
       const contenders: Array<[string, () => Promise<number>]> = [
         ['bearer', () => requestRate(smallUrl, { authorization: `Bearer ${key}` })],
-        ['basic', () => requestRate(smallUrl, { authorization: `Basic ${Buffer.from(`admin:${key}`).toString('base64')}` })],
+        [
+          'basic',
+          () => requestRate(smallUrl, { authorization: `Basic ${Buffer.from(`admin:${key}`).toString('base64')}` }),
+        ],
         ['presigned', () => requestRate(`${base}${link.path}`, {})],
       ];
       for (let i = 0; i < contenders.length; i++) {
@@ -147,11 +197,19 @@ async function main(): Promise<void> {
       }
     }
 
-    const lines = [`machine: ${os.cpus().length} CPUs (${os.loadavg()[0]!.toFixed(1)} load average), ${ROUNDS} rounds, medians`];
+    const lines = [
+      `machine: ${os.cpus().length} CPUs (${os.loadavg()[0]!.toFixed(1)} load average), ${ROUNDS} rounds, medians`,
+    ];
     lines.push(`large download (${BIG / MiB} MiB to disk), MiB/s:`);
-    for (const name of ['curl', 'sdk', 'cli']) lines.push(`  ${name.padEnd(9)} ${median(large[name]!).toFixed(1).padStart(8)}   ratio to curl ${(median(large[name]!) / median(large.curl!)).toFixed(2)}   rounds ${large[name]!.map((v) => v.toFixed(0)).join(' ')}`);
+    for (const name of ['curl', 'sdk', 'cli'])
+      lines.push(
+        `  ${name.padEnd(9)} ${median(large[name]!).toFixed(1).padStart(8)}   ratio to curl ${(median(large[name]!) / median(large.curl!)).toFixed(2)}   rounds ${large[name]!.map((v) => v.toFixed(0)).join(' ')}`,
+      );
     lines.push(`small GET (4 KiB, ${CONCURRENCY} keep-alive connections, ${SMALL_SECONDS} s), requests/s:`);
-    for (const name of ['bearer', 'basic', 'presigned']) lines.push(`  ${name.padEnd(9)} ${median(forms[name]!).toFixed(0).padStart(8)}   ratio to bearer ${(median(forms[name]!) / median(forms.bearer!)).toFixed(2)}   rounds ${forms[name]!.map((v) => v.toFixed(0)).join(' ')}`);
+    for (const name of ['bearer', 'basic', 'presigned'])
+      lines.push(
+        `  ${name.padEnd(9)} ${median(forms[name]!).toFixed(0).padStart(8)}   ratio to bearer ${(median(forms[name]!) / median(forms.bearer!)).toFixed(2)}   rounds ${forms[name]!.map((v) => v.toFixed(0)).join(' ')}`,
+      );
     process.stdout.write(`${lines.join('\n')}\n`);
   } finally {
     gw.kill('SIGTERM');

@@ -53,9 +53,12 @@ interface Target {
   pid?: number;
 }
 
-
 /** MiB/s of `streams` parallel whole-file downloads; also the peak RSS of `pid` meanwhile. */
-async function measureBig(target: Target, streams: number, run: number): Promise<{ mibPerSec: number; peakRss: number }> {
+async function measureBig(
+  target: Target,
+  streams: number,
+  run: number,
+): Promise<{ mibPerSec: number; peakRss: number }> {
   let peakRss = 0;
   let sampling = true;
   const sampler = (async () => {
@@ -65,16 +68,23 @@ async function measureBig(target: Target, streams: number, run: number): Promise
     }
   })();
   const started = process.hrtime.bigint();
-  const results = await Promise.all(Array.from({ length: streams }, (_, s) => curl(target.bigUrl, target.headers(run, s))));
+  const results = await Promise.all(
+    Array.from({ length: streams }, (_, s) => curl(target.bigUrl, target.headers(run, s))),
+  );
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
   sampling = false;
   await sampler;
-  for (const r of results) if (r.status !== 200 || r.bytes !== BIG_BYTES) throw new Error(`${target.name}: download got ${r.status} with ${r.bytes} bytes`);
+  for (const r of results)
+    if (r.status !== 200 || r.bytes !== BIG_BYTES)
+      throw new Error(`${target.name}: download got ${r.status} with ${r.bytes} bytes`);
   return { mibPerSec: (streams * BIG_BYTES) / MiB / seconds, peakRss };
 }
 
 /** Requests/s and latency percentiles for the 4 KiB file over `STREAMS` keep-alive connections. */
-async function measureSmall(target: Target, run: number): Promise<{ rps: number; p50Ms: number; p99Ms: number; errors: number }> {
+async function measureSmall(
+  target: Target,
+  run: number,
+): Promise<{ rps: number; p50Ms: number; p99Ms: number; errors: number }> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: STREAMS });
   const latencies: number[] = [];
   let errors = 0;
@@ -156,7 +166,8 @@ async function main(): Promise<void> {
     await mkdir(files, { recursive: true });
     const big = await open(path.join(files, 'big.bin'), 'w');
     const block = randomBytes(4 * MiB);
-    for (let written = 0; written < BIG_BYTES; written += block.length) await big.write(block, 0, Math.min(block.length, BIG_BYTES - written));
+    for (let written = 0; written < BIG_BYTES; written += block.length)
+      await big.write(block, 0, Math.min(block.length, BIG_BYTES - written));
     await big.close();
     await writeFile(path.join(files, 'small.bin'), randomBytes(SMALL_BYTES));
 
@@ -181,7 +192,10 @@ async function main(): Promise<void> {
       child.stdout!.resume();
       child.stderr!.resume();
       for (let i = 0; ; i++) {
-        const ok = await fetch(`${gatewayBase}/health/status`).then((r) => r.status === 200, () => false);
+        const ok = await fetch(`${gatewayBase}/health/status`).then(
+          (r) => r.status === 200,
+          () => false,
+        );
         if (ok) return child;
         if (i > 600 || child.exitCode !== null) throw new Error('gateway did not start');
         await new Promise((r) => setTimeout(r, 100));
@@ -190,10 +204,14 @@ async function main(): Promise<void> {
     let gateway = await startGateway();
     for (const name of ['big.bin', 'small.bin']) {
       const status = await new Promise<number>((resolve, reject) => {
-        const req = http.request(`${gatewayBase}/api/v1/repositories/bench/artifacts/${name}`, { method: 'PUT', headers: { authorization: `Bearer ${keys[0]![0]}` } }, (res) => {
-          res.resume();
-          res.on('end', () => resolve(res.statusCode ?? 0));
-        });
+        const req = http.request(
+          `${gatewayBase}/api/v1/repositories/bench/artifacts/${name}`,
+          { method: 'PUT', headers: { authorization: `Bearer ${keys[0]![0]}` } },
+          (res) => {
+            res.resume();
+            res.on('end', () => resolve(res.statusCode ?? 0));
+          },
+        );
         req.on('error', reject);
         createReadStream(path.join(files, name)).pipe(req);
       });
@@ -208,7 +226,11 @@ async function main(): Promise<void> {
 
     // Minimal Node baseline.
     const basePort = await freeLoopbackPort();
-    const baseline = spawn(process.execPath, [path.join(ROOT, 'bench/content-node-baseline.ts'), files, String(basePort)], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const baseline = spawn(
+      process.execPath,
+      [path.join(ROOT, 'bench/content-node-baseline.ts'), files, String(basePort)],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     children.push(baseline);
     await waitForLine(baseline, /ready/, 'node baseline');
 
@@ -220,7 +242,13 @@ async function main(): Promise<void> {
         headers: (run, s) => ({ authorization: `Bearer ${keys[run]![s % STREAMS]}` }),
         pid: gateway.pid!,
       },
-      { name: 'node-baseline', bigUrl: `http://127.0.0.1:${basePort}/big.bin`, smallUrl: `http://127.0.0.1:${basePort}/small.bin`, headers: () => ({}), pid: baseline.pid! },
+      {
+        name: 'node-baseline',
+        bigUrl: `http://127.0.0.1:${basePort}/big.bin`,
+        smallUrl: `http://127.0.0.1:${basePort}/small.bin`,
+        headers: () => ({}),
+        pid: baseline.pid!,
+      },
     ];
 
     // nginx, when installed.
@@ -242,12 +270,23 @@ http { access_log off; sendfile on; tcp_nopush on; client_body_temp_path ${prefi
       const nginx = spawn(nginxBin, ['-c', conf, '-p', prefix], { stdio: ['ignore', 'pipe', 'pipe'] });
       children.push(nginx);
       for (let i = 0; ; i++) {
-        const ok = await fetch(`http://127.0.0.1:${nginxPort}/small.bin`).then((r) => r.status === 200, () => false);
+        const ok = await fetch(`http://127.0.0.1:${nginxPort}/small.bin`).then(
+          (r) => r.status === 200,
+          () => false,
+        );
         if (ok) break;
-        if (i > 100) throw new Error(`nginx did not start: ${await readFile(path.join(prefix, 'error.log'), 'utf8').catch(() => '')}`);
+        if (i > 100)
+          throw new Error(
+            `nginx did not start: ${await readFile(path.join(prefix, 'error.log'), 'utf8').catch(() => '')}`,
+          );
         await new Promise((r) => setTimeout(r, 100));
       }
-      targets.push({ name: 'nginx', bigUrl: `http://127.0.0.1:${nginxPort}/big.bin`, smallUrl: `http://127.0.0.1:${nginxPort}/small.bin`, headers: () => ({}) });
+      targets.push({
+        name: 'nginx',
+        bigUrl: `http://127.0.0.1:${nginxPort}/big.bin`,
+        smallUrl: `http://127.0.0.1:${nginxPort}/small.bin`,
+        headers: () => ({}),
+      });
     } else {
       process.stderr.write('nginx not installed: skipping the nginx column\n');
     }
@@ -255,7 +294,10 @@ http { access_log off; sendfile on; tcp_nopush on; client_body_temp_path ${prefi
     // Warm the page cache so every server reads from memory.
     await curl(targets[1]!.bigUrl, {});
 
-    const results: Record<string, { one: number[]; many: number[]; rss: number[]; rps: number[]; p50: number[]; p99: number[]; errors: number }> = {};
+    const results: Record<
+      string,
+      { one: number[]; many: number[]; rss: number[]; rps: number[]; p50: number[]; p99: number[]; errors: number }
+    > = {};
     for (const t of targets) results[t.name] = { one: [], many: [], rss: [], rps: [], p50: [], p99: [], errors: 0 };
     // Interleave servers within each run, so background load hits them alike.
     for (let run = 0; run < RUNS; run++) {
@@ -270,7 +312,9 @@ http { access_log off; sendfile on; tcp_nopush on; client_body_temp_path ${prefi
         r.p50.push(small.p50Ms);
         r.p99.push(small.p99Ms);
         r.errors += small.errors;
-        process.stderr.write(`run ${run + 1}/${RUNS} ${t.name}: 1×${r.one.at(-1)!.toFixed(0)} MiB/s, ${STREAMS}×${many.mibPerSec.toFixed(0)} MiB/s, 4 KiB ${small.rps.toFixed(0)} req/s\n`);
+        process.stderr.write(
+          `run ${run + 1}/${RUNS} ${t.name}: 1×${r.one.at(-1)!.toFixed(0)} MiB/s, ${STREAMS}×${many.mibPerSec.toFixed(0)} MiB/s, 4 KiB ${small.rps.toFixed(0)} req/s\n`,
+        );
       }
     }
 
@@ -288,15 +332,26 @@ http { access_log off; sendfile on; tcp_nopush on; client_body_temp_path ${prefi
         'small errors': r.errors,
       };
     };
-    console.log(`\nbench/content.ts: ${BIG_BYTES / MiB} MiB and 4 KiB files, medians of ${RUNS} runs, ${os.cpus().length} CPUs, load average ${os.loadavg().map((l) => l.toFixed(1)).join(' ')}`);
+    console.log(
+      `\nbench/content.ts: ${BIG_BYTES / MiB} MiB and 4 KiB files, medians of ${RUNS} runs, ${os.cpus().length} CPUs, load average ${os
+        .loadavg()
+        .map((l) => l.toFixed(1))
+        .join(' ')}`,
+    );
     console.table(targets.map((t) => row(t.name)));
-    console.log(`gateway/baseline: 1 stream ${(median(gw.one) / median(base.one)).toFixed(2)}×, ${STREAMS} streams ${(median(gw.many) / median(base.many)).toFixed(2)}×, 4 KiB req/s ${(median(gw.rps) / median(base.rps)).toFixed(2)}×`);
+    console.log(
+      `gateway/baseline: 1 stream ${(median(gw.one) / median(base.one)).toFixed(2)}×, ${STREAMS} streams ${(median(gw.many) / median(base.many)).toFixed(2)}×, 4 KiB req/s ${(median(gw.rps) / median(base.rps)).toFixed(2)}×`,
+    );
     if (results.nginx) {
       const n = results.nginx;
-      console.log(`gateway/nginx:    1 stream ${(median(gw.one) / median(n.one)).toFixed(2)}×, ${STREAMS} streams ${(median(gw.many) / median(n.many)).toFixed(2)}×, 4 KiB req/s ${(median(gw.rps) / median(n.rps)).toFixed(2)}×`);
+      console.log(
+        `gateway/nginx:    1 stream ${(median(gw.one) / median(n.one)).toFixed(2)}×, ${STREAMS} streams ${(median(gw.many) / median(n.many)).toFixed(2)}×, 4 KiB req/s ${(median(gw.rps) / median(n.rps)).toFixed(2)}×`,
+      );
     }
     console.log(`gateway RSS idle after start: ${(idleRss / MiB).toFixed(1)} MiB`);
-    console.log(`gateway peak RSS during ${STREAMS} parallel ${BIG_BYTES / MiB} MiB downloads: ${(Math.max(...gw.rss) / MiB).toFixed(1)} MiB (per run: ${gw.rss.map((b) => (b / MiB).toFixed(1)).join(', ')})`);
+    console.log(
+      `gateway peak RSS during ${STREAMS} parallel ${BIG_BYTES / MiB} MiB downloads: ${(Math.max(...gw.rss) / MiB).toFixed(1)} MiB (per run: ${gw.rss.map((b) => (b / MiB).toFixed(1)).join(', ')})`,
+    );
   } finally {
     for (const child of children) child.kill('SIGTERM');
     await pool.end();

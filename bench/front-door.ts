@@ -38,7 +38,9 @@ if (args.serve) {
   // Child: one server, until killed.
   let server: http.Server;
   if (args.serve === 'plain') {
-    server = http.createServer({ requestTimeout: 0, headersTimeout: 30_000, keepAliveTimeout: 5_000 }, (_req, res) => handle(res));
+    server = http.createServer({ requestTimeout: 0, headersTimeout: 30_000, keepAliveTimeout: 5_000 }, (_req, res) =>
+      handle(res),
+    );
   } else {
     server = http.createServer(serverOptions(DEFAULT_FRONT_DOOR));
     const door = installFrontDoor(server, DEFAULT_FRONT_DOOR, pino({ level: 'silent' }), (req, res) => {
@@ -50,13 +52,17 @@ if (args.serve) {
   if (spawnSync('wrk', ['--version']).error) throw new Error('this benchmark needs wrk (apt-get install wrk)');
   const start = async (kind: string): Promise<{ child: ChildProcess; url: string }> => {
     const port = await freeLoopbackPort();
-    const child = spawn(process.execPath, [fileURLToPath(import.meta.url), '--serve', kind, '--port', String(port)], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(process.execPath, [fileURLToPath(import.meta.url), '--serve', kind, '--port', String(port)], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     await new Promise<void>((resolve) => child.stdout!.once('data', () => resolve()));
     return { child, url: `http://127.0.0.1:${port}/health/live` };
   };
   const servers = { plain: await start('plain'), door: await start('door') };
   const rps = (url: string): number => {
-    const out = spawnSync('wrk', ['-t1', `-c${args.connections}`, `-d${args.seconds}s`, url], { encoding: 'utf8' }).stdout;
+    const out = spawnSync('wrk', ['-t1', `-c${args.connections}`, `-d${args.seconds}s`, url], {
+      encoding: 'utf8',
+    }).stdout;
     const match = /Requests\/sec:\s+([\d.]+)/.exec(out);
     if (!match) throw new Error(`wrk said:\n${out}`);
     return Number(match[1]);

@@ -52,7 +52,13 @@ async function streamLoop(url: string, key: string, stopAt: number, counter: { b
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { seconds: { type: 'string', default: '10' }, rate: { type: 'string', default: String(64 * MiB) }, database: { type: 'string', default: 'postgres://postgres@127.0.0.1:5432/postgres' } } });
+  const { values } = parseArgs({
+    options: {
+      seconds: { type: 'string', default: '10' },
+      rate: { type: 'string', default: String(64 * MiB) },
+      database: { type: 'string', default: 'postgres://postgres@127.0.0.1:5432/postgres' },
+    },
+  });
   const seconds = Number(values.seconds);
   const rate = Number(values.rate);
   const burst = burstBytes(rate);
@@ -65,7 +71,15 @@ async function main(): Promise<void> {
   const dataDir = await mkdtemp(path.join(os.tmpdir(), 'arkvory-govbench-'));
   const port = await freeLoopbackPort();
   const child = spawn(process.execPath, [path.join(ROOT, 'bin/arkvory.js'), 'serve'], {
-    env: { PATH: process.env.PATH, ARKVORY_DATABASE_URL: dbUrl, ARKVORY_DATA_DIR: dataDir, ARKVORY_PORT: String(port), ARKVORY_LOG_LEVEL: 'warn', ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(rate), ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '64' },
+    env: {
+      PATH: process.env.PATH,
+      ARKVORY_DATABASE_URL: dbUrl,
+      ARKVORY_DATA_DIR: dataDir,
+      ARKVORY_PORT: String(port),
+      ARKVORY_LOG_LEVEL: 'warn',
+      ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(rate),
+      ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '64',
+    },
     stdio: ['ignore', 'ignore', 'inherit'],
   });
   try {
@@ -80,13 +94,20 @@ async function main(): Promise<void> {
     }
     const base = `http://127.0.0.1:${port}`;
     for (let i = 0; i < 200; i++) {
-      const ok = await fetch(`${base}/health/status`).then((r) => r.ok, () => false);
+      const ok = await fetch(`${base}/health/status`).then(
+        (r) => r.ok,
+        () => false,
+      );
       if (ok) break;
       await sleep(100);
     }
     // Big enough that no stream finishes a copy within a run at R = 64 MiB/s.
     const file = randomBytes(256 * MiB);
-    const put = await fetch(`${base}/api/v1/repositories/bench/artifacts/f.bin`, { method: 'PUT', headers: { authorization: `Bearer ${keys[0]}` }, body: file });
+    const put = await fetch(`${base}/api/v1/repositories/bench/artifacts/f.bin`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${keys[0]}` },
+      body: file,
+    });
     if (put.status !== 201) throw new Error(`upload failed: ${put.status}`);
     const url = `${base}/api/v1/repositories/bench/artifacts/f.bin/content`;
     console.log(`governor over HTTP: R = ${rate} B/s (burst ${burst} B), ${seconds} s per run, one gateway, loopback`);
@@ -99,7 +120,9 @@ async function main(): Promise<void> {
         const cpuBefore = await cpuMs(child.pid!);
         const start = performance.now();
         const stopAt = start + seconds * 1000;
-        const loops = Array.from({ length: streams }, (_, s) => streamLoop(url, keys[s % principals]!, stopAt, counters[s % principals]!));
+        const loops = Array.from({ length: streams }, (_, s) =>
+          streamLoop(url, keys[s % principals]!, stopAt, counters[s % principals]!),
+        );
         let maxExcess = Number.NEGATIVE_INFINITY;
         while (performance.now() < stopAt) {
           await sleep(100);

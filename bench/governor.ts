@@ -113,9 +113,17 @@ export async function runGovernor(run: GovernorRun): Promise<GovernorResult> {
  * CPU cost of the governor's own bookkeeping per take, with no waiting and no timer (manual clock,
  * every take passes at once): what the scheduler adds on top of the event loop and the I/O.
  */
-export async function measureTakeCost(rateBytesPerSec: number, takes = 1_000_000): Promise<{ microsPerTake: number; msPerGiB: number }> {
+export async function measureTakeCost(
+  rateBytesPerSec: number,
+  takes = 1_000_000,
+): Promise<{ microsPerTake: number; msPerGiB: number }> {
   const clock = new ManualClock(0, 0);
-  const governor = new BandwidthGovernor({ rateBytesPerSec, perPrincipalBytesPerSec: rateBytesPerSec, clock, timers: new ManualTimers(clock) });
+  const governor = new BandwidthGovernor({
+    rateBytesPerSec,
+    perPrincipalBytesPerSec: rateBytesPerSec,
+    clock,
+    timers: new ManualTimers(clock),
+  });
   const meters = Array.from({ length: 16 }, (_, i) => governor.meter(`principal-${i % 4}`));
   const quantum = governor.quantumBytes;
   const before = process.cpuUsage();
@@ -163,9 +171,14 @@ async function main(): Promise<void> {
       console.log(formatResult(await runGovernor({ ...base, streams, principals })));
     }
   }
-  for (const [label, rate] of [['both ceilings off', 0], ['1 TiB/s, every take passes', 2 ** 40]] as const) {
+  for (const [label, rate] of [
+    ['both ceilings off', 0],
+    ['1 TiB/s, every take passes', 2 ** 40],
+  ] as const) {
     const cost = await measureTakeCost(rate);
-    console.log(`bookkeeping, ${label}: ${cost.microsPerTake.toFixed(3)} µs CPU per take, ${cost.msPerGiB.toFixed(1)} ms per GiB in 64 KiB quanta`);
+    console.log(
+      `bookkeeping, ${label}: ${cost.microsPerTake.toFixed(3)} µs CPU per take, ${cost.msPerGiB.toFixed(1)} ms per GiB in 64 KiB quanta`,
+    );
   }
 }
 

@@ -21,15 +21,26 @@ import { createRateLimitRedis, type RateLimitRedis } from '../proxy/rate-limit-g
 import { startRedisCluster } from '../test/hosts/redis-cluster.ts';
 import { median, percentile } from './support.ts';
 
-const { values } = parseArgs({ options: { rounds: { type: 'string', default: '5' }, seconds: { type: 'string', default: '1' }, concurrency: { type: 'string', default: '16' } } });
+const { values } = parseArgs({
+  options: {
+    rounds: { type: 'string', default: '5' },
+    seconds: { type: 'string', default: '1' },
+    concurrency: { type: 'string', default: '16' },
+  },
+});
 const rounds = Number(values.rounds);
 const seconds = Number(values.seconds);
 const concurrency = Number(values.concurrency);
 const log = pino({ level: 'silent' });
 
 function limiterOn(redis: RateLimitRedis, ruleCount: number): Limiter {
-  const rules = Array.from({ length: ruleCount }, (_, i) => defineRule({ name: `bench_${i}`, action: 'limit', characteristics: ['ip'], limit: 1e12, periodS: 60 }));
-  return createLimiter({ store: createRedisStore(redis), clock: systemClock, log, keyPrefix: 'arkvory:bench:cluster:', timeoutMs: 5000 }, { name: 'bench', rules });
+  const rules = Array.from({ length: ruleCount }, (_, i) =>
+    defineRule({ name: `bench_${i}`, action: 'limit', characteristics: ['ip'], limit: 1e12, periodS: 60 }),
+  );
+  return createLimiter(
+    { store: createRedisStore(redis), clock: systemClock, log, keyPrefix: 'arkvory:bench:cluster:', timeoutMs: 5000 },
+    { name: 'bench', rules },
+  );
 }
 
 /** Checks per second and per-check latencies (ms) of `concurrency` callers for `seconds`. */
@@ -53,7 +64,11 @@ async function slice(limiter: Limiter): Promise<{ perSecond: number; latencies: 
 
 async function main(): Promise<void> {
   const port = await freeLoopbackPort();
-  const single = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+  const single = spawn(
+    'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+    { stdio: 'ignore' },
+  );
   const cluster = await startRedisCluster();
   const clients: RateLimitRedis[] = [];
   try {
@@ -63,12 +78,28 @@ async function main(): Promise<void> {
     clients.push(one, many);
     await one.connect();
     await many.connect();
-    process.stdout.write(`node ${process.version}, ${rounds} interleaved rounds of ${seconds} s, ${concurrency} concurrent callers\n\n`);
-    process.stdout.write('| rules | target | checks/s (median) | p50 ms | p99 ms | errors | vs single |\n| --- | --- | --- | --- | --- | --- | --- |\n');
+    process.stdout.write(
+      `node ${process.version}, ${rounds} interleaved rounds of ${seconds} s, ${concurrency} concurrent callers\n\n`,
+    );
+    process.stdout.write(
+      '| rules | target | checks/s (median) | p50 ms | p99 ms | errors | vs single |\n| --- | --- | --- | --- | --- | --- | --- |\n',
+    );
     for (const ruleCount of [1, 3]) {
       const targets = [
-        { name: 'one redis-server', limiter: limiterOn(one, ruleCount), rates: [] as number[], latencies: [] as number[], errors: 0 },
-        { name: 'cluster 3+3', limiter: limiterOn(many, ruleCount), rates: [] as number[], latencies: [] as number[], errors: 0 },
+        {
+          name: 'one redis-server',
+          limiter: limiterOn(one, ruleCount),
+          rates: [] as number[],
+          latencies: [] as number[],
+          errors: 0,
+        },
+        {
+          name: 'cluster 3+3',
+          limiter: limiterOn(many, ruleCount),
+          rates: [] as number[],
+          latencies: [] as number[],
+          errors: 0,
+        },
       ];
       for (const t of targets) await slice(t.limiter); // warm-up: scripts loaded, connections open
       for (let r = 0; r < rounds; r++) {
@@ -82,7 +113,9 @@ async function main(): Promise<void> {
       const base = median(targets[0]!.rates);
       for (const t of targets) {
         const rate = median(t.rates);
-        process.stdout.write(`| ${ruleCount} | ${t.name} | ${Math.round(rate)} | ${percentile(t.latencies, 50).toFixed(2)} | ${percentile(t.latencies, 99).toFixed(2)} | ${t.errors} | ${(rate / base).toFixed(2)} |\n`);
+        process.stdout.write(
+          `| ${ruleCount} | ${t.name} | ${Math.round(rate)} | ${percentile(t.latencies, 50).toFixed(2)} | ${percentile(t.latencies, 99).toFixed(2)} | ${t.errors} | ${(rate / base).toFixed(2)} |\n`,
+        );
       }
     }
   } finally {

@@ -50,7 +50,12 @@ interface Sample {
   elapsedS: number;
 }
 
-async function runFor(sample: Sample, runSeconds: number, concurrency: number, op: (i: number) => Promise<boolean>): Promise<void> {
+async function runFor(
+  sample: Sample,
+  runSeconds: number,
+  concurrency: number,
+  op: (i: number) => Promise<boolean>,
+): Promise<void> {
   const deadline = performance.now() + runSeconds * 1000;
   let counter = 0;
   const worker = async () => {
@@ -70,7 +75,14 @@ async function runFor(sample: Sample, runSeconds: number, concurrency: number, o
 function row(name: string, concurrency: number, sample: Sample): Row {
   const latencies = sample.latencies.sort((a, b) => a - b);
   const at = (q: number) => latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))] ?? NaN;
-  return { name, concurrency, checksPerSec: Math.round(latencies.length / sample.elapsedS), p50Ms: at(0.5), p99Ms: at(0.99), errors: sample.errors };
+  return {
+    name,
+    concurrency,
+    checksPerSec: Math.round(latencies.length / sample.elapsedS),
+    p50Ms: at(0.5),
+    p99Ms: at(0.99),
+    errors: sample.errors,
+  };
 }
 
 async function cleanup(client: RateLimitRedis): Promise<void> {
@@ -80,7 +92,8 @@ async function cleanup(client: RateLimitRedis): Promise<void> {
     do {
       const [next, keys] = await node.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
       cursor = next;
-      if (keys.length) await (client instanceof Cluster ? Promise.all(keys.map((k) => node.del(k))) : node.del(...keys));
+      if (keys.length)
+        await (client instanceof Cluster ? Promise.all(keys.map((k) => node.del(k))) : node.del(...keys));
     } while (cursor !== '0');
   }
 }
@@ -91,13 +104,20 @@ async function main(): Promise<void> {
   await ours.connect();
   await theirs.connect();
   const ruleCount = Number(values.rules);
-  const rules = Array.from({ length: ruleCount }, (_, i) => defineRule({ name: `per_ip_${i}`, action: 'limit', characteristics: ['ip'], limit: 1e12, periodS: 60 }));
-  const limiter = createLimiter({ store: createRedisStore(ours), clock: systemClock, log, keyPrefix: `${prefix}ark:`, timeoutMs: 5000 }, { name: 'bench', rules });
+  const rules = Array.from({ length: ruleCount }, (_, i) =>
+    defineRule({ name: `per_ip_${i}`, action: 'limit', characteristics: ['ip'], limit: 1e12, periodS: 60 }),
+  );
+  const limiter = createLimiter(
+    { store: createRedisStore(ours), clock: systemClock, log, keyPrefix: `${prefix}ark:`, timeoutMs: 5000 },
+    { name: 'bench', rules },
+  );
 
   let peer: ((key: string) => Promise<unknown>) | undefined;
   if (values.peer) {
     const require = createRequire(path.join(path.resolve(values.peer), 'package.json'));
-    const { RateLimiterRedis } = require('rate-limiter-flexible') as { RateLimiterRedis: new (opts: object) => { consume(key: string, points?: number): Promise<unknown> } };
+    const { RateLimiterRedis } = require('rate-limiter-flexible') as {
+      RateLimiterRedis: new (opts: object) => { consume(key: string, points?: number): Promise<unknown> };
+    };
     const rl = new RateLimiterRedis({ storeClient: theirs, points: 1e12, duration: 60, keyPrefix: `${prefix}rlf` });
     peer = (key) => rl.consume(key);
   }
@@ -109,11 +129,25 @@ async function main(): Promise<void> {
     const mine: Sample = { latencies: [], errors: 0, elapsedS: 0 };
     const other: Sample = { latencies: [], errors: 0, elapsedS: 0 };
     const warm: Sample = { latencies: [], errors: 0, elapsedS: 0 };
-    await runFor(warm, 0.5, concurrency, async (i) => (await limiter.check({ ip: `w${i % 10000}` })).error === undefined);
+    await runFor(
+      warm,
+      0.5,
+      concurrency,
+      async (i) => (await limiter.check({ ip: `w${i % 10000}` })).error === undefined,
+    );
     if (peer) await runFor(warm, 0.5, concurrency, async (i) => (await peer(`w${i % 10000}`), true));
     for (let s = 0; s < slices; s++) {
-      const ourSlice = () => runFor(mine, seconds / slices, concurrency, async (i) => (await limiter.check({ ip: `10.${i % 10000}` })).error === undefined);
-      const peerSlice = () => (peer ? runFor(other, seconds / slices, concurrency, async (i) => (await peer(`10.${i % 10000}`), true)) : Promise.resolve());
+      const ourSlice = () =>
+        runFor(
+          mine,
+          seconds / slices,
+          concurrency,
+          async (i) => (await limiter.check({ ip: `10.${i % 10000}` })).error === undefined,
+        );
+      const peerSlice = () =>
+        peer
+          ? runFor(other, seconds / slices, concurrency, async (i) => (await peer(`10.${i % 10000}`), true))
+          : Promise.resolve();
       // Alternate which goes first, so neither always runs right after the other.
       if (s % 2 === 0) await ourSlice().then(peerSlice);
       else await peerSlice().then(ourSlice);
@@ -126,8 +160,13 @@ async function main(): Promise<void> {
   theirs.disconnect();
 
   process.stdout.write(`node ${process.version}, ${seconds} s per run, redis ${values.redis}\n\n`);
-  process.stdout.write('| implementation | concurrency | checks/s | p50 ms | p99 ms | errors |\n| --- | --- | --- | --- | --- | --- |\n');
-  for (const r of rows) process.stdout.write(`| ${r.name} | ${r.concurrency} | ${r.checksPerSec} | ${r.p50Ms.toFixed(3)} | ${r.p99Ms.toFixed(3)} | ${r.errors} |\n`);
+  process.stdout.write(
+    '| implementation | concurrency | checks/s | p50 ms | p99 ms | errors |\n| --- | --- | --- | --- | --- | --- |\n',
+  );
+  for (const r of rows)
+    process.stdout.write(
+      `| ${r.name} | ${r.concurrency} | ${r.checksPerSec} | ${r.p50Ms.toFixed(3)} | ${r.p99Ms.toFixed(3)} | ${r.errors} |\n`,
+    );
   if (!peer) process.stdout.write('\n(rate-limiter-flexible not measured: pass --peer DIR, see the header)\n');
 }
 

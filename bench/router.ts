@@ -51,8 +51,10 @@ const SMALL_BYTES = 4096;
 const SMALL_REQUESTS = Number(args['small-requests']);
 const CONCURRENCY = Number(args.concurrency);
 
-
-async function measureSmall(url: string, key: string): Promise<{ rps: number; p50Ms: number; p99Ms: number; errors: number }> {
+async function measureSmall(
+  url: string,
+  key: string,
+): Promise<{ rps: number; p50Ms: number; p99Ms: number; errors: number }> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY });
   const latencies: number[] = [];
   let errors = 0;
@@ -76,22 +78,37 @@ async function measureSmall(url: string, key: string): Promise<{ rps: number; p5
         });
     });
   const started = process.hrtime.bigint();
-  await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
-    while (next++ < SMALL_REQUESTS) await one();
-  }));
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async () => {
+      while (next++ < SMALL_REQUESTS) await one();
+    }),
+  );
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
   agent.destroy();
   return { rps: SMALL_REQUESTS / seconds, p50Ms: percentile(latencies, 50), p99Ms: percentile(latencies, 99), errors };
 }
 
 async function startServe(env: Record<string, string>, base: string, children: ChildProcess[]): Promise<ChildProcess> {
-  const child = spawn(process.execPath, [path.join(ROOT, 'bin/arkvory.js'), 'serve'], { cwd: ROOT, env: { PATH: process.env.PATH, HOME: process.env.HOME, ARKVORY_LOG_LEVEL: 'warn', ...env, ...(process.env.ARKVORY_BENCH_NODE_OPTIONS ? { NODE_OPTIONS: process.env.ARKVORY_BENCH_NODE_OPTIONS } : {}) }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [path.join(ROOT, 'bin/arkvory.js'), 'serve'], {
+    cwd: ROOT,
+    env: {
+      PATH: process.env.PATH,
+      HOME: process.env.HOME,
+      ARKVORY_LOG_LEVEL: 'warn',
+      ...env,
+      ...(process.env.ARKVORY_BENCH_NODE_OPTIONS ? { NODE_OPTIONS: process.env.ARKVORY_BENCH_NODE_OPTIONS } : {}),
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   children.push(child);
   let output = '';
   child.stdout!.on('data', (d: Buffer) => (output += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
   for (let i = 0; ; i++) {
-    const ok = await fetch(`${base}/health/status`).then((r) => r.status === 200, () => false);
+    const ok = await fetch(`${base}/health/status`).then(
+      (r) => r.status === 200,
+      () => false,
+    );
     if (ok) return child;
     if (i > 600 || child.exitCode !== null) throw new Error(`${env.ARKVORY_ROLE ?? 'api'} did not start:\n${output}`);
     await new Promise((r) => setTimeout(r, 100));
@@ -116,14 +133,22 @@ http.createServer((req, res) => {
 
 async function waitHealthy(base: string, child: ChildProcess, what: string): Promise<void> {
   for (let i = 0; ; i++) {
-    const ok = await fetch(`${base}/health/live`).then((r) => r.status === 200, () => false);
+    const ok = await fetch(`${base}/health/live`).then(
+      (r) => r.status === 200,
+      () => false,
+    );
     if (ok) return;
     if (i > 100 || child.exitCode !== null) throw new Error(`${what} did not start`);
     await new Promise((r) => setTimeout(r, 100));
   }
 }
 
-async function startNginx(work: string, gatewayAddress: string, port: number, children: ChildProcess[]): Promise<ChildProcess | undefined> {
+async function startNginx(
+  work: string,
+  gatewayAddress: string,
+  port: number,
+  children: ChildProcess[],
+): Promise<ChildProcess | undefined> {
   const nginx = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
   if (!nginx) return undefined;
   const dir = path.join(work, 'nginx');
@@ -131,7 +156,10 @@ async function startNginx(work: string, gatewayAddress: string, port: number, ch
   await import('node:fs/promises').then((fs) => fs.mkdir(t, { recursive: true }));
   const example = await readFile(path.join(ROOT, 'deploy/nginx/arkvory.conf'), 'utf8');
   // The shipped example, one gateway: its address for every server line, the listen port replaced.
-  const site = example.replace(/server 10\.0\.0\.1[12]:8080[^\n]*\n/g, '').replaceAll('10.0.0.10:8080', gatewayAddress).replace('listen 80;', `listen 127.0.0.1:${port};`);
+  const site = example
+    .replace(/server 10\.0\.0\.1[12]:8080[^\n]*\n/g, '')
+    .replaceAll('10.0.0.10:8080', gatewayAddress)
+    .replace('listen 80;', `listen 127.0.0.1:${port};`);
   await writeFile(path.join(dir, 'arkvory.conf'), site);
   await writeFile(
     path.join(dir, 'nginx.conf'),
@@ -164,24 +192,47 @@ async function main(): Promise<void> {
     const bigFile = path.join(work, 'big.bin');
     const big = await open(bigFile, 'w');
     const block = randomBytes(4 * MiB);
-    for (let written = 0; written < BIG_BYTES; written += block.length) await big.write(block, 0, Math.min(block.length, BIG_BYTES - written));
+    for (let written = 0; written < BIG_BYTES; written += block.length)
+      await big.write(block, 0, Math.min(block.length, BIG_BYTES - written));
     await big.close();
     const smallFile = path.join(work, 'small.bin');
     await writeFile(smallFile, randomBytes(SMALL_BYTES));
 
     // Measure the proxy, not the limiter: one principal would hit the default 12000/min rule.
-    await writeFile(path.join(work, 'rules.yaml'), 'rate_limits:\n  gateway_request:\n    - name: bench_skip_all\n      action: skip\n      match: {}\n');
+    await writeFile(
+      path.join(work, 'rules.yaml'),
+      'rate_limits:\n  gateway_request:\n    - name: bench_skip_all\n      action: skip\n      match: {}\n',
+    );
     const gatewayPort = await freeLoopbackPort();
     const gatewayBase = `http://127.0.0.1:${gatewayPort}`;
     // Unthrottled, with room for 2 × CONCURRENCY parallel downloads of one principal.
-    const gatewayChild = await startServe({ ARKVORY_DATABASE_URL: dbUrl, ARKVORY_DATA_DIR: path.join(work, 'data'), ARKVORY_PORT: String(gatewayPort), ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2), ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: String(CONCURRENCY * 2), ARKVORY_RATE_LIMITS_FILE: path.join(work, 'rules.yaml') }, gatewayBase, children);
+    const gatewayChild = await startServe(
+      {
+        ARKVORY_DATABASE_URL: dbUrl,
+        ARKVORY_DATA_DIR: path.join(work, 'data'),
+        ARKVORY_PORT: String(gatewayPort),
+        ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2),
+        ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: String(CONCURRENCY * 2),
+        ARKVORY_RATE_LIMITS_FILE: path.join(work, 'rules.yaml'),
+      },
+      gatewayBase,
+      children,
+    );
     const routerPort = await freeLoopbackPort();
     const routerBase = `http://127.0.0.1:${routerPort}`;
-    const routerChild = await startServe({ ARKVORY_ROLE: 'router', ARKVORY_ROUTER_BACKENDS: gatewayBase, ARKVORY_PORT: String(routerPort) }, routerBase, children);
+    const routerChild = await startServe(
+      { ARKVORY_ROLE: 'router', ARKVORY_ROUTER_BACKENDS: gatewayBase, ARKVORY_PORT: String(routerPort) },
+      routerBase,
+      children,
+    );
 
     const barePort = await freeLoopbackPort();
     const bareBase = `http://127.0.0.1:${barePort}`;
-    const bareChild = spawn(process.execPath, ['--input-type=module', '-e', BARE_PROXY, String(barePort), gatewayBase], { stdio: 'ignore' });
+    const bareChild = spawn(
+      process.execPath,
+      ['--input-type=module', '-e', BARE_PROXY, String(barePort), gatewayBase],
+      { stdio: 'ignore' },
+    );
     children.push(bareChild);
     await waitHealthy(bareBase, bareChild, 'the bare node:http proxy');
     const nginxPort = await freeLoopbackPort();
@@ -194,15 +245,31 @@ async function main(): Promise<void> {
       { name: 'direct', label: 'client → gateway', base: gatewayBase, front: undefined as number | undefined },
       { name: 'router', label: 'client → router → gateway', base: routerBase, front: routerChild.pid },
       { name: 'bare', label: 'client → bare node:http proxy → gateway', base: bareBase, front: bareChild.pid },
-      ...(nginxChild ? [{ name: 'nginx', label: 'client → nginx (deploy example) → gateway', base: nginxBase, front: undefined as number | undefined }] : []),
+      ...(nginxChild
+        ? [
+            {
+              name: 'nginx',
+              label: 'client → nginx (deploy example) → gateway',
+              base: nginxBase,
+              front: undefined as number | undefined,
+            },
+          ]
+        : []),
     ];
 
-    for (const [name, file] of [['big.bin', bigFile], ['small.bin', smallFile]] as const) {
+    for (const [name, file] of [
+      ['big.bin', bigFile],
+      ['small.bin', smallFile],
+    ] as const) {
       const status = await new Promise<number>((resolve, reject) => {
-        const req = http.request(`${gatewayBase}/api/v1/repositories/bench/artifacts/${name}`, { method: 'PUT', headers: { authorization: `Bearer ${key}` } }, (res) => {
-          res.resume();
-          res.on('end', () => resolve(res.statusCode ?? 0));
-        });
+        const req = http.request(
+          `${gatewayBase}/api/v1/repositories/bench/artifacts/${name}`,
+          { method: 'PUT', headers: { authorization: `Bearer ${key}` } },
+          (res) => {
+            res.resume();
+            res.on('end', () => resolve(res.statusCode ?? 0));
+          },
+        );
         req.on('error', reject);
         createReadStream(file).pipe(req);
       });
@@ -211,7 +278,15 @@ async function main(): Promise<void> {
     const url = (base: string, name: string) => `${base}/api/v1/repositories/bench/artifacts/${name}/content`;
     await curl(url(gatewayBase, 'big.bin'), { authorization: `Bearer ${key}` });
 
-    const fresh = () => ({ big: [] as number[], rps: [] as number[], p50: [] as number[], p99: [] as number[], gatewayCpu: [] as number[], frontCpu: [] as number[], errors: 0 });
+    const fresh = () => ({
+      big: [] as number[],
+      rps: [] as number[],
+      p50: [] as number[],
+      p99: [] as number[],
+      gatewayCpu: [] as number[],
+      frontCpu: [] as number[],
+      errors: 0,
+    });
     const results = new Map(paths.map((p) => [p.name, fresh()]));
     for (let run = 0; run < RUNS; run++) {
       // Rotate which goes first, so none always gets the warmer machine.
@@ -223,14 +298,17 @@ async function main(): Promise<void> {
         const cpuAfter = [await cpuSeconds(gatewayChild.pid!), p.front ? await cpuSeconds(p.front) : 0];
         r.gatewayCpu.push(((cpuAfter[0]! - cpuBefore[0]!) * MiB * 1024) / BIG_BYTES);
         r.frontCpu.push(((cpuAfter[1]! - cpuBefore[1]!) * MiB * 1024) / BIG_BYTES);
-        if (b.status !== 200 || b.bytes !== BIG_BYTES) throw new Error(`${p.name}: big download got ${b.status} with ${b.bytes} bytes`);
+        if (b.status !== 200 || b.bytes !== BIG_BYTES)
+          throw new Error(`${p.name}: big download got ${b.status} with ${b.bytes} bytes`);
         r.big.push(BIG_BYTES / MiB / b.seconds);
         const s = await measureSmall(url(p.base, 'small.bin'), key);
         r.rps.push(s.rps);
         r.p50.push(s.p50Ms);
         r.p99.push(s.p99Ms);
         r.errors += s.errors;
-        process.stderr.write(`run ${run + 1}/${RUNS} ${p.name}: ${r.big.at(-1)!.toFixed(0)} MiB/s, 4 KiB ${s.rps.toFixed(0)} req/s\n`);
+        process.stderr.write(
+          `run ${run + 1}/${RUNS} ${p.name}: ${r.big.at(-1)!.toFixed(0)} MiB/s, 4 KiB ${s.rps.toFixed(0)} req/s\n`,
+        );
       }
     }
     const direct = results.get('direct')!;
@@ -249,14 +327,23 @@ async function main(): Promise<void> {
         errors: r.errors,
       };
     });
-    console.log(`\nbench/router.ts: ${BIG_BYTES / MiB} MiB stream and 4 KiB requests (${CONCURRENCY} keep-alive connections, ${SMALL_REQUESTS} per run), medians of ${RUNS} runs, ${os.cpus().length} CPUs, load average ${os.loadavg().map((l) => l.toFixed(1)).join(' ')}`);
+    console.log(
+      `\nbench/router.ts: ${BIG_BYTES / MiB} MiB stream and 4 KiB requests (${CONCURRENCY} keep-alive connections, ${SMALL_REQUESTS} per run), medians of ${RUNS} runs, ${os.cpus().length} CPUs, load average ${os
+        .loadavg()
+        .map((l) => l.toFixed(1))
+        .join(' ')}`,
+    );
     console.table(rows);
     const router = results.get('router')!;
     const bigRatio = median(router.big) / median(direct.big);
     const smallRatio = median(router.rps) / median(direct.rps);
-    console.log(`router/direct: stream ${bigRatio.toFixed(2)}× (overhead ${((1 - bigRatio) * 100).toFixed(0)} %, target ≤ 15 %), 4 KiB req/s ${smallRatio.toFixed(2)}× (overhead ${((1 - smallRatio) * 100).toFixed(0)} %, target ≤ 35 %)`);
+    console.log(
+      `router/direct: stream ${bigRatio.toFixed(2)}× (overhead ${((1 - bigRatio) * 100).toFixed(0)} %, target ≤ 15 %), 4 KiB req/s ${smallRatio.toFixed(2)}× (overhead ${((1 - smallRatio) * 100).toFixed(0)} %, target ≤ 35 %)`,
+    );
     const bare = results.get('bare')!;
-    console.log(`router/bare node:http proxy: stream ${(median(router.big) / median(bare.big)).toFixed(2)}×, 4 KiB ${(median(router.rps) / median(bare.rps)).toFixed(2)}×`);
+    console.log(
+      `router/bare node:http proxy: stream ${(median(router.big) / median(bare.big)).toFixed(2)}×, 4 KiB ${(median(router.rps) / median(bare.rps)).toFixed(2)}×`,
+    );
   } finally {
     for (const child of children) child.kill('SIGTERM');
     await Promise.all(children.map((c) => (c.exitCode === null ? new Promise((r) => c.once('exit', r)) : undefined)));

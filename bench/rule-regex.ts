@@ -10,16 +10,34 @@ import { parseArgs } from 'node:util';
 import { regexMatches } from '../policy/rate-limit/rule-regex.ts';
 import { median } from './support.ts';
 
-const { values } = parseArgs({ options: { rounds: { type: 'string', default: '7' }, iterations: { type: 'string', default: '20000' } } });
+const { values } = parseArgs({
+  options: { rounds: { type: 'string', default: '7' }, iterations: { type: 'string', default: '20000' } },
+});
 const rounds = Number(values.rounds);
 const iterations = Number(values.iterations);
 
 const CASES: Array<{ name: string; pattern: string; value: string; baseline: boolean; iterations?: number }> = [
   { name: 'principal ^[^<]', pattern: '^[^<]', value: '3f0c2a4e-8b1d-4c5e-9f7a-1b2c3d4e5f60', baseline: true },
-  { name: 'route prefix', pattern: '^/api/v1/repositories/', value: '/api/v1/repositories/:repo/packages/:name/:version/assets/:asset/content', baseline: true },
-  { name: 'repository alternation', pattern: '^(release|nightly)-[a-z0-9]+$', value: 'nightly-x86_64-linux-gnu-2026', baseline: true },
+  {
+    name: 'route prefix',
+    pattern: '^/api/v1/repositories/',
+    value: '/api/v1/repositories/:repo/packages/:name/:version/assets/:asset/content',
+    baseline: true,
+  },
+  {
+    name: 'repository alternation',
+    pattern: '^(release|nightly)-[a-z0-9]+$',
+    value: 'nightly-x86_64-linux-gnu-2026',
+    baseline: true,
+  },
   // The issue's published rule: on a content route template the backtracking engine takes tens of ms.
-  { name: '.*.*.*.*.*X on a route template', pattern: '.*.*.*.*.*X', value: '/api/v1/repositories/:repo/packages/:name/:version/assets/:asset/content', baseline: true, iterations: 10 },
+  {
+    name: '.*.*.*.*.*X on a route template',
+    pattern: '.*.*.*.*.*X',
+    value: '/api/v1/repositories/:repo/packages/:name/:version/assets/:asset/content',
+    baseline: true,
+    iterations: 10,
+  },
   { name: '(.*.*)*X on 64 chars', pattern: '(.*.*)*X', value: 'a'.repeat(64), baseline: false },
 ];
 
@@ -45,5 +63,7 @@ for (const c of CASES) {
   }
   const a = median(re2);
   const b = c.baseline ? median(base) : NaN;
-  console.log(`${c.name} | ${a.toFixed(0)} | ${c.baseline ? b.toFixed(0) : 'not run (backtracks)'} | ${c.baseline ? (a / b).toPrecision(2) : '-'}`);
+  console.log(
+    `${c.name} | ${a.toFixed(0)} | ${c.baseline ? b.toFixed(0) : 'not run (backtracks)'} | ${c.baseline ? (a / b).toPrecision(2) : '-'}`,
+  );
 }

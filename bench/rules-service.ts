@@ -38,7 +38,10 @@ import { median } from './support.ts';
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const { values } = parseArgs({
   options: {
-    database: { type: 'string', default: process.env.ARKVORY_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres' },
+    database: {
+      type: 'string',
+      default: process.env.ARKVORY_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres',
+    },
     rounds: { type: 'string', default: '5' },
     checks: { type: 'string', default: '4000' },
   },
@@ -53,7 +56,11 @@ function quantiles(samples: number[]): { p50: number; p99: number } {
   return { p50: at(0.5), p99: at(0.99) };
 }
 
-async function timeChecks(limiter: Limiter, identifier: (i: number) => Record<string, string>, n: number): Promise<number[]> {
+async function timeChecks(
+  limiter: Limiter,
+  identifier: (i: number) => Record<string, string>,
+  n: number,
+): Promise<number[]> {
   const out: number[] = [];
   for (let i = 0; i < n; i++) {
     const id = identifier(i);
@@ -76,14 +83,35 @@ async function main(): Promise<void> {
   const port = await freeLoopbackPort();
   const child = spawn(process.execPath, [path.join(ROOT, 'bin/arkvory.js'), 'rules-service', 'serve'], {
     cwd: ROOT,
-    env: { PATH: process.env.PATH, ARKVORY_DATABASE_URL: url.toString(), ARKVORY_PORT: String(port), ARKVORY_LOG_LEVEL: 'warn', ARKVORY_RULES_SERVICE_TTL_SECONDS: '300' },
+    env: {
+      PATH: process.env.PATH,
+      ARKVORY_DATABASE_URL: url.toString(),
+      ARKVORY_PORT: String(port),
+      ARKVORY_LOG_LEVEL: 'warn',
+      ARKVORY_RULES_SERVICE_TTL_SECONDS: '300',
+    },
     stdio: ['ignore', 'ignore', 'inherit'],
   });
   try {
     await migrate(pool);
     // Principal overrides exist, so answers vary by principal: a new principal is a cold miss.
     for (let i = 0; i < 50; i++) {
-      await pool.query(`INSERT INTO arkvory_rule_overrides (service, limiter, subject_kind, subject, rules) VALUES ('arkvory', 'gateway_request', 'principal', $1, $2::jsonb)`, [`vip-${i}`, JSON.stringify([{ name: 'contract_cap', action: 'limit', characteristics: ['principal'], match: {}, limit: 1e9, period_s: 60 }])]);
+      await pool.query(
+        `INSERT INTO arkvory_rule_overrides (service, limiter, subject_kind, subject, rules) VALUES ('arkvory', 'gateway_request', 'principal', $1, $2::jsonb)`,
+        [
+          `vip-${i}`,
+          JSON.stringify([
+            {
+              name: 'contract_cap',
+              action: 'limit',
+              characteristics: ['principal'],
+              match: {},
+              limit: 1e9,
+              period_s: 60,
+            },
+          ]),
+        ],
+      );
     }
     const serviceUrl = `http://127.0.0.1:${port}`;
     for (let i = 0; ; i++) {
@@ -95,29 +123,68 @@ async function main(): Promise<void> {
       await new Promise((r) => setTimeout(r, 50));
     }
 
-    const { available } = parseAvailableLimiters(await readFile(AVAILABLE_LIMITERS_FILE, 'utf8'), 'available_limiters.yaml');
+    const { available } = parseAvailableLimiters(
+      await readFile(AVAILABLE_LIMITERS_FILE, 'utf8'),
+      'available_limiters.yaml',
+    );
     const localRules = available.get('gateway_request')!.default_rules.map(ruleFromSpec);
     const local: RuleLayer = { name: 'local', rulesFor: () => localRules };
     const client = createRulesServiceClient({ url: serviceUrl, timeoutMs: 1000 });
-    const remote = createRemoteRules({ serviceName: 'arkvory', available, transport: client.transport, clock: systemClock, log, metrics: createRulesServiceMetrics(new Registry()), timeoutMs: 1000, maxTtlMs: 3_600_000, maxEntries: 1_000_000 });
+    const remote = createRemoteRules({
+      serviceName: 'arkvory',
+      available,
+      transport: client.transport,
+      clock: systemClock,
+      log,
+      metrics: createRulesServiceMetrics(new Registry()),
+      timeoutMs: 1000,
+      maxTtlMs: 3_600_000,
+      maxEntries: 1_000_000,
+    });
     const deps = { store: createMemoryStore(), clock: systemClock, log, timeoutMs: 1000 };
     const none = createLimiter(deps, { name: 'gateway_request', rules: layeredRules('gateway_request', [local]) });
-    const withService = createLimiter(deps, { name: 'gateway_request', rules: layeredRules('gateway_request', [remote, local]) });
+    const withService = createLimiter(deps, {
+      name: 'gateway_request',
+      rules: layeredRules('gateway_request', [remote, local]),
+    });
 
-    const request = (principal: string, i: number) => ({ principal, ip: `10.0.${(i >> 8) & 255}.${i & 255}`, method: 'GET', route: '/api/v1/repositories/:repo/artifacts/:id', repository: 'libs', request_type: 'read' });
+    const request = (principal: string, i: number) => ({
+      principal,
+      ip: `10.0.${(i >> 8) & 255}.${i & 255}`,
+      method: 'GET',
+      route: '/api/v1/repositories/:repo/artifacts/:id',
+      repository: 'libs',
+      request_type: 'read',
+    });
     const warmPrincipals = 200;
     for (let i = 0; i < warmPrincipals; i++) await withService.check(request(i < 50 ? `vip-${i}` : `p-${i}`, i));
     // JIT warm-up of all three paths.
     await timeChecks(none, (i) => request(`p-${i % warmPrincipals}`, i), 2000);
-    await timeChecks(withService, (i) => request(i % warmPrincipals < 50 ? `vip-${i % warmPrincipals}` : `p-${i % warmPrincipals}`, i), 2000);
+    await timeChecks(
+      withService,
+      (i) => request(i % warmPrincipals < 50 ? `vip-${i % warmPrincipals}` : `p-${i % warmPrincipals}`, i),
+      2000,
+    );
     await timeChecks(withService, (i) => request(`warmup-${i}`, i), 300);
 
-    const results = { none: [] as Array<{ p50: number; p99: number }>, warm: [] as Array<{ p50: number; p99: number }>, cold: [] as Array<{ p50: number; p99: number }> };
+    const results = {
+      none: [] as Array<{ p50: number; p99: number }>,
+      warm: [] as Array<{ p50: number; p99: number }>,
+      cold: [] as Array<{ p50: number; p99: number }>,
+    };
     let coldSeq = 0;
     const coldChecks = Math.max(200, Math.floor(checks / 8));
     for (let r = 0; r < rounds; r++) {
       results.none.push(quantiles(await timeChecks(none, (i) => request(`p-${i % warmPrincipals}`, i), checks)));
-      results.warm.push(quantiles(await timeChecks(withService, (i) => request(i % warmPrincipals < 50 ? `vip-${i % warmPrincipals}` : `p-${i % warmPrincipals}`, i), checks)));
+      results.warm.push(
+        quantiles(
+          await timeChecks(
+            withService,
+            (i) => request(i % warmPrincipals < 50 ? `vip-${i % warmPrincipals}` : `p-${i % warmPrincipals}`, i),
+            checks,
+          ),
+        ),
+      );
       results.cold.push(quantiles(await timeChecks(withService, (i) => request(`cold-${coldSeq++}`, i), coldChecks)));
     }
     const status = remote.status();
@@ -130,12 +197,22 @@ async function main(): Promise<void> {
       const base99 = median(results.none.map((x) => x.p99));
       return `| ${label} | ${(p50 * 1000).toFixed(1)} | ${(p99 * 1000).toFixed(1)} | ${((p50 - base50) * 1000).toFixed(1)} | ${((p99 - base99) * 1000).toFixed(1)} |`;
     };
-    process.stdout.write(`node ${process.version}; ${rounds} rounds of ${checks} checks (cold: ${coldChecks}); medians over rounds; microseconds\n`);
-    process.stdout.write(`reference rules service on ${serviceUrl} (PostgreSQL ${name}); cache entries at the end: ${status.entries}, circuit ${status.circuit}\n\n`);
-    process.stdout.write('| Limiter.check | p50 µs | p99 µs | added p50 µs | added p99 µs |\n| --- | --- | --- | --- | --- |\n');
-    process.stdout.write(`${row('no rules service (baseline)', results.none)}\n${row('rules service, warm cache', results.warm)}\n${row('rules service, cold cache (loopback query)', results.cold)}\n`);
+    process.stdout.write(
+      `node ${process.version}; ${rounds} rounds of ${checks} checks (cold: ${coldChecks}); medians over rounds; microseconds\n`,
+    );
+    process.stdout.write(
+      `reference rules service on ${serviceUrl} (PostgreSQL ${name}); cache entries at the end: ${status.entries}, circuit ${status.circuit}\n\n`,
+    );
+    process.stdout.write(
+      '| Limiter.check | p50 µs | p99 µs | added p50 µs | added p99 µs |\n| --- | --- | --- | --- | --- |\n',
+    );
+    process.stdout.write(
+      `${row('no rules service (baseline)', results.none)}\n${row('rules service, warm cache', results.warm)}\n${row('rules service, cold cache (loopback query)', results.cold)}\n`,
+    );
     const warmAdded = median(results.warm.map((x) => x.p50)) - median(results.none.map((x) => x.p50));
-    process.stdout.write(`\nwarm added p50 ${(warmAdded * 1000).toFixed(1)} µs: ${warmAdded < 0.1 ? 'within' : 'OVER'} the 100 µs target\n`);
+    process.stdout.write(
+      `\nwarm added p50 ${(warmAdded * 1000).toFixed(1)} µs: ${warmAdded < 0.1 ? 'within' : 'OVER'} the 100 µs target\n`,
+    );
   } finally {
     child.kill('SIGTERM');
     await new Promise((r) => child.once('exit', r));

@@ -54,7 +54,11 @@ const SERVERS: S3ServerKind[] = args.server === 'both' ? ['seaweedfs', 'minio'] 
 /** curl to /dev/null (or uploading `upload`): status, bytes, seconds. */
 function curl(argv: string[]): Promise<{ status: number; bytes: number; seconds: number }> {
   return new Promise((resolve, reject) => {
-    const child = spawn('curl', ['-s', '-o', '/dev/null', '-w', '%{http_code} %{size_download} %{size_upload} %{time_total}', ...argv], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(
+      'curl',
+      ['-s', '-o', '/dev/null', '-w', '%{http_code} %{size_download} %{size_upload} %{time_total}', ...argv],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     child.on('error', reject);
@@ -66,7 +70,14 @@ function curl(argv: string[]): Promise<{ status: number; bytes: number; seconds:
 }
 
 /** `curl --aws-sigv4` arguments for a direct request to the server (unsigned payload, as the gateway sends). */
-const signed = (server: S3Server) => ['--aws-sigv4', `aws:amz:${server.region}:s3`, '--user', `${server.accessKeyId}:${server.secretAccessKey}`, '-H', 'x-amz-content-sha256: UNSIGNED-PAYLOAD'];
+const signed = (server: S3Server) => [
+  '--aws-sigv4',
+  `aws:amz:${server.region}:s3`,
+  '--user',
+  `${server.accessKeyId}:${server.secretAccessKey}`,
+  '-H',
+  'x-amz-content-sha256: UNSIGNED-PAYLOAD',
+];
 
 interface Target {
   name: string;
@@ -78,7 +89,8 @@ interface Target {
 
 async function downloadMiBs(target: Target): Promise<number> {
   const r = await curl(target.big);
-  if (r.status !== 200 || r.bytes !== BIG_BYTES) throw new Error(`${target.name}: download got ${r.status} with ${r.bytes} bytes`);
+  if (r.status !== 200 || r.bytes !== BIG_BYTES)
+    throw new Error(`${target.name}: download got ${r.status} with ${r.bytes} bytes`);
   return BIG_BYTES / MiB / r.seconds;
 }
 
@@ -86,21 +98,34 @@ async function smallMs(target: Target): Promise<number> {
   const times: number[] = [];
   for (let i = 0; i < SMALL_REQUESTS; i++) {
     const r = await curl(target.small);
-    if (r.status !== 200 || r.bytes !== 4096) throw new Error(`${target.name}: 4 KiB download got ${r.status} with ${r.bytes} bytes`);
+    if (r.status !== 200 || r.bytes !== 4096)
+      throw new Error(`${target.name}: 4 KiB download got ${r.status} with ${r.bytes} bytes`);
     times.push(r.seconds * 1000);
   }
   return median(times);
 }
 
 /** A PUT with Content-Length and, when given, Content-Digest (which lets the S3 store skip the copy). */
-function put(url: string, key: string, file: string, size: number, sha256Base64?: string): Promise<{ status: number; seconds: number }> {
+function put(
+  url: string,
+  key: string,
+  file: string,
+  size: number,
+  sha256Base64?: string,
+): Promise<{ status: number; seconds: number }> {
   const started = process.hrtime.bigint();
   const digest: Record<string, string> = sha256Base64 ? { 'content-digest': `sha-256=:${sha256Base64}:` } : {};
   return new Promise((resolve, reject) => {
-    const req = http.request(url, { method: 'PUT', headers: { authorization: `Bearer ${key}`, 'content-length': String(size), ...digest } }, (res) => {
-      res.resume();
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, seconds: Number(process.hrtime.bigint() - started) / 1e9 }));
-    });
+    const req = http.request(
+      url,
+      { method: 'PUT', headers: { authorization: `Bearer ${key}`, 'content-length': String(size), ...digest } },
+      (res) => {
+        res.resume();
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, seconds: Number(process.hrtime.bigint() - started) / 1e9 }),
+        );
+      },
+    );
     req.on('error', reject);
     createReadStream(file, { highWaterMark: MiB }).pipe(req);
   });
@@ -160,7 +185,10 @@ async function main(): Promise<void> {
       children.push(child);
       const base = `http://127.0.0.1:${port}`;
       for (let i = 0; ; i++) {
-        const ok = await fetch(`${base}/health/status`).then((r) => r.status === 200, () => false);
+        const ok = await fetch(`${base}/health/status`).then(
+          (r) => r.status === 200,
+          () => false,
+        );
         if (ok) return { name, base, child, keys: db.keys };
         if (i > 600 || child.exitCode !== null) throw new Error(`${name} gateway did not start`);
         await new Promise((r) => setTimeout(r, 100));
@@ -183,35 +211,61 @@ async function main(): Promise<void> {
     await writeFile(small, randomBytes(4096));
 
     const fsGateway = await startGateway('gateway-fs', { ARKVORY_DATA_DIR: path.join(work, 'data-fs') });
-    for (const [id, f, size] of [['big.bin', file, BIG_BYTES], ['small.bin', small, 4096]] as const) {
+    for (const [id, f, size] of [
+      ['big.bin', file, BIG_BYTES],
+      ['small.bin', small, 4096],
+    ] as const) {
       const r = await put(`${fsGateway.base}/api/v1/repositories/bench/artifacts/${id}`, fsGateway.keys[0]!, f, size);
       if (r.status !== 201) throw new Error(`gateway-fs: upload answered ${r.status}`);
     }
     const gatewayTarget = (gw: { name: string; base: string; keys: string[]; child: ChildProcess }, i = 0): Target => ({
       name: gw.name,
       pid: gw.child.pid,
-      big: ['-H', `authorization: Bearer ${gw.keys[i]}`, `${gw.base}/api/v1/repositories/bench/artifacts/big.bin/content`],
-      small: ['-H', `authorization: Bearer ${gw.keys[i]}`, `${gw.base}/api/v1/repositories/bench/artifacts/small.bin/content`],
+      big: [
+        '-H',
+        `authorization: Bearer ${gw.keys[i]}`,
+        `${gw.base}/api/v1/repositories/bench/artifacts/big.bin/content`,
+      ],
+      small: [
+        '-H',
+        `authorization: Bearer ${gw.keys[i]}`,
+        `${gw.base}/api/v1/repositories/bench/artifacts/small.bin/content`,
+      ],
     });
 
     for (const kind of SERVERS) {
       const server = await startS3Server(kind, { bucket: 'arkvory-bench' });
-      const gw = await startGateway(`gateway-${kind}`, { ARKVORY_DATA_DIR: path.join(work, `data-${kind}`), ...server.env() });
+      const gw = await startGateway(`gateway-${kind}`, {
+        ARKVORY_DATA_DIR: path.join(work, `data-${kind}`),
+        ...server.env(),
+      });
       // Uploads: the direct signed PUT first (to its own key), then the gateway's.
       const direct = await curl([...signed(server), '-T', file, `${server.endpoint}/${server.bucket}/direct/big.bin`]);
       if (direct.status !== 200) throw new Error(`${kind}: direct PUT answered ${direct.status}`);
       await curl([...signed(server), '-T', small, `${server.endpoint}/${server.bucket}/direct/small.bin`]);
       // With Content-Digest, as the tests' clients send it: the S3 store stages under the blob name.
-      const viaGateway = await put(`${gw.base}/api/v1/repositories/bench/artifacts/big.bin`, gw.keys[0]!, file, BIG_BYTES, bigDigest);
+      const viaGateway = await put(
+        `${gw.base}/api/v1/repositories/bench/artifacts/big.bin`,
+        gw.keys[0]!,
+        file,
+        BIG_BYTES,
+        bigDigest,
+      );
       if (viaGateway.status !== 201) throw new Error(`${kind}: gateway upload answered ${viaGateway.status}`);
       const small201 = await put(`${gw.base}/api/v1/repositories/bench/artifacts/small.bin`, gw.keys[0]!, small, 4096);
       if (small201.status !== 201) throw new Error(`${kind}: gateway small upload answered ${small201.status}`);
       const upload = { direct: BIG_BYTES / MiB / direct.seconds, gateway: BIG_BYTES / MiB / viaGateway.seconds };
-      process.stderr.write(`${kind}: upload direct ${upload.direct.toFixed(0)} MiB/s, gateway ${upload.gateway.toFixed(0)} MiB/s\n`);
+      process.stderr.write(
+        `${kind}: upload direct ${upload.direct.toFixed(0)} MiB/s, gateway ${upload.gateway.toFixed(0)} MiB/s\n`,
+      );
 
       const targets: Target[] = [
         gatewayTarget(gw),
-        { name: `direct ${kind}`, big: [...signed(server), `${server.endpoint}/${server.bucket}/direct/big.bin`], small: [...signed(server), `${server.endpoint}/${server.bucket}/direct/small.bin`] },
+        {
+          name: `direct ${kind}`,
+          big: [...signed(server), `${server.endpoint}/${server.bucket}/direct/big.bin`],
+          small: [...signed(server), `${server.endpoint}/${server.bucket}/direct/small.bin`],
+        },
         gatewayTarget(fsGateway),
       ];
       for (const t of targets) await downloadMiBs(t); // warm caches
@@ -221,7 +275,9 @@ async function main(): Promise<void> {
           const r = results.get(t.name)!;
           r.big.push(await downloadMiBs(t));
           r.small.push(await smallMs(t));
-          process.stderr.write(`${kind} run ${run + 1}/${RUNS} ${t.name}: ${r.big.at(-1)!.toFixed(0)} MiB/s, 4 KiB ${r.small.at(-1)!.toFixed(2)} ms\n`);
+          process.stderr.write(
+            `${kind} run ${run + 1}/${RUNS} ${t.name}: ${r.big.at(-1)!.toFixed(0)} MiB/s, 4 KiB ${r.small.at(-1)!.toFixed(2)} ms\n`,
+          );
         }
       }
 
@@ -238,13 +294,18 @@ async function main(): Promise<void> {
       const parallel = await Promise.all(Array.from({ length: PARALLEL }, (_, i) => curl(gatewayTarget(gw, i).big)));
       sampling = false;
       await sampler;
-      for (const r of parallel) if (r.status !== 200 || r.bytes !== BIG_BYTES) throw new Error(`${kind}: parallel download got ${r.status} with ${r.bytes} bytes`);
+      for (const r of parallel)
+        if (r.status !== 200 || r.bytes !== BIG_BYTES)
+          throw new Error(`${kind}: parallel download got ${r.status} with ${r.bytes} bytes`);
 
       const g = results.get(gw.name)!;
       const d = results.get(`direct ${kind}`)!;
       const f = results.get('gateway-fs')!;
       const lines = [
-        `\n${kind}: ${BIG_BYTES / MiB} MiB and 4 KiB, medians of ${RUNS} rounds, ${os.cpus().length} CPUs, load average ${os.loadavg().map((l) => l.toFixed(1)).join(' ')}`,
+        `\n${kind}: ${BIG_BYTES / MiB} MiB and 4 KiB, medians of ${RUNS} rounds, ${os.cpus().length} CPUs, load average ${os
+          .loadavg()
+          .map((l) => l.toFixed(1))
+          .join(' ')}`,
         `  1 GiB download MiB/s: gateway→${kind} ${median(g.big).toFixed(0)}, direct signed GET ${median(d.big).toFixed(0)}, gateway on fs ${median(f.big).toFixed(0)}`,
         `  4 KiB request ms:      gateway→${kind} ${median(g.small).toFixed(2)}, direct signed GET ${median(d.small).toFixed(2)}, gateway on fs ${median(f.small).toFixed(2)}`,
         `  1 GiB upload MiB/s:   gateway→${kind} ${upload.gateway.toFixed(0)}, direct signed PUT ${upload.direct.toFixed(0)} (one each)`,

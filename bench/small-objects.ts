@@ -147,7 +147,10 @@ async function measure(target: Target, file: string): Promise<WrkResult & { cpuP
 
 async function waitForHttp(url: string, what: string, child: ChildProcess): Promise<void> {
   for (let i = 0; ; i++) {
-    const ok = await fetch(url).then((r) => r.status < 500, () => false);
+    const ok = await fetch(url).then(
+      (r) => r.status < 500,
+      () => false,
+    );
     if (ok) return;
     if (i > 600 || child.exitCode !== null) throw new Error(`${what} did not start`);
     await new Promise((r) => setTimeout(r, 100));
@@ -159,7 +162,9 @@ function put(url: string, file: string, headers: Record<string, string>): Promis
     const t0 = process.hrtime.bigint();
     const req = http.request(url, { method: 'PUT', headers }, (res) => {
       res.resume();
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, seconds: Number(process.hrtime.bigint() - t0) / 1e9 }));
+      res.on('end', () =>
+        resolve({ status: res.statusCode ?? 0, seconds: Number(process.hrtime.bigint() - t0) / 1e9 }),
+      );
     });
     req.on('error', reject);
     createReadStream(file, { highWaterMark: MiB }).pipe(req);
@@ -168,7 +173,10 @@ function put(url: string, file: string, headers: Record<string, string>): Promis
 
 async function main(): Promise<void> {
   for (const tool of ['wrk', 'curl', 'redis-server']) {
-    if ((await run('sh', ['-c', `command -v ${tool}`])).code !== 0) throw new Error(`${tool} is not installed (Debian: apt-get install ${tool === 'redis-server' ? 'redis-server' : tool})`);
+    if ((await run('sh', ['-c', `command -v ${tool}`])).code !== 0)
+      throw new Error(
+        `${tool} is not installed (Debian: apt-get install ${tool === 'redis-server' ? 'redis-server' : tool})`,
+      );
   }
   const work = await mkdtemp(path.join(os.tmpdir(), 'arkvory-small-'));
   await chmod(work, 0o755);
@@ -197,7 +205,11 @@ async function main(): Promise<void> {
     const bigDigest = `sha-256=:${bigHash.digest('base64')}:`;
 
     const redisPort = await freeLoopbackPort();
-    const redis = spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const redis = spawn(
+      'redis-server',
+      ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     children.push(redis);
     redis.stdout!.resume();
     redis.stderr!.resume();
@@ -221,7 +233,10 @@ async function main(): Promise<void> {
 
     // Two gateways, each with its own database and storage root (one writer per root).
     const gateways: Array<{ target: Target; base: string; key: string }> = [];
-    for (const [name, redisUrl] of [['arkvory-redis', `redis://127.0.0.1:${redisPort}`], ['arkvory-memory', undefined]] as const) {
+    for (const [name, redisUrl] of [
+      ['arkvory-redis', `redis://127.0.0.1:${redisPort}`],
+      ['arkvory-memory', undefined],
+    ] as const) {
       const db = `arkvory_small_${randomBytes(4).toString('hex')}`;
       await admin.query(`CREATE DATABASE ${db}`);
       databases.push(db);
@@ -268,7 +283,9 @@ async function main(): Promise<void> {
       };
       let child = await spawnGateway();
       for (const file of [...SIZES_KIB.map(fileName), 'big.bin']) {
-        const { status } = await put(`${base}/api/v1/repositories/bench/artifacts/${file}`, path.join(files, file), { authorization: `Bearer ${key}` });
+        const { status } = await put(`${base}/api/v1/repositories/bench/artifacts/${file}`, path.join(files, file), {
+          authorization: `Bearer ${key}`,
+        });
         if (status !== 201) throw new Error(`${name}: upload of ${file} answered ${status}`);
       }
       // Restarted, so the figures (RSS above all) carry nothing over from the uploads.
@@ -279,15 +296,32 @@ async function main(): Promise<void> {
       gateways.push({
         base,
         key,
-        target: { name, url: (file) => `${base}/api/v1/repositories/bench/artifacts/${file}/content`, headers: { authorization: `Bearer ${key}` }, pids: async () => [running.pid!] },
+        target: {
+          name,
+          url: (file) => `${base}/api/v1/repositories/bench/artifacts/${file}/content`,
+          headers: { authorization: `Bearer ${key}` },
+          pids: async () => [running.pid!],
+        },
       });
     }
 
     const basePort = await freeLoopbackPort();
-    const baseline = spawn(process.execPath, [path.join(ROOT, 'bench/content-node-baseline.ts'), files, String(basePort)], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const baseline = spawn(
+      process.execPath,
+      [path.join(ROOT, 'bench/content-node-baseline.ts'), files, String(basePort)],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     children.push(baseline);
     await waitForHttp(`http://127.0.0.1:${basePort}/${fileName(SIZES_KIB[0]!)}`, 'node baseline', baseline);
-    const targets: Target[] = [...gateways.map((g) => g.target), { name: 'node-baseline', url: (file) => `http://127.0.0.1:${basePort}/${file}`, headers: {}, pids: async () => [baseline.pid!] }];
+    const targets: Target[] = [
+      ...gateways.map((g) => g.target),
+      {
+        name: 'node-baseline',
+        url: (file) => `http://127.0.0.1:${basePort}/${file}`,
+        headers: {},
+        pids: async () => [baseline.pid!],
+      },
+    ];
 
     const nginxBin = ['/usr/sbin/nginx', '/usr/local/sbin/nginx'].find((p) => existsSync(p));
     let nginxPort: number | undefined;
@@ -311,13 +345,20 @@ http { access_log off; sendfile on; tcp_nopush on; client_body_temp_path ${prefi
       const nginx = spawn(nginxBin, ['-c', conf, '-p', prefix], { stdio: ['ignore', 'pipe', 'pipe'] });
       children.push(nginx);
       await waitForHttp(`http://127.0.0.1:${nginxPort}/${fileName(SIZES_KIB[0]!)}`, 'nginx', nginx);
-      targets.push({ name: 'nginx', url: (file) => `http://127.0.0.1:${nginxPort}/${file}`, headers: {}, pids: () => childPids(nginx.pid!) });
+      targets.push({
+        name: 'nginx',
+        url: (file) => `http://127.0.0.1:${nginxPort}/${file}`,
+        headers: {},
+        pids: () => childPids(nginx.pid!),
+      });
     } else {
       process.stderr.write('nginx not installed (Debian: apt-get install nginx-light): skipping the nginx column\n');
     }
 
-    if (args.servers) targets.splice(0, targets.length, ...targets.filter((t) => args.servers!.split(',').includes(t.name)));
-    if (!targets.some((t) => t.name === 'node-baseline')) throw new Error('--servers must include node-baseline (the ratios are against it)');
+    if (args.servers)
+      targets.splice(0, targets.length, ...targets.filter((t) => args.servers!.split(',').includes(t.name)));
+    if (!targets.some((t) => t.name === 'node-baseline'))
+      throw new Error('--servers must include node-baseline (the ratios are against it)');
     // Warm the page cache and every server's caches.
     for (const t of targets) for (const kib of SIZES_KIB) await measureOnce(t, fileName(kib));
     await curl(targets.at(-1)!.url('big.bin'), {});
@@ -330,7 +371,10 @@ http { access_log off; sendfile on; tcp_nopush on; client_body_temp_path ${prefi
       return results.get(id)!;
     };
     const bigRates = new Map<string, number[]>(targets.map((t) => [t.name, []]));
-    const uploads = new Map<string, number[]>([['arkvory', []], ['nginx-webdav', []]]);
+    const uploads = new Map<string, number[]>([
+      ['arkvory', []],
+      ['nginx-webdav', []],
+    ]);
     for (let round = 0; round < ROUNDS; round++) {
       for (const kib of SIZES_KIB) {
         for (const t of targets) {
@@ -342,21 +386,30 @@ http { access_log off; sendfile on; tcp_nopush on; client_body_temp_path ${prefi
           row.cpu.push(r.cpuPer10k);
           row.rss.push(r.peakRss);
           row.errors += r.errors;
-          process.stderr.write(`round ${round + 1}/${ROUNDS} ${kib} KiB ${t.name}: ${r.rps.toFixed(0)} req/s p50 ${r.p50Ms.toFixed(2)} ms p99 ${r.p99Ms.toFixed(2)} ms, ${r.cpuPer10k.toFixed(2)} CPU-s/10k${r.errors ? `, ${r.errors} errors` : ''}\n`);
+          process.stderr.write(
+            `round ${round + 1}/${ROUNDS} ${kib} KiB ${t.name}: ${r.rps.toFixed(0)} req/s p50 ${r.p50Ms.toFixed(2)} ms p99 ${r.p99Ms.toFixed(2)} ms, ${r.cpuPer10k.toFixed(2)} CPU-s/10k${r.errors ? `, ${r.errors} errors` : ''}\n`,
+          );
         }
       }
       for (const t of targets) {
         const res = await curl(t.url('big.bin'), t.headers);
-        if (res.status !== 200 || res.bytes !== BIG_BYTES) throw new Error(`${t.name}: 1 GiB download got ${res.status} with ${res.bytes} bytes`);
+        if (res.status !== 200 || res.bytes !== BIG_BYTES)
+          throw new Error(`${t.name}: 1 GiB download got ${res.status} with ${res.bytes} bytes`);
         bigRates.get(t.name)!.push(BIG_BYTES / MiB / res.seconds);
       }
       if (args.upload) {
         const g = gateways[0]!;
-        const up = await put(`${g.base}/api/v1/repositories/bench/artifacts/upload-${round}.bin`, bigFile, { authorization: `Bearer ${g.key}`, 'content-digest': bigDigest, 'content-length': String(BIG_BYTES) });
+        const up = await put(`${g.base}/api/v1/repositories/bench/artifacts/upload-${round}.bin`, bigFile, {
+          authorization: `Bearer ${g.key}`,
+          'content-digest': bigDigest,
+          'content-length': String(BIG_BYTES),
+        });
         if (up.status !== 201) throw new Error(`gateway upload answered ${up.status}`);
         uploads.get('arkvory')!.push(BIG_BYTES / MiB / up.seconds);
         if (nginxPort) {
-          const dav = await put(`http://127.0.0.1:${nginxPort}/dav/upload-${round}.bin`, bigFile, { 'content-length': String(BIG_BYTES) });
+          const dav = await put(`http://127.0.0.1:${nginxPort}/dav/upload-${round}.bin`, bigFile, {
+            'content-length': String(BIG_BYTES),
+          });
           if (dav.status !== 201 && dav.status !== 204) throw new Error(`nginx WebDAV PUT answered ${dav.status}`);
           uploads.get('nginx-webdav')!.push(BIG_BYTES / MiB / dav.seconds);
           await rm(path.join(work, 'nginx', 'dav', `upload-${round}.bin`), { force: true });
@@ -364,7 +417,12 @@ http { access_log off; sendfile on; tcp_nopush on; client_body_temp_path ${prefi
       }
     }
 
-    console.log(`\nbench/small-objects.ts: wrk -t1 -c${CONNECTIONS} -d${SECONDS}s, medians of ${ROUNDS} interleaved rounds, ${os.cpus().length} CPUs, load average ${os.loadavg().map((l) => l.toFixed(1)).join(' ')}`);
+    console.log(
+      `\nbench/small-objects.ts: wrk -t1 -c${CONNECTIONS} -d${SECONDS}s, medians of ${ROUNDS} interleaved rounds, ${os.cpus().length} CPUs, load average ${os
+        .loadavg()
+        .map((l) => l.toFixed(1))
+        .join(' ')}`,
+    );
     for (const kib of SIZES_KIB) {
       const base = rowOf('node-baseline', kib);
       console.log(`\n${kib} KiB`);
@@ -386,11 +444,19 @@ http { access_log off; sendfile on; tcp_nopush on; client_body_temp_path ${prefi
     }
     const baseBig = median(bigRates.get('node-baseline')!);
     console.log(`\n${BIG_BYTES / MiB} MiB, one stream (curl)`);
-    console.table(targets.map((t) => ({ server: t.name, 'MiB/s': Math.round(median(bigRates.get(t.name)!)), '× baseline': Number((median(bigRates.get(t.name)!) / baseBig).toFixed(2)) })));
+    console.table(
+      targets.map((t) => ({
+        server: t.name,
+        'MiB/s': Math.round(median(bigRates.get(t.name)!)),
+        '× baseline': Number((median(bigRates.get(t.name)!) / baseBig).toFixed(2)),
+      })),
+    );
     if (args.upload) {
       const gw = median(uploads.get('arkvory')!);
       const dav = uploads.get('nginx-webdav')!.length > 0 ? median(uploads.get('nginx-webdav')!) : Number.NaN;
-      console.log(`\n${BIG_BYTES / MiB} MiB PUT: gateway ${gw.toFixed(0)} MiB/s (digest checked, fsync before publish), nginx WebDAV ${dav.toFixed(0)} MiB/s, ratio ${(gw / dav).toFixed(2)}×`);
+      console.log(
+        `\n${BIG_BYTES / MiB} MiB PUT: gateway ${gw.toFixed(0)} MiB/s (digest checked, fsync before publish), nginx WebDAV ${dav.toFixed(0)} MiB/s, ratio ${(gw / dav).toFixed(2)}×`,
+      );
     }
   } finally {
     for (const child of children) child.kill('SIGTERM');

@@ -16,10 +16,15 @@ const pool = new Pool(base.origin);
 http
   .createServer((req, res) => {
     void (async () => {
-      const upstream = await pool.request({ method: 'GET', path: `${base.pathname}${(req.url ?? '/').slice(1)}`, highWaterMark: 256 * 1024 });
+      const upstream = await pool.request({
+        method: 'GET',
+        path: `${base.pathname}${(req.url ?? '/').slice(1)}`,
+        highWaterMark: 256 * 1024,
+      });
       res.writeHead(upstream.statusCode, { 'content-length': String(upstream.headers['content-length']) });
       for await (const chunk of upstream.body) {
-        if (!res.write(chunk) && res.writableLength >= 512 * 1024) await new Promise((resolve) => res.once('drain', resolve));
+        if (!res.write(chunk) && res.writableLength >= 512 * 1024)
+          await new Promise((resolve) => res.once('drain', resolve));
       }
       res.end();
     })().catch(() => res.destroy());

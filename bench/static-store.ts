@@ -46,7 +46,6 @@ const RUNS = Number(args.runs);
 const BIG_BYTES = Number(args['big-mib']) * MiB;
 const STREAMS = Number(args.concurrency);
 
-
 interface Gateway {
   name: string;
   base: string;
@@ -67,11 +66,15 @@ async function measure(gw: Gateway, streams: number): Promise<{ mibPerSec: numbe
   })();
   const started = process.hrtime.bigint();
   const url = `${gw.base}${gw.path ?? '/api/v1/repositories/bench/artifacts/big.bin/content'}`;
-  const results = await Promise.all(Array.from({ length: streams }, (_, s) => curl(url, gw.keys[s] ? { authorization: `Bearer ${gw.keys[s]}` } : {})));
+  const results = await Promise.all(
+    Array.from({ length: streams }, (_, s) => curl(url, gw.keys[s] ? { authorization: `Bearer ${gw.keys[s]}` } : {})),
+  );
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
   sampling = false;
   await sampler;
-  for (const r of results) if (r.status !== 200 || r.bytes !== BIG_BYTES) throw new Error(`${gw.name}: download got ${r.status} with ${r.bytes} bytes`);
+  for (const r of results)
+    if (r.status !== 200 || r.bytes !== BIG_BYTES)
+      throw new Error(`${gw.name}: download got ${r.status} with ${r.bytes} bytes`);
   return { mibPerSec: (streams * BIG_BYTES) / MiB / seconds, peakRss };
 }
 
@@ -111,7 +114,8 @@ async function main(): Promise<void> {
     process.stderr.write(`writing a ${BIG_BYTES / MiB} MiB file under ${work}\n`);
     const big = await open(file, 'w');
     const block = randomBytes(4 * MiB);
-    for (let written = 0; written < BIG_BYTES; written += block.length) await big.write(block, 0, Math.min(block.length, BIG_BYTES - written));
+    for (let written = 0; written < BIG_BYTES; written += block.length)
+      await big.write(block, 0, Math.min(block.length, BIG_BYTES - written));
     await big.close();
 
     // nginx as the static store, from the shipped site config.
@@ -130,13 +134,21 @@ http { access_log off; client_body_temp_path ${work}/body; proxy_temp_path ${pre
   include ${prefix}/site.conf; }
 `,
     );
-    const nginx = spawn(nginxBin, ['-c', path.join(prefix, 'nginx.conf'), '-p', prefix], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const nginx = spawn(nginxBin, ['-c', path.join(prefix, 'nginx.conf'), '-p', prefix], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     children.push(nginx);
     const storeUrl = `http://127.0.0.1:${nginxPort}/arkvory/`;
     for (let i = 0; ; i++) {
-      const ok = await fetch(storeUrl).then((r) => r.status === 200, () => false);
+      const ok = await fetch(storeUrl).then(
+        (r) => r.status === 200,
+        () => false,
+      );
       if (ok) break;
-      if (i > 100) throw new Error(`nginx did not start: ${await readFile(path.join(prefix, 'error.log'), 'utf8').catch(() => '')}`);
+      if (i > 100)
+        throw new Error(
+          `nginx did not start: ${await readFile(path.join(prefix, 'error.log'), 'utf8').catch(() => '')}`,
+        );
       await new Promise((r) => setTimeout(r, 100));
     }
 
@@ -145,7 +157,15 @@ http { access_log off; client_body_temp_path ${work}/body; proxy_temp_path ${pre
       const port = await freeLoopbackPort();
       const child = spawn(process.execPath, [path.join(ROOT, 'bin/arkvory.js'), 'serve'], {
         cwd: ROOT,
-        env: { PATH: process.env.PATH, HOME: process.env.HOME, ARKVORY_DATABASE_URL: db.url, ARKVORY_PORT: String(port), ARKVORY_LOG_LEVEL: 'warn', ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2), ...env },
+        env: {
+          PATH: process.env.PATH,
+          HOME: process.env.HOME,
+          ARKVORY_DATABASE_URL: db.url,
+          ARKVORY_PORT: String(port),
+          ARKVORY_LOG_LEVEL: 'warn',
+          ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2),
+          ...env,
+        },
         stdio: ['ignore', 'pipe', 'pipe'],
       });
       children.push(child);
@@ -153,17 +173,33 @@ http { access_log off; client_body_temp_path ${work}/body; proxy_temp_path ${pre
       child.stderr!.resume();
       const base = `http://127.0.0.1:${port}`;
       for (let i = 0; ; i++) {
-        const ok = await fetch(`${base}/health/status`).then((r) => r.status === 200, () => false);
+        const ok = await fetch(`${base}/health/status`).then(
+          (r) => r.status === 200,
+          () => false,
+        );
         if (ok) return { name, base, child, keys: db.keys };
         if (i > 600 || child.exitCode !== null) throw new Error(`${name} gateway did not start`);
         await new Promise((r) => setTimeout(r, 100));
       }
     };
-    const gateways = [await startGateway('gateway-fs', { ARKVORY_DATA_DIR: path.join(work, 'data-fs') }), await startGateway('gateway-nginx', { ARKVORY_DATA_DIR: path.join(work, 'data-http'), ARKVORY_STORAGE_URL: storeUrl, ...(process.env.BENCH_PROFILE ? { NODE_OPTIONS: '--cpu-prof --cpu-prof-dir=' + process.env.BENCH_PROFILE } : {}) })];
+    const gateways = [
+      await startGateway('gateway-fs', { ARKVORY_DATA_DIR: path.join(work, 'data-fs') }),
+      await startGateway('gateway-nginx', {
+        ARKVORY_DATA_DIR: path.join(work, 'data-http'),
+        ARKVORY_STORAGE_URL: storeUrl,
+        ...(process.env.BENCH_PROFILE
+          ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${process.env.BENCH_PROFILE}` }
+          : {}),
+      }),
+    ];
 
     // The ceiling: a bare undici pass-through in front of the same nginx, reading the stored blob.
     const passPort = await freeLoopbackPort();
-    const pass = spawn(process.execPath, [path.join(ROOT, 'bench/static-store-passthrough.ts'), storeUrl, String(passPort)], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const pass = spawn(
+      process.execPath,
+      [path.join(ROOT, 'bench/static-store-passthrough.ts'), storeUrl, String(passPort)],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
     children.push(pass);
     await new Promise<void>((resolve, reject) => {
       pass.stdout!.once('data', () => resolve());
@@ -174,10 +210,14 @@ http { access_log off; client_body_temp_path ${work}/body; proxy_temp_path ${pre
     for (const gw of gateways.slice(0, 2)) {
       const started = process.hrtime.bigint();
       const status = await new Promise<number>((resolve, reject) => {
-        const req = http.request(`${gw.base}/api/v1/repositories/bench/artifacts/big.bin`, { method: 'PUT', headers: { authorization: `Bearer ${gw.keys[0]}`, 'content-length': String(BIG_BYTES) } }, (res) => {
-          res.resume();
-          res.on('end', () => resolve(res.statusCode ?? 0));
-        });
+        const req = http.request(
+          `${gw.base}/api/v1/repositories/bench/artifacts/big.bin`,
+          { method: 'PUT', headers: { authorization: `Bearer ${gw.keys[0]}`, 'content-length': String(BIG_BYTES) } },
+          (res) => {
+            res.resume();
+            res.on('end', () => resolve(res.statusCode ?? 0));
+          },
+        );
         req.on('error', reject);
         createReadStream(file, { highWaterMark: MiB }).pipe(req);
       });
@@ -186,11 +226,17 @@ http { access_log off; client_body_temp_path ${work}/body; proxy_temp_path ${pre
       process.stderr.write(`${gw.name}: upload ${uploads[gw.name]!.toFixed(0)} MiB/s\n`);
     }
     // The pass-through reads the blob the nginx gateway stored, by its content address.
-    const blobSha = (await readdir(path.join(storeRoot, 'blobs', 'sha256')).then(async (a) => {
+    const blobSha = await readdir(path.join(storeRoot, 'blobs', 'sha256')).then(async (a) => {
       const b = await readdir(path.join(storeRoot, 'blobs', 'sha256', a[0]!));
       return (await readdir(path.join(storeRoot, 'blobs', 'sha256', a[0]!, b[0]!)))[0]!;
-    }));
-    const passthrough: Gateway = { name: 'undici-passthrough', base: `http://127.0.0.1:${passPort}`, child: pass, keys: [], path: `/blobs/sha256/${blobSha.slice(0, 2)}/${blobSha.slice(2, 4)}/${blobSha}` };
+    });
+    const passthrough: Gateway = {
+      name: 'undici-passthrough',
+      base: `http://127.0.0.1:${passPort}`,
+      child: pass,
+      keys: [],
+      path: `/blobs/sha256/${blobSha.slice(0, 2)}/${blobSha.slice(2, 4)}/${blobSha}`,
+    };
     gateways.push(passthrough);
     // Warm the page cache for both copies.
     for (const gw of gateways) await measure(gw, 1);
@@ -204,13 +250,20 @@ http { access_log off; client_body_temp_path ${work}/body; proxy_temp_path ${pre
         const many = await measure(gw, STREAMS);
         r.many.push(many.mibPerSec);
         r.rss.push(many.peakRss);
-        process.stderr.write(`run ${run + 1}/${RUNS} ${gw.name}: 1×${r.one.at(-1)!.toFixed(0)} MiB/s, ${STREAMS}×${many.mibPerSec.toFixed(0)} MiB/s\n`);
+        process.stderr.write(
+          `run ${run + 1}/${RUNS} ${gw.name}: 1×${r.one.at(-1)!.toFixed(0)} MiB/s, ${STREAMS}×${many.mibPerSec.toFixed(0)} MiB/s\n`,
+        );
       }
     }
 
     const fs = results['gateway-fs']!;
     const web = results['gateway-nginx']!;
-    console.log(`\nbench/static-store.ts: ${BIG_BYTES / MiB} MiB file, medians of ${RUNS} runs, ${os.cpus().length} CPUs, load average ${os.loadavg().map((l) => l.toFixed(1)).join(' ')}`);
+    console.log(
+      `\nbench/static-store.ts: ${BIG_BYTES / MiB} MiB file, medians of ${RUNS} runs, ${os.cpus().length} CPUs, load average ${os
+        .loadavg()
+        .map((l) => l.toFixed(1))
+        .join(' ')}`,
+    );
     console.table(
       gateways.map((gw) => ({
         server: gw.name,
@@ -221,9 +274,15 @@ http { access_log off; client_body_temp_path ${work}/body; proxy_temp_path ${pre
       })),
     );
     const ceiling = results['undici-passthrough']!;
-    console.log(`undici pass-through / gateway on fs (the ceiling of any nginx path here): 1 stream ${(median(ceiling.one) / median(fs.one)).toFixed(2)}×, ${STREAMS} streams ${(median(ceiling.many) / median(fs.many)).toFixed(2)}×`);
-    console.log(`gateway→nginx / undici pass-through: 1 stream ${(median(web.one) / median(ceiling.one)).toFixed(2)}×, ${STREAMS} streams ${(median(web.many) / median(ceiling.many)).toFixed(2)}×`);
-    console.log(`gateway→nginx / gateway on fs: 1 stream ${(median(web.one) / median(fs.one)).toFixed(2)}×, ${STREAMS} streams ${(median(web.many) / median(fs.many)).toFixed(2)}×, upload ${(uploads['gateway-nginx']! / uploads['gateway-fs']!).toFixed(2)}× (target for downloads: ≥ 0.7×)`);
+    console.log(
+      `undici pass-through / gateway on fs (the ceiling of any nginx path here): 1 stream ${(median(ceiling.one) / median(fs.one)).toFixed(2)}×, ${STREAMS} streams ${(median(ceiling.many) / median(fs.many)).toFixed(2)}×`,
+    );
+    console.log(
+      `gateway→nginx / undici pass-through: 1 stream ${(median(web.one) / median(ceiling.one)).toFixed(2)}×, ${STREAMS} streams ${(median(web.many) / median(ceiling.many)).toFixed(2)}×`,
+    );
+    console.log(
+      `gateway→nginx / gateway on fs: 1 stream ${(median(web.one) / median(fs.one)).toFixed(2)}×, ${STREAMS} streams ${(median(web.many) / median(fs.many)).toFixed(2)}×, upload ${(uploads['gateway-nginx']! / uploads['gateway-fs']!).toFixed(2)}× (target for downloads: ≥ 0.7×)`,
+    );
   } finally {
     for (const child of children) child.kill('SIGTERM');
     await new Promise((r) => setTimeout(r, 500));

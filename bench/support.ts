@@ -3,10 +3,14 @@ import { spawn } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 
 export const median = (xs: readonly number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-export const percentile = (xs: readonly number[], p: number): number => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
+export const percentile = (xs: readonly number[], p: number): number =>
+  [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
 
 /** One whole-body download with curl to /dev/null: the status, the bytes received, curl's total seconds. */
-export function curl(url: string, headers: Record<string, string>): Promise<{ status: number; bytes: number; seconds: number }> {
+export function curl(
+  url: string,
+  headers: Record<string, string>,
+): Promise<{ status: number; bytes: number; seconds: number }> {
   return new Promise((resolve, reject) => {
     const argv = ['-s', '-o', '/dev/null', '-w', '%{http_code} %{size_download} %{time_total}'];
     for (const [k, v] of Object.entries(headers)) argv.push('-H', `${k}: ${v}`);

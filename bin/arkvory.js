@@ -3,7 +3,9 @@
 // the pinned node@24 dev dependency provides it when the system Node is older).
 const [major, minor] = process.versions.node.split('.').map(Number);
 if (major < 22 || (major === 22 && minor < 19)) {
-  process.stderr.write(`arkvory needs Node >= 22.19 (this is ${process.version}); run it through npm (npm start / npx arkvory) so the pinned node@24 is used\n`);
+  process.stderr.write(
+    `arkvory needs Node >= 22.19 (this is ${process.version}); run it through npm (npm start / npx arkvory) so the pinned node@24 is used\n`,
+  );
   process.exit(2);
 }
 await import('../proxy/cli.ts');

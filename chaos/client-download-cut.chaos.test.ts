@@ -35,8 +35,15 @@ beforeAll(async () => {
   await createRepository(db.pool, 'chaos');
   ({ key } = await createServiceAccount(db.pool, { grants: { chaos: 'write' } }));
   // 3 MiB/s per principal: the download lasts about 2 s, long enough to cut it in the middle.
-  gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(3 * MiB) }, timeoutMs: 60_000 });
-  const put = await request(`${gw.url}${contentPath.replace(/\/content$/, '')}`, { method: 'PUT', headers: { authorization: `Bearer ${key}`, 'content-digest': contentDigest(file) }, body: file });
+  gw = await startGateway({
+    env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(3 * MiB) },
+    timeoutMs: 60_000,
+  });
+  const put = await request(`${gw.url}${contentPath.replace(/\/content$/, '')}`, {
+    method: 'PUT',
+    headers: { authorization: `Bearer ${key}`, 'content-digest': contentDigest(file) },
+    body: file,
+  });
   expect(put.status).toBe(201);
   link = await toxiproxy.proxyTo(`127.0.0.1:${gw.port}`);
   dir = await mkdtemp(path.join(os.tmpdir(), 'arkvory-cut-'));
@@ -54,7 +61,13 @@ const resumedAnswers = () => gw.logLines().filter((l) => l.msg === 'request' && 
 
 describe('the resuming client across toxiproxy cuts', () => {
   it('every connection closed after 1 MiB (limit_data): resumes until the file is whole', async () => {
-    const toxic = await link.proxy.addToxic({ name: 'cut-after-1mib', type: 'limit_data', stream: 'downstream', toxicity: 1, attributes: { bytes: MiB } });
+    const toxic = await link.proxy.addToxic({
+      name: 'cut-after-1mib',
+      type: 'limit_data',
+      stream: 'downstream',
+      toxicity: 1,
+      attributes: { bytes: MiB },
+    });
     try {
       const before = resumedAnswers();
       const output = path.join(dir, 'limit.bin');

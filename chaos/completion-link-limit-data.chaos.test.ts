@@ -18,7 +18,13 @@ import { createTestDatabase, type TestDatabase } from '../test/support/database.
 import { startGateway, type GatewayProcess } from '../test/support/gateway.ts';
 import { startStaticStore, type StaticStore } from '../test/support/static-store.ts';
 import { call } from './support/gateways.ts';
-import { hostPortOf, startToxiproxy, urlThrough, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
+import {
+  hostPortOf,
+  startToxiproxy,
+  urlThrough,
+  type ProxiedUpstream,
+  type ToxiproxyServer,
+} from './support/toxiproxy.ts';
 import { waitUntil } from './support/wait.ts';
 
 const MiB = 1024 * 1024;
@@ -48,9 +54,23 @@ beforeAll(async () => {
   dbLink = await toxiproxy.proxyTo(hostPortOf(inject('adminDatabaseUrl')));
   const storeThroughLink = new URL(store.url);
   storeThroughLink.port = String(storeLink.port);
-  writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_STORAGE_URL: store.url, ARKVORY_EMBEDDED_WORKER: '0' }, timeoutMs: 60_000 });
-  worker = await startGateway({ env: { ARKVORY_ROLE: 'worker', ARKVORY_DATABASE_URL: urlThrough(db.url, dbLink), ARKVORY_STORAGE_URL: storeThroughLink.toString() }, timeoutMs: 60_000 });
-  await waitUntil(() => worker.logs().includes('worker.active'), { timeoutMs: 15_000, intervalMs: 50, what: 'the worker to become active' });
+  writer = await startGateway({
+    env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_STORAGE_URL: store.url, ARKVORY_EMBEDDED_WORKER: '0' },
+    timeoutMs: 60_000,
+  });
+  worker = await startGateway({
+    env: {
+      ARKVORY_ROLE: 'worker',
+      ARKVORY_DATABASE_URL: urlThrough(db.url, dbLink),
+      ARKVORY_STORAGE_URL: storeThroughLink.toString(),
+    },
+    timeoutMs: 60_000,
+  });
+  await waitUntil(() => worker.logs().includes('worker.active'), {
+    timeoutMs: 15_000,
+    intervalMs: 50,
+    what: 'the worker to become active',
+  });
 }, 120_000);
 
 afterAll(async () => {
@@ -62,12 +82,22 @@ afterAll(async () => {
 });
 
 async function post(path: string, body: unknown): Promise<{ status: number; json: Record<string, unknown> }> {
-  const res = await call(`${writer.url}${path}`, { method: 'POST', key, headers: { 'content-type': 'application/json' }, body: Buffer.from(JSON.stringify(body)) });
+  const res = await call(`${writer.url}${path}`, {
+    method: 'POST',
+    key,
+    headers: { 'content-type': 'application/json' },
+    body: Buffer.from(JSON.stringify(body)),
+  });
   return { status: res.status, json: JSON.parse(res.body.toString()) as Record<string, unknown> };
 }
 
 async function jobOf(upload: string): Promise<{ state: string; attempts: number } | undefined> {
-  return (await db.pool.query<{ state: string; attempts: number }>('SELECT state, attempts FROM arkvory_upload_jobs WHERE session_id = $1', [upload])).rows[0];
+  return (
+    await db.pool.query<{ state: string; attempts: number }>(
+      'SELECT state, attempts FROM arkvory_upload_jobs WHERE session_id = $1',
+      [upload],
+    )
+  ).rows[0];
 }
 
 async function filesUnder(dir: string): Promise<string[]> {
@@ -81,32 +111,69 @@ describe('the completion worker loses PostgreSQL in the middle of a multipart co
     expect(opened.status).toBe(201);
     const upload = opened.json.upload as string;
     for (const [i, part] of parts.entries()) {
-      const put = await call(`${writer.url}/api/v1/repositories/chaos/uploads/${upload}/parts/${i + 1}`, { method: 'PUT', key, body: part });
+      const put = await call(`${writer.url}/api/v1/repositories/chaos/uploads/${upload}/parts/${i + 1}`, {
+        method: 'PUT',
+        key,
+        body: part,
+      });
       expect(put.status).toBe(200);
     }
-    const slowStore = await storeLink.proxy.addToxic({ name: 'slow-parts', type: 'bandwidth', stream: 'downstream', toxicity: 1, attributes: { rate: STORE_LINK_KB_PER_SEC } });
-    const completed = await post(`/api/v1/repositories/chaos/uploads/${upload}/complete`, { parts: parts.map((p, i) => ({ partNumber: i + 1, sha256: digest(p) })) });
+    const slowStore = await storeLink.proxy.addToxic({
+      name: 'slow-parts',
+      type: 'bandwidth',
+      stream: 'downstream',
+      toxicity: 1,
+      attributes: { rate: STORE_LINK_KB_PER_SEC },
+    });
+    const completed = await post(`/api/v1/repositories/chaos/uploads/${upload}/complete`, {
+      parts: parts.map((p, i) => ({ partNumber: i + 1, sha256: digest(p) })),
+    });
     expect(completed.status).toBe(202);
 
     // The worker claimed the job and reads the parts; cut its database link at the next byte.
-    await waitUntil(async () => (await jobOf(upload))?.state === 'running', { timeoutMs: 10_000, intervalMs: 10, what: 'the worker to claim the job' });
+    await waitUntil(async () => (await jobOf(upload))?.state === 'running', {
+      timeoutMs: 10_000,
+      intervalMs: 10,
+      what: 'the worker to claim the job',
+    });
     await new Promise((resolve) => setTimeout(resolve, 300));
-    const cut = await dbLink.proxy.addToxic({ name: 'cut-after-0-bytes', type: 'limit_data', stream: 'upstream', toxicity: 1, attributes: { bytes: 0 } });
-    await waitUntil(() => worker.logs().includes('worker.db_unreachable'), { timeoutMs: 15_000, intervalMs: 50, what: 'the worker to lose PostgreSQL' });
+    const cut = await dbLink.proxy.addToxic({
+      name: 'cut-after-0-bytes',
+      type: 'limit_data',
+      stream: 'upstream',
+      toxicity: 1,
+      attributes: { bytes: 0 },
+    });
+    await waitUntil(() => worker.logs().includes('worker.db_unreachable'), {
+      timeoutMs: 15_000,
+      intervalMs: 50,
+      what: 'the worker to lose PostgreSQL',
+    });
 
     // Nothing half-published while the link is cut.
     expect((await db.pool.query(`SELECT 1 FROM arkvory_artifacts WHERE name = 'assembled.bin'`)).rowCount).toBe(0);
     expect((await call(`${writer.url}${target}/content`, { key })).status).toBe(404);
-    expect((await db.pool.query<{ state: string }>('SELECT state FROM arkvory_upload_sessions WHERE id = $1', [upload])).rows[0]?.state).toBe('completing');
+    expect(
+      (await db.pool.query<{ state: string }>('SELECT state FROM arkvory_upload_sessions WHERE id = $1', [upload]))
+        .rows[0]?.state,
+    ).toBe('completing');
     expect(await jobOf(upload)).toEqual({ state: 'running', attempts: 1 });
-    await waitUntil(async () => (await filesUnder(`${store.root}/tmp`)).length === 0, { timeoutMs: 5000, intervalMs: 50, what: 'the staged blob to be discarded' });
+    await waitUntil(async () => (await filesUnder(`${store.root}/tmp`)).length === 0, {
+      timeoutMs: 5000,
+      intervalMs: 50,
+      what: 'the staged blob to be discarded',
+    });
     expect((await filesUnder(`${store.root}/blobs`)).filter((f) => f.includes(digest(file)))).toEqual([]);
     expect(worker.logLines().filter((l) => l.event === 'upload.failed')).toEqual([]);
 
     // The link returns: the worker queues the job again by itself and publishes it.
     await cut.remove();
     await slowStore.remove();
-    await waitUntil(async () => (await jobOf(upload))?.state === 'done', { timeoutMs: 30_000, intervalMs: 50, what: 'the job to be done' });
+    await waitUntil(async () => (await jobOf(upload))?.state === 'done', {
+      timeoutMs: 30_000,
+      intervalMs: 50,
+      what: 'the job to be done',
+    });
     expect(await jobOf(upload)).toEqual({ state: 'done', attempts: 2 });
     expect(worker.logs()).toContain('worker.resumed');
     const status = await call(`${writer.url}/api/v1/repositories/chaos/uploads/${upload}`, { key });

@@ -24,7 +24,15 @@ beforeAll(async () => {
   toxiproxy = await startToxiproxy();
   oldLink = await toxiproxy.proxyTo(hostPortOf(inject('adminDatabaseUrl')));
   successorLink = await toxiproxy.proxyTo(hostPortOf(inject('adminDatabaseUrl')));
-  const started = await startSharedCluster({ slots: 2, rateBytesPerSec: 2 * 1024 * 1024, fileBytes: 64 * 1024, parked: [{ slot: 1, link: oldLink }, { slot: 1, link: successorLink }] });
+  const started = await startSharedCluster({
+    slots: 2,
+    rateBytesPerSec: 2 * 1024 * 1024,
+    fileBytes: 64 * 1024,
+    parked: [
+      { slot: 1, link: oldLink },
+      { slot: 1, link: successorLink },
+    ],
+  });
   cluster = started;
   [old, successor] = started.parked as [GatewayProcess, GatewayProcess];
 }, 180_000);

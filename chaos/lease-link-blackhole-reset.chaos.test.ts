@@ -22,7 +22,12 @@ let readers: GatewayProcess[];
 beforeAll(async () => {
   toxiproxy = await startToxiproxy();
   for (let i = 0; i < 2; i++) links.push(await toxiproxy.proxyTo(hostPortOf(inject('adminDatabaseUrl'))));
-  const started = await startSharedCluster({ slots: 3, rateBytesPerSec: 3 * 1024 * 1024, fileBytes: 64 * 1024, parked: links.map((link, i) => ({ slot: i + 1, link })) });
+  const started = await startSharedCluster({
+    slots: 3,
+    rateBytesPerSec: 3 * 1024 * 1024,
+    fileBytes: 64 * 1024,
+    parked: links.map((link, i) => ({ slot: i + 1, link })),
+  });
   cluster = started;
   readers = started.parked;
   await Promise.all(readers.map((reader, i) => release(reader, links[i]!)));
@@ -50,8 +55,18 @@ describe('blackhole and reset on the lease link', () => {
   it('a blackhole fences the reader 8 s after its last confirmed renewal, without a crash', async () => {
     const [reader, link] = [readers[0]!, links[0]!];
     const toxicAtMs = Date.now();
-    const toxic = await link.proxy.addToxic({ name: 'blackhole', type: 'timeout', stream: 'upstream', toxicity: 1, attributes: { timeout: 0 } });
-    await waitUntil(() => logLine(reader, 'fenced:') !== undefined, { timeoutMs: PERMIT_MS + 4000, intervalMs: 50, what: 'the reader to fence' });
+    const toxic = await link.proxy.addToxic({
+      name: 'blackhole',
+      type: 'timeout',
+      stream: 'upstream',
+      toxicity: 1,
+      attributes: { timeout: 0 },
+    });
+    await waitUntil(() => logLine(reader, 'fenced:') !== undefined, {
+      timeoutMs: PERMIT_MS + 4000,
+      intervalMs: 50,
+      what: 'the reader to fence',
+    });
     const fenced = logLine(reader, 'fenced:')!;
     expect(fenced.reason).toBe('the lease permit expired before a renewal was confirmed');
     const row = (await leaseRow(cluster.db.pool, 1))!;
@@ -69,8 +84,18 @@ describe('blackhole and reset on the lease link', () => {
     const [reader, link] = [readers[1]!, links[1]!];
     const before = (await leaseRow(cluster.db.pool, 2))!;
     const toxicAtMs = Date.now();
-    await link.proxy.addToxic({ name: 'reset', type: 'reset_peer', stream: 'upstream', toxicity: 1, attributes: { timeout: 0 } });
-    await waitUntil(() => logLine(reader, 'fenced:') !== undefined, { timeoutMs: RENEW_AFTER_MS + 3000, intervalMs: 50, what: 'the reader to fence' });
+    await link.proxy.addToxic({
+      name: 'reset',
+      type: 'reset_peer',
+      stream: 'upstream',
+      toxicity: 1,
+      attributes: { timeout: 0 },
+    });
+    await waitUntil(() => logLine(reader, 'fenced:') !== undefined, {
+      timeoutMs: RENEW_AFTER_MS + 3000,
+      intervalMs: 50,
+      what: 'the reader to fence',
+    });
     const fenced = logLine(reader, 'fenced:')!;
     expect(String(fenced.reason)).toMatch(/^the lease connection (closed|failed)/);
     // At the first renewal the toxic saw: 2 s after the last confirmed one started, at the latest.

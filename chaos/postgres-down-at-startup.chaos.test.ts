@@ -45,10 +45,19 @@ describe('PostgreSQL unreachable when the gateway starts', () => {
     await waitServing(gateway, 30_000);
 
     const retries = retryLines(gateway.logLines());
-    expect(retries[0]).toMatchObject({ level: 'warn', attempt: 1, retryInMs: 250, code: 'ECONNREFUSED', target: `${link.host}:${link.port}` });
+    expect(retries[0]).toMatchObject({
+      level: 'warn',
+      attempt: 1,
+      retryInMs: 250,
+      code: 'ECONNREFUSED',
+      target: `${link.host}:${link.port}`,
+    });
     expect(retries.slice(0, 3).map((l) => l.retryInMs)).toEqual([250, 500, 1000]);
     // Backoff, not a busy loop: each attempt waited at least its delay after the previous one.
-    for (let i = 1; i < retries.length; i++) expect(logTimeMs(retries[i]) - logTimeMs(retries[i - 1])).toBeGreaterThanOrEqual(Number(retries[i - 1]!.retryInMs) - 5);
+    for (let i = 1; i < retries.length; i++)
+      expect(logTimeMs(retries[i]) - logTimeMs(retries[i - 1])).toBeGreaterThanOrEqual(
+        Number(retries[i - 1]!.retryInMs) - 5,
+      );
     const reachable = logLine(gateway, 'PostgreSQL reachable; starting');
     expect(reachable?.attempts).toBe(retries.length + 1);
     // Within one retry delay (at most 5 s, here ≤ 2 s) of the database appearing, plus slack.
@@ -61,7 +70,10 @@ describe('PostgreSQL unreachable when the gateway starts', () => {
   it('exits 1 after ARKVORY_DATABASE_STARTUP_WAIT_SECONDS when the database never appears', async () => {
     const link = await toxiproxy.proxyTo(hostPortOf(inject('adminDatabaseUrl')));
     await setEnabled(link, false);
-    const gateway = await startGateway({ env: { ARKVORY_DATABASE_URL: urlThrough(db.url, link), ARKVORY_DATABASE_STARTUP_WAIT_SECONDS: '2' }, waitFor: 'none' });
+    const gateway = await startGateway({
+      env: { ARKVORY_DATABASE_URL: urlThrough(db.url, link), ARKVORY_DATABASE_STARTUP_WAIT_SECONDS: '2' },
+      waitFor: 'none',
+    });
     expect(await gateway.exited).toBe(1);
     const retries = retryLines(gateway.logLines());
     const fatal = logLine(gateway, 'cannot start: PostgreSQL at');

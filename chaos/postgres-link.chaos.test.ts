@@ -7,7 +7,13 @@
  */
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, test as base } from 'vitest';
-import { hostPortOf, startToxiproxy, urlThrough, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
+import {
+  hostPortOf,
+  startToxiproxy,
+  urlThrough,
+  type ProxiedUpstream,
+  type ToxiproxyServer,
+} from './support/toxiproxy.ts';
 import { waitUntil } from './support/wait.ts';
 
 const LATENCY_MS = 600;
@@ -58,10 +64,18 @@ const test = base.extend<{ pg: PgLink }>({
 });
 
 describe('pg Pool through a toxiproxy link to PostgreSQL', () => {
-  test(`latency of ${LATENCY_MS} ms on the link slows every query by at least that much, and only while it is there`, async ({ pg: db }) => {
+  test(`latency of ${LATENCY_MS} ms on the link slows every query by at least that much, and only while it is there`, async ({
+    pg: db,
+  }) => {
     await db.timedQueryMs(); // connect outside the measurement
     const baselineMs = await db.timedQueryMs();
-    const toxic = await db.link.proxy.addToxic({ name: 'pg-latency', type: 'latency', stream: 'downstream', toxicity: 1, attributes: { latency: LATENCY_MS, jitter: 0 } });
+    const toxic = await db.link.proxy.addToxic({
+      name: 'pg-latency',
+      type: 'latency',
+      stream: 'downstream',
+      toxicity: 1,
+      attributes: { latency: LATENCY_MS, jitter: 0 },
+    });
     const slowMs = await db.timedQueryMs();
     expect(slowMs).toBeGreaterThanOrEqual(LATENCY_MS - 15);
     expect(slowMs).toBeLessThan(LATENCY_MS + 3000);
@@ -71,7 +85,9 @@ describe('pg Pool through a toxiproxy link to PostgreSQL', () => {
     expect(baselineMs).toBeLessThan(LATENCY_MS);
   });
 
-  test('a disabled link fails idle clients into the pool error handler and new queries fast; re-enabling recovers', async ({ pg: db }) => {
+  test('a disabled link fails idle clients into the pool error handler and new queries fast; re-enabling recovers', async ({
+    pg: db,
+  }) => {
     await db.timedQueryMs(); // leaves an idle client in the pool
     expect(db.pool.idleCount).toBeGreaterThan(0);
 

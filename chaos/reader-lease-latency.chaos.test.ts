@@ -30,7 +30,12 @@ let reader: GatewayProcess;
 beforeAll(async () => {
   toxiproxy = await startToxiproxy();
   link = await toxiproxy.proxyTo(hostPortOf(inject('adminDatabaseUrl')));
-  const started = await startSharedCluster({ slots: SLOTS, rateBytesPerSec: RATE, fileBytes: FILE_BYTES, parked: [{ slot: 1, link, env: { ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(READER_BYTES_PER_SEC) } }] });
+  const started = await startSharedCluster({
+    slots: SLOTS,
+    rateBytesPerSec: RATE,
+    fileBytes: FILE_BYTES,
+    parked: [{ slot: 1, link, env: { ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(READER_BYTES_PER_SEC) } }],
+  });
   cluster = started;
   reader = started.parked[0]!;
 }, 180_000);
@@ -56,11 +61,25 @@ async function fenceDuringDownload(): Promise<void> {
   const { file, key, writer, contentPath } = cluster;
   const download = await startDownload(`${reader.url}${contentPath}`, { authorization: `Bearer ${key}` });
   expect(download.status).toBe(200);
-  await waitUntil(() => download.receivedBytes() >= 64 * KiB, { timeoutMs: 10_000, what: 'the download to be under way' });
+  await waitUntil(() => download.receivedBytes() >= 64 * KiB, {
+    timeoutMs: 10_000,
+    what: 'the download to be under way',
+  });
 
   const toxicAtMs = Date.now();
-  await link.proxy.addToxic({ name: 'slow-requests', type: 'latency', stream: 'upstream', toxicity: 1, attributes: { latency: LATENCY_MS, jitter: 0 } });
-  const ended = await Promise.race([download.ended, new Promise<never>((_, reject) => setTimeout(() => reject(new Error('the download was not cut within 12 s of the toxic')), 12_000))]);
+  await link.proxy.addToxic({
+    name: 'slow-requests',
+    type: 'latency',
+    stream: 'upstream',
+    toxicity: 1,
+    attributes: { latency: LATENCY_MS, jitter: 0 },
+  });
+  const ended = await Promise.race([
+    download.ended,
+    new Promise<never>((_, reject) =>
+      setTimeout(() => reject(new Error('the download was not cut within 12 s of the toxic')), 12_000),
+    ),
+  ]);
 
   // Requests are delayed on their way to PostgreSQL, so the row still holds the last renewal
   // that was confirmed: the one that reached the database before the toxic.
@@ -93,7 +112,9 @@ async function fenceDuringDownload(): Promise<void> {
   expect(metrics).toMatch(/^arkvory_lease_state\{state="fenced"\} 1$/m);
   expect(metrics).toMatch(/^arkvory_lease_fencing_events_total 1$/m);
 
-  const rest = await request(`${writer.url}${contentPath}`, { headers: { authorization: `Bearer ${key}`, range: `bytes=${prefix.length}-` } });
+  const rest = await request(`${writer.url}${contentPath}`, {
+    headers: { authorization: `Bearer ${key}`, range: `bytes=${prefix.length}-` },
+  });
   expect(rest.status).toBe(206);
   expect(rest.headers['content-range']).toBe(`bytes ${prefix.length}-${file.length - 1}/${file.length}`);
   expect(sha256(Buffer.concat([prefix, rest.body]))).toBe(sha256(file));

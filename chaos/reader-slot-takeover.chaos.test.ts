@@ -25,7 +25,15 @@ beforeAll(async () => {
   toxiproxy = await startToxiproxy();
   oldLink = await toxiproxy.proxyTo(hostPortOf(inject('adminDatabaseUrl')));
   successorLink = await toxiproxy.proxyTo(hostPortOf(inject('adminDatabaseUrl')));
-  const started = await startSharedCluster({ slots: 2, rateBytesPerSec: 2 * 1024 * 1024, fileBytes: 256 * 1024, parked: [{ slot: 1, link: oldLink }, { slot: 1, link: successorLink }] });
+  const started = await startSharedCluster({
+    slots: 2,
+    rateBytesPerSec: 2 * 1024 * 1024,
+    fileBytes: 256 * 1024,
+    parked: [
+      { slot: 1, link: oldLink },
+      { slot: 1, link: successorLink },
+    ],
+  });
   cluster = started;
   [old, successor] = started.parked as [GatewayProcess, GatewayProcess];
   trace('writer serving, two readers parked');
@@ -69,7 +77,11 @@ describe('a new reader on the slot of one that stopped renewing', () => {
       expect(body.status).toBe(200);
       expect(sha256(body.body)).toBe(sha256(cluster.file));
       // The old reader, meanwhile, fenced itself and stays out.
-      await waitUntil(async () => (await call(`${old.url}/health/status`)).status === 503, { timeoutMs: 3000, intervalMs: 100, what: 'the old reader to report 503' });
+      await waitUntil(async () => (await call(`${old.url}/health/status`)).status === 503, {
+        timeoutMs: 3000,
+        intervalMs: 100,
+        what: 'the old reader to report 503',
+      });
       expect((await call(`${old.url}${cluster.contentPath}`, { key: cluster.key })).code).toBe('lease_lost');
     } finally {
       // Before the readers stop: their goodbyes to PostgreSQL would otherwise wait out the latency.

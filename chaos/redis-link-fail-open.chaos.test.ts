@@ -12,7 +12,13 @@ import { createTestDatabase, type TestDatabase } from '../test/support/database.
 import { makeTempDir, startGateway, type GatewayProcess } from '../test/support/gateway.ts';
 import { call } from './support/gateways.ts';
 import { setEnabled } from './support/shared-cluster.ts';
-import { hostPortOf, startToxiproxy, urlThrough, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
+import {
+  hostPortOf,
+  startToxiproxy,
+  urlThrough,
+  type ProxiedUpstream,
+  type ToxiproxyServer,
+} from './support/toxiproxy.ts';
 import { waitUntil } from './support/wait.ts';
 import { Redis } from 'ioredis';
 import { deleteKeysWithPrefix } from '../test/support/redis.ts';
@@ -43,7 +49,10 @@ beforeAll(async () => {
   const dir = await makeTempDir('arkvory-rules-');
   const rulesFile = path.join(dir, 'rate_limits.yaml');
   // A day-long window: the test does not straddle a window boundary (except at midnight UTC).
-  await writeFile(rulesFile, `rate_limits:\n  gateway_request:\n    - name: ${RULE}\n      action: limit\n      characteristics: [principal]\n      limit: ${LIMIT}\n      period_s: 86400\n      match: { request_type: read }\n`);
+  await writeFile(
+    rulesFile,
+    `rate_limits:\n  gateway_request:\n    - name: ${RULE}\n      action: limit\n      characteristics: [principal]\n      limit: ${LIMIT}\n      period_s: 86400\n      match: { request_type: read }\n`,
+  );
   gateway = await startGateway({
     env: {
       ARKVORY_DATABASE_URL: db.url,
@@ -54,7 +63,12 @@ beforeAll(async () => {
     },
     timeoutMs: 60_000,
   });
-  const put = await call(`${gateway.url}/api/v1/repositories/chaos/artifacts/small.bin`, { method: 'PUT', key, headers: { 'content-type': 'application/octet-stream' }, body: randomContent(1024) });
+  const put = await call(`${gateway.url}/api/v1/repositories/chaos/artifacts/small.bin`, {
+    method: 'PUT',
+    key,
+    headers: { 'content-type': 'application/octet-stream' },
+    body: randomContent(1024),
+  });
   expect(put.status).toBe(201);
 }, 120_000);
 
@@ -69,10 +83,20 @@ afterAll(async () => {
   }
 });
 
-async function timedGet(): Promise<{ status: number; ms: number; ratelimit: string | undefined; code: string | undefined }> {
+async function timedGet(): Promise<{
+  status: number;
+  ms: number;
+  ratelimit: string | undefined;
+  code: string | undefined;
+}> {
   const startedMs = performance.now();
   const res = await call(`${gateway.url}${contentPath}`, { key });
-  return { status: res.status, ms: performance.now() - startedMs, ratelimit: res.headers.ratelimit as string | undefined, code: res.code };
+  return {
+    status: res.status,
+    ms: performance.now() - startedMs,
+    ratelimit: res.headers.ratelimit as string | undefined,
+    code: res.code,
+  };
 }
 
 /** Failed-open checks (`arkvory_rate_limit_checks_total{error="true"}`) of one limiter, from /metrics. */
@@ -80,7 +104,12 @@ async function errorsTotal(limiter: string): Promise<number> {
   const text = (await call(`${gateway.url}/metrics`)).body.toString();
   let total = 0;
   for (const line of text.split('\n')) {
-    if (line.startsWith('arkvory_rate_limit_checks_total{') && line.includes(`limiter="${limiter}"`) && line.includes('error="true"')) total += Number(line.split(' ').at(-1));
+    if (
+      line.startsWith('arkvory_rate_limit_checks_total{') &&
+      line.includes(`limiter="${limiter}"`) &&
+      line.includes('error="true"')
+    )
+      total += Number(line.split(' ').at(-1));
   }
   return total;
 }
@@ -100,7 +129,13 @@ describe('Redis slow, then cut, under rate limiting', () => {
 
     // Latency: the checks time out and the requests go through without RateLimit fields. The
     // commands still reach Redis and count there (only the answers are late).
-    const slow = await link.proxy.addToxic({ name: 'slow-redis', type: 'latency', stream: 'downstream', toxicity: 1, attributes: { latency: LATENCY_MS, jitter: 0 } });
+    const slow = await link.proxy.addToxic({
+      name: 'slow-redis',
+      type: 'latency',
+      stream: 'downstream',
+      toxicity: 1,
+      attributes: { latency: LATENCY_MS, jitter: 0 },
+    });
     for (let i = 0; i < 2; i++) {
       const res = await timedGet();
       expect(res.status).toBe(200);
@@ -109,7 +144,9 @@ describe('Redis slow, then cut, under rate limiting', () => {
       expect(res.ms).toBeLessThan(FAIL_OPEN_BOUND_MS);
     }
     expect(await errorsTotal('gateway_request')).toBeGreaterThanOrEqual(errorsAtStart + 2);
-    const logged = gateway.logLines().find((l) => l.msg === 'rate-limit store failed; failing open' && l.limiter === 'gateway_request');
+    const logged = gateway
+      .logLines()
+      .find((l) => l.msg === 'rate-limit store failed; failing open' && l.limiter === 'gateway_request');
     expect(logged).toMatchObject({ level: 'warn', operation: 'check', code: 'store_timeout' });
     await slow.remove();
 

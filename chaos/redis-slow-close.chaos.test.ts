@@ -18,7 +18,13 @@ import { createTestDatabase, type TestDatabase } from '../test/support/database.
 import { makeTempDir, startGateway, type GatewayProcess } from '../test/support/gateway.ts';
 import { startRedis } from '../test/support/global-setup.ts';
 import { call } from './support/gateways.ts';
-import { hostPortOf, startToxiproxy, urlThrough, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
+import {
+  hostPortOf,
+  startToxiproxy,
+  urlThrough,
+  type ProxiedUpstream,
+  type ToxiproxyServer,
+} from './support/toxiproxy.ts';
 import { waitUntil } from './support/wait.ts';
 
 const TIMEOUT_MS = 200;
@@ -46,7 +52,10 @@ beforeAll(async () => {
   const dir = await makeTempDir('arkvory-rules-');
   const rulesFile = path.join(dir, 'rate_limits.yaml');
   // A day-long window: the test does not straddle a window boundary (except at midnight UTC).
-  await writeFile(rulesFile, `rate_limits:\n  gateway_request:\n    - name: ${RULE}\n      action: limit\n      characteristics: [principal]\n      limit: ${LIMIT}\n      period_s: 86400\n      match: { request_type: read }\n`);
+  await writeFile(
+    rulesFile,
+    `rate_limits:\n  gateway_request:\n    - name: ${RULE}\n      action: limit\n      characteristics: [principal]\n      limit: ${LIMIT}\n      period_s: 86400\n      match: { request_type: read }\n`,
+  );
   gateway = await startGateway({
     env: {
       ARKVORY_DATABASE_URL: db.url,
@@ -56,7 +65,12 @@ beforeAll(async () => {
     },
     timeoutMs: 60_000,
   });
-  const put = await call(`${gateway.url}/api/v1/repositories/chaos/artifacts/small.bin`, { method: 'PUT', key, headers: { 'content-type': 'application/octet-stream' }, body: randomContent(1024) });
+  const put = await call(`${gateway.url}/api/v1/repositories/chaos/artifacts/small.bin`, {
+    method: 'PUT',
+    key,
+    headers: { 'content-type': 'application/octet-stream' },
+    body: randomContent(1024),
+  });
   expect(put.status).toBe(201);
 }, 120_000);
 
@@ -75,7 +89,11 @@ afterAll(async () => {
 async function timedGet(): Promise<{ status: number; ms: number; ratelimit: string | undefined }> {
   const startedMs = performance.now();
   const res = await call(`${gateway.url}${contentPath}`, { key });
-  return { status: res.status, ms: performance.now() - startedMs, ratelimit: res.headers.ratelimit as string | undefined };
+  return {
+    status: res.status,
+    ms: performance.now() - startedMs,
+    ratelimit: res.headers.ratelimit as string | undefined,
+  };
 }
 
 function remaining(ratelimit: string | undefined): number {
@@ -89,7 +107,12 @@ async function checkTimeouts(): Promise<number> {
   const text = (await call(`${gateway.url}/metrics`)).body.toString();
   let total = 0;
   for (const l of text.split('\n')) {
-    if (l.startsWith('arkvory_rate_limit_checks_total{') && l.includes('limiter="gateway_request"') && l.includes('error="true"')) total += Number(l.split(' ').at(-1));
+    if (
+      l.startsWith('arkvory_rate_limit_checks_total{') &&
+      l.includes('limiter="gateway_request"') &&
+      l.includes('error="true"')
+    )
+      total += Number(l.split(' ').at(-1));
   }
   return total;
 }
@@ -101,7 +124,13 @@ describe('Redis closes the gateway connection slowly', () => {
     expect(remaining(before.ratelimit)).toBe(LIMIT - 1);
     const timeoutsAtStart = await checkTimeouts();
 
-    await link.proxy.addToxic({ name: 'slow-close', type: 'slow_close', stream: 'downstream', toxicity: 1, attributes: { delay: CLOSE_DELAY_MS } });
+    await link.proxy.addToxic({
+      name: 'slow-close',
+      type: 'slow_close',
+      stream: 'downstream',
+      toxicity: 1,
+      attributes: { delay: CLOSE_DELAY_MS },
+    });
     const admin = new Redis(redis.url, { maxRetriesPerRequest: 1 });
     let killedAtMs = 0;
     try {

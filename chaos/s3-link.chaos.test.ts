@@ -29,7 +29,13 @@ describe.each(S3_SERVER_KINDS)('the gateway↔S3 link on %s', (kind) => {
   let link: ProxiedUpstream;
   let key: string;
   /** The gateway's S3 variables with the endpoint through the proxy. */
-  const env = () => ({ ARKVORY_DATABASE_URL: db.url, ...server.env(), ARKVORY_S3_ENDPOINT: `http://${link.host}:${link.port}`, ARKVORY_STORAGE_TIMEOUT_SECONDS: '5', ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS: '1000' });
+  const env = () => ({
+    ARKVORY_DATABASE_URL: db.url,
+    ...server.env(),
+    ARKVORY_S3_ENDPOINT: `http://${link.host}:${link.port}`,
+    ARKVORY_STORAGE_TIMEOUT_SECONDS: '5',
+    ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS: '1000',
+  });
 
   beforeAll(async () => {
     toxiproxy = await startToxiproxy();
@@ -50,10 +56,20 @@ describe.each(S3_SERVER_KINDS)('the gateway↔S3 link on %s', (kind) => {
     expect((await call(url, { method: 'PUT', key, body: file })).status).toBe(201);
 
     // About 4 MiB/s from the store, so the download is surely in flight when the link goes.
-    const slow = await link.proxy.addToxic({ name: 'slow-store', type: 'bandwidth', stream: 'downstream', toxicity: 1, attributes: { rate: 4096 } });
+    const slow = await link.proxy.addToxic({
+      name: 'slow-store',
+      type: 'bandwidth',
+      stream: 'downstream',
+      toxicity: 1,
+      attributes: { rate: 4096 },
+    });
     const download = await startDownload(`${url}/content`, { authorization: `Bearer ${key}` });
     expect(download.status).toBe(200);
-    await waitUntil(() => download.receivedBytes() >= 2 * MiB, { timeoutMs: 30_000, intervalMs: 20, what: '2 MiB of the download' });
+    await waitUntil(() => download.receivedBytes() >= 2 * MiB, {
+      timeoutMs: 30_000,
+      intervalMs: 20,
+      what: '2 MiB of the download',
+    });
     await setEnabled(link, false);
     const ended = await download.ended;
     expect(ended.complete).toBe(false);
@@ -83,7 +99,11 @@ describe.each(S3_SERVER_KINDS)('the gateway↔S3 link on %s', (kind) => {
         yield file.subarray(offset, offset + MiB);
       }
     }
-    const put = await request(url, { method: 'PUT', headers: { authorization: `Bearer ${key}`, 'content-length': String(file.length) }, body: body() }).catch((err: Error) => ({ status: -1, body: Buffer.from(err.message), headers: {} }));
+    const put = await request(url, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${key}`, 'content-length': String(file.length) },
+      body: body(),
+    }).catch((err: Error) => ({ status: -1, body: Buffer.from(err.message), headers: {} }));
     // The answer may come before the client finished sending (then the socket may close under it).
     if (put.status !== -1) {
       expect([502, 504]).toContain(put.status);
@@ -116,7 +136,14 @@ describe.each(S3_SERVER_KINDS)('the gateway↔S3 link on %s', (kind) => {
     }
     const gw = await startGateway({ env: env(), timeoutMs: 60_000 });
     await waitServing(gw);
-    expect((await call(`${gw.url}/api/v1/repositories/chaos/artifacts/download.bin/content`, { key, headers: { range: 'bytes=0-9' } })).status).toBe(206);
+    expect(
+      (
+        await call(`${gw.url}/api/v1/repositories/chaos/artifacts/download.bin/content`, {
+          key,
+          headers: { range: 'bytes=0-9' },
+        })
+      ).status,
+    ).toBe(206);
     expect(await gw.stop('SIGTERM')).toBe(0);
   }, 180_000);
 });

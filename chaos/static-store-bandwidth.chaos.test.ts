@@ -46,8 +46,20 @@ beforeAll(async () => {
   link = await toxiproxy.proxyTo(`127.0.0.1:${store.port}`);
   const storeUrl = new URL(store.url);
   storeUrl.port = String(link.port);
-  gateway = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_STORAGE_URL: storeUrl.toString(), ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(RATE) }, timeoutMs: 60_000 });
-  const put = await call(`${gateway.url}/api/v1/repositories/chaos/artifacts/slow-store.bin`, { method: 'PUT', key, headers: { 'content-type': 'application/octet-stream' }, body: file });
+  gateway = await startGateway({
+    env: {
+      ARKVORY_DATABASE_URL: db.url,
+      ARKVORY_STORAGE_URL: storeUrl.toString(),
+      ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(RATE),
+    },
+    timeoutMs: 60_000,
+  });
+  const put = await call(`${gateway.url}/api/v1/repositories/chaos/artifacts/slow-store.bin`, {
+    method: 'PUT',
+    key,
+    headers: { 'content-type': 'application/octet-stream' },
+    body: file,
+  });
   expect(put.status).toBe(201);
 }, 120_000);
 
@@ -69,18 +81,24 @@ interface Arrival {
 function timedDownload(): Promise<{ status: number; body: Buffer; arrivals: Arrival[]; complete: boolean }> {
   return new Promise((resolve, reject) => {
     const sentAt = performance.now();
-    const req = http.get(`${gateway.url}${contentPath}`, { headers: { authorization: `Bearer ${key}` }, agent: false }, (res) => {
-      const chunks: Buffer[] = [];
-      const arrivals: Arrival[] = [];
-      let total = 0;
-      res.on('data', (chunk: Buffer) => {
-        chunks.push(chunk);
-        total += chunk.length;
-        arrivals.push({ atMs: performance.now() - sentAt, total });
-      });
-      res.on('error', reject);
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks), arrivals, complete: res.complete }));
-    });
+    const req = http.get(
+      `${gateway.url}${contentPath}`,
+      { headers: { authorization: `Bearer ${key}` }, agent: false },
+      (res) => {
+        const chunks: Buffer[] = [];
+        const arrivals: Arrival[] = [];
+        let total = 0;
+        res.on('data', (chunk: Buffer) => {
+          chunks.push(chunk);
+          total += chunk.length;
+          arrivals.push({ atMs: performance.now() - sentAt, total });
+        });
+        res.on('error', reject);
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks), arrivals, complete: res.complete }),
+        );
+      },
+    );
     req.on('error', reject);
   });
 }
@@ -92,7 +110,13 @@ function aboveBound(arrivals: Arrival[], rate: number, allowance: number): Arriv
 
 describe('a bandwidth-limited link to the static-HTTP store', () => {
   it('delivers exactly the file, governed and paced by the link; after the toxic is removed, by the governor alone', async () => {
-    const toxic = await link.proxy.addToxic({ name: 'slow-store', type: 'bandwidth', stream: 'downstream', toxicity: 1, attributes: { rate: LINK_KB_PER_SEC } });
+    const toxic = await link.proxy.addToxic({
+      name: 'slow-store',
+      type: 'bandwidth',
+      stream: 'downstream',
+      toxicity: 1,
+      attributes: { rate: LINK_KB_PER_SEC },
+    });
     const slow = await timedDownload();
     await toxic.remove();
     expect(slow.status).toBe(200);
@@ -112,10 +136,23 @@ describe('a bandwidth-limited link to the static-HTTP store', () => {
     expect(aboveBound(fast.arrivals, RATE, BURST)).toEqual([]);
     expect(fast.arrivals.at(-1)!.atMs).toBeGreaterThanOrEqual(((file.length - BURST) / RATE) * 1000);
     // Both downloads ended well: logged as completed, nothing logged as our error.
-    const downloads = () => gateway.logLines().filter((l) => l.msg === 'request' && typeof l.route === 'string' && l.route.endsWith('/content') && l.method === 'GET');
+    const downloads = () =>
+      gateway
+        .logLines()
+        .filter(
+          (l) =>
+            l.msg === 'request' && typeof l.route === 'string' && l.route.endsWith('/content') && l.method === 'GET',
+        );
     // The request line is written when the response closes, which may follow the client's 'end'.
-    await waitUntil(() => downloads().length === 2, { timeoutMs: 5000, intervalMs: 20, what: 'both downloads to be logged' });
-    expect(downloads().map((l) => [l.status, l.completed])).toEqual([[200, true], [200, true]]);
+    await waitUntil(() => downloads().length === 2, {
+      timeoutMs: 5000,
+      intervalMs: 20,
+      what: 'both downloads to be logged',
+    });
+    expect(downloads().map((l) => [l.status, l.completed])).toEqual([
+      [200, true],
+      [200, true],
+    ]);
     expect(gateway.logLines().filter((l) => Number(l.level) >= 50)).toEqual([]);
   }, 60_000);
 });

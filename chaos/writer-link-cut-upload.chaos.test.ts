@@ -40,8 +40,19 @@ afterAll(async () => {
  * A PUT whose body the test feeds by hand: `send` writes a chunk; the promise settles with the
  * response (which may come before the body is complete) or with the socket error.
  */
-function startUpload(url: string, size: number): { send(chunk: Buffer): Promise<void>; result: Promise<{ status: number; body: string } | { error: string }> } {
-  const req = http.request(url, { method: 'PUT', agent: false, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/octet-stream', 'content-length': String(size) } });
+function startUpload(
+  url: string,
+  size: number,
+): { send(chunk: Buffer): Promise<void>; result: Promise<{ status: number; body: string } | { error: string }> } {
+  const req = http.request(url, {
+    method: 'PUT',
+    agent: false,
+    headers: {
+      authorization: `Bearer ${key}`,
+      'content-type': 'application/octet-stream',
+      'content-length': String(size),
+    },
+  });
   const result = new Promise<{ status: number; body: string } | { error: string }>((resolve) => {
     req.on('response', (res) => {
       let body = '';
@@ -71,10 +82,18 @@ describe('the writer↔PostgreSQL link cut during an upload', () => {
       const writer = await startGateway({ env, dataDir, timeoutMs: 60_000 });
       const upload = startUpload(`${writer.url}${uploadPath}`, file.length);
       await upload.send(file.subarray(0, 128 * KiB));
-      await waitUntil(async () => (await filesUnder(path.join(dataDir, 'tmp'))).length === 1, { timeoutMs: 10_000, intervalMs: 20, what: 'the upload to reach tmp/' });
+      await waitUntil(async () => (await filesUnder(path.join(dataDir, 'tmp'))).length === 1, {
+        timeoutMs: 10_000,
+        intervalMs: 20,
+        what: 'the upload to reach tmp/',
+      });
 
       await setEnabled(link, false);
-      await waitUntil(() => logLine(writer, 'fenced:') !== undefined, { timeoutMs: 5000, intervalMs: 20, what: 'the writer to fence' });
+      await waitUntil(() => logLine(writer, 'fenced:') !== undefined, {
+        timeoutMs: 5000,
+        intervalMs: 20,
+        what: 'the writer to fence',
+      });
       // The client goes on sending; the writer refuses the rest.
       for (let offset = 128 * KiB; offset < file.length; offset += 64 * KiB) {
         await Promise.race([upload.send(file.subarray(offset, offset + 64 * KiB)), upload.result]);
@@ -85,20 +104,34 @@ describe('the writer↔PostgreSQL link cut during an upload', () => {
 
       const rows = await db.pool.query(`SELECT 1 FROM arkvory_artifacts WHERE name = 'cut.bin'`);
       expect(rows.rowCount).toBe(0);
-      await waitUntil(async () => (await filesUnder(path.join(dataDir, 'tmp'))).length === 0, { timeoutMs: 5000, intervalMs: 50, what: 'the temp file to be removed' });
+      await waitUntil(async () => (await filesUnder(path.join(dataDir, 'tmp'))).length === 0, {
+        timeoutMs: 5000,
+        intervalMs: 50,
+        what: 'the temp file to be removed',
+      });
       expect((await filesUnder(path.join(dataDir, 'blobs'))).filter((f) => f.endsWith(sha256(file)))).toEqual([]);
       expect((await call(`${writer.url}/health/status`)).status).toBe(503);
 
       // The link returns; the fenced writer stays fenced (its writer lock was lost with the connection).
       await setEnabled(link, true);
-      const stillFenced = await call(`${writer.url}${uploadPath}`, { method: 'PUT', key, headers: { 'content-type': 'application/octet-stream' }, body: file });
+      const stillFenced = await call(`${writer.url}${uploadPath}`, {
+        method: 'PUT',
+        key,
+        headers: { 'content-type': 'application/octet-stream' },
+        body: file,
+      });
       expect([stillFenced.status, stillFenced.code]).toEqual([503, 'lease_lost']);
       expect(await writer.stop('SIGTERM')).toBe(0);
       expect(writer.logs()).not.toMatch(/unhandled|uncaught/i);
 
       const restarted = await startGateway({ env, dataDir, timeoutMs: 60_000 });
       await waitServing(restarted);
-      const put = await call(`${restarted.url}${uploadPath}`, { method: 'PUT', key, headers: { 'content-type': 'application/octet-stream' }, body: file });
+      const put = await call(`${restarted.url}${uploadPath}`, {
+        method: 'PUT',
+        key,
+        headers: { 'content-type': 'application/octet-stream' },
+        body: file,
+      });
       expect(put.status).toBe(201);
       const got = await call(`${restarted.url}${uploadPath}/content`, { key });
       expect(sha256(got.body)).toBe(sha256(file));

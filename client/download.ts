@@ -62,19 +62,34 @@ interface PartialState {
 }
 
 /** Failures of the local file system are the caller's to fix, never a reason to try another gateway. */
-const FILE_SYSCALLS = new Set(['open', 'write', 'rename', 'unlink', 'fstat', 'stat', 'access', 'mkdir', 'close', 'ftruncate']);
+const FILE_SYSCALLS = new Set([
+  'open',
+  'write',
+  'rename',
+  'unlink',
+  'fstat',
+  'stat',
+  'access',
+  'mkdir',
+  'close',
+  'ftruncate',
+]);
 
 const defaultSleep = (ms: number, signal?: AbortSignal) => sleepFor(ms, undefined, signal ? { signal } : undefined);
 
 async function sizeOf(file: string): Promise<number> {
-  return stat(file).then((s) => s.size, () => 0);
+  return stat(file).then(
+    (s) => s.size,
+    () => 0,
+  );
 }
 
 /** A running sha256 of the first `bytes` bytes of a file (all of it when `bytes` is undefined). */
 async function hashPrefix(file: string, bytes?: number): Promise<Hash> {
   const hash = createHash('sha256');
   if (bytes === 0) return hash;
-  for await (const chunk of createReadStream(file, bytes === undefined ? {} : { end: bytes - 1 })) hash.update(chunk as Buffer);
+  for await (const chunk of createReadStream(file, bytes === undefined ? {} : { end: bytes - 1 }))
+    hash.update(chunk as Buffer);
   return hash;
 }
 
@@ -115,13 +130,26 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
     const t = now();
     if (!options.onProgress || (!force && t - lastReport < (options.progressIntervalMs ?? 250))) return;
     lastReport = t;
-    options.onProgress({ bytes: held, total: state?.total ?? -1, transferred: held - heldAtStart, elapsedMs: t - started, attempt: attempts, url: urls[which]!, done });
+    options.onProgress({
+      bytes: held,
+      total: state?.total ?? -1,
+      transferred: held - heldAtStart,
+      elapsedMs: t - started,
+      attempt: attempts,
+      url: urls[which]!,
+      done,
+    });
   };
 
   for (;;) {
     if (options.signal?.aborted) throw new ArkvoryClientError('aborted', undefined, { cause: options.signal.reason });
     if (state && held === state.total) break;
-    if (stalled >= maxStalled) throw new ArkvoryClientError('gave_up', `No progress after ${stalled} attempts; last error: ${(lastError as Error)?.message ?? 'none'}`, { cause: lastError });
+    if (stalled >= maxStalled)
+      throw new ArkvoryClientError(
+        'gave_up',
+        `No progress after ${stalled} attempts; last error: ${(lastError as Error)?.message ?? 'none'}`,
+        { cause: lastError },
+      );
     const url = urls[which]!;
     const headers: Record<string, string> = {};
     if (options.key) headers.authorization = `Bearer ${options.key}`;
@@ -147,7 +175,11 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
         case 'body': {
           if (!decision.etag) {
             await res.body.dump();
-            throw new ArkvoryClientError('protocol', 'The gateway sent no strong ETag; the download cannot be resumed safely.', { status: res.statusCode });
+            throw new ArkvoryClientError(
+              'protocol',
+              'The gateway sent no strong ETag; the download cannot be resumed safely.',
+              { status: res.statusCode },
+            );
           }
           if (decision.offset === 0 && held > 0) held = 0;
           state = { etag: decision.etag, total: decision.total, digestHex: decision.digestHex };
@@ -167,7 +199,14 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
             },
           });
           try {
-            await pipeline(res.body, counter, createWriteStream(partial, decision.offset === 0 ? { flags: 'w' } : { flags: 'r+', start: decision.offset }));
+            await pipeline(
+              res.body,
+              counter,
+              createWriteStream(
+                partial,
+                decision.offset === 0 ? { flags: 'w' } : { flags: 'r+', start: decision.offset },
+              ),
+            );
           } finally {
             // What is on disk is the truth (a chunk counted may not have been written).
             held = await sizeOf(partial);
@@ -220,9 +259,13 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
   if (state.digestHex && sha256 !== state.digestHex) {
     await rm(partial, { force: true });
     await rm(stateFile, { force: true });
-    throw new ArkvoryClientError('digest_mismatch', `The file hashes to sha256 ${sha256}, the gateway published ${state.digestHex}; the partial file was removed.`);
+    throw new ArkvoryClientError(
+      'digest_mismatch',
+      `The file hashes to sha256 ${sha256}, the gateway published ${state.digestHex}; the partial file was removed.`,
+    );
   }
-  if (!state.digestHex) throw new ArkvoryClientError('protocol', 'The gateway published no digest to verify the file against.');
+  if (!state.digestHex)
+    throw new ArkvoryClientError('protocol', 'The gateway published no digest to verify the file against.');
   await rename(partial, options.output);
   await rm(stateFile, { force: true });
   report(true, true);

@@ -27,7 +27,10 @@ export class ArkvoryClientError extends Error {
   /** The HTTP status when the gateway answered; undefined for client-side failures. */
   readonly status: number | undefined;
   constructor(code: ClientErrorCode | (string & {}), message?: string, options?: { status?: number; cause?: unknown }) {
-    super(message ?? (CLIENT_ERRORS as Record<string, string>)[code] ?? code, options?.cause === undefined ? undefined : { cause: options.cause });
+    super(
+      message ?? (CLIENT_ERRORS as Record<string, string>)[code] ?? code,
+      options?.cause === undefined ? undefined : { cause: options.cause },
+    );
     this.code = code;
     this.status = options?.status;
   }
@@ -37,7 +40,10 @@ export class ArkvoryClientError extends Error {
 export function gatewayError(status: number, body: string): ArkvoryClientError {
   try {
     const parsed = JSON.parse(body) as { code?: unknown; message?: unknown };
-    if (typeof parsed.code === 'string') return new ArkvoryClientError(parsed.code, typeof parsed.message === 'string' ? parsed.message : parsed.code, { status });
+    if (typeof parsed.code === 'string')
+      return new ArkvoryClientError(parsed.code, typeof parsed.message === 'string' ? parsed.message : parsed.code, {
+        status,
+      });
   } catch {
     // not JSON: a proxy in between answered
   }

@@ -31,7 +31,11 @@ afterAll(async () => {
 });
 
 async function put(gw: GatewayProcess, key: string, p: string, body: Buffer): Promise<void> {
-  const res = await request(`${gw.url}${p}`, { method: 'PUT', headers: { ...bearer(key), 'content-digest': contentDigest(body) }, body });
+  const res = await request(`${gw.url}${p}`, {
+    method: 'PUT',
+    headers: { ...bearer(key), 'content-digest': contentDigest(body) },
+    body,
+  });
   expect(res.status, res.body.toString()).toBe(201);
 }
 
@@ -48,7 +52,12 @@ describe('arkvory get against one gateway', () => {
     ({ key } = await createServiceAccount(db.pool, { grants: { dl: 'write' } }));
     // One download per principal at a time and no queue: a second one is 429 busy (Retry-After: 1).
     gw = await startGateway({
-      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '1', ARKVORY_ADMISSION_QUEUE_LENGTH: '0', ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(4 * MiB) },
+      env: {
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '1',
+        ARKVORY_ADMISSION_QUEUE_LENGTH: '0',
+        ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(4 * MiB),
+      },
       timeoutMs: 60_000,
     });
     await put(gw, key, target, file);
@@ -72,16 +81,28 @@ describe('arkvory get against one gateway', () => {
     await sleep(300);
     const waits: number[] = [];
     const output = path.join(dir, 'after-429.bin');
-    const result = await download({ url: `${gw.url}${target}/content`, output, key, sleep: async (ms) => (waits.push(ms), sleep(ms)) });
+    const result = await download({
+      url: `${gw.url}${target}/content`,
+      output,
+      key,
+      sleep: async (ms) => (waits.push(ms), sleep(ms)),
+    });
     expect(await blocker).toBe(file.length);
     expect(waits[0]).toBe(1000);
     expect(result.attempts).toBeGreaterThanOrEqual(2);
     expect(sha256(await readFile(output))).toBe(sha256(file));
     expect(existsSync(`${output}.partial`)).toBe(false);
-    expect(gw.logLines().some((l) => l.msg === 'request' && l.status === 429 && l.route === '/api/v1/repositories/:repo/artifacts/:id/content')).toBe(true);
+    expect(
+      gw
+        .logLines()
+        .some(
+          (l) =>
+            l.msg === 'request' && l.status === 429 && l.route === '/api/v1/repositories/:repo/artifacts/:id/content',
+        ),
+    ).toBe(true);
   });
 
-  it('charges a pre-signed link to its principal: it holds that principal\'s only download slot', async () => {
+  it("charges a pre-signed link to its principal: it holds that principal's only download slot", async () => {
     const made = await runCli(['presign', 'dl', 'file.bin'], { ARKVORY_URL: gw.url, ARKVORY_KEY: key });
     expect(made.code, made.stderr).toBe(0);
     const link = (JSON.parse(made.stdout) as { url: string }).url;
@@ -105,7 +126,14 @@ describe('arkvory get against one gateway', () => {
   it('stops a download when its AbortSignal fires, with the code `aborted`', async () => {
     const controller = new AbortController();
     const output = path.join(dir, 'aborted.bin');
-    const error = await download({ url: `${gw.url}${target}/content`, output, key, signal: controller.signal, progressIntervalMs: 0, onProgress: (p) => p.bytes > 0 && controller.abort() }).catch((e: unknown) => e);
+    const error = await download({
+      url: `${gw.url}${target}/content`,
+      output,
+      key,
+      signal: controller.signal,
+      progressIntervalMs: 0,
+      onProgress: (p) => p.bytes > 0 && controller.abort(),
+    }).catch((e: unknown) => e);
     expect(error).toMatchObject({ code: 'aborted' });
     expect(existsSync(output)).toBe(false);
   });
@@ -122,7 +150,11 @@ describe('arkvory get against one gateway', () => {
     await handle.write(Buffer.from([bad[1000]! ^ 0xff]), 0, 1, 1000);
     await handle.close();
     const output = path.join(dir, 'rotten.bin');
-    const error = await download({ url: `${gw.url}/api/v1/repositories/dl/artifacts/rotten.bin/content`, output, key }).catch((e: unknown) => e);
+    const error = await download({
+      url: `${gw.url}/api/v1/repositories/dl/artifacts/rotten.bin/content`,
+      output,
+      key,
+    }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(ArkvoryClientError);
     expect((error as ArkvoryClientError).code).toBe('digest_mismatch');
     expect(existsSync(output)).toBe(false);
@@ -130,16 +162,28 @@ describe('arkvory get against one gateway', () => {
   });
 
   it('carries the gateway code in its errors', async () => {
-    const error = await download({ url: `${gw.url}/api/v1/repositories/dl/artifacts/none/content`, output: path.join(dir, 'none.bin'), key }).catch((e: unknown) => e);
+    const error = await download({
+      url: `${gw.url}/api/v1/repositories/dl/artifacts/none/content`,
+      output: path.join(dir, 'none.bin'),
+      key,
+    }).catch((e: unknown) => e);
     expect(error).toMatchObject({ code: 'not_found', status: 404 });
-    const denied = await download({ url: `${gw.url}${target}/content`, output: path.join(dir, 'denied.bin'), key: `ark_${'a'.repeat(16)}_${'B'.repeat(43)}` }).catch((e: unknown) => e);
+    const denied = await download({
+      url: `${gw.url}${target}/content`,
+      output: path.join(dir, 'denied.bin'),
+      key: `ark_${'a'.repeat(16)}_${'B'.repeat(43)}`,
+    }).catch((e: unknown) => e);
     expect(denied).toMatchObject({ code: 'unauthorized', status: 401 });
   });
 
   it('resumes after `arkvory get` itself was killed, with JSON progress lines when not on a terminal', async () => {
     const output = path.join(dir, 'killed.bin');
     const env = { ARKVORY_URL: gw.url, ARKVORY_KEY: key };
-    const child = spawn(process.execPath, [CLI, 'get', 'dl/file.bin', '-o', output], { env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env }, cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [CLI, 'get', 'dl/file.bin', '-o', output], {
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
+      cwd: ROOT,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stderr = '';
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
     const exited = new Promise((resolve) => child.on('exit', resolve));
@@ -159,7 +203,10 @@ describe('arkvory get against one gateway', () => {
     expect(result.resumes).toBeGreaterThanOrEqual(1);
     expect(result.sha256).toBe(sha256(file));
     expect(sha256(await readFile(output))).toBe(sha256(file));
-    const lines = resumed.stderr.trim().split('\n').map((l) => JSON.parse(l) as { event: string; bytes: number; total: number });
+    const lines = resumed.stderr
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { event: string; bytes: number; total: number });
     expect(lines.at(-1)).toMatchObject({ event: 'done', bytes: file.length, total: file.length });
     // The resumed run asked only for the rest: 206 from the offset it held.
     expect(gw.logLines().some((l) => l.msg === 'request' && l.status === 206)).toBe(true);
@@ -168,14 +215,20 @@ describe('arkvory get against one gateway', () => {
   it('`--mirror`: a refused first gateway sends the CLI to the mirror; on a terminal it draws a bar with rate and ETA', async () => {
     const output = path.join(dir, 'mirrored.bin');
     const dead = `http://127.0.0.1:${await freeLoopbackPort()}`;
-    const got = await runCli(['get', `${dead}${target}/content`, '--mirror', 'http://127.0.0.1:9', '--mirror', gw.url, '-o', output], { ARKVORY_KEY: key });
+    const got = await runCli(
+      ['get', `${dead}${target}/content`, '--mirror', 'http://127.0.0.1:9', '--mirror', gw.url, '-o', output],
+      { ARKVORY_KEY: key },
+    );
     expect(got.code, got.stderr).toBe(0);
     expect(sha256(await readFile(output))).toBe(sha256(file));
     // A pseudo-terminal (util-linux `script`): the progress is one redrawn bar, not JSON lines.
     const tty = path.join(dir, 'tty.bin');
     const command = [process.execPath, CLI, 'get', 'dl/file.bin', '-o', tty].map((a) => `'${a}'`).join(' ');
     const drawn = await new Promise<{ code: number | null; out: string }>((resolve, reject) => {
-      const child = spawn('script', ['-qfec', command, '/dev/null'], { env: { PATH: process.env.PATH, HOME: process.env.HOME, TERM: 'dumb', ARKVORY_URL: gw.url, ARKVORY_KEY: key }, stdio: ['ignore', 'pipe', 'pipe'] });
+      const child = spawn('script', ['-qfec', command, '/dev/null'], {
+        env: { PATH: process.env.PATH, HOME: process.env.HOME, TERM: 'dumb', ARKVORY_URL: gw.url, ARKVORY_KEY: key },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
       let out = '';
       child.stdout.on('data', (d: Buffer) => (out += d.toString()));
       child.on('error', reject);
@@ -189,7 +242,10 @@ describe('arkvory get against one gateway', () => {
   });
 
   it('fetches a link made by `arkvory presign` with no key', async () => {
-    const made = await runCli(['presign', 'dl', 'file.bin', '--expires', '10m'], { ARKVORY_URL: gw.url, ARKVORY_KEY: key });
+    const made = await runCli(['presign', 'dl', 'file.bin', '--expires', '10m'], {
+      ARKVORY_URL: gw.url,
+      ARKVORY_KEY: key,
+    });
     expect(made.code, made.stderr).toBe(0);
     const link = JSON.parse(made.stdout) as { url: string; expiresAt: string; methods: string[] };
     expect(link.methods).toEqual(['GET', 'HEAD']);
@@ -199,7 +255,10 @@ describe('arkvory get against one gateway', () => {
     expect(got.code, got.stderr).toBe(0);
     expect(sha256(await readFile(output))).toBe(sha256(file));
     expect(got.stderr).not.toContain('X-Arkvory-Signature');
-    const refused = await runCli(['presign', 'dl', 'file.bin', '--expires', '30d'], { ARKVORY_URL: gw.url, ARKVORY_KEY: key });
+    const refused = await runCli(['presign', 'dl', 'file.bin', '--expires', '30d'], {
+      ARKVORY_URL: gw.url,
+      ARKVORY_KEY: key,
+    });
     expect(refused.code).toBe(1);
     expect(refused.stderr).toMatch(/^arkvory: invalid_request: /);
   });
@@ -231,8 +290,9 @@ describe('arkvory get across a killed gateway (shared profile, router in front)'
 
   async function activeDownloads(gw: GatewayProcess): Promise<number> {
     const res = await request(`${gw.url}/health/ready`, { headers: bearer(key) }).catch(() => undefined);
-    if (!res || res.status !== 200) return 0;
-    return (JSON.parse(res.body.toString()) as { transfers: { downloads: { active: number } } }).transfers.downloads.active;
+    if (res?.status !== 200) return 0;
+    return (JSON.parse(res.body.toString()) as { transfers: { downloads: { active: number } } }).transfers.downloads
+      .active;
   }
 
   /** A fresh database and storage root, a writer and a reader on it, and the file published. */
@@ -293,22 +353,37 @@ describe('arkvory get across a killed gateway (shared profile, router in front)'
 
   it('through the router: the serving gateway is SIGKILLed mid-download and the client resumes on the other', async () => {
     const { writer, reader } = await cluster();
-    const router = await startGateway({ env: { ARKVORY_ROLE: 'router', ARKVORY_DATABASE_URL: db.url, ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: '300', ARKVORY_ROUTER_CONNECT_TIMEOUT_MILLISECONDS: '1000' }, timeoutMs: 90_000 });
+    const router = await startGateway({
+      env: {
+        ARKVORY_ROLE: 'router',
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: '300',
+        ARKVORY_ROUTER_CONNECT_TIMEOUT_MILLISECONDS: '1000',
+      },
+      timeoutMs: 90_000,
+    });
     // Both gateways in the router's pool before the download starts.
     const deadline = Date.now() + 20_000;
-    while ((JSON.parse((await request(`${router.url}/health/status`)).body.toString()) as { backends: { healthy: number } }).backends.healthy < 2) {
+    while (
+      (JSON.parse((await request(`${router.url}/health/status`)).body.toString()) as { backends: { healthy: number } })
+        .backends.healthy < 2
+    ) {
       if (Date.now() > deadline) throw new Error('router never saw both gateways');
       await sleep(100);
     }
     // A link made through the router (POST → the writer) works through the router (GET → any gateway).
-    const made = await request(`${router.url}/api/v1/repositories/shared/artifacts/big.bin/presign`, { method: 'POST', headers: bearer(key) });
+    const made = await request(`${router.url}/api/v1/repositories/shared/artifacts/big.bin/presign`, {
+      method: 'POST',
+      headers: bearer(key),
+    });
     expect(made.status, made.body.toString()).toBe(201);
     const link = JSON.parse(made.body.toString()) as { url: string; path: string };
     expect(link.url).toBe(`${router.url}${link.path}`);
     const head = await request(link.url, { method: 'HEAD' });
     expect(head.status).toBe(200);
     expect(head.headers['content-length']).toBe(String(file.length));
-    for (const gw of [router, writer, reader]) expect(gw.logs()).not.toContain(link.path.slice(link.path.indexOf('X-Arkvory-Signature=')));
+    for (const gw of [router, writer, reader])
+      expect(gw.logs()).not.toContain(link.path.slice(link.path.indexOf('X-Arkvory-Signature=')));
     const output = path.join(dir, 'via-router.bin');
     const { result, killed } = await downloadKillingServer(`${router.url}${contentPath}`, [], [writer, reader], output);
     expect(killed, 'a gateway was serving the download and was killed').toBeDefined();
@@ -321,11 +396,21 @@ describe('arkvory get across a killed gateway (shared profile, router in front)'
   it('with --mirror: the first gateway is SIGKILLed mid-download and the client moves to the mirror', async () => {
     const { writer, reader } = await cluster();
     const output = path.join(dir, 'via-mirror.bin');
-    const { result, killed } = await downloadKillingServer(`${reader.url}${contentPath}`, [writer.url], [reader], output);
+    const { result, killed } = await downloadKillingServer(
+      `${reader.url}${contentPath}`,
+      [writer.url],
+      [reader],
+      output,
+    );
     expect(killed).toBe(reader);
     expect(result.resumes).toBeGreaterThanOrEqual(1);
     expect(sha256(await readFile(output))).toBe(sha256(file));
-    const onWriter = writer.logLines().filter((l) => l.msg === 'request' && l.route === '/api/v1/repositories/:repo/artifacts/:id/content' && l.status === 206);
+    const onWriter = writer
+      .logLines()
+      .filter(
+        (l) =>
+          l.msg === 'request' && l.route === '/api/v1/repositories/:repo/artifacts/:id/content' && l.status === 206,
+      );
     expect(onWriter.length).toBeGreaterThanOrEqual(1);
     await writer.stop();
   });

@@ -12,7 +12,13 @@ export interface PresignedLink {
  * Asks the gateway for a pre-signed link to a target (`baseUrl` is its upload/metadata URL). The link
  * is returned on the origin this client used, whatever Host the gateway saw.
  */
-export async function presign(options: { url: string; key: string; expiresInSeconds?: number; signal?: AbortSignal; dispatcher?: Dispatcher }): Promise<PresignedLink> {
+export async function presign(options: {
+  url: string;
+  key: string;
+  expiresInSeconds?: number;
+  signal?: AbortSignal;
+  dispatcher?: Dispatcher;
+}): Promise<PresignedLink> {
   const res = await request(`${options.url}/presign`, {
     method: 'POST',
     headers: { authorization: `Bearer ${options.key}`, 'content-type': 'application/json' },

@@ -61,5 +61,13 @@ export function progressBar(p: Progress, width = 80): string {
 
 /** One JSON line per report (no newline). */
 export function progressJson(p: Progress): string {
-  return JSON.stringify({ event: p.done ? 'done' : 'progress', bytes: p.bytes, total: p.total, bytesPerSecond: Math.round(rateBytesPerSecond(p)), etaSeconds: etaSeconds(p) ?? null, attempt: p.attempt, url: p.url.replace(/\?.*$/, '') });
+  return JSON.stringify({
+    event: p.done ? 'done' : 'progress',
+    bytes: p.bytes,
+    total: p.total,
+    bytesPerSecond: Math.round(rateBytesPerSecond(p)),
+    etaSeconds: etaSeconds(p) ?? null,
+    attempt: p.attempt,
+    url: p.url.replace(/\?.*$/, ''),
+  });
 }

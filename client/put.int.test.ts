@@ -26,7 +26,10 @@ beforeAll(async () => {
   await createRepository(db.pool, 'up');
   ({ key } = await createServiceAccount(db.pool, { grants: { up: 'write' } }));
   // 1 MiB/s of upload per principal: a 512 KiB part takes about half a second.
-  gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_UPLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(MiB) }, timeoutMs: 60_000 });
+  gw = await startGateway({
+    env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_UPLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(MiB) },
+    timeoutMs: 60_000,
+  });
   dir = await makeTempDir('arkvory-put-');
   stateDir = path.join(dir, 'state');
 });
@@ -49,7 +52,12 @@ describe('arkvory put', () => {
     await writeFile(file, data);
     const first = await runCli(['put', file, 'up/pkg/1.0/small.bin'], cliEnv());
     expect(first.code, first.stderr).toBe(0);
-    expect(JSON.parse(first.stdout)).toMatchObject({ outcome: 'created', multipart: false, sha256: sha256(data), sizeBytes: data.length });
+    expect(JSON.parse(first.stdout)).toMatchObject({
+      outcome: 'created',
+      multipart: false,
+      sha256: sha256(data),
+      sizeBytes: data.length,
+    });
     const again = await runCli(['put', file, 'up/pkg/1.0/small.bin'], cliEnv());
     expect(JSON.parse(again.stdout)).toMatchObject({ outcome: 'exists' });
     await writeFile(file, randomContent(1000));
@@ -66,12 +74,17 @@ describe('arkvory put', () => {
     const file = path.join(dir, 'large.bin');
     await writeFile(file, data);
     const args = ['put', file, 'up/large.bin', '--threshold', '1M', '--part-size', '512K', '--concurrency', '2'];
-    const child = spawn(process.execPath, [CLI, ...args], { env: { PATH: process.env.PATH, HOME: process.env.HOME, ...cliEnv() }, cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [CLI, ...args], {
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, ...cliEnv() },
+      cwd: ROOT,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stderr = '';
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
     const exited = new Promise((resolve) => child.on('exit', resolve));
     const deadline = Date.now() + 60_000;
-    const partsHeld = async () => Number((await db.pool.query<{ n: string }>('SELECT count(*)::text AS n FROM arkvory_upload_parts')).rows[0]!.n);
+    const partsHeld = async () =>
+      Number((await db.pool.query<{ n: string }>('SELECT count(*)::text AS n FROM arkvory_upload_parts')).rows[0]!.n);
     while ((await partsHeld()) < 3) {
       if (Date.now() > deadline) throw new Error(`no parts arrived:\n${stderr}`);
       await sleep(50);
@@ -85,7 +98,12 @@ describe('arkvory put', () => {
 
     const resumed = await runCli(args, cliEnv());
     expect(resumed.code, resumed.stderr).toBe(0);
-    const result = JSON.parse(resumed.stdout) as { multipart: boolean; partsSent: number; partsReused: number; sha256: string };
+    const result = JSON.parse(resumed.stdout) as {
+      multipart: boolean;
+      partsSent: number;
+      partsReused: number;
+      sha256: string;
+    };
     expect(result.multipart).toBe(true);
     // Every part the gateway held when the client died is reused (one finishing after the count only adds).
     expect(result.partsReused).toBeGreaterThanOrEqual(held);
@@ -117,7 +135,10 @@ describe('arkvory put', () => {
     }).catch((e: unknown) => e);
     expect(error).toMatchObject({ code: 'aborted' });
     expect(parts).toEqual([1]);
-    expect((await request(`${gw.url}/api/v1/repositories/up/artifacts/aborted.bin/content`, { headers: bearer(key) })).status).toBe(404);
+    expect(
+      (await request(`${gw.url}/api/v1/repositories/up/artifacts/aborted.bin/content`, { headers: bearer(key) }))
+        .status,
+    ).toBe(404);
   });
 
   it('answers bad input with one line and a clear exit code, leaving nothing behind', async () => {
@@ -130,7 +151,10 @@ describe('arkvory put', () => {
     const badTarget = await runCli(['put', path.join(dir, 'small.bin'), 'up/a/b/c/d'], cliEnv());
     expect(badTarget.code).toBe(1);
     expect(badTarget.stderr).toMatch(/^arkvory: invalid_argument: /);
-    const unwritable = await runCli(['get', 'up/pkg/1.0/small.bin', '-o', path.join(dir, 'no-such-dir', 'x')], cliEnv());
+    const unwritable = await runCli(
+      ['get', 'up/pkg/1.0/small.bin', '-o', path.join(dir, 'no-such-dir', 'x')],
+      cliEnv(),
+    );
     expect(unwritable.code).toBe(1);
     expect(unwritable.stderr).toMatch(/^arkvory: io: ENOENT/);
     expect((await runCli(['get'], cliEnv())).code).toBe(2);

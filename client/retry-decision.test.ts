@@ -6,9 +6,21 @@ const REPR = `sha-256=:${Buffer.from(SHA, 'hex').toString('base64')}:`;
 
 describe('resuming client decisions', () => {
   it('keeps a 206 that starts at the offset, and restarts on a 200 to a ranged request', () => {
-    expect(decide(206, { 'content-range': 'bytes 100-999/1000', etag: `"${SHA}"`, 'repr-digest': REPR }, 100)).toEqual({ kind: 'body', offset: 100, total: 1000, etag: `"${SHA}"`, digestHex: SHA });
+    expect(decide(206, { 'content-range': 'bytes 100-999/1000', etag: `"${SHA}"`, 'repr-digest': REPR }, 100)).toEqual({
+      kind: 'body',
+      offset: 100,
+      total: 1000,
+      etag: `"${SHA}"`,
+      digestHex: SHA,
+    });
     expect(decide(206, { 'content-range': 'bytes 0-999/1000', etag: `"${SHA}"` }, 100)).toEqual({ kind: 'fail' });
-    expect(decide(200, { 'content-length': '1000', etag: `"${SHA}"` }, 100)).toEqual({ kind: 'body', offset: 0, total: 1000, etag: `"${SHA}"`, digestHex: SHA });
+    expect(decide(200, { 'content-length': '1000', etag: `"${SHA}"` }, 100)).toEqual({
+      kind: 'body',
+      offset: 0,
+      total: 1000,
+      etag: `"${SHA}"`,
+      digestHex: SHA,
+    });
   });
 
   it('treats 416 at the end as complete and before it as a restart', () => {

@@ -8,7 +8,13 @@ export type Headers = Readonly<Record<string, string | string[] | undefined>>;
 
 export type Decision =
   /** Write the body at `offset` (0 when the gateway sent the whole representation again). */
-  | { readonly kind: 'body'; readonly offset: number; readonly total: number; readonly etag: string | undefined; readonly digestHex: string | undefined }
+  | {
+      readonly kind: 'body';
+      readonly offset: number;
+      readonly total: number;
+      readonly etag: string | undefined;
+      readonly digestHex: string | undefined;
+    }
   /** Nothing left to fetch: the range starts at the end. */
   | { readonly kind: 'complete' }
   /** What we hold cannot be part of the representation (416 before its end): drop it and start over. */
@@ -56,12 +62,24 @@ export function retryAfterMs(headers: Headers, nowMs: number, fallbackMs: number
 export function decide(status: number, headers: Headers, offset: number): Decision {
   if (status === 200) {
     const total = Number(one(headers, 'content-length'));
-    return { kind: 'body', offset: 0, total: Number.isSafeInteger(total) ? total : -1, etag: strongEtag(headers), digestHex: publishedSha256(headers) };
+    return {
+      kind: 'body',
+      offset: 0,
+      total: Number.isSafeInteger(total) ? total : -1,
+      etag: strongEtag(headers),
+      digestHex: publishedSha256(headers),
+    };
   }
   if (status === 206) {
     const range = /^bytes (\d+)-(\d+)\/(\d+)$/.exec(one(headers, 'content-range') ?? '');
     if (!range || Number(range[1]) !== offset) return { kind: 'fail' };
-    return { kind: 'body', offset, total: Number(range[3]), etag: strongEtag(headers), digestHex: publishedSha256(headers) };
+    return {
+      kind: 'body',
+      offset,
+      total: Number(range[3]),
+      etag: strongEtag(headers),
+      digestHex: publishedSha256(headers),
+    };
   }
   if (status === 416) {
     const total = /^bytes \*\/(\d+)$/.exec(one(headers, 'content-range') ?? '');

@@ -7,21 +7,41 @@ describe('targets', () => {
   it('maps short names to the v1 paths, encoding each segment', () => {
     expect(targetOf('libs', ['a b.bin']).contentPath).toBe('/api/v1/repositories/libs/artifacts/a%20b.bin/content');
     expect(targetOf('libs', ['pkg', '1.0']).basePath).toBe('/api/v1/repositories/libs/packages/pkg/1.0');
-    expect(targetOf('libs', ['pkg', '1.0', 'x@y.tgz']).basePath).toBe('/api/v1/repositories/libs/packages/pkg/1.0/assets/x%40y.tgz');
-    expect(contentUrl('libs/pkg/1.0', 'http://gw:8080/')).toBe('http://gw:8080/api/v1/repositories/libs/packages/pkg/1.0/content');
+    expect(targetOf('libs', ['pkg', '1.0', 'x@y.tgz']).basePath).toBe(
+      '/api/v1/repositories/libs/packages/pkg/1.0/assets/x%40y.tgz',
+    );
+    expect(contentUrl('libs/pkg/1.0', 'http://gw:8080/')).toBe(
+      'http://gw:8080/api/v1/repositories/libs/packages/pkg/1.0/content',
+    );
     expect(contentUrl('https://x/y/content?sig=1', undefined)).toBe('https://x/y/content?sig=1');
-    expect(baseUrlOf('http://gw/api/v1/repositories/r/artifacts/a/content?X=1', undefined)).toBe('http://gw/api/v1/repositories/r/artifacts/a');
+    expect(baseUrlOf('http://gw/api/v1/repositories/r/artifacts/a/content?X=1', undefined)).toBe(
+      'http://gw/api/v1/repositories/r/artifacts/a',
+    );
   });
 
   it('refuses names that are no target, with a code', () => {
-    for (const bad of [() => targetOf('libs', []), () => targetOf('libs', ['a', 'b', 'c', 'd']), () => targetOf('', ['a']), () => targetOf('libs', ['..']), () => contentUrl('libs/a', undefined)]) {
+    for (const bad of [
+      () => targetOf('libs', []),
+      () => targetOf('libs', ['a', 'b', 'c', 'd']),
+      () => targetOf('', ['a']),
+      () => targetOf('libs', ['..']),
+      () => contentUrl('libs/a', undefined),
+    ]) {
       expect(bad).toThrow(ArkvoryClientError);
     }
   });
 });
 
 describe('progress', () => {
-  const p = { bytes: 5 * 1024 * 1024, total: 10 * 1024 * 1024, transferred: 4 * 1024 * 1024, elapsedMs: 2000, attempt: 2, url: 'http://gw/x/content?X-Arkvory-Signature=secret', done: false };
+  const p = {
+    bytes: 5 * 1024 * 1024,
+    total: 10 * 1024 * 1024,
+    transferred: 4 * 1024 * 1024,
+    elapsedMs: 2000,
+    attempt: 2,
+    url: 'http://gw/x/content?X-Arkvory-Signature=secret',
+    done: false,
+  };
   it('draws a bar with percentage, sizes, rate and ETA within the width', () => {
     const bar = progressBar(p, 90);
     expect(bar.length).toBeLessThanOrEqual(90);
@@ -32,6 +52,14 @@ describe('progress', () => {
 
   it('writes JSON lines without the query (a link signature is a credential)', () => {
     const line = JSON.parse(progressJson(p)) as Record<string, unknown>;
-    expect(line).toEqual({ event: 'progress', bytes: p.bytes, total: p.total, bytesPerSecond: 2 * 1024 * 1024, etaSeconds: 3, attempt: 2, url: 'http://gw/x/content' });
+    expect(line).toEqual({
+      event: 'progress',
+      bytes: p.bytes,
+      total: p.total,
+      bytesPerSecond: 2 * 1024 * 1024,
+      etaSeconds: 3,
+      attempt: 2,
+      url: 'http://gw/x/content',
+    });
   });
 });

@@ -90,23 +90,47 @@ export async function upload(options: UploadOptions): Promise<UploadResult> {
   const http = new Requests(options);
   if (size <= threshold) {
     const res = await http.send('PUT', options.url, {
-      headers: { 'content-type': options.contentType ?? 'application/octet-stream', 'content-length': String(size), 'content-digest': contentDigestHeader(sha256) },
+      headers: {
+        'content-type': options.contentType ?? 'application/octet-stream',
+        'content-length': String(size),
+        'content-digest': contentDigestHeader(sha256),
+      },
       body: () => createReadStream(options.file),
     });
-    return { sha256, sizeBytes: size, outcome: res.status === 201 ? 'created' : 'exists', multipart: false, partsSent: 0, partsReused: 0, upload: undefined };
+    return {
+      sha256,
+      sizeBytes: size,
+      outcome: res.status === 201 ? 'created' : 'exists',
+      multipart: false,
+      partsSent: 0,
+      partsReused: 0,
+      upload: undefined,
+    };
   }
   return uploadMultipart(options, http, size, sha256);
 }
 
-async function uploadMultipart(options: UploadOptions, http: Requests, size: number, sha256: string): Promise<UploadResult> {
+async function uploadMultipart(
+  options: UploadOptions,
+  http: Requests,
+  size: number,
+  sha256: string,
+): Promise<UploadResult> {
   const partSize = options.partSize ?? 16 * MiB;
-  const stateDir = options.stateDir ?? path.join(process.env.XDG_CACHE_HOME ?? path.join(os.homedir(), '.cache'), 'arkvory', 'uploads');
-  const stateFile = path.join(stateDir, `${createHash('sha256').update([options.url, sha256, size, partSize].join('\n')).digest('hex').slice(0, 32)}.json`);
+  const stateDir =
+    options.stateDir ??
+    path.join(process.env.XDG_CACHE_HOME ?? path.join(os.homedir(), '.cache'), 'arkvory', 'uploads');
+  const stateFile = path.join(
+    stateDir,
+    `${createHash('sha256').update([options.url, sha256, size, partSize].join('\n')).digest('hex').slice(0, 32)}.json`,
+  );
   const origin = new URL(options.url).origin;
 
   let session = await resumeSession(http, stateFile, origin);
   if (!session) {
-    const res = await http.send('POST', `${options.url}/uploads`, { json: { size, sha256, contentType: options.contentType ?? 'application/octet-stream' } });
+    const res = await http.send('POST', `${options.url}/uploads`, {
+      json: { size, sha256, contentType: options.contentType ?? 'application/octet-stream' },
+    });
     session = JSON.parse(res.body) as SessionBody;
     await mkdir(stateDir, { recursive: true });
     await writeFile(stateFile, JSON.stringify({ url: `${origin}${session.url}` }));
@@ -145,12 +169,27 @@ async function uploadMultipart(options: UploadOptions, http: Requests, size: num
       }
     };
     await Promise.all(Array.from({ length: Math.max(1, Math.min(options.concurrency ?? 4, missing.length)) }, worker));
-    await http.send('POST', `${sessionUrl}/complete`, { json: { parts: parts.map((p) => ({ partNumber: p.partNumber, sha256: p.sha256 })) }, accept: [202, 409] });
+    await http.send('POST', `${sessionUrl}/complete`, {
+      json: { parts: parts.map((p) => ({ partNumber: p.partNumber, sha256: p.sha256 })) },
+      accept: [202, 409],
+    });
   }
   const done = await waitForCompletion(http, sessionUrl, options);
   await rm(stateFile, { force: true });
-  if (done.artifact?.sha256 !== sha256) throw new ArkvoryClientError('upload_failed', `The gateway published sha256 ${done.artifact?.sha256}, the file is ${sha256}.`);
-  return { sha256, sizeBytes: size, outcome: 'created', multipart: true, partsSent: sent, partsReused: reused, upload: done.upload };
+  if (done.artifact?.sha256 !== sha256)
+    throw new ArkvoryClientError(
+      'upload_failed',
+      `The gateway published sha256 ${done.artifact?.sha256}, the file is ${sha256}.`,
+    );
+  return {
+    sha256,
+    sizeBytes: size,
+    outcome: 'created',
+    multipart: true,
+    partsSent: sent,
+    partsReused: reused,
+    upload: done.upload,
+  };
 }
 
 /** The remembered session, when the gateway still has it open, completing or done. */
@@ -175,7 +214,11 @@ async function waitForCompletion(http: Requests, sessionUrl: string, options: Up
   for (;;) {
     const session = JSON.parse((await http.send('GET', sessionUrl, {})).body) as SessionBody;
     if (session.state === 'done') return session;
-    if (session.state !== 'completing') throw new ArkvoryClientError('upload_failed', `The upload ended ${session.state}${session.error ? `: ${session.error}` : ''}.`);
+    if (session.state !== 'completing')
+      throw new ArkvoryClientError(
+        'upload_failed',
+        `The upload ended ${session.state}${session.error ? `: ${session.error}` : ''}.`,
+      );
     await (options.sleep ?? defaultSleep)(options.pollIntervalMs ?? 250, options.signal);
   }
 }
@@ -205,9 +248,16 @@ class Requests {
       } else if (what.body) body = what.body();
       let waitMs: number;
       try {
-        const res = await request(url, { method, headers, body: body as string, ...(o.signal ? { signal: o.signal } : {}), ...(o.dispatcher ? { dispatcher: o.dispatcher } : {}) });
+        const res = await request(url, {
+          method,
+          headers,
+          body: body as string,
+          ...(o.signal ? { signal: o.signal } : {}),
+          ...(o.dispatcher ? { dispatcher: o.dispatcher } : {}),
+        });
         const text = await res.body.text();
-        if ((res.statusCode >= 200 && res.statusCode < 300) || what.accept?.includes(res.statusCode)) return { status: res.statusCode, body: text };
+        if ((res.statusCode >= 200 && res.statusCode < 300) || what.accept?.includes(res.statusCode))
+          return { status: res.statusCode, body: text };
         const error = gatewayError(res.statusCode, text);
         if (res.statusCode === 429) waitMs = retryAfterMs(res.headers, (o.now ?? Date.now)(), 1000, 60_000);
         else if (res.statusCode >= 502 && res.statusCode <= 504) waitMs = backoffMs(attempt);

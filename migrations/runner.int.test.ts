@@ -7,11 +7,16 @@ describe('migrations', () => {
   it('two migrate commands started at once both exit 0 and apply each migration once', async () => {
     const db = await createTestDatabase({ migrated: false });
     try {
-      const [a, b] = await Promise.all([runCli(['migrate'], { ARKVORY_DATABASE_URL: db.url }), runCli(['migrate'], { ARKVORY_DATABASE_URL: db.url })]);
+      const [a, b] = await Promise.all([
+        runCli(['migrate'], { ARKVORY_DATABASE_URL: db.url }),
+        runCli(['migrate'], { ARKVORY_DATABASE_URL: db.url }),
+      ]);
       expect(a.code, a.stderr).toBe(0);
       expect(b.code, b.stderr).toBe(0);
       const all = await listMigrations();
-      const rows = await db.pool.query<{ version: number }>('SELECT version FROM arkvory_schema_migrations ORDER BY version');
+      const rows = await db.pool.query<{ version: number }>(
+        'SELECT version FROM arkvory_schema_migrations ORDER BY version',
+      );
       expect(rows.rows.map((r) => r.version)).toEqual(all.map((m) => m.version));
       // Exactly one of the two runs applied them.
       expect([a.stdout, b.stdout].filter((s) => s.startsWith('applied')).length).toBe(1);

@@ -20,9 +20,14 @@ export interface Migration {
 
 export async function listMigrations(dir = MIGRATIONS_DIR): Promise<Migration[]> {
   const files = (await readdir(dir)).filter((f) => /^\d{4}_[a-z0-9_]+\.sql$/.test(f)).sort();
-  const migrations = files.map((file) => ({ version: Number(file.slice(0, 4)), name: file.slice(5, -4), file: path.join(dir, file) }));
+  const migrations = files.map((file) => ({
+    version: Number(file.slice(0, 4)),
+    name: file.slice(5, -4),
+    file: path.join(dir, file),
+  }));
   for (let i = 1; i < migrations.length; i++) {
-    if (migrations[i]!.version === migrations[i - 1]!.version) throw new Error(`two migrations numbered ${migrations[i]!.version}`);
+    if (migrations[i]!.version === migrations[i - 1]!.version)
+      throw new Error(`two migrations numbered ${migrations[i]!.version}`);
   }
   return migrations;
 }
@@ -35,7 +40,10 @@ async function appliedVersions(client: pg.ClientBase): Promise<Set<number>> {
 }
 
 /** Applies every pending migration; returns the ones applied by this call. */
-export async function migrate(pool: pg.Pool, options: { dir?: string; onApply?: (m: Migration) => void } = {}): Promise<Migration[]> {
+export async function migrate(
+  pool: pg.Pool,
+  options: { dir?: string; onApply?: (m: Migration) => void } = {},
+): Promise<Migration[]> {
   const all = await listMigrations(options.dir);
   const client = await pool.connect();
   const applied: Migration[] = [];
@@ -54,7 +62,10 @@ export async function migrate(pool: pg.Pool, options: { dir?: string; onApply?: 
         await client.query('BEGIN');
         try {
           await client.query(sql);
-          await client.query('INSERT INTO arkvory_schema_migrations (version, name) VALUES ($1, $2)', [m.version, m.name]);
+          await client.query('INSERT INTO arkvory_schema_migrations (version, name) VALUES ($1, $2)', [
+            m.version,
+            m.name,
+          ]);
           await client.query('COMMIT');
         } catch (err) {
           await client.query('ROLLBACK');

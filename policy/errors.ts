@@ -18,7 +18,11 @@ export class PolicyError extends Error {
   readonly code: PolicyErrorCode;
   /** Response headers the edge should copy (Retry-After, RateLimit-*, WWW-Authenticate). */
   readonly headers: Readonly<Record<string, string | string[]>>;
-  constructor(code: PolicyErrorCode, message?: string, options?: { cause?: unknown; headers?: Record<string, string | string[]> }) {
+  constructor(
+    code: PolicyErrorCode,
+    message?: string,
+    options?: { cause?: unknown; headers?: Record<string, string | string[]> },
+  ) {
     super(message ?? POLICY_ERRORS[code], options?.cause === undefined ? undefined : { cause: options.cause });
     this.code = code;
     this.headers = options?.headers ?? {};

@@ -69,7 +69,8 @@ export class ManualTimers implements Timers {
   #next(): ManualTimer | undefined {
     let best: ManualTimer | undefined;
     for (const timer of this.#pending) {
-      if (best === undefined || timer.dueMs < best.dueMs || (timer.dueMs === best.dueMs && timer.seq < best.seq)) best = timer;
+      if (best === undefined || timer.dueMs < best.dueMs || (timer.dueMs === best.dueMs && timer.seq < best.seq))
+        best = timer;
     }
     return best;
   }

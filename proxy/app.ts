@@ -19,7 +19,12 @@ import { buildWorkerApp, startMultipart } from './worker-app.ts';
  */
 export async function buildApp(services: Services): Promise<{ routes: Route[]; gates: Gate[] }> {
   if (services.config.role === 'worker') return buildWorkerApp(services);
-  const auth = new Authenticator({ pool: services.pool, databaseUrl: services.databaseUrl, clock: services.clock, log: services.log.child({ component: 'auth' }) });
+  const auth = new Authenticator({
+    pool: services.pool,
+    databaseUrl: services.databaseUrl,
+    clock: services.clock,
+    log: services.log.child({ component: 'auth' }),
+  });
   await auth.start();
   services.onClose.push(() => auth.stop());
   await bootstrapAdmin(services);
@@ -33,10 +38,15 @@ export async function buildApp(services: Services): Promise<{ routes: Route[]; g
   });
   services.metrics?.watchStore(content.store);
   const multipart = startMultipart(services, content.store, contentMeters(services.transfers));
-  const contentRoutes = [...content.routes, ...(await multipart).routes].map((route) => withAdmission(route, services.transfers));
+  const contentRoutes = [...content.routes, ...(await multipart).routes].map((route) =>
+    withAdmission(route, services.transfers),
+  );
   const routes: Route[] = [...healthRoutes(services), ...authAdminRoutes(services), ...contentRoutes];
   // The console lives on the writer only (DESIGN.md); a reader points there.
-  const consoleUi = services.config.role === 'api' ? createConsole(services, { authenticate: (header) => auth.authenticate(header) }) : undefined;
+  const consoleUi =
+    services.config.role === 'api'
+      ? createConsole(services, { authenticate: (header) => auth.authenticate(header) })
+      : undefined;
   const gates: Gate[] = [createAuthGate(auth, services.lifecycle, consoleUi?.credentials, links)];
   // Rate limiting: auth failures are counted around the auth gate; gateway_request runs after it.
   const rateLimiting = await openRateLimiting(services);

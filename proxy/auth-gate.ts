@@ -23,11 +23,15 @@ export function createAuthGate(
   return async (ctx) => {
     if (ctx.access === 'public') return;
     if (lifecycle.state === 'fenced') throw new PolicyError('lease_lost');
-    const principal = links && ctx.req.headers.authorization === undefined && hasPresignParams(ctx.url.searchParams) ? await presignedPrincipal(links, ctx) : await auth.authenticate(credentials(ctx));
+    const principal =
+      links && ctx.req.headers.authorization === undefined && hasPresignParams(ctx.url.searchParams)
+        ? await presignedPrincipal(links, ctx)
+        : await auth.authenticate(credentials(ctx));
     ctx.principal = principal;
     const needsGrant = ctx.access === 'read' || ctx.access === 'write';
     const repo = ctx.params.repo;
-    if (needsGrant && repo === undefined) throw new Error(`route ${ctx.route} has access "${ctx.access}" but no :repo parameter`);
+    if (needsGrant && repo === undefined)
+      throw new Error(`route ${ctx.route} has access "${ctx.access}" but no :repo parameter`);
     const grant = needsGrant ? await auth.grant(principal.id, repo!) : undefined;
     const decision = authorize(ctx.access, principal.scopes, grant);
     if (!decision.allow) throw new PolicyError(decision.code);
@@ -37,6 +41,7 @@ export function createAuthGate(
 /** A pre-signed link opens GET/HEAD of one content route only; anything else with its parameters is a 401. */
 function presignedPrincipal(links: PresignedLinks, ctx: RequestContext) {
   const method = ctx.req.method;
-  if ((method !== 'GET' && method !== 'HEAD') || ctx.access !== 'read' || !ctx.route.endsWith('/content')) return Promise.reject(unauthorized());
+  if ((method !== 'GET' && method !== 'HEAD') || ctx.access !== 'read' || !ctx.route.endsWith('/content'))
+    return Promise.reject(unauthorized());
   return links.authenticate(ctx.url.pathname, ctx.url.searchParams);
 }

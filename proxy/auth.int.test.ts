@@ -48,7 +48,11 @@ describe('auth gate (in-process server, real PostgreSQL)', () => {
     await auth?.stop();
   });
 
-  async function call(method: string, path: string, key?: string): Promise<{ status: number; body: Record<string, unknown>; headers: Headers }> {
+  async function call(
+    method: string,
+    path: string,
+    key?: string,
+  ): Promise<{ status: number; body: Record<string, unknown>; headers: Headers }> {
     const res = await fetch(`${base}${path}`, { method, headers: key ? bearer(key) : {} });
     return { status: res.status, body: (await res.json()) as Record<string, unknown>, headers: res.headers };
   }
@@ -58,7 +62,9 @@ describe('auth gate (in-process server, real PostgreSQL)', () => {
     const revoked = await createServiceAccount(db.pool);
     await store.revokeKey(revoked.keyId);
     const expired = await createServiceAccount(db.pool, { expiresInSeconds: 1 });
-    await db.pool.query(`UPDATE arkvory_api_keys SET expires_at = now() - interval '1 second' WHERE key_id = $1`, [expired.keyId]);
+    await db.pool.query(`UPDATE arkvory_api_keys SET expires_at = now() - interval '1 second' WHERE key_id = $1`, [
+      expired.keyId,
+    ]);
     const valid = await createServiceAccount(db.pool);
     const disabled = await createServiceAccount(db.pool);
     await store.setPrincipalDisabled(disabled.principalId, true);
@@ -122,11 +128,13 @@ describe('auth gate (in-process server, real PostgreSQL)', () => {
       const r = await db.pool.query('SELECT last_used_at FROM arkvory_api_keys WHERE key_id = $1', [sa.keyId]);
       return r.rows[0].last_used_at !== null;
     });
-    const first = (await db.pool.query('SELECT last_used_at FROM arkvory_api_keys WHERE key_id = $1', [sa.keyId])).rows[0].last_used_at as Date;
+    const first = (await db.pool.query('SELECT last_used_at FROM arkvory_api_keys WHERE key_id = $1', [sa.keyId]))
+      .rows[0].last_used_at as Date;
     await sleep(20);
     for (let i = 0; i < 5; i++) await call('GET', '/t/service', sa.key);
     await sleep(200);
-    const after = (await db.pool.query('SELECT last_used_at FROM arkvory_api_keys WHERE key_id = $1', [sa.keyId])).rows[0].last_used_at as Date;
+    const after = (await db.pool.query('SELECT last_used_at FROM arkvory_api_keys WHERE key_id = $1', [sa.keyId]))
+      .rows[0].last_used_at as Date;
     expect(after.getTime()).toBe(first.getTime());
   });
 });
@@ -148,13 +156,25 @@ describe('auth across real gateway processes', () => {
     onTestFinished(() => own.drop());
     const admin = await createServiceAccount(own.pool, { scopes: ['admin'] });
     const victim = await createServiceAccount(own.pool, { scopes: ['read'] });
-    const shared = { ARKVORY_DATABASE_URL: own.url, ARKVORY_REDIS_URL: inject('redisUrl'), ARKVORY_GATEWAY_SLOTS: '2', ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(64 * 1024 * 1024) };
+    const shared = {
+      ARKVORY_DATABASE_URL: own.url,
+      ARKVORY_REDIS_URL: inject('redisUrl'),
+      ARKVORY_GATEWAY_SLOTS: '2',
+      ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(64 * 1024 * 1024),
+    };
     const a = await startGateway({ env: { ...shared, ARKVORY_GATEWAY_SLOT: '0' } });
-    const b = await startGateway({ env: { ...shared, ARKVORY_ROLE: 'reader', ARKVORY_GATEWAY_SLOT: '1' }, dataDir: a.dataDir });
-    const ready = (gw: { url: string }, key: string) => fetch(`${gw.url}/health/ready`, { headers: bearer(key) }).then((r) => r.status);
+    const b = await startGateway({
+      env: { ...shared, ARKVORY_ROLE: 'reader', ARKVORY_GATEWAY_SLOT: '1' },
+      dataDir: a.dataDir,
+    });
+    const ready = (gw: { url: string }, key: string) =>
+      fetch(`${gw.url}/health/ready`, { headers: bearer(key) }).then((r) => r.status);
     expect(await ready(a, victim.key)).toBe(200);
     expect(await ready(b, victim.key)).toBe(200);
-    const revoke = await fetch(`${a.url}/api/v1/admin/keys/${victim.keyId}/revoke`, { method: 'POST', headers: bearer(admin.key) });
+    const revoke = await fetch(`${a.url}/api/v1/admin/keys/${victim.keyId}/revoke`, {
+      method: 'POST',
+      headers: bearer(admin.key),
+    });
     expect(revoke.status).toBe(200);
     const took = await expectWithin(2000, async () => (await ready(b, victim.key)) === 401);
     expect(took).toBeLessThan(2000);
@@ -200,17 +220,24 @@ describe('auth across real gateway processes', () => {
     const principal = JSON.parse(created.stdout) as { id: string };
     expect((await runCli(['repos', 'create', 'cli-repo'], env)).code).toBe(0);
     expect((await runCli(['grants', 'add', 'ci-bot', 'cli-repo', 'read'], env)).code).toBe(0);
-    const key = JSON.parse((await runCli(['keys', 'create', 'ci-bot', '--scopes', 'read', '--expires-in', '1d'], env)).stdout) as { key: string; keyId: string; expiresAt: string };
+    const key = JSON.parse(
+      (await runCli(['keys', 'create', 'ci-bot', '--scopes', 'read', '--expires-in', '1d'], env)).stdout,
+    ) as { key: string; keyId: string; expiresAt: string };
     expect(key.key).toMatch(/^ark_/);
     expect(Date.parse(key.expiresAt) - Date.now()).toBeGreaterThan(86_000_000);
     const listed = (await runCli(['keys', 'list', 'ci-bot'], env)).stdout;
     expect(listed).toContain(key.keyId);
     expect(listed).not.toContain(key.key.slice(21));
-    const grants = JSON.parse((await runCli(['grants', 'list', 'ci-bot'], env)).stdout) as Array<{ repository: string }>;
+    const grants = JSON.parse((await runCli(['grants', 'list', 'ci-bot'], env)).stdout) as Array<{
+      repository: string;
+    }>;
     expect(grants.map((g) => g.repository)).toEqual(['cli-repo']);
     const gw = await startGateway({ env });
     expect((await fetch(`${gw.url}/health/ready`, { headers: bearer(key.key) })).status).toBe(200);
-    const rotated = JSON.parse((await runCli(['keys', 'rotate', key.keyId], env)).stdout) as { key: string; principalId: string };
+    const rotated = JSON.parse((await runCli(['keys', 'rotate', key.keyId], env)).stdout) as {
+      key: string;
+      principalId: string;
+    };
     expect(rotated.principalId).toBe(principal.id);
     expect((await runCli(['keys', 'revoke', key.keyId], env)).code).toBe(0);
     expect((await runCli(['principals', 'disable', 'ci-bot'], env)).code).toBe(0);
@@ -238,7 +265,9 @@ describe('first start on the embedded default', () => {
     expect(gw.logs()).not.toContain(key.slice(21));
     const principals = await fetch(`${gw.url}/api/v1/admin/principals`, { headers: bearer(key) });
     expect(principals.status).toBe(200);
-    expect(((await principals.json()) as { principals: Array<{ name: string }> }).principals.map((p) => p.name)).toEqual(['admin']);
+    expect(
+      ((await principals.json()) as { principals: Array<{ name: string }> }).principals.map((p) => p.name),
+    ).toEqual(['admin']);
     // The CLI reaches the running embedded database through the data dir.
     const cli = await runCli(['repos', 'create', 'from-cli'], { ARKVORY_DATA_DIR: gw.dataDir });
     expect(cli.code, cli.stderr).toBe(0);
@@ -281,7 +310,18 @@ function hostileValues(validKey: string, count: number): Buffer[] {
     const len = rand(kind === 5 ? 6000 : 120) + 1;
     const bytes = Buffer.alloc(len);
     for (let i = 0; i < len; i++) {
-      bytes[i] = kind === 0 ? rand(256) : kind === 1 ? 0x20 + rand(95) : kind === 2 ? (rand(4) === 0 ? 0 : 0x41 + rand(26)) : kind === 3 ? 0x80 + rand(128) : 0x20 + rand(95);
+      bytes[i] =
+        kind === 0
+          ? rand(256)
+          : kind === 1
+            ? 0x20 + rand(95)
+            : kind === 2
+              ? rand(4) === 0
+                ? 0
+                : 0x41 + rand(26)
+              : kind === 3
+                ? 0x80 + rand(128)
+                : 0x20 + rand(95);
     }
     // CR/LF would end the header line and make a different request, not a different value.
     for (let i = 0; i < len; i++) if (bytes[i] === 0x0d || bytes[i] === 0x0a) bytes[i] = 0x20;
@@ -294,7 +334,13 @@ function hostileValues(validKey: string, count: number): Buffer[] {
 function rawGetStatus(port: number, path: string, authorization: Buffer): Promise<number> {
   return new Promise((resolve, reject) => {
     const socket = net.connect(port, '127.0.0.1', () => {
-      socket.write(Buffer.concat([Buffer.from(`GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nAuthorization: `), authorization, Buffer.from('\r\n\r\n')]));
+      socket.write(
+        Buffer.concat([
+          Buffer.from(`GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nAuthorization: `),
+          authorization,
+          Buffer.from('\r\n\r\n'),
+        ]),
+      );
     });
     let head = '';
     socket.on('data', (d: Buffer) => (head += d.toString('latin1')));

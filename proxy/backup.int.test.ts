@@ -18,7 +18,8 @@ import { useTestRedis } from '../test/support/redis.ts';
 import { startStaticStore, STORE_KINDS } from '../test/support/static-store.ts';
 
 const KiB = 1024;
-const blobFile = (backup: string, hex: string) => path.join(backup, 'blobs', 'sha256', hex.slice(0, 2), hex.slice(2, 4), hex);
+const blobFile = (backup: string, hex: string) =>
+  path.join(backup, 'blobs', 'sha256', hex.slice(0, 2), hex.slice(2, 4), hex);
 const json = (r: { body: Buffer }) => JSON.parse(r.body.toString()) as Record<string, unknown>;
 const drops: Array<() => Promise<void>> = [];
 afterAll(async () => {
@@ -34,22 +35,49 @@ interface Upload {
 }
 
 async function put(gw: GatewayProcess, key: string, id: string, body: Buffer): Promise<void> {
-  const r = await request(`${gw.url}/api/v1/repositories/bk/artifacts/${id}`, { method: 'PUT', headers: bearer(key), body });
+  const r = await request(`${gw.url}/api/v1/repositories/bk/artifacts/${id}`, {
+    method: 'PUT',
+    headers: bearer(key),
+    body,
+  });
   expect(r.status, r.body.toString()).toBe(201);
 }
 
 /** A 2-part multipart upload, completed and waited for. */
 async function putMultipart(gw: GatewayProcess, key: string, id: string, body: Buffer): Promise<void> {
   const headers = { ...bearer(key), 'content-type': 'application/json' };
-  const opened = await request(`${gw.url}/api/v1/repositories/bk/artifacts/${id}/uploads`, { method: 'POST', headers, body: Buffer.from('{}') });
+  const opened = await request(`${gw.url}/api/v1/repositories/bk/artifacts/${id}/uploads`, {
+    method: 'POST',
+    headers,
+    body: Buffer.from('{}'),
+  });
   expect(opened.status, opened.body.toString()).toBe(201);
   const upload = json(opened).upload as string;
   const parts = [body.subarray(0, body.length >> 1), body.subarray(body.length >> 1)];
-  for (const [i, p] of parts.entries()) expect((await request(`${gw.url}/api/v1/repositories/bk/uploads/${upload}/parts/${i + 1}`, { method: 'PUT', headers: bearer(key), body: p })).status).toBe(200);
+  for (const [i, p] of parts.entries())
+    expect(
+      (
+        await request(`${gw.url}/api/v1/repositories/bk/uploads/${upload}/parts/${i + 1}`, {
+          method: 'PUT',
+          headers: bearer(key),
+          body: p,
+        })
+      ).status,
+    ).toBe(200);
   const list = parts.map((p, i) => ({ partNumber: i + 1, sha256: sha256(p) }));
-  expect((await request(`${gw.url}/api/v1/repositories/bk/uploads/${upload}/complete`, { method: 'POST', headers, body: Buffer.from(JSON.stringify({ parts: list })) })).status).toBe(202);
+  expect(
+    (
+      await request(`${gw.url}/api/v1/repositories/bk/uploads/${upload}/complete`, {
+        method: 'POST',
+        headers,
+        body: Buffer.from(JSON.stringify({ parts: list })),
+      })
+    ).status,
+  ).toBe(202);
   for (;;) {
-    const state = json(await request(`${gw.url}/api/v1/repositories/bk/uploads/${upload}`, { headers: bearer(key) })).state;
+    const state = json(
+      await request(`${gw.url}/api/v1/repositories/bk/uploads/${upload}`, { headers: bearer(key) }),
+    ).state;
     if (state === 'done') return;
     expect(state).toBe('completing');
     await sleep(20);
@@ -57,7 +85,13 @@ async function putMultipart(gw: GatewayProcess, key: string, id: string, body: B
 }
 
 /** Uploads one artifact after another (every third as multipart) until `stop` is set. */
-async function uploadUntil(gw: GatewayProcess, key: string, prefix: string, stop: { done: boolean }, into: Upload[]): Promise<void> {
+async function uploadUntil(
+  gw: GatewayProcess,
+  key: string,
+  prefix: string,
+  stop: { done: boolean },
+  into: Upload[],
+): Promise<void> {
   for (let i = 0; !stop.done; i++) {
     const upload: Upload = { id: `${prefix}-${i}.bin`, body: randomContent(20 * KiB + i), startedAt: Date.now() };
     into.push(upload);
@@ -91,7 +125,9 @@ describe.each(STORE_KINDS)('backup and restore (%s store)', (kind) => {
     const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: gw.dataDir, ARKVORY_STORAGE_URL: sourceStore?.url };
     const destination = await makeTempDir('arkvory-backups-');
     // Coordination state a shared-profile installation would have (read only at start, so the running standalone writer is unaffected).
-    await db.pool.query('INSERT INTO arkvory_download_policy (slots, download_bytes_per_second, download_bytes_per_second_per_principal) VALUES (2, 2097152, 0)');
+    await db.pool.query(
+      'INSERT INTO arkvory_download_policy (slots, download_bytes_per_second, download_bytes_per_second_per_principal) VALUES (2, 2097152, 0)',
+    );
     await db.pool.query(
       `INSERT INTO arkvory_gateway_leases (slot, owner, generation, role, acquired_at, renewed_at, expires_at)
        VALUES (1, gen_random_uuid(), 1, 'reader', clock_timestamp(), clock_timestamp(), clock_timestamp() + interval '10 seconds')`,
@@ -106,57 +142,113 @@ describe.each(STORE_KINDS)('backup and restore (%s store)', (kind) => {
     stop.done = true;
     await load;
     expect(backup.code, backup.stderr).toBe(0);
-    const summary = JSON.parse(backup.stdout) as { backup: string; snapshotTime: string; tables: Record<string, number>; blobs: { count: number; linked: number; copied: number; reused: number } };
+    const summary = JSON.parse(backup.stdout) as {
+      backup: string;
+      snapshotTime: string;
+      tables: Record<string, number>;
+      blobs: { count: number; linked: number; copied: number; reused: number };
+    };
     expect(summary.blobs.count).toBeGreaterThanOrEqual(6);
     // The directory store's blobs are on the same filesystem as the destination: hard links.
     if (kind === 'fs') expect(summary.blobs.linked).toBe(summary.blobs.count);
     else expect(summary.blobs.copied).toBe(summary.blobs.count);
-    expect(during.filter((u) => u.publishedAt !== undefined && u.startedAt > backupStarted && u.publishedAt < backupEnded).length, 'uploads published while the backup ran').toBeGreaterThan(0);
+    expect(
+      during.filter((u) => u.publishedAt !== undefined && u.startedAt > backupStarted && u.publishedAt < backupEnded)
+        .length,
+      'uploads published while the backup ran',
+    ).toBeGreaterThan(0);
     const after: Upload[] = [];
     for (let i = 0; i < 2; i++) {
       const u: Upload = { id: `after-${i}.bin`, body: randomContent(10 * KiB), startedAt: Date.now() };
       await put(gw, writer.key, u.id, u.body);
       after.push(u);
     }
-    const manifest = JSON.parse(await readFile(path.join(summary.backup, 'manifest.json'), 'utf8')) as { tables: Array<{ name: string; rows: number; restored: boolean }>; sha256: string; snapshotTime: string };
+    const manifest = JSON.parse(await readFile(path.join(summary.backup, 'manifest.json'), 'utf8')) as {
+      tables: Array<{ name: string; rows: number; restored: boolean }>;
+      sha256: string;
+      snapshotTime: string;
+    };
     expect(manifest.sha256).toMatch(/^[0-9a-f]{64}$/);
-    expect(manifest.tables.find((t) => t.name === 'arkvory_gateway_leases')).toEqual({ name: 'arkvory_gateway_leases', rows: 1, restored: false });
-    expect(manifest.tables.find((t) => t.name === 'arkvory_download_policy')).toEqual({ name: 'arkvory_download_policy', rows: 1, restored: false });
+    expect(manifest.tables.find((t) => t.name === 'arkvory_gateway_leases')).toEqual({
+      name: 'arkvory_gateway_leases',
+      rows: 1,
+      restored: false,
+    });
+    expect(manifest.tables.find((t) => t.name === 'arkvory_download_policy')).toEqual({
+      name: 'arkvory_download_policy',
+      rows: 1,
+      restored: false,
+    });
 
     // Restore into a fresh database and a fresh root.
     const target = await createTestDatabase({ migrated: false });
     drops.push(target.drop);
     const targetStore = kind === 'http' ? await startStaticStore() : undefined;
     const targetDir = await makeTempDir();
-    const targetEnv = { ARKVORY_DATABASE_URL: target.url, ARKVORY_DATA_DIR: targetDir, ARKVORY_STORAGE_URL: targetStore?.url };
+    const targetEnv = {
+      ARKVORY_DATABASE_URL: target.url,
+      ARKVORY_DATA_DIR: targetDir,
+      ARKVORY_STORAGE_URL: targetStore?.url,
+    };
     const restore = await runCli(['restore', destination], targetEnv);
     expect(restore.code, restore.stderr).toBe(0);
-    const restored = JSON.parse(restore.stdout) as { storageId: string; scrub: { checked: number; corrupt: unknown[] } };
+    const restored = JSON.parse(restore.stdout) as {
+      storageId: string;
+      scrub: { checked: number; corrupt: unknown[] };
+    };
     expect(restored.scrub).toMatchObject({ checked: summary.blobs.count, corrupt: [] });
     const sourceId = (await db.pool.query<{ id: string }>('SELECT id::text AS id FROM arkvory_storage')).rows[0]!.id;
     expect(restored.storageId).toBe(sourceId);
 
-    const names = new Set((await target.pool.query<{ name: string }>(`SELECT name FROM arkvory_artifacts WHERE repository = 'bk'`)).rows.map((r) => r.name));
+    const names = new Set(
+      (
+        await target.pool.query<{ name: string }>(`SELECT name FROM arkvory_artifacts WHERE repository = 'bk'`)
+      ).rows.map((r) => r.name),
+    );
     for (const u of uploads) expect(names.has(u.id), `${u.id} published before the backup`).toBe(true);
-    for (const u of during.filter((d) => d.publishedAt !== undefined && d.publishedAt < backupStarted)) expect(names.has(u.id), u.id).toBe(true);
-    for (const u of [...after, ...during.filter((d) => d.startedAt > backupEnded)]) expect(names.has(u.id), `${u.id} started after the backup`).toBe(false);
-    const grants = (pool: TestDatabase['pool']) => pool.query(`SELECT p.name, g.repository, g.permission FROM arkvory_grants g JOIN arkvory_principals p ON p.id = g.principal_id ORDER BY 1, 2`).then((r) => r.rows);
+    for (const u of during.filter((d) => d.publishedAt !== undefined && d.publishedAt < backupStarted))
+      expect(names.has(u.id), u.id).toBe(true);
+    for (const u of [...after, ...during.filter((d) => d.startedAt > backupEnded)])
+      expect(names.has(u.id), `${u.id} started after the backup`).toBe(false);
+    const grants = (pool: TestDatabase['pool']) =>
+      pool
+        .query(
+          `SELECT p.name, g.repository, g.permission FROM arkvory_grants g JOIN arkvory_principals p ON p.id = g.principal_id ORDER BY 1, 2`,
+        )
+        .then((r) => r.rows);
     expect(await grants(target.pool)).toEqual(await grants(db.pool));
     expect((await target.pool.query('SELECT 1 FROM arkvory_gateway_leases')).rowCount).toBe(0);
     expect((await target.pool.query('SELECT 1 FROM arkvory_download_policy')).rowCount).toBe(0);
 
     // A gateway on the restored pair serves every restored artifact byte-exact; keys and grants still hold.
     await gw.stop('SIGTERM');
-    const restoredGw = await startGateway({ env: { ARKVORY_DATABASE_URL: target.url, ARKVORY_STORAGE_URL: targetStore?.url }, dataDir: targetDir });
+    const restoredGw = await startGateway({
+      env: { ARKVORY_DATABASE_URL: target.url, ARKVORY_STORAGE_URL: targetStore?.url },
+      dataDir: targetDir,
+    });
     const all = new Map([...uploads, ...during].map((u) => [u.id, u.body]));
     for (const name of names) {
-      const got = await request(`${restoredGw.url}/api/v1/repositories/bk/artifacts/${name}/content`, { headers: bearer(reader.key) });
+      const got = await request(`${restoredGw.url}/api/v1/repositories/bk/artifacts/${name}/content`, {
+        headers: bearer(reader.key),
+      });
       expect(got.status, name).toBe(200);
       expect(sha256(got.body), name).toBe(sha256(all.get(name)!));
     }
-    const denied = await request(`${restoredGw.url}/api/v1/repositories/bk/artifacts/new.bin`, { method: 'PUT', headers: bearer(reader.key), body: Buffer.from('x') });
+    const denied = await request(`${restoredGw.url}/api/v1/repositories/bk/artifacts/new.bin`, {
+      method: 'PUT',
+      headers: bearer(reader.key),
+      body: Buffer.from('x'),
+    });
     expect(denied.status).toBe(403);
-    expect((await request(`${restoredGw.url}/api/v1/repositories/bk/artifacts/new.bin`, { method: 'PUT', headers: bearer(writer.key), body: Buffer.from('x') })).status).toBe(201);
+    expect(
+      (
+        await request(`${restoredGw.url}/api/v1/repositories/bk/artifacts/new.bin`, {
+          method: 'PUT',
+          headers: bearer(writer.key),
+          body: Buffer.from('x'),
+        })
+      ).status,
+    ).toBe(201);
     await restoredGw.stop('SIGTERM');
 
     // A second restore into the now occupied target is refused, and changes nothing.
@@ -176,7 +268,10 @@ describe.each(STORE_KINDS)('backup and restore (%s store)', (kind) => {
     expect(report.corrupt.map((c) => c.blob)).toEqual([victim]);
     // A damaged manifest is refused outright.
     const manifestFile = path.join(summary.backup, 'manifest.json');
-    await writeFile(manifestFile, (await readFile(manifestFile, 'utf8')).replace(/"rows": (\d+)/, (_m, n: string) => `"rows": ${Number(n) + 1}`));
+    await writeFile(
+      manifestFile,
+      (await readFile(manifestFile, 'utf8')).replace(/"rows": (\d+)/, (_m, n: string) => `"rows": ${Number(n) + 1}`),
+    );
     const tampered = await runCli(['restore', '--verify', summary.backup], {});
     expect(tampered.code).toBe(1);
     expect(tampered.stderr).toContain('does not match its own sha256');
@@ -195,12 +290,18 @@ describe('an interrupted backup', () => {
     const destination = await makeTempDir('arkvory-backups-');
 
     // 1 MiB at 128 KiB/s: killed once the first blob is in place, long before the manifest.
-    const child = spawn(process.execPath, [CLI, 'backup', '--bytes-per-second', String(128 * KiB), destination], { cwd: ROOT, env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env }, stdio: 'ignore' });
+    const child = spawn(process.execPath, [CLI, 'backup', '--bytes-per-second', String(128 * KiB), destination], {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
+      stdio: 'ignore',
+    });
     const exited = new Promise((resolve) => child.on('exit', resolve));
     const deadline = Date.now() + 30_000;
     for (;;) {
       const partial = (await listPartials(destination))[0];
-      const blobs = partial ? await readdir(path.join(destination, partial, 'blobs', 'sha256'), { recursive: true }).catch(() => []) : [];
+      const blobs = partial
+        ? await readdir(path.join(destination, partial, 'blobs', 'sha256'), { recursive: true }).catch(() => [])
+        : [];
       if (blobs.some((n) => /[0-9a-f]{64}$/.test(String(n)))) break;
       if (Date.now() > deadline || child.exitCode !== null) throw new Error('the backup never had a blob in place');
       await sleep(10);
@@ -216,7 +317,11 @@ describe('an interrupted backup', () => {
 
     // The next backup removes what the killed one left; SIGTERM stops it cleanly, its own partial directory removed too.
     const [stale] = await listPartials(destination);
-    const stopped = spawn(process.execPath, [CLI, 'backup', '--bytes-per-second', String(128 * KiB), destination], { cwd: ROOT, env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
+    const stopped = spawn(process.execPath, [CLI, 'backup', '--bytes-per-second', String(128 * KiB), destination], {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
     let stderr = '';
     stopped.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
     const stoppedExit = new Promise<number | null>((resolve) => stopped.on('exit', resolve));
@@ -238,7 +343,11 @@ describe('an interrupted backup', () => {
     await sleep(5);
     const second = await runCli(['backup', '--keep', '1', destination], env);
     expect(second.code, second.stderr).toBe(0);
-    const two = JSON.parse(second.stdout) as { backup: string; pruned: string[]; blobs: { count: number; reused: number; linked: number } };
+    const two = JSON.parse(second.stdout) as {
+      backup: string;
+      pruned: string[];
+      blobs: { count: number; reused: number; linked: number };
+    };
     expect(two.blobs).toMatchObject({ count: 9, reused: 8, linked: 1 });
     expect(two.pruned).toEqual([one.backup]);
     expect(existsSync(one.backup)).toBe(false);
@@ -249,12 +358,18 @@ describe('an interrupted backup', () => {
     const restored = await runCli(['restore', destination], { ARKVORY_DATA_DIR: embeddedDir });
     expect(restored.code, restored.stderr).toBe(0);
     expect(JSON.parse(restored.stdout)).toMatchObject({ blobs: { count: 9 }, scrub: { corrupt: [] } });
-    expect(existsSync(path.join(embeddedDir, '.pg', 'postmaster.pid')), 'the embedded PostgreSQL was stopped').toBe(false);
+    expect(existsSync(path.join(embeddedDir, '.pg', 'postmaster.pid')), 'the embedded PostgreSQL was stopped').toBe(
+      false,
+    );
     const embeddedGw = await startGateway({ dataDir: embeddedDir });
-    const got = await request(`${embeddedGw.url}/api/v1/repositories/bk/artifacts/later.bin/content`, { headers: bearer(writer.key) });
+    const got = await request(`${embeddedGw.url}/api/v1/repositories/bk/artifacts/later.bin/content`, {
+      headers: bearer(writer.key),
+    });
     expect(got.status).toBe(200);
     expect(got.body.length).toBe(1000);
-    expect(existsSync(path.join(embeddedDir, 'admin.key')), 'no new admin: the restored principals are there').toBe(false);
+    expect(existsSync(path.join(embeddedDir, 'admin.key')), 'no new admin: the restored principals are there').toBe(
+      false,
+    );
     const busy = await runCli(['restore', destination], { ARKVORY_DATA_DIR: embeddedDir });
     expect(busy.code).toBe(1);
     expect(busy.stderr).toContain('target_busy: a gateway is running the embedded database');
@@ -263,7 +378,9 @@ describe('an interrupted backup', () => {
     // A destination that cannot be created fails at once with a clear line; usage errors exit 2.
     const unusable = await runCli(['backup', '/proc/sys/arkvory-test/backups'], env);
     expect(unusable.code).toBe(1);
-    expect(unusable.stderr).toContain('data_dir_unusable: <destination>=/proc/sys/arkvory-test/backups: cannot create /proc/sys/arkvory-test');
+    expect(unusable.stderr).toContain(
+      'data_dir_unusable: <destination>=/proc/sys/arkvory-test/backups: cannot create /proc/sys/arkvory-test',
+    );
     expect((await runCli(['backup'], env)).code).toBe(2);
     // The wrong storage root for this database: one line naming the mismatch, no stack.
     const foreign = await runCli(['backup', destination], { ...env, ARKVORY_DATA_DIR: await makeTempDir() });
@@ -280,9 +397,17 @@ describe('rule documents kept in Redis', () => {
   it('are backed up beside the snapshot and restored into the target Redis, or into the target database without one', async () => {
     const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
     await writer.stop('SIGTERM');
-    const source = { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: writer.dataDir, ARKVORY_REDIS_URL: redis.url, ARKVORY_REDIS_KEY_PREFIX: `${redis.prefix}a:` };
+    const source = {
+      ARKVORY_DATABASE_URL: db.url,
+      ARKVORY_DATA_DIR: writer.dataDir,
+      ARKVORY_REDIS_URL: redis.url,
+      ARKVORY_REDIS_KEY_PREFIX: `${redis.prefix}a:`,
+    };
     const rules = path.join(await makeTempDir('arkvory-rules-'), 'publish.yaml');
-    await writeFile(rules, 'rate_limits:\n  transfer_bytes:\n    - name: bytes_per_principal_per_day\n      action: limit\n      characteristics: [principal]\n      limit: 10000000000\n      period_s: 86400\n');
+    await writeFile(
+      rules,
+      'rate_limits:\n  transfer_bytes:\n    - name: bytes_per_principal_per_day\n      action: limit\n      characteristics: [principal]\n      limit: 10000000000\n      period_s: 86400\n',
+    );
     expect((await runCli(['ratelimit', 'publish', rules], source)).code).toBe(0);
     const destination = await makeTempDir('arkvory-backups-');
     const backup = await runCli(['backup', destination], source);
@@ -295,16 +420,26 @@ describe('rule documents kept in Redis', () => {
     const published = async (env: Record<string, string>) => {
       const shown = await runCli(['ratelimit', 'show', 'transfer_bytes'], env);
       expect(shown.code, shown.stderr).toBe(0);
-      return (JSON.parse(shown.stdout) as { limiters: Array<{ tiers: { published_rules: { rules: Array<{ name: string }> } } }> }).limiters[0]!.tiers.published_rules.rules.map((r) => r.name);
+      return (
+        JSON.parse(shown.stdout) as {
+          limiters: Array<{ tiers: { published_rules: { rules: Array<{ name: string }> } } }>;
+        }
+      ).limiters[0]!.tiers.published_rules.rules.map((r) => r.name);
     };
     for (const withRedis of [true, false]) {
       const target = await createTestDatabase({ migrated: false });
       drops.push(target.drop);
-      const env: Record<string, string> = { ARKVORY_DATABASE_URL: target.url, ARKVORY_DATA_DIR: await makeTempDir(), ...(withRedis ? { ARKVORY_REDIS_URL: redis.url, ARKVORY_REDIS_KEY_PREFIX: `${redis.prefix}b:` } : {}) };
+      const env: Record<string, string> = {
+        ARKVORY_DATABASE_URL: target.url,
+        ARKVORY_DATA_DIR: await makeTempDir(),
+        ...(withRedis ? { ARKVORY_REDIS_URL: redis.url, ARKVORY_REDIS_KEY_PREFIX: `${redis.prefix}b:` } : {}),
+      };
       const restore = await runCli(['restore', destination], env);
       expect(restore.code, restore.stderr).toBe(0);
       expect(JSON.parse(restore.stdout)).toMatchObject({ ruleDocuments: indexed });
-      expect(await published(env), withRedis ? 'in the target Redis' : 'in the target database').toEqual(['bytes_per_principal_per_day']);
+      expect(await published(env), withRedis ? 'in the target Redis' : 'in the target database').toEqual([
+        'bytes_per_principal_per_day',
+      ]);
     }
     expect(await redis.client.exists(`${redis.prefix}b:ratelimit:rules:transfer_bytes`)).toBe(1);
   }, 120_000);

@@ -15,10 +15,16 @@ export async function bootstrapAdmin(services: Services): Promise<void> {
   if (count.rows[0]!.n > 0) return;
   const store = new AdminStore(services.pool);
   const principal = await store.createPrincipal('admin');
-  const created = await store.createKey(principal.id, { scopes: ['read', 'write', 'admin'], description: 'first-start admin key' });
+  const created = await store.createKey(principal.id, {
+    scopes: ['read', 'write', 'admin'],
+    description: 'first-start admin key',
+  });
   const file = path.join(services.config.dataDir, ADMIN_KEY_FILE);
   const temp = `${file}.${process.pid}.tmp`;
   await writeFile(temp, `${created.key}\n`, { mode: 0o600, flag: 'wx' });
   await rename(temp, file);
-  services.log.info({ file, principal: principal.id, keyId: created.keyId }, `first start: created principal "admin"; its key is in ${file} (send it as Authorization: Bearer <key>)`);
+  services.log.info(
+    { file, principal: principal.id, keyId: created.keyId },
+    `first start: created principal "admin"; its key is in ${file} (send it as Authorization: Bearer <key>)`,
+  );
 }

@@ -53,8 +53,14 @@ export class CompletionWorker {
   }
 
   async start(): Promise<void> {
-    this.#client = new pg.Client({ connectionString: this.#o.databaseUrl, application_name: 'arkvory-worker-lock', keepAlive: true });
-    this.#client.on('error', (err) => this.#o.log.error({ err: { message: err.message } }, 'worker lock connection failed; stopping work'));
+    this.#client = new pg.Client({
+      connectionString: this.#o.databaseUrl,
+      application_name: 'arkvory-worker-lock',
+      keepAlive: true,
+    });
+    this.#client.on('error', (err) =>
+      this.#o.log.error({ err: { message: err.message } }, 'worker lock connection failed; stopping work'),
+    );
     await this.#client.connect();
     if (this.#o.holdMaintenanceBarrier && !(await tryLockShared(this.#client, 'maintenance'))) {
       throw new Error('offline maintenance holds the maintenance barrier; start the worker after it finishes');
@@ -71,12 +77,18 @@ export class CompletionWorker {
       this.#o.log.warn({ err: { message: (err as Error).message } }, 'worker lock attempt failed');
     }
     if (!got) {
-      if (first) this.#o.log.info({ event: 'worker.standby' }, 'worker.standby: another completion worker is active; retrying every 5 s');
+      if (first)
+        this.#o.log.info(
+          { event: 'worker.standby' },
+          'worker.standby: another completion worker is active; retrying every 5 s',
+        );
       this.#timer = setTimeout(() => void this.#tryTakeOver(false), this.#o.standbyRetryMs ?? 5000);
       return;
     }
     this.#active = true;
-    const requeued = await this.#o.pool.query(`UPDATE arkvory_upload_jobs SET state = 'queued', updated_at = now() WHERE state = 'running'`);
+    const requeued = await this.#o.pool.query(
+      `UPDATE arkvory_upload_jobs SET state = 'queued', updated_at = now() WHERE state = 'running'`,
+    );
     this.#o.log.info({ event: 'worker.active', requeued: requeued.rowCount }, 'completion worker active');
     this.#schedule(0);
   }
@@ -96,9 +108,14 @@ export class CompletionWorker {
     try {
       if (this.#requeueOwn) {
         // This worker holds the exclusive worker lock and runs nothing now: every `running` job is its own.
-        const requeued = await this.#o.pool.query(`UPDATE arkvory_upload_jobs SET state = 'queued', updated_at = now() WHERE state = 'running'`);
+        const requeued = await this.#o.pool.query(
+          `UPDATE arkvory_upload_jobs SET state = 'queued', updated_at = now() WHERE state = 'running'`,
+        );
         this.#requeueOwn = false;
-        this.#o.log.info({ event: 'worker.resumed', requeued: requeued.rowCount }, 'PostgreSQL reachable again; interrupted jobs queued again');
+        this.#o.log.info(
+          { event: 'worker.resumed', requeued: requeued.rowCount },
+          'PostgreSQL reachable again; interrupted jobs queued again',
+        );
       }
       if (Date.now() - this.#lastSweep >= (this.#o.expirySweepMs ?? 30_000)) {
         this.#lastSweep = Date.now();
@@ -113,7 +130,14 @@ export class CompletionWorker {
     } catch (err) {
       if (isUnreachable(err)) {
         unreachable = true;
-        if (!this.#requeueOwn) this.#o.log.warn({ event: 'worker.db_unreachable', err: { message: (err as Error).message, code: (err as { code?: string }).code } }, 'a completion cycle lost its connection; the interrupted job is retried once PostgreSQL answers');
+        if (!this.#requeueOwn)
+          this.#o.log.warn(
+            {
+              event: 'worker.db_unreachable',
+              err: { message: (err as Error).message, code: (err as { code?: string }).code },
+            },
+            'a completion cycle lost its connection; the interrupted job is retried once PostgreSQL answers',
+          );
         this.#requeueOwn = true;
       } else {
         this.#o.log.error({ err }, 'completion worker cycle failed');
@@ -139,7 +163,11 @@ export class CompletionWorker {
       return;
     }
     try {
-      const entry = await assembleJob({ pool: this.#o.pool, store: this.#o.store, catalog: this.#o.catalog }, job, this.#abort.signal);
+      const entry = await assembleJob(
+        { pool: this.#o.pool, store: this.#o.store, catalog: this.#o.catalog },
+        job,
+        this.#abort.signal,
+      );
       await this.#finish(job, 'done', null, { sha256: entry.sha256, size: entry.sizeBytes });
       log.info({ event: 'upload.completed', sizeBytes: entry.sizeBytes }, 'multipart upload published');
     } catch (err) {
@@ -152,12 +180,24 @@ export class CompletionWorker {
     }
   }
 
-  async #finish(job: Job, state: 'done' | 'failed', error: string | null, result?: { sha256: string; size: number }): Promise<void> {
+  async #finish(
+    job: Job,
+    state: 'done' | 'failed',
+    error: string | null,
+    result?: { sha256: string; size: number },
+  ): Promise<void> {
     const client = await this.#o.pool.connect();
     try {
       await client.query('BEGIN');
-      await client.query('UPDATE arkvory_upload_jobs SET state = $2, error = $3, updated_at = now() WHERE id = $1', [job.id, state, error]);
-      await client.query('UPDATE arkvory_upload_sessions SET state = $2, error = $3, result_sha256 = $4, result_size = $5, finished_at = now() WHERE id = $1', [job.sessionId, state, error, result?.sha256 ?? null, result?.size ?? null]);
+      await client.query('UPDATE arkvory_upload_jobs SET state = $2, error = $3, updated_at = now() WHERE id = $1', [
+        job.id,
+        state,
+        error,
+      ]);
+      await client.query(
+        'UPDATE arkvory_upload_sessions SET state = $2, error = $3, result_sha256 = $4, result_size = $5, finished_at = now() WHERE id = $1',
+        [job.sessionId, state, error, result?.sha256 ?? null, result?.size ?? null],
+      );
       await client.query('COMMIT');
     } catch (err) {
       await client.query('ROLLBACK').catch(() => {});

@@ -30,7 +30,10 @@ describe('loadConfig', () => {
 
   it('derives the per-principal download cap as min(4, MAX_DOWNLOADS)', () => {
     expect(loadConfig({ ARKVORY_MAX_DOWNLOADS: '2' }).admission.maxDownloadsPerPrincipal).toBe(2);
-    expect(loadConfig({ ARKVORY_MAX_DOWNLOADS: '2', ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '7' }).admission.maxDownloadsPerPrincipal).toBe(7);
+    expect(
+      loadConfig({ ARKVORY_MAX_DOWNLOADS: '2', ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '7' }).admission
+        .maxDownloadsPerPrincipal,
+    ).toBe(7);
   });
 
   it.each([
@@ -62,20 +65,32 @@ describe('loadConfig', () => {
   });
 
   it('the static-HTTP store: a base URL and its timeouts; no credentials (never echoed), no query', () => {
-    const config = loadConfig({ ARKVORY_STORAGE_URL: 'http://10.0.0.20:8081/arkvory/', ARKVORY_STORAGE_TIMEOUT_SECONDS: '5' }, '/srv');
+    const config = loadConfig(
+      { ARKVORY_STORAGE_URL: 'http://10.0.0.20:8081/arkvory/', ARKVORY_STORAGE_TIMEOUT_SECONDS: '5' },
+      '/srv',
+    );
     expect(config.storage).toEqual({ url: 'http://10.0.0.20:8081/arkvory/', connectTimeoutMs: 3000, timeoutMs: 5000 });
     expect(loadConfig({}, '/srv').storage.url).toBeUndefined();
     const withPassword = problemsOf({ ARKVORY_STORAGE_URL: 'http://u:hunter2@store/' });
     expect(withPassword).toEqual([expect.stringMatching(/^ARKVORY_STORAGE_URL: credentials/)]);
     expect(withPassword.join('\n')).not.toContain('hunter2');
-    expect(problemsOf({ ARKVORY_STORAGE_URL: 'http://store/a?x=1' })).toEqual([expect.stringMatching(/^ARKVORY_STORAGE_URL: expected a base URL/)]);
-    expect(problemsOf({ ARKVORY_STORAGE_URL: 'ftp://store/' })).toEqual([expect.stringMatching(/^ARKVORY_STORAGE_URL: /)]);
-    expect(problemsOf({ ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS: '10' })).toEqual([expect.stringMatching(/^ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS: /)]);
+    expect(problemsOf({ ARKVORY_STORAGE_URL: 'http://store/a?x=1' })).toEqual([
+      expect.stringMatching(/^ARKVORY_STORAGE_URL: expected a base URL/),
+    ]);
+    expect(problemsOf({ ARKVORY_STORAGE_URL: 'ftp://store/' })).toEqual([
+      expect.stringMatching(/^ARKVORY_STORAGE_URL: /),
+    ]);
+    expect(problemsOf({ ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS: '10' })).toEqual([
+      expect.stringMatching(/^ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS: /),
+    ]);
   });
 
   it('the S3 store: s3://bucket/prefix, an endpoint, a region and the AWS credentials (never echoed)', () => {
     const creds = { AWS_ACCESS_KEY_ID: 'AKIDEXAMPLE', AWS_SECRET_ACCESS_KEY: 'hunter2-secret' };
-    const config = loadConfig({ ARKVORY_STORAGE_URL: 's3://artifacts/arkvory', ARKVORY_S3_ENDPOINT: 'http://10.0.0.30:8333', ...creds }, '/srv');
+    const config = loadConfig(
+      { ARKVORY_STORAGE_URL: 's3://artifacts/arkvory', ARKVORY_S3_ENDPOINT: 'http://10.0.0.30:8333', ...creds },
+      '/srv',
+    );
     expect(config.storage.s3).toEqual({
       location: { bucket: 'artifacts', prefix: 'arkvory/' },
       endpoint: 'http://10.0.0.30:8333',
@@ -83,15 +98,47 @@ describe('loadConfig', () => {
       credentials: { accessKeyId: 'AKIDEXAMPLE', secretAccessKey: 'hunter2-secret', sessionToken: undefined },
     });
     // AWS itself when no endpoint is given; a session token is passed on.
-    const aws = loadConfig({ ARKVORY_STORAGE_URL: 's3://artifacts', ARKVORY_S3_REGION: 'eu-west-1', AWS_SESSION_TOKEN: 'tok', ...creds }, '/srv');
-    expect(aws.storage.s3).toMatchObject({ endpoint: 'https://s3.eu-west-1.amazonaws.com', region: 'eu-west-1', credentials: { sessionToken: 'tok' } });
-    expect(problemsOf({ ARKVORY_STORAGE_URL: 's3://artifacts/' })).toEqual([expect.stringMatching(/^AWS_ACCESS_KEY_ID: required/), expect.stringMatching(/^AWS_SECRET_ACCESS_KEY: required/)]);
-    expect(problemsOf({ ARKVORY_STORAGE_URL: 's3://Bad_Bucket/', ...creds })).toEqual([expect.stringMatching(/^ARKVORY_STORAGE_URL: "Bad_Bucket" is not a valid S3 bucket name/)]);
-    expect(problemsOf({ ARKVORY_S3_ENDPOINT: 'http://10.0.0.30:8333' })).toEqual([expect.stringMatching(/^ARKVORY_S3_ENDPOINT: only used with an s3:/)]);
-    expect(problemsOf({ ARKVORY_STORAGE_URL: 's3://artifacts/', ARKVORY_S3_ENDPOINT: 'ftp://x', ...creds }).join('\n')).toMatch(/^ARKVORY_S3_ENDPOINT: /);
-    expect(problemsOf({ ARKVORY_STORAGE_URL: 's3://artifacts/', ARKVORY_S3_ENDPOINT: 'http://10.0.0.30:8333/minio', ...creds })).toEqual([expect.stringMatching(/^ARKVORY_S3_ENDPOINT: expected an origin/)]);
-    expect(problemsOf({ ARKVORY_STORAGE_URL: 's3://artifacts/', ARKVORY_S3_ENDPOINT: 'http://u:hunter2@10.0.0.30:8333', ...creds }).join('\n')).not.toContain('hunter2');
-    for (const problems of [problemsOf({ ARKVORY_STORAGE_URL: 's3://Bad_Bucket/', ...creds }), problemsOf({ ARKVORY_STORAGE_URL: 's3://x', ...creds })]) expect(problems.join('\n')).not.toContain('hunter2');
+    const aws = loadConfig(
+      { ARKVORY_STORAGE_URL: 's3://artifacts', ARKVORY_S3_REGION: 'eu-west-1', AWS_SESSION_TOKEN: 'tok', ...creds },
+      '/srv',
+    );
+    expect(aws.storage.s3).toMatchObject({
+      endpoint: 'https://s3.eu-west-1.amazonaws.com',
+      region: 'eu-west-1',
+      credentials: { sessionToken: 'tok' },
+    });
+    expect(problemsOf({ ARKVORY_STORAGE_URL: 's3://artifacts/' })).toEqual([
+      expect.stringMatching(/^AWS_ACCESS_KEY_ID: required/),
+      expect.stringMatching(/^AWS_SECRET_ACCESS_KEY: required/),
+    ]);
+    expect(problemsOf({ ARKVORY_STORAGE_URL: 's3://Bad_Bucket/', ...creds })).toEqual([
+      expect.stringMatching(/^ARKVORY_STORAGE_URL: "Bad_Bucket" is not a valid S3 bucket name/),
+    ]);
+    expect(problemsOf({ ARKVORY_S3_ENDPOINT: 'http://10.0.0.30:8333' })).toEqual([
+      expect.stringMatching(/^ARKVORY_S3_ENDPOINT: only used with an s3:/),
+    ]);
+    expect(
+      problemsOf({ ARKVORY_STORAGE_URL: 's3://artifacts/', ARKVORY_S3_ENDPOINT: 'ftp://x', ...creds }).join('\n'),
+    ).toMatch(/^ARKVORY_S3_ENDPOINT: /);
+    expect(
+      problemsOf({
+        ARKVORY_STORAGE_URL: 's3://artifacts/',
+        ARKVORY_S3_ENDPOINT: 'http://10.0.0.30:8333/minio',
+        ...creds,
+      }),
+    ).toEqual([expect.stringMatching(/^ARKVORY_S3_ENDPOINT: expected an origin/)]);
+    expect(
+      problemsOf({
+        ARKVORY_STORAGE_URL: 's3://artifacts/',
+        ARKVORY_S3_ENDPOINT: 'http://u:hunter2@10.0.0.30:8333',
+        ...creds,
+      }).join('\n'),
+    ).not.toContain('hunter2');
+    for (const problems of [
+      problemsOf({ ARKVORY_STORAGE_URL: 's3://Bad_Bucket/', ...creds }),
+      problemsOf({ ARKVORY_STORAGE_URL: 's3://x', ...creds }),
+    ])
+      expect(problems.join('\n')).not.toContain('hunter2');
   });
 
   it('ignores the test harness variables', () => {
@@ -101,15 +148,26 @@ describe('loadConfig', () => {
   describe('shared profile', () => {
     const shared = { ARKVORY_GATEWAY_SLOTS: '2', ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: '67108864' };
     it('accepts the spec example for the writer and a reader', () => {
-      expect(loadConfig({ ...shared, ARKVORY_GATEWAY_SLOT: '0' }).shared).toEqual({ slots: 2, slot: 0, downloadBytesPerSec: 67108864, downloadBytesPerSecPerPrincipal: 0 });
+      expect(loadConfig({ ...shared, ARKVORY_GATEWAY_SLOT: '0' }).shared).toEqual({
+        slots: 2,
+        slot: 0,
+        downloadBytesPerSec: 67108864,
+        downloadBytesPerSecPerPrincipal: 0,
+      });
       expect(loadConfig({ ...shared, ARKVORY_ROLE: 'reader', ARKVORY_GATEWAY_SLOT: '1' }).shared?.slot).toBe(1);
     });
     it.each([
       [{ ...shared, ARKVORY_GATEWAY_SLOT: '1' }, 'ARKVORY_GATEWAY_SLOT: the writer'],
-      [{ ...shared, ARKVORY_ROLE: 'reader', ARKVORY_GATEWAY_SLOT: '2' }, 'ARKVORY_GATEWAY_SLOT: a reader takes a slot from 1 to 1'],
+      [
+        { ...shared, ARKVORY_ROLE: 'reader', ARKVORY_GATEWAY_SLOT: '2' },
+        'ARKVORY_GATEWAY_SLOT: a reader takes a slot from 1 to 1',
+      ],
       [{ ...shared, ARKVORY_ROLE: 'reader', ARKVORY_GATEWAY_SLOT: '0' }, 'ARKVORY_GATEWAY_SLOT: a reader'],
       [{ ARKVORY_GATEWAY_SLOTS: '2', ARKVORY_GATEWAY_SLOT: '0' }, 'ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: required'],
-      [{ ...shared, ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: '131071', ARKVORY_GATEWAY_SLOT: '0' }, 'from 131072 (SLOTS × 65536)'],
+      [
+        { ...shared, ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: '131071', ARKVORY_GATEWAY_SLOT: '0' },
+        'from 131072 (SLOTS × 65536)',
+      ],
       [{ ...shared }, 'ARKVORY_GATEWAY_SLOT: required'],
       [{ ARKVORY_GATEWAY_SLOTS: '17' }, 'ARKVORY_GATEWAY_SLOTS: expected an integer from 2 to 16'],
       [{ ARKVORY_GATEWAY_SLOT: '0' }, 'only valid with ARKVORY_GATEWAY_SLOTS'],
@@ -120,13 +178,30 @@ describe('loadConfig', () => {
   });
 
   it('reads the Phase 3 rules-service variables (service name checked, the role needs a database)', () => {
-    expect(loadConfig({}).rulesService).toEqual({ url: undefined, timeoutMs: 100, maxTtlMs: 60_000, token: undefined, ttlSeconds: 30 });
+    expect(loadConfig({}).rulesService).toEqual({
+      url: undefined,
+      timeoutMs: 100,
+      maxTtlMs: 60_000,
+      token: undefined,
+      ttlSeconds: 30,
+    });
     expect(loadConfig({}).serviceName).toBe('arkvory');
-    const config = loadConfig({ ARKVORY_RULES_SERVICE_URL: 'http://10.0.0.9:8090', ARKVORY_RULES_SERVICE_TIMEOUT_MS: '50', ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS: '5', ARKVORY_SERVICE_NAME: 'arkvory-eu' });
+    const config = loadConfig({
+      ARKVORY_RULES_SERVICE_URL: 'http://10.0.0.9:8090',
+      ARKVORY_RULES_SERVICE_TIMEOUT_MS: '50',
+      ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS: '5',
+      ARKVORY_SERVICE_NAME: 'arkvory-eu',
+    });
     expect(config.rulesService).toMatchObject({ url: 'http://10.0.0.9:8090', timeoutMs: 50, maxTtlMs: 5000 });
-    expect(problemsOf({ ARKVORY_SERVICE_NAME: 'Not A Name' }).join('\n')).toContain('ARKVORY_SERVICE_NAME: expected ^[a-z0-9][a-z0-9_.-]{0,63}$');
-    expect(problemsOf({ ARKVORY_RULES_SERVICE_URL: 'redis://x' }).join('\n')).toContain('ARKVORY_RULES_SERVICE_URL: expected a URL with scheme http:// or https://');
-    expect(problemsOf({ ARKVORY_ROLE: 'rules-service' })).toEqual(['ARKVORY_ROLE: "rules-service" keeps its overrides in PostgreSQL; set ARKVORY_DATABASE_URL']);
+    expect(problemsOf({ ARKVORY_SERVICE_NAME: 'Not A Name' }).join('\n')).toContain(
+      'ARKVORY_SERVICE_NAME: expected ^[a-z0-9][a-z0-9_.-]{0,63}$',
+    );
+    expect(problemsOf({ ARKVORY_RULES_SERVICE_URL: 'redis://x' }).join('\n')).toContain(
+      'ARKVORY_RULES_SERVICE_URL: expected a URL with scheme http:// or https://',
+    );
+    expect(problemsOf({ ARKVORY_ROLE: 'rules-service' })).toEqual([
+      'ARKVORY_ROLE: "rules-service" keeps its overrides in PostgreSQL; set ARKVORY_DATABASE_URL',
+    ]);
     expect(problemsOf({ ARKVORY_ROLE: 'rules-service', ARKVORY_DATABASE_URL: 'postgres://db/arkvory' })).toEqual([]);
   });
 
@@ -173,7 +248,9 @@ describe('loadConfig', () => {
       'ARKVORY_TRUSTED_PROXIES',
     ]);
     // A check that depends on a bad variable is skipped rather than reported wrongly.
-    expect(problemsOf({ ARKVORY_GATEWAY_SLOTS: 'x', ARKVORY_GATEWAY_SLOT: '1' }).map((p) => p.split(':')[0])).toEqual(['ARKVORY_GATEWAY_SLOTS']);
+    expect(problemsOf({ ARKVORY_GATEWAY_SLOTS: 'x', ARKVORY_GATEWAY_SLOT: '1' }).map((p) => p.split(':')[0])).toEqual([
+      'ARKVORY_GATEWAY_SLOTS',
+    ]);
   });
 
   it('returns a deep-frozen object', () => {
@@ -192,11 +269,25 @@ describe('loadConfig', () => {
   });
 
   it('front-door timeouts: nginx-like defaults, and the idle timeouts must outlast the admission wait', () => {
-    expect(loadConfig({}, '/srv').frontDoor).toEqual({ headersTimeoutMs: 30_000, bodyIdleTimeoutMs: 60_000, sendIdleTimeoutMs: 60_000, keepAliveTimeoutMs: 5_000, maxConnections: undefined });
-    expect(problemsOf({ ARKVORY_BODY_TIMEOUT_SECONDS: '30' })).toEqual([expect.stringMatching(/^ARKVORY_BODY_TIMEOUT_SECONDS: expected more than ARKVORY_ADMISSION_WAIT_SECONDS \(30\)/)]);
-    expect(problemsOf({ ARKVORY_SEND_TIMEOUT_SECONDS: '5', ARKVORY_ADMISSION_WAIT_SECONDS: '10' })).toEqual([expect.stringMatching(/^ARKVORY_SEND_TIMEOUT_SECONDS: expected more than/)]);
-    expect(problemsOf({ ARKVORY_HEADER_TIMEOUT_SECONDS: '0' })).toEqual([expect.stringMatching(/^ARKVORY_HEADER_TIMEOUT_SECONDS: expected an integer from 1 to 3600/)]);
-    expect(problemsOf({ ARKVORY_MAX_CONNECTIONS: '4' })).toEqual([expect.stringMatching(/^ARKVORY_MAX_CONNECTIONS: expected an integer from 8/)]);
+    expect(loadConfig({}, '/srv').frontDoor).toEqual({
+      headersTimeoutMs: 30_000,
+      bodyIdleTimeoutMs: 60_000,
+      sendIdleTimeoutMs: 60_000,
+      keepAliveTimeoutMs: 5_000,
+      maxConnections: undefined,
+    });
+    expect(problemsOf({ ARKVORY_BODY_TIMEOUT_SECONDS: '30' })).toEqual([
+      expect.stringMatching(/^ARKVORY_BODY_TIMEOUT_SECONDS: expected more than ARKVORY_ADMISSION_WAIT_SECONDS \(30\)/),
+    ]);
+    expect(problemsOf({ ARKVORY_SEND_TIMEOUT_SECONDS: '5', ARKVORY_ADMISSION_WAIT_SECONDS: '10' })).toEqual([
+      expect.stringMatching(/^ARKVORY_SEND_TIMEOUT_SECONDS: expected more than/),
+    ]);
+    expect(problemsOf({ ARKVORY_HEADER_TIMEOUT_SECONDS: '0' })).toEqual([
+      expect.stringMatching(/^ARKVORY_HEADER_TIMEOUT_SECONDS: expected an integer from 1 to 3600/),
+    ]);
+    expect(problemsOf({ ARKVORY_MAX_CONNECTIONS: '4' })).toEqual([
+      expect.stringMatching(/^ARKVORY_MAX_CONNECTIONS: expected an integer from 8/),
+    ]);
     expect(loadConfig({ ARKVORY_MAX_CONNECTIONS: '500' }, '/srv').frontDoor.maxConnections).toBe(500);
   });
 });

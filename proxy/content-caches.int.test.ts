@@ -19,9 +19,14 @@ const DELETE_BOUND_MS = 2000;
 /** What a loaded test machine may add to the bound (process scheduling, one extra poll round trip). */
 const SCHEDULING_SLACK_MS = 1500;
 
-const CACHES_OFF = { ARKVORY_CATALOG_CACHE_ENTRIES: '0', ARKVORY_OPEN_FILE_CACHE_ENTRIES: '0', ARKVORY_BLOB_CACHE_BYTES: '0' };
+const CACHES_OFF = {
+  ARKVORY_CATALOG_CACHE_ENTRIES: '0',
+  ARKVORY_OPEN_FILE_CACHE_ENTRIES: '0',
+  ARKVORY_BLOB_CACHE_BYTES: '0',
+};
 
-const blobPath = (root: string, hex: string) => path.join(root, 'blobs', 'sha256', hex.slice(0, 2), hex.slice(2, 4), hex);
+const blobPath = (root: string, hex: string) =>
+  path.join(root, 'blobs', 'sha256', hex.slice(0, 2), hex.slice(2, 4), hex);
 
 async function cacheCounter(gw: GatewayProcess, family: string, cache: string): Promise<number> {
   const text = await (await fetch(`${gw.url}/metrics`)).text();
@@ -35,15 +40,28 @@ describe('read-path caches (real gateway processes)', () => {
   it('a deleted artifact is not served after the bound, from the writer or a reader; the name can then carry other bytes', async () => {
     await createRepository(db.pool, 'del');
     const { key } = await createServiceAccount(db.pool, { grants: { del: 'write' } });
-    const shared = { ARKVORY_DATABASE_URL: db.url, ARKVORY_REDIS_URL: inject('redisUrl'), ARKVORY_GATEWAY_SLOTS: '2', ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(1024 * MiB) };
+    const shared = {
+      ARKVORY_DATABASE_URL: db.url,
+      ARKVORY_REDIS_URL: inject('redisUrl'),
+      ARKVORY_GATEWAY_SLOTS: '2',
+      ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(1024 * MiB),
+    };
     // One database is bound to one storage root: every gateway of this file shares the default one.
     const writer = await startGateway({ env: { ...shared, ARKVORY_GATEWAY_SLOT: '0' } });
-    const reader = await startGateway({ env: { ...shared, ARKVORY_ROLE: 'reader', ARKVORY_GATEWAY_SLOT: '1' }, dataDir: writer.dataDir });
+    const reader = await startGateway({
+      env: { ...shared, ARKVORY_ROLE: 'reader', ARKVORY_GATEWAY_SLOT: '1' },
+      dataDir: writer.dataDir,
+    });
     const small = randomContent(4 * KiB);
     const large = randomContent(MiB + 7);
     const url = (gw: GatewayProcess, id: string) => `${gw.url}/api/v1/repositories/del/artifacts/${id}`;
-    for (const [id, body] of [['small', small], ['large', large]] as const) expect((await request(url(writer, id), { method: 'PUT', headers: bearer(key), body })).status).toBe(201);
-    const get = (gw: GatewayProcess, id: string): Promise<RawResponse> => request(`${url(gw, id)}/content`, { headers: bearer(key) });
+    for (const [id, body] of [
+      ['small', small],
+      ['large', large],
+    ] as const)
+      expect((await request(url(writer, id), { method: 'PUT', headers: bearer(key), body })).status).toBe(201);
+    const get = (gw: GatewayProcess, id: string): Promise<RawResponse> =>
+      request(`${url(gw, id)}/content`, { headers: bearer(key) });
 
     for (const gw of [writer, reader]) {
       for (let i = 0; i < 3; i++) {
@@ -66,12 +84,17 @@ describe('read-path caches (real gateway processes)', () => {
         await new Promise((r) => setTimeout(r, 20));
         status = (await get(reader, id)).status;
       }
-      expect(status, `${id} still served by the reader ${Math.round(performance.now() - deletedAt)} ms after the DELETE`).toBe(404);
+      expect(
+        status,
+        `${id} still served by the reader ${Math.round(performance.now() - deletedAt)} ms after the DELETE`,
+      ).toBe(404);
     }
 
     // The free name now carries other bytes: both gateways serve the new ones, never the cached old.
     const replacement = randomContent(4 * KiB);
-    expect((await request(url(writer, 'small'), { method: 'PUT', headers: bearer(key), body: replacement })).status).toBe(201);
+    expect(
+      (await request(url(writer, 'small'), { method: 'PUT', headers: bearer(key), body: replacement })).status,
+    ).toBe(201);
     for (const gw of [writer, reader]) {
       const res = await get(gw, 'small');
       expect(res.headers.etag).toBe(`"${sha256(replacement)}"`);
@@ -81,7 +104,6 @@ describe('read-path caches (real gateway processes)', () => {
     expect(await reader.stop('SIGTERM')).toBe(0);
     expect(await writer.stop('SIGTERM')).toBe(0);
   }, 120_000);
-
 });
 
 // Standalone gateways: a database that carried a shared profile would refuse them.
@@ -97,9 +119,15 @@ describe('read-path caches across restarts and with policy (real gateway process
     const small = randomContent(8 * KiB);
     const large = randomContent(2 * MiB);
     const url = (id: string) => `${gw.url}/api/v1/repositories/scrub/artifacts/${id}`;
-    for (const [id, body] of [['small', small], ['large', large]] as const) expect((await request(url(id), { method: 'PUT', headers: bearer(key), body })).status).toBe(201);
+    for (const [id, body] of [
+      ['small', small],
+      ['large', large],
+    ] as const)
+      expect((await request(url(id), { method: 'PUT', headers: bearer(key), body })).status).toBe(201);
     // Warm every cache.
-    for (let i = 0; i < 2; i++) for (const id of ['small', 'large']) expect((await request(`${url(id)}/content`, { headers: bearer(key) })).status).toBe(200);
+    for (let i = 0; i < 2; i++)
+      for (const id of ['small', 'large'])
+        expect((await request(`${url(id)}/content`, { headers: bearer(key) })).status).toBe(200);
     expect(await gw.stop('SIGTERM')).toBe(0);
 
     // Damage both blobs on disk, same length (what bit rot or a bad disk does).
@@ -115,11 +143,16 @@ describe('read-path caches across restarts and with policy (real gateway process
 
     const scrub = await runCli(['scrub'], { ...env, ARKVORY_DATA_DIR: dataDir });
     expect(scrub.code, scrub.stderr).toBe(1);
-    expect((JSON.parse(scrub.stdout) as { corrupt: Array<{ blob: string }> }).corrupt.map((c) => c.blob).sort()).toEqual([sha256(small), sha256(large)].sort());
+    expect(
+      (JSON.parse(scrub.stdout) as { corrupt: Array<{ blob: string }> }).corrupt.map((c) => c.blob).sort(),
+    ).toEqual([sha256(small), sha256(large)].sort());
 
     gw = await startGateway({ env, dataDir });
     for (const id of ['small', 'large']) {
-      for (const method of ['GET', 'HEAD']) expect((await request(`${url(id)}/content`, { method, headers: bearer(key) })).status, `${method} ${id}`).toBe(500);
+      for (const method of ['GET', 'HEAD'])
+        expect((await request(`${url(id)}/content`, { method, headers: bearer(key) })).status, `${method} ${id}`).toBe(
+          500,
+        );
     }
     expect(await gw.stop('SIGTERM')).toBe(0);
   }, 120_000);
@@ -145,10 +178,24 @@ describe('read-path caches across restarts and with policy (real gateway process
     const small = randomContent(4 * KiB);
     const big = randomContent(32 * MiB);
     const outcomes: Record<string, unknown> = {};
-    for (const [label, extra] of [['caches on', {}], ['caches off', CACHES_OFF]] as const) {
-      const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_RATE_LIMITS_FILE: rules, ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '2', ARKVORY_ADMISSION_QUEUE_LENGTH: '0', ...extra } });
+    for (const [label, extra] of [
+      ['caches on', {}],
+      ['caches off', CACHES_OFF],
+    ] as const) {
+      const gw = await startGateway({
+        env: {
+          ARKVORY_DATABASE_URL: db.url,
+          ARKVORY_RATE_LIMITS_FILE: rules,
+          ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '2',
+          ARKVORY_ADMISSION_QUEUE_LENGTH: '0',
+          ...extra,
+        },
+      });
       const base = `${gw.url}/api/v1/repositories/same/artifacts`;
-      for (const [id, body] of [['small', small], ['big', big]] as const) {
+      for (const [id, body] of [
+        ['small', small],
+        ['big', big],
+      ] as const) {
         const put = await request(`${base}/${id}`, { method: 'PUT', headers: bearer(admin.key), body });
         expect([200, 201]).toContain(put.status);
       }
@@ -159,7 +206,9 @@ describe('read-path caches across restarts and with policy (real gateway process
       const statuses: Array<number | string> = [];
       for (let i = 0; i < 8; i++) {
         const res = await request(`${base}/small/content`, { headers: bearer(limited.key) });
-        statuses.push(res.status === 200 ? 200 : `${res.status} ${(JSON.parse(res.body.toString()) as { code: string }).code}`);
+        statuses.push(
+          res.status === 200 ? 200 : `${res.status} ${(JSON.parse(res.body.toString()) as { code: string }).code}`,
+        );
       }
 
       // Admission: a second principal holds both its download slots with stalled big downloads.
@@ -168,20 +217,46 @@ describe('read-path caches across restarts and with policy (real gateway process
       for (let i = 0; i < 2; i++) {
         const socket = net.connect(gw.port, '127.0.0.1');
         await new Promise((r) => socket.once('connect', r));
-        socket.write(`GET /api/v1/repositories/same/artifacts/big/content HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${holder.key}\r\n\r\n`);
+        socket.write(
+          `GET /api/v1/repositories/same/artifacts/big/content HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${holder.key}\r\n\r\n`,
+        );
         socket.pause();
         sockets.push(socket);
       }
-      await expect.poll(async () => (await fetch(`${gw.url}/metrics`).then((r) => r.text())).includes('arkvory_admission_active{kind="download"} 2'), { timeout: 10_000 }).toBe(true);
+      await expect
+        .poll(
+          async () =>
+            (await fetch(`${gw.url}/metrics`).then((r) => r.text())).includes(
+              'arkvory_admission_active{kind="download"} 2',
+            ),
+          { timeout: 10_000 },
+        )
+        .toBe(true);
       const whileHeld = await request(`${base}/small/content`, { headers: bearer(holder.key) });
       for (const socket of sockets) socket.destroy();
-      await expect.poll(async () => (await fetch(`${gw.url}/metrics`).then((r) => r.text())).includes('arkvory_admission_active{kind="download"} 0'), { timeout: 10_000 }).toBe(true);
+      await expect
+        .poll(
+          async () =>
+            (await fetch(`${gw.url}/metrics`).then((r) => r.text())).includes(
+              'arkvory_admission_active{kind="download"} 0',
+            ),
+          { timeout: 10_000 },
+        )
+        .toBe(true);
       const afterRelease = await request(`${base}/small/content`, { headers: bearer(holder.key) });
-      outcomes[label] = { statuses, whileHeld: [whileHeld.status, JSON.parse(whileHeld.body.toString()).code], afterRelease: afterRelease.status };
+      outcomes[label] = {
+        statuses,
+        whileHeld: [whileHeld.status, JSON.parse(whileHeld.body.toString()).code],
+        afterRelease: afterRelease.status,
+      };
       if (label === 'caches on') expect(await cacheCounter(gw, 'arkvory_cache_hits_total', 'blob')).toBeGreaterThan(0);
       expect(await gw.stop('SIGTERM')).toBe(0);
     }
-    expect(outcomes['caches on']).toEqual({ statuses: [200, 200, 200, 200, 200, '429 rate_limited', '429 rate_limited', '429 rate_limited'], whileHeld: [429, 'busy'], afterRelease: 200 });
+    expect(outcomes['caches on']).toEqual({
+      statuses: [200, 200, 200, 200, 200, '429 rate_limited', '429 rate_limited', '429 rate_limited'],
+      whileHeld: [429, 'busy'],
+      afterRelease: 200,
+    });
     expect(outcomes['caches off']).toEqual(outcomes['caches on']);
   }, 180_000);
 });

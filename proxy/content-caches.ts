@@ -27,7 +27,11 @@ export function createContentCaches(services: Services): ContentCaches {
   const sources: Array<() => CacheStats> = [];
   let openFiles: OpenFileCache | undefined;
   if (caches.openFileEntries > 0 && services.config.storage.url === undefined) {
-    const opened = new OpenFileCache({ maxEntries: caches.openFileEntries, idleMs: caches.openFileIdleMs, clock: services.clock });
+    const opened = new OpenFileCache({
+      maxEntries: caches.openFileEntries,
+      idleMs: caches.openFileIdleMs,
+      clock: services.clock,
+    });
     opened.start();
     services.onClose.push(() => opened.close());
     sources.push(() => opened.stats());
@@ -37,8 +41,18 @@ export function createContentCaches(services: Services): ContentCaches {
     openFiles,
     async catalog(inner) {
       if (caches.catalogEntries === 0 || caches.catalogBytes === 0) return inner;
-      const watcher = new EpochWatcher({ pool: services.pool, databaseUrl: services.databaseUrl, table: 'arkvory_catalog_epoch', channel: 'arkvory_catalog', clock: services.clock, log: services.log.child({ component: 'catalog-cache' }) });
-      const cached = createCachedCatalog(inner, watcher, { maxEntries: caches.catalogEntries, maxBytes: caches.catalogBytes });
+      const watcher = new EpochWatcher({
+        pool: services.pool,
+        databaseUrl: services.databaseUrl,
+        table: 'arkvory_catalog_epoch',
+        channel: 'arkvory_catalog',
+        clock: services.clock,
+        log: services.log.child({ component: 'catalog-cache' }),
+      });
+      const cached = createCachedCatalog(inner, watcher, {
+        maxEntries: caches.catalogEntries,
+        maxBytes: caches.catalogBytes,
+      });
       await watcher.start();
       services.onClose.push(() => watcher.stop());
       sources.push(() => cached.stats());

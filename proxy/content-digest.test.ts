@@ -16,7 +16,13 @@ describe('parseContentDigestSha256', () => {
     expect(parseContentDigestSha256(header)).toBe(expected);
   });
 
-  it.each([['sha-256=abc'], [`sha-256=:${Buffer.alloc(31).toString('base64')}:`], ['sha-256=:!!!!:'], ['=:x:'], [`sha-256=:${b64}:,`]])('rejects %j with invalid_request', (header) => {
+  it.each([
+    ['sha-256=abc'],
+    [`sha-256=:${Buffer.alloc(31).toString('base64')}:`],
+    ['sha-256=:!!!!:'],
+    ['=:x:'],
+    [`sha-256=:${b64}:,`],
+  ])('rejects %j with invalid_request', (header) => {
     expect(() => parseContentDigestSha256(header)).toThrow(expect.objectContaining({ code: 'invalid_request' }));
   });
 

@@ -35,5 +35,8 @@ export function formatContentDigest(sha256Hex: string): string {
 }
 
 function invalid(header: string): GatewayError {
-  return new GatewayError('invalid_request', `Content-Digest is not a valid RFC 9530 dictionary with a 32-byte sha-256 (${JSON.stringify(header.slice(0, 120))}).`);
+  return new GatewayError(
+    'invalid_request',
+    `Content-Digest is not a valid RFC 9530 dictionary with a 32-byte sha-256 (${JSON.stringify(header.slice(0, 120))}).`,
+  );
 }

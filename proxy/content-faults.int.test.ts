@@ -18,7 +18,8 @@ const MiB = 1024 * 1024;
 async function blobCount(root: string): Promise<number> {
   const base = path.join(root, 'blobs', 'sha256');
   let n = 0;
-  for (const a of await readdir(base)) for (const b of await readdir(path.join(base, a))) n += (await readdir(path.join(base, a, b))).length;
+  for (const a of await readdir(base))
+    for (const b of await readdir(path.join(base, a))) n += (await readdir(path.join(base, a, b))).length;
   return n;
 }
 
@@ -44,7 +45,8 @@ describe('publish faults', () => {
         if (offset === 10 * MiB) {
           // The gateway holds a partial temp file now; kill it without any chance to clean up.
           const deadline = Date.now() + 20_000;
-          while ((await tmpBytes(dataDir)) < 5 * MiB && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+          while ((await tmpBytes(dataDir)) < 5 * MiB && Date.now() < deadline)
+            await new Promise((r) => setTimeout(r, 50));
           expect(await tmpBytes(dataDir)).toBeGreaterThanOrEqual(5 * MiB);
           gw.child.kill('SIGKILL');
           killed = true;
@@ -53,7 +55,11 @@ describe('publish faults', () => {
         yield data.subarray(offset, offset + MiB);
       }
     }
-    const upload = await request(`${gw.url}/api/v1/repositories/crash/artifacts/big`, { method: 'PUT', headers: { ...bearer(key), 'content-length': String(data.length), 'content-digest': contentDigest(data) }, body: slowBody() }).catch((err: Error) => err);
+    const upload = await request(`${gw.url}/api/v1/repositories/crash/artifacts/big`, {
+      method: 'PUT',
+      headers: { ...bearer(key), 'content-length': String(data.length), 'content-digest': contentDigest(data) },
+      body: slowBody(),
+    }).catch((err: Error) => err);
     expect(killed).toBe(true);
     expect(upload).toBeInstanceOf(Error);
     expect(await readdir(path.join(dataDir, 'tmp'))).not.toEqual([]);
@@ -63,9 +69,16 @@ describe('publish faults', () => {
     expect(await blobCount(dataDir)).toBe(0);
     const rows = await db.pool.query("SELECT 1 FROM arkvory_artifacts WHERE repository = 'crash'");
     expect(rows.rowCount).toBe(0);
-    expect((await request(`${restarted.url}/api/v1/repositories/crash/artifacts/big/content`, { headers: bearer(key) })).status).toBe(404);
+    expect(
+      (await request(`${restarted.url}/api/v1/repositories/crash/artifacts/big/content`, { headers: bearer(key) }))
+        .status,
+    ).toBe(404);
     // The same upload now succeeds on the restarted writer.
-    const retry = await request(`${restarted.url}/api/v1/repositories/crash/artifacts/big`, { method: 'PUT', headers: { ...bearer(key), 'content-digest': contentDigest(data) }, body: data });
+    const retry = await request(`${restarted.url}/api/v1/repositories/crash/artifacts/big`, {
+      method: 'PUT',
+      headers: { ...bearer(key), 'content-digest': contentDigest(data) },
+      body: data,
+    });
     expect(retry.status).toBe(201);
     expect(JSON.parse(retry.body.toString())).toMatchObject({ sha256: sha256(data) });
   }, 180_000);
@@ -73,12 +86,18 @@ describe('publish faults', () => {
   it('refuses to start on a storage root that is not the one bound to the database', async () => {
     const own = await createTestDatabase();
     onTestFinished(() => own.drop());
-    const first = await startGateway({ env: { ARKVORY_DATABASE_URL: own.url, ARKVORY_LOG_LEVEL: 'warn' }, dataDir: await makeTempDir(), timeoutMs: 60_000 });
+    const first = await startGateway({
+      env: { ARKVORY_DATABASE_URL: own.url, ARKVORY_LOG_LEVEL: 'warn' },
+      dataDir: await makeTempDir(),
+      timeoutMs: 60_000,
+    });
     expect(await first.stop('SIGTERM')).toBe(0);
     const stranger = await makeTempDir();
     const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: own.url }, dataDir: stranger, waitFor: 'none' });
     expect(await gw.exited).toBe(1);
-    expect(gw.logs()).toMatch(/cannot start: the database is bound to storage [0-9a-f-]{36} but .* has no storage-id; point ARKVORY_DATA_DIR at that storage root/);
+    expect(gw.logs()).toMatch(
+      /cannot start: the database is bound to storage [0-9a-f-]{36} but .* has no storage-id; point ARKVORY_DATA_DIR at that storage root/,
+    );
     expect(await readdir(stranger)).toEqual([]);
   }, 180_000);
 });
@@ -96,8 +115,17 @@ describe('disk full', () => {
     await chmod(mountPoint, 0o755);
     await createRepository(db.pool, 'full');
     const { key } = await createServiceAccount(db.pool, { grants: { full: 'write' } });
-    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_LOG_LEVEL: 'warn' }, dataDir: mountPoint, timeoutMs: 60_000 });
-    const put = (name: string, data: Buffer) => request(`${gw.url}/api/v1/repositories/full/artifacts/${name}`, { method: 'PUT', headers: bearer(key), body: data });
+    const gw = await startGateway({
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_LOG_LEVEL: 'warn' },
+      dataDir: mountPoint,
+      timeoutMs: 60_000,
+    });
+    const put = (name: string, data: Buffer) =>
+      request(`${gw.url}/api/v1/repositories/full/artifacts/${name}`, {
+        method: 'PUT',
+        headers: bearer(key),
+        body: data,
+      });
 
     const tooBig = randomContent(24 * MiB);
     const res = await put('too-big', tooBig);

@@ -24,18 +24,35 @@ export interface ContentModuleDeps {
   links?: PresignedLinks;
 }
 
-export async function openContentModule(services: Services, deps: ContentModuleDeps): Promise<{ routes: Route[]; store: Store }> {
+export async function openContentModule(
+  services: Services,
+  deps: ContentModuleDeps,
+): Promise<{ routes: Route[]; store: Store }> {
   const { config } = services;
   const caches = createContentCaches(services);
-  const store = caches.store(await openStore(config, config.role === 'reader' ? 'reader' : 'writer', services.pool, { openFiles: caches.openFiles }));
+  const store = caches.store(
+    await openStore(config, config.role === 'reader' ? 'reader' : 'writer', services.pool, {
+      openFiles: caches.openFiles,
+    }),
+  );
   services.onClose.push(() => store.close());
   services.metrics?.watchCaches(() => caches.stats());
-  services.log.info({ storageId: store.storageId, writable: store.writable, store: store.kind, location: store.location }, 'storage root verified');
+  services.log.info(
+    { storageId: store.storageId, writable: store.writable, store: store.kind, location: store.location },
+    'storage root verified',
+  );
   const catalog = await caches.catalog(createCatalog(services.pool));
   const routes = [
     ...contentRoutes({ store, catalog, maxUploadBytes: config.maxUploadBytes, meters: deps.meters }),
-    ...artifactRoutes({ catalog, writable: store.writable, readableRepositories: (id) => deps.readableRepositories(id), grant: (id, repo) => deps.grant(id, repo) }),
-    ...(deps.links ? presignRoutes({ links: deps.links, catalog, maxExpiresSeconds: config.presignMaxExpiresSeconds }) : []),
+    ...artifactRoutes({
+      catalog,
+      writable: store.writable,
+      readableRepositories: (id) => deps.readableRepositories(id),
+      grant: (id, repo) => deps.grant(id, repo),
+    }),
+    ...(deps.links
+      ? presignRoutes({ links: deps.links, catalog, maxExpiresSeconds: config.presignMaxExpiresSeconds })
+      : []),
   ];
   return { routes, store };
 }

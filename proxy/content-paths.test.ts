@@ -8,7 +8,9 @@ describe('content names', () => {
     expect(decomposed).toEqual(composed);
     expect(composed.name).toBe('caf\u00e9');
     expect(pathOfKey(decomposed)).toBe('/api/v1/repositories/r/artifacts/caf%C3%A9');
-    expect(keyFromParams('asset', { repo: 'r', name: 'Ångström', version: '1.0', asset: 'n\u0303.tgz' })).toMatchObject({ name: '\u00c5ngstr\u00f6m', asset: '\u00f1.tgz' });
+    expect(keyFromParams('asset', { repo: 'r', name: 'Ångström', version: '1.0', asset: 'n\u0303.tgz' })).toMatchObject(
+      { name: '\u00c5ngstr\u00f6m', asset: '\u00f1.tgz' },
+    );
   });
 
   it.each([
@@ -22,7 +24,9 @@ describe('content names', () => {
     ['full-width dots', '\uFF0E\uFF0E', 'U+FF0E'],
     ['a one-dot leader', 'a\u2024b', 'U+2024'],
   ])('refuses %s with invalid_request naming the character', (_what, value, code) => {
-    expect(() => normalizeName(value, 'artifact id')).toThrow(expect.objectContaining({ code: 'invalid_request', message: expect.stringContaining(code) }) as Error);
+    expect(() => normalizeName(value, 'artifact id')).toThrow(
+      expect.objectContaining({ code: 'invalid_request', message: expect.stringContaining(code) }) as Error,
+    );
   });
 
   it('keeps the length bound after normalising, and refuses empty names', () => {

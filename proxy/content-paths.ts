@@ -23,14 +23,19 @@ const REFUSED = /[\p{Cc}\p{Cf}\u2024\u2025\uFE52\uFF0E\uFF61]/u;
 const MAX_NAME_LENGTH = 255;
 
 export function normalizeName(value: string | undefined, what: string): string {
-  if (value === undefined || value.length === 0) throw new GatewayError('invalid_request', `The ${what} must not be empty.`);
+  if (value === undefined || value.length === 0)
+    throw new GatewayError('invalid_request', `The ${what} must not be empty.`);
   const refused = REFUSED.exec(value);
   if (refused) {
     const code = refused[0].codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0');
-    throw new GatewayError('invalid_request', `The ${what} contains U+${code}: control, formatting (bidirectional, zero-width) and dot look-alike characters are not allowed.`);
+    throw new GatewayError(
+      'invalid_request',
+      `The ${what} contains U+${code}: control, formatting (bidirectional, zero-width) and dot look-alike characters are not allowed.`,
+    );
   }
   const name = value.normalize('NFC');
-  if (name.length > MAX_NAME_LENGTH) throw new GatewayError('invalid_request', `The ${what} must be at most ${MAX_NAME_LENGTH} characters.`);
+  if (name.length > MAX_NAME_LENGTH)
+    throw new GatewayError('invalid_request', `The ${what} must be at most ${MAX_NAME_LENGTH} characters.`);
   if (name === '.' || name === '..') throw new GatewayError('invalid_request', `The ${what} must not be "." or "..".`);
   return name;
 }
@@ -42,9 +47,21 @@ export function keyFromParams(kind: ArtifactKind, params: Readonly<Record<string
     case 'artifact':
       return { repository, kind, name: normalizeName(params.id, 'artifact id'), version: '', asset: '' };
     case 'package':
-      return { repository, kind, name: normalizeName(params.name, 'package name'), version: normalizeName(params.version, 'package version'), asset: '' };
+      return {
+        repository,
+        kind,
+        name: normalizeName(params.name, 'package name'),
+        version: normalizeName(params.version, 'package version'),
+        asset: '',
+      };
     case 'asset':
-      return { repository, kind, name: normalizeName(params.name, 'package name'), version: normalizeName(params.version, 'package version'), asset: normalizeName(params.asset, 'asset name') };
+      return {
+        repository,
+        kind,
+        name: normalizeName(params.name, 'package name'),
+        version: normalizeName(params.version, 'package version'),
+        asset: normalizeName(params.asset, 'asset name'),
+      };
   }
 }
 

@@ -11,7 +11,8 @@ export const CONTENT_SECURITY_HEADERS: Readonly<Record<string, string>> = Object
 });
 
 /** Media types a browser only displays (no markup, no script): they may stay inline. */
-const INERT = /^(?:text\/plain|application\/json|application\/octet-stream|image\/(?:png|jpeg|gif|webp|avif))\s*(?:;|$)/i;
+const INERT =
+  /^(?:text\/plain|application\/json|application\/octet-stream|image\/(?:png|jpeg|gif|webp|avif))\s*(?:;|$)/i;
 
 /** `attachment` for every type a browser could render or run (HTML, SVG, XML, JavaScript, PDF…). */
 export function needsAttachment(contentType: string): boolean {

@@ -38,7 +38,9 @@ describe('sendSegments', () => {
       }
     });
     const res = await request(url);
-    expect(res.body.equals(Buffer.concat([Buffer.from('head|'), data.subarray(1000, 900_001), Buffer.from('|tail')]))).toBe(true);
+    expect(
+      res.body.equals(Buffer.concat([Buffer.from('head|'), data.subarray(1000, 900_001), Buffer.from('|tail')])),
+    ).toBe(true);
     expect(taken.reduce((a, b) => a + b, 0)).toBe(899_001);
     expect(Math.max(...taken)).toBeLessThanOrEqual(16 * 1024);
   });
@@ -55,7 +57,8 @@ describe('sendSegments with a streaming reader (the static-HTTP store)', () => {
       read: async () => ({ bytesRead: 0 }),
       async *chunks(range: { start: number; end: number }) {
         asked.push([range.start, range.end]);
-        for (let p = range.start; p <= range.end; p += 65_521) yield data.subarray(p, Math.min(p + 65_521, range.end + 1));
+        for (let p = range.start; p <= range.end; p += 65_521)
+          yield data.subarray(p, Math.min(p + 65_521, range.end + 1));
       },
     };
     const segments: Segment[] = [
@@ -63,10 +66,17 @@ describe('sendSegments with a streaming reader (the static-HTTP store)', () => {
       { kind: 'bytes', data: Buffer.from('|') },
       { kind: 'range', range: { start: 0, end: 250_000 } },
     ];
-    const url = await serveWith((res) => sendSegments(res, reader, segments, { meter, signal: new AbortController().signal }));
+    const url = await serveWith((res) =>
+      sendSegments(res, reader, segments, { meter, signal: new AbortController().signal }),
+    );
     const res = await request(url);
-    expect(res.body.equals(Buffer.concat([data.subarray(500_000), Buffer.from('|'), data.subarray(0, 250_001)]))).toBe(true);
-    expect(asked).toEqual([[500_000, 599_999], [0, 250_000]]);
+    expect(res.body.equals(Buffer.concat([data.subarray(500_000), Buffer.from('|'), data.subarray(0, 250_001)]))).toBe(
+      true,
+    );
+    expect(asked).toEqual([
+      [500_000, 599_999],
+      [0, 250_000],
+    ]);
     expect(taken.reduce((a, b) => a + b, 0)).toBe(350_001);
     expect(Math.max(...taken)).toBeLessThanOrEqual(10_000);
   });

@@ -60,7 +60,15 @@ class BufferRing {
   }
 }
 
-async function streamRange(res: ServerResponse, handle: Pick<BlobReader, 'read'>, range: ByteRange, ring: BufferRing, chunkBytes: number, meter: ByteMeter | undefined, signal: AbortSignal): Promise<void> {
+async function streamRange(
+  res: ServerResponse,
+  handle: Pick<BlobReader, 'read'>,
+  range: ByteRange,
+  ring: BufferRing,
+  chunkBytes: number,
+  meter: ByteMeter | undefined,
+  signal: AbortSignal,
+): Promise<void> {
   for (let position = range.start; position <= range.end; ) {
     const buffer = await ring.acquire(signal);
     const want = Math.min(chunkBytes, range.end - position + 1);
@@ -80,7 +88,12 @@ async function streamRange(res: ServerResponse, handle: Pick<BlobReader, 'read'>
 const MAX_QUEUED_BYTES = BUFFER_COUNT * CHUNK_BYTES;
 
 /** A store's own chunks (no copy): each charged in quanta, then written; waits while the socket is full. */
-async function streamChunks(res: ServerResponse, chunks: AsyncIterable<Buffer>, meter: ByteMeter | undefined, signal: AbortSignal): Promise<void> {
+async function streamChunks(
+  res: ServerResponse,
+  chunks: AsyncIterable<Buffer>,
+  meter: ByteMeter | undefined,
+  signal: AbortSignal,
+): Promise<void> {
   for await (const chunk of chunks) {
     if (meter) await charge(meter, chunk.length, signal);
     signal.throwIfAborted();
@@ -125,7 +138,12 @@ function endResponse(res: ServerResponse, signal: AbortSignal, last?: Buffer): P
   });
 }
 
-export async function sendSegments(res: ServerResponse, handle: Pick<BlobReader, 'read' | 'chunks' | 'bytes'>, segments: readonly Segment[], options: { meter?: ByteMeter | undefined; signal: AbortSignal }): Promise<void> {
+export async function sendSegments(
+  res: ServerResponse,
+  handle: Pick<BlobReader, 'read' | 'chunks' | 'bytes'>,
+  segments: readonly Segment[],
+  options: { meter?: ByteMeter | undefined; signal: AbortSignal },
+): Promise<void> {
   const { meter, signal } = options;
   const only = segments.length === 1 ? segments[0]! : undefined;
   if (handle.bytes && only?.kind === 'range') {
@@ -134,7 +152,10 @@ export async function sendSegments(res: ServerResponse, handle: Pick<BlobReader,
     signal.throwIfAborted();
     return endResponse(res, signal, handle.bytes.subarray(only.range.start, only.range.end + 1));
   }
-  const rangeBytes = segments.reduce((n, s) => (s.kind === 'range' ? Math.max(n, s.range.end - s.range.start + 1) : n), 0);
+  const rangeBytes = segments.reduce(
+    (n, s) => (s.kind === 'range' ? Math.max(n, s.range.end - s.range.start + 1) : n),
+    0,
+  );
   const chunkBytes = Math.max(1, Math.min(meter ? meter.quantumBytes : CHUNK_BYTES, CHUNK_BYTES, rangeBytes));
   const ring = new BufferRing(BUFFER_COUNT, chunkBytes);
   for (const segment of segments) {

@@ -2,7 +2,14 @@ import { readdir } from 'node:fs/promises';
 import net from 'node:net';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../test/support/auth.ts';
-import { contentDigest, parseMultipart, randomContent, request, sha256, type RawResponse } from '../test/support/content.ts';
+import {
+  contentDigest,
+  parseMultipart,
+  randomContent,
+  request,
+  sha256,
+  type RawResponse,
+} from '../test/support/content.ts';
 import { useTestDatabase } from '../test/support/database.ts';
 import { startGateway, type GatewayProcess } from '../test/support/gateway.ts';
 import { ALL_STORE_KINDS, startStoreBacking, type StoreBacking, type StoreProbe } from '../test/support/store-kinds.ts';
@@ -14,7 +21,8 @@ const MAX_UPLOAD = 50 * MiB + 64 * KiB;
 /** Headers a HEAD must repeat from the GET (per-response ones excluded). */
 function comparable(res: RawResponse): Record<string, unknown> {
   const { date: _d, 'x-request-id': _r, connection: _c, 'keep-alive': _k, ratelimit: _rl, ...rest } = res.headers;
-  if (typeof rest['content-type'] === 'string') rest['content-type'] = rest['content-type'].replace(/boundary=\S+/, 'boundary=*');
+  if (typeof rest['content-type'] === 'string')
+    rest['content-type'] = rest['content-type'].replace(/boundary=\S+/, 'boundary=*');
   return rest;
 }
 
@@ -34,9 +42,14 @@ describe.each(ALL_STORE_KINDS)('content API over real HTTP (%s store)', (kind) =
   const auth = () => bearer(writer.key);
 
   async function upload(id: string, data: Buffer, headers: Record<string, string> = {}): Promise<RawResponse> {
-    return request(`${base()}/artifacts/${id}`, { method: 'PUT', headers: { ...auth(), 'content-type': 'application/x-test', 'content-digest': contentDigest(data), ...headers }, body: data });
+    return request(`${base()}/artifacts/${id}`, {
+      method: 'PUT',
+      headers: { ...auth(), 'content-type': 'application/x-test', 'content-digest': contentDigest(data), ...headers },
+      body: data,
+    });
   }
-  const get = (id: string, headers: Record<string, string> = {}, method = 'GET') => request(`${base()}/artifacts/${id}/content`, { method, headers: { ...auth(), ...headers } });
+  const get = (id: string, headers: Record<string, string> = {}, method = 'GET') =>
+    request(`${base()}/artifacts/${id}/content`, { method, headers: { ...auth(), ...headers } });
 
   beforeAll(async () => {
     await createRepository(db.pool, 'files');
@@ -44,7 +57,16 @@ describe.each(ALL_STORE_KINDS)('content API over real HTTP (%s store)', (kind) =
     writer = await createServiceAccount(db.pool, { grants: { files: 'write' } });
     readOnly = await createServiceAccount(db.pool, { scopes: ['read'], grants: { files: 'read' } });
     backing = await startStoreBacking(kind);
-    gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_MAX_UPLOAD_BYTES: String(MAX_UPLOAD), ARKVORY_LOG_LEVEL: 'info', ...backing.env, ARKVORY_OPEN_FILE_CACHE_IDLE_SECONDS: '1' }, timeoutMs: 60_000 });
+    gw = await startGateway({
+      env: {
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_MAX_UPLOAD_BYTES: String(MAX_UPLOAD),
+        ARKVORY_LOG_LEVEL: 'info',
+        ...backing.env,
+        ARKVORY_OPEN_FILE_CACHE_IDLE_SECONDS: '1',
+      },
+      timeoutMs: 60_000,
+    });
     for (const size of [0, 1, 64 * KiB - 1, 64 * KiB + 1, 50 * MiB]) {
       const data = randomContent(size);
       files.set(size, data);
@@ -53,26 +75,37 @@ describe.each(ALL_STORE_KINDS)('content API over real HTTP (%s store)', (kind) =
     }
   });
 
-  it.each([0, 1, 64 * KiB - 1, 64 * KiB + 1, 50 * MiB])('%i bytes come back identical, and HEAD repeats the GET headers without a body', async (size) => {
-    const data = files.get(size)!;
-    const res = await get(`size-${size}`);
-    expect(res.status).toBe(200);
-    expect(res.body.length).toBe(size);
-    expect(sha256(res.body)).toBe(sha256(data));
-    expect(res.headers).toMatchObject({
-      'accept-ranges': 'bytes',
-      etag: `"${sha256(data)}"`,
-      'content-length': String(size),
-      'content-type': 'application/x-test',
-      'last-modified': expect.stringMatching(/ GMT$/),
-    });
-    const head = await get(`size-${size}`, {}, 'HEAD');
-    expect(head.status).toBe(200);
-    expect(head.body.length).toBe(0);
-    expect(comparable(head)).toEqual(comparable(res));
-    const meta = await request(`${base()}/artifacts/size-${size}`, { headers: auth() });
-    expect(JSON.parse(meta.body.toString())).toMatchObject({ repository: 'files', kind: 'artifact', id: `size-${size}`, sha256: sha256(data), sizeBytes: size, contentType: 'application/x-test', publishedBy: writer.principalId });
-  });
+  it.each([0, 1, 64 * KiB - 1, 64 * KiB + 1, 50 * MiB])(
+    '%i bytes come back identical, and HEAD repeats the GET headers without a body',
+    async (size) => {
+      const data = files.get(size)!;
+      const res = await get(`size-${size}`);
+      expect(res.status).toBe(200);
+      expect(res.body.length).toBe(size);
+      expect(sha256(res.body)).toBe(sha256(data));
+      expect(res.headers).toMatchObject({
+        'accept-ranges': 'bytes',
+        etag: `"${sha256(data)}"`,
+        'content-length': String(size),
+        'content-type': 'application/x-test',
+        'last-modified': expect.stringMatching(/ GMT$/),
+      });
+      const head = await get(`size-${size}`, {}, 'HEAD');
+      expect(head.status).toBe(200);
+      expect(head.body.length).toBe(0);
+      expect(comparable(head)).toEqual(comparable(res));
+      const meta = await request(`${base()}/artifacts/size-${size}`, { headers: auth() });
+      expect(JSON.parse(meta.body.toString())).toMatchObject({
+        repository: 'files',
+        kind: 'artifact',
+        id: `size-${size}`,
+        sha256: sha256(data),
+        sizeBytes: size,
+        contentType: 'application/x-test',
+        publishedBy: writer.principalId,
+      });
+    },
+  );
 
   const size = 64 * KiB + 1;
   it.each([
@@ -106,17 +139,32 @@ describe.each(ALL_STORE_KINDS)('content API over real HTTP (%s store)', (kind) =
     expect(Number(res.headers['content-length'])).toBe(res.body.length);
     const parts = parseMultipart(res.body, res.headers['content-type']!);
     // -5 lies inside 30000-: the server coalesces overlapping ranges into ascending order.
-    expect(parts.map((p) => p.headers['content-range'])).toEqual([`bytes 0-9/${size}`, `bytes 30000-${size - 1}/${size}`]);
+    expect(parts.map((p) => p.headers['content-range'])).toEqual([
+      `bytes 0-9/${size}`,
+      `bytes 30000-${size - 1}/${size}`,
+    ]);
     for (const part of parts) {
-      const [, s, e] = /^bytes (\d+)-(\d+)/.exec(part.headers['content-range']!)!.map(Number) as [number, number, number];
+      const [, s, e] = /^bytes (\d+)-(\d+)/.exec(part.headers['content-range']!)!.map(Number) as [
+        number,
+        number,
+        number,
+      ];
       expect(part.headers['content-type']).toBe('application/x-test');
       expect(part.data.equals(data.subarray(s, e + 1))).toBe(true);
     }
 
     const disjoint = await get(`size-${size}`, { range: 'bytes=60000-60099,0-9,-5' });
     const disjointParts = parseMultipart(disjoint.body, disjoint.headers['content-type']!);
-    expect(disjointParts.map((p) => p.headers['content-range'])).toEqual([`bytes 60000-60099/${size}`, `bytes 0-9/${size}`, `bytes ${size - 5}-${size - 1}/${size}`]);
-    expect(Buffer.concat(disjointParts.map((p) => p.data)).equals(Buffer.concat([data.subarray(60000, 60100), data.subarray(0, 10), data.subarray(size - 5)]))).toBe(true);
+    expect(disjointParts.map((p) => p.headers['content-range'])).toEqual([
+      `bytes 60000-60099/${size}`,
+      `bytes 0-9/${size}`,
+      `bytes ${size - 5}-${size - 1}/${size}`,
+    ]);
+    expect(
+      Buffer.concat(disjointParts.map((p) => p.data)).equals(
+        Buffer.concat([data.subarray(60000, 60100), data.subarray(0, 10), data.subarray(size - 5)]),
+      ),
+    ).toBe(true);
     const head = await get(`size-${size}`, { range: 'bytes=60000-60099,0-9,-5' }, 'HEAD');
     expect(comparable(head)).toEqual(comparable(disjoint));
   });
@@ -164,14 +212,25 @@ describe.each(ALL_STORE_KINDS)('content API over real HTTP (%s store)', (kind) =
     const later = new Date(Date.parse(lastModified) + 1000).toUTCString();
 
     for (const method of ['GET', 'HEAD']) {
-      for (const headers of [{ 'if-none-match': etag }, { 'if-none-match': `W/${etag}` }, { 'if-none-match': `"nope", ${etag}` }, { 'if-none-match': '*' }, { 'if-modified-since': lastModified }, { 'if-modified-since': later }] as Record<string, string>[]) {
+      for (const headers of [
+        { 'if-none-match': etag },
+        { 'if-none-match': `W/${etag}` },
+        { 'if-none-match': `"nope", ${etag}` },
+        { 'if-none-match': '*' },
+        { 'if-modified-since': lastModified },
+        { 'if-modified-since': later },
+      ] as Record<string, string>[]) {
         const res = await get(`size-${size}`, headers, method);
         expect(res.status, JSON.stringify(headers)).toBe(304);
         expect(res.body.length).toBe(0);
         expect(res.headers.etag).toBe(etag);
         expect(res.headers['last-modified']).toBe(lastModified);
       }
-      for (const headers of [{ 'if-none-match': '"nope"' }, { 'if-modified-since': earlier }, { 'if-none-match': '"nope"', 'if-modified-since': lastModified }] as Record<string, string>[]) {
+      for (const headers of [
+        { 'if-none-match': '"nope"' },
+        { 'if-modified-since': earlier },
+        { 'if-none-match': '"nope"', 'if-modified-since': lastModified },
+      ] as Record<string, string>[]) {
         expect((await get(`size-${size}`, headers, method)).status, JSON.stringify(headers)).toBe(200);
       }
     }
@@ -212,20 +271,33 @@ describe.each(ALL_STORE_KINDS)('content API over real HTTP (%s store)', (kind) =
     expect(await probe().list('tmp')).toEqual([]);
 
     // Content-Length shorter than promised: the client gives up mid-body; nothing is published.
-    const truncated = await rawExchange(gw.port, `PUT /api/v1/repositories/files/artifacts/truncated HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${writer.key}\r\ncontent-length: 5000\r\n\r\n`, Buffer.alloc(1000, 1), { endAfterWrite: true });
+    const truncated = await rawExchange(
+      gw.port,
+      `PUT /api/v1/repositories/files/artifacts/truncated HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${writer.key}\r\ncontent-length: 5000\r\n\r\n`,
+      Buffer.alloc(1000, 1),
+      { endAfterWrite: true },
+    );
     expect(truncated).not.toMatch(/^HTTP\/1\.1 20/);
     expect((await request(`${base()}/artifacts/truncated`, { headers: auth() })).status).toBe(404);
   });
 
   it('413 before reading when Content-Length is over the limit, and while reading a chunked body', async () => {
-    const reply = await rawExchange(gw.port, `PUT /api/v1/repositories/files/artifacts/too-big HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${writer.key}\r\ncontent-length: ${MAX_UPLOAD + 1}\r\n\r\n`, Buffer.alloc(0));
+    const reply = await rawExchange(
+      gw.port,
+      `PUT /api/v1/repositories/files/artifacts/too-big HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${writer.key}\r\ncontent-length: ${MAX_UPLOAD + 1}\r\n\r\n`,
+      Buffer.alloc(0),
+    );
     expect(reply).toMatch(/^HTTP\/1\.1 413/);
     expect(reply).toContain('"code":"payload_too_large"');
 
     async function* chunks() {
       for (let sent = 0; sent <= MAX_UPLOAD; sent += MiB) yield Buffer.alloc(MiB, 7);
     }
-    const streamed = await request(`${base()}/artifacts/too-big`, { method: 'PUT', headers: { ...auth(), 'transfer-encoding': 'chunked' }, body: chunks() }).catch((err: Error) => ({ status: -1, body: Buffer.from(err.message), headers: {} }));
+    const streamed = await request(`${base()}/artifacts/too-big`, {
+      method: 'PUT',
+      headers: { ...auth(), 'transfer-encoding': 'chunked' },
+      body: chunks(),
+    }).catch((err: Error) => ({ status: -1, body: Buffer.from(err.message), headers: {} }));
     expect(streamed.status).toBe(413);
     expect((await request(`${base()}/artifacts/too-big`, { headers: auth() })).status).toBe(404);
     expect(await probe().list('tmp')).toEqual([]);
@@ -233,11 +305,19 @@ describe.each(ALL_STORE_KINDS)('content API over real HTTP (%s store)', (kind) =
 
   it('enforces grants: read-only keys cannot upload or delete; invisible repositories are 404', async () => {
     const data = randomContent(10);
-    const denied = await request(`${base()}/artifacts/ro`, { method: 'PUT', headers: bearer(readOnly.key), body: data });
+    const denied = await request(`${base()}/artifacts/ro`, {
+      method: 'PUT',
+      headers: bearer(readOnly.key),
+      body: data,
+    });
     expect(denied.status).toBe(403);
-    expect((await request(`${base()}/artifacts/size-1`, { method: 'DELETE', headers: bearer(readOnly.key) })).status).toBe(403);
+    expect(
+      (await request(`${base()}/artifacts/size-1`, { method: 'DELETE', headers: bearer(readOnly.key) })).status,
+    ).toBe(403);
     expect((await request(`${base()}/artifacts/size-1/content`, { headers: bearer(readOnly.key) })).status).toBe(200);
-    expect((await request(`${gw.url}/api/v1/repositories/hidden/artifacts/x/content`, { headers: auth() })).status).toBe(404);
+    expect(
+      (await request(`${gw.url}/api/v1/repositories/hidden/artifacts/x/content`, { headers: auth() })).status,
+    ).toBe(404);
     expect((await request(`${base()}/artifacts/size-1/content`)).status).toBe(401);
     expect((await get('no-such-artifact')).status).toBe(404);
   });
@@ -250,15 +330,22 @@ describe.each(ALL_STORE_KINDS)('content API over real HTTP (%s store)', (kind) =
 
     const pkg = randomContent(2000);
     const asset = randomContent(3000);
-    const put = (p: string, d: Buffer) => request(`${base()}${p}`, { method: 'PUT', headers: { ...auth(), 'content-type': 'application/gzip' }, body: d });
+    const put = (p: string, d: Buffer) =>
+      request(`${base()}${p}`, { method: 'PUT', headers: { ...auth(), 'content-type': 'application/gzip' }, body: d });
     expect((await put('/packages/tool/1.0.0', pkg)).status).toBe(201);
     expect((await put('/packages/tool/1.0.0/assets/tool-linux.tar.gz', asset)).status).toBe(201);
-    const pkgRes = await request(`${base()}/packages/tool/1.0.0/content`, { headers: { ...auth(), range: 'bytes=-10' } });
+    const pkgRes = await request(`${base()}/packages/tool/1.0.0/content`, {
+      headers: { ...auth(), range: 'bytes=-10' },
+    });
     expect(pkgRes.body.equals(pkg.subarray(-10))).toBe(true);
-    const assetRes = await request(`${base()}/packages/tool/1.0.0/assets/tool-linux.tar.gz/content`, { headers: auth() });
+    const assetRes = await request(`${base()}/packages/tool/1.0.0/assets/tool-linux.tar.gz/content`, {
+      headers: auth(),
+    });
     expect(assetRes.body.equals(asset)).toBe(true);
     expect(assetRes.headers['content-type']).toBe('application/gzip');
-    expect(JSON.parse((await request(`${base()}/packages/tool/1.0.0`, { headers: auth() })).body.toString())).toMatchObject({ kind: 'package', name: 'tool', version: '1.0.0' });
+    expect(
+      JSON.parse((await request(`${base()}/packages/tool/1.0.0`, { headers: auth() })).body.toString()),
+    ).toMatchObject({ kind: 'package', name: 'tool', version: '1.0.0' });
 
     const data = randomContent(500);
     expect((await upload('to-delete', data)).status).toBe(201);
@@ -280,7 +367,9 @@ describe.each(ALL_STORE_KINDS)('content API over real HTTP (%s store)', (kind) =
     const rssBefore = await rssBytes(pid);
     const socket = net.connect(gw.port, '127.0.0.1');
     await new Promise((r) => socket.once('connect', r));
-    socket.write(`GET /api/v1/repositories/files/artifacts/size-${50 * MiB}/content HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${writer.key}\r\n\r\n`);
+    socket.write(
+      `GET /api/v1/repositories/files/artifacts/size-${50 * MiB}/content HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${writer.key}\r\n\r\n`,
+    );
     socket.pause();
     if (kind === 'fs') await waitFor(async () => (await openBlobFds(pid, blob)) > 0);
     await new Promise((r) => setTimeout(r, 1500));
@@ -301,7 +390,8 @@ describe.each(ALL_STORE_KINDS)('content API over real HTTP (%s store)', (kind) =
 async function listBlobs(probe: StoreProbe): Promise<string[]> {
   const out: string[] = [];
   const base = 'blobs/sha256';
-  for (const a of await probe.list(base)) for (const b of await probe.list(`${base}/${a}`)) out.push(...(await probe.list(`${base}/${a}/${b}`)));
+  for (const a of await probe.list(base))
+    for (const b of await probe.list(`${base}/${a}`)) out.push(...(await probe.list(`${base}/${a}/${b}`)));
   return out;
 }
 
@@ -330,7 +420,12 @@ async function waitFor(check: () => Promise<boolean>, timeoutMs = 10_000): Promi
 }
 
 /** Writes a raw request, optionally half-closes, and returns whatever the server answered. */
-function rawExchange(port: number, head: string, body: Buffer, options: { endAfterWrite?: boolean } = {}): Promise<string> {
+function rawExchange(
+  port: number,
+  head: string,
+  body: Buffer,
+  options: { endAfterWrite?: boolean } = {},
+): Promise<string> {
   return new Promise((resolve) => {
     const socket = net.connect(port, '127.0.0.1');
     let text = '';

@@ -1,6 +1,12 @@
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
-import { databaseTarget, isUnreachable, startupRetryDelayMs, waitForDatabase, type WaitForDatabaseOptions } from './database.ts';
+import {
+  databaseTarget,
+  isUnreachable,
+  startupRetryDelayMs,
+  waitForDatabase,
+  type WaitForDatabaseOptions,
+} from './database.ts';
 
 const refused = () => Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' });
 
@@ -41,14 +47,23 @@ describe('startup wait for PostgreSQL', () => {
 
   it('gives up once the bound has passed, the last wait cut to the bound', async () => {
     const h = harness(Number.POSITIVE_INFINITY, 3000);
-    await expect(waitForDatabase(h.probe, h.options)).rejects.toMatchObject({ code: 'database_unreachable', attempts: 5, message: expect.stringContaining('ARKVORY_DATABASE_STARTUP_WAIT_SECONDS=3') });
+    await expect(waitForDatabase(h.probe, h.options)).rejects.toMatchObject({
+      code: 'database_unreachable',
+      attempts: 5,
+      message: expect.stringContaining('ARKVORY_DATABASE_STARTUP_WAIT_SECONDS=3'),
+    });
     expect(h.sleeps).toEqual([250, 500, 1000, 1250]);
   });
 
   it('fails at once with a bound of 0, and on errors that retrying cannot fix', async () => {
     const none = harness(1, 0);
-    await expect(waitForDatabase(none.probe, none.options)).rejects.toMatchObject({ code: 'database_unreachable', attempts: 1 });
-    const auth = harness(1, 60_000, () => Object.assign(new Error('password authentication failed'), { code: '28P01' }));
+    await expect(waitForDatabase(none.probe, none.options)).rejects.toMatchObject({
+      code: 'database_unreachable',
+      attempts: 1,
+    });
+    const auth = harness(1, 60_000, () =>
+      Object.assign(new Error('password authentication failed'), { code: '28P01' }),
+    );
     await expect(waitForDatabase(auth.probe, auth.options)).rejects.toMatchObject({ code: '28P01' });
     expect(auth.sleeps).toEqual([]);
   });

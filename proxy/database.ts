@@ -21,7 +21,9 @@ export function createPool(url: string, size: number, log: Logger, applicationNa
     keepAlive: true,
   });
   // An idle client whose connection dies emits here; without a handler the process would crash.
-  pool.on('error', (err) => log.warn({ err: { message: err.message, code: (err as { code?: string }).code } }, 'idle PostgreSQL client failed'));
+  pool.on('error', (err) =>
+    log.warn({ err: { message: err.message, code: (err as { code?: string }).code } }, 'idle PostgreSQL client failed'),
+  );
   return pool;
 }
 
@@ -58,7 +60,17 @@ export async function openDatabase(config: Config, log: Logger): Promise<Databas
 }
 
 /** Errors that mean "PostgreSQL is not reachable (yet)", as opposed to a wrong password or database. */
-const UNREACHABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'EPIPE', '57P03']);
+const UNREACHABLE_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EPIPE',
+  '57P03',
+]);
 
 export function isUnreachable(err: unknown): boolean {
   const code = (err as { code?: unknown }).code;
@@ -90,23 +102,45 @@ export interface WaitForDatabaseOptions {
  * `reachable`, or `stopped` if `signal` fired; throws the last error (with `attempts` and `waitedMs`)
  * once `boundMs` has passed, and at once for any other error (e.g. a wrong password).
  */
-export async function waitForDatabase(probe: () => Promise<unknown>, options: WaitForDatabaseOptions): Promise<'reachable' | 'stopped'> {
+export async function waitForDatabase(
+  probe: () => Promise<unknown>,
+  options: WaitForDatabaseOptions,
+): Promise<'reachable' | 'stopped'> {
   const startedMs = options.monotonicMs();
   for (let attempt = 1; ; attempt++) {
     if (options.signal.aborted) return 'stopped';
     try {
       await probe();
-      if (attempt > 1) options.log.info({ target: options.target, attempts: attempt, waitedMs: Math.round(options.monotonicMs() - startedMs) }, 'PostgreSQL reachable; starting');
+      if (attempt > 1)
+        options.log.info(
+          { target: options.target, attempts: attempt, waitedMs: Math.round(options.monotonicMs() - startedMs) },
+          'PostgreSQL reachable; starting',
+        );
       return 'reachable';
     } catch (err) {
       const waitedMs = options.monotonicMs() - startedMs;
       if (!isUnreachable(err)) throw err;
       const retryInMs = Math.round(Math.min(startupRetryDelayMs(attempt), Math.max(0, options.boundMs - waitedMs)));
       if (waitedMs >= options.boundMs || retryInMs <= 0) {
-        throw Object.assign(new Error(`PostgreSQL at ${options.target} not reachable after ${attempt} attempt(s) in ${Math.round(waitedMs / 1000)} s (ARKVORY_DATABASE_STARTUP_WAIT_SECONDS=${options.boundMs / 1000}): ${(err as Error).message}`, { cause: err }), { code: 'database_unreachable', attempts: attempt, waitedMs });
+        throw Object.assign(
+          new Error(
+            `PostgreSQL at ${options.target} not reachable after ${attempt} attempt(s) in ${Math.round(waitedMs / 1000)} s (ARKVORY_DATABASE_STARTUP_WAIT_SECONDS=${options.boundMs / 1000}): ${(err as Error).message}`,
+            { cause: err },
+          ),
+          { code: 'database_unreachable', attempts: attempt, waitedMs },
+        );
       }
       const code = (err as { code?: unknown }).code;
-      options.log.warn({ target: options.target, attempt, retryInMs, code: typeof code === 'string' ? code : undefined, err: { message: (err as Error).message } }, 'PostgreSQL not reachable at startup; retrying');
+      options.log.warn(
+        {
+          target: options.target,
+          attempt,
+          retryInMs,
+          code: typeof code === 'string' ? code : undefined,
+          err: { message: (err as Error).message },
+        },
+        'PostgreSQL not reachable at startup; retrying',
+      );
       try {
         await options.sleep(retryInMs, options.signal);
       } catch {

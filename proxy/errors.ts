@@ -18,7 +18,11 @@ export class GatewayError extends Error {
   override readonly name = 'GatewayError';
   readonly code: GatewayErrorCode;
   readonly headers: Readonly<Record<string, string>>;
-  constructor(code: GatewayErrorCode, message?: string, options?: { cause?: unknown; headers?: Record<string, string> }) {
+  constructor(
+    code: GatewayErrorCode,
+    message?: string,
+    options?: { cause?: unknown; headers?: Record<string, string> },
+  ) {
     super(message ?? GATEWAY_ERRORS[code], options?.cause === undefined ? undefined : { cause: options.cause });
     this.code = code;
     this.headers = options?.headers ?? {};

@@ -39,7 +39,10 @@ let other: { key: string; principalId: string };
  */
 const rulesDir = mkdtempSync(path.join(os.tmpdir(), 'arkvory-front-door-'));
 const RULES_FILE = path.join(rulesDir, 'rate_limits.yaml');
-writeFileSync(RULES_FILE, 'rate_limits:\n  auth_failure:\n    - name: ban_ip_after_auth_failures\n      action: limit\n      characteristics: [ip]\n      limit: 1000000\n      period_s: 60\n      ban_for_s: 900\n');
+writeFileSync(
+  RULES_FILE,
+  'rate_limits:\n  auth_failure:\n    - name: ban_ip_after_auth_failures\n      action: limit\n      characteristics: [ip]\n      limit: 1000000\n      period_s: 60\n      ban_for_s: 900\n',
+);
 const ENV = {
   ARKVORY_HEADER_TIMEOUT_SECONDS: '2',
   ARKVORY_BODY_TIMEOUT_SECONDS: '3',
@@ -54,7 +57,10 @@ const ENV = {
 /** prlimit comes with util-linux (Debian: `apt-get install util-linux`, present on every install). */
 function requirePrlimit(): void {
   const probe = spawnSync('prlimit', ['--version']);
-  if (probe.error || probe.status !== 0) throw new Error('this test runs the gateway under `prlimit --nofile`; install util-linux (apt-get install util-linux)');
+  if (probe.error || probe.status !== 0)
+    throw new Error(
+      'this test runs the gateway under `prlimit --nofile`; install util-linux (apt-get install util-linux)',
+    );
 }
 
 const contentUrl = (base: string, id: string) => `${base}/api/v1/repositories/hostile/artifacts/${id}/content`;
@@ -87,7 +93,10 @@ function connect(url: string, halfOpen = false): Promise<Raw> {
         async waitFor(text, ms) {
           const deadline = performance.now() + ms;
           while (!data.includes(text)) {
-            if (performance.now() > deadline || socket.destroyed) throw new Error(`did not receive ${JSON.stringify(text)} within ${ms} ms; got ${JSON.stringify(data.slice(0, 300))}`);
+            if (performance.now() > deadline || socket.destroyed)
+              throw new Error(
+                `did not receive ${JSON.stringify(text)} within ${ms} ms; got ${JSON.stringify(data.slice(0, 300))}`,
+              );
             await sleep(20);
           }
           return data;
@@ -122,7 +131,9 @@ async function openDescriptors(pid: number): Promise<number> {
   return (await readdir(`/proc/${pid}/fd`)).length;
 }
 
-async function ready(key: string): Promise<{ downloads: { active: number; queued: number }; uploads: { active: number; queued: number } }> {
+async function ready(
+  key: string,
+): Promise<{ downloads: { active: number; queued: number }; uploads: { active: number; queued: number } }> {
   const res = await request(`${gw.url}/health/ready`, { headers: bearer(key) });
   return JSON.parse(res.body.toString()).transfers;
 }
@@ -157,7 +168,10 @@ beforeAll(async () => {
   writer = await createServiceAccount(db.pool, { grants: { hostile: 'write' } });
   reader = await createServiceAccount(db.pool, { scopes: ['read'], grants: { hostile: 'read' } });
   other = await createServiceAccount(db.pool, { scopes: ['read'], grants: { hostile: 'read' } });
-  gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_RATE_LIMITS_FILE: RULES_FILE, ...ENV }, wrap: ['prlimit', `--nofile=${DESCRIPTORS}:${DESCRIPTORS}`, '--'] });
+  gw = await startGateway({
+    env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_RATE_LIMITS_FILE: RULES_FILE, ...ENV },
+    wrap: ['prlimit', `--nofile=${DESCRIPTORS}:${DESCRIPTORS}`, '--'],
+  });
   for (const [id, body] of [
     ['big.bin', big],
     ['small.bin', small],
@@ -166,14 +180,23 @@ beforeAll(async () => {
     expect([200, 201]).toContain(put.status);
   }
   // Warm up every lazily opened descriptor (pool connections, blob reads), then take the baseline.
-  const warm = await Promise.all(Array.from({ length: 8 }, () => request(contentUrl(gw.url, 'small.bin'), { headers: bearer(other.key) })));
+  const warm = await Promise.all(
+    Array.from({ length: 8 }, () => request(contentUrl(gw.url, 'small.bin'), { headers: bearer(other.key) })),
+  );
   for (const res of warm) expect(res.status).toBe(200);
   await sleep(200);
   router = await startGateway({
-    env: { ARKVORY_ROLE: 'router', ARKVORY_ROUTER_BACKENDS: gw.url, ARKVORY_MAX_CONNECTIONS: String(ROUTER_MAX_CONNECTIONS), ...ENV },
+    env: {
+      ARKVORY_ROLE: 'router',
+      ARKVORY_ROUTER_BACKENDS: gw.url,
+      ARKVORY_MAX_CONNECTIONS: String(ROUTER_MAX_CONNECTIONS),
+      ...ENV,
+    },
     wrap: ['prlimit', `--nofile=${DESCRIPTORS}:${DESCRIPTORS}`, '--'],
   });
-  const warmRouter = await Promise.all(Array.from({ length: 8 }, () => request(contentUrl(router.url, 'small.bin'), { headers: bearer(other.key) })));
+  const warmRouter = await Promise.all(
+    Array.from({ length: 8 }, () => request(contentUrl(router.url, 'small.bin'), { headers: bearer(other.key) })),
+  );
   for (const res of warmRouter) expect(res.status).toBe(200);
   await sleep(200);
   baselineDescriptors = await openDescriptors(gw.child.pid!);
@@ -192,8 +215,14 @@ afterAll(async () => {
     const transfers = await ready(other.key);
     expect(transfers.uploads).toMatchObject({ active: 0, queued: 0 });
     expect(transfers.downloads).toMatchObject({ active: 0, queued: 0 });
-    await eventually(async () => expect(await openDescriptors(gw.child.pid!)).toBeLessThanOrEqual(baselineDescriptors), 15_000);
-    await eventually(async () => expect(await openDescriptors(router.child.pid!)).toBeLessThanOrEqual(routerBaseline), 15_000);
+    await eventually(
+      async () => expect(await openDescriptors(gw.child.pid!)).toBeLessThanOrEqual(baselineDescriptors),
+      15_000,
+    );
+    await eventually(
+      async () => expect(await openDescriptors(router.child.pid!)).toBeLessThanOrEqual(routerBaseline),
+      15_000,
+    );
   } finally {
     const codes = await Promise.all([router?.stop('SIGTERM'), gw.stop('SIGTERM')]);
     expect(codes).toEqual([0, 0]);
@@ -231,7 +260,9 @@ function hostileSuite(front: () => Front): void {
 
   it('Expect: 100-continue without a key gets the final 401 and no 100; with a key and a fitting size it gets 100 and the upload works', async () => {
     const raw = await connect(front().process.url);
-    raw.socket.write(`PUT ${uploadPath('expect.bin')} HTTP/1.1\r\nHost: x\r\nContent-Length: ${small.length}\r\nExpect: 100-continue\r\n\r\n`);
+    raw.socket.write(
+      `PUT ${uploadPath('expect.bin')} HTTP/1.1\r\nHost: x\r\nContent-Length: ${small.length}\r\nExpect: 100-continue\r\n\r\n`,
+    );
     const text = await raw.waitFor('\r\n\r\n', 3000);
     expect(text).toMatch(/^HTTP\/1\.1 401 /);
     expect(text).not.toContain('100 Continue');
@@ -239,13 +270,17 @@ function hostileSuite(front: () => Front): void {
     await raw.closed;
 
     const tooBig = await connect(front().process.url);
-    tooBig.socket.write(`PUT ${uploadPath('expect.bin')} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${writer.key}\r\nContent-Length: ${2 ** 45}\r\nExpect: 100-continue\r\n\r\n`);
+    tooBig.socket.write(
+      `PUT ${uploadPath('expect.bin')} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${writer.key}\r\nContent-Length: ${2 ** 45}\r\nExpect: 100-continue\r\n\r\n`,
+    );
     const refused = await tooBig.waitFor('\r\n\r\n', 3000);
     expect(refused).toMatch(/^HTTP\/1\.1 413 /);
     await tooBig.closed;
 
     const ok = await connect(front().process.url);
-    ok.socket.write(`PUT ${uploadPath('expect.bin')} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${writer.key}\r\nContent-Length: ${small.length}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n`);
+    ok.socket.write(
+      `PUT ${uploadPath('expect.bin')} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${writer.key}\r\nContent-Length: ${small.length}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n`,
+    );
     expect(await ok.waitFor('\r\n\r\n', 3000)).toMatch(/^HTTP\/1\.1 100 Continue\r\n\r\n$/);
     ok.socket.write(small);
     // 201, or 200 when the other suite published the same bytes first.
@@ -267,7 +302,9 @@ function hostileSuite(front: () => Front): void {
 
   it('an authenticated upload that stalls after 10 bytes gets 408, its temporary file is removed and its slot released', async () => {
     const raw = await connect(front().process.url);
-    raw.socket.write(`PUT ${uploadPath('stalled.bin')} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${writer.key}\r\nContent-Length: ${MiB}\r\n\r\n0123456789`);
+    raw.socket.write(
+      `PUT ${uploadPath('stalled.bin')} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${writer.key}\r\nContent-Length: ${MiB}\r\n\r\n0123456789`,
+    );
     await eventually(async () => expect((await ready(other.key)).uploads.active).toBe(1), 3000);
     const text = await raw.waitFor('\r\n\r\n', 8000);
     expect(text).toMatch(/^HTTP\/1\.1 408 /);
@@ -276,14 +313,20 @@ function hostileSuite(front: () => Front): void {
     await eventually(async () => expect((await ready(other.key)).uploads.active).toBe(0), 3000);
     await eventually(async () => expect(await tmpFiles()).toEqual([]), 3000);
     // The principal's only upload slot is free again.
-    const put = await request(`${front().process.url}${uploadPath('after-stall.bin')}`, { method: 'PUT', headers: bearer(writer.key), body: small });
+    const put = await request(`${front().process.url}${uploadPath('after-stall.bin')}`, {
+      method: 'PUT',
+      headers: bearer(writer.key),
+      body: small,
+    });
     expect([200, 201]).toContain(put.status);
   });
 
   it('four downloads that never read are cut at the send timeout and give their slots back; others keep working meanwhile', async () => {
     const stalled = await Promise.all(Array.from({ length: 4 }, () => connect(front().process.url)));
     for (const raw of stalled) {
-      raw.socket.write(`GET /api/v1/repositories/hostile/artifacts/big.bin/content HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${reader.key}\r\n\r\n`);
+      raw.socket.write(
+        `GET /api/v1/repositories/hostile/artifacts/big.bin/content HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${reader.key}\r\n\r\n`,
+      );
       raw.socket.pause();
     }
     await eventually(async () => expect((await ready(other.key)).downloads.active).toBe(4), 3000);
@@ -292,18 +335,24 @@ function hostileSuite(front: () => Front): void {
     const legit = await request(contentUrl(front().process.url, 'small.bin'), { headers: bearer(other.key) });
     expect(sha256(legit.body)).toBe(sha256(small));
     // The reader's 5th download waits (1 s admission wait) and is refused while the 4 hold the slots.
-    expect((await request(contentUrl(front().process.url, 'small.bin'), { headers: bearer(reader.key) })).status).toBe(429);
+    expect((await request(contentUrl(front().process.url, 'small.bin'), { headers: bearer(reader.key) })).status).toBe(
+      429,
+    );
     // The server cuts them (a paused client only notices once it reads again).
     await eventually(async () => expect((await ready(other.key)).downloads.active).toBe(0), 10_000);
     for (const raw of stalled) raw.socket.resume();
     await Promise.all(stalled.map((raw) => raw.closed));
     for (const raw of stalled) expect(raw.received().length).toBeLessThan(big.length);
     await eventually(async () => expect((await ready(other.key)).downloads.active).toBe(0), 3000);
-    expect((await request(contentUrl(front().process.url, 'small.bin'), { headers: bearer(reader.key) })).status).toBe(200);
+    expect((await request(contentUrl(front().process.url, 'small.bin'), { headers: bearer(reader.key) })).status).toBe(
+      200,
+    );
   });
 
   it('300 trickling unauthenticated uploads and a burst past the bound: health and a real download keep working, refusals are counted', async () => {
-    const hostile = await Promise.all(Array.from({ length: 300 }, () => connect(front().process.url, true).catch(() => undefined)));
+    const hostile = await Promise.all(
+      Array.from({ length: 300 }, () => connect(front().process.url, true).catch(() => undefined)),
+    );
     const open = hostile.filter((r): r is Raw => r !== undefined);
     for (const raw of open) {
       raw.socket.write(`PUT ${uploadPath('flood.bin')} HTTP/1.1\r\nHost: x\r\nContent-Length: ${MiB}\r\n\r\n`);
@@ -329,7 +378,14 @@ function hostileSuite(front: () => Front): void {
 
   it('past the bound a new connection gets a fast 503, while /health/status still answers 200', async () => {
     const max = front().maxConnections;
-    if (front().metrics) expect(Number(/^arkvory_http_max_connections (\d+)/m.exec((await request(`${front().process.url}/metrics`)).body.toString())?.[1])).toBe(max);
+    if (front().metrics)
+      expect(
+        Number(
+          /^arkvory_http_max_connections (\d+)/m.exec(
+            (await request(`${front().process.url}/metrics`)).body.toString(),
+          )?.[1],
+        ),
+      ).toBe(max);
     expect(max).toBeLessThan(DESCRIPTORS / 2);
     const idle = await Promise.all(Array.from({ length: max }, () => connect(front().process.url)));
     await sleep(200);
@@ -340,7 +396,9 @@ function hostileSuite(front: () => Front): void {
     expect((await request(`${front().process.url}/health/live`)).status).toBe(200);
     // The silent ones go at the head timeout; then everything works again.
     await Promise.all(idle.map((raw) => raw.closed));
-    expect((await request(contentUrl(front().process.url, 'small.bin'), { headers: bearer(other.key) })).status).toBe(200);
+    expect((await request(contentUrl(front().process.url, 'small.bin'), { headers: bearer(other.key) })).status).toBe(
+      200,
+    );
     if (front().metrics) {
       const metrics = (await request(`${front().process.url}/metrics`)).body.toString();
       expect(Number(/^arkvory_http_connections_refused_total (\d+)/m.exec(metrics)?.[1])).toBeGreaterThan(0);

@@ -28,7 +28,13 @@ export interface FrontDoorLimits {
 }
 
 /** The documented defaults (proxy/config.ts), for servers built without a config (tests). */
-export const DEFAULT_FRONT_DOOR: FrontDoorLimits = { headersTimeoutMs: 30_000, bodyIdleTimeoutMs: 60_000, sendIdleTimeoutMs: 60_000, keepAliveTimeoutMs: 5_000, maxConnections: undefined };
+export const DEFAULT_FRONT_DOOR: FrontDoorLimits = {
+  headersTimeoutMs: 30_000,
+  bodyIdleTimeoutMs: 60_000,
+  sendIdleTimeoutMs: 60_000,
+  keepAliveTimeoutMs: 5_000,
+  maxConnections: undefined,
+};
 
 /**
  * Lingering close after an early answer: the rest of the body is read and discarded for at most
@@ -122,11 +128,20 @@ const HEALTH_PATHS = new Set(['/health/live', '/health/status']);
 /** While draining, readiness is answered too (503 `draining`), so a balancer sees why. */
 const DRAIN_PATHS = new Set(['/health/live', '/health/status', '/health/ready']);
 const OVERLOADED_BODY = JSON.stringify({ code: 'unavailable', message: 'Too many open connections; retry shortly.' });
-const DRAINING_BODY = JSON.stringify({ code: 'unavailable', message: 'This process is shutting down; retry (on another gateway).' });
-const HEAD_TIMEOUT_BODY = JSON.stringify({ code: 'request_timeout', message: 'The request head did not arrive in time.' });
+const DRAINING_BODY = JSON.stringify({
+  code: 'unavailable',
+  message: 'This process is shutting down; retry (on another gateway).',
+});
+const HEAD_TIMEOUT_BODY = JSON.stringify({
+  code: 'request_timeout',
+  message: 'The request head did not arrive in time.',
+});
 /** The answer to a head that did not arrive within the header timeout (Node reports it as a client error). */
 export const HEAD_TIMEOUT_RESPONSE = `HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(HEAD_TIMEOUT_BODY)}\r\ncache-control: no-store\r\nconnection: close\r\n\r\n${HEAD_TIMEOUT_BODY}`;
-const TIMEOUT_BODY = JSON.stringify({ code: 'request_timeout', message: 'No request body byte arrived in time; the upload was dropped.' });
+const TIMEOUT_BODY = JSON.stringify({
+  code: 'request_timeout',
+  message: 'No request body byte arrived in time; the upload was dropped.',
+});
 
 /** True when the request head announces a body (a non-zero Content-Length or a chunked body). */
 export function announcesBody(req: IncomingMessage): boolean {
@@ -139,7 +154,12 @@ export function announcesBody(req: IncomingMessage): boolean {
  * handler: it also receives requests that asked for `100 Continue`, which is then sent only when
  * the handler calls `continueBody` (after its checks), never by Node on its own.
  */
-export function installFrontDoor(server: http.Server, limits: FrontDoorLimits, log: Logger, handler: (req: IncomingMessage, res: ServerResponse) => void): FrontDoor {
+export function installFrontDoor(
+  server: http.Server,
+  limits: FrontDoorLimits,
+  log: Logger,
+  handler: (req: IncomingMessage, res: ServerResponse) => void,
+): FrontDoor {
   const maxConnections = limits.maxConnections ?? defaultMaxConnections(descriptorLimit() ?? 1024);
   const sockets = new Set<TrackedSocket>();
   let refused = 0;
@@ -192,9 +212,16 @@ export function installFrontDoor(server: http.Server, limits: FrontDoorLimits, l
     }
     if (!req.complete && announcesBody(req) && !res.headersSent) {
       timeouts.body++;
-      log.info({ code: 'client_timeout', phase: 'request_body', idleMs: limits.bodyIdleTimeoutMs }, 'no request body byte in time; answering 408 and closing');
+      log.info(
+        { code: 'client_timeout', phase: 'request_body', idleMs: limits.bodyIdleTimeoutMs },
+        'no request body byte in time; answering 408 and closing',
+      );
       res.shouldKeepAlive = false;
-      res.writeHead(408, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(TIMEOUT_BODY), 'cache-control': 'no-store' });
+      res.writeHead(408, {
+        'content-type': 'application/json; charset=utf-8',
+        'content-length': Buffer.byteLength(TIMEOUT_BODY),
+        'cache-control': 'no-store',
+      });
       res.end(TIMEOUT_BODY, () => socket.destroy());
       // Node stops tracking a request once its response finished: fail the body the handler is
       // still reading, so the upload is dropped and its slot released.
@@ -207,7 +234,14 @@ export function installFrontDoor(server: http.Server, limits: FrontDoorLimits, l
     }
     if (!req.complete && announcesBody(req)) timeouts.body++;
     else timeouts.send++;
-    log.info({ code: 'client_timeout', phase: req.complete ? 'response' : 'request_body', idleMs: req.complete ? limits.sendIdleTimeoutMs : limits.bodyIdleTimeoutMs }, 'client idle past its timeout; connection closed');
+    log.info(
+      {
+        code: 'client_timeout',
+        phase: req.complete ? 'response' : 'request_body',
+        idleMs: req.complete ? limits.sendIdleTimeoutMs : limits.bodyIdleTimeoutMs,
+      },
+      'client idle past its timeout; connection closed',
+    );
     socket.destroy();
   });
 
@@ -277,10 +311,16 @@ export function installFrontDoor(server: http.Server, limits: FrontDoorLimits, l
       if (state?.overflow || draining) {
         res.shouldKeepAlive = false;
         const path = (req.url ?? '/').split('?', 1)[0]!;
-        const health = (draining ? DRAIN_PATHS : HEALTH_PATHS).has(path) && (req.method === 'GET' || req.method === 'HEAD');
+        const health =
+          (draining ? DRAIN_PATHS : HEALTH_PATHS).has(path) && (req.method === 'GET' || req.method === 'HEAD');
         if (!health) {
           const body = draining ? DRAINING_BODY : OVERLOADED_BODY;
-          res.writeHead(503, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body), 'cache-control': 'no-store', 'retry-after': '1' });
+          res.writeHead(503, {
+            'content-type': 'application/json; charset=utf-8',
+            'content-length': Buffer.byteLength(body),
+            'cache-control': 'no-store',
+            'retry-after': '1',
+          });
           res.end(req.method === 'HEAD' ? undefined : body);
           return false;
         }

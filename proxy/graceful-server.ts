@@ -42,7 +42,10 @@ export function makeGraceful(server: http.Server, frontDoor: Pick<FrontDoor, 'dr
       frontDoor.drain();
       if (inFlight > 0) {
         let timer: NodeJS.Timeout | undefined;
-        await Promise.race([new Promise<void>((resolve) => idle.push(resolve)), new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs)))]);
+        await Promise.race([
+          new Promise<void>((resolve) => idle.push(resolve)),
+          new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs))),
+        ]);
         clearTimeout(timer);
       }
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));

@@ -14,7 +14,12 @@ import { useTestRedis } from '../test/support/redis.ts';
 const db = useTestDatabase();
 const redis = useTestRedis();
 let n = 0;
-const redisEnv = () => ({ ARKVORY_DATABASE_URL: db.url, ARKVORY_REDIS_URL: redis.url, ARKVORY_REDIS_KEY_PREFIX: `${redis.prefix}h${++n}:`, ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS: '5000' });
+const redisEnv = () => ({
+  ARKVORY_DATABASE_URL: db.url,
+  ARKVORY_REDIS_URL: redis.url,
+  ARKVORY_REDIS_KEY_PREFIX: `${redis.prefix}h${++n}:`,
+  ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS: '5000',
+});
 
 describe('hostile rule regexes', () => {
   it('a published catastrophic-backtracking regex neither freezes requests nor the admin API that removes it', async () => {
@@ -23,10 +28,17 @@ describe('hostile rule regexes', () => {
     const matching = `${'a'.repeat(39)}x`;
     await createRepository(db.pool, repo);
     await createRepository(db.pool, matching);
-    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'write', 'admin'], grants: { [repo]: 'read', [matching]: 'read' } });
+    const admin = await createServiceAccount(db.pool, {
+      scopes: ['read', 'write', 'admin'],
+      grants: { [repo]: 'read', [matching]: 'read' },
+    });
     const gw = await startGateway({ env: redisEnv() });
     const publish = (rules: unknown[]) =>
-      fetch(`${gw.url}/api/v1/admin/rate-limits`, { method: 'PUT', headers: { ...bearer(admin.key), 'content-type': 'application/json' }, body: JSON.stringify({ rate_limits: { gateway_request: rules } }) });
+      fetch(`${gw.url}/api/v1/admin/rate-limits`, {
+        method: 'PUT',
+        headers: { ...bearer(admin.key), 'content-type': 'application/json' },
+        body: JSON.stringify({ rate_limits: { gateway_request: rules } }),
+      });
 
     const refused = await publish([{ name: 'lookahead', action: 'skip', match: { route: { regex: '^(?!/health)' } } }]);
     expect(refused.status).toBe(400);
@@ -36,18 +48,32 @@ describe('hostile rule regexes', () => {
     expect(body.message).toContain('RE2 syntax');
 
     const hostile = { name: 'hostile', action: 'limit', characteristics: ['ip'], limit: 100, period_s: 60 };
-    expect((await publish([{ ...hostile, match: { repository: { regex: '(.*.*)*x' } } }, { ...hostile, name: 'hostile_route', limit: 1000, match: { route: { regex: '.*.*.*.*.*X' } } }])).status).toBe(200);
+    expect(
+      (
+        await publish([
+          { ...hostile, match: { repository: { regex: '(.*.*)*x' } } },
+          { ...hostile, name: 'hostile_route', limit: 1000, match: { route: { regex: '.*.*.*.*.*X' } } },
+        ])
+      ).status,
+    ).toBe(200);
     for (let i = 0; i < 5; i++) {
-      const r = await fetch(`${gw.url}/api/v1/repositories/${repo}/artifacts/nothing-here/content`, { headers: bearer(admin.key) });
+      const r = await fetch(`${gw.url}/api/v1/repositories/${repo}/artifacts/nothing-here/content`, {
+        headers: bearer(admin.key),
+      });
       expect(r.status).toBe(404);
       expect(r.headers.get('ratelimit-policy')).not.toContain('"hostile"');
       await r.arrayBuffer();
     }
     // The same rule on a repository that does match: it applies (the engine is live, not bypassed).
-    const hit = await fetch(`${gw.url}/api/v1/repositories/${matching}/artifacts/nothing-here/content`, { headers: bearer(admin.key) });
+    const hit = await fetch(`${gw.url}/api/v1/repositories/${matching}/artifacts/nothing-here/content`, {
+      headers: bearer(admin.key),
+    });
     expect(hit.status).toBe(404);
     expect(hit.headers.get('ratelimit-policy')).toBe('"hostile";q=100;w=60');
-    const removed = await fetch(`${gw.url}/api/v1/admin/rate-limits/gateway_request/rules/hostile`, { method: 'DELETE', headers: bearer(admin.key) });
+    const removed = await fetch(`${gw.url}/api/v1/admin/rate-limits/gateway_request/rules/hostile`, {
+      method: 'DELETE',
+      headers: bearer(admin.key),
+    });
     expect(removed.status).toBe(204);
     expect(await gw.stop()).toBe(0);
   });
@@ -74,7 +100,12 @@ describe('repeated authentication failures (shipped auth_failure default)', () =
     }
     const bans = gw.logLines().filter((l) => l.msg === 'address banned after failed authentications');
     expect(bans).toHaveLength(1);
-    expect(bans[0]).toMatchObject({ limiter: 'auth_failure', rules: ['ban_ip_after_auth_failures'], shadow: false, ip: '127.0.0.1' });
+    expect(bans[0]).toMatchObject({
+      limiter: 'auth_failure',
+      rules: ['ban_ip_after_auth_failures'],
+      shadow: false,
+      ip: '127.0.0.1',
+    });
     expect(gw.logs()).not.toContain(account.key.slice(4 + 16 + 1));
     expect(await gw.stop()).toBe(0);
   });
@@ -100,12 +131,27 @@ describe('repeated authentication failures (shipped auth_failure default)', () =
     const publish = await fetch(`${gw.url}/api/v1/admin/rate-limits`, {
       method: 'PUT',
       headers: { ...bearer(account.key), 'content-type': 'application/json' },
-      body: JSON.stringify({ rate_limits: { auth_failure: [{ name: 'ban_ip_after_auth_failures', action: 'log', characteristics: ['ip'], limit: 1, period_s: 60, ban_for_s: 600 }] } }),
+      body: JSON.stringify({
+        rate_limits: {
+          auth_failure: [
+            {
+              name: 'ban_ip_after_auth_failures',
+              action: 'log',
+              characteristics: ['ip'],
+              limit: 1,
+              period_s: 60,
+              ban_for_s: 600,
+            },
+          ],
+        },
+      }),
     });
     expect(publish.status).toBe(200);
     for (let i = 0; i < 3; i++) expect((await get(wrong)).status).toBe(401);
     expect((await keys()).some((k) => k.endsWith(':b'))).toBe(true);
-    const shadowLogs = gw.logLines().filter((l) => l.msg === 'address would be banned after failed authentications (shadow rule)');
+    const shadowLogs = gw
+      .logLines()
+      .filter((l) => l.msg === 'address would be banned after failed authentications (shadow rule)');
     expect(shadowLogs).toHaveLength(1);
     expect((await get(account.key)).status).toBe(200);
     expect(await keys()).toEqual([]);
@@ -123,9 +169,13 @@ describe('artifact, package and asset names', () => {
     const nfc = encodeURIComponent('caf\u00e9.bin');
     const nfd = encodeURIComponent('cafe\u0301.bin');
     expect(nfc).not.toBe(nfd);
-    expect((await request(`${base}/artifacts/${nfc}`, { method: 'PUT', headers: bearer(writer.key), body: data })).status).toBe(201);
+    expect(
+      (await request(`${base}/artifacts/${nfc}`, { method: 'PUT', headers: bearer(writer.key), body: data })).status,
+    ).toBe(201);
     // The same bytes under the decomposed spelling are the same artifact (200, not a second 201).
-    expect((await request(`${base}/artifacts/${nfd}`, { method: 'PUT', headers: bearer(writer.key), body: data })).status).toBe(200);
+    expect(
+      (await request(`${base}/artifacts/${nfd}`, { method: 'PUT', headers: bearer(writer.key), body: data })).status,
+    ).toBe(200);
     const got = await request(`${base}/artifacts/${nfd}/content`, { headers: bearer(writer.key) });
     expect(got.status).toBe(200);
     expect(sha256(got.body)).toBe(sha256(data));
@@ -133,7 +183,11 @@ describe('artifact, package and asset names', () => {
       const r = await request(`${base}/artifacts/${bad}`, { method: 'PUT', headers: bearer(writer.key), body: data });
       expect(r.status, bad).toBe(400);
       expect((JSON.parse(r.body.toString()) as { code: string }).code).toBe('invalid_request');
-      const asset = await request(`${base}/packages/p/1.0/assets/${bad}`, { method: 'PUT', headers: bearer(writer.key), body: data });
+      const asset = await request(`${base}/packages/p/1.0/assets/${bad}`, {
+        method: 'PUT',
+        headers: bearer(writer.key),
+        body: data,
+      });
       expect(asset.status, bad).toBe(400);
     }
     const rows = await db.pool.query<{ name: string }>(`SELECT name FROM arkvory_artifacts WHERE repository = 'names'`);
@@ -144,7 +198,9 @@ describe('artifact, package and asset names', () => {
 
 describe('configuration secrets', () => {
   it('the startup log shows the rules-service URL without its password', async () => {
-    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_RULES_SERVICE_URL: 'http://svc:hunter2-pw@127.0.0.1:9/' } });
+    const gw = await startGateway({
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_RULES_SERVICE_URL: 'http://svc:hunter2-pw@127.0.0.1:9/' },
+    });
     const ready = gw.logLines().find((l) => l.msg === 'rate limiting ready');
     expect(ready?.rulesService).toBe('http://<redacted>@127.0.0.1:9/');
     expect(gw.logs()).not.toContain('hunter2-pw');
@@ -156,10 +212,22 @@ describe('guardrail on bypass rules (spec 2.1)', () => {
   it('an admin key not named in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS cannot publish a skip rule; a named one can', async () => {
     const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
     const operator = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
-    const gw = await startGateway({ env: { ...redisEnv(), ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS: `someone-else,${operator.name}` } });
+    const gw = await startGateway({
+      env: { ...redisEnv(), ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS: `someone-else,${operator.name}` },
+    });
     const publish = (key: string, rules: unknown[]) =>
-      fetch(`${gw.url}/api/v1/admin/rate-limits`, { method: 'PUT', headers: { ...bearer(key), 'content-type': 'application/json' }, body: JSON.stringify({ rate_limits: { gateway_request: rules } }) });
-    const limit = { name: 'writes_by_principal', action: 'limit', characteristics: ['principal'], limit: 100, period_s: 60 };
+      fetch(`${gw.url}/api/v1/admin/rate-limits`, {
+        method: 'PUT',
+        headers: { ...bearer(key), 'content-type': 'application/json' },
+        body: JSON.stringify({ rate_limits: { gateway_request: rules } }),
+      });
+    const limit = {
+      name: 'writes_by_principal',
+      action: 'limit',
+      characteristics: ['principal'],
+      limit: 100,
+      period_s: 60,
+    };
     const bypass = { name: 'bypass_ci', action: 'skip', match: { principal: admin.principalId } };
     const refused = await publish(admin.key, [limit, bypass]);
     expect(refused.status).toBe(403);
@@ -168,7 +236,9 @@ describe('guardrail on bypass rules (spec 2.1)', () => {
     expect(body.message).toContain('rule "bypass_ci"');
     expect(body.message).toContain('ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS');
     // Refused whole: not even the limit rule of the batch was published.
-    const shown = (await (await fetch(`${gw.url}/api/v1/admin/rate-limits/gateway_request`, { headers: bearer(admin.key) })).json()) as { effective: Array<{ spec: { name: string } }> };
+    const shown = (await (
+      await fetch(`${gw.url}/api/v1/admin/rate-limits/gateway_request`, { headers: bearer(admin.key) })
+    ).json()) as { effective: Array<{ spec: { name: string } }> };
     expect(shown.effective.map((r) => r.spec.name)).not.toContain('writes_by_principal');
     // Non-bypass rules are still the admin's to publish; the named operator may publish the bypass.
     expect((await publish(admin.key, [limit])).status).toBe(200);
@@ -178,12 +248,14 @@ describe('guardrail on bypass rules (spec 2.1)', () => {
 });
 
 describe('a flood of random keys', () => {
-  it('costs PostgreSQL no query per request (the negative cache), measured in the database\'s own transaction count', async () => {
+  it("costs PostgreSQL no query per request (the negative cache), measured in the database's own transaction count", async () => {
     const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
     // PostgreSQL publishes a backend's statistics when it exits (or within seconds): count from
     // before the gateway starts to after it stopped, so every transaction it caused is in.
     const xacts = async () => {
-      const r = await db.pool.query<{ n: string }>('SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = current_database()');
+      const r = await db.pool.query<{ n: string }>(
+        'SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = current_database()',
+      );
       return Number(r.rows[0]!.n);
     };
     await sleep(1500);
@@ -193,7 +265,20 @@ describe('a flood of random keys', () => {
     const observe = await fetch(`${gw.url}/api/v1/admin/rate-limits`, {
       method: 'PUT',
       headers: { ...bearer(admin.key), 'content-type': 'application/json' },
-      body: JSON.stringify({ rate_limits: { auth_failure: [{ name: 'ban_ip_after_auth_failures', action: 'log', characteristics: ['ip'], limit: 20, period_s: 60, ban_for_s: 900 }] } }),
+      body: JSON.stringify({
+        rate_limits: {
+          auth_failure: [
+            {
+              name: 'ban_ip_after_auth_failures',
+              action: 'log',
+              characteristics: ['ip'],
+              limit: 20,
+              period_s: 60,
+              ban_for_s: 900,
+            },
+          ],
+        },
+      }),
     });
     expect(observe.status).toBe(200);
     const FLOOD = 1000;
@@ -202,7 +287,9 @@ describe('a flood of random keys', () => {
     for (let i = 0; i < FLOOD; i += 25) {
       const batch = Array.from({ length: 25 }, () => {
         const id = Array.from(randomBytes(16), (b) => alphabet[b % 36]).join('');
-        return fetch(`${gw.url}/api/v1/admin/rate-limits`, { headers: bearer(`ark_${id}_${randomBytes(32).toString('base64url')}`) }).then((r) => r.status);
+        return fetch(`${gw.url}/api/v1/admin/rate-limits`, {
+          headers: bearer(`ark_${id}_${randomBytes(32).toString('base64url')}`),
+        }).then((r) => r.status);
       });
       for (const status of await Promise.all(batch)) if (status === 401) unauthorized++;
     }

@@ -49,14 +49,24 @@ function isCoded(err: unknown): err is CodedError {
 }
 
 /** Turns any error into `{status, code, message, headers}`; unknown errors become 500 `internal`. */
-export function toHttpError(err: unknown): { status: number; code: ErrorCode; message: string; headers: Record<string, string | string[]> } {
+export function toHttpError(err: unknown): {
+  status: number;
+  code: ErrorCode;
+  message: string;
+  headers: Record<string, string | string[]>;
+} {
   if (isCoded(err)) {
     return { status: HTTP_STATUS[err.code], code: err.code, message: err.message, headers: { ...(err.headers ?? {}) } };
   }
   return { status: 500, code: 'internal', message: GATEWAY_ERRORS.internal, headers: {} };
 }
 
-export function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string | string[]> = {}): void {
+export function sendJson(
+  res: ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string | string[]> = {},
+): void {
   const text = JSON.stringify(body);
   res.writeHead(status, {
     'content-type': 'application/json; charset=utf-8',

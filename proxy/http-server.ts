@@ -8,7 +8,14 @@ import type { Principal } from '../policy/auth/principal.ts';
 import { GatewayError } from './errors.ts';
 import { sendError } from './http-errors.ts';
 import { makeGraceful } from './graceful-server.ts';
-import { DEFAULT_FRONT_DOOR, HEAD_TIMEOUT_RESPONSE, installFrontDoor, serverOptions, type FrontDoor, type FrontDoorLimits } from './front-door.ts';
+import {
+  DEFAULT_FRONT_DOOR,
+  HEAD_TIMEOUT_RESPONSE,
+  installFrontDoor,
+  serverOptions,
+  type FrontDoor,
+  type FrontDoorLimits,
+} from './front-door.ts';
 import { RouteTable, type HttpMethod } from './route-table.ts';
 
 /**
@@ -107,7 +114,14 @@ export function createGatewayServer(options: {
       const ms = Number(process.hrtime.bigint() - started) / 1e6;
       const bytesOut = socket.bytesWritten - bytesOutAtStart;
       const bytesIn = socket.bytesRead - bytesInAtStart;
-      options.onRequest?.({ method: req.method ?? 'GET', route, status: res.statusCode, seconds: ms / 1000, bytesIn, bytesOut });
+      options.onRequest?.({
+        method: req.method ?? 'GET',
+        route,
+        status: res.statusCode,
+        seconds: ms / 1000,
+        bytesIn,
+        bytesOut,
+      });
       log.info(
         {
           reqId,
@@ -145,7 +159,11 @@ export function createGatewayServer(options: {
     }
     if (match.kind === 'method_not_allowed') {
       route = match.template;
-      sendError(res, new GatewayError('method_not_allowed', undefined, { headers: { allow: match.allow.join(', ') } }), log.child({ reqId, route }));
+      sendError(
+        res,
+        new GatewayError('method_not_allowed', undefined, { headers: { allow: match.allow.join(', ') } }),
+        log.child({ reqId, route }),
+      );
       return;
     }
     route = match.route.template;
@@ -184,10 +202,16 @@ export function createGatewayServer(options: {
     if (socket.writable && !socket.destroyed) {
       const badCredentials = err.rawPacket !== undefined && hasMalformedAuthorization(err.rawPacket);
       const status = badCredentials ? '401 Unauthorized' : '400 Bad Request';
-      const body = JSON.stringify(badCredentials ? { code: 'unauthorized', message: 'A valid API key is required.' } : { code: 'invalid_request', message: 'Malformed HTTP request.' });
+      const body = JSON.stringify(
+        badCredentials
+          ? { code: 'unauthorized', message: 'A valid API key is required.' }
+          : { code: 'invalid_request', message: 'Malformed HTTP request.' },
+      );
       const extra = badCredentials ? WWW_AUTHENTICATE.map((c) => `www-authenticate: ${c}\r\n`).join('') : '';
       // Every response carries x-request-id (the contract); the head could not be read, so a new one.
-      socket.end(`HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${randomUUID()}\r\n${extra}connection: close\r\n\r\n${body}`);
+      socket.end(
+        `HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${randomUUID()}\r\n${extra}connection: close\r\n\r\n${body}`,
+      );
     } else {
       socket.destroy();
     }
@@ -210,6 +234,7 @@ export function createGatewayServer(options: {
 function hasMalformedAuthorization(raw: Buffer): boolean {
   const head = raw.toString('latin1');
   const match = /(?:^|\n)authorization:([^\n]*)/i.exec(head);
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: finding control characters is the point
   return match !== null && /[\x00-\x08\x0a-\x1f\x7f]/.test(match[1]!.replace(/\r$/, ''));
 }
 
@@ -221,7 +246,10 @@ async function runRoute(ctx: RequestContext, route: Route, gates: readonly Gate[
   } catch (err) {
     if (clientIsGone(ctx)) {
       // The client left (or was cut for idling): its doing, not a fault of ours.
-      ctx.log.info({ code: 'client_aborted', reason: (err as Error | undefined)?.message }, 'client went away before the response finished');
+      ctx.log.info(
+        { code: 'client_aborted', reason: (err as Error | undefined)?.message },
+        'client went away before the response finished',
+      );
       if (!ctx.res.destroyed) ctx.res.destroy();
       return;
     }

@@ -7,7 +7,13 @@ describe('LiveTransfers', () => {
     const clock = new ManualClock();
     const live = new LiveTransfers(clock);
     let bytes = 0;
-    const a = live.begin({ kind: 'download', principal: 'ci', route: '/r/:repo', repository: 'libs', bytes: () => bytes });
+    const a = live.begin({
+      kind: 'download',
+      principal: 'ci',
+      route: '/r/:repo',
+      repository: 'libs',
+      bytes: () => bytes,
+    });
     const b = live.begin({ kind: 'upload', principal: 'ci', route: '/u', repository: undefined, bytes: () => 7 });
     expect(live.list().map((t) => [t.id, t.state])).toEqual([
       [1, 'queued'],
@@ -16,7 +22,16 @@ describe('LiveTransfers', () => {
     a.admitted();
     clock.advance(1500);
     bytes = 4096;
-    expect(live.list()[0]).toEqual({ id: 1, kind: 'download', state: 'active', principal: 'ci', route: '/r/:repo', repository: 'libs', seconds: 1.5, bytes: 4096 });
+    expect(live.list()[0]).toEqual({
+      id: 1,
+      kind: 'download',
+      state: 'active',
+      principal: 'ci',
+      route: '/r/:repo',
+      repository: 'libs',
+      seconds: 1.5,
+      bytes: 4096,
+    });
     expect(live.list()[1]).toMatchObject({ repository: null, bytes: 7 });
     a.end();
     b.end();

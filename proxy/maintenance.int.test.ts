@@ -20,8 +20,19 @@ describe.each(ALL_STORE_KINDS)('offline maintenance (%s store)', (kind) => {
     const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ...backing.env } });
     const good = randomContent(100_000);
     const victim = randomContent(50_000);
-    for (const [id, body] of [['good.bin', good], ['victim.bin', victim]] as const) {
-      expect((await request(`${gw.url}/api/v1/repositories/m/artifacts/${id}`, { method: 'PUT', headers: bearer(key), body })).status).toBe(201);
+    for (const [id, body] of [
+      ['good.bin', good],
+      ['victim.bin', victim],
+    ] as const) {
+      expect(
+        (
+          await request(`${gw.url}/api/v1/repositories/m/artifacts/${id}`, {
+            method: 'PUT',
+            headers: bearer(key),
+            body,
+          })
+        ).status,
+      ).toBe(201);
     }
     const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: gw.dataDir, ...backing.env };
     for (const cmd of [['scrub'], ['gc']]) {
@@ -42,13 +53,20 @@ describe.each(ALL_STORE_KINDS)('offline maintenance (%s store)', (kind) => {
 
     const scrub = await runCli(['scrub'], env);
     expect(scrub.code, scrub.stderr).toBe(1);
-    const scrubReport = JSON.parse(scrub.stdout) as { checked: number; corrupt: Array<{ blob: string; quarantinedAs: string }> };
+    const scrubReport = JSON.parse(scrub.stdout) as {
+      checked: number;
+      corrupt: Array<{ blob: string; quarantinedAs: string }>;
+    };
     expect(scrubReport.checked).toBe(3);
     expect(scrubReport.corrupt.map((c) => c.blob)).toEqual([sha256(victim)]);
     expect(await exists(scrubReport.corrupt[0]!.quarantinedAs)).toBe(true);
     expect(await exists(blobPath(sha256(victim)))).toBe(false);
 
-    const dry = JSON.parse((await runCli(['gc', '--dry-run'], env)).stdout) as { orphanBlobs: string[]; staleTmp: string[]; keptBlobs: number };
+    const dry = JSON.parse((await runCli(['gc', '--dry-run'], env)).stdout) as {
+      orphanBlobs: string[];
+      staleTmp: string[];
+      keptBlobs: number;
+    };
     expect(dry).toMatchObject({ orphanBlobs: [orphanHex], staleTmp: ['left-over.upload'], keptBlobs: 1 });
     expect(await exists(blobPath(orphanHex))).toBe(true);
     const gc = await runCli(['gc'], env);

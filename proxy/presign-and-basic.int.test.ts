@@ -21,11 +21,24 @@ import { runCli, startGateway, type GatewayProcess } from '../test/support/gatew
 
 const MiB = 1024 * 1024;
 const CHROMIUM = '/usr/bin/chromium';
-const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+const CHROMIUM_ARGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
 const CHALLENGE = 'Bearer realm="arkvory", Basic realm="arkvory"';
 const UNAUTHORIZED = { code: 'unauthorized', message: 'A valid API key is required.' };
 
-function run(cmd: string, args: string[], options: { killAfterMs?: number } = {}): Promise<{ code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string }> {
+function run(
+  cmd: string,
+  args: string[],
+  options: { killAfterMs?: number } = {},
+): Promise<{ code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
     const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
@@ -33,7 +46,8 @@ function run(cmd: string, args: string[], options: { killAfterMs?: number } = {}
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
     child.on('error', reject);
-    const timer = options.killAfterMs === undefined ? undefined : setTimeout(() => child.kill('SIGKILL'), options.killAfterMs);
+    const timer =
+      options.killAfterMs === undefined ? undefined : setTimeout(() => child.kill('SIGKILL'), options.killAfterMs);
     child.on('close', (code, signal) => {
       clearTimeout(timer);
       resolve({ code, signal, stdout, stderr });
@@ -41,7 +55,11 @@ function run(cmd: string, args: string[], options: { killAfterMs?: number } = {}
   });
 }
 
-const sizeOf = (file: string) => stat(file).then((s) => s.size, () => 0);
+const sizeOf = (file: string) =>
+  stat(file).then(
+    (s) => s.size,
+    () => 0,
+  );
 
 /** Polls until `check` holds, failing after `ms` (the revocation bound is 2 s; allow scheduling slack). */
 async function eventually(check: () => Promise<boolean>, ms = 4000): Promise<void> {
@@ -65,8 +83,16 @@ beforeAll(async () => {
   await createRepository(db.pool, 'other');
   owner = await createServiceAccount(db.pool, { name: 'ci-bot', grants: { dl: 'write' } });
   gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url }, timeoutMs: 60_000 });
-  for (const [p, body] of [[target, data], ['/api/v1/repositories/dl/artifacts/small.bin', small], ['/api/v1/repositories/dl/packages/pkg/1.0/assets/a%40b.tgz', small]] as const) {
-    const put = await request(`${gw.url}${p}`, { method: 'PUT', headers: { ...bearer(owner.key), 'content-digest': contentDigest(body) }, body });
+  for (const [p, body] of [
+    [target, data],
+    ['/api/v1/repositories/dl/artifacts/small.bin', small],
+    ['/api/v1/repositories/dl/packages/pkg/1.0/assets/a%40b.tgz', small],
+  ] as const) {
+    const put = await request(`${gw.url}${p}`, {
+      method: 'PUT',
+      headers: { ...bearer(owner.key), 'content-digest': contentDigest(body) },
+      body,
+    });
     expect(put.status, p).toBe(201);
   }
   dir = await mkdtemp(path.join(os.tmpdir(), 'arkvory-presign-'));
@@ -75,15 +101,25 @@ afterAll(async () => {
   if (dir) await rm(dir, { recursive: true, force: true });
 });
 
-async function presign(key: string, base: string, body: Record<string, unknown> = {}): Promise<{ url: string; path: string; expiresAt: string }> {
-  const res = await request(`${gw.url}${base}/presign`, { method: 'POST', headers: { ...bearer(key), 'content-type': 'application/json' }, body: Buffer.from(JSON.stringify(body)) });
+async function presign(
+  key: string,
+  base: string,
+  body: Record<string, unknown> = {},
+): Promise<{ url: string; path: string; expiresAt: string }> {
+  const res = await request(`${gw.url}${base}/presign`, {
+    method: 'POST',
+    headers: { ...bearer(key), 'content-type': 'application/json' },
+    body: Buffer.from(JSON.stringify(body)),
+  });
   expect(res.status, res.body.toString()).toBe(201);
   return JSON.parse(res.body.toString()) as { url: string; path: string; expiresAt: string };
 }
 
 describe('Basic credentials', () => {
   it('are accepted exactly like Bearer: same principal, same 401 body, a challenge offering both schemes', async () => {
-    const basic = (user: string, key: string) => ({ authorization: `Basic ${Buffer.from(`${user}:${key}`).toString('base64')}` });
+    const basic = (user: string, key: string) => ({
+      authorization: `Basic ${Buffer.from(`${user}:${key}`).toString('base64')}`,
+    });
     const viaBearer = await request(`${gw.url}${target}`, { headers: bearer(owner.key) });
     for (const user of ['ci-bot', 'anything']) {
       const viaBasic = await request(`${gw.url}${target}`, { headers: basic(user, owner.key) });
@@ -92,13 +128,22 @@ describe('Basic credentials', () => {
     }
     const revoked = await createServiceAccount(db.pool, { grants: { dl: 'read' } });
     await new AdminStore(db.pool).revokeKey(revoked.keyId);
-    for (const headers of [{}, basic('u', 'nope'), basic('u', revoked.key), basic('u', `ark_${owner.keyId}_${'A'.repeat(43)}`), bearer(revoked.key)]) {
+    for (const headers of [
+      {},
+      basic('u', 'nope'),
+      basic('u', revoked.key),
+      basic('u', `ark_${owner.keyId}_${'A'.repeat(43)}`),
+      bearer(revoked.key),
+    ]) {
       const r = await request(`${gw.url}${target}/content`, { headers });
       expect(r.status).toBe(401);
       expect(r.headers['www-authenticate']).toBe(CHALLENGE);
       expect(JSON.parse(r.body.toString())).toEqual(UNAUTHORIZED);
     }
-    const principals = gw.logLines().filter((l) => l.msg === 'request' && l.status === 200 && l.route === '/api/v1/repositories/:repo/artifacts/:id').map((l) => l.principal);
+    const principals = gw
+      .logLines()
+      .filter((l) => l.msg === 'request' && l.status === 200 && l.route === '/api/v1/repositories/:repo/artifacts/:id')
+      .map((l) => l.principal);
     expect(new Set(principals)).toEqual(new Set([owner.principalId]));
   });
 
@@ -110,7 +155,19 @@ describe('Basic credentials', () => {
     const wget = path.join(dir, 'basic-wget.bin');
     const w = await run('wget', ['-q', '--user', 'ci-bot', '--password', owner.key, '-O', wget, url]);
     expect(w.code, w.stderr).toBe(0);
-    const a = await run('aria2c', ['-q', '--file-allocation=none', '--allow-overwrite=true', '--auto-file-renaming=false', `--http-user=ci-bot`, `--http-passwd=${owner.key}`, '-d', dir, '-o', 'basic-aria.bin', url]);
+    const a = await run('aria2c', [
+      '-q',
+      '--file-allocation=none',
+      '--allow-overwrite=true',
+      '--auto-file-renaming=false',
+      `--http-user=ci-bot`,
+      `--http-passwd=${owner.key}`,
+      '-d',
+      dir,
+      '-o',
+      'basic-aria.bin',
+      url,
+    ]);
     expect(a.code, a.stderr).toBe(0);
     const userinfo = `http://ci-bot:${owner.key}@127.0.0.1:${gw.port}${target}/content`;
     const curlUserinfo = path.join(dir, 'basic-curl-userinfo.bin');
@@ -132,25 +189,66 @@ describe('pip with credentials in the URL (Basic)', () => {
     // A source distribution with an in-tree PEP 517 backend that needs nothing installed (no network).
     const src = path.join(dir, 'pkg26-1.0');
     await mkdir(src, { recursive: true });
-    await writeFile(path.join(src, 'pyproject.toml'), '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n');
+    await writeFile(
+      path.join(src, 'pyproject.toml'),
+      '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n',
+    );
     await writeFile(
       path.join(src, 'backend.py'),
-      ['import os', 'def get_requires_for_build_wheel(config_settings=None):', '    return []', 'def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):', '    d = os.path.join(metadata_directory, "pkg26-1.0.dist-info")', '    os.makedirs(d)', '    open(os.path.join(d, "METADATA"), "w").write("Metadata-Version: 2.1\\nName: pkg26\\nVersion: 1.0\\n")', '    return "pkg26-1.0.dist-info"', ''].join('\n'),
+      [
+        'import os',
+        'def get_requires_for_build_wheel(config_settings=None):',
+        '    return []',
+        'def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):',
+        '    d = os.path.join(metadata_directory, "pkg26-1.0.dist-info")',
+        '    os.makedirs(d)',
+        '    open(os.path.join(d, "METADATA"), "w").write("Metadata-Version: 2.1\\nName: pkg26\\nVersion: 1.0\\n")',
+        '    return "pkg26-1.0.dist-info"',
+        '',
+      ].join('\n'),
     );
     await writeFile(path.join(src, 'PKG-INFO'), 'Metadata-Version: 2.1\nName: pkg26\nVersion: 1.0\n');
     const tarball = path.join(dir, 'pkg26-1.0.tar.gz');
     expect((await run('tar', ['czf', tarball, '-C', dir, 'pkg26-1.0'])).code).toBe(0);
     const sdist = await readFile(tarball);
     const asset = '/api/v1/repositories/dl/packages/pkg26/1.0/assets/pkg26-1.0.tar.gz';
-    expect((await request(`${gw.url}${asset}`, { method: 'PUT', headers: { ...bearer(owner.key), 'content-digest': contentDigest(sdist) }, body: sdist })).status).toBe(201);
+    expect(
+      (
+        await request(`${gw.url}${asset}`, {
+          method: 'PUT',
+          headers: { ...bearer(owner.key), 'content-digest': contentDigest(sdist) },
+          body: sdist,
+        })
+      ).status,
+    ).toBe(201);
     const url = (key: string) => `http://ci-bot:${key}@127.0.0.1:${gw.port}${asset}/content`;
     const out = path.join(dir, 'pip-out');
-    const pip = await run('python3', ['-m', 'pip', 'download', '--no-deps', '--no-index', '--disable-pip-version-check', '-d', out, url(owner.key)]).catch((err: unknown) => {
+    const pip = await run('python3', [
+      '-m',
+      'pip',
+      'download',
+      '--no-deps',
+      '--no-index',
+      '--disable-pip-version-check',
+      '-d',
+      out,
+      url(owner.key),
+    ]).catch((err: unknown) => {
       throw new Error(`python3 with pip is needed (apt-get install python3-pip): ${(err as Error).message}`);
     });
     expect(pip.code, pip.stderr).toBe(0);
     expect((await readFile(path.join(out, 'content'))).equals(sdist)).toBe(true);
-    const denied = await run('python3', ['-m', 'pip', 'download', '--no-deps', '--no-index', '--disable-pip-version-check', '-d', path.join(dir, 'pip-denied'), url(`ark_${owner.keyId}_${'A'.repeat(43)}`)]);
+    const denied = await run('python3', [
+      '-m',
+      'pip',
+      'download',
+      '--no-deps',
+      '--no-index',
+      '--disable-pip-version-check',
+      '-d',
+      path.join(dir, 'pip-denied'),
+      url(`ark_${owner.keyId}_${'A'.repeat(43)}`),
+    ]);
     expect(denied.code).not.toBe(0);
     expect(denied.stdout + denied.stderr).toContain('401');
   });
@@ -159,19 +257,50 @@ describe('pip with credentials in the URL (Basic)', () => {
 describe('Maven with a settings.xml server entry (Basic)', () => {
   // The documented docs/clients.md example, run as written: the wagon plugin comes from Maven Central
   // (a registry this machine reaches) into a local repository of the test's own.
-  it('downloads a jar through the wagon plugin with the key from settings.xml, and fails with a wrong key', { timeout: 240_000 }, async () => {
+  it('downloads a jar through the wagon plugin with the key from settings.xml, and fails with a wrong key', {
+    timeout: 240_000,
+  }, async () => {
     const jar = randomContent(70_000);
     const asset = '/api/v1/repositories/dl/packages/app/1.0/assets/app-1.0.jar';
-    expect((await request(`${gw.url}${asset}`, { method: 'PUT', headers: { ...bearer(owner.key), 'content-digest': contentDigest(jar) }, body: jar })).status).toBe(201);
+    expect(
+      (
+        await request(`${gw.url}${asset}`, {
+          method: 'PUT',
+          headers: { ...bearer(owner.key), 'content-digest': contentDigest(jar) },
+          body: jar,
+        })
+      ).status,
+    ).toBe(201);
     const settings = path.join(dir, 'settings.xml');
-    await writeFile(settings, '<settings><servers><server><id>arkvory</id><username>ci</username><password>${env.ARKVORY_KEY}</password></server></servers></settings>\n');
+    await writeFile(
+      settings,
+      '<settings><servers><server><id>arkvory</id><username>ci</username><password>${env.ARKVORY_KEY}</password></server></servers></settings>\n',
+    );
     const mvn = (key: string, out: string) =>
       new Promise<{ code: number | null; output: string }>((resolve, reject) => {
-        const child = spawn('mvn', ['-B', '-s', settings, `-Dmaven.repo.local=${path.join(os.homedir(), '.m2', 'repository')}`, 'org.codehaus.mojo:wagon-maven-plugin:2.0.2:download-single', '-Dwagon.serverId=arkvory', `-Dwagon.url=${gw.url}/api/v1/repositories/dl/packages/app/1.0`, '-Dwagon.fromFile=assets/app-1.0.jar/content', `-Dwagon.toFile=${out}`], { cwd: dir, env: { ...process.env, ARKVORY_KEY: key }, stdio: ['ignore', 'pipe', 'pipe'] });
+        const child = spawn(
+          'mvn',
+          [
+            '-B',
+            '-s',
+            settings,
+            `-Dmaven.repo.local=${path.join(os.homedir(), '.m2', 'repository')}`,
+            'org.codehaus.mojo:wagon-maven-plugin:2.0.2:download-single',
+            '-Dwagon.serverId=arkvory',
+            `-Dwagon.url=${gw.url}/api/v1/repositories/dl/packages/app/1.0`,
+            '-Dwagon.fromFile=assets/app-1.0.jar/content',
+            `-Dwagon.toFile=${out}`,
+          ],
+          { cwd: dir, env: { ...process.env, ARKVORY_KEY: key }, stdio: ['ignore', 'pipe', 'pipe'] },
+        );
         let output = '';
         child.stdout.on('data', (d: Buffer) => (output += d.toString()));
         child.stderr.on('data', (d: Buffer) => (output += d.toString()));
-        child.on('error', (err: NodeJS.ErrnoException) => reject(new Error(err.code === 'ENOENT' ? 'mvn is not on PATH; on Debian: apt-get install -y maven' : err.message)));
+        child.on('error', (err: NodeJS.ErrnoException) =>
+          reject(
+            new Error(err.code === 'ENOENT' ? 'mvn is not on PATH; on Debian: apt-get install -y maven' : err.message),
+          ),
+        );
         child.on('close', (code) => resolve({ code, output }));
       });
     const ok = await mvn(owner.key, path.join(dir, 'app-1.0.jar'));
@@ -202,7 +331,11 @@ describe('pre-signed links', () => {
     expect((await request(link.url, { headers: { 'if-none-match': String(got.headers.etag) } })).status).toBe(304);
     // Not another target, not another method, not a tampered parameter.
     const query = link.path.slice(link.path.indexOf('?'));
-    for (const other of [`/api/v1/repositories/dl/artifacts/small.bin/content${query}`, `${target}${query}`, `/api/v1/repositories/dl/artifacts/big.bin/content${query.replace(/X-Arkvory-Expires=(\d+)/, (_, n: string) => `X-Arkvory-Expires=${Number(n) + 1}`)}`]) {
+    for (const other of [
+      `/api/v1/repositories/dl/artifacts/small.bin/content${query}`,
+      `${target}${query}`,
+      `/api/v1/repositories/dl/artifacts/big.bin/content${query.replace(/X-Arkvory-Expires=(\d+)/, (_, n: string) => `X-Arkvory-Expires=${Number(n) + 1}`)}`,
+    ]) {
       const r = await request(`${gw.url}${other}`);
       expect(r.status, other).toBe(401);
       expect(JSON.parse(r.body.toString())).toEqual(UNAUTHORIZED);
@@ -210,7 +343,14 @@ describe('pre-signed links', () => {
     const put = await request(`${gw.url}${target}${query}`, { method: 'PUT', body: Buffer.from('x') });
     expect(put.status).toBe(401);
     // Every request the link made is the owner's, like its key's own requests.
-    const linkRequests = gw.logLines().filter((l) => l.msg === 'request' && l.route === '/api/v1/repositories/:repo/artifacts/:id/content' && [200, 206, 304].includes(l.status as number));
+    const linkRequests = gw
+      .logLines()
+      .filter(
+        (l) =>
+          l.msg === 'request' &&
+          l.route === '/api/v1/repositories/:repo/artifacts/:id/content' &&
+          [200, 206, 304].includes(l.status as number),
+      );
     expect(linkRequests.length).toBeGreaterThanOrEqual(4);
     expect(new Set(linkRequests.map((l) => l.principal))).toEqual(new Set([owner.principalId]));
     expect(gw.logs()).not.toContain(link.path.slice(link.path.indexOf('X-Arkvory-Signature=') + 20));
@@ -222,18 +362,39 @@ describe('pre-signed links', () => {
     expect(sha256((await request(link.url)).body)).toBe(sha256(small));
     expect((await request(`${gw.url}${link.path.replace('a%40b', 'a@b')}`)).status).toBe(200);
     for (const body of [{ expiresInSeconds: 604801 }, { expiresInSeconds: 0 }, { expiresInSeconds: '1h' }]) {
-      const r = await request(`${gw.url}${target}/presign`, { method: 'POST', headers: { ...bearer(owner.key), 'content-type': 'application/json' }, body: Buffer.from(JSON.stringify(body)) });
+      const r = await request(`${gw.url}${target}/presign`, {
+        method: 'POST',
+        headers: { ...bearer(owner.key), 'content-type': 'application/json' },
+        body: Buffer.from(JSON.stringify(body)),
+      });
       expect(r.status).toBe(400);
       expect(JSON.parse(r.body.toString()).message).toContain('ARKVORY_PRESIGN_MAX_EXPIRES_SECONDS');
     }
-    expect((await request(`${gw.url}/api/v1/repositories/dl/artifacts/missing/presign`, { method: 'POST', headers: bearer(owner.key) })).status).toBe(404);
-    expect((await request(`${gw.url}/api/v1/repositories/other/artifacts/x/presign`, { method: 'POST', headers: bearer(owner.key) })).status).toBe(404);
+    expect(
+      (
+        await request(`${gw.url}/api/v1/repositories/dl/artifacts/missing/presign`, {
+          method: 'POST',
+          headers: bearer(owner.key),
+        })
+      ).status,
+    ).toBe(404);
+    expect(
+      (
+        await request(`${gw.url}/api/v1/repositories/other/artifacts/x/presign`, {
+          method: 'POST',
+          headers: bearer(owner.key),
+        })
+      ).status,
+    ).toBe(404);
   });
 
   it('expire: a link past its expiry (signed with the stored secret) is refused', async () => {
-    const { rows } = await db.pool.query<{ id: string; secret: Buffer }>('SELECT id::text AS id, secret FROM arkvory_presign_secrets WHERE retires_at IS NULL ORDER BY id DESC LIMIT 1');
+    const { rows } = await db.pool.query<{ id: string; secret: Buffer }>(
+      'SELECT id::text AS id, secret FROM arkvory_presign_secrets WHERE retires_at IS NULL ORDER BY id DESC LIMIT 1',
+    );
     const fields = { path: canonicalPath(`${target}/content`)!, keyId: owner.keyId, secretId: rows[0]!.id };
-    const at = (expiresAt: number) => `${gw.url}${fields.path}?${presignQueryString({ ...fields, expiresAt }, signPresign(rows[0]!.secret, { ...fields, expiresAt }))}`;
+    const at = (expiresAt: number) =>
+      `${gw.url}${fields.path}?${presignQueryString({ ...fields, expiresAt }, signPresign(rows[0]!.secret, { ...fields, expiresAt }))}`;
     const now = Math.floor(Date.now() / 1000);
     expect((await request(at(now + 60), { method: 'HEAD' })).status).toBe(200);
     expect((await request(at(now - 1), { method: 'HEAD' })).status).toBe(401);
@@ -242,7 +403,8 @@ describe('pre-signed links', () => {
   it('die within the auth bound when the key is revoked, the grant removed or the principal disabled', async () => {
     const store = new AdminStore(db.pool);
     const alive = (url: string) => async () => (await request(url, { method: 'HEAD' })).status === 200;
-    const dead = (url: string, status: number) => async () => (await request(url, { method: 'HEAD' })).status === status;
+    const dead = (url: string, status: number) => async () =>
+      (await request(url, { method: 'HEAD' })).status === status;
 
     const byKey = await createServiceAccount(db.pool, { grants: { dl: 'read' } });
     const keyLink = await presign(byKey.key, target);
@@ -276,7 +438,11 @@ describe('pre-signed links', () => {
     expect((await request(before.url, { method: 'HEAD' })).status).toBe(200);
     const now = await runCli(['presign-secret', 'rotate'], env);
     expect(now.code, now.stderr).toBe(0);
-    await eventually(async () => (await request(before.url, { method: 'HEAD' })).status === 401 && (await request(during.url, { method: 'HEAD' })).status === 401);
+    await eventually(
+      async () =>
+        (await request(before.url, { method: 'HEAD' })).status === 401 &&
+        (await request(during.url, { method: 'HEAD' })).status === 401,
+    );
     const after = await presign(owner.key, target);
     expect((await request(after.url, { method: 'HEAD' })).status).toBe(200);
     const usage = await runCli(['presign-secret', 'rotate', '--grace', 'soon'], env);
@@ -302,19 +468,38 @@ describe('pre-signed links', () => {
     expect(w.code, w.stderr).toBe(0);
     expect(sha256(await readFile(wget))).toBe(sha256(data));
 
-    const a = await run('aria2c', ['-q', '-x', '4', '-s', '4', '--min-split-size=1M', '--file-allocation=none', '--allow-overwrite=true', '--auto-file-renaming=false', '-d', dir, '-o', 'link-aria.bin', link.url]);
+    const a = await run('aria2c', [
+      '-q',
+      '-x',
+      '4',
+      '-s',
+      '4',
+      '--min-split-size=1M',
+      '--file-allocation=none',
+      '--allow-overwrite=true',
+      '--auto-file-renaming=false',
+      '-d',
+      dir,
+      '-o',
+      'link-aria.bin',
+      link.url,
+    ]);
     expect(a.code, a.stderr).toBe(0);
     expect(sha256(await readFile(path.join(dir, 'link-aria.bin')))).toBe(sha256(data));
   });
 
   it('download in Chromium, with no header', async () => {
-    if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: apt-get install chromium (.ci/run installs it)`);
+    if (!existsSync(CHROMIUM))
+      throw new Error(`${CHROMIUM} is missing: apt-get install chromium (.ci/run installs it)`);
     const link = await presign(owner.key, '/api/v1/repositories/dl/artifacts/small.bin');
     const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
     try {
       const context = await browser.newContext({ acceptDownloads: true });
       const page = await context.newPage();
-      const [download] = await Promise.all([page.waitForEvent('download', { timeout: 20_000 }), page.goto(link.url).catch(() => undefined)]);
+      const [download] = await Promise.all([
+        page.waitForEvent('download', { timeout: 20_000 }),
+        page.goto(link.url).catch(() => undefined),
+      ]);
       const saved = path.join(dir, 'browser.bin');
       await download.saveAs(saved);
       expect(await download.failure()).toBeNull();

@@ -76,7 +76,12 @@ export interface RuleFiles {
 export async function loadRuleFiles(rateLimitsFile: string | undefined): Promise<RuleFiles> {
   const shipped = parseAvailableLimiters(await readFile(AVAILABLE_LIMITERS_FILE, 'utf8'), 'available_limiters.yaml');
   if (shipped.problems.length) throw new RateLimitConfigError(shipped.problems.map(formatProblem));
-  const none = (fileStatus: RulesFileStatus, fileProblems: string[] = []): RuleFiles => ({ available: shipped.available, fileRules: new Map(), fileStatus, fileProblems });
+  const none = (fileStatus: RulesFileStatus, fileProblems: string[] = []): RuleFiles => ({
+    available: shipped.available,
+    fileRules: new Map(),
+    fileStatus,
+    fileProblems,
+  });
   if (!rateLimitsFile) return none('unset');
   let text: string;
   try {
@@ -84,7 +89,9 @@ export async function loadRuleFiles(rateLimitsFile: string | undefined): Promise
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') return none('missing');
-    return none('invalid', [`${rateLimitsFile}: cannot read ARKVORY_RATE_LIMITS_FILE (${code ?? (err as Error).message})`]);
+    return none('invalid', [
+      `${rateLimitsFile}: cannot read ARKVORY_RATE_LIMITS_FILE (${code ?? (err as Error).message})`,
+    ]);
   }
   const parsed = parseRateLimits(text, rateLimitsFile, shipped.available);
   if (parsed.problems.length) return none('invalid', parsed.problems.map(formatProblem));
@@ -102,10 +109,21 @@ export function createRateLimitRedis(url: string, log: Logger, clock: Clock): Ra
   const parsed = parseRedisTarget(url);
   if (!parsed.ok) throw new Error(`ARKVORY_REDIS_URL: ${parsed.problem}`);
   const { target } = parsed;
-  const perConnection = { connectTimeout: 2000, commandTimeout: 2000, maxRetriesPerRequest: 0, connectionName: 'arkvory-rate-limit' };
+  const perConnection = {
+    connectTimeout: 2000,
+    commandTimeout: 2000,
+    maxRetriesPerRequest: 0,
+    connectionName: 'arkvory-rate-limit',
+  };
   const redis: RateLimitRedis =
     target.kind === 'single'
-      ? new Redis(target.url, { ...perConnection, lazyConnect: true, enableOfflineQueue: false, enableAutoPipelining: true, retryStrategy: (times) => Math.min(100 * times, 2000) })
+      ? new Redis(target.url, {
+          ...perConnection,
+          lazyConnect: true,
+          enableOfflineQueue: false,
+          enableAutoPipelining: true,
+          retryStrategy: (times) => Math.min(100 * times, 2000),
+        })
       : new Cluster([...target.nodes], {
           lazyConnect: true,
           enableOfflineQueue: false,
@@ -117,14 +135,22 @@ export function createRateLimitRedis(url: string, log: Logger, clock: Clock): Ra
           retryDelayOnFailover: 100,
           retryDelayOnClusterDown: 100,
           slotsRefreshTimeout: 2000,
-          redisOptions: { ...perConnection, ...(target.username ? { username: target.username } : {}), ...(target.password ? { password: target.password } : {}), ...(target.tls ? { tls: {} } : {}) },
+          redisOptions: {
+            ...perConnection,
+            ...(target.username ? { username: target.username } : {}),
+            ...(target.password ? { password: target.password } : {}),
+            ...(target.tls ? { tls: {} } : {}),
+          },
         });
   let lastLogMs = -Infinity;
   redis.on('error', (err: Error & { code?: string }) => {
     const now = clock.monotonicMs();
     if (now - lastLogMs < 10_000) return;
     lastLogMs = now;
-    log.warn({ code: err.code ?? 'store_unavailable', message: err.message }, 'rate-limit Redis connection error (checks fail open until it is back)');
+    log.warn(
+      { code: err.code ?? 'store_unavailable', message: err.message },
+      'rate-limit Redis connection error (checks fail open until it is back)',
+    );
   });
   return redis;
 }
@@ -146,30 +172,62 @@ export interface RateLimiting {
  * list; a missing operator file is logged (no file tier), an invalid one is logged and not applied
  * (the stored file tier stays); Redis being down never throws.
  */
-export async function openRateLimiting(services: Services, options: { refreshIntervalMs?: number } = {}): Promise<RateLimiting> {
+export async function openRateLimiting(
+  services: Services,
+  options: { refreshIntervalMs?: number } = {},
+): Promise<RateLimiting> {
   const { config, clock } = services;
   const log = services.log.child({ component: 'rate-limit' });
   const { available, fileRules, fileStatus, fileProblems } = await loadRuleFiles(config.rateLimitsFile);
-  if (fileStatus === 'missing') log.warn({ file: config.rateLimitsFile, code: 'rules_file_missing' }, 'ARKVORY_RATE_LIMITS_FILE does not exist; running without the file tier (spec 2.7: the file is optional)');
-  if (fileStatus === 'invalid') log.error({ file: config.rateLimitsFile, code: 'invalid_rules', problems: fileProblems }, 'ARKVORY_RATE_LIMITS_FILE is invalid; not applied (the stored file tier, if any, is left as it was) until a restart with a valid file');
+  if (fileStatus === 'missing')
+    log.warn(
+      { file: config.rateLimitsFile, code: 'rules_file_missing' },
+      'ARKVORY_RATE_LIMITS_FILE does not exist; running without the file tier (spec 2.7: the file is optional)',
+    );
+  if (fileStatus === 'invalid')
+    log.error(
+      { file: config.rateLimitsFile, code: 'invalid_rules', problems: fileProblems },
+      'ARKVORY_RATE_LIMITS_FILE is invalid; not applied (the stored file tier, if any, is left as it was) until a restart with a valid file',
+    );
   const trusted = createTrustedProxies(config.trustedProxies);
   let redis: RateLimitRedis | undefined;
   if (config.redisUrl) {
     redis = createRateLimitRedis(config.redisUrl, log, clock);
     const client = redis;
-    await client.connect().catch((err: unknown) => log.warn({ err }, 'rate-limit Redis not reachable at startup; failing open and retrying'));
+    await client
+      .connect()
+      .catch((err: unknown) =>
+        log.warn({ err }, 'rate-limit Redis not reachable at startup; failing open and retrying'),
+      );
     services.onClose.push(async () => {
       await client.quit().catch(() => client.disconnect());
     });
   }
   const store = redis ? createRedisStore(redis) : createMemoryStore();
-  const documents = redis ? createRedisRuleDocuments(redis, ruleDocumentsPrefix(config.redisKeyPrefix, redis.isCluster)) : createPgRuleDocuments(services.pool);
+  const documents = redis
+    ? createRedisRuleDocuments(redis, ruleDocumentsPrefix(config.redisKeyPrefix, redis.isCluster))
+    : createPgRuleDocuments(services.pool);
   // An invalid file must not wipe the file tier other gateways seeded into a shared store.
-  const registry = createRuleRegistry({ documents, available, fileRules, replaceFileTier: fileStatus !== 'invalid', clock, log, ...(options.refreshIntervalMs ? { refreshIntervalMs: options.refreshIntervalMs } : {}) });
+  const registry = createRuleRegistry({
+    documents,
+    available,
+    fileRules,
+    replaceFileTier: fileStatus !== 'invalid',
+    clock,
+    log,
+    ...(options.refreshIntervalMs ? { refreshIntervalMs: options.refreshIntervalMs } : {}),
+  });
   await registry.start();
   services.onClose.push(() => registry.stop());
   const metrics = createRateLimitMetrics();
-  const deps = { store, clock, log, metrics, timeoutMs: config.rateLimitTimeoutMs, keyPrefix: `${config.redisKeyPrefix}rl:` };
+  const deps = {
+    store,
+    clock,
+    log,
+    metrics,
+    timeoutMs: config.rateLimitTimeoutMs,
+    keyPrefix: `${config.redisKeyPrefix}rl:`,
+  };
   const local: RuleLayer = { name: 'local', rulesFor: (limiter: string) => registry.rules(limiter) };
   // Phase 3 (spec 3.1): the rules service's answers come before every local tier.
   const remote = openRemoteRules(services, available, log, createRulesServiceMetrics());
@@ -180,9 +238,26 @@ export async function openRateLimiting(services: Services, options: { refreshInt
   const transferBytes = limiter('transfer_bytes');
   services.readiness.push(() => {
     const status = registry.status();
-    return { rateLimits: { counters: store.kind, rules: status.documents, rulesFresh: status.lastRefreshError === undefined && status.seeded, rulesFile: fileStatus, ...(remote ? { rulesService: remote.status().circuit } : {}) } };
+    return {
+      rateLimits: {
+        counters: store.kind,
+        rules: status.documents,
+        rulesFresh: status.lastRefreshError === undefined && status.seeded,
+        rulesFile: fileStatus,
+        ...(remote ? { rulesService: remote.status().circuit } : {}),
+      },
+    };
   });
-  log.info({ counters: store.kind, rules: documents.kind, file: config.rateLimitsFile ?? null, rulesService: config.rulesService.url === undefined ? null : redactUserinfo(config.rulesService.url), service: config.serviceName }, 'rate limiting ready');
+  log.info(
+    {
+      counters: store.kind,
+      rules: documents.kind,
+      file: config.rateLimitsFile ?? null,
+      rulesService: config.rulesService.url === undefined ? null : redactUserinfo(config.rulesService.url),
+      service: config.serviceName,
+    },
+    'rate limiting ready',
+  );
   return {
     registry,
     request,
@@ -195,7 +270,12 @@ export async function openRateLimiting(services: Services, options: { refreshInt
 }
 
 /** The remote rules layer over undici, or undefined when no rules service is configured. */
-function openRemoteRules(services: Services, available: AvailableLimiters, log: Logger, metrics: RulesServiceMetrics): RemoteRules | undefined {
+function openRemoteRules(
+  services: Services,
+  available: AvailableLimiters,
+  log: Logger,
+  metrics: RulesServiceMetrics,
+): RemoteRules | undefined {
   const { config, clock } = services;
   const { url, timeoutMs, maxTtlMs, token } = config.rulesService;
   if (!url) return undefined;
@@ -220,7 +300,9 @@ export function clientIp(ctx: RequestContext, trusted: TrustedProxies = NO_TRUST
   return clientAddress(ctx.req, trusted);
 }
 
-export function requestType(ctx: Pick<RequestContext, 'route' | 'access' | 'req'>): 'read' | 'write' | 'admin' | 'health' {
+export function requestType(
+  ctx: Pick<RequestContext, 'route' | 'access' | 'req'>,
+): 'read' | 'write' | 'admin' | 'health' {
   if (ctx.route.startsWith('/health/') || ctx.route === '/metrics') return 'health';
   if (ctx.access === 'admin' || ctx.route.startsWith('/api/v1/admin/') || ctx.route === '/api/v1/admin') return 'admin';
   const method = ctx.req.method ?? 'GET';
@@ -260,20 +342,33 @@ function blocked(result: RateLimitResult, nowMs: number, message?: string): Poli
   return new PolicyError('rate_limited', message, { headers: rateLimitHeaders(result, nowMs) });
 }
 
-export function createRateLimitGate(deps: { request: Limiter; transferBytes: Limiter; clock: Clock; trusted?: TrustedProxies }): Gate {
+export function createRateLimitGate(deps: {
+  request: Limiter;
+  transferBytes: Limiter;
+  clock: Clock;
+  trusted?: TrustedProxies;
+}): Gate {
   const { request, transferBytes, clock } = deps;
   const trusted = deps.trusted ?? NO_TRUSTED_PROXIES;
   return async (ctx) => {
     const identifier = requestIdentifier(ctx, trusted);
     const result = await request.check(identifier);
     if (result.action === 'block') throw blocked(result, clock.wallMs());
-    if (result.exceeded) ctx.log.info({ limiter: request.name, rule: result.rule?.name, code: 'rate_limited', shadow: true }, 'shadow rate limit exceeded');
+    if (result.exceeded)
+      ctx.log.info(
+        { limiter: request.name, rule: result.rule?.name, code: 'rate_limited', shadow: true },
+        'shadow rate limit exceeded',
+      );
     if (result.rule?.action === 'limit' && result.info) {
-      for (const [name, value] of Object.entries(rateLimitHeaders(result, clock.wallMs()))) ctx.res.setHeader(name, value);
+      for (const [name, value] of Object.entries(rateLimitHeaders(result, clock.wallMs())))
+        ctx.res.setHeader(name, value);
     }
     if (identifier.request_type === 'health') return;
 
-    const transferId: Identifier = { ...identifier, direction: identifier.method === 'GET' || identifier.method === 'HEAD' ? 'download' : 'upload' };
+    const transferId: Identifier = {
+      ...identifier,
+      direction: identifier.method === 'GET' || identifier.method === 'HEAD' ? 'download' : 'upload',
+    };
     const peek = await transferBytes.peek(transferId);
     if (peek.action === 'block') throw blocked(peek, clock.wallMs(), 'Transfer volume quota exhausted; retry later.');
     if (peek.evaluations.length === 0) return; // no transfer rule applies: nothing to count afterwards
@@ -294,12 +389,18 @@ export function createRateLimitGate(deps: { request: Limiter; transferBytes: Lim
  * counters and bans, shadow bans included (spec 1.5: a successful login discards the failures before
  * it); the clear is skipped when the peek saw no state at all, so a clean address costs no write.
  */
-export function guardAuthGate(authGate: Gate, authFailure: Limiter, clock: Clock, trusted: TrustedProxies = NO_TRUSTED_PROXIES): Gate {
+export function guardAuthGate(
+  authGate: Gate,
+  authFailure: Limiter,
+  clock: Clock,
+  trusted: TrustedProxies = NO_TRUSTED_PROXIES,
+): Gate {
   return async (ctx) => {
     if (ctx.access === 'public') return authGate(ctx);
     const identifier: Identifier = { ip: clientIp(ctx, trusted) };
     const before = await authFailure.peek(identifier, { cost: 0 });
-    if (before.action === 'block') throw blocked(before, clock.wallMs(), 'Too many failed authentications from this address; retry later.');
+    if (before.action === 'block')
+      throw blocked(before, clock.wallMs(), 'Too many failed authentications from this address; retry later.');
     try {
       await authGate(ctx);
     } catch (err) {
@@ -311,8 +412,17 @@ export function guardAuthGate(authGate: Gate, authFailure: Limiter, clock: Clock
         if (banned.length > 0) {
           const shadow = banned.every((e) => e.rule.action === 'log');
           ctx.log.warn(
-            { limiter: authFailure.name, rules: banned.map((e) => e.rule.name), ip: identifier.ip, shadow, code: 'rate_limited', retryAfterS: Math.max(1, Math.ceil(((result.info?.resetAtMs ?? clock.wallMs()) - clock.wallMs()) / 1000)) },
-            shadow ? 'address would be banned after failed authentications (shadow rule)' : 'address banned after failed authentications',
+            {
+              limiter: authFailure.name,
+              rules: banned.map((e) => e.rule.name),
+              ip: identifier.ip,
+              shadow,
+              code: 'rate_limited',
+              retryAfterS: Math.max(1, Math.ceil(((result.info?.resetAtMs ?? clock.wallMs()) - clock.wallMs()) / 1000)),
+            },
+            shadow
+              ? 'address would be banned after failed authentications (shadow rule)'
+              : 'address banned after failed authentications',
           );
         }
       }

@@ -22,7 +22,11 @@ const log = pino({ level: 'silent' });
 const servers: ChildProcess[] = [];
 
 async function startRedis(port: number): Promise<ChildProcess> {
-  const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+  const child = spawn(
+    'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+    { stdio: 'ignore' },
+  );
   servers.push(child);
   for (let i = 0; i < 100; i++) {
     const probe = createRateLimitRedis(`redis://127.0.0.1:${port}`, log, systemClock);
@@ -51,7 +55,16 @@ afterAll(async () => {
   for (const child of servers) await stopRedis(child);
 });
 
-const available = new Map<string, LimiterSpec>([['api', { description: 'x', available_properties: ['ip'], default_rules: [{ name: 'default_by_ip', action: 'limit', characteristics: ['ip'], limit: 100, period_s: 60 }] }]]);
+const available = new Map<string, LimiterSpec>([
+  [
+    'api',
+    {
+      description: 'x',
+      available_properties: ['ip'],
+      default_rules: [{ name: 'default_by_ip', action: 'limit', characteristics: ['ip'], limit: 100, period_s: 60 }],
+    },
+  ],
+]);
 
 async function timed<T>(work: () => Promise<T>): Promise<{ value: T; ms: number }> {
   const started = performance.now();
@@ -67,10 +80,28 @@ describe('rate limiting during Redis outages (real redis-server)', () => {
     await redis.connect();
     const registry = new Registry();
     const limiter = createLimiter(
-      { store: createRedisStore(redis), clock: systemClock, log, metrics: createRateLimitMetrics(registry), timeoutMs: 100, keyPrefix: 'outage:' },
-      { name: 'api', rules: [defineRule({ name: 'one_per_ip', action: 'limit', characteristics: ['ip'], limit: 1, periodS: 3600 })] },
+      {
+        store: createRedisStore(redis),
+        clock: systemClock,
+        log,
+        metrics: createRateLimitMetrics(registry),
+        timeoutMs: 100,
+        keyPrefix: 'outage:',
+      },
+      {
+        name: 'api',
+        rules: [defineRule({ name: 'one_per_ip', action: 'limit', characteristics: ['ip'], limit: 1, periodS: 3600 })],
+      },
     );
-    const rules = createRuleRegistry({ documents: createRedisRuleDocuments(redis, 'outage:rules:'), available, fileRules: new Map(), clock: systemClock, log, timeoutMs: 200, refreshIntervalMs: 60_000 });
+    const rules = createRuleRegistry({
+      documents: createRedisRuleDocuments(redis, 'outage:rules:'),
+      available,
+      fileRules: new Map(),
+      clock: systemClock,
+      log,
+      timeoutMs: 200,
+      refreshIntervalMs: 60_000,
+    });
     await rules.start();
     await rules.publish({ rate_limits: { api: [{ name: 'published_rule', action: 'log', limit: 1, period_s: 60 }] } });
     expect(rules.rules('api').map((r) => r.name)).toEqual(['published_rule', 'default_by_ip']);
@@ -102,7 +133,9 @@ describe('rate limiting during Redis outages (real redis-server)', () => {
     expect(await rules.refresh()).toBe(false);
     expect(rules.rules('api').map((r) => r.name)).toEqual(['published_rule', 'default_by_ip']);
     const checks = await registry.getSingleMetricAsString(METRIC_NAMES.checks);
-    expect(checks).toMatch(/arkvory_rate_limit_checks_total\{limiter="api",action="allow",matched="false",error="true"\} 2/);
+    expect(checks).toMatch(
+      /arkvory_rate_limit_checks_total\{limiter="api",action="allow",matched="false",error="true"\} 2/,
+    );
 
     // A fresh (empty) server on the same port: the client reconnects by itself and counting resumes.
     await startRedis(port);
@@ -125,11 +158,21 @@ describe('rate limiting during Redis outages (real redis-server)', () => {
     const redis = createRateLimitRedis(`redis://127.0.0.1:${port}`, log, systemClock);
     await redis.connect().catch(() => undefined);
     const fileRule = { name: 'from_file', action: 'limit' as const, characteristics: ['ip'], limit: 5, period_s: 60 };
-    const rules = createRuleRegistry({ documents: createRedisRuleDocuments(redis, 'never:rules:'), available, fileRules: new Map([['api', [fileRule]]]), clock: systemClock, log, timeoutMs: 200 });
+    const rules = createRuleRegistry({
+      documents: createRedisRuleDocuments(redis, 'never:rules:'),
+      available,
+      fileRules: new Map([['api', [fileRule]]]),
+      clock: systemClock,
+      log,
+      timeoutMs: 200,
+    });
     await rules.start();
     expect(rules.rules('api').map((r) => r.name)).toEqual(['from_file', 'default_by_ip']);
     expect(rules.status()).toMatchObject({ seeded: false, sources: { api: 'compiled' } });
-    const limiter = createLimiter({ store: createRedisStore(redis), clock: systemClock, log, timeoutMs: 100 }, { name: 'api', rules: () => rules.rules('api') });
+    const limiter = createLimiter(
+      { store: createRedisStore(redis), clock: systemClock, log, timeoutMs: 100 },
+      { name: 'api', rules: () => rules.rules('api') },
+    );
     const result = await limiter.check({ ip: 'x' });
     expect(result.action).toBe('allow');
     expect(result.error).toBeInstanceOf(Error);

@@ -31,10 +31,17 @@ const HEALTH_LIVE_LIMIT = `rate_limits:
 `;
 
 describe('rate limiting over HTTP (real gateway process)', () => {
-  const redisEnv = () => ({ ARKVORY_DATABASE_URL: db.url, ARKVORY_REDIS_URL: redis.url, ARKVORY_REDIS_KEY_PREFIX: `${redis.prefix}g${++n}:`, ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS: '5000' });
+  const redisEnv = () => ({
+    ARKVORY_DATABASE_URL: db.url,
+    ARKVORY_REDIS_URL: redis.url,
+    ARKVORY_REDIS_KEY_PREFIX: `${redis.prefix}g${++n}:`,
+    ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS: '5000',
+  });
 
   it('answers 429 rate_limited with Retry-After and RateLimit headers once a file rule trips', async () => {
-    const gw = await startGateway({ env: { ...redisEnv(), ARKVORY_RATE_LIMITS_FILE: await rulesFile(HEALTH_LIVE_LIMIT) } });
+    const gw = await startGateway({
+      env: { ...redisEnv(), ARKVORY_RATE_LIMITS_FILE: await rulesFile(HEALTH_LIVE_LIMIT) },
+    });
     const first = await fetch(`${gw.url}/health/live`);
     expect(first.status).toBe(200);
     expect(first.headers.get('ratelimit-policy')).toBe('"health_live_by_ip";q=2;w=3600');
@@ -61,9 +68,15 @@ describe('rate limiting over HTTP (real gateway process)', () => {
     const admin = await createServiceAccount(db.pool, { scopes: ['read', 'write', 'admin'] });
     const gw = await startGateway({ env: redisEnv() });
     const api = (method: string, p: string, body?: unknown, key = admin.key) =>
-      fetch(`${gw.url}/api/v1/admin/rate-limits${p}`, { method, headers: { ...bearer(key), ...(body ? { 'content-type': 'application/json' } : {}) }, ...(body ? { body: JSON.stringify(body) } : {}) });
+      fetch(`${gw.url}/api/v1/admin/rate-limits${p}`, {
+        method,
+        headers: { ...bearer(key), ...(body ? { 'content-type': 'application/json' } : {}) },
+        ...(body ? { body: JSON.stringify(body) } : {}),
+      });
 
-    const invalid = await api('PUT', '', { rate_limits: { gateway_request: [{ name: 'Bad-Name', action: 'limit' }], nope: [] } });
+    const invalid = await api('PUT', '', {
+      rate_limits: { gateway_request: [{ name: 'Bad-Name', action: 'limit' }], nope: [] },
+    });
     expect(invalid.status).toBe(400);
     const invalidBody = (await invalid.json()) as { code: string; message: string };
     expect(invalidBody.code).toBe('invalid_request');
@@ -73,8 +86,28 @@ describe('rate limiting over HTTP (real gateway process)', () => {
 
     const published = await api('PUT', '', {
       rate_limits: {
-        gateway_request: [{ name: 'status_by_ip', action: 'limit', characteristics: ['ip'], limit: 1, period_s: 600, match: { route: '/health/status' } }],
-        auth_failure: { rules: [{ name: 'ban_ip_after_auth_failures', action: 'limit', characteristics: ['ip'], limit: 2, period_s: 60, ban_for_s: 600 }] },
+        gateway_request: [
+          {
+            name: 'status_by_ip',
+            action: 'limit',
+            characteristics: ['ip'],
+            limit: 1,
+            period_s: 600,
+            match: { route: '/health/status' },
+          },
+        ],
+        auth_failure: {
+          rules: [
+            {
+              name: 'ban_ip_after_auth_failures',
+              action: 'limit',
+              characteristics: ['ip'],
+              limit: 2,
+              period_s: 60,
+              ban_for_s: 600,
+            },
+          ],
+        },
       },
     });
     expect(published.status).toBe(200);
@@ -82,7 +115,10 @@ describe('rate limiting over HTTP (real gateway process)', () => {
     expect((await fetch(`${gw.url}/health/status`)).status).toBe(200);
     expect((await fetch(`${gw.url}/health/status`)).status).toBe(429);
 
-    const shown = (await (await api('GET', '/gateway_request')).json()) as { source: string; effective: Array<{ tier: string; spec: { name: string } }> };
+    const shown = (await (await api('GET', '/gateway_request')).json()) as {
+      source: string;
+      effective: Array<{ tier: string; spec: { name: string } }>;
+    };
     expect(shown.source).toBe('store');
     expect(shown.effective.map((t) => `${t.tier}:${t.spec.name}`)).toEqual([
       'published_rules:status_by_ip',
@@ -152,7 +188,11 @@ describe('rate limiting over HTTP (real gateway process)', () => {
     const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
     const env = { ...redisEnv() };
     const fileTier = async (url: string) =>
-      ((await (await fetch(`${url}/api/v1/admin/rate-limits/gateway_request`, { headers: bearer(admin.key) })).json()) as { effective: Array<{ tier: string; spec: { name: string } }> }).effective
+      (
+        (await (
+          await fetch(`${url}/api/v1/admin/rate-limits/gateway_request`, { headers: bearer(admin.key) })
+        ).json()) as { effective: Array<{ tier: string; spec: { name: string } }> }
+      ).effective
         .filter((r) => r.tier === 'file_rules')
         .map((r) => r.spec.name);
     // A previous start with a valid file seeded the file tier of this store.
@@ -165,9 +205,19 @@ describe('rate limiting over HTTP (real gateway process)', () => {
     expect(logged).toHaveLength(1);
     expect(logged[0]!.level).toBe('error');
     const problems = logged[0]!.problems as string[];
-    expect(problems).toContain(`${file}:5: rate_limits.gateway_request[1] (rule "broken"): limit and log rules require limit and period_s`);
-    expect(problems.some((p) => p.startsWith(`${file}:8: rate_limits.gateway_request[1].characteristics[0] (rule "broken"): characteristic "nope" is not an available property`))).toBe(true);
-    const ready = (await (await fetch(`${gw.url}/health/ready`, { headers: bearer(admin.key) })).json()) as { rateLimits: { rulesFile: string } };
+    expect(problems).toContain(
+      `${file}:5: rate_limits.gateway_request[1] (rule "broken"): limit and log rules require limit and period_s`,
+    );
+    expect(
+      problems.some((p) =>
+        p.startsWith(
+          `${file}:8: rate_limits.gateway_request[1].characteristics[0] (rule "broken"): characteristic "nope" is not an available property`,
+        ),
+      ),
+    ).toBe(true);
+    const ready = (await (await fetch(`${gw.url}/health/ready`, { headers: bearer(admin.key) })).json()) as {
+      rateLimits: { rulesFile: string };
+    };
     expect(ready.rateLimits.rulesFile).toBe('invalid');
     // Not even the valid rule of the bad file applies; the last valid file's rules stay in force.
     expect(await fileTier(gw.url)).toEqual(['health_live_by_ip']);
@@ -183,7 +233,9 @@ describe('rate limiting over HTTP (real gateway process)', () => {
     const missing = path.join(await makeTempDir('arkvory-rules-'), 'absent.yaml');
     const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_RATE_LIMITS_FILE: missing } });
     expect(gw.logLines().filter((l) => l.code === 'rules_file_missing')).toHaveLength(1);
-    const ready = (await (await fetch(`${gw.url}/health/ready`, { headers: bearer(admin.key) })).json()) as { rateLimits: { rulesFile: string } };
+    const ready = (await (await fetch(`${gw.url}/health/ready`, { headers: bearer(admin.key) })).json()) as {
+      rateLimits: { rulesFile: string };
+    };
     expect(ready.rateLimits.rulesFile).toBe('missing');
     expect(await gw.stop()).toBe(0);
   });
@@ -210,7 +262,20 @@ describe('rate limiting over HTTP (real gateway process)', () => {
       fetch(`${url}/api/v1/admin/rate-limits`, {
         method: 'PUT',
         headers: { ...bearer(admin.key), 'content-type': 'application/json' },
-        body: JSON.stringify({ rate_limits: { gateway_request: [{ name: 'live_by_ip_pg', action: 'limit', characteristics: ['ip'], limit: 1, period_s: 600, match: { route: '/health/live' } }] } }),
+        body: JSON.stringify({
+          rate_limits: {
+            gateway_request: [
+              {
+                name: 'live_by_ip_pg',
+                action: 'limit',
+                characteristics: ['ip'],
+                limit: 1,
+                period_s: 600,
+                match: { route: '/health/live' },
+              },
+            ],
+          },
+        }),
       });
     const first = await startGateway({ env });
     expect((await put(first.url)).status).toBe(200);
@@ -221,7 +286,9 @@ describe('rate limiting over HTTP (real gateway process)', () => {
     // The rule survived (PostgreSQL); the counters did not (process memory).
     expect((await fetch(`${second.url}/health/live`)).status).toBe(200);
     expect((await fetch(`${second.url}/health/live`)).status).toBe(429);
-    const { rows } = await db.pool.query<{ limiter: string }>('SELECT limiter FROM arkvory_rate_limit_rules ORDER BY limiter');
+    const { rows } = await db.pool.query<{ limiter: string }>(
+      'SELECT limiter FROM arkvory_rate_limit_rules ORDER BY limiter',
+    );
     expect(rows.map((r) => r.limiter)).toEqual(['auth_failure', 'gateway_request']);
     expect(await second.stop()).toBe(0);
   });

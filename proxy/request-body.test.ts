@@ -4,7 +4,9 @@ import { describe, expect, it } from 'vitest';
 import { readJsonBody } from './request-body.ts';
 
 function body(text: string): IncomingMessage {
-  return Object.assign(Readable.from([Buffer.from(text)]), { headers: { 'content-type': 'application/json' } }) as unknown as IncomingMessage;
+  return Object.assign(Readable.from([Buffer.from(text)]), {
+    headers: { 'content-type': 'application/json' },
+  }) as unknown as IncomingMessage;
 }
 
 describe('readJsonBody', () => {
@@ -13,7 +15,10 @@ describe('readJsonBody', () => {
   });
 
   it('refuses U+0000 in a string or a key as invalid_request (PostgreSQL text cannot hold it)', async () => {
-    await expect(readJsonBody(body('{"description":"x\\u0000"}'))).rejects.toMatchObject({ code: 'invalid_request', message: 'JSON strings may not contain U+0000.' });
+    await expect(readJsonBody(body('{"description":"x\\u0000"}'))).rejects.toMatchObject({
+      code: 'invalid_request',
+      message: 'JSON strings may not contain U+0000.',
+    });
     await expect(readJsonBody(body('{"a":{"\\u0000":1}}'))).rejects.toMatchObject({ code: 'invalid_request' });
     await expect(readJsonBody(body('{"a":["ok","\\u0000"]}'))).rejects.toMatchObject({ code: 'invalid_request' });
   });

@@ -12,7 +12,8 @@ export async function readJsonBody(req: IncomingMessage, maxBytes = 64 * 1024): 
     chunks.push(chunk as Buffer);
   }
   if (size === 0) return {};
-  if (!/^application\/json\b/i.test(type)) throw new GatewayError('invalid_request', 'Send JSON with Content-Type: application/json.');
+  if (!/^application\/json\b/i.test(type))
+    throw new GatewayError('invalid_request', 'Send JSON with Content-Type: application/json.');
   let value: unknown;
   let hasNul = false;
   try {
@@ -25,6 +26,7 @@ export async function readJsonBody(req: IncomingMessage, maxBytes = 64 * 1024): 
     throw new GatewayError('invalid_request', 'The body is not valid JSON.');
   }
   if (hasNul) throw new GatewayError('invalid_request', 'JSON strings may not contain U+0000.');
-  if (!value || typeof value !== 'object' || Array.isArray(value)) throw new GatewayError('invalid_request', 'The body must be a JSON object.');
+  if (!value || typeof value !== 'object' || Array.isArray(value))
+    throw new GatewayError('invalid_request', 'The body must be a JSON object.');
   return value as Record<string, unknown>;
 }

@@ -36,7 +36,9 @@ export class RouteTable<T> {
   #routes: Compiled<T>[] = [];
 
   add(spec: RouteSpec<T>): this {
-    const clash = this.#routes.find((r) => r.spec.template === spec.template && r.spec.methods.some((m) => spec.methods.includes(m)));
+    const clash = this.#routes.find(
+      (r) => r.spec.template === spec.template && r.spec.methods.some((m) => spec.methods.includes(m)),
+    );
     if (clash) throw new Error(`route ${spec.methods.join('|')} ${spec.template} registered twice`);
     this.#routes.push({ spec, segments: spec.template.split('/').slice(1) });
     return this;
@@ -49,7 +51,8 @@ export class RouteTable<T> {
     for (const route of this.#routes) {
       const params = matchSegments(route.segments, parts);
       if (!params) continue;
-      if ((route.spec.methods as readonly string[]).includes(method)) return { kind: 'found', route: route.spec, params };
+      if ((route.spec.methods as readonly string[]).includes(method))
+        return { kind: 'found', route: route.spec, params };
       template ??= route.spec.template;
       for (const m of route.spec.methods) allow.add(m);
     }

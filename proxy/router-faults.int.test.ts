@@ -37,7 +37,10 @@ async function startUpstream(name: string, behave: Behaviour): Promise<Upstream>
 }
 
 function watchAbort(up: Upstream, req: http.IncomingMessage, res: http.ServerResponse): void {
-  up.aborted.set(req.url!, new Promise<void>((resolve) => res.on('close', () => (res.writableFinished ? undefined : resolve()))));
+  up.aborted.set(
+    req.url!,
+    new Promise<void>((resolve) => res.on('close', () => (res.writableFinished ? undefined : resolve()))),
+  );
 }
 
 const payload = Buffer.alloc(1024 * 1024, 7);
@@ -82,7 +85,16 @@ const writerBehaviour: Behaviour = (req, res, up) => {
     req.on('data', (c: Buffer) => (bytes += c.length));
     req.on('end', () => res.writeHead(201, { 'content-type': 'application/json' }).end(JSON.stringify({ bytes })));
   } else {
-    res.writeHead(206, { etag: '"abc"', 'content-range': 'bytes 0-4/10', 'content-length': '5', 'accept-ranges': 'bytes', connection: 'keep-alive, x-upstream-hop', 'x-upstream-hop': 'secret' }).end('hello');
+    res
+      .writeHead(206, {
+        etag: '"abc"',
+        'content-range': 'bytes 0-4/10',
+        'content-length': '5',
+        'accept-ranges': 'bytes',
+        connection: 'keep-alive, x-upstream-hop',
+        'x-upstream-hop': 'secret',
+      })
+      .end('hello');
   }
 };
 
@@ -118,14 +130,39 @@ const contentPath = (name: string) => `/api/v1/repositories/r/artifacts/${name}/
 describe('router edges with stand-in gateways', () => {
   it('preserves end-to-end headers both ways, replaces planted forwarding headers and drops hop-by-hop ones', async () => {
     const res = await request(`${router.url}/api/v1/repositories/r/artifacts/a`, {
-      headers: { authorization: 'Bearer ark_k_s', range: 'bytes=0-4', 'if-range': '"abc"', 'if-none-match': '"zzz"', connection: 'keep-alive, x-client-hop', 'x-client-hop': '1', 'x-forwarded-for': '6.6.6.6', forwarded: 'for=6.6.6.6', 'x-request-id': 'trace-1' },
+      headers: {
+        authorization: 'Bearer ark_k_s',
+        range: 'bytes=0-4',
+        'if-range': '"abc"',
+        'if-none-match': '"zzz"',
+        connection: 'keep-alive, x-client-hop',
+        'x-client-hop': '1',
+        'x-forwarded-for': '6.6.6.6',
+        forwarded: 'for=6.6.6.6',
+        'x-request-id': 'trace-1',
+      },
     });
     expect(res.status).toBe(206);
     expect(res.body.toString()).toBe('hello');
-    expect(res.headers).toMatchObject({ etag: '"abc"', 'content-range': 'bytes 0-4/10', 'content-length': '5', 'accept-ranges': 'bytes', 'x-upstream': 'writer', 'x-request-id': 'trace-1' });
+    expect(res.headers).toMatchObject({
+      etag: '"abc"',
+      'content-range': 'bytes 0-4/10',
+      'content-length': '5',
+      'accept-ranges': 'bytes',
+      'x-upstream': 'writer',
+      'x-request-id': 'trace-1',
+    });
     expect(res.headers['x-upstream-hop']).toBeUndefined();
     const seen = writer.seen.at(-1)!.headers;
-    expect(seen).toMatchObject({ authorization: 'Bearer ark_k_s', range: 'bytes=0-4', 'if-range': '"abc"', 'if-none-match': '"zzz"', 'x-forwarded-for': '127.0.0.1', 'x-forwarded-proto': 'http', 'x-request-id': 'trace-1' });
+    expect(seen).toMatchObject({
+      authorization: 'Bearer ark_k_s',
+      range: 'bytes=0-4',
+      'if-range': '"abc"',
+      'if-none-match': '"zzz"',
+      'x-forwarded-for': '127.0.0.1',
+      'x-forwarded-proto': 'http',
+      'x-request-id': 'trace-1',
+    });
     expect(seen.forwarded).toMatch(/^for=127\.0\.0\.1;proto=http;host=/);
     expect(seen['x-client-hop']).toBeUndefined();
   });
@@ -149,7 +186,10 @@ describe('router edges with stand-in gateways', () => {
 
   it('answers 502 upstream_unreachable to a write whose connection is reset, without a retry', async () => {
     const before = writer.seen.filter((s) => s.method === 'PUT').length;
-    const res = await request(`${router.url}/api/v1/repositories/r/artifacts/drop`, { method: 'PUT', body: Buffer.from('data') });
+    const res = await request(`${router.url}/api/v1/repositories/r/artifacts/drop`, {
+      method: 'PUT',
+      body: Buffer.from('data'),
+    });
     expect(res.status).toBe(502);
     expect(JSON.parse(res.body.toString()).code).toBe('upstream_unreachable');
     expect(writer.seen.filter((s) => s.method === 'PUT').length - before).toBe(1);
@@ -191,7 +231,12 @@ describe('router edges with stand-in gateways', () => {
     });
     // Wait until the gateway's writes have made no progress for 700 ms, or it finished.
     const deadline = performance.now() + 30_000;
-    while (performance.now() - flood.lastProgressAt < 700 && flood.written < FLOOD_BYTES && performance.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    while (
+      performance.now() - flood.lastProgressAt < 700 &&
+      flood.written < FLOOD_BYTES &&
+      performance.now() < deadline
+    )
+      await new Promise((r) => setTimeout(r, 50));
     const writtenWhilePaused = flood.written;
     // Only socket buffers sit between a paused client and the gateway: far less than the body.
     expect(writtenWhilePaused).toBeLessThan(FLOOD_BYTES / 2);
@@ -217,7 +262,11 @@ describe('router edges with stand-in gateways', () => {
 
   it('aborts the upstream upload when the client goes away mid-body', async () => {
     const path = '/api/v1/repositories/r/artifacts/slow';
-    const req = http.request(`${router.url}${path}`, { method: 'PUT', agent: false, headers: { 'content-length': String(10 * 1024 * 1024) } });
+    const req = http.request(`${router.url}${path}`, {
+      method: 'PUT',
+      agent: false,
+      headers: { 'content-length': String(10 * 1024 * 1024) },
+    });
     req.on('error', () => {});
     req.write(Buffer.alloc(64 * 1024));
     await new Promise<void>((resolve, reject) => {

@@ -39,7 +39,9 @@ async function nginxConfigFor(writerAddress: string, readerAddresses: string[], 
   let text = example.replaceAll('10.0.0.10:8080', writerAddress).replace('listen 80;', `listen 127.0.0.1:${port};`);
   readers.forEach((example, i) => {
     const address = readerAddresses[i];
-    text = address ? text.replace(example, address) : text.replace(new RegExp(`\\n\\s*server ${example.replace(/\./g, '\\.')}[^\\n]*`), '');
+    text = address
+      ? text.replace(example, address)
+      : text.replace(new RegExp(`\\n\\s*server ${example.replace(/\./g, '\\.')}[^\\n]*`), '');
   });
   return text;
 }
@@ -51,7 +53,15 @@ beforeAll(async () => {
   await createRepository(db.pool, 'shared');
   ({ key } = await createServiceAccount(db.pool, { scopes: ['read'], grants: { shared: 'read' } }));
   ({ key: writeKey } = await createServiceAccount(db.pool, { scopes: ['read', 'write'], grants: { shared: 'write' } }));
-  const shared = (role: string, slot: number) => ({ ARKVORY_DATABASE_URL: db.url, ARKVORY_REDIS_URL: inject('redisUrl'), ARKVORY_ROLE: role, ARKVORY_GATEWAY_SLOTS: '2', ARKVORY_GATEWAY_SLOT: String(slot), ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(512 * MiB), ARKVORY_TRUSTED_PROXIES: '127.0.0.1' });
+  const shared = (role: string, slot: number) => ({
+    ARKVORY_DATABASE_URL: db.url,
+    ARKVORY_REDIS_URL: inject('redisUrl'),
+    ARKVORY_ROLE: role,
+    ARKVORY_GATEWAY_SLOTS: '2',
+    ARKVORY_GATEWAY_SLOT: String(slot),
+    ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(512 * MiB),
+    ARKVORY_TRUSTED_PROXIES: '127.0.0.1',
+  });
   writer = await startGateway({ env: shared('api', 0), dataDir, timeoutMs: 90_000 });
   reader = await startGateway({ env: shared('reader', 1), dataDir, timeoutMs: 90_000 });
 
@@ -94,24 +104,43 @@ afterAll(async () => {
 
 describe('deploy/nginx/arkvory.conf with real nginx', () => {
   it('sends uploads and other writes to the writer only', async () => {
-    const put = await request(`${nginxUrl}/api/v1/repositories/shared/artifacts/n.bin`, { method: 'PUT', headers: { ...bearer(writeKey), 'content-type': 'application/octet-stream' }, body: file });
+    const put = await request(`${nginxUrl}/api/v1/repositories/shared/artifacts/n.bin`, {
+      method: 'PUT',
+      headers: { ...bearer(writeKey), 'content-type': 'application/octet-stream' },
+      body: file,
+    });
     expect(put.status).toBe(201);
-    const put2 = await request(`${nginxUrl}/api/v1/repositories/shared/artifacts/gone.bin`, { method: 'PUT', headers: bearer(writeKey), body: Buffer.from('x') });
+    const put2 = await request(`${nginxUrl}/api/v1/repositories/shared/artifacts/gone.bin`, {
+      method: 'PUT',
+      headers: bearer(writeKey),
+      body: Buffer.from('x'),
+    });
     expect(put2.status).toBe(201);
-    const del = await request(`${nginxUrl}/api/v1/repositories/shared/artifacts/gone.bin`, { method: 'DELETE', headers: bearer(writeKey) });
+    const del = await request(`${nginxUrl}/api/v1/repositories/shared/artifacts/gone.bin`, {
+      method: 'DELETE',
+      headers: bearer(writeKey),
+    });
     expect(del.status).toBeLessThan(300);
-    const writes = () => writer.logLines().filter((l) => l.msg === 'request' && (l.method === 'PUT' || l.method === 'DELETE')).map((l) => l.status);
+    const writes = () =>
+      writer
+        .logLines()
+        .filter((l) => l.msg === 'request' && (l.method === 'PUT' || l.method === 'DELETE'))
+        .map((l) => l.status);
     // A gateway logs a request when it has ended; the last line may trail the response.
     for (let i = 0; i < 100 && writes().length < 3; i++) await new Promise((r) => setTimeout(r, 25));
     expect(writes()).toEqual([201, 201, del.status]);
-    expect(reader.logLines().filter((l) => l.msg === 'request' && l.method !== 'GET' && l.method !== 'HEAD')).toEqual([]);
+    expect(reader.logLines().filter((l) => l.msg === 'request' && l.method !== 'GET' && l.method !== 'HEAD')).toEqual(
+      [],
+    );
   });
 
   it('spreads content reads over the writer and the reader, byte-exact with Range', async () => {
     const before = [writer, reader].map(contentReads);
     for (let i = 0; i < 6; i++) {
       const start = i * 1000;
-      const res = await request(`${nginxUrl}${filePath}`, { headers: { ...bearer(key), range: `bytes=${start}-${start + 999}` } });
+      const res = await request(`${nginxUrl}${filePath}`, {
+        headers: { ...bearer(key), range: `bytes=${start}-${start + 999}` },
+      });
       expect(res.status).toBe(206);
       expect(res.headers['content-range']).toBe(`bytes ${start}-${start + 999}/${file.length}`);
       expect(res.body.equals(file.subarray(start, start + 1000))).toBe(true);
@@ -131,16 +160,31 @@ describe('deploy/nginx/arkvory.conf with real nginx', () => {
     expect(sha256(full.body)).toBe(sha256(file));
     const suffix = await request(`${nginxUrl}${filePath}`, { headers: { ...bearer(key), range: 'bytes=-100' } });
     expect(suffix.body.equals(file.subarray(file.length - 100))).toBe(true);
-    const multi = await request(`${nginxUrl}${filePath}`, { headers: { ...bearer(key), range: 'bytes=0-9,500000-500009' } });
+    const multi = await request(`${nginxUrl}${filePath}`, {
+      headers: { ...bearer(key), range: 'bytes=0-9,500000-500009' },
+    });
     expect(multi.status).toBe(206);
-    expect(parseMultipart(multi.body, multi.headers['content-type']!).map((p) => p.data)).toEqual([file.subarray(0, 10), file.subarray(500000, 500010)]);
-    const ifRange = await request(`${nginxUrl}${filePath}`, { headers: { ...bearer(key), range: 'bytes=0-9', 'if-range': full.headers.etag! } });
+    expect(parseMultipart(multi.body, multi.headers['content-type']!).map((p) => p.data)).toEqual([
+      file.subarray(0, 10),
+      file.subarray(500000, 500010),
+    ]);
+    const ifRange = await request(`${nginxUrl}${filePath}`, {
+      headers: { ...bearer(key), range: 'bytes=0-9', 'if-range': full.headers.etag! },
+    });
     expect(ifRange.status).toBe(206);
   });
 
   it('keeps metadata and listing requests on the writer', async () => {
-    const metadataReads = (gw: GatewayProcess) => gw.logLines().filter((l) => l.msg === 'request' && l.method === 'GET' && l.route === '/api/v1/repositories/:repo/artifacts/:id').length;
-    for (let i = 0; i < 3; i++) expect((await request(`${nginxUrl}/api/v1/repositories/shared/artifacts/n.bin`, { headers: bearer(key) })).status).toBe(200);
+    const metadataReads = (gw: GatewayProcess) =>
+      gw
+        .logLines()
+        .filter(
+          (l) => l.msg === 'request' && l.method === 'GET' && l.route === '/api/v1/repositories/:repo/artifacts/:id',
+        ).length;
+    for (let i = 0; i < 3; i++)
+      expect(
+        (await request(`${nginxUrl}/api/v1/repositories/shared/artifacts/n.bin`, { headers: bearer(key) })).status,
+      ).toBe(200);
     for (let i = 0; i < 100 && metadataReads(writer) < 3; i++) await new Promise((r) => setTimeout(r, 25));
     expect(metadataReads(writer)).toBe(3);
     expect(metadataReads(reader)).toBe(0);

@@ -30,7 +30,12 @@ let writeKey: string;
 const file = randomContent(4 * MiB + 4321);
 const filePath = '/api/v1/repositories/shared/artifacts/big.bin/content';
 
-async function gatewayEnv(role: 'api' | 'reader', slot: number, rulesFile: string, prefix: string): Promise<Record<string, string>> {
+async function gatewayEnv(
+  role: 'api' | 'reader',
+  slot: number,
+  rulesFile: string,
+  prefix: string,
+): Promise<Record<string, string>> {
   const port = await freeLoopbackPort();
   return {
     ARKVORY_PORT: String(port),
@@ -46,8 +51,14 @@ async function gatewayEnv(role: 'api' | 'reader', slot: number, rulesFile: strin
   };
 }
 
-function routerStatus(): Promise<{ status: number; body: { backends: { total: number; healthy: number }; writer: boolean } }> {
-  return request(`${router.url}/health/status`).then((r) => ({ status: r.status, body: JSON.parse(r.body.toString()) }));
+function routerStatus(): Promise<{
+  status: number;
+  body: { backends: { total: number; healthy: number }; writer: boolean };
+}> {
+  return request(`${router.url}/health/status`).then((r) => ({
+    status: r.status,
+    body: JSON.parse(r.body.toString()),
+  }));
 }
 
 async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs: number): Promise<T> {
@@ -95,14 +106,37 @@ beforeAll(async () => {
   ({ key } = await createServiceAccount(db.pool, { scopes: ['read'], grants: { shared: 'read', limited: 'read' } }));
   ({ key: writeKey } = await createServiceAccount(db.pool, { scopes: ['read', 'write'], grants: { shared: 'write' } }));
   const rules = path.join(dataDir, '..', `router-rules-${randomBytes(4).toString('hex')}.yaml`);
-  await writeFile(rules, 'rate_limits:\n  gateway_request:\n    - name: one_read_of_limited\n      action: limit\n      characteristics: [principal]\n      limit: 1\n      period_s: 600\n      match:\n        repository: limited\n');
+  await writeFile(
+    rules,
+    'rate_limits:\n  gateway_request:\n    - name: one_read_of_limited\n      action: limit\n      characteristics: [principal]\n      limit: 1\n      period_s: 600\n      match:\n        repository: limited\n',
+  );
   const prefix = `arkvory-test-router-${randomBytes(4).toString('hex')}:`;
   writer = await startGateway({ env: await gatewayEnv('api', 0, rules, prefix), dataDir, timeoutMs: 90_000 });
-  const seeded = await request(`${writer.url}/api/v1/repositories/shared/artifacts/big.bin`, { method: 'PUT', headers: { ...bearer(writeKey), 'content-type': 'application/octet-stream' }, body: file });
+  const seeded = await request(`${writer.url}/api/v1/repositories/shared/artifacts/big.bin`, {
+    method: 'PUT',
+    headers: { ...bearer(writeKey), 'content-type': 'application/octet-stream' },
+    body: file,
+  });
   expect(seeded.status).toBe(201);
-  readers = await Promise.all([1, 2].map(async (slot) => startGateway({ env: await gatewayEnv('reader', slot, rules, prefix), dataDir, timeoutMs: 90_000 })));
-  router = await startGateway({ env: { ARKVORY_ROLE: 'router', ARKVORY_DATABASE_URL: db.url, ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: String(PROBE_MS), ARKVORY_ROUTER_CONNECT_TIMEOUT_MILLISECONDS: '1000' }, timeoutMs: 90_000 });
-  await waitFor('three healthy gateways behind the router', async () => ((await routerStatus()).body.backends.healthy === 3 ? true : undefined), 10_000);
+  readers = await Promise.all(
+    [1, 2].map(async (slot) =>
+      startGateway({ env: await gatewayEnv('reader', slot, rules, prefix), dataDir, timeoutMs: 90_000 }),
+    ),
+  );
+  router = await startGateway({
+    env: {
+      ARKVORY_ROLE: 'router',
+      ARKVORY_DATABASE_URL: db.url,
+      ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: String(PROBE_MS),
+      ARKVORY_ROUTER_CONNECT_TIMEOUT_MILLISECONDS: '1000',
+    },
+    timeoutMs: 90_000,
+  });
+  await waitFor(
+    'three healthy gateways behind the router',
+    async () => ((await routerStatus()).body.backends.healthy === 3 ? true : undefined),
+    10_000,
+  );
 }, 300_000);
 
 afterAll(async () => {
@@ -116,18 +150,28 @@ describe('router: one writer, two readers', () => {
     async function* body() {
       for (let offset = 0; offset < file.length; offset += 256 * 1024) yield file.subarray(offset, offset + 256 * 1024);
     }
-    const put = await request(`${router.url}/api/v1/repositories/shared/artifacts/uploaded.bin`, { method: 'PUT', headers: { ...bearer(writeKey), 'content-type': 'application/octet-stream' }, body: body() });
+    const put = await request(`${router.url}/api/v1/repositories/shared/artifacts/uploaded.bin`, {
+      method: 'PUT',
+      headers: { ...bearer(writeKey), 'content-type': 'application/octet-stream' },
+      body: body(),
+    });
     expect(put.status).toBe(201);
     // A gateway logs a request when its response ends, a moment after the client has the answer.
-    const after = await waitFor('the writer to log the PUT', async () => {
-      const now = [writer, ...readers].map((g) => g.logLines().filter((l) => l.method === 'PUT').length);
-      return now[0]! > before[0]! ? now : undefined;
-    }, 5000);
+    const after = await waitFor(
+      'the writer to log the PUT',
+      async () => {
+        const now = [writer, ...readers].map((g) => g.logLines().filter((l) => l.method === 'PUT').length);
+        return now[0]! > before[0]! ? now : undefined;
+      },
+      5000,
+    );
     expect(after[0]! - before[0]!).toBe(1);
     expect(after.slice(1)).toEqual(before.slice(1));
     expect(writer.logLines().some((l) => l.method === 'PUT' && l.status === 201)).toBe(true);
     for (const gw of [writer, ...readers]) {
-      const direct = await request(`${gw.url}/api/v1/repositories/shared/artifacts/uploaded.bin/content`, { headers: { ...bearer(key), range: 'bytes=0-15' } });
+      const direct = await request(`${gw.url}/api/v1/repositories/shared/artifacts/uploaded.bin/content`, {
+        headers: { ...bearer(key), range: 'bytes=0-15' },
+      });
       expect(direct.body.equals(file.subarray(0, 16))).toBe(true);
     }
   });
@@ -155,20 +199,30 @@ describe('router: one writer, two readers', () => {
       expect(res.headers['content-length'], range).toBe(String(end - start));
       expect(res.body.equals(file.subarray(start, end)), range).toBe(true);
     }
-    const multi = await request(`${router.url}${filePath}`, { headers: { ...bearer(key), range: 'bytes=0-9,100-199,-5' } });
+    const multi = await request(`${router.url}${filePath}`, {
+      headers: { ...bearer(key), range: 'bytes=0-9,100-199,-5' },
+    });
     expect(multi.status).toBe(206);
     const parts = parseMultipart(multi.body, multi.headers['content-type']!);
     expect(parts.map((p) => p.data)).toEqual([file.subarray(0, 10), file.subarray(100, 200), file.subarray(size - 5)]);
-    const ifRangeMatch = await request(`${router.url}${filePath}`, { headers: { ...bearer(key), range: 'bytes=5-9', 'if-range': etag } });
+    const ifRangeMatch = await request(`${router.url}${filePath}`, {
+      headers: { ...bearer(key), range: 'bytes=5-9', 'if-range': etag },
+    });
     expect(ifRangeMatch.status).toBe(206);
     expect(ifRangeMatch.body.equals(file.subarray(5, 10))).toBe(true);
-    const ifRangeStale = await request(`${router.url}${filePath}`, { headers: { ...bearer(key), range: 'bytes=5-9', 'if-range': '"stale"' } });
+    const ifRangeStale = await request(`${router.url}${filePath}`, {
+      headers: { ...bearer(key), range: 'bytes=5-9', 'if-range': '"stale"' },
+    });
     expect(ifRangeStale.status).toBe(200);
     expect(ifRangeStale.body.length).toBe(size);
-    const notModified = await request(`${router.url}${filePath}`, { headers: { ...bearer(key), 'if-none-match': etag } });
+    const notModified = await request(`${router.url}${filePath}`, {
+      headers: { ...bearer(key), 'if-none-match': etag },
+    });
     expect(notModified.status).toBe(304);
     expect(notModified.body.length).toBe(0);
-    const unsatisfiable = await request(`${router.url}${filePath}`, { headers: { ...bearer(key), range: `bytes=${size}-` } });
+    const unsatisfiable = await request(`${router.url}${filePath}`, {
+      headers: { ...bearer(key), range: `bytes=${size}-` },
+    });
     expect(unsatisfiable.status).toBe(416);
     expect(unsatisfiable.headers['content-range']).toBe(`bytes */${size}`);
     const head = await request(`${router.url}${filePath}`, { method: 'HEAD', headers: bearer(key) });
@@ -183,18 +237,26 @@ describe('router: one writer, two readers', () => {
   it('spreads content reads over all three gateways (counted from their request logs)', async () => {
     // The router forwards the client's x-request-id; each gateway logs it with the request.
     const tag = `spread-${randomBytes(3).toString('hex')}-`;
-    const tagged = (gw: GatewayProcess) => gw.logLines().filter((l) => l.msg === 'request' && l.route === CONTENT_ROUTE && String(l.reqId).startsWith(tag)).length;
+    const tagged = (gw: GatewayProcess) =>
+      gw.logLines().filter((l) => l.msg === 'request' && l.route === CONTENT_ROUTE && String(l.reqId).startsWith(tag))
+        .length;
     for (let i = 0; i < 9; i++) {
-      const res = await request(`${router.url}${filePath}`, { headers: { ...bearer(key), range: `bytes=${i * 100}-${i * 100 + 99}`, 'x-request-id': `${tag}${i}` } });
+      const res = await request(`${router.url}${filePath}`, {
+        headers: { ...bearer(key), range: `bytes=${i * 100}-${i * 100 + 99}`, 'x-request-id': `${tag}${i}` },
+      });
       expect(res.status).toBe(206);
       expect(res.headers['x-request-id']).toBe(`${tag}${i}`);
       expect(res.body.equals(file.subarray(i * 100, i * 100 + 100))).toBe(true);
     }
     // A gateway logs a request when it ends; give the last line a moment to arrive.
-    const counts = await waitFor('nine logged reads', async () => {
-      const now = [writer, ...readers].map(tagged);
-      return now.reduce((a, b) => a + b, 0) === 9 ? now : undefined;
-    }, 5000);
+    const counts = await waitFor(
+      'nine logged reads',
+      async () => {
+        const now = [writer, ...readers].map(tagged);
+        return now.reduce((a, b) => a + b, 0) === 9 ? now : undefined;
+      },
+      5000,
+    );
     expect(counts).toEqual([3, 3, 3]);
     // Each warning is an Error, a stack and a stderr write per proxied response: it once cost more CPU than the proxying.
     expect(router.logs()).not.toContain('MaxListenersExceededWarning');
@@ -202,8 +264,16 @@ describe('router: one writer, two readers', () => {
 
   it('passes a 405 and a 429 through unchanged', async () => {
     const methodPath = '/api/v1/repositories/shared/artifacts/big.bin/content';
-    const viaRouter = await request(`${router.url}${methodPath}`, { method: 'PATCH', headers: bearer(writeKey), body: Buffer.from('x') });
-    const direct = await request(`${writer.url}${methodPath}`, { method: 'PATCH', headers: bearer(writeKey), body: Buffer.from('x') });
+    const viaRouter = await request(`${router.url}${methodPath}`, {
+      method: 'PATCH',
+      headers: bearer(writeKey),
+      body: Buffer.from('x'),
+    });
+    const direct = await request(`${writer.url}${methodPath}`, {
+      method: 'PATCH',
+      headers: bearer(writeKey),
+      body: Buffer.from('x'),
+    });
     expect(viaRouter.status).toBe(405);
     expect(viaRouter.headers.allow).toBe(direct.headers.allow);
     expect(viaRouter.body.toString()).toBe(direct.body.toString());
@@ -216,7 +286,8 @@ describe('router: one writer, two readers', () => {
     expect(Number(limited.headers['retry-after'])).toBeGreaterThan(0);
     const limitedDirect = await request(`${readers[0]!.url}${limitedPath}`, { headers: bearer(key) });
     expect(limitedDirect.status).toBe(429);
-    for (const name of ['ratelimit-policy', 'content-type']) expect(limited.headers[name], name).toBe(limitedDirect.headers[name]);
+    for (const name of ['ratelimit-policy', 'content-type'])
+      expect(limited.headers[name], name).toBe(limitedDirect.headers[name]);
     expect(JSON.parse(limited.body.toString())).toEqual(JSON.parse(limitedDirect.body.toString()));
   });
 
@@ -226,27 +297,44 @@ describe('router: one writer, two readers', () => {
     victim.child.kill('SIGSTOP');
     const stoppedAt = performance.now();
     try {
-      await waitFor('the hung reader to leave the pool', async () => ((await routerStatus()).body.backends.healthy === 2 ? true : undefined), 10_000);
+      await waitFor(
+        'the hung reader to leave the pool',
+        async () => ((await routerStatus()).body.backends.healthy === 2 ? true : undefined),
+        10_000,
+      );
       const leftAfterMs = performance.now() - stoppedAt;
       // 2 intervals, plus slack for a loaded 2-core machine.
       expect(leftAfterMs).toBeLessThan(2 * PROBE_MS + 750);
-      for (let i = 0; i < 4; i++) expect((await request(`${router.url}${filePath}`, { headers: { ...bearer(key), range: 'bytes=0-99' } })).status).toBe(206);
+      for (let i = 0; i < 4; i++)
+        expect(
+          (await request(`${router.url}${filePath}`, { headers: { ...bearer(key), range: 'bytes=0-99' } })).status,
+        ).toBe(206);
     } finally {
       victim.child.kill('SIGCONT');
     }
-    await waitFor('the reader to return', async () => ((await routerStatus()).body.backends.healthy === 3 ? true : undefined), 5000);
+    await waitFor(
+      'the reader to return',
+      async () => ((await routerStatus()).body.backends.healthy === 3 ? true : undefined),
+      5000,
+    );
   });
 
   it('after kill -9 of a reader mid-body, new reads keep succeeding and the cut read resumes with Range', async () => {
     // Three concurrent whole-file reads: least-active puts one on each gateway.
     const downloads = [0, 1, 2].map(() => startDownload(`${router.url}${filePath}`, bearer(key)));
     expect(await Promise.all(downloads.map((d) => d.status))).toEqual([200, 200, 200]);
-    await waitFor('every read to be under way', async () => (downloads.every((d) => d.received() >= 256 * 1024) ? true : undefined), 10_000);
+    await waitFor(
+      'every read to be under way',
+      async () => (downloads.every((d) => d.received() >= 256 * 1024) ? true : undefined),
+      10_000,
+    );
     const victim = readers[0]!;
     await victim.stop('SIGKILL');
     // New reads right away, before any probe noticed: a request that lands on the dead reader is retried elsewhere.
     for (let i = 0; i < 6; i++) {
-      const res = await request(`${router.url}${filePath}`, { headers: { ...bearer(key), range: `bytes=${i}-${i + 9}` } });
+      const res = await request(`${router.url}${filePath}`, {
+        headers: { ...bearer(key), range: `bytes=${i}-${i + 9}` },
+      });
       expect(res.status).toBe(206);
       expect(res.body.equals(file.subarray(i, i + 10))).toBe(true);
     }
@@ -257,22 +345,35 @@ describe('router: one writer, two readers', () => {
     const partial = cut[0]!.body;
     expect(partial.length).toBeLessThan(file.length);
     expect(partial.equals(file.subarray(0, partial.length))).toBe(true);
-    const resumed = await request(`${router.url}${filePath}`, { headers: { ...bearer(key), range: `bytes=${partial.length}-` } });
+    const resumed = await request(`${router.url}${filePath}`, {
+      headers: { ...bearer(key), range: `bytes=${partial.length}-` },
+    });
     expect(resumed.status).toBe(206);
     expect(sha256(Buffer.concat([partial, resumed.body]))).toBe(sha256(file));
   }, 60_000);
 
   it('with the writer stopped, reads keep flowing and writes get 503 unavailable', async () => {
     await writer.stop('SIGTERM');
-    const status = await waitFor('the router to see no writer', async () => {
-      const s = await routerStatus();
-      return s.body.writer === false ? s : undefined;
-    }, 2 * PROBE_MS + 2000);
+    const status = await waitFor(
+      'the router to see no writer',
+      async () => {
+        const s = await routerStatus();
+        return s.body.writer === false ? s : undefined;
+      },
+      2 * PROBE_MS + 2000,
+    );
     expect(status.status).toBe(200);
-    const put = await request(`${router.url}/api/v1/repositories/shared/artifacts/new.bin`, { method: 'PUT', headers: bearer(writeKey), body: Buffer.from('new') });
+    const put = await request(`${router.url}/api/v1/repositories/shared/artifacts/new.bin`, {
+      method: 'PUT',
+      headers: bearer(writeKey),
+      body: Buffer.from('new'),
+    });
     expect(put.status).toBe(503);
     expect(JSON.parse(put.body.toString()).code).toBe('unavailable');
-    const del = await request(`${router.url}/api/v1/repositories/shared/artifacts/big.bin`, { method: 'DELETE', headers: bearer(writeKey) });
+    const del = await request(`${router.url}/api/v1/repositories/shared/artifacts/big.bin`, {
+      method: 'DELETE',
+      headers: bearer(writeKey),
+    });
     expect(del.status).toBe(503);
     for (let i = 0; i < 3; i++) {
       const read = await request(`${router.url}${filePath}`, { headers: { ...bearer(key), range: 'bytes=-1000' } });

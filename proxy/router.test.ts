@@ -3,7 +3,14 @@ import { describe, expect, it } from 'vitest';
 import { BackendPool, pickLeastActive } from './router/backend-pool.ts';
 import { parseBackendList, parseOrigin } from './router/backend-url.ts';
 import { backendsFromLeases } from './router/discovery.ts';
-import { buildUpstreamHeaders, clientAddress, clientAddressFrom, createTrustedProxies, normalizeAddress, parseTrustedProxies } from './router/forwarded.ts';
+import {
+  buildUpstreamHeaders,
+  clientAddress,
+  clientAddressFrom,
+  createTrustedProxies,
+  normalizeAddress,
+  parseTrustedProxies,
+} from './router/forwarded.ts';
 import { responseHeadersFrom } from './router/proxy-handler.ts';
 import { classifyRequest, isRetryable } from './router/route-class.ts';
 
@@ -66,14 +73,25 @@ describe('backend selection', () => {
 
   function pool(): BackendPool {
     const p = new BackendPool();
-    p.update([{ url: 'http://w:1', role: 'writer' }, { url: 'http://r1:1', role: 'reader' }, { url: 'http://r2:1', role: 'reader' }]);
+    p.update([
+      { url: 'http://w:1', role: 'writer' },
+      { url: 'http://r1:1', role: 'reader' },
+      { url: 'http://r2:1', role: 'reader' },
+    ]);
     for (const url of p.urls()) p.recordProbe(url, true, 'ok');
     return p;
   }
 
   it('spreads idle content reads round-robin over every healthy gateway, the writer included', () => {
     const p = pool();
-    expect([1, 2, 3, 4, 5, 6].map(() => p.pick('content-read')!.url)).toEqual(['http://w:1', 'http://r1:1', 'http://r2:1', 'http://w:1', 'http://r1:1', 'http://r2:1']);
+    expect([1, 2, 3, 4, 5, 6].map(() => p.pick('content-read')!.url)).toEqual([
+      'http://w:1',
+      'http://r1:1',
+      'http://r2:1',
+      'http://w:1',
+      'http://r1:1',
+      'http://r2:1',
+    ]);
   });
 
   it('sends content reads to the gateway with fewest requests in flight', () => {
@@ -91,13 +109,19 @@ describe('backend selection', () => {
     const p = pool();
     for (let i = 0; i < 3; i++) expect(p.pick('write')!.url).toBe('http://w:1');
     expect(p.pick('writer')!.url).toBe('http://w:1');
-    expect(p.markUnreachable('http://w:1', 'refused')).toEqual({ url: 'http://w:1', healthy: false, reason: 'refused' });
+    expect(p.markUnreachable('http://w:1', 'refused')).toEqual({
+      url: 'http://w:1',
+      healthy: false,
+      reason: 'refused',
+    });
     expect(p.markUnreachable('http://w:1', 'refused')).toBeUndefined();
     expect(p.pick('write')).toBeUndefined();
     expect(p.pick('writer')).toBeUndefined();
     expect(p.hasHealthyWriter).toBe(false);
     expect(p.canServeReads).toBe(true);
-    expect(new Set([1, 2, 3, 4].map(() => p.pick('content-read')!.url))).toEqual(new Set(['http://r1:1', 'http://r2:1']));
+    expect(new Set([1, 2, 3, 4].map(() => p.pick('content-read')!.url))).toEqual(
+      new Set(['http://r1:1', 'http://r2:1']),
+    );
   });
 
   it('skips the excluded backend on a retry and has none left when it was the only one', () => {
@@ -108,9 +132,15 @@ describe('backend selection', () => {
 
   it('adds new gateways unhealthy until a probe passes and drops undiscovered ones', () => {
     const p = pool();
-    const change = p.update([{ url: 'http://w:1', role: 'writer' }, { url: 'http://r3:1', role: 'reader' }]);
+    const change = p.update([
+      { url: 'http://w:1', role: 'writer' },
+      { url: 'http://r3:1', role: 'reader' },
+    ]);
     expect(change).toEqual({ added: ['http://r3:1'], removed: ['http://r1:1', 'http://r2:1'] });
-    expect(p.snapshot().map((b) => [b.url, b.healthy])).toEqual([['http://w:1', true], ['http://r3:1', false]]);
+    expect(p.snapshot().map((b) => [b.url, b.healthy])).toEqual([
+      ['http://w:1', true],
+      ['http://r3:1', false],
+    ]);
     expect(p.recordProbe('http://r3:1', true, 'ok')).toEqual({ url: 'http://r3:1', healthy: true, reason: 'ok' });
     expect(p.recordProbe('http://gone:1', false, 'x')).toBeUndefined();
     p.update([]);
@@ -124,7 +154,13 @@ describe('backend selection', () => {
         { slot: 1, role: 'reader', advertise_url: 'http://r1:1' },
         { slot: 2, role: 'reader', advertise_url: null },
       ]),
-    ).toEqual({ backends: [{ url: 'http://w:1', role: 'writer' }, { url: 'http://r1:1', role: 'reader' }], unadvertised: [2] });
+    ).toEqual({
+      backends: [
+        { url: 'http://w:1', role: 'writer' },
+        { url: 'http://r1:1', role: 'reader' },
+      ],
+      unadvertised: [2],
+    });
   });
 });
 
@@ -137,9 +173,12 @@ describe('origins', () => {
   ])('accepts %s', (text, origin) => {
     expect(parseOrigin(text)).toEqual({ ok: true, value: origin });
   });
-  it.each(['ftp://x', 'http://u:p@x:1', 'http://x:1/path', 'http://x:1/?q=1', 'http://x:1/#f', 'not a url'])('refuses %s', (text) => {
-    expect(parseOrigin(text).ok).toBe(false);
-  });
+  it.each(['ftp://x', 'http://u:p@x:1', 'http://x:1/path', 'http://x:1/?q=1', 'http://x:1/#f', 'not a url'])(
+    'refuses %s',
+    (text) => {
+      expect(parseOrigin(text).ok).toBe(false);
+    },
+  );
   it('parses a backend list, writer first, and refuses duplicates and empty lists', () => {
     expect(parseBackendList('http://a:1, http://b:2,')).toEqual({ ok: true, value: ['http://a:1', 'http://b:2'] });
     expect(parseBackendList('http://a:1,http://a:1/').ok).toBe(false);
@@ -161,7 +200,10 @@ describe('trusted proxies and the client address', () => {
 
   it('parses IPs and CIDR blocks and names the bad entry', () => {
     expect(parseTrustedProxies(undefined)).toEqual({ ok: true, value: [] });
-    expect(parseTrustedProxies('10.0.0.0/8, 127.0.0.1 ,::1, fd00::/8')).toEqual({ ok: true, value: ['10.0.0.0/8', '127.0.0.1', '::1', 'fd00::/8'] });
+    expect(parseTrustedProxies('10.0.0.0/8, 127.0.0.1 ,::1, fd00::/8')).toEqual({
+      ok: true,
+      value: ['10.0.0.0/8', '127.0.0.1', '::1', 'fd00::/8'],
+    });
     const bad = parseTrustedProxies('10.0.0.0/8,10.0.0.0/33');
     expect(bad.ok).toBe(false);
     expect(!bad.ok && bad.problem).toContain('"10.0.0.0/33"');
@@ -187,7 +229,10 @@ describe('trusted proxies and the client address', () => {
   });
 
   it('clientAddress reads the socket and X-Forwarded-For of a request', () => {
-    const req = { socket: { remoteAddress: '127.0.0.1' }, headers: { 'x-forwarded-for': '198.51.100.7' } } as unknown as Parameters<typeof clientAddress>[0];
+    const req = {
+      socket: { remoteAddress: '127.0.0.1' },
+      headers: { 'x-forwarded-for': '198.51.100.7' },
+    } as unknown as Parameters<typeof clientAddress>[0];
     expect(clientAddress(req, trusted)).toBe('198.51.100.7');
     expect(clientAddress(req, createTrustedProxies([]))).toBe('127.0.0.1');
   });
@@ -195,10 +240,34 @@ describe('trusted proxies and the client address', () => {
 
 describe('buildUpstreamHeaders', () => {
   const none = createTrustedProxies([]);
-  const base = { authorization: 'Bearer k', range: 'bytes=0-9', 'if-range': '"e"', 'if-none-match': '"e"', host: 'files.example:8080', 'content-length': '10', 'transfer-encoding': undefined };
+  const base = {
+    authorization: 'Bearer k',
+    range: 'bytes=0-9',
+    'if-range': '"e"',
+    'if-none-match': '"e"',
+    host: 'files.example:8080',
+    'content-length': '10',
+    'transfer-encoding': undefined,
+  };
 
   it('keeps end-to-end headers, drops hop-by-hop ones and sets the forwarding headers', () => {
-    const out = buildUpstreamHeaders({ headers: { ...base, connection: 'keep-alive, x-hop', 'x-hop': '1', 'keep-alive': 'timeout=5', expect: '100-continue', te: 'trailers', 'proxy-authorization': 'x', 'x-forwarded-for': '6.6.6.6', forwarded: 'for=6.6.6.6' }, remoteAddress: '::ffff:198.51.100.7', encrypted: false, trusted: none, requestId: 'req-1' });
+    const out = buildUpstreamHeaders({
+      headers: {
+        ...base,
+        connection: 'keep-alive, x-hop',
+        'x-hop': '1',
+        'keep-alive': 'timeout=5',
+        expect: '100-continue',
+        te: 'trailers',
+        'proxy-authorization': 'x',
+        'x-forwarded-for': '6.6.6.6',
+        forwarded: 'for=6.6.6.6',
+      },
+      remoteAddress: '::ffff:198.51.100.7',
+      encrypted: false,
+      trusted: none,
+      requestId: 'req-1',
+    });
     expect(out).toEqual({
       authorization: 'Bearer k',
       range: 'bytes=0-9',
@@ -216,7 +285,19 @@ describe('buildUpstreamHeaders', () => {
 
   it('extends the chain of a trusted proxy and quotes IPv6 in Forwarded', () => {
     const trusted = createTrustedProxies(['::1']);
-    const out = buildUpstreamHeaders({ headers: { host: 'h', 'x-forwarded-for': '198.51.100.7', forwarded: 'for=198.51.100.7', 'x-forwarded-proto': 'https', 'x-forwarded-host': 'public.example' }, remoteAddress: '::1', encrypted: false, trusted, requestId: 'r' });
+    const out = buildUpstreamHeaders({
+      headers: {
+        host: 'h',
+        'x-forwarded-for': '198.51.100.7',
+        forwarded: 'for=198.51.100.7',
+        'x-forwarded-proto': 'https',
+        'x-forwarded-host': 'public.example',
+      },
+      remoteAddress: '::1',
+      encrypted: false,
+      trusted,
+      requestId: 'r',
+    });
     expect(out['x-forwarded-for']).toBe('198.51.100.7, ::1');
     expect(out.forwarded).toBe('for=198.51.100.7, for="[::1]";proto=https;host=public.example');
     expect(out['x-forwarded-proto']).toBe('https');
@@ -224,13 +305,36 @@ describe('buildUpstreamHeaders', () => {
   });
 
   it('strips hop-by-hop response headers and keeps the byte semantics', () => {
-    expect(responseHeadersFrom({ connection: 'keep-alive', 'keep-alive': 'timeout=5', 'transfer-encoding': 'chunked', etag: '"e"', 'content-range': 'bytes 0-9/20', 'content-length': '10', 'accept-ranges': 'bytes', 'set-cookie': ['a=1', 'b=2'] })).toEqual({ etag: '"e"', 'content-range': 'bytes 0-9/20', 'content-length': '10', 'accept-ranges': 'bytes', 'set-cookie': ['a=1', 'b=2'] });
+    expect(
+      responseHeadersFrom({
+        connection: 'keep-alive',
+        'keep-alive': 'timeout=5',
+        'transfer-encoding': 'chunked',
+        etag: '"e"',
+        'content-range': 'bytes 0-9/20',
+        'content-length': '10',
+        'accept-ranges': 'bytes',
+        'set-cookie': ['a=1', 'b=2'],
+      }),
+    ).toEqual({
+      etag: '"e"',
+      'content-range': 'bytes 0-9/20',
+      'content-length': '10',
+      'accept-ranges': 'bytes',
+      'set-cookie': ['a=1', 'b=2'],
+    });
   });
 });
 
 describe('router configuration', async () => {
   const { loadConfig, ConfigError } = await import('./config.ts');
-  const shared = { ARKVORY_GATEWAY_SLOTS: '2', ARKVORY_GATEWAY_SLOT: '1', ARKVORY_ROLE: 'reader', ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: '1048576', ARKVORY_DATABASE_URL: 'postgres://x/y' };
+  const shared = {
+    ARKVORY_GATEWAY_SLOTS: '2',
+    ARKVORY_GATEWAY_SLOT: '1',
+    ARKVORY_ROLE: 'reader',
+    ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: '1048576',
+    ARKVORY_DATABASE_URL: 'postgres://x/y',
+  };
   const problems = (env: Record<string, string>): string[] => {
     try {
       loadConfig(env);
@@ -242,19 +346,48 @@ describe('router configuration', async () => {
   };
 
   it('reads the router settings with their defaults', () => {
-    const config = loadConfig({ ARKVORY_ROLE: 'router', ARKVORY_ROUTER_BACKENDS: 'http://127.0.0.1:1/,http://127.0.0.1:2', ARKVORY_TRUSTED_PROXIES: '10.0.0.0/8' });
-    expect(config.router).toEqual({ backends: ['http://127.0.0.1:1', 'http://127.0.0.1:2'], probeIntervalMs: 2000, connectTimeoutMs: 3000, idleTimeoutMs: 120_000 });
+    const config = loadConfig({
+      ARKVORY_ROLE: 'router',
+      ARKVORY_ROUTER_BACKENDS: 'http://127.0.0.1:1/,http://127.0.0.1:2',
+      ARKVORY_TRUSTED_PROXIES: '10.0.0.0/8',
+    });
+    expect(config.router).toEqual({
+      backends: ['http://127.0.0.1:1', 'http://127.0.0.1:2'],
+      probeIntervalMs: 2000,
+      connectTimeoutMs: 3000,
+      idleTimeoutMs: 120_000,
+    });
     expect(config.trustedProxies).toEqual(['10.0.0.0/8']);
-    expect(loadConfig({ ...shared, ARKVORY_ADVERTISE_URL: 'http://10.0.0.5:8080/' }).advertiseUrl).toBe('http://10.0.0.5:8080');
+    expect(loadConfig({ ...shared, ARKVORY_ADVERTISE_URL: 'http://10.0.0.5:8080/' }).advertiseUrl).toBe(
+      'http://10.0.0.5:8080',
+    );
   });
 
   it('names each wrong router variable', () => {
-    expect(problems({ ARKVORY_ROLE: 'router' })).toEqual([expect.stringContaining('ARKVORY_ROLE: "router" finds its gateways')]);
-    expect(problems({ ARKVORY_ROLE: 'router', ARKVORY_ROUTER_BACKENDS: 'http://a:1/x' })).toEqual([expect.stringMatching(/^ARKVORY_ROUTER_BACKENDS: expected an origin/)]);
-    expect(problems({ ARKVORY_ROUTER_BACKENDS: 'http://a:1' })).toEqual([expect.stringContaining('only valid with ARKVORY_ROLE=router')]);
-    expect(problems({ ...shared, ARKVORY_ADVERTISE_URL: 'http://u:p@a:1' })).toEqual([expect.stringMatching(/^ARKVORY_ADVERTISE_URL: credentials/)]);
-    expect(problems({ ARKVORY_ADVERTISE_URL: 'http://a:1' })).toEqual([expect.stringContaining('only recorded in the shared profile')]);
-    expect(problems({ ARKVORY_TRUSTED_PROXIES: '10.0.0.0/99' })).toEqual([expect.stringMatching(/^ARKVORY_TRUSTED_PROXIES: expected/)]);
-    expect(problems({ ARKVORY_ROLE: 'router', ARKVORY_ROUTER_BACKENDS: 'http://a:1', ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: '10' })).toEqual([expect.stringMatching(/^ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: expected an integer from 100/)]);
+    expect(problems({ ARKVORY_ROLE: 'router' })).toEqual([
+      expect.stringContaining('ARKVORY_ROLE: "router" finds its gateways'),
+    ]);
+    expect(problems({ ARKVORY_ROLE: 'router', ARKVORY_ROUTER_BACKENDS: 'http://a:1/x' })).toEqual([
+      expect.stringMatching(/^ARKVORY_ROUTER_BACKENDS: expected an origin/),
+    ]);
+    expect(problems({ ARKVORY_ROUTER_BACKENDS: 'http://a:1' })).toEqual([
+      expect.stringContaining('only valid with ARKVORY_ROLE=router'),
+    ]);
+    expect(problems({ ...shared, ARKVORY_ADVERTISE_URL: 'http://u:p@a:1' })).toEqual([
+      expect.stringMatching(/^ARKVORY_ADVERTISE_URL: credentials/),
+    ]);
+    expect(problems({ ARKVORY_ADVERTISE_URL: 'http://a:1' })).toEqual([
+      expect.stringContaining('only recorded in the shared profile'),
+    ]);
+    expect(problems({ ARKVORY_TRUSTED_PROXIES: '10.0.0.0/99' })).toEqual([
+      expect.stringMatching(/^ARKVORY_TRUSTED_PROXIES: expected/),
+    ]);
+    expect(
+      problems({
+        ARKVORY_ROLE: 'router',
+        ARKVORY_ROUTER_BACKENDS: 'http://a:1',
+        ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: '10',
+      }),
+    ).toEqual([expect.stringMatching(/^ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: expected an integer from 100/)]);
   });
 });

@@ -44,20 +44,33 @@ afterAll(async () => {
       }),
   );
   const problems = undescribedResponses(await loadOpenApiDocument(RULES_SERVICE_OPENAPI_PATH), lines);
-  if (problems.length) throw new Error(`rules-service responses proxy/openapi/rules-service.yaml does not describe:\n${problems.join('\n')}`);
+  if (problems.length)
+    throw new Error(
+      `rules-service responses proxy/openapi/rules-service.yaml does not describe:\n${problems.join('\n')}`,
+    );
 });
 
 async function startRulesService(env: Record<string, string> = {}): Promise<RulesServiceProcess> {
   const port = await freeLoopbackPort();
   const child = spawn(process.execPath, [CLI, 'rules-service', 'serve'], {
     cwd: ROOT,
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, ARKVORY_DATABASE_URL: db.url, ARKVORY_PORT: String(port), ARKVORY_HOST: '127.0.0.1', ARKVORY_RULES_SERVICE_TTL_SECONDS: '1', ...env },
+    env: {
+      PATH: process.env.PATH,
+      HOME: process.env.HOME,
+      ARKVORY_DATABASE_URL: db.url,
+      ARKVORY_PORT: String(port),
+      ARKVORY_HOST: '127.0.0.1',
+      ARKVORY_RULES_SERVICE_TTL_SECONDS: '1',
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
   child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
-  const exited = new Promise<number | string>((resolve) => child.on('exit', (code, signal) => resolve(code ?? signal ?? -1)));
+  const exited = new Promise<number | string>((resolve) =>
+    child.on('exit', (code, signal) => resolve(code ?? signal ?? -1)),
+  );
   const service = { url: `http://127.0.0.1:${port}`, child, logs: () => out, exited };
   services.push(service);
   for (let i = 0; i < 300; i++) {
@@ -72,12 +85,20 @@ async function startRulesService(env: Record<string, string> = {}): Promise<Rule
   throw new Error(`rules service did not start:\n${out}`);
 }
 
-async function putOverride(service: RulesServiceProcess, adminKey: string, target: { service: string; limiter: string; kind: string; subject: string }, rules: unknown): Promise<Response> {
-  return fetch(`${service.url}/api/v1/admin/rule-overrides/${target.service}/${target.limiter}/${target.kind}/${encodeURIComponent(target.subject)}`, {
-    method: 'PUT',
-    headers: { ...bearer(adminKey), 'content-type': 'application/json' },
-    body: JSON.stringify({ rules }),
-  });
+async function putOverride(
+  service: RulesServiceProcess,
+  adminKey: string,
+  target: { service: string; limiter: string; kind: string; subject: string },
+  rules: unknown,
+): Promise<Response> {
+  return fetch(
+    `${service.url}/api/v1/admin/rule-overrides/${target.service}/${target.limiter}/${target.kind}/${encodeURIComponent(target.subject)}`,
+    {
+      method: 'PUT',
+      headers: { ...bearer(adminKey), 'content-type': 'application/json' },
+      body: JSON.stringify({ rules }),
+    },
+  );
 }
 
 /** Rules-service lookups with this result in a gateway's /metrics, summed over its limiters. */
@@ -89,10 +110,23 @@ async function rulesServiceCount(gatewayUrl: string, result: string): Promise<nu
     .reduce((n, l) => n + Number(l.split(' ').pop()), 0);
 }
 
-const capRule = (name: string, limit: number) => ({ name, action: 'limit', characteristics: ['principal'], limit, period_s: 3600 });
+const capRule = (name: string, limit: number) => ({
+  name,
+  action: 'limit',
+  characteristics: ['principal'],
+  limit,
+  period_s: 3600,
+});
 
 function gatewayEnv(service: RulesServiceProcess, extra: Record<string, string> = {}): Record<string, string> {
-  return { ARKVORY_DATABASE_URL: db.url, ARKVORY_RULES_SERVICE_URL: service.url, ARKVORY_SERVICE_NAME: 'alpha', ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS: '60', ARKVORY_RULES_SERVICE_TIMEOUT_MS: '1000', ...extra };
+  return {
+    ARKVORY_DATABASE_URL: db.url,
+    ARKVORY_RULES_SERVICE_URL: service.url,
+    ARKVORY_SERVICE_NAME: 'alpha',
+    ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS: '60',
+    ARKVORY_RULES_SERVICE_TIMEOUT_MS: '1000',
+    ...extra,
+  };
 }
 
 describe('external rules service (Phase 3) with real processes', () => {
@@ -107,9 +141,16 @@ describe('external rules service (Phase 3) with real processes', () => {
     expect(before.status).toBe(200);
     expect(before.headers.get('ratelimit-policy')).toBe('"limit_requests_by_principal";q=12000;w=60');
 
-    const put = await putOverride(service, admin.key, { service: 'alpha', limiter: 'gateway_request', kind: 'principal', subject: user.principalId }, [capRule('contract_cap', 3)]);
+    const put = await putOverride(
+      service,
+      admin.key,
+      { service: 'alpha', limiter: 'gateway_request', kind: 'principal', subject: user.principalId },
+      [capRule('contract_cap', 3)],
+    );
     expect(put.status).toBe(200);
-    expect((await put.json()) as unknown).toMatchObject({ override: { service: 'alpha', limiter: 'gateway_request', subject_kind: 'principal', subject: user.principalId } });
+    expect((await put.json()) as unknown).toMatchObject({
+      override: { service: 'alpha', limiter: 'gateway_request', subject_kind: 'principal', subject: user.principalId },
+    });
 
     // The service answers ttl_s 1: the cached "no overrides" answer expires within a second.
     const changedBy = Date.now() + 3000;
@@ -140,7 +181,10 @@ describe('external rules service (Phase 3) with real processes', () => {
     expect(unset.code, unset.stderr).toBe(0);
     const backBy = Date.now() + 3000;
     let back = await list();
-    while (Date.now() < backBy && back.headers.get('ratelimit-policy') !== '"limit_requests_by_principal";q=12000;w=60') {
+    while (
+      Date.now() < backBy &&
+      back.headers.get('ratelimit-policy') !== '"limit_requests_by_principal";q=12000;w=60'
+    ) {
       await sleep(100);
       back = await list();
     }
@@ -153,7 +197,9 @@ describe('external rules service (Phase 3) with real processes', () => {
     const admin = await createServiceAccount(db.pool, { scopes: ['admin'] });
     const user = await createServiceAccount(db.pool);
     const target = { service: 'alpha', limiter: 'gateway_request', kind: 'principal', subject: user.principalId };
-    const bad = await putOverride(service, admin.key, target, [{ name: 'Bad Name', action: 'throttle', characteristics: ['colour'] }]);
+    const bad = await putOverride(service, admin.key, target, [
+      { name: 'Bad Name', action: 'throttle', characteristics: ['colour'] },
+    ]);
     expect(bad.status).toBe(400);
     const body = (await bad.json()) as { code: string; message: string };
     expect(body.code).toBe('invalid_request');
@@ -166,16 +212,29 @@ describe('external rules service (Phase 3) with real processes', () => {
     expect(bypass.status).toBe(403);
     expect(((await bypass.json()) as { message: string }).message).toContain('rule "vip_bypass"');
     expect((await putOverride(service, admin.key, { ...target, limiter: 'auth_failure' }, [])).status).toBe(400); // auth_failure has no principal
-    const missing = await fetch(`${service.url}/api/v1/admin/rule-overrides/alpha/gateway_request/principal/nobody`, { method: 'DELETE', headers: bearer(admin.key) });
+    const missing = await fetch(`${service.url}/api/v1/admin/rule-overrides/alpha/gateway_request/principal/nobody`, {
+      method: 'DELETE',
+      headers: bearer(admin.key),
+    });
     expect(missing.status).toBe(404);
 
     const dir = await makeTempDir('arkvory-overrides-');
     const file = path.join(dir, 'rules.yaml');
-    await writeFile(file, 'rules:\n  - name: ok_rule\n    action: limit\n    limit: 5\n    characteristics: [principal]\n');
-    const cli = await runCli(['rules-service', 'set', 'gateway_request', 'principal', user.principalId, file, '--service', 'alpha'], { ARKVORY_DATABASE_URL: db.url });
+    await writeFile(
+      file,
+      'rules:\n  - name: ok_rule\n    action: limit\n    limit: 5\n    characteristics: [principal]\n',
+    );
+    const cli = await runCli(
+      ['rules-service', 'set', 'gateway_request', 'principal', user.principalId, file, '--service', 'alpha'],
+      { ARKVORY_DATABASE_URL: db.url },
+    );
     expect(cli.code).toBe(1);
     expect(cli.stderr).toContain('limit and log rules require limit and period_s');
-    const query = await fetch(`${service.url}/api/v1/rules/query`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ service: 'alpha', limiter: 'nope', identifier: {} }) });
+    const query = await fetch(`${service.url}/api/v1/rules/query`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ service: 'alpha', limiter: 'nope', identifier: {} }),
+    });
     expect(query.status).toBe(400);
   });
 
@@ -184,14 +243,34 @@ describe('external rules service (Phase 3) with real processes', () => {
     const service = await startRulesService({ ARKVORY_RULES_SERVICE_TOKEN: token });
     const admin = await createServiceAccount(db.pool, { scopes: ['admin'] });
     const user = await createServiceAccount(db.pool);
-    const body = JSON.stringify({ service: 'tokened', limiter: 'gateway_request', identifier: { principal: user.principalId } });
-    const query = (headers: Record<string, string>) => fetch(`${service.url}/api/v1/rules/query`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body });
+    const body = JSON.stringify({
+      service: 'tokened',
+      limiter: 'gateway_request',
+      identifier: { principal: user.principalId },
+    });
+    const query = (headers: Record<string, string>) =>
+      fetch(`${service.url}/api/v1/rules/query`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body,
+      });
     expect((await query({})).status).toBe(401);
     expect((await query(bearer('wrong'))).status).toBe(401);
     expect((await query(bearer(admin.key))).status).toBe(401); // an API key is not the token
     expect(await (await query(bearer(token))).json()).toEqual({ rules: [], ttl_s: 1, varies_by: [] });
-    expect((await putOverride(service, admin.key, { service: 'tokened', limiter: 'gateway_request', kind: 'principal', subject: user.principalId }, [capRule('tokened_cap', 9)])).status).toBe(200);
-    const gw = await startGateway({ env: gatewayEnv(service, { ARKVORY_SERVICE_NAME: 'tokened', ARKVORY_RULES_SERVICE_TOKEN: token }) });
+    expect(
+      (
+        await putOverride(
+          service,
+          admin.key,
+          { service: 'tokened', limiter: 'gateway_request', kind: 'principal', subject: user.principalId },
+          [capRule('tokened_cap', 9)],
+        )
+      ).status,
+    ).toBe(200);
+    const gw = await startGateway({
+      env: gatewayEnv(service, { ARKVORY_SERVICE_NAME: 'tokened', ARKVORY_RULES_SERVICE_TOKEN: token }),
+    });
     const res = await fetch(`${gw.url}/api/v1/repositories`, { headers: bearer(user.key) });
     expect(res.headers.get('ratelimit-policy')).toBe('"tokened_cap";q=9;w=3600');
     expect(await rulesServiceCount(gw.url, 'error')).toBe(0);
@@ -207,11 +286,30 @@ describe('external rules service (Phase 3) with real processes', () => {
       await createRepository(other.pool, 'shared-repo');
       const alphaUser = await createServiceAccount(db.pool, { grants: { 'shared-repo': 'read' } });
       const betaUser = await createServiceAccount(other.pool, { grants: { 'shared-repo': 'read' } });
-      const repoTarget = (svc: string) => ({ service: svc, limiter: 'gateway_request', kind: 'repository', subject: 'shared-repo' });
-      expect((await putOverride(service, admin.key, repoTarget('alpha'), [{ name: 'alpha_repo_cap', action: 'limit', characteristics: ['repository'], limit: 7, period_s: 60 }])).status).toBe(200);
-      expect((await putOverride(service, admin.key, repoTarget('beta'), [{ name: 'beta_repo_cap', action: 'limit', characteristics: ['repository'], limit: 11, period_s: 60 }])).status).toBe(200);
+      const repoTarget = (svc: string) => ({
+        service: svc,
+        limiter: 'gateway_request',
+        kind: 'repository',
+        subject: 'shared-repo',
+      });
+      expect(
+        (
+          await putOverride(service, admin.key, repoTarget('alpha'), [
+            { name: 'alpha_repo_cap', action: 'limit', characteristics: ['repository'], limit: 7, period_s: 60 },
+          ])
+        ).status,
+      ).toBe(200);
+      expect(
+        (
+          await putOverride(service, admin.key, repoTarget('beta'), [
+            { name: 'beta_repo_cap', action: 'limit', characteristics: ['repository'], limit: 11, period_s: 60 },
+          ])
+        ).status,
+      ).toBe(200);
       const alpha = await startGateway({ env: gatewayEnv(service) });
-      const beta = await startGateway({ env: { ...gatewayEnv(service, { ARKVORY_SERVICE_NAME: 'beta' }), ARKVORY_DATABASE_URL: other.url } });
+      const beta = await startGateway({
+        env: { ...gatewayEnv(service, { ARKVORY_SERVICE_NAME: 'beta' }), ARKVORY_DATABASE_URL: other.url },
+      });
       const artifact = '/api/v1/repositories/shared-repo/artifacts/none';
       const a = await fetch(`${alpha.url}${artifact}`, { headers: bearer(alphaUser.key) });
       const b = await fetch(`${beta.url}${artifact}`, { headers: bearer(betaUser.key) });
@@ -230,7 +328,10 @@ describe('external rules service (Phase 3) with real processes', () => {
     const service = await startRulesService();
     const user = await createServiceAccount(db.pool);
     // Written behind the service's back (as a manual SQL edit would): the service passes it on.
-    await db.pool.query(`INSERT INTO arkvory_rule_overrides (service, limiter, subject_kind, subject, rules) VALUES ('alpha', 'gateway_request', 'principal', $1, $2::jsonb)`, [user.principalId, JSON.stringify([{ name: 'broken', action: 'throttle', limit: 1, period_s: 60 }])]);
+    await db.pool.query(
+      `INSERT INTO arkvory_rule_overrides (service, limiter, subject_kind, subject, rules) VALUES ('alpha', 'gateway_request', 'principal', $1, $2::jsonb)`,
+      [user.principalId, JSON.stringify([{ name: 'broken', action: 'throttle', limit: 1, period_s: 60 }])],
+    );
     try {
       const gw = await startGateway({ env: gatewayEnv(service) });
       const res = await fetch(`${gw.url}/api/v1/repositories`, { headers: bearer(user.key) });
@@ -240,7 +341,9 @@ describe('external rules service (Phase 3) with real processes', () => {
       // The counter moves before pino's line has crossed the stdout pipe: wait for the line.
       const warning = await vi.waitFor(
         () => {
-          const line = gw.logLines().find((l) => l.msg === 'rules service answer unusable; local rate-limit rules apply');
+          const line = gw
+            .logLines()
+            .find((l) => l.msg === 'rules service answer unusable; local rate-limit rules apply');
           if (!line) throw new Error('no "rules service answer unusable" log line yet');
           return line;
         },
@@ -257,7 +360,12 @@ describe('external rules service (Phase 3) with real processes', () => {
     const service = await startRulesService();
     const user = await createServiceAccount(db.pool);
     const timeoutMs = 500;
-    const gw = await startGateway({ env: gatewayEnv(service, { ARKVORY_RULES_SERVICE_TIMEOUT_MS: String(timeoutMs), ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS: '1' }) });
+    const gw = await startGateway({
+      env: gatewayEnv(service, {
+        ARKVORY_RULES_SERVICE_TIMEOUT_MS: String(timeoutMs),
+        ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS: '1',
+      }),
+    });
     const timed = async () => {
       const started = performance.now();
       const res = await fetch(`${gw.url}/api/v1/repositories`, { headers: bearer(user.key) });
@@ -284,7 +392,9 @@ describe('external rules service (Phase 3) with real processes', () => {
       expect(fast.ms).toBeLessThan(timeoutMs);
       expect(await rulesServiceCount(gw.url, 'timeout')).toBe(1);
       expect(await rulesServiceCount(gw.url, 'circuit_open')).toBeGreaterThanOrEqual(1);
-      expect(gw.logLines().filter((l) => l.msg === 'rules service answer unusable; local rate-limit rules apply').length).toBe(1); // at most once per interval
+      expect(
+        gw.logLines().filter((l) => l.msg === 'rules service answer unusable; local rate-limit rules apply').length,
+      ).toBe(1); // at most once per interval
     } finally {
       service.child.kill('SIGCONT');
     }
@@ -299,6 +409,8 @@ describe('external rules service (Phase 3) with real processes', () => {
     expect(dead.res.headers.get('ratelimit-policy')).toBe('"limit_requests_by_principal";q=12000;w=60');
     expect(dead.ms).toBeLessThan(timeoutMs);
     expect(await rulesServiceCount(gw.url, 'error')).toBeGreaterThan(errorsBefore);
-    expect((await fetch(`${gw.url}/health/ready`, { headers: bearer(user.key) }).then((r) => r.json())) as unknown).toMatchObject({ rateLimits: { rulesService: 'open' } });
+    expect(
+      (await fetch(`${gw.url}/health/ready`, { headers: bearer(user.key) }).then((r) => r.json())) as unknown,
+    ).toMatchObject({ rateLimits: { rulesService: 'open' } });
   });
 });

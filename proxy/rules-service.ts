@@ -35,15 +35,34 @@ export async function runRulesService(config: Config, log: Logger): Promise<numb
   let code = EXIT_OK;
   try {
     const pending = await pendingMigrations(pool);
-    if (pending.length) throw new Error(`the database schema is behind this code (${pending.length} pending migration(s), first ${pending[0]!.version}); run \`npm run migrate\` with the same ARKVORY_DATABASE_URL`);
+    if (pending.length)
+      throw new Error(
+        `the database schema is behind this code (${pending.length} pending migration(s), first ${pending[0]!.version}); run \`npm run migrate\` with the same ARKVORY_DATABASE_URL`,
+      );
     const { available } = await loadRuleFiles(undefined);
     await auth.start();
     authStarted = true;
-    const routes = rulesServiceRoutes({ store: createOverrideStore(pool), available, ttlSeconds: config.rulesService.ttlSeconds, token: config.rulesService.token, lifecycle, bypassPublishers: config.rateLimitBypassPublishers });
+    const routes = rulesServiceRoutes({
+      store: createOverrideStore(pool),
+      available,
+      ttlSeconds: config.rulesService.ttlSeconds,
+      token: config.rulesService.token,
+      lifecycle,
+      bypassPublishers: config.rateLimitBypassPublishers,
+    });
     server = createGatewayServer({ routes, gates: [createAuthGate(auth, lifecycle)], log, limits: config.frontDoor });
     const address = await server.listen(config.port, config.host);
     if (!signals.requested) lifecycle.set('serving');
-    log.info({ role: 'rules-service', url: `http://${address.address}:${address.port}`, port: address.port, ttlSeconds: config.rulesService.ttlSeconds, queryTokenRequired: config.rulesService.token !== undefined }, 'listening');
+    log.info(
+      {
+        role: 'rules-service',
+        url: `http://${address.address}:${address.port}`,
+        port: address.port,
+        ttlSeconds: config.rulesService.ttlSeconds,
+        queryTokenRequired: config.rulesService.token !== undefined,
+      },
+      'listening',
+    );
   } catch (err) {
     logStartupFailure(log, err);
     code = EXIT_FAILURE;

@@ -26,7 +26,10 @@ describe.each(S3_SERVER_KINDS)('a gateway on the S3 store (%s)', (kind) => {
     server = await startS3Server(kind);
     await createRepository(db.pool, 's3');
     ({ key } = await createServiceAccount(db.pool, { grants: { s3: 'write' } }));
-    gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_LOG_LEVEL: 'debug', ...server.env('arkvory/') }, timeoutMs: 60_000 });
+    gw = await startGateway({
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_LOG_LEVEL: 'debug', ...server.env('arkvory/') },
+      timeoutMs: 60_000,
+    });
   });
   afterAll(async () => {
     await gw?.stop();
@@ -38,12 +41,20 @@ describe.each(S3_SERVER_KINDS)('a gateway on the S3 store (%s)', (kind) => {
     async function* body() {
       for (let offset = 0; offset < data.length; offset += MiB) yield data.subarray(offset, offset + MiB);
     }
-    const put = await request(`${repo()}/artifacts/chunked.bin`, { method: 'PUT', headers: { ...bearer(key), 'transfer-encoding': 'chunked', 'content-digest': contentDigest(data) }, body: body() });
+    const put = await request(`${repo()}/artifacts/chunked.bin`, {
+      method: 'PUT',
+      headers: { ...bearer(key), 'transfer-encoding': 'chunked', 'content-digest': contentDigest(data) },
+      body: body(),
+    });
     expect(put.status, put.body.toString()).toBe(201);
     const hex = sha256(data);
-    expect(await listKeys(server, 'arkvory/blobs/')).toContain(`arkvory/blobs/sha256/${hex.slice(0, 2)}/${hex.slice(2, 4)}/${hex}`);
+    expect(await listKeys(server, 'arkvory/blobs/')).toContain(
+      `arkvory/blobs/sha256/${hex.slice(0, 2)}/${hex.slice(2, 4)}/${hex}`,
+    );
     expect(await listKeys(server, 'arkvory/tmp/')).toEqual([]);
-    const got = await request(`${repo()}/artifacts/chunked.bin/content`, { headers: { ...bearer(key), range: `bytes=${8 * MiB - 3}-${8 * MiB + 2}` } });
+    const got = await request(`${repo()}/artifacts/chunked.bin/content`, {
+      headers: { ...bearer(key), range: `bytes=${8 * MiB - 3}-${8 * MiB + 2}` },
+    });
     expect(got.status).toBe(206);
     expect(got.body).toEqual(data.subarray(8 * MiB - 3, 8 * MiB + 3));
   });
@@ -51,18 +62,36 @@ describe.each(S3_SERVER_KINDS)('a gateway on the S3 store (%s)', (kind) => {
   it('multipart session: parts are objects under uploads/, the worker assembles them, the parts are removed', async () => {
     const file = randomContent(9 * MiB + 3);
     const parts = [file.subarray(0, 4 * MiB), file.subarray(4 * MiB, 8 * MiB), file.subarray(8 * MiB)];
-    const opened = await request(`${repo()}/artifacts/multi.bin/uploads`, { method: 'POST', headers: { ...bearer(key), 'content-type': 'application/json' }, body: Buffer.from(JSON.stringify({ size: file.length, sha256: sha256(file) })) });
+    const opened = await request(`${repo()}/artifacts/multi.bin/uploads`, {
+      method: 'POST',
+      headers: { ...bearer(key), 'content-type': 'application/json' },
+      body: Buffer.from(JSON.stringify({ size: file.length, sha256: sha256(file) })),
+    });
     expect(opened.status, opened.body.toString()).toBe(201);
     const upload = json(opened).upload as string;
     for (const [i, p] of parts.entries()) {
-      const r = await request(`${repo()}/uploads/${upload}/parts/${i + 1}`, { method: 'PUT', headers: bearer(key), body: p });
+      const r = await request(`${repo()}/uploads/${upload}/parts/${i + 1}`, {
+        method: 'PUT',
+        headers: bearer(key),
+        body: p,
+      });
       expect(r.status, r.body.toString()).toBe(200);
     }
     expect(await listKeys(server, `arkvory/uploads/${upload}/`)).toHaveLength(3);
-    const done = await request(`${repo()}/uploads/${upload}/complete`, { method: 'POST', headers: { ...bearer(key), 'content-type': 'application/json' }, body: Buffer.from(JSON.stringify({ parts: parts.map((p, i) => ({ partNumber: i + 1, sha256: sha256(p) })) })) });
+    const done = await request(`${repo()}/uploads/${upload}/complete`, {
+      method: 'POST',
+      headers: { ...bearer(key), 'content-type': 'application/json' },
+      body: Buffer.from(JSON.stringify({ parts: parts.map((p, i) => ({ partNumber: i + 1, sha256: sha256(p) })) })),
+    });
     expect(done.status, done.body.toString()).toBe(202);
-    await expect.poll(async () => json(await request(`${repo()}/uploads/${upload}`, { headers: bearer(key) })).state, { timeout: 60_000 }).toBe('done');
-    expect(sha256((await request(`${repo()}/artifacts/multi.bin/content`, { headers: bearer(key) })).body)).toBe(sha256(file));
+    await expect
+      .poll(async () => json(await request(`${repo()}/uploads/${upload}`, { headers: bearer(key) })).state, {
+        timeout: 60_000,
+      })
+      .toBe('done');
+    expect(sha256((await request(`${repo()}/artifacts/multi.bin/content`, { headers: bearer(key) })).body)).toBe(
+      sha256(file),
+    );
     expect(await listKeys(server, `arkvory/uploads/${upload}/`)).toEqual([]);
     expect(await listKeys(server, 'arkvory/tmp/')).toEqual([]);
   });
@@ -74,7 +103,9 @@ describe.each(S3_SERVER_KINDS)('a gateway on the S3 store (%s)', (kind) => {
     const wrong = await runCli(['doctor'], { ...env, AWS_SECRET_ACCESS_KEY: 'not-the-secret' });
     expect(wrong.stdout).toMatch(/FAIL +storage: .*AWS_SECRET_ACCESS_KEY/);
     expect(`${ok.stdout}${ok.stderr}${wrong.stdout}${wrong.stderr}`).not.toContain(server.secretAccessKey);
-    const answers = await Promise.all(['/health/live', '/health/status', '/metrics'].map((p) => request(`${gw.url}${p}`)));
+    const answers = await Promise.all(
+      ['/health/live', '/health/status', '/metrics'].map((p) => request(`${gw.url}${p}`)),
+    );
     const ready = await request(`${gw.url}/health/ready`, { headers: bearer(key) });
     for (const res of [...answers, ready]) expect(res.body.toString()).not.toContain(server.secretAccessKey);
     expect(gw.logs()).not.toContain(server.secretAccessKey);

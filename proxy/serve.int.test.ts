@@ -25,7 +25,11 @@ describe('arkvory serve', () => {
     expect(wrongMethod.headers.get('allow')).toBe('GET, HEAD');
     expect(await gw.stop('SIGTERM')).toBe(0);
     const requestLines = gw.logLines().filter((l) => l.msg === 'request');
-    expect(requestLines.find((l) => l.route === '/health/live')).toMatchObject({ method: 'GET', status: 200, completed: true });
+    expect(requestLines.find((l) => l.route === '/health/live')).toMatchObject({
+      method: 'GET',
+      status: 200,
+      completed: true,
+    });
   });
 
   it('answers a malformed request line with 400 and stays healthy', async () => {

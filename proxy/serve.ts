@@ -43,10 +43,14 @@ export function loadConfigOrExit(env: NodeJS.ProcessEnv): Config {
 /** The embedded defaults exist for one standalone writer; everything else needs real services. */
 function checkProfile(config: Config): void {
   if (!config.databaseUrl && (config.shared || config.role !== 'api')) {
-    throw new StartupError(`the embedded PostgreSQL is only for a single standalone api process; set ARKVORY_DATABASE_URL for role "${config.role}"${config.shared ? ' in the shared profile' : ''}`);
+    throw new StartupError(
+      `the embedded PostgreSQL is only for a single standalone api process; set ARKVORY_DATABASE_URL for role "${config.role}"${config.shared ? ' in the shared profile' : ''}`,
+    );
   }
   if (!config.redisUrl && config.shared) {
-    throw new StartupError('the shared profile needs a Redis shared by all gateways for rate-limit counters; set ARKVORY_REDIS_URL');
+    throw new StartupError(
+      'the shared profile needs a Redis shared by all gateways for rate-limit counters; set ARKVORY_REDIS_URL',
+    );
   }
 }
 
@@ -76,7 +80,8 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
     database = await openDatabase(config, log);
     if (database.embedded) {
       const applied = await migrate(database.pool);
-      if (applied.length) log.info({ migrations: applied.map((m) => m.version) }, 'migrations applied to the embedded database');
+      if (applied.length)
+        log.info({ migrations: applied.map((m) => m.version) }, 'migrations applied to the embedded database');
     } else {
       // PostgreSQL may come up after the gateway (a host boot, a failover): retry with backoff.
       const reached = await waitForDatabase(() => database!.pool.query('SELECT 1'), {
@@ -90,7 +95,9 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
       if (reached === 'stopped') return await finish(log, built, server, database, config, EXIT.ok);
       const pending = await pendingMigrations(database.pool);
       if (pending.length) {
-        throw new StartupError(`the database schema is behind this code (${pending.length} pending migration(s), first ${pending[0]!.version}); run \`npm run migrate\` with the same ARKVORY_DATABASE_URL`);
+        throw new StartupError(
+          `the database schema is behind this code (${pending.length} pending migration(s), first ${pending[0]!.version}); run \`npm run migrate\` with the same ARKVORY_DATABASE_URL`,
+        );
       }
     }
     if (signals.requested) return await finish(log, built, server, database, config, EXIT.ok);
@@ -123,7 +130,14 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
       metricsServer = await startMetricsServer(metrics, config.metrics.port, log);
       built.onClose.push(() => metricsServer?.close());
     }
-    server = createGatewayServer({ routes: app.routes, gates: app.gates, log, readOnly: config.role === 'reader', onRequest: (o) => metrics.observeRequest(o), limits: config.frontDoor });
+    server = createGatewayServer({
+      routes: app.routes,
+      gates: app.gates,
+      log,
+      readOnly: config.role === 'reader',
+      onRequest: (o) => metrics.observeRequest(o),
+      limits: config.frontDoor,
+    });
     metrics.watchFrontDoor(server.frontDoor);
     const address = await server.listen(config.port, config.host);
     if (!signals.requested) lifecycle.set('serving');
@@ -151,14 +165,26 @@ async function openCoordinator(config: Config, databaseUrl: string, log: Logger)
           shared: {
             slot: config.shared.slot,
             advertiseUrl: config.advertiseUrl,
-            policy: { slots: config.shared.slots, downloadBytesPerSec: config.shared.downloadBytesPerSec, downloadBytesPerSecPerPrincipal: config.shared.downloadBytesPerSecPerPrincipal },
+            policy: {
+              slots: config.shared.slots,
+              downloadBytesPerSec: config.shared.downloadBytesPerSec,
+              downloadBytesPerSecPerPrincipal: config.shared.downloadBytesPerSecPerPrincipal,
+            },
           },
         }
       : {}),
   });
 }
 
-async function finish(log: Logger, services: Services | undefined, server: GatewayServer | undefined, database: Database | undefined, config: Config, code: number, coordinator?: Coordinator): Promise<number> {
+async function finish(
+  log: Logger,
+  services: Services | undefined,
+  server: GatewayServer | undefined,
+  database: Database | undefined,
+  config: Config,
+  code: number,
+  coordinator?: Coordinator,
+): Promise<number> {
   try {
     for (const hook of services?.preClose ?? []) await hook();
     if (server) await server.close(config.shutdownTimeoutMs);
@@ -175,11 +201,18 @@ async function finish(log: Logger, services: Services | undefined, server: Gatew
 /** Longest wait for one close step: a blackholed database link would otherwise hold shutdown forever. */
 const CLOSE_STEP_MS = 5000;
 
-async function bounded(step: Promise<unknown> | void | undefined, ms: number, what: string, log: Logger): Promise<void> {
+// biome-ignore lint/suspicious/noConfusingVoidType: close hooks may be synchronous (return void)
+async function bounded(step: Promise<unknown> | void, ms: number, what: string, log: Logger): Promise<void> {
   if (!step) return;
   let timer: NodeJS.Timeout | undefined;
   const timedOut = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), ms)));
-  const outcome = await Promise.race([step.then(() => 'done' as const, () => 'done' as const), timedOut]);
+  const outcome = await Promise.race([
+    step.then(
+      () => 'done' as const,
+      () => 'done' as const,
+    ),
+    timedOut,
+  ]);
   clearTimeout(timer);
   if (outcome === 'timeout') log.warn({ step: what, waitedMs: ms }, `closing ${what} did not finish; leaving it`);
 }

@@ -66,9 +66,16 @@ beforeAll(async () => {
   await createRepository(db.pool, 'hidden');
   ({ key } = await createServiceAccount(db.pool, { scopes: ['read'], grants: { shared: 'read' } }));
   ({ key: writeKey } = await createServiceAccount(db.pool, { scopes: ['read', 'write'], grants: { shared: 'write' } }));
-  ({ key: outsiderKey } = await createServiceAccount(db.pool, { scopes: ['read', 'write'], grants: { hidden: 'write' } }));
+  ({ key: outsiderKey } = await createServiceAccount(db.pool, {
+    scopes: ['read', 'write'],
+    grants: { hidden: 'write' },
+  }));
   writer = await startGateway({ env: sharedEnv('api', 0), dataDir });
-  const put = await request(`${writer.url}/api/v1/repositories/shared/artifacts/big.bin`, { method: 'PUT', headers: { ...bearer(writeKey), 'content-type': 'application/octet-stream' }, body: file });
+  const put = await request(`${writer.url}/api/v1/repositories/shared/artifacts/big.bin`, {
+    method: 'PUT',
+    headers: { ...bearer(writeKey), 'content-type': 'application/octet-stream' },
+    body: file,
+  });
   expect(put.status).toBe(201);
   readers = await Promise.all([1, 2].map((slot) => startGateway({ env: sharedEnv('reader', slot), dataDir })));
 });
@@ -96,7 +103,11 @@ describe('shared profile: one writer, two readers', () => {
     for (const method of ['PUT', 'POST', 'DELETE', 'PATCH']) {
       // Node's client sends a DELETE body without Content-Length (unframed bytes); send none there.
       const body = method === 'DELETE' ? undefined : Buffer.from('x');
-      const res = await request(`${readers[0]!.url}/api/v1/repositories/shared/artifacts/other.bin`, { method, headers: bearer(writeKey), ...(body ? { body } : {}) });
+      const res = await request(`${readers[0]!.url}/api/v1/repositories/shared/artifacts/other.bin`, {
+        method,
+        headers: bearer(writeKey),
+        ...(body ? { body } : {}),
+      });
       expect(res.status, method).toBe(405);
       expect(res.headers.allow).toBe('GET, HEAD');
       expect(JSON.parse(res.body.toString()).code).toBe('read_only');
@@ -104,8 +115,14 @@ describe('shared profile: one writer, two readers', () => {
   });
 
   it('reports role, writable and the lease in /health/ready', async () => {
-    const ready = JSON.parse((await request(`${readers[1]!.url}/health/ready`, { headers: bearer(key) })).body.toString());
-    expect(ready).toMatchObject({ role: 'reader', writable: false, sharedDownloads: { slot: 2, slots: 4, active: true, leaseSeconds: 10 } });
+    const ready = JSON.parse(
+      (await request(`${readers[1]!.url}/health/ready`, { headers: bearer(key) })).body.toString(),
+    );
+    expect(ready).toMatchObject({
+      role: 'reader',
+      writable: false,
+      sharedDownloads: { slot: 2, slots: 4, active: true, leaseSeconds: 10 },
+    });
     expect(ready.transfers.downloads.bytesPerSecond).toBe(SHARE);
     const w = JSON.parse((await request(`${writer.url}/health/ready`, { headers: bearer(key) })).body.toString());
     expect(w).toMatchObject({ role: 'api', writable: true, sharedDownloads: { slot: 0, slots: 4, active: true } });
@@ -113,7 +130,9 @@ describe('shared profile: one writer, two readers', () => {
 
   it('keeps each participant within its floor(rate / SLOTS) share and all three within the global rate over ≥ 5 s', async () => {
     const windowMs = 5500;
-    const results = await Promise.all([writer, ...readers].map((gw) => downloadFor(`${gw.url}${contentPath}`, key, windowMs)));
+    const results = await Promise.all(
+      [writer, ...readers].map((gw) => downloadFor(`${gw.url}${contentPath}`, key, windowMs)),
+    );
     let total = 0;
     for (const r of results) {
       // The bound of the spec: granted ≤ share × elapsed + burst (from a full bucket).
@@ -129,10 +148,14 @@ describe('shared profile: one writer, two readers', () => {
   it('after kill -9 of a reader, the file still downloads through the writer, and the killed slot restarts after its reservation', async () => {
     const victim = readers[0]!;
     await victim.stop('SIGKILL');
-    const viaWriter = await request(`${writer.url}${contentPath}`, { headers: { ...bearer(key), range: `bytes=${file.length - 5000}-` } });
+    const viaWriter = await request(`${writer.url}${contentPath}`, {
+      headers: { ...bearer(key), range: `bytes=${file.length - 5000}-` },
+    });
     expect(viaWriter.status).toBe(206);
     expect(viaWriter.body.equals(file.subarray(file.length - 5000))).toBe(true);
-    const { rows } = await db.pool.query(`SELECT extract(epoch FROM expires_at - clock_timestamp()) * 1000 AS ms FROM arkvory_gateway_leases WHERE slot = 1`);
+    const { rows } = await db.pool.query(
+      `SELECT extract(epoch FROM expires_at - clock_timestamp()) * 1000 AS ms FROM arkvory_gateway_leases WHERE slot = 1`,
+    );
     const remainingMs = Number(rows[0].ms);
     const started = Date.now();
     const restarted = await startGateway({ env: sharedEnv('reader', 1), dataDir, timeoutMs: 30_000 });

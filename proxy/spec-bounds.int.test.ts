@@ -17,8 +17,17 @@ import { makeTempDir, startGateway, type GatewayProcess } from '../test/support/
 const db = useTestDatabase();
 
 /** A PUT whose body trickles until `finish()`: it holds its admission slot meanwhile. */
-function slowUpload(gw: GatewayProcess, repo: string, id: string, key: string): { finish(): void; done: Promise<number> } {
-  const req = http.request(`${gw.url}/api/v1/repositories/${repo}/artifacts/${id}`, { method: 'PUT', headers: { ...bearer(key), 'transfer-encoding': 'chunked' }, agent: false });
+function slowUpload(
+  gw: GatewayProcess,
+  repo: string,
+  id: string,
+  key: string,
+): { finish(): void; done: Promise<number> } {
+  const req = http.request(`${gw.url}/api/v1/repositories/${repo}/artifacts/${id}`, {
+    method: 'PUT',
+    headers: { ...bearer(key), 'transfer-encoding': 'chunked' },
+    agent: false,
+  });
   const done = new Promise<number>((resolve, reject) => {
     req.on('response', (res) => {
       res.resume();
@@ -42,25 +51,56 @@ describe('admission over HTTP (ADR 0008)', () => {
     const first = slowUpload(gw, 'adm', 'a1.bin', a.key);
     // Wait until the first upload holds its slot (readiness counts it).
     for (let i = 0; ; i++) {
-      const ready = JSON.parse((await request(`${gw.url}/health/ready`, { headers: bearer(b.key) })).body.toString()) as { transfers: { uploads: { active: number } } };
+      const ready = JSON.parse(
+        (await request(`${gw.url}/health/ready`, { headers: bearer(b.key) })).body.toString(),
+      ) as { transfers: { uploads: { active: number } } };
       if (ready.transfers.uploads.active === 1) break;
       if (i > 100) throw new Error('the first upload never became active');
       await sleep(50);
     }
-    const second = await request(`${gw.url}/api/v1/repositories/adm/artifacts/a2.bin`, { method: 'PUT', headers: bearer(a.key), body: randomContent(1024) });
+    const second = await request(`${gw.url}/api/v1/repositories/adm/artifacts/a2.bin`, {
+      method: 'PUT',
+      headers: bearer(a.key),
+      body: randomContent(1024),
+    });
     expect(second.status).toBe(429);
     expect(JSON.parse(second.body.toString())).toMatchObject({ code: 'busy' });
     expect(Number(second.headers['retry-after'])).toBeGreaterThanOrEqual(1);
     // Another principal uploads at the same time.
-    const other = await request(`${gw.url}/api/v1/repositories/adm/artifacts/b1.bin`, { method: 'PUT', headers: bearer(b.key), body: randomContent(1024) });
+    const other = await request(`${gw.url}/api/v1/repositories/adm/artifacts/b1.bin`, {
+      method: 'PUT',
+      headers: bearer(b.key),
+      body: randomContent(1024),
+    });
     expect(other.status).toBe(201);
     first.finish();
     expect(await first.done).toBe(201);
     // The slot is free again: the same principal uploads once more.
-    expect((await request(`${gw.url}/api/v1/repositories/adm/artifacts/a2.bin`, { method: 'PUT', headers: bearer(a.key), body: randomContent(1024) })).status).toBe(201);
+    expect(
+      (
+        await request(`${gw.url}/api/v1/repositories/adm/artifacts/a2.bin`, {
+          method: 'PUT',
+          headers: bearer(a.key),
+          body: randomContent(1024),
+        })
+      ).status,
+    ).toBe(201);
     // Readiness aggregates carry no ids, names, keys or paths (ADR 0008).
     const readyText = (await request(`${gw.url}/health/ready`, { headers: bearer(a.key) })).body.toString();
-    for (const secret of [a.principalId, a.name, a.keyId, a.key, b.principalId, b.name, b.keyId, 'adm', 'a1.bin', 'a2.bin', 'b1.bin']) expect(readyText).not.toContain(secret);
+    for (const secret of [
+      a.principalId,
+      a.name,
+      a.keyId,
+      a.key,
+      b.principalId,
+      b.name,
+      b.keyId,
+      'adm',
+      'a1.bin',
+      'a2.bin',
+      'b1.bin',
+    ])
+      expect(readyText).not.toContain(secret);
     expect(await gw.stop()).toBe(0);
   });
 });
@@ -78,7 +118,10 @@ describe('bandwidth pacing over HTTP (directory store)', () => {
    */
   function expectPaced(what: string, seconds: number, unpacedSeconds: number, floor = 0.9): void {
     expect(seconds, `${what}: faster than rate·t + burst allows`).toBeGreaterThanOrEqual((SIZE - BURST) / RATE);
-    expect((SIZE - BURST) / Math.max(0.001, seconds - unpacedSeconds), `${what}: achieved rate (unpaced cost ${unpacedSeconds.toFixed(3)} s taken off)`).toBeGreaterThan(floor * RATE);
+    expect(
+      (SIZE - BURST) / Math.max(0.001, seconds - unpacedSeconds),
+      `${what}: achieved rate (unpaced cost ${unpacedSeconds.toFixed(3)} s taken off)`,
+    ).toBeGreaterThan(floor * RATE);
   }
   const timed = async <T>(work: () => Promise<T>): Promise<{ value: T; seconds: number }> => {
     const t0 = performance.now();
@@ -94,22 +137,57 @@ describe('bandwidth pacing over HTTP (directory store)', () => {
     await createRepository(twinDb.pool, 'pace');
     const sa = await createServiceAccount(db.pool, { grants: { pace: 'write' } });
     await twinDb.pool.query('INSERT INTO arkvory_principals (id, name) VALUES ($1, $2)', [sa.principalId, sa.name]);
-    const keyRow = await db.pool.query<{ secret_sha256: Buffer; scopes: string[] }>('SELECT secret_sha256, scopes FROM arkvory_api_keys WHERE key_id = $1', [sa.keyId]);
-    await twinDb.pool.query('INSERT INTO arkvory_api_keys (key_id, principal_id, secret_sha256, scopes) VALUES ($1, $2, $3, $4)', [sa.keyId, sa.principalId, keyRow.rows[0]!.secret_sha256, keyRow.rows[0]!.scopes]);
-    await twinDb.pool.query(`INSERT INTO arkvory_grants (principal_id, repository, permission) VALUES ($1, 'pace', 'write')`, [sa.principalId]);
-    const paced = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_UPLOAD_BYTES_PER_SECOND: String(RATE), ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(RATE) } });
+    const keyRow = await db.pool.query<{ secret_sha256: Buffer; scopes: string[] }>(
+      'SELECT secret_sha256, scopes FROM arkvory_api_keys WHERE key_id = $1',
+      [sa.keyId],
+    );
+    await twinDb.pool.query(
+      'INSERT INTO arkvory_api_keys (key_id, principal_id, secret_sha256, scopes) VALUES ($1, $2, $3, $4)',
+      [sa.keyId, sa.principalId, keyRow.rows[0]!.secret_sha256, keyRow.rows[0]!.scopes],
+    );
+    await twinDb.pool.query(
+      `INSERT INTO arkvory_grants (principal_id, repository, permission) VALUES ($1, 'pace', 'write')`,
+      [sa.principalId],
+    );
+    const paced = await startGateway({
+      env: {
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_UPLOAD_BYTES_PER_SECOND: String(RATE),
+        ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(RATE),
+      },
+    });
     const unpaced = await startGateway({ env: { ARKVORY_DATABASE_URL: twinDb.url } });
     const base = (gw: GatewayProcess) => `${gw.url}/api/v1/repositories/pace`;
     let n = 0;
-    const upload = (gw: GatewayProcess) => timed(() => request(`${base(gw)}/artifacts/u${++n}.bin`, { method: 'PUT', headers: bearer(sa.key), body: randomContent(SIZE) }));
+    const upload = (gw: GatewayProcess) =>
+      timed(() =>
+        request(`${base(gw)}/artifacts/u${++n}.bin`, {
+          method: 'PUT',
+          headers: bearer(sa.key),
+          body: randomContent(SIZE),
+        }),
+      );
     const part = async (gw: GatewayProcess) => {
-      const opened = await request(`${base(gw)}/artifacts/p${++n}.bin/uploads`, { method: 'POST', headers: { ...bearer(sa.key), 'content-type': 'application/json' }, body: Buffer.from('{}') });
+      const opened = await request(`${base(gw)}/artifacts/p${++n}.bin/uploads`, {
+        method: 'POST',
+        headers: { ...bearer(sa.key), 'content-type': 'application/json' },
+        body: Buffer.from('{}'),
+      });
       expect(opened.status).toBe(201);
       const id = (JSON.parse(opened.body.toString()) as { upload: string }).upload;
-      return timed(() => request(`${base(gw)}/uploads/${id}/parts/1`, { method: 'PUT', headers: bearer(sa.key), body: randomContent(SIZE) }));
+      return timed(() =>
+        request(`${base(gw)}/uploads/${id}/parts/1`, {
+          method: 'PUT',
+          headers: bearer(sa.key),
+          body: randomContent(SIZE),
+        }),
+      );
     };
     /** The first whole upload of each gateway (u1 on the twin, u2 on the paced one) is downloaded later. */
-    const download = (gw: GatewayProcess) => timed(() => request(`${base(gw)}/artifacts/${gw === unpaced ? 'u1' : 'u2'}.bin/content`, { headers: bearer(sa.key) }));
+    const download = (gw: GatewayProcess) =>
+      timed(() =>
+        request(`${base(gw)}/artifacts/${gw === unpaced ? 'u1' : 'u2'}.bin/content`, { headers: bearer(sa.key) }),
+      );
 
     const wholeBase = await upload(unpaced);
     expect(wholeBase.value.status).toBe(201);
@@ -144,7 +222,10 @@ describe('rate-limit window over HTTP', () => {
     const file = path.join(dir, 'rate_limits.yaml');
     const LIMIT = 3;
     const PERIOD_S = 6;
-    await writeFile(file, `rate_limits:\n  gateway_request:\n    - name: live_by_ip\n      action: limit\n      characteristics: [ip]\n      limit: ${LIMIT}\n      period_s: ${PERIOD_S}\n      match:\n        route: /health/live\n`);
+    await writeFile(
+      file,
+      `rate_limits:\n  gateway_request:\n    - name: live_by_ip\n      action: limit\n      characteristics: [ip]\n      limit: ${LIMIT}\n      period_s: ${PERIOD_S}\n      match:\n        route: /health/live\n`,
+    );
     const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_RATE_LIMITS_FILE: file } });
     const live = () => fetch(`${gw.url}/health/live`);
     // Start right after a window boundary so the whole exchange fits in one window.

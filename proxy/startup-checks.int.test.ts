@@ -41,9 +41,17 @@ describe('startup checks before any state exists', () => {
   }, 60_000);
 
   it('a started gateway logs one line stating the ceilings it enforces', async () => {
-    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_DOWNLOAD_BYTES_PER_SECOND: '1048576', ARKVORY_MAX_UPLOADS_PER_PRINCIPAL: '2' } });
+    const gw = await startGateway({
+      env: {
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_DOWNLOAD_BYTES_PER_SECOND: '1048576',
+        ARKVORY_MAX_UPLOADS_PER_PRINCIPAL: '2',
+      },
+    });
     const line = gw.logLines().find((l) => typeof l.msg === 'string' && l.msg.startsWith('ceilings: '));
-    expect(line?.msg).toBe('ceilings: downloads 1 MiB/s (no ceiling per principal), 256 at once (4 per principal); uploads no ceiling (no ceiling per principal), 2 at once per principal, at most 10 GiB each');
+    expect(line?.msg).toBe(
+      'ceilings: downloads 1 MiB/s (no ceiling per principal), 256 at once (4 per principal); uploads no ceiling (no ceiling per principal), 2 at once per principal, at most 10 GiB each',
+    );
     expect(line?.ceilings).toMatchObject({ downloadBytesPerSecond: 1048576, maxUploadsPerPrincipal: 2 });
   });
 });

@@ -23,8 +23,19 @@ export async function checkPortFree(host: string, port: number, variable = 'ARKV
     const probe = net.createServer();
     probe.unref();
     probe.once('error', (err: NodeJS.ErrnoException) => {
-      const why = err.code === 'EADDRINUSE' ? 'is already in use (another gateway or program listens there)' : err.code === 'EACCES' ? 'needs privileges this user does not have' : `cannot be bound (${err.code ?? err.message})`;
-      reject(startupCheckError('port_in_use', `${host}:${port} ${why}; stop that process or choose another ${variable}. Nothing was created.`, err));
+      const why =
+        err.code === 'EADDRINUSE'
+          ? 'is already in use (another gateway or program listens there)'
+          : err.code === 'EACCES'
+            ? 'needs privileges this user does not have'
+            : `cannot be bound (${err.code ?? err.message})`;
+      reject(
+        startupCheckError(
+          'port_in_use',
+          `${host}:${port} ${why}; stop that process or choose another ${variable}. Nothing was created.`,
+          err,
+        ),
+      );
     });
     probe.listen(port, host, () => probe.close(() => resolve()));
   });
@@ -39,7 +50,11 @@ async function exists(p: string, variable: string): Promise<boolean> {
     () => true,
     (err: NodeJS.ErrnoException) => {
       if (err.code === 'ENOENT') return false;
-      throw startupCheckError('data_dir_unusable', `${variable}: cannot inspect ${p} (${err.code ?? err.message})`, err);
+      throw startupCheckError(
+        'data_dir_unusable',
+        `${variable}: cannot inspect ${p} (${err.code ?? err.message})`,
+        err,
+      );
     },
   );
 }
@@ -62,7 +77,11 @@ export async function prepareDataDir(dir: string, variable = 'ARKVORY_DATA_DIR')
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
       if (code === 'EEXIST') continue;
-      throw startupCheckError('data_dir_unusable', `${variable}=${dir}: cannot create ${d} (${code ?? (err as Error).message}); choose a directory this user can create and write`, err);
+      throw startupCheckError(
+        'data_dir_unusable',
+        `${variable}=${dir}: cannot create ${d} (${code ?? (err as Error).message}); choose a directory this user can create and write`,
+        err,
+      );
     }
   }
   const s = await stat(target);
@@ -70,6 +89,10 @@ export async function prepareDataDir(dir: string, variable = 'ARKVORY_DATA_DIR')
   try {
     await access(target, constants.W_OK | constants.X_OK);
   } catch (err) {
-    throw startupCheckError('data_dir_unusable', `${variable}=${dir} is not writable by this user (${(err as NodeJS.ErrnoException).code ?? ''}); choose another directory or fix its owner`, err);
+    throw startupCheckError(
+      'data_dir_unusable',
+      `${variable}=${dir} is not writable by this user (${(err as NodeJS.ErrnoException).code ?? ''}); choose another directory or fix its owner`,
+      err,
+    );
   }
 }

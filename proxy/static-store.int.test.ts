@@ -26,7 +26,8 @@ async function entries(dir: string): Promise<string[]> {
 async function blobNames(root: string): Promise<string[]> {
   const out: string[] = [];
   const base = path.join(root, 'blobs', 'sha256');
-  for (const a of await entries(base)) for (const b of await entries(path.join(base, a))) out.push(...(await entries(path.join(base, a, b))));
+  for (const a of await entries(base))
+    for (const b of await entries(path.join(base, a))) out.push(...(await entries(path.join(base, a, b))));
   return out;
 }
 
@@ -38,7 +39,16 @@ async function rssBytes(pid: number): Promise<number> {
 const json = (r: { body: Buffer }) => JSON.parse(r.body.toString()) as Record<string, unknown>;
 
 /** A raw GET whose reading the test controls: resolves the head, then counts body bytes until close. */
-function slowGet(port: number, target: string, key: string): { head: Promise<{ status: number; contentLength: number }>; received: () => number; resume(): void; closed: Promise<void> } {
+function slowGet(
+  port: number,
+  target: string,
+  key: string,
+): {
+  head: Promise<{ status: number; contentLength: number }>;
+  received: () => number;
+  resume(): void;
+  closed: Promise<void>;
+} {
   const socket = net.connect(port, '127.0.0.1');
   let buffered = Buffer.alloc(0);
   let headerDone = false;
@@ -58,7 +68,10 @@ function slowGet(port: number, target: string, key: string): { head: Promise<{ s
     bodyBytes += buffered.length - end - 4;
     // Stop reading right after the head: the gateway must hold the rest back (backpressure).
     socket.pause();
-    resolveHead({ status: Number(text.split(' ')[1]), contentLength: Number(/content-length: (\d+)/i.exec(text)?.[1] ?? -1) });
+    resolveHead({
+      status: Number(text.split(' ')[1]),
+      contentLength: Number(/content-length: (\d+)/i.exec(text)?.[1] ?? -1),
+    });
   });
   socket.on('error', () => {});
   const closed = new Promise<void>((r) => socket.once('close', () => r()));
@@ -78,8 +91,20 @@ describe('the static-HTTP store under faults', () => {
     await createRepository(db.pool, 'st');
     ({ key } = await createServiceAccount(db.pool, { grants: { st: 'write' } }));
     nginx = await startStaticStore();
-    gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_STORAGE_URL: nginx.url, ARKVORY_STORAGE_TIMEOUT_SECONDS: '2', ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS: '500' }, timeoutMs: 60_000 });
-    const put = await request(`${base()}/big.bin`, { method: 'PUT', headers: { ...bearer(key), 'content-digest': contentDigest(big) }, body: big });
+    gw = await startGateway({
+      env: {
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_STORAGE_URL: nginx.url,
+        ARKVORY_STORAGE_TIMEOUT_SECONDS: '2',
+        ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS: '500',
+      },
+      timeoutMs: 60_000,
+    });
+    const put = await request(`${base()}/big.bin`, {
+      method: 'PUT',
+      headers: { ...bearer(key), 'content-digest': contentDigest(big) },
+      body: big,
+    });
     expect(put.status, put.body.toString()).toBe(201);
   });
 
@@ -102,7 +127,9 @@ describe('the static-HTTP store under faults', () => {
       // Cut, not completed short: fewer bytes than Content-Length and the connection closed.
       expect(get.received()).toBeLessThan(big.length);
     });
-    const log = gw.logLines().find((l) => l.msg === 'request' && l.route?.toString().includes('/content') && l.completed === false);
+    const log = gw
+      .logLines()
+      .find((l) => l.msg === 'request' && l.route?.toString().includes('/content') && l.completed === false);
     expect(log, 'the gateway logs the download as not completed').toBeDefined();
 
     // The client keeps what it had (a prefix of the file) and resumes with Range.
@@ -117,7 +144,10 @@ describe('the static-HTTP store under faults', () => {
     const small = randomContent(10_000);
     await withStoreDown(async () => {
       for (const method of ['GET', 'HEAD']) {
-        const res = await request(`${base()}/big.bin/content`, { method, headers: { ...bearer(key), range: 'bytes=0-99' } });
+        const res = await request(`${base()}/big.bin/content`, {
+          method,
+          headers: { ...bearer(key), range: 'bytes=0-99' },
+        });
         expect(res.status, method).toBe(502);
         if (method === 'GET') expect(json(res)).toMatchObject({ code: 'upstream_unreachable' });
       }
@@ -141,7 +171,15 @@ describe('the static-HTTP store under faults', () => {
         yield data.subarray(offset, offset + MiB);
       }
     }
-    const res = await request(`${base()}/cut.bin`, { method: 'PUT', headers: { ...bearer(key), 'content-length': String(data.length) }, body: slowBody() }).catch((err: Error) => ({ status: -1, body: Buffer.from(JSON.stringify({ message: err.message })), headers: {} }));
+    const res = await request(`${base()}/cut.bin`, {
+      method: 'PUT',
+      headers: { ...bearer(key), 'content-length': String(data.length) },
+      body: slowBody(),
+    }).catch((err: Error) => ({
+      status: -1,
+      body: Buffer.from(JSON.stringify({ message: err.message })),
+      headers: {},
+    }));
     await stopped;
     await nginx.start();
     if (res.status !== -1) {
@@ -149,7 +187,11 @@ describe('the static-HTTP store under faults', () => {
       expect(json(res)).toMatchObject({ code: 'upstream_unreachable' });
     }
     // Either way the gateway said why, with the stable code.
-    await expect.poll(() => gw.logLines().some((l) => l.code === 'upstream_unreachable' && String(l.route).endsWith('/artifacts/:id'))).toBe(true);
+    await expect
+      .poll(() =>
+        gw.logLines().some((l) => l.code === 'upstream_unreachable' && String(l.route).endsWith('/artifacts/:id')),
+      )
+      .toBe(true);
     expect(sent).toBeLessThan(data.length + 1);
     expect((await request(`${base()}/cut.bin`, { headers: bearer(key) })).status).toBe(404);
     expect(await blobNames(nginx.root)).not.toContain(sha256(data));
@@ -170,7 +212,11 @@ describe('the static-HTTP store under faults', () => {
         yield data.subarray(offset, offset + MiB);
       }
     }
-    const done = request(`${base()}/stall.bin`, { method: 'PUT', headers: { ...bearer(key), 'content-length': String(data.length), 'content-digest': contentDigest(data) }, body: body() });
+    const done = request(`${base()}/stall.bin`, {
+      method: 'PUT',
+      headers: { ...bearer(key), 'content-length': String(data.length), 'content-digest': contentDigest(data) },
+      body: body(),
+    });
     // While nginx is frozen the client cannot push the whole body through the gateway.
     await sleep(1500);
     const offeredWhileFrozen = offered;
@@ -186,9 +232,16 @@ describe('the static-HTTP store under faults', () => {
   });
 
   it('arkvory doctor checks the storage-id object on the store, and says when the store is down', async () => {
-    const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: gw.dataDir, ARKVORY_STORAGE_URL: nginx.url, ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS: '500' };
+    const env = {
+      ARKVORY_DATABASE_URL: db.url,
+      ARKVORY_DATA_DIR: gw.dataDir,
+      ARKVORY_STORAGE_URL: nginx.url,
+      ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS: '500',
+    };
     const ok = await runCli(['doctor'], env);
-    expect(ok.stdout).toMatch(new RegExp(`ok +storage: ${nginx.url.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} and the database are both storage`));
+    expect(ok.stdout).toMatch(
+      new RegExp(`ok +storage: ${nginx.url.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} and the database are both storage`),
+    );
     await withStoreDown(async () => {
       const down = await runCli(['doctor'], env);
       expect(down.stdout).toMatch(/FAIL +storage: .*could not be reached/);
@@ -230,33 +283,63 @@ describe('a static store without WebDAV MOVE, and multipart uploads on the store
     const repo = `${gw.url}/api/v1/repositories/nm`;
 
     const data = randomContent(3 * MiB + 7);
-    const put = await request(`${repo}/artifacts/plain.bin`, { method: 'PUT', headers: { ...bearer(key), 'content-digest': contentDigest(data) }, body: data });
+    const put = await request(`${repo}/artifacts/plain.bin`, {
+      method: 'PUT',
+      headers: { ...bearer(key), 'content-digest': contentDigest(data) },
+      body: data,
+    });
     expect(put.status, put.body.toString()).toBe(201);
     const hex = sha256(data);
-    expect((await readFile(path.join(nginx.root, 'blobs', 'sha256', hex.slice(0, 2), hex.slice(2, 4), hex))).equals(data)).toBe(true);
+    expect(
+      (await readFile(path.join(nginx.root, 'blobs', 'sha256', hex.slice(0, 2), hex.slice(2, 4), hex))).equals(data),
+    ).toBe(true);
     expect(await entries(path.join(nginx.root, 'tmp'))).toEqual([]);
     // The same bytes again: 200, one blob; a MOVE was tried once and answered 405.
-    expect((await request(`${repo}/artifacts/plain.bin`, { method: 'PUT', headers: bearer(key), body: data })).status).toBe(200);
-    expect((await nginx.accessLog()).split('\n').filter((l) => l.startsWith('405 ') && l.includes('MOVE'))).toHaveLength(1);
+    expect(
+      (await request(`${repo}/artifacts/plain.bin`, { method: 'PUT', headers: bearer(key), body: data })).status,
+    ).toBe(200);
+    expect(
+      (await nginx.accessLog()).split('\n').filter((l) => l.startsWith('405 ') && l.includes('MOVE')),
+    ).toHaveLength(1);
 
     // Multipart: three parts land under uploads/<session>/ on the store, the worker assembles them.
     const file = randomContent(9 * MiB + 3);
     const parts = [file.subarray(0, 4 * MiB), file.subarray(4 * MiB, 8 * MiB), file.subarray(8 * MiB)];
-    const opened = await request(`${repo}/artifacts/multi.bin/uploads`, { method: 'POST', headers: { ...bearer(key), 'content-type': 'application/json' }, body: Buffer.from(JSON.stringify({ size: file.length, sha256: sha256(file) })) });
+    const opened = await request(`${repo}/artifacts/multi.bin/uploads`, {
+      method: 'POST',
+      headers: { ...bearer(key), 'content-type': 'application/json' },
+      body: Buffer.from(JSON.stringify({ size: file.length, sha256: sha256(file) })),
+    });
     expect(opened.status, opened.body.toString()).toBe(201);
     const upload = json(opened).upload as string;
     for (const [i, p] of parts.entries()) {
-      const r = await request(`${repo}/uploads/${upload}/parts/${i + 1}`, { method: 'PUT', headers: bearer(key), body: p });
+      const r = await request(`${repo}/uploads/${upload}/parts/${i + 1}`, {
+        method: 'PUT',
+        headers: bearer(key),
+        body: p,
+      });
       expect(r.status, r.body.toString()).toBe(200);
     }
     expect(await entries(path.join(nginx.root, 'uploads', upload))).toHaveLength(3);
-    const done = await request(`${repo}/uploads/${upload}/complete`, { method: 'POST', headers: { ...bearer(key), 'content-type': 'application/json' }, body: Buffer.from(JSON.stringify({ parts: parts.map((p, i) => ({ partNumber: i + 1, sha256: sha256(p) })) })) });
+    const done = await request(`${repo}/uploads/${upload}/complete`, {
+      method: 'POST',
+      headers: { ...bearer(key), 'content-type': 'application/json' },
+      body: Buffer.from(JSON.stringify({ parts: parts.map((p, i) => ({ partNumber: i + 1, sha256: sha256(p) })) })),
+    });
     expect(done.status, done.body.toString()).toBe(202);
-    await expect.poll(async () => json(await request(`${repo}/uploads/${upload}`, { headers: bearer(key) })).state, { timeout: 30_000 }).toBe('done');
-    const got = await request(`${repo}/artifacts/multi.bin/content`, { headers: { ...bearer(key), range: `bytes=${4 * MiB - 5}-${4 * MiB + 4}` } });
+    await expect
+      .poll(async () => json(await request(`${repo}/uploads/${upload}`, { headers: bearer(key) })).state, {
+        timeout: 30_000,
+      })
+      .toBe('done');
+    const got = await request(`${repo}/artifacts/multi.bin/content`, {
+      headers: { ...bearer(key), range: `bytes=${4 * MiB - 5}-${4 * MiB + 4}` },
+    });
     expect(got.status).toBe(206);
     expect(got.body.equals(file.subarray(4 * MiB - 5, 4 * MiB + 5))).toBe(true);
-    expect(sha256((await request(`${repo}/artifacts/multi.bin/content`, { headers: bearer(key) })).body)).toBe(sha256(file));
+    expect(sha256((await request(`${repo}/artifacts/multi.bin/content`, { headers: bearer(key) })).body)).toBe(
+      sha256(file),
+    );
     expect(await entries(path.join(nginx.root, 'uploads', upload))).toEqual([]);
     expect(await entries(path.join(nginx.root, 'tmp'))).toEqual([]);
   });
@@ -283,7 +366,11 @@ describe('the writer killed during an upload to the static store', () => {
         yield data.subarray(offset, offset + MiB);
       }
     }
-    const upload = await request(`${gw.url}/api/v1/repositories/crash/artifacts/big`, { method: 'PUT', headers: { ...bearer(key), 'content-length': String(data.length) }, body: slowBody() }).catch((err: Error) => err);
+    const upload = await request(`${gw.url}/api/v1/repositories/crash/artifacts/big`, {
+      method: 'PUT',
+      headers: { ...bearer(key), 'content-length': String(data.length) },
+      body: slowBody(),
+    }).catch((err: Error) => err);
     expect(killed).toBe(true);
     expect(upload).toBeInstanceOf(Error);
     // nginx drops a chunked PUT whose client went away: nothing reaches tmp/ or blobs/.
@@ -293,7 +380,11 @@ describe('the writer killed during an upload to the static store', () => {
     expect((await db.pool.query("SELECT 1 FROM arkvory_artifacts WHERE repository = 'crash'")).rowCount).toBe(0);
 
     const restarted = await startGateway({ env, dataDir: gw.dataDir, timeoutMs: 60_000 });
-    const retry = await request(`${restarted.url}/api/v1/repositories/crash/artifacts/big`, { method: 'PUT', headers: { ...bearer(key), 'content-digest': contentDigest(data) }, body: data });
+    const retry = await request(`${restarted.url}/api/v1/repositories/crash/artifacts/big`, {
+      method: 'PUT',
+      headers: { ...bearer(key), 'content-digest': contentDigest(data) },
+      body: data,
+    });
     expect(retry.status).toBe(201);
     expect(await blobNames(nginx.root)).toEqual([sha256(data)]);
   }, 120_000);
@@ -306,28 +397,92 @@ describe('gateways on different hosts sharing one static store', () => {
     await createRepository(db.pool, 'multi');
     const { key } = await createServiceAccount(db.pool, { grants: { multi: 'write' } });
     const nginx = await startStaticStore();
-    const shared = { ARKVORY_DATABASE_URL: db.url, ARKVORY_REDIS_URL: inject('redisUrl'), ARKVORY_GATEWAY_SLOTS: '2', ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(256 * MiB), ARKVORY_STORAGE_URL: nginx.url };
-    const writer = await startGateway({ env: { ...shared, ARKVORY_GATEWAY_SLOT: '0', ARKVORY_EMBEDDED_WORKER: '0' }, dataDir: await makeTempDir() });
-    const reader = await startGateway({ env: { ...shared, ARKVORY_ROLE: 'reader', ARKVORY_GATEWAY_SLOT: '1' }, dataDir: await makeTempDir() });
-    await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_ROLE: 'worker', ARKVORY_STORAGE_URL: nginx.url }, dataDir: await makeTempDir(), waitFor: 'listening' });
+    const shared = {
+      ARKVORY_DATABASE_URL: db.url,
+      ARKVORY_REDIS_URL: inject('redisUrl'),
+      ARKVORY_GATEWAY_SLOTS: '2',
+      ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(256 * MiB),
+      ARKVORY_STORAGE_URL: nginx.url,
+    };
+    const writer = await startGateway({
+      env: { ...shared, ARKVORY_GATEWAY_SLOT: '0', ARKVORY_EMBEDDED_WORKER: '0' },
+      dataDir: await makeTempDir(),
+    });
+    const reader = await startGateway({
+      env: { ...shared, ARKVORY_ROLE: 'reader', ARKVORY_GATEWAY_SLOT: '1' },
+      dataDir: await makeTempDir(),
+    });
+    await startGateway({
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_ROLE: 'worker', ARKVORY_STORAGE_URL: nginx.url },
+      dataDir: await makeTempDir(),
+      waitFor: 'listening',
+    });
 
     const data = randomContent(5 * MiB + 1);
-    expect((await request(`${writer.url}/api/v1/repositories/multi/artifacts/a.bin`, { method: 'PUT', headers: bearer(key), body: data })).status).toBe(201);
-    const range = await request(`${reader.url}/api/v1/repositories/multi/artifacts/a.bin/content`, { headers: { ...bearer(key), range: 'bytes=100-199,-50' } });
+    expect(
+      (
+        await request(`${writer.url}/api/v1/repositories/multi/artifacts/a.bin`, {
+          method: 'PUT',
+          headers: bearer(key),
+          body: data,
+        })
+      ).status,
+    ).toBe(201);
+    const range = await request(`${reader.url}/api/v1/repositories/multi/artifacts/a.bin/content`, {
+      headers: { ...bearer(key), range: 'bytes=100-199,-50' },
+    });
     expect(range.status).toBe(206);
     const ranged = parseMultipart(range.body, range.headers['content-type']!);
-    expect(Buffer.concat(ranged.map((p) => p.data)).equals(Buffer.concat([data.subarray(100, 200), data.subarray(data.length - 50)]))).toBe(true);
+    expect(
+      Buffer.concat(ranged.map((p) => p.data)).equals(
+        Buffer.concat([data.subarray(100, 200), data.subarray(data.length - 50)]),
+      ),
+    ).toBe(true);
     // A small body: the reader refuses at once and may close before a large one is sent (EPIPE).
-    expect((await request(`${reader.url}/api/v1/repositories/multi/artifacts/b.bin`, { method: 'PUT', headers: bearer(key), body: Buffer.from('x') })).status).toBe(405);
+    expect(
+      (
+        await request(`${reader.url}/api/v1/repositories/multi/artifacts/b.bin`, {
+          method: 'PUT',
+          headers: bearer(key),
+          body: Buffer.from('x'),
+        })
+      ).status,
+    ).toBe(405);
 
     const parts = [data.subarray(0, 3 * MiB), data.subarray(3 * MiB)];
-    const opened = await request(`${writer.url}/api/v1/repositories/multi/artifacts/m.bin/uploads`, { method: 'POST', headers: { ...bearer(key), 'content-type': 'application/json' }, body: Buffer.from('{}') });
+    const opened = await request(`${writer.url}/api/v1/repositories/multi/artifacts/m.bin/uploads`, {
+      method: 'POST',
+      headers: { ...bearer(key), 'content-type': 'application/json' },
+      body: Buffer.from('{}'),
+    });
     const upload = json(opened).upload as string;
-    for (const [i, p] of parts.entries()) expect((await request(`${writer.url}/api/v1/repositories/multi/uploads/${upload}/parts/${i + 1}`, { method: 'PUT', headers: bearer(key), body: p })).status).toBe(200);
-    const done = await request(`${writer.url}/api/v1/repositories/multi/uploads/${upload}/complete`, { method: 'POST', headers: { ...bearer(key), 'content-type': 'application/json' }, body: Buffer.from(JSON.stringify({ parts: parts.map((p, i) => ({ partNumber: i + 1, sha256: sha256(p) })) })) });
+    for (const [i, p] of parts.entries())
+      expect(
+        (
+          await request(`${writer.url}/api/v1/repositories/multi/uploads/${upload}/parts/${i + 1}`, {
+            method: 'PUT',
+            headers: bearer(key),
+            body: p,
+          })
+        ).status,
+      ).toBe(200);
+    const done = await request(`${writer.url}/api/v1/repositories/multi/uploads/${upload}/complete`, {
+      method: 'POST',
+      headers: { ...bearer(key), 'content-type': 'application/json' },
+      body: Buffer.from(JSON.stringify({ parts: parts.map((p, i) => ({ partNumber: i + 1, sha256: sha256(p) })) })),
+    });
     expect(done.status).toBe(202);
-    await expect.poll(async () => json(await request(`${writer.url}/api/v1/repositories/multi/uploads/${upload}`, { headers: bearer(key) })).state, { timeout: 30_000 }).toBe('done');
-    const got = await request(`${reader.url}/api/v1/repositories/multi/artifacts/m.bin/content`, { headers: bearer(key) });
+    await expect
+      .poll(
+        async () =>
+          json(await request(`${writer.url}/api/v1/repositories/multi/uploads/${upload}`, { headers: bearer(key) }))
+            .state,
+        { timeout: 30_000 },
+      )
+      .toBe('done');
+    const got = await request(`${reader.url}/api/v1/repositories/multi/artifacts/m.bin/content`, {
+      headers: bearer(key),
+    });
     expect(sha256(got.body)).toBe(sha256(data));
   }, 120_000);
 });
@@ -340,11 +495,26 @@ describe('bandwidth governors on the static store', () => {
     await createRepository(db.pool, 'st');
     const { key } = await createServiceAccount(db.pool, { grants: { st: 'write' } });
     const nginx = await startStaticStore();
-    const paced = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_STORAGE_URL: nginx.url, ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(rate), ARKVORY_UPLOAD_BYTES_PER_SECOND: String(rate) } });
+    const paced = await startGateway({
+      env: {
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_STORAGE_URL: nginx.url,
+        ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(rate),
+        ARKVORY_UPLOAD_BYTES_PER_SECOND: String(rate),
+      },
+    });
     const stored = randomContent(2 * MiB);
     // The upload is paced too: 2 MiB at 512 KiB/s takes about 4 s.
     const t0 = performance.now();
-    expect((await request(`${paced.url}/api/v1/repositories/st/artifacts/big.bin`, { method: 'PUT', headers: bearer(key), body: stored })).status).toBe(201);
+    expect(
+      (
+        await request(`${paced.url}/api/v1/repositories/st/artifacts/big.bin`, {
+          method: 'PUT',
+          headers: bearer(key),
+          body: stored,
+        })
+      ).status,
+    ).toBe(201);
     expect((performance.now() - t0) / 1000).toBeGreaterThan(3);
     const started = performance.now();
     let bytes = 0;
@@ -353,7 +523,9 @@ describe('bandwidth governors on the static store', () => {
       socket.on('data', (d: Buffer) => (bytes += d.length));
       socket.on('close', () => resolve());
       socket.on('error', () => {});
-      socket.write(`GET /api/v1/repositories/st/artifacts/big.bin/content HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${key}\r\n\r\n`);
+      socket.write(
+        `GET /api/v1/repositories/st/artifacts/big.bin/content HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${key}\r\n\r\n`,
+      );
       setTimeout(() => socket.destroy(), 2500);
     });
     const seconds = (performance.now() - started) / 1000;

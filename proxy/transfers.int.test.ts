@@ -27,14 +27,22 @@ async function startWith(env: Record<string, string>): Promise<GatewayProcess> {
   const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ...env } });
   const head = await request(contentUrl(gw), { method: 'HEAD', headers: bearer(uploader) });
   if (head.status === 404) {
-    const put = await request(`${gw.url}/api/v1/repositories/bw/artifacts/f.bin`, { method: 'PUT', headers: bearer(uploader), body: file });
+    const put = await request(`${gw.url}/api/v1/repositories/bw/artifacts/f.bin`, {
+      method: 'PUT',
+      headers: bearer(uploader),
+      body: file,
+    });
     expect([200, 201]).toContain(put.status);
   }
   return gw;
 }
 
 /** Downloads for up to `ms`; resolves with the bytes received and the elapsed time. */
-function downloadFor(url: string, key: string, ms: number): Promise<{ bytes: number; elapsedMs: number; firstByteMs: number | undefined; status: number }> {
+function downloadFor(
+  url: string,
+  key: string,
+  ms: number,
+): Promise<{ bytes: number; elapsedMs: number; firstByteMs: number | undefined; status: number }> {
   return new Promise((resolve, reject) => {
     const started = performance.now();
     let bytes = 0;
@@ -65,7 +73,11 @@ describe('governors over HTTP', () => {
     const gw = await startWith({ ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(perPrincipal) });
     const sa = await createServiceAccount(db.pool, { scopes: ['read'], grants: { bw: 'read' } });
     const second = await new AdminStore(db.pool).createKey(sa.principalId, { scopes: ['read'] });
-    const runs = await Promise.all([downloadFor(contentUrl(gw), sa.key, 3000), downloadFor(contentUrl(gw), second.key, 3000), downloadFor(contentUrl(gw), sa.key, 3000)]);
+    const runs = await Promise.all([
+      downloadFor(contentUrl(gw), sa.key, 3000),
+      downloadFor(contentUrl(gw), second.key, 3000),
+      downloadFor(contentUrl(gw), sa.key, 3000),
+    ]);
     const elapsed = Math.max(...runs.map((r) => r.elapsedMs)) / 1000;
     const total = runs.reduce((sum, r) => sum + r.bytes, 0);
     expect(total).toBeLessThanOrEqual(perPrincipal * elapsed + burst);
@@ -85,15 +97,24 @@ describe('governors over HTTP', () => {
     const fair = (global / 2) * (modestRun.elapsedMs / 1000);
     expect(modestRun.bytes).toBeGreaterThan(fair * 0.7);
     const total = runs.reduce((sum, r) => sum + r.bytes, 0);
-    expect(total).toBeLessThanOrEqual(global * (Math.max(...runs.map((r) => r.elapsedMs)) / 1000) + Math.floor(global / 10));
+    expect(total).toBeLessThanOrEqual(
+      global * (Math.max(...runs.map((r) => r.elapsedMs)) / 1000) + Math.floor(global / 10),
+    );
   });
 
   it('the 5th concurrent download of a principal waits for a slot (default cap 4), and shutdown cancels it cleanly', async () => {
-    const gw = await startWith({ ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(256 * KiB), ARKVORY_SHUTDOWN_TIMEOUT_SECONDS: '3' });
+    const gw = await startWith({
+      ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(256 * KiB),
+      ARKVORY_SHUTDOWN_TIMEOUT_SECONDS: '3',
+    });
     const sa = await createServiceAccount(db.pool, { scopes: ['read'], grants: { bw: 'read' } });
     const active = Array.from({ length: 4 }, () => downloadFor(contentUrl(gw), sa.key, 8000));
     await sleep(500);
-    const fifth = downloadFor(contentUrl(gw), sa.key, 8000).catch((err: unknown) => ({ status: -1, firstByteMs: undefined, error: err }));
+    const fifth = downloadFor(contentUrl(gw), sa.key, 8000).catch((err: unknown) => ({
+      status: -1,
+      firstByteMs: undefined,
+      error: err,
+    }));
     let queued = 0;
     for (let i = 0; i < 40 && queued === 0; i++) {
       const ready = JSON.parse((await request(`${gw.url}/health/ready`, { headers: bearer(sa.key) })).body.toString());

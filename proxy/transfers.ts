@@ -29,10 +29,23 @@ export interface Transfers {
 }
 
 /** The download ceilings this process enforces: local ones, or its share of the stored policy. */
-export function downloadCeilings(config: Config): { downloadBytesPerSec: number; downloadBytesPerSecPerPrincipal: number } {
-  const local = { downloadBytesPerSec: config.bandwidth.downloadBytesPerSec, downloadBytesPerSecPerPrincipal: config.bandwidth.downloadBytesPerSecPerPrincipal };
+export function downloadCeilings(config: Config): {
+  downloadBytesPerSec: number;
+  downloadBytesPerSecPerPrincipal: number;
+} {
+  const local = {
+    downloadBytesPerSec: config.bandwidth.downloadBytesPerSec,
+    downloadBytesPerSecPerPrincipal: config.bandwidth.downloadBytesPerSecPerPrincipal,
+  };
   if (!config.shared) return local;
-  return localDownloadCeilings({ slots: config.shared.slots, downloadBytesPerSec: config.shared.downloadBytesPerSec, downloadBytesPerSecPerPrincipal: config.shared.downloadBytesPerSecPerPrincipal }, local);
+  return localDownloadCeilings(
+    {
+      slots: config.shared.slots,
+      downloadBytesPerSec: config.shared.downloadBytesPerSec,
+      downloadBytesPerSecPerPrincipal: config.shared.downloadBytesPerSecPerPrincipal,
+    },
+    local,
+  );
 }
 
 export function createTransfers(config: Config, clock: Clock, coordinator: Coordinator): Transfers {
@@ -41,7 +54,11 @@ export function createTransfers(config: Config, clock: Clock, coordinator: Coord
   // The governors ask the lease before every grant and fence themselves at the first "no".
   const governors = createBandwidthGovernors(
     { clock, isPermitted },
-    { ...download, uploadBytesPerSec: config.bandwidth.uploadBytesPerSec, uploadBytesPerSecPerPrincipal: config.bandwidth.uploadBytesPerSecPerPrincipal },
+    {
+      ...download,
+      uploadBytesPerSec: config.bandwidth.uploadBytesPerSec,
+      uploadBytesPerSecPerPrincipal: config.bandwidth.uploadBytesPerSecPerPrincipal,
+    },
   );
   const admission = new AdmissionQueue({
     maxDownloads: config.admission.maxDownloads,
@@ -71,8 +88,20 @@ export function createTransfers(config: Config, clock: Clock, coordinator: Coord
       const u = governors.upload.snapshot();
       return {
         transfers: {
-          downloads: { ...a.downloads, bytesGranted: d.grantedBytes, waitingQuanta: d.waitingQuanta, bytesPerSecond: d.rateBytesPerSec, bytesPerSecondPerPrincipal: d.perPrincipalBytesPerSec },
-          uploads: { ...a.uploads, bytesGranted: u.grantedBytes, waitingQuanta: u.waitingQuanta, bytesPerSecond: u.rateBytesPerSec, bytesPerSecondPerPrincipal: u.perPrincipalBytesPerSec },
+          downloads: {
+            ...a.downloads,
+            bytesGranted: d.grantedBytes,
+            waitingQuanta: d.waitingQuanta,
+            bytesPerSecond: d.rateBytesPerSec,
+            bytesPerSecondPerPrincipal: d.perPrincipalBytesPerSec,
+          },
+          uploads: {
+            ...a.uploads,
+            bytesGranted: u.grantedBytes,
+            waitingQuanta: u.waitingQuanta,
+            bytesPerSecond: u.rateBytesPerSec,
+            bytesPerSecondPerPrincipal: u.perPrincipalBytesPerSec,
+          },
         },
       };
     },
@@ -103,7 +132,13 @@ export function withAdmission(route: Route, transfers: Transfers): Route {
       const socket = ctx.req.socket as Socket;
       const counted = kind === 'download' ? () => socket.bytesWritten : () => socket.bytesRead;
       const atStart = counted();
-      const live = transfers.live.begin({ kind, principal: ctx.principal.name, route: ctx.route, repository: ctx.params.repo, bytes: () => counted() - atStart });
+      const live = transfers.live.begin({
+        kind,
+        principal: ctx.principal.name,
+        route: ctx.route,
+        repository: ctx.params.repo,
+        bytes: () => counted() - atStart,
+      });
       try {
         const release = await transfers.admit(ctx.principal.id, kind, ctx.signal);
         live.admitted();
@@ -120,7 +155,10 @@ export function withAdmission(route: Route, transfers: Transfers): Route {
 }
 
 /** The meters the content routes use: the request's principal in the route's direction. */
-export function contentMeters(transfers: Transfers): { download(ctx: RequestContext): ByteMeter | undefined; upload(ctx: RequestContext): ByteMeter | undefined } {
+export function contentMeters(transfers: Transfers): {
+  download(ctx: RequestContext): ByteMeter | undefined;
+  upload(ctx: RequestContext): ByteMeter | undefined;
+} {
   return {
     download: (ctx) => (ctx.principal ? transfers.meter('download', ctx.principal.id) : undefined),
     upload: (ctx) => (ctx.principal ? transfers.meter('upload', ctx.principal.id) : undefined),

@@ -30,18 +30,37 @@ function startWorker(services: Services, store: Store, sessions: UploadSessions)
  * Multipart routes for the writer (readers get none: every mutating method is read_only there), and
  * the completion worker inside the writer when ARKVORY_EMBEDDED_WORKER=1.
  */
-export async function startMultipart(services: Services, store: Store, meters: ContentMeters): Promise<{ routes: Route[] }> {
+export async function startMultipart(
+  services: Services,
+  store: Store,
+  meters: ContentMeters,
+): Promise<{ routes: Route[] }> {
   if (services.config.role !== 'api') return { routes: [] };
-  const sessions = new UploadSessions({ pool: services.pool, parts: store.parts, ttlSeconds: services.config.uploadSessionTtlSeconds });
+  const sessions = new UploadSessions({
+    pool: services.pool,
+    parts: store.parts,
+    ttlSeconds: services.config.uploadSessionTtlSeconds,
+  });
   if (services.config.embeddedWorker) await startWorker(services, store, sessions).start();
-  return { routes: multipartRoutes({ sessions, maxPartBytes: services.config.maxUploadBytes, writable: store.writable, meters }) };
+  return {
+    routes: multipartRoutes({
+      sessions,
+      maxPartBytes: services.config.maxUploadBytes,
+      writable: store.writable,
+      meters,
+    }),
+  };
 }
 
 /** `ARKVORY_ROLE=worker`: the completion worker and the health routes, nothing else. */
 export async function buildWorkerApp(services: Services): Promise<{ routes: Route[]; gates: Gate[] }> {
   const store = await openStore(services.config, 'worker', services.pool);
   services.onClose.push(() => store.close());
-  const sessions = new UploadSessions({ pool: services.pool, parts: store.parts, ttlSeconds: services.config.uploadSessionTtlSeconds });
+  const sessions = new UploadSessions({
+    pool: services.pool,
+    parts: store.parts,
+    ttlSeconds: services.config.uploadSessionTtlSeconds,
+  });
   await startWorker(services, store, sessions).start();
   // No auth gate runs here, so only the public health routes are served.
   return { routes: healthRoutes(services).filter((r) => r.access === 'public'), gates: [] };

@@ -76,7 +76,10 @@ export interface Catalog {
 export function createCatalog(pool: pg.Pool): Catalog {
   return {
     async get(key) {
-      const { rows } = await pool.query<Row>(`SELECT ${COLUMNS} FROM arkvory_artifacts WHERE ${KEY_WHERE}`, keyParams(key));
+      const { rows } = await pool.query<Row>(
+        `SELECT ${COLUMNS} FROM arkvory_artifacts WHERE ${KEY_WHERE}`,
+        keyParams(key),
+      );
       return rows[0] ? toEntry(rows[0]) : undefined;
     },
     async insertOrGet(entry) {

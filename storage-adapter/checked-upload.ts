@@ -23,9 +23,16 @@ export function checkedUpload(body: AsyncIterable<Uint8Array>, options: StageOpt
       options.signal?.throwIfAborted();
       const bytes = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
       result.sizeBytes += bytes.length;
-      if (result.sizeBytes > options.maxBytes) throw new StorageError('payload_too_large', `The upload is larger than the limit of ${options.maxBytes} bytes.`);
+      if (result.sizeBytes > options.maxBytes)
+        throw new StorageError(
+          'payload_too_large',
+          `The upload is larger than the limit of ${options.maxBytes} bytes.`,
+        );
       if (options.expectedLength !== undefined && result.sizeBytes > options.expectedLength) {
-        throw new StorageError('invalid_request', `The body is longer than its Content-Length of ${options.expectedLength} bytes.`);
+        throw new StorageError(
+          'invalid_request',
+          `The body is longer than its Content-Length of ${options.expectedLength} bytes.`,
+        );
       }
       if (options.meter) {
         const quantum = Math.max(1, options.meter.quantumBytes);
@@ -38,7 +45,10 @@ export function checkedUpload(body: AsyncIterable<Uint8Array>, options: StageOpt
     }
     options.signal?.throwIfAborted();
     if (options.expectedLength !== undefined && result.sizeBytes !== options.expectedLength) {
-      throw new StorageError('invalid_request', `The body has ${result.sizeBytes} bytes but Content-Length said ${options.expectedLength}.`);
+      throw new StorageError(
+        'invalid_request',
+        `The body has ${result.sizeBytes} bytes but Content-Length said ${options.expectedLength}.`,
+      );
     }
     result.sha256 = hash.digest('hex');
     if (options.expectedSha256 !== undefined && options.expectedSha256 !== result.sha256) {

@@ -10,8 +10,20 @@ describe('parseEntityTags', () => {
   it.each([
     ['*', '*'],
     ['"a"', [{ weak: false, opaque: '"a"' }]],
-    ['W/"a", "b"', [{ weak: true, opaque: '"a"' }, { weak: false, opaque: '"b"' }]],
-    ['"a,b" , "c"', [{ weak: false, opaque: '"a,b"' }, { weak: false, opaque: '"c"' }]],
+    [
+      'W/"a", "b"',
+      [
+        { weak: true, opaque: '"a"' },
+        { weak: false, opaque: '"b"' },
+      ],
+    ],
+    [
+      '"a,b" , "c"',
+      [
+        { weak: false, opaque: '"a,b"' },
+        { weak: false, opaque: '"c"' },
+      ],
+    ],
     ['a', undefined],
     ['"unterminated', undefined],
     ['"a" junk', undefined],
@@ -33,7 +45,11 @@ describe('evaluateReadPreconditions', () => {
     ['If-Modified-Since later', { ifModifiedSince: http(lastModifiedMs + 60_000) }, 'not_modified'],
     ['If-Modified-Since earlier', { ifModifiedSince: http(lastModifiedMs - 1000) }, 'proceed'],
     ['If-Modified-Since invalid', { ifModifiedSince: 'yesterday' }, 'proceed'],
-    ['If-None-Match wins over If-Modified-Since', { ifNoneMatch: '"other"', ifModifiedSince: http(lastModifiedMs) }, 'proceed'],
+    [
+      'If-None-Match wins over If-Modified-Since',
+      { ifNoneMatch: '"other"', ifModifiedSince: http(lastModifiedMs) },
+      'proceed',
+    ],
   ] as const)('%s', (_name, headers, expected) => {
     expect(evaluateReadPreconditions(headers, v)).toBe(expected);
   });

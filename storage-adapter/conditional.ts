@@ -56,7 +56,10 @@ function seconds(ms: number): number {
  * GET/HEAD preconditions: `If-None-Match` (weak comparison; `*` matches) and, only when that is
  * absent, `If-Modified-Since`. Returns `not_modified` for a 304, otherwise `proceed`.
  */
-export function evaluateReadPreconditions(headers: { ifNoneMatch?: string; ifModifiedSince?: string }, validators: Validators): 'not_modified' | 'proceed' {
+export function evaluateReadPreconditions(
+  headers: { ifNoneMatch?: string; ifModifiedSince?: string },
+  validators: Validators,
+): 'not_modified' | 'proceed' {
   if (headers.ifNoneMatch !== undefined) {
     const tags = parseEntityTags(headers.ifNoneMatch);
     if (tags === '*') return 'not_modified';

@@ -13,7 +13,6 @@ import { openFsStore } from './fs-store.ts';
 import { openHttpStore } from './http-store.ts';
 import { blobRelativePath } from './paths.ts';
 import { publishArtifact } from './publish.ts';
-import type { Store } from './store.ts';
 
 const dirs: string[] = [];
 async function tempRoot(): Promise<string> {
@@ -36,28 +35,41 @@ describe('storage identity', () => {
   it('the writer creates root, layout, storage-id and the row; later starts verify; readers never create', async () => {
     await db.pool.query('DELETE FROM arkvory_storage');
     const root = path.join(await tempRoot(), 'nested', 'root');
-    await expect(openFsStore({ root, role: 'reader', pool: db.pool })).rejects.toMatchObject({ code: 'storage_mismatch' });
+    await expect(openFsStore({ root, role: 'reader', pool: db.pool })).rejects.toMatchObject({
+      code: 'storage_mismatch',
+    });
     const store = await openFsStore({ root, role: 'writer', pool: db.pool });
     const fileId = (await readFile(path.join(root, 'storage-id'), 'utf8')).trim();
     const { rows } = await db.pool.query<{ id: string }>('SELECT id::text AS id FROM arkvory_storage');
     expect(rows).toEqual([{ id: fileId }]);
     expect(store.storageId).toBe(fileId);
-    for (const d of ['blobs/sha256', 'tmp', 'uploads']) expect((await stat(path.join(root, d))).isDirectory()).toBe(true);
+    for (const d of ['blobs/sha256', 'tmp', 'uploads'])
+      expect((await stat(path.join(root, d))).isDirectory()).toBe(true);
     expect((await openFsStore({ root, role: 'writer', pool: db.pool })).storageId).toBe(fileId);
     const reader = await openFsStore({ root, role: 'reader', pool: db.pool });
     expect(reader.writable).toBe(false);
 
     // Another, empty root on the same database: refused with a message naming the fix.
     const other = await tempRoot();
-    await expect(openFsStore({ root: other, role: 'writer', pool: db.pool })).rejects.toMatchObject({ code: 'storage_mismatch', message: expect.stringContaining('ARKVORY_DATA_DIR') });
+    await expect(openFsStore({ root: other, role: 'writer', pool: db.pool })).rejects.toMatchObject({
+      code: 'storage_mismatch',
+      message: expect.stringContaining('ARKVORY_DATA_DIR'),
+    });
     expect(await readdir(other)).toEqual([]);
-    await expect(openFsStore({ root: other, role: 'reader', pool: db.pool })).rejects.toMatchObject({ code: 'storage_mismatch' });
+    await expect(openFsStore({ root: other, role: 'reader', pool: db.pool })).rejects.toMatchObject({
+      code: 'storage_mismatch',
+    });
 
     // A root whose storage-id differs from the row: refused.
     await writeFile(path.join(root, 'storage-id'), '00000000-0000-4000-8000-000000000000\n');
-    await expect(openFsStore({ root, role: 'writer', pool: db.pool })).rejects.toMatchObject({ code: 'storage_mismatch', message: expect.stringContaining('different installations') });
+    await expect(openFsStore({ root, role: 'writer', pool: db.pool })).rejects.toMatchObject({
+      code: 'storage_mismatch',
+      message: expect.stringContaining('different installations'),
+    });
     await writeFile(path.join(root, 'storage-id'), 'garbage\n');
-    await expect(openFsStore({ root, role: 'writer', pool: db.pool })).rejects.toMatchObject({ code: 'storage_mismatch' });
+    await expect(openFsStore({ root, role: 'writer', pool: db.pool })).rejects.toMatchObject({
+      code: 'storage_mismatch',
+    });
   });
 
   it('a root bound to another database is refused', async () => {
@@ -66,7 +78,10 @@ describe('storage identity', () => {
       await db.pool.query('DELETE FROM arkvory_storage');
       const root = await tempRoot();
       await openFsStore({ root, role: 'writer', pool: db.pool });
-      await expect(openFsStore({ root, role: 'writer', pool: other.pool })).rejects.toMatchObject({ code: 'storage_mismatch', message: expect.stringContaining('ARKVORY_DATABASE_URL') });
+      await expect(openFsStore({ root, role: 'writer', pool: other.pool })).rejects.toMatchObject({
+        code: 'storage_mismatch',
+        message: expect.stringContaining('ARKVORY_DATABASE_URL'),
+      });
       const { rows } = await other.pool.query('SELECT id FROM arkvory_storage');
       expect(rows).toEqual([]);
     } finally {
@@ -99,7 +114,13 @@ async function entries(dir: string): Promise<string[]> {
 // (the static-HTTP store) and each real S3 server. The probe looks at the objects from outside.
 describe.each(ALL_STORE_KINDS)('publish (%s store)', (kind) => {
   const db = useTestDatabase();
-  const key = (name: string): ArtifactKey => ({ repository: 'store-test', kind: 'artifact', name, version: '', asset: '' });
+  const key = (name: string): ArtifactKey => ({
+    repository: 'store-test',
+    kind: 'artifact',
+    name,
+    version: '',
+    asset: '',
+  });
   let backing: StoreBacking;
   beforeAll(async () => {
     backing = await startStoreBacking(kind);
@@ -119,15 +140,32 @@ describe.each(ALL_STORE_KINDS)('publish (%s store)', (kind) => {
   it('publishes once, answers unchanged for the same bytes and conflict for others; blobs are shared', async () => {
     const { probe, store, catalog } = await setup();
     const bytes = randomBytes(70_000);
-    const first = await publishArtifact({ store, catalog }, { key: key('a'), body: body(bytes), contentType: 'text/plain', publishedBy: null, stage: { maxBytes: 1e6 } });
-    expect(first).toMatchObject({ outcome: 'created', entry: { sha256: sha256(bytes), sizeBytes: 70_000, contentType: 'text/plain' } });
+    const first = await publishArtifact(
+      { store, catalog },
+      { key: key('a'), body: body(bytes), contentType: 'text/plain', publishedBy: null, stage: { maxBytes: 1e6 } },
+    );
+    expect(first).toMatchObject({
+      outcome: 'created',
+      entry: { sha256: sha256(bytes), sizeBytes: 70_000, contentType: 'text/plain' },
+    });
     expect(await probe.read(blobName(sha256(bytes)))).toEqual(bytes);
-    const again = await publishArtifact({ store, catalog }, { key: key('a'), body: body(bytes), contentType: 'text/plain', publishedBy: null, stage: { maxBytes: 1e6 } });
+    const again = await publishArtifact(
+      { store, catalog },
+      { key: key('a'), body: body(bytes), contentType: 'text/plain', publishedBy: null, stage: { maxBytes: 1e6 } },
+    );
     expect(again.outcome).toBe('unchanged');
     const other = randomBytes(10);
-    await expect(publishArtifact({ store, catalog }, { key: key('a'), body: body(other), contentType: 'text/plain', publishedBy: null, stage: { maxBytes: 1e6 } })).rejects.toMatchObject({ code: 'conflict' });
+    await expect(
+      publishArtifact(
+        { store, catalog },
+        { key: key('a'), body: body(other), contentType: 'text/plain', publishedBy: null, stage: { maxBytes: 1e6 } },
+      ),
+    ).rejects.toMatchObject({ code: 'conflict' });
     // Same bytes under a second name: one blob.
-    await publishArtifact({ store, catalog }, { key: key('b'), body: body(bytes), contentType: 'text/plain', publishedBy: null, stage: { maxBytes: 1e6 } });
+    await publishArtifact(
+      { store, catalog },
+      { key: key('b'), body: body(bytes), contentType: 'text/plain', publishedBy: null, stage: { maxBytes: 1e6 } },
+    );
     expect(await catalog.referencedBlobs()).toEqual(new Set([sha256(bytes)]));
     expect(await probe.list('tmp')).toEqual([]);
   });
@@ -137,11 +175,26 @@ describe.each(ALL_STORE_KINDS)('publish (%s store)', (kind) => {
     ['a shorter body than declared', { expectedLength: 5001 }, 'invalid_request'],
     ['a longer body than declared', { expectedLength: 4999 }, 'invalid_request'],
     ['a body over the limit', { maxBytes: 4999 }, 'payload_too_large'],
-    ['a wrong digest with the length declared', { expectedLength: 5000, expectedSha256: 'f'.repeat(64) }, 'invalid_request'],
+    [
+      'a wrong digest with the length declared',
+      { expectedLength: 5000, expectedSha256: 'f'.repeat(64) },
+      'invalid_request',
+    ],
   ] as const)('%s publishes nothing and leaves tmp/ empty', async (_name, options, code) => {
     const { probe, store, catalog } = await setup();
     const bytes = randomBytes(5000);
-    await expect(publishArtifact({ store, catalog }, { key: key('x'), body: body(bytes), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e6, ...options } })).rejects.toMatchObject({ code });
+    await expect(
+      publishArtifact(
+        { store, catalog },
+        {
+          key: key('x'),
+          body: body(bytes),
+          contentType: 'a/b',
+          publishedBy: null,
+          stage: { maxBytes: 1e6, ...options },
+        },
+      ),
+    ).rejects.toMatchObject({ code });
     expect(await catalog.get(key('x'))).toBeUndefined();
     expect(await store.hasBlob(sha256(bytes))).toBe(false);
     expect(await probe.list('tmp')).toEqual([]);
@@ -153,7 +206,12 @@ describe.each(ALL_STORE_KINDS)('publish (%s store)', (kind) => {
       yield randomBytes(100_000);
       throw Object.assign(new Error('aborted'), { code: 'ECONNRESET' });
     }
-    await expect(publishArtifact({ store, catalog }, { key: key('y'), body: broken(), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e6 } })).rejects.toThrow('aborted');
+    await expect(
+      publishArtifact(
+        { store, catalog },
+        { key: key('y'), body: broken(), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e6 } },
+      ),
+    ).rejects.toThrow('aborted');
     expect(await catalog.get(key('y'))).toBeUndefined();
     expect(await probe.list('tmp')).toEqual([]);
     expect(await probe.list('blobs/sha256')).toEqual([]);
@@ -163,7 +221,16 @@ describe.each(ALL_STORE_KINDS)('publish (%s store)', (kind) => {
     const { store, catalog } = await setup();
     const taken: number[] = [];
     const meter = { quantumBytes: 4096, take: async (n: number) => void taken.push(n) };
-    await publishArtifact({ store, catalog }, { key: key('m'), body: body(randomBytes(10_000)), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e6, meter } });
+    await publishArtifact(
+      { store, catalog },
+      {
+        key: key('m'),
+        body: body(randomBytes(10_000)),
+        contentType: 'a/b',
+        publishedBy: null,
+        stage: { maxBytes: 1e6, meter },
+      },
+    );
     expect(taken.reduce((a, b) => a + b, 0)).toBe(10_000);
     expect(Math.max(...taken)).toBeLessThanOrEqual(4096);
   });
@@ -171,8 +238,15 @@ describe.each(ALL_STORE_KINDS)('publish (%s store)', (kind) => {
   it('reads back any byte range of a published blob, and an absent blob is not_found', async () => {
     const { store, catalog } = await setup();
     const bytes = randomBytes(300_000);
-    await publishArtifact({ store, catalog }, { key: key('r'), body: body(bytes), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e6 } });
-    const ranges = [{ start: 0, end: 0 }, { start: 1000, end: 200_000 }, { start: 299_999, end: 299_999 }];
+    await publishArtifact(
+      { store, catalog },
+      { key: key('r'), body: body(bytes), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e6 } },
+    );
+    const ranges = [
+      { start: 0, end: 0 },
+      { start: 1000, end: 200_000 },
+      { start: 299_999, end: 299_999 },
+    ];
     const reader = await store.openBlob(sha256(bytes), ranges);
     try {
       expect(reader.sizeBytes).toBe(300_000);
@@ -201,22 +275,31 @@ describe('storage identity (static-HTTP store)', () => {
     const nginx = await startStaticStore();
     try {
       await db.pool.query('DELETE FROM arkvory_storage');
-      const open = (role: 'writer' | 'reader', url = nginx.url) => openHttpStore({ url, role, pool: db.pool, connectTimeoutMs: 1000, timeoutMs: 5000 });
+      const open = (role: 'writer' | 'reader', url = nginx.url) =>
+        openHttpStore({ url, role, pool: db.pool, connectTimeoutMs: 1000, timeoutMs: 5000 });
       await expect(open('reader')).rejects.toMatchObject({ code: 'storage_mismatch' });
       const writer = await open('writer');
       const objectId = (await readFile(path.join(nginx.root, 'storage-id'), 'utf8')).trim();
       expect(writer.storageId).toBe(objectId);
-      expect((await db.pool.query<{ id: string }>('SELECT id::text AS id FROM arkvory_storage')).rows).toEqual([{ id: objectId }]);
+      expect((await db.pool.query<{ id: string }>('SELECT id::text AS id FROM arkvory_storage')).rows).toEqual([
+        { id: objectId },
+      ]);
       const reader = await open('reader');
       expect(reader.storageId).toBe(objectId);
       expect(reader.writable).toBe(false);
       await Promise.all([writer.close(), reader.close()]);
 
       // Another, empty store on the same database: refused, naming the variable to fix.
-      await expect(open('writer', `${nginx.url}other/`)).rejects.toMatchObject({ code: 'storage_mismatch', message: expect.stringContaining('ARKVORY_STORAGE_URL') });
+      await expect(open('writer', `${nginx.url}other/`)).rejects.toMatchObject({
+        code: 'storage_mismatch',
+        message: expect.stringContaining('ARKVORY_STORAGE_URL'),
+      });
       expect(await readdir(nginx.root)).toEqual(['storage-id']);
       await writeFile(path.join(nginx.root, 'storage-id'), '00000000-0000-4000-8000-000000000000\n');
-      await expect(open('writer')).rejects.toMatchObject({ code: 'storage_mismatch', message: expect.stringContaining('different installations') });
+      await expect(open('writer')).rejects.toMatchObject({
+        code: 'storage_mismatch',
+        message: expect.stringContaining('different installations'),
+      });
 
       await nginx.stop();
       await expect(open('reader')).rejects.toMatchObject({ code: 'upstream_unreachable' });

@@ -131,9 +131,18 @@ export async function openFsStore(options: {
   const root = path.resolve(options.root);
   const { role } = options;
   if (role === 'writer') await mkdir(root, { recursive: true });
-  else if (!(await isDirectory(root))) throw new StorageError('storage_mismatch', `the storage root ${root} does not exist; a reader never creates it (start the writer first, or mount the shared root)`);
+  else if (!(await isDirectory(root)))
+    throw new StorageError(
+      'storage_mismatch',
+      `the storage root ${root} does not exist; a reader never creates it (start the writer first, or mount the shared root)`,
+    );
 
-  const storageId = await ensureStorageIdentity({ root, role: role === 'writer' ? 'writer' : 'reader', pool: options.pool, newId: options.newStorageId });
+  const storageId = await ensureStorageIdentity({
+    root,
+    role: role === 'writer' ? 'writer' : 'reader',
+    pool: options.pool,
+    newId: options.newStorageId,
+  });
   const blobsDir = resolveInsideRoot(root, BLOBS_DIR);
   const tmpDir = resolveInsideRoot(root, TMP_DIR);
   if (role === 'writer') {
@@ -245,10 +254,18 @@ export async function openFsStore(options: {
       if (options.openFiles) {
         const lease = await options.openFiles.acquire(sha256, openFile);
         const { handle, sizeBytes } = lease.file;
-        return { sizeBytes, read: (buffer, offset, length, position) => handle.read(buffer, offset, length, position), close: () => lease.release() };
+        return {
+          sizeBytes,
+          read: (buffer, offset, length, position) => handle.read(buffer, offset, length, position),
+          close: () => lease.release(),
+        };
       }
       const { handle, sizeBytes } = await openFile();
-      return { sizeBytes, read: (buffer, offset, length, position) => handle.read(buffer, offset, length, position), close: () => handle.close() };
+      return {
+        sizeBytes,
+        read: (buffer, offset, length, position) => handle.read(buffer, offset, length, position),
+        close: () => handle.close(),
+      };
     },
 
     async hasBlob(sha256) {

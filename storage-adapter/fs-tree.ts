@@ -1,5 +1,5 @@
 /** `StoreTree` over a directory: every name goes through the containment helper. */
-import { createReadStream } from 'node:fs';
+import { createReadStream, type Dirent } from 'node:fs';
 import { mkdir, readdir, rename, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { fsyncDirectory } from './fs-sync.ts';
@@ -11,7 +11,7 @@ export function createFsTree(root: string): StoreTree {
   return {
     location: root,
     async list(dir) {
-      let dirents;
+      let dirents: Dirent[];
       try {
         dirents = await readdir(at(dir), { withFileTypes: true });
       } catch (err) {

@@ -17,7 +17,13 @@ import type pg from 'pg';
 import type { Dispatcher, Pool } from 'undici';
 import { checkedUpload } from './checked-upload.ts';
 import { StorageError } from './errors.ts';
-import { createUpstreamPool, sendStreamedBody, unexpectedStatus, upstreamError, type UpstreamOptions } from './http-upstream.ts';
+import {
+  createUpstreamPool,
+  sendStreamedBody,
+  unexpectedStatus,
+  upstreamError,
+  type UpstreamOptions,
+} from './http-upstream.ts';
 import { ensureStorageIdentityOf, type IdentityObject, type StorageRole } from './identity.ts';
 import { sessionRelativeDir } from './multipart/session-path.ts';
 import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, TMP_DIR } from './paths.ts';
@@ -39,7 +45,6 @@ interface CallOptions {
 
 /** `blobs/sha256/ab/cd/<hex>` with forward slashes whatever the platform. */
 const blobName = (sha256: string) => blobRelativePath(sha256).split('\\').join('/');
-
 
 export interface HttpStoreOptions extends UpstreamOptions {
   /** Base URL of the store root, e.g. `http://storage:8081/arkvory/`. */
@@ -65,9 +70,20 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<Store> {
 
   async function call(o: CallOptions): Promise<Dispatcher.ResponseData> {
     try {
-      return await upstream.request({ method: o.method, path: o.path, headers: o.headers, body: o.body, signal: o.signal, headersTimeout: o.headersTimeout, highWaterMark: o.highWaterMark });
+      return await upstream.request({
+        method: o.method,
+        path: o.path,
+        headers: o.headers,
+        body: o.body,
+        signal: o.signal,
+        headersTimeout: o.headersTimeout,
+        highWaterMark: o.highWaterMark,
+      });
     } catch (err) {
-      throw upstreamError(o.signal?.aborted && o.signal.reason instanceof StorageError ? o.signal.reason : err, `${o.method} ${o.path}`);
+      throw upstreamError(
+        o.signal?.aborted && o.signal.reason instanceof StorageError ? o.signal.reason : err,
+        `${o.method} ${o.path}`,
+      );
     }
   }
 
@@ -88,7 +104,17 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<Store> {
   async function put(relative: string, body: AsyncIterable<Buffer>, signal?: AbortSignal): Promise<void> {
     const timeoutMessage = `The artifact store did not confirm PUT ${pathOf(relative)} within ${options.timeoutMs} ms.`;
     await sendStreamedBody(body, { signal, timeoutMs: options.timeoutMs, timeoutMessage }, (watched, sendSignal) =>
-      expectStatus({ method: 'PUT', path: pathOf(relative), headers: { 'content-type': 'application/octet-stream' }, body: Readable.from(watched, { objectMode: false }), signal: sendSignal, headersTimeout: 0 }, [200, 201, 204]),
+      expectStatus(
+        {
+          method: 'PUT',
+          path: pathOf(relative),
+          headers: { 'content-type': 'application/octet-stream' },
+          body: Readable.from(watched, { objectMode: false }),
+          signal: sendSignal,
+          headersTimeout: 0,
+        },
+        [200, 201, 204],
+      ),
     );
   }
 
@@ -112,13 +138,21 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<Store> {
   /** Removes an object; a collection (nginx answers 409 without the slash) with `Depth: infinity`. */
   async function remove(relative: string): Promise<void> {
     const code = await expectStatus({ method: 'DELETE', path: pathOf(relative) }, [200, 204, 404, 409]);
-    if (code === 409) await expectStatus({ method: 'DELETE', path: `${pathOf(relative)}/`, headers: { depth: 'infinity' } }, [200, 204, 404]);
+    if (code === 409)
+      await expectStatus(
+        { method: 'DELETE', path: `${pathOf(relative)}/`, headers: { depth: 'infinity' } },
+        [200, 204, 404],
+      );
   }
 
   /** MOVE, or GET+PUT+DELETE on a store without it. Returns false when `to` existed and `overwrite` is off. */
   async function move(from: string, to: string, overwrite: boolean): Promise<boolean> {
     if (hasMove !== false) {
-      const code = await status({ method: 'MOVE', path: pathOf(from), headers: { destination: pathOf(to), overwrite: overwrite ? 'T' : 'F' } });
+      const code = await status({
+        method: 'MOVE',
+        path: pathOf(from),
+        headers: { destination: pathOf(to), overwrite: overwrite ? 'T' : 'F' },
+      });
       if (code === 201 || code === 204) {
         hasMove = true;
         return true;
@@ -148,15 +182,23 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<Store> {
     },
     async write(id) {
       // nginx writes a PUT body to a temporary file and renames it: readers see all or nothing.
-      await put(STORAGE_ID_FILE, (async function* () {
-        yield Buffer.from(`${id}\n`);
-      })());
+      await put(
+        STORAGE_ID_FILE,
+        (async function* () {
+          yield Buffer.from(`${id}\n`);
+        })(),
+      );
     },
   };
 
   let storageId: string;
   try {
-    storageId = await ensureStorageIdentityOf({ object: identity, role: role === 'writer' ? 'writer' : 'reader', pool: options.pool, newId: options.newStorageId });
+    storageId = await ensureStorageIdentityOf({
+      object: identity,
+      role: role === 'writer' ? 'writer' : 'reader',
+      pool: options.pool,
+      newId: options.newStorageId,
+    });
   } catch (err) {
     await upstream.close().catch(() => {});
     throw err;
@@ -164,10 +206,20 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<Store> {
 
   function openRange(sha256: string, start: number, end: number): Promise<RangeStream> {
     const target = pathOf(blobName(sha256));
-    return openRangeStream((range, highWaterMark) => call({ method: 'GET', path: target, headers: { range }, highWaterMark }), { sha256, target }, start, end);
+    return openRangeStream(
+      (range, highWaterMark) => call({ method: 'GET', path: target, headers: { range }, highWaterMark }),
+      { sha256, target },
+      start,
+      end,
+    );
   }
 
-  function openReader(sha256: string, sizeBytes: number, ranges: readonly ByteRange[], first: RangeStream | undefined): BlobReader {
+  function openReader(
+    sha256: string,
+    sizeBytes: number,
+    ranges: readonly ByteRange[],
+    first: RangeStream | undefined,
+  ): BlobReader {
     return rangeStreamReader(sha256, sizeBytes, ranges, first, (start, end) => openRange(sha256, start, end));
   }
 
@@ -201,9 +253,17 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<Store> {
         entries = JSON.parse(text) as typeof entries;
         if (!Array.isArray(entries)) throw new Error('not a list');
       } catch {
-        throw new Error(`GET ${location}${dir}/ did not return a JSON listing; scrub and gc need \`autoindex on; autoindex_format json;\` on the store`);
+        throw new Error(
+          `GET ${location}${dir}/ did not return a JSON listing; scrub and gc need \`autoindex on; autoindex_format json;\` on the store`,
+        );
       }
-      return entries.map((e): TreeEntry => ({ name: String(e.name), isDirectory: e.type === 'directory', sizeBytes: Number(e.size ?? 0) }));
+      return entries.map(
+        (e): TreeEntry => ({
+          name: String(e.name),
+          isDirectory: e.type === 'directory',
+          sizeBytes: Number(e.size ?? 0),
+        }),
+      );
     },
     read: (file) => get(file),
     remove,

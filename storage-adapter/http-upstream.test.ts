@@ -29,7 +29,10 @@ describe('upstreamError: undici and socket codes to storage codes', () => {
 
   it('statuses: 507 is storage_full, anything else unexpected is upstream_unreachable naming the status', () => {
     expect(unexpectedStatus(507, 'PUT /x').code).toBe('storage_full');
-    expect(unexpectedStatus(500, 'PUT /x')).toMatchObject({ code: 'upstream_unreachable', message: expect.stringContaining('500') });
+    expect(unexpectedStatus(500, 'PUT /x')).toMatchObject({
+      code: 'upstream_unreachable',
+      message: expect.stringContaining('500'),
+    });
     expect(unexpectedStatus(403, 'MOVE /x').code).toBe('upstream_unreachable');
   });
 });

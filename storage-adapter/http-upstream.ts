@@ -6,7 +6,13 @@ import { Pool } from 'undici';
 import { StorageError } from './errors.ts';
 
 /** Connect, header and body-silence timeouts end as `upstream_timeout`; see undici's Errors.md. */
-const TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'ETIMEDOUT', 'upstream_timeout']);
+const TIMEOUT_CODES = new Set([
+  'UND_ERR_CONNECT_TIMEOUT',
+  'UND_ERR_HEADERS_TIMEOUT',
+  'UND_ERR_BODY_TIMEOUT',
+  'ETIMEDOUT',
+  'upstream_timeout',
+]);
 
 /** Maps a failure to talk to the store; a StorageError (ours, or a body check) passes through. */
 export function upstreamError(err: unknown, what: string): StorageError {
@@ -14,9 +20,13 @@ export function upstreamError(err: unknown, what: string): StorageError {
   const code = (err as { code?: string } | undefined)?.code ?? '';
   const detail = err instanceof Error ? err.message : String(err);
   if (TIMEOUT_CODES.has(code) || (err as { name?: string } | undefined)?.name === 'TimeoutError') {
-    return new StorageError('upstream_timeout', `The artifact store did not answer in time (${what}: ${detail}).`, { cause: err });
+    return new StorageError('upstream_timeout', `The artifact store did not answer in time (${what}: ${detail}).`, {
+      cause: err,
+    });
   }
-  return new StorageError('upstream_unreachable', `The artifact store could not be reached (${what}: ${detail}).`, { cause: err });
+  return new StorageError('upstream_unreachable', `The artifact store could not be reached (${what}: ${detail}).`, {
+    cause: err,
+  });
 }
 
 /** An answer the store should not give (a 5xx, an unexpected 4xx): reported, never guessed around. */
@@ -26,7 +36,9 @@ export function unexpectedStatus(status: number, what: string): StorageError {
 }
 
 /** `bytes a-b/size` of a 206 answer; anything else (a `*` size, junk) is undefined. */
-export function parseContentRange(value: string | string[] | undefined): { start: number; end: number; size: number } | undefined {
+export function parseContentRange(
+  value: string | string[] | undefined,
+): { start: number; end: number; size: number } | undefined {
   const m = /^bytes (\d+)-(\d+)\/(\d+)$/.exec(String(value ?? '').trim());
   return m ? { start: Number(m[1]), end: Number(m[2]), size: Number(m[3]) } : undefined;
 }
@@ -46,7 +58,6 @@ export function createUpstreamPool(origin: string, options: UpstreamOptions): Po
     keepAliveTimeout: 4000,
   });
 }
-
 
 /** Our error classes carry lower_snake_case codes; Node's and undici's are upper case (ECONNRESET, UND_ERR_…). */
 export function hasStableCode(err: unknown): boolean {
@@ -80,7 +91,10 @@ export async function sendStreamedBody(
       bodyError = err;
       throw err;
     }
-    timer = setTimeout(() => controller.abort(new StorageError('upstream_timeout', options.timeoutMessage)), options.timeoutMs);
+    timer = setTimeout(
+      () => controller.abort(new StorageError('upstream_timeout', options.timeoutMessage)),
+      options.timeoutMs,
+    );
   }
   try {
     await send(watched(), controller.signal);

@@ -33,7 +33,11 @@ async function readStorageId(object: IdentityObject): Promise<string | undefined
   const text = await object.read();
   if (text === undefined) return undefined;
   const id = text.trim();
-  if (!UUID.test(id)) throw new StorageError('storage_mismatch', `${object.name} does not hold a storage UUID (found ${JSON.stringify(id.slice(0, 60))}); restore the right object or the right ${object.variable}`);
+  if (!UUID.test(id))
+    throw new StorageError(
+      'storage_mismatch',
+      `${object.name} does not hold a storage UUID (found ${JSON.stringify(id.slice(0, 60))}); restore the right object or the right ${object.variable}`,
+    );
   return id;
 }
 
@@ -77,8 +81,18 @@ export function fsIdentityObject(root: string): IdentityObject {
 }
 
 /** The filesystem form: binds `<root>/storage-id`. */
-export function ensureStorageIdentity(options: { root: string; role: StorageRole; pool: pg.Pool; newId?: string | undefined }): Promise<string> {
-  return ensureStorageIdentityOf({ object: fsIdentityObject(options.root), role: options.role, pool: options.pool, newId: options.newId });
+export function ensureStorageIdentity(options: {
+  root: string;
+  role: StorageRole;
+  pool: pg.Pool;
+  newId?: string | undefined;
+}): Promise<string> {
+  return ensureStorageIdentityOf({
+    object: fsIdentityObject(options.root),
+    role: options.role,
+    pool: options.pool,
+    newId: options.newId,
+  });
 }
 
 /**
@@ -86,14 +100,22 @@ export function ensureStorageIdentity(options: { root: string; role: StorageRole
  * A fresh pair (no file, no row) is created only by the writer; every other disagreement refuses.
  * `newId` is the id a fresh pair gets (a restore recreates the backed-up identity); random otherwise.
  */
-export async function ensureStorageIdentityOf(options: { object: IdentityObject; role: StorageRole; pool: pg.Pool; newId?: string | undefined }): Promise<string> {
+export async function ensureStorageIdentityOf(options: {
+  object: IdentityObject;
+  role: StorageRole;
+  pool: pg.Pool;
+  newId?: string | undefined;
+}): Promise<string> {
   const { object, role, pool } = options;
   const root = object.root;
   const fileId = await readStorageId(object);
   const rowId = await readStorageIdRow(pool);
   if (fileId === undefined && rowId === undefined) {
     if (role === 'reader') {
-      throw new StorageError('storage_mismatch', `the storage root ${root} is not initialised (no ${STORAGE_ID_FILE}, no arkvory_storage row); start the writer (ARKVORY_ROLE=api) first`);
+      throw new StorageError(
+        'storage_mismatch',
+        `the storage root ${root} is not initialised (no ${STORAGE_ID_FILE}, no arkvory_storage row); start the writer (ARKVORY_ROLE=api) first`,
+      );
     }
     const id = options.newId ?? randomUUID();
     // Row first inside a transaction, file before commit: a crash in between leaves a file without
@@ -101,7 +123,10 @@ export async function ensureStorageIdentityOf(options: { object: IdentityObject;
     const client = await pool.connect();
     try {
       await client.query('BEGIN');
-      const inserted = await client.query('INSERT INTO arkvory_storage (id) VALUES ($1) ON CONFLICT (singleton) DO NOTHING', [id]);
+      const inserted = await client.query(
+        'INSERT INTO arkvory_storage (id) VALUES ($1) ON CONFLICT (singleton) DO NOTHING',
+        [id],
+      );
       if (inserted.rowCount === 1) await object.write(id);
       await client.query('COMMIT');
     } catch (err) {
@@ -113,13 +138,22 @@ export async function ensureStorageIdentityOf(options: { object: IdentityObject;
     return ensureStorageIdentityOf({ object, role: 'reader', pool });
   }
   if (fileId === undefined) {
-    throw new StorageError('storage_mismatch', `the database is bound to storage ${rowId} but ${root} has no ${STORAGE_ID_FILE}; point ${object.variable} at that storage root`);
+    throw new StorageError(
+      'storage_mismatch',
+      `the database is bound to storage ${rowId} but ${root} has no ${STORAGE_ID_FILE}; point ${object.variable} at that storage root`,
+    );
   }
   if (rowId === undefined) {
-    throw new StorageError('storage_mismatch', `${object.name} says storage ${fileId} but the database has no arkvory_storage row; point ARKVORY_DATABASE_URL at the database of this storage root`);
+    throw new StorageError(
+      'storage_mismatch',
+      `${object.name} says storage ${fileId} but the database has no arkvory_storage row; point ARKVORY_DATABASE_URL at the database of this storage root`,
+    );
   }
   if (rowId !== fileId) {
-    throw new StorageError('storage_mismatch', `${object.name} says storage ${fileId} but the database is bound to storage ${rowId}; the root and the database belong to different installations`);
+    throw new StorageError(
+      'storage_mismatch',
+      `${object.name} says storage ${fileId} but the database is bound to storage ${rowId}; the root and the database belong to different installations`,
+    );
   }
   return fileId;
 }

@@ -23,7 +23,10 @@ function compare(existing: CatalogEntry, sha256: string): PublishOutcome {
   return { outcome: 'unchanged', entry: existing };
 }
 
-export async function publishArtifact(deps: { store: Store; catalog: Catalog }, request: PublishRequest): Promise<PublishOutcome> {
+export async function publishArtifact(
+  deps: { store: Store; catalog: Catalog },
+  request: PublishRequest,
+): Promise<PublishOutcome> {
   // Whether the key is free before the bytes arrive lets a store skip a copy (see StageOptions).
   const keyWasFree = request.stage.expectedSha256 !== undefined && (await deps.catalog.get(request.key)) === undefined;
   const staged = await deps.store.stage(request.body, { ...request.stage, keyWasFree });

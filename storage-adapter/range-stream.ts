@@ -45,7 +45,10 @@ export async function openRangeStream(
     const range = parseContentRange(res.headers['content-range']);
     if (!range || range.start !== start) {
       res.body.destroy();
-      throw new StorageError('upstream_unreachable', `The artifact store answered GET ${target} with Content-Range ${String(res.headers['content-range'])} for bytes=${start}-${end}.`);
+      throw new StorageError(
+        'upstream_unreachable',
+        `The artifact store answered GET ${target} with Content-Range ${String(res.headers['content-range'])} for bytes=${start}-${end}.`,
+      );
     }
     sizeBytes = range.size;
   } else if (res.statusCode === 200 && start === 0) {
@@ -106,7 +109,8 @@ export function rangeStreamReader(
   openRange: (start: number, end: number) => Promise<RangeStream>,
 ): BlobReader {
   let current = first;
-  const endFor = (position: number) => ranges.find((r) => r.start <= position && position <= r.end)?.end ?? sizeBytes - 1;
+  const endFor = (position: number) =>
+    ranges.find((r) => r.start <= position && position <= r.end)?.end ?? sizeBytes - 1;
   return {
     sizeBytes,
     async read(buffer, offset, length, position) {
@@ -128,7 +132,8 @@ export function rangeStreamReader(
       for (let position = range.start; position <= range.end; ) {
         signal.throwIfAborted();
         const chunk = await stream.next(range.end - position + 1);
-        if (!chunk) throw new Error(`the artifact store ended blob ${sha256} at byte ${position}, before byte ${range.end}`);
+        if (!chunk)
+          throw new Error(`the artifact store ended blob ${sha256} at byte ${position}, before byte ${range.end}`);
         position += chunk.length;
         yield chunk;
       }

@@ -85,7 +85,8 @@ function coalesce(ranges: readonly ByteRange[]): ByteRange[] {
   const out: ByteRange[] = [];
   for (const r of sorted) {
     const last = out[out.length - 1];
-    if (last && r.start <= last.end + 1 + COALESCE_GAP_BYTES) out[out.length - 1] = { start: last.start, end: Math.max(last.end, r.end) };
+    if (last && r.start <= last.end + 1 + COALESCE_GAP_BYTES)
+      out[out.length - 1] = { start: last.start, end: Math.max(last.end, r.end) };
     else out.push(r);
   }
   return out;

@@ -65,14 +65,21 @@ export interface S3Client {
 }
 
 // htmlEntities: servers escape the quotes of an ETag as `&#34;` (MinIO) as well as `&quot;`.
-const xml = new XMLParser({ ignoreAttributes: true, parseTagValue: false, htmlEntities: true, isArray: (name) => ['Contents', 'CommonPrefixes', 'Upload'].includes(name) });
+const xml = new XMLParser({
+  ignoreAttributes: true,
+  parseTagValue: false,
+  htmlEntities: true,
+  isArray: (name) => ['Contents', 'CommonPrefixes', 'Upload'].includes(name),
+});
 
 /** Parses an XML answer; a body that is not XML is `upstream_unreachable` naming the request. */
 export function parseXml(text: string, what: string): Record<string, unknown> {
   try {
     return xml.parse(text) as Record<string, unknown>;
   } catch (err) {
-    throw new StorageError('upstream_unreachable', `The S3 server answered ${what} with a body that is not XML.`, { cause: err });
+    throw new StorageError('upstream_unreachable', `The S3 server answered ${what} with a body that is not XML.`, {
+      cause: err,
+    });
   }
 }
 
@@ -89,15 +96,29 @@ export function s3ErrorOf(text: string): { code: string; message: string } | und
 }
 
 /** Maps an S3 error answer: credentials and a missing bucket name the variable to fix. */
-export function storageErrorOfS3(status: number, error: { code: string; message: string } | undefined, what: string, bucket: string): StorageError {
+export function storageErrorOfS3(
+  status: number,
+  error: { code: string; message: string } | undefined,
+  what: string,
+  bucket: string,
+): StorageError {
   const code = error?.code ?? '';
   const detail = error ? `${status} ${code}${error.message ? `: ${error.message}` : ''}` : String(status);
-  if (code === 'NoSuchKey' || (status === 404 && code === '')) return new StorageError('not_found', `${what}: not on the S3 server.`);
-  if (code === 'NoSuchBucket') return new StorageError('storage_mismatch', `the bucket "${bucket}" does not exist on the S3 server (${what}: ${detail}); create it, or fix the bucket in ARKVORY_STORAGE_URL`);
+  if (code === 'NoSuchKey' || (status === 404 && code === ''))
+    return new StorageError('not_found', `${what}: not on the S3 server.`);
+  if (code === 'NoSuchBucket')
+    return new StorageError(
+      'storage_mismatch',
+      `the bucket "${bucket}" does not exist on the S3 server (${what}: ${detail}); create it, or fix the bucket in ARKVORY_STORAGE_URL`,
+    );
   if (['InvalidAccessKeyId', 'SignatureDoesNotMatch', 'AccessDenied', 'ExpiredToken', 'InvalidToken'].includes(code)) {
-    return new StorageError('upstream_unreachable', `The S3 server refused our credentials (${what}: ${detail}); check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN and ARKVORY_S3_REGION.`);
+    return new StorageError(
+      'upstream_unreachable',
+      `The S3 server refused our credentials (${what}: ${detail}); check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN and ARKVORY_S3_REGION.`,
+    );
   }
-  if (code === 'EntityTooLarge' || code === 'QuotaExceeded' || code === 'XMinioStorageFull' || status === 507) return new StorageError('storage_full', `The S3 server has no space left (${what}: ${detail}).`);
+  if (code === 'EntityTooLarge' || code === 'QuotaExceeded' || code === 'XMinioStorageFull' || status === 507)
+    return new StorageError('storage_full', `The S3 server has no space left (${what}: ${detail}).`);
   return new StorageError('upstream_unreachable', `The S3 server answered ${what} with ${detail}.`);
 }
 
@@ -130,7 +151,10 @@ export function createS3Client(options: S3ClientOptions): S3Client {
     } else {
       headers['x-amz-content-sha256'] = createHash('sha256').update('').digest('hex');
     }
-    const signed = aws4.sign({ service: 's3', region: options.region, method: r.method, host, path, headers }, options.credentials);
+    const signed = aws4.sign(
+      { service: 's3', region: options.region, method: r.method, host, path, headers },
+      options.credentials,
+    );
     const what = `${r.method} ${path}`;
     try {
       return await pool.request({
@@ -193,7 +217,12 @@ export function createS3Client(options: S3ClientOptions): S3Client {
         if (token) query['continuation-token'] = token;
         const { text } = await expectOk({ method: 'GET', query }, `ListObjectsV2 ${prefix}`);
         const doc = parseXml(text, `ListObjectsV2 ${prefix}`).ListBucketResult as
-          | { Contents?: Array<{ Key: string; Size: string }>; CommonPrefixes?: Array<{ Prefix: string }>; IsTruncated?: string; NextContinuationToken?: string }
+          | {
+              Contents?: Array<{ Key: string; Size: string }>;
+              CommonPrefixes?: Array<{ Prefix: string }>;
+              IsTruncated?: string;
+              NextContinuationToken?: string;
+            }
           | undefined;
         for (const p of doc?.CommonPrefixes ?? []) yield { commonPrefix: String(p.Prefix) };
         for (const c of doc?.Contents ?? []) yield { object: { key: String(c.Key), sizeBytes: Number(c.Size) } };
@@ -207,10 +236,18 @@ export function createS3Client(options: S3ClientOptions): S3Client {
         if (marker) Object.assign(query, { 'key-marker': marker.key, 'upload-id-marker': marker.uploadId });
         const { text } = await expectOk({ method: 'GET', query }, `ListMultipartUploads ${prefix}`);
         const doc = parseXml(text, `ListMultipartUploads ${prefix}`).ListMultipartUploadsResult as
-          | { Upload?: Array<{ Key: string; UploadId: string }>; IsTruncated?: string; NextKeyMarker?: string; NextUploadIdMarker?: string }
+          | {
+              Upload?: Array<{ Key: string; UploadId: string }>;
+              IsTruncated?: string;
+              NextKeyMarker?: string;
+              NextUploadIdMarker?: string;
+            }
           | undefined;
         for (const u of doc?.Upload ?? []) yield { key: String(u.Key), uploadId: String(u.UploadId) };
-        marker = doc?.IsTruncated === 'true' && doc.NextKeyMarker ? { key: String(doc.NextKeyMarker), uploadId: String(doc.NextUploadIdMarker ?? '') } : undefined;
+        marker =
+          doc?.IsTruncated === 'true' && doc.NextKeyMarker
+            ? { key: String(doc.NextKeyMarker), uploadId: String(doc.NextUploadIdMarker ?? '') }
+            : undefined;
       } while (marker);
     },
     close: () => pool.close(),

@@ -12,7 +12,16 @@ describe('parseS3Url', () => {
     expect(formatS3Location(value)).toBe(`s3://${value.bucket}/${value.prefix}`);
   });
 
-  it.each(['s3://', 's3://ab', 's3://Upper', 's3://a..b', 's3://bucket/x?y=1', 's3://bucket/../x', 'http://bucket/x', 's3://-bucket'])('refuses %s', (url) => {
+  it.each([
+    's3://',
+    's3://ab',
+    's3://Upper',
+    's3://a..b',
+    's3://bucket/x?y=1',
+    's3://bucket/../x',
+    'http://bucket/x',
+    's3://-bucket',
+  ])('refuses %s', (url) => {
     const parsed = parseS3Url(url);
     expect(parsed.ok).toBe(false);
   });

@@ -15,11 +15,17 @@ export type ParsedS3Location = { ok: true; value: S3Location } | { ok: false; pr
 
 export function parseS3Url(url: string): ParsedS3Location {
   const m = /^s3:\/\/([^/?#]*)(\/[^?#]*)?$/.exec(url);
-  if (!m) return { ok: false, problem: `expected s3://<bucket>/<optional prefix> without query or fragment, got "${url}"` };
+  if (!m)
+    return { ok: false, problem: `expected s3://<bucket>/<optional prefix> without query or fragment, got "${url}"` };
   const bucket = m[1]!;
-  if (!BUCKET.test(bucket) || bucket.includes('..')) return { ok: false, problem: `"${bucket}" is not a valid S3 bucket name (3-63 lowercase letters, digits, dots and hyphens)` };
+  if (!BUCKET.test(bucket) || bucket.includes('..'))
+    return {
+      ok: false,
+      problem: `"${bucket}" is not a valid S3 bucket name (3-63 lowercase letters, digits, dots and hyphens)`,
+    };
   const parts = (m[2] ?? '').split('/').filter((p) => p !== '');
-  if (parts.some((p) => p === '.' || p === '..')) return { ok: false, problem: `the prefix of "${url}" may not contain . or .. segments` };
+  if (parts.some((p) => p === '.' || p === '..'))
+    return { ok: false, problem: `the prefix of "${url}" may not contain . or .. segments` };
   return { ok: true, value: { bucket, prefix: parts.length === 0 ? '' : `${parts.join('/')}/` } };
 }
 

@@ -20,13 +20,20 @@ const MiB = 1024 * 1024;
 const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 const blobName = (hex: string) => `blobs/sha256/${hex.slice(0, 2)}/${hex.slice(2, 4)}/${hex}`;
 /** A body in 1 MiB chunks, of no declared length. */
-const chunked = (b: Buffer) => Readable.from(Array.from({ length: Math.ceil(b.length / MiB) }, (_, i) => b.subarray(i * MiB, (i + 1) * MiB)));
+const chunked = (b: Buffer) =>
+  Readable.from(Array.from({ length: Math.ceil(b.length / MiB) }, (_, i) => b.subarray(i * MiB, (i + 1) * MiB)));
 
 describe.each(S3_SERVER_KINDS)('S3 store on %s', (kind) => {
   const db = useTestDatabase();
   let backing: StoreBacking;
   let server: S3Server;
-  const key = (name: string): ArtifactKey => ({ repository: 's3-test', kind: 'artifact', name, version: '', asset: '' });
+  const key = (name: string): ArtifactKey => ({
+    repository: 's3-test',
+    kind: 'artifact',
+    name,
+    version: '',
+    asset: '',
+  });
   beforeAll(async () => {
     backing = await startStoreBacking(kind);
     server = backing.s3!;
@@ -46,14 +53,20 @@ describe.each(S3_SERVER_KINDS)('S3 store on %s', (kind) => {
     const store = await writer({ partBytes: 5 * MiB, copyBytes: 5 * MiB });
     const catalog = createCatalog(db.pool);
     const bytes = randomBytes(12 * MiB + 123);
-    const result = await publishArtifact({ store, catalog }, { key: key('big'), body: chunked(bytes), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e9 } });
+    const result = await publishArtifact(
+      { store, catalog },
+      { key: key('big'), body: chunked(bytes), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e9 } },
+    );
     expect(result.entry).toMatchObject({ sha256: sha256(bytes), sizeBytes: bytes.length });
     expect(store.commits).toMatchObject({ 'multipart-copy': 1, copy: 0, streamed: 0 });
     // Compared by digest: a deep equality over 12 MiB takes minutes on a loaded machine.
     expect(sha256((await s3Probe(server).read(blobName(sha256(bytes))))!)).toBe(sha256(bytes));
     expect(await listKeys(server, 'tmp/')).toEqual([]);
     // Published again under another name: the blob is there already, nothing is copied.
-    await publishArtifact({ store, catalog }, { key: key('big-2'), body: chunked(bytes), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e9 } });
+    await publishArtifact(
+      { store, catalog },
+      { key: key('big-2'), body: chunked(bytes), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e9 } },
+    );
     expect(store.commits).toMatchObject({ 'multipart-copy': 1, existing: 1 });
     const uploads = await store.tree.incompleteUploads!();
     expect(uploads).toEqual([]);
@@ -63,20 +76,49 @@ describe.each(S3_SERVER_KINDS)('S3 store on %s', (kind) => {
     const store = await writer();
     const catalog = createCatalog(db.pool);
     const bytes = randomBytes(3 * MiB);
-    await publishArtifact({ store, catalog }, { key: key('direct'), body: chunked(bytes), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e9, expectedLength: bytes.length, expectedSha256: sha256(bytes) } });
+    await publishArtifact(
+      { store, catalog },
+      {
+        key: key('direct'),
+        body: chunked(bytes),
+        contentType: 'a/b',
+        publishedBy: null,
+        stage: { maxBytes: 1e9, expectedLength: bytes.length, expectedSha256: sha256(bytes) },
+      },
+    );
     expect(store.commits).toMatchObject({ direct: 1, copy: 0 });
     expect(await listKeys(server, 'tmp/')).toEqual([]);
     expect(sha256((await s3Probe(server).read(blobName(sha256(bytes))))!)).toBe(sha256(bytes));
     // Other bytes claiming that digest (with and without a length): refused, the published blob intact.
     const other = randomBytes(3 * MiB);
     for (const expectedLength of [other.length, undefined]) {
-      await expect(publishArtifact({ store, catalog }, { key: key('liar'), body: chunked(other), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e9, expectedLength, expectedSha256: sha256(bytes) } })).rejects.toMatchObject({ code: 'invalid_request' });
+      await expect(
+        publishArtifact(
+          { store, catalog },
+          {
+            key: key('liar'),
+            body: chunked(other),
+            contentType: 'a/b',
+            publishedBy: null,
+            stage: { maxBytes: 1e9, expectedLength, expectedSha256: sha256(bytes) },
+          },
+        ),
+      ).rejects.toMatchObject({ code: 'invalid_request' });
     }
     expect(sha256((await s3Probe(server).read(blobName(sha256(bytes))))!)).toBe(sha256(bytes));
     expect(await catalog.get(key('liar'))).toBeUndefined();
     expect(await store.tree.incompleteUploads!()).toEqual([]);
     // The same key again with the same digest: the key is taken, so the temporary path (deleted after).
-    await publishArtifact({ store, catalog }, { key: key('direct'), body: chunked(bytes), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e9, expectedSha256: sha256(bytes) } });
+    await publishArtifact(
+      { store, catalog },
+      {
+        key: key('direct'),
+        body: chunked(bytes),
+        contentType: 'a/b',
+        publishedBy: null,
+        stage: { maxBytes: 1e9, expectedSha256: sha256(bytes) },
+      },
+    );
     expect(store.commits).toMatchObject({ direct: 1 });
     expect(await listKeys(server, 'tmp/')).toEqual([]);
   });
@@ -87,7 +129,12 @@ describe.each(S3_SERVER_KINDS)('S3 store on %s', (kind) => {
       yield* chunked(randomBytes(11 * MiB));
       throw Object.assign(new Error('client went away'), { code: 'ECONNRESET' });
     }
-    await expect(publishArtifact({ store, catalog: createCatalog(db.pool) }, { key: key('broken'), body: broken(), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e9 } })).rejects.toThrow('client went away');
+    await expect(
+      publishArtifact(
+        { store, catalog: createCatalog(db.pool) },
+        { key: key('broken'), body: broken(), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e9 } },
+      ),
+    ).rejects.toThrow('client went away');
     expect(await listKeys(server)).toEqual(['storage-id']);
     expect(await store.tree.incompleteUploads!()).toEqual([]);
   });
@@ -117,7 +164,10 @@ describe.each(S3_SERVER_KINDS)('S3 store on %s', (kind) => {
     for await (const chunk of store.parts.read(session, '00001-a.part')) back.push(chunk);
     expect(Buffer.concat(back).equals(part)).toBe(true);
     expect((await store.tree.list('uploads')).map((e) => [e.name, e.isDirectory])).toEqual([[session, true]]);
-    expect((await store.tree.list(`uploads/${session}`)).map((e) => [e.name, e.sizeBytes])).toEqual([['00001-a.part', 100_000], ['00002-b.part', 1]]);
+    expect((await store.tree.list(`uploads/${session}`)).map((e) => [e.name, e.sizeBytes])).toEqual([
+      ['00001-a.part', 100_000],
+      ['00002-b.part', 1],
+    ]);
     await store.tree.move(`uploads/${session}/00002-b.part`, 'quarantine/b');
     expect(await s3Probe(server).read('quarantine/b')).toEqual(Buffer.from('x'));
     await store.parts.remove(session, '00001-a.part');
@@ -145,15 +195,31 @@ describe.each(S3_SERVER_KINDS)('S3 store on %s', (kind) => {
     expect(reader.writable).toBe(false);
     await reader.close();
     // Another prefix of the same bucket is another (empty) store: refused, naming the variable.
-    await expect(openS3Store({ ...base, location: { bucket: server.bucket, prefix: 'other/' }, role: 'writer' })).rejects.toMatchObject({ code: 'storage_mismatch', message: expect.stringContaining('ARKVORY_STORAGE_URL') });
-    await expect(openS3Store({ ...base, location: { bucket: 'no-such-bucket', prefix: '' }, role: 'writer' })).rejects.toMatchObject({ code: 'storage_mismatch', message: expect.stringMatching(/bucket "no-such-bucket" does not exist.*create it/) });
-    await expect(openS3Store({ ...base, credentials: { accessKeyId: server.accessKeyId, secretAccessKey: 'wrong-secret-key' }, location: { bucket: server.bucket, prefix: '' }, role: 'reader' })).rejects.toMatchObject({
+    await expect(
+      openS3Store({ ...base, location: { bucket: server.bucket, prefix: 'other/' }, role: 'writer' }),
+    ).rejects.toMatchObject({ code: 'storage_mismatch', message: expect.stringContaining('ARKVORY_STORAGE_URL') });
+    await expect(
+      openS3Store({ ...base, location: { bucket: 'no-such-bucket', prefix: '' }, role: 'writer' }),
+    ).rejects.toMatchObject({
+      code: 'storage_mismatch',
+      message: expect.stringMatching(/bucket "no-such-bucket" does not exist.*create it/),
+    });
+    await expect(
+      openS3Store({
+        ...base,
+        credentials: { accessKeyId: server.accessKeyId, secretAccessKey: 'wrong-secret-key' },
+        location: { bucket: server.bucket, prefix: '' },
+        role: 'reader',
+      }),
+    ).rejects.toMatchObject({
       code: 'upstream_unreachable',
       message: expect.stringContaining('AWS_SECRET_ACCESS_KEY'),
     });
     await server.stop();
     try {
-      await expect(openS3Store({ ...base, location: { bucket: server.bucket, prefix: '' }, role: 'reader' })).rejects.toMatchObject({ code: 'upstream_unreachable' });
+      await expect(
+        openS3Store({ ...base, location: { bucket: server.bucket, prefix: '' }, role: 'reader' }),
+      ).rejects.toMatchObject({ code: 'upstream_unreachable' });
     } finally {
       await server.start();
     }

@@ -19,7 +19,14 @@ import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, TMP_DIR } from './paths
 import { openRangeStream, rangeStreamReader, type RangeStream } from './range-stream.ts';
 import { createS3Client, type S3Client, type S3ClientOptions } from './s3-client.ts';
 import { formatS3Location, type S3Location } from './s3-location.ts';
-import { abortMultipart, copyObject, readObject, S3_DEFAULT_LIMITS, uploadObject, type S3Limits } from './s3-transfer.ts';
+import {
+  abortMultipart,
+  copyObject,
+  readObject,
+  S3_DEFAULT_LIMITS,
+  uploadObject,
+  type S3Limits,
+} from './s3-transfer.ts';
 import type { PartStore, StagedBlob, StageOptions, Store, StoreTree, TreeEntry } from './store.ts';
 
 /** `blobs/sha256/ab/cd/<hex>` with forward slashes whatever the platform. */
@@ -67,7 +74,10 @@ function identityObject(client: S3Client, location: S3Location): IdentityObject 
     },
     async write(id) {
       // A PUT creates the object whole or not at all: readers see all or nothing.
-      await client.expectOk({ method: 'PUT', key, headers: { 'content-type': 'text/plain' }, body: Buffer.from(`${id}\n`) }, `PUT ${key}`);
+      await client.expectOk(
+        { method: 'PUT', key, headers: { 'content-type': 'text/plain' }, body: Buffer.from(`${id}\n`) },
+        `PUT ${key}`,
+      );
     },
   };
 }
@@ -85,7 +95,12 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
 
   let storageId: string;
   try {
-    storageId = await ensureStorageIdentityOf({ object: identityObject(client, location), role: role === 'writer' ? 'writer' : 'reader', pool: options.pool, newId: options.newStorageId });
+    storageId = await ensureStorageIdentityOf({
+      object: identityObject(client, location),
+      role: role === 'writer' ? 'writer' : 'reader',
+      pool: options.pool,
+      newId: options.newStorageId,
+    });
   } catch (err) {
     await client.close().catch(() => {});
     throw err;
@@ -98,7 +113,12 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
     for (const key of keys) await client.delete(key);
   }
 
-  async function upload(relative: string, body: AsyncIterable<Buffer>, signal: AbortSignal | undefined, expectedLength?: number): Promise<void> {
+  async function upload(
+    relative: string,
+    body: AsyncIterable<Buffer>,
+    signal: AbortSignal | undefined,
+    expectedLength?: number,
+  ): Promise<void> {
     await uploadObject(client, keyOf(relative), body, limits, { expectedLength, signal, timeoutMs });
   }
 
@@ -113,7 +133,16 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
     const key = keyOf(blobName(sha256));
     return openRangeStream(
       (range, highWaterMark) => client.request({ method: 'GET', key, headers: { range }, highWaterMark }),
-      { sha256, target: key, onError: (res) => client.failure(res, `GET ${key}`).then((e) => (e.code === 'not_found' ? new StorageError('not_found', `blob ${sha256} is not on the S3 server`) : e)) },
+      {
+        sha256,
+        target: key,
+        onError: (res) =>
+          client
+            .failure(res, `GET ${key}`)
+            .then((e) =>
+              e.code === 'not_found' ? new StorageError('not_found', `blob ${sha256} is not on the S3 server`) : e,
+            ),
+      },
       start,
       end,
     );
@@ -123,7 +152,8 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
     async write(sessionId, fileName, body, signal) {
       await upload(`${sessionRelativeDir(sessionId)}/${fileName}`, body, signal);
     },
-    read: (sessionId, fileName, signal) => readObject(client, keyOf(`${sessionRelativeDir(sessionId)}/${fileName}`), signal),
+    read: (sessionId, fileName, signal) =>
+      readObject(client, keyOf(`${sessionRelativeDir(sessionId)}/${fileName}`), signal),
     remove: (sessionId, fileName) => client.delete(keyOf(`${sessionRelativeDir(sessionId)}/${fileName}`)),
     removeSession: (sessionId) => removeTree(sessionRelativeDir(sessionId)),
   };
@@ -134,8 +164,18 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
       const prefix = keyOf(`${dir}/`);
       const entries: TreeEntry[] = [];
       for await (const entry of client.list(prefix, '/')) {
-        if (entry.commonPrefix) entries.push({ name: entry.commonPrefix.slice(prefix.length).replace(/\/$/, ''), isDirectory: true, sizeBytes: 0 });
-        else if (entry.object && entry.object.key.length > prefix.length) entries.push({ name: entry.object.key.slice(prefix.length), isDirectory: false, sizeBytes: entry.object.sizeBytes });
+        if (entry.commonPrefix)
+          entries.push({
+            name: entry.commonPrefix.slice(prefix.length).replace(/\/$/, ''),
+            isDirectory: true,
+            sizeBytes: 0,
+          });
+        else if (entry.object && entry.object.key.length > prefix.length)
+          entries.push({
+            name: entry.object.key.slice(prefix.length),
+            isDirectory: false,
+            sizeBytes: entry.object.sizeBytes,
+          });
       }
       return entries;
     },
@@ -143,7 +183,10 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
     async incompleteUploads() {
       const found: Array<{ name: string; abort(): Promise<void> }> = [];
       for await (const u of client.listMultipartUploads(location.prefix)) {
-        found.push({ name: u.key.slice(location.prefix.length), abort: () => abortMultipart(client, u.key, u.uploadId) });
+        found.push({
+          name: u.key.slice(location.prefix.length),
+          abort: () => abortMultipart(client, u.key, u.uploadId),
+        });
       }
       return found;
     },
@@ -172,12 +215,19 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
       // Safe because the object only comes into existence once the body passed every check
       // (s3-transfer.ts), and S3 replaces an object atomically (an identical blob already there
       // has the same bytes; a failed upload leaves it as it was).
-      const declared = stageOptions.keyWasFree && stageOptions.expectedSha256 !== undefined && isSha256Hex(stageOptions.expectedSha256) ? stageOptions.expectedSha256 : undefined;
+      const declared =
+        stageOptions.keyWasFree && stageOptions.expectedSha256 !== undefined && isSha256Hex(stageOptions.expectedSha256)
+          ? stageOptions.expectedSha256
+          : undefined;
       const tempName = declared ? blobName(declared) : `${TMP_DIR}/${randomUUID()}.upload`;
       // Every check throws inside the body, so the server never completes the object.
       const upload = checkedUpload(body, stageOptions);
       try {
-        await uploadObject(client, keyOf(tempName), upload.chunks, limits, { expectedLength: stageOptions.expectedLength, signal: stageOptions.signal, timeoutMs });
+        await uploadObject(client, keyOf(tempName), upload.chunks, limits, {
+          expectedLength: stageOptions.expectedLength,
+          signal: stageOptions.signal,
+          timeoutMs,
+        });
       } catch (err) {
         stats.failed++;
         // Normally nothing was stored; if the server did keep a temporary, gc lists it. A blob
@@ -217,7 +267,9 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
       if (ranges.length === 0) {
         const head = await client.head(keyOf(blobName(sha256)));
         if (!head) throw new StorageError('not_found', `blob ${sha256} is not on the S3 server`);
-        return rangeStreamReader(sha256, head.sizeBytes, ranges, undefined, (start, end) => openRange(sha256, start, end));
+        return rangeStreamReader(sha256, head.sizeBytes, ranges, undefined, (start, end) =>
+          openRange(sha256, start, end),
+        );
       }
       const first = await openRange(sha256, ranges[0]!.start, ranges[0]!.end);
       return rangeStreamReader(sha256, first.sizeBytes, ranges, first, (start, end) => openRange(sha256, start, end));
@@ -231,7 +283,9 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
 }
 
 /** Reads `storage-id` from an S3 store without binding anything (for `arkvory doctor`). */
-export async function readS3StorageIdObject(options: Omit<S3StoreOptions, 'role' | 'pool' | 'newStorageId'>): Promise<string | undefined> {
+export async function readS3StorageIdObject(
+  options: Omit<S3StoreOptions, 'role' | 'pool' | 'newStorageId'>,
+): Promise<string | undefined> {
   const client = createS3Client({ ...options, bucket: options.location.bucket });
   try {
     return (await identityObject(client, options.location).read())?.trim();

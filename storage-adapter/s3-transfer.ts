@@ -45,7 +45,13 @@ export interface UploadOptions {
 }
 
 /** Streams `body` to `key`; the object exists only if this resolves. */
-export async function uploadObject(client: S3Client, key: string, body: AsyncIterable<Buffer>, limits: S3Limits, options: UploadOptions): Promise<void> {
+export async function uploadObject(
+  client: S3Client,
+  key: string,
+  body: AsyncIterable<Buffer>,
+  limits: S3Limits,
+  options: UploadOptions,
+): Promise<void> {
   if (options.expectedLength !== undefined && options.expectedLength <= limits.singlePutBytes) {
     await putStreamed(client, key, holdingLastChunk(body), options.expectedLength, options);
     return;
@@ -54,26 +60,70 @@ export async function uploadObject(client: S3Client, key: string, body: AsyncIte
 }
 
 /** A streamed PUT with the confirmation deadline of `sendStreamedBody`. */
-async function putStreamed(client: S3Client, key: string, body: AsyncIterable<Buffer>, length: number, options: UploadOptions): Promise<void> {
-  await sendStreamedBody(body, { signal: options.signal, timeoutMs: options.timeoutMs, timeoutMessage: `The S3 server did not confirm PUT ${key} within ${options.timeoutMs} ms.` }, (watched, signal) =>
-    client.expectOk(
-      { method: 'PUT', key, headers: { 'content-length': String(length), 'content-type': 'application/octet-stream' }, body: watched, signal, headersTimeout: 0 },
-      `PUT ${key}`,
-    ),
+async function putStreamed(
+  client: S3Client,
+  key: string,
+  body: AsyncIterable<Buffer>,
+  length: number,
+  options: UploadOptions,
+): Promise<void> {
+  await sendStreamedBody(
+    body,
+    {
+      signal: options.signal,
+      timeoutMs: options.timeoutMs,
+      timeoutMessage: `The S3 server did not confirm PUT ${key} within ${options.timeoutMs} ms.`,
+    },
+    (watched, signal) =>
+      client.expectOk(
+        {
+          method: 'PUT',
+          key,
+          headers: { 'content-length': String(length), 'content-type': 'application/octet-stream' },
+          body: watched,
+          signal,
+          headersTimeout: 0,
+        },
+        `PUT ${key}`,
+      ),
   );
 }
 
 async function createMultipart(client: S3Client, key: string): Promise<string> {
-  const { text } = await client.expectOk({ method: 'POST', key, query: { uploads: '' }, headers: { 'content-type': 'application/octet-stream' } }, `CreateMultipartUpload ${key}`);
-  const doc = parseXml(text, `CreateMultipartUpload ${key}`).InitiateMultipartUploadResult as { UploadId?: string } | undefined;
-  if (!doc?.UploadId) throw new StorageError('upstream_unreachable', `The S3 server answered CreateMultipartUpload ${key} without an UploadId.`);
+  const { text } = await client.expectOk(
+    { method: 'POST', key, query: { uploads: '' }, headers: { 'content-type': 'application/octet-stream' } },
+    `CreateMultipartUpload ${key}`,
+  );
+  const doc = parseXml(text, `CreateMultipartUpload ${key}`).InitiateMultipartUploadResult as
+    | { UploadId?: string }
+    | undefined;
+  if (!doc?.UploadId)
+    throw new StorageError(
+      'upstream_unreachable',
+      `The S3 server answered CreateMultipartUpload ${key} without an UploadId.`,
+    );
   return String(doc.UploadId);
 }
 
-async function completeMultipart(client: S3Client, key: string, uploadId: string, etags: readonly string[]): Promise<void> {
-  const parts = etags.map((etag, i) => `<Part><PartNumber>${i + 1}</PartNumber><ETag>${etag.replace(/&/g, '&amp;').replace(/</g, '&lt;')}</ETag></Part>`).join('');
-  const body = Buffer.from(`<?xml version="1.0" encoding="UTF-8"?><CompleteMultipartUpload xmlns="http://s3.amazonaws.com/doc/2006-03-01/">${parts}</CompleteMultipartUpload>`);
-  await client.expectOk({ method: 'POST', key, query: { uploadId }, headers: { 'content-type': 'application/xml' }, body }, `CompleteMultipartUpload ${key}`);
+async function completeMultipart(
+  client: S3Client,
+  key: string,
+  uploadId: string,
+  etags: readonly string[],
+): Promise<void> {
+  const parts = etags
+    .map(
+      (etag, i) =>
+        `<Part><PartNumber>${i + 1}</PartNumber><ETag>${etag.replace(/&/g, '&amp;').replace(/</g, '&lt;')}</ETag></Part>`,
+    )
+    .join('');
+  const body = Buffer.from(
+    `<?xml version="1.0" encoding="UTF-8"?><CompleteMultipartUpload xmlns="http://s3.amazonaws.com/doc/2006-03-01/">${parts}</CompleteMultipartUpload>`,
+  );
+  await client.expectOk(
+    { method: 'POST', key, query: { uploadId }, headers: { 'content-type': 'application/xml' }, body },
+    `CompleteMultipartUpload ${key}`,
+  );
 }
 
 /** Best effort: an upload left open is invisible to readers; `arkvory gc` aborts what is left. */
@@ -82,7 +132,13 @@ export async function abortMultipart(client: S3Client, key: string, uploadId: st
   await res.body.dump().catch(() => {});
 }
 
-async function uploadInParts(client: S3Client, key: string, body: AsyncIterable<Buffer>, limits: S3Limits, options: UploadOptions): Promise<void> {
+async function uploadInParts(
+  client: S3Client,
+  key: string,
+  body: AsyncIterable<Buffer>,
+  limits: S3Limits,
+  options: UploadOptions,
+): Promise<void> {
   let pending: Buffer[] = [];
   let pendingBytes = 0;
   let uploadId: string | undefined;
@@ -90,9 +146,16 @@ async function uploadInParts(client: S3Client, key: string, body: AsyncIterable<
   const sendPart = async (bytes: Buffer) => {
     uploadId ??= await createMultipart(client, key);
     const partNumber = etags.length + 1;
-    const { headers } = await client.expectOk({ method: 'PUT', key, query: { partNumber: String(partNumber), uploadId }, body: bytes, signal: options.signal }, `UploadPart ${partNumber} ${key}`);
+    const { headers } = await client.expectOk(
+      { method: 'PUT', key, query: { partNumber: String(partNumber), uploadId }, body: bytes, signal: options.signal },
+      `UploadPart ${partNumber} ${key}`,
+    );
     const etag = headers.etag;
-    if (typeof etag !== 'string') throw new StorageError('upstream_unreachable', `The S3 server answered UploadPart ${partNumber} ${key} without an ETag.`);
+    if (typeof etag !== 'string')
+      throw new StorageError(
+        'upstream_unreachable',
+        `The S3 server answered UploadPart ${partNumber} ${key} without an ETag.`,
+      );
     etags.push(etag);
   };
   try {
@@ -110,7 +173,16 @@ async function uploadInParts(client: S3Client, key: string, body: AsyncIterable<
     const rest = Buffer.concat(pending, pendingBytes);
     pending = [];
     if (uploadId === undefined) {
-      await client.expectOk({ method: 'PUT', key, headers: { 'content-type': 'application/octet-stream' }, body: rest, signal: options.signal }, `PUT ${key}`);
+      await client.expectOk(
+        {
+          method: 'PUT',
+          key,
+          headers: { 'content-type': 'application/octet-stream' },
+          body: rest,
+          signal: options.signal,
+        },
+        `PUT ${key}`,
+      );
       return;
     }
     if (rest.length > 0) await sendPart(rest);
@@ -128,9 +200,19 @@ function copySource(client: S3Client, key: string): string {
 }
 
 /** Server-side copy of `from` (of `sizeBytes`) to `to`; returns how it was done (for tests and logs). */
-export async function copyObject(client: S3Client, from: string, to: string, sizeBytes: number, limits: S3Limits, timeoutMs: number): Promise<'copy' | 'multipart-copy' | 'streamed'> {
+export async function copyObject(
+  client: S3Client,
+  from: string,
+  to: string,
+  sizeBytes: number,
+  limits: S3Limits,
+  timeoutMs: number,
+): Promise<'copy' | 'multipart-copy' | 'streamed'> {
   if (sizeBytes <= limits.copyBytes) {
-    await client.expectOk({ method: 'PUT', key: to, headers: { 'x-amz-copy-source': copySource(client, from) } }, `CopyObject ${from} → ${to}`);
+    await client.expectOk(
+      { method: 'PUT', key: to, headers: { 'x-amz-copy-source': copySource(client, from) } },
+      `CopyObject ${from} → ${to}`,
+    );
     return 'copy';
   }
   const uploadId = await createMultipart(client, to);
@@ -155,7 +237,11 @@ export async function copyObject(client: S3Client, from: string, to: string, siz
       if (res.statusCode !== 200) throw await client.failure(res, `UploadPartCopy ${partNumber} ${from} → ${to}`);
       const text = await res.body.text();
       const doc = parseXml(text, `UploadPartCopy ${partNumber}`).CopyPartResult as { ETag?: string } | undefined;
-      if (!doc?.ETag) throw new StorageError('upstream_unreachable', `The S3 server answered UploadPartCopy ${partNumber} ${from} → ${to} without an ETag.`);
+      if (!doc?.ETag)
+        throw new StorageError(
+          'upstream_unreachable',
+          `The S3 server answered UploadPartCopy ${partNumber} ${from} → ${to} without an ETag.`,
+        );
       etags.push(String(doc.ETag));
     }
     await completeMultipart(client, to, uploadId, etags);

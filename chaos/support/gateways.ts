@@ -11,7 +11,13 @@ import type { GatewayProcess } from '../../test/support/gateway.ts';
 import { request } from '../../test/support/content.ts';
 
 /** Shared-profile variables for one participant (writer: slot 0). */
-export function sharedEnv(options: { databaseUrl: string; role: 'api' | 'reader'; slot: number; slots: number; rateBytesPerSec: number }): Record<string, string> {
+export function sharedEnv(options: {
+  databaseUrl: string;
+  role: 'api' | 'reader';
+  slot: number;
+  slots: number;
+  rateBytesPerSec: number;
+}): Record<string, string> {
   return {
     ARKVORY_DATABASE_URL: options.databaseUrl,
     ARKVORY_REDIS_URL: inject('redisUrl'),
@@ -32,19 +38,36 @@ export interface LeaseRow {
 }
 
 export async function leaseRow(pool: pg.Pool, slot: number): Promise<LeaseRow | undefined> {
-  const { rows } = await pool.query<{ owner: string; generation: string; acquired: number; renewed: number; expires: number }>(
+  const { rows } = await pool.query<{
+    owner: string;
+    generation: string;
+    acquired: number;
+    renewed: number;
+    expires: number;
+  }>(
     `SELECT owner::text, generation::text,
        extract(epoch FROM acquired_at) * 1000 AS acquired, extract(epoch FROM renewed_at) * 1000 AS renewed, extract(epoch FROM expires_at) * 1000 AS expires
      FROM arkvory_gateway_leases WHERE slot = $1`,
     [slot],
   );
   const row = rows[0];
-  return row ? { owner: row.owner, generation: Number(row.generation), acquiredAtMs: Number(row.acquired), renewedAtMs: Number(row.renewed), expiresAtMs: Number(row.expires) } : undefined;
+  return row
+    ? {
+        owner: row.owner,
+        generation: Number(row.generation),
+        acquiredAtMs: Number(row.acquired),
+        renewedAtMs: Number(row.renewed),
+        expiresAtMs: Number(row.expires),
+      }
+    : undefined;
 }
 
 /** Milliseconds since the slot's last renewal reached the database (database clock). */
 export async function msSinceRenewal(pool: pg.Pool, slot: number): Promise<number> {
-  const { rows } = await pool.query<{ ms: number }>(`SELECT extract(epoch FROM clock_timestamp() - renewed_at) * 1000 AS ms FROM arkvory_gateway_leases WHERE slot = $1`, [slot]);
+  const { rows } = await pool.query<{ ms: number }>(
+    `SELECT extract(epoch FROM clock_timestamp() - renewed_at) * 1000 AS ms FROM arkvory_gateway_leases WHERE slot = $1`,
+    [slot],
+  );
   return Number(rows[0]?.ms ?? Number.NaN);
 }
 
@@ -96,8 +119,15 @@ export function startDownload(url: string, headers: Record<string, string>): Pro
 }
 
 /** A GET/HEAD/PUT whose JSON error body is parsed: `{status, code, headers, body}`. */
-export async function call(url: string, options: { method?: string; key?: string; headers?: Record<string, string>; body?: Buffer } = {}): Promise<{ status: number; code: string | undefined; headers: http.IncomingHttpHeaders; body: Buffer }> {
-  const res = await request(url, { method: options.method ?? 'GET', headers: { ...(options.key ? bearer(options.key) : {}), ...options.headers }, ...(options.body ? { body: options.body } : {}) });
+export async function call(
+  url: string,
+  options: { method?: string; key?: string; headers?: Record<string, string>; body?: Buffer } = {},
+): Promise<{ status: number; code: string | undefined; headers: http.IncomingHttpHeaders; body: Buffer }> {
+  const res = await request(url, {
+    method: options.method ?? 'GET',
+    headers: { ...(options.key ? bearer(options.key) : {}), ...options.headers },
+    ...(options.body ? { body: options.body } : {}),
+  });
   let code: string | undefined;
   if (String(res.headers['content-type'] ?? '').includes('json')) {
     try {

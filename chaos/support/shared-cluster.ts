@@ -23,7 +23,15 @@ export interface SharedCluster {
   readonly file: Buffer;
   readonly contentPath: string;
   /** Starts a reader on `slot`, its database URL through `link` when given. */
-  startReader(slot: number, options?: { link?: ProxiedUpstream; env?: Record<string, string>; timeoutMs?: number; waitFor?: 'serving' | 'none' }): Promise<GatewayProcess>;
+  startReader(
+    slot: number,
+    options?: {
+      link?: ProxiedUpstream;
+      env?: Record<string, string>;
+      timeoutMs?: number;
+      waitFor?: 'serving' | 'none';
+    },
+  ): Promise<GatewayProcess>;
   stop(): Promise<void>;
 }
 
@@ -32,24 +40,42 @@ export interface SharedCluster {
  * disabled, so they load and then retry the database at startup); uploads the file once the writer
  * serves. Loading processes in parallel matters on a loaded machine, where a start takes many seconds.
  */
-export async function startSharedCluster(options: { slots: number; rateBytesPerSec: number; fileBytes: number; parked?: ReadonlyArray<{ slot: number; link: ProxiedUpstream; env?: Record<string, string> }> }): Promise<SharedCluster & { parked: GatewayProcess[] }> {
+export async function startSharedCluster(options: {
+  slots: number;
+  rateBytesPerSec: number;
+  fileBytes: number;
+  parked?: ReadonlyArray<{ slot: number; link: ProxiedUpstream; env?: Record<string, string> }>;
+}): Promise<SharedCluster & { parked: GatewayProcess[] }> {
   const db = await createTestDatabase();
   await createRepository(db.pool, 'chaos');
   const { key } = await createServiceAccount(db.pool, { grants: { chaos: 'write' } });
   const dataDir = await makeTempDir();
-  const env = (databaseUrl: string, role: 'api' | 'reader', slot: number) => sharedEnv({ databaseUrl, role, slot, slots: options.slots, rateBytesPerSec: options.rateBytesPerSec });
+  const env = (databaseUrl: string, role: 'api' | 'reader', slot: number) =>
+    sharedEnv({ databaseUrl, role, slot, slots: options.slots, rateBytesPerSec: options.rateBytesPerSec });
   const startReader: SharedCluster['startReader'] = (slot, readerOptions = {}) => {
     const url = readerOptions.link ? urlThrough(db.url, readerOptions.link) : db.url;
-    return startGateway({ env: { ...env(url, 'reader', slot), ...readerOptions.env }, dataDir, timeoutMs: readerOptions.timeoutMs ?? 60_000, waitFor: readerOptions.waitFor ?? 'serving' });
+    return startGateway({
+      env: { ...env(url, 'reader', slot), ...readerOptions.env },
+      dataDir,
+      timeoutMs: readerOptions.timeoutMs ?? 60_000,
+      waitFor: readerOptions.waitFor ?? 'serving',
+    });
   };
   for (const p of options.parked ?? []) await setEnabled(p.link, false);
   const [writer, ...parked] = await Promise.all([
     startGateway({ env: env(db.url, 'api', 0), dataDir, timeoutMs: 90_000 }),
-    ...(options.parked ?? []).map((p) => startReader(p.slot, { link: p.link, waitFor: 'none', ...(p.env ? { env: p.env } : {}) })),
+    ...(options.parked ?? []).map((p) =>
+      startReader(p.slot, { link: p.link, waitFor: 'none', ...(p.env ? { env: p.env } : {}) }),
+    ),
   ]);
   await Promise.all(parked.map((reader) => waitParked(reader)));
   const file = randomContent(options.fileBytes);
-  const put = await call(`${writer.url}/api/v1/repositories/chaos/artifacts/file.bin`, { method: 'PUT', key, headers: { 'content-type': 'application/octet-stream' }, body: file });
+  const put = await call(`${writer.url}/api/v1/repositories/chaos/artifacts/file.bin`, {
+    method: 'PUT',
+    key,
+    headers: { 'content-type': 'application/octet-stream' },
+    body: file,
+  });
   expect(put.status).toBe(201);
   return {
     db,
@@ -74,9 +100,23 @@ export const HOLD_LATENCY_MS = 30_000;
  * `slot` is overdue (> 2.3 s since the last one reached the database), which proves the toxic holds
  * them. Returns the toxic (removing it lets the held requests through at once).
  */
-export async function holdRenewals(cluster: SharedCluster, link: ProxiedUpstream, slot: number): Promise<{ remove(): Promise<void> }> {
-  const toxic = await link.proxy.addToxic({ name: 'hold-requests', type: 'latency', stream: 'upstream', toxicity: 1, attributes: { latency: HOLD_LATENCY_MS, jitter: 0 } });
-  await waitUntil(async () => (await msSinceRenewal(cluster.db.pool, slot)) > 2300, { timeoutMs: 5000, intervalMs: 50, what: 'a renewal to be overdue' });
+export async function holdRenewals(
+  cluster: SharedCluster,
+  link: ProxiedUpstream,
+  slot: number,
+): Promise<{ remove(): Promise<void> }> {
+  const toxic = await link.proxy.addToxic({
+    name: 'hold-requests',
+    type: 'latency',
+    stream: 'upstream',
+    toxicity: 1,
+    attributes: { latency: HOLD_LATENCY_MS, jitter: 0 },
+  });
+  await waitUntil(async () => (await msSinceRenewal(cluster.db.pool, slot)) > 2300, {
+    timeoutMs: 5000,
+    intervalMs: 50,
+    what: 'a renewal to be overdue',
+  });
   return toxic;
 }
 
@@ -87,7 +127,11 @@ export async function setEnabled(link: ProxiedUpstream, enabled: boolean): Promi
 
 /** Waits until a reader whose link is disabled has loaded and retries the database at startup. */
 export async function waitParked(reader: GatewayProcess): Promise<void> {
-  await waitUntil(() => reader.logs().includes('PostgreSQL not reachable at startup; retrying'), { timeoutMs: 90_000, intervalMs: 50, what: 'the parked reader to retry the database' });
+  await waitUntil(() => reader.logs().includes('PostgreSQL not reachable at startup; retrying'), {
+    timeoutMs: 90_000,
+    intervalMs: 50,
+    what: 'the parked reader to retry the database',
+  });
 }
 
 /** Enables a parked reader's link and waits until it serves. */
@@ -100,7 +144,8 @@ export async function release(reader: GatewayProcess, link: ProxiedUpstream): Pr
 export async function waitServing(gateway: GatewayProcess, timeoutMs = 60_000): Promise<void> {
   await waitUntil(
     async () => {
-      if (gateway.child.exitCode !== null) throw new Error(`the gateway exited (${gateway.child.exitCode}):\n${gateway.logs()}`);
+      if (gateway.child.exitCode !== null)
+        throw new Error(`the gateway exited (${gateway.child.exitCode}):\n${gateway.logs()}`);
       return (await call(`${gateway.url}/health/status`).catch(() => ({ status: 0 }))).status === 200;
     },
     { timeoutMs, intervalMs: 50, what: `${gateway.url} to serve` },

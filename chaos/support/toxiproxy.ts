@@ -53,7 +53,12 @@ export function urlThrough(url: string, proxied: ProxiedUpstream): string {
 /** "host:port" of a URL such as postgres://user@127.0.0.1:5432/db (default ports filled in). */
 export function hostPortOf(url: string): string {
   const u = new URL(url);
-  const defaults: Record<string, string> = { 'postgres:': '5432', 'postgresql:': '5432', 'redis:': '6379', 'http:': '80' };
+  const defaults: Record<string, string> = {
+    'postgres:': '5432',
+    'postgresql:': '5432',
+    'redis:': '6379',
+    'http:': '80',
+  };
   const port = u.port || defaults[u.protocol];
   if (!port) throw new Error(`no port in ${url}`);
   return `${u.hostname}:${port}`;
@@ -138,7 +143,9 @@ export async function describeToxiproxyServer(): Promise<string> {
 }
 
 function pinNote(version: string): string {
-  return version.includes(TOXIPROXY_VERSION) ? '' : `; note: the suite is pinned to ${TOXIPROXY_VERSION} (.ci/run installs it)`;
+  return version.includes(TOXIPROXY_VERSION)
+    ? ''
+    : `; note: the suite is pinned to ${TOXIPROXY_VERSION} (.ci/run installs it)`;
 }
 
 /** Starts (or connects to) a toxiproxy server; call `stop()` in the file's teardown. */
@@ -155,7 +162,11 @@ export async function startToxiproxy(): Promise<ToxiproxyServer> {
       const proxy = await client.createProxy({ name, listen: '127.0.0.1:0', upstream });
       created.add(name);
       const colon = proxy.listen.lastIndexOf(':');
-      return { proxy, host: proxy.listen.slice(0, colon).replace(/^\[|\]$/g, ''), port: Number(proxy.listen.slice(colon + 1)) };
+      return {
+        proxy,
+        host: proxy.listen.slice(0, colon).replace(/^\[|\]$/g, ''),
+        port: Number(proxy.listen.slice(colon + 1)),
+      };
     },
     async stop() {
       for (const name of created) {

@@ -2,5 +2,6 @@
 const startedMs = performance.now();
 
 export function trace(step: string): void {
-  if (process.env.CHAOS_TRACE === '1') process.stderr.write(`[chaos +${Math.round(performance.now() - startedMs)} ms] ${step}\n`);
+  if (process.env.CHAOS_TRACE === '1')
+    process.stderr.write(`[chaos +${Math.round(performance.now() - startedMs)} ms] ${step}\n`);
 }

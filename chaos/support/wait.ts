@@ -9,7 +9,8 @@ export async function waitUntil(
   const deadline = performance.now() + timeoutMs;
   for (;;) {
     if (await condition()) return;
-    if (performance.now() >= deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${options.what ?? 'a condition'}`);
+    if (performance.now() >= deadline)
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${options.what ?? 'a condition'}`);
     await sleep(options.intervalMs ?? 2);
   }
 }

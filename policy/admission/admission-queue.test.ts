@@ -67,7 +67,9 @@ describe('AdmissionQueue', () => {
     const first = await queue.acquire('a', 'download');
     const second = await queue.acquire('a', 'download');
     const order: string[] = [];
-    const waiters = ['a', 'a', 'b', 'c'].map((principal) => queue.acquire(principal, 'download').then((release) => (order.push(principal), release)));
+    const waiters = ['a', 'a', 'b', 'c'].map((principal) =>
+      queue.acquire(principal, 'download').then((release) => (order.push(principal), release)),
+    );
     await settle();
     expect(queue.snapshot().downloads).toEqual({ active: 2, queued: 4, rejected: 0 });
     first();

@@ -83,7 +83,10 @@ export class AdmissionQueue {
     this.#waitMs = count(options.waitMs ?? 30_000, 'waitMs', 0);
     this.#timers = options.timers ?? systemTimers;
     this.#kinds = {
-      download: kindState(count(options.maxDownloadsPerPrincipal ?? Math.min(4, maxDownloads), 'maxDownloadsPerPrincipal', 1), maxDownloads),
+      download: kindState(
+        count(options.maxDownloadsPerPrincipal ?? Math.min(4, maxDownloads), 'maxDownloadsPerPrincipal', 1),
+        maxDownloads,
+      ),
       upload: kindState(count(options.maxUploadsPerPrincipal ?? 1, 'maxUploadsPerPrincipal', 1), Infinity),
     };
   }
@@ -96,15 +99,25 @@ export class AdmissionQueue {
     if (this.#closed) return Promise.reject(new PolicyError('unavailable'));
     if (signal?.aborted) return Promise.reject(signal.reason);
     const state = this.#kinds[kind];
-    if (state === undefined) return Promise.reject(new TypeError(`kind: expected "download" or "upload", got ${String(kind)}`));
+    if (state === undefined)
+      return Promise.reject(new TypeError(`kind: expected "download" or "upload", got ${String(kind)}`));
     const lane = this.#lane(principalId, kind);
     if (lane.queue.length === 0 && this.#hasRoom(lane)) return Promise.resolve(this.#admit(lane));
     if (lane.queue.length >= this.#queueLength || this.#waitMs === 0) {
       this.#dropIfIdle(lane);
-      return Promise.reject(this.#busy(state, `More than ${this.#queueLength} ${kind}s of this principal are waiting.`));
+      return Promise.reject(
+        this.#busy(state, `More than ${this.#queueLength} ${kind}s of this principal are waiting.`),
+      );
     }
     return new Promise<Release>((resolve, reject) => {
-      const waiter: Waiter = { lane, resolve, reject, signal, onAbort: () => this.#abandon(waiter, signal!.reason), timer: null };
+      const waiter: Waiter = {
+        lane,
+        resolve,
+        reject,
+        signal,
+        onAbort: () => this.#abandon(waiter, signal!.reason),
+        timer: null,
+      };
       waiter.timer = this.#timers.setTimeout(() => {
         waiter.timer = null;
         this.#abandon(waiter, this.#busy(state, `Waited ${Math.ceil(this.#waitMs / 1000)} s for a ${kind} slot.`));
@@ -129,7 +142,11 @@ export class AdmissionQueue {
   }
 
   snapshot(): AdmissionSnapshot {
-    const counters = (state: KindState): AdmissionCounters => ({ active: state.active, queued: state.queued, rejected: state.rejected });
+    const counters = (state: KindState): AdmissionCounters => ({
+      active: state.active,
+      queued: state.queued,
+      rejected: state.rejected,
+    });
     return { downloads: counters(this.#kinds.download), uploads: counters(this.#kinds.upload), closed: this.#closed };
   }
 
@@ -217,6 +234,7 @@ function kindState(perPrincipal: number, total: number): KindState {
 }
 
 function count(value: number, name: string, min: number): number {
-  if (!Number.isSafeInteger(value) || value < min) throw new RangeError(`${name}: expected an integer ≥ ${min}, got ${value}`);
+  if (!Number.isSafeInteger(value) || value < min)
+    throw new RangeError(`${name}: expected an integer ≥ ${min}, got ${value}`);
   return value;
 }

@@ -63,7 +63,12 @@ function toKey(r: Record<string, unknown>): KeyRow {
 }
 
 function toPrincipal(r: Record<string, unknown>): PrincipalRow {
-  return { id: r.id as string, name: r.name as string, disabled: r.disabled as boolean, createdAt: (r.created_at as Date).toISOString() };
+  return {
+    id: r.id as string,
+    name: r.name as string,
+    disabled: r.disabled as boolean,
+    createdAt: (r.created_at as Date).toISOString(),
+  };
 }
 
 export function parseScopes(value: unknown): Scope[] {
@@ -85,12 +90,14 @@ export class AdminStore {
   }
 
   async createPrincipal(name: string): Promise<PrincipalRow> {
-    if (typeof name !== 'string' || !PRINCIPAL_NAME.test(name)) throw new PolicyError('invalid_request', 'principal name must match ^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$');
+    if (typeof name !== 'string' || !PRINCIPAL_NAME.test(name))
+      throw new PolicyError('invalid_request', 'principal name must match ^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$');
     try {
       const r = await this.#pool.query('INSERT INTO arkvory_principals (name) VALUES ($1) RETURNING *', [name]);
       return toPrincipal(r.rows[0]);
     } catch (err) {
-      if (isUniqueViolation(err)) throw new PolicyError('conflict', `principal "${name}" already exists`, { cause: err });
+      if (isUniqueViolation(err))
+        throw new PolicyError('conflict', `principal "${name}" already exists`, { cause: err });
       throw err;
     }
   }
@@ -103,7 +110,8 @@ export class AdminStore {
   /** Finds a principal by id or name. */
   async findPrincipal(ref: string): Promise<PrincipalRow> {
     // Neither an id nor a possible name (e.g. a NUL byte, which PostgreSQL refuses in text): no such principal.
-    if (!UUID.test(ref) && !PRINCIPAL_NAME.test(ref)) throw new PolicyError('not_found', `no principal ${JSON.stringify(ref)}`);
+    if (!UUID.test(ref) && !PRINCIPAL_NAME.test(ref))
+      throw new PolicyError('not_found', `no principal ${JSON.stringify(ref)}`);
     const r = UUID.test(ref)
       ? await this.#pool.query('SELECT * FROM arkvory_principals WHERE id = $1', [ref])
       : await this.#pool.query('SELECT * FROM arkvory_principals WHERE name = $1', [ref]);
@@ -113,17 +121,25 @@ export class AdminStore {
 
   async setPrincipalDisabled(ref: string, disabled: boolean): Promise<PrincipalRow> {
     const p = await this.findPrincipal(ref);
-    const r = await this.#pool.query('UPDATE arkvory_principals SET disabled = $2 WHERE id = $1 RETURNING *', [p.id, disabled]);
+    const r = await this.#pool.query('UPDATE arkvory_principals SET disabled = $2 WHERE id = $1 RETURNING *', [
+      p.id,
+      disabled,
+    ]);
     return toPrincipal(r.rows[0]);
   }
 
-  async createKey(principalRef: string, options: { scopes: Scope[]; expiresInSeconds?: number; kind?: 'service' | 'personal'; description?: string }): Promise<CreatedKey> {
+  async createKey(
+    principalRef: string,
+    options: { scopes: Scope[]; expiresInSeconds?: number; kind?: 'service' | 'personal'; description?: string },
+  ): Promise<CreatedKey> {
     const p = await this.findPrincipal(principalRef);
     const scopes = parseScopes(options.scopes);
     const kind = options.kind ?? 'service';
-    if (kind !== 'service' && kind !== 'personal') throw new PolicyError('invalid_request', 'kind must be service or personal');
+    if (kind !== 'service' && kind !== 'personal')
+      throw new PolicyError('invalid_request', 'kind must be service or personal');
     const expires = options.expiresInSeconds;
-    if (expires !== undefined && (!Number.isSafeInteger(expires) || expires <= 0)) throw new PolicyError('invalid_request', 'expiresInSeconds must be a positive integer');
+    if (expires !== undefined && (!Number.isSafeInteger(expires) || expires <= 0))
+      throw new PolicyError('invalid_request', 'expiresInSeconds must be a positive integer');
     const generated = generateKey();
     const r = await this.#pool.query(
       `INSERT INTO arkvory_api_keys (key_id, principal_id, kind, secret_sha256, scopes, description, expires_at)
@@ -136,13 +152,18 @@ export class AdminStore {
 
   async listKeys(principalRef: string): Promise<KeyRow[]> {
     const p = await this.findPrincipal(principalRef);
-    const r = await this.#pool.query('SELECT * FROM arkvory_api_keys WHERE principal_id = $1 ORDER BY created_at', [p.id]);
+    const r = await this.#pool.query('SELECT * FROM arkvory_api_keys WHERE principal_id = $1 ORDER BY created_at', [
+      p.id,
+    ]);
     return r.rows.map(toKey);
   }
 
   async revokeKey(keyId: string): Promise<KeyRow> {
     if (!KEY_ID.test(keyId)) throw new PolicyError('not_found', `no key "${keyId}"`);
-    const r = await this.#pool.query('UPDATE arkvory_api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE key_id = $1 RETURNING *', [keyId]);
+    const r = await this.#pool.query(
+      'UPDATE arkvory_api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE key_id = $1 RETURNING *',
+      [keyId],
+    );
     if (!r.rows[0]) throw new PolicyError('not_found', `no key "${keyId}"`);
     return toKey(r.rows[0]);
   }
@@ -154,16 +175,23 @@ export class AdminStore {
     if (!r.rows[0]) throw new PolicyError('not_found', `no key "${keyId}"`);
     const old = toKey(r.rows[0]);
     if (old.revokedAt) throw new PolicyError('conflict', `key "${keyId}" is revoked; create a new key instead`);
-    return this.createKey(old.principalId, { scopes: old.scopes, kind: old.kind, description: `rotated from ${keyId}`, ...(options.expiresInSeconds ? { expiresInSeconds: options.expiresInSeconds } : {}) });
+    return this.createKey(old.principalId, {
+      scopes: old.scopes,
+      kind: old.kind,
+      description: `rotated from ${keyId}`,
+      ...(options.expiresInSeconds ? { expiresInSeconds: options.expiresInSeconds } : {}),
+    });
   }
 
   async createRepository(name: string): Promise<{ name: string; createdAt: string }> {
-    if (typeof name !== 'string' || !REPOSITORY_NAME.test(name)) throw new PolicyError('invalid_request', 'repository name must match ^[a-z0-9][a-z0-9._-]{0,63}$');
+    if (typeof name !== 'string' || !REPOSITORY_NAME.test(name))
+      throw new PolicyError('invalid_request', 'repository name must match ^[a-z0-9][a-z0-9._-]{0,63}$');
     try {
       const r = await this.#pool.query('INSERT INTO arkvory_repositories (name) VALUES ($1) RETURNING *', [name]);
       return { name: r.rows[0].name, createdAt: (r.rows[0].created_at as Date).toISOString() };
     } catch (err) {
-      if (isUniqueViolation(err)) throw new PolicyError('conflict', `repository "${name}" already exists`, { cause: err });
+      if (isUniqueViolation(err))
+        throw new PolicyError('conflict', `repository "${name}" already exists`, { cause: err });
       throw err;
     }
   }
@@ -174,7 +202,8 @@ export class AdminStore {
   }
 
   async addGrant(principalRef: string, repository: string, permission: Permission): Promise<GrantRow> {
-    if (permission !== 'read' && permission !== 'write') throw new PolicyError('invalid_request', 'permission must be read or write');
+    if (permission !== 'read' && permission !== 'write')
+      throw new PolicyError('invalid_request', 'permission must be read or write');
     const p = await this.findPrincipal(principalRef);
     const repo = await this.#pool.query('SELECT 1 FROM arkvory_repositories WHERE name = $1', [repository]);
     if (!repo.rowCount) throw new PolicyError('not_found', `no repository "${repository}"`);
@@ -188,7 +217,10 @@ export class AdminStore {
 
   async removeGrant(principalRef: string, repository: string): Promise<void> {
     const p = await this.findPrincipal(principalRef);
-    const r = await this.#pool.query('DELETE FROM arkvory_grants WHERE principal_id = $1 AND repository = $2', [p.id, repository]);
+    const r = await this.#pool.query('DELETE FROM arkvory_grants WHERE principal_id = $1 AND repository = $2', [
+      p.id,
+      repository,
+    ]);
     if (!r.rowCount) throw new PolicyError('not_found', `"${p.name}" has no grant on "${repository}"`);
   }
 
@@ -199,6 +231,11 @@ export class AdminStore {
        WHERE $1::uuid IS NULL OR g.principal_id = $1 ORDER BY p.name, g.repository`,
       [p?.id ?? null],
     );
-    return r.rows.map((row) => ({ principalId: row.principal_id, principalName: row.name, repository: row.repository, permission: row.permission }));
+    return r.rows.map((row) => ({
+      principalId: row.principal_id,
+      principalName: row.name,
+      repository: row.repository,
+      permission: row.permission,
+    }));
   }
 }

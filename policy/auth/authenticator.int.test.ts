@@ -33,14 +33,24 @@ function countingPool(): { pool: pg.Pool; lookups: () => number } {
   return { pool, lookups: () => lookups };
 }
 
-async function started(pool: pg.Pool, options: { maxKnownKeys?: number; recheckBurst?: number; recheckPerSecond?: number } = {}): Promise<Authenticator> {
-  const auth = new Authenticator({ pool, databaseUrl: db.url, clock: systemClock, log: createLogger('silent'), ...options });
+async function started(
+  pool: pg.Pool,
+  options: { maxKnownKeys?: number; recheckBurst?: number; recheckPerSecond?: number } = {},
+): Promise<Authenticator> {
+  const auth = new Authenticator({
+    pool,
+    databaseUrl: db.url,
+    clock: systemClock,
+    log: createLogger('silent'),
+    ...options,
+  });
   await auth.start();
   cleanups.push(() => auth.stop());
   return auth;
 }
 
-const randomKey = () => `Bearer ark_${Array.from(randomBytes(16), (b) => 'abcdefghijklmnopqrstuvwxyz0123456789'[b % 36]).join('')}_${randomBytes(32).toString('base64url')}`;
+const randomKey = () =>
+  `Bearer ark_${Array.from(randomBytes(16), (b) => 'abcdefghijklmnopqrstuvwxyz0123456789'[b % 36]).join('')}_${randomBytes(32).toString('base64url')}`;
 
 async function until(what: string, ok: () => Promise<boolean>, timeoutMs = 5000): Promise<void> {
   const end = Date.now() + timeoutMs;
@@ -58,7 +68,9 @@ describe('negative cache of unknown key ids (real PostgreSQL)', () => {
     expect(auth.knownKeyCount).toBeGreaterThanOrEqual(1);
     const floodStart = Date.now();
     const outcomes = await Promise.allSettled(Array.from({ length: 2000 }, () => auth.authenticate(randomKey())));
-    expect(outcomes.every((o) => o.status === 'rejected' && (o.reason as { code?: string }).code === 'unauthorized')).toBe(true);
+    expect(
+      outcomes.every((o) => o.status === 'rejected' && (o.reason as { code?: string }).code === 'unauthorized'),
+    ).toBe(true);
     // Only the recheck allowance (for keys newer than the set) was looked up: 10 at once, 5/s after.
     expect(lookups()).toBeLessThanOrEqual(10 + 5 * Math.ceil((Date.now() - floodStart) / 1000));
     const afterFlood = lookups();

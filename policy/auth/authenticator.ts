@@ -168,7 +168,9 @@ export class Authenticator {
     const burst = this.#options.recheckBurst ?? 10;
     const rate = this.#options.recheckPerSecond ?? 5;
     const now = this.#options.clock.monotonicMs();
-    const tokens = Number.isNaN(this.#recheckTokens) ? burst : Math.min(burst, this.#recheckTokens + ((now - this.#recheckAtMs) / 1000) * rate);
+    const tokens = Number.isNaN(this.#recheckTokens)
+      ? burst
+      : Math.min(burst, this.#recheckTokens + ((now - this.#recheckAtMs) / 1000) * rate);
     this.#recheckAtMs = now;
     if (tokens < 1) {
       this.#recheckTokens = tokens;
@@ -198,14 +200,23 @@ export class Authenticator {
       this.#epochCheckedAtMs = this.#options.clock.monotonicMs();
       this.#pollWarned = false;
     } catch (err) {
-      if (!this.#pollWarned) this.#options.log.warn({ err: { message: (err as Error).message } }, 'auth epoch poll failed; key cache not trusted');
+      if (!this.#pollWarned)
+        this.#options.log.warn(
+          { err: { message: (err as Error).message } },
+          'auth epoch poll failed; key cache not trusted',
+        );
       this.#pollWarned = true;
     }
   }
 
   async #listen(): Promise<void> {
     if (this.#stopped) return;
-    const client = new pg.Client({ connectionString: this.#options.databaseUrl, application_name: 'arkvory-auth-listen', keepAlive: true, connectionTimeoutMillis: 5000 });
+    const client = new pg.Client({
+      connectionString: this.#options.databaseUrl,
+      application_name: 'arkvory-auth-listen',
+      keepAlive: true,
+      connectionTimeoutMillis: 5000,
+    });
     const retry = () => {
       if (this.#listener !== client) return;
       this.#listener = undefined;
@@ -302,7 +313,10 @@ export class Authenticator {
     if (!grants) {
       const generation = this.#generation;
       try {
-        const r = await this.#pool.query<{ repository: string; permission: Permission }>('SELECT repository, permission FROM arkvory_grants WHERE principal_id = $1', [principalId]);
+        const r = await this.#pool.query<{ repository: string; permission: Permission }>(
+          'SELECT repository, permission FROM arkvory_grants WHERE principal_id = $1',
+          [principalId],
+        );
         grants = new Map(r.rows.map((row) => [row.repository, row.permission]));
       } catch (err) {
         throw new PolicyError('unavailable', 'Cannot check permissions right now; retry later.', { cause: err });
@@ -317,7 +331,10 @@ export class Authenticator {
     await this.grant(principalId, '');
     const grants = this.#grants.get(principalId);
     if (grants) return [...grants.keys()].sort();
-    const r = await this.#pool.query<{ repository: string }>('SELECT repository FROM arkvory_grants WHERE principal_id = $1 ORDER BY repository', [principalId]);
+    const r = await this.#pool.query<{ repository: string }>(
+      'SELECT repository FROM arkvory_grants WHERE principal_id = $1 ORDER BY repository',
+      [principalId],
+    );
     return r.rows.map((row) => row.repository);
   }
 
@@ -327,8 +344,10 @@ export class Authenticator {
     const last = this.#lastUsedWritten.get(keyId);
     if (last !== undefined && now - last < (this.#options.lastUsedIntervalMs ?? 60_000)) return;
     this.#lastUsedWritten.set(keyId, now);
-    this.#pool.query('UPDATE arkvory_api_keys SET last_used_at = now() WHERE key_id = $1', [keyId]).catch((err: unknown) => {
-      this.#options.log.debug({ err: { message: (err as Error).message } }, 'last_used_at update failed');
-    });
+    this.#pool
+      .query('UPDATE arkvory_api_keys SET last_used_at = now() WHERE key_id = $1', [keyId])
+      .catch((err: unknown) => {
+        this.#options.log.debug({ err: { message: (err as Error).message } }, 'last_used_at update failed');
+      });
   }
 }

@@ -12,7 +12,10 @@ describe('Basic credentials', () => {
       expect(keyFromBasic(header)).toBe(k.key);
       expect(parseAuthorization(header)).toEqual({ keyId: k.keyId, secret: k.secret });
     }
-    expect(parseAuthorization(`basic   ${Buffer.from(`u:${k.key}`).toString('base64')}`)).toEqual({ keyId: k.keyId, secret: k.secret });
+    expect(parseAuthorization(`basic   ${Buffer.from(`u:${k.key}`).toString('base64')}`)).toEqual({
+      keyId: k.keyId,
+      secret: k.secret,
+    });
   });
 
   it('takes a key sent as the user name with an empty password (token-as-user URLs)', () => {
@@ -22,7 +25,18 @@ describe('Basic credentials', () => {
 
   it('refuses malformed Basic headers and keys', () => {
     const k = generateKey();
-    for (const bad of ['Basic', 'Basic ', `Basic ${k.key}`, basic(k.key), basic(`u:${k.key}x`), basic(`u:${k.key.slice(0, -1)}`), basic('u:'), `Basic ${Buffer.from(`u:${k.key}`).toString('base64')} extra`, `Basic !!${Buffer.from(`u:${k.key}`).toString('base64')}`, basic(`u:${'a'.repeat(400)}`)]) {
+    for (const bad of [
+      'Basic',
+      'Basic ',
+      `Basic ${k.key}`,
+      basic(k.key),
+      basic(`u:${k.key}x`),
+      basic(`u:${k.key.slice(0, -1)}`),
+      basic('u:'),
+      `Basic ${Buffer.from(`u:${k.key}`).toString('base64')} extra`,
+      `Basic !!${Buffer.from(`u:${k.key}`).toString('base64')}`,
+      basic(`u:${'a'.repeat(400)}`),
+    ]) {
       expect(parseAuthorization(bad), bad).toBeUndefined();
     }
   });

@@ -17,7 +17,20 @@ describe('API key format', () => {
     const k = generateKey();
     expect(parseAuthorization(`Bearer ${k.key}`)).toEqual({ keyId: k.keyId, secret: k.secret });
     expect(parseAuthorization(`bearer ${k.key}`)).toEqual({ keyId: k.keyId, secret: k.secret });
-    for (const bad of [undefined, '', 'Bearer', `Basic ${k.key}`, k.key, `Bearer ${k.key}x`, `Bearer ${k.key.slice(0, -1)}`, `Bearer ${k.key} extra`, `Bearer ark_${k.keyId.toUpperCase()}_${k.secret}`, `Bearer ${'a'.repeat(300)}`, ['Bearer', k.key], 42]) {
+    for (const bad of [
+      undefined,
+      '',
+      'Bearer',
+      `Basic ${k.key}`,
+      k.key,
+      `Bearer ${k.key}x`,
+      `Bearer ${k.key.slice(0, -1)}`,
+      `Bearer ${k.key} extra`,
+      `Bearer ark_${k.keyId.toUpperCase()}_${k.secret}`,
+      `Bearer ${'a'.repeat(300)}`,
+      ['Bearer', k.key],
+      42,
+    ]) {
       expect(parseAuthorization(bad)).toBeUndefined();
     }
   });

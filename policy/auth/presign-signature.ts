@@ -8,7 +8,12 @@
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
 
-export const PRESIGN_PARAMS = { key: 'X-Arkvory-Key', expires: 'X-Arkvory-Expires', secret: 'X-Arkvory-Secret', signature: 'X-Arkvory-Signature' } as const;
+export const PRESIGN_PARAMS = {
+  key: 'X-Arkvory-Key',
+  expires: 'X-Arkvory-Expires',
+  secret: 'X-Arkvory-Secret',
+  signature: 'X-Arkvory-Signature',
+} as const;
 
 export interface PresignFields {
   /** Canonical path (see `canonicalPath`). */
@@ -36,7 +41,9 @@ export function canonicalPath(pathname: string): string | undefined {
 }
 
 export function signPresign(secret: Buffer, fields: PresignFields): string {
-  const payload = ['arkvory-presign-v1', fields.path, fields.keyId, String(fields.expiresAt), fields.secretId].join('\n');
+  const payload = ['arkvory-presign-v1', fields.path, fields.keyId, String(fields.expiresAt), fields.secretId].join(
+    '\n',
+  );
   return createHmac('sha256', secret).update(payload, 'utf8').digest('base64url');
 }
 
@@ -79,10 +86,17 @@ export function presignQueryString(fields: PresignFields, signature: string): st
 }
 
 /** A link's lifetime in seconds: the request's (default `defaultSeconds`), within 1..max; else the problem text. */
-export function linkLifetime(requested: unknown, defaultSeconds: number, maxSeconds: number): { ok: true; seconds: number } | { ok: false; problem: string } {
+export function linkLifetime(
+  requested: unknown,
+  defaultSeconds: number,
+  maxSeconds: number,
+): { ok: true; seconds: number } | { ok: false; problem: string } {
   if (requested === undefined) return { ok: true, seconds: Math.min(defaultSeconds, maxSeconds) };
   if (typeof requested !== 'number' || !Number.isSafeInteger(requested) || requested < 1 || requested > maxSeconds) {
-    return { ok: false, problem: `expiresInSeconds must be an integer from 1 to ${maxSeconds} (ARKVORY_PRESIGN_MAX_EXPIRES_SECONDS)` };
+    return {
+      ok: false,
+      problem: `expiresInSeconds must be an integer from 1 to ${maxSeconds} (ARKVORY_PRESIGN_MAX_EXPIRES_SECONDS)`,
+    };
   }
   return { ok: true, seconds: requested };
 }

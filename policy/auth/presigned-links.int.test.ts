@@ -54,10 +54,15 @@ describe('pre-signed links (injected clock, real PostgreSQL)', () => {
     const sa = await createServiceAccount(db.pool, { grants: { libs: 'read' } });
     const link = await links.issue(await principalOf(sa), PATH, 600);
     await expect(verify(link.pathAndQuery.replace('a.bin', 'b.bin'))).rejects.toMatchObject({ code: 'unauthorized' });
-    await expect(verify(link.pathAndQuery.replace(/X-Arkvory-Secret=\d+/, 'X-Arkvory-Secret=999999'))).rejects.toMatchObject({ code: 'unauthorized' });
+    await expect(
+      verify(link.pathAndQuery.replace(/X-Arkvory-Secret=\d+/, 'X-Arkvory-Secret=999999')),
+    ).rejects.toMatchObject({ code: 'unauthorized' });
     const expiring = await createServiceAccount(db.pool, { grants: { libs: 'read' } });
     // The key expires 60 s after now on this test's clock (which earlier tests moved ahead of the database's).
-    await db.pool.query('UPDATE arkvory_api_keys SET expires_at = to_timestamp($1 / 1000.0) WHERE key_id = $2', [clock.wallMs() + 60_000, expiring.keyId]);
+    await db.pool.query('UPDATE arkvory_api_keys SET expires_at = to_timestamp($1 / 1000.0) WHERE key_id = $2', [
+      clock.wallMs() + 60_000,
+      expiring.keyId,
+    ]);
     const expiringLink = await links.issue(await principalOf(expiring), PATH, 600);
     expect((await verify(expiringLink.pathAndQuery)).id).toBe(expiring.principalId);
     clock.advance(61_000);
@@ -82,7 +87,12 @@ describe('pre-signed links (injected clock, real PostgreSQL)', () => {
     await rotatePresignSecret(db.pool, 0);
     // No grace: dead as soon as the rotation's NOTIFY (or the next epoch poll) clears the cache, within 2 s.
     const deadline = performance.now() + 2000;
-    while (await verify(fresh.pathAndQuery).then(() => true, () => false)) {
+    while (
+      await verify(fresh.pathAndQuery).then(
+        () => true,
+        () => false,
+      )
+    ) {
       expect(performance.now()).toBeLessThan(deadline);
       await new Promise((r) => setTimeout(r, 20));
     }

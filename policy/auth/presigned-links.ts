@@ -10,7 +10,14 @@ import type { Clock } from '../clock.ts';
 import { PolicyError } from '../errors.ts';
 import { unauthorized, type Authenticator } from './authenticator.ts';
 import type { Principal } from './principal.ts';
-import { canonicalPath, parsePresignQuery, presignQueryString, signatureMatches, signPresign, type PresignFields } from './presign-signature.ts';
+import {
+  canonicalPath,
+  parsePresignQuery,
+  presignQueryString,
+  signatureMatches,
+  signPresign,
+  type PresignFields,
+} from './presign-signature.ts';
 
 interface SecretRow {
   readonly id: string;
@@ -28,7 +35,11 @@ async function loadSecrets(pool: pg.Pool | pg.PoolClient): Promise<SecretRow[]> 
   const r = await pool.query<{ id: string; secret: Buffer; retires_at: Date | null }>(
     'SELECT id::text AS id, secret, retires_at FROM arkvory_presign_secrets WHERE retires_at IS NULL OR retires_at > now() ORDER BY id',
   );
-  return r.rows.map((row) => ({ id: row.id, secret: row.secret, retiresAtMs: row.retires_at ? row.retires_at.getTime() : null }));
+  return r.rows.map((row) => ({
+    id: row.id,
+    secret: row.secret,
+    retiresAtMs: row.retires_at ? row.retires_at.getTime() : null,
+  }));
 }
 
 /** The table lock serialises the first secret's creation and rotations (writer and CLI may race). */
@@ -52,13 +63,19 @@ async function inTransaction<T>(pool: pg.Pool, work: (client: pg.PoolClient) => 
  * Puts a new signing secret in place. The old ones retire after `graceSeconds` (0: at once, their
  * links die within 2 s); returns the new secret's id and when the old ones stop verifying.
  */
-export async function rotatePresignSecret(pool: pg.Pool, graceSeconds: number): Promise<{ secretId: string; oldLinksValidUntil: string }> {
+export async function rotatePresignSecret(
+  pool: pg.Pool,
+  graceSeconds: number,
+): Promise<{ secretId: string; oldLinksValidUntil: string }> {
   return inTransaction(pool, async (client) => {
     const retired = await client.query<{ until: Date }>(
       `UPDATE arkvory_presign_secrets SET retires_at = now() + make_interval(secs => $1) WHERE retires_at IS NULL OR retires_at > now() + make_interval(secs => $1) RETURNING now() + make_interval(secs => $1) AS until`,
       [graceSeconds],
     );
-    const inserted = await client.query<{ id: string; now: Date }>('INSERT INTO arkvory_presign_secrets (secret) VALUES ($1) RETURNING id::text AS id, now() AS now', [randomBytes(32)]);
+    const inserted = await client.query<{ id: string; now: Date }>(
+      'INSERT INTO arkvory_presign_secrets (secret) VALUES ($1) RETURNING id::text AS id, now() AS now',
+      [randomBytes(32)],
+    );
     const until = retired.rows[0]?.until ?? inserted.rows[0]!.now;
     return { secretId: inserted.rows[0]!.id, oldLinksValidUntil: until.toISOString() };
   });
@@ -101,7 +118,10 @@ export class PresignedLinks {
       const existing = (await loadSecrets(client)).filter((s) => s.retiresAtMs === null).at(-1);
       if (existing) return existing;
       const secret = randomBytes(32);
-      const r = await client.query<{ id: string }>('INSERT INTO arkvory_presign_secrets (secret) VALUES ($1) RETURNING id::text AS id', [secret]);
+      const r = await client.query<{ id: string }>(
+        'INSERT INTO arkvory_presign_secrets (secret) VALUES ($1) RETURNING id::text AS id',
+        [secret],
+      );
       return { id: r.rows[0]!.id, secret, retiresAtMs: null };
     });
     // The cached list predates the new secret; the NOTIFY that clears it may still be on its way.
@@ -114,8 +134,16 @@ export class PresignedLinks {
     const path = canonicalPath(pathname);
     if (path === undefined) throw new PolicyError('invalid_request', 'The target path is not valid.');
     const signing = await this.#signingSecret();
-    const fields: PresignFields = { path, keyId: principal.keyId, expiresAt: Math.floor(this.#clock.wallMs() / 1000) + lifetimeSeconds, secretId: signing.id };
-    return { pathAndQuery: `${path}?${presignQueryString(fields, signPresign(signing.secret, fields))}`, expiresAt: new Date(fields.expiresAt * 1000) };
+    const fields: PresignFields = {
+      path,
+      keyId: principal.keyId,
+      expiresAt: Math.floor(this.#clock.wallMs() / 1000) + lifetimeSeconds,
+      secretId: signing.id,
+    };
+    return {
+      pathAndQuery: `${path}?${presignQueryString(fields, signPresign(signing.secret, fields))}`,
+      expiresAt: new Date(fields.expiresAt * 1000),
+    };
   }
 
   /** The principal a link acts for; a bad, expired, rotated-out or revoked link is the same 401 as a bad key. */
@@ -126,9 +154,18 @@ export class PresignedLinks {
     const nowMs = this.#clock.wallMs();
     if (link.expiresAt * 1000 <= nowMs) throw unauthorized();
     // A secret unknown to the cache may be newer than it (rotated elsewhere, NOTIFY not yet here): ask once.
-    const secret = (await this.#secrets()).find((s) => s.id === link.secretId) ?? (await this.#secrets({ fresh: true })).find((s) => s.id === link.secretId);
+    const secret =
+      (await this.#secrets()).find((s) => s.id === link.secretId) ??
+      (await this.#secrets({ fresh: true })).find((s) => s.id === link.secretId);
     if (!secret || (secret.retiresAtMs !== null && secret.retiresAtMs <= nowMs)) throw unauthorized();
-    if (!signatureMatches(secret.secret, { path, keyId: link.keyId, expiresAt: link.expiresAt, secretId: link.secretId }, link.signature)) throw unauthorized();
+    if (
+      !signatureMatches(
+        secret.secret,
+        { path, keyId: link.keyId, expiresAt: link.expiresAt, secretId: link.secretId },
+        link.signature,
+      )
+    )
+      throw unauthorized();
     return this.#auth.authenticateKeyId(link.keyId);
   }
 }

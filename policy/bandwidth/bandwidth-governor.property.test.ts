@@ -44,9 +44,14 @@ function checkBound(events: readonly GrantEvent[], rate: number, burst: number, 
     if (candidate > bestStart) bestStart = candidate;
     granted += BigInt(event.bytes);
     const excessFromStart = granted * M - R * t - BigInt(burst) * M;
-    expect(excessFromStart <= 0n, `from start: ${granted} bytes by ${event.us} µs at ${rate} B/s, burst ${burst}`).toBe(true);
+    expect(excessFromStart <= 0n, `from start: ${granted} bytes by ${event.us} µs at ${rate} B/s, burst ${burst}`).toBe(
+      true,
+    );
     const worstInterval = granted * M - R * t + bestStart;
-    expect(worstInterval <= BigInt(capacity) * M, `an interval ending at ${event.us} µs exceeds rate × elapsed + ${capacity}`).toBe(true);
+    expect(
+      worstInterval <= BigInt(capacity) * M,
+      `an interval ending at ${event.us} µs exceeds rate × elapsed + ${capacity}`,
+    ).toBe(true);
   }
 }
 
@@ -57,8 +62,18 @@ const rateArb = fc.oneof(
 );
 
 const opArb = fc.oneof(
-  { weight: 3, arbitrary: fc.record({ kind: fc.constant('advance' as const), us: fc.integer({ min: 0, max: 250_000 }) }) },
-  { weight: 5, arbitrary: fc.record({ kind: fc.constant('take' as const), stream: fc.nat(15), size: fc.double({ min: 0, max: 1, noNaN: true }) }) },
+  {
+    weight: 3,
+    arbitrary: fc.record({ kind: fc.constant('advance' as const), us: fc.integer({ min: 0, max: 250_000 }) }),
+  },
+  {
+    weight: 5,
+    arbitrary: fc.record({
+      kind: fc.constant('take' as const),
+      stream: fc.nat(15),
+      size: fc.double({ min: 0, max: 1, noNaN: true }),
+    }),
+  },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('cancel' as const), stream: fc.nat(15) }) },
 );
 
@@ -89,7 +104,10 @@ describe('BandwidthGovernor bound (property)', () => {
             onGrant: (principal, bytes) => events.push({ principal, bytes, us: clock.us - startUs }),
           });
           const quantum = governor.quantumBytes;
-          const streams = streamPrincipals.map((p) => ({ meter: governor.meter(`p${p}`), pending: null as null | { controller: AbortController; settled: boolean } }));
+          const streams = streamPrincipals.map((p) => ({
+            meter: governor.meter(`p${p}`),
+            pending: null as null | { controller: AbortController; settled: boolean },
+          }));
           const outcomes: Promise<unknown>[] = [];
           for (const op of ops) {
             if (op.kind === 'advance') {
@@ -116,7 +134,8 @@ describe('BandwidthGovernor bound (property)', () => {
             expect(governor.snapshot().waitingQuanta).toBeLessThanOrEqual(maxWaiting);
           }
           // Liveness: with time, every take still waiting is granted (no lost wake-ups).
-          for (let i = 0; i < 200 && streams.some((s) => s.pending !== null && !s.pending.settled); i++) await timers.advance(1000);
+          for (let i = 0; i < 200 && streams.some((s) => s.pending !== null && !s.pending.settled); i++)
+            await timers.advance(1000);
           expect(streams.every((s) => s.pending === null || s.pending.settled)).toBe(true);
           expect(governor.snapshot().waitingQuanta).toBe(0);
           expect(timers.size).toBe(0);
@@ -129,7 +148,12 @@ describe('BandwidthGovernor bound (property)', () => {
           if (principalRate > 0) {
             const spec = createBucketSpec(principalRate, quantum);
             for (const principal of new Set(events.map((e) => e.principal))) {
-              checkBound(events.filter((e) => e.principal === principal), principalRate, burstBytes(principalRate), spec.capacityBytes);
+              checkBound(
+                events.filter((e) => e.principal === principal),
+                principalRate,
+                burstBytes(principalRate),
+                spec.capacityBytes,
+              );
             }
           }
           expect(governor.snapshot().grantedBytes).toBe(events.reduce((sum, e) => sum + e.bytes, 0));

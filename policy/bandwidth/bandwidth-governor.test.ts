@@ -10,7 +10,10 @@ interface Grant {
   atMs: number;
 }
 
-function setup(options: Partial<BandwidthGovernorOptions> & Pick<BandwidthGovernorOptions, 'rateBytesPerSec' | 'perPrincipalBytesPerSec'>) {
+function setup(
+  options: Partial<BandwidthGovernorOptions> &
+    Pick<BandwidthGovernorOptions, 'rateBytesPerSec' | 'perPrincipalBytesPerSec'>,
+) {
   const clock = new ManualClock(1_700_000_000_000, 10_000);
   const timers = new ManualTimers(clock);
   const grants: Grant[] = [];
@@ -94,7 +97,10 @@ describe('BandwidthGovernor', () => {
     const { governor, timers, grants } = setup({ rateBytesPerSec: 10_240, perPrincipalBytesPerSec: 0 });
     await governor.meter('drain').take(1024);
     grants.length = 0;
-    const streams = ['a', 'a', 'a', 'b', 'c', 'c'].map((principal) => ({ principal, meter: governor.meter(principal) }));
+    const streams = ['a', 'a', 'a', 'b', 'c', 'c'].map((principal) => ({
+      principal,
+      meter: governor.meter(principal),
+    }));
     // Every stream keeps one take waiting and asks again as soon as it is granted.
     let stop = false;
     const loops = streams.map(async ({ meter }) => {
@@ -111,9 +117,11 @@ describe('BandwidthGovernor', () => {
   it('one greedy principal with many streams gets no more of the global rate than a principal with one', async () => {
     const { governor, timers, grants } = setup({ rateBytesPerSec: 102_400, perPrincipalBytesPerSec: 0 }); // quantum 10240
     let stop = false;
-    const loops = [...Array.from({ length: 8 }, () => governor.meter('greedy')), governor.meter('modest')].map(async (meter) => {
-      while (!stop) await meter.take(10_240);
-    });
+    const loops = [...Array.from({ length: 8 }, () => governor.meter('greedy')), governor.meter('modest')].map(
+      async (meter) => {
+        while (!stop) await meter.take(10_240);
+      },
+    );
     await timers.advance(10_000);
     stop = true;
     governor.close();
@@ -247,7 +255,11 @@ describe('BandwidthGovernor', () => {
 
   it('fences itself the moment the permit lapses, for waiting and new takes alike', async () => {
     let permitted = true;
-    const { governor, timers, grants } = setup({ rateBytesPerSec: 10_240, perPrincipalBytesPerSec: 0, isPermitted: () => permitted });
+    const { governor, timers, grants } = setup({
+      rateBytesPerSec: 10_240,
+      perPrincipalBytesPerSec: 0,
+      isPermitted: () => permitted,
+    });
     const meter = governor.meter('p');
     await meter.take(1024);
     // Observe the rejection from the start: it happens inside advance(), before the expect below.
@@ -346,7 +358,11 @@ describe('BandwidthGovernor', () => {
   it('refuses nonsense options', () => {
     const clock = new ManualClock();
     expect(() => new BandwidthGovernor({ clock, rateBytesPerSec: -1, perPrincipalBytesPerSec: 0 })).toThrow(RangeError);
-    expect(() => new BandwidthGovernor({ clock, rateBytesPerSec: 0, perPrincipalBytesPerSec: 0, maxWaiting: 0 })).toThrow(/maxWaiting/);
-    expect(() => new BandwidthGovernor({ clock, rateBytesPerSec: 1, perPrincipalBytesPerSec: 0 }).meter('')).toThrow(TypeError);
+    expect(
+      () => new BandwidthGovernor({ clock, rateBytesPerSec: 0, perPrincipalBytesPerSec: 0, maxWaiting: 0 }),
+    ).toThrow(/maxWaiting/);
+    expect(() => new BandwidthGovernor({ clock, rateBytesPerSec: 1, perPrincipalBytesPerSec: 0 }).meter('')).toThrow(
+      TypeError,
+    );
   });
 });

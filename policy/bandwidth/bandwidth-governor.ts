@@ -148,7 +148,8 @@ export class BandwidthGovernor {
     this.#isPermitted = options.isPermitted;
     const nowMs = clock.monotonicMs();
     this.#globalSpec = rateBytesPerSec > 0 ? createBucketSpec(rateBytesPerSec, this.quantumBytes) : null;
-    this.#principalSpec = perPrincipalBytesPerSec > 0 ? createBucketSpec(perPrincipalBytesPerSec, this.quantumBytes) : null;
+    this.#principalSpec =
+      perPrincipalBytesPerSec > 0 ? createBucketSpec(perPrincipalBytesPerSec, this.quantumBytes) : null;
     this.#global = this.#globalSpec ? startBucket(this.#globalSpec, nowMs) : null;
   }
 
@@ -164,7 +165,8 @@ export class BandwidthGovernor {
    */
   meter(principalId: string): ByteMeter {
     this.#checkOpen();
-    if (typeof principalId !== 'string' || principalId === '') throw new TypeError('principalId: expected a non-empty string');
+    if (typeof principalId !== 'string' || principalId === '')
+      throw new TypeError('principalId: expected a non-empty string');
     const state: MeterState = { waiter: null };
     if (this.isUnlimited) return this.#unlimitedMeter(principalId, state);
     this.#principalFor(principalId);
@@ -236,7 +238,11 @@ export class BandwidthGovernor {
     const nowMs = this.#clock.monotonicMs();
     if (this.#principals.size >= this.#maxPrincipals && !this.#evictIdle(nowMs)) {
       this.#rejectedBusy++;
-      throw new PolicyError('busy', `${this.#maxPrincipals} principals are transferring or refilling their budgets; retry shortly.`, { headers: RETRY_AFTER });
+      throw new PolicyError(
+        'busy',
+        `${this.#maxPrincipals} principals are transferring or refilling their budgets; retry shortly.`,
+        { headers: RETRY_AFTER },
+      );
     }
     const principal: PrincipalState = {
       id: principalId,
@@ -258,7 +264,11 @@ export class BandwidthGovernor {
     let oldest: PrincipalState | undefined;
     for (const p of this.#principals.values()) {
       if (p.queue.length > 0 || p.inRing || this.#reserved === p) continue;
-      if (this.#principalSpec !== null && availableBytes(this.#principalSpec, p.bucket!, nowMs) < this.#principalSpec.burstBytes) continue;
+      if (
+        this.#principalSpec !== null &&
+        availableBytes(this.#principalSpec, p.bucket!, nowMs) < this.#principalSpec.burstBytes
+      )
+        continue;
       if (oldest === undefined || p.lastActiveMs < oldest.lastActiveMs) oldest = p;
     }
     if (oldest === undefined) return false;
@@ -278,7 +288,11 @@ export class BandwidthGovernor {
     }
     if (this.#waiting >= this.#maxWaiting) {
       this.#rejectedBusy++;
-      return Promise.reject(new PolicyError('busy', `More than ${this.#maxWaiting} quanta are waiting for bandwidth.`, { headers: RETRY_AFTER }));
+      return Promise.reject(
+        new PolicyError('busy', `More than ${this.#maxWaiting} quanta are waiting for bandwidth.`, {
+          headers: RETRY_AFTER,
+        }),
+      );
     }
     return new Promise<void>((resolve, reject) => {
       const waiter: Waiter = {
@@ -306,11 +320,14 @@ export class BandwidthGovernor {
   /** The checks every take makes first; a rejected promise when the take cannot even wait. */
   #refuse(meter: MeterState, bytes: number, signal: AbortSignal | undefined): Promise<never> | null {
     if (!Number.isSafeInteger(bytes) || bytes < 0 || bytes > this.quantumBytes) {
-      return Promise.reject(new RangeError(`bytes: expected an integer from 0 to the quantum ${this.quantumBytes}, got ${bytes}`));
+      return Promise.reject(
+        new RangeError(`bytes: expected an integer from 0 to the quantum ${this.quantumBytes}, got ${bytes}`),
+      );
     }
     if (!this.#checkPermit()) return Promise.reject(new PolicyError('lease_lost'));
     if (signal?.aborted) return Promise.reject(signal.reason);
-    if (meter.waiter !== null) return Promise.reject(new Error('ByteMeter.take: the previous take of this stream has not settled'));
+    if (meter.waiter !== null)
+      return Promise.reject(new Error('ByteMeter.take: the previous take of this stream has not settled'));
     return null;
   }
 
@@ -384,7 +401,10 @@ export class BandwidthGovernor {
       // Nobody is ready, so every principal in the ring waits for its own bucket.
       waitMs = Infinity;
       for (const principal of this.#ring) {
-        waitMs = Math.min(waitMs, msUntilTokens(this.#principalSpec!, principal.bucket!, principal.queue[0]!.bytes, nowMs));
+        waitMs = Math.min(
+          waitMs,
+          msUntilTokens(this.#principalSpec!, principal.bucket!, principal.queue[0]!.bytes, nowMs),
+        );
       }
     }
     const delayMs = Math.max(1, Math.ceil(waitMs));
@@ -457,6 +477,7 @@ export class BandwidthGovernor {
 }
 
 function positiveInt(value: number, name: string): number {
-  if (!Number.isSafeInteger(value) || value < 1) throw new RangeError(`${name}: expected a positive integer, got ${value}`);
+  if (!Number.isSafeInteger(value) || value < 1)
+    throw new RangeError(`${name}: expected a positive integer, got ${value}`);
   return value;
 }

@@ -23,9 +23,20 @@ export interface BandwidthGovernors {
  * The two governors of a process, one per direction; their budgets are independent. Pass the lease
  * coordinator's `isPermitted` so both fence themselves (uploads too) the moment the permit lapses.
  */
-export function createBandwidthGovernors(deps: { clock: Clock; timers?: Timers; isPermitted?: () => boolean }, config: BandwidthConfig): BandwidthGovernors {
+export function createBandwidthGovernors(
+  deps: { clock: Clock; timers?: Timers; isPermitted?: () => boolean },
+  config: BandwidthConfig,
+): BandwidthGovernors {
   return {
-    download: new BandwidthGovernor({ ...deps, rateBytesPerSec: config.downloadBytesPerSec, perPrincipalBytesPerSec: config.downloadBytesPerSecPerPrincipal }),
-    upload: new BandwidthGovernor({ ...deps, rateBytesPerSec: config.uploadBytesPerSec, perPrincipalBytesPerSec: config.uploadBytesPerSecPerPrincipal }),
+    download: new BandwidthGovernor({
+      ...deps,
+      rateBytesPerSec: config.downloadBytesPerSec,
+      perPrincipalBytesPerSec: config.downloadBytesPerSecPerPrincipal,
+    }),
+    upload: new BandwidthGovernor({
+      ...deps,
+      rateBytesPerSec: config.uploadBytesPerSec,
+      perPrincipalBytesPerSec: config.uploadBytesPerSecPerPrincipal,
+    }),
   };
 }

@@ -125,28 +125,37 @@ describe('token bucket', () => {
   });
 
   it('matches an exact BigInt model under random refills and takes (no drift)', () => {
-    const rateArb = fc.oneof(fc.constantFrom(1, 9, 10, 65_536, 10 * MIB + 1, TIB, TIB - 1, 3), fc.integer({ min: 1, max: TIB }));
+    const rateArb = fc.oneof(
+      fc.constantFrom(1, 9, 10, 65_536, 10 * MIB + 1, TIB, TIB - 1, 3),
+      fc.integer({ min: 1, max: TIB }),
+    );
     fc.assert(
-      fc.property(rateArb, fc.array(fc.tuple(fc.integer({ min: 0, max: 5_000_000 }), fc.integer({ min: 1, max: 65_536 })), { maxLength: 200 }), (rate, steps) => {
-        const quantum = quantumBytesFor([rate]);
-        const spec = createBucketSpec(rate, quantum);
-        let state = startBucket(spec, 0);
-        let model = BigInt(spec.burstBytes) * 1_000_000n;
-        const capacity = BigInt(spec.capacityBytes) * 1_000_000n;
-        let us = 0;
-        for (const [dtUs, want] of steps) {
-          us += dtUs;
-          model += BigInt(dtUs) * BigInt(rate);
-          if (model > capacity) model = capacity;
-          const bytes = Math.min(want, quantum);
-          const next = takeTokens(spec, state, bytes, us / 1000);
-          const modelPasses = model >= BigInt(bytes) * 1_000_000n;
-          expect(next !== null).toBe(modelPasses);
-          if (modelPasses) model -= BigInt(bytes) * 1_000_000n;
-          state = next ?? refillBucket(spec, state, us / 1000);
-          expect(BigInt(state.microTokens)).toBe(model);
-        }
-      }),
+      fc.property(
+        rateArb,
+        fc.array(fc.tuple(fc.integer({ min: 0, max: 5_000_000 }), fc.integer({ min: 1, max: 65_536 })), {
+          maxLength: 200,
+        }),
+        (rate, steps) => {
+          const quantum = quantumBytesFor([rate]);
+          const spec = createBucketSpec(rate, quantum);
+          let state = startBucket(spec, 0);
+          let model = BigInt(spec.burstBytes) * 1_000_000n;
+          const capacity = BigInt(spec.capacityBytes) * 1_000_000n;
+          let us = 0;
+          for (const [dtUs, want] of steps) {
+            us += dtUs;
+            model += BigInt(dtUs) * BigInt(rate);
+            if (model > capacity) model = capacity;
+            const bytes = Math.min(want, quantum);
+            const next = takeTokens(spec, state, bytes, us / 1000);
+            const modelPasses = model >= BigInt(bytes) * 1_000_000n;
+            expect(next !== null).toBe(modelPasses);
+            if (modelPasses) model -= BigInt(bytes) * 1_000_000n;
+            state = next ?? refillBucket(spec, state, us / 1000);
+            expect(BigInt(state.microTokens)).toBe(model);
+          }
+        },
+      ),
       { numRuns: 300 },
     );
   });

@@ -64,7 +64,9 @@ export function createBucketSpec(rateBytesPerSec: number, quantumBytes: number):
     throw new RangeError(`quantumBytes: expected an integer from 1 to ${MAX_QUANTUM_BYTES}, got ${quantumBytes}`);
   }
   if (rateBytesPerSec > 0 && quantumBytes > Math.max(1, burst)) {
-    throw new RangeError(`quantumBytes: ${quantumBytes} exceeds the burst ${burst} of rate ${rateBytesPerSec} (at least 1 byte)`);
+    throw new RangeError(
+      `quantumBytes: ${quantumBytes} exceeds the burst ${burst} of rate ${rateBytesPerSec} (at least 1 byte)`,
+    );
   }
   return { rateBytesPerSec, burstBytes: burst, capacityBytes: rateBytesPerSec > 0 ? Math.max(burst, quantumBytes) : 0 };
 }

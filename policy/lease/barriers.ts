@@ -19,12 +19,18 @@ export const BARRIERS = {
 export type Barrier = keyof typeof BARRIERS;
 
 export async function tryLockExclusive(client: pg.ClientBase, barrier: Barrier): Promise<boolean> {
-  const r = await client.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1, $2) AS ok', [LOCK_CLASS, BARRIERS[barrier]]);
+  const r = await client.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1, $2) AS ok', [
+    LOCK_CLASS,
+    BARRIERS[barrier],
+  ]);
   return r.rows[0]!.ok;
 }
 
 export async function tryLockShared(client: pg.ClientBase, barrier: Barrier): Promise<boolean> {
-  const r = await client.query<{ ok: boolean }>('SELECT pg_try_advisory_lock_shared($1, $2) AS ok', [LOCK_CLASS, BARRIERS[barrier]]);
+  const r = await client.query<{ ok: boolean }>('SELECT pg_try_advisory_lock_shared($1, $2) AS ok', [
+    LOCK_CLASS,
+    BARRIERS[barrier],
+  ]);
   return r.rows[0]!.ok;
 }
 

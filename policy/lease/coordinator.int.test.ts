@@ -25,7 +25,10 @@ async function freshDb(): Promise<TestDatabase> {
   return db;
 }
 
-async function coordinator(db: TestDatabase, options: Partial<CoordinatorOptions> & Pick<CoordinatorOptions, 'role'>): Promise<Coordinator> {
+async function coordinator(
+  db: TestDatabase,
+  options: Partial<CoordinatorOptions> & Pick<CoordinatorOptions, 'role'>,
+): Promise<Coordinator> {
   const c = await Coordinator.open({ databaseUrl: db.url, clock: systemClock, log, ...options });
   open.push(c);
   return c;
@@ -40,11 +43,20 @@ describe('coordinator barriers and stored policy (real PostgreSQL)', () => {
 
   it('records the policy at the writer and refuses mismatches, a missing policy and a standalone bypass', async () => {
     const db = await freshDb();
-    await expect(coordinator(db, { role: 'reader', shared: { slot: 1, policy } })).rejects.toThrow(/no shared download policy is stored yet/);
+    await expect(coordinator(db, { role: 'reader', shared: { slot: 1, policy } })).rejects.toThrow(
+      /no shared download policy is stored yet/,
+    );
     const writer = await coordinator(db, { role: 'api', shared: { slot: 0, policy } });
     expect(writer.snapshot()).toEqual({ slot: 0, slots: 3, active: true, leaseSeconds: 10 });
-    await expect(coordinator(db, { role: 'reader', shared: { slot: 1, policy: { ...policy, slots: 2 } } })).rejects.toThrow(/differs from this process's/);
-    await expect(coordinator(db, { role: 'reader', shared: { slot: 1, policy: { ...policy, downloadBytesPerSec: policy.downloadBytesPerSec + 1 } } })).rejects.toThrow(/differs/);
+    await expect(
+      coordinator(db, { role: 'reader', shared: { slot: 1, policy: { ...policy, slots: 2 } } }),
+    ).rejects.toThrow(/differs from this process's/);
+    await expect(
+      coordinator(db, {
+        role: 'reader',
+        shared: { slot: 1, policy: { ...policy, downloadBytesPerSec: policy.downloadBytesPerSec + 1 } },
+      }),
+    ).rejects.toThrow(/differs/);
     const reader = await coordinator(db, { role: 'reader', shared: { slot: 1, policy } });
     expect(reader.isPermitted()).toBe(true);
     await writer.close();
@@ -56,7 +68,9 @@ describe('coordinator barriers and stored policy (real PostgreSQL)', () => {
     await coordinator(db, { role: 'api', shared: { slot: 0, policy } });
     await coordinator(db, { role: 'reader', shared: { slot: 1, policy } });
     const started = Date.now();
-    await expect(coordinator(db, { role: 'reader', shared: { slot: 1, policy } })).rejects.toThrow(/held by a running gateway/);
+    await expect(coordinator(db, { role: 'reader', shared: { slot: 1, policy } })).rejects.toThrow(
+      /held by a running gateway/,
+    );
     const took = Date.now() - started;
     expect(took).toBeGreaterThanOrEqual(2000);
     expect(took).toBeLessThan(3500);
@@ -68,7 +82,9 @@ describe('coordinator barriers and stored policy (real PostgreSQL)', () => {
     const first = await coordinator(db, { role: 'reader', shared: { slot: 2, policy } });
     const firstGeneration = first.generation!;
     await first.close();
-    const { rows } = await db.pool.query(`SELECT extract(epoch FROM expires_at - clock_timestamp()) * 1000 AS ms FROM arkvory_gateway_leases WHERE slot = 2`);
+    const { rows } = await db.pool.query(
+      `SELECT extract(epoch FROM expires_at - clock_timestamp()) * 1000 AS ms FROM arkvory_gateway_leases WHERE slot = 2`,
+    );
     const remaining = Number(rows[0].ms);
     const started = Date.now();
     const second = await coordinator(db, { role: 'reader', shared: { slot: 2, policy } });
@@ -85,9 +101,13 @@ describe('coordinator barriers and stored policy (real PostgreSQL)', () => {
     await first.close();
     // A stationary reservation longer than any renewal would leave (a stopped owner whose database
     // clock jumped ahead): not renewing, so not "live", but not expiring within the bound either.
-    await db.pool.query(`UPDATE arkvory_gateway_leases SET expires_at = clock_timestamp() + interval '60 seconds' WHERE slot = 1`);
+    await db.pool.query(
+      `UPDATE arkvory_gateway_leases SET expires_at = clock_timestamp() + interval '60 seconds' WHERE slot = 1`,
+    );
     const started = Date.now();
-    await expect(coordinator(db, { role: 'reader', shared: { slot: 1, policy } })).rejects.toThrow(/stayed reserved for 15 s/);
+    await expect(coordinator(db, { role: 'reader', shared: { slot: 1, policy } })).rejects.toThrow(
+      /stayed reserved for 15 s/,
+    );
     const waited = Date.now() - started;
     expect(waited).toBeGreaterThanOrEqual(15_000);
     expect(waited).toBeLessThan(18_000);
@@ -100,14 +120,19 @@ describe('coordinator barriers and stored policy (real PostgreSQL)', () => {
     const reasons: string[] = [];
     reader.onFenced((r) => reasons.push(r));
     // Another owner took over (as if our reservation had expired during a partition).
-    await db.pool.query('UPDATE arkvory_gateway_leases SET owner = $1, generation = generation + 1 WHERE slot = 1', [randomUUID()]);
+    await db.pool.query('UPDATE arkvory_gateway_leases SET owner = $1, generation = generation + 1 WHERE slot = 1', [
+      randomUUID(),
+    ]);
     const deadline = Date.now() + 4000;
     while (reader.isPermitted() && Date.now() < deadline) await sleep(50);
     expect(reader.isPermitted()).toBe(false);
     expect(reasons).toHaveLength(1);
     expect(reasons[0]).toMatch(/newer generation/);
     // Give it the slot back in the database: it stays fenced.
-    await db.pool.query('UPDATE arkvory_gateway_leases SET owner = $1, generation = $2, expires_at = clock_timestamp() + interval \'10 s\' WHERE slot = 1', [reader.owner, 1]);
+    await db.pool.query(
+      "UPDATE arkvory_gateway_leases SET owner = $1, generation = $2, expires_at = clock_timestamp() + interval '10 s' WHERE slot = 1",
+      [reader.owner, 1],
+    );
     await sleep(2500);
     expect(reader.isPermitted()).toBe(false);
     expect(reader.snapshot()?.active).toBe(false);
@@ -117,7 +142,9 @@ describe('coordinator barriers and stored policy (real PostgreSQL)', () => {
     const db = await freshDb();
     const writer = await coordinator(db, { role: 'api' });
     const fenced = new Promise<string>((resolve) => writer.onFenced(resolve));
-    await db.pool.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'arkvory-api-lease'`);
+    await db.pool.query(
+      `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'arkvory-api-lease'`,
+    );
     expect(await fenced).toMatch(/lease connection/);
     expect(writer.isPermitted()).toBe(false);
   });

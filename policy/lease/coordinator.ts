@@ -15,7 +15,17 @@ import type { Logger } from 'pino';
 import type { Clock } from '../clock.ts';
 import { tryLockExclusive, tryLockShared } from './barriers.ts';
 import { checkPolicy, PolicyRefusal, type DownloadPolicy } from './download-policy.ts';
-import { acquired, confirmRenewal, isPermitValid, nextRenewalAt, observe, renewalRejected, RESERVATION_MS, type Instant, type PermitState } from './lease-permit.ts';
+import {
+  acquired,
+  confirmRenewal,
+  isPermitValid,
+  nextRenewalAt,
+  observe,
+  renewalRejected,
+  RESERVATION_MS,
+  type Instant,
+  type PermitState,
+} from './lease-permit.ts';
 
 export interface CoordinatorOptions {
   databaseUrl: string;
@@ -52,7 +62,13 @@ export class Coordinator {
 
   private constructor(options: CoordinatorOptions) {
     this.#options = options;
-    this.#client = new pg.Client({ connectionString: options.databaseUrl, application_name: `arkvory-${options.role}-lease`, keepAlive: true, keepAliveInitialDelayMillis: 5000, connectionTimeoutMillis: 10_000 });
+    this.#client = new pg.Client({
+      connectionString: options.databaseUrl,
+      application_name: `arkvory-${options.role}-lease`,
+      keepAlive: true,
+      keepAliveInitialDelayMillis: 5000,
+      connectionTimeoutMillis: 10_000,
+    });
   }
 
   static async open(options: CoordinatorOptions): Promise<Coordinator> {
@@ -79,16 +95,23 @@ export class Coordinator {
       if (!this.#closed) this.#fence('the lease connection closed');
     });
     if (role === 'api' && !(await tryLockExclusive(this.#client, 'writer'))) {
-      throw new PolicyRefusal('another writer (ARKVORY_ROLE=api) is running on this database; only one writer may run at a time');
+      throw new PolicyRefusal(
+        'another writer (ARKVORY_ROLE=api) is running on this database; only one writer may run at a time',
+      );
     }
     if (!(await tryLockShared(this.#client, 'maintenance'))) {
-      throw new PolicyRefusal('offline maintenance (scrub/gc) holds the maintenance barrier on this database; start the gateway after it finishes');
+      throw new PolicyRefusal(
+        'offline maintenance (scrub/gc) holds the maintenance barrier on this database; start the gateway after it finishes',
+      );
     }
     if (role === 'worker') return;
     await checkPolicy(this.#client, role, shared?.policy);
     if (shared) {
       await this.#acquire(shared.slot);
-      log.info({ slot: shared.slot, slots: shared.policy.slots, owner: this.owner, generation: this.generation }, 'slot lease acquired');
+      log.info(
+        { slot: shared.slot, slots: shared.policy.slots, owner: this.owner, generation: this.generation },
+        'slot lease acquired',
+      );
     }
   }
 
@@ -129,7 +152,12 @@ export class Coordinator {
   snapshot(): { slot: number; slots: number; active: boolean; leaseSeconds: number } | null {
     const shared = this.#options.shared;
     if (!shared) return null;
-    return { slot: shared.slot, slots: shared.policy.slots, active: this.isPermitted(), leaseSeconds: RESERVATION_MS / 1000 };
+    return {
+      slot: shared.slot,
+      slots: shared.policy.slots,
+      active: this.isPermitted(),
+      leaseSeconds: RESERVATION_MS / 1000,
+    };
   }
 
   async #tryAcquire(slot: number): Promise<{ generation: number } | undefined> {
@@ -170,16 +198,29 @@ export class Coordinator {
       const nowMono = clock.monotonicMs();
       if (!firstSeen) firstSeen = { renewedAt: row.renewed_at, owner: row.owner, atMono: nowMono };
       else if (row.renewed_at !== firstSeen.renewedAt || row.owner !== firstSeen.owner) {
-        throw new SlotBusy(`slot ${slot} is held by a running gateway that keeps renewing it; give this process another ARKVORY_GATEWAY_SLOT or stop the other one`);
+        throw new SlotBusy(
+          `slot ${slot} is held by a running gateway that keeps renewing it; give this process another ARKVORY_GATEWAY_SLOT or stop the other one`,
+        );
       }
       if (!waitingLogged) {
-        log.info({ slot, remainingMs: Math.round(row.remaining_ms) }, 'slot reserved by an earlier owner; waiting for its reservation to expire');
+        log.info(
+          { slot, remainingMs: Math.round(row.remaining_ms) },
+          'slot reserved by an earlier owner; waiting for its reservation to expire',
+        );
         waitingLogged = true;
       }
-      if (nowMono - startedMono >= timeoutMs) throw new SlotBusy(`slot ${slot} stayed reserved for ${timeoutMs / 1000} s; is another gateway using it?`);
+      if (nowMono - startedMono >= timeoutMs)
+        throw new SlotBusy(`slot ${slot} stayed reserved for ${timeoutMs / 1000} s; is another gateway using it?`);
       // Look again when the live check is due or the reservation ends, whichever is first.
       const untilLiveCheck = firstSeen.atMono + liveCheckMs - nowMono;
-      const wait = Math.max(20, Math.min(row.remaining_ms + 20, untilLiveCheck > 0 ? untilLiveCheck : row.remaining_ms + 20, timeoutMs - (nowMono - startedMono)));
+      const wait = Math.max(
+        20,
+        Math.min(
+          row.remaining_ms + 20,
+          untilLiveCheck > 0 ? untilLiveCheck : row.remaining_ms + 20,
+          timeoutMs - (nowMono - startedMono),
+        ),
+      );
       await new Promise((resolve) => setTimeout(resolve, wait));
     }
   }
@@ -194,7 +235,10 @@ export class Coordinator {
     this.#fencedReason = reason;
     clearTimeout(this.#renewTimer);
     clearTimeout(this.#expiryTimer);
-    this.#options.log.error({ reason, owner: this.owner }, 'fenced: this gateway lost its lease or database ownership and will not serve again; restart it');
+    this.#options.log.error(
+      { reason, owner: this.owner },
+      'fenced: this gateway lost its lease or database ownership and will not serve again; restart it',
+    );
     for (const listener of this.#fenceListeners) listener(reason);
   }
 
@@ -206,7 +250,10 @@ export class Coordinator {
     const renewAt = nextRenewalAt(this.#permit)!;
     this.#renewTimer = setTimeout(() => void this.#renew(), Math.max(0, renewAt - nowMono));
     // Fence on time even while a renewal hangs on a slow link.
-    this.#expiryTimer = setTimeout(() => this.isPermitted(), Math.max(0, this.#permit.validUntil.monotonicMs - nowMono) + 1);
+    this.#expiryTimer = setTimeout(
+      () => this.isPermitted(),
+      Math.max(0, this.#permit.validUntil.monotonicMs - nowMono) + 1,
+    );
   }
 
   async #renew(): Promise<void> {
@@ -222,12 +269,17 @@ export class Coordinator {
       );
       this.#renewed(r.rowCount ? 'confirmed' : 'rejected', requestStartedAt.monotonicMs);
       if (this.#fencedReason !== undefined) return;
-      this.#apply(r.rowCount ? confirmRenewal(this.#permit, requestStartedAt, this.#now()) : renewalRejected(this.#permit));
+      this.#apply(
+        r.rowCount ? confirmRenewal(this.#permit, requestStartedAt, this.#now()) : renewalRejected(this.#permit),
+      );
       this.#schedule();
     } catch (err) {
       this.#renewed('failed', requestStartedAt.monotonicMs);
       if (this.#fencedReason !== undefined || this.#closed) return;
-      this.#options.log.warn({ err: { message: (err as Error).message } }, 'lease renewal failed; retrying while the permit lasts');
+      this.#options.log.warn(
+        { err: { message: (err as Error).message } },
+        'lease renewal failed; retrying while the permit lasts',
+      );
       this.#apply(observe(this.#permit, this.#now()));
       clearTimeout(this.#renewTimer);
       this.#renewTimer = setTimeout(() => void this.#renew(), this.#options.retryAfterErrorMs ?? 500);

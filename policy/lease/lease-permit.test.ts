@@ -1,5 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { acquired, confirmRenewal, isPermitValid, nextRenewalAt, observe, renewalRejected, type Instant } from './lease-permit.ts';
+import {
+  acquired,
+  confirmRenewal,
+  isPermitValid,
+  nextRenewalAt,
+  observe,
+  renewalRejected,
+  type Instant,
+} from './lease-permit.ts';
 
 const at = (monotonicMs: number, wallMs = 1_000_000 + monotonicMs): Instant => ({ monotonicMs, wallMs });
 

@@ -29,16 +29,28 @@ export type PermitState =
 
 /** The permit right after acquisition, counted from when the acquiring request started. */
 export function acquired(generation: number, requestStartedAt: Instant, answeredAt: Instant): PermitState {
-  return confirmRenewal({ kind: 'held', generation, validUntil: { monotonicMs: Number.POSITIVE_INFINITY, wallMs: Number.POSITIVE_INFINITY }, lastConfirmedAt: requestStartedAt }, requestStartedAt, answeredAt);
+  return confirmRenewal(
+    {
+      kind: 'held',
+      generation,
+      validUntil: { monotonicMs: Number.POSITIVE_INFINITY, wallMs: Number.POSITIVE_INFINITY },
+      lastConfirmedAt: requestStartedAt,
+    },
+    requestStartedAt,
+    answeredAt,
+  );
 }
 
 export function isPermitValid(state: PermitState, now: Instant): boolean {
-  return state.kind === 'held' && now.monotonicMs < state.validUntil.monotonicMs && now.wallMs < state.validUntil.wallMs;
+  return (
+    state.kind === 'held' && now.monotonicMs < state.validUntil.monotonicMs && now.wallMs < state.validUntil.wallMs
+  );
 }
 
 /** Applies the passage of time: a lapsed permit becomes fenced. */
 export function observe(state: PermitState, now: Instant): PermitState {
-  if (state.kind === 'held' && !isPermitValid(state, now)) return { kind: 'fenced', reason: 'the lease permit expired before a renewal was confirmed' };
+  if (state.kind === 'held' && !isPermitValid(state, now))
+    return { kind: 'fenced', reason: 'the lease permit expired before a renewal was confirmed' };
   return state;
 }
 
@@ -50,14 +62,20 @@ export function observe(state: PermitState, now: Instant): PermitState {
 export function confirmRenewal(state: PermitState, requestStartedAt: Instant, answeredAt: Instant): PermitState {
   const current = observe(state, answeredAt);
   if (current.kind === 'fenced') return current;
-  const validUntil = { monotonicMs: requestStartedAt.monotonicMs + PERMIT_MS, wallMs: requestStartedAt.wallMs + PERMIT_MS };
+  const validUntil = {
+    monotonicMs: requestStartedAt.monotonicMs + PERMIT_MS,
+    wallMs: requestStartedAt.wallMs + PERMIT_MS,
+  };
   const next: PermitState = { kind: 'held', generation: current.generation, validUntil, lastConfirmedAt: answeredAt };
   return observe(next, answeredAt);
 }
 
 /** The database found no row for (slot, owner, generation) unexpired: someone else owns the slot now. */
 export function renewalRejected(_state: PermitState): PermitState {
-  return { kind: 'fenced', reason: 'the database no longer holds this lease (expired or taken over by a newer generation)' };
+  return {
+    kind: 'fenced',
+    reason: 'the database no longer holds this lease (expired or taken over by a newer generation)',
+  };
 }
 
 /** When the next renewal should start (monotonic ms): 2 s after the last confirmation arrived. */

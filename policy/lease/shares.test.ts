@@ -29,7 +29,12 @@ describe('shares', () => {
   });
 
   it('computes both ceilings of a participant', () => {
-    expect(localDownloadCeilings({ slots: 3, downloadBytesPerSec: 3 * 65536 + 2, downloadBytesPerSecPerPrincipal: 0 }, { downloadBytesPerSec: 0, downloadBytesPerSecPerPrincipal: 1000 })).toEqual({
+    expect(
+      localDownloadCeilings(
+        { slots: 3, downloadBytesPerSec: 3 * 65536 + 2, downloadBytesPerSecPerPrincipal: 0 },
+        { downloadBytesPerSec: 0, downloadBytesPerSecPerPrincipal: 1000 },
+      ),
+    ).toEqual({
       downloadBytesPerSec: 65536,
       downloadBytesPerSecPerPrincipal: 1000,
     });

@@ -9,8 +9,10 @@ export const MAX_RATE = 2 ** 40;
 
 /** floor(rate / slots); rate 0 (a disabled per-principal ceiling) stays 0. */
 export function shareOf(rateBytesPerSec: number, slots: number): number {
-  if (!Number.isSafeInteger(slots) || slots < MIN_SLOTS || slots > MAX_SLOTS) throw new RangeError(`slots must be ${MIN_SLOTS}..${MAX_SLOTS}, got ${slots}`);
-  if (!Number.isSafeInteger(rateBytesPerSec) || rateBytesPerSec < 0) throw new RangeError(`rate must be a non-negative integer, got ${rateBytesPerSec}`);
+  if (!Number.isSafeInteger(slots) || slots < MIN_SLOTS || slots > MAX_SLOTS)
+    throw new RangeError(`slots must be ${MIN_SLOTS}..${MAX_SLOTS}, got ${slots}`);
+  if (!Number.isSafeInteger(rateBytesPerSec) || rateBytesPerSec < 0)
+    throw new RangeError(`rate must be a non-negative integer, got ${rateBytesPerSec}`);
   return Math.floor(rateBytesPerSec / slots);
 }
 
@@ -33,6 +35,9 @@ export interface SharedBudget {
 export function localDownloadCeilings(policy: { slots: number } & SharedBudget, local: SharedBudget): SharedBudget {
   return {
     downloadBytesPerSec: effectiveRate(shareOf(policy.downloadBytesPerSec, policy.slots), local.downloadBytesPerSec),
-    downloadBytesPerSecPerPrincipal: effectiveRate(shareOf(policy.downloadBytesPerSecPerPrincipal, policy.slots), local.downloadBytesPerSecPerPrincipal),
+    downloadBytesPerSecPerPrincipal: effectiveRate(
+      shareOf(policy.downloadBytesPerSecPerPrincipal, policy.slots),
+      local.downloadBytesPerSecPerPrincipal,
+    ),
   };
 }

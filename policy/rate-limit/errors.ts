@@ -30,7 +30,11 @@ export class RateLimitError extends Error {
   readonly code: RateLimitErrorCode;
   /** Set for `invalid_rules`: every problem found, not just the first. */
   readonly problems: readonly RuleProblem[];
-  constructor(code: RateLimitErrorCode, message?: string, options?: { cause?: unknown; problems?: readonly RuleProblem[] }) {
+  constructor(
+    code: RateLimitErrorCode,
+    message?: string,
+    options?: { cause?: unknown; problems?: readonly RuleProblem[] },
+  ) {
     super(message ?? RATE_LIMIT_ERRORS[code], options?.cause === undefined ? undefined : { cause: options.cause });
     this.code = code;
     this.problems = options?.problems ?? [];

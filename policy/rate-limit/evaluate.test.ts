@@ -4,33 +4,136 @@ import { defineRule } from './rules.ts';
 
 const T = Date.UTC(2026, 0, 1, 0, 0, 30);
 const limit3 = defineRule({ name: 'l3', action: 'limit', characteristics: ['ip'], limit: 3, periodS: 60 });
-const banned = defineRule({ name: 'ban', action: 'limit', characteristics: ['ip'], limit: 3, periodS: 60, banForS: 600 });
-const shadow = defineRule({ name: 'shadow', action: 'log', characteristics: ['ip'], limit: 1, periodS: 60, banForS: 60 });
-const distinct = defineRule({ name: 'd', action: 'limit', characteristics: ['ip'], countDistinct: 'user', limit: 2, periodS: 60 });
+const banned = defineRule({
+  name: 'ban',
+  action: 'limit',
+  characteristics: ['ip'],
+  limit: 3,
+  periodS: 60,
+  banForS: 600,
+});
+const shadow = defineRule({
+  name: 'shadow',
+  action: 'log',
+  characteristics: ['ip'],
+  limit: 1,
+  periodS: 60,
+  banForS: 60,
+});
+const distinct = defineRule({
+  name: 'd',
+  action: 'limit',
+  characteristics: ['ip'],
+  countDistinct: 'user',
+  limit: 2,
+  periodS: 60,
+});
 const skip = defineRule({ name: 'bypass', action: 'skip' });
 const fresh: RuleState = { count: 0, banUntilMs: 0, isMember: false };
 
 describe('evaluate (the reference the Lua must equal)', () => {
-  const cases: Array<{ name: string; rules: ReturnType<typeof defineRule>[]; states: RuleState[]; cost?: number; mode?: 'check' | 'peek'; outcomes: object[]; writes: string[] }> = [
-    { name: 'first hit counts and resets at the aligned window end', rules: [limit3], states: [fresh], outcomes: [{ count: 1, exceeded: false, banned: false, resetAtMs: T + 30_000 }], writes: ['incr'] },
-    { name: 'reaching the limit is not exceeding it', rules: [limit3], states: [{ ...fresh, count: 2 }], outcomes: [{ count: 3, exceeded: false }], writes: ['incr'] },
-    { name: 'passing it is', rules: [limit3], states: [{ ...fresh, count: 3 }], outcomes: [{ count: 4, exceeded: true, banned: false }], writes: ['incr'] },
-    { name: 'exceeding with ban_for_s starts a ban', rules: [banned], states: [{ ...fresh, count: 3 }], outcomes: [{ count: 4, exceeded: true, banned: true, resetAtMs: T + 600_000 }], writes: ['incr', 'ban'] },
-    { name: 'an active ban blocks without counting', rules: [banned], states: [{ ...fresh, count: 0, banUntilMs: T + 5 }], outcomes: [{ count: 0, exceeded: true, banned: true, resetAtMs: T + 5 }], writes: [] },
-    { name: 'a ban ending now is over', rules: [banned], states: [{ ...fresh, count: 0, banUntilMs: T }], outcomes: [{ count: 1, exceeded: false, banned: false }], writes: ['incr'] },
-    { name: 'a blocking limit is terminal', rules: [limit3, banned], states: [{ ...fresh, count: 3 }, fresh], outcomes: [{ exceeded: true }], writes: ['incr'] },
-    { name: 'an exceeded log rule is not', rules: [shadow, limit3], states: [{ ...fresh, count: 1 }, fresh], outcomes: [{ exceeded: true, banned: true }, { exceeded: false }], writes: ['incr', 'ban', 'incr'] },
-    { name: 'distinct: a new value adds one', rules: [distinct], states: [{ ...fresh, count: 2 }], outcomes: [{ count: 3, exceeded: true }], writes: ['sadd'] },
-    { name: 'distinct: a known value adds nothing', rules: [distinct], states: [{ ...fresh, count: 2, isMember: true }], outcomes: [{ count: 2, exceeded: false }], writes: ['sadd'] },
-    { name: 'float cost', rules: [limit3], states: [{ ...fresh, count: 2.5 }], cost: 0.75, outcomes: [{ count: 3.25, exceeded: true }], writes: ['incr'] },
-    { name: 'peek writes nothing', rules: [banned], states: [{ ...fresh, count: 3 }], mode: 'peek', outcomes: [{ count: 4, exceeded: true, banned: true }], writes: [] },
+  const cases: Array<{
+    name: string;
+    rules: ReturnType<typeof defineRule>[];
+    states: RuleState[];
+    cost?: number;
+    mode?: 'check' | 'peek';
+    outcomes: object[];
+    writes: string[];
+  }> = [
+    {
+      name: 'first hit counts and resets at the aligned window end',
+      rules: [limit3],
+      states: [fresh],
+      outcomes: [{ count: 1, exceeded: false, banned: false, resetAtMs: T + 30_000 }],
+      writes: ['incr'],
+    },
+    {
+      name: 'reaching the limit is not exceeding it',
+      rules: [limit3],
+      states: [{ ...fresh, count: 2 }],
+      outcomes: [{ count: 3, exceeded: false }],
+      writes: ['incr'],
+    },
+    {
+      name: 'passing it is',
+      rules: [limit3],
+      states: [{ ...fresh, count: 3 }],
+      outcomes: [{ count: 4, exceeded: true, banned: false }],
+      writes: ['incr'],
+    },
+    {
+      name: 'exceeding with ban_for_s starts a ban',
+      rules: [banned],
+      states: [{ ...fresh, count: 3 }],
+      outcomes: [{ count: 4, exceeded: true, banned: true, resetAtMs: T + 600_000 }],
+      writes: ['incr', 'ban'],
+    },
+    {
+      name: 'an active ban blocks without counting',
+      rules: [banned],
+      states: [{ ...fresh, count: 0, banUntilMs: T + 5 }],
+      outcomes: [{ count: 0, exceeded: true, banned: true, resetAtMs: T + 5 }],
+      writes: [],
+    },
+    {
+      name: 'a ban ending now is over',
+      rules: [banned],
+      states: [{ ...fresh, count: 0, banUntilMs: T }],
+      outcomes: [{ count: 1, exceeded: false, banned: false }],
+      writes: ['incr'],
+    },
+    {
+      name: 'a blocking limit is terminal',
+      rules: [limit3, banned],
+      states: [{ ...fresh, count: 3 }, fresh],
+      outcomes: [{ exceeded: true }],
+      writes: ['incr'],
+    },
+    {
+      name: 'an exceeded log rule is not',
+      rules: [shadow, limit3],
+      states: [{ ...fresh, count: 1 }, fresh],
+      outcomes: [{ exceeded: true, banned: true }, { exceeded: false }],
+      writes: ['incr', 'ban', 'incr'],
+    },
+    {
+      name: 'distinct: a new value adds one',
+      rules: [distinct],
+      states: [{ ...fresh, count: 2 }],
+      outcomes: [{ count: 3, exceeded: true }],
+      writes: ['sadd'],
+    },
+    {
+      name: 'distinct: a known value adds nothing',
+      rules: [distinct],
+      states: [{ ...fresh, count: 2, isMember: true }],
+      outcomes: [{ count: 2, exceeded: false }],
+      writes: ['sadd'],
+    },
+    {
+      name: 'float cost',
+      rules: [limit3],
+      states: [{ ...fresh, count: 2.5 }],
+      cost: 0.75,
+      outcomes: [{ count: 3.25, exceeded: true }],
+      writes: ['incr'],
+    },
+    {
+      name: 'peek writes nothing',
+      rules: [banned],
+      states: [{ ...fresh, count: 3 }],
+      mode: 'peek',
+      outcomes: [{ count: 4, exceeded: true, banned: true }],
+      writes: [],
+    },
   ];
   for (const c of cases) {
     it(c.name, () => {
       const plan = buildPlan('p:', 'lim', c.rules, { ip: '1', user: 'u' }, T);
       const { outcomes, writes } = evaluate(plan, c.states, { nowMs: T, cost: c.cost ?? 1, mode: c.mode ?? 'check' });
       expect(outcomes).toHaveLength(c.outcomes.length);
-      c.outcomes.forEach((o, i) => expect(outcomes[i]).toMatchObject(o));
+      for (const [i, o] of c.outcomes.entries()) expect(outcomes[i]).toMatchObject(o);
       expect(writes.map((w) => w.op)).toEqual(c.writes);
     });
   }

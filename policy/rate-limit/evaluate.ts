@@ -70,11 +70,18 @@ export const KEY_SLACK_MS = 1000;
 
 function resolve(value: Resolvable | undefined, what: string, rule: Rule): number {
   const n = typeof value === 'function' ? value() : value;
-  if (typeof n !== 'number' || !Number.isFinite(n) || n < 0) throw new TypeError(`rule "${rule.name}": ${what} resolved to ${String(n)}, expected a non-negative number`);
+  if (typeof n !== 'number' || !Number.isFinite(n) || n < 0)
+    throw new TypeError(`rule "${rule.name}": ${what} resolved to ${String(n)}, expected a non-negative number`);
   return n;
 }
 
-export function buildPlan(prefix: string, limiter: string, applicable: readonly Rule[], identifier: Identifier, nowMs: number): Plan {
+export function buildPlan(
+  prefix: string,
+  limiter: string,
+  applicable: readonly Rule[],
+  identifier: Identifier,
+  nowMs: number,
+): Plan {
   const counting: PlannedRule[] = [];
   let skip: Rule | undefined;
   for (const rule of applicable) {
@@ -103,7 +110,11 @@ export function buildPlan(prefix: string, limiter: string, applicable: readonly 
 }
 
 /** The reference algorithm (see the header). `states[i]` belongs to `plan.counting[i]`. */
-export function evaluate(plan: Plan, states: readonly RuleState[], input: { nowMs: number; cost: number; mode: Mode }): { outcomes: Outcome[]; writes: Write[] } {
+export function evaluate(
+  plan: Plan,
+  states: readonly RuleState[],
+  input: { nowMs: number; cost: number; mode: Mode },
+): { outcomes: Outcome[]; writes: Write[] } {
   const { nowMs, cost, mode } = input;
   const outcomes: Outcome[] = [];
   const writes: Write[] = [];
@@ -173,7 +184,14 @@ export interface RateLimitResult {
   readonly evaluations: readonly RuleEvaluation[];
 }
 
-export const ALLOW_NOTHING_MATCHED: RateLimitResult = Object.freeze({ action: 'allow', exceeded: false, rule: undefined, error: undefined, info: undefined, evaluations: [] });
+export const ALLOW_NOTHING_MATCHED: RateLimitResult = Object.freeze({
+  action: 'allow',
+  exceeded: false,
+  rule: undefined,
+  error: undefined,
+  info: undefined,
+  evaluations: [],
+});
 
 export function failOpen(error: Error): RateLimitResult {
   return { action: 'allow', exceeded: false, rule: undefined, error, info: undefined, evaluations: [] };
@@ -192,11 +210,18 @@ export function summarize(plan: Plan, outcomes: readonly Outcome[]): RateLimitRe
   let bestLimit = -1;
   let bestLog = -1;
   const remainingOf = (i: number) => Math.max(0, plan.counting[i]!.limit - outcomes[i]!.count);
-  const better = (i: number, j: number) => j === -1 || remainingOf(i) < remainingOf(j) || (remainingOf(i) === remainingOf(j) && outcomes[i]!.resetAtMs < outcomes[j]!.resetAtMs);
+  const better = (i: number, j: number) =>
+    j === -1 ||
+    remainingOf(i) < remainingOf(j) ||
+    (remainingOf(i) === remainingOf(j) && outcomes[i]!.resetAtMs < outcomes[j]!.resetAtMs);
   for (let i = 0; i < outcomes.length; i++) {
     const p = plan.counting[i]!;
     const o = outcomes[i]!;
-    evaluations.push({ rule: p.rule, result: o.banned && o.exceeded ? 'banned' : o.exceeded ? 'exceeded' : 'allow', count: o.count });
+    evaluations.push({
+      rule: p.rule,
+      result: o.banned && o.exceeded ? 'banned' : o.exceeded ? 'exceeded' : 'allow',
+      count: o.count,
+    });
     if (p.action === 'limit') {
       if (o.exceeded) blocking = i;
       else if (better(i, bestLimit)) bestLimit = i;
@@ -206,9 +231,17 @@ export function summarize(plan: Plan, outcomes: readonly Outcome[]): RateLimitRe
   }
   const reachedSkip = plan.skip !== undefined && blocking === -1;
   if (reachedSkip) evaluations.push({ rule: plan.skip!, result: 'skip', count: 0 });
-  const chosen = blocking !== -1 ? blocking : firstExceededLog !== -1 ? firstExceededLog : bestLimit !== -1 ? bestLimit : bestLog;
+  const chosen =
+    blocking !== -1 ? blocking : firstExceededLog !== -1 ? firstExceededLog : bestLimit !== -1 ? bestLimit : bestLog;
   if (chosen === -1) {
-    return { action: 'allow', exceeded: false, rule: reachedSkip ? plan.skip : undefined, error: undefined, info: undefined, evaluations };
+    return {
+      action: 'allow',
+      exceeded: false,
+      rule: reachedSkip ? plan.skip : undefined,
+      error: undefined,
+      info: undefined,
+      evaluations,
+    };
   }
   const p = plan.counting[chosen]!;
   const o = outcomes[chosen]!;
@@ -217,7 +250,12 @@ export function summarize(plan: Plan, outcomes: readonly Outcome[]): RateLimitRe
     exceeded: o.exceeded,
     rule: p.rule,
     error: undefined,
-    info: { resolvedLimit: p.limit, resolvedPeriodS: p.periodMs / 1000, resetAtMs: o.resetAtMs, remaining: o.exceeded ? 0 : remainingOf(chosen) },
+    info: {
+      resolvedLimit: p.limit,
+      resolvedPeriodS: p.periodMs / 1000,
+      resetAtMs: o.resetAtMs,
+      remaining: o.exceeded ? 0 : remainingOf(chosen),
+    },
     evaluations,
   };
 }

@@ -17,19 +17,35 @@ export const DEFAULT_KEY_PREFIX = 'arkvory:rl:';
 export const UNKNOWN_VALUE = '_unknown_';
 export const MAX_RAW_VALUE_BYTES = 200;
 
-const ESCAPES: Record<string, string> = { '%': '%25', '{': '%7B', '}': '%7D', ':': '%3A', ',': '%2C', '=': '%3D', '#': '%23', '|': '%7C' };
+const ESCAPES: Record<string, string> = {
+  '%': '%25',
+  '{': '%7B',
+  '}': '%7D',
+  ':': '%3A',
+  ',': '%2C',
+  '=': '%3D',
+  '#': '%23',
+  '|': '%7C',
+};
 
 const SPECIAL = /[%{}:,=#|]/;
 
 export function encodeValue(value: string | undefined): string {
   if (value === undefined) return UNKNOWN_VALUE;
   // A UTF-16 unit is at most 3 UTF-8 bytes, so short strings need no byte count.
-  if (value.length * 3 > MAX_RAW_VALUE_BYTES && Buffer.byteLength(value, 'utf8') > MAX_RAW_VALUE_BYTES) return `#${createHash('sha256').update(value, 'utf8').digest('hex')}`;
+  if (value.length * 3 > MAX_RAW_VALUE_BYTES && Buffer.byteLength(value, 'utf8') > MAX_RAW_VALUE_BYTES)
+    return `#${createHash('sha256').update(value, 'utf8').digest('hex')}`;
   return SPECIAL.test(value) ? value.replace(/[%{}:,=#|]/g, (c) => ESCAPES[c]!) : value;
 }
 
 /** `<prefix><limiter>:{<rule>|<characteristics>}`: the part every key of one counter shares. */
-export function counterBase(prefix: string, limiter: string, ruleName: string, characteristics: readonly string[], identifier: Identifier): string {
+export function counterBase(
+  prefix: string,
+  limiter: string,
+  ruleName: string,
+  characteristics: readonly string[],
+  identifier: Identifier,
+): string {
   let tag = `${ruleName}|`;
   for (let i = 0; i < characteristics.length; i++) {
     const c = characteristics[i]!;

@@ -18,31 +18,55 @@ function capturingLog() {
 
 describe('limiter', () => {
   it('fails open on a store error: allows, sets error, no info; logs once per interval and counts every one', async () => {
-    const failing: CounterStore = { kind: 'memory', run: async () => Promise.reject(new Error('boom')), clear: async () => undefined };
+    const failing: CounterStore = {
+      kind: 'memory',
+      run: async () => Promise.reject(new Error('boom')),
+      clear: async () => undefined,
+    };
     const { log, lines } = capturingLog();
     const registry = new Registry();
     const clock = new ManualClock();
-    const limiter = createLimiter({ store: failing, clock, log, metrics: createRateLimitMetrics(registry), errorLogIntervalMs: 10_000 }, { name: 'lim', rules: [rule] });
-    for (let i = 0; i < 3; i++) expect(await limiter.check({ ip: 'a' })).toMatchObject({ action: 'allow', exceeded: false, info: undefined, error: expect.objectContaining({ message: 'boom' }) });
+    const limiter = createLimiter(
+      { store: failing, clock, log, metrics: createRateLimitMetrics(registry), errorLogIntervalMs: 10_000 },
+      { name: 'lim', rules: [rule] },
+    );
+    for (let i = 0; i < 3; i++)
+      expect(await limiter.check({ ip: 'a' })).toMatchObject({
+        action: 'allow',
+        exceeded: false,
+        info: undefined,
+        error: expect.objectContaining({ message: 'boom' }),
+      });
     expect(lines.filter((l) => l.msg === 'rate-limit store failed; failing open')).toHaveLength(1);
     clock.advance(10_000);
     await limiter.peek({ ip: 'a' });
     const logged = lines.filter((l) => l.msg === 'rate-limit store failed; failing open');
     expect(logged).toHaveLength(2);
     expect(logged[1]).toMatchObject({ suppressed: 2, operation: 'peek' });
-    expect(await registry.getSingleMetricAsString(METRIC_NAMES.checks)).toContain('action="allow",matched="false",error="true"} 3');
+    expect(await registry.getSingleMetricAsString(METRIC_NAMES.checks)).toContain(
+      'action="allow",matched="false",error="true"} 3',
+    );
     // Spec 1.10: the pre-split families are gone; a failed clear is only logged.
     await limiter.clear({ ip: 'a' });
     for (const removed of REMOVED_METRIC_NAMES) expect(registry.getSingleMetric(removed)).toBeUndefined();
-    expect((await registry.getMetricsAsJSON()).map((m) => m.name).sort()).toEqual([METRIC_NAMES.checks, METRIC_NAMES.peeks, METRIC_NAMES.ruleEvaluations].sort());
+    expect((await registry.getMetricsAsJSON()).map((m) => m.name).sort()).toEqual(
+      [METRIC_NAMES.checks, METRIC_NAMES.peeks, METRIC_NAMES.ruleEvaluations].sort(),
+    );
     expect(await registry.getSingleMetricAsString(METRIC_NAMES.peeks)).toContain('action="allow",error="true"} 1');
   });
 
   it('fails open with store_timeout when the store hangs longer than timeoutMs', async () => {
     vi.useFakeTimers();
     try {
-      const hanging: CounterStore = { kind: 'redis', run: () => new Promise(() => {}), clear: () => new Promise(() => {}) };
-      const limiter = createLimiter({ store: hanging, clock: new ManualClock(), log: pino({ level: 'silent' }), timeoutMs: 100 }, { name: 'lim', rules: [rule] });
+      const hanging: CounterStore = {
+        kind: 'redis',
+        run: () => new Promise(() => {}),
+        clear: () => new Promise(() => {}),
+      };
+      const limiter = createLimiter(
+        { store: hanging, clock: new ManualClock(), log: pino({ level: 'silent' }), timeoutMs: 100 },
+        { name: 'lim', rules: [rule] },
+      );
       const pending = limiter.check({ ip: 'a' });
       await vi.advanceTimersByTimeAsync(99);
       let settled = false;
@@ -62,21 +86,35 @@ describe('limiter', () => {
     const registry = new Registry();
     const store = createMemoryStore();
     const run = vi.spyOn(store, 'run');
-    const rules = [defineRule({ name: 'shadow', action: 'log', limit: 5, periodS: 60 }), defineRule({ name: 'only_put', action: 'limit', limit: 5, periodS: 60, match: { method: 'PUT' } })];
-    const limiter = createLimiter({ store, clock: new ManualClock(), log: pino({ level: 'silent' }), metrics: createRateLimitMetrics(registry) }, { name: 'lim', rules });
+    const rules = [
+      defineRule({ name: 'shadow', action: 'log', limit: 5, periodS: 60 }),
+      defineRule({ name: 'only_put', action: 'limit', limit: 5, periodS: 60, match: { method: 'PUT' } }),
+    ];
+    const limiter = createLimiter(
+      { store, clock: new ManualClock(), log: pino({ level: 'silent' }), metrics: createRateLimitMetrics(registry) },
+      { name: 'lim', rules },
+    );
     await limiter.check({ method: 'PUT' });
-    expect(await registry.getSingleMetricAsString(METRIC_NAMES.checks)).toContain('limiter="lim",action="allow",matched="true",error="false"} 1');
+    expect(await registry.getSingleMetricAsString(METRIC_NAMES.checks)).toContain(
+      'limiter="lim",action="allow",matched="true",error="false"} 1',
+    );
     const evaluations = await registry.getSingleMetricAsString(METRIC_NAMES.ruleEvaluations);
     expect(evaluations).toContain('rule="shadow",action="log",result="allow"} 1');
     expect(evaluations).toContain('rule="only_put",action="limit",result="allow"} 1');
-    const none = createLimiter({ store, clock: new ManualClock(), log: pino({ level: 'silent' }) }, { name: 'lim2', rules: [rules[1]!] });
+    const none = createLimiter(
+      { store, clock: new ManualClock(), log: pino({ level: 'silent' }) },
+      { name: 'lim2', rules: [rules[1]!] },
+    );
     run.mockClear();
     expect(await none.check({ method: 'GET' })).toMatchObject({ action: 'allow', rule: undefined, info: undefined });
     expect(run).not.toHaveBeenCalled();
   });
 
   it('rejects a negative or non-finite cost', async () => {
-    const limiter = createLimiter({ store: createMemoryStore(), clock: new ManualClock(), log: pino({ level: 'silent' }) }, { name: 'lim', rules: [rule] });
+    const limiter = createLimiter(
+      { store: createMemoryStore(), clock: new ManualClock(), log: pino({ level: 'silent' }) },
+      { name: 'lim', rules: [rule] },
+    );
     await expect(limiter.check({ ip: 'a' }, { cost: -1 })).rejects.toThrow(RangeError);
     await expect(limiter.check({ ip: 'a' }, { cost: Number.NaN })).rejects.toThrow(RangeError);
   });

@@ -6,7 +6,15 @@
  */
 import type { Logger } from 'pino';
 import type { Clock } from '../clock.ts';
-import { ALLOW_NOTHING_MATCHED, buildPlan, failOpen, summarize, type Mode, type Plan, type RateLimitResult } from './evaluate.ts';
+import {
+  ALLOW_NOTHING_MATCHED,
+  buildPlan,
+  failOpen,
+  summarize,
+  type Mode,
+  type Plan,
+  type RateLimitResult,
+} from './evaluate.ts';
 import { banKey, counterBase, counterKey, windowStartMs } from './keys.ts';
 import { applicableRules, type Identifier } from './match.ts';
 import { noMetrics, type RateLimitMetrics } from './metrics.ts';
@@ -56,7 +64,8 @@ export function createLimiter(deps: LimiterDeps, definition: LimiterDefinition):
   const timeoutMs = deps.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   const errorLogIntervalMs = deps.errorLogIntervalMs ?? 10_000;
   const name = definition.name;
-  const rulesNow: (identifier: Identifier) => RulesNow = typeof definition.rules === 'function' ? definition.rules : () => definition.rules as readonly Rule[];
+  const rulesNow: (identifier: Identifier) => RulesNow =
+    typeof definition.rules === 'function' ? definition.rules : () => definition.rules as readonly Rule[];
   let lastErrorLogMs = -Infinity;
   let suppressedErrors = 0;
 
@@ -65,7 +74,16 @@ export function createLimiter(deps: LimiterDeps, definition: LimiterDefinition):
     const code = (error as { code?: unknown }).code;
     const now = clock.monotonicMs();
     if (now - lastErrorLogMs >= errorLogIntervalMs) {
-      log.warn({ limiter: name, operation, err: error, code: typeof code === 'string' ? code : 'store_unavailable', suppressed: suppressedErrors }, 'rate-limit store failed; failing open');
+      log.warn(
+        {
+          limiter: name,
+          operation,
+          err: error,
+          code: typeof code === 'string' ? code : 'store_unavailable',
+          suppressed: suppressedErrors,
+        },
+        'rate-limit store failed; failing open',
+      );
       lastErrorLogMs = now;
       suppressedErrors = 0;
     } else suppressedErrors++;
@@ -99,8 +117,14 @@ export function createLimiter(deps: LimiterDeps, definition: LimiterDefinition):
     name,
     async check(identifier, options) {
       const result = await run(identifier, options?.cost ?? 1, 'check');
-      metrics.check({ limiter: name, action: result.action, matched: result.evaluations.length > 0, error: result.error !== undefined });
-      for (const e of result.evaluations) metrics.ruleEvaluation({ limiter: name, rule: e.rule.name, action: e.rule.action, result: e.result });
+      metrics.check({
+        limiter: name,
+        action: result.action,
+        matched: result.evaluations.length > 0,
+        error: result.error !== undefined,
+      });
+      for (const e of result.evaluations)
+        metrics.ruleEvaluation({ limiter: name, rule: e.rule.name, action: e.rule.action, result: e.result });
       return result;
     },
     async peek(identifier, options) {

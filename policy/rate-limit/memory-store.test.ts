@@ -10,7 +10,14 @@ storeConformance('memory', () => ({ store: createMemoryStore(), prefix: `t${++n}
 describe('memory store', () => {
   it('forgets expired counters and bans, so memory stays bounded', async () => {
     const store = createMemoryStore({ sweepEvery: 1 });
-    const rule = defineRule({ name: 'r', action: 'limit', characteristics: ['ip'], limit: 1, periodS: 60, banForS: 120 });
+    const rule = defineRule({
+      name: 'r',
+      action: 'limit',
+      characteristics: ['ip'],
+      limit: 1,
+      periodS: 60,
+      banForS: 120,
+    });
     for (let i = 0; i < 50; i++) {
       const plan = buildPlan('p:', 'l', [rule], { ip: `10.0.0.${i}` }, T0);
       await store.run(plan, { nowMs: T0, cost: 2, mode: 'check' });

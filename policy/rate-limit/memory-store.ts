@@ -42,7 +42,11 @@ export function createMemoryStore(options: { sweepEvery?: number } = {}): Memory
         const counter = live(p.counterKey, nowMs);
         const ban = p.banMs > 0 ? live(p.banKey, nowMs) : undefined;
         const count = p.distinctValue !== undefined ? (counter?.members?.size ?? 0) : (counter?.value ?? 0);
-        return { count, banUntilMs: ban?.value ?? 0, isMember: p.distinctValue !== undefined && (counter?.members?.has(p.distinctValue) ?? false) };
+        return {
+          count,
+          banUntilMs: ban?.value ?? 0,
+          isMember: p.distinctValue !== undefined && (counter?.members?.has(p.distinctValue) ?? false),
+        };
       });
       const { outcomes, writes } = evaluate(plan, states, input);
       for (const w of writes) {

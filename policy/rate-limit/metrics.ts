@@ -21,18 +21,38 @@ export const METRIC_NAMES = {
 /** Families spec 1.10 removed (`calls_total`, `errors_total`): tests check they stay absent. */
 export const REMOVED_METRIC_NAMES = ['arkvory_rate_limit_calls_total', 'arkvory_rate_limit_errors_total'] as const;
 
-function counter<L extends string>(registry: Registry, name: string, help: string, labelNames: readonly L[]): Counter<L> {
+function counter<L extends string>(
+  registry: Registry,
+  name: string,
+  help: string,
+  labelNames: readonly L[],
+): Counter<L> {
   const existing = registry.getSingleMetric(name);
   if (existing) return existing as Counter<L>;
   return new Counter<L>({ name, help, labelNames, registers: [registry] });
 }
 
 export function createRateLimitMetrics(registry: Registry = defaultRegistry): RateLimitMetrics {
-  const checks = counter(registry, METRIC_NAMES.checks, 'Rate-limit checks, one per check() call.', ['limiter', 'action', 'matched', 'error']);
-  const rules = counter(registry, METRIC_NAMES.ruleEvaluations, 'Rule evaluations inside checks.', ['limiter', 'rule', 'action', 'result']);
-  const peeks = counter(registry, METRIC_NAMES.peeks, 'Rate-limit peeks (no counting).', ['limiter', 'action', 'error']);
+  const checks = counter(registry, METRIC_NAMES.checks, 'Rate-limit checks, one per check() call.', [
+    'limiter',
+    'action',
+    'matched',
+    'error',
+  ]);
+  const rules = counter(registry, METRIC_NAMES.ruleEvaluations, 'Rule evaluations inside checks.', [
+    'limiter',
+    'rule',
+    'action',
+    'result',
+  ]);
+  const peeks = counter(registry, METRIC_NAMES.peeks, 'Rate-limit peeks (no counting).', [
+    'limiter',
+    'action',
+    'error',
+  ]);
   return {
-    check: (l) => checks.inc({ limiter: l.limiter, action: l.action, matched: String(l.matched), error: String(l.error) }),
+    check: (l) =>
+      checks.inc({ limiter: l.limiter, action: l.action, matched: String(l.matched), error: String(l.error) }),
     ruleEvaluation: (l) => rules.inc(l),
     peek: (l) => peeks.inc({ limiter: l.limiter, action: l.action, error: String(l.error) }),
   };
@@ -48,7 +68,8 @@ export interface RulesServiceMetrics {
 }
 
 export const RULES_SERVICE_METRIC = 'arkvory_rate_limit_rules_service_requests_total';
-export const RULES_SERVICE_HELP = 'Rules-service lookups by result: hit (cache), miss (fetched), error, timeout, invalid, circuit_open (the last four: local rules apply).';
+export const RULES_SERVICE_HELP =
+  'Rules-service lookups by result: hit (cache), miss (fetched), error, timeout, invalid, circuit_open (the last four: local rules apply).';
 
 /** One increment per lookup; children are bound once per (limiter, result) to keep the hot path cheap. */
 export function createRulesServiceMetrics(registry: Registry = defaultRegistry): RulesServiceMetrics {

@@ -13,7 +13,10 @@ export function createPgRuleDocuments(pool: pg.Pool): RuleDocumentStore {
   return {
     kind: 'postgres',
     async read(limiters) {
-      const { rows } = await pool.query<{ limiter: string; document: unknown }>('SELECT limiter, document FROM arkvory_rate_limit_rules WHERE limiter = ANY($1)', [limiters]);
+      const { rows } = await pool.query<{ limiter: string; document: unknown }>(
+        'SELECT limiter, document FROM arkvory_rate_limit_rules WHERE limiter = ANY($1)',
+        [limiters],
+      );
       return new Map(rows.map((r) => [r.limiter, r.document]));
     },
     async update(limiters, change: (current: Map<string, unknown>) => Map<string, LimiterRules>) {
@@ -21,7 +24,10 @@ export function createPgRuleDocuments(pool: pg.Pool): RuleDocumentStore {
       try {
         await client.query('BEGIN');
         await client.query('SELECT pg_advisory_xact_lock($1)', [LOCK_KEY]);
-        const { rows } = await client.query<{ limiter: string; document: unknown }>('SELECT limiter, document FROM arkvory_rate_limit_rules WHERE limiter = ANY($1)', [limiters]);
+        const { rows } = await client.query<{ limiter: string; document: unknown }>(
+          'SELECT limiter, document FROM arkvory_rate_limit_rules WHERE limiter = ANY($1)',
+          [limiters],
+        );
         const next = change(new Map(rows.map((r) => [r.limiter, r.document])));
         for (const [limiter, document] of next) {
           await client.query(
@@ -39,16 +45,23 @@ export function createPgRuleDocuments(pool: pg.Pool): RuleDocumentStore {
       }
     },
     async listIndexed() {
-      const { rows } = await pool.query<{ limiter: string }>('SELECT limiter FROM arkvory_rate_limit_rules ORDER BY limiter');
+      const { rows } = await pool.query<{ limiter: string }>(
+        'SELECT limiter FROM arkvory_rate_limit_rules ORDER BY limiter',
+      );
       return rows.map((r) => r.limiter);
     },
     async readOrphanMarks() {
-      const { rows } = await pool.query<{ limiter: string; first_seen_ms: string }>('SELECT limiter, first_seen_ms FROM arkvory_rate_limit_orphans');
+      const { rows } = await pool.query<{ limiter: string; first_seen_ms: string }>(
+        'SELECT limiter, first_seen_ms FROM arkvory_rate_limit_orphans',
+      );
       return new Map(rows.map((r) => [r.limiter, Number(r.first_seen_ms)]));
     },
     async writeOrphanMarks(marks, unmark) {
       for (const [limiter, t] of marks) {
-        await pool.query('INSERT INTO arkvory_rate_limit_orphans (limiter, first_seen_ms) VALUES ($1, $2) ON CONFLICT (limiter) DO NOTHING', [limiter, t]);
+        await pool.query(
+          'INSERT INTO arkvory_rate_limit_orphans (limiter, first_seen_ms) VALUES ($1, $2) ON CONFLICT (limiter) DO NOTHING',
+          [limiter, t],
+        );
       }
       if (unmark.length) await pool.query('DELETE FROM arkvory_rate_limit_orphans WHERE limiter = ANY($1)', [unmark]);
     },

@@ -38,7 +38,8 @@ export function createRedisRuleDocuments(redis: Redis | Cluster, prefix = DEFAUL
   const orphansKey = `${prefix}:orphans`;
   const docKey = (limiter: string) => `${prefix}${limiter}`;
 
-  const readRaw = async (limiters: readonly string[]): Promise<Array<string | null>> => (limiters.length ? await redis.mget(...limiters.map(docKey)) : []);
+  const readRaw = async (limiters: readonly string[]): Promise<Array<string | null>> =>
+    limiters.length ? await redis.mget(...limiters.map(docKey)) : [];
 
   return {
     kind: 'redis',
@@ -72,7 +73,16 @@ export function createRedisRuleDocuments(redis: Redis | Cluster, prefix = DEFAUL
         if (names.length === 0) return;
         const expected = names.map((l) => raw[limiters.indexOf(l)] ?? MISSING);
         const values = names.map((l) => JSON.stringify(next.get(l)));
-        const ok = await client.arkvoryRulesCas(names.length + 1, indexKey, ...names.map(docKey), String(names.length), ...expected, ...values, ...names, MISSING);
+        const ok = await client.arkvoryRulesCas(
+          names.length + 1,
+          indexKey,
+          ...names.map(docKey),
+          String(names.length),
+          ...expected,
+          ...values,
+          ...names,
+          MISSING,
+        );
         if (ok === 1) return;
       }
       throw new RateLimitError('store_unavailable', 'rule documents kept changing under the update; try again');

@@ -79,7 +79,10 @@ export function createRedisStore(redis: Redis | Cluster): CounterStore {
             if (c < 0) continue;
             outcomes.push({ count: c, exceeded: c > p.limit, banned: false, resetAtMs: p.windowEndMs });
           }
-          if (failed) q.reject(new RateLimitError('store_unavailable', 'a rate-limit counter key holds a value that cannot be counted'));
+          if (failed)
+            q.reject(
+              new RateLimitError('store_unavailable', 'a rate-limit counter key holds a value that cannot be counted'),
+            );
           else q.resolve(outcomes);
         }
       },
@@ -126,11 +129,18 @@ export function createRedisStore(redis: Redis | Cluster): CounterStore {
         let at = 0;
         for (const q of batch) {
           const states: RuleState[] = q.plan.counting.map(() => {
-            const state = { count: Number(reply[at]), banUntilMs: Number(reply[at + 1]), isMember: Number(reply[at + 2]) === 1 };
+            const state = {
+              count: Number(reply[at]),
+              banUntilMs: Number(reply[at + 1]),
+              isMember: Number(reply[at + 2]) === 1,
+            };
             at += 3;
             return state;
           });
-          if (states.some((st) => !Number.isFinite(st.count) || !Number.isFinite(st.banUntilMs))) q.reject(new RateLimitError('store_unavailable', 'a rate-limit counter key holds a value that cannot be counted'));
+          if (states.some((st) => !Number.isFinite(st.count) || !Number.isFinite(st.banUntilMs)))
+            q.reject(
+              new RateLimitError('store_unavailable', 'a rate-limit counter key holds a value that cannot be counted'),
+            );
           else q.resolve(evaluate(q.plan, states, q.input).outcomes);
         }
       },
@@ -142,7 +152,8 @@ export function createRedisStore(redis: Redis | Cluster): CounterStore {
   const flushPeeks = (): void => {
     const all = peeks;
     peeks = [];
-    for (let i = 0; i < all.length; i += MAX_BATCH) sendPeeks(all.length <= MAX_BATCH ? all : all.slice(i, i + MAX_BATCH));
+    for (let i = 0; i < all.length; i += MAX_BATCH)
+      sendPeeks(all.length <= MAX_BATCH ? all : all.slice(i, i + MAX_BATCH));
   };
   const peek = (plan: Plan, input: { nowMs: number; cost: number; mode: Mode }): Promise<Outcome[]> =>
     new Promise((resolve, reject) => {
@@ -155,10 +166,24 @@ export function createRedisStore(redis: Redis | Cluster): CounterStore {
     const args: Array<string | number> = [];
     for (const p of plan.counting) args.push(p.counterKey, p.banKey);
     args.push(input.nowMs, String(input.cost), input.mode, n);
-    for (const p of plan.counting) args.push(p.action, p.limit, p.windowEndMs, p.banMs, p.distinctValue !== undefined ? '1' : '0', p.distinctValue ?? '');
+    for (const p of plan.counting)
+      args.push(
+        p.action,
+        p.limit,
+        p.windowEndMs,
+        p.banMs,
+        p.distinctValue !== undefined ? '1' : '0',
+        p.distinctValue ?? '',
+      );
     const reply = await client[CHECK](n * 2, ...args);
     const outcomes: Outcome[] = [];
-    for (let i = 0; i + 3 < reply.length; i += 4) outcomes.push({ count: Number(reply[i]), exceeded: reply[i + 1] === 1, banned: reply[i + 2] === 1, resetAtMs: Number(reply[i + 3]) });
+    for (let i = 0; i + 3 < reply.length; i += 4)
+      outcomes.push({
+        count: Number(reply[i]),
+        exceeded: reply[i + 1] === 1,
+        banned: reply[i + 2] === 1,
+        resetAtMs: Number(reply[i + 3]),
+      });
     return outcomes;
   };
 

@@ -31,17 +31,29 @@ export function parseRedisTarget(raw: string): ParsedRedisTarget {
     } catch {
       return { ok: false, problem: `entry ${i + 1} is not a URL (expected redis://host:port or rediss://host:port)` };
     }
-    if (!PROTOCOLS.includes(url.protocol)) return { ok: false, problem: `entry ${i + 1} has scheme ${url.protocol.replace(':', '://')}; expected redis:// or rediss://` };
+    if (!PROTOCOLS.includes(url.protocol))
+      return {
+        ok: false,
+        problem: `entry ${i + 1} has scheme ${url.protocol.replace(':', '://')}; expected redis:// or rediss://`,
+      };
     urls.push(url);
   }
   if (urls.length === 1) return { ok: true, target: { kind: 'single', url: raw.trim() } };
   const first = urls[0]!;
   for (const [i, url] of urls.entries()) {
     if (url.protocol !== first.protocol || url.username !== first.username || url.password !== first.password) {
-      return { ok: false, problem: `Redis Cluster seed ${i + 1} differs from the first in scheme or credentials; a cluster has one set` };
+      return {
+        ok: false,
+        problem: `Redis Cluster seed ${i + 1} differs from the first in scheme or credentials; a cluster has one set`,
+      };
     }
-    if (url.pathname !== '' && url.pathname !== '/' && url.pathname !== '/0') return { ok: false, problem: `Redis Cluster seed ${i + 1} names database ${url.pathname.slice(1)}; a cluster has only database 0` };
-    if (url.search || url.hash) return { ok: false, problem: `Redis Cluster seed ${i + 1} has a query or fragment; give host and port only` };
+    if (url.pathname !== '' && url.pathname !== '/' && url.pathname !== '/0')
+      return {
+        ok: false,
+        problem: `Redis Cluster seed ${i + 1} names database ${url.pathname.slice(1)}; a cluster has only database 0`,
+      };
+    if (url.search || url.hash)
+      return { ok: false, problem: `Redis Cluster seed ${i + 1} has a query or fragment; give host and port only` };
     if (!url.hostname) return { ok: false, problem: `Redis Cluster seed ${i + 1} has no host` };
   }
   return {

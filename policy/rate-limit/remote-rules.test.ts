@@ -22,7 +22,14 @@ const available: AvailableLimiters = new Map([
   ['auth_failure', { description: 'd', available_properties: ['ip'], default_rules: [] }],
 ]);
 
-const cap = (name: string, limit: number): RuleSpec => ({ name, action: 'limit', characteristics: ['principal'], match: {}, limit, period_s: 60 });
+const cap = (name: string, limit: number): RuleSpec => ({
+  name,
+  action: 'limit',
+  characteristics: ['principal'],
+  match: {},
+  limit,
+  period_s: 60,
+});
 
 /** The reference service's answer logic over a table (service, limiter, kind, subject) → rules. */
 function inProcessService(ttlS: number) {
@@ -33,7 +40,8 @@ function inProcessService(ttlS: number) {
     queries.push(query);
     if (behaviour === 'refuse') throw new RulesServiceError('error', 'ECONNREFUSED');
     if (behaviour === 'garbage') return { rules: [{ name: 'X', action: 'nope' }], ttl_s: 1, varies_by: [] };
-    if (behaviour === 'hang' || behaviour === 'timeout') return new Promise((_, reject) => signal.addEventListener('abort', () => reject(new Error('aborted'))));
+    if (behaviour === 'hang' || behaviour === 'timeout')
+      return new Promise((_, reject) => signal.addEventListener('abort', () => reject(new Error('aborted'))));
     const kinds = new Set<SubjectKind>();
     const matching = new Map<SubjectKind, RuleSpec[]>();
     for (const [key, rules] of table) {
@@ -58,7 +66,16 @@ function setup(options: { ttlS?: number; maxTtlMs?: number; timeoutMs?: number }
   const registry = new Registry();
   const lines: Array<Record<string, unknown>> = [];
   const log = pino({ level: 'info' }, { write: (s: string) => lines.push(JSON.parse(s) as Record<string, unknown>) });
-  const remote = createRemoteRules({ serviceName: 'alpha', available, transport: service.transport, clock, log, metrics: createRulesServiceMetrics(registry), timeoutMs: options.timeoutMs ?? 20, maxTtlMs: options.maxTtlMs ?? 60_000 });
+  const remote = createRemoteRules({
+    serviceName: 'alpha',
+    available,
+    transport: service.transport,
+    clock,
+    log,
+    metrics: createRulesServiceMetrics(registry),
+    timeoutMs: options.timeoutMs ?? 20,
+    maxTtlMs: options.maxTtlMs ?? 60_000,
+  });
   const count = async (result: string) => {
     const metric = (await registry.getSingleMetric(RULES_SERVICE_METRIC)!.get()).values;
     return metric.filter((v) => v.labels.result === result).reduce((n, v) => n + v.value, 0);
@@ -76,12 +93,18 @@ describe('remote rules layer', () => {
     expect(first).toBeInstanceOf(Promise);
     expect(names(await first)).toEqual(['contract']);
     // Same principal, other ip: the answer varied by principal only → a synchronous hit.
-    expect(names(remote.rulesFor('gateway_request', { principal: 'p1', ip: '10.9.9.9' }) as never)).toEqual(['contract']);
+    expect(names(remote.rulesFor('gateway_request', { principal: 'p1', ip: '10.9.9.9' }) as never)).toEqual([
+      'contract',
+    ]);
     // Another principal: a miss of its own (empty rules, cached too).
     expect(await remote.rulesFor('gateway_request', { principal: 'p2' })).toEqual([]);
     expect(remote.rulesFor('gateway_request', { principal: 'p2', ip: 'x' })).toEqual([]);
     expect(service.queries).toHaveLength(2);
-    expect(service.queries[0]).toEqual({ service: 'alpha', limiter: 'gateway_request', identifier: { principal: 'p1', ip: '10.0.0.1' } });
+    expect(service.queries[0]).toEqual({
+      service: 'alpha',
+      limiter: 'gateway_request',
+      identifier: { principal: 'p1', ip: '10.0.0.1' },
+    });
     expect(await count('hit')).toBe(2);
     expect(await count('miss')).toBe(2);
   });
@@ -120,12 +143,15 @@ describe('remote rules layer', () => {
   it('fails open (undefined) on refusal, garbage and timeout; counts each; logs once per interval; opens the circuit', async () => {
     const { clock, service, remote, lines, count } = setup({ timeoutMs: 5 });
     service.behave('refuse');
-    for (let i = 0; i < 3; i++) expect(await remote.rulesFor('gateway_request', { principal: `p${i}` })).toBeUndefined();
+    for (let i = 0; i < 3; i++)
+      expect(await remote.rulesFor('gateway_request', { principal: `p${i}` })).toBeUndefined();
     expect(await count('error')).toBe(3);
     expect(remote.status().circuit).toBe('open');
     expect(remote.rulesFor('gateway_request', { principal: 'p9' })).toBeUndefined(); // synchronous: zero cost
     expect(await count('circuit_open')).toBe(1);
-    expect(lines.filter((l) => l.msg === 'rules service answer unusable; local rate-limit rules apply')).toHaveLength(1);
+    expect(lines.filter((l) => l.msg === 'rules service answer unusable; local rate-limit rules apply')).toHaveLength(
+      1,
+    );
 
     clock.advance(5000); // half-open: one probe; garbage fails it and the circuit opens again
     service.behave('garbage');
@@ -150,9 +176,19 @@ describe('remote rules layer', () => {
 });
 
 describe('layered rules', () => {
-  const local: RuleLayer = { name: 'local', rulesFor: () => [defineRule({ name: 'shared', action: 'limit', limit: 100, periodS: 60 }), defineRule({ name: 'local_only', action: 'skip' })] };
+  const local: RuleLayer = {
+    name: 'local',
+    rulesFor: () => [
+      defineRule({ name: 'shared', action: 'limit', limit: 100, periodS: 60 }),
+      defineRule({ name: 'local_only', action: 'skip' }),
+    ],
+  };
   it('puts the remote answer first and drops same-name local rules; async only when the remote layer asks', async () => {
-    const remote: RuleLayer = { name: 'remote', rulesFor: (_l, id: Identifier) => (id.cold ? Promise.resolve([defineRule({ name: 'shared', action: 'limit', limit: 1, periodS: 60 })]) : undefined) };
+    const remote: RuleLayer = {
+      name: 'remote',
+      rulesFor: (_l, id: Identifier) =>
+        id.cold ? Promise.resolve([defineRule({ name: 'shared', action: 'limit', limit: 1, periodS: 60 })]) : undefined,
+    };
     const rules = layeredRules('gateway_request', [remote, local]);
     const warm = rules({});
     expect(Array.isArray(warm) && warm.map((r) => r.name)).toEqual(['shared', 'local_only']);
@@ -168,7 +204,16 @@ describe('layered rules', () => {
 
 describe('wire contract and breaker', () => {
   it('rejects answers outside the schema, naming every problem', () => {
-    const { problems } = validateRulesAnswer({ rules: [{ name: 'a', action: 'limit', characteristics: ['colour'] }], ttl_s: -1, varies_by: ['colour'], extra: 1 }, 'gateway_request', available);
+    const { problems } = validateRulesAnswer(
+      {
+        rules: [{ name: 'a', action: 'limit', characteristics: ['colour'] }],
+        ttl_s: -1,
+        varies_by: ['colour'],
+        extra: 1,
+      },
+      'gateway_request',
+      available,
+    );
     expect(problems.map((p) => p.message)).toEqual(
       expect.arrayContaining([
         'unknown field "extra"',
@@ -177,20 +222,41 @@ describe('wire contract and breaker', () => {
         'limit and log rules require limit and period_s',
       ]),
     );
-    expect(validateRulesAnswer({ rules: [], ttl_s: 0, varies_by: [] }, 'gateway_request', available).answer).toEqual({ rules: [], ttl_s: 0, varies_by: [] });
+    expect(validateRulesAnswer({ rules: [], ttl_s: 0, varies_by: [] }, 'gateway_request', available).answer).toEqual({
+      rules: [],
+      ttl_s: 0,
+      varies_by: [],
+    });
   });
 
   it('keys entries by the shape values only; a missing property is its own value', () => {
-    expect(shapeKey('l', ['principal'], { principal: 'p', ip: 'x' })).toBe(shapeKey('l', ['principal'], { principal: 'p', ip: 'y' }));
+    expect(shapeKey('l', ['principal'], { principal: 'p', ip: 'x' })).toBe(
+      shapeKey('l', ['principal'], { principal: 'p', ip: 'y' }),
+    );
     expect(shapeKey('l', ['principal'], { principal: 'p' })).not.toBe(shapeKey('l', ['principal'], {}));
-    expect(shapeKey('l', ['principal', 'repository'], { principal: 'a', repository: 'b' })).not.toBe(shapeKey('l', ['principal', 'repository'], { principal: 'a\0b' }));
-    expect(shapeKey('l', ['principal', 'repository'], { principal: 'a', repository: 'b\0c' })).not.toBe(shapeKey('l', ['principal', 'repository'], { principal: 'a\0b', repository: 'c' }));
+    expect(shapeKey('l', ['principal', 'repository'], { principal: 'a', repository: 'b' })).not.toBe(
+      shapeKey('l', ['principal', 'repository'], { principal: 'a\0b' }),
+    );
+    expect(shapeKey('l', ['principal', 'repository'], { principal: 'a', repository: 'b\0c' })).not.toBe(
+      shapeKey('l', ['principal', 'repository'], { principal: 'a\0b', repository: 'c' }),
+    );
     expect(shapeKey('l', ['principal'], { principal: '-' })).not.toBe(shapeKey('l', ['principal'], {}));
   });
 
   it('answerFor: a principal rule beats a repository rule of the same name; varies_by lists kinds in use', () => {
-    const answer = answerFor(new Set<SubjectKind>(['repository', 'principal']), new Map<SubjectKind, RuleSpec[]>([['repository', [cap('x', 9), cap('repo_only', 3)]], ['principal', [cap('x', 1)]]]), 5);
-    expect(answer).toEqual({ rules: [cap('x', 1), cap('repo_only', 3)], ttl_s: 5, varies_by: ['principal', 'repository'] });
+    const answer = answerFor(
+      new Set<SubjectKind>(['repository', 'principal']),
+      new Map<SubjectKind, RuleSpec[]>([
+        ['repository', [cap('x', 9), cap('repo_only', 3)]],
+        ['principal', [cap('x', 1)]],
+      ]),
+      5,
+    );
+    expect(answer).toEqual({
+      rules: [cap('x', 1), cap('repo_only', 3)],
+      ttl_s: 5,
+      varies_by: ['principal', 'repository'],
+    });
   });
 
   const steps: Array<[string, (b: ReturnType<typeof createCircuitBreaker>) => unknown, unknown]> = [

@@ -115,11 +115,28 @@ export function createRemoteRules(deps: RemoteRulesDeps): RemoteRules {
       return;
     }
     lastLogMs = nowMs;
-    log.warn({ limiter, result, code: `rules_service_${result}`, err, ...(problems ? { problems } : {}), suppressed, circuit: breaker.state }, 'rules service answer unusable; local rate-limit rules apply');
+    log.warn(
+      {
+        limiter,
+        result,
+        code: `rules_service_${result}`,
+        err,
+        ...(problems ? { problems } : {}),
+        suppressed,
+        circuit: breaker.state,
+      },
+      'rules service answer unusable; local rate-limit rules apply',
+    );
     suppressed = 0;
   };
 
-  const remember = (limiter: string, shape: string[], identifier: Identifier, rules: readonly Rule[], ttlMs: number) => {
+  const remember = (
+    limiter: string,
+    shape: string[],
+    identifier: Identifier,
+    rules: readonly Rule[],
+    ttlMs: number,
+  ) => {
     if (ttlMs <= 0) return;
     let known = shapes.get(limiter);
     if (!known) shapes.set(limiter, (known = []));
@@ -150,7 +167,12 @@ export function createRemoteRules(deps: RemoteRulesDeps): RemoteRules {
       const { answer, problems } = validateRulesAnswer(body, limiter, available);
       if (!answer) {
         breaker.failure(clock.monotonicMs());
-        reportFailure(limiter, 'invalid', new RulesServiceError('invalid', 'the rules service answer failed validation'), problems.map(formatProblem));
+        reportFailure(
+          limiter,
+          'invalid',
+          new RulesServiceError('invalid', 'the rules service answer failed validation'),
+          problems.map(formatProblem),
+        );
         return { answer: undefined, result: 'invalid' };
       }
       if (breaker.state !== 'closed' || lastError !== undefined) log.info({ limiter }, 'rules service answering again');

@@ -21,7 +21,14 @@ function conformance(name: string, open: () => Promise<RuleDocumentStore> | Rule
   describe(`RuleDocumentStore: ${name}`, () => {
     it('writes several documents and their index in one update, and reads them back', async () => {
       const store = await open();
-      await store.update(['a', 'b'], () => new Map([['a', doc(['x'])], ['b', doc(['y'])]]));
+      await store.update(
+        ['a', 'b'],
+        () =>
+          new Map([
+            ['a', doc(['x'])],
+            ['b', doc(['y'])],
+          ]),
+      );
       const read = await store.read(['a', 'b', 'c']);
       expect([...read.keys()].sort()).toEqual(['a', 'b']);
       expect(read.get('a')).toEqual(doc(['x']));
@@ -47,12 +54,29 @@ function conformance(name: string, open: () => Promise<RuleDocumentStore> | Rule
         Array.from({ length: 8 }, (_, i) =>
           store.update(['a'], (current) => {
             const d = current.get('a') as LimiterRules;
-            return new Map([['a', { ...d, published_rules: { rules: [...d.published_rules.rules, { name: `r${i}`, action: 'skip' as const }] } }]]);
+            return new Map([
+              [
+                'a',
+                {
+                  ...d,
+                  published_rules: { rules: [...d.published_rules.rules, { name: `r${i}`, action: 'skip' as const }] },
+                },
+              ],
+            ]);
           }),
         ),
       );
       const final = (await store.read(['a'])).get('a') as LimiterRules;
-      expect(final.published_rules.rules.map((r) => r.name).sort()).toEqual(['r0', 'r1', 'r2', 'r3', 'r4', 'r5', 'r6', 'r7']);
+      expect(final.published_rules.rules.map((r) => r.name).sort()).toEqual([
+        'r0',
+        'r1',
+        'r2',
+        'r3',
+        'r4',
+        'r5',
+        'r6',
+        'r7',
+      ]);
     });
 
     it('keeps orphan marks (first seen wins) and removes documents with their index entries and marks', async () => {

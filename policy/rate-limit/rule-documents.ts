@@ -15,7 +15,10 @@ export interface RuleDocumentStore {
    * Atomically reads these limiters' documents, lets `change` compute replacements and writes them
    * all together with their index entries, or writes nothing when `change` throws.
    */
-  update(limiters: readonly string[], change: (current: Map<string, unknown>) => Map<string, LimiterRules>): Promise<void>;
+  update(
+    limiters: readonly string[],
+    change: (current: Map<string, unknown>) => Map<string, LimiterRules>,
+  ): Promise<void>;
   /** Limiters that have a document (the index the orphan collector diffs against). */
   listIndexed(): Promise<string[]>;
   /** When each orphaned limiter was first seen (ms). */

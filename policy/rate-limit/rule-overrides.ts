@@ -28,19 +28,49 @@ export interface RuleOverride extends OverrideKey {
 }
 
 /** Checks the key (and, when given, the rules) of an override; every problem is listed. */
-export function validateOverride(input: { service: unknown; limiter: unknown; subjectKind: unknown; subject: unknown; rules?: unknown }, available: AvailableLimiters): { override: RuleOverride | undefined; problems: RuleProblem[] } {
+export function validateOverride(
+  input: { service: unknown; limiter: unknown; subjectKind: unknown; subject: unknown; rules?: unknown },
+  available: AvailableLimiters,
+): { override: RuleOverride | undefined; problems: RuleProblem[] } {
   const problems: RuleProblem[] = [];
   const { service, limiter, subjectKind, subject } = input;
-  if (typeof service !== 'string' || !SERVICE_NAME_PATTERN.test(service)) problems.push({ path: ['service'], message: `service must match ${SERVICE_NAME_PATTERN.source}, got ${JSON.stringify(service)}` });
+  if (typeof service !== 'string' || !SERVICE_NAME_PATTERN.test(service))
+    problems.push({
+      path: ['service'],
+      message: `service must match ${SERVICE_NAME_PATTERN.source}, got ${JSON.stringify(service)}`,
+    });
   const spec = typeof limiter === 'string' && NAME_PATTERN.test(limiter) ? available.get(limiter) : undefined;
-  if (!spec) problems.push({ path: ['limiter'], message: `unknown limiter ${JSON.stringify(limiter)} (available: ${[...available.keys()].join(', ')})` });
-  if (!SUBJECT_KINDS.includes(subjectKind as SubjectKind)) problems.push({ path: ['subject_kind'], message: `subject kind must be one of ${SUBJECT_KINDS.join(', ')}, got ${JSON.stringify(subjectKind)}` });
-  else if (spec && !spec.available_properties.includes(subjectKind as string)) problems.push({ path: ['subject_kind'], message: `limiter "${limiter as string}" has no property "${subjectKind as string}" (available: ${spec.available_properties.join(', ') || 'none'})` });
-  if (typeof subject !== 'string' || subject.length < 1 || subject.length > 256 || subject.includes('\0')) problems.push({ path: ['subject'], message: 'subject must be a string of 1 to 256 characters' });
+  if (!spec)
+    problems.push({
+      path: ['limiter'],
+      message: `unknown limiter ${JSON.stringify(limiter)} (available: ${[...available.keys()].join(', ')})`,
+    });
+  if (!SUBJECT_KINDS.includes(subjectKind as SubjectKind))
+    problems.push({
+      path: ['subject_kind'],
+      message: `subject kind must be one of ${SUBJECT_KINDS.join(', ')}, got ${JSON.stringify(subjectKind)}`,
+    });
+  else if (spec && !spec.available_properties.includes(subjectKind as string))
+    problems.push({
+      path: ['subject_kind'],
+      message: `limiter "${limiter as string}" has no property "${subjectKind as string}" (available: ${spec.available_properties.join(', ') || 'none'})`,
+    });
+  if (typeof subject !== 'string' || subject.length < 1 || subject.length > 256 || subject.includes('\0'))
+    problems.push({ path: ['subject'], message: 'subject must be a string of 1 to 256 characters' });
   let rules: RuleSpec[] = [];
-  if (input.rules !== undefined && spec) rules = validateRuleList(input.rules, ['rules'], problems, new Set(spec.available_properties));
+  if (input.rules !== undefined && spec)
+    rules = validateRuleList(input.rules, ['rules'], problems, new Set(spec.available_properties));
   if (problems.length) return { override: undefined, problems };
-  return { override: { service: service as string, limiter: limiter as string, subjectKind: subjectKind as SubjectKind, subject: subject as string, rules }, problems };
+  return {
+    override: {
+      service: service as string,
+      limiter: limiter as string,
+      subjectKind: subjectKind as SubjectKind,
+      subject: subject as string,
+      rules,
+    },
+    problems,
+  };
 }
 
 /**
@@ -48,7 +78,11 @@ export function validateOverride(input: { service: unknown; limiter: unknown; su
  * service and limiter: the answer depends on exactly those properties (so it is cached per
  * principal only when principal overrides exist, and once for everyone when none do).
  */
-export function answerFor(kinds: ReadonlySet<SubjectKind>, matching: ReadonlyMap<SubjectKind, RuleSpec[]>, ttlS: number): RulesAnswer {
+export function answerFor(
+  kinds: ReadonlySet<SubjectKind>,
+  matching: ReadonlyMap<SubjectKind, RuleSpec[]>,
+  ttlS: number,
+): RulesAnswer {
   const rules: RuleSpec[] = [];
   const seen = new Set<string>();
   for (const kind of SUBJECT_KINDS) {
@@ -67,7 +101,11 @@ export interface OverrideStore {
   remove(key: OverrideKey): Promise<boolean>;
   list(filter?: { service?: string; limiter?: string }): Promise<RuleOverride[]>;
   /** One round trip: the subject kinds in use for (service, limiter) and this identifier's overrides. */
-  lookup(service: string, limiter: string, identifier: Identifier): Promise<{ kinds: Set<SubjectKind>; matching: Map<SubjectKind, RuleSpec[]> }>;
+  lookup(
+    service: string,
+    limiter: string,
+    identifier: Identifier,
+  ): Promise<{ kinds: Set<SubjectKind>; matching: Map<SubjectKind, RuleSpec[]> }>;
 }
 
 interface Row {
@@ -79,7 +117,14 @@ interface Row {
   updated_at: Date;
 }
 
-const fromRow = (r: Row): RuleOverride => ({ service: r.service, limiter: r.limiter, subjectKind: r.subject_kind, subject: r.subject, rules: r.rules, updatedAt: r.updated_at.toISOString() });
+const fromRow = (r: Row): RuleOverride => ({
+  service: r.service,
+  limiter: r.limiter,
+  subjectKind: r.subject_kind,
+  subject: r.subject,
+  rules: r.rules,
+  updatedAt: r.updated_at.toISOString(),
+});
 
 export function createOverrideStore(pool: pg.Pool): OverrideStore {
   return {
@@ -93,7 +138,10 @@ export function createOverrideStore(pool: pg.Pool): OverrideStore {
       return fromRow(rows[0]!);
     },
     async remove(k) {
-      const { rowCount } = await pool.query('DELETE FROM arkvory_rule_overrides WHERE service = $1 AND limiter = $2 AND subject_kind = $3 AND subject = $4', [k.service, k.limiter, k.subjectKind, k.subject]);
+      const { rowCount } = await pool.query(
+        'DELETE FROM arkvory_rule_overrides WHERE service = $1 AND limiter = $2 AND subject_kind = $3 AND subject = $4',
+        [k.service, k.limiter, k.subjectKind, k.subject],
+      );
       return (rowCount ?? 0) > 0;
     },
     async list(filter = {}) {

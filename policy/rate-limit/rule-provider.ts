@@ -27,7 +27,7 @@ function merge(answers: readonly LayerAnswer[]): readonly Rule[] {
   let nonEmpty = 0;
   let only: readonly Rule[] = [];
   for (const a of answers) {
-    if (a && a.length) {
+    if (a?.length) {
       nonEmpty++;
       only = a;
     }

@@ -17,7 +17,7 @@ const CATASTROPHIC: Array<[string, string]> = [
 
 describe('rule regexes run on a linear-time engine', () => {
   it.each(CATASTROPHIC)('%s answers at once on long non-matching values', (pattern, matching) => {
-    for (const length of [24, 1000, 50_000]) expect(regexMatches(pattern, 'a'.repeat(length) + '!')).toBe(false);
+    for (const length of [24, 1000, 50_000]) expect(regexMatches(pattern, `${'a'.repeat(length)}!`)).toBe(false);
     expect(regexMatches(pattern, matching)).toBe(true);
   });
 
@@ -39,14 +39,39 @@ describe('rule regexes run on a linear-time engine', () => {
 
   it('a rule with such a regex is a validation problem naming the rule, wherever it comes from', () => {
     const problems: RuleProblem[] = [];
-    expect(validateRule({ name: 'look', action: 'skip', match: { route: { regex: '(?!/health)' } } }, ['rules', 0], problems)).toBeUndefined();
-    expect(problems).toEqual([expect.objectContaining({ rule: 'look', path: ['rules', 0, 'match', 'route', 'regex'], message: expect.stringContaining('invalid regular expression') })]);
-    const available = new Map<string, LimiterSpec>([['gateway_request', { description: 'd', available_properties: ['route'], default_rules: [] }]]);
-    const file = validateRateLimits({ rate_limits: { gateway_request: [{ name: 'big', action: 'skip', match: { route: { regex: '(.{100}){9}' } } }] } }, available);
+    expect(
+      validateRule(
+        { name: 'look', action: 'skip', match: { route: { regex: '(?!/health)' } } },
+        ['rules', 0],
+        problems,
+      ),
+    ).toBeUndefined();
+    expect(problems).toEqual([
+      expect.objectContaining({
+        rule: 'look',
+        path: ['rules', 0, 'match', 'route', 'regex'],
+        message: expect.stringContaining('invalid regular expression'),
+      }),
+    ]);
+    const available = new Map<string, LimiterSpec>([
+      ['gateway_request', { description: 'd', available_properties: ['route'], default_rules: [] }],
+    ]);
+    const file = validateRateLimits(
+      {
+        rate_limits: { gateway_request: [{ name: 'big', action: 'skip', match: { route: { regex: '(.{100}){9}' } } }] },
+      },
+      available,
+    );
     expect(file.problems.map((p) => p.rule)).toEqual(['big']);
-    const answer = validateRulesAnswer({ rules: [{ name: 'back', action: 'skip', match: { route: { regex: '(a)\\1' } } }], ttl_s: 10 }, 'gateway_request', available);
+    const answer = validateRulesAnswer(
+      { rules: [{ name: 'back', action: 'skip', match: { route: { regex: '(a)\\1' } } }], ttl_s: 10 },
+      'gateway_request',
+      available,
+    );
     expect(answer.problems.length).toBeGreaterThan(0);
-    expect(() => defineRule({ name: 'code', action: 'skip', match: { route: { regex: '(?<=x)y' } } })).toThrow(/invalid regular expression/);
+    expect(() => defineRule({ name: 'code', action: 'skip', match: { route: { regex: '(?<=x)y' } } })).toThrow(
+      /invalid regular expression/,
+    );
   });
 
   it('a rule built without validation whose regex does not compile matches nothing', () => {

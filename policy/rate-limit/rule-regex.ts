@@ -23,15 +23,21 @@ export class RuleRegexError extends Error {
 
 /** Compiles a rule regex or throws `RuleRegexError` saying why (syntax RE2 refuses, or too large). */
 export function compileRuleRegex(pattern: string): RE2JS {
-  if (pattern.length > MAX_REGEX_LENGTH) throw new RuleRegexError(`regular expression is longer than ${MAX_REGEX_LENGTH} characters`);
+  if (pattern.length > MAX_REGEX_LENGTH)
+    throw new RuleRegexError(`regular expression is longer than ${MAX_REGEX_LENGTH} characters`);
   let re: RE2JS;
   try {
     re = RE2JS.compile(pattern);
   } catch (err) {
     // RE2 syntax: what a linear-time engine cannot do (lookaround, backreferences) is refused here.
-    throw new RuleRegexError(`${(err as Error).message} (rule regexes use RE2 syntax: no lookaround or backreferences)`);
+    throw new RuleRegexError(
+      `${(err as Error).message} (rule regexes use RE2 syntax: no lookaround or backreferences)`,
+    );
   }
-  if (re.programSize() > MAX_REGEX_PROGRAM) throw new RuleRegexError(`regular expression is too large (${re.programSize()} instructions, at most ${MAX_REGEX_PROGRAM}); simplify its repetitions`);
+  if (re.programSize() > MAX_REGEX_PROGRAM)
+    throw new RuleRegexError(
+      `regular expression is too large (${re.programSize()} instructions, at most ${MAX_REGEX_PROGRAM}); simplify its repetitions`,
+    );
   return re;
 }
 
@@ -54,5 +60,5 @@ export function regexMatches(pattern: string, value: string): boolean {
     if (compiled.size >= 10_000) compiled.clear();
     compiled.set(pattern, re);
   }
-  return re !== null && re.test(value);
+  return re?.test(value) === true;
 }

@@ -9,15 +9,31 @@ import type { LimiterSpec, RuleSpec } from './rules.ts';
 
 const log = pino({ level: 'silent' });
 const available = new Map<string, LimiterSpec>([
-  ['sign_in', { description: 'x', available_properties: ['ip', 'user'], default_rules: [{ name: 'by_ip', action: 'limit', characteristics: ['ip'], limit: 10, period_s: 60 }] }],
+  [
+    'sign_in',
+    {
+      description: 'x',
+      available_properties: ['ip', 'user'],
+      default_rules: [{ name: 'by_ip', action: 'limit', characteristics: ['ip'], limit: 10, period_s: 60 }],
+    },
+  ],
   ['api', { description: 'y', available_properties: ['user'], default_rules: [] }],
 ]);
 const fileRule: RuleSpec = { name: 'file_by_user', action: 'limit', characteristics: ['user'], limit: 5, period_s: 60 };
 
-function setup(options: { file?: Map<string, RuleSpec[]>; documents?: ReturnType<typeof createMemoryRuleDocuments> } = {}) {
+function setup(
+  options: { file?: Map<string, RuleSpec[]>; documents?: ReturnType<typeof createMemoryRuleDocuments> } = {},
+) {
   const documents = options.documents ?? createMemoryRuleDocuments();
   const clock = new ManualClock();
-  const registry = createRuleRegistry({ documents, available, fileRules: options.file ?? new Map([['sign_in', [fileRule]]]), clock, log, orphanGraceMs: 1000 });
+  const registry = createRuleRegistry({
+    documents,
+    available,
+    fileRules: options.file ?? new Map([['sign_in', [fileRule]]]),
+    clock,
+    log,
+    orphanGraceMs: 1000,
+  });
   return { documents, clock, registry };
 }
 const names = (rules: readonly { name: string }[]) => rules.map((r) => r.name);
@@ -31,13 +47,24 @@ describe('rule registry (tiers, publish, replica, orphans)', () => {
     const clock = new ManualClock();
     const limiter = createLimiter({ store, clock, log }, { name: 'sign_in', rules: () => registry.rules('sign_in') });
     for (let i = 0; i < 4; i++) await limiter.check({ ip: 'a', user: `u${i}` });
-    await registry.publish({ rate_limits: { sign_in: [{ name: 'by_ip', action: 'limit', characteristics: ['ip'], limit: 4, period_s: 60 }, { name: 'extra', action: 'log', limit: 1, period_s: 60 }] } });
+    await registry.publish({
+      rate_limits: {
+        sign_in: [
+          { name: 'by_ip', action: 'limit', characteristics: ['ip'], limit: 4, period_s: 60 },
+          { name: 'extra', action: 'log', limit: 1, period_s: 60 },
+        ],
+      },
+    });
     expect(names(registry.rules('sign_in'))).toEqual(['file_by_user', 'by_ip', 'extra']);
     expect(registry.rules('sign_in')[1]!.limit).toBe(4);
     // The published by_ip inherited the default's counter (4 so far): the next request is the 5th.
     expect((await limiter.check({ ip: 'a', user: 'new' })).action).toBe('block');
     const [view] = await registry.show('sign_in');
-    expect(view!.effective.map((t) => `${t.tier}:${t.spec.name}`)).toEqual(['file_rules:file_by_user', 'published_rules:by_ip', 'published_rules:extra']);
+    expect(view!.effective.map((t) => `${t.tier}:${t.spec.name}`)).toEqual([
+      'file_rules:file_by_user',
+      'published_rules:by_ip',
+      'published_rules:extra',
+    ]);
     expect(view!.tiers.default_rules.rules.map((r) => r.name)).toEqual(['by_ip']);
     registry.stop();
   });
@@ -45,18 +72,37 @@ describe('rule registry (tiers, publish, replica, orphans)', () => {
   it('publish is all or nothing, leaves limiters outside the batch alone, and upserts by name', async () => {
     const { registry, documents } = setup();
     await registry.start();
-    await registry.publish({ rate_limits: { api: [{ name: 'a1', action: 'limit', characteristics: ['user'], limit: 1, period_s: 60 }] } });
-    const bad = { rate_limits: { sign_in: [{ name: 'ok_rule', action: 'limit', limit: 1, period_s: 1 }], api: [{ name: 'a2', action: 'limit', characteristics: ['nope'], limit: 1, period_s: 60 }] } };
-    await expect(registry.publish(bad)).rejects.toMatchObject({ code: 'invalid_rules', problems: [expect.objectContaining({ message: expect.stringContaining('"nope" is not an available property') })] });
+    await registry.publish({
+      rate_limits: { api: [{ name: 'a1', action: 'limit', characteristics: ['user'], limit: 1, period_s: 60 }] },
+    });
+    const bad = {
+      rate_limits: {
+        sign_in: [{ name: 'ok_rule', action: 'limit', limit: 1, period_s: 1 }],
+        api: [{ name: 'a2', action: 'limit', characteristics: ['nope'], limit: 1, period_s: 60 }],
+      },
+    };
+    await expect(registry.publish(bad)).rejects.toMatchObject({
+      code: 'invalid_rules',
+      problems: [expect.objectContaining({ message: expect.stringContaining('"nope" is not an available property') })],
+    });
     expect(names(registry.rules('sign_in'))).toEqual(['file_by_user', 'by_ip']);
     await registry.publish({ rate_limits: { sign_in: { rules: [{ name: 's1', action: 'skip' }] } } });
     expect(names(registry.rules('api'))).toEqual(['a1']);
-    await registry.publish({ rate_limits: { api: [{ name: 'a2', action: 'limit', limit: 2, period_s: 60 }, { name: 'a1', action: 'limit', limit: 9, period_s: 60 }] } });
+    await registry.publish({
+      rate_limits: {
+        api: [
+          { name: 'a2', action: 'limit', limit: 2, period_s: 60 },
+          { name: 'a1', action: 'limit', limit: 9, period_s: 60 },
+        ],
+      },
+    });
     expect(names(registry.rules('api'))).toEqual(['a1', 'a2']);
     expect(registry.rules('api')[0]!.limit).toBe(9);
     // A failure inside the store's update writes nothing either.
     documents.failing = true;
-    await expect(registry.publish({ rate_limits: { api: [{ name: 'a3', action: 'skip' }] } })).rejects.toThrow('simulated outage');
+    await expect(registry.publish({ rate_limits: { api: [{ name: 'a3', action: 'skip' }] } })).rejects.toThrow(
+      'simulated outage',
+    );
     documents.failing = false;
     await registry.refresh();
     expect(names(registry.rules('api'))).toEqual(['a1', 'a2']);
@@ -70,7 +116,9 @@ describe('rule registry (tiers, publish, replica, orphans)', () => {
   it('a restart re-seeds file and default tiers and keeps what was published', async () => {
     const first = setup();
     await first.registry.start();
-    await first.registry.publish({ rate_limits: { sign_in: [{ name: 'pub', action: 'log', limit: 1, period_s: 60 }] } });
+    await first.registry.publish({
+      rate_limits: { sign_in: [{ name: 'pub', action: 'log', limit: 1, period_s: 60 }] },
+    });
     first.registry.stop();
     const second = setup({ documents: first.documents, file: new Map() });
     await second.registry.start();
@@ -104,7 +152,20 @@ describe('rule registry (tiers, publish, replica, orphans)', () => {
     const { registry, documents } = setup();
     await registry.start();
     await registry.publish({ rate_limits: { api: [{ name: 'a1', action: 'limit', limit: 1, period_s: 60 }] } });
-    await documents.update(['api'], () => new Map([['api', { file_rules: { rules: [] }, published_rules: { rules: [{ name: 'BAD NAME', action: 'limit' } as unknown as RuleSpec] }, default_rules: { rules: [] } }]]));
+    await documents.update(
+      ['api'],
+      () =>
+        new Map([
+          [
+            'api',
+            {
+              file_rules: { rules: [] },
+              published_rules: { rules: [{ name: 'BAD NAME', action: 'limit' } as unknown as RuleSpec] },
+              default_rules: { rules: [] },
+            },
+          ],
+        ]),
+    );
     expect(await registry.refresh()).toBe(true);
     expect(names(registry.rules('api'))).toEqual(['a1']);
     registry.stop();
@@ -113,7 +174,13 @@ describe('rule registry (tiers, publish, replica, orphans)', () => {
   it('collects an orphaned document only after the grace window', async () => {
     const { registry, documents, clock } = setup();
     await registry.start();
-    await documents.update(['retired'], () => new Map([['retired', { file_rules: { rules: [] }, published_rules: { rules: [] }, default_rules: { rules: [] } }]]));
+    await documents.update(
+      ['retired'],
+      () =>
+        new Map([
+          ['retired', { file_rules: { rules: [] }, published_rules: { rules: [] }, default_rules: { rules: [] } }],
+        ]),
+    );
     expect(await registry.collectOrphans()).toEqual({ marked: ['retired'], swept: [] });
     clock.advance(999);
     expect(await registry.collectOrphans()).toEqual({ marked: [], swept: [] });
@@ -125,8 +192,19 @@ describe('rule registry (tiers, publish, replica, orphans)', () => {
 
   it('never collects without a limiter list', async () => {
     const documents = createMemoryRuleDocuments();
-    await documents.update(['x'], () => new Map([['x', { file_rules: { rules: [] }, published_rules: { rules: [] }, default_rules: { rules: [] } }]]));
-    const registry = createRuleRegistry({ documents, available: new Map(), fileRules: new Map(), clock: new ManualClock(), log, orphanGraceMs: 0 });
+    await documents.update(
+      ['x'],
+      () =>
+        new Map([['x', { file_rules: { rules: [] }, published_rules: { rules: [] }, default_rules: { rules: [] } }]]),
+    );
+    const registry = createRuleRegistry({
+      documents,
+      available: new Map(),
+      fileRules: new Map(),
+      clock: new ManualClock(),
+      log,
+      orphanGraceMs: 0,
+    });
     expect(await registry.collectOrphans()).toEqual({ marked: [], swept: [] });
     expect(await documents.listIndexed()).toEqual(['x']);
   });

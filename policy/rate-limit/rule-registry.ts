@@ -83,7 +83,13 @@ export interface RuleRegistry {
   /** Marks new orphans, sweeps ones older than the grace window; returns what it did. */
   collectOrphans(): Promise<{ marked: string[]; swept: string[] }>;
   readonly limiters: readonly string[];
-  status(): { documents: string; seeded: boolean; lastRefreshOkMs: number | undefined; lastRefreshError: string | undefined; sources: Record<string, ReplicaSource> };
+  status(): {
+    documents: string;
+    seeded: boolean;
+    lastRefreshOkMs: number | undefined;
+    lastRefreshError: string | undefined;
+    sources: Record<string, ReplicaSource>;
+  };
 }
 
 interface ReplicaEntry {
@@ -117,12 +123,20 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
     const current = replica.get(limiter);
     if (current && current.json === json && current.source === source) return;
     replica.set(limiter, { source, document, json, rules: mergeTiers(document).map((t) => ruleFromSpec(t.spec)) });
-    if (current) log.info({ limiter, source, rules: mergeTiers(document).map((t) => `${t.tier}:${t.spec.name}`) }, 'rate-limit rules changed');
+    if (current)
+      log.info(
+        { limiter, source, rules: mergeTiers(document).map((t) => `${t.tier}:${t.spec.name}`) },
+        'rate-limit rules changed',
+      );
   };
   for (const l of limiters) install(l, 'compiled', compiledDocument(l));
 
   const requireDocuments = (): RuleDocumentStore => {
-    if (!documents) throw new RateLimitError('store_unavailable', 'no rule store is configured (set ARKVORY_REDIS_URL or use the PostgreSQL database)');
+    if (!documents)
+      throw new RateLimitError(
+        'store_unavailable',
+        'no rule store is configured (set ARKVORY_REDIS_URL or use the PostgreSQL database)',
+      );
     return documents;
   };
 
@@ -130,7 +144,10 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
   const accept = (limiter: string, raw: unknown): LimiterRules | undefined => {
     const { document, problems } = validateLimiterDocument(raw, limiter, available);
     if (!document) {
-      log.error({ limiter, code: 'invalid_rules', problems: problems.map(formatProblem) }, 'stored rate-limit document is invalid; keeping the last good rules');
+      log.error(
+        { limiter, code: 'invalid_rules', problems: problems.map(formatProblem) },
+        'stored rate-limit document is invalid; keeping the last good rules',
+      );
       return undefined;
     }
     return document;
@@ -149,7 +166,11 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
           const existing = raw === undefined ? emptyDocument() : accept(limiter, raw);
           if (!existing) continue; // never overwrite a document we cannot read: its published tier would be lost
           const fileTier = deps.replaceFileTier === false ? existing.file_rules : { rules: [...file] };
-          next.set(limiter, { file_rules: fileTier, published_rules: existing.published_rules, default_rules: { rules: [...defaults] } });
+          next.set(limiter, {
+            file_rules: fileTier,
+            published_rules: existing.published_rules,
+            default_rules: { rules: [...defaults] },
+          });
         }
         return next;
       }),
@@ -157,7 +178,14 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
       'the rule store',
     );
     seeded = true;
-    log.info({ limiters: limiters.length, fileRules: [...fileRules.values()].reduce((n, r) => n + r.length, 0), store: store.kind }, 'rate-limit file and default tiers seeded');
+    log.info(
+      {
+        limiters: limiters.length,
+        fileRules: [...fileRules.values()].reduce((n, r) => n + r.length, 0),
+        store: store.kind,
+      },
+      'rate-limit file and default tiers seeded',
+    );
   };
 
   const doRefresh = async (): Promise<boolean> => {
@@ -181,7 +209,11 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
       return true;
     } catch (err) {
       const message = err instanceof Error ? err.message : String(err);
-      if (lastRefreshError === undefined) log.warn({ err, code: (err as { code?: string }).code ?? 'store_unavailable' }, 'rate-limit rule refresh failed; serving the rules already held');
+      if (lastRefreshError === undefined)
+        log.warn(
+          { err, code: (err as { code?: string }).code ?? 'store_unavailable' },
+          'rate-limit rule refresh failed; serving the rules already held',
+        );
       lastRefreshError = message;
       return false;
     }
@@ -211,9 +243,11 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
       } else if (nowMs - first >= orphanGraceMs) swept.push(l);
     }
     const unmark = [...marks.keys()].filter((l) => known.has(l) || !indexed.includes(l));
-    if (newMarks.size || unmark.length) await withTimeout(store.writeOrphanMarks(newMarks, unmark), timeoutMs, 'the rule store');
+    if (newMarks.size || unmark.length)
+      await withTimeout(store.writeOrphanMarks(newMarks, unmark), timeoutMs, 'the rule store');
     if (swept.length) await withTimeout(store.remove(swept), timeoutMs, 'the rule store');
-    if (marked.length || swept.length) log.info({ marked, swept, graceMs: orphanGraceMs }, 'rate-limit orphan documents');
+    if (marked.length || swept.length)
+      log.info({ marked, swept, graceMs: orphanGraceMs }, 'rate-limit orphan documents');
     return { marked, swept };
   };
 
@@ -243,7 +277,8 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
         return;
       }
       await refresh();
-      if (seeded) await collectOrphans().catch((err: unknown) => log.warn({ err }, 'rate-limit orphan collection failed'));
+      if (seeded)
+        await collectOrphans().catch((err: unknown) => log.warn({ err }, 'rate-limit orphan collection failed'));
       timer = setInterval(() => void refresh(), refreshIntervalMs);
       timer.unref();
     },
@@ -262,10 +297,21 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
         const bypasses: RuleProblem[] = [];
         for (const [limiter, rules] of rateLimits) {
           rules.forEach((r, i) => {
-            if (r.action === 'skip') bypasses.push({ path: ['rate_limits', limiter, i, 'action'], rule: r.name, message: 'bypass (skip) rules may be published only by the principals in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS, or deployed in the operator file' });
+            if (r.action === 'skip')
+              bypasses.push({
+                path: ['rate_limits', limiter, i, 'action'],
+                rule: r.name,
+                message:
+                  'bypass (skip) rules may be published only by the principals in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS, or deployed in the operator file',
+              });
           });
         }
-        if (bypasses.length) throw new RateLimitError('bypass_not_allowed', `Refused: ${bypasses.map((p) => `rule "${p.rule}" in ${String(p.path[1])} is a bypass (skip) rule`).join('; ')}. Only the principals in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS may publish bypass rules; operators can also deploy them in ARKVORY_RATE_LIMITS_FILE.`, { problems: bypasses });
+        if (bypasses.length)
+          throw new RateLimitError(
+            'bypass_not_allowed',
+            `Refused: ${bypasses.map((p) => `rule "${p.rule}" in ${String(p.path[1])} is a bypass (skip) rule`).join('; ')}. Only the principals in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS may publish bypass rules; operators can also deploy them in ARKVORY_RATE_LIMITS_FILE.`,
+            { problems: bypasses },
+          );
       }
       const store = requireDocuments();
       const names = [...rateLimits.keys()].filter((l) => rateLimits.get(l)!.length > 0);
@@ -274,12 +320,16 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
           const next = new Map<string, LimiterRules>();
           for (const limiter of names) {
             const raw = current.get(limiter);
-            let doc = raw === undefined ? compiledDocument(limiter) : validateLimiterDocument(raw, limiter, available).document;
+            let doc =
+              raw === undefined ? compiledDocument(limiter) : validateLimiterDocument(raw, limiter, available).document;
             if (!doc) {
               log.warn({ limiter }, 'replacing an invalid stored rate-limit document while publishing');
               doc = compiledDocument(limiter);
             }
-            next.set(limiter, { ...doc, published_rules: { rules: upsertRules(doc.published_rules.rules, rateLimits.get(limiter)!) } });
+            next.set(limiter, {
+              ...doc,
+              published_rules: { rules: upsertRules(doc.published_rules.rules, rateLimits.get(limiter)!) },
+            });
           }
           return next;
         }),
@@ -298,8 +348,11 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
         store.update([limiter], (current) => {
           const raw = current.get(limiter);
           const doc = raw === undefined ? undefined : validateLimiterDocument(raw, limiter, available).document;
-          if (!doc || !doc.published_rules.rules.some((r) => r.name === rule)) throw new RateLimitError('unknown_rule', `limiter "${limiter}" has no published rule "${rule}"`);
-          return new Map([[limiter, { ...doc, published_rules: { rules: doc.published_rules.rules.filter((r) => r.name !== rule) } }]]);
+          if (!doc?.published_rules.rules.some((r) => r.name === rule))
+            throw new RateLimitError('unknown_rule', `limiter "${limiter}" has no published rule "${rule}"`);
+          return new Map([
+            [limiter, { ...doc, published_rules: { rules: doc.published_rules.rules.filter((r) => r.name !== rule) } }],
+          ]);
         }),
         timeoutMs,
         'the rule store',
@@ -308,7 +361,8 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
       await refresh();
     },
     async show(limiter) {
-      if (limiter !== undefined && !available.has(limiter)) throw new RateLimitError('unknown_limiter', `unknown limiter "${limiter}"`);
+      if (limiter !== undefined && !available.has(limiter))
+        throw new RateLimitError('unknown_limiter', `unknown limiter "${limiter}"`);
       return readViews(limiter === undefined ? limiters : [limiter]);
     },
     collectOrphans,

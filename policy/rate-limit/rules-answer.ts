@@ -43,41 +43,80 @@ export function buildRulesQuery(service: string, limiter: string, identifier: Id
   return { service, limiter, identifier: out };
 }
 
-export function validateRulesQuery(body: unknown, available: AvailableLimiters): { query: RulesQuery | undefined; problems: RuleProblem[] } {
+export function validateRulesQuery(
+  body: unknown,
+  available: AvailableLimiters,
+): { query: RulesQuery | undefined; problems: RuleProblem[] } {
   const problems: RuleProblem[] = [];
-  if (!isPlainObject(body)) return { query: undefined, problems: [{ path: [], message: 'expected a JSON object { service, limiter, identifier }' }] };
-  for (const k of Object.keys(body)) if (!['service', 'limiter', 'identifier'].includes(k)) problems.push({ path: [k], message: `unknown field "${k}"` });
+  if (!isPlainObject(body))
+    return {
+      query: undefined,
+      problems: [{ path: [], message: 'expected a JSON object { service, limiter, identifier }' }],
+    };
+  for (const k of Object.keys(body))
+    if (!['service', 'limiter', 'identifier'].includes(k))
+      problems.push({ path: [k], message: `unknown field "${k}"` });
   const { service, limiter, identifier } = body;
-  if (typeof service !== 'string' || !SERVICE_NAME_PATTERN.test(service)) problems.push({ path: ['service'], message: `service must match ${SERVICE_NAME_PATTERN.source}` });
-  if (typeof limiter !== 'string' || !NAME_PATTERN.test(limiter)) problems.push({ path: ['limiter'], message: 'limiter must match ^[a-z0-9_]{1,64}$' });
+  if (typeof service !== 'string' || !SERVICE_NAME_PATTERN.test(service))
+    problems.push({ path: ['service'], message: `service must match ${SERVICE_NAME_PATTERN.source}` });
+  if (typeof limiter !== 'string' || !NAME_PATTERN.test(limiter))
+    problems.push({ path: ['limiter'], message: 'limiter must match ^[a-z0-9_]{1,64}$' });
   else if (!available.has(limiter)) problems.push({ path: ['limiter'], message: `unknown limiter "${limiter}"` });
   const values: Record<string, string | number | boolean> = {};
-  if (!isPlainObject(identifier)) problems.push({ path: ['identifier'], message: 'identifier must be an object of property → string, number or boolean' });
+  if (!isPlainObject(identifier))
+    problems.push({
+      path: ['identifier'],
+      message: 'identifier must be an object of property → string, number or boolean',
+    });
   else
     for (const [k, v] of Object.entries(identifier)) {
       if (typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean') values[k] = v;
-      else problems.push({ path: ['identifier', k], message: 'an identifier value must be a string, number or boolean' });
+      else
+        problems.push({ path: ['identifier', k], message: 'an identifier value must be a string, number or boolean' });
     }
   if (problems.length) return { query: undefined, problems };
   return { query: { service: service as string, limiter: limiter as string, identifier: values }, problems };
 }
 
 /** Validates an answer for `limiter`: the rule schema, the limiter's properties, `ttl_s`, `varies_by`. */
-export function validateRulesAnswer(body: unknown, limiter: string, available: AvailableLimiters): { answer: RulesAnswer | undefined; problems: RuleProblem[] } {
+export function validateRulesAnswer(
+  body: unknown,
+  limiter: string,
+  available: AvailableLimiters,
+): { answer: RulesAnswer | undefined; problems: RuleProblem[] } {
   const problems: RuleProblem[] = [];
   const spec = available.get(limiter);
   if (!spec) return { answer: undefined, problems: [{ path: [], message: `unknown limiter "${limiter}"` }] };
-  if (!isPlainObject(body)) return { answer: undefined, problems: [{ path: [], message: 'expected a JSON object { rules, ttl_s, varies_by }' }] };
-  for (const k of Object.keys(body)) if (!['rules', 'ttl_s', 'varies_by'].includes(k)) problems.push({ path: [k], message: `unknown field "${k}"` });
+  if (!isPlainObject(body))
+    return {
+      answer: undefined,
+      problems: [{ path: [], message: 'expected a JSON object { rules, ttl_s, varies_by }' }],
+    };
+  for (const k of Object.keys(body))
+    if (!['rules', 'ttl_s', 'varies_by'].includes(k)) problems.push({ path: [k], message: `unknown field "${k}"` });
   const properties = new Set(spec.available_properties);
-  const rules = body.rules === undefined ? (problems.push({ path: ['rules'], message: 'rules is required (a list, possibly empty)' }), []) : validateRuleList(body.rules, ['rules'], problems, properties);
+  if (body.rules === undefined)
+    problems.push({ path: ['rules'], message: 'rules is required (a list, possibly empty)' });
+  const rules = body.rules === undefined ? [] : validateRuleList(body.rules, ['rules'], problems, properties);
   const ttl = body.ttl_s;
-  if (typeof ttl !== 'number' || !Number.isInteger(ttl) || ttl < 0 || ttl > MAX_TTL_S) problems.push({ path: ['ttl_s'], message: `ttl_s must be an integer from 0 to ${MAX_TTL_S}, got ${JSON.stringify(ttl)}` });
+  if (typeof ttl !== 'number' || !Number.isInteger(ttl) || ttl < 0 || ttl > MAX_TTL_S)
+    problems.push({
+      path: ['ttl_s'],
+      message: `ttl_s must be an integer from 0 to ${MAX_TTL_S}, got ${JSON.stringify(ttl)}`,
+    });
   const variesBy: string[] = [];
-  if (!Array.isArray(body.varies_by)) problems.push({ path: ['varies_by'], message: 'varies_by must be a list of identifier properties (empty: the same answer for every identifier)' });
+  if (!Array.isArray(body.varies_by))
+    problems.push({
+      path: ['varies_by'],
+      message: 'varies_by must be a list of identifier properties (empty: the same answer for every identifier)',
+    });
   else
     body.varies_by.forEach((p, i) => {
-      if (typeof p !== 'string' || !properties.has(p)) problems.push({ path: ['varies_by', i], message: `"${String(p)}" is not an available property of limiter "${limiter}"` });
+      if (typeof p !== 'string' || !properties.has(p))
+        problems.push({
+          path: ['varies_by', i],
+          message: `"${String(p)}" is not an available property of limiter "${limiter}"`,
+        });
       else if (variesBy.includes(p)) problems.push({ path: ['varies_by', i], message: `"${p}" is listed twice` });
       else variesBy.push(p);
     });

@@ -14,7 +14,12 @@ export interface RulesServiceClient {
   close(): Promise<void>;
 }
 
-export function createRulesServiceClient(options: { url: string; timeoutMs: number; token?: string | undefined; connections?: number }): RulesServiceClient {
+export function createRulesServiceClient(options: {
+  url: string;
+  timeoutMs: number;
+  token?: string | undefined;
+  connections?: number;
+}): RulesServiceClient {
   const base = new URL(options.url);
   const path = `${base.pathname.replace(/\/$/, '')}${RULES_QUERY_PATH}`;
   const pool = new Pool(base.origin, {
@@ -28,12 +33,16 @@ export function createRulesServiceClient(options: { url: string; timeoutMs: numb
   if (options.token) headers.authorization = `Bearer ${options.token}`;
   return {
     async transport(query, signal) {
-      let res;
+      let res: Awaited<ReturnType<typeof pool.request>>;
       try {
         res = await pool.request({ method: 'POST', path, headers, body: JSON.stringify(query), signal });
       } catch (err) {
         const code = (err as { code?: string }).code;
-        throw new RulesServiceError(code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'UND_ERR_HEADERS_TIMEOUT' ? 'timeout' : 'error', `rules service unreachable (${code ?? (err as Error).message})`, { cause: err });
+        throw new RulesServiceError(
+          code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'UND_ERR_HEADERS_TIMEOUT' ? 'timeout' : 'error',
+          `rules service unreachable (${code ?? (err as Error).message})`,
+          { cause: err },
+        );
       }
       if (res.statusCode !== 200) {
         await res.body.dump().catch(() => {});

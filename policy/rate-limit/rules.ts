@@ -78,15 +78,41 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
-const RULE_FIELDS = new Set(['name', 'description', 'action', 'characteristics', 'match', 'limit', 'period_s', 'count_distinct', 'ban_for_s']);
-const DEFAULT_RULE_FIELDS = new Set(['name', 'description', 'action', 'characteristics', 'match', 'limit', 'period_s', 'ban_for_s', 'count_distinct']);
+const RULE_FIELDS = new Set([
+  'name',
+  'description',
+  'action',
+  'characteristics',
+  'match',
+  'limit',
+  'period_s',
+  'count_distinct',
+  'ban_for_s',
+]);
+const DEFAULT_RULE_FIELDS = new Set([
+  'name',
+  'description',
+  'action',
+  'characteristics',
+  'match',
+  'limit',
+  'period_s',
+  'ban_for_s',
+  'count_distinct',
+]);
 
 /**
  * Validates one rule; returns it normalized (match/characteristics present) or undefined, pushing
  * every problem found. `properties`, when given, is the limiter's available_properties
  * (the cross-document check of spec 2.8.2).
  */
-export function validateRule(value: unknown, path: Path, problems: RuleProblem[], properties?: ReadonlySet<string>, fields = RULE_FIELDS): RuleSpec | undefined {
+export function validateRule(
+  value: unknown,
+  path: Path,
+  problems: RuleProblem[],
+  properties?: ReadonlySet<string>,
+  fields = RULE_FIELDS,
+): RuleSpec | undefined {
   if (!isPlainObject(value)) {
     problems.push({ path, message: 'a rule must be a mapping' });
     return undefined;
@@ -94,22 +120,35 @@ export function validateRule(value: unknown, path: Path, problems: RuleProblem[]
   const start = problems.length;
   const rawName = value.name;
   const ruleName = typeof rawName === 'string' ? rawName : undefined;
-  const problem = (key: string | undefined, message: string) => problems.push({ path: key === undefined ? path : [...path, key], message, rule: ruleName });
+  const problem = (key: string | undefined, message: string) =>
+    problems.push({ path: key === undefined ? path : [...path, key], message, rule: ruleName });
   for (const key of Object.keys(value)) if (!fields.has(key)) problem(key, `unknown field "${key}"`);
-  if (typeof rawName !== 'string') problem(rawName === undefined ? undefined : 'name', 'name is required (a string matching ^[a-z0-9_]{1,64}$)');
-  else if (!NAME_PATTERN.test(rawName)) problem('name', `name must match ^[a-z0-9_]{1,64}$, got ${JSON.stringify(rawName)}`);
-  if (value.description !== undefined && typeof value.description !== 'string') problem('description', 'description must be a string');
+  if (typeof rawName !== 'string')
+    problem(rawName === undefined ? undefined : 'name', 'name is required (a string matching ^[a-z0-9_]{1,64}$)');
+  else if (!NAME_PATTERN.test(rawName))
+    problem('name', `name must match ^[a-z0-9_]{1,64}$, got ${JSON.stringify(rawName)}`);
+  if (value.description !== undefined && typeof value.description !== 'string')
+    problem('description', 'description must be a string');
   const action = value.action;
   if (action === undefined) problem(undefined, 'action is required (limit, log or skip)');
-  else if (!ACTIONS.includes(action as Action)) problem('action', `action must be one of limit, log, skip; got ${JSON.stringify(action)}`);
+  else if (!ACTIONS.includes(action as Action))
+    problem('action', `action must be one of limit, log, skip; got ${JSON.stringify(action)}`);
 
   const checkProperty = (name: unknown, where: Path, what: string): name is string => {
     if (typeof name !== 'string' || !PROPERTY_PATTERN.test(name)) {
-      problems.push({ path: where, message: `${what} must be a property name, got ${JSON.stringify(name)}`, rule: ruleName });
+      problems.push({
+        path: where,
+        message: `${what} must be a property name, got ${JSON.stringify(name)}`,
+        rule: ruleName,
+      });
       return false;
     }
     if (properties && !properties.has(name)) {
-      problems.push({ path: where, message: `${what} "${name}" is not an available property of this limiter (available: ${[...properties].join(', ') || 'none'})`, rule: ruleName });
+      problems.push({
+        path: where,
+        message: `${what} "${name}" is not an available property of this limiter (available: ${[...properties].join(', ') || 'none'})`,
+        rule: ruleName,
+      });
       return false;
     }
     return true;
@@ -117,11 +156,17 @@ export function validateRule(value: unknown, path: Path, problems: RuleProblem[]
 
   const characteristics: string[] = [];
   if (value.characteristics !== undefined) {
-    if (!Array.isArray(value.characteristics)) problem('characteristics', 'characteristics must be a list of property names');
+    if (!Array.isArray(value.characteristics))
+      problem('characteristics', 'characteristics must be a list of property names');
     else
       value.characteristics.forEach((c, i) => {
         if (checkProperty(c, [...path, 'characteristics', i], 'characteristic')) {
-          if (characteristics.includes(c)) problems.push({ path: [...path, 'characteristics', i], message: `characteristic "${c}" is listed twice`, rule: ruleName });
+          if (characteristics.includes(c))
+            problems.push({
+              path: [...path, 'characteristics', i],
+              message: `characteristic "${c}" is listed twice`,
+              rule: ruleName,
+            });
           else characteristics.push(c);
         }
       });
@@ -141,9 +186,18 @@ export function validateRule(value: unknown, path: Path, problems: RuleProblem[]
             compileRuleRegex(raw.regex);
             match[key] = { regex: raw.regex };
           } catch (err) {
-            problems.push({ path: [...where, 'regex'], message: `invalid regular expression: ${(err as Error).message}`, rule: ruleName });
+            problems.push({
+              path: [...where, 'regex'],
+              message: `invalid regular expression: ${(err as Error).message}`,
+              rule: ruleName,
+            });
           }
-        } else problems.push({ path: where, message: 'a match value must be a string (equality) or { regex: "…" }', rule: ruleName });
+        } else
+          problems.push({
+            path: where,
+            message: 'a match value must be a string (equality) or { regex: "…" }',
+            rule: ruleName,
+          });
       }
   }
 
@@ -161,12 +215,14 @@ export function validateRule(value: unknown, path: Path, problems: RuleProblem[]
   const banForS = positiveInt('ban_for_s', 1, MAX_SECONDS);
   let countDistinct: string | undefined;
   if (value.count_distinct !== undefined && value.count_distinct !== '') {
-    if (checkProperty(value.count_distinct, [...path, 'count_distinct'], 'count_distinct')) countDistinct = value.count_distinct;
+    if (checkProperty(value.count_distinct, [...path, 'count_distinct'], 'count_distinct'))
+      countDistinct = value.count_distinct;
   }
   const hasLimit = value.limit !== undefined && value.limit !== null;
   const hasPeriod = value.period_s !== undefined && value.period_s !== null;
   const hasBan = value.ban_for_s !== undefined && value.ban_for_s !== null;
-  if ((action === 'limit' || action === 'log') && (!hasLimit || !hasPeriod)) problem(undefined, 'limit and log rules require limit and period_s');
+  if ((action === 'limit' || action === 'log') && (!hasLimit || !hasPeriod))
+    problem(undefined, 'limit and log rules require limit and period_s');
   if (hasBan && countDistinct !== undefined) problem('ban_for_s', 'ban_for_s cannot be combined with count_distinct');
   if (hasBan && action === 'skip') problem('ban_for_s', 'ban_for_s is not valid on skip rules');
   if (problems.length > start) return undefined;
@@ -180,12 +236,22 @@ export function validateRule(value: unknown, path: Path, problems: RuleProblem[]
 }
 
 /** A list of rules (`[rule, …]` or `{ rules: [rule, …] }`), names unique within it. */
-export function validateRuleList(value: unknown, path: Path, problems: RuleProblem[], properties?: ReadonlySet<string>, fields = RULE_FIELDS): RuleSpec[] {
+export function validateRuleList(
+  value: unknown,
+  path: Path,
+  problems: RuleProblem[],
+  properties?: ReadonlySet<string>,
+  fields = RULE_FIELDS,
+): RuleSpec[] {
   let list: unknown = value;
   let listPath = path;
   if (isPlainObject(value)) {
     const extra = Object.keys(value).filter((k) => k !== 'rules');
-    for (const k of extra) problems.push({ path: [...path, k], message: `unknown field "${k}" (a rule list is a list, or { rules: [...] })` });
+    for (const k of extra)
+      problems.push({
+        path: [...path, k],
+        message: `unknown field "${k}" (a rule list is a list, or { rules: [...] })`,
+      });
     list = value.rules ?? [];
     listPath = [...path, 'rules'];
   }
@@ -201,7 +267,12 @@ export function validateRuleList(value: unknown, path: Path, problems: RuleProbl
     const name = isPlainObject(item) && typeof item.name === 'string' ? item.name : undefined;
     if (name !== undefined) {
       const first = seen.get(name);
-      if (first !== undefined) problems.push({ path: [...listPath, i, 'name'], message: `rule name "${name}" is already used by rule ${first} of this limiter; names must be unique per limiter`, rule: name });
+      if (first !== undefined)
+        problems.push({
+          path: [...listPath, i, 'name'],
+          message: `rule name "${name}" is already used by rule ${first} of this limiter; names must be unique per limiter`,
+          rule: name,
+        });
       else seen.set(name, i);
     }
     if (rule) out.push(rule);
@@ -210,36 +281,65 @@ export function validateRuleList(value: unknown, path: Path, problems: RuleProbl
 }
 
 /** Parses `available_limiters.yaml` content (already YAML-decoded). */
-export function validateAvailableLimiters(doc: unknown): { available: Map<string, LimiterSpec>; problems: RuleProblem[] } {
+export function validateAvailableLimiters(doc: unknown): {
+  available: Map<string, LimiterSpec>;
+  problems: RuleProblem[];
+} {
   const problems: RuleProblem[] = [];
   const available = new Map<string, LimiterSpec>();
   if (!isPlainObject(doc) || !isPlainObject(doc.available_limiters)) {
-    problems.push({ path: isPlainObject(doc) ? ['available_limiters'] : [], message: 'expected a mapping `available_limiters: { <limiter>: {...} }`' });
+    problems.push({
+      path: isPlainObject(doc) ? ['available_limiters'] : [],
+      message: 'expected a mapping `available_limiters: { <limiter>: {...} }`',
+    });
     return { available, problems };
   }
-  for (const k of Object.keys(doc)) if (k !== 'available_limiters') problems.push({ path: [k], message: `unknown top-level key "${k}"` });
+  for (const k of Object.keys(doc))
+    if (k !== 'available_limiters') problems.push({ path: [k], message: `unknown top-level key "${k}"` });
   const entries = Object.entries(doc.available_limiters);
-  if (entries.length === 0) problems.push({ path: ['available_limiters'], message: 'at least one limiter is required' });
+  if (entries.length === 0)
+    problems.push({ path: ['available_limiters'], message: 'at least one limiter is required' });
   for (const [name, raw] of entries) {
     const path = ['available_limiters', name];
     if (!NAME_PATTERN.test(name)) problems.push({ path, message: `limiter name must match ^[a-z0-9_]{1,64}$` });
     if (!isPlainObject(raw)) {
-      problems.push({ path, message: 'a limiter must be a mapping with description, available_properties and default_rules' });
+      problems.push({
+        path,
+        message: 'a limiter must be a mapping with description, available_properties and default_rules',
+      });
       continue;
     }
-    for (const k of Object.keys(raw)) if (!['description', 'available_properties', 'default_rules'].includes(k)) problems.push({ path: [...path, k], message: `unknown field "${k}"` });
-    if (typeof raw.description !== 'string' || raw.description.length === 0) problems.push({ path: [...path, 'description'], message: 'description is required' });
+    for (const k of Object.keys(raw))
+      if (!['description', 'available_properties', 'default_rules'].includes(k))
+        problems.push({ path: [...path, k], message: `unknown field "${k}"` });
+    if (typeof raw.description !== 'string' || raw.description.length === 0)
+      problems.push({ path: [...path, 'description'], message: 'description is required' });
     const props: string[] = [];
     if (raw.available_properties !== undefined) {
-      if (!Array.isArray(raw.available_properties)) problems.push({ path: [...path, 'available_properties'], message: 'available_properties must be a list' });
+      if (!Array.isArray(raw.available_properties))
+        problems.push({ path: [...path, 'available_properties'], message: 'available_properties must be a list' });
       else
         raw.available_properties.forEach((p, i) => {
-          if (typeof p !== 'string' || !PROPERTY_PATTERN.test(p)) problems.push({ path: [...path, 'available_properties', i], message: `invalid property name ${JSON.stringify(p)}` });
+          if (typeof p !== 'string' || !PROPERTY_PATTERN.test(p))
+            problems.push({
+              path: [...path, 'available_properties', i],
+              message: `invalid property name ${JSON.stringify(p)}`,
+            });
           else props.push(p);
         });
     }
-    const defaults = validateRuleList(raw.default_rules ?? [], [...path, 'default_rules'], problems, new Set(props), DEFAULT_RULE_FIELDS);
-    available.set(name, { description: typeof raw.description === 'string' ? raw.description : '', available_properties: props, default_rules: defaults });
+    const defaults = validateRuleList(
+      raw.default_rules ?? [],
+      [...path, 'default_rules'],
+      problems,
+      new Set(props),
+      DEFAULT_RULE_FIELDS,
+    );
+    available.set(name, {
+      description: typeof raw.description === 'string' ? raw.description : '',
+      available_properties: props,
+      default_rules: defaults,
+    });
   }
   return { available, problems };
 }
@@ -248,7 +348,10 @@ export function validateAvailableLimiters(doc: unknown): { available: Map<string
  * Validates a map limiter → rules: the operator file (`rate_limits:` root) and the publish payload
  * (`PublishRulesRequest`, same shape). Limiters must exist; rules may use only available properties.
  */
-export function validateRateLimits(doc: unknown, available: AvailableLimiters): { rateLimits: Map<string, RuleSpec[]>; problems: RuleProblem[] } {
+export function validateRateLimits(
+  doc: unknown,
+  available: AvailableLimiters,
+): { rateLimits: Map<string, RuleSpec[]>; problems: RuleProblem[] } {
   const problems: RuleProblem[] = [];
   const rateLimits = new Map<string, RuleSpec[]>();
   if (doc === null || doc === undefined) return { rateLimits, problems };
@@ -256,7 +359,9 @@ export function validateRateLimits(doc: unknown, available: AvailableLimiters): 
     problems.push({ path: [], message: 'expected a mapping with the key rate_limits' });
     return { rateLimits, problems };
   }
-  for (const k of Object.keys(doc)) if (k !== 'rate_limits') problems.push({ path: [k], message: `unknown top-level key "${k}" (expected rate_limits)` });
+  for (const k of Object.keys(doc))
+    if (k !== 'rate_limits')
+      problems.push({ path: [k], message: `unknown top-level key "${k}" (expected rate_limits)` });
   const map = doc.rate_limits;
   if (map === undefined || map === null) return { rateLimits, problems };
   if (!isPlainObject(map)) {
@@ -280,15 +385,22 @@ export function validateRateLimits(doc: unknown, available: AvailableLimiters): 
 }
 
 /** Validates a stored `LimiterRules` document (what another process, or a person, wrote). */
-export function validateLimiterDocument(doc: unknown, limiter: string, available: AvailableLimiters): { document: LimiterRules | undefined; problems: RuleProblem[] } {
+export function validateLimiterDocument(
+  doc: unknown,
+  limiter: string,
+  available: AvailableLimiters,
+): { document: LimiterRules | undefined; problems: RuleProblem[] } {
   const problems: RuleProblem[] = [];
   const spec = available.get(limiter);
   if (!spec) return { document: undefined, problems: [{ path: [], message: `unknown limiter "${limiter}"` }] };
-  if (!isPlainObject(doc)) return { document: undefined, problems: [{ path: [], message: 'a limiter document must be a mapping of tiers' }] };
-  for (const k of Object.keys(doc)) if (!(TIERS as readonly string[]).includes(k)) problems.push({ path: [k], message: `unknown tier "${k}"` });
+  if (!isPlainObject(doc))
+    return { document: undefined, problems: [{ path: [], message: 'a limiter document must be a mapping of tiers' }] };
+  for (const k of Object.keys(doc))
+    if (!(TIERS as readonly string[]).includes(k)) problems.push({ path: [k], message: `unknown tier "${k}"` });
   const props = new Set(spec.available_properties);
   const document = emptyDocument();
-  for (const tier of TIERS) document[tier].rules = validateRuleList(doc[tier] ?? { rules: [] }, [tier], problems, props);
+  for (const tier of TIERS)
+    document[tier].rules = validateRuleList(doc[tier] ?? { rules: [] }, [tier], problems, props);
   return { document: problems.length ? undefined : document, problems };
 }
 
@@ -341,7 +453,12 @@ export function ruleFromSpec(spec: RuleSpec): Rule {
 }
 
 export function specFromRule(rule: Rule): RuleSpec {
-  const spec: RuleSpec = { name: rule.name, action: rule.action, characteristics: [...rule.characteristics], match: { ...rule.match } };
+  const spec: RuleSpec = {
+    name: rule.name,
+    action: rule.action,
+    characteristics: [...rule.characteristics],
+    match: { ...rule.match },
+  };
   if (rule.description !== undefined) spec.description = rule.description;
   if (typeof rule.limit === 'number') spec.limit = rule.limit;
   if (typeof rule.periodS === 'number') spec.period_s = rule.periodS;
@@ -384,5 +501,6 @@ export function defineRule(input: {
 
 /** Throws `invalid_rules` listing every problem when `problems` is not empty. */
 export function assertNoProblems(problems: readonly RuleProblem[], what: string): void {
-  if (problems.length) throw new RateLimitError('invalid_rules', `${what}: ${problems.length} problem(s)`, { problems });
+  if (problems.length)
+    throw new RateLimitError('invalid_rules', `${what}: ${problems.length} problem(s)`, { problems });
 }

@@ -23,7 +23,10 @@ export function storeConformance(name: string, open: () => Promise<ConformanceCo
   const setup = async (rules: Rule[]) => {
     const ctx = await open();
     const clock = new ManualClock(T0, 0);
-    const limiter = createLimiter({ store: ctx.store, clock, log: pino({ level: 'silent' }), keyPrefix: ctx.prefix, timeoutMs: 2000 }, { name: 'test_limiter', rules });
+    const limiter = createLimiter(
+      { store: ctx.store, clock, log: pino({ level: 'silent' }), keyPrefix: ctx.prefix, timeoutMs: 2000 },
+      { name: 'test_limiter', rules },
+    );
     return { clock, limiter, ctx };
   };
   const hit = async (limiter: Limiter, id: Identifier, times: number, cost?: number) => {
@@ -31,7 +34,8 @@ export function storeConformance(name: string, open: () => Promise<ConformanceCo
     for (let i = 0; i < times; i++) results.push(await limiter.check(id, cost === undefined ? undefined : { cost }));
     return results;
   };
-  const perIp = (extra: Partial<Parameters<typeof defineRule>[0]> = {}) => defineRule({ name: 'per_ip', action: 'limit', characteristics: ['ip'], limit: 3, periodS: 60, ...extra });
+  const perIp = (extra: Partial<Parameters<typeof defineRule>[0]> = {}) =>
+    defineRule({ name: 'per_ip', action: 'limit', characteristics: ['ip'], limit: 3, periodS: 60, ...extra });
 
   describe(`CounterStore conformance: ${name}`, () => {
     it('allows up to the limit, then blocks until the aligned window ends', async () => {
@@ -39,8 +43,16 @@ export function storeConformance(name: string, open: () => Promise<ConformanceCo
       clock.advance(10_000);
       const results = await hit(limiter, { ip: '1.1.1.1' }, 4);
       expect(results.map((r) => r.action)).toEqual(['allow', 'allow', 'allow', 'block']);
-      expect(results[0]).toMatchObject({ exceeded: false, error: undefined, info: { resolvedLimit: 3, resolvedPeriodS: 60, remaining: 2, resetAtMs: T0 + 60_000 } });
-      expect(results[3]).toMatchObject({ exceeded: true, rule: { name: 'per_ip' }, info: { remaining: 0, resetAtMs: T0 + 60_000 } });
+      expect(results[0]).toMatchObject({
+        exceeded: false,
+        error: undefined,
+        info: { resolvedLimit: 3, resolvedPeriodS: 60, remaining: 2, resetAtMs: T0 + 60_000 },
+      });
+      expect(results[3]).toMatchObject({
+        exceeded: true,
+        rule: { name: 'per_ip' },
+        info: { remaining: 0, resetAtMs: T0 + 60_000 },
+      });
       expect((await limiter.check({ ip: '2.2.2.2' })).action).toBe('allow');
       clock.advance(49_999);
       expect((await limiter.check({ ip: '1.1.1.1' })).action).toBe('block');
@@ -70,7 +82,10 @@ export function storeConformance(name: string, open: () => Promise<ConformanceCo
       expect(a[2]!.evaluations.map((e) => [e.rule.name, e.result])).toEqual([['per_user', 'exceeded']]);
       // The third request stopped at per_user, so per_org saw two; u2 gets one more, then org blocks.
       const b = await hit(limiter, { user: 'u2', org: 'o' }, 2);
-      expect(b.map((r) => [r.action, r.rule?.name])).toEqual([['allow', 'per_org'], ['block', 'per_org']]);
+      expect(b.map((r) => [r.action, r.rule?.name])).toEqual([
+        ['allow', 'per_org'],
+        ['block', 'per_org'],
+      ]);
     });
 
     it('a log rule counts and reports exceeded but never blocks nor stops later rules', async () => {
@@ -91,13 +106,22 @@ export function storeConformance(name: string, open: () => Promise<ConformanceCo
       const rules = [defineRule({ name: 'bypass_ci', action: 'skip', match: { user: 'ci' } }), perIp({ limit: 1 })];
       const { limiter } = await setup(rules);
       const ci = await hit(limiter, { user: 'ci', ip: 'same' }, 3);
-      expect(ci.every((r) => r.action === 'allow' && r.rule?.name === 'bypass_ci' && r.info === undefined && !r.exceeded)).toBe(true);
+      expect(
+        ci.every((r) => r.action === 'allow' && r.rule?.name === 'bypass_ci' && r.info === undefined && !r.exceeded),
+      ).toBe(true);
       expect((await limiter.check({ user: 'bob', ip: 'same' })).action).toBe('allow');
       expect((await limiter.check({ user: 'bob', ip: 'same' })).action).toBe('block');
     });
 
     it('matches equality and regex markers; all must hold; a missing property never matches', async () => {
-      const rule = defineRule({ name: 'api_writes', action: 'limit', limit: 0, periodS: 60, characteristics: ['ip'], match: { method: 'PUT', path: { regex: '^/api/v\\d+/' } } });
+      const rule = defineRule({
+        name: 'api_writes',
+        action: 'limit',
+        limit: 0,
+        periodS: 60,
+        characteristics: ['ip'],
+        match: { method: 'PUT', path: { regex: '^/api/v\\d+/' } },
+      });
       const { limiter } = await setup([rule]);
       expect((await limiter.check({ ip: 'i', method: 'PUT', path: '/api/v1/x' })).action).toBe('block');
       expect((await limiter.check({ ip: 'i', method: 'GET', path: '/api/v1/x' })).rule).toBeUndefined();
@@ -107,8 +131,22 @@ export function storeConformance(name: string, open: () => Promise<ConformanceCo
 
     it('anonymous callers count by ip, authenticated ones by user (the <anonymous> sentinel)', async () => {
       const rules = [
-        defineRule({ name: 'anonymous_by_ip', action: 'limit', limit: 1, periodS: 60, characteristics: ['ip'], match: { user: ANONYMOUS } }),
-        defineRule({ name: 'authenticated_by_user', action: 'limit', limit: 2, periodS: 60, characteristics: ['user'], match: { user: { regex: '^[^<]' } } }),
+        defineRule({
+          name: 'anonymous_by_ip',
+          action: 'limit',
+          limit: 1,
+          periodS: 60,
+          characteristics: ['ip'],
+          match: { user: ANONYMOUS },
+        }),
+        defineRule({
+          name: 'authenticated_by_user',
+          action: 'limit',
+          limit: 2,
+          periodS: 60,
+          characteristics: ['user'],
+          match: { user: { regex: '^[^<]' } },
+        }),
       ];
       const { limiter } = await setup(rules);
       expect((await hit(limiter, { user: ANONYMOUS, ip: 'n' }, 2)).map((r) => r.action)).toEqual(['allow', 'block']);
@@ -120,7 +158,14 @@ export function storeConformance(name: string, open: () => Promise<ConformanceCo
     });
 
     it('a ban outlives the window, suppresses counting, and resetAt is the ban end', async () => {
-      const rule = defineRule({ name: 'auth_failures', action: 'limit', characteristics: ['ip'], limit: 2, periodS: 60, banForS: 900 });
+      const rule = defineRule({
+        name: 'auth_failures',
+        action: 'limit',
+        characteristics: ['ip'],
+        limit: 2,
+        periodS: 60,
+        banForS: 900,
+      });
       const { clock, limiter } = await setup([rule]);
       const r = await hit(limiter, { ip: 'b' }, 3);
       expect(r.map((x) => x.action)).toEqual(['allow', 'allow', 'block']);
@@ -142,7 +187,14 @@ export function storeConformance(name: string, open: () => Promise<ConformanceCo
     });
 
     it('a shadow (log) ban counts and bans exactly like an enforcing one but never blocks', async () => {
-      const rule = defineRule({ name: 'shadow_ban', action: 'log', characteristics: ['ip'], limit: 1, periodS: 60, banForS: 300 });
+      const rule = defineRule({
+        name: 'shadow_ban',
+        action: 'log',
+        characteristics: ['ip'],
+        limit: 1,
+        periodS: 60,
+        banForS: 300,
+      });
       const { clock, limiter } = await setup([rule]);
       const r = await hit(limiter, { ip: 's' }, 4);
       expect(r.map((x) => [x.action, x.exceeded])).toEqual([
@@ -175,7 +227,14 @@ export function storeConformance(name: string, open: () => Promise<ConformanceCo
     });
 
     it('count_distinct counts distinct values of a property; repeats are free', async () => {
-      const rule = defineRule({ name: 'distinct_users_per_ip', action: 'limit', characteristics: ['ip'], countDistinct: 'username', limit: 2, periodS: 3600 });
+      const rule = defineRule({
+        name: 'distinct_users_per_ip',
+        action: 'limit',
+        characteristics: ['ip'],
+        countDistinct: 'username',
+        limit: 2,
+        periodS: 3600,
+      });
       const { limiter } = await setup([rule]);
       const seq = ['a', 'a', 'b', 'b', 'a', 'c', 'a'];
       const results = [];
@@ -209,8 +268,13 @@ export function storeConformance(name: string, open: () => Promise<ConformanceCo
     });
 
     it('many checks started together count exactly once each (batched or not)', async () => {
-      const { limiter } = await setup([perIp({ limit: 250 }), defineRule({ name: 'shadow', action: 'log', characteristics: ['ip'], limit: 100, periodS: 60 })]);
-      const results = await Promise.all(Array.from({ length: 300 }, (_, i) => limiter.check({ ip: i % 2 ? 'odd' : 'even' })));
+      const { limiter } = await setup([
+        perIp({ limit: 250 }),
+        defineRule({ name: 'shadow', action: 'log', characteristics: ['ip'], limit: 100, periodS: 60 }),
+      ]);
+      const results = await Promise.all(
+        Array.from({ length: 300 }, (_, i) => limiter.check({ ip: i % 2 ? 'odd' : 'even' })),
+      );
       expect(results.filter((r) => r.error !== undefined)).toEqual([]);
       expect(results.filter((r) => r.action === 'block').length).toBe(0);
       const all = await Promise.all(Array.from({ length: 400 }, () => limiter.check({ ip: 'together' })));
@@ -218,11 +282,20 @@ export function storeConformance(name: string, open: () => Promise<ConformanceCo
       expect(all.filter((r) => r.action === 'block').length).toBe(150);
       // The blocking rule is terminal: the blocked checks never reached the shadow rule.
       expect(all.filter((r) => r.evaluations.length === 2).length).toBe(250);
-      expect(all.filter((r) => r.evaluations.some((e) => e.rule.name === 'shadow' && e.result === 'exceeded')).length).toBe(150);
+      expect(
+        all.filter((r) => r.evaluations.some((e) => e.rule.name === 'shadow' && e.result === 'exceeded')).length,
+      ).toBe(150);
     });
 
     it('peek returns the verdict for the cost without counting or banning', async () => {
-      const rule = defineRule({ name: 'bytes', action: 'limit', characteristics: ['p'], limit: 100, periodS: 60, banForS: 60 });
+      const rule = defineRule({
+        name: 'bytes',
+        action: 'limit',
+        characteristics: ['p'],
+        limit: 100,
+        periodS: 60,
+        banForS: 60,
+      });
       const { limiter } = await setup([rule]);
       expect((await limiter.peek({ p: 'x' }, { cost: 101 })).action).toBe('block');
       expect((await limiter.peek({ p: 'x' })).info!.remaining).toBe(99);
@@ -250,7 +323,13 @@ export function storeConformance(name: string, open: () => Promise<ConformanceCo
 
     it('resolves callable limits at check time (spec 1.7)', async () => {
       let limit = 1;
-      const rule = defineRule({ name: 'dynamic', action: 'limit', characteristics: ['ip'], limit: () => limit, periodS: () => 60 });
+      const rule = defineRule({
+        name: 'dynamic',
+        action: 'limit',
+        characteristics: ['ip'],
+        limit: () => limit,
+        periodS: () => 60,
+      });
       const { limiter } = await setup([rule]);
       expect((await hit(limiter, { ip: 'q' }, 2)).map((r) => r.action)).toEqual(['allow', 'block']);
       limit = 5;
@@ -261,7 +340,10 @@ export function storeConformance(name: string, open: () => Promise<ConformanceCo
       let rules: Rule[] = [perIp({ limit: 10 })];
       const ctx = await open();
       const clock = new ManualClock(T0, 0);
-      const limiter = createLimiter({ store: ctx.store, clock, log: pino({ level: 'silent' }), keyPrefix: ctx.prefix, timeoutMs: 2000 }, { name: 'test_limiter', rules: () => rules });
+      const limiter = createLimiter(
+        { store: ctx.store, clock, log: pino({ level: 'silent' }), keyPrefix: ctx.prefix, timeoutMs: 2000 },
+        { name: 'test_limiter', rules: () => rules },
+      );
       await hit(limiter, { ip: 'z' }, 3);
       rules = [perIp({ limit: 3 })];
       expect((await limiter.check({ ip: 'z' })).action).toBe('block');

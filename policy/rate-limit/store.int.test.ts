@@ -17,7 +17,16 @@ storeConformance('memory (same table, same run)', () => ({ store: createMemorySt
 describe('redis store specifics', () => {
   const rule = defineRule({ name: 'r', action: 'limit', characteristics: ['ip'], limit: 1, periodS: 60, banForS: 600 });
   const limiterOn = (prefix: string, clock = new ManualClock(T0, 0)) =>
-    createLimiter({ store: createRedisStore(redis.client), clock, log: pino({ level: 'silent' }), keyPrefix: prefix, timeoutMs: 2000 }, { name: 'lim', rules: [rule] });
+    createLimiter(
+      {
+        store: createRedisStore(redis.client),
+        clock,
+        log: pino({ level: 'silent' }),
+        keyPrefix: prefix,
+        timeoutMs: 2000,
+      },
+      { name: 'lim', rules: [rule] },
+    );
 
   it('gives every key a TTL, keeps a counter and its ban in one cluster slot, and heals a key left without TTL', async () => {
     const prefix = `${redis.prefix}ttl:`;
@@ -38,7 +47,9 @@ describe('redis store specifics', () => {
     expect(banTtl).toBeLessThanOrEqual(600_000);
     await redis.client.persist(counterKey);
     expect(await redis.client.pttl(counterKey)).toBe(-1);
-    await limiterOn(prefix).check({ ip: 'a' }).catch(() => undefined);
+    await limiterOn(prefix)
+      .check({ ip: 'a' })
+      .catch(() => undefined);
     // Banned: no counting, so the key is untouched; a fresh identifier shows the healing on write.
     const other = buildPlan(prefix, 'lim', [rule], { ip: 'b' }, T0).counting[0]!.counterKey;
     await redis.client.set(other, '0');
@@ -57,7 +68,16 @@ describe('redis store specifics', () => {
   it('batches plain checks into one script call; a counter of the wrong type fails only its own check', async () => {
     const prefix = `${redis.prefix}batch:`;
     const plain = defineRule({ name: 'p', action: 'limit', characteristics: ['ip'], limit: 100, periodS: 60 });
-    const limiter = createLimiter({ store: createRedisStore(redis.client), clock: new ManualClock(T0, 0), log: pino({ level: 'silent' }), keyPrefix: prefix, timeoutMs: 2000 }, { name: 'lim', rules: [plain] });
+    const limiter = createLimiter(
+      {
+        store: createRedisStore(redis.client),
+        clock: new ManualClock(T0, 0),
+        log: pino({ level: 'silent' }),
+        keyPrefix: prefix,
+        timeoutMs: 2000,
+      },
+      { name: 'lim', rules: [plain] },
+    );
     const bad = buildPlan(prefix, 'lim', [plain], { ip: 'bad' }, T0).counting[0]!.counterKey;
     await redis.client.hset(bad, 'f', 'v');
     const before = Number((await redis.client.info('commandstats')).match(/cmdstat_evalsha:calls=(\d+)/)?.[1] ?? 0);
@@ -87,16 +107,44 @@ describe('redis store specifics', () => {
     const rules = [
       defineRule({ name: 'plain', action: 'limit', characteristics: ['ip'], limit: 5, periodS: 60 }),
       defineRule({ name: 'banning', action: 'log', characteristics: ['ip'], limit: 2, periodS: 60, banForS: 30 }),
-      defineRule({ name: 'distinct', action: 'limit', characteristics: ['ip'], countDistinct: 'p', limit: 2, periodS: 60 }),
+      defineRule({
+        name: 'distinct',
+        action: 'limit',
+        characteristics: ['ip'],
+        countDistinct: 'p',
+        limit: 2,
+        periodS: 60,
+      }),
     ];
     const store = createRedisStore(redis.client);
     const clock = new ManualClock(T0, 0);
-    const limiter = createLimiter({ store, clock, log: pino({ level: 'silent' }), keyPrefix: prefix, timeoutMs: 2000 }, { name: 'lim', rules });
+    const limiter = createLimiter(
+      { store, clock, log: pino({ level: 'silent' }), keyPrefix: prefix, timeoutMs: 2000 },
+      { name: 'lim', rules },
+    );
     // State to read: counts, a float count, a ban, set members.
-    for (const [ip, p, cost] of [['a', 'x', 1], ['a', 'y', 1], ['a', 'z', 1], ['b', 'x', 2.5], ['c', 'x', 1]] as const) await limiter.check({ ip, p }, { cost });
-    const probes = [['a', 'x', 0], ['a', 'w', 1], ['b', 'x', 3], ['b', 'q', 0.25], ['c', 'x', 1], ['d', 'x', 1]] as const;
+    for (const [ip, p, cost] of [
+      ['a', 'x', 1],
+      ['a', 'y', 1],
+      ['a', 'z', 1],
+      ['b', 'x', 2.5],
+      ['c', 'x', 1],
+    ] as const)
+      await limiter.check({ ip, p }, { cost });
+    const probes = [
+      ['a', 'x', 0],
+      ['a', 'w', 1],
+      ['b', 'x', 3],
+      ['b', 'q', 0.25],
+      ['c', 'x', 1],
+      ['d', 'x', 1],
+    ] as const;
     const before = Number((await redis.client.info('commandstats')).match(/cmdstat_evalsha:calls=(\d+)/)?.[1] ?? 0);
-    const batched = await Promise.all(probes.map(([ip, p, cost]) => store.run(buildPlan(prefix, 'lim', rules, { ip, p }, T0), { nowMs: T0, cost, mode: 'peek' })));
+    const batched = await Promise.all(
+      probes.map(([ip, p, cost]) =>
+        store.run(buildPlan(prefix, 'lim', rules, { ip, p }, T0), { nowMs: T0, cost, mode: 'peek' }),
+      ),
+    );
     const after = Number((await redis.client.info('commandstats')).match(/cmdstat_evalsha:calls=(\d+)/)?.[1] ?? 0);
     expect(after - before).toBeLessThan(probes.length);
     // The reference: check.lua itself in peek mode, one call per probe.
@@ -106,10 +154,26 @@ describe('redis store specifics', () => {
         const args: Array<string | number> = [];
         for (const r of plan.counting) args.push(r.counterKey, r.banKey);
         args.push(T0, String(cost), 'peek', plan.counting.length);
-        for (const r of plan.counting) args.push(r.action, r.limit, r.windowEndMs, r.banMs, r.distinctValue !== undefined ? '1' : '0', r.distinctValue ?? '');
-        const reply = (await redis.client.eval(CHECK_SCRIPT, plan.counting.length * 2, ...args)) as Array<string | number>;
+        for (const r of plan.counting)
+          args.push(
+            r.action,
+            r.limit,
+            r.windowEndMs,
+            r.banMs,
+            r.distinctValue !== undefined ? '1' : '0',
+            r.distinctValue ?? '',
+          );
+        const reply = (await redis.client.eval(CHECK_SCRIPT, plan.counting.length * 2, ...args)) as Array<
+          string | number
+        >;
         const outcomes = [];
-        for (let i = 0; i + 3 < reply.length; i += 4) outcomes.push({ count: Number(reply[i]), exceeded: reply[i + 1] === 1, banned: reply[i + 2] === 1, resetAtMs: Number(reply[i + 3]) });
+        for (let i = 0; i + 3 < reply.length; i += 4)
+          outcomes.push({
+            count: Number(reply[i]),
+            exceeded: reply[i + 1] === 1,
+            banned: reply[i + 2] === 1,
+            resetAtMs: Number(reply[i + 3]),
+          });
         return outcomes;
       }),
     );
@@ -124,7 +188,15 @@ describe('redis store specifics', () => {
   it('stores float costs with INCRBYFLOAT', async () => {
     const prefix = `${redis.prefix}float:`;
     const bytes = defineRule({ name: 'bytes', action: 'limit', characteristics: ['p'], limit: 10, periodS: 60 });
-    const limiter = createLimiter({ store: createRedisStore(redis.client), clock: new ManualClock(T0, 0), log: pino({ level: 'silent' }), keyPrefix: prefix }, { name: 'lim', rules: [bytes] });
+    const limiter = createLimiter(
+      {
+        store: createRedisStore(redis.client),
+        clock: new ManualClock(T0, 0),
+        log: pino({ level: 'silent' }),
+        keyPrefix: prefix,
+      },
+      { name: 'lim', rules: [bytes] },
+    );
     await limiter.check({ p: 'x' }, { cost: 1.5 });
     await limiter.check({ p: 'x' }, { cost: 2.25 });
     const key = buildPlan(prefix, 'lim', [bytes], { p: 'x' }, T0).counting[0]!.counterKey;

@@ -3,7 +3,10 @@ import { RateLimitError } from './errors.ts';
 /** Rejects with `store_timeout` when `promise` takes longer than `ms`; the late answer is ignored. */
 export function withTimeout<T>(promise: Promise<T>, ms: number, what = 'the rate-limit store'): Promise<T> {
   return new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new RateLimitError('store_timeout', `${what} did not answer within ${ms} ms`)), ms);
+    const timer = setTimeout(
+      () => reject(new RateLimitError('store_timeout', `${what} did not answer within ${ms} ms`)),
+      ms,
+    );
     promise.then(
       (value) => {
         clearTimeout(timer);

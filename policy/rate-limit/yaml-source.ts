@@ -5,7 +5,13 @@
  */
 import { isMap, isPair, isScalar, isSeq, LineCounter, parseDocument, type Node } from 'yaml';
 import type { RuleProblem } from './errors.ts';
-import { validateAvailableLimiters, validateRateLimits, type AvailableLimiters, type LimiterSpec, type RuleSpec } from './rules.ts';
+import {
+  validateAvailableLimiters,
+  validateRateLimits,
+  type AvailableLimiters,
+  type LimiterSpec,
+  type RuleSpec,
+} from './rules.ts';
 
 interface Parsed {
   value: unknown;
@@ -18,7 +24,8 @@ export function parseYaml(text: string, file: string): Parsed {
   const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true });
   const lineAt = (offset: number) => lineCounter.linePos(offset).line;
   const problems: RuleProblem[] = [];
-  for (const err of doc.errors) problems.push({ path: [], message: `YAML: ${err.message.split('\n')[0]}`, file, line: lineAt(err.pos[0]) });
+  for (const err of doc.errors)
+    problems.push({ path: [], message: `YAML: ${err.message.split('\n')[0]}`, file, line: lineAt(err.pos[0]) });
   if (problems.length) return { value: undefined, problems, lineOf: () => undefined };
   const lineOf = (path: readonly (string | number)[]) => {
     let node: unknown = doc.contents;
@@ -41,11 +48,18 @@ export function parseYaml(text: string, file: string): Parsed {
   return { value: doc.toJS({ maxAliasCount: 100 }), problems, lineOf };
 }
 
-function locate(problems: RuleProblem[], file: string, lineOf: (path: readonly (string | number)[]) => number | undefined): RuleProblem[] {
+function locate(
+  problems: RuleProblem[],
+  file: string,
+  lineOf: (path: readonly (string | number)[]) => number | undefined,
+): RuleProblem[] {
   return problems.map((p) => ({ ...p, file, line: p.line ?? lineOf(p.path) }));
 }
 
-export function parseAvailableLimiters(text: string, file: string): { available: Map<string, LimiterSpec>; problems: RuleProblem[] } {
+export function parseAvailableLimiters(
+  text: string,
+  file: string,
+): { available: Map<string, LimiterSpec>; problems: RuleProblem[] } {
   const parsed = parseYaml(text, file);
   if (parsed.problems.length) return { available: new Map(), problems: parsed.problems };
   const { available, problems } = validateAvailableLimiters(parsed.value);
@@ -53,7 +67,11 @@ export function parseAvailableLimiters(text: string, file: string): { available:
 }
 
 /** The operator file (or a publish file for the CLI): `rate_limits: { <limiter>: [rules] }`. */
-export function parseRateLimits(text: string, file: string, available: AvailableLimiters): { rateLimits: Map<string, RuleSpec[]>; problems: RuleProblem[] } {
+export function parseRateLimits(
+  text: string,
+  file: string,
+  available: AvailableLimiters,
+): { rateLimits: Map<string, RuleSpec[]>; problems: RuleProblem[] } {
   const parsed = parseYaml(text, file);
   if (parsed.problems.length) return { rateLimits: new Map(), problems: parsed.problems };
   const { rateLimits, problems } = validateRateLimits(parsed.value, available);

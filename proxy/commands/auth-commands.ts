@@ -59,9 +59,13 @@ ${DATABASE_NOTE}`,
       case 'list':
         return withStore(env, (s) => s.listPrincipals());
       case 'disable':
-        return withStore(env, (s) => s.setPrincipalDisabled(need(positionals, 1, 'principals disable <name|id>')[0]!, true));
+        return withStore(env, (s) =>
+          s.setPrincipalDisabled(need(positionals, 1, 'principals disable <name|id>')[0]!, true),
+        );
       case 'enable':
-        return withStore(env, (s) => s.setPrincipalDisabled(need(positionals, 1, 'principals enable <name|id>')[0]!, false));
+        return withStore(env, (s) =>
+          s.setPrincipalDisabled(need(positionals, 1, 'principals enable <name|id>')[0]!, false),
+        );
       default:
         throw new UsageError(`unknown subcommand "${sub ?? ''}"`);
     }
@@ -107,7 +111,9 @@ ${DATABASE_NOTE}`,
       case 'revoke':
         return withStore(env, (s) => s.revokeKey(need(positionals, 1, 'keys revoke <keyId>')[0]!));
       case 'rotate':
-        return withStore(env, (s) => s.rotateKey(need(positionals, 1, 'keys rotate <keyId>')[0]!, expiresInSeconds ? { expiresInSeconds } : {}));
+        return withStore(env, (s) =>
+          s.rotateKey(need(positionals, 1, 'keys rotate <keyId>')[0]!, expiresInSeconds ? { expiresInSeconds } : {}),
+        );
       default:
         throw new UsageError(`unknown subcommand "${sub ?? ''}"`);
     }

@@ -36,18 +36,32 @@ const MiB = 1048576;
 
 /** The rule document store of a configuration with Redis (documents live there, not in the database). */
 async function openRedisRuleDocuments(config: Config): Promise<{ documents: RuleDocumentStore; close(): void }> {
-  const redis = new Redis(config.redisUrl!, { lazyConnect: true, maxRetriesPerRequest: 1, connectTimeout: 5000, retryStrategy: () => null });
+  const redis = new Redis(config.redisUrl!, {
+    lazyConnect: true,
+    maxRetriesPerRequest: 1,
+    connectTimeout: 5000,
+    retryStrategy: () => null,
+  });
   redis.on('error', () => {});
   await redis.connect();
-  return { documents: createRedisRuleDocuments(redis, `${config.redisKeyPrefix}ratelimit:rules:`), close: () => redis.disconnect() };
+  return {
+    documents: createRedisRuleDocuments(redis, `${config.redisKeyPrefix}ratelimit:rules:`),
+    close: () => redis.disconnect(),
+  };
 }
-const progressText = (done: number, total: number, bytes: number) => `${done}/${total} blobs, ${(bytes / MiB).toFixed(1)} MiB`;
+const progressText = (done: number, total: number, bytes: number) =>
+  `${done}/${total} blobs, ${(bytes / MiB).toFixed(1)} MiB`;
 
-function positiveInteger(flags: Map<string, string | true>, name: string, max = Number.MAX_SAFE_INTEGER): number | undefined {
+function positiveInteger(
+  flags: Map<string, string | true>,
+  name: string,
+  max = Number.MAX_SAFE_INTEGER,
+): number | undefined {
   const raw = flags.get(name);
   if (raw === undefined) return undefined;
   const n = Number(raw);
-  if (raw === true || !Number.isSafeInteger(n) || n < 1 || n > max) throw new UsageError(`--${name} must be an integer from 1 to ${max} (got ${String(raw)})`);
+  if (raw === true || !Number.isSafeInteger(n) || n < 1 || n > max)
+    throw new UsageError(`--${name} must be an integer from 1 to ${max} (got ${String(raw)})`);
   return n;
 }
 
@@ -82,7 +96,8 @@ function failed(name: string, err: unknown): number {
 
 export const backupCommand: Command = {
   name: 'backup',
-  summary: 'a consistent backup (one database snapshot + every blob it references) into a directory, while the gateway runs',
+  summary:
+    'a consistent backup (one database snapshot + every blob it references) into a directory, while the gateway runs',
   usage: `Usage: arkvory backup [--keep N] [--bytes-per-second N] <destination>
 
 Writes <destination>/arkvory-<time>/ holding database.jsonl (every table read in one database snapshot:
@@ -116,7 +131,9 @@ otherwise); a JSON summary on stdout. Exit codes: 0 done, 1 failed (nothing left
     try {
       // Shared like a gateway's: gc (which deletes unreferenced blobs) cannot run while blobs are copied.
       if (!(await tryLockShared(barrier, 'maintenance'))) {
-        process.stderr.write('arkvory backup: refused: gc or scrub is running on this database (it holds the maintenance barrier); try again when it is done\n');
+        process.stderr.write(
+          'arkvory backup: refused: gc or scrub is running on this database (it holds the maintenance barrier); try again when it is done\n',
+        );
         return 1;
       }
       let store: Store;
@@ -125,7 +142,12 @@ otherwise); a JSON summary on stdout. Exit codes: 0 done, 1 failed (nothing left
       } catch (err) {
         return failed('backup', err);
       }
-      const meter = rate === undefined ? undefined : new BandwidthGovernor({ rateBytesPerSec: rate, perPrincipalBytesPerSec: 0, clock: systemClock }).meter('backup');
+      const meter =
+        rate === undefined
+          ? undefined
+          : new BandwidthGovernor({ rateBytesPerSec: rate, perPrincipalBytesPerSec: 0, clock: systemClock }).meter(
+              'backup',
+            );
       const progress = progressReporter('backup');
       const redisRules = config.redisUrl ? await openRedisRuleDocuments(config) : undefined;
       try {
@@ -172,7 +194,11 @@ async function openRestoreDatabase(env: NodeJS.ProcessEnv): Promise<{ pool: pg.P
   let url = config.databaseUrl;
   let embedded: EmbeddedDatabase | undefined;
   if (!url) {
-    if (await runningEmbeddedDatabaseUrl(config.dataDir)) throw new BackupError('target_busy', `a gateway is running the embedded database under ${config.dataDir}; stop it first (restore needs the target to itself)`);
+    if (await runningEmbeddedDatabaseUrl(config.dataDir))
+      throw new BackupError(
+        'target_busy',
+        `a gateway is running the embedded database under ${config.dataDir}; stop it first (restore needs the target to itself)`,
+      );
     await prepareDataDir(config.dataDir);
     embedded = await startEmbeddedDatabase(config.dataDir, log);
     url = embedded.url;
@@ -183,14 +209,17 @@ async function openRestoreDatabase(env: NodeJS.ProcessEnv): Promise<{ pool: pg.P
   } catch (err) {
     await pool.end();
     await embedded?.stop();
-    throw new BackupError('target_busy', `cannot prepare the target database: ${(err as Error).message}`, { cause: err });
+    throw new BackupError('target_busy', `cannot prepare the target database: ${(err as Error).message}`, {
+      cause: err,
+    });
   }
   return embedded ? { pool, embedded } : { pool };
 }
 
 export const restoreCommand: Command = {
   name: 'restore',
-  summary: 'restore a backup into an empty database and an empty storage root, then scrub it (--verify only checks a backup)',
+  summary:
+    'restore a backup into an empty database and an empty storage root, then scrub it (--verify only checks a backup)',
   usage: `Usage: arkvory restore [--verify] <source>
 
 <source> is a backup directory (holding manifest.json) or a destination of \`arkvory backup\` (its newest
@@ -211,13 +240,17 @@ Exit codes: 0 restored and clean, 1 refused, failed or the scrub found damage, 2
     const source = path.resolve(onePositional(positionals, '<source> backup directory'));
     const backup = await resolveBackup(source);
     if (!backup) {
-      process.stderr.write(`arkvory restore: backup_invalid: ${source} holds no complete backup (no manifest.json; an interrupted backup never gets one)\n`);
+      process.stderr.write(
+        `arkvory restore: backup_invalid: ${source} holds no complete backup (no manifest.json; an interrupted backup never gets one)\n`,
+      );
       return 1;
     }
     const progress = progressReporter(flags.get('verify') ? 'verify' : 'restore');
     if (flags.get('verify')) {
       try {
-        const report = await verifyBackup(backup, (done, total, bytes) => progress.update(progressText(done, total, bytes)));
+        const report = await verifyBackup(backup, (done, total, bytes) =>
+          progress.update(progressText(done, total, bytes)),
+        );
         progress.done();
         process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
         return report.ok ? 0 : 1;
@@ -237,7 +270,9 @@ Exit codes: 0 restored and clean, 1 refused, failed or the scrub found damage, 2
     const barrier = await pool.connect();
     try {
       if (!(await tryLockExclusive(barrier, 'maintenance'))) {
-        process.stderr.write('arkvory restore: refused: a gateway or worker is running on the target database; stop it first\n');
+        process.stderr.write(
+          'arkvory restore: refused: a gateway or worker is running on the target database; stop it first\n',
+        );
         return 1;
       }
       const codeSchemaVersion = Math.max(0, ...(await listMigrations()).map((m) => m.version));
@@ -253,7 +288,10 @@ Exit codes: 0 restored and clean, 1 refused, failed or the scrub found damage, 2
           const redisRules = config.redisUrl ? await openRedisRuleDocuments(config) : undefined;
           try {
             const documents = redisRules?.documents ?? createPgRuleDocuments(pool);
-            await documents.update(Object.keys(docs), () => new Map(Object.entries(docs) as Array<[string, LimiterRules]>));
+            await documents.update(
+              Object.keys(docs),
+              () => new Map(Object.entries(docs) as Array<[string, LimiterRules]>),
+            );
           } finally {
             redisRules?.close();
           }

@@ -29,7 +29,9 @@ export async function openCliPool(env: NodeJS.ProcessEnv): Promise<pg.Pool> {
   const log = createLogger(config.logLevel === 'info' ? 'warn' : config.logLevel, pino.destination(2));
   const url = config.databaseUrl ?? (await runningEmbeddedDatabaseUrl(config.dataDir));
   if (!url) {
-    throw new UsageError(`ARKVORY_DATABASE_URL is not set and no embedded database is running under ${config.dataDir}; start the gateway (npm start) or set ARKVORY_DATABASE_URL`);
+    throw new UsageError(
+      `ARKVORY_DATABASE_URL is not set and no embedded database is running under ${config.dataDir}; start the gateway (npm start) or set ARKVORY_DATABASE_URL`,
+    );
   }
   const pool = createPool(url, 2, log, 'arkvory-cli');
   const pending = await pendingMigrations(pool).catch(async (err: unknown) => {

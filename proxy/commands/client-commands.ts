@@ -6,7 +6,18 @@
  */
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { ArkvoryClientError, baseUrlOf, contentUrl, download, presign, progressBar, progressJson, targetOf, upload, type Progress } from '../../client/index.ts';
+import {
+  ArkvoryClientError,
+  baseUrlOf,
+  contentUrl,
+  download,
+  presign,
+  progressBar,
+  progressJson,
+  targetOf,
+  upload,
+  type Progress,
+} from '../../client/index.ts';
 import { parseDuration } from './auth-commands.ts';
 import { parseArgs, UsageError, type Command } from './command.ts';
 
@@ -22,11 +33,16 @@ export function parseSize(text: string): number {
   return n;
 }
 
-async function keyFrom(flags: Map<string, string | true>, env: NodeJS.ProcessEnv, required: boolean): Promise<string | undefined> {
+async function keyFrom(
+  flags: Map<string, string | true>,
+  env: NodeJS.ProcessEnv,
+  required: boolean,
+): Promise<string | undefined> {
   const file = flags.get('key-file') ?? env.ARKVORY_KEY_FILE;
   if (typeof file === 'string') return (await readFile(file, 'utf8')).trim();
   if (env.ARKVORY_KEY) return env.ARKVORY_KEY.trim();
-  if (required) throw new UsageError('no API key: set ARKVORY_KEY, or ARKVORY_KEY_FILE / --key-file naming a file that holds it');
+  if (required)
+    throw new UsageError('no API key: set ARKVORY_KEY, or ARKVORY_KEY_FILE / --key-file naming a file that holds it');
   return undefined;
 }
 
@@ -96,19 +112,38 @@ takes the final name. A pre-signed link needs no key. Progress goes to stderr (a
 JSON lines otherwise); the result is JSON on stdout.
 ${CONNECTION_NOTE}`,
   async run(args, env) {
-    const mirrors = takeRepeated(args.map((a) => (a === '-o' ? '--output' : a)), 'mirror');
+    const mirrors = takeRepeated(
+      args.map((a) => (a === '-o' ? '--output' : a)),
+      'mirror',
+    );
     const { flags, positionals } = parseArgs(mirrors.rest);
     if (positionals.length !== 1) throw new UsageError('expected: get <url|repo/path> [-o FILE]');
     const key = await keyFrom(flags, env, false);
     const printer = progressPrinter();
     return reporting(async () => {
       const url = contentUrl(positionals[0]!, gatewayUrl(flags, env));
-      const output = typeof flags.get('output') === 'string' ? String(flags.get('output')) : decodeURIComponent(new URL(url).pathname.replace(/\/content$/, '').split('/').pop()!);
+      const output =
+        typeof flags.get('output') === 'string'
+          ? String(flags.get('output'))
+          : decodeURIComponent(
+              new URL(url).pathname
+                .replace(/\/content$/, '')
+                .split('/')
+                .pop()!,
+            );
       const controller = new AbortController();
       const stop = () => controller.abort(new Error('interrupted'));
       process.once('SIGINT', stop);
       try {
-        return await download({ url, mirrors: mirrors.values, output: path.resolve(output), key, signal: controller.signal, onProgress: printer.onProgress, progressIntervalMs: printer.intervalMs });
+        return await download({
+          url,
+          mirrors: mirrors.values,
+          output: path.resolve(output),
+          key,
+          signal: controller.signal,
+          onProgress: printer.onProgress,
+          progressIntervalMs: printer.intervalMs,
+        });
       } finally {
         process.off('SIGINT', stop);
       }
@@ -131,9 +166,11 @@ ${CONNECTION_NOTE}`,
     const { flags, positionals } = parseArgs(args);
     if (positionals.length !== 2) throw new UsageError('expected: put <file> <repo/path|url>');
     const key = (await keyFrom(flags, env, true))!;
-    const size = (name: string) => (typeof flags.get(name) === 'string' ? parseSize(String(flags.get(name))) : undefined);
+    const size = (name: string) =>
+      typeof flags.get(name) === 'string' ? parseSize(String(flags.get(name))) : undefined;
     const concurrency = flags.get('concurrency');
-    if (concurrency !== undefined && !/^[1-9][0-9]?$/.test(String(concurrency))) throw new UsageError('--concurrency must be 1 to 99');
+    if (concurrency !== undefined && !/^[1-9][0-9]?$/.test(String(concurrency)))
+      throw new UsageError('--concurrency must be 1 to 99');
     const contentType = flags.get('content-type');
     return reporting(() =>
       upload({
@@ -171,7 +208,11 @@ ${CONNECTION_NOTE}`,
     const expiresInSeconds = expires === undefined ? undefined : parseDuration(String(expires));
     return reporting(async () => {
       const target = targetOf(positionals[0]!, positionals[1]!.split('/'));
-      return presign({ url: `${base.replace(/\/+$/, '')}${target.basePath}`, key, ...(expiresInSeconds !== undefined ? { expiresInSeconds } : {}) });
+      return presign({
+        url: `${base.replace(/\/+$/, '')}${target.basePath}`,
+        key,
+        ...(expiresInSeconds !== undefined ? { expiresInSeconds } : {}),
+      });
     });
   },
 };

@@ -13,7 +13,10 @@ export class UsageError extends Error {
 }
 
 /** Parses `--flag value`, `--flag=value` and bare `--switch` arguments; positionals keep their order. */
-export function parseArgs(args: string[], booleans: readonly string[] = []): { flags: Map<string, string | true>; positionals: string[] } {
+export function parseArgs(
+  args: string[],
+  booleans: readonly string[] = [],
+): { flags: Map<string, string | true>; positionals: string[] } {
   const flags = new Map<string, string | true>();
   const positionals: string[] = [];
   for (let i = 0; i < args.length; i++) {

@@ -48,7 +48,11 @@ afterAll(async () => {
 describe('arkvory doctor', () => {
   it('a sound writer configuration passes every check and writes nothing', async () => {
     const dataDir = await makeTempDir();
-    const r = await runCli(['doctor'], { ARKVORY_DATABASE_URL: migrated.url, ARKVORY_REDIS_URL: inject('redisUrl'), ARKVORY_DATA_DIR: dataDir });
+    const r = await runCli(['doctor'], {
+      ARKVORY_DATABASE_URL: migrated.url,
+      ARKVORY_REDIS_URL: inject('redisUrl'),
+      ARKVORY_DATA_DIR: dataDir,
+    });
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
     const result = lines(r.stdout);
@@ -70,7 +74,15 @@ describe('arkvory doctor', () => {
     const gw = await startGateway({ dataDir });
     const r = await runCli(['doctor'], { ARKVORY_DATA_DIR: dataDir });
     expect(r.code, r.stdout).toBe(0);
-    expect(Object.fromEntries(lines(r.stdout))).toEqual({ variables: 'ok', database: 'ok', migrations: 'ok', storage: 'ok', redis: 'skip', policy: 'ok', slot: 'skip' });
+    expect(Object.fromEntries(lines(r.stdout))).toEqual({
+      variables: 'ok',
+      database: 'ok',
+      migrations: 'ok',
+      storage: 'ok',
+      redis: 'skip',
+      policy: 'ok',
+      slot: 'skip',
+    });
     expect(r.stdout).toContain(`the embedded one of the running gateway under ${dataDir}/.pg`);
     expect(r.stdout).toMatch(/ok {3}storage: .* and the database are both storage [0-9a-f-]{36}/);
     await gw.stop('SIGTERM');
@@ -88,7 +100,10 @@ describe('arkvory doctor', () => {
 
   it('an unreachable database: FAIL database', async () => {
     const port = await freeLoopbackPort();
-    const r = await runCli(['doctor'], { ARKVORY_DATABASE_URL: `postgres://postgres:secret@127.0.0.1:${port}/x`, ARKVORY_DATA_DIR: await makeTempDir() });
+    const r = await runCli(['doctor'], {
+      ARKVORY_DATABASE_URL: `postgres://postgres:secret@127.0.0.1:${port}/x`,
+      ARKVORY_DATA_DIR: await makeTempDir(),
+    });
     expect(r.code).toBe(1);
     expect(lines(r.stdout).get('database')).toBe('FAIL');
     expect(r.stdout).not.toContain('secret');
@@ -107,7 +122,9 @@ describe('arkvory doctor', () => {
     const dataDir = await makeTempDir();
     await writeFile(path.join(dataDir, 'storage-id'), `${randomUUID()}\n`);
     await migrated.pool.query('INSERT INTO arkvory_storage (id) VALUES ($1)', [randomUUID()]);
-    await migrated.pool.query('INSERT INTO arkvory_download_policy (slots, download_bytes_per_second, download_bytes_per_second_per_principal) VALUES (2, 2097152, 0)');
+    await migrated.pool.query(
+      'INSERT INTO arkvory_download_policy (slots, download_bytes_per_second, download_bytes_per_second_per_principal) VALUES (2, 2097152, 0)',
+    );
     await migrated.pool.query(
       `INSERT INTO arkvory_gateway_leases (slot, owner, generation, role, acquired_at, renewed_at, expires_at)
        VALUES (1, $1, 1, 'reader', clock_timestamp(), clock_timestamp(), clock_timestamp() + interval '60 seconds')`,
@@ -117,13 +134,29 @@ describe('arkvory doctor', () => {
     const r = await runCli(['doctor'], sharedReader(migrated, dataDir, deadRedis));
     expect(r.code).toBe(1);
     const result = lines(r.stdout);
-    expect(Object.fromEntries(result)).toEqual({ variables: 'ok', database: 'ok', migrations: 'ok', storage: 'FAIL', redis: 'FAIL', policy: 'FAIL', slot: 'FAIL' });
+    expect(Object.fromEntries(result)).toEqual({
+      variables: 'ok',
+      database: 'ok',
+      migrations: 'ok',
+      storage: 'FAIL',
+      redis: 'FAIL',
+      policy: 'FAIL',
+      slot: 'FAIL',
+    });
     expect(r.stdout).toMatch(/FAIL storage: .*different installations/);
     expect(r.stdout).toMatch(/FAIL policy: the stored policy \(SLOTS=2, SHARED_DOWNLOAD_BYTES_PER_SECOND=2097152/);
     expect(r.stdout).toMatch(/FAIL slot: slot 1 is held by a reader/);
     // The same reader against the matching policy and a free slot passes those two checks.
     await migrated.pool.query('DELETE FROM arkvory_gateway_leases');
-    const fixed = await runCli(['doctor'], { ...sharedReader(migrated, dataDir, inject('redisUrl')), ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: '2097152' });
-    expect(Object.fromEntries(lines(fixed.stdout))).toMatchObject({ redis: 'ok', policy: 'ok', slot: 'ok', storage: 'FAIL' });
+    const fixed = await runCli(['doctor'], {
+      ...sharedReader(migrated, dataDir, inject('redisUrl')),
+      ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: '2097152',
+    });
+    expect(Object.fromEntries(lines(fixed.stdout))).toMatchObject({
+      redis: 'ok',
+      policy: 'ok',
+      slot: 'ok',
+      storage: 'FAIL',
+    });
   });
 });

@@ -40,15 +40,25 @@ function message(err: unknown): string {
 
 async function checkStorage(config: Config, pool: pg.Pool | undefined): Promise<CheckResult> {
   const check = 'storage';
-  if (config.role === 'router' || config.role === 'rules-service') return { check, status: 'skip', detail: `the ${config.role} has no storage root` };
+  if (config.role === 'router' || config.role === 'rules-service')
+    return { check, status: 'skip', detail: `the ${config.role} has no storage root` };
   const role = config.role === 'api' ? 'writer' : config.role;
   const storageUrl = config.storage.url;
   let fileId: string | undefined;
   if (config.storage.s3 !== undefined) {
-    fileId = await readS3StorageIdObject({ ...config.storage.s3, connectTimeoutMs: config.storage.connectTimeoutMs, timeoutMs: config.storage.timeoutMs });
+    fileId = await readS3StorageIdObject({
+      ...config.storage.s3,
+      connectTimeoutMs: config.storage.connectTimeoutMs,
+      timeoutMs: config.storage.timeoutMs,
+    });
   } else if (storageUrl !== undefined) {
     fileId = await readStorageIdObject(storageUrl, config.storage);
-  } else if (await stat(config.dataDir).then((s) => s.isDirectory(), () => false)) {
+  } else if (
+    await stat(config.dataDir).then(
+      (s) => s.isDirectory(),
+      () => false,
+    )
+  ) {
     fileId = await readFile(path.join(config.dataDir, STORAGE_ID_FILE), 'utf8').then(
       (text) => text.trim(),
       (err: NodeJS.ErrnoException) => {
@@ -60,34 +70,92 @@ async function checkStorage(config: Config, pool: pg.Pool | undefined): Promise<
   // The static-HTTP store is named by its URL, the directory store by its path.
   const root = storageUrl ?? config.dataDir;
   const variable = storageUrl === undefined ? 'ARKVORY_DATA_DIR' : 'ARKVORY_STORAGE_URL';
-  const idName = storageUrl === undefined ? `${root}/${STORAGE_ID_FILE}` : `${root.replace(/\/?$/, '/')}${STORAGE_ID_FILE}`;
-  if (!pool) return fileId ? { check, status: 'ok', detail: `${root} is storage ${fileId} (the embedded database is checked when it starts)` } : { check, status: 'ok', detail: `${root} is not initialised yet; the writer creates it at first start` };
+  const idName =
+    storageUrl === undefined ? `${root}/${STORAGE_ID_FILE}` : `${root.replace(/\/?$/, '/')}${STORAGE_ID_FILE}`;
+  if (!pool)
+    return fileId
+      ? {
+          check,
+          status: 'ok',
+          detail: `${root} is storage ${fileId} (the embedded database is checked when it starts)`,
+        }
+      : { check, status: 'ok', detail: `${root} is not initialised yet; the writer creates it at first start` };
   const { rows } = await pool.query<{ id: string }>('SELECT id::text AS id FROM arkvory_storage');
   const rowId = rows[0]?.id;
-  if (fileId && rowId && fileId !== rowId) return { check, status: 'FAIL', detail: `${idName} says storage ${fileId} but the database is bound to storage ${rowId}; the root and the database belong to different installations` };
+  if (fileId && rowId && fileId !== rowId)
+    return {
+      check,
+      status: 'FAIL',
+      detail: `${idName} says storage ${fileId} but the database is bound to storage ${rowId}; the root and the database belong to different installations`,
+    };
   if (fileId && rowId) return { check, status: 'ok', detail: `${root} and the database are both storage ${rowId}` };
-  if (!fileId && rowId) return { check, status: 'FAIL', detail: `the database is bound to storage ${rowId} but ${root} has no ${STORAGE_ID_FILE}; point ${variable} at that storage root` };
-  if (fileId && !rowId) return { check, status: 'FAIL', detail: `${idName} says storage ${fileId} but the database has no arkvory_storage row; point ARKVORY_DATABASE_URL at the database of this storage root` };
-  if (role === 'writer') return { check, status: 'ok', detail: `${root} is not initialised yet; the writer creates it and its identity at first start` };
-  return { check, status: 'FAIL', detail: `the storage root ${root} is not initialised; a ${role} never creates it: start the writer first, or mount the shared root` };
+  if (!fileId && rowId)
+    return {
+      check,
+      status: 'FAIL',
+      detail: `the database is bound to storage ${rowId} but ${root} has no ${STORAGE_ID_FILE}; point ${variable} at that storage root`,
+    };
+  if (fileId && !rowId)
+    return {
+      check,
+      status: 'FAIL',
+      detail: `${idName} says storage ${fileId} but the database has no arkvory_storage row; point ARKVORY_DATABASE_URL at the database of this storage root`,
+    };
+  if (role === 'writer')
+    return {
+      check,
+      status: 'ok',
+      detail: `${root} is not initialised yet; the writer creates it and its identity at first start`,
+    };
+  return {
+    check,
+    status: 'FAIL',
+    detail: `the storage root ${root} is not initialised; a ${role} never creates it: start the writer first, or mount the shared root`,
+  };
 }
 
 async function checkRedis(config: Config): Promise<CheckResult> {
   const check = 'redis';
-  if (config.role === 'router' || config.role === 'worker' || config.role === 'rules-service') return { check, status: 'skip', detail: `the ${config.role} uses no Redis` };
+  if (config.role === 'router' || config.role === 'worker' || config.role === 'rules-service')
+    return { check, status: 'skip', detail: `the ${config.role} uses no Redis` };
   if (!config.redisUrl) {
     return config.shared
-      ? { check, status: 'FAIL', detail: 'the shared profile needs a Redis shared by all gateways; set ARKVORY_REDIS_URL' }
-      : { check, status: 'skip', detail: 'ARKVORY_REDIS_URL unset: rate-limit counters in process memory (standalone only)' };
+      ? {
+          check,
+          status: 'FAIL',
+          detail: 'the shared profile needs a Redis shared by all gateways; set ARKVORY_REDIS_URL',
+        }
+      : {
+          check,
+          status: 'skip',
+          detail: 'ARKVORY_REDIS_URL unset: rate-limit counters in process memory (standalone only)',
+        };
   }
   const parsed = parseRedisTarget(config.redisUrl);
   if (!parsed.ok) return { check, status: 'FAIL', detail: parsed.problem };
   const { target } = parsed;
-  const perConnection = { connectTimeout: TIMEOUT_MS, maxRetriesPerRequest: 0, ...(target.kind === 'cluster' && target.username ? { username: target.username } : {}), ...(target.kind === 'cluster' && target.password ? { password: target.password } : {}), ...(target.kind === 'cluster' && target.tls ? { tls: {} } : {}) };
+  const perConnection = {
+    connectTimeout: TIMEOUT_MS,
+    maxRetriesPerRequest: 0,
+    ...(target.kind === 'cluster' && target.username ? { username: target.username } : {}),
+    ...(target.kind === 'cluster' && target.password ? { password: target.password } : {}),
+    ...(target.kind === 'cluster' && target.tls ? { tls: {} } : {}),
+  };
   const client =
     target.kind === 'single'
-      ? new Redis(target.url, { ...perConnection, lazyConnect: true, retryStrategy: () => null, enableOfflineQueue: false })
-      : new Cluster([...target.nodes], { lazyConnect: true, enableOfflineQueue: false, clusterRetryStrategy: () => null, slotsRefreshTimeout: TIMEOUT_MS, redisOptions: perConnection });
+      ? new Redis(target.url, {
+          ...perConnection,
+          lazyConnect: true,
+          retryStrategy: () => null,
+          enableOfflineQueue: false,
+        })
+      : new Cluster([...target.nodes], {
+          lazyConnect: true,
+          enableOfflineQueue: false,
+          clusterRetryStrategy: () => null,
+          slotsRefreshTimeout: TIMEOUT_MS,
+          redisOptions: perConnection,
+        });
   client.on('error', () => {});
   try {
     await client.connect();
@@ -96,13 +164,22 @@ async function checkRedis(config: Config): Promise<CheckResult> {
       const info = String(await client.cluster('INFO'));
       const state = /cluster_state:(\w+)/.exec(info)?.[1] ?? 'unknown';
       const masters = client.nodes('master').length;
-      if (state !== 'ok') return { check, status: 'FAIL', detail: `Redis Cluster state is ${state} (${masters} primaries known); rate limits on uncovered slots would fail open` };
+      if (state !== 'ok')
+        return {
+          check,
+          status: 'FAIL',
+          detail: `Redis Cluster state is ${state} (${masters} primaries known); rate limits on uncovered slots would fail open`,
+        };
       return { check, status: 'ok', detail: `Redis Cluster state ok, ${masters} primaries` };
     }
     const pong = await client.ping();
     return { check, status: 'ok', detail: `answered ${pong}` };
   } catch (err) {
-    return { check, status: 'FAIL', detail: `cannot reach ${redactRedisTarget(config.redisUrl)}: ${message(err)}; rate limits would fail open` };
+    return {
+      check,
+      status: 'FAIL',
+      detail: `cannot reach ${redactRedisTarget(config.redisUrl)}: ${message(err)}; rate limits would fail open`,
+    };
   } finally {
     client.disconnect();
   }
@@ -120,28 +197,52 @@ function redacted(url: string): string {
 
 async function checkPolicy(config: Config, pool: pg.Pool): Promise<CheckResult> {
   const check = 'policy';
-  if (config.role === 'router' || config.role === 'worker' || config.role === 'rules-service') return { check, status: 'skip', detail: `the ${config.role} holds no download share` };
+  if (config.role === 'router' || config.role === 'worker' || config.role === 'rules-service')
+    return { check, status: 'skip', detail: `the ${config.role} holds no download share` };
   const stored = await readPolicy(pool);
-  const wanted = config.shared ? { slots: config.shared.slots, downloadBytesPerSec: config.shared.downloadBytesPerSec, downloadBytesPerSecPerPrincipal: config.shared.downloadBytesPerSecPerPrincipal } : undefined;
+  const wanted = config.shared
+    ? {
+        slots: config.shared.slots,
+        downloadBytesPerSec: config.shared.downloadBytesPerSec,
+        downloadBytesPerSecPerPrincipal: config.shared.downloadBytesPerSecPerPrincipal,
+      }
+    : undefined;
   if (!wanted) {
     return stored
-      ? { check, status: 'FAIL', detail: `a shared download policy is stored (${describePolicy(stored)}); a standalone gateway would be refused: configure the same ARKVORY_GATEWAY_SLOTS and SHARED rates, or reset it (arkvory policy reset)` }
+      ? {
+          check,
+          status: 'FAIL',
+          detail: `a shared download policy is stored (${describePolicy(stored)}); a standalone gateway would be refused: configure the same ARKVORY_GATEWAY_SLOTS and SHARED rates, or reset it (arkvory policy reset)`,
+        }
       : { check, status: 'ok', detail: 'standalone; no shared policy stored' };
   }
   if (!stored) {
     return config.role === 'reader'
-      ? { check, status: 'FAIL', detail: 'no shared download policy is stored yet; start the writer with the same ARKVORY_GATEWAY_SLOTS and SHARED rates first' }
+      ? {
+          check,
+          status: 'FAIL',
+          detail:
+            'no shared download policy is stored yet; start the writer with the same ARKVORY_GATEWAY_SLOTS and SHARED rates first',
+        }
       : { check, status: 'ok', detail: `none stored; the writer records ${describePolicy(wanted)} at start` };
   }
-  const same = stored.slots === wanted.slots && stored.downloadBytesPerSec === wanted.downloadBytesPerSec && stored.downloadBytesPerSecPerPrincipal === wanted.downloadBytesPerSecPerPrincipal;
+  const same =
+    stored.slots === wanted.slots &&
+    stored.downloadBytesPerSec === wanted.downloadBytesPerSec &&
+    stored.downloadBytesPerSecPerPrincipal === wanted.downloadBytesPerSecPerPrincipal;
   return same
     ? { check, status: 'ok', detail: `matches the stored policy (${describePolicy(stored)})` }
-    : { check, status: 'FAIL', detail: `the stored policy (${describePolicy(stored)}) differs from this configuration (${describePolicy(wanted)}); use the stored values or reset it (arkvory policy reset)` };
+    : {
+        check,
+        status: 'FAIL',
+        detail: `the stored policy (${describePolicy(stored)}) differs from this configuration (${describePolicy(wanted)}); use the stored values or reset it (arkvory policy reset)`,
+      };
 }
 
 async function checkSlot(config: Config, pool: pg.Pool): Promise<CheckResult> {
   const check = 'slot';
-  if (!config.shared || (config.role !== 'api' && config.role !== 'reader')) return { check, status: 'skip', detail: 'no slot lease outside the shared profile' };
+  if (!config.shared || (config.role !== 'api' && config.role !== 'reader'))
+    return { check, status: 'skip', detail: 'no slot lease outside the shared profile' };
   const { rows } = await pool.query<{ role: string; renewed_ago: string; expires_in: string }>(
     `SELECT role, round(extract(epoch FROM clock_timestamp() - renewed_at), 1)::text AS renewed_ago, round(extract(epoch FROM expires_at - clock_timestamp()), 1)::text AS expires_in
        FROM arkvory_gateway_leases WHERE slot = $1 AND expires_at > clock_timestamp()`,
@@ -149,7 +250,11 @@ async function checkSlot(config: Config, pool: pg.Pool): Promise<CheckResult> {
   );
   const row = rows[0];
   if (!row) return { check, status: 'ok', detail: `slot ${config.shared.slot} is free` };
-  return { check, status: 'FAIL', detail: `slot ${config.shared.slot} is held by a ${row.role} (renewed ${row.renewed_ago} s ago, reserved ${row.expires_in} s more); stop that gateway or choose another ARKVORY_GATEWAY_SLOT` };
+  return {
+    check,
+    status: 'FAIL',
+    detail: `slot ${config.shared.slot} is held by a ${row.role} (renewed ${row.renewed_ago} s ago, reserved ${row.expires_in} s more); stop that gateway or choose another ARKVORY_GATEWAY_SLOT`,
+  };
 }
 
 /** Runs every check; a failed prerequisite turns the checks that need it into `skip`. */
@@ -161,7 +266,11 @@ export async function runDoctor(env: NodeJS.ProcessEnv): Promise<CheckResult[]> 
   let config: Config;
   try {
     config = loadConfig(env);
-    results.push({ check: 'variables', status: 'ok', detail: `role ${config.role}, ${config.shared ? `shared profile, slot ${config.shared.slot} of ${config.shared.slots}` : 'standalone'}` });
+    results.push({
+      check: 'variables',
+      status: 'ok',
+      detail: `role ${config.role}, ${config.shared ? `shared profile, slot ${config.shared.slot} of ${config.shared.slots}` : 'standalone'}`,
+    });
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
     results.push({ check: 'variables', status: 'FAIL', detail: err.problems.join('; ') });
@@ -178,37 +287,82 @@ export async function runDoctor(env: NodeJS.ProcessEnv): Promise<CheckResult[]> 
       const embeddedOk = config.role === 'api' && !config.shared;
       results.push(
         embeddedOk
-          ? { check: 'database', status: 'skip', detail: `ARKVORY_DATABASE_URL unset and no gateway is running the embedded PostgreSQL under ${config.dataDir}/.pg (standalone only); start it (npm start) to check it too` }
-          : { check: 'database', status: 'FAIL', detail: `role ${config.role}${config.shared ? ' in the shared profile' : ''} needs ARKVORY_DATABASE_URL (the embedded PostgreSQL is for one standalone writer)` },
+          ? {
+              check: 'database',
+              status: 'skip',
+              detail: `ARKVORY_DATABASE_URL unset and no gateway is running the embedded PostgreSQL under ${config.dataDir}/.pg (standalone only); start it (npm start) to check it too`,
+            }
+          : {
+              check: 'database',
+              status: 'FAIL',
+              detail: `role ${config.role}${config.shared ? ' in the shared profile' : ''} needs ARKVORY_DATABASE_URL (the embedded PostgreSQL is for one standalone writer)`,
+            },
       );
       results.push({ check: 'migrations', status: 'skip', detail: 'applied to the embedded database when it starts' });
-      results.push(await checkStorage(config, undefined).catch((err: unknown) => ({ check: 'storage', status: 'FAIL' as const, detail: message(err) })));
+      results.push(
+        await checkStorage(config, undefined).catch((err: unknown) => ({
+          check: 'storage',
+          status: 'FAIL' as const,
+          detail: message(err),
+        })),
+      );
       results.push(await checkRedis(config));
-      results.push({ check: 'policy', status: 'skip', detail: 'needs a database' }, { check: 'slot', status: 'skip', detail: 'needs a database' });
+      results.push(
+        { check: 'policy', status: 'skip', detail: 'needs a database' },
+        { check: 'slot', status: 'skip', detail: 'needs a database' },
+      );
       return results;
     }
-    const where = config.databaseUrl ? redacted(config.databaseUrl) : `the embedded PostgreSQL under ${config.dataDir}/.pg`;
-    pool = new pg.Pool({ connectionString: databaseUrl, max: 1, connectionTimeoutMillis: TIMEOUT_MS, application_name: 'arkvory-doctor' });
+    const where = config.databaseUrl
+      ? redacted(config.databaseUrl)
+      : `the embedded PostgreSQL under ${config.dataDir}/.pg`;
+    pool = new pg.Pool({
+      connectionString: databaseUrl,
+      max: 1,
+      connectionTimeoutMillis: TIMEOUT_MS,
+      application_name: 'arkvory-doctor',
+    });
     pool.on('error', () => {});
     try {
       const { rows } = await pool.query<{ version: string }>('SHOW server_version');
-      results.push({ check: 'database', status: 'ok', detail: `PostgreSQL ${rows[0]?.version ?? '?'} reachable${config.databaseUrl ? '' : ` (the embedded one of the running gateway under ${config.dataDir}/.pg)`}` });
+      results.push({
+        check: 'database',
+        status: 'ok',
+        detail: `PostgreSQL ${rows[0]?.version ?? '?'} reachable${config.databaseUrl ? '' : ` (the embedded one of the running gateway under ${config.dataDir}/.pg)`}`,
+      });
     } catch (err) {
       results.push({ check: 'database', status: 'FAIL', detail: `cannot reach ${where}: ${message(err)}` });
       skipRest(2, 'needs the database');
-      results.splice(results.findIndex((r) => r.check === 'redis'), 1, await checkRedis(config));
+      results.splice(
+        results.findIndex((r) => r.check === 'redis'),
+        1,
+        await checkRedis(config),
+      );
       return results;
     }
     const pending = await pendingMigrations(pool);
     if (pending.length > 0) {
-      results.push({ check: 'migrations', status: 'FAIL', detail: `${pending.length} pending (first ${pending[0]!.version}); run \`arkvory migrate\` with the same ARKVORY_DATABASE_URL (the embedded database: restart the gateway)` });
+      results.push({
+        check: 'migrations',
+        status: 'FAIL',
+        detail: `${pending.length} pending (first ${pending[0]!.version}); run \`arkvory migrate\` with the same ARKVORY_DATABASE_URL (the embedded database: restart the gateway)`,
+      });
       results.push({ check: 'storage', status: 'skip', detail: 'needs a migrated database' });
       results.push(await checkRedis(config));
-      results.push({ check: 'policy', status: 'skip', detail: 'needs a migrated database' }, { check: 'slot', status: 'skip', detail: 'needs a migrated database' });
+      results.push(
+        { check: 'policy', status: 'skip', detail: 'needs a migrated database' },
+        { check: 'slot', status: 'skip', detail: 'needs a migrated database' },
+      );
       return results;
     }
     results.push({ check: 'migrations', status: 'ok', detail: 'the schema is up to date' });
-    results.push(await checkStorage(config, pool).catch((err: unknown) => ({ check: 'storage', status: 'FAIL' as const, detail: message(err) })));
+    results.push(
+      await checkStorage(config, pool).catch((err: unknown) => ({
+        check: 'storage',
+        status: 'FAIL' as const,
+        detail: message(err),
+      })),
+    );
     results.push(await checkRedis(config));
     results.push(await checkPolicy(config, pool));
     results.push(await checkSlot(config, pool));

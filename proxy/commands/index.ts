@@ -12,4 +12,23 @@ import { rulesServiceCommand } from './rules-service-command.ts';
 import { serveCommand } from './serve-command.ts';
 
 /** Every `arkvory` subcommand, in the order `--help` lists them. */
-export const COMMANDS: readonly Command[] = [serveCommand, migrateCommand, doctorCommand, principalsCommand, keysCommand, reposCommand, grantsCommand, policyCommand, ratelimitCommand, rulesServiceCommand, scrubCommand, gcCommand, backupCommand, restoreCommand, presignSecretCommand, getCommand, putCommand, presignCommand];
+export const COMMANDS: readonly Command[] = [
+  serveCommand,
+  migrateCommand,
+  doctorCommand,
+  principalsCommand,
+  keysCommand,
+  reposCommand,
+  grantsCommand,
+  policyCommand,
+  ratelimitCommand,
+  rulesServiceCommand,
+  scrubCommand,
+  gcCommand,
+  backupCommand,
+  restoreCommand,
+  presignSecretCommand,
+  getCommand,
+  putCommand,
+  presignCommand,
+];

@@ -1,4 +1,4 @@
-import pg from 'pg';
+import type pg from 'pg';
 import { tryLockExclusive } from '../../policy/lease/barriers.ts';
 import { ensureStorageIdentity } from '../../storage-adapter/identity.ts';
 import { collectGarbage } from '../../storage-adapter/maintenance/gc.ts';
@@ -19,7 +19,9 @@ export function progressReporter(label: string): { update(text: string): void; d
       if (tty) process.stderr.write(`\r${label}: ${text}\u001b[K`);
       else if (now - last >= 5000) {
         last = now;
-        process.stderr.write(`${JSON.stringify({ time: new Date(now).toISOString(), msg: `${label} progress`, progress: text })}\n`);
+        process.stderr.write(
+          `${JSON.stringify({ time: new Date(now).toISOString(), msg: `${label} progress`, progress: text })}\n`,
+        );
       }
     },
     done() {
@@ -32,13 +34,19 @@ export function progressReporter(label: string): { update(text: string): void; d
  * Runs `work` while holding the maintenance barrier exclusively on a connection of its own: refused
  * while any gateway or worker of this database is alive (each holds the barrier shared).
  */
-async function underMaintenanceBarrier(env: NodeJS.ProcessEnv, name: string, work: (pool: pg.Pool, root: string | StoreTree) => Promise<number>): Promise<number> {
+async function underMaintenanceBarrier(
+  env: NodeJS.ProcessEnv,
+  name: string,
+  work: (pool: pg.Pool, root: string | StoreTree) => Promise<number>,
+): Promise<number> {
   const config = loadConfigOrExit(env);
   const pool = await openCliPool(env);
   const client = await pool.connect();
   try {
     if (!(await tryLockExclusive(client, 'maintenance'))) {
-      process.stderr.write(`arkvory ${name}: refused: a gateway or worker is running on this database (it holds the maintenance barrier); stop the writer, every reader and the worker first\n`);
+      process.stderr.write(
+        `arkvory ${name}: refused: a gateway or worker is running on this database (it holds the maintenance barrier); stop the writer, every reader and the worker first\n`,
+      );
       return 1;
     }
     if (config.storage.url === undefined) {
@@ -70,7 +78,9 @@ Progress: a bar on a terminal, a log line every 5 s otherwise.`,
   run(_args, env) {
     return underMaintenanceBarrier(env, 'scrub', async (_pool, root) => {
       const progress = progressReporter('scrub');
-      const report = await scrubBlobs(root, { onProgress: (n, bytes) => progress.update(`${n} blobs, ${(bytes / 1048576).toFixed(1)} MiB`) });
+      const report = await scrubBlobs(root, {
+        onProgress: (n, bytes) => progress.update(`${n} blobs, ${(bytes / 1048576).toFixed(1)} MiB`),
+      });
       progress.done();
       process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
       return report.corrupt.length ? 1 : 0;
@@ -91,7 +101,10 @@ nothing. Prints a JSON summary. Refuses while any gateway or worker of the datab
     const { flags } = parseArgs(args, ['dry-run']);
     return underMaintenanceBarrier(env, 'gc', async (pool, root) => {
       const progress = progressReporter('gc');
-      const report = await collectGarbage(root, pool, { dryRun: flags.get('dry-run') === true, onProgress: (n) => progress.update(`${n} blobs`) });
+      const report = await collectGarbage(root, pool, {
+        dryRun: flags.get('dry-run') === true,
+        onProgress: (n) => progress.update(`${n} blobs`),
+      });
       progress.done();
       process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
       return 0;

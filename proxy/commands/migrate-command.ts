@@ -16,15 +16,23 @@ seen, in order, each in its own transaction, under an advisory lock. Needs ARKVO
   async run(_args, env) {
     const config = loadConfigOrExit(env);
     if (!config.databaseUrl) {
-      process.stderr.write('arkvory migrate: ARKVORY_DATABASE_URL is not set (the embedded database is migrated by `arkvory serve`)\n');
+      process.stderr.write(
+        'arkvory migrate: ARKVORY_DATABASE_URL is not set (the embedded database is migrated by `arkvory serve`)\n',
+      );
       return 2;
     }
     // Logs go to stderr so stdout carries only the one-line result.
     const log = createLogger(config.logLevel, pino.destination(2));
     const pool = createPool(config.databaseUrl, 1, log, 'arkvory-migrate');
     try {
-      const applied = await migrate(pool, { onApply: (m) => log.info({ version: m.version, name: m.name }, 'migration applied') });
-      process.stdout.write(applied.length ? `applied ${applied.length} migration(s): ${applied.map((m) => m.version).join(', ')}\n` : 'schema is up to date\n');
+      const applied = await migrate(pool, {
+        onApply: (m) => log.info({ version: m.version, name: m.name }, 'migration applied'),
+      });
+      process.stdout.write(
+        applied.length
+          ? `applied ${applied.length} migration(s): ${applied.map((m) => m.version).join(', ')}\n`
+          : 'schema is up to date\n',
+      );
       return 0;
     } catch (err) {
       process.stderr.write(`arkvory migrate: ${(err as Error).message}\n`);

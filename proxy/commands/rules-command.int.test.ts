@@ -25,16 +25,61 @@ describe('arkvory ratelimit validate', () => {
     ['duplicate name', '    - name: ok_rule\n      action: skip\n', 5, 'names must be unique per limiter'],
     ['missing action', '    - name: r\n      limit: 1\n', 5, 'action is required'],
     ['unknown action', '    - name: r\n      action: block\n', 6, 'action must be one of limit, log, skip'],
-    ['limit without period_s', '    - name: r\n      action: limit\n      limit: 5\n', 5, 'limit and log rules require limit and period_s'],
-    ['log without limit', '    - name: r\n      action: log\n      period_s: 5\n', 5, 'limit and log rules require limit and period_s'],
-    ['ban with count_distinct', '    - name: r\n      action: limit\n      limit: 1\n      period_s: 1\n      count_distinct: ip\n      ban_for_s: 9\n', 10, 'ban_for_s cannot be combined with count_distinct'],
-    ['ban on skip', '    - name: r\n      action: skip\n      ban_for_s: 9\n', 7, 'ban_for_s is not valid on skip rules'],
-    ['unknown characteristic', '    - name: r\n      action: limit\n      limit: 1\n      period_s: 1\n      characteristics: [user]\n', 9, 'characteristic "user" is not an available property'],
-    ['unknown match property', '    - name: r\n      action: skip\n      match:\n        plan: free\n', 8, 'match property "plan" is not an available property'],
-    ['unknown count_distinct property', '    - name: r\n      action: limit\n      limit: 1\n      period_s: 1\n      count_distinct: user\n', 9, 'count_distinct "user" is not an available property'],
-    ['bad regex', '    - name: r\n      action: skip\n      match:\n        route:\n          regex: "(["\n', 9, 'invalid regular expression'],
+    [
+      'limit without period_s',
+      '    - name: r\n      action: limit\n      limit: 5\n',
+      5,
+      'limit and log rules require limit and period_s',
+    ],
+    [
+      'log without limit',
+      '    - name: r\n      action: log\n      period_s: 5\n',
+      5,
+      'limit and log rules require limit and period_s',
+    ],
+    [
+      'ban with count_distinct',
+      '    - name: r\n      action: limit\n      limit: 1\n      period_s: 1\n      count_distinct: ip\n      ban_for_s: 9\n',
+      10,
+      'ban_for_s cannot be combined with count_distinct',
+    ],
+    [
+      'ban on skip',
+      '    - name: r\n      action: skip\n      ban_for_s: 9\n',
+      7,
+      'ban_for_s is not valid on skip rules',
+    ],
+    [
+      'unknown characteristic',
+      '    - name: r\n      action: limit\n      limit: 1\n      period_s: 1\n      characteristics: [user]\n',
+      9,
+      'characteristic "user" is not an available property',
+    ],
+    [
+      'unknown match property',
+      '    - name: r\n      action: skip\n      match:\n        plan: free\n',
+      8,
+      'match property "plan" is not an available property',
+    ],
+    [
+      'unknown count_distinct property',
+      '    - name: r\n      action: limit\n      limit: 1\n      period_s: 1\n      count_distinct: user\n',
+      9,
+      'count_distinct "user" is not an available property',
+    ],
+    [
+      'bad regex',
+      '    - name: r\n      action: skip\n      match:\n        route:\n          regex: "(["\n',
+      9,
+      'invalid regular expression',
+    ],
     ['unknown field', '    - name: r\n      action: skip\n      limt: 4\n', 7, 'unknown field "limt"'],
-    ['negative limit', '    - name: r\n      action: limit\n      limit: -1\n      period_s: 1\n', 7, 'limit must be an integer'],
+    [
+      'negative limit',
+      '    - name: r\n      action: limit\n      limit: -1\n      period_s: 1\n',
+      7,
+      'limit must be an integer',
+    ],
   ])('rejects %s with file:line', async (_what, body, line, message) => {
     const p = await file('rate_limits.yaml', rule(body));
     const result = await runCli(['ratelimit', 'validate', p], {});
@@ -44,7 +89,10 @@ describe('arkvory ratelimit validate', () => {
   });
 
   it('rejects an unknown limiter and broken YAML with their lines', async () => {
-    const unknown = await file('a.yaml', 'rate_limits:\n  gateway_request: []\n  nope:\n    - name: x\n      action: skip\n');
+    const unknown = await file(
+      'a.yaml',
+      'rate_limits:\n  gateway_request: []\n  nope:\n    - name: x\n      action: skip\n',
+    );
     const r1 = await runCli(['ratelimit', 'validate', unknown], {});
     expect(r1.code).toBe(1);
     expect(r1.stderr).toContain(`${unknown}:3: rate_limits.nope: unknown limiter "nope"`);
@@ -57,7 +105,14 @@ describe('arkvory ratelimit validate', () => {
   it('ships an available_limiters.yaml that validates, with exactly the gateway limiters and properties', async () => {
     const { available } = await loadRuleFiles(undefined);
     expect([...available.keys()]).toEqual(['gateway_request', 'auth_failure', 'transfer_bytes']);
-    expect(available.get('gateway_request')!.available_properties).toEqual(['principal', 'ip', 'method', 'repository', 'route', 'request_type']);
+    expect(available.get('gateway_request')!.available_properties).toEqual([
+      'principal',
+      'ip',
+      'method',
+      'repository',
+      'route',
+      'request_type',
+    ]);
     expect(available.get('auth_failure')!.default_rules[0]).toMatchObject({ ban_for_s: 900, characteristics: ['ip'] });
   });
 
@@ -71,18 +126,34 @@ describe('arkvory ratelimit validate', () => {
 
 describe('arkvory ratelimit publish / unpublish / show', () => {
   it('publishes to Redis, shows tiers, unpublishes, and refuses unknown rules', async () => {
-    const env = { ARKVORY_REDIS_URL: redis.url, ARKVORY_REDIS_KEY_PREFIX: `${redis.prefix}cli:`, ARKVORY_DATABASE_URL: db.url };
-    const p = await file('publish.yaml', 'rate_limits:\n  transfer_bytes:\n    - name: bytes_per_principal_per_day\n      action: limit\n      characteristics: [principal]\n      limit: 10000000000\n      period_s: 86400\n');
+    const env = {
+      ARKVORY_REDIS_URL: redis.url,
+      ARKVORY_REDIS_KEY_PREFIX: `${redis.prefix}cli:`,
+      ARKVORY_DATABASE_URL: db.url,
+    };
+    const p = await file(
+      'publish.yaml',
+      'rate_limits:\n  transfer_bytes:\n    - name: bytes_per_principal_per_day\n      action: limit\n      characteristics: [principal]\n      limit: 10000000000\n      period_s: 86400\n',
+    );
     const published = await runCli(['ratelimit', 'publish', p], env);
     expect(published.stderr).toBe('');
     expect(JSON.parse(published.stdout)).toEqual({ published: { limiters: ['transfer_bytes'], rules: 1 } });
     const shown = await runCli(['ratelimit', 'show', 'transfer_bytes'], env);
     expect(shown.code).toBe(0);
-    const view = JSON.parse(shown.stdout) as { limiters: Array<{ source: string; tiers: { published_rules: { rules: Array<{ name: string; limit: number }> } } }> };
+    const view = JSON.parse(shown.stdout) as {
+      limiters: Array<{
+        source: string;
+        tiers: { published_rules: { rules: Array<{ name: string; limit: number }> } };
+      }>;
+    };
     expect(view.limiters[0]!.source).toBe('store');
-    expect(view.limiters[0]!.tiers.published_rules.rules).toEqual([expect.objectContaining({ name: 'bytes_per_principal_per_day', limit: 10000000000 })]);
+    expect(view.limiters[0]!.tiers.published_rules.rules).toEqual([
+      expect.objectContaining({ name: 'bytes_per_principal_per_day', limit: 10000000000 }),
+    ]);
     expect(await redis.client.exists(`${redis.prefix}cli:ratelimit:rules:transfer_bytes`)).toBe(1);
-    expect((await runCli(['ratelimit', 'unpublish', 'transfer_bytes', 'bytes_per_principal_per_day'], env)).code).toBe(0);
+    expect((await runCli(['ratelimit', 'unpublish', 'transfer_bytes', 'bytes_per_principal_per_day'], env)).code).toBe(
+      0,
+    );
     const again = await runCli(['ratelimit', 'unpublish', 'transfer_bytes', 'bytes_per_principal_per_day'], env);
     expect(again.code).toBe(1);
     expect(again.stderr).toContain('has no published rule "bytes_per_principal_per_day"');

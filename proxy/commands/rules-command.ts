@@ -31,7 +31,9 @@ async function openRegistry(env: NodeJS.ProcessEnv): Promise<{ registry: RuleReg
     redis = createRateLimitRedis(config.redisUrl, log, systemClock);
     await redis.connect();
   } else pool = await openCliPool(env);
-  const documents = redis ? createRedisRuleDocuments(redis, ruleDocumentsPrefix(config.redisKeyPrefix, redis.isCluster)) : createPgRuleDocuments(pool!);
+  const documents = redis
+    ? createRedisRuleDocuments(redis, ruleDocumentsPrefix(config.redisKeyPrefix, redis.isCluster))
+    : createPgRuleDocuments(pool!);
   const registry = createRuleRegistry({ documents, available, fileRules, clock: systemClock, log, timeoutMs: 10_000 });
   return {
     registry,
@@ -51,7 +53,9 @@ async function readRulesFile(file: string | undefined) {
   try {
     text = await readFile(file, 'utf8');
   } catch (err) {
-    throw new RateLimitConfigError([`${file}: cannot read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`]);
+    throw new RateLimitConfigError([
+      `${file}: cannot read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`,
+    ]);
   }
   return parseRateLimits(text, file, available);
 }
@@ -127,7 +131,8 @@ Exit codes: 0 ok, 1 invalid rules or unknown limiter/rule, 2 usage.`,
         return 1;
       }
       if (err instanceof RateLimitError) {
-        for (const line of err.problems.length ? err.problems.map(formatProblem) : [err.message]) process.stderr.write(`arkvory ratelimit ${sub}: ${line}\n`);
+        for (const line of err.problems.length ? err.problems.map(formatProblem) : [err.message])
+          process.stderr.write(`arkvory ratelimit ${sub}: ${line}\n`);
         return 1;
       }
       throw err;

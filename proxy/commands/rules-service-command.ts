@@ -24,7 +24,8 @@ export const rulesServiceCommand: Command = {
   async run(args, env) {
     const [sub, ...rest] = args;
     const { flags, positionals } = parseArgs(rest);
-    for (const name of flags.keys()) if (name !== 'service' && name !== 'limiter') throw new UsageError(`unknown option --${name}`);
+    for (const name of flags.keys())
+      if (name !== 'service' && name !== 'limiter') throw new UsageError(`unknown option --${name}`);
     const { loadConfigOrExit } = await import('../serve.ts');
     if (sub === 'serve') {
       if (positionals.length) throw new UsageError('serve takes no arguments');
@@ -47,7 +48,8 @@ export const rulesServiceCommand: Command = {
     let input: Parameters<typeof validateOverride>[0] | undefined;
     if (sub === 'set' || sub === 'unset') {
       const [limiter, subjectKind, subject, file] = positionals;
-      if (!limiter || !subjectKind || !subject || (sub === 'set' && !file)) throw new UsageError(`${sub} needs LIMITER KIND SUBJECT${sub === 'set' ? ' FILE' : ''}`);
+      if (!limiter || !subjectKind || !subject || (sub === 'set' && !file))
+        throw new UsageError(`${sub} needs LIMITER KIND SUBJECT${sub === 'set' ? ' FILE' : ''}`);
       input = { service, limiter, subjectKind, subject };
       if (sub === 'set') {
         let text: string;
@@ -75,7 +77,9 @@ export const rulesServiceCommand: Command = {
         process.stdout.write(`${JSON.stringify({ override: saved })}\n`);
       } else if (sub === 'unset') {
         if (!(await store.remove(checked!.override!))) return fail(['no such override']);
-        process.stdout.write(`${JSON.stringify({ removed: { service, limiter: checked!.override!.limiter, subject_kind: checked!.override!.subjectKind, subject: checked!.override!.subject } })}\n`);
+        process.stdout.write(
+          `${JSON.stringify({ removed: { service, limiter: checked!.override!.limiter, subject_kind: checked!.override!.subjectKind, subject: checked!.override!.subject } })}\n`,
+        );
       } else {
         const limiter = flags.get('limiter');
         const overrides = await store.list({ service, ...(typeof limiter === 'string' ? { limiter } : {}) });

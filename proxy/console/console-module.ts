@@ -24,7 +24,16 @@ import { mayPublishBypass, toPolicyError } from '../routes/rate-limit-admin.ts';
 import type { Services } from '../services.ts';
 import { RateSamples } from './rate-samples.ts';
 import { annotateTiers } from './shadowing.ts';
-import { clearedSessionCookie, ConsoleSessions, CSRF_HEADER, csrfMatches, readCookie, SESSION_COOKIE, sessionCookie, type ConsoleSession } from './sessions.ts';
+import {
+  clearedSessionCookie,
+  ConsoleSessions,
+  CSRF_HEADER,
+  csrfMatches,
+  readCookie,
+  SESSION_COOKIE,
+  sessionCookie,
+  type ConsoleSession,
+} from './sessions.ts';
 import { createHealthProber, rateLimitBlocks, readSlots } from './status.ts';
 
 /** Sessions last at most 8 hours and end after 30 minutes without a request. */
@@ -34,7 +43,8 @@ export const SESSION_IDLE_MS = 30 * 60_000;
 export const SAMPLE_SECONDS = 300;
 
 /** Strict CSP: only this origin's script and style files, no inline code, no framing. */
-export const CONTENT_SECURITY_POLICY = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+export const CONTENT_SECURITY_POLICY =
+  "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 const SECURITY_HEADERS: Record<string, string> = {
   'content-security-policy': CONTENT_SECURITY_POLICY,
   'x-content-type-options': 'nosniff',
@@ -72,11 +82,18 @@ function withSecurityHeaders(ctx: RequestContext): void {
 
 /** The cookie gets `Secure` when a TLS proxy in front says the page came over https. */
 function isHttps(req: IncomingMessage): boolean {
-  return String(req.headers['x-forwarded-proto'] ?? '').split(',')[0]!.trim() === 'https';
+  return (
+    String(req.headers['x-forwarded-proto'] ?? '')
+      .split(',')[0]!
+      .trim() === 'https'
+  );
 }
 
 /** `authenticate` is the auth gate's own check (the session's key is verified again on resume). */
-export function createConsole(services: Services, deps: { authenticate(authorization: string): Promise<Principal> }): ConsoleModule {
+export function createConsole(
+  services: Services,
+  deps: { authenticate(authorization: string): Promise<Principal> },
+): ConsoleModule {
   const { clock, pool, transfers, config, lifecycle, coordinator } = services;
   const sessions = new ConsoleSessions({ clock, ttlMs: SESSION_TTL_MS, idleMs: SESSION_IDLE_MS, maxSessions: 1000 });
   const sessionOf = new WeakMap<RequestContext, ConsoleSession>();
@@ -86,7 +103,10 @@ export function createConsole(services: Services, deps: { authenticate(authoriza
     samples.record({
       monotonicMs: clock.monotonicMs(),
       wallMs: clock.wallMs(),
-      totals: { download: transfers.governors.download.snapshot().grantedBytes, upload: transfers.governors.upload.snapshot().grantedBytes },
+      totals: {
+        download: transfers.governors.download.snapshot().grantedBytes,
+        upload: transfers.governors.upload.snapshot().grantedBytes,
+      },
     });
   };
   const probe = createHealthProber({ timeoutMs: 1000, cacheMs: 1500, monotonicMs: () => clock.monotonicMs() });
@@ -94,7 +114,10 @@ export function createConsole(services: Services, deps: { authenticate(authoriza
   const credentials = (ctx: RequestContext): string | undefined => {
     if (!ctx.route.startsWith(API_PREFIX)) return ctx.req.headers.authorization;
     const session = sessions.get(readCookie(ctx.req.headers.cookie, SESSION_COOKIE));
-    if (!session) throw new PolicyError('unauthorized', 'No console session (signed out or expired); sign in with an admin key.', { headers: { 'www-authenticate': 'Bearer realm="arkvory"' } });
+    if (!session)
+      throw new PolicyError('unauthorized', 'No console session (signed out or expired); sign in with an admin key.', {
+        headers: { 'www-authenticate': 'Bearer realm="arkvory"' },
+      });
     if (!SAFE_METHODS.has(ctx.req.method ?? 'GET') && !csrfMatches(session, ctx.req.headers[CSRF_HEADER])) {
       throw new PolicyError('forbidden', 'A console change needs the X-CSRF-Token header of its session.');
     }
@@ -151,7 +174,11 @@ export function createConsole(services: Services, deps: { authenticate(authoriza
       const { available } = await loadRuleFiles(undefined);
       const sendAsset = (ctx: RequestContext, name: string) => {
         const body = assets.get(name)!;
-        ctx.res.writeHead(200, { 'content-type': ASSETS[name]!, 'content-length': body.length, 'cache-control': 'no-cache' });
+        ctx.res.writeHead(200, {
+          'content-type': ASSETS[name]!,
+          'content-length': body.length,
+          'cache-control': 'no-cache',
+        });
         ctx.res.end(ctx.req.method === 'HEAD' ? undefined : body);
       };
       return [
@@ -161,7 +188,8 @@ export function createConsole(services: Services, deps: { authenticate(authoriza
         page(['GET', 'HEAD'], '/console/', async (ctx) => sendAsset(ctx, 'index.html')),
         page(['GET', 'HEAD'], '/console/static/:file', async (ctx) => {
           const name = ctx.params.file!;
-          if (!Object.hasOwn(ASSETS, name) || name === 'index.html') throw new PolicyError('not_found', 'No such console asset.');
+          if (!Object.hasOwn(ASSETS, name) || name === 'index.html')
+            throw new PolicyError('not_found', 'No such console asset.');
           sendAsset(ctx, name);
         }),
         // Sign-in: the key comes in the Authorization header (the auth gate checks it and the admin
@@ -172,7 +200,12 @@ export function createConsole(services: Services, deps: { authenticate(authoriza
           if (!principal || !authorization) throw new PolicyError('unauthorized');
           const session = sessions.create(principal, authorization);
           ctx.log.info({ principal: principal.id, code: 'console_sign_in' }, 'console session opened');
-          sendJson(ctx.res, 201, { signedIn: true, ...sessionBody(session) }, { 'set-cookie': sessionCookie(session.id, SESSION_TTL_MS / 1000, isHttps(ctx.req)) });
+          sendJson(
+            ctx.res,
+            201,
+            { signedIn: true, ...sessionBody(session) },
+            { 'set-cookie': sessionCookie(session.id, SESSION_TTL_MS / 1000, isHttps(ctx.req)) },
+          );
         }),
         // Resume after a reload: the page cannot read its HttpOnly cookie, so it asks. Public, so a
         // page opened before sign-in is not counted as a failed authentication.
@@ -192,7 +225,9 @@ export function createConsole(services: Services, deps: { authenticate(authoriza
         }),
         api(['DELETE'], 'session', async (ctx) => {
           sessions.delete(sessionOf.get(ctx)!.id);
-          ctx.res.writeHead(204, { 'set-cookie': clearedSessionCookie(isHttps(ctx.req)), 'cache-control': 'no-store' }).end();
+          ctx.res
+            .writeHead(204, { 'set-cookie': clearedSessionCookie(isHttps(ctx.req)), 'cache-control': 'no-store' })
+            .end();
         }),
         api(['GET'], 'status', async (ctx) => {
           const slots = config.shared ? await readSlots(pool) : [];
@@ -200,7 +235,13 @@ export function createConsole(services: Services, deps: { authenticate(authoriza
             slots.map(async (s) => {
               const self = s.owner === coordinator.owner;
               const live = s.expiresInSeconds > 0;
-              const health = self ? lifecycle.state : !live ? 'expired' : s.advertiseUrl ? await probe(s.advertiseUrl) : 'not advertised';
+              const health = self
+                ? lifecycle.state
+                : !live
+                  ? 'expired'
+                  : s.advertiseUrl
+                    ? await probe(s.advertiseUrl)
+                    : 'not advertised';
               const { owner: _owner, ...rest } = s;
               return { ...rest, self, live, health };
             }),
@@ -208,7 +249,11 @@ export function createConsole(services: Services, deps: { authenticate(authoriza
           const admission = transfers.admission.snapshot();
           const governor = (d: 'download' | 'upload') => {
             const g = transfers.governors[d].snapshot();
-            return { bytesPerSecond: g.rateBytesPerSec, bytesPerSecondPerPrincipal: g.perPrincipalBytesPerSec, waitingQuanta: g.waitingQuanta };
+            return {
+              bytesPerSecond: g.rateBytesPerSec,
+              bytesPerSecondPerPrincipal: g.perPrincipalBytesPerSec,
+              waitingQuanta: g.waitingQuanta,
+            };
           };
           sendJson(ctx.res, 200, {
             gateway: {
@@ -221,12 +266,24 @@ export function createConsole(services: Services, deps: { authenticate(authoriza
             },
             slots: slotViews,
             transfers: {
-              downloads: { active: admission.downloads.active, queued: admission.downloads.queued, rejected: admission.downloads.rejected },
-              uploads: { active: admission.uploads.active, queued: admission.uploads.queued, rejected: admission.uploads.rejected },
+              downloads: {
+                active: admission.downloads.active,
+                queued: admission.downloads.queued,
+                rejected: admission.downloads.rejected,
+              },
+              uploads: {
+                active: admission.uploads.active,
+                queued: admission.uploads.queued,
+                rejected: admission.uploads.rejected,
+              },
               live: transfers.live.list(),
             },
             bandwidth: {
-              ceilings: { download: governor('download'), upload: governor('upload'), sharedDownloadBytesPerSecond: config.shared?.downloadBytesPerSec ?? null },
+              ceilings: {
+                download: governor('download'),
+                upload: governor('upload'),
+                sharedDownloadBytesPerSecond: config.shared?.downloadBytesPerSec ?? null,
+              },
               samples: samples.samples(),
             },
             rateLimits: { blocks: await rateLimitBlocks() },
@@ -247,12 +304,25 @@ export function createConsole(services: Services, deps: { authenticate(authoriza
         api(['PUT'], 'rate-limits', async (ctx) => {
           const body = await readJsonBody(ctx.req, 1024 * 1024);
           try {
-            sendJson(ctx.res, 200, { published: await registry.publish(body, { allowSkip: mayPublishBypass(ctx.principal, config.rateLimitBypassPublishers) }) });
+            sendJson(ctx.res, 200, {
+              published: await registry.publish(body, {
+                allowSkip: mayPublishBypass(ctx.principal, config.rateLimitBypassPublishers),
+              }),
+            });
           } catch (err) {
             if (err instanceof RateLimitError && err.code === 'invalid_rules') {
               // The problems with their key paths, so the page can show each beside its field.
-              const problems = err.problems.map((p) => ({ path: p.path, where: formatPath(p.path), message: p.message, ...(p.rule ? { rule: p.rule } : {}) }));
-              sendJson(ctx.res, 400, { code: 'invalid_request', message: `Invalid rules: ${problems.length} problem(s).`, problems });
+              const problems = err.problems.map((p) => ({
+                path: p.path,
+                where: formatPath(p.path),
+                message: p.message,
+                ...(p.rule ? { rule: p.rule } : {}),
+              }));
+              sendJson(ctx.res, 400, {
+                code: 'invalid_request',
+                message: `Invalid rules: ${problems.length} problem(s).`,
+                problems,
+              });
               return;
             }
             throw toPolicyError(err);
@@ -263,9 +333,19 @@ export function createConsole(services: Services, deps: { authenticate(authoriza
           ctx.res.writeHead(204, { 'cache-control': 'no-store' }).end();
         }),
         api(['GET'], 'access', async (ctx) => {
-          const [principals, grants, repositories] = await Promise.all([store.listPrincipals(), store.listGrants(), store.listRepositories()]);
+          const [principals, grants, repositories] = await Promise.all([
+            store.listPrincipals(),
+            store.listGrants(),
+            store.listRepositories(),
+          ]);
           const withKeys = await Promise.all(
-            principals.map(async (p) => ({ ...p, keys: await store.listKeys(p.id), grants: grants.filter((g) => g.principalId === p.id).map((g) => ({ repository: g.repository, permission: g.permission })) })),
+            principals.map(async (p) => ({
+              ...p,
+              keys: await store.listKeys(p.id),
+              grants: grants
+                .filter((g) => g.principalId === p.id)
+                .map((g) => ({ repository: g.repository, permission: g.permission })),
+            })),
           );
           sendJson(ctx.res, 200, { principals: withKeys, repositories });
         }),
@@ -292,7 +372,10 @@ async function mapped<T>(work: () => Promise<T>): Promise<T> {
  */
 export function readerConsoleRoutes(): Route[] {
   const pointer: Route['handle'] = async () => {
-    throw new GatewayError('not_found', 'The console runs on the writer (slot 0, ARKVORY_ROLE=api); open /console/ through the router or on the writer.');
+    throw new GatewayError(
+      'not_found',
+      'The console runs on the writer (slot 0, ARKVORY_ROLE=api); open /console/ through the router or on the writer.',
+    );
   };
   return [
     { methods: ['GET', 'HEAD'], template: '/console', access: 'public', handle: pointer },

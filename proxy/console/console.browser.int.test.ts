@@ -21,7 +21,16 @@ import { freeLoopbackPort } from '../embedded-database.ts';
 
 const CHROMIUM = '/usr/bin/chromium';
 /** Without the background-networking flags chromium keeps calling home on a closed network. */
-const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+const CHROMIUM_ARGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
 const KiB = 1024;
 /** Two slots of 64 KiB/s each: a 2 MiB download stays live for ~30 s. */
 const SHARE = 64 * KiB;
@@ -85,12 +94,20 @@ beforeAll(async () => {
   db = await createTestDatabase();
   await createRepository(db.pool, 'libs');
   ({ key: adminKey } = await createServiceAccount(db.pool, { name: 'browser-admin', scopes: ['admin'] }));
-  downloader = await createServiceAccount(db.pool, { name: 'slow-downloader', scopes: ['read', 'write'], grants: { libs: 'write' } });
+  downloader = await createServiceAccount(db.pool, {
+    name: 'slow-downloader',
+    scopes: ['read', 'write'],
+    grants: { libs: 'write' },
+  });
   limited = await createServiceAccount(db.pool, { name: 'limited-caller', scopes: ['read'], grants: { libs: 'read' } });
   const [writerPort, readerPort] = [await freeLoopbackPort(), await freeLoopbackPort()];
   writer = await startGateway({ env: sharedEnv('api', 0, writerPort) });
   reader = await startGateway({ env: sharedEnv('reader', 1, readerPort) });
-  const put = await request(`${writer.url}/api/v1/repositories/libs/artifacts/big.bin`, { method: 'PUT', headers: { ...bearer(downloader.key), 'content-type': 'application/octet-stream' }, body: randomContent(2 * 1024 * KiB) });
+  const put = await request(`${writer.url}/api/v1/repositories/libs/artifacts/big.bin`, {
+    method: 'PUT',
+    headers: { ...bearer(downloader.key), 'content-type': 'application/octet-stream' },
+    body: randomContent(2 * 1024 * KiB),
+  });
   expect(put.status).toBe(201);
   browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
   page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
@@ -112,7 +129,9 @@ describe('the console in chromium', () => {
     expect(await page.textContent('#principal-name')).toBe('browser-admin');
     expect(await page.inputValue('#admin-key')).toBe('');
     expect(page.url()).not.toContain(adminKey);
-    const stored = await page.evaluate<string>('JSON.stringify({ local: { ...localStorage }, session: { ...sessionStorage }, cookie: document.cookie })');
+    const stored = await page.evaluate<string>(
+      'JSON.stringify({ local: { ...localStorage }, session: { ...sessionStorage }, cookie: document.cookie })',
+    );
     expect(stored).not.toContain(adminKey.slice(4));
     expect(JSON.parse(stored).cookie).toBe(''); // the session cookie is HttpOnly
   });
@@ -139,7 +158,8 @@ describe('the console in chromium', () => {
   });
 
   it('publishes a rule through the form, sees it refuse a request, changes it and deletes it', async () => {
-    const probe = () => request(`${writer.url}/api/v1/repositories`, { headers: bearer(limited.key) }).then((r) => r.status);
+    const probe = () =>
+      request(`${writer.url}/api/v1/repositories`, { headers: bearer(limited.key) }).then((r) => r.status);
     expect(await probe()).toBe(200);
     await page.selectOption('#rule-limiter', 'gateway_request');
     await page.fill('#rule-form [name=name]', 'console_limit_probe');
@@ -150,7 +170,11 @@ describe('the console in chromium', () => {
     await page.fill('#rule-form [name=match]', `principal=${limited.principalId}`);
     await page.click('#rule-form button[type=submit]');
     await expect.poll(() => page.textContent('#rule-result'), POLL).toContain('Published console_limit_probe');
-    await page.locator('[data-limiter="gateway_request"] [data-tier-table="published_rules"] tr[data-rule="console_limit_probe"]').waitFor();
+    await page
+      .locator(
+        '[data-limiter="gateway_request"] [data-tier-table="published_rules"] tr[data-rule="console_limit_probe"]',
+      )
+      .waitFor();
     // limit 1 per window: the first request counted may be the one above; within two the rule blocks.
     const statuses = [await probe(), await probe()];
     expect(statuses).toContain(429);
@@ -158,19 +182,30 @@ describe('the console in chromium', () => {
     expect(blocked.status).toBe(429);
     expect(JSON.parse(blocked.body.toString()).code).toBe('rate_limited');
     expect(String(blocked.headers['ratelimit-policy'])).toContain('console_limit_probe');
-    await expect.poll(async () => Number(await page.textContent('#block-rows tr[data-limiter="gateway_request"] td:nth-child(2)')), POLL).toBeGreaterThanOrEqual(1);
+    await expect
+      .poll(
+        async () => Number(await page.textContent('#block-rows tr[data-limiter="gateway_request"] td:nth-child(2)')),
+        POLL,
+      )
+      .toBeGreaterThanOrEqual(1);
     // "edit" fills the form; publishing under the same name changes the rule in place.
     await page.click('[data-tier-table="published_rules"] button[data-edit="console_limit_probe"]');
     expect(await page.inputValue('#rule-form [name=match]')).toBe(`principal=${limited.principalId}`);
     await page.fill('#rule-form [name=limit]', '500');
     await page.click('#rule-form button[type=submit]');
-    await page.locator('[data-tier-table="published_rules"] tr[data-rule="console_limit_probe"]', { hasText: '500 per 60 s by principal' }).waitFor();
+    await page
+      .locator('[data-tier-table="published_rules"] tr[data-rule="console_limit_probe"]', {
+        hasText: '500 per 60 s by principal',
+      })
+      .waitFor();
     expect(await page.locator('[data-tier-table="published_rules"] tr[data-rule]').count()).toBe(1);
     expect(await probe()).toBe(200);
     // Deleting it through the page lifts it.
     page.once('dialog', (d) => void d.accept());
     await page.click('[data-tier-table="published_rules"] button[data-delete="console_limit_probe"]');
-    await page.locator('[data-tier-table="published_rules"] tr[data-rule="console_limit_probe"]').waitFor({ state: 'detached' });
+    await page
+      .locator('[data-tier-table="published_rules"] tr[data-rule="console_limit_probe"]')
+      .waitFor({ state: 'detached' });
   });
 
   it('shows validation errors beside the fields of a bad rule and publishes nothing', async () => {
@@ -184,7 +219,9 @@ describe('the console in chromium', () => {
     await expect.poll(() => page.textContent('#rule-form [data-error-for="name"]'), POLL).not.toBe('');
     expect(await page.textContent('#rule-form [data-error-for="name"]')).toContain('name must match');
     expect(await page.textContent('#rule-form [data-error-for="limit"]')).toContain('limit must be an integer');
-    expect(await page.textContent('#rule-form [data-error-for="characteristics"]')).toContain('not an available property');
+    expect(await page.textContent('#rule-form [data-error-for="characteristics"]')).toContain(
+      'not an available property',
+    );
     expect(await page.textContent('#rule-result')).toBe('');
     expect(await page.locator('tr[data-rule="Bad Name"]').count()).toBe(0);
   });

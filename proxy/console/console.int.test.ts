@@ -43,12 +43,20 @@ async function signIn(key: string): Promise<{ cookie: string; csrf: string; res:
   return { cookie: setCookie.split(';')[0]!, csrf: res.status === 201 ? String(json(res).csrfToken) : '', res };
 }
 
-function call(method: string, path: string, options: { cookie?: string; csrf?: string; body?: object } = {}): Promise<RawResponse> {
+function call(
+  method: string,
+  path: string,
+  options: { cookie?: string; csrf?: string; body?: object } = {},
+): Promise<RawResponse> {
   const headers: Record<string, string> = {};
   if (options.cookie) headers.cookie = options.cookie;
   if (options.csrf !== undefined) headers['x-csrf-token'] = options.csrf;
   if (options.body) headers['content-type'] = 'application/json';
-  return request(`${writer.url}${path}`, { method, headers, ...(options.body ? { body: Buffer.from(JSON.stringify(options.body)) } : {}) });
+  return request(`${writer.url}${path}`, {
+    method,
+    headers,
+    ...(options.body ? { body: Buffer.from(JSON.stringify(options.body)) } : {}),
+  });
 }
 
 beforeAll(async () => {
@@ -84,7 +92,9 @@ describe('the console page', () => {
     const js = await request(`${writer.url}/console/static/console.js`);
     expect(js.status).toBe(200);
     expect(js.headers['content-type']).toMatch(/^text\/javascript/);
-    expect(js.body.toString()).not.toMatch(/innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(|localStorage|sessionStorage/);
+    expect(js.body.toString()).not.toMatch(
+      /innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(|localStorage|sessionStorage/,
+    );
     expect((await request(`${writer.url}/console/static/nope.js`)).status).toBe(404);
     expect((await request(`${writer.url}/console/static/index.html`)).status).toBe(404);
     const bare = await request(`${writer.url}/console`);
@@ -96,13 +106,18 @@ describe('the console page', () => {
     const res = await request(`${reader.url}/console/`);
     expect(res.status).toBe(404);
     expect(json(res)).toMatchObject({ code: 'not_found', message: expect.stringContaining('writer') });
-    expect((await request(`${reader.url}/console/session`, { method: 'POST', headers: bearer(adminKey) })).status).toBe(405);
+    expect((await request(`${reader.url}/console/session`, { method: 'POST', headers: bearer(adminKey) })).status).toBe(
+      405,
+    );
   });
 });
 
 describe('through the router', () => {
   it('reaches the writer for the page, the sign-in and the session API, cookie and CSRF header included', async () => {
-    const router = await startGateway({ env: { ARKVORY_ROLE: 'router', ARKVORY_ROUTER_BACKENDS: `${writer.url},${reader.url}` }, waitFor: 'listening' });
+    const router = await startGateway({
+      env: { ARKVORY_ROLE: 'router', ARKVORY_ROUTER_BACKENDS: `${writer.url},${reader.url}` },
+      waitFor: 'listening',
+    });
     const page = await request(`${router.url}/console/`);
     expect(page.status).toBe(200);
     const signIn = await request(`${router.url}/console/session`, { method: 'POST', headers: bearer(adminKey) });
@@ -112,7 +127,10 @@ describe('through the router', () => {
     const status = await request(`${router.url}/console/api/status`, { headers: { cookie } });
     expect(status.status).toBe(200);
     expect(json(status).gateway.role).toBe('api');
-    const out = await request(`${router.url}/console/api/session`, { method: 'DELETE', headers: { cookie, 'x-csrf-token': csrf } });
+    const out = await request(`${router.url}/console/api/session`, {
+      method: 'DELETE',
+      headers: { cookie, 'x-csrf-token': csrf },
+    });
     expect(out.status).toBe(204);
   });
 });
@@ -137,7 +155,9 @@ describe('sign-in and session', () => {
     const { cookie, csrf } = await signIn(adminKey);
     expect(json(await call('GET', '/console/session', { cookie }))).toMatchObject({ signedIn: true, csrfToken: csrf });
     expect(json(await call('GET', '/console/session'))).toEqual({ signedIn: false });
-    expect(json(await call('GET', '/console/session', { cookie: 'arkvory_console=forged0000000000000000000000' }))).toEqual({ signedIn: false });
+    expect(
+      json(await call('GET', '/console/session', { cookie: 'arkvory_console=forged0000000000000000000000' })),
+    ).toEqual({ signedIn: false });
   });
 
   it('refuses every console API call without a live session', async () => {
@@ -161,7 +181,10 @@ describe('sign-in and session', () => {
     const { cookie } = await signIn(extra.key);
     expect((await call('GET', '/console/api/access', { cookie })).status).toBe(200);
     const admin = await signIn(adminKey);
-    expect((await call('POST', `/console/api/keys/${extra.keyId}/revoke`, { cookie: admin.cookie, csrf: admin.csrf })).status).toBe(200);
+    expect(
+      (await call('POST', `/console/api/keys/${extra.keyId}/revoke`, { cookie: admin.cookie, csrf: admin.csrf }))
+        .status,
+    ).toBe(200);
     // The authenticator's revocation bound is 2 s on every gateway.
     const deadline = Date.now() + 3000;
     let status = 200;
@@ -177,11 +200,17 @@ describe('sign-in and session', () => {
 describe('CSRF', () => {
   it('refuses a state-changing request without the session CSRF token, and with a wrong one', async () => {
     const { cookie, csrf } = await signIn(adminKey);
-    const rule = { rate_limits: { gateway_request: [{ name: 'csrf_probe', action: 'log', limit: 1000, period_s: 60 }] } };
+    const rule = {
+      rate_limits: { gateway_request: [{ name: 'csrf_probe', action: 'log', limit: 1000, period_s: 60 }] },
+    };
     const missing = await call('PUT', '/console/api/rate-limits', { cookie, body: rule });
     expect(missing.status).toBe(403);
     expect(json(missing)).toMatchObject({ code: 'forbidden', message: expect.stringContaining('X-CSRF-Token') });
-    const wrong = await call('PUT', '/console/api/rate-limits', { cookie, csrf: `${csrf.slice(0, -1)}${csrf.endsWith('A') ? 'B' : 'A'}`, body: rule });
+    const wrong = await call('PUT', '/console/api/rate-limits', {
+      cookie,
+      csrf: `${csrf.slice(0, -1)}${csrf.endsWith('A') ? 'B' : 'A'}`,
+      body: rule,
+    });
     expect(wrong.status).toBe(403);
     for (const [method, path, body] of [
       ['POST', '/console/api/principals', { name: 'csrf-victim' }],
@@ -195,14 +224,17 @@ describe('CSRF', () => {
     }
     // Nothing happened: the rule was never published, the principal never created, the session lives.
     const rules = json(await call('GET', '/console/api/rate-limits', { cookie }));
-    const published = rules.limiters.find((l: { limiter: string }) => l.limiter === 'gateway_request').tiers.published_rules;
+    const published = rules.limiters.find((l: { limiter: string }) => l.limiter === 'gateway_request').tiers
+      .published_rules;
     expect(published.map((a: { rule: { name: string } }) => a.rule.name)).not.toContain('csrf_probe');
     const access = json(await call('GET', '/console/api/access', { cookie }));
     expect(access.principals.map((p: { name: string }) => p.name)).not.toContain('csrf-victim');
     // The same request with the token is accepted.
     const ok = await call('PUT', '/console/api/rate-limits', { cookie, csrf, body: rule });
     expect(ok.status).toBe(200);
-    expect((await call('DELETE', '/console/api/rate-limits/gateway_request/rules/csrf_probe', { cookie, csrf })).status).toBe(204);
+    expect(
+      (await call('DELETE', '/console/api/rate-limits/gateway_request/rules/csrf_probe', { cookie, csrf })).status,
+    ).toBe(204);
   });
 });
 
@@ -212,8 +244,22 @@ describe('console API', () => {
     const status = json(await call('GET', '/console/api/status', { cookie }));
     expect(status.gateway).toMatchObject({ role: 'api', profile: 'shared', slot: 0, slots: 2, state: 'serving' });
     expect(status.slots).toHaveLength(2);
-    expect(status.slots[0]).toMatchObject({ slot: 0, role: 'api', self: true, live: true, health: 'serving', advertiseUrl: writer.url });
-    expect(status.slots[1]).toMatchObject({ slot: 1, role: 'reader', self: false, live: true, health: 'serving', advertiseUrl: reader.url });
+    expect(status.slots[0]).toMatchObject({
+      slot: 0,
+      role: 'api',
+      self: true,
+      live: true,
+      health: 'serving',
+      advertiseUrl: writer.url,
+    });
+    expect(status.slots[1]).toMatchObject({
+      slot: 1,
+      role: 'reader',
+      self: false,
+      live: true,
+      health: 'serving',
+      advertiseUrl: reader.url,
+    });
     expect(status.slots[1].leaseAgeSeconds).toBeLessThan(8);
     expect(status.bandwidth.ceilings.download.bytesPerSecond).toBe(1024 * 1024);
     expect(status.bandwidth.ceilings.sharedDownloadBytesPerSecond).toBe(2 * 1024 * 1024);
@@ -222,18 +268,36 @@ describe('console API', () => {
 
   it('returns every problem of a bad rule with its key path, and publishes nothing', async () => {
     const { cookie, csrf } = await signIn(adminKey);
-    const res = await call('PUT', '/console/api/rate-limits', { cookie, csrf, body: { rate_limits: { gateway_request: [{ name: 'Bad Name', action: 'limit', limit: 'ten', period_s: 60, characteristics: ['nope'] }] } } });
+    const res = await call('PUT', '/console/api/rate-limits', {
+      cookie,
+      csrf,
+      body: {
+        rate_limits: {
+          gateway_request: [
+            { name: 'Bad Name', action: 'limit', limit: 'ten', period_s: 60, characteristics: ['nope'] },
+          ],
+        },
+      },
+    });
     expect(res.status).toBe(400);
     const body = json(res);
     expect(body.code).toBe('invalid_request');
     const fields = body.problems.map((p: { path: unknown[] }) => p.path[3]);
     expect(fields).toEqual(expect.arrayContaining(['name', 'limit', 'characteristics']));
-    expect(body.problems.find((p: { path: unknown[] }) => p.path[3] === 'limit').message).toMatch(/limit must be an integer/);
+    expect(body.problems.find((p: { path: unknown[] }) => p.path[3] === 'limit').message).toMatch(
+      /limit must be an integer/,
+    );
   });
 
   it('refuses a bypass (skip) rule from an admin not in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS and says why (spec 2.1)', async () => {
     const { cookie, csrf } = await signIn(adminKey);
-    const res = await call('PUT', '/console/api/rate-limits', { cookie, csrf, body: { rate_limits: { gateway_request: [{ name: 'console_bypass', action: 'skip', match: { request_type: 'read' } }] } } });
+    const res = await call('PUT', '/console/api/rate-limits', {
+      cookie,
+      csrf,
+      body: {
+        rate_limits: { gateway_request: [{ name: 'console_bypass', action: 'skip', match: { request_type: 'read' } }] },
+      },
+    });
     expect(res.status).toBe(403);
     const body = json(res);
     expect(body.code).toBe('forbidden');

@@ -1,7 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { RateSamples } from './rate-samples.ts';
 
-const reading = (s: number, download: number, upload = 0) => ({ monotonicMs: s * 1000, wallMs: 1_700_000_000_000 + s * 1000, totals: { download, upload } });
+const reading = (s: number, download: number, upload = 0) => ({
+  monotonicMs: s * 1000,
+  wallMs: 1_700_000_000_000 + s * 1000,
+  totals: { download, upload },
+});
 
 describe('RateSamples', () => {
   it('turns running totals into bytes per second, the first reading being the baseline', () => {

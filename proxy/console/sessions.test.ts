@@ -72,7 +72,9 @@ describe('cookies', () => {
   });
 
   it('sets HttpOnly, SameSite=Strict, Path=/console', () => {
-    expect(sessionCookie('id', 60, false)).toBe('arkvory_console=id; Path=/console; HttpOnly; SameSite=Strict; Max-Age=60');
+    expect(sessionCookie('id', 60, false)).toBe(
+      'arkvory_console=id; Path=/console; HttpOnly; SameSite=Strict; Max-Age=60',
+    );
     expect(sessionCookie('id', 60, true)).toMatch(/; Secure$/);
   });
 });

@@ -2,8 +2,18 @@ import { describe, expect, it } from 'vitest';
 import type { LimiterRules, RuleSpec } from '../../policy/rate-limit/rules.ts';
 import { annotateTiers, covers } from './shadowing.ts';
 
-const rule = (name: string, action: RuleSpec['action'], match: RuleSpec['match'] = {}): RuleSpec => ({ name, action, match, characteristics: [], ...(action === 'skip' ? {} : { limit: 1, period_s: 60 }) });
-const doc = (file: RuleSpec[], published: RuleSpec[], defaults: RuleSpec[]): LimiterRules => ({ file_rules: { rules: file }, published_rules: { rules: published }, default_rules: { rules: defaults } });
+const rule = (name: string, action: RuleSpec['action'], match: RuleSpec['match'] = {}): RuleSpec => ({
+  name,
+  action,
+  match,
+  characteristics: [],
+  ...(action === 'skip' ? {} : { limit: 1, period_s: 60 }),
+});
+const doc = (file: RuleSpec[], published: RuleSpec[], defaults: RuleSpec[]): LimiterRules => ({
+  file_rules: { rules: file },
+  published_rules: { rules: published },
+  default_rules: { rules: defaults },
+});
 
 describe('covers', () => {
   it.each([
@@ -14,13 +24,17 @@ describe('covers', () => {
     [{ route: { regex: '^/a' } }, { route: { regex: '^/a' } }, true],
     [{ route: { regex: '^/a' } }, { route: '/a' }, false],
   ] as const)('skip %j over %j → %s', (skip, later, expected) => {
-    expect(covers(rule('s', 'skip', skip as RuleSpec['match']), rule('r', 'limit', later as RuleSpec['match']))).toBe(expected);
+    expect(covers(rule('s', 'skip', skip as RuleSpec['match']), rule('r', 'limit', later as RuleSpec['match']))).toBe(
+      expected,
+    );
   });
 });
 
 describe('annotateTiers', () => {
   it('marks a lower rule overridden by a higher tier with the same name, and the higher one as overriding', () => {
-    const a = annotateTiers(doc([rule('x', 'limit')], [rule('x', 'log'), rule('y', 'limit')], [rule('x', 'limit'), rule('z', 'limit')]));
+    const a = annotateTiers(
+      doc([rule('x', 'limit')], [rule('x', 'log'), rule('y', 'limit')], [rule('x', 'limit'), rule('z', 'limit')]),
+    );
     expect(a.file_rules[0]).toMatchObject({ order: 0, overrides: ['published_rules', 'default_rules'] });
     expect(a.published_rules[0]).toMatchObject({ overriddenBy: 'file_rules' });
     expect(a.published_rules[0]!.order).toBeUndefined();
@@ -30,7 +44,17 @@ describe('annotateTiers', () => {
   });
 
   it('marks rules after a covering skip unreachable, and after a narrower one partly shadowed', () => {
-    const a = annotateTiers(doc([], [rule('skip_health', 'skip', { request_type: 'health' }), rule('writes', 'limit', { request_type: 'write' }), rule('all', 'limit')], [rule('health_too', 'limit', { request_type: 'health', ip: '::1' })]));
+    const a = annotateTiers(
+      doc(
+        [],
+        [
+          rule('skip_health', 'skip', { request_type: 'health' }),
+          rule('writes', 'limit', { request_type: 'write' }),
+          rule('all', 'limit'),
+        ],
+        [rule('health_too', 'limit', { request_type: 'health', ip: '::1' })],
+      ),
+    );
     expect(a.published_rules[1]).toMatchObject({ partlyAfter: [] });
     expect(a.published_rules[1]!.unreachableAfter).toBeUndefined();
     expect(a.published_rules[2]).toMatchObject({ partlyAfter: ['skip_health'] });

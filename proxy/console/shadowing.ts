@@ -6,7 +6,14 @@
  *   rule's `match` with the same value (a skip with no match entry covers every later rule).
  *   A skip that covers only part of a rule's requests is reported as `partlyAfter`.
  */
-import { mergeTiers, TIERS, type LimiterRules, type MatchValue, type RuleSpec, type Tier } from '../../policy/rate-limit/index.ts';
+import {
+  mergeTiers,
+  TIERS,
+  type LimiterRules,
+  type MatchValue,
+  type RuleSpec,
+  type Tier,
+} from '../../policy/rate-limit/index.ts';
 
 export interface AnnotatedRule {
   readonly tier: Tier;
@@ -52,12 +59,21 @@ export function annotateTiers(doc: LimiterRules): Record<Tier, AnnotatedRule[]> 
   for (const tier of TIERS) {
     out[tier] = doc[tier].rules.map((rule) => {
       const win = winner.get(rule.name)!;
-      const overrides = TIERS.filter((t) => TIERS.indexOf(t) > TIERS.indexOf(tier) && doc[t].rules.some((r) => r.name === rule.name));
+      const overrides = TIERS.filter(
+        (t) => TIERS.indexOf(t) > TIERS.indexOf(tier) && doc[t].rules.some((r) => r.name === rule.name),
+      );
       if (win.tier !== tier) return { tier, rule, overriddenBy: win.tier, overrides: [], partlyAfter: [] };
       const earlierSkips = effective.slice(0, win.order).filter((t) => t.spec.action === 'skip');
       const full = earlierSkips.find((t) => covers(t.spec, rule));
       const partlyAfter = full ? [] : earlierSkips.filter((t) => mayOverlap(t.spec, rule)).map((t) => t.spec.name);
-      return { tier, rule, order: win.order, overrides, partlyAfter, ...(full ? { unreachableAfter: full.spec.name } : {}) };
+      return {
+        tier,
+        rule,
+        order: win.order,
+        overrides,
+        partlyAfter,
+        ...(full ? { unreachableAfter: full.spec.name } : {}),
+      };
     });
   }
   return out;

@@ -24,7 +24,18 @@ export interface SlotRow {
 }
 
 export async function readSlots(pool: pg.Pool): Promise<SlotRow[]> {
-  const { rows } = await pool.query<{ slot: number; role: string; owner: string; generation: string; advertise_url: string | null; acquired_at: Date; renewed_at: Date; held_s: number; age_s: number; left_s: number }>(
+  const { rows } = await pool.query<{
+    slot: number;
+    role: string;
+    owner: string;
+    generation: string;
+    advertise_url: string | null;
+    acquired_at: Date;
+    renewed_at: Date;
+    held_s: number;
+    age_s: number;
+    left_s: number;
+  }>(
     `SELECT slot, role, owner::text, generation::text, advertise_url, acquired_at, renewed_at,
             extract(epoch FROM clock_timestamp() - acquired_at)::float8 AS held_s,
             extract(epoch FROM clock_timestamp() - renewed_at)::float8 AS age_s,
@@ -54,10 +65,15 @@ export function createHealthProber(options: { timeoutMs: number; cacheMs: number
   const cache = new Map<string, { atMs: number; result: Promise<ProbeResult> }>();
   const probe = async (origin: string): Promise<ProbeResult> => {
     try {
-      const res = await fetch(new URL('/health/status', origin), { signal: AbortSignal.timeout(options.timeoutMs), redirect: 'manual' });
+      const res = await fetch(new URL('/health/status', origin), {
+        signal: AbortSignal.timeout(options.timeoutMs),
+        redirect: 'manual',
+      });
       const body = (await res.json().catch(() => ({}))) as { status?: unknown };
       if (res.status === 200) return 'serving';
-      return typeof body.status === 'string' && /^[a-z_]{1,32}$/.test(body.status) ? body.status : `status ${res.status}`;
+      return typeof body.status === 'string' && /^[a-z_]{1,32}$/.test(body.status)
+        ? body.status
+        : `status ${res.status}`;
     } catch {
       return 'unreachable';
     }

@@ -3,7 +3,11 @@
  * docs/metrics.md lists it, and the metrics test checks that a live `/metrics` matches it.
  * Labels never carry a principal id, key, path or file name: routes are templates.
  */
-import { METRIC_NAMES as RATE_LIMIT_METRIC_NAMES, RULES_SERVICE_HELP, RULES_SERVICE_METRIC } from '../../policy/rate-limit/metrics.ts';
+import {
+  METRIC_NAMES as RATE_LIMIT_METRIC_NAMES,
+  RULES_SERVICE_HELP,
+  RULES_SERVICE_METRIC,
+} from '../../policy/rate-limit/metrics.ts';
 
 export type MetricType = 'counter' | 'gauge' | 'histogram';
 
@@ -15,40 +19,182 @@ export interface MetricSpec {
 }
 
 /** Request latency buckets in seconds: from a cached HEAD to a long paced download. */
-export const REQUEST_SECONDS_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300] as const;
+export const REQUEST_SECONDS_BUCKETS = [
+  0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300,
+] as const;
 /** Lease renewal latency buckets in seconds; the permit lasts 8 s from the request start. */
 export const RENEWAL_SECONDS_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8] as const;
 
 export const GATEWAY_METRICS = [
-  { name: 'arkvory_http_requests_total', type: 'counter', labels: ['method', 'route', 'status'], help: 'Finished HTTP requests by method, route template and status.' },
-  { name: 'arkvory_http_request_duration_seconds', type: 'histogram', labels: ['method', 'route', 'status'], help: 'Time from the request head to the end of the response, by method, route template and status.' },
-  { name: 'arkvory_http_bytes_total', type: 'counter', labels: ['direction'], help: 'Bytes on the wire (headers included) per direction: in (received) or out (sent).' },
-  { name: 'arkvory_http_open_connections', type: 'gauge', labels: [], help: 'Client connections open now (proxy/front-door.ts).' },
-  { name: 'arkvory_http_max_connections', type: 'gauge', labels: [], help: 'The bound on open client connections (ARKVORY_MAX_CONNECTIONS or derived from the descriptor limit).' },
-  { name: 'arkvory_http_connections_refused_total', type: 'counter', labels: [], help: 'Connections past the bound: answered 503 (health checks excepted) or closed at once.' },
-  { name: 'arkvory_http_idle_connections_closed_total', type: 'counter', labels: [], help: 'Idle keep-alive connections closed to make room for new ones at the bound.' },
-  { name: 'arkvory_http_client_timeouts_total', type: 'counter', labels: ['phase'], help: 'Connections closed because the client idled past ARKVORY_BODY_TIMEOUT_SECONDS (phase body) or ARKVORY_SEND_TIMEOUT_SECONDS (phase send).' },
-  { name: 'arkvory_bandwidth_granted_bytes_total', type: 'counter', labels: ['direction'], help: 'Bytes the bandwidth governor granted (granted is not yet delivered).' },
-  { name: 'arkvory_bandwidth_granted_quanta_total', type: 'counter', labels: ['direction'], help: 'Quanta (grants of at most one quantum) the bandwidth governor gave.' },
-  { name: 'arkvory_bandwidth_waited_quanta_total', type: 'counter', labels: ['direction'], help: 'Takes that had to wait for tokens before their grant, refusal or cancellation.' },
-  { name: 'arkvory_bandwidth_waiting_quanta', type: 'gauge', labels: ['direction'], help: 'Takes waiting for tokens now.' },
-  { name: 'arkvory_bandwidth_rejected_total', type: 'counter', labels: ['direction'], help: 'Takes and meters the governor refused with busy (waiting bound or principal table full).' },
-  { name: 'arkvory_bandwidth_limit_bytes_per_second', type: 'gauge', labels: ['direction', 'scope'], help: 'The enforced ceiling (scope process or principal); 0 = no ceiling.' },
-  { name: 'arkvory_admission_active', type: 'gauge', labels: ['kind'], help: 'Transfers holding an admission slot now (kind download or upload).' },
-  { name: 'arkvory_admission_queued', type: 'gauge', labels: ['kind'], help: 'Requests waiting for an admission slot now.' },
-  { name: 'arkvory_admission_rejected_total', type: 'counter', labels: ['kind'], help: 'Requests refused with 429 busy (queue full or waited too long).' },
-  { name: 'arkvory_lease_state', type: 'gauge', labels: ['state'], help: 'This gateway\'s lease state: 1 for the current one of standalone, held, lapsed, fenced.' },
-  { name: 'arkvory_lease_renewals_total', type: 'counter', labels: ['outcome'], help: 'Lease renewal attempts by outcome: confirmed, rejected (no row matched) or failed (query error).' },
-  { name: 'arkvory_lease_renewal_duration_seconds', type: 'histogram', labels: [], help: 'Duration of lease renewal round trips, any outcome.' },
-  { name: 'arkvory_lease_fencing_events_total', type: 'counter', labels: [], help: 'Times this process fenced itself (lease or database ownership lost); at most 1 per process.' },
-  { name: 'arkvory_storage_uploads_total', type: 'counter', labels: ['outcome'], help: 'Upload stagings by outcome: committed (published bytes), discarded (same bytes already there, or a conflict), failed (aborted: client gone, too large, digest mismatch, disk full).' },
-  { name: 'arkvory_cache_hits_total', type: 'counter', labels: ['cache'], help: 'Read-path cache lookups answered from memory, by cache: catalog, open_file or blob.' },
-  { name: 'arkvory_cache_misses_total', type: 'counter', labels: ['cache'], help: 'Read-path cache lookups that went to the database or the store, by cache.' },
+  {
+    name: 'arkvory_http_requests_total',
+    type: 'counter',
+    labels: ['method', 'route', 'status'],
+    help: 'Finished HTTP requests by method, route template and status.',
+  },
+  {
+    name: 'arkvory_http_request_duration_seconds',
+    type: 'histogram',
+    labels: ['method', 'route', 'status'],
+    help: 'Time from the request head to the end of the response, by method, route template and status.',
+  },
+  {
+    name: 'arkvory_http_bytes_total',
+    type: 'counter',
+    labels: ['direction'],
+    help: 'Bytes on the wire (headers included) per direction: in (received) or out (sent).',
+  },
+  {
+    name: 'arkvory_http_open_connections',
+    type: 'gauge',
+    labels: [],
+    help: 'Client connections open now (proxy/front-door.ts).',
+  },
+  {
+    name: 'arkvory_http_max_connections',
+    type: 'gauge',
+    labels: [],
+    help: 'The bound on open client connections (ARKVORY_MAX_CONNECTIONS or derived from the descriptor limit).',
+  },
+  {
+    name: 'arkvory_http_connections_refused_total',
+    type: 'counter',
+    labels: [],
+    help: 'Connections past the bound: answered 503 (health checks excepted) or closed at once.',
+  },
+  {
+    name: 'arkvory_http_idle_connections_closed_total',
+    type: 'counter',
+    labels: [],
+    help: 'Idle keep-alive connections closed to make room for new ones at the bound.',
+  },
+  {
+    name: 'arkvory_http_client_timeouts_total',
+    type: 'counter',
+    labels: ['phase'],
+    help: 'Connections closed because the client idled past ARKVORY_BODY_TIMEOUT_SECONDS (phase body) or ARKVORY_SEND_TIMEOUT_SECONDS (phase send).',
+  },
+  {
+    name: 'arkvory_bandwidth_granted_bytes_total',
+    type: 'counter',
+    labels: ['direction'],
+    help: 'Bytes the bandwidth governor granted (granted is not yet delivered).',
+  },
+  {
+    name: 'arkvory_bandwidth_granted_quanta_total',
+    type: 'counter',
+    labels: ['direction'],
+    help: 'Quanta (grants of at most one quantum) the bandwidth governor gave.',
+  },
+  {
+    name: 'arkvory_bandwidth_waited_quanta_total',
+    type: 'counter',
+    labels: ['direction'],
+    help: 'Takes that had to wait for tokens before their grant, refusal or cancellation.',
+  },
+  {
+    name: 'arkvory_bandwidth_waiting_quanta',
+    type: 'gauge',
+    labels: ['direction'],
+    help: 'Takes waiting for tokens now.',
+  },
+  {
+    name: 'arkvory_bandwidth_rejected_total',
+    type: 'counter',
+    labels: ['direction'],
+    help: 'Takes and meters the governor refused with busy (waiting bound or principal table full).',
+  },
+  {
+    name: 'arkvory_bandwidth_limit_bytes_per_second',
+    type: 'gauge',
+    labels: ['direction', 'scope'],
+    help: 'The enforced ceiling (scope process or principal); 0 = no ceiling.',
+  },
+  {
+    name: 'arkvory_admission_active',
+    type: 'gauge',
+    labels: ['kind'],
+    help: 'Transfers holding an admission slot now (kind download or upload).',
+  },
+  {
+    name: 'arkvory_admission_queued',
+    type: 'gauge',
+    labels: ['kind'],
+    help: 'Requests waiting for an admission slot now.',
+  },
+  {
+    name: 'arkvory_admission_rejected_total',
+    type: 'counter',
+    labels: ['kind'],
+    help: 'Requests refused with 429 busy (queue full or waited too long).',
+  },
+  {
+    name: 'arkvory_lease_state',
+    type: 'gauge',
+    labels: ['state'],
+    help: "This gateway's lease state: 1 for the current one of standalone, held, lapsed, fenced.",
+  },
+  {
+    name: 'arkvory_lease_renewals_total',
+    type: 'counter',
+    labels: ['outcome'],
+    help: 'Lease renewal attempts by outcome: confirmed, rejected (no row matched) or failed (query error).',
+  },
+  {
+    name: 'arkvory_lease_renewal_duration_seconds',
+    type: 'histogram',
+    labels: [],
+    help: 'Duration of lease renewal round trips, any outcome.',
+  },
+  {
+    name: 'arkvory_lease_fencing_events_total',
+    type: 'counter',
+    labels: [],
+    help: 'Times this process fenced itself (lease or database ownership lost); at most 1 per process.',
+  },
+  {
+    name: 'arkvory_storage_uploads_total',
+    type: 'counter',
+    labels: ['outcome'],
+    help: 'Upload stagings by outcome: committed (published bytes), discarded (same bytes already there, or a conflict), failed (aborted: client gone, too large, digest mismatch, disk full).',
+  },
+  {
+    name: 'arkvory_cache_hits_total',
+    type: 'counter',
+    labels: ['cache'],
+    help: 'Read-path cache lookups answered from memory, by cache: catalog, open_file or blob.',
+  },
+  {
+    name: 'arkvory_cache_misses_total',
+    type: 'counter',
+    labels: ['cache'],
+    help: 'Read-path cache lookups that went to the database or the store, by cache.',
+  },
   { name: 'arkvory_cache_entries', type: 'gauge', labels: ['cache'], help: 'Entries a read-path cache holds now.' },
-  { name: 'arkvory_cache_bytes', type: 'gauge', labels: ['cache'], help: 'Bytes a read-path cache holds now (catalog: estimated row memory; open_file: sizes of the files held open; blob: blob bytes).' },
-  { name: RATE_LIMIT_METRIC_NAMES.checks, type: 'counter', labels: ['limiter', 'action', 'matched', 'error'], help: 'Rate-limit checks, one per check() call.' },
-  { name: RATE_LIMIT_METRIC_NAMES.ruleEvaluations, type: 'counter', labels: ['limiter', 'rule', 'action', 'result'], help: 'Rule evaluations inside checks.' },
-  { name: RATE_LIMIT_METRIC_NAMES.peeks, type: 'counter', labels: ['limiter', 'action', 'error'], help: 'Rate-limit peeks (no counting).' },
+  {
+    name: 'arkvory_cache_bytes',
+    type: 'gauge',
+    labels: ['cache'],
+    help: 'Bytes a read-path cache holds now (catalog: estimated row memory; open_file: sizes of the files held open; blob: blob bytes).',
+  },
+  {
+    name: RATE_LIMIT_METRIC_NAMES.checks,
+    type: 'counter',
+    labels: ['limiter', 'action', 'matched', 'error'],
+    help: 'Rate-limit checks, one per check() call.',
+  },
+  {
+    name: RATE_LIMIT_METRIC_NAMES.ruleEvaluations,
+    type: 'counter',
+    labels: ['limiter', 'rule', 'action', 'result'],
+    help: 'Rule evaluations inside checks.',
+  },
+  {
+    name: RATE_LIMIT_METRIC_NAMES.peeks,
+    type: 'counter',
+    labels: ['limiter', 'action', 'error'],
+    help: 'Rate-limit peeks (no counting).',
+  },
   { name: RULES_SERVICE_METRIC, type: 'counter', labels: ['limiter', 'result'], help: RULES_SERVICE_HELP },
 ] as const satisfies readonly MetricSpec[];
 
@@ -59,35 +205,125 @@ export const GATEWAY_METRICS = [
 export const PROCESS_METRICS = [
   { name: 'process_cpu_user_seconds_total', type: 'counter', labels: [], help: 'User CPU time spent in seconds.' },
   { name: 'process_cpu_system_seconds_total', type: 'counter', labels: [], help: 'System CPU time spent in seconds.' },
-  { name: 'process_cpu_seconds_total', type: 'counter', labels: [], help: 'Total user and system CPU time spent in seconds.' },
-  { name: 'process_start_time_seconds', type: 'gauge', labels: [], help: 'Start time of the process since unix epoch in seconds.' },
+  {
+    name: 'process_cpu_seconds_total',
+    type: 'counter',
+    labels: [],
+    help: 'Total user and system CPU time spent in seconds.',
+  },
+  {
+    name: 'process_start_time_seconds',
+    type: 'gauge',
+    labels: [],
+    help: 'Start time of the process since unix epoch in seconds.',
+  },
   { name: 'process_resident_memory_bytes', type: 'gauge', labels: [], help: 'Resident memory size in bytes.' },
   { name: 'process_virtual_memory_bytes', type: 'gauge', labels: [], help: 'Virtual memory size in bytes.' },
   { name: 'process_heap_bytes', type: 'gauge', labels: [], help: 'Process heap size in bytes.' },
   { name: 'process_open_fds', type: 'gauge', labels: [], help: 'Number of open file descriptors.' },
   { name: 'process_max_fds', type: 'gauge', labels: [], help: 'Maximum number of open file descriptors.' },
   { name: 'nodejs_eventloop_lag_seconds', type: 'gauge', labels: [], help: 'Lag of event loop in seconds.' },
-  { name: 'nodejs_eventloop_lag_min_seconds', type: 'gauge', labels: [], help: 'The minimum recorded event loop delay.' },
-  { name: 'nodejs_eventloop_lag_max_seconds', type: 'gauge', labels: [], help: 'The maximum recorded event loop delay.' },
-  { name: 'nodejs_eventloop_lag_mean_seconds', type: 'gauge', labels: [], help: 'The mean of the recorded event loop delays.' },
-  { name: 'nodejs_eventloop_lag_stddev_seconds', type: 'gauge', labels: [], help: 'The standard deviation of the recorded event loop delays.' },
-  { name: 'nodejs_eventloop_lag_p50_seconds', type: 'gauge', labels: [], help: 'The 50th percentile of the recorded event loop delays.' },
-  { name: 'nodejs_eventloop_lag_p90_seconds', type: 'gauge', labels: [], help: 'The 90th percentile of the recorded event loop delays.' },
-  { name: 'nodejs_eventloop_lag_p99_seconds', type: 'gauge', labels: [], help: 'The 99th percentile of the recorded event loop delays.' },
-  { name: 'nodejs_active_resources', type: 'gauge', labels: ['type'], help: 'Active resources keeping the event loop alive, by async resource type.' },
+  {
+    name: 'nodejs_eventloop_lag_min_seconds',
+    type: 'gauge',
+    labels: [],
+    help: 'The minimum recorded event loop delay.',
+  },
+  {
+    name: 'nodejs_eventloop_lag_max_seconds',
+    type: 'gauge',
+    labels: [],
+    help: 'The maximum recorded event loop delay.',
+  },
+  {
+    name: 'nodejs_eventloop_lag_mean_seconds',
+    type: 'gauge',
+    labels: [],
+    help: 'The mean of the recorded event loop delays.',
+  },
+  {
+    name: 'nodejs_eventloop_lag_stddev_seconds',
+    type: 'gauge',
+    labels: [],
+    help: 'The standard deviation of the recorded event loop delays.',
+  },
+  {
+    name: 'nodejs_eventloop_lag_p50_seconds',
+    type: 'gauge',
+    labels: [],
+    help: 'The 50th percentile of the recorded event loop delays.',
+  },
+  {
+    name: 'nodejs_eventloop_lag_p90_seconds',
+    type: 'gauge',
+    labels: [],
+    help: 'The 90th percentile of the recorded event loop delays.',
+  },
+  {
+    name: 'nodejs_eventloop_lag_p99_seconds',
+    type: 'gauge',
+    labels: [],
+    help: 'The 99th percentile of the recorded event loop delays.',
+  },
+  {
+    name: 'nodejs_active_resources',
+    type: 'gauge',
+    labels: ['type'],
+    help: 'Active resources keeping the event loop alive, by async resource type.',
+  },
   { name: 'nodejs_active_resources_total', type: 'gauge', labels: [], help: 'Total number of active resources.' },
-  { name: 'nodejs_active_handles', type: 'gauge', labels: ['type'], help: 'Number of active libuv handles grouped by handle type.' },
+  {
+    name: 'nodejs_active_handles',
+    type: 'gauge',
+    labels: ['type'],
+    help: 'Number of active libuv handles grouped by handle type.',
+  },
   { name: 'nodejs_active_handles_total', type: 'gauge', labels: [], help: 'Total number of active handles.' },
-  { name: 'nodejs_active_requests', type: 'gauge', labels: ['type'], help: 'Number of active libuv requests grouped by request type.' },
+  {
+    name: 'nodejs_active_requests',
+    type: 'gauge',
+    labels: ['type'],
+    help: 'Number of active libuv requests grouped by request type.',
+  },
   { name: 'nodejs_active_requests_total', type: 'gauge', labels: [], help: 'Total number of active requests.' },
   { name: 'nodejs_heap_size_total_bytes', type: 'gauge', labels: [], help: 'Process heap size from Node.js in bytes.' },
-  { name: 'nodejs_heap_size_used_bytes', type: 'gauge', labels: [], help: 'Process heap size used from Node.js in bytes.' },
+  {
+    name: 'nodejs_heap_size_used_bytes',
+    type: 'gauge',
+    labels: [],
+    help: 'Process heap size used from Node.js in bytes.',
+  },
   { name: 'nodejs_external_memory_bytes', type: 'gauge', labels: [], help: 'Node.js external memory size in bytes.' },
-  { name: 'nodejs_heap_space_size_total_bytes', type: 'gauge', labels: ['space'], help: 'Process heap space size total from Node.js in bytes.' },
-  { name: 'nodejs_heap_space_size_used_bytes', type: 'gauge', labels: ['space'], help: 'Process heap space size used from Node.js in bytes.' },
-  { name: 'nodejs_heap_space_size_available_bytes', type: 'gauge', labels: ['space'], help: 'Process heap space size available from Node.js in bytes.' },
-  { name: 'nodejs_version_info', type: 'gauge', labels: ['version', 'major', 'minor', 'patch'], help: 'Node.js version info.' },
-  { name: 'nodejs_gc_duration_seconds', type: 'histogram', labels: ['kind'], help: 'Garbage collection duration by kind, one of major, minor, incremental or weakcb.' },
+  {
+    name: 'nodejs_heap_space_size_total_bytes',
+    type: 'gauge',
+    labels: ['space'],
+    help: 'Process heap space size total from Node.js in bytes.',
+  },
+  {
+    name: 'nodejs_heap_space_size_used_bytes',
+    type: 'gauge',
+    labels: ['space'],
+    help: 'Process heap space size used from Node.js in bytes.',
+  },
+  {
+    name: 'nodejs_heap_space_size_available_bytes',
+    type: 'gauge',
+    labels: ['space'],
+    help: 'Process heap space size available from Node.js in bytes.',
+  },
+  {
+    name: 'nodejs_version_info',
+    type: 'gauge',
+    labels: ['version', 'major', 'minor', 'patch'],
+    help: 'Node.js version info.',
+  },
+  {
+    name: 'nodejs_gc_duration_seconds',
+    type: 'histogram',
+    labels: ['kind'],
+    help: 'Garbage collection duration by kind, one of major, minor, incremental or weakcb.',
+  },
 ] as const satisfies readonly MetricSpec[];
 
 export const ALL_METRICS: readonly MetricSpec[] = [...GATEWAY_METRICS, ...PROCESS_METRICS];

@@ -5,7 +5,14 @@
  * policy/ or storage-adapter/ knows about prom-client. No label carries a principal id, key, path
  * or file name.
  */
-import { collectDefaultMetrics, Counter, Gauge, Histogram, register as defaultRegistry, type Registry } from 'prom-client';
+import {
+  collectDefaultMetrics,
+  Counter,
+  Gauge,
+  Histogram,
+  register as defaultRegistry,
+  type Registry,
+} from 'prom-client';
 import type { Coordinator, RenewalOutcome } from '../../policy/lease/coordinator.ts';
 import type { CacheStats } from '../../storage-adapter/cache/cache-stats.ts';
 import type { UploadStats } from '../../storage-adapter/fs-store.ts';
@@ -34,7 +41,13 @@ const LEASE_STATES = ['standalone', 'held', 'lapsed', 'fenced'] as const;
 
 function counter(registry: Registry, name: GatewayMetricName, collect?: (this: Counter) => void): Counter {
   const spec = specOf(name);
-  return new Counter({ name, help: spec.help, labelNames: spec.labels, registers: [registry], ...(collect ? { collect } : {}) });
+  return new Counter({
+    name,
+    help: spec.help,
+    labelNames: spec.labels,
+    registers: [registry],
+    ...(collect ? { collect } : {}),
+  });
 }
 
 function gauge(registry: Registry, name: GatewayMetricName, collect: (this: Gauge) => void): Gauge {
@@ -52,13 +65,22 @@ export function createGatewayMetrics(options: { registry?: Registry; processMetr
 
   const requests = counter(registry, 'arkvory_http_requests_total');
   const durationSpec = specOf('arkvory_http_request_duration_seconds');
-  const duration = new Histogram({ name: durationSpec.name, help: durationSpec.help, labelNames: durationSpec.labels, buckets: [...REQUEST_SECONDS_BUCKETS], registers: [registry] });
+  const duration = new Histogram({
+    name: durationSpec.name,
+    help: durationSpec.help,
+    labelNames: durationSpec.labels,
+    buckets: [...REQUEST_SECONDS_BUCKETS],
+    registers: [registry],
+  });
   const bytes = counter(registry, 'arkvory_http_bytes_total');
   bytes.inc({ direction: 'in' }, 0);
   bytes.inc({ direction: 'out' }, 0);
 
   let transfers: Transfers | undefined;
-  const eachDirection = (metric: Counter | Gauge, read: (s: ReturnType<Transfers['governors']['download']['snapshot']>) => number) => {
+  const eachDirection = (
+    metric: Counter | Gauge,
+    read: (s: ReturnType<Transfers['governors']['download']['snapshot']>) => number,
+  ) => {
     if (!transfers) return;
     // Counters mirror running totals the governors keep: reset, then set to the total.
     if (metric instanceof Counter) metric.reset();
@@ -114,13 +136,27 @@ export function createGatewayMetrics(options: { registry?: Registry; processMetr
   let coordinator: Coordinator | undefined;
   gauge(registry, 'arkvory_lease_state', function () {
     if (!coordinator) return;
-    const current = coordinator.fencedReason !== undefined ? 'fenced' : coordinator.snapshot() === null ? 'standalone' : coordinator.isPermitted() ? 'held' : coordinator.fencedReason !== undefined ? 'fenced' : 'lapsed';
+    const current =
+      coordinator.fencedReason !== undefined
+        ? 'fenced'
+        : coordinator.snapshot() === null
+          ? 'standalone'
+          : coordinator.isPermitted()
+            ? 'held'
+            : coordinator.fencedReason !== undefined
+              ? 'fenced'
+              : 'lapsed';
     for (const state of LEASE_STATES) this.set({ state }, state === current ? 1 : 0);
   });
   const renewals = counter(registry, 'arkvory_lease_renewals_total');
   for (const outcome of ['confirmed', 'rejected', 'failed'] satisfies RenewalOutcome[]) renewals.inc({ outcome }, 0);
   const renewalSpec = specOf('arkvory_lease_renewal_duration_seconds');
-  const renewalSeconds = new Histogram({ name: renewalSpec.name, help: renewalSpec.help, buckets: [...RENEWAL_SECONDS_BUCKETS], registers: [registry] });
+  const renewalSeconds = new Histogram({
+    name: renewalSpec.name,
+    help: renewalSpec.help,
+    buckets: [...RENEWAL_SECONDS_BUCKETS],
+    registers: [registry],
+  });
   const fencing = counter(registry, 'arkvory_lease_fencing_events_total');
   fencing.inc(0);
 

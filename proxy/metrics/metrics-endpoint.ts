@@ -24,7 +24,11 @@ export function bearerMatches(header: string | undefined, token: string): boolea
 
 async function writeMetrics(res: http.ServerResponse, metrics: GatewayMetrics): Promise<void> {
   const { contentType, body } = await metrics.render();
-  res.writeHead(200, { 'content-type': contentType, 'content-length': Buffer.byteLength(body), 'cache-control': 'no-store' });
+  res.writeHead(200, {
+    'content-type': contentType,
+    'content-length': Buffer.byteLength(body),
+    'cache-control': 'no-store',
+  });
   res.end(res.req.method === 'HEAD' ? undefined : body);
 }
 
@@ -35,7 +39,8 @@ export function metricsRoute(metrics: GatewayMetrics, token: string | undefined)
     template: METRICS_PATH,
     access: 'public',
     async handle({ req, res }) {
-      if (token !== undefined && !bearerMatches(req.headers.authorization, token)) throw new PolicyError('unauthorized', undefined, { headers: UNAUTHORIZED_HEADERS });
+      if (token !== undefined && !bearerMatches(req.headers.authorization, token))
+        throw new PolicyError('unauthorized', undefined, { headers: UNAUTHORIZED_HEADERS });
       await writeMetrics(res, metrics);
     },
   };
@@ -51,7 +56,13 @@ export async function startMetricsServer(metrics: GatewayMetrics, port: number, 
   const server = http.createServer((req, res) => {
     const path = (req.url ?? '/').split('?', 1)[0];
     if (path !== METRICS_PATH) return sendJson(res, 404, { code: 'not_found', message: 'No such route.' });
-    if (req.method !== 'GET' && req.method !== 'HEAD') return sendJson(res, 405, { code: 'method_not_allowed', message: 'Method not allowed on this route.' }, { allow: 'GET, HEAD' });
+    if (req.method !== 'GET' && req.method !== 'HEAD')
+      return sendJson(
+        res,
+        405,
+        { code: 'method_not_allowed', message: 'Method not allowed on this route.' },
+        { allow: 'GET, HEAD' },
+      );
     writeMetrics(res, metrics).catch((err: unknown) => sendError(res, err, log));
   });
   await new Promise<void>((resolve, reject) => {

@@ -44,14 +44,17 @@ function parseExposition(text: string): Exposition {
     const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)(?: \d+)?$/.exec(line);
     if (!m) throw new Error(`unparsable exposition line: ${line}`);
     const labels: Record<string, string> = {};
-    for (const l of (m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[l[1]!] = l[2]!.replace(/\\n/g, '\n').replace(/\\(.)/g, '$1');
+    for (const l of (m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g))
+      labels[l[1]!] = l[2]!.replace(/\\n/g, '\n').replace(/\\(.)/g, '$1');
     samples.push({ name: m[1]!, labels, value: Number(m[3]) });
   }
   return { types, samples };
 }
 
 function value(e: Exposition, name: string, labels: Record<string, string> = {}): number {
-  const matching = e.samples.filter((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v));
+  const matching = e.samples.filter(
+    (s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v),
+  );
   if (matching.length === 0) throw new Error(`no sample ${name}${JSON.stringify(labels)}`);
   return matching.reduce((sum, s) => sum + s.value, 0);
 }
@@ -98,21 +101,48 @@ beforeAll(async () => {
   account = await createServiceAccount(db.pool, { scopes: ['read', 'write'], grants: { [REPO]: 'write' } });
   admin = await createServiceAccount(db.pool, { scopes: ['admin'] });
   readerMetricsPort = await freeLoopbackPort();
-  writer = await startGateway({ env: { ...sharedEnv('api', 0), ARKVORY_METRICS_TOKEN: TOKEN }, dataDir, timeoutMs: 90_000 });
-  reader = await startGateway({ env: { ...sharedEnv('reader', 1), ARKVORY_METRICS_PORT: String(readerMetricsPort) }, dataDir, timeoutMs: 90_000 });
+  writer = await startGateway({
+    env: { ...sharedEnv('api', 0), ARKVORY_METRICS_TOKEN: TOKEN },
+    dataDir,
+    timeoutMs: 90_000,
+  });
+  reader = await startGateway({
+    env: { ...sharedEnv('reader', 1), ARKVORY_METRICS_PORT: String(readerMetricsPort) },
+    dataDir,
+    timeoutMs: 90_000,
+  });
 
   // Traffic: a published upload, the same bytes again, a conflicting upload, an aborted one,
   // a paced download (the governor makes it wait), a Range read, refusals.
-  const put = (data: Buffer, extra: Record<string, string> = {}) => request(`${writer.url}${artifactPath}`, { method: 'PUT', headers: { ...bearer(account.key), ...extra }, body: data });
+  const put = (data: Buffer, extra: Record<string, string> = {}) =>
+    request(`${writer.url}${artifactPath}`, {
+      method: 'PUT',
+      headers: { ...bearer(account.key), ...extra },
+      body: data,
+    });
   expect((await put(body)).status).toBe(201);
   expect((await put(body)).status).toBe(200);
   expect((await put(randomContent(1000))).status).toBe(409);
-  expect((await put(randomContent(1000), { 'content-digest': `sha-256=:${Buffer.alloc(32).toString('base64')}:` })).status).toBe(400);
+  expect(
+    (await put(randomContent(1000), { 'content-digest': `sha-256=:${Buffer.alloc(32).toString('base64')}:` })).status,
+  ).toBe(400);
   const download = await request(`${reader.url}${artifactPath}/content`, { headers: bearer(account.key) });
   expect(download.status).toBe(200);
   expect(download.body.equals(body)).toBe(true);
-  expect((await request(`${reader.url}${artifactPath}/content`, { headers: { ...bearer(account.key), range: 'bytes=0-99' } })).status).toBe(206);
-  expect((await request(`${reader.url}${artifactPath}/content`, { headers: bearer('ark_notarealkey000_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx') })).status).toBe(401);
+  expect(
+    (
+      await request(`${reader.url}${artifactPath}/content`, {
+        headers: { ...bearer(account.key), range: 'bytes=0-99' },
+      })
+    ).status,
+  ).toBe(206);
+  expect(
+    (
+      await request(`${reader.url}${artifactPath}/content`, {
+        headers: bearer('ark_notarealkey000_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'),
+      })
+    ).status,
+  ).toBe(401);
   expect((await request(`${writer.url}/api/v1/admin/principals`, { headers: bearer(admin.key) })).status).toBe(200);
   expect((await request(`${writer.url}/health/ready`, { headers: bearer(account.key) })).status).toBe(200);
   // The lease renews 2 s after each confirmation: make sure one renewal has happened on both.
@@ -159,17 +189,40 @@ describe('metric families after traffic', () => {
 
   it('request counts and latencies by route template and status', () => {
     const content = '/api/v1/repositories/:repo/artifacts/:id/content';
-    expect(value(w, 'arkvory_http_requests_total', { method: 'PUT', route: '/api/v1/repositories/:repo/artifacts/:id', status: '201' })).toBe(1);
-    expect(value(w, 'arkvory_http_requests_total', { method: 'PUT', route: '/api/v1/repositories/:repo/artifacts/:id', status: '409' })).toBe(1);
+    expect(
+      value(w, 'arkvory_http_requests_total', {
+        method: 'PUT',
+        route: '/api/v1/repositories/:repo/artifacts/:id',
+        status: '201',
+      }),
+    ).toBe(1);
+    expect(
+      value(w, 'arkvory_http_requests_total', {
+        method: 'PUT',
+        route: '/api/v1/repositories/:repo/artifacts/:id',
+        status: '409',
+      }),
+    ).toBe(1);
     expect(value(r, 'arkvory_http_requests_total', { method: 'GET', route: content, status: '200' })).toBe(1);
     expect(value(r, 'arkvory_http_requests_total', { method: 'GET', route: content, status: '206' })).toBe(1);
     expect(value(r, 'arkvory_http_requests_total', { method: 'GET', route: content, status: '401' })).toBe(1);
     // The paced download took about a second or more: it lands in a bucket above 0.25 s.
-    const count = value(r, 'arkvory_http_request_duration_seconds_count', { method: 'GET', route: content, status: '200' });
-    const fast = value(r, 'arkvory_http_request_duration_seconds_bucket', { method: 'GET', route: content, status: '200', le: '0.25' });
+    const count = value(r, 'arkvory_http_request_duration_seconds_count', {
+      method: 'GET',
+      route: content,
+      status: '200',
+    });
+    const fast = value(r, 'arkvory_http_request_duration_seconds_bucket', {
+      method: 'GET',
+      route: content,
+      status: '200',
+      le: '0.25',
+    });
     expect(count).toBe(1);
     expect(fast).toBe(0);
-    expect(value(r, 'arkvory_http_request_duration_seconds_sum', { method: 'GET', route: content, status: '200' })).toBeGreaterThan(0.5);
+    expect(
+      value(r, 'arkvory_http_request_duration_seconds_sum', { method: 'GET', route: content, status: '200' }),
+    ).toBeGreaterThan(0.5);
   });
 
   it('bytes per direction cover the bodies moved', () => {
@@ -182,9 +235,13 @@ describe('metric families after traffic', () => {
     expect(value(r, 'arkvory_bandwidth_granted_quanta_total', { direction: 'download' })).toBeGreaterThan(1);
     expect(value(r, 'arkvory_bandwidth_waited_quanta_total', { direction: 'download' })).toBeGreaterThan(0);
     expect(value(r, 'arkvory_bandwidth_waiting_quanta', { direction: 'download' })).toBe(0);
-    expect(value(r, 'arkvory_bandwidth_limit_bytes_per_second', { direction: 'download', scope: 'process' })).toBe(RATE / SLOTS);
+    expect(value(r, 'arkvory_bandwidth_limit_bytes_per_second', { direction: 'download', scope: 'process' })).toBe(
+      RATE / SLOTS,
+    );
     // Uploads: the 201 body and the two later uploads were granted too (no upload ceiling set).
-    expect(value(w, 'arkvory_bandwidth_granted_bytes_total', { direction: 'upload' })).toBeGreaterThanOrEqual(2 * body.length);
+    expect(value(w, 'arkvory_bandwidth_granted_bytes_total', { direction: 'upload' })).toBeGreaterThanOrEqual(
+      2 * body.length,
+    );
     expect(value(w, 'arkvory_bandwidth_rejected_total', { direction: 'upload' })).toBe(0);
   });
 
@@ -219,7 +276,12 @@ describe('metric families after traffic', () => {
   it('rate limits: one check per request by limiter, rule evaluations by rule', () => {
     expect(value(r, 'arkvory_rate_limit_checks_total', { limiter: 'gateway_request' })).toBeGreaterThanOrEqual(2);
     expect(value(r, 'arkvory_rate_limit_checks_total', { limiter: 'auth_failure' })).toBeGreaterThanOrEqual(1);
-    expect(value(r, 'arkvory_rate_limit_rule_evaluations_total', { limiter: 'gateway_request', rule: 'limit_requests_by_principal' })).toBeGreaterThanOrEqual(2);
+    expect(
+      value(r, 'arkvory_rate_limit_rule_evaluations_total', {
+        limiter: 'gateway_request',
+        rule: 'limit_requests_by_principal',
+      }),
+    ).toBeGreaterThanOrEqual(2);
     // Spec 1.10: calls_total and errors_total were removed (peeks_total covers peek errors, clear is
     // log-only); exactly the spec's families are exported.
     for (const e of [w, r]) {
@@ -229,7 +291,12 @@ describe('metric families after traffic', () => {
       }
       const families = [...e.types.keys()].filter((n) => n.startsWith('arkvory_rate_limit_')).sort();
       // The rules-service lookups counter is Phase 3's own family (docs/rate-limits.md), not a check counter.
-      expect(families).toEqual(['arkvory_rate_limit_checks_total', 'arkvory_rate_limit_peeks_total', 'arkvory_rate_limit_rule_evaluations_total', 'arkvory_rate_limit_rules_service_requests_total']);
+      expect(families).toEqual([
+        'arkvory_rate_limit_checks_total',
+        'arkvory_rate_limit_peeks_total',
+        'arkvory_rate_limit_rule_evaluations_total',
+        'arkvory_rate_limit_rules_service_requests_total',
+      ]);
     }
   });
 
@@ -242,11 +309,26 @@ describe('metric families after traffic', () => {
   });
 
   it('no label value carries a principal id, key, key id, repository, path or file name', () => {
-    const forbidden = [account.principalId, account.key, account.keyId, admin.principalId, admin.key, admin.keyId, REPO, ARTIFACT, artifactPath, TOKEN];
+    const forbidden = [
+      account.principalId,
+      account.key,
+      account.keyId,
+      admin.principalId,
+      admin.key,
+      admin.keyId,
+      REPO,
+      ARTIFACT,
+      artifactPath,
+      TOKEN,
+    ];
     for (const e of [w, r]) {
       for (const sample of e.samples) {
         for (const labelValue of Object.values(sample.labels)) {
-          for (const secret of forbidden) expect(labelValue.includes(secret), `${sample.name}${JSON.stringify(sample.labels)} carries ${secret}`).toBe(false);
+          for (const secret of forbidden)
+            expect(
+              labelValue.includes(secret),
+              `${sample.name}${JSON.stringify(sample.labels)} carries ${secret}`,
+            ).toBe(false);
         }
       }
     }
@@ -257,12 +339,20 @@ describe('metric families after traffic', () => {
 
   it('docs/metrics.md lists exactly the families /metrics exports, with their types and labels', async () => {
     const doc = await readFile(path.join(ROOT, 'docs/metrics.md'), 'utf8');
-    const rows = [...doc.matchAll(/^\| `([a-z0-9_:]+)` \| (counter|gauge|histogram) \| ([^|]*) \|/gm)].map((m) => ({ name: m[1]!, type: m[2]!, labels: [...m[3]!.matchAll(/`([a-z_]+)`/g)].map((l) => l[1]!) }));
+    const rows = [...doc.matchAll(/^\| `([a-z0-9_:]+)` \| (counter|gauge|histogram) \| ([^|]*) \|/gm)].map((m) => ({
+      name: m[1]!,
+      type: m[2]!,
+      labels: [...m[3]!.matchAll(/`([a-z_]+)`/g)].map((l) => l[1]!),
+    }));
     const documented = new Map(rows.map((row) => [row.name, row]));
     const exported = new Set(w.samples.map((s) => familyOf(w, s.name)).concat([...w.types.keys()]));
     expect([...documented.keys()].sort()).toEqual([...exported].sort());
     for (const spec of ALL_METRICS) {
-      expect(documented.get(spec.name), spec.name).toEqual({ name: spec.name, type: spec.type, labels: [...spec.labels] });
+      expect(documented.get(spec.name), spec.name).toEqual({
+        name: spec.name,
+        type: spec.type,
+        labels: [...spec.labels],
+      });
     }
     // And every sample's labels are the declared ones.
     for (const sample of [...w.samples, ...r.samples]) {

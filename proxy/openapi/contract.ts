@@ -49,7 +49,8 @@ export function resolveRef<T = unknown>(doc: OpenApiDocument, value: unknown): T
     if (hops > 20) throw new Error(`$ref loop at ${current.$ref}`);
     const parts = current.$ref.replace(/^#\//, '').split('/');
     let target: unknown = doc;
-    for (const part of parts) target = (target as Record<string, unknown>)[part.replace(/~1/g, '/').replace(/~0/g, '~')];
+    for (const part of parts)
+      target = (target as Record<string, unknown>)[part.replace(/~1/g, '/').replace(/~0/g, '~')];
     if (target === undefined) throw new Error(`unresolvable $ref ${current.$ref}`);
     current = target as { $ref?: string };
   }
@@ -71,11 +72,15 @@ export interface ObservedResponse {
 export function whyUndescribed(doc: OpenApiDocument, observed: ObservedResponse): string | undefined {
   const status = String(observed.status);
   const any = doc['x-arkvory-any-request'];
-  if (observed.route === 'unmatched') return any.unmatched.includes(status) ? undefined : `status ${status} for a request that matched no route`;
+  if (observed.route === 'unmatched')
+    return any.unmatched.includes(status) ? undefined : `status ${status} for a request that matched no route`;
   const item = doc.paths[openApiPath(observed.route)];
   if (!item) return `path ${openApiPath(observed.route)} is not in the document`;
   const operation = item[observed.method.toLowerCase()] as Operation | undefined;
-  if (!operation) return status === any.methodNotAllowed ? undefined : `${observed.method} is not an operation of ${openApiPath(observed.route)}`;
+  if (!operation)
+    return status === any.methodNotAllowed
+      ? undefined
+      : `${observed.method} is not an operation of ${openApiPath(observed.route)}`;
   if (operation.responses[status] !== undefined || operation.responses.default !== undefined) return undefined;
   return `${observed.method} ${openApiPath(observed.route)} does not document status ${status}`;
 }
@@ -87,7 +92,13 @@ export function whyUndescribed(doc: OpenApiDocument, observed: ObservedResponse)
 export function undescribedResponses(doc: OpenApiDocument, lines: Iterable<Record<string, unknown>>): string[] {
   const problems = new Set<string>();
   for (const line of lines) {
-    if (line.msg !== 'request' || typeof line.route !== 'string' || typeof line.method !== 'string' || typeof line.status !== 'number') continue;
+    if (
+      line.msg !== 'request' ||
+      typeof line.route !== 'string' ||
+      typeof line.method !== 'string' ||
+      typeof line.status !== 'number'
+    )
+      continue;
     const why = whyUndescribed(doc, { method: line.method, route: line.route, status: line.status });
     if (why) problems.add(`${line.method} ${line.route} → ${line.status}: ${why}`);
   }

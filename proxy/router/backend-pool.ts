@@ -70,7 +70,14 @@ export class BackendPool {
       const known = this.#backends.get(spec.url);
       if (known) known.role = spec.role;
       else {
-        this.#backends.set(spec.url, { url: spec.url, role: spec.role, healthy: false, active: 0, order: this.#order++, lastError: 'not probed yet' });
+        this.#backends.set(spec.url, {
+          url: spec.url,
+          role: spec.role,
+          healthy: false,
+          active: 0,
+          order: this.#order++,
+          lastError: 'not probed yet',
+        });
         added.push(spec.url);
       }
     }
@@ -120,7 +127,9 @@ export class BackendPool {
   }
 
   snapshot(): Array<BackendView & { lastError: string | undefined }> {
-    return [...this.#backends.values()].sort((a, b) => a.order - b.order).map((b) => ({ url: b.url, role: b.role, healthy: b.healthy, active: b.active, lastError: b.lastError }));
+    return [...this.#backends.values()]
+      .sort((a, b) => a.order - b.order)
+      .map((b) => ({ url: b.url, role: b.role, healthy: b.healthy, active: b.active, lastError: b.lastError }));
   }
 
   /** Router `/health/status`: at least one gateway can serve reads. */

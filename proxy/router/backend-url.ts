@@ -8,11 +8,20 @@ export function parseOrigin(text: string): { ok: true; value: string } | { ok: f
   try {
     url = new URL(text.trim());
   } catch {
-    return { ok: false, problem: `expected an http:// or https:// origin such as http://10.0.0.5:8080, got ${JSON.stringify(text)}` };
+    return {
+      ok: false,
+      problem: `expected an http:// or https:// origin such as http://10.0.0.5:8080, got ${JSON.stringify(text)}`,
+    };
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') return { ok: false, problem: `expected scheme http:// or https://, got ${JSON.stringify(text)}` };
-  if (url.username || url.password) return { ok: false, problem: `credentials do not belong in a gateway URL, got ${JSON.stringify(url.host)} with user info` };
-  if ((url.pathname !== '/' && url.pathname !== '') || url.search || url.hash) return { ok: false, problem: `expected an origin without path, query or fragment, got ${JSON.stringify(text)}` };
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    return { ok: false, problem: `expected scheme http:// or https://, got ${JSON.stringify(text)}` };
+  if (url.username || url.password)
+    return {
+      ok: false,
+      problem: `credentials do not belong in a gateway URL, got ${JSON.stringify(url.host)} with user info`,
+    };
+  if ((url.pathname !== '/' && url.pathname !== '') || url.search || url.hash)
+    return { ok: false, problem: `expected an origin without path, query or fragment, got ${JSON.stringify(text)}` };
   return { ok: true, value: url.origin };
 }
 

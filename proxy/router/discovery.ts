@@ -40,7 +40,14 @@ export function backendsFromLeases(rows: readonly LeaseRow[]): { backends: Backe
 }
 
 export function leaseDiscovery(databaseUrl: string, log: Logger, queryTimeoutMs: number): Discovery {
-  const pool = new pg.Pool({ connectionString: databaseUrl, max: 1, application_name: 'arkvory-router', connectionTimeoutMillis: queryTimeoutMs, query_timeout: queryTimeoutMs, idleTimeoutMillis: 30_000 });
+  const pool = new pg.Pool({
+    connectionString: databaseUrl,
+    max: 1,
+    application_name: 'arkvory-router',
+    connectionTimeoutMillis: queryTimeoutMs,
+    query_timeout: queryTimeoutMs,
+    idleTimeoutMillis: 30_000,
+  });
   pool.on('error', (err) => log.warn({ err: err.message }, 'idle lease-discovery connection failed'));
   const warned = new Set<number>();
   return {
@@ -53,7 +60,10 @@ export function leaseDiscovery(databaseUrl: string, log: Logger, queryTimeoutMs:
       for (const slot of unadvertised) {
         if (warned.has(slot)) continue;
         warned.add(slot);
-        log.warn({ slot }, 'a live gateway lease has no advertised URL; set ARKVORY_ADVERTISE_URL on that gateway so routers can reach it');
+        log.warn(
+          { slot },
+          'a live gateway lease has no advertised URL; set ARKVORY_ADVERTISE_URL on that gateway so routers can reach it',
+        );
       }
       return backends;
     },

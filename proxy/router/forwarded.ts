@@ -34,7 +34,9 @@ export function normalizeAddress(raw: string): string | undefined {
  * Parses a comma-separated list of IP addresses and CIDR blocks (`10.0.0.0/8`, `::1`,
  * `fd00::/8`). Returns the problem text on the first bad entry.
  */
-export function parseTrustedProxies(text: string | undefined): { ok: true; value: string[] } | { ok: false; problem: string } {
+export function parseTrustedProxies(
+  text: string | undefined,
+): { ok: true; value: string[] } | { ok: false; problem: string } {
   if (text === undefined || text.trim() === '') return { ok: true, value: [] };
   const entries: string[] = [];
   for (const part of text.split(',')) {
@@ -44,7 +46,10 @@ export function parseTrustedProxies(text: string | undefined): { ok: true; value
     const family = address ? isIP(address) : 0;
     const prefix = match?.[2] === undefined ? undefined : Number(match[2]);
     if (!address || (prefix !== undefined && prefix > (family === 4 ? 32 : 128))) {
-      return { ok: false, problem: `expected comma-separated IP addresses or CIDR blocks (10.0.0.0/8, ::1), got ${JSON.stringify(entry)}` };
+      return {
+        ok: false,
+        problem: `expected comma-separated IP addresses or CIDR blocks (10.0.0.0/8, ::1), got ${JSON.stringify(entry)}`,
+      };
     }
     entries.push(prefix === undefined ? address : `${address}/${prefix}`);
   }
@@ -82,10 +87,17 @@ function headerText(value: string | string[] | undefined): string | undefined {
  * first untrusted hop is the client. With no trusted proxies this is the socket peer, whatever the
  * headers say. A malformed entry stops the walk at the proxy that passed it on.
  */
-export function clientAddressFrom(remoteAddress: string | undefined, forwardedFor: string | string[] | undefined, trusted: TrustedProxies): string {
+export function clientAddressFrom(
+  remoteAddress: string | undefined,
+  forwardedFor: string | string[] | undefined,
+  trusted: TrustedProxies,
+): string {
   const peer = normalizeAddress(remoteAddress ?? '') ?? remoteAddress ?? '';
   if (!trusted.isTrusted(peer)) return peer;
-  const hops = (headerText(forwardedFor) ?? '').split(',').map((h) => h.trim()).filter((h) => h.length > 0);
+  const hops = (headerText(forwardedFor) ?? '')
+    .split(',')
+    .map((h) => h.trim())
+    .filter((h) => h.length > 0);
   let current = peer;
   for (let i = hops.length - 1; i >= 0; i--) {
     const hop = normalizeAddress(hops[i]!);
@@ -102,7 +114,16 @@ export function clientAddress(req: Pick<IncomingMessage, 'socket' | 'headers'>, 
 }
 
 /** Hop-by-hop request headers (RFC 9110 §7.6.1) a proxy must not forward. */
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authorization', 'te', 'trailer', 'upgrade', 'expect']);
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'upgrade',
+  'expect',
+]);
 
 function forwardedNode(address: string): string {
   return isIP(address) === 6 ? `"[${address}]"` : address;
@@ -129,7 +150,12 @@ export interface ForwardingInput {
  */
 export function buildUpstreamHeaders(input: ForwardingInput): Record<string, string | string[]> {
   const { headers } = input;
-  const named = new Set((headerText(headers.connection) ?? '').split(',').map((h) => h.trim().toLowerCase()).filter(Boolean));
+  const named = new Set(
+    (headerText(headers.connection) ?? '')
+      .split(',')
+      .map((h) => h.trim().toLowerCase())
+      .filter(Boolean),
+  );
   const out: Record<string, string | string[]> = {};
   for (const [name, value] of Object.entries(headers)) {
     if (value === undefined || HOP_BY_HOP.has(name) || named.has(name)) continue;
@@ -142,7 +168,11 @@ export function buildUpstreamHeaders(input: ForwardingInput): Record<string, str
   const priorFor = fromProxy ? headerText(headers['x-forwarded-for']) : undefined;
   const priorForwarded = fromProxy ? headerText(headers.forwarded) : undefined;
   out['x-forwarded-for'] = priorFor ? `${priorFor}, ${peer}` : peer;
-  const element = [`for=${forwardedNode(peer)}`, `proto=${proto}`, ...(host ? [`host=${forwardedToken(host)}`] : [])].join(';');
+  const element = [
+    `for=${forwardedNode(peer)}`,
+    `proto=${proto}`,
+    ...(host ? [`host=${forwardedToken(host)}`] : []),
+  ].join(';');
   out.forwarded = priorForwarded ? `${priorForwarded}, ${element}` : element;
   out['x-forwarded-proto'] = proto;
   if (host) out['x-forwarded-host'] = host;

@@ -10,16 +10,32 @@ import type { Logger } from 'pino';
 import type { BackendPool, PoolChange } from './backend-pool.ts';
 import type { Discovery } from './discovery.ts';
 
-export function probeBackend(url: string, timeoutMs: number, agents: { http: http.Agent; https: https.Agent }): Promise<{ ok: boolean; reason: string }> {
+export function probeBackend(
+  url: string,
+  timeoutMs: number,
+  agents: { http: http.Agent; https: https.Agent },
+): Promise<{ ok: boolean; reason: string }> {
   return new Promise((resolve) => {
     const isHttps = url.startsWith('https:');
     const client = isHttps ? https : http;
-    const req = client.request(`${url}/health/status`, { method: 'GET', agent: isHttps ? agents.https : agents.http, headers: { 'user-agent': 'arkvory-router-probe' } }, (res) => {
-      res.resume();
-      res.on('end', () => resolve(res.statusCode === 200 ? { ok: true, reason: 'probe passed' } : { ok: false, reason: `/health/status answered ${res.statusCode}` }));
-      res.on('error', (err) => resolve({ ok: false, reason: err.message }));
-    });
-    req.setTimeout(timeoutMs, () => req.destroy(Object.assign(new Error(`no answer to the probe within ${timeoutMs} ms`), { code: 'PROBE_TIMEOUT' })));
+    const req = client.request(
+      `${url}/health/status`,
+      { method: 'GET', agent: isHttps ? agents.https : agents.http, headers: { 'user-agent': 'arkvory-router-probe' } },
+      (res) => {
+        res.resume();
+        res.on('end', () =>
+          resolve(
+            res.statusCode === 200
+              ? { ok: true, reason: 'probe passed' }
+              : { ok: false, reason: `/health/status answered ${res.statusCode}` },
+          ),
+        );
+        res.on('error', (err) => resolve({ ok: false, reason: err.message }));
+      },
+    );
+    req.setTimeout(timeoutMs, () =>
+      req.destroy(Object.assign(new Error(`no answer to the probe within ${timeoutMs} ms`), { code: 'PROBE_TIMEOUT' })),
+    );
     req.on('error', (err) => resolve({ ok: false, reason: err.message }));
     req.end();
   });
@@ -32,9 +48,18 @@ export interface HealthMonitor {
   stop(): Promise<void>;
 }
 
-export function createHealthMonitor(options: { pool: BackendPool; discovery: Discovery; intervalMs: number; log: Logger; onChange?: (change: PoolChange) => void }): HealthMonitor {
+export function createHealthMonitor(options: {
+  pool: BackendPool;
+  discovery: Discovery;
+  intervalMs: number;
+  log: Logger;
+  onChange?: (change: PoolChange) => void;
+}): HealthMonitor {
   const { pool, discovery, intervalMs, log } = options;
-  const agents = { http: new http.Agent({ keepAlive: true, maxSockets: 2 }), https: new https.Agent({ keepAlive: true, maxSockets: 2 }) };
+  const agents = {
+    http: new http.Agent({ keepAlive: true, maxSockets: 2 }),
+    https: new https.Agent({ keepAlive: true, maxSockets: 2 }),
+  };
   const probeTimeoutMs = Math.max(50, Math.floor(intervalMs * 0.9));
   let timer: NodeJS.Timeout | undefined;
   let stopped = false;
@@ -63,7 +88,8 @@ export function createHealthMonitor(options: { pool: BackendPool; discovery: Dis
       for (const url of removed) log.info({ backend: url }, 'gateway no longer discovered (lease expired or removed)');
       probes.push(...added.map(probe));
     } catch (err) {
-      if (!discoveryFailing) log.warn({ err: (err as Error).message }, 'gateway discovery failed; keeping the last known gateways');
+      if (!discoveryFailing)
+        log.warn({ err: (err as Error).message }, 'gateway discovery failed; keeping the last known gateways');
       discoveryFailing = true;
     }
     await Promise.all(probes);

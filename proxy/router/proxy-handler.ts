@@ -21,16 +21,36 @@ import { buildUpstreamHeaders, type TrustedProxies } from './forwarded.ts';
 import { classifyRequest, isRetryable, type RequestClass } from './route-class.ts';
 
 /** Hop-by-hop response headers; the router's own connection decides these. */
-const HOP_BY_HOP_RESPONSE = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'trailer', 'te']);
+const HOP_BY_HOP_RESPONSE = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'transfer-encoding',
+  'upgrade',
+  'trailer',
+  'te',
+]);
 
-const CONNECT_FAILURES = new Set(['ECONNREFUSED', 'ECONNECT_TIMEOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN']);
+const CONNECT_FAILURES = new Set([
+  'ECONNREFUSED',
+  'ECONNECT_TIMEOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+]);
 
 class UpstreamTimeout extends Error {
   readonly code = 'ROUTER_UPSTREAM_IDLE';
 }
 
 export function responseHeadersFrom(headers: http.IncomingHttpHeaders): Record<string, string | string[]> {
-  const named = new Set(String(headers.connection ?? '').split(',').map((h) => h.trim().toLowerCase()).filter(Boolean));
+  const named = new Set(
+    String(headers.connection ?? '')
+      .split(',')
+      .map((h) => h.trim().toLowerCase())
+      .filter(Boolean),
+  );
   const out: Record<string, string | string[]> = {};
   for (const [name, value] of Object.entries(headers)) {
     if (value === undefined || HOP_BY_HOP_RESPONSE.has(name) || named.has(name)) continue;
@@ -75,7 +95,12 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     http: new http.Agent({ keepAlive: true, keepAliveMsecs: 1000, maxFreeSockets: 256, scheduling: 'lifo' }),
     https: new https.Agent({ keepAlive: true, keepAliveMsecs: 1000, maxFreeSockets: 256, scheduling: 'lifo' }),
   };
-  const proxy = createProxyServer({ selfHandleResponse: true, xfwd: false, followRedirects: false, connectTimeout: options.connectTimeoutMs });
+  const proxy = createProxyServer({
+    selfHandleResponse: true,
+    xfwd: false,
+    followRedirects: false,
+    connectTimeout: options.connectTimeoutMs,
+  });
   const attempts = new WeakMap<IncomingMessage, Attempt>();
   /** Requests whose client sent `Expect: 100-continue` (the header itself is not forwarded as is). */
   const expectsContinue = new WeakSet<IncomingMessage>();
@@ -98,7 +123,11 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       proxyReq.once('continue', () => (res as ServerResponse).writeContinue());
       proxyReq.flushHeaders();
     }
-    proxyReq.setTimeout(options.idleTimeoutMs, () => proxyReq.destroy(new UpstreamTimeout(`no byte from ${attempt?.backend.url ?? 'the gateway'} for ${options.idleTimeoutMs} ms`)));
+    proxyReq.setTimeout(options.idleTimeoutMs, () =>
+      proxyReq.destroy(
+        new UpstreamTimeout(`no byte from ${attempt?.backend.url ?? 'the gateway'} for ${options.idleTimeoutMs} ms`),
+      ),
+    );
   });
   proxy.on('proxyRes', (proxyRes, req) => {
     attempts.get(req)?.onResponse(proxyRes);
@@ -112,7 +141,10 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
   function handle(req: IncomingMessage, res: ServerResponse, reqId: string, log: Logger): RequestOutcome {
     const kind = classifyRequest(req.method ?? 'GET', req.url ?? '/');
     const outcome: RequestOutcome = { kind, backend: undefined, attempts: 0 };
-    const retryable = isRetryable(req.method ?? 'GET', { 'content-length': req.headers['content-length'], 'transfer-encoding': req.headers['transfer-encoding'] });
+    const retryable = isRetryable(req.method ?? 'GET', {
+      'content-length': req.headers['content-length'],
+      'transfer-encoding': req.headers['transfer-encoding'],
+    });
     let clientGone = false;
     let current: Attempt | undefined;
     // One listener for every attempt: http-proxy-3 and pipeline add their own per attempt.
@@ -125,8 +157,15 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     req.once('close', () => {
       if (!req.complete && current && !current.done) current.upstream?.destroy();
     });
-    if (typeof req.headers.expect === 'string' && req.headers.expect.toLowerCase() === '100-continue') expectsContinue.add(req);
-    req.headers = buildUpstreamHeaders({ headers: req.headers, remoteAddress: req.socket.remoteAddress, encrypted: 'encrypted' in req.socket && req.socket.encrypted === true, trusted: options.trusted, requestId: reqId }) as http.IncomingHttpHeaders;
+    if (typeof req.headers.expect === 'string' && req.headers.expect.toLowerCase() === '100-continue')
+      expectsContinue.add(req);
+    req.headers = buildUpstreamHeaders({
+      headers: req.headers,
+      remoteAddress: req.socket.remoteAddress,
+      encrypted: 'encrypted' in req.socket && req.socket.encrypted === true,
+      trusted: options.trusted,
+      requestId: reqId,
+    }) as http.IncomingHttpHeaders;
 
     const fail = (err: GatewayError) => {
       if (clientGone) return;
@@ -137,7 +176,15 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       const backend = pool.pick(kind, excluded);
       if (!backend) {
         if (previousError) return fail(previousError);
-        return fail(new GatewayError('unavailable', kind === 'content-read' ? 'No gateway is healthy; try again shortly.' : 'The writer is not available; reads keep working, writes must wait until it is back.', { headers: { 'retry-after': '2' } }));
+        return fail(
+          new GatewayError(
+            'unavailable',
+            kind === 'content-read'
+              ? 'No gateway is healthy; try again shortly.'
+              : 'The writer is not available; reads keep working, writes must wait until it is back.',
+            { headers: { 'retry-after': '2' } },
+          ),
+        );
       }
       outcome.backend = backend.url;
       outcome.attempts++;
@@ -164,7 +211,10 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
               proxyRes.resume();
               attempt.release();
               noteUnreachable(backend.url, 'answered 503 to a proxied request');
-              log.info({ backend: backend.url, next: other.url }, 'gateway answered 503 before the body; retrying once elsewhere');
+              log.info(
+                { backend: backend.url, next: other.url },
+                'gateway answered 503 before the body; retrying once elsewhere',
+              );
               start(new Set([...excluded, backend.url]), undefined);
               return;
             }
@@ -179,7 +229,10 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
             attempt.done = true;
             attempt.release();
             if (err && !clientGone) {
-              log.warn({ backend: backend.url, err: err.message }, 'upstream failed in the middle of the body; client response destroyed');
+              log.warn(
+                { backend: backend.url, err: err.message },
+                'upstream failed in the middle of the body; client response destroyed',
+              );
               res.destroy();
             }
           };
@@ -194,33 +247,46 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       };
       attempts.set(req, attempt);
       current = attempt;
-      proxy.web(req, res, { target: targetOf(backend.url), agent: backend.url.startsWith('https:') ? agents.https : agents.http }, (err) => {
-        if (attempt.done) return;
-        if (attempt.responded) {
-          // Headers are out: never end it cleanly. The pipeline callback logs.
+      proxy.web(
+        req,
+        res,
+        { target: targetOf(backend.url), agent: backend.url.startsWith('https:') ? agents.https : agents.http },
+        (err) => {
+          if (attempt.done) return;
+          if (attempt.responded) {
+            // Headers are out: never end it cleanly. The pipeline callback logs.
+            attempt.done = true;
+            attempt.release();
+            res.destroy();
+            return;
+          }
           attempt.done = true;
           attempt.release();
-          res.destroy();
-          return;
-        }
-        attempt.done = true;
-        attempt.release();
-        // The client is gone, or was already answered here (a 408 for a stalled body): nothing to report.
-        if (clientGone || res.writableEnded) return;
-        const timedOut = err instanceof UpstreamTimeout;
-        const mapped = timedOut
-          ? new GatewayError('upstream_timeout', `The gateway did not answer within ${Math.round(options.idleTimeoutMs / 1000)} s.`, { cause: err })
-          : new GatewayError('upstream_unreachable', 'The gateway could not be reached.', { cause: err });
-        // Only a failed connect says the gateway is down; a reset or a silence may be one request's.
-        if (CONNECT_FAILURES.has((err as NodeJS.ErrnoException).code ?? '')) noteUnreachable(backend.url, `cannot connect: ${err.message}`);
-        if (retryable && attempt.number === 1) {
-          log.info({ backend: backend.url, err: err.message }, 'gateway failed before answering; retrying once elsewhere');
-          start(new Set([...excluded, backend.url]), mapped);
-          return;
-        }
-        log.warn({ backend: backend.url, err: err.message, code: mapped.code }, 'gateway failed before answering');
-        fail(mapped);
-      });
+          // The client is gone, or was already answered here (a 408 for a stalled body): nothing to report.
+          if (clientGone || res.writableEnded) return;
+          const timedOut = err instanceof UpstreamTimeout;
+          const mapped = timedOut
+            ? new GatewayError(
+                'upstream_timeout',
+                `The gateway did not answer within ${Math.round(options.idleTimeoutMs / 1000)} s.`,
+                { cause: err },
+              )
+            : new GatewayError('upstream_unreachable', 'The gateway could not be reached.', { cause: err });
+          // Only a failed connect says the gateway is down; a reset or a silence may be one request's.
+          if (CONNECT_FAILURES.has((err as NodeJS.ErrnoException).code ?? ''))
+            noteUnreachable(backend.url, `cannot connect: ${err.message}`);
+          if (retryable && attempt.number === 1) {
+            log.info(
+              { backend: backend.url, err: err.message },
+              'gateway failed before answering; retrying once elsewhere',
+            );
+            start(new Set([...excluded, backend.url]), mapped);
+            return;
+          }
+          log.warn({ backend: backend.url, err: err.message, code: mapped.code }, 'gateway failed before answering');
+          fail(mapped);
+        },
+      );
     };
     start(new Set(), undefined);
     return outcome;

@@ -12,7 +12,8 @@ const READ_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 
 /** Segment shapes after `/api/v1/repositories/{repo}/` of the three content-read routes. */
 function isContentReadPath(segments: readonly string[]): boolean {
-  if (segments.length < 7 || segments[0] !== 'api' || segments[1] !== 'v1' || segments[2] !== 'repositories') return false;
+  if (segments.length < 7 || segments[0] !== 'api' || segments[1] !== 'v1' || segments[2] !== 'repositories')
+    return false;
   if (segments.some((s) => s.length === 0)) return false;
   const rest = segments.slice(4);
   if (rest.at(-1) !== 'content') return false;
@@ -27,12 +28,16 @@ export function classifyRequest(method: string, rawUrl: string): RequestClass {
   const path = rawUrl.split('?', 1)[0]!.split('#', 1)[0]!;
   if (!READ_METHODS.has(upper)) return 'write';
   if (path === '/console' || path.startsWith('/console/')) return 'write';
-  if ((upper === 'GET' || upper === 'HEAD') && path.startsWith('/') && isContentReadPath(path.slice(1).split('/'))) return 'content-read';
+  if ((upper === 'GET' || upper === 'HEAD') && path.startsWith('/') && isContentReadPath(path.slice(1).split('/')))
+    return 'content-read';
   return 'writer';
 }
 
 /** GET and HEAD without a body may be sent again to another backend if the first fails before answering. */
-export function isRetryable(method: string, headers: { 'content-length'?: string | undefined; 'transfer-encoding'?: string | undefined }): boolean {
+export function isRetryable(
+  method: string,
+  headers: { 'content-length'?: string | undefined; 'transfer-encoding'?: string | undefined },
+): boolean {
   const upper = method.toUpperCase();
   if (upper !== 'GET' && upper !== 'HEAD') return false;
   if (headers['transfer-encoding'] !== undefined) return false;

@@ -5,7 +5,14 @@
  */
 import http from 'node:http';
 import { makeGraceful } from '../graceful-server.ts';
-import { DEFAULT_FRONT_DOOR, HEAD_TIMEOUT_RESPONSE, installFrontDoor, serverOptions, type FrontDoor, type FrontDoorLimits } from '../front-door.ts';
+import {
+  DEFAULT_FRONT_DOOR,
+  HEAD_TIMEOUT_RESPONSE,
+  installFrontDoor,
+  serverOptions,
+  type FrontDoor,
+  type FrontDoorLimits,
+} from '../front-door.ts';
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
@@ -23,7 +30,13 @@ export interface RouterServer {
   readonly frontDoor: FrontDoor;
 }
 
-export function createRouterServer(options: { pool: BackendPool; handler: ProxyHandler; log: Logger; isDraining: () => boolean; limits?: FrontDoorLimits }): RouterServer {
+export function createRouterServer(options: {
+  pool: BackendPool;
+  handler: ProxyHandler;
+  log: Logger;
+  isDraining: () => boolean;
+  limits?: FrontDoorLimits;
+}): RouterServer {
   const { pool, handler, log } = options;
   const limits = options.limits ?? DEFAULT_FRONT_DOOR;
   const server = http.createServer(serverOptions(limits));
@@ -35,9 +48,25 @@ export function createRouterServer(options: { pool: BackendPool; handler: ProxyH
     const reqId = typeof incomingId === 'string' && REQUEST_ID.test(incomingId) ? incomingId : randomUUID();
     res.setHeader('x-request-id', reqId);
     const path = (req.url ?? '/').split('?', 1)[0];
-    let outcome: { kind: string; backend: string | undefined; attempts: number } = { kind: 'local', backend: undefined, attempts: 0 };
+    let outcome: { kind: string; backend: string | undefined; attempts: number } = {
+      kind: 'local',
+      backend: undefined,
+      attempts: 0,
+    };
     res.on('close', () => {
-      log.info({ reqId, method: req.method, kind: outcome.kind, backend: outcome.backend, attempts: outcome.attempts, status: res.statusCode, ms: Math.round((performance.now() - started) * 10) / 10, completed: res.writableFinished }, 'request');
+      log.info(
+        {
+          reqId,
+          method: req.method,
+          kind: outcome.kind,
+          backend: outcome.backend,
+          attempts: outcome.attempts,
+          status: res.statusCode,
+          ms: Math.round((performance.now() - started) * 10) / 10,
+          completed: res.writableFinished,
+        },
+        'request',
+      );
     });
     if ((path === '/health/live' || path === '/health/status') && (req.method === 'GET' || req.method === 'HEAD')) {
       if (path === '/health/live') return sendJson(res, 200, { status: 'live' });
@@ -53,10 +82,13 @@ export function createRouterServer(options: { pool: BackendPool; handler: ProxyH
     outcome = handler.handle(req, res, reqId, log.child({ reqId }));
   });
   server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
-    if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT' && socket.writable && !socket.destroyed) socket.end(HEAD_TIMEOUT_RESPONSE);
+    if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT' && socket.writable && !socket.destroyed)
+      socket.end(HEAD_TIMEOUT_RESPONSE);
     else if (socket.writable && !socket.destroyed) {
       const body = JSON.stringify({ code: 'invalid_request', message: 'Malformed HTTP request.' });
-      socket.end(`HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${randomUUID()}\r\nconnection: close\r\n\r\n${body}`);
+      socket.end(
+        `HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${randomUUID()}\r\nconnection: close\r\n\r\n${body}`,
+      );
     } else socket.destroy();
     log.debug({ code: err.code }, 'client error');
   });

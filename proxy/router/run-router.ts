@@ -29,25 +29,52 @@ export async function runRouter(config: Config, log: Logger): Promise<number> {
   const reportChange = (change: { url: string; healthy: boolean; reason: string }) => {
     if (!change.healthy) log.warn({ backend: change.url, reason: change.reason }, 'gateway left the pool');
   };
-  const handler = createProxyHandler({ pool, trusted: createTrustedProxies(config.trustedProxies), connectTimeoutMs: config.router.connectTimeoutMs, idleTimeoutMs: config.router.idleTimeoutMs, onPoolChange: reportChange });
+  const handler = createProxyHandler({
+    pool,
+    trusted: createTrustedProxies(config.trustedProxies),
+    connectTimeoutMs: config.router.connectTimeoutMs,
+    idleTimeoutMs: config.router.idleTimeoutMs,
+    onPoolChange: reportChange,
+  });
   const server = createRouterServer({ pool, handler, log, isDraining: () => draining, limits: config.frontDoor });
   let monitor: ReturnType<typeof createHealthMonitor> | undefined;
   let code = EXIT_OK;
   try {
     discovery = config.router.backends
       ? staticDiscovery(config.router.backends)
-      : leaseDiscovery(config.databaseUrl!, log.child({ component: 'discovery' }), Math.max(1000, config.router.probeIntervalMs));
+      : leaseDiscovery(
+          config.databaseUrl!,
+          log.child({ component: 'discovery' }),
+          Math.max(1000, config.router.probeIntervalMs),
+        );
     // Fail fast on a wrong URL or an unmigrated database; later failures keep the cache.
     try {
       pool.update(await discovery.discover());
     } catch (err) {
-      throw new Error(`cannot read the gateway leases (${(err as Error).message}); check ARKVORY_DATABASE_URL and run \`npm run migrate\`, or list the gateways in ARKVORY_ROUTER_BACKENDS`, { cause: err });
+      throw new Error(
+        `cannot read the gateway leases (${(err as Error).message}); check ARKVORY_DATABASE_URL and run \`npm run migrate\`, or list the gateways in ARKVORY_ROUTER_BACKENDS`,
+        { cause: err },
+      );
     }
-    monitor = createHealthMonitor({ pool, discovery, intervalMs: config.router.probeIntervalMs, log: log.child({ component: 'probe' }) });
+    monitor = createHealthMonitor({
+      pool,
+      discovery,
+      intervalMs: config.router.probeIntervalMs,
+      log: log.child({ component: 'probe' }),
+    });
     await monitor.runRound();
     monitor.start();
     const address = await server.listen(config.port, config.host);
-    log.info({ role: 'router', url: `http://${address.address}:${address.port}`, port: address.port, discovery: discovery.kind, backends: pool.snapshot().map((b) => ({ url: b.url, role: b.role, healthy: b.healthy })) }, 'listening');
+    log.info(
+      {
+        role: 'router',
+        url: `http://${address.address}:${address.port}`,
+        port: address.port,
+        discovery: discovery.kind,
+        backends: pool.snapshot().map((b) => ({ url: b.url, role: b.role, healthy: b.healthy })),
+      },
+      'listening',
+    );
   } catch (err) {
     logStartupFailure(log, err);
     code = EXIT_FAILURE;

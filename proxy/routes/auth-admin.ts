@@ -10,7 +10,8 @@ const BASE = '/api/v1/admin';
 
 function optionalPositiveInt(value: unknown, name: string): number | undefined {
   if (value === undefined || value === null) return undefined;
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0) throw new PolicyError('invalid_request', `${name} must be a positive integer`);
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0)
+    throw new PolicyError('invalid_request', `${name} must be a positive integer`);
   return value;
 }
 
@@ -22,17 +23,30 @@ function requiredString(value: unknown, name: string): string {
 /** `/api/v1/admin/…`: principals, keys, repositories, grants. Every route needs the admin scope. */
 export function authAdminRoutes(services: Services): Route[] {
   const store = new AdminStore(services.pool);
-  const admin = (methods: Route['methods'], template: string, handle: Route['handle']): Route => ({ methods, template: `${BASE}${template}`, access: 'admin', handle });
+  const admin = (methods: Route['methods'], template: string, handle: Route['handle']): Route => ({
+    methods,
+    template: `${BASE}${template}`,
+    access: 'admin',
+    handle,
+  });
   return [
     admin(['GET'], '/principals', async ({ res }) => sendJson(res, 200, { principals: await store.listPrincipals() })),
     admin(['POST'], '/principals', async ({ req, res }) => {
       const body = await readJsonBody(req);
       sendJson(res, 201, await store.createPrincipal(requiredString(body.name, 'name')));
     }),
-    admin(['GET'], '/principals/:principal', async ({ res, params }) => sendJson(res, 200, await store.findPrincipal(params.principal!))),
-    admin(['POST'], '/principals/:principal/disable', async ({ res, params }) => sendJson(res, 200, await store.setPrincipalDisabled(params.principal!, true))),
-    admin(['POST'], '/principals/:principal/enable', async ({ res, params }) => sendJson(res, 200, await store.setPrincipalDisabled(params.principal!, false))),
-    admin(['GET'], '/principals/:principal/keys', async ({ res, params }) => sendJson(res, 200, { keys: await store.listKeys(params.principal!) })),
+    admin(['GET'], '/principals/:principal', async ({ res, params }) =>
+      sendJson(res, 200, await store.findPrincipal(params.principal!)),
+    ),
+    admin(['POST'], '/principals/:principal/disable', async ({ res, params }) =>
+      sendJson(res, 200, await store.setPrincipalDisabled(params.principal!, true)),
+    ),
+    admin(['POST'], '/principals/:principal/enable', async ({ res, params }) =>
+      sendJson(res, 200, await store.setPrincipalDisabled(params.principal!, false)),
+    ),
+    admin(['GET'], '/principals/:principal/keys', async ({ res, params }) =>
+      sendJson(res, 200, { keys: await store.listKeys(params.principal!) }),
+    ),
     admin(['POST'], '/principals/:principal/keys', async ({ req, res, params }) => {
       const body = await readJsonBody(req);
       const expiresInSeconds = optionalPositiveInt(body.expiresInSeconds, 'expiresInSeconds');
@@ -44,13 +58,17 @@ export function authAdminRoutes(services: Services): Route[] {
       });
       sendJson(res, 201, created);
     }),
-    admin(['POST'], '/keys/:keyId/revoke', async ({ res, params }) => sendJson(res, 200, await store.revokeKey(params.keyId!))),
+    admin(['POST'], '/keys/:keyId/revoke', async ({ res, params }) =>
+      sendJson(res, 200, await store.revokeKey(params.keyId!)),
+    ),
     admin(['POST'], '/keys/:keyId/rotate', async ({ req, res, params }) => {
       const body = await readJsonBody(req);
       const expiresInSeconds = optionalPositiveInt(body.expiresInSeconds, 'expiresInSeconds');
       sendJson(res, 201, await store.rotateKey(params.keyId!, expiresInSeconds ? { expiresInSeconds } : {}));
     }),
-    admin(['GET'], '/repositories', async ({ res }) => sendJson(res, 200, { repositories: await store.listRepositories() })),
+    admin(['GET'], '/repositories', async ({ res }) =>
+      sendJson(res, 200, { repositories: await store.listRepositories() }),
+    ),
     admin(['POST'], '/repositories', async ({ req, res }) => {
       const body = await readJsonBody(req);
       sendJson(res, 201, await store.createRepository(requiredString(body.name, 'name')));
@@ -61,7 +79,15 @@ export function authAdminRoutes(services: Services): Route[] {
     }),
     admin(['PUT'], '/grants/:principal/:repository', async ({ req, res, params }) => {
       const body = await readJsonBody(req);
-      sendJson(res, 200, await store.addGrant(params.principal!, params.repository!, requiredString(body.permission, 'permission') as Permission));
+      sendJson(
+        res,
+        200,
+        await store.addGrant(
+          params.principal!,
+          params.repository!,
+          requiredString(body.permission, 'permission') as Permission,
+        ),
+      );
     }),
     admin(['DELETE'], '/grants/:principal/:repository', async ({ res, params }) => {
       await store.removeGrant(params.principal!, params.repository!);

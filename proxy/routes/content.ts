@@ -31,7 +31,8 @@ export interface ContentDeps {
 }
 
 const DEFAULT_CONTENT_TYPE = 'application/octet-stream';
-const MEDIA_TYPE = /^[A-Za-z0-9!#$&^_.+-]+\/[A-Za-z0-9!#$&^_.+-]+(?:\s*;\s*[A-Za-z0-9!#$&^_.+-]+=(?:[A-Za-z0-9!#$&^_.+-]+|"[^"\\\r\n]*"))*$/;
+const MEDIA_TYPE =
+  /^[A-Za-z0-9!#$&^_.+-]+\/[A-Za-z0-9!#$&^_.+-]+(?:\s*;\s*[A-Za-z0-9!#$&^_.+-]+=(?:[A-Za-z0-9!#$&^_.+-]+|"[^"\\\r\n]*"))*$/;
 
 function header(ctx: RequestContext, name: string): string | undefined {
   const value = ctx.req.headers[name];
@@ -53,7 +54,12 @@ async function serveContent(deps: ContentDeps, kind: ArtifactKind, ctx: RequestC
   const entry = await loadEntry(deps.catalog, kind, ctx);
   const plan = planContentResponse(
     entry,
-    { range: header(ctx, 'range'), ifRange: header(ctx, 'if-range'), ifNoneMatch: header(ctx, 'if-none-match'), ifModifiedSince: header(ctx, 'if-modified-since') },
+    {
+      range: header(ctx, 'range'),
+      ifRange: header(ctx, 'if-range'),
+      ifNoneMatch: header(ctx, 'if-none-match'),
+      ifModifiedSince: header(ctx, 'if-modified-since'),
+    },
     () => `arkvory-${randomBytes(12).toString('hex')}`,
   );
   if (plan.status === 304) {
@@ -62,7 +68,12 @@ async function serveContent(deps: ContentDeps, kind: ArtifactKind, ctx: RequestC
     return;
   }
   if (plan.status === 416) {
-    sendJson(res, HTTP_STATUS.range_not_satisfiable, { code: 'range_not_satisfiable', message: STORAGE_ERRORS.range_not_satisfiable }, plan.headers);
+    sendJson(
+      res,
+      HTTP_STATUS.range_not_satisfiable,
+      { code: 'range_not_satisfiable', message: STORAGE_ERRORS.range_not_satisfiable },
+      plan.headers,
+    );
     return;
   }
   // Open before the status line goes out, so a missing or damaged blob is still a clean 500 and an
@@ -71,10 +82,13 @@ async function serveContent(deps: ContentDeps, kind: ArtifactKind, ctx: RequestC
   const blob = await deps.store.openBlob(entry.sha256, ranges).catch((err: unknown) => {
     const code = (err as { code?: string }).code;
     if (code === 'upstream_unreachable' || code === 'upstream_timeout' || code === 'storage_full') throw err;
-    throw new Error(`catalog row ${pathOfKey(entry)} points at blob ${entry.sha256} which cannot be opened`, { cause: err });
+    throw new Error(`catalog row ${pathOfKey(entry)} points at blob ${entry.sha256} which cannot be opened`, {
+      cause: err,
+    });
   });
   try {
-    if (blob.sizeBytes !== entry.sizeBytes) throw new Error(`blob ${entry.sha256} has ${blob.sizeBytes} bytes, the catalog says ${entry.sizeBytes}`);
+    if (blob.sizeBytes !== entry.sizeBytes)
+      throw new Error(`blob ${entry.sha256} has ${blob.sizeBytes} bytes, the catalog says ${entry.sizeBytes}`);
     res.writeHead(plan.status, plan.headers);
     if (ctx.req.method === 'HEAD') {
       res.end();
@@ -96,7 +110,8 @@ function declaredLength(ctx: RequestContext): number | undefined {
 function declaredContentType(ctx: RequestContext): string {
   const raw = header(ctx, 'content-type')?.trim();
   if (raw === undefined || raw === '') return DEFAULT_CONTENT_TYPE;
-  if (raw.length > 255 || !MEDIA_TYPE.test(raw)) throw new GatewayError('invalid_request', 'Content-Type is not a valid media type.');
+  if (raw.length > 255 || !MEDIA_TYPE.test(raw))
+    throw new GatewayError('invalid_request', 'Content-Type is not a valid media type.');
   return raw;
 }
 
@@ -107,7 +122,10 @@ async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext
     const key = keyFromParams(kind, ctx.params);
     const length = declaredLength(ctx);
     if (length !== undefined && length > deps.maxUploadBytes) {
-      throw new StorageError('payload_too_large', `The upload is larger than the limit of ${deps.maxUploadBytes} bytes.`);
+      throw new StorageError(
+        'payload_too_large',
+        `The upload is larger than the limit of ${deps.maxUploadBytes} bytes.`,
+      );
     }
     const expectedSha256 = parseContentDigestSha256(header(ctx, 'content-digest'));
     const contentType = declaredContentType(ctx);
@@ -119,7 +137,13 @@ async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext
       body: req.iterator({ destroyOnReturn: false }),
       contentType,
       publishedBy: ctx.principal?.id ?? null,
-      stage: { maxBytes: deps.maxUploadBytes, expectedLength: length, expectedSha256, signal: ctx.signal, meter: deps.meters?.upload?.(ctx) },
+      stage: {
+        maxBytes: deps.maxUploadBytes,
+        expectedLength: length,
+        expectedSha256,
+        signal: ctx.signal,
+        meter: deps.meters?.upload?.(ctx),
+      },
     });
     const status = result.outcome === 'created' ? 201 : 200;
     const headers: Record<string, string> = { etag: `"${result.entry.sha256}"` };
@@ -136,9 +160,20 @@ export function contentRoutes(deps: ContentDeps): Route[] {
   const routes: Route[] = [];
   for (const kind of ['artifact', 'package', 'asset'] as const) {
     routes.push(
-      { methods: ['GET', 'HEAD'], template: `${CONTENT_TEMPLATES[kind]}/content`, access: 'read', handle: (ctx) => serveContent(deps, kind, ctx) },
+      {
+        methods: ['GET', 'HEAD'],
+        template: `${CONTENT_TEMPLATES[kind]}/content`,
+        access: 'read',
+        handle: (ctx) => serveContent(deps, kind, ctx),
+      },
       // 100 Continue only after the size check (and the gates and admission before it).
-      { methods: ['PUT'], template: CONTENT_TEMPLATES[kind], access: 'write', continuesBodyItself: true, handle: (ctx) => upload(deps, kind, ctx) },
+      {
+        methods: ['PUT'],
+        template: CONTENT_TEMPLATES[kind],
+        access: 'write',
+        continuesBodyItself: true,
+        handle: (ctx) => upload(deps, kind, ctx),
+      },
     );
   }
   return routes;

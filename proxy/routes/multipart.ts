@@ -28,7 +28,10 @@ function sessionBody(s: UploadSession): Record<string, unknown> {
     createdAt: s.createdAt,
     expiresAt: s.expiresAt,
     error: s.error,
-    artifact: s.state === 'done' ? { sha256: s.resultSha256, sizeBytes: s.resultSize, contentUrl: `${pathOfKey(s.key)}/content` } : null,
+    artifact:
+      s.state === 'done'
+        ? { sha256: s.resultSha256, sizeBytes: s.resultSize, contentUrl: `${pathOfKey(s.key)}/content` }
+        : null,
     url: `/api/v1/repositories/${encodeURIComponent(s.key.repository)}/uploads/${s.id}`,
   };
 }
@@ -45,7 +48,12 @@ function declaredLength(ctx: RequestContext): number | undefined {
   return Number(raw);
 }
 
-export function multipartRoutes(deps: { sessions: UploadSessions; maxPartBytes: number; writable: boolean; meters?: ContentMeters }): Route[] {
+export function multipartRoutes(deps: {
+  sessions: UploadSessions;
+  maxPartBytes: number;
+  writable: boolean;
+  meters?: ContentMeters;
+}): Route[] {
   const { sessions } = deps;
   const writable = <T>(f: T): T => {
     if (!deps.writable) throw new GatewayError('read_only', undefined, { headers: { allow: 'GET, HEAD' } });
@@ -62,9 +70,12 @@ export function multipartRoutes(deps: { sessions: UploadSessions; maxPartBytes: 
       const size = body.size;
       const sha256 = body.sha256;
       const contentType = body.contentType ?? 'application/octet-stream';
-      if (size !== undefined && (typeof size !== 'number' || !Number.isSafeInteger(size) || size < 0)) throw new StorageError('invalid_request', 'size must be a non-negative integer');
-      if (sha256 !== undefined && (typeof sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(sha256))) throw new StorageError('invalid_request', 'sha256 must be 64 lowercase hex characters');
-      if (typeof contentType !== 'string' || !MEDIA_TYPE.test(contentType)) throw new StorageError('invalid_request', 'contentType must be a media type such as application/octet-stream');
+      if (size !== undefined && (typeof size !== 'number' || !Number.isSafeInteger(size) || size < 0))
+        throw new StorageError('invalid_request', 'size must be a non-negative integer');
+      if (sha256 !== undefined && (typeof sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(sha256)))
+        throw new StorageError('invalid_request', 'sha256 must be 64 lowercase hex characters');
+      if (typeof contentType !== 'string' || !MEDIA_TYPE.test(contentType))
+        throw new StorageError('invalid_request', 'contentType must be a media type such as application/octet-stream');
       const session = await sessions.create(key, {
         contentType,
         ...(size !== undefined ? { expectedSize: size as number } : {}),
@@ -103,16 +114,23 @@ export function multipartRoutes(deps: { sessions: UploadSessions; maxPartBytes: 
         writable(null);
         const partNumber = /^[0-9]{1,5}$/.test(ctx.params.part!) ? Number(ctx.params.part) : Number.NaN;
         const length = declaredLength(ctx);
-        if (length !== undefined && length > deps.maxPartBytes) throw new StorageError('payload_too_large', `A part may hold at most ${deps.maxPartBytes} bytes.`);
+        if (length !== undefined && length > deps.maxPartBytes)
+          throw new StorageError('payload_too_large', `A part may hold at most ${deps.maxPartBytes} bytes.`);
         try {
           const meter = deps.meters?.upload?.(ctx);
           ctx.continueBody();
-          const part = await sessions.putPart(scopeOf(ctx), ctx.params.upload!, partNumber, ctx.req.iterator({ destroyOnReturn: false }), {
-            maxBytes: deps.maxPartBytes,
-            ...(length !== undefined ? { expectedLength: length } : {}),
-            ...(meter ? { meter } : {}),
-            signal: ctx.signal,
-          });
+          const part = await sessions.putPart(
+            scopeOf(ctx),
+            ctx.params.upload!,
+            partNumber,
+            ctx.req.iterator({ destroyOnReturn: false }),
+            {
+              maxBytes: deps.maxPartBytes,
+              ...(length !== undefined ? { expectedLength: length } : {}),
+              ...(meter ? { meter } : {}),
+              signal: ctx.signal,
+            },
+          );
           sendJson(ctx.res, 200, part, { etag: `"${part.sha256}"` });
         } catch (err) {
           if (!ctx.req.complete && !ctx.res.headersSent) ctx.res.setHeader('connection', 'close');
@@ -129,7 +147,12 @@ export function multipartRoutes(deps: { sessions: UploadSessions; maxPartBytes: 
         const body = await readJsonBody(ctx.req, 2 * 1024 * 1024);
         const job = await sessions.complete(scopeOf(ctx), ctx.params.upload!, body.parts);
         const session = await sessions.get(scopeOf(ctx), ctx.params.upload!);
-        sendJson(ctx.res, 202, { ...sessionBody(session), job: job.jobId, totalBytes: job.totalBytes }, { location: sessionBody(session).url as string });
+        sendJson(
+          ctx.res,
+          202,
+          { ...sessionBody(session), job: job.jobId, totalBytes: job.totalBytes },
+          { location: sessionBody(session).url as string },
+        );
       },
     },
   );

@@ -35,7 +35,12 @@ export function presignRoutes(deps: { links: PresignedLinks; catalog: Catalog; m
       if (!lifetime.ok) throw new GatewayError('invalid_request', lifetime.problem);
       if (!(await deps.catalog.get(key))) throw new StorageError('not_found', 'No such artifact.');
       const link = await deps.links.issue(ctx.principal!, `${pathOfKey(key)}/content`, lifetime.seconds);
-      sendJson(ctx.res, 201, { url: `${requestOrigin(ctx)}${link.pathAndQuery}`, path: link.pathAndQuery, expiresAt: link.expiresAt.toISOString(), methods: ['GET', 'HEAD'] });
+      sendJson(ctx.res, 201, {
+        url: `${requestOrigin(ctx)}${link.pathAndQuery}`,
+        path: link.pathAndQuery,
+        expiresAt: link.expiresAt.toISOString(),
+        methods: ['GET', 'HEAD'],
+      });
     },
   }));
 }

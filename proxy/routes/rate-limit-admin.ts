@@ -17,7 +17,9 @@ export function toPolicyError(err: unknown): unknown {
   if (!(err instanceof RateLimitError)) return err;
   switch (err.code) {
     case 'invalid_rules':
-      return new PolicyError('invalid_request', `Invalid rules: ${err.problems.map(formatProblem).join('; ')}`, { cause: err });
+      return new PolicyError('invalid_request', `Invalid rules: ${err.problems.map(formatProblem).join('; ')}`, {
+        cause: err,
+      });
     case 'unknown_limiter':
     case 'unknown_rule':
       return new PolicyError('not_found', err.message, { cause: err });
@@ -58,7 +60,9 @@ export function rateLimitAdminRoutes(registry: RuleRegistry, bypassPublishers: r
       access: 'admin',
       async handle({ req, res, principal }) {
         const body = await readJsonBody(req, 1024 * 1024);
-        const published = await mapped(() => registry.publish(body, { allowSkip: mayPublishBypass(principal, bypassPublishers) }));
+        const published = await mapped(() =>
+          registry.publish(body, { allowSkip: mayPublishBypass(principal, bypassPublishers) }),
+        );
         sendJson(res, 200, { published });
       },
     },

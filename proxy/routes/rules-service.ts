@@ -30,7 +30,14 @@ function invalid(problems: Parameters<typeof formatProblem>[0][]): PolicyError {
   return new PolicyError('invalid_request', problems.map(formatProblem).join('; '));
 }
 
-const wire = (o: { service: string; limiter: string; subjectKind: string; subject: string; rules: unknown; updatedAt?: string | undefined }) => ({
+const wire = (o: {
+  service: string;
+  limiter: string;
+  subjectKind: string;
+  subject: string;
+  rules: unknown;
+  updatedAt?: string | undefined;
+}) => ({
   service: o.service,
   limiter: o.limiter,
   subject_kind: o.subjectKind,
@@ -39,7 +46,14 @@ const wire = (o: { service: string; limiter: string; subjectKind: string; subjec
   updated_at: o.updatedAt,
 });
 
-export function rulesServiceRoutes(deps: { store: OverrideStore; available: AvailableLimiters; ttlSeconds: number; token: string | undefined; lifecycle: Lifecycle; bypassPublishers?: readonly string[] }): Route[] {
+export function rulesServiceRoutes(deps: {
+  store: OverrideStore;
+  available: AvailableLimiters;
+  ttlSeconds: number;
+  token: string | undefined;
+  lifecycle: Lifecycle;
+  bypassPublishers?: readonly string[];
+}): Route[] {
   const { store, available, ttlSeconds, token, lifecycle } = deps;
   const bypassPublishers = deps.bypassPublishers ?? [];
   return [
@@ -50,7 +64,11 @@ export function rulesServiceRoutes(deps: { store: OverrideStore; available: Avai
       access: 'public',
       async handle({ req, res }) {
         if (token !== undefined && !tokenMatches(req.headers.authorization, token)) {
-          throw new PolicyError('unauthorized', 'This rules service requires its token (ARKVORY_RULES_SERVICE_TOKEN).', { headers: { 'www-authenticate': 'Bearer realm="arkvory-rules"' } });
+          throw new PolicyError(
+            'unauthorized',
+            'This rules service requires its token (ARKVORY_RULES_SERVICE_TOKEN).',
+            { headers: { 'www-authenticate': 'Bearer realm="arkvory-rules"' } },
+          );
         }
         const { query, problems } = validateRulesQuery(await readJsonBody(req), available);
         if (!query) throw invalid(problems);
@@ -77,14 +95,30 @@ export function rulesServiceRoutes(deps: { store: OverrideStore; available: Avai
       async handle({ req, res, params, principal }) {
         const body = await readJsonBody(req, 1024 * 1024);
         const extra = Object.keys(body).filter((k) => k !== 'rules');
-        if (extra.length) throw new PolicyError('invalid_request', `unknown field(s) ${extra.map((k) => `"${k}"`).join(', ')}; send { "rules": [...] }`);
+        if (extra.length)
+          throw new PolicyError(
+            'invalid_request',
+            `unknown field(s) ${extra.map((k) => `"${k}"`).join(', ')}; send { "rules": [...] }`,
+          );
         if (body.rules === undefined) throw new PolicyError('invalid_request', 'send { "rules": [...] }');
-        const { override, problems } = validateOverride({ service: params.service, limiter: params.limiter, subjectKind: params.kind, subject: params.subject, rules: body.rules }, available);
+        const { override, problems } = validateOverride(
+          {
+            service: params.service,
+            limiter: params.limiter,
+            subjectKind: params.kind,
+            subject: params.subject,
+            rules: body.rules,
+          },
+          available,
+        );
         if (!override) throw invalid(problems);
         // Spec 2.1: a bypass served to gateways is guarded like a published one.
         const bypasses = override.rules.filter((r) => r.action === 'skip').map((r) => `rule "${r.name}"`);
         if (bypasses.length && !mayPublishBypass(principal, bypassPublishers))
-          throw new PolicyError('forbidden', `Refused: ${bypasses.join(', ')} is a bypass (skip) rule; only the principals in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS may publish bypass rules.`);
+          throw new PolicyError(
+            'forbidden',
+            `Refused: ${bypasses.join(', ')} is a bypass (skip) rule; only the principals in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS may publish bypass rules.`,
+          );
         sendJson(res, 200, { override: wire(await store.put(override)) });
       },
     },
@@ -93,7 +127,10 @@ export function rulesServiceRoutes(deps: { store: OverrideStore; available: Avai
       template: ONE_OVERRIDE,
       access: 'admin',
       async handle({ res, params }) {
-        const { override, problems } = validateOverride({ service: params.service, limiter: params.limiter, subjectKind: params.kind, subject: params.subject }, available);
+        const { override, problems } = validateOverride(
+          { service: params.service, limiter: params.limiter, subjectKind: params.kind, subject: params.subject },
+          available,
+        );
         if (!override) throw invalid(problems);
         if (!(await store.remove(override))) throw new PolicyError('not_found', 'No such override.');
         res.writeHead(204).end();

@@ -19,7 +19,9 @@ export async function completeBackups(destination: string): Promise<string[]> {
     throw err;
   });
   return entries
-    .filter((e) => e.isDirectory() && BACKUP_NAME.test(e.name) && existsSync(path.join(destination, e.name, MANIFEST_FILE)))
+    .filter(
+      (e) => e.isDirectory() && BACKUP_NAME.test(e.name) && existsSync(path.join(destination, e.name, MANIFEST_FILE)),
+    )
     .map((e) => e.name)
     .sort()
     .map((name) => path.join(destination, name));

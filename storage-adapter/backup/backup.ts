@@ -13,7 +13,14 @@ import type { Store } from '../store.ts';
 import { backupName, completeBackups, pruneBackups, removeStalePartials } from './backup-dir.ts';
 import { putBlob, type BlobOutcome } from './blob-copy.ts';
 import { dumpDatabase } from './database-dump.ts';
-import { BACKUP_FORMAT, DATABASE_FILE, MANIFEST_FILE, RULE_DOCUMENTS_FILE, sealManifest, type BackupManifest } from './manifest.ts';
+import {
+  BACKUP_FORMAT,
+  DATABASE_FILE,
+  MANIFEST_FILE,
+  RULE_DOCUMENTS_FILE,
+  sealManifest,
+  type BackupManifest,
+} from './manifest.ts';
 
 export interface BackupOptions {
   readonly destination: string;
@@ -61,7 +68,10 @@ export async function runBackup(options: BackupOptions): Promise<BackupSummary> 
   const partial = path.join(destination, `${name}.${process.pid}.partial`);
   await mkdir(partial);
   // Hard links only within one filesystem; across, a blob is copied in one pass (read, hash, write).
-  const fsRoot = options.fsRoot !== undefined && (await stat(options.fsRoot)).dev === (await stat(partial)).dev ? options.fsRoot : undefined;
+  const fsRoot =
+    options.fsRoot !== undefined && (await stat(options.fsRoot)).dev === (await stat(partial)).dev
+      ? options.fsRoot
+      : undefined;
   try {
     const dump = await dumpDatabase(options.pool, path.join(partial, DATABASE_FILE), options.signal);
     let ruleDocuments: BackupManifest['ruleDocuments'] = null;
@@ -69,13 +79,25 @@ export async function runBackup(options: BackupOptions): Promise<BackupSummary> 
       const docs = await options.ruleDocuments();
       const text = `${JSON.stringify(docs, null, 2)}\n`;
       await writeFileDurably(path.join(partial, RULE_DOCUMENTS_FILE), text);
-      ruleDocuments = { file: RULE_DOCUMENTS_FILE, count: Object.keys(docs).length, bytes: Buffer.byteLength(text), sha256: createHash('sha256').update(text).digest('hex') };
+      ruleDocuments = {
+        file: RULE_DOCUMENTS_FILE,
+        count: Object.keys(docs).length,
+        bytes: Buffer.byteLength(text),
+        sha256: createHash('sha256').update(text).digest('hex'),
+      };
     }
     const outcomes: Record<BlobOutcome, number> = { reused: 0, linked: 0, copied: 0 };
     let bytes = 0;
     for (const [i, blob] of dump.blobs.entries()) {
       options.signal?.throwIfAborted();
-      outcomes[await putBlob(partial, blob, earlier, { store: options.store, fsRoot, meter: options.meter, signal: options.signal })]++;
+      outcomes[
+        await putBlob(partial, blob, earlier, {
+          store: options.store,
+          fsRoot,
+          meter: options.meter,
+          signal: options.signal,
+        })
+      ]++;
       bytes += blob.sizeBytes;
       options.onProgress?.(i + 1, dump.blobs.length, bytes);
     }

@@ -25,7 +25,11 @@ export interface BlobSource {
 const CHUNK = 1024 * 1024;
 
 /** Splits `chunk` to the meter's quantum and waits for each slice. */
-async function* paced(source: AsyncIterable<Buffer>, meter: ByteMeter | undefined, signal: AbortSignal | undefined): AsyncGenerator<Buffer> {
+async function* paced(
+  source: AsyncIterable<Buffer>,
+  meter: ByteMeter | undefined,
+  signal: AbortSignal | undefined,
+): AsyncGenerator<Buffer> {
   for await (const chunk of source) {
     signal?.throwIfAborted();
     if (!meter) {
@@ -76,29 +80,46 @@ async function tryLink(from: string, to: string): Promise<boolean> {
     return true;
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'EXDEV' || code === 'ENOENT' || code === 'EPERM' || code === 'EMLINK' || code === 'EROFS') return false;
+    if (code === 'EXDEV' || code === 'ENOENT' || code === 'EPERM' || code === 'EMLINK' || code === 'EROFS')
+      return false;
     if (code === 'EEXIST') return true;
     throw err;
   }
 }
 
-export async function putBlob(backupDir: string, blob: { sha256: string; sizeBytes: number }, earlierBackups: readonly string[], source: BlobSource): Promise<BlobOutcome> {
+export async function putBlob(
+  backupDir: string,
+  blob: { sha256: string; sizeBytes: number },
+  earlierBackups: readonly string[],
+  source: BlobSource,
+): Promise<BlobOutcome> {
   const relative = blobRelativePath(blob.sha256);
   const target = path.join(backupDir, relative);
   await mkdir(path.dirname(target), { recursive: true });
   // Content-addressed: the same name in an earlier complete backup holds the same bytes (checked when it was copied).
   for (const earlier of earlierBackups) {
     const candidate = path.join(earlier, relative);
-    const size = await stat(candidate).then((s) => s.size, () => -1);
+    const size = await stat(candidate).then(
+      (s) => s.size,
+      () => -1,
+    );
     if (size === blob.sizeBytes && (await tryLink(candidate, target))) return 'reused';
   }
   if (source.fsRoot !== undefined) {
     const original = path.join(source.fsRoot, relative);
     const seen = await hashStream(paced(fileChunks(original), source.meter, source.signal)).catch((err: unknown) => {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new BackupError('blob_missing', `blob ${blob.sha256} is referenced by the catalog but missing from ${source.fsRoot}`);
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT')
+        throw new BackupError(
+          'blob_missing',
+          `blob ${blob.sha256} is referenced by the catalog but missing from ${source.fsRoot}`,
+        );
       throw err;
     });
-    if (seen.sha256 !== blob.sha256) throw new BackupError('blob_corrupt', `blob ${blob.sha256} in ${source.fsRoot} hashes to ${seen.sha256}; run \`arkvory scrub\` to quarantine it`);
+    if (seen.sha256 !== blob.sha256)
+      throw new BackupError(
+        'blob_corrupt',
+        `blob ${blob.sha256} in ${source.fsRoot} hashes to ${seen.sha256}; run \`arkvory scrub\` to quarantine it`,
+      );
     if (await tryLink(original, target)) return 'linked';
   }
   const temp = `${target}.${process.pid}.tmp`;
@@ -109,7 +130,11 @@ export async function putBlob(backupDir: string, blob: { sha256: string; sizeByt
   const out = await open(temp, 'w', 0o644);
   try {
     reader = await source.store.openBlob(blob.sha256).catch((err: unknown) => {
-      if ((err as { code?: string }).code === 'not_found') throw new BackupError('blob_missing', `blob ${blob.sha256} is referenced by the catalog but missing from ${source.store.location}`);
+      if ((err as { code?: string }).code === 'not_found')
+        throw new BackupError(
+          'blob_missing',
+          `blob ${blob.sha256} is referenced by the catalog but missing from ${source.store.location}`,
+        );
       throw err;
     });
     const hash = createHash('sha256');
@@ -119,7 +144,11 @@ export async function putBlob(backupDir: string, blob: { sha256: string; sizeByt
     }
     await out.sync();
     const actual = hash.digest('hex');
-    if (actual !== blob.sha256) throw new BackupError('blob_corrupt', `blob ${blob.sha256} in ${source.store.location} hashes to ${actual}; run \`arkvory scrub\` to quarantine it`);
+    if (actual !== blob.sha256)
+      throw new BackupError(
+        'blob_corrupt',
+        `blob ${blob.sha256} in ${source.store.location} hashes to ${actual}; run \`arkvory scrub\` to quarantine it`,
+      );
     await out.close();
     await rename(temp, target);
     return 'copied';

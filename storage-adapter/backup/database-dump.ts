@@ -36,7 +36,10 @@ export async function arkvoryTables(client: pg.ClientBase): Promise<string[]> {
        JOIN pg_class cl ON cl.oid = k.conrelid JOIN pg_class pl ON pl.oid = k.confrelid
       WHERE k.contype = 'f' AND k.connamespace = current_schema()::regnamespace`,
   );
-  return tablesInDependencyOrder(rows.map((r) => r.name), refs.rows);
+  return tablesInDependencyOrder(
+    rows.map((r) => r.name),
+    refs.rows,
+  );
 }
 
 const quoteIdent = (name: string) => `"${name.replaceAll('"', '""')}"`;
@@ -56,12 +59,16 @@ export async function dumpDatabase(pool: pg.Pool, file: string, signal?: AbortSi
   try {
     await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
     // The first query fixes the snapshot; now() is that transaction's start.
-    const head = await client.query<{ t: string; v: number | null }>(`SELECT to_json(now())#>>'{}' AS t, (SELECT max(version) FROM ${MIGRATIONS_TABLE}) AS v`);
+    const head = await client.query<{ t: string; v: number | null }>(
+      `SELECT to_json(now())#>>'{}' AS t, (SELECT max(version) FROM ${MIGRATIONS_TABLE}) AS v`,
+    );
     const storage = await client.query<{ id: string }>('SELECT id::text AS id FROM arkvory_storage');
     const tables: TableEntry[] = [];
     for (const table of await arkvoryTables(client)) {
       signal?.throwIfAborted();
-      await client.query(`DECLARE dump NO SCROLL CURSOR FOR SELECT to_jsonb(t)::text AS row FROM ${quoteIdent(table)} t`);
+      await client.query(
+        `DECLARE dump NO SCROLL CURSOR FOR SELECT to_jsonb(t)::text AS row FROM ${quoteIdent(table)} t`,
+      );
       let rows = 0;
       for (;;) {
         const batch = await client.query<{ row: string }>(`FETCH ${FETCH_ROWS} FROM dump`);
@@ -72,7 +79,9 @@ export async function dumpDatabase(pool: pg.Pool, file: string, signal?: AbortSi
       await client.query('CLOSE dump');
       tables.push({ name: table, rows, restored: !RECORD_ONLY_TABLES.has(table) });
     }
-    const blobs = await client.query<{ sha256: string; size: string }>('SELECT sha256, max(size_bytes)::text AS size FROM arkvory_artifacts GROUP BY sha256 ORDER BY sha256');
+    const blobs = await client.query<{ sha256: string; size: string }>(
+      'SELECT sha256, max(size_bytes)::text AS size FROM arkvory_artifacts GROUP BY sha256 ORDER BY sha256',
+    );
     await client.query('COMMIT');
     await out.sync();
     return {

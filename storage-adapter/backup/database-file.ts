@@ -17,7 +17,8 @@ export async function* dumpLines(file: string): AsyncGenerator<DumpLine> {
     n++;
     if (line === '') continue;
     const parsed = JSON.parse(line) as Partial<DumpLine>;
-    if (typeof parsed.table !== 'string' || parsed.row === null || typeof parsed.row !== 'object') throw new BackupError('backup_invalid', `${file} line ${n} is not a table row`);
+    if (typeof parsed.table !== 'string' || parsed.row === null || typeof parsed.row !== 'object')
+      throw new BackupError('backup_invalid', `${file} line ${n} is not a table row`);
     yield parsed as DumpLine;
   }
 }
@@ -28,7 +29,10 @@ export async function checkDatabaseFile(file: string, manifest: SealedManifest):
     throw new BackupError('backup_invalid', `${file} cannot be read: ${(err as Error).message}`);
   });
   if (seen.sha256 !== manifest.database.sha256 || seen.bytes !== manifest.database.bytes) {
-    throw new BackupError('backup_invalid', `${file} does not match the manifest (sha256 ${seen.sha256}, ${seen.bytes} bytes; expected ${manifest.database.sha256}, ${manifest.database.bytes} bytes)`);
+    throw new BackupError(
+      'backup_invalid',
+      `${file} does not match the manifest (sha256 ${seen.sha256}, ${seen.bytes} bytes; expected ${manifest.database.sha256}, ${manifest.database.bytes} bytes)`,
+    );
   }
 }
 
@@ -38,5 +42,7 @@ export async function referencedBlobs(file: string): Promise<Array<{ sha256: str
   for await (const { table, row } of dumpLines(file)) {
     if (table === 'arkvory_artifacts') blobs.set(String(row.sha256), Number(row.size_bytes));
   }
-  return [...blobs].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([sha256, sizeBytes]) => ({ sha256, sizeBytes }));
+  return [...blobs]
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+    .map(([sha256, sizeBytes]) => ({ sha256, sizeBytes }));
 }

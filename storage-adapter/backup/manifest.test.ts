@@ -9,7 +9,10 @@ const manifest: BackupManifest = {
   storageId: '6f1c1b1e-1111-4222-8333-944444444444',
   store: { kind: 'fs', location: '/srv/arkvory' },
   schemaVersion: 7,
-  tables: [{ name: 'arkvory_principals', rows: 2, restored: true }, { name: 'arkvory_gateway_leases', rows: 1, restored: false }],
+  tables: [
+    { name: 'arkvory_principals', rows: 2, restored: true },
+    { name: 'arkvory_gateway_leases', rows: 1, restored: false },
+  ],
   database: { file: 'database.jsonl', bytes: 1234, sha256: 'a'.repeat(64) },
   blobs: { count: 3, bytes: 300 },
   ruleDocuments: null,
@@ -27,11 +30,17 @@ describe('backup manifest', () => {
 
   it('refuses a changed field, a cut text, another format and a missing field', () => {
     const text = sealManifest(manifest);
-    expect(() => openManifest(text.replace('"rows": 2', '"rows": 3'), 'm.json')).toThrow(/does not match its own sha256/);
+    expect(() => openManifest(text.replace('"rows": 2', '"rows": 3'), 'm.json')).toThrow(
+      /does not match its own sha256/,
+    );
     expect(() => openManifest(text.slice(0, text.length - 20), 'm.json')).toThrow(/is not JSON/);
-    expect(() => openManifest(sealManifest({ ...manifest, format: 'other/1' as typeof BACKUP_FORMAT }), 'm.json')).toThrow(/not an Arkvory backup manifest/);
+    expect(() =>
+      openManifest(sealManifest({ ...manifest, format: 'other/1' as typeof BACKUP_FORMAT }), 'm.json'),
+    ).toThrow(/not an Arkvory backup manifest/);
     const { blobs: _blobs, ...withoutBlobs } = manifest;
-    expect(() => openManifest(sealManifest(withoutBlobs as BackupManifest), 'm.json')).toThrow(/lacks a required field/);
+    expect(() => openManifest(sealManifest(withoutBlobs as BackupManifest), 'm.json')).toThrow(
+      /lacks a required field/,
+    );
     let caught: unknown;
     try {
       openManifest('{}', 'm.json');
@@ -45,7 +54,14 @@ describe('backup manifest', () => {
 describe('tablesInDependencyOrder', () => {
   it('puts every table after the tables it references, ties by name', () => {
     const order = tablesInDependencyOrder(
-      ['arkvory_grants', 'arkvory_artifacts', 'arkvory_repositories', 'arkvory_principals', 'arkvory_auth_epoch', 'arkvory_api_keys'],
+      [
+        'arkvory_grants',
+        'arkvory_artifacts',
+        'arkvory_repositories',
+        'arkvory_principals',
+        'arkvory_auth_epoch',
+        'arkvory_api_keys',
+      ],
       [
         { child: 'arkvory_grants', parent: 'arkvory_principals' },
         { child: 'arkvory_grants', parent: 'arkvory_repositories' },
@@ -53,11 +69,27 @@ describe('tablesInDependencyOrder', () => {
         { child: 'arkvory_artifacts', parent: 'arkvory_repositories' },
       ],
     );
-    expect(order).toEqual(['arkvory_auth_epoch', 'arkvory_principals', 'arkvory_api_keys', 'arkvory_repositories', 'arkvory_artifacts', 'arkvory_grants']);
+    expect(order).toEqual([
+      'arkvory_auth_epoch',
+      'arkvory_principals',
+      'arkvory_api_keys',
+      'arkvory_repositories',
+      'arkvory_artifacts',
+      'arkvory_grants',
+    ]);
   });
 
   it('ignores self-references and still orders a cycle completely', () => {
     expect(tablesInDependencyOrder(['b', 'a'], [{ child: 'a', parent: 'a' }])).toEqual(['a', 'b']);
-    expect(tablesInDependencyOrder(['a', 'b', 'c'], [{ child: 'a', parent: 'b' }, { child: 'b', parent: 'a' }, { child: 'c', parent: 'a' }]).sort()).toEqual(['a', 'b', 'c']);
+    expect(
+      tablesInDependencyOrder(
+        ['a', 'b', 'c'],
+        [
+          { child: 'a', parent: 'b' },
+          { child: 'b', parent: 'a' },
+          { child: 'c', parent: 'a' },
+        ],
+      ).sort(),
+    ).toEqual(['a', 'b', 'c']);
   });
 });

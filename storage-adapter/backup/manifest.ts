@@ -33,7 +33,12 @@ export interface BackupManifest {
   readonly database: { readonly file: typeof DATABASE_FILE; readonly bytes: number; readonly sha256: string };
   readonly blobs: { readonly count: number; readonly bytes: number };
   /** Rate-limit rule documents kept outside the database (Redis), read right after the snapshot; null when none. */
-  readonly ruleDocuments: { readonly file: typeof RULE_DOCUMENTS_FILE; readonly count: number; readonly bytes: number; readonly sha256: string } | null;
+  readonly ruleDocuments: {
+    readonly file: typeof RULE_DOCUMENTS_FILE;
+    readonly count: number;
+    readonly bytes: number;
+    readonly sha256: string;
+  } | null;
 }
 
 export interface SealedManifest extends BackupManifest {
@@ -60,7 +65,10 @@ export function openManifest(text: string, where: string): SealedManifest {
     throw new BackupError('backup_invalid', `${where} is not JSON`);
   }
   if (parsed === null || typeof parsed !== 'object' || parsed.format !== BACKUP_FORMAT) {
-    throw new BackupError('backup_invalid', `${where} is not an Arkvory backup manifest (format ${JSON.stringify((parsed as { format?: unknown } | null)?.format)}, expected ${BACKUP_FORMAT})`);
+    throw new BackupError(
+      'backup_invalid',
+      `${where} is not an Arkvory backup manifest (format ${JSON.stringify((parsed as { format?: unknown } | null)?.format)}, expected ${BACKUP_FORMAT})`,
+    );
   }
   const { sha256, ...fields } = parsed;
   if (typeof sha256 !== 'string' || digest(render(fields)) !== sha256) {
@@ -72,10 +80,17 @@ export function openManifest(text: string, where: string): SealedManifest {
     typeof m.storageId === 'string' &&
     Number.isInteger(m.schemaVersion) &&
     Array.isArray(m.tables) &&
-    m.tables.every((t) => typeof t.name === 'string' && /^arkvory_[a-z0-9_]+$/.test(t.name) && Number.isInteger(t.rows) && typeof t.restored === 'boolean') &&
+    m.tables.every(
+      (t) =>
+        typeof t.name === 'string' &&
+        /^arkvory_[a-z0-9_]+$/.test(t.name) &&
+        Number.isInteger(t.rows) &&
+        typeof t.restored === 'boolean',
+    ) &&
     typeof m.database?.sha256 === 'string' &&
     Number.isInteger(m.blobs?.count) &&
-    (m.ruleDocuments === null || (typeof m.ruleDocuments?.sha256 === 'string' && Number.isInteger(m.ruleDocuments.count)));
+    (m.ruleDocuments === null ||
+      (typeof m.ruleDocuments?.sha256 === 'string' && Number.isInteger(m.ruleDocuments.count)));
   if (!ok) throw new BackupError('backup_invalid', `${where} lacks a required field`);
   return m;
 }

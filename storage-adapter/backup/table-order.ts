@@ -4,7 +4,10 @@
  * Every table after the tables it references (ties by name, so the order is stable); a reference
  * cycle or a self-reference does not block: such edges are ignored for ordering.
  */
-export function tablesInDependencyOrder(tables: readonly string[], references: ReadonlyArray<{ child: string; parent: string }>): string[] {
+export function tablesInDependencyOrder(
+  tables: readonly string[],
+  references: ReadonlyArray<{ child: string; parent: string }>,
+): string[] {
   const known = new Set(tables);
   const parents = new Map<string, Set<string>>(tables.map((t) => [t, new Set<string>()]));
   for (const { child, parent } of references) {

@@ -22,7 +22,11 @@ export interface VerifyReport {
 export async function openBackup(dir: string): Promise<SealedManifest> {
   const file = path.join(dir, MANIFEST_FILE);
   const text = await readFile(file, 'utf8').catch((err: NodeJS.ErrnoException) => {
-    if (err.code === 'ENOENT') throw new BackupError('backup_invalid', `${dir} has no ${MANIFEST_FILE}: it is not a complete backup (an interrupted backup never gets one)`);
+    if (err.code === 'ENOENT')
+      throw new BackupError(
+        'backup_invalid',
+        `${dir} has no ${MANIFEST_FILE}: it is not a complete backup (an interrupted backup never gets one)`,
+      );
     throw err;
   });
   const manifest = openManifest(text, file);
@@ -36,14 +40,26 @@ export async function readRuleDocuments(dir: string, manifest: SealedManifest): 
   if (!manifest.ruleDocuments) return {};
   const file = path.join(dir, RULE_DOCUMENTS_FILE);
   const text = await readFile(file, 'utf8').catch(() => '');
-  if (createHash('sha256').update(text).digest('hex') !== manifest.ruleDocuments.sha256) throw new BackupError('backup_invalid', `${file} is missing or does not match the manifest`);
+  if (createHash('sha256').update(text).digest('hex') !== manifest.ruleDocuments.sha256)
+    throw new BackupError('backup_invalid', `${file} is missing or does not match the manifest`);
   return JSON.parse(text) as Record<string, unknown>;
 }
 
-export async function verifyBackup(dir: string, onProgress?: (done: number, total: number, bytes: number) => void): Promise<VerifyReport> {
+export async function verifyBackup(
+  dir: string,
+  onProgress?: (done: number, total: number, bytes: number) => void,
+): Promise<VerifyReport> {
   const manifest = await openBackup(dir);
   const blobs = await referencedBlobs(path.join(dir, DATABASE_FILE));
-  const report: VerifyReport = { backup: dir, snapshotTime: manifest.snapshotTime, checked: 0, bytes: 0, missing: [], corrupt: [], ok: false };
+  const report: VerifyReport = {
+    backup: dir,
+    snapshotTime: manifest.snapshotTime,
+    checked: 0,
+    bytes: 0,
+    missing: [],
+    corrupt: [],
+    ok: false,
+  };
   for (const blob of blobs) {
     try {
       const seen = await hashStream(fileChunks(path.join(dir, blobRelativePath(blob.sha256))));
@@ -56,7 +72,11 @@ export async function verifyBackup(dir: string, onProgress?: (done: number, tota
     report.checked++;
     onProgress?.(report.checked, blobs.length, report.bytes);
   }
-  if (blobs.length !== manifest.blobs.count) throw new BackupError('backup_invalid', `the database file references ${blobs.length} blobs but the manifest lists ${manifest.blobs.count}`);
+  if (blobs.length !== manifest.blobs.count)
+    throw new BackupError(
+      'backup_invalid',
+      `the database file references ${blobs.length} blobs but the manifest lists ${manifest.blobs.count}`,
+    );
   report.ok = report.missing.length === 0 && report.corrupt.length === 0;
   return report;
 }

@@ -35,7 +35,13 @@ function counting(inner: Catalog): Catalog & { gets: number } {
 const key = (name: string): ArtifactKey => ({ repository: 'cc', kind: 'artifact', name, version: '', asset: '' });
 
 async function publish(catalog: Catalog, name: string): Promise<void> {
-  await catalog.insertOrGet({ ...key(name), sha256: SHA, sizeBytes: 3, contentType: 'application/octet-stream', publishedBy: null });
+  await catalog.insertOrGet({
+    ...key(name),
+    sha256: SHA,
+    sizeBytes: 3,
+    contentType: 'application/octet-stream',
+    publishedBy: null,
+  });
 }
 
 async function until(condition: () => boolean, what: string): Promise<void> {
@@ -47,13 +53,23 @@ describe('cached catalog (real PostgreSQL)', () => {
   const watchers: EpochWatcher[] = [];
   const open = async (options: { listen?: boolean; maxEntries?: number; maxBytes?: number; pool?: pg.Pool } = {}) => {
     const clock = new Clock();
-    const watcher = new EpochWatcher({ pool: db.pool, databaseUrl: db.url, table: 'arkvory_catalog_epoch', channel: 'arkvory_catalog', clock, log });
+    const watcher = new EpochWatcher({
+      pool: db.pool,
+      databaseUrl: db.url,
+      table: 'arkvory_catalog_epoch',
+      channel: 'arkvory_catalog',
+      clock,
+      log,
+    });
     watchers.push(watcher);
     // Without LISTEN the test drives the polls itself.
     if (options.listen) await watcher.start();
     else await watcher.poll();
     const inner = counting(createCatalog(options.pool ?? db.pool));
-    const catalog = createCachedCatalog(inner, watcher, { maxEntries: options.maxEntries ?? 1000, maxBytes: options.maxBytes ?? 1 << 20 });
+    const catalog = createCachedCatalog(inner, watcher, {
+      maxEntries: options.maxEntries ?? 1000,
+      maxBytes: options.maxBytes ?? 1 << 20,
+    });
     return { clock, watcher, inner, catalog };
   };
 
@@ -90,7 +106,9 @@ describe('cached catalog (real PostgreSQL)', () => {
     const other = new pg.Client({ connectionString: db.url });
     await other.connect();
     try {
-      expect((await other.query(`DELETE FROM arkvory_artifacts WHERE repository = 'cc' AND name = 'doomed'`)).rowCount).toBe(1);
+      expect(
+        (await other.query(`DELETE FROM arkvory_artifacts WHERE repository = 'cc' AND name = 'doomed'`)).rowCount,
+      ).toBe(1);
     } finally {
       await other.end();
     }

@@ -22,7 +22,17 @@ export interface CacheValidity {
 
 /** Rough heap cost of one cached row: its strings (UTF-16) plus object and map overhead. */
 export function entryBytes(entry: CatalogEntry): number {
-  return 2 * (entry.repository.length + entry.name.length + entry.version.length + entry.asset.length + entry.sha256.length + entry.contentType.length + (entry.publishedBy?.length ?? 0)) + 256;
+  return (
+    2 *
+      (entry.repository.length +
+        entry.name.length +
+        entry.version.length +
+        entry.asset.length +
+        entry.sha256.length +
+        entry.contentType.length +
+        (entry.publishedBy?.length ?? 0)) +
+    256
+  );
 }
 
 export function keyString(key: ArtifactKey): string {

@@ -39,7 +39,8 @@ export class EpochWatcher {
   #pollWarned = false;
 
   constructor(options: EpochWatcherOptions) {
-    if (!/^[a-z_][a-z0-9_]*$/.test(options.table) || !/^[a-z_][a-z0-9_]*$/.test(options.channel)) throw new Error('epoch table and channel must be plain identifiers');
+    if (!/^[a-z_][a-z0-9_]*$/.test(options.table) || !/^[a-z_][a-z0-9_]*$/.test(options.channel))
+      throw new Error('epoch table and channel must be plain identifiers');
     this.#options = options;
   }
 
@@ -87,24 +88,36 @@ export class EpochWatcher {
   /** One poll now (also run by the timer). */
   async poll(): Promise<void> {
     try {
-      const r = await this.#options.pool.query<{ epoch: string }>(`SELECT epoch::text AS epoch FROM ${this.#options.table}`);
+      const r = await this.#options.pool.query<{ epoch: string }>(
+        `SELECT epoch::text AS epoch FROM ${this.#options.table}`,
+      );
       const epoch = r.rows[0]?.epoch;
       if (epoch !== this.#epoch) {
         this.#invalidate();
         this.#epoch = epoch;
       }
       this.#checkedAtMs = this.#options.clock.monotonicMs();
-      if (this.#pollWarned) this.#options.log.info({ table: this.#options.table }, 'epoch poll works again; cache trusted');
+      if (this.#pollWarned)
+        this.#options.log.info({ table: this.#options.table }, 'epoch poll works again; cache trusted');
       this.#pollWarned = false;
     } catch (err) {
-      if (!this.#pollWarned) this.#options.log.warn({ table: this.#options.table, err: { message: (err as Error).message } }, 'epoch poll failed; cache not trusted');
+      if (!this.#pollWarned)
+        this.#options.log.warn(
+          { table: this.#options.table, err: { message: (err as Error).message } },
+          'epoch poll failed; cache not trusted',
+        );
       this.#pollWarned = true;
     }
   }
 
   async #listen(): Promise<void> {
     if (this.#stopped) return;
-    const client = new pg.Client({ connectionString: this.#options.databaseUrl, application_name: `arkvory-${this.#options.channel}-listen`, keepAlive: true, connectionTimeoutMillis: 5000 });
+    const client = new pg.Client({
+      connectionString: this.#options.databaseUrl,
+      application_name: `arkvory-${this.#options.channel}-listen`,
+      keepAlive: true,
+      connectionTimeoutMillis: 5000,
+    });
     const retry = () => {
       if (this.#listener !== client) return;
       this.#listener = undefined;
@@ -125,7 +138,10 @@ export class EpochWatcher {
       // Anything changed while we were not listening must not survive in the cache.
       this.#invalidate();
     } catch (err) {
-      this.#options.log.warn({ channel: this.#options.channel, err: { message: (err as Error).message } }, 'LISTEN failed; relying on polling');
+      this.#options.log.warn(
+        { channel: this.#options.channel, err: { message: (err as Error).message } },
+        'LISTEN failed; relying on polling',
+      );
       retry();
     }
   }

@@ -50,10 +50,13 @@ export class OpenFileCache {
 
   constructor(options: OpenFileCacheOptions) {
     this.#options = options;
-    this.#slots = new BoundedLru<string, Slot>({ maxEntries: options.maxEntries, maxBytes: Number.POSITIVE_INFINITY }, (_key, slot) => {
-      slot.evicted = true;
-      if (slot.refs === 0) this.#close(slot);
-    });
+    this.#slots = new BoundedLru<string, Slot>(
+      { maxEntries: options.maxEntries, maxBytes: Number.POSITIVE_INFINITY },
+      (_key, slot) => {
+        slot.evicted = true;
+        if (slot.refs === 0) this.#close(slot);
+      },
+    );
   }
 
   /** Starts the idle sweep (every half idle period, at least once a second). */
@@ -88,7 +91,13 @@ export class OpenFileCache {
     let pending = this.#opening.get(key);
     if (pending) return pending;
     pending = open().then((file) => {
-      const fresh: Slot = { file, refs: 0, lastUsedMs: this.#options.clock.monotonicMs(), evicted: false, closed: false };
+      const fresh: Slot = {
+        file,
+        refs: 0,
+        lastUsedMs: this.#options.clock.monotonicMs(),
+        evicted: false,
+        closed: false,
+      };
       // With maxEntries 0 the table refuses it: the slot then lives for its readers only.
       if (!this.#slots.set(key, fresh, file.sizeBytes)) fresh.evicted = true;
       return fresh;
@@ -116,7 +125,13 @@ export class OpenFileCache {
   }
 
   stats(): CacheStats {
-    return { cache: 'open_file', hits: this.#hits, misses: this.#misses, entries: this.#slots.size, bytes: this.#slots.bytes };
+    return {
+      cache: 'open_file',
+      hits: this.#hits,
+      misses: this.#misses,
+      entries: this.#slots.size,
+      bytes: this.#slots.bytes,
+    };
   }
 
   /** Closes every descriptor not in use and stops the sweep; held ones close on release. */

@@ -50,7 +50,13 @@ export class SmallBlobCache {
   }
 
   stats(): CacheStats {
-    return { cache: 'blob', hits: this.#hits, misses: this.#misses, entries: this.#blobs.size, bytes: this.#blobs.bytes };
+    return {
+      cache: 'blob',
+      hits: this.#hits,
+      misses: this.#misses,
+      entries: this.#blobs.size,
+      bytes: this.#blobs.bytes,
+    };
   }
 }
 
@@ -83,7 +89,8 @@ async function readWhole(reader: BlobReader, sha256: string): Promise<Buffer> {
       position += bytesRead;
     }
     const actual = createHash('sha256').update(bytes).digest('hex');
-    if (actual !== sha256) throw new Error(`blob ${sha256} is damaged (its bytes hash to ${actual}); run arkvory scrub`);
+    if (actual !== sha256)
+      throw new Error(`blob ${sha256} is damaged (its bytes hash to ${actual}); run arkvory scrub`);
     return bytes;
   } finally {
     await reader.close();
@@ -101,7 +108,8 @@ export function withSmallBlobCache(inner: Store, cache: SmallBlobCache): Store {
       const pending = filling.get(sha256);
       if (pending) return bufferReader(await pending);
       const reader = await inner.openBlob(sha256, ranges);
-      if (reader.sizeBytes > cache.maxObjectBytes || (inner.kind !== 'fs' && !wantsWholeBlob(ranges, reader.sizeBytes))) return reader;
+      if (reader.sizeBytes > cache.maxObjectBytes || (inner.kind !== 'fs' && !wantsWholeBlob(ranges, reader.sizeBytes)))
+        return reader;
       const fill = readWhole(reader, sha256).finally(() => filling.delete(sha256));
       filling.set(sha256, fill);
       const bytes = await fill;

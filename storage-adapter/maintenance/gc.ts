@@ -22,14 +22,28 @@ export interface GcReport {
 }
 
 /** `root` is a filesystem store root or any store's tree. */
-export async function collectGarbage(root: string | StoreTree, pool: pg.Pool, options: { dryRun: boolean; onProgress?: (seen: number) => void }): Promise<GcReport> {
+export async function collectGarbage(
+  root: string | StoreTree,
+  pool: pg.Pool,
+  options: { dryRun: boolean; onProgress?: (seen: number) => void },
+): Promise<GcReport> {
   const tree = typeof root === 'string' ? createFsTree(root) : root;
-  const report: GcReport = { dryRun: options.dryRun, keptBlobs: 0, orphanBlobs: [], staleTmp: [], staleUploads: [], incompleteUploads: [], bytesFreed: 0 };
+  const report: GcReport = {
+    dryRun: options.dryRun,
+    keptBlobs: 0,
+    orphanBlobs: [],
+    staleTmp: [],
+    staleUploads: [],
+    incompleteUploads: [],
+    bytesFreed: 0,
+  };
   const remove = async (target: string, sizeBytes: number) => {
     report.bytesFreed += sizeBytes;
     if (!options.dryRun) await tree.remove(target);
   };
-  const referenced = new Set((await pool.query<{ sha256: string }>('SELECT DISTINCT sha256 FROM arkvory_artifacts')).rows.map((r) => r.sha256));
+  const referenced = new Set(
+    (await pool.query<{ sha256: string }>('SELECT DISTINCT sha256 FROM arkvory_artifacts')).rows.map((r) => r.sha256),
+  );
   let seen = 0;
   for await (const blob of walkBlobs(tree)) {
     seen++;
@@ -59,7 +73,10 @@ export async function collectGarbage(root: string | StoreTree, pool: pg.Pool, op
     const files = session.isDirectory ? await tree.list(dir) : [];
     if (!liveSessions.has(session.name)) {
       report.staleUploads.push(session.name);
-      await remove(dir, files.reduce((n, f) => n + f.sizeBytes, session.sizeBytes));
+      await remove(
+        dir,
+        files.reduce((n, f) => n + f.sizeBytes, session.sizeBytes),
+      );
       continue;
     }
     for (const file of files) {

@@ -15,7 +15,10 @@ export interface ScrubReport {
 }
 
 /** `root` is a filesystem store root or any store's tree. */
-export async function scrubBlobs(root: string | StoreTree, options: { onProgress?: (checked: number, bytes: number) => void; nowMs?: () => number } = {}): Promise<ScrubReport> {
+export async function scrubBlobs(
+  root: string | StoreTree,
+  options: { onProgress?: (checked: number, bytes: number) => void; nowMs?: () => number } = {},
+): Promise<ScrubReport> {
   const tree = typeof root === 'string' ? createFsTree(root) : root;
   const report: ScrubReport = { checked: 0, bytes: 0, corrupt: [] };
   for await (const blob of walkBlobs(tree)) {

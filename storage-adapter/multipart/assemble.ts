@@ -19,7 +19,13 @@ export interface Job {
   attempts: number;
 }
 
-async function* readParts(store: PartStore, sessionId: string, parts: readonly ReceivedPart[], files: ReadonlyMap<number, string>, signal: AbortSignal | undefined): AsyncGenerator<Buffer> {
+async function* readParts(
+  store: PartStore,
+  sessionId: string,
+  parts: readonly ReceivedPart[],
+  files: ReadonlyMap<number, string>,
+  signal: AbortSignal | undefined,
+): AsyncGenerator<Buffer> {
   for (const part of parts) {
     const file = files.get(part.partNumber);
     if (!file) throw new StorageError('part_missing', `part ${part.partNumber} is no longer recorded`);
@@ -37,20 +43,38 @@ async function* readParts(store: PartStore, sessionId: string, parts: readonly R
 }
 
 /** Assembles and publishes; resolves with the catalog entry, throws a StorageError to fail the job. */
-export async function assembleJob(deps: { pool: pg.Pool; store: Store; catalog: Catalog }, job: Job, signal?: AbortSignal): Promise<CatalogEntry> {
+export async function assembleJob(
+  deps: { pool: pg.Pool; store: Store; catalog: Catalog },
+  job: Job,
+  signal?: AbortSignal,
+): Promise<CatalogEntry> {
   const s = await deps.pool.query('SELECT * FROM arkvory_upload_sessions WHERE id = $1', [job.sessionId]);
   const row = s.rows[0];
   if (!row) throw new StorageError('not_found', 'the upload session is gone');
-  const files = await deps.pool.query<{ part_number: number; file_name: string }>('SELECT part_number, file_name FROM arkvory_upload_parts WHERE session_id = $1', [job.sessionId]);
+  const files = await deps.pool.query<{ part_number: number; file_name: string }>(
+    'SELECT part_number, file_name FROM arkvory_upload_parts WHERE session_id = $1',
+    [job.sessionId],
+  );
   const total = job.parts.reduce((sum, p) => sum + p.sizeBytes, 0);
   const result = await publishArtifact(
     { store: deps.store, catalog: deps.catalog },
     {
       key: { repository: row.repository, kind: row.kind, name: row.name, version: row.version, asset: row.asset },
-      body: readParts(deps.store.parts, job.sessionId, job.parts, new Map(files.rows.map((f) => [f.part_number, f.file_name])), signal),
+      body: readParts(
+        deps.store.parts,
+        job.sessionId,
+        job.parts,
+        new Map(files.rows.map((f) => [f.part_number, f.file_name])),
+        signal,
+      ),
       contentType: row.content_type,
       publishedBy: row.principal_id,
-      stage: { maxBytes: Number.MAX_SAFE_INTEGER, expectedLength: total, expectedSha256: row.expected_sha256 ?? undefined, signal },
+      stage: {
+        maxBytes: Number.MAX_SAFE_INTEGER,
+        expectedLength: total,
+        expectedSha256: row.expected_sha256 ?? undefined,
+        signal,
+      },
     },
   );
   return result.entry;

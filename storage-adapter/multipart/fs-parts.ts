@@ -32,7 +32,11 @@ export function createFsPartStore(root: string): PartStore {
       }
     },
     async *read(sessionId, fileName, signal) {
-      for await (const chunk of createReadStream(path.join(sessionDir(root, sessionId), fileName), { highWaterMark: 1024 * 1024, signal })) yield chunk as Buffer;
+      for await (const chunk of createReadStream(path.join(sessionDir(root, sessionId), fileName), {
+        highWaterMark: 1024 * 1024,
+        signal,
+      }))
+        yield chunk as Buffer;
     },
     async remove(sessionId, fileName) {
       await rm(path.join(sessionDir(root, sessionId), fileName), { force: true });

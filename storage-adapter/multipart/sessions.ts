@@ -43,7 +43,13 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 function toSession(row: Record<string, unknown>, parts: ReceivedPart[]): UploadSession {
   return {
     id: row.id as string,
-    key: { repository: row.repository as string, kind: row.kind as ArtifactKey['kind'], name: row.name as string, version: row.version as string, asset: row.asset as string },
+    key: {
+      repository: row.repository as string,
+      kind: row.kind as ArtifactKey['kind'],
+      name: row.name as string,
+      version: row.version as string,
+      asset: row.asset as string,
+    },
     contentType: row.content_type as string,
     expectedSize: row.expected_size === null ? null : Number(row.expected_size),
     expectedSha256: (row.expected_sha256 as string | null) ?? null,
@@ -70,12 +76,27 @@ export class UploadSessions {
     this.#ttlSeconds = options.ttlSeconds;
   }
 
-  async create(key: ArtifactKey, options: { contentType: string; expectedSize?: number; expectedSha256?: string; principalId: string | null }): Promise<UploadSession> {
+  async create(
+    key: ArtifactKey,
+    options: { contentType: string; expectedSize?: number; expectedSha256?: string; principalId: string | null },
+  ): Promise<UploadSession> {
     const id = randomUUID();
     const r = await this.#pool.query(
       `INSERT INTO arkvory_upload_sessions (id, repository, kind, name, version, asset, content_type, expected_size, expected_sha256, principal_id, expires_at)
        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now() + make_interval(secs => $11)) RETURNING *`,
-      [id, key.repository, key.kind, key.name, key.version, key.asset, options.contentType, options.expectedSize ?? null, options.expectedSha256 ?? null, options.principalId, this.#ttlSeconds],
+      [
+        id,
+        key.repository,
+        key.kind,
+        key.name,
+        key.version,
+        key.asset,
+        options.contentType,
+        options.expectedSize ?? null,
+        options.expectedSha256 ?? null,
+        options.principalId,
+        this.#ttlSeconds,
+      ],
     );
     return toSession(r.rows[0], []);
   }
@@ -83,9 +104,15 @@ export class UploadSessions {
   /** The session in `scope`, or `not_found` (also for another repository's or another principal's session). */
   async get(scope: SessionScope, id: string): Promise<UploadSession> {
     if (!UUID.test(id)) throw new StorageError('not_found', 'No such upload.');
-    const r = await this.#pool.query('SELECT * FROM arkvory_upload_sessions WHERE id = $1 AND repository = $2 AND principal_id IS NOT DISTINCT FROM $3', [id, scope.repository, scope.principalId]);
+    const r = await this.#pool.query(
+      'SELECT * FROM arkvory_upload_sessions WHERE id = $1 AND repository = $2 AND principal_id IS NOT DISTINCT FROM $3',
+      [id, scope.repository, scope.principalId],
+    );
     if (!r.rows[0]) throw new StorageError('not_found', 'No such upload.');
-    const parts = await this.#pool.query<{ part_number: number; size_bytes: string; sha256: string }>('SELECT part_number, size_bytes, sha256 FROM arkvory_upload_parts WHERE session_id = $1 ORDER BY part_number', [id]);
+    const parts = await this.#pool.query<{ part_number: number; size_bytes: string; sha256: string }>(
+      'SELECT part_number, size_bytes, sha256 FROM arkvory_upload_parts WHERE session_id = $1 ORDER BY part_number',
+      [id],
+    );
     return toSession(
       r.rows[0],
       parts.rows.map((p) => ({ partNumber: p.part_number, sizeBytes: Number(p.size_bytes), sha256: p.sha256 })),
@@ -95,15 +122,24 @@ export class UploadSessions {
   /** An open, unexpired session, or the error that says why not. */
   async #open(scope: SessionScope, id: string): Promise<UploadSession> {
     const session = await this.get(scope, id);
-    if (session.state === 'open' && Date.parse(session.expiresAt) <= Date.now()) throw new StorageError('upload_expired');
+    if (session.state === 'open' && Date.parse(session.expiresAt) <= Date.now())
+      throw new StorageError('upload_expired');
     if (session.state === 'expired') throw new StorageError('upload_expired');
-    if (session.state !== 'open') throw new StorageError('conflict', `The upload is ${session.state}; it takes no more parts.`);
+    if (session.state !== 'open')
+      throw new StorageError('conflict', `The upload is ${session.state}; it takes no more parts.`);
     return session;
   }
 
   /** Streams one part to the store while hashing (paced by `meter`); re-sending a part number replaces it. */
-  async putPart(scope: SessionScope, id: string, partNumber: number, body: AsyncIterable<Uint8Array>, options: { maxBytes: number; expectedLength?: number; meter?: ByteMeter; signal?: AbortSignal }): Promise<ReceivedPart> {
-    if (!Number.isInteger(partNumber) || partNumber < 1 || partNumber > 10_000) throw new StorageError('invalid_request', 'Part numbers run from 1 to 10000.');
+  async putPart(
+    scope: SessionScope,
+    id: string,
+    partNumber: number,
+    body: AsyncIterable<Uint8Array>,
+    options: { maxBytes: number; expectedLength?: number; meter?: ByteMeter; signal?: AbortSignal },
+  ): Promise<ReceivedPart> {
+    if (!Number.isInteger(partNumber) || partNumber < 1 || partNumber > 10_000)
+      throw new StorageError('invalid_request', 'Part numbers run from 1 to 10000.');
     await this.#open(scope, id);
     const fileName = `${String(partNumber).padStart(5, '0')}-${randomUUID()}.part`;
     const hash = createHash('sha256');
@@ -114,17 +150,23 @@ export class UploadSessions {
         options.signal?.throwIfAborted();
         const bytes = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk);
         for (let offset = 0; offset < bytes.length; ) {
-          const slice = options.meter ? bytes.subarray(offset, offset + Math.max(1, options.meter.quantumBytes)) : bytes.subarray(offset);
+          const slice = options.meter
+            ? bytes.subarray(offset, offset + Math.max(1, options.meter.quantumBytes))
+            : bytes.subarray(offset);
           if (options.meter) await options.meter.take(slice.length, options.signal);
           size += slice.length;
-          if (size > options.maxBytes) throw new StorageError('payload_too_large', `A part may hold at most ${options.maxBytes} bytes.`);
+          if (size > options.maxBytes)
+            throw new StorageError('payload_too_large', `A part may hold at most ${options.maxBytes} bytes.`);
           hash.update(slice);
           yield slice;
           offset += slice.length;
         }
       }
       if (options.expectedLength !== undefined && size !== options.expectedLength) {
-        throw new StorageError('invalid_request', `The part has ${size} bytes, its Content-Length said ${options.expectedLength}.`);
+        throw new StorageError(
+          'invalid_request',
+          `The part has ${size} bytes, its Content-Length said ${options.expectedLength}.`,
+        );
       }
     }
     await this.#parts.write(id, fileName, checked(), options.signal);
@@ -142,25 +184,40 @@ export class UploadSessions {
   }
 
   /** Validates the ordered part list and queues one completion job (state `completing`). */
-  async complete(scope: SessionScope, id: string, listedParts: unknown): Promise<{ jobId: string; totalBytes: number }> {
+  async complete(
+    scope: SessionScope,
+    id: string,
+    listedParts: unknown,
+  ): Promise<{ jobId: string; totalBytes: number }> {
     // Not an id we issue (PostgreSQL would refuse it as a uuid with a 500): no such upload.
     if (!UUID.test(id)) throw new StorageError('not_found', 'No such upload.');
     const listed = parseListedParts(listedParts);
     const client = await this.#pool.connect();
     try {
       await client.query('BEGIN');
-      const r = await client.query('SELECT state, expires_at, expected_size FROM arkvory_upload_sessions WHERE id = $1 AND repository = $2 AND principal_id IS NOT DISTINCT FROM $3 FOR UPDATE', [id, scope.repository, scope.principalId]);
+      const r = await client.query(
+        'SELECT state, expires_at, expected_size FROM arkvory_upload_sessions WHERE id = $1 AND repository = $2 AND principal_id IS NOT DISTINCT FROM $3 FOR UPDATE',
+        [id, scope.repository, scope.principalId],
+      );
       const row = r.rows[0];
       if (!row) throw new StorageError('not_found', 'No such upload.');
-      if (row.state === 'expired' || (row.state === 'open' && (row.expires_at as Date).getTime() <= Date.now())) throw new StorageError('upload_expired');
-      if (row.state !== 'open') throw new StorageError('conflict', `The upload is ${row.state}; it cannot be completed again.`);
-      const parts = await client.query<{ part_number: number; size_bytes: string; sha256: string }>('SELECT part_number, size_bytes, sha256 FROM arkvory_upload_parts WHERE session_id = $1', [id]);
+      if (row.state === 'expired' || (row.state === 'open' && (row.expires_at as Date).getTime() <= Date.now()))
+        throw new StorageError('upload_expired');
+      if (row.state !== 'open')
+        throw new StorageError('conflict', `The upload is ${row.state}; it cannot be completed again.`);
+      const parts = await client.query<{ part_number: number; size_bytes: string; sha256: string }>(
+        'SELECT part_number, size_bytes, sha256 FROM arkvory_upload_parts WHERE session_id = $1',
+        [id],
+      );
       const plan = planCompletion(
         listed,
         parts.rows.map((p) => ({ partNumber: p.part_number, sizeBytes: Number(p.size_bytes), sha256: p.sha256 })),
         row.expected_size === null ? null : Number(row.expected_size),
       );
-      const job = await client.query<{ id: string }>('INSERT INTO arkvory_upload_jobs (session_id, parts) VALUES ($1, $2) RETURNING id::text', [id, JSON.stringify(plan.parts)]);
+      const job = await client.query<{ id: string }>(
+        'INSERT INTO arkvory_upload_jobs (session_id, parts) VALUES ($1, $2) RETURNING id::text',
+        [id, JSON.stringify(plan.parts)],
+      );
       await client.query(`UPDATE arkvory_upload_sessions SET state = 'completing' WHERE id = $1`, [id]);
       await client.query('COMMIT');
       await this.#pool.query(`SELECT pg_notify('arkvory_upload_jobs', $1)`, [job.rows[0]!.id]);
@@ -176,7 +233,10 @@ export class UploadSessions {
   /** Aborts an open session: its parts are removed. */
   async abort(scope: SessionScope, id: string): Promise<void> {
     if (!UUID.test(id)) throw new StorageError('not_found', 'No such upload.');
-    const r = await this.#pool.query(`UPDATE arkvory_upload_sessions SET state = 'aborted', finished_at = now() WHERE id = $1 AND repository = $2 AND principal_id IS NOT DISTINCT FROM $3 AND state = 'open' RETURNING id`, [id, scope.repository, scope.principalId]);
+    const r = await this.#pool.query(
+      `UPDATE arkvory_upload_sessions SET state = 'aborted', finished_at = now() WHERE id = $1 AND repository = $2 AND principal_id IS NOT DISTINCT FROM $3 AND state = 'open' RETURNING id`,
+      [id, scope.repository, scope.principalId],
+    );
     if (!r.rowCount) {
       await this.get(scope, id);
       throw new StorageError('conflict', 'Only an open upload can be aborted.');
@@ -191,7 +251,9 @@ export class UploadSessions {
 
   /** Marks open sessions past their expiry `expired` and removes their parts; returns how many. */
   async expire(): Promise<number> {
-    const r = await this.#pool.query<{ id: string }>(`UPDATE arkvory_upload_sessions SET state = 'expired', finished_at = now() WHERE state = 'open' AND expires_at <= now() RETURNING id`);
+    const r = await this.#pool.query<{ id: string }>(
+      `UPDATE arkvory_upload_sessions SET state = 'expired', finished_at = now() WHERE state = 'open' AND expires_at <= now() RETURNING id`,
+    );
     for (const row of r.rows) await this.removeParts(row.id);
     return r.rowCount ?? 0;
   }

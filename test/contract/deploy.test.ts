@@ -105,53 +105,78 @@ describe('deploy/ names and env examples', () => {
     const files = await filesUnder(DEPLOY);
     const used = new Map<string, string>();
     for (const file of files) {
-      for (const m of (await readFile(file, 'utf8')).matchAll(/\bARKVORY_[A-Z0-9_]+/g)) used.set(m[0], path.relative(ROOT, file));
+      for (const m of (await readFile(file, 'utf8')).matchAll(/\bARKVORY_[A-Z0-9_]+/g))
+        used.set(m[0], path.relative(ROOT, file));
     }
     expect(used.size).toBeGreaterThan(20);
     const unknown = [...used].filter(([name]) => !KNOWN.has(name)).map(([name, file]) => `${name} (${file})`);
     expect(unknown).toEqual([]);
   });
 
-  it.each(ROLES)('$unit: its env example plus the unit environment is a valid configuration for role $role', async ({ unit: name, role }) => {
-    const env = await unitEnvironment(await unit(name), '1');
-    const config = loadConfig(env, '/');
-    expect(config.role).toBe(role);
-    if (role === 'api' || role === 'reader') {
-      // Every variable the shared profile requires is set; the data dir is the one the unit opens.
-      expect(config.shared).not.toBeNull();
-      expect(config.databaseUrl).toBeDefined();
-      expect(config.redisUrl).toBeDefined();
-      expect(config.dataDir.startsWith(`${DATA_DIR}/`)).toBe(true);
-    }
-    if (role === 'router') expect(config.databaseUrl ?? config.router.backends).toBeDefined();
-    if (role === 'worker') expect(config.databaseUrl).toBeDefined();
-  });
+  it.each(ROLES)(
+    '$unit: its env example plus the unit environment is a valid configuration for role $role',
+    async ({ unit: name, role }) => {
+      const env = await unitEnvironment(await unit(name), '1');
+      const config = loadConfig(env, '/');
+      expect(config.role).toBe(role);
+      if (role === 'api' || role === 'reader') {
+        // Every variable the shared profile requires is set; the data dir is the one the unit opens.
+        expect(config.shared).not.toBeNull();
+        expect(config.databaseUrl).toBeDefined();
+        expect(config.redisUrl).toBeDefined();
+        expect(config.dataDir.startsWith(`${DATA_DIR}/`)).toBe(true);
+      }
+      if (role === 'router') expect(config.databaseUrl ?? config.router.backends).toBeDefined();
+      if (role === 'worker') expect(config.databaseUrl).toBeDefined();
+    },
+  );
 
-  it.each(ROLES)('$unit: with deploy/static-store/static-store.env added it is valid and uses the static-HTTP store', async ({ unit: name }) => {
-    const env = { ...(await unitEnvironment(await unit(name), '1')), ...parseEnvFile(await readFile(path.join(DEPLOY, 'static-store/static-store.env'), 'utf8')) };
-    const config = loadConfig(env, '/');
-    expect(config.storage.url).toBe('http://10.0.0.20:8081/arkvory/');
-    // The URL is the example nginx site's address and location.
-    const site = await readFile(path.join(DEPLOY, 'static-store/arkvory-store.conf'), 'utf8');
-    expect(site).toContain('listen 10.0.0.20:8081;');
-    expect(site).toContain('location /arkvory/ {');
-  });
+  it.each(ROLES)(
+    '$unit: with deploy/static-store/static-store.env added it is valid and uses the static-HTTP store',
+    async ({ unit: name }) => {
+      const env = {
+        ...(await unitEnvironment(await unit(name), '1')),
+        ...parseEnvFile(await readFile(path.join(DEPLOY, 'static-store/static-store.env'), 'utf8')),
+      };
+      const config = loadConfig(env, '/');
+      expect(config.storage.url).toBe('http://10.0.0.20:8081/arkvory/');
+      // The URL is the example nginx site's address and location.
+      const site = await readFile(path.join(DEPLOY, 'static-store/arkvory-store.conf'), 'utf8');
+      expect(site).toContain('listen 10.0.0.20:8081;');
+      expect(site).toContain('location /arkvory/ {');
+    },
+  );
 
-  it.each(ROLES.filter((r) => r.role !== 'router' && r.role !== 'rules-service'))('$unit: with deploy/s3-store/s3-store.env and the credentials example added it uses the S3 store of the SeaweedFS example', async ({ unit: name }) => {
-    const read = (file: string) => readFile(path.join(DEPLOY, 's3-store', file), 'utf8');
-    const env = { ...(await unitEnvironment(await unit(name), '1')), ...parseEnvFile(await read('s3-store.env')), ...parseEnvFile(await read('s3-credentials.env.example')) };
-    const config = loadConfig(env, '/');
-    expect(config.storage.s3).toMatchObject({ location: { bucket: 'arkvory-artifacts', prefix: 'prod/' }, endpoint: 'http://10.0.0.30:8333', credentials: { accessKeyId: 'replace-with-the-access-key' } });
-    // Without the credentials file the configuration is refused, naming both variables.
-    expect(() => loadConfig({ ...(env as Record<string, string>), AWS_ACCESS_KEY_ID: '', AWS_SECRET_ACCESS_KEY: '' }, '/')).toThrow(/AWS_ACCESS_KEY_ID[\s\S]*AWS_SECRET_ACCESS_KEY/);
-    // The endpoint is the SeaweedFS example's S3 port, and its identity for Arkvory has the same key.
-    expect(await read('seaweedfs-s3.service')).toContain('-ip=10.0.0.30 ');
-    expect(await read('seaweedfs-s3.service')).toContain('-s3.port=8333 ');
-    const identities = JSON.parse(await read('s3.json')) as { identities: Array<{ name: string; credentials: Array<{ accessKey: string }>; actions: string[] }> };
-    const arkvory = identities.identities.find((i) => i.name === 'arkvory')!;
-    expect(arkvory.credentials[0]!.accessKey).toBe('replace-with-the-access-key');
-    expect(arkvory.actions).toEqual(['Read:arkvory-artifacts', 'Write:arkvory-artifacts', 'List:arkvory-artifacts']);
-  });
+  it.each(ROLES.filter((r) => r.role !== 'router' && r.role !== 'rules-service'))(
+    '$unit: with deploy/s3-store/s3-store.env and the credentials example added it uses the S3 store of the SeaweedFS example',
+    async ({ unit: name }) => {
+      const read = (file: string) => readFile(path.join(DEPLOY, 's3-store', file), 'utf8');
+      const env = {
+        ...(await unitEnvironment(await unit(name), '1')),
+        ...parseEnvFile(await read('s3-store.env')),
+        ...parseEnvFile(await read('s3-credentials.env.example')),
+      };
+      const config = loadConfig(env, '/');
+      expect(config.storage.s3).toMatchObject({
+        location: { bucket: 'arkvory-artifacts', prefix: 'prod/' },
+        endpoint: 'http://10.0.0.30:8333',
+        credentials: { accessKeyId: 'replace-with-the-access-key' },
+      });
+      // Without the credentials file the configuration is refused, naming both variables.
+      expect(() =>
+        loadConfig({ ...(env as Record<string, string>), AWS_ACCESS_KEY_ID: '', AWS_SECRET_ACCESS_KEY: '' }, '/'),
+      ).toThrow(/AWS_ACCESS_KEY_ID[\s\S]*AWS_SECRET_ACCESS_KEY/);
+      // The endpoint is the SeaweedFS example's S3 port, and its identity for Arkvory has the same key.
+      expect(await read('seaweedfs-s3.service')).toContain('-ip=10.0.0.30 ');
+      expect(await read('seaweedfs-s3.service')).toContain('-s3.port=8333 ');
+      const identities = JSON.parse(await read('s3.json')) as {
+        identities: Array<{ name: string; credentials: Array<{ accessKey: string }>; actions: string[] }>;
+      };
+      const arkvory = identities.identities.find((i) => i.name === 'arkvory')!;
+      expect(arkvory.credentials[0]!.accessKey).toBe('replace-with-the-access-key');
+      expect(arkvory.actions).toEqual(['Read:arkvory-artifacts', 'Write:arkvory-artifacts', 'List:arkvory-artifacts']);
+    },
+  );
 
   it('the writer and the reader examples store the identical download policy, on different ports', async () => {
     const writer = loadConfig(await unitEnvironment(await unit('arkvory-writer.service'), '1'), '/');
@@ -164,23 +189,26 @@ describe('deploy/ names and env examples', () => {
 });
 
 describe('systemd units', () => {
-  it.each(ROLES)('$unit is hardened: own user, strict read-only system, writes only to the data dir, restart with a delay', async ({ unit: name, writes }) => {
-    const u = await unit(name);
-    expect(service(u, 'User')).toEqual(['arkvory']);
-    expect(service(u, 'Group')).toEqual(['arkvory']);
-    expect(service(u, 'NoNewPrivileges')).toEqual(['yes']);
-    expect(service(u, 'ProtectSystem')).toEqual(['strict']);
-    expect(service(u, 'ProtectHome')).toEqual(['yes']);
-    expect(service(u, 'PrivateTmp')).toEqual(['yes']);
-    expect(service(u, 'CapabilityBoundingSet')).toEqual(['']);
-    expect(service(u, 'ReadWritePaths')).toEqual(writes ? [DATA_DIR] : []);
-    expect(service(u, 'Restart')).toEqual(['on-failure']);
-    expect(Number.parseInt(service(u, 'RestartSec')[0] ?? '0', 10)).toBeGreaterThanOrEqual(2);
-    // Exit 2 is an invalid configuration: restarting cannot fix it.
-    expect(service(u, 'RestartPreventExitStatus')).toEqual(['2']);
-    expect(service(u, 'ExecStart')[0]).toMatch(/bin\/arkvory\.js serve$/);
-    expect(u.sections.get('Install')?.get('WantedBy')).toEqual(['multi-user.target']);
-  });
+  it.each(ROLES)(
+    '$unit is hardened: own user, strict read-only system, writes only to the data dir, restart with a delay',
+    async ({ unit: name, writes }) => {
+      const u = await unit(name);
+      expect(service(u, 'User')).toEqual(['arkvory']);
+      expect(service(u, 'Group')).toEqual(['arkvory']);
+      expect(service(u, 'NoNewPrivileges')).toEqual(['yes']);
+      expect(service(u, 'ProtectSystem')).toEqual(['strict']);
+      expect(service(u, 'ProtectHome')).toEqual(['yes']);
+      expect(service(u, 'PrivateTmp')).toEqual(['yes']);
+      expect(service(u, 'CapabilityBoundingSet')).toEqual(['']);
+      expect(service(u, 'ReadWritePaths')).toEqual(writes ? [DATA_DIR] : []);
+      expect(service(u, 'Restart')).toEqual(['on-failure']);
+      expect(Number.parseInt(service(u, 'RestartSec')[0] ?? '0', 10)).toBeGreaterThanOrEqual(2);
+      // Exit 2 is an invalid configuration: restarting cannot fix it.
+      expect(service(u, 'RestartPreventExitStatus')).toEqual(['2']);
+      expect(service(u, 'ExecStart')[0]).toMatch(/bin\/arkvory\.js serve$/);
+      expect(u.sections.get('Install')?.get('WantedBy')).toEqual(['multi-user.target']);
+    },
+  );
 
   it('the reader unit is a template: the instance is the slot and picks its own env file', async () => {
     const u = await unit('arkvory-reader@.service');
@@ -202,7 +230,11 @@ describe('systemd units', () => {
         names.push(target);
       }
       // Present on Debian with the systemd package; .ci/run installs it when missing.
-      const { stdout, stderr } = await run('systemd-analyze', ['verify', '--man=no', ...names.map((n) => path.join(dir, n))], { cwd: dir });
+      const { stdout, stderr } = await run(
+        'systemd-analyze',
+        ['verify', '--man=no', ...names.map((n) => path.join(dir, n))],
+        { cwd: dir },
+      );
       const about = `${stdout}${stderr}`.split('\n').filter((line) => line.includes(dir));
       expect(about).toEqual([]);
     } finally {
@@ -215,13 +247,33 @@ describe('Kubernetes sidecar example', () => {
   it('parses, shares one volume between the store and Arkvory, and probes /health/live and /health/status', async () => {
     const docs = parseAllDocuments(await readFile(path.join(DEPLOY, 'k8s/arkvory-sidecar.yaml'), 'utf8'));
     for (const doc of docs) expect(doc.errors).toEqual([]);
-    const objects = docs.map((d) => d.toJS() as { kind: string; metadata: { name: string }; spec?: any; data?: Record<string, string>; stringData?: Record<string, string> });
+    const objects = docs.map(
+      (d) =>
+        d.toJS() as {
+          kind: string;
+          metadata: { name: string };
+          spec?: any;
+          data?: Record<string, string>;
+          stringData?: Record<string, string>;
+        },
+    );
     const deployment = objects.find((o) => o.kind === 'Deployment')!;
     const pod = deployment.spec.template.spec;
-    const containers = pod.containers as Array<{ name: string; volumeMounts: Array<{ name: string }>; livenessProbe?: any; readinessProbe?: any; envFrom?: any[] }>;
+    const containers = pod.containers as Array<{
+      name: string;
+      volumeMounts: Array<{ name: string }>;
+      livenessProbe?: any;
+      readinessProbe?: any;
+      envFrom?: any[];
+    }>;
     expect(containers.map((c) => c.name).sort()).toEqual(['arkvory', 'storage']);
-    const [arkvory, storage] = [containers.find((c) => c.name === 'arkvory')!, containers.find((c) => c.name === 'storage')!];
-    const shared = arkvory.volumeMounts.map((m) => m.name).filter((n) => storage.volumeMounts.some((m) => m.name === n));
+    const [arkvory, storage] = [
+      containers.find((c) => c.name === 'arkvory')!,
+      containers.find((c) => c.name === 'storage')!,
+    ];
+    const shared = arkvory.volumeMounts
+      .map((m) => m.name)
+      .filter((n) => storage.volumeMounts.some((m) => m.name === n));
     expect(shared).toHaveLength(1);
     expect(pod.volumes.map((v: { name: string }) => v.name)).toContain(shared[0]);
     expect(arkvory.livenessProbe.httpGet.path).toBe('/health/live');
@@ -235,7 +287,9 @@ describe('Kubernetes sidecar example', () => {
     const config = loadConfig(env, '/');
     expect(config.role).toBe('api');
     expect(config.metrics.token).toBeDefined();
-    const mount = (arkvory.volumeMounts as Array<{ name: string; mountPath: string }>).find((m) => m.name === shared[0])!;
+    const mount = (arkvory.volumeMounts as Array<{ name: string; mountPath: string }>).find(
+      (m) => m.name === shared[0],
+    )!;
     expect(config.dataDir).toBe(mount.mountPath);
   });
 });
@@ -248,7 +302,9 @@ describe('PostgreSQL snippet', () => {
     expect(settings.tcp_keepalives_interval).toBeGreaterThan(0);
     expect(settings.tcp_keepalives_count).toBeGreaterThan(0);
     // Dead within the 10 s lease reservation's order of magnitude, not the system default of hours.
-    expect(settings.tcp_keepalives_idle! + settings.tcp_keepalives_interval! * settings.tcp_keepalives_count!).toBeLessThanOrEqual(60);
+    expect(
+      settings.tcp_keepalives_idle! + settings.tcp_keepalives_interval! * settings.tcp_keepalives_count!,
+    ).toBeLessThanOrEqual(60);
   });
 });
 
@@ -264,7 +320,9 @@ describe('backup service, timer and CronJob', () => {
     expect(service(u, 'CapabilityBoundingSet')).toEqual(['']);
     // It writes the backups and nothing else: never the data dir it reads.
     expect(service(u, 'ReadWritePaths')).toEqual([BACKUP_DIR]);
-    expect(service(u, 'ExecStart')).toEqual(['/opt/arkvory/node_modules/.bin/node /opt/arkvory/bin/arkvory.js backup --keep ${BACKUP_KEEP} ${BACKUP_DIR}']);
+    expect(service(u, 'ExecStart')).toEqual([
+      '/opt/arkvory/node_modules/.bin/node /opt/arkvory/bin/arkvory.js backup --keep ${BACKUP_KEEP} ${BACKUP_DIR}',
+    ]);
     expect(service(u, 'EnvironmentFile')).toEqual(['/etc/arkvory/writer.env', '/etc/arkvory/backup.env']);
     const env = await unitEnvironment(u, '1');
     // The database and store are the writer's; the retention is a positive count; the directory is the writable one.
@@ -291,10 +349,16 @@ describe('backup service, timer and CronJob', () => {
     try {
       const names = ['arkvory-backup.service', 'arkvory-backup.timer'];
       for (const name of names) {
-        const text = (await readFile(path.join(DEPLOY, 'systemd', name), 'utf8')).replaceAll('/opt/arkvory', ROOT).replaceAll('/etc/arkvory/', `${path.join(DEPLOY, 'env')}/`);
+        const text = (await readFile(path.join(DEPLOY, 'systemd', name), 'utf8'))
+          .replaceAll('/opt/arkvory', ROOT)
+          .replaceAll('/etc/arkvory/', `${path.join(DEPLOY, 'env')}/`);
         await writeFile(path.join(dir, name), text);
       }
-      const { stdout, stderr } = await run('systemd-analyze', ['verify', '--man=no', ...names.map((n) => path.join(dir, n))], { cwd: dir });
+      const { stdout, stderr } = await run(
+        'systemd-analyze',
+        ['verify', '--man=no', ...names.map((n) => path.join(dir, n))],
+        { cwd: dir },
+      );
       expect(`${stdout}${stderr}`.split('\n').filter((line) => line.includes(dir))).toEqual([]);
     } finally {
       await rm(dir, { recursive: true, force: true });
@@ -303,17 +367,33 @@ describe('backup service, timer and CronJob', () => {
 
   it('the Kubernetes CronJob backs up daily, never overlapping, from the gateway volume at the gateway path', async () => {
     const docs = parseAllDocuments(await readFile(path.join(DEPLOY, 'k8s/arkvory-sidecar.yaml'), 'utf8'));
-    const objects = docs.map((d) => d.toJS() as { kind: string; metadata: { name: string }; spec?: any; data?: Record<string, string>; stringData?: Record<string, string> });
+    const objects = docs.map(
+      (d) =>
+        d.toJS() as {
+          kind: string;
+          metadata: { name: string };
+          spec?: any;
+          data?: Record<string, string>;
+          stringData?: Record<string, string>;
+        },
+    );
     const cron = objects.find((o) => o.kind === 'CronJob')!;
     expect(cron.spec.concurrencyPolicy).toBe('Forbid');
     expect(cron.spec.schedule.split(' ')).toHaveLength(5);
     const pod = cron.spec.jobTemplate.spec.template.spec;
-    const [container] = pod.containers as Array<{ command: string[]; env: Array<{ name: string; value: string }>; envFrom: any[]; volumeMounts: Array<{ name: string; mountPath: string; readOnly?: boolean }> }>;
+    const [container] = pod.containers as Array<{
+      command: string[];
+      env: Array<{ name: string; value: string }>;
+      envFrom: any[];
+      volumeMounts: Array<{ name: string; mountPath: string; readOnly?: boolean }>;
+    }>;
     expect(container!.command.slice(0, 5)).toEqual(['node', 'bin/arkvory.js', 'backup', '--keep', '$(BACKUP_KEEP)']);
     expect(Number(container!.env.find((e) => e.name === 'BACKUP_KEEP')?.value)).toBeGreaterThanOrEqual(1);
     const destination = container!.command.at(-1)!;
     const backups = container!.volumeMounts.find((m) => m.mountPath === destination)!;
-    expect(pod.volumes.find((v: { name: string }) => v.name === backups.name).persistentVolumeClaim.claimName).toBe(objects.find((o) => o.kind === 'PersistentVolumeClaim' && o.metadata.name === 'arkvory-backups')!.metadata.name);
+    expect(pod.volumes.find((v: { name: string }) => v.name === backups.name).persistentVolumeClaim.claimName).toBe(
+      objects.find((o) => o.kind === 'PersistentVolumeClaim' && o.metadata.name === 'arkvory-backups')!.metadata.name,
+    );
     // Same configuration as the gateway, and its volume where ARKVORY_DATA_DIR says, read-only.
     const env: Record<string, string> = {};
     for (const ref of container!.envFrom) {
@@ -325,6 +405,10 @@ describe('backup service, timer and CronJob', () => {
     expect(data.readOnly).toBe(true);
     const claim = pod.volumes.find((v: { name: string }) => v.name === data.name).persistentVolumeClaim.claimName;
     const deployment = objects.find((o) => o.kind === 'Deployment')!;
-    expect(deployment.spec.template.spec.volumes.map((v: { persistentVolumeClaim?: { claimName: string } }) => v.persistentVolumeClaim?.claimName)).toContain(claim);
+    expect(
+      deployment.spec.template.spec.volumes.map(
+        (v: { persistentVolumeClaim?: { claimName: string } }) => v.persistentVolumeClaim?.claimName,
+      ),
+    ).toContain(claim);
   });
 });

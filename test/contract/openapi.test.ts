@@ -18,7 +18,15 @@ import type { Route } from '../../proxy/http-server.ts';
 import { Lifecycle } from '../../proxy/lifecycle.ts';
 import { createGatewayMetrics } from '../../proxy/metrics/gateway-metrics.ts';
 import { metricsRoute } from '../../proxy/metrics/metrics-endpoint.ts';
-import { HTTP_METHODS, loadOpenApiDocument, openApiPath, operationOf, resolveRef, undescribedResponses, type OpenApiDocument } from '../../proxy/openapi/contract.ts';
+import {
+  HTTP_METHODS,
+  loadOpenApiDocument,
+  openApiPath,
+  operationOf,
+  resolveRef,
+  undescribedResponses,
+  type OpenApiDocument,
+} from '../../proxy/openapi/contract.ts';
 import { artifactRoutes } from '../../proxy/routes/artifacts.ts';
 import { authAdminRoutes } from '../../proxy/routes/auth-admin.ts';
 import { contentRoutes } from '../../proxy/routes/content.ts';
@@ -42,7 +50,13 @@ const TOKEN = 'openapi-test-metrics-token';
  */
 async function registeredRoutes(): Promise<Route[]> {
   const unused = undefined as never;
-  const services = { config: loadConfig({}, '/'), lifecycle: new Lifecycle(), pool: unused, readiness: [], coordinator: unused } as unknown as Services;
+  const services = {
+    config: loadConfig({}, '/'),
+    lifecycle: new Lifecycle(),
+    pool: unused,
+    readiness: [],
+    coordinator: unused,
+  } as unknown as Services;
   return [
     // The writer's console; a reader's `/console` and `/console/` (readerConsoleRoutes) are the same operations.
     ...(await createConsole(services, { authenticate: unused }).routes({ registry: unused })),
@@ -62,7 +76,8 @@ function responseValidator(doc: OpenApiDocument) {
   const ajv = new Ajv2020({ strict: false, allErrors: true });
   addFormats(ajv);
   ajv.addSchema({ ...doc, $id: 'openapi' });
-  const get = (segments: string[]): unknown => segments.reduce<unknown>((node, part) => (node as Record<string, unknown>)?.[part], doc);
+  const get = (segments: string[]): unknown =>
+    segments.reduce<unknown>((node, part) => (node as Record<string, unknown>)?.[part], doc);
   const unescape = (part: string) => part.replace(/~1/g, '/').replace(/~0/g, '~');
   const esc = (part: string) => encodeURIComponent(part.replace(/~/g, '~0').replace(/\//g, '~1'));
 
@@ -87,20 +102,29 @@ function responseValidator(doc: OpenApiDocument) {
         if (header.required) problems.push(`${where}: header ${name} missing`);
         continue;
       }
-      if (header.schema && !ajv.validate(header.schema, String(value))) problems.push(`${where}: header ${name}=${String(value)}: ${ajv.errorsText()}`);
+      if (header.schema && !ajv.validate(header.schema, String(value)))
+        problems.push(`${where}: header ${name}=${String(value)}: ${ajv.errorsText()}`);
     }
     const hasBody = method !== 'HEAD' && res.status !== 204 && res.status !== 304;
     if (!spec.content) {
       if (hasBody && res.body.length > 0) problems.push(`${where}: a body the document does not describe`);
       return problems;
     }
-    const contentType = String(res.headers['content-type'] ?? '').split(';')[0]!.trim();
-    const mediaKey = Object.keys(spec.content).find((k) => k === contentType) ?? Object.keys(spec.content).find((k) => k === '*/*');
-    if (!mediaKey) return [...problems, `${where}: content-type ${contentType} not documented (${Object.keys(spec.content).join(', ')})`];
+    const contentType = String(res.headers['content-type'] ?? '')
+      .split(';')[0]!
+      .trim();
+    const mediaKey =
+      Object.keys(spec.content).find((k) => k === contentType) ?? Object.keys(spec.content).find((k) => k === '*/*');
+    if (!mediaKey)
+      return [
+        ...problems,
+        `${where}: content-type ${contentType} not documented (${Object.keys(spec.content).join(', ')})`,
+      ];
     if (!hasBody || mediaKey !== 'application/json') return problems;
     const validate = ajv.getSchema(`openapi#/${[...pointer, 'content', mediaKey, 'schema'].map(esc).join('/')}`);
     if (!validate) return [...problems, `${where}: schema not found`];
-    if (!validate(JSON.parse(res.body.toString()))) problems.push(`${where}: body ${res.body.toString().slice(0, 200)}: ${ajv.errorsText(validate.errors)}`);
+    if (!validate(JSON.parse(res.body.toString())))
+      problems.push(`${where}: body ${res.body.toString().slice(0, 200)}: ${ajv.errorsText(validate.errors)}`);
     return problems;
   };
 }
@@ -114,8 +138,12 @@ describe('the document', () => {
 
   it('lists exactly the routes and methods the gateway registers', async () => {
     const doc = await loadOpenApiDocument();
-    const registered = (await registeredRoutes()).flatMap((r) => r.methods.map((m) => `${m} ${openApiPath(r.template)}`));
-    const documented = Object.entries(doc.paths).flatMap(([p, item]) => HTTP_METHODS.filter((m) => item[m] !== undefined).map((m) => `${m.toUpperCase()} ${p}`));
+    const registered = (await registeredRoutes()).flatMap((r) =>
+      r.methods.map((m) => `${m} ${openApiPath(r.template)}`),
+    );
+    const documented = Object.entries(doc.paths).flatMap(([p, item]) =>
+      HTTP_METHODS.filter((m) => item[m] !== undefined).map((m) => `${m.toUpperCase()} ${p}`),
+    );
     expect(documented.sort()).toEqual(registered.sort());
     expect(Object.keys(CONTENT_TEMPLATES).length).toBe(3);
   });
@@ -128,9 +156,22 @@ describe('real responses against the document', () => {
   let adminKey: string;
   let writer: { principalId: string; keyId: string; key: string; name: string };
 
-  async function call(method: string, template: string, path: string, options: { headers?: Record<string, string>; body?: Buffer | object } = {}): Promise<RawResponse> {
-    const body = options.body === undefined ? undefined : Buffer.isBuffer(options.body) ? options.body : Buffer.from(JSON.stringify(options.body));
-    const headers = { ...(options.body !== undefined && !Buffer.isBuffer(options.body) ? { 'content-type': 'application/json' } : {}), ...options.headers };
+  async function call(
+    method: string,
+    template: string,
+    path: string,
+    options: { headers?: Record<string, string>; body?: Buffer | object } = {},
+  ): Promise<RawResponse> {
+    const body =
+      options.body === undefined
+        ? undefined
+        : Buffer.isBuffer(options.body)
+          ? options.body
+          : Buffer.from(JSON.stringify(options.body));
+    const headers = {
+      ...(options.body !== undefined && !Buffer.isBuffer(options.body) ? { 'content-type': 'application/json' } : {}),
+      ...options.headers,
+    };
     const res = await request(`${gateway.url}${path}`, { method, headers, ...(body ? { body } : {}) });
     traffic.push({ method, template, res });
     return res;
@@ -139,8 +180,20 @@ describe('real responses against the document', () => {
   beforeAll(async () => {
     await createRepository(db.pool, 'libs');
     ({ key: adminKey } = await createServiceAccount(db.pool, { name: 'contract-admin', scopes: ['admin'] }));
-    writer = await createServiceAccount(db.pool, { name: 'contract-writer', scopes: ['read', 'write'], grants: { libs: 'write' } });
-    gateway = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_REDIS_URL: inject('redisUrl'), ARKVORY_REDIS_KEY_PREFIX: `arkvory:openapi:${process.pid}:`, ARKVORY_METRICS_TOKEN: TOKEN }, timeoutMs: 90_000 });
+    writer = await createServiceAccount(db.pool, {
+      name: 'contract-writer',
+      scopes: ['read', 'write'],
+      grants: { libs: 'write' },
+    });
+    gateway = await startGateway({
+      env: {
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_REDIS_URL: inject('redisUrl'),
+        ARKVORY_REDIS_KEY_PREFIX: `arkvory:openapi:${process.pid}:`,
+        ARKVORY_METRICS_TOKEN: TOKEN,
+      },
+      timeoutMs: 90_000,
+    });
 
     const admin = bearer(adminKey);
     const user = bearer(writer.key);
@@ -155,7 +208,11 @@ describe('real responses against the document', () => {
     await call('GET', '/health/ready', '/health/ready');
     await call('GET', '/metrics', '/metrics');
     // Content and catalog, for the three kinds.
-    const bases = { artifact: '/api/v1/repositories/libs/artifacts/a.bin', package: '/api/v1/repositories/libs/packages/pkg/1.0.0', asset: '/api/v1/repositories/libs/packages/pkg/1.0.0/assets/x.tgz' } as const;
+    const bases = {
+      artifact: '/api/v1/repositories/libs/artifacts/a.bin',
+      package: '/api/v1/repositories/libs/packages/pkg/1.0.0',
+      asset: '/api/v1/repositories/libs/packages/pkg/1.0.0/assets/x.tgz',
+    } as const;
     for (const kind of ['artifact', 'package', 'asset'] as const) {
       const t = CONTENT_TEMPLATES[kind];
       const base = bases[kind];
@@ -169,65 +226,155 @@ describe('real responses against the document', () => {
       await call('GET', `${t}/content`, `${base}/content`, { headers: { ...user, range: 'bytes=0-9' } });
       await call('GET', `${t}/content`, `${base}/content`, { headers: { ...user, range: 'bytes=0-9,20-29' } });
       await call('GET', `${t}/content`, `${base}/content`, { headers: { ...user, range: 'bytes=99999-' } });
-      await call('GET', `${t}/content`, `${base}/content`, { headers: { ...user, 'if-none-match': String(full.headers.etag) } });
+      await call('GET', `${t}/content`, `${base}/content`, {
+        headers: { ...user, 'if-none-match': String(full.headers.etag) },
+      });
       await call('GET', `${t}/content`, `${base}/content`);
-      const link = await call('POST', `${t}/presign`, `${base}/presign`, { headers: user, body: { expiresInSeconds: 600 } });
+      const link = await call('POST', `${t}/presign`, `${base}/presign`, {
+        headers: user,
+        body: { expiresInSeconds: 600 },
+      });
       const linkPath = String(JSON.parse(link.body.toString()).path);
       await call('GET', `${t}/content`, linkPath);
       await call('HEAD', `${t}/content`, linkPath, { headers: { range: 'bytes=0-3' } });
-      await call('GET', `${t}/content`, linkPath.replace(/X-Arkvory-Signature=[^&]+/, `X-Arkvory-Signature=${'A'.repeat(43)}`));
+      await call(
+        'GET',
+        `${t}/content`,
+        linkPath.replace(/X-Arkvory-Signature=[^&]+/, `X-Arkvory-Signature=${'A'.repeat(43)}`),
+      );
       await call('POST', `${t}/presign`, `${base}/presign`, { headers: user, body: { expiresInSeconds: 0 } });
       await call('POST', `${t}/presign`, `${base}/presign`);
       await call('DELETE', t, base, { headers: user });
       await call('DELETE', t, base, { headers: user });
       await call('GET', `${t}/content`, `${base}/content`, { headers: user });
     }
-    await call('PUT', CONTENT_TEMPLATES.artifact, '/api/v1/repositories/libs/artifacts/big.bin', { headers: { ...user, 'content-digest': `sha-256=:${Buffer.alloc(32).toString('base64')}:` }, body: bytes });
-    await call('PUT', CONTENT_TEMPLATES.artifact, '/api/v1/repositories/nope/artifacts/x', { headers: user, body: bytes });
+    await call('PUT', CONTENT_TEMPLATES.artifact, '/api/v1/repositories/libs/artifacts/big.bin', {
+      headers: { ...user, 'content-digest': `sha-256=:${Buffer.alloc(32).toString('base64')}:` },
+      body: bytes,
+    });
+    await call('PUT', CONTENT_TEMPLATES.artifact, '/api/v1/repositories/nope/artifacts/x', {
+      headers: user,
+      body: bytes,
+    });
     for (const m of ['GET', 'HEAD']) await call(m, '/api/v1/repositories', '/api/v1/repositories', { headers: user });
     // Multipart: a session per kind, a part, the session, completion, an abort.
     const SESSION = '/api/v1/repositories/:repo/uploads/:upload';
-    const opened = await call('POST', `${CONTENT_TEMPLATES.artifact}/uploads`, '/api/v1/repositories/libs/artifacts/m.bin/uploads', { headers: user, body: { contentType: 'application/octet-stream' } });
+    const opened = await call(
+      'POST',
+      `${CONTENT_TEMPLATES.artifact}/uploads`,
+      '/api/v1/repositories/libs/artifacts/m.bin/uploads',
+      { headers: user, body: { contentType: 'application/octet-stream' } },
+    );
     const upload = String(JSON.parse(opened.body.toString()).upload);
-    await call('PUT', `${SESSION}/parts/:part`, `/api/v1/repositories/libs/uploads/${upload}/parts/1`, { headers: user, body: bytes });
+    await call('PUT', `${SESSION}/parts/:part`, `/api/v1/repositories/libs/uploads/${upload}/parts/1`, {
+      headers: user,
+      body: bytes,
+    });
     await call('GET', SESSION, `/api/v1/repositories/libs/uploads/${upload}`, { headers: user });
-    await call('POST', `${SESSION}/complete`, `/api/v1/repositories/libs/uploads/${upload}/complete`, { headers: user, body: { parts: [{ part: 1 }] } });
-    await call('POST', `${CONTENT_TEMPLATES.package}/uploads`, '/api/v1/repositories/libs/packages/pkg/2.0.0/uploads', { headers: user, body: { contentType: 'application/octet-stream' } });
-    const assetSession = await call('POST', `${CONTENT_TEMPLATES.asset}/uploads`, '/api/v1/repositories/libs/packages/pkg/2.0.0/assets/y.tgz/uploads', { headers: user, body: { contentType: 'application/octet-stream' } });
-    await call('DELETE', SESSION, `/api/v1/repositories/libs/uploads/${String(JSON.parse(assetSession.body.toString()).upload)}`, { headers: user });
+    await call('POST', `${SESSION}/complete`, `/api/v1/repositories/libs/uploads/${upload}/complete`, {
+      headers: user,
+      body: { parts: [{ part: 1 }] },
+    });
+    await call('POST', `${CONTENT_TEMPLATES.package}/uploads`, '/api/v1/repositories/libs/packages/pkg/2.0.0/uploads', {
+      headers: user,
+      body: { contentType: 'application/octet-stream' },
+    });
+    const assetSession = await call(
+      'POST',
+      `${CONTENT_TEMPLATES.asset}/uploads`,
+      '/api/v1/repositories/libs/packages/pkg/2.0.0/assets/y.tgz/uploads',
+      { headers: user, body: { contentType: 'application/octet-stream' } },
+    );
+    await call(
+      'DELETE',
+      SESSION,
+      `/api/v1/repositories/libs/uploads/${String(JSON.parse(assetSession.body.toString()).upload)}`,
+      { headers: user },
+    );
     await call('GET', SESSION, '/api/v1/repositories/libs/uploads/no-such-upload', { headers: user });
     // Admin.
-    const created = await call('POST', '/api/v1/admin/principals', '/api/v1/admin/principals', { headers: admin, body: { name: 'ci' } });
+    const created = await call('POST', '/api/v1/admin/principals', '/api/v1/admin/principals', {
+      headers: admin,
+      body: { name: 'ci' },
+    });
     const principalId = JSON.parse(created.body.toString()).id as string;
-    await call('POST', '/api/v1/admin/principals', '/api/v1/admin/principals', { headers: admin, body: { name: 'ci' } });
+    await call('POST', '/api/v1/admin/principals', '/api/v1/admin/principals', {
+      headers: admin,
+      body: { name: 'ci' },
+    });
     await call('POST', '/api/v1/admin/principals', '/api/v1/admin/principals', { headers: admin, body: {} });
     await call('GET', '/api/v1/admin/principals', '/api/v1/admin/principals', { headers: admin });
     await call('GET', '/api/v1/admin/principals', '/api/v1/admin/principals', { headers: user });
-    await call('GET', '/api/v1/admin/principals/:principal', `/api/v1/admin/principals/${principalId}`, { headers: admin });
+    await call('GET', '/api/v1/admin/principals/:principal', `/api/v1/admin/principals/${principalId}`, {
+      headers: admin,
+    });
     await call('GET', '/api/v1/admin/principals/:principal', '/api/v1/admin/principals/nobody', { headers: admin });
-    await call('POST', '/api/v1/admin/principals/:principal/disable', '/api/v1/admin/principals/ci/disable', { headers: admin });
-    await call('POST', '/api/v1/admin/principals/:principal/enable', '/api/v1/admin/principals/ci/enable', { headers: admin });
-    const key = await call('POST', '/api/v1/admin/principals/:principal/keys', '/api/v1/admin/principals/ci/keys', { headers: admin, body: { scopes: ['read'], description: 'contract' } });
+    await call('POST', '/api/v1/admin/principals/:principal/disable', '/api/v1/admin/principals/ci/disable', {
+      headers: admin,
+    });
+    await call('POST', '/api/v1/admin/principals/:principal/enable', '/api/v1/admin/principals/ci/enable', {
+      headers: admin,
+    });
+    const key = await call('POST', '/api/v1/admin/principals/:principal/keys', '/api/v1/admin/principals/ci/keys', {
+      headers: admin,
+      body: { scopes: ['read'], description: 'contract' },
+    });
     const keyId = JSON.parse(key.body.toString()).keyId as string;
-    await call('GET', '/api/v1/admin/principals/:principal/keys', '/api/v1/admin/principals/ci/keys', { headers: admin });
-    await call('POST', '/api/v1/admin/keys/:keyId/rotate', `/api/v1/admin/keys/${keyId}/rotate`, { headers: admin, body: {} });
+    await call('GET', '/api/v1/admin/principals/:principal/keys', '/api/v1/admin/principals/ci/keys', {
+      headers: admin,
+    });
+    await call('POST', '/api/v1/admin/keys/:keyId/rotate', `/api/v1/admin/keys/${keyId}/rotate`, {
+      headers: admin,
+      body: {},
+    });
     await call('POST', '/api/v1/admin/keys/:keyId/revoke', `/api/v1/admin/keys/${keyId}/revoke`, { headers: admin });
     await call('GET', '/api/v1/admin/repositories', '/api/v1/admin/repositories', { headers: admin });
-    await call('POST', '/api/v1/admin/repositories', '/api/v1/admin/repositories', { headers: admin, body: { name: 'docs' } });
-    await call('POST', '/api/v1/admin/repositories', '/api/v1/admin/repositories', { headers: admin, body: { name: 'docs' } });
-    await call('PUT', '/api/v1/admin/grants/:principal/:repository', '/api/v1/admin/grants/ci/docs', { headers: admin, body: { permission: 'read' } });
+    await call('POST', '/api/v1/admin/repositories', '/api/v1/admin/repositories', {
+      headers: admin,
+      body: { name: 'docs' },
+    });
+    await call('POST', '/api/v1/admin/repositories', '/api/v1/admin/repositories', {
+      headers: admin,
+      body: { name: 'docs' },
+    });
+    await call('PUT', '/api/v1/admin/grants/:principal/:repository', '/api/v1/admin/grants/ci/docs', {
+      headers: admin,
+      body: { permission: 'read' },
+    });
     await call('GET', '/api/v1/admin/grants', '/api/v1/admin/grants?principal=ci', { headers: admin });
-    await call('DELETE', '/api/v1/admin/grants/:principal/:repository', '/api/v1/admin/grants/ci/docs', { headers: admin });
-    await call('DELETE', '/api/v1/admin/grants/:principal/:repository', '/api/v1/admin/grants/ci/docs', { headers: admin });
+    await call('DELETE', '/api/v1/admin/grants/:principal/:repository', '/api/v1/admin/grants/ci/docs', {
+      headers: admin,
+    });
+    await call('DELETE', '/api/v1/admin/grants/:principal/:repository', '/api/v1/admin/grants/ci/docs', {
+      headers: admin,
+    });
     // Rate limits.
     await call('GET', '/api/v1/admin/rate-limits', '/api/v1/admin/rate-limits', { headers: admin });
-    await call('GET', '/api/v1/admin/rate-limits/:limiter', '/api/v1/admin/rate-limits/gateway_request', { headers: admin });
+    await call('GET', '/api/v1/admin/rate-limits/:limiter', '/api/v1/admin/rate-limits/gateway_request', {
+      headers: admin,
+    });
     await call('GET', '/api/v1/admin/rate-limits/:limiter', '/api/v1/admin/rate-limits/nope', { headers: admin });
     const rule = { name: 'contract_rule', action: 'log', limit: 1000, period_s: 60, characteristics: ['principal'] };
-    await call('PUT', '/api/v1/admin/rate-limits', '/api/v1/admin/rate-limits', { headers: admin, body: { rate_limits: { gateway_request: [rule] } } });
-    await call('PUT', '/api/v1/admin/rate-limits', '/api/v1/admin/rate-limits', { headers: admin, body: { rate_limits: { gateway_request: [{ name: 'Bad Name' }] } } });
-    await call('DELETE', '/api/v1/admin/rate-limits/:limiter/rules/:rule', '/api/v1/admin/rate-limits/gateway_request/rules/contract_rule', { headers: admin });
-    await call('DELETE', '/api/v1/admin/rate-limits/:limiter/rules/:rule', '/api/v1/admin/rate-limits/gateway_request/rules/contract_rule', { headers: admin });
+    await call('PUT', '/api/v1/admin/rate-limits', '/api/v1/admin/rate-limits', {
+      headers: admin,
+      body: { rate_limits: { gateway_request: [rule] } },
+    });
+    await call('PUT', '/api/v1/admin/rate-limits', '/api/v1/admin/rate-limits', {
+      headers: admin,
+      body: { rate_limits: { gateway_request: [{ name: 'Bad Name' }] } },
+    });
+    await call(
+      'DELETE',
+      '/api/v1/admin/rate-limits/:limiter/rules/:rule',
+      '/api/v1/admin/rate-limits/gateway_request/rules/contract_rule',
+      { headers: admin },
+    );
+    await call(
+      'DELETE',
+      '/api/v1/admin/rate-limits/:limiter/rules/:rule',
+      '/api/v1/admin/rate-limits/gateway_request/rules/contract_rule',
+      { headers: admin },
+    );
     // The console: page, assets, sign-in, the session API (with and without its CSRF token).
     for (const m of ['GET', 'HEAD']) {
       await call(m, '/console', '/console');
@@ -240,35 +387,94 @@ describe('real responses against the document', () => {
     await call('POST', '/console/session', '/console/session', { headers: user });
     await call('POST', '/console/session', '/console/session');
     const signedIn = await call('POST', '/console/session', '/console/session', { headers: admin });
-    const session = { cookie: String(signedIn.headers['set-cookie']![0]).split(';')[0]!, 'x-csrf-token': String(JSON.parse(signedIn.body.toString()).csrfToken) };
+    const session = {
+      cookie: String(signedIn.headers['set-cookie']![0]).split(';')[0]!,
+      'x-csrf-token': String(JSON.parse(signedIn.body.toString()).csrfToken),
+    };
     const noCsrf = { cookie: session.cookie };
     await call('GET', '/console/session', '/console/session', { headers: noCsrf });
     await call('GET', '/console/api/status', '/console/api/status', { headers: noCsrf });
     await call('GET', '/console/api/status', '/console/api/status');
     await call('GET', '/console/api/rate-limits', '/console/api/rate-limits', { headers: noCsrf });
     const consoleRule = { name: 'console_contract_rule', action: 'log', limit: 1000, period_s: 60 };
-    await call('PUT', '/console/api/rate-limits', '/console/api/rate-limits', { headers: session, body: { rate_limits: { gateway_request: [consoleRule] } } });
-    await call('PUT', '/console/api/rate-limits', '/console/api/rate-limits', { headers: noCsrf, body: { rate_limits: { gateway_request: [consoleRule] } } });
-    await call('PUT', '/console/api/rate-limits', '/console/api/rate-limits', { headers: session, body: { rate_limits: { gateway_request: [{ name: 'Bad Name', action: 'limit' }] } } });
-    await call('PUT', '/console/api/rate-limits', '/console/api/rate-limits', { headers: { ...session, 'content-type': 'application/json' }, body: Buffer.from('{') });
-    await call('DELETE', '/console/api/rate-limits/:limiter/rules/:rule', '/console/api/rate-limits/gateway_request/rules/console_contract_rule', { headers: session });
-    await call('DELETE', '/console/api/rate-limits/:limiter/rules/:rule', '/console/api/rate-limits/gateway_request/rules/console_contract_rule', { headers: session });
+    await call('PUT', '/console/api/rate-limits', '/console/api/rate-limits', {
+      headers: session,
+      body: { rate_limits: { gateway_request: [consoleRule] } },
+    });
+    await call('PUT', '/console/api/rate-limits', '/console/api/rate-limits', {
+      headers: noCsrf,
+      body: { rate_limits: { gateway_request: [consoleRule] } },
+    });
+    await call('PUT', '/console/api/rate-limits', '/console/api/rate-limits', {
+      headers: session,
+      body: { rate_limits: { gateway_request: [{ name: 'Bad Name', action: 'limit' }] } },
+    });
+    await call('PUT', '/console/api/rate-limits', '/console/api/rate-limits', {
+      headers: { ...session, 'content-type': 'application/json' },
+      body: Buffer.from('{'),
+    });
+    await call(
+      'DELETE',
+      '/console/api/rate-limits/:limiter/rules/:rule',
+      '/console/api/rate-limits/gateway_request/rules/console_contract_rule',
+      { headers: session },
+    );
+    await call(
+      'DELETE',
+      '/console/api/rate-limits/:limiter/rules/:rule',
+      '/console/api/rate-limits/gateway_request/rules/console_contract_rule',
+      { headers: session },
+    );
     await call('GET', '/console/api/access', '/console/api/access', { headers: noCsrf });
-    await call('POST', '/console/api/principals', '/console/api/principals', { headers: session, body: { name: 'console-ci' } });
-    await call('POST', '/console/api/principals', '/console/api/principals', { headers: session, body: { name: 'console-ci' } });
-    await call('POST', '/console/api/principals', '/console/api/principals', { headers: noCsrf, body: { name: 'console-ci2' } });
-    const consoleKey = await call('POST', '/console/api/principals/:principal/keys', '/console/api/principals/console-ci/keys', { headers: session, body: { scopes: ['read'] } });
-    await call('POST', '/console/api/principals/:principal/keys', '/console/api/principals/nobody/keys', { headers: session, body: { scopes: ['read'] } });
-    await call('POST', '/console/api/keys/:keyId/revoke', `/console/api/keys/${String(JSON.parse(consoleKey.body.toString()).keyId)}/revoke`, { headers: session });
-    await call('POST', '/console/api/keys/:keyId/revoke', '/console/api/keys/0000000000000000/revoke', { headers: session });
-    await call('PUT', '/console/api/grants/:principal/:repository', '/console/api/grants/console-ci/libs', { headers: session, body: { permission: 'read' } });
-    await call('PUT', '/console/api/grants/:principal/:repository', '/console/api/grants/console-ci/nope', { headers: session, body: { permission: 'read' } });
+    await call('POST', '/console/api/principals', '/console/api/principals', {
+      headers: session,
+      body: { name: 'console-ci' },
+    });
+    await call('POST', '/console/api/principals', '/console/api/principals', {
+      headers: session,
+      body: { name: 'console-ci' },
+    });
+    await call('POST', '/console/api/principals', '/console/api/principals', {
+      headers: noCsrf,
+      body: { name: 'console-ci2' },
+    });
+    const consoleKey = await call(
+      'POST',
+      '/console/api/principals/:principal/keys',
+      '/console/api/principals/console-ci/keys',
+      { headers: session, body: { scopes: ['read'] } },
+    );
+    await call('POST', '/console/api/principals/:principal/keys', '/console/api/principals/nobody/keys', {
+      headers: session,
+      body: { scopes: ['read'] },
+    });
+    await call(
+      'POST',
+      '/console/api/keys/:keyId/revoke',
+      `/console/api/keys/${String(JSON.parse(consoleKey.body.toString()).keyId)}/revoke`,
+      { headers: session },
+    );
+    await call('POST', '/console/api/keys/:keyId/revoke', '/console/api/keys/0000000000000000/revoke', {
+      headers: session,
+    });
+    await call('PUT', '/console/api/grants/:principal/:repository', '/console/api/grants/console-ci/libs', {
+      headers: session,
+      body: { permission: 'read' },
+    });
+    await call('PUT', '/console/api/grants/:principal/:repository', '/console/api/grants/console-ci/nope', {
+      headers: session,
+      body: { permission: 'read' },
+    });
     await call('DELETE', '/console/api/session', '/console/api/session', { headers: noCsrf });
     await call('DELETE', '/console/api/session', '/console/api/session', { headers: session });
     await call('DELETE', '/console/api/session', '/console/api/session', { headers: session });
     // Requests that match no route, and a known path with a method it lacks.
     traffic.push({ method: 'GET', template: 'unmatched', res: await request(`${gateway.url}/nowhere`) });
-    traffic.push({ method: 'POST', template: '/health/live', res: await request(`${gateway.url}/health/live`, { method: 'POST' }) });
+    traffic.push({
+      method: 'POST',
+      template: '/health/live',
+      res: await request(`${gateway.url}/health/live`, { method: 'POST' }),
+    });
   }, 240_000);
 
   afterAll(async () => {
@@ -278,11 +484,15 @@ describe('real responses against the document', () => {
   it('every response of every documented operation validates: status, required headers, JSON body', async () => {
     const doc = await loadOpenApiDocument();
     const problemsOf = responseValidator(doc);
-    const problems = traffic.filter((t) => t.template !== 'unmatched' && operationOf(doc, t.method, t.template)).flatMap((t) => problemsOf(t.method, t.template, t.res));
+    const problems = traffic
+      .filter((t) => t.template !== 'unmatched' && operationOf(doc, t.method, t.template))
+      .flatMap((t) => problemsOf(t.method, t.template, t.res));
     expect(problems).toEqual([]);
     // Every operation of the document was exercised at least once.
     const seen = new Set(traffic.map((t) => `${t.method} ${openApiPath(t.template)}`));
-    const operations = Object.entries(doc.paths).flatMap(([p, item]) => HTTP_METHODS.filter((m) => item[m] !== undefined).map((m) => `${m.toUpperCase()} ${p}`));
+    const operations = Object.entries(doc.paths).flatMap(([p, item]) =>
+      HTTP_METHODS.filter((m) => item[m] !== undefined).map((m) => `${m.toUpperCase()} ${p}`),
+    );
     expect(operations.filter((o) => !seen.has(o))).toEqual([]);
   });
 
@@ -292,13 +502,23 @@ describe('real responses against the document', () => {
     // The harness also polled /health/status while the gateway started.
     expect(lines.length).toBeGreaterThanOrEqual(traffic.length);
     const routes = new Map<string, number>();
-    for (const l of lines) routes.set(`${String(l.method)} ${String(l.route)}`, (routes.get(`${String(l.method)} ${String(l.route)}`) ?? 0) + 1);
+    for (const l of lines)
+      routes.set(
+        `${String(l.method)} ${String(l.route)}`,
+        (routes.get(`${String(l.method)} ${String(l.route)}`) ?? 0) + 1,
+      );
     for (const t of traffic) expect(routes.has(`${t.method} ${t.template}`), `${t.method} ${t.template}`).toBe(true);
     expect(undescribedResponses(doc, lines)).toEqual([]);
     // Not vacuous: the document is strict about statuses it does not list.
-    expect(undescribedResponses(doc, [{ msg: 'request', method: 'GET', route: '/health/live', status: 418 }])).toHaveLength(1);
-    expect(undescribedResponses(doc, [{ msg: 'request', method: 'GET', route: '/api/v1/undocumented', status: 200 }])).toHaveLength(1);
-    expect(undescribedResponses(doc, [{ msg: 'request', method: 'GET', route: 'unmatched', status: 200 }])).toHaveLength(1);
+    expect(
+      undescribedResponses(doc, [{ msg: 'request', method: 'GET', route: '/health/live', status: 418 }]),
+    ).toHaveLength(1);
+    expect(
+      undescribedResponses(doc, [{ msg: 'request', method: 'GET', route: '/api/v1/undocumented', status: 200 }]),
+    ).toHaveLength(1);
+    expect(
+      undescribedResponses(doc, [{ msg: 'request', method: 'GET', route: 'unmatched', status: 200 }]),
+    ).toHaveLength(1);
   });
 
   it('removing a documented status makes the same real traffic fail both checks', async () => {
@@ -307,17 +527,26 @@ describe('real responses against the document', () => {
     expect(put.responses['201']).toBeDefined();
     delete put.responses['201'];
     const lines = gateway.logLines().filter((l) => l.msg === 'request');
-    expect(undescribedResponses(doc, lines)).toEqual(['PUT /api/v1/repositories/:repo/artifacts/:id → 201: PUT /api/v1/repositories/{repo}/artifacts/{id} does not document status 201']);
+    expect(undescribedResponses(doc, lines)).toEqual([
+      'PUT /api/v1/repositories/:repo/artifacts/:id → 201: PUT /api/v1/repositories/{repo}/artifacts/{id} does not document status 201',
+    ]);
     const problemsOf = responseValidator(doc);
-    const created = traffic.find((t) => t.method === 'PUT' && t.template === CONTENT_TEMPLATES.artifact && t.res.status === 201)!;
-    expect(problemsOf('PUT', CONTENT_TEMPLATES.artifact, created.res)).toEqual(['PUT /api/v1/repositories/{repo}/artifacts/{id} → 201: status not documented']);
+    const created = traffic.find(
+      (t) => t.method === 'PUT' && t.template === CONTENT_TEMPLATES.artifact && t.res.status === 201,
+    )!;
+    expect(problemsOf('PUT', CONTENT_TEMPLATES.artifact, created.res)).toEqual([
+      'PUT /api/v1/repositories/{repo}/artifacts/{id} → 201: status not documented',
+    ]);
   });
 
   it('a body the document does not describe fails the body check', async () => {
     const doc = await loadOpenApiDocument();
     const problemsOf = responseValidator(doc);
     const live = traffic.find((t) => t.method === 'GET' && t.template === '/health/live')!;
-    const altered = { ...live.res, body: Buffer.from(JSON.stringify({ status: 'live', principal: writer.principalId })) };
+    const altered = {
+      ...live.res,
+      body: Buffer.from(JSON.stringify({ status: 'live', principal: writer.principalId })),
+    };
     expect(problemsOf('GET', '/health/live', altered)).toHaveLength(1);
   });
 });

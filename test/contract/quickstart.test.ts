@@ -23,12 +23,15 @@ export function quickstartCommands(readme: string): string[] {
   if (start < 0 || end < start) throw new Error('README has no quickstart section');
   const commands: string[] = [];
   for (const block of readme.slice(start, end).matchAll(/```sh\n([\s\S]*?)```/g)) {
-    for (const line of block[1]!.split('\n')) if (line.trim() !== '' && !line.trim().startsWith('#')) commands.push(line);
+    for (const line of block[1]!.split('\n'))
+      if (line.trim() !== '' && !line.trim().startsWith('#')) commands.push(line);
   }
   return commands;
 }
 
-let gateway: { child: ChildProcess; exited: Promise<unknown>; output: () => string; port: number; dataDir: string } | undefined;
+let gateway:
+  | { child: ChildProcess; exited: Promise<unknown>; output: () => string; port: number; dataDir: string }
+  | undefined;
 
 /**
  * SIGTERM to the whole group (bash, npm, the gateway); resolves once the port is free and the
@@ -49,7 +52,10 @@ async function stopGateway(): Promise<void> {
   await exited;
   clearTimeout(timer);
   for (let i = 0; i < 300; i++) {
-    const free = await fetch(`http://127.0.0.1:${port}/health/live`).then(() => false, () => true);
+    const free = await fetch(`http://127.0.0.1:${port}/health/live`).then(
+      () => false,
+      () => true,
+    );
     if (free && !existsSync(path.join(dataDir, '.pg', 'postmaster.pid'))) return;
     await sleep(100);
   }
@@ -67,8 +73,19 @@ describe('README quick start', () => {
     const work = await makeTempDir('arkvory-quickstart-');
     const dataDir = path.join(work, 'data');
     const port = await freeLoopbackPort();
-    const env = { PATH: process.env.PATH, HOME: process.env.HOME, LANG: 'C.UTF-8', ARKVORY_DATA_DIR: dataDir, ARKVORY_PORT: String(port), ARKVORY_LOG_LEVEL: 'info' };
-    const adapt = (line: string) => line.replaceAll('data/', `${dataDir}/`).replaceAll('127.0.0.1:8080', `127.0.0.1:${port}`).replace(/\bnpm (?!--prefix)/g, `npm --prefix '${ROOT}' `);
+    const env = {
+      PATH: process.env.PATH,
+      HOME: process.env.HOME,
+      LANG: 'C.UTF-8',
+      ARKVORY_DATA_DIR: dataDir,
+      ARKVORY_PORT: String(port),
+      ARKVORY_LOG_LEVEL: 'info',
+    };
+    const adapt = (line: string) =>
+      line
+        .replaceAll('data/', `${dataDir}/`)
+        .replaceAll('127.0.0.1:8080', `127.0.0.1:${port}`)
+        .replace(/\bnpm (?!--prefix)/g, `npm --prefix '${ROOT}' `);
     // The first `npm start` is in the block above the section (with npm ci, which the suite itself ran).
     const all = ['npm start', ...commands];
     const assignments: string[] = [];
@@ -77,14 +94,22 @@ describe('README quick start', () => {
       const command = adapt(line);
       if (/(^|\s)npm --prefix '[^']+' start$/.test(command)) {
         await stopGateway();
-        const child = spawn('bash', ['-c', command], { cwd: work, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+        const child = spawn('bash', ['-c', command], {
+          cwd: work,
+          env,
+          detached: true,
+          stdio: ['ignore', 'pipe', 'pipe'],
+        });
         let output = '';
         child.stdout!.on('data', (d: Buffer) => (output += d.toString()));
         child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
         const exited = new Promise((resolve) => child.on('exit', resolve));
         gateway = { child, exited, output: () => output, port, dataDir };
         for (let i = 0; ; i++) {
-          const status = await fetch(`http://127.0.0.1:${port}/health/status`).then((r) => r.status, () => 0);
+          const status = await fetch(`http://127.0.0.1:${port}/health/status`).then(
+            (r) => r.status,
+            () => 0,
+          );
           if (status === 200) break;
           if (child.exitCode !== null || i > 1200) throw new Error(`\`${line}\` did not come up:\n${output}`);
           await sleep(50);
@@ -93,14 +118,21 @@ describe('README quick start', () => {
       }
       const isAssignment = /^[A-Z_]+=/.test(line) && !line.includes(' npm ');
       const result = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
-        const child = spawn('bash', ['-eo', 'pipefail', '-c', [...assignments, command].join('\n')], { cwd: work, env, stdio: ['ignore', 'pipe', 'pipe'] });
+        const child = spawn('bash', ['-eo', 'pipefail', '-c', [...assignments, command].join('\n')], {
+          cwd: work,
+          env,
+          stdio: ['ignore', 'pipe', 'pipe'],
+        });
         let stdout = '';
         let stderr = '';
         child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
         child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
         child.on('close', (code) => resolve({ code, stdout, stderr }));
       });
-      expect(result.code, `\`${line}\` failed:\n${result.stdout}${result.stderr}\ngateway:\n${gateway?.output() ?? ''}`).toBe(0);
+      expect(
+        result.code,
+        `\`${line}\` failed:\n${result.stdout}${result.stderr}\ngateway:\n${gateway?.output() ?? ''}`,
+      ).toBe(0);
       if (isAssignment) assignments.push(command);
       outputs.push({ command: line, stdout: result.stdout });
     }

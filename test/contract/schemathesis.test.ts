@@ -21,7 +21,13 @@ const INSTALL_HINT = `install it with \`bash .ci/run\` (venv under \${ARKVORY_TO
 const SEED = Number(process.env.ARKVORY_FUZZ_SEED ?? 18);
 const MAX_EXAMPLES = Number(process.env.ARKVORY_FUZZ_MAX_EXAMPLES ?? 15);
 /** The checks that say "no 5xx" and "every response is one the document describes". */
-const CHECKS = ['not_a_server_error', 'status_code_conformance', 'content_type_conformance', 'response_headers_conformance', 'response_schema_conformance'];
+const CHECKS = [
+  'not_a_server_error',
+  'status_code_conformance',
+  'content_type_conformance',
+  'response_headers_conformance',
+  'response_schema_conformance',
+];
 const SPEC = path.join(ROOT, 'proxy/openapi/openapi.yaml');
 const CONFIG = `
 [dictionaries.repos]
@@ -43,9 +49,18 @@ let adminKey: string;
 let readKey: string;
 let reportDir: string;
 
-function run(command: string, args: string[], timeoutMs: number, cwd = ROOT): Promise<{ code: number | null; output: string; missing: boolean }> {
+function run(
+  command: string,
+  args: string[],
+  timeoutMs: number,
+  cwd = ROOT,
+): Promise<{ code: number | null; output: string; missing: boolean }> {
   return new Promise((resolve) => {
-    const child = spawn(command, args, { cwd, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NO_COLOR: '1', SCHEMATHESIS_TELEMETRY: 'false' } });
+    const child = spawn(command, args, {
+      cwd,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, NO_COLOR: '1', SCHEMATHESIS_TELEMETRY: 'false' },
+    });
     let output = '';
     child.stdout.on('data', (d: Buffer) => (output += d.toString()));
     child.stderr.on('data', (d: Buffer) => (output += d.toString()));
@@ -64,17 +79,30 @@ function run(command: string, args: string[], timeoutMs: number, cwd = ROOT): Pr
 beforeAll(async () => {
   const version = await run('schemathesis', ['--version'], 30_000);
   if (version.missing) throw new Error(`schemathesis is not on PATH; ${INSTALL_HINT}`);
-  if (!version.output.includes(SCHEMATHESIS_VERSION)) process.stderr.write(`note: schemathesis ${version.output.trim()} on PATH; .ci/run pins ${SCHEMATHESIS_VERSION}\n`);
+  if (!version.output.includes(SCHEMATHESIS_VERSION))
+    process.stderr.write(`note: schemathesis ${version.output.trim()} on PATH; .ci/run pins ${SCHEMATHESIS_VERSION}\n`);
   db = await createTestDatabase();
   await createRepository(db.pool, 'fuzz');
-  ({ key: adminKey } = await createServiceAccount(db.pool, { name: 'fuzz-admin', scopes: ['read', 'write', 'admin'], grants: { fuzz: 'write' } }));
-  ({ key: readKey } = await createServiceAccount(db.pool, { name: 'fuzz-reader', scopes: ['read'], grants: { fuzz: 'read' } }));
+  ({ key: adminKey } = await createServiceAccount(db.pool, {
+    name: 'fuzz-admin',
+    scopes: ['read', 'write', 'admin'],
+    grants: { fuzz: 'write' },
+  }));
+  ({ key: readKey } = await createServiceAccount(db.pool, {
+    name: 'fuzz-reader',
+    scopes: ['read'],
+    grants: { fuzz: 'read' },
+  }));
   reportDir = await makeTempDir('arkvory-fuzz-');
   // Found in the working directory: path parameters often take names that exist, so the fuzzer
   // reaches past 404 into real content, grants and principals (the rest stay generated).
   await writeFile(path.join(reportDir, 'schemathesis.toml'), CONFIG);
   gateway = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url }, timeoutMs: 60_000 });
-  const put = await request(`${gateway.url}/api/v1/repositories/fuzz/artifacts/seed.bin`, { method: 'PUT', headers: { authorization: `Bearer ${adminKey}`, 'content-type': 'application/octet-stream' }, body: randomContent(4096) });
+  const put = await request(`${gateway.url}/api/v1/repositories/fuzz/artifacts/seed.bin`, {
+    method: 'PUT',
+    headers: { authorization: `Bearer ${adminKey}`, 'content-type': 'application/octet-stream' },
+    body: randomContent(4096),
+  });
   expect(put.status).toBe(201);
 }, 120_000);
 
@@ -86,17 +114,30 @@ afterAll(async () => {
 async function fuzz(label: string, key: string, target: GatewayProcess = gateway, extra: string[] = []): Promise<void> {
   const junit = path.join(reportDir, `${label}.xml`);
   const args = [
-    'run', SPEC,
-    '--url', target.url,
-    '--header', `Authorization: Bearer ${key}`,
-    '--checks', CHECKS.join(','),
-    '--max-examples', String(MAX_EXAMPLES),
-    '--seed', String(SEED),
-    '--workers', '1',
-    '--request-timeout', '20',
-    '--phases', 'examples,coverage,fuzzing',
-    '--suppress-health-check', 'too_slow',
-    '--report', 'junit', '--report-junit-path', junit,
+    'run',
+    SPEC,
+    '--url',
+    target.url,
+    '--header',
+    `Authorization: Bearer ${key}`,
+    '--checks',
+    CHECKS.join(','),
+    '--max-examples',
+    String(MAX_EXAMPLES),
+    '--seed',
+    String(SEED),
+    '--workers',
+    '1',
+    '--request-timeout',
+    '20',
+    '--phases',
+    'examples,coverage,fuzzing',
+    '--suppress-health-check',
+    'too_slow',
+    '--report',
+    'junit',
+    '--report-junit-path',
+    junit,
     ...extra,
   ];
   // cwd: the temp dir, where schemathesis keeps its example database (removed with it).
@@ -127,13 +168,31 @@ describe('schemathesis over the OpenAPI document against a live writer', () => {
     const gateways: GatewayProcess[] = [];
     try {
       await createRepository(shared.pool, 'fuzz');
-      const { key: writeKey } = await createServiceAccount(shared.pool, { name: 'fuzz-writer', grants: { fuzz: 'write' } });
-      const { key } = await createServiceAccount(shared.pool, { name: 'fuzz-reader', scopes: ['read'], grants: { fuzz: 'read' } });
+      const { key: writeKey } = await createServiceAccount(shared.pool, {
+        name: 'fuzz-writer',
+        grants: { fuzz: 'write' },
+      });
+      const { key } = await createServiceAccount(shared.pool, {
+        name: 'fuzz-reader',
+        scopes: ['read'],
+        grants: { fuzz: 'read' },
+      });
       const dataDir = await makeTempDir();
-      const env = (role: string, slot: number) => ({ ARKVORY_DATABASE_URL: shared.url, ARKVORY_REDIS_URL: inject('redisUrl'), ARKVORY_ROLE: role, ARKVORY_GATEWAY_SLOTS: '2', ARKVORY_GATEWAY_SLOT: String(slot), ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(64 * 1024 * 1024) });
+      const env = (role: string, slot: number) => ({
+        ARKVORY_DATABASE_URL: shared.url,
+        ARKVORY_REDIS_URL: inject('redisUrl'),
+        ARKVORY_ROLE: role,
+        ARKVORY_GATEWAY_SLOTS: '2',
+        ARKVORY_GATEWAY_SLOT: String(slot),
+        ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(64 * 1024 * 1024),
+      });
       const writer = await startGateway({ env: env('api', 0), dataDir, timeoutMs: 60_000 });
       gateways.push(writer);
-      const put = await request(`${writer.url}/api/v1/repositories/fuzz/artifacts/seed.bin`, { method: 'PUT', headers: { authorization: `Bearer ${writeKey}`, 'content-type': 'application/octet-stream' }, body: randomContent(4096) });
+      const put = await request(`${writer.url}/api/v1/repositories/fuzz/artifacts/seed.bin`, {
+        method: 'PUT',
+        headers: { authorization: `Bearer ${writeKey}`, 'content-type': 'application/octet-stream' },
+        body: randomContent(4096),
+      });
       expect(put.status).toBe(201);
       const reader = await startGateway({ env: env('reader', 1), dataDir, timeoutMs: 60_000 });
       gateways.push(reader);

@@ -14,12 +14,17 @@ const API_PORT = 8474;
 const LINK_PORT = 15432;
 
 export function toxiproxyBinary(): string {
-  const dirs = [...(process.env.PATH ?? '').split(':'), path.join(process.env.ARKVORY_TOOLS_DIR ?? '/root/.cache/arkvory-tools', 'bin')];
+  const dirs = [
+    ...(process.env.PATH ?? '').split(':'),
+    path.join(process.env.ARKVORY_TOOLS_DIR ?? '/root/.cache/arkvory-tools', 'bin'),
+  ];
   for (const dir of dirs) {
     const candidate = path.join(dir, 'toxiproxy-server');
     if (dir && existsSync(candidate)) return candidate;
   }
-  throw new Error('toxiproxy-server is not installed (this kernel has no netem, so the multi-host delay scenario uses it); build it with `GOBIN=/root/.cache/arkvory-tools/bin go install github.com/Shopify/toxiproxy/v2/cmd/toxiproxy-server@v2.12.0` (as .ci/run does)');
+  throw new Error(
+    'toxiproxy-server is not installed (this kernel has no netem, so the multi-host delay scenario uses it); build it with `GOBIN=/root/.cache/arkvory-tools/bin go install github.com/Shopify/toxiproxy/v2/cmd/toxiproxy-server@v2.12.0` (as .ci/run does)',
+  );
 }
 
 export interface DatabaseLink {
@@ -52,7 +57,15 @@ export async function startDatabaseLink(topology: Topology): Promise<DatabaseLin
     databaseUrl: url.toString(),
     async delay(ms) {
       for (const stream of ['upstream', 'downstream'] as const) {
-        toxics.push(await link.addToxic({ name: `delay-${stream}`, type: 'latency', stream, toxicity: 1, attributes: { latency: ms, jitter: 0 } }));
+        toxics.push(
+          await link.addToxic({
+            name: `delay-${stream}`,
+            type: 'latency',
+            stream,
+            toxicity: 1,
+            attributes: { latency: ms, jitter: 0 },
+          }),
+        );
       }
     },
     async clear() {

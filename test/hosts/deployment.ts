@@ -33,7 +33,12 @@ export function sha256(data: Buffer): string {
 }
 
 /** Polls `probe` until it returns true; fails naming `what`. */
-export async function waitUntil(what: string, probe: () => Promise<boolean> | boolean, timeoutMs: number, intervalMs = 100): Promise<void> {
+export async function waitUntil(
+  what: string,
+  probe: () => Promise<boolean> | boolean,
+  timeoutMs: number,
+  intervalMs = 100,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     try {
@@ -61,7 +66,10 @@ export async function startDeployment(options: {
   /** Runs once the hosts are up, before the writer starts; returns variables for the writer only. */
   beforeWriter?: (topology: Topology) => Promise<Record<string, string>>;
 }): Promise<Deployment> {
-  const topology = await buildTopology({ policy: options.policy, ...(options.gatewayEnv ? { env: options.gatewayEnv } : {}) });
+  const topology = await buildTopology({
+    policy: options.policy,
+    ...(options.gatewayEnv ? { env: options.gatewayEnv } : {}),
+  });
   const downloads = tempDir('client');
   try {
     await createRepository(topology.pool, 'shared');
@@ -70,7 +78,11 @@ export async function startDeployment(options: {
     const writerEnv = options.beforeWriter ? await options.beforeWriter(topology) : {};
     const writer = await topology.startGateway('writer', { role: 'api', slot: 0, env: writerEnv });
     const file = randomBytes(options.fileBytes);
-    const put = await fetch(`${writer.url}/api/v1/repositories/shared/artifacts/big.bin`, { method: 'PUT', headers: { authorization: `Bearer ${write.key}`, 'content-type': 'application/octet-stream' }, body: file });
+    const put = await fetch(`${writer.url}/api/v1/repositories/shared/artifacts/big.bin`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${write.key}`, 'content-type': 'application/octet-stream' },
+      body: file,
+    });
     if (put.status !== 201) throw new Error(`upload through the writer answered ${put.status}: ${await put.text()}`);
     const readers = (await Promise.all([
       topology.startGateway('reader1', { role: 'reader', slot: 1 }),
@@ -78,7 +90,11 @@ export async function startDeployment(options: {
     ])) as [Gateway, Gateway];
     const router = await topology.startRouter({ probeIntervalMs: options.probeIntervalMs ?? 1000 });
     const routerUrl = `http://${topology.hosts.router.address}:${GATEWAY_PORT}`;
-    await waitUntil('the router to see the writer and both readers healthy', async () => (await routerHealthy(routerUrl)).healthy === 3, 20_000);
+    await waitUntil(
+      'the router to see the writer and both readers healthy',
+      async () => (await routerHealthy(routerUrl)).healthy === 3,
+      20_000,
+    );
     return {
       topology,
       writer,
@@ -104,8 +120,17 @@ export async function startDeployment(options: {
 }
 
 /** curl on the client host; `-D` keeps the response headers (the router's x-request-id). */
-export async function curlOnClient(d: Deployment, args: readonly string[], timeoutMs = 60_000): Promise<{ code: number | null; stderr: string }> {
-  const res = await d.topology.run('client', 'curl', ['-sS', '-H', `Authorization: Bearer ${d.readKey}`, ...args], timeoutMs);
+export async function curlOnClient(
+  d: Deployment,
+  args: readonly string[],
+  timeoutMs = 60_000,
+): Promise<{ code: number | null; stderr: string }> {
+  const res = await d.topology.run(
+    'client',
+    'curl',
+    ['-sS', '-H', `Authorization: Bearer ${d.readKey}`, ...args],
+    timeoutMs,
+  );
   return { code: res.code, stderr: res.stderr };
 }
 
@@ -118,13 +143,22 @@ export function readDownload(d: Deployment, name: string): Buffer {
  * router keeps and forwards): which gateway served it, the status, whether the body completed.
  * The line is written when the response closes, so it is awaited.
  */
-export async function routerLineFor(d: Deployment, requestId: string, timeoutMs = 5000): Promise<Record<string, unknown>> {
+export async function routerLineFor(
+  d: Deployment,
+  requestId: string,
+  timeoutMs = 5000,
+): Promise<Record<string, unknown>> {
   let line: Record<string, unknown> | undefined;
-  await waitUntil(`the router's log line for ${requestId}`, () => (line = d.router.logLines().find((l) => l.msg === 'request' && l.reqId === requestId)) !== undefined, timeoutMs, 50);
+  await waitUntil(
+    `the router's log line for ${requestId}`,
+    () => (line = d.router.logLines().find((l) => l.msg === 'request' && l.reqId === requestId)) !== undefined,
+    timeoutMs,
+    50,
+  );
   return line!;
 }
 
 /** Which gateway served each of these request ids, by its logged `request` line (gateways log reqId too). */
-export function gatewayServing(d: Deployment, gateways: readonly Gateway[], requestId: string): Gateway | undefined {
+export function gatewayServing(_d: Deployment, gateways: readonly Gateway[], requestId: string): Gateway | undefined {
   return gateways.find((g) => g.logLines().some((l) => l.msg === 'request' && l.reqId === requestId));
 }

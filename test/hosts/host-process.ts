@@ -19,13 +19,25 @@ export interface HostProcess {
   stop(graceMs?: number): Promise<number | string>;
 }
 
-export function startInNamespace(ns: string, name: string, command: string, args: readonly string[], options: { env?: NodeJS.ProcessEnv; cwd?: string } = {}): HostProcess {
-  const child = spawn('ip', ['netns', 'exec', ns, command, ...args], { env: options.env ?? { PATH: process.env.PATH }, cwd: options.cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+export function startInNamespace(
+  ns: string,
+  name: string,
+  command: string,
+  args: readonly string[],
+  options: { env?: NodeJS.ProcessEnv; cwd?: string } = {},
+): HostProcess {
+  const child = spawn('ip', ['netns', 'exec', ns, command, ...args], {
+    env: options.env ?? { PATH: process.env.PATH },
+    cwd: options.cwd,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let stdout = '';
   let stderr = '';
   child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-  const exited = new Promise<number | string>((resolve) => child.on('exit', (code, signal) => resolve(code ?? signal ?? -1)));
+  const exited = new Promise<number | string>((resolve) =>
+    child.on('exit', (code, signal) => resolve(code ?? signal ?? -1)),
+  );
   const isRunning = () => child.exitCode === null && child.signalCode === null;
   return {
     name,

@@ -25,9 +25,12 @@ export class HostsUnavailableError extends Error {
 /** The multi-host suite needs root (network namespaces) and iproute2; otherwise it fails saying so. */
 export function requireHostTools(): void {
   if (process.getuid?.() !== 0) {
-    throw new HostsUnavailableError('the multi-host suite (npm run test:hosts) builds network namespaces and needs root; run it as root (CI runs as root), e.g. `sudo npm run test:hosts`');
+    throw new HostsUnavailableError(
+      'the multi-host suite (npm run test:hosts) builds network namespaces and needs root; run it as root (CI runs as root), e.g. `sudo npm run test:hosts`',
+    );
   }
-  if (spawnSync('ip', ['-V'], { stdio: 'ignore' }).error) throw new HostsUnavailableError('`ip` is not installed; on Debian: apt-get install -y iproute2');
+  if (spawnSync('ip', ['-V'], { stdio: 'ignore' }).error)
+    throw new HostsUnavailableError('`ip` is not installed; on Debian: apt-get install -y iproute2');
 }
 
 export function ip(...args: string[]): string {
@@ -50,7 +53,9 @@ export function removeLeftovers(): void {
     .map((l) => l.split(' ')[0] ?? '')
     .filter((n) => n.startsWith(NAME_PREFIX));
   for (const ns of namespaces) {
-    const pids = (spawnSync('ip', ['netns', 'pids', ns], { encoding: 'utf8' }).stdout ?? '').split('\n').filter((p) => /^\d+$/.test(p));
+    const pids = (spawnSync('ip', ['netns', 'pids', ns], { encoding: 'utf8' }).stdout ?? '')
+      .split('\n')
+      .filter((p) => /^\d+$/.test(p));
     for (const pid of pids) {
       try {
         // SIGCONT first: a SIGSTOPped process would otherwise hold its namespace until continued.

@@ -13,7 +13,18 @@ import { statSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { leaseRow, logTimeMs } from '../../chaos/support/gateways.ts';
-import { curlOnClient, gatewayServing, MiB, readDownload, routerHealthy, routerLineFor, sha256, startDeployment, waitUntil, type Deployment } from './deployment.ts';
+import {
+  curlOnClient,
+  gatewayServing,
+  MiB,
+  readDownload,
+  routerHealthy,
+  routerLineFor,
+  sha256,
+  startDeployment,
+  waitUntil,
+  type Deployment,
+} from './deployment.ts';
 import { heal, partition } from './netns.ts';
 import type { Gateway } from './topology.ts';
 
@@ -24,7 +35,11 @@ const RATE = 4 * 256 * 1024;
 let d: Deployment;
 
 beforeAll(async () => {
-  d = await startDeployment({ policy: { slots: 4, rateBytesPerSec: RATE }, fileBytes: 4 * MiB, probeIntervalMs: PROBE_MS });
+  d = await startDeployment({
+    policy: { slots: 4, rateBytesPerSec: RATE },
+    fileBytes: 4 * MiB,
+    probeIntervalMs: PROBE_MS,
+  });
 }, 150_000);
 
 afterAll(async () => {
@@ -46,12 +61,27 @@ describe('reader1 partitioned from the database host', () => {
     const ids = ['s2-a', 's2-b', 's2-c'];
     // Three downloads in flight at once: the router's least-active choice puts one on each gateway.
     const curls = ids.map((id) =>
-      topology.spawn('client', `curl ${id}`, 'curl', ['-sS', '--fail', '-H', `Authorization: Bearer ${d.readKey}`, '-H', `X-Request-Id: ${id}`, '-o', path.join(d.downloads, id), `${d.routerUrl}${d.contentPath}`]),
+      topology.spawn('client', `curl ${id}`, 'curl', [
+        '-sS',
+        '--fail',
+        '-H',
+        `Authorization: Bearer ${d.readKey}`,
+        '-H',
+        `X-Request-Id: ${id}`,
+        '-o',
+        path.join(d.downloads, id),
+        `${d.routerUrl}${d.contentPath}`,
+      ]),
     );
     await waitUntil('all three downloads to receive bytes', () => ids.every((id) => fileSize(id) > 0), 10_000, 50);
 
     partition(topology.hosts.reader1, topology.hosts.db);
-    await waitUntil('reader1 to log its fence', () => reader1.logLines().some((l) => String(l.msg).startsWith('fenced:')), 15_000, 50);
+    await waitUntil(
+      'reader1 to log its fence',
+      () => reader1.logLines().some((l) => String(l.msg).startsWith('fenced:')),
+      15_000,
+      50,
+    );
     const fence = reader1.logLines().find((l) => String(l.msg).startsWith('fenced:'))!;
     const fencedAtMs = logTimeMs(fence);
     const lastRenewal = (await leaseRow(topology.pool, 1))!;
@@ -70,8 +100,17 @@ describe('reader1 partitioned from the database host', () => {
     expect(codes.filter((c) => c === 0)).toHaveLength(2);
     const onReader1 = ids[codes.findIndex((c) => c !== 0)]!;
     // Gateways log a request when it ends: each download was served by a different host.
-    await waitUntil('every gateway to log its download', () => ids.every((id) => gatewayServing(d, [d.writer, reader1, reader2], id) !== undefined), 5000, 50);
-    expect(ids.map((id) => gatewayServing(d, [d.writer, reader1, reader2], id)?.host.name).sort()).toEqual(['reader1', 'reader2', 'writer']);
+    await waitUntil(
+      'every gateway to log its download',
+      () => ids.every((id) => gatewayServing(d, [d.writer, reader1, reader2], id) !== undefined),
+      5000,
+      50,
+    );
+    expect(ids.map((id) => gatewayServing(d, [d.writer, reader1, reader2], id)?.host.name).sort()).toEqual([
+      'reader1',
+      'reader2',
+      'writer',
+    ]);
     expect(gatewayServing(d, [reader1], onReader1)).toBe(reader1);
     for (const id of ids.filter((i) => i !== onReader1)) expect(sha256(readDownload(d, id))).toBe(sha256(d.file));
     const cutLine = await routerLineFor(d, onReader1);
@@ -79,12 +118,26 @@ describe('reader1 partitioned from the database host', () => {
     expect(fileSize(onReader1)).toBeLessThan(d.file.length);
 
     // Out of the router's pool within two probe intervals of the fence.
-    await waitUntil('the router to drop reader1', () => d.router.logLines().some((l) => l.msg === 'gateway left the pool' && l.backend === reader1.url), 2 * PROBE_MS + 5000, 50);
+    await waitUntil(
+      'the router to drop reader1',
+      () => d.router.logLines().some((l) => l.msg === 'gateway left the pool' && l.backend === reader1.url),
+      2 * PROBE_MS + 5000,
+      50,
+    );
     const left = d.router.logLines().find((l) => l.msg === 'gateway left the pool' && l.backend === reader1.url)!;
     expect(logTimeMs(left) - fencedAtMs).toBeLessThanOrEqual(2 * PROBE_MS);
 
     // Resume with Range through the router: another gateway, the exact file.
-    const resumed = await curlOnClient(d, ['--fail', '-C', '-', '-H', 'X-Request-Id: s2-resume', '-o', path.join(d.downloads, onReader1), `${d.routerUrl}${d.contentPath}`]);
+    const resumed = await curlOnClient(d, [
+      '--fail',
+      '-C',
+      '-',
+      '-H',
+      'X-Request-Id: s2-resume',
+      '-o',
+      path.join(d.downloads, onReader1),
+      `${d.routerUrl}${d.contentPath}`,
+    ]);
     expect(resumed.code, resumed.stderr).toBe(0);
     expect(sha256(readDownload(d, onReader1))).toBe(sha256(d.file));
     const resumeLine = await routerLineFor(d, 's2-resume');
@@ -104,7 +157,9 @@ describe('reader1 partitioned from the database host', () => {
     const healedAtMs = Date.now();
     while (Date.now() - healedAtMs < 3000) {
       expect((await fetch(`${reader1.url}/health/status`)).status).toBe(503);
-      const refused = await fetch(`${reader1.url}${d.contentPath}`, { headers: { authorization: `Bearer ${d.readKey}` } });
+      const refused = await fetch(`${reader1.url}${d.contentPath}`, {
+        headers: { authorization: `Bearer ${d.readKey}` },
+      });
       expect([refused.status, ((await refused.json()) as { code: string }).code]).toEqual([503, 'lease_lost']);
       await new Promise((r) => setTimeout(r, 250));
     }
@@ -113,7 +168,11 @@ describe('reader1 partitioned from the database host', () => {
     const after = (await leaseRow(topology.pool, 1))!;
     expect([after.owner, after.generation]).toEqual([taken.owner, taken.generation]);
     // The router finds the replacement through its lease and serves from it.
-    await waitUntil('the router to add the replacement', async () => (await routerHealthy(d.routerUrl)).healthy === 3, 10_000);
+    await waitUntil(
+      'the router to add the replacement',
+      async () => (await routerHealthy(d.routerUrl)).healthy === 3,
+      10_000,
+    );
   }, 120_000);
 });
 

@@ -21,7 +21,18 @@ import { statSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { burstBytes } from '../../policy/bandwidth/token-bucket.ts';
-import { curlOnClient, gatewayServing, MiB, readDownload, routerHealthy, routerLineFor, sha256, startDeployment, waitUntil, type Deployment } from './deployment.ts';
+import {
+  curlOnClient,
+  gatewayServing,
+  MiB,
+  readDownload,
+  routerHealthy,
+  routerLineFor,
+  sha256,
+  startDeployment,
+  waitUntil,
+  type Deployment,
+} from './deployment.ts';
 import { heal, partition } from './netns.ts';
 import type { Gateway } from './topology.ts';
 
@@ -60,12 +71,23 @@ const fileSize = (name: string): number => {
 describe('scenario 1: reads through the router across hosts', () => {
   it('spreads nine sequential downloads 3/3/3 over writer, reader1 and reader2, all byte-exact', async () => {
     const small = randomBytes(96 * 1024 + 17);
-    const put = await fetch(`${d.writer.url}/api/v1/repositories/shared/artifacts/small.bin`, { method: 'PUT', headers: { authorization: `Bearer ${d.writeKey}`, 'content-type': 'application/octet-stream' }, body: small });
+    const put = await fetch(`${d.writer.url}/api/v1/repositories/shared/artifacts/small.bin`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${d.writeKey}`, 'content-type': 'application/octet-stream' },
+      body: small,
+    });
     expect(put.status).toBe(201);
     const served = new Map<string, number>();
     for (let i = 0; i < 9; i++) {
       const id = `s1-${i}`;
-      const res = await curlOnClient(d, ['--fail', '-H', `X-Request-Id: ${id}`, '-o', path.join(d.downloads, id), `${d.routerUrl}/api/v1/repositories/shared/artifacts/small.bin/content`]);
+      const res = await curlOnClient(d, [
+        '--fail',
+        '-H',
+        `X-Request-Id: ${id}`,
+        '-o',
+        path.join(d.downloads, id),
+        `${d.routerUrl}/api/v1/repositories/shared/artifacts/small.bin/content`,
+      ]);
       expect(res.code, res.stderr).toBe(0);
       expect(sha256(readDownload(d, id))).toBe(sha256(small));
       const line = await routerLineFor(d, id);
@@ -77,7 +99,14 @@ describe('scenario 1: reads through the router across hosts', () => {
 
   it('serves a Range through the router byte-exact, whichever host answers', async () => {
     const from = d.file.length - 100_000;
-    const res = await curlOnClient(d, ['--fail', '-r', `${from}-`, '-o', path.join(d.downloads, 'range'), `${d.routerUrl}${d.contentPath}`]);
+    const res = await curlOnClient(d, [
+      '--fail',
+      '-r',
+      `${from}-`,
+      '-o',
+      path.join(d.downloads, 'range'),
+      `${d.routerUrl}${d.contentPath}`,
+    ]);
     expect(res.code, res.stderr).toBe(0);
     expect(readDownload(d, 'range').equals(d.file.subarray(from))).toBe(true);
   });
@@ -95,7 +124,18 @@ describe('scenario 4: one principal on three gateways on three hosts', () => {
     const gateways = [d.writer, ...d.readers];
     const ids = Array.from({ length: 6 }, (_, i) => `s4-${i}`);
     const curls = ids.map((id) =>
-      d.topology.spawn('client', `curl ${id}`, 'curl', ['-sS', '--max-time', String(WINDOW_S + 2), '-H', `Authorization: Bearer ${d.readKey}`, '-H', `X-Request-Id: ${id}`, '-o', path.join(d.downloads, id), `${d.routerUrl}${d.contentPath}`]),
+      d.topology.spawn('client', `curl ${id}`, 'curl', [
+        '-sS',
+        '--max-time',
+        String(WINDOW_S + 2),
+        '-H',
+        `Authorization: Bearer ${d.readKey}`,
+        '-H',
+        `X-Request-Id: ${id}`,
+        '-o',
+        path.join(d.downloads, id),
+        `${d.routerUrl}${d.contentPath}`,
+      ]),
     );
     const samples: Array<{ startMs: number; endMs: number; bytes: number }> = [];
     const until = performance.now() + WINDOW_S * 1000;
@@ -107,7 +147,12 @@ describe('scenario 4: one principal on three gateways on three hosts', () => {
     }
     await Promise.all(curls.map((c) => c.exited));
     // The router spread the six downloads over all three gateways.
-    await waitUntil('every gateway to log its downloads', () => ids.every((id) => gatewayServing(d, gateways, id) !== undefined), 5000, 50);
+    await waitUntil(
+      'every gateway to log its downloads',
+      () => ids.every((id) => gatewayServing(d, gateways, id) !== undefined),
+      5000,
+      50,
+    );
     expect(new Set(ids.map((id) => gatewayServing(d, gateways, id)?.host.name)).size).toBe(3);
 
     for (let i = 0; i < samples.length; i++) {
@@ -132,7 +177,17 @@ describe('scenario 3: reader2 partitioned from the store host mid-download', () 
     const [reader1, reader2] = d.readers;
     const ids = ['s3-a', 's3-b', 's3-c'];
     const curls = ids.map((id) =>
-      topology.spawn('client', `curl ${id}`, 'curl', ['-sS', '--fail', '-H', `Authorization: Bearer ${d.readKey}`, '-H', `X-Request-Id: ${id}`, '-o', path.join(d.downloads, id), `${d.routerUrl}${d.contentPath}`]),
+      topology.spawn('client', `curl ${id}`, 'curl', [
+        '-sS',
+        '--fail',
+        '-H',
+        `Authorization: Bearer ${d.readKey}`,
+        '-H',
+        `X-Request-Id: ${id}`,
+        '-o',
+        path.join(d.downloads, id),
+        `${d.routerUrl}${d.contentPath}`,
+      ]),
     );
     await waitUntil('all three downloads to receive bytes', () => ids.every((id) => fileSize(id) > 0), 10_000, 50);
     partition(topology.hosts.reader2, topology.hosts.store);
@@ -140,7 +195,12 @@ describe('scenario 3: reader2 partitioned from the store host mid-download', () 
       const codes = await Promise.all(curls.map((c) => c.exited));
       expect(codes.filter((c) => c === 0)).toHaveLength(2);
       const cut = ids[codes.findIndex((c) => c !== 0)]!;
-      await waitUntil('every gateway to log its download', () => ids.every((id) => gatewayServing(d, [d.writer, reader1, reader2], id) !== undefined), 5000, 50);
+      await waitUntil(
+        'every gateway to log its download',
+        () => ids.every((id) => gatewayServing(d, [d.writer, reader1, reader2], id) !== undefined),
+        5000,
+        50,
+      );
       expect(gatewayServing(d, [d.writer, reader1, reader2], cut)).toBe(reader2);
       for (const id of ids.filter((i) => i !== cut)) expect(sha256(readDownload(d, id))).toBe(sha256(d.file));
       expect(await routerLineFor(d, cut)).toMatchObject({ backend: reader2.url, completed: false });
@@ -148,21 +208,50 @@ describe('scenario 3: reader2 partitioned from the store host mid-download', () 
 
       // reader2 still passes its health probe (its lease is fine), so a resume may land on it and
       // get 504 upstream_timeout; curl --retry treats that as transient and resumes again.
-      const resumed = await curlOnClient(d, ['--fail', '-C', '-', '--retry', '6', '--retry-delay', '1', '-H', 'X-Request-Id: s3-resume', '-o', path.join(d.downloads, cut), `${d.routerUrl}${d.contentPath}`], 90_000);
+      const resumed = await curlOnClient(
+        d,
+        [
+          '--fail',
+          '-C',
+          '-',
+          '--retry',
+          '6',
+          '--retry-delay',
+          '1',
+          '-H',
+          'X-Request-Id: s3-resume',
+          '-o',
+          path.join(d.downloads, cut),
+          `${d.routerUrl}${d.contentPath}`,
+        ],
+        90_000,
+      );
       expect(resumed.code, resumed.stderr).toBe(0);
       expect(sha256(readDownload(d, cut))).toBe(sha256(d.file));
-      await waitUntil('the resume to be logged', () => d.router.logLines().some((l) => l.msg === 'request' && l.reqId === 's3-resume' && l.status === 206), 5000, 50);
-      const served = d.router.logLines().filter((l) => l.msg === 'request' && l.reqId === 's3-resume' && l.status === 206);
+      await waitUntil(
+        'the resume to be logged',
+        () => d.router.logLines().some((l) => l.msg === 'request' && l.reqId === 's3-resume' && l.status === 206),
+        5000,
+        50,
+      );
+      const served = d.router
+        .logLines()
+        .filter((l) => l.msg === 'request' && l.reqId === 's3-resume' && l.status === 206);
       expect(served).toHaveLength(1);
       expect(served[0]).toMatchObject({ completed: true });
       expect(served[0]!.backend).not.toBe(reader2.url);
       // Whatever reached reader2 meanwhile was refused as the store's fault, never served short.
-      for (const line of d.router.logLines().filter((l) => l.msg === 'request' && l.reqId === 's3-resume' && l.backend === reader2.url)) expect(line.status).toBe(504);
+      for (const line of d.router
+        .logLines()
+        .filter((l) => l.msg === 'request' && l.reqId === 's3-resume' && l.backend === reader2.url))
+        expect(line.status).toBe(504);
     } finally {
       heal(topology.hosts.reader2, topology.hosts.store);
     }
     // Healed, reader2 serves exact bytes again.
-    const again = await fetch(`${reader2.url}${d.contentPath}`, { headers: { authorization: `Bearer ${d.readKey}`, range: 'bytes=0-65535' } });
+    const again = await fetch(`${reader2.url}${d.contentPath}`, {
+      headers: { authorization: `Bearer ${d.readKey}`, range: 'bytes=0-65535' },
+    });
     expect(again.status).toBe(206);
     expect(Buffer.from(await again.arrayBuffer()).equals(d.file.subarray(0, 65536))).toBe(true);
   }, 150_000);
@@ -176,10 +265,32 @@ describe('a paused reader (SIGSTOP longer than its permit)', () => {
     reader1.signal('SIGSTOP');
     try {
       // A process that answers nothing fails its probe (no answer within 0.9 interval).
-      await waitUntil('the router to drop the paused reader', () => d.router.logLines().some((l) => l.msg === 'gateway left the pool' && l.backend === reader1.url && Date.parse(String(l.time)) >= stoppedAtMs), 2 * PROBE_MS + 5000, 50);
+      await waitUntil(
+        'the router to drop the paused reader',
+        () =>
+          d.router
+            .logLines()
+            .some(
+              (l) =>
+                l.msg === 'gateway left the pool' &&
+                l.backend === reader1.url &&
+                Date.parse(String(l.time)) >= stoppedAtMs,
+            ),
+        2 * PROBE_MS + 5000,
+        50,
+      );
       for (let i = 0; i < 3; i++) {
         const id = `pause-${i}`;
-        const res = await curlOnClient(d, ['--fail', '-r', '0-99999', '-H', `X-Request-Id: ${id}`, '-o', path.join(d.downloads, id), `${d.routerUrl}${d.contentPath}`]);
+        const res = await curlOnClient(d, [
+          '--fail',
+          '-r',
+          '0-99999',
+          '-H',
+          `X-Request-Id: ${id}`,
+          '-o',
+          path.join(d.downloads, id),
+          `${d.routerUrl}${d.contentPath}`,
+        ]);
         expect(res.code, res.stderr).toBe(0);
         expect(readDownload(d, id).equals(d.file.subarray(0, 100_000))).toBe(true);
         expect((await routerLineFor(d, id)).backend).not.toBe(reader1.url);
@@ -190,9 +301,16 @@ describe('a paused reader (SIGSTOP longer than its permit)', () => {
       reader1.signal('SIGCONT');
     }
     // Continued, it finds its permit over: it fences, never serves again, and stays out of the pool.
-    await waitUntil('the continued reader to fence', () => reader1.logLines().some((l) => String(l.msg).startsWith('fenced:')), 10_000, 50);
+    await waitUntil(
+      'the continued reader to fence',
+      () => reader1.logLines().some((l) => String(l.msg).startsWith('fenced:')),
+      10_000,
+      50,
+    );
     expect((await fetch(`${reader1.url}/health/status`)).status).toBe(503);
-    const refused = await fetch(`${reader1.url}${d.contentPath}`, { headers: { authorization: `Bearer ${d.readKey}` } });
+    const refused = await fetch(`${reader1.url}${d.contentPath}`, {
+      headers: { authorization: `Bearer ${d.readKey}` },
+    });
     expect([refused.status, ((await refused.json()) as { code: string }).code]).toEqual([503, 'lease_lost']);
     expect((await routerHealthy(d.routerUrl)).healthy).toBe(2);
   }, 60_000);

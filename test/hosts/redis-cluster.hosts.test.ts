@@ -9,7 +9,7 @@
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { pino } from 'pino';
-import { Cluster } from 'ioredis';
+import type { Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../policy/clock.ts';
 import { buildPlan } from '../../policy/rate-limit/evaluate.ts';
@@ -42,13 +42,27 @@ afterAll(async () => {
 });
 
 let n = 0;
-storeConformance('redis cluster (3 primaries, 3 replicas)', () => ({ store: createRedisStore(client), prefix: `arkvory:t:cluster:${++n}:` }));
+storeConformance('redis cluster (3 primaries, 3 replicas)', () => ({
+  store: createRedisStore(client),
+  prefix: `arkvory:t:cluster:${++n}:`,
+}));
 
 describe('rule documents on a cluster', () => {
   it('reads, compare-and-sets and lists documents that share one hash tag', async () => {
     const docs = createRedisRuleDocuments(client, ruleDocumentsPrefix('arkvory:t:docs:', true));
-    const rules: LimiterRules = { file_rules: { rules: [] }, published_rules: { rules: [] }, default_rules: { rules: [] } };
-    await docs.update(['gateway_request', 'auth_failure'], () => new Map([['gateway_request', rules], ['auth_failure', rules]]));
+    const rules: LimiterRules = {
+      file_rules: { rules: [] },
+      published_rules: { rules: [] },
+      default_rules: { rules: [] },
+    };
+    await docs.update(
+      ['gateway_request', 'auth_failure'],
+      () =>
+        new Map([
+          ['gateway_request', rules],
+          ['auth_failure', rules],
+        ]),
+    );
     expect(await docs.listIndexed()).toEqual(['auth_failure', 'gateway_request']);
     expect((await docs.read(['gateway_request', 'transfer_bytes'])).size).toBe(1);
     await docs.remove(['gateway_request', 'auth_failure']);
@@ -83,9 +97,19 @@ describe('gateways on the cluster', () => {
 `,
       );
       // A writer and a reader of the shared profile: two processes, one principal, one cluster.
-      const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_REDIS_URL: cluster.url, ARKVORY_RATE_LIMITS_FILE: file, ARKVORY_REDIS_KEY_PREFIX: 'arkvory:t:gw:', ARKVORY_GATEWAY_SLOTS: '2', ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(64 * 1024 * 1024) };
+      const env = {
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_REDIS_URL: cluster.url,
+        ARKVORY_RATE_LIMITS_FILE: file,
+        ARKVORY_REDIS_KEY_PREFIX: 'arkvory:t:gw:',
+        ARKVORY_GATEWAY_SLOTS: '2',
+        ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(64 * 1024 * 1024),
+      };
       const a = await startGateway({ env: { ...env, ARKVORY_ROLE: 'api', ARKVORY_GATEWAY_SLOT: '0' } });
-      const b = await startGateway({ env: { ...env, ARKVORY_ROLE: 'reader', ARKVORY_GATEWAY_SLOT: '1' }, dataDir: a.dataDir });
+      const b = await startGateway({
+        env: { ...env, ARKVORY_ROLE: 'reader', ARKVORY_GATEWAY_SLOT: '1' },
+        dataDir: a.dataDir,
+      });
       const statuses: number[] = [];
       for (const gw of [a, b, a, b, a]) {
         const res = await fetch(`${gw.url}/api/v1/repositories/r/artifacts/none/content`, { headers: bearer(key) });
@@ -97,7 +121,9 @@ describe('gateways on the cluster', () => {
         await res.arrayBuffer();
       }
       expect(statuses).toEqual([404, 404, 404, 404, 429]);
-      const ready = (await (await fetch(`${a.url}/health/ready`, { headers: bearer(key) })).json()) as { rateLimits: { counters: string } };
+      const ready = (await (await fetch(`${a.url}/health/ready`, { headers: bearer(key) })).json()) as {
+        rateLimits: { counters: string };
+      };
       expect(ready.rateLimits.counters).toBe('redis');
       // Both rules were counted, each under its own hash tag (different slots of the cluster).
       const keys: string[] = [];
@@ -118,7 +144,10 @@ describe('failover of a primary', () => {
     const rule = defineRule({ name: 'failover', action: 'limit', characteristics: ['ip'], limit: 100, periodS: 3600 });
     const clock = new ManualClock(T0, 0);
     const prefix = 'arkvory:t:failover:';
-    const limiter = createLimiter({ store: createRedisStore(client), clock, log, keyPrefix: prefix, timeoutMs: TIMEOUT_MS }, { name: 'lim', rules: [rule] });
+    const limiter = createLimiter(
+      { store: createRedisStore(client), clock, log, keyPrefix: prefix, timeoutMs: TIMEOUT_MS },
+      { name: 'lim', rules: [rule] },
+    );
     const id = { ip: '10.0.0.7' };
     const counterKey = buildPlan(prefix, 'lim', [rule], id, T0).counting[0]!.counterKey;
     const slot = Number(await (client as Cluster).cluster('KEYSLOT', counterKey));

@@ -59,10 +59,39 @@ export async function startRedisCluster(): Promise<RedisClusterHandle> {
       await mkdir(nodeDir);
       const child = spawn(
         'redis-server',
-        ['--port', String(port), '--bind', '127.0.0.1', '--cluster-enabled', 'yes', '--cluster-port', String(busPort), '--cluster-config-file', path.join(nodeDir, 'nodes.conf'), '--cluster-node-timeout', String(NODE_TIMEOUT_MS), '--dir', nodeDir, '--save', '', '--appendonly', 'no'],
+        [
+          '--port',
+          String(port),
+          '--bind',
+          '127.0.0.1',
+          '--cluster-enabled',
+          'yes',
+          '--cluster-port',
+          String(busPort),
+          '--cluster-config-file',
+          path.join(nodeDir, 'nodes.conf'),
+          '--cluster-node-timeout',
+          String(NODE_TIMEOUT_MS),
+          '--dir',
+          nodeDir,
+          '--save',
+          '',
+          '--appendonly',
+          'no',
+        ],
         { stdio: 'ignore' },
       );
-      const failed = new Promise<never>((_, reject) => child.once('error', (err: NodeJS.ErrnoException) => reject(new Error(err.code === 'ENOENT' ? 'redis-server is not on PATH; on Debian: apt-get install -y redis-server' : err.message))));
+      const failed = new Promise<never>((_, reject) =>
+        child.once('error', (err: NodeJS.ErrnoException) =>
+          reject(
+            new Error(
+              err.code === 'ENOENT'
+                ? 'redis-server is not on PATH; on Debian: apt-get install -y redis-server'
+                : err.message,
+            ),
+          ),
+        ),
+      );
       failed.catch(() => {});
       let client: Redis | undefined;
       const node: ClusterNode = {
@@ -80,7 +109,14 @@ export async function startRedisCluster(): Promise<RedisClusterHandle> {
       nodes.push(node);
       await Promise.race([waitPing(port), failed]);
     }
-    await run('redis-cli', ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '1', '--cluster-yes']);
+    await run('redis-cli', [
+      '--cluster',
+      'create',
+      ...nodes.map((n) => `127.0.0.1:${n.port}`),
+      '--cluster-replicas',
+      '1',
+      '--cluster-yes',
+    ]);
   } catch (err) {
     await stop();
     throw err;
@@ -114,7 +150,12 @@ export async function startRedisCluster(): Promise<RedisClusterHandle> {
       for (;;) {
         let ok = true;
         for (const n of alive()) {
-          const info = String(await n.direct().cluster('INFO').catch(() => ''));
+          const info = String(
+            await n
+              .direct()
+              .cluster('INFO')
+              .catch(() => ''),
+          );
           if (!info.includes('cluster_state:ok')) ok = false;
         }
         if (ok) {
@@ -143,7 +184,13 @@ export async function startRedisCluster(): Promise<RedisClusterHandle> {
 
 async function waitPing(port: number): Promise<void> {
   for (let i = 0; i < 100; i++) {
-    const c = new Redis({ host: '127.0.0.1', port, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    const c = new Redis({
+      host: '127.0.0.1',
+      port,
+      lazyConnect: true,
+      maxRetriesPerRequest: 0,
+      retryStrategy: () => null,
+    });
     c.on('error', () => {});
     try {
       await c.connect();

@@ -15,7 +15,19 @@ describe('npm run test:hosts without root', () => {
       expect(() => requireHostTools()).toThrow(NEEDS_ROOT);
       return;
     }
-    const child = spawnSync('setpriv', ['--reuid=nobody', '--regid=nogroup', '--clear-groups', '--', process.execPath, '-e', "import('./test/hosts/netns.ts').then((m) => m.requireHostTools()).catch((e) => { console.error(e.message); process.exit(3); })"], { cwd: ROOT, encoding: 'utf8' });
+    const child = spawnSync(
+      'setpriv',
+      [
+        '--reuid=nobody',
+        '--regid=nogroup',
+        '--clear-groups',
+        '--',
+        process.execPath,
+        '-e',
+        "import('./test/hosts/netns.ts').then((m) => m.requireHostTools()).catch((e) => { console.error(e.message); process.exit(3); })",
+      ],
+      { cwd: ROOT, encoding: 'utf8' },
+    );
     expect(child.status, child.stderr).toBe(3);
     expect(child.stderr).toMatch(NEEDS_ROOT);
   });

@@ -23,7 +23,17 @@ import { siteConfig } from '../support/static-store-config.ts';
 import { startInNamespace, type HostProcess } from './host-process.ts';
 import { buildNetwork, removeLeftovers, requireHostTools, type HostAddress } from './netns.ts';
 
-export const HOSTS = { db: 10, cache: 11, store: 12, writer: 20, reader1: 21, reader2: 22, spare: 23, router: 30, client: 40 } as const;
+export const HOSTS = {
+  db: 10,
+  cache: 11,
+  store: 12,
+  writer: 20,
+  reader1: 21,
+  reader2: 22,
+  spare: 23,
+  router: 30,
+  client: 40,
+} as const;
 export type HostName = keyof typeof HOSTS;
 export const GATEWAY_PORT = 8080;
 const PG_PORT = 5432;
@@ -55,10 +65,24 @@ export interface Topology {
   readonly pool: pg.Pool;
   readonly policy: SharedPolicy;
   /** `api` on slot 0, `reader` otherwise; resolves once `/health/status` is 200 (unless waitFor 'none'). */
-  startGateway(host: HostName, options: { role: 'api' | 'reader'; slot: number; env?: Record<string, string>; waitFor?: 'serving' | 'none'; port?: number }): Promise<Gateway>;
+  startGateway(
+    host: HostName,
+    options: {
+      role: 'api' | 'reader';
+      slot: number;
+      env?: Record<string, string>;
+      waitFor?: 'serving' | 'none';
+      port?: number;
+    },
+  ): Promise<Gateway>;
   startRouter(options?: { probeIntervalMs?: number }): Promise<Gateway>;
   /** Runs a command on a host (e.g. curl on the client) and returns its exit code and output. */
-  run(host: HostName, command: string, args: readonly string[], timeoutMs?: number): Promise<{ code: number | null; stdout: string; stderr: string }>;
+  run(
+    host: HostName,
+    command: string,
+    args: readonly string[],
+    timeoutMs?: number,
+  ): Promise<{ code: number | null; stdout: string; stderr: string }>;
   /** Starts a command on a host without waiting for it. */
   spawn(host: HostName, name: string, command: string, args: readonly string[]): HostProcess;
   stop(): Promise<void>;
@@ -105,22 +129,34 @@ function postgresIds(): { uid: number; gid: number } {
   const line = readFileSync('/etc/passwd', 'utf8')
     .split('\n')
     .find((l) => l.startsWith('postgres:'));
-  if (!line) throw new Error('user "postgres" is missing: PostgreSQL refuses to run as root; on Debian: useradd --system postgres');
+  if (!line)
+    throw new Error(
+      'user "postgres" is missing: PostgreSQL refuses to run as root; on Debian: useradd --system postgres',
+    );
   const [, , uid, gid] = line.split(':');
   return { uid: Number(uid), gid: Number(gid) };
 }
 
-async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs: number, alive?: HostProcess): Promise<T> {
+async function waitFor<T>(
+  what: string,
+  probe: () => Promise<T | undefined>,
+  timeoutMs: number,
+  alive?: HostProcess,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    if (alive && !alive.isRunning()) throw new Error(`${alive.name} exited (${await alive.exited}) while waiting for ${what}:\n${alive.logs().slice(-4000)}`);
+    if (alive && !alive.isRunning())
+      throw new Error(
+        `${alive.name} exited (${await alive.exited}) while waiting for ${what}:\n${alive.logs().slice(-4000)}`,
+      );
     try {
       const value = await probe();
       if (value !== undefined) return value;
     } catch {
       // not yet
     }
-    if (Date.now() > deadline) throw new Error(`${what} did not happen within ${timeoutMs} ms${alive ? `:\n${alive.logs().slice(-4000)}` : ''}`);
+    if (Date.now() > deadline)
+      throw new Error(`${what} did not happen within ${timeoutMs} ms${alive ? `:\n${alive.logs().slice(-4000)}` : ''}`);
     await sleep(100);
   }
 }
@@ -132,7 +168,11 @@ async function startPostgres(host: HostAddress): Promise<{ url: string; process:
   mkdirSync(data, { mode: 0o700 });
   chownSync(dir, ids.uid, ids.gid);
   chownSync(data, ids.uid, ids.gid);
-  execFileSync(path.join(PG_BIN, 'initdb'), ['-D', data, '-U', 'postgres', '--auth=trust', '-E', 'UTF8', '--no-sync'], { uid: ids.uid, gid: ids.gid, stdio: ['ignore', 'pipe', 'pipe'] });
+  execFileSync(path.join(PG_BIN, 'initdb'), ['-D', data, '-U', 'postgres', '--auth=trust', '-E', 'UTF8', '--no-sync'], {
+    uid: ids.uid,
+    gid: ids.gid,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   // Reached only from the test subnet; keepalives as deploy/postgresql/arkvory.conf recommends.
   writeFileSync(path.join(data, 'pg_hba.conf'), 'local all all trust\nhost all all 10.213.24.0/24 trust\n');
   const postgres = startInNamespace(host.ns, 'postgres', '/usr/bin/setpriv', [
@@ -178,13 +218,27 @@ async function startPostgres(host: HostAddress): Promise<{ url: string; process:
 }
 
 async function startRedis(host: HostAddress): Promise<string> {
-  const redis = startInNamespace(host.ns, 'redis', 'redis-server', ['--bind', host.address, '--port', String(REDIS_PORT), '--save', '', '--appendonly', 'no', '--protected-mode', 'no']);
+  const redis = startInNamespace(host.ns, 'redis', 'redis-server', [
+    '--bind',
+    host.address,
+    '--port',
+    String(REDIS_PORT),
+    '--save',
+    '',
+    '--appendonly',
+    'no',
+    '--protected-mode',
+    'no',
+  ]);
   redis.child.once('error', () => {});
   processes.push(redis);
   await waitFor(
     'redis-server on the cache host',
     async () => {
-      const out = execFileSync('redis-cli', ['-h', host.address, '-p', String(REDIS_PORT), 'ping'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+      const out = execFileSync('redis-cli', ['-h', host.address, '-p', String(REDIS_PORT), 'ping'], {
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'ignore'],
+      });
       return out.trim() === 'PONG' ? true : undefined;
     },
     10_000,
@@ -200,7 +254,10 @@ async function startStore(host: HostAddress, writer: HostAddress): Promise<{ url
   mkdirSync(root);
   mkdirSync(path.join(dir, 'temp'));
   const site = path.join(dir, 'arkvory-store.conf');
-  writeFileSync(site, await siteConfig({ port: STORE_PORT, root, move: true, host: host.address, writer: writer.address }));
+  writeFileSync(
+    site,
+    await siteConfig({ port: STORE_PORT, root, move: true, host: host.address, writer: writer.address }),
+  );
   const conf = path.join(dir, 'nginx.conf');
   writeFileSync(
     conf,
@@ -220,11 +277,19 @@ http {
   const nginx = startInNamespace(host.ns, 'nginx', NGINX, ['-p', dir, '-c', conf]);
   processes.push(nginx);
   const url = `http://${host.address}:${STORE_PORT}/arkvory/`;
-  await waitFor('nginx on the store host', async () => ((await fetch(url)).status < 500 ? true : undefined), 10_000, nginx);
+  await waitFor(
+    'nginx on the store host',
+    async () => ((await fetch(url)).status < 500 ? true : undefined),
+    10_000,
+    nginx,
+  );
   return { url, root };
 }
 
-export async function buildTopology(options: { policy: SharedPolicy; env?: Record<string, string> }): Promise<Topology> {
+export async function buildTopology(options: {
+  policy: SharedPolicy;
+  env?: Record<string, string>;
+}): Promise<Topology> {
   requireHostTools();
   hookExit();
   removeLeftovers();
@@ -239,16 +304,29 @@ export async function buildTopology(options: { policy: SharedPolicy; env?: Recor
       const problems = await contractProblems(gateways);
       processes.splice(0);
       cleanupNow();
-      if (problems.length > 0) throw new Error(`responses the OpenAPI document (proxy/openapi/openapi.yaml) does not describe:\n${problems.join('\n')}`);
+      if (problems.length > 0)
+        throw new Error(
+          `responses the OpenAPI document (proxy/openapi/openapi.yaml) does not describe:\n${problems.join('\n')}`,
+        );
     },
   };
   try {
-    const [database, redisUrl, store] = await Promise.all([startPostgres(hosts.db), startRedis(hosts.cache), startStore(hosts.store, hosts.writer)]);
+    const [database, redisUrl, store] = await Promise.all([
+      startPostgres(hosts.db),
+      startRedis(hosts.cache),
+      startStore(hosts.store, hosts.writer),
+    ]);
     pool = new pg.Pool({ connectionString: database.url, max: 4 });
     pool.on('error', () => {});
     await migrate(pool);
     const { policy } = options;
-    const gatewayEnv = (host: HostAddress, port: number, role: string, slot: number | undefined, extra: Record<string, string>): NodeJS.ProcessEnv => ({
+    const gatewayEnv = (
+      host: HostAddress,
+      port: number,
+      role: string,
+      slot: number | undefined,
+      extra: Record<string, string>,
+    ): NodeJS.ProcessEnv => ({
       PATH: process.env.PATH,
       HOME: process.env.HOME,
       LANG: 'C.UTF-8',
@@ -266,15 +344,27 @@ export async function buildTopology(options: { policy: SharedPolicy; env?: Recor
             ARKVORY_GATEWAY_SLOTS: String(policy.slots),
             ARKVORY_GATEWAY_SLOT: String(slot),
             ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(policy.rateBytesPerSec),
-            ...(policy.perPrincipalBytesPerSec ? { ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(policy.perPrincipalBytesPerSec) } : {}),
+            ...(policy.perPrincipalBytesPerSec
+              ? { ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(policy.perPrincipalBytesPerSec) }
+              : {}),
             ARKVORY_ADVERTISE_URL: `http://${host.address}:${port}`,
             ...options.env,
           }),
       ...extra,
     });
-    const launch = async (name: HostName, role: string, slot: number | undefined, extra: Record<string, string>, waitMode: 'serving' | 'none', port = GATEWAY_PORT): Promise<Gateway> => {
+    const launch = async (
+      name: HostName,
+      role: string,
+      slot: number | undefined,
+      extra: Record<string, string>,
+      waitMode: 'serving' | 'none',
+      port = GATEWAY_PORT,
+    ): Promise<Gateway> => {
       const host = hosts[name];
-      const proc = startInNamespace(host.ns, `${role}@${name}`, process.execPath, [CLI, 'serve'], { env: gatewayEnv(host, port, role, slot, extra), cwd: ROOT });
+      const proc = startInNamespace(host.ns, `${role}@${name}`, process.execPath, [CLI, 'serve'], {
+        env: gatewayEnv(host, port, role, slot, extra),
+        cwd: ROOT,
+      });
       processes.push(proc);
       const gateway: Gateway = Object.assign(proc, { host, url: `http://${host.address}:${port}`, slot });
       gateways.push(gateway);
@@ -300,11 +390,30 @@ export async function buildTopology(options: { policy: SharedPolicy; env?: Recor
       storeRoot: store.root,
       pool,
       policy,
-      startGateway: (host: HostName, o: { role: 'api' | 'reader'; slot: number; env?: Record<string, string>; waitFor?: 'serving' | 'none'; port?: number }) => launch(host, o.role, o.slot, o.env ?? {}, o.waitFor ?? 'serving', o.port),
-      startRouter: (o: { probeIntervalMs?: number } = {}) => launch('router', 'router', undefined, { ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: String(o.probeIntervalMs ?? 1000) }, 'serving'),
-      run: (name: HostName, command: string, args: readonly string[], timeoutMs = 60_000) => runOn(hosts[name], command, args, timeoutMs),
+      startGateway: (
+        host: HostName,
+        o: {
+          role: 'api' | 'reader';
+          slot: number;
+          env?: Record<string, string>;
+          waitFor?: 'serving' | 'none';
+          port?: number;
+        },
+      ) => launch(host, o.role, o.slot, o.env ?? {}, o.waitFor ?? 'serving', o.port),
+      startRouter: (o: { probeIntervalMs?: number } = {}) =>
+        launch(
+          'router',
+          'router',
+          undefined,
+          { ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: String(o.probeIntervalMs ?? 1000) },
+          'serving',
+        ),
+      run: (name: HostName, command: string, args: readonly string[], timeoutMs = 60_000) =>
+        runOn(hosts[name], command, args, timeoutMs),
       spawn(name: HostName, label: string, command: string, args: readonly string[]) {
-        const proc = startInNamespace(hosts[name].ns, label, command, args, { env: { PATH: process.env.PATH, HOME: tempDir('home') } });
+        const proc = startInNamespace(hosts[name].ns, label, command, args, {
+          env: { PATH: process.env.PATH, HOME: tempDir('home') },
+        });
         processes.push(proc);
         return proc;
       },
@@ -316,8 +425,15 @@ export async function buildTopology(options: { policy: SharedPolicy; env?: Recor
   }
 }
 
-async function runOn(host: HostAddress, command: string, args: readonly string[], timeoutMs: number): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const proc = startInNamespace(host.ns, command, command, args, { env: { PATH: process.env.PATH, HOME: os.tmpdir() } });
+async function runOn(
+  host: HostAddress,
+  command: string,
+  args: readonly string[],
+  timeoutMs: number,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const proc = startInNamespace(host.ns, command, command, args, {
+    env: { PATH: process.env.PATH, HOME: os.tmpdir() },
+  });
   processes.push(proc);
   const timer = setTimeout(() => proc.signal('SIGKILL'), timeoutMs);
   const code = await proc.exited;
@@ -329,5 +445,8 @@ async function runOn(host: HostAddress, command: string, args: readonly string[]
 /** Every response the gateways and the router gave must be one the OpenAPI document describes. */
 async function contractProblems(gateways: readonly Gateway[]): Promise<string[]> {
   if (gateways.length === 0) return [];
-  return undescribedResponses(await loadOpenApiDocument(), gateways.flatMap((g) => g.logLines()));
+  return undescribedResponses(
+    await loadOpenApiDocument(),
+    gateways.flatMap((g) => g.logLines()),
+  );
 }

@@ -19,7 +19,17 @@ import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startDatabaseLink, type DatabaseLink } from './database-link.ts';
-import { curlOnClient, MiB, readDownload, routerHealthy, routerLineFor, sha256, startDeployment, waitUntil, type Deployment } from './deployment.ts';
+import {
+  curlOnClient,
+  MiB,
+  readDownload,
+  routerHealthy,
+  routerLineFor,
+  sha256,
+  startDeployment,
+  waitUntil,
+  type Deployment,
+} from './deployment.ts';
 import { setLink } from './netns.ts';
 
 const DELAY_MS = 300;
@@ -69,7 +79,25 @@ describe('scenario 5: a slow writer ↔ database link during uploads', () => {
     const upload = (name: string, bytes: Buffer, tag: string) => {
       const file = path.join(d.downloads, `${tag}.upload`);
       writeFileSync(file, bytes);
-      return d.topology.run('client', 'curl', ['-sS', '-o', path.join(d.downloads, `${tag}.answer`), '-w', '%{http_code} %{time_total}', '-H', `Authorization: Bearer ${d.writeKey}`, '-H', 'content-type: application/octet-stream', '-T', file, `${d.routerUrl}/api/v1/repositories/shared/artifacts/${name}`], 120_000);
+      return d.topology.run(
+        'client',
+        'curl',
+        [
+          '-sS',
+          '-o',
+          path.join(d.downloads, `${tag}.answer`),
+          '-w',
+          '%{http_code} %{time_total}',
+          '-H',
+          `Authorization: Bearer ${d.writeKey}`,
+          '-H',
+          'content-type: application/octet-stream',
+          '-T',
+          file,
+          `${d.routerUrl}/api/v1/repositories/shared/artifacts/${name}`,
+        ],
+        120_000,
+      );
     };
     const distinct = Array.from({ length: 4 }, (_, i) => [`slow-${i}.bin`, randomBytes(MiB + i)] as const);
     const same = randomBytes(300_000);
@@ -94,7 +122,12 @@ describe('scenario 5: a slow writer ↔ database link during uploads', () => {
     // Every request felt the link (each upload makes several database round trips of ≥ 2 × delay).
     for (const a of answers) expect(a.seconds, a.stderr).toBeGreaterThan((2 * DELAY_MS) / 1000);
     expect(answers.slice(0, 4).map((a) => a.status)).toEqual([201, 201, 201, 201]);
-    expect(answers.slice(4, 6).map((a) => a.status).sort()).toEqual([200, 201]);
+    expect(
+      answers
+        .slice(4, 6)
+        .map((a) => a.status)
+        .sort(),
+    ).toEqual([200, 201]);
     const clash = answers.slice(6, 8).map((a) => a.status);
     expect([...clash].sort()).toEqual([201, 409]);
     const loser = clash[0] === 409 ? 'clashA' : 'clashB';
@@ -104,12 +137,16 @@ describe('scenario 5: a slow writer ↔ database link during uploads', () => {
     await link.clear();
 
     // Each name is published once, with exactly the bytes of the upload that won.
-    const { rows } = await d.topology.pool.query<{ name: string; sha256: string; size_bytes: string }>(`SELECT name, sha256, size_bytes::text FROM arkvory_artifacts WHERE repository = 'shared' AND name <> 'big.bin' ORDER BY name`);
+    const { rows } = await d.topology.pool.query<{ name: string; sha256: string; size_bytes: string }>(
+      `SELECT name, sha256, size_bytes::text FROM arkvory_artifacts WHERE repository = 'shared' AND name <> 'big.bin' ORDER BY name`,
+    );
     expect(rows.map((r) => r.name)).toEqual([...bodies.keys()].sort());
     for (const row of rows) {
       const bytes = bodies.get(row.name)!;
       expect([row.sha256, Number(row.size_bytes)]).toEqual([sha256(bytes), bytes.length]);
-      const res = await fetch(`${d.routerUrl}/api/v1/repositories/shared/artifacts/${row.name}/content`, { headers: { authorization: `Bearer ${d.readKey}` } });
+      const res = await fetch(`${d.routerUrl}/api/v1/repositories/shared/artifacts/${row.name}/content`, {
+        headers: { authorization: `Bearer ${d.readKey}` },
+      });
       expect(sha256(Buffer.from(await res.arrayBuffer()))).toBe(row.sha256);
     }
 
@@ -121,7 +158,9 @@ describe('scenario 5: a slow writer ↔ database link during uploads', () => {
 
     // Committed stagings equal the 201 answers (the writer's own count); the writer kept its lease.
     const metrics = await (await fetch(`${d.writer.url}/metrics`)).text();
-    const committed = Number(/^arkvory_storage_uploads_total\{outcome="committed"\} (\d+)/m.exec(metrics)?.[1] ?? Number.NaN);
+    const committed = Number(
+      /^arkvory_storage_uploads_total\{outcome="committed"\} (\d+)/m.exec(metrics)?.[1] ?? Number.NaN,
+    );
     // +1: the setup's big.bin.
     expect(committed).toBe(answers.filter((a) => a.status === 201).length + 1);
     expect((await fetch(`${d.writer.url}/health/status`)).status).toBe(200);
@@ -138,28 +177,63 @@ describe('scenario 6: the writer host partitioned from everything', () => {
     const secondUrl = `${d.routerUrl}/api/v1/repositories/shared/artifacts/second.bin`;
     const answer = path.join(d.downloads, 'answer');
     const upload = async () => {
-      const res = await topology.run('client', 'curl', ['-sS', '-o', answer, '-w', '%{http_code} %header{retry-after}', '-H', `Authorization: Bearer ${d.writeKey}`, '-H', 'content-type: application/octet-stream', '-T', secondFile, secondUrl]);
+      const res = await topology.run('client', 'curl', [
+        '-sS',
+        '-o',
+        answer,
+        '-w',
+        '%{http_code} %header{retry-after}',
+        '-H',
+        `Authorization: Bearer ${d.writeKey}`,
+        '-H',
+        'content-type: application/octet-stream',
+        '-T',
+        secondFile,
+        secondUrl,
+      ]);
       return { status: res.stdout, body: readFileSync(answer, 'utf8'), stderr: res.stderr };
     };
 
-    const catalog = async () => (await topology.pool.query<{ name: string; sha256: string }>(`SELECT name, sha256 FROM arkvory_artifacts WHERE repository = 'shared' ORDER BY name`)).rows;
+    const catalog = async () =>
+      (
+        await topology.pool.query<{ name: string; sha256: string }>(
+          `SELECT name, sha256 FROM arkvory_artifacts WHERE repository = 'shared' ORDER BY name`,
+        )
+      ).rows;
     const before = await catalog();
     setLink(topology.hosts.writer, false);
     try {
-      await waitUntil('the router to mark the writer unavailable', async () => (await routerHealthy(d.routerUrl)).writer === false, 2 * PROBE_MS + 5000, 50);
+      await waitUntil(
+        'the router to mark the writer unavailable',
+        async () => (await routerHealthy(d.routerUrl)).writer === false,
+        2 * PROBE_MS + 5000,
+        50,
+      );
       const refused = await upload();
       expect(refused.status, refused.stderr).toBe('503 2');
       expect(JSON.parse(refused.body)).toMatchObject({ code: 'unavailable' });
 
       for (let i = 0; i < 4; i++) {
         const id = `s6-read-${i}`;
-        const res = await curlOnClient(d, ['--fail', '-H', `X-Request-Id: ${id}`, '-o', path.join(d.downloads, id), `${d.routerUrl}${d.contentPath}`]);
+        const res = await curlOnClient(d, [
+          '--fail',
+          '-H',
+          `X-Request-Id: ${id}`,
+          '-o',
+          path.join(d.downloads, id),
+          `${d.routerUrl}${d.contentPath}`,
+        ]);
         expect(res.code, res.stderr).toBe(0);
         expect(sha256(readDownload(d, id))).toBe(sha256(d.file));
         expect([d.readers[0].url, d.readers[1].url]).toContain((await routerLineFor(d, id)).backend);
       }
       // Cut from PostgreSQL, the writer fences itself within its 8 s permit.
-      await waitUntil('the writer to fence', () => d.writer.logLines().some((l) => String(l.msg).startsWith('fenced:')), 15_000, 100);
+      await waitUntil(
+        'the writer to fence',
+        () => d.writer.logLines().some((l) => String(l.msg).startsWith('fenced:')),
+        15_000,
+        100,
+      );
     } finally {
       setLink(topology.hosts.writer, true);
     }
@@ -167,10 +241,23 @@ describe('scenario 6: the writer host partitioned from everything', () => {
     // Healed, the fenced writer stays 503 until it is restarted; its replacement waits out the reservation.
     expect((await fetch(`${d.writer.url}/health/status`)).status).toBe(503);
     await d.writer.stop(5000);
-    const writer = await topology.startGateway('writer', { role: 'api', slot: 0, env: { ARKVORY_DATABASE_URL: link.databaseUrl } });
-    await waitUntil('the router to see the new writer', async () => (await routerHealthy(d.routerUrl)).writer === true, 20_000);
+    const writer = await topology.startGateway('writer', {
+      role: 'api',
+      slot: 0,
+      env: { ARKVORY_DATABASE_URL: link.databaseUrl },
+    });
+    await waitUntil(
+      'the router to see the new writer',
+      async () => (await routerHealthy(d.routerUrl)).writer === true,
+      20_000,
+    );
 
-    const old = await curlOnClient(d, ['--fail', '-o', path.join(d.downloads, 'after'), `${d.routerUrl}${d.contentPath}`]);
+    const old = await curlOnClient(d, [
+      '--fail',
+      '-o',
+      path.join(d.downloads, 'after'),
+      `${d.routerUrl}${d.contentPath}`,
+    ]);
     expect(old.code, old.stderr).toBe(0);
     expect(sha256(readDownload(d, 'after'))).toBe(sha256(d.file));
     const retried = await upload();
@@ -178,10 +265,17 @@ describe('scenario 6: the writer host partitioned from everything', () => {
     const back = await curlOnClient(d, ['--fail', '-o', path.join(d.downloads, 'second.back'), `${secondUrl}/content`]);
     expect(back.code, back.stderr).toBe(0);
     expect(sha256(readDownload(d, 'second.back'))).toBe(sha256(second));
-    const { rows } = await topology.pool.query<{ name: string; sha256: string }>(`SELECT name, sha256 FROM arkvory_artifacts WHERE repository = 'shared' AND name IN ('big.bin', 'second.bin') ORDER BY 1`);
-    expect(rows).toEqual([{ name: 'big.bin', sha256: sha256(d.file) }, { name: 'second.bin', sha256: sha256(second) }]);
+    const { rows } = await topology.pool.query<{ name: string; sha256: string }>(
+      `SELECT name, sha256 FROM arkvory_artifacts WHERE repository = 'shared' AND name IN ('big.bin', 'second.bin') ORDER BY 1`,
+    );
+    expect(rows).toEqual([
+      { name: 'big.bin', sha256: sha256(d.file) },
+      { name: 'second.bin', sha256: sha256(second) },
+    ]);
     // Everything published before the partition is still there, unchanged; only second.bin was added.
-    expect(await catalog()).toEqual([...before, { name: 'second.bin', sha256: sha256(second) }].sort((a, b) => a.name.localeCompare(b.name)));
+    expect(await catalog()).toEqual(
+      [...before, { name: 'second.bin', sha256: sha256(second) }].sort((a, b) => a.name.localeCompare(b.name)),
+    );
     expect(writer.isRunning()).toBe(true);
   }, 150_000);
 });

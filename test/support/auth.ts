@@ -16,8 +16,12 @@ export async function createServiceAccount(
   const store = new AdminStore(pool);
   const name = options.name ?? `sa-${randomBytes(4).toString('hex')}`;
   const principal = await store.createPrincipal(name);
-  const key = await store.createKey(principal.id, { scopes: options.scopes ?? ['read', 'write'], ...(options.expiresInSeconds ? { expiresInSeconds: options.expiresInSeconds } : {}) });
-  for (const [repo, permission] of Object.entries(options.grants ?? {})) await store.addGrant(principal.id, repo, permission);
+  const key = await store.createKey(principal.id, {
+    scopes: options.scopes ?? ['read', 'write'],
+    ...(options.expiresInSeconds ? { expiresInSeconds: options.expiresInSeconds } : {}),
+  });
+  for (const [repo, permission] of Object.entries(options.grants ?? {}))
+    await store.addGrant(principal.id, repo, permission);
   return { principalId: principal.id, keyId: key.keyId, key: key.key, name };
 }
 

@@ -21,14 +21,23 @@ export interface RawResponse {
 }
 
 /** One HTTP request through node:http (no client-side decoding or header rewriting). */
-export function request(url: string, options: { method?: string; headers?: Record<string, string>; body?: Buffer | AsyncIterable<Buffer> } = {}): Promise<RawResponse> {
+export function request(
+  url: string,
+  options: { method?: string; headers?: Record<string, string>; body?: Buffer | AsyncIterable<Buffer> } = {},
+): Promise<RawResponse> {
   return new Promise((resolve, reject) => {
-    const req = http.request(url, { method: options.method ?? 'GET', headers: options.headers ?? {}, agent: false }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
-      res.on('error', reject);
-    });
+    const req = http.request(
+      url,
+      { method: options.method ?? 'GET', headers: options.headers ?? {}, agent: false },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }),
+        );
+        res.on('error', reject);
+      },
+    );
     req.on('error', reject);
     const body = options.body;
     if (body === undefined) req.end();

@@ -17,7 +17,9 @@ function withDatabase(url: string, name: string): string {
 }
 
 /** Creates a fresh database (optionally migrated), returns it with a pool; `drop` removes it. */
-export async function createTestDatabase(options: { migrated?: boolean } = {}): Promise<TestDatabase & { drop(): Promise<void> }> {
+export async function createTestDatabase(
+  options: { migrated?: boolean } = {},
+): Promise<TestDatabase & { drop(): Promise<void> }> {
   const adminUrl = inject('adminDatabaseUrl');
   const name = `arkvory_t_${randomBytes(6).toString('hex')}`;
   const admin = new pg.Client({ connectionString: adminUrl });

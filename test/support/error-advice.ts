@@ -9,7 +9,8 @@ export const ERROR_ADVICE: Record<ErrorCode, string> = {
   method_not_allowed: 'Use a method listed in `Allow`.',
   read_only: 'Send writes to the writer (slot 0), e.g. through the router.',
   conflict: 'Different bytes are already published under this name; use a new name or version.',
-  request_timeout: 'The client sent no body byte for `ARKVORY_BODY_TIMEOUT_SECONDS`; check the client and network, then upload again.',
+  request_timeout:
+    'The client sent no body byte for `ARKVORY_BODY_TIMEOUT_SECONDS`; check the client and network, then upload again.',
   payload_too_large: 'Send less than `ARKVORY_MAX_UPLOAD_BYTES`, or use a multipart upload.',
   range_not_satisfiable: 'Ask for ranges inside `Content-Range: bytes */<size>`.',
   rate_limited: 'Wait `Retry-After` seconds; see the RateLimit headers.',

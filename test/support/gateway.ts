@@ -61,7 +61,13 @@ const usedRedisPrefixes = new Map<string, Set<string>>();
 async function deleteUsedRedisKeys(): Promise<void> {
   for (const [url, prefixes] of usedRedisPrefixes) {
     if (url.includes(',')) continue; // a Redis Cluster (test/hosts/redis-cluster.ts): its harness removes it whole
-    const client = new Redis(url, { maxRetriesPerRequest: 1, lazyConnect: true, connectTimeout: 2000, commandTimeout: 2000, retryStrategy: () => null });
+    const client = new Redis(url, {
+      maxRetriesPerRequest: 1,
+      lazyConnect: true,
+      connectTimeout: 2000,
+      commandTimeout: 2000,
+      retryStrategy: () => null,
+    });
     client.on('error', () => {}); // a Redis (or proxy) already gone is handled below, not printed
     try {
       await client.connect();
@@ -92,7 +98,11 @@ export async function makeTempDir(prefix = 'arkvory-data-'): Promise<string> {
 
 /** Child env: only what the test gives plus PATH/HOME; nothing of the harness's ARKVORY_TEST_*. */
 function childEnv(extra: Record<string, string | undefined>): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME, LANG: process.env.LANG ?? 'C.UTF-8' };
+  const env: NodeJS.ProcessEnv = {
+    PATH: process.env.PATH,
+    HOME: process.env.HOME,
+    LANG: process.env.LANG ?? 'C.UTF-8',
+  };
   for (const [k, v] of Object.entries(extra)) if (v !== undefined) env[k] = v;
   return env;
 }
@@ -104,9 +114,17 @@ async function stopGently(gateway: GatewayProcess): Promise<void> {
   clearTimeout(timer);
 }
 
-export function runCli(args: string[], env: Record<string, string | undefined>, input?: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+export function runCli(
+  args: string[],
+  env: Record<string, string | undefined>,
+  input?: string,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [CLI, ...args], { env: childEnv(env), cwd: ROOT, stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [CLI, ...args], {
+      env: childEnv(env),
+      cwd: ROOT,
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -131,14 +149,23 @@ export async function startGateway(options: StartOptions = {}): Promise<GatewayP
     if (!usedRedisPrefixes.has(redisUrl)) usedRedisPrefixes.set(redisUrl, new Set());
     usedRedisPrefixes.get(redisUrl)!.add(redisPrefix);
   }
-  const env = childEnv({ ARKVORY_LOG_LEVEL: 'info', ARKVORY_DATA_DIR: dataDir, ...options.env, ...(redisUrl ? { ARKVORY_REDIS_KEY_PREFIX: redisPrefix } : {}), ARKVORY_PORT: String(port), ARKVORY_HOST: '127.0.0.1' });
+  const env = childEnv({
+    ARKVORY_LOG_LEVEL: 'info',
+    ARKVORY_DATA_DIR: dataDir,
+    ...options.env,
+    ...(redisUrl ? { ARKVORY_REDIS_KEY_PREFIX: redisPrefix } : {}),
+    ARKVORY_PORT: String(port),
+    ARKVORY_HOST: '127.0.0.1',
+  });
   const [command, ...args] = [...(options.wrap ?? []), process.execPath, CLI, 'serve'];
   const child = spawn(command!, args, { env, cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
   child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-  const exited = new Promise<number | string>((resolve) => child.on('exit', (code, signal) => resolve(code ?? signal ?? -1)));
+  const exited = new Promise<number | string>((resolve) =>
+    child.on('exit', (code, signal) => resolve(code ?? signal ?? -1)),
+  );
   const url = `http://127.0.0.1:${port}`;
   const gateway: GatewayProcess = {
     url,
@@ -210,5 +237,8 @@ function parsedLines(gateway: GatewayProcess): Array<Record<string, unknown>> {
 async function checkResponsesAgainstContract(gateways: GatewayProcess[]): Promise<void> {
   if (gateways.length === 0) return;
   const problems = undescribedResponses(await loadOpenApiDocument(), gateways.flatMap(parsedLines));
-  if (problems.length > 0) throw new Error(`responses the OpenAPI document (proxy/openapi/openapi.yaml) does not describe; document them or fix the route:\n${problems.join('\n')}`);
+  if (problems.length > 0)
+    throw new Error(
+      `responses the OpenAPI document (proxy/openapi/openapi.yaml) does not describe; document them or fix the route:\n${problems.join('\n')}`,
+    );
 }

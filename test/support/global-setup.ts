@@ -31,7 +31,9 @@ async function checkPostgres(url: string): Promise<void> {
     await client.connect();
     await client.query('SELECT 1');
   } catch (err) {
-    throw new Error(`ARKVORY_TEST_DATABASE_URL=${url.replace(/:[^:@/]*@/, ':***@')} is not reachable (${(err as Error).message}); start PostgreSQL or unset the variable to use an embedded one`);
+    throw new Error(
+      `ARKVORY_TEST_DATABASE_URL=${url.replace(/:[^:@/]*@/, ':***@')} is not reachable (${(err as Error).message}); start PostgreSQL or unset the variable to use an embedded one`,
+    );
   } finally {
     await client.end().catch(() => {});
   }
@@ -40,10 +42,20 @@ async function checkPostgres(url: string): Promise<void> {
 /** A real redis-server from PATH on a free loopback port, without persistence (also used by chaos scenarios that need one of their own). */
 export async function startRedis(): Promise<{ url: string; child: ChildProcess }> {
   const port = await freeLoopbackPort();
-  const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--protected-mode', 'yes'], { stdio: 'ignore' });
+  const child = spawn(
+    'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--protected-mode', 'yes'],
+    { stdio: 'ignore' },
+  );
   const failed = new Promise<never>((_, reject) =>
     child.once('error', (err: NodeJS.ErrnoException) =>
-      reject(new Error(err.code === 'ENOENT' ? 'redis-server is not on PATH and ARKVORY_TEST_REDIS_URL is not set; install it with `apt-get install redis-server` (Debian) or point ARKVORY_TEST_REDIS_URL at a Redis' : `redis-server failed to start: ${err.message}`)),
+      reject(
+        new Error(
+          err.code === 'ENOENT'
+            ? 'redis-server is not on PATH and ARKVORY_TEST_REDIS_URL is not set; install it with `apt-get install redis-server` (Debian) or point ARKVORY_TEST_REDIS_URL at a Redis'
+            : `redis-server failed to start: ${err.message}`,
+        ),
+      ),
     ),
   );
   const url = `redis://127.0.0.1:${port}`;
@@ -74,7 +86,9 @@ async function checkRedis(url: string): Promise<void> {
     await client.connect();
     await client.ping();
   } catch (err) {
-    throw new Error(`ARKVORY_TEST_REDIS_URL=${url} is not reachable (${(err as Error).message}); start Redis or unset the variable to launch redis-server from PATH`);
+    throw new Error(
+      `ARKVORY_TEST_REDIS_URL=${url} is not reachable (${(err as Error).message}); start Redis or unset the variable to launch redis-server from PATH`,
+    );
   } finally {
     client.disconnect();
   }
@@ -88,7 +102,9 @@ interface Services {
 
 // Vitest loads the root global setup once per project, each a separate module instance in the same
 // process; the services are started once and shared through globalThis.
-const shared = globalThis as typeof globalThis & { __arkvoryTestServices?: { started: Promise<Services>; users: number } };
+const shared = globalThis as typeof globalThis & {
+  __arkvoryTestServices?: { started: Promise<Services>; users: number };
+};
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   shared.__arkvoryTestServices ??= { started: startServices(), users: 0 };
@@ -98,7 +114,10 @@ export default async function setup(project: TestProject): Promise<() => Promise
   project.provide('adminDatabaseUrl', services.databaseUrl);
   project.provide('redisUrl', services.redisUrl);
   // The chaos project names, once per run, the toxiproxy server it runs against.
-  if (project.name === 'chaos') process.stderr.write(`[chaos] ${await describeToxiproxyServer().catch((err: Error) => `no toxiproxy server: ${err.message}`)}\n`);
+  if (project.name === 'chaos')
+    process.stderr.write(
+      `[chaos] ${await describeToxiproxyServer().catch((err: Error) => `no toxiproxy server: ${err.message}`)}\n`,
+    );
   return async () => {
     if (--state.users > 0) return;
     shared.__arkvoryTestServices = undefined;
@@ -131,6 +150,8 @@ async function startServices(): Promise<Services> {
       redis.child.kill('SIGTERM');
     });
   }
-  process.stderr.write(`[test services] PostgreSQL: ${process.env.ARKVORY_TEST_DATABASE_URL ? 'ARKVORY_TEST_DATABASE_URL' : 'embedded'}; Redis: ${process.env.ARKVORY_TEST_REDIS_URL ? 'ARKVORY_TEST_REDIS_URL' : `redis-server on ${redisUrl}`}\n`);
+  process.stderr.write(
+    `[test services] PostgreSQL: ${process.env.ARKVORY_TEST_DATABASE_URL ? 'ARKVORY_TEST_DATABASE_URL' : 'embedded'}; Redis: ${process.env.ARKVORY_TEST_REDIS_URL ? 'ARKVORY_TEST_REDIS_URL' : `redis-server on ${redisUrl}`}\n`,
+  );
   return { databaseUrl, redisUrl, cleanups };
 }

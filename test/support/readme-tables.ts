@@ -13,12 +13,17 @@ const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 export const README = path.join(ROOT, 'README.md');
 
 export function variablesTable(): string {
-  const rows = VARIABLES.map((v) => `| \`${v.name}\` | ${v.defaultValue === undefined ? '(unset)' : `\`${v.defaultValue}\``} | ${describeAllowed(v)} | ${v.doc} |`);
+  const rows = VARIABLES.map(
+    (v) =>
+      `| \`${v.name}\` | ${v.defaultValue === undefined ? '(unset)' : `\`${v.defaultValue}\``} | ${describeAllowed(v)} | ${v.doc} |`,
+  );
   return ['| variable | default | allowed | meaning |', '| --- | --- | --- | --- |', ...rows].join('\n');
 }
 
 export function errorsTable(): string {
-  const codes = (Object.keys(HTTP_STATUS) as ErrorCode[]).sort((a, b) => HTTP_STATUS[a] - HTTP_STATUS[b] || a.localeCompare(b));
+  const codes = (Object.keys(HTTP_STATUS) as ErrorCode[]).sort(
+    (a, b) => HTTP_STATUS[a] - HTTP_STATUS[b] || a.localeCompare(b),
+  );
   const rows = codes.map((c) => `| \`${c}\` | ${HTTP_STATUS[c]} | ${ALL_ERROR_MESSAGES[c]} | ${ERROR_ADVICE[c]} |`);
   return ['| code | status | meaning | what to do |', '| --- | --- | --- | --- |', ...rows].join('\n');
 }

@@ -44,8 +44,11 @@ function binaryPath(kind: S3ServerKind): string {
   const name = BINARY[kind];
   const inTools = path.join(TOOLS_BIN, name);
   if (existsSync(inTools)) return inTools;
-  for (const dir of (process.env.PATH ?? '').split(':')) if (dir && existsSync(path.join(dir, name))) return path.join(dir, name);
-  throw new Error(`${name} (${kind}) is not installed in ${TOOLS_BIN} nor on PATH; run \`bash .ci/run\` once (it builds it from the Go module proxy with the pinned version), or put ${name} on PATH`);
+  for (const dir of (process.env.PATH ?? '').split(':'))
+    if (dir && existsSync(path.join(dir, name))) return path.join(dir, name);
+  throw new Error(
+    `${name} (${kind}) is not installed in ${TOOLS_BIN} nor on PATH; run \`bash .ci/run\` once (it builds it from the Go module proxy with the pinned version), or put ${name} on PATH`,
+  );
 }
 
 async function stopChild(child: ChildProcess): Promise<void> {
@@ -79,24 +82,83 @@ export async function startS3Server(kind: S3ServerKind, options: { bucket?: stri
   let env: NodeJS.ProcessEnv = { ...process.env };
   if (kind === 'seaweedfs') {
     const config = path.join(dir, 's3.json');
-    await writeFile(config, JSON.stringify({ identities: [{ name: 'arkvory', credentials: [{ accessKey: accessKeyId, secretKey: secretAccessKey }], actions: ['Admin', 'Read', 'Write', 'List', 'Tagging'] }] }));
-    const [master, masterGrpc, volume, volumeGrpc, filer, filerGrpc, s3Grpc] = ports as [number, number, number, number, number, number, number];
+    await writeFile(
+      config,
+      JSON.stringify({
+        identities: [
+          {
+            name: 'arkvory',
+            credentials: [{ accessKey: accessKeyId, secretKey: secretAccessKey }],
+            actions: ['Admin', 'Read', 'Write', 'List', 'Tagging'],
+          },
+        ],
+      }),
+    );
+    const [master, masterGrpc, volume, volumeGrpc, filer, filerGrpc, s3Grpc] = ports as [
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+    ];
     args = [
-      'server', '-ip=127.0.0.1', '-ip.bind=127.0.0.1', `-dir=${dataDir}`, '-filer', '-s3',
-      `-master.port=${master}`, `-master.port.grpc=${masterGrpc}`, '-master.telemetry=false', '-master.volumeSizeLimitMB=256',
-      `-volume.port=${volume}`, `-volume.port.grpc=${volumeGrpc}`, '-volume.max=0',
-      `-filer.port=${filer}`, `-filer.port.grpc=${filerGrpc}`, `-filer.localSocket=${dir}/filer.sock`,
-      `-s3.port=${port}`, `-s3.port.grpc=${s3Grpc}`, '-s3.port.iceberg=0', '-s3.port.lance=0', `-s3.localSocket=${dir}/s3.sock`, `-s3.config=${config}`,
+      'server',
+      '-ip=127.0.0.1',
+      '-ip.bind=127.0.0.1',
+      `-dir=${dataDir}`,
+      '-filer',
+      '-s3',
+      `-master.port=${master}`,
+      `-master.port.grpc=${masterGrpc}`,
+      '-master.telemetry=false',
+      '-master.volumeSizeLimitMB=256',
+      `-volume.port=${volume}`,
+      `-volume.port.grpc=${volumeGrpc}`,
+      '-volume.max=0',
+      `-filer.port=${filer}`,
+      `-filer.port.grpc=${filerGrpc}`,
+      `-filer.localSocket=${dir}/filer.sock`,
+      `-s3.port=${port}`,
+      `-s3.port.grpc=${s3Grpc}`,
+      '-s3.port.iceberg=0',
+      '-s3.port.lance=0',
+      `-s3.localSocket=${dir}/s3.sock`,
+      `-s3.config=${config}`,
     ];
   } else {
-    args = ['server', dataDir, '--address', `127.0.0.1:${port}`, '--console-address', `127.0.0.1:${ports[0]}`, '--quiet'];
-    env = { ...env, MINIO_ROOT_USER: accessKeyId, MINIO_ROOT_PASSWORD: secretAccessKey, MINIO_BROWSER: 'off', MINIO_UPDATE: 'off', MINIO_CI_CD: '1' };
+    args = [
+      'server',
+      dataDir,
+      '--address',
+      `127.0.0.1:${port}`,
+      '--console-address',
+      `127.0.0.1:${ports[0]}`,
+      '--quiet',
+    ];
+    env = {
+      ...env,
+      MINIO_ROOT_USER: accessKeyId,
+      MINIO_ROOT_PASSWORD: secretAccessKey,
+      MINIO_BROWSER: 'off',
+      MINIO_UPDATE: 'off',
+      MINIO_CI_CD: '1',
+    };
   }
   const endpoint = `http://127.0.0.1:${port}`;
   let child: ChildProcess | undefined;
   let output = '';
   let raw: S3Client | undefined;
-  const client = () => (raw ??= createS3Client({ endpoint, region, bucket, credentials: { accessKeyId, secretAccessKey }, connectTimeoutMs: 2000, timeoutMs: 30_000 }));
+  const client = () =>
+    (raw ??= createS3Client({
+      endpoint,
+      region,
+      bucket,
+      credentials: { accessKeyId, secretAccessKey },
+      connectTimeoutMs: 2000,
+      timeoutMs: 30_000,
+    }));
 
   /** Creates the bucket, retrying while the server (SeaweedFS: its filer) is still coming up. */
   async function ensureBucket(deadline: number): Promise<void> {
@@ -111,7 +173,8 @@ export async function startS3Server(kind: S3ServerKind, options: { bucket?: stri
       } catch (err) {
         problem = (err as Error).message;
       }
-      if (child?.exitCode !== null || Date.now() > deadline) throw new Error(`${kind} did not become ready (${problem}): ${output.slice(-3000)}`);
+      if (child?.exitCode !== null || Date.now() > deadline)
+        throw new Error(`${kind} did not become ready (${problem}): ${output.slice(-3000)}`);
       await sleep(200);
     }
   }

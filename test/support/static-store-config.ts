@@ -9,10 +9,19 @@ const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
  * The shipped deploy/static-store/arkvory-store.conf with only the address, the root and the
  * writer's address replaced, so the example itself is what the tests run against.
  */
-export async function siteConfig(options: { port: number; root: string; move: boolean; host?: string; writer?: string }): Promise<string> {
+export async function siteConfig(options: {
+  port: number;
+  root: string;
+  move: boolean;
+  host?: string;
+  writer?: string;
+}): Promise<string> {
   let text = await readFile(path.join(ROOT, 'deploy/static-store/arkvory-store.conf'), 'utf8');
   const replace = (from: string, to: string) => {
-    if (!text.includes(from)) throw new Error(`deploy/static-store/arkvory-store.conf no longer contains "${from}"; update test/support/static-store.ts`);
+    if (!text.includes(from))
+      throw new Error(
+        `deploy/static-store/arkvory-store.conf no longer contains "${from}"; update test/support/static-store.ts`,
+      );
     text = text.replaceAll(from, to);
   };
   replace('listen 10.0.0.20:8081;', `listen ${options.host ?? '127.0.0.1'}:${options.port};`);
@@ -22,4 +31,3 @@ export async function siteConfig(options: { port: number; root: string; move: bo
   if (!options.move) replace('dav_methods PUT DELETE MOVE;', 'dav_methods PUT DELETE;');
   return text;
 }
-

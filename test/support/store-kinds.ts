@@ -31,12 +31,20 @@ export interface StoreProbe {
 
 export function directoryProbe(root: string): StoreProbe {
   return {
-    read: (relative) => readFile(path.join(root, relative)).catch((err: NodeJS.ErrnoException) => (err.code === 'ENOENT' ? undefined : Promise.reject(err))),
+    read: (relative) =>
+      readFile(path.join(root, relative)).catch((err: NodeJS.ErrnoException) =>
+        err.code === 'ENOENT' ? undefined : Promise.reject(err),
+      ),
     async write(relative, bytes) {
       await mkdir(path.dirname(path.join(root, relative)), { recursive: true });
       await writeFile(path.join(root, relative), bytes);
     },
-    list: async (dir) => (await readdir(path.join(root, dir)).catch((err: NodeJS.ErrnoException) => (err.code === 'ENOENT' ? [] : Promise.reject(err)))).sort(),
+    list: async (dir) =>
+      (
+        await readdir(path.join(root, dir)).catch((err: NodeJS.ErrnoException) =>
+          err.code === 'ENOENT' ? [] : Promise.reject(err),
+        )
+      ).sort(),
   };
 }
 
@@ -53,7 +61,10 @@ export function s3Probe(server: S3Server, prefix = ''): StoreProbe {
       return Buffer.from(await res.body.arrayBuffer());
     },
     async write(relative, bytes) {
-      await client.expectOk({ method: 'PUT', key: `${prefix}${relative}`, body: Buffer.from(bytes) }, `PUT ${relative}`);
+      await client.expectOk(
+        { method: 'PUT', key: `${prefix}${relative}`, body: Buffer.from(bytes) },
+        `PUT ${relative}`,
+      );
     },
     async list(dir) {
       const base = `${prefix}${dir}/`;
@@ -73,7 +84,11 @@ export interface StoreBacking {
   /** fs: the store root is `dataDir` (the gateway's); the others ignore it. */
   probe(dataDir?: string): StoreProbe;
   /** Opens the store directly (store-level tests); fs in a fresh temp root unless `dataDir` is given. */
-  open(role: 'writer' | 'reader' | 'worker', pool: pg.Pool, options?: { dataDir?: string; limits?: Partial<S3Limits> }): Promise<Store>;
+  open(
+    role: 'writer' | 'reader' | 'worker',
+    pool: pg.Pool,
+    options?: { dataDir?: string; limits?: Partial<S3Limits> },
+  ): Promise<Store>;
   /** Empties the store (between tests sharing one backing). */
   reset(dataDir?: string): Promise<void>;
   stop(): Promise<void>;
@@ -128,7 +143,8 @@ export async function startStoreBacking(kind: StoreKind): Promise<StoreBacking> 
     async reset(dataDir) {
       if (s3) await emptyBucket(s3);
       const root = nginx?.root ?? dataDir;
-      if (root) for (const entry of await readdir(root)) await rm(path.join(root, entry), { recursive: true, force: true });
+      if (root)
+        for (const entry of await readdir(root)) await rm(path.join(root, entry), { recursive: true, force: true });
     },
     async stop() {
       backings.delete(backing);

@@ -27,7 +27,9 @@ function el(tag, attrs = {}, ...children) {
   }
   for (const child of children.flat()) {
     if (child === undefined || child === null || child === false) continue;
-    node.append(typeof child === 'string' || typeof child === 'number' ? document.createTextNode(String(child)) : child);
+    node.append(
+      typeof child === 'string' || typeof child === 'number' ? document.createTextNode(String(child)) : child,
+    );
   }
   return node;
 }
@@ -54,7 +56,13 @@ async function api(method, path, body) {
   const headers = { accept: 'application/json' };
   if (method !== 'GET') headers['x-csrf-token'] = csrfToken ?? '';
   if (body !== undefined) headers['content-type'] = 'application/json';
-  const res = await fetch(path, { method, headers, credentials: 'same-origin', cache: 'no-store', body: body === undefined ? undefined : JSON.stringify(body) });
+  const res = await fetch(path, {
+    method,
+    headers,
+    credentials: 'same-origin',
+    cache: 'no-store',
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
   const text = await res.text();
   const data = text ? JSON.parse(text) : null;
   if (res.status === 401) {
@@ -76,7 +84,8 @@ function formatBytes(n) {
   return `${n.toFixed(i === 0 ? 0 : 1)} ${units[i]}`;
 }
 const formatRate = (n) => (n > 0 ? `${formatBytes(n)}/s` : 'no ceiling');
-const formatSeconds = (s) => (s >= 3600 ? `${(s / 3600).toFixed(1)} h` : s >= 60 ? `${(s / 60).toFixed(1)} min` : `${s.toFixed(1)} s`);
+const formatSeconds = (s) =>
+  s >= 3600 ? `${(s / 3600).toFixed(1)} h` : s >= 60 ? `${(s / 60).toFixed(1)} min` : `${s.toFixed(1)} s`;
 
 // ---------------------------------------------------------------- session
 
@@ -113,7 +122,12 @@ async function signIn(event) {
   const key = field.value.trim();
   field.value = '';
   $('sign-in-error').textContent = '';
-  const res = await fetch('/console/session', { method: 'POST', headers: { authorization: `Bearer ${key}`, accept: 'application/json' }, credentials: 'same-origin', cache: 'no-store' });
+  const res = await fetch('/console/session', {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, accept: 'application/json' },
+    credentials: 'same-origin',
+    cache: 'no-store',
+  });
   const body = await res.json().catch(() => null);
   if (res.status === 201) signedIn(body);
   else if (res.status === 403) $('sign-in-error').textContent = 'That key has no admin scope.';
@@ -148,27 +162,48 @@ async function refreshStatus() {
 
 function renderGateways(status) {
   const g = status.gateway;
-  $('gateway-summary').textContent = g.profile === 'shared'
-    ? `Shared profile: ${status.slots.filter((s) => s.live).length} of ${g.slots} slots held; this writer is slot ${g.slot}.`
-    : 'Standalone: this writer is the only gateway (no slot leases).';
+  $('gateway-summary').textContent =
+    g.profile === 'shared'
+      ? `Shared profile: ${status.slots.filter((s) => s.live).length} of ${g.slots} slots held; this writer is slot ${g.slot}.`
+      : 'Standalone: this writer is the only gateway (no slot leases).';
   const rows = status.slots.map((s) =>
-    el('tr', { 'data-slot': s.slot, 'data-health': s.health },
+    el(
+      'tr',
+      { 'data-slot': s.slot, 'data-health': s.health },
       el('td', { text: String(s.slot) }),
-      el('td', { text: s.role === 'api' ? 'writer (api)' : s.role }, s.self ? el('span', { class: 'tag', text: 'this gateway' }) : null),
+      el(
+        'td',
+        { text: s.role === 'api' ? 'writer (api)' : s.role },
+        s.self ? el('span', { class: 'tag', text: 'this gateway' }) : null,
+      ),
       el('td', { class: 'mono', text: s.advertiseUrl ?? '(not advertised)' }),
       el('td', { text: formatSeconds(s.leaseAgeSeconds) }),
       el('td', { text: formatSeconds(s.heldSeconds) }),
       el('td', { text: String(s.generation) }),
-      el('td', { class: s.health === 'serving' ? 'health-serving' : 'health-bad', text: s.live ? s.health : `expired (${s.health})` }),
-    ));
-  if (rows.length === 0) rows.push(el('tr', {}, el('td', { colspan: 7, text: g.profile === 'shared' ? 'No lease rows.' : `Standalone writer, ${g.state}.` })));
+      el('td', {
+        class: s.health === 'serving' ? 'health-serving' : 'health-bad',
+        text: s.live ? s.health : `expired (${s.health})`,
+      }),
+    ),
+  );
+  if (rows.length === 0)
+    rows.push(
+      el(
+        'tr',
+        {},
+        el('td', { colspan: 7, text: g.profile === 'shared' ? 'No lease rows.' : `Standalone writer, ${g.state}.` }),
+      ),
+    );
   $('slot-rows').replaceChildren(...rows);
 }
 
 function renderTransfers(t) {
-  $('transfer-summary').textContent = `Downloads: ${t.downloads.active} active, ${t.downloads.queued} queued, ${t.downloads.rejected} refused busy. Uploads: ${t.uploads.active} active, ${t.uploads.queued} queued, ${t.uploads.rejected} refused busy.`;
+  $('transfer-summary').textContent =
+    `Downloads: ${t.downloads.active} active, ${t.downloads.queued} queued, ${t.downloads.rejected} refused busy. Uploads: ${t.uploads.active} active, ${t.uploads.queued} queued, ${t.uploads.rejected} refused busy.`;
   const rows = t.live.map((x) =>
-    el('tr', { 'data-transfer': x.id, 'data-state': x.state },
+    el(
+      'tr',
+      { 'data-transfer': x.id, 'data-state': x.state },
       el('td', { text: x.kind }),
       el('td', { text: x.state }),
       el('td', { text: x.principal }),
@@ -176,7 +211,8 @@ function renderTransfers(t) {
       el('td', { text: x.repository ?? '' }),
       el('td', { text: x.seconds.toFixed(1) }),
       el('td', { text: formatBytes(x.bytes) }),
-    ));
+    ),
+  );
   if (rows.length === 0) rows.push(el('tr', {}, el('td', { colspan: 7, text: 'No transfer right now.' })));
   $('transfer-rows').replaceChildren(...rows);
 }
@@ -196,7 +232,12 @@ function renderBandwidth(b) {
 
 /** One direction against its ceiling (dashed), scaled to the larger of the ceiling and the peak. */
 function drawChart(chart, dir, samples, ceiling) {
-  const W = 600, H = 180, left = 56, bottom = 16, top = 8, span = 300;
+  const W = 600,
+    H = 180,
+    left = 56,
+    bottom = 16,
+    top = 8,
+    span = 300;
   const peak = Math.max(1, ceiling, ...samples.map((s) => s[dir]));
   const yMax = peak * 1.1;
   const x = (i) => left + ((W - left - 4) * (span - (samples.length - 1 - i))) / span;
@@ -210,15 +251,25 @@ function drawChart(chart, dir, samples, ceiling) {
     svg('text', { x: W - 24, y: H - 2, text: 'now' }),
   ];
   if (ceiling > 0) {
-    nodes.push(svg('line', { class: `ceiling-${dir}`, x1: left, x2: W, y1: y(ceiling), y2: y(ceiling), 'data-ceiling': dir }));
+    nodes.push(
+      svg('line', { class: `ceiling-${dir}`, x1: left, x2: W, y1: y(ceiling), y2: y(ceiling), 'data-ceiling': dir }),
+    );
     nodes.push(svg('text', { x: W - 150, y: y(ceiling) - 3, text: `ceiling ${formatBytes(ceiling)}/s` }));
   }
-  if (samples.length > 1) nodes.push(svg('polyline', { class: dir, points: samples.map((s, i) => `${x(i).toFixed(1)},${y(s[dir]).toFixed(1)}`).join(' ') }));
+  if (samples.length > 1)
+    nodes.push(
+      svg('polyline', {
+        class: dir,
+        points: samples.map((s, i) => `${x(i).toFixed(1)},${y(s[dir]).toFixed(1)}`).join(' '),
+      }),
+    );
   chart.replaceChildren(...nodes);
 }
 
 function renderBlocks(blocks) {
-  const rows = Object.entries(blocks).map(([limiter, n]) => el('tr', { 'data-limiter': limiter }, el('td', { class: 'mono', text: limiter }), el('td', { text: String(n) })));
+  const rows = Object.entries(blocks).map(([limiter, n]) =>
+    el('tr', { 'data-limiter': limiter }, el('td', { class: 'mono', text: limiter }), el('td', { text: String(n) })),
+  );
   if (rows.length === 0) rows.push(el('tr', {}, el('td', { colspan: 2, text: 'No check yet.' })));
   $('block-rows').replaceChildren(...rows);
 }
@@ -243,7 +294,9 @@ async function refreshRules() {
 const TIER_LABEL = { file_rules: 'file', published_rules: 'published', default_rules: 'default' };
 
 function describeMatch(match) {
-  const parts = Object.entries(match ?? {}).map(([k, v]) => (typeof v === 'string' ? `${k}=${v}` : `${k}~/${v.regex}/`));
+  const parts = Object.entries(match ?? {}).map(([k, v]) =>
+    typeof v === 'string' ? `${k}=${v}` : `${k}~/${v.regex}/`,
+  );
   return parts.length ? parts.join(', ') : '(every request)';
 }
 
@@ -261,38 +314,104 @@ function renderLimiter(l) {
     const rows = l.tiers[tier].map((a) => {
       const r = a.rule;
       const notes = [];
-      if (a.overriddenBy) notes.push(el('span', { class: 'tag overridden', text: `overridden by the ${TIER_LABEL[a.overriddenBy]} rule of the same name` }));
-      if (a.overrides.length) notes.push(el('span', { class: 'tag overrides', text: `overrides the ${a.overrides.map((t) => TIER_LABEL[t]).join(' and ')} rule` }));
-      if (a.unreachableAfter) notes.push(el('span', { class: 'tag unreachable', text: `never reached: skip rule ${a.unreachableAfter} matches first` }));
-      if (a.partlyAfter.length) notes.push(el('span', { class: 'tag partly', text: `partly shadowed by skip ${a.partlyAfter.join(', ')}` }));
-      const actions = tier === 'published_rules'
-        ? el('td', {},
-          el('button', { type: 'button', class: 'small', 'data-edit': r.name, onclick: () => editRule(l.limiter, r), text: 'edit' }),
-          ' ',
-          el('button', { type: 'button', class: 'small', 'data-delete': r.name, onclick: () => deleteRule(l.limiter, r.name), text: 'delete' }))
-        : el('td');
-      return el('tr', { class: a.overriddenBy || a.unreachableAfter ? 'shadowed' : '', 'data-rule': r.name, 'data-tier': tier },
+      if (a.overriddenBy)
+        notes.push(
+          el('span', {
+            class: 'tag overridden',
+            text: `overridden by the ${TIER_LABEL[a.overriddenBy]} rule of the same name`,
+          }),
+        );
+      if (a.overrides.length)
+        notes.push(
+          el('span', {
+            class: 'tag overrides',
+            text: `overrides the ${a.overrides.map((t) => TIER_LABEL[t]).join(' and ')} rule`,
+          }),
+        );
+      if (a.unreachableAfter)
+        notes.push(
+          el('span', {
+            class: 'tag unreachable',
+            text: `never reached: skip rule ${a.unreachableAfter} matches first`,
+          }),
+        );
+      if (a.partlyAfter.length)
+        notes.push(el('span', { class: 'tag partly', text: `partly shadowed by skip ${a.partlyAfter.join(', ')}` }));
+      const actions =
+        tier === 'published_rules'
+          ? el(
+              'td',
+              {},
+              el('button', {
+                type: 'button',
+                class: 'small',
+                'data-edit': r.name,
+                onclick: () => editRule(l.limiter, r),
+                text: 'edit',
+              }),
+              ' ',
+              el('button', {
+                type: 'button',
+                class: 'small',
+                'data-delete': r.name,
+                onclick: () => deleteRule(l.limiter, r.name),
+                text: 'delete',
+              }),
+            )
+          : el('td');
+      return el(
+        'tr',
+        { class: a.overriddenBy || a.unreachableAfter ? 'shadowed' : '', 'data-rule': r.name, 'data-tier': tier },
         el('td', { text: a.order === undefined ? '–' : String(a.order + 1) }),
         el('td', { class: 'mono', text: r.name }),
         el('td', { text: r.action }),
         el('td', { class: 'mono', text: describeMatch(r.match) }),
         el('td', { text: describeCount(r) }),
         el('td', {}, notes),
-        actions);
+        actions,
+      );
     });
-    if (rows.length === 0) rows.push(el('tr', {}, el('td', { colspan: 7, class: 'hint', text: 'no rules in this tier' })));
-    sections.push(el('h4', { text: `${TIER_LABEL[tier]} tier` }), el('table', { 'data-tier-table': tier },
-      el('thead', {}, el('tr', {}, ...['order', 'name', 'action', 'match', 'count', 'shadowing', ''].map((h) => el('th', { text: h })))),
-      el('tbody', {}, rows)));
+    if (rows.length === 0)
+      rows.push(el('tr', {}, el('td', { colspan: 7, class: 'hint', text: 'no rules in this tier' })));
+    sections.push(
+      el('h4', { text: `${TIER_LABEL[tier]} tier` }),
+      el(
+        'table',
+        { 'data-tier-table': tier },
+        el(
+          'thead',
+          {},
+          el(
+            'tr',
+            {},
+            ...['order', 'name', 'action', 'match', 'count', 'shadowing', ''].map((h) => el('th', { text: h })),
+          ),
+        ),
+        el('tbody', {}, rows),
+      ),
+    );
   }
-  return el('div', { class: 'limiter', 'data-limiter': l.limiter },
-    el('h3', {}, el('span', { class: 'mono', text: l.limiter }), ` — ${l.description}`, l.source === 'compiled' ? el('span', { class: 'tag', text: 'no stored rule document: shipped defaults and the file' }) : null),
-    sections);
+  return el(
+    'div',
+    { class: 'limiter', 'data-limiter': l.limiter },
+    el(
+      'h3',
+      {},
+      el('span', { class: 'mono', text: l.limiter }),
+      ` — ${l.description}`,
+      l.source === 'compiled'
+        ? el('span', { class: 'tag', text: 'no stored rule document: shipped defaults and the file' })
+        : null,
+    ),
+    sections,
+  );
 }
 
 function showProperties() {
   const l = limiters.find((x) => x.limiter === $('rule-limiter').value);
-  $('rule-properties').textContent = l ? `Properties of ${l.limiter}: ${l.properties.join(', ')}. Match lines: property=value (equality) or property~regex.` : '';
+  $('rule-properties').textContent = l
+    ? `Properties of ${l.limiter}: ${l.properties.join(', ')}. Match lines: property=value (equality) or property~regex.`
+    : '';
 }
 
 function clearRuleErrors() {
@@ -301,7 +420,9 @@ function clearRuleErrors() {
 }
 
 function ruleError(field, message) {
-  const node = document.querySelector(`#rule-form [data-error-for="${field}"]`) ?? document.querySelector('#rule-form [data-error-for="form"]');
+  const node =
+    document.querySelector(`#rule-form [data-error-for="${field}"]`) ??
+    document.querySelector('#rule-form [data-error-for="form"]');
   node.textContent = node.textContent ? `${node.textContent}; ${message}` : message;
 }
 
@@ -321,12 +442,18 @@ function ruleFromForm(form) {
     const v = numberField(String(f.get(key)));
     if (v !== undefined) rule[key] = v;
   }
-  const characteristics = String(f.get('characteristics')).split(',').map((s) => s.trim()).filter(Boolean);
+  const characteristics = String(f.get('characteristics'))
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
   if (characteristics.length) rule.characteristics = characteristics;
   const distinct = String(f.get('count_distinct')).trim();
   if (distinct) rule.count_distinct = distinct;
   const match = {};
-  for (const line of String(f.get('match')).split('\n').map((s) => s.trim()).filter(Boolean)) {
+  for (const line of String(f.get('match'))
+    .split('\n')
+    .map((s) => s.trim())
+    .filter(Boolean)) {
     const m = /^([^=~\s]+)\s*([=~])\s*(.*)$/.exec(line);
     if (!m) return { error: ['match', `cannot read "${line}": write property=value or property~regex`] };
     match[m[1]] = m[2] === '=' ? m[3] : { regex: m[3] };
@@ -368,7 +495,9 @@ function editRule(limiter, r) {
   form.elements.ban_for_s.value = r.ban_for_s ?? '';
   form.elements.characteristics.value = (r.characteristics ?? []).join(', ');
   form.elements.count_distinct.value = r.count_distinct ?? '';
-  form.elements.match.value = Object.entries(r.match ?? {}).map(([k, v]) => (typeof v === 'string' ? `${k}=${v}` : `${k}~${v.regex}`)).join('\n');
+  form.elements.match.value = Object.entries(r.match ?? {})
+    .map(([k, v]) => (typeof v === 'string' ? `${k}=${v}` : `${k}~${v.regex}`))
+    .join('\n');
   form.elements.name.focus();
 }
 
@@ -399,23 +528,43 @@ async function refreshAccess() {
   repoSelect.replaceChildren(...data.repositories.map((r) => el('option', { value: r.name, text: r.name })));
   if (chosenRepo) repoSelect.value = chosenRepo;
   const rows = principals.map((p) =>
-    el('tr', { 'data-principal': p.name },
-      el('td', {}, el('strong', { text: p.name }), p.disabled ? el('span', { class: 'tag overridden', text: 'disabled' }) : null, el('div', { class: 'mono hint', text: p.id })),
+    el(
+      'tr',
+      { 'data-principal': p.name },
+      el(
+        'td',
+        {},
+        el('strong', { text: p.name }),
+        p.disabled ? el('span', { class: 'tag overridden', text: 'disabled' }) : null,
+        el('div', { class: 'mono hint', text: p.id }),
+      ),
       el('td', {}, p.keys.length ? el('ul', {}, p.keys.map(renderKey)) : 'no keys'),
       el('td', { text: p.grants.map((g) => `${g.repository} (${g.permission})`).join(', ') || 'none' }),
-    ));
+    ),
+  );
   $('principal-rows').replaceChildren(...rows);
 }
 
 function renderKey(k) {
   const state = k.revokedAt ? 'revoked' : k.expiresAt && Date.parse(k.expiresAt) <= Date.now() ? 'expired' : 'active';
-  return el('li', { 'data-key': k.keyId, 'data-state': state },
+  return el(
+    'li',
+    { 'data-key': k.keyId, 'data-state': state },
     el('span', { class: 'mono', text: k.keyId }),
     ` ${k.scopes.join('+')} `,
     el('span', { class: state === 'active' ? 'tag overrides' : 'tag overridden', text: state }),
     k.description ? ` ${k.description}` : '',
     k.lastUsedAt ? ` (last used ${new Date(k.lastUsedAt).toLocaleString()})` : '',
-    state === 'active' ? el('button', { type: 'button', class: 'small', 'data-revoke': k.keyId, onclick: () => revokeKey(k.keyId), text: 'revoke' }) : null);
+    state === 'active'
+      ? el('button', {
+          type: 'button',
+          class: 'small',
+          'data-revoke': k.keyId,
+          onclick: () => revokeKey(k.keyId),
+          text: 'revoke',
+        })
+      : null,
+  );
 }
 
 function formError(form, message) {
@@ -447,7 +596,11 @@ async function createKey(event) {
     const principal = principals.find((p) => p.id === f.get('principal'));
     const scopes = f.getAll('scope').map(String);
     const description = String(f.get('description')).trim();
-    const created = await api('POST', `/console/api/principals/${encodeURIComponent(String(f.get('principal')))}/keys`, { scopes, ...(description ? { description } : {}) });
+    const created = await api(
+      'POST',
+      `/console/api/principals/${encodeURIComponent(String(f.get('principal')))}/keys`,
+      { scopes, ...(description ? { description } : {}) },
+    );
     $('new-key-principal').textContent = principal?.name ?? created.principalId;
     $('new-key-value').textContent = created.key;
     $('new-key').hidden = false;
@@ -456,7 +609,11 @@ async function createKey(event) {
 
 async function grant(event) {
   await submitting(event, async (f) => {
-    await api('PUT', `/console/api/grants/${encodeURIComponent(String(f.get('principal')))}/${encodeURIComponent(String(f.get('repository')))}`, { permission: String(f.get('permission')) });
+    await api(
+      'PUT',
+      `/console/api/grants/${encodeURIComponent(String(f.get('principal')))}/${encodeURIComponent(String(f.get('repository')))}`,
+      { permission: String(f.get('permission')) },
+    );
   });
 }
 
