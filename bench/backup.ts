@@ -19,7 +19,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { freeLoopbackPort } from '../proxy/embedded-database.ts';
+import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
 import { median } from './support.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');

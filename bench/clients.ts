@@ -21,7 +21,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
 import { download } from '../client/index.ts';
-import { freeLoopbackPort } from '../proxy/embedded-database.ts';
+import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
 import { median } from './support.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');

@@ -1,5 +1,5 @@
 /**
- * What the front door (proxy/front-door.ts) costs per request: the same tiny handler served by a
+ * What the front door (proxy/server/front-door.ts) costs per request: the same tiny handler served by a
  * plain node:http server and by one with the front door installed (timeouts, connection tracking,
  * the bound), each in a process of its own, driven by wrk over keep-alive connections. Rounds are
  * interleaved (who goes first alternates) and the medians and their ratio are printed.
@@ -13,8 +13,8 @@ import http from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
-import { DEFAULT_FRONT_DOOR, installFrontDoor, serverOptions } from '../proxy/front-door.ts';
-import { freeLoopbackPort } from '../proxy/embedded-database.ts';
+import { DEFAULT_FRONT_DOOR, installFrontDoor, serverOptions } from '../proxy/server/front-door.ts';
+import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
 import { median } from './support.ts';
 
 const { values: args } = parseArgs({

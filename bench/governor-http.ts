@@ -21,7 +21,7 @@ import pg from 'pg';
 import { migrate } from '../migrations/runner.ts';
 import { AdminStore } from '../policy/auth/admin-store.ts';
 import { burstBytes } from '../policy/bandwidth/index.ts';
-import { freeLoopbackPort } from '../proxy/embedded-database.ts';
+import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
 import { jainIndex } from './governor.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');

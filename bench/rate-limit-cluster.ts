@@ -16,8 +16,8 @@ import { systemClock } from '../policy/clock.ts';
 import { createLimiter, type Limiter } from '../policy/rate-limit/limiter.ts';
 import { createRedisStore } from '../policy/rate-limit/redis-store.ts';
 import { defineRule } from '../policy/rate-limit/rules.ts';
-import { freeLoopbackPort } from '../proxy/embedded-database.ts';
-import { createRateLimitRedis, type RateLimitRedis } from '../proxy/rate-limit-gate.ts';
+import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
+import { createRateLimitRedis, type RateLimitRedis } from '../proxy/gates/rate-limit-gate.ts';
 import { startRedisCluster } from '../test/hosts/redis-cluster.ts';
 import { median, percentile } from './support.ts';
 

@@ -31,8 +31,8 @@ import { layeredRules, type RuleLayer } from '../policy/rate-limit/rule-provider
 import { createRulesServiceClient } from '../policy/rate-limit/rules-service-client.ts';
 import { ruleFromSpec } from '../policy/rate-limit/rules.ts';
 import { parseAvailableLimiters } from '../policy/rate-limit/yaml-source.ts';
-import { freeLoopbackPort } from '../proxy/embedded-database.ts';
-import { AVAILABLE_LIMITERS_FILE } from '../proxy/rate-limit-gate.ts';
+import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
+import { AVAILABLE_LIMITERS_FILE } from '../proxy/gates/rate-limit-gate.ts';
 import { median } from './support.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');

@@ -27,8 +27,8 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { migrate } from '../migrations/runner.ts';
 import { AdminStore } from '../policy/auth/admin-store.ts';
-import { freeLoopbackPort, startEmbeddedDatabase } from '../proxy/embedded-database.ts';
-import { createLogger } from '../proxy/logger.ts';
+import { freeLoopbackPort, startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
+import { createLogger } from '../proxy/server/logger.ts';
 import { startS3Server, stopAllS3Servers, type S3Server, type S3ServerKind } from '../test/support/s3-server.ts';
 import { median, rssBytes } from './support.ts';
 

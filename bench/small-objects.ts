@@ -36,7 +36,7 @@ import pg from 'pg';
 import pino from 'pino';
 import { migrate } from '../migrations/runner.ts';
 import { AdminStore } from '../policy/auth/admin-store.ts';
-import { freeLoopbackPort, startEmbeddedDatabase } from '../proxy/embedded-database.ts';
+import { freeLoopbackPort, startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
 import { cpuSeconds, curl, median, rssBytes } from './support.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');

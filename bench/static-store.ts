@@ -27,7 +27,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { migrate } from '../migrations/runner.ts';
 import { AdminStore } from '../policy/auth/admin-store.ts';
-import { freeLoopbackPort } from '../proxy/embedded-database.ts';
+import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
 import { siteConfig } from '../test/support/static-store-config.ts';
 import { curl, median, rssBytes } from './support.ts';
 

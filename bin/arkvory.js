@@ -8,4 +8,4 @@ if (major < 22 || (major === 22 && minor < 19)) {
   );
   process.exit(2);
 }
-await import('../proxy/cli.ts');
+await import('../proxy/commands/cli.ts');

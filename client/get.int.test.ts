@@ -13,7 +13,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { freeLoopbackPort } from '../proxy/embedded-database.ts';
+import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
 import { bearer, createRepository, createServiceAccount } from '../test/support/auth.ts';
 import { contentDigest, randomContent, request, sha256 } from '../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../test/support/database.ts';

@@ -9,7 +9,7 @@ import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createServiceAccount } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
-import { createLogger } from '../../proxy/logger.ts';
+import { createLogger } from '../../proxy/server/logger.ts';
 import { systemClock } from '../clock.ts';
 import { Authenticator } from './authenticator.ts';
 

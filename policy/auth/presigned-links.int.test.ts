@@ -5,7 +5,7 @@
  * revoked or expired after the link was made, or an unknown secret is the same 401.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createLogger } from '../../proxy/logger.ts';
+import { createLogger } from '../../proxy/server/logger.ts';
 import { createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { ManualClock } from '../clock.ts';

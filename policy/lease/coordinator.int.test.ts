@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createLogger } from '../../proxy/logger.ts';
+import { createLogger } from '../../proxy/server/logger.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { runCli } from '../../test/support/gateway.ts';
 import { systemClock } from '../clock.ts';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { loadConfig } from '../../proxy/config.ts';
+import { loadConfig } from '../../proxy/config/config.ts';
 import { parseRedisTarget, redactRedisTarget, ruleDocumentsPrefix } from './redis-target.ts';
 
 describe('ARKVORY_REDIS_URL: one server or Redis Cluster seeds', () => {

@@ -2,7 +2,7 @@
  * The Phase 3 layer's logic with an injected clock: the "service" here is the reference service's
  * own answer function (rule-overrides.ts answerFor) over an in-memory table, called in process, so
  * the cache, TTL, shapes, single flight and the circuit can be stepped exactly. The HTTP path and
- * the real service process are covered by proxy/rules-service.int.test.ts.
+ * the real service process are covered by proxy/rules-service/rules-service.int.test.ts.
  */
 import { pino } from 'pino';
 import { Registry } from 'prom-client';

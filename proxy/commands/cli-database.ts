@@ -4,9 +4,9 @@ import path from 'node:path';
 import { pino } from 'pino';
 import type pg from 'pg';
 import { pendingMigrations } from '../../migrations/runner.ts';
-import { createPool } from '../database.ts';
-import { createLogger } from '../logger.ts';
-import { loadConfigOrExit } from '../serve.ts';
+import { createPool } from '../server/database.ts';
+import { createLogger } from '../server/logger.ts';
+import { loadConfigOrExit } from '../server/serve.ts';
 import { UsageError } from './command.ts';
 
 /** The URL of the embedded PostgreSQL a running `npm start` keeps under `dataDir` (its port is in postmaster.pid), if any. */

@@ -13,8 +13,8 @@ import { readPolicy, type DownloadPolicy } from '../../policy/lease/download-pol
 import { readStorageIdObject } from '../../storage-adapter/http-store.ts';
 import { readS3StorageIdObject } from '../../storage-adapter/s3-store.ts';
 import { STORAGE_ID_FILE } from '../../storage-adapter/paths.ts';
-import { ConfigError, loadConfig, type Config } from '../config.ts';
-import { EXIT } from '../serve.ts';
+import { ConfigError, loadConfig, type Config } from '../config/config.ts';
+import { EXIT } from '../server/serve.ts';
 import { runningEmbeddedDatabaseUrl } from './cli-database.ts';
 import type { Command } from './command.ts';
 

@@ -4,8 +4,8 @@ import { ensureStorageIdentity } from '../../storage-adapter/identity.ts';
 import { collectGarbage } from '../../storage-adapter/maintenance/gc.ts';
 import { scrubBlobs } from '../../storage-adapter/maintenance/scrub.ts';
 import type { StoreTree } from '../../storage-adapter/store.ts';
-import { loadConfigOrExit } from '../serve.ts';
-import { openStore } from '../storage.ts';
+import { loadConfigOrExit } from '../server/serve.ts';
+import { openStore } from '../content/storage.ts';
 import { openCliPool } from './cli-database.ts';
 import { parseArgs, type Command } from './command.ts';
 

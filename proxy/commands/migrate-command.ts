@@ -1,8 +1,8 @@
 import { migrate } from '../../migrations/runner.ts';
-import { createPool } from '../database.ts';
+import { createPool } from '../server/database.ts';
 import { pino } from 'pino';
-import { createLogger } from '../logger.ts';
-import { loadConfigOrExit } from '../serve.ts';
+import { createLogger } from '../server/logger.ts';
+import { loadConfigOrExit } from '../server/serve.ts';
 import type { Command } from './command.ts';
 
 export const migrateCommand: Command = {

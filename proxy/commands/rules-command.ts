@@ -1,19 +1,19 @@
 import { readFile } from 'node:fs/promises';
 import type pg from 'pg';
-import type { RateLimitRedis } from '../rate-limit-gate.ts';
+import type { RateLimitRedis } from '../gates/rate-limit-gate.ts';
 import type { RuleRegistry } from '../../policy/rate-limit/index.ts';
 import { UsageError, type Command } from './command.ts';
 
 // The engine, ioredis and yaml load only when this command runs, so other commands start as fast as before.
 const engine = () => import('../../policy/rate-limit/index.ts');
-const edge = () => import('../rate-limit-gate.ts');
+const edge = () => import('../gates/rate-limit-gate.ts');
 
 /** The rule store the gateways use: Redis when ARKVORY_REDIS_URL is set, else the database. */
 async function openRegistry(env: NodeJS.ProcessEnv): Promise<{ registry: RuleRegistry; close(): Promise<void> }> {
   const { createPgRuleDocuments, createRedisRuleDocuments, createRuleRegistry, ruleDocumentsPrefix } = await engine();
   const { createRateLimitRedis, loadRuleFiles } = await edge();
-  const { loadConfigOrExit } = await import('../serve.ts');
-  const { createLogger } = await import('../logger.ts');
+  const { loadConfigOrExit } = await import('../server/serve.ts');
+  const { createLogger } = await import('../server/logger.ts');
   const { pino } = await import('pino');
   const { systemClock } = await import('../../policy/clock.ts');
   const { openCliPool } = await import('./cli-database.ts');

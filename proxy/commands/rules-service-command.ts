@@ -26,12 +26,12 @@ export const rulesServiceCommand: Command = {
     const { flags, positionals } = parseArgs(rest);
     for (const name of flags.keys())
       if (name !== 'service' && name !== 'limiter') throw new UsageError(`unknown option --${name}`);
-    const { loadConfigOrExit } = await import('../serve.ts');
+    const { loadConfigOrExit } = await import('../server/serve.ts');
     if (sub === 'serve') {
       if (positionals.length) throw new UsageError('serve takes no arguments');
       const config = loadConfigOrExit({ ...env, ARKVORY_ROLE: 'rules-service' });
-      const { createLogger } = await import('../logger.ts');
-      const { runRulesService } = await import('../rules-service.ts');
+      const { createLogger } = await import('../server/logger.ts');
+      const { runRulesService } = await import('../rules-service/rules-service.ts');
       return runRulesService(config, createLogger(config.logLevel));
     }
     if (sub !== 'set' && sub !== 'unset' && sub !== 'list') throw new UsageError(`unknown subcommand "${sub ?? ''}"`);
@@ -39,7 +39,7 @@ export const rulesServiceCommand: Command = {
     const service = typeof flags.get('service') === 'string' ? (flags.get('service') as string) : config.serviceName;
     const { validateOverride, createOverrideStore } = await import('../../policy/rate-limit/rule-overrides.ts');
     const { formatProblem } = await import('../../policy/rate-limit/index.ts');
-    const { loadRuleFiles } = await import('../rate-limit-gate.ts');
+    const { loadRuleFiles } = await import('../gates/rate-limit-gate.ts');
     const { available } = await loadRuleFiles(undefined);
     const fail = (lines: string[]) => {
       for (const line of lines) process.stderr.write(`arkvory rules-service ${sub}: ${line}\n`);

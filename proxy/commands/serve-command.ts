@@ -1,4 +1,4 @@
-import { serve } from '../serve.ts';
+import { serve } from '../server/serve.ts';
 import type { Command } from './command.ts';
 
 export const serveCommand: Command = {

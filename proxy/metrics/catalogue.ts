@@ -48,7 +48,7 @@ export const GATEWAY_METRICS = [
     name: 'arkvory_http_open_connections',
     type: 'gauge',
     labels: [],
-    help: 'Client connections open now (proxy/front-door.ts).',
+    help: 'Client connections open now (proxy/server/front-door.ts).',
   },
   {
     name: 'arkvory_http_max_connections',

@@ -16,9 +16,9 @@ import {
 import type { Coordinator, RenewalOutcome } from '../../policy/lease/coordinator.ts';
 import type { CacheStats } from '../../storage-adapter/cache/cache-stats.ts';
 import type { UploadStats } from '../../storage-adapter/fs-store.ts';
-import type { RequestObservation } from '../http-server.ts';
-import type { Transfers } from '../transfers.ts';
-import type { FrontDoorCounters } from '../front-door.ts';
+import type { RequestObservation } from '../server/http-server.ts';
+import type { Transfers } from '../gates/transfers.ts';
+import type { FrontDoorCounters } from '../server/front-door.ts';
 import { RENEWAL_SECONDS_BUCKETS, REQUEST_SECONDS_BUCKETS, specOf, type GatewayMetricName } from './catalogue.ts';
 
 export interface GatewayMetrics {

@@ -8,8 +8,8 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { PolicyError } from '../../policy/errors.ts';
-import { sendError, sendJson } from '../http-errors.ts';
-import type { Route } from '../http-server.ts';
+import { sendError, sendJson } from '../server/http-errors.ts';
+import type { Route } from '../server/http-server.ts';
 import type { GatewayMetrics } from './gateway-metrics.ts';
 
 export const METRICS_PATH = '/metrics';

@@ -4,7 +4,7 @@
  * says how many gateways are healthy and whether the writer is (no addresses: it is public).
  */
 import http from 'node:http';
-import { makeGraceful } from '../graceful-server.ts';
+import { makeGraceful } from '../server/graceful-server.ts';
 import {
   DEFAULT_FRONT_DOOR,
   HEAD_TIMEOUT_RESPONSE,
@@ -12,11 +12,11 @@ import {
   serverOptions,
   type FrontDoor,
   type FrontDoorLimits,
-} from '../front-door.ts';
+} from '../server/front-door.ts';
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
-import { sendJson } from '../http-errors.ts';
+import { sendJson } from '../server/http-errors.ts';
 import type { BackendPool } from './backend-pool.ts';
 import type { ProxyHandler } from './proxy-handler.ts';
 

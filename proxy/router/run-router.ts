@@ -4,10 +4,10 @@
  * Startup: discovery must work once (the lease table readable, or the static list parsed), one
  * probe round runs, then it listens. SIGTERM/SIGINT: stop accepting, drain, exit 0.
  */
-import { logStartupFailure } from '../startup-failure.ts';
-import { watchStopSignals } from '../stop-signals.ts';
+import { logStartupFailure } from '../server/startup-failure.ts';
+import { watchStopSignals } from '../server/stop-signals.ts';
 import type { Logger } from 'pino';
-import type { Config } from '../config.ts';
+import type { Config } from '../config/config.ts';
 import { BackendPool } from './backend-pool.ts';
 import { leaseDiscovery, staticDiscovery, type Discovery } from './discovery.ts';
 import { createTrustedProxies } from './forwarded.ts';

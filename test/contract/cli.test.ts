@@ -2,7 +2,7 @@
 import { readFile } from 'node:fs/promises';
 import { describe, expect, it } from 'vitest';
 import { COMMANDS } from '../../proxy/commands/index.ts';
-import { VARIABLES } from '../../proxy/config.ts';
+import { VARIABLES } from '../../proxy/config/config.ts';
 import { README } from '../support/readme-tables.ts';
 import { runCli } from '../support/gateway.ts';
 

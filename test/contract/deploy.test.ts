@@ -11,7 +11,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
-import { loadConfig, VARIABLES } from '../../proxy/config.ts';
+import { loadConfig, VARIABLES } from '../../proxy/config/config.ts';
 import { ROOT } from '../support/gateway.ts';
 
 const DEPLOY = path.join(ROOT, 'deploy');

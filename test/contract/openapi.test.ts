@@ -11,11 +11,11 @@ import SwaggerParser from '@apidevtools/swagger-parser';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import addFormatsModule from 'ajv-formats';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { loadConfig } from '../../proxy/config.ts';
+import { loadConfig } from '../../proxy/config/config.ts';
 import { createConsole } from '../../proxy/console/console-module.ts';
-import { CONTENT_TEMPLATES } from '../../proxy/content-paths.ts';
-import type { Route } from '../../proxy/http-server.ts';
-import { Lifecycle } from '../../proxy/lifecycle.ts';
+import { CONTENT_TEMPLATES } from '../../proxy/content/paths.ts';
+import type { Route } from '../../proxy/server/http-server.ts';
+import { Lifecycle } from '../../proxy/server/lifecycle.ts';
 import { createGatewayMetrics } from '../../proxy/metrics/gateway-metrics.ts';
 import { metricsRoute } from '../../proxy/metrics/metrics-endpoint.ts';
 import {
@@ -27,14 +27,14 @@ import {
   undescribedResponses,
   type OpenApiDocument,
 } from '../../proxy/openapi/contract.ts';
-import { artifactRoutes } from '../../proxy/routes/artifacts.ts';
-import { authAdminRoutes } from '../../proxy/routes/auth-admin.ts';
-import { contentRoutes } from '../../proxy/routes/content.ts';
-import { multipartRoutes } from '../../proxy/routes/multipart.ts';
-import { presignRoutes } from '../../proxy/routes/presign.ts';
-import { healthRoutes } from '../../proxy/routes/health.ts';
-import { rateLimitAdminRoutes } from '../../proxy/routes/rate-limit-admin.ts';
-import type { Services } from '../../proxy/services.ts';
+import { artifactRoutes } from '../../proxy/content/artifact-routes.ts';
+import { authAdminRoutes } from '../../proxy/admin/auth-admin-routes.ts';
+import { contentRoutes } from '../../proxy/content/content-routes.ts';
+import { multipartRoutes } from '../../proxy/multipart/multipart-routes.ts';
+import { presignRoutes } from '../../proxy/content/presign-routes.ts';
+import { healthRoutes } from '../../proxy/server/health-routes.ts';
+import { rateLimitAdminRoutes } from '../../proxy/admin/rate-limit-admin-routes.ts';
+import type { Services } from '../../proxy/server/services.ts';
 import { Registry } from 'prom-client';
 import { bearer, createRepository, createServiceAccount } from '../support/auth.ts';
 import { randomContent, request, type RawResponse } from '../support/content.ts';

@@ -12,7 +12,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, describe, expect, it } from 'vitest';
 import { burstBytes } from '../../policy/bandwidth/token-bucket.ts';
-import { freeLoopbackPort } from '../../proxy/embedded-database.ts';
+import { freeLoopbackPort } from '../../proxy/server/embedded-database.ts';
 import { makeTempDir, ROOT } from '../support/gateway.ts';
 import { README } from '../support/readme-tables.ts';
 

@@ -1,4 +1,4 @@
-import type { ErrorCode } from '../../proxy/http-errors.ts';
+import type { ErrorCode } from '../../proxy/server/http-errors.ts';
 
 /** What an operator or client should do about each code; rendered into the README table. */
 export const ERROR_ADVICE: Record<ErrorCode, string> = {

@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterAll, onTestFinished } from 'vitest';
-import { freeLoopbackPort } from '../../proxy/embedded-database.ts';
+import { freeLoopbackPort } from '../../proxy/server/embedded-database.ts';
 import { loadOpenApiDocument, undescribedResponses } from '../../proxy/openapi/contract.ts';
 import { deleteKeysWithPrefix } from './redis.ts';
 

@@ -14,8 +14,12 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import type { TestProject } from 'vitest/node';
-import { startEmbeddedDatabase, freeLoopbackPort, type EmbeddedDatabase } from '../../proxy/embedded-database.ts';
-import { createLogger } from '../../proxy/logger.ts';
+import {
+  startEmbeddedDatabase,
+  freeLoopbackPort,
+  type EmbeddedDatabase,
+} from '../../proxy/server/embedded-database.ts';
+import { createLogger } from '../../proxy/server/logger.ts';
 import { describeToxiproxyServer } from '../../chaos/support/toxiproxy.ts';
 
 declare module 'vitest' {

@@ -5,8 +5,8 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { describeAllowed, VARIABLES } from '../../proxy/config.ts';
-import { ALL_ERROR_MESSAGES, HTTP_STATUS, type ErrorCode } from '../../proxy/http-errors.ts';
+import { describeAllowed, VARIABLES } from '../../proxy/config/config.ts';
+import { ALL_ERROR_MESSAGES, HTTP_STATUS, type ErrorCode } from '../../proxy/server/http-errors.ts';
 import { ERROR_ADVICE } from './error-advice.ts';
 // Not from gateway.ts: that module registers vitest hooks, which fail under plain `npm run docs`.
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');

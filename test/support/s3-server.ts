@@ -11,7 +11,7 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { freeLoopbackPort } from '../../proxy/embedded-database.ts';
+import { freeLoopbackPort } from '../../proxy/server/embedded-database.ts';
 import { createS3Client, s3ErrorOf, type S3Client } from '../../storage-adapter/s3-client.ts';
 
 export type S3ServerKind = 'seaweedfs' | 'minio';

@@ -9,7 +9,7 @@ import { existsSync } from 'node:fs';
 import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll } from 'vitest';
-import { freeLoopbackPort } from '../../proxy/embedded-database.ts';
+import { freeLoopbackPort } from '../../proxy/server/embedded-database.ts';
 import { request } from './content.ts';
 import { makeTempDir } from './gateway.ts';
 import { siteConfig } from './static-store-config.ts';

@@ -1,0 +1,97 @@
+import { AdminStore, parseScopes } from '../../policy/auth/admin-store.ts';
+import type { Permission } from '../../policy/auth/authorize.ts';
+import { PolicyError } from '../../policy/errors.ts';
+import type { Route } from '../server/http-server.ts';
+import { sendJson } from '../server/http-errors.ts';
+import { readJsonBody } from '../server/request-body.ts';
+import type { Services } from '../server/services.ts';
+
+const BASE = '/api/v1/admin';
+
+function optionalPositiveInt(value: unknown, name: string): number | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0)
+    throw new PolicyError('invalid_request', `${name} must be a positive integer`);
+  return value;
+}
+
+function requiredString(value: unknown, name: string): string {
+  if (typeof value !== 'string' || value.length === 0) throw new PolicyError('invalid_request', `${name} is required`);
+  return value;
+}
+
+/** `/api/v1/admin/…`: principals, keys, repositories, grants. Every route needs the admin scope. */
+export function authAdminRoutes(services: Services): Route[] {
+  const store = new AdminStore(services.pool);
+  const admin = (methods: Route['methods'], template: string, handle: Route['handle']): Route => ({
+    methods,
+    template: `${BASE}${template}`,
+    access: 'admin',
+    handle,
+  });
+  return [
+    admin(['GET'], '/principals', async ({ res }) => sendJson(res, 200, { principals: await store.listPrincipals() })),
+    admin(['POST'], '/principals', async ({ req, res }) => {
+      const body = await readJsonBody(req);
+      sendJson(res, 201, await store.createPrincipal(requiredString(body.name, 'name')));
+    }),
+    admin(['GET'], '/principals/:principal', async ({ res, params }) =>
+      sendJson(res, 200, await store.findPrincipal(params.principal!)),
+    ),
+    admin(['POST'], '/principals/:principal/disable', async ({ res, params }) =>
+      sendJson(res, 200, await store.setPrincipalDisabled(params.principal!, true)),
+    ),
+    admin(['POST'], '/principals/:principal/enable', async ({ res, params }) =>
+      sendJson(res, 200, await store.setPrincipalDisabled(params.principal!, false)),
+    ),
+    admin(['GET'], '/principals/:principal/keys', async ({ res, params }) =>
+      sendJson(res, 200, { keys: await store.listKeys(params.principal!) }),
+    ),
+    admin(['POST'], '/principals/:principal/keys', async ({ req, res, params }) => {
+      const body = await readJsonBody(req);
+      const expiresInSeconds = optionalPositiveInt(body.expiresInSeconds, 'expiresInSeconds');
+      const created = await store.createKey(params.principal!, {
+        scopes: parseScopes(body.scopes ?? ['read']),
+        ...(expiresInSeconds ? { expiresInSeconds } : {}),
+        ...(body.kind !== undefined ? { kind: body.kind as 'service' | 'personal' } : {}),
+        ...(typeof body.description === 'string' ? { description: body.description } : {}),
+      });
+      sendJson(res, 201, created);
+    }),
+    admin(['POST'], '/keys/:keyId/revoke', async ({ res, params }) =>
+      sendJson(res, 200, await store.revokeKey(params.keyId!)),
+    ),
+    admin(['POST'], '/keys/:keyId/rotate', async ({ req, res, params }) => {
+      const body = await readJsonBody(req);
+      const expiresInSeconds = optionalPositiveInt(body.expiresInSeconds, 'expiresInSeconds');
+      sendJson(res, 201, await store.rotateKey(params.keyId!, expiresInSeconds ? { expiresInSeconds } : {}));
+    }),
+    admin(['GET'], '/repositories', async ({ res }) =>
+      sendJson(res, 200, { repositories: await store.listRepositories() }),
+    ),
+    admin(['POST'], '/repositories', async ({ req, res }) => {
+      const body = await readJsonBody(req);
+      sendJson(res, 201, await store.createRepository(requiredString(body.name, 'name')));
+    }),
+    admin(['GET'], '/grants', async ({ res, url }) => {
+      const principal = url.searchParams.get('principal');
+      sendJson(res, 200, { grants: await store.listGrants(principal ?? undefined) });
+    }),
+    admin(['PUT'], '/grants/:principal/:repository', async ({ req, res, params }) => {
+      const body = await readJsonBody(req);
+      sendJson(
+        res,
+        200,
+        await store.addGrant(
+          params.principal!,
+          params.repository!,
+          requiredString(body.permission, 'permission') as Permission,
+        ),
+      );
+    }),
+    admin(['DELETE'], '/grants/:principal/:repository', async ({ res, params }) => {
+      await store.removeGrant(params.principal!, params.repository!);
+      res.writeHead(204).end();
+    }),
+  ];
+}

@@ -1,0 +1,88 @@
+/**
+ * `/api/v1/admin/rate-limits…` (admin scope): show the effective rules tier by tier, publish a
+ * batch (limiter → rules) atomically into the published tier, and delete one published rule.
+ * Publishing a bypass (`skip`) rule needs the publisher in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS.
+ */
+import { formatProblem, RateLimitError, type RuleRegistry } from '../../policy/rate-limit/index.ts';
+import { PolicyError } from '../../policy/errors.ts';
+import type { Principal } from '../../policy/auth/principal.ts';
+import type { Route } from '../server/http-server.ts';
+import { sendJson } from '../server/http-errors.ts';
+import { readJsonBody } from '../server/request-body.ts';
+
+const BASE = '/api/v1/admin/rate-limits';
+
+/** Engine errors → policy codes the HTTP table knows. */
+export function toPolicyError(err: unknown): unknown {
+  if (!(err instanceof RateLimitError)) return err;
+  switch (err.code) {
+    case 'invalid_rules':
+      return new PolicyError('invalid_request', `Invalid rules: ${err.problems.map(formatProblem).join('; ')}`, {
+        cause: err,
+      });
+    case 'unknown_limiter':
+    case 'unknown_rule':
+      return new PolicyError('not_found', err.message, { cause: err });
+    case 'bypass_not_allowed':
+      return new PolicyError('forbidden', err.message, { cause: err });
+    case 'store_unavailable':
+    case 'store_timeout':
+      return new PolicyError('unavailable', 'The rate-limit rule store is unavailable; retry later.', { cause: err });
+  }
+}
+
+async function mapped<T>(work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (err) {
+    throw toPolicyError(err);
+  }
+}
+
+/** Spec 2.1: only the named principals may publish bypass (`skip`) rules over HTTP. */
+export function mayPublishBypass(principal: Principal | undefined, bypassPublishers: readonly string[]): boolean {
+  return principal !== undefined && bypassPublishers.includes(principal.name);
+}
+
+export function rateLimitAdminRoutes(registry: RuleRegistry, bypassPublishers: readonly string[] = []): Route[] {
+  return [
+    {
+      methods: ['GET'],
+      template: BASE,
+      access: 'admin',
+      async handle({ res }) {
+        sendJson(res, 200, { limiters: await mapped(() => registry.show()) });
+      },
+    },
+    {
+      methods: ['PUT'],
+      template: BASE,
+      access: 'admin',
+      async handle({ req, res, principal }) {
+        const body = await readJsonBody(req, 1024 * 1024);
+        const published = await mapped(() =>
+          registry.publish(body, { allowSkip: mayPublishBypass(principal, bypassPublishers) }),
+        );
+        sendJson(res, 200, { published });
+      },
+    },
+    {
+      methods: ['GET'],
+      template: `${BASE}/:limiter`,
+      access: 'admin',
+      async handle({ res, params }) {
+        const [view] = await mapped(() => registry.show(params.limiter!));
+        sendJson(res, 200, view);
+      },
+    },
+    {
+      methods: ['DELETE'],
+      template: `${BASE}/:limiter/rules/:rule`,
+      access: 'admin',
+      async handle({ res, params }) {
+        await mapped(() => registry.unpublish(params.limiter!, params.rule!));
+        res.writeHead(204).end();
+      },
+    },
+  ];
+}

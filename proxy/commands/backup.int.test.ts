@@ -1,0 +1,446 @@
+/**
+ * `arkvory backup` / `arkvory restore` with real processes: a writer taking full and multipart
+ * uploads while the backup runs, a restore into a fresh database and storage root, a gateway on the
+ * restored pair, and the damage `--verify` must find. On the directory store and on the
+ * static-HTTP store (nginx).
+ */
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterAll, describe, expect, it } from 'vitest';
+import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { randomContent, request, sha256 } from '../../test/support/content.ts';
+import { createTestDatabase, useTestDatabase, type TestDatabase } from '../../test/support/database.ts';
+import { CLI, makeTempDir, ROOT, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { useTestRedis } from '../../test/support/redis.ts';
+import { startStaticStore, STORE_KINDS } from '../../test/support/static-store.ts';
+
+const KiB = 1024;
+const blobFile = (backup: string, hex: string) =>
+  path.join(backup, 'blobs', 'sha256', hex.slice(0, 2), hex.slice(2, 4), hex);
+const json = (r: { body: Buffer }) => JSON.parse(r.body.toString()) as Record<string, unknown>;
+const drops: Array<() => Promise<void>> = [];
+afterAll(async () => {
+  for (const drop of drops.splice(0)) await drop();
+});
+
+interface Upload {
+  id: string;
+  body: Buffer;
+  startedAt: number;
+  /** When the writer answered 201 (full upload) or reported `done` (multipart). */
+  publishedAt?: number;
+}
+
+async function put(gw: GatewayProcess, key: string, id: string, body: Buffer): Promise<void> {
+  const r = await request(`${gw.url}/api/v1/repositories/bk/artifacts/${id}`, {
+    method: 'PUT',
+    headers: bearer(key),
+    body,
+  });
+  expect(r.status, r.body.toString()).toBe(201);
+}
+
+/** A 2-part multipart upload, completed and waited for. */
+async function putMultipart(gw: GatewayProcess, key: string, id: string, body: Buffer): Promise<void> {
+  const headers = { ...bearer(key), 'content-type': 'application/json' };
+  const opened = await request(`${gw.url}/api/v1/repositories/bk/artifacts/${id}/uploads`, {
+    method: 'POST',
+    headers,
+    body: Buffer.from('{}'),
+  });
+  expect(opened.status, opened.body.toString()).toBe(201);
+  const upload = json(opened).upload as string;
+  const parts = [body.subarray(0, body.length >> 1), body.subarray(body.length >> 1)];
+  for (const [i, p] of parts.entries())
+    expect(
+      (
+        await request(`${gw.url}/api/v1/repositories/bk/uploads/${upload}/parts/${i + 1}`, {
+          method: 'PUT',
+          headers: bearer(key),
+          body: p,
+        })
+      ).status,
+    ).toBe(200);
+  const list = parts.map((p, i) => ({ partNumber: i + 1, sha256: sha256(p) }));
+  expect(
+    (
+      await request(`${gw.url}/api/v1/repositories/bk/uploads/${upload}/complete`, {
+        method: 'POST',
+        headers,
+        body: Buffer.from(JSON.stringify({ parts: list })),
+      })
+    ).status,
+  ).toBe(202);
+  for (;;) {
+    const state = json(
+      await request(`${gw.url}/api/v1/repositories/bk/uploads/${upload}`, { headers: bearer(key) }),
+    ).state;
+    if (state === 'done') return;
+    expect(state).toBe('completing');
+    await sleep(20);
+  }
+}
+
+/** Uploads one artifact after another (every third as multipart) until `stop` is set. */
+async function uploadUntil(
+  gw: GatewayProcess,
+  key: string,
+  prefix: string,
+  stop: { done: boolean },
+  into: Upload[],
+): Promise<void> {
+  for (let i = 0; !stop.done; i++) {
+    const upload: Upload = { id: `${prefix}-${i}.bin`, body: randomContent(20 * KiB + i), startedAt: Date.now() };
+    into.push(upload);
+    if (i % 3 === 2) await putMultipart(gw, key, upload.id, upload.body);
+    else await put(gw, key, upload.id, upload.body);
+    upload.publishedAt = Date.now();
+  }
+}
+
+async function listPartials(dir: string): Promise<string[]> {
+  return (await readdir(dir).catch(() => [])).filter((n) => n.endsWith('.partial'));
+}
+
+describe.each(STORE_KINDS)('backup and restore (%s store)', (kind) => {
+  const db = useTestDatabase();
+
+  it('backs up while uploads run, restores byte-exact into a fresh database and root, and --verify finds a corrupt blob', async () => {
+    await createRepository(db.pool, 'bk');
+    const writer = await createServiceAccount(db.pool, { name: 'writer', grants: { bk: 'write' } });
+    const reader = await createServiceAccount(db.pool, { name: 'reader', scopes: ['read'], grants: { bk: 'read' } });
+    const sourceStore = kind === 'http' ? await startStaticStore() : undefined;
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_STORAGE_URL: sourceStore?.url } });
+    const uploads: Upload[] = [];
+    // 1.5 MiB published before the backup starts; paced at 1 MiB/s, the backup runs while more arrive.
+    for (let i = 0; i < 6; i++) {
+      const u: Upload = { id: `before-${i}.bin`, body: randomContent(256 * KiB + i), startedAt: Date.now() };
+      await (i === 5 ? putMultipart(gw, writer.key, u.id, u.body) : put(gw, writer.key, u.id, u.body));
+      u.publishedAt = Date.now();
+      uploads.push(u);
+    }
+    const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: gw.dataDir, ARKVORY_STORAGE_URL: sourceStore?.url };
+    const destination = await makeTempDir('arkvory-backups-');
+    // Coordination state a shared-profile installation would have (read only at start, so the running standalone writer is unaffected).
+    await db.pool.query(
+      'INSERT INTO arkvory_download_policy (slots, download_bytes_per_second, download_bytes_per_second_per_principal) VALUES (2, 2097152, 0)',
+    );
+    await db.pool.query(
+      `INSERT INTO arkvory_gateway_leases (slot, owner, generation, role, acquired_at, renewed_at, expires_at)
+       VALUES (1, gen_random_uuid(), 1, 'reader', clock_timestamp(), clock_timestamp(), clock_timestamp() + interval '10 seconds')`,
+    );
+
+    const stop = { done: false };
+    const during: Upload[] = [];
+    const load = uploadUntil(gw, writer.key, 'during', stop, during);
+    const backupStarted = Date.now();
+    const backup = await runCli(['backup', '--bytes-per-second', String(1024 * KiB), destination], env);
+    const backupEnded = Date.now();
+    stop.done = true;
+    await load;
+    expect(backup.code, backup.stderr).toBe(0);
+    const summary = JSON.parse(backup.stdout) as {
+      backup: string;
+      snapshotTime: string;
+      tables: Record<string, number>;
+      blobs: { count: number; linked: number; copied: number; reused: number };
+    };
+    expect(summary.blobs.count).toBeGreaterThanOrEqual(6);
+    // The directory store's blobs are on the same filesystem as the destination: hard links.
+    if (kind === 'fs') expect(summary.blobs.linked).toBe(summary.blobs.count);
+    else expect(summary.blobs.copied).toBe(summary.blobs.count);
+    expect(
+      during.filter((u) => u.publishedAt !== undefined && u.startedAt > backupStarted && u.publishedAt < backupEnded)
+        .length,
+      'uploads published while the backup ran',
+    ).toBeGreaterThan(0);
+    const after: Upload[] = [];
+    for (let i = 0; i < 2; i++) {
+      const u: Upload = { id: `after-${i}.bin`, body: randomContent(10 * KiB), startedAt: Date.now() };
+      await put(gw, writer.key, u.id, u.body);
+      after.push(u);
+    }
+    const manifest = JSON.parse(await readFile(path.join(summary.backup, 'manifest.json'), 'utf8')) as {
+      tables: Array<{ name: string; rows: number; restored: boolean }>;
+      sha256: string;
+      snapshotTime: string;
+    };
+    expect(manifest.sha256).toMatch(/^[0-9a-f]{64}$/);
+    expect(manifest.tables.find((t) => t.name === 'arkvory_gateway_leases')).toEqual({
+      name: 'arkvory_gateway_leases',
+      rows: 1,
+      restored: false,
+    });
+    expect(manifest.tables.find((t) => t.name === 'arkvory_download_policy')).toEqual({
+      name: 'arkvory_download_policy',
+      rows: 1,
+      restored: false,
+    });
+
+    // Restore into a fresh database and a fresh root.
+    const target = await createTestDatabase({ migrated: false });
+    drops.push(target.drop);
+    const targetStore = kind === 'http' ? await startStaticStore() : undefined;
+    const targetDir = await makeTempDir();
+    const targetEnv = {
+      ARKVORY_DATABASE_URL: target.url,
+      ARKVORY_DATA_DIR: targetDir,
+      ARKVORY_STORAGE_URL: targetStore?.url,
+    };
+    const restore = await runCli(['restore', destination], targetEnv);
+    expect(restore.code, restore.stderr).toBe(0);
+    const restored = JSON.parse(restore.stdout) as {
+      storageId: string;
+      scrub: { checked: number; corrupt: unknown[] };
+    };
+    expect(restored.scrub).toMatchObject({ checked: summary.blobs.count, corrupt: [] });
+    const sourceId = (await db.pool.query<{ id: string }>('SELECT id::text AS id FROM arkvory_storage')).rows[0]!.id;
+    expect(restored.storageId).toBe(sourceId);
+
+    const names = new Set(
+      (
+        await target.pool.query<{ name: string }>(`SELECT name FROM arkvory_artifacts WHERE repository = 'bk'`)
+      ).rows.map((r) => r.name),
+    );
+    for (const u of uploads) expect(names.has(u.id), `${u.id} published before the backup`).toBe(true);
+    for (const u of during.filter((d) => d.publishedAt !== undefined && d.publishedAt < backupStarted))
+      expect(names.has(u.id), u.id).toBe(true);
+    for (const u of [...after, ...during.filter((d) => d.startedAt > backupEnded)])
+      expect(names.has(u.id), `${u.id} started after the backup`).toBe(false);
+    const grants = (pool: TestDatabase['pool']) =>
+      pool
+        .query(
+          `SELECT p.name, g.repository, g.permission FROM arkvory_grants g JOIN arkvory_principals p ON p.id = g.principal_id ORDER BY 1, 2`,
+        )
+        .then((r) => r.rows);
+    expect(await grants(target.pool)).toEqual(await grants(db.pool));
+    expect((await target.pool.query('SELECT 1 FROM arkvory_gateway_leases')).rowCount).toBe(0);
+    expect((await target.pool.query('SELECT 1 FROM arkvory_download_policy')).rowCount).toBe(0);
+
+    // A gateway on the restored pair serves every restored artifact byte-exact; keys and grants still hold.
+    await gw.stop('SIGTERM');
+    const restoredGw = await startGateway({
+      env: { ARKVORY_DATABASE_URL: target.url, ARKVORY_STORAGE_URL: targetStore?.url },
+      dataDir: targetDir,
+    });
+    const all = new Map([...uploads, ...during].map((u) => [u.id, u.body]));
+    for (const name of names) {
+      const got = await request(`${restoredGw.url}/api/v1/repositories/bk/artifacts/${name}/content`, {
+        headers: bearer(reader.key),
+      });
+      expect(got.status, name).toBe(200);
+      expect(sha256(got.body), name).toBe(sha256(all.get(name)!));
+    }
+    const denied = await request(`${restoredGw.url}/api/v1/repositories/bk/artifacts/new.bin`, {
+      method: 'PUT',
+      headers: bearer(reader.key),
+      body: Buffer.from('x'),
+    });
+    expect(denied.status).toBe(403);
+    expect(
+      (
+        await request(`${restoredGw.url}/api/v1/repositories/bk/artifacts/new.bin`, {
+          method: 'PUT',
+          headers: bearer(writer.key),
+          body: Buffer.from('x'),
+        })
+      ).status,
+    ).toBe(201);
+    await restoredGw.stop('SIGTERM');
+
+    // A second restore into the now occupied target is refused, and changes nothing.
+    const again = await runCli(['restore', destination], targetEnv);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toContain('target_not_empty');
+
+    // --verify: clean, then one blob replaced by other bytes in the backup.
+    expect((await runCli(['restore', '--verify', summary.backup], {})).code).toBe(0);
+    const victim = sha256(uploads[0]!.body);
+    await rm(blobFile(summary.backup, victim));
+    await writeFile(blobFile(summary.backup, victim), randomContent(uploads[0]!.body.length));
+    const verify = await runCli(['restore', '--verify', destination], {});
+    expect(verify.code).toBe(1);
+    const report = JSON.parse(verify.stdout) as { ok: boolean; corrupt: Array<{ blob: string }>; missing: string[] };
+    expect(report).toMatchObject({ ok: false, missing: [] });
+    expect(report.corrupt.map((c) => c.blob)).toEqual([victim]);
+    // A damaged manifest is refused outright.
+    const manifestFile = path.join(summary.backup, 'manifest.json');
+    await writeFile(
+      manifestFile,
+      (await readFile(manifestFile, 'utf8')).replace(/"rows": (\d+)/, (_m, n: string) => `"rows": ${Number(n) + 1}`),
+    );
+    const tampered = await runCli(['restore', '--verify', summary.backup], {});
+    expect(tampered.code).toBe(1);
+    expect(tampered.stderr).toContain('does not match its own sha256');
+  }, 240_000);
+});
+
+describe('an interrupted backup', () => {
+  const db = useTestDatabase();
+
+  it('leaves no manifest; the next backup removes what it left; a later backup reuses the earlier blobs', async () => {
+    await createRepository(db.pool, 'bk');
+    const writer = await createServiceAccount(db.pool, { grants: { bk: 'write' } });
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    for (let i = 0; i < 8; i++) await put(gw, writer.key, `a-${i}.bin`, randomContent(128 * KiB));
+    const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: gw.dataDir };
+    const destination = await makeTempDir('arkvory-backups-');
+
+    // 1 MiB at 128 KiB/s: killed once the first blob is in place, long before the manifest.
+    const child = spawn(process.execPath, [CLI, 'backup', '--bytes-per-second', String(128 * KiB), destination], {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
+      stdio: 'ignore',
+    });
+    const exited = new Promise((resolve) => child.on('exit', resolve));
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      const partial = (await listPartials(destination))[0];
+      const blobs = partial
+        ? await readdir(path.join(destination, partial, 'blobs', 'sha256'), { recursive: true }).catch(() => [])
+        : [];
+      if (blobs.some((n) => /[0-9a-f]{64}$/.test(String(n)))) break;
+      if (Date.now() > deadline || child.exitCode !== null) throw new Error('the backup never had a blob in place');
+      await sleep(10);
+    }
+    child.kill('SIGKILL');
+    await exited;
+    expect(await listPartials(destination)).toHaveLength(1);
+    const entries = await readdir(destination, { recursive: true });
+    expect(entries.filter((n) => String(n).endsWith('manifest.json'))).toEqual([]);
+    const verify = await runCli(['restore', '--verify', destination], {});
+    expect(verify.code).toBe(1);
+    expect(verify.stderr).toContain('holds no complete backup');
+
+    // The next backup removes what the killed one left; SIGTERM stops it cleanly, its own partial directory removed too.
+    const [stale] = await listPartials(destination);
+    const stopped = spawn(process.execPath, [CLI, 'backup', '--bytes-per-second', String(128 * KiB), destination], {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    let stderr = '';
+    stopped.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+    const stoppedExit = new Promise<number | null>((resolve) => stopped.on('exit', resolve));
+    while (!(await listPartials(destination)).some((n) => n !== stale)) {
+      if (stopped.exitCode !== null) throw new Error(`the backup ended early: ${stderr}`);
+      await sleep(10);
+    }
+    stopped.kill('SIGTERM');
+    expect(await stoppedExit).toBe(1);
+    expect(stderr).toContain('stopped by SIGTERM');
+    expect(await listPartials(destination)).toEqual([]);
+
+    const first = await runCli(['backup', destination], env);
+    expect(first.code, first.stderr).toBe(0);
+    const one = JSON.parse(first.stdout) as { backup: string; blobs: { count: number; reused: number } };
+    expect(one.blobs).toMatchObject({ count: 8, reused: 0 });
+    // A second backup reuses the first one's blobs; --keep 1 then removes the first.
+    await put(gw, writer.key, 'later.bin', randomContent(1000));
+    await sleep(5);
+    const second = await runCli(['backup', '--keep', '1', destination], env);
+    expect(second.code, second.stderr).toBe(0);
+    const two = JSON.parse(second.stdout) as {
+      backup: string;
+      pruned: string[];
+      blobs: { count: number; reused: number; linked: number };
+    };
+    expect(two.blobs).toMatchObject({ count: 9, reused: 8, linked: 1 });
+    expect(two.pruned).toEqual([one.backup]);
+    expect(existsSync(one.backup)).toBe(false);
+    expect((await runCli(['restore', '--verify', destination], {})).code).toBe(0);
+
+    // Restore onto the embedded default: a fresh data dir, no ARKVORY_DATABASE_URL; then `serve` on it.
+    const embeddedDir = await makeTempDir();
+    const restored = await runCli(['restore', destination], { ARKVORY_DATA_DIR: embeddedDir });
+    expect(restored.code, restored.stderr).toBe(0);
+    expect(JSON.parse(restored.stdout)).toMatchObject({ blobs: { count: 9 }, scrub: { corrupt: [] } });
+    expect(existsSync(path.join(embeddedDir, '.pg', 'postmaster.pid')), 'the embedded PostgreSQL was stopped').toBe(
+      false,
+    );
+    const embeddedGw = await startGateway({ dataDir: embeddedDir });
+    const got = await request(`${embeddedGw.url}/api/v1/repositories/bk/artifacts/later.bin/content`, {
+      headers: bearer(writer.key),
+    });
+    expect(got.status).toBe(200);
+    expect(got.body.length).toBe(1000);
+    expect(existsSync(path.join(embeddedDir, 'admin.key')), 'no new admin: the restored principals are there').toBe(
+      false,
+    );
+    const busy = await runCli(['restore', destination], { ARKVORY_DATA_DIR: embeddedDir });
+    expect(busy.code).toBe(1);
+    expect(busy.stderr).toContain('target_busy: a gateway is running the embedded database');
+    await embeddedGw.stop('SIGTERM');
+
+    // A destination that cannot be created fails at once with a clear line; usage errors exit 2.
+    const unusable = await runCli(['backup', '/proc/sys/arkvory-test/backups'], env);
+    expect(unusable.code).toBe(1);
+    expect(unusable.stderr).toContain(
+      'data_dir_unusable: <destination>=/proc/sys/arkvory-test/backups: cannot create /proc/sys/arkvory-test',
+    );
+    expect((await runCli(['backup'], env)).code).toBe(2);
+    // The wrong storage root for this database: one line naming the mismatch, no stack.
+    const foreign = await runCli(['backup', destination], { ...env, ARKVORY_DATA_DIR: await makeTempDir() });
+    expect(foreign.code).toBe(1);
+    expect(foreign.stderr).toMatch(/^arkvory backup: storage_mismatch: /);
+    expect((await runCli(['backup', '--keep', '0', destination], env)).code).toBe(2);
+  }, 180_000);
+});
+
+describe('rule documents kept in Redis', () => {
+  const db = useTestDatabase();
+  const redis = useTestRedis();
+
+  it('are backed up beside the snapshot and restored into the target Redis, or into the target database without one', async () => {
+    const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    await writer.stop('SIGTERM');
+    const source = {
+      ARKVORY_DATABASE_URL: db.url,
+      ARKVORY_DATA_DIR: writer.dataDir,
+      ARKVORY_REDIS_URL: redis.url,
+      ARKVORY_REDIS_KEY_PREFIX: `${redis.prefix}a:`,
+    };
+    const rules = path.join(await makeTempDir('arkvory-rules-'), 'publish.yaml');
+    await writeFile(
+      rules,
+      'rate_limits:\n  transfer_bytes:\n    - name: bytes_per_principal_per_day\n      action: limit\n      characteristics: [principal]\n      limit: 10000000000\n      period_s: 86400\n',
+    );
+    expect((await runCli(['ratelimit', 'publish', rules], source)).code).toBe(0);
+    const destination = await makeTempDir('arkvory-backups-');
+    const backup = await runCli(['backup', destination], source);
+    expect(backup.code, backup.stderr).toBe(0);
+    // Every document the source Redis indexes (publishing writes every limiter's document).
+    const indexed = await redis.client.scard(`${redis.prefix}a:ratelimit:rules::index`);
+    expect(indexed).toBeGreaterThanOrEqual(1);
+    expect(JSON.parse(backup.stdout)).toMatchObject({ ruleDocuments: indexed });
+
+    const published = async (env: Record<string, string>) => {
+      const shown = await runCli(['ratelimit', 'show', 'transfer_bytes'], env);
+      expect(shown.code, shown.stderr).toBe(0);
+      return (
+        JSON.parse(shown.stdout) as {
+          limiters: Array<{ tiers: { published_rules: { rules: Array<{ name: string }> } } }>;
+        }
+      ).limiters[0]!.tiers.published_rules.rules.map((r) => r.name);
+    };
+    for (const withRedis of [true, false]) {
+      const target = await createTestDatabase({ migrated: false });
+      drops.push(target.drop);
+      const env: Record<string, string> = {
+        ARKVORY_DATABASE_URL: target.url,
+        ARKVORY_DATA_DIR: await makeTempDir(),
+        ...(withRedis ? { ARKVORY_REDIS_URL: redis.url, ARKVORY_REDIS_KEY_PREFIX: `${redis.prefix}b:` } : {}),
+      };
+      const restore = await runCli(['restore', destination], env);
+      expect(restore.code, restore.stderr).toBe(0);
+      expect(JSON.parse(restore.stdout)).toMatchObject({ ruleDocuments: indexed });
+      expect(await published(env), withRedis ? 'in the target Redis' : 'in the target database').toEqual([
+        'bytes_per_principal_per_day',
+      ]);
+    }
+    expect(await redis.client.exists(`${redis.prefix}b:ratelimit:rules:transfer_bytes`)).toBe(1);
+  }, 120_000);
+});

@@ -1,0 +1,80 @@
+/** Offline scrub and gc under the maintenance barrier, with a real writer process and real files. */
+import { createHash } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { randomContent, request, sha256 } from '../../test/support/content.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { runCli, startGateway } from '../../test/support/gateway.ts';
+import { ALL_STORE_KINDS, startStoreBacking } from '../../test/support/store-kinds.ts';
+
+const blobPath = (hex: string) => `blobs/sha256/${hex.slice(0, 2)}/${hex.slice(2, 4)}/${hex}`;
+
+// The same scrub and gc on the directory store, over HTTP on the static-HTTP store (nginx), and on
+// the S3 store on each real S3 server (listing with ListObjectsV2).
+describe.each(ALL_STORE_KINDS)('offline maintenance (%s store)', (kind) => {
+  const db = useTestDatabase();
+  it('refuses while a gateway runs; then scrub quarantines a corrupted blob and gc removes only orphans', async () => {
+    await createRepository(db.pool, 'm');
+    const { key } = await createServiceAccount(db.pool, { grants: { m: 'write' } });
+    const backing = await startStoreBacking(kind);
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ...backing.env } });
+    const good = randomContent(100_000);
+    const victim = randomContent(50_000);
+    for (const [id, body] of [
+      ['good.bin', good],
+      ['victim.bin', victim],
+    ] as const) {
+      expect(
+        (
+          await request(`${gw.url}/api/v1/repositories/m/artifacts/${id}`, {
+            method: 'PUT',
+            headers: bearer(key),
+            body,
+          })
+        ).status,
+      ).toBe(201);
+    }
+    const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: gw.dataDir, ...backing.env };
+    for (const cmd of [['scrub'], ['gc']]) {
+      const refused = await runCli(cmd, env);
+      expect(refused.code, cmd.join(' ')).toBe(1);
+      expect(refused.stderr).toContain('refused: a gateway or worker is running');
+    }
+    expect(await gw.stop('SIGTERM')).toBe(0);
+
+    // Damage on disk: one blob's bytes change; an unreferenced blob and a stale temp file appear.
+    const store = backing.probe(gw.dataDir);
+    const exists = async (name: string) => (await store.read(name)) !== undefined;
+    await store.write(blobPath(sha256(victim)), randomContent(50_000));
+    const orphan = randomContent(1234);
+    const orphanHex = createHash('sha256').update(orphan).digest('hex');
+    await store.write(blobPath(orphanHex), orphan);
+    await store.write('tmp/left-over.upload', 'partial');
+
+    const scrub = await runCli(['scrub'], env);
+    expect(scrub.code, scrub.stderr).toBe(1);
+    const scrubReport = JSON.parse(scrub.stdout) as {
+      checked: number;
+      corrupt: Array<{ blob: string; quarantinedAs: string }>;
+    };
+    expect(scrubReport.checked).toBe(3);
+    expect(scrubReport.corrupt.map((c) => c.blob)).toEqual([sha256(victim)]);
+    expect(await exists(scrubReport.corrupt[0]!.quarantinedAs)).toBe(true);
+    expect(await exists(blobPath(sha256(victim)))).toBe(false);
+
+    const dry = JSON.parse((await runCli(['gc', '--dry-run'], env)).stdout) as {
+      orphanBlobs: string[];
+      staleTmp: string[];
+      keptBlobs: number;
+    };
+    expect(dry).toMatchObject({ orphanBlobs: [orphanHex], staleTmp: ['left-over.upload'], keptBlobs: 1 });
+    expect(await exists(blobPath(orphanHex))).toBe(true);
+    const gc = await runCli(['gc'], env);
+    expect(gc.code, gc.stderr).toBe(0);
+    expect(await exists(blobPath(orphanHex))).toBe(false);
+    expect(await exists('tmp/left-over.upload')).toBe(false);
+    expect(await exists(blobPath(sha256(good)))).toBe(true);
+    // A clean scrub exits 0.
+    expect((await runCli(['scrub'], env)).code).toBe(0);
+  }, 120_000);
+});

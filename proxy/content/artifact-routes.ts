@@ -1,0 +1,68 @@
+/**
+ * Catalog routes: metadata (`GET …/artifacts/{id}` and the package/asset twins), `DELETE` (the
+ * catalog entry only; bytes wait for offline gc) and `GET /api/v1/repositories`.
+ */
+import type { Permission } from '../../policy/auth/authorize.ts';
+import type { Catalog } from '../../storage-adapter/catalog.ts';
+import { StorageError } from '../../storage-adapter/errors.ts';
+import { metadataOf } from './metadata.ts';
+import { CONTENT_TEMPLATES, keyFromParams } from './paths.ts';
+import { sendJson } from '../server/http-errors.ts';
+import type { Route } from '../server/http-server.ts';
+import { readOnlyError } from './content-routes.ts';
+
+export interface ArtifactDeps {
+  readonly catalog: Catalog;
+  readonly writable: boolean;
+  /** Repositories the principal holds a grant on, and which one. */
+  readableRepositories(principalId: string): Promise<string[]>;
+  grant(principalId: string, repository: string): Promise<Permission | undefined>;
+}
+
+export function artifactRoutes(deps: ArtifactDeps): Route[] {
+  const routes: Route[] = [
+    {
+      methods: ['GET', 'HEAD'],
+      template: '/api/v1/repositories',
+      access: 'service',
+      async handle({ res, principal }) {
+        if (!principal) throw new Error('repository listing without a principal');
+        const canRead = principal.scopes.has('read') || principal.scopes.has('write');
+        const names = canRead ? await deps.readableRepositories(principal.id) : [];
+        const repositories = [];
+        for (const name of names) {
+          const permission = await deps.grant(principal.id, name);
+          if (permission) repositories.push({ name, permission });
+        }
+        sendJson(res, 200, { repositories });
+      },
+    },
+  ];
+  for (const kind of ['artifact', 'package', 'asset'] as const) {
+    routes.push(
+      {
+        methods: ['GET', 'HEAD'],
+        template: CONTENT_TEMPLATES[kind],
+        access: 'read',
+        async handle(ctx) {
+          const entry = await deps.catalog.get(keyFromParams(kind, ctx.params));
+          if (!entry) throw new StorageError('not_found', 'No such artifact.');
+          sendJson(ctx.res, 200, metadataOf(entry), { etag: `"${entry.sha256}"` });
+        },
+      },
+      {
+        methods: ['DELETE'],
+        template: CONTENT_TEMPLATES[kind],
+        access: 'write',
+        async handle(ctx) {
+          if (!deps.writable) throw readOnlyError();
+          const removed = await deps.catalog.remove(keyFromParams(kind, ctx.params));
+          if (!removed) throw new StorageError('not_found', 'No such artifact.');
+          ctx.res.writeHead(204);
+          ctx.res.end();
+        },
+      },
+    );
+  }
+  return routes;
+}

@@ -1,0 +1,58 @@
+/**
+ * Opens the store (directory or static HTTP) for this role (writer creates and binds the root, reader verifies),
+ * and returns the content and catalog routes. Startup fails with `storage_mismatch` when the root
+ * and the database disagree.
+ */
+import type { Permission } from '../../policy/auth/authorize.ts';
+import type { PresignedLinks } from '../../policy/auth/presigned-links.ts';
+import { createCatalog } from '../../storage-adapter/catalog.ts';
+import type { Store } from '../../storage-adapter/store.ts';
+import { createContentCaches } from './caches.ts';
+import type { Route } from '../server/http-server.ts';
+import { openStore } from './storage.ts';
+import { artifactRoutes } from './artifact-routes.ts';
+import { contentRoutes, type ContentMeters } from './content-routes.ts';
+import { presignRoutes } from './presign-routes.ts';
+import type { Services } from '../server/services.ts';
+
+export interface ContentModuleDeps {
+  readableRepositories(principalId: string): Promise<string[]>;
+  grant(principalId: string, repository: string): Promise<Permission | undefined>;
+  /** Bandwidth governors; absent → unthrottled. */
+  meters?: ContentMeters;
+  /** Pre-signed links (`POST …/presign`); absent → no presign routes. */
+  links?: PresignedLinks;
+}
+
+export async function openContentModule(
+  services: Services,
+  deps: ContentModuleDeps,
+): Promise<{ routes: Route[]; store: Store }> {
+  const { config } = services;
+  const caches = createContentCaches(services);
+  const store = caches.store(
+    await openStore(config, config.role === 'reader' ? 'reader' : 'writer', services.pool, {
+      openFiles: caches.openFiles,
+    }),
+  );
+  services.onClose.push(() => store.close());
+  services.metrics?.watchCaches(() => caches.stats());
+  services.log.info(
+    { storageId: store.storageId, writable: store.writable, store: store.kind, location: store.location },
+    'storage root verified',
+  );
+  const catalog = await caches.catalog(createCatalog(services.pool));
+  const routes = [
+    ...contentRoutes({ store, catalog, maxUploadBytes: config.maxUploadBytes, meters: deps.meters }),
+    ...artifactRoutes({
+      catalog,
+      writable: store.writable,
+      readableRepositories: (id) => deps.readableRepositories(id),
+      grant: (id, repo) => deps.grant(id, repo),
+    }),
+    ...(deps.links
+      ? presignRoutes({ links: deps.links, catalog, maxExpiresSeconds: config.presignMaxExpiresSeconds })
+      : []),
+  ];
+  return { routes, store };
+}

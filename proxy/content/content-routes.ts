@@ -1,0 +1,180 @@
+/**
+ * Byte routes: `GET|HEAD …/content` streams a published blob with Range and conditional support;
+ * `PUT` on the base path uploads (streamed, hashed, atomically published, immutable).
+ */
+import { randomBytes } from 'node:crypto';
+import type { ArtifactKind, Catalog, CatalogEntry } from '../../storage-adapter/catalog.ts';
+import type { ByteMeter } from '../../storage-adapter/byte-meter.ts';
+import { StorageError, STORAGE_ERRORS } from '../../storage-adapter/errors.ts';
+import type { Store } from '../../storage-adapter/store.ts';
+import { publishArtifact } from '../../storage-adapter/publish.ts';
+import { parseContentDigestSha256 } from './digest.ts';
+import { metadataOf } from './metadata.ts';
+import { CONTENT_TEMPLATES, keyFromParams, pathOfKey } from './paths.ts';
+import { planContentResponse } from './response.ts';
+import { sendSegments } from './stream.ts';
+import { GatewayError } from '../server/errors.ts';
+import { HTTP_STATUS, sendJson } from '../server/http-errors.ts';
+import type { RequestContext, Route } from '../server/http-server.ts';
+
+export interface ContentMeters {
+  /** The download meter for this request, or undefined to stream unthrottled. */
+  download?(ctx: RequestContext): ByteMeter | undefined;
+  upload?(ctx: RequestContext): ByteMeter | undefined;
+}
+
+export interface ContentDeps {
+  readonly store: Store;
+  readonly catalog: Catalog;
+  readonly maxUploadBytes: number;
+  readonly meters?: ContentMeters | undefined;
+}
+
+const DEFAULT_CONTENT_TYPE = 'application/octet-stream';
+const MEDIA_TYPE =
+  /^[A-Za-z0-9!#$&^_.+-]+\/[A-Za-z0-9!#$&^_.+-]+(?:\s*;\s*[A-Za-z0-9!#$&^_.+-]+=(?:[A-Za-z0-9!#$&^_.+-]+|"[^"\\\r\n]*"))*$/;
+
+function header(ctx: RequestContext, name: string): string | undefined {
+  const value = ctx.req.headers[name];
+  return Array.isArray(value) ? value.join(', ') : value;
+}
+
+export function readOnlyError(): GatewayError {
+  return new GatewayError('read_only', undefined, { headers: { allow: 'GET, HEAD' } });
+}
+
+async function loadEntry(catalog: Catalog, kind: ArtifactKind, ctx: RequestContext): Promise<CatalogEntry> {
+  const entry = await catalog.get(keyFromParams(kind, ctx.params));
+  if (!entry) throw new StorageError('not_found', 'No such artifact.');
+  return entry;
+}
+
+async function serveContent(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext): Promise<void> {
+  const { res } = ctx;
+  const entry = await loadEntry(deps.catalog, kind, ctx);
+  const plan = planContentResponse(
+    entry,
+    {
+      range: header(ctx, 'range'),
+      ifRange: header(ctx, 'if-range'),
+      ifNoneMatch: header(ctx, 'if-none-match'),
+      ifModifiedSince: header(ctx, 'if-modified-since'),
+    },
+    () => `arkvory-${randomBytes(12).toString('hex')}`,
+  );
+  if (plan.status === 304) {
+    res.writeHead(304, plan.headers);
+    res.end();
+    return;
+  }
+  if (plan.status === 416) {
+    sendJson(
+      res,
+      HTTP_STATUS.range_not_satisfiable,
+      { code: 'range_not_satisfiable', message: STORAGE_ERRORS.range_not_satisfiable },
+      plan.headers,
+    );
+    return;
+  }
+  // Open before the status line goes out, so a missing or damaged blob is still a clean 500 and an
+  // unreachable static-HTTP store a clean 502/504 (its first range request is made here).
+  const ranges = ctx.req.method === 'HEAD' ? [] : plan.segments.flatMap((s) => (s.kind === 'range' ? [s.range] : []));
+  const blob = await deps.store.openBlob(entry.sha256, ranges).catch((err: unknown) => {
+    const code = (err as { code?: string }).code;
+    if (code === 'upstream_unreachable' || code === 'upstream_timeout' || code === 'storage_full') throw err;
+    throw new Error(`catalog row ${pathOfKey(entry)} points at blob ${entry.sha256} which cannot be opened`, {
+      cause: err,
+    });
+  });
+  try {
+    if (blob.sizeBytes !== entry.sizeBytes)
+      throw new Error(`blob ${entry.sha256} has ${blob.sizeBytes} bytes, the catalog says ${entry.sizeBytes}`);
+    res.writeHead(plan.status, plan.headers);
+    if (ctx.req.method === 'HEAD') {
+      res.end();
+      return;
+    }
+    await sendSegments(res, blob, plan.segments, { meter: deps.meters?.download?.(ctx), signal: ctx.signal });
+  } finally {
+    await blob.close();
+  }
+}
+
+function declaredLength(ctx: RequestContext): number | undefined {
+  const raw = header(ctx, 'content-length');
+  if (raw === undefined) return undefined;
+  if (!/^[0-9]{1,16}$/.test(raw)) throw new GatewayError('invalid_request', 'Content-Length is not a number.');
+  return Number(raw);
+}
+
+function declaredContentType(ctx: RequestContext): string {
+  const raw = header(ctx, 'content-type')?.trim();
+  if (raw === undefined || raw === '') return DEFAULT_CONTENT_TYPE;
+  if (raw.length > 255 || !MEDIA_TYPE.test(raw))
+    throw new GatewayError('invalid_request', 'Content-Type is not a valid media type.');
+  return raw;
+}
+
+async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext): Promise<void> {
+  const { req, res } = ctx;
+  try {
+    if (!deps.store.writable) throw readOnlyError();
+    const key = keyFromParams(kind, ctx.params);
+    const length = declaredLength(ctx);
+    if (length !== undefined && length > deps.maxUploadBytes) {
+      throw new StorageError(
+        'payload_too_large',
+        `The upload is larger than the limit of ${deps.maxUploadBytes} bytes.`,
+      );
+    }
+    const expectedSha256 = parseContentDigestSha256(header(ctx, 'content-digest'));
+    const contentType = declaredContentType(ctx);
+    ctx.continueBody();
+    const result = await publishArtifact(deps, {
+      key,
+      // A refused body (too large, bad digest) must not destroy the request: that resets the
+      // connection before the client can read the answer; the front door lingers instead.
+      body: req.iterator({ destroyOnReturn: false }),
+      contentType,
+      publishedBy: ctx.principal?.id ?? null,
+      stage: {
+        maxBytes: deps.maxUploadBytes,
+        expectedLength: length,
+        expectedSha256,
+        signal: ctx.signal,
+        meter: deps.meters?.upload?.(ctx),
+      },
+    });
+    const status = result.outcome === 'created' ? 201 : 200;
+    const headers: Record<string, string> = { etag: `"${result.entry.sha256}"` };
+    if (status === 201) headers.location = pathOfKey(result.entry);
+    sendJson(res, status, metadataOf(result.entry), headers);
+  } catch (err) {
+    // The rest of the body is unread: close the connection after the answer instead of draining it.
+    if (!req.complete && !res.headersSent) res.setHeader('connection', 'close');
+    throw err;
+  }
+}
+
+export function contentRoutes(deps: ContentDeps): Route[] {
+  const routes: Route[] = [];
+  for (const kind of ['artifact', 'package', 'asset'] as const) {
+    routes.push(
+      {
+        methods: ['GET', 'HEAD'],
+        template: `${CONTENT_TEMPLATES[kind]}/content`,
+        access: 'read',
+        handle: (ctx) => serveContent(deps, kind, ctx),
+      },
+      // 100 Continue only after the size check (and the gates and admission before it).
+      {
+        methods: ['PUT'],
+        template: CONTENT_TEMPLATES[kind],
+        access: 'write',
+        continuesBodyItself: true,
+        handle: (ctx) => upload(deps, kind, ctx),
+      },
+    );
+  }
+  return routes;
+}

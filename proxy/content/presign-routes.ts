@@ -1,0 +1,46 @@
+/**
+ * `POST …/presign` (read access on the target): a link to the target's `/content` that needs no
+ * header, for browsers, CDNs and download managers. GET/HEAD of that one path only, until it
+ * expires, while the key that made it (and its grant) stays valid. See docs/clients.md.
+ */
+import type { PresignedLinks } from '../../policy/auth/presigned-links.ts';
+import { linkLifetime } from '../../policy/auth/presign-signature.ts';
+import { ARTIFACT_KINDS, type Catalog } from '../../storage-adapter/catalog.ts';
+import { StorageError } from '../../storage-adapter/errors.ts';
+import { CONTENT_TEMPLATES, keyFromParams, pathOfKey } from './paths.ts';
+import { GatewayError } from '../server/errors.ts';
+import { sendJson } from '../server/http-errors.ts';
+import type { RequestContext, Route } from '../server/http-server.ts';
+import { readJsonBody } from '../server/request-body.ts';
+
+/** Lifetime of a link whose request names none. */
+export const DEFAULT_LINK_SECONDS = 3600;
+
+/** The origin the client used: Host (kept by the router), https only when a proxy says so. */
+function requestOrigin(ctx: RequestContext): string {
+  const host = ctx.req.headers.host;
+  const proto = ctx.req.headers['x-forwarded-proto'] === 'https' ? 'https' : 'http';
+  return host && /^[A-Za-z0-9.:[\]-]{1,255}$/.test(host) ? `${proto}://${host}` : '';
+}
+
+export function presignRoutes(deps: { links: PresignedLinks; catalog: Catalog; maxExpiresSeconds: number }): Route[] {
+  return ARTIFACT_KINDS.map((kind) => ({
+    methods: ['POST'],
+    template: `${CONTENT_TEMPLATES[kind]}/presign`,
+    access: 'read',
+    async handle(ctx) {
+      const key = keyFromParams(kind, ctx.params);
+      const body = await readJsonBody(ctx.req);
+      const lifetime = linkLifetime(body.expiresInSeconds, DEFAULT_LINK_SECONDS, deps.maxExpiresSeconds);
+      if (!lifetime.ok) throw new GatewayError('invalid_request', lifetime.problem);
+      if (!(await deps.catalog.get(key))) throw new StorageError('not_found', 'No such artifact.');
+      const link = await deps.links.issue(ctx.principal!, `${pathOfKey(key)}/content`, lifetime.seconds);
+      sendJson(ctx.res, 201, {
+        url: `${requestOrigin(ctx)}${link.pathAndQuery}`,
+        path: link.pathAndQuery,
+        expiresAt: link.expiresAt.toISOString(),
+        methods: ['GET', 'HEAD'],
+      });
+    },
+  }));
+}

@@ -1,0 +1,113 @@
+import { describe, expect, it } from 'vitest';
+import { planContentResponse, type ContentEntry } from './response.ts';
+
+const entry: ContentEntry = {
+  sha256: 'a'.repeat(64),
+  sizeBytes: 1000,
+  contentType: 'application/x-test',
+  createdAtMs: Date.parse('Sun, 29 Nov 2026 10:00:00 GMT'),
+};
+const etag = `"${'a'.repeat(64)}"`;
+
+describe('planContentResponse', () => {
+  it('200 with validators and the whole body', () => {
+    const plan = planContentResponse(entry, {}, 'B');
+    expect(plan).toMatchObject({
+      status: 200,
+      headers: {
+        'accept-ranges': 'bytes',
+        etag,
+        'last-modified': 'Sun, 29 Nov 2026 10:00:00 GMT',
+        'content-length': '1000',
+        'content-type': 'application/x-test',
+      },
+      segments: [{ kind: 'range', range: { start: 0, end: 999 } }],
+    });
+  });
+
+  it('an empty blob has no segments', () => {
+    expect(planContentResponse({ ...entry, sizeBytes: 0 }, {}, 'B')).toMatchObject({
+      status: 200,
+      headers: { 'content-length': '0' },
+      segments: [],
+    });
+  });
+
+  it('304 on a matching If-None-Match, even with a Range', () => {
+    expect(planContentResponse(entry, { ifNoneMatch: etag, range: 'bytes=0-1' }, 'B')).toMatchObject({
+      status: 304,
+      headers: { etag },
+    });
+  });
+
+  it('206 for one range', () => {
+    expect(planContentResponse(entry, { range: 'bytes=10-19' }, 'B')).toMatchObject({
+      status: 206,
+      headers: { 'content-range': 'bytes 10-19/1000', 'content-length': '10' },
+      segments: [{ kind: 'range', range: { start: 10, end: 19 } }],
+    });
+  });
+
+  it('416 with bytes */size', () => {
+    expect(planContentResponse(entry, { range: 'bytes=1000-' }, 'B')).toMatchObject({
+      status: 416,
+      headers: { 'content-range': 'bytes */1000' },
+    });
+  });
+
+  it('If-Range with another etag sends the whole body', () => {
+    expect(planContentResponse(entry, { range: 'bytes=0-1', ifRange: '"old"' }, 'B').status).toBe(200);
+    expect(planContentResponse(entry, { range: 'bytes=0-1', ifRange: etag }, 'B').status).toBe(206);
+  });
+
+  it('multipart/byteranges frames each part and counts the length exactly', () => {
+    const plan = planContentResponse(entry, { range: 'bytes=0-9,500-509' }, 'XYZ');
+    if (plan.status !== 206) throw new Error('expected 206');
+    expect(plan.headers['content-type']).toBe('multipart/byteranges; boundary=XYZ');
+    const text = plan.segments
+      .map((s) => (s.kind === 'bytes' ? s.data.toString('latin1') : '#'.repeat(s.range.end - s.range.start + 1)))
+      .join('');
+    expect(text).toBe(
+      '--XYZ\r\ncontent-type: application/x-test\r\ncontent-range: bytes 0-9/1000\r\n\r\n##########' +
+        '\r\n--XYZ\r\ncontent-type: application/x-test\r\ncontent-range: bytes 500-509/1000\r\n\r\n##########' +
+        '\r\n--XYZ--\r\n',
+    );
+    expect(Number(plan.headers['content-length'])).toBe(Buffer.byteLength(text, 'latin1'));
+  });
+
+  it('every answer carries nosniff and a sandbox CSP; types a browser renders or runs are attachments', () => {
+    for (const plan of [
+      planContentResponse(entry, {}, 'B'),
+      planContentResponse(entry, { range: 'bytes=0-1' }, 'B'),
+      planContentResponse(entry, { range: 'bytes=1000-' }, 'B'),
+      planContentResponse(entry, { ifNoneMatch: etag }, 'B'),
+    ]) {
+      expect(plan.headers).toMatchObject({ 'x-content-type-options': 'nosniff', 'content-security-policy': 'sandbox' });
+    }
+    const disposition = (contentType: string) =>
+      planContentResponse({ ...entry, contentType }, {}, 'B').headers['content-disposition'];
+    for (const risky of [
+      'text/html',
+      'text/html; charset=utf-8',
+      'image/svg+xml',
+      'application/xhtml+xml',
+      'text/xml',
+      'application/javascript',
+      'text/javascript',
+      'application/pdf',
+      'application/x-test',
+    ]) {
+      expect(disposition(risky), risky).toBe('attachment');
+    }
+    for (const inert of [
+      'text/plain',
+      'text/plain; charset=utf-8',
+      'application/json',
+      'application/octet-stream',
+      'image/png',
+      'image/jpeg',
+    ]) {
+      expect(disposition(inert), inert).toBeUndefined();
+    }
+  });
+});

@@ -1,0 +1,152 @@
+/**
+ * Pure planning of a content response: status, headers and the byte segments to send, from the
+ * catalog entry and the request's Range/conditional headers. The handler only executes the plan.
+ */
+import { evaluateReadPreconditions, isIfRangeSatisfied, type Validators } from '../../storage-adapter/conditional.ts';
+import {
+  contentRangeHeader,
+  decideRange,
+  rangeLength,
+  unsatisfiedRangeHeader,
+  type ByteRange,
+} from '../../storage-adapter/range.ts';
+import { formatContentDigest } from './digest.ts';
+import { CONTENT_SECURITY_HEADERS, needsAttachment } from './security.ts';
+
+export interface ContentEntry {
+  readonly sha256: string;
+  readonly sizeBytes: number;
+  readonly contentType: string;
+  readonly createdAtMs: number;
+}
+
+export interface ContentRequestHeaders {
+  readonly range?: string | undefined;
+  readonly ifRange?: string | undefined;
+  readonly ifNoneMatch?: string | undefined;
+  readonly ifModifiedSince?: string | undefined;
+}
+
+/** A literal piece of the body (multipart framing) or a byte range of the blob. */
+export type Segment =
+  | { readonly kind: 'bytes'; readonly data: Buffer }
+  | { readonly kind: 'range'; readonly range: ByteRange };
+
+export type ContentPlan =
+  | { readonly status: 304; readonly headers: Record<string, string> }
+  | { readonly status: 416; readonly headers: Record<string, string> }
+  | { readonly status: 200 | 206; readonly headers: Record<string, string>; readonly segments: readonly Segment[] };
+
+export function etagOf(sha256: string): string {
+  return `"${sha256}"`;
+}
+
+export function validatorsOf(entry: ContentEntry): Validators {
+  return { etag: etagOf(entry.sha256), lastModifiedMs: entry.createdAtMs };
+}
+
+interface EntryHeaders {
+  readonly validators: Validators;
+  readonly lastModified: string;
+  readonly reprDigest: string;
+}
+
+/** Header values that depend only on the (immutable) entry, formatted once per cached entry. */
+const entryHeaders = new WeakMap<ContentEntry, EntryHeaders>();
+
+function headersOf(entry: ContentEntry): EntryHeaders {
+  let h = entryHeaders.get(entry);
+  if (!h) {
+    h = {
+      validators: validatorsOf(entry),
+      lastModified: new Date(entry.createdAtMs).toUTCString(),
+      reprDigest: formatContentDigest(entry.sha256),
+    };
+    entryHeaders.set(entry, h);
+  }
+  return h;
+}
+
+/**
+ * Decides 200, 206 (one range, or multipart/byteranges for several), 304 or 416 and the exact
+ * headers. `boundary` is passed in so the function stays deterministic; as a function it is called
+ * only when a multipart answer is planned (random bytes cost more than a small response's headers).
+ */
+export function planContentResponse(
+  entry: ContentEntry,
+  request: ContentRequestHeaders,
+  makeBoundary: string | (() => string),
+): ContentPlan {
+  const { validators, lastModified, reprDigest } = headersOf(entry);
+  const common: Record<string, string> = {
+    'accept-ranges': 'bytes',
+    etag: validators.etag,
+    'last-modified': lastModified,
+    'cache-control': 'private, no-cache',
+    ...CONTENT_SECURITY_HEADERS,
+  };
+  if (needsAttachment(entry.contentType)) common['content-disposition'] = 'attachment';
+  if (
+    evaluateReadPreconditions(
+      { ifNoneMatch: request.ifNoneMatch, ifModifiedSince: request.ifModifiedSince },
+      validators,
+    ) === 'not_modified'
+  ) {
+    return { status: 304, headers: common };
+  }
+  const size = entry.sizeBytes;
+  const full: ContentPlan = {
+    status: 200,
+    headers: {
+      ...common,
+      'content-type': entry.contentType,
+      'content-length': String(size),
+      'repr-digest': reprDigest,
+    },
+    segments: size > 0 ? [{ kind: 'range', range: { start: 0, end: size - 1 } }] : [],
+  };
+  if (request.range === undefined || !isIfRangeSatisfied(request.ifRange, validators)) return full;
+  const decision = decideRange(request.range, size);
+  if (decision.kind === 'full') return full;
+  if (decision.kind === 'unsatisfiable')
+    return { status: 416, headers: { ...common, 'content-range': unsatisfiedRangeHeader(size) } };
+  const ranges = decision.ranges;
+  if (ranges.length === 1) {
+    const range = ranges[0]!;
+    return {
+      status: 206,
+      headers: {
+        ...common,
+        'content-type': entry.contentType,
+        'content-length': String(rangeLength(range)),
+        'content-range': contentRangeHeader(range, size),
+        'repr-digest': reprDigest,
+      },
+      segments: [{ kind: 'range', range }],
+    };
+  }
+  const boundary = typeof makeBoundary === 'string' ? makeBoundary : makeBoundary();
+  const segments: Segment[] = [];
+  let length = 0;
+  ranges.forEach((range, i) => {
+    const head = Buffer.from(
+      `${i === 0 ? '' : '\r\n'}--${boundary}\r\ncontent-type: ${entry.contentType}\r\ncontent-range: ${contentRangeHeader(range, size)}\r\n\r\n`,
+      'latin1',
+    );
+    segments.push({ kind: 'bytes', data: head }, { kind: 'range', range });
+    length += head.length + rangeLength(range);
+  });
+  const tail = Buffer.from(`\r\n--${boundary}--\r\n`, 'latin1');
+  segments.push({ kind: 'bytes', data: tail });
+  length += tail.length;
+  return {
+    status: 206,
+    headers: {
+      ...common,
+      'content-type': `multipart/byteranges; boundary=${boundary}`,
+      'content-length': String(length),
+      'repr-digest': reprDigest,
+    },
+    segments,
+  };
+}

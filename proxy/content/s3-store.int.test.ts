@@ -1,0 +1,113 @@
+/**
+ * A real gateway on the S3 store, on each real S3 server: multipart sessions staged as objects under
+ * uploads/ and assembled by the worker; a chunked upload (no length) as an S3 multipart upload;
+ * `arkvory doctor` reading the storage-id object; the credentials never in logs, health or metrics.
+ * The shared content, client and maintenance suites run over these servers too (content*.int.test.ts,
+ * maintenance.int.test.ts).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { contentDigest, randomContent, request, sha256, type RawResponse } from '../../test/support/content.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { listKeys, S3_SERVER_KINDS, startS3Server, type S3Server } from '../../test/support/s3-server.ts';
+
+const MiB = 1024 * 1024;
+const json = (res: RawResponse) => JSON.parse(res.body.toString()) as Record<string, unknown>;
+
+describe.each(S3_SERVER_KINDS)('a gateway on the S3 store (%s)', (kind) => {
+  const db = useTestDatabase();
+  let server: S3Server;
+  let gw: GatewayProcess;
+  let key: string;
+  const repo = () => `${gw.url}/api/v1/repositories/s3`;
+
+  beforeAll(async () => {
+    server = await startS3Server(kind);
+    await createRepository(db.pool, 's3');
+    ({ key } = await createServiceAccount(db.pool, { grants: { s3: 'write' } }));
+    gw = await startGateway({
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_LOG_LEVEL: 'debug', ...server.env('arkvory/') },
+      timeoutMs: 60_000,
+    });
+  });
+  afterAll(async () => {
+    await gw?.stop();
+    await server?.destroy();
+  });
+
+  it('a chunked upload of unknown length (S3 multipart upload) publishes under the prefix; nothing left in tmp/', async () => {
+    const data = randomContent(19 * MiB + 5);
+    async function* body() {
+      for (let offset = 0; offset < data.length; offset += MiB) yield data.subarray(offset, offset + MiB);
+    }
+    const put = await request(`${repo()}/artifacts/chunked.bin`, {
+      method: 'PUT',
+      headers: { ...bearer(key), 'transfer-encoding': 'chunked', 'content-digest': contentDigest(data) },
+      body: body(),
+    });
+    expect(put.status, put.body.toString()).toBe(201);
+    const hex = sha256(data);
+    expect(await listKeys(server, 'arkvory/blobs/')).toContain(
+      `arkvory/blobs/sha256/${hex.slice(0, 2)}/${hex.slice(2, 4)}/${hex}`,
+    );
+    expect(await listKeys(server, 'arkvory/tmp/')).toEqual([]);
+    const got = await request(`${repo()}/artifacts/chunked.bin/content`, {
+      headers: { ...bearer(key), range: `bytes=${8 * MiB - 3}-${8 * MiB + 2}` },
+    });
+    expect(got.status).toBe(206);
+    expect(got.body).toEqual(data.subarray(8 * MiB - 3, 8 * MiB + 3));
+  });
+
+  it('multipart session: parts are objects under uploads/, the worker assembles them, the parts are removed', async () => {
+    const file = randomContent(9 * MiB + 3);
+    const parts = [file.subarray(0, 4 * MiB), file.subarray(4 * MiB, 8 * MiB), file.subarray(8 * MiB)];
+    const opened = await request(`${repo()}/artifacts/multi.bin/uploads`, {
+      method: 'POST',
+      headers: { ...bearer(key), 'content-type': 'application/json' },
+      body: Buffer.from(JSON.stringify({ size: file.length, sha256: sha256(file) })),
+    });
+    expect(opened.status, opened.body.toString()).toBe(201);
+    const upload = json(opened).upload as string;
+    for (const [i, p] of parts.entries()) {
+      const r = await request(`${repo()}/uploads/${upload}/parts/${i + 1}`, {
+        method: 'PUT',
+        headers: bearer(key),
+        body: p,
+      });
+      expect(r.status, r.body.toString()).toBe(200);
+    }
+    expect(await listKeys(server, `arkvory/uploads/${upload}/`)).toHaveLength(3);
+    const done = await request(`${repo()}/uploads/${upload}/complete`, {
+      method: 'POST',
+      headers: { ...bearer(key), 'content-type': 'application/json' },
+      body: Buffer.from(JSON.stringify({ parts: parts.map((p, i) => ({ partNumber: i + 1, sha256: sha256(p) })) })),
+    });
+    expect(done.status, done.body.toString()).toBe(202);
+    await expect
+      .poll(async () => json(await request(`${repo()}/uploads/${upload}`, { headers: bearer(key) })).state, {
+        timeout: 60_000,
+      })
+      .toBe('done');
+    expect(sha256((await request(`${repo()}/artifacts/multi.bin/content`, { headers: bearer(key) })).body)).toBe(
+      sha256(file),
+    );
+    expect(await listKeys(server, `arkvory/uploads/${upload}/`)).toEqual([]);
+    expect(await listKeys(server, 'arkvory/tmp/')).toEqual([]);
+  });
+
+  it('arkvory doctor reads the storage-id object; the secret key is in no log line, health answer or metric', async () => {
+    const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: gw.dataDir, ...server.env('arkvory/') };
+    const ok = await runCli(['doctor'], env);
+    expect(ok.stdout).toMatch(/ok +storage: s3:\/\/arkvory-test\/arkvory\/ and the database are both storage/);
+    const wrong = await runCli(['doctor'], { ...env, AWS_SECRET_ACCESS_KEY: 'not-the-secret' });
+    expect(wrong.stdout).toMatch(/FAIL +storage: .*AWS_SECRET_ACCESS_KEY/);
+    expect(`${ok.stdout}${ok.stderr}${wrong.stdout}${wrong.stderr}`).not.toContain(server.secretAccessKey);
+    const answers = await Promise.all(
+      ['/health/live', '/health/status', '/metrics'].map((p) => request(`${gw.url}${p}`)),
+    );
+    const ready = await request(`${gw.url}/health/ready`, { headers: bearer(key) });
+    for (const res of [...answers, ready]) expect(res.body.toString()).not.toContain(server.secretAccessKey);
+    expect(gw.logs()).not.toContain(server.secretAccessKey);
+  });
+});

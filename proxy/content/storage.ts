@@ -1,0 +1,30 @@
+/**
+ * Picks the store from the configuration: `ARKVORY_STORAGE_URL` set → the static-HTTP store (http:,
+ * https:) or the S3 store (s3:), else the filesystem store under `ARKVORY_DATA_DIR`. All satisfy the
+ * same `Store` interface.
+ */
+import type pg from 'pg';
+import { openFsStore } from '../../storage-adapter/fs-store.ts';
+import { openHttpStore } from '../../storage-adapter/http-store.ts';
+import { openS3Store } from '../../storage-adapter/s3-store.ts';
+import type { OpenFileCache } from '../../storage-adapter/cache/open-file-cache.ts';
+import type { StorageRole } from '../../storage-adapter/identity.ts';
+import type { Store } from '../../storage-adapter/store.ts';
+import type { Config } from '../config/config.ts';
+
+/**
+ * `openFiles` applies to the directory store only (the HTTP and S3 stores have no descriptors to keep).
+ * `newStorageId`: the id a fresh root gets (restore recreates the backed-up identity).
+ */
+export function openStore(
+  config: Config,
+  role: StorageRole | 'worker',
+  pool: pg.Pool,
+  options: { openFiles?: OpenFileCache | undefined; newStorageId?: string | undefined } = {},
+): Promise<Store> {
+  const { url, connectTimeoutMs, timeoutMs, s3 } = config.storage;
+  const { openFiles, newStorageId } = options;
+  if (s3 !== undefined) return openS3Store({ ...s3, role, pool, connectTimeoutMs, timeoutMs, newStorageId });
+  if (url !== undefined) return openHttpStore({ url, role, pool, connectTimeoutMs, timeoutMs, newStorageId });
+  return openFsStore({ root: config.dataDir, role, pool, openFiles, newStorageId });
+}

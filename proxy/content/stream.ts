@@ -1,0 +1,168 @@
+/**
+ * Writes a planned content body to the response, streaming from an open blob (a file, or upstream
+ * range responses of the static-HTTP store) through a small,
+ * fixed set of reused buffers: a buffer is read into again only after the socket has taken its
+ * bytes (the write callback), so a slow client stalls the reads instead of growing memory, and a
+ * fast one produces no garbage per chunk. With a meter every chunk is charged before it is written.
+ * A client disconnect rejects the pending step; the caller closes the file in `finally`.
+ */
+import type { ServerResponse } from 'node:http';
+import type { ByteMeter } from '../../storage-adapter/byte-meter.ts';
+import type { BlobReader } from '../../storage-adapter/store.ts';
+import type { ByteRange } from '../../storage-adapter/range.ts';
+import type { Segment } from './response.ts';
+
+/** Per response: BUFFER_COUNT × CHUNK_BYTES in flight at most (512 KiB). */
+export const CHUNK_BYTES = 128 * 1024;
+export const BUFFER_COUNT = 4;
+
+/** A pool of reusable buffers for one response; `acquire` waits until the socket returns one. */
+class BufferRing {
+  readonly #free: Buffer[] = [];
+  #allocated = 0;
+  readonly #count: number;
+  readonly #size: number;
+  #waiter: (() => void) | undefined;
+  #failure: Error | undefined;
+
+  /** Buffers are allocated on first need, so a 4 KiB answer costs one 4 KiB buffer. */
+  constructor(count: number, size: number) {
+    this.#count = count;
+    this.#size = size;
+  }
+
+  async acquire(signal: AbortSignal): Promise<Buffer> {
+    for (;;) {
+      if (this.#failure) throw this.#failure;
+      signal.throwIfAborted();
+      const buffer = this.#free.pop();
+      if (buffer) return buffer;
+      if (this.#allocated < this.#count) {
+        this.#allocated++;
+        return Buffer.allocUnsafe(this.#size);
+      }
+      await new Promise<void>((resolve) => {
+        const onAbort = () => resolve();
+        signal.addEventListener('abort', onAbort, { once: true });
+        this.#waiter = () => {
+          signal.removeEventListener('abort', onAbort);
+          resolve();
+        };
+      });
+      this.#waiter = undefined;
+    }
+  }
+
+  release(buffer: Buffer, err?: Error | null): void {
+    if (err) this.#failure ??= err;
+    else this.#free.push(buffer);
+    this.#waiter?.();
+  }
+}
+
+async function streamRange(
+  res: ServerResponse,
+  handle: Pick<BlobReader, 'read'>,
+  range: ByteRange,
+  ring: BufferRing,
+  chunkBytes: number,
+  meter: ByteMeter | undefined,
+  signal: AbortSignal,
+): Promise<void> {
+  for (let position = range.start; position <= range.end; ) {
+    const buffer = await ring.acquire(signal);
+    const want = Math.min(chunkBytes, range.end - position + 1);
+    const { bytesRead } = await handle.read(buffer, 0, want, position);
+    if (bytesRead === 0) {
+      ring.release(buffer);
+      throw new Error(`blob ended at byte ${position}, before the ${range.end + 1} bytes the catalog promised`);
+    }
+    position += bytesRead;
+    if (meter) await meter.take(bytesRead, signal);
+    signal.throwIfAborted();
+    res.write(buffer.subarray(0, bytesRead), (err) => ring.release(buffer, err));
+  }
+}
+
+/** Bytes queued on the response before a streamed range waits for 'drain' (the ring's bound). */
+const MAX_QUEUED_BYTES = BUFFER_COUNT * CHUNK_BYTES;
+
+/** A store's own chunks (no copy): each charged in quanta, then written; waits while the socket is full. */
+async function streamChunks(
+  res: ServerResponse,
+  chunks: AsyncIterable<Buffer>,
+  meter: ByteMeter | undefined,
+  signal: AbortSignal,
+): Promise<void> {
+  for await (const chunk of chunks) {
+    if (meter) await charge(meter, chunk.length, signal);
+    signal.throwIfAborted();
+    if (!res.write(chunk) && res.writableLength >= MAX_QUEUED_BYTES) {
+      await new Promise<void>((resolve, reject) => {
+        const done = () => {
+          signal.removeEventListener('abort', onAbort);
+          res.off('drain', done);
+          res.off('close', done);
+          resolve();
+        };
+        const onAbort = () => {
+          res.off('drain', done);
+          res.off('close', done);
+          reject(signal.reason);
+        };
+        signal.addEventListener('abort', onAbort, { once: true });
+        res.once('drain', done);
+        res.once('close', done);
+      });
+    }
+  }
+}
+
+/** Charges `bytes` to the meter in slices of at most one quantum. */
+async function charge(meter: ByteMeter, bytes: number, signal: AbortSignal): Promise<void> {
+  const quantum = Math.max(1, meter.quantumBytes);
+  for (let offset = 0; offset < bytes; offset += quantum) await meter.take(Math.min(quantum, bytes - offset), signal);
+}
+
+/** Ends the response (queued bytes flushed); rejects when the client goes away first. */
+function endResponse(res: ServerResponse, signal: AbortSignal, last?: Buffer): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    const done = () => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    };
+    if (last) res.end(last, done);
+    else res.end(done);
+  });
+}
+
+export async function sendSegments(
+  res: ServerResponse,
+  handle: Pick<BlobReader, 'read' | 'chunks' | 'bytes'>,
+  segments: readonly Segment[],
+  options: { meter?: ByteMeter | undefined; signal: AbortSignal },
+): Promise<void> {
+  const { meter, signal } = options;
+  const only = segments.length === 1 ? segments[0]! : undefined;
+  if (handle.bytes && only?.kind === 'range') {
+    // A blob already in memory, one range: headers and body leave in one write.
+    if (meter) await charge(meter, only.range.end - only.range.start + 1, signal);
+    signal.throwIfAborted();
+    return endResponse(res, signal, handle.bytes.subarray(only.range.start, only.range.end + 1));
+  }
+  const rangeBytes = segments.reduce(
+    (n, s) => (s.kind === 'range' ? Math.max(n, s.range.end - s.range.start + 1) : n),
+    0,
+  );
+  const chunkBytes = Math.max(1, Math.min(meter ? meter.quantumBytes : CHUNK_BYTES, CHUNK_BYTES, rangeBytes));
+  const ring = new BufferRing(BUFFER_COUNT, chunkBytes);
+  for (const segment of segments) {
+    signal.throwIfAborted();
+    if (segment.kind === 'bytes') res.write(segment.data);
+    else if (handle.chunks) await streamChunks(res, handle.chunks(segment.range, signal), meter, signal);
+    else await streamRange(res, handle, segment.range, ring, chunkBytes, meter, signal);
+  }
+  await endResponse(res, signal);
+}

@@ -1,0 +1,47 @@
+import { authorize } from '../../policy/auth/authorize.ts';
+import { unauthorized, type Authenticator } from '../../policy/auth/authenticator.ts';
+import { hasPresignParams } from '../../policy/auth/presign-signature.ts';
+import type { PresignedLinks } from '../../policy/auth/presigned-links.ts';
+import { PolicyError } from '../../policy/errors.ts';
+import type { Gate, RequestContext } from '../server/http-server.ts';
+import type { Lifecycle } from '../server/lifecycle.ts';
+
+/**
+ * The first gate: authenticates every non-public request, then checks the route's access level
+ * against the key's scopes and the principal's grant on `:repo`. A fenced gateway refuses every
+ * request subject to authorization with 503 `lease_lost`. `credentials` picks what is checked
+ * (default the Authorization header; the console supplies its session's key for its own routes).
+ * A request with no Authorization header but a pre-signed link's query parameters is the link's
+ * principal (`links`), still subject to the grant and scope checks of its key.
+ */
+export function createAuthGate(
+  auth: Authenticator,
+  lifecycle: Lifecycle,
+  credentials: (ctx: RequestContext) => string | undefined = (ctx) => ctx.req.headers.authorization,
+  links?: PresignedLinks,
+): Gate {
+  return async (ctx) => {
+    if (ctx.access === 'public') return;
+    if (lifecycle.state === 'fenced') throw new PolicyError('lease_lost');
+    const principal =
+      links && ctx.req.headers.authorization === undefined && hasPresignParams(ctx.url.searchParams)
+        ? await presignedPrincipal(links, ctx)
+        : await auth.authenticate(credentials(ctx));
+    ctx.principal = principal;
+    const needsGrant = ctx.access === 'read' || ctx.access === 'write';
+    const repo = ctx.params.repo;
+    if (needsGrant && repo === undefined)
+      throw new Error(`route ${ctx.route} has access "${ctx.access}" but no :repo parameter`);
+    const grant = needsGrant ? await auth.grant(principal.id, repo!) : undefined;
+    const decision = authorize(ctx.access, principal.scopes, grant);
+    if (!decision.allow) throw new PolicyError(decision.code);
+  };
+}
+
+/** A pre-signed link opens GET/HEAD of one content route only; anything else with its parameters is a 401. */
+function presignedPrincipal(links: PresignedLinks, ctx: RequestContext) {
+  const method = ctx.req.method;
+  if ((method !== 'GET' && method !== 'HEAD') || ctx.access !== 'read' || !ctx.route.endsWith('/content'))
+    return Promise.reject(unauthorized());
+  return links.authenticate(ctx.url.pathname, ctx.url.searchParams);
+}

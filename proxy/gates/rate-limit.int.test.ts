@@ -1,0 +1,295 @@
+import { rm, writeFile } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { bearer, createServiceAccount } from '../../test/support/auth.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { makeTempDir, startGateway } from '../../test/support/gateway.ts';
+import { useTestRedis } from '../../test/support/redis.ts';
+
+const db = useTestDatabase();
+const redis = useTestRedis();
+let n = 0;
+
+async function rulesFile(text: string): Promise<string> {
+  const dir = await makeTempDir('arkvory-rules-');
+  const file = path.join(dir, 'rate_limits.yaml');
+  await writeFile(file, text);
+  return file;
+}
+
+const HEALTH_LIVE_LIMIT = `rate_limits:
+  gateway_request:
+    - name: health_live_by_ip
+      description: "file tier beats the default skip of health routes"
+      action: limit
+      characteristics: [ip]
+      limit: 2
+      period_s: 3600
+      match:
+        route: /health/live
+`;
+
+describe('rate limiting over HTTP (real gateway process)', () => {
+  const redisEnv = () => ({
+    ARKVORY_DATABASE_URL: db.url,
+    ARKVORY_REDIS_URL: redis.url,
+    ARKVORY_REDIS_KEY_PREFIX: `${redis.prefix}g${++n}:`,
+    ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS: '5000',
+  });
+
+  it('answers 429 rate_limited with Retry-After and RateLimit headers once a file rule trips', async () => {
+    const gw = await startGateway({
+      env: { ...redisEnv(), ARKVORY_RATE_LIMITS_FILE: await rulesFile(HEALTH_LIVE_LIMIT) },
+    });
+    const first = await fetch(`${gw.url}/health/live`);
+    expect(first.status).toBe(200);
+    expect(first.headers.get('ratelimit-policy')).toBe('"health_live_by_ip";q=2;w=3600');
+    expect(first.headers.get('ratelimit')).toMatch(/^"health_live_by_ip";r=1;t=\d+$/);
+    expect((await fetch(`${gw.url}/health/live`)).status).toBe(200);
+    const blocked = await fetch(`${gw.url}/health/live`);
+    expect(blocked.status).toBe(429);
+    expect(await blocked.json()).toEqual({ code: 'rate_limited', message: expect.any(String) });
+    const retryAfter = Number(blocked.headers.get('retry-after'));
+    expect(retryAfter).toBeGreaterThanOrEqual(1);
+    expect(retryAfter).toBeLessThanOrEqual(3600);
+    expect(blocked.headers.get('ratelimit')).toBe(`"health_live_by_ip";r=0;t=${retryAfter}`);
+    expect(blocked.headers.get('ratelimit-policy')).toBe('"health_live_by_ip";q=2;w=3600');
+    // Other health routes fall through to the default skip rule: never limited, no headers.
+    const status = await fetch(`${gw.url}/health/status`);
+    expect(status.status).toBe(200);
+    expect(status.headers.get('ratelimit')).toBeNull();
+    const keys = await redis.client.keys(`${redis.prefix}g${n}:rl:gateway_request:*`);
+    expect(keys).toHaveLength(1);
+    expect(await gw.stop()).toBe(0);
+  });
+
+  it('publishes, shows and unpublishes rules through the admin API; counts failed authentications', async () => {
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'write', 'admin'] });
+    const gw = await startGateway({ env: redisEnv() });
+    const api = (method: string, p: string, body?: unknown, key = admin.key) =>
+      fetch(`${gw.url}/api/v1/admin/rate-limits${p}`, {
+        method,
+        headers: { ...bearer(key), ...(body ? { 'content-type': 'application/json' } : {}) },
+        ...(body ? { body: JSON.stringify(body) } : {}),
+      });
+
+    const invalid = await api('PUT', '', {
+      rate_limits: { gateway_request: [{ name: 'Bad-Name', action: 'limit' }], nope: [] },
+    });
+    expect(invalid.status).toBe(400);
+    const invalidBody = (await invalid.json()) as { code: string; message: string };
+    expect(invalidBody.code).toBe('invalid_request');
+    expect(invalidBody.message).toContain('name must match');
+    expect(invalidBody.message).toContain('limit and log rules require limit and period_s');
+    expect(invalidBody.message).toContain('unknown limiter "nope"');
+
+    const published = await api('PUT', '', {
+      rate_limits: {
+        gateway_request: [
+          {
+            name: 'status_by_ip',
+            action: 'limit',
+            characteristics: ['ip'],
+            limit: 1,
+            period_s: 600,
+            match: { route: '/health/status' },
+          },
+        ],
+        auth_failure: {
+          rules: [
+            {
+              name: 'ban_ip_after_auth_failures',
+              action: 'limit',
+              characteristics: ['ip'],
+              limit: 2,
+              period_s: 60,
+              ban_for_s: 600,
+            },
+          ],
+        },
+      },
+    });
+    expect(published.status).toBe(200);
+    expect(await published.json()).toEqual({ published: { limiters: ['gateway_request', 'auth_failure'], rules: 2 } });
+    expect((await fetch(`${gw.url}/health/status`)).status).toBe(200);
+    expect((await fetch(`${gw.url}/health/status`)).status).toBe(429);
+
+    const shown = (await (await api('GET', '/gateway_request')).json()) as {
+      source: string;
+      effective: Array<{ tier: string; spec: { name: string } }>;
+    };
+    expect(shown.source).toBe('store');
+    expect(shown.effective.map((t) => `${t.tier}:${t.spec.name}`)).toEqual([
+      'published_rules:status_by_ip',
+      'default_rules:skip_health_checks',
+      'default_rules:limit_anonymous_requests_by_ip',
+      'default_rules:limit_requests_by_principal',
+    ]);
+    expect((await api('DELETE', '/gateway_request/rules/status_by_ip')).status).toBe(204);
+    expect((await api('DELETE', '/gateway_request/rules/status_by_ip')).status).toBe(404);
+    expect((await fetch(`${gw.url}/health/status`)).status).toBe(200);
+
+    // The published auth_failure rule (same name as the default) replaces it: 2 failures pass as 401,
+    // the third starts a ban, and then even a valid key from that address gets 429.
+    const wrong = `ark_${admin.keyId}_${'A'.repeat(43)}`;
+    const statuses = [];
+    for (let i = 0; i < 3; i++) statuses.push((await api('GET', '', undefined, wrong)).status);
+    expect(statuses).toEqual([401, 401, 401]);
+    const banned = await api('GET', '');
+    expect(banned.status).toBe(429);
+    expect(Number(banned.headers.get('retry-after'))).toBeGreaterThan(590);
+    expect(banned.headers.get('ratelimit-policy')).toBe('"ban_ip_after_auth_failures";q=2;w=60');
+    expect(await gw.stop()).toBe(0);
+  });
+
+  it('enforces a transfer_bytes volume quota: peeked before, counted with the bytes after', async () => {
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'write', 'admin'] });
+    const quota = `rate_limits:
+  transfer_bytes:
+    - name: admin_bytes_by_principal
+      action: limit
+      characteristics: [principal]
+      limit: 1500
+      period_s: 3600
+      match:
+        request_type: admin
+`;
+    const gw = await startGateway({ env: { ...redisEnv(), ARKVORY_RATE_LIMITS_FILE: await rulesFile(quota) } });
+    const get = () => fetch(`${gw.url}/api/v1/admin/rate-limits/auth_failure`, { headers: bearer(admin.key) });
+    const seen: number[] = [];
+    for (let i = 0; i < 10 && seen.at(-1) !== 429; i++) {
+      const res = await get();
+      await res.arrayBuffer();
+      seen.push(res.status);
+      // The count lands when the response closes; give it a moment before the next peek.
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    // Each response is several hundred bytes: the quota lets a few through, then refuses.
+    expect(seen.at(-1)).toBe(429);
+    expect(seen.filter((s) => s === 200).length).toBeGreaterThanOrEqual(1);
+    expect(seen.filter((s) => s === 200).length).toBeLessThan(6);
+    const blocked = await get();
+    expect(blocked.status).toBe(429);
+    expect(blocked.headers.get('ratelimit-policy')).toBe('"admin_bytes_by_principal";q=1500;w=3600');
+    expect(await gw.stop()).toBe(0);
+  });
+
+  it('an invalid rule file is logged naming file, line and rule, and is not applied: the stored file tier stays (spec 2.8.2)', async () => {
+    const file = await rulesFile(`rate_limits:
+  gateway_request:
+    - name: fine
+      action: skip
+    - name: broken
+      action: limit
+      limit: 5
+      characteristics: [nope]
+`);
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+    const env = { ...redisEnv() };
+    const fileTier = async (url: string) =>
+      (
+        (await (
+          await fetch(`${url}/api/v1/admin/rate-limits/gateway_request`, { headers: bearer(admin.key) })
+        ).json()) as { effective: Array<{ tier: string; spec: { name: string } }> }
+      ).effective
+        .filter((r) => r.tier === 'file_rules')
+        .map((r) => r.spec.name);
+    // A previous start with a valid file seeded the file tier of this store.
+    const good = await startGateway({ env: { ...env, ARKVORY_RATE_LIMITS_FILE: await rulesFile(HEALTH_LIVE_LIMIT) } });
+    expect(await fileTier(good.url)).toEqual(['health_live_by_ip']);
+    expect(await good.stop()).toBe(0);
+
+    const gw = await startGateway({ env: { ...env, ARKVORY_RATE_LIMITS_FILE: file } });
+    const logged = gw.logLines().filter((l) => l.code === 'invalid_rules' && l.file === file);
+    expect(logged).toHaveLength(1);
+    expect(logged[0]!.level).toBe('error');
+    const problems = logged[0]!.problems as string[];
+    expect(problems).toContain(
+      `${file}:5: rate_limits.gateway_request[1] (rule "broken"): limit and log rules require limit and period_s`,
+    );
+    expect(
+      problems.some((p) =>
+        p.startsWith(
+          `${file}:8: rate_limits.gateway_request[1].characteristics[0] (rule "broken"): characteristic "nope" is not an available property`,
+        ),
+      ),
+    ).toBe(true);
+    const ready = (await (await fetch(`${gw.url}/health/ready`, { headers: bearer(admin.key) })).json()) as {
+      rateLimits: { rulesFile: string };
+    };
+    expect(ready.rateLimits.rulesFile).toBe('invalid');
+    // Not even the valid rule of the bad file applies; the last valid file's rules stay in force.
+    expect(await fileTier(gw.url)).toEqual(['health_live_by_ip']);
+    expect(await gw.stop()).toBe(0);
+    // On a store that never saw a valid file there is no file tier at all.
+    const fresh = await startGateway({ env: { ...redisEnv(), ARKVORY_RATE_LIMITS_FILE: file } });
+    expect(await fileTier(fresh.url)).toEqual([]);
+    expect(await fresh.stop()).toBe(0);
+  });
+
+  it('a missing rule file is optional (spec 2.7): the gateway starts, warns once, and says so in readiness', async () => {
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+    const missing = path.join(await makeTempDir('arkvory-rules-'), 'absent.yaml');
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_RATE_LIMITS_FILE: missing } });
+    expect(gw.logLines().filter((l) => l.code === 'rules_file_missing')).toHaveLength(1);
+    const ready = (await (await fetch(`${gw.url}/health/ready`, { headers: bearer(admin.key) })).json()) as {
+      rateLimits: { rulesFile: string };
+    };
+    expect(ready.rateLimits.rulesFile).toBe('missing');
+    expect(await gw.stop()).toBe(0);
+  });
+
+  it('a rule file that disappears or breaks while the gateway runs changes nothing and never stops it', async () => {
+    const file = await rulesFile(HEALTH_LIVE_LIMIT);
+    const gw = await startGateway({ env: { ...redisEnv(), ARKVORY_RATE_LIMITS_FILE: file } });
+    expect((await fetch(`${gw.url}/health/live`)).status).toBe(200);
+    await writeFile(file, 'rate_limits: [this is: not valid');
+    await sleep(300);
+    expect((await fetch(`${gw.url}/health/live`)).status).toBe(200);
+    await rm(file);
+    await sleep(300);
+    // The file's rule (limit 2) is still the one in force: the third request is refused.
+    expect((await fetch(`${gw.url}/health/live`)).status).toBe(429);
+    expect(gw.child.exitCode).toBeNull();
+    expect(await gw.stop()).toBe(0);
+  });
+
+  it('without Redis keeps counters in memory and published rules in PostgreSQL, across a restart', async () => {
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'write', 'admin'] });
+    const env = { ARKVORY_DATABASE_URL: db.url };
+    const put = (url: string) =>
+      fetch(`${url}/api/v1/admin/rate-limits`, {
+        method: 'PUT',
+        headers: { ...bearer(admin.key), 'content-type': 'application/json' },
+        body: JSON.stringify({
+          rate_limits: {
+            gateway_request: [
+              {
+                name: 'live_by_ip_pg',
+                action: 'limit',
+                characteristics: ['ip'],
+                limit: 1,
+                period_s: 600,
+                match: { route: '/health/live' },
+              },
+            ],
+          },
+        }),
+      });
+    const first = await startGateway({ env });
+    expect((await put(first.url)).status).toBe(200);
+    expect((await fetch(`${first.url}/health/live`)).status).toBe(200);
+    expect((await fetch(`${first.url}/health/live`)).status).toBe(429);
+    expect(await first.stop()).toBe(0);
+    const second = await startGateway({ env });
+    // The rule survived (PostgreSQL); the counters did not (process memory).
+    expect((await fetch(`${second.url}/health/live`)).status).toBe(200);
+    expect((await fetch(`${second.url}/health/live`)).status).toBe(429);
+    const { rows } = await db.pool.query<{ limiter: string }>(
+      'SELECT limiter FROM arkvory_rate_limit_rules ORDER BY limiter',
+    );
+    expect(rows.map((r) => r.limiter)).toEqual(['auth_failure', 'gateway_request']);
+    expect(await second.stop()).toBe(0);
+  });
+});

@@ -1,0 +1,135 @@
+/**
+ * Bandwidth governors and admission over real HTTP (ADR 0008): a real gateway process, real keys,
+ * real downloads. Rates are small so the bounds are measurable in a few seconds.
+ */
+import http from 'node:http';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { AdminStore } from '../../policy/auth/admin-store.ts';
+import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { randomContent, request } from '../../test/support/content.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+
+const KiB = 1024;
+const MiB = 1024 * KiB;
+const db = useTestDatabase();
+const file = randomContent(4 * MiB);
+const contentUrl = (gw: GatewayProcess, id = 'f.bin') => `${gw.url}/api/v1/repositories/bw/artifacts/${id}/content`;
+let uploader: string;
+
+beforeAll(async () => {
+  await createRepository(db.pool, 'bw');
+  ({ key: uploader } = await createServiceAccount(db.pool, { grants: { bw: 'write' } }));
+});
+
+async function startWith(env: Record<string, string>): Promise<GatewayProcess> {
+  const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ...env } });
+  const head = await request(contentUrl(gw), { method: 'HEAD', headers: bearer(uploader) });
+  if (head.status === 404) {
+    const put = await request(`${gw.url}/api/v1/repositories/bw/artifacts/f.bin`, {
+      method: 'PUT',
+      headers: bearer(uploader),
+      body: file,
+    });
+    expect([200, 201]).toContain(put.status);
+  }
+  return gw;
+}
+
+/** Downloads for up to `ms`; resolves with the bytes received and the elapsed time. */
+function downloadFor(
+  url: string,
+  key: string,
+  ms: number,
+): Promise<{ bytes: number; elapsedMs: number; firstByteMs: number | undefined; status: number }> {
+  return new Promise((resolve, reject) => {
+    const started = performance.now();
+    let bytes = 0;
+    let firstByteMs: number | undefined;
+    let status = 0;
+    const done = () => resolve({ bytes, elapsedMs: performance.now() - started, firstByteMs, status });
+    const req = http.get(url, { headers: bearer(key), agent: false }, (res) => {
+      status = res.statusCode ?? 0;
+      res.on('data', (c: Buffer) => {
+        firstByteMs ??= performance.now() - started;
+        bytes += c.length;
+      });
+      res.on('end', done);
+      res.on('error', done);
+    });
+    req.on('error', (err) => (status ? done() : reject(err)));
+    setTimeout(() => {
+      req.destroy();
+      done();
+    }, ms);
+  });
+}
+
+describe('governors over HTTP', () => {
+  it('two keys of one principal share one bucket; parallel downloads cannot exceed its ceiling', async () => {
+    const perPrincipal = 512 * KiB;
+    const burst = Math.floor(perPrincipal / 10);
+    const gw = await startWith({ ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(perPrincipal) });
+    const sa = await createServiceAccount(db.pool, { scopes: ['read'], grants: { bw: 'read' } });
+    const second = await new AdminStore(db.pool).createKey(sa.principalId, { scopes: ['read'] });
+    const runs = await Promise.all([
+      downloadFor(contentUrl(gw), sa.key, 3000),
+      downloadFor(contentUrl(gw), second.key, 3000),
+      downloadFor(contentUrl(gw), sa.key, 3000),
+    ]);
+    const elapsed = Math.max(...runs.map((r) => r.elapsedMs)) / 1000;
+    const total = runs.reduce((sum, r) => sum + r.bytes, 0);
+    expect(total).toBeLessThanOrEqual(perPrincipal * elapsed + burst);
+    expect(total).toBeGreaterThan(perPrincipal * elapsed * 0.5);
+  });
+
+  it('a greedy principal does not slow a second one below its fair share of the global ceiling', async () => {
+    const global = 1 * MiB;
+    const gw = await startWith({ ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(global) });
+    const greedy = await createServiceAccount(db.pool, { scopes: ['read'], grants: { bw: 'read' } });
+    const modest = await createServiceAccount(db.pool, { scopes: ['read'], grants: { bw: 'read' } });
+    const runs = await Promise.all([
+      ...Array.from({ length: 4 }, () => downloadFor(contentUrl(gw), greedy.key, 3000)),
+      downloadFor(contentUrl(gw), modest.key, 3000),
+    ]);
+    const modestRun = runs[4]!;
+    const fair = (global / 2) * (modestRun.elapsedMs / 1000);
+    expect(modestRun.bytes).toBeGreaterThan(fair * 0.7);
+    const total = runs.reduce((sum, r) => sum + r.bytes, 0);
+    expect(total).toBeLessThanOrEqual(
+      global * (Math.max(...runs.map((r) => r.elapsedMs)) / 1000) + Math.floor(global / 10),
+    );
+  });
+
+  it('the 5th concurrent download of a principal waits for a slot (default cap 4), and shutdown cancels it cleanly', async () => {
+    const gw = await startWith({
+      ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(256 * KiB),
+      ARKVORY_SHUTDOWN_TIMEOUT_SECONDS: '3',
+    });
+    const sa = await createServiceAccount(db.pool, { scopes: ['read'], grants: { bw: 'read' } });
+    const active = Array.from({ length: 4 }, () => downloadFor(contentUrl(gw), sa.key, 8000));
+    await sleep(500);
+    const fifth = downloadFor(contentUrl(gw), sa.key, 8000).catch((err: unknown) => ({
+      status: -1,
+      firstByteMs: undefined,
+      error: err,
+    }));
+    let queued = 0;
+    for (let i = 0; i < 40 && queued === 0; i++) {
+      const ready = JSON.parse((await request(`${gw.url}/health/ready`, { headers: bearer(sa.key) })).body.toString());
+      queued = ready.transfers.downloads.queued;
+      expect(ready.transfers.downloads.active).toBeLessThanOrEqual(4);
+      if (!queued) await sleep(50);
+    }
+    expect(queued).toBe(1);
+    // Shutdown: the waiting request is refused (queues close first), the process exits 0.
+    gw.child.kill('SIGTERM');
+    const fifthResult = await fifth;
+    // The queued request is answered 503 (the queue closed), never served and never left hanging.
+    expect(fifthResult.firstByteMs === undefined || fifthResult.status !== 200).toBe(true);
+    expect(fifthResult.status, String((fifthResult as { error?: unknown }).error ?? '')).toBe(503);
+    expect(await gw.exited).toBe(0);
+    await Promise.all(active);
+  });
+});

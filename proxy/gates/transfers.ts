@@ -1,0 +1,166 @@
+import { AdmissionQueue, type Release, type TransferKind } from '../../policy/admission/index.ts';
+import { createBandwidthGovernors, type BandwidthGovernors, type ByteMeter } from '../../policy/bandwidth/index.ts';
+import { PolicyError } from '../../policy/errors.ts';
+import type { Coordinator } from '../../policy/lease/coordinator.ts';
+import { localDownloadCeilings } from '../../policy/lease/shares.ts';
+import type { Config } from '../config/config.ts';
+import type { Clock } from '../../policy/clock.ts';
+import type { RequestContext, Route } from '../server/http-server.ts';
+import type { Socket } from 'node:net';
+import { LiveTransfers } from './live-transfers.ts';
+
+/**
+ * Everything that paces and admits bodies in this process: one governor per direction (download
+ * ceilings lowered to this gateway's share in the shared profile), the admission queue, and the
+ * lease check that makes a fenced process refuse every new quantum.
+ */
+export interface Transfers {
+  readonly governors: BandwidthGovernors;
+  readonly admission: AdmissionQueue;
+  /** Each body request of this process now, queued or active (the console's transfer list). */
+  readonly live: LiveTransfers;
+  /** Waits for an admission slot (429 `busy` beyond the queue or wait bound). */
+  admit(principalId: string, kind: TransferKind, signal?: AbortSignal): Promise<Release>;
+  /** A meter for one body stream of `principalId` in a direction. */
+  meter(direction: 'download' | 'upload', principalId: string): ByteMeter;
+  /** Aggregates for /health/ready: no principal id, key, path or file name. */
+  snapshot(): Record<string, unknown>;
+  close(): void;
+}
+
+/** The download ceilings this process enforces: local ones, or its share of the stored policy. */
+export function downloadCeilings(config: Config): {
+  downloadBytesPerSec: number;
+  downloadBytesPerSecPerPrincipal: number;
+} {
+  const local = {
+    downloadBytesPerSec: config.bandwidth.downloadBytesPerSec,
+    downloadBytesPerSecPerPrincipal: config.bandwidth.downloadBytesPerSecPerPrincipal,
+  };
+  if (!config.shared) return local;
+  return localDownloadCeilings(
+    {
+      slots: config.shared.slots,
+      downloadBytesPerSec: config.shared.downloadBytesPerSec,
+      downloadBytesPerSecPerPrincipal: config.shared.downloadBytesPerSecPerPrincipal,
+    },
+    local,
+  );
+}
+
+export function createTransfers(config: Config, clock: Clock, coordinator: Coordinator): Transfers {
+  const download = downloadCeilings(config);
+  const isPermitted = () => coordinator.isPermitted();
+  // The governors ask the lease before every grant and fence themselves at the first "no".
+  const governors = createBandwidthGovernors(
+    { clock, isPermitted },
+    {
+      ...download,
+      uploadBytesPerSec: config.bandwidth.uploadBytesPerSec,
+      uploadBytesPerSecPerPrincipal: config.bandwidth.uploadBytesPerSecPerPrincipal,
+    },
+  );
+  const admission = new AdmissionQueue({
+    maxDownloads: config.admission.maxDownloads,
+    maxDownloadsPerPrincipal: config.admission.maxDownloadsPerPrincipal,
+    maxUploadsPerPrincipal: config.admission.maxUploadsPerPrincipal,
+    queueLength: config.admission.queueLength,
+    waitMs: config.admission.waitMs,
+  });
+  coordinator.onFenced(() => {
+    governors.download.fence();
+    governors.upload.fence();
+  });
+  return {
+    governors,
+    admission,
+    live: new LiveTransfers(clock),
+    admit(principalId, kind, signal) {
+      if (!isPermitted()) return Promise.reject(new PolicyError('lease_lost'));
+      return admission.acquire(principalId, kind, signal);
+    },
+    meter(direction, principalId) {
+      return governors[direction].meter(principalId);
+    },
+    snapshot() {
+      const a = admission.snapshot();
+      const d = governors.download.snapshot();
+      const u = governors.upload.snapshot();
+      return {
+        transfers: {
+          downloads: {
+            ...a.downloads,
+            bytesGranted: d.grantedBytes,
+            waitingQuanta: d.waitingQuanta,
+            bytesPerSecond: d.rateBytesPerSec,
+            bytesPerSecondPerPrincipal: d.perPrincipalBytesPerSec,
+          },
+          uploads: {
+            ...a.uploads,
+            bytesGranted: u.grantedBytes,
+            waitingQuanta: u.waitingQuanta,
+            bytesPerSecond: u.rateBytesPerSec,
+            bytesPerSecondPerPrincipal: u.perPrincipalBytesPerSec,
+          },
+        },
+      };
+    },
+    close() {
+      admission.close();
+      governors.download.close();
+      governors.upload.close();
+    },
+  };
+}
+
+/**
+ * Wraps a body route so the request holds an admission slot of its principal while it runs:
+ * `GET …/content` a download slot, `PUT` (a whole upload or one part) an upload slot. Requests that
+ * move no body (HEAD, session JSON) are not admitted.
+ */
+export function withAdmission(route: Route, transfers: Transfers): Route {
+  const kindFor = (method: string | undefined): TransferKind | undefined => {
+    if (method === 'PUT') return 'upload';
+    if (method === 'GET' && route.template.endsWith('/content')) return 'download';
+    return undefined;
+  };
+  return {
+    ...route,
+    async handle(ctx) {
+      const kind = kindFor(ctx.req.method);
+      if (!kind || !ctx.principal) return route.handle(ctx);
+      const socket = ctx.req.socket as Socket;
+      const counted = kind === 'download' ? () => socket.bytesWritten : () => socket.bytesRead;
+      const atStart = counted();
+      const live = transfers.live.begin({
+        kind,
+        principal: ctx.principal.name,
+        route: ctx.route,
+        repository: ctx.params.repo,
+        bytes: () => counted() - atStart,
+      });
+      try {
+        const release = await transfers.admit(ctx.principal.id, kind, ctx.signal);
+        live.admitted();
+        try {
+          await route.handle(ctx);
+        } finally {
+          release();
+        }
+      } finally {
+        live.end();
+      }
+    },
+  };
+}
+
+/** The meters the content routes use: the request's principal in the route's direction. */
+export function contentMeters(transfers: Transfers): {
+  download(ctx: RequestContext): ByteMeter | undefined;
+  upload(ctx: RequestContext): ByteMeter | undefined;
+} {
+  return {
+    download: (ctx) => (ctx.principal ? transfers.meter('download', ctx.principal.id) : undefined),
+    upload: (ctx) => (ctx.principal ? transfers.meter('upload', ctx.principal.id) : undefined),
+  };
+}

@@ -1,0 +1,160 @@
+/**
+ * Multipart uploads on the writer: open a session on a target path, PUT parts (each paced and
+ * admitted like a full upload), complete with the ordered part list (202 and a job the completion
+ * worker runs), poll the session, or abort it. Only the principal that opened a session sees it.
+ */
+import { ARTIFACT_KINDS } from '../../storage-adapter/catalog.ts';
+import { StorageError } from '../../storage-adapter/errors.ts';
+import type { SessionScope, UploadSession, UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
+import { CONTENT_TEMPLATES, keyFromParams, pathOfKey } from '../content/paths.ts';
+import { GatewayError } from '../server/errors.ts';
+import { sendJson } from '../server/http-errors.ts';
+import type { RequestContext, Route } from '../server/http-server.ts';
+import { readJsonBody } from '../server/request-body.ts';
+import type { ContentMeters } from '../content/content-routes.ts';
+
+const SESSION = '/api/v1/repositories/:repo/uploads/:upload';
+const MEDIA_TYPE = /^[A-Za-z0-9!#$&^_.+-]+\/[A-Za-z0-9!#$&^_.+-]+$/;
+
+function sessionBody(s: UploadSession): Record<string, unknown> {
+  return {
+    upload: s.id,
+    state: s.state,
+    target: pathOfKey(s.key),
+    contentType: s.contentType,
+    expectedSize: s.expectedSize,
+    expectedSha256: s.expectedSha256,
+    parts: s.parts,
+    createdAt: s.createdAt,
+    expiresAt: s.expiresAt,
+    error: s.error,
+    artifact:
+      s.state === 'done'
+        ? { sha256: s.resultSha256, sizeBytes: s.resultSize, contentUrl: `${pathOfKey(s.key)}/content` }
+        : null,
+    url: `/api/v1/repositories/${encodeURIComponent(s.key.repository)}/uploads/${s.id}`,
+  };
+}
+
+/** A session is its opener's: another principal, even a writer of the repository, gets 404. */
+function scopeOf(ctx: RequestContext): SessionScope {
+  return { repository: ctx.params.repo!, principalId: ctx.principal?.id ?? null };
+}
+
+function declaredLength(ctx: RequestContext): number | undefined {
+  const raw = ctx.req.headers['content-length'];
+  if (raw === undefined) return undefined;
+  if (!/^[0-9]{1,16}$/.test(raw)) throw new GatewayError('invalid_request', 'Content-Length is not a number.');
+  return Number(raw);
+}
+
+export function multipartRoutes(deps: {
+  sessions: UploadSessions;
+  maxPartBytes: number;
+  writable: boolean;
+  meters?: ContentMeters;
+}): Route[] {
+  const { sessions } = deps;
+  const writable = <T>(f: T): T => {
+    if (!deps.writable) throw new GatewayError('read_only', undefined, { headers: { allow: 'GET, HEAD' } });
+    return f;
+  };
+  const routes: Route[] = ARTIFACT_KINDS.map((kind) => ({
+    methods: ['POST'],
+    template: `${CONTENT_TEMPLATES[kind]}/uploads`,
+    access: 'write',
+    async handle(ctx) {
+      writable(null);
+      const key = keyFromParams(kind, ctx.params);
+      const body = await readJsonBody(ctx.req);
+      const size = body.size;
+      const sha256 = body.sha256;
+      const contentType = body.contentType ?? 'application/octet-stream';
+      if (size !== undefined && (typeof size !== 'number' || !Number.isSafeInteger(size) || size < 0))
+        throw new StorageError('invalid_request', 'size must be a non-negative integer');
+      if (sha256 !== undefined && (typeof sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(sha256)))
+        throw new StorageError('invalid_request', 'sha256 must be 64 lowercase hex characters');
+      if (typeof contentType !== 'string' || !MEDIA_TYPE.test(contentType))
+        throw new StorageError('invalid_request', 'contentType must be a media type such as application/octet-stream');
+      const session = await sessions.create(key, {
+        contentType,
+        ...(size !== undefined ? { expectedSize: size as number } : {}),
+        ...(sha256 !== undefined ? { expectedSha256: sha256 as string } : {}),
+        principalId: ctx.principal?.id ?? null,
+      });
+      const out = sessionBody(session);
+      sendJson(ctx.res, 201, out, { location: out.url as string });
+    },
+  }));
+  routes.push(
+    {
+      methods: ['GET'],
+      template: SESSION,
+      access: 'write',
+      async handle(ctx) {
+        sendJson(ctx.res, 200, sessionBody(await sessions.get(scopeOf(ctx), ctx.params.upload!)));
+      },
+    },
+    {
+      methods: ['DELETE'],
+      template: SESSION,
+      access: 'write',
+      async handle(ctx) {
+        writable(null);
+        await sessions.abort(scopeOf(ctx), ctx.params.upload!);
+        ctx.res.writeHead(204).end();
+      },
+    },
+    {
+      methods: ['PUT'],
+      template: `${SESSION}/parts/:part`,
+      access: 'write',
+      continuesBodyItself: true,
+      async handle(ctx) {
+        writable(null);
+        const partNumber = /^[0-9]{1,5}$/.test(ctx.params.part!) ? Number(ctx.params.part) : Number.NaN;
+        const length = declaredLength(ctx);
+        if (length !== undefined && length > deps.maxPartBytes)
+          throw new StorageError('payload_too_large', `A part may hold at most ${deps.maxPartBytes} bytes.`);
+        try {
+          const meter = deps.meters?.upload?.(ctx);
+          ctx.continueBody();
+          const part = await sessions.putPart(
+            scopeOf(ctx),
+            ctx.params.upload!,
+            partNumber,
+            ctx.req.iterator({ destroyOnReturn: false }),
+            {
+              maxBytes: deps.maxPartBytes,
+              ...(length !== undefined ? { expectedLength: length } : {}),
+              ...(meter ? { meter } : {}),
+              signal: ctx.signal,
+            },
+          );
+          sendJson(ctx.res, 200, part, { etag: `"${part.sha256}"` });
+        } catch (err) {
+          if (!ctx.req.complete && !ctx.res.headersSent) ctx.res.setHeader('connection', 'close');
+          throw err;
+        }
+      },
+    },
+    {
+      methods: ['POST'],
+      template: `${SESSION}/complete`,
+      access: 'write',
+      async handle(ctx) {
+        writable(null);
+        const body = await readJsonBody(ctx.req, 2 * 1024 * 1024);
+        const job = await sessions.complete(scopeOf(ctx), ctx.params.upload!, body.parts);
+        const session = await sessions.get(scopeOf(ctx), ctx.params.upload!);
+        sendJson(
+          ctx.res,
+          202,
+          { ...sessionBody(session), job: job.jobId, totalBytes: job.totalBytes },
+          { location: sessionBody(session).url as string },
+        );
+      },
+    },
+  );
+  return routes;
+}

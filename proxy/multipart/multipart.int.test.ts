@@ -1,0 +1,294 @@
+/**
+ * Multipart uploads with real processes: sessions on the writer, parts streamed to disk, the
+ * completion worker (embedded or a separate, single active process) publishing atomically.
+ */
+import { createHash } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { randomContent, request, sha256 } from '../../test/support/content.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+
+const MiB = 1024 * 1024;
+const db = useTestDatabase();
+let key: string;
+
+beforeAll(async () => {
+  await createRepository(db.pool, 'mp');
+  ({ key } = await createServiceAccount(db.pool, { grants: { mp: 'write' } }));
+});
+
+const json = (r: { body: Buffer }) => JSON.parse(r.body.toString()) as Record<string, unknown>;
+
+async function openSession(gw: GatewayProcess, id: string, body: Record<string, unknown> = {}): Promise<string> {
+  const r = await request(`${gw.url}/api/v1/repositories/mp/artifacts/${id}/uploads`, {
+    method: 'POST',
+    headers: { ...bearer(key), 'content-type': 'application/json' },
+    body: Buffer.from(JSON.stringify(body)),
+  });
+  expect(r.status, r.body.toString()).toBe(201);
+  return json(r).upload as string;
+}
+
+async function putPart(
+  gw: GatewayProcess,
+  upload: string,
+  n: number,
+  data: Buffer,
+): Promise<{ status: number; body: Record<string, unknown> }> {
+  const r = await request(`${gw.url}/api/v1/repositories/mp/uploads/${upload}/parts/${n}`, {
+    method: 'PUT',
+    headers: bearer(key),
+    body: data,
+  });
+  return { status: r.status, body: json(r) };
+}
+
+async function complete(
+  gw: GatewayProcess,
+  upload: string,
+  parts: Array<{ partNumber: number; sha256: string }>,
+): Promise<{ status: number; body: Record<string, unknown> }> {
+  const r = await request(`${gw.url}/api/v1/repositories/mp/uploads/${upload}/complete`, {
+    method: 'POST',
+    headers: { ...bearer(key), 'content-type': 'application/json' },
+    body: Buffer.from(JSON.stringify({ parts })),
+  });
+  return { status: r.status, body: json(r) };
+}
+
+async function waitForState(
+  gw: GatewayProcess,
+  upload: string,
+  states: string[],
+  timeoutMs = 60_000,
+): Promise<Record<string, unknown>> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const s = json(await request(`${gw.url}/api/v1/repositories/mp/uploads/${upload}`, { headers: bearer(key) }));
+    if (states.includes(s.state as string)) return s;
+    if (Date.now() > deadline) throw new Error(`upload ${upload} stayed ${String(s.state)}`);
+    await sleep(50);
+  }
+}
+
+const digest = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+
+/** Uploads `parts` and completes them; resolves with the upload id. */
+async function uploadInParts(gw: GatewayProcess, id: string, parts: Buffer[]): Promise<string> {
+  const upload = await openSession(gw, id, { size: parts.reduce((n, p) => n + p.length, 0) });
+  for (const [i, p] of parts.entries()) expect((await putPart(gw, upload, i + 1, p)).status).toBe(200);
+  const done = await complete(
+    gw,
+    upload,
+    parts.map((p, i) => ({ partNumber: i + 1, sha256: digest(p) })),
+  );
+  expect(done.status, JSON.stringify(done.body)).toBe(202);
+  return upload;
+}
+
+describe('multipart uploads (embedded worker)', () => {
+  it('a 3-part upload of 30 MiB completes to the exact bytes; re-sending a part replaces it', async () => {
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const file = randomContent(30 * MiB);
+    const parts = [file.subarray(0, 12 * MiB), file.subarray(12 * MiB, 24 * MiB), file.subarray(24 * MiB)];
+    const upload = await openSession(gw, 'thirty.bin', { size: file.length, sha256: sha256(file) });
+    expect((await putPart(gw, upload, 2, randomContent(1000))).status).toBe(200);
+    for (const [i, p] of parts.entries())
+      expect((await putPart(gw, upload, i + 1, p)).body).toEqual({
+        partNumber: i + 1,
+        sizeBytes: p.length,
+        sha256: digest(p),
+      });
+    const listed = json(await request(`${gw.url}/api/v1/repositories/mp/uploads/${upload}`, { headers: bearer(key) }));
+    expect((listed.parts as unknown[]).length).toBe(3);
+    const accepted = await complete(
+      gw,
+      upload,
+      parts.map((p, i) => ({ partNumber: i + 1, sha256: digest(p) })),
+    );
+    expect(accepted.status).toBe(202);
+    expect(accepted.body).toMatchObject({ state: 'completing', totalBytes: file.length });
+    const done = await waitForState(gw, upload, ['done', 'failed']);
+    expect(done).toMatchObject({
+      state: 'done',
+      error: null,
+      artifact: { sha256: sha256(file), sizeBytes: file.length },
+    });
+    const got = await request(`${gw.url}/api/v1/repositories/mp/artifacts/thirty.bin/content`, {
+      headers: bearer(key),
+    });
+    expect(got.status).toBe(200);
+    expect(sha256(got.body)).toBe(sha256(file));
+    // The parts are gone once published.
+    const left = await db.pool.query('SELECT count(*)::int AS n FROM arkvory_upload_parts WHERE session_id = $1', [
+      upload,
+    ]);
+    expect(left.rows[0].n).toBe(0);
+  });
+
+  it('refuses a wrong part digest, a missing part, a wrong order and an expired session, publishing nothing', async () => {
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const a = randomContent(1000);
+    const b = randomContent(2000);
+    const upload = await openSession(gw, 'refused.bin');
+    await putPart(gw, upload, 1, a);
+    await putPart(gw, upload, 2, b);
+    const cases: Array<[Array<{ partNumber: number; sha256: string }>, number, string]> = [
+      [
+        [
+          { partNumber: 1, sha256: digest(a) },
+          { partNumber: 2, sha256: digest(a) },
+        ],
+        400,
+        'part_mismatch',
+      ],
+      [
+        [
+          { partNumber: 1, sha256: digest(a) },
+          { partNumber: 3, sha256: digest(b) },
+        ],
+        400,
+        'part_missing',
+      ],
+      [
+        [
+          { partNumber: 2, sha256: digest(b) },
+          { partNumber: 1, sha256: digest(a) },
+        ],
+        400,
+        'parts_out_of_order',
+      ],
+    ];
+    for (const [parts, status, code] of cases) {
+      const r = await complete(gw, upload, parts);
+      expect(r.status).toBe(status);
+      expect(r.body.code).toBe(code);
+    }
+    await db.pool.query(`UPDATE arkvory_upload_sessions SET expires_at = now() - interval '1 second' WHERE id = $1`, [
+      upload,
+    ]);
+    const expired = await complete(gw, upload, [{ partNumber: 1, sha256: digest(a) }]);
+    expect(expired.status).toBe(410);
+    expect(expired.body.code).toBe('upload_expired');
+    expect((await putPart(gw, upload, 3, a)).body.code).toBe('upload_expired');
+    expect(
+      (await request(`${gw.url}/api/v1/repositories/mp/artifacts/refused.bin/content`, { headers: bearer(key) }))
+        .status,
+    ).toBe(404);
+    // A session can be aborted; its parts are removed.
+    const other = await openSession(gw, 'aborted.bin');
+    await putPart(gw, other, 1, a);
+    expect(
+      (await request(`${gw.url}/api/v1/repositories/mp/uploads/${other}`, { method: 'DELETE', headers: bearer(key) }))
+        .status,
+    ).toBe(204);
+    expect(
+      json(await request(`${gw.url}/api/v1/repositories/mp/uploads/${other}`, { headers: bearer(key) })).state,
+    ).toBe('aborted');
+  });
+  it('a session belongs to the principal that opened it: another writer of the repository gets 404 for all of it', async () => {
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const other = await createServiceAccount(db.pool, { grants: { mp: 'write' } });
+    const a = randomContent(1000);
+    const upload = await openSession(gw, 'owned.bin');
+    expect((await putPart(gw, upload, 1, a)).status).toBe(200);
+    const base = `${gw.url}/api/v1/repositories/mp/uploads/${upload}`;
+    const asOther = [
+      await request(base, { headers: bearer(other.key) }),
+      await request(`${base}/parts/2`, { method: 'PUT', headers: bearer(other.key), body: a }),
+      await request(`${base}/complete`, {
+        method: 'POST',
+        headers: { ...bearer(other.key), 'content-type': 'application/json' },
+        body: Buffer.from(JSON.stringify({ parts: [{ partNumber: 1, sha256: digest(a) }] })),
+      }),
+      await request(base, { method: 'DELETE', headers: bearer(other.key) }),
+    ];
+    for (const r of asOther) {
+      expect(r.status).toBe(404);
+      expect(json(r).code).toBe('not_found');
+    }
+    // Nothing the other principal did took effect: still open, one part, and the owner completes it.
+    const mine = json(await request(base, { headers: bearer(key) }));
+    expect(mine).toMatchObject({ state: 'open', parts: [{ partNumber: 1, sizeBytes: 1000 }] });
+    expect((await complete(gw, upload, [{ partNumber: 1, sha256: digest(a) }])).status).toBe(202);
+    expect(await waitForState(gw, upload, ['done', 'failed'])).toMatchObject({ state: 'done' });
+  });
+});
+
+describe('a separate completion worker', () => {
+  it('kill -9 of the worker mid-assembly: a restarted worker completes the job', async () => {
+    const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_EMBEDDED_WORKER: '0' };
+    const writer = await startGateway({ env });
+    const workerEnv = { ARKVORY_DATABASE_URL: db.url, ARKVORY_ROLE: 'worker' };
+    let worker = await startGateway({ env: workerEnv, dataDir: writer.dataDir });
+    const file = randomContent(60 * MiB);
+    const parts = [file.subarray(0, 20 * MiB), file.subarray(20 * MiB, 40 * MiB), file.subarray(40 * MiB)];
+    const upload = await uploadInParts(writer, 'killed.bin', parts);
+    // Freeze the worker the moment it has claimed the job, then kill it.
+    let state = '';
+    for (let i = 0; i < 2000 && state !== 'running' && state !== 'done'; i++) {
+      state =
+        (await db.pool.query('SELECT state FROM arkvory_upload_jobs WHERE session_id = $1', [upload])).rows[0]?.state ??
+        '';
+      if (state !== 'running') await sleep(5);
+    }
+    expect(state).toBe('running');
+    worker.child.kill('SIGSTOP');
+    worker.child.kill('SIGKILL');
+    await worker.exited;
+    expect(
+      (await db.pool.query('SELECT count(*)::int AS n FROM arkvory_artifacts WHERE name = $1', ['killed.bin'])).rows[0]
+        .n,
+    ).toBe(0);
+    worker = await startGateway({ env: workerEnv, dataDir: writer.dataDir });
+    const done = await waitForState(writer, upload, ['done', 'failed']);
+    expect(done.state).toBe('done');
+    const job = (await db.pool.query('SELECT attempts FROM arkvory_upload_jobs WHERE session_id = $1', [upload]))
+      .rows[0];
+    expect(job.attempts).toBe(2);
+    const got = await request(`${writer.url}/api/v1/repositories/mp/artifacts/killed.bin/content`, {
+      headers: bearer(key),
+    });
+    expect(sha256(got.body)).toBe(sha256(file));
+  }, 120_000);
+
+  it('two workers: one completes, the other stays standby and takes over when the first stops', async () => {
+    const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_EMBEDDED_WORKER: '0' };
+    const writer = await startGateway({ env });
+    const workerEnv = { ARKVORY_DATABASE_URL: db.url, ARKVORY_ROLE: 'worker' };
+    const first = await startGateway({ env: workerEnv, dataDir: writer.dataDir });
+    await waitForLog(first, 'worker.active');
+    const second = await startGateway({ env: workerEnv, dataDir: writer.dataDir });
+    await waitForLog(second, 'worker.standby');
+    const one = await uploadInParts(writer, 'first.bin', [randomContent(3000), randomContent(5000)]);
+    expect((await waitForState(writer, one, ['done', 'failed'])).state).toBe('done');
+    // The worker logs after it commits the state the writer reports, so wait for the line.
+    await waitForLog(first, 'upload.completed');
+    expect(second.logs()).not.toContain('upload.completed');
+    expect(second.logLines().filter((l) => l.event === 'worker.standby')).toHaveLength(1);
+    expect(await first.stop('SIGTERM')).toBe(0);
+    const stoppedAt = Date.now();
+    await waitForLog(second, 'worker.active', 15_000);
+    // Spec: the standby "tries to take the lock every 5 seconds": it took over on one of its 5 s
+    // attempts (counted from its standby line), the first one after the active worker stopped.
+    const at = (event: string) => Date.parse(String(second.logLines().find((l) => l.event === event)!.time));
+    const sinceStandby = at('worker.active') - at('worker.standby');
+    const attempts = Math.round(sinceStandby / 5000);
+    expect(attempts).toBeGreaterThanOrEqual(1);
+    expect(Math.abs(sinceStandby - attempts * 5000)).toBeLessThan(750);
+    expect(at('worker.active') - stoppedAt).toBeLessThan(5750);
+    const two = await uploadInParts(writer, 'second.bin', [randomContent(4000)]);
+    expect((await waitForState(writer, two, ['done', 'failed'])).state).toBe('done');
+    await waitForLog(second, 'upload.completed');
+  }, 120_000);
+});
+
+async function waitForLog(gw: GatewayProcess, text: string, timeoutMs = 15_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!gw.logs().includes(text)) {
+    if (Date.now() > deadline) throw new Error(`no "${text}" in the log:\n${gw.logs()}`);
+    await sleep(50);
+  }
+}

@@ -1,0 +1,67 @@
+import { createCatalog } from '../../storage-adapter/catalog.ts';
+import type { Store } from '../../storage-adapter/store.ts';
+import { UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
+import { CompletionWorker } from './completion-worker.ts';
+import type { Gate, Route } from '../server/http-server.ts';
+import { healthRoutes } from '../server/health-routes.ts';
+import { multipartRoutes } from './multipart-routes.ts';
+import type { ContentMeters } from '../content/content-routes.ts';
+import type { Services } from '../server/services.ts';
+import { openStore } from '../content/storage.ts';
+
+function startWorker(services: Services, store: Store, sessions: UploadSessions): CompletionWorker {
+  const worker = new CompletionWorker({
+    pool: services.pool,
+    databaseUrl: services.databaseUrl,
+    store,
+    catalog: createCatalog(services.pool),
+    sessions,
+    log: services.log.child({ component: 'worker' }),
+    // The coordinator of this process already holds the shared maintenance barrier.
+    holdMaintenanceBarrier: false,
+  });
+  // An assembly already running may finish during the shutdown grace; otherwise it is retried.
+  services.onClose.push(() => worker.stop(services.config.shutdownTimeoutMs));
+  services.readiness.push(() => ({ worker: { active: worker.isActive } }));
+  return worker;
+}
+
+/**
+ * Multipart routes for the writer (readers get none: every mutating method is read_only there), and
+ * the completion worker inside the writer when ARKVORY_EMBEDDED_WORKER=1.
+ */
+export async function startMultipart(
+  services: Services,
+  store: Store,
+  meters: ContentMeters,
+): Promise<{ routes: Route[] }> {
+  if (services.config.role !== 'api') return { routes: [] };
+  const sessions = new UploadSessions({
+    pool: services.pool,
+    parts: store.parts,
+    ttlSeconds: services.config.uploadSessionTtlSeconds,
+  });
+  if (services.config.embeddedWorker) await startWorker(services, store, sessions).start();
+  return {
+    routes: multipartRoutes({
+      sessions,
+      maxPartBytes: services.config.maxUploadBytes,
+      writable: store.writable,
+      meters,
+    }),
+  };
+}
+
+/** `ARKVORY_ROLE=worker`: the completion worker and the health routes, nothing else. */
+export async function buildWorkerApp(services: Services): Promise<{ routes: Route[]; gates: Gate[] }> {
+  const store = await openStore(services.config, 'worker', services.pool);
+  services.onClose.push(() => store.close());
+  const sessions = new UploadSessions({
+    pool: services.pool,
+    parts: store.parts,
+    ttlSeconds: services.config.uploadSessionTtlSeconds,
+  });
+  await startWorker(services, store, sessions).start();
+  // No auth gate runs here, so only the public health routes are served.
+  return { routes: healthRoutes(services).filter((r) => r.access === 'public'), gates: [] };
+}

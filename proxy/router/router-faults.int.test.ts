@@ -1,0 +1,293 @@
+/**
+ * Router edge cases against real in-test HTTP servers standing in for gateways (static
+ * ARKVORY_ROUTER_BACKENDS, writer first): headers both ways, redirects passed through, a body cut
+ * upstream is cut for the client, a client that leaves aborts the upstream request, one retry
+ * before the response, 502/504 codes.
+ */
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { request } from '../../test/support/content.ts';
+import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+
+interface Upstream {
+  url: string;
+  server: http.Server;
+  seen: Array<{ method: string; url: string; headers: http.IncomingHttpHeaders }>;
+  /** Resolves when the upstream saw the request for `path` end without completing. */
+  aborted: Map<string, Promise<void>>;
+}
+
+type Behaviour = (req: http.IncomingMessage, res: http.ServerResponse, up: Upstream) => void;
+
+async function startUpstream(name: string, behave: Behaviour): Promise<Upstream> {
+  const up: Upstream = { url: '', server: undefined as unknown as http.Server, seen: [], aborted: new Map() };
+  up.server = http.createServer((req, res) => {
+    if (req.url === '/health/status') {
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{"status":"serving"}');
+      return;
+    }
+    up.seen.push({ method: req.method!, url: req.url!, headers: req.headers });
+    res.setHeader('x-upstream', name);
+    behave(req, res, up);
+  });
+  await new Promise<void>((resolve) => up.server.listen(0, '127.0.0.1', resolve));
+  up.url = `http://127.0.0.1:${(up.server.address() as AddressInfo).port}`;
+  return up;
+}
+
+function watchAbort(up: Upstream, req: http.IncomingMessage, res: http.ServerResponse): void {
+  up.aborted.set(
+    req.url!,
+    new Promise<void>((resolve) => res.on('close', () => (res.writableFinished ? undefined : resolve()))),
+  );
+}
+
+const payload = Buffer.alloc(1024 * 1024, 7);
+const FLOOD_BYTES = 128 * 1024 * 1024;
+const flood = { written: 0, lastProgressAt: 0 };
+
+/** Writer: echoes, redirects, cuts bodies, hangs, streams forever, drops uploads — by path. */
+const writerBehaviour: Behaviour = (req, res, up) => {
+  const path = req.url!.split('?')[0]!;
+  if (path.endsWith('/redirect/content') || path === '/redirect') {
+    res.writeHead(302, { location: 'https://elsewhere.example/file?x=1' }).end();
+  } else if (path.endsWith('/cut/content')) {
+    res.writeHead(200, { 'content-length': String(payload.length) });
+    res.write(payload.subarray(0, 100_000), () => setTimeout(() => req.socket.destroy(), 50));
+  } else if (path.endsWith('/endless/content')) {
+    watchAbort(up, req, res);
+    res.writeHead(200, { 'content-type': 'application/octet-stream' });
+    const timer = setInterval(() => res.write(Buffer.alloc(16 * 1024)), 20);
+    res.on('close', () => clearInterval(timer));
+  } else if (path.endsWith('/flood/content')) {
+    // Writes FLOOD_BYTES as fast as the router takes them, honouring backpressure.
+    const chunk = Buffer.alloc(256 * 1024, 1);
+    res.writeHead(200, { 'content-length': String(FLOOD_BYTES) });
+    flood.written = 0;
+    flood.lastProgressAt = performance.now();
+    const pump = () => {
+      while (flood.written < FLOOD_BYTES) {
+        flood.written += chunk.length;
+        flood.lastProgressAt = performance.now();
+        if (!res.write(chunk)) return void res.once('drain', pump);
+      }
+      res.end();
+    };
+    pump();
+  } else if (path === '/hang') {
+    // Never answers.
+  } else if (req.method === 'PUT' && path.endsWith('/drop')) {
+    req.socket.destroy();
+  } else if (req.method === 'PUT') {
+    watchAbort(up, req, res);
+    let bytes = 0;
+    req.on('data', (c: Buffer) => (bytes += c.length));
+    req.on('end', () => res.writeHead(201, { 'content-type': 'application/json' }).end(JSON.stringify({ bytes })));
+  } else {
+    res
+      .writeHead(206, {
+        etag: '"abc"',
+        'content-range': 'bytes 0-4/10',
+        'content-length': '5',
+        'accept-ranges': 'bytes',
+        connection: 'keep-alive, x-upstream-hop',
+        'x-upstream-hop': 'secret',
+      })
+      .end('hello');
+  }
+};
+
+let writer: Upstream;
+let flaky: Upstream;
+let router: GatewayProcess;
+
+beforeAll(async () => {
+  writer = await startUpstream('writer', writerBehaviour);
+  // A "reader" that passes probes but resets every proxied connection before answering.
+  flaky = await startUpstream('flaky', (req) => req.socket.destroy());
+  router = await startGateway({
+    env: {
+      ARKVORY_ROLE: 'router',
+      ARKVORY_ROUTER_BACKENDS: `${writer.url},${flaky.url}`,
+      ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: '60000',
+      ARKVORY_ROUTER_IDLE_TIMEOUT_SECONDS: '1',
+    },
+    timeoutMs: 90_000,
+  });
+}, 120_000);
+
+afterAll(async () => {
+  await router?.stop('SIGTERM');
+  for (const up of [writer, flaky]) {
+    up?.server.closeAllConnections();
+    await new Promise((r) => up?.server.close(r));
+  }
+});
+
+const contentPath = (name: string) => `/api/v1/repositories/r/artifacts/${name}/content`;
+
+describe('router edges with stand-in gateways', () => {
+  it('preserves end-to-end headers both ways, replaces planted forwarding headers and drops hop-by-hop ones', async () => {
+    const res = await request(`${router.url}/api/v1/repositories/r/artifacts/a`, {
+      headers: {
+        authorization: 'Bearer ark_k_s',
+        range: 'bytes=0-4',
+        'if-range': '"abc"',
+        'if-none-match': '"zzz"',
+        connection: 'keep-alive, x-client-hop',
+        'x-client-hop': '1',
+        'x-forwarded-for': '6.6.6.6',
+        forwarded: 'for=6.6.6.6',
+        'x-request-id': 'trace-1',
+      },
+    });
+    expect(res.status).toBe(206);
+    expect(res.body.toString()).toBe('hello');
+    expect(res.headers).toMatchObject({
+      etag: '"abc"',
+      'content-range': 'bytes 0-4/10',
+      'content-length': '5',
+      'accept-ranges': 'bytes',
+      'x-upstream': 'writer',
+      'x-request-id': 'trace-1',
+    });
+    expect(res.headers['x-upstream-hop']).toBeUndefined();
+    const seen = writer.seen.at(-1)!.headers;
+    expect(seen).toMatchObject({
+      authorization: 'Bearer ark_k_s',
+      range: 'bytes=0-4',
+      'if-range': '"abc"',
+      'if-none-match': '"zzz"',
+      'x-forwarded-for': '127.0.0.1',
+      'x-forwarded-proto': 'http',
+      'x-request-id': 'trace-1',
+    });
+    expect(seen.forwarded).toMatch(/^for=127\.0\.0\.1;proto=http;host=/);
+    expect(seen['x-client-hop']).toBeUndefined();
+  });
+
+  it('passes a redirect through without following it', async () => {
+    const res = await request(`${router.url}/redirect`);
+    expect(res.status).toBe(302);
+    expect(res.headers.location).toBe('https://elsewhere.example/file?x=1');
+  });
+
+  it('retries a GET that fails before the response once on another gateway; reads all succeed', async () => {
+    const before = flaky.seen.length;
+    for (let i = 0; i < 4; i++) {
+      const res = await request(`${router.url}${contentPath('a')}`);
+      expect(res.status).toBe(206);
+      expect(res.headers['x-upstream']).toBe('writer');
+    }
+    // The flaky gateway was tried (and then left the pool until its next passing probe).
+    expect(flaky.seen.length - before).toBeGreaterThanOrEqual(1);
+  });
+
+  it('answers 502 upstream_unreachable to a write whose connection is reset, without a retry', async () => {
+    const before = writer.seen.filter((s) => s.method === 'PUT').length;
+    const res = await request(`${router.url}/api/v1/repositories/r/artifacts/drop`, {
+      method: 'PUT',
+      body: Buffer.from('data'),
+    });
+    expect(res.status).toBe(502);
+    expect(JSON.parse(res.body.toString()).code).toBe('upstream_unreachable');
+    expect(writer.seen.filter((s) => s.method === 'PUT').length - before).toBe(1);
+  });
+
+  it('answers 504 upstream_timeout when the gateway stays silent past the idle timeout', async () => {
+    const started = performance.now();
+    const res = await request(`${router.url}/hang`);
+    expect(res.status).toBe(504);
+    expect(JSON.parse(res.body.toString()).code).toBe('upstream_timeout');
+    expect(performance.now() - started).toBeGreaterThan(900);
+  });
+
+  it('destroys the client response when the upstream body is cut (never a short body that looks complete)', async () => {
+    const outcome = await new Promise<{ complete: boolean; bytes: number }>((resolve) => {
+      http.get(`${router.url}${contentPath('cut')}`, { agent: false }, (res) => {
+        let bytes = 0;
+        res.on('data', (c: Buffer) => (bytes += c.length));
+        res.on('error', () => {});
+        res.on('close', () => resolve({ complete: res.complete, bytes }));
+      });
+    });
+    expect(outcome.complete).toBe(false);
+    expect(outcome.bytes).toBeLessThan(payload.length);
+  });
+
+  it('streams with backpressure: a client that stops reading stalls the gateway instead of filling the router', async () => {
+    let res!: http.IncomingMessage;
+    let received = 0;
+    await new Promise<void>((resolve) => {
+      http.get(`${router.url}${contentPath('flood')}`, { agent: false }, (r) => {
+        res = r;
+        r.once('data', (c: Buffer) => {
+          received += c.length;
+          r.pause();
+          resolve();
+        });
+      });
+    });
+    // Wait until the gateway's writes have made no progress for 700 ms, or it finished.
+    const deadline = performance.now() + 30_000;
+    while (
+      performance.now() - flood.lastProgressAt < 700 &&
+      flood.written < FLOOD_BYTES &&
+      performance.now() < deadline
+    )
+      await new Promise((r) => setTimeout(r, 50));
+    const writtenWhilePaused = flood.written;
+    // Only socket buffers sit between a paused client and the gateway: far less than the body.
+    expect(writtenWhilePaused).toBeLessThan(FLOOD_BYTES / 2);
+    res.on('data', (c: Buffer) => (received += c.length));
+    const ended = new Promise<void>((resolve) => res.on('end', () => resolve()));
+    res.resume();
+    await ended;
+    expect(received).toBe(FLOOD_BYTES);
+    expect(flood.written).toBe(FLOOD_BYTES);
+  }, 60_000);
+
+  it('aborts the upstream download when the client goes away', async () => {
+    await new Promise<void>((resolve) => {
+      const req = http.get(`${router.url}${contentPath('endless')}`, { agent: false }, (res) => {
+        res.once('data', () => {
+          req.destroy();
+          resolve();
+        });
+      });
+    });
+    await expect(writer.aborted.get(contentPath('endless'))).resolves.toBeUndefined();
+  });
+
+  it('aborts the upstream upload when the client goes away mid-body', async () => {
+    const path = '/api/v1/repositories/r/artifacts/slow';
+    const req = http.request(`${router.url}${path}`, {
+      method: 'PUT',
+      agent: false,
+      headers: { 'content-length': String(10 * 1024 * 1024) },
+    });
+    req.on('error', () => {});
+    req.write(Buffer.alloc(64 * 1024));
+    await new Promise<void>((resolve, reject) => {
+      const deadline = setTimeout(() => reject(new Error('upload never reached the upstream')), 5000);
+      const poll = setInterval(() => {
+        if (writer.aborted.has(path)) {
+          clearInterval(poll);
+          clearTimeout(deadline);
+          resolve();
+        }
+      }, 10);
+    });
+    req.destroy();
+    await expect(writer.aborted.get(path)).resolves.toBeUndefined();
+  });
+
+  it('reports its pool on /health/status without addresses', async () => {
+    const res = await request(`${router.url}/health/status`);
+    expect(res.status).toBe(200);
+    const body = JSON.parse(res.body.toString());
+    expect(body).toMatchObject({ status: 'serving', role: 'router', writer: true, backends: { total: 2 } });
+    expect(res.body.toString()).not.toContain('127.0.0.1');
+  });
+});

@@ -1,0 +1,192 @@
+/**
+ * The shipped deploy/nginx/arkvory.conf in front of a real writer and reader (shared profile):
+ * real nginx (Debian package nginx-light or nginx) with only the addresses and the port replaced.
+ * Checks write routing, read spreading and Range. Needs `nginx` on PATH (or /usr/sbin/nginx).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { freeLoopbackPort } from '../server/embedded-database.ts';
+import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { parseMultipart, randomContent, request, sha256 } from '../../test/support/content.ts';
+import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
+import { makeTempDir, ROOT, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+
+const MiB = 1024 * 1024;
+const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
+const CONTENT_ROUTE = '/api/v1/repositories/:repo/artifacts/:id/content';
+
+let db: TestDatabase & { drop(): Promise<void> };
+let writer: GatewayProcess;
+let reader: GatewayProcess;
+let nginx: ChildProcess | undefined;
+let nginxUrl: string;
+let key: string;
+let writeKey: string;
+const file = randomContent(2 * MiB + 99);
+const filePath = '/api/v1/repositories/shared/artifacts/n.bin/content';
+
+function contentReads(gw: GatewayProcess): number {
+  return gw.logLines().filter((l) => l.msg === 'request' && l.route === CONTENT_ROUTE && l.method === 'GET').length;
+}
+
+/** The shipped example with the example addresses and listen port replaced; nothing else changes. */
+async function nginxConfigFor(writerAddress: string, readerAddresses: string[], port: number): Promise<string> {
+  const example = await readFile(path.join(ROOT, 'deploy/nginx/arkvory.conf'), 'utf8');
+  const readers = ['10.0.0.11:8080', '10.0.0.12:8080'];
+  let text = example.replaceAll('10.0.0.10:8080', writerAddress).replace('listen 80;', `listen 127.0.0.1:${port};`);
+  readers.forEach((example, i) => {
+    const address = readerAddresses[i];
+    text = address
+      ? text.replace(example, address)
+      : text.replace(new RegExp(`\\n\\s*server ${example.replace(/\./g, '\\.')}[^\\n]*`), '');
+  });
+  return text;
+}
+
+beforeAll(async () => {
+  if (!NGINX) throw new Error('nginx is not installed; on Debian: apt-get install -y nginx-light');
+  db = await createTestDatabase();
+  const dataDir = await makeTempDir();
+  await createRepository(db.pool, 'shared');
+  ({ key } = await createServiceAccount(db.pool, { scopes: ['read'], grants: { shared: 'read' } }));
+  ({ key: writeKey } = await createServiceAccount(db.pool, { scopes: ['read', 'write'], grants: { shared: 'write' } }));
+  const shared = (role: string, slot: number) => ({
+    ARKVORY_DATABASE_URL: db.url,
+    ARKVORY_REDIS_URL: inject('redisUrl'),
+    ARKVORY_ROLE: role,
+    ARKVORY_GATEWAY_SLOTS: '2',
+    ARKVORY_GATEWAY_SLOT: String(slot),
+    ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(512 * MiB),
+    ARKVORY_TRUSTED_PROXIES: '127.0.0.1',
+  });
+  writer = await startGateway({ env: shared('api', 0), dataDir, timeoutMs: 90_000 });
+  reader = await startGateway({ env: shared('reader', 1), dataDir, timeoutMs: 90_000 });
+
+  const dir = await makeTempDir('arkvory-nginx-');
+  await mkdir(path.join(dir, 'tmp'), { recursive: true });
+  await chmod(path.join(dir, 'tmp'), 0o777);
+  const port = await freeLoopbackPort();
+  nginxUrl = `http://127.0.0.1:${port}`;
+  const site = path.join(dir, 'arkvory.conf');
+  await writeFile(site, await nginxConfigFor(`127.0.0.1:${writer.port}`, [`127.0.0.1:${reader.port}`], port));
+  const t = path.join(dir, 'tmp');
+  await writeFile(
+    path.join(dir, 'nginx.conf'),
+    `${process.getuid?.() === 0 ? 'user root;\n' : ''}worker_processes 1;\ndaemon off;\npid ${dir}/nginx.pid;\nerror_log ${dir}/error.log warn;\nevents { worker_connections 256; }\nhttp {\n  access_log ${dir}/access.log;\n  client_body_temp_path ${t}/body; proxy_temp_path ${t}/proxy; fastcgi_temp_path ${t}/fastcgi; uwsgi_temp_path ${t}/uwsgi; scgi_temp_path ${t}/scgi;\n  include ${site};\n}\n`,
+  );
+  nginx = spawn(NGINX, ['-p', dir, '-c', path.join(dir, 'nginx.conf')], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  nginx.stderr!.on('data', (d: Buffer) => (output += d.toString()));
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    try {
+      await request(`${nginxUrl}/health/live`);
+      break;
+    } catch {
+      if (Date.now() > deadline || nginx.exitCode !== null) throw new Error(`nginx did not start: ${output}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+}, 300_000);
+
+afterAll(async () => {
+  if (nginx && nginx.exitCode === null) {
+    const exited = new Promise((r) => nginx!.once('exit', r));
+    nginx.kill('SIGQUIT');
+    await exited;
+  }
+  await Promise.all([writer, reader].filter(Boolean).map((g) => g.stop('SIGTERM')));
+  await db?.drop();
+});
+
+describe('deploy/nginx/arkvory.conf with real nginx', () => {
+  it('sends uploads and other writes to the writer only', async () => {
+    const put = await request(`${nginxUrl}/api/v1/repositories/shared/artifacts/n.bin`, {
+      method: 'PUT',
+      headers: { ...bearer(writeKey), 'content-type': 'application/octet-stream' },
+      body: file,
+    });
+    expect(put.status).toBe(201);
+    const put2 = await request(`${nginxUrl}/api/v1/repositories/shared/artifacts/gone.bin`, {
+      method: 'PUT',
+      headers: bearer(writeKey),
+      body: Buffer.from('x'),
+    });
+    expect(put2.status).toBe(201);
+    const del = await request(`${nginxUrl}/api/v1/repositories/shared/artifacts/gone.bin`, {
+      method: 'DELETE',
+      headers: bearer(writeKey),
+    });
+    expect(del.status).toBeLessThan(300);
+    const writes = () =>
+      writer
+        .logLines()
+        .filter((l) => l.msg === 'request' && (l.method === 'PUT' || l.method === 'DELETE'))
+        .map((l) => l.status);
+    // A gateway logs a request when it has ended; the last line may trail the response.
+    for (let i = 0; i < 100 && writes().length < 3; i++) await new Promise((r) => setTimeout(r, 25));
+    expect(writes()).toEqual([201, 201, del.status]);
+    expect(reader.logLines().filter((l) => l.msg === 'request' && l.method !== 'GET' && l.method !== 'HEAD')).toEqual(
+      [],
+    );
+  });
+
+  it('spreads content reads over the writer and the reader, byte-exact with Range', async () => {
+    const before = [writer, reader].map(contentReads);
+    for (let i = 0; i < 6; i++) {
+      const start = i * 1000;
+      const res = await request(`${nginxUrl}${filePath}`, {
+        headers: { ...bearer(key), range: `bytes=${start}-${start + 999}` },
+      });
+      expect(res.status).toBe(206);
+      expect(res.headers['content-range']).toBe(`bytes ${start}-${start + 999}/${file.length}`);
+      expect(res.body.equals(file.subarray(start, start + 1000))).toBe(true);
+    }
+    const deadline = Date.now() + 5000;
+    let counts = [0, 0];
+    while (Date.now() < deadline) {
+      counts = [writer, reader].map((g, i) => contentReads(g) - before[i]!);
+      if (counts[0]! + counts[1]! === 6) break;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    expect(counts[0]! + counts[1]!).toBe(6);
+    expect(counts[0]).toBeGreaterThan(0);
+    expect(counts[1]).toBeGreaterThan(0);
+    const full = await request(`${nginxUrl}${filePath}`, { headers: bearer(key) });
+    expect(full.status).toBe(200);
+    expect(sha256(full.body)).toBe(sha256(file));
+    const suffix = await request(`${nginxUrl}${filePath}`, { headers: { ...bearer(key), range: 'bytes=-100' } });
+    expect(suffix.body.equals(file.subarray(file.length - 100))).toBe(true);
+    const multi = await request(`${nginxUrl}${filePath}`, {
+      headers: { ...bearer(key), range: 'bytes=0-9,500000-500009' },
+    });
+    expect(multi.status).toBe(206);
+    expect(parseMultipart(multi.body, multi.headers['content-type']!).map((p) => p.data)).toEqual([
+      file.subarray(0, 10),
+      file.subarray(500000, 500010),
+    ]);
+    const ifRange = await request(`${nginxUrl}${filePath}`, {
+      headers: { ...bearer(key), range: 'bytes=0-9', 'if-range': full.headers.etag! },
+    });
+    expect(ifRange.status).toBe(206);
+  });
+
+  it('keeps metadata and listing requests on the writer', async () => {
+    const metadataReads = (gw: GatewayProcess) =>
+      gw
+        .logLines()
+        .filter(
+          (l) => l.msg === 'request' && l.method === 'GET' && l.route === '/api/v1/repositories/:repo/artifacts/:id',
+        ).length;
+    for (let i = 0; i < 3; i++)
+      expect(
+        (await request(`${nginxUrl}/api/v1/repositories/shared/artifacts/n.bin`, { headers: bearer(key) })).status,
+      ).toBe(200);
+    for (let i = 0; i < 100 && metadataReads(writer) < 3; i++) await new Promise((r) => setTimeout(r, 25));
+    expect(metadataReads(writer)).toBe(3);
+    expect(metadataReads(reader)).toBe(0);
+  });
+});

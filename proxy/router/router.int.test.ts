@@ -1,0 +1,384 @@
+/**
+ * The router role with real processes: one writer and two readers in the shared profile, each
+ * advertising its URL with its lease, and one router discovering them from the lease table.
+ * The last two tests are destructive (kill -9 of a reader, stop of the writer) and run last.
+ */
+import { writeFile } from 'node:fs/promises';
+import http from 'node:http';
+import path from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { freeLoopbackPort } from '../server/embedded-database.ts';
+import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { parseMultipart, randomContent, request, sha256 } from '../../test/support/content.ts';
+import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
+import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+
+const MiB = 1024 * 1024;
+const SLOTS = 3;
+/** Each gateway serves 1 MiB/s, so a 4 MiB read lasts ~4 s: long enough to kill its reader mid-body. */
+const RATE = SLOTS * MiB;
+const PROBE_MS = 500;
+const CONTENT_ROUTE = '/api/v1/repositories/:repo/artifacts/:id/content';
+
+let db: TestDatabase & { drop(): Promise<void> };
+let writer: GatewayProcess;
+let readers: GatewayProcess[];
+let router: GatewayProcess;
+let key: string;
+let writeKey: string;
+const file = randomContent(4 * MiB + 4321);
+const filePath = '/api/v1/repositories/shared/artifacts/big.bin/content';
+
+async function gatewayEnv(
+  role: 'api' | 'reader',
+  slot: number,
+  rulesFile: string,
+  prefix: string,
+): Promise<Record<string, string>> {
+  const port = await freeLoopbackPort();
+  return {
+    ARKVORY_PORT: String(port),
+    ARKVORY_ADVERTISE_URL: `http://127.0.0.1:${port}`,
+    ARKVORY_DATABASE_URL: db.url,
+    ARKVORY_REDIS_URL: inject('redisUrl'),
+    ARKVORY_REDIS_KEY_PREFIX: prefix,
+    ARKVORY_RATE_LIMITS_FILE: rulesFile,
+    ARKVORY_ROLE: role,
+    ARKVORY_GATEWAY_SLOTS: String(SLOTS),
+    ARKVORY_GATEWAY_SLOT: String(slot),
+    ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(RATE),
+  };
+}
+
+function routerStatus(): Promise<{
+  status: number;
+  body: { backends: { total: number; healthy: number }; writer: boolean };
+}> {
+  return request(`${router.url}/health/status`).then((r) => ({
+    status: r.status,
+    body: JSON.parse(r.body.toString()),
+  }));
+}
+
+async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs: number): Promise<T> {
+  const deadline = performance.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined) return value;
+    if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+interface Download {
+  status: Promise<number>;
+  received: () => number;
+  /** Resolves with the bytes and whether the body ended cleanly. */
+  done: Promise<{ body: Buffer; complete: boolean }>;
+}
+
+function startDownload(url: string, headers: Record<string, string>): Download {
+  const chunks: Buffer[] = [];
+  let received = 0;
+  let resolveStatus!: (s: number) => void;
+  const status = new Promise<number>((r) => (resolveStatus = r));
+  const done = new Promise<{ body: Buffer; complete: boolean }>((resolve, reject) => {
+    const req = http.get(url, { headers, agent: false }, (res) => {
+      resolveStatus(res.statusCode ?? 0);
+      res.on('data', (c: Buffer) => {
+        chunks.push(c);
+        received += c.length;
+      });
+      res.on('error', () => {});
+      res.on('close', () => resolve({ body: Buffer.concat(chunks), complete: res.complete }));
+    });
+    req.on('error', (err) => (received === 0 ? reject(err) : undefined));
+  });
+  return { status, received: () => received, done };
+}
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  const dataDir = await makeTempDir();
+  await createRepository(db.pool, 'shared');
+  await createRepository(db.pool, 'limited');
+  ({ key } = await createServiceAccount(db.pool, { scopes: ['read'], grants: { shared: 'read', limited: 'read' } }));
+  ({ key: writeKey } = await createServiceAccount(db.pool, { scopes: ['read', 'write'], grants: { shared: 'write' } }));
+  const rules = path.join(dataDir, '..', `router-rules-${randomBytes(4).toString('hex')}.yaml`);
+  await writeFile(
+    rules,
+    'rate_limits:\n  gateway_request:\n    - name: one_read_of_limited\n      action: limit\n      characteristics: [principal]\n      limit: 1\n      period_s: 600\n      match:\n        repository: limited\n',
+  );
+  const prefix = `arkvory-test-router-${randomBytes(4).toString('hex')}:`;
+  writer = await startGateway({ env: await gatewayEnv('api', 0, rules, prefix), dataDir, timeoutMs: 90_000 });
+  const seeded = await request(`${writer.url}/api/v1/repositories/shared/artifacts/big.bin`, {
+    method: 'PUT',
+    headers: { ...bearer(writeKey), 'content-type': 'application/octet-stream' },
+    body: file,
+  });
+  expect(seeded.status).toBe(201);
+  readers = await Promise.all(
+    [1, 2].map(async (slot) =>
+      startGateway({ env: await gatewayEnv('reader', slot, rules, prefix), dataDir, timeoutMs: 90_000 }),
+    ),
+  );
+  router = await startGateway({
+    env: {
+      ARKVORY_ROLE: 'router',
+      ARKVORY_DATABASE_URL: db.url,
+      ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: String(PROBE_MS),
+      ARKVORY_ROUTER_CONNECT_TIMEOUT_MILLISECONDS: '1000',
+    },
+    timeoutMs: 90_000,
+  });
+  await waitFor(
+    'three healthy gateways behind the router',
+    async () => ((await routerStatus()).body.backends.healthy === 3 ? true : undefined),
+    10_000,
+  );
+}, 300_000);
+
+afterAll(async () => {
+  await Promise.all([router, writer, ...(readers ?? [])].filter(Boolean).map((g) => g.stop('SIGTERM')));
+  await db?.drop();
+});
+
+describe('router: one writer, two readers', () => {
+  it('sends an upload through the router to the writer only, streamed, and it is readable from every gateway', async () => {
+    const before = [writer, ...readers].map((g) => g.logLines().filter((l) => l.method === 'PUT').length);
+    async function* body() {
+      for (let offset = 0; offset < file.length; offset += 256 * 1024) yield file.subarray(offset, offset + 256 * 1024);
+    }
+    const put = await request(`${router.url}/api/v1/repositories/shared/artifacts/uploaded.bin`, {
+      method: 'PUT',
+      headers: { ...bearer(writeKey), 'content-type': 'application/octet-stream' },
+      body: body(),
+    });
+    expect(put.status).toBe(201);
+    // A gateway logs a request when its response ends, a moment after the client has the answer.
+    const after = await waitFor(
+      'the writer to log the PUT',
+      async () => {
+        const now = [writer, ...readers].map((g) => g.logLines().filter((l) => l.method === 'PUT').length);
+        return now[0]! > before[0]! ? now : undefined;
+      },
+      5000,
+    );
+    expect(after[0]! - before[0]!).toBe(1);
+    expect(after.slice(1)).toEqual(before.slice(1));
+    expect(writer.logLines().some((l) => l.method === 'PUT' && l.status === 201)).toBe(true);
+    for (const gw of [writer, ...readers]) {
+      const direct = await request(`${gw.url}/api/v1/repositories/shared/artifacts/uploaded.bin/content`, {
+        headers: { ...bearer(key), range: 'bytes=0-15' },
+      });
+      expect(direct.body.equals(file.subarray(0, 16))).toBe(true);
+    }
+  });
+
+  it('answers reads byte-exactly with every Range form, preserving ETag, Content-Range and conditionals', async () => {
+    const full = await request(`${router.url}${filePath}`, { headers: bearer(key) });
+    expect(full.status).toBe(200);
+    expect(sha256(full.body)).toBe(sha256(file));
+    expect(full.headers['content-length']).toBe(String(file.length));
+    expect(full.headers['accept-ranges']).toBe('bytes');
+    const etag = full.headers.etag!;
+    expect(etag).toMatch(/^"/);
+    const size = file.length;
+    const cases: Array<[string, number, number]> = [
+      ['bytes=0-0', 0, 1],
+      ['bytes=1000-1999', 1000, 2000],
+      [`bytes=${size - 777}-`, size - 777, size],
+      ['bytes=-4096', size - 4096, size],
+      [`bytes=${size - 10}-${size + 100}`, size - 10, size],
+    ];
+    for (const [range, start, end] of cases) {
+      const res = await request(`${router.url}${filePath}`, { headers: { ...bearer(key), range } });
+      expect(res.status, range).toBe(206);
+      expect(res.headers['content-range'], range).toBe(`bytes ${start}-${end - 1}/${size}`);
+      expect(res.headers['content-length'], range).toBe(String(end - start));
+      expect(res.body.equals(file.subarray(start, end)), range).toBe(true);
+    }
+    const multi = await request(`${router.url}${filePath}`, {
+      headers: { ...bearer(key), range: 'bytes=0-9,100-199,-5' },
+    });
+    expect(multi.status).toBe(206);
+    const parts = parseMultipart(multi.body, multi.headers['content-type']!);
+    expect(parts.map((p) => p.data)).toEqual([file.subarray(0, 10), file.subarray(100, 200), file.subarray(size - 5)]);
+    const ifRangeMatch = await request(`${router.url}${filePath}`, {
+      headers: { ...bearer(key), range: 'bytes=5-9', 'if-range': etag },
+    });
+    expect(ifRangeMatch.status).toBe(206);
+    expect(ifRangeMatch.body.equals(file.subarray(5, 10))).toBe(true);
+    const ifRangeStale = await request(`${router.url}${filePath}`, {
+      headers: { ...bearer(key), range: 'bytes=5-9', 'if-range': '"stale"' },
+    });
+    expect(ifRangeStale.status).toBe(200);
+    expect(ifRangeStale.body.length).toBe(size);
+    const notModified = await request(`${router.url}${filePath}`, {
+      headers: { ...bearer(key), 'if-none-match': etag },
+    });
+    expect(notModified.status).toBe(304);
+    expect(notModified.body.length).toBe(0);
+    const unsatisfiable = await request(`${router.url}${filePath}`, {
+      headers: { ...bearer(key), range: `bytes=${size}-` },
+    });
+    expect(unsatisfiable.status).toBe(416);
+    expect(unsatisfiable.headers['content-range']).toBe(`bytes */${size}`);
+    const head = await request(`${router.url}${filePath}`, { method: 'HEAD', headers: bearer(key) });
+    expect(head.status).toBe(200);
+    expect(head.headers['content-length']).toBe(String(size));
+    expect(head.headers.etag).toBe(etag);
+    expect(head.body.length).toBe(0);
+    const noKey = await request(`${router.url}${filePath}`);
+    expect(noKey.status).toBe(401);
+  });
+
+  it('spreads content reads over all three gateways (counted from their request logs)', async () => {
+    // The router forwards the client's x-request-id; each gateway logs it with the request.
+    const tag = `spread-${randomBytes(3).toString('hex')}-`;
+    const tagged = (gw: GatewayProcess) =>
+      gw.logLines().filter((l) => l.msg === 'request' && l.route === CONTENT_ROUTE && String(l.reqId).startsWith(tag))
+        .length;
+    for (let i = 0; i < 9; i++) {
+      const res = await request(`${router.url}${filePath}`, {
+        headers: { ...bearer(key), range: `bytes=${i * 100}-${i * 100 + 99}`, 'x-request-id': `${tag}${i}` },
+      });
+      expect(res.status).toBe(206);
+      expect(res.headers['x-request-id']).toBe(`${tag}${i}`);
+      expect(res.body.equals(file.subarray(i * 100, i * 100 + 100))).toBe(true);
+    }
+    // A gateway logs a request when it ends; give the last line a moment to arrive.
+    const counts = await waitFor(
+      'nine logged reads',
+      async () => {
+        const now = [writer, ...readers].map(tagged);
+        return now.reduce((a, b) => a + b, 0) === 9 ? now : undefined;
+      },
+      5000,
+    );
+    expect(counts).toEqual([3, 3, 3]);
+    // Each warning is an Error, a stack and a stderr write per proxied response: it once cost more CPU than the proxying.
+    expect(router.logs()).not.toContain('MaxListenersExceededWarning');
+  });
+
+  it('passes a 405 and a 429 through unchanged', async () => {
+    const methodPath = '/api/v1/repositories/shared/artifacts/big.bin/content';
+    const viaRouter = await request(`${router.url}${methodPath}`, {
+      method: 'PATCH',
+      headers: bearer(writeKey),
+      body: Buffer.from('x'),
+    });
+    const direct = await request(`${writer.url}${methodPath}`, {
+      method: 'PATCH',
+      headers: bearer(writeKey),
+      body: Buffer.from('x'),
+    });
+    expect(viaRouter.status).toBe(405);
+    expect(viaRouter.headers.allow).toBe(direct.headers.allow);
+    expect(viaRouter.body.toString()).toBe(direct.body.toString());
+    const limitedPath = '/api/v1/repositories/limited/artifacts/none/content';
+    const first = await request(`${router.url}${limitedPath}`, { headers: bearer(key) });
+    expect(first.status).toBe(404);
+    const limited = await request(`${router.url}${limitedPath}`, { headers: bearer(key) });
+    expect(limited.status).toBe(429);
+    expect(JSON.parse(limited.body.toString()).code).toBe('rate_limited');
+    expect(Number(limited.headers['retry-after'])).toBeGreaterThan(0);
+    const limitedDirect = await request(`${readers[0]!.url}${limitedPath}`, { headers: bearer(key) });
+    expect(limitedDirect.status).toBe(429);
+    for (const name of ['ratelimit-policy', 'content-type'])
+      expect(limited.headers[name], name).toBe(limitedDirect.headers[name]);
+    expect(JSON.parse(limited.body.toString())).toEqual(JSON.parse(limitedDirect.body.toString()));
+  });
+
+  it('drops a hung gateway from the pool within 2 probe intervals and takes it back when it answers again', async () => {
+    const victim = readers[1]!;
+    expect((await routerStatus()).body.backends.healthy).toBe(3);
+    victim.child.kill('SIGSTOP');
+    const stoppedAt = performance.now();
+    try {
+      await waitFor(
+        'the hung reader to leave the pool',
+        async () => ((await routerStatus()).body.backends.healthy === 2 ? true : undefined),
+        10_000,
+      );
+      const leftAfterMs = performance.now() - stoppedAt;
+      // 2 intervals, plus slack for a loaded 2-core machine.
+      expect(leftAfterMs).toBeLessThan(2 * PROBE_MS + 750);
+      for (let i = 0; i < 4; i++)
+        expect(
+          (await request(`${router.url}${filePath}`, { headers: { ...bearer(key), range: 'bytes=0-99' } })).status,
+        ).toBe(206);
+    } finally {
+      victim.child.kill('SIGCONT');
+    }
+    await waitFor(
+      'the reader to return',
+      async () => ((await routerStatus()).body.backends.healthy === 3 ? true : undefined),
+      5000,
+    );
+  });
+
+  it('after kill -9 of a reader mid-body, new reads keep succeeding and the cut read resumes with Range', async () => {
+    // Three concurrent whole-file reads: least-active puts one on each gateway.
+    const downloads = [0, 1, 2].map(() => startDownload(`${router.url}${filePath}`, bearer(key)));
+    expect(await Promise.all(downloads.map((d) => d.status))).toEqual([200, 200, 200]);
+    await waitFor(
+      'every read to be under way',
+      async () => (downloads.every((d) => d.received() >= 256 * 1024) ? true : undefined),
+      10_000,
+    );
+    const victim = readers[0]!;
+    await victim.stop('SIGKILL');
+    // New reads right away, before any probe noticed: a request that lands on the dead reader is retried elsewhere.
+    for (let i = 0; i < 6; i++) {
+      const res = await request(`${router.url}${filePath}`, {
+        headers: { ...bearer(key), range: `bytes=${i}-${i + 9}` },
+      });
+      expect(res.status).toBe(206);
+      expect(res.body.equals(file.subarray(i, i + 10))).toBe(true);
+    }
+    const results = await Promise.all(downloads.map((d) => d.done));
+    const cut = results.filter((r) => !r.complete);
+    expect(cut).toHaveLength(1);
+    for (const r of results.filter((r) => r.complete)) expect(sha256(r.body)).toBe(sha256(file));
+    const partial = cut[0]!.body;
+    expect(partial.length).toBeLessThan(file.length);
+    expect(partial.equals(file.subarray(0, partial.length))).toBe(true);
+    const resumed = await request(`${router.url}${filePath}`, {
+      headers: { ...bearer(key), range: `bytes=${partial.length}-` },
+    });
+    expect(resumed.status).toBe(206);
+    expect(sha256(Buffer.concat([partial, resumed.body]))).toBe(sha256(file));
+  }, 60_000);
+
+  it('with the writer stopped, reads keep flowing and writes get 503 unavailable', async () => {
+    await writer.stop('SIGTERM');
+    const status = await waitFor(
+      'the router to see no writer',
+      async () => {
+        const s = await routerStatus();
+        return s.body.writer === false ? s : undefined;
+      },
+      2 * PROBE_MS + 2000,
+    );
+    expect(status.status).toBe(200);
+    const put = await request(`${router.url}/api/v1/repositories/shared/artifacts/new.bin`, {
+      method: 'PUT',
+      headers: bearer(writeKey),
+      body: Buffer.from('new'),
+    });
+    expect(put.status).toBe(503);
+    expect(JSON.parse(put.body.toString()).code).toBe('unavailable');
+    const del = await request(`${router.url}/api/v1/repositories/shared/artifacts/big.bin`, {
+      method: 'DELETE',
+      headers: bearer(writeKey),
+    });
+    expect(del.status).toBe(503);
+    for (let i = 0; i < 3; i++) {
+      const read = await request(`${router.url}${filePath}`, { headers: { ...bearer(key), range: 'bytes=-1000' } });
+      expect(read.status).toBe(206);
+      expect(read.body.equals(file.subarray(file.length - 1000))).toBe(true);
+    }
+  }, 60_000);
+});

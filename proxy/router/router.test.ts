@@ -1,0 +1,393 @@
+/** Pure router logic: route classes, backend selection, forwarded headers, trusted proxies, origins. */
+import { describe, expect, it } from 'vitest';
+import { BackendPool, pickLeastActive } from './backend-pool.ts';
+import { parseBackendList, parseOrigin } from './backend-url.ts';
+import { backendsFromLeases } from './discovery.ts';
+import {
+  buildUpstreamHeaders,
+  clientAddress,
+  clientAddressFrom,
+  createTrustedProxies,
+  normalizeAddress,
+  parseTrustedProxies,
+} from './forwarded.ts';
+import { responseHeadersFrom } from './proxy-handler.ts';
+import { classifyRequest, isRetryable } from './route-class.ts';
+
+describe('classifyRequest', () => {
+  const repo = '/api/v1/repositories/r';
+  it.each([
+    ['GET', `${repo}/artifacts/a.bin/content`, 'content-read'],
+    ['HEAD', `${repo}/artifacts/a.bin/content?x=1`, 'content-read'],
+    ['GET', `${repo}/packages/p/1.0/content`, 'content-read'],
+    ['GET', `${repo}/packages/p/1.0/assets/x.tgz/content`, 'content-read'],
+    ['GET', `${repo}/artifacts/a%2Fb/content`, 'content-read'],
+    ['GET', `${repo}/artifacts/content/content`, 'content-read'],
+    ['get', `${repo}/artifacts/a/content`, 'content-read'],
+    ['OPTIONS', `${repo}/artifacts/a/content`, 'writer'],
+    ['GET', `${repo}/artifacts/a`, 'writer'],
+    ['GET', `${repo}/artifacts/a/content/extra`, 'writer'],
+    ['GET', `${repo}/artifacts//content`, 'writer'],
+    ['GET', `${repo}/packages/p/content`, 'writer'],
+    ['GET', `${repo}/packages/p/1/assets/content`, 'writer'],
+    ['GET', `${repo}/blobs/a/content`, 'writer'],
+    ['GET', '/api/v1/repositories', 'writer'],
+    ['GET', '/health/ready', 'writer'],
+    ['GET', '/metrics', 'writer'],
+    ['GET', '/console/', 'write'],
+    ['GET', '/console', 'write'],
+    ['GET', '/console/status?x', 'write'],
+    ['GET', '/consoles', 'writer'],
+    ['PUT', `${repo}/artifacts/a.bin`, 'write'],
+    ['PUT', `${repo}/artifacts/a.bin/content`, 'write'],
+    ['POST', `${repo}/artifacts/a.bin/uploads`, 'write'],
+    ['DELETE', `${repo}/artifacts/a.bin`, 'write'],
+    ['PATCH', `${repo}/artifacts/a.bin/content`, 'write'],
+    ['PROPFIND', `${repo}/artifacts/a.bin/content`, 'write'],
+  ])('%s %s → %s', (method, url, expected) => {
+    expect(classifyRequest(method, url)).toBe(expected);
+  });
+
+  it.each([
+    ['GET', {}, true],
+    ['HEAD', { 'content-length': '0' }, true],
+    ['GET', { 'content-length': '5' }, false],
+    ['GET', { 'transfer-encoding': 'chunked' }, false],
+    ['PUT', {}, false],
+    ['OPTIONS', {}, false],
+    ['DELETE', {}, false],
+  ])('isRetryable %s %j → %s', (method, headers, expected) => {
+    expect(isRetryable(method, headers)).toBe(expected);
+  });
+});
+
+describe('backend selection', () => {
+  it('picks the least active, ties rotating from the cursor', () => {
+    expect(pickLeastActive([], 0)).toBe(-1);
+    expect(pickLeastActive([{ active: 0 }, { active: 0 }, { active: 0 }], 0)).toBe(0);
+    expect(pickLeastActive([{ active: 0 }, { active: 0 }, { active: 0 }], 2)).toBe(2);
+    expect(pickLeastActive([{ active: 2 }, { active: 1 }, { active: 1 }], 0)).toBe(1);
+    expect(pickLeastActive([{ active: 2 }, { active: 1 }, { active: 1 }], 2)).toBe(2);
+    expect(pickLeastActive([{ active: 0 }, { active: 3 }], 1)).toBe(0);
+  });
+
+  function pool(): BackendPool {
+    const p = new BackendPool();
+    p.update([
+      { url: 'http://w:1', role: 'writer' },
+      { url: 'http://r1:1', role: 'reader' },
+      { url: 'http://r2:1', role: 'reader' },
+    ]);
+    for (const url of p.urls()) p.recordProbe(url, true, 'ok');
+    return p;
+  }
+
+  it('spreads idle content reads round-robin over every healthy gateway, the writer included', () => {
+    const p = pool();
+    expect([1, 2, 3, 4, 5, 6].map(() => p.pick('content-read')!.url)).toEqual([
+      'http://w:1',
+      'http://r1:1',
+      'http://r2:1',
+      'http://w:1',
+      'http://r1:1',
+      'http://r2:1',
+    ]);
+  });
+
+  it('sends content reads to the gateway with fewest requests in flight', () => {
+    const p = pool();
+    const releaseW = p.acquire('http://w:1');
+    p.acquire('http://r1:1');
+    expect(p.pick('content-read')!.url).toBe('http://r2:1');
+    p.acquire('http://r2:1');
+    releaseW();
+    releaseW();
+    expect(p.pick('content-read')!.url).toBe('http://w:1');
+  });
+
+  it('sends writes and everything else only to a healthy writer', () => {
+    const p = pool();
+    for (let i = 0; i < 3; i++) expect(p.pick('write')!.url).toBe('http://w:1');
+    expect(p.pick('writer')!.url).toBe('http://w:1');
+    expect(p.markUnreachable('http://w:1', 'refused')).toEqual({
+      url: 'http://w:1',
+      healthy: false,
+      reason: 'refused',
+    });
+    expect(p.markUnreachable('http://w:1', 'refused')).toBeUndefined();
+    expect(p.pick('write')).toBeUndefined();
+    expect(p.pick('writer')).toBeUndefined();
+    expect(p.hasHealthyWriter).toBe(false);
+    expect(p.canServeReads).toBe(true);
+    expect(new Set([1, 2, 3, 4].map(() => p.pick('content-read')!.url))).toEqual(
+      new Set(['http://r1:1', 'http://r2:1']),
+    );
+  });
+
+  it('skips the excluded backend on a retry and has none left when it was the only one', () => {
+    const p = pool();
+    for (let i = 0; i < 4; i++) expect(p.pick('content-read', new Set(['http://r1:1']))!.url).not.toBe('http://r1:1');
+    expect(p.pick('write', new Set(['http://w:1']))).toBeUndefined();
+  });
+
+  it('adds new gateways unhealthy until a probe passes and drops undiscovered ones', () => {
+    const p = pool();
+    const change = p.update([
+      { url: 'http://w:1', role: 'writer' },
+      { url: 'http://r3:1', role: 'reader' },
+    ]);
+    expect(change).toEqual({ added: ['http://r3:1'], removed: ['http://r1:1', 'http://r2:1'] });
+    expect(p.snapshot().map((b) => [b.url, b.healthy])).toEqual([
+      ['http://w:1', true],
+      ['http://r3:1', false],
+    ]);
+    expect(p.recordProbe('http://r3:1', true, 'ok')).toEqual({ url: 'http://r3:1', healthy: true, reason: 'ok' });
+    expect(p.recordProbe('http://gone:1', false, 'x')).toBeUndefined();
+    p.update([]);
+    expect(p.canServeReads).toBe(false);
+  });
+
+  it('takes roles from lease rows and skips rows without an advertised URL', () => {
+    expect(
+      backendsFromLeases([
+        { slot: 0, role: 'api', advertise_url: 'http://w:1' },
+        { slot: 1, role: 'reader', advertise_url: 'http://r1:1' },
+        { slot: 2, role: 'reader', advertise_url: null },
+      ]),
+    ).toEqual({
+      backends: [
+        { url: 'http://w:1', role: 'writer' },
+        { url: 'http://r1:1', role: 'reader' },
+      ],
+      unadvertised: [2],
+    });
+  });
+});
+
+describe('origins', () => {
+  it.each([
+    ['http://10.0.0.5:8080', 'http://10.0.0.5:8080'],
+    ['http://10.0.0.5:8080/', 'http://10.0.0.5:8080'],
+    ['https://gw.example', 'https://gw.example'],
+    ['http://[::1]:80', 'http://[::1]'],
+  ])('accepts %s', (text, origin) => {
+    expect(parseOrigin(text)).toEqual({ ok: true, value: origin });
+  });
+  it.each(['ftp://x', 'http://u:p@x:1', 'http://x:1/path', 'http://x:1/?q=1', 'http://x:1/#f', 'not a url'])(
+    'refuses %s',
+    (text) => {
+      expect(parseOrigin(text).ok).toBe(false);
+    },
+  );
+  it('parses a backend list, writer first, and refuses duplicates and empty lists', () => {
+    expect(parseBackendList('http://a:1, http://b:2,')).toEqual({ ok: true, value: ['http://a:1', 'http://b:2'] });
+    expect(parseBackendList('http://a:1,http://a:1/').ok).toBe(false);
+    expect(parseBackendList(' , ').ok).toBe(false);
+  });
+});
+
+describe('trusted proxies and the client address', () => {
+  it.each([
+    ['::ffff:10.0.0.1', '10.0.0.1'],
+    ['10.0.0.1:5000', '10.0.0.1'],
+    ['[2001:DB8::1]:443', '2001:db8::1'],
+    ['"[::1]"', '::1'],
+    ['unknown', undefined],
+    ['_hidden', undefined],
+  ])('normalizeAddress(%s) → %s', (raw, expected) => {
+    expect(normalizeAddress(raw)).toBe(expected);
+  });
+
+  it('parses IPs and CIDR blocks and names the bad entry', () => {
+    expect(parseTrustedProxies(undefined)).toEqual({ ok: true, value: [] });
+    expect(parseTrustedProxies('10.0.0.0/8, 127.0.0.1 ,::1, fd00::/8')).toEqual({
+      ok: true,
+      value: ['10.0.0.0/8', '127.0.0.1', '::1', 'fd00::/8'],
+    });
+    const bad = parseTrustedProxies('10.0.0.0/8,10.0.0.0/33');
+    expect(bad.ok).toBe(false);
+    expect(!bad.ok && bad.problem).toContain('"10.0.0.0/33"');
+    expect(parseTrustedProxies('localhost').ok).toBe(false);
+  });
+
+  const trusted = createTrustedProxies(['127.0.0.1', '10.0.0.0/8', 'fd00::/8']);
+  it.each([
+    ['peer not trusted: headers ignored', '203.0.113.9', '1.2.3.4', [], '203.0.113.9'],
+    ['no trusted proxies at all', '127.0.0.1', '1.2.3.4', 'none', '127.0.0.1'],
+    ['one trusted hop', '127.0.0.1', '198.51.100.7', [], '198.51.100.7'],
+    ['mapped IPv4 peer', '::ffff:127.0.0.1', '198.51.100.7', [], '198.51.100.7'],
+    ['spoofed left part is skipped', '127.0.0.1', '6.6.6.6, 198.51.100.7', [], '198.51.100.7'],
+    ['two trusted hops', '127.0.0.1', '198.51.100.7, 10.1.2.3', [], '198.51.100.7'],
+    ['all hops trusted: leftmost', '127.0.0.1', '10.0.0.2, 10.1.2.3', [], '10.0.0.2'],
+    ['trusted peer without header', '127.0.0.1', undefined, [], '127.0.0.1'],
+    ['garbage stops at the proxy that passed it', '127.0.0.1', '198.51.100.7, garbage', [], '127.0.0.1'],
+    ['repeated headers joined', '127.0.0.1', ['6.6.6.6', '198.51.100.8'], [], '198.51.100.8'],
+    ['IPv6 trusted block', 'fd00::5', '2001:db8::9', [], '2001:db8::9'],
+  ] as const)('%s', (_name, peer, xff, mode, expected) => {
+    const list = mode === 'none' ? createTrustedProxies([]) : trusted;
+    expect(clientAddressFrom(peer, xff as string | string[] | undefined, list)).toBe(expected);
+  });
+
+  it('clientAddress reads the socket and X-Forwarded-For of a request', () => {
+    const req = {
+      socket: { remoteAddress: '127.0.0.1' },
+      headers: { 'x-forwarded-for': '198.51.100.7' },
+    } as unknown as Parameters<typeof clientAddress>[0];
+    expect(clientAddress(req, trusted)).toBe('198.51.100.7');
+    expect(clientAddress(req, createTrustedProxies([]))).toBe('127.0.0.1');
+  });
+});
+
+describe('buildUpstreamHeaders', () => {
+  const none = createTrustedProxies([]);
+  const base = {
+    authorization: 'Bearer k',
+    range: 'bytes=0-9',
+    'if-range': '"e"',
+    'if-none-match': '"e"',
+    host: 'files.example:8080',
+    'content-length': '10',
+    'transfer-encoding': undefined,
+  };
+
+  it('keeps end-to-end headers, drops hop-by-hop ones and sets the forwarding headers', () => {
+    const out = buildUpstreamHeaders({
+      headers: {
+        ...base,
+        connection: 'keep-alive, x-hop',
+        'x-hop': '1',
+        'keep-alive': 'timeout=5',
+        expect: '100-continue',
+        te: 'trailers',
+        'proxy-authorization': 'x',
+        'x-forwarded-for': '6.6.6.6',
+        forwarded: 'for=6.6.6.6',
+      },
+      remoteAddress: '::ffff:198.51.100.7',
+      encrypted: false,
+      trusted: none,
+      requestId: 'req-1',
+    });
+    expect(out).toEqual({
+      authorization: 'Bearer k',
+      range: 'bytes=0-9',
+      'if-range': '"e"',
+      'if-none-match': '"e"',
+      host: 'files.example:8080',
+      'content-length': '10',
+      'x-forwarded-for': '198.51.100.7',
+      forwarded: 'for=198.51.100.7;proto=http;host="files.example:8080"',
+      'x-forwarded-proto': 'http',
+      'x-forwarded-host': 'files.example:8080',
+      'x-request-id': 'req-1',
+    });
+  });
+
+  it('extends the chain of a trusted proxy and quotes IPv6 in Forwarded', () => {
+    const trusted = createTrustedProxies(['::1']);
+    const out = buildUpstreamHeaders({
+      headers: {
+        host: 'h',
+        'x-forwarded-for': '198.51.100.7',
+        forwarded: 'for=198.51.100.7',
+        'x-forwarded-proto': 'https',
+        'x-forwarded-host': 'public.example',
+      },
+      remoteAddress: '::1',
+      encrypted: false,
+      trusted,
+      requestId: 'r',
+    });
+    expect(out['x-forwarded-for']).toBe('198.51.100.7, ::1');
+    expect(out.forwarded).toBe('for=198.51.100.7, for="[::1]";proto=https;host=public.example');
+    expect(out['x-forwarded-proto']).toBe('https');
+    expect(out['x-forwarded-host']).toBe('public.example');
+  });
+
+  it('strips hop-by-hop response headers and keeps the byte semantics', () => {
+    expect(
+      responseHeadersFrom({
+        connection: 'keep-alive',
+        'keep-alive': 'timeout=5',
+        'transfer-encoding': 'chunked',
+        etag: '"e"',
+        'content-range': 'bytes 0-9/20',
+        'content-length': '10',
+        'accept-ranges': 'bytes',
+        'set-cookie': ['a=1', 'b=2'],
+      }),
+    ).toEqual({
+      etag: '"e"',
+      'content-range': 'bytes 0-9/20',
+      'content-length': '10',
+      'accept-ranges': 'bytes',
+      'set-cookie': ['a=1', 'b=2'],
+    });
+  });
+});
+
+describe('router configuration', async () => {
+  const { loadConfig, ConfigError } = await import('../config/config.ts');
+  const shared = {
+    ARKVORY_GATEWAY_SLOTS: '2',
+    ARKVORY_GATEWAY_SLOT: '1',
+    ARKVORY_ROLE: 'reader',
+    ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: '1048576',
+    ARKVORY_DATABASE_URL: 'postgres://x/y',
+  };
+  const problems = (env: Record<string, string>): string[] => {
+    try {
+      loadConfig(env);
+      return [];
+    } catch (err) {
+      if (err instanceof ConfigError) return [...err.problems];
+      throw err;
+    }
+  };
+
+  it('reads the router settings with their defaults', () => {
+    const config = loadConfig({
+      ARKVORY_ROLE: 'router',
+      ARKVORY_ROUTER_BACKENDS: 'http://127.0.0.1:1/,http://127.0.0.1:2',
+      ARKVORY_TRUSTED_PROXIES: '10.0.0.0/8',
+    });
+    expect(config.router).toEqual({
+      backends: ['http://127.0.0.1:1', 'http://127.0.0.1:2'],
+      probeIntervalMs: 2000,
+      connectTimeoutMs: 3000,
+      idleTimeoutMs: 120_000,
+    });
+    expect(config.trustedProxies).toEqual(['10.0.0.0/8']);
+    expect(loadConfig({ ...shared, ARKVORY_ADVERTISE_URL: 'http://10.0.0.5:8080/' }).advertiseUrl).toBe(
+      'http://10.0.0.5:8080',
+    );
+  });
+
+  it('names each wrong router variable', () => {
+    expect(problems({ ARKVORY_ROLE: 'router' })).toEqual([
+      expect.stringContaining('ARKVORY_ROLE: "router" finds its gateways'),
+    ]);
+    expect(problems({ ARKVORY_ROLE: 'router', ARKVORY_ROUTER_BACKENDS: 'http://a:1/x' })).toEqual([
+      expect.stringMatching(/^ARKVORY_ROUTER_BACKENDS: expected an origin/),
+    ]);
+    expect(problems({ ARKVORY_ROUTER_BACKENDS: 'http://a:1' })).toEqual([
+      expect.stringContaining('only valid with ARKVORY_ROLE=router'),
+    ]);
+    expect(problems({ ...shared, ARKVORY_ADVERTISE_URL: 'http://u:p@a:1' })).toEqual([
+      expect.stringMatching(/^ARKVORY_ADVERTISE_URL: credentials/),
+    ]);
+    expect(problems({ ARKVORY_ADVERTISE_URL: 'http://a:1' })).toEqual([
+      expect.stringContaining('only recorded in the shared profile'),
+    ]);
+    expect(problems({ ARKVORY_TRUSTED_PROXIES: '10.0.0.0/99' })).toEqual([
+      expect.stringMatching(/^ARKVORY_TRUSTED_PROXIES: expected/),
+    ]);
+    expect(
+      problems({
+        ARKVORY_ROLE: 'router',
+        ARKVORY_ROUTER_BACKENDS: 'http://a:1',
+        ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: '10',
+      }),
+    ).toEqual([expect.stringMatching(/^ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: expected an integer from 100/)]);
+  });
+});

@@ -1,0 +1,140 @@
+/**
+ * Routes of the reference rules service (`arkvory rules-service serve`, Phase 3). Documented in
+ * proxy/openapi/rules-service.yaml (a document of its own: the gateway's openapi.yaml covers the
+ * gateway's routes only).
+ *  - `POST /api/v1/rules/query`: the gateways' query; open, or guarded by ARKVORY_RULES_SERVICE_TOKEN.
+ *  - `/api/v1/admin/rule-overrides…` (admin scope, the gateway's admin keys): list, put, delete.
+ */
+import { timingSafeEqual } from 'node:crypto';
+import { formatProblem, validateRulesQuery, type AvailableLimiters } from '../../policy/rate-limit/index.ts';
+import { answerFor, validateOverride, type OverrideStore } from '../../policy/rate-limit/rule-overrides.ts';
+import { PolicyError } from '../../policy/errors.ts';
+import type { Lifecycle } from '../server/lifecycle.ts';
+import type { Route } from '../server/http-server.ts';
+import { sendJson } from '../server/http-errors.ts';
+import { liveAndStatusRoutes } from '../server/health-routes.ts';
+import { mayPublishBypass } from '../admin/rate-limit-admin-routes.ts';
+import { readJsonBody } from '../server/request-body.ts';
+
+const OVERRIDES = '/api/v1/admin/rule-overrides';
+const ONE_OVERRIDE = `${OVERRIDES}/:service/:limiter/:kind/:subject`;
+
+function tokenMatches(header: unknown, token: string): boolean {
+  if (typeof header !== 'string' || !header.startsWith('Bearer ')) return false;
+  const given = Buffer.from(header.slice(7));
+  const expected = Buffer.from(token);
+  return given.length === expected.length && timingSafeEqual(given, expected);
+}
+
+function invalid(problems: Parameters<typeof formatProblem>[0][]): PolicyError {
+  return new PolicyError('invalid_request', problems.map(formatProblem).join('; '));
+}
+
+const wire = (o: {
+  service: string;
+  limiter: string;
+  subjectKind: string;
+  subject: string;
+  rules: unknown;
+  updatedAt?: string | undefined;
+}) => ({
+  service: o.service,
+  limiter: o.limiter,
+  subject_kind: o.subjectKind,
+  subject: o.subject,
+  rules: o.rules,
+  updated_at: o.updatedAt,
+});
+
+export function rulesServiceRoutes(deps: {
+  store: OverrideStore;
+  available: AvailableLimiters;
+  ttlSeconds: number;
+  token: string | undefined;
+  lifecycle: Lifecycle;
+  bypassPublishers?: readonly string[];
+}): Route[] {
+  const { store, available, ttlSeconds, token, lifecycle } = deps;
+  const bypassPublishers = deps.bypassPublishers ?? [];
+  return [
+    ...liveAndStatusRoutes(lifecycle),
+    {
+      methods: ['POST'],
+      template: '/api/v1/rules/query',
+      access: 'public',
+      async handle({ req, res }) {
+        if (token !== undefined && !tokenMatches(req.headers.authorization, token)) {
+          throw new PolicyError(
+            'unauthorized',
+            'This rules service requires its token (ARKVORY_RULES_SERVICE_TOKEN).',
+            { headers: { 'www-authenticate': 'Bearer realm="arkvory-rules"' } },
+          );
+        }
+        const { query, problems } = validateRulesQuery(await readJsonBody(req), available);
+        if (!query) throw invalid(problems);
+        const { kinds, matching } = await store.lookup(query.service, query.limiter, query.identifier);
+        // Rules were validated when written; every gateway validates the answer again on arrival.
+        sendJson(res, 200, answerFor(kinds, matching, ttlSeconds));
+      },
+    },
+    {
+      methods: ['GET'],
+      template: OVERRIDES,
+      access: 'admin',
+      async handle({ res, url }) {
+        const service = url.searchParams.get('service') ?? undefined;
+        const limiter = url.searchParams.get('limiter') ?? undefined;
+        const overrides = await store.list({ ...(service ? { service } : {}), ...(limiter ? { limiter } : {}) });
+        sendJson(res, 200, { overrides: overrides.map(wire) });
+      },
+    },
+    {
+      methods: ['PUT'],
+      template: ONE_OVERRIDE,
+      access: 'admin',
+      async handle({ req, res, params, principal }) {
+        const body = await readJsonBody(req, 1024 * 1024);
+        const extra = Object.keys(body).filter((k) => k !== 'rules');
+        if (extra.length)
+          throw new PolicyError(
+            'invalid_request',
+            `unknown field(s) ${extra.map((k) => `"${k}"`).join(', ')}; send { "rules": [...] }`,
+          );
+        if (body.rules === undefined) throw new PolicyError('invalid_request', 'send { "rules": [...] }');
+        const { override, problems } = validateOverride(
+          {
+            service: params.service,
+            limiter: params.limiter,
+            subjectKind: params.kind,
+            subject: params.subject,
+            rules: body.rules,
+          },
+          available,
+        );
+        if (!override) throw invalid(problems);
+        // Spec 2.1: a bypass served to gateways is guarded like a published one.
+        const bypasses = override.rules.filter((r) => r.action === 'skip').map((r) => `rule "${r.name}"`);
+        if (bypasses.length && !mayPublishBypass(principal, bypassPublishers))
+          throw new PolicyError(
+            'forbidden',
+            `Refused: ${bypasses.join(', ')} is a bypass (skip) rule; only the principals in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS may publish bypass rules.`,
+          );
+        sendJson(res, 200, { override: wire(await store.put(override)) });
+      },
+    },
+    {
+      methods: ['DELETE'],
+      template: ONE_OVERRIDE,
+      access: 'admin',
+      async handle({ res, params }) {
+        const { override, problems } = validateOverride(
+          { service: params.service, limiter: params.limiter, subjectKind: params.kind, subject: params.subject },
+          available,
+        );
+        if (!override) throw invalid(problems);
+        if (!(await store.remove(override))) throw new PolicyError('not_found', 'No such override.');
+        res.writeHead(204).end();
+      },
+    },
+  ];
+}

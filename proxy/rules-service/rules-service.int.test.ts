@@ -1,0 +1,416 @@
+/**
+ * Phase 3 end to end (spec 3.1, 3.3): real gateway processes ask a real reference rules service
+ * (`arkvory rules-service serve`) over loopback. Overrides are edited through the service's admin
+ * routes; the service is paused (SIGSTOP: connections accepted, nothing answered) and killed to show
+ * the fail-open path, and a row written behind the service's back shows a malformed answer rejected.
+ * Every response the rules service gave is checked against proxy/openapi/rules-service.yaml.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterAll, describe, expect, it, vi } from 'vitest';
+import { freeLoopbackPort } from '../server/embedded-database.ts';
+import { loadOpenApiDocument, undescribedResponses } from '../openapi/contract.ts';
+import { RULES_SERVICE_OPENAPI_PATH } from '../openapi/rules-service-contract.ts';
+import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { createTestDatabase, useTestDatabase } from '../../test/support/database.ts';
+import { CLI, ROOT, runCli, makeTempDir, startGateway } from '../../test/support/gateway.ts';
+import { writeFile } from 'node:fs/promises';
+import path from 'node:path';
+
+const db = useTestDatabase();
+
+interface RulesServiceProcess {
+  url: string;
+  child: ChildProcess;
+  logs(): string;
+  exited: Promise<number | string>;
+}
+
+const services: RulesServiceProcess[] = [];
+afterAll(async () => {
+  for (const s of services) if (s.child.exitCode === null && s.child.signalCode === null) s.child.kill('SIGKILL');
+  await Promise.all(services.map((s) => s.exited));
+  const lines = services.flatMap((s) =>
+    s
+      .logs()
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .flatMap((l) => {
+        try {
+          return [JSON.parse(l) as Record<string, unknown>];
+        } catch {
+          return [];
+        }
+      }),
+  );
+  const problems = undescribedResponses(await loadOpenApiDocument(RULES_SERVICE_OPENAPI_PATH), lines);
+  if (problems.length)
+    throw new Error(
+      `rules-service responses proxy/openapi/rules-service.yaml does not describe:\n${problems.join('\n')}`,
+    );
+});
+
+async function startRulesService(env: Record<string, string> = {}): Promise<RulesServiceProcess> {
+  const port = await freeLoopbackPort();
+  const child = spawn(process.execPath, [CLI, 'rules-service', 'serve'], {
+    cwd: ROOT,
+    env: {
+      PATH: process.env.PATH,
+      HOME: process.env.HOME,
+      ARKVORY_DATABASE_URL: db.url,
+      ARKVORY_PORT: String(port),
+      ARKVORY_HOST: '127.0.0.1',
+      ARKVORY_RULES_SERVICE_TTL_SECONDS: '1',
+      ...env,
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
+  const exited = new Promise<number | string>((resolve) =>
+    child.on('exit', (code, signal) => resolve(code ?? signal ?? -1)),
+  );
+  const service = { url: `http://127.0.0.1:${port}`, child, logs: () => out, exited };
+  services.push(service);
+  for (let i = 0; i < 300; i++) {
+    if (child.exitCode !== null) throw new Error(`rules service exited:\n${out}`);
+    try {
+      if ((await fetch(`${service.url}/health/status`)).status === 200) return service;
+    } catch {
+      // not listening yet
+    }
+    await sleep(50);
+  }
+  throw new Error(`rules service did not start:\n${out}`);
+}
+
+async function putOverride(
+  service: RulesServiceProcess,
+  adminKey: string,
+  target: { service: string; limiter: string; kind: string; subject: string },
+  rules: unknown,
+): Promise<Response> {
+  return fetch(
+    `${service.url}/api/v1/admin/rule-overrides/${target.service}/${target.limiter}/${target.kind}/${encodeURIComponent(target.subject)}`,
+    {
+      method: 'PUT',
+      headers: { ...bearer(adminKey), 'content-type': 'application/json' },
+      body: JSON.stringify({ rules }),
+    },
+  );
+}
+
+/** Rules-service lookups with this result in a gateway's /metrics, summed over its limiters. */
+async function rulesServiceCount(gatewayUrl: string, result: string): Promise<number> {
+  const text = await (await fetch(`${gatewayUrl}/metrics`)).text();
+  return text
+    .split('\n')
+    .filter((l) => l.startsWith('arkvory_rate_limit_rules_service_requests_total{') && l.includes(`result="${result}"`))
+    .reduce((n, l) => n + Number(l.split(' ').pop()), 0);
+}
+
+const capRule = (name: string, limit: number) => ({
+  name,
+  action: 'limit',
+  characteristics: ['principal'],
+  limit,
+  period_s: 3600,
+});
+
+function gatewayEnv(service: RulesServiceProcess, extra: Record<string, string> = {}): Record<string, string> {
+  return {
+    ARKVORY_DATABASE_URL: db.url,
+    ARKVORY_RULES_SERVICE_URL: service.url,
+    ARKVORY_SERVICE_NAME: 'alpha',
+    ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS: '60',
+    ARKVORY_RULES_SERVICE_TIMEOUT_MS: '1000',
+    ...extra,
+  };
+}
+
+describe('external rules service (Phase 3) with real processes', () => {
+  it('applies a per-principal override from the next cache expiry on, and edits it through the admin routes and the CLI', async () => {
+    const service = await startRulesService();
+    const admin = await createServiceAccount(db.pool, { scopes: ['admin'] });
+    const user = await createServiceAccount(db.pool);
+    const gw = await startGateway({ env: gatewayEnv(service) });
+    const list = () => fetch(`${gw.url}/api/v1/repositories`, { headers: bearer(user.key) });
+
+    const before = await list();
+    expect(before.status).toBe(200);
+    expect(before.headers.get('ratelimit-policy')).toBe('"limit_requests_by_principal";q=12000;w=60');
+
+    const put = await putOverride(
+      service,
+      admin.key,
+      { service: 'alpha', limiter: 'gateway_request', kind: 'principal', subject: user.principalId },
+      [capRule('contract_cap', 3)],
+    );
+    expect(put.status).toBe(200);
+    expect((await put.json()) as unknown).toMatchObject({
+      override: { service: 'alpha', limiter: 'gateway_request', subject_kind: 'principal', subject: user.principalId },
+    });
+
+    // The service answers ttl_s 1: the cached "no overrides" answer expires within a second.
+    const changedBy = Date.now() + 3000;
+    let policy = before.headers.get('ratelimit-policy');
+    while (Date.now() < changedBy && policy !== '"contract_cap";q=3;w=3600') {
+      await sleep(100);
+      policy = (await list()).headers.get('ratelimit-policy');
+    }
+    expect(policy).toBe('"contract_cap";q=3;w=3600');
+    let last = await list();
+    for (let i = 0; i < 5 && last.status !== 429; i++) last = await list();
+    expect(last.status).toBe(429);
+    expect(((await last.json()) as { code: string }).code).toBe('rate_limited');
+    // Another principal is untouched.
+    const other = await createServiceAccount(db.pool);
+    const otherRes = await fetch(`${gw.url}/api/v1/repositories`, { headers: bearer(other.key) });
+    expect(otherRes.status).toBe(200);
+    expect(otherRes.headers.get('ratelimit-policy')).toBe('"limit_requests_by_principal";q=12000;w=60');
+    expect(await rulesServiceCount(gw.url, 'hit')).toBeGreaterThan(0);
+    expect(await rulesServiceCount(gw.url, 'miss')).toBeGreaterThan(0);
+
+    // The CLI edits the same table: list shows it, unset removes it, and the local rules return.
+    const cliEnv = { ARKVORY_DATABASE_URL: db.url, ARKVORY_SERVICE_NAME: 'alpha' };
+    const listed = await runCli(['rules-service', 'list', '--limiter', 'gateway_request'], cliEnv);
+    expect(listed.code).toBe(0);
+    expect(listed.stdout).toContain('contract_cap');
+    const unset = await runCli(['rules-service', 'unset', 'gateway_request', 'principal', user.principalId], cliEnv);
+    expect(unset.code, unset.stderr).toBe(0);
+    const backBy = Date.now() + 3000;
+    let back = await list();
+    while (
+      Date.now() < backBy &&
+      back.headers.get('ratelimit-policy') !== '"limit_requests_by_principal";q=12000;w=60'
+    ) {
+      await sleep(100);
+      back = await list();
+    }
+    expect(back.status).toBe(200);
+    expect(back.headers.get('ratelimit-policy')).toBe('"limit_requests_by_principal";q=12000;w=60');
+  });
+
+  it('validates overrides with the one rule schema (admin route and CLI), and needs an admin key', async () => {
+    const service = await startRulesService();
+    const admin = await createServiceAccount(db.pool, { scopes: ['admin'] });
+    const user = await createServiceAccount(db.pool);
+    const target = { service: 'alpha', limiter: 'gateway_request', kind: 'principal', subject: user.principalId };
+    const bad = await putOverride(service, admin.key, target, [
+      { name: 'Bad Name', action: 'throttle', characteristics: ['colour'] },
+    ]);
+    expect(bad.status).toBe(400);
+    const body = (await bad.json()) as { code: string; message: string };
+    expect(body.code).toBe('invalid_request');
+    expect(body.message).toMatch(/name must match/);
+    expect(body.message).toMatch(/action must be one of/);
+    expect(body.message).toMatch(/"colour" is not an available property/);
+    expect((await putOverride(service, user.key, target, [capRule('x', 1)])).status).toBe(403);
+    // Spec 2.1: a bypass served to every gateway needs a publisher named in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS.
+    const bypass = await putOverride(service, admin.key, target, [{ name: 'vip_bypass', action: 'skip' }]);
+    expect(bypass.status).toBe(403);
+    expect(((await bypass.json()) as { message: string }).message).toContain('rule "vip_bypass"');
+    expect((await putOverride(service, admin.key, { ...target, limiter: 'auth_failure' }, [])).status).toBe(400); // auth_failure has no principal
+    const missing = await fetch(`${service.url}/api/v1/admin/rule-overrides/alpha/gateway_request/principal/nobody`, {
+      method: 'DELETE',
+      headers: bearer(admin.key),
+    });
+    expect(missing.status).toBe(404);
+
+    const dir = await makeTempDir('arkvory-overrides-');
+    const file = path.join(dir, 'rules.yaml');
+    await writeFile(
+      file,
+      'rules:\n  - name: ok_rule\n    action: limit\n    limit: 5\n    characteristics: [principal]\n',
+    );
+    const cli = await runCli(
+      ['rules-service', 'set', 'gateway_request', 'principal', user.principalId, file, '--service', 'alpha'],
+      { ARKVORY_DATABASE_URL: db.url },
+    );
+    expect(cli.code).toBe(1);
+    expect(cli.stderr).toContain('limit and log rules require limit and period_s');
+    const query = await fetch(`${service.url}/api/v1/rules/query`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ service: 'alpha', limiter: 'nope', identifier: {} }),
+    });
+    expect(query.status).toBe(400);
+  });
+
+  it('guards the query with ARKVORY_RULES_SERVICE_TOKEN; a gateway with the same token gets its rules', async () => {
+    const token = 'rules-token-for-this-test';
+    const service = await startRulesService({ ARKVORY_RULES_SERVICE_TOKEN: token });
+    const admin = await createServiceAccount(db.pool, { scopes: ['admin'] });
+    const user = await createServiceAccount(db.pool);
+    const body = JSON.stringify({
+      service: 'tokened',
+      limiter: 'gateway_request',
+      identifier: { principal: user.principalId },
+    });
+    const query = (headers: Record<string, string>) =>
+      fetch(`${service.url}/api/v1/rules/query`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body,
+      });
+    expect((await query({})).status).toBe(401);
+    expect((await query(bearer('wrong'))).status).toBe(401);
+    expect((await query(bearer(admin.key))).status).toBe(401); // an API key is not the token
+    expect(await (await query(bearer(token))).json()).toEqual({ rules: [], ttl_s: 1, varies_by: [] });
+    expect(
+      (
+        await putOverride(
+          service,
+          admin.key,
+          { service: 'tokened', limiter: 'gateway_request', kind: 'principal', subject: user.principalId },
+          [capRule('tokened_cap', 9)],
+        )
+      ).status,
+    ).toBe(200);
+    const gw = await startGateway({
+      env: gatewayEnv(service, { ARKVORY_SERVICE_NAME: 'tokened', ARKVORY_RULES_SERVICE_TOKEN: token }),
+    });
+    const res = await fetch(`${gw.url}/api/v1/repositories`, { headers: bearer(user.key) });
+    expect(res.headers.get('ratelimit-policy')).toBe('"tokened_cap";q=9;w=3600');
+    expect(await rulesServiceCount(gw.url, 'error')).toBe(0);
+  });
+
+  it('keeps rules of two services that share a limiter name apart', async () => {
+    const service = await startRulesService();
+    const admin = await createServiceAccount(db.pool, { scopes: ['admin'] });
+    // Gateway beta runs on a database of its own (one writer per database), same repository name.
+    const other = await createTestDatabase();
+    try {
+      await createRepository(db.pool, 'shared-repo');
+      await createRepository(other.pool, 'shared-repo');
+      const alphaUser = await createServiceAccount(db.pool, { grants: { 'shared-repo': 'read' } });
+      const betaUser = await createServiceAccount(other.pool, { grants: { 'shared-repo': 'read' } });
+      const repoTarget = (svc: string) => ({
+        service: svc,
+        limiter: 'gateway_request',
+        kind: 'repository',
+        subject: 'shared-repo',
+      });
+      expect(
+        (
+          await putOverride(service, admin.key, repoTarget('alpha'), [
+            { name: 'alpha_repo_cap', action: 'limit', characteristics: ['repository'], limit: 7, period_s: 60 },
+          ])
+        ).status,
+      ).toBe(200);
+      expect(
+        (
+          await putOverride(service, admin.key, repoTarget('beta'), [
+            { name: 'beta_repo_cap', action: 'limit', characteristics: ['repository'], limit: 11, period_s: 60 },
+          ])
+        ).status,
+      ).toBe(200);
+      const alpha = await startGateway({ env: gatewayEnv(service) });
+      const beta = await startGateway({
+        env: { ...gatewayEnv(service, { ARKVORY_SERVICE_NAME: 'beta' }), ARKVORY_DATABASE_URL: other.url },
+      });
+      const artifact = '/api/v1/repositories/shared-repo/artifacts/none';
+      const a = await fetch(`${alpha.url}${artifact}`, { headers: bearer(alphaUser.key) });
+      const b = await fetch(`${beta.url}${artifact}`, { headers: bearer(betaUser.key) });
+      expect(a.status).toBe(404);
+      expect(b.status).toBe(404);
+      expect(a.headers.get('ratelimit-policy')).toBe('"alpha_repo_cap";q=7;w=60');
+      expect(b.headers.get('ratelimit-policy')).toBe('"beta_repo_cap";q=11;w=60');
+      await alpha.stop();
+      await beta.stop();
+    } finally {
+      await other.drop();
+    }
+  });
+
+  it('rejects and logs a malformed answer; the local rules apply', async () => {
+    const service = await startRulesService();
+    const user = await createServiceAccount(db.pool);
+    // Written behind the service's back (as a manual SQL edit would): the service passes it on.
+    await db.pool.query(
+      `INSERT INTO arkvory_rule_overrides (service, limiter, subject_kind, subject, rules) VALUES ('alpha', 'gateway_request', 'principal', $1, $2::jsonb)`,
+      [user.principalId, JSON.stringify([{ name: 'broken', action: 'throttle', limit: 1, period_s: 60 }])],
+    );
+    try {
+      const gw = await startGateway({ env: gatewayEnv(service) });
+      const res = await fetch(`${gw.url}/api/v1/repositories`, { headers: bearer(user.key) });
+      expect(res.status).toBe(200);
+      expect(res.headers.get('ratelimit-policy')).toBe('"limit_requests_by_principal";q=12000;w=60');
+      expect(await rulesServiceCount(gw.url, 'invalid')).toBe(1);
+      // The counter moves before pino's line has crossed the stdout pipe: wait for the line.
+      const warning = await vi.waitFor(
+        () => {
+          const line = gw
+            .logLines()
+            .find((l) => l.msg === 'rules service answer unusable; local rate-limit rules apply');
+          if (!line) throw new Error('no "rules service answer unusable" log line yet');
+          return line;
+        },
+        { timeout: 5_000, interval: 50 },
+      );
+      expect(warning).toMatchObject({ result: 'invalid', code: 'rules_service_invalid', limiter: 'gateway_request' });
+      expect(String((warning!.problems as string[])[0])).toMatch(/action must be one of limit, log, skip/);
+    } finally {
+      await db.pool.query(`DELETE FROM arkvory_rule_overrides WHERE subject = $1`, [user.principalId]);
+    }
+  });
+
+  it('fails open within the timeout when the service hangs or dies, counts it, then skips it while the circuit is open', async () => {
+    const service = await startRulesService();
+    const user = await createServiceAccount(db.pool);
+    const timeoutMs = 500;
+    const gw = await startGateway({
+      env: gatewayEnv(service, {
+        ARKVORY_RULES_SERVICE_TIMEOUT_MS: String(timeoutMs),
+        ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS: '1',
+      }),
+    });
+    const timed = async () => {
+      const started = performance.now();
+      const res = await fetch(`${gw.url}/api/v1/repositories`, { headers: bearer(user.key) });
+      await res.arrayBuffer();
+      return { res, ms: performance.now() - started };
+    };
+    expect((await timed()).res.status).toBe(200); // warm: the answer is cached for 1 s
+    await sleep(1100);
+
+    // Paused: the kernel still accepts connections, nothing answers. The first lookup waits for the
+    // timeout, which opens the circuit: the request's other lookups skip the service, the local
+    // rules decide.
+    service.child.kill('SIGSTOP');
+    try {
+      const slow = await timed();
+      expect(slow.res.status).toBe(200);
+      expect(slow.res.headers.get('ratelimit-policy')).toBe('"limit_requests_by_principal";q=12000;w=60');
+      expect(slow.ms).toBeGreaterThanOrEqual(timeoutMs * 0.9);
+      // One timeout, not one per limiter: the counter, not the clock, is the proof (a loaded machine stretches times).
+      expect(await rulesServiceCount(gw.url, 'timeout')).toBe(1);
+      // The circuit is open: no waiting for the service at all.
+      const fast = await timed();
+      expect(fast.res.status).toBe(200);
+      expect(fast.ms).toBeLessThan(timeoutMs);
+      expect(await rulesServiceCount(gw.url, 'timeout')).toBe(1);
+      expect(await rulesServiceCount(gw.url, 'circuit_open')).toBeGreaterThanOrEqual(1);
+      expect(
+        gw.logLines().filter((l) => l.msg === 'rules service answer unusable; local rate-limit rules apply').length,
+      ).toBe(1); // at most once per interval
+    } finally {
+      service.child.kill('SIGCONT');
+    }
+
+    // Killed: connections are refused; once the circuit lets a probe through it fails fast.
+    service.child.kill('SIGKILL');
+    await service.exited;
+    const errorsBefore = await rulesServiceCount(gw.url, 'error'); // (this scrape is a check too: circuit still open)
+    await sleep(5200); // the circuit's open interval: the next miss probes the dead service
+    const dead = await timed();
+    expect(dead.res.status).toBe(200);
+    expect(dead.res.headers.get('ratelimit-policy')).toBe('"limit_requests_by_principal";q=12000;w=60');
+    expect(dead.ms).toBeLessThan(timeoutMs);
+    expect(await rulesServiceCount(gw.url, 'error')).toBeGreaterThan(errorsBefore);
+    expect(
+      (await fetch(`${gw.url}/health/ready`, { headers: bearer(user.key) }).then((r) => r.json())) as unknown,
+    ).toMatchObject({ rateLimits: { rulesService: 'open' } });
+  });
+});

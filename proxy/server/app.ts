@@ -1,0 +1,59 @@
+import { Authenticator } from '../../policy/auth/authenticator.ts';
+import { PresignedLinks } from '../../policy/auth/presigned-links.ts';
+import { createAuthGate } from '../gates/auth-gate.ts';
+import { createConsole, readerConsoleRoutes } from '../console/console-module.ts';
+import { bootstrapAdmin } from '../admin/bootstrap-admin.ts';
+import { openContentModule } from '../content/content-module.ts';
+import type { Gate, Route } from './http-server.ts';
+import { authAdminRoutes } from '../admin/auth-admin-routes.ts';
+import { healthRoutes } from './health-routes.ts';
+import { openRateLimiting } from '../gates/rate-limit-gate.ts';
+import { rateLimitAdminRoutes } from '../admin/rate-limit-admin-routes.ts';
+import type { Services } from './services.ts';
+import { contentMeters, withAdmission } from '../gates/transfers.ts';
+import { buildWorkerApp, startMultipart } from '../multipart/worker-app.ts';
+
+/**
+ * Composes the feature modules for this role into one route list and one ordered gate chain
+ * (auth → admission → rate limit). Each module owns its routes; the order of gates is fixed here.
+ */
+export async function buildApp(services: Services): Promise<{ routes: Route[]; gates: Gate[] }> {
+  if (services.config.role === 'worker') return buildWorkerApp(services);
+  const auth = new Authenticator({
+    pool: services.pool,
+    databaseUrl: services.databaseUrl,
+    clock: services.clock,
+    log: services.log.child({ component: 'auth' }),
+  });
+  await auth.start();
+  services.onClose.push(() => auth.stop());
+  await bootstrapAdmin(services);
+  const links = new PresignedLinks({ pool: services.pool, auth, clock: services.clock });
+
+  const content = await openContentModule(services, {
+    readableRepositories: (id) => auth.readableRepositories(id),
+    grant: (id, repo) => auth.grant(id, repo),
+    meters: contentMeters(services.transfers),
+    links,
+  });
+  services.metrics?.watchStore(content.store);
+  const multipart = startMultipart(services, content.store, contentMeters(services.transfers));
+  const contentRoutes = [...content.routes, ...(await multipart).routes].map((route) =>
+    withAdmission(route, services.transfers),
+  );
+  const routes: Route[] = [...healthRoutes(services), ...authAdminRoutes(services), ...contentRoutes];
+  // The console lives on the writer only (DESIGN.md); a reader points there.
+  const consoleUi =
+    services.config.role === 'api'
+      ? createConsole(services, { authenticate: (header) => auth.authenticate(header) })
+      : undefined;
+  const gates: Gate[] = [createAuthGate(auth, services.lifecycle, consoleUi?.credentials, links)];
+  // Rate limiting: auth failures are counted around the auth gate; gateway_request runs after it.
+  const rateLimiting = await openRateLimiting(services);
+  routes.push(...rateLimitAdminRoutes(rateLimiting.registry, services.config.rateLimitBypassPublishers));
+  routes.push(...(consoleUi ? await consoleUi.routes({ registry: rateLimiting.registry }) : readerConsoleRoutes()));
+  consoleUi?.start();
+  gates[0] = rateLimiting.guardAuth(gates[0]!);
+  gates.push(rateLimiting.gate);
+  return { routes, gates };
+}

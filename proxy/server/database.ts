@@ -1,0 +1,161 @@
+import pg from 'pg';
+import type { Logger } from 'pino';
+import type { Config } from '../config/config.ts';
+import { startEmbeddedDatabase, type EmbeddedDatabase } from './embedded-database.ts';
+
+export interface Database {
+  readonly pool: pg.Pool;
+  readonly url: string;
+  readonly embedded: EmbeddedDatabase | undefined;
+  close(): Promise<void>;
+}
+
+/** One long-lived pool. Every pg setting comes from the config, never from PG* variables. */
+export function createPool(url: string, size: number, log: Logger, applicationName = 'arkvory'): pg.Pool {
+  const pool = new pg.Pool({
+    connectionString: url,
+    max: size,
+    application_name: applicationName,
+    connectionTimeoutMillis: 10_000,
+    idleTimeoutMillis: 30_000,
+    keepAlive: true,
+  });
+  // An idle client whose connection dies emits here; without a handler the process would crash.
+  pool.on('error', (err) =>
+    log.warn({ err: { message: err.message, code: (err as { code?: string }).code } }, 'idle PostgreSQL client failed'),
+  );
+  return pool;
+}
+
+export async function openDatabase(config: Config, log: Logger): Promise<Database> {
+  let embedded: EmbeddedDatabase | undefined;
+  let url = config.databaseUrl;
+  if (!url) {
+    embedded = await startEmbeddedDatabase(config.dataDir, log);
+    url = embedded.url;
+  }
+  const pool = createPool(url, config.databasePoolSize, log, `arkvory-${config.role}`);
+  // pool.end() resolves once it has asked each connection to end, not once they have: an embedded
+  // server stopped right then would terminate them mid-goodbye (57P01 on an "idle" client).
+  const connections = new Set<Promise<void>>();
+  pool.on('connect', (client) => {
+    const ended = new Promise<void>((resolve) => client.once('end', () => resolve()));
+    connections.add(ended);
+    void ended.then(() => connections.delete(ended));
+  });
+  return {
+    pool,
+    url,
+    embedded,
+    async close() {
+      await pool.end().catch((err: unknown) => log.warn({ err }, 'closing the pool failed'));
+      if (embedded) {
+        let timer: NodeJS.Timeout | undefined;
+        await Promise.race([Promise.all(connections), new Promise((resolve) => (timer = setTimeout(resolve, 2000)))]);
+        clearTimeout(timer);
+        await embedded.stop();
+      }
+    },
+  };
+}
+
+/** Errors that mean "PostgreSQL is not reachable (yet)", as opposed to a wrong password or database. */
+const UNREACHABLE_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EPIPE',
+  '57P03',
+]);
+
+export function isUnreachable(err: unknown): boolean {
+  const code = (err as { code?: unknown }).code;
+  if (typeof code === 'string' && (UNREACHABLE_CODES.has(code) || code.startsWith('08'))) return true;
+  const message = err instanceof Error ? err.message : '';
+  return /Connection terminated|timeout expired|timeout exceeded when trying to connect/i.test(message);
+}
+
+/** Startup retry delays: 250 ms, doubling, at most 5 s (attempt counts from 1). */
+export function startupRetryDelayMs(attempt: number): number {
+  return Math.min(5000, 250 * 2 ** Math.max(0, attempt - 1));
+}
+
+export interface WaitForDatabaseOptions {
+  /** Give up once this long has passed since the first attempt (0: fail at the first error). */
+  boundMs: number;
+  /** Where the database is ("host:port"), for the log; never the URL (it may hold a password). */
+  target: string;
+  log: Logger;
+  monotonicMs: () => number;
+  sleep: (ms: number, signal: AbortSignal) => Promise<void>;
+  /** Aborted when the process is asked to stop while it waits. */
+  signal: AbortSignal;
+}
+
+/**
+ * Startup: probes PostgreSQL until it answers, retrying connection failures with backoff and a
+ * warning per attempt, so a gateway started before its database comes up when it appears. Resolves
+ * `reachable`, or `stopped` if `signal` fired; throws the last error (with `attempts` and `waitedMs`)
+ * once `boundMs` has passed, and at once for any other error (e.g. a wrong password).
+ */
+export async function waitForDatabase(
+  probe: () => Promise<unknown>,
+  options: WaitForDatabaseOptions,
+): Promise<'reachable' | 'stopped'> {
+  const startedMs = options.monotonicMs();
+  for (let attempt = 1; ; attempt++) {
+    if (options.signal.aborted) return 'stopped';
+    try {
+      await probe();
+      if (attempt > 1)
+        options.log.info(
+          { target: options.target, attempts: attempt, waitedMs: Math.round(options.monotonicMs() - startedMs) },
+          'PostgreSQL reachable; starting',
+        );
+      return 'reachable';
+    } catch (err) {
+      const waitedMs = options.monotonicMs() - startedMs;
+      if (!isUnreachable(err)) throw err;
+      const retryInMs = Math.round(Math.min(startupRetryDelayMs(attempt), Math.max(0, options.boundMs - waitedMs)));
+      if (waitedMs >= options.boundMs || retryInMs <= 0) {
+        throw Object.assign(
+          new Error(
+            `PostgreSQL at ${options.target} not reachable after ${attempt} attempt(s) in ${Math.round(waitedMs / 1000)} s (ARKVORY_DATABASE_STARTUP_WAIT_SECONDS=${options.boundMs / 1000}): ${(err as Error).message}`,
+            { cause: err },
+          ),
+          { code: 'database_unreachable', attempts: attempt, waitedMs },
+        );
+      }
+      const code = (err as { code?: unknown }).code;
+      options.log.warn(
+        {
+          target: options.target,
+          attempt,
+          retryInMs,
+          code: typeof code === 'string' ? code : undefined,
+          err: { message: (err as Error).message },
+        },
+        'PostgreSQL not reachable at startup; retrying',
+      );
+      try {
+        await options.sleep(retryInMs, options.signal);
+      } catch {
+        return 'stopped';
+      }
+    }
+  }
+}
+
+/** "host:port" of a PostgreSQL URL, for logs (never the URL: it may hold a password). */
+export function databaseTarget(url: string): string {
+  try {
+    const u = new URL(url);
+    return `${u.hostname}:${u.port || '5432'}`;
+  } catch {
+    return 'the configured database';
+  }
+}

@@ -1,0 +1,33 @@
+import type pg from 'pg';
+import type { Logger } from 'pino';
+import type { Clock } from '../../policy/clock.ts';
+import type { Coordinator } from '../../policy/lease/coordinator.ts';
+import type { Config } from '../config/config.ts';
+import type { Lifecycle } from './lifecycle.ts';
+import type { GatewayMetrics } from '../metrics/gateway-metrics.ts';
+import type { Transfers } from '../gates/transfers.ts';
+
+/** What the serve process builds once and hands to each feature module. */
+export interface Services {
+  readonly config: Config;
+  readonly log: Logger;
+  readonly pool: pg.Pool;
+  /** URL of the same database, for connections of their own (LISTEN, the lease). */
+  readonly databaseUrl: string;
+  /** True when PostgreSQL is the embedded default (standalone, first-run conveniences apply). */
+  readonly isEmbeddedDatabase: boolean;
+  /** Barriers and (shared profile) the slot lease; `isPermitted()` is false once fenced. */
+  readonly coordinator: Coordinator;
+  /** Bandwidth governors and admission: every body stream goes through `admit` and a `meter`. */
+  readonly transfers: Transfers;
+  readonly clock: Clock;
+  readonly lifecycle: Lifecycle;
+  /** Run first on shutdown, before in-flight requests are awaited (admission queues close here). */
+  readonly preClose: Array<() => void | Promise<void>>;
+  /** Run last on shutdown, after the HTTP server closed, before the pool ends. */
+  readonly onClose: Array<() => void | Promise<void>>;
+  /** Extra fields for `/health/ready`; each provider returns aggregates only, never ids or paths. */
+  readonly readiness: Array<() => Record<string, unknown>>;
+  /** Prometheus metrics; modules hand it the aggregates they own (absent: nothing is exported). */
+  readonly metrics?: GatewayMetrics;
+}
