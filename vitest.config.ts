@@ -15,7 +15,7 @@ export default defineConfig({
         extends: true,
         test: {
           name: 'unit',
-          include: ['{proxy,policy,storage-adapter,migrations,client}/**/*.test.ts'],
+          include: ['{lib,proxy,policy,storage-adapter,migrations,client}/**/*.test.ts'],
           exclude: ['**/*.int.test.ts', '**/node_modules/**'],
         },
       },

@@ -7,6 +7,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
+import { inTransaction } from '../lib/transaction.ts';
 
 export const MIGRATIONS_DIR = path.dirname(fileURLToPath(import.meta.url));
 /** Arbitrary constant shared by every Arkvory process: "arkvory-migrate". */
@@ -59,16 +60,15 @@ export async function migrate(
       for (const m of all) {
         if (done.has(m.version)) continue;
         const sql = await readFile(m.file, 'utf8');
-        await client.query('BEGIN');
         try {
-          await client.query(sql);
-          await client.query('INSERT INTO arkvory_schema_migrations (version, name) VALUES ($1, $2)', [
-            m.version,
-            m.name,
-          ]);
-          await client.query('COMMIT');
+          await inTransaction(client, async () => {
+            await client.query(sql);
+            await client.query('INSERT INTO arkvory_schema_migrations (version, name) VALUES ($1, $2)', [
+              m.version,
+              m.name,
+            ]);
+          });
         } catch (err) {
-          await client.query('ROLLBACK');
           throw new Error(`migration ${path.basename(m.file)} failed: ${(err as Error).message}`, { cause: err });
         }
         applied.push(m);

@@ -10,6 +10,7 @@ import type pg from 'pg';
 import { StorageError } from './errors.ts';
 import { resolveInsideRoot, STORAGE_ID_FILE } from './paths.ts';
 import { fsyncDirectory } from './fs-sync.ts';
+import { withTransaction } from '../lib/transaction.ts';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
@@ -120,21 +121,13 @@ export async function ensureStorageIdentityOf(options: {
     const id = options.newId ?? randomUUID();
     // Row first inside a transaction, file before commit: a crash in between leaves a file without
     // a row, which the next start reports instead of silently binding a second database.
-    const client = await pool.connect();
-    try {
-      await client.query('BEGIN');
+    await withTransaction(pool, async (client) => {
       const inserted = await client.query(
         'INSERT INTO arkvory_storage (id) VALUES ($1) ON CONFLICT (singleton) DO NOTHING',
         [id],
       );
       if (inserted.rowCount === 1) await object.write(id);
-      await client.query('COMMIT');
-    } catch (err) {
-      await client.query('ROLLBACK').catch(() => {});
-      throw err;
-    } finally {
-      client.release();
-    }
+    });
     return ensureStorageIdentityOf({ object, role: 'reader', pool });
   }
   if (fileId === undefined) {

@@ -18,6 +18,7 @@ import {
   signPresign,
   type PresignFields,
 } from './presign-signature.ts';
+import { withTransaction } from '../../lib/transaction.ts';
 
 interface SecretRow {
   readonly id: string;
@@ -43,20 +44,11 @@ async function loadSecrets(pool: pg.Pool | pg.PoolClient): Promise<SecretRow[]> 
 }
 
 /** The table lock serialises the first secret's creation and rotations (writer and CLI may race). */
-async function inTransaction<T>(pool: pg.Pool, work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-  const client = await pool.connect();
-  try {
-    await client.query('BEGIN');
+function lockedSecrets<T>(pool: pg.Pool, work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  return withTransaction(pool, async (client) => {
     await client.query('LOCK TABLE arkvory_presign_secrets IN SHARE ROW EXCLUSIVE MODE');
-    const result = await work(client);
-    await client.query('COMMIT');
-    return result;
-  } catch (err) {
-    await client.query('ROLLBACK').catch(() => {});
-    throw err;
-  } finally {
-    client.release();
-  }
+    return work(client);
+  });
 }
 
 /**
@@ -67,7 +59,7 @@ export async function rotatePresignSecret(
   pool: pg.Pool,
   graceSeconds: number,
 ): Promise<{ secretId: string; oldLinksValidUntil: string }> {
-  return inTransaction(pool, async (client) => {
+  return lockedSecrets(pool, async (client) => {
     const retired = await client.query<{ until: Date }>(
       `UPDATE arkvory_presign_secrets SET retires_at = now() + make_interval(secs => $1) WHERE retires_at IS NULL OR retires_at > now() + make_interval(secs => $1) RETURNING now() + make_interval(secs => $1) AS until`,
       [graceSeconds],
@@ -114,7 +106,7 @@ export class PresignedLinks {
   async #signingSecret(): Promise<SecretRow> {
     const current = (await this.#secrets({ fresh: true })).filter((s) => s.retiresAtMs === null).at(-1);
     if (current) return current;
-    const created = await inTransaction(this.#pool, async (client) => {
+    const created = await lockedSecrets(this.#pool, async (client) => {
       const existing = (await loadSecrets(client)).filter((s) => s.retiresAtMs === null).at(-1);
       if (existing) return existing;
       const secret = randomBytes(32);

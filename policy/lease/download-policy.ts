@@ -5,6 +5,7 @@
  */
 import type pg from 'pg';
 import { barrierHolders, tryLockExclusive, unlockExclusive } from './barriers.ts';
+import { inTransaction } from '../../lib/transaction.ts';
 
 export interface DownloadPolicy {
   slots: number;
@@ -100,8 +101,7 @@ export async function resetPolicy(client: pg.ClientBase): Promise<{ leasesDelete
   if (!(await tryLockExclusive(client, 'maintenance')))
     throw new ResetRefused('a gateway or worker still holds the maintenance barrier');
   try {
-    await client.query('BEGIN');
-    try {
+    return await inTransaction(client, async () => {
       const live = await client.query<{ slot: number; expires_in: string }>(
         `SELECT slot, round(extract(epoch FROM expires_at - clock_timestamp()), 1)::text AS expires_in FROM arkvory_gateway_leases WHERE expires_at > clock_timestamp() ORDER BY slot FOR UPDATE`,
       );
@@ -112,12 +112,8 @@ export async function resetPolicy(client: pg.ClientBase): Promise<{ leasesDelete
       }
       const leases = await client.query('DELETE FROM arkvory_gateway_leases');
       const policy = await client.query('DELETE FROM arkvory_download_policy');
-      await client.query('COMMIT');
       return { leasesDeleted: leases.rowCount ?? 0, policyDeleted: (policy.rowCount ?? 0) > 0 };
-    } catch (err) {
-      await client.query('ROLLBACK');
-      throw err;
-    }
+    });
   } finally {
     await unlockExclusive(client, 'maintenance');
   }

@@ -5,6 +5,7 @@
 import type pg from 'pg';
 import type { RuleDocumentStore } from './rule-documents.ts';
 import type { LimiterRules } from './rules.ts';
+import { withTransaction } from '../../lib/transaction.ts';
 
 /** "arkvory-rl-rules" */
 const LOCK_KEY = '7020121870183771251';
@@ -20,9 +21,7 @@ export function createPgRuleDocuments(pool: pg.Pool): RuleDocumentStore {
       return new Map(rows.map((r) => [r.limiter, r.document]));
     },
     async update(limiters, change: (current: Map<string, unknown>) => Map<string, LimiterRules>) {
-      const client = await pool.connect();
-      try {
-        await client.query('BEGIN');
+      await withTransaction(pool, async (client) => {
         await client.query('SELECT pg_advisory_xact_lock($1)', [LOCK_KEY]);
         const { rows } = await client.query<{ limiter: string; document: unknown }>(
           'SELECT limiter, document FROM arkvory_rate_limit_rules WHERE limiter = ANY($1)',
@@ -36,13 +35,7 @@ export function createPgRuleDocuments(pool: pg.Pool): RuleDocumentStore {
             [limiter, JSON.stringify(document)],
           );
         }
-        await client.query('COMMIT');
-      } catch (err) {
-        await client.query('ROLLBACK').catch(() => {});
-        throw err;
-      } finally {
-        client.release();
-      }
+      });
     },
     async listIndexed() {
       const { rows } = await pool.query<{ limiter: string }>(

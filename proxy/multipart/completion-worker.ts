@@ -14,6 +14,7 @@ import type { Catalog } from '../../storage-adapter/catalog.ts';
 import type { Store } from '../../storage-adapter/store.ts';
 import { assembleJob, type Job } from '../../storage-adapter/multipart/assemble.ts';
 import type { UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
+import { withTransaction } from '../../lib/transaction.ts';
 
 export interface CompletionWorkerOptions {
   pool: pg.Pool;
@@ -186,9 +187,7 @@ export class CompletionWorker {
     error: string | null,
     result?: { sha256: string; size: number },
   ): Promise<void> {
-    const client = await this.#o.pool.connect();
-    try {
-      await client.query('BEGIN');
+    await withTransaction(this.#o.pool, async (client) => {
       await client.query('UPDATE arkvory_upload_jobs SET state = $2, error = $3, updated_at = now() WHERE id = $1', [
         job.id,
         state,
@@ -198,13 +197,7 @@ export class CompletionWorker {
         'UPDATE arkvory_upload_sessions SET state = $2, error = $3, result_sha256 = $4, result_size = $5, finished_at = now() WHERE id = $1',
         [job.sessionId, state, error, result?.sha256 ?? null, result?.size ?? null],
       );
-      await client.query('COMMIT');
-    } catch (err) {
-      await client.query('ROLLBACK').catch(() => {});
-      throw err;
-    } finally {
-      client.release();
-    }
+    });
     if (state === 'done') await this.#o.sessions.removeParts(job.sessionId);
   }
 

@@ -8,6 +8,7 @@ import { open } from 'node:fs/promises';
 import type pg from 'pg';
 import type { TableEntry } from './manifest.ts';
 import { tablesInDependencyOrder } from './table-order.ts';
+import { inTransaction } from '../../lib/transaction.ts';
 
 /** Coordination state: kept in the backup for the record, never restored as live state. */
 export const RECORD_ONLY_TABLES: ReadonlySet<string> = new Set(['arkvory_gateway_leases', 'arkvory_download_policy']);
@@ -57,32 +58,38 @@ export async function dumpDatabase(pool: pg.Pool, file: string, signal?: AbortSi
     await out.write(data);
   };
   try {
-    await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
-    // The first query fixes the snapshot; now() is that transaction's start.
-    const head = await client.query<{ t: string; v: number | null }>(
-      `SELECT to_json(now())#>>'{}' AS t, (SELECT max(version) FROM ${MIGRATIONS_TABLE}) AS v`,
+    const snapshot = await inTransaction(
+      client,
+      async () => {
+        // The first query fixes the snapshot; now() is that transaction's start.
+        const head = await client.query<{ t: string; v: number | null }>(
+          `SELECT to_json(now())#>>'{}' AS t, (SELECT max(version) FROM ${MIGRATIONS_TABLE}) AS v`,
+        );
+        const storage = await client.query<{ id: string }>('SELECT id::text AS id FROM arkvory_storage');
+        const tables: TableEntry[] = [];
+        for (const table of await arkvoryTables(client)) {
+          signal?.throwIfAborted();
+          await client.query(
+            `DECLARE dump NO SCROLL CURSOR FOR SELECT to_jsonb(t)::text AS row FROM ${quoteIdent(table)} t`,
+          );
+          let rows = 0;
+          for (;;) {
+            const batch = await client.query<{ row: string }>(`FETCH ${FETCH_ROWS} FROM dump`);
+            if (!batch.rows.length) break;
+            await write(batch.rows.map((r) => `{"table":${JSON.stringify(table)},"row":${r.row}}\n`).join(''));
+            rows += batch.rows.length;
+          }
+          await client.query('CLOSE dump');
+          tables.push({ name: table, rows, restored: !RECORD_ONLY_TABLES.has(table) });
+        }
+        const blobs = await client.query<{ sha256: string; size: string }>(
+          'SELECT sha256, max(size_bytes)::text AS size FROM arkvory_artifacts GROUP BY sha256 ORDER BY sha256',
+        );
+        return { head, storage, tables, blobs };
+      },
+      { begin: 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY' },
     );
-    const storage = await client.query<{ id: string }>('SELECT id::text AS id FROM arkvory_storage');
-    const tables: TableEntry[] = [];
-    for (const table of await arkvoryTables(client)) {
-      signal?.throwIfAborted();
-      await client.query(
-        `DECLARE dump NO SCROLL CURSOR FOR SELECT to_jsonb(t)::text AS row FROM ${quoteIdent(table)} t`,
-      );
-      let rows = 0;
-      for (;;) {
-        const batch = await client.query<{ row: string }>(`FETCH ${FETCH_ROWS} FROM dump`);
-        if (!batch.rows.length) break;
-        await write(batch.rows.map((r) => `{"table":${JSON.stringify(table)},"row":${r.row}}\n`).join(''));
-        rows += batch.rows.length;
-      }
-      await client.query('CLOSE dump');
-      tables.push({ name: table, rows, restored: !RECORD_ONLY_TABLES.has(table) });
-    }
-    const blobs = await client.query<{ sha256: string; size: string }>(
-      'SELECT sha256, max(size_bytes)::text AS size FROM arkvory_artifacts GROUP BY sha256 ORDER BY sha256',
-    );
-    await client.query('COMMIT');
+    const { head, storage, tables, blobs } = snapshot;
     await out.sync();
     return {
       snapshotTime: head.rows[0]!.t,
@@ -93,9 +100,6 @@ export async function dumpDatabase(pool: pg.Pool, file: string, signal?: AbortSi
       sha256: hash.digest('hex'),
       blobs: blobs.rows.map((r) => ({ sha256: r.sha256, sizeBytes: Number(r.size) })),
     };
-  } catch (err) {
-    await client.query('ROLLBACK').catch(() => {});
-    throw err;
   } finally {
     await out.close();
     client.release();

@@ -11,6 +11,7 @@ import { StorageError } from '../errors.ts';
 import type { ByteMeter } from '../byte-meter.ts';
 import type { PartStore } from '../store.ts';
 import { parseListedParts, planCompletion, type ReceivedPart } from './completion-plan.ts';
+import { withTransaction } from '../../lib/transaction.ts';
 
 export type SessionState = 'open' | 'completing' | 'done' | 'failed' | 'aborted' | 'expired';
 
@@ -192,9 +193,7 @@ export class UploadSessions {
     // Not an id we issue (PostgreSQL would refuse it as a uuid with a 500): no such upload.
     if (!UUID.test(id)) throw new StorageError('not_found', 'No such upload.');
     const listed = parseListedParts(listedParts);
-    const client = await this.#pool.connect();
-    try {
-      await client.query('BEGIN');
+    const queued = await withTransaction(this.#pool, async (client) => {
       const r = await client.query(
         'SELECT state, expires_at, expected_size FROM arkvory_upload_sessions WHERE id = $1 AND repository = $2 AND principal_id IS NOT DISTINCT FROM $3 FOR UPDATE',
         [id, scope.repository, scope.principalId],
@@ -219,15 +218,10 @@ export class UploadSessions {
         [id, JSON.stringify(plan.parts)],
       );
       await client.query(`UPDATE arkvory_upload_sessions SET state = 'completing' WHERE id = $1`, [id]);
-      await client.query('COMMIT');
-      await this.#pool.query(`SELECT pg_notify('arkvory_upload_jobs', $1)`, [job.rows[0]!.id]);
       return { jobId: job.rows[0]!.id, totalBytes: plan.totalBytes };
-    } catch (err) {
-      await client.query('ROLLBACK').catch(() => {});
-      throw err;
-    } finally {
-      client.release();
-    }
+    });
+    await this.#pool.query(`SELECT pg_notify('arkvory_upload_jobs', $1)`, [queued.jobId]);
+    return queued;
   }
 
   /** Aborts an open session: its parts are removed. */

@@ -1,0 +1,68 @@
+/**
+ * PostgreSQL transactions for every layer (policy/, storage-adapter/, proxy/ and migrations/ import
+ * this; lib/ imports none of them). The rule the hand-written blocks kept breaking: when the work fails,
+ * a failing ROLLBACK (the connection died, which is often *why* the work failed) must never replace the
+ * error that caused it, and a connection whose BEGIN, COMMIT or ROLLBACK failed must not go back to
+ * the pool.
+ */
+import type pg from 'pg';
+
+type Queryable = Pick<pg.ClientBase, 'query'>;
+
+export interface TransactionOptions {
+  /** The statement that opens it (an isolation level, READ ONLY…); `BEGIN` by default. */
+  begin?: string;
+}
+
+/** Clients whose transaction control statement failed: their state is unknown. */
+const broken = new WeakSet<Queryable>();
+
+/**
+ * Runs `work` between BEGIN and COMMIT on `client`. When `work` throws, rolls back and rethrows the
+ * work's own error, whatever ROLLBACK did. Returns what `work` returned.
+ */
+export async function inTransaction<T>(
+  client: Queryable,
+  work: () => Promise<T>,
+  options: TransactionOptions = {},
+): Promise<T> {
+  await control(client, options.begin ?? 'BEGIN');
+  let result: T;
+  try {
+    result = await work();
+  } catch (err) {
+    await control(client, 'ROLLBACK').catch(() => {
+      // The work's error is the one to report; a dead connection fails its ROLLBACK too.
+    });
+    throw err;
+  }
+  await control(client, 'COMMIT');
+  return result;
+}
+
+/**
+ * Takes a client from `pool`, runs `work(client)` in a transaction (see `inTransaction`), and releases
+ * it: destroyed instead of returned when a control statement failed, so a broken connection is never
+ * handed to the next caller.
+ */
+export async function withTransaction<T>(
+  pool: pg.Pool,
+  work: (client: pg.PoolClient) => Promise<T>,
+  options: TransactionOptions = {},
+): Promise<T> {
+  const client = await pool.connect();
+  try {
+    return await inTransaction(client, () => work(client), options);
+  } finally {
+    client.release(broken.has(client) ? new Error('transaction control failed; connection discarded') : undefined);
+  }
+}
+
+async function control(client: Queryable, sql: string): Promise<void> {
+  try {
+    await client.query(sql);
+  } catch (err) {
+    broken.add(client);
+    throw err;
+  }
+}
