@@ -18,8 +18,9 @@
  * second at most; a recheck that finds the key reloads the set.
  * Past `maxKnownKeys` keys the set is not kept and every unknown id is looked up (cached per id).
  */
-import pg from 'pg';
+import type pg from 'pg';
 import type { Logger } from 'pino';
+import { EpochWatcher } from '../../lib/epoch-watcher.ts';
 import type { Clock } from '../clock.ts';
 import { PolicyError } from '../errors.ts';
 import type { Permission } from './authorize.ts';
@@ -54,9 +55,8 @@ export interface AuthenticatorOptions {
   lastUsedIntervalMs?: number;
 }
 
-/** Both schemes in one challenge (RFC 9110 §11.6.1): wget and browsers answer the Basic one. */
 /**
- * One challenge per header line: RFC 9110 allows several in one line, but Apache HttpClient 4 (Maven's
+ * Both schemes, one challenge per header line (wget and browsers answer the Basic one): RFC 9110 allows several in one line, but Apache HttpClient 4 (Maven's
  * wagon) reads only the first scheme of each line and would never see Basic.
  */
 export const WWW_AUTHENTICATE = ['Bearer realm="arkvory"', 'Basic realm="arkvory"'];
@@ -100,56 +100,56 @@ export class Authenticator {
   readonly #keys: BoundedCache<KeyEntry | null>;
   readonly #grants: BoundedCache<Map<string, Permission>>;
   readonly #lastUsedWritten = new BoundedCache<number>(10_000);
-  #epoch: string | undefined;
-  /** Every key id as of `#epoch`; `too_many` past maxKnownKeys; undefined until loaded. */
+  readonly #watcher: EpochWatcher;
+  /** Every key id as of the watched epoch; `too_many` past maxKnownKeys; undefined until loaded. */
   #knownKeyIds: Set<string> | 'too_many' | undefined;
   /** Token bucket of set misses that may still be looked up (see the header). */
   #recheckTokens = Number.NaN;
   #recheckAtMs = 0;
-  #epochCheckedAtMs = Number.NEGATIVE_INFINITY;
-  #pollTimer: NodeJS.Timeout | undefined;
-  #listener: pg.Client | undefined;
-  #stopped = false;
-  #pollWarned = false;
-  #generation = 0;
 
   constructor(options: AuthenticatorOptions) {
     this.#options = options;
     this.#pool = options.pool;
     this.#keys = new BoundedCache(options.maxEntries ?? 10_000);
     this.#grants = new BoundedCache(options.maxEntries ?? 10_000);
+    this.#watcher = new EpochWatcher({
+      name: 'auth',
+      pool: options.pool,
+      databaseUrl: options.databaseUrl,
+      table: 'arkvory_auth_epoch',
+      channel: 'arkvory_auth',
+      clock: options.clock,
+      log: options.log,
+      ...(options.pollIntervalMs === undefined ? {} : { pollIntervalMs: options.pollIntervalMs }),
+      ...(options.freshnessMs === undefined ? {} : { freshnessMs: options.freshnessMs }),
+      // Read after the epoch: the set holds at least every key of that epoch, and a later insert
+      // moves the epoch, so the set is never trusted without a key it should hold.
+      afterPoll: async () => {
+        if (this.#knownKeyIds === undefined) await this.#loadKnownKeyIds();
+      },
+    });
+    this.#watcher.onInvalidate(() => {
+      this.#keys.clear();
+      this.#grants.clear();
+      this.#knownKeyIds = undefined;
+    });
   }
 
-  get #freshnessMs(): number {
-    return this.#options.freshnessMs ?? 1500;
+  start(): Promise<void> {
+    return this.#watcher.start();
   }
 
-  async start(): Promise<void> {
-    await this.#poll();
-    await this.#listen();
-    const interval = this.#options.pollIntervalMs ?? 500;
-    this.#pollTimer = setInterval(() => void this.#poll(), interval);
-    this.#pollTimer.unref();
-  }
-
-  async stop(): Promise<void> {
-    this.#stopped = true;
-    clearInterval(this.#pollTimer);
-    const listener = this.#listener;
-    this.#listener = undefined;
-    await listener?.end().catch(() => {});
+  stop(): Promise<void> {
+    return this.#watcher.stop();
   }
 
   /** Whether cached entries may be used now (a recent successful epoch poll). */
   get isCacheTrusted(): boolean {
-    return this.#options.clock.monotonicMs() - this.#epochCheckedAtMs <= this.#freshnessMs;
+    return this.#watcher.trusted;
   }
 
-  #invalidate(): void {
-    this.#keys.clear();
-    this.#grants.clear();
-    this.#knownKeyIds = undefined;
-    this.#generation++;
+  get #generation(): number {
+    return this.#watcher.generation;
   }
 
   /** Moves whenever the cache is cleared; other caches of auth state (presign secrets) follow it. */
@@ -184,64 +184,6 @@ export class Authenticator {
     const max = this.#options.maxKnownKeys ?? 100_000;
     const r = await this.#pool.query<{ key_id: string }>('SELECT key_id FROM arkvory_api_keys LIMIT $1', [max + 1]);
     this.#knownKeyIds = r.rows.length > max ? 'too_many' : new Set(r.rows.map((row) => row.key_id));
-  }
-
-  async #poll(): Promise<void> {
-    try {
-      const r = await this.#pool.query<{ epoch: string }>('SELECT epoch::text AS epoch FROM arkvory_auth_epoch');
-      const epoch = r.rows[0]?.epoch;
-      if (epoch !== this.#epoch) {
-        this.#invalidate();
-        this.#epoch = epoch;
-      }
-      // Read after the epoch: the set holds at least every key of that epoch, and a later insert
-      // moves the epoch, so the set is never trusted without a key it should hold.
-      if (this.#knownKeyIds === undefined) await this.#loadKnownKeyIds();
-      this.#epochCheckedAtMs = this.#options.clock.monotonicMs();
-      this.#pollWarned = false;
-    } catch (err) {
-      if (!this.#pollWarned)
-        this.#options.log.warn(
-          { err: { message: (err as Error).message } },
-          'auth epoch poll failed; key cache not trusted',
-        );
-      this.#pollWarned = true;
-    }
-  }
-
-  async #listen(): Promise<void> {
-    if (this.#stopped) return;
-    const client = new pg.Client({
-      connectionString: this.#options.databaseUrl,
-      application_name: 'arkvory-auth-listen',
-      keepAlive: true,
-      connectionTimeoutMillis: 5000,
-    });
-    const retry = () => {
-      if (this.#listener !== client) return;
-      this.#listener = undefined;
-      this.#invalidate();
-      client.end().catch(() => {});
-      if (!this.#stopped) setTimeout(() => void this.#listen(), 1000).unref();
-    };
-    client.on('error', retry);
-    client.on('end', retry);
-    client.on('notification', () => {
-      this.#invalidate();
-      void this.#poll();
-    });
-    this.#listener = client;
-    try {
-      await client.connect();
-      await client.query('LISTEN arkvory_auth');
-      // Anything changed while we were not listening must not survive in the cache; reload the
-      // known-key set at once rather than at the next poll.
-      this.#invalidate();
-      await this.#poll();
-    } catch (err) {
-      this.#options.log.warn({ err: { message: (err as Error).message } }, 'auth LISTEN failed; relying on polling');
-      retry();
-    }
   }
 
   async #loadKey(keyId: string): Promise<KeyEntry | null> {

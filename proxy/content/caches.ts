@@ -4,7 +4,7 @@
  * cache (any store). Each is skipped when its bound is 0. Closing stops the watcher and closes the
  * idle descriptors.
  */
-import { EpochWatcher } from '../../storage-adapter/cache/epoch-watcher.ts';
+import { EpochWatcher } from '../../lib/epoch-watcher.ts';
 import { createCachedCatalog } from '../../storage-adapter/cache/cached-catalog.ts';
 import type { CacheStats } from '../../storage-adapter/cache/cache-stats.ts';
 import { OpenFileCache } from '../../storage-adapter/cache/open-file-cache.ts';
@@ -42,6 +42,7 @@ export function createContentCaches(services: Services): ContentCaches {
     async catalog(inner) {
       if (caches.catalogEntries === 0 || caches.catalogBytes === 0) return inner;
       const watcher = new EpochWatcher({
+        name: 'catalog',
         pool: services.pool,
         databaseUrl: services.databaseUrl,
         table: 'arkvory_catalog_epoch',

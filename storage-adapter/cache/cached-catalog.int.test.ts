@@ -9,7 +9,7 @@ import { createRepository } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { createCatalog, type ArtifactKey, type Catalog } from '../catalog.ts';
 import { createCachedCatalog } from './cached-catalog.ts';
-import { EpochWatcher } from './epoch-watcher.ts';
+import { EpochWatcher } from '../../lib/epoch-watcher.ts';
 
 const db = useTestDatabase();
 const log = pino({ level: 'silent' });
@@ -54,6 +54,7 @@ describe('cached catalog (real PostgreSQL)', () => {
   const open = async (options: { listen?: boolean; maxEntries?: number; maxBytes?: number; pool?: pg.Pool } = {}) => {
     const clock = new Clock();
     const watcher = new EpochWatcher({
+      name: 'catalog',
       pool: db.pool,
       databaseUrl: db.url,
       table: 'arkvory_catalog_epoch',

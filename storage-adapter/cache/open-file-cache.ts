@@ -11,7 +11,7 @@
 import type { FileHandle } from 'node:fs/promises';
 import { BoundedLru } from './bounded-lru.ts';
 import type { CacheStats } from './cache-stats.ts';
-import type { MonotonicClock } from './epoch-watcher.ts';
+import type { MonotonicClock } from '../../lib/epoch-watcher.ts';
 
 export interface OpenFile {
   readonly handle: FileHandle;

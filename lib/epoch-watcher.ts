@@ -1,6 +1,7 @@
 /**
  * Tells an in-process cache when to forget: polls a one-row epoch table and LISTENs on a channel
- * (the scheme of `arkvory_auth_epoch`, here `arkvory_catalog_epoch` from migration 0009).
+ * (`arkvory_auth_epoch`/`arkvory_auth` for keys and grants, `arkvory_catalog_epoch`/`arkvory_catalog`
+ * for the catalog).
  * `invalidate` listeners run on every notification, whenever the polled epoch moves, and whenever
  * the LISTEN connection is (re)established or lost. `trusted` is false while the last successful
  * poll is older than `freshnessMs`: callers must then ask the database, so a change is never
@@ -15,6 +16,8 @@ export interface MonotonicClock {
 }
 
 export interface EpochWatcherOptions {
+  /** Names the watcher in logs and in the LISTEN connection's application_name (`auth`, `catalog`). */
+  readonly name: string;
   readonly pool: pg.Pool;
   /** For the LISTEN connection (one of its own, outside the pool). */
   readonly databaseUrl: string;
@@ -25,6 +28,11 @@ export interface EpochWatcherOptions {
   readonly log: Logger;
   readonly pollIntervalMs?: number;
   readonly freshnessMs?: number;
+  /**
+   * Runs after each successful epoch read, before the cache counts as trusted (the authenticator
+   * reloads its known-key set here). A throw makes the poll a failed one.
+   */
+  readonly afterPoll?: () => Promise<void>;
 }
 
 export class EpochWatcher {
@@ -96,15 +104,19 @@ export class EpochWatcher {
         this.#invalidate();
         this.#epoch = epoch;
       }
+      await this.#options.afterPoll?.();
       this.#checkedAtMs = this.#options.clock.monotonicMs();
       if (this.#pollWarned)
-        this.#options.log.info({ table: this.#options.table }, 'epoch poll works again; cache trusted');
+        this.#options.log.info(
+          { table: this.#options.table },
+          `${this.#options.name} epoch poll works again; cache trusted`,
+        );
       this.#pollWarned = false;
     } catch (err) {
       if (!this.#pollWarned)
         this.#options.log.warn(
           { table: this.#options.table, err: { message: (err as Error).message } },
-          'epoch poll failed; cache not trusted',
+          `${this.#options.name} epoch poll failed; cache not trusted`,
         );
       this.#pollWarned = true;
     }
@@ -114,7 +126,7 @@ export class EpochWatcher {
     if (this.#stopped) return;
     const client = new pg.Client({
       connectionString: this.#options.databaseUrl,
-      application_name: `arkvory-${this.#options.channel}-listen`,
+      application_name: `arkvory-${this.#options.name}-listen`,
       keepAlive: true,
       connectionTimeoutMillis: 5000,
     });
@@ -135,12 +147,14 @@ export class EpochWatcher {
     try {
       await client.connect();
       await client.query(`LISTEN ${this.#options.channel}`);
-      // Anything changed while we were not listening must not survive in the cache.
+      // Anything changed while we were not listening must not survive in the cache; poll at once
+      // so the cache is usable again now rather than at the next interval.
       this.#invalidate();
+      await this.poll();
     } catch (err) {
       this.#options.log.warn(
         { channel: this.#options.channel, err: { message: (err as Error).message } },
-        'LISTEN failed; relying on polling',
+        `${this.#options.name} LISTEN failed; relying on polling`,
       );
       retry();
     }
