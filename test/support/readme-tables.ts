@@ -28,6 +28,36 @@ export function errorsTable(): string {
   return ['| code | status | meaning | what to do |', '| --- | --- | --- | --- |', ...rows].join('\n');
 }
 
+/** The rule schema, the one source of a rate-limit rule's shape (policy/rate-limit/rule.schema.json). */
+export const RULE_SCHEMA_FILE = path.join(ROOT, 'policy/rate-limit/rule.schema.json');
+/** The OpenAPI documents whose `Rule` component is generated from it. */
+export const RULE_SCHEMA_DOCUMENTS = ['proxy/openapi/openapi.yaml', 'proxy/openapi/rules-service.yaml'].map((f) =>
+  path.join(ROOT, f),
+);
+
+/** The `Rule` component as the OpenAPI documents carry it: the schema without its JSON Schema header. */
+export async function ruleComponent(): Promise<Record<string, unknown>> {
+  const { $schema: _s, $id: _i, title: _t, ...component } = JSON.parse(await readFile(RULE_SCHEMA_FILE, 'utf8'));
+  return component;
+}
+
+/** `yaml` with its `components.schemas.Rule` block replaced by `component` (JSON is YAML's flow style). */
+export function withRuleComponent(yaml: string, component: Record<string, unknown>): string {
+  const lines = yaml.split('\n');
+  const start = lines.indexOf('    Rule:');
+  if (start === -1) throw new Error('no components.schemas.Rule block (a line "    Rule:")');
+  let end = start + 1;
+  while (end < lines.length && (lines[end]!.startsWith('      ') || lines[end]!.trim() === '')) end++;
+  const body = JSON.stringify(component, null, 2)
+    .split('\n')
+    .map((l) => `      ${l}`);
+  const generated = [
+    '      # generated from policy/rate-limit/rule.schema.json by `npm run docs`; edit the schema, not this',
+    ...body,
+  ];
+  return [...lines.slice(0, start + 1), ...generated, ...lines.slice(end)].join('\n');
+}
+
 export function section(text: string, name: string): string | undefined {
   const start = text.indexOf(`<!-- ${name}:start -->`);
   const end = text.indexOf(`<!-- ${name}:end -->`);
@@ -47,5 +77,8 @@ if (process.argv[1] && import.meta.url.endsWith(path.basename(process.argv[1])))
   text = replaceSection(text, 'variables', variablesTable());
   text = replaceSection(text, 'errors', errorsTable());
   await writeFile(README, text);
-  process.stdout.write('README tables rewritten\n');
+  const component = await ruleComponent();
+  for (const file of RULE_SCHEMA_DOCUMENTS)
+    await writeFile(file, withRuleComponent(await readFile(file, 'utf8'), component));
+  process.stdout.write('README tables and OpenAPI Rule components rewritten\n');
 }
