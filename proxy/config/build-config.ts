@@ -1,0 +1,92 @@
+import path from 'node:path';
+import type { Config, LogLevel, Role, S3Config } from './types.ts';
+import type { VariableValues } from './variable-values.ts';
+
+/** What the cross-variable checks derived (see cross-checks.ts). */
+export interface Derived {
+  shared: Config['shared'];
+  advertiseUrl: string | undefined;
+  s3: S3Config | undefined;
+  trustedProxies: string[];
+  routerBackends: string[] | undefined;
+  bypassPublishers: string[];
+}
+
+/** The Config of valid values: units converted (seconds → ms), paths resolved against `cwd`. */
+export function buildConfig(v: VariableValues, derived: Derived, cwd: string): Config {
+  const { shared, advertiseUrl, s3, trustedProxies, routerBackends, bypassPublishers } = derived;
+  const maxDownloads = v.num('ARKVORY_MAX_DOWNLOADS');
+  const config: Config = {
+    role: v.str('ARKVORY_ROLE') as Role,
+    host: v.str('ARKVORY_HOST'),
+    port: v.num('ARKVORY_PORT'),
+    dataDir: path.resolve(cwd, v.str('ARKVORY_DATA_DIR')),
+    databaseUrl: v.optStr('ARKVORY_DATABASE_URL'),
+    databasePoolSize: v.num('ARKVORY_DATABASE_POOL_SIZE'),
+    databaseStartupWaitMs: v.num('ARKVORY_DATABASE_STARTUP_WAIT_SECONDS') * 1000,
+    redisUrl: v.optStr('ARKVORY_REDIS_URL'),
+    logLevel: v.str('ARKVORY_LOG_LEVEL') as LogLevel,
+    shutdownTimeoutMs: v.num('ARKVORY_SHUTDOWN_TIMEOUT_SECONDS') * 1000,
+    frontDoor: {
+      headersTimeoutMs: v.num('ARKVORY_HEADER_TIMEOUT_SECONDS') * 1000,
+      bodyIdleTimeoutMs: v.num('ARKVORY_BODY_TIMEOUT_SECONDS') * 1000,
+      sendIdleTimeoutMs: v.num('ARKVORY_SEND_TIMEOUT_SECONDS') * 1000,
+      keepAliveTimeoutMs: v.num('ARKVORY_KEEPALIVE_TIMEOUT_SECONDS') * 1000,
+      maxConnections: v.optNum('ARKVORY_MAX_CONNECTIONS'),
+    },
+    metrics: { token: v.optStr('ARKVORY_METRICS_TOKEN'), port: v.optNum('ARKVORY_METRICS_PORT') },
+    maxUploadBytes: v.num('ARKVORY_MAX_UPLOAD_BYTES'),
+    bandwidth: {
+      downloadBytesPerSec: v.num('ARKVORY_DOWNLOAD_BYTES_PER_SECOND'),
+      downloadBytesPerSecPerPrincipal: v.num('ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL'),
+      uploadBytesPerSec: v.num('ARKVORY_UPLOAD_BYTES_PER_SECOND'),
+      uploadBytesPerSecPerPrincipal: v.num('ARKVORY_UPLOAD_BYTES_PER_SECOND_PER_PRINCIPAL'),
+    },
+    admission: {
+      maxDownloads,
+      maxDownloadsPerPrincipal: v.optNum('ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL') ?? Math.min(4, maxDownloads),
+      maxUploadsPerPrincipal: v.num('ARKVORY_MAX_UPLOADS_PER_PRINCIPAL'),
+      queueLength: v.num('ARKVORY_ADMISSION_QUEUE_LENGTH'),
+      waitMs: v.num('ARKVORY_ADMISSION_WAIT_SECONDS') * 1000,
+    },
+    rateLimitsFile: v.optStr('ARKVORY_RATE_LIMITS_FILE'),
+    embeddedWorker: v.values.get('ARKVORY_EMBEDDED_WORKER') as boolean,
+    uploadSessionTtlSeconds: v.num('ARKVORY_UPLOAD_SESSION_TTL_SECONDS'),
+    presignMaxExpiresSeconds: v.num('ARKVORY_PRESIGN_MAX_EXPIRES_SECONDS'),
+    redisKeyPrefix: v.str('ARKVORY_REDIS_KEY_PREFIX'),
+    rateLimitTimeoutMs: v.num('ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS'),
+    rateLimitBypassPublishers: bypassPublishers,
+    advertiseUrl,
+    trustedProxies,
+    router: {
+      backends: routerBackends,
+      probeIntervalMs: v.num('ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS'),
+      connectTimeoutMs: v.num('ARKVORY_ROUTER_CONNECT_TIMEOUT_MILLISECONDS'),
+      idleTimeoutMs: v.num('ARKVORY_ROUTER_IDLE_TIMEOUT_SECONDS') * 1000,
+    },
+    serviceName: v.str('ARKVORY_SERVICE_NAME'),
+    rulesService: {
+      url: v.optStr('ARKVORY_RULES_SERVICE_URL'),
+      timeoutMs: v.num('ARKVORY_RULES_SERVICE_TIMEOUT_MS'),
+      maxTtlMs: v.num('ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS') * 1000,
+      token: v.optStr('ARKVORY_RULES_SERVICE_TOKEN'),
+      ttlSeconds: v.num('ARKVORY_RULES_SERVICE_TTL_SECONDS'),
+    },
+    caches: {
+      catalogEntries: v.num('ARKVORY_CATALOG_CACHE_ENTRIES'),
+      catalogBytes: v.num('ARKVORY_CATALOG_CACHE_BYTES'),
+      openFileEntries: v.num('ARKVORY_OPEN_FILE_CACHE_ENTRIES'),
+      openFileIdleMs: v.num('ARKVORY_OPEN_FILE_CACHE_IDLE_SECONDS') * 1000,
+      blobBytes: v.num('ARKVORY_BLOB_CACHE_BYTES'),
+      blobMaxObjectBytes: v.num('ARKVORY_BLOB_CACHE_MAX_OBJECT_BYTES'),
+    },
+    storage: {
+      url: v.optStr('ARKVORY_STORAGE_URL'),
+      connectTimeoutMs: v.num('ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS'),
+      timeoutMs: v.num('ARKVORY_STORAGE_TIMEOUT_SECONDS') * 1000,
+      s3,
+    },
+    shared,
+  };
+  return config;
+}

@@ -1,0 +1,112 @@
+import type { S3Location } from '../../storage-adapter/s3-location.ts';
+
+export type Role = 'api' | 'reader' | 'worker' | 'router' | 'rules-service';
+export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+
+export interface Config {
+  readonly role: Role;
+  readonly host: string;
+  readonly port: number;
+  readonly dataDir: string;
+  readonly databaseUrl: string | undefined;
+  readonly databasePoolSize: number;
+  /** Startup retries an unreachable PostgreSQL this long, then exits 1. */
+  readonly databaseStartupWaitMs: number;
+  readonly redisUrl: string | undefined;
+  readonly logLevel: LogLevel;
+  readonly shutdownTimeoutMs: number;
+  /** Timeouts and the connection bound of the HTTP front door (proxy/server/front-door.ts). */
+  readonly frontDoor: {
+    readonly headersTimeoutMs: number;
+    readonly bodyIdleTimeoutMs: number;
+    readonly sendIdleTimeoutMs: number;
+    readonly keepAliveTimeoutMs: number;
+    readonly maxConnections: number | undefined;
+  };
+  readonly metrics: {
+    /** Bearer token for `/metrics` on the main port; undefined = public. */
+    readonly token: string | undefined;
+    /** A loopback-only port for `/metrics`; undefined = on the main port. */
+    readonly port: number | undefined;
+  };
+  readonly maxUploadBytes: number;
+  readonly bandwidth: {
+    readonly downloadBytesPerSec: number;
+    readonly downloadBytesPerSecPerPrincipal: number;
+    readonly uploadBytesPerSec: number;
+    readonly uploadBytesPerSecPerPrincipal: number;
+  };
+  readonly admission: {
+    readonly maxDownloads: number;
+    readonly maxDownloadsPerPrincipal: number;
+    readonly maxUploadsPerPrincipal: number;
+    readonly queueLength: number;
+    readonly waitMs: number;
+  };
+  readonly rateLimitsFile: string | undefined;
+  readonly embeddedWorker: boolean;
+  readonly uploadSessionTtlSeconds: number;
+  readonly redisKeyPrefix: string;
+  readonly rateLimitTimeoutMs: number;
+  /** Principal names that may publish `skip` rules over HTTP (spec 2.1); empty = nobody. */
+  readonly rateLimitBypassPublishers: readonly string[];
+  /** Origin recorded with the lease for routers (shared profile). */
+  readonly advertiseUrl: string | undefined;
+  /** Validated ARKVORY_TRUSTED_PROXIES entries; compile with `createTrustedProxies`. */
+  readonly trustedProxies: readonly string[];
+  readonly router: {
+    /** Static gateways, writer first; undefined = discovered from the leases. */
+    readonly backends: readonly string[] | undefined;
+    readonly probeIntervalMs: number;
+    readonly connectTimeoutMs: number;
+    readonly idleTimeoutMs: number;
+  };
+  /** This gateway group's name in rules-service queries (spec 3.1). */
+  readonly serviceName: string;
+  readonly rulesService: {
+    /** Base URL of the Phase 3 rules service; undefined = local rules only. */
+    readonly url: string | undefined;
+    readonly timeoutMs: number;
+    readonly maxTtlMs: number;
+    readonly token: string | undefined;
+    /** Role rules-service: the TTL it answers. */
+    readonly ttlSeconds: number;
+  };
+  /** Longest lifetime of a pre-signed link, seconds. */
+  readonly presignMaxExpiresSeconds: number;
+  /** In-process caches of the read path (docs/storage-and-content.md, "Caches"). */
+  readonly caches: {
+    readonly catalogEntries: number;
+    readonly catalogBytes: number;
+    readonly openFileEntries: number;
+    readonly openFileIdleMs: number;
+    readonly blobBytes: number;
+    readonly blobMaxObjectBytes: number;
+  };
+  /** The static-HTTP or S3 store; undefined = the filesystem store under `dataDir`. */
+  readonly storage: {
+    readonly url: string | undefined;
+    readonly connectTimeoutMs: number;
+    readonly timeoutMs: number;
+    /** Set when `url` is `s3://…`. */
+    readonly s3: S3Config | undefined;
+  };
+  readonly shared: {
+    readonly slots: number;
+    readonly slot: number;
+    readonly downloadBytesPerSec: number;
+    readonly downloadBytesPerSecPerPrincipal: number;
+  } | null;
+}
+
+/** The S3 store's location and credentials (from the standard AWS_* variables; never logged). */
+export interface S3Config {
+  readonly location: S3Location;
+  readonly endpoint: string;
+  readonly region: string;
+  readonly credentials: {
+    readonly accessKeyId: string;
+    readonly secretAccessKey: string;
+    readonly sessionToken: string | undefined;
+  };
+}

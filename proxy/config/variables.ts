@@ -1,0 +1,382 @@
+/**
+ * Every ARKVORY_* variable, declared once. `loadConfig` validates against this table, the README
+ * variable table is checked against it (test/contract), and so are the names used in `deploy/`.
+ */
+export type VariableKind =
+  | { type: 'int'; min: number; max: number }
+  | { type: 'enum'; values: readonly string[] }
+  | { type: 'string' }
+  | { type: 'url'; protocols: readonly string[] }
+  /** One URL, or several comma-separated (Redis Cluster seed nodes). */
+  | { type: 'url-list'; protocols: readonly string[] }
+  | { type: 'bool' };
+
+export interface VariableSpec {
+  name: string;
+  kind: VariableKind;
+  /** Default as the operator would write it; undefined = unset (optional). */
+  defaultValue?: string;
+  secret?: boolean;
+  /** A secret whose absence means "open": set but empty is refused rather than read as unset. */
+  refuseEmpty?: boolean;
+  doc: string;
+}
+
+export const TiB = 2 ** 40;
+const BYTES_PER_SECOND = { type: 'int', min: 0, max: TiB } as const;
+
+export const VARIABLES: readonly VariableSpec[] = [
+  {
+    name: 'ARKVORY_ROLE',
+    kind: { type: 'enum', values: ['api', 'reader', 'worker', 'router', 'rules-service'] },
+    defaultValue: 'api',
+    doc: 'Process role: `api` (the single writer), `reader`, `worker`, `router` or `rules-service` (the reference Phase 3 rules service, docs/rate-limits.md).',
+  },
+  {
+    name: 'ARKVORY_HOST',
+    kind: { type: 'string' },
+    defaultValue: '127.0.0.1',
+    doc: 'Address the HTTP server binds to.',
+  },
+  {
+    name: 'ARKVORY_PORT',
+    kind: { type: 'int', min: 0, max: 65535 },
+    defaultValue: '8080',
+    doc: 'HTTP port (0 picks a free port and logs it).',
+  },
+  {
+    name: 'ARKVORY_DATA_DIR',
+    kind: { type: 'string' },
+    defaultValue: './data',
+    doc: 'Storage root of the filesystem store; also holds the embedded PostgreSQL (`.pg`) and `admin.key`.',
+  },
+  {
+    name: 'ARKVORY_DATABASE_URL',
+    kind: { type: 'url', protocols: ['postgres:', 'postgresql:'] },
+    secret: true,
+    doc: 'PostgreSQL connection URL. Unset: an embedded PostgreSQL under `<DATA_DIR>/.pg` (standalone only).',
+  },
+  {
+    name: 'ARKVORY_DATABASE_STARTUP_WAIT_SECONDS',
+    kind: { type: 'int', min: 0, max: 3600 },
+    defaultValue: '60',
+    doc: 'How long startup keeps retrying an unreachable PostgreSQL (backoff 0.25 s doubling to 5 s, a warning per attempt) before it exits with code 1; 0 = give up at the first failure.',
+  },
+  {
+    name: 'ARKVORY_DATABASE_POOL_SIZE',
+    kind: { type: 'int', min: 1, max: 1000 },
+    defaultValue: '10',
+    doc: 'Size of the shared `pg` pool (the lease holds one connection more).',
+  },
+  {
+    name: 'ARKVORY_REDIS_URL',
+    kind: { type: 'url-list', protocols: ['redis:', 'rediss:'] },
+    secret: true,
+    doc: 'Redis URL for rate-limit counters; two or more comma-separated URLs are the seed nodes of a Redis Cluster (docs/rate-limits.md). Unset: counters in process memory (standalone only).',
+  },
+  {
+    name: 'ARKVORY_LOG_LEVEL',
+    kind: { type: 'enum', values: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] },
+    defaultValue: 'info',
+    doc: 'pino log level.',
+  },
+  {
+    name: 'ARKVORY_METRICS_TOKEN',
+    kind: { type: 'string' },
+    secret: true,
+    refuseEmpty: true,
+    doc: 'Bearer token `/metrics` on the main port requires (`Authorization: Bearer <token>`). Unset: `/metrics` on the main port is public. Set but empty: refused at start (an empty token would silently mean public). See docs/metrics.md.',
+  },
+  {
+    name: 'ARKVORY_METRICS_PORT',
+    kind: { type: 'int', min: 1, max: 65535 },
+    doc: 'Serve `/metrics` on this port on 127.0.0.1 only, instead of the main port. Unset: `/metrics` on the main port.',
+  },
+  {
+    name: 'ARKVORY_SHUTDOWN_TIMEOUT_SECONDS',
+    kind: { type: 'int', min: 0, max: 3600 },
+    defaultValue: '30',
+    doc: 'How long in-flight requests may run after SIGTERM/SIGINT before they are cut.',
+  },
+  {
+    name: 'ARKVORY_HEADER_TIMEOUT_SECONDS',
+    kind: { type: 'int', min: 1, max: 3600 },
+    defaultValue: '30',
+    doc: 'Longest time a client may take to send a whole request head (nginx client_header_timeout); then 408 and the connection closes.',
+  },
+  {
+    name: 'ARKVORY_BODY_TIMEOUT_SECONDS',
+    kind: { type: 'int', min: 1, max: 3600 },
+    defaultValue: '60',
+    doc: 'Longest silence inside a request body (nginx client_body_timeout); then 408 `request_timeout` if nothing was answered yet, the connection closes, the upload is dropped and its slot freed. Must exceed ARKVORY_ADMISSION_WAIT_SECONDS.',
+  },
+  {
+    name: 'ARKVORY_SEND_TIMEOUT_SECONDS',
+    kind: { type: 'int', min: 1, max: 3600 },
+    defaultValue: '60',
+    doc: 'Longest time a client may take no response byte (nginx send_timeout); then the response is cut and its slot freed. Must exceed ARKVORY_ADMISSION_WAIT_SECONDS.',
+  },
+  {
+    name: 'ARKVORY_KEEPALIVE_TIMEOUT_SECONDS',
+    kind: { type: 'int', min: 1, max: 3600 },
+    defaultValue: '5',
+    doc: 'How long an idle keep-alive connection stays open between requests (nginx keepalive_timeout).',
+  },
+  {
+    name: 'ARKVORY_MAX_CONNECTIONS',
+    kind: { type: 'int', min: 8, max: 1000000 },
+    doc: 'Open client connections served normally; past it idle keep-alive connections are closed, then new ones get a fast 503 (health checks still answered). Unset: (descriptor limit − 96) / 2. Keep it below half the descriptor limit (`ulimit -n`, systemd `LimitNOFILE`).',
+  },
+  {
+    name: 'ARKVORY_MAX_UPLOAD_BYTES',
+    kind: { type: 'int', min: 1, max: 2 ** 50 },
+    defaultValue: '10737418240',
+    doc: 'Largest accepted upload body; larger → 413 `payload_too_large`.',
+  },
+  {
+    name: 'ARKVORY_DOWNLOAD_BYTES_PER_SECOND',
+    kind: BYTES_PER_SECOND,
+    defaultValue: '0',
+    doc: 'Process-wide download ceiling (0 = no ceiling). In the shared profile it can only lower the share.',
+  },
+  {
+    name: 'ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL',
+    kind: BYTES_PER_SECOND,
+    defaultValue: '0',
+    doc: 'Download ceiling per principal (0 = no ceiling).',
+  },
+  {
+    name: 'ARKVORY_UPLOAD_BYTES_PER_SECOND',
+    kind: BYTES_PER_SECOND,
+    defaultValue: '0',
+    doc: 'Process-wide upload ceiling (0 = no ceiling).',
+  },
+  {
+    name: 'ARKVORY_UPLOAD_BYTES_PER_SECOND_PER_PRINCIPAL',
+    kind: BYTES_PER_SECOND,
+    defaultValue: '0',
+    doc: 'Upload ceiling per principal (0 = no ceiling).',
+  },
+  {
+    name: 'ARKVORY_MAX_DOWNLOADS',
+    kind: { type: 'int', min: 1, max: 100000 },
+    defaultValue: '256',
+    doc: 'Process-wide cap on concurrent downloads.',
+  },
+  {
+    name: 'ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL',
+    kind: { type: 'int', min: 1, max: 100000 },
+    doc: 'Concurrent downloads per principal. Default min(4, MAX_DOWNLOADS).',
+  },
+  {
+    name: 'ARKVORY_MAX_UPLOADS_PER_PRINCIPAL',
+    kind: { type: 'int', min: 1, max: 1000 },
+    defaultValue: '1',
+    doc: 'Concurrent mutating uploads per principal.',
+  },
+  {
+    name: 'ARKVORY_ADMISSION_QUEUE_LENGTH',
+    kind: { type: 'int', min: 0, max: 100000 },
+    defaultValue: '64',
+    doc: 'Requests that may wait for an admission slot per principal and direction; beyond → 429 `busy`.',
+  },
+  {
+    name: 'ARKVORY_ADMISSION_WAIT_SECONDS',
+    kind: { type: 'int', min: 0, max: 3600 },
+    defaultValue: '30',
+    doc: 'Longest wait for an admission slot; beyond → 429 `busy`.',
+  },
+  {
+    name: 'ARKVORY_EMBEDDED_WORKER',
+    kind: { type: 'bool' },
+    defaultValue: '1',
+    doc: 'Writer only: run the multipart completion worker inside the writer process (1) or leave it to a separate `ARKVORY_ROLE=worker` process (0).',
+  },
+  {
+    name: 'ARKVORY_UPLOAD_SESSION_TTL_SECONDS',
+    kind: { type: 'int', min: 60, max: 2592000 },
+    defaultValue: '86400',
+    doc: 'Multipart upload sessions expire this long after they start; their parts are then removed.',
+  },
+  {
+    name: 'ARKVORY_RATE_LIMITS_FILE',
+    kind: { type: 'string' },
+    doc: 'YAML rate-limit rule file (the file tier). Unset: no file tier.',
+  },
+  {
+    name: 'ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS',
+    kind: { type: 'string' },
+    doc: 'Comma-separated principal names allowed to publish bypass (`skip`) rate-limit rules through the admin API and the console (spec 2.1 guardrail). Unset: nobody; bypasses come only from the operator file or the CLI. Others get 403 `forbidden` naming the rule.',
+  },
+  {
+    name: 'ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS',
+    kind: { type: 'int', min: 1, max: 60000 },
+    defaultValue: '250',
+    doc: 'Longest a rate-limit check waits for Redis; slower (or Redis down) → the check fails open (allowed, counted, logged).',
+  },
+  {
+    name: 'ARKVORY_REDIS_KEY_PREFIX',
+    kind: { type: 'string' },
+    defaultValue: 'arkvory:',
+    doc: 'Prefix of every Redis key (rate-limit counters `<prefix>rl:…`, rule documents `<prefix>ratelimit:rules:…`); lets gateway groups share one Redis.',
+  },
+  {
+    name: 'ARKVORY_GATEWAY_SLOTS',
+    kind: { type: 'int', min: 2, max: 16 },
+    doc: 'Shared profile: total gateways sharing the download budget (writer included). Unset: standalone.',
+  },
+  {
+    name: 'ARKVORY_GATEWAY_SLOT',
+    kind: { type: 'int', min: 0, max: 15 },
+    doc: "Shared profile: this gateway's slot (writer 0, readers 1..SLOTS-1).",
+  },
+  {
+    name: 'ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND',
+    kind: BYTES_PER_SECOND,
+    doc: 'Shared profile: the global download budget, split floor(rate / SLOTS) per gateway.',
+  },
+  {
+    name: 'ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL',
+    kind: BYTES_PER_SECOND,
+    doc: 'Shared profile: global per-principal download budget (0 = off), split like the global one.',
+  },
+  {
+    name: 'ARKVORY_ADVERTISE_URL',
+    kind: { type: 'url', protocols: ['http:', 'https:'] },
+    doc: 'Shared profile: the origin (`http://10.0.0.5:8080`, no path) at which routers reach this gateway; recorded with its lease. Unset: routers reading the leases skip this gateway.',
+  },
+  {
+    name: 'ARKVORY_TRUSTED_PROXIES',
+    kind: { type: 'string' },
+    doc: 'Comma-separated IPs/CIDR blocks (routers, nginx, HAProxy) whose `X-Forwarded-For` is believed for the client address. Unset: the socket peer is the client.',
+  },
+  {
+    name: 'ARKVORY_ROUTER_BACKENDS',
+    kind: { type: 'string' },
+    doc: 'Router: a static list of gateway origins, comma-separated, the writer first. Unset: discovered from the live leases (needs ARKVORY_DATABASE_URL).',
+  },
+  {
+    name: 'ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS',
+    kind: { type: 'int', min: 100, max: 60000 },
+    defaultValue: '2000',
+    doc: "Router: how often leases are read and every gateway's `/health/status` is probed; a failing gateway leaves the pool within 2 intervals.",
+  },
+  {
+    name: 'ARKVORY_ROUTER_CONNECT_TIMEOUT_MILLISECONDS',
+    kind: { type: 'int', min: 50, max: 60000 },
+    defaultValue: '3000',
+    doc: 'Router: longest wait for a TCP connection to a gateway; then 502 `upstream_unreachable` (GET/HEAD: one retry elsewhere).',
+  },
+  {
+    name: 'ARKVORY_ROUTER_IDLE_TIMEOUT_SECONDS',
+    kind: { type: 'int', min: 1, max: 3600 },
+    defaultValue: '120',
+    doc: 'Router: longest silence on an upstream connection (no byte either way); before the response → 504 `upstream_timeout`, after → the response is cut.',
+  },
+  {
+    name: 'ARKVORY_SERVICE_NAME',
+    kind: { type: 'string' },
+    defaultValue: 'arkvory',
+    doc: "This gateway group's service name, sent with every rules-service query so rules for one service never reach another that shares a limiter name (`^[a-z0-9][a-z0-9_.-]{0,63}$`).",
+  },
+  {
+    name: 'ARKVORY_RULES_SERVICE_URL',
+    kind: { type: 'url', protocols: ['http:', 'https:'] },
+    doc: 'Phase 3: base URL of an external rate-limit rules service whose per-identifier rules are evaluated before the local tiers (docs/rate-limits.md). Unset: local rules only.',
+  },
+  {
+    name: 'ARKVORY_RULES_SERVICE_TIMEOUT_MS',
+    kind: { type: 'int', min: 1, max: 60000 },
+    defaultValue: '100',
+    doc: 'Longest a rate-limit check waits for the rules service on a cache miss; slower, unreachable or invalid → the local rules apply (counted, logged).',
+  },
+  {
+    name: 'ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS',
+    kind: { type: 'int', min: 1, max: 86400 },
+    defaultValue: '60',
+    doc: 'Upper bound on how long a rules-service answer is cached (the service proposes `ttl_s`); worst-case propagation of a service-side change is this plus the timeout.',
+  },
+  {
+    name: 'ARKVORY_RULES_SERVICE_TOKEN',
+    kind: { type: 'string' },
+    secret: true,
+    refuseEmpty: true,
+    doc: 'Shared bearer token for `POST /api/v1/rules/query`: the gateway sends it, the rules-service role requires it. Unset: the query route is open (bind the service to a private address). Set but empty: refused at start.',
+  },
+  {
+    name: 'ARKVORY_RULES_SERVICE_TTL_SECONDS',
+    kind: { type: 'int', min: 0, max: 86400 },
+    defaultValue: '30',
+    doc: 'Role rules-service: the `ttl_s` it answers, i.e. how long gateways may cache its rules (0 = do not cache).',
+  },
+  {
+    name: 'ARKVORY_STORAGE_URL',
+    kind: { type: 'url', protocols: ['http:', 'https:', 's3:'] },
+    doc: 'Base URL of a static-HTTP store (e.g. nginx with WebDAV PUT/DELETE/MOVE on the storage host), or `s3://<bucket>/<optional prefix>` for an S3-compatible store, used instead of the directory store; `ARKVORY_DATA_DIR` then only holds the embedded PostgreSQL and `admin.key`. See docs/storage-and-content.md.',
+  },
+  {
+    name: 'ARKVORY_S3_ENDPOINT',
+    kind: { type: 'url', protocols: ['http:', 'https:'] },
+    doc: 'S3 store: the S3 API origin (`http://10.0.0.30:8333`, path-style requests) of a non-AWS server (SeaweedFS, MinIO, Ceph RGW, Garage, R2). Unset: `https://s3.<region>.amazonaws.com`. Credentials come from `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and optionally `AWS_SESSION_TOKEN`.',
+  },
+  {
+    name: 'ARKVORY_S3_REGION',
+    kind: { type: 'string' },
+    defaultValue: 'us-east-1',
+    doc: 'S3 store: the region requests are signed for (SigV4).',
+  },
+  {
+    name: 'ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS',
+    kind: { type: 'int', min: 50, max: 60000 },
+    defaultValue: '3000',
+    doc: 'Static-HTTP and S3 stores: longest wait for a TCP connection; then 504 `upstream_timeout` (refused → 502 `upstream_unreachable`).',
+  },
+  {
+    name: 'ARKVORY_STORAGE_TIMEOUT_SECONDS',
+    kind: { type: 'int', min: 1, max: 3600 },
+    defaultValue: '30',
+    doc: 'Static-HTTP and S3 stores: longest wait for response headers and longest silence inside a body; before the first byte → 504 `upstream_timeout`, after → the response is cut.',
+  },
+  {
+    name: 'ARKVORY_PRESIGN_MAX_EXPIRES_SECONDS',
+    kind: { type: 'int', min: 60, max: 31536000 },
+    defaultValue: '604800',
+    doc: 'Longest lifetime a pre-signed link may ask for (`POST …/presign`, `arkvory presign --expires`); longer → 400 `invalid_request`. See docs/clients.md.',
+  },
+  {
+    name: 'ARKVORY_CATALOG_CACHE_ENTRIES',
+    kind: { type: 'int', min: 0, max: 10_000_000 },
+    defaultValue: '100000',
+    doc: 'Catalog rows kept in memory so a hot read costs no database round trip (0 = no cache). A DELETE reaches every gateway within 2 s (docs/storage-and-content.md).',
+  },
+  {
+    name: 'ARKVORY_CATALOG_CACHE_BYTES',
+    kind: { type: 'int', min: 0, max: TiB },
+    defaultValue: '67108864',
+    doc: 'Upper bound on the memory the cached catalog rows take (estimated per row).',
+  },
+  {
+    name: 'ARKVORY_OPEN_FILE_CACHE_ENTRIES',
+    kind: { type: 'int', min: 0, max: 1_000_000 },
+    defaultValue: '1024',
+    doc: 'Directory store: blob file descriptors kept open for reuse (0 = open and close per request).',
+  },
+  {
+    name: 'ARKVORY_OPEN_FILE_CACHE_IDLE_SECONDS',
+    kind: { type: 'int', min: 1, max: 86400 },
+    defaultValue: '60',
+    doc: 'A cached blob descriptor unused this long is closed.',
+  },
+  {
+    name: 'ARKVORY_BLOB_CACHE_BYTES',
+    kind: { type: 'int', min: 0, max: TiB },
+    defaultValue: '33554432',
+    doc: 'Total bytes of small blobs kept in memory, checked against their sha256 when loaded (0 = no cache). Any store.',
+  },
+  {
+    name: 'ARKVORY_BLOB_CACHE_MAX_OBJECT_BYTES',
+    kind: { type: 'int', min: 0, max: 2 ** 30 },
+    defaultValue: '262144',
+    doc: 'Largest blob the small-blob cache holds.',
+  },
+];
