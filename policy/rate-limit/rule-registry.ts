@@ -5,8 +5,8 @@
  * defaults (plus its own file) for a limiter it never read. Orphaned documents are collected only
  * after a grace window, and never without the limiter list.
  *
- * Phase 3 seam: a `RuleProvider` (per-request rules from a remote service) is consulted by the
- * limiter before these tiers; see rule-provider.ts.
+ * Phase 3: the rules service's answers are a tier consulted before these (remote-rules.ts; the
+ * tiers are combined in rule-provider.ts).
  */
 import type { Logger } from 'pino';
 import type { Clock } from '../clock.ts';
@@ -15,10 +15,7 @@ import type { RuleDocumentStore } from './rule-documents.ts';
 import {
   TIERS,
   assertNoProblems,
-  emptyDocument,
   mergeTiers,
-  ruleFromSpec,
-  upsertRules,
   validateLimiterDocument,
   validateRateLimits,
   type AvailableLimiters,
@@ -29,6 +26,11 @@ import {
   type TieredRule,
 } from './rules.ts';
 import { withTimeout } from './timeout.ts';
+import { refuseBypassRules, seededDocuments, withoutPublished, withPublished } from './document-changes.ts';
+import { collectOrphanDocuments } from './orphan-documents.ts';
+import { compiledDocument, RuleReplica, type ReplicaSource } from './rule-replica.ts';
+
+export type { ReplicaSource } from './rule-replica.ts';
 
 export interface RuleRegistryDeps {
   /** The document store; undefined means compiled defaults + file only, publishing refused. */
@@ -50,8 +52,6 @@ export interface RuleRegistryDeps {
   /** Longest one document-store call may take. Default 2 s. */
   timeoutMs?: number;
 }
-
-export type ReplicaSource = 'store' | 'compiled';
 
 export interface LimiterView {
   limiter: string;
@@ -92,44 +92,23 @@ export interface RuleRegistry {
   };
 }
 
-interface ReplicaEntry {
-  source: ReplicaSource;
-  document: LimiterRules;
-  json: string;
-  rules: readonly Rule[];
-}
-
 export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
   const { documents, available, fileRules, clock, log } = deps;
   const refreshIntervalMs = deps.refreshIntervalMs ?? 5000;
   const orphanGraceMs = deps.orphanGraceMs ?? 7 * 24 * 3600 * 1000;
   const timeoutMs = deps.timeoutMs ?? 2000;
   const limiters = [...available.keys()];
-  const replica = new Map<string, ReplicaEntry>();
+  const replica = new RuleReplica(log);
   let seeded = false;
   let timer: NodeJS.Timeout | undefined;
   let lastRefreshOkMs: number | undefined;
   let lastRefreshError: string | undefined;
   let refreshing: Promise<boolean> | undefined;
 
-  const compiledDocument = (limiter: string): LimiterRules => {
-    const doc = emptyDocument();
-    doc.file_rules.rules = [...(fileRules.get(limiter) ?? [])];
-    doc.default_rules.rules = [...(available.get(limiter)?.default_rules ?? [])];
-    return doc;
-  };
-  const install = (limiter: string, source: ReplicaSource, document: LimiterRules) => {
-    const json = JSON.stringify(document);
-    const current = replica.get(limiter);
-    if (current && current.json === json && current.source === source) return;
-    replica.set(limiter, { source, document, json, rules: mergeTiers(document).map((t) => ruleFromSpec(t.spec)) });
-    if (current)
-      log.info(
-        { limiter, source, rules: mergeTiers(document).map((t) => `${t.tier}:${t.spec.name}`) },
-        'rate-limit rules changed',
-      );
-  };
-  for (const l of limiters) install(l, 'compiled', compiledDocument(l));
+  const compiled = (limiter: string) => compiledDocument(limiter, fileRules, available);
+  for (const l of limiters) replica.install(l, 'compiled', compiled(l));
+  const stored = (limiter: string, raw: unknown) => validateLimiterDocument(raw, limiter, available).document;
+  const withStore = <T>(work: Promise<T>) => withTimeout(work, timeoutMs, 'the rule store');
 
   const requireDocuments = (): RuleDocumentStore => {
     if (!documents)
@@ -143,39 +122,26 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
   /** Validates a stored document; an invalid one is logged with every problem and ignored. */
   const accept = (limiter: string, raw: unknown): LimiterRules | undefined => {
     const { document, problems } = validateLimiterDocument(raw, limiter, available);
-    if (!document) {
+    if (!document)
       log.error(
         { limiter, code: 'invalid_rules', problems: problems.map(formatProblem) },
         'stored rate-limit document is invalid; keeping the last good rules',
       );
-      return undefined;
-    }
     return document;
   };
 
   const seed = async (): Promise<void> => {
     const store = requireDocuments();
-    await withTimeout(
-      store.update(limiters, (current) => {
-        const next = new Map<string, LimiterRules>();
-        for (const limiter of limiters) {
-          const raw = current.get(limiter);
-          const file = fileRules.get(limiter) ?? [];
-          const defaults = available.get(limiter)?.default_rules ?? [];
-          if (raw === undefined && file.length === 0 && defaults.length === 0) continue;
-          const existing = raw === undefined ? emptyDocument() : accept(limiter, raw);
-          if (!existing) continue; // never overwrite a document we cannot read: its published tier would be lost
-          const fileTier = deps.replaceFileTier === false ? existing.file_rules : { rules: [...file] };
-          next.set(limiter, {
-            file_rules: fileTier,
-            published_rules: existing.published_rules,
-            default_rules: { rules: [...defaults] },
-          });
-        }
-        return next;
-      }),
-      timeoutMs,
-      'the rule store',
+    await withStore(
+      store.update(limiters, (current) =>
+        seededDocuments(current, {
+          limiters,
+          fileRules,
+          defaults: (limiter) => available.get(limiter)?.default_rules ?? [],
+          replaceFileTier: deps.replaceFileTier !== false,
+          accept,
+        }),
+      ),
     );
     seeded = true;
     log.info(
@@ -192,16 +158,16 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
     if (!documents) return false;
     try {
       if (!seeded) await seed();
-      const raw = await withTimeout(documents.read(limiters), timeoutMs, 'the rule store');
+      const raw = await withStore(documents.read(limiters));
       for (const limiter of limiters) {
         const value = raw.get(limiter);
         if (value === undefined) {
           // No document (flushed store, or nothing to seed): the compiled defaults.
-          install(limiter, 'compiled', compiledDocument(limiter));
+          replica.install(limiter, 'compiled', compiled(limiter));
           continue;
         }
         const document = accept(limiter, value);
-        if (document) install(limiter, 'store', document);
+        if (document) replica.install(limiter, 'store', document);
       }
       lastRefreshOkMs = clock.wallMs();
       if (lastRefreshError) log.info({ store: documents.kind }, 'rate-limit rule store reachable again');
@@ -224,47 +190,22 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
     return refreshing;
   };
 
-  const collectOrphans = async (): Promise<{ marked: string[]; swept: string[] }> => {
-    const store = requireDocuments();
-    if (available.size === 0) return { marked: [], swept: [] }; // no limiter list: never collect
-    const known = new Set(limiters);
-    const indexed = await withTimeout(store.listIndexed(), timeoutMs, 'the rule store');
-    const marks = await withTimeout(store.readOrphanMarks(), timeoutMs, 'the rule store');
-    const nowMs = clock.wallMs();
-    const orphans = indexed.filter((l) => !known.has(l));
-    const marked: string[] = [];
-    const swept: string[] = [];
-    const newMarks = new Map<string, number>();
-    for (const l of orphans) {
-      const first = marks.get(l);
-      if (first === undefined) {
-        newMarks.set(l, nowMs);
-        marked.push(l);
-      } else if (nowMs - first >= orphanGraceMs) swept.push(l);
-    }
-    const unmark = [...marks.keys()].filter((l) => known.has(l) || !indexed.includes(l));
-    if (newMarks.size || unmark.length)
-      await withTimeout(store.writeOrphanMarks(newMarks, unmark), timeoutMs, 'the rule store');
-    if (swept.length) await withTimeout(store.remove(swept), timeoutMs, 'the rule store');
-    if (marked.length || swept.length)
-      log.info({ marked, swept, graceMs: orphanGraceMs }, 'rate-limit orphan documents');
-    return { marked, swept };
-  };
+  const collectOrphans = () =>
+    collectOrphanDocuments(requireDocuments(), {
+      limiters,
+      nowMs: clock.wallMs(),
+      graceMs: orphanGraceMs,
+      timeoutMs,
+      log,
+    });
 
   const readViews = async (names: readonly string[]): Promise<LimiterView[]> => {
-    let raw: Map<string, unknown> | undefined;
-    if (documents) {
-      try {
-        raw = await withTimeout(documents.read(names), timeoutMs, 'the rule store');
-      } catch {
-        raw = undefined;
-      }
-    }
+    const raw = documents ? await withStore(documents.read(names)).catch(() => undefined) : undefined;
     return names.map((limiter) => {
-      const stored = raw?.get(limiter);
-      const document = stored === undefined ? undefined : validateLimiterDocument(stored, limiter, available).document;
+      const value = raw?.get(limiter);
+      const document = value === undefined ? undefined : stored(limiter, value);
       if (document) return { limiter, source: 'store' as const, tiers: document, effective: mergeTiers(document) };
-      const entry = replica.get(limiter)!;
+      const entry = replica.entry(limiter)!;
       return { limiter, source: entry.source, tiers: entry.document, effective: mergeTiers(entry.document) };
     });
   };
@@ -287,56 +228,25 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
       timer = undefined;
     },
     refresh,
-    rules(limiter) {
-      return replica.get(limiter)?.rules ?? [];
-    },
+    rules: (limiter) => replica.rules(limiter),
     async publish(batch, options) {
       const { rateLimits, problems } = validateRateLimits(batch, available);
       assertNoProblems(problems, 'publish');
-      if (options?.allowSkip === false) {
-        const bypasses: RuleProblem[] = [];
-        for (const [limiter, rules] of rateLimits) {
-          rules.forEach((r, i) => {
-            if (r.action === 'skip')
-              bypasses.push({
-                path: ['rate_limits', limiter, i, 'action'],
-                rule: r.name,
-                message:
-                  'bypass (skip) rules may be published only by the principals in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS, or deployed in the operator file',
-              });
-          });
-        }
-        if (bypasses.length)
-          throw new RateLimitError(
-            'bypass_not_allowed',
-            `Refused: ${bypasses.map((p) => `rule "${p.rule}" in ${String(p.path[1])} is a bypass (skip) rule`).join('; ')}. Only the principals in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS may publish bypass rules; operators can also deploy them in ARKVORY_RATE_LIMITS_FILE.`,
-            { problems: bypasses },
-          );
-      }
+      if (options?.allowSkip === false) refuseBypassRules(rateLimits);
       const store = requireDocuments();
-      const names = [...rateLimits.keys()].filter((l) => rateLimits.get(l)!.length > 0);
-      await withTimeout(
-        store.update(names, (current) => {
-          const next = new Map<string, LimiterRules>();
-          for (const limiter of names) {
-            const raw = current.get(limiter);
-            let doc =
-              raw === undefined ? compiledDocument(limiter) : validateLimiterDocument(raw, limiter, available).document;
-            if (!doc) {
-              log.warn({ limiter }, 'replacing an invalid stored rate-limit document while publishing');
-              doc = compiledDocument(limiter);
-            }
-            next.set(limiter, {
-              ...doc,
-              published_rules: { rules: upsertRules(doc.published_rules.rules, rateLimits.get(limiter)!) },
-            });
-          }
-          return next;
-        }),
-        timeoutMs,
-        'the rule store',
+      const batchByLimiter = new Map([...rateLimits].filter(([, rules]) => rules.length > 0));
+      const names = [...batchByLimiter.keys()];
+      await withStore(
+        store.update(names, (current) =>
+          withPublished(current, batchByLimiter, {
+            base: compiled,
+            read: stored,
+            onUnreadable: (limiter) =>
+              log.warn({ limiter }, 'replacing an invalid stored rate-limit document while publishing'),
+          }),
+        ),
       );
-      const count = names.reduce((n, l) => n + rateLimits.get(l)!.length, 0);
+      const count = names.reduce((n, l) => n + batchByLimiter.get(l)!.length, 0);
       log.info({ limiters: names, rules: count }, 'rate-limit rules published');
       await refresh();
       return { limiters: names, rules: count };
@@ -344,19 +254,7 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
     async unpublish(limiter, rule) {
       if (!available.has(limiter)) throw new RateLimitError('unknown_limiter', `unknown limiter "${limiter}"`);
       const store = requireDocuments();
-      await withTimeout(
-        store.update([limiter], (current) => {
-          const raw = current.get(limiter);
-          const doc = raw === undefined ? undefined : validateLimiterDocument(raw, limiter, available).document;
-          if (!doc?.published_rules.rules.some((r) => r.name === rule))
-            throw new RateLimitError('unknown_rule', `limiter "${limiter}" has no published rule "${rule}"`);
-          return new Map([
-            [limiter, { ...doc, published_rules: { rules: doc.published_rules.rules.filter((r) => r.name !== rule) } }],
-          ]);
-        }),
-        timeoutMs,
-        'the rule store',
-      );
+      await withStore(store.update([limiter], (current) => withoutPublished(current, limiter, rule, stored)));
       log.info({ limiter, rule }, 'rate-limit rule unpublished');
       await refresh();
     },
@@ -372,7 +270,7 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
         seeded,
         lastRefreshOkMs,
         lastRefreshError,
-        sources: Object.fromEntries([...replica].map(([l, e]) => [l, e.source])),
+        sources: replica.sources(),
       };
     },
   };

@@ -1,0 +1,101 @@
+/**
+ * The changes a registry makes to stored `LimiterRules` documents, as pure functions from the current
+ * documents to the next ones (the store applies them atomically). Each writer replaces only its own
+ * tier (spec 2.5): seeding writes file and default tiers, publishing and unpublishing the published one.
+ */
+import { RateLimitError, type RuleProblem } from './errors.ts';
+import { emptyDocument, upsertRules, type LimiterRules, type RuleSpec } from './rules.ts';
+
+/** Reads one stored document: valid, or undefined (the caller logs why). */
+export type AcceptDocument = (limiter: string, raw: unknown) => LimiterRules | undefined;
+
+/**
+ * File and default tiers from this process; the published tier kept. A document that cannot be read
+ * is left alone: overwriting it would lose its published tier. With `replaceFileTier` false (this
+ * process's file was invalid) the stored file tier stays: the last good file of the fleet.
+ */
+export function seededDocuments(
+  current: ReadonlyMap<string, unknown>,
+  options: {
+    limiters: readonly string[];
+    fileRules: ReadonlyMap<string, RuleSpec[]>;
+    defaults: (limiter: string) => RuleSpec[];
+    replaceFileTier: boolean;
+    accept: AcceptDocument;
+  },
+): Map<string, LimiterRules> {
+  const next = new Map<string, LimiterRules>();
+  for (const limiter of options.limiters) {
+    const raw = current.get(limiter);
+    const file = options.fileRules.get(limiter) ?? [];
+    const defaults = options.defaults(limiter);
+    if (raw === undefined && file.length === 0 && defaults.length === 0) continue;
+    const existing = raw === undefined ? emptyDocument() : options.accept(limiter, raw);
+    if (!existing) continue;
+    next.set(limiter, {
+      file_rules: options.replaceFileTier ? { rules: [...file] } : existing.file_rules,
+      published_rules: existing.published_rules,
+      default_rules: { rules: [...defaults] },
+    });
+  }
+  return next;
+}
+
+/** The published tier of each limiter with `rules` upserted by name; `base` is a missing or unreadable document's start. */
+export function withPublished(
+  current: ReadonlyMap<string, unknown>,
+  rateLimits: ReadonlyMap<string, RuleSpec[]>,
+  options: { base: (limiter: string) => LimiterRules; read: AcceptDocument; onUnreadable: (limiter: string) => void },
+): Map<string, LimiterRules> {
+  const next = new Map<string, LimiterRules>();
+  for (const [limiter, rules] of rateLimits) {
+    const raw = current.get(limiter);
+    let doc = raw === undefined ? options.base(limiter) : options.read(limiter, raw);
+    if (!doc) {
+      options.onUnreadable(limiter);
+      doc = options.base(limiter);
+    }
+    next.set(limiter, { ...doc, published_rules: { rules: upsertRules(doc.published_rules.rules, rules) } });
+  }
+  return next;
+}
+
+/** The limiter's document without published rule `rule`; `unknown_rule` when it has none by that name. */
+export function withoutPublished(
+  current: ReadonlyMap<string, unknown>,
+  limiter: string,
+  rule: string,
+  read: AcceptDocument,
+): Map<string, LimiterRules> {
+  const raw = current.get(limiter);
+  const doc = raw === undefined ? undefined : read(limiter, raw);
+  if (!doc?.published_rules.rules.some((r) => r.name === rule))
+    throw new RateLimitError('unknown_rule', `limiter "${limiter}" has no published rule "${rule}"`);
+  return new Map([
+    [limiter, { ...doc, published_rules: { rules: doc.published_rules.rules.filter((r) => r.name !== rule) } }],
+  ]);
+}
+
+/**
+ * Spec 2.1, guardrails on who may add bypasses: a batch with a `skip` rule is refused whole with
+ * `bypass_not_allowed`, naming every such rule.
+ */
+export function refuseBypassRules(rateLimits: ReadonlyMap<string, readonly RuleSpec[]>): void {
+  const bypasses: RuleProblem[] = [];
+  for (const [limiter, rules] of rateLimits)
+    rules.forEach((r, i) => {
+      if (r.action === 'skip')
+        bypasses.push({
+          path: ['rate_limits', limiter, i, 'action'],
+          rule: r.name,
+          message:
+            'bypass (skip) rules may be published only by the principals in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS, or deployed in the operator file',
+        });
+    });
+  if (bypasses.length)
+    throw new RateLimitError(
+      'bypass_not_allowed',
+      `Refused: ${bypasses.map((p) => `rule "${p.rule}" in ${String(p.path[1])} is a bypass (skip) rule`).join('; ')}. Only the principals in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS may publish bypass rules; operators can also deploy them in ARKVORY_RATE_LIMITS_FILE.`,
+      { problems: bypasses },
+    );
+}
