@@ -27,7 +27,7 @@ import { createLimiter, type Limiter } from '../policy/rate-limit/limiter.ts';
 import { createMemoryStore } from '../policy/rate-limit/memory-store.ts';
 import { createRulesServiceMetrics } from '../policy/rate-limit/metrics.ts';
 import { createRemoteRules } from '../policy/rate-limit/remote-rules.ts';
-import { layeredRules, type RuleLayer } from '../policy/rate-limit/rule-provider.ts';
+import { tieredRules, type TierSource } from '../policy/rate-limit/rule-tiers.ts';
 import { createRulesServiceClient } from '../policy/rate-limit/rules-service-client.ts';
 import { ruleFromSpec } from '../policy/rate-limit/rules.ts';
 import { parseAvailableLimiters } from '../policy/rate-limit/yaml-source.ts';
@@ -128,7 +128,7 @@ async function main(): Promise<void> {
       'available_limiters.yaml',
     );
     const localRules = available.get('gateway_request')!.default_rules.map(ruleFromSpec);
-    const local: RuleLayer = { name: 'local', rulesFor: () => localRules };
+    const local: TierSource = { name: 'local', rulesFor: () => localRules };
     const client = createRulesServiceClient({ url: serviceUrl, timeoutMs: 1000 });
     const remote = createRemoteRules({
       serviceName: 'arkvory',
@@ -142,10 +142,10 @@ async function main(): Promise<void> {
       maxEntries: 1_000_000,
     });
     const deps = { store: createMemoryStore(), clock: systemClock, log, timeoutMs: 1000 };
-    const none = createLimiter(deps, { name: 'gateway_request', rules: layeredRules('gateway_request', [local]) });
+    const none = createLimiter(deps, { name: 'gateway_request', rules: tieredRules('gateway_request', [local]) });
     const withService = createLimiter(deps, {
       name: 'gateway_request',
-      rules: layeredRules('gateway_request', [remote, local]),
+      rules: tieredRules('gateway_request', [remote, local]),
     });
 
     const request = (principal: string, i: number) => ({

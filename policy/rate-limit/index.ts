@@ -1,6 +1,19 @@
 /**
- * Public surface of the rate-limit engine (spec: unified rate limiting, Phases 1–2). `proxy/` builds
+ * Public surface of the rate-limit engine (spec: unified rate limiting, Phases 1–3). `proxy/` builds
  * limiters from these factories; everything else in this folder is internal.
+ *
+ * Glossary (one word per idea, as in the spec):
+ * - limiter: a named check (`gateway_request`, `auth_failure`, `transfer_bytes`) declared in
+ *   available_limiters.yaml with the properties its identifiers carry.
+ * - rule: what a limiter evaluates (rules.ts; the shape is rule.schema.json).
+ * - tier: a level of precedence among rules. A limiter's stored document has three
+ *   (file_rules > published_rules > default_rules, spec 2.5); the rules service's answer is the tier
+ *   above them (spec 3.1). A `TierSource` answers for its tiers (rule-tiers.ts).
+ * - override: what a higher tier's rule does to a lower one of the same name: it replaces it. The
+ *   rules service's per-principal and per-repository rule sets are called overrides for that reason.
+ * - counter store (`CounterStore`, store.ts): where counters and bans live (memory or Redis). Not
+ *   to be confused with the rule document store (`RuleDocumentStore`), nor with the artifact store
+ *   of storage-adapter/ (`Store`).
  */
 export {
   RATE_LIMIT_ERRORS,
@@ -28,7 +41,7 @@ export { createRedisRuleDocuments } from './redis-rule-documents.ts';
 export { createRedisStore } from './redis-store.ts';
 export { parseRedisTarget, redactRedisTarget, ruleDocumentsPrefix, type RedisTarget } from './redis-target.ts';
 export type { RuleDocumentStore } from './rule-documents.ts';
-export { layeredRules, type RuleLayer } from './rule-provider.ts';
+export { tieredRules, type TierSource } from './rule-tiers.ts';
 export { createRemoteRules, RulesServiceError, type RemoteRules, type RulesTransport } from './remote-rules.ts';
 export { createRulesServiceClient, RULES_QUERY_PATH } from './rules-service-client.ts';
 export {

@@ -18,7 +18,7 @@ import {
 import { banKey, counterBase, counterKey, windowStartMs } from './keys.ts';
 import { applicableRules, type Identifier } from './match.ts';
 import { noMetrics, type RateLimitMetrics } from './metrics.ts';
-import { isPromise, type RulesNow } from './rule-provider.ts';
+import { isPromise, type RulesNow } from './rule-tiers.ts';
 import type { Rule } from './rules.ts';
 import type { CounterStore } from './store.ts';
 import { withTimeout } from './timeout.ts';
@@ -40,7 +40,7 @@ export interface LimiterDefinition {
   name: string;
   /**
    * Ordered rules, or a function returning the current ones for an identifier (the tiered rule
-   * store's replica; with Phase 3 a remote layer in front of it, see rule-provider.ts).
+   * store's replica; with Phase 3 the rules service's tier in front of it, see rule-tiers.ts).
    */
   rules: readonly Rule[] | ((identifier: Identifier) => RulesNow);
 }

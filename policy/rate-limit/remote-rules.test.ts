@@ -13,7 +13,7 @@ import type { Identifier } from './match.ts';
 import { createRulesServiceMetrics, RULES_SERVICE_METRIC } from './metrics.ts';
 import { createRemoteRules, RulesServiceError, shapeKey, type RulesTransport } from './remote-rules.ts';
 import { answerFor, type SubjectKind } from './rule-overrides.ts';
-import { layeredRules, type RuleLayer } from './rule-provider.ts';
+import { tieredRules, type TierSource } from './rule-tiers.ts';
 import { validateRulesAnswer } from './rules-answer.ts';
 import { defineRule, type AvailableLimiters, type RuleSpec } from './rules.ts';
 
@@ -176,7 +176,7 @@ describe('remote rules layer', () => {
 });
 
 describe('layered rules', () => {
-  const local: RuleLayer = {
+  const local: TierSource = {
     name: 'local',
     rulesFor: () => [
       defineRule({ name: 'shared', action: 'limit', limit: 100, periodS: 60 }),
@@ -184,12 +184,12 @@ describe('layered rules', () => {
     ],
   };
   it('puts the remote answer first and drops same-name local rules; async only when the remote layer asks', async () => {
-    const remote: RuleLayer = {
+    const remote: TierSource = {
       name: 'remote',
       rulesFor: (_l, id: Identifier) =>
         id.cold ? Promise.resolve([defineRule({ name: 'shared', action: 'limit', limit: 1, periodS: 60 })]) : undefined,
     };
-    const rules = layeredRules('gateway_request', [remote, local]);
+    const rules = tieredRules('gateway_request', [remote, local]);
     const warm = rules({});
     expect(Array.isArray(warm) && warm.map((r) => r.name)).toEqual(['shared', 'local_only']);
     const cold = rules({ cold: true });

@@ -1,5 +1,5 @@
 /**
- * The Phase 3 layer (spec 3.1, 3.3): rules from an external rules service, evaluated before every
+ * The Phase 3 tier (spec 3.1, 3.3): rules from an external rules service, evaluated before every
  * local tier, cached in memory, failing open to the local tiers.
  *
  * - Cache: keyed by the shape the service said its answer depended on (`varies_by`: per principal,
@@ -22,7 +22,7 @@ import type { Clock } from '../clock.ts';
 import { formatProblem } from './errors.ts';
 import { valueOf, type Identifier } from './match.ts';
 import { noRulesServiceMetrics, type RulesServiceMetrics, type RulesServiceResult } from './metrics.ts';
-import type { LayerAnswer, RuleLayer } from './rule-provider.ts';
+import type { TierAnswer, TierSource } from './rule-tiers.ts';
 import { buildRulesQuery, validateRulesAnswer, type RulesQuery } from './rules-answer.ts';
 import { ruleFromSpec, type AvailableLimiters, type Rule } from './rules.ts';
 import { createCircuitBreaker, type BreakerState } from './circuit-breaker.ts';
@@ -70,11 +70,11 @@ interface Entry {
 }
 
 interface Outcome {
-  readonly answer: LayerAnswer;
+  readonly answer: TierAnswer;
   readonly result: RulesServiceResult;
 }
 
-export interface RemoteRules extends RuleLayer {
+export interface RemoteRules extends TierSource {
   /** Circuit state and cache size, for readiness and tests. */
   status(): { circuit: BreakerState; entries: number; lastError: string | undefined };
 }

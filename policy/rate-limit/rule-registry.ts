@@ -6,7 +6,7 @@
  * after a grace window, and never without the limiter list.
  *
  * Phase 3: the rules service's answers are a tier consulted before these (remote-rules.ts; the
- * tiers are combined in rule-provider.ts).
+ * tiers are combined in rule-tiers.ts).
  */
 import type { Logger } from 'pino';
 import type { Clock } from '../clock.ts';

@@ -14,13 +14,13 @@ import {
   createRedisRuleDocuments,
   createRedisStore,
   createRuleRegistry,
-  layeredRules,
+  tieredRules,
   ruleDocumentsPrefix,
   type AvailableLimiters,
   type Limiter,
   type RemoteRules,
   type RulesServiceMetrics,
-  type RuleLayer,
+  type TierSource,
   type RuleRegistry,
 } from '../../policy/rate-limit/index.ts';
 import type { Gate } from '../server/http-server.ts';
@@ -104,11 +104,11 @@ export async function openRateLimiting(
     timeoutMs: config.rateLimitTimeoutMs,
     keyPrefix: `${config.redisKeyPrefix}rl:`,
   };
-  const local: RuleLayer = { name: 'local', rulesFor: (limiter: string) => registry.rules(limiter) };
+  const local: TierSource = { name: 'local', rulesFor: (limiter: string) => registry.rules(limiter) };
   // Phase 3 (spec 3.1): the rules service's answers come before every local tier.
   const remote = openRemoteRules(services, available, log, createRulesServiceMetrics());
-  const layers = remote ? [remote, local] : [local];
-  const limiter = (name: string) => createLimiter(deps, { name, rules: layeredRules(name, layers) });
+  const sources = remote ? [remote, local] : [local];
+  const limiter = (name: string) => createLimiter(deps, { name, rules: tieredRules(name, sources) });
   const request = limiter('gateway_request');
   const authFailure = limiter('auth_failure');
   const transferBytes = limiter('transfer_bytes');
@@ -145,7 +145,7 @@ export async function openRateLimiting(
   };
 }
 
-/** The remote rules layer over undici, or undefined when no rules service is configured. */
+/** The rules service's tier over undici, or undefined when no rules service is configured. */
 function openRemoteRules(
   services: Services,
   available: AvailableLimiters,
