@@ -1,0 +1,61 @@
+/**
+ * How every console response is framed: strict security headers (CSP without inline code, no
+ * framing, no referrer), and the two kinds of console route: public pages and admin-scoped JSON
+ * under `/console/api/`.
+ */
+import type { IncomingMessage } from 'node:http';
+import type { RequestContext, Route } from '../server/http-server.ts';
+import type { HttpMethod } from '../server/route-table.ts';
+
+/** Strict CSP: only this origin's script and style files, no inline code, no framing. */
+export const CONTENT_SECURITY_POLICY =
+  "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+const SECURITY_HEADERS: Record<string, string> = {
+  'content-security-policy': CONTENT_SECURITY_POLICY,
+  'x-content-type-options': 'nosniff',
+  'x-frame-options': 'DENY',
+  'referrer-policy': 'no-referrer',
+  'cross-origin-opener-policy': 'same-origin',
+  'cross-origin-resource-policy': 'same-origin',
+};
+
+export const API_PREFIX = '/console/api/';
+
+function withSecurityHeaders(ctx: RequestContext): void {
+  for (const [name, value] of Object.entries(SECURITY_HEADERS)) ctx.res.setHeader(name, value);
+}
+
+/** The cookie gets `Secure` when a TLS proxy in front says the page came over https. */
+export function isHttps(req: IncomingMessage): boolean {
+  return (
+    String(req.headers['x-forwarded-proto'] ?? '')
+      .split(',')[0]!
+      .trim() === 'https'
+  );
+}
+
+/** A public console route (the page, its assets, the session probe). */
+export function page(methods: readonly HttpMethod[], template: string, handle: Route['handle']): Route {
+  return {
+    methods,
+    template,
+    access: 'public',
+    async handle(ctx) {
+      withSecurityHeaders(ctx);
+      await handle(ctx);
+    },
+  };
+}
+
+/** An admin-scoped console route; a relative template lives under `/console/api/`. */
+export function api(methods: readonly HttpMethod[], template: string, handle: Route['handle']): Route {
+  return {
+    methods,
+    template: template.startsWith('/console/') ? template : `${API_PREFIX}${template}`,
+    access: 'admin',
+    async handle(ctx) {
+      withSecurityHeaders(ctx);
+      await handle(ctx);
+    },
+  };
+}

@@ -1,0 +1,72 @@
+/**
+ * Console sessions: sign in with an admin key (in the Authorization header, never a URL or form),
+ * resume after a reload, sign out. The session cookie is HttpOnly, SameSite=Strict, Path=/console.
+ */
+import type { Principal } from '../../policy/auth/principal.ts';
+import { PolicyError } from '../../policy/errors.ts';
+import { sendJson } from '../server/http-errors.ts';
+import type { RequestContext, Route } from '../server/http-server.ts';
+import { api, isHttps, page } from './console-http.ts';
+import {
+  clearedSessionCookie,
+  type ConsoleSession,
+  type ConsoleSessions,
+  readCookie,
+  SESSION_COOKIE,
+  sessionCookie,
+} from './sessions.ts';
+
+export function sessionRoutes(deps: {
+  sessions: ConsoleSessions;
+  ttlMs: number;
+  /** The session a `/console/api/` request was authenticated with. */
+  sessionOf(ctx: RequestContext): ConsoleSession | undefined;
+  /** The auth gate's own check (the session's key is verified again on resume). */
+  authenticate(authorization: string): Promise<Principal>;
+}): Route[] {
+  const { sessions } = deps;
+  const sessionBody = (session: ConsoleSession) => ({
+    principal: { id: session.principalId, name: session.principalName },
+    csrfToken: session.csrfToken,
+    expiresInSeconds: sessions.remainingSeconds(session),
+  });
+  return [
+    // Sign-in: the key comes in the Authorization header (the auth gate checks it and the admin
+    // scope), never in a URL or a form field that could be logged or cached.
+    api(['POST'], '/console/session', async (ctx) => {
+      const { principal } = ctx;
+      const authorization = ctx.req.headers.authorization;
+      if (!principal || !authorization) throw new PolicyError('unauthorized');
+      const session = sessions.create(principal, authorization);
+      ctx.log.info({ principal: principal.id, code: 'console_sign_in' }, 'console session opened');
+      sendJson(
+        ctx.res,
+        201,
+        { signedIn: true, ...sessionBody(session) },
+        { 'set-cookie': sessionCookie(session.id, deps.ttlMs / 1000, isHttps(ctx.req)) },
+      );
+    }),
+    // Resume after a reload: the page cannot read its HttpOnly cookie, so it asks. Public, so a
+    // page opened before sign-in is not counted as a failed authentication.
+    page(['GET'], '/console/session', async (ctx) => {
+      const session = sessions.get(readCookie(ctx.req.headers.cookie, SESSION_COOKIE));
+      let live = session !== undefined;
+      if (session) {
+        try {
+          await deps.authenticate(session.authorization);
+        } catch (err) {
+          if ((err as { code?: unknown }).code !== 'unauthorized') throw err;
+          sessions.delete(session.id);
+          live = false;
+        }
+      }
+      sendJson(ctx.res, 200, live && session ? { signedIn: true, ...sessionBody(session) } : { signedIn: false });
+    }),
+    api(['DELETE'], 'session', async (ctx) => {
+      sessions.delete(deps.sessionOf(ctx)!.id);
+      ctx.res
+        .writeHead(204, { 'set-cookie': clearedSessionCookie(isHttps(ctx.req)), 'cache-control': 'no-store' })
+        .end();
+    }),
+  ];
+}

@@ -1,0 +1,69 @@
+/**
+ * `GET /console/api/status`: this gateway, the shared-profile slots and their health, admission and
+ * live transfers, bandwidth ceilings with five minutes of one-second samples, and recent rate-limit
+ * blocks.
+ */
+import { sendJson } from '../server/http-errors.ts';
+import type { Route } from '../server/http-server.ts';
+import type { Services } from '../server/services.ts';
+import { api } from './console-http.ts';
+import type { RateSamples } from './rate-samples.ts';
+import { createHealthProber, rateLimitBlocks, readSlots } from './status.ts';
+
+export function statusRoute(services: Services, samples: RateSamples): Route {
+  const { clock, pool, transfers, config, lifecycle, coordinator } = services;
+  const probe = createHealthProber({ timeoutMs: 1000, cacheMs: 1500, monotonicMs: () => clock.monotonicMs() });
+  return api(['GET'], 'status', async (ctx) => {
+    const slots = config.shared ? await readSlots(pool) : [];
+    const slotViews = await Promise.all(
+      slots.map(async (s) => {
+        const self = s.owner === coordinator.owner;
+        const live = s.expiresInSeconds > 0;
+        const health = self
+          ? lifecycle.state
+          : !live
+            ? 'expired'
+            : s.advertiseUrl
+              ? await probe(s.advertiseUrl)
+              : 'not advertised';
+        const { owner: _owner, ...rest } = s;
+        return { ...rest, self, live, health };
+      }),
+    );
+    const admission = transfers.admission.snapshot();
+    const governor = (d: 'download' | 'upload') => {
+      const g = transfers.governors[d].snapshot();
+      return {
+        bytesPerSecond: g.rateBytesPerSec,
+        bytesPerSecondPerPrincipal: g.perPrincipalBytesPerSec,
+        waitingQuanta: g.waitingQuanta,
+      };
+    };
+    const counts = (d: 'downloads' | 'uploads') => ({
+      active: admission[d].active,
+      queued: admission[d].queued,
+      rejected: admission[d].rejected,
+    });
+    sendJson(ctx.res, 200, {
+      gateway: {
+        role: config.role,
+        profile: config.shared ? 'shared' : 'standalone',
+        slot: config.shared?.slot ?? null,
+        slots: config.shared?.slots ?? null,
+        state: lifecycle.state,
+        permitted: coordinator.isPermitted(),
+      },
+      slots: slotViews,
+      transfers: { downloads: counts('downloads'), uploads: counts('uploads'), live: transfers.live.list() },
+      bandwidth: {
+        ceilings: {
+          download: governor('download'),
+          upload: governor('upload'),
+          sharedDownloadBytesPerSecond: config.shared?.downloadBytesPerSec ?? null,
+        },
+        samples: samples.samples(),
+      },
+      rateLimits: { blocks: await rateLimitBlocks() },
+    });
+  });
+}
