@@ -14,8 +14,11 @@ import { contentMeters, withAdmission } from '../gates/transfers.ts';
 import { buildWorkerApp, startMultipart } from '../multipart/worker-app.ts';
 
 /**
- * Composes the feature modules for this role into one route list and one ordered gate chain
- * (auth → admission → rate limit). Each module owns its routes; the order of gates is fixed here.
+ * Composes the feature modules for this role into one route list and one ordered gate chain.
+ * The order every request meets (docs/architecture.md): the auth_failure ban check and
+ * authentication (one gate, guardAuth around the auth gate), then gateway_request rate limiting
+ * (and the transfer_bytes peek), then, inside the content routes, admission (withAdmission) and the
+ * bandwidth meters that pace the body. Each module owns its routes; the order is fixed here.
  */
 export async function buildApp(services: Services): Promise<{ routes: Route[]; gates: Gate[] }> {
   if (services.config.role === 'worker') return buildWorkerApp(services);

@@ -53,7 +53,7 @@ export interface Route {
   continuesBodyItself?: boolean;
 }
 
-/** A gate runs before every handler (auth → admission → rate limit); it throws a coded error to deny. */
+/** A gate runs before every handler (auth, then rate limit; admission wraps the content handlers); it throws a coded error to deny. */
 export type Gate = (ctx: RequestContext) => Promise<void>;
 
 export interface GatewayServer {
