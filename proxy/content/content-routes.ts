@@ -1,16 +1,17 @@
 /**
  * Byte routes: `GET|HEAD …/content` streams a published blob with Range and conditional support;
- * `PUT` on the base path uploads (streamed, hashed, atomically published, immutable).
+ * `PUT` on the base path uploads (streamed, hashed, atomically published, immutable). `GET|HEAD
+ * …/packages/{name}/{version}/apt/{file}` streams the asset `{file}` the same way (apt's flat layout).
  */
 import { randomBytes } from 'node:crypto';
-import type { ArtifactKind, Catalog, CatalogEntry } from '../../storage-adapter/catalog.ts';
+import type { ArtifactKey, ArtifactKind, Catalog, CatalogEntry } from '../../storage-adapter/catalog.ts';
 import type { ByteMeter } from '../../storage-adapter/byte-meter.ts';
 import { StorageError, STORAGE_ERRORS } from '../../storage-adapter/errors.ts';
 import type { Store } from '../../storage-adapter/store.ts';
 import { publishArtifact } from '../../storage-adapter/publish.ts';
 import { parseContentDigestSha256 } from './digest.ts';
 import { metadataOf } from './metadata.ts';
-import { CONTENT_TEMPLATES, keyFromParams, pathOfKey } from './paths.ts';
+import { APT_TEMPLATE, aptAssetKey, CONTENT_TEMPLATES, keyFromParams, pathOfKey } from './paths.ts';
 import { planContentResponse } from './response.ts';
 import { sendSegments } from './stream.ts';
 import { GatewayError } from '../server/errors.ts';
@@ -43,15 +44,17 @@ export function readOnlyError(): GatewayError {
   return new GatewayError('read_only', undefined, { headers: { allow: 'GET, HEAD' } });
 }
 
-async function loadEntry(catalog: Catalog, kind: ArtifactKind, ctx: RequestContext): Promise<CatalogEntry> {
-  const entry = await catalog.get(keyFromParams(kind, ctx.params));
+async function loadEntry(catalog: Catalog, key: ArtifactKey): Promise<CatalogEntry> {
+  const entry = await catalog.get(key);
   if (!entry) throw new StorageError('not_found', 'No such artifact.');
   return entry;
 }
 
-async function serveContent(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext): Promise<void> {
+type KeyOf = (params: Readonly<Record<string, string>>) => ArtifactKey;
+
+async function serveContent(deps: ContentDeps, keyOf: KeyOf, ctx: RequestContext): Promise<void> {
   const { res } = ctx;
-  const entry = await loadEntry(deps.catalog, kind, ctx);
+  const entry = await loadEntry(deps.catalog, keyOf(ctx.params));
   const plan = planContentResponse(
     entry,
     {
@@ -164,7 +167,8 @@ export function contentRoutes(deps: ContentDeps): Route[] {
         methods: ['GET', 'HEAD'],
         template: `${CONTENT_TEMPLATES[kind]}/content`,
         access: 'read',
-        handle: (ctx) => serveContent(deps, kind, ctx),
+        downloads: true,
+        handle: (ctx) => serveContent(deps, (params) => keyFromParams(kind, params), ctx),
       },
       // 100 Continue only after the size check (and the gates and admission before it).
       {
@@ -176,5 +180,13 @@ export function contentRoutes(deps: ContentDeps): Route[] {
       },
     );
   }
+  // The same handler, so the same auth, limits, admission, pacing, Range and caches as `…/content`.
+  routes.push({
+    methods: ['GET', 'HEAD'],
+    template: APT_TEMPLATE,
+    access: 'read',
+    downloads: true,
+    handle: (ctx) => serveContent(deps, aptAssetKey, ctx),
+  });
   return routes;
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { keyFromParams, normalizeName, pathOfKey } from './paths.ts';
+import { aptAssetKey, keyFromParams, normalizeName, pathOfKey } from './paths.ts';
 
 describe('content names', () => {
   it('are stored in NFC: a composed and a decomposed café are one artifact', () => {
@@ -34,5 +34,14 @@ describe('content names', () => {
     expect(() => normalizeName('x'.repeat(256), 'asset name')).toThrow(/at most 255/);
     expect(() => normalizeName('', 'asset name')).toThrow(/must not be empty/);
     expect(() => keyFromParams('package', { repo: 'r', name: 'p' })).toThrow(/package version/);
+  });
+
+  it('map an apt path to the asset of that name, under the same rules', () => {
+    const key = aptAssetKey({ repo: 'r', name: 'apt', version: 'stable', file: 'hello_1.0+b1_all.deb' });
+    expect(key).toEqual(
+      keyFromParams('asset', { repo: 'r', name: 'apt', version: 'stable', asset: 'hello_1.0+b1_all.deb' }),
+    );
+    expect(pathOfKey(key)).toBe('/api/v1/repositories/r/packages/apt/stable/assets/hello_1.0%2Bb1_all.deb');
+    expect(() => aptAssetKey({ repo: 'r', name: 'apt', version: 'stable', file: 'a\u202Eb' })).toThrow(/U\+202E/);
   });
 });

@@ -1,6 +1,7 @@
 /**
  * Pure mapping between the v1 content URLs and catalog keys. Each kind of published object has a
- * base path (PUT/DELETE/GET metadata) and the same path plus `/content` (GET/HEAD bytes).
+ * base path (PUT/DELETE/GET metadata) and the same path plus `/content` (GET/HEAD bytes). A package
+ * version is also readable as a flat apt repository: `…/apt/{file}` is the bytes of its asset `{file}`.
  */
 import type { ArtifactKey, ArtifactKind } from '../../storage-adapter/catalog.ts';
 import { GatewayError } from '../server/errors.ts';
@@ -10,6 +11,13 @@ export const CONTENT_TEMPLATES: Readonly<Record<ArtifactKind, string>> = {
   package: '/api/v1/repositories/:repo/packages/:name/:version',
   asset: '/api/v1/repositories/:repo/packages/:name/:version/assets/:asset',
 };
+
+/**
+ * A package version as a flat apt repository (docs/clients.md): apt appends `Release`, `Packages`
+ * and each `.deb`'s `Filename` to the base `…/apt/`, so the asset's bytes are served at that plain
+ * path, without `/content`. apt asks for `…/apt/./Packages`; the URL parser drops the `.`.
+ */
+export const APT_TEMPLATE = `${CONTENT_TEMPLATES.package}/apt/:file`;
 
 /**
  * Names (artifact id, package name and version, asset name) are stored in Unicode NFC, so `café`
@@ -63,6 +71,11 @@ export function keyFromParams(kind: ArtifactKind, params: Readonly<Record<string
         asset: normalizeName(params.asset, 'asset name'),
       };
   }
+}
+
+/** The asset an apt route names: `:file` of the package version `:name`/`:version`. */
+export function aptAssetKey(params: Readonly<Record<string, string>>): ArtifactKey {
+  return keyFromParams('asset', { ...params, asset: params.file ?? '' });
 }
 
 /** The base URL of a key (its metadata and upload path), segments percent-encoded. */

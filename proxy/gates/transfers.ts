@@ -114,14 +114,14 @@ export function createTransfers(config: Config, clock: Clock, coordinator: Coord
 }
 
 /**
- * Wraps a body route so the request holds an admission slot of its principal while it runs:
- * `GET …/content` a download slot, `PUT` (a whole upload or one part) an upload slot. Requests that
- * move no body (HEAD, session JSON) are not admitted.
+ * Wraps a body route so the request holds an admission slot of its principal while it runs: a
+ * `GET` of a `downloads` route (`…/content`, `…/apt/{file}`) a download slot, `PUT` (a whole upload
+ * or one part) an upload slot. Requests that move no body (HEAD, session JSON) are not admitted.
  */
 export function withAdmission(route: Route, transfers: Transfers): Route {
   const kindFor = (method: string | undefined): TransferKind | undefined => {
     if (method === 'PUT') return 'upload';
-    if (method === 'GET' && route.template.endsWith('/content')) return 'download';
+    if (method === 'GET' && route.downloads) return 'download';
     return undefined;
   };
   return {

@@ -10,12 +10,18 @@ export type RequestClass = 'content-read' | 'write' | 'writer';
 
 const READ_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 
-/** Segment shapes after `/api/v1/repositories/{repo}/` of the three content-read routes. */
-function isContentReadPath(segments: readonly string[]): boolean {
+/**
+ * Segment shapes after `/api/v1/repositories/{repo}/` of the content-read routes: the three
+ * `…/content` routes and a package version's flat apt path `packages/{name}/{version}/apt/{file}`.
+ * A `.` segment (apt asks for `…/apt/./Packages`) is dropped first, as the gateways' URL parser does.
+ */
+function isContentReadPath(raw: readonly string[]): boolean {
+  const segments = raw.filter((s) => s !== '.' && s.toLowerCase() !== '%2e');
   if (segments.length < 7 || segments[0] !== 'api' || segments[1] !== 'v1' || segments[2] !== 'repositories')
     return false;
   if (segments.some((s) => s.length === 0)) return false;
   const rest = segments.slice(4);
+  if (rest.length === 5 && rest[0] === 'packages' && rest[3] === 'apt') return true;
   if (rest.at(-1) !== 'content') return false;
   if (rest.length === 3) return rest[0] === 'artifacts';
   if (rest.length === 4) return rest[0] === 'packages';

@@ -13,6 +13,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { parseMultipart, randomContent, request, sha256 } from '../../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, ROOT, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { APT_TEMPLATE } from '../content/paths.ts';
 
 const MiB = 1024 * 1024;
 const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
@@ -172,6 +173,34 @@ describe('deploy/nginx/arkvory.conf with real nginx', () => {
       headers: { ...bearer(key), range: 'bytes=0-9', 'if-range': full.headers.etag! },
     });
     expect(ifRange.status).toBe(206);
+  });
+
+  it("spreads a package version's flat apt paths (…/apt/./Packages as apt asks) over both", async () => {
+    const index = randomContent(5000);
+    const put = await request(`${nginxUrl}/api/v1/repositories/shared/packages/apt/stable/assets/Packages`, {
+      method: 'PUT',
+      headers: bearer(writeKey),
+      body: index,
+    });
+    expect(put.status).toBe(201);
+    const aptReads = (gw: GatewayProcess) =>
+      gw.logLines().filter((l) => l.msg === 'request' && l.route === APT_TEMPLATE && l.method === 'GET').length;
+    for (let i = 0; i < 6; i++) {
+      const dot = i % 2 === 0 ? './' : '';
+      const res = await request(`${nginxUrl}/api/v1/repositories/shared/packages/apt/stable/apt/${dot}Packages`, {
+        headers: bearer(key),
+      });
+      expect(res.status).toBe(200);
+      expect(res.body.equals(index)).toBe(true);
+    }
+    let counts = [0, 0];
+    for (let i = 0; i < 200 && counts[0]! + counts[1]! < 6; i++) {
+      counts = [writer, reader].map(aptReads);
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    expect(counts[0]! + counts[1]!).toBe(6);
+    expect(counts[0]).toBeGreaterThan(0);
+    expect(counts[1]).toBeGreaterThan(0);
   });
 
   it('keeps metadata and listing requests on the writer', async () => {

@@ -13,6 +13,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { parseMultipart, randomContent, request, sha256 } from '../../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { APT_TEMPLATE } from '../content/paths.ts';
 
 const MiB = 1024 * 1024;
 const SLOTS = 3;
@@ -260,6 +261,37 @@ describe('router: one writer, two readers', () => {
     expect(counts).toEqual([3, 3, 3]);
     // Each warning is an Error, a stack and a stderr write per proxied response: it once cost more CPU than the proxying.
     expect(router.logs()).not.toContain('MaxListenersExceededWarning');
+  });
+
+  it("spreads a package version's flat apt paths (…/apt/./Packages as apt asks) like content reads", async () => {
+    const index = randomContent(5000);
+    const put = await request(`${writer.url}/api/v1/repositories/shared/packages/apt/stable/assets/Packages`, {
+      method: 'PUT',
+      headers: bearer(writeKey),
+      body: index,
+    });
+    expect(put.status).toBe(201);
+    const tag = `apt-${randomBytes(3).toString('hex')}-`;
+    const tagged = (gw: GatewayProcess) =>
+      gw.logLines().filter((l) => l.msg === 'request' && l.route === APT_TEMPLATE && String(l.reqId).startsWith(tag))
+        .length;
+    for (let i = 0; i < 9; i++) {
+      const dot = i % 2 === 0 ? './' : '';
+      const res = await request(`${router.url}/api/v1/repositories/shared/packages/apt/stable/apt/${dot}Packages`, {
+        headers: { ...bearer(key), 'x-request-id': `${tag}${i}` },
+      });
+      expect(res.status).toBe(200);
+      expect(res.body.equals(index)).toBe(true);
+    }
+    const counts = await waitFor(
+      'nine logged apt reads',
+      async () => {
+        const now = [writer, ...readers].map(tagged);
+        return now.reduce((a, b) => a + b, 0) === 9 ? now : undefined;
+      },
+      5000,
+    );
+    expect(counts).toEqual([3, 3, 3]);
   });
 
   it('passes a 405 and a 429 through unchanged', async () => {

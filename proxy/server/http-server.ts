@@ -49,6 +49,8 @@ export interface Route {
   template: string;
   access: Access;
   handle(ctx: RequestContext): Promise<void>;
+  /** A GET streams a published blob: it holds a download admission slot (proxy/gates/transfers.ts). */
+  downloads?: boolean;
   /** The handler calls `ctx.continueBody()` itself after its own checks (uploads); default: after the gates. */
   continuesBodyItself?: boolean;
 }

@@ -13,7 +13,7 @@ import addFormatsModule from 'ajv-formats';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { loadConfig } from '../../proxy/config/config.ts';
 import { createConsole } from '../../proxy/console/console-module.ts';
-import { CONTENT_TEMPLATES } from '../../proxy/content/paths.ts';
+import { APT_TEMPLATE, CONTENT_TEMPLATES } from '../../proxy/content/paths.ts';
 import type { Route } from '../../proxy/server/http-server.ts';
 import { Lifecycle } from '../../proxy/server/lifecycle.ts';
 import { createGatewayMetrics } from '../../proxy/metrics/gateway-metrics.ts';
@@ -248,6 +248,21 @@ describe('real responses against the document', () => {
       await call('DELETE', t, base, { headers: user });
       await call('GET', `${t}/content`, `${base}/content`, { headers: user });
     }
+    // A package version as a flat apt repository: `…/apt/{file}` is the asset `{file}`.
+    await call('PUT', CONTENT_TEMPLATES.asset, '/api/v1/repositories/libs/packages/debs/1/assets/Packages', {
+      headers: user,
+      body: bytes,
+    });
+    const apt = '/api/v1/repositories/libs/packages/debs/1/apt';
+    for (const m of ['GET', 'HEAD']) await call(m, APT_TEMPLATE, `${apt}/./Packages`, { headers: user });
+    const aptFull = await call('GET', APT_TEMPLATE, `${apt}/Packages`, { headers: { ...user, range: 'bytes=0-9' } });
+    await call('GET', APT_TEMPLATE, `${apt}/Packages`, {
+      headers: { ...user, 'if-none-match': String(aptFull.headers.etag) },
+    });
+    await call('GET', APT_TEMPLATE, `${apt}/Packages`, { headers: { ...user, range: 'bytes=99999-' } });
+    await call('GET', APT_TEMPLATE, `${apt}/InRelease`, { headers: user });
+    await call('GET', APT_TEMPLATE, `${apt}/%E2%80%AEPackages`, { headers: user });
+    await call('GET', APT_TEMPLATE, `${apt}/Packages`);
     await call('PUT', CONTENT_TEMPLATES.artifact, '/api/v1/repositories/libs/artifacts/big.bin', {
       headers: { ...user, 'content-digest': `sha-256=:${Buffer.alloc(32).toString('base64')}:` },
       body: bytes,
