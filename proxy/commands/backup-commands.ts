@@ -25,11 +25,10 @@ import type { Config } from '../config/config.ts';
 import { createPool } from '../server/database.ts';
 import { startEmbeddedDatabase, type EmbeddedDatabase } from '../server/embedded-database.ts';
 import { createLogger } from '../server/logger.ts';
-import { loadConfigOrExit } from '../server/serve.ts';
 import { prepareDataDir } from '../server/startup-checks.ts';
 import { openStore } from '../content/storage.ts';
-import { openCliPool, runningEmbeddedDatabaseUrl } from './cli-database.ts';
-import { parseArgs, UsageError, type Command } from './command.ts';
+import { loadCliConfig, openCliPool, runningEmbeddedDatabaseUrl } from './cli-database.ts';
+import { defineCommand, form, UsageError, type Command } from './command.ts';
 import { progressReporter } from './maintenance-commands.ts';
 
 const MiB = 1048576;
@@ -52,22 +51,12 @@ async function openRedisRuleDocuments(config: Config): Promise<{ documents: Rule
 const progressText = (done: number, total: number, bytes: number) =>
   `${done}/${total} blobs, ${(bytes / MiB).toFixed(1)} MiB`;
 
-function positiveInteger(
-  flags: Map<string, string | true>,
-  name: string,
-  max = Number.MAX_SAFE_INTEGER,
-): number | undefined {
-  const raw = flags.get(name);
+function positiveInteger(raw: string | undefined, name: string, max = Number.MAX_SAFE_INTEGER): number | undefined {
   if (raw === undefined) return undefined;
   const n = Number(raw);
-  if (raw === true || !Number.isSafeInteger(n) || n < 1 || n > max)
-    throw new UsageError(`--${name} must be an integer from 1 to ${max} (got ${String(raw)})`);
+  if (!Number.isSafeInteger(n) || n < 1 || n > max)
+    throw new UsageError(`--${name} must be an integer from 1 to ${max} (got ${raw})`);
   return n;
-}
-
-function onePositional(positionals: string[], what: string): string {
-  if (positionals.length !== 1) throw new UsageError(`expected exactly one ${what}`);
-  return positionals[0]!;
 }
 
 /** SIGINT/SIGTERM abort the work (its partial output is removed) instead of killing the process mid-write. */
@@ -94,13 +83,11 @@ function failed(name: string, err: unknown): number {
   throw err;
 }
 
-export const backupCommand: Command = {
+export const backupCommand: Command = defineCommand({
   name: 'backup',
   summary:
     'a consistent backup (one database snapshot + every blob it references) into a directory, while the gateway runs',
-  usage: `Usage: arkvory backup [--keep N] [--bytes-per-second N] <destination>
-
-Writes <destination>/arkvory-<time>/ holding database.jsonl (every table read in one database snapshot:
+  description: `Writes <destination>/arkvory-<time>/ holding database.jsonl (every table read in one database snapshot:
 principals, key hashes, grants, repositories, catalog, rule documents, overrides, upload sessions; leases
 and the shared policy for the record only), rule-documents.json (with ARKVORY_REDIS_URL: the published
 rate-limit rules kept in Redis), blobs/sha256/… (every blob that snapshot references, verified
@@ -108,88 +95,102 @@ by sha256 as it is copied) and manifest.json (counts, bytes, snapshot time, its 
 Runs beside a running writer; uploads published after the snapshot are not in it. Blobs already in an
 earlier backup under <destination> are hard-linked, as are the directory store's blobs when the
 destination is on the same filesystem. An interrupted backup leaves no manifest; the next run removes it.
-  --keep N               afterwards keep only the newest N complete backups under <destination>
-  --bytes-per-second N   pace reading blobs (default: as fast as the store serves them)
 Uses ARKVORY_DATABASE_URL (or the embedded database of a running \`npm start\` on ARKVORY_DATA_DIR) and the
 store of ARKVORY_DATA_DIR / ARKVORY_STORAGE_URL. Progress on stderr (a bar on a terminal, JSON lines
 otherwise); a JSON summary on stdout. Exit codes: 0 done, 1 failed (nothing left under a backup's name),
 2 usage. Refused while gc or scrub runs.`,
-  async run(args, env) {
-    const { flags, positionals } = parseArgs(args);
-    const destination = onePositional(positionals, '<destination> directory');
-    const keep = positiveInteger(flags, 'keep');
-    const rate = positiveInteger(flags, 'bytes-per-second', MAX_RATE_BYTES_PER_SEC);
-    const config = loadConfigOrExit(env);
-    // Before anything is read: a destination that cannot be created fails at once (see prepareDataDir).
-    try {
-      await prepareDataDir(destination, '<destination>');
-    } catch (err) {
-      return failed('backup', err);
-    }
-    const pool = await openCliPool(env);
-    const barrier = await pool.connect();
-    try {
-      // Shared like a gateway's: gc (which deletes unreferenced blobs) cannot run while blobs are copied.
-      if (!(await tryLockShared(barrier, 'maintenance'))) {
-        process.stderr.write(
-          'arkvory backup: refused: gc or scrub is running on this database (it holds the maintenance barrier); try again when it is done\n',
-        );
-        return 1;
-      }
-      let store: Store;
-      try {
-        store = await openStore(config, 'reader', pool);
-      } catch (err) {
-        return failed('backup', err);
-      }
-      const meter =
-        rate === undefined
-          ? undefined
-          : new BandwidthGovernor({ rateBytesPerSec: rate, perPrincipalBytesPerSec: 0, clock: systemClock }).meter(
-              'backup',
+  forms: [
+    form({
+      args: '<destination>',
+      options: {
+        keep: {
+          type: 'string',
+          value: 'N',
+          description: 'afterwards keep only the newest N complete backups under <destination>',
+        },
+        'bytes-per-second': {
+          type: 'string',
+          value: 'N',
+          description: 'pace reading blobs (default: as fast as the store serves them)',
+        },
+      },
+      async run(input, env) {
+        const destination = input.positionals[0]!;
+        const keep = positiveInteger(input.string('keep'), 'keep');
+        const rate = positiveInteger(input.string('bytes-per-second'), 'bytes-per-second', MAX_RATE_BYTES_PER_SEC);
+        const config = await loadCliConfig(env);
+        // Before anything is read: a destination that cannot be created fails at once (see prepareDataDir).
+        try {
+          await prepareDataDir(destination, '<destination>');
+        } catch (err) {
+          return failed('backup', err);
+        }
+        const pool = await openCliPool(env);
+        const barrier = await pool.connect();
+        try {
+          // Shared like a gateway's: gc (which deletes unreferenced blobs) cannot run while blobs are copied.
+          if (!(await tryLockShared(barrier, 'maintenance'))) {
+            process.stderr.write(
+              'arkvory backup: refused: gc or scrub is running on this database (it holds the maintenance barrier); try again when it is done\n',
             );
-      const progress = progressReporter('backup');
-      const redisRules = config.redisUrl ? await openRedisRuleDocuments(config) : undefined;
-      try {
-        const summary = await abortableBySignals((signal) =>
-          runBackup({
-            destination,
-            pool,
-            store,
-            fsRoot: config.storage.url === undefined ? path.resolve(config.dataDir) : undefined,
-            meter,
-            signal,
-            keep,
-            nowMs: () => systemClock.wallMs(),
-            onProgress: (done, total, bytes) => progress.update(progressText(done, total, bytes)),
-            ruleDocuments: redisRules
-              ? async () => {
-                  const limiters = await redisRules.documents.listIndexed();
-                  return Object.fromEntries(await redisRules.documents.read(limiters));
-                }
-              : undefined,
-          }),
-        );
-        progress.done();
-        process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
-        return 0;
-      } catch (err) {
-        progress.done();
-        return failed('backup', err);
-      } finally {
-        redisRules?.close();
-        await store.close();
-      }
-    } finally {
-      barrier.release();
-      await pool.end();
-    }
-  },
-};
+            return 1;
+          }
+          let store: Store;
+          try {
+            store = await openStore(config, 'reader', pool);
+          } catch (err) {
+            return failed('backup', err);
+          }
+          const meter =
+            rate === undefined
+              ? undefined
+              : new BandwidthGovernor({ rateBytesPerSec: rate, perPrincipalBytesPerSec: 0, clock: systemClock }).meter(
+                  'backup',
+                );
+          const progress = progressReporter('backup');
+          const redisRules = config.redisUrl ? await openRedisRuleDocuments(config) : undefined;
+          try {
+            const summary = await abortableBySignals((signal) =>
+              runBackup({
+                destination,
+                pool,
+                store,
+                fsRoot: config.storage.url === undefined ? path.resolve(config.dataDir) : undefined,
+                meter,
+                signal,
+                keep,
+                nowMs: () => systemClock.wallMs(),
+                onProgress: (done, total, bytes) => progress.update(progressText(done, total, bytes)),
+                ruleDocuments: redisRules
+                  ? async () => {
+                      const limiters = await redisRules.documents.listIndexed();
+                      return Object.fromEntries(await redisRules.documents.read(limiters));
+                    }
+                  : undefined,
+              }),
+            );
+            progress.done();
+            process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
+            return 0;
+          } catch (err) {
+            progress.done();
+            return failed('backup', err);
+          } finally {
+            redisRules?.close();
+            await store.close();
+          }
+        } finally {
+          barrier.release();
+          await pool.end();
+        }
+      },
+    }),
+  ],
+});
 
 /** The restore target database: ARKVORY_DATABASE_URL, or the embedded one started here (refused while a gateway runs it). */
 async function openRestoreDatabase(env: NodeJS.ProcessEnv): Promise<{ pool: pg.Pool; embedded?: EmbeddedDatabase }> {
-  const config = loadConfigOrExit(env);
+  const config = await loadCliConfig(env);
   const log = createLogger(config.logLevel === 'info' ? 'warn' : config.logLevel, pino.destination(2));
   let url = config.databaseUrl;
   let embedded: EmbeddedDatabase | undefined;
@@ -216,16 +217,12 @@ async function openRestoreDatabase(env: NodeJS.ProcessEnv): Promise<{ pool: pg.P
   return embedded ? { pool, embedded } : { pool };
 }
 
-export const restoreCommand: Command = {
+export const restoreCommand: Command = defineCommand({
   name: 'restore',
   summary:
     'restore a backup into an empty database and an empty storage root, then scrub it (--verify only checks a backup)',
-  usage: `Usage: arkvory restore [--verify] <source>
-
-<source> is a backup directory (holding manifest.json) or a destination of \`arkvory backup\` (its newest
+  description: `<source> is a backup directory (holding manifest.json) or a destination of \`arkvory backup\` (its newest
 complete backup is used).
-  --verify   check the backup without restoring: the manifest's own sha256, the database file's sha256 and
-             the sha256 of every blob; needs no database or store. Exit 1 if anything is missing or corrupt.
 Without --verify: refuses unless the database (ARKVORY_DATABASE_URL, or the embedded one under
 ARKVORY_DATA_DIR, started for the restore) holds no installation and the storage root (ARKVORY_DATA_DIR or
 ARKVORY_STORAGE_URL) has no storage-id and no blobs; migrates the database, recreates the storage identity
@@ -235,78 +232,90 @@ aborted), writes backed-up Redis rule documents into the target's Redis (ARKVORY
 database, then scrubs what it restored. Refused while a gateway or worker of the database runs.
 Progress on stderr (a bar on a terminal, JSON lines otherwise); a JSON summary on stdout.
 Exit codes: 0 restored and clean, 1 refused, failed or the scrub found damage, 2 usage.`,
-  async run(args, env) {
-    const { flags, positionals } = parseArgs(args, ['verify']);
-    const source = path.resolve(onePositional(positionals, '<source> backup directory'));
-    const backup = await resolveBackup(source);
-    if (!backup) {
-      process.stderr.write(
-        `arkvory restore: backup_invalid: ${source} holds no complete backup (no manifest.json; an interrupted backup never gets one)\n`,
-      );
-      return 1;
-    }
-    const progress = progressReporter(flags.get('verify') ? 'verify' : 'restore');
-    if (flags.get('verify')) {
-      try {
-        const report = await verifyBackup(backup, (done, total, bytes) =>
-          progress.update(progressText(done, total, bytes)),
-        );
-        progress.done();
-        process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
-        return report.ok ? 0 : 1;
-      } catch (err) {
-        progress.done();
-        return failed('restore --verify', err);
-      }
-    }
-    const config = loadConfigOrExit(env);
-    let opened: Awaited<ReturnType<typeof openRestoreDatabase>>;
-    try {
-      opened = await openRestoreDatabase(env);
-    } catch (err) {
-      return failed('restore', err);
-    }
-    const { pool, embedded } = opened;
-    const barrier = await pool.connect();
-    try {
-      if (!(await tryLockExclusive(barrier, 'maintenance'))) {
-        process.stderr.write(
-          'arkvory restore: refused: a gateway or worker is running on the target database; stop it first\n',
-        );
-        return 1;
-      }
-      const codeSchemaVersion = Math.max(0, ...(await listMigrations()).map((m) => m.version));
-      const summary = await runRestore({
-        backup,
-        pool,
-        codeSchemaVersion,
-        fsRoot: config.storage.url === undefined ? path.resolve(config.dataDir) : undefined,
-        openTarget: (storageId) => openStore(config, 'writer', pool, { newStorageId: storageId }),
-        onProgress: (done, total, bytes) => progress.update(progressText(done, total, bytes)),
-        // Into the target's rule store: its Redis when it has one, else the database.
-        writeRuleDocuments: async (docs) => {
-          const redisRules = config.redisUrl ? await openRedisRuleDocuments(config) : undefined;
-          try {
-            const documents = redisRules?.documents ?? createPgRuleDocuments(pool);
-            await documents.update(
-              Object.keys(docs),
-              () => new Map(Object.entries(docs) as Array<[string, LimiterRules]>),
-            );
-          } finally {
-            redisRules?.close();
-          }
+  forms: [
+    form({
+      args: '<source>',
+      options: {
+        verify: {
+          type: 'boolean',
+          description:
+            "check the backup without restoring: the manifest's own sha256, the database file's sha256 and the sha256 of every blob; needs no database or store. Exit 1 if anything is missing or corrupt.",
         },
-      });
-      progress.done();
-      process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
-      return summary.scrub.corrupt.length ? 1 : 0;
-    } catch (err) {
-      progress.done();
-      return failed('restore', err);
-    } finally {
-      barrier.release();
-      await pool.end();
-      await embedded?.stop();
-    }
-  },
-};
+      },
+      async run(input, env) {
+        const verify = input.boolean('verify');
+        const source = path.resolve(input.positionals[0]!);
+        const backup = await resolveBackup(source);
+        if (!backup) {
+          process.stderr.write(
+            `arkvory restore: backup_invalid: ${source} holds no complete backup (no manifest.json; an interrupted backup never gets one)\n`,
+          );
+          return 1;
+        }
+        const progress = progressReporter(verify ? 'verify' : 'restore');
+        if (verify) {
+          try {
+            const report = await verifyBackup(backup, (done, total, bytes) =>
+              progress.update(progressText(done, total, bytes)),
+            );
+            progress.done();
+            process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
+            return report.ok ? 0 : 1;
+          } catch (err) {
+            progress.done();
+            return failed('restore --verify', err);
+          }
+        }
+        const config = await loadCliConfig(env);
+        let opened: Awaited<ReturnType<typeof openRestoreDatabase>>;
+        try {
+          opened = await openRestoreDatabase(env);
+        } catch (err) {
+          return failed('restore', err);
+        }
+        const { pool, embedded } = opened;
+        const barrier = await pool.connect();
+        try {
+          if (!(await tryLockExclusive(barrier, 'maintenance'))) {
+            process.stderr.write(
+              'arkvory restore: refused: a gateway or worker is running on the target database; stop it first\n',
+            );
+            return 1;
+          }
+          const codeSchemaVersion = Math.max(0, ...(await listMigrations()).map((m) => m.version));
+          const summary = await runRestore({
+            backup,
+            pool,
+            codeSchemaVersion,
+            fsRoot: config.storage.url === undefined ? path.resolve(config.dataDir) : undefined,
+            openTarget: (storageId) => openStore(config, 'writer', pool, { newStorageId: storageId }),
+            onProgress: (done, total, bytes) => progress.update(progressText(done, total, bytes)),
+            // Into the target's rule store: its Redis when it has one, else the database.
+            writeRuleDocuments: async (docs) => {
+              const redisRules = config.redisUrl ? await openRedisRuleDocuments(config) : undefined;
+              try {
+                const documents = redisRules?.documents ?? createPgRuleDocuments(pool);
+                await documents.update(
+                  Object.keys(docs),
+                  () => new Map(Object.entries(docs) as Array<[string, LimiterRules]>),
+                );
+              } finally {
+                redisRules?.close();
+              }
+            },
+          });
+          progress.done();
+          process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
+          return summary.scrub.corrupt.length ? 1 : 0;
+        } catch (err) {
+          progress.done();
+          return failed('restore', err);
+        } finally {
+          barrier.release();
+          await pool.end();
+          await embedded?.stop();
+        }
+      },
+    }),
+  ],
+});

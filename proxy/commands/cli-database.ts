@@ -6,7 +6,7 @@ import type pg from 'pg';
 import { pendingMigrations } from '../../migrations/runner.ts';
 import { createPool } from '../server/database.ts';
 import { createLogger } from '../server/logger.ts';
-import { loadConfigOrExit } from '../server/serve.ts';
+import type { Config } from '../config/config.ts';
 import { UsageError } from './command.ts';
 
 /** The URL of the embedded PostgreSQL a running `npm start` keeps under `dataDir` (its port is in postmaster.pid), if any. */
@@ -21,26 +21,36 @@ export async function runningEmbeddedDatabaseUrl(dataDir: string): Promise<strin
 }
 
 /**
+ * The configuration in `env`, or exit 2 with one line per problem. serve.ts (the whole gateway) loads
+ * only when a command runs, so `--help` and usage errors answer without it.
+ */
+export async function loadCliConfig(env: NodeJS.ProcessEnv): Promise<Config> {
+  const { loadConfigOrExit } = await import('../server/serve.ts');
+  return loadConfigOrExit(env);
+}
+
+/**
  * The database an admin command works on: ARKVORY_DATABASE_URL, or else the embedded PostgreSQL of
  * a running `npm start` on the same ARKVORY_DATA_DIR (its port is in postmaster.pid).
  */
 export async function openCliPool(env: NodeJS.ProcessEnv): Promise<pg.Pool> {
-  const config = loadConfigOrExit(env);
+  const config = await loadCliConfig(env);
   const log = createLogger(config.logLevel === 'info' ? 'warn' : config.logLevel, pino.destination(2));
   const url = config.databaseUrl ?? (await runningEmbeddedDatabaseUrl(config.dataDir));
   if (!url) {
     throw new UsageError(
       `ARKVORY_DATABASE_URL is not set and no embedded database is running under ${config.dataDir}; start the gateway (npm start) or set ARKVORY_DATABASE_URL`,
+      { seeHelp: false },
     );
   }
   const pool = createPool(url, 2, log, 'arkvory-cli');
   const pending = await pendingMigrations(pool).catch(async (err: unknown) => {
     await pool.end();
-    throw new UsageError(`cannot reach the database: ${(err as Error).message}`);
+    throw new UsageError(`cannot reach the database: ${(err as Error).message}`, { seeHelp: false });
   });
   if (pending.length) {
     await pool.end();
-    throw new UsageError('the database schema is behind this code; run `npm run migrate` first');
+    throw new UsageError('the database schema is behind this code; run `npm run migrate` first', { seeHelp: false });
   }
   return pool;
 }

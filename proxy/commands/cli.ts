@@ -1,34 +1,48 @@
 import { COMMANDS } from './index.ts';
-import { UsageError } from './command.ts';
+import { invoke, UsageError, usageErrorLine } from './command.ts';
 
 function topUsage(): string {
   const width = Math.max(...COMMANDS.map((c) => c.name.length));
   return `Usage: arkvory <command> [options]\n\nCommands:\n${COMMANDS.map((c) => `  ${c.name.padEnd(width)}  ${c.summary}`).join('\n')}\n\nRun \`arkvory <command> --help\` for a command's options.\n`;
 }
 
+/**
+ * Runs one command line. Results go to stdout; a usage error (unknown command, subcommand or
+ * option, a missing value or argument) is one line on stderr, nothing on stdout, exit 2.
+ */
 async function main(argv: string[]): Promise<number> {
   const [name, ...rest] = argv;
-  if (!name || name === '--help' || name === '-h' || name === 'help') {
+  if (name === '--help' || name === '-h' || name === 'help') {
     process.stdout.write(topUsage());
-    return name ? 0 : 2;
+    return 0;
+  }
+  if (!name) {
+    process.stderr.write(topUsage());
+    return 2;
   }
   const command = COMMANDS.find((c) => c.name === name);
   if (!command) {
-    process.stderr.write(`arkvory: unknown command "${name}"\n\n${topUsage()}`);
+    process.stderr.write(usageErrorLine('arkvory', `unknown command "${name}"`));
     return 2;
   }
-  if (rest.includes('--help') || rest.includes('-h')) {
-    process.stdout.write(`${command.usage}\n`);
-    return 0;
-  }
-  try {
-    return await command.run(rest, process.env);
-  } catch (err) {
-    if (err instanceof UsageError) {
-      process.stderr.write(`arkvory ${name}: ${err.message}\n\n${command.usage}\n`);
+  const invocation = invoke(command, rest);
+  switch (invocation.kind) {
+    case 'help':
+      process.stdout.write(invocation.text);
+      return 0;
+    case 'usage-error':
+      process.stderr.write(usageErrorLine(invocation.prog, invocation.message));
       return 2;
-    }
-    throw err;
+    case 'run':
+      try {
+        return await invocation.form.run(invocation.input, process.env);
+      } catch (err) {
+        if (err instanceof UsageError) {
+          process.stderr.write(usageErrorLine(invocation.prog, err.message, err.seeHelp));
+          return 2;
+        }
+        throw err;
+      }
   }
 }
 

@@ -14,9 +14,8 @@ import { readStorageIdObject } from '../../storage-adapter/http-store.ts';
 import { readS3StorageIdObject } from '../../storage-adapter/s3-store.ts';
 import { STORAGE_ID_FILE } from '../../storage-adapter/paths.ts';
 import { ConfigError, loadConfig, type Config } from '../config/config.ts';
-import { EXIT } from '../server/serve.ts';
 import { runningEmbeddedDatabaseUrl } from './cli-database.ts';
-import type { Command } from './command.ts';
+import { defineCommand, form, type Command } from './command.ts';
 
 export type CheckStatus = 'ok' | 'FAIL' | 'skip';
 export interface CheckResult {
@@ -376,22 +375,21 @@ export function formatResult(r: CheckResult): string {
   return `${r.status.padEnd(4)} ${r.check}: ${r.detail}`;
 }
 
-export const doctorCommand: Command = {
+export const doctorCommand: Command = defineCommand({
   name: 'doctor',
   summary: 'check a configuration without serving (variables, database, migrations, storage, Redis, policy, slot)',
-  usage: `Usage: arkvory doctor
-
-Checks the configuration in the environment without serving and prints one line per check:
+  description: `Checks the configuration in the environment without serving and prints one line per check:
 ${CHECKS.join(', ')}. Each line starts with ok, FAIL or skip. Nothing is written.
 Exit codes: 0 every check ok or skipped, 1 a check failed, 2 invalid variables.`,
-  async run(args, env) {
-    if (args.includes('--help')) {
-      process.stdout.write(`${this.usage}\n`);
-      return EXIT.ok;
-    }
-    const results = await runDoctor(env);
-    for (const r of results) process.stdout.write(`${formatResult(r)}\n`);
-    if (results[0]?.status === 'FAIL') return EXIT.config;
-    return results.some((r) => r.status === 'FAIL') ? EXIT.failure : EXIT.ok;
-  },
-};
+  forms: [
+    form({
+      async run(_input, env) {
+        const { EXIT } = await import('../server/serve.ts');
+        const results = await runDoctor(env);
+        for (const r of results) process.stdout.write(`${formatResult(r)}\n`);
+        if (results[0]?.status === 'FAIL') return EXIT.config;
+        return results.some((r) => r.status === 'FAIL') ? EXIT.failure : EXIT.ok;
+      },
+    }),
+  ],
+});

@@ -4,10 +4,9 @@ import { ensureStorageIdentity } from '../../storage-adapter/identity.ts';
 import { collectGarbage } from '../../storage-adapter/maintenance/gc.ts';
 import { scrubBlobs } from '../../storage-adapter/maintenance/scrub.ts';
 import type { StoreTree } from '../../storage-adapter/store.ts';
-import { loadConfigOrExit } from '../server/serve.ts';
 import { openStore } from '../content/storage.ts';
-import { openCliPool } from './cli-database.ts';
-import { parseArgs, type Command } from './command.ts';
+import { loadCliConfig, openCliPool } from './cli-database.ts';
+import { defineCommand, form, type Command } from './command.ts';
 
 /** A bar on a terminal, a JSON line every 5 s otherwise. */
 export function progressReporter(label: string): { update(text: string): void; done(): void } {
@@ -39,7 +38,7 @@ async function underMaintenanceBarrier(
   name: string,
   work: (pool: pg.Pool, root: string | StoreTree) => Promise<number>,
 ): Promise<number> {
-  const config = loadConfigOrExit(env);
+  const config = await loadCliConfig(env);
   const pool = await openCliPool(env);
   const client = await pool.connect();
   try {
@@ -66,48 +65,52 @@ async function underMaintenanceBarrier(
   }
 }
 
-export const scrubCommand: Command = {
+export const scrubCommand: Command = defineCommand({
   name: 'scrub',
   summary: 'offline: re-hash every blob, quarantine mismatches (exit 1 if any)',
-  usage: `Usage: arkvory scrub
-
-Offline maintenance. Re-hashes every blob under <ARKVORY_DATA_DIR>/blobs (or <ARKVORY_STORAGE_URL>/blobs)
+  description: `Offline maintenance. Re-hashes every blob under <ARKVORY_DATA_DIR>/blobs (or <ARKVORY_STORAGE_URL>/blobs)
 and moves any whose bytes do not match its sha256 name into quarantine/ (nothing is deleted). Prints a JSON
 summary; exits 1 when any blob was corrupt. Refuses while any gateway or worker of the database runs.
 Progress: a bar on a terminal, a log line every 5 s otherwise.`,
-  run(_args, env) {
-    return underMaintenanceBarrier(env, 'scrub', async (_pool, root) => {
-      const progress = progressReporter('scrub');
-      const report = await scrubBlobs(root, {
-        onProgress: (n, bytes) => progress.update(`${n} blobs, ${(bytes / 1048576).toFixed(1)} MiB`),
-      });
-      progress.done();
-      process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
-      return report.corrupt.length ? 1 : 0;
-    });
-  },
-};
+  forms: [
+    form({
+      run(_input, env) {
+        return underMaintenanceBarrier(env, 'scrub', async (_pool, root) => {
+          const progress = progressReporter('scrub');
+          const report = await scrubBlobs(root, {
+            onProgress: (n, bytes) => progress.update(`${n} blobs, ${(bytes / 1048576).toFixed(1)} MiB`),
+          });
+          progress.done();
+          process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
+          return report.corrupt.length ? 1 : 0;
+        });
+      },
+    }),
+  ],
+});
 
-export const gcCommand: Command = {
+export const gcCommand: Command = defineCommand({
   name: 'gc',
   summary: 'offline: remove unreferenced blobs and stale tmp/ and uploads/ files (--dry-run lists them)',
-  usage: `Usage: arkvory gc [--dry-run]
-
-Offline maintenance. Removes blobs that no catalog row references, every file in tmp/ (stray
+  description: `Offline maintenance. Removes blobs that no catalog row references, every file in tmp/ (stray
 temporaries), and upload part files or session folders that no open upload session owns; on the
 directory store or, with ARKVORY_STORAGE_URL, on the static-HTTP store. --dry-run lists them and removes
 nothing. Prints a JSON summary. Refuses while any gateway or worker of the database runs.`,
-  run(args, env) {
-    const { flags } = parseArgs(args, ['dry-run']);
-    return underMaintenanceBarrier(env, 'gc', async (pool, root) => {
-      const progress = progressReporter('gc');
-      const report = await collectGarbage(root, pool, {
-        dryRun: flags.get('dry-run') === true,
-        onProgress: (n) => progress.update(`${n} blobs`),
-      });
-      progress.done();
-      process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
-      return 0;
-    });
-  },
-};
+  forms: [
+    form({
+      options: { 'dry-run': { type: 'boolean', description: 'list what would be removed and remove nothing' } },
+      run(input, env) {
+        return underMaintenanceBarrier(env, 'gc', async (pool, root) => {
+          const progress = progressReporter('gc');
+          const report = await collectGarbage(root, pool, {
+            dryRun: input.boolean('dry-run'),
+            onProgress: (n) => progress.update(`${n} blobs`),
+          });
+          progress.done();
+          process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
+          return 0;
+        });
+      },
+    }),
+  ],
+});

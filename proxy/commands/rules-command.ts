@@ -2,7 +2,7 @@ import { readFile } from 'node:fs/promises';
 import type pg from 'pg';
 import type { RateLimitRedis } from '../gates/rate-limit-redis.ts';
 import type { RuleRegistry } from '../../policy/rate-limit/index.ts';
-import { UsageError, type Command } from './command.ts';
+import { defineCommand, form, type Command, type Input } from './command.ts';
 
 // The engine, ioredis and yaml load only when this command runs, so other commands start as fast as before.
 const engine = () => import('../../policy/rate-limit/index.ts');
@@ -45,8 +45,7 @@ async function openRegistry(env: NodeJS.ProcessEnv): Promise<{ registry: RuleReg
   };
 }
 
-async function readRulesFile(file: string | undefined) {
-  if (!file) throw new UsageError('a FILE argument is required');
+async function readRulesFile(file: string) {
   const { parseRateLimits } = await engine();
   const { loadRuleFiles, RateLimitConfigError } = await ruleFiles();
   const { available } = await loadRuleFiles(undefined);
@@ -61,82 +60,102 @@ async function readRulesFile(file: string | undefined) {
   return parseRateLimits(text, file, available);
 }
 
-export const ratelimitCommand: Command = {
+/** A ratelimit subcommand: invalid rules and unknown limiters or rules are exit 1 with one line each. */
+function ratelimitForm(
+  name: string,
+  args: string | undefined,
+  summary: string,
+  body: (positionals: readonly string[], env: NodeJS.ProcessEnv) => Promise<number>,
+) {
+  return form({
+    name,
+    ...(args ? { args } : {}),
+    summary,
+    async run(input: Input, env) {
+      const { formatProblem, RateLimitError } = await engine();
+      const { RateLimitConfigError } = await ruleFiles();
+      try {
+        return await body(input.positionals, env);
+      } catch (err) {
+        if (err instanceof RateLimitConfigError) {
+          for (const line of err.lines) process.stderr.write(`${line}\n`);
+          return 1;
+        }
+        if (err instanceof RateLimitError) {
+          for (const line of err.problems.length ? err.problems.map(formatProblem) : [err.message])
+            process.stderr.write(`arkvory ratelimit ${name}: ${line}\n`);
+          return 1;
+        }
+        throw err;
+      }
+    },
+  });
+}
+
+/** Reads and checks FILE; its problems go to stderr. */
+async function checkedRules(file: string) {
+  const { formatProblem } = await engine();
+  const checked = await readRulesFile(file);
+  for (const p of checked.problems) process.stderr.write(`${formatProblem(p)}\n`);
+  return checked;
+}
+
+export const ratelimitCommand: Command = defineCommand({
   name: 'ratelimit',
   summary: 'validate rate-limit rule files; publish, unpublish and show the rules the gateways use',
-  usage: `Usage:
-  arkvory ratelimit validate FILE          check a rate_limits.yaml; exit 1 and one line per violation
-  arkvory ratelimit publish FILE           publish its rules (published tier), all limiters at once
-  arkvory ratelimit unpublish LIMITER RULE delete one published rule
-  arkvory ratelimit show [LIMITER]         effective rules, tier by tier (file > published > default)
-
-FILE has the format of ARKVORY_RATE_LIMITS_FILE: rate_limits: { <limiter>: [rules] }. Limiters not
+  description: `FILE has the format of ARKVORY_RATE_LIMITS_FILE: rate_limits: { <limiter>: [rules] }. Limiters not
 in FILE are left as they are; rules are added or replaced by name. The rule store is Redis when
 ARKVORY_REDIS_URL is set, else the database (ARKVORY_DATABASE_URL, or the embedded one of a running
 gateway). Running gateways pick changes up within their refresh interval (5 s).
 Exit codes: 0 ok, 1 invalid rules or unknown limiter/rule, 2 usage.`,
-  async run(args, env) {
-    const [sub, ...rest] = args;
-    const { formatProblem, RateLimitError } = await engine();
-    const { RateLimitConfigError } = await ruleFiles();
-    try {
-      switch (sub) {
-        case 'validate': {
-          const { rateLimits, problems } = await readRulesFile(rest[0]);
-          for (const p of problems) process.stderr.write(`${formatProblem(p)}\n`);
-          if (problems.length) return 1;
-          const rules = [...rateLimits.values()].reduce((n, r) => n + r.length, 0);
-          process.stdout.write(`${rest[0]}: ok (${rules} rule(s) for ${rateLimits.size} limiter(s))\n`);
+  forms: [
+    ratelimitForm('validate', 'FILE', 'check a rate_limits.yaml; exit 1 and one line per violation', async ([file]) => {
+      const { rateLimits, problems } = await checkedRules(file!);
+      if (problems.length) return 1;
+      const rules = [...rateLimits.values()].reduce((n, r) => n + r.length, 0);
+      process.stdout.write(`${file}: ok (${rules} rule(s) for ${rateLimits.size} limiter(s))\n`);
+      return 0;
+    }),
+    ratelimitForm(
+      'publish',
+      'FILE',
+      'publish its rules (published tier), all limiters at once',
+      async ([file], env) => {
+        const { rateLimits, problems } = await checkedRules(file!);
+        if (problems.length) return 1;
+        const store = await openRegistry(env);
+        try {
+          const result = await store.registry.publish({ rate_limits: Object.fromEntries(rateLimits) });
+          process.stdout.write(`${JSON.stringify({ published: result })}\n`);
           return 0;
+        } finally {
+          await store.close();
         }
-        case 'publish': {
-          const { rateLimits, problems } = await readRulesFile(rest[0]);
-          for (const p of problems) process.stderr.write(`${formatProblem(p)}\n`);
-          if (problems.length) return 1;
-          const store = await openRegistry(env);
-          try {
-            const result = await store.registry.publish({ rate_limits: Object.fromEntries(rateLimits) });
-            process.stdout.write(`${JSON.stringify({ published: result })}\n`);
-            return 0;
-          } finally {
-            await store.close();
-          }
-        }
-        case 'unpublish': {
-          const [limiter, rule] = rest;
-          if (!limiter || !rule) throw new UsageError('unpublish needs LIMITER and RULE');
-          const store = await openRegistry(env);
-          try {
-            await store.registry.unpublish(limiter, rule);
-            process.stdout.write(`${JSON.stringify({ unpublished: { limiter, rule } })}\n`);
-            return 0;
-          } finally {
-            await store.close();
-          }
-        }
-        case 'show': {
-          const store = await openRegistry(env);
-          try {
-            process.stdout.write(`${JSON.stringify({ limiters: await store.registry.show(rest[0]) }, null, 2)}\n`);
-            return 0;
-          } finally {
-            await store.close();
-          }
-        }
-        default:
-          throw new UsageError(`unknown subcommand "${sub ?? ''}"`);
+      },
+    ),
+    ratelimitForm('unpublish', 'LIMITER RULE', 'delete one published rule', async ([limiter, rule], env) => {
+      const store = await openRegistry(env);
+      try {
+        await store.registry.unpublish(limiter!, rule!);
+        process.stdout.write(`${JSON.stringify({ unpublished: { limiter, rule } })}\n`);
+        return 0;
+      } finally {
+        await store.close();
       }
-    } catch (err) {
-      if (err instanceof RateLimitConfigError) {
-        for (const line of err.lines) process.stderr.write(`${line}\n`);
-        return 1;
-      }
-      if (err instanceof RateLimitError) {
-        for (const line of err.problems.length ? err.problems.map(formatProblem) : [err.message])
-          process.stderr.write(`arkvory ratelimit ${sub}: ${line}\n`);
-        return 1;
-      }
-      throw err;
-    }
-  },
-};
+    }),
+    ratelimitForm(
+      'show',
+      '[LIMITER]',
+      'effective rules, tier by tier (file > published > default)',
+      async ([limiter], env) => {
+        const store = await openRegistry(env);
+        try {
+          process.stdout.write(`${JSON.stringify({ limiters: await store.registry.show(limiter) }, null, 2)}\n`);
+          return 0;
+        } finally {
+          await store.close();
+        }
+      },
+    ),
+  ],
+});

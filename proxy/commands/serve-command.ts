@@ -1,17 +1,14 @@
-import { serve } from '../server/serve.ts';
-import type { Command } from './command.ts';
+import { defineCommand, form, type Command } from './command.ts';
 
-export const serveCommand: Command = {
+export const serveCommand: Command = defineCommand({
   name: 'serve',
   summary: 'run the gateway in the role named by ARKVORY_ROLE',
-  usage: `Usage: arkvory serve
-
-Runs the process in the role given by ARKVORY_ROLE (api, reader, worker, router, rules-service), configured only by
+  description: `Runs the process in the role given by ARKVORY_ROLE (api, reader, worker, router, rules-service), configured only by
 ARKVORY_* environment variables (see the README table). With no ARKVORY_DATABASE_URL it starts an
 embedded PostgreSQL under <ARKVORY_DATA_DIR>/.pg and applies the migrations itself.
 
 SIGTERM/SIGINT: stop accepting, /health/status turns 503, in-flight requests get up to
 ARKVORY_SHUTDOWN_TIMEOUT_SECONDS, then exit 0. A second signal exits at once.
 Exit codes: 0 clean stop, 1 startup or runtime failure, 2 invalid configuration.`,
-  run: (_args, env) => serve(env),
-};
+  forms: [form({ run: async (_input, env) => (await import('../server/serve.ts')).serve(env) })],
+});

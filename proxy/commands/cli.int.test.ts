@@ -1,0 +1,197 @@
+/**
+ * The strict CLI as a real process: an unknown option or a missing value is exit 2 with one line on
+ * stderr naming it, nothing on stdout and nothing done; every --help lists every declared option;
+ * the flags README and docs/ show exist; `npx arkvory` prints bare JSON.
+ */
+import { spawn } from 'node:child_process';
+import { readdir, readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { ROOT, runCli } from '../../test/support/gateway.ts';
+import type { Form, OptionSpecs } from './command.ts';
+import { COMMANDS } from './index.ts';
+
+/** Runs `work` over `items`, at most `limit` at a time (each runCli is a process start). */
+async function inParallel<T, R>(items: readonly T[], limit: number, work: (item: T) => Promise<R>): Promise<R[]> {
+  const results: R[] = new Array(items.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const i = next++;
+      results[i] = await work(items[i]!);
+    }
+  };
+  await Promise.all(Array.from({ length: limit }, worker));
+  return results;
+}
+
+/** `-o, --output` / `--scopes`: how --help must show each option of a form. */
+function flagsOf(options: OptionSpecs | undefined): string[] {
+  return Object.entries(options ?? {}).map(([name, spec]) => `${spec.short ? `-${spec.short}, ` : ''}--${name}`);
+}
+
+const requiredArgs = (f: Form) =>
+  (f.args ?? '')
+    .split(' ')
+    .filter((a) => a && !a.startsWith('['))
+    .map((_, i) => `arg${i}`);
+
+describe('arkvory keys create with a mistyped option', () => {
+  const db = useTestDatabase();
+
+  it('`keys create bob --scope admin` exits 2 naming --scope, prints nothing on stdout and creates no key', async () => {
+    const env = { ARKVORY_DATABASE_URL: db.url };
+    const bob = await runCli(['principals', 'create', 'bob'], env);
+    expect(bob.code, bob.stderr).toBe(0);
+    const typo = await runCli(['keys', 'create', 'bob', '--scope', 'admin'], env);
+    expect(typo.code).toBe(2);
+    expect(typo.stdout).toBe('');
+    expect(typo.stderr).toBe('arkvory keys create: unknown option --scope (see arkvory keys create --help)\n');
+    const { rows } = await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM arkvory_api_keys');
+    expect(rows[0]!.n).toBe(0);
+    expect(JSON.parse((await runCli(['keys', 'list', 'bob'], env)).stdout)).toEqual([]);
+    // A missing value is refused the same way; the spelled-out option makes the admin key asked for.
+    const missing = await runCli(['keys', 'create', 'bob', '--scopes'], env);
+    expect([missing.code, missing.stdout, missing.stderr]).toEqual([
+      2,
+      '',
+      'arkvory keys create: --scopes needs a value (see arkvory keys create --help)\n',
+    ]);
+    const made = await runCli(['keys', 'create', 'bob', '--scopes', 'admin'], env);
+    expect(made.code, made.stderr).toBe(0);
+    expect((JSON.parse(made.stdout) as { scopes: string[] }).scopes).toEqual(['admin']);
+  });
+
+  it('`npx arkvory` and `npm run --silent arkvory --` print bare JSON on stdout (no npm banner)', async () => {
+    const env = { ARKVORY_DATABASE_URL: db.url };
+    for (const [command, args] of [
+      ['npx', ['arkvory', 'principals', 'list']],
+      ['npm', ['run', '--silent', 'arkvory', '--', 'principals', 'list']],
+    ] as const) {
+      const { code, stdout, stderr } = await run(command, args, env);
+      expect(code, `${command}: ${stderr}`).toBe(0);
+      expect(
+        (JSON.parse(stdout) as Array<{ name: string }>).map((p) => p.name),
+        command,
+      ).toEqual(['bob']);
+    }
+  }, 120_000);
+});
+
+/** A command through npm (npx / npm run), with PATH so that the pinned node and npm are found. */
+function run(
+  command: string,
+  args: readonly string[],
+  env: Record<string, string>,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+describe('every arkvory command (the real process; proxy/commands/command.test.ts does every form in-process)', () => {
+  // One process per command and case, two at a time: each start loads the command modules (about a second of CPU).
+  const TABLE = COMMANDS.map((command) => {
+    const first = command.forms[0]!;
+    return { command, form: first, words: first.name ? [command.name, first.name] : [command.name] };
+  });
+
+  it('an unknown option exits 2 with one line on stderr naming it, nothing on stdout, before anything runs', async () => {
+    const results = await inParallel(TABLE, 2, async ({ form: f, words }) => {
+      // No database and no data directory: refusing needs neither, and starts no gateway.
+      const r = await runCli([...words, ...requiredArgs(f), '--no-such-option', 'x'], {});
+      return { words, ...r };
+    });
+    for (const { words, code, stdout, stderr } of results) {
+      const prog = `arkvory ${words.join(' ')}`;
+      expect({ code, stdout, stderr }, prog).toEqual({
+        code: 2,
+        stdout: '',
+        stderr: `${prog}: unknown option --no-such-option (see ${prog} --help)\n`,
+      });
+    }
+  }, 180_000);
+
+  it('--help exits 0 and lists every form and every option each form declares', async () => {
+    const results = await inParallel(COMMANDS, 2, async (c) => ({ c, ...(await runCli([c.name, '--help'], {})) }));
+    for (const { c, code, stdout, stderr } of results) {
+      expect(code, `${c.name}: ${stderr}`).toBe(0);
+      expect(stdout).toBe(`${c.usage}\n`);
+      expect(stdout).toContain(c.description);
+      for (const f of c.forms) {
+        expect(stdout, c.name).toContain(`arkvory ${c.name}${f.name ? ` ${f.name}` : ''}`);
+        for (const flag of flagsOf(f.options)) expect(stdout, `${c.name} ${f.name ?? ''}`).toContain(`  ${flag}`);
+      }
+      expect(stdout).toContain('  -h, --help');
+    }
+  }, 180_000);
+
+  it('a missing subcommand or argument, an unknown subcommand or command, is exit 2 and one line', async () => {
+    for (const [args, line] of [
+      [['keys'], 'arkvory keys: missing subcommand (one of: create, list, revoke, rotate) (see arkvory keys --help)'],
+      [['keys', 'craete', 'bob'], 'arkvory keys: unknown subcommand "craete" (one of: create, list, revoke, rotate)'],
+      [['grants', 'add', 'ci-bot'], 'arkvory grants add: missing <repository> (see arkvory grants add --help)'],
+      [['gc', 'now'], 'arkvory gc: unexpected argument "now" (see arkvory gc --help)'],
+      [['kyes'], 'arkvory: unknown command "kyes" (see arkvory --help)'],
+    ] as const) {
+      const r = await runCli([...args], {});
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.stdout).toBe('');
+      expect(r.stderr.startsWith(line), r.stderr).toBe(true);
+      expect(r.stderr.split('\n')).toHaveLength(2);
+    }
+  });
+});
+
+/** Options the docs show because they are refused (the typo example). */
+const WRONG_ON_PURPOSE = new Set(['keys --scope']);
+
+describe('README and docs/', () => {
+  it('show only options that the command they belong to declares', async () => {
+    const files = [
+      path.join(ROOT, 'README.md'),
+      ...(await readdir(path.join(ROOT, 'docs')))
+        .filter((f) => f.endsWith('.md'))
+        .map((f) => path.join(ROOT, 'docs', f)),
+    ];
+    const names = COMMANDS.map((c) => c.name).sort((a, b) => b.length - a.length);
+    const use = new RegExp(
+      `\\barkvory(?:\\.js)? (${names.map((n) => n.replace('-', '\\-')).join('|')})\\b([^\`|\\n]*)`,
+      'g',
+    );
+    let checked = 0;
+    for (const file of files) {
+      for (const [, name, rest] of (await readFile(file, 'utf8')).matchAll(use)) {
+        const command = COMMANDS.find((c) => c.name === name)!;
+        const words = rest!.trim().split(/\s+/);
+        const f = command.forms.find((candidate) => candidate.name && candidate.name === words[0]);
+        const declared = (f ? [f] : command.forms).flatMap((candidate) => [
+          '--help',
+          '-h',
+          ...Object.entries(candidate.options ?? {}).flatMap(([n, spec]) => [
+            `--${n}`,
+            ...(spec.short ? [`-${spec.short}`] : []),
+          ]),
+        ]);
+        // Comments after `#` in shell examples are prose; the flags they name are checked all the same.
+        for (const flag of rest!.match(/(?<![\w-])--?[a-z][a-z-]*/g) ?? []) {
+          if (WRONG_ON_PURPOSE.has(`${name} ${flag}`)) continue;
+          expect(declared, `${path.relative(ROOT, file)}: arkvory ${name}${rest}`).toContain(flag);
+          checked++;
+        }
+      }
+    }
+    expect(checked).toBeGreaterThan(10);
+  });
+});

@@ -1,0 +1,200 @@
+/** The command model in-process: strict parsing, usage errors and --help derived from each form's declarations. */
+import { describe, expect, it } from 'vitest';
+import { defineCommand, form, type Command, type Form, type Invocation, invoke, HELP_OPTION } from './command.ts';
+import { COMMANDS } from './index.ts';
+
+/** Every form of every command, with the words that select it: `['keys', 'create']`, `['backup']`. */
+const FORMS = COMMANDS.flatMap((command) =>
+  command.forms.map((f) => ({ command, form: f, words: f.name ? [command.name, f.name] : [command.name] })),
+);
+
+/** Arguments that satisfy a form's positionals: one word per required argument. */
+const positionalsFor = (f: Form) =>
+  (f.args ?? '')
+    .split(' ')
+    .filter((a) => a && !a.startsWith('['))
+    .map((_, i) => `arg${i}`);
+
+const argsOf = (words: string[]) => words.slice(1);
+
+function expectUsageError(invocation: Invocation, prog: string, message: string | RegExp): void {
+  expect(invocation.kind).toBe('usage-error');
+  if (invocation.kind !== 'usage-error') return;
+  expect(invocation.prog).toBe(prog);
+  if (typeof message === 'string') expect(invocation.message).toBe(message);
+  else expect(invocation.message).toMatch(message);
+}
+
+const demo: Command = defineCommand({
+  name: 'demo',
+  summary: 'a command to test the model with',
+  description: 'Prose that stays.',
+  forms: [
+    form({
+      name: 'make',
+      args: '<name> [<note>]',
+      options: {
+        level: { type: 'string', value: 'N', description: 'how much' },
+        mirror: { type: 'string', multiple: true, value: 'URL', description: 'another place' },
+        output: { type: 'string', short: 'o', value: 'FILE', description: 'where' },
+        force: { type: 'boolean', description: 'even so' },
+      },
+      run: async () => 0,
+    }),
+    form({ name: 'list', run: async () => 0 }),
+  ],
+});
+
+describe('parsing a form (node:util parseArgs, strict)', () => {
+  it('gives run the declared options by name, repeated options in order, and the positionals', () => {
+    const inv = invoke(demo, ['make', 'x', '--level', '3', '-o', 'f.bin', '--mirror=a', '--mirror', 'b', '--force']);
+    expect(inv.kind).toBe('run');
+    if (inv.kind !== 'run') return;
+    expect(inv.prog).toBe('arkvory demo make');
+    expect(inv.input.positionals).toEqual(['x']);
+    const input = inv.input as unknown as {
+      string(n: string): string | undefined;
+      strings(n: string): string[];
+      boolean(n: string): boolean;
+    };
+    expect([input.string('level'), input.string('output'), input.strings('mirror'), input.boolean('force')]).toEqual([
+      '3',
+      'f.bin',
+      ['a', 'b'],
+      true,
+    ]);
+  });
+
+  it('keeps `--` : everything after it is a positional, even --help or an unknown option', () => {
+    const inv = invoke(demo, ['make', '--', '--help']);
+    expect(inv.kind === 'run' && inv.input.positionals).toEqual(['--help']);
+    const two = invoke(demo, ['make', 'x', '--', '--scope']);
+    expect(two.kind === 'run' && two.input.positionals).toEqual(['x', '--scope']);
+  });
+
+  it('refuses an unknown option, long or short, with or without a value, naming it', () => {
+    expectUsageError(invoke(demo, ['make', 'x', '--levle', '3']), 'arkvory demo make', 'unknown option --levle');
+    expectUsageError(invoke(demo, ['make', 'x', '--levle=3']), 'arkvory demo make', 'unknown option --levle');
+    expectUsageError(invoke(demo, ['make', 'x', '-x']), 'arkvory demo make', 'unknown option -x');
+    // An option of another subcommand is unknown here.
+    expectUsageError(invoke(demo, ['list', '--force']), 'arkvory demo list', 'unknown option --force');
+  });
+
+  it('refuses a missing value, an option where a value belongs, and a value given to a switch', () => {
+    expectUsageError(invoke(demo, ['make', 'x', '--level']), 'arkvory demo make', '--level needs a value');
+    expectUsageError(invoke(demo, ['make', 'x', '-o']), 'arkvory demo make', '-o needs a value');
+    expectUsageError(invoke(demo, ['make', 'x', '--level', '--force']), 'arkvory demo make', /^--level needs a value/);
+    expectUsageError(invoke(demo, ['make', 'x', '--force=yes']), 'arkvory demo make', '--force takes no value');
+    // A value that starts with "-" is given with "=".
+    const inv = invoke(demo, ['make', 'x', '--level=-1']);
+    expect(inv.kind).toBe('run');
+  });
+
+  it('checks the positional count against the declared arguments', () => {
+    expectUsageError(invoke(demo, ['make']), 'arkvory demo make', 'missing <name>');
+    expect(invoke(demo, ['make', 'a', 'b']).kind).toBe('run');
+    expectUsageError(invoke(demo, ['make', 'a', 'b', 'c']), 'arkvory demo make', 'unexpected argument "c"');
+    expectUsageError(invoke(demo, ['list', 'a']), 'arkvory demo list', 'unexpected argument "a"');
+  });
+
+  it('refuses a missing or unknown subcommand', () => {
+    expectUsageError(invoke(demo, []), 'arkvory demo', 'missing subcommand (one of: make, list)');
+    expectUsageError(invoke(demo, ['mkae']), 'arkvory demo', 'unknown subcommand "mkae" (one of: make, list)');
+    expectUsageError(invoke(demo, ['--force']), 'arkvory demo', /^unknown subcommand "--force"/);
+  });
+
+  it('answers --help or -h anywhere before `--`, even beside an unknown option, with the help of what it follows', () => {
+    for (const args of [['--help'], ['-h'], ['mkae', '--help']]) {
+      const inv = invoke(demo, args);
+      expect(inv.kind === 'help' && inv.text).toBe(`${demo.usage}\n`);
+    }
+    for (const args of [
+      ['make', '--help'],
+      ['make', '--levle', '3', '-h'],
+    ]) {
+      const inv = invoke(demo, args);
+      expect(inv.kind === 'help' && inv.text.startsWith('Usage: arkvory demo make <name> [<note>] [--level N]')).toBe(
+        true,
+      );
+    }
+  });
+
+  it("derives --help from the declarations: every form's usage line, the prose, each option with its value", () => {
+    expect(demo.usage).toBe(
+      [
+        'Usage:',
+        '  arkvory demo make <name> [<note>] [--level N] [--mirror URL]... [-o FILE] [--force]',
+        '  arkvory demo list',
+        '',
+        'Prose that stays.',
+        '',
+        'Options of demo make:',
+        '  --level N           how much',
+        '  --mirror URL        another place; repeatable',
+        '  -o, --output FILE   where',
+        '  --force             even so',
+        '',
+        'Options:',
+        "  -h, --help   print this help (after a subcommand: that subcommand's)",
+      ].join('\n'),
+    );
+  });
+
+  it('refuses declarations that take over --help or mix named and unnamed forms', () => {
+    const run = async () => 0;
+    expect(() =>
+      defineCommand({
+        name: 'x',
+        summary: 's',
+        description: 'd',
+        forms: [form({ options: { help: HELP_OPTION }, run })],
+      }),
+    ).toThrow(/--help/);
+    expect(() =>
+      defineCommand({ name: 'x', summary: 's', description: 'd', forms: [form({ run }), form({ name: 'y', run })] }),
+    ).toThrow(/named/);
+  });
+});
+
+describe('every arkvory command', () => {
+  it.each(FORMS.map((f) => [f.words.join(' '), f] as const))(
+    '%s: an unknown option, and a missing value of each string option, are usage errors naming it',
+    (_name, { command, form: f, words }) => {
+      const prog = `arkvory ${words.join(' ')}`;
+      const base = [...argsOf(words), ...positionalsFor(f)];
+      expectUsageError(invoke(command, [...base, '--no-such-option']), prog, 'unknown option --no-such-option');
+      for (const [name, spec] of Object.entries(f.options ?? {})) {
+        if (spec.type !== 'string') continue;
+        expectUsageError(invoke(command, [...base, `--${name}`]), prog, `--${name} needs a value`);
+        if (spec.short)
+          expectUsageError(invoke(command, [...base, `-${spec.short}`]), prog, `-${spec.short} needs a value`);
+      }
+    },
+  );
+
+  it.each(FORMS.map((f) => [f.words.join(' '), f] as const))(
+    '%s --help: the usage line, the prose and every declared option with its value',
+    (_name, { command, form: f, words }) => {
+      const inv = invoke(command, [...argsOf(words), '--help']);
+      expect(inv.kind).toBe('help');
+      if (inv.kind !== 'help') return;
+      expect(inv.text.startsWith(`Usage: arkvory ${words.join(' ')}`)).toBe(true);
+      expect(inv.text).toContain(`\n\n${command.description}\n\n`);
+      for (const [name, spec] of Object.entries({ ...f.options, help: HELP_OPTION })) {
+        const flag = `${spec.short ? `-${spec.short}, ` : ''}--${name}${spec.type === 'string' ? ` ${spec.value}` : ''}`;
+        expect(inv.text).toMatch(
+          new RegExp(`\\n  ${flag.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}  +${spec.description.split(' ')[0]}`),
+        );
+      }
+    },
+  );
+
+  it.each(COMMANDS.map((c) => [c.name, c] as const))(
+    '%s: every --flag its prose mentions is an option one of its forms declares',
+    (_name, command) => {
+      const declared = new Set(command.forms.flatMap((f) => Object.keys(f.options ?? {})).map((n) => `--${n}`));
+      for (const flag of command.description.match(/(?<![\w-])--[a-z][a-z-]*/g) ?? [])
+        expect(declared, `${command.name}: ${flag}`).toContain(flag);
+    },
+  );
+});
