@@ -17,7 +17,7 @@ import { createLimiter, type Limiter } from '../policy/rate-limit/limiter.ts';
 import { createRedisStore } from '../policy/rate-limit/redis-store.ts';
 import { defineRule } from '../policy/rate-limit/rules.ts';
 import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
-import { createRateLimitRedis, type RateLimitRedis } from '../proxy/gates/rate-limit-gate.ts';
+import { createRateLimitRedis, type RateLimitRedis } from '../proxy/gates/rate-limit-redis.ts';
 import { startRedisCluster } from '../test/hosts/redis-cluster.ts';
 import { median, percentile } from './support.ts';
 

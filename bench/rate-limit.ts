@@ -21,7 +21,7 @@ import { systemClock } from '../policy/clock.ts';
 import { createLimiter } from '../policy/rate-limit/limiter.ts';
 import { createRedisStore } from '../policy/rate-limit/redis-store.ts';
 import { defineRule } from '../policy/rate-limit/rules.ts';
-import { createRateLimitRedis, type RateLimitRedis } from '../proxy/gates/rate-limit-gate.ts';
+import { createRateLimitRedis, type RateLimitRedis } from '../proxy/gates/rate-limit-redis.ts';
 
 const { values } = parseArgs({
   options: {

@@ -32,7 +32,7 @@ import { createRulesServiceClient } from '../policy/rate-limit/rules-service-cli
 import { ruleFromSpec } from '../policy/rate-limit/rules.ts';
 import { parseAvailableLimiters } from '../policy/rate-limit/yaml-source.ts';
 import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
-import { AVAILABLE_LIMITERS_FILE } from '../proxy/gates/rate-limit-gate.ts';
+import { AVAILABLE_LIMITERS_FILE } from '../proxy/gates/rate-limit-rule-files.ts';
 import { median } from './support.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, runCli } from '../../test/support/gateway.ts';
 import { useTestRedis } from '../../test/support/redis.ts';
-import { loadRuleFiles } from '../gates/rate-limit-gate.ts';
+import { loadRuleFiles } from '../gates/rate-limit-rule-files.ts';
 
 const redis = useTestRedis();
 const db = useTestDatabase();

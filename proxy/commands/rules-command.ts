@@ -1,17 +1,18 @@
 import { readFile } from 'node:fs/promises';
 import type pg from 'pg';
-import type { RateLimitRedis } from '../gates/rate-limit-gate.ts';
+import type { RateLimitRedis } from '../gates/rate-limit-redis.ts';
 import type { RuleRegistry } from '../../policy/rate-limit/index.ts';
 import { UsageError, type Command } from './command.ts';
 
 // The engine, ioredis and yaml load only when this command runs, so other commands start as fast as before.
 const engine = () => import('../../policy/rate-limit/index.ts');
-const edge = () => import('../gates/rate-limit-gate.ts');
+const ruleFiles = () => import('../gates/rate-limit-rule-files.ts');
 
 /** The rule store the gateways use: Redis when ARKVORY_REDIS_URL is set, else the database. */
 async function openRegistry(env: NodeJS.ProcessEnv): Promise<{ registry: RuleRegistry; close(): Promise<void> }> {
   const { createPgRuleDocuments, createRedisRuleDocuments, createRuleRegistry, ruleDocumentsPrefix } = await engine();
-  const { createRateLimitRedis, loadRuleFiles } = await edge();
+  const { loadRuleFiles } = await ruleFiles();
+  const { createRateLimitRedis } = await import('../gates/rate-limit-redis.ts');
   const { loadConfigOrExit } = await import('../server/serve.ts');
   const { createLogger } = await import('../server/logger.ts');
   const { pino } = await import('pino');
@@ -22,7 +23,7 @@ async function openRegistry(env: NodeJS.ProcessEnv): Promise<{ registry: RuleReg
   const { available, fileRules, fileStatus, fileProblems } = await loadRuleFiles(config.rateLimitsFile);
   // The CLI writes to the shared store: an operator file it cannot apply is an error here, not a warning.
   if (fileStatus === 'invalid') {
-    const { RateLimitConfigError } = await edge();
+    const { RateLimitConfigError } = await ruleFiles();
     throw new RateLimitConfigError(fileProblems);
   }
   let redis: RateLimitRedis | undefined;
@@ -47,7 +48,7 @@ async function openRegistry(env: NodeJS.ProcessEnv): Promise<{ registry: RuleReg
 async function readRulesFile(file: string | undefined) {
   if (!file) throw new UsageError('a FILE argument is required');
   const { parseRateLimits } = await engine();
-  const { loadRuleFiles, RateLimitConfigError } = await edge();
+  const { loadRuleFiles, RateLimitConfigError } = await ruleFiles();
   const { available } = await loadRuleFiles(undefined);
   let text: string;
   try {
@@ -77,7 +78,7 @@ Exit codes: 0 ok, 1 invalid rules or unknown limiter/rule, 2 usage.`,
   async run(args, env) {
     const [sub, ...rest] = args;
     const { formatProblem, RateLimitError } = await engine();
-    const { RateLimitConfigError } = await edge();
+    const { RateLimitConfigError } = await ruleFiles();
     try {
       switch (sub) {
         case 'validate': {

@@ -39,7 +39,7 @@ export const rulesServiceCommand: Command = {
     const service = typeof flags.get('service') === 'string' ? (flags.get('service') as string) : config.serviceName;
     const { validateOverride, createOverrideStore } = await import('../../policy/rate-limit/rule-overrides.ts');
     const { formatProblem } = await import('../../policy/rate-limit/index.ts');
-    const { loadRuleFiles } = await import('../gates/rate-limit-gate.ts');
+    const { loadRuleFiles } = await import('../gates/rate-limit-rule-files.ts');
     const { available } = await loadRuleFiles(undefined);
     const fail = (lines: string[]) => {
       for (const line of lines) process.stderr.write(`arkvory rules-service ${sub}: ${line}\n`);

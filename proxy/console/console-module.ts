@@ -16,7 +16,7 @@ import { formatPath, RateLimitError, type RuleRegistry } from '../../policy/rate
 import { GatewayError } from '../server/errors.ts';
 import { sendJson } from '../server/http-errors.ts';
 import type { RequestContext, Route } from '../server/http-server.ts';
-import { loadRuleFiles } from '../gates/rate-limit-gate.ts';
+import { loadRuleFiles } from '../gates/rate-limit-rule-files.ts';
 import { readJsonBody } from '../server/request-body.ts';
 import type { HttpMethod } from '../server/route-table.ts';
 import { authAdminRoutes } from '../admin/auth-admin-routes.ts';

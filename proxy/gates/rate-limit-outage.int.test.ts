@@ -16,7 +16,7 @@ import { createRedisStore } from '../../policy/rate-limit/redis-store.ts';
 import { createRuleRegistry } from '../../policy/rate-limit/rule-registry.ts';
 import { defineRule, type LimiterSpec } from '../../policy/rate-limit/rules.ts';
 import { freeLoopbackPort } from '../server/embedded-database.ts';
-import { createRateLimitRedis } from './rate-limit-gate.ts';
+import { createRateLimitRedis } from './rate-limit-redis.ts';
 
 const log = pino({ level: 'silent' });
 const servers: ChildProcess[] = [];

@@ -11,7 +11,7 @@ import {
   normalizeAddress,
   parseTrustedProxies,
 } from './forwarded.ts';
-import { responseHeadersFrom } from './proxy-handler.ts';
+import { responseHeadersFrom } from './response-headers.ts';
 import { classifyRequest, isRetryable } from './route-class.ts';
 
 describe('classifyRequest', () => {

@@ -17,7 +17,7 @@ import { createGatewayServer } from '../server/http-server.ts';
 import { Lifecycle } from '../server/lifecycle.ts';
 import { logStartupFailure } from '../server/startup-failure.ts';
 import { watchStopSignals } from '../server/stop-signals.ts';
-import { loadRuleFiles } from '../gates/rate-limit-gate.ts';
+import { loadRuleFiles } from '../gates/rate-limit-rule-files.ts';
 import { rulesServiceRoutes } from './rules-service-routes.ts';
 
 const EXIT_OK = 0;

@@ -7,7 +7,7 @@ import { openContentModule } from '../content/content-module.ts';
 import type { Gate, Route } from './http-server.ts';
 import { authAdminRoutes } from '../admin/auth-admin-routes.ts';
 import { healthRoutes } from './health-routes.ts';
-import { openRateLimiting } from '../gates/rate-limit-gate.ts';
+import { openRateLimiting } from '../gates/open-rate-limiting.ts';
 import { rateLimitAdminRoutes } from '../admin/rate-limit-admin-routes.ts';
 import type { Services } from './services.ts';
 import { contentMeters, withAdmission } from '../gates/transfers.ts';

@@ -20,7 +20,7 @@ import { ruleDocumentsPrefix } from '../../policy/rate-limit/redis-target.ts';
 import { defineRule, type LimiterRules } from '../../policy/rate-limit/rules.ts';
 import { storeConformance, T0 } from '../../policy/rate-limit/store-conformance.ts';
 import { systemClock } from '../../policy/clock.ts';
-import { createRateLimitRedis, type RateLimitRedis } from '../../proxy/gates/rate-limit-gate.ts';
+import { createRateLimitRedis, type RateLimitRedis } from '../../proxy/gates/rate-limit-redis.ts';
 import { bearer, createRepository, createServiceAccount } from '../support/auth.ts';
 import { createTestDatabase } from '../support/database.ts';
 import { makeTempDir, startGateway } from '../support/gateway.ts';

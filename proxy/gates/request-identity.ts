@@ -1,0 +1,35 @@
+/**
+ * Who and what a request is, in rate-limit terms: the client address (through trusted proxies), the
+ * request type, and the `gateway_request` identifier.
+ */
+import { ANONYMOUS, type Identifier } from '../../policy/rate-limit/index.ts';
+import type { RequestContext } from '../server/http-server.ts';
+import { clientAddress, createTrustedProxies, type TrustedProxies } from '../router/forwarded.ts';
+
+export const NO_TRUSTED_PROXIES = createTrustedProxies([]);
+
+/** The client address: the socket peer, or behind ARKVORY_TRUSTED_PROXIES the forwarded client. */
+export function clientIp(ctx: RequestContext, trusted: TrustedProxies = NO_TRUSTED_PROXIES): string {
+  return clientAddress(ctx.req, trusted);
+}
+
+export function requestType(
+  ctx: Pick<RequestContext, 'route' | 'access' | 'req'>,
+): 'read' | 'write' | 'admin' | 'health' {
+  if (ctx.route.startsWith('/health/') || ctx.route === '/metrics') return 'health';
+  if (ctx.access === 'admin' || ctx.route.startsWith('/api/v1/admin/') || ctx.route === '/api/v1/admin') return 'admin';
+  const method = ctx.req.method ?? 'GET';
+  return method === 'GET' || method === 'HEAD' || method === 'OPTIONS' ? 'read' : 'write';
+}
+
+/** The `gateway_request` identifier: exactly the properties declared in available_limiters.yaml. */
+export function requestIdentifier(ctx: RequestContext, trusted: TrustedProxies = NO_TRUSTED_PROXIES): Identifier {
+  return {
+    principal: ctx.principal?.id ?? ANONYMOUS,
+    ip: clientIp(ctx, trusted),
+    method: ctx.req.method ?? 'GET',
+    repository: ctx.params.repo,
+    route: ctx.route,
+    request_type: requestType(ctx),
+  };
+}

@@ -1,0 +1,188 @@
+/**
+ * One client request on its way through the router: picks a gateway, relays its answer, and sends a
+ * GET/HEAD without body once more elsewhere when the first gateway fails before answering (connect
+ * error, reset, timeout, or a 503 from a gateway that stopped serving). Guarantees of proxy-handler.ts.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type http from 'node:http';
+import type { Logger } from 'pino';
+import type { GatewayError } from '../server/errors.ts';
+import { sendError } from '../server/http-errors.ts';
+import type { BackendPool, BackendView } from './backend-pool.ts';
+import { responseHeadersFrom } from './response-headers.ts';
+import { classifyRequest, isRetryable, type RequestClass } from './route-class.ts';
+import { CONNECT_FAILURES, noGateway, upstreamFailure } from './upstream-errors.ts';
+
+/** One try of a request against one gateway. */
+export interface Attempt {
+  readonly backend: BackendView;
+  readonly number: number;
+  responded: boolean;
+  done: boolean;
+  /** The request to the gateway, once it has a socket. */
+  upstream?: http.ClientRequest;
+  release(): void;
+  onResponse(proxyRes: IncomingMessage): void;
+}
+
+export interface RequestOutcome {
+  kind: RequestClass;
+  backend: string | undefined;
+  attempts: number;
+}
+
+/** What a request needs from the handler that owns the proxy, the agents and the pool. */
+export interface Relay {
+  readonly pool: BackendPool;
+  readonly idleTimeoutMs: number;
+  /** Sends the request to `attempt.backend`; `onError` hears a failure before or during the response. */
+  forward(req: IncomingMessage, res: ServerResponse, attempt: Attempt, onError: (err: Error) => void): void;
+  noteUnreachable(url: string, reason: string): void;
+}
+
+export class ProxiedRequest {
+  readonly outcome: RequestOutcome;
+  readonly #relay: Relay;
+  readonly #req: IncomingMessage;
+  readonly #res: ServerResponse;
+  readonly #log: Logger;
+  readonly #retryable: boolean;
+  #clientGone = false;
+  #current: Attempt | undefined;
+
+  constructor(relay: Relay, req: IncomingMessage, res: ServerResponse, log: Logger) {
+    this.#relay = relay;
+    this.#req = req;
+    this.#res = res;
+    this.#log = log;
+    this.outcome = { kind: classifyRequest(req.method ?? 'GET', req.url ?? '/'), backend: undefined, attempts: 0 };
+    this.#retryable = isRetryable(req.method ?? 'GET', {
+      'content-length': req.headers['content-length'],
+      'transfer-encoding': req.headers['transfer-encoding'],
+    });
+    // One listener for every attempt: http-proxy-3 and pipe add their own per attempt.
+    res.once('close', () => {
+      if (!res.writableFinished) this.#clientGone = true;
+      this.#current?.release();
+    });
+    // The client's body ended early (it went away, or stalled and was answered 408 here): the
+    // gateway must not keep waiting for the rest.
+    req.once('close', () => {
+      const current = this.#current;
+      if (!req.complete && current && !current.done) current.upstream?.destroy();
+    });
+  }
+
+  /** Starts the first attempt. */
+  run(): RequestOutcome {
+    this.#start(new Set(), undefined);
+    return this.outcome;
+  }
+
+  #fail(err: GatewayError): void {
+    if (this.#clientGone) return;
+    sendError(this.#res, err, this.#log);
+  }
+
+  #start(excluded: Set<string>, previousError: GatewayError | undefined): void {
+    const { pool } = this.#relay;
+    const backend = pool.pick(this.outcome.kind, excluded);
+    if (!backend) {
+      this.#fail(previousError ?? noGateway(this.outcome.kind));
+      return;
+    }
+    this.outcome.backend = backend.url;
+    this.outcome.attempts++;
+    const attempt: Attempt = {
+      backend,
+      number: this.outcome.attempts,
+      responded: false,
+      done: false,
+      release: pool.acquire(backend.url),
+      onResponse: (proxyRes) => this.#onResponse(attempt, excluded, proxyRes),
+    };
+    this.#current = attempt;
+    this.#relay.forward(this.#req, this.#res, attempt, (err) => this.#onError(attempt, excluded, err));
+  }
+
+  #onResponse(attempt: Attempt, excluded: Set<string>, proxyRes: IncomingMessage): void {
+    const res = this.#res;
+    const { backend } = attempt;
+    // Done, or the client was already answered here (a 408 for its stalled body).
+    if (attempt.done || res.headersSent) {
+      proxyRes.destroy();
+      return;
+    }
+    attempt.responded = true;
+    const status = proxyRes.statusCode ?? 502;
+    // A gateway that stopped serving (draining, fenced) answers 503 before any payload.
+    if (status === 503 && this.#retryable && attempt.number === 1 && !this.#clientGone) {
+      const other = this.#relay.pool.pick(this.outcome.kind, new Set([...excluded, backend.url]));
+      if (other) {
+        attempt.done = true;
+        proxyRes.resume();
+        attempt.release();
+        this.#relay.noteUnreachable(backend.url, 'answered 503 to a proxied request');
+        this.#log.info(
+          { backend: backend.url, next: other.url },
+          'gateway answered 503 before the body; retrying once elsewhere',
+        );
+        this.#start(new Set([...excluded, backend.url]), undefined);
+        return;
+      }
+    }
+    res.writeHead(status, responseHeadersFrom(proxyRes.headers));
+    // pipe() plus explicit ends rather than stream.pipeline(): pipeline creates and aborts an
+    // AbortController per call (a DOMException with a stack per response, about 5 % of the
+    // router's CPU on small answers), and stacked enough close listeners on the response to
+    // trip the leak warning (an Error and a stderr write per response).
+    const end = (err?: Error) => {
+      if (attempt.done) return;
+      attempt.done = true;
+      attempt.release();
+      if (err && !this.#clientGone) {
+        this.#log.warn(
+          { backend: backend.url, err: err.message },
+          'upstream failed in the middle of the body; client response destroyed',
+        );
+        res.destroy();
+      }
+    };
+    proxyRes.on('error', end);
+    // A body cut short (reset, gateway killed) closes without `complete`: never end the client's cleanly.
+    proxyRes.once('close', () => {
+      if (!proxyRes.complete) end(new Error('the gateway closed the connection before the end of the body'));
+    });
+    res.once('finish', () => end());
+    proxyRes.pipe(res);
+  }
+
+  #onError(attempt: Attempt, excluded: Set<string>, err: Error): void {
+    const res = this.#res;
+    const { backend } = attempt;
+    if (attempt.done) return;
+    attempt.done = true;
+    attempt.release();
+    if (attempt.responded) {
+      // Headers are out: never end it cleanly.
+      res.destroy();
+      return;
+    }
+    // The client is gone, or was already answered here (a 408 for a stalled body): nothing to report.
+    if (this.#clientGone || res.writableEnded) return;
+    const mapped = upstreamFailure(err, this.#relay.idleTimeoutMs);
+    // Only a failed connect says the gateway is down; a reset or a silence may be one request's.
+    if (CONNECT_FAILURES.has((err as NodeJS.ErrnoException).code ?? ''))
+      this.#relay.noteUnreachable(backend.url, `cannot connect: ${err.message}`);
+    if (this.#retryable && attempt.number === 1) {
+      this.#log.info(
+        { backend: backend.url, err: err.message },
+        'gateway failed before answering; retrying once elsewhere',
+      );
+      this.#start(new Set([...excluded, backend.url]), mapped);
+      return;
+    }
+    this.#log.warn({ backend: backend.url, err: err.message, code: mapped.code }, 'gateway failed before answering');
+    this.#fail(mapped);
+  }
+}
