@@ -182,6 +182,7 @@ export class AdmissionQueue {
 
   /** Hands free slots to waiting requests: each lane in turn whose own slot is free, one at a time. */
   #pump(state: KindState): void {
+    if (state.turns.size === 0) return; // nobody waits: the common case, no copy of the set
     let progressed = true;
     while (progressed && state.active < state.total) {
       progressed = false;

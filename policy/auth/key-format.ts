@@ -2,7 +2,7 @@
  * API keys: `ark_<keyId>_<secret>`, keyId 16 chars [a-z0-9], secret 43 chars base64url (256 random
  * bits). Only sha256(secret) is stored: with 256 bits of entropy a slow hash adds nothing.
  */
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { hash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { keyFromBasic } from './basic-credentials.ts';
 
 const KEY_ID_ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
@@ -36,7 +36,8 @@ export function generateKey(): GeneratedKey {
 }
 
 export function hashSecret(secret: string): Buffer {
-  return createHash('sha256').update(secret, 'utf8').digest();
+  // One-shot: a third of the cost of createHash().update().digest() on every authenticated request.
+  return hash('sha256', secret, 'buffer');
 }
 
 /** Parses `Bearer <key>` or `Basic base64(user:key)`; anything else (missing, other scheme, malformed key) → undefined. */

@@ -1,6 +1,6 @@
 -- The fast path of check.lua, for a batch of common checks: every counting rule a plain counter
 -- without a ban, an integer cost. The same decisions per check, with much less work per check:
--- one script call for every check a process made in one tick, no ban reads, no reply formatting;
+-- one script call for every check a process made in one turn of its event loop, no ban reads, no reply formatting;
 -- the caller derives exceeded/resetAt from the counts (resetAt is the window end it computed).
 -- KEYS: the counter keys of every check, in order.
 -- ARGV: per check: cost, n (its rule count), then per rule: ttl ms, stop (the limit of a `limit`

@@ -90,11 +90,26 @@ export function createLimiter(deps: LimiterDeps, definition: LimiterDefinition):
     return error;
   };
 
-  const run = async (identifier: Identifier, cost: number, mode: Mode): Promise<RateLimitResult> => {
+  /**
+   * The verdict, synchronously when nothing had to wait (the memory store, a warm rules cache): no
+   * timer and no promise per check then. Redis (or a cold remote rules cache) answers with a promise.
+   */
+  const run = (identifier: Identifier, cost: number, mode: Mode): RateLimitResult | Promise<RateLimitResult> => {
     if (!(Number.isFinite(cost) && cost >= 0)) throw new RangeError(`cost must be a finite number >= 0, got ${cost}`);
     const now = rulesNow(identifier);
     // A cold remote cache answers with a promise (bounded by its own timeout); a warm one does not.
-    const applicable = applicableRules(isPromise(now) ? await now : now, identifier);
+    return isPromise(now)
+      ? now.then((rules) => decide(rules, identifier, cost, mode))
+      : decide(now, identifier, cost, mode);
+  };
+
+  const decide = (
+    rules: readonly Rule[],
+    identifier: Identifier,
+    cost: number,
+    mode: Mode,
+  ): RateLimitResult | Promise<RateLimitResult> => {
+    const applicable = applicableRules(rules, identifier);
     if (applicable.length === 0) return ALLOW_NOTHING_MATCHED;
     const nowMs = clock.wallMs();
     let plan: Plan;
@@ -106,8 +121,11 @@ export function createLimiter(deps: LimiterDeps, definition: LimiterDefinition):
     }
     if (plan.counting.length === 0) return summarize(plan, []);
     try {
-      const outcomes = await withTimeout(store.run(plan, { nowMs, cost, mode }), timeoutMs);
-      return summarize(plan, outcomes);
+      const outcomes = store.run(plan, { nowMs, cost, mode });
+      if (!isPromise(outcomes)) return summarize(plan, outcomes);
+      return withTimeout(outcomes, timeoutMs)
+        .then((o) => summarize(plan, o))
+        .catch((err: unknown) => failOpen(reportError(mode, err)));
     } catch (err) {
       return failOpen(reportError(mode, err));
     }

@@ -36,7 +36,7 @@ export function createMemoryStore(options: { sweepEvery?: number } = {}): Memory
 
   return {
     kind: 'memory',
-    async run(plan: Plan, input: { nowMs: number; cost: number; mode: Mode }): Promise<Outcome[]> {
+    run(plan: Plan, input: { nowMs: number; cost: number; mode: Mode }): Outcome[] {
       const { nowMs } = input;
       const states: RuleState[] = plan.counting.map((p) => {
         const counter = live(p.counterKey, nowMs);

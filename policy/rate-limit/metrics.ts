@@ -29,7 +29,9 @@ function counter<L extends string>(
 ): Counter<L> {
   const existing = registry.getSingleMetric(name);
   if (existing) return existing as Counter<L>;
-  return new Counter<L>({ name, help, labelNames, registers: [registry] });
+  const created = new Counter<L>({ name, help, labelNames, registers: [registry], collect: collectTallies });
+  talliesOf.set(created as Counter<string>, { byKey: new Map() });
+  return created;
 }
 
 export function createRateLimitMetrics(registry: Registry = defaultRegistry): RateLimitMetrics {
@@ -50,12 +52,57 @@ export function createRateLimitMetrics(registry: Registry = defaultRegistry): Ra
     'action',
     'error',
   ]);
+  const checkInc = tally(checks);
+  const ruleInc = tally(rules);
+  const peekInc = tally(peeks);
   return {
     check: (l) =>
-      checks.inc({ limiter: l.limiter, action: l.action, matched: String(l.matched), error: String(l.error) }),
-    ruleEvaluation: (l) => rules.inc(l),
-    peek: (l) => peeks.inc({ limiter: l.limiter, action: l.action, error: String(l.error) }),
+      checkInc(`${l.limiter}\0${l.action}\0${l.matched}\0${l.error}`, () => ({
+        limiter: l.limiter,
+        action: l.action,
+        matched: String(l.matched),
+        error: String(l.error),
+      })),
+    ruleEvaluation: (l) => ruleInc(`${l.limiter}\0${l.rule}\0${l.action}\0${l.result}`, () => ({ ...l })),
+    peek: (l) =>
+      peekInc(`${l.limiter}\0${l.action}\0${l.error}`, () => ({
+        limiter: l.limiter,
+        action: l.action,
+        error: String(l.error),
+      })),
   };
+}
+
+interface Tallies {
+  readonly byKey: Map<string, { readonly labels: Record<string, string>; value: number }>;
+}
+const talliesOf = new WeakMap<Counter<string>, Tallies>();
+
+/**
+ * A hot-path increment for a labelled prom-client counter: a plain number in a Map per label set
+ * (the caller's `key` names it; `labels` is built only the first time), handed to the counter when
+ * it is collected. prom-client's own inc() hashes and validates the label object on every call,
+ * which a profile of small requests shows. The counter must be created by `counter()` below with
+ * tallies (every increment then goes through here; a direct inc() would be overwritten).
+ */
+export function tally<L extends string>(
+  c: Counter<L>,
+): (key: string, labels: () => Partial<Record<L, string>>, by?: number) => void {
+  const t = talliesOf.get(c as Counter<string>);
+  if (!t) throw new Error('tally() needs a counter created with tallies');
+  return (key, labels, by = 1) => {
+    const entry = t.byKey.get(key);
+    if (entry) entry.value += by;
+    else t.byKey.set(key, { labels: labels() as Record<string, string>, value: by });
+  };
+}
+
+/** Publishes the tallies of `c` (prom-client calls collect() before every read of the counter). */
+function collectTallies(this: Counter<string>): void {
+  const t = talliesOf.get(this);
+  if (!t) return;
+  this.reset();
+  for (const { labels, value } of t.byKey.values()) this.inc(labels, value);
 }
 
 export const noMetrics: RateLimitMetrics = { check() {}, ruleEvaluation() {}, peek() {} };
@@ -71,16 +118,12 @@ export const RULES_SERVICE_METRIC = 'arkvory_rate_limit_rules_service_requests_t
 export const RULES_SERVICE_HELP =
   'Rules-service lookups by result: hit (cache), miss (fetched), error, timeout, invalid, circuit_open (the last four: local rules apply).';
 
-/** One increment per lookup; children are bound once per (limiter, result) to keep the hot path cheap. */
+/** One increment per lookup, tallied per (limiter, result) to keep the hot path cheap. */
 export function createRulesServiceMetrics(registry: Registry = defaultRegistry): RulesServiceMetrics {
-  const requests = counter(registry, RULES_SERVICE_METRIC, RULES_SERVICE_HELP, ['limiter', 'result']);
-  const bound = new Map<string, { inc(): void }>();
+  const requests = tally(counter(registry, RULES_SERVICE_METRIC, RULES_SERVICE_HELP, ['limiter', 'result']));
   return {
     request(limiter, result) {
-      const key = `${limiter}\0${result}`;
-      let child = bound.get(key);
-      if (!child) bound.set(key, (child = requests.labels({ limiter, result })));
-      child.inc();
+      requests(`${limiter}\0${result}`, () => ({ limiter, result }));
     },
   };
 }

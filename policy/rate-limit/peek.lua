@@ -1,5 +1,5 @@
 -- Reads the state of every rule of a batch of peeks (a peek writes nothing), one script call for
--- all the peeks a process made in one tick; the caller decides each peek with evaluate.ts, exactly
+-- all the peeks a process made in one turn of its event loop; the caller decides each peek with evaluate.ts, exactly
 -- as check.lua would in 'peek' mode. Values go back as Redis stores them (a counter may hold a
 -- fraction), so nothing is rounded on the way.
 -- KEYS: per rule of every peek: counter key, ban key.

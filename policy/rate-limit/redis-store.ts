@@ -3,8 +3,8 @@
  * answers NOSCRIPT, e.g. after a restart or SCRIPT FLUSH).
  *
  * `check.lua` is the whole algorithm, one call per check. Most checks are simpler (plain counters,
- * no ban, integer cost, not a peek): those are gathered for one tick and sent together to
- * `count.lua`, one call for the batch. Per check that saves an ioredis command, its timer and reply
+ * no ban, integer cost, not a peek): those are gathered for one turn of the event loop and sent
+ * together to `count.lua`, one call for the batch. Per check that saves an ioredis command, its timer and reply
  * parsing in Node, and a script invocation in Redis, which is most of the cost of a check; each
  * check stays atomic (a script runs alone) and decides exactly as check.lua would. Peeks, which
  * only read, are batched the same way through `peek.lua`.
@@ -48,7 +48,7 @@ export function createRedisStore(redis: Redis | Cluster): CounterStore {
   if (!(CHECK in redis)) redis.defineCommand(CHECK, { lua: CHECK_SCRIPT });
   if (!(COUNT in redis)) redis.defineCommand(COUNT, { lua: COUNT_SCRIPT });
   if (!(PEEK in redis)) redis.defineCommand(PEEK, { lua: PEEK_SCRIPT });
-  // The store batches count.lua calls itself (one per tick); ioredis's auto-pipelining on top would
+  // The store batches count.lua calls itself (one per turn of the event loop); ioredis's auto-pipelining on top would
   // only add a Pipeline object and a deferral to each of them.
   // A new array: ioredis's default one is shared by every client.
   const ignored = redis.options.autoPipeliningIgnoredCommands ?? [];
@@ -100,13 +100,15 @@ export function createRedisStore(redis: Redis | Cluster): CounterStore {
 
   const count = (plan: Plan, nowMs: number, cost: number): Promise<Outcome[]> =>
     new Promise((resolve, reject) => {
-      // nextTick runs after the microtasks of this turn: every check started in it joins the batch.
-      if (queue.length === 0) process.nextTick(flush);
+      // setImmediate runs once this turn of the event loop has handled every socket that was ready:
+      // the checks of all the requests read in it join one batch. (A nextTick batch would close
+      // after each socket's callback: under load, one or two checks per script call.)
+      if (queue.length === 0) setImmediate(flush);
       queue.push({ plan, nowMs, cost, resolve, reject });
     });
 
   // Peeks (auth failures before every authentication, transfer volume before every transfer) only
-  // read: a batch per tick reads every rule's state in one peek.lua call, and evaluate.ts decides
+  // read: a batch per turn of the event loop reads every rule's state in one peek.lua call, and evaluate.ts decides
   // each peek from that state, as the memory store does and as check.lua does in 'peek' mode.
   interface QueuedPeek {
     readonly plan: Plan;
@@ -157,7 +159,7 @@ export function createRedisStore(redis: Redis | Cluster): CounterStore {
   };
   const peek = (plan: Plan, input: { nowMs: number; cost: number; mode: Mode }): Promise<Outcome[]> =>
     new Promise((resolve, reject) => {
-      if (peeks.length === 0) process.nextTick(flushPeeks);
+      if (peeks.length === 0) setImmediate(flushPeeks);
       peeks.push({ plan, input, resolve, reject });
     });
 

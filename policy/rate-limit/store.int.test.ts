@@ -185,6 +185,44 @@ describe('redis store specifics', () => {
     expect(await redis.client.exists(plain)).toBe(0);
   });
 
+  it('checks started by separate callbacks of one event-loop turn share one script call', async () => {
+    // Each timer callback is its own macrotask (microtasks and nextTicks run between them), as each
+    // socket's request is under load: a batch per tick would send one script per callback.
+    const prefix = `${redis.prefix}turn:`;
+    const plain = defineRule({ name: 'plain', action: 'limit', characteristics: ['ip'], limit: 1000, periodS: 60 });
+    const limiter = createLimiter(
+      {
+        store: createRedisStore(redis.client),
+        clock: new ManualClock(T0, 0),
+        log: pino({ level: 'silent' }),
+        keyPrefix: prefix,
+        timeoutMs: 2000,
+      },
+      { name: 'lim', rules: [plain] },
+    );
+    const evalshaCalls = async () =>
+      Number((await redis.client.info('commandstats')).match(/cmdstat_evalsha:calls=(\d+)/)?.[1] ?? 0);
+    await limiter.check({ ip: 'warm' }); // the script is loaded: EVALSHA from here on
+    const callbacks = 20;
+    const before = await evalshaCalls();
+    const results = await Promise.all(
+      Array.from(
+        { length: callbacks },
+        (_, i) =>
+          new Promise<Awaited<ReturnType<typeof limiter.check>>>((resolve, reject) =>
+            setTimeout(() => limiter.check({ ip: `c${i % 4}` }).then(resolve, reject), 0),
+          ),
+      ),
+    );
+    const after = await evalshaCalls();
+    // Other test files share this Redis: a little slack, far below one call per callback.
+    expect(after - before).toBeLessThan(callbacks / 4);
+    expect(results.every((r) => r.action === 'allow' && r.error === undefined)).toBe(true);
+    // Each check counted once, in order: four addresses, five checks each.
+    const counts = results.map((r) => r.evaluations[0]!.count);
+    expect(counts.filter((c) => c === 5)).toHaveLength(4);
+  });
+
   it('stores float costs with INCRBYFLOAT', async () => {
     const prefix = `${redis.prefix}float:`;
     const bytes = defineRule({ name: 'bytes', action: 'limit', characteristics: ['p'], limit: 10, periodS: 60 });

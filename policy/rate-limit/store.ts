@@ -7,7 +7,8 @@ import type { Mode, Outcome, Plan } from './evaluate.ts';
  */
 export interface CounterStore {
   readonly kind: 'redis' | 'memory';
-  run(plan: Plan, input: { nowMs: number; cost: number; mode: Mode }): Promise<Outcome[]>;
+  /** The memory store answers synchronously (no timer, no promise on the hot path); Redis with a promise. */
+  run(plan: Plan, input: { nowMs: number; cost: number; mode: Mode }): Outcome[] | Promise<Outcome[]>;
   /** Deletes these keys (counters and bans of one identifier). */
   clear(keys: readonly string[]): Promise<void>;
 }

@@ -33,9 +33,13 @@ export type Segment =
   | { readonly kind: 'range'; readonly range: ByteRange };
 
 export type ContentPlan =
-  | { readonly status: 304; readonly headers: Record<string, string> }
-  | { readonly status: 416; readonly headers: Record<string, string> }
-  | { readonly status: 200 | 206; readonly headers: Record<string, string>; readonly segments: readonly Segment[] };
+  | { readonly status: 304; readonly headers: Readonly<Record<string, string>> }
+  | { readonly status: 416; readonly headers: Readonly<Record<string, string>> }
+  | {
+      readonly status: 200 | 206;
+      readonly headers: Readonly<Record<string, string>>;
+      readonly segments: readonly Segment[];
+    };
 
 export function etagOf(sha256: string): string {
   return `"${sha256}"`;
@@ -49,6 +53,10 @@ interface EntryHeaders {
   readonly validators: Validators;
   readonly lastModified: string;
   readonly reprDigest: string;
+  /** The headers of every answer about this entry (304 and 416 too). */
+  readonly common: Readonly<Record<string, string>>;
+  /** The whole-body 200's headers, the common case: built once, never copied per request. */
+  readonly full: Readonly<Record<string, string>>;
 }
 
 /** Header values that depend only on the (immutable) entry, formatted once per cached entry. */
@@ -57,11 +65,24 @@ const entryHeaders = new WeakMap<ContentEntry, EntryHeaders>();
 function headersOf(entry: ContentEntry): EntryHeaders {
   let h = entryHeaders.get(entry);
   if (!h) {
-    h = {
-      validators: validatorsOf(entry),
-      lastModified: new Date(entry.createdAtMs).toUTCString(),
-      reprDigest: formatContentDigest(entry.sha256),
+    const validators = validatorsOf(entry);
+    const lastModified = new Date(entry.createdAtMs).toUTCString();
+    const reprDigest = formatContentDigest(entry.sha256);
+    const common: Record<string, string> = {
+      'accept-ranges': 'bytes',
+      etag: validators.etag,
+      'last-modified': lastModified,
+      'cache-control': 'private, no-cache',
+      ...CONTENT_SECURITY_HEADERS,
     };
+    if (needsAttachment(entry.contentType)) common['content-disposition'] = 'attachment';
+    const full = {
+      ...common,
+      'content-type': entry.contentType,
+      'content-length': String(entry.sizeBytes),
+      'repr-digest': reprDigest,
+    };
+    h = { validators, lastModified, reprDigest, common: Object.freeze(common), full: Object.freeze(full) };
     entryHeaders.set(entry, h);
   }
   return h;
@@ -77,15 +98,7 @@ export function planContentResponse(
   request: ContentRequestHeaders,
   makeBoundary: string | (() => string),
 ): ContentPlan {
-  const { validators, lastModified, reprDigest } = headersOf(entry);
-  const common: Record<string, string> = {
-    'accept-ranges': 'bytes',
-    etag: validators.etag,
-    'last-modified': lastModified,
-    'cache-control': 'private, no-cache',
-    ...CONTENT_SECURITY_HEADERS,
-  };
-  if (needsAttachment(entry.contentType)) common['content-disposition'] = 'attachment';
+  const { validators, reprDigest, common, full: fullHeaders } = headersOf(entry);
   if (
     evaluateReadPreconditions(
       { ifNoneMatch: request.ifNoneMatch, ifModifiedSince: request.ifModifiedSince },
@@ -97,12 +110,7 @@ export function planContentResponse(
   const size = entry.sizeBytes;
   const full: ContentPlan = {
     status: 200,
-    headers: {
-      ...common,
-      'content-type': entry.contentType,
-      'content-length': String(size),
-      'repr-digest': reprDigest,
-    },
+    headers: fullHeaders,
     segments: size > 0 ? [{ kind: 'range', range: { start: 0, end: size - 1 } }] : [],
   };
   if (request.range === undefined || !isIfRangeSatisfied(request.ifRange, validators)) return full;

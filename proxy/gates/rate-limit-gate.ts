@@ -23,11 +23,22 @@ export function rateLimitHeaders(result: RateLimitResult, nowMs: number): Record
   const resetS = Math.max(0, Math.ceil((info.resetAtMs - nowMs) / 1000));
   const name = result.rule.name;
   const headers: Record<string, string> = {
-    'ratelimit-policy': `"${name}";q=${Math.floor(info.resolvedLimit)};w=${Math.max(1, Math.round(info.resolvedPeriodS))}`,
+    'ratelimit-policy': policyHeader(result.rule, info.resolvedLimit, info.resolvedPeriodS),
     ratelimit: `"${name}";r=${Math.floor(info.remaining)};t=${resetS}`,
   };
   if (result.action === 'block') headers['retry-after'] = String(Math.max(1, resetS));
   return headers;
+}
+
+/** `RateLimit-Policy` changes only with the rule's resolved numbers: formatted once per rule and numbers. */
+const policyHeaders = new WeakMap<object, { limit: number; periodS: number; text: string }>();
+
+function policyHeader(rule: { readonly name: string }, limit: number, periodS: number): string {
+  const cached = policyHeaders.get(rule);
+  if (cached && cached.limit === limit && cached.periodS === periodS) return cached.text;
+  const text = `"${rule.name}";q=${Math.floor(limit)};w=${Math.max(1, Math.round(periodS))}`;
+  policyHeaders.set(rule, { limit, periodS, text });
+  return text;
 }
 
 function blocked(result: RateLimitResult, nowMs: number, message?: string): PolicyError {
@@ -52,8 +63,8 @@ export function createRateLimitGate(deps: {
         'shadow rate limit exceeded',
       );
     if (result.rule?.action === 'limit' && result.info) {
-      for (const [name, value] of Object.entries(rateLimitHeaders(result, clock.wallMs())))
-        ctx.res.setHeader(name, value);
+      const headers = rateLimitHeaders(result, clock.wallMs());
+      for (const name in headers) ctx.res.setHeader(name, headers[name]!);
     }
     if (identifier.request_type === 'health') return;
 

@@ -8,9 +8,20 @@ import { clientAddress, createTrustedProxies, type TrustedProxies } from '../rou
 
 export const NO_TRUSTED_PROXIES = createTrustedProxies([]);
 
+/** Without trusted proxies the address is the socket peer's: normalized once per connection. */
+const peerOf = new WeakMap<object, string>();
+
 /** The client address: the socket peer, or behind ARKVORY_TRUSTED_PROXIES the forwarded client. */
 export function clientIp(ctx: RequestContext, trusted: TrustedProxies = NO_TRUSTED_PROXIES): string {
-  return clientAddress(ctx.req, trusted);
+  if (trusted.entries.length > 0) return clientAddress(ctx.req, trusted);
+  const socket = ctx.req.socket;
+  let ip = peerOf.get(socket);
+  if (ip === undefined) {
+    ip = clientAddress(ctx.req, trusted);
+    // Only a known peer is remembered (a closed socket reports none).
+    if (socket.remoteAddress !== undefined) peerOf.set(socket, ip);
+  }
+  return ip;
 }
 
 export function requestType(

@@ -63,7 +63,13 @@ export function createGatewayMetrics(options: { registry?: Registry; processMetr
   const registry = options.registry ?? defaultRegistry;
   if (options.processMetrics ?? true) collectDefaultMetrics({ register: registry });
 
-  const requests = counter(registry, 'arkvory_http_requests_total');
+  // Request counts and bytes are plain numbers on the hot path, handed to prom-client at scrape
+  // time (its inc() hashes and validates a label object per call, a profile's worth per request).
+  const requestCounts = new Map<string, { readonly labels: Record<string, string>; value: number }>();
+  counter(registry, 'arkvory_http_requests_total', function () {
+    this.reset();
+    for (const { labels, value } of requestCounts.values()) this.inc(labels, value);
+  });
   const durationSpec = specOf('arkvory_http_request_duration_seconds');
   const duration = new Histogram({
     name: durationSpec.name,
@@ -72,9 +78,13 @@ export function createGatewayMetrics(options: { registry?: Registry; processMetr
     buckets: [...REQUEST_SECONDS_BUCKETS],
     registers: [registry],
   });
-  const bytes = counter(registry, 'arkvory_http_bytes_total');
-  bytes.inc({ direction: 'in' }, 0);
-  bytes.inc({ direction: 'out' }, 0);
+  let bytesIn = 0;
+  let bytesOut = 0;
+  counter(registry, 'arkvory_http_bytes_total', function () {
+    this.reset();
+    this.inc({ direction: 'in' }, bytesIn);
+    this.inc({ direction: 'out' }, bytesOut);
+  });
 
   let transfers: Transfers | undefined;
   const eachDirection = (
@@ -219,11 +229,18 @@ export function createGatewayMetrics(options: { registry?: Registry; processMetr
       frontDoor = f;
     },
     observeRequest(o) {
-      const labels = { method: METHODS.has(o.method) ? o.method : 'other', route: o.route, status: String(o.status) };
-      requests.inc(labels);
-      duration.observe(labels, o.seconds);
-      if (o.bytesIn > 0) bytes.inc({ direction: 'in' }, o.bytesIn);
-      if (o.bytesOut > 0) bytes.inc({ direction: 'out' }, o.bytesOut);
+      const method = METHODS.has(o.method) ? o.method : 'other';
+      // Bounded: methods above, route templates, status codes.
+      const key = `${method} ${o.status} ${o.route}`;
+      let entry = requestCounts.get(key);
+      if (!entry) {
+        entry = { labels: { method, route: o.route, status: String(o.status) }, value: 0 };
+        requestCounts.set(key, entry);
+      }
+      entry.value++;
+      duration.observe(entry.labels, o.seconds);
+      if (o.bytesIn > 0) bytesIn += o.bytesIn;
+      if (o.bytesOut > 0) bytesOut += o.bytesOut;
     },
     watchTransfers(t) {
       transfers = t;

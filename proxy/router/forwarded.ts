@@ -150,15 +150,21 @@ export interface ForwardingInput {
  */
 export function buildUpstreamHeaders(input: ForwardingInput): Record<string, string | string[]> {
   const { headers } = input;
-  const named = new Set(
-    (headerText(headers.connection) ?? '')
-      .split(',')
-      .map((h) => h.trim().toLowerCase())
-      .filter(Boolean),
-  );
+  const connection = headerText(headers.connection);
+  // Most clients send `Connection: keep-alive` or nothing: no set of named headers to build then.
+  const named =
+    connection === undefined || /^\s*keep-alive\s*$/i.test(connection)
+      ? undefined
+      : new Set(
+          connection
+            .split(',')
+            .map((h) => h.trim().toLowerCase())
+            .filter(Boolean),
+        );
   const out: Record<string, string | string[]> = {};
-  for (const [name, value] of Object.entries(headers)) {
-    if (value === undefined || HOP_BY_HOP.has(name) || named.has(name)) continue;
+  for (const name in headers) {
+    const value = headers[name];
+    if (value === undefined || HOP_BY_HOP.has(name) || named?.has(name)) continue;
     out[name] = value;
   }
   const peer = normalizeAddress(input.remoteAddress ?? '') ?? 'unknown';

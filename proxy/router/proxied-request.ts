@@ -45,16 +45,16 @@ export class ProxiedRequest {
   readonly #relay: Relay;
   readonly #req: IncomingMessage;
   readonly #res: ServerResponse;
-  readonly #log: Logger;
+  readonly #logFor: () => Logger;
   readonly #retryable: boolean;
   #clientGone = false;
   #current: Attempt | undefined;
 
-  constructor(relay: Relay, req: IncomingMessage, res: ServerResponse, log: Logger) {
+  constructor(relay: Relay, req: IncomingMessage, res: ServerResponse, log: () => Logger) {
     this.#relay = relay;
     this.#req = req;
     this.#res = res;
-    this.#log = log;
+    this.#logFor = log;
     this.outcome = { kind: classifyRequest(req.method ?? 'GET', req.url ?? '/'), backend: undefined, attempts: 0 };
     this.#retryable = isRetryable(req.method ?? 'GET', {
       'content-length': req.headers['content-length'],
@@ -81,7 +81,7 @@ export class ProxiedRequest {
 
   #fail(err: GatewayError): void {
     if (this.#clientGone) return;
-    sendError(this.#res, err, this.#log);
+    sendError(this.#res, err, this.#logFor());
   }
 
   #start(excluded: Set<string>, previousError: GatewayError | undefined): void {
@@ -123,7 +123,7 @@ export class ProxiedRequest {
         proxyRes.resume();
         attempt.release();
         this.#relay.noteUnreachable(backend.url, 'answered 503 to a proxied request');
-        this.#log.info(
+        this.#logFor().info(
           { backend: backend.url, next: other.url },
           'gateway answered 503 before the body; retrying once elsewhere',
         );
@@ -141,7 +141,7 @@ export class ProxiedRequest {
       attempt.done = true;
       attempt.release();
       if (err && !this.#clientGone) {
-        this.#log.warn(
+        this.#logFor().warn(
           { backend: backend.url, err: err.message },
           'upstream failed in the middle of the body; client response destroyed',
         );
@@ -175,14 +175,17 @@ export class ProxiedRequest {
     if (CONNECT_FAILURES.has((err as NodeJS.ErrnoException).code ?? ''))
       this.#relay.noteUnreachable(backend.url, `cannot connect: ${err.message}`);
     if (this.#retryable && attempt.number === 1) {
-      this.#log.info(
+      this.#logFor().info(
         { backend: backend.url, err: err.message },
         'gateway failed before answering; retrying once elsewhere',
       );
       this.#start(new Set([...excluded, backend.url]), mapped);
       return;
     }
-    this.#log.warn({ backend: backend.url, err: err.message, code: mapped.code }, 'gateway failed before answering');
+    this.#logFor().warn(
+      { backend: backend.url, err: err.message, code: mapped.code },
+      'gateway failed before answering',
+    );
     this.#fail(mapped);
   }
 }

@@ -31,7 +31,8 @@ export interface ProxyHandlerOptions {
 }
 
 export interface ProxyHandler {
-  handle(req: IncomingMessage, res: ServerResponse, reqId: string, log: Logger): RequestOutcome;
+  /** `log` gives the request's logger (made on first use: most requests log nothing through it). */
+  handle(req: IncomingMessage, res: ServerResponse, reqId: string, log: () => Logger): RequestOutcome;
   close(): void;
 }
 

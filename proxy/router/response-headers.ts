@@ -13,15 +13,20 @@ const HOP_BY_HOP_RESPONSE = new Set([
 
 /** A gateway's response headers as the router relays them: hop-by-hop ones (and those `Connection` names) dropped. */
 export function responseHeadersFrom(headers: http.IncomingHttpHeaders): Record<string, string | string[]> {
-  const named = new Set(
-    String(headers.connection ?? '')
-      .split(',')
-      .map((h) => h.trim().toLowerCase())
-      .filter(Boolean),
-  );
+  // A gateway names no header in `Connection` as a rule: no set to build then.
+  const named =
+    headers.connection === undefined
+      ? undefined
+      : new Set(
+          String(headers.connection)
+            .split(',')
+            .map((h) => h.trim().toLowerCase())
+            .filter(Boolean),
+        );
   const out: Record<string, string | string[]> = {};
-  for (const [name, value] of Object.entries(headers)) {
-    if (value === undefined || HOP_BY_HOP_RESPONSE.has(name) || named.has(name)) continue;
+  for (const name in headers) {
+    const value = headers[name];
+    if (value === undefined || HOP_BY_HOP_RESPONSE.has(name) || named?.has(name)) continue;
     out[name] = value;
   }
   return out;

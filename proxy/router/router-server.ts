@@ -40,6 +40,8 @@ export function createRouterServer(options: {
   const { pool, handler, log } = options;
   const limits = options.limits ?? DEFAULT_FRONT_DOOR;
   const server = http.createServer(serverOptions(limits));
+  // The per-request line is at info: below that level its fields are not even gathered.
+  const logRequests = log.isLevelEnabled('info');
   // `100 Continue` is relayed from the gateway that made the checks (proxy-handler.ts), never sent here.
   const frontDoor = installFrontDoor(server, limits, log, (req, res) => {
     if (!frontDoor.admit(req, res)) return;
@@ -54,6 +56,7 @@ export function createRouterServer(options: {
       attempts: 0,
     };
     res.on('close', () => {
+      if (!logRequests) return;
       log.info(
         {
           reqId,
@@ -79,7 +82,9 @@ export function createRouterServer(options: {
         writer: pool.hasHealthyWriter,
       });
     }
-    outcome = handler.handle(req, res, reqId, log.child({ reqId }));
+    // The request's child logger is made only when something is logged through it (a retry, a failure).
+    let reqLog: Logger | undefined;
+    outcome = handler.handle(req, res, reqId, () => (reqLog ??= log.child({ reqId })));
   });
   server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
     if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT' && socket.writable && !socket.destroyed)

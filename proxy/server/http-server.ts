@@ -17,6 +17,7 @@ import {
   type FrontDoorLimits,
 } from './front-door.ts';
 import { RouteTable, type HttpMethod } from './route-table.ts';
+import { simplePathname } from './request-path.ts';
 
 /**
  * Who may call a route. `public`: anyone. `service`: any valid key. `read`/`write`: a key with a
@@ -98,6 +99,8 @@ export function createGatewayServer(options: {
   const { log } = options;
 
   const limits = options.limits ?? DEFAULT_FRONT_DOOR;
+  // The per-request line is at info: below that level its fields are not even gathered.
+  const logRequests = log.isLevelEnabled('info');
   const server = http.createServer(serverOptions(limits));
   const frontDoor = installFrontDoor(server, limits, log, (req, res) => {
     if (!frontDoor.admit(req, res)) return;
@@ -124,6 +127,7 @@ export function createGatewayServer(options: {
         bytesIn,
         bytesOut,
       });
+      if (!logRequests) return;
       log.info(
         {
           reqId,
@@ -140,12 +144,19 @@ export function createGatewayServer(options: {
       );
     });
 
-    let url: URL;
-    try {
-      url = new URL(req.url ?? '/', 'http://gateway.invalid');
-    } catch {
-      sendError(res, new GatewayError('invalid_request', 'The request target is not a valid URL.'), log);
-      return;
+    // The URL object is built when a handler asks for it (the query of a pre-signed link), or at
+    // once when the path is not simple enough to read without the parser (request-path.ts).
+    const target = req.url ?? '/';
+    let url: URL | undefined;
+    let pathname = simplePathname(target);
+    if (pathname === undefined) {
+      try {
+        url = new URL(target, 'http://gateway.invalid');
+      } catch {
+        sendError(res, new GatewayError('invalid_request', 'The request target is not a valid URL.'), log);
+        return;
+      }
+      pathname = url.pathname;
     }
     if (options.readOnly && req.method !== 'GET' && req.method !== 'HEAD') {
       // The body stays unread: close the connection after the answer rather than drain it.
@@ -154,7 +165,7 @@ export function createGatewayServer(options: {
       sendError(res, new GatewayError('read_only', undefined, { headers }), log.child({ reqId }));
       return;
     }
-    const match = table.match(req.method ?? 'GET', url.pathname);
+    const match = table.match(req.method ?? 'GET', pathname);
     if (match.kind === 'not_found') {
       sendError(res, new GatewayError('not_found', 'No such route.'), log.child({ reqId }));
       return;
@@ -174,7 +185,9 @@ export function createGatewayServer(options: {
     ctx = {
       req,
       res,
-      url,
+      get url() {
+        return (url ??= new URL(target, 'http://gateway.invalid'));
+      },
       params: match.params,
       route,
       access: routeDef.access,

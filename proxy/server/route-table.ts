@@ -18,15 +18,19 @@ export type RouteMatch<T> =
 interface Compiled<T> {
   spec: RouteSpec<T>;
   segments: string[];
+  /** Indexes of the literal segments, checked before any parameter is decoded. */
+  literals: number[];
 }
 
 /** A path segment may not be empty, `.`/`..`, or contain NUL/slash once decoded. */
 function decodeSegment(raw: string): string | undefined {
-  let text: string;
-  try {
-    text = decodeURIComponent(raw);
-  } catch {
-    return undefined;
+  let text = raw;
+  if (raw.includes('%')) {
+    try {
+      text = decodeURIComponent(raw);
+    } catch {
+      return undefined;
+    }
   }
   if (text === '' || text === '.' || text === '..' || /[\0/\\]/.test(text)) return undefined;
   return text;
@@ -34,29 +38,38 @@ function decodeSegment(raw: string): string | undefined {
 
 export class RouteTable<T> {
   #routes: Compiled<T>[] = [];
+  /** Routes by segment count, in registration order: a path is only compared with its own length. */
+  #byLength = new Map<number, Compiled<T>[]>();
 
   add(spec: RouteSpec<T>): this {
     const clash = this.#routes.find(
       (r) => r.spec.template === spec.template && r.spec.methods.some((m) => spec.methods.includes(m)),
     );
     if (clash) throw new Error(`route ${spec.methods.join('|')} ${spec.template} registered twice`);
-    this.#routes.push({ spec, segments: spec.template.split('/').slice(1) });
+    const segments = spec.template.split('/').slice(1);
+    const literals = segments.flatMap((t, i) => (t.startsWith(':') ? [] : [i]));
+    const compiled = { spec, segments, literals };
+    this.#routes.push(compiled);
+    const same = this.#byLength.get(segments.length);
+    if (same) same.push(compiled);
+    else this.#byLength.set(segments.length, [compiled]);
     return this;
   }
 
   match(method: string, pathname: string): RouteMatch<T> {
     const parts = pathname.split('/').slice(1);
-    const allow = new Set<HttpMethod>();
+    let allow: Set<HttpMethod> | undefined;
     let template: string | undefined;
-    for (const route of this.#routes) {
-      const params = matchSegments(route.segments, parts);
+    for (const route of this.#byLength.get(parts.length) ?? []) {
+      const params = matchSegments(route, parts);
       if (!params) continue;
       if ((route.spec.methods as readonly string[]).includes(method))
         return { kind: 'found', route: route.spec, params };
       template ??= route.spec.template;
+      allow ??= new Set();
       for (const m of route.spec.methods) allow.add(m);
     }
-    if (template !== undefined) return { kind: 'method_not_allowed', template, allow: [...allow] };
+    if (template !== undefined) return { kind: 'method_not_allowed', template, allow: [...allow!] };
     return { kind: 'not_found' };
   }
 
@@ -65,19 +78,17 @@ export class RouteTable<T> {
   }
 }
 
-function matchSegments(template: string[], parts: string[]): Record<string, string> | undefined {
+function matchSegments<T>(route: Compiled<T>, parts: string[]): Record<string, string> | undefined {
+  const template = route.segments;
   if (template.length !== parts.length) return undefined;
+  for (const i of route.literals) if (template[i] !== parts[i]) return undefined;
   const params: Record<string, string> = {};
   for (let i = 0; i < template.length; i++) {
     const t = template[i]!;
-    const p = parts[i]!;
-    if (t.startsWith(':')) {
-      const value = decodeSegment(p);
-      if (value === undefined) return undefined;
-      params[t.slice(1)] = value;
-    } else if (t !== p) {
-      return undefined;
-    }
+    if (!t.startsWith(':')) continue;
+    const value = decodeSegment(parts[i]!);
+    if (value === undefined) return undefined;
+    params[t.slice(1)] = value;
   }
   return params;
 }

@@ -1,0 +1,17 @@
+/**
+ * The path of a request target without the WHATWG URL parser when that parser would return it
+ * unchanged: an origin-form target whose path has only characters a path keeps as they are and no
+ * dot segment. Anything else (percent-escapes, backslashes, `//` first, `.`/`..`, absolute form,
+ * characters the parser escapes) is left to `new URL`, so the answer is the same either way; a
+ * small request then builds no URL object unless a handler asks for the query.
+ */
+const SIMPLE_PATH = /^\/(?!\/)[A-Za-z0-9._~!$&'()*+,;=:@/-]*$/;
+const DOT_SEGMENT = /(?:^|\/)\.\.?(?:\/|$)/;
+
+/** The pathname `new URL(target, base).pathname` would give, or undefined where only the parser can tell. */
+export function simplePathname(target: string): string | undefined {
+  const query = target.indexOf('?');
+  const path = query < 0 ? target : target.slice(0, query);
+  if (!SIMPLE_PATH.test(path) || DOT_SEGMENT.test(path)) return undefined;
+  return path;
+}
