@@ -8,6 +8,7 @@
  */
 import { BlockList, isIP } from 'node:net';
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
+import { endToEndHeaders } from './hop-by-hop.ts';
 
 /** A compiled ARKVORY_TRUSTED_PROXIES list. */
 export interface TrustedProxies {
@@ -150,23 +151,7 @@ export interface ForwardingInput {
  */
 export function buildUpstreamHeaders(input: ForwardingInput): Record<string, string | string[]> {
   const { headers } = input;
-  const connection = headerText(headers.connection);
-  // Most clients send `Connection: keep-alive` or nothing: no set of named headers to build then.
-  const named =
-    connection === undefined || /^\s*keep-alive\s*$/i.test(connection)
-      ? undefined
-      : new Set(
-          connection
-            .split(',')
-            .map((h) => h.trim().toLowerCase())
-            .filter(Boolean),
-        );
-  const out: Record<string, string | string[]> = {};
-  for (const name in headers) {
-    const value = headers[name];
-    if (value === undefined || HOP_BY_HOP.has(name) || named?.has(name)) continue;
-    out[name] = value;
-  }
+  const out = endToEndHeaders(headers, HOP_BY_HOP);
   const peer = normalizeAddress(input.remoteAddress ?? '') ?? 'unknown';
   const fromProxy = input.trusted.isTrusted(peer);
   const proto = (fromProxy && headerText(headers['x-forwarded-proto'])) || (input.encrypted ? 'https' : 'http');
