@@ -14,7 +14,7 @@ import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { systemClock } from '../policy/clock.ts';
 import { createLimiter, type Limiter } from '../policy/rate-limit/limiter.ts';
-import { createRedisStore } from '../policy/rate-limit/redis-store.ts';
+import { createRedisCounterStore } from '../policy/rate-limit/redis-counter-store.ts';
 import { defineRule } from '../policy/rate-limit/rules.ts';
 import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
 import { createRateLimitRedis, type RateLimitRedis } from '../proxy/gates/rate-limit-redis.ts';
@@ -38,7 +38,13 @@ function limiterOn(redis: RateLimitRedis, ruleCount: number): Limiter {
     defineRule({ name: `bench_${i}`, action: 'limit', characteristics: ['ip'], limit: 1e12, periodS: 60 }),
   );
   return createLimiter(
-    { store: createRedisStore(redis), clock: systemClock, log, keyPrefix: 'arkvory:bench:cluster:', timeoutMs: 5000 },
+    {
+      store: createRedisCounterStore(redis),
+      clock: systemClock,
+      log,
+      keyPrefix: 'arkvory:bench:cluster:',
+      timeoutMs: 5000,
+    },
     { name: 'bench', rules },
   );
 }

@@ -19,7 +19,7 @@ import { Cluster } from 'ioredis';
 import { pino } from 'pino';
 import { systemClock } from '../policy/clock.ts';
 import { createLimiter } from '../policy/rate-limit/limiter.ts';
-import { createRedisStore } from '../policy/rate-limit/redis-store.ts';
+import { createRedisCounterStore } from '../policy/rate-limit/redis-counter-store.ts';
 import { defineRule } from '../policy/rate-limit/rules.ts';
 import { createRateLimitRedis, type RateLimitRedis } from '../proxy/gates/rate-limit-redis.ts';
 
@@ -108,7 +108,7 @@ async function main(): Promise<void> {
     defineRule({ name: `per_ip_${i}`, action: 'limit', characteristics: ['ip'], limit: 1e12, periodS: 60 }),
   );
   const limiter = createLimiter(
-    { store: createRedisStore(ours), clock: systemClock, log, keyPrefix: `${prefix}ark:`, timeoutMs: 5000 },
+    { store: createRedisCounterStore(ours), clock: systemClock, log, keyPrefix: `${prefix}ark:`, timeoutMs: 5000 },
     { name: 'bench', rules },
   );
 

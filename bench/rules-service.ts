@@ -24,7 +24,7 @@ import { Registry } from 'prom-client';
 import { migrate } from '../migrations/runner.ts';
 import { systemClock } from '../policy/clock.ts';
 import { createLimiter, type Limiter } from '../policy/rate-limit/limiter.ts';
-import { createMemoryStore } from '../policy/rate-limit/memory-store.ts';
+import { createMemoryCounterStore } from '../policy/rate-limit/memory-counter-store.ts';
 import { createRulesServiceMetrics } from '../policy/rate-limit/metrics.ts';
 import { createRemoteRules } from '../policy/rate-limit/remote-rules.ts';
 import { tieredRules, type TierSource } from '../policy/rate-limit/rule-tiers.ts';
@@ -141,7 +141,7 @@ async function main(): Promise<void> {
       maxTtlMs: 3_600_000,
       maxEntries: 1_000_000,
     });
-    const deps = { store: createMemoryStore(), clock: systemClock, log, timeoutMs: 1000 };
+    const deps = { store: createMemoryCounterStore(), clock: systemClock, log, timeoutMs: 1000 };
     const none = createLimiter(deps, { name: 'gateway_request', rules: tieredRules('gateway_request', [local]) });
     const withService = createLimiter(deps, {
       name: 'gateway_request',

@@ -11,7 +11,7 @@
  *   above them (spec 3.1). A `TierSource` answers for its tiers (rule-tiers.ts).
  * - override: what a higher tier's rule does to a lower one of the same name: it replaces it. The
  *   rules service's per-principal and per-repository rule sets are called overrides for that reason.
- * - counter store (`CounterStore`, store.ts): where counters and bans live (memory or Redis). Not
+ * - counter store (`CounterStore`, counter-store.ts): where counters and bans live (memory or Redis). Not
  *   to be confused with the rule document store (`RuleDocumentStore`), nor with the artifact store
  *   of storage-adapter/ (`Store`).
  */
@@ -26,7 +26,7 @@ export {
 export type { RateLimitInfo, RateLimitResult, RuleEvaluation, RuleResult } from './evaluate.ts';
 export { createLimiter, type Limiter, type LimiterDefinition, type LimiterDeps } from './limiter.ts';
 export { ANONYMOUS, type Identifier } from './match.ts';
-export { createMemoryStore } from './memory-store.ts';
+export { createMemoryCounterStore } from './memory-counter-store.ts';
 export {
   METRIC_NAMES,
   RULES_SERVICE_METRIC,
@@ -38,7 +38,7 @@ export {
 } from './metrics.ts';
 export { createPgRuleDocuments } from './pg-rule-documents.ts';
 export { createRedisRuleDocuments } from './redis-rule-documents.ts';
-export { createRedisStore } from './redis-store.ts';
+export { createRedisCounterStore } from './redis-counter-store.ts';
 export { parseRedisTarget, redactRedisTarget, ruleDocumentsPrefix, type RedisTarget } from './redis-target.ts';
 export type { RuleDocumentStore } from './rule-documents.ts';
 export { tieredRules, type TierSource } from './rule-tiers.ts';
@@ -66,5 +66,5 @@ export {
   type RuleSpec,
   type Tier,
 } from './rules.ts';
-export type { CounterStore } from './store.ts';
+export type { CounterStore } from './counter-store.ts';
 export { parseAvailableLimiters, parseRateLimits } from './yaml-source.ts';

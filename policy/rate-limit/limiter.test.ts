@@ -3,10 +3,10 @@ import { Registry } from 'prom-client';
 import { describe, expect, it, vi } from 'vitest';
 import { ManualClock } from '../clock.ts';
 import { createLimiter } from './limiter.ts';
-import { createMemoryStore } from './memory-store.ts';
+import { createMemoryCounterStore } from './memory-counter-store.ts';
 import { createRateLimitMetrics, METRIC_NAMES, REMOVED_METRIC_NAMES } from './metrics.ts';
 import { defineRule } from './rules.ts';
-import type { CounterStore } from './store.ts';
+import type { CounterStore } from './counter-store.ts';
 
 const rule = defineRule({ name: 'r', action: 'limit', characteristics: ['ip'], limit: 1, periodS: 60 });
 
@@ -84,7 +84,7 @@ describe('limiter', () => {
 
   it('counts one check per call, one evaluation per rule, and does no I/O when no rule applies', async () => {
     const registry = new Registry();
-    const store = createMemoryStore();
+    const store = createMemoryCounterStore();
     const run = vi.spyOn(store, 'run');
     const rules = [
       defineRule({ name: 'shadow', action: 'log', limit: 5, periodS: 60 }),
@@ -112,7 +112,7 @@ describe('limiter', () => {
 
   it('rejects a negative or non-finite cost', async () => {
     const limiter = createLimiter(
-      { store: createMemoryStore(), clock: new ManualClock(), log: pino({ level: 'silent' }) },
+      { store: createMemoryCounterStore(), clock: new ManualClock(), log: pino({ level: 'silent' }) },
       { name: 'lim', rules: [rule] },
     );
     await expect(limiter.check({ ip: 'a' }, { cost: -1 })).rejects.toThrow(RangeError);

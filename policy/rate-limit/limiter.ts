@@ -20,7 +20,7 @@ import { applicableRules, type Identifier } from './match.ts';
 import { noMetrics, type RateLimitMetrics } from './metrics.ts';
 import { isPromise, type RulesNow } from './rule-tiers.ts';
 import type { Rule } from './rules.ts';
-import type { CounterStore } from './store.ts';
+import type { CounterStore } from './counter-store.ts';
 import { withTimeout } from './timeout.ts';
 
 export interface LimiterDeps {

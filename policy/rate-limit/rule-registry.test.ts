@@ -2,7 +2,7 @@ import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../clock.ts';
 import { createLimiter } from './limiter.ts';
-import { createMemoryStore } from './memory-store.ts';
+import { createMemoryCounterStore } from './memory-counter-store.ts';
 import { createMemoryRuleDocuments } from './rule-documents.ts';
 import { createRuleRegistry } from './rule-registry.ts';
 import type { LimiterSpec, RuleSpec } from './rules.ts';
@@ -43,7 +43,7 @@ describe('rule registry (tiers, publish, replica, orphans)', () => {
     const { registry } = setup();
     await registry.start();
     expect(names(registry.rules('sign_in'))).toEqual(['file_by_user', 'by_ip']);
-    const store = createMemoryStore();
+    const store = createMemoryCounterStore();
     const clock = new ManualClock();
     const limiter = createLimiter({ store, clock, log }, { name: 'sign_in', rules: () => registry.rules('sign_in') });
     for (let i = 0; i < 4; i++) await limiter.check({ ip: 'a', user: `u${i}` });

@@ -5,14 +5,14 @@
 import type { Logger } from 'pino';
 import {
   createLimiter,
-  createMemoryStore,
+  createMemoryCounterStore,
   createPgRuleDocuments,
   createRateLimitMetrics,
   createRemoteRules,
   createRulesServiceClient,
   createRulesServiceMetrics,
   createRedisRuleDocuments,
-  createRedisStore,
+  createRedisCounterStore,
   createRuleRegistry,
   tieredRules,
   ruleDocumentsPrefix,
@@ -79,7 +79,7 @@ export async function openRateLimiting(
       await client.quit().catch(() => client.disconnect());
     });
   }
-  const store = redis ? createRedisStore(redis) : createMemoryStore();
+  const store = redis ? createRedisCounterStore(redis) : createMemoryCounterStore();
   const documents = redis
     ? createRedisRuleDocuments(redis, ruleDocumentsPrefix(config.redisKeyPrefix, redis.isCluster))
     : createPgRuleDocuments(services.pool);

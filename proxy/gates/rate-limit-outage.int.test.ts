@@ -12,7 +12,7 @@ import { systemClock } from '../../policy/clock.ts';
 import { createLimiter } from '../../policy/rate-limit/limiter.ts';
 import { createRateLimitMetrics, METRIC_NAMES } from '../../policy/rate-limit/metrics.ts';
 import { createRedisRuleDocuments } from '../../policy/rate-limit/redis-rule-documents.ts';
-import { createRedisStore } from '../../policy/rate-limit/redis-store.ts';
+import { createRedisCounterStore } from '../../policy/rate-limit/redis-counter-store.ts';
 import { createRuleRegistry } from '../../policy/rate-limit/rule-registry.ts';
 import { defineRule, type LimiterSpec } from '../../policy/rate-limit/rules.ts';
 import { freeLoopbackPort } from '../server/embedded-database.ts';
@@ -81,7 +81,7 @@ describe('rate limiting during Redis outages (real redis-server)', () => {
     const registry = new Registry();
     const limiter = createLimiter(
       {
-        store: createRedisStore(redis),
+        store: createRedisCounterStore(redis),
         clock: systemClock,
         log,
         metrics: createRateLimitMetrics(registry),
@@ -170,7 +170,7 @@ describe('rate limiting during Redis outages (real redis-server)', () => {
     expect(rules.rules('api').map((r) => r.name)).toEqual(['from_file', 'default_by_ip']);
     expect(rules.status()).toMatchObject({ seeded: false, sources: { api: 'compiled' } });
     const limiter = createLimiter(
-      { store: createRedisStore(redis), clock: systemClock, log, timeoutMs: 100 },
+      { store: createRedisCounterStore(redis), clock: systemClock, log, timeoutMs: 100 },
       { name: 'api', rules: () => rules.rules('api') },
     );
     const result = await limiter.check({ ip: 'x' });

@@ -15,10 +15,10 @@ import { ManualClock } from '../../policy/clock.ts';
 import { buildPlan } from '../../policy/rate-limit/evaluate.ts';
 import { createLimiter } from '../../policy/rate-limit/limiter.ts';
 import { createRedisRuleDocuments } from '../../policy/rate-limit/redis-rule-documents.ts';
-import { createRedisStore } from '../../policy/rate-limit/redis-store.ts';
+import { createRedisCounterStore } from '../../policy/rate-limit/redis-counter-store.ts';
 import { ruleDocumentsPrefix } from '../../policy/rate-limit/redis-target.ts';
 import { defineRule, type LimiterRules } from '../../policy/rate-limit/rules.ts';
-import { storeConformance, T0 } from '../../policy/rate-limit/store-conformance.ts';
+import { counterStoreConformance, T0 } from '../../policy/rate-limit/counter-store-conformance.ts';
 import { systemClock } from '../../policy/clock.ts';
 import { createRateLimitRedis, type RateLimitRedis } from '../../proxy/gates/rate-limit-redis.ts';
 import { bearer, createRepository, createServiceAccount } from '../support/auth.ts';
@@ -42,8 +42,8 @@ afterAll(async () => {
 });
 
 let n = 0;
-storeConformance('redis cluster (3 primaries, 3 replicas)', () => ({
-  store: createRedisStore(client),
+counterStoreConformance('redis cluster (3 primaries, 3 replicas)', () => ({
+  store: createRedisCounterStore(client),
   prefix: `arkvory:t:cluster:${++n}:`,
 }));
 
@@ -145,7 +145,7 @@ describe('failover of a primary', () => {
     const clock = new ManualClock(T0, 0);
     const prefix = 'arkvory:t:failover:';
     const limiter = createLimiter(
-      { store: createRedisStore(client), clock, log, keyPrefix: prefix, timeoutMs: TIMEOUT_MS },
+      { store: createRedisCounterStore(client), clock, log, keyPrefix: prefix, timeoutMs: TIMEOUT_MS },
       { name: 'lim', rules: [rule] },
     );
     const id = { ip: '10.0.0.7' };

@@ -4,7 +4,7 @@
  * expire logically at the same instant a Redis TTL would drop them and are swept in the background.
  */
 import { evaluate, type Mode, type Outcome, type Plan, type RuleState } from './evaluate.ts';
-import type { CounterStore } from './store.ts';
+import type { CounterStore } from './counter-store.ts';
 
 interface Entry {
   value: number;
@@ -12,12 +12,12 @@ interface Entry {
   expireAtMs: number;
 }
 
-export interface MemoryStore extends CounterStore {
+export interface MemoryCounterStore extends CounterStore {
   /** Live keys (after dropping the expired ones at `nowMs`). */
   size(nowMs: number): number;
 }
 
-export function createMemoryStore(options: { sweepEvery?: number } = {}): MemoryStore {
+export function createMemoryCounterStore(options: { sweepEvery?: number } = {}): MemoryCounterStore {
   const entries = new Map<string, Entry>();
   const sweepEvery = options.sweepEvery ?? 10_000;
   let writesSinceSweep = 0;

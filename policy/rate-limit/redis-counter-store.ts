@@ -14,7 +14,7 @@ import { readFileSync } from 'node:fs';
 import type { Cluster, Redis } from 'ioredis';
 import { RateLimitError } from './errors.ts';
 import { evaluate, KEY_SLACK_MS, type Mode, type Outcome, type Plan, type RuleState } from './evaluate.ts';
-import type { CounterStore } from './store.ts';
+import type { CounterStore } from './counter-store.ts';
 
 export const CHECK_SCRIPT = readFileSync(new URL('./check.lua', import.meta.url), 'utf8');
 export const COUNT_SCRIPT = readFileSync(new URL('./count.lua', import.meta.url), 'utf8');
@@ -44,7 +44,7 @@ export function takesFastPath(plan: Plan, cost: number, mode: Mode): boolean {
   return true;
 }
 
-export function createRedisStore(redis: Redis | Cluster): CounterStore {
+export function createRedisCounterStore(redis: Redis | Cluster): CounterStore {
   if (!(CHECK in redis)) redis.defineCommand(CHECK, { lua: CHECK_SCRIPT });
   if (!(COUNT in redis)) redis.defineCommand(COUNT, { lua: COUNT_SCRIPT });
   if (!(PEEK in redis)) redis.defineCommand(PEEK, { lua: PEEK_SCRIPT });

@@ -8,7 +8,7 @@ import { ManualClock } from '../clock.ts';
 import { createLimiter, type Limiter } from './limiter.ts';
 import { ANONYMOUS, type Identifier } from './match.ts';
 import { defineRule, type Rule } from './rules.ts';
-import type { CounterStore } from './store.ts';
+import type { CounterStore } from './counter-store.ts';
 
 export interface ConformanceContext {
   store: CounterStore;
@@ -19,7 +19,10 @@ export interface ConformanceContext {
 /** 2026-01-01T00:00:00Z: window arithmetic below assumes the clock starts on a minute boundary. */
 export const T0 = Date.UTC(2026, 0, 1);
 
-export function storeConformance(name: string, open: () => Promise<ConformanceContext> | ConformanceContext): void {
+export function counterStoreConformance(
+  name: string,
+  open: () => Promise<ConformanceContext> | ConformanceContext,
+): void {
   const setup = async (rules: Rule[]) => {
     const ctx = await open();
     const clock = new ManualClock(T0, 0);

@@ -2,8 +2,8 @@ import type { Mode, Outcome, Plan } from './evaluate.ts';
 
 /**
  * Where counters and bans live. One `run` is one atomic evaluation of every counting rule of a check
- * (a single script call in Redis). Implementations: redis-store.ts, memory-store.ts; both pass the
- * conformance suite in store.int.test.ts.
+ * (a single script call in Redis). Implementations: redis-counter-store.ts and memory-counter-store.ts;
+ * both pass the conformance suite in counter-store.int.test.ts.
  */
 export interface CounterStore {
   readonly kind: 'redis' | 'memory';

@@ -4,22 +4,28 @@ import { useTestRedis } from '../../test/support/redis.ts';
 import { ManualClock } from '../clock.ts';
 import { buildPlan } from './evaluate.ts';
 import { createLimiter } from './limiter.ts';
-import { createMemoryStore } from './memory-store.ts';
-import { CHECK_SCRIPT, createRedisStore } from './redis-store.ts';
+import { createMemoryCounterStore } from './memory-counter-store.ts';
+import { CHECK_SCRIPT, createRedisCounterStore } from './redis-counter-store.ts';
 import { defineRule } from './rules.ts';
-import { storeConformance, T0 } from './store-conformance.ts';
+import { counterStoreConformance, T0 } from './counter-store-conformance.ts';
 
 const redis = useTestRedis();
 let n = 0;
-storeConformance('redis', () => ({ store: createRedisStore(redis.client), prefix: `${redis.prefix}${++n}:` }));
-storeConformance('memory (same table, same run)', () => ({ store: createMemoryStore(), prefix: `m${++n}:` }));
+counterStoreConformance('redis', () => ({
+  store: createRedisCounterStore(redis.client),
+  prefix: `${redis.prefix}${++n}:`,
+}));
+counterStoreConformance('memory (same table, same run)', () => ({
+  store: createMemoryCounterStore(),
+  prefix: `m${++n}:`,
+}));
 
 describe('redis store specifics', () => {
   const rule = defineRule({ name: 'r', action: 'limit', characteristics: ['ip'], limit: 1, periodS: 60, banForS: 600 });
   const limiterOn = (prefix: string, clock = new ManualClock(T0, 0)) =>
     createLimiter(
       {
-        store: createRedisStore(redis.client),
+        store: createRedisCounterStore(redis.client),
         clock,
         log: pino({ level: 'silent' }),
         keyPrefix: prefix,
@@ -70,7 +76,7 @@ describe('redis store specifics', () => {
     const plain = defineRule({ name: 'p', action: 'limit', characteristics: ['ip'], limit: 100, periodS: 60 });
     const limiter = createLimiter(
       {
-        store: createRedisStore(redis.client),
+        store: createRedisCounterStore(redis.client),
         clock: new ManualClock(T0, 0),
         log: pino({ level: 'silent' }),
         keyPrefix: prefix,
@@ -116,7 +122,7 @@ describe('redis store specifics', () => {
         periodS: 60,
       }),
     ];
-    const store = createRedisStore(redis.client);
+    const store = createRedisCounterStore(redis.client);
     const clock = new ManualClock(T0, 0);
     const limiter = createLimiter(
       { store, clock, log: pino({ level: 'silent' }), keyPrefix: prefix, timeoutMs: 2000 },
@@ -192,7 +198,7 @@ describe('redis store specifics', () => {
     const plain = defineRule({ name: 'plain', action: 'limit', characteristics: ['ip'], limit: 1000, periodS: 60 });
     const limiter = createLimiter(
       {
-        store: createRedisStore(redis.client),
+        store: createRedisCounterStore(redis.client),
         clock: new ManualClock(T0, 0),
         log: pino({ level: 'silent' }),
         keyPrefix: prefix,
@@ -228,7 +234,7 @@ describe('redis store specifics', () => {
     const bytes = defineRule({ name: 'bytes', action: 'limit', characteristics: ['p'], limit: 10, periodS: 60 });
     const limiter = createLimiter(
       {
-        store: createRedisStore(redis.client),
+        store: createRedisCounterStore(redis.client),
         clock: new ManualClock(T0, 0),
         log: pino({ level: 'silent' }),
         keyPrefix: prefix,

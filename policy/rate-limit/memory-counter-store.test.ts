@@ -1,15 +1,15 @@
 import { describe, expect, it } from 'vitest';
-import { createMemoryStore } from './memory-store.ts';
-import { storeConformance, T0 } from './store-conformance.ts';
+import { createMemoryCounterStore } from './memory-counter-store.ts';
+import { counterStoreConformance, T0 } from './counter-store-conformance.ts';
 import { buildPlan } from './evaluate.ts';
 import { defineRule } from './rules.ts';
 
 let n = 0;
-storeConformance('memory', () => ({ store: createMemoryStore(), prefix: `t${++n}:` }));
+counterStoreConformance('memory', () => ({ store: createMemoryCounterStore(), prefix: `t${++n}:` }));
 
 describe('memory store', () => {
   it('forgets expired counters and bans, so memory stays bounded', async () => {
-    const store = createMemoryStore({ sweepEvery: 1 });
+    const store = createMemoryCounterStore({ sweepEvery: 1 });
     const rule = defineRule({
       name: 'r',
       action: 'limit',
