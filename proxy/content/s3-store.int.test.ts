@@ -3,14 +3,15 @@
  * uploads/ and assembled by the worker; a chunked upload (no length) as an S3 multipart upload;
  * `arkvory doctor` reading the storage-id object; the credentials never in logs, health or metrics.
  * The shared content, client and maintenance suites run over these servers too (content*.int.test.ts,
- * maintenance.int.test.ts).
+ * maintenance.int.test.ts). Each kind is the run's shared server on a fresh bucket (test/support/shared-s3.ts).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { contentDigest, randomContent, request, sha256, type RawResponse } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
-import { listKeys, S3_SERVER_KINDS, startS3Server, type S3Server } from '../../test/support/s3-server.ts';
+import { listKeys, S3_SERVER_KINDS, type S3Server } from '../../test/support/s3-server.ts';
+import { sharedS3Bucket } from '../../test/support/shared-s3.ts';
 
 const MiB = 1024 * 1024;
 const json = (res: RawResponse) => JSON.parse(res.body.toString()) as Record<string, unknown>;
@@ -23,7 +24,7 @@ describe.each(S3_SERVER_KINDS)('a gateway on the S3 store (%s)', (kind) => {
   const repo = () => `${gw.url}/api/v1/repositories/s3`;
 
   beforeAll(async () => {
-    server = await startS3Server(kind);
+    server = await sharedS3Bucket(kind);
     await createRepository(db.pool, 's3');
     ({ key } = await createServiceAccount(db.pool, { grants: { s3: 'write' } }));
     gw = await startGateway({
@@ -99,7 +100,9 @@ describe.each(S3_SERVER_KINDS)('a gateway on the S3 store (%s)', (kind) => {
   it('arkvory doctor reads the storage-id object; the secret key is in no log line, health answer or metric', async () => {
     const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: gw.dataDir, ...server.env('arkvory/') };
     const ok = await runCli(['doctor'], env);
-    expect(ok.stdout).toMatch(/ok +storage: s3:\/\/arkvory-test\/arkvory\/ and the database are both storage/);
+    expect(ok.stdout).toMatch(
+      new RegExp(`ok +storage: s3://${server.bucket}/arkvory/ and the database are both storage`),
+    );
     const wrong = await runCli(['doctor'], { ...env, AWS_SECRET_ACCESS_KEY: 'not-the-secret' });
     expect(wrong.stdout).toMatch(/FAIL +storage: .*AWS_SECRET_ACCESS_KEY/);
     expect(`${ok.stdout}${ok.stderr}${wrong.stdout}${wrong.stderr}`).not.toContain(server.secretAccessKey);
