@@ -17,6 +17,7 @@ import { createCatalog, type ArtifactKey } from './catalog.ts';
 import { collectGarbage } from './maintenance/gc.ts';
 import { publishArtifact } from './publish.ts';
 import { openS3Store, type S3Store } from './s3-store.ts';
+import { abortMultipart, createMultipart, uploadPartCopy } from './s3-transfer.ts';
 
 const MiB = 1024 * 1024;
 const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
@@ -139,6 +140,134 @@ describe.each(S3_SERVER_KINDS)('S3 store on %s', (kind) => {
     ).rejects.toThrow('client went away');
     expect(await listKeys(server)).toEqual(['storage-id']);
     expect(await store.tree.incompleteUploads!()).toEqual([]);
+  });
+
+  /** Parts written through the store's PartStore, as the multipart routes do; the assembly list for them. */
+  async function writeParts(store: S3Store, session: string, bodies: Buffer[]) {
+    const listed = [];
+    for (const [i, body] of bodies.entries()) {
+      const fileName = `${String(i + 1).padStart(5, '0')}-p.part`;
+      await store.parts.write(session, fileName, Readable.from([body]));
+      listed.push({ partNumber: i + 1, fileName, sizeBytes: body.length, sha256: sha256(body) });
+    }
+    return listed;
+  }
+  const openUploads = async () => {
+    const open: string[] = [];
+    for await (const u of server.client().listMultipartUploads('')) open.push(u.key);
+    return open;
+  };
+
+  it('multipart sessions are assembled server-side (UploadPartCopy, a part above the copy limit in ranges); parts re-checked, whole sha256 computed', async () => {
+    const store = await writer({ copyBytes: 6 * MiB });
+    const catalog = createCatalog(db.pool);
+    const session = '00000000-0000-4000-8000-0000000000a1';
+    const bodies = [randomBytes(11 * MiB), randomBytes(5 * MiB), randomBytes(MiB + 7)];
+    const whole = Buffer.concat(bodies);
+    const parts = await writeParts(store, session, bodies);
+    // Without a declared sha256: staged under tmp/ by server-side copies, then copied to its blob name.
+    const result = await publishArtifact(
+      { store, catalog },
+      {
+        key: key('assembled'),
+        body: chunked(Buffer.alloc(0)),
+        stager: (options) => store.assembleParts!(session, parts, options),
+        contentType: 'a/b',
+        publishedBy: null,
+        stage: { maxBytes: 1e9, expectedLength: whole.length },
+      },
+    );
+    expect(result.entry).toMatchObject({ sha256: sha256(whole), sizeBytes: whole.length });
+    expect(store.assemblies).toMatchObject({ 'server-copy': 1, streamed: 0 });
+    // The tmp/ object (17 MiB, above the lowered 6 MiB copy limit) went to its blob name by multipart copy.
+    expect(store.commits).toMatchObject({ 'multipart-copy': 1, copy: 0 });
+    expect(store.uploadStats().committed).toBe(1);
+    expect(sha256((await s3Probe(server).read(blobName(sha256(whole))))!)).toBe(sha256(whole));
+    expect(await listKeys(server, 'tmp/')).toEqual([]);
+    expect(await openUploads()).toEqual([]);
+
+    // A declared sha256 for a free key: assembled straight under its blob name.
+    const again = await writeParts(store, session, [bodies[1]!, bodies[2]!]);
+    const small = Buffer.concat([bodies[1]!, bodies[2]!]);
+    await publishArtifact(
+      { store, catalog },
+      {
+        key: key('assembled-direct'),
+        body: chunked(Buffer.alloc(0)),
+        stager: (options) => store.assembleParts!(session, again, options),
+        contentType: 'a/b',
+        publishedBy: null,
+        stage: { maxBytes: 1e9, expectedLength: small.length, expectedSha256: sha256(small) },
+      },
+    );
+    expect(store.assemblies).toMatchObject({ 'server-copy': 2, streamed: 0 });
+    expect(store.commits).toMatchObject({ 'multipart-copy': 1, direct: 1 });
+    expect(sha256((await s3Probe(server).read(blobName(sha256(small))))!)).toBe(sha256(small));
+  });
+
+  it('assembly falls back to streaming when a part other than the last is below 5 MiB; a changed part or a wrong whole sha256 publishes nothing', async () => {
+    const store = await writer();
+    const session = '00000000-0000-4000-8000-0000000000a2';
+    const bodies = [randomBytes(4 * MiB), randomBytes(6 * MiB)];
+    const parts = await writeParts(store, session, bodies);
+    expect(await store.assembleParts!(session, parts, { maxBytes: 1e9 })).toBeUndefined();
+    expect(store.assemblies).toMatchObject({ 'server-copy': 0, streamed: 1 });
+
+    // Large enough to copy, but a part changed on the store after it was received: nothing is left.
+    const big = [randomBytes(5 * MiB), randomBytes(5 * MiB)];
+    const listed = await writeParts(store, session, big);
+    await s3Probe(server).write(`uploads/${session}/${listed[1]!.fileName}`, randomBytes(5 * MiB));
+    await expect(store.assembleParts!(session, listed, { maxBytes: 1e9 })).rejects.toMatchObject({
+      code: 'part_mismatch',
+    });
+    // The whole's sha256 differs from the session's: refused before the object is completed.
+    const fresh = await writeParts(store, session, big);
+    await expect(
+      store.assembleParts!(session, fresh, {
+        maxBytes: 1e9,
+        expectedSha256: sha256(Buffer.from('other')),
+        keyWasFree: true,
+      }),
+    ).rejects.toMatchObject({ code: 'invalid_request' });
+    expect(await listKeys(server, 'tmp/')).toEqual([]);
+    expect(await listKeys(server, 'blobs/')).toEqual([]);
+    expect(await openUploads()).toEqual([]);
+  });
+
+  it('UploadPartCopy honours x-amz-copy-source-if-match (a part replaced between its read and its copy is refused)', async () => {
+    const store = await writer();
+    const client = server.client();
+    await store.parts.write('00000000-0000-4000-8000-0000000000a3', 'x.part', Readable.from([randomBytes(5 * MiB)]));
+    const from = 'uploads/00000000-0000-4000-8000-0000000000a3/x.part';
+    const head = await client.request({ method: 'HEAD', key: from });
+    await head.body.dump();
+    const uploadId = await createMultipart(client, 'tmp/if-match.upload');
+    try {
+      await expect(
+        uploadPartCopy(
+          client,
+          from,
+          'tmp/if-match.upload',
+          uploadId,
+          1,
+          { start: 0, end: 99 },
+          '"0123456789abcdef0123456789abcdef"',
+        ),
+      ).rejects.toMatchObject({ code: 'part_mismatch' });
+      expect(
+        await uploadPartCopy(
+          client,
+          from,
+          'tmp/if-match.upload',
+          uploadId,
+          1,
+          { start: 0, end: 99 },
+          String(head.headers.etag),
+        ),
+      ).toMatch(/\w/);
+    } finally {
+      await abortMultipart(client, 'tmp/if-match.upload', uploadId);
+    }
   });
 
   it('gc aborts a multipart upload left open (a writer that died mid-upload)', async () => {
