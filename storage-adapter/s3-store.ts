@@ -8,6 +8,11 @@
  * existing one has the same bytes), and discard() deletes the temporary. With a declared sha256 and
  * a key that was free, the body goes straight to its blob name and nothing is copied. The catalog row is written
  * by the caller only after commit() returned, so no row ever names a missing blob.
+ *
+ * Multipart sessions: assembleParts() reads each part once (its sha256 re-checked, the whole's
+ * computed) and copies it server-side (UploadPartCopy, tied to the bytes read by the part's ETag);
+ * the multipart upload is completed only after every check passed. Parts below S3's 5 MiB minimum
+ * (or a server without UploadPartCopy): undefined, and the worker streams them through stage().
  */
 import { createHash, randomUUID } from 'node:crypto';
 import type pg from 'pg';
