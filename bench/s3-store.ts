@@ -43,6 +43,8 @@ const { values: args } = parseArgs({
     'big-mib': { type: 'string', default: '1024' },
     parallel: { type: 'string', default: '16' },
     'small-requests': { type: 'string', default: '50' },
+    // The gateways' NODE_OPTIONS; the default is what the shipped units and `npm start` use ('' for none).
+    'node-options': { type: 'string', default: '--max-semi-space-size=1' },
   },
 });
 const RUNS = Number(args.runs);
@@ -178,6 +180,7 @@ async function main(): Promise<void> {
           ARKVORY_LOG_LEVEL: 'warn',
           ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2),
           ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: String(PARALLEL),
+          ...(args['node-options'] ? { NODE_OPTIONS: args['node-options'] } : {}),
           ...env,
         },
         stdio: ['ignore', 'ignore', 'inherit'],

@@ -5,16 +5,21 @@
  *   a `Range` request for the rest completes the file to the exact bytes.
  * - Cut mid-upload. Expected: 502 `upstream_unreachable` (or 504), no catalog row, no blob.
  *   Recovery: link back, `arkvory gc` leaves no temporary object and no open multipart upload.
- * - The S3 server stopped when the gateway starts. Expected: exit 1 before listening, with the
- *   store error naming the endpoint (systemd's `Restart=on-failure` retries, as documented).
- *   Recovery: server back, the same gateway starts and serves.
+ * - The S3 server gone when the gateway starts (its endpoint refuses connections: the link is
+ *   disabled, toxiproxy then closes its listening port, which the gateway cannot tell from a stopped
+ *   server). Expected: exit 1 before listening, with the store error naming the endpoint (systemd's
+ *   `Restart=on-failure` retries, as documented). Recovery: endpoint back, the same gateway starts
+ *   and serves.
+ * The S3 server is the run's shared one of each kind, on a fresh bucket (test/support/shared-s3.ts):
+ * it is never stopped, since other test files use it.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createRepository, createServiceAccount } from '../test/support/auth.ts';
 import { randomContent, request, sha256 } from '../test/support/content.ts';
 import { useTestDatabase } from '../test/support/database.ts';
 import { runCli, startGateway } from '../test/support/gateway.ts';
-import { listKeys, S3_SERVER_KINDS, startS3Server, type S3Server } from '../test/support/s3-server.ts';
+import { listKeys, S3_SERVER_KINDS, type S3Server } from '../test/support/s3-server.ts';
+import { sharedS3Bucket } from '../test/support/shared-s3.ts';
 import { call, startDownload } from './support/gateways.ts';
 import { setEnabled, waitServing } from './support/shared-cluster.ts';
 import { startToxiproxy, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
@@ -39,7 +44,7 @@ describe.each(S3_SERVER_KINDS)('the gateway↔S3 link on %s', (kind) => {
 
   beforeAll(async () => {
     toxiproxy = await startToxiproxy();
-    server = await startS3Server(kind);
+    server = await sharedS3Bucket(kind);
     link = await toxiproxy.proxyTo(`127.0.0.1:${server.port}`);
     await createRepository(db.pool, 'chaos');
     ({ key } = await createServiceAccount(db.pool, { grants: { chaos: 'write' } }));
@@ -124,15 +129,15 @@ describe.each(S3_SERVER_KINDS)('the gateway↔S3 link on %s', (kind) => {
     expect(open).toEqual([]);
   }, 180_000);
 
-  it('the S3 server stopped at start: exit 1 before listening with the store error; starts once the server is back', async () => {
-    await server.stop();
+  it('the S3 server gone at start: exit 1 before listening with the store error; starts once the server is back', async () => {
+    await setEnabled(link, false);
     try {
       const gw = await startGateway({ env: env(), waitFor: 'none', timeoutMs: 60_000 });
       expect(await gw.exited).toBe(1);
       expect(gw.logs()).toMatch(/upstream_unreachable|could not be reached|S3 server/);
       expect(gw.logs()).not.toContain(server.secretAccessKey);
     } finally {
-      await server.start();
+      await setEnabled(link, true);
     }
     const gw = await startGateway({ env: env(), timeoutMs: 60_000 });
     await waitServing(gw);

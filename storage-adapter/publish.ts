@@ -5,7 +5,7 @@
  */
 import type { ArtifactKey, Catalog, CatalogEntry } from './catalog.ts';
 import { StorageError } from './errors.ts';
-import type { StageOptions, Store } from './store.ts';
+import type { StagedBlob, StageOptions, Store } from './store.ts';
 
 export interface PublishRequest {
   readonly key: ArtifactKey;
@@ -13,6 +13,8 @@ export interface PublishRequest {
   readonly contentType: string;
   readonly publishedBy: string | null;
   readonly stage: StageOptions;
+  /** Stages the bytes another way than `store.stage(body)` (server-side assembly); undefined → `body` is staged. */
+  readonly stager?: ((options: StageOptions) => Promise<StagedBlob | undefined>) | undefined;
 }
 
 /** `created`: a new row; `unchanged`: the same bytes were already published under the key. */
@@ -29,7 +31,8 @@ export async function publishArtifact(
 ): Promise<PublishOutcome> {
   // Whether the key is free before the bytes arrive lets a store skip a copy (see StageOptions).
   const keyWasFree = request.stage.expectedSha256 !== undefined && (await deps.catalog.get(request.key)) === undefined;
-  const staged = await deps.store.stage(request.body, { ...request.stage, keyWasFree });
+  const options = { ...request.stage, keyWasFree };
+  const staged = (await request.stager?.(options)) ?? (await deps.store.stage(request.body, options));
   try {
     const existing = await deps.catalog.get(request.key);
     if (existing) return compare(existing, staged.sha256);

@@ -3,10 +3,12 @@
  * of unknown length, multipart copy above the single-copy limit, parts and tree over object keys,
  * abandoned multipart uploads found and aborted by gc, and the identity refusals (missing bucket,
  * wrong credentials, server down). The shared publish suite runs in fs-store.int.test.ts.
+ * Each server kind is the run's shared server on a fresh bucket (test/support/shared-s3.ts).
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
 import { createRepository } from '../test/support/auth.ts';
 import { useTestDatabase } from '../test/support/database.ts';
 import { listKeys, S3_SERVER_KINDS, type S3Server } from '../test/support/s3-server.ts';
@@ -15,6 +17,7 @@ import { createCatalog, type ArtifactKey } from './catalog.ts';
 import { collectGarbage } from './maintenance/gc.ts';
 import { publishArtifact } from './publish.ts';
 import { openS3Store, type S3Store } from './s3-store.ts';
+import { abortMultipart, createMultipart, uploadPartCopy } from './s3-transfer.ts';
 
 const MiB = 1024 * 1024;
 const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
@@ -139,6 +142,134 @@ describe.each(S3_SERVER_KINDS)('S3 store on %s', (kind) => {
     expect(await store.tree.incompleteUploads!()).toEqual([]);
   });
 
+  /** Parts written through the store's PartStore, as the multipart routes do; the assembly list for them. */
+  async function writeParts(store: S3Store, session: string, bodies: Buffer[]) {
+    const listed = [];
+    for (const [i, body] of bodies.entries()) {
+      const fileName = `${String(i + 1).padStart(5, '0')}-p.part`;
+      await store.parts.write(session, fileName, Readable.from([body]));
+      listed.push({ partNumber: i + 1, fileName, sizeBytes: body.length, sha256: sha256(body) });
+    }
+    return listed;
+  }
+  const openUploads = async () => {
+    const open: string[] = [];
+    for await (const u of server.client().listMultipartUploads('')) open.push(u.key);
+    return open;
+  };
+
+  it('multipart sessions are assembled server-side (UploadPartCopy, a part above the copy limit in ranges); parts re-checked, whole sha256 computed', async () => {
+    const store = await writer({ copyBytes: 6 * MiB });
+    const catalog = createCatalog(db.pool);
+    const session = '00000000-0000-4000-8000-0000000000a1';
+    const bodies = [randomBytes(11 * MiB), randomBytes(5 * MiB), randomBytes(MiB + 7)];
+    const whole = Buffer.concat(bodies);
+    const parts = await writeParts(store, session, bodies);
+    // Without a declared sha256: staged under tmp/ by server-side copies, then copied to its blob name.
+    const result = await publishArtifact(
+      { store, catalog },
+      {
+        key: key('assembled'),
+        body: chunked(Buffer.alloc(0)),
+        stager: (options) => store.assembleParts!(session, parts, options),
+        contentType: 'a/b',
+        publishedBy: null,
+        stage: { maxBytes: 1e9, expectedLength: whole.length },
+      },
+    );
+    expect(result.entry).toMatchObject({ sha256: sha256(whole), sizeBytes: whole.length });
+    expect(store.assemblies).toMatchObject({ 'server-copy': 1, streamed: 0 });
+    // The tmp/ object (17 MiB, above the lowered 6 MiB copy limit) went to its blob name by multipart copy.
+    expect(store.commits).toMatchObject({ 'multipart-copy': 1, copy: 0 });
+    expect(store.uploadStats().committed).toBe(1);
+    expect(sha256((await s3Probe(server).read(blobName(sha256(whole))))!)).toBe(sha256(whole));
+    expect(await listKeys(server, 'tmp/')).toEqual([]);
+    expect(await openUploads()).toEqual([]);
+
+    // A declared sha256 for a free key: assembled straight under its blob name.
+    const again = await writeParts(store, session, [bodies[1]!, bodies[2]!]);
+    const small = Buffer.concat([bodies[1]!, bodies[2]!]);
+    await publishArtifact(
+      { store, catalog },
+      {
+        key: key('assembled-direct'),
+        body: chunked(Buffer.alloc(0)),
+        stager: (options) => store.assembleParts!(session, again, options),
+        contentType: 'a/b',
+        publishedBy: null,
+        stage: { maxBytes: 1e9, expectedLength: small.length, expectedSha256: sha256(small) },
+      },
+    );
+    expect(store.assemblies).toMatchObject({ 'server-copy': 2, streamed: 0 });
+    expect(store.commits).toMatchObject({ 'multipart-copy': 1, direct: 1 });
+    expect(sha256((await s3Probe(server).read(blobName(sha256(small))))!)).toBe(sha256(small));
+  });
+
+  it('assembly falls back to streaming when a part other than the last is below 5 MiB; a changed part or a wrong whole sha256 publishes nothing', async () => {
+    const store = await writer();
+    const session = '00000000-0000-4000-8000-0000000000a2';
+    const bodies = [randomBytes(4 * MiB), randomBytes(6 * MiB)];
+    const parts = await writeParts(store, session, bodies);
+    expect(await store.assembleParts!(session, parts, { maxBytes: 1e9 })).toBeUndefined();
+    expect(store.assemblies).toMatchObject({ 'server-copy': 0, streamed: 1 });
+
+    // Large enough to copy, but a part changed on the store after it was received: nothing is left.
+    const big = [randomBytes(5 * MiB), randomBytes(5 * MiB)];
+    const listed = await writeParts(store, session, big);
+    await s3Probe(server).write(`uploads/${session}/${listed[1]!.fileName}`, randomBytes(5 * MiB));
+    await expect(store.assembleParts!(session, listed, { maxBytes: 1e9 })).rejects.toMatchObject({
+      code: 'part_mismatch',
+    });
+    // The whole's sha256 differs from the session's: refused before the object is completed.
+    const fresh = await writeParts(store, session, big);
+    await expect(
+      store.assembleParts!(session, fresh, {
+        maxBytes: 1e9,
+        expectedSha256: sha256(Buffer.from('other')),
+        keyWasFree: true,
+      }),
+    ).rejects.toMatchObject({ code: 'invalid_request' });
+    expect(await listKeys(server, 'tmp/')).toEqual([]);
+    expect(await listKeys(server, 'blobs/')).toEqual([]);
+    expect(await openUploads()).toEqual([]);
+  });
+
+  it('UploadPartCopy honours x-amz-copy-source-if-match (a part replaced between its read and its copy is refused)', async () => {
+    const store = await writer();
+    const client = server.client();
+    await store.parts.write('00000000-0000-4000-8000-0000000000a3', 'x.part', Readable.from([randomBytes(5 * MiB)]));
+    const from = 'uploads/00000000-0000-4000-8000-0000000000a3/x.part';
+    const head = await client.request({ method: 'HEAD', key: from });
+    await head.body.dump();
+    const uploadId = await createMultipart(client, 'tmp/if-match.upload');
+    try {
+      await expect(
+        uploadPartCopy(
+          client,
+          from,
+          'tmp/if-match.upload',
+          uploadId,
+          1,
+          { start: 0, end: 99 },
+          '"0123456789abcdef0123456789abcdef"',
+        ),
+      ).rejects.toMatchObject({ code: 'part_mismatch' });
+      expect(
+        await uploadPartCopy(
+          client,
+          from,
+          'tmp/if-match.upload',
+          uploadId,
+          1,
+          { start: 0, end: 99 },
+          String(head.headers.etag),
+        ),
+      ).toMatch(/\w/);
+    } finally {
+      await abortMultipart(client, 'tmp/if-match.upload', uploadId);
+    }
+  });
+
   it('gc aborts a multipart upload left open (a writer that died mid-upload)', async () => {
     const store = await writer();
     const client = server.client();
@@ -215,13 +346,15 @@ describe.each(S3_SERVER_KINDS)('S3 store on %s', (kind) => {
       code: 'upstream_unreachable',
       message: expect.stringContaining('AWS_SECRET_ACCESS_KEY'),
     });
-    await server.stop();
-    try {
-      await expect(
-        openS3Store({ ...base, location: { bucket: server.bucket, prefix: '' }, role: 'reader' }),
-      ).rejects.toMatchObject({ code: 'upstream_unreachable' });
-    } finally {
-      await server.start();
-    }
+    // A stopped server, as the store sees it: nothing listens on the endpoint's port (the run's
+    // server is shared, so it is not stopped; chaos/s3-link.chaos.test.ts cuts a live link).
+    await expect(
+      openS3Store({
+        ...base,
+        endpoint: `http://127.0.0.1:${await freeLoopbackPort()}`,
+        location: { bucket: server.bucket, prefix: '' },
+        role: 'reader',
+      }),
+    ).rejects.toMatchObject({ code: 'upstream_unreachable' });
   });
 });

@@ -8,10 +8,16 @@
  * existing one has the same bytes), and discard() deletes the temporary. With a declared sha256 and
  * a key that was free, the body goes straight to its blob name and nothing is copied. The catalog row is written
  * by the caller only after commit() returned, so no row ever names a missing blob.
+ *
+ * Multipart sessions: assembleParts() reads each part once (its sha256 re-checked, the whole's
+ * computed) and copies it server-side (UploadPartCopy, tied to the bytes read by the part's ETag);
+ * the multipart upload is completed only after every check passed. Parts below S3's 5 MiB minimum
+ * (or a server without UploadPartCopy): undefined, and the worker streams them through stage().
  */
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { StorageError } from './errors.ts';
+import { upstreamError } from './http-upstream.ts';
 import { checkedUpload } from './checked-upload.ts';
 import { ensureStorageIdentityOf, type IdentityObject, type StorageRole } from './identity.ts';
 import { sessionRelativeDir } from './multipart/session-path.ts';
@@ -21,10 +27,14 @@ import { createS3Client, type S3Client, type S3ClientOptions } from './s3-client
 import { formatS3Location, type S3Location } from './s3-location.ts';
 import {
   abortMultipart,
+  completeMultipart,
   copyObject,
+  createMultipart,
+  planPartCopies,
   readObject,
   S3_DEFAULT_LIMITS,
   uploadObject,
+  uploadPartCopy,
   type S3Limits,
 } from './s3-transfer.ts';
 import type { PartStore, StagedBlob, StageOptions, Store, StoreTree, TreeEntry } from './store.ts';
@@ -52,7 +62,18 @@ export interface S3CommitStats {
   direct: number;
 }
 
-export type S3Store = Store & { readonly commits: Readonly<S3CommitStats> };
+/** How assembleParts() put multipart sessions together (tests check which path a server took). */
+export interface S3AssemblyStats {
+  /** UploadPartCopy of the part objects: the bytes were read once (to hash), never uploaded. */
+  'server-copy': number;
+  /** Declined (parts below 5 MiB, no UploadPartCopy): the caller streamed the parts through stage(). */
+  streamed: number;
+}
+
+export type S3Store = Store & {
+  readonly commits: Readonly<S3CommitStats>;
+  readonly assemblies: Readonly<S3AssemblyStats>;
+};
 
 function identityObject(client: S3Client, location: S3Location): IdentityObject {
   const key = `${location.prefix}${STORAGE_ID_FILE}`;
@@ -91,6 +112,7 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
   const locationText = `${formatS3Location(location)} on ${client.endpoint}`;
   const stats = { committed: 0, discarded: 0, failed: 0 };
   const commits: S3CommitStats = { copy: 0, 'multipart-copy': 0, streamed: 0, existing: 0, direct: 0 };
+  const assemblies: S3AssemblyStats = { 'server-copy': 0, streamed: 0 };
   const { timeoutMs } = options;
 
   let storageId: string;
@@ -197,6 +219,50 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
     move,
   };
 
+  /**
+   * Where a body is staged: with a declared sha256 for a free key, straight under its blob name (no
+   * copy: half the server work for large uploads). Safe because the object only comes into existence
+   * once the body passed every check (s3-transfer.ts), and S3 replaces an object atomically (an
+   * identical blob already there has the same bytes; a failed upload leaves it as it was).
+   * Otherwise a temporary under tmp/.
+   */
+  function stagingName(stageOptions: StageOptions): string {
+    const declared =
+      stageOptions.keyWasFree && stageOptions.expectedSha256 !== undefined && isSha256Hex(stageOptions.expectedSha256)
+        ? stageOptions.expectedSha256
+        : undefined;
+    return declared ? blobName(declared) : `${TMP_DIR}/${randomUUID()}.upload`;
+  }
+
+  /** A fully written, verified object at `tempName` (a tmp/ temporary or already its blob name). */
+  function stagedBlob(tempName: string, sha256: string, sizeBytes: number): StagedBlob {
+    const direct = tempName === blobName(sha256);
+    let committed = false;
+    let discarded = false;
+    return {
+      sha256,
+      sizeBytes,
+      async commit() {
+        if (discarded) throw new Error('commit() after discard()');
+        if (committed) return;
+        const target = keyOf(blobName(sha256));
+        if (direct) commits.direct++;
+        else if (await client.head(target)) commits.existing++;
+        else commits[await copyObject(client, keyOf(tempName), target, sizeBytes, limits, timeoutMs)]++;
+        committed = true;
+        stats.committed++;
+      },
+      async discard() {
+        if (!committed && !discarded) stats.discarded++;
+        discarded = true;
+        // Best effort: the catalog decision is already made; a temporary left behind is gc's.
+        // A blob staged under its own name and not committed (a racing publish of the key) is
+        // left to gc too: another publish may reference the same blob by now.
+        if (!direct) await client.delete(keyOf(tempName)).catch(() => {});
+      },
+    };
+  }
+
   return {
     kind: 's3',
     location: locationText,
@@ -204,22 +270,14 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
     writable: role !== 'reader',
     uploadStats: () => ({ ...stats }),
     commits,
+    assemblies,
     parts,
     tree,
     close: () => client.close(),
 
     async stage(body, stageOptions: StageOptions): Promise<StagedBlob> {
       if (role === 'reader') throw new Error('stage() on a read-only store');
-      // A declared sha256 names the blob before the first byte: when the key was free, the body
-      // goes straight to its blob name and needs no copy (half the server work for large uploads).
-      // Safe because the object only comes into existence once the body passed every check
-      // (s3-transfer.ts), and S3 replaces an object atomically (an identical blob already there
-      // has the same bytes; a failed upload leaves it as it was).
-      const declared =
-        stageOptions.keyWasFree && stageOptions.expectedSha256 !== undefined && isSha256Hex(stageOptions.expectedSha256)
-          ? stageOptions.expectedSha256
-          : undefined;
-      const tempName = declared ? blobName(declared) : `${TMP_DIR}/${randomUUID()}.upload`;
+      const tempName = stagingName(stageOptions);
       // Every check throws inside the body, so the server never completes the object.
       const upload = checkedUpload(body, stageOptions);
       try {
@@ -232,34 +290,113 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
         stats.failed++;
         // Normally nothing was stored; if the server did keep a temporary, gc lists it. A blob
         // name is never deleted here: an identical, published blob may have been there before.
-        if (!declared) await client.delete(keyOf(tempName)).catch(() => {});
+        if (tempName.startsWith(TMP_DIR)) await client.delete(keyOf(tempName)).catch(() => {});
         throw err;
       }
-      const { sha256, sizeBytes } = upload.result;
-      let committed = false;
-      let discarded = false;
-      return {
-        sha256,
-        sizeBytes,
-        async commit() {
-          if (discarded) throw new Error('commit() after discard()');
-          if (committed) return;
-          const target = keyOf(blobName(sha256));
-          if (declared) commits.direct++;
-          else if (await client.head(target)) commits.existing++;
-          else commits[await copyObject(client, keyOf(tempName), target, sizeBytes, limits, timeoutMs)]++;
-          committed = true;
-          stats.committed++;
-        },
-        async discard() {
-          if (!committed && !discarded) stats.discarded++;
-          discarded = true;
-          // Best effort: the catalog decision is already made; a temporary left behind is gc's.
-          // A blob staged under its own name and not committed (a racing publish of the key) is
-          // left to gc too: another publish may reference the same blob by now.
-          if (!declared) await client.delete(keyOf(tempName)).catch(() => {});
-        },
-      };
+      return stagedBlob(tempName, upload.result.sha256, upload.result.sizeBytes);
+    },
+
+    async assembleParts(sessionId, parts, stageOptions): Promise<StagedBlob | undefined> {
+      if (role === 'reader') throw new Error('assembleParts() on a read-only store');
+      const copies = planPartCopies(
+        parts.map((p) => p.sizeBytes),
+        limits.copyBytes,
+      );
+      if (!copies) {
+        assemblies.streamed++;
+        return undefined;
+      }
+      const tempName = stagingName(stageOptions);
+      const target = keyOf(tempName);
+      const uploadId = await createMultipart(client, target);
+      const whole = createHash('sha256');
+      let sizeBytes = 0;
+      let previous: Promise<unknown> = Promise.resolve();
+      const etags: string[] = new Array(copies.length);
+      let notImplemented = false;
+      try {
+        for (const [index, part] of parts.entries()) {
+          const source = keyOf(`${sessionRelativeDir(sessionId)}/${part.fileName}`);
+          // The one read of the bytes: each part's sha256 is re-checked and the whole's computed.
+          const res = await client.request({
+            method: 'GET',
+            key: source,
+            signal: stageOptions.signal,
+            highWaterMark: 256 * 1024,
+          });
+          if (res.statusCode !== 200) throw await client.failure(res, `GET ${source}`);
+          const etag = res.headers.etag;
+          const hash = createHash('sha256');
+          let partBytes = 0;
+          try {
+            for await (const chunk of res.body) {
+              hash.update(chunk as Buffer);
+              whole.update(chunk as Buffer);
+              partBytes += (chunk as Buffer).length;
+            }
+          } catch (err) {
+            throw upstreamError(err, `GET ${source}`);
+          }
+          if (partBytes !== part.sizeBytes || hash.digest('hex') !== part.sha256)
+            throw new StorageError(
+              'part_mismatch',
+              `part ${part.partNumber} changed on the store after it was received`,
+            );
+          sizeBytes += partBytes;
+          // Its copies may run while the next part is read; the ETag ties them to the bytes just hashed.
+          await previous;
+          if (notImplemented) break;
+          previous = (async () => {
+            for (const [n, copy] of copies.entries()) {
+              if (copy.source !== index) continue;
+              const got = await uploadPartCopy(
+                client,
+                source,
+                target,
+                uploadId,
+                n + 1,
+                copy,
+                typeof etag === 'string' ? etag : undefined,
+              );
+              if (got === 'not-implemented') {
+                notImplemented = true;
+                return;
+              }
+              etags[n] = got;
+            }
+          })();
+        }
+        await previous;
+        if (notImplemented) {
+          await abortMultipart(client, target, uploadId).catch(() => {});
+          assemblies.streamed++;
+          return undefined;
+        }
+        const sha256 = whole.digest('hex');
+        if (stageOptions.expectedLength !== undefined && sizeBytes !== stageOptions.expectedLength)
+          throw new StorageError(
+            'invalid_request',
+            `The parts have ${sizeBytes} bytes; the session expects ${stageOptions.expectedLength}.`,
+          );
+        if (stageOptions.expectedSha256 !== undefined && stageOptions.expectedSha256 !== sha256)
+          throw new StorageError('invalid_request', "The assembled parts do not match the session's sha256.");
+        // Only now, every check passed, does the object come into existence.
+        await completeMultipart(client, target, uploadId, etags);
+        const head = await client.head(target);
+        if (head?.sizeBytes !== sizeBytes)
+          throw new StorageError(
+            'upstream_unreachable',
+            `The S3 server assembled ${target} with ${head?.sizeBytes ?? 'no'} bytes, not ${sizeBytes}.`,
+          );
+        assemblies['server-copy']++;
+        return stagedBlob(tempName, sha256, sizeBytes);
+      } catch (err) {
+        await previous.catch(() => {});
+        await abortMultipart(client, target, uploadId).catch(() => {});
+        stats.failed++;
+        if (tempName.startsWith(TMP_DIR)) await client.delete(target).catch(() => {});
+        throw err;
+      }
     },
 
     async openBlob(sha256, ranges = []) {

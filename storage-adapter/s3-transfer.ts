@@ -10,7 +10,7 @@
  */
 import { StorageError } from './errors.ts';
 import { hasStableCode, sendStreamedBody, upstreamError } from './http-upstream.ts';
-import { parseXml, type S3Client } from './s3-client.ts';
+import { parseXml, s3ErrorOf, storageErrorOfS3, type S3Client } from './s3-client.ts';
 import { encodeRfc3986 } from './s3-location.ts';
 
 const MiB = 1024 * 1024;
@@ -26,6 +26,37 @@ export interface S3Limits {
 }
 
 export const S3_DEFAULT_LIMITS: S3Limits = { singlePutBytes: 5 * GiB, partBytes: 8 * MiB, copyBytes: 5 * GiB };
+
+/** S3's smallest part of a multipart upload, the last excepted (UploadPart and UploadPartCopy alike). */
+export const S3_MIN_PART_BYTES = 5 * MiB;
+/** S3's most parts in one multipart upload. */
+export const S3_MAX_PARTS = 10_000;
+
+/** One UploadPartCopy: bytes `start`..`end` (inclusive) of source object `source`. */
+export interface PartCopy {
+  readonly source: number;
+  readonly start: number;
+  readonly end: number;
+}
+
+/**
+ * The UploadPartCopy ranges that assemble objects of `sizes` (in order) into one object, or
+ * undefined when S3's rules forbid it: a part other than the last below 5 MiB, more than 10 000
+ * ranges, nothing to copy. Empty sources add nothing and are skipped; a source above `copyBytes`
+ * is copied in equal ranges of at most `copyBytes`.
+ */
+export function planPartCopies(sizes: readonly number[], copyBytes: number): PartCopy[] | undefined {
+  const copies: PartCopy[] = [];
+  sizes.forEach((size, source) => {
+    const n = Math.ceil(size / copyBytes);
+    const step = Math.ceil(size / Math.max(1, n));
+    for (let start = 0; start < size; start += step)
+      copies.push({ source, start, end: Math.min(size, start + step) - 1 });
+  });
+  if (copies.length === 0 || copies.length > S3_MAX_PARTS) return undefined;
+  if (copies.slice(0, -1).some((c) => c.end - c.start + 1 < S3_MIN_PART_BYTES)) return undefined;
+  return copies;
+}
 
 /** Yields every chunk but the last one as it comes; the last only after `body` has returned. */
 async function* holdingLastChunk(body: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
@@ -89,7 +120,7 @@ async function putStreamed(
   );
 }
 
-async function createMultipart(client: S3Client, key: string): Promise<string> {
+export async function createMultipart(client: S3Client, key: string): Promise<string> {
   const { text } = await client.expectOk(
     { method: 'POST', key, query: { uploads: '' }, headers: { 'content-type': 'application/octet-stream' } },
     `CreateMultipartUpload ${key}`,
@@ -105,7 +136,7 @@ async function createMultipart(client: S3Client, key: string): Promise<string> {
   return String(doc.UploadId);
 }
 
-async function completeMultipart(
+export async function completeMultipart(
   client: S3Client,
   key: string,
   uploadId: string,
@@ -195,7 +226,7 @@ async function uploadInParts(
 }
 
 /** `x-amz-copy-source` of a key in the same bucket. */
-function copySource(client: S3Client, key: string): string {
+export function copySource(client: S3Client, key: string): string {
   return `/${client.bucket}/${key.split('/').map(encodeRfc3986).join('/')}`;
 }
 
@@ -263,4 +294,50 @@ export async function* readObject(client: S3Client, key: string, signal?: AbortS
   } finally {
     if (!res.body.destroyed) res.body.destroy();
   }
+}
+
+/**
+ * UploadPartCopy of `range` of `from` as part `partNumber`; the ETag of the new part, or
+ * 'not-implemented' (501: the server has no UploadPartCopy). With `ifMatch` the server copies only
+ * while `from` still has that ETag; otherwise 412 → `part_mismatch`.
+ */
+export async function uploadPartCopy(
+  client: S3Client,
+  from: string,
+  to: string,
+  uploadId: string,
+  partNumber: number,
+  range: { start: number; end: number },
+  ifMatch?: string,
+): Promise<string | 'not-implemented'> {
+  const headers: Record<string, string> = {
+    'x-amz-copy-source': copySource(client, from),
+    'x-amz-copy-source-range': `bytes=${range.start}-${range.end}`,
+  };
+  if (ifMatch) headers['x-amz-copy-source-if-match'] = ifMatch;
+  const what = `UploadPartCopy ${partNumber} ${from} → ${to}`;
+  const res = await client.request({
+    method: 'PUT',
+    key: to,
+    query: { partNumber: String(partNumber), uploadId },
+    headers,
+  });
+  if (res.statusCode === 501) {
+    await res.body.dump().catch(() => {});
+    return 'not-implemented';
+  }
+  if (res.statusCode === 412) {
+    await res.body.dump().catch(() => {});
+    throw new StorageError(
+      'part_mismatch',
+      `${from} changed on the S3 server while it was assembled (${what}: 412 PreconditionFailed)`,
+    );
+  }
+  if (res.statusCode !== 200) throw await client.failure(res, what);
+  const text = await res.body.text();
+  const error = s3ErrorOf(text);
+  if (error) throw storageErrorOfS3(500, error, what, client.bucket);
+  const doc = parseXml(text, what).CopyPartResult as { ETag?: string } | undefined;
+  if (!doc?.ETag) throw new StorageError('upstream_unreachable', `The S3 server answered ${what} without an ETag.`);
+  return String(doc.ETag);
 }

@@ -67,6 +67,16 @@ export interface PartStore {
   removeSession(sessionId: string): Promise<void>;
 }
 
+/** One part of a multipart session, as the completion worker assembles it. */
+export interface AssemblyPart {
+  readonly partNumber: number;
+  /** Its object under `uploads/<session>/`. */
+  readonly fileName: string;
+  readonly sizeBytes: number;
+  /** The sha256 it was received with; the assembly re-checks it. */
+  readonly sha256: string;
+}
+
 export interface TreeEntry {
   readonly name: string;
   readonly isDirectory: boolean;
@@ -107,6 +117,17 @@ export interface Store {
   /** Counts since open (for metrics). */
   uploadStats(): UploadStats;
   readonly parts: PartStore;
+  /**
+   * Optional (the S3 store): stages the concatenation of a session's parts with server-side copies
+   * (no upload of the bytes), with the checks of `stage()` (each part's sha256, the whole's size and
+   * sha256). Undefined when it cannot (parts below the server's minimum copy part size, no
+   * UploadPartCopy): the caller then streams the parts through `stage()`.
+   */
+  assembleParts?(
+    sessionId: string,
+    parts: readonly AssemblyPart[],
+    options: StageOptions,
+  ): Promise<StagedBlob | undefined>;
   readonly tree: StoreTree;
   /** Releases connections (HTTP store); nothing to do for the filesystem store. */
   close(): Promise<void>;

@@ -3,14 +3,15 @@
  * uploads/ and assembled by the worker; a chunked upload (no length) as an S3 multipart upload;
  * `arkvory doctor` reading the storage-id object; the credentials never in logs, health or metrics.
  * The shared content, client and maintenance suites run over these servers too (content*.int.test.ts,
- * maintenance.int.test.ts).
+ * maintenance.int.test.ts). Each kind is the run's shared server on a fresh bucket (test/support/shared-s3.ts).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { contentDigest, randomContent, request, sha256, type RawResponse } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
-import { listKeys, S3_SERVER_KINDS, startS3Server, type S3Server } from '../../test/support/s3-server.ts';
+import { listKeys, S3_SERVER_KINDS, type S3Server } from '../../test/support/s3-server.ts';
+import { sharedS3Bucket } from '../../test/support/shared-s3.ts';
 
 const MiB = 1024 * 1024;
 const json = (res: RawResponse) => JSON.parse(res.body.toString()) as Record<string, unknown>;
@@ -23,7 +24,7 @@ describe.each(S3_SERVER_KINDS)('a gateway on the S3 store (%s)', (kind) => {
   const repo = () => `${gw.url}/api/v1/repositories/s3`;
 
   beforeAll(async () => {
-    server = await startS3Server(kind);
+    server = await sharedS3Bucket(kind);
     await createRepository(db.pool, 's3');
     ({ key } = await createServiceAccount(db.pool, { grants: { s3: 'write' } }));
     gw = await startGateway({
@@ -59,10 +60,10 @@ describe.each(S3_SERVER_KINDS)('a gateway on the S3 store (%s)', (kind) => {
     expect(got.body).toEqual(data.subarray(8 * MiB - 3, 8 * MiB + 3));
   });
 
-  it('multipart session: parts are objects under uploads/, the worker assembles them, the parts are removed', async () => {
-    const file = randomContent(9 * MiB + 3);
-    const parts = [file.subarray(0, 4 * MiB), file.subarray(4 * MiB, 8 * MiB), file.subarray(8 * MiB)];
-    const opened = await request(`${repo()}/artifacts/multi.bin/uploads`, {
+  /** A multipart session of `parts` through the gateway, completed and published by the worker. */
+  async function multipartSession(name: string, parts: Buffer[]): Promise<void> {
+    const file = Buffer.concat(parts);
+    const opened = await request(`${repo()}/artifacts/${name}/uploads`, {
       method: 'POST',
       headers: { ...bearer(key), 'content-type': 'application/json' },
       body: Buffer.from(JSON.stringify({ size: file.length, sha256: sha256(file) })),
@@ -77,7 +78,7 @@ describe.each(S3_SERVER_KINDS)('a gateway on the S3 store (%s)', (kind) => {
       });
       expect(r.status, r.body.toString()).toBe(200);
     }
-    expect(await listKeys(server, `arkvory/uploads/${upload}/`)).toHaveLength(3);
+    expect(await listKeys(server, `arkvory/uploads/${upload}/`)).toHaveLength(parts.length);
     const done = await request(`${repo()}/uploads/${upload}/complete`, {
       method: 'POST',
       headers: { ...bearer(key), 'content-type': 'application/json' },
@@ -89,17 +90,49 @@ describe.each(S3_SERVER_KINDS)('a gateway on the S3 store (%s)', (kind) => {
         timeout: 60_000,
       })
       .toBe('done');
-    expect(sha256((await request(`${repo()}/artifacts/multi.bin/content`, { headers: bearer(key) })).body)).toBe(
+    expect(sha256((await request(`${repo()}/artifacts/${name}/content`, { headers: bearer(key) })).body)).toBe(
       sha256(file),
     );
     expect(await listKeys(server, `arkvory/uploads/${upload}/`)).toEqual([]);
     expect(await listKeys(server, 'arkvory/tmp/')).toEqual([]);
+    const open: string[] = [];
+    for await (const u of server.client().listMultipartUploads('')) open.push(u.key);
+    expect(open).toEqual([]);
+  }
+  const completions = (assembly: string) =>
+    gw
+      .logs()
+      .split('\n')
+      .filter((l) => l.includes('"upload.completed"') && l.includes(`"assembly":"${assembly}"`)).length;
+
+  it('multipart session with parts below 5 MiB: parts are objects under uploads/, the worker streams them into the blob, the parts are removed', async () => {
+    const file = randomContent(9 * MiB + 3);
+    const before = completions('streamed');
+    await multipartSession('multi.bin', [
+      file.subarray(0, 4 * MiB),
+      file.subarray(4 * MiB, 8 * MiB),
+      file.subarray(8 * MiB),
+    ]);
+    expect(completions('streamed')).toBe(before + 1);
+  });
+
+  it('multipart session with parts of 5 MiB and more: the worker assembles them server-side (UploadPartCopy), reading each once to check the digests', async () => {
+    const file = randomContent(11 * MiB + 5);
+    const before = completions('server-copy');
+    await multipartSession('multi-copy.bin', [
+      file.subarray(0, 5 * MiB),
+      file.subarray(5 * MiB, 11 * MiB),
+      file.subarray(11 * MiB),
+    ]);
+    expect(completions('server-copy')).toBe(before + 1);
   });
 
   it('arkvory doctor reads the storage-id object; the secret key is in no log line, health answer or metric', async () => {
     const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: gw.dataDir, ...server.env('arkvory/') };
     const ok = await runCli(['doctor'], env);
-    expect(ok.stdout).toMatch(/ok +storage: s3:\/\/arkvory-test\/arkvory\/ and the database are both storage/);
+    expect(ok.stdout).toMatch(
+      new RegExp(`ok +storage: s3://${server.bucket}/arkvory/ and the database are both storage`),
+    );
     const wrong = await runCli(['doctor'], { ...env, AWS_SECRET_ACCESS_KEY: 'not-the-secret' });
     expect(wrong.stdout).toMatch(/FAIL +storage: .*AWS_SECRET_ACCESS_KEY/);
     expect(`${ok.stdout}${ok.stderr}${wrong.stdout}${wrong.stderr}`).not.toContain(server.secretAccessKey);

@@ -164,13 +164,13 @@ export class CompletionWorker {
       return;
     }
     try {
-      const entry = await assembleJob(
+      const { entry, assembly } = await assembleJob(
         { pool: this.#o.pool, store: this.#o.store, catalog: this.#o.catalog },
         job,
         this.#abort.signal,
       );
       await this.#finish(job, 'done', null, { sha256: entry.sha256, size: entry.sizeBytes });
-      log.info({ event: 'upload.completed', sizeBytes: entry.sizeBytes }, 'multipart upload published');
+      log.info({ event: 'upload.completed', sizeBytes: entry.sizeBytes, assembly }, 'multipart upload published');
     } catch (err) {
       if (this.#stopped) return; // left `running`; the next active worker queues it again
       if (isUnreachable(err)) throw err; // not the upload's fault: #tick queues the job again

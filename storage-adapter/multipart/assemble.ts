@@ -3,6 +3,8 @@
  * sha256 as it streams), and publishes the whole through the same atomic path as a full upload.
  * Store-side work, no client involved: no network quota applies (ADR 0008). With the static-HTTP
  * store the worker GETs each part and PUTs the assembled blob to tmp/, then MOVEs it into blobs/.
+ * A store that can assemble server-side (the S3 store: UploadPartCopy) is asked first; it still
+ * reads every part once to re-check its sha256 and compute the whole's, but uploads nothing.
  */
 import { createHash } from 'node:crypto';
 import type pg from 'pg';
@@ -42,12 +44,15 @@ async function* readParts(
   }
 }
 
-/** Assembles and publishes; resolves with the catalog entry, throws a StorageError to fail the job. */
+/**
+ * Assembles and publishes; resolves with the catalog entry and how the bytes were put together
+ * (`server-copy`: by the store, `streamed`: through the worker), throws a StorageError to fail the job.
+ */
 export async function assembleJob(
   deps: { pool: pg.Pool; store: Store; catalog: Catalog },
   job: Job,
   signal?: AbortSignal,
-): Promise<CatalogEntry> {
+): Promise<{ entry: CatalogEntry; assembly: 'server-copy' | 'streamed' }> {
   const s = await deps.pool.query('SELECT * FROM arkvory_upload_sessions WHERE id = $1', [job.sessionId]);
   const row = s.rows[0];
   if (!row) throw new StorageError('not_found', 'the upload session is gone');
@@ -56,17 +61,26 @@ export async function assembleJob(
     [job.sessionId],
   );
   const total = job.parts.reduce((sum, p) => sum + p.sizeBytes, 0);
+  const fileOf = new Map(files.rows.map((f) => [f.part_number, f.file_name]));
+  const assembly = job.parts.map((p) => {
+    const fileName = fileOf.get(p.partNumber);
+    if (!fileName) throw new StorageError('part_missing', `part ${p.partNumber} is no longer recorded`);
+    return { ...p, fileName };
+  });
+  const { store } = deps;
+  let how: 'server-copy' | 'streamed' = 'streamed';
   const result = await publishArtifact(
     { store: deps.store, catalog: deps.catalog },
     {
       key: { repository: row.repository, kind: row.kind, name: row.name, version: row.version, asset: row.asset },
-      body: readParts(
-        deps.store.parts,
-        job.sessionId,
-        job.parts,
-        new Map(files.rows.map((f) => [f.part_number, f.file_name])),
-        signal,
-      ),
+      body: readParts(deps.store.parts, job.sessionId, job.parts, fileOf, signal),
+      stager:
+        store.assembleParts &&
+        (async (options) => {
+          const staged = await store.assembleParts!(job.sessionId, assembly, options);
+          if (staged) how = 'server-copy';
+          return staged;
+        }),
       contentType: row.content_type,
       publishedBy: row.principal_id,
       stage: {
@@ -77,5 +91,5 @@ export async function assembleJob(
       },
     },
   );
-  return result.entry;
+  return { entry: result.entry, assembly: how };
 }

@@ -5,9 +5,14 @@
  * - ARKVORY_TEST_REDIS_URL, else a `redis-server` from PATH on a free loopback port. With neither,
  *   the run fails and says how to install it.
  * Test files then make their own database and key prefix (test/support/database.ts, redis.ts).
+ * - the S3 servers (SeaweedFS, MinIO), each started once per run on the first request to a small
+ *   loopback hub (`s3HubUrl`, GET /s3/<kind>); test files take a fresh bucket on them
+ *   (test/support/shared-s3.ts). A run that asks for none starts none.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { chmod, mkdtemp, rm } from 'node:fs/promises';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -21,11 +26,14 @@ import {
 } from '../../proxy/server/embedded-database.ts';
 import { createLogger } from '../../proxy/server/logger.ts';
 import { describeToxiproxyServer } from '../../chaos/support/toxiproxy.ts';
+import { S3_SERVER_KINDS, s3ServerInfo, startS3Server, type S3Server, type S3ServerKind } from './s3-server.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {
     adminDatabaseUrl: string;
     redisUrl: string;
+    /** The S3 server hub (test/support/shared-s3.ts): GET /s3/<kind> → S3ServerInfo. */
+    s3HubUrl: string;
   }
 }
 
@@ -101,6 +109,7 @@ async function checkRedis(url: string): Promise<void> {
 interface Services {
   databaseUrl: string;
   redisUrl: string;
+  s3HubUrl: string;
   cleanups: Array<() => Promise<void>>;
 }
 
@@ -117,6 +126,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const services = await state.started;
   project.provide('adminDatabaseUrl', services.databaseUrl);
   project.provide('redisUrl', services.redisUrl);
+  project.provide('s3HubUrl', services.s3HubUrl);
   // The chaos project names, once per run, the toxiproxy server it runs against.
   if (project.name === 'chaos')
     process.stderr.write(
@@ -154,8 +164,45 @@ async function startServices(): Promise<Services> {
       redis.child.kill('SIGTERM');
     });
   }
+  const hub = await startS3Hub();
+  cleanups.push(hub.stop);
   process.stderr.write(
     `[test services] PostgreSQL: ${process.env.ARKVORY_TEST_DATABASE_URL ? 'ARKVORY_TEST_DATABASE_URL' : 'embedded'}; Redis: ${process.env.ARKVORY_TEST_REDIS_URL ? 'ARKVORY_TEST_REDIS_URL' : `redis-server on ${redisUrl}`}\n`,
   );
-  return { databaseUrl, redisUrl, cleanups };
+  return { databaseUrl, redisUrl, s3HubUrl: hub.url, cleanups };
+}
+
+/** GET /s3/<kind> starts that S3 server once (later requests wait for the same start) and answers its S3ServerInfo. */
+async function startS3Hub(): Promise<{ url: string; stop: () => Promise<void> }> {
+  const servers = new Map<S3ServerKind, Promise<S3Server>>();
+  const hub = http.createServer((req, res) => {
+    const kind = /^\/s3\/([a-z0-9]+)$/.exec(req.url ?? '')?.[1] as S3ServerKind | undefined;
+    if (req.method !== 'GET' || !kind || !S3_SERVER_KINDS.includes(kind)) {
+      res.writeHead(404).end(`GET /s3/{${S3_SERVER_KINDS.join('|')}}`);
+      return;
+    }
+    let started = servers.get(kind);
+    if (!started) {
+      started = startS3Server(kind);
+      servers.set(kind, started);
+      // A failed start (binary missing, port taken) is tried again by the next request.
+      started.catch(() => servers.delete(kind));
+      void started.then((s) => process.stderr.write(`[test services] ${kind} on ${s.endpoint}\n`)).catch(() => {});
+    }
+    started.then(
+      (s) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(s3ServerInfo(s))),
+      (err: Error) => res.writeHead(503, { 'content-type': 'text/plain' }).end(err.message),
+    );
+  });
+  hub.headersTimeout = 0;
+  hub.requestTimeout = 0;
+  await new Promise<void>((resolve) => hub.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(hub.address() as AddressInfo).port}`,
+    async stop() {
+      hub.closeAllConnections();
+      await new Promise((resolve) => hub.close(resolve));
+      for (const started of servers.values()) await (await started.catch(() => undefined))?.destroy();
+    },
+  };
 }

@@ -4,6 +4,11 @@
  * its data in a temporary directory and one bucket created. `.ci/run` builds both into
  * ${ARKVORY_TOOLS_DIR:-/root/.cache/arkvory-tools}/bin. `stop()`/`start()` take the server away and
  * bring it back on the same ports with the same data. No vitest imports: bench/ uses it too.
+ *
+ * Tests share one server of each kind per run (test/support/shared-s3.ts asks the run's global setup
+ * for it) and each takes a fresh bucket of its own (`openBucket`): a SeaweedFS start costs 10+ s
+ * (its filer registers with the master before the first write) and a graceful stop 10+ s, a bucket
+ * some milliseconds.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -20,25 +25,39 @@ export const S3_SERVER_KINDS: readonly S3ServerKind[] = ['seaweedfs', 'minio'];
 const TOOLS_BIN = path.join(process.env.ARKVORY_TOOLS_DIR ?? '/root/.cache/arkvory-tools', 'bin');
 const BINARY: Record<S3ServerKind, string> = { seaweedfs: 'weed', minio: 'minio' };
 
-export interface S3Server {
+/** Where a running server is and how to sign for it (what the global setup hands to test files). */
+export interface S3ServerInfo {
   readonly kind: S3ServerKind;
   /** `http://127.0.0.1:<port>` (ARKVORY_S3_ENDPOINT). */
   readonly endpoint: string;
   readonly port: number;
-  readonly bucket: string;
   readonly region: string;
   readonly accessKeyId: string;
   readonly secretAccessKey: string;
+}
+
+export interface S3Server extends S3ServerInfo {
+  readonly bucket: string;
   /** The gateway's storage variables for `s3://<bucket>/<prefix>`. */
   env(prefix?: string): Record<string, string>;
   /** A raw S3 client on the bucket, to look at and damage objects behind the gateway's back. */
   client(): S3Client;
   isRunning(): boolean;
+  /** A dedicated server only (startS3Server); a shared one refuses. */
   stop(): Promise<void>;
   start(): Promise<void>;
-  /** Stops the server and removes its data. */
+  /** A dedicated server: stops it and removes its data. A shared bucket: deletes the bucket. */
   destroy(): Promise<void>;
 }
+
+export const s3ServerInfo = (s: S3Server): S3ServerInfo => ({
+  kind: s.kind,
+  endpoint: s.endpoint,
+  port: s.port,
+  region: s.region,
+  accessKeyId: s.accessKeyId,
+  secretAccessKey: s.secretAccessKey,
+});
 
 function binaryPath(kind: S3ServerKind): string {
   const name = BINARY[kind];
@@ -51,10 +70,11 @@ function binaryPath(kind: S3ServerKind): string {
   );
 }
 
-async function stopChild(child: ChildProcess): Promise<void> {
+/** SIGTERM (SIGKILL after 10 s), or SIGKILL at once when the data is thrown away anyway. */
+async function stopChild(child: ChildProcess, signal: 'SIGTERM' | 'SIGKILL' = 'SIGTERM'): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;
   const exited = new Promise((r) => child.once('exit', r));
-  child.kill('SIGTERM');
+  child.kill(signal);
   const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
   await exited;
   clearTimeout(timer);
@@ -117,6 +137,8 @@ export async function startS3Server(kind: S3ServerKind, options: { bucket?: stri
       `-volume.port=${volume}`,
       `-volume.port.grpc=${volumeGrpc}`,
       '-volume.max=0',
+      // The default waits 10 s between the last heartbeat and the volume server's exit.
+      '-volume.preStopSeconds=0',
       `-filer.port=${filer}`,
       `-filer.port.grpc=${filerGrpc}`,
       `-filer.localSocket=${dir}/filer.sock`,
@@ -214,7 +236,9 @@ export async function startS3Server(kind: S3ServerKind, options: { bucket?: stri
       await client().delete('warm-up');
     },
     async destroy() {
-      await server.stop();
+      // SIGKILL: the data goes with the directory, a graceful stop (10+ s for SeaweedFS) buys nothing.
+      if (child) await stopChild(child, 'SIGKILL');
+      child = undefined;
       await raw?.close().catch(() => {});
       raw = undefined;
       live.delete(server);
@@ -241,4 +265,69 @@ export async function listKeys(server: S3Server, prefix = ''): Promise<string[]>
 /** Deletes every object in the bucket (between tests sharing one server). */
 export async function emptyBucket(server: S3Server): Promise<void> {
   for (const key of await listKeys(server)) await server.client().delete(key);
+}
+
+/** A raw client of `info`'s server on `bucket`. */
+function clientOf(info: S3ServerInfo, bucket: string): S3Client {
+  return createS3Client({
+    endpoint: info.endpoint,
+    region: info.region,
+    bucket,
+    credentials: { accessKeyId: info.accessKeyId, secretAccessKey: info.secretAccessKey },
+    connectTimeoutMs: 2000,
+    timeoutMs: 30_000,
+  });
+}
+
+/**
+ * A fresh bucket on a server someone else runs (the run's shared server): the same `S3Server` face
+ * on `bucket`, whose `destroy()` deletes the bucket and everything in it. It cannot be stopped: a
+ * test that needs the server gone uses an endpoint where nothing listens, or a link it can cut.
+ */
+export async function openBucket(info: S3ServerInfo, bucket: string): Promise<S3Server> {
+  const raw = clientOf(info, bucket);
+  const res = await raw.request({ method: 'PUT' });
+  const text = await res.body.text();
+  if (res.statusCode !== 200) {
+    await raw.close();
+    throw new Error(`${info.kind} at ${info.endpoint} refused to create bucket ${bucket}: ${res.statusCode} ${text}`);
+  }
+  const refuse = async () => {
+    throw new Error(
+      `the ${info.kind} server at ${info.endpoint} is shared by the whole run; start a dedicated one with startS3Server to stop it`,
+    );
+  };
+  let closed = false;
+  const server: S3Server = {
+    ...info,
+    bucket,
+    env: (prefix = '') => ({
+      ARKVORY_STORAGE_URL: `s3://${bucket}/${prefix}`,
+      ARKVORY_S3_ENDPOINT: info.endpoint,
+      ARKVORY_S3_REGION: info.region,
+      AWS_ACCESS_KEY_ID: info.accessKeyId,
+      AWS_SECRET_ACCESS_KEY: info.secretAccessKey,
+    }),
+    client: () => raw,
+    isRunning: () => !closed,
+    stop: refuse,
+    start: refuse,
+    async destroy() {
+      if (closed) return;
+      closed = true;
+      try {
+        // Open multipart uploads and objects first: MinIO deletes only an empty bucket.
+        for await (const u of raw.listMultipartUploads('')) {
+          const r = await raw.request({ method: 'DELETE', key: u.key, query: { uploadId: u.uploadId } });
+          await r.body.dump();
+        }
+        await emptyBucket(server);
+        const r = await raw.request({ method: 'DELETE' });
+        await r.body.dump();
+      } finally {
+        await raw.close().catch(() => {});
+      }
+    },
+  };
+  return server;
 }

@@ -14,7 +14,8 @@ import { openS3Store, type S3Store } from '../../storage-adapter/s3-store.ts';
 import type { S3Limits } from '../../storage-adapter/s3-transfer.ts';
 import type { Store } from '../../storage-adapter/store.ts';
 import { makeTempDir } from './gateway.ts';
-import { emptyBucket, listKeys, startS3Server, type S3Server, type S3ServerKind } from './s3-server.ts';
+import { emptyBucket, listKeys, type S3Server, type S3ServerKind } from './s3-server.ts';
+import { sharedS3Bucket } from './shared-s3.ts';
 import { startStaticStore, type StaticStore } from './static-store.ts';
 
 export type StoreKind = 'fs' | 'http' | S3ServerKind;
@@ -99,10 +100,13 @@ afterAll(async () => {
   for (const b of [...backings]) await b.stop();
 });
 
-/** Starts what `kind` needs; stopped by `stop()` or when the test file ends. */
+/**
+ * Starts what `kind` needs; stopped by `stop()` or when the test file ends. An S3 kind is a fresh
+ * bucket on the run's shared server of that kind (test/support/shared-s3.ts), deleted by `stop()`.
+ */
 export async function startStoreBacking(kind: StoreKind): Promise<StoreBacking> {
   const nginx = kind === 'http' ? await startStaticStore() : undefined;
-  const s3 = isS3Kind(kind) ? await startS3Server(kind) : undefined;
+  const s3 = isS3Kind(kind) ? await sharedS3Bucket(kind) : undefined;
   let lastFsRoot: string | undefined;
   const opened: Store[] = [];
   const backing: StoreBacking = {
