@@ -11,10 +11,10 @@ import type { OpenFileCache } from './cache/open-file-cache.ts';
 import { checkedUpload } from './checked-upload.ts';
 import { StorageError, storageErrorFromErrno } from './errors.ts';
 import { fsyncDirectory } from './fs-sync.ts';
-import { ensureStorageIdentity, type StorageRole } from './identity.ts';
+import { ensureStorageIdentity, fsIdentityObject, type StorageRole } from './identity.ts';
 import { createFsTree } from './fs-tree.ts';
 import { createFsPartStore } from './multipart/fs-parts.ts';
-import type { Store } from './store.ts';
+import type { OpenedStore, Store } from './store.ts';
 import { BLOBS_DIR, blobRelativePath, isSha256Hex, resolveInsideRoot, TMP_DIR, UPLOADS_DIR } from './paths.ts';
 
 /** Body bytes are gathered up to this size before one write call (fewer syscalls, same memory bound). */
@@ -126,8 +126,12 @@ export async function openFsStore(options: {
   pool: pg.Pool;
   /** Reuse descriptors of hot blobs (content-addressed, so never stale while the process runs). */
   openFiles?: OpenFileCache | undefined;
-  newStorageId?: string | undefined;
-}): Promise<Store> {
+  /**
+   * A restore target (writer only): the storage-id is neither read nor written here; the store
+   * reports this id and the restore writes `identity` last (backup/restore.ts).
+   */
+  restoreAs?: string | undefined;
+}): Promise<OpenedStore> {
   const root = path.resolve(options.root);
   const { role } = options;
   if (role === 'writer') await mkdir(root, { recursive: true });
@@ -137,12 +141,10 @@ export async function openFsStore(options: {
       `the storage root ${root} does not exist; a reader never creates it (start the writer first, or mount the shared root)`,
     );
 
-  const storageId = await ensureStorageIdentity({
-    root,
-    role: role === 'writer' ? 'writer' : 'reader',
-    pool: options.pool,
-    newId: options.newStorageId,
-  });
+  if (options.restoreAs !== undefined && role !== 'writer') throw new Error('restoreAs needs the writer role');
+  const storageId =
+    options.restoreAs ??
+    (await ensureStorageIdentity({ root, role: role === 'writer' ? 'writer' : 'reader', pool: options.pool }));
   const blobsDir = resolveInsideRoot(root, BLOBS_DIR);
   const tmpDir = resolveInsideRoot(root, TMP_DIR);
   if (role === 'writer') {
@@ -162,6 +164,7 @@ export async function openFsStore(options: {
     kind: 'fs',
     location: root,
     storageId,
+    identity: fsIdentityObject(root),
     writable: role !== 'reader',
     uploadStats: () => ({ ...stats }),
     parts: createFsPartStore(root),
