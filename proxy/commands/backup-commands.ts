@@ -18,7 +18,7 @@ import type { LimiterRules } from '../../policy/rate-limit/rules.ts';
 import { resolveBackup } from '../../storage-adapter/backup/backup-dir.ts';
 import { runBackup } from '../../storage-adapter/backup/backup.ts';
 import { BackupError } from '../../storage-adapter/backup/errors.ts';
-import { runRestore } from '../../storage-adapter/backup/restore.ts';
+import { refuseOccupiedDatabase, runRestore } from '../../storage-adapter/backup/restore.ts';
 import { verifyBackup } from '../../storage-adapter/backup/verify.ts';
 import type { Store } from '../../storage-adapter/store.ts';
 import type { Config } from '../config/config.ts';
@@ -204,6 +204,14 @@ async function openRestoreDatabase(env: NodeJS.ProcessEnv): Promise<{ pool: pg.P
     url = embedded.url;
   }
   const pool = createPool(url, 3, log, 'arkvory-restore');
+  try {
+    // An occupied database is refused before it is migrated: restore writes nothing into it.
+    await refuseOccupiedDatabase(pool);
+  } catch (err) {
+    await pool.end();
+    await embedded?.stop();
+    throw err;
+  }
   try {
     await migrate(pool);
   } catch (err) {

@@ -65,9 +65,15 @@ export interface RestoreSummary {
   scrub: ScrubReport;
 }
 
-async function refuseOccupiedDatabase(pool: pg.Pool): Promise<void> {
+/**
+ * Refuses a database that holds an installation. Also called before the target is migrated (a
+ * table that does not exist yet holds nothing), so an occupied database is not even migrated.
+ */
+export async function refuseOccupiedDatabase(pool: pg.Pool): Promise<void> {
   const found: string[] = [];
   for (const table of OCCUPIED_WHEN) {
+    const exists = await pool.query<{ t: string | null }>('SELECT to_regclass($1)::text AS t', [quoteIdent(table)]);
+    if (exists.rows[0]?.t === null) continue;
     const { rows } = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${quoteIdent(table)}`);
     if (rows[0]!.n > 0) found.push(`${table}: ${rows[0]!.n} rows`);
   }
@@ -285,7 +291,7 @@ async function restoreAllOrNothing(
   let client: pg.PoolClient | undefined;
   let undoRuleDocuments: (() => Promise<void>) | undefined;
   let identityWritten = false;
-  let committing = false;
+  let committing: Restored | undefined;
   try {
     const blobs = await referencedBlobs(file);
     let bytes = 0;
@@ -327,9 +333,13 @@ async function restoreAllOrNothing(
     signal?.throwIfAborted();
     identityWritten = true;
     await store.identity.write(manifest.storageId);
-    committing = true;
+    committing = {
+      blobs: { count: blobs.length, bytes },
+      abortedUploads,
+      ruleDocuments: Object.keys(ruleDocuments).length,
+    };
     await client.query('COMMIT');
-    return { blobs: { count: blobs.length, bytes }, abortedUploads, ruleDocuments: Object.keys(ruleDocuments).length };
+    return committing;
   } catch (err) {
     if (committing) {
       // The connection failed at COMMIT: the transaction may have committed all the same. Undoing
@@ -338,11 +348,8 @@ async function restoreAllOrNothing(
         .query<{ id: string }>('SELECT id::text AS id FROM arkvory_storage')
         .then((r) => r.rows[0]?.id ?? null)
         .catch(() => undefined);
-      if (row === manifest.storageId)
-        throw new Error(
-          `the commit's acknowledgement was lost (${(err as Error).message}), but it committed: the restore is complete; run \`arkvory scrub\` to check it`,
-          { cause: err },
-        );
+      // Committed, only the acknowledgement was lost: the restore is complete.
+      if (row === manifest.storageId) return committing;
       if (row === undefined)
         throw Object.assign(
           new Error(
