@@ -11,18 +11,12 @@ import type { OpenFileCache } from './cache/open-file-cache.ts';
 import { checkedUpload } from './checked-upload.ts';
 import { StorageError, storageErrorFromErrno } from './errors.ts';
 import { fsyncDirectory } from './fs-sync.ts';
-import { ensureStorageIdentity, type StorageRole } from './identity.ts';
+import { ensureStorageIdentity, fsIdentityObject, type StorageRole } from './identity.ts';
 import { createFsTree } from './fs-tree.ts';
 import { createFsPartStore } from './multipart/fs-parts.ts';
-import type { Store } from './store.ts';
+import { writeOverlapped } from './overlapped-writer.ts';
+import type { OpenedStore, Store } from './store.ts';
 import { BLOBS_DIR, blobRelativePath, isSha256Hex, resolveInsideRoot, TMP_DIR, UPLOADS_DIR } from './paths.ts';
-
-/** Body bytes are gathered up to this size before one write call (fewer syscalls, same memory bound). */
-const WRITE_BATCH_BYTES = 1024 * 1024;
-/** Batches being written while the next is gathered. */
-const MAX_WRITES_IN_FLIGHT = 2;
-/** A background fdatasync starts after this many bytes since the last one. */
-const SYNC_EVERY_BYTES = 64 * 1024 * 1024;
 
 export type { BlobReader, StagedBlob, StageOptions, Store, UploadStats } from './store.ts';
 /** The filesystem store is one implementation of `Store`; the name stays for its callers. */
@@ -33,67 +27,6 @@ function mapWriteError(err: unknown): unknown {
   if (err instanceof StorageError) return err;
   const mapped = storageErrorFromErrno(err);
   return mapped && mapped.code === 'storage_full' ? mapped : err;
-}
-
-/** Writes every buffer at `position` (pwrite: concurrent batches at their own offsets never interleave). */
-async function writeFullyAt(handle: FileHandle, buffers: Buffer[], position: number): Promise<void> {
-  const total = buffers.reduce((n, b) => n + b.length, 0);
-  const { bytesWritten } = await handle.writev(buffers, position);
-  if (bytesWritten === total) return;
-  let rest = Buffer.concat(buffers).subarray(bytesWritten);
-  let at = position + bytesWritten;
-  while (rest.length > 0) {
-    const result = await handle.write(rest, 0, rest.length, at);
-    rest = rest.subarray(result.bytesWritten);
-    at += result.bytesWritten;
-  }
-}
-
-/**
- * Writes an upload while it arrives, so receiving, hashing, writing and flushing overlap instead
- * of taking turns: up to MAX_WRITES_IN_FLIGHT batches are being written while the next one is
- * gathered (memory: at most that many batches plus the one being filled), and every
- * SYNC_EVERY_BYTES a background fdatasync starts, so the fsync before publishing finds little left
- * to flush. `finish` waits for every write and flush and then fsyncs; `abandon` waits for them
- * without failing, so the file can be closed and removed.
- */
-class OverlappedWriter {
-  readonly #handle: FileHandle;
-  readonly #writes: Array<Promise<void>> = [];
-  #position = 0;
-  #syncedAt = 0;
-  #syncing: Promise<void> | undefined;
-
-  constructor(handle: FileHandle) {
-    this.#handle = handle;
-  }
-
-  async write(batch: Buffer[], bytes: number): Promise<void> {
-    const pending = writeFullyAt(this.#handle, batch, this.#position);
-    // Observed now, awaited below or in finish/abandon: a failure is never unhandled.
-    pending.catch(() => {});
-    this.#writes.push(pending);
-    this.#position += bytes;
-    if (this.#writes.length >= MAX_WRITES_IN_FLIGHT) await this.#writes.shift();
-    if (!this.#syncing && this.#position - this.#syncedAt >= SYNC_EVERY_BYTES) {
-      this.#syncedAt = this.#position;
-      const syncing = this.#handle.datasync().finally(() => {
-        if (this.#syncing === syncing) this.#syncing = undefined;
-      });
-      syncing.catch(() => {});
-      this.#syncing = syncing;
-    }
-  }
-
-  async finish(): Promise<void> {
-    while (this.#writes.length > 0) await this.#writes.shift();
-    await this.#syncing;
-    await this.#handle.sync();
-  }
-
-  async abandon(): Promise<void> {
-    await Promise.allSettled([...this.#writes.splice(0), this.#syncing]);
-  }
 }
 
 async function isDirectory(p: string): Promise<boolean> {
@@ -126,8 +59,12 @@ export async function openFsStore(options: {
   pool: pg.Pool;
   /** Reuse descriptors of hot blobs (content-addressed, so never stale while the process runs). */
   openFiles?: OpenFileCache | undefined;
-  newStorageId?: string | undefined;
-}): Promise<Store> {
+  /**
+   * A restore target (writer only): the storage-id is neither read nor written here; the store
+   * reports this id and the restore writes `identity` last (backup/restore.ts).
+   */
+  restoreAs?: string | undefined;
+}): Promise<OpenedStore> {
   const root = path.resolve(options.root);
   const { role } = options;
   if (role === 'writer') await mkdir(root, { recursive: true });
@@ -137,12 +74,10 @@ export async function openFsStore(options: {
       `the storage root ${root} does not exist; a reader never creates it (start the writer first, or mount the shared root)`,
     );
 
-  const storageId = await ensureStorageIdentity({
-    root,
-    role: role === 'writer' ? 'writer' : 'reader',
-    pool: options.pool,
-    newId: options.newStorageId,
-  });
+  if (options.restoreAs !== undefined && role !== 'writer') throw new Error('restoreAs needs the writer role');
+  const storageId =
+    options.restoreAs ??
+    (await ensureStorageIdentity({ root, role: role === 'writer' ? 'writer' : 'reader', pool: options.pool }));
   const blobsDir = resolveInsideRoot(root, BLOBS_DIR);
   const tmpDir = resolveInsideRoot(root, TMP_DIR);
   if (role === 'writer') {
@@ -162,6 +97,7 @@ export async function openFsStore(options: {
     kind: 'fs',
     location: root,
     storageId,
+    identity: fsIdentityObject(root),
     writable: role !== 'reader',
     uploadStats: () => ({ ...stats }),
     parts: createFsPartStore(root),
@@ -173,24 +109,10 @@ export async function openFsStore(options: {
       const tempPath = resolveInsideRoot(root, path.join(TMP_DIR, `${randomUUID()}.upload`));
       const upload = checkedUpload(body, stageOptions);
       let handle: FileHandle | undefined;
-      let writer: OverlappedWriter | undefined;
       try {
         handle = await open(tempPath, 'wx', 0o644);
-        writer = new OverlappedWriter(handle);
-        let batch: Buffer[] = [];
-        let batchBytes = 0;
-        for await (const bytes of upload.chunks) {
-          batch.push(bytes);
-          batchBytes += bytes.length;
-          if (batchBytes >= WRITE_BATCH_BYTES) {
-            await writer.write(batch, batchBytes);
-            batch = [];
-            batchBytes = 0;
-          }
-        }
-        if (batchBytes > 0) await writer.write(batch, batchBytes);
+        await writeOverlapped(handle, upload.chunks);
         const { sha256, sizeBytes: received } = upload.result;
-        await writer.finish();
         await handle.close();
         handle = undefined;
         let committed = false;
@@ -228,7 +150,6 @@ export async function openFsStore(options: {
         };
       } catch (err) {
         stats.failed++;
-        await writer?.abandon();
         await handle?.close().catch(() => {});
         await unlink(tempPath).catch(() => {});
         throw mapWriteError(err);

@@ -29,7 +29,7 @@ import { sessionRelativeDir } from './multipart/session-path.ts';
 import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, TMP_DIR } from './paths.ts';
 import type { ByteRange } from './range.ts';
 import { openRangeStream, rangeStreamReader, type RangeStream } from './range-stream.ts';
-import type { BlobReader, PartStore, StagedBlob, StageOptions, Store, StoreTree, TreeEntry } from './store.ts';
+import type { BlobReader, OpenedStore, PartStore, StagedBlob, StageOptions, StoreTree, TreeEntry } from './store.ts';
 
 type Method = Dispatcher.HttpMethod;
 
@@ -51,12 +51,12 @@ export interface HttpStoreOptions extends UpstreamOptions {
   readonly url: string;
   readonly role: StorageRole | 'worker';
   readonly pool: pg.Pool;
-  /** The id a fresh identity gets (restore); random otherwise. */
-  readonly newStorageId?: string | undefined;
+  /** A restore target (writer only): nothing is read or written at open; see `OpenedStore`. */
+  readonly restoreAs?: string | undefined;
 }
 
 /** An HTTP store of any role: `writer` may create the identity; `reader` and `worker` only verify it. */
-export async function openHttpStore(options: HttpStoreOptions): Promise<Store> {
+export async function openHttpStore(options: HttpStoreOptions): Promise<OpenedStore> {
   const base = new URL(options.url);
   if (!base.pathname.endsWith('/')) base.pathname += '/';
   const location = base.href;
@@ -193,12 +193,14 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<Store> {
 
   let storageId: string;
   try {
-    storageId = await ensureStorageIdentityOf({
-      object: identity,
-      role: role === 'writer' ? 'writer' : 'reader',
-      pool: options.pool,
-      newId: options.newStorageId,
-    });
+    if (options.restoreAs !== undefined && role !== 'writer') throw new Error('restoreAs needs the writer role');
+    storageId =
+      options.restoreAs ??
+      (await ensureStorageIdentityOf({
+        object: identity,
+        role: role === 'writer' ? 'writer' : 'reader',
+        pool: options.pool,
+      }));
   } catch (err) {
     await upstream.close().catch(() => {});
     throw err;
@@ -276,6 +278,7 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<Store> {
     kind: 'http',
     location,
     storageId,
+    identity,
     writable: role !== 'reader',
     uploadStats: () => ({ ...stats }),
     parts,

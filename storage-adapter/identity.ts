@@ -82,30 +82,19 @@ export function fsIdentityObject(root: string): IdentityObject {
 }
 
 /** The filesystem form: binds `<root>/storage-id`. */
-export function ensureStorageIdentity(options: {
-  root: string;
-  role: StorageRole;
-  pool: pg.Pool;
-  newId?: string | undefined;
-}): Promise<string> {
-  return ensureStorageIdentityOf({
-    object: fsIdentityObject(options.root),
-    role: options.role,
-    pool: options.pool,
-    newId: options.newId,
-  });
+export function ensureStorageIdentity(options: { root: string; role: StorageRole; pool: pg.Pool }): Promise<string> {
+  return ensureStorageIdentityOf({ object: fsIdentityObject(options.root), role: options.role, pool: options.pool });
 }
 
 /**
  * Returns the storage id after checking (reader) or creating-then-checking (writer) the binding.
- * A fresh pair (no file, no row) is created only by the writer; every other disagreement refuses.
- * `newId` is the id a fresh pair gets (a restore recreates the backed-up identity); random otherwise.
+ * A fresh pair (no file, no row) is created only by the writer, with a random id; every other
+ * disagreement refuses. (A restore recreates the backed-up id itself, last: see backup/restore.ts.)
  */
 export async function ensureStorageIdentityOf(options: {
   object: IdentityObject;
   role: StorageRole;
   pool: pg.Pool;
-  newId?: string | undefined;
 }): Promise<string> {
   const { object, role, pool } = options;
   const root = object.root;
@@ -118,7 +107,7 @@ export async function ensureStorageIdentityOf(options: {
         `the storage root ${root} is not initialised (no ${STORAGE_ID_FILE}, no arkvory_storage row); start the writer (ARKVORY_ROLE=api) first`,
       );
     }
-    const id = options.newId ?? randomUUID();
+    const id = randomUUID();
     // Row first inside a transaction, file before commit: a crash in between leaves a file without
     // a row, which the next start reports instead of silently binding a second database.
     await withTransaction(pool, async (client) => {

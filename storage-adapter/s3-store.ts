@@ -37,7 +37,7 @@ import {
   uploadPartCopy,
   type S3Limits,
 } from './s3-transfer.ts';
-import type { PartStore, StagedBlob, StageOptions, Store, StoreTree, TreeEntry } from './store.ts';
+import type { OpenedStore, PartStore, StagedBlob, StageOptions, StoreTree, TreeEntry } from './store.ts';
 
 /** `blobs/sha256/ab/cd/<hex>` with forward slashes whatever the platform. */
 const blobName = (sha256: string) => blobRelativePath(sha256).split('\\').join('/');
@@ -48,8 +48,8 @@ export interface S3StoreOptions extends Omit<S3ClientOptions, 'bucket'> {
   readonly pool: pg.Pool;
   /** Defaults: S3's own limits (5 GiB PUT and copy, 8 MiB parts); tests lower them. */
   readonly limits?: Partial<S3Limits> | undefined;
-  /** The id a fresh store gets (restore recreates the backed-up identity); default a new UUID. */
-  readonly newStorageId?: string | undefined;
+  /** A restore target (writer only): nothing is read or written at open; see `OpenedStore`. */
+  readonly restoreAs?: string | undefined;
 }
 
 /** Counts of how commit() placed blobs (tests check which path a server took). */
@@ -70,7 +70,7 @@ export interface S3AssemblyStats {
   streamed: number;
 }
 
-export type S3Store = Store & {
+export type S3Store = OpenedStore & {
   readonly commits: Readonly<S3CommitStats>;
   readonly assemblies: Readonly<S3AssemblyStats>;
 };
@@ -115,14 +115,17 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
   const assemblies: S3AssemblyStats = { 'server-copy': 0, streamed: 0 };
   const { timeoutMs } = options;
 
+  const identity = identityObject(client, location);
   let storageId: string;
   try {
-    storageId = await ensureStorageIdentityOf({
-      object: identityObject(client, location),
-      role: role === 'writer' ? 'writer' : 'reader',
-      pool: options.pool,
-      newId: options.newStorageId,
-    });
+    if (options.restoreAs !== undefined && role !== 'writer') throw new Error('restoreAs needs the writer role');
+    storageId =
+      options.restoreAs ??
+      (await ensureStorageIdentityOf({
+        object: identity,
+        role: role === 'writer' ? 'writer' : 'reader',
+        pool: options.pool,
+      }));
   } catch (err) {
     await client.close().catch(() => {});
     throw err;
@@ -267,6 +270,7 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
     kind: 's3',
     location: locationText,
     storageId,
+    identity,
     writable: role !== 'reader',
     uploadStats: () => ({ ...stats }),
     commits,
@@ -421,7 +425,7 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
 
 /** Reads `storage-id` from an S3 store without binding anything (for `arkvory doctor`). */
 export async function readS3StorageIdObject(
-  options: Omit<S3StoreOptions, 'role' | 'pool' | 'newStorageId'>,
+  options: Omit<S3StoreOptions, 'role' | 'pool' | 'restoreAs'>,
 ): Promise<string | undefined> {
   const client = createS3Client({ ...options, bucket: options.location.bucket });
   try {

@@ -4,6 +4,7 @@
  * Both use the same layout of relative names, so a directory served by nginx is the same store.
  */
 import type { ByteMeter } from './byte-meter.ts';
+import type { IdentityObject } from './identity.ts';
 import type { ByteRange } from './range.ts';
 
 export interface StageOptions {
@@ -131,4 +132,13 @@ export interface Store {
   readonly tree: StoreTree;
   /** Releases connections (HTTP store); nothing to do for the filesystem store. */
   close(): Promise<void>;
+}
+
+/**
+ * A store as its opener returns it, with the object that holds its `storage-id`. A restore target
+ * (opened with `restoreAs`) has bound nothing yet: the restore checks the root is empty, writes
+ * every blob, and writes this object last, in the same step as the database (backup/restore.ts).
+ */
+export interface OpenedStore extends Store {
+  readonly identity: IdentityObject;
 }

@@ -80,6 +80,32 @@ describe('BandwidthGovernor', () => {
     expect(timers.size).toBe(0);
   });
 
+  it('counts the ceiling lost to late wake-ups: what the full bucket could not hold after the due time', async () => {
+    // 1 MiB/s: burst and capacity 104857 bytes, quantum 65536. After one quantum 39321 bytes are
+    // left; the next quantum is due in 26 ms (25.0004, rounded up to whole ms).
+    const run = async (lateMs: number) => {
+      const clock = new ManualClock(1_700_000_000_000, 10_000);
+      const manual = new ManualTimers(clock);
+      // Every wake-up fires `lateMs` after its due time, like a process the OS runs late.
+      const timers = {
+        setTimeout: (cb: () => void, ms: number) => manual.setTimeout(cb, ms + lateMs),
+        clearTimeout: (h: unknown) => manual.clearTimeout(h),
+      };
+      const governor = new BandwidthGovernor({ clock, timers, rateBytesPerSec: 1_048_576, perPrincipalBytesPerSec: 0 });
+      const meter = governor.meter('p');
+      await meter.take(65_536);
+      const next = track(meter.take(65_536));
+      await manual.advance(26 + lateMs);
+      expect(next.done).toBe(true);
+      return governor.snapshot().lateDroppedBytes;
+    };
+    expect(await run(0)).toBe(0);
+    // 10 ms late: the bucket holds 39321 + 37.7 KB < its capacity; nothing lost.
+    expect(await run(10)).toBe(0);
+    // 100 ms late: fired at 126 ms the bucket would hold 39321 + 132120.576 bytes; it holds 104857.
+    expect(await run(100)).toBe(Math.floor(39_321 + 132_120.576 - 104_857));
+  });
+
   it('two keys (meters) of one principal share one bucket; another principal has its own', async () => {
     const { governor } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 10_240 }); // burst 1024
     const viaKeyA = governor.meter('svc-1');

@@ -11,6 +11,7 @@ import {
   quantumBytesFor,
   startBucket,
   takeTokens,
+  toMicros,
 } from './token-bucket.ts';
 
 /** One per HTTP body stream. */
@@ -63,6 +64,13 @@ export interface BandwidthSnapshot {
   waitingQuanta: number;
   /** Takes since start that had to wait before their grant, refusal or cancellation. */
   waitedTakes: number;
+  /**
+   * Bytes of the direction's ceiling lost because the process woke later than due while a take
+   * waited for the global bucket: what the bucket (full at its capacity) could not hold between the
+   * wake-up's due time and its late firing (event-loop lag, a CPU-starved process). Budget the
+   * governor would have granted had it run on time; 0 on a process that keeps up.
+   */
+  lateDroppedBytes: number;
   /** Principal states held (0 when both ceilings are off: nothing is tracked then). */
   principals: number;
   /** Takes and meters refused with `busy` (waiting bound full, principal table full). */
@@ -129,6 +137,7 @@ export class BandwidthGovernor {
   #grantedBytes = 0;
   #grantedQuanta = 0;
   #waitedTakes = 0;
+  #lateDroppedBytes = 0;
   #rejectedBusy = 0;
   #timer: TimerHandle | null = null;
   #timerDueMs = Infinity;
@@ -213,6 +222,7 @@ export class BandwidthGovernor {
       grantedQuanta: this.#grantedQuanta,
       waitingQuanta: this.#waiting,
       waitedTakes: this.#waitedTakes,
+      lateDroppedBytes: Math.floor(this.#lateDroppedBytes),
       principals: this.#principals.size,
       rejectedBusy: this.#rejectedBusy,
       fenced: this.#fenced,
@@ -412,10 +422,34 @@ export class BandwidthGovernor {
     this.#disarm();
     this.#timerDueMs = nowMs + delayMs;
     this.#timer = this.#timers.setTimeout(() => {
+      const dueMs = this.#timerDueMs;
       this.#timer = null;
       this.#timerDueMs = Infinity;
-      this.#dispatch(this.#clock.monotonicMs());
+      const firedMs = this.#clock.monotonicMs();
+      this.#countLateDrop(dueMs, firedMs);
+      this.#dispatch(firedMs);
     }, delayMs);
+  }
+
+  /**
+   * A wake-up for a take reserved on the global bucket fired at `firedMs`, after its due time: adds
+   * what the bucket overflowed between the two (nothing when it fired in time, or when the bucket
+   * still had room). Overflow before the due time is not counted, so a wake-up armed too late would
+   * still show as lost rate, not as lateness.
+   */
+  #countLateDrop(dueMs: number, firedMs: number): void {
+    const spec = this.#globalSpec;
+    if (spec === null || this.#reserved === null || firedMs <= dueMs) return;
+    const state = this.#global!;
+    // Bytes beyond capacity the bucket would hold at `ms` were it unbounded (floats: a metric, not the bound).
+    const overflow = (ms: number) =>
+      Math.max(
+        0,
+        state.microTokens / 1e6 +
+          (Math.max(0, toMicros(ms) - state.atUs) / 1e6) * spec.rateBytesPerSec -
+          spec.capacityBytes,
+      );
+    this.#lateDroppedBytes += overflow(firedMs) - overflow(dueMs);
   }
 
   #disarm(): void {

@@ -10,6 +10,20 @@ import { withTransaction } from '../../lib/transaction.ts';
 /** "arkvory-rl-rules" */
 const LOCK_KEY = '7020121870183771251';
 
+/** Writes documents inside the caller's transaction (update below; a restore's one transaction). */
+export async function upsertPgRuleDocuments(
+  client: pg.ClientBase,
+  documents: ReadonlyMap<string, unknown>,
+): Promise<void> {
+  for (const [limiter, document] of documents) {
+    await client.query(
+      `INSERT INTO arkvory_rate_limit_rules (limiter, document) VALUES ($1, $2)
+       ON CONFLICT (limiter) DO UPDATE SET document = EXCLUDED.document, updated_at = now()`,
+      [limiter, JSON.stringify(document)],
+    );
+  }
+}
+
 export function createPgRuleDocuments(pool: pg.Pool): RuleDocumentStore {
   return {
     kind: 'postgres',
@@ -27,14 +41,7 @@ export function createPgRuleDocuments(pool: pg.Pool): RuleDocumentStore {
           'SELECT limiter, document FROM arkvory_rate_limit_rules WHERE limiter = ANY($1)',
           [limiters],
         );
-        const next = change(new Map(rows.map((r) => [r.limiter, r.document])));
-        for (const [limiter, document] of next) {
-          await client.query(
-            `INSERT INTO arkvory_rate_limit_rules (limiter, document) VALUES ($1, $2)
-             ON CONFLICT (limiter) DO UPDATE SET document = EXCLUDED.document, updated_at = now()`,
-            [limiter, JSON.stringify(document)],
-          );
-        }
+        await upsertPgRuleDocuments(client, change(new Map(rows.map((r) => [r.limiter, r.document]))));
       });
     },
     async listIndexed() {

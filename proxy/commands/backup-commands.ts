@@ -11,14 +11,14 @@ import { BandwidthGovernor } from '../../policy/bandwidth/index.ts';
 import { MAX_RATE_BYTES_PER_SEC } from '../../policy/bandwidth/token-bucket.ts';
 import { systemClock } from '../../policy/clock.ts';
 import { tryLockExclusive, tryLockShared } from '../../policy/lease/barriers.ts';
-import { createPgRuleDocuments } from '../../policy/rate-limit/pg-rule-documents.ts';
+import { upsertPgRuleDocuments } from '../../policy/rate-limit/pg-rule-documents.ts';
 import { createRedisRuleDocuments } from '../../policy/rate-limit/redis-rule-documents.ts';
 import type { RuleDocumentStore } from '../../policy/rate-limit/rule-documents.ts';
 import type { LimiterRules } from '../../policy/rate-limit/rules.ts';
 import { resolveBackup } from '../../storage-adapter/backup/backup-dir.ts';
 import { runBackup } from '../../storage-adapter/backup/backup.ts';
 import { BackupError } from '../../storage-adapter/backup/errors.ts';
-import { runRestore } from '../../storage-adapter/backup/restore.ts';
+import { refuseOccupiedDatabase, runRestore } from '../../storage-adapter/backup/restore.ts';
 import { verifyBackup } from '../../storage-adapter/backup/verify.ts';
 import type { Store } from '../../storage-adapter/store.ts';
 import type { Config } from '../config/config.ts';
@@ -206,6 +206,14 @@ async function openRestoreDatabase(env: NodeJS.ProcessEnv): Promise<{ pool: pg.P
   }
   const pool = createPool(url, 3, log, 'arkvory-restore');
   try {
+    // An occupied database is refused before it is migrated: restore writes nothing into it.
+    await refuseOccupiedDatabase(pool);
+  } catch (err) {
+    await pool.end();
+    await embedded?.stop();
+    throw err;
+  }
+  try {
     await migrate(pool);
   } catch (err) {
     await pool.end();
@@ -225,11 +233,14 @@ export const restoreCommand: Command = defineCommand({
 complete backup is used).
 Without --verify: refuses unless the database (ARKVORY_DATABASE_URL, or the embedded one under
 ARKVORY_DATA_DIR, started for the restore) holds no installation and the storage root (ARKVORY_DATA_DIR or
-ARKVORY_STORAGE_URL) has no storage-id and no blobs; migrates the database, recreates the storage identity
-of the backup, writes every blob through the store (each verified by hash), loads every table in one
-transaction (leases and the shared policy are not restored; unfinished multipart uploads come back
-aborted), writes backed-up Redis rule documents into the target's Redis (ARKVORY_REDIS_URL) or else its
-database, then scrubs what it restored. Refused while a gateway or worker of the database runs.
+ARKVORY_STORAGE_URL) has no storage-id and no blobs, before it writes anything; migrates the database,
+writes every blob through the store (each verified by hash), then in one transaction loads every table
+(leases and the shared policy are not restored; unfinished multipart uploads come back aborted) and the
+backed-up Redis rule documents (into the target's Redis, ARKVORY_REDIS_URL, or else its database), writes
+the backup's storage-id last and commits; then scrubs what it restored. All or nothing: a restore that
+fails or is stopped (SIGINT/SIGTERM) before the commit rolls back and removes every blob and the storage-id
+it wrote, so the target is empty again and can be retried. Refused while a gateway or worker of the
+database runs.
 Progress on stderr (a bar on a terminal, JSON lines otherwise); a JSON summary on stdout.
 Exit codes: 0 restored and clean, 1 refused, failed or the scrub found damage, 2 usage.`,
   forms: [
@@ -283,27 +294,46 @@ Exit codes: 0 restored and clean, 1 refused, failed or the scrub found damage, 2
             return 1;
           }
           const codeSchemaVersion = Math.max(0, ...(await listMigrations()).map((m) => m.version));
-          const summary = await runRestore({
-            backup,
-            pool,
-            codeSchemaVersion,
-            fsRoot: config.storage.url === undefined ? path.resolve(config.dataDir) : undefined,
-            openTarget: (storageId) => openStore(config, 'writer', pool, { newStorageId: storageId }),
-            onProgress: (done, total, bytes) => progress.update(progressText(done, total, bytes)),
-            // Into the target's rule store: its Redis when it has one, else the database.
-            writeRuleDocuments: async (docs) => {
-              const redisRules = config.redisUrl ? await openRedisRuleDocuments(config) : undefined;
-              try {
-                const documents = redisRules?.documents ?? createPgRuleDocuments(pool);
-                await documents.update(
-                  Object.keys(docs),
-                  () => new Map(Object.entries(docs) as Array<[string, LimiterRules]>),
-                );
-              } finally {
-                redisRules?.close();
-              }
-            },
-          });
+          const summary = await abortableBySignals((signal) =>
+            runRestore({
+              backup,
+              pool,
+              codeSchemaVersion,
+              fsRoot: config.storage.url === undefined ? path.resolve(config.dataDir) : undefined,
+              openTarget: (storageId) => openStore(config, 'writer', pool, { restoreAs: storageId }),
+              onProgress: (done, total, bytes) => progress.update(progressText(done, total, bytes)),
+              signal,
+              // Into the target's rule store: its Redis when it has one, else the database (in the restore's transaction).
+              writeRuleDocuments: async (docs, tx) => {
+                const restored = new Map(Object.entries(docs) as Array<[string, LimiterRules]>);
+                if (!config.redisUrl) {
+                  await upsertPgRuleDocuments(tx, restored);
+                  return undefined;
+                }
+                const redisRules = await openRedisRuleDocuments(config);
+                let previous = new Map<string, unknown>();
+                try {
+                  await redisRules.documents.update([...restored.keys()], (current) => {
+                    previous = current;
+                    return restored;
+                  });
+                } finally {
+                  redisRules.close();
+                }
+                // Should the restore fail after this: the documents as they were (none, normally).
+                return async () => {
+                  const again = await openRedisRuleDocuments(config);
+                  try {
+                    await again.documents.remove([...restored.keys()].filter((l) => !previous.has(l)));
+                    if (previous.size)
+                      await again.documents.update([...previous.keys()], () => previous as Map<string, LimiterRules>);
+                  } finally {
+                    again.close();
+                  }
+                };
+              },
+            }),
+          );
           progress.done();
           process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
           return summary.scrub.corrupt.length ? 1 : 0;

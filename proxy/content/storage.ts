@@ -9,22 +9,22 @@ import { openHttpStore } from '../../storage-adapter/http-store.ts';
 import { openS3Store } from '../../storage-adapter/s3-store.ts';
 import type { OpenFileCache } from '../../storage-adapter/cache/open-file-cache.ts';
 import type { StorageRole } from '../../storage-adapter/identity.ts';
-import type { Store } from '../../storage-adapter/store.ts';
+import type { OpenedStore } from '../../storage-adapter/store.ts';
 import type { Config } from '../config/config.ts';
 
 /**
  * `openFiles` applies to the directory store only (the HTTP and S3 stores have no descriptors to keep).
- * `newStorageId`: the id a fresh root gets (restore recreates the backed-up identity).
+ * `restoreAs`: open a restore target, binding nothing (see `OpenedStore`); the writer role only.
  */
 export function openStore(
   config: Config,
   role: StorageRole | 'worker',
   pool: pg.Pool,
-  options: { openFiles?: OpenFileCache | undefined; newStorageId?: string | undefined } = {},
-): Promise<Store> {
+  options: { openFiles?: OpenFileCache | undefined; restoreAs?: string | undefined } = {},
+): Promise<OpenedStore> {
   const { url, connectTimeoutMs, timeoutMs, s3 } = config.storage;
-  const { openFiles, newStorageId } = options;
-  if (s3 !== undefined) return openS3Store({ ...s3, role, pool, connectTimeoutMs, timeoutMs, newStorageId });
-  if (url !== undefined) return openHttpStore({ url, role, pool, connectTimeoutMs, timeoutMs, newStorageId });
-  return openFsStore({ root: config.dataDir, role, pool, openFiles, newStorageId });
+  const { openFiles, restoreAs } = options;
+  if (s3 !== undefined) return openS3Store({ ...s3, role, pool, connectTimeoutMs, timeoutMs, restoreAs });
+  if (url !== undefined) return openHttpStore({ url, role, pool, connectTimeoutMs, timeoutMs, restoreAs });
+  return openFsStore({ root: config.dataDir, role, pool, openFiles, restoreAs });
 }

@@ -1,17 +1,18 @@
 /**
  * Spec bounds checked over HTTP against real gateway processes (issue #21): admission of one upload
- * per principal with 429 `busy` + Retry-After, the rate-limit window (Retry-After is the window's
- * end and exactly `limit` requests pass in the next one), and readiness bodies free of ids, names
- * and keys.
+ * per principal with 429 `busy` + Retry-After, upload pacing on the directory store and of
+ * multipart parts (bounded by rate·t + burst, within a few percent of the rate) with independent
+ * upload and download budgets, the rate-limit window (Retry-After is the window's end and exactly
+ * `limit` requests pass in the next one), and readiness bodies free of ids, names and keys.
  */
 import { writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
-import { randomContent, request } from '../../test/support/content.ts';
-import { createTestDatabase, useTestDatabase } from '../../test/support/database.ts';
+import { randomContent, request, type RawResponse } from '../../test/support/content.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 
 const db = useTestDatabase();
@@ -108,111 +109,177 @@ describe('admission over HTTP (ADR 0008)', () => {
 describe('bandwidth pacing over HTTP (directory store)', () => {
   const RATE = 1024 * 1024; // bytes per second, each direction
   const BURST = Math.floor(RATE / 10); // ADR 0008: min(rate / 10, 1 MiB)
-  const SIZE = 4 * 1024 * 1024;
-  /**
-   * Bound (ADR 0008): bytes granted by time t ≤ rate·t + burst, so moving SIZE bytes takes at least
-   * (SIZE − burst) / rate, whatever the machine's load. And the governor is not slack: once the
-   * request's own unpaced cost (the same operation on an unpaced gateway, measured just before, so
-   * under the same load) is taken off, the achieved rate is within 10 % of the ceiling (a few
-   * percent on a quiet machine; the margin is for a loaded one).
-   */
-  function expectPaced(what: string, seconds: number, unpacedSeconds: number, floor = 0.9): void {
-    expect(seconds, `${what}: faster than rate·t + burst allows`).toBeGreaterThanOrEqual((SIZE - BURST) / RATE);
-    expect(
-      (SIZE - BURST) / Math.max(0.001, seconds - unpacedSeconds),
-      `${what}: achieved rate (unpaced cost ${unpacedSeconds.toFixed(3)} s taken off)`,
-    ).toBeGreaterThan(floor * RATE);
+  /** Long enough that the burst and the sampling jitter are small beside the paced stretch. */
+  const SIZE = 6 * RATE;
+  /** "Within a few percent of the rate". */
+  const TOLERANCE = 0.03;
+  /** The gateway's clock is read in whole microseconds (token-bucket.ts): at most this many bytes of rounding. */
+  const ROUNDING = Math.ceil(RATE / 1_000_000);
+  const EVERY_MS = 250;
+
+  interface Sample {
+    /** performance.now() when the scrape was sent and when its answer arrived (ms, monotonic). */
+    sent: number;
+    received: number;
+    /** The gateway's own counts for the direction: bytes its governor granted, and ceiling lost to late wake-ups. */
+    granted: number;
+    lateDropped: number;
   }
-  const timed = async <T>(work: () => Promise<T>): Promise<{ value: T; seconds: number }> => {
+
+  async function scrape(gw: GatewayProcess, direction: 'upload' | 'download'): Promise<Sample> {
+    const sent = performance.now();
+    const res = await request(`${gw.url}/metrics`);
+    const received = performance.now();
+    expect(res.status).toBe(200);
+    const read = (family: string) => {
+      const line = new RegExp(`^${family}\\{direction="${direction}"\\} (\\d+)$`, 'm').exec(res.body.toString());
+      if (!line) throw new Error(`no ${family}{direction="${direction}"} in /metrics`);
+      return Number(line[1]);
+    };
+    return {
+      sent,
+      received,
+      granted: read('arkvory_bandwidth_granted_bytes_total'),
+      lateDropped: read('arkvory_bandwidth_late_dropped_bytes_total'),
+    };
+  }
+
+  /** Runs `work` while sampling the gateway's counters of `direction` every EVERY_MS. */
+  async function sampled<T>(
+    gw: GatewayProcess,
+    direction: 'upload' | 'download',
+    work: () => Promise<T>,
+  ): Promise<{ value: T; seconds: number; samples: Sample[] }> {
+    const samples = [await scrape(gw, direction)];
+    let done = false;
     const t0 = performance.now();
-    const value = await work();
-    return { value, seconds: (performance.now() - t0) / 1000 };
-  };
+    const running = work().finally(() => {
+      done = true;
+    });
+    const sampler = (async () => {
+      while (!done) {
+        await sleep(EVERY_MS);
+        samples.push(await scrape(gw, direction));
+      }
+    })();
+    const value = await running;
+    const seconds = (performance.now() - t0) / 1000;
+    await sampler;
+    samples.push(await scrape(gw, direction));
+    return { value, seconds, samples };
+  }
+
+  /** Least-squares slope of `ys` over `xs`. */
+  function slope(xs: readonly number[], ys: readonly number[]): number {
+    const mx = xs.reduce((a, b) => a + b, 0) / xs.length;
+    const my = ys.reduce((a, b) => a + b, 0) / ys.length;
+    let sxy = 0;
+    let sxx = 0;
+    for (const [i, x] of xs.entries()) {
+      sxy += (x - mx) * (ys[i]! - my);
+      sxx += (x - mx) ** 2;
+    }
+    return sxy / sxx;
+  }
+
+  /**
+   * ADR 0008's bound, exactly: bytes granted from the start of a transfer by time t ≤ rate·t + burst.
+   * Checked by the client (moving SIZE bytes takes at least (SIZE − burst) / rate) and at every
+   * sample of the gateway's own counter (granted since the first sample ≤ rate × the longest time
+   * that can have passed between the two reads + burst: an idle bucket holds at most its burst).
+   *
+   * And the governor is not slack: over the paced stretch (burst spent, last quantum not yet
+   * granted) the gateway's own granted bytes grow at the rate, within TOLERANCE, per governor time:
+   * the time the governor was in charge, i.e. less the ceiling its process lost by waking later than
+   * due while a take waited (`arkvory_bandwidth_late_dropped_bytes_total` ÷ rate). On a loaded
+   * 2-core machine the OS can run the gateway 100 ms late, past what its burst absorbs; that is the
+   * scheduler's share, counted by the gateway, while anything else (a wake-up armed late, a take the
+   * stream did not make, a grant not given) still shows as lost rate. Sampling the gateway's counters
+   * keeps the request's fixed costs (connection, database, fsync) and the test's own scheduling out.
+   */
+  function expectPaced(what: string, run: { seconds: number; samples: Sample[] }, floor = 1 - TOLERANCE): void {
+    expect(run.seconds, `${what}: faster than rate·t + burst allows`).toBeGreaterThanOrEqual((SIZE - BURST) / RATE);
+    const [first, ...rest] = run.samples;
+    const start = first!.granted;
+    for (const s of rest)
+      expect(s.granted - start, `${what}: granted beyond rate·t + burst`).toBeLessThanOrEqual(
+        Math.floor((RATE * (s.received - first!.sent)) / 1000) + BURST + ROUNDING,
+      );
+    expect(run.samples.at(-1)!.granted - start, `${what}: every byte granted`).toBeGreaterThanOrEqual(SIZE);
+    const steady = run.samples.filter((s) => s.granted - start >= 2 * BURST && s.granted - start <= SIZE - BURST);
+    const xs = steady.map((s) => (s.sent + s.received) / 2000);
+    const window = xs.at(-1)! - xs[0]!;
+    expect(window, `${what}: paced stretch sampled`).toBeGreaterThan(3);
+    const late = (steady.at(-1)!.lateDropped - steady[0]!.lateDropped) / RATE;
+    const governorTime = (s: Sample, i: number) => xs[i]! - (s.lateDropped - steady[0]!.lateDropped) / RATE;
+    const rate =
+      slope(
+        steady.map(governorTime),
+        steady.map((s) => s.granted),
+      ) / RATE;
+    const wallRate =
+      slope(
+        xs,
+        steady.map((s) => s.granted),
+      ) / RATE;
+    const report = `${(rate * 100).toFixed(2)} % of the rate per governor time (${(wallRate * 100).toFixed(2)} % per wall time, ${(late * 1000).toFixed(0)} ms late) over ${window.toFixed(2)} s, ${steady.length} samples`;
+    if (process.env.ARKVORY_PACING_REPORT) console.log(`${what}: ${report}`);
+    expect(rate, `${what}: ${report}`).toBeGreaterThan(floor);
+    expect(rate, `${what}: ${report}`).toBeLessThan(1 + TOLERANCE);
+  }
 
   it('paces a whole upload and a multipart part at the ceiling, and upload and download budgets are independent', async () => {
-    // One writer per database: the unpaced twin gets a database of its own, with the same key.
-    const twinDb = await createTestDatabase();
-    onTestFinished(() => twinDb.drop());
     await createRepository(db.pool, 'pace');
-    await createRepository(twinDb.pool, 'pace');
     const sa = await createServiceAccount(db.pool, { grants: { pace: 'write' } });
-    await twinDb.pool.query('INSERT INTO arkvory_principals (id, name) VALUES ($1, $2)', [sa.principalId, sa.name]);
-    const keyRow = await db.pool.query<{ secret_sha256: Buffer; scopes: string[] }>(
-      'SELECT secret_sha256, scopes FROM arkvory_api_keys WHERE key_id = $1',
-      [sa.keyId],
-    );
-    await twinDb.pool.query(
-      'INSERT INTO arkvory_api_keys (key_id, principal_id, secret_sha256, scopes) VALUES ($1, $2, $3, $4)',
-      [sa.keyId, sa.principalId, keyRow.rows[0]!.secret_sha256, keyRow.rows[0]!.scopes],
-    );
-    await twinDb.pool.query(
-      `INSERT INTO arkvory_grants (principal_id, repository, permission) VALUES ($1, 'pace', 'write')`,
-      [sa.principalId],
-    );
-    const paced = await startGateway({
+    const gw = await startGateway({
       env: {
         ARKVORY_DATABASE_URL: db.url,
         ARKVORY_UPLOAD_BYTES_PER_SECOND: String(RATE),
         ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(RATE),
       },
     });
-    const unpaced = await startGateway({ env: { ARKVORY_DATABASE_URL: twinDb.url } });
-    const base = (gw: GatewayProcess) => `${gw.url}/api/v1/repositories/pace`;
+    const base = `${gw.url}/api/v1/repositories/pace`;
     let n = 0;
-    const upload = (gw: GatewayProcess) =>
-      timed(() =>
-        request(`${base(gw)}/artifacts/u${++n}.bin`, {
-          method: 'PUT',
-          headers: bearer(sa.key),
-          body: randomContent(SIZE),
-        }),
-      );
-    const part = async (gw: GatewayProcess) => {
-      const opened = await request(`${base(gw)}/artifacts/p${++n}.bin/uploads`, {
-        method: 'POST',
-        headers: { ...bearer(sa.key), 'content-type': 'application/json' },
-        body: Buffer.from('{}'),
-      });
-      expect(opened.status).toBe(201);
-      const id = (JSON.parse(opened.body.toString()) as { upload: string }).upload;
-      return timed(() =>
-        request(`${base(gw)}/uploads/${id}/parts/1`, {
-          method: 'PUT',
-          headers: bearer(sa.key),
-          body: randomContent(SIZE),
-        }),
-      );
-    };
-    /** The first whole upload of each gateway (u1 on the twin, u2 on the paced one) is downloaded later. */
-    const download = (gw: GatewayProcess) =>
-      timed(() =>
-        request(`${base(gw)}/artifacts/${gw === unpaced ? 'u1' : 'u2'}.bin/content`, { headers: bearer(sa.key) }),
-      );
+    const upload = () =>
+      request(`${base}/artifacts/u${++n}.bin`, { method: 'PUT', headers: bearer(sa.key), body: randomContent(SIZE) });
 
-    const wholeBase = await upload(unpaced);
-    expect(wholeBase.value.status).toBe(201);
-    const whole = await upload(paced);
+    const whole = await sampled(gw, 'upload', upload);
     expect(whole.value.status).toBe(201);
-    expectPaced('whole upload', whole.seconds, wholeBase.seconds);
+    expectPaced('whole upload', whole);
 
-    const partBase = await part(unpaced);
-    const partPaced = await part(paced);
-    expect(partPaced.value.status).toBe(200);
-    expectPaced('multipart part', partPaced.seconds, partBase.seconds);
+    const opened = await request(`${base}/artifacts/p.bin/uploads`, {
+      method: 'POST',
+      headers: { ...bearer(sa.key), 'content-type': 'application/json' },
+      body: Buffer.from('{}'),
+    });
+    expect(opened.status).toBe(201);
+    const id = (JSON.parse(opened.body.toString()) as { upload: string }).upload;
+    const part = await sampled(gw, 'upload', () =>
+      request(`${base}/uploads/${id}/parts/1`, { method: 'PUT', headers: bearer(sa.key), body: randomContent(SIZE) }),
+    );
+    expect(part.value.status).toBe(200);
+    expectPaced('multipart part', part);
 
-    // At the same time, one download and one upload: each gets its own direction's full ceiling.
-    const [downBase, upBase] = await Promise.all([download(unpaced), upload(unpaced)]);
-    const [down, up] = await Promise.all([download(paced), upload(paced)]);
+    // At the same time, one download (of u1) and one upload: each direction gets its own full ceiling.
+    // Were the budgets shared, each would get half of it.
+    let downloadRun: Promise<{ value: RawResponse; seconds: number; samples: Sample[] }> | undefined;
+    const up = await sampled(gw, 'upload', async () => {
+      downloadRun = sampled(gw, 'download', () =>
+        request(`${base}/artifacts/u1.bin/content`, { headers: bearer(sa.key) }),
+      );
+      const [value] = await Promise.all([upload(), downloadRun]);
+      return value;
+    });
+    const down = await downloadRun!;
     expect(down.value.status).toBe(200);
     expect(down.value.body.length).toBe(SIZE);
     expect(up.value.status).toBe(201);
-    // Independence: were the budgets shared, each would get half the ceiling. Two paced streams in one
-    // loaded process lose a little more to timer lag (a wake-up later than (burst − quantum) / rate
-    // drops refill), hence the lower floor here; still far above the 50 % a shared budget would give.
-    expectPaced('download beside an upload', down.seconds, downBase.seconds, 0.75);
-    expectPaced('upload beside a download', up.seconds, upBase.seconds, 0.75);
-    expect(await paced.stop()).toBe(0);
-    expect(await unpaced.stop()).toBe(0);
+    // The download is here for independence (a shared budget would give each half). Its path reads
+    // each chunk from disk before charging it, not overlapped as uploads write, so a loaded machine
+    // stalls it between takes longer than the burst lasts; its floor stays 90 % per governor time.
+    expectPaced('download beside an upload', down, 0.9);
+    expectPaced('upload beside a download', up);
+    expect(await gw.stop()).toBe(0);
   });
 });
 

@@ -93,6 +93,12 @@ export const GATEWAY_METRICS = [
     help: 'Takes that had to wait for tokens before their grant, refusal or cancellation.',
   },
   {
+    name: 'arkvory_bandwidth_late_dropped_bytes_total',
+    type: 'counter',
+    labels: ['direction'],
+    help: 'Ceiling lost because the governor woke later than due while a take waited (event-loop lag, CPU starvation): bytes its full bucket could not hold.',
+  },
+  {
     name: 'arkvory_bandwidth_waiting_quanta',
     type: 'gauge',
     labels: ['direction'],

@@ -109,6 +109,9 @@ export function createGatewayMetrics(options: { registry?: Registry; processMetr
   counter(registry, 'arkvory_bandwidth_waited_quanta_total', function () {
     eachDirection(this, (s) => s.waitedTakes);
   });
+  counter(registry, 'arkvory_bandwidth_late_dropped_bytes_total', function () {
+    eachDirection(this, (s) => s.lateDroppedBytes);
+  });
   gauge(registry, 'arkvory_bandwidth_waiting_quanta', function () {
     eachDirection(this, (s) => s.waitingQuanta);
   });

@@ -1,17 +1,23 @@
 /**
- * `arkvory restore`: a backup into an empty database and an empty storage root. Order: refuse a
- * non-empty target; recreate the storage identity (the backed-up id); put every blob through the
- * store (verified by hash as it is written); load every restorable table in one transaction; scrub.
+ * `arkvory restore`: a backup into an empty database and an empty storage root, all or nothing.
+ * Order: refuse a non-empty target before anything is written (the database, then the storage root
+ * through a store opened without binding: no storage-id is read or written at open); put every blob
+ * through the store (verified by hash as it is written); in one transaction load every restorable
+ * table, the backed-up rule documents and the `arkvory_storage` row, write the `storage-id` object
+ * last and commit; scrub. A failure anywhere before the commit (a damaged backup, a full disk, a store
+ * or Redis that went away, SIGINT/SIGTERM) rolls the transaction back and removes every blob, temporary
+ * and the storage-id the restore wrote, so the target is empty again and the restore can be retried.
  * Coordination state (leases, shared policy) is not restored; unfinished multipart sessions come
  * back aborted, since their parts are not in a backup.
  */
+import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import type pg from 'pg';
 import { createFsTree } from '../fs-tree.ts';
-import { blobRelativePath, BLOBS_DIR, STORAGE_ID_FILE } from '../paths.ts';
+import { blobRelativePath, BLOBS_DIR, STORAGE_ID_FILE, TMP_DIR } from '../paths.ts';
 import { scrubBlobs, type ScrubReport } from '../maintenance/scrub.ts';
-import type { Store } from '../store.ts';
+import type { OpenedStore, Store } from '../store.ts';
 import { fileChunks } from './blob-copy.ts';
 import { dumpLines, referencedBlobs } from './database-file.ts';
 import { BackupError } from './errors.ts';
@@ -28,13 +34,24 @@ export interface RestoreOptions {
   readonly pool: pg.Pool;
   /** The newest migration this code has; a backup from a newer schema is refused. */
   readonly codeSchemaVersion: number;
-  /** The directory store's root, checked empty before anything is written. */
+  /** The directory store's root, checked empty before the store is even opened. */
   readonly fsRoot?: string | undefined;
-  /** Opens the target store as the writer, binding a fresh root to `storageId`. */
-  readonly openTarget: (storageId: string) => Promise<Store>;
+  /**
+   * Opens the target store as the writer for a restore (`restoreAs`: `storageId`): nothing bound,
+   * nothing read or written at open; the restore writes its `identity` last.
+   */
+  readonly openTarget: (storageId: string) => Promise<OpenedStore>;
   readonly onProgress?: ((done: number, total: number, bytes: number) => void) | undefined;
-  /** Writes backed-up rule documents (kept outside the database) into the target's rule store. */
-  readonly writeRuleDocuments?: ((docs: Record<string, unknown>) => Promise<void>) | undefined;
+  /**
+   * Writes backed-up rule documents (kept outside the database) into the target's rule store, before
+   * the commit: inside `tx` (the restore's transaction) when that store is the database; elsewhere
+   * (Redis) returning how to undo the write should the restore fail after it.
+   */
+  readonly writeRuleDocuments?:
+    | ((docs: Record<string, unknown>, tx: pg.ClientBase) => Promise<(() => Promise<void>) | undefined>)
+    | undefined;
+  /** Aborts the restore (SIGINT/SIGTERM); it is rolled back like any failure. */
+  readonly signal?: AbortSignal | undefined;
 }
 
 export interface RestoreSummary {
@@ -48,9 +65,15 @@ export interface RestoreSummary {
   scrub: ScrubReport;
 }
 
-async function refuseOccupiedDatabase(pool: pg.Pool): Promise<void> {
+/**
+ * Refuses a database that holds an installation. Also called before the target is migrated (a
+ * table that does not exist yet holds nothing), so an occupied database is not even migrated.
+ */
+export async function refuseOccupiedDatabase(pool: pg.Pool): Promise<void> {
   const found: string[] = [];
   for (const table of OCCUPIED_WHEN) {
+    const exists = await pool.query<{ t: string | null }>('SELECT to_regclass($1)::text AS t', [quoteIdent(table)]);
+    if (exists.rows[0]?.t === null) continue;
     const { rows } = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${quoteIdent(table)}`);
     if (rows[0]!.n > 0) found.push(`${table}: ${rows[0]!.n} rows`);
   }
@@ -61,9 +84,27 @@ async function refuseOccupiedDatabase(pool: pg.Pool): Promise<void> {
     );
 }
 
+const BLOBS = BLOBS_DIR.split(path.sep).join('/');
+
+/**
+ * Every file (object) under `dir`, depth first. Directories alone do not count: an S3 server may go
+ * on listing a "directory" whose objects were all deleted (SeaweedFS does), and a directory store
+ * keeps the empty layout.
+ */
+async function* filesUnder(tree: Store['tree'], dir: string): AsyncGenerator<string> {
+  for (const entry of await tree.list(dir)) {
+    if (entry.isDirectory) yield* filesUnder(tree, `${dir}/${entry.name}`);
+    else yield `${dir}/${entry.name}`;
+  }
+}
+
+async function firstFileUnder(tree: Store['tree'], dir: string): Promise<string | undefined> {
+  for await (const file of filesUnder(tree, dir)) return file;
+  return undefined;
+}
+
 async function refuseOccupiedRoot(tree: Store['tree'], where: string, storageIdPresent: boolean): Promise<void> {
-  const blobDirs = await tree.list(BLOBS_DIR.split(path.sep).join('/'));
-  if (storageIdPresent || blobDirs.length > 0) {
+  if (storageIdPresent || (await firstFileUnder(tree, BLOBS)) !== undefined) {
     throw new BackupError(
       'target_not_empty',
       `the target storage root ${where} is not empty (${storageIdPresent ? 'it has a storage-id' : 'it holds blobs'}); restore needs an empty root`,
@@ -96,72 +137,238 @@ async function insertRows(
   );
 }
 
-/** One transaction: every restorable table emptied (migrations seed some) and loaded; sequences moved past the loaded ids. */
-async function loadDatabase(pool: pg.Pool, file: string, manifest: SealedManifest): Promise<number> {
+/** In the caller's transaction: every restorable table emptied (migrations seed some) and loaded; sequences moved past the loaded ids. */
+async function loadDatabase(client: pg.ClientBase, file: string, manifest: SealedManifest): Promise<number> {
   const restorable = new Set(
     manifest.tables.filter((t) => t.restored && t.name !== 'arkvory_storage').map((t) => t.name),
   );
-  const client = await pool.connect();
-  try {
-    await client.query('BEGIN');
-    const columns = new Map<string, Set<string>>();
-    for (const table of manifest.tables.map((t) => t.name).filter((t) => restorable.has(t))) {
-      const cols = await tableColumns(client, table);
-      if (!cols.size)
-        throw new BackupError(
-          'schema_newer',
-          `the backup holds table ${table}, which this code's schema does not have`,
-        );
-      columns.set(table, cols);
-      await client.query(`DELETE FROM ${quoteIdent(table)}`);
+  const columns = new Map<string, Set<string>>();
+  for (const table of manifest.tables.map((t) => t.name).filter((t) => restorable.has(t))) {
+    const cols = await tableColumns(client, table);
+    if (!cols.size)
+      throw new BackupError('schema_newer', `the backup holds table ${table}, which this code's schema does not have`);
+    columns.set(table, cols);
+    await client.query(`DELETE FROM ${quoteIdent(table)}`);
+  }
+  let batch: Array<Record<string, unknown>> = [];
+  let batchTable = '';
+  for await (const { table, row } of dumpLines(file)) {
+    if (!restorable.has(table)) continue;
+    if (table !== batchTable || batch.length >= INSERT_ROWS) {
+      await insertRows(client, batchTable, columns.get(batchTable) ?? new Set(), batch);
+      batch = [];
+      batchTable = table;
     }
-    let batch: Array<Record<string, unknown>> = [];
-    let batchTable = '';
-    for await (const { table, row } of dumpLines(file)) {
-      if (!restorable.has(table)) continue;
-      if (table !== batchTable || batch.length >= INSERT_ROWS) {
-        await insertRows(client, batchTable, columns.get(batchTable) ?? new Set(), batch);
-        batch = [];
-        batchTable = table;
-      }
-      batch.push(row);
-    }
-    await insertRows(client, batchTable, columns.get(batchTable) ?? new Set(), batch);
-    for (const [table, cols] of columns) {
-      for (const col of cols) {
-        const seq = await client.query<{ s: string | null }>('SELECT pg_get_serial_sequence($1, $2) AS s', [
-          quoteIdent(table),
-          col,
-        ]);
-        const name = seq.rows[0]?.s;
-        if (name)
-          await client.query(
-            `SELECT setval($1, coalesce((SELECT max(${quoteIdent(col)}) FROM ${quoteIdent(table)}), 0) + 1, false)`,
-            [name],
-          );
-      }
-    }
-    let aborted = 0;
-    if (restorable.has('arkvory_upload_sessions')) {
-      const sessions = await client.query<{ id: string }>(
-        `UPDATE arkvory_upload_sessions SET state = 'aborted', error = 'interrupted by a restore from backup (parts are not backed up)', finished_at = now() WHERE state IN ('open', 'completing') RETURNING id`,
-      );
-      aborted = sessions.rowCount ?? 0;
-      const ids = sessions.rows.map((r) => r.id);
-      if (restorable.has('arkvory_upload_parts'))
-        await client.query('DELETE FROM arkvory_upload_parts WHERE session_id = ANY($1::uuid[])', [ids]);
-      if (restorable.has('arkvory_upload_jobs'))
+    batch.push(row);
+  }
+  await insertRows(client, batchTable, columns.get(batchTable) ?? new Set(), batch);
+  for (const [table, cols] of columns) {
+    for (const col of cols) {
+      const seq = await client.query<{ s: string | null }>('SELECT pg_get_serial_sequence($1, $2) AS s', [
+        quoteIdent(table),
+        col,
+      ]);
+      const name = seq.rows[0]?.s;
+      if (name)
         await client.query(
-          `UPDATE arkvory_upload_jobs SET state = 'failed', error = 'interrupted by a restore from backup' WHERE state IN ('queued', 'running')`,
+          `SELECT setval($1, coalesce((SELECT max(${quoteIdent(col)}) FROM ${quoteIdent(table)}), 0) + 1, false)`,
+          [name],
         );
     }
+  }
+  let aborted = 0;
+  if (restorable.has('arkvory_upload_sessions')) {
+    const sessions = await client.query<{ id: string }>(
+      `UPDATE arkvory_upload_sessions SET state = 'aborted', error = 'interrupted by a restore from backup (parts are not backed up)', finished_at = now() WHERE state IN ('open', 'completing') RETURNING id`,
+    );
+    aborted = sessions.rowCount ?? 0;
+    const ids = sessions.rows.map((r) => r.id);
+    if (restorable.has('arkvory_upload_parts'))
+      await client.query('DELETE FROM arkvory_upload_parts WHERE session_id = ANY($1::uuid[])', [ids]);
+    if (restorable.has('arkvory_upload_jobs'))
+      await client.query(
+        `UPDATE arkvory_upload_jobs SET state = 'failed', error = 'interrupted by a restore from backup' WHERE state IN ('queued', 'running')`,
+      );
+  }
+  return aborted;
+}
+
+/**
+ * Removes what a failed restore wrote to the store: the storage-id (if it got that far), every blob
+ * and every temporary. The root held no storage-id and no blobs when the restore began (checked
+ * under the exclusive maintenance barrier, and no gateway opens a root without a storage-id as
+ * its writer without creating one), so everything there now is the restore's. Returns what could not
+ * be removed; [] means the root is empty again (checked by listing it).
+ */
+async function emptyTarget(store: OpenedStore, identityWritten: boolean): Promise<string[]> {
+  const problems: string[] = [];
+  const attempt = async (what: string, work: () => Promise<void>) => {
+    try {
+      await work();
+    } catch (err) {
+      problems.push(`${what}: ${(err as Error).message}`);
+    }
+  };
+  const removeEntries = async (dir: string) => {
+    for (const entry of await store.tree.list(dir)) await store.tree.remove(`${dir}/${entry.name}`);
+  };
+  if (identityWritten) await attempt(STORAGE_ID_FILE, () => store.tree.remove(STORAGE_ID_FILE));
+  await attempt(BLOBS, () => removeEntries(BLOBS));
+  await attempt(TMP_DIR, () => removeEntries(TMP_DIR));
+  const { incompleteUploads } = store.tree;
+  if (incompleteUploads)
+    await attempt('incomplete uploads', async () => {
+      for (const upload of await incompleteUploads())
+        if (upload.name.startsWith(`${TMP_DIR}/`) || upload.name.startsWith(`${BLOBS}/`)) await upload.abort();
+    });
+  if (!problems.length)
+    await attempt('check', async () => {
+      const left = [
+        ...(identityWritten && (await store.identity.read()) !== undefined ? [STORAGE_ID_FILE] : []),
+        ...[await firstFileUnder(store.tree, BLOBS), await firstFileUnder(store.tree, TMP_DIR)].filter(
+          (f) => f !== undefined,
+        ),
+      ];
+      if (left.length) throw new Error(`still there: ${left.join(', ')}`);
+    });
+  return problems;
+}
+
+/** The error of a failed restore, its message saying what the rollback left (nothing, normally). */
+function rolledBack(err: unknown, where: string, problems: readonly string[]): unknown {
+  if (!(err instanceof Error)) return err;
+  const note = problems.length
+    ? `the database was rolled back, but not everything the restore wrote to the storage root ${where} could be removed (${problems.join('; ')}): remove storage-id, blobs/ and tmp/ there before trying again`
+    : 'the restore was rolled back: the target database and storage root are empty again, so it can be retried';
+  const code = (err as { code?: unknown }).code;
+  return Object.assign(new Error(`${err.message}; ${note}`, { cause: err }), typeof code === 'string' ? { code } : {});
+}
+
+/** A blob file of the backup as a body, noting whether it was missing or did not match (size, sha256). */
+function backupBlob(
+  file: string,
+  blob: { sha256: string; sizeBytes: number },
+): { readonly chunks: AsyncIterable<Buffer>; readonly fault: 'missing' | 'corrupt' | undefined } {
+  let fault: 'missing' | 'corrupt' | undefined;
+  async function* chunks(): AsyncGenerator<Buffer> {
+    const hash = createHash('sha256');
+    let bytes = 0;
+    try {
+      for await (const chunk of fileChunks(file)) {
+        hash.update(chunk);
+        bytes += chunk.length;
+        if (bytes > blob.sizeBytes) fault = 'corrupt';
+        yield chunk;
+      }
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') fault = 'missing';
+      throw err;
+    }
+    if (bytes !== blob.sizeBytes || hash.digest('hex') !== blob.sha256) fault = 'corrupt';
+  }
+  return {
+    chunks: chunks(),
+    get fault() {
+      return fault;
+    },
+  };
+}
+
+interface Restored {
+  blobs: { count: number; bytes: number };
+  abortedUploads: number;
+  ruleDocuments: number;
+}
+
+/** Blobs, then one transaction with the storage-id object written last; on any failure, nothing is left. */
+async function restoreAllOrNothing(
+  store: OpenedStore,
+  options: RestoreOptions,
+  manifest: SealedManifest,
+): Promise<Restored> {
+  const { pool, signal } = options;
+  const file = path.join(options.backup, DATABASE_FILE);
+  let client: pg.PoolClient | undefined;
+  let undoRuleDocuments: (() => Promise<void>) | undefined;
+  let identityWritten = false;
+  let committing: Restored | undefined;
+  try {
+    const blobs = await referencedBlobs(file);
+    let bytes = 0;
+    for (const [i, blob] of blobs.entries()) {
+      signal?.throwIfAborted();
+      const source = backupBlob(path.join(options.backup, blobRelativePath(blob.sha256)), blob);
+      const staged = await store
+        .stage(source.chunks, {
+          maxBytes: Number.MAX_SAFE_INTEGER,
+          expectedLength: blob.sizeBytes,
+          expectedSha256: blob.sha256,
+          signal,
+        })
+        .catch((err: unknown) => {
+          // Each store wraps what its body threw in its own error (an HTTP or S3 store as a failed
+          // PUT): the backup's own fault is told by what the reader saw.
+          if (source.fault === 'missing') throw new BackupError('blob_missing', `the backup lacks blob ${blob.sha256}`);
+          if (source.fault === 'corrupt' || (err as { code?: unknown }).code === 'invalid_request')
+            throw new BackupError(
+              'blob_corrupt',
+              `blob ${blob.sha256} in the backup does not match its size or sha256 (${(err as Error).message})`,
+            );
+          throw err;
+        });
+      await staged.commit();
+      bytes += blob.sizeBytes;
+      options.onProgress?.(i + 1, blobs.length, bytes);
+    }
+    signal?.throwIfAborted();
+    client = await pool.connect();
+    await client.query('BEGIN');
+    const abortedUploads = await loadDatabase(client, file, manifest);
+    const ruleDocuments = await readRuleDocuments(options.backup, manifest);
+    if (Object.keys(ruleDocuments).length && options.writeRuleDocuments)
+      undoRuleDocuments = await options.writeRuleDocuments(ruleDocuments, client);
+    // The binding, last: the row in the transaction, the object just before the commit (as a
+    // writer's first start does, identity.ts).
+    await client.query('INSERT INTO arkvory_storage (id) VALUES ($1)', [manifest.storageId]);
+    signal?.throwIfAborted();
+    identityWritten = true;
+    await store.identity.write(manifest.storageId);
+    committing = {
+      blobs: { count: blobs.length, bytes },
+      abortedUploads,
+      ruleDocuments: Object.keys(ruleDocuments).length,
+    };
     await client.query('COMMIT');
-    return aborted;
+    return committing;
   } catch (err) {
-    await client.query('ROLLBACK').catch(() => {});
-    throw err;
+    if (committing) {
+      // The connection failed at COMMIT: the transaction may have committed all the same. Undoing
+      // the store then would leave a catalog without its blobs; so look first.
+      const row = await pool
+        .query<{ id: string }>('SELECT id::text AS id FROM arkvory_storage')
+        .then((r) => r.rows[0]?.id ?? null)
+        .catch(() => undefined);
+      // Committed, only the acknowledgement was lost: the restore is complete.
+      if (row === manifest.storageId) return committing;
+      if (row === undefined)
+        throw Object.assign(
+          new Error(
+            `${(err as Error).message}; whether the restore's transaction committed is unknown (the database cannot be reached): if arkvory_storage holds ${manifest.storageId} the restore is complete, else drop the database and empty the storage root ${store.location} before trying again`,
+            { cause: err },
+          ),
+          { code: 'target_busy' },
+        );
+    }
+    await client?.query('ROLLBACK').catch(() => {});
+    const problems: string[] = [];
+    if (undoRuleDocuments)
+      await undoRuleDocuments().catch((undoErr: unknown) =>
+        problems.push(`rule documents: ${(undoErr as Error).message}`),
+      );
+    problems.push(...(await emptyTarget(store, identityWritten)));
+    throw rolledBack(err, store.location, problems);
   } finally {
-    client.release();
+    client?.release();
   }
 }
 
@@ -174,6 +381,7 @@ export async function runRestore(options: RestoreOptions): Promise<RestoreSummar
     );
   }
   await refuseOccupiedDatabase(options.pool);
+  // The directory store before it is opened (opening a writer creates the layout and empties tmp/).
   if (options.fsRoot !== undefined) {
     await refuseOccupiedRoot(
       createFsTree(options.fsRoot),
@@ -181,58 +389,18 @@ export async function runRestore(options: RestoreOptions): Promise<RestoreSummar
       existsSync(path.join(options.fsRoot, STORAGE_ID_FILE)),
     );
   }
-  const store = await options.openTarget(manifest.storageId).catch((err: unknown) => {
-    if ((err as { code?: string }).code === 'storage_mismatch')
-      throw new BackupError(
-        'target_not_empty',
-        `the target storage root already belongs to an installation: ${(err as Error).message}`,
-        { cause: err },
-      );
-    throw err;
-  });
+  const store = await options.openTarget(manifest.storageId);
   try {
-    if (options.fsRoot === undefined) await refuseOccupiedRoot(store.tree, store.location, false);
-    const file = path.join(options.backup, DATABASE_FILE);
-    const blobs = await referencedBlobs(file);
-    let bytes = 0;
-    for (const [i, blob] of blobs.entries()) {
-      const staged = await store
-        .stage(fileChunks(path.join(options.backup, blobRelativePath(blob.sha256))), {
-          maxBytes: Number.MAX_SAFE_INTEGER,
-          expectedLength: blob.sizeBytes,
-          expectedSha256: blob.sha256,
-        })
-        .catch((err: unknown) => {
-          const code = (err as NodeJS.ErrnoException).code;
-          if (code === 'ENOENT')
-            throw new BackupError(
-              'blob_missing',
-              `the backup lacks blob ${blob.sha256}; nothing of the catalog was restored`,
-            );
-          if (code === 'invalid_request')
-            throw new BackupError(
-              'blob_corrupt',
-              `blob ${blob.sha256} in the backup does not match its sha256 (${(err as Error).message}); nothing of the catalog was restored`,
-            );
-          throw err;
-        });
-      await staged.commit();
-      bytes += blob.sizeBytes;
-      options.onProgress?.(i + 1, blobs.length, bytes);
-    }
-    const abortedUploads = await loadDatabase(options.pool, file, manifest);
-    const ruleDocuments = await readRuleDocuments(options.backup, manifest);
-    if (Object.keys(ruleDocuments).length && options.writeRuleDocuments)
-      await options.writeRuleDocuments(ruleDocuments);
+    // Every kind, before the first write: opening a restore target reads and writes nothing.
+    await refuseOccupiedRoot(store.tree, store.location, (await store.identity.read()) !== undefined);
+    const restored = await restoreAllOrNothing(store, options, manifest);
     const scrub = await scrubBlobs(store.tree);
     return {
       backup: options.backup,
       snapshotTime: manifest.snapshotTime,
       storageId: manifest.storageId,
       tables: Object.fromEntries(manifest.tables.filter((t) => t.restored).map((t) => [t.name, t.rows])),
-      blobs: { count: blobs.length, bytes },
-      abortedUploads,
-      ruleDocuments: Object.keys(ruleDocuments).length,
+      ...restored,
       scrub,
     };
   } finally {

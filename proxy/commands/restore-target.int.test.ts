@@ -1,0 +1,185 @@
+/**
+ * `arkvory restore` against the target on every kind of store (directory, static-HTTP on nginx, S3
+ * on SeaweedFS and MinIO): a target that already holds something is refused before anything is
+ * written, and a restore that fails partway (a blob gone from the backup after it was sealed; the
+ * target's Redis down once every blob and table is in) leaves the database and the store as empty as
+ * it found them, so the same restore of a good backup then succeeds.
+ */
+import { cp, readdir, rm, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { randomContent, request, sha256 } from '../../test/support/content.ts';
+import { createTestDatabase, useTestDatabase, type TestDatabase } from '../../test/support/database.ts';
+import { makeTempDir, runCli, startGateway } from '../../test/support/gateway.ts';
+import { useTestRedis } from '../../test/support/redis.ts';
+import { listKeys } from '../../test/support/s3-server.ts';
+import { ALL_STORE_KINDS, startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
+
+const KiB = 1024;
+const source = useTestDatabase();
+const redis = useTestRedis();
+const drops: Array<() => Promise<void>> = [];
+afterAll(async () => {
+  for (const drop of drops.splice(0)) await drop();
+});
+
+const blobName = (hex: string) => `blobs/sha256/${hex.slice(0, 2)}/${hex.slice(2, 4)}/${hex}`;
+const bodies = [0, 1, 2, 3, 4].map((i) => randomContent(48 * KiB + i));
+/** Blobs are restored in sha256 order: the last one is written after all the others. */
+const lastBlob = bodies.map(sha256).sort().at(-1)!;
+let backup: string;
+let storageId: string;
+
+/** One backup of an installation with five artifacts, a service account and rule documents kept in Redis. */
+beforeAll(async () => {
+  await createRepository(source.pool, 'rt');
+  const writer = await createServiceAccount(source.pool, { grants: { rt: 'write' } });
+  const env = {
+    ARKVORY_DATABASE_URL: source.url,
+    ARKVORY_REDIS_URL: redis.url,
+    ARKVORY_REDIS_KEY_PREFIX: `${redis.prefix}src:`,
+  };
+  const gw = await startGateway({ env });
+  for (const [i, body] of bodies.entries()) {
+    const put = await request(`${gw.url}/api/v1/repositories/rt/artifacts/a${i}.bin`, {
+      method: 'PUT',
+      headers: bearer(writer.key),
+      body,
+    });
+    expect(put.status, put.body.toString()).toBe(201);
+  }
+  await gw.stop('SIGTERM');
+  const rules = path.join(await makeTempDir('arkvory-rules-'), 'publish.yaml');
+  await writeFile(
+    rules,
+    'rate_limits:\n  transfer_bytes:\n    - name: bytes_per_principal_per_day\n      action: limit\n      characteristics: [principal]\n      limit: 10000000000\n      period_s: 86400\n',
+  );
+  const sourceEnv = { ...env, ARKVORY_DATA_DIR: gw.dataDir };
+  const published = await runCli(['ratelimit', 'publish', rules], sourceEnv);
+  expect(published.code, published.stderr).toBe(0);
+  const made = await runCli(['backup', await makeTempDir('arkvory-backups-')], sourceEnv);
+  expect(made.code, made.stderr).toBe(0);
+  const summary = JSON.parse(made.stdout) as { backup: string; blobs: { count: number }; ruleDocuments: number };
+  expect(summary.blobs.count).toBe(bodies.length);
+  expect(summary.ruleDocuments).toBeGreaterThan(0);
+  backup = summary.backup;
+  storageId = (await source.pool.query<{ id: string }>('SELECT id::text AS id FROM arkvory_storage')).rows[0]!.id;
+}, 120_000);
+
+/** Rows in every Arkvory table but the migrations' own. */
+async function tableRows(db: TestDatabase): Promise<Record<string, number>> {
+  const { rows } = await db.pool.query<{ name: string }>(
+    `SELECT tablename AS name FROM pg_tables WHERE schemaname = current_schema() AND tablename LIKE 'arkvory\\_%' AND tablename <> 'arkvory_schema_migrations' ORDER BY 1`,
+  );
+  const counts: Record<string, number> = {};
+  for (const { name } of rows)
+    counts[name] = (await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${name}"`)).rows[0]!.n;
+  return counts;
+}
+
+describe.each(ALL_STORE_KINDS)('restore into the %s store', (kind) => {
+  let backing: StoreBacking;
+  beforeAll(async () => {
+    backing = await startStoreBacking(kind);
+  }, 120_000);
+
+  /** A fresh, unmigrated database and an empty store root. */
+  async function freshTarget() {
+    const db = await createTestDatabase({ migrated: false });
+    drops.push(db.drop);
+    const dataDir = await makeTempDir();
+    await backing.reset(dataDir);
+    const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: dataDir, ...backing.env };
+    const probe = backing.probe(dataDir);
+    /** Every object (S3) or file (a directory, nginx's root) of the store, by relative name. */
+    const objects = async (): Promise<string[]> => {
+      if (backing.s3) return listKeys(backing.s3);
+      const root = backing.nginx?.root ?? dataDir;
+      const names: string[] = [];
+      for (const entry of await readdir(root, { recursive: true, withFileTypes: true }))
+        if (!entry.isDirectory()) names.push(path.relative(root, path.join(entry.parentPath, entry.name)));
+      return names.sort();
+    };
+    return { db, env, probe, objects };
+  }
+
+  it('refuses a root that holds blobs but no storage-id before writing anything', async () => {
+    const target = await freshTarget();
+    const stray = randomContent(1000);
+    await target.probe.write(blobName(sha256(stray)), stray);
+    const before = await target.objects();
+    expect(before).toEqual([blobName(sha256(stray))]);
+
+    const refused = await runCli(['restore', backup], target.env);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/^arkvory restore: target_not_empty: the target storage root .* holds blobs/);
+    expect(await target.probe.read('storage-id')).toBeUndefined();
+    expect(await target.objects(), 'nothing written to the store').toEqual(before);
+    expect(await target.probe.list('tmp')).toEqual([]);
+    const rows = await tableRows(target.db);
+    expect(rows.arkvory_storage).toBe(0);
+    expect(rows.arkvory_artifacts).toBe(0);
+
+    // Only a storage-id (a root some writer once bound): refused just the same, and it stays as it was.
+    await backing.reset(target.env.ARKVORY_DATA_DIR);
+    const foreignId = '00000000-0000-4000-8000-000000000000\n';
+    await target.probe.write('storage-id', foreignId);
+    const again = await runCli(['restore', backup], target.env);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toContain('target_not_empty');
+    expect(again.stderr).toContain('it has a storage-id');
+    expect((await target.probe.read('storage-id'))?.toString()).toBe(foreignId);
+    expect(await target.objects()).toEqual(['storage-id']);
+    expect((await tableRows(target.db)).arkvory_storage).toBe(0);
+  }, 90_000);
+
+  it('a restore that fails partway leaves the database and the store empty; a retry succeeds', async () => {
+    const target = await freshTarget();
+    // Migrated and empty, as the restore finds it: what it must look like after a failed restore too.
+    expect((await runCli(['migrate'], target.env)).code).toBe(0);
+    const empty = await tableRows(target.db);
+
+    // 1. A blob removed from the backup after it was sealed: the one restored last, so every other
+    //    blob is already in the store when the restore fails.
+    const damaged = path.join(await makeTempDir('arkvory-damaged-'), path.basename(backup));
+    await cp(backup, damaged, { recursive: true });
+    await rm(path.join(damaged, blobName(lastBlob)));
+    const missing = await runCli(['restore', damaged], target.env);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain(`blob_missing: the backup lacks blob ${lastBlob}`);
+    expect(missing.stderr).toContain('the restore was rolled back: the target database and storage root are empty');
+    expect(await target.objects(), 'every blob the failed restore wrote is gone').toEqual([]);
+    expect(await target.probe.read('storage-id')).toBeUndefined();
+    expect(await tableRows(target.db)).toEqual(empty);
+
+    // 2. Every blob and table in, then the target's Redis (where the backed-up rule documents go) is
+    //    unreachable: the transaction is rolled back and the blobs and the storage-id removed.
+    const redisDown = { ...target.env, ARKVORY_REDIS_URL: 'redis://127.0.0.1:1', ARKVORY_REDIS_KEY_PREFIX: 'x:' };
+    const late = await runCli(['restore', backup], redisDown);
+    expect(late.code).toBe(1);
+    expect(late.stderr).toContain('the restore was rolled back');
+    expect(await target.objects()).toEqual([]);
+    expect(await tableRows(target.db)).toEqual(empty);
+
+    // 3. The same target, the good backup: restored, scrubbed clean, bound to the backed-up storage id.
+    const good = await runCli(['restore', backup], target.env);
+    expect(good.code, good.stderr).toBe(0);
+    const summary = JSON.parse(good.stdout) as {
+      storageId: string;
+      blobs: { count: number };
+      ruleDocuments: number;
+      scrub: { checked: number; corrupt: unknown[] };
+    };
+    expect(summary).toMatchObject({ storageId, blobs: { count: bodies.length }, scrub: { corrupt: [] } });
+    expect(summary.scrub.checked).toBe(bodies.length);
+    expect((await target.probe.read('storage-id'))?.toString().trim()).toBe(storageId);
+    const names = (await target.objects()).filter((n) => n.startsWith('blobs/')).sort();
+    expect(names).toEqual(bodies.map((b) => blobName(sha256(b))).sort());
+    const rows = await tableRows(target.db);
+    expect(rows.arkvory_artifacts).toBe(bodies.length);
+    expect(rows.arkvory_storage).toBe(1);
+    // The Redis rule documents went into the database (no Redis here), inside the restore's transaction.
+    expect(rows.arkvory_rate_limit_rules).toBe(summary.ruleDocuments);
+  }, 120_000);
+});
