@@ -23,6 +23,7 @@ import { dumpLines, referencedBlobs } from './database-file.ts';
 import { BackupError } from './errors.ts';
 import { DATABASE_FILE, type SealedManifest } from './manifest.ts';
 import { openBackup, readRuleDocuments } from './verify.ts';
+import { inTransaction } from '../../lib/transaction.ts';
 
 const INSERT_ROWS = 500;
 /** Rows here mean the database already holds an installation. */
@@ -321,25 +322,27 @@ async function restoreAllOrNothing(
       options.onProgress?.(i + 1, blobs.length, bytes);
     }
     signal?.throwIfAborted();
-    client = await pool.connect();
-    await client.query('BEGIN');
-    const abortedUploads = await loadDatabase(client, file, manifest);
-    const ruleDocuments = await readRuleDocuments(options.backup, manifest);
-    if (Object.keys(ruleDocuments).length && options.writeRuleDocuments)
-      undoRuleDocuments = await options.writeRuleDocuments(ruleDocuments, client);
-    // The binding, last: the row in the transaction, the object just before the commit (as a
-    // writer's first start does, identity.ts).
-    await client.query('INSERT INTO arkvory_storage (id) VALUES ($1)', [manifest.storageId]);
-    signal?.throwIfAborted();
-    identityWritten = true;
-    await store.identity.write(manifest.storageId);
-    committing = {
-      blobs: { count: blobs.length, bytes },
-      abortedUploads,
-      ruleDocuments: Object.keys(ruleDocuments).length,
-    };
-    await client.query('COMMIT');
-    return committing;
+    const tx = await pool.connect();
+    client = tx;
+    return await inTransaction(tx, async () => {
+      const abortedUploads = await loadDatabase(tx, file, manifest);
+      const ruleDocuments = await readRuleDocuments(options.backup, manifest);
+      if (Object.keys(ruleDocuments).length && options.writeRuleDocuments)
+        undoRuleDocuments = await options.writeRuleDocuments(ruleDocuments, tx);
+      // The binding, last: the row in the transaction, the object just before the commit (as a
+      // writer's first start does, identity.ts).
+      await tx.query('INSERT INTO arkvory_storage (id) VALUES ($1)', [manifest.storageId]);
+      signal?.throwIfAborted();
+      identityWritten = true;
+      await store.identity.write(manifest.storageId);
+      committing = {
+        blobs: { count: blobs.length, bytes },
+        abortedUploads,
+        ruleDocuments: Object.keys(ruleDocuments).length,
+      };
+      // inTransaction commits once this returns; a failure there is the COMMIT's (see below).
+      return committing;
+    });
   } catch (err) {
     if (committing) {
       // The connection failed at COMMIT: the transaction may have committed all the same. Undoing
@@ -359,7 +362,7 @@ async function restoreAllOrNothing(
           { code: 'target_busy' },
         );
     }
-    await client?.query('ROLLBACK').catch(() => {});
+    // inTransaction has rolled the work back (or COMMIT itself failed and nothing is left open).
     const problems: string[] = [];
     if (undoRuleDocuments)
       await undoRuleDocuments().catch((undoErr: unknown) =>
