@@ -1,6 +1,6 @@
 /**
  * Backup benchmark (issue 25): `arkvory backup` of a directory store against `cp -r` of its blobs/
- * directory, both onto another filesystem (so the backup really copies: read through the Store, hash,
+ * directory, both onto another filesystem (so the backup really copies: read through the ArtifactStore, hash,
  * write, fsync), in interleaved rounds; then a second backup into the same destination, which reuses
  * every blob by hard link.
  *

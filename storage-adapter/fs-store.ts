@@ -15,12 +15,12 @@ import { ensureStorageIdentity, fsIdentityObject, type StorageRole } from './ide
 import { createFsTree } from './fs-tree.ts';
 import { createFsPartStore } from './multipart/fs-parts.ts';
 import { writeOverlapped } from './overlapped-writer.ts';
-import type { OpenedStore, Store } from './store.ts';
+import type { OpenedArtifactStore, ArtifactStore } from './store.ts';
 import { BLOBS_DIR, blobRelativePath, isSha256Hex, resolveInsideRoot, TMP_DIR, UPLOADS_DIR } from './paths.ts';
 
-export type { BlobReader, StagedBlob, StageOptions, Store, UploadStats } from './store.ts';
-/** The filesystem store is one implementation of `Store`; the name stays for its callers. */
-export type FsStore = Store;
+export type { BlobReader, StagedBlob, StageOptions, ArtifactStore, UploadStats } from './store.ts';
+/** The filesystem store is one implementation of `ArtifactStore`; the name stays for its callers. */
+export type FsStore = ArtifactStore;
 
 /** Maps fs failures on the write path; ENOSPC/EDQUOT become `storage_full`, the rest pass through. */
 function mapWriteError(err: unknown): unknown {
@@ -64,7 +64,7 @@ export async function openFsStore(options: {
    * reports this id and the restore writes `identity` last (backup/restore.ts).
    */
   restoreAs?: string | undefined;
-}): Promise<OpenedStore> {
+}): Promise<OpenedArtifactStore> {
   const root = path.resolve(options.root);
   const { role } = options;
   if (role === 'writer') await mkdir(root, { recursive: true });

@@ -29,7 +29,15 @@ import { sessionRelativeDir } from './multipart/session-path.ts';
 import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, TMP_DIR } from './paths.ts';
 import type { ByteRange } from './range.ts';
 import { openRangeStream, rangeStreamReader, type RangeStream } from './range-stream.ts';
-import type { BlobReader, OpenedStore, PartStore, StagedBlob, StageOptions, StoreTree, TreeEntry } from './store.ts';
+import type {
+  BlobReader,
+  OpenedArtifactStore,
+  PartStore,
+  StagedBlob,
+  StageOptions,
+  StoreTree,
+  TreeEntry,
+} from './store.ts';
 
 type Method = Dispatcher.HttpMethod;
 
@@ -51,12 +59,12 @@ export interface HttpStoreOptions extends UpstreamOptions {
   readonly url: string;
   readonly role: StorageRole | 'worker';
   readonly pool: pg.Pool;
-  /** A restore target (writer only): nothing is read or written at open; see `OpenedStore`. */
+  /** A restore target (writer only): nothing is read or written at open; see `OpenedArtifactStore`. */
   readonly restoreAs?: string | undefined;
 }
 
 /** An HTTP store of any role: `writer` may create the identity; `reader` and `worker` only verify it. */
-export async function openHttpStore(options: HttpStoreOptions): Promise<OpenedStore> {
+export async function openHttpStore(options: HttpStoreOptions): Promise<OpenedArtifactStore> {
   const base = new URL(options.url);
   if (!base.pathname.endsWith('/')) base.pathname += '/';
   const location = base.href;

@@ -5,7 +5,7 @@
  */
 import type { ArtifactKey, Catalog, CatalogEntry } from './catalog.ts';
 import { StorageError } from './errors.ts';
-import type { StagedBlob, StageOptions, Store } from './store.ts';
+import type { StagedBlob, StageOptions, ArtifactStore } from './store.ts';
 
 export interface PublishRequest {
   readonly key: ArtifactKey;
@@ -26,7 +26,7 @@ function compare(existing: CatalogEntry, sha256: string): PublishOutcome {
 }
 
 export async function publishArtifact(
-  deps: { store: Store; catalog: Catalog },
+  deps: { store: ArtifactStore; catalog: Catalog },
   request: PublishRequest,
 ): Promise<PublishOutcome> {
   // Whether the key is free before the bytes arrive lets a store skip a copy (see StageOptions).

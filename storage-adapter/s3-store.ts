@@ -37,7 +37,7 @@ import {
   uploadPartCopy,
   type S3Limits,
 } from './s3-transfer.ts';
-import type { OpenedStore, PartStore, StagedBlob, StageOptions, StoreTree, TreeEntry } from './store.ts';
+import type { OpenedArtifactStore, PartStore, StagedBlob, StageOptions, StoreTree, TreeEntry } from './store.ts';
 
 /** `blobs/sha256/ab/cd/<hex>` with forward slashes whatever the platform. */
 const blobName = (sha256: string) => blobRelativePath(sha256).split('\\').join('/');
@@ -48,7 +48,7 @@ export interface S3StoreOptions extends Omit<S3ClientOptions, 'bucket'> {
   readonly pool: pg.Pool;
   /** Defaults: S3's own limits (5 GiB PUT and copy, 8 MiB parts); tests lower them. */
   readonly limits?: Partial<S3Limits> | undefined;
-  /** A restore target (writer only): nothing is read or written at open; see `OpenedStore`. */
+  /** A restore target (writer only): nothing is read or written at open; see `OpenedArtifactStore`. */
   readonly restoreAs?: string | undefined;
 }
 
@@ -70,7 +70,7 @@ export interface S3AssemblyStats {
   streamed: number;
 }
 
-export type S3Store = OpenedStore & {
+export type S3Store = OpenedArtifactStore & {
   readonly commits: Readonly<S3CommitStats>;
   readonly assemblies: Readonly<S3AssemblyStats>;
 };

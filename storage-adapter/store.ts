@@ -101,7 +101,7 @@ export interface StoreTree {
   incompleteUploads?(): Promise<Array<{ readonly name: string; abort(): Promise<void> }>>;
 }
 
-export interface Store {
+export interface ArtifactStore {
   readonly kind: 'fs' | 'http' | 's3';
   /** A directory or a base URL, for logs and messages. */
   readonly location: string;
@@ -139,6 +139,6 @@ export interface Store {
  * (opened with `restoreAs`) has bound nothing yet: the restore checks the root is empty, writes
  * every blob, and writes this object last, in the same step as the database (backup/restore.ts).
  */
-export interface OpenedStore extends Store {
+export interface OpenedArtifactStore extends ArtifactStore {
   readonly identity: IdentityObject;
 }

@@ -13,7 +13,7 @@
  *   rules service's per-principal and per-repository rule sets are called overrides for that reason.
  * - counter store (`CounterStore`, counter-store.ts): where counters and bans live (memory or Redis). Not
  *   to be confused with the rule document store (`RuleDocumentStore`), nor with the artifact store
- *   of storage-adapter/ (`Store`).
+ *   of storage-adapter/ (`ArtifactStore`).
  */
 export {
   RATE_LIMIT_ERRORS,

@@ -20,7 +20,7 @@ import { runBackup } from '../../storage-adapter/backup/backup.ts';
 import { BackupError } from '../../storage-adapter/backup/errors.ts';
 import { refuseOccupiedDatabase, runRestore } from '../../storage-adapter/backup/restore.ts';
 import { verifyBackup } from '../../storage-adapter/backup/verify.ts';
-import type { Store } from '../../storage-adapter/store.ts';
+import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import type { Config } from '../config/config.ts';
 import { createPool } from '../server/database.ts';
 import { startEmbeddedDatabase, type EmbeddedDatabase } from '../server/embedded-database.ts';
@@ -135,7 +135,7 @@ otherwise); a JSON summary on stdout. Exit codes: 0 done, 1 failed (nothing left
             );
             return 1;
           }
-          let store: Store;
+          let store: ArtifactStore;
           try {
             store = await openStore(config, 'reader', pool);
           } catch (err) {

@@ -10,7 +10,7 @@ import type { CacheStats } from '../../storage-adapter/cache/cache-stats.ts';
 import { OpenFileCache } from '../../storage-adapter/cache/open-file-cache.ts';
 import { SmallBlobCache, withSmallBlobCache } from '../../storage-adapter/cache/small-blob-cache.ts';
 import type { Catalog } from '../../storage-adapter/catalog.ts';
-import type { Store } from '../../storage-adapter/store.ts';
+import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import type { Services } from '../server/services.ts';
 
 export interface ContentCaches {
@@ -18,7 +18,7 @@ export interface ContentCaches {
   /** The catalog, cached when configured. */
   catalog(inner: Catalog): Promise<Catalog>;
   /** The store, with small blobs served from memory when configured. */
-  store(inner: Store): Store;
+  store(inner: ArtifactStore): ArtifactStore;
   stats(): CacheStats[];
 }
 

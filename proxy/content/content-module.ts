@@ -6,7 +6,7 @@
 import type { Permission } from '../../policy/auth/authorize.ts';
 import type { PresignedLinks } from '../../policy/auth/presigned-links.ts';
 import { createCatalog } from '../../storage-adapter/catalog.ts';
-import type { Store } from '../../storage-adapter/store.ts';
+import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import { createContentCaches } from './caches.ts';
 import type { Route } from '../server/http-server.ts';
 import { openStore } from './storage.ts';
@@ -27,7 +27,7 @@ export interface ContentModuleDeps {
 export async function openContentModule(
   services: Services,
   deps: ContentModuleDeps,
-): Promise<{ routes: Route[]; store: Store }> {
+): Promise<{ routes: Route[]; store: ArtifactStore }> {
   const { config } = services;
   const caches = createContentCaches(services);
   const store = caches.store(

@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import type { ArtifactKey, ArtifactKind, Catalog, CatalogEntry } from '../../storage-adapter/catalog.ts';
 import type { ByteMeter } from '../../storage-adapter/byte-meter.ts';
 import { StorageError, STORAGE_ERRORS } from '../../storage-adapter/errors.ts';
-import type { Store } from '../../storage-adapter/store.ts';
+import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import { publishArtifact } from '../../storage-adapter/publish.ts';
 import { parseContentDigestSha256 } from './digest.ts';
 import { metadataOf } from './metadata.ts';
@@ -25,7 +25,7 @@ export interface ContentMeters {
 }
 
 export interface ContentDeps {
-  readonly store: Store;
+  readonly store: ArtifactStore;
   readonly catalog: Catalog;
   readonly maxUploadBytes: number;
   readonly meters?: ContentMeters | undefined;

@@ -11,7 +11,7 @@ import type { Logger } from 'pino';
 import { isUnreachable } from '../server/database.ts';
 import { tryLockExclusive, tryLockShared } from '../../policy/lease/barriers.ts';
 import type { Catalog } from '../../storage-adapter/catalog.ts';
-import type { Store } from '../../storage-adapter/store.ts';
+import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import { assembleJob, type Job } from '../../storage-adapter/multipart/assemble.ts';
 import type { UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
 import { withTransaction } from '../../lib/transaction.ts';
@@ -19,7 +19,7 @@ import { withTransaction } from '../../lib/transaction.ts';
 export interface CompletionWorkerOptions {
   pool: pg.Pool;
   databaseUrl: string;
-  store: Store;
+  store: ArtifactStore;
   catalog: Catalog;
   sessions: UploadSessions;
   log: Logger;

@@ -1,5 +1,5 @@
 import { createCatalog } from '../../storage-adapter/catalog.ts';
-import type { Store } from '../../storage-adapter/store.ts';
+import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import { UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
 import { CompletionWorker } from './completion-worker.ts';
 import type { Gate, Route } from '../server/http-server.ts';
@@ -9,7 +9,7 @@ import type { ContentMeters } from '../content/content-routes.ts';
 import type { Services } from '../server/services.ts';
 import { openStore } from '../content/storage.ts';
 
-function startWorker(services: Services, store: Store, sessions: UploadSessions): CompletionWorker {
+function startWorker(services: Services, store: ArtifactStore, sessions: UploadSessions): CompletionWorker {
   const worker = new CompletionWorker({
     pool: services.pool,
     databaseUrl: services.databaseUrl,
@@ -32,7 +32,7 @@ function startWorker(services: Services, store: Store, sessions: UploadSessions)
  */
 export async function startMultipart(
   services: Services,
-  store: Store,
+  store: ArtifactStore,
   meters: ContentMeters,
 ): Promise<{ routes: Route[] }> {
   if (services.config.role !== 'api') return { routes: [] };

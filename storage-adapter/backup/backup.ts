@@ -9,7 +9,7 @@ import path from 'node:path';
 import type pg from 'pg';
 import type { ByteMeter } from '../byte-meter.ts';
 import { fsyncDirectory } from '../fs-sync.ts';
-import type { Store } from '../store.ts';
+import type { ArtifactStore } from '../store.ts';
 import { backupName, completeBackups, pruneBackups, removeStalePartials } from './backup-dir.ts';
 import { putBlob, type BlobOutcome } from './blob-copy.ts';
 import { dumpDatabase } from './database-dump.ts';
@@ -25,7 +25,7 @@ import {
 export interface BackupOptions {
   readonly destination: string;
   readonly pool: pg.Pool;
-  readonly store: Store;
+  readonly store: ArtifactStore;
   /** The directory store's root (hard links), when the store is one. */
   readonly fsRoot?: string | undefined;
   readonly meter?: ByteMeter | undefined;

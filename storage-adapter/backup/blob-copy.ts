@@ -1,7 +1,7 @@
 /**
  * Puts one blob into a backup directory, verified by its sha256: reused from an earlier backup at the
  * same destination (a hard link), hard-linked from the directory store when both are on one
- * filesystem (after hashing it), else copied through the `Store` (any store kind).
+ * filesystem (after hashing it), else copied through the `ArtifactStore` (any store kind).
  */
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
@@ -9,13 +9,13 @@ import { link, mkdir, open, rename, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { ByteMeter } from '../byte-meter.ts';
 import { blobRelativePath } from '../paths.ts';
-import type { BlobReader, Store } from '../store.ts';
+import type { BlobReader, ArtifactStore } from '../store.ts';
 import { BackupError } from './errors.ts';
 
 export type BlobOutcome = 'reused' | 'linked' | 'copied';
 
 export interface BlobSource {
-  readonly store: Store;
+  readonly store: ArtifactStore;
   /** The directory store's root when it is on the backup's filesystem: its blobs are hard-linked (after hashing). */
   readonly fsRoot?: string | undefined;
   readonly meter?: ByteMeter | undefined;

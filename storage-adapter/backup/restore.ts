@@ -17,7 +17,7 @@ import type pg from 'pg';
 import { createFsTree } from '../fs-tree.ts';
 import { blobRelativePath, BLOBS_DIR, STORAGE_ID_FILE, TMP_DIR } from '../paths.ts';
 import { scrubBlobs, type ScrubReport } from '../maintenance/scrub.ts';
-import type { OpenedStore, Store } from '../store.ts';
+import type { OpenedArtifactStore, ArtifactStore } from '../store.ts';
 import { fileChunks } from './blob-copy.ts';
 import { dumpLines, referencedBlobs } from './database-file.ts';
 import { BackupError } from './errors.ts';
@@ -41,7 +41,7 @@ export interface RestoreOptions {
    * Opens the target store as the writer for a restore (`restoreAs`: `storageId`): nothing bound,
    * nothing read or written at open; the restore writes its `identity` last.
    */
-  readonly openTarget: (storageId: string) => Promise<OpenedStore>;
+  readonly openTarget: (storageId: string) => Promise<OpenedArtifactStore>;
   readonly onProgress?: ((done: number, total: number, bytes: number) => void) | undefined;
   /**
    * Writes backed-up rule documents (kept outside the database) into the target's rule store, before
@@ -92,19 +92,23 @@ const BLOBS = BLOBS_DIR.split(path.sep).join('/');
  * on listing a "directory" whose objects were all deleted (SeaweedFS does), and a directory store
  * keeps the empty layout.
  */
-async function* filesUnder(tree: Store['tree'], dir: string): AsyncGenerator<string> {
+async function* filesUnder(tree: ArtifactStore['tree'], dir: string): AsyncGenerator<string> {
   for (const entry of await tree.list(dir)) {
     if (entry.isDirectory) yield* filesUnder(tree, `${dir}/${entry.name}`);
     else yield `${dir}/${entry.name}`;
   }
 }
 
-async function firstFileUnder(tree: Store['tree'], dir: string): Promise<string | undefined> {
+async function firstFileUnder(tree: ArtifactStore['tree'], dir: string): Promise<string | undefined> {
   for await (const file of filesUnder(tree, dir)) return file;
   return undefined;
 }
 
-async function refuseOccupiedRoot(tree: Store['tree'], where: string, storageIdPresent: boolean): Promise<void> {
+async function refuseOccupiedRoot(
+  tree: ArtifactStore['tree'],
+  where: string,
+  storageIdPresent: boolean,
+): Promise<void> {
   if (storageIdPresent || (await firstFileUnder(tree, BLOBS)) !== undefined) {
     throw new BackupError(
       'target_not_empty',
@@ -201,7 +205,7 @@ async function loadDatabase(client: pg.ClientBase, file: string, manifest: Seale
  * its writer without creating one), so everything there now is the restore's. Returns what could not
  * be removed; [] means the root is empty again (checked by listing it).
  */
-async function emptyTarget(store: OpenedStore, identityWritten: boolean): Promise<string[]> {
+async function emptyTarget(store: OpenedArtifactStore, identityWritten: boolean): Promise<string[]> {
   const problems: string[] = [];
   const attempt = async (what: string, work: () => Promise<void>) => {
     try {
@@ -283,7 +287,7 @@ interface Restored {
 
 /** Blobs, then one transaction with the storage-id object written last; on any failure, nothing is left. */
 async function restoreAllOrNothing(
-  store: OpenedStore,
+  store: OpenedArtifactStore,
   options: RestoreOptions,
   manifest: SealedManifest,
 ): Promise<Restored> {

@@ -5,14 +5,14 @@
  * that do not match their name (a damaged blob is refused with a 500, not cached, and left for
  * `arkvory scrub`). Bounded by total bytes; objects above `maxObjectBytes` are never cached.
  *
- * It wraps any `Store` (directory, static HTTP, S3): only `openBlob` changes. A miss opens the blob
+ * It wraps any `ArtifactStore` (directory, static HTTP, S3): only `openBlob` changes. A miss opens the blob
  * through the inner store and, when it is small enough, reads it whole; on a store where reads are
  * requests (not the directory store) that happens only when the request wants the whole blob (a
  * full GET or a HEAD), so a range request never costs a second upstream read.
  */
 import { createHash } from 'node:crypto';
 import type { ByteRange } from '../range.ts';
-import type { BlobReader, Store } from '../store.ts';
+import type { BlobReader, ArtifactStore } from '../store.ts';
 import { BoundedLru } from './bounded-lru.ts';
 import type { CacheStats } from './cache-stats.ts';
 
@@ -98,7 +98,7 @@ async function readWhole(reader: BlobReader, sha256: string): Promise<Buffer> {
 }
 
 /** `inner` with small blobs served from `cache`; everything but `openBlob` is the inner store's. */
-export function withSmallBlobCache(inner: Store, cache: SmallBlobCache): Store {
+export function withSmallBlobCache(inner: ArtifactStore, cache: SmallBlobCache): ArtifactStore {
   const filling = new Map<string, Promise<Buffer>>();
   return {
     ...inner,

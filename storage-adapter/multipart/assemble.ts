@@ -10,7 +10,7 @@ import { createHash } from 'node:crypto';
 import type pg from 'pg';
 import type { Catalog, CatalogEntry } from '../catalog.ts';
 import { StorageError } from '../errors.ts';
-import type { PartStore, Store } from '../store.ts';
+import type { PartStore, ArtifactStore } from '../store.ts';
 import { publishArtifact } from '../publish.ts';
 import type { ReceivedPart } from './completion-plan.ts';
 
@@ -49,7 +49,7 @@ async function* readParts(
  * (`server-copy`: by the store, `streamed`: through the worker), throws a StorageError to fail the job.
  */
 export async function assembleJob(
-  deps: { pool: pg.Pool; store: Store; catalog: Catalog },
+  deps: { pool: pg.Pool; store: ArtifactStore; catalog: Catalog },
   job: Job,
   signal?: AbortSignal,
 ): Promise<{ entry: CatalogEntry; assembly: 'server-copy' | 'streamed' }> {

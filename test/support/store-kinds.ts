@@ -12,7 +12,7 @@ import { openFsStore } from '../../storage-adapter/fs-store.ts';
 import { openHttpStore } from '../../storage-adapter/http-store.ts';
 import { openS3Store, type S3Store } from '../../storage-adapter/s3-store.ts';
 import type { S3Limits } from '../../storage-adapter/s3-transfer.ts';
-import type { Store } from '../../storage-adapter/store.ts';
+import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import { makeTempDir } from './gateway.ts';
 import { emptyBucket, listKeys, type S3Server, type S3ServerKind } from './s3-server.ts';
 import { sharedS3Bucket } from './shared-s3.ts';
@@ -89,7 +89,7 @@ export interface StoreBacking {
     role: 'writer' | 'reader' | 'worker',
     pool: pg.Pool,
     options?: { dataDir?: string; limits?: Partial<S3Limits> },
-  ): Promise<Store>;
+  ): Promise<ArtifactStore>;
   /** Empties the store (between tests sharing one backing). */
   reset(dataDir?: string): Promise<void>;
   stop(): Promise<void>;
@@ -108,7 +108,7 @@ export async function startStoreBacking(kind: StoreKind): Promise<StoreBacking> 
   const nginx = kind === 'http' ? await startStaticStore() : undefined;
   const s3 = isS3Kind(kind) ? await sharedS3Bucket(kind) : undefined;
   let lastFsRoot: string | undefined;
-  const opened: Store[] = [];
+  const opened: ArtifactStore[] = [];
   const backing: StoreBacking = {
     kind,
     env: nginx ? { ARKVORY_STORAGE_URL: nginx.url } : s3 ? s3.env() : {},
@@ -121,7 +121,7 @@ export async function startStoreBacking(kind: StoreKind): Promise<StoreBacking> 
       return directoryProbe(root);
     },
     async open(role, pool, options = {}) {
-      let store: Store;
+      let store: ArtifactStore;
       if (s3) {
         const env = s3.env();
         store = await openS3Store({
