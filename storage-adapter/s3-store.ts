@@ -14,30 +14,19 @@
  * the multipart upload is completed only after every check passed. Parts below S3's 5 MiB minimum
  * (or a server without UploadPartCopy): undefined, and the worker streams them through stage().
  */
-import { createHash, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { StorageError } from './errors.ts';
-import { upstreamError } from './http-upstream.ts';
 import { checkedUpload } from './checked-upload.ts';
 import { ensureStorageIdentityOf, type IdentityObject, type StorageRole } from './identity.ts';
-import { sessionRelativeDir } from './multipart/session-path.ts';
 import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, TMP_DIR } from './paths.ts';
 import { openRangeStream, rangeStreamReader, type RangeStream } from './range-stream.ts';
 import { createS3Client, type S3Client, type S3ClientOptions } from './s3-client.ts';
 import { formatS3Location, type S3Location } from './s3-location.ts';
-import {
-  abortMultipart,
-  completeMultipart,
-  copyObject,
-  createMultipart,
-  planPartCopies,
-  readObject,
-  S3_DEFAULT_LIMITS,
-  uploadObject,
-  uploadPartCopy,
-  type S3Limits,
-} from './s3-transfer.ts';
-import type { OpenedArtifactStore, PartStore, StagedBlob, StageOptions, StoreTree, TreeEntry } from './store.ts';
+import { copyObject, S3_DEFAULT_LIMITS, uploadObject, type S3Limits } from './s3-transfer.ts';
+import type { OpenedArtifactStore, StagedBlob, StageOptions } from './store.ts';
+import { assembleOnServer, type Assembly } from './s3-assembly.ts';
+import { s3Parts, s3Tree, type S3Bucket } from './s3-tree.ts';
 
 /** `blobs/sha256/ab/cd/<hex>` with forward slashes whatever the platform. */
 const blobName = (sha256: string) => blobRelativePath(sha256).split('\\').join('/');
@@ -114,6 +103,7 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
   const commits: S3CommitStats = { copy: 0, 'multipart-copy': 0, streamed: 0, existing: 0, direct: 0 };
   const assemblies: S3AssemblyStats = { 'server-copy': 0, streamed: 0 };
   const { timeoutMs } = options;
+  const bucket: S3Bucket = { client, location, limits, timeoutMs, keyOf };
 
   const identity = identityObject(client, location);
   let storageId: string;
@@ -129,29 +119,6 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
   } catch (err) {
     await client.close().catch(() => {});
     throw err;
-  }
-
-  /** Deletes every object under `relative/` (a "directory"); object stores have no folders to remove. */
-  async function removeTree(relative: string): Promise<void> {
-    const keys: string[] = [];
-    for await (const entry of client.list(keyOf(`${relative}/`))) if (entry.object) keys.push(entry.object.key);
-    for (const key of keys) await client.delete(key);
-  }
-
-  async function upload(
-    relative: string,
-    body: AsyncIterable<Buffer>,
-    signal: AbortSignal | undefined,
-    expectedLength?: number,
-  ): Promise<void> {
-    await uploadObject(client, keyOf(relative), body, limits, { expectedLength, signal, timeoutMs });
-  }
-
-  async function move(from: string, to: string): Promise<void> {
-    const source = await client.head(keyOf(from));
-    if (!source) throw new StorageError('not_found', `${from} is not on the S3 server.`);
-    await copyObject(client, keyOf(from), keyOf(to), source.sizeBytes, limits, timeoutMs);
-    await client.delete(keyOf(from));
   }
 
   function openRange(sha256: string, start: number, end: number): Promise<RangeStream> {
@@ -172,55 +139,6 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
       end,
     );
   }
-
-  const parts: PartStore = {
-    async write(sessionId, fileName, body, signal) {
-      await upload(`${sessionRelativeDir(sessionId)}/${fileName}`, body, signal);
-    },
-    read: (sessionId, fileName, signal) =>
-      readObject(client, keyOf(`${sessionRelativeDir(sessionId)}/${fileName}`), signal),
-    remove: (sessionId, fileName) => client.delete(keyOf(`${sessionRelativeDir(sessionId)}/${fileName}`)),
-    removeSession: (sessionId) => removeTree(sessionRelativeDir(sessionId)),
-  };
-
-  const tree: StoreTree = {
-    location: locationText,
-    async list(dir) {
-      const prefix = keyOf(`${dir}/`);
-      const entries: TreeEntry[] = [];
-      for await (const entry of client.list(prefix, '/')) {
-        if (entry.commonPrefix)
-          entries.push({
-            name: entry.commonPrefix.slice(prefix.length).replace(/\/$/, ''),
-            isDirectory: true,
-            sizeBytes: 0,
-          });
-        else if (entry.object && entry.object.key.length > prefix.length)
-          entries.push({
-            name: entry.object.key.slice(prefix.length),
-            isDirectory: false,
-            sizeBytes: entry.object.sizeBytes,
-          });
-      }
-      return entries;
-    },
-    read: (file) => readObject(client, keyOf(file)),
-    async incompleteUploads() {
-      const found: Array<{ name: string; abort(): Promise<void> }> = [];
-      for await (const u of client.listMultipartUploads(location.prefix)) {
-        found.push({
-          name: u.key.slice(location.prefix.length),
-          abort: () => abortMultipart(client, u.key, u.uploadId),
-        });
-      }
-      return found;
-    },
-    async remove(target) {
-      await client.delete(keyOf(target));
-      await removeTree(target);
-    },
-    move,
-  };
 
   /**
    * Where a body is staged: with a declared sha256 for a free key, straight under its blob name (no
@@ -275,8 +193,8 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
     uploadStats: () => ({ ...stats }),
     commits,
     assemblies,
-    parts,
-    tree,
+    parts: s3Parts(bucket),
+    tree: s3Tree(bucket, locationText),
     close: () => client.close(),
 
     async stage(body, stageOptions: StageOptions): Promise<StagedBlob> {
@@ -302,105 +220,21 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
 
     async assembleParts(sessionId, parts, stageOptions): Promise<StagedBlob | undefined> {
       if (role === 'reader') throw new Error('assembleParts() on a read-only store');
-      const copies = planPartCopies(
-        parts.map((p) => p.sizeBytes),
-        limits.copyBytes,
-      );
-      if (!copies) {
+      const tempName = stagingName(stageOptions);
+      let assembled: Assembly;
+      try {
+        assembled = await assembleOnServer(bucket, sessionId, parts, keyOf(tempName), stageOptions);
+      } catch (err) {
+        stats.failed++;
+        if (tempName.startsWith(TMP_DIR)) await client.delete(keyOf(tempName)).catch(() => {});
+        throw err;
+      }
+      if (assembled === 'declined') {
         assemblies.streamed++;
         return undefined;
       }
-      const tempName = stagingName(stageOptions);
-      const target = keyOf(tempName);
-      const uploadId = await createMultipart(client, target);
-      const whole = createHash('sha256');
-      let sizeBytes = 0;
-      let previous: Promise<unknown> = Promise.resolve();
-      const etags: string[] = new Array(copies.length);
-      let notImplemented = false;
-      try {
-        for (const [index, part] of parts.entries()) {
-          const source = keyOf(`${sessionRelativeDir(sessionId)}/${part.fileName}`);
-          // The one read of the bytes: each part's sha256 is re-checked and the whole's computed.
-          const res = await client.request({
-            method: 'GET',
-            key: source,
-            signal: stageOptions.signal,
-            highWaterMark: 256 * 1024,
-          });
-          if (res.statusCode !== 200) throw await client.failure(res, `GET ${source}`);
-          const etag = res.headers.etag;
-          const hash = createHash('sha256');
-          let partBytes = 0;
-          try {
-            for await (const chunk of res.body) {
-              hash.update(chunk as Buffer);
-              whole.update(chunk as Buffer);
-              partBytes += (chunk as Buffer).length;
-            }
-          } catch (err) {
-            throw upstreamError(err, `GET ${source}`);
-          }
-          if (partBytes !== part.sizeBytes || hash.digest('hex') !== part.sha256)
-            throw new StorageError(
-              'part_mismatch',
-              `part ${part.partNumber} changed on the store after it was received`,
-            );
-          sizeBytes += partBytes;
-          // Its copies may run while the next part is read; the ETag ties them to the bytes just hashed.
-          await previous;
-          if (notImplemented) break;
-          previous = (async () => {
-            for (const [n, copy] of copies.entries()) {
-              if (copy.source !== index) continue;
-              const got = await uploadPartCopy(
-                client,
-                source,
-                target,
-                uploadId,
-                n + 1,
-                copy,
-                typeof etag === 'string' ? etag : undefined,
-              );
-              if (got === 'not-implemented') {
-                notImplemented = true;
-                return;
-              }
-              etags[n] = got;
-            }
-          })();
-        }
-        await previous;
-        if (notImplemented) {
-          await abortMultipart(client, target, uploadId).catch(() => {});
-          assemblies.streamed++;
-          return undefined;
-        }
-        const sha256 = whole.digest('hex');
-        if (stageOptions.expectedLength !== undefined && sizeBytes !== stageOptions.expectedLength)
-          throw new StorageError(
-            'invalid_request',
-            `The parts have ${sizeBytes} bytes; the session expects ${stageOptions.expectedLength}.`,
-          );
-        if (stageOptions.expectedSha256 !== undefined && stageOptions.expectedSha256 !== sha256)
-          throw new StorageError('invalid_request', "The assembled parts do not match the session's sha256.");
-        // Only now, every check passed, does the object come into existence.
-        await completeMultipart(client, target, uploadId, etags);
-        const head = await client.head(target);
-        if (head?.sizeBytes !== sizeBytes)
-          throw new StorageError(
-            'upstream_unreachable',
-            `The S3 server assembled ${target} with ${head?.sizeBytes ?? 'no'} bytes, not ${sizeBytes}.`,
-          );
-        assemblies['server-copy']++;
-        return stagedBlob(tempName, sha256, sizeBytes);
-      } catch (err) {
-        await previous.catch(() => {});
-        await abortMultipart(client, target, uploadId).catch(() => {});
-        stats.failed++;
-        if (tempName.startsWith(TMP_DIR)) await client.delete(target).catch(() => {});
-        throw err;
-      }
+      assemblies['server-copy']++;
+      return stagedBlob(tempName, assembled.sha256, assembled.sizeBytes);
     },
 
     async openBlob(sha256, ranges = []) {
