@@ -23,6 +23,7 @@ import { Agent, request } from 'undici';
 import { download } from '../client/index.ts';
 import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
 import { median } from './support.ts';
+import { runProcess, type ProcessResult } from '../test/support/run-process.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const CLI = path.join(ROOT, 'bin/arkvory.js');
@@ -40,20 +41,8 @@ const BIG = Number(args['big-mib']) * MiB;
 const SMALL_SECONDS = Number(args['small-seconds']);
 const CONCURRENCY = Number(args.concurrency);
 
-function run(
-  cmd: string,
-  argv: string[],
-  env: NodeJS.ProcessEnv = process.env,
-): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(cmd, argv, { env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
+function run(cmd: string, argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<ProcessResult> {
+  return runProcess(cmd, argv, { env });
 }
 
 async function call(

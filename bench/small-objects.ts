@@ -38,6 +38,7 @@ import { migrate } from '../migrations/runner.ts';
 import { AdminStore } from '../policy/auth/admin-store.ts';
 import { freeLoopbackPort, startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
 import { cpuSeconds, curl, median, rssBytes } from './support.ts';
+import { runProcess, type ProcessResult } from '../test/support/run-process.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const KiB = 1024;
@@ -78,16 +79,8 @@ interface WrkResult {
   errors: number;
 }
 
-function run(cmd: string, argv: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(cmd, argv, { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
+function run(cmd: string, argv: string[]): Promise<ProcessResult> {
+  return runProcess(cmd, argv);
 }
 
 function toMs(value: string, unit: string): number {

@@ -1,9 +1,3 @@
-/**
- * The strict CLI as a real process: an unknown option or a missing value is exit 2 with one line on
- * stderr naming it, nothing on stdout and nothing done; every --help lists every declared option;
- * the flags README and docs/ show exist; `npx arkvory` prints bare JSON.
- */
-import { spawn } from 'node:child_process';
 import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -11,6 +5,7 @@ import { useTestDatabase } from '../../test/support/database.ts';
 import { ROOT, runCli } from '../../test/support/gateway.ts';
 import type { Form, OptionSpecs } from './command.ts';
 import { COMMANDS } from './index.ts';
+import { runProcess, type ProcessResult } from '../../test/support/run-process.ts';
 
 /** Runs `work` over `items`, at most `limit` at a time (each runCli is a process start). */
 async function inParallel<T, R>(items: readonly T[], limit: number, work: (item: T) => Promise<R>): Promise<R[]> {
@@ -80,24 +75,8 @@ describe('arkvory keys create with a mistyped option', () => {
 });
 
 /** A command through npm (npx / npm run), with PATH so that the pinned node and npm are found. */
-function run(
-  command: string,
-  args: readonly string[],
-  env: Record<string, string>,
-): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, {
-      cwd: ROOT,
-      env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
+function run(command: string, args: readonly string[], env: Record<string, string>): Promise<ProcessResult> {
+  return runProcess(command, args, { cwd: ROOT, env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env } });
 }
 
 describe('arkvory commands as real processes (proxy/commands/command.test.ts does every form of every command in-process)', () => {

@@ -14,6 +14,7 @@ import { afterAll, onTestFinished } from 'vitest';
 import { freeLoopbackPort } from '../../proxy/server/embedded-database.ts';
 import { loadOpenApiDocument, undescribedResponses } from '../../proxy/openapi/contract.ts';
 import { deleteKeysWithPrefix } from './redis.ts';
+import { runProcess, type ProcessResult } from './run-process.ts';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const CLI = path.join(ROOT, 'bin/arkvory.js');
@@ -118,21 +119,8 @@ export function runCli(
   args: string[],
   env: Record<string, string | undefined>,
   input?: string,
-): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [CLI, ...args], {
-      env: childEnv(env),
-      cwd: ROOT,
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-    child.stdin.end(input ?? '');
-  });
+): Promise<ProcessResult> {
+  return runProcess(process.execPath, [CLI, ...args], { env: childEnv(env), cwd: ROOT, input: input ?? '' });
 }
 
 export async function startGateway(options: StartOptions = {}): Promise<GatewayProcess> {
