@@ -105,26 +105,29 @@ describe.each(S3_SERVER_KINDS)('a gateway on the S3 store (%s)', (kind) => {
       .split('\n')
       .filter((l) => l.includes('"upload.completed"') && l.includes(`"assembly":"${assembly}"`)).length;
 
-  it('multipart session with parts below 5 MiB: parts are objects under uploads/, the worker streams them into the blob, the parts are removed', async () => {
-    const file = randomContent(9 * MiB + 3);
-    const before = completions('streamed');
-    await multipartSession('multi.bin', [
-      file.subarray(0, 4 * MiB),
-      file.subarray(4 * MiB, 8 * MiB),
-      file.subarray(8 * MiB),
-    ]);
-    expect(completions('streamed')).toBe(before + 1);
-  });
-
-  it('multipart session with parts of 5 MiB and more: the worker assembles them server-side (UploadPartCopy), reading each once to check the digests', async () => {
-    const file = randomContent(11 * MiB + 5);
-    const before = completions('server-copy');
-    await multipartSession('multi-copy.bin', [
-      file.subarray(0, 5 * MiB),
-      file.subarray(5 * MiB, 11 * MiB),
-      file.subarray(11 * MiB),
-    ]);
-    expect(completions('server-copy')).toBe(before + 1);
+  it.each([
+    {
+      title:
+        'multipart session with parts below 5 MiB: parts are objects under uploads/, the worker streams them into the blob, the parts are removed',
+      assembly: 'streamed',
+      name: 'multi.bin',
+      cuts: [4 * MiB, 8 * MiB, 9 * MiB + 3],
+    },
+    {
+      title:
+        'multipart session with parts of 5 MiB and more: the worker assembles them server-side (UploadPartCopy), reading each once to check the digests',
+      assembly: 'server-copy',
+      name: 'multi-copy.bin',
+      cuts: [5 * MiB, 11 * MiB, 11 * MiB + 5],
+    },
+  ])('$title', async ({ assembly, name, cuts }) => {
+    const file = randomContent(cuts.at(-1)!);
+    const before = completions(assembly);
+    await multipartSession(
+      name,
+      cuts.map((end, i) => file.subarray(i === 0 ? 0 : cuts[i - 1], end)),
+    );
+    expect(completions(assembly)).toBe(before + 1);
   });
 
   it('arkvory doctor reads the storage-id object; the secret key is in no log line, health answer or metric', async () => {
