@@ -235,6 +235,17 @@ describe('router: one writer, two readers', () => {
     expect(noKey.status).toBe(401);
   });
 
+  /** How many of the nine tagged reads each gateway logged (a gateway logs a request when it ends). */
+  const loggedPerGateway = (what: string, tagged: (gw: GatewayProcess) => number) =>
+    waitFor(
+      what,
+      async () => {
+        const now = [writer, ...readers].map(tagged);
+        return now.reduce((a, b) => a + b, 0) === 9 ? now : undefined;
+      },
+      5000,
+    );
+
   it('spreads content reads over all three gateways (counted from their request logs)', async () => {
     // The router forwards the client's x-request-id; each gateway logs it with the request.
     const tag = `spread-${randomBytes(3).toString('hex')}-`;
@@ -249,16 +260,7 @@ describe('router: one writer, two readers', () => {
       expect(res.headers['x-request-id']).toBe(`${tag}${i}`);
       expect(res.body.equals(file.subarray(i * 100, i * 100 + 100))).toBe(true);
     }
-    // A gateway logs a request when it ends; give the last line a moment to arrive.
-    const counts = await waitFor(
-      'nine logged reads',
-      async () => {
-        const now = [writer, ...readers].map(tagged);
-        return now.reduce((a, b) => a + b, 0) === 9 ? now : undefined;
-      },
-      5000,
-    );
-    expect(counts).toEqual([3, 3, 3]);
+    expect(await loggedPerGateway('nine logged reads', tagged)).toEqual([3, 3, 3]);
     // Each warning is an Error, a stack and a stderr write per proxied response: it once cost more CPU than the proxying.
     expect(router.logs()).not.toContain('MaxListenersExceededWarning');
   });
@@ -283,15 +285,7 @@ describe('router: one writer, two readers', () => {
       expect(res.status).toBe(200);
       expect(res.body.equals(index)).toBe(true);
     }
-    const counts = await waitFor(
-      'nine logged apt reads',
-      async () => {
-        const now = [writer, ...readers].map(tagged);
-        return now.reduce((a, b) => a + b, 0) === 9 ? now : undefined;
-      },
-      5000,
-    );
-    expect(counts).toEqual([3, 3, 3]);
+    expect(await loggedPerGateway('nine logged apt reads', tagged)).toEqual([3, 3, 3]);
   });
 
   it('passes a 405 and a 429 through unchanged', async () => {
