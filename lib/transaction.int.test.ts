@@ -34,6 +34,8 @@ describe('transactions', () => {
       pids.add(pid);
       // Another connection kills this one: the work's next statement and the ROLLBACK both fail.
       await db.pool.query('SELECT pg_terminate_backend($1)', [pid]);
+      // Let the server's FATAL reach the checked-out client: it must not become an unhandled 'error'.
+      await new Promise((resolve) => setTimeout(resolve, 200));
       throw new Error('the original failure');
     }).catch((e: unknown) => e);
     expect((err as Error).message).toBe('the original failure');

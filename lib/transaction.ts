@@ -2,8 +2,8 @@
  * PostgreSQL transactions for every layer (policy/, storage-adapter/, proxy/ and migrations/ import
  * this; lib/ imports none of them). The rule the hand-written blocks kept breaking: when the work fails,
  * a failing ROLLBACK (the connection died, which is often *why* the work failed) must never replace the
- * error that caused it, and a connection whose BEGIN, COMMIT or ROLLBACK failed must not go back to
- * the pool.
+ * error that caused it, and a connection whose BEGIN, COMMIT or ROLLBACK failed (or that died while
+ * checked out) must not go back to the pool.
  */
 import type pg from 'pg';
 
@@ -51,9 +51,14 @@ export async function withTransaction<T>(
   options: TransactionOptions = {},
 ): Promise<T> {
   const client = await pool.connect();
+  // A checked-out client has no pool listener: a connection that dies meanwhile (a server restart,
+  // pg_terminate_backend) would emit an unhandled 'error' and take the process down.
+  const onError = () => broken.add(client);
+  client.on('error', onError);
   try {
     return await inTransaction(client, () => work(client), options);
   } finally {
+    client.off('error', onError);
     client.release(broken.has(client) ? new Error('transaction control failed; connection discarded') : undefined);
   }
 }
