@@ -11,7 +11,7 @@ import type { OpenFileCache } from './cache/open-file-cache.ts';
 import { checkedUpload } from './checked-upload.ts';
 import { StorageError, storageErrorFromErrno } from './errors.ts';
 import { fsyncDirectory } from './fs-sync.ts';
-import { ensureStorageIdentity, fsIdentityObject, type StorageRole } from './identity.ts';
+import { fsIdentityObject, openingStorageId, type StorageRole } from './identity.ts';
 import { createFsTree } from './fs-tree.ts';
 import { createFsPartStore } from './multipart/fs-parts.ts';
 import { writeOverlapped } from './overlapped-writer.ts';
@@ -74,10 +74,12 @@ export async function openFsStore(options: {
       `the storage root ${root} does not exist; a reader never creates it (start the writer first, or mount the shared root)`,
     );
 
-  if (options.restoreAs !== undefined && role !== 'writer') throw new Error('restoreAs needs the writer role');
-  const storageId =
-    options.restoreAs ??
-    (await ensureStorageIdentity({ root, role: role === 'writer' ? 'writer' : 'reader', pool: options.pool }));
+  const storageId = await openingStorageId({
+    object: fsIdentityObject(root),
+    role,
+    pool: options.pool,
+    restoreAs: options.restoreAs,
+  });
   const blobsDir = resolveInsideRoot(root, BLOBS_DIR);
   const tmpDir = resolveInsideRoot(root, TMP_DIR);
   if (role === 'writer') {

@@ -18,7 +18,7 @@ import { StorageError } from './errors.ts';
 import { createUpstreamPool, unexpectedStatus, upstreamError, type UpstreamOptions } from './http-upstream.ts';
 import { httpIdentity, httpParts, httpTree } from './http-tree.ts';
 import { WebDavClient } from './http-webdav.ts';
-import { ensureStorageIdentityOf, type StorageRole } from './identity.ts';
+import { openingStorageId, type StorageRole } from './identity.ts';
 import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, TMP_DIR } from './paths.ts';
 import type { ByteRange } from './range.ts';
 import { openRangeStream, rangeStreamReader, type RangeStream } from './range-stream.ts';
@@ -42,14 +42,7 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<OpenedAr
 
   let storageId: string;
   try {
-    if (options.restoreAs !== undefined && role !== 'writer') throw new Error('restoreAs needs the writer role');
-    storageId =
-      options.restoreAs ??
-      (await ensureStorageIdentityOf({
-        object: identity,
-        role: role === 'writer' ? 'writer' : 'reader',
-        pool: options.pool,
-      }));
+    storageId = await openingStorageId({ object: identity, role, pool: options.pool, restoreAs: options.restoreAs });
   } catch (err) {
     await dav.close().catch(() => {});
     throw err;

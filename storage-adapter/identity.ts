@@ -87,6 +87,25 @@ export function ensureStorageIdentity(options: { root: string; role: StorageRole
 }
 
 /**
+ * The storage id a store opens with. A restore target takes the backup's id and reads or writes no
+ * binding (restore writes it last, backup/restore.ts); any other store checks the binding, as a
+ * writer (creating a fresh pair) or, for readers and workers, as a reader.
+ */
+export function openingStorageId(options: {
+  object: IdentityObject;
+  role: StorageRole | 'worker';
+  pool: pg.Pool;
+  restoreAs?: string | undefined;
+}): Promise<string> {
+  const { object, role, pool, restoreAs } = options;
+  if (restoreAs !== undefined) {
+    if (role !== 'writer') return Promise.reject(new Error('restoreAs needs the writer role'));
+    return Promise.resolve(restoreAs);
+  }
+  return ensureStorageIdentityOf({ object, role: role === 'writer' ? 'writer' : 'reader', pool });
+}
+
+/**
  * Returns the storage id after checking (reader) or creating-then-checking (writer) the binding.
  * A fresh pair (no file, no row) is created only by the writer, with a random id; every other
  * disagreement refuses. (A restore recreates the backed-up id itself, last: see backup/restore.ts.)

@@ -18,7 +18,7 @@ import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { StorageError } from './errors.ts';
 import { checkedUpload } from './checked-upload.ts';
-import { ensureStorageIdentityOf, type IdentityObject, type StorageRole } from './identity.ts';
+import { openingStorageId, type IdentityObject, type StorageRole } from './identity.ts';
 import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, TMP_DIR } from './paths.ts';
 import { openRangeStream, rangeStreamReader, type RangeStream } from './range-stream.ts';
 import { createS3Client, type S3Client, type S3ClientOptions } from './s3-client.ts';
@@ -108,14 +108,7 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
   const identity = identityObject(client, location);
   let storageId: string;
   try {
-    if (options.restoreAs !== undefined && role !== 'writer') throw new Error('restoreAs needs the writer role');
-    storageId =
-      options.restoreAs ??
-      (await ensureStorageIdentityOf({
-        object: identity,
-        role: role === 'writer' ? 'writer' : 'reader',
-        pool: options.pool,
-      }));
+    storageId = await openingStorageId({ object: identity, role, pool: options.pool, restoreAs: options.restoreAs });
   } catch (err) {
     await client.close().catch(() => {});
     throw err;
