@@ -3,13 +3,11 @@
  * Expected: requests still succeed (fail open) within the timeout per check plus a margin, with no RateLimit headers;
  * `arkvory_rate_limit_checks_total{error="true"}` rises and the failure is logged; the rules are kept. Recovery: counting resumes in the same window.
  */
-import { writeFile } from 'node:fs/promises';
-import path from 'node:path';
+import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createRepository, createServiceAccount } from '../test/support/auth.ts';
-import { randomContent } from '../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../test/support/database.ts';
-import { makeTempDir, startGateway, type GatewayProcess } from '../test/support/gateway.ts';
+import type { GatewayProcess } from '../test/support/gateway.ts';
 import { call } from './support/gateways.ts';
 import { setEnabled } from './support/shared-cluster.ts';
 import {
@@ -22,6 +20,7 @@ import {
 import { waitUntil } from './support/wait.ts';
 import { Redis } from 'ioredis';
 import { deleteKeysWithPrefix } from '../test/support/redis.ts';
+import { SMALL_CONTENT_PATH, startRedisLimitedGateway } from './support/redis-limited-gateway.ts';
 
 const TIMEOUT_MS = 200;
 const LATENCY_MS = 1000;
@@ -29,7 +28,7 @@ const LIMIT = 10;
 const RULE = 'chaos_reads_by_principal';
 /** A request makes two Redis calls on this path (auth_failure peek, gateway_request check), each bounded by the timeout. */
 const FAIL_OPEN_BOUND_MS = 2 * TIMEOUT_MS + 800;
-const contentPath = '/api/v1/repositories/chaos/artifacts/small.bin/content';
+const contentPath = SMALL_CONTENT_PATH;
 
 let toxiproxy: ToxiproxyServer;
 let db: TestDatabase & { drop(): Promise<void> };
@@ -46,30 +45,16 @@ beforeAll(async () => {
   ({ key } = await createServiceAccount(db.pool, { grants: { chaos: 'write' } }));
   ({ key: adminKey } = await createServiceAccount(db.pool, { scopes: ['admin'] }));
   link = await toxiproxy.proxyTo(hostPortOf(inject('redisUrl')));
-  const dir = await makeTempDir('arkvory-rules-');
-  const rulesFile = path.join(dir, 'rate_limits.yaml');
-  // A day-long window: the test does not straddle a window boundary (except at midnight UTC).
-  await writeFile(
-    rulesFile,
-    `rate_limits:\n  gateway_request:\n    - name: ${RULE}\n      action: limit\n      characteristics: [principal]\n      limit: ${LIMIT}\n      period_s: 86400\n      match: { request_type: read }\n`,
-  );
-  gateway = await startGateway({
-    env: {
-      ARKVORY_DATABASE_URL: db.url,
-      ARKVORY_REDIS_URL: urlThrough(inject('redisUrl'), link),
-      ARKVORY_REDIS_KEY_PREFIX: (redisPrefix = `chaos-${path.basename(dir)}:`),
-      ARKVORY_RATE_LIMITS_FILE: rulesFile,
-      ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS: String(TIMEOUT_MS),
-    },
-    timeoutMs: 60_000,
-  });
-  const put = await call(`${gateway.url}/api/v1/repositories/chaos/artifacts/small.bin`, {
-    method: 'PUT',
+  redisPrefix = `chaos-${randomBytes(4).toString('hex')}:`;
+  gateway = await startRedisLimitedGateway({
+    databaseUrl: db.url,
+    redisUrl: urlThrough(inject('redisUrl'), link),
+    rule: RULE,
+    limit: LIMIT,
+    timeoutMs: TIMEOUT_MS,
     key,
-    headers: { 'content-type': 'application/octet-stream' },
-    body: randomContent(1024),
+    env: { ARKVORY_REDIS_KEY_PREFIX: redisPrefix },
   });
-  expect(put.status).toBe(201);
 }, 120_000);
 
 afterAll(async () => {

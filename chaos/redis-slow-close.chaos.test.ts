@@ -8,14 +8,11 @@
  * Redis here is a redis-server of this file's own, so CLIENT KILL touches no other test.
  */
 import type { ChildProcess } from 'node:child_process';
-import { writeFile } from 'node:fs/promises';
-import path from 'node:path';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createRepository, createServiceAccount } from '../test/support/auth.ts';
-import { randomContent } from '../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../test/support/database.ts';
-import { makeTempDir, startGateway, type GatewayProcess } from '../test/support/gateway.ts';
+import type { GatewayProcess } from '../test/support/gateway.ts';
 import { startRedis } from '../test/support/global-setup.ts';
 import { call } from './support/gateways.ts';
 import {
@@ -26,6 +23,7 @@ import {
   type ToxiproxyServer,
 } from './support/toxiproxy.ts';
 import { waitUntil } from './support/wait.ts';
+import { SMALL_CONTENT_PATH, startRedisLimitedGateway } from './support/redis-limited-gateway.ts';
 
 const TIMEOUT_MS = 200;
 const CLOSE_DELAY_MS = 5000;
@@ -33,7 +31,7 @@ const LIMIT = 20;
 const RULE = 'chaos_slow_close_reads';
 /** A request makes two Redis calls on this path (auth_failure peek, gateway_request check), each bounded by the timeout. */
 const FAIL_OPEN_BOUND_MS = 2 * TIMEOUT_MS + 800;
-const contentPath = '/api/v1/repositories/chaos/artifacts/small.bin/content';
+const contentPath = SMALL_CONTENT_PATH;
 
 let toxiproxy: ToxiproxyServer;
 let redis: { url: string; child: ChildProcess };
@@ -49,29 +47,14 @@ beforeAll(async () => {
   await createRepository(db.pool, 'chaos');
   ({ key } = await createServiceAccount(db.pool, { grants: { chaos: 'write' } }));
   link = await toxiproxy.proxyTo(hostPortOf(redis.url));
-  const dir = await makeTempDir('arkvory-rules-');
-  const rulesFile = path.join(dir, 'rate_limits.yaml');
-  // A day-long window: the test does not straddle a window boundary (except at midnight UTC).
-  await writeFile(
-    rulesFile,
-    `rate_limits:\n  gateway_request:\n    - name: ${RULE}\n      action: limit\n      characteristics: [principal]\n      limit: ${LIMIT}\n      period_s: 86400\n      match: { request_type: read }\n`,
-  );
-  gateway = await startGateway({
-    env: {
-      ARKVORY_DATABASE_URL: db.url,
-      ARKVORY_REDIS_URL: urlThrough(redis.url, link),
-      ARKVORY_RATE_LIMITS_FILE: rulesFile,
-      ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS: String(TIMEOUT_MS),
-    },
-    timeoutMs: 60_000,
-  });
-  const put = await call(`${gateway.url}/api/v1/repositories/chaos/artifacts/small.bin`, {
-    method: 'PUT',
+  gateway = await startRedisLimitedGateway({
+    databaseUrl: db.url,
+    redisUrl: urlThrough(redis.url, link),
+    rule: RULE,
+    limit: LIMIT,
+    timeoutMs: TIMEOUT_MS,
     key,
-    headers: { 'content-type': 'application/octet-stream' },
-    body: randomContent(1024),
   });
-  expect(put.status).toBe(201);
 }, 120_000);
 
 afterAll(async () => {
