@@ -11,12 +11,12 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { download } from '../client/index.ts';
-import { createRepository, createServiceAccount } from '../test/support/auth.ts';
 import { contentDigest, randomContent, request, sha256 } from '../test/support/content.ts';
-import { createTestDatabase, type TestDatabase } from '../test/support/database.ts';
+import type { TestDatabase } from '../test/support/database.ts';
 import { startGateway, type GatewayProcess } from '../test/support/gateway.ts';
 import { setEnabled } from './support/shared-cluster.ts';
 import { startToxiproxy, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
+import { chaosDatabase } from './support/chaos-database.ts';
 
 const MiB = 1024 * 1024;
 const file = randomContent(6 * MiB + 99);
@@ -31,9 +31,7 @@ let dir: string;
 
 beforeAll(async () => {
   toxiproxy = await startToxiproxy();
-  db = await createTestDatabase();
-  await createRepository(db.pool, 'chaos');
-  ({ key } = await createServiceAccount(db.pool, { grants: { chaos: 'write' } }));
+  ({ db, key } = await chaosDatabase());
   // 3 MiB/s per principal: the download lasts about 2 s, long enough to cut it in the middle.
   gw = await startGateway({
     env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(3 * MiB) },

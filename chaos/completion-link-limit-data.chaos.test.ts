@@ -12,9 +12,8 @@
 import { createHash } from 'node:crypto';
 import { readdir } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { createRepository, createServiceAccount } from '../test/support/auth.ts';
 import { randomContent } from '../test/support/content.ts';
-import { createTestDatabase, type TestDatabase } from '../test/support/database.ts';
+import type { TestDatabase } from '../test/support/database.ts';
 import { startGateway, type GatewayProcess } from '../test/support/gateway.ts';
 import { startStaticStore, type StaticStore } from '../test/support/static-store.ts';
 import { call } from './support/gateways.ts';
@@ -26,6 +25,7 @@ import {
   type ToxiproxyServer,
 } from './support/toxiproxy.ts';
 import { waitUntil } from './support/wait.ts';
+import { chaosDatabase } from './support/chaos-database.ts';
 
 const MiB = 1024 * 1024;
 /** KB/s (1 KB = 1000 bytes): 4 MiB of parts take ~2.1 s to read. */
@@ -46,14 +46,10 @@ let key: string;
 
 beforeAll(async () => {
   toxiproxy = await startToxiproxy();
-  db = await createTestDatabase();
-  await createRepository(db.pool, 'chaos');
-  ({ key } = await createServiceAccount(db.pool, { grants: { chaos: 'write' } }));
+  ({ db, key } = await chaosDatabase());
   store = await startStaticStore();
   storeLink = await toxiproxy.proxyTo(`127.0.0.1:${store.port}`);
   dbLink = await toxiproxy.proxyTo(hostPortOf(inject('adminDatabaseUrl')));
-  const storeThroughLink = new URL(store.url);
-  storeThroughLink.port = String(storeLink.port);
   writer = await startGateway({
     env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_STORAGE_URL: store.url, ARKVORY_EMBEDDED_WORKER: '0' },
     timeoutMs: 60_000,
@@ -62,7 +58,7 @@ beforeAll(async () => {
     env: {
       ARKVORY_ROLE: 'worker',
       ARKVORY_DATABASE_URL: urlThrough(db.url, dbLink),
-      ARKVORY_STORAGE_URL: storeThroughLink.toString(),
+      ARKVORY_STORAGE_URL: urlThrough(store.url, storeLink),
     },
     timeoutMs: 60_000,
   });

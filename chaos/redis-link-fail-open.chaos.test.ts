@@ -5,8 +5,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { createRepository, createServiceAccount } from '../test/support/auth.ts';
-import { createTestDatabase, type TestDatabase } from '../test/support/database.ts';
+import { createServiceAccount } from '../test/support/auth.ts';
+import type { TestDatabase } from '../test/support/database.ts';
 import type { GatewayProcess } from '../test/support/gateway.ts';
 import { call } from './support/gateways.ts';
 import { setEnabled } from './support/shared-cluster.ts';
@@ -21,6 +21,7 @@ import { waitUntil } from './support/wait.ts';
 import { Redis } from 'ioredis';
 import { deleteKeysWithPrefix } from '../test/support/redis.ts';
 import { SMALL_CONTENT_PATH, startRedisLimitedGateway } from './support/redis-limited-gateway.ts';
+import { chaosDatabase } from './support/chaos-database.ts';
 
 const TIMEOUT_MS = 200;
 const LATENCY_MS = 1000;
@@ -40,9 +41,7 @@ let redisPrefix: string | undefined;
 
 beforeAll(async () => {
   toxiproxy = await startToxiproxy();
-  db = await createTestDatabase();
-  await createRepository(db.pool, 'chaos');
-  ({ key } = await createServiceAccount(db.pool, { grants: { chaos: 'write' } }));
+  ({ db, key } = await chaosDatabase());
   ({ key: adminKey } = await createServiceAccount(db.pool, { scopes: ['admin'] }));
   link = await toxiproxy.proxyTo(hostPortOf(inject('redisUrl')));
   redisPrefix = `chaos-${randomBytes(4).toString('hex')}:`;

@@ -10,8 +10,7 @@
 import type { ChildProcess } from 'node:child_process';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createRepository, createServiceAccount } from '../test/support/auth.ts';
-import { createTestDatabase, type TestDatabase } from '../test/support/database.ts';
+import type { TestDatabase } from '../test/support/database.ts';
 import type { GatewayProcess } from '../test/support/gateway.ts';
 import { startRedis } from '../test/support/global-setup.ts';
 import { call } from './support/gateways.ts';
@@ -24,6 +23,7 @@ import {
 } from './support/toxiproxy.ts';
 import { waitUntil } from './support/wait.ts';
 import { SMALL_CONTENT_PATH, startRedisLimitedGateway } from './support/redis-limited-gateway.ts';
+import { chaosDatabase } from './support/chaos-database.ts';
 
 const TIMEOUT_MS = 200;
 const CLOSE_DELAY_MS = 5000;
@@ -43,9 +43,7 @@ let key: string;
 beforeAll(async () => {
   toxiproxy = await startToxiproxy();
   redis = await startRedis();
-  db = await createTestDatabase();
-  await createRepository(db.pool, 'chaos');
-  ({ key } = await createServiceAccount(db.pool, { grants: { chaos: 'write' } }));
+  ({ db, key } = await chaosDatabase());
   link = await toxiproxy.proxyTo(hostPortOf(redis.url));
   gateway = await startRedisLimitedGateway({
     databaseUrl: db.url,

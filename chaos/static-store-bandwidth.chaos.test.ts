@@ -6,14 +6,14 @@
  */
 import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createRepository, createServiceAccount } from '../test/support/auth.ts';
 import { randomContent, sha256 } from '../test/support/content.ts';
-import { createTestDatabase, type TestDatabase } from '../test/support/database.ts';
+import type { TestDatabase } from '../test/support/database.ts';
 import { startGateway, type GatewayProcess } from '../test/support/gateway.ts';
 import { startStaticStore, type StaticStore } from '../test/support/static-store.ts';
 import { call } from './support/gateways.ts';
-import { startToxiproxy, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
+import { startToxiproxy, urlThrough, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
 import { waitUntil } from './support/wait.ts';
+import { chaosDatabase } from './support/chaos-database.ts';
 
 const KiB = 1024;
 const RATE = 256 * KiB;
@@ -39,17 +39,13 @@ let key: string;
 
 beforeAll(async () => {
   toxiproxy = await startToxiproxy();
-  db = await createTestDatabase();
-  await createRepository(db.pool, 'chaos');
-  ({ key } = await createServiceAccount(db.pool, { grants: { chaos: 'write' } }));
+  ({ db, key } = await chaosDatabase());
   store = await startStaticStore();
   link = await toxiproxy.proxyTo(`127.0.0.1:${store.port}`);
-  const storeUrl = new URL(store.url);
-  storeUrl.port = String(link.port);
   gateway = await startGateway({
     env: {
       ARKVORY_DATABASE_URL: db.url,
-      ARKVORY_STORAGE_URL: storeUrl.toString(),
+      ARKVORY_STORAGE_URL: urlThrough(store.url, link),
       ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(RATE),
     },
     timeoutMs: 60_000,

@@ -7,14 +7,14 @@ import { readdir } from 'node:fs/promises';
 import http from 'node:http';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { createRepository, createServiceAccount } from '../test/support/auth.ts';
 import { randomContent, sha256 } from '../test/support/content.ts';
-import { createTestDatabase, type TestDatabase } from '../test/support/database.ts';
+import type { TestDatabase } from '../test/support/database.ts';
 import { makeTempDir, startGateway } from '../test/support/gateway.ts';
 import { call, logLine } from './support/gateways.ts';
 import { setEnabled, waitServing } from './support/shared-cluster.ts';
 import { hostPortOf, startToxiproxy, urlThrough, type ToxiproxyServer } from './support/toxiproxy.ts';
 import { waitUntil } from './support/wait.ts';
+import { chaosDatabase } from './support/chaos-database.ts';
 
 const KiB = 1024;
 const file = randomContent(512 * KiB);
@@ -26,9 +26,7 @@ let key: string;
 
 beforeAll(async () => {
   toxiproxy = await startToxiproxy();
-  db = await createTestDatabase();
-  await createRepository(db.pool, 'chaos');
-  ({ key } = await createServiceAccount(db.pool, { grants: { chaos: 'write' } }));
+  ({ db, key } = await chaosDatabase());
 });
 
 afterAll(async () => {
