@@ -4,7 +4,7 @@
  * uploaded through the writer, and keys. The client host downloads with the real curl.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { readFileSync, rmSync } from 'node:fs';
+import { readFileSync, rmSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createRepository, createServiceAccount } from '../support/auth.ts';
@@ -132,6 +132,33 @@ export async function curlOnClient(
     timeoutMs,
   );
   return { code: res.code, stderr: res.stderr };
+}
+
+/**
+ * Starts curl on the client host downloading the deployment's artifact through the router into
+ * `downloads/<id>`, tagged `X-Request-Id: <id>` (so the router's log line can be found).
+ */
+export function downloadOnClient(d: Deployment, id: string, curlOptions: readonly string[] = ['--fail']) {
+  return d.topology.spawn('client', `curl ${id}`, 'curl', [
+    '-sS',
+    ...curlOptions,
+    '-H',
+    `Authorization: Bearer ${d.readKey}`,
+    '-H',
+    `X-Request-Id: ${id}`,
+    '-o',
+    path.join(d.downloads, id),
+    `${d.routerUrl}${d.contentPath}`,
+  ]);
+}
+
+/** Bytes of `downloads/<name>` so far (0 before curl created it). */
+export function downloadedSize(d: Deployment, name: string): number {
+  try {
+    return statSync(path.join(d.downloads, name)).size;
+  } catch {
+    return 0;
+  }
 }
 
 export function readDownload(d: Deployment, name: string): Buffer {

@@ -1,15 +1,3 @@
-/**
- * Scenario 2 (issue 24; read-gateways spec, "Share ownership and failures"): reader1 is partitioned
- * from the db host (packets dropped both ways by tc netem, nothing refused) while the client
- * downloads through the router. Expected:
- *  - reader1 fences no later than 8 s after its last confirmed renewal (its permit);
- *  - its in-flight download is cut (the client never sees a short body as complete);
- *  - the router takes it out of the pool within two probe intervals of the fence;
- *  - `curl -C -` through the router resumes on another gateway and ends with the exact file;
- *  - a replacement on slot 1 (another host) serves only once the old reservation has expired;
- *  - healing the partition revives nothing: reader1 stays 503 and the slot stays the replacement's.
- */
-import { statSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { leaseRow, logTimeMs } from '../../chaos/support/gateways.ts';
@@ -24,6 +12,8 @@ import {
   startDeployment,
   waitUntil,
   type Deployment,
+  downloadOnClient,
+  downloadedSize,
 } from './deployment.ts';
 import { heal, partition } from './netns.ts';
 import type { Gateway } from './topology.ts';
@@ -46,13 +36,7 @@ afterAll(async () => {
   await d?.stop();
 });
 
-const fileSize = (name: string): number => {
-  try {
-    return statSync(path.join(d.downloads, name)).size;
-  } catch {
-    return 0;
-  }
-};
+const fileSize = (name: string): number => downloadedSize(d, name);
 
 describe('reader1 partitioned from the database host', () => {
   it('fences within 8 s, is cut and dropped by the router, the client resumes elsewhere, and nothing revives it', async () => {
@@ -60,19 +44,7 @@ describe('reader1 partitioned from the database host', () => {
     const [reader1, reader2] = d.readers;
     const ids = ['s2-a', 's2-b', 's2-c'];
     // Three downloads in flight at once: the router's least-active choice puts one on each gateway.
-    const curls = ids.map((id) =>
-      topology.spawn('client', `curl ${id}`, 'curl', [
-        '-sS',
-        '--fail',
-        '-H',
-        `Authorization: Bearer ${d.readKey}`,
-        '-H',
-        `X-Request-Id: ${id}`,
-        '-o',
-        path.join(d.downloads, id),
-        `${d.routerUrl}${d.contentPath}`,
-      ]),
-    );
+    const curls = ids.map((id) => downloadOnClient(d, id));
     await waitUntil('all three downloads to receive bytes', () => ids.every((id) => fileSize(id) > 0), 10_000, 50);
 
     partition(topology.hosts.reader1, topology.hosts.db);

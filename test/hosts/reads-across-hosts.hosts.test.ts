@@ -17,7 +17,6 @@
  * on elsewhere, and once continued it fences instead of serving.
  */
 import { randomBytes } from 'node:crypto';
-import { statSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { burstBytes } from '../../policy/bandwidth/token-bucket.ts';
@@ -32,6 +31,8 @@ import {
   startDeployment,
   waitUntil,
   type Deployment,
+  downloadOnClient,
+  downloadedSize,
 } from './deployment.ts';
 import { heal, partition } from './netns.ts';
 import type { Gateway } from './topology.ts';
@@ -60,13 +61,7 @@ afterAll(async () => {
   await d?.stop();
 });
 
-const fileSize = (name: string): number => {
-  try {
-    return statSync(path.join(d.downloads, name)).size;
-  } catch {
-    return 0;
-  }
-};
+const fileSize = (name: string): number => downloadedSize(d, name);
 
 describe('scenario 1: reads through the router across hosts', () => {
   it('spreads nine sequential downloads 3/3/3 over writer, reader1 and reader2, all byte-exact', async () => {
@@ -123,20 +118,7 @@ describe('scenario 4: one principal on three gateways on three hosts', () => {
   it('never gets more than P × t + B over any interval, and does use its budget', async () => {
     const gateways = [d.writer, ...d.readers];
     const ids = Array.from({ length: 6 }, (_, i) => `s4-${i}`);
-    const curls = ids.map((id) =>
-      d.topology.spawn('client', `curl ${id}`, 'curl', [
-        '-sS',
-        '--max-time',
-        String(WINDOW_S + 2),
-        '-H',
-        `Authorization: Bearer ${d.readKey}`,
-        '-H',
-        `X-Request-Id: ${id}`,
-        '-o',
-        path.join(d.downloads, id),
-        `${d.routerUrl}${d.contentPath}`,
-      ]),
-    );
+    const curls = ids.map((id) => downloadOnClient(d, id, ['--max-time', String(WINDOW_S + 2)]));
     const samples: Array<{ startMs: number; endMs: number; bytes: number }> = [];
     const until = performance.now() + WINDOW_S * 1000;
     while (performance.now() < until) {
@@ -176,19 +158,7 @@ describe('scenario 3: reader2 partitioned from the store host mid-download', () 
     const { topology } = d;
     const [reader1, reader2] = d.readers;
     const ids = ['s3-a', 's3-b', 's3-c'];
-    const curls = ids.map((id) =>
-      topology.spawn('client', `curl ${id}`, 'curl', [
-        '-sS',
-        '--fail',
-        '-H',
-        `Authorization: Bearer ${d.readKey}`,
-        '-H',
-        `X-Request-Id: ${id}`,
-        '-o',
-        path.join(d.downloads, id),
-        `${d.routerUrl}${d.contentPath}`,
-      ]),
-    );
+    const curls = ids.map((id) => downloadOnClient(d, id));
     await waitUntil('all three downloads to receive bytes', () => ids.every((id) => fileSize(id) > 0), 10_000, 50);
     partition(topology.hosts.reader2, topology.hosts.store);
     try {
