@@ -89,17 +89,6 @@ const RULE_FIELDS = new Set([
   'count_distinct',
   'ban_for_s',
 ]);
-const DEFAULT_RULE_FIELDS = new Set([
-  'name',
-  'description',
-  'action',
-  'characteristics',
-  'match',
-  'limit',
-  'period_s',
-  'ban_for_s',
-  'count_distinct',
-]);
 
 /**
  * Validates one rule; returns it normalized (match/characteristics present) or undefined, pushing
@@ -111,7 +100,6 @@ export function validateRule(
   path: Path,
   problems: RuleProblem[],
   properties?: ReadonlySet<string>,
-  fields = RULE_FIELDS,
 ): RuleSpec | undefined {
   if (!isPlainObject(value)) {
     problems.push({ path, message: 'a rule must be a mapping' });
@@ -122,7 +110,7 @@ export function validateRule(
   const ruleName = typeof rawName === 'string' ? rawName : undefined;
   const problem = (key: string | undefined, message: string) =>
     problems.push({ path: key === undefined ? path : [...path, key], message, rule: ruleName });
-  for (const key of Object.keys(value)) if (!fields.has(key)) problem(key, `unknown field "${key}"`);
+  for (const key of Object.keys(value)) if (!RULE_FIELDS.has(key)) problem(key, `unknown field "${key}"`);
   if (typeof rawName !== 'string')
     problem(rawName === undefined ? undefined : 'name', 'name is required (a string matching ^[a-z0-9_]{1,64}$)');
   else if (!NAME_PATTERN.test(rawName))
@@ -241,7 +229,6 @@ export function validateRuleList(
   path: Path,
   problems: RuleProblem[],
   properties?: ReadonlySet<string>,
-  fields = RULE_FIELDS,
 ): RuleSpec[] {
   let list: unknown = value;
   let listPath = path;
@@ -263,7 +250,7 @@ export function validateRuleList(
   const out: RuleSpec[] = [];
   const seen = new Map<string, number>();
   list.forEach((item, i) => {
-    const rule = validateRule(item, [...listPath, i], problems, properties, fields);
+    const rule = validateRule(item, [...listPath, i], problems, properties);
     const name = isPlainObject(item) && typeof item.name === 'string' ? item.name : undefined;
     if (name !== undefined) {
       const first = seen.get(name);
@@ -328,13 +315,7 @@ export function validateAvailableLimiters(doc: unknown): {
           else props.push(p);
         });
     }
-    const defaults = validateRuleList(
-      raw.default_rules ?? [],
-      [...path, 'default_rules'],
-      problems,
-      new Set(props),
-      DEFAULT_RULE_FIELDS,
-    );
+    const defaults = validateRuleList(raw.default_rules ?? [], [...path, 'default_rules'], problems, new Set(props));
     available.set(name, {
       description: typeof raw.description === 'string' ? raw.description : '',
       available_properties: props,
