@@ -17,6 +17,7 @@ import { createFsPartStore } from './multipart/fs-parts.ts';
 import { writeOverlapped } from './overlapped-writer.ts';
 import type { OpenedArtifactStore, ArtifactStore } from './store.ts';
 import { BLOBS_DIR, blobRelativePath, isSha256Hex, resolveInsideRoot, TMP_DIR, UPLOADS_DIR } from './paths.ts';
+import { trackedStagedBlob } from './staged-blob.ts';
 
 export type { BlobReader, StagedBlob, StageOptions, ArtifactStore, UploadStats } from './store.ts';
 /** The filesystem store is one implementation of `ArtifactStore`; the name stays for its callers. */
@@ -117,14 +118,8 @@ export async function openFsStore(options: {
         const { sha256, sizeBytes: received } = upload.result;
         await handle.close();
         handle = undefined;
-        let committed = false;
-        let discarded = false;
-        return {
-          sha256,
-          sizeBytes: received,
+        return trackedStagedBlob(stats, sha256, received, {
           async commit() {
-            if (discarded) throw new Error('commit() after discard()');
-            if (committed) return;
             const target = blobPath(sha256);
             const dir = path.dirname(target);
             try {
@@ -139,17 +134,12 @@ export async function openFsStore(options: {
             } catch (err) {
               throw mapWriteError(err);
             }
-            committed = true;
-            stats.committed++;
           },
-          async discard() {
-            if (!committed && !discarded) stats.discarded++;
-            discarded = true;
-            await unlink(tempPath).catch((err: NodeJS.ErrnoException) => {
+          discard: () =>
+            unlink(tempPath).catch((err: NodeJS.ErrnoException) => {
               if (err.code !== 'ENOENT') throw err;
-            });
-          },
-        };
+            }),
+        });
       } catch (err) {
         stats.failed++;
         await handle?.close().catch(() => {});

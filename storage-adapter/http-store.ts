@@ -23,6 +23,7 @@ import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, TMP_DIR } from './paths
 import type { ByteRange } from './range.ts';
 import { openRangeStream, rangeStreamReader, type RangeStream } from './range-stream.ts';
 import type { BlobReader, OpenedArtifactStore, StagedBlob, StageOptions } from './store.ts';
+import { trackedStagedBlob } from './staged-blob.ts';
 
 const blobName = (sha256: string) => blobRelativePath(sha256).split('\\').join('/');
 
@@ -92,26 +93,14 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<OpenedAr
         throw err;
       }
       const { sha256, sizeBytes } = upload.result;
-      let committed = false;
-      let discarded = false;
-      return {
-        sha256,
-        sizeBytes,
-        async commit() {
-          if (discarded) throw new Error('commit() after discard()');
-          if (committed) return;
-          // false: an identical blob (same name, so same bytes) is already there; discard() drops ours.
+      return trackedStagedBlob(stats, sha256, sizeBytes, {
+        // false: an identical blob (same name, so same bytes) is already there; discard() drops ours.
+        commit: async () => {
           await dav.move(tempName, blobName(sha256), false);
-          committed = true;
-          stats.committed++;
         },
-        async discard() {
-          if (!committed && !discarded) stats.discarded++;
-          discarded = true;
-          // Best effort: the catalog decision is already made; a temporary left behind is gc's.
-          await dav.remove(tempName).catch(() => {});
-        },
-      };
+        // Best effort: the catalog decision is already made; a temporary left behind is gc's.
+        discard: () => dav.remove(tempName).catch(() => {}),
+      });
     },
 
     async openBlob(sha256, ranges = []) {

@@ -27,6 +27,7 @@ import { copyObject, S3_DEFAULT_LIMITS, uploadObject, type S3Limits } from './s3
 import type { OpenedArtifactStore, StagedBlob, StageOptions } from './store.ts';
 import { assembleOnServer, type Assembly } from './s3-assembly.ts';
 import { s3Parts, s3Tree, type S3Bucket } from './s3-tree.ts';
+import { trackedStagedBlob } from './staged-blob.ts';
 
 /** `blobs/sha256/ab/cd/<hex>` with forward slashes whatever the platform. */
 const blobName = (sha256: string) => blobRelativePath(sha256).split('\\').join('/');
@@ -151,30 +152,20 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
   /** A fully written, verified object at `tempName` (a tmp/ temporary or already its blob name). */
   function stagedBlob(tempName: string, sha256: string, sizeBytes: number): StagedBlob {
     const direct = tempName === blobName(sha256);
-    let committed = false;
-    let discarded = false;
-    return {
-      sha256,
-      sizeBytes,
+    return trackedStagedBlob(stats, sha256, sizeBytes, {
       async commit() {
-        if (discarded) throw new Error('commit() after discard()');
-        if (committed) return;
         const target = keyOf(blobName(sha256));
         if (direct) commits.direct++;
         else if (await client.head(target)) commits.existing++;
         else commits[await copyObject(client, keyOf(tempName), target, sizeBytes, limits, timeoutMs)]++;
-        committed = true;
-        stats.committed++;
       },
-      async discard() {
-        if (!committed && !discarded) stats.discarded++;
-        discarded = true;
-        // Best effort: the catalog decision is already made; a temporary left behind is gc's.
-        // A blob staged under its own name and not committed (a racing publish of the key) is
-        // left to gc too: another publish may reference the same blob by now.
+      // Best effort: the catalog decision is already made; a temporary left behind is gc's.
+      // A blob staged under its own name and not committed (a racing publish of the key) is
+      // left to gc too: another publish may reference the same blob by now.
+      discard: async () => {
         if (!direct) await client.delete(keyOf(tempName)).catch(() => {});
       },
-    };
+    });
   }
 
   return {
