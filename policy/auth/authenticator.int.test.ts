@@ -11,6 +11,7 @@ import { createServiceAccount } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { createLogger } from '../../proxy/server/logger.ts';
 import { systemClock } from '../clock.ts';
+import { AdminStore } from './admin-store.ts';
 import { Authenticator } from './authenticator.ts';
 
 const db = useTestDatabase();
@@ -108,5 +109,48 @@ describe('negative cache of unknown key ids (real PostgreSQL)', () => {
     expect(auth.knownKeyCount).toBeUndefined();
     await expect(auth.authenticate(randomKey())).rejects.toMatchObject({ code: 'unauthorized' });
     expect(lookups()).toBe(1);
+  });
+});
+
+describe('the verified-secret memo of a cached key', () => {
+  it('still refuses a wrong secret (same length, one character off) after the right one was accepted, and keeps accepting the right one', async () => {
+    const { pool, lookups } = countingPool();
+    const auth = await started(pool);
+    const account = await createServiceAccount(db.pool);
+    await until('the key to be accepted from the cache', async () => {
+      try {
+        await auth.authenticate(`Bearer ${account.key}`);
+        const before = lookups();
+        await auth.authenticate(`Bearer ${account.key}`);
+        return lookups() === before;
+      } catch {
+        return false;
+      }
+    });
+    const last = account.key.at(-1)!;
+    const forged = `${account.key.slice(0, -1)}${last === 'A' ? 'B' : 'A'}`;
+    await expect(auth.authenticate(`Bearer ${forged}`)).rejects.toMatchObject({ code: 'unauthorized' });
+    await expect(auth.authenticate(`Bearer ${account.key}x`)).rejects.toMatchObject({ code: 'unauthorized' });
+    expect((await auth.authenticate(`Bearer ${account.key}`)).id).toBe(account.principalId);
+    // The forged secret did not replace the memo: it is refused again, the right one still accepted.
+    await expect(auth.authenticate(`Bearer ${forged}`)).rejects.toMatchObject({ code: 'unauthorized' });
+    expect((await auth.authenticate(`Bearer ${account.key}`)).id).toBe(account.principalId);
+  });
+
+  it('refuses the remembered secret once the key is revoked', async () => {
+    const { pool } = countingPool();
+    const auth = await started(pool);
+    const account = await createServiceAccount(db.pool);
+    await auth.authenticate(`Bearer ${account.key}`);
+    await auth.authenticate(`Bearer ${account.key}`);
+    await new AdminStore(db.pool).revokeKey(account.keyId);
+    await until('the revoked key to be refused', async () => {
+      try {
+        await auth.authenticate(`Bearer ${account.key}`);
+        return false;
+      } catch (err) {
+        return (err as { code?: string }).code === 'unauthorized';
+      }
+    });
   });
 });
