@@ -20,8 +20,9 @@
  * and round (curl to /dev/null). With --upload, a 1 GiB `PUT` through the gateway (Content-Digest
  * checked, fsync before publish) against an nginx WebDAV `PUT` of the same file, interleaved too.
  * Everything started here is stopped and every temporary file and database removed.
- * `ARKVORY_BENCH_NODE_OPTIONS` (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`) is passed to the gateways
- * as NODE_OPTIONS, for a profile of exactly this load.
+ * The gateways run with the shipped `NODE_OPTIONS=--max-semi-space-size=1` (docs/deploy.md);
+ * `ARKVORY_BENCH_NODE_OPTIONS` (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`) is appended to it, for a
+ * profile of exactly this load (or `--max-semi-space-size=16` to measure V8's default instead).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
@@ -264,7 +265,8 @@ async function main(): Promise<void> {
             ARKVORY_ADMISSION_QUEUE_LENGTH: '1024',
             ARKVORY_RATE_LIMITS_FILE: rules,
             ...(redisUrl ? { ARKVORY_REDIS_URL: redisUrl } : {}),
-            ...(process.env.ARKVORY_BENCH_NODE_OPTIONS ? { NODE_OPTIONS: process.env.ARKVORY_BENCH_NODE_OPTIONS } : {}),
+            // As shipped (npm start, the units), then the caller's additions (a later flag wins).
+            NODE_OPTIONS: ['--max-semi-space-size=1', process.env.ARKVORY_BENCH_NODE_OPTIONS ?? ''].join(' ').trim(),
           },
           stdio: ['ignore', 'pipe', 'pipe'],
         });
