@@ -20,6 +20,7 @@
  */
 import type pg from 'pg';
 import type { Logger } from 'pino';
+import { BoundedLru } from '../../lib/bounded-lru.ts';
 import { EpochWatcher } from '../../lib/epoch-watcher.ts';
 import type { Clock } from '../clock.ts';
 import { PolicyError } from '../errors.ts';
@@ -80,31 +81,13 @@ function sameSecret(a: string, b: string): boolean {
   return diff === 0;
 }
 
-/** A Map used as a bounded LRU: re-inserting moves a key to the end; the oldest is evicted. */
-class BoundedCache<V> {
-  readonly #max: number;
-  readonly #map = new Map<string, V>();
-  constructor(max: number) {
-    this.#max = max;
+/** Entries counted, not weighed: the auth caches are bounded by count alone. */
+class BoundedCache<V> extends BoundedLru<string, V> {
+  constructor(maxEntries: number) {
+    super({ maxEntries, maxBytes: Number.POSITIVE_INFINITY });
   }
-  get(key: string): V | undefined {
-    const v = this.#map.get(key);
-    if (v !== undefined) {
-      this.#map.delete(key);
-      this.#map.set(key, v);
-    }
-    return v;
-  }
-  set(key: string, value: V): void {
-    this.#map.delete(key);
-    this.#map.set(key, value);
-    if (this.#map.size > this.#max) this.#map.delete(this.#map.keys().next().value!);
-  }
-  clear(): void {
-    this.#map.clear();
-  }
-  get size(): number {
-    return this.#map.size;
+  override set(key: string, value: V): boolean {
+    return super.set(key, value, 0);
   }
 }
 

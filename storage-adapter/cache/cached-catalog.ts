@@ -11,7 +11,7 @@
  */
 import type { ArtifactKey, Catalog, CatalogEntry } from '../catalog.ts';
 import { StorageError } from '../errors.ts';
-import { BoundedLru, type LruBounds } from './bounded-lru.ts';
+import { BoundedLru, type LruBounds } from '../../lib/bounded-lru.ts';
 import type { CacheStats } from './cache-stats.ts';
 
 export interface CacheValidity {

@@ -9,7 +9,7 @@
  * when its last reader releases it. Concurrent opens of one blob share one open.
  */
 import type { FileHandle } from 'node:fs/promises';
-import { BoundedLru } from './bounded-lru.ts';
+import { BoundedLru } from '../../lib/bounded-lru.ts';
 import type { CacheStats } from './cache-stats.ts';
 import type { MonotonicClock } from '../../lib/epoch-watcher.ts';
 

@@ -13,7 +13,7 @@
 import { createHash } from 'node:crypto';
 import type { ByteRange } from '../range.ts';
 import type { BlobReader, ArtifactStore } from '../store.ts';
-import { BoundedLru } from './bounded-lru.ts';
+import { BoundedLru } from '../../lib/bounded-lru.ts';
 import type { CacheStats } from './cache-stats.ts';
 
 export interface SmallBlobCacheOptions {

@@ -2,6 +2,10 @@
  * A Map used as an LRU bounded by entry count and by total weight (bytes). Re-inserting or reading
  * a key makes it the newest; inserting past either bound evicts the oldest entries first. An entry
  * heavier than the whole byte bound is not stored at all. Pure: no timers, no I/O.
+ *
+ * Reading the newest entry again moves nothing: a hot key read on every request (one principal's
+ * key, one artifact) would otherwise delete and re-insert itself each time, and a Map that deletes
+ * rehashes now and then (a visible share of a small request's garbage).
  */
 export interface LruBounds {
   readonly maxEntries: number;
@@ -13,6 +17,8 @@ export class BoundedLru<K, V> {
   readonly #bounds: LruBounds;
   readonly #onEvict: ((key: K, value: V) => void) | undefined;
   #bytes = 0;
+  /** The key last inserted or moved to the end: reading it again needs no move. */
+  #newest: K | undefined;
 
   constructor(bounds: LruBounds, onEvict?: (key: K, value: V) => void) {
     this.#bounds = bounds;
@@ -30,8 +36,11 @@ export class BoundedLru<K, V> {
   get(key: K): V | undefined {
     const slot = this.#map.get(key);
     if (slot === undefined) return undefined;
-    this.#map.delete(key);
-    this.#map.set(key, slot);
+    if (key !== this.#newest) {
+      this.#map.delete(key);
+      this.#map.set(key, slot);
+      this.#newest = key;
+    }
     return slot.value;
   }
 
@@ -45,6 +54,7 @@ export class BoundedLru<K, V> {
     this.delete(key);
     if (bytes > this.#bounds.maxBytes || this.#bounds.maxEntries < 1) return false;
     this.#map.set(key, { value, bytes });
+    this.#newest = key;
     this.#bytes += bytes;
     while (this.#map.size > this.#bounds.maxEntries || this.#bytes > this.#bounds.maxBytes) {
       const [oldestKey, oldest] = this.#map.entries().next().value!;
@@ -71,6 +81,7 @@ export class BoundedLru<K, V> {
 
   #remove(key: K, slot: { value: V; bytes: number }): void {
     this.#map.delete(key);
+    if (key === this.#newest) this.#newest = undefined;
     this.#bytes -= slot.bytes;
     this.#onEvict?.(key, slot.value);
   }

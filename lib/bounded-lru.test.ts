@@ -33,6 +33,26 @@ describe('BoundedLru', () => {
     expect([lru.size, lru.bytes]).toEqual([0, 0]);
   });
 
+  it('keeps exact LRU order when the newest entry is read again, and after it is deleted or evicted', () => {
+    const lru = new BoundedLru<string, number>({ maxEntries: 3, maxBytes: 100 });
+    lru.set('a', 1, 1);
+    lru.set('b', 2, 1);
+    lru.set('c', 3, 1);
+    expect(lru.get('c')).toBe(3); // already the newest: order a, b, c
+    expect(lru.get('a')).toBe(1); // b, c, a
+    expect(lru.get('a')).toBe(1);
+    lru.set('d', 4, 1); // evicts b
+    expect(lru.entries().map(([k]) => k)).toEqual(['c', 'a', 'd']);
+    lru.delete('d'); // the newest goes: reading c must move it again
+    expect(lru.get('c')).toBe(3);
+    expect(lru.entries().map(([k]) => k)).toEqual(['a', 'c']);
+    lru.set('e', 5, 1);
+    lru.set('f', 6, 1); // evicts a
+    expect(lru.get('c')).toBe(3);
+    lru.set('g', 7, 1); // evicts e, not c
+    expect(lru.entries().map(([k]) => k)).toEqual(['f', 'c', 'g']);
+  });
+
   it('refuses an entry larger than the byte bound without evicting anything', () => {
     const lru = new BoundedLru<string, number>({ maxEntries: 10, maxBytes: 100 });
     lru.set('small', 1, 40);
