@@ -11,10 +11,10 @@
  *   (proxied-request.ts);
  * - redirects are passed through, never followed.
  *
- * Why node:http and not a proxy library: the router used http-proxy-3 until a profile showed its
- * per-request work (an options object copied per request, the header object copied again, a
- * `debug` call and several listeners per pass) costing a third of the router's CPU on 4 KiB
- * answers; what the router needs from it is a dozen lines here (docs/router.md).
+ * Why node:http and not a proxy library (docs/router.md, "Proxying"): what the router needs from
+ * one is the few lines of `forward` below, and http-proxy-3's per-request work (options and header
+ * objects copied, `debug` calls, listeners per pass) was most of the router's CPU above a bare
+ * node:http proxy on 4 KiB answers.
  */
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import https from 'node:https';
