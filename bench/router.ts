@@ -3,7 +3,7 @@
  * `ARKVORY_ROLE=router` process (static ARKVORY_ROUTER_BACKENDS) in one run, interleaved per run so
  * background load hits both alike. Prints medians and the ratios router/direct.
  *
- *   node bench/router.ts [--database-url postgres://postgres@127.0.0.1:5432/postgres]
+ *   node bench/router.ts [--database-url postgres://…]   (default: an embedded PostgreSQL)
  *                        [--runs 3] [--big-mib 1024] [--small-requests 3000] [--concurrency 16]
  *
  * Two references run in the same interleaved loop, so the router's figures can be read against what
@@ -15,8 +15,8 @@
  * over `--concurrency` keep-alive connections. Targets of issue 9: overhead ≤ 15 % for the 1 GiB
  * stream (ratio ≥ 0.85) and ≤ 35 % for 4 KiB requests (ratio ≥ 0.65). A temporary database and
  * directory are used and removed; every process started here is stopped.
- * `ARKVORY_BENCH_NODE_OPTIONS` (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`) is passed to the gateway
- * and the router as NODE_OPTIONS, for a profile of exactly this load.
+ * `ARKVORY_BENCH_NODE_OPTIONS` (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`) is passed to the gateway,
+ * the router and the bare proxy as NODE_OPTIONS, for a profile of exactly this load.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -31,14 +31,15 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { migrate } from '../migrations/runner.ts';
 import { AdminStore } from '../policy/auth/admin-store.ts';
-import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
+import { freeLoopbackPort, startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
+import pino from 'pino';
 import { cpuSeconds, curl, median, percentile } from './support.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const MiB = 1024 * 1024;
 const { values: args } = parseArgs({
   options: {
-    'database-url': { type: 'string', default: 'postgres://postgres@127.0.0.1:5432/postgres' },
+    'database-url': { type: 'string' },
     runs: { type: 'string', default: '3' },
     'big-mib': { type: 'string', default: '1024' },
     'small-requests': { type: 'string', default: '3000' },
@@ -129,6 +130,7 @@ http.createServer((req, res) => {
   up.on('error', () => res.destroy());
   req.pipe(up);
 }).listen(Number(port), '127.0.0.1');
+process.on('SIGTERM', () => process.exit(0));
 `;
 
 async function waitHealthy(base: string, child: ChildProcess, what: string): Promise<void> {
@@ -175,7 +177,10 @@ async function main(): Promise<void> {
   await chmod(work, 0o755);
   const children: ChildProcess[] = [];
   const dbName = `arkvory_bench_${randomBytes(4).toString('hex')}`;
-  const adminUrl = args['database-url']!;
+  let embedded: Awaited<ReturnType<typeof startEmbeddedDatabase>> | undefined;
+  const adminUrl =
+    args['database-url'] ??
+    (embedded = await startEmbeddedDatabase(path.join(work, 'pg'), pino({ level: 'silent' }))).url;
   const admin = new pg.Client({ connectionString: adminUrl });
   await admin.connect();
   await admin.query(`CREATE DATABASE ${dbName}`);
@@ -231,7 +236,13 @@ async function main(): Promise<void> {
     const bareChild = spawn(
       process.execPath,
       ['--input-type=module', '-e', BARE_PROXY, String(barePort), gatewayBase],
-      { stdio: 'ignore' },
+      {
+        stdio: 'ignore',
+        env: {
+          ...process.env,
+          ...(process.env.ARKVORY_BENCH_NODE_OPTIONS ? { NODE_OPTIONS: process.env.ARKVORY_BENCH_NODE_OPTIONS } : {}),
+        },
+      },
     );
     children.push(bareChild);
     await waitHealthy(bareBase, bareChild, 'the bare node:http proxy');
@@ -342,7 +353,7 @@ async function main(): Promise<void> {
     );
     const bare = results.get('bare')!;
     console.log(
-      `router/bare node:http proxy: stream ${(median(router.big) / median(bare.big)).toFixed(2)}×, 4 KiB ${(median(router.rps) / median(bare.rps)).toFixed(2)}×`,
+      `router/bare node:http proxy: stream ${(median(router.big) / median(bare.big)).toFixed(2)}×, 4 KiB req/s ${(median(router.rps) / median(bare.rps)).toFixed(2)}× (target ≥ 0.95), proxy CPU-s/GiB ${(median(router.frontCpu) / median(bare.frontCpu)).toFixed(2)}× (target ≤ 1.1)`,
     );
   } finally {
     for (const child of children) child.kill('SIGTERM');
@@ -350,6 +361,7 @@ async function main(): Promise<void> {
     await pool.end();
     await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`).catch(() => {});
     await admin.end();
+    await embedded?.stop();
     await rm(work, { recursive: true, force: true });
   }
 }

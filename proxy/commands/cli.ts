@@ -1,7 +1,16 @@
-import { COMMANDS } from './index.ts';
-import { invoke, UsageError, usageErrorLine } from './command.ts';
+import { type Command, invoke, UsageError, usageErrorLine } from './command.ts';
 
-function topUsage(): string {
+/**
+ * The command named `name`. `serve` is loaded alone: the other commands' modules (database
+ * clients, stores, backup) would stay in a long-running process's heap for nothing (serve.ts).
+ */
+async function commandNamed(name: string): Promise<Command | undefined> {
+  if (name === 'serve') return (await import('./serve-command.ts')).serveCommand;
+  return (await import('./index.ts')).COMMANDS.find((c) => c.name === name);
+}
+
+async function topUsage(): Promise<string> {
+  const { COMMANDS } = await import('./index.ts');
   const width = Math.max(...COMMANDS.map((c) => c.name.length));
   return `Usage: arkvory <command> [options]\n\nCommands:\n${COMMANDS.map((c) => `  ${c.name.padEnd(width)}  ${c.summary}`).join('\n')}\n\nRun \`arkvory <command> --help\` for a command's options.\n`;
 }
@@ -13,14 +22,14 @@ function topUsage(): string {
 async function main(argv: string[]): Promise<number> {
   const [name, ...rest] = argv;
   if (name === '--help' || name === '-h' || name === 'help') {
-    process.stdout.write(topUsage());
+    process.stdout.write(await topUsage());
     return 0;
   }
   if (!name) {
-    process.stderr.write(topUsage());
+    process.stderr.write(await topUsage());
     return 2;
   }
-  const command = COMMANDS.find((c) => c.name === name);
+  const command = await commandNamed(name);
   if (!command) {
     process.stderr.write(usageErrorLine('arkvory', `unknown command "${name}"`));
     return 2;

@@ -4,7 +4,6 @@
  * lease; slot 0 / role `api` is the writer). Reading leases needs only SELECT; the router takes no
  * lease and no barrier.
  */
-import pg from 'pg';
 import type { Logger } from 'pino';
 import type { BackendSpec } from './backend-pool.ts';
 
@@ -39,7 +38,12 @@ export function backendsFromLeases(rows: readonly LeaseRow[]): { backends: Backe
   return { backends, unadvertised };
 }
 
-export function leaseDiscovery(databaseUrl: string, log: Logger, queryTimeoutMs: number): Discovery {
+/**
+ * Discovery from the lease table. `pg` is loaded here, not at startup: a router with a static list
+ * keeps its module graph (and so the heap every full GC marks) without the database client.
+ */
+export async function leaseDiscovery(databaseUrl: string, log: Logger, queryTimeoutMs: number): Promise<Discovery> {
+  const { default: pg } = await import('pg');
   const pool = new pg.Pool({
     connectionString: databaseUrl,
     max: 1,

@@ -19,7 +19,7 @@ export interface Attempt {
   readonly number: number;
   responded: boolean;
   done: boolean;
-  /** The request to the gateway, once it has a socket. */
+  /** The request to the gateway. */
   upstream?: http.ClientRequest;
   release(): void;
   onResponse(proxyRes: IncomingMessage): void;
@@ -31,12 +31,33 @@ export interface RequestOutcome {
   attempts: number;
 }
 
-/** What a request needs from the handler that owns the proxy, the agents and the pool. */
+/** What every attempt sends upstream, worked out once per client request. */
+export interface Upstream {
+  /** End-to-end request headers plus the forwarding ones, as a flat name, value, … list. */
+  readonly headers: string[];
+  /** The client's Host, if it sent one. */
+  readonly host: string | undefined;
+  /** The client asked for `100 Continue`: the gateway is asked too and its 100 relayed. */
+  readonly expectsContinue: boolean;
+  /** The request announces a body (a non-zero Content-Length or Transfer-Encoding). */
+  readonly hasBody: boolean;
+}
+
+/** What a request needs from the handler that owns the agents and the pool. */
 export interface Relay {
   readonly pool: BackendPool;
   readonly idleTimeoutMs: number;
-  /** Sends the request to `attempt.backend`; `onError` hears a failure before or during the response. */
-  forward(req: IncomingMessage, res: ServerResponse, attempt: Attempt, onError: (err: Error) => void): void;
+  /**
+   * Sends the request to `attempt.backend` (setting `attempt.upstream`); `onError` hears a failure
+   * before or during the response, `attempt.onResponse` the response head.
+   */
+  forward(
+    req: IncomingMessage,
+    res: ServerResponse,
+    upstream: Upstream,
+    attempt: Attempt,
+    onError: (err: Error) => void,
+  ): void;
   noteUnreachable(url: string, reason: string): void;
 }
 
@@ -45,25 +66,33 @@ export class ProxiedRequest {
   readonly #relay: Relay;
   readonly #req: IncomingMessage;
   readonly #res: ServerResponse;
+  readonly #upstream: Upstream;
   readonly #logFor: () => Logger;
   readonly #retryable: boolean;
   #clientGone = false;
   #current: Attempt | undefined;
 
-  constructor(relay: Relay, req: IncomingMessage, res: ServerResponse, log: () => Logger) {
+  constructor(relay: Relay, req: IncomingMessage, res: ServerResponse, upstream: Upstream, log: () => Logger) {
     this.#relay = relay;
     this.#req = req;
     this.#res = res;
+    this.#upstream = upstream;
     this.#logFor = log;
-    this.outcome = { kind: classifyRequest(req.method ?? 'GET', req.url ?? '/'), backend: undefined, attempts: 0 };
-    this.#retryable = isRetryable(req.method ?? 'GET', {
+    const method = req.method ?? 'GET';
+    this.outcome = { kind: classifyRequest(method, req.url ?? '/'), backend: undefined, attempts: 0 };
+    this.#retryable = isRetryable(method, {
       'content-length': req.headers['content-length'],
       'transfer-encoding': req.headers['transfer-encoding'],
     });
-    // One listener for every attempt: http-proxy-3 and pipe add their own per attempt.
+    // One listener for every attempt.
     res.once('close', () => {
-      if (!res.writableFinished) this.#clientGone = true;
-      this.#current?.release();
+      const current = this.#current;
+      if (!res.writableFinished) {
+        // The client went away (or was cut): the gateway must not keep sending.
+        this.#clientGone = true;
+        if (current && !current.done) current.upstream?.destroy();
+      }
+      current?.release();
     });
     // The client's body ended early (it went away, or stalled and was answered 408 here): the
     // gateway must not keep waiting for the rest.
@@ -102,7 +131,7 @@ export class ProxiedRequest {
       onResponse: (proxyRes) => this.#onResponse(attempt, excluded, proxyRes),
     };
     this.#current = attempt;
-    this.#relay.forward(this.#req, this.#res, attempt, (err) => this.#onError(attempt, excluded, err));
+    this.#relay.forward(this.#req, this.#res, this.#upstream, attempt, (err) => this.#onError(attempt, excluded, err));
   }
 
   #onResponse(attempt: Attempt, excluded: Set<string>, proxyRes: IncomingMessage): void {

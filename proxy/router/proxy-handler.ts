@@ -1,23 +1,29 @@
 /**
- * Sends one client request to a gateway through http-proxy-3 over keep-alive agents and streams
- * the answer back. Guarantees:
- * - bodies stream both ways with backpressure (pipe/pipeline), never buffered, never through fetch;
- * - a client that goes away aborts the upstream request (http-proxy-3 destroys it on `close`, and
- *   the response pipeline destroys the upstream response);
+ * Sends one client request to a gateway with node:http over keep-alive agents and streams the
+ * answer back. Guarantees:
+ * - bodies stream both ways with backpressure (pipe), never buffered, never through fetch;
+ * - a client that goes away aborts the upstream request (proxied-request.ts destroys it when the
+ *   client's response closes unfinished or its body ends early);
  * - an upstream failure after the response head was sent destroys the client response, so a cut
  *   body never looks complete (the client resumes with Range);
  * - a GET/HEAD without body whose gateway fails before answering (connect error, reset, timeout,
  *   or a 503 from a gateway that stopped serving) is sent once more to another healthy gateway
  *   (proxied-request.ts);
  * - redirects are passed through, never followed.
+ *
+ * Why node:http and not a proxy library (docs/router.md, "Proxying"): what the router needs from
+ * one is the few lines of `forward` below, and http-proxy-3's per-request work (options and header
+ * objects copied, `debug` calls, listeners per pass) was most of the router's CPU above a bare
+ * node:http proxy on 4 KiB answers.
  */
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import https from 'node:https';
-import { createProxyServer } from 'http-proxy-3';
+import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
+import { announcesBody } from '../server/front-door.ts';
 import type { BackendPool, PoolChange } from './backend-pool.ts';
 import { buildUpstreamHeaders, type TrustedProxies } from './forwarded.ts';
-import { type Attempt, ProxiedRequest, type Relay, type RequestOutcome } from './proxied-request.ts';
+import { ProxiedRequest, type Relay, type RequestOutcome, type Upstream } from './proxied-request.ts';
 import { UpstreamTimeout } from './upstream-errors.ts';
 
 export type { RequestOutcome } from './proxied-request.ts';
@@ -36,6 +42,50 @@ export interface ProxyHandler {
   close(): void;
 }
 
+/** One gateway as the router reaches it, parsed once. */
+interface Target {
+  readonly request: typeof http.request;
+  readonly agent: http.Agent;
+  readonly hostname: string;
+  readonly port: number;
+  /** `host:port` for a request that came without `Host` (HTTP/1.0). */
+  readonly host: string;
+}
+
+/**
+ * A new connection that is not established within `ms` is destroyed with `ECONNECT_TIMEOUT` (a
+ * connect failure: the gateway leaves the pool). Armed once per connection in the agent, so a
+ * reused keep-alive connection costs nothing here.
+ */
+function withConnectTimeout<A extends http.Agent>(agent: A, ms: number): A {
+  const create = agent.createConnection.bind(agent);
+  agent.createConnection = (options, callback) => {
+    const socket = create(options, callback) as Socket | null | undefined;
+    if (!socket?.connecting || ms <= 0) return socket;
+    const timer = setTimeout(() => {
+      const err = Object.assign(new Error('ECONNECT_TIMEOUT'), { code: 'ECONNECT_TIMEOUT' });
+      socket.destroy(err);
+    }, ms);
+    timer.unref();
+    const clear = () => clearTimeout(timer);
+    socket.once('connect', clear);
+    socket.once('close', clear);
+    return socket;
+  };
+  return agent;
+}
+
+/** The request head as node:http takes it without building a header map: name, value, name, value… */
+function headerList(headers: Record<string, string | string[]>): string[] {
+  const list: string[] = [];
+  for (const name in headers) {
+    const value = headers[name]!;
+    if (typeof value === 'string') list.push(name, value);
+    else for (const v of value) list.push(name, v);
+  }
+  return list;
+}
+
 export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
   const agentOptions: http.AgentOptions = {
     keepAlive: true,
@@ -43,57 +93,58 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     maxFreeSockets: 256,
     scheduling: 'lifo',
   };
-  const agents = { http: new http.Agent(agentOptions), https: new https.Agent(agentOptions) };
-  const proxy = createProxyServer({
-    selfHandleResponse: true,
-    xfwd: false,
-    followRedirects: false,
-    connectTimeout: options.connectTimeoutMs,
-  });
-  const attempts = new WeakMap<IncomingMessage, Attempt>();
-  /** Requests whose client sent `Expect: 100-continue` (the header itself is not forwarded as is). */
-  const expectsContinue = new WeakSet<IncomingMessage>();
+  const agents = {
+    http: withConnectTimeout(new http.Agent(agentOptions), options.connectTimeoutMs),
+    https: withConnectTimeout(new https.Agent(agentOptions), options.connectTimeoutMs),
+  };
+  const { idleTimeoutMs } = options;
   // Parsed once per gateway instead of once per request.
-  const targets = new Map<string, URL>();
-  const targetOf = (url: string): URL => {
+  const targets = new Map<string, Target>();
+  const targetOf = (url: string): Target => {
     let target = targets.get(url);
-    if (!target) targets.set(url, (target = new URL(url)));
+    if (!target) {
+      const parsed = new URL(url);
+      const secure = parsed.protocol === 'https:';
+      const port = Number(parsed.port) || (secure ? 443 : 80);
+      // WHATWG URLs keep IPv6 brackets in `hostname`; a socket address has none.
+      const hostname = parsed.hostname.replace(/^\[(.*)\]$/, '$1');
+      target = {
+        request: secure ? https.request : http.request,
+        agent: secure ? agents.https : agents.http,
+        hostname,
+        port,
+        host: parsed.host,
+      };
+      targets.set(url, target);
+    }
     return target;
   };
 
-  proxy.on('proxyReq', (proxyReq, req, res) => {
-    const attempt = attempts.get(req);
-    if (attempt) attempt.upstream = proxyReq;
-    // The gateway decides whether the body is wanted (auth, size, admission); relay its 100.
-    if (expectsContinue.has(req) && !proxyReq.headersSent) {
-      // Expect is hop-by-hop (stripped from the upstream headers): ask the gateway again and relay
-      // its 100. No body byte comes before it, so the head goes out now.
-      proxyReq.setHeader('expect', '100-continue');
-      proxyReq.once('continue', () => (res as ServerResponse).writeContinue());
-      proxyReq.flushHeaders();
-    }
-    proxyReq.setTimeout(options.idleTimeoutMs, () =>
-      proxyReq.destroy(
-        new UpstreamTimeout(`no byte from ${attempt?.backend.url ?? 'the gateway'} for ${options.idleTimeoutMs} ms`),
-      ),
-    );
-  });
-  proxy.on('proxyRes', (proxyRes, req) => {
-    attempts.get(req)?.onResponse(proxyRes);
-  });
-
   const relay: Relay = {
     pool: options.pool,
-    idleTimeoutMs: options.idleTimeoutMs,
-    forward(req, res, attempt, onError) {
-      attempts.set(req, attempt);
-      const url = attempt.backend.url;
-      proxy.web(
-        req,
-        res,
-        { target: targetOf(url), agent: url.startsWith('https:') ? agents.https : agents.http },
-        onError,
+    idleTimeoutMs,
+    forward(req, res, upstream, attempt, onError) {
+      const target = targetOf(attempt.backend.url);
+      const proxyReq = target.request({
+        hostname: target.hostname,
+        port: target.port,
+        method: req.method,
+        path: req.url,
+        // A head given as a list gets no Host from node:http: the gateway's, as before, when the client sent none.
+        headers: upstream.host === undefined ? [...upstream.headers, 'host', target.host] : upstream.headers,
+        agent: target.agent,
+      });
+      attempt.upstream = proxyReq;
+      proxyReq.on('error', onError);
+      proxyReq.on('response', (proxyRes) => attempt.onResponse(proxyRes));
+      proxyReq.setTimeout(idleTimeoutMs, () =>
+        proxyReq.destroy(new UpstreamTimeout(`no byte from ${attempt.backend.url} for ${idleTimeoutMs} ms`)),
       );
+      // The gateway decides whether the body is wanted (auth, size, admission): the head carries
+      // `Expect: 100-continue` and goes out now; the gateway's 100 is relayed, then the body flows.
+      if (upstream.expectsContinue) proxyReq.once('continue', () => res.writeContinue());
+      if (upstream.hasBody) req.pipe(proxyReq);
+      else proxyReq.end();
     },
     noteUnreachable(url, reason) {
       const change = options.pool.markUnreachable(url, reason);
@@ -103,20 +154,26 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
 
   return {
     handle(req, res, reqId, log) {
-      const request = new ProxiedRequest(relay, req, res, log);
-      if (typeof req.headers.expect === 'string' && req.headers.expect.toLowerCase() === '100-continue')
-        expectsContinue.add(req);
-      req.headers = buildUpstreamHeaders({
-        headers: req.headers,
+      const headers = req.headers;
+      const expectsContinue = typeof headers.expect === 'string' && headers.expect.toLowerCase() === '100-continue';
+      const outgoing = buildUpstreamHeaders({
+        headers,
         remoteAddress: req.socket.remoteAddress,
         encrypted: 'encrypted' in req.socket && req.socket.encrypted === true,
         trusted: options.trusted,
         requestId: reqId,
-      }) as http.IncomingHttpHeaders;
-      return request.run();
+      });
+      // Expect is hop-by-hop (stripped above): ask the gateway again, whose checks decide.
+      if (expectsContinue) outgoing.expect = '100-continue';
+      const upstream: Upstream = {
+        headers: headerList(outgoing),
+        host: outgoing.host as string | undefined,
+        expectsContinue,
+        hasBody: announcesBody(req),
+      };
+      return new ProxiedRequest(relay, req, res, upstream, log).run();
     },
     close() {
-      proxy.close();
       agents.http.destroy();
       agents.https.destroy();
     },

@@ -21,6 +21,8 @@ import type { BackendPool } from './backend-pool.ts';
 import type { ProxyHandler } from './proxy-handler.ts';
 
 const REQUEST_ID = /^[A-Za-z0-9._-]{1,64}$/;
+/** The outcome of a request answered here (health), never proxied. */
+const LOCAL = { kind: 'local', backend: undefined, attempts: 0 } as const;
 
 export interface RouterServer {
   readonly server: http.Server;
@@ -45,32 +47,31 @@ export function createRouterServer(options: {
   // `100 Continue` is relayed from the gateway that made the checks (proxy-handler.ts), never sent here.
   const frontDoor = installFrontDoor(server, limits, log, (req, res) => {
     if (!frontDoor.admit(req, res)) return;
-    const started = performance.now();
     const incomingId = req.headers['x-request-id'];
     const reqId = typeof incomingId === 'string' && REQUEST_ID.test(incomingId) ? incomingId : randomUUID();
     res.setHeader('x-request-id', reqId);
-    const path = (req.url ?? '/').split('?', 1)[0];
-    let outcome: { kind: string; backend: string | undefined; attempts: number } = {
-      kind: 'local',
-      backend: undefined,
-      attempts: 0,
-    };
-    res.on('close', () => {
-      if (!logRequests) return;
-      log.info(
-        {
-          reqId,
-          method: req.method,
-          kind: outcome.kind,
-          backend: outcome.backend,
-          attempts: outcome.attempts,
-          status: res.statusCode,
-          ms: Math.round((performance.now() - started) * 10) / 10,
-          completed: res.writableFinished,
-        },
-        'request',
-      );
-    });
+    const url = req.url ?? '/';
+    const query = url.indexOf('?');
+    const path = query === -1 ? url : url.slice(0, query);
+    let outcome: { kind: string; backend: string | undefined; attempts: number } = LOCAL;
+    // Below info the request line is not written: no listener, no clock reading.
+    const started = logRequests ? performance.now() : 0;
+    if (logRequests)
+      res.once('close', () => {
+        log.info(
+          {
+            reqId,
+            method: req.method,
+            kind: outcome.kind,
+            backend: outcome.backend,
+            attempts: outcome.attempts,
+            status: res.statusCode,
+            ms: Math.round((performance.now() - started) * 10) / 10,
+            completed: res.writableFinished,
+          },
+          'request',
+        );
+      });
     if ((path === '/health/live' || path === '/health/status') && (req.method === 'GET' || req.method === 'HEAD')) {
       if (path === '/health/live') return sendJson(res, 200, { status: 'live' });
       const backends = pool.snapshot();

@@ -42,7 +42,7 @@ export async function runRouter(config: Config, log: Logger): Promise<number> {
   try {
     discovery = config.router.backends
       ? staticDiscovery(config.router.backends)
-      : leaseDiscovery(
+      : await leaseDiscovery(
           config.databaseUrl!,
           log.child({ component: 'discovery' }),
           Math.max(1000, config.router.probeIntervalMs),

@@ -1,24 +1,12 @@
-import { setTimeout as sleep } from 'node:timers/promises';
-import type { Logger } from 'pino';
-import { pendingMigrations, migrate } from '../../migrations/runner.ts';
-import { systemClock } from '../../policy/clock.ts';
-import { Coordinator } from '../../policy/lease/coordinator.ts';
-import { buildApp } from './app.ts';
+/**
+ * `arkvory serve`: reads the configuration, then loads only the module graph of the role it runs.
+ * A router or rules service never imports the gateway's (routes, stores, PostgreSQL, Redis,
+ * metrics): every module loaded stays in the heap for the life of the process, and a streaming
+ * process runs a full garbage collection every few tens of MiB of socket buffers, each one as
+ * dear as the heap is big (bench/router.ts: about a third of the router's CPU per GiB).
+ */
 import { ConfigError, loadConfig, type Config } from '../config/config.ts';
-import { databaseTarget, openDatabase, waitForDatabase, type Database } from './database.ts';
-import { createGatewayServer, type GatewayServer } from './http-server.ts';
-import { logStartupFailure } from './startup-failure.ts';
-import { checkPortFree, prepareDataDir } from './startup-checks.ts';
-import { configuredCeilings, describeCeilings } from './ceilings.ts';
-import { watchStopSignals } from './stop-signals.ts';
-import { Lifecycle } from './lifecycle.ts';
 import { createLogger } from './logger.ts';
-import { createGatewayMetrics } from '../metrics/gateway-metrics.ts';
-import { metricsRoute, startMetricsServer, type MetricsServer } from '../metrics/metrics-endpoint.ts';
-import { runRouter } from '../router/run-router.ts';
-import { runRulesService } from '../rules-service/rules-service.ts';
-import type { Services } from './services.ts';
-import { createTransfers } from '../gates/transfers.ts';
 
 /** Exit codes: 0 clean stop, 1 startup or runtime failure, 2 invalid configuration. */
 export const EXIT = { ok: 0, failure: 1, config: 2 } as const;
@@ -40,179 +28,13 @@ export function loadConfigOrExit(env: NodeJS.ProcessEnv): Config {
   }
 }
 
-/** The embedded defaults exist for one standalone writer; everything else needs real services. */
-function checkProfile(config: Config): void {
-  if (!config.databaseUrl && (config.shared || config.role !== 'api')) {
-    throw new StartupError(
-      `the embedded PostgreSQL is only for a single standalone api process; set ARKVORY_DATABASE_URL for role "${config.role}"${config.shared ? ' in the shared profile' : ''}`,
-    );
-  }
-  if (!config.redisUrl && config.shared) {
-    throw new StartupError(
-      'the shared profile needs a Redis shared by all gateways for rate-limit counters; set ARKVORY_REDIS_URL',
-    );
-  }
-}
-
 /** `arkvory serve`: runs until SIGTERM/SIGINT, then drains and resolves with the exit code. */
 export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
   const config = loadConfigOrExit(env);
   const log = createLogger(config.logLevel);
   // The router holds no lease, barrier or database state of its own (proxy/router/run-router.ts).
-  if (config.role === 'router') return runRouter(config, log);
-  if (config.role === 'rules-service') return runRulesService(config, log);
-  const lifecycle = new Lifecycle();
-  let database: Database | undefined;
-  let server: GatewayServer | undefined;
-  const stopping = new AbortController();
-  const signals = watchStopSignals(log, () => {
-    lifecycle.set('draining', 'shutdown');
-    stopping.abort();
-  });
-
-  let built: Services | undefined;
-  let coordinator: Coordinator | undefined;
-  try {
-    checkProfile(config);
-    // Before any state exists: a busy port or an unusable data dir must not leave a new cluster behind.
-    await checkPortFree(config.host, config.port);
-    await prepareDataDir(config.dataDir);
-    database = await openDatabase(config, log);
-    if (database.embedded) {
-      const applied = await migrate(database.pool);
-      if (applied.length)
-        log.info({ migrations: applied.map((m) => m.version) }, 'migrations applied to the embedded database');
-    } else {
-      // PostgreSQL may come up after the gateway (a host boot, a failover): retry with backoff.
-      const reached = await waitForDatabase(() => database!.pool.query('SELECT 1'), {
-        boundMs: config.databaseStartupWaitMs,
-        target: databaseTarget(database.url),
-        log,
-        monotonicMs: systemClock.monotonicMs,
-        sleep: (ms, signal) => sleep(ms, undefined, { signal }),
-        signal: stopping.signal,
-      });
-      if (reached === 'stopped') return await finish(log, built, server, database, config, EXIT.ok);
-      const pending = await pendingMigrations(database.pool);
-      if (pending.length) {
-        throw new StartupError(
-          `the database schema is behind this code (${pending.length} pending migration(s), first ${pending[0]!.version}); run \`npm run migrate\` with the same ARKVORY_DATABASE_URL`,
-        );
-      }
-    }
-    if (signals.requested) return await finish(log, built, server, database, config, EXIT.ok);
-    coordinator = await openCoordinator(config, database.url, log);
-    coordinator.onFenced(() => lifecycle.set('fenced', 'lease lost'));
-    const transfers = createTransfers(config, systemClock, coordinator);
-    const metrics = createGatewayMetrics();
-    metrics.watchTransfers(transfers);
-    metrics.watchCoordinator(coordinator);
-    built = {
-      config,
-      log,
-      pool: database.pool,
-      databaseUrl: database.url,
-      isEmbeddedDatabase: database.embedded !== undefined,
-      coordinator,
-      transfers,
-      clock: systemClock,
-      lifecycle,
-      // Queues close before in-flight requests are awaited; waiting grants are cancelled (ADR 0008).
-      preClose: [() => transfers.close()],
-      onClose: [],
-      readiness: [() => transfers.snapshot()],
-      metrics,
-    };
-    const app = await buildApp(built);
-    let metricsServer: MetricsServer | undefined;
-    if (config.metrics.port === undefined) app.routes.push(metricsRoute(metrics, config.metrics.token));
-    else {
-      metricsServer = await startMetricsServer(metrics, config.metrics.port, log);
-      built.onClose.push(() => metricsServer?.close());
-    }
-    server = createGatewayServer({
-      routes: app.routes,
-      gates: app.gates,
-      log,
-      readOnly: config.role === 'reader',
-      onRequest: (o) => metrics.observeRequest(o),
-      limits: config.frontDoor,
-    });
-    metrics.watchFrontDoor(server.frontDoor);
-    const address = await server.listen(config.port, config.host);
-    if (!signals.requested) lifecycle.set('serving');
-    log.info({ role: config.role, url: `http://${address.address}:${address.port}`, port: address.port }, 'listening');
-    const ceilings = configuredCeilings(config);
-    log.info({ ceilings }, `ceilings: ${describeCeilings(ceilings)}`);
-  } catch (err) {
-    logStartupFailure(log, err);
-    return await finish(log, built, server, database, config, EXIT.failure, coordinator);
-  }
-  await signals.stopped;
-  return await finish(log, built, server, database, config, EXIT.ok, coordinator);
-}
-
-/** Barriers, the stored policy and (shared profile) the slot lease, on a connection of their own. */
-async function openCoordinator(config: Config, databaseUrl: string, log: Logger): Promise<Coordinator> {
-  const role = config.role === 'reader' ? 'reader' : config.role === 'worker' ? 'worker' : 'api';
-  return Coordinator.open({
-    databaseUrl,
-    role,
-    clock: systemClock,
-    log: log.child({ component: 'lease' }),
-    ...(config.shared
-      ? {
-          shared: {
-            slot: config.shared.slot,
-            advertiseUrl: config.advertiseUrl,
-            policy: {
-              slots: config.shared.slots,
-              downloadBytesPerSec: config.shared.downloadBytesPerSec,
-              downloadBytesPerSecPerPrincipal: config.shared.downloadBytesPerSecPerPrincipal,
-            },
-          },
-        }
-      : {}),
-  });
-}
-
-async function finish(
-  log: Logger,
-  services: Services | undefined,
-  server: GatewayServer | undefined,
-  database: Database | undefined,
-  config: Config,
-  code: number,
-  coordinator?: Coordinator,
-): Promise<number> {
-  try {
-    for (const hook of services?.preClose ?? []) await hook();
-    if (server) await server.close(config.shutdownTimeoutMs);
-    for (const hook of services?.onClose ?? []) await bounded(hook(), CLOSE_STEP_MS, 'a close hook', log);
-  } catch (err) {
-    log.error({ err }, 'shutdown step failed');
-  }
-  await bounded(coordinator?.close(), CLOSE_STEP_MS, 'the lease connection', log);
-  if (database) await bounded(database.close(), CLOSE_STEP_MS, 'the database pool', log);
-  log.info({ code }, 'stopped');
-  return code;
-}
-
-/** Longest wait for one close step: a blackholed database link would otherwise hold shutdown forever. */
-const CLOSE_STEP_MS = 5000;
-
-// biome-ignore lint/suspicious/noConfusingVoidType: close hooks may be synchronous (return void)
-async function bounded(step: Promise<unknown> | void, ms: number, what: string, log: Logger): Promise<void> {
-  if (!step) return;
-  let timer: NodeJS.Timeout | undefined;
-  const timedOut = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), ms)));
-  const outcome = await Promise.race([
-    step.then(
-      () => 'done' as const,
-      () => 'done' as const,
-    ),
-    timedOut,
-  ]);
-  clearTimeout(timer);
-  if (outcome === 'timeout') log.warn({ step: what, waitedMs: ms }, `closing ${what} did not finish; leaving it`);
+  if (config.role === 'router') return (await import('../router/run-router.ts')).runRouter(config, log);
+  if (config.role === 'rules-service')
+    return (await import('../rules-service/rules-service.ts')).runRulesService(config, log);
+  return (await import('./serve-gateway.ts')).serveGateway(config, log);
 }
