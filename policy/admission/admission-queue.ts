@@ -74,7 +74,8 @@ export class AdmissionQueue {
   readonly #timers: Timers;
   readonly #kinds: Record<TransferKind, KindState>;
   /** Lanes of principals with an active or waiting request; dropped when both are zero. */
-  readonly #lanes = new Map<string, Lane>();
+  /** Per kind, by principal id (the principal's own string: no key is built per request). */
+  readonly #lanes: Record<TransferKind, Map<string, Lane>> = { download: new Map(), upload: new Map() };
   #closed = false;
 
   constructor(options: AdmissionQueueOptions) {
@@ -151,11 +152,11 @@ export class AdmissionQueue {
   }
 
   #lane(principalId: string, kind: TransferKind): Lane {
-    const key = `${kind}\u0000${principalId}`;
-    let lane = this.#lanes.get(key);
+    const lanes = this.#lanes[kind];
+    let lane = lanes.get(principalId);
     if (lane === undefined) {
       lane = { principalId, kind, active: 0, queue: [] };
-      this.#lanes.set(key, lane);
+      lanes.set(principalId, lane);
     }
     return lane;
   }
@@ -226,7 +227,7 @@ export class AdmissionQueue {
   }
 
   #dropIfIdle(lane: Lane): void {
-    if (lane.active === 0 && lane.queue.length === 0) this.#lanes.delete(`${lane.kind}\u0000${lane.principalId}`);
+    if (lane.active === 0 && lane.queue.length === 0) this.#lanes[lane.kind].delete(lane.principalId);
   }
 }
 

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { buildPlan, evaluate, summarize, type RuleState } from './evaluate.ts';
+import { KEY_MEMO_MAX, RuleKeyMemo } from './keys.ts';
 import { defineRule } from './rules.ts';
 
 const T = Date.UTC(2026, 0, 1, 0, 0, 30);
@@ -142,6 +143,33 @@ describe('evaluate (the reference the Lua must equal)', () => {
     const plan = buildPlan('arkvory:rl:', 'gateway_request', [banned], { ip: '10.0.0.1' }, T);
     expect(plan.counting[0]!.counterKey).toBe(`arkvory:rl:gateway_request:{ban|ip=10.0.0.1}:c:${T - 30_000}`);
     expect(plan.counting[0]!.banKey).toBe('arkvory:rl:gateway_request:{ban|ip=10.0.0.1}:b');
+  });
+
+  it('a key memo gives exactly the keys built afresh, across windows, identifiers, odd values and its bound', () => {
+    const memo = new RuleKeyMemo();
+    const two = defineRule({ name: 'two', action: 'limit', characteristics: ['ip', 'p'], limit: 3, periodS: 60 });
+    const none = defineRule({ name: 'none', action: 'limit', limit: 3, periodS: 60 });
+    const identifiers = [
+      { ip: '10.0.0.1', p: 'a' },
+      { ip: '10.0.0.1', p: 'b' },
+      { ip: '10.0.0.1,p=b', p: undefined },
+      { ip: 'a:b{c}|d', p: '%7B' },
+      { p: 'x' },
+      { ip: 'x'.repeat(300), p: 'y' },
+    ];
+    for (const at of [T, T + 5_000, T + 60_000, T + 3_600_000])
+      for (const id of identifiers)
+        for (const rules of [[limit3], [two], [none], [distinct], [banned, shadow]]) {
+          const fresh = buildPlan('p:', 'lim', rules, id, at).counting;
+          const memoized = buildPlan('p:', 'lim', rules, id, at, memo).counting;
+          expect(memoized.map((c) => [c.counterKey, c.banKey])).toEqual(fresh.map((c) => [c.counterKey, c.banKey]));
+        }
+    for (let i = 0; i < KEY_MEMO_MAX + 10; i++) {
+      const id = { ip: `10.1.${i >> 8}.${i & 255}` };
+      expect(buildPlan('p:', 'lim', [limit3], id, T, memo).counting[0]!.counterKey).toBe(
+        buildPlan('p:', 'lim', [limit3], id, T).counting[0]!.counterKey,
+      );
+    }
   });
 
   it('summarize: a skip alone reports the skip rule and no info; rules counted before it still report; an unreached skip is not reported', () => {

@@ -15,7 +15,7 @@
  * A `skip` rule is terminal (applicableRules cut the list after it) and counts nothing.
  * `peek` computes the same outcomes for the given cost and writes nothing.
  */
-import { banKey, counterBase, counterKey, windowStartMs } from './keys.ts';
+import { banKey, counterBase, counterKey, windowStartMs, type RuleKeyMemo } from './keys.ts';
 import type { Identifier } from './match.ts';
 import { valueOf } from './match.ts';
 import { encodeValue } from './keys.ts';
@@ -81,6 +81,7 @@ export function buildPlan(
   applicable: readonly Rule[],
   identifier: Identifier,
   nowMs: number,
+  memo?: RuleKeyMemo,
 ): Plan {
   const counting: PlannedRule[] = [];
   let skip: Rule | undefined;
@@ -92,8 +93,10 @@ export function buildPlan(
     const limit = resolve(rule.limit, 'limit', rule);
     const periodMs = Math.max(1, Math.round(resolve(rule.periodS, 'period_s', rule) * 1000));
     const start = windowStartMs(nowMs, periodMs);
-    const base = counterBase(prefix, limiter, rule.name, rule.characteristics, identifier);
     const distinct = rule.countDistinct !== undefined;
+    const keys = memo
+      ? memo.keys(prefix, limiter, rule, identifier, start)
+      : keysOf(counterBase(prefix, limiter, rule.name, rule.characteristics, identifier), distinct, start);
     counting.push({
       rule,
       action: rule.action,
@@ -101,12 +104,16 @@ export function buildPlan(
       periodMs,
       banMs: rule.banForS ? rule.banForS * 1000 : 0,
       windowEndMs: start + periodMs,
-      counterKey: counterKey(base, distinct, start),
-      banKey: banKey(base),
+      counterKey: keys.counterKey,
+      banKey: keys.banKey,
       distinctValue: distinct ? encodeValue(valueOf(identifier, rule.countDistinct!)) : undefined,
     });
   }
   return { counting, skip };
+}
+
+function keysOf(base: string, distinct: boolean, start: number): { counterKey: string; banKey: string } {
+  return { counterKey: counterKey(base, distinct, start), banKey: banKey(base) };
 }
 
 /** The reference algorithm (see the header). `states[i]` belongs to `plan.counting[i]`. */

@@ -15,7 +15,7 @@ import {
   type Plan,
   type RateLimitResult,
 } from './evaluate.ts';
-import { banKey, counterBase, counterKey, windowStartMs } from './keys.ts';
+import { banKey, counterBase, counterKey, RuleKeyMemo, windowStartMs } from './keys.ts';
 import { applicableRules, type Identifier } from './match.ts';
 import { noMetrics, type RateLimitMetrics } from './metrics.ts';
 import { isPromise, type RulesNow } from './rule-tiers.ts';
@@ -66,6 +66,7 @@ export function createLimiter(deps: LimiterDeps, definition: LimiterDefinition):
   const name = definition.name;
   const rulesNow: (identifier: Identifier) => RulesNow =
     typeof definition.rules === 'function' ? definition.rules : () => definition.rules as readonly Rule[];
+  const keyMemo = new RuleKeyMemo();
   let lastErrorLogMs = -Infinity;
   let suppressedErrors = 0;
 
@@ -114,7 +115,7 @@ export function createLimiter(deps: LimiterDeps, definition: LimiterDefinition):
     const nowMs = clock.wallMs();
     let plan: Plan;
     try {
-      plan = buildPlan(prefix, name, applicable, identifier, nowMs);
+      plan = buildPlan(prefix, name, applicable, identifier, nowMs, keyMemo);
     } catch (err) {
       // A callable limit/period that throws is a host bug; fail open rather than fail the request.
       return failOpen(reportError(mode, err));

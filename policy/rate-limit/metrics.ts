@@ -30,7 +30,7 @@ function counter<L extends string>(
   const existing = registry.getSingleMetric(name);
   if (existing) return existing as Counter<L>;
   const created = new Counter<L>({ name, help, labelNames, registers: [registry], collect: collectTallies });
-  talliesOf.set(created as Counter<string>, { byKey: new Map() });
+  talliesOf.set(created as Counter<string>, { labelNames, root: new Map(), all: [] });
   return created;
 }
 
@@ -56,44 +56,56 @@ export function createRateLimitMetrics(registry: Registry = defaultRegistry): Ra
   const ruleInc = tally(rules);
   const peekInc = tally(peeks);
   return {
-    check: (l) =>
-      checkInc(`${l.limiter}\0${l.action}\0${l.matched}\0${l.error}`, () => ({
-        limiter: l.limiter,
-        action: l.action,
-        matched: String(l.matched),
-        error: String(l.error),
-      })),
-    ruleEvaluation: (l) => ruleInc(`${l.limiter}\0${l.rule}\0${l.action}\0${l.result}`, () => ({ ...l })),
-    peek: (l) =>
-      peekInc(`${l.limiter}\0${l.action}\0${l.error}`, () => ({
-        limiter: l.limiter,
-        action: l.action,
-        error: String(l.error),
-      })),
+    check: (l) => checkInc([l.limiter, l.action, l.matched ? 'true' : 'false', l.error ? 'true' : 'false']),
+    ruleEvaluation: (l) => ruleInc([l.limiter, l.rule, l.action, l.result]),
+    peek: (l) => peekInc([l.limiter, l.action, l.error ? 'true' : 'false']),
   };
 }
 
+interface Tally {
+  readonly labels: Record<string, string>;
+  value: number;
+}
 interface Tallies {
-  readonly byKey: Map<string, { readonly labels: Record<string, string>; value: number }>;
+  readonly labelNames: readonly string[];
+  /** Nested by label value, in `labelNames` order; the last level holds the tallies. */
+  readonly root: Map<string, unknown>;
+  readonly all: Tally[];
 }
 const talliesOf = new WeakMap<Counter<string>, Tallies>();
 
 /**
- * A hot-path increment for a labelled prom-client counter: a plain number in a Map per label set
- * (the caller's `key` names it; `labels` is built only the first time), handed to the counter when
- * it is collected. prom-client's own inc() hashes and validates the label object on every call,
- * which a profile of small requests shows. The counter must be created by `counter()` below with
- * tallies (every increment then goes through here; a direct inc() would be overwritten).
+ * A hot-path increment for a labelled prom-client counter: a plain number per label set, handed to
+ * the counter when it is collected. prom-client's own inc() hashes and validates the label object on
+ * every call, which a profile of small requests shows. The label set is found by walking one Map per
+ * label with the values themselves (rule names, limiter names, literals: strings whose hash V8 has
+ * already computed), never by a key string built per call, whose hashing a profile showed too. The
+ * counter must be created by `counter()` below (every increment then goes through here; a direct
+ * inc() would be overwritten).
  */
-export function tally<L extends string>(
-  c: Counter<L>,
-): (key: string, labels: () => Partial<Record<L, string>>, by?: number) => void {
+export function tally<L extends string>(c: Counter<L>): (values: readonly string[], by?: number) => void {
   const t = talliesOf.get(c as Counter<string>);
   if (!t) throw new Error('tally() needs a counter created with tallies');
-  return (key, labels, by = 1) => {
-    const entry = t.byKey.get(key);
-    if (entry) entry.value += by;
-    else t.byKey.set(key, { labels: labels() as Record<string, string>, value: by });
+  const last = t.labelNames.length - 1;
+  return (values, by = 1) => {
+    if (values.length !== t.labelNames.length)
+      throw new Error(`tally: ${values.length} values for ${t.labelNames.length} labels`);
+    let node = t.root;
+    for (let i = 0; i < last; i++) {
+      let next = node.get(values[i]!) as Map<string, unknown> | undefined;
+      if (!next) node.set(values[i]!, (next = new Map()));
+      node = next;
+    }
+    const entry = node.get(values[last]!) as Tally | undefined;
+    if (entry) {
+      entry.value += by;
+      return;
+    }
+    const labels: Record<string, string> = {};
+    for (let i = 0; i <= last; i++) labels[t.labelNames[i]!] = values[i]!;
+    const created = { labels, value: by };
+    node.set(values[last]!, created);
+    t.all.push(created);
   };
 }
 
@@ -102,7 +114,7 @@ function collectTallies(this: Counter<string>): void {
   const t = talliesOf.get(this);
   if (!t) return;
   this.reset();
-  for (const { labels, value } of t.byKey.values()) this.inc(labels, value);
+  for (const { labels, value } of t.all) this.inc(labels, value);
 }
 
 export const noMetrics: RateLimitMetrics = { check() {}, ruleEvaluation() {}, peek() {} };
@@ -123,7 +135,7 @@ export function createRulesServiceMetrics(registry: Registry = defaultRegistry):
   const requests = tally(counter(registry, RULES_SERVICE_METRIC, RULES_SERVICE_HELP, ['limiter', 'result']));
   return {
     request(limiter, result) {
-      requests(`${limiter}\0${result}`, () => ({ limiter, result }));
+      requests([limiter, result]);
     },
   };
 }

@@ -1,7 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import type { RuleProblem } from './errors.ts';
 import { applicableRules } from './match.ts';
-import { compileRuleRegex, MAX_REGEX_LENGTH, regexMatches } from './rule-regex.ts';
+import {
+  compileRuleRegex,
+  MAX_ANSWERS_PER_PATTERN,
+  MAX_REGEX_LENGTH,
+  MAX_REMEMBERED_VALUE,
+  regexMatches,
+} from './rule-regex.ts';
 import { defineRule, validateRule, validateRateLimits, type LimiterSpec } from './rules.ts';
 import { validateRulesAnswer } from './rules-answer.ts';
 
@@ -27,6 +33,16 @@ describe('rule regexes run on a linear-time engine', () => {
     expect(regexMatches('artifacts', '/api/v1/repositories/:repo/artifacts/:id')).toBe(true);
     expect(regexMatches('^/health/', '/api/health/')).toBe(false);
     expect(regexMatches('^caf.$', 'café')).toBe(true);
+  });
+
+  it('remembers answers without changing them, past the memo bound and for long values too', () => {
+    const pattern = '^p-[0-9]*[02468]$';
+    const expected = (v: string) => /^p-[0-9]*[02468]$/.test(v);
+    const values = Array.from({ length: MAX_ANSWERS_PER_PATTERN + 500 }, (_, i) => `p-${i}`);
+    for (let round = 0; round < 2; round++)
+      for (const v of values) expect(regexMatches(pattern, v), `${v}, round ${round}`).toBe(expected(v));
+    const long = `p-${'1'.repeat(MAX_REMEMBERED_VALUE)}`;
+    for (const v of [`${long}2`, `${long}3`, `${long}2`]) expect(regexMatches(pattern, v)).toBe(expected(v));
   });
 
   it('refuses what RE2 cannot run in linear time, and oversized programs, with the reason', () => {

@@ -19,6 +19,7 @@ import type { UploadStats } from '../../storage-adapter/fs-store.ts';
 import type { RequestObservation } from '../server/http-server.ts';
 import type { Transfers } from '../gates/transfers.ts';
 import type { FrontDoorCounters } from '../server/front-door.ts';
+import { type Series, TalliedHistogram } from './tallied-histogram.ts';
 import { RENEWAL_SECONDS_BUCKETS, REQUEST_SECONDS_BUCKETS, specOf, type GatewayMetricName } from './catalogue.ts';
 
 export interface GatewayMetrics {
@@ -65,18 +66,25 @@ export function createGatewayMetrics(options: { registry?: Registry; processMetr
 
   // Request counts and bytes are plain numbers on the hot path, handed to prom-client at scrape
   // time (its inc() hashes and validates a label object per call, a profile's worth per request).
-  const requestCounts = new Map<string, { readonly labels: Record<string, string>; value: number }>();
+  // Found by walking method → status → route (strings and numbers the server already holds), not
+  // by a key string built per request, whose hashing a profile of small requests showed.
+  interface RequestSeries {
+    readonly labels: Record<string, string>;
+    count: number;
+    readonly duration: Series;
+  }
+  const requestSeries: RequestSeries[] = [];
+  const seriesByMethod = new Map<string, Map<number, Map<string, RequestSeries>>>();
   counter(registry, 'arkvory_http_requests_total', function () {
     this.reset();
-    for (const { labels, value } of requestCounts.values()) this.inc(labels, value);
+    for (const { labels, count } of requestSeries) this.inc(labels, count);
   });
   const durationSpec = specOf('arkvory_http_request_duration_seconds');
-  const duration = new Histogram({
+  const duration = new TalliedHistogram({
     name: durationSpec.name,
     help: durationSpec.help,
-    labelNames: durationSpec.labels,
-    buckets: [...REQUEST_SECONDS_BUCKETS],
-    registers: [registry],
+    buckets: REQUEST_SECONDS_BUCKETS,
+    registry,
   });
   let bytesIn = 0;
   let bytesOut = 0;
@@ -234,14 +242,19 @@ export function createGatewayMetrics(options: { registry?: Registry; processMetr
     observeRequest(o) {
       const method = METHODS.has(o.method) ? o.method : 'other';
       // Bounded: methods above, route templates, status codes.
-      const key = `${method} ${o.status} ${o.route}`;
-      let entry = requestCounts.get(key);
-      if (!entry) {
-        entry = { labels: { method, route: o.route, status: String(o.status) }, value: 0 };
-        requestCounts.set(key, entry);
+      let byStatus = seriesByMethod.get(method);
+      if (!byStatus) seriesByMethod.set(method, (byStatus = new Map()));
+      let byRoute = byStatus.get(o.status);
+      if (!byRoute) byStatus.set(o.status, (byRoute = new Map()));
+      let series = byRoute.get(o.route);
+      if (!series) {
+        const labels = { method, route: o.route, status: String(o.status) };
+        series = { labels, count: 0, duration: duration.series(labels) };
+        byRoute.set(o.route, series);
+        requestSeries.push(series);
       }
-      entry.value++;
-      duration.observe(entry.labels, o.seconds);
+      series.count++;
+      series.duration.observe(o.seconds);
       if (o.bytesIn > 0) bytesIn += o.bytesIn;
       if (o.bytesOut > 0) bytesOut += o.bytesOut;
     },
