@@ -5,7 +5,9 @@
  * interleaved. For each transfer it prints wall seconds and the CPU seconds the gateway and the S3
  * server spent (from /proc), which tells a CPU-bound gateway from one waiting on its upstream link.
  *
- *   node bench/s3-profile.ts --server minio|seaweedfs [--phase get,put] [--runs 2] [--big-mib 1024]
+ * Phase `copy` times a server-side CopyObject of the file against its direct PUT (no gateway).
+ *
+ *   node bench/s3-profile.ts --server minio|seaweedfs [--phase get,put,copy] [--runs 2] [--big-mib 1024]
  *                            [--profile-dir DIR] [--node-options '--max-semi-space-size=1']
  *
  * Profiles land in DIR/<server>-<phase>/ (summarise with bench/cpu-profile-summary.ts).
@@ -25,6 +27,7 @@ import { AdminStore } from '../policy/auth/admin-store.ts';
 import { freeLoopbackPort, startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
 import { createLogger } from '../proxy/server/logger.ts';
 import { startS3Server, stopAllS3Servers, type S3Server, type S3ServerKind } from '../test/support/s3-server.ts';
+import { copyObject, S3_DEFAULT_LIMITS } from '../storage-adapter/s3-transfer.ts';
 import { cpuSeconds } from './support.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -127,7 +130,26 @@ try {
   const server = await startS3Server(kind, { bucket: 'arkvory-prof' });
   const s3pid = serverPid(server.port);
 
-  for (const phase of args.phase.split(',')) {
+  if (args.phase.split(',').includes('copy')) {
+    // What the temporary path's commit() costs: a server-side CopyObject of the whole object (no
+    // bytes through the gateway), timed against the direct PUT of the same bytes.
+    const client = server.client();
+    const direct = `${server.endpoint}/${server.bucket}/copy/source.bin`;
+    for (let r = 0; r < RUNS; r++) {
+      const d = await measured([s3pid], () => curl([...signed(server), '-T', file, direct]));
+      console.log(
+        `${kind} copy direct PUT: ${(BIG / MiB / d.wall).toFixed(0)} MiB/s, ${d.wall.toFixed(2)} s wall, ${kind} CPU ${d.cpu[0]!.toFixed(2)} s`,
+      );
+      const c = await measured([s3pid], () =>
+        copyObject(client, 'copy/source.bin', `copy/target-${r}.bin`, BIG, S3_DEFAULT_LIMITS, 600_000),
+      );
+      console.log(
+        `${kind} copy ${c.value}: ${(BIG / MiB / c.wall).toFixed(0)} MiB/s, ${c.wall.toFixed(2)} s wall, ${kind} CPU ${c.cpu[0]!.toFixed(2)} s, load ${os.loadavg()[0]!.toFixed(1)}`,
+      );
+      await client.delete(`copy/target-${r}.bin`);
+    }
+  }
+  for (const phase of args.phase.split(',').filter((p) => p !== 'copy')) {
     const newDatabase = async () => {
       const name = `prof_${randomBytes(4).toString('hex')}`;
       await admin.query(`CREATE DATABASE ${name}`);
