@@ -4,7 +4,7 @@
  *   the same server (`curl --aws-sigv4`) vs the gateway on the directory store;
  * - 4 KiB: median request time of the same three (curl, sequential requests);
  * - upload of 1 GiB: the gateway's PUT with Content-Digest (hash, stream straight to the blob name)
- *   vs a direct signed PUT (`curl --aws-sigv4 -T`);
+ *   vs a direct signed PUT (`curl --aws-sigv4 -T`), in --runs interleaved rounds (medians);
  * - peak RSS of the S3 gateway during --parallel (default 16) parallel 1 GiB downloads.
  * Downloads are measured in --runs interleaved rounds (medians), so background load hits all alike.
  * Targets: gateway ≥ 0.8× the direct GET and ≥ 0.8× the direct PUT; peak RSS < 200 MiB.
@@ -242,25 +242,36 @@ async function main(): Promise<void> {
         ARKVORY_DATA_DIR: path.join(work, `data-${kind}`),
         ...server.env(),
       });
-      // Uploads: the direct signed PUT first (to its own key), then the gateway's.
-      const direct = await curl([...signed(server), '-T', file, `${server.endpoint}/${server.bucket}/direct/big.bin`]);
-      if (direct.status !== 200) throw new Error(`${kind}: direct PUT answered ${direct.status}`);
+      // Uploads, in --runs interleaved rounds: a direct signed PUT (to its own key), then the gateway's
+      // (a new name each round, with Content-Digest as the tests' clients send it: the S3 store stages
+      // straight under the blob name).
+      const uploads = { direct: [] as number[], gateway: [] as number[] };
+      for (let run = 0; run < RUNS; run++) {
+        const direct = await curl([
+          ...signed(server),
+          '-T',
+          file,
+          `${server.endpoint}/${server.bucket}/direct/big.bin`,
+        ]);
+        if (direct.status !== 200) throw new Error(`${kind}: direct PUT answered ${direct.status}`);
+        const viaGateway = await put(
+          `${gw.base}/api/v1/repositories/bench/artifacts/${run === 0 ? 'big.bin' : `big-${run}.bin`}`,
+          gw.keys[0]!,
+          file,
+          BIG_BYTES,
+          bigDigest,
+        );
+        if (viaGateway.status !== 201) throw new Error(`${kind}: gateway upload answered ${viaGateway.status}`);
+        uploads.direct.push(BIG_BYTES / MiB / direct.seconds);
+        uploads.gateway.push(BIG_BYTES / MiB / viaGateway.seconds);
+        process.stderr.write(
+          `${kind} upload run ${run + 1}/${RUNS}: direct ${uploads.direct.at(-1)!.toFixed(0)} MiB/s, gateway ${uploads.gateway.at(-1)!.toFixed(0)} MiB/s\n`,
+        );
+      }
       await curl([...signed(server), '-T', small, `${server.endpoint}/${server.bucket}/direct/small.bin`]);
-      // With Content-Digest, as the tests' clients send it: the S3 store stages under the blob name.
-      const viaGateway = await put(
-        `${gw.base}/api/v1/repositories/bench/artifacts/big.bin`,
-        gw.keys[0]!,
-        file,
-        BIG_BYTES,
-        bigDigest,
-      );
-      if (viaGateway.status !== 201) throw new Error(`${kind}: gateway upload answered ${viaGateway.status}`);
       const small201 = await put(`${gw.base}/api/v1/repositories/bench/artifacts/small.bin`, gw.keys[0]!, small, 4096);
       if (small201.status !== 201) throw new Error(`${kind}: gateway small upload answered ${small201.status}`);
-      const upload = { direct: BIG_BYTES / MiB / direct.seconds, gateway: BIG_BYTES / MiB / viaGateway.seconds };
-      process.stderr.write(
-        `${kind}: upload direct ${upload.direct.toFixed(0)} MiB/s, gateway ${upload.gateway.toFixed(0)} MiB/s\n`,
-      );
+      const upload = { direct: median(uploads.direct), gateway: median(uploads.gateway) };
 
       const targets: Target[] = [
         gatewayTarget(gw),
@@ -311,7 +322,7 @@ async function main(): Promise<void> {
           .join(' ')}`,
         `  1 GiB download MiB/s: gateway→${kind} ${median(g.big).toFixed(0)}, direct signed GET ${median(d.big).toFixed(0)}, gateway on fs ${median(f.big).toFixed(0)}`,
         `  4 KiB request ms:      gateway→${kind} ${median(g.small).toFixed(2)}, direct signed GET ${median(d.small).toFixed(2)}, gateway on fs ${median(f.small).toFixed(2)}`,
-        `  1 GiB upload MiB/s:   gateway→${kind} ${upload.gateway.toFixed(0)}, direct signed PUT ${upload.direct.toFixed(0)} (one each)`,
+        `  1 GiB upload MiB/s:   gateway→${kind} ${upload.gateway.toFixed(0)}, direct signed PUT ${upload.direct.toFixed(0)} (medians of ${RUNS})`,
         `  ratios: download gateway/direct ${(median(g.big) / median(d.big)).toFixed(2)}× (target ≥ 0.8), gateway-S3/gateway-fs ${(median(g.big) / median(f.big)).toFixed(2)}×, upload gateway/direct ${(upload.gateway / upload.direct).toFixed(2)}× (target ≥ 0.8)`,
         `  RSS of the S3 gateway: idle ${(idle / MiB).toFixed(0)} MiB, peak ${(peak / MiB).toFixed(0)} MiB during ${PARALLEL} parallel ${BIG_BYTES / MiB} MiB downloads (target < 200 MiB)`,
       ];

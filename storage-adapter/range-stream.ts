@@ -99,7 +99,9 @@ export async function openRangeStream(
 
 /**
  * A `BlobReader` over range streams: `first` (already open, so an unreachable store failed before
- * any response header) serves the first range; a read elsewhere opens a new range stream.
+ * any response header) serves the first range; a read elsewhere opens a new range stream. With
+ * `lendsChunks: false` (streams that read into a reused buffer, s3-socket-read.ts) the reader offers
+ * only `read()`, which copies into the caller's buffers, never `chunks()`.
  */
 export function rangeStreamReader(
   sha256: string,
@@ -107,11 +109,12 @@ export function rangeStreamReader(
   ranges: readonly ByteRange[],
   first: RangeStream | undefined,
   openRange: (start: number, end: number) => Promise<RangeStream>,
+  options: { lendsChunks?: boolean } = {},
 ): BlobReader {
   let current = first;
   const endFor = (position: number) =>
     ranges.find((r) => r.start <= position && position <= r.end)?.end ?? sizeBytes - 1;
-  return {
+  const reader: BlobReader = {
     sizeBytes,
     async read(buffer, offset, length, position) {
       if (!current || current.position !== position) {
@@ -143,4 +146,6 @@ export function rangeStreamReader(
       current = undefined;
     },
   };
+  if (options.lendsChunks === false) delete reader.chunks;
+  return reader;
 }

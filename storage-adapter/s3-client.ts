@@ -51,6 +51,11 @@ export interface S3Client {
   readonly bucket: string;
   readonly endpoint: string;
   request(r: S3Request): Promise<Dispatcher.ResponseData>;
+  /** The path and signed headers (Host included) of a request without a body (s3-socket-read.ts sends them itself). */
+  signedHead(r: Pick<S3Request, 'method' | 'key' | 'query' | 'headers'>): {
+    path: string;
+    headers: Record<string, string>;
+  };
   /** Reads a failed answer's XML error and maps it to a storage error (the body is consumed). */
   failure(res: Dispatcher.ResponseData, what: string): Promise<StorageError>;
   /** A request whose answer must be 2xx; returns the body text (XML) or '' . */
@@ -122,6 +127,8 @@ export function storageErrorOfS3(
   return new StorageError('upstream_unreachable', `The S3 server answered ${what} with ${detail}.`);
 }
 
+const EMPTY_SHA256 = createHash('sha256').update('').digest('hex');
+
 export function createS3Client(options: S3ClientOptions): S3Client {
   const endpoint = new URL(options.endpoint);
   const pool: Pool = createUpstreamPool(endpoint.origin, options);
@@ -137,6 +144,20 @@ export function createS3Client(options: S3ClientOptions): S3Client {
     return query ? `${base}?${query}` : base;
   }
 
+  function sign(r: Pick<S3Request, 'method' | 'key' | 'query'>, path: string, headers: Record<string, string>) {
+    const signed = aws4.sign(
+      { service: 's3', region: options.region, method: r.method, host, path, headers },
+      options.credentials,
+    );
+    return { path: signed.path ?? path, headers: signed.headers as Record<string, string> };
+  }
+
+  function signedHead(r: Pick<S3Request, 'method' | 'key' | 'query' | 'headers'>) {
+    const headers: Record<string, string> = { ...r.headers };
+    headers['x-amz-content-sha256'] = EMPTY_SHA256;
+    return sign(r, pathOf(r), headers);
+  }
+
   async function request(r: S3Request): Promise<Dispatcher.ResponseData> {
     const path = pathOf(r);
     const headers: Record<string, string> = { ...r.headers };
@@ -149,18 +170,15 @@ export function createS3Client(options: S3ClientOptions): S3Client {
       headers['x-amz-content-sha256'] = 'UNSIGNED-PAYLOAD';
       body = Readable.from(r.body, { objectMode: false });
     } else {
-      headers['x-amz-content-sha256'] = createHash('sha256').update('').digest('hex');
+      headers['x-amz-content-sha256'] = EMPTY_SHA256;
     }
-    const signed = aws4.sign(
-      { service: 's3', region: options.region, method: r.method, host, path, headers },
-      options.credentials,
-    );
+    const signed = sign(r, path, headers);
     const what = `${r.method} ${path}`;
     try {
       return await pool.request({
         method: r.method,
-        path: signed.path ?? path,
-        headers: signed.headers as Record<string, string>,
+        path: signed.path,
+        headers: signed.headers,
         body,
         signal: r.signal,
         headersTimeout: r.headersTimeout,
@@ -192,6 +210,7 @@ export function createS3Client(options: S3ClientOptions): S3Client {
     bucket,
     endpoint: endpoint.origin,
     request,
+    signedHead,
     failure,
     expectOk,
     async head(key) {

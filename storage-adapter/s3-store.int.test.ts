@@ -52,6 +52,70 @@ describe.each(S3_SERVER_KINDS)('S3 store on %s', (kind) => {
     return (await backing.open('writer', db.pool, { limits })) as S3Store;
   }
 
+  it('ranges of 1 MiB and more are read over a socket of their own (byte-exact, slow reader, several ranges), shorter ones and answers other than 206 through the pool', async () => {
+    const store = await writer();
+    const catalog = createCatalog(db.pool);
+    const bytes = randomBytes(3 * MiB + 5);
+    const hex = sha256(bytes);
+    await publishArtifact(
+      { store, catalog },
+      {
+        key: key('ranged'),
+        body: chunked(bytes),
+        contentType: 'a/b',
+        publishedBy: null,
+        stage: { maxBytes: 1e9, expectedLength: bytes.length, expectedSha256: hex },
+      },
+    );
+    const pooled = (await backing.open('reader', db.pool, { socketReads: false })) as S3Store;
+    /** Reads `ranges` as stream.ts does (read() into one reused 128 KiB buffer), pausing when asked. */
+    const readRanges = async (s: S3Store, ranges: Array<{ start: number; end: number }>, pauseMs = 0) => {
+      const reader = await s.openBlob(hex, ranges);
+      // Socket streams read into a reused buffer: their reader copies out (read()), never lends chunks.
+      expect(reader.chunks === undefined).toBe(s === store);
+      const buffer = Buffer.alloc(128 * 1024);
+      const out: Buffer[] = [];
+      try {
+        for (const { start, end } of ranges) {
+          for (let position = start; position <= end; ) {
+            const { bytesRead } = await reader.read(buffer, 0, Math.min(buffer.length, end - position + 1), position);
+            expect(bytesRead).toBeGreaterThan(0);
+            out.push(Buffer.from(buffer.subarray(0, bytesRead)));
+            position += bytesRead;
+            if (pauseMs) await new Promise((r) => setTimeout(r, pauseMs));
+          }
+        }
+      } finally {
+        await reader.close();
+      }
+      return Buffer.concat(out);
+    };
+    const whole = [{ start: 0, end: bytes.length - 1 }];
+    const inner = [{ start: MiB + 7, end: 2 * MiB + 9 }];
+    const several = [
+      { start: 3, end: 4098 },
+      { start: MiB, end: 3 * MiB + 4 },
+    ];
+    try {
+      for (const ranges of [whole, inner, several]) {
+        const expected = Buffer.concat(ranges.map((r) => bytes.subarray(r.start, r.end + 1)));
+        expect(sha256(await readRanges(store, ranges))).toBe(sha256(expected));
+        expect(sha256(await readRanges(pooled, ranges))).toBe(sha256(expected));
+      }
+      // 3 large ranges on the socket; the 4 KiB one through the pool.
+      expect(store.reads).toEqual({ socket: 3, pool: 1 });
+      expect(pooled.reads.socket).toBe(0);
+      // A reader that stops between chunks: the socket pauses and resumes, the bytes stay exact.
+      expect(sha256(await readRanges(store, inner, 2))).toBe(sha256(bytes.subarray(MiB + 7, 2 * MiB + 10)));
+      // A missing blob answers 404: the socket path leaves the answer to the pool, which maps it.
+      const missing = 'ab'.repeat(32);
+      await expect(store.openBlob(missing, whole)).rejects.toMatchObject({ code: 'not_found' });
+      expect(store.reads).toEqual({ socket: 4, pool: 2 });
+    } finally {
+      await pooled.close();
+    }
+  });
+
   it('a body of unknown length goes up as a multipart upload, and is copied into blobs/ with multipart copy above the copy limit', async () => {
     const store = await writer({ partBytes: 5 * MiB, copyBytes: 5 * MiB });
     const catalog = createCatalog(db.pool);

@@ -23,6 +23,7 @@ import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, TMP_DIR } from './paths
 import { openRangeStream, rangeStreamReader, type RangeStream } from './range-stream.ts';
 import { createS3Client, type S3Client, type S3ClientOptions } from './s3-client.ts';
 import { formatS3Location, type S3Location } from './s3-location.ts';
+import { openSocketRange, SOCKET_READ_MIN_BYTES } from './s3-socket-read.ts';
 import { copyObject, S3_DEFAULT_LIMITS, uploadObject, type S3Limits } from './s3-transfer.ts';
 import type { OpenedArtifactStore, StagedBlob, StageOptions } from './store.ts';
 import { assembleOnServer, type Assembly } from './s3-assembly.ts';
@@ -40,6 +41,8 @@ export interface S3StoreOptions extends Omit<S3ClientOptions, 'bucket'> {
   readonly limits?: Partial<S3Limits> | undefined;
   /** A restore target (writer only): nothing is read or written at open; see `OpenedArtifactStore`. */
   readonly restoreAs?: string | undefined;
+  /** false: every read through undici (tests compare both paths); default: socket reads on http: endpoints. */
+  readonly socketReads?: boolean | undefined;
 }
 
 /** Counts of how commit() placed blobs (tests check which path a server took). */
@@ -60,8 +63,17 @@ export interface S3AssemblyStats {
   streamed: number;
 }
 
+/** How blob ranges were opened (tests check which path a read took). */
+export interface S3ReadStats {
+  /** A socket of its own reading into a reused buffer (s3-socket-read.ts). */
+  socket: number;
+  /** The keep-alive undici pool: short ranges, https: endpoints, and answers the socket path leaves to it. */
+  pool: number;
+}
+
 export type S3Store = OpenedArtifactStore & {
   readonly commits: Readonly<S3CommitStats>;
+  readonly reads: Readonly<S3ReadStats>;
   readonly assemblies: Readonly<S3AssemblyStats>;
 };
 
@@ -103,8 +115,23 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
   const stats = { committed: 0, discarded: 0, failed: 0 };
   const commits: S3CommitStats = { copy: 0, 'multipart-copy': 0, streamed: 0, existing: 0, direct: 0 };
   const assemblies: S3AssemblyStats = { 'server-copy': 0, streamed: 0 };
+  const reads: S3ReadStats = { socket: 0, pool: 0 };
   const { timeoutMs } = options;
   const bucket: S3Bucket = { client, location, limits, timeoutMs, keyOf };
+
+  // Large reads from an http: endpoint go over a socket reading into one reused buffer (s3-socket-read.ts).
+  const endpointUrl = new URL(client.endpoint);
+  const socketReads =
+    endpointUrl.protocol === 'http:' && options.socketReads !== false
+      ? {
+          host: endpointUrl.hostname.replace(/^\[(.*)\]$/, '$1'),
+          port: Number(endpointUrl.port || 80),
+          connectTimeoutMs: options.connectTimeoutMs,
+          timeoutMs,
+        }
+      : undefined;
+  // Socket streams read into a buffer they reuse, so their bytes are copied out (read()), never lent.
+  const lendsChunks = socketReads === undefined;
 
   const identity = identityObject(client, location);
   let storageId: string;
@@ -115,8 +142,18 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
     throw err;
   }
 
-  function openRange(sha256: string, start: number, end: number): Promise<RangeStream> {
+  async function openRange(sha256: string, start: number, end: number): Promise<RangeStream> {
     const key = keyOf(blobName(sha256));
+    if (socketReads && end - start + 1 >= SOCKET_READ_MIN_BYTES) {
+      const request = client.signedHead({ method: 'GET', key, headers: { range: `bytes=${start}-${end}` } });
+      const opened = await openSocketRange(socketReads, request, start);
+      if (opened !== 'fallback') {
+        reads.socket++;
+        return opened;
+      }
+      // Not a plain success answer (an error, a redirect…): undici asks again and reads it.
+    }
+    reads.pool++;
     return openRangeStream(
       (range, highWaterMark) => client.request({ method: 'GET', key, headers: { range }, highWaterMark }),
       {
@@ -177,6 +214,7 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
     uploadStats: () => ({ ...stats }),
     commits,
     assemblies,
+    reads,
     parts: s3Parts(bucket),
     tree: s3Tree(bucket, locationText),
     close: () => client.close(),
@@ -226,12 +264,19 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
       if (ranges.length === 0) {
         const head = await client.head(keyOf(blobName(sha256)));
         if (!head) throw new StorageError('not_found', `blob ${sha256} is not on the S3 server`);
-        return rangeStreamReader(sha256, head.sizeBytes, ranges, undefined, (start, end) =>
-          openRange(sha256, start, end),
+        return rangeStreamReader(
+          sha256,
+          head.sizeBytes,
+          ranges,
+          undefined,
+          (start, end) => openRange(sha256, start, end),
+          { lendsChunks },
         );
       }
       const first = await openRange(sha256, ranges[0]!.start, ranges[0]!.end);
-      return rangeStreamReader(sha256, first.sizeBytes, ranges, first, (start, end) => openRange(sha256, start, end));
+      return rangeStreamReader(sha256, first.sizeBytes, ranges, first, (start, end) => openRange(sha256, start, end), {
+        lendsChunks,
+      });
     },
 
     async hasBlob(sha256) {

@@ -1,0 +1,276 @@
+/**
+ * Profiling helper for the S3 store (issue 23): one gateway per phase on one S3 server, started with
+ * `--cpu-prof`, so a profile holds one kind of transfer only. Phase `put`: direct signed PUTs and
+ * gateway PUTs of the same file, interleaved; phase `get`: direct signed GETs and gateway GETs,
+ * interleaved. For each transfer it prints wall seconds and the CPU seconds the gateway and the S3
+ * server spent (from /proc), which tells a CPU-bound gateway from one waiting on its upstream link.
+ *
+ * Phase `copy` times a server-side CopyObject of the file against its direct PUT (no gateway).
+ *
+ *   node bench/s3-profile.ts --server minio|seaweedfs [--phase get,put,copy] [--runs 2] [--big-mib 1024]
+ *                            [--profile-dir DIR] [--node-options '--max-semi-space-size=1']
+ *
+ * Profiles land in DIR/<server>-<phase>/ (summarise with bench/cpu-profile-summary.ts).
+ */
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { createReadStream, createWriteStream } from 'node:fs';
+import { chmod, mkdir, mkdtemp, open, rm } from 'node:fs/promises';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { migrate } from '../migrations/runner.ts';
+import { AdminStore } from '../policy/auth/admin-store.ts';
+import { freeLoopbackPort, startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
+import { createLogger } from '../proxy/server/logger.ts';
+import { startS3Server, stopAllS3Servers, type S3Server, type S3ServerKind } from '../test/support/s3-server.ts';
+import { copyObject, S3_DEFAULT_LIMITS } from '../storage-adapter/s3-transfer.ts';
+import { cpuSeconds } from './support.ts';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const MiB = 1024 * 1024;
+const { values: args } = parseArgs({
+  options: {
+    server: { type: 'string', default: 'minio' },
+    phase: { type: 'string', default: 'get,put' },
+    runs: { type: 'string', default: '2' },
+    'big-mib': { type: 'string', default: '1024' },
+    'profile-dir': { type: 'string' },
+    'node-options': { type: 'string', default: '--max-semi-space-size=1' },
+    // Another checkout (e.g. /work/main) whose gateway is measured in the same rounds, not profiled.
+    'compare-root': { type: 'string' },
+  },
+});
+const BIG = Number(args['big-mib']) * MiB;
+const RUNS = Number(args.runs);
+const kind = args.server as S3ServerKind;
+
+function curl(argv: string[]): Promise<{ status: number; seconds: number; bytes: number }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(
+      'curl',
+      ['-s', '-o', '/dev/null', '-w', '%{http_code} %{size_download} %{size_upload} %{time_total}', ...argv],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.on('error', reject);
+    child.on('close', () => {
+      const [status, down, up, seconds] = out.trim().split(' ').map(Number);
+      resolve({ status: status ?? 0, bytes: Math.max(down ?? 0, up ?? 0), seconds: seconds ?? 0 });
+    });
+  });
+}
+const signed = (s: S3Server) => [
+  '--aws-sigv4',
+  `aws:amz:${s.region}:s3`,
+  '--user',
+  `${s.accessKeyId}:${s.secretAccessKey}`,
+  '-H',
+  'x-amz-content-sha256: UNSIGNED-PAYLOAD',
+];
+
+function serverPid(port: number): number {
+  const out = execFileSync('ss', ['-ltnpH', `sport = :${port}`]).toString();
+  return Number(/pid=(\d+)/.exec(out)?.[1] ?? 0);
+}
+
+async function measured<T>(pids: number[], fn: () => Promise<T>): Promise<{ value: T; wall: number; cpu: number[] }> {
+  const before = await Promise.all(pids.map(cpuSeconds));
+  const t0 = process.hrtime.bigint();
+  const value = await fn();
+  const wall = Number(process.hrtime.bigint() - t0) / 1e9;
+  const after = await Promise.all(pids.map(cpuSeconds));
+  return { value, wall, cpu: after.map((a, i) => a - before[i]!) };
+}
+
+function put(url: string, key: string, file: string, size: number, digest: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      url,
+      {
+        method: 'PUT',
+        headers: {
+          authorization: `Bearer ${key}`,
+          'content-length': String(size),
+          'content-digest': `sha-256=:${digest}:`,
+        },
+      },
+      (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode ?? 0));
+      },
+    );
+    req.on('error', reject);
+    createReadStream(file, { highWaterMark: MiB }).pipe(req);
+  });
+}
+
+const work = await mkdtemp(path.join(os.tmpdir(), 'arkvory-s3prof-'));
+await chmod(work, 0o755);
+const embedded = await startEmbeddedDatabase(path.join(work, 'pg'), createLogger('warn'));
+const admin = new pg.Client({ connectionString: embedded.url });
+await admin.connect();
+const children: ChildProcess[] = [];
+try {
+  const file = path.join(work, 'big.bin');
+  const fh = await open(file, 'w');
+  const block = randomBytes(4 * MiB);
+  const hash = createHash('sha256');
+  for (let w = 0; w < BIG; w += block.length) {
+    const slice = block.subarray(0, Math.min(block.length, BIG - w));
+    hash.update(slice);
+    await fh.write(slice);
+  }
+  await fh.close();
+  const digest = hash.digest('base64');
+  const server = await startS3Server(kind, { bucket: 'arkvory-prof' });
+  const s3pid = serverPid(server.port);
+
+  if (args.phase.split(',').includes('copy')) {
+    // What the temporary path's commit() costs: a server-side CopyObject of the whole object (no
+    // bytes through the gateway), timed against the direct PUT of the same bytes.
+    const client = server.client();
+    const direct = `${server.endpoint}/${server.bucket}/copy/source.bin`;
+    for (let r = 0; r < RUNS; r++) {
+      const d = await measured([s3pid], () => curl([...signed(server), '-T', file, direct]));
+      console.log(
+        `${kind} copy direct PUT: ${(BIG / MiB / d.wall).toFixed(0)} MiB/s, ${d.wall.toFixed(2)} s wall, ${kind} CPU ${d.cpu[0]!.toFixed(2)} s`,
+      );
+      const c = await measured([s3pid], () =>
+        copyObject(client, 'copy/source.bin', `copy/target-${r}.bin`, BIG, S3_DEFAULT_LIMITS, 600_000),
+      );
+      console.log(
+        `${kind} copy ${c.value}: ${(BIG / MiB / c.wall).toFixed(0)} MiB/s, ${c.wall.toFixed(2)} s wall, ${kind} CPU ${c.cpu[0]!.toFixed(2)} s, load ${os.loadavg()[0]!.toFixed(1)}`,
+      );
+      await client.delete(`copy/target-${r}.bin`);
+    }
+  }
+  for (const phase of args.phase.split(',').filter((p) => p !== 'copy')) {
+    const newDatabase = async () => {
+      const name = `prof_${randomBytes(4).toString('hex')}`;
+      await admin.query(`CREATE DATABASE ${name}`);
+      const url = Object.assign(new URL(embedded.url), { pathname: `/${name}` }).toString();
+      const pool = new pg.Pool({ connectionString: url, max: 2 });
+      await migrate(pool);
+      const store = new AdminStore(pool);
+      await store.createRepository('bench');
+      const principal = await store.createPrincipal('p');
+      await store.addGrant(principal.id, 'bench', 'write');
+      const key = (await store.createKey(principal.id, { scopes: ['read', 'write'] })).key;
+      await pool.end();
+      return { url, key };
+    };
+    const { url, key } = await newDatabase();
+    const profDir = args['profile-dir'] ? path.join(args['profile-dir'], `${kind}-${phase}`) : undefined;
+    if (profDir) await mkdir(profDir, { recursive: true });
+    const startGateway = async (profiled: boolean, root = ROOT, db = url, prefix = `${phase}/`) => {
+      const port = await freeLoopbackPort();
+      const nodeOptions = [args['node-options'], profiled && profDir ? `--cpu-prof --cpu-prof-dir=${profDir}` : '']
+        .filter(Boolean)
+        .join(' ');
+      const child = spawn(process.execPath, [path.join(root, 'bin/arkvory.js'), 'serve'], {
+        cwd: root,
+        env: {
+          PATH: process.env.PATH,
+          HOME: process.env.HOME,
+          ARKVORY_DATABASE_URL: db,
+          ARKVORY_PORT: String(port),
+          ARKVORY_LOG_LEVEL: 'warn',
+          ARKVORY_MAX_UPLOAD_BYTES: String(BIG * 2),
+          ARKVORY_DATA_DIR: path.join(work, `data-${phase}-${children.length}`),
+          ...(nodeOptions ? { NODE_OPTIONS: nodeOptions } : {}),
+          ...server.env(prefix),
+        },
+        // The profiled gateway's stdout (e.g. --trace-gc lines) goes to DIR/<server>-<phase>/stdout.
+        stdio: ['ignore', profiled && profDir ? 'pipe' : 'ignore', 'inherit'],
+      });
+      if (profiled && profDir) child.stdout?.pipe(createWriteStream(path.join(profDir, 'stdout.txt')));
+      children.push(child);
+      const base = `http://127.0.0.1:${port}`;
+      for (let i = 0; ; i++) {
+        if (
+          await fetch(`${base}/health/status`).then(
+            (r) => r.status === 200,
+            () => false,
+          )
+        )
+          break;
+        if (i > 600 || child.exitCode !== null)
+          throw new Error(
+            `gateway in ${root} did not start (exit ${child.exitCode}, health ${await fetch(`${base}/health/status`).then((r) => r.text(), String)})`,
+          );
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      return { child, base };
+    };
+    const stopGateway = async (child: ChildProcess) => {
+      child.kill('SIGTERM');
+      await new Promise((r) => child.once('exit', r));
+    };
+    const directUrl = `${server.endpoint}/${server.bucket}/direct/big.bin`;
+    if (phase === 'get') {
+      // The object is uploaded by a gateway that is not profiled, so the profile holds GETs only.
+      const seed = await startGateway(false);
+      if ((await curl([...signed(server), '-T', file, directUrl])).status !== 200) throw new Error('direct PUT');
+      const status = await put(`${seed.base}/api/v1/repositories/bench/artifacts/big.bin`, key, file, BIG, digest);
+      if (status !== 201) throw new Error(`gateway PUT ${status}`);
+      await stopGateway(seed.child);
+    }
+    const { child, base } = await startGateway(true);
+    let other: { child: ChildProcess; base: string; key: string } | undefined;
+    if (phase === 'get' && args['compare-root']) {
+      // Its own database and prefix, the same bytes uploaded through it.
+      const db = await newDatabase();
+      other = { ...(await startGateway(false, args['compare-root'], db.url, `${phase}-compare/`)), key: db.key };
+      const status = await put(`${other.base}/api/v1/repositories/bench/artifacts/big.bin`, db.key, file, BIG, digest);
+      if (status !== 201) throw new Error(`compared gateway PUT ${status}`);
+    }
+    const pids = [child.pid!, s3pid];
+    const line = (what: string, m: { wall: number; cpu: number[] }) =>
+      console.log(
+        `${kind} ${phase} ${what}: ${(BIG / MiB / m.wall).toFixed(0)} MiB/s, ${m.wall.toFixed(2)} s wall, gateway CPU ${m.cpu[0]!.toFixed(2)} s, ${kind} CPU ${m.cpu[1]!.toFixed(2)} s, load ${os.loadavg()[0]!.toFixed(1)}`,
+      );
+    const gwUrl = `${base}/api/v1/repositories/bench/artifacts/big.bin`;
+    if (phase === 'put') {
+      for (let r = 0; r < RUNS; r++) {
+        const d = await measured(pids, () => curl([...signed(server), '-T', file, directUrl]));
+        line('direct PUT', d);
+        await admin.query('SELECT 1');
+        const g = await measured(pids, () => put(`${gwUrl}-${r}`, key, file, BIG, digest));
+        if (g.value !== 201) throw new Error(`gateway PUT ${g.value}`);
+        line('gateway PUT', g);
+      }
+    } else {
+      for (let r = 0; r < RUNS; r++) {
+        const d = await measured(pids, () => curl([...signed(server), directUrl]));
+        line('direct GET', d);
+        const g = await measured(pids, () => curl(['-H', `authorization: Bearer ${key}`, `${gwUrl}/content`]));
+        if (g.value.bytes !== BIG) throw new Error(`gateway GET ${g.value.status} ${g.value.bytes}`);
+        line('gateway GET', g);
+        if (other) {
+          const o = await measured([other.child.pid!, s3pid], () =>
+            curl([
+              '-H',
+              `authorization: Bearer ${other.key}`,
+              `${other.base}/api/v1/repositories/bench/artifacts/big.bin/content`,
+            ]),
+          );
+          if (o.value.bytes !== BIG) throw new Error(`compared gateway GET ${o.value.status} ${o.value.bytes}`);
+          line(`gateway GET (${args['compare-root']})`, o);
+        }
+      }
+    }
+    await stopGateway(child);
+    if (other) await stopGateway(other.child);
+  }
+} finally {
+  for (const c of children) c.kill('SIGTERM');
+  await stopAllS3Servers();
+  await admin.end();
+  await embedded.stop();
+  await rm(work, { recursive: true, force: true });
+}
