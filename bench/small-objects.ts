@@ -13,12 +13,16 @@
  *   node bench/small-objects.ts [--database-url postgres://…]   (default: an embedded PostgreSQL)
  *                               [--rounds 5] [--seconds 8] [--connections 64] [--big-mib 1024]
  *                               [--sizes 1,4,64,1024] [--upload] [--servers arkvory-memory,node-baseline]
+ *   node bench/small-objects.ts --upload-only [--rounds 5] [--big-mib 1024]
  *
  * Per size and server: req/s, p50, p99 (wrk --latency), CPU seconds per 10k requests (/proc, the
  * server process; nginx: master and workers) and peak RSS (sampled every 100 ms), medians of the
  * rounds, and the ratios to the bare Node server. Then one 1 GiB single-stream download per server
  * and round (curl to /dev/null). With --upload, a 1 GiB `PUT` through the gateway (Content-Digest
  * checked, fsync before publish) against an nginx WebDAV `PUT` of the same file, interleaved too.
+ * `--upload-only` runs just that comparison: one gateway (Redis counters), nginx WebDAV (required),
+ * no wrk rounds and no downloads; per round one gateway `PUT` and one nginx `PUT`, which goes first
+ * alternating, then the medians, the ratio, the gateway's CPU seconds per GiB and the load average.
  * Everything started here is stopped and every temporary file and database removed.
  * The gateways run with the shipped `NODE_OPTIONS=--max-semi-space-size=1` (docs/deploy.md);
  * `ARKVORY_BENCH_NODE_OPTIONS` (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`) is appended to it, for a
@@ -53,6 +57,8 @@ const { values: args } = parseArgs({
     'big-mib': { type: 'string', default: '1024' },
     sizes: { type: 'string', default: '1,4,64,1024' },
     upload: { type: 'boolean', default: false },
+    /** Only the 1 GiB upload comparison (gateway vs nginx WebDAV): no wrk rounds, no downloads. */
+    'upload-only': { type: 'boolean', default: false },
     /** Measure only these servers (e.g. for a CPU profile of one gateway); all by default. */
     servers: { type: 'string' },
   },
@@ -62,6 +68,7 @@ const SECONDS = Number(args.seconds);
 const CONNECTIONS = Number(args.connections);
 const BIG_BYTES = Number(args['big-mib']) * MiB;
 const SIZES_KIB = args.sizes!.split(',').map(Number);
+const UPLOAD_ONLY = args['upload-only']!;
 const fileName = (kib: number) => `s${kib}k.bin`;
 
 interface Target {
@@ -165,8 +172,130 @@ function put(url: string, file: string, headers: Record<string, string>): Promis
   });
 }
 
+interface Gateway {
+  readonly target: Target;
+  readonly base: string;
+  readonly key: string;
+}
+
+interface BigFile {
+  readonly file: string;
+  /** Its Content-Digest (sha-256), so the gateway checks it before publishing. */
+  readonly digest: string;
+}
+
+/** nginx serving `files` statically and taking WebDAV `PUT`s under /dav/; undefined when not installed. */
+async function startNginx(
+  work: string,
+  files: string,
+  children: ChildProcess[],
+): Promise<{ port: number; pid: number } | undefined> {
+  const nginxBin = ['/usr/sbin/nginx', '/usr/local/sbin/nginx'].find((p) => existsSync(p));
+  if (!nginxBin) return undefined;
+  const port = await freeLoopbackPort();
+  const prefix = path.join(work, 'nginx');
+  await mkdir(path.join(prefix, 'dav'), { recursive: true });
+  await chmod(prefix, 0o777);
+  await chmod(path.join(prefix, 'dav'), 0o777);
+  const conf = path.join(prefix, 'nginx.conf');
+  await writeFile(
+    conf,
+    `daemon off; worker_processes auto; pid ${prefix}/nginx.pid; error_log ${prefix}/error.log;
+events { worker_connections 1024; }
+http { access_log off; sendfile on; tcp_nopush on; client_body_temp_path ${prefix}/dav; proxy_temp_path ${prefix}/proxy;
+  fastcgi_temp_path ${prefix}/fastcgi; uwsgi_temp_path ${prefix}/uwsgi; scgi_temp_path ${prefix}/scgi;
+  server { listen 127.0.0.1:${port}; root ${files};
+    location /dav/ { root ${prefix}; dav_methods PUT DELETE; create_full_put_path on; client_max_body_size 0; } } }
+`,
+  );
+  const nginx = spawn(nginxBin, ['-c', conf, '-p', prefix], { stdio: ['ignore', 'pipe', 'pipe'] });
+  children.push(nginx);
+  await waitForHttp(`http://127.0.0.1:${port}/${fileName(SIZES_KIB[0]!)}`, 'nginx', nginx);
+  return { port, pid: nginx.pid! };
+}
+
+/** One `PUT` of the big file through the gateway (a new key per round); MiB/s and the gateway's CPU seconds. */
+async function gatewayPut(g: Gateway, name: string, big: BigFile): Promise<{ mibPerSec: number; cpuSeconds: number }> {
+  const pids = await g.target.pids();
+  const cpuBefore = await sumOver(pids, cpuSeconds);
+  const up = await put(`${g.base}/api/v1/repositories/bench/artifacts/${name}`, big.file, {
+    authorization: `Bearer ${g.key}`,
+    'content-digest': big.digest,
+    'content-length': String(BIG_BYTES),
+  });
+  if (up.status !== 201) throw new Error(`gateway upload answered ${up.status}`);
+  return { mibPerSec: BIG_BYTES / MiB / up.seconds, cpuSeconds: (await sumOver(pids, cpuSeconds)) - cpuBefore };
+}
+
+/** One WebDAV `PUT` of the big file to nginx (removed afterwards); MiB/s. */
+async function nginxPut(port: number, work: string, name: string, file: string): Promise<number> {
+  const dav = await put(`http://127.0.0.1:${port}/dav/${name}`, file, {
+    'content-length': String(BIG_BYTES),
+  });
+  if (dav.status !== 201 && dav.status !== 204) throw new Error(`nginx WebDAV PUT answered ${dav.status}`);
+  await rm(path.join(work, 'nginx', 'dav', name), { force: true });
+  return BIG_BYTES / MiB / dav.seconds;
+}
+
+/** `--upload-only`: the upload comparison alone, interleaved, the first of the pair alternating. */
+async function uploadOnly(g: Gateway, nginxPort: number, work: string, big: BigFile): Promise<void> {
+  // Warm-up (not counted): the page cache holds the source file, both servers have run a PUT.
+  await gatewayPut(g, 'upload-warm-up.bin', big);
+  await nginxPut(nginxPort, work, 'upload-warm-up.bin', big.file);
+  const gateway: number[] = [];
+  const cpu: number[] = [];
+  const nginx: number[] = [];
+  const loads: number[] = [];
+  for (let round = 0; round < ROUNDS; round++) {
+    const runGateway = async () => {
+      const r = await gatewayPut(g, `upload-${round}.bin`, big);
+      gateway.push(r.mibPerSec);
+      cpu.push(r.cpuSeconds / (BIG_BYTES / (1024 * MiB)));
+    };
+    const runNginx = async () => nginx.push(await nginxPut(nginxPort, work, `upload-${round}.bin`, big.file));
+    if (round % 2 === 0) {
+      await runGateway();
+      await runNginx();
+    } else {
+      await runNginx();
+      await runGateway();
+    }
+    loads.push(os.loadavg()[0]!);
+    process.stderr.write(
+      `round ${round + 1}/${ROUNDS}: gateway ${gateway.at(-1)!.toFixed(0)} MiB/s (${cpu.at(-1)!.toFixed(2)} CPU-s/GiB), nginx WebDAV ${nginx.at(-1)!.toFixed(0)} MiB/s, load ${loads.at(-1)!.toFixed(2)}\n`,
+    );
+  }
+  const gw = median(gateway);
+  const dav = median(nginx);
+  console.log(
+    `\nbench/small-objects.ts --upload-only: ${BIG_BYTES / MiB} MiB PUT, medians of ${ROUNDS} interleaved rounds, ${os.cpus().length} CPUs, load average ${os
+      .loadavg()
+      .map((l) => l.toFixed(2))
+      .join(' ')} (1-min after each round: ${loads.map((l) => l.toFixed(2)).join(' ')})`,
+  );
+  console.table([
+    {
+      server: 'gateway (digest checked, fsync before publish)',
+      'MiB/s': Math.round(gw),
+      'CPU-s/GiB': Number(median(cpu).toFixed(2)),
+      rounds: gateway.map((x) => Math.round(x)).join(' '),
+    },
+    {
+      server: 'nginx WebDAV',
+      'MiB/s': Math.round(dav),
+      'CPU-s/GiB': '',
+      rounds: nginx.map((x) => Math.round(x)).join(' '),
+    },
+  ]);
+  // Each round's pair ran back to back, so its ratio is the steadier figure on a shared machine.
+  const pairRatios = gateway.map((g, i) => g / nginx[i]!);
+  console.log(
+    `gateway / nginx WebDAV: ${(gw / dav).toFixed(2)}× (ratio of the medians), ${median(pairRatios).toFixed(2)}× (median of the rounds' ratios: ${pairRatios.map((r) => r.toFixed(2)).join(' ')})`,
+  );
+}
+
 async function main(): Promise<void> {
-  for (const tool of ['wrk', 'curl', 'redis-server']) {
+  for (const tool of UPLOAD_ONLY ? ['redis-server'] : ['wrk', 'curl', 'redis-server']) {
     if ((await run('sh', ['-c', `command -v ${tool}`])).code !== 0)
       throw new Error(
         `${tool} is not installed (Debian: apt-get install ${tool === 'redis-server' ? 'redis-server' : tool})`,
@@ -226,11 +355,12 @@ async function main(): Promise<void> {
     );
 
     // Two gateways, each with its own database and storage root (one writer per root).
-    const gateways: Array<{ target: Target; base: string; key: string }> = [];
-    for (const [name, redisUrl] of [
+    const gateways: Gateway[] = [];
+    const gatewayKinds = [
       ['arkvory-redis', `redis://127.0.0.1:${redisPort}`],
       ['arkvory-memory', undefined],
-    ] as const) {
+    ] as const;
+    for (const [name, redisUrl] of UPLOAD_ONLY ? gatewayKinds.slice(0, 1) : gatewayKinds) {
       const db = `arkvory_small_${randomBytes(4).toString('hex')}`;
       await admin.query(`CREATE DATABASE ${db}`);
       databases.push(db);
@@ -277,16 +407,18 @@ async function main(): Promise<void> {
         return child;
       };
       let child = await spawnGateway();
-      for (const file of [...SIZES_KIB.map(fileName), 'big.bin']) {
+      for (const file of UPLOAD_ONLY ? [] : [...SIZES_KIB.map(fileName), 'big.bin']) {
         const { status } = await put(`${base}/api/v1/repositories/bench/artifacts/${file}`, path.join(files, file), {
           authorization: `Bearer ${key}`,
         });
         if (status !== 201) throw new Error(`${name}: upload of ${file} answered ${status}`);
       }
-      // Restarted, so the figures (RSS above all) carry nothing over from the uploads.
-      child.kill('SIGTERM');
-      await new Promise((r) => child.once('exit', r));
-      child = await spawnGateway();
+      if (!UPLOAD_ONLY) {
+        // Restarted, so the figures (RSS above all) carry nothing over from the uploads.
+        child.kill('SIGTERM');
+        await new Promise((r) => child.once('exit', r));
+        child = await spawnGateway();
+      }
       const running = child;
       gateways.push({
         base,
@@ -298,6 +430,13 @@ async function main(): Promise<void> {
           pids: async () => [running.pid!],
         },
       });
+    }
+
+    if (UPLOAD_ONLY) {
+      const nginx = await startNginx(work, files, children);
+      if (!nginx) throw new Error('--upload-only needs nginx (Debian: apt-get install nginx-light)');
+      await uploadOnly(gateways[0]!, nginx.port, work, { file: bigFile, digest: bigDigest });
+      return;
     }
 
     const basePort = await freeLoopbackPort();
@@ -318,33 +457,14 @@ async function main(): Promise<void> {
       },
     ];
 
-    const nginxBin = ['/usr/sbin/nginx', '/usr/local/sbin/nginx'].find((p) => existsSync(p));
-    let nginxPort: number | undefined;
-    if (nginxBin) {
-      nginxPort = await freeLoopbackPort();
-      const prefix = path.join(work, 'nginx');
-      await mkdir(path.join(prefix, 'dav'), { recursive: true });
-      await chmod(prefix, 0o777);
-      await chmod(path.join(prefix, 'dav'), 0o777);
-      const conf = path.join(prefix, 'nginx.conf');
-      await writeFile(
-        conf,
-        `daemon off; worker_processes auto; pid ${prefix}/nginx.pid; error_log ${prefix}/error.log;
-events { worker_connections 1024; }
-http { access_log off; sendfile on; tcp_nopush on; client_body_temp_path ${prefix}/dav; proxy_temp_path ${prefix}/proxy;
-  fastcgi_temp_path ${prefix}/fastcgi; uwsgi_temp_path ${prefix}/uwsgi; scgi_temp_path ${prefix}/scgi;
-  server { listen 127.0.0.1:${nginxPort}; root ${files};
-    location /dav/ { root ${prefix}; dav_methods PUT DELETE; create_full_put_path on; client_max_body_size 0; } } }
-`,
-      );
-      const nginx = spawn(nginxBin, ['-c', conf, '-p', prefix], { stdio: ['ignore', 'pipe', 'pipe'] });
-      children.push(nginx);
-      await waitForHttp(`http://127.0.0.1:${nginxPort}/${fileName(SIZES_KIB[0]!)}`, 'nginx', nginx);
+    const nginx = await startNginx(work, files, children);
+    const nginxPort = nginx?.port;
+    if (nginx) {
       targets.push({
         name: 'nginx',
-        url: (file) => `http://127.0.0.1:${nginxPort}/${file}`,
+        url: (file) => `http://127.0.0.1:${nginx.port}/${file}`,
         headers: {},
-        pids: () => childPids(nginx.pid!),
+        pids: () => childPids(nginx.pid),
       });
     } else {
       process.stderr.write('nginx not installed (Debian: apt-get install nginx-light): skipping the nginx column\n');
@@ -393,22 +513,10 @@ http { access_log off; sendfile on; tcp_nopush on; client_body_temp_path ${prefi
         bigRates.get(t.name)!.push(BIG_BYTES / MiB / res.seconds);
       }
       if (args.upload) {
-        const g = gateways[0]!;
-        const up = await put(`${g.base}/api/v1/repositories/bench/artifacts/upload-${round}.bin`, bigFile, {
-          authorization: `Bearer ${g.key}`,
-          'content-digest': bigDigest,
-          'content-length': String(BIG_BYTES),
-        });
-        if (up.status !== 201) throw new Error(`gateway upload answered ${up.status}`);
-        uploads.get('arkvory')!.push(BIG_BYTES / MiB / up.seconds);
-        if (nginxPort) {
-          const dav = await put(`http://127.0.0.1:${nginxPort}/dav/upload-${round}.bin`, bigFile, {
-            'content-length': String(BIG_BYTES),
-          });
-          if (dav.status !== 201 && dav.status !== 204) throw new Error(`nginx WebDAV PUT answered ${dav.status}`);
-          uploads.get('nginx-webdav')!.push(BIG_BYTES / MiB / dav.seconds);
-          await rm(path.join(work, 'nginx', 'dav', `upload-${round}.bin`), { force: true });
-        }
+        const big = { file: bigFile, digest: bigDigest };
+        uploads.get('arkvory')!.push((await gatewayPut(gateways[0]!, `upload-${round}.bin`, big)).mibPerSec);
+        if (nginxPort)
+          uploads.get('nginx-webdav')!.push(await nginxPut(nginxPort, work, `upload-${round}.bin`, bigFile));
       }
     }
 

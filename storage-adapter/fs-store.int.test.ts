@@ -200,6 +200,66 @@ describe.each(ALL_STORE_KINDS)('publish (%s store)', (kind) => {
     expect(await probe.list('tmp')).toEqual([]);
   });
 
+  // Several times round the filesystem store's write ring (4 × 1 MiB slots).
+  it.each([
+    ['declared', true],
+    ['of unknown length', false],
+  ])(
+    'a body of several MiB, its length %s, is checked against its digest before anything is kept',
+    async (name, declared) => {
+      const { probe, store, catalog } = await setup();
+      const bytes = randomBytes(5 * 1024 * 1024 + 3);
+      const stage = (expectedSha256: string) => ({
+        maxBytes: 1e8,
+        expectedSha256,
+        ...(declared ? { expectedLength: bytes.length } : {}),
+      });
+      const chunks = () =>
+        Readable.from([bytes.subarray(0, 65_536), bytes.subarray(65_536, 3_000_000), bytes.subarray(3_000_000)]);
+      await expect(
+        publishArtifact(
+          { store, catalog },
+          { key: key(name), body: chunks(), contentType: 'a/b', publishedBy: null, stage: stage('e'.repeat(64)) },
+        ),
+      ).rejects.toMatchObject({ code: 'invalid_request' });
+      expect(await store.hasBlob(sha256(bytes))).toBe(false);
+      expect(await probe.list('tmp')).toEqual([]);
+      const published = await publishArtifact(
+        { store, catalog },
+        { key: key(name), body: chunks(), contentType: 'a/b', publishedBy: null, stage: stage(sha256(bytes)) },
+      );
+      expect(published.entry).toMatchObject({ sha256: sha256(bytes), sizeBytes: bytes.length });
+      expect(await probe.read(blobName(sha256(bytes)))).toEqual(bytes);
+      expect(await probe.list('tmp')).toEqual([]);
+    },
+  );
+
+  it('chunks declared owned may be freed by the store once used (the directory store does); others are left alone', async () => {
+    const { probe, store, catalog } = await setup();
+    const bytes = randomBytes(300_000);
+    // Each chunk its own allocation, as a request body's chunks are.
+    const fresh = () => [Buffer.from(bytes.subarray(0, 100_000)), Buffer.from(bytes.subarray(100_000))];
+    const kept = fresh();
+    await publishArtifact(
+      { store, catalog },
+      { key: key('kept'), body: Readable.from(kept), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e6 } },
+    );
+    expect(Buffer.concat(kept)).toEqual(bytes);
+    const owned = fresh();
+    await publishArtifact(
+      { store, catalog },
+      {
+        key: key('owned'),
+        body: Readable.from(owned),
+        contentType: 'a/b',
+        publishedBy: null,
+        stage: { maxBytes: 1e6, chunksOwned: true },
+      },
+    );
+    expect(owned.map((c) => c.buffer.detached)).toEqual(kind === 'fs' ? [true, true] : [false, false]);
+    expect(await probe.read(blobName(sha256(bytes)))).toEqual(bytes);
+  });
+
   it('an aborted body publishes nothing', async () => {
     const { probe, store, catalog } = await setup();
     async function* broken() {

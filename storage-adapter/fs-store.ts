@@ -114,7 +114,11 @@ export async function openFsStore(options: {
       let handle: FileHandle | undefined;
       try {
         handle = await open(tempPath, 'wx', 0o644);
-        await writeOverlapped(handle, upload.chunks);
+        await writeOverlapped(handle, upload.chunks, {
+          expectedBytes: stageOptions.expectedLength,
+          // checkedUpload never reads a chunk again once it has yielded it; the body's producer says.
+          releaseChunks: stageOptions.chunksOwned === true,
+        });
         const { sha256, sizeBytes: received } = upload.result;
         await handle.close();
         handle = undefined;

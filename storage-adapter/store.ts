@@ -23,6 +23,12 @@ export interface StageOptions {
    * committed after all (a racing publish of the same key), stays for gc.
    */
   readonly keyWasFree?: boolean | undefined;
+  /**
+   * The body's chunks become the store's as they are yielded (a request body read straight off the
+   * socket): a store may free a chunk's memory once it has used it (the filesystem store does, see
+   * overlapped-writer.ts). Leave unset when anything reads a chunk after yielding it.
+   */
+  readonly chunksOwned?: boolean | undefined;
 }
 
 /** A fully written temporary object, verified (size, sha256), not yet under its blob name. */

@@ -146,6 +146,8 @@ async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext
         expectedSha256,
         signal: ctx.signal,
         meter: deps.meters?.upload?.(ctx),
+        // Each chunk is the parser's fresh allocation and nothing here reads it again.
+        chunksOwned: true,
       },
     });
     const status = result.outcome === 'created' ? 201 : 200;
