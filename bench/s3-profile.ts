@@ -8,7 +8,7 @@
  * Phase `copy` times a server-side CopyObject of the file against its direct PUT (no gateway).
  *
  *   node bench/s3-profile.ts --server minio|seaweedfs [--phase get,put,copy] [--runs 2] [--big-mib 1024]
- *                            [--profile-dir DIR] [--node-options '--max-semi-space-size=1']
+ *                            [--profile-dir DIR] [--node-options '--max-semi-space-size=4']
  *
  * Profiles land in DIR/<server>-<phase>/ (summarise with bench/cpu-profile-summary.ts).
  */
@@ -39,7 +39,7 @@ const { values: args } = parseArgs({
     runs: { type: 'string', default: '2' },
     'big-mib': { type: 'string', default: '1024' },
     'profile-dir': { type: 'string' },
-    'node-options': { type: 'string', default: '--max-semi-space-size=1' },
+    'node-options': { type: 'string', default: '--max-semi-space-size=4' },
     // Another checkout (e.g. /work/main) whose gateway is measured in the same rounds, not profiled.
     'compare-root': { type: 'string' },
   },

@@ -44,7 +44,7 @@ const { values: args } = parseArgs({
     parallel: { type: 'string', default: '16' },
     'small-requests': { type: 'string', default: '50' },
     // The gateways' NODE_OPTIONS; the default is what the shipped units and `npm start` use ('' for none).
-    'node-options': { type: 'string', default: '--max-semi-space-size=1' },
+    'node-options': { type: 'string', default: '--max-semi-space-size=4' },
   },
 });
 const RUNS = Number(args.runs);

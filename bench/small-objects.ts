@@ -24,7 +24,7 @@
  * no wrk rounds and no downloads; per round one gateway `PUT` and one nginx `PUT`, which goes first
  * alternating, then the medians, the ratio, the gateway's CPU seconds per GiB and the load average.
  * Everything started here is stopped and every temporary file and database removed.
- * The gateways run with the shipped `NODE_OPTIONS=--max-semi-space-size=1` (docs/deploy.md);
+ * The gateways run with the shipped `NODE_OPTIONS=--max-semi-space-size=4` (docs/deploy.md);
  * `ARKVORY_BENCH_NODE_OPTIONS` (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`) is appended to it, for a
  * profile of exactly this load (or `--max-semi-space-size=16` to measure V8's default instead).
  */
@@ -396,7 +396,7 @@ async function main(): Promise<void> {
             ARKVORY_RATE_LIMITS_FILE: rules,
             ...(redisUrl ? { ARKVORY_REDIS_URL: redisUrl } : {}),
             // As shipped (npm start, the units), then the caller's additions (a later flag wins).
-            NODE_OPTIONS: ['--max-semi-space-size=1', process.env.ARKVORY_BENCH_NODE_OPTIONS ?? ''].join(' ').trim(),
+            NODE_OPTIONS: ['--max-semi-space-size=4', process.env.ARKVORY_BENCH_NODE_OPTIONS ?? ''].join(' ').trim(),
           },
           stdio: ['ignore', 'pipe', 'pipe'],
         });
