@@ -26,9 +26,9 @@ import { migrate } from '../migrations/runner.ts';
 import { AdminStore } from '../policy/auth/admin-store.ts';
 import { freeLoopbackPort, startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
 import { createLogger } from '../proxy/server/logger.ts';
-import { startS3Server, stopAllS3Servers, type S3Server, type S3ServerKind } from '../test/support/s3-server.ts';
+import { startS3Server, stopAllS3Servers, type S3ServerKind } from '../test/support/s3-server.ts';
 import { copyObject, S3_DEFAULT_LIMITS } from '../storage-adapter/s3-transfer.ts';
-import { cpuSeconds } from './support.ts';
+import { cpuSeconds, curlWith as curl, sigV4CurlArgs as signed } from './support.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const MiB = 1024 * 1024;
@@ -47,31 +47,6 @@ const { values: args } = parseArgs({
 const BIG = Number(args['big-mib']) * MiB;
 const RUNS = Number(args.runs);
 const kind = args.server as S3ServerKind;
-
-function curl(argv: string[]): Promise<{ status: number; seconds: number; bytes: number }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(
-      'curl',
-      ['-s', '-o', '/dev/null', '-w', '%{http_code} %{size_download} %{size_upload} %{time_total}', ...argv],
-      { stdio: ['ignore', 'pipe', 'inherit'] },
-    );
-    let out = '';
-    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    child.on('error', reject);
-    child.on('close', () => {
-      const [status, down, up, seconds] = out.trim().split(' ').map(Number);
-      resolve({ status: status ?? 0, bytes: Math.max(down ?? 0, up ?? 0), seconds: seconds ?? 0 });
-    });
-  });
-}
-const signed = (s: S3Server) => [
-  '--aws-sigv4',
-  `aws:amz:${s.region}:s3`,
-  '--user',
-  `${s.accessKeyId}:${s.secretAccessKey}`,
-  '-H',
-  'x-amz-content-sha256: UNSIGNED-PAYLOAD',
-];
 
 function serverPid(port: number): number {
   const out = execFileSync('ss', ['-ltnpH', `sport = :${port}`]).toString();

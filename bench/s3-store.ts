@@ -29,8 +29,8 @@ import { migrate } from '../migrations/runner.ts';
 import { AdminStore } from '../policy/auth/admin-store.ts';
 import { freeLoopbackPort, startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
 import { createLogger } from '../proxy/server/logger.ts';
-import { startS3Server, stopAllS3Servers, type S3Server, type S3ServerKind } from '../test/support/s3-server.ts';
-import { median, rssBytes } from './support.ts';
+import { startS3Server, stopAllS3Servers, type S3ServerKind } from '../test/support/s3-server.ts';
+import { curlWith as curl, median, rssBytes, sigV4CurlArgs as signed } from './support.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const MiB = 1024 * 1024;
@@ -54,32 +54,6 @@ const SMALL_REQUESTS = Number(args['small-requests']);
 const SERVERS: S3ServerKind[] = args.server === 'both' ? ['seaweedfs', 'minio'] : [args.server as S3ServerKind];
 
 /** curl to /dev/null (or uploading `upload`): status, bytes, seconds. */
-function curl(argv: string[]): Promise<{ status: number; bytes: number; seconds: number }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(
-      'curl',
-      ['-s', '-o', '/dev/null', '-w', '%{http_code} %{size_download} %{size_upload} %{time_total}', ...argv],
-      { stdio: ['ignore', 'pipe', 'inherit'] },
-    );
-    let out = '';
-    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    child.on('error', reject);
-    child.on('close', () => {
-      const [status, down, up, seconds] = out.trim().split(' ').map(Number);
-      resolve({ status: status ?? 0, bytes: Math.max(down ?? 0, up ?? 0), seconds: seconds ?? 0 });
-    });
-  });
-}
-
-/** `curl --aws-sigv4` arguments for a direct request to the server (unsigned payload, as the gateway sends). */
-const signed = (server: S3Server) => [
-  '--aws-sigv4',
-  `aws:amz:${server.region}:s3`,
-  '--user',
-  `${server.accessKeyId}:${server.secretAccessKey}`,
-  '-H',
-  'x-amz-content-sha256: UNSIGNED-PAYLOAD',
-];
 
 interface Target {
   name: string;

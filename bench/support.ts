@@ -26,6 +26,34 @@ export function curl(
   });
 }
 
+/** One curl transfer with the given arguments, body to /dev/null: the status, bytes moved either way, total seconds. */
+export function curlWith(argv: readonly string[]): Promise<{ status: number; bytes: number; seconds: number }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(
+      'curl',
+      ['-s', '-o', '/dev/null', '-w', '%{http_code} %{size_download} %{size_upload} %{time_total}', ...argv],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.on('error', reject);
+    child.on('close', () => {
+      const [status, down, up, seconds] = out.trim().split(' ').map(Number);
+      resolve({ status: status ?? 0, bytes: Math.max(down ?? 0, up ?? 0), seconds: seconds ?? 0 });
+    });
+  });
+}
+
+/** `curl --aws-sigv4` arguments for a direct request to an S3 server (unsigned payload, as the gateway sends). */
+export const sigV4CurlArgs = (server: { region: string; accessKeyId: string; secretAccessKey: string }): string[] => [
+  '--aws-sigv4',
+  `aws:amz:${server.region}:s3`,
+  '--user',
+  `${server.accessKeyId}:${server.secretAccessKey}`,
+  '-H',
+  'x-amz-content-sha256: UNSIGNED-PAYLOAD',
+];
+
 /** Resident set size of a process (Linux /proc), 0 once it is gone. */
 export async function rssBytes(pid: number): Promise<number> {
   const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
