@@ -25,7 +25,7 @@ import pg from 'pg';
 import { migrate } from '../migrations/runner.ts';
 import { AdminStore } from '../policy/auth/admin-store.ts';
 import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
-import { curl, median, percentile, rssBytes } from './support.ts';
+import { benchNginxConf, curl, median, percentile, rssBytes } from './support.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const MiB = 1024 * 1024;
@@ -258,15 +258,7 @@ async function main(): Promise<void> {
       const prefix = path.join(work, 'nginx');
       await mkdir(prefix, { recursive: true });
       const conf = path.join(prefix, 'nginx.conf');
-      await writeFile(
-        conf,
-        `daemon off; worker_processes auto; pid ${prefix}/nginx.pid; error_log ${prefix}/error.log;
-events { worker_connections 1024; }
-http { access_log off; sendfile on; tcp_nopush on; client_body_temp_path ${prefix}/body; proxy_temp_path ${prefix}/proxy;
-  fastcgi_temp_path ${prefix}/fastcgi; uwsgi_temp_path ${prefix}/uwsgi; scgi_temp_path ${prefix}/scgi;
-  server { listen 127.0.0.1:${nginxPort}; root ${files}; } }
-`,
-      );
+      await writeFile(conf, benchNginxConf({ prefix, port: nginxPort, root: files, bodyTemp: `${prefix}/body` }));
       const nginx = spawn(nginxBin, ['-c', conf, '-p', prefix], { stdio: ['ignore', 'pipe', 'pipe'] });
       children.push(nginx);
       for (let i = 0; ; i++) {

@@ -42,7 +42,7 @@ import pino from 'pino';
 import { migrate } from '../migrations/runner.ts';
 import { AdminStore } from '../policy/auth/admin-store.ts';
 import { freeLoopbackPort, startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
-import { cpuSeconds, curl, median, rssBytes } from './support.ts';
+import { benchNginxConf, cpuSeconds, curl, median, rssBytes } from './support.ts';
 import { runProcess, type ProcessResult } from '../test/support/run-process.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -200,13 +200,13 @@ async function startNginx(
   const conf = path.join(prefix, 'nginx.conf');
   await writeFile(
     conf,
-    `daemon off; worker_processes auto; pid ${prefix}/nginx.pid; error_log ${prefix}/error.log;
-events { worker_connections 1024; }
-http { access_log off; sendfile on; tcp_nopush on; client_body_temp_path ${prefix}/dav; proxy_temp_path ${prefix}/proxy;
-  fastcgi_temp_path ${prefix}/fastcgi; uwsgi_temp_path ${prefix}/uwsgi; scgi_temp_path ${prefix}/scgi;
-  server { listen 127.0.0.1:${port}; root ${files};
-    location /dav/ { root ${prefix}; dav_methods PUT DELETE; create_full_put_path on; client_max_body_size 0; } } }
-`,
+    benchNginxConf({
+      prefix,
+      port,
+      root: files,
+      bodyTemp: `${prefix}/dav`,
+      server: `location /dav/ { root ${prefix}; dav_methods PUT DELETE; create_full_put_path on; client_max_body_size 0; }`,
+    }),
   );
   const nginx = spawn(nginxBin, ['-c', conf, '-p', prefix], { stdio: ['ignore', 'pipe', 'pipe'] });
   children.push(nginx);

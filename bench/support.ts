@@ -54,6 +54,27 @@ export const sigV4CurlArgs = (server: { region: string; accessKeyId: string; sec
   'x-amz-content-sha256: UNSIGNED-PAYLOAD',
 ];
 
+/**
+ * An nginx configuration serving `root` on 127.0.0.1:`port` with sendfile, every temporary path under
+ * `prefix` (the benches' own nginx, run as `nginx -c <conf> -p <prefix>`); `server` adds directives
+ * inside the server block (a WebDAV location, say).
+ */
+export function benchNginxConf(options: {
+  prefix: string;
+  port: number;
+  root: string;
+  bodyTemp: string;
+  server?: string;
+}) {
+  const { prefix, port, root, bodyTemp, server = '' } = options;
+  return `daemon off; worker_processes auto; pid ${prefix}/nginx.pid; error_log ${prefix}/error.log;
+events { worker_connections 1024; }
+http { access_log off; sendfile on; tcp_nopush on; client_body_temp_path ${bodyTemp}; proxy_temp_path ${prefix}/proxy;
+  fastcgi_temp_path ${prefix}/fastcgi; uwsgi_temp_path ${prefix}/uwsgi; scgi_temp_path ${prefix}/scgi;
+  server { listen 127.0.0.1:${port}; root ${root};${server ? ` ${server}` : ''} } }
+`;
+}
+
 /** Resident set size of a process (Linux /proc), 0 once it is gone. */
 export async function rssBytes(pid: number): Promise<number> {
   const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
