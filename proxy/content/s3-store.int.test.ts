@@ -93,7 +93,8 @@ describe.each(S3_SERVER_KINDS)('a gateway on the S3 store (%s)', (kind) => {
     expect(sha256((await request(`${repo()}/artifacts/${name}/content`, { headers: bearer(key) })).body)).toBe(
       sha256(file),
     );
-    expect(await listKeys(server, `arkvory/uploads/${upload}/`)).toEqual([]);
+    // The worker marks the session done, then removes its parts: wait for the removal, not just the state.
+    await expect.poll(() => listKeys(server, `arkvory/uploads/${upload}/`), { timeout: 10_000 }).toEqual([]);
     expect(await listKeys(server, 'arkvory/tmp/')).toEqual([]);
     const open: string[] = [];
     for await (const u of server.client().listMultipartUploads('')) open.push(u.key);

@@ -42,6 +42,7 @@ function downloadFor(
   url: string,
   key: string,
   ms: number,
+  onFirstByte?: () => void,
 ): Promise<{ bytes: number; elapsedMs: number; firstByteMs: number | undefined; status: number }> {
   return new Promise((resolve, reject) => {
     const started = performance.now();
@@ -52,6 +53,7 @@ function downloadFor(
     const req = http.get(url, { headers: bearer(key), agent: false }, (res) => {
       status = res.statusCode ?? 0;
       res.on('data', (c: Buffer) => {
+        if (firstByteMs === undefined) onFirstByte?.();
         firstByteMs ??= performance.now() - started;
         bytes += c.length;
       });
@@ -108,8 +110,15 @@ describe('governors over HTTP', () => {
       ARKVORY_SHUTDOWN_TIMEOUT_SECONDS: '3',
     });
     const sa = await createServiceAccount(db.pool, { scopes: ['read'], grants: { bw: 'read' } });
-    const active = Array.from({ length: 4 }, () => downloadFor(contentUrl(gw), sa.key, 8000));
-    await sleep(500);
+    // The fifth is sent once the four are streaming (not after a fixed sleep: on a loaded machine one
+    // of them could still be waiting for its first paced chunk when the shutdown cuts it).
+    const streaming: Promise<void>[] = [];
+    const active = Array.from({ length: 4 }, () => {
+      let first!: () => void;
+      streaming.push(new Promise<void>((resolve) => (first = resolve)));
+      return downloadFor(contentUrl(gw), sa.key, 8000, first);
+    });
+    await Promise.all(streaming);
     const fifth = downloadFor(contentUrl(gw), sa.key, 8000).catch((err: unknown) => ({
       status: -1,
       firstByteMs: undefined,
