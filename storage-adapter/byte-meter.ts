@@ -5,4 +5,6 @@
 export interface ByteMeter {
   readonly quantumBytes: number;
   take(bytes: number, signal?: AbortSignal): Promise<void>;
+  /** `take` without waiting: true when the bytes passed at once; false changes nothing (then `take`). */
+  tryTake?(bytes: number): boolean;
 }

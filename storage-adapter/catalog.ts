@@ -65,6 +65,11 @@ const KEY_WHERE = 'repository = $1 AND kind = $2 AND name = $3 AND version = $4 
 
 export interface Catalog {
   get(key: ArtifactKey): Promise<CatalogEntry | undefined>;
+  /**
+   * Optional (a caching catalog): the entry at once when a trusted cache holds it; undefined means
+   * nothing is known without asking (`get`), never "absent".
+   */
+  peek?(key: ArtifactKey): CatalogEntry | undefined;
   /** Inserts in one statement; returns the row now stored under the key (ours or an earlier one). */
   insertOrGet(entry: NewCatalogEntry): Promise<{ inserted: boolean; entry: CatalogEntry }>;
   /** Removes the catalog row only; the blob stays until offline gc. */

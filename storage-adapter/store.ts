@@ -120,6 +120,11 @@ export interface ArtifactStore {
    * store fails before any response header is sent.
    */
   openBlob(sha256: string, ranges?: readonly ByteRange[]): Promise<BlobReader>;
+  /**
+   * Optional (a store with a blob cache in memory): a reader at once when the blob is held there,
+   * else undefined (then `openBlob`).
+   */
+  cachedBlob?(sha256: string): BlobReader | undefined;
   hasBlob(sha256: string): Promise<boolean>;
   /** Counts since open (for metrics). */
   uploadStats(): UploadStats;

@@ -166,4 +166,23 @@ describe('AdmissionQueue', () => {
     expect(() => new AdmissionQueue({ maxDownloads: 0 })).toThrow(/maxDownloads/);
     expect(() => new AdmissionQueue({ maxDownloads: 1, queueLength: -1 })).toThrow(/queueLength/);
   });
+
+  it('tryAcquire admits only when a slot is free and nobody of the lane waits, and changes nothing otherwise', async () => {
+    const { queue } = setup({ maxDownloadsPerPrincipal: 2 });
+    const first = queue.tryAcquire('p', 'download');
+    const second = queue.tryAcquire('p', 'download');
+    expect(first).toBeTypeOf('function');
+    expect(second).toBeTypeOf('function');
+    expect(queue.tryAcquire('p', 'download')).toBeUndefined();
+    expect(queue.snapshot().downloads).toEqual({ active: 2, queued: 0, rejected: 0 });
+    const waiting = track(queue.acquire('p', 'download'));
+    first!();
+    await settle();
+    // The freed slot went to the waiting request, not to a later tryAcquire.
+    expect(waiting.release).toBeTypeOf('function');
+    expect(queue.tryAcquire('p', 'download')).toBeUndefined();
+    expect(queue.tryAcquire('q', 'download')).toBeTypeOf('function');
+    queue.close();
+    expect(queue.tryAcquire('r', 'download')).toBeUndefined();
+  });
 });

@@ -93,6 +93,18 @@ export class AdmissionQueue {
   }
 
   /**
+   * A Release when `principalId` may start a transfer of `kind` at once (open, nobody of its lane
+   * waiting, a slot free); otherwise undefined and nothing changed (then `acquire`, which waits or refuses).
+   */
+  tryAcquire(principalId: string, kind: TransferKind): Release | undefined {
+    if (this.#closed || this.#kinds[kind] === undefined) return undefined;
+    const lane = this.#lane(principalId, kind);
+    if (lane.queue.length === 0 && this.#hasRoom(lane)) return this.#admit(lane);
+    this.#dropIfIdle(lane);
+    return undefined;
+  }
+
+  /**
    * Resolves with a Release once `principalId` may start a transfer of `kind`. Rejects with
    * PolicyError `busy` (queue full or the wait bound passed), `unavailable` (closed), or the signal's reason.
    */

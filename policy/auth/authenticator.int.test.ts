@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createServiceAccount } from '../../test/support/auth.ts';
+import { createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { createLogger } from '../../proxy/server/logger.ts';
 import { systemClock } from '../clock.ts';
@@ -135,6 +135,34 @@ describe('the verified-secret memo of a cached key', () => {
     // The forged secret did not replace the memo: it is refused again, the right one still accepted.
     await expect(auth.authenticate(`Bearer ${forged}`)).rejects.toMatchObject({ code: 'unauthorized' });
     expect((await auth.authenticate(`Bearer ${account.key}`)).id).toBe(account.principalId);
+  });
+
+  it('authenticateNow and grantNow answer at once (no promise) from the trusted cache, and throw a refusal at once', async () => {
+    const { pool, lookups } = countingPool();
+    const auth = await started(pool);
+    await createRepository(db.pool, 'nowrepo');
+    const account = await createServiceAccount(db.pool, { grants: { nowrepo: 'read' } });
+    await until('the key and grant to be cached', async () => {
+      try {
+        await auth.authenticate(`Bearer ${account.key}`);
+        await auth.grant(account.principalId, 'nowrepo');
+        const before = lookups();
+        await auth.authenticate(`Bearer ${account.key}`);
+        await auth.grant(account.principalId, 'nowrepo');
+        return lookups() === before;
+      } catch {
+        return false;
+      }
+    });
+    const principal = auth.authenticateNow(`Bearer ${account.key}`);
+    expect(principal).not.toBeInstanceOf(Promise);
+    expect((principal as { id: string }).id).toBe(account.principalId);
+    expect(auth.grantNow(account.principalId, 'nowrepo')).toBe('read');
+    expect(auth.grantNow(account.principalId, 'elsewhere')).toBeUndefined();
+    const last = account.key.at(-1)!;
+    expect(() => auth.authenticateNow(`Bearer ${account.key.slice(0, -1)}${last === 'A' ? 'B' : 'A'}`)).toThrow(
+      expect.objectContaining({ code: 'unauthorized' }),
+    );
   });
 
   it('refuses the remembered secret once the key is revoked', async () => {

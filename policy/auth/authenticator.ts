@@ -27,6 +27,7 @@ import { PolicyError } from '../errors.ts';
 import type { Permission } from './authorize.ts';
 import { parseAuthorization, secretMatches } from './key-format.ts';
 import type { Principal, Scope } from './principal.ts';
+import { isPromise, type MaybePromise } from '../../lib/maybe-promise.ts';
 
 interface KeyEntry {
   principalId: string;
@@ -183,15 +184,24 @@ export class Authenticator {
     this.#knownKeyIds = r.rows.length > max ? 'too_many' : new Set(r.rows.map((row) => row.key_id));
   }
 
-  async #loadKey(keyId: string): Promise<KeyEntry | null> {
+  /** The key's entry: from the cache at once when it is trusted and holds it, else from the database. */
+  #loadKey(keyId: string): MaybePromise<KeyEntry | null> {
     const trusted = this.isCacheTrusted;
     const known = trusted ? this.#knownKeyIds : undefined;
-    const generation = this.#generation;
     if (trusted) {
       const cached = this.#keys.get(keyId);
       if (cached !== undefined) return cached;
       if (known !== undefined && known !== 'too_many' && !known.has(keyId) && !this.#takeRecheck()) return null;
     }
+    return this.#queryKey(keyId, trusted, known);
+  }
+
+  async #queryKey(
+    keyId: string,
+    trusted: boolean,
+    known: Set<string> | 'too_many' | undefined,
+  ): Promise<KeyEntry | null> {
+    const generation = this.#generation;
     let rows: Array<Record<string, unknown>>;
     try {
       const r = await this.#pool.query(
@@ -224,9 +234,18 @@ export class Authenticator {
 
   /** The principal for an Authorization header; every failure is the same 401. */
   async authenticate(header: unknown): Promise<Principal> {
+    return this.authenticateNow(header);
+  }
+
+  /** `authenticate`, answering at once from the trusted cache (a failure then throws here). */
+  authenticateNow(header: unknown): MaybePromise<Principal> {
     const parsed = parseAuthorization(header);
     if (!parsed) throw unauthorized();
-    const entry = await this.#loadKey(parsed.keyId);
+    const entry = this.#loadKey(parsed.keyId);
+    return isPromise(entry) ? entry.then((e) => this.#principalOf(parsed, e)) : this.#principalOf(parsed, entry);
+  }
+
+  #principalOf(parsed: { keyId: string; secret: string }, entry: KeyEntry | null): Principal {
     if (!entry) throw unauthorized();
     const seen = entry.verifiedSecret !== undefined && sameSecret(parsed.secret, entry.verifiedSecret);
     if (!seen) {
@@ -252,22 +271,31 @@ export class Authenticator {
 
   /** The principal's permission on a repository, or undefined when it has none (or no such repository). */
   async grant(principalId: string, repository: string): Promise<Permission | undefined> {
+    return this.grantNow(principalId, repository);
+  }
+
+  /** `grant`, answering at once from the trusted cache. */
+  grantNow(principalId: string, repository: string): MaybePromise<Permission | undefined> {
     const trusted = this.isCacheTrusted;
-    let grants = trusted ? this.#grants.get(principalId) : undefined;
-    if (!grants) {
-      const generation = this.#generation;
-      try {
-        const r = await this.#pool.query<{ repository: string; permission: Permission }>(
-          'SELECT repository, permission FROM arkvory_grants WHERE principal_id = $1',
-          [principalId],
-        );
-        grants = new Map(r.rows.map((row) => [row.repository, row.permission]));
-      } catch (err) {
-        throw new PolicyError('unavailable', 'Cannot check permissions right now; retry later.', { cause: err });
-      }
-      if (trusted && generation === this.#generation) this.#grants.set(principalId, grants);
+    const grants = trusted ? this.#grants.get(principalId) : undefined;
+    if (grants) return grants.get(repository);
+    return this.#queryGrants(principalId, trusted).then((g) => g.get(repository));
+  }
+
+  async #queryGrants(principalId: string, trusted: boolean): Promise<Map<string, Permission>> {
+    const generation = this.#generation;
+    let grants: Map<string, Permission>;
+    try {
+      const r = await this.#pool.query<{ repository: string; permission: Permission }>(
+        'SELECT repository, permission FROM arkvory_grants WHERE principal_id = $1',
+        [principalId],
+      );
+      grants = new Map(r.rows.map((row) => [row.repository, row.permission]));
+    } catch (err) {
+      throw new PolicyError('unavailable', 'Cannot check permissions right now; retry later.', { cause: err });
     }
-    return grants.get(repository);
+    if (trusted && generation === this.#generation) this.#grants.set(principalId, grants);
+    return grants;
   }
 
   /** Every repository the principal may read, for listings. */

@@ -391,4 +391,27 @@ describe('BandwidthGovernor', () => {
       TypeError,
     );
   });
+
+  it('tryTake grants at once exactly what take would grant at once, and a refusal changes nothing', async () => {
+    // 640 KiB/s: a burst (a tenth of a second) of 64 KiB, one quantum.
+    const { governor, clock, grants } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 655_360 });
+    const meter = governor.meter('p1');
+    expect(meter.tryTake(65_536)).toBe(true); // the full bucket
+    expect(meter.tryTake(1)).toBe(false); // empty: it would wait
+    expect(meter.tryTake(65_537)).toBe(false); // above the quantum: take would refuse it
+    expect(grants.map((g) => g.bytes)).toEqual([65_536]);
+    clock.advance(50); // 50 ms refill half of it
+    expect(meter.tryTake(32_769)).toBe(false);
+    expect(meter.tryTake(32_768)).toBe(true);
+    // A take that waits holds the meter: tryTake must not pass it.
+    const waiting = track(meter.take(1024));
+    expect(meter.tryTake(1)).toBe(false);
+    governor.close();
+    await settle();
+    expect(waiting.done).toBe(true);
+    // The unlimited governor counts what it passes, like take.
+    const open = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 0 });
+    expect(open.governor.meter('p2').tryTake(4096)).toBe(true);
+    expect(open.governor.snapshot().grantedBytes).toBe(4096);
+  });
 });

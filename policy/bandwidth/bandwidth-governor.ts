@@ -24,6 +24,11 @@ export interface ByteMeter {
    * One take at a time per meter: a second one while the first waits is a caller bug (rejects).
    */
   take(bytes: number, signal?: AbortSignal): Promise<void>;
+  /**
+   * `take` without waiting: true when `bytes` passed at once (counted as a take's grant), false when
+   * they would have to wait or be refused, and then nothing changed (call `take`).
+   */
+  tryTake(bytes: number): boolean;
 }
 
 export interface BandwidthGovernorOptions {
@@ -192,6 +197,11 @@ export class BandwidthGovernor {
         }
         return this.#take(principal, state, bytes, signal);
       },
+      tryTake: (bytes) => {
+        if (this.#refusal(state, bytes, undefined) !== null) return false;
+        const principal = this.#principals.get(principalId);
+        return principal !== undefined && this.#grantNow(principal, bytes, this.#clock.monotonicMs());
+      },
     };
   }
 
@@ -238,6 +248,11 @@ export class BandwidthGovernor {
         if (refused) return refused;
         this.#count(principalId, bytes, this.#onGrant ? this.#clock.monotonicMs() : 0);
         return RESOLVED;
+      },
+      tryTake: (bytes) => {
+        if (this.#refusal(state, bytes, undefined) !== null) return false;
+        this.#count(principalId, bytes, this.#onGrant ? this.#clock.monotonicMs() : 0);
+        return true;
       },
     };
   }
@@ -289,13 +304,8 @@ export class BandwidthGovernor {
   #take(principal: PrincipalState, meter: MeterState, bytes: number, signal: AbortSignal | undefined): Promise<void> {
     const refused = this.#refuse(meter, bytes, signal);
     if (refused) return refused;
-    if (bytes === 0) return RESOLVED;
     const nowMs = this.#clock.monotonicMs();
-    this.#dispatch(nowMs);
-    if (principal.queue.length === 0 && this.#reserved === null && this.#canPass(principal, bytes, nowMs)) {
-      this.#grant(principal, bytes, nowMs);
-      return RESOLVED;
-    }
+    if (this.#grantNow(principal, bytes, nowMs)) return RESOLVED;
     if (this.#waiting >= this.#maxWaiting) {
       this.#rejectedBusy++;
       return Promise.reject(
@@ -327,17 +337,27 @@ export class BandwidthGovernor {
     });
   }
 
+  /** Grants `bytes` at once when nothing waits before them and the buckets hold them. */
+  #grantNow(principal: PrincipalState, bytes: number, nowMs: number): boolean {
+    if (bytes === 0) return true;
+    this.#dispatch(nowMs);
+    if (principal.queue.length > 0 || this.#reserved !== null || !this.#canPass(principal, bytes, nowMs)) return false;
+    this.#grant(principal, bytes, nowMs);
+    return true;
+  }
+
   /** The checks every take makes first; a rejected promise when the take cannot even wait. */
   #refuse(meter: MeterState, bytes: number, signal: AbortSignal | undefined): Promise<never> | null {
-    if (!Number.isSafeInteger(bytes) || bytes < 0 || bytes > this.quantumBytes) {
-      return Promise.reject(
-        new RangeError(`bytes: expected an integer from 0 to the quantum ${this.quantumBytes}, got ${bytes}`),
-      );
-    }
-    if (!this.#checkPermit()) return Promise.reject(new PolicyError('lease_lost'));
-    if (signal?.aborted) return Promise.reject(signal.reason);
-    if (meter.waiter !== null)
-      return Promise.reject(new Error('ByteMeter.take: the previous take of this stream has not settled'));
+    const refusal = this.#refusal(meter, bytes, signal);
+    return refusal === null ? null : Promise.reject(refusal);
+  }
+
+  #refusal(meter: MeterState, bytes: number, signal: AbortSignal | undefined): unknown {
+    if (!Number.isSafeInteger(bytes) || bytes < 0 || bytes > this.quantumBytes)
+      return new RangeError(`bytes: expected an integer from 0 to the quantum ${this.quantumBytes}, got ${bytes}`);
+    if (!this.#checkPermit()) return new PolicyError('lease_lost');
+    if (signal?.aborted) return signal.reason;
+    if (meter.waiter !== null) return new Error('ByteMeter.take: the previous take of this stream has not settled');
     return null;
   }
 

@@ -118,4 +118,30 @@ describe('limiter', () => {
     await expect(limiter.check({ ip: 'a' }, { cost: -1 })).rejects.toThrow(RangeError);
     await expect(limiter.check({ ip: 'a' }, { cost: Number.NaN })).rejects.toThrow(RangeError);
   });
+
+  it('checkNow and peekNow answer at once (no promise) from counters in memory, with the verdicts and metrics of check and peek', async () => {
+    const clock = new ManualClock();
+    const registry = new Registry();
+    const limiter = createLimiter(
+      {
+        store: createMemoryCounterStore(),
+        clock,
+        log: pino({ level: 'silent' }),
+        metrics: createRateLimitMetrics(registry),
+      },
+      { name: 'lim', rules: [rule] },
+    );
+    const peeked = limiter.peekNow({ ip: 'a' });
+    expect(peeked).not.toBeInstanceOf(Promise);
+    expect(peeked).toMatchObject({ action: 'allow' });
+    const first = limiter.checkNow({ ip: 'a' });
+    expect(first).not.toBeInstanceOf(Promise);
+    expect(first).toMatchObject({ action: 'allow', info: { remaining: 0 } });
+    expect(limiter.checkNow({ ip: 'a' })).toMatchObject({ action: 'block' });
+    // The same counters as check: the async form sees what checkNow counted.
+    expect(await limiter.peek({ ip: 'a' }, { cost: 0 })).toMatchObject({ action: 'block' });
+    expect(() => limiter.checkNow({ ip: 'a' }, { cost: -1 })).toThrow(RangeError);
+    const checks = (await registry.getSingleMetricAsString(METRIC_NAMES.checks)).split('\n');
+    expect(checks.some((l) => l.includes('action="block"') && l.endsWith(' 1'))).toBe(true);
+  });
 });

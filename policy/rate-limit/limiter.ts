@@ -18,7 +18,8 @@ import {
 import { banKey, counterBase, counterKey, RuleKeyMemo, windowStartMs } from './keys.ts';
 import { applicableRules, type Identifier } from './match.ts';
 import { noMetrics, type RateLimitMetrics } from './metrics.ts';
-import { isPromise, type RulesNow } from './rule-tiers.ts';
+import { isPromise, type MaybePromise } from '../../lib/maybe-promise.ts';
+import type { RulesNow } from './rule-tiers.ts';
 import type { Rule } from './rules.ts';
 import type { CounterStore } from './counter-store.ts';
 import { withTimeout } from './timeout.ts';
@@ -51,6 +52,13 @@ export interface Limiter {
   check(identifier: Identifier, options?: { cost?: number }): Promise<RateLimitResult>;
   /** The verdict `check` would return for `cost` (default 1), without counting or starting bans. */
   peek(identifier: Identifier, options?: { cost?: number }): Promise<RateLimitResult>;
+  /**
+   * `check`, answering at once when nothing had to wait (counters in memory, rules cached), else a
+   * promise. An invalid cost throws here rather than rejecting.
+   */
+  checkNow(identifier: Identifier, options?: { cost?: number }): MaybePromise<RateLimitResult>;
+  /** `peek`, at once when nothing had to wait (as `checkNow`). */
+  peekNow(identifier: Identifier, options?: { cost?: number }): MaybePromise<RateLimitResult>;
   /** Drops this limiter's counters and bans (shadow bans too) for one identifier, all rules. */
   clear(identifier: Identifier): Promise<void>;
 }
@@ -132,24 +140,39 @@ export function createLimiter(deps: LimiterDeps, definition: LimiterDefinition):
     }
   };
 
+  const counted = (result: RateLimitResult): RateLimitResult => {
+    metrics.check({
+      limiter: name,
+      action: result.action,
+      matched: result.evaluations.length > 0,
+      error: result.error !== undefined,
+    });
+    for (const e of result.evaluations)
+      metrics.ruleEvaluation({ limiter: name, rule: e.rule.name, action: e.rule.action, result: e.result });
+    return result;
+  };
+  const peeked = (result: RateLimitResult): RateLimitResult => {
+    metrics.peek({ limiter: name, action: result.action, error: result.error !== undefined });
+    return result;
+  };
+  const checkNow = (identifier: Identifier, options?: { cost?: number }): MaybePromise<RateLimitResult> => {
+    const result = run(identifier, options?.cost ?? 1, 'check');
+    return isPromise(result) ? result.then(counted) : counted(result);
+  };
+  const peekNow = (identifier: Identifier, options?: { cost?: number }): MaybePromise<RateLimitResult> => {
+    const result = run(identifier, options?.cost ?? 1, 'peek');
+    return isPromise(result) ? result.then(peeked) : peeked(result);
+  };
+
   return {
     name,
+    checkNow,
+    peekNow,
     async check(identifier, options) {
-      const result = await run(identifier, options?.cost ?? 1, 'check');
-      metrics.check({
-        limiter: name,
-        action: result.action,
-        matched: result.evaluations.length > 0,
-        error: result.error !== undefined,
-      });
-      for (const e of result.evaluations)
-        metrics.ruleEvaluation({ limiter: name, rule: e.rule.name, action: e.rule.action, result: e.result });
-      return result;
+      return checkNow(identifier, options);
     },
     async peek(identifier, options) {
-      const result = await run(identifier, options?.cost ?? 1, 'peek');
-      metrics.peek({ limiter: name, action: result.action, error: result.error !== undefined });
-      return result;
+      return peekNow(identifier, options);
     },
     async clear(identifier) {
       const nowMs = clock.wallMs();

@@ -9,6 +9,7 @@
  */
 import type { Identifier } from './match.ts';
 import type { Rule } from './rules.ts';
+import { isPromise } from '../../lib/maybe-promise.ts';
 
 export type TierAnswer = readonly Rule[] | undefined;
 
@@ -19,10 +20,6 @@ export interface TierSource {
 
 /** The rules of one check: a list, or a promise of one when a source had to ask a service. */
 export type RulesNow = readonly Rule[] | Promise<readonly Rule[]>;
-
-export function isPromise<T>(value: T | Promise<T>): value is Promise<T> {
-  return typeof (value as { then?: unknown } | undefined)?.then === 'function';
-}
 
 function merge(answers: readonly TierAnswer[]): readonly Rule[] {
   let nonEmpty = 0;

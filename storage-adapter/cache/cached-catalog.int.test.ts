@@ -129,6 +129,22 @@ describe('cached catalog (real PostgreSQL)', () => {
     expect(await catalog.get(key('notified'))).toBeUndefined();
   });
 
+  it('peek answers at once from a trusted cache only: nothing before the first get, nothing once deleted or stale', async () => {
+    const { clock, watcher, inner, catalog } = await open();
+    await publish(createCatalog(db.pool), 'peeked');
+    expect(catalog.peek!(key('peeked'))).toBeUndefined();
+    expect((await catalog.get(key('peeked')))?.name).toBe('peeked');
+    expect(catalog.peek!(key('peeked'))?.sha256).toBe(SHA);
+    expect(inner.gets).toBe(1);
+    clock.now = watcher.freshnessMs + 1;
+    expect(catalog.peek!(key('peeked'))).toBeUndefined(); // a stale poll: ask PostgreSQL instead
+    await watcher.poll();
+    expect(catalog.peek!(key('peeked'))?.name).toBe('peeked');
+    await createCatalog(db.pool).remove(key('peeked'));
+    await watcher.poll();
+    expect(catalog.peek!(key('peeked'))).toBeUndefined();
+  });
+
   it('stops trusting the cache when the poll is stale: asks PostgreSQL, and answers unavailable when it cannot', async () => {
     const pool = new pg.Pool({ connectionString: db.url, max: 1 });
     const { clock, watcher, inner, catalog } = await open({ pool });

@@ -88,6 +88,12 @@ export function createCachedCatalog(inner: Catalog, validity: CacheValidity, bou
       table.set(id, promise);
       return promise;
     },
+    peek(key) {
+      if (!validity.trusted) return undefined;
+      const cached = rows.get(keyString(key));
+      if (cached) hits++;
+      return cached;
+    },
     async insertOrGet(entry) {
       return inner.insertOrGet(entry);
     },

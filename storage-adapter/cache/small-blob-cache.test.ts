@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { bufferReader, SmallBlobCache } from './small-blob-cache.ts';
+import type { ArtifactStore } from '../store.ts';
+import { bufferReader, SmallBlobCache, withSmallBlobCache } from './small-blob-cache.ts';
 
 describe('SmallBlobCache', () => {
   it('holds at most maxBytes under a stream of distinct blobs and never an object above maxObjectBytes', () => {
@@ -28,5 +29,28 @@ describe('SmallBlobCache', () => {
     for await (const c of reader.chunks!({ start: 10, end: 19 }, new AbortController().signal)) chunks.push(c);
     expect(Buffer.concat(chunks)).toEqual(bytes.subarray(10, 20));
     expect(reader.bytes).toBe(bytes);
+  });
+
+  it('cachedBlob answers a held blob at once with one shared reader, and a miss with undefined (no store call)', async () => {
+    const bytes = randomBytes(100);
+    const sha = 'a'.repeat(64);
+    const cache = new SmallBlobCache({ maxBytes: 1024, maxObjectBytes: 512 });
+    let opens = 0;
+    const inner = {
+      kind: 'fs',
+      openBlob: async () => {
+        opens++;
+        return bufferReader(bytes);
+      },
+    } as unknown as ArtifactStore;
+    const store = withSmallBlobCache(inner, cache);
+    expect(store.cachedBlob!(sha)).toBeUndefined();
+    expect(opens).toBe(0);
+    cache.set(sha, bytes);
+    const first = store.cachedBlob!(sha);
+    expect(first?.bytes).toBe(bytes);
+    expect(store.cachedBlob!(sha)).toBe(first);
+    expect(await store.openBlob(sha)).toBe(first);
+    expect(opens).toBe(0);
   });
 });

@@ -5,7 +5,7 @@
  * that do not match their name (a damaged blob is refused with a 500, not cached, and left for
  * `arkvory scrub`). Bounded by total bytes; objects above `maxObjectBytes` are never cached.
  *
- * It wraps any `ArtifactStore` (directory, static HTTP, S3): only `openBlob` changes. A miss opens the blob
+ * It wraps any `ArtifactStore` (directory, static HTTP, S3): only `openBlob` changes (and `cachedBlob`, a hit at once, is added). A miss opens the blob
  * through the inner store and, when it is small enough, reads it whole; on a store where reads are
  * requests (not the directory store) that happens only when the request wants the whole blob (a
  * full GET or a HEAD), so a range request never costs a second upstream read.
@@ -60,6 +60,18 @@ export class SmallBlobCache {
   }
 }
 
+/** Readers hold no state (close does nothing): one per cached buffer, shared by its requests. */
+const readers = new WeakMap<Buffer, BlobReader>();
+
+function readerOf(bytes: Buffer): BlobReader {
+  let reader = readers.get(bytes);
+  if (!reader) {
+    reader = bufferReader(bytes);
+    readers.set(bytes, reader);
+  }
+  return reader;
+}
+
 /** A reader over bytes in memory; `chunks` hands out views, so the response writes them without a copy. */
 export function bufferReader(bytes: Buffer): BlobReader {
   return {
@@ -97,14 +109,18 @@ async function readWhole(reader: BlobReader, sha256: string): Promise<Buffer> {
   }
 }
 
-/** `inner` with small blobs served from `cache`; everything but `openBlob` is the inner store's. */
+/** `inner` with small blobs served from `cache`; everything but `openBlob` and `cachedBlob` is the inner store's. */
 export function withSmallBlobCache(inner: ArtifactStore, cache: SmallBlobCache): ArtifactStore {
   const filling = new Map<string, Promise<Buffer>>();
   return {
     ...inner,
+    cachedBlob(sha256) {
+      const hit = cache.get(sha256);
+      return hit ? readerOf(hit) : undefined;
+    },
     async openBlob(sha256, ranges = []) {
       const hit = cache.get(sha256);
-      if (hit) return bufferReader(hit);
+      if (hit) return readerOf(hit);
       const pending = filling.get(sha256);
       if (pending) return bufferReader(await pending);
       const reader = await inner.openBlob(sha256, ranges);
