@@ -7,12 +7,12 @@ import { randomBytes } from 'node:crypto';
 import type { ArtifactKey, ArtifactKind, Catalog, CatalogEntry } from '../../storage-adapter/catalog.ts';
 import type { ByteMeter } from '../../storage-adapter/byte-meter.ts';
 import { StorageError, STORAGE_ERRORS } from '../../storage-adapter/errors.ts';
-import type { ArtifactStore } from '../../storage-adapter/store.ts';
+import type { ArtifactStore, BlobReader } from '../../storage-adapter/store.ts';
 import { publishArtifact } from '../../storage-adapter/publish.ts';
 import { parseContentDigestSha256 } from './digest.ts';
 import { metadataOf } from './metadata.ts';
 import { APT_TEMPLATE, aptAssetKey, CONTENT_TEMPLATES, keyFromParams, pathOfKey } from './paths.ts';
-import { planContentResponse } from './response.ts';
+import { type ContentPlan, planContentResponse } from './response.ts';
 import { sendSegments } from './stream.ts';
 import { GatewayError } from '../server/errors.ts';
 import { HTTP_STATUS, sendJson } from '../server/http-errors.ts';
@@ -52,9 +52,21 @@ async function loadEntry(catalog: Catalog, key: ArtifactKey): Promise<CatalogEnt
 
 type KeyOf = (params: Readonly<Record<string, string>>) => ArtifactKey;
 
-async function serveContent(deps: ContentDeps, keyOf: KeyOf, ctx: RequestContext): Promise<void> {
+const DONE: Promise<void> = Promise.resolve();
+
+/**
+ * A hot small object is answered without waiting on anything but the socket: the entry and the
+ * blob come from memory when the caches hold them, so no promise is made until the response ends.
+ */
+function serveContent(deps: ContentDeps, keyOf: KeyOf, ctx: RequestContext): Promise<void> {
+  const key = keyOf(ctx.params);
+  const entry = deps.catalog.peek?.(key);
+  if (entry) return respond(deps, ctx, entry);
+  return loadEntry(deps.catalog, key).then((e) => respond(deps, ctx, e));
+}
+
+function respond(deps: ContentDeps, ctx: RequestContext, entry: CatalogEntry): Promise<void> {
   const { res } = ctx;
-  const entry = await loadEntry(deps.catalog, keyOf(ctx.params));
   const plan = planContentResponse(
     entry,
     {
@@ -68,7 +80,7 @@ async function serveContent(deps: ContentDeps, keyOf: KeyOf, ctx: RequestContext
   if (plan.status === 304) {
     res.writeHead(304, plan.headers);
     res.end();
-    return;
+    return DONE;
   }
   if (plan.status === 416) {
     sendJson(
@@ -77,30 +89,46 @@ async function serveContent(deps: ContentDeps, keyOf: KeyOf, ctx: RequestContext
       { code: 'range_not_satisfiable', message: STORAGE_ERRORS.range_not_satisfiable },
       plan.headers,
     );
-    return;
+    return DONE;
   }
+  const cached = deps.store.cachedBlob?.(entry.sha256);
+  if (cached) return send(deps, ctx, entry, plan, cached);
   // Open before the status line goes out, so a missing or damaged blob is still a clean 500 and an
   // unreachable static-HTTP store a clean 502/504 (its first range request is made here).
   const ranges = ctx.req.method === 'HEAD' ? [] : plan.segments.flatMap((s) => (s.kind === 'range' ? [s.range] : []));
-  const blob = await deps.store.openBlob(entry.sha256, ranges).catch((err: unknown) => {
-    const code = (err as { code?: string }).code;
-    if (code === 'upstream_unreachable' || code === 'upstream_timeout' || code === 'storage_full') throw err;
-    throw new Error(`catalog row ${pathOfKey(entry)} points at blob ${entry.sha256} which cannot be opened`, {
-      cause: err,
-    });
-  });
+  return deps.store.openBlob(entry.sha256, ranges).then(
+    (blob) => send(deps, ctx, entry, plan, blob),
+    (err: unknown) => {
+      const code = (err as { code?: string }).code;
+      if (code === 'upstream_unreachable' || code === 'upstream_timeout' || code === 'storage_full') throw err;
+      throw new Error(`catalog row ${pathOfKey(entry)} points at blob ${entry.sha256} which cannot be opened`, {
+        cause: err,
+      });
+    },
+  );
+}
+
+/** Sends the planned answer from an open blob, and closes it however that ends. */
+function send(
+  deps: ContentDeps,
+  ctx: RequestContext,
+  entry: CatalogEntry,
+  plan: ContentPlan & { status: 200 | 206 },
+  blob: BlobReader,
+): Promise<void> {
+  let sent: Promise<void>;
   try {
     if (blob.sizeBytes !== entry.sizeBytes)
       throw new Error(`blob ${entry.sha256} has ${blob.sizeBytes} bytes, the catalog says ${entry.sizeBytes}`);
-    res.writeHead(plan.status, plan.headers);
+    ctx.res.writeHead(plan.status, plan.headers);
     if (ctx.req.method === 'HEAD') {
-      res.end();
-      return;
-    }
-    await sendSegments(res, blob, plan.segments, { meter: deps.meters?.download?.(ctx), signal: ctx.signal });
-  } finally {
-    await blob.close();
+      ctx.res.end();
+      sent = DONE;
+    } else sent = sendSegments(ctx.res, blob, plan.segments, deps.meters?.download?.(ctx), ctx);
+  } catch (err) {
+    sent = Promise.reject(err);
   }
+  return sent.finally(() => blob.close());
 }
 
 function declaredLength(ctx: RequestContext): number | undefined {

@@ -32,7 +32,7 @@ describe('sendSegments', () => {
     const url = await serveWith(async (res) => {
       const handle = await open(path.join(dir, 'blob'), 'r');
       try {
-        await sendSegments(res, handle, segments, { meter, signal: new AbortController().signal });
+        await sendSegments(res, handle, segments, meter, { signal: new AbortController().signal });
       } finally {
         await handle.close();
       }
@@ -67,7 +67,7 @@ describe('sendSegments with a streaming reader (the static-HTTP store)', () => {
       { kind: 'range', range: { start: 0, end: 250_000 } },
     ];
     const url = await serveWith((res) =>
-      sendSegments(res, reader, segments, { meter, signal: new AbortController().signal }),
+      sendSegments(res, reader, segments, meter, { signal: new AbortController().signal }),
     );
     const res = await request(url);
     expect(res.body.equals(Buffer.concat([data.subarray(500_000), Buffer.from('|'), data.subarray(0, 250_001)]))).toBe(

@@ -124,34 +124,55 @@ async function charge(meter: ByteMeter, bytes: number, signal: AbortSignal): Pro
   for (let offset = 0; offset < bytes; offset += quantum) await meter.take(Math.min(quantum, bytes - offset), signal);
 }
 
-/** Ends the response (queued bytes flushed); rejects when the client goes away first. */
-function endResponse(res: ServerResponse, signal: AbortSignal, last?: Buffer): Promise<void> {
+/**
+ * Ends the response (queued bytes flushed); rejects when the client goes away first. Waits for the
+ * response's 'close', which Node emits once in every case (after 'finish', or when the connection
+ * dies), rather than an abort listener: an EventTarget listener costs more than a small answer.
+ */
+function endResponse(res: ServerResponse, last?: Buffer): Promise<void> {
   return new Promise<void>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener('abort', onAbort, { once: true });
-    const done = () => {
-      signal.removeEventListener('abort', onAbort);
-      resolve();
-    };
-    if (last) res.end(last, done);
-    else res.end(done);
+    if (res.destroyed) {
+      reject(clientGone());
+      return;
+    }
+    res.once('close', () => (res.writableFinished ? resolve() : reject(clientGone())));
+    if (last) res.end(last);
+    else res.end();
   });
 }
 
-export async function sendSegments(
+function clientGone(): Error {
+  return new Error('the client closed the connection before the response finished');
+}
+
+/** What aborts a response: read only when something must wait (a signal is made on first use). */
+export interface Abortable {
+  readonly signal: AbortSignal;
+}
+
+export function sendSegments(
   res: ServerResponse,
   handle: Pick<BlobReader, 'read' | 'chunks' | 'bytes'>,
   segments: readonly Segment[],
-  options: { meter?: ByteMeter | undefined; signal: AbortSignal },
+  meter: ByteMeter | undefined,
+  abortable: Abortable,
 ): Promise<void> {
-  const { meter, signal } = options;
   const only = segments.length === 1 ? segments[0]! : undefined;
-  if (handle.bytes && only?.kind === 'range') {
-    // A blob already in memory, one range: headers and body leave in one write.
-    if (meter) await charge(meter, only.range.end - only.range.start + 1, signal);
-    signal.throwIfAborted();
-    return endResponse(res, signal, handle.bytes.subarray(only.range.start, only.range.end + 1));
-  }
+  if (!handle.bytes || only?.kind !== 'range') return streamSegments(res, handle, segments, meter, abortable.signal);
+  // A blob already in memory, one range: headers and body leave in one write. Bytes the meter
+  // grants at once need no signal and no promise; only a wait does.
+  const body = handle.bytes.subarray(only.range.start, only.range.end + 1);
+  if (!meter || (body.length <= meter.quantumBytes && meter.tryTake?.(body.length))) return endResponse(res, body);
+  return charge(meter, body.length, abortable.signal).then(() => endResponse(res, body));
+}
+
+async function streamSegments(
+  res: ServerResponse,
+  handle: Pick<BlobReader, 'read' | 'chunks'>,
+  segments: readonly Segment[],
+  meter: ByteMeter | undefined,
+  signal: AbortSignal,
+): Promise<void> {
   const rangeBytes = segments.reduce(
     (n, s) => (s.kind === 'range' ? Math.max(n, s.range.end - s.range.start + 1) : n),
     0,
@@ -164,5 +185,6 @@ export async function sendSegments(
     else if (handle.chunks) await streamChunks(res, handle.chunks(segment.range, signal), meter, signal);
     else await streamRange(res, handle, segment.range, ring, chunkBytes, meter, signal);
   }
-  await endResponse(res, signal);
+  signal.throwIfAborted();
+  await endResponse(res);
 }

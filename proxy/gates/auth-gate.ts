@@ -3,6 +3,9 @@ import { unauthorized, type Authenticator } from '../../policy/auth/authenticato
 import { hasPresignParams } from '../../policy/auth/presign-signature.ts';
 import type { PresignedLinks } from '../../policy/auth/presigned-links.ts';
 import { PolicyError } from '../../policy/errors.ts';
+import type { Permission } from '../../policy/auth/authorize.ts';
+import type { Principal } from '../../policy/auth/principal.ts';
+import { isPromise } from '../../lib/maybe-promise.ts';
 import type { Gate, RequestContext } from '../server/http-server.ts';
 import type { Lifecycle } from '../server/lifecycle.ts';
 
@@ -20,22 +23,32 @@ export function createAuthGate(
   credentials: (ctx: RequestContext) => string | undefined = (ctx) => ctx.req.headers.authorization,
   links?: PresignedLinks,
 ): Gate {
-  return async (ctx) => {
+  return (ctx) => {
     if (ctx.access === 'public') return;
     if (lifecycle.state === 'fenced') throw new PolicyError('lease_lost');
     const principal =
       links && ctx.req.headers.authorization === undefined && hasPresignParams(ctx.url.searchParams)
-        ? await presignedPrincipal(links, ctx)
-        : await auth.authenticate(credentials(ctx));
-    ctx.principal = principal;
-    const needsGrant = ctx.access === 'read' || ctx.access === 'write';
-    const repo = ctx.params.repo;
-    if (needsGrant && repo === undefined)
-      throw new Error(`route ${ctx.route} has access "${ctx.access}" but no :repo parameter`);
-    const grant = needsGrant ? await auth.grant(principal.id, repo!) : undefined;
-    const decision = authorize(ctx.access, principal.scopes, grant);
-    if (!decision.allow) throw new PolicyError(decision.code);
+        ? presignedPrincipal(links, ctx)
+        : auth.authenticateNow(credentials(ctx));
+    return isPromise(principal) ? principal.then((p) => admit(auth, ctx, p)) : admit(auth, ctx, principal);
   };
+}
+
+/** The route's access level against the principal's scopes and its grant on `:repo` (cached: at once). */
+function admit(auth: Authenticator, ctx: RequestContext, principal: Principal): undefined | Promise<void> {
+  ctx.principal = principal;
+  const needsGrant = ctx.access === 'read' || ctx.access === 'write';
+  if (!needsGrant) return decide(ctx, principal, undefined);
+  const repo = ctx.params.repo;
+  if (repo === undefined) throw new Error(`route ${ctx.route} has access "${ctx.access}" but no :repo parameter`);
+  const grant = auth.grantNow(principal.id, repo);
+  return isPromise(grant) ? grant.then((g) => decide(ctx, principal, g)) : decide(ctx, principal, grant);
+}
+
+function decide(ctx: RequestContext, principal: Principal, grant: Permission | undefined): undefined {
+  const decision = authorize(ctx.access, principal.scopes, grant);
+  if (!decision.allow) throw new PolicyError(decision.code);
+  return undefined;
 }
 
 /** A pre-signed link opens GET/HEAD of one content route only; anything else with its parameters is a 401. */

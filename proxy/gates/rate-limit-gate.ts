@@ -9,7 +9,9 @@ import type { Socket } from 'node:net';
 import type { Clock } from '../../policy/clock.ts';
 import { PolicyError } from '../../policy/errors.ts';
 import type { Identifier, Limiter, RateLimitResult } from '../../policy/rate-limit/index.ts';
-import type { Gate } from '../server/http-server.ts';
+import { addEarlyHeader } from '../server/gateway-response.ts';
+import type { Gate, RequestContext } from '../server/http-server.ts';
+import { isPromise } from '../../lib/maybe-promise.ts';
 import type { TrustedProxies } from '../router/forwarded.ts';
 import { NO_TRUSTED_PROXIES, clientIp, requestIdentifier } from './request-identity.ts';
 
@@ -53,9 +55,7 @@ export function createRateLimitGate(deps: {
 }): Gate {
   const { request, transferBytes, clock } = deps;
   const trusted = deps.trusted ?? NO_TRUSTED_PROXIES;
-  return async (ctx) => {
-    const identifier = requestIdentifier(ctx, trusted);
-    const result = await request.check(identifier);
+  const counted = (ctx: RequestContext, identifier: Identifier, result: RateLimitResult): undefined | Promise<void> => {
     if (result.action === 'block') throw blocked(result, clock.wallMs());
     if (result.exceeded)
       ctx.log.info(
@@ -64,7 +64,7 @@ export function createRateLimitGate(deps: {
       );
     if (result.rule?.action === 'limit' && result.info) {
       const headers = rateLimitHeaders(result, clock.wallMs());
-      for (const name in headers) ctx.res.setHeader(name, headers[name]!);
+      for (const name in headers) addEarlyHeader(ctx.res, name, headers[name]!);
     }
     if (identifier.request_type === 'health') return;
 
@@ -72,7 +72,10 @@ export function createRateLimitGate(deps: {
       ...identifier,
       direction: identifier.method === 'GET' || identifier.method === 'HEAD' ? 'download' : 'upload',
     };
-    const peek = await transferBytes.peek(transferId);
+    const peek = transferBytes.peekNow(transferId);
+    return isPromise(peek) ? peek.then((p) => peeked(ctx, transferId, p)) : peeked(ctx, transferId, peek);
+  };
+  const peeked = (ctx: RequestContext, transferId: Identifier, peek: RateLimitResult): undefined => {
     if (peek.action === 'block') throw blocked(peek, clock.wallMs(), 'Transfer volume quota exhausted; retry later.');
     if (peek.evaluations.length === 0) return; // no transfer rule applies: nothing to count afterwards
     const socket = ctx.req.socket as Socket;
@@ -82,6 +85,11 @@ export function createRateLimitGate(deps: {
       const bytes = socket.bytesWritten - writtenAtStart + (socket.bytesRead - readAtStart);
       if (bytes > 0) void transferBytes.check(transferId, { cost: bytes });
     });
+  };
+  return (ctx) => {
+    const identifier = requestIdentifier(ctx, trusted);
+    const result = request.checkNow(identifier);
+    return isPromise(result) ? result.then((r) => counted(ctx, identifier, r)) : counted(ctx, identifier, result);
   };
 }
 
@@ -98,40 +106,56 @@ export function guardAuthGate(
   clock: Clock,
   trusted: TrustedProxies = NO_TRUSTED_PROXIES,
 ): Gate {
-  return async (ctx) => {
-    if (ctx.access === 'public') return authGate(ctx);
-    const identifier: Identifier = { ip: clientIp(ctx, trusted) };
-    const before = await authFailure.peek(identifier, { cost: 0 });
+  const failed = async (ctx: RequestContext, identifier: Identifier, before: RateLimitResult, err: unknown) => {
+    if ((err as { code?: unknown }).code === 'unauthorized') {
+      const result = await authFailure.check(identifier);
+      // Log the failure that starts a ban, not every failure during a (shadow) ban.
+      const wasBanned = new Set(before.evaluations.filter((e) => e.result === 'banned').map((e) => e.rule.name));
+      const banned = result.evaluations.filter((e) => e.result === 'banned' && !wasBanned.has(e.rule.name));
+      if (banned.length > 0) {
+        const shadow = banned.every((e) => e.rule.action === 'log');
+        ctx.log.warn(
+          {
+            limiter: authFailure.name,
+            rules: banned.map((e) => e.rule.name),
+            ip: identifier.ip,
+            shadow,
+            code: 'rate_limited',
+            retryAfterS: Math.max(1, Math.ceil(((result.info?.resetAtMs ?? clock.wallMs()) - clock.wallMs()) / 1000)),
+          },
+          shadow
+            ? 'address would be banned after failed authentications (shadow rule)'
+            : 'address banned after failed authentications',
+        );
+      }
+    }
+    throw err;
+  };
+  const passed = (ctx: RequestContext, identifier: Identifier, before: RateLimitResult): undefined | Promise<void> => {
+    const hadState = before.evaluations.some((e) => e.result !== 'allow' || e.count > 0);
+    if (ctx.principal && hadState) return authFailure.clear(identifier);
+    return undefined;
+  };
+  const guarded = (ctx: RequestContext, identifier: Identifier, before: RateLimitResult): undefined | Promise<void> => {
     if (before.action === 'block')
       throw blocked(before, clock.wallMs(), 'Too many failed authentications from this address; retry later.');
+    let pending: undefined | Promise<void>;
     try {
-      await authGate(ctx);
+      pending = authGate(ctx);
     } catch (err) {
-      if ((err as { code?: unknown }).code === 'unauthorized') {
-        const result = await authFailure.check(identifier);
-        // Log the failure that starts a ban, not every failure during a (shadow) ban.
-        const wasBanned = new Set(before.evaluations.filter((e) => e.result === 'banned').map((e) => e.rule.name));
-        const banned = result.evaluations.filter((e) => e.result === 'banned' && !wasBanned.has(e.rule.name));
-        if (banned.length > 0) {
-          const shadow = banned.every((e) => e.rule.action === 'log');
-          ctx.log.warn(
-            {
-              limiter: authFailure.name,
-              rules: banned.map((e) => e.rule.name),
-              ip: identifier.ip,
-              shadow,
-              code: 'rate_limited',
-              retryAfterS: Math.max(1, Math.ceil(((result.info?.resetAtMs ?? clock.wallMs()) - clock.wallMs()) / 1000)),
-            },
-            shadow
-              ? 'address would be banned after failed authentications (shadow rule)'
-              : 'address banned after failed authentications',
-          );
-        }
-      }
-      throw err;
+      return failed(ctx, identifier, before, err);
     }
-    const hadState = before.evaluations.some((e) => e.result !== 'allow' || e.count > 0);
-    if (ctx.principal && hadState) await authFailure.clear(identifier);
+    if (pending)
+      return pending.then(
+        () => passed(ctx, identifier, before),
+        (err: unknown) => failed(ctx, identifier, before, err),
+      );
+    return passed(ctx, identifier, before);
+  };
+  return (ctx) => {
+    if (ctx.access === 'public') return authGate(ctx);
+    const identifier: Identifier = { ip: clientIp(ctx, trusted) };
+    const before = authFailure.peekNow(identifier, { cost: 0 });
+    return isPromise(before) ? before.then((b) => guarded(ctx, identifier, b)) : guarded(ctx, identifier, before);
   };
 }

@@ -5,9 +5,10 @@ import type { Coordinator } from '../../policy/lease/coordinator.ts';
 import { localDownloadCeilings } from '../../policy/lease/shares.ts';
 import type { Config } from '../config/config.ts';
 import type { Clock } from '../../policy/clock.ts';
+import type { Principal } from '../../policy/auth/principal.ts';
 import type { RequestContext, Route } from '../server/http-server.ts';
 import type { Socket } from 'node:net';
-import { LiveTransfers } from './live-transfers.ts';
+import { type LiveTransferHandle, LiveTransfers } from './live-transfers.ts';
 
 /**
  * Everything that paces and admits bodies in this process: one governor per direction (download
@@ -21,6 +22,8 @@ export interface Transfers {
   readonly live: LiveTransfers;
   /** Waits for an admission slot (429 `busy` beyond the queue or wait bound). */
   admit(principalId: string, kind: TransferKind, signal?: AbortSignal): Promise<Release>;
+  /** `admit` when a slot is free at once: the release, or undefined (then `admit`, which waits or refuses). */
+  tryAdmit(principalId: string, kind: TransferKind): Release | undefined;
   /** A meter for one body stream of `principalId` in a direction. */
   meter(direction: 'download' | 'upload', principalId: string): ByteMeter;
   /** Aggregates for /health/ready: no principal id, key, path or file name. */
@@ -79,6 +82,9 @@ export function createTransfers(config: Config, clock: Clock, coordinator: Coord
       if (!isPermitted()) return Promise.reject(new PolicyError('lease_lost'));
       return admission.acquire(principalId, kind, signal);
     },
+    tryAdmit(principalId, kind) {
+      return isPermitted() ? admission.tryAcquire(principalId, kind) : undefined;
+    },
     meter(direction, principalId) {
       return governors[direction].meter(principalId);
     },
@@ -126,7 +132,7 @@ export function withAdmission(route: Route, transfers: Transfers): Route {
   };
   return {
     ...route,
-    async handle(ctx) {
+    handle(ctx) {
       const kind = kindFor(ctx.req.method);
       if (!kind || !ctx.principal) return route.handle(ctx);
       const socket = ctx.req.socket as Socket;
@@ -139,19 +145,45 @@ export function withAdmission(route: Route, transfers: Transfers): Route {
         repository: ctx.params.repo,
         bytes: () => counted() - atStart,
       });
-      try {
-        const release = await transfers.admit(ctx.principal.id, kind, ctx.signal);
-        live.admitted();
-        try {
-          await route.handle(ctx);
-        } finally {
-          release();
-        }
-      } finally {
-        live.end();
-      }
+      // A free slot needs no wait, so no signal either (one is made on first use).
+      const now = transfers.tryAdmit(ctx.principal.id, kind);
+      if (now === undefined) return waitAndRun(route, transfers, ctx, ctx.principal, kind, live);
+      return runAdmitted(route, ctx, now, live);
     },
   };
+}
+
+async function waitAndRun(
+  route: Route,
+  transfers: Transfers,
+  ctx: RequestContext,
+  principal: Principal,
+  kind: TransferKind,
+  live: LiveTransferHandle,
+): Promise<void> {
+  let release: Release;
+  try {
+    release = await transfers.admit(principal.id, kind, ctx.signal);
+  } catch (err) {
+    live.end();
+    throw err;
+  }
+  return runAdmitted(route, ctx, release, live);
+}
+
+/** Runs the route holding the slot; the slot and the live entry end with it, however it ends. */
+function runAdmitted(route: Route, ctx: RequestContext, release: Release, live: LiveTransferHandle): Promise<void> {
+  live.admitted();
+  let handled: Promise<void>;
+  try {
+    handled = route.handle(ctx);
+  } catch (err) {
+    handled = Promise.reject(err);
+  }
+  return handled.finally(() => {
+    release();
+    live.end();
+  });
 }
 
 /** The meters the content routes use: the request's principal in the route's direction. */

@@ -8,6 +8,8 @@ import type { Principal } from '../../policy/auth/principal.ts';
 import { GatewayError } from './errors.ts';
 import { sendError } from './http-errors.ts';
 import { makeGraceful } from './graceful-server.ts';
+import { GatewayResponse } from './gateway-response.ts';
+import { type ExchangeServer, onResponseClose, RequestExchange } from './request-exchange.ts';
 import {
   DEFAULT_FRONT_DOOR,
   HEAD_TIMEOUT_RESPONSE,
@@ -56,8 +58,11 @@ export interface Route {
   continuesBodyItself?: boolean;
 }
 
-/** A gate runs before every handler (auth, then rate limit; admission wraps the content handlers); it throws a coded error to deny. */
-export type Gate = (ctx: RequestContext) => Promise<void>;
+/**
+ * A gate runs before every handler (auth, then rate limit; admission wraps the content handlers); it
+ * throws (or rejects with) a coded error to deny. Undefined means it decided at once, from memory.
+ */
+export type Gate = (ctx: RequestContext) => undefined | Promise<void>;
 
 export interface GatewayServer {
   readonly server: http.Server;
@@ -101,48 +106,19 @@ export function createGatewayServer(options: {
   const limits = options.limits ?? DEFAULT_FRONT_DOOR;
   // The per-request line is at info: below that level its fields are not even gathered.
   const logRequests = log.isLevelEnabled('info');
-  const server = http.createServer(serverOptions(limits));
-  const frontDoor = installFrontDoor(server, limits, log, (req, res) => {
+  const server = http.createServer({ ...serverOptions(limits), ServerResponse: GatewayResponse });
+  const exchangeServer: ExchangeServer = {
+    log,
+    logRequests,
+    onRequest: options.onRequest,
+    continueBody: (req, res) => frontDoor.continueBody(req, res),
+  };
+  const frontDoor = installFrontDoor(server, limits, log, (req, plainRes) => {
+    const res = plainRes as GatewayResponse;
     if (!frontDoor.admit(req, res)) return;
-    const started = process.hrtime.bigint();
-    const socket = req.socket as Socket;
-    const bytesOutAtStart = socket.bytesWritten;
-    const bytesInAtStart = socket.bytesRead;
     const incomingId = req.headers['x-request-id'];
     const reqId = typeof incomingId === 'string' && REQUEST_ID.test(incomingId) ? incomingId : randomUUID();
-    res.setHeader('x-request-id', reqId);
-    const controller = new AbortController();
-    let route = 'unmatched';
-    let ctx: RequestContext | undefined;
-    res.on('close', () => {
-      if (!res.writableFinished) controller.abort(new GatewayError('invalid_request', 'client closed the connection'));
-      const ms = Number(process.hrtime.bigint() - started) / 1e6;
-      const bytesOut = socket.bytesWritten - bytesOutAtStart;
-      const bytesIn = socket.bytesRead - bytesInAtStart;
-      options.onRequest?.({
-        method: req.method ?? 'GET',
-        route,
-        status: res.statusCode,
-        seconds: ms / 1000,
-        bytesIn,
-        bytesOut,
-      });
-      if (!logRequests) return;
-      log.info(
-        {
-          reqId,
-          method: req.method,
-          route,
-          status: res.statusCode,
-          bytesOut,
-          bytesIn,
-          ms: Math.round(ms * 10) / 10,
-          principal: ctx?.principal?.id,
-          completed: res.writableFinished,
-        },
-        'request',
-      );
-    });
+    res.addEarlyHeader('x-request-id', reqId);
 
     // The URL object is built when a handler asks for it (the query of a pre-signed link), or at
     // once when the path is not simple enough to read without the parser (request-path.ts).
@@ -153,10 +129,16 @@ export function createGatewayServer(options: {
       try {
         url = new URL(target, 'http://gateway.invalid');
       } catch {
-        sendError(res, new GatewayError('invalid_request', 'The request target is not a valid URL.'), log);
-        return;
+        url = undefined;
       }
-      pathname = url.pathname;
+      pathname = url?.pathname;
+    }
+    const exchange = new RequestExchange(exchangeServer, req, res, reqId, url);
+    res.exchange = exchange;
+    res.on('close', onResponseClose);
+    if (pathname === undefined) {
+      sendError(res, new GatewayError('invalid_request', 'The request target is not a valid URL.'), log);
+      return;
     }
     if (options.readOnly && req.method !== 'GET' && req.method !== 'HEAD') {
       // The body stays unread: close the connection after the answer rather than drain it.
@@ -171,36 +153,19 @@ export function createGatewayServer(options: {
       return;
     }
     if (match.kind === 'method_not_allowed') {
-      route = match.template;
+      exchange.route = match.template;
       sendError(
         res,
         new GatewayError('method_not_allowed', undefined, { headers: { allow: match.allow.join(', ') } }),
-        log.child({ reqId, route }),
+        log.child({ reqId, route: exchange.route }),
       );
       return;
     }
-    route = match.route.template;
     const routeDef = match.route.value;
-    let reqLog: Logger | undefined;
-    ctx = {
-      req,
-      res,
-      get url() {
-        return (url ??= new URL(target, 'http://gateway.invalid'));
-      },
-      params: match.params,
-      route,
-      access: routeDef.access,
-      reqId,
-      // Created on first use: most requests never log through it, and a pino child costs a profile's worth.
-      get log() {
-        return (reqLog ??= log.child({ reqId, route }));
-      },
-      signal: controller.signal,
-      principal: undefined,
-      continueBody: () => frontDoor.continueBody(req, res),
-    };
-    void runRoute(ctx, routeDef, gates);
+    exchange.route = match.route.template;
+    exchange.params = match.params;
+    exchange.access = routeDef.access;
+    void runRoute(exchange, routeDef, gates);
   });
 
   server.on('clientError', (err: NodeJS.ErrnoException & { rawPacket?: Buffer }, socket) => {
@@ -255,7 +220,10 @@ function hasMalformedAuthorization(raw: Buffer): boolean {
 
 async function runRoute(ctx: RequestContext, route: Route, gates: readonly Gate[]): Promise<void> {
   try {
-    for (const gate of gates) await gate(ctx);
+    for (const gate of gates) {
+      const pending = gate(ctx);
+      if (pending) await pending;
+    }
     if (!route.continuesBodyItself) ctx.continueBody();
     await route.handle(ctx);
   } catch (err) {

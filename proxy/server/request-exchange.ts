@@ -1,0 +1,123 @@
+/**
+ * One request and its response as the gates and routes see them (`RequestContext`), plus what the
+ * server observes when the response closes (metrics, the access line). A class, not an object
+ * literal with getters and closures: its accessors live on the prototype, so a request costs one
+ * object, and the lazily made parts (URL, child logger, abort signal) are made only when asked for.
+ */
+import type { IncomingMessage } from 'node:http';
+import type { Socket } from 'node:net';
+import { performance } from 'node:perf_hooks';
+import type { Logger } from 'pino';
+import type { Access } from '../../policy/auth/authorize.ts';
+import type { Principal } from '../../policy/auth/principal.ts';
+import { GatewayError } from './errors.ts';
+import type { GatewayResponse } from './gateway-response.ts';
+import type { RequestContext, RequestObservation } from './http-server.ts';
+
+const NO_PARAMS: Readonly<Record<string, string>> = Object.freeze({});
+
+export interface ExchangeServer {
+  readonly log: Logger;
+  /** Whether the access line is written (info); below that level its fields are not even gathered. */
+  readonly logRequests: boolean;
+  onRequest?: ((observation: RequestObservation) => void) | undefined;
+  continueBody(req: IncomingMessage, res: GatewayResponse): void;
+}
+
+export class RequestExchange implements RequestContext {
+  readonly req: IncomingMessage;
+  readonly res: GatewayResponse;
+  readonly reqId: string;
+  params: Readonly<Record<string, string>> = NO_PARAMS;
+  /** Route template; `unmatched` until a route matched. */
+  route = 'unmatched';
+  access: Access = 'public';
+  principal: Principal | undefined = undefined;
+  readonly #server: ExchangeServer;
+  readonly #target: string;
+  readonly #startedMs = performance.now();
+  readonly #socket: Socket;
+  readonly #bytesOutAtStart: number;
+  readonly #bytesInAtStart: number;
+  #url: URL | undefined;
+  #log: Logger | undefined;
+  #controller: AbortController | undefined;
+  #closedEarly: GatewayError | undefined;
+
+  constructor(server: ExchangeServer, req: IncomingMessage, res: GatewayResponse, reqId: string, url?: URL) {
+    this.#server = server;
+    this.req = req;
+    this.res = res;
+    this.reqId = reqId;
+    this.#target = req.url ?? '/';
+    this.#url = url;
+    const socket = req.socket as Socket;
+    this.#socket = socket;
+    this.#bytesOutAtStart = socket.bytesWritten;
+    this.#bytesInAtStart = socket.bytesRead;
+  }
+
+  /** Built when a handler asks for it (the query of a pre-signed link). */
+  get url(): URL {
+    return (this.#url ??= new URL(this.#target, 'http://gateway.invalid'));
+  }
+
+  /** Created on first use: most requests never log through it, and a pino child costs a profile's worth. */
+  get log(): Logger {
+    return (this.#log ??= this.#server.log.child({ reqId: this.reqId, route: this.route }));
+  }
+
+  /** Aborted when the client goes away before the response finished; made on first use (an EventTarget is not free). */
+  get signal(): AbortSignal {
+    if (this.#controller === undefined) {
+      this.#controller = new AbortController();
+      if (this.#closedEarly) this.#controller.abort(this.#closedEarly);
+    }
+    return this.#controller.signal;
+  }
+
+  continueBody(): void {
+    this.#server.continueBody(this.req, this.res);
+  }
+
+  /** The response closed (finished or cut): aborts what still waits, then metrics and the access line. */
+  closed(): void {
+    const { req, res } = this;
+    if (!res.writableFinished) {
+      this.#closedEarly = new GatewayError('invalid_request', 'client closed the connection');
+      this.#controller?.abort(this.#closedEarly);
+    }
+    const ms = performance.now() - this.#startedMs;
+    const bytesOut = this.#socket.bytesWritten - this.#bytesOutAtStart;
+    const bytesIn = this.#socket.bytesRead - this.#bytesInAtStart;
+    const server = this.#server;
+    server.onRequest?.({
+      method: req.method ?? 'GET',
+      route: this.route,
+      status: res.statusCode,
+      seconds: ms / 1000,
+      bytesIn,
+      bytesOut,
+    });
+    if (!server.logRequests) return;
+    server.log.info(
+      {
+        reqId: this.reqId,
+        method: req.method,
+        route: this.route,
+        status: res.statusCode,
+        bytesOut,
+        bytesIn,
+        ms: Math.round(ms * 10) / 10,
+        principal: this.principal?.id,
+        completed: res.writableFinished,
+      },
+      'request',
+    );
+  }
+}
+
+/** The listener of every response's 'close' (one function for all: `this` is the response). */
+export function onResponseClose(this: GatewayResponse): void {
+  this.exchange?.closed();
+}
