@@ -22,7 +22,7 @@ import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
 import { announcesBody } from '../server/front-door.ts';
 import type { BackendPool, PoolChange } from './backend-pool.ts';
-import { buildUpstreamHeaders, type TrustedProxies } from './forwarded.ts';
+import { buildUpstreamHeaders, type HopCache, type TrustedProxies } from './forwarded.ts';
 import { ProxiedRequest, type Relay, type RequestOutcome, type Upstream } from './proxied-request.ts';
 import { UpstreamTimeout } from './upstream-errors.ts';
 
@@ -73,17 +73,6 @@ function withConnectTimeout<A extends http.Agent>(agent: A, ms: number): A {
     return socket;
   };
   return agent;
-}
-
-/** The request head as node:http takes it without building a header map: name, value, name, value… */
-function headerList(headers: Record<string, string | string[]>): string[] {
-  const list: string[] = [];
-  for (const name in headers) {
-    const value = headers[name]!;
-    if (typeof value === 'string') list.push(name, value);
-    else for (const v of value) list.push(name, v);
-  }
-  return list;
 }
 
 export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
@@ -154,23 +143,28 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
 
   return {
     handle(req, res, reqId, log) {
-      const headers = req.headers;
+      const { headers, socket } = req;
       const expectsContinue = typeof headers.expect === 'string' && headers.expect.toLowerCase() === '100-continue';
-      const outgoing = buildUpstreamHeaders({
-        headers,
-        remoteAddress: req.socket.remoteAddress,
-        encrypted: 'encrypted' in req.socket && req.socket.encrypted === true,
-        trusted: options.trusted,
-        requestId: reqId,
-      });
+      const list = buildUpstreamHeaders(
+        {
+          rawHeaders: req.rawHeaders,
+          headers,
+          remoteAddress: socket.remoteAddress,
+          encrypted: (socket as { encrypted?: boolean }).encrypted === true,
+          trusted: options.trusted,
+          requestId: reqId,
+        },
+        socket as HopCache,
+      );
       // Expect is hop-by-hop (stripped above): ask the gateway again, whose checks decide.
-      if (expectsContinue) outgoing.expect = '100-continue';
-      const upstream: Upstream = {
-        headers: headerList(outgoing),
-        host: outgoing.host as string | undefined,
-        expectsContinue,
-        hasBody: announcesBody(req),
-      };
+      if (expectsContinue) list.push('expect', '100-continue');
+      const hasBody = announcesBody(req);
+      const host = headers.host;
+      // The id goes back with every answer; for a request with a body set now, so that an answer
+      // the front door gives (408 for a stalled body) carries it too. Bodiless requests leave `res`
+      // untouched: writeHead with a raw list and nothing set before is node:http's fast path.
+      if (hasBody) res.setHeader('x-request-id', reqId);
+      const upstream: Upstream = { headers: list, host, expectsContinue, hasBody, requestId: reqId };
       return new ProxiedRequest(relay, req, res, upstream, log).run();
     },
     close() {
