@@ -192,10 +192,14 @@ export class ProxiedRequest {
     // A body cut short (reset, gateway killed) fails the response with `aborted` (an error is
     // emitted because a listener is attached): never end the client's cleanly then.
     proxyRes.on('error', end);
+    // One drain listener per response, added at the first write the client has not taken.
+    let resume: (() => void) | undefined;
     proxyRes.on('data', (chunk: Buffer) => {
-      if (!res.write(chunk)) {
-        proxyRes.pause();
-        res.once('drain', () => proxyRes.resume());
+      if (res.write(chunk)) return;
+      proxyRes.pause();
+      if (resume === undefined) {
+        resume = () => proxyRes.resume();
+        res.on('drain', resume);
       }
     });
     proxyRes.on('end', () => {
