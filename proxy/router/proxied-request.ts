@@ -21,6 +21,9 @@ export interface Attempt {
   done: boolean;
   /** The request to the gateway. */
   upstream?: http.ClientRequest;
+  /** The idle sweep's last look at the upstream socket (proxy-handler.ts). */
+  idleBytes: number;
+  idleSince: number;
   release(): void;
   onResponse(proxyRes: IncomingMessage): void;
 }
@@ -60,6 +63,8 @@ export interface Relay {
     attempt: Attempt,
     onError: (err: Error) => void,
   ): void;
+  /** The attempt is over (answered, failed, or its client went away): no more idle watch. */
+  settled(attempt: Attempt): void;
   noteUnreachable(url: string, reason: string): void;
 }
 
@@ -130,12 +135,18 @@ export class ProxiedRequest {
     }
     this.outcome.backend = backend.url;
     this.outcome.attempts++;
+    const releaseSlot = pool.acquire(backend.url);
     const attempt: Attempt = {
       backend,
       number: this.outcome.attempts,
       responded: false,
       done: false,
-      release: pool.acquire(backend.url),
+      idleBytes: -1,
+      idleSince: 0,
+      release: () => {
+        releaseSlot();
+        this.#relay.settled(attempt);
+      },
       onResponse: (proxyRes) => this.#onResponse(attempt, excluded, proxyRes),
     };
     this.#current = attempt;

@@ -75,6 +75,75 @@ function withConnectTimeout<A extends http.Agent>(agent: A, ms: number): A {
   return agent;
 }
 
+/** An attempt as the idle sweep sees it. */
+interface Watched {
+  readonly upstream?: http.ClientRequest | undefined;
+  readonly backend: { readonly url: string };
+  /** Bytes the upstream socket had moved at the last sweep that saw them change, and when. */
+  idleBytes?: number;
+  idleSince?: number;
+}
+
+/**
+ * The idle timeout of every upstream request in flight (no byte either way for `idleTimeoutMs`):
+ * one sweep every quarter of the timeout (at most 1 s, at least 50 ms) compares each socket's byte
+ * counters with the last sweep's. A per-request socket timeout (`setTimeout`) would instead arm a
+ * timer and two listeners per request and refresh the timer on every read and write. A silence is
+ * never cut before `idleTimeoutMs`, and at most two sweeps after it. A connect in progress is not
+ * silence: the connect timeout covers it.
+ */
+export function createIdleSweep(
+  idleTimeoutMs: number,
+  onIdle: (attempt: Watched) => void,
+  now: () => number = () => performance.now(),
+) {
+  const tickMs = Math.max(50, Math.min(1000, Math.floor(idleTimeoutMs / 4)));
+  const watched = new Set<Watched>();
+  let timer: NodeJS.Timeout | undefined;
+  const sweep = () => {
+    const at = now();
+    for (const attempt of watched) {
+      const socket = attempt.upstream?.socket;
+      const bytes = socket && !socket.connecting ? socket.bytesRead + socket.bytesWritten : -1;
+      if (bytes === -1 || bytes !== attempt.idleBytes) {
+        attempt.idleBytes = bytes;
+        attempt.idleSince = at;
+      } else if (at - attempt.idleSince! >= idleTimeoutMs) {
+        watched.delete(attempt);
+        onIdle(attempt);
+      }
+    }
+    if (watched.size === 0) {
+      clearInterval(timer);
+      timer = undefined;
+    }
+  };
+  return {
+    tickMs,
+    sweep,
+    watch(attempt: Watched): void {
+      attempt.idleBytes = -1;
+      attempt.idleSince = now();
+      watched.add(attempt);
+      if (timer === undefined) {
+        timer = setInterval(sweep, tickMs);
+        timer.unref();
+      }
+    },
+    unwatch(attempt: Watched): void {
+      watched.delete(attempt);
+    },
+    get size(): number {
+      return watched.size;
+    },
+    close(): void {
+      watched.clear();
+      clearInterval(timer);
+      timer = undefined;
+    },
+  };
+}
+
 export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
   const agentOptions: http.AgentOptions = {
     keepAlive: true,
@@ -87,6 +156,9 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     https: withConnectTimeout(new https.Agent(agentOptions), options.connectTimeoutMs),
   };
   const { idleTimeoutMs } = options;
+  const idle = createIdleSweep(idleTimeoutMs, (attempt) =>
+    attempt.upstream?.destroy(new UpstreamTimeout(`no byte from ${attempt.backend.url} for ${idleTimeoutMs} ms`)),
+  );
   // Parsed once per gateway instead of once per request.
   const targets = new Map<string, Target>();
   const targetOf = (url: string): Target => {
@@ -126,14 +198,15 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       attempt.upstream = proxyReq;
       proxyReq.on('error', onError);
       proxyReq.on('response', (proxyRes) => attempt.onResponse(proxyRes));
-      proxyReq.setTimeout(idleTimeoutMs, () =>
-        proxyReq.destroy(new UpstreamTimeout(`no byte from ${attempt.backend.url} for ${idleTimeoutMs} ms`)),
-      );
+      idle.watch(attempt);
       // The gateway decides whether the body is wanted (auth, size, admission): the head carries
       // `Expect: 100-continue` and goes out now; the gateway's 100 is relayed, then the body flows.
       if (upstream.expectsContinue) proxyReq.once('continue', () => res.writeContinue());
       if (upstream.hasBody) req.pipe(proxyReq);
       else proxyReq.end();
+    },
+    settled(attempt) {
+      idle.unwatch(attempt);
     },
     noteUnreachable(url, reason) {
       const change = options.pool.markUnreachable(url, reason);
@@ -168,6 +241,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       return new ProxiedRequest(relay, req, res, upstream, log).run();
     },
     close() {
+      idle.close();
       agents.http.destroy();
       agents.https.destroy();
     },

@@ -1,4 +1,5 @@
 /** Pure router logic: route classes, backend selection, forwarded headers, trusted proxies, origins. */
+import type http from 'node:http';
 import type { IncomingHttpHeaders } from 'node:http';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
@@ -20,6 +21,7 @@ import {
   requestHeaderKind,
   responseHeaderList,
 } from './hop-by-hop.ts';
+import { createIdleSweep } from './proxy-handler.ts';
 import { classifyRequest, isContentReadPath, isContentReadSegments, isRetryable } from './route-class.ts';
 
 describe('classifyRequest', () => {
@@ -572,6 +574,82 @@ describe('buildUpstreamHeaders', () => {
     expect(connectionNamed(' Keep-Alive ')).toBeUndefined();
     expect(connectionNamed('close')).toBeUndefined();
     expect(connectionNamed(['close', 'X-A , ,x-b'])).toEqual(new Set(['x-a', 'x-b']));
+  });
+});
+
+describe('the idle sweep', () => {
+  type Socket = { connecting: boolean; bytesRead: number; bytesWritten: number };
+  function setup(idleMs: number) {
+    let clock = 0;
+    const fired: string[] = [];
+    const sweep = createIdleSweep(
+      idleMs,
+      (a) => fired.push(a.backend.url),
+      () => clock,
+    );
+    const attempt = (url: string, socket: Socket | undefined) => ({
+      backend: { url },
+      upstream: { socket } as unknown as http.ClientRequest,
+    });
+    const at = (ms: number) => {
+      clock = ms;
+      sweep.sweep();
+    };
+    return { sweep, fired, attempt, at };
+  }
+
+  it('cuts a silent upstream no earlier than the timeout and at most two sweeps after it', () => {
+    const { sweep, fired, attempt, at } = setup(1000);
+    expect(sweep.tickMs).toBe(250);
+    const socket = { connecting: false, bytesRead: 100, bytesWritten: 50 };
+    sweep.watch(attempt('silent', socket));
+    for (let t = 250; t < 1000; t += 250) at(t);
+    at(1249);
+    expect(fired).toEqual([]);
+    at(1250);
+    at(1500);
+    expect(fired).toEqual(['silent']);
+    expect(sweep.size).toBe(0);
+    sweep.close();
+  });
+
+  it('counts a byte either way as activity, and a connect in progress or no socket yet as no silence', () => {
+    const { sweep, fired, attempt, at } = setup(1000);
+    const reading = { connecting: false, bytesRead: 0, bytesWritten: 0 };
+    const connecting = { connecting: true, bytesRead: 0, bytesWritten: 0 };
+    sweep.watch(attempt('reading', reading));
+    sweep.watch(attempt('connecting', connecting));
+    sweep.watch(attempt('no socket yet', undefined));
+    for (let t = 250; t <= 5000; t += 250) {
+      if (t % 500 === 0) reading.bytesRead += 1;
+      else reading.bytesWritten += 1;
+      at(t);
+    }
+    expect(fired).toEqual([]);
+    // Connected, then silent: the silence counts from the sweep that saw the connect.
+    connecting.connecting = false;
+    for (const t of [5250, 5500, 5750, 6000, 6249]) {
+      reading.bytesRead += 1;
+      at(t);
+    }
+    expect(fired).toEqual([]);
+    reading.bytesRead += 1;
+    at(6250);
+    expect(fired).toEqual(['connecting']);
+    sweep.close();
+  });
+
+  it('stops watching a settled attempt, and ticks between 50 ms and 1 s', () => {
+    const { sweep, fired, attempt, at } = setup(1000);
+    const a = attempt('settled', { connecting: false, bytesRead: 1, bytesWritten: 1 });
+    sweep.watch(a);
+    sweep.unwatch(a);
+    at(10_000);
+    expect(fired).toEqual([]);
+    expect(sweep.size).toBe(0);
+    expect(createIdleSweep(100, () => {}).tickMs).toBe(50);
+    expect(createIdleSweep(120_000, () => {}).tickMs).toBe(1000);
+    sweep.close();
   });
 });
 
