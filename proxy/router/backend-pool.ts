@@ -54,6 +54,7 @@ export class BackendPool {
   readonly #backends = new Map<string, Backend>();
   #cursor = 0;
   #order = 0;
+  readonly #candidates: Backend[] = [];
 
   /** Replaces the known set. New gateways wait for their first passing probe; gone ones leave at once. */
   update(specs: readonly BackendSpec[]): { added: string[]; removed: string[] } {
@@ -98,15 +99,23 @@ export class BackendPool {
     return this.recordProbe(url, false, reason);
   }
 
-  /** The target for a request of `kind`, skipping `exclude` (the backend that just failed). */
-  pick(kind: RequestClass, exclude: ReadonlySet<string> = new Set()): BackendView | undefined {
-    const candidates = [...this.#backends.values()]
-      .filter((b) => b.healthy && !exclude.has(b.url) && (kind === 'content-read' || b.role === 'writer'))
-      .sort((a, b) => a.order - b.order);
+  /**
+   * The target for a request of `kind`, skipping `exclude` (the backend that just failed). The view
+   * is live (its `active` and `healthy` follow the pool); callers read its `url` and `role`.
+   */
+  pick(kind: RequestClass, exclude?: ReadonlySet<string>): BackendView | undefined {
+    // Map order is discovery order (`order` only grows, on insertion): no sort needed. The
+    // candidates go to a reused array: this runs for every proxied request.
+    const candidates = this.#candidates;
+    candidates.length = 0;
+    for (const b of this.#backends.values())
+      if (b.healthy && (kind === 'content-read' || b.role === 'writer') && !exclude?.has(b.url)) candidates.push(b);
     const index = pickLeastActive(candidates, this.#cursor % Math.max(1, candidates.length));
-    if (index === -1) return undefined;
+    const picked = index === -1 ? undefined : candidates[index];
+    candidates.length = 0;
+    if (!picked) return undefined;
     this.#cursor = index + 1;
-    return { ...candidates[index]! };
+    return picked;
   }
 
   /** Counts a request against `url` until the returned release is called (once). */

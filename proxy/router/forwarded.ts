@@ -8,7 +8,7 @@
  */
 import { BlockList, isIP } from 'node:net';
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
-import { endToEndHeaders } from './hop-by-hop.ts';
+import { connectionNamed, RequestHeader, requestHeaderKind } from './hop-by-hop.ts';
 
 /** A compiled ARKVORY_TRUSTED_PROXIES list. */
 export interface TrustedProxies {
@@ -114,18 +114,6 @@ export function clientAddress(req: Pick<IncomingMessage, 'socket' | 'headers'>, 
   return clientAddressFrom(req.socket.remoteAddress, req.headers['x-forwarded-for'], trusted);
 }
 
-/** Hop-by-hop request headers (RFC 9110 §7.6.1) a proxy must not forward. */
-const HOP_BY_HOP = new Set([
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'proxy-authorization',
-  'te',
-  'trailer',
-  'upgrade',
-  'expect',
-]);
-
 function forwardedNode(address: string): string {
   return isIP(address) === 6 ? `"[${address}]"` : address;
 }
@@ -135,6 +123,9 @@ function forwardedToken(value: string): string {
 }
 
 export interface ForwardingInput {
+  /** The client's head as received (`req.rawHeaders`). */
+  rawHeaders: readonly string[];
+  /** The same head parsed (`req.headers`), for the few values read. */
   headers: IncomingHttpHeaders;
   remoteAddress: string | undefined;
   encrypted: boolean;
@@ -142,32 +133,92 @@ export interface ForwardingInput {
   requestId: string;
 }
 
+/** What is the same for every request of one client connection, worked out on its first. */
+interface Hop {
+  readonly remoteAddress: string | undefined;
+  readonly encrypted: boolean;
+  readonly trusted: TrustedProxies;
+  /** The socket peer, normalized (`unknown` when it has none). */
+  readonly peer: string;
+  readonly fromProxy: boolean;
+  /** `for=…` of `Forwarded`, IPv6 quoted. */
+  readonly forNode: string;
+  /** The last `Host` seen and the `Forwarded` element built from it (a connection keeps its Host). */
+  host: string | undefined;
+  element: string;
+}
+
+const HOP = Symbol('arkvory.router.hop');
+/** Where a connection's `Hop` is kept: its socket. */
+export type HopCache = { [HOP]?: Hop };
+
+function hopFor(input: ForwardingInput, cache: HopCache | undefined): Hop {
+  const known = cache?.[HOP];
+  if (
+    known !== undefined &&
+    known.remoteAddress === input.remoteAddress &&
+    known.encrypted === input.encrypted &&
+    known.trusted === input.trusted
+  )
+    return known;
+  const peer = normalizeAddress(input.remoteAddress ?? '') ?? 'unknown';
+  const hop: Hop = {
+    remoteAddress: input.remoteAddress,
+    encrypted: input.encrypted,
+    trusted: input.trusted,
+    peer,
+    fromProxy: input.trusted.isTrusted(peer),
+    forNode: forwardedNode(peer),
+    host: undefined,
+    element: '',
+  };
+  if (cache) cache[HOP] = hop;
+  return hop;
+}
+
 /**
- * The headers a router sends upstream: the client's own, minus hop-by-hop ones (and any named in
- * `Connection`), plus `X-Forwarded-For`, `Forwarded`, `X-Forwarded-Proto`/`-Host` and
+ * The head a router sends upstream, as a raw list for `http.request({headers})`: the client's own
+ * headers in order and as spelled (duplicates included), minus hop-by-hop ones (and any named in
+ * `Connection`), then `X-Forwarded-For`, `Forwarded`, `X-Forwarded-Proto`, `X-Forwarded-Host` and
  * `x-request-id`. A peer that is a trusted proxy has its chain extended; from anyone else the
  * forwarding headers are replaced, so a client cannot plant an address. `Expect` is dropped: the
- * router has already answered `100 Continue` itself.
+ * caller asks the gateway for `100 Continue` itself. `cache` (the client's socket) keeps what is
+ * the same for every request of the connection.
  */
-export function buildUpstreamHeaders(input: ForwardingInput): Record<string, string | string[]> {
-  const { headers } = input;
-  const out = endToEndHeaders(headers, HOP_BY_HOP);
-  const peer = normalizeAddress(input.remoteAddress ?? '') ?? 'unknown';
-  const fromProxy = input.trusted.isTrusted(peer);
+export function buildUpstreamHeaders(input: ForwardingInput, cache?: HopCache): string[] {
+  const { headers, rawHeaders } = input;
+  const hop = hopFor(input, cache);
+  const named = connectionNamed(headers.connection);
+  const out: string[] = [];
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i]!;
+    if (requestHeaderKind(name) !== RequestHeader.Keep) continue;
+    if (named?.has(name.toLowerCase())) continue;
+    out.push(name, rawHeaders[i + 1]!);
+  }
+  const { fromProxy, peer } = hop;
   const proto = (fromProxy && headerText(headers['x-forwarded-proto'])) || (input.encrypted ? 'https' : 'http');
   const host = (fromProxy && headerText(headers['x-forwarded-host'])) || headerText(headers.host);
+  let element: string;
+  if (!fromProxy && host === hop.host && host !== undefined) element = hop.element;
+  else {
+    element = `for=${hop.forNode};proto=${proto}${host ? `;host=${forwardedToken(host)}` : ''}`;
+    if (!fromProxy) {
+      hop.host = host;
+      hop.element = element;
+    }
+  }
   const priorFor = fromProxy ? headerText(headers['x-forwarded-for']) : undefined;
   const priorForwarded = fromProxy ? headerText(headers.forwarded) : undefined;
-  out['x-forwarded-for'] = priorFor ? `${priorFor}, ${peer}` : peer;
-  const element = [
-    `for=${forwardedNode(peer)}`,
-    `proto=${proto}`,
-    ...(host ? [`host=${forwardedToken(host)}`] : []),
-  ].join(';');
-  out.forwarded = priorForwarded ? `${priorForwarded}, ${element}` : element;
-  out['x-forwarded-proto'] = proto;
-  if (host) out['x-forwarded-host'] = host;
-  else delete out['x-forwarded-host'];
-  out['x-request-id'] = input.requestId;
+  out.push(
+    'x-forwarded-for',
+    priorFor ? `${priorFor}, ${peer}` : peer,
+    'forwarded',
+    priorForwarded ? `${priorForwarded}, ${element}` : element,
+    'x-forwarded-proto',
+    proto,
+  );
+  if (host) out.push('x-forwarded-host', host);
+  out.push('x-request-id', input.requestId);
   return out;
 }

@@ -1,29 +1,116 @@
-import type http from 'node:http';
+/**
+ * Hop-by-hop headers (RFC 9110 §7.6.1) on raw header lists (`message.rawHeaders`: name, value,
+ * name, value…, names as the peer spelled them, duplicates in order). The router copies a list in
+ * one pass and hands it to `http.request({headers: list})` / `res.writeHead(status, list)`, node:http's
+ * fast path: no header object built, no name lower-cased unless its length matches a name looked for.
+ */
+
+/** Names a `Connection` header lists beyond `keep-alive`/`close` (lower-case), or undefined: the usual case. */
+export function connectionNamed(connection: string | string[] | undefined): ReadonlySet<string> | undefined {
+  if (connection === undefined) return undefined;
+  const text = typeof connection === 'string' ? connection : connection.join(',');
+  // Most peers send `Connection: keep-alive` (or `close`): nothing to build then.
+  if (text === 'keep-alive' || text === 'close' || /^\s*(?:keep-alive|close)\s*$/i.test(text)) return undefined;
+  let named: Set<string> | undefined;
+  for (const part of text.split(',')) {
+    const name = part.trim().toLowerCase();
+    if (name === '' || name === 'keep-alive' || name === 'close') continue;
+    (named ??= new Set()).add(name);
+  }
+  return named;
+}
+
+/** `name` (any case) equals `lower`, which has the same length. */
+const is = (name: string, lower: string): boolean => name === lower || name.toLowerCase() === lower;
+
+/** What the router does with a request header. */
+export const RequestHeader = {
+  Keep: 0,
+  /** Hop-by-hop: never forwarded. */
+  Drop: 1,
+  /** Set by the router itself (X-Forwarded-*, Forwarded, x-request-id): the client's copy is not forwarded as is. */
+  Forwarding: 2,
+} as const;
+export type RequestHeader = (typeof RequestHeader)[keyof typeof RequestHeader];
 
 /**
- * `headers` without the hop-by-hop names in `hopByHop` and without those its `Connection` header
- * names (RFC 9110 §7.6.1): what a proxy may pass on, in either direction.
+ * A request header's fate. Hop-by-hop: `Connection`, `Keep-Alive`, `Proxy-Connection`,
+ * `Proxy-Authorization`, `TE`, `Trailer`, `Upgrade`, and `Expect` (the router asks the gateway for
+ * `100 Continue` itself).
  */
-export function endToEndHeaders(
-  headers: http.IncomingHttpHeaders,
-  hopByHop: ReadonlySet<string>,
-): Record<string, string | string[]> {
-  const connection = headers.connection === undefined ? undefined : String(headers.connection);
-  // Most peers send `Connection: keep-alive` or nothing: no set of named headers to build then.
-  const named =
-    connection === undefined || /^\s*keep-alive\s*$/i.test(connection)
-      ? undefined
-      : new Set(
-          connection
-            .split(',')
-            .map((h) => h.trim().toLowerCase())
-            .filter(Boolean),
-        );
-  const out: Record<string, string | string[]> = {};
-  for (const name in headers) {
-    const value = headers[name];
-    if (value === undefined || hopByHop.has(name) || named?.has(name)) continue;
-    out[name] = value;
+export function requestHeaderKind(name: string): RequestHeader {
+  switch (name.length) {
+    case 2:
+      return is(name, 'te') ? RequestHeader.Drop : RequestHeader.Keep;
+    case 6:
+      return is(name, 'expect') ? RequestHeader.Drop : RequestHeader.Keep;
+    case 7:
+      return is(name, 'upgrade') || is(name, 'trailer') ? RequestHeader.Drop : RequestHeader.Keep;
+    case 9:
+      return is(name, 'forwarded') ? RequestHeader.Forwarding : RequestHeader.Keep;
+    case 10:
+      return is(name, 'connection') || is(name, 'keep-alive') ? RequestHeader.Drop : RequestHeader.Keep;
+    case 12:
+      return is(name, 'x-request-id') ? RequestHeader.Forwarding : RequestHeader.Keep;
+    case 15:
+      return is(name, 'x-forwarded-for') ? RequestHeader.Forwarding : RequestHeader.Keep;
+    case 16:
+      if (is(name, 'x-forwarded-host')) return RequestHeader.Forwarding;
+      return is(name, 'proxy-connection') ? RequestHeader.Drop : RequestHeader.Keep;
+    case 17:
+      return is(name, 'x-forwarded-proto') ? RequestHeader.Forwarding : RequestHeader.Keep;
+    case 19:
+      return is(name, 'proxy-authorization') ? RequestHeader.Drop : RequestHeader.Keep;
+    default:
+      return RequestHeader.Keep;
   }
+}
+
+/**
+ * A response header the router's own connection decides (`Connection`, `Keep-Alive`,
+ * `Proxy-Connection`, `Transfer-Encoding`, `Upgrade`, `Trailer`, `TE`): never relayed.
+ */
+export function isHopByHopResponse(name: string): boolean {
+  switch (name.length) {
+    case 2:
+      return is(name, 'te');
+    case 7:
+      return is(name, 'upgrade') || is(name, 'trailer');
+    case 10:
+      return is(name, 'connection') || is(name, 'keep-alive');
+    case 16:
+      return is(name, 'proxy-connection');
+    case 17:
+      return is(name, 'transfer-encoding');
+    default:
+      return false;
+  }
+}
+
+/** `name` is `x-request-id` in any case. */
+export const isRequestId = (name: string): boolean => name.length === 12 && is(name, 'x-request-id');
+
+/**
+ * The end-to-end part of a response head, as a new raw list: hop-by-hop headers and those the
+ * `Connection` header (`connection`, from the parsed head) names are dropped, everything else is
+ * kept in order with its original spelling, duplicates (two `Set-Cookie`) included. `requestId` is
+ * appended as `x-request-id` when the gateway sent none.
+ */
+export function responseHeaderList(
+  rawHeaders: readonly string[],
+  connection: string | string[] | undefined,
+  requestId: string | undefined,
+): string[] {
+  const named = connectionNamed(connection);
+  const out: string[] = [];
+  let hasId = false;
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i]!;
+    if (isHopByHopResponse(name)) continue;
+    if (named?.has(name.toLowerCase())) continue;
+    if (!hasId && isRequestId(name)) hasId = true;
+    out.push(name, rawHeaders[i + 1]!);
+  }
+  if (!hasId && requestId !== undefined) out.push('x-request-id', requestId);
   return out;
 }

@@ -9,7 +9,7 @@ import type { Logger } from 'pino';
 import type { GatewayError } from '../server/errors.ts';
 import { sendError } from '../server/http-errors.ts';
 import type { BackendPool, BackendView } from './backend-pool.ts';
-import { responseHeadersFrom } from './response-headers.ts';
+import { responseHeaderList } from './hop-by-hop.ts';
 import { classifyRequest, isRetryable, type RequestClass } from './route-class.ts';
 import { CONNECT_FAILURES, noGateway, upstreamFailure } from './upstream-errors.ts';
 
@@ -21,6 +21,9 @@ export interface Attempt {
   done: boolean;
   /** The request to the gateway. */
   upstream?: http.ClientRequest;
+  /** The idle sweep's last look at the upstream socket (proxy-handler.ts). */
+  idleBytes: number;
+  idleSince: number;
   release(): void;
   onResponse(proxyRes: IncomingMessage): void;
 }
@@ -41,6 +44,8 @@ export interface Upstream {
   readonly expectsContinue: boolean;
   /** The request announces a body (a non-zero Content-Length or Transfer-Encoding). */
   readonly hasBody: boolean;
+  /** The request's id: sent upstream, and returned to the client when the gateway's answer lacks it. */
+  readonly requestId: string;
 }
 
 /** What a request needs from the handler that owns the agents and the pool. */
@@ -58,8 +63,13 @@ export interface Relay {
     attempt: Attempt,
     onError: (err: Error) => void,
   ): void;
+  /** The attempt is over (answered, failed, or its client went away): no more idle watch. */
+  settled(attempt: Attempt): void;
   noteUnreachable(url: string, reason: string): void;
 }
+
+/** The first attempt excludes no gateway. */
+const NO_EXCLUSIONS: ReadonlySet<string> = new Set();
 
 export class ProxiedRequest {
   readonly outcome: RequestOutcome;
@@ -95,25 +105,28 @@ export class ProxiedRequest {
       current?.release();
     });
     // The client's body ended early (it went away, or stalled and was answered 408 here): the
-    // gateway must not keep waiting for the rest.
-    req.once('close', () => {
-      const current = this.#current;
-      if (!req.complete && current && !current.done) current.upstream?.destroy();
-    });
+    // gateway must not keep waiting for the rest. (Without a body there is nothing to wait for.)
+    if (upstream.hasBody)
+      req.once('close', () => {
+        const current = this.#current;
+        if (!req.complete && current && !current.done) current.upstream?.destroy();
+      });
   }
 
   /** Starts the first attempt. */
   run(): RequestOutcome {
-    this.#start(new Set(), undefined);
+    this.#start(NO_EXCLUSIONS, undefined);
     return this.outcome;
   }
 
   #fail(err: GatewayError): void {
     if (this.#clientGone) return;
-    sendError(this.#res, err, this.#logFor());
+    const res = this.#res;
+    if (!res.headersSent) res.setHeader('x-request-id', this.#upstream.requestId);
+    sendError(res, err, this.#logFor());
   }
 
-  #start(excluded: Set<string>, previousError: GatewayError | undefined): void {
+  #start(excluded: ReadonlySet<string>, previousError: GatewayError | undefined): void {
     const { pool } = this.#relay;
     const backend = pool.pick(this.outcome.kind, excluded);
     if (!backend) {
@@ -122,19 +135,25 @@ export class ProxiedRequest {
     }
     this.outcome.backend = backend.url;
     this.outcome.attempts++;
+    const releaseSlot = pool.acquire(backend.url);
     const attempt: Attempt = {
       backend,
       number: this.outcome.attempts,
       responded: false,
       done: false,
-      release: pool.acquire(backend.url),
+      idleBytes: -1,
+      idleSince: 0,
+      release: () => {
+        releaseSlot();
+        this.#relay.settled(attempt);
+      },
       onResponse: (proxyRes) => this.#onResponse(attempt, excluded, proxyRes),
     };
     this.#current = attempt;
     this.#relay.forward(this.#req, this.#res, this.#upstream, attempt, (err) => this.#onError(attempt, excluded, err));
   }
 
-  #onResponse(attempt: Attempt, excluded: Set<string>, proxyRes: IncomingMessage): void {
+  #onResponse(attempt: Attempt, excluded: ReadonlySet<string>, proxyRes: IncomingMessage): void {
     const res = this.#res;
     const { backend } = attempt;
     // Done, or the client was already answered here (a 408 for its stalled body).
@@ -160,11 +179,15 @@ export class ProxiedRequest {
         return;
       }
     }
-    res.writeHead(status, responseHeadersFrom(proxyRes.headers));
-    // pipe() plus explicit ends rather than stream.pipeline(): pipeline creates and aborts an
-    // AbortController per call (a DOMException with a stack per response, about 5 % of the
-    // router's CPU on small answers), and stacked enough close listeners on the response to
-    // trip the leak warning (an Error and a stderr write per response).
+    // A raw list, with no header set on `res` before: node:http writes it without a header object.
+    res.writeHead(
+      status,
+      responseHeaderList(proxyRes.rawHeaders, proxyRes.headers.connection, this.#upstream.requestId),
+    );
+    // The body is relayed by hand rather than with pipe() (its unpipe, drain, close, finish and
+    // error listeners on both streams, set up and removed per response) or stream.pipeline() (an
+    // AbortController and a DOMException per call). Backpressure: a write the client has not taken
+    // pauses the gateway's response until the client drains.
     const end = (err?: Error) => {
       if (attempt.done) return;
       attempt.done = true;
@@ -177,16 +200,26 @@ export class ProxiedRequest {
         res.destroy();
       }
     };
+    // A body cut short (reset, gateway killed) fails the response with `aborted` (an error is
+    // emitted because a listener is attached): never end the client's cleanly then.
     proxyRes.on('error', end);
-    // A body cut short (reset, gateway killed) closes without `complete`: never end the client's cleanly.
-    proxyRes.once('close', () => {
-      if (!proxyRes.complete) end(new Error('the gateway closed the connection before the end of the body'));
+    // One drain listener per response, added at the first write the client has not taken.
+    let resume: (() => void) | undefined;
+    proxyRes.on('data', (chunk: Buffer) => {
+      if (res.write(chunk)) return;
+      proxyRes.pause();
+      if (resume === undefined) {
+        resume = () => proxyRes.resume();
+        res.on('drain', resume);
+      }
     });
-    res.once('finish', () => end());
-    proxyRes.pipe(res);
+    proxyRes.on('end', () => {
+      res.end();
+      end();
+    });
   }
 
-  #onError(attempt: Attempt, excluded: Set<string>, err: Error): void {
+  #onError(attempt: Attempt, excluded: ReadonlySet<string>, err: Error): void {
     const res = this.#res;
     const { backend } = attempt;
     if (attempt.done) return;

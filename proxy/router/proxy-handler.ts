@@ -22,7 +22,7 @@ import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
 import { announcesBody } from '../server/front-door.ts';
 import type { BackendPool, PoolChange } from './backend-pool.ts';
-import { buildUpstreamHeaders, type TrustedProxies } from './forwarded.ts';
+import { buildUpstreamHeaders, type HopCache, type TrustedProxies } from './forwarded.ts';
 import { ProxiedRequest, type Relay, type RequestOutcome, type Upstream } from './proxied-request.ts';
 import { UpstreamTimeout } from './upstream-errors.ts';
 
@@ -75,15 +75,73 @@ function withConnectTimeout<A extends http.Agent>(agent: A, ms: number): A {
   return agent;
 }
 
-/** The request head as node:http takes it without building a header map: name, value, name, value… */
-function headerList(headers: Record<string, string | string[]>): string[] {
-  const list: string[] = [];
-  for (const name in headers) {
-    const value = headers[name]!;
-    if (typeof value === 'string') list.push(name, value);
-    else for (const v of value) list.push(name, v);
-  }
-  return list;
+/** An attempt as the idle sweep sees it. */
+interface Watched {
+  readonly upstream?: http.ClientRequest | undefined;
+  readonly backend: { readonly url: string };
+  /** Bytes the upstream socket had moved at the last sweep that saw them change, and when. */
+  idleBytes?: number;
+  idleSince?: number;
+}
+
+/**
+ * The idle timeout of every upstream request in flight (no byte either way for `idleTimeoutMs`):
+ * one sweep every quarter of the timeout (at most 1 s, at least 50 ms) compares each socket's byte
+ * counters with the last sweep's. A per-request socket timeout (`setTimeout`) would instead arm a
+ * timer and two listeners per request and refresh the timer on every read and write. A silence is
+ * never cut before `idleTimeoutMs`, and at most two sweeps after it. A connect in progress is not
+ * silence: the connect timeout covers it.
+ */
+export function createIdleSweep(
+  idleTimeoutMs: number,
+  onIdle: (attempt: Watched) => void,
+  now: () => number = () => performance.now(),
+) {
+  const tickMs = Math.max(50, Math.min(1000, Math.floor(idleTimeoutMs / 4)));
+  const watched = new Set<Watched>();
+  let timer: NodeJS.Timeout | undefined;
+  const sweep = () => {
+    const at = now();
+    for (const attempt of watched) {
+      const socket = attempt.upstream?.socket;
+      const bytes = socket && !socket.connecting ? socket.bytesRead + socket.bytesWritten : -1;
+      if (bytes === -1 || bytes !== attempt.idleBytes) {
+        attempt.idleBytes = bytes;
+        attempt.idleSince = at;
+      } else if (at - attempt.idleSince! >= idleTimeoutMs) {
+        watched.delete(attempt);
+        onIdle(attempt);
+      }
+    }
+    if (watched.size === 0) {
+      clearInterval(timer);
+      timer = undefined;
+    }
+  };
+  return {
+    tickMs,
+    sweep,
+    watch(attempt: Watched): void {
+      attempt.idleBytes = -1;
+      attempt.idleSince = now();
+      watched.add(attempt);
+      if (timer === undefined) {
+        timer = setInterval(sweep, tickMs);
+        timer.unref();
+      }
+    },
+    unwatch(attempt: Watched): void {
+      watched.delete(attempt);
+    },
+    get size(): number {
+      return watched.size;
+    },
+    close(): void {
+      watched.clear();
+      clearInterval(timer);
+      timer = undefined;
+    },
+  };
 }
 
 export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
@@ -98,6 +156,9 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     https: withConnectTimeout(new https.Agent(agentOptions), options.connectTimeoutMs),
   };
   const { idleTimeoutMs } = options;
+  const idle = createIdleSweep(idleTimeoutMs, (attempt) =>
+    attempt.upstream?.destroy(new UpstreamTimeout(`no byte from ${attempt.backend.url} for ${idleTimeoutMs} ms`)),
+  );
   // Parsed once per gateway instead of once per request.
   const targets = new Map<string, Target>();
   const targetOf = (url: string): Target => {
@@ -137,14 +198,15 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       attempt.upstream = proxyReq;
       proxyReq.on('error', onError);
       proxyReq.on('response', (proxyRes) => attempt.onResponse(proxyRes));
-      proxyReq.setTimeout(idleTimeoutMs, () =>
-        proxyReq.destroy(new UpstreamTimeout(`no byte from ${attempt.backend.url} for ${idleTimeoutMs} ms`)),
-      );
+      idle.watch(attempt);
       // The gateway decides whether the body is wanted (auth, size, admission): the head carries
       // `Expect: 100-continue` and goes out now; the gateway's 100 is relayed, then the body flows.
       if (upstream.expectsContinue) proxyReq.once('continue', () => res.writeContinue());
       if (upstream.hasBody) req.pipe(proxyReq);
       else proxyReq.end();
+    },
+    settled(attempt) {
+      idle.unwatch(attempt);
     },
     noteUnreachable(url, reason) {
       const change = options.pool.markUnreachable(url, reason);
@@ -154,26 +216,32 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
 
   return {
     handle(req, res, reqId, log) {
-      const headers = req.headers;
+      const { headers, socket } = req;
       const expectsContinue = typeof headers.expect === 'string' && headers.expect.toLowerCase() === '100-continue';
-      const outgoing = buildUpstreamHeaders({
-        headers,
-        remoteAddress: req.socket.remoteAddress,
-        encrypted: 'encrypted' in req.socket && req.socket.encrypted === true,
-        trusted: options.trusted,
-        requestId: reqId,
-      });
+      const list = buildUpstreamHeaders(
+        {
+          rawHeaders: req.rawHeaders,
+          headers,
+          remoteAddress: socket.remoteAddress,
+          encrypted: (socket as { encrypted?: boolean }).encrypted === true,
+          trusted: options.trusted,
+          requestId: reqId,
+        },
+        socket as HopCache,
+      );
       // Expect is hop-by-hop (stripped above): ask the gateway again, whose checks decide.
-      if (expectsContinue) outgoing.expect = '100-continue';
-      const upstream: Upstream = {
-        headers: headerList(outgoing),
-        host: outgoing.host as string | undefined,
-        expectsContinue,
-        hasBody: announcesBody(req),
-      };
+      if (expectsContinue) list.push('expect', '100-continue');
+      const hasBody = announcesBody(req);
+      const host = headers.host;
+      // The id goes back with every answer; for a request with a body set now, so that an answer
+      // the front door gives (408 for a stalled body) carries it too. Bodiless requests leave `res`
+      // untouched: writeHead with a raw list and nothing set before is node:http's fast path.
+      if (hasBody) res.setHeader('x-request-id', reqId);
+      const upstream: Upstream = { headers: list, host, expectsContinue, hasBody, requestId: reqId };
       return new ProxiedRequest(relay, req, res, upstream, log).run();
     },
     close() {
+      idle.close();
       agents.http.destroy();
       agents.https.destroy();
     },

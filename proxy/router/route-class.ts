@@ -10,13 +10,19 @@ export type RequestClass = 'content-read' | 'write' | 'writer';
 
 const READ_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 
+/** `.` or `%2e` (any case): a segment the gateways' URL parser drops. */
+const isDot = (s: string): boolean =>
+  s === '.' || (s.length === 3 && s[0] === '%' && s[1] === '2' && (s[2] === 'e' || s[2] === 'E'));
+
 /**
  * Segment shapes after `/api/v1/repositories/{repo}/` of the content-read routes: the three
  * `…/content` routes and a package version's flat apt path `packages/{name}/{version}/apt/{file}`.
  * A `.` segment (apt asks for `…/apt/./Packages`) is dropped first, as the gateways' URL parser does.
+ * `raw` is the path after its leading `/`, split on `/`. The reference form; `isContentReadPath`
+ * gives the same answer without splitting.
  */
-function isContentReadPath(raw: readonly string[]): boolean {
-  const segments = raw.filter((s) => s !== '.' && s.toLowerCase() !== '%2e');
+export function isContentReadSegments(raw: readonly string[]): boolean {
+  const segments = raw.filter((s) => !isDot(s));
   if (segments.length < 7 || segments[0] !== 'api' || segments[1] !== 'v1' || segments[2] !== 'repositories')
     return false;
   if (segments.some((s) => s.length === 0)) return false;
@@ -29,13 +35,57 @@ function isContentReadPath(raw: readonly string[]): boolean {
   return false;
 }
 
+const PREFIX = '/api/v1/repositories/';
+/** Start and end of the repository segment and of up to 6 after it (reused: classification is synchronous). */
+const bounds = new Int32Array(14);
+
+/**
+ * `isContentReadSegments(path.slice(1).split('/'))` for a path that starts with `/` (false for any
+ * other), by scanning:
+ * this runs for every proxied request, and a split of a fresh string costs more than the rest of
+ * the classification. A path with a possible dot segment takes the reference form.
+ */
+export function isContentReadPath(path: string): boolean {
+  if (path.includes('/.') || path.includes('%2e') || path.includes('%2E'))
+    return path.startsWith('/') && isContentReadSegments(path.slice(1).split('/'));
+  if (!path.startsWith(PREFIX)) return false;
+  let count = 0;
+  let pos = PREFIX.length;
+  for (;;) {
+    const slash = path.indexOf('/', pos);
+    const end = slash === -1 ? path.length : slash;
+    // An empty segment (`//`, a trailing `/`), or more segments than any content route has.
+    if (end === pos || count === 7) return false;
+    bounds[2 * count] = pos;
+    bounds[2 * count + 1] = end;
+    count++;
+    if (slash === -1) break;
+    pos = slash + 1;
+  }
+  // Segment `k` after the repository is `word`.
+  const at = (k: number, word: string) =>
+    bounds[2 * k + 3]! - bounds[2 * k + 2]! === word.length && path.startsWith(word, bounds[2 * k + 2]);
+  const rest = count - 1;
+  if (rest < 3) return false;
+  if (rest === 5 && at(0, 'packages') && at(3, 'apt')) return true;
+  if (!at(rest - 1, 'content')) return false;
+  if (rest === 3) return at(0, 'artifacts');
+  if (rest === 4) return at(0, 'packages');
+  if (rest === 6) return at(0, 'packages') && at(3, 'assets');
+  return false;
+}
+
 export function classifyRequest(method: string, rawUrl: string): RequestClass {
-  const upper = method.toUpperCase();
-  const path = rawUrl.split('?', 1)[0]!.split('#', 1)[0]!;
+  // node:http gives methods upper-case already.
+  const upper = method === 'GET' || method === 'HEAD' ? method : method.toUpperCase();
   if (!READ_METHODS.has(upper)) return 'write';
+  let end = rawUrl.indexOf('?');
+  if (end === -1) end = rawUrl.length;
+  const hash = rawUrl.indexOf('#');
+  if (hash !== -1 && hash < end) end = hash;
+  const path = end === rawUrl.length ? rawUrl : rawUrl.slice(0, end);
   if (path === '/console' || path.startsWith('/console/')) return 'write';
-  if ((upper === 'GET' || upper === 'HEAD') && path.startsWith('/') && isContentReadPath(path.slice(1).split('/')))
-    return 'content-read';
+  if ((upper === 'GET' || upper === 'HEAD') && isContentReadPath(path)) return 'content-read';
   return 'writer';
 }
 

@@ -13,7 +13,7 @@ import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts
 interface Upstream {
   url: string;
   server: http.Server;
-  seen: Array<{ method: string; url: string; headers: http.IncomingHttpHeaders }>;
+  seen: Array<{ method: string; url: string; headers: http.IncomingHttpHeaders; rawHeaders: string[] }>;
   /** Resolves when the upstream saw the request for `path` end without completing. */
   aborted: Map<string, Promise<void>>;
 }
@@ -27,8 +27,9 @@ async function startUpstream(name: string, behave: Behaviour): Promise<Upstream>
       res.writeHead(200, { 'content-type': 'application/json' }).end('{"status":"serving"}');
       return;
     }
-    up.seen.push({ method: req.method!, url: req.url!, headers: req.headers });
-    res.setHeader('x-upstream', name);
+    up.seen.push({ method: req.method!, url: req.url!, headers: req.headers, rawHeaders: req.rawHeaders });
+    // (Not on /dupes: a header set before writeHead makes node:http regroup a raw list by name.)
+    if (req.url !== '/dupes') res.setHeader('x-upstream', name);
     behave(req, res, up);
   });
   await new Promise<void>((resolve) => up.server.listen(0, '127.0.0.1', resolve));
@@ -75,6 +76,21 @@ const writerBehaviour: Behaviour = (req, res, up) => {
       res.end();
     };
     pump();
+  } else if (path === '/dupes') {
+    res
+      .writeHead(200, [
+        'Set-Cookie',
+        'a=1',
+        'X-Multi',
+        'one',
+        'set-cookie',
+        'b=2',
+        'x-multi',
+        'two',
+        'Content-Length',
+        '2',
+      ])
+      .end('ok');
   } else if (path === '/hang') {
     // Never answers.
   } else if (req.method === 'PUT' && path.endsWith('/drop')) {
@@ -165,6 +181,60 @@ describe('router edges with stand-in gateways', () => {
     });
     expect(seen.forwarded).toMatch(/^for=127\.0\.0\.1;proto=http;host=/);
     expect(seen['x-client-hop']).toBeUndefined();
+  });
+
+  it('passes repeated headers both ways in order and as spelled, nothing joined; planted X-Forwarded-For lines replaced', async () => {
+    const { hostname, port } = new URL(router.url);
+    const raw = await new Promise<{ status: number; rawHeaders: string[] }>((resolve, reject) => {
+      const req = http.request(
+        {
+          hostname,
+          port,
+          path: '/dupes',
+          agent: false,
+          headers: [
+            'Host',
+            `${hostname}:${port}`,
+            'X-Client-Multi',
+            'one',
+            'Cookie',
+            'a=1',
+            'X-Forwarded-For',
+            '6.6.6.6',
+            'x-client-multi',
+            'two',
+            'cookie',
+            'b=2',
+            'X-Forwarded-For',
+            '7.7.7.7',
+          ],
+        },
+        (res) => {
+          res.resume();
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, rawHeaders: res.rawHeaders }));
+        },
+      );
+      req.on('error', reject);
+      req.end();
+    });
+    const lines = (list: string[], name: RegExp) =>
+      list.flatMap((n, i) => (i % 2 === 0 && name.test(n) ? [`${n}: ${list[i + 1]}`] : []));
+    expect(raw.status).toBe(200);
+    expect(lines(raw.rawHeaders, /^(set-cookie|x-multi)$/i)).toEqual([
+      'Set-Cookie: a=1',
+      'X-Multi: one',
+      'set-cookie: b=2',
+      'x-multi: two',
+    ]);
+    const seen = writer.seen.at(-1)!;
+    expect(seen.url).toBe('/dupes');
+    expect(lines(seen.rawHeaders, /^(x-client-multi|cookie|x-forwarded-for)$/i)).toEqual([
+      'X-Client-Multi: one',
+      'Cookie: a=1',
+      'x-client-multi: two',
+      'cookie: b=2',
+      'x-forwarded-for: 127.0.0.1',
+    ]);
   });
 
   it('passes a redirect through without following it', async () => {

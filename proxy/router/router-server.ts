@@ -49,7 +49,8 @@ export function createRouterServer(options: {
     if (!frontDoor.admit(req, res)) return;
     const incomingId = req.headers['x-request-id'];
     const reqId = typeof incomingId === 'string' && REQUEST_ID.test(incomingId) ? incomingId : randomUUID();
-    res.setHeader('x-request-id', reqId);
+    // x-request-id is set where an answer is made: the proxied head carries it (proxy-handler.ts),
+    // local answers set it below.
     const url = req.url ?? '/';
     const query = url.indexOf('?');
     const path = query === -1 ? url : url.slice(0, query);
@@ -73,6 +74,7 @@ export function createRouterServer(options: {
         );
       });
     if ((path === '/health/live' || path === '/health/status') && (req.method === 'GET' || req.method === 'HEAD')) {
+      res.setHeader('x-request-id', reqId);
       if (path === '/health/live') return sendJson(res, 200, { status: 'live' });
       const backends = pool.snapshot();
       const serving = pool.canServeReads && !options.isDraining();

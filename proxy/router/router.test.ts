@@ -1,4 +1,7 @@
 /** Pure router logic: route classes, backend selection, forwarded headers, trusted proxies, origins. */
+import type http from 'node:http';
+import type { IncomingHttpHeaders } from 'node:http';
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { BackendPool, pickLeastActive } from './backend-pool.ts';
 import { parseBackendList, parseOrigin } from './backend-url.ts';
@@ -11,8 +14,15 @@ import {
   normalizeAddress,
   parseTrustedProxies,
 } from './forwarded.ts';
-import { responseHeadersFrom } from './response-headers.ts';
-import { classifyRequest, isRetryable } from './route-class.ts';
+import {
+  connectionNamed,
+  isHopByHopResponse,
+  RequestHeader,
+  requestHeaderKind,
+  responseHeaderList,
+} from './hop-by-hop.ts';
+import { createIdleSweep } from './proxy-handler.ts';
+import { classifyRequest, isContentReadPath, isContentReadSegments, isRetryable } from './route-class.ts';
 
 describe('classifyRequest', () => {
   const repo = '/api/v1/repositories/r';
@@ -53,6 +63,41 @@ describe('classifyRequest', () => {
     ['PROPFIND', `${repo}/artifacts/a.bin/content`, 'write'],
   ])('%s %s → %s', (method, url, expected) => {
     expect(classifyRequest(method, url)).toBe(expected);
+  });
+
+  it('scans a path to the same answer as splitting it into segments', () => {
+    const segment = fc.constantFrom(
+      'api',
+      'v1',
+      'repositories',
+      'r',
+      'artifacts',
+      'packages',
+      'assets',
+      'apt',
+      'content',
+      'Packages',
+      '.',
+      '..',
+      '%2e',
+      '%2E',
+      '%2e%2e',
+      '',
+      'a%2Fb',
+      '.x',
+      'x.',
+    );
+    const path = fc.oneof(
+      fc.array(segment, { maxLength: 12 }).map((s) => `/${s.join('/')}`),
+      fc.array(segment, { maxLength: 9 }).map((s) => `/api/v1/repositories/${s.join('/')}`),
+      fc.array(segment, { maxLength: 9 }).map((s) => s.join('/')),
+    );
+    fc.assert(
+      fc.property(path, (p) => {
+        expect(isContentReadPath(p)).toBe(p.startsWith('/') && isContentReadSegments(p.slice(1).split('/')));
+      }),
+      { numRuns: 20_000 },
+    );
   });
 
   it.each([
@@ -247,89 +292,364 @@ describe('trusted proxies and the client address', () => {
 
 describe('buildUpstreamHeaders', () => {
   const none = createTrustedProxies([]);
-  const base = {
-    authorization: 'Bearer k',
-    range: 'bytes=0-9',
-    'if-range': '"e"',
-    'if-none-match': '"e"',
-    host: 'files.example:8080',
-    'content-length': '10',
-    'transfer-encoding': undefined,
-  };
+  /** A raw head (`req.rawHeaders`) and the object node:http parses from it (`req.headers`). */
+  function head(raw: string[]): { rawHeaders: string[]; headers: IncomingHttpHeaders } {
+    const headers: IncomingHttpHeaders = {};
+    for (let i = 0; i < raw.length; i += 2) {
+      const name = raw[i]!.toLowerCase();
+      const prior = headers[name];
+      headers[name] = prior === undefined ? raw[i + 1]! : `${prior}, ${raw[i + 1]!}`;
+    }
+    return { rawHeaders: raw, headers };
+  }
+  const base = [
+    'Authorization',
+    'Bearer k',
+    'Range',
+    'bytes=0-9',
+    'If-Range',
+    '"e"',
+    'if-none-match',
+    '"e"',
+    'Host',
+    'files.example:8080',
+    'Content-Length',
+    '10',
+  ];
 
-  it('keeps end-to-end headers, drops hop-by-hop ones and sets the forwarding headers', () => {
+  it('keeps end-to-end headers in order and as spelled, drops hop-by-hop ones and appends the forwarding headers', () => {
     const out = buildUpstreamHeaders({
-      headers: {
+      ...head([
         ...base,
-        connection: 'keep-alive, x-hop',
-        'x-hop': '1',
-        'keep-alive': 'timeout=5',
-        expect: '100-continue',
-        te: 'trailers',
-        'proxy-authorization': 'x',
-        'x-forwarded-for': '6.6.6.6',
-        forwarded: 'for=6.6.6.6',
-      },
+        'Connection',
+        'keep-alive, X-Hop',
+        'X-Hop',
+        '1',
+        'Keep-Alive',
+        'timeout=5',
+        'Expect',
+        '100-continue',
+        'TE',
+        'trailers',
+        'Proxy-Authorization',
+        'x',
+        'Proxy-Connection',
+        'keep-alive',
+        'Upgrade',
+        'h2c',
+        'Trailer',
+        'x-t',
+        'X-Forwarded-For',
+        '6.6.6.6',
+        'Forwarded',
+        'for=6.6.6.6',
+        'X-Forwarded-Proto',
+        'https',
+        'X-Forwarded-Host',
+        'evil.example',
+        'X-Request-Id',
+        'planted',
+      ]),
       remoteAddress: '::ffff:198.51.100.7',
       encrypted: false,
       trusted: none,
       requestId: 'req-1',
     });
-    expect(out).toEqual({
-      authorization: 'Bearer k',
-      range: 'bytes=0-9',
-      'if-range': '"e"',
-      'if-none-match': '"e"',
-      host: 'files.example:8080',
-      'content-length': '10',
-      'x-forwarded-for': '198.51.100.7',
-      forwarded: 'for=198.51.100.7;proto=http;host="files.example:8080"',
-      'x-forwarded-proto': 'http',
-      'x-forwarded-host': 'files.example:8080',
-      'x-request-id': 'req-1',
-    });
+    expect(out).toEqual([
+      ...base,
+      'x-forwarded-for',
+      '198.51.100.7',
+      'forwarded',
+      'for=198.51.100.7;proto=http;host="files.example:8080"',
+      'x-forwarded-proto',
+      'http',
+      'x-forwarded-host',
+      'files.example:8080',
+      'x-request-id',
+      'req-1',
+    ]);
   });
 
-  it('extends the chain of a trusted proxy and quotes IPv6 in Forwarded', () => {
+  it('drops every header the Connection header names, in any case, and keeps duplicates in order', () => {
+    const out = buildUpstreamHeaders({
+      ...head([
+        'host',
+        'h',
+        'connection',
+        'close',
+        'Connection',
+        'X-One ,x-TWO',
+        'x-one',
+        'a',
+        'Cookie',
+        'a=1',
+        'X-Two',
+        'b',
+        'cookie',
+        'b=2',
+        'Accept',
+        'x/y',
+        'Accept',
+        'z/w',
+      ]),
+      remoteAddress: '127.0.0.1',
+      encrypted: true,
+      trusted: none,
+      requestId: 'r',
+    });
+    expect(out).toEqual([
+      'host',
+      'h',
+      'Cookie',
+      'a=1',
+      'cookie',
+      'b=2',
+      'Accept',
+      'x/y',
+      'Accept',
+      'z/w',
+      'x-forwarded-for',
+      '127.0.0.1',
+      'forwarded',
+      'for=127.0.0.1;proto=https;host=h',
+      'x-forwarded-proto',
+      'https',
+      'x-forwarded-host',
+      'h',
+      'x-request-id',
+      'r',
+    ]);
+  });
+
+  it('extends the chain of a trusted proxy (two X-Forwarded-For in order) and quotes IPv6 in Forwarded', () => {
     const trusted = createTrustedProxies(['::1']);
     const out = buildUpstreamHeaders({
-      headers: {
-        host: 'h',
-        'x-forwarded-for': '198.51.100.7',
-        forwarded: 'for=198.51.100.7',
-        'x-forwarded-proto': 'https',
-        'x-forwarded-host': 'public.example',
-      },
+      ...head([
+        'host',
+        'h',
+        'X-Forwarded-For',
+        '203.0.113.9',
+        'x-forwarded-for',
+        '198.51.100.7',
+        'forwarded',
+        'for=198.51.100.7',
+        'x-forwarded-proto',
+        'https',
+        'x-forwarded-host',
+        'public.example',
+      ]),
       remoteAddress: '::1',
       encrypted: false,
       trusted,
       requestId: 'r',
     });
-    expect(out['x-forwarded-for']).toBe('198.51.100.7, ::1');
-    expect(out.forwarded).toBe('for=198.51.100.7, for="[::1]";proto=https;host=public.example');
-    expect(out['x-forwarded-proto']).toBe('https');
-    expect(out['x-forwarded-host']).toBe('public.example');
+    expect(out).toEqual([
+      'host',
+      'h',
+      'x-forwarded-for',
+      '203.0.113.9, 198.51.100.7, ::1',
+      'forwarded',
+      'for=198.51.100.7, for="[::1]";proto=https;host=public.example',
+      'x-forwarded-proto',
+      'https',
+      'x-forwarded-host',
+      'public.example',
+      'x-request-id',
+      'r',
+    ]);
   });
 
-  it('strips hop-by-hop response headers and keeps the byte semantics', () => {
-    expect(
-      responseHeadersFrom({
-        connection: 'keep-alive',
-        'keep-alive': 'timeout=5',
-        'transfer-encoding': 'chunked',
-        etag: '"e"',
-        'content-range': 'bytes 0-9/20',
-        'content-length': '10',
-        'accept-ranges': 'bytes',
-        'set-cookie': ['a=1', 'b=2'],
-      }),
-    ).toEqual({
-      etag: '"e"',
-      'content-range': 'bytes 0-9/20',
-      'content-length': '10',
-      'accept-ranges': 'bytes',
-      'set-cookie': ['a=1', 'b=2'],
+  it('keeps per-connection work on the socket it is given, and recomputes when the Host changes', () => {
+    const socket = {};
+    const input = (host: string, id: string) => ({
+      ...head(['Host', host]),
+      remoteAddress: '10.0.0.5',
+      encrypted: false,
+      trusted: none,
+      requestId: id,
     });
+    const first = buildUpstreamHeaders(input('a.example', '1'), socket);
+    expect(buildUpstreamHeaders(input('a.example', '2'), socket)).toEqual([...first.slice(0, -1), '2']);
+    expect(buildUpstreamHeaders(input('b b', '3'), socket)).toContain('for=10.0.0.5;proto=http;host="b b"');
+    // A request without Host (HTTP/1.0): no host in Forwarded, no X-Forwarded-Host.
+    expect(
+      buildUpstreamHeaders(
+        { ...head([]), remoteAddress: undefined, encrypted: false, trusted: none, requestId: 'x' },
+        socket,
+      ),
+    ).toEqual([
+      'x-forwarded-for',
+      'unknown',
+      'forwarded',
+      'for=unknown;proto=http',
+      'x-forwarded-proto',
+      'http',
+      'x-request-id',
+      'x',
+    ]);
+  });
+
+  it('strips hop-by-hop response headers and those Connection names, keeps duplicates and the byte semantics', () => {
+    const raw = [
+      'Connection',
+      'keep-alive, X-Upstream-Hop',
+      'Keep-Alive',
+      'timeout=5',
+      'Transfer-Encoding',
+      'chunked',
+      'x-upstream-hop',
+      '1',
+      'Proxy-Connection',
+      'close',
+      'Upgrade',
+      'h2c',
+      'Trailer',
+      'x',
+      'ETag',
+      '"e"',
+      'Content-Range',
+      'bytes 0-9/20',
+      'Content-Length',
+      '10',
+      'Accept-Ranges',
+      'bytes',
+      'Set-Cookie',
+      'a=1',
+      'set-cookie',
+      'b=2',
+    ];
+    const kept = ['ETag', '"e"', 'Content-Range', 'bytes 0-9/20', 'Content-Length', '10', 'Accept-Ranges', 'bytes'];
+    const cookies = ['Set-Cookie', 'a=1', 'set-cookie', 'b=2'];
+    expect(responseHeaderList(raw, 'keep-alive, X-Upstream-Hop', 'id-1')).toEqual([
+      ...kept,
+      ...cookies,
+      'x-request-id',
+      'id-1',
+    ]);
+    // The gateway's own x-request-id is relayed, not doubled.
+    expect(responseHeaderList(['X-Request-Id', 'g', 'Connection', 'keep-alive'], 'keep-alive', 'id-1')).toEqual([
+      'X-Request-Id',
+      'g',
+    ]);
+  });
+
+  it('classifies header names in any case by their length first', () => {
+    for (const name of [
+      'connection',
+      'Keep-Alive',
+      'PROXY-CONNECTION',
+      'Proxy-Authorization',
+      'te',
+      'Trailer',
+      'upgrade',
+      'Expect',
+    ])
+      expect(requestHeaderKind(name), name).toBe(RequestHeader.Drop);
+    for (const name of ['X-Forwarded-For', 'forwarded', 'x-forwarded-proto', 'X-Forwarded-Host', 'X-Request-ID'])
+      expect(requestHeaderKind(name), name).toBe(RequestHeader.Forwarding);
+    for (const name of [
+      'User-Agent',
+      'Accept',
+      'Content-Type',
+      'Accept-Encoding',
+      'tE2',
+      'x-forwarded-fox',
+      'Host',
+      '',
+    ])
+      expect(requestHeaderKind(name), name).toBe(RequestHeader.Keep);
+    for (const name of [
+      'Transfer-Encoding',
+      'connection',
+      'KEEP-ALIVE',
+      'TE',
+      'upgrade',
+      'Trailer',
+      'Proxy-Connection',
+    ])
+      expect(isHopByHopResponse(name), name).toBe(true);
+    for (const name of ['Content-Length', 'ETag', 'Set-Cookie', 'X-Request-Id', 'Expect', 'Proxy-Authorization'])
+      expect(isHopByHopResponse(name), name).toBe(false);
+    expect(connectionNamed(undefined)).toBeUndefined();
+    expect(connectionNamed(' Keep-Alive ')).toBeUndefined();
+    expect(connectionNamed('close')).toBeUndefined();
+    expect(connectionNamed(['close', 'X-A , ,x-b'])).toEqual(new Set(['x-a', 'x-b']));
+  });
+});
+
+describe('the idle sweep', () => {
+  type Socket = { connecting: boolean; bytesRead: number; bytesWritten: number };
+  function setup(idleMs: number) {
+    let clock = 0;
+    const fired: string[] = [];
+    const sweep = createIdleSweep(
+      idleMs,
+      (a) => fired.push(a.backend.url),
+      () => clock,
+    );
+    const attempt = (url: string, socket: Socket | undefined) => ({
+      backend: { url },
+      upstream: { socket } as unknown as http.ClientRequest,
+    });
+    const at = (ms: number) => {
+      clock = ms;
+      sweep.sweep();
+    };
+    return { sweep, fired, attempt, at };
+  }
+
+  it('cuts a silent upstream no earlier than the timeout and at most two sweeps after it', () => {
+    const { sweep, fired, attempt, at } = setup(1000);
+    expect(sweep.tickMs).toBe(250);
+    const socket = { connecting: false, bytesRead: 100, bytesWritten: 50 };
+    sweep.watch(attempt('silent', socket));
+    for (let t = 250; t < 1000; t += 250) at(t);
+    at(1249);
+    expect(fired).toEqual([]);
+    at(1250);
+    at(1500);
+    expect(fired).toEqual(['silent']);
+    expect(sweep.size).toBe(0);
+    sweep.close();
+  });
+
+  it('counts a byte either way as activity, and a connect in progress or no socket yet as no silence', () => {
+    const { sweep, fired, attempt, at } = setup(1000);
+    const reading = { connecting: false, bytesRead: 0, bytesWritten: 0 };
+    const connecting = { connecting: true, bytesRead: 0, bytesWritten: 0 };
+    sweep.watch(attempt('reading', reading));
+    sweep.watch(attempt('connecting', connecting));
+    sweep.watch(attempt('no socket yet', undefined));
+    for (let t = 250; t <= 5000; t += 250) {
+      if (t % 500 === 0) reading.bytesRead += 1;
+      else reading.bytesWritten += 1;
+      at(t);
+    }
+    expect(fired).toEqual([]);
+    // Connected, then silent: the silence counts from the sweep that saw the connect.
+    connecting.connecting = false;
+    for (const t of [5250, 5500, 5750, 6000, 6249]) {
+      reading.bytesRead += 1;
+      at(t);
+    }
+    expect(fired).toEqual([]);
+    reading.bytesRead += 1;
+    at(6250);
+    expect(fired).toEqual(['connecting']);
+    sweep.close();
+  });
+
+  it('stops watching a settled attempt, and ticks between 50 ms and 1 s', () => {
+    const { sweep, fired, attempt, at } = setup(1000);
+    const a = attempt('settled', { connecting: false, bytesRead: 1, bytesWritten: 1 });
+    sweep.watch(a);
+    sweep.unwatch(a);
+    at(10_000);
+    expect(fired).toEqual([]);
+    expect(sweep.size).toBe(0);
+    expect(createIdleSweep(100, () => {}).tickMs).toBe(50);
+    expect(createIdleSweep(120_000, () => {}).tickMs).toBe(1000);
+    sweep.close();
   });
 });
 
