@@ -20,6 +20,8 @@ interface Compiled<T> {
   segments: string[];
   /** Indexes of the literal segments, checked before any parameter is decoded. */
   literals: number[];
+  /** The parameter's name at each parameter segment (without its `:`), undefined at literals. */
+  names: (string | undefined)[];
 }
 
 /** A path segment may not be empty, `.`/`..`, or contain NUL/slash once decoded. */
@@ -48,7 +50,8 @@ export class RouteTable<T> {
     if (clash) throw new Error(`route ${spec.methods.join('|')} ${spec.template} registered twice`);
     const segments = spec.template.split('/').slice(1);
     const literals = segments.flatMap((t, i) => (t.startsWith(':') ? [] : [i]));
-    const compiled = { spec, segments, literals };
+    const names = segments.map((t) => (t.startsWith(':') ? t.slice(1) : undefined));
+    const compiled = { spec, segments, literals, names };
     this.#routes.push(compiled);
     const same = this.#byLength.get(segments.length);
     if (same) same.push(compiled);
@@ -84,11 +87,11 @@ function matchSegments<T>(route: Compiled<T>, parts: string[]): Record<string, s
   for (const i of route.literals) if (template[i] !== parts[i]) return undefined;
   const params: Record<string, string> = {};
   for (let i = 0; i < template.length; i++) {
-    const t = template[i]!;
-    if (!t.startsWith(':')) continue;
+    const name = route.names[i];
+    if (name === undefined) continue;
     const value = decodeSegment(parts[i]!);
     if (value === undefined) return undefined;
-    params[t.slice(1)] = value;
+    params[name] = value;
   }
   return params;
 }
