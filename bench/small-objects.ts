@@ -24,8 +24,9 @@
  * no wrk rounds and no downloads; per round one gateway `PUT` and one nginx `PUT`, which goes first
  * alternating, then the medians, the ratio, the gateway's CPU seconds per GiB and the load average.
  * Upload client: `curl --upload-file` (what operators use; the same client for both servers) by
- * default; `--client node` is the node:http client this bench used before, which spent about 1 CPU-s
- * per GiB on the same two cores as the servers (curl: about 0.3). Per server the upload table shows
+ * default; `--client node` is the node:http client this bench used before, which spends 1.1–1.3
+ * CPU-s per GiB on the same two cores as the servers (curl: about 0.3) and held nginx to about 460
+ * MiB/s, so that nginx's figure was the client's more than its own. Per server the upload table shows
  * the server's and the client's CPU seconds per GiB; the gateway's are split into its main thread
  * (receiving, hashing, JavaScript) and its other threads (libuv writes and fdatasync, V8), user and
  * kernel. Every round uploads new bytes (the file's first 16 bytes change, its digest is recomputed

@@ -10,8 +10,9 @@
  *
  * A large body goes to the disk with direct I/O when the filesystem takes it (`openUploadFile`):
  * buffered, each byte was copied once more into the page cache by a libuv thread and written back
- * by the periodic and final syncs, the largest cost of an upload after hashing (measured with perf:
- * a quarter of the gateway's CPU per GiB, 0.8 of about 3 CPU-s, against 0.1 direct). Direct writes
+ * by the periodic and final syncs, the largest cost of an upload after hashing (bench/small-objects.ts
+ * --upload-only: the libuv threads used 1.24 of the gateway's 2.82 CPU-s per GiB, perf put it in
+ * copy_folio_from_iter_atomic; 0.15 direct, and the upload ran 1.7x as fast). Direct writes
  * need block-aligned memory, offsets and lengths: the ring then lives in WebAssembly memory (page
  * aligned, which no other JavaScript allocation promises), every slot but the last is written
  * whole, and the last is padded with zeros to the block and the file cut back to its length.
