@@ -14,7 +14,7 @@ import { fsyncDirectory } from './fs-sync.ts';
 import { fsIdentityObject, openingStorageId, type StorageRole } from './identity.ts';
 import { createFsTree } from './fs-tree.ts';
 import { createFsPartStore } from './multipart/fs-parts.ts';
-import { writeOverlapped } from './overlapped-writer.ts';
+import { openUploadFile, wantsDirect, writeOverlapped } from './overlapped-writer.ts';
 import type { OpenedArtifactStore, ArtifactStore } from './store.ts';
 import { BLOBS_DIR, blobRelativePath, isSha256Hex, resolveInsideRoot, TMP_DIR, UPLOADS_DIR } from './paths.ts';
 import { trackedStagedBlob } from './staged-blob.ts';
@@ -113,11 +113,13 @@ export async function openFsStore(options: {
       const upload = checkedUpload(body, stageOptions);
       let handle: FileHandle | undefined;
       try {
-        handle = await open(tempPath, 'wx', 0o644);
+        const file = await openUploadFile(tempPath, wantsDirect(stageOptions.expectedLength));
+        handle = file.handle;
         await writeOverlapped(handle, upload.chunks, {
           expectedBytes: stageOptions.expectedLength,
           // checkedUpload never reads a chunk again once it has yielded it; the body's producer says.
           releaseChunks: stageOptions.chunksOwned === true,
+          direct: file.direct,
         });
         const { sha256, sizeBytes: received } = upload.result;
         await handle.close();

@@ -1,9 +1,10 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, open, readFile, rm } from 'node:fs/promises';
+import { constants } from 'node:fs';
+import { mkdtemp, open, readdir, readFile, rm, stat } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { writeOverlapped } from './overlapped-writer.ts';
+import { DIRECT_MIN_BYTES, openUploadFile, paddedLength, wantsDirect, writeOverlapped } from './overlapped-writer.ts';
 
 const MiB = 1024 * 1024;
 const dirs: string[] = [];
@@ -110,5 +111,92 @@ describe('writeOverlapped', () => {
     } finally {
       await handle.close();
     }
+  });
+});
+
+describe('direct I/O', () => {
+  it('pads to the block and chooses it for large or undeclared bodies only', () => {
+    expect([0, 1, 4095, 4096, 4097, 1_048_577].map((n) => paddedLength(n))).toEqual([
+      0, 4096, 4096, 4096, 8192, 1_052_672,
+    ]);
+    expect(paddedLength(10, 512)).toBe(512);
+    expect(wantsDirect(undefined)).toBe(true);
+    expect(wantsDirect(DIRECT_MIN_BYTES)).toBe(true);
+    expect(wantsDirect(DIRECT_MIN_BYTES - 1)).toBe(false);
+    expect(wantsDirect(0)).toBe(false);
+  });
+
+  // This machine's temporary directory takes O_DIRECT (ext4, and tmpfs since Linux 6.6); if it
+  // stopped doing so these tests would fail rather than quietly test buffered writes.
+  async function directFile(): Promise<{ file: string; handle: Awaited<ReturnType<typeof open>> }> {
+    const file = await tempFile();
+    const { handle, direct } = await openUploadFile(file, true);
+    expect(direct).toBe(true);
+    return { file, handle };
+  }
+
+  it.each([
+    ['empty', 0],
+    ['one byte', 1],
+    ['a block', 4096],
+    ['a block and one', 4097],
+    ['a slot', MiB],
+    ['a slot and a bit', MiB + 4095],
+    ['several times round the ring, ending mid-block', 9 * MiB + 12_345],
+  ])('%s: the file holds exactly the body, cut back from the padded last block', async (_name, size) => {
+    const bytes = randomBytes(size);
+    for (const expectedBytes of [size, undefined]) {
+      for (const sizes of [[65_536], [1, 100_000, 3 * MiB, 7]]) {
+        const { file, handle } = await directFile();
+        try {
+          await writeOverlapped(handle, yielding(chunksOf(bytes, sizes)), {
+            expectedBytes,
+            direct: true,
+            releaseChunks: true,
+          });
+        } finally {
+          await handle.close();
+        }
+        expect((await stat(file)).size).toBe(size);
+        expect((await readFile(file)).equals(bytes)).toBe(true);
+      }
+    }
+  });
+
+  it('a body that fails midway fails the write after every direct write in flight settled', async () => {
+    const { file, handle } = await directFile();
+    async function* broken(): AsyncGenerator<Buffer> {
+      yield* chunksOf(randomBytes(5 * MiB + 10), [65_536]);
+      throw new Error('client went away');
+    }
+    await expect(writeOverlapped(handle, broken(), { direct: true })).rejects.toThrow('client went away');
+    await handle.close();
+    // The caller removes the file; nothing is still writing to it.
+    await rm(file);
+    expect(await readdir(path.dirname(file))).toEqual([]);
+  });
+
+  it('falls back to buffered writes where the filesystem refuses O_DIRECT, and passes other failures on', async () => {
+    const refusing = (code: string) => async (file: string, flags: number, mode: number) => {
+      if (flags & constants.O_DIRECT) throw Object.assign(new Error(code), { code });
+      return open(file, flags, mode);
+    };
+    const file = await tempFile();
+    const fallback = await openUploadFile(file, true, refusing('EINVAL'));
+    try {
+      expect(fallback.direct).toBe(false);
+      const bytes = randomBytes(MiB + 7);
+      await writeOverlapped(fallback.handle, yielding(chunksOf(bytes, [65_536])), { direct: fallback.direct });
+      expect((await readFile(file)).equals(bytes)).toBe(true);
+    } finally {
+      await fallback.handle.close();
+    }
+    await expect(openUploadFile(`${file}.2`, true, refusing('EACCES'))).rejects.toMatchObject({ code: 'EACCES' });
+    // Not asked for: never tried.
+    const plain = await openUploadFile(`${file}.3`, false, refusing('EINVAL'));
+    expect(plain.direct).toBe(false);
+    await plain.handle.close();
+    // Created exclusively, as before.
+    await expect(openUploadFile(file, true)).rejects.toMatchObject({ code: 'EEXIST' });
   });
 });
