@@ -4,7 +4,8 @@
  * accepted), the sha-256 and the declared Content-Digest. Each check throws inside the body, so a
  * store writing it sees a failed write and keeps nothing.
  */
-import { createHash } from 'node:crypto';
+import { createHash, type Hash } from 'node:crypto';
+import { OffThreadSha256 } from './off-thread-sha256.ts';
 import { StorageError } from './errors.ts';
 import type { StageOptions } from './store.ts';
 
@@ -15,10 +16,23 @@ export interface CheckedUpload {
   readonly result: { sizeBytes: number; sha256: string };
 }
 
+/** Bodies declared at least this large (or of unknown length) are hashed on the worker thread. */
+export const OFF_THREAD_MIN_BYTES = 4 * 1024 * 1024;
+
 export function checkedUpload(body: AsyncIterable<Uint8Array>, options: StageOptions): CheckedUpload {
   const result = { sizeBytes: 0, sha256: '' };
   async function* chunks(): AsyncGenerator<Buffer> {
-    const hash = createHash('sha256');
+    const large = options.expectedLength === undefined || options.expectedLength >= OFF_THREAD_MIN_BYTES;
+    const hash = large ? new OffThreadSha256() : createHash('sha256');
+    let digested = false;
+    try {
+      yield* checked(hash);
+      digested = true;
+    } finally {
+      if (!digested && hash instanceof OffThreadSha256) hash.abandon();
+    }
+  }
+  async function* checked(hash: OffThreadSha256 | Hash): AsyncGenerator<Buffer> {
     for await (const chunk of body) {
       options.signal?.throwIfAborted();
       const bytes = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
@@ -40,7 +54,8 @@ export function checkedUpload(body: AsyncIterable<Uint8Array>, options: StageOpt
           await options.meter.take(Math.min(quantum, bytes.length - offset), options.signal);
         }
       }
-      hash.update(bytes);
+      const hashing = hash.update(bytes);
+      if (hashing instanceof Promise) await hashing;
       yield bytes;
     }
     options.signal?.throwIfAborted();
@@ -50,7 +65,7 @@ export function checkedUpload(body: AsyncIterable<Uint8Array>, options: StageOpt
         `The body has ${result.sizeBytes} bytes but Content-Length said ${options.expectedLength}.`,
       );
     }
-    result.sha256 = hash.digest('hex');
+    result.sha256 = hash instanceof OffThreadSha256 ? await hash.digest() : hash.digest('hex');
     if (options.expectedSha256 !== undefined && options.expectedSha256 !== result.sha256) {
       throw new StorageError('invalid_request', 'The body does not match its Content-Digest (sha-256).');
     }
