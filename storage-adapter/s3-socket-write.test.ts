@@ -165,6 +165,24 @@ describe('putOverSocket against a misbehaving listener', () => {
     ).rejects.toMatchObject({ code: 'upstream_unreachable' });
   });
 
+  it('a body longer or shorter than its Content-Length is refused and its last bytes never sent', async () => {
+    let got = 0;
+    const port = await listen((s) => s.on('data', (d: Buffer) => (got += d.length)));
+    const options = { host: '127.0.0.1', port, connectTimeoutMs: 2000, timeoutMs: 5000 };
+    const head = { path: '/b/k', headers: { host: 'x', 'content-length': '1000' } };
+    await expect(putOverSocket(options, head, bytes(1001), 1000, {})).rejects.toMatchObject({
+      code: 'invalid_request',
+      message: expect.stringMatching(/longer than its Content-Length/),
+    });
+    await expect(putOverSocket(options, head, bytes(999), 1000, {})).rejects.toMatchObject({
+      code: 'invalid_request',
+      message: expect.stringMatching(/999 bytes but Content-Length said 1000/),
+    });
+    await new Promise((r) => setTimeout(r, 100));
+    // Only the two heads arrived: no body byte of either.
+    expect(got).toBeLessThan(200);
+  });
+
   it('the caller’s abort wins and ends the upload at once', async () => {
     const port = await listen((s) => s.resume());
     const controller = new AbortController();

@@ -252,6 +252,8 @@ export async function putOverSocket(
   let bodyError: unknown;
   const chunks = body[Symbol.asyncIterator]();
   let ended = false;
+  /** Body bytes received so far. */
+  let taken = 0;
   try {
     try {
       for (;;) {
@@ -263,6 +265,10 @@ export async function putOverSocket(
           break;
         }
         const chunk = next.value;
+        taken += chunk.length;
+        // Content-Length was sent with the head: bytes past it would be read as another request.
+        if (taken > length)
+          throw new StorageError('invalid_request', `The body is longer than its Content-Length of ${length} bytes.`);
         for (let at = 0; at < chunk.length && !failure && !answer; ) {
           if (fill === slotBytes) {
             await mayContinue();
@@ -289,6 +295,8 @@ export async function putOverSocket(
     } finally {
       if (!ended) void chunks.return?.(undefined)?.catch(() => {});
     }
+    if (ended && taken !== length && !failure && !answer)
+      throw new StorageError('invalid_request', `The body has ${taken} bytes but Content-Length said ${length}.`);
     if (ended && !failure && !answer) {
       // The body ended cleanly (its final checks passed): only now does the last slot go.
       if (fill > 0) await mayContinue();
