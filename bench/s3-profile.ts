@@ -1,21 +1,25 @@
 /**
  * Profiling helper for the S3 store (issue 23): one gateway per phase on one S3 server, started with
- * `--cpu-prof`, so a profile holds one kind of transfer only. Phase `put`: direct signed PUTs and
- * gateway PUTs of the same file, interleaved; phase `get`: direct signed GETs and gateway GETs,
- * interleaved. For each transfer it prints wall seconds and the CPU seconds the gateway and the S3
- * server spent (from /proc), which tells a CPU-bound gateway from one waiting on its upstream link.
+ * `--cpu-prof` (with --profile-dir), so a profile holds one kind of transfer only. Phase `put`: direct
+ * signed PUTs and gateway PUTs of the same file, both sent by curl -T, interleaved (--node-client adds
+ * the gateway PUT from a Node http client); phase `get`: direct signed GETs and gateway GETs,
+ * interleaved (--relay adds a bare Node relay, `http.get` piped to the response: the least any Node
+ * relay costs). For each transfer it prints wall seconds and the CPU seconds the gateway (or relay),
+ * the S3 server and the client (curl, from /usr/bin/time) spent, which tells a CPU-bound gateway from
+ * one waiting on its upstream link and shows where the CPU of two shared cores goes.
  *
  * Phase `copy` times a server-side CopyObject of the file against its direct PUT (no gateway).
  *
  *   node bench/s3-profile.ts --server minio|seaweedfs [--phase get,put,copy] [--runs 2] [--big-mib 1024]
- *                            [--profile-dir DIR] [--node-options '--max-semi-space-size=4']
+ *                            [--profile-dir DIR] [--compare-root /other/checkout] [--relay] [--node-client]
+ *                            [--node-options '--max-semi-space-size=4']
  *
  * Profiles land in DIR/<server>-<phase>/ (summarise with bench/cpu-profile-summary.ts).
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
-import { chmod, mkdir, mkdtemp, open, rm } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, open, readFile, rm } from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
@@ -42,6 +46,10 @@ const { values: args } = parseArgs({
     'node-options': { type: 'string', default: '--max-semi-space-size=4' },
     // Another checkout (e.g. /work/main) whose gateway is measured in the same rounds, not profiled.
     'compare-root': { type: 'string' },
+    // get: also a bare Node relay (http.get piped to the response) in the same rounds, the upper bound of any relay.
+    relay: { type: 'boolean', default: false },
+    // put: also the gateway PUT from a Node http client (what bench/s3-store.ts used to send), CPU of this process.
+    'node-client': { type: 'boolean', default: false },
   },
 });
 const BIG = Number(args['big-mib']) * MiB;
@@ -61,6 +69,57 @@ async function measured<T>(pids: number[], fn: () => Promise<T>): Promise<{ valu
   const after = await Promise.all(pids.map(cpuSeconds));
   return { value, wall, cpu: after.map((a, i) => a - before[i]!) };
 }
+
+/** A curl transfer under /usr/bin/time: curl's result and the CPU seconds curl itself spent (user + system). */
+async function timedCurl(argv: readonly string[]): Promise<Awaited<ReturnType<typeof curl>> & { clientCpu: number }> {
+  const out = path.join(work, `time-${randomBytes(4).toString('hex')}`);
+  const child = spawn(
+    '/usr/bin/time',
+    [
+      '-f',
+      '%U %S',
+      '-o',
+      out,
+      'curl',
+      '-s',
+      '-o',
+      '/dev/null',
+      '-w',
+      '%{http_code} %{size_download} %{size_upload} %{time_total}',
+      ...argv,
+    ],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  let text = '';
+  child.stdout!.on('data', (d: Buffer) => (text += d.toString()));
+  await new Promise((r) => child.once('close', r));
+  const [status, down, up, seconds] = text.trim().split(' ').map(Number);
+  const [user, sys] = (await readFile(out, 'utf8')).trim().split('\n').at(-1)!.split(' ').map(Number);
+  await rm(out, { force: true });
+  return {
+    status: status ?? 0,
+    bytes: Math.max(down ?? 0, up ?? 0),
+    seconds: seconds ?? 0,
+    clientCpu: (user ?? 0) + (sys ?? 0),
+  };
+}
+
+/**
+ * A bare relay, no Arkvory logic: `http.get` of one signed S3 URL piped into the response (what any
+ * Node relay costs at least; the upper bound for the gateway). The signed headers come from argv.
+ */
+const RELAY_SOURCE = `
+import http from 'node:http';
+const [port, target, headersJson] = process.argv.slice(1);
+const t = new URL(target);
+const headers = JSON.parse(headersJson);
+http.createServer((req, res) => {
+  http.get({ host: t.hostname, port: t.port, path: t.pathname, headers }, (up) => {
+    res.writeHead(up.statusCode, { 'content-length': up.headers['content-length'] });
+    up.pipe(res);
+  }).on('error', () => res.destroy());
+}).listen(Number(port), '127.0.0.1');
+`;
 
 function put(url: string, key: string, file: string, size: number, digest: string): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -197,48 +256,121 @@ try {
     }
     const { child, base } = await startGateway(true);
     let other: { child: ChildProcess; base: string; key: string } | undefined;
-    if (phase === 'get' && args['compare-root']) {
-      // Its own database and prefix, the same bytes uploaded through it.
+    if (args['compare-root']) {
+      // Its own database and prefix (for get: the same bytes uploaded through it).
       const db = await newDatabase();
       other = { ...(await startGateway(false, args['compare-root'], db.url, `${phase}-compare/`)), key: db.key };
-      const status = await put(`${other.base}/api/v1/repositories/bench/artifacts/big.bin`, db.key, file, BIG, digest);
-      if (status !== 201) throw new Error(`compared gateway PUT ${status}`);
+      if (phase === 'get') {
+        const status = await put(
+          `${other.base}/api/v1/repositories/bench/artifacts/big.bin`,
+          db.key,
+          file,
+          BIG,
+          digest,
+        );
+        if (status !== 201) throw new Error(`compared gateway PUT ${status}`);
+      }
     }
     const pids = [child.pid!, s3pid];
-    const line = (what: string, m: { wall: number; cpu: number[] }) =>
+    const line = (what: string, m: { wall: number; cpu: number[] }, clientCpu?: number) =>
       console.log(
-        `${kind} ${phase} ${what}: ${(BIG / MiB / m.wall).toFixed(0)} MiB/s, ${m.wall.toFixed(2)} s wall, gateway CPU ${m.cpu[0]!.toFixed(2)} s, ${kind} CPU ${m.cpu[1]!.toFixed(2)} s, load ${os.loadavg()[0]!.toFixed(1)}`,
+        `${kind} ${phase} ${what}: ${(BIG / MiB / m.wall).toFixed(0)} MiB/s, ${m.wall.toFixed(2)} s wall, gateway CPU ${m.cpu[0]!.toFixed(2)} s, ${kind} CPU ${m.cpu[1]!.toFixed(2)} s${clientCpu === undefined ? '' : `, client CPU ${clientCpu.toFixed(2)} s`}, load ${os.loadavg()[0]!.toFixed(1)}`,
       );
     const gwUrl = `${base}/api/v1/repositories/bench/artifacts/big.bin`;
+    let relay: ChildProcess | undefined;
+    let relayUrl = '';
+    if (phase === 'get' && args.relay) {
+      const port = await freeLoopbackPort();
+      const request = server.client().signedHead({ method: 'GET', key: 'direct/big.bin' });
+      relay = spawn(
+        process.execPath,
+        ['--input-type=module', '-e', RELAY_SOURCE, String(port), directUrl, JSON.stringify(request.headers)],
+        {
+          stdio: ['ignore', 'ignore', 'inherit'],
+        },
+      );
+      children.push(relay);
+      relayUrl = `http://127.0.0.1:${port}/`;
+      for (
+        let i = 0;
+        (await fetch(relayUrl).then(
+          (r) => r.body?.cancel().then(() => r.status),
+          () => 0,
+        )) !== 200;
+        i++
+      ) {
+        if (i > 100) throw new Error('the bare relay did not start');
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    }
     if (phase === 'put') {
       for (let r = 0; r < RUNS; r++) {
-        const d = await measured(pids, () => curl([...signed(server), '-T', file, directUrl]));
-        line('direct PUT', d);
+        const d = await measured(pids, () => timedCurl([...signed(server), '-T', file, directUrl]));
+        line('direct PUT (curl)', d, d.value.clientCpu);
         await admin.query('SELECT 1');
-        const g = await measured(pids, () => put(`${gwUrl}-${r}`, key, file, BIG, digest));
-        if (g.value !== 201) throw new Error(`gateway PUT ${g.value}`);
-        line('gateway PUT', g);
+        // The same client as the direct PUT: curl -T with the gateway's headers.
+        const c = await measured(pids, () =>
+          timedCurl([
+            '-H',
+            `authorization: Bearer ${key}`,
+            '-H',
+            `content-digest: sha-256=:${digest}:`,
+            '-T',
+            file,
+            `${gwUrl}-curl-${r}`,
+          ]),
+        );
+        if (c.value.status !== 201) throw new Error(`gateway PUT (curl) ${c.value.status}`);
+        line('gateway PUT (curl)', c, c.value.clientCpu);
+        if (other) {
+          const o = await measured([other.child.pid!, s3pid], () =>
+            timedCurl([
+              '-H',
+              `authorization: Bearer ${other.key}`,
+              '-H',
+              `content-digest: sha-256=:${digest}:`,
+              '-T',
+              file,
+              `${other.base}/api/v1/repositories/bench/artifacts/big-${r}.bin`,
+            ]),
+          );
+          if (o.value.status !== 201) throw new Error(`compared gateway PUT (curl) ${o.value.status}`);
+          line(`gateway PUT (curl, ${args['compare-root']})`, o, o.value.clientCpu);
+        }
+        if (args['node-client']) {
+          const own = process.cpuUsage();
+          const g = await measured(pids, () => put(`${gwUrl}-${r}`, key, file, BIG, digest));
+          const ownCpu = process.cpuUsage(own);
+          if (g.value !== 201) throw new Error(`gateway PUT ${g.value}`);
+          line('gateway PUT (node http client)', g, (ownCpu.user + ownCpu.system) / 1e6);
+        }
       }
     } else {
       for (let r = 0; r < RUNS; r++) {
-        const d = await measured(pids, () => curl([...signed(server), directUrl]));
-        line('direct GET', d);
-        const g = await measured(pids, () => curl(['-H', `authorization: Bearer ${key}`, `${gwUrl}/content`]));
+        const d = await measured(pids, () => timedCurl([...signed(server), directUrl]));
+        line('direct GET', d, d.value.clientCpu);
+        const g = await measured(pids, () => timedCurl(['-H', `authorization: Bearer ${key}`, `${gwUrl}/content`]));
         if (g.value.bytes !== BIG) throw new Error(`gateway GET ${g.value.status} ${g.value.bytes}`);
-        line('gateway GET', g);
+        line('gateway GET', g, g.value.clientCpu);
+        if (relay) {
+          const b = await measured([relay.pid!, s3pid], () => timedCurl([relayUrl]));
+          if (b.value.bytes !== BIG) throw new Error(`bare relay GET ${b.value.status} ${b.value.bytes}`);
+          line('bare node relay GET (CPU as gateway)', b, b.value.clientCpu);
+        }
         if (other) {
           const o = await measured([other.child.pid!, s3pid], () =>
-            curl([
+            timedCurl([
               '-H',
               `authorization: Bearer ${other.key}`,
               `${other.base}/api/v1/repositories/bench/artifacts/big.bin/content`,
             ]),
           );
           if (o.value.bytes !== BIG) throw new Error(`compared gateway GET ${o.value.status} ${o.value.bytes}`);
-          line(`gateway GET (${args['compare-root']})`, o);
+          line(`gateway GET (${args['compare-root']})`, o, o.value.clientCpu);
         }
       }
     }
+    relay?.kill('SIGTERM');
     await stopGateway(child);
     if (other) await stopGateway(other.child);
   }

@@ -37,6 +37,8 @@ export interface S3Request {
   readonly headers?: Record<string, string> | undefined;
   /** A streamed body (needs `content-length` in headers) or a small signed one. */
   readonly body?: AsyncIterable<Buffer> | Buffer | undefined;
+  /** A Buffer body sent as `UNSIGNED-PAYLOAD` (multipart parts: their bytes are hashed for the content address already). */
+  readonly unsignedPayload?: boolean | undefined;
   readonly signal?: AbortSignal | undefined;
   readonly headersTimeout?: number | undefined;
   readonly highWaterMark?: number | undefined;
@@ -51,8 +53,14 @@ export interface S3Client {
   readonly bucket: string;
   readonly endpoint: string;
   request(r: S3Request): Promise<Dispatcher.ResponseData>;
-  /** The path and signed headers (Host included) of a request without a body (s3-socket-read.ts sends them itself). */
-  signedHead(r: Pick<S3Request, 'method' | 'key' | 'query' | 'headers'>): {
+  /**
+   * The path and signed headers (Host included) of a request the caller sends itself (s3-socket-read.ts,
+   * s3-socket-write.ts): without a body, or with `unsignedPayload` a streamed one (its Content-Length in `headers`).
+   */
+  signedHead(
+    r: Pick<S3Request, 'method' | 'key' | 'query' | 'headers'>,
+    unsignedPayload?: boolean,
+  ): {
     path: string;
     headers: Record<string, string>;
   };
@@ -152,9 +160,9 @@ export function createS3Client(options: S3ClientOptions): S3Client {
     return { path: signed.path ?? path, headers: signed.headers as Record<string, string> };
   }
 
-  function signedHead(r: Pick<S3Request, 'method' | 'key' | 'query' | 'headers'>) {
+  function signedHead(r: Pick<S3Request, 'method' | 'key' | 'query' | 'headers'>, unsignedPayload = false) {
     const headers: Record<string, string> = { ...r.headers };
-    headers['x-amz-content-sha256'] = EMPTY_SHA256;
+    headers['x-amz-content-sha256'] = unsignedPayload ? 'UNSIGNED-PAYLOAD' : EMPTY_SHA256;
     return sign(r, pathOf(r), headers);
   }
 
@@ -163,7 +171,9 @@ export function createS3Client(options: S3ClientOptions): S3Client {
     const headers: Record<string, string> = { ...r.headers };
     let body: Readable | Buffer | undefined;
     if (Buffer.isBuffer(r.body)) {
-      headers['x-amz-content-sha256'] = createHash('sha256').update(r.body).digest('hex');
+      headers['x-amz-content-sha256'] = r.unsignedPayload
+        ? 'UNSIGNED-PAYLOAD'
+        : createHash('sha256').update(r.body).digest('hex');
       headers['content-length'] = String(r.body.length);
       body = r.body;
     } else if (r.body) {

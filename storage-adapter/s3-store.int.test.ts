@@ -17,7 +17,8 @@ import { createCatalog, type ArtifactKey } from './catalog.ts';
 import { collectGarbage } from './maintenance/gc.ts';
 import { publishArtifact } from './publish.ts';
 import { openS3Store, type S3Store } from './s3-store.ts';
-import { abortMultipart, createMultipart, uploadPartCopy } from './s3-transfer.ts';
+import { createS3Client } from './s3-client.ts';
+import { abortMultipart, createMultipart, S3_DEFAULT_LIMITS, uploadObject, uploadPartCopy } from './s3-transfer.ts';
 
 const MiB = 1024 * 1024;
 const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
@@ -137,6 +138,88 @@ describe.each(S3_SERVER_KINDS)('S3 store on %s', (kind) => {
     expect(store.commits).toMatchObject({ 'multipart-copy': 1, existing: 1 });
     const uploads = await store.tree.incompleteUploads!();
     expect(uploads).toEqual([]);
+  });
+
+  it('single PUTs go over a socket of their own (byte-exact, as through undici); a body failing its checks completes no object; a refusal before the body is mapped', async () => {
+    const store = await writer();
+    const pooled = (await backing.open('writer', db.pool, { socketWrites: false })) as S3Store;
+    const catalog = createCatalog(db.pool);
+    const publish = (s: S3Store, name: string, body: AsyncIterable<Buffer>, expectedLength: number, digest: string) =>
+      publishArtifact(
+        { store: s, catalog },
+        {
+          key: key(name),
+          body,
+          contentType: 'a/b',
+          publishedBy: null,
+          stage: { maxBytes: 1e9, expectedLength, expectedSha256: digest },
+        },
+      );
+    /** `bytes` in chunks of 64 KiB (as the request parser hands them over), pausing now and then. */
+    async function* slow(bytes: Buffer) {
+      for (let i = 0; i < bytes.length; i += 64 * 1024) {
+        if (i % MiB === 0) await new Promise((r) => setTimeout(r, 5));
+        yield Buffer.from(bytes.subarray(i, i + 64 * 1024));
+      }
+    }
+    try {
+      for (const s of [store, pooled]) {
+        for (const size of [3 * MiB + 5, 0, 1]) {
+          const bytes = randomBytes(size);
+          await publish(s, `put-${s === store ? 'socket' : 'pool'}-${size}`, slow(bytes), size, sha256(bytes));
+          expect(sha256((await s3Probe(server).read(blobName(sha256(bytes))))!)).toBe(sha256(bytes));
+        }
+      }
+      expect(store.puts).toEqual({ socket: 3, pool: 0 });
+      expect(pooled.puts).toEqual({ socket: 0, pool: 3 });
+
+      // Bodies that fail their checks: refused, and no object under the claimed blob name nor in tmp/.
+      const claimed = randomBytes(2 * MiB);
+      const other = randomBytes(2 * MiB);
+      async function* broken() {
+        yield* slow(other.subarray(0, MiB));
+        throw Object.assign(new Error('client went away'), { code: 'ECONNRESET' });
+      }
+      for (const [body, length, error] of [
+        [slow(other), other.length, { code: 'invalid_request' }],
+        [slow(claimed.subarray(0, MiB)), claimed.length, { code: 'invalid_request' }],
+        [slow(claimed), claimed.length - 1, { code: 'invalid_request' }],
+        [broken(), other.length, { message: 'client went away' }],
+      ] as const) {
+        await expect(publish(store, 'refused', body, length, sha256(claimed))).rejects.toMatchObject(error);
+        expect(await s3Probe(server).read(blobName(sha256(claimed)))).toBeUndefined();
+      }
+      expect(await listKeys(server, 'tmp/')).toEqual([]);
+      expect(await catalog.get(key('refused'))).toBeUndefined();
+
+      // Wrong credentials: the server refuses before taking the body; the answer is read and mapped.
+      const wrong = createS3Client({
+        endpoint: server.endpoint,
+        region: server.region,
+        bucket: backing.s3!.bucket,
+        credentials: { accessKeyId: server.accessKeyId, secretAccessKey: 'wrong-secret-key' },
+        connectTimeoutMs: 2000,
+        timeoutMs: 30_000,
+      });
+      try {
+        const endpoint = new URL(server.endpoint);
+        await expect(
+          uploadObject(wrong, 'refused-put', slow(other), S3_DEFAULT_LIMITS, {
+            expectedLength: other.length,
+            timeoutMs: 30_000,
+            socket: { host: endpoint.hostname, port: Number(endpoint.port), connectTimeoutMs: 2000, timeoutMs: 30_000 },
+          }),
+        ).rejects.toMatchObject({
+          code: 'upstream_unreachable',
+          message: expect.stringMatching(/refused our credentials/),
+        });
+      } finally {
+        await wrong.close();
+      }
+      expect(await s3Probe(server).read('refused-put')).toBeUndefined();
+    } finally {
+      await pooled.close();
+    }
   });
 
   it('a declared sha256 for a free key stages straight under the blob name (no copy); other bytes claiming it leave the blob intact', async () => {

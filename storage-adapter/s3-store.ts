@@ -43,6 +43,8 @@ export interface S3StoreOptions extends Omit<S3ClientOptions, 'bucket'> {
   readonly restoreAs?: string | undefined;
   /** false: every read through undici (tests compare both paths); default: socket reads on http: endpoints. */
   readonly socketReads?: boolean | undefined;
+  /** false: every single PUT through undici (tests compare both paths); default: socket writes on http: endpoints. */
+  readonly socketWrites?: boolean | undefined;
 }
 
 /** Counts of how commit() placed blobs (tests check which path a server took). */
@@ -71,9 +73,18 @@ export interface S3ReadStats {
   pool: number;
 }
 
+/** How single streamed PUTs were sent (tests check which path an upload took). */
+export interface S3PutStats {
+  /** A socket of its own writing from a ring of reused slots (s3-socket-write.ts). */
+  socket: number;
+  /** undici: `https:` endpoints, or socket writes turned off. Multipart uploads are not counted. */
+  pool: number;
+}
+
 export type S3Store = OpenedArtifactStore & {
   readonly commits: Readonly<S3CommitStats>;
   readonly reads: Readonly<S3ReadStats>;
+  readonly puts: Readonly<S3PutStats>;
   readonly assemblies: Readonly<S3AssemblyStats>;
 };
 
@@ -116,13 +127,14 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
   const commits: S3CommitStats = { copy: 0, 'multipart-copy': 0, streamed: 0, existing: 0, direct: 0 };
   const assemblies: S3AssemblyStats = { 'server-copy': 0, streamed: 0 };
   const reads: S3ReadStats = { socket: 0, pool: 0 };
+  const puts: S3PutStats = { socket: 0, pool: 0 };
   const { timeoutMs } = options;
   const bucket: S3Bucket = { client, location, limits, timeoutMs, keyOf };
 
   // Large reads from an http: endpoint go over a socket reading into one reused buffer (s3-socket-read.ts).
   const endpointUrl = new URL(client.endpoint);
-  const socketReads =
-    endpointUrl.protocol === 'http:' && options.socketReads !== false
+  const socketEndpoint =
+    endpointUrl.protocol === 'http:'
       ? {
           host: endpointUrl.hostname.replace(/^\[(.*)\]$/, '$1'),
           port: Number(endpointUrl.port || 80),
@@ -130,6 +142,9 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
           timeoutMs,
         }
       : undefined;
+  const socketReads = options.socketReads !== false ? socketEndpoint : undefined;
+  // Single PUTs to an http: endpoint go over a socket writing from a ring of reused slots (s3-socket-write.ts).
+  const socketWrites = options.socketWrites !== false ? socketEndpoint : undefined;
   // Socket streams read into a buffer they reuse, so their bytes are copied out (read()), never lent.
   const lendsChunks = socketReads === undefined;
 
@@ -215,6 +230,7 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
     commits,
     assemblies,
     reads,
+    puts,
     parts: s3Parts(bucket),
     tree: s3Tree(bucket, locationText),
     close: () => client.close(),
@@ -225,10 +241,16 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
       // Every check throws inside the body, so the server never completes the object.
       const upload = checkedUpload(body, stageOptions);
       try {
+        const single =
+          stageOptions.expectedLength !== undefined && stageOptions.expectedLength <= limits.singlePutBytes;
+        if (single) puts[socketWrites ? 'socket' : 'pool']++;
         await uploadObject(client, keyOf(tempName), upload.chunks, limits, {
           expectedLength: stageOptions.expectedLength,
           signal: stageOptions.signal,
           timeoutMs,
+          socket: socketWrites,
+          // checkedUpload never reads a chunk again once it has yielded it; the body's producer says.
+          releaseChunks: stageOptions.chunksOwned === true,
         });
       } catch (err) {
         stats.failed++;

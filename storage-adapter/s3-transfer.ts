@@ -12,6 +12,7 @@ import { StorageError } from './errors.ts';
 import { hasStableCode, sendStreamedBody, upstreamError } from './http-upstream.ts';
 import { parseXml, s3ErrorOf, storageErrorOfS3, type S3Client } from './s3-client.ts';
 import { encodeRfc3986 } from './s3-location.ts';
+import { putOverSocket, type SocketWriteOptions } from './s3-socket-write.ts';
 
 const MiB = 1024 * 1024;
 const GiB = 1024 * MiB;
@@ -70,6 +71,10 @@ async function* holdingLastChunk(body: AsyncIterable<Buffer>): AsyncGenerator<Bu
 
 export interface UploadOptions {
   readonly expectedLength?: number | undefined;
+  /** A single PUT goes over a socket of its own (s3-socket-write.ts; `http:` endpoints); else through undici. */
+  readonly socket?: SocketWriteOptions | undefined;
+  /** The body's chunks may be freed once used (the request parser's own; see StageOptions.chunksOwned). */
+  readonly releaseChunks?: boolean | undefined;
   readonly signal?: AbortSignal | undefined;
   /** Longest wait for the server's answer once the last byte was sent. */
   readonly timeoutMs: number;
@@ -84,6 +89,10 @@ export async function uploadObject(
   options: UploadOptions,
 ): Promise<void> {
   if (options.expectedLength !== undefined && options.expectedLength <= limits.singlePutBytes) {
+    if (options.socket) {
+      await putSocket(client, key, body, options.expectedLength, options.socket, options);
+      return;
+    }
     await putStreamed(client, key, holdingLastChunk(body), options.expectedLength, options);
     return;
   }
@@ -118,6 +127,33 @@ async function putStreamed(
         `PUT ${key}`,
       ),
   );
+}
+
+/** A single PUT over a socket of its own: the ring holds the last bytes back until the body passed its checks. */
+async function putSocket(
+  client: S3Client,
+  key: string,
+  body: AsyncIterable<Buffer>,
+  length: number,
+  socket: SocketWriteOptions,
+  options: UploadOptions,
+): Promise<void> {
+  const what = `PUT ${key}`;
+  const request = client.signedHead(
+    {
+      method: 'PUT',
+      key,
+      headers: { 'content-length': String(length), 'content-type': 'application/octet-stream' },
+    },
+    true,
+  );
+  const answer = await putOverSocket(socket, request, body, length, {
+    signal: options.signal,
+    releaseChunks: options.releaseChunks,
+  });
+  const error = s3ErrorOf(answer.text);
+  if (answer.status < 200 || answer.status > 299) throw storageErrorOfS3(answer.status, error, what, client.bucket);
+  if (error) throw storageErrorOfS3(500, error, what, client.bucket);
 }
 
 export async function createMultipart(client: S3Client, key: string): Promise<string> {
@@ -178,7 +214,15 @@ async function uploadInParts(
     uploadId ??= await createMultipart(client, key);
     const partNumber = etags.length + 1;
     const { headers } = await client.expectOk(
-      { method: 'PUT', key, query: { partNumber: String(partNumber), uploadId }, body: bytes, signal: options.signal },
+      // Unsigned like the single PUT: a second SHA-256 of every byte only to sign it would double the hashing.
+      {
+        method: 'PUT',
+        key,
+        query: { partNumber: String(partNumber), uploadId },
+        body: bytes,
+        unsignedPayload: true,
+        signal: options.signal,
+      },
       `UploadPart ${partNumber} ${key}`,
     );
     const etag = headers.etag;

@@ -88,7 +88,7 @@ export interface StoreBacking {
   open(
     role: 'writer' | 'reader' | 'worker',
     pool: pg.Pool,
-    options?: { dataDir?: string; limits?: Partial<S3Limits>; socketReads?: boolean },
+    options?: { dataDir?: string; limits?: Partial<S3Limits>; socketReads?: boolean; socketWrites?: boolean },
   ): Promise<ArtifactStore>;
   /** Empties the store (between tests sharing one backing). */
   reset(dataDir?: string): Promise<void>;
@@ -135,6 +135,7 @@ export async function startStoreBacking(kind: StoreKind): Promise<StoreBacking> 
           timeoutMs: 30_000,
           limits: options.limits,
           socketReads: options.socketReads,
+          socketWrites: options.socketWrites,
         });
       } else if (nginx) {
         store = await openHttpStore({ url: nginx.url, role, pool, connectTimeoutMs: 2000, timeoutMs: 10_000 });
