@@ -15,7 +15,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createReadStream, existsSync } from 'node:fs';
-import { chmod, mkdir, mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
@@ -25,7 +25,7 @@ import pg from 'pg';
 import { migrate } from '../migrations/runner.ts';
 import { AdminStore } from '../policy/auth/admin-store.ts';
 import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
-import { benchNginxConf, curl, median, percentile, rssBytes } from './support.ts';
+import { benchNginxConf, curl, median, percentile, rssBytes, writeRandomFile } from './support.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const MiB = 1024 * 1024;
@@ -164,11 +164,7 @@ async function main(): Promise<void> {
 
     process.stderr.write(`writing a ${BIG_BYTES / MiB} MiB and a 4 KiB file under ${files}\n`);
     await mkdir(files, { recursive: true });
-    const big = await open(path.join(files, 'big.bin'), 'w');
-    const block = randomBytes(4 * MiB);
-    for (let written = 0; written < BIG_BYTES; written += block.length)
-      await big.write(block, 0, Math.min(block.length, BIG_BYTES - written));
-    await big.close();
+    await writeRandomFile(path.join(files, 'big.bin'), BIG_BYTES);
     await writeFile(path.join(files, 'small.bin'), randomBytes(SMALL_BYTES));
 
     // Gateway.

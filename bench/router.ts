@@ -23,7 +23,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
-import { chmod, mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
@@ -34,7 +34,7 @@ import { migrate } from '../migrations/runner.ts';
 import { AdminStore } from '../policy/auth/admin-store.ts';
 import { freeLoopbackPort, startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
 import pino from 'pino';
-import { cpuSeconds, curl, median, percentile } from './support.ts';
+import { cpuSeconds, curl, median, percentile, writeRandomFile } from './support.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const MiB = 1024 * 1024;
@@ -196,11 +196,7 @@ async function main(): Promise<void> {
     const key = (await store.createKey(principal.id, { scopes: ['read', 'write'] })).key;
 
     const bigFile = path.join(work, 'big.bin');
-    const big = await open(bigFile, 'w');
-    const block = randomBytes(4 * MiB);
-    for (let written = 0; written < BIG_BYTES; written += block.length)
-      await big.write(block, 0, Math.min(block.length, BIG_BYTES - written));
-    await big.close();
+    await writeRandomFile(bigFile, BIG_BYTES);
     const smallFile = path.join(work, 'small.bin');
     await writeFile(smallFile, randomBytes(SMALL_BYTES));
 

@@ -17,9 +17,9 @@
  * Profiles land in DIR/<server>-<phase>/ (summarise with bench/cpu-profile-summary.ts).
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
-import { chmod, mkdir, mkdtemp, open, readFile, rm } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
@@ -32,7 +32,7 @@ import { freeLoopbackPort, startEmbeddedDatabase } from '../proxy/server/embedde
 import { createLogger } from '../proxy/server/logger.ts';
 import { startS3Server, stopAllS3Servers, type S3ServerKind } from '../test/support/s3-server.ts';
 import { copyObject, S3_DEFAULT_LIMITS } from '../storage-adapter/s3-transfer.ts';
-import { cpuSeconds, curlWith as curl, sigV4CurlArgs as signed } from './support.ts';
+import { cpuSeconds, curlWith as curl, sigV4CurlArgs as signed, writeRandomFile } from './support.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const MiB = 1024 * 1024;
@@ -151,16 +151,7 @@ await admin.connect();
 const children: ChildProcess[] = [];
 try {
   const file = path.join(work, 'big.bin');
-  const fh = await open(file, 'w');
-  const block = randomBytes(4 * MiB);
-  const hash = createHash('sha256');
-  for (let w = 0; w < BIG; w += block.length) {
-    const slice = block.subarray(0, Math.min(block.length, BIG - w));
-    hash.update(slice);
-    await fh.write(slice);
-  }
-  await fh.close();
-  const digest = hash.digest('base64');
+  const digest = await writeRandomFile(file, BIG);
   const server = await startS3Server(kind, { bucket: 'arkvory-prof' });
   const s3pid = serverPid(server.port);
 

@@ -17,9 +17,9 @@
  * (servers, gateways, databases, files) is removed at the end.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
-import { chmod, mkdtemp, open, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
@@ -31,7 +31,7 @@ import { AdminStore } from '../policy/auth/admin-store.ts';
 import { freeLoopbackPort, startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
 import { createLogger } from '../proxy/server/logger.ts';
 import { startS3Server, stopAllS3Servers, type S3ServerKind } from '../test/support/s3-server.ts';
-import { curlWith as curl, median, rssBytes, sigV4CurlArgs as signed } from './support.ts';
+import { curlWith as curl, median, rssBytes, sigV4CurlArgs as signed, writeRandomFile } from './support.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const MiB = 1024 * 1024;
@@ -175,16 +175,7 @@ async function main(): Promise<void> {
 
     const file = path.join(work, 'big.bin');
     process.stderr.write(`writing a ${BIG_BYTES / MiB} MiB file under ${work}\n`);
-    const big = await open(file, 'w');
-    const block = randomBytes(4 * MiB);
-    const hash = createHash('sha256');
-    for (let written = 0; written < BIG_BYTES; written += block.length) {
-      const slice = block.subarray(0, Math.min(block.length, BIG_BYTES - written));
-      hash.update(slice);
-      await big.write(slice);
-    }
-    await big.close();
-    const bigDigest = hash.digest('base64');
+    const bigDigest = await writeRandomFile(file, BIG_BYTES);
     const small = path.join(work, 'small.bin');
     await writeFile(small, randomBytes(4096));
 

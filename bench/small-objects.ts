@@ -51,7 +51,7 @@ import pino from 'pino';
 import { migrate } from '../migrations/runner.ts';
 import { AdminStore } from '../policy/auth/admin-store.ts';
 import { freeLoopbackPort, startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
-import { benchNginxConf, cpuSeconds, curl, curlWith, median, rssBytes } from './support.ts';
+import { benchNginxConf, cpuSeconds, curl, curlWith, median, rssBytes, writeRandomFile } from './support.ts';
 import { runProcess, type ProcessResult } from '../test/support/run-process.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -458,16 +458,7 @@ async function main(): Promise<void> {
     for (const kib of SIZES_KIB) await writeFile(path.join(files, fileName(kib)), randomBytes(kib * KiB));
     process.stderr.write(`writing a ${BIG_BYTES / MiB} MiB file under ${files}\n`);
     const bigFile = path.join(files, 'big.bin');
-    const big = await open(bigFile, 'w');
-    const block = randomBytes(4 * MiB);
-    const bigHash = createHash('sha256');
-    for (let written = 0; written < BIG_BYTES; written += block.length) {
-      const part = block.subarray(0, Math.min(block.length, BIG_BYTES - written));
-      await big.write(part);
-      bigHash.update(part);
-    }
-    await big.close();
-    const bigDigest = `sha-256=:${bigHash.digest('base64')}:`;
+    const bigDigest = `sha-256=:${await writeRandomFile(bigFile, BIG_BYTES)}:`;
 
     const redisPort = await freeLoopbackPort();
     const redis = spawn(

@@ -18,7 +18,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createReadStream, existsSync } from 'node:fs';
-import { chmod, mkdir, mkdtemp, open, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
@@ -29,7 +29,7 @@ import { migrate } from '../migrations/runner.ts';
 import { AdminStore } from '../policy/auth/admin-store.ts';
 import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
 import { siteConfig } from '../test/support/static-store-config.ts';
-import { curl, median, rssBytes } from './support.ts';
+import { curl, median, rssBytes, writeRandomFile } from './support.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const MiB = 1024 * 1024;
@@ -112,11 +112,7 @@ async function main(): Promise<void> {
 
     const file = path.join(work, 'big.bin');
     process.stderr.write(`writing a ${BIG_BYTES / MiB} MiB file under ${work}\n`);
-    const big = await open(file, 'w');
-    const block = randomBytes(4 * MiB);
-    for (let written = 0; written < BIG_BYTES; written += block.length)
-      await big.write(block, 0, Math.min(block.length, BIG_BYTES - written));
-    await big.close();
+    await writeRandomFile(file, BIG_BYTES);
 
     // nginx as the static store, from the shipped site config.
     const nginxPort = await freeLoopbackPort();

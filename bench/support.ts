@@ -1,6 +1,7 @@
-/** What several benchmarks share: order statistics, a curl download, and /proc readings of a process. */
+/** What several benchmarks share: order statistics, a curl download, a big random file, and /proc readings of a process. */
 import { spawn } from 'node:child_process';
-import { readFile } from 'node:fs/promises';
+import { createHash, randomBytes } from 'node:crypto';
+import { open, readFile } from 'node:fs/promises';
 
 export const median = (xs: readonly number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 export const percentile = (xs: readonly number[], p: number): number =>
@@ -86,4 +87,24 @@ export async function cpuSeconds(pid: number): Promise<number> {
   const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   return (Number(fields[11] ?? 0) + Number(fields[12] ?? 0)) / 100;
+}
+
+/**
+ * Writes `bytes` random bytes to `file` (a 4 MiB random block repeated: random enough that nothing
+ * on the path compresses or deduplicates within a transfer) and returns their SHA-256 in base64.
+ */
+export async function writeRandomFile(file: string, bytes: number): Promise<string> {
+  const handle = await open(file, 'w');
+  const block = randomBytes(4 * 1024 * 1024);
+  const hash = createHash('sha256');
+  try {
+    for (let written = 0; written < bytes; written += block.length) {
+      const part = block.subarray(0, Math.min(block.length, bytes - written));
+      hash.update(part);
+      await handle.write(part);
+    }
+  } finally {
+    await handle.close();
+  }
+  return hash.digest('base64');
 }
