@@ -5,6 +5,7 @@
  * store writing it sees a failed write and keeps nothing.
  */
 import { createHash, type Hash } from 'node:crypto';
+import { isLargeBody } from './large-body.ts';
 import { OffThreadSha256 } from './off-thread-sha256.ts';
 import { StorageError } from './errors.ts';
 import type { StageOptions } from './store.ts';
@@ -16,14 +17,10 @@ export interface CheckedUpload {
   readonly result: { sizeBytes: number; sha256: string };
 }
 
-/** Bodies declared at least this large (or of unknown length) are hashed on the worker thread. */
-export const OFF_THREAD_MIN_BYTES = 4 * 1024 * 1024;
-
 export function checkedUpload(body: AsyncIterable<Uint8Array>, options: StageOptions): CheckedUpload {
   const result = { sizeBytes: 0, sha256: '' };
   async function* chunks(): AsyncGenerator<Buffer> {
-    const large = options.expectedLength === undefined || options.expectedLength >= OFF_THREAD_MIN_BYTES;
-    const hash = large ? new OffThreadSha256() : createHash('sha256');
+    const hash = isLargeBody(options.expectedLength) ? new OffThreadSha256() : createHash('sha256');
     let digested = false;
     try {
       yield* checked(hash);

@@ -14,7 +14,8 @@ import { fsyncDirectory } from './fs-sync.ts';
 import { fsIdentityObject, openingStorageId, type StorageRole } from './identity.ts';
 import { createFsTree } from './fs-tree.ts';
 import { createFsPartStore } from './multipart/fs-parts.ts';
-import { openUploadFile, wantsDirect, writeOverlapped } from './overlapped-writer.ts';
+import { isLargeBody } from './large-body.ts';
+import { openUploadFile, writeOverlapped } from './overlapped-writer.ts';
 import type { OpenedArtifactStore, ArtifactStore } from './store.ts';
 import { BLOBS_DIR, blobRelativePath, isSha256Hex, resolveInsideRoot, TMP_DIR, UPLOADS_DIR } from './paths.ts';
 import { trackedStagedBlob } from './staged-blob.ts';
@@ -113,7 +114,7 @@ export async function openFsStore(options: {
       const upload = checkedUpload(body, stageOptions);
       let handle: FileHandle | undefined;
       try {
-        const file = await openUploadFile(tempPath, wantsDirect(stageOptions.expectedLength));
+        const file = await openUploadFile(tempPath, isLargeBody(stageOptions.expectedLength));
         handle = file.handle;
         await writeOverlapped(handle, upload.chunks, {
           expectedBytes: stageOptions.expectedLength,

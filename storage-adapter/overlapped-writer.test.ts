@@ -4,7 +4,8 @@ import { mkdtemp, open, readdir, readFile, rm, stat } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { DIRECT_MIN_BYTES, openUploadFile, paddedLength, wantsDirect, writeOverlapped } from './overlapped-writer.ts';
+import { isLargeBody, LARGE_BODY_BYTES } from './large-body.ts';
+import { openUploadFile, paddedLength, writeOverlapped } from './overlapped-writer.ts';
 
 const MiB = 1024 * 1024;
 const dirs: string[] = [];
@@ -120,10 +121,10 @@ describe('direct I/O', () => {
       0, 4096, 4096, 4096, 8192, 1_052_672,
     ]);
     expect(paddedLength(10, 512)).toBe(512);
-    expect(wantsDirect(undefined)).toBe(true);
-    expect(wantsDirect(DIRECT_MIN_BYTES)).toBe(true);
-    expect(wantsDirect(DIRECT_MIN_BYTES - 1)).toBe(false);
-    expect(wantsDirect(0)).toBe(false);
+    expect(isLargeBody(undefined)).toBe(true);
+    expect(isLargeBody(LARGE_BODY_BYTES)).toBe(true);
+    expect(isLargeBody(LARGE_BODY_BYTES - 1)).toBe(false);
+    expect(isLargeBody(0)).toBe(false);
   });
 
   // This machine's temporary directory takes O_DIRECT (ext4, and tmpfs since Linux 6.6); if it

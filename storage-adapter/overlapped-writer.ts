@@ -28,8 +28,6 @@ const RING_SLOTS = 4;
 const SYNC_EVERY_BYTES = 64 * 1024 * 1024;
 /** Direct I/O alignment of memory, offsets and lengths: a page, a multiple of any common block size. */
 export const DIRECT_ALIGN_BYTES = 4096;
-/** Bodies declared smaller than this are written through the page cache (one sync costs them little). */
-export const DIRECT_MIN_BYTES = 4 * 1024 * 1024;
 const WASM_PAGE_BYTES = 65_536;
 /** The runtime's `WebAssembly.Memory` (this project's TypeScript libs declare no DOM or wasm values). */
 const WasmMemory = (
@@ -41,11 +39,6 @@ const WasmMemory = (
 /** The length the last direct write covers: `filled` rounded up to the alignment. */
 export function paddedLength(filled: number, align: number = DIRECT_ALIGN_BYTES): number {
   return Math.ceil(filled / align) * align;
-}
-
-/** Whether an upload declaring `expectedBytes` (undefined: not declared) is written with direct I/O. */
-export function wantsDirect(expectedBytes: number | undefined): boolean {
-  return expectedBytes === undefined || expectedBytes >= DIRECT_MIN_BYTES;
 }
 
 /**
