@@ -6,6 +6,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type http from 'node:http';
 import type { Logger } from 'pino';
+import { releaseBuffer } from '../../lib/release-buffer.ts';
 import type { GatewayError } from '../server/errors.ts';
 import { sendError } from '../server/http-errors.ts';
 import type { BackendPool, BackendView } from './backend-pool.ts';
@@ -206,7 +207,8 @@ export class ProxiedRequest {
     // One drain listener per response, added at the first write the client has not taken.
     let resume: (() => void) | undefined;
     proxyRes.on('data', (chunk: Buffer) => {
-      if (res.write(chunk)) return;
+      // The parser's copy of these bytes is ours alone: freed once the client's socket took it.
+      if (res.write(chunk, () => releaseBuffer(chunk))) return;
       proxyRes.pause();
       if (resume === undefined) {
         resume = () => proxyRes.resume();

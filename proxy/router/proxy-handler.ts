@@ -20,6 +20,7 @@ import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import https from 'node:https';
 import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
+import { releaseBuffer } from '../../lib/release-buffer.ts';
 import { announcesBody } from '../server/front-door.ts';
 import type { BackendPool, PoolChange } from './backend-pool.ts';
 import { buildUpstreamHeaders, type HopCache, type TrustedProxies } from './forwarded.ts';
@@ -73,6 +74,22 @@ function withConnectTimeout<A extends http.Agent>(agent: A, ms: number): A {
     return socket;
   };
   return agent;
+}
+
+/** Frees a read of a gateway's socket once node:http's parser has taken what it needs from it. */
+const releaseRead = (read: Buffer) => releaseBuffer(read);
+
+/**
+ * node:http's parser copies a response's body out of each socket read (the copies are relayed and
+ * freed in proxied-request.ts) and keeps nothing of the read itself, so the read can be freed right
+ * after the parser's own 'data' listener ran (lib/release-buffer.ts says why that matters). Node
+ * adds that listener for every request on the socket, just before 'socket' is emitted: ours is
+ * moved behind it each time, so it always runs second. (release-buffer.int.test.ts checks that
+ * the parser copies; a Node that stopped copying would fail it.)
+ */
+function releaseReadsAfterParsing(socket: Socket): void {
+  socket.removeListener('data', releaseRead);
+  socket.on('data', releaseRead);
 }
 
 /** An attempt as the idle sweep sees it. */
@@ -196,6 +213,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
         agent: target.agent,
       });
       attempt.upstream = proxyReq;
+      proxyReq.once('socket', releaseReadsAfterParsing);
       proxyReq.on('error', onError);
       proxyReq.on('response', (proxyRes) => attempt.onResponse(proxyRes));
       idle.watch(attempt);
