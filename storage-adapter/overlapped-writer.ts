@@ -19,6 +19,7 @@
  */
 import { constants } from 'node:fs';
 import { open, type FileHandle } from 'node:fs/promises';
+import { releaseBuffer } from '../lib/release-buffer.ts';
 
 /** Body bytes are gathered up to this size before one write call (fewer syscalls, same memory bound). */
 const SLOT_BYTES = 1024 * 1024;
@@ -85,25 +86,6 @@ export interface WriteOptions {
   readonly direct?: boolean | undefined;
 }
 
-/**
- * Frees a chunk's memory now instead of at the next scavenge, when the chunk is the whole of its
- * ArrayBuffer (as Node's HTTP parser hands each body chunk over: a fresh 64 KiB allocation). V8
- * counts ArrayBuffer memory allocated since the last full collection against the old generation's
- * limit, so a fast upload's chunks, waiting for a scavenge, started a full mark-compact of the whole
- * heap every few MiB (about 20 per GiB in a gateway, over a second of its event loop per GiB). A
- * detached buffer's memory is freed and uncounted at once. Pool slices and shared memory are left
- * alone.
- */
-function release(chunk: Buffer): void {
-  const { buffer } = chunk;
-  if (!(buffer instanceof ArrayBuffer) || chunk.byteOffset !== 0 || chunk.byteLength !== buffer.byteLength) return;
-  try {
-    buffer.transfer(0);
-  } catch {
-    // Not detachable (held by the runtime): the collector frees it as before.
-  }
-}
-
 interface Slot {
   readonly bytes: Buffer;
   /** Settles when the slot's write is done (never rejects; a failure is kept in `#failure`). */
@@ -156,7 +138,7 @@ class RingWriter {
       offset += copied;
       if (this.#filled === slot.bytes.length) await this.#flushSlot();
     }
-    if (this.#releaseChunks) release(chunk);
+    if (this.#releaseChunks) releaseBuffer(chunk);
   }
 
   /** Writes the filled part of the current slot, then waits until the next slot is free. */

@@ -6,7 +6,7 @@
  */
 import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { completeAnswer, dechunk, putOverSocket, releaseChunk } from './s3-socket-write.ts';
+import { completeAnswer, dechunk, putOverSocket } from './s3-socket-write.ts';
 
 const text = (s: string) => Buffer.from(s.replace(/\n/g, '\r\n'));
 
@@ -41,17 +41,6 @@ describe('dechunk', () => {
     expect(dechunk(text('2;ext=1\nab\n1\nc\n0\n\n'))?.toString()).toBe('abc');
     expect(dechunk(text('2\nab\n'))).toBeUndefined();
     expect(() => dechunk(text('zz\nab\n'))).toThrow(/chunk size/);
-  });
-});
-
-describe('releaseChunk', () => {
-  it('frees a chunk that is its whole ArrayBuffer, and leaves a pool slice alone', () => {
-    const own = Buffer.from(new ArrayBuffer(16));
-    releaseChunk(own);
-    expect(own.buffer.byteLength).toBe(0);
-    const slice = Buffer.from('pooled');
-    releaseChunk(slice);
-    expect(slice.toString()).toBe('pooled');
   });
 });
 

@@ -6,7 +6,7 @@
  * rules require, the largest items were the collector (the request parser's fresh 64 KiB chunks, held
  * by undici's stream layers until they were written, set off full collections) and one socket write
  * per 64 KiB chunk. Here a chunk is copied once into the ring and, when the body's producer allows it
- * (`releaseChunks`), its memory is freed at once (as overlapped-writer.ts does for the directory store).
+ * (`releaseChunks`), its memory is freed at once (lib/release-buffer.ts; overlapped-writer.ts does the same for the directory store).
  *
  * The object comes into existence only when the server has the last byte, and the last slot is
  * written only after the body has ended cleanly (its final checks: length, digest), so a body that
@@ -14,6 +14,7 @@
  * answer is read whole (S3 PUT answers are a few headers and at most a small XML error).
  */
 import net from 'node:net';
+import { releaseBuffer } from '../lib/release-buffer.ts';
 import { StorageError } from './errors.ts';
 import { hasStableCode, upstreamError } from './http-upstream.ts';
 import { parseResponseHead, type ResponseHead } from './s3-socket-read.ts';
@@ -47,21 +48,6 @@ export interface PutAnswer {
   readonly headers: ReadonlyMap<string, string>;
   /** The answer's body as text (an XML error, or empty). */
   readonly text: string;
-}
-
-/**
- * Frees a chunk's memory now instead of at a later collection, when the chunk is the whole of its
- * ArrayBuffer (as Node's HTTP parser hands each request-body chunk over). Pool slices and shared
- * memory are left alone.
- */
-export function releaseChunk(chunk: Buffer): void {
-  const { buffer } = chunk;
-  if (!(buffer instanceof ArrayBuffer) || chunk.byteOffset !== 0 || chunk.byteLength !== buffer.byteLength) return;
-  try {
-    buffer.transfer(0);
-  } catch {
-    // Not detachable (held by the runtime): the collector frees it.
-  }
 }
 
 /** The body of a chunked answer, or undefined while it is incomplete. */
@@ -286,7 +272,7 @@ export async function putOverSocket(
           fill += n;
           at += n;
         }
-        if (put.releaseChunks) releaseChunk(chunk);
+        if (put.releaseChunks) releaseBuffer(chunk);
         if (failure || answer) break;
       }
     } catch (err) {
