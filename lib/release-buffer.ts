@@ -1,4 +1,10 @@
 /**
+ * Below this a buffer is not worth a callback or a microtask of its own to free early: a small
+ * answer leaves little garbage, and the bookkeeping would cost a 4 KiB request more than it saves.
+ */
+export const RELEASE_MIN_BYTES = 16 * 1024;
+
+/**
  * Gives a buffer's memory back now instead of at V8's next major collection.
  *
  * Why: every socket read and every body chunk node:http's parser hands out is a fresh ArrayBuffer

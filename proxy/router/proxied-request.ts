@@ -6,7 +6,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type http from 'node:http';
 import type { Logger } from 'pino';
-import { releaseBuffer } from '../../lib/release-buffer.ts';
+import { RELEASE_MIN_BYTES, releaseBuffer } from '../../lib/release-buffer.ts';
 import type { GatewayError } from '../server/errors.ts';
 import { sendError } from '../server/http-errors.ts';
 import type { BackendPool, BackendView } from './backend-pool.ts';
@@ -207,8 +207,10 @@ export class ProxiedRequest {
     // One drain listener per response, added at the first write the client has not taken.
     let resume: (() => void) | undefined;
     proxyRes.on('data', (chunk: Buffer) => {
-      // The parser's copy of these bytes is ours alone: freed once the client's socket took it.
-      if (res.write(chunk, () => releaseBuffer(chunk))) return;
+      // The parser's copy of these bytes is ours alone: a large one is freed once the client's socket took it.
+      const taken =
+        chunk.byteLength >= RELEASE_MIN_BYTES ? res.write(chunk, () => releaseBuffer(chunk)) : res.write(chunk);
+      if (taken) return;
       proxyRes.pause();
       if (resume === undefined) {
         resume = () => proxyRes.resume();

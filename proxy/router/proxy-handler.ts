@@ -20,7 +20,7 @@ import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import https from 'node:https';
 import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
-import { releaseBuffer } from '../../lib/release-buffer.ts';
+import { RELEASE_MIN_BYTES, releaseBuffer } from '../../lib/release-buffer.ts';
 import { announcesBody } from '../server/front-door.ts';
 import type { BackendPool, PoolChange } from './backend-pool.ts';
 import { buildUpstreamHeaders, type HopCache, type TrustedProxies } from './forwarded.ts';
@@ -76,20 +76,26 @@ function withConnectTimeout<A extends http.Agent>(agent: A, ms: number): A {
   return agent;
 }
 
-/** Frees a read of a gateway's socket once node:http's parser has taken what it needs from it. */
-const releaseRead = (read: Buffer) => releaseBuffer(read);
-
 /**
- * node:http's parser copies a response's body out of each socket read (the copies are relayed and
- * freed in proxied-request.ts) and keeps nothing of the read itself, so the read can be freed right
- * after the parser's own 'data' listener ran (lib/release-buffer.ts says why that matters). Node
- * adds that listener for every request on the socket, just before 'socket' is emitted: ours is
- * moved behind it each time, so it always runs second. (release-buffer.int.test.ts checks that
- * the parser copies; a Node that stopped copying would fail it.)
+ * Every socket the agent opens to a gateway frees each large read once node:http's parser has taken
+ * what it needs from it (lib/release-buffer.ts says why that matters). The parser copies a
+ * response's body out of the read (the copies are relayed and freed in proxied-request.ts) and keeps
+ * nothing of the read itself; release-reads.int.test.ts checks that, so a Node that stopped copying
+ * fails it. Node adds the parser's 'data' listener anew for each request on a keep-alive socket, so
+ * ours may run before it: the release waits for a microtask, after the whole 'data' emit.
  */
-function releaseReadsAfterParsing(socket: Socket): void {
-  socket.removeListener('data', releaseRead);
-  socket.on('data', releaseRead);
+export function withReleasedReads<A extends http.Agent>(agent: A): A {
+  const create = agent.createConnection.bind(agent);
+  agent.createConnection = (options, callback) => {
+    const socket = create(options, callback) as Socket | null | undefined;
+    socket?.on('data', releaseAfterParsing);
+    return socket;
+  };
+  return agent;
+}
+
+function releaseAfterParsing(read: Buffer): void {
+  if (read.byteLength >= RELEASE_MIN_BYTES) queueMicrotask(() => releaseBuffer(read));
 }
 
 /** An attempt as the idle sweep sees it. */
@@ -169,8 +175,8 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     scheduling: 'lifo',
   };
   const agents = {
-    http: withConnectTimeout(new http.Agent(agentOptions), options.connectTimeoutMs),
-    https: withConnectTimeout(new https.Agent(agentOptions), options.connectTimeoutMs),
+    http: withConnectTimeout(withReleasedReads(new http.Agent(agentOptions)), options.connectTimeoutMs),
+    https: withConnectTimeout(withReleasedReads(new https.Agent(agentOptions)), options.connectTimeoutMs),
   };
   const { idleTimeoutMs } = options;
   const idle = createIdleSweep(idleTimeoutMs, (attempt) =>
@@ -213,7 +219,6 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
         agent: target.agent,
       });
       attempt.upstream = proxyReq;
-      proxyReq.once('socket', releaseReadsAfterParsing);
       proxyReq.on('error', onError);
       proxyReq.on('response', (proxyRes) => attempt.onResponse(proxyRes));
       idle.watch(attempt);
