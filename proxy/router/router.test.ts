@@ -639,6 +639,27 @@ describe('the idle sweep', () => {
     sweep.close();
   });
 
+  it('keeps the right attempts when many settle out of order (twice, or after firing, is harmless)', () => {
+    const { sweep, fired, attempt, at } = setup(1000);
+    const all = Array.from({ length: 10 }, (_, i) =>
+      attempt(`a${i}`, { connecting: false, bytesRead: i, bytesWritten: 0 }),
+    );
+    for (const a of all) sweep.watch(a);
+    for (const i of [0, 9, 4, 5, 4]) sweep.unwatch(all[i]!);
+    expect(sweep.size).toBe(6);
+    at(250);
+    at(1250);
+    expect(fired.sort()).toEqual(['a1', 'a2', 'a3', 'a6', 'a7', 'a8']);
+    expect(sweep.size).toBe(0);
+    for (const a of all) sweep.unwatch(a);
+    // Watched again after all that: still swept.
+    sweep.watch(all[4]!);
+    at(2500);
+    at(3500);
+    expect(fired).toContain('a4');
+    sweep.close();
+  });
+
   it('stops watching a settled attempt, and ticks between 50 ms and 1 s', () => {
     const { sweep, fired, attempt, at } = setup(1000);
     const a = attempt('settled', { connecting: false, bytesRead: 1, bytesWritten: 1 });
