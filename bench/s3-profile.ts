@@ -4,22 +4,24 @@
  * signed PUTs and gateway PUTs of the same file, both sent by curl -T, interleaved (--node-client adds
  * the gateway PUT from a Node http client); phase `get`: direct signed GETs and gateway GETs,
  * interleaved (--relay adds a bare Node relay, `http.get` piped to the response: the least any Node
- * relay costs). For each transfer it prints wall seconds and the CPU seconds the gateway (or relay),
+ * relay costs; --nginx-relay adds nginx relaying the same signed GET with `proxy_pass`, unbuffered, one
+ * worker: what a relay written in C costs on the same cores). For each transfer it prints wall seconds and the CPU seconds the gateway (or relay),
  * the S3 server and the client (curl, from /usr/bin/time) spent, which tells a CPU-bound gateway from
  * one waiting on its upstream link and shows where the CPU of two shared cores goes.
  *
  * Phase `copy` times a server-side CopyObject of the file against its direct PUT (no gateway).
  *
  *   node bench/s3-profile.ts --server minio|seaweedfs [--phase get,put,copy] [--runs 2] [--big-mib 1024]
- *                            [--profile-dir DIR] [--compare-root /other/checkout] [--relay] [--node-client]
+ *                            [--profile-dir DIR] [--compare-root /other/checkout] [--relay] [--nginx-relay]
+ *                            [--node-client]
  *                            [--node-options '--max-semi-space-size=4']
  *
  * Profiles land in DIR/<server>-<phase>/ (summarise with bench/cpu-profile-summary.ts).
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createReadStream, createWriteStream } from 'node:fs';
-import { chmod, mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { createReadStream, createWriteStream, existsSync } from 'node:fs';
+import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
@@ -32,7 +34,7 @@ import { freeLoopbackPort, startEmbeddedDatabase } from '../proxy/server/embedde
 import { createLogger } from '../proxy/server/logger.ts';
 import { startS3Server, stopAllS3Servers, type S3ServerKind } from '../test/support/s3-server.ts';
 import { copyObject, S3_DEFAULT_LIMITS } from '../storage-adapter/s3-transfer.ts';
-import { cpuSeconds, curlWith as curl, sigV4CurlArgs as signed, writeRandomFile } from './support.ts';
+import { benchNginxConf, cpuSeconds, curlWith as curl, sigV4CurlArgs as signed, writeRandomFile } from './support.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const MiB = 1024 * 1024;
@@ -48,6 +50,8 @@ const { values: args } = parseArgs({
     'compare-root': { type: 'string' },
     // get: also a bare Node relay (http.get piped to the response) in the same rounds, the upper bound of any relay.
     relay: { type: 'boolean', default: false },
+    // get: also nginx (proxy_pass, unbuffered, one worker) relaying the same signed GET: what a relay in C costs.
+    'nginx-relay': { type: 'boolean', default: false },
     // put: also the gateway PUT from a Node http client (what bench/s3-store.ts used to send), CPU of this process.
     'node-client': { type: 'boolean', default: false },
   },
@@ -120,6 +124,55 @@ http.createServer((req, res) => {
   }).on('error', () => res.destroy());
 }).listen(Number(port), '127.0.0.1');
 `;
+
+/**
+ * nginx in front of the S3 server, relaying one signed GET (the signature's headers set on the
+ * upstream request) with `proxy_buffering off`, so every byte passes straight through one worker.
+ */
+async function startNginxRelay(
+  directUrl: string,
+  server: Awaited<ReturnType<typeof startS3Server>>,
+): Promise<{ master: ChildProcess; worker: number; url: string }> {
+  const binary = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
+  if (!binary) throw new Error('--nginx-relay needs nginx (apt-get install nginx-light)');
+  const prefix = path.join(work, 'nginx-relay');
+  await mkdir(path.join(prefix, 'tmp'), { recursive: true });
+  const port = await freeLoopbackPort();
+  const target = new URL(directUrl);
+  const request = server.client().signedHead({ method: 'GET', key: 'direct/big.bin' });
+  // The signed head (Host included), each header once: a second Host line is a 400.
+  const head = new Map([['host', target.host]]);
+  for (const [name, value] of Object.entries(request.headers)) head.set(name.toLowerCase(), value);
+  const headers = [...head].map(([name, value]) => `proxy_set_header ${name} "${value}";`).join(' ');
+  const conf = benchNginxConf({
+    prefix,
+    port,
+    root: prefix,
+    bodyTemp: path.join(prefix, 'tmp'),
+    server: `location / { proxy_pass http://${target.host}${target.pathname}; proxy_http_version 1.1; proxy_buffering off; ${headers} }`,
+  }).replace('worker_processes auto;', `worker_processes 1;${process.getuid?.() === 0 ? ' user root;' : ''}`);
+  await writeFile(path.join(prefix, 'nginx.conf'), conf);
+  const master = spawn(binary, ['-p', prefix, '-c', path.join(prefix, 'nginx.conf')], { stdio: 'inherit' });
+  children.push(master);
+  const url = `http://127.0.0.1:${port}/`;
+  for (let i = 0; ; i++) {
+    // One byte (Range is not among the signed headers): the signature and the path are right.
+    const status = await fetch(url, { headers: { range: 'bytes=0-0' } }).then(
+      (r) => r.body?.cancel().then(() => r.status),
+      () => 0,
+    );
+    if (status === 206) break;
+    if (i > 100) throw new Error(`nginx relay did not answer 206 (last ${status}); see ${prefix}/error.log`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const worker = Number(
+    execFileSync('pgrep', ['-P', String(master.pid)])
+      .toString()
+      .trim()
+      .split('\n')[0],
+  );
+  return { master, worker, url };
+}
 
 function put(url: string, key: string, file: string, size: number, digest: string): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -294,6 +347,8 @@ try {
         await new Promise((r) => setTimeout(r, 100));
       }
     }
+    let nginx: { master: ChildProcess; worker: number; url: string } | undefined;
+    if (phase === 'get' && args['nginx-relay']) nginx = await startNginxRelay(directUrl, server);
     if (phase === 'put') {
       for (let r = 0; r < RUNS; r++) {
         const d = await measured(pids, () => timedCurl([...signed(server), '-T', file, directUrl]));
@@ -348,6 +403,11 @@ try {
           if (b.value.bytes !== BIG) throw new Error(`bare relay GET ${b.value.status} ${b.value.bytes}`);
           line('bare node relay GET (CPU as gateway)', b, b.value.clientCpu);
         }
+        if (nginx) {
+          const n = await measured([nginx.worker, s3pid], () => timedCurl([nginx!.url]));
+          if (n.value.bytes !== BIG) throw new Error(`nginx relay GET ${n.value.status} ${n.value.bytes}`);
+          line('nginx relay GET (CPU as gateway)', n, n.value.clientCpu);
+        }
         if (other) {
           const o = await measured([other.child.pid!, s3pid], () =>
             timedCurl([
@@ -362,6 +422,10 @@ try {
       }
     }
     relay?.kill('SIGTERM');
+    if (nginx) {
+      nginx.master.kill('SIGTERM');
+      await new Promise((r) => nginx!.master.once('exit', r));
+    }
     await stopGateway(child);
     if (other) await stopGateway(other.child);
   }
