@@ -175,6 +175,11 @@ describe('router: one writer, two readers', () => {
       });
       expect(direct.body.equals(file.subarray(0, 16))).toBe(true);
     }
+    // Every byte as sent: the router frees each chunk once the writer's socket took it.
+    const whole = await request(`${writer.url}/api/v1/repositories/shared/artifacts/uploaded.bin/content`, {
+      headers: bearer(key),
+    });
+    expect(sha256(whole.body)).toBe(sha256(file));
   });
 
   it('answers reads byte-exactly with every Range form, preserving ETag, Content-Range and conditionals', async () => {
