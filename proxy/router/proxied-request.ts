@@ -6,11 +6,11 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type http from 'node:http';
 import type { Logger } from 'pino';
-import { RELEASE_MIN_BYTES, releaseBuffer } from '../../lib/release-buffer.ts';
 import type { GatewayError } from '../server/errors.ts';
 import { sendError } from '../server/http-errors.ts';
 import type { BackendPool, BackendView } from './backend-pool.ts';
 import { responseHeaderList } from './hop-by-hop.ts';
+import { relayChunks } from './relay-chunks.ts';
 import { classifyRequest, isRetryable, type RequestClass } from './route-class.ts';
 import { CONNECT_FAILURES, noGateway, upstreamFailure } from './upstream-errors.ts';
 
@@ -188,10 +188,9 @@ export class ProxiedRequest {
       status,
       responseHeaderList(proxyRes.rawHeaders, proxyRes.headers.connection, this.#upstream.requestId),
     );
-    // The body is relayed by hand rather than with pipe() (its unpipe, drain, close, finish and
-    // error listeners on both streams, set up and removed per response) or stream.pipeline() (an
-    // AbortController and a DOMException per call). Backpressure: a write the client has not taken
-    // pauses the gateway's response until the client drains.
+    // The body is relayed by hand (relay-chunks.ts) rather than with pipe() (its unpipe, drain,
+    // close, finish and error listeners on both streams, set up and removed per response) or
+    // stream.pipeline() (an AbortController and a DOMException per call).
     const end = (err?: Error) => {
       if (attempt.done) return;
       attempt.done = true;
@@ -207,19 +206,7 @@ export class ProxiedRequest {
     // A body cut short (reset, gateway killed) fails the response with `aborted` (an error is
     // emitted because a listener is attached): never end the client's cleanly then.
     proxyRes.on('error', end);
-    // One drain listener per response, added at the first write the client has not taken.
-    let resume: (() => void) | undefined;
-    proxyRes.on('data', (chunk: Buffer) => {
-      // The parser's copy of these bytes is ours alone: a large one is freed once the client's socket took it.
-      const taken =
-        chunk.byteLength >= RELEASE_MIN_BYTES ? res.write(chunk, () => releaseBuffer(chunk)) : res.write(chunk);
-      if (taken) return;
-      proxyRes.pause();
-      if (resume === undefined) {
-        resume = () => proxyRes.resume();
-        res.on('drain', resume);
-      }
-    });
+    relayChunks(proxyRes, res);
     proxyRes.on('end', () => {
       res.end();
       end();

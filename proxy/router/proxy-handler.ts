@@ -24,6 +24,7 @@ import { RELEASE_MIN_BYTES, releaseBuffer } from '../../lib/release-buffer.ts';
 import { announcesBody } from '../server/front-door.ts';
 import type { BackendPool, PoolChange } from './backend-pool.ts';
 import { buildUpstreamHeaders, type HopCache, type TrustedProxies } from './forwarded.ts';
+import { relayChunks } from './relay-chunks.ts';
 import { ProxiedRequest, type Relay, type RequestOutcome, type Upstream } from './proxied-request.ts';
 import { UpstreamTimeout } from './upstream-errors.ts';
 
@@ -96,28 +97,6 @@ export function withReleasedReads<A extends http.Agent>(agent: A): A {
 
 function releaseAfterParsing(read: Buffer): void {
   if (read.byteLength >= RELEASE_MIN_BYTES) queueMicrotask(() => releaseBuffer(read));
-}
-
-/**
- * The client's body to the gateway, by hand rather than with pipe() (which keeps each chunk until
- * the collector finds it): a large chunk (the parser's copy, ours alone) is freed once the gateway's
- * socket took it. Backpressure: a write the gateway has not taken pauses the client until it
- * drains; a gateway request that failed takes no more writes (they return false), so the client's
- * body stops being read, as pipe() would.
- */
-function relayBody(req: IncomingMessage, proxyReq: http.ClientRequest): void {
-  let resume: (() => void) | undefined;
-  req.on('data', (chunk: Buffer) => {
-    const taken =
-      chunk.byteLength >= RELEASE_MIN_BYTES ? proxyReq.write(chunk, () => releaseBuffer(chunk)) : proxyReq.write(chunk);
-    if (taken) return;
-    req.pause();
-    if (resume === undefined) {
-      resume = () => req.resume();
-      proxyReq.on('drain', resume);
-    }
-  });
-  req.on('end', () => proxyReq.end());
 }
 
 /** An attempt as the idle sweep sees it. */
@@ -266,8 +245,10 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       // The gateway decides whether the body is wanted (auth, size, admission): the head carries
       // `Expect: 100-continue` and goes out now; the gateway's 100 is relayed, then the body flows.
       if (upstream.expectsContinue) proxyReq.once('continue', () => res.writeContinue());
-      if (upstream.hasBody) relayBody(req, proxyReq);
-      else proxyReq.end();
+      if (upstream.hasBody) {
+        relayChunks(req, proxyReq);
+        req.on('end', () => proxyReq.end());
+      } else proxyReq.end();
     },
     settled(attempt) {
       idle.unwatch(attempt);
