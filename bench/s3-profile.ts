@@ -347,6 +347,12 @@ try {
         await new Promise((r) => setTimeout(r, 100));
       }
     }
+    /** One whole-file GET by curl through a relay: timed, the relay's and the server's CPU, checked whole. */
+    const timedGet = async (what: string, cpuOf: number[], argv: string[]) => {
+      const m = await measured(cpuOf, () => timedCurl(argv));
+      if (m.value.bytes !== BIG) throw new Error(`${what}: ${m.value.status} with ${m.value.bytes} bytes`);
+      line(what, m, m.value.clientCpu);
+    };
     let nginx: { master: ChildProcess; worker: number; url: string } | undefined;
     if (phase === 'get' && args['nginx-relay']) nginx = await startNginxRelay(directUrl, server);
     if (phase === 'put') {
@@ -393,32 +399,20 @@ try {
       }
     } else {
       for (let r = 0; r < RUNS; r++) {
-        const d = await measured(pids, () => timedCurl([...signed(server), directUrl]));
-        line('direct GET', d, d.value.clientCpu);
-        const g = await measured(pids, () => timedCurl(['-H', `authorization: Bearer ${key}`, `${gwUrl}/content`]));
-        if (g.value.bytes !== BIG) throw new Error(`gateway GET ${g.value.status} ${g.value.bytes}`);
-        line('gateway GET', g, g.value.clientCpu);
-        if (relay) {
-          const b = await measured([relay.pid!, s3pid], () => timedCurl([relayUrl]));
-          if (b.value.bytes !== BIG) throw new Error(`bare relay GET ${b.value.status} ${b.value.bytes}`);
-          line('bare node relay GET (CPU as gateway)', b, b.value.clientCpu);
-        }
-        if (nginx) {
-          const n = await measured([nginx.worker, s3pid], () => timedCurl([nginx!.url]));
-          if (n.value.bytes !== BIG) throw new Error(`nginx relay GET ${n.value.status} ${n.value.bytes}`);
-          line('nginx relay GET (CPU as gateway)', n, n.value.clientCpu);
-        }
-        if (other) {
-          const o = await measured([other.child.pid!, s3pid], () =>
-            timedCurl([
+        await timedGet('direct GET', pids, [...signed(server), directUrl]);
+        await timedGet('gateway GET', pids, ['-H', `authorization: Bearer ${key}`, `${gwUrl}/content`]);
+        if (relay) await timedGet('bare node relay GET (CPU as gateway)', [relay.pid!, s3pid], [relayUrl]);
+        if (nginx) await timedGet('nginx relay GET (CPU as gateway)', [nginx.worker, s3pid], [nginx.url]);
+        if (other)
+          await timedGet(
+            `gateway GET (${args['compare-root']})`,
+            [other.child.pid!, s3pid],
+            [
               '-H',
               `authorization: Bearer ${other.key}`,
               `${other.base}/api/v1/repositories/bench/artifacts/big.bin/content`,
-            ]),
+            ],
           );
-          if (o.value.bytes !== BIG) throw new Error(`compared gateway GET ${o.value.status} ${o.value.bytes}`);
-          line(`gateway GET (${args['compare-root']})`, o, o.value.clientCpu);
-        }
       }
     }
     relay?.kill('SIGTERM');
