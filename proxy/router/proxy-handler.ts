@@ -166,6 +166,8 @@ export function createIdleSweep(
     watch(attempt: Watched): void {
       attempt.idleBytes = -1;
       attempt.idleSince = now();
+      // Watched already (as a Set would have it): its silence counts from now, it is not added twice.
+      if (attempt.slot !== undefined && watched[attempt.slot] === attempt) return;
       attempt.slot = watched.length;
       watched.push(attempt);
       if (timer === undefined) {

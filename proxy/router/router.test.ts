@@ -645,6 +645,8 @@ describe('the idle sweep', () => {
       attempt(`a${i}`, { connecting: false, bytesRead: i, bytesWritten: 0 }),
     );
     for (const a of all) sweep.watch(a);
+    sweep.watch(all[3]!);
+    expect(sweep.size).toBe(10);
     for (const i of [0, 9, 4, 5, 4]) sweep.unwatch(all[i]!);
     expect(sweep.size).toBe(6);
     at(250);
