@@ -51,7 +51,17 @@ import pino from 'pino';
 import { migrate } from '../migrations/runner.ts';
 import { AdminStore } from '../policy/auth/admin-store.ts';
 import { freeLoopbackPort, startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
-import { benchNginxConf, cpuSeconds, curl, curlWith, median, rssBytes, writeRandomFile } from './support.ts';
+import {
+  benchNginxConf,
+  cpuSeconds,
+  curl,
+  curlWith,
+  median,
+  rssBytes,
+  type WrkResult,
+  wrk,
+  writeRandomFile,
+} from './support.ts';
 import { runProcess, type ProcessResult } from '../test/support/run-process.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -92,36 +102,8 @@ interface Target {
   pids(): Promise<number[]>;
 }
 
-interface WrkResult {
-  rps: number;
-  p50Ms: number;
-  p99Ms: number;
-  requests: number;
-  errors: number;
-}
-
 function run(cmd: string, argv: string[]): Promise<ProcessResult> {
   return runProcess(cmd, argv);
-}
-
-function toMs(value: string, unit: string): number {
-  return Number(value) * ({ us: 0.001, ms: 1, s: 1000, m: 60_000 }[unit] ?? Number.NaN);
-}
-
-/** Parses `wrk --latency` output. */
-export function parseWrk(out: string): WrkResult {
-  const rps = Number(/Requests\/sec:\s+([\d.]+)/.exec(out)?.[1]);
-  const latency = (p: string) => {
-    const m = new RegExp(`^\\s+${p}%\\s+([\\d.]+)(us|ms|s|m)\\s*$`, 'm').exec(out);
-    return m ? toMs(m[1]!, m[2]!) : Number.NaN;
-  };
-  const requests = Number(/(\d+) requests in/.exec(out)?.[1]);
-  const non2xx = Number(/Non-2xx or 3xx responses:\s+(\d+)/.exec(out)?.[1] ?? 0);
-  const socketErrors = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(out);
-  const errors = non2xx + (socketErrors ? socketErrors.slice(1).reduce((n, v) => n + Number(v), 0) : 0);
-  if (errors > 0) process.stderr.write(`  wrk: ${non2xx} non-2xx, ${socketErrors?.[0] ?? 'no socket errors'}\n`);
-  if (!Number.isFinite(rps) || !Number.isFinite(requests)) throw new Error(`unexpected wrk output:\n${out}`);
-  return { rps, p50Ms: latency('50'), p99Ms: latency('99'), requests, errors };
 }
 
 async function childPids(pid: number): Promise<number[]> {
@@ -147,14 +129,9 @@ async function measure(target: Target, file: string): Promise<WrkResult & { cpuP
       await new Promise((r) => setTimeout(r, 100));
     }
   })();
-  const argv = ['-t1', `-c${CONNECTIONS}`, `-d${SECONDS}s`, '--latency'];
-  for (const [k, v] of Object.entries(target.headers)) argv.push('-H', `${k}: ${v}`);
-  argv.push(target.url(file));
-  const out = await run('wrk', argv);
+  const result = await wrk(target.url(file), { connections: CONNECTIONS, seconds: SECONDS, headers: target.headers });
   sampling = false;
   await sampler;
-  if (out.code !== 0) throw new Error(`wrk failed (${out.code}): ${out.stderr}`);
-  const result = parseWrk(out.stdout);
   const cpu = (await sumOver(pids, cpuSeconds)) - cpuBefore;
   return { ...result, cpuPer10k: (cpu / Math.max(1, result.requests)) * 10_000, peakRss };
 }

@@ -108,3 +108,57 @@ export async function writeRandomFile(file: string, bytes: number): Promise<stri
   }
   return hash.digest('base64');
 }
+
+export interface WrkResult {
+  rps: number;
+  p50Ms: number;
+  p99Ms: number;
+  requests: number;
+  /** Non-2xx/3xx answers and socket errors. */
+  errors: number;
+}
+
+function toMs(value: string, unit: string): number {
+  return Number(value) * ({ us: 0.001, ms: 1, s: 1000, m: 60_000 }[unit] ?? Number.NaN);
+}
+
+/** Parses `wrk --latency` output. */
+function parseWrk(out: string): WrkResult {
+  const rps = Number(/Requests\/sec:\s+([\d.]+)/.exec(out)?.[1]);
+  const latency = (p: string) => {
+    const m = new RegExp(`^\\s+${p}%\\s+([\\d.]+)(us|ms|s|m)\\s*$`, 'm').exec(out);
+    return m ? toMs(m[1]!, m[2]!) : Number.NaN;
+  };
+  const requests = Number(/(\d+) requests in/.exec(out)?.[1]);
+  const non2xx = Number(/Non-2xx or 3xx responses:\s+(\d+)/.exec(out)?.[1] ?? 0);
+  const socketErrors = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(out);
+  const errors = non2xx + (socketErrors ? socketErrors.slice(1).reduce((n, v) => n + Number(v), 0) : 0);
+  if (errors > 0) process.stderr.write(`  wrk: ${non2xx} non-2xx, ${socketErrors?.[0] ?? 'no socket errors'}\n`);
+  if (!Number.isFinite(rps) || !Number.isFinite(requests)) throw new Error(`unexpected wrk output:\n${out}`);
+  return { rps, p50Ms: latency('50'), p99Ms: latency('99'), requests, errors };
+}
+
+/** One `wrk -t1 --latency` run (Debian: apt-get install wrk) over keep-alive connections. */
+export async function wrk(
+  url: string,
+  options: { connections: number; seconds: number; headers?: Record<string, string> },
+): Promise<WrkResult> {
+  const argv = ['-t1', `-c${options.connections}`, `-d${options.seconds}s`, '--latency'];
+  for (const [k, v] of Object.entries(options.headers ?? {})) argv.push('-H', `${k}: ${v}`);
+  argv.push(url);
+  const out = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
+    const child = spawn('wrk', argv, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    child.on('error', (err) =>
+      reject(
+        (err as NodeJS.ErrnoException).code === 'ENOENT' ? new Error('wrk is missing (apt-get install wrk)') : err,
+      ),
+    );
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+  if (out.code !== 0) throw new Error(`wrk failed (${out.code}): ${out.stderr}`);
+  return parseWrk(out.stdout);
+}
