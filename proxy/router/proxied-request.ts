@@ -4,13 +4,11 @@
  * error, reset, timeout, or a 503 from a gateway that stopped serving). Guarantees of proxy-handler.ts.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type http from 'node:http';
 import type { Logger } from 'pino';
 import type { GatewayError } from '../server/errors.ts';
 import { sendError } from '../server/http-errors.ts';
 import type { BackendPool, BackendView } from './backend-pool.ts';
 import { responseHeaderList } from './hop-by-hop.ts';
-import { relayChunks } from './relay-chunks.ts';
 import { classifyRequest, isRetryable, type RequestClass } from './route-class.ts';
 import { CONNECT_FAILURES, noGateway, upstreamFailure } from './upstream-errors.ts';
 
@@ -20,15 +18,44 @@ export interface Attempt {
   readonly number: number;
   responded: boolean;
   done: boolean;
-  /** The request to the gateway. */
-  upstream?: http.ClientRequest;
+  /** The exchange with the gateway. */
+  upstream?: UpstreamCall;
   /** The idle sweep's last look at the upstream socket (proxy-handler.ts). */
   idleBytes: number;
   idleSince: number;
   /** Its place in the idle sweep's list (-1: not watched). */
   slot: number;
   release(): void;
-  onResponse(proxyRes: IncomingMessage): void;
+  onResponse(response: UpstreamResponse): void;
+}
+
+/**
+ * The exchange with one gateway as an attempt sees it, whichever client carries it (GET over
+ * undici, everything else over node:http: proxy-handler.ts says why).
+ */
+export interface UpstreamCall {
+  /** Bytes moved either way so far; -1 while it waits for its connection (the idle sweep's input). */
+  moved(): number;
+  /** Cuts the exchange and its connection; the attempt's error callback hears `err` if nothing ended it before. */
+  destroy(err?: Error): void;
+}
+
+/** A gateway's response head, its body still to come. */
+export interface UpstreamResponse {
+  readonly status: number;
+  /** The head as received: name, value, … (hop-by-hop headers included). */
+  readonly rawHeaders: readonly string[];
+  /** The parsed `Connection` header, for the names it lists. */
+  readonly connection: string | string[] | undefined;
+  /**
+   * Streams the body into `res` with backpressure and ends `res`; `done` is called once, with an
+   * error when the body was cut (then `res` is not ended).
+   */
+  relayTo(res: ServerResponse, done: (err?: Error) => void): void;
+  /** Reads the body and drops it: the connection stays reusable. */
+  discard(): void;
+  /** Drops the body and the connection. */
+  destroy(): void;
 }
 
 export interface RequestOutcome {
@@ -151,28 +178,28 @@ export class ProxiedRequest {
         releaseSlot();
         this.#relay.settled(attempt);
       },
-      onResponse: (proxyRes) => this.#onResponse(attempt, excluded, proxyRes),
+      onResponse: (response) => this.#onResponse(attempt, excluded, response),
     };
     this.#current = attempt;
     this.#relay.forward(this.#req, this.#res, this.#upstream, attempt, (err) => this.#onError(attempt, excluded, err));
   }
 
-  #onResponse(attempt: Attempt, excluded: ReadonlySet<string>, proxyRes: IncomingMessage): void {
+  #onResponse(attempt: Attempt, excluded: ReadonlySet<string>, response: UpstreamResponse): void {
     const res = this.#res;
     const { backend } = attempt;
     // Done, or the client was already answered here (a 408 for its stalled body).
     if (attempt.done || res.headersSent) {
-      proxyRes.destroy();
+      response.destroy();
       return;
     }
     attempt.responded = true;
-    const status = proxyRes.statusCode ?? 502;
+    const { status } = response;
     // A gateway that stopped serving (draining, fenced) answers 503 before any payload.
     if (status === 503 && this.#retryable && attempt.number === 1 && !this.#clientGone) {
       const other = this.#relay.pool.pick(this.outcome.kind, new Set([...excluded, backend.url]));
       if (other) {
         attempt.done = true;
-        proxyRes.resume();
+        response.discard();
         attempt.release();
         this.#relay.noteUnreachable(backend.url, 'answered 503 to a proxied request');
         this.#logFor().info(
@@ -184,14 +211,9 @@ export class ProxiedRequest {
       }
     }
     // A raw list, with no header set on `res` before: node:http writes it without a header object.
-    res.writeHead(
-      status,
-      responseHeaderList(proxyRes.rawHeaders, proxyRes.headers.connection, this.#upstream.requestId),
-    );
-    // The body is relayed by hand (relay-chunks.ts) rather than with pipe() (its unpipe, drain,
-    // close, finish and error listeners on both streams, set up and removed per response) or
-    // stream.pipeline() (an AbortController and a DOMException per call).
-    const end = (err?: Error) => {
+    res.writeHead(status, responseHeaderList(response.rawHeaders, response.connection, this.#upstream.requestId));
+    // A body cut short (reset, gateway killed) ends with an error: never end the client's cleanly then.
+    response.relayTo(res, (err) => {
       if (attempt.done) return;
       attempt.done = true;
       attempt.release();
@@ -202,14 +224,6 @@ export class ProxiedRequest {
         );
         res.destroy();
       }
-    };
-    // A body cut short (reset, gateway killed) fails the response with `aborted` (an error is
-    // emitted because a listener is attached): never end the client's cleanly then.
-    proxyRes.on('error', end);
-    relayChunks(proxyRes, res);
-    proxyRes.on('end', () => {
-      res.end();
-      end();
     });
   }
 

@@ -237,6 +237,35 @@ describe('router edges with stand-in gateways', () => {
     ]);
   });
 
+  it('carries the GETs undici refuses over node:http: with Expect and no body, with an absolute-form target; and HEAD', async () => {
+    // `Expect: 100-continue` without a body: the gateway is asked again and answers at once.
+    const expecting = await request(`${router.url}${contentPath('expect')}`, {
+      headers: { expect: '100-continue', 'x-request-id': 'expect-1' },
+    });
+    expect(expecting.status).toBe(206);
+    expect(expecting.body.toString()).toBe('hello');
+    const sawExpect = writer.seen.find((s) => s.headers['x-request-id'] === 'expect-1');
+    expect(sawExpect?.headers.expect).toBe('100-continue');
+    // An absolute-form target reaches the gateway as written.
+    const { hostname, port } = new URL(router.url);
+    const absolute = `http://${hostname}:${port}${contentPath('absolute')}`;
+    const status = await new Promise<number>((resolve, reject) => {
+      http
+        .request({ hostname, port, path: absolute, agent: false, headers: { 'x-request-id': 'absolute-1' } }, (res) => {
+          res.resume();
+          res.on('end', () => resolve(res.statusCode ?? 0));
+        })
+        .on('error', reject)
+        .end();
+    });
+    expect(status).toBe(206);
+    expect(writer.seen.find((s) => s.headers['x-request-id'] === 'absolute-1')?.url).toBe(absolute);
+    const head = await request(`${router.url}${contentPath('head')}`, { method: 'HEAD' });
+    expect(head.status).toBe(206);
+    expect(head.headers.etag).toBe('"abc"');
+    expect(head.body.length).toBe(0);
+  });
+
   it('passes a redirect through without following it', async () => {
     const res = await request(`${router.url}/redirect`);
     expect(res.status).toBe(302);

@@ -9,6 +9,8 @@ import type { RequestClass } from './route-class.ts';
 export const CONNECT_FAILURES = new Set([
   'ECONNREFUSED',
   'ECONNECT_TIMEOUT',
+  // undici's connect timeout (GETs go through undici: dispatched-exchange.ts).
+  'UND_ERR_CONNECT_TIMEOUT',
   'EHOSTUNREACH',
   'ENETUNREACH',
   'ENOTFOUND',

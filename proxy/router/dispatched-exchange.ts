@@ -1,0 +1,127 @@
+/**
+ * A GET sent to a gateway through undici's dispatcher: the read path, where the router's cost per
+ * request matters most. Why undici there: a relay over `Pool.dispatch` with a handler of its own
+ * spent ~30 % less CPU per 4 KiB request than the same relay over `http.request` (no ClientRequest
+ * and IncomingMessage streams per request, no agent bookkeeping per socket hand-over), and it hands
+ * a body over as views of the socket's reads instead of copies (docs/router.md, "Proxying").
+ *
+ * Each body chunk of RELEASE_MIN_BYTES or more is freed once the client's socket took it
+ * (lib/release-buffer.ts): a chunk that is a whole socket read is nobody else's by then (undici only
+ * puts back into the socket the part of a read it has not handed out, and a whole read has none);
+ * release-reads.int.test.ts holds undici to that. A smaller chunk or a view of part of a read
+ * is left to the collector.
+ */
+import type { ServerResponse } from 'node:http';
+import type { Dispatcher } from 'undici';
+import { RELEASE_MIN_BYTES, releaseBuffer } from '../../lib/release-buffer.ts';
+import type { UpstreamCall, UpstreamResponse } from './proxied-request.ts';
+
+/** The attempt's side: where the head and an early failure go. */
+export interface ExchangeListener {
+  onResponse(response: UpstreamResponse): void;
+  onError(err: Error): void;
+}
+
+/** One GET's exchange: the dispatcher's handler, the attempt's UpstreamCall and, once the head is in, its UpstreamResponse. */
+export class DispatchedExchange implements Dispatcher.DispatchHandler, UpstreamCall, UpstreamResponse {
+  status = 0;
+  rawHeaders: string[] = [];
+  connection: string | string[] | undefined = undefined;
+  readonly #listener: ExchangeListener;
+  #controller: Dispatcher.DispatchController | undefined;
+  /** Response bytes so far; -1 until the request is on a connection. */
+  #bytes = -1;
+  /** A cut asked for before the dispatcher started the request. */
+  #cut: Error | undefined;
+  #headed = false;
+  #sink: ServerResponse | undefined;
+  #done: ((err?: Error) => void) | undefined;
+  #drainHooked = false;
+
+  constructor(listener: ExchangeListener) {
+    this.#listener = listener;
+  }
+
+  moved(): number {
+    return this.#bytes;
+  }
+
+  destroy(err?: Error): void {
+    const reason = err ?? new Error('the exchange was cut');
+    if (this.#controller) this.#controller.abort(reason);
+    else this.#cut ??= reason;
+  }
+
+  relayTo(res: ServerResponse, done: (err?: Error) => void): void {
+    this.#sink = res;
+    this.#done = done;
+  }
+
+  discard(): void {
+    // Data keeps flowing into onResponseData with no sink: read and dropped, the connection stays.
+    this.#sink = undefined;
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.#controller = controller;
+    if (this.#cut) {
+      controller.abort(this.#cut);
+      return;
+    }
+    this.#bytes = 0;
+  }
+
+  onResponseStart(
+    controller: Dispatcher.DispatchController,
+    statusCode: number,
+    headers: Record<string, string | string[] | undefined>,
+  ): void {
+    this.status = statusCode;
+    this.rawHeaders = headerStrings(controller.rawHeaders);
+    this.connection = headers.connection;
+    this.#headed = true;
+    this.#listener.onResponse(this);
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    this.#bytes += chunk.byteLength;
+    const res = this.#sink;
+    if (res === undefined) return;
+    const taken =
+      chunk.byteLength >= RELEASE_MIN_BYTES ? res.write(chunk, () => releaseBuffer(chunk)) : res.write(chunk);
+    if (taken) return;
+    controller.pause();
+    if (!this.#drainHooked) {
+      this.#drainHooked = true;
+      res.on('drain', () => this.#controller?.resume());
+    }
+  }
+
+  onResponseEnd(): void {
+    const res = this.#sink;
+    if (res === undefined) return;
+    res.end();
+    this.#done?.();
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
+    if (this.#done) this.#done(error);
+    else if (!this.#headed) this.#listener.onError(error);
+    // Headed but neither relayed nor being discarded: the attempt chose to drop it.
+  }
+}
+
+/**
+ * undici gives the raw head as Buffers (views of the socket's read): latin1 strings, byte for byte
+ * as received, names as spelled and repeated fields in order, as node:http's rawHeaders. (Taking
+ * the values from the object undici parsed anyway measured no cheaper.)
+ */
+function headerStrings(raw: Dispatcher.DispatchController['rawHeaders']): string[] {
+  if (!Array.isArray(raw)) return [];
+  const out = new Array<string>(raw.length);
+  for (let i = 0; i < raw.length; i++) {
+    const item = raw[i]!;
+    out[i] = typeof item === 'string' ? item : item.toString('latin1');
+  }
+  return out;
+}

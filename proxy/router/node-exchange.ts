@@ -1,0 +1,97 @@
+/**
+ * A request with a body (or a HEAD) sent to a gateway over node:http: what undici does not do for
+ * the router (dispatched-exchange.ts carries GETs). Uploads need `Expect: 100-continue` relayed
+ * (undici's HTTP/1.1 client refuses that header) and node:http's client streams a request body with
+ * backpressure; a HEAD keeps its connection here (undici closes the connection after every HEAD).
+ */
+import type http from 'node:http';
+import type { ClientRequest, IncomingMessage, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
+import { relayChunks } from './relay-chunks.ts';
+import type { UpstreamCall, UpstreamResponse } from './proxied-request.ts';
+
+export interface NodeTarget {
+  readonly request: typeof http.request;
+  readonly agent: http.Agent;
+  readonly hostname: string;
+  readonly port: number;
+  /** `host:port` for a request that came without `Host` (HTTP/1.0). */
+  readonly host: string;
+}
+
+/** The request to the gateway; its socket's byte counters feed the idle sweep. */
+class NodeCall implements UpstreamCall {
+  readonly #request: ClientRequest;
+  constructor(request: ClientRequest) {
+    this.#request = request;
+  }
+  moved(): number {
+    const socket = this.#request.socket as Socket | null;
+    return socket && !socket.connecting ? socket.bytesRead + socket.bytesWritten : -1;
+  }
+  destroy(err?: Error): void {
+    this.#request.destroy(err);
+  }
+}
+
+/** node:http's response object seen as an UpstreamResponse. */
+class NodeResponse implements UpstreamResponse {
+  readonly status: number;
+  readonly rawHeaders: readonly string[];
+  readonly connection: string | string[] | undefined;
+  readonly #message: IncomingMessage;
+  constructor(message: IncomingMessage) {
+    this.#message = message;
+    this.status = message.statusCode ?? 502;
+    this.rawHeaders = message.rawHeaders;
+    this.connection = message.headers.connection;
+  }
+  relayTo(res: ServerResponse, done: (err?: Error) => void): void {
+    const message = this.#message;
+    // A body cut short fails the message with `aborted` (emitted because a listener is attached).
+    message.on('error', done);
+    relayChunks(message, res);
+    message.on('end', () => {
+      res.end();
+      done();
+    });
+  }
+  discard(): void {
+    this.#message.resume();
+  }
+  destroy(): void {
+    this.#message.destroy();
+  }
+}
+
+/**
+ * Sends the request; `onResponse` hears the head, `onError` a failure before or during it. With
+ * `expectsContinue` the head goes out with `Expect: 100-continue` (in `headers`) and the gateway's
+ * 100 is relayed to the client before the body flows.
+ */
+export function sendOverNode(
+  target: NodeTarget,
+  req: IncomingMessage,
+  res: ServerResponse,
+  request: { headers: string[]; host: string | undefined; expectsContinue: boolean; hasBody: boolean },
+  onResponse: (response: UpstreamResponse) => void,
+  onError: (err: Error) => void,
+): UpstreamCall {
+  const proxyReq = target.request({
+    hostname: target.hostname,
+    port: target.port,
+    method: req.method,
+    path: req.url,
+    // A head given as a list gets no Host from node:http: the gateway's, as before, when the client sent none.
+    headers: request.host === undefined ? [...request.headers, 'host', target.host] : request.headers,
+    agent: target.agent,
+  });
+  proxyReq.on('error', onError);
+  proxyReq.on('response', (message) => onResponse(new NodeResponse(message)));
+  if (request.expectsContinue) proxyReq.once('continue', () => res.writeContinue());
+  if (request.hasBody) {
+    relayChunks(req, proxyReq);
+    req.on('end', () => proxyReq.end());
+  } else proxyReq.end();
+  return new NodeCall(proxyReq);
+}
