@@ -6,15 +6,15 @@
  * a body over as views of the socket's reads instead of copies (docs/router.md, "Proxying").
  *
  * Each body chunk of RELEASE_MIN_BYTES or more is freed once the client's socket took it
- * (lib/release-buffer.ts): a chunk that is a whole socket read is nobody else's by then (undici only
+ * (relay-chunks.ts, lib/release-buffer.ts): a chunk that is a whole socket read is nobody else's by then (undici only
  * puts back into the socket the part of a read it has not handed out, and a whole read has none);
  * release-reads.int.test.ts holds undici to that. A smaller chunk or a view of part of a read
  * is left to the collector.
  */
 import type { ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
-import { RELEASE_MIN_BYTES, releaseBuffer } from '../../lib/release-buffer.ts';
 import type { UpstreamCall, UpstreamResponse } from './proxied-request.ts';
+import { writeFreeing } from './relay-chunks.ts';
 
 /** The attempt's side: where the head and an early failure go. */
 export interface ExchangeListener {
@@ -24,6 +24,7 @@ export interface ExchangeListener {
 
 /** One GET's exchange: the dispatcher's handler, the attempt's UpstreamCall and, once the head is in, its UpstreamResponse. */
 export class DispatchedExchange implements Dispatcher.DispatchHandler, UpstreamCall, UpstreamResponse {
+  /** 0 until the head is in. */
   status = 0;
   rawHeaders: string[] = [];
   connection: string | string[] | undefined = undefined;
@@ -33,7 +34,6 @@ export class DispatchedExchange implements Dispatcher.DispatchHandler, UpstreamC
   #bytes = -1;
   /** A cut asked for before the dispatcher started the request. */
   #cut: Error | undefined;
-  #headed = false;
   #sink: ServerResponse | undefined;
   #done: ((err?: Error) => void) | undefined;
   #drainHooked = false;
@@ -79,7 +79,6 @@ export class DispatchedExchange implements Dispatcher.DispatchHandler, UpstreamC
     this.status = statusCode;
     this.rawHeaders = headerStrings(controller.rawHeaders);
     this.connection = headers.connection;
-    this.#headed = true;
     this.#listener.onResponse(this);
   }
 
@@ -87,9 +86,7 @@ export class DispatchedExchange implements Dispatcher.DispatchHandler, UpstreamC
     this.#bytes += chunk.byteLength;
     const res = this.#sink;
     if (res === undefined) return;
-    const taken =
-      chunk.byteLength >= RELEASE_MIN_BYTES ? res.write(chunk, () => releaseBuffer(chunk)) : res.write(chunk);
-    if (taken) return;
+    if (writeFreeing(res, chunk)) return;
     controller.pause();
     if (!this.#drainHooked) {
       this.#drainHooked = true;
@@ -106,7 +103,7 @@ export class DispatchedExchange implements Dispatcher.DispatchHandler, UpstreamC
 
   onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
     if (this.#done) this.#done(error);
-    else if (!this.#headed) this.#listener.onError(error);
+    else if (this.status === 0) this.#listener.onError(error);
     // Headed but neither relayed nor being discarded: the attempt chose to drop it.
   }
 }

@@ -8,7 +8,7 @@ import type http from 'node:http';
 import type { ClientRequest, IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { relayChunks } from './relay-chunks.ts';
-import type { UpstreamCall, UpstreamResponse } from './proxied-request.ts';
+import type { Upstream, UpstreamCall, UpstreamResponse } from './proxied-request.ts';
 
 export interface NodeTarget {
   readonly request: typeof http.request;
@@ -73,7 +73,7 @@ export function sendOverNode(
   target: NodeTarget,
   req: IncomingMessage,
   res: ServerResponse,
-  request: { headers: string[]; host: string | undefined; expectsContinue: boolean; hasBody: boolean },
+  request: Upstream,
   onResponse: (response: UpstreamResponse) => void,
   onError: (err: Error) => void,
 ): UpstreamCall {

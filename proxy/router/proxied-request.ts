@@ -20,7 +20,7 @@ export interface Attempt {
   done: boolean;
   /** The exchange with the gateway. */
   upstream?: UpstreamCall;
-  /** The idle sweep's last look at the upstream socket (proxy-handler.ts). */
+  /** The idle sweep's last look at the exchange (proxy-handler.ts). */
   idleBytes: number;
   idleSince: number;
   /** Its place in the idle sweep's list (-1: not watched). */

@@ -228,18 +228,18 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     idleTimeoutMs,
     forward(req, res, upstream, attempt, onError) {
       const target = targetOf(attempt.backend.url);
+      // Watched before it starts: a request refused at once settles (and is unwatched) right away.
+      idle.watch(attempt);
       if (viaDispatcher(req, upstream)) {
         const exchange = new DispatchedExchange({ onResponse: attempt.onResponse, onError });
         attempt.upstream = exchange;
-        idle.watch(attempt);
         // The client's Host goes upstream as sent; without one undici sends the gateway's.
         target.dispatcher.dispatch({ method: 'GET', path: req.url ?? '/', headers: upstream.headers }, exchange);
-        return;
+      } else {
+        // The gateway decides whether a body is wanted (auth, size, admission): the head carries
+        // `Expect: 100-continue` and goes out now; the gateway's 100 is relayed, then the body flows.
+        attempt.upstream = sendOverNode(target, req, res, upstream, attempt.onResponse, onError);
       }
-      // The gateway decides whether a body is wanted (auth, size, admission): the head carries
-      // `Expect: 100-continue` and goes out now; the gateway's 100 is relayed, then the body flows.
-      attempt.upstream = sendOverNode(target, req, res, upstream, attempt.onResponse, onError);
-      idle.watch(attempt);
     },
     settled(attempt) {
       idle.unwatch(attempt);

@@ -10,11 +10,18 @@
 import type { Readable, Writable } from 'node:stream';
 import { RELEASE_MIN_BYTES, releaseBuffer } from '../../lib/release-buffer.ts';
 
+/**
+ * Writes one relayed chunk, freed once `to` took it when it is RELEASE_MIN_BYTES or more (the
+ * caller hands over a chunk nothing else reads). False when the sender must wait for `drain`.
+ */
+export function writeFreeing(to: Writable, chunk: Buffer): boolean {
+  return chunk.byteLength >= RELEASE_MIN_BYTES ? to.write(chunk, () => releaseBuffer(chunk)) : to.write(chunk);
+}
+
 export function relayChunks(from: Readable, to: Writable): void {
   let resume: (() => void) | undefined;
   from.on('data', (chunk: Buffer) => {
-    const taken = chunk.byteLength >= RELEASE_MIN_BYTES ? to.write(chunk, () => releaseBuffer(chunk)) : to.write(chunk);
-    if (taken) return;
+    if (writeFreeing(to, chunk)) return;
     from.pause();
     if (resume === undefined) {
       resume = () => from.resume();
