@@ -2,6 +2,7 @@
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { open, readFile } from 'node:fs/promises';
+import { runProcess } from '../test/support/run-process.ts';
 
 export const median = (xs: readonly number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 export const percentile = (xs: readonly number[], p: number): number =>
@@ -146,18 +147,8 @@ export async function wrk(
   const argv = ['-t1', `-c${options.connections}`, `-d${options.seconds}s`, '--latency'];
   for (const [k, v] of Object.entries(options.headers ?? {})) argv.push('-H', `${k}: ${v}`);
   argv.push(url);
-  const out = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
-    const child = spawn('wrk', argv, { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    child.on('error', (err) =>
-      reject(
-        (err as NodeJS.ErrnoException).code === 'ENOENT' ? new Error('wrk is missing (apt-get install wrk)') : err,
-      ),
-    );
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  const out = await runProcess('wrk', argv).catch((err: NodeJS.ErrnoException) => {
+    throw err.code === 'ENOENT' ? new Error('wrk is missing (apt-get install wrk)') : err;
   });
   if (out.code !== 0) throw new Error(`wrk failed (${out.code}): ${out.stderr}`);
   return parseWrk(out.stdout);
