@@ -33,7 +33,7 @@ import { AdminStore } from '../policy/auth/admin-store.ts';
 import { freeLoopbackPort, startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
 import { createLogger } from '../proxy/server/logger.ts';
 import { startS3Server, stopAllS3Servers, type S3ServerKind } from '../test/support/s3-server.ts';
-import { copyObject, S3_DEFAULT_LIMITS } from '../storage-adapter/s3-transfer.ts';
+import { copyObject, S3_DEFAULT_LIMITS } from '../storage-adapter/s3/index.ts';
 import { benchNginxConf, cpuSeconds, curlWith as curl, sigV4CurlArgs as signed, writeRandomFile } from './support.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');

@@ -9,7 +9,7 @@ import { open, readFile, rename } from 'node:fs/promises';
 import type pg from 'pg';
 import { StorageError } from './errors.ts';
 import { resolveInsideRoot, STORAGE_ID_FILE } from './paths.ts';
-import { fsyncDirectory } from './fs-sync.ts';
+import { fsyncDirectory } from '../lib/fs-sync.ts';
 import { withTransaction } from '../lib/transaction.ts';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;

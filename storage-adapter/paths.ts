@@ -43,3 +43,16 @@ export const STORAGE_ID_FILE = 'storage-id';
 export const TMP_DIR = 'tmp';
 export const BLOBS_DIR = path.join('blobs', 'sha256');
 export const UPLOADS_DIR = 'uploads';
+
+const SESSION_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/** `uploads/<session>` relative to the store root; `not_found` for anything but a session UUID. */
+export function sessionRelativeDir(sessionId: string): string {
+  if (!SESSION_ID.test(sessionId)) throw new StorageError('not_found', 'No such upload.');
+  return path.posix.join(UPLOADS_DIR, sessionId);
+}
+
+/** The multipart session's directory under `root`, for the stores that keep parts as files. */
+export function sessionDir(root: string, sessionId: string): string {
+  return resolveInsideRoot(root, sessionRelativeDir(sessionId));
+}

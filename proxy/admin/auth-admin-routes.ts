@@ -1,7 +1,7 @@
 import { AdminStore, parseScopes } from '../../policy/auth/admin-store.ts';
 import type { Permission } from '../../policy/auth/authorize.ts';
 import { PolicyError } from '../../policy/errors.ts';
-import type { Route } from '../server/http-server.ts';
+import type { Route } from '../server/route-types.ts';
 import { sendJson } from '../server/http-errors.ts';
 import { readJsonBody } from '../server/request-body.ts';
 import type { Services } from '../server/services.ts';

@@ -6,7 +6,7 @@
 import { formatProblem, RateLimitError, type RuleRegistry } from '../../policy/rate-limit/index.ts';
 import { PolicyError } from '../../policy/errors.ts';
 import type { Principal } from '../../policy/auth/principal.ts';
-import type { Route } from '../server/http-server.ts';
+import type { Route } from '../server/route-types.ts';
 import { sendJson } from '../server/http-errors.ts';
 import { readJsonBody } from '../server/request-body.ts';
 

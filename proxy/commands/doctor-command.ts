@@ -10,8 +10,8 @@ import { parseRedisTarget, redactRedisTarget } from '../../policy/rate-limit/red
 import pg from 'pg';
 import { pendingMigrations } from '../../migrations/runner.ts';
 import { readPolicy, type DownloadPolicy } from '../../policy/lease/download-policy.ts';
-import { readStorageIdObject } from '../../storage-adapter/http-store.ts';
-import { readS3StorageIdObject } from '../../storage-adapter/s3-store.ts';
+import { readStorageIdObject } from '../../storage-adapter/http/index.ts';
+import { readS3StorageIdObject } from '../../storage-adapter/s3/index.ts';
 import { STORAGE_ID_FILE } from '../../storage-adapter/paths.ts';
 import { ConfigError, loadConfig, type Config } from '../config/config.ts';
 import { runningEmbeddedDatabaseUrl } from './cli-database.ts';
@@ -384,7 +384,7 @@ Exit codes: 0 every check ok or skipped, 1 a check failed, 2 invalid variables.`
   forms: [
     form({
       async run(_input, env) {
-        const { EXIT } = await import('../server/serve.ts');
+        const { EXIT } = await import('../server/startup-failure.ts');
         const results = await runDoctor(env);
         for (const r of results) process.stdout.write(`${formatResult(r)}\n`);
         if (results[0]?.status === 'FAIL') return EXIT.config;

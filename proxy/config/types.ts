@@ -1,4 +1,4 @@
-import type { S3Location } from '../../storage-adapter/s3-location.ts';
+import type { S3Location } from '../../storage-adapter/s3/index.ts';
 
 export type Role = 'api' | 'reader' | 'worker' | 'router' | 'rules-service';
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';

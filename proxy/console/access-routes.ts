@@ -5,7 +5,7 @@
 import { AdminStore } from '../../policy/auth/admin-store.ts';
 import { authAdminRoutes } from '../admin/auth-admin-routes.ts';
 import { sendJson } from '../server/http-errors.ts';
-import type { Route } from '../server/http-server.ts';
+import type { Route } from '../server/route-types.ts';
 import type { HttpMethod } from '../server/route-table.ts';
 import type { Services } from '../server/services.ts';
 import { api } from './console-http.ts';

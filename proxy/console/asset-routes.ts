@@ -1,7 +1,7 @@
 /** The console page and its two assets, read once at start and served with `no-cache`. */
 import { readFile } from 'node:fs/promises';
 import { PolicyError } from '../../policy/errors.ts';
-import type { RequestContext, Route } from '../server/http-server.ts';
+import type { RequestContext, Route } from '../server/route-types.ts';
 import { page } from './console-http.ts';
 
 const STATIC_DIR = new URL('./static/', import.meta.url);

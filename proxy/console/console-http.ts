@@ -4,7 +4,7 @@
  * under `/console/api/`.
  */
 import type { IncomingMessage } from 'node:http';
-import type { RequestContext, Route } from '../server/http-server.ts';
+import type { RequestContext, Route } from '../server/route-types.ts';
 import type { HttpMethod } from '../server/route-table.ts';
 
 /** Strict CSP: only this origin's script and style files, no inline code, no framing. */

@@ -11,7 +11,7 @@ import type { Principal } from '../../policy/auth/principal.ts';
 import { PolicyError } from '../../policy/errors.ts';
 import type { RuleRegistry } from '../../policy/rate-limit/index.ts';
 import { GatewayError } from '../server/errors.ts';
-import type { RequestContext, Route } from '../server/http-server.ts';
+import type { RequestContext, Route } from '../server/route-types.ts';
 import type { Services } from '../server/services.ts';
 import { accessRoutes } from './access-routes.ts';
 import { assetRoutes } from './asset-routes.ts';

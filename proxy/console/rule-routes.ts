@@ -7,7 +7,7 @@ import { formatPath, RateLimitError, type RuleRegistry } from '../../policy/rate
 import { mayPublishBypass, toPolicyError } from '../admin/rate-limit-admin-routes.ts';
 import { loadRuleFiles } from '../gates/rate-limit-rule-files.ts';
 import { sendJson } from '../server/http-errors.ts';
-import type { Route } from '../server/http-server.ts';
+import type { Route } from '../server/route-types.ts';
 import { readJsonBody } from '../server/request-body.ts';
 import { api } from './console-http.ts';
 import { annotateTiers } from './shadowing.ts';

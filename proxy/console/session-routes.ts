@@ -5,7 +5,7 @@
 import type { Principal } from '../../policy/auth/principal.ts';
 import { PolicyError } from '../../policy/errors.ts';
 import { sendJson } from '../server/http-errors.ts';
-import type { RequestContext, Route } from '../server/http-server.ts';
+import type { RequestContext, Route } from '../server/route-types.ts';
 import { api, isHttps, page } from './console-http.ts';
 import {
   clearedSessionCookie,

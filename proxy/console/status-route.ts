@@ -4,7 +4,7 @@
  * blocks.
  */
 import { sendJson } from '../server/http-errors.ts';
-import type { Route } from '../server/http-server.ts';
+import type { Route } from '../server/route-types.ts';
 import type { Services } from '../server/services.ts';
 import { api } from './console-http.ts';
 import type { RateSamples } from './rate-samples.ts';

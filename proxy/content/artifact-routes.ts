@@ -3,12 +3,12 @@
  * catalog entry only; bytes wait for offline gc) and `GET /api/v1/repositories`.
  */
 import type { Permission } from '../../policy/auth/authorize.ts';
-import type { Catalog } from '../../storage-adapter/catalog.ts';
+import type { Catalog } from '../../storage-adapter/catalog/catalog.ts';
 import { StorageError } from '../../storage-adapter/errors.ts';
 import { metadataOf } from './metadata.ts';
 import { CONTENT_TEMPLATES, keyFromParams } from './paths.ts';
 import { sendJson } from '../server/http-errors.ts';
-import type { Route } from '../server/http-server.ts';
+import type { Route } from '../server/route-types.ts';
 import { readOnlyError } from './content-routes.ts';
 
 export interface ArtifactDeps {

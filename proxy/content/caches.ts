@@ -5,11 +5,11 @@
  * idle descriptors.
  */
 import { EpochWatcher } from '../../lib/epoch-watcher.ts';
-import { createCachedCatalog } from '../../storage-adapter/cache/cached-catalog.ts';
-import type { CacheStats } from '../../storage-adapter/cache/cache-stats.ts';
-import { OpenFileCache } from '../../storage-adapter/cache/open-file-cache.ts';
+import { createCachedCatalog } from '../../storage-adapter/catalog/cached-catalog.ts';
+import type { CacheStats } from '../../lib/cache-stats.ts';
+import { OpenFileCache } from '../../storage-adapter/fs/index.ts';
 import { SmallBlobCache, withSmallBlobCache } from '../../storage-adapter/cache/small-blob-cache.ts';
-import type { Catalog } from '../../storage-adapter/catalog.ts';
+import type { Catalog } from '../../storage-adapter/catalog/catalog.ts';
 import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import type { Services } from '../server/services.ts';
 

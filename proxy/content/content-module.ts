@@ -5,10 +5,10 @@
  */
 import type { Permission } from '../../policy/auth/authorize.ts';
 import type { PresignedLinks } from '../../policy/auth/presigned-links.ts';
-import { createCatalog } from '../../storage-adapter/catalog.ts';
+import { createCatalog } from '../../storage-adapter/catalog/catalog.ts';
 import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import { createContentCaches } from './caches.ts';
-import type { Route } from '../server/http-server.ts';
+import type { Route } from '../server/route-types.ts';
 import { openStore } from './storage.ts';
 import { artifactRoutes } from './artifact-routes.ts';
 import { contentRoutes, type ContentMeters } from './content-routes.ts';

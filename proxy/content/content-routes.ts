@@ -4,11 +4,11 @@
  * …/packages/{name}/{version}/apt/{file}` streams the asset `{file}` the same way (apt's flat layout).
  */
 import { randomBytes } from 'node:crypto';
-import type { ArtifactKey, ArtifactKind, Catalog, CatalogEntry } from '../../storage-adapter/catalog.ts';
+import type { ArtifactKey, ArtifactKind, Catalog, CatalogEntry } from '../../storage-adapter/catalog/catalog.ts';
 import type { ByteMeter } from '../../storage-adapter/byte-meter.ts';
 import { StorageError, STORAGE_ERRORS } from '../../storage-adapter/errors.ts';
 import type { ArtifactStore, BlobReader } from '../../storage-adapter/store.ts';
-import { publishArtifact } from '../../storage-adapter/publish.ts';
+import { publishArtifact } from '../../storage-adapter/catalog/publish.ts';
 import { parseContentDigestSha256 } from './digest.ts';
 import { metadataOf } from './metadata.ts';
 import { APT_TEMPLATE, aptAssetKey, CONTENT_TEMPLATES, keyFromParams, pathOfKey } from './paths.ts';
@@ -16,7 +16,7 @@ import { type ContentPlan, planContentResponse } from './response.ts';
 import { sendSegments } from './stream.ts';
 import { GatewayError } from '../server/errors.ts';
 import { HTTP_STATUS, sendJson } from '../server/http-errors.ts';
-import type { RequestContext, Route } from '../server/http-server.ts';
+import type { RequestContext, Route } from '../server/route-types.ts';
 
 export interface ContentMeters {
   /** The download meter for this request, or undefined to stream unthrottled. */

@@ -1,4 +1,4 @@
-import type { CatalogEntry } from '../../storage-adapter/catalog.ts';
+import type { CatalogEntry } from '../../storage-adapter/catalog/catalog.ts';
 import { formatContentDigest } from './digest.ts';
 import { pathOfKey } from './paths.ts';
 

@@ -3,7 +3,7 @@
  * base path (PUT/DELETE/GET metadata) and the same path plus `/content` (GET/HEAD bytes). A package
  * version is also readable as a flat apt repository: `…/apt/{file}` is the bytes of its asset `{file}`.
  */
-import type { ArtifactKey, ArtifactKind } from '../../storage-adapter/catalog.ts';
+import type { ArtifactKey, ArtifactKind } from '../../storage-adapter/catalog/catalog.ts';
 import { GatewayError } from '../server/errors.ts';
 
 export const CONTENT_TEMPLATES: Readonly<Record<ArtifactKind, string>> = {

@@ -5,12 +5,12 @@
  */
 import type { PresignedLinks } from '../../policy/auth/presigned-links.ts';
 import { linkLifetime } from '../../policy/auth/presign-signature.ts';
-import { ARTIFACT_KINDS, type Catalog } from '../../storage-adapter/catalog.ts';
+import { ARTIFACT_KINDS, type Catalog } from '../../storage-adapter/catalog/catalog.ts';
 import { StorageError } from '../../storage-adapter/errors.ts';
 import { CONTENT_TEMPLATES, keyFromParams, pathOfKey } from './paths.ts';
 import { GatewayError } from '../server/errors.ts';
 import { sendJson } from '../server/http-errors.ts';
-import type { RequestContext, Route } from '../server/http-server.ts';
+import type { RequestContext, Route } from '../server/route-types.ts';
 import { readJsonBody } from '../server/request-body.ts';
 
 /** Lifetime of a link whose request names none. */

@@ -2,7 +2,7 @@
  * Pure planning of a content response: status, headers and the byte segments to send, from the
  * catalog entry and the request's Range/conditional headers. The handler only executes the plan.
  */
-import { evaluateReadPreconditions, isIfRangeSatisfied, type Validators } from '../../storage-adapter/conditional.ts';
+import { evaluateReadPreconditions, isIfRangeSatisfied, type Validators } from './conditional.ts';
 import {
   contentRangeHeader,
   decideRange,

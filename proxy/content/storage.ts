@@ -4,10 +4,9 @@
  * same `ArtifactStore` interface.
  */
 import type pg from 'pg';
-import { openFsStore } from '../../storage-adapter/fs-store.ts';
-import { openHttpStore } from '../../storage-adapter/http-store.ts';
-import { openS3Store } from '../../storage-adapter/s3-store.ts';
-import type { OpenFileCache } from '../../storage-adapter/cache/open-file-cache.ts';
+import { openFsStore, type OpenFileCache } from '../../storage-adapter/fs/index.ts';
+import { openHttpStore } from '../../storage-adapter/http/index.ts';
+import { openS3Store } from '../../storage-adapter/s3/index.ts';
 import type { StorageRole } from '../../storage-adapter/identity.ts';
 import type { OpenedArtifactStore } from '../../storage-adapter/store.ts';
 import type { Config } from '../config/config.ts';

@@ -6,7 +6,7 @@ import { PolicyError } from '../../policy/errors.ts';
 import type { Permission } from '../../policy/auth/authorize.ts';
 import type { Principal } from '../../policy/auth/principal.ts';
 import { isPromise } from '../../lib/maybe-promise.ts';
-import type { Gate, RequestContext } from '../server/http-server.ts';
+import type { Gate, RequestContext } from '../server/route-types.ts';
 import type { Lifecycle } from '../server/lifecycle.ts';
 
 /**

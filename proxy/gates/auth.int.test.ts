@@ -8,7 +8,8 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { createTestDatabase, useTestDatabase } from '../../test/support/database.ts';
 import { runCli, startGateway } from '../../test/support/gateway.ts';
 import { createAuthGate } from './auth-gate.ts';
-import { createGatewayServer, type GatewayServer, type Route } from '../server/http-server.ts';
+import { createGatewayServer, type GatewayServer } from '../server/http-server.ts';
+import type { Route } from '../server/route-types.ts';
 import { sendJson } from '../server/http-errors.ts';
 import { Lifecycle } from '../server/lifecycle.ts';
 import { createLogger } from '../server/logger.ts';

@@ -23,7 +23,7 @@ import {
   type TierSource,
   type RuleRegistry,
 } from '../../policy/rate-limit/index.ts';
-import type { Gate } from '../server/http-server.ts';
+import type { Gate } from '../server/route-types.ts';
 import { createTrustedProxies } from '../router/forwarded.ts';
 import { redactUserinfo } from '../server/redact-url.ts';
 import type { Services } from '../server/services.ts';

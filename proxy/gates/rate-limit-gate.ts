@@ -10,7 +10,7 @@ import type { Clock } from '../../policy/clock.ts';
 import { PolicyError } from '../../policy/errors.ts';
 import type { Identifier, Limiter, RateLimitResult } from '../../policy/rate-limit/index.ts';
 import { addEarlyHeader } from '../server/gateway-response.ts';
-import type { Gate, RequestContext } from '../server/http-server.ts';
+import type { Gate, RequestContext } from '../server/route-types.ts';
 import { isPromise } from '../../lib/maybe-promise.ts';
 import type { TrustedProxies } from '../router/forwarded.ts';
 import { NO_TRUSTED_PROXIES, clientIp, requestIdentifier } from './request-identity.ts';

@@ -3,7 +3,7 @@
  * request type, and the `gateway_request` identifier.
  */
 import { ANONYMOUS, type Identifier } from '../../policy/rate-limit/index.ts';
-import type { RequestContext } from '../server/http-server.ts';
+import type { RequestContext } from '../server/route-types.ts';
 import { clientAddress, createTrustedProxies, type TrustedProxies } from '../router/forwarded.ts';
 
 export const NO_TRUSTED_PROXIES = createTrustedProxies([]);

@@ -6,7 +6,7 @@ import { localDownloadCeilings } from '../../policy/lease/shares.ts';
 import type { Config } from '../config/config.ts';
 import type { Clock } from '../../policy/clock.ts';
 import type { Principal } from '../../policy/auth/principal.ts';
-import type { RequestContext, Route } from '../server/http-server.ts';
+import type { RequestContext, Route } from '../server/route-types.ts';
 import type { Socket } from 'node:net';
 import { type LiveTransferHandle, LiveTransfers } from './live-transfers.ts';
 

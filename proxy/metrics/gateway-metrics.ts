@@ -14,9 +14,9 @@ import {
   type Registry,
 } from 'prom-client';
 import type { Coordinator, RenewalOutcome } from '../../policy/lease/coordinator.ts';
-import type { CacheStats } from '../../storage-adapter/cache/cache-stats.ts';
-import type { UploadStats } from '../../storage-adapter/fs-store.ts';
-import type { RequestObservation } from '../server/http-server.ts';
+import type { CacheStats } from '../../lib/cache-stats.ts';
+import type { UploadStats } from '../../storage-adapter/store.ts';
+import type { RequestObservation } from '../server/route-types.ts';
 import type { Transfers } from '../gates/transfers.ts';
 import type { FrontDoorCounters } from '../server/front-door.ts';
 import { type Series, TalliedHistogram } from './tallied-histogram.ts';

@@ -9,7 +9,7 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { PolicyError } from '../../policy/errors.ts';
 import { sendError, sendJson } from '../server/http-errors.ts';
-import type { Route } from '../server/http-server.ts';
+import type { Route } from '../server/route-types.ts';
 import type { GatewayMetrics } from './gateway-metrics.ts';
 
 export const METRICS_PATH = '/metrics';

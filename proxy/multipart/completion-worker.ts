@@ -10,7 +10,7 @@ import pg from 'pg';
 import type { Logger } from 'pino';
 import { isUnreachable } from '../server/database.ts';
 import { tryLockExclusive, tryLockShared } from '../../policy/lease/barriers.ts';
-import type { Catalog } from '../../storage-adapter/catalog.ts';
+import type { Catalog } from '../../storage-adapter/catalog/catalog.ts';
 import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import { assembleJob, type Job } from '../../storage-adapter/multipart/assemble.ts';
 import type { UploadSessions } from '../../storage-adapter/multipart/sessions.ts';

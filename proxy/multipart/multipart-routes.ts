@@ -3,13 +3,13 @@
  * admitted like a full upload), complete with the ordered part list (202 and a job the completion
  * worker runs), poll the session, or abort it. Only the principal that opened a session sees it.
  */
-import { ARTIFACT_KINDS } from '../../storage-adapter/catalog.ts';
+import { ARTIFACT_KINDS } from '../../storage-adapter/catalog/catalog.ts';
 import { StorageError } from '../../storage-adapter/errors.ts';
 import type { SessionScope, UploadSession, UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
 import { CONTENT_TEMPLATES, keyFromParams, pathOfKey } from '../content/paths.ts';
 import { GatewayError } from '../server/errors.ts';
 import { sendJson } from '../server/http-errors.ts';
-import type { RequestContext, Route } from '../server/http-server.ts';
+import type { RequestContext, Route } from '../server/route-types.ts';
 import { readJsonBody } from '../server/request-body.ts';
 import type { ContentMeters } from '../content/content-routes.ts';
 

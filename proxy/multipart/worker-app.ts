@@ -1,8 +1,8 @@
-import { createCatalog } from '../../storage-adapter/catalog.ts';
+import { createCatalog } from '../../storage-adapter/catalog/catalog.ts';
 import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import { UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
 import { CompletionWorker } from './completion-worker.ts';
-import type { Gate, Route } from '../server/http-server.ts';
+import type { Gate, Route } from '../server/route-types.ts';
 import { healthRoutes } from '../server/health-routes.ts';
 import { multipartRoutes } from './multipart-routes.ts';
 import type { ContentMeters } from '../content/content-routes.ts';

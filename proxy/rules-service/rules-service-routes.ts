@@ -10,7 +10,7 @@ import { formatProblem, validateRulesQuery, type AvailableLimiters } from '../..
 import { answerFor, validateOverride, type OverrideStore } from '../../policy/rate-limit/rule-overrides.ts';
 import { PolicyError } from '../../policy/errors.ts';
 import type { Lifecycle } from '../server/lifecycle.ts';
-import type { Route } from '../server/http-server.ts';
+import type { Route } from '../server/route-types.ts';
 import { sendJson } from '../server/http-errors.ts';
 import { liveAndStatusRoutes } from '../server/health-routes.ts';
 import { mayPublishBypass } from '../admin/rate-limit-admin-routes.ts';

@@ -4,7 +4,7 @@ import { createAuthGate } from '../gates/auth-gate.ts';
 import { createConsole, readerConsoleRoutes } from '../console/console-module.ts';
 import { bootstrapAdmin } from '../admin/bootstrap-admin.ts';
 import { openContentModule } from '../content/content-module.ts';
-import type { Gate, Route } from './http-server.ts';
+import type { Gate, Route } from './route-types.ts';
 import { authAdminRoutes } from '../admin/auth-admin-routes.ts';
 import { healthRoutes } from './health-routes.ts';
 import { openRateLimiting } from '../gates/open-rate-limiting.ts';

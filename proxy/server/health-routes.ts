@@ -1,4 +1,4 @@
-import type { Route } from './http-server.ts';
+import type { Route } from './route-types.ts';
 import { sendJson } from './http-errors.ts';
 import type { Lifecycle } from './lifecycle.ts';
 import type { Services } from './services.ts';

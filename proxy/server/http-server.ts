@@ -1,10 +1,8 @@
-import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import http from 'node:http';
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Logger } from 'pino';
-import type { Access } from '../../policy/auth/authorize.ts';
 import { WWW_AUTHENTICATE } from '../../policy/auth/authenticator.ts';
-import type { Principal } from '../../policy/auth/principal.ts';
 import { GatewayError } from './errors.ts';
 import { sendError } from './http-errors.ts';
 import { makeGraceful } from './graceful-server.ts';
@@ -18,51 +16,9 @@ import {
   type FrontDoor,
   type FrontDoorLimits,
 } from './front-door.ts';
-import { RouteTable, type HttpMethod } from './route-table.ts';
+import { RouteTable } from './route-table.ts';
 import { simplePathname } from './request-path.ts';
-
-/**
- * Who may call a route. `public`: anyone. `service`: any valid key. `read`/`write`: a key with a
- * read/write grant on the `:repo` parameter (and the scope). `admin`: a key with the admin scope.
- */
-export type { Access };
-
-export interface RequestContext {
-  readonly req: IncomingMessage;
-  readonly res: ServerResponse;
-  readonly url: URL;
-  readonly params: Readonly<Record<string, string>>;
-  /** Route template, e.g. `/api/v1/repositories/:repo/artifacts/:id/content`; used in logs and metrics. */
-  readonly route: string;
-  readonly access: Access;
-  readonly reqId: string;
-  readonly log: Logger;
-  /** Aborted when the client goes away before the response finished. */
-  readonly signal: AbortSignal;
-  principal: Principal | undefined;
-  /**
-   * Sends `100 Continue` when the client asked for it: call once every check that may refuse the
-   * request (auth, size, admission) passed and the body is about to be read. Idempotent.
-   */
-  continueBody(): void;
-}
-
-export interface Route {
-  methods: readonly HttpMethod[];
-  template: string;
-  access: Access;
-  handle(ctx: RequestContext): Promise<void>;
-  /** A GET streams a published blob: it holds a download admission slot (proxy/gates/transfers.ts). */
-  downloads?: boolean;
-  /** The handler calls `ctx.continueBody()` itself after its own checks (uploads); default: after the gates. */
-  continuesBodyItself?: boolean;
-}
-
-/**
- * A gate runs before every handler (auth, then rate limit; admission wraps the content handlers); it
- * throws (or rejects with) a coded error to deny. Undefined means it decided at once, from memory.
- */
-export type Gate = (ctx: RequestContext) => undefined | Promise<void>;
+import type { Gate, RequestContext, RequestObservation, Route } from './route-types.ts';
 
 export interface GatewayServer {
   readonly server: http.Server;
@@ -72,17 +28,6 @@ export interface GatewayServer {
   readonly inFlight: number;
   /** Open connections, refusals and timeouts of the front door (metrics). */
   readonly frontDoor: FrontDoor;
-}
-
-/** What the per-request observer (metrics) sees when a response closes: aggregates, no ids. */
-export interface RequestObservation {
-  readonly method: string;
-  /** Route template, `unmatched` when no route matched. */
-  readonly route: string;
-  readonly status: number;
-  readonly seconds: number;
-  readonly bytesIn: number;
-  readonly bytesOut: number;
 }
 
 const REQUEST_ID = /^[A-Za-z0-9._-]{1,64}$/;

@@ -12,7 +12,7 @@ import type { Access } from '../../policy/auth/authorize.ts';
 import type { Principal } from '../../policy/auth/principal.ts';
 import { GatewayError } from './errors.ts';
 import type { GatewayResponse } from './gateway-response.ts';
-import type { RequestContext, RequestObservation } from './http-server.ts';
+import type { RequestContext, RequestObservation } from './route-types.ts';
 
 const NO_PARAMS: Readonly<Record<string, string>> = Object.freeze({});
 

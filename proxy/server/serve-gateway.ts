@@ -17,7 +17,7 @@ import { createGatewayMetrics } from '../metrics/gateway-metrics.ts';
 import { metricsRoute, startMetricsServer, type MetricsServer } from '../metrics/metrics-endpoint.ts';
 import type { Services } from './services.ts';
 import { createTransfers } from '../gates/transfers.ts';
-import { EXIT, StartupError } from './serve.ts';
+import { EXIT, StartupError } from './startup-failure.ts';
 
 /** The embedded defaults exist for one standalone writer; everything else needs real services. */
 function checkProfile(config: Config): void {

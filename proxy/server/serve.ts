@@ -7,14 +7,7 @@
  */
 import { ConfigError, loadConfig, type Config } from '../config/config.ts';
 import { createLogger } from './logger.ts';
-
-/** Exit codes: 0 clean stop, 1 startup or runtime failure, 2 invalid configuration. */
-export const EXIT = { ok: 0, failure: 1, config: 2 } as const;
-
-export class StartupError extends Error {
-  override readonly name = 'StartupError';
-  readonly code = 'startup_refused' as const;
-}
+import { EXIT } from './startup-failure.ts';
 
 export function loadConfigOrExit(env: NodeJS.ProcessEnv): Config {
   try {

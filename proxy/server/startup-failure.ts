@@ -4,6 +4,14 @@
  */
 import type { Logger } from 'pino';
 
+/** Exit codes: 0 clean stop, 1 startup or runtime failure, 2 invalid configuration. */
+export const EXIT = { ok: 0, failure: 1, config: 2 } as const;
+
+export class StartupError extends Error {
+  override readonly name = 'StartupError';
+  readonly code = 'startup_refused' as const;
+}
+
 export function logStartupFailure(log: Logger, err: unknown): void {
   const message = err instanceof Error ? err.message : String(err);
   const code = (err as { code?: unknown } | undefined)?.code;

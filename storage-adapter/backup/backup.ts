@@ -8,7 +8,7 @@ import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type pg from 'pg';
 import type { ByteMeter } from '../byte-meter.ts';
-import { fsyncDirectory } from '../fs-sync.ts';
+import { fsyncDirectory } from '../../lib/fs-sync.ts';
 import type { ArtifactStore } from '../store.ts';
 import { backupName, completeBackups, pruneBackups, removeStalePartials } from './backup-dir.ts';
 import { putBlob, type BlobOutcome } from './blob-copy.ts';

@@ -14,7 +14,7 @@ import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import type pg from 'pg';
-import { createFsTree } from '../fs-tree.ts';
+import { createFsTree } from '../fs/index.ts';
 import { blobRelativePath, BLOBS_DIR, STORAGE_ID_FILE, TMP_DIR } from '../paths.ts';
 import { scrubBlobs, type ScrubReport } from '../maintenance/scrub.ts';
 import type { OpenedArtifactStore, ArtifactStore } from '../store.ts';

@@ -14,7 +14,7 @@ import { createHash } from 'node:crypto';
 import type { ByteRange } from '../range.ts';
 import type { BlobReader, ArtifactStore } from '../store.ts';
 import { BoundedLru } from '../../lib/bounded-lru.ts';
-import type { CacheStats } from './cache-stats.ts';
+import type { CacheStats } from '../../lib/cache-stats.ts';
 
 export interface SmallBlobCacheOptions {
   /** Total bytes held; 0 disables the cache. */

@@ -5,7 +5,7 @@
  * while it decides. Works on either store through its `StoreTree`.
  */
 import type pg from 'pg';
-import { createFsTree } from '../fs-tree.ts';
+import { createFsTree } from '../fs/index.ts';
 import { TMP_DIR, UPLOADS_DIR } from '../paths.ts';
 import type { StoreTree } from '../store.ts';
 import { walkBlobs } from './walk-blobs.ts';

@@ -4,7 +4,7 @@
  * store through its `StoreTree` (the static-HTTP store needs `autoindex_format json` for listing).
  */
 import { createHash } from 'node:crypto';
-import { createFsTree } from '../fs-tree.ts';
+import { createFsTree } from '../fs/index.ts';
 import type { StoreTree } from '../store.ts';
 import { walkBlobs } from './walk-blobs.ts';
 

@@ -8,10 +8,10 @@
  */
 import { createHash } from 'node:crypto';
 import type pg from 'pg';
-import type { Catalog, CatalogEntry } from '../catalog.ts';
+import type { Catalog, CatalogEntry } from '../catalog/catalog.ts';
 import { StorageError } from '../errors.ts';
 import type { PartStore, ArtifactStore } from '../store.ts';
-import { publishArtifact } from '../publish.ts';
+import { publishArtifact } from '../catalog/publish.ts';
 import type { ReceivedPart } from './completion-plan.ts';
 
 export interface Job {

@@ -6,7 +6,7 @@
  */
 import { createHash, randomUUID } from 'node:crypto';
 import type pg from 'pg';
-import type { ArtifactKey } from '../catalog.ts';
+import type { ArtifactKey } from '../catalog/catalog.ts';
 import { StorageError } from '../errors.ts';
 import type { ByteMeter } from '../byte-meter.ts';
 import type { PartStore } from '../store.ts';
@@ -63,8 +63,6 @@ function toSession(row: Record<string, unknown>, parts: ReceivedPart[]): UploadS
     parts,
   };
 }
-
-export { sessionDir } from './session-path.ts';
 
 export class UploadSessions {
   readonly #pool: pg.Pool;

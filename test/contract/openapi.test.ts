@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { loadConfig } from '../../proxy/config/config.ts';
 import { createConsole } from '../../proxy/console/console-module.ts';
 import { APT_TEMPLATE, CONTENT_TEMPLATES } from '../../proxy/content/paths.ts';
-import type { Route } from '../../proxy/server/http-server.ts';
+import type { Route } from '../../proxy/server/route-types.ts';
 import { Lifecycle } from '../../proxy/server/lifecycle.ts';
 import { createGatewayMetrics } from '../../proxy/metrics/gateway-metrics.ts';
 import { metricsRoute } from '../../proxy/metrics/metrics-endpoint.ts';

@@ -1,0 +1,64 @@
+/**
+ * The types every route module and gate shares with the server that runs them: kept apart from
+ * http-server.ts so a route, a gate or the request's own state can name them without importing
+ * the server (and the server can import those modules without a cycle).
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Logger } from 'pino';
+import type { Access } from '../../policy/auth/authorize.ts';
+import type { Principal } from '../../policy/auth/principal.ts';
+import type { HttpMethod } from './route-table.ts';
+
+/**
+ * Who may call a route. `public`: anyone. `service`: any valid key. `read`/`write`: a key with a
+ * read/write grant on the `:repo` parameter (and the scope). `admin`: a key with the admin scope.
+ */
+export type { Access };
+
+export interface RequestContext {
+  readonly req: IncomingMessage;
+  readonly res: ServerResponse;
+  readonly url: URL;
+  readonly params: Readonly<Record<string, string>>;
+  /** Route template, e.g. `/api/v1/repositories/:repo/artifacts/:id/content`; used in logs and metrics. */
+  readonly route: string;
+  readonly access: Access;
+  readonly reqId: string;
+  readonly log: Logger;
+  /** Aborted when the client goes away before the response finished. */
+  readonly signal: AbortSignal;
+  principal: Principal | undefined;
+  /**
+   * Sends `100 Continue` when the client asked for it: call once every check that may refuse the
+   * request (auth, size, admission) passed and the body is about to be read. Idempotent.
+   */
+  continueBody(): void;
+}
+
+export interface Route {
+  methods: readonly HttpMethod[];
+  template: string;
+  access: Access;
+  handle(ctx: RequestContext): Promise<void>;
+  /** A GET streams a published blob: it holds a download admission slot (proxy/gates/transfers.ts). */
+  downloads?: boolean;
+  /** The handler calls `ctx.continueBody()` itself after its own checks (uploads); default: after the gates. */
+  continuesBodyItself?: boolean;
+}
+
+/**
+ * A gate runs before every handler (auth, then rate limit; admission wraps the content handlers); it
+ * throws (or rejects with) a coded error to deny. Undefined means it decided at once, from memory.
+ */
+export type Gate = (ctx: RequestContext) => undefined | Promise<void>;
+
+/** What the per-request observer (metrics) sees when a response closes: aggregates, no ids. */
+export interface RequestObservation {
+  readonly method: string;
+  /** Route template, `unmatched` when no route matched. */
+  readonly route: string;
+  readonly status: number;
+  readonly seconds: number;
+  readonly bytesIn: number;
+  readonly bytesOut: number;
+}

@@ -1,0 +1,110 @@
+/**
+ * The catalog with an in-process cache of published rows, so a hot read costs no database round
+ * trip. Rows are immutable once published; only DELETE ends one, and every DELETE bumps the catalog
+ * epoch (migration 0009), which the EpochWatcher turns into `invalidate` here. The cache is used
+ * only while the watcher trusts its last poll; otherwise every lookup asks PostgreSQL, and a lookup
+ * PostgreSQL cannot answer is 503 `unavailable`, never a possibly deleted row.
+ *
+ * Only rows that exist are cached (a name published later needs no invalidation). Concurrent misses
+ * for one key share one query; a result that raced an invalidation is returned but not kept, and
+ * requests arriving after the invalidation start a fresh query.
+ */
+import type { ArtifactKey, Catalog, CatalogEntry } from './catalog.ts';
+import { StorageError } from '../errors.ts';
+import { BoundedLru, type LruBounds } from '../../lib/bounded-lru.ts';
+import type { CacheStats } from '../../lib/cache-stats.ts';
+
+export interface CacheValidity {
+  readonly trusted: boolean;
+  readonly generation: number;
+  onInvalidate(listener: () => void): void;
+}
+
+/** Rough heap cost of one cached row: its strings (UTF-16) plus object and map overhead. */
+export function entryBytes(entry: CatalogEntry): number {
+  return (
+    2 *
+      (entry.repository.length +
+        entry.name.length +
+        entry.version.length +
+        entry.asset.length +
+        entry.sha256.length +
+        entry.contentType.length +
+        (entry.publishedBy?.length ?? 0)) +
+    256
+  );
+}
+
+export function keyString(key: ArtifactKey): string {
+  // NUL never occurs in a name (they are printable), so the join is unambiguous.
+  return `${key.repository}\0${key.kind}\0${key.name}\0${key.version}\0${key.asset}`;
+}
+
+export interface CachedCatalog extends Catalog {
+  stats(): CacheStats;
+}
+
+export function createCachedCatalog(inner: Catalog, validity: CacheValidity, bounds: LruBounds): CachedCatalog {
+  const rows = new BoundedLru<string, CatalogEntry>(bounds);
+  let inflight = new Map<string, Promise<CatalogEntry | undefined>>();
+  let hits = 0;
+  let misses = 0;
+  validity.onInvalidate(() => {
+    rows.clear();
+    inflight = new Map();
+  });
+
+  async function load(id: string, key: ArtifactKey): Promise<CatalogEntry | undefined> {
+    const generation = validity.generation;
+    let entry: CatalogEntry | undefined;
+    try {
+      entry = await inner.get(key);
+    } catch (err) {
+      throw new StorageError('unavailable', undefined, { cause: err });
+    }
+    if (entry && validity.trusted && validity.generation === generation) rows.set(id, entry, entryBytes(entry));
+    return entry;
+  }
+
+  return {
+    async get(key) {
+      if (!validity.trusted) {
+        misses++;
+        return load(keyString(key), key);
+      }
+      const id = keyString(key);
+      const cached = rows.get(id);
+      if (cached) {
+        hits++;
+        return cached;
+      }
+      misses++;
+      const pending = inflight.get(id);
+      if (pending) return pending;
+      const table = inflight;
+      const promise = load(id, key).finally(() => {
+        if (table.get(id) === promise) table.delete(id);
+      });
+      table.set(id, promise);
+      return promise;
+    },
+    peek(key) {
+      if (!validity.trusted) return undefined;
+      const cached = rows.get(keyString(key));
+      if (cached) hits++;
+      return cached;
+    },
+    async insertOrGet(entry) {
+      return inner.insertOrGet(entry);
+    },
+    async remove(key) {
+      // This process forgets at once; the epoch bump tells every other gateway.
+      rows.delete(keyString(key));
+      const removed = await inner.remove(key);
+      rows.delete(keyString(key));
+      return removed;
+    },
+    referencedBlobs: () => inner.referencedBlobs(),
+    stats: () => ({ cache: 'catalog', hits, misses, entries: rows.size, bytes: rows.bytes }),
+  };
+}

@@ -1,0 +1,51 @@
+/**
+ * Atomic immutable publish: stream to tmp/ while hashing → fsync → link into blobs/ → fsync dir →
+ * one catalog insert (the static-HTTP store: PUT to tmp/ → verify → MOVE into blobs/ → insert). Until the insert commits nothing is visible; any failure before it leaves at
+ * most an unreferenced blob (offline gc) and never a row without whole bytes.
+ */
+import type { ArtifactKey, Catalog, CatalogEntry } from './catalog.ts';
+import { StorageError } from '../errors.ts';
+import type { StagedBlob, StageOptions, ArtifactStore } from '../store.ts';
+
+export interface PublishRequest {
+  readonly key: ArtifactKey;
+  readonly body: AsyncIterable<Uint8Array>;
+  readonly contentType: string;
+  readonly publishedBy: string | null;
+  readonly stage: StageOptions;
+  /** Stages the bytes another way than `store.stage(body)` (server-side assembly); undefined → `body` is staged. */
+  readonly stager?: ((options: StageOptions) => Promise<StagedBlob | undefined>) | undefined;
+}
+
+/** `created`: a new row; `unchanged`: the same bytes were already published under the key. */
+export type PublishOutcome = { readonly outcome: 'created' | 'unchanged'; readonly entry: CatalogEntry };
+
+function compare(existing: CatalogEntry, sha256: string): PublishOutcome {
+  if (existing.sha256 !== sha256) throw new StorageError('conflict');
+  return { outcome: 'unchanged', entry: existing };
+}
+
+export async function publishArtifact(
+  deps: { store: ArtifactStore; catalog: Catalog },
+  request: PublishRequest,
+): Promise<PublishOutcome> {
+  // Whether the key is free before the bytes arrive lets a store skip a copy (see StageOptions).
+  const keyWasFree = request.stage.expectedSha256 !== undefined && (await deps.catalog.get(request.key)) === undefined;
+  const options = { ...request.stage, keyWasFree };
+  const staged = (await request.stager?.(options)) ?? (await deps.store.stage(request.body, options));
+  try {
+    const existing = await deps.catalog.get(request.key);
+    if (existing) return compare(existing, staged.sha256);
+    await staged.commit();
+    const { inserted, entry } = await deps.catalog.insertOrGet({
+      ...request.key,
+      sha256: staged.sha256,
+      sizeBytes: staged.sizeBytes,
+      contentType: request.contentType,
+      publishedBy: request.publishedBy,
+    });
+    return inserted ? { outcome: 'created', entry } : compare(entry, staged.sha256);
+  } finally {
+    await staged.discard();
+  }
+}

@@ -1,0 +1,201 @@
+/**
+ * The filesystem store: content-addressed immutable blobs under `blobs/sha256/ab/cd/<hex>`,
+ * uploads in progress under `tmp/` (same filesystem, so publishing is a link). Opening as writer
+ * creates the layout and the storage identity and empties `tmp/`; a reader only verifies.
+ */
+import { randomUUID } from 'node:crypto';
+import { link, mkdir, open, readdir, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
+import path from 'node:path';
+import type pg from 'pg';
+import type { OpenFileCache } from './open-file-cache.ts';
+import { checkedUpload } from '../streaming/checked-upload.ts';
+import { StorageError, storageErrorFromErrno } from '../errors.ts';
+import { fsyncDirectory } from '../../lib/fs-sync.ts';
+import { fsIdentityObject, openingStorageId, type StorageRole } from '../identity.ts';
+import { createFsTree } from './fs-tree.ts';
+import { createFsPartStore } from './fs-parts.ts';
+import { isLargeBody } from '../streaming/large-body.ts';
+import { openUploadFile, writeOverlapped } from './overlapped-writer.ts';
+import type { OpenedArtifactStore, ArtifactStore } from '../store.ts';
+import { BLOBS_DIR, blobRelativePath, isSha256Hex, resolveInsideRoot, TMP_DIR, UPLOADS_DIR } from '../paths.ts';
+import { trackedStagedBlob } from '../streaming/staged-blob.ts';
+
+export type { BlobReader, StagedBlob, StageOptions, ArtifactStore, UploadStats } from '../store.ts';
+/** The filesystem store is one implementation of `ArtifactStore`; the name stays for its callers. */
+export type FsStore = ArtifactStore;
+
+/** Maps fs failures on the write path; ENOSPC/EDQUOT become `storage_full`, the rest pass through. */
+function mapWriteError(err: unknown): unknown {
+  if (err instanceof StorageError) return err;
+  const mapped = storageErrorFromErrno(err);
+  return mapped && mapped.code === 'storage_full' ? mapped : err;
+}
+
+async function isDirectory(p: string): Promise<boolean> {
+  try {
+    return (await stat(p)).isDirectory();
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
+    throw err;
+  }
+}
+
+/** Creates `dir` with parents; fsyncs each new directory's parent so the entries are durable. */
+async function mkdirDurable(dir: string, stopAt: string): Promise<void> {
+  const first = await mkdir(dir, { recursive: true });
+  if (first === undefined) return;
+  for (let d = dir; ; d = path.dirname(d)) {
+    await fsyncDirectory(path.dirname(d));
+    if (d === first || path.dirname(d) === stopAt || d === path.dirname(d)) break;
+  }
+}
+
+/**
+ * `writer` creates and binds the root and empties tmp/; `reader` only verifies and never writes;
+ * `worker` (the multipart completion worker beside a running writer) verifies like a reader but may
+ * stage and publish — it never empties tmp/, where the writer's uploads are in progress.
+ */
+export async function openFsStore(options: {
+  root: string;
+  role: StorageRole | 'worker';
+  pool: pg.Pool;
+  /** Reuse descriptors of hot blobs (content-addressed, so never stale while the process runs). */
+  openFiles?: OpenFileCache | undefined;
+  /**
+   * A restore target (writer only): the storage-id is neither read nor written here; the store
+   * reports this id and the restore writes `identity` last (backup/restore.ts).
+   */
+  restoreAs?: string | undefined;
+}): Promise<OpenedArtifactStore> {
+  const root = path.resolve(options.root);
+  const { role } = options;
+  if (role === 'writer') await mkdir(root, { recursive: true });
+  else if (!(await isDirectory(root)))
+    throw new StorageError(
+      'storage_mismatch',
+      `the storage root ${root} does not exist; a reader never creates it (start the writer first, or mount the shared root)`,
+    );
+
+  const storageId = await openingStorageId({
+    object: fsIdentityObject(root),
+    role,
+    pool: options.pool,
+    restoreAs: options.restoreAs,
+  });
+  const blobsDir = resolveInsideRoot(root, BLOBS_DIR);
+  const tmpDir = resolveInsideRoot(root, TMP_DIR);
+  if (role === 'writer') {
+    await mkdirDurable(blobsDir, root);
+    await mkdirDurable(tmpDir, root);
+    await mkdirDurable(resolveInsideRoot(root, UPLOADS_DIR), root);
+    // Whatever is in tmp/ belongs to uploads a previous process never finished.
+    for (const entry of await readdir(tmpDir)) await rm(path.join(tmpDir, entry), { recursive: true, force: true });
+  } else if (!(await isDirectory(blobsDir))) {
+    throw new StorageError('storage_mismatch', `${blobsDir} is missing; the storage root is incomplete`);
+  }
+
+  const blobPath = (sha256: string) => resolveInsideRoot(root, blobRelativePath(sha256));
+  const stats = { committed: 0, discarded: 0, failed: 0 };
+
+  return {
+    kind: 'fs',
+    location: root,
+    storageId,
+    identity: fsIdentityObject(root),
+    writable: role !== 'reader',
+    uploadStats: () => ({ ...stats }),
+    parts: createFsPartStore(root),
+    tree: createFsTree(root),
+    close: async () => {},
+
+    async stage(body, stageOptions) {
+      if (role === 'reader') throw new Error('stage() on a read-only store');
+      const tempPath = resolveInsideRoot(root, path.join(TMP_DIR, `${randomUUID()}.upload`));
+      const upload = checkedUpload(body, stageOptions);
+      let handle: FileHandle | undefined;
+      try {
+        const file = await openUploadFile(tempPath, isLargeBody(stageOptions.expectedLength));
+        handle = file.handle;
+        await writeOverlapped(handle, upload.chunks, {
+          expectedBytes: stageOptions.expectedLength,
+          // checkedUpload never reads a chunk again once it has yielded it; the body's producer says.
+          releaseChunks: stageOptions.chunksOwned === true,
+          direct: file.direct,
+        });
+        const { sha256, sizeBytes: received } = upload.result;
+        await handle.close();
+        handle = undefined;
+        return trackedStagedBlob(stats, sha256, received, {
+          async commit() {
+            const target = blobPath(sha256);
+            const dir = path.dirname(target);
+            try {
+              await mkdirDurable(dir, blobsDir);
+              try {
+                await link(tempPath, target);
+              } catch (err) {
+                // Content-addressed: an existing blob with this name has these exact bytes; keep it.
+                if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+              }
+              await fsyncDirectory(dir);
+            } catch (err) {
+              throw mapWriteError(err);
+            }
+          },
+          discard: () =>
+            unlink(tempPath).catch((err: NodeJS.ErrnoException) => {
+              if (err.code !== 'ENOENT') throw err;
+            }),
+        });
+      } catch (err) {
+        stats.failed++;
+        await handle?.close().catch(() => {});
+        await unlink(tempPath).catch(() => {});
+        throw mapWriteError(err);
+      }
+    },
+
+    async openBlob(sha256, _ranges) {
+      if (!isSha256Hex(sha256)) throw new StorageError('not_found');
+      const openFile = async () => {
+        let handle: FileHandle;
+        try {
+          handle = await open(blobPath(sha256), 'r');
+        } catch (err) {
+          throw storageErrorFromErrno(err) ?? err;
+        }
+        try {
+          return { handle, sizeBytes: (await handle.stat()).size };
+        } catch (err) {
+          await handle.close().catch(() => {});
+          throw err;
+        }
+      };
+      if (options.openFiles) {
+        const lease = await options.openFiles.acquire(sha256, openFile);
+        const { handle, sizeBytes } = lease.file;
+        return {
+          sizeBytes,
+          read: (buffer, offset, length, position) => handle.read(buffer, offset, length, position),
+          close: () => lease.release(),
+        };
+      }
+      const { handle, sizeBytes } = await openFile();
+      return {
+        sizeBytes,
+        read: (buffer, offset, length, position) => handle.read(buffer, offset, length, position),
+        close: () => handle.close(),
+      };
+    },
+
+    async hasBlob(sha256) {
+      if (!isSha256Hex(sha256)) return false;
+      try {
+        return (await stat(blobPath(sha256))).isFile();
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
+        throw err;
+      }
+    },
+  };
+}

@@ -1,0 +1,152 @@
+/**
+ * Open descriptors of published blobs, kept for reuse (the idea of nginx's `open_file_cache`): a
+ * hot blob costs no open/fstat/close per request. Blobs are content-addressed and immutable, so a
+ * descriptor and the size read at open stay right for as long as the file is held; scrub and gc run
+ * only while no gateway does, and a restarted gateway starts empty.
+ *
+ * Bounded by `maxEntries`; the least recently used entry is evicted first. A descriptor is closed
+ * when it is evicted or idle for `idleMs` and no reader holds it; one still being read is closed
+ * when its last reader releases it. Concurrent opens of one blob share one open.
+ */
+import type { FileHandle } from 'node:fs/promises';
+import { BoundedLru } from '../../lib/bounded-lru.ts';
+import type { CacheStats } from '../../lib/cache-stats.ts';
+import type { MonotonicClock } from '../../lib/epoch-watcher.ts';
+
+export interface OpenFile {
+  readonly handle: FileHandle;
+  readonly sizeBytes: number;
+}
+
+interface Slot {
+  readonly file: OpenFile;
+  refs: number;
+  lastUsedMs: number;
+  /** No longer in the table: close when the last reader releases it. */
+  evicted: boolean;
+  closed: boolean;
+}
+
+export interface OpenFileLease {
+  readonly file: OpenFile;
+  /** Gives the descriptor back (it stays open for the next reader unless evicted). */
+  release(): Promise<void>;
+}
+
+export interface OpenFileCacheOptions {
+  readonly maxEntries: number;
+  readonly idleMs: number;
+  readonly clock: MonotonicClock;
+}
+
+export class OpenFileCache {
+  readonly #slots: BoundedLru<string, Slot>;
+  readonly #opening = new Map<string, Promise<Slot>>();
+  readonly #options: OpenFileCacheOptions;
+  readonly #closing = new Set<Promise<void>>();
+  #timer: NodeJS.Timeout | undefined;
+  #hits = 0;
+  #misses = 0;
+
+  constructor(options: OpenFileCacheOptions) {
+    this.#options = options;
+    this.#slots = new BoundedLru<string, Slot>(
+      { maxEntries: options.maxEntries, maxBytes: Number.POSITIVE_INFINITY },
+      (_key, slot) => {
+        slot.evicted = true;
+        if (slot.refs === 0) this.#close(slot);
+      },
+    );
+  }
+
+  /** Starts the idle sweep (every half idle period, at least once a second). */
+  start(): void {
+    this.#timer = setInterval(() => this.sweep(), Math.max(1000, this.#options.idleMs / 2));
+    this.#timer.unref();
+  }
+
+  /** Closes every idle descriptor unused for `idleMs` (run by the timer; tests call it with their clock). */
+  sweep(): void {
+    const now = this.#options.clock.monotonicMs();
+    for (const [key, slot] of this.#slots.entries()) {
+      if (slot.refs === 0 && now - slot.lastUsedMs >= this.#options.idleMs) this.#slots.delete(key);
+    }
+  }
+
+  /** The open file for `key`, opening it with `open` on a miss. */
+  async acquire(key: string, open: () => Promise<OpenFile>): Promise<OpenFileLease> {
+    const cached = this.#slots.get(key);
+    if (cached) {
+      this.#hits++;
+      return this.#lease(cached);
+    }
+    this.#misses++;
+    const slot = await this.#open(key, open);
+    // Evicted and closed between the open and this continuation: open again.
+    if (slot.closed) return this.acquire(key, open);
+    return this.#lease(slot);
+  }
+
+  #open(key: string, open: () => Promise<OpenFile>): Promise<Slot> {
+    let pending = this.#opening.get(key);
+    if (pending) return pending;
+    pending = open().then((file) => {
+      const fresh: Slot = {
+        file,
+        refs: 0,
+        lastUsedMs: this.#options.clock.monotonicMs(),
+        evicted: false,
+        closed: false,
+      };
+      // With maxEntries 0 the table refuses it: the slot then lives for its readers only.
+      if (!this.#slots.set(key, fresh, file.sizeBytes)) fresh.evicted = true;
+      return fresh;
+    });
+    this.#opening.set(key, pending);
+    const forget = () => this.#opening.delete(key);
+    pending.then(forget, forget);
+    return pending;
+  }
+
+  #lease(held: Slot): OpenFileLease {
+    held.refs++;
+    held.lastUsedMs = this.#options.clock.monotonicMs();
+    let released = false;
+    return {
+      file: held.file,
+      release: async () => {
+        if (released) return;
+        released = true;
+        held.refs--;
+        held.lastUsedMs = this.#options.clock.monotonicMs();
+        if (held.refs === 0 && held.evicted) await this.#close(held);
+      },
+    };
+  }
+
+  stats(): CacheStats {
+    return {
+      cache: 'open_file',
+      hits: this.#hits,
+      misses: this.#misses,
+      entries: this.#slots.size,
+      bytes: this.#slots.bytes,
+    };
+  }
+
+  /** Closes every descriptor not in use and stops the sweep; held ones close on release. */
+  async close(): Promise<void> {
+    clearInterval(this.#timer);
+    this.#slots.clear();
+    await Promise.all(this.#closing);
+  }
+
+  #close(slot: Slot): Promise<void> {
+    if (slot.closed) return Promise.resolve();
+    slot.closed = true;
+    const closing = slot.file.handle.close().catch(() => {});
+    this.#closing.add(closing);
+    void closing.finally(() => this.#closing.delete(closing));
+    return closing;
+  }
+}

@@ -1,0 +1,151 @@
+/**
+ * The static-HTTP store: the same layout as the filesystem store (`storage-id`, `blobs/sha256/ab/cd/<hex>`,
+ * `tmp/`, `uploads/<session>/`) on a dumb HTTP file server, e.g. nginx with
+ * `dav_methods PUT DELETE MOVE; create_full_put_path on;` (writes) and `autoindex_format json` (listing,
+ * for scrub and gc only). Reads are plain GET/HEAD with Range.
+ *
+ * Publish: the body streams (hashed, counted, paced) as a chunked PUT to `tmp/<uuid>.upload`; a
+ * length or digest mismatch throws inside the body, so the store never completes the temporary.
+ * commit() MOVEs it to the blob name (`Overwrite: F`: an existing blob has the same bytes). A store
+ * without MOVE (405/501) gets a GET of the temporary piped into a PUT of the final name instead.
+ * Durability is the store's: nginx does not fsync, so a power loss on the storage host can lose or
+ * truncate a blob whose catalog row exists (scrub finds a truncated one; see the docs).
+ */
+import { randomUUID } from 'node:crypto';
+import type pg from 'pg';
+import { checkedUpload } from '../streaming/checked-upload.ts';
+import { StorageError } from '../errors.ts';
+import {
+  createUpstreamPool,
+  unexpectedStatus,
+  upstreamError,
+  type UpstreamOptions,
+} from '../streaming/http-upstream.ts';
+import { httpIdentity, httpParts, httpTree } from './http-tree.ts';
+import { WebDavClient } from './http-webdav.ts';
+import { openingStorageId, type StorageRole } from '../identity.ts';
+import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, TMP_DIR } from '../paths.ts';
+import type { ByteRange } from '../range.ts';
+import { openRangeStream, rangeStreamReader, type RangeStream } from '../streaming/range-stream.ts';
+import type { BlobReader, OpenedArtifactStore, StagedBlob, StageOptions } from '../store.ts';
+import { trackedStagedBlob } from '../streaming/staged-blob.ts';
+
+const blobName = (sha256: string) => blobRelativePath(sha256).split('\\').join('/');
+
+export interface HttpStoreOptions extends UpstreamOptions {
+  readonly url: string;
+  readonly role: StorageRole | 'worker';
+  readonly pool: pg.Pool;
+  readonly restoreAs?: string | undefined;
+}
+
+export async function openHttpStore(options: HttpStoreOptions): Promise<OpenedArtifactStore> {
+  const dav = new WebDavClient(options.url, options);
+  const { location } = dav;
+  const { role } = options;
+  const stats = { committed: 0, discarded: 0, failed: 0 };
+  const identity = httpIdentity(dav);
+
+  let storageId: string;
+  try {
+    storageId = await openingStorageId({ object: identity, role, pool: options.pool, restoreAs: options.restoreAs });
+  } catch (err) {
+    await dav.close().catch(() => {});
+    throw err;
+  }
+
+  function openRange(sha256: string, start: number, end: number): Promise<RangeStream> {
+    const target = dav.pathOf(blobName(sha256));
+    return openRangeStream(
+      (range, highWaterMark) => dav.call({ method: 'GET', path: target, headers: { range }, highWaterMark }),
+      { sha256, target },
+      start,
+      end,
+    );
+  }
+
+  function openReader(
+    sha256: string,
+    sizeBytes: number,
+    ranges: readonly ByteRange[],
+    first: RangeStream | undefined,
+  ): BlobReader {
+    return rangeStreamReader(sha256, sizeBytes, ranges, first, (start, end) => openRange(sha256, start, end));
+  }
+
+  return {
+    kind: 'http',
+    location,
+    storageId,
+    identity,
+    writable: role !== 'reader',
+    uploadStats: () => ({ ...stats }),
+    parts: httpParts(dav),
+    tree: httpTree(dav),
+    close: () => dav.close(),
+
+    async stage(body, stageOptions: StageOptions): Promise<StagedBlob> {
+      if (role === 'reader') throw new Error('stage() on a read-only store');
+      const tempName = `${TMP_DIR}/${randomUUID()}.upload`;
+      // Every check throws inside the body, so the store sees an aborted PUT and keeps nothing.
+      const upload = checkedUpload(body, stageOptions);
+      try {
+        await dav.put(tempName, upload.chunks, stageOptions.signal);
+      } catch (err) {
+        stats.failed++;
+        // Normally nothing was stored; if the store did keep a temporary, gc lists it.
+        await dav.remove(tempName).catch(() => {});
+        throw err;
+      }
+      const { sha256, sizeBytes } = upload.result;
+      return trackedStagedBlob(stats, sha256, sizeBytes, {
+        // false: an identical blob (same name, so same bytes) is already there; discard() drops ours.
+        commit: async () => {
+          await dav.move(tempName, blobName(sha256), false);
+        },
+        // Best effort: the catalog decision is already made; a temporary left behind is gc's.
+        discard: () => dav.remove(tempName).catch(() => {}),
+      });
+    },
+
+    async openBlob(sha256, ranges = []) {
+      if (!isSha256Hex(sha256)) throw new StorageError('not_found');
+      if (ranges.length === 0) {
+        const res = await dav.call({ method: 'HEAD', path: dav.pathOf(blobName(sha256)) });
+        await res.body.dump().catch(() => {});
+        if (res.statusCode === 404) throw new StorageError('not_found', `blob ${sha256} is not on the artifact store`);
+        if (res.statusCode !== 200) throw unexpectedStatus(res.statusCode, `HEAD ${dav.pathOf(blobName(sha256))}`);
+        return openReader(sha256, Number(res.headers['content-length']), ranges, undefined);
+      }
+      const first = await openRange(sha256, ranges[0]!.start, ranges[0]!.end);
+      return openReader(sha256, first.sizeBytes, ranges, first);
+    },
+
+    async hasBlob(sha256) {
+      if (!isSha256Hex(sha256)) return false;
+      const code = await dav.status({ method: 'HEAD', path: dav.pathOf(blobName(sha256)) });
+      if (code === 200) return true;
+      if (code === 404) return false;
+      throw unexpectedStatus(code, `HEAD ${dav.pathOf(blobName(sha256))}`);
+    },
+  };
+}
+
+/** Reads `storage-id` from a static-HTTP store without binding anything (for `arkvory doctor`). */
+export async function readStorageIdObject(url: string, options: UpstreamOptions): Promise<string | undefined> {
+  const base = new URL(url);
+  if (!base.pathname.endsWith('/')) base.pathname += '/';
+  const upstream = createUpstreamPool(base.origin, options);
+  const target = `${base.pathname}${STORAGE_ID_FILE}`;
+  try {
+    const res = await upstream.request({ method: 'GET', path: target }).catch((err: unknown) => {
+      throw upstreamError(err, `GET ${target}`);
+    });
+    const text = await res.body.text();
+    if (res.statusCode === 404) return undefined;
+    if (res.statusCode !== 200) throw unexpectedStatus(res.statusCode, `GET ${target}`);
+    return text.trim();
+  } finally {
+    await upstream.close();
+  }
+}

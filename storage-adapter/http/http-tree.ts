@@ -1,0 +1,92 @@
+/**
+ * The static-HTTP store's tree (scrub, gc, backup): listings come from the server's JSON autoindex
+ * (nginx `autoindex on; autoindex_format json;`), reads, removals and moves through WebDAV.
+ */
+import { unexpectedStatus, upstreamError } from '../streaming/http-upstream.ts';
+import type { WebDavClient } from './http-webdav.ts';
+import { sessionRelativeDir, STORAGE_ID_FILE } from '../paths.ts';
+import type { IdentityObject } from '../identity.ts';
+import type { PartStore, StoreTree, TreeEntry } from '../store.ts';
+
+export function httpTree(dav: WebDavClient): StoreTree {
+  const { location } = dav;
+  return {
+    location,
+    async list(dir) {
+      const target = `${dav.pathOf(dir)}/`;
+      const res = await dav.call({ method: 'GET', path: target, headers: { accept: 'application/json' } });
+      const text = await res.body.text().catch((err: unknown) => {
+        throw upstreamError(err, `GET ${target}`);
+      });
+      if (res.statusCode === 404) return [];
+      if (res.statusCode !== 200) throw unexpectedStatus(res.statusCode, `GET ${target}`);
+      let entries: Array<{ name?: unknown; type?: unknown; size?: unknown }>;
+      try {
+        entries = JSON.parse(text) as typeof entries;
+        if (!Array.isArray(entries)) throw new Error('not a list');
+      } catch {
+        throw new Error(
+          `GET ${location}${dir}/ did not return a JSON listing; scrub and gc need \`autoindex on; autoindex_format json;\` on the store`,
+        );
+      }
+      return entries.map(
+        (e): TreeEntry => ({
+          name: String(e.name),
+          isDirectory: e.type === 'directory',
+          sizeBytes: Number(e.size ?? 0),
+        }),
+      );
+    },
+    read: (file) => dav.get(file),
+    remove: (file) => dav.remove(file),
+    async move(from, to) {
+      await dav.move(from, to, true);
+    },
+  };
+}
+
+/** Multipart part files under `uploads/<session>/`. A part whose PUT failed is removed. */
+export function httpParts(dav: WebDavClient): PartStore {
+  return {
+    async write(sessionId, fileName, body, signal) {
+      const name = `${sessionRelativeDir(sessionId)}/${fileName}`;
+      try {
+        await dav.put(name, body, signal);
+      } catch (err) {
+        await dav.remove(name).catch(() => {});
+        throw err;
+      }
+    },
+    read: (sessionId, fileName, signal) => dav.get(`${sessionRelativeDir(sessionId)}/${fileName}`, signal),
+    remove: (sessionId, fileName) => dav.remove(`${sessionRelativeDir(sessionId)}/${fileName}`),
+    removeSession: (sessionId) => dav.remove(sessionRelativeDir(sessionId)),
+  };
+}
+
+/** The `storage-id` object at the store's root. */
+export function httpIdentity(dav: WebDavClient): IdentityObject {
+  const path = dav.pathOf(STORAGE_ID_FILE);
+  return {
+    root: dav.location,
+    name: `${dav.location}${STORAGE_ID_FILE}`,
+    variable: 'ARKVORY_STORAGE_URL',
+    async read() {
+      const res = await dav.call({ method: 'GET', path });
+      const text = await res.body.text().catch((err: unknown) => {
+        throw upstreamError(err, `GET ${path}`);
+      });
+      if (res.statusCode === 404) return undefined;
+      if (res.statusCode !== 200) throw unexpectedStatus(res.statusCode, `GET ${path}`);
+      return text;
+    },
+    async write(id) {
+      // nginx writes a PUT body to a temporary file and renames it: readers see all or nothing.
+      await dav.put(
+        STORAGE_ID_FILE,
+        (async function* () {
+          yield Buffer.from(`${id}\n`);
+        })(),
+      );
+    },
+  };
+}

@@ -1,0 +1,284 @@
+/**
+ * The S3 edge: SigV4-signed requests (the `aws4` signer, 48 KiB, no dependencies) over one keep-alive
+ * undici `Pool` per store, path-style (`<endpoint>/<bucket>/<key>`), so any S3-compatible server
+ * works without DNS per bucket. Bodies stream both ways; a streamed body is sent as
+ * `UNSIGNED-PAYLOAD` with its Content-Length (S3 needs the length up front), small XML bodies are
+ * signed with their digest. Only the operations the store needs, each a few lines; XML answers are
+ * read with fast-xml-parser. See docs/storage-and-content.md for why not the AWS SDK.
+ */
+import { createHash } from 'node:crypto';
+import { Readable } from 'node:stream';
+import aws4 from 'aws4';
+import { XMLParser } from 'fast-xml-parser';
+import type { Dispatcher, Pool } from 'undici';
+import { StorageError } from '../errors.ts';
+import { createUpstreamPool, upstreamError, type UpstreamOptions } from '../streaming/http-upstream.ts';
+import { encodeRfc3986, pathStyleObjectPath } from './s3-location.ts';
+
+export interface S3Credentials {
+  readonly accessKeyId: string;
+  readonly secretAccessKey: string;
+  readonly sessionToken?: string | undefined;
+}
+
+export interface S3ClientOptions extends UpstreamOptions {
+  /** `http(s)://host:port` of the S3 API. */
+  readonly endpoint: string;
+  readonly region: string;
+  readonly bucket: string;
+  readonly credentials: S3Credentials;
+}
+
+export interface S3Request {
+  readonly method: Dispatcher.HttpMethod;
+  /** Object key; undefined for a bucket-level request (listing). */
+  readonly key?: string | undefined;
+  readonly query?: Record<string, string> | undefined;
+  readonly headers?: Record<string, string> | undefined;
+  /** A streamed body (needs `content-length` in headers) or a small signed one. */
+  readonly body?: AsyncIterable<Buffer> | Buffer | undefined;
+  /** A Buffer body sent as `UNSIGNED-PAYLOAD` (multipart parts: their bytes are hashed for the content address already). */
+  readonly unsignedPayload?: boolean | undefined;
+  readonly signal?: AbortSignal | undefined;
+  readonly headersTimeout?: number | undefined;
+  readonly highWaterMark?: number | undefined;
+}
+
+export interface ListedObject {
+  readonly key: string;
+  readonly sizeBytes: number;
+}
+
+export interface S3Client {
+  readonly bucket: string;
+  readonly endpoint: string;
+  request(r: S3Request): Promise<Dispatcher.ResponseData>;
+  /**
+   * The path and signed headers (Host included) of a request the caller sends itself (s3-socket-read.ts,
+   * s3-socket-write.ts): without a body, or with `unsignedPayload` a streamed one (its Content-Length in `headers`).
+   */
+  signedHead(
+    r: Pick<S3Request, 'method' | 'key' | 'query' | 'headers'>,
+    unsignedPayload?: boolean,
+  ): {
+    path: string;
+    headers: Record<string, string>;
+  };
+  /** Reads a failed answer's XML error and maps it to a storage error (the body is consumed). */
+  failure(res: Dispatcher.ResponseData, what: string): Promise<StorageError>;
+  /** A request whose answer must be 2xx; returns the body text (XML) or '' . */
+  expectOk(r: S3Request, what: string): Promise<{ text: string; headers: Dispatcher.ResponseData['headers'] }>;
+  head(key: string): Promise<{ sizeBytes: number } | undefined>;
+  delete(key: string): Promise<void>;
+  /** Every object under `prefix` (ListObjectsV2, paged); with `delimiter` also the common prefixes. */
+  list(prefix: string, delimiter?: string): AsyncGenerator<{ object?: ListedObject; commonPrefix?: string }>;
+  /** Multipart uploads begun under `prefix` and neither completed nor aborted (ListMultipartUploads, paged). */
+  listMultipartUploads(prefix: string): AsyncGenerator<{ key: string; uploadId: string }>;
+  close(): Promise<void>;
+}
+
+// htmlEntities: servers escape the quotes of an ETag as `&#34;` (MinIO) as well as `&quot;`.
+const xml = new XMLParser({
+  ignoreAttributes: true,
+  parseTagValue: false,
+  htmlEntities: true,
+  isArray: (name) => ['Contents', 'CommonPrefixes', 'Upload'].includes(name),
+});
+
+/** Parses an XML answer; a body that is not XML is `upstream_unreachable` naming the request. */
+export function parseXml(text: string, what: string): Record<string, unknown> {
+  try {
+    return xml.parse(text) as Record<string, unknown>;
+  } catch (err) {
+    throw new StorageError('upstream_unreachable', `The S3 server answered ${what} with a body that is not XML.`, {
+      cause: err,
+    });
+  }
+}
+
+/** `<Error><Code>…` of an S3 error answer, if any. */
+export function s3ErrorOf(text: string): { code: string; message: string } | undefined {
+  if (!text.includes('<Error')) return undefined;
+  try {
+    const doc = xml.parse(text) as { Error?: { Code?: unknown; Message?: unknown } };
+    if (!doc.Error) return undefined;
+    return { code: String(doc.Error.Code ?? ''), message: String(doc.Error.Message ?? '') };
+  } catch {
+    return undefined;
+  }
+}
+
+/** Maps an S3 error answer: credentials and a missing bucket name the variable to fix. */
+export function storageErrorOfS3(
+  status: number,
+  error: { code: string; message: string } | undefined,
+  what: string,
+  bucket: string,
+): StorageError {
+  const code = error?.code ?? '';
+  const detail = error ? `${status} ${code}${error.message ? `: ${error.message}` : ''}` : String(status);
+  if (code === 'NoSuchKey' || (status === 404 && code === ''))
+    return new StorageError('not_found', `${what}: not on the S3 server.`);
+  if (code === 'NoSuchBucket')
+    return new StorageError(
+      'storage_mismatch',
+      `the bucket "${bucket}" does not exist on the S3 server (${what}: ${detail}); create it, or fix the bucket in ARKVORY_STORAGE_URL`,
+    );
+  if (['InvalidAccessKeyId', 'SignatureDoesNotMatch', 'AccessDenied', 'ExpiredToken', 'InvalidToken'].includes(code)) {
+    return new StorageError(
+      'upstream_unreachable',
+      `The S3 server refused our credentials (${what}: ${detail}); check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN and ARKVORY_S3_REGION.`,
+    );
+  }
+  if (code === 'EntityTooLarge' || code === 'QuotaExceeded' || code === 'XMinioStorageFull' || status === 507)
+    return new StorageError('storage_full', `The S3 server has no space left (${what}: ${detail}).`);
+  return new StorageError('upstream_unreachable', `The S3 server answered ${what} with ${detail}.`);
+}
+
+const EMPTY_SHA256 = createHash('sha256').update('').digest('hex');
+
+export function createS3Client(options: S3ClientOptions): S3Client {
+  const endpoint = new URL(options.endpoint);
+  const pool: Pool = createUpstreamPool(endpoint.origin, options);
+  const { bucket } = options;
+  const host = endpoint.host;
+
+  function pathOf(r: S3Request): string {
+    const base = r.key === undefined ? `/${bucket}` : pathStyleObjectPath(bucket, r.key);
+    const query = Object.entries(r.query ?? {})
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+      .map(([k, v]) => `${encodeRfc3986(k)}=${encodeRfc3986(v)}`)
+      .join('&');
+    return query ? `${base}?${query}` : base;
+  }
+
+  function sign(r: Pick<S3Request, 'method' | 'key' | 'query'>, path: string, headers: Record<string, string>) {
+    const signed = aws4.sign(
+      { service: 's3', region: options.region, method: r.method, host, path, headers },
+      options.credentials,
+    );
+    return { path: signed.path ?? path, headers: signed.headers as Record<string, string> };
+  }
+
+  function signedHead(r: Pick<S3Request, 'method' | 'key' | 'query' | 'headers'>, unsignedPayload = false) {
+    const headers: Record<string, string> = { ...r.headers };
+    headers['x-amz-content-sha256'] = unsignedPayload ? 'UNSIGNED-PAYLOAD' : EMPTY_SHA256;
+    return sign(r, pathOf(r), headers);
+  }
+
+  async function request(r: S3Request): Promise<Dispatcher.ResponseData> {
+    const path = pathOf(r);
+    const headers: Record<string, string> = { ...r.headers };
+    let body: Readable | Buffer | undefined;
+    if (Buffer.isBuffer(r.body)) {
+      headers['x-amz-content-sha256'] = r.unsignedPayload
+        ? 'UNSIGNED-PAYLOAD'
+        : createHash('sha256').update(r.body).digest('hex');
+      headers['content-length'] = String(r.body.length);
+      body = r.body;
+    } else if (r.body) {
+      headers['x-amz-content-sha256'] = 'UNSIGNED-PAYLOAD';
+      body = Readable.from(r.body, { objectMode: false });
+    } else {
+      headers['x-amz-content-sha256'] = EMPTY_SHA256;
+    }
+    const signed = sign(r, path, headers);
+    const what = `${r.method} ${path}`;
+    try {
+      return await pool.request({
+        method: r.method,
+        path: signed.path,
+        headers: signed.headers,
+        body,
+        signal: r.signal,
+        headersTimeout: r.headersTimeout,
+        highWaterMark: r.highWaterMark,
+      });
+    } catch (err) {
+      throw upstreamError(r.signal?.aborted && r.signal.reason instanceof StorageError ? r.signal.reason : err, what);
+    }
+  }
+
+  async function failure(res: Dispatcher.ResponseData, what: string): Promise<StorageError> {
+    const text = await res.body.text().catch(() => '');
+    return storageErrorOfS3(res.statusCode, s3ErrorOf(text), what, bucket);
+  }
+
+  async function expectOk(r: S3Request, what: string) {
+    const res = await request(r);
+    if (res.statusCode < 200 || res.statusCode > 299) throw await failure(res, what);
+    const text = await res.body.text().catch((err: unknown) => {
+      throw upstreamError(err, what);
+    });
+    // Copy and complete can fail after a 200 status line: the error then is the body.
+    const error = s3ErrorOf(text);
+    if (error) throw storageErrorOfS3(500, error, what, bucket);
+    return { text, headers: res.headers };
+  }
+
+  return {
+    bucket,
+    endpoint: endpoint.origin,
+    request,
+    signedHead,
+    failure,
+    expectOk,
+    async head(key) {
+      const res = await request({ method: 'HEAD', key });
+      await res.body.dump().catch(() => {});
+      if (res.statusCode === 404) return undefined;
+      if (res.statusCode !== 200) throw storageErrorOfS3(res.statusCode, undefined, `HEAD ${key}`, bucket);
+      return { sizeBytes: Number(res.headers['content-length']) };
+    },
+    async delete(key) {
+      const res = await request({ method: 'DELETE', key });
+      if (res.statusCode === 204 || res.statusCode === 200 || res.statusCode === 404) {
+        await res.body.dump().catch(() => {});
+        return;
+      }
+      throw await failure(res, `DELETE ${key}`);
+    },
+    async *list(prefix, delimiter) {
+      let token: string | undefined;
+      do {
+        const query: Record<string, string> = { 'list-type': '2', prefix, 'max-keys': '1000' };
+        if (delimiter) query.delimiter = delimiter;
+        if (token) query['continuation-token'] = token;
+        const { text } = await expectOk({ method: 'GET', query }, `ListObjectsV2 ${prefix}`);
+        const doc = parseXml(text, `ListObjectsV2 ${prefix}`).ListBucketResult as
+          | {
+              Contents?: Array<{ Key: string; Size: string }>;
+              CommonPrefixes?: Array<{ Prefix: string }>;
+              IsTruncated?: string;
+              NextContinuationToken?: string;
+            }
+          | undefined;
+        for (const p of doc?.CommonPrefixes ?? []) yield { commonPrefix: String(p.Prefix) };
+        for (const c of doc?.Contents ?? []) yield { object: { key: String(c.Key), sizeBytes: Number(c.Size) } };
+        token = doc?.IsTruncated === 'true' ? doc.NextContinuationToken : undefined;
+      } while (token);
+    },
+    async *listMultipartUploads(prefix) {
+      let marker: { key: string; uploadId: string } | undefined;
+      do {
+        const query: Record<string, string> = { uploads: '', prefix, 'max-uploads': '1000' };
+        if (marker) Object.assign(query, { 'key-marker': marker.key, 'upload-id-marker': marker.uploadId });
+        const { text } = await expectOk({ method: 'GET', query }, `ListMultipartUploads ${prefix}`);
+        const doc = parseXml(text, `ListMultipartUploads ${prefix}`).ListMultipartUploadsResult as
+          | {
+              Upload?: Array<{ Key: string; UploadId: string }>;
+              IsTruncated?: string;
+              NextKeyMarker?: string;
+              NextUploadIdMarker?: string;
+            }
+          | undefined;
+        for (const u of doc?.Upload ?? []) yield { key: String(u.Key), uploadId: String(u.UploadId) };
+        marker =
+          doc?.IsTruncated === 'true' && doc.NextKeyMarker
+            ? { key: String(doc.NextKeyMarker), uploadId: String(doc.NextUploadIdMarker ?? '') }
+            : undefined;
+      } while (marker);
+    },
+    close: () => pool.close(),
+  };
+}

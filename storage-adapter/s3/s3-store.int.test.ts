@@ -1,0 +1,507 @@
+/**
+ * What only the S3 store does, on each real S3 server (SeaweedFS, MinIO): multipart upload of a body
+ * of unknown length, multipart copy above the single-copy limit, parts and tree over object keys,
+ * abandoned multipart uploads found and aborted by gc, and the identity refusals (missing bucket,
+ * wrong credentials, server down). The shared publish suite runs in fs-store.int.test.ts.
+ * Each server kind is the run's shared server on a fresh bucket (test/support/shared-s3.ts).
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import { Readable } from 'node:stream';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freeLoopbackPort } from '../../proxy/server/embedded-database.ts';
+import { createRepository } from '../../test/support/auth.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { listKeys, S3_SERVER_KINDS, type S3Server } from '../../test/support/s3-server.ts';
+import { s3Probe, startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
+import { createCatalog, type ArtifactKey } from '../catalog/catalog.ts';
+import { collectGarbage } from '../maintenance/gc.ts';
+import { publishArtifact } from '../catalog/publish.ts';
+import { openS3Store, type S3Store } from './s3-store.ts';
+import { createS3Client } from './s3-client.ts';
+import { abortMultipart, createMultipart, S3_DEFAULT_LIMITS, uploadObject, uploadPartCopy } from './s3-transfer.ts';
+
+const MiB = 1024 * 1024;
+const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+const blobName = (hex: string) => `blobs/sha256/${hex.slice(0, 2)}/${hex.slice(2, 4)}/${hex}`;
+/** A body in 1 MiB chunks, of no declared length. */
+const chunked = (b: Buffer) =>
+  Readable.from(Array.from({ length: Math.ceil(b.length / MiB) }, (_, i) => b.subarray(i * MiB, (i + 1) * MiB)));
+
+describe.each(S3_SERVER_KINDS)('S3 store on %s', (kind) => {
+  const db = useTestDatabase();
+  let backing: StoreBacking;
+  let server: S3Server;
+  const key = (name: string): ArtifactKey => ({
+    repository: 's3-test',
+    kind: 'artifact',
+    name,
+    version: '',
+    asset: '',
+  });
+  beforeAll(async () => {
+    backing = await startStoreBacking(kind);
+    server = backing.s3!;
+    await createRepository(db.pool, 's3-test');
+  });
+  afterAll(async () => {
+    await backing?.stop();
+  });
+
+  async function writer(limits = {}): Promise<S3Store> {
+    await db.pool.query('DELETE FROM arkvory_storage');
+    await backing.reset();
+    return (await backing.open('writer', db.pool, { limits })) as S3Store;
+  }
+
+  it('ranges of 1 MiB and more are read over a socket of their own (byte-exact, slow reader, several ranges), shorter ones and answers other than 206 through the pool', async () => {
+    const store = await writer();
+    const catalog = createCatalog(db.pool);
+    const bytes = randomBytes(3 * MiB + 5);
+    const hex = sha256(bytes);
+    await publishArtifact(
+      { store, catalog },
+      {
+        key: key('ranged'),
+        body: chunked(bytes),
+        contentType: 'a/b',
+        publishedBy: null,
+        stage: { maxBytes: 1e9, expectedLength: bytes.length, expectedSha256: hex },
+      },
+    );
+    const pooled = (await backing.open('reader', db.pool, { socketReads: false })) as S3Store;
+    /** Reads `ranges` as stream.ts does (read() into one reused 128 KiB buffer), pausing when asked. */
+    const readRanges = async (s: S3Store, ranges: Array<{ start: number; end: number }>, pauseMs = 0) => {
+      const reader = await s.openBlob(hex, ranges);
+      // Socket streams read into a reused buffer: their reader copies out (read()), never lends chunks.
+      expect(reader.chunks === undefined).toBe(s === store);
+      const buffer = Buffer.alloc(128 * 1024);
+      const out: Buffer[] = [];
+      try {
+        for (const { start, end } of ranges) {
+          for (let position = start; position <= end; ) {
+            const { bytesRead } = await reader.read(buffer, 0, Math.min(buffer.length, end - position + 1), position);
+            expect(bytesRead).toBeGreaterThan(0);
+            out.push(Buffer.from(buffer.subarray(0, bytesRead)));
+            position += bytesRead;
+            if (pauseMs) await new Promise((r) => setTimeout(r, pauseMs));
+          }
+        }
+      } finally {
+        await reader.close();
+      }
+      return Buffer.concat(out);
+    };
+    const whole = [{ start: 0, end: bytes.length - 1 }];
+    const inner = [{ start: MiB + 7, end: 2 * MiB + 9 }];
+    const several = [
+      { start: 3, end: 4098 },
+      { start: MiB, end: 3 * MiB + 4 },
+    ];
+    try {
+      for (const ranges of [whole, inner, several]) {
+        const expected = Buffer.concat(ranges.map((r) => bytes.subarray(r.start, r.end + 1)));
+        expect(sha256(await readRanges(store, ranges))).toBe(sha256(expected));
+        expect(sha256(await readRanges(pooled, ranges))).toBe(sha256(expected));
+      }
+      // 3 large ranges on the socket; the 4 KiB one through the pool.
+      expect(store.reads).toEqual({ socket: 3, pool: 1 });
+      expect(pooled.reads.socket).toBe(0);
+      // A reader that stops between chunks: the socket pauses and resumes, the bytes stay exact.
+      expect(sha256(await readRanges(store, inner, 2))).toBe(sha256(bytes.subarray(MiB + 7, 2 * MiB + 10)));
+      // A missing blob answers 404: the socket path leaves the answer to the pool, which maps it.
+      const missing = 'ab'.repeat(32);
+      await expect(store.openBlob(missing, whole)).rejects.toMatchObject({ code: 'not_found' });
+      expect(store.reads).toEqual({ socket: 4, pool: 2 });
+    } finally {
+      await pooled.close();
+    }
+  });
+
+  it('a body of unknown length goes up as a multipart upload, and is copied into blobs/ with multipart copy above the copy limit', async () => {
+    const store = await writer({ partBytes: 5 * MiB, copyBytes: 5 * MiB });
+    const catalog = createCatalog(db.pool);
+    const bytes = randomBytes(12 * MiB + 123);
+    const result = await publishArtifact(
+      { store, catalog },
+      { key: key('big'), body: chunked(bytes), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e9 } },
+    );
+    expect(result.entry).toMatchObject({ sha256: sha256(bytes), sizeBytes: bytes.length });
+    expect(store.commits).toMatchObject({ 'multipart-copy': 1, copy: 0, streamed: 0 });
+    // Compared by digest: a deep equality over 12 MiB takes minutes on a loaded machine.
+    expect(sha256((await s3Probe(server).read(blobName(sha256(bytes))))!)).toBe(sha256(bytes));
+    expect(await listKeys(server, 'tmp/')).toEqual([]);
+    // Published again under another name: the blob is there already, nothing is copied.
+    await publishArtifact(
+      { store, catalog },
+      { key: key('big-2'), body: chunked(bytes), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e9 } },
+    );
+    expect(store.commits).toMatchObject({ 'multipart-copy': 1, existing: 1 });
+    const uploads = await store.tree.incompleteUploads!();
+    expect(uploads).toEqual([]);
+  });
+
+  it('single PUTs go over a socket of their own (byte-exact, as through undici); a body failing its checks completes no object; a refusal before the body is mapped', async () => {
+    const store = await writer();
+    const pooled = (await backing.open('writer', db.pool, { socketWrites: false })) as S3Store;
+    const catalog = createCatalog(db.pool);
+    const publish = (s: S3Store, name: string, body: AsyncIterable<Buffer>, expectedLength: number, digest: string) =>
+      publishArtifact(
+        { store: s, catalog },
+        {
+          key: key(name),
+          body,
+          contentType: 'a/b',
+          publishedBy: null,
+          stage: { maxBytes: 1e9, expectedLength, expectedSha256: digest },
+        },
+      );
+    /** `bytes` in chunks of 64 KiB (as the request parser hands them over), pausing now and then. */
+    async function* slow(bytes: Buffer) {
+      for (let i = 0; i < bytes.length; i += 64 * 1024) {
+        if (i % MiB === 0) await new Promise((r) => setTimeout(r, 5));
+        yield Buffer.from(bytes.subarray(i, i + 64 * 1024));
+      }
+    }
+    try {
+      for (const s of [store, pooled]) {
+        for (const size of [3 * MiB + 5, 0, 1]) {
+          const bytes = randomBytes(size);
+          await publish(s, `put-${s === store ? 'socket' : 'pool'}-${size}`, slow(bytes), size, sha256(bytes));
+          expect(sha256((await s3Probe(server).read(blobName(sha256(bytes))))!)).toBe(sha256(bytes));
+        }
+      }
+      expect(store.puts).toEqual({ socket: 3, pool: 0 });
+      expect(pooled.puts).toEqual({ socket: 0, pool: 3 });
+
+      // Bodies that fail their checks: refused, and no object under the claimed blob name nor in tmp/.
+      const claimed = randomBytes(2 * MiB);
+      const other = randomBytes(2 * MiB);
+      async function* broken() {
+        yield* slow(other.subarray(0, MiB));
+        throw Object.assign(new Error('client went away'), { code: 'ECONNRESET' });
+      }
+      for (const [body, length, error] of [
+        [slow(other), other.length, { code: 'invalid_request' }],
+        [slow(claimed.subarray(0, MiB)), claimed.length, { code: 'invalid_request' }],
+        [slow(claimed), claimed.length - 1, { code: 'invalid_request' }],
+        [broken(), other.length, { message: 'client went away' }],
+      ] as const) {
+        await expect(publish(store, 'refused', body, length, sha256(claimed))).rejects.toMatchObject(error);
+        expect(await s3Probe(server).read(blobName(sha256(claimed)))).toBeUndefined();
+      }
+      expect(await listKeys(server, 'tmp/')).toEqual([]);
+      expect(await catalog.get(key('refused'))).toBeUndefined();
+
+      // Wrong credentials: the server refuses before taking the body; the answer is read and mapped.
+      const wrong = createS3Client({
+        endpoint: server.endpoint,
+        region: server.region,
+        bucket: backing.s3!.bucket,
+        credentials: { accessKeyId: server.accessKeyId, secretAccessKey: 'wrong-secret-key' },
+        connectTimeoutMs: 2000,
+        timeoutMs: 30_000,
+      });
+      try {
+        const endpoint = new URL(server.endpoint);
+        await expect(
+          uploadObject(wrong, 'refused-put', slow(other), S3_DEFAULT_LIMITS, {
+            expectedLength: other.length,
+            timeoutMs: 30_000,
+            socket: { host: endpoint.hostname, port: Number(endpoint.port), connectTimeoutMs: 2000, timeoutMs: 30_000 },
+          }),
+        ).rejects.toMatchObject({
+          code: 'upstream_unreachable',
+          message: expect.stringMatching(/refused our credentials/),
+        });
+      } finally {
+        await wrong.close();
+      }
+      expect(await s3Probe(server).read('refused-put')).toBeUndefined();
+    } finally {
+      await pooled.close();
+    }
+  });
+
+  it('a declared sha256 for a free key stages straight under the blob name (no copy); other bytes claiming it leave the blob intact', async () => {
+    const store = await writer();
+    const catalog = createCatalog(db.pool);
+    const bytes = randomBytes(3 * MiB);
+    await publishArtifact(
+      { store, catalog },
+      {
+        key: key('direct'),
+        body: chunked(bytes),
+        contentType: 'a/b',
+        publishedBy: null,
+        stage: { maxBytes: 1e9, expectedLength: bytes.length, expectedSha256: sha256(bytes) },
+      },
+    );
+    expect(store.commits).toMatchObject({ direct: 1, copy: 0 });
+    expect(await listKeys(server, 'tmp/')).toEqual([]);
+    expect(sha256((await s3Probe(server).read(blobName(sha256(bytes))))!)).toBe(sha256(bytes));
+    // Other bytes claiming that digest (with and without a length): refused, the published blob intact.
+    const other = randomBytes(3 * MiB);
+    for (const expectedLength of [other.length, undefined]) {
+      await expect(
+        publishArtifact(
+          { store, catalog },
+          {
+            key: key('liar'),
+            body: chunked(other),
+            contentType: 'a/b',
+            publishedBy: null,
+            stage: { maxBytes: 1e9, expectedLength, expectedSha256: sha256(bytes) },
+          },
+        ),
+      ).rejects.toMatchObject({ code: 'invalid_request' });
+    }
+    expect(sha256((await s3Probe(server).read(blobName(sha256(bytes))))!)).toBe(sha256(bytes));
+    expect(await catalog.get(key('liar'))).toBeUndefined();
+    expect(await store.tree.incompleteUploads!()).toEqual([]);
+    // The same key again with the same digest: the key is taken, so the temporary path (deleted after).
+    await publishArtifact(
+      { store, catalog },
+      {
+        key: key('direct'),
+        body: chunked(bytes),
+        contentType: 'a/b',
+        publishedBy: null,
+        stage: { maxBytes: 1e9, expectedSha256: sha256(bytes) },
+      },
+    );
+    expect(store.commits).toMatchObject({ direct: 1 });
+    expect(await listKeys(server, 'tmp/')).toEqual([]);
+  });
+
+  it('a body that fails after some parts leaves no object and no open multipart upload', async () => {
+    const store = await writer({ partBytes: 5 * MiB });
+    async function* broken() {
+      yield* chunked(randomBytes(11 * MiB));
+      throw Object.assign(new Error('client went away'), { code: 'ECONNRESET' });
+    }
+    await expect(
+      publishArtifact(
+        { store, catalog: createCatalog(db.pool) },
+        { key: key('broken'), body: broken(), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e9 } },
+      ),
+    ).rejects.toThrow('client went away');
+    expect(await listKeys(server)).toEqual(['storage-id']);
+    expect(await store.tree.incompleteUploads!()).toEqual([]);
+  });
+
+  /** Parts written through the store's PartStore, as the multipart routes do; the assembly list for them. */
+  async function writeParts(store: S3Store, session: string, bodies: Buffer[]) {
+    const listed = [];
+    for (const [i, body] of bodies.entries()) {
+      const fileName = `${String(i + 1).padStart(5, '0')}-p.part`;
+      await store.parts.write(session, fileName, Readable.from([body]));
+      listed.push({ partNumber: i + 1, fileName, sizeBytes: body.length, sha256: sha256(body) });
+    }
+    return listed;
+  }
+  const openUploads = async () => {
+    const open: string[] = [];
+    for await (const u of server.client().listMultipartUploads('')) open.push(u.key);
+    return open;
+  };
+
+  it('multipart sessions are assembled server-side (UploadPartCopy, a part above the copy limit in ranges); parts re-checked, whole sha256 computed', async () => {
+    const store = await writer({ copyBytes: 6 * MiB });
+    const catalog = createCatalog(db.pool);
+    const session = '00000000-0000-4000-8000-0000000000a1';
+    const bodies = [randomBytes(11 * MiB), randomBytes(5 * MiB), randomBytes(MiB + 7)];
+    const whole = Buffer.concat(bodies);
+    const parts = await writeParts(store, session, bodies);
+    // Without a declared sha256: staged under tmp/ by server-side copies, then copied to its blob name.
+    const result = await publishArtifact(
+      { store, catalog },
+      {
+        key: key('assembled'),
+        body: chunked(Buffer.alloc(0)),
+        stager: (options) => store.assembleParts!(session, parts, options),
+        contentType: 'a/b',
+        publishedBy: null,
+        stage: { maxBytes: 1e9, expectedLength: whole.length },
+      },
+    );
+    expect(result.entry).toMatchObject({ sha256: sha256(whole), sizeBytes: whole.length });
+    expect(store.assemblies).toMatchObject({ 'server-copy': 1, streamed: 0 });
+    // The tmp/ object (17 MiB, above the lowered 6 MiB copy limit) went to its blob name by multipart copy.
+    expect(store.commits).toMatchObject({ 'multipart-copy': 1, copy: 0 });
+    expect(store.uploadStats().committed).toBe(1);
+    expect(sha256((await s3Probe(server).read(blobName(sha256(whole))))!)).toBe(sha256(whole));
+    expect(await listKeys(server, 'tmp/')).toEqual([]);
+    expect(await openUploads()).toEqual([]);
+
+    // A declared sha256 for a free key: assembled straight under its blob name.
+    const again = await writeParts(store, session, [bodies[1]!, bodies[2]!]);
+    const small = Buffer.concat([bodies[1]!, bodies[2]!]);
+    await publishArtifact(
+      { store, catalog },
+      {
+        key: key('assembled-direct'),
+        body: chunked(Buffer.alloc(0)),
+        stager: (options) => store.assembleParts!(session, again, options),
+        contentType: 'a/b',
+        publishedBy: null,
+        stage: { maxBytes: 1e9, expectedLength: small.length, expectedSha256: sha256(small) },
+      },
+    );
+    expect(store.assemblies).toMatchObject({ 'server-copy': 2, streamed: 0 });
+    expect(store.commits).toMatchObject({ 'multipart-copy': 1, direct: 1 });
+    expect(sha256((await s3Probe(server).read(blobName(sha256(small))))!)).toBe(sha256(small));
+  });
+
+  it('assembly falls back to streaming when a part other than the last is below 5 MiB; a changed part or a wrong whole sha256 publishes nothing', async () => {
+    const store = await writer();
+    const session = '00000000-0000-4000-8000-0000000000a2';
+    const bodies = [randomBytes(4 * MiB), randomBytes(6 * MiB)];
+    const parts = await writeParts(store, session, bodies);
+    expect(await store.assembleParts!(session, parts, { maxBytes: 1e9 })).toBeUndefined();
+    expect(store.assemblies).toMatchObject({ 'server-copy': 0, streamed: 1 });
+
+    // Large enough to copy, but a part changed on the store after it was received: nothing is left.
+    const big = [randomBytes(5 * MiB), randomBytes(5 * MiB)];
+    const listed = await writeParts(store, session, big);
+    await s3Probe(server).write(`uploads/${session}/${listed[1]!.fileName}`, randomBytes(5 * MiB));
+    await expect(store.assembleParts!(session, listed, { maxBytes: 1e9 })).rejects.toMatchObject({
+      code: 'part_mismatch',
+    });
+    // The whole's sha256 differs from the session's: refused before the object is completed.
+    const fresh = await writeParts(store, session, big);
+    await expect(
+      store.assembleParts!(session, fresh, {
+        maxBytes: 1e9,
+        expectedSha256: sha256(Buffer.from('other')),
+        keyWasFree: true,
+      }),
+    ).rejects.toMatchObject({ code: 'invalid_request' });
+    expect(await listKeys(server, 'tmp/')).toEqual([]);
+    expect(await listKeys(server, 'blobs/')).toEqual([]);
+    expect(await openUploads()).toEqual([]);
+  });
+
+  it('UploadPartCopy honours x-amz-copy-source-if-match (a part replaced between its read and its copy is refused)', async () => {
+    const store = await writer();
+    const client = server.client();
+    await store.parts.write('00000000-0000-4000-8000-0000000000a3', 'x.part', Readable.from([randomBytes(5 * MiB)]));
+    const from = 'uploads/00000000-0000-4000-8000-0000000000a3/x.part';
+    const head = await client.request({ method: 'HEAD', key: from });
+    await head.body.dump();
+    const uploadId = await createMultipart(client, 'tmp/if-match.upload');
+    try {
+      await expect(
+        uploadPartCopy(
+          client,
+          from,
+          'tmp/if-match.upload',
+          uploadId,
+          1,
+          { start: 0, end: 99 },
+          '"0123456789abcdef0123456789abcdef"',
+        ),
+      ).rejects.toMatchObject({ code: 'part_mismatch' });
+      expect(
+        await uploadPartCopy(
+          client,
+          from,
+          'tmp/if-match.upload',
+          uploadId,
+          1,
+          { start: 0, end: 99 },
+          String(head.headers.etag),
+        ),
+      ).toMatch(/\w/);
+    } finally {
+      await abortMultipart(client, 'tmp/if-match.upload', uploadId);
+    }
+  });
+
+  it('gc aborts a multipart upload left open (a writer that died mid-upload)', async () => {
+    const store = await writer();
+    const client = server.client();
+    const res = await client.request({ method: 'POST', key: 'tmp/abandoned.upload', query: { uploads: '' } });
+    expect(res.statusCode).toBe(200);
+    await res.body.dump();
+    expect((await store.tree.incompleteUploads!()).map((u) => u.name)).toEqual(['tmp/abandoned.upload']);
+    const dry = await collectGarbage(store.tree, db.pool, { dryRun: true });
+    expect(dry.incompleteUploads).toEqual(['tmp/abandoned.upload']);
+    expect((await store.tree.incompleteUploads!()).length).toBe(1);
+    const report = await collectGarbage(store.tree, db.pool, { dryRun: false });
+    expect(report.incompleteUploads).toEqual(['tmp/abandoned.upload']);
+    expect(await store.tree.incompleteUploads!()).toEqual([]);
+  });
+
+  it('parts and the maintenance tree work on object keys', async () => {
+    const store = await writer();
+    const session = '00000000-0000-4000-8000-000000000001';
+    const part = randomBytes(100_000);
+    await store.parts.write(session, '00001-a.part', Readable.from([part]));
+    await store.parts.write(session, '00002-b.part', Readable.from([Buffer.from('x')]));
+    const back: Buffer[] = [];
+    for await (const chunk of store.parts.read(session, '00001-a.part')) back.push(chunk);
+    expect(Buffer.concat(back).equals(part)).toBe(true);
+    expect((await store.tree.list('uploads')).map((e) => [e.name, e.isDirectory])).toEqual([[session, true]]);
+    expect((await store.tree.list(`uploads/${session}`)).map((e) => [e.name, e.sizeBytes])).toEqual([
+      ['00001-a.part', 100_000],
+      ['00002-b.part', 1],
+    ]);
+    await store.tree.move(`uploads/${session}/00002-b.part`, 'quarantine/b');
+    expect(await s3Probe(server).read('quarantine/b')).toEqual(Buffer.from('x'));
+    await store.parts.remove(session, '00001-a.part');
+    expect(await store.tree.list(`uploads/${session}`)).toEqual([]);
+    await store.parts.write(session, '00003-c.part', Readable.from([Buffer.from('y')]));
+    await store.parts.removeSession(session);
+    expect(await listKeys(server, 'uploads/')).toEqual([]);
+    await expect(async () => {
+      for await (const _ of store.parts.read(session, '00003-c.part')) void _;
+    }).rejects.toMatchObject({ code: 'not_found' });
+  });
+
+  it('identity: a prefix is its own store; a missing bucket, wrong credentials and a stopped server refuse with the fix', async () => {
+    await writer();
+    const env = server.env();
+    const base = {
+      endpoint: env.ARKVORY_S3_ENDPOINT!,
+      region: server.region,
+      credentials: { accessKeyId: server.accessKeyId, secretAccessKey: server.secretAccessKey },
+      pool: db.pool,
+      connectTimeoutMs: 1000,
+      timeoutMs: 5000,
+    };
+    const reader = await openS3Store({ ...base, location: { bucket: server.bucket, prefix: '' }, role: 'reader' });
+    expect(reader.writable).toBe(false);
+    await reader.close();
+    // Another prefix of the same bucket is another (empty) store: refused, naming the variable.
+    await expect(
+      openS3Store({ ...base, location: { bucket: server.bucket, prefix: 'other/' }, role: 'writer' }),
+    ).rejects.toMatchObject({ code: 'storage_mismatch', message: expect.stringContaining('ARKVORY_STORAGE_URL') });
+    await expect(
+      openS3Store({ ...base, location: { bucket: 'no-such-bucket', prefix: '' }, role: 'writer' }),
+    ).rejects.toMatchObject({
+      code: 'storage_mismatch',
+      message: expect.stringMatching(/bucket "no-such-bucket" does not exist.*create it/),
+    });
+    await expect(
+      openS3Store({
+        ...base,
+        credentials: { accessKeyId: server.accessKeyId, secretAccessKey: 'wrong-secret-key' },
+        location: { bucket: server.bucket, prefix: '' },
+        role: 'reader',
+      }),
+    ).rejects.toMatchObject({
+      code: 'upstream_unreachable',
+      message: expect.stringContaining('AWS_SECRET_ACCESS_KEY'),
+    });
+    // A stopped server, as the store sees it: nothing listens on the endpoint's port (the run's
+    // server is shared, so it is not stopped; chaos/s3-link.chaos.test.ts cuts a live link).
+    await expect(
+      openS3Store({
+        ...base,
+        endpoint: `http://127.0.0.1:${await freeLoopbackPort()}`,
+        location: { bucket: server.bucket, prefix: '' },
+        role: 'reader',
+      }),
+    ).rejects.toMatchObject({ code: 'upstream_unreachable' });
+  });
+});

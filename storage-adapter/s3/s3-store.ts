@@ -1,0 +1,321 @@
+/**
+ * The S3 store: the same layout as the other stores (`storage-id`, `blobs/sha256/ab/cd/<hex>`, `tmp/`,
+ * `uploads/<session>/`) as object keys under `s3://<bucket>/<prefix>` on any S3-compatible server
+ * (SeaweedFS, MinIO, Ceph RGW, Garage, AWS S3, R2). Reads are GET/HEAD with Range.
+ *
+ * Publish: the body streams (hashed, counted, paced) to `tmp/<uuid>.upload` (s3-transfer.ts); commit()
+ * copies it server-side to its blob name unless that object already exists (content-addressed, so an
+ * existing one has the same bytes), and discard() deletes the temporary. With a declared sha256 and
+ * a key that was free, the body goes straight to its blob name and nothing is copied. The catalog row is written
+ * by the caller only after commit() returned, so no row ever names a missing blob.
+ *
+ * Multipart sessions: assembleParts() reads each part once (its sha256 re-checked, the whole's
+ * computed) and copies it server-side (UploadPartCopy, tied to the bytes read by the part's ETag);
+ * the multipart upload is completed only after every check passed. Parts below S3's 5 MiB minimum
+ * (or a server without UploadPartCopy): undefined, and the worker streams them through stage().
+ */
+import { randomUUID } from 'node:crypto';
+import type pg from 'pg';
+import { StorageError } from '../errors.ts';
+import { checkedUpload } from '../streaming/checked-upload.ts';
+import { openingStorageId, type IdentityObject, type StorageRole } from '../identity.ts';
+import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, TMP_DIR } from '../paths.ts';
+import { openRangeStream, rangeStreamReader, type RangeStream } from '../streaming/range-stream.ts';
+import { createS3Client, type S3Client, type S3ClientOptions } from './s3-client.ts';
+import { formatS3Location, type S3Location } from './s3-location.ts';
+import { openSocketRange, SOCKET_READ_MIN_BYTES } from './s3-socket-read.ts';
+import { copyObject, S3_DEFAULT_LIMITS, uploadObject, type S3Limits } from './s3-transfer.ts';
+import type { OpenedArtifactStore, StagedBlob, StageOptions } from '../store.ts';
+import { assembleOnServer, type Assembly } from './s3-assembly.ts';
+import { s3Parts, s3Tree, type S3Bucket } from './s3-tree.ts';
+import { trackedStagedBlob } from '../streaming/staged-blob.ts';
+
+/** `blobs/sha256/ab/cd/<hex>` with forward slashes whatever the platform. */
+const blobName = (sha256: string) => blobRelativePath(sha256).split('\\').join('/');
+
+export interface S3StoreOptions extends Omit<S3ClientOptions, 'bucket'> {
+  readonly location: S3Location;
+  readonly role: StorageRole | 'worker';
+  readonly pool: pg.Pool;
+  /** Defaults: S3's own limits (5 GiB PUT and copy, 8 MiB parts); tests lower them. */
+  readonly limits?: Partial<S3Limits> | undefined;
+  /** A restore target (writer only): nothing is read or written at open; see `OpenedArtifactStore`. */
+  readonly restoreAs?: string | undefined;
+  /** false: every read through undici (tests compare both paths); default: socket reads on http: endpoints. */
+  readonly socketReads?: boolean | undefined;
+  /** false: every single PUT through undici (tests compare both paths); default: socket writes on http: endpoints. */
+  readonly socketWrites?: boolean | undefined;
+}
+
+/** Counts of how commit() placed blobs (tests check which path a server took). */
+export interface S3CommitStats {
+  copy: number;
+  'multipart-copy': number;
+  streamed: number;
+  existing: number;
+  /** Staged under its blob name (sha256 declared, key free): nothing to copy. */
+  direct: number;
+}
+
+/** How assembleParts() put multipart sessions together (tests check which path a server took). */
+export interface S3AssemblyStats {
+  /** UploadPartCopy of the part objects: the bytes were read once (to hash), never uploaded. */
+  'server-copy': number;
+  /** Declined (parts below 5 MiB, no UploadPartCopy): the caller streamed the parts through stage(). */
+  streamed: number;
+}
+
+/** How blob ranges were opened (tests check which path a read took). */
+export interface S3ReadStats {
+  /** A socket of its own reading into a reused buffer (s3-socket-read.ts). */
+  socket: number;
+  /** The keep-alive undici pool: short ranges, https: endpoints, and answers the socket path leaves to it. */
+  pool: number;
+}
+
+/** How single streamed PUTs were sent (tests check which path an upload took). */
+export interface S3PutStats {
+  /** A socket of its own writing from a ring of reused slots (s3-socket-write.ts). */
+  socket: number;
+  /** undici: `https:` endpoints, or socket writes turned off. Multipart uploads are not counted. */
+  pool: number;
+}
+
+export type S3Store = OpenedArtifactStore & {
+  readonly commits: Readonly<S3CommitStats>;
+  readonly reads: Readonly<S3ReadStats>;
+  readonly puts: Readonly<S3PutStats>;
+  readonly assemblies: Readonly<S3AssemblyStats>;
+};
+
+function identityObject(client: S3Client, location: S3Location): IdentityObject {
+  const key = `${location.prefix}${STORAGE_ID_FILE}`;
+  const root = formatS3Location(location);
+  return {
+    root,
+    name: `${root}${STORAGE_ID_FILE}`,
+    variable: 'ARKVORY_STORAGE_URL',
+    async read() {
+      const res = await client.request({ method: 'GET', key });
+      if (res.statusCode === 404) {
+        const error = await client.failure(res, `GET ${key}`);
+        // A missing bucket is a configuration error, not an uninitialised store.
+        if (error.code === 'storage_mismatch') throw error;
+        return undefined;
+      }
+      if (res.statusCode !== 200) throw await client.failure(res, `GET ${key}`);
+      return res.body.text();
+    },
+    async write(id) {
+      // A PUT creates the object whole or not at all: readers see all or nothing.
+      await client.expectOk(
+        { method: 'PUT', key, headers: { 'content-type': 'text/plain' }, body: Buffer.from(`${id}\n`) },
+        `PUT ${key}`,
+      );
+    },
+  };
+}
+
+/** An S3 store of any role: `writer` may create the identity; `reader` and `worker` only verify it. */
+export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
+  const { location, role } = options;
+  const limits: S3Limits = { ...S3_DEFAULT_LIMITS, ...options.limits };
+  const client = createS3Client({ ...options, bucket: location.bucket });
+  const keyOf = (relative: string) => `${location.prefix}${relative}`;
+  const locationText = `${formatS3Location(location)} on ${client.endpoint}`;
+  const stats = { committed: 0, discarded: 0, failed: 0 };
+  const commits: S3CommitStats = { copy: 0, 'multipart-copy': 0, streamed: 0, existing: 0, direct: 0 };
+  const assemblies: S3AssemblyStats = { 'server-copy': 0, streamed: 0 };
+  const reads: S3ReadStats = { socket: 0, pool: 0 };
+  const puts: S3PutStats = { socket: 0, pool: 0 };
+  const { timeoutMs } = options;
+  const bucket: S3Bucket = { client, location, limits, timeoutMs, keyOf };
+
+  // Large reads from an http: endpoint go over a socket reading into one reused buffer (s3-socket-read.ts).
+  const endpointUrl = new URL(client.endpoint);
+  const socketEndpoint =
+    endpointUrl.protocol === 'http:'
+      ? {
+          host: endpointUrl.hostname.replace(/^\[(.*)\]$/, '$1'),
+          port: Number(endpointUrl.port || 80),
+          connectTimeoutMs: options.connectTimeoutMs,
+          timeoutMs,
+        }
+      : undefined;
+  const socketReads = options.socketReads !== false ? socketEndpoint : undefined;
+  // Single PUTs to an http: endpoint go over a socket writing from a ring of reused slots (s3-socket-write.ts).
+  const socketWrites = options.socketWrites !== false ? socketEndpoint : undefined;
+  // Socket streams read into a buffer they reuse, so their bytes are copied out (read()), never lent.
+  const lendsChunks = socketReads === undefined;
+
+  const identity = identityObject(client, location);
+  let storageId: string;
+  try {
+    storageId = await openingStorageId({ object: identity, role, pool: options.pool, restoreAs: options.restoreAs });
+  } catch (err) {
+    await client.close().catch(() => {});
+    throw err;
+  }
+
+  async function openRange(sha256: string, start: number, end: number): Promise<RangeStream> {
+    const key = keyOf(blobName(sha256));
+    if (socketReads && end - start + 1 >= SOCKET_READ_MIN_BYTES) {
+      const request = client.signedHead({ method: 'GET', key, headers: { range: `bytes=${start}-${end}` } });
+      const opened = await openSocketRange(socketReads, request, start);
+      if (opened !== 'fallback') {
+        reads.socket++;
+        return opened;
+      }
+      // Not a plain success answer (an error, a redirect…): undici asks again and reads it.
+    }
+    reads.pool++;
+    return openRangeStream(
+      (range, highWaterMark) => client.request({ method: 'GET', key, headers: { range }, highWaterMark }),
+      {
+        sha256,
+        target: key,
+        onError: (res) =>
+          client
+            .failure(res, `GET ${key}`)
+            .then((e) =>
+              e.code === 'not_found' ? new StorageError('not_found', `blob ${sha256} is not on the S3 server`) : e,
+            ),
+      },
+      start,
+      end,
+    );
+  }
+
+  /**
+   * Where a body is staged: with a declared sha256 for a free key, straight under its blob name (no
+   * copy: half the server work for large uploads). Safe because the object only comes into existence
+   * once the body passed every check (s3-transfer.ts), and S3 replaces an object atomically (an
+   * identical blob already there has the same bytes; a failed upload leaves it as it was).
+   * Otherwise a temporary under tmp/.
+   */
+  function stagingName(stageOptions: StageOptions): string {
+    const declared =
+      stageOptions.keyWasFree && stageOptions.expectedSha256 !== undefined && isSha256Hex(stageOptions.expectedSha256)
+        ? stageOptions.expectedSha256
+        : undefined;
+    return declared ? blobName(declared) : `${TMP_DIR}/${randomUUID()}.upload`;
+  }
+
+  /** A fully written, verified object at `tempName` (a tmp/ temporary or already its blob name). */
+  function stagedBlob(tempName: string, sha256: string, sizeBytes: number): StagedBlob {
+    const direct = tempName === blobName(sha256);
+    return trackedStagedBlob(stats, sha256, sizeBytes, {
+      async commit() {
+        const target = keyOf(blobName(sha256));
+        if (direct) commits.direct++;
+        else if (await client.head(target)) commits.existing++;
+        else commits[await copyObject(client, keyOf(tempName), target, sizeBytes, limits, timeoutMs)]++;
+      },
+      // Best effort: the catalog decision is already made; a temporary left behind is gc's.
+      // A blob staged under its own name and not committed (a racing publish of the key) is
+      // left to gc too: another publish may reference the same blob by now.
+      discard: async () => {
+        if (!direct) await client.delete(keyOf(tempName)).catch(() => {});
+      },
+    });
+  }
+
+  return {
+    kind: 's3',
+    location: locationText,
+    storageId,
+    identity,
+    writable: role !== 'reader',
+    uploadStats: () => ({ ...stats }),
+    commits,
+    assemblies,
+    reads,
+    puts,
+    parts: s3Parts(bucket),
+    tree: s3Tree(bucket, locationText),
+    close: () => client.close(),
+
+    async stage(body, stageOptions: StageOptions): Promise<StagedBlob> {
+      if (role === 'reader') throw new Error('stage() on a read-only store');
+      const tempName = stagingName(stageOptions);
+      // Every check throws inside the body, so the server never completes the object.
+      const upload = checkedUpload(body, stageOptions);
+      try {
+        const single =
+          stageOptions.expectedLength !== undefined && stageOptions.expectedLength <= limits.singlePutBytes;
+        if (single) puts[socketWrites ? 'socket' : 'pool']++;
+        await uploadObject(client, keyOf(tempName), upload.chunks, limits, {
+          expectedLength: stageOptions.expectedLength,
+          signal: stageOptions.signal,
+          timeoutMs,
+          socket: socketWrites,
+          // checkedUpload never reads a chunk again once it has yielded it; the body's producer says.
+          releaseChunks: stageOptions.chunksOwned === true,
+        });
+      } catch (err) {
+        stats.failed++;
+        // Normally nothing was stored; if the server did keep a temporary, gc lists it. A blob
+        // name is never deleted here: an identical, published blob may have been there before.
+        if (tempName.startsWith(TMP_DIR)) await client.delete(keyOf(tempName)).catch(() => {});
+        throw err;
+      }
+      return stagedBlob(tempName, upload.result.sha256, upload.result.sizeBytes);
+    },
+
+    async assembleParts(sessionId, parts, stageOptions): Promise<StagedBlob | undefined> {
+      if (role === 'reader') throw new Error('assembleParts() on a read-only store');
+      const tempName = stagingName(stageOptions);
+      let assembled: Assembly;
+      try {
+        assembled = await assembleOnServer(bucket, sessionId, parts, keyOf(tempName), stageOptions);
+      } catch (err) {
+        stats.failed++;
+        if (tempName.startsWith(TMP_DIR)) await client.delete(keyOf(tempName)).catch(() => {});
+        throw err;
+      }
+      if (assembled === 'declined') {
+        assemblies.streamed++;
+        return undefined;
+      }
+      assemblies['server-copy']++;
+      return stagedBlob(tempName, assembled.sha256, assembled.sizeBytes);
+    },
+
+    async openBlob(sha256, ranges = []) {
+      if (!isSha256Hex(sha256)) throw new StorageError('not_found');
+      if (ranges.length === 0) {
+        const head = await client.head(keyOf(blobName(sha256)));
+        if (!head) throw new StorageError('not_found', `blob ${sha256} is not on the S3 server`);
+        return rangeStreamReader(
+          sha256,
+          head.sizeBytes,
+          ranges,
+          undefined,
+          (start, end) => openRange(sha256, start, end),
+          { lendsChunks },
+        );
+      }
+      const first = await openRange(sha256, ranges[0]!.start, ranges[0]!.end);
+      return rangeStreamReader(sha256, first.sizeBytes, ranges, first, (start, end) => openRange(sha256, start, end), {
+        lendsChunks,
+      });
+    },
+
+    async hasBlob(sha256) {
+      if (!isSha256Hex(sha256)) return false;
+      return (await client.head(keyOf(blobName(sha256)))) !== undefined;
+    },
+  };
+}
+
+/** Reads `storage-id` from an S3 store without binding anything (for `arkvory doctor`). */
+export async function readS3StorageIdObject(
+  options: Omit<S3StoreOptions, 'role' | 'pool' | 'restoreAs'>,
+): Promise<string | undefined> {
+  const client = createS3Client({ ...options, bucket: options.location.bucket });
+  try {
+    return (await identityObject(client, options.location).read())?.trim();
+  } finally {
+    await client.close();
+  }
+}

@@ -1,0 +1,387 @@
+/**
+ * Writing objects to S3 with bounded memory:
+ * - a body of known length up to the single-PUT limit streams in one PUT (Content-Length, unsigned
+ *   payload); its last chunk is held back until the body has passed its final checks (length,
+ *   digest), so the server never receives a complete object that failed them;
+ * - any other body goes as a multipart upload, one part (`partBytes`, the memory an upload holds)
+ *   at a time; the upload is completed only after the body ended cleanly, and aborted otherwise;
+ * - server-side copy: CopyObject up to `copyBytes`, multipart copy (UploadPartCopy) above it; a
+ *   server without UploadPartCopy (501 NotImplemented) gets the bytes streamed through us instead.
+ */
+import { StorageError } from '../errors.ts';
+import { hasStableCode, sendStreamedBody, upstreamError } from '../streaming/http-upstream.ts';
+import { parseXml, s3ErrorOf, storageErrorOfS3, type S3Client } from './s3-client.ts';
+import { encodeRfc3986 } from './s3-location.ts';
+import { putOverSocket, type SocketWriteOptions } from './s3-socket-write.ts';
+
+const MiB = 1024 * 1024;
+const GiB = 1024 * MiB;
+
+export interface S3Limits {
+  /** Largest object one PUT may create (S3: 5 GiB). */
+  readonly singlePutBytes: number;
+  /** Part size of multipart uploads (S3: at least 5 MiB except the last part). */
+  readonly partBytes: number;
+  /** Largest object one CopyObject may copy (S3: 5 GiB); larger ones use multipart copy, in parts of this size. */
+  readonly copyBytes: number;
+}
+
+export const S3_DEFAULT_LIMITS: S3Limits = { singlePutBytes: 5 * GiB, partBytes: 8 * MiB, copyBytes: 5 * GiB };
+
+/** S3's smallest part of a multipart upload, the last excepted (UploadPart and UploadPartCopy alike). */
+export const S3_MIN_PART_BYTES = 5 * MiB;
+/** S3's most parts in one multipart upload. */
+export const S3_MAX_PARTS = 10_000;
+
+/** One UploadPartCopy: bytes `start`..`end` (inclusive) of source object `source`. */
+export interface PartCopy {
+  readonly source: number;
+  readonly start: number;
+  readonly end: number;
+}
+
+/**
+ * The UploadPartCopy ranges that assemble objects of `sizes` (in order) into one object, or
+ * undefined when S3's rules forbid it: a part other than the last below 5 MiB, more than 10 000
+ * ranges, nothing to copy. Empty sources add nothing and are skipped; a source above `copyBytes`
+ * is copied in equal ranges of at most `copyBytes`.
+ */
+export function planPartCopies(sizes: readonly number[], copyBytes: number): PartCopy[] | undefined {
+  const copies: PartCopy[] = [];
+  sizes.forEach((size, source) => {
+    const n = Math.ceil(size / copyBytes);
+    const step = Math.ceil(size / Math.max(1, n));
+    for (let start = 0; start < size; start += step)
+      copies.push({ source, start, end: Math.min(size, start + step) - 1 });
+  });
+  if (copies.length === 0 || copies.length > S3_MAX_PARTS) return undefined;
+  if (copies.slice(0, -1).some((c) => c.end - c.start + 1 < S3_MIN_PART_BYTES)) return undefined;
+  return copies;
+}
+
+/** Yields every chunk but the last one as it comes; the last only after `body` has returned. */
+async function* holdingLastChunk(body: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
+  let previous: Buffer | undefined;
+  for await (const chunk of body) {
+    if (previous) yield previous;
+    previous = chunk;
+  }
+  if (previous) yield previous;
+}
+
+export interface UploadOptions {
+  readonly expectedLength?: number | undefined;
+  /** A single PUT goes over a socket of its own (s3-socket-write.ts; `http:` endpoints); else through undici. */
+  readonly socket?: SocketWriteOptions | undefined;
+  /** The body's chunks may be freed once used (the request parser's own; see StageOptions.chunksOwned). */
+  readonly releaseChunks?: boolean | undefined;
+  readonly signal?: AbortSignal | undefined;
+  /** Longest wait for the server's answer once the last byte was sent. */
+  readonly timeoutMs: number;
+}
+
+/** Streams `body` to `key`; the object exists only if this resolves. */
+export async function uploadObject(
+  client: S3Client,
+  key: string,
+  body: AsyncIterable<Buffer>,
+  limits: S3Limits,
+  options: UploadOptions,
+): Promise<void> {
+  if (options.expectedLength !== undefined && options.expectedLength <= limits.singlePutBytes) {
+    if (options.socket) {
+      await putSocket(client, key, body, options.expectedLength, options.socket, options);
+      return;
+    }
+    await putStreamed(client, key, holdingLastChunk(body), options.expectedLength, options);
+    return;
+  }
+  await uploadInParts(client, key, body, limits, options);
+}
+
+/** A streamed PUT with the confirmation deadline of `sendStreamedBody`. */
+async function putStreamed(
+  client: S3Client,
+  key: string,
+  body: AsyncIterable<Buffer>,
+  length: number,
+  options: UploadOptions,
+): Promise<void> {
+  await sendStreamedBody(
+    body,
+    {
+      signal: options.signal,
+      timeoutMs: options.timeoutMs,
+      timeoutMessage: `The S3 server did not confirm PUT ${key} within ${options.timeoutMs} ms.`,
+    },
+    (watched, signal) =>
+      client.expectOk(
+        {
+          method: 'PUT',
+          key,
+          headers: { 'content-length': String(length), 'content-type': 'application/octet-stream' },
+          body: watched,
+          signal,
+          headersTimeout: 0,
+        },
+        `PUT ${key}`,
+      ),
+  );
+}
+
+/** A single PUT over a socket of its own: the ring holds the last bytes back until the body passed its checks. */
+async function putSocket(
+  client: S3Client,
+  key: string,
+  body: AsyncIterable<Buffer>,
+  length: number,
+  socket: SocketWriteOptions,
+  options: UploadOptions,
+): Promise<void> {
+  const what = `PUT ${key}`;
+  const request = client.signedHead(
+    {
+      method: 'PUT',
+      key,
+      headers: { 'content-length': String(length), 'content-type': 'application/octet-stream' },
+    },
+    true,
+  );
+  const answer = await putOverSocket(socket, request, body, length, {
+    signal: options.signal,
+    releaseChunks: options.releaseChunks,
+  });
+  const error = s3ErrorOf(answer.text);
+  if (answer.status < 200 || answer.status > 299) throw storageErrorOfS3(answer.status, error, what, client.bucket);
+  if (error) throw storageErrorOfS3(500, error, what, client.bucket);
+}
+
+export async function createMultipart(client: S3Client, key: string): Promise<string> {
+  const { text } = await client.expectOk(
+    { method: 'POST', key, query: { uploads: '' }, headers: { 'content-type': 'application/octet-stream' } },
+    `CreateMultipartUpload ${key}`,
+  );
+  const doc = parseXml(text, `CreateMultipartUpload ${key}`).InitiateMultipartUploadResult as
+    | { UploadId?: string }
+    | undefined;
+  if (!doc?.UploadId)
+    throw new StorageError(
+      'upstream_unreachable',
+      `The S3 server answered CreateMultipartUpload ${key} without an UploadId.`,
+    );
+  return String(doc.UploadId);
+}
+
+export async function completeMultipart(
+  client: S3Client,
+  key: string,
+  uploadId: string,
+  etags: readonly string[],
+): Promise<void> {
+  const parts = etags
+    .map(
+      (etag, i) =>
+        `<Part><PartNumber>${i + 1}</PartNumber><ETag>${etag.replace(/&/g, '&amp;').replace(/</g, '&lt;')}</ETag></Part>`,
+    )
+    .join('');
+  const body = Buffer.from(
+    `<?xml version="1.0" encoding="UTF-8"?><CompleteMultipartUpload xmlns="http://s3.amazonaws.com/doc/2006-03-01/">${parts}</CompleteMultipartUpload>`,
+  );
+  await client.expectOk(
+    { method: 'POST', key, query: { uploadId }, headers: { 'content-type': 'application/xml' }, body },
+    `CompleteMultipartUpload ${key}`,
+  );
+}
+
+/** Best effort: an upload left open is invisible to readers; `arkvory gc` aborts what is left. */
+export async function abortMultipart(client: S3Client, key: string, uploadId: string): Promise<void> {
+  const res = await client.request({ method: 'DELETE', key, query: { uploadId } });
+  await res.body.dump().catch(() => {});
+}
+
+async function uploadInParts(
+  client: S3Client,
+  key: string,
+  body: AsyncIterable<Buffer>,
+  limits: S3Limits,
+  options: UploadOptions,
+): Promise<void> {
+  let pending: Buffer[] = [];
+  let pendingBytes = 0;
+  let uploadId: string | undefined;
+  const etags: string[] = [];
+  const sendPart = async (bytes: Buffer) => {
+    uploadId ??= await createMultipart(client, key);
+    const partNumber = etags.length + 1;
+    const { headers } = await client.expectOk(
+      // Unsigned like the single PUT: a second SHA-256 of every byte only to sign it would double the hashing.
+      {
+        method: 'PUT',
+        key,
+        query: { partNumber: String(partNumber), uploadId },
+        body: bytes,
+        unsignedPayload: true,
+        signal: options.signal,
+      },
+      `UploadPart ${partNumber} ${key}`,
+    );
+    const etag = headers.etag;
+    if (typeof etag !== 'string')
+      throw new StorageError(
+        'upstream_unreachable',
+        `The S3 server answered UploadPart ${partNumber} ${key} without an ETag.`,
+      );
+    etags.push(etag);
+  };
+  try {
+    for await (const chunk of body) {
+      pending.push(chunk);
+      pendingBytes += chunk.length;
+      if (pendingBytes >= limits.partBytes) {
+        const part = Buffer.concat(pending, pendingBytes);
+        pending = [];
+        pendingBytes = 0;
+        await sendPart(part);
+      }
+    }
+    // The body passed its final checks: only now does the object come into existence.
+    const rest = Buffer.concat(pending, pendingBytes);
+    pending = [];
+    if (uploadId === undefined) {
+      await client.expectOk(
+        {
+          method: 'PUT',
+          key,
+          headers: { 'content-type': 'application/octet-stream' },
+          body: rest,
+          signal: options.signal,
+        },
+        `PUT ${key}`,
+      );
+      return;
+    }
+    if (rest.length > 0) await sendPart(rest);
+    await completeMultipart(client, key, uploadId, etags);
+  } catch (err) {
+    if (uploadId !== undefined) await abortMultipart(client, key, uploadId).catch(() => {});
+    if (options.signal?.aborted && !hasStableCode(err)) throw options.signal.reason;
+    throw err;
+  }
+}
+
+/** `x-amz-copy-source` of a key in the same bucket. */
+export function copySource(client: S3Client, key: string): string {
+  return `/${client.bucket}/${key.split('/').map(encodeRfc3986).join('/')}`;
+}
+
+/** Server-side copy of `from` (of `sizeBytes`) to `to`; returns how it was done (for tests and logs). */
+export async function copyObject(
+  client: S3Client,
+  from: string,
+  to: string,
+  sizeBytes: number,
+  limits: S3Limits,
+  timeoutMs: number,
+): Promise<'copy' | 'multipart-copy' | 'streamed'> {
+  if (sizeBytes <= limits.copyBytes) {
+    await client.expectOk(
+      { method: 'PUT', key: to, headers: { 'x-amz-copy-source': copySource(client, from) } },
+      `CopyObject ${from} → ${to}`,
+    );
+    return 'copy';
+  }
+  const uploadId = await createMultipart(client, to);
+  const etags: string[] = [];
+  try {
+    for (let start = 0; start < sizeBytes; start += limits.copyBytes) {
+      const end = Math.min(sizeBytes, start + limits.copyBytes) - 1;
+      const partNumber = etags.length + 1;
+      const res = await client.request({
+        method: 'PUT',
+        key: to,
+        query: { partNumber: String(partNumber), uploadId },
+        headers: { 'x-amz-copy-source': copySource(client, from), 'x-amz-copy-source-range': `bytes=${start}-${end}` },
+      });
+      if (res.statusCode === 501) {
+        // No UploadPartCopy on this server: fall back to streaming the bytes through us.
+        await res.body.dump().catch(() => {});
+        await abortMultipart(client, to, uploadId).catch(() => {});
+        await uploadObject(client, to, readObject(client, from), limits, { expectedLength: sizeBytes, timeoutMs });
+        return 'streamed';
+      }
+      if (res.statusCode !== 200) throw await client.failure(res, `UploadPartCopy ${partNumber} ${from} → ${to}`);
+      const text = await res.body.text();
+      const doc = parseXml(text, `UploadPartCopy ${partNumber}`).CopyPartResult as { ETag?: string } | undefined;
+      if (!doc?.ETag)
+        throw new StorageError(
+          'upstream_unreachable',
+          `The S3 server answered UploadPartCopy ${partNumber} ${from} → ${to} without an ETag.`,
+        );
+      etags.push(String(doc.ETag));
+    }
+    await completeMultipart(client, to, uploadId, etags);
+    return 'multipart-copy';
+  } catch (err) {
+    await abortMultipart(client, to, uploadId).catch(() => {});
+    throw err;
+  }
+}
+
+/** The whole object, streamed; `not_found` when it is absent. */
+export async function* readObject(client: S3Client, key: string, signal?: AbortSignal): AsyncGenerator<Buffer> {
+  const res = await client.request({ method: 'GET', key, signal, highWaterMark: 256 * 1024 });
+  if (res.statusCode !== 200) throw await client.failure(res, `GET ${key}`);
+  try {
+    for await (const chunk of res.body) yield chunk as Buffer;
+  } catch (err) {
+    throw upstreamError(err, `GET ${key}`);
+  } finally {
+    if (!res.body.destroyed) res.body.destroy();
+  }
+}
+
+/**
+ * UploadPartCopy of `range` of `from` as part `partNumber`; the ETag of the new part, or
+ * 'not-implemented' (501: the server has no UploadPartCopy). With `ifMatch` the server copies only
+ * while `from` still has that ETag; otherwise 412 → `part_mismatch`.
+ */
+export async function uploadPartCopy(
+  client: S3Client,
+  from: string,
+  to: string,
+  uploadId: string,
+  partNumber: number,
+  range: { start: number; end: number },
+  ifMatch?: string,
+): Promise<string | 'not-implemented'> {
+  const headers: Record<string, string> = {
+    'x-amz-copy-source': copySource(client, from),
+    'x-amz-copy-source-range': `bytes=${range.start}-${range.end}`,
+  };
+  if (ifMatch) headers['x-amz-copy-source-if-match'] = ifMatch;
+  const what = `UploadPartCopy ${partNumber} ${from} → ${to}`;
+  const res = await client.request({
+    method: 'PUT',
+    key: to,
+    query: { partNumber: String(partNumber), uploadId },
+    headers,
+  });
+  if (res.statusCode === 501) {
+    await res.body.dump().catch(() => {});
+    return 'not-implemented';
+  }
+  if (res.statusCode === 412) {
+    await res.body.dump().catch(() => {});
+    throw new StorageError(
+      'part_mismatch',
+      `${from} changed on the S3 server while it was assembled (${what}: 412 PreconditionFailed)`,
+    );
+  }
+  if (res.statusCode !== 200) throw await client.failure(res, what);
+  const text = await res.body.text();
+  const error = s3ErrorOf(text);
+  if (error) throw storageErrorOfS3(500, error, what, client.bucket);
+  const doc = parseXml(text, what).CopyPartResult as { ETag?: string } | undefined;
+  if (!doc?.ETag) throw new StorageError('upstream_unreachable', `The S3 server answered ${what} without an ETag.`);
+  return String(doc.ETag);
+}

@@ -1,0 +1,96 @@
+/**
+ * The S3 store's bucket-level operations: one prefix of one bucket seen as the store's tree (scrub,
+ * gc, backup) and its multipart part files. Object stores have no folders: a "directory" is a key
+ * prefix, listed with a delimiter and removed object by object.
+ */
+import { StorageError } from '../errors.ts';
+import { sessionRelativeDir } from '../paths.ts';
+import type { S3Client } from './s3-client.ts';
+import type { S3Location } from './s3-location.ts';
+import { abortMultipart, copyObject, readObject, uploadObject, type S3Limits } from './s3-transfer.ts';
+import type { PartStore, StoreTree, TreeEntry } from '../store.ts';
+
+/** One prefix of one bucket, and how the store talks to it. */
+export interface S3Bucket {
+  readonly client: S3Client;
+  readonly location: S3Location;
+  readonly limits: S3Limits;
+  readonly timeoutMs: number;
+  /** The object key of a store-relative name. */
+  keyOf(relative: string): string;
+}
+
+/** Deletes every object under `relative/`. */
+export async function removeTree(bucket: S3Bucket, relative: string): Promise<void> {
+  const keys: string[] = [];
+  for await (const entry of bucket.client.list(bucket.keyOf(`${relative}/`)))
+    if (entry.object) keys.push(entry.object.key);
+  for (const key of keys) await bucket.client.delete(key);
+}
+
+/** A server-side copy, then the delete of the source. */
+export async function moveObject(bucket: S3Bucket, from: string, to: string): Promise<void> {
+  const { client, keyOf } = bucket;
+  const source = await client.head(keyOf(from));
+  if (!source) throw new StorageError('not_found', `${from} is not on the S3 server.`);
+  await copyObject(client, keyOf(from), keyOf(to), source.sizeBytes, bucket.limits, bucket.timeoutMs);
+  await client.delete(keyOf(from));
+}
+
+export function s3Tree(bucket: S3Bucket, locationText: string): StoreTree {
+  const { client, keyOf, location } = bucket;
+  return {
+    location: locationText,
+    async list(dir) {
+      const prefix = keyOf(`${dir}/`);
+      const entries: TreeEntry[] = [];
+      for await (const entry of client.list(prefix, '/')) {
+        if (entry.commonPrefix)
+          entries.push({
+            name: entry.commonPrefix.slice(prefix.length).replace(/\/$/, ''),
+            isDirectory: true,
+            sizeBytes: 0,
+          });
+        else if (entry.object && entry.object.key.length > prefix.length)
+          entries.push({
+            name: entry.object.key.slice(prefix.length),
+            isDirectory: false,
+            sizeBytes: entry.object.sizeBytes,
+          });
+      }
+      return entries;
+    },
+    read: (file) => readObject(client, keyOf(file)),
+    async incompleteUploads() {
+      const found: Array<{ name: string; abort(): Promise<void> }> = [];
+      for await (const u of client.listMultipartUploads(location.prefix)) {
+        found.push({
+          name: u.key.slice(location.prefix.length),
+          abort: () => abortMultipart(client, u.key, u.uploadId),
+        });
+      }
+      return found;
+    },
+    async remove(target) {
+      await client.delete(keyOf(target));
+      await removeTree(bucket, target);
+    },
+    move: (from, to) => moveObject(bucket, from, to),
+  };
+}
+
+export function s3Parts(bucket: S3Bucket): PartStore {
+  const { client, keyOf } = bucket;
+  const partKey = (sessionId: string, fileName: string) => keyOf(`${sessionRelativeDir(sessionId)}/${fileName}`);
+  return {
+    async write(sessionId, fileName, body, signal) {
+      await uploadObject(client, partKey(sessionId, fileName), body, bucket.limits, {
+        signal,
+        timeoutMs: bucket.timeoutMs,
+      });
+    },
+    read: (sessionId, fileName, signal) => readObject(client, partKey(sessionId, fileName), signal),
+    remove: (sessionId, fileName) => client.delete(partKey(sessionId, fileName)),
+    removeSession: (sessionId) => removeTree(bucket, sessionRelativeDir(sessionId)),
+  };
+}

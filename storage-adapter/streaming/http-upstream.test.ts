@@ -1,0 +1,51 @@
+import { describe, expect, it } from 'vitest';
+import { StorageError } from '../errors.ts';
+import { parseContentRange, unexpectedStatus, upstreamError } from './http-upstream.ts';
+
+const withCode = (code: string) => Object.assign(new Error(code), { code });
+
+describe('upstreamError: undici and socket codes to storage codes', () => {
+  it.each([
+    ['UND_ERR_CONNECT_TIMEOUT', 'upstream_timeout'],
+    ['UND_ERR_HEADERS_TIMEOUT', 'upstream_timeout'],
+    ['UND_ERR_BODY_TIMEOUT', 'upstream_timeout'],
+    ['ETIMEDOUT', 'upstream_timeout'],
+    ['ECONNREFUSED', 'upstream_unreachable'],
+    ['ECONNRESET', 'upstream_unreachable'],
+    ['UND_ERR_SOCKET', 'upstream_unreachable'],
+    ['ENOTFOUND', 'upstream_unreachable'],
+    ['UND_ERR_ABORTED', 'upstream_unreachable'],
+  ])('%s → %s, keeping the cause', (code, expected) => {
+    const cause = withCode(code);
+    const err = upstreamError(cause, 'GET /x');
+    expect(err).toMatchObject({ code: expected, cause });
+    expect(err.message).toContain('GET /x');
+  });
+
+  it('a StorageError (a failed body check, our own timeout) passes through unchanged', () => {
+    const own = new StorageError('payload_too_large');
+    expect(upstreamError(own, 'PUT /x')).toBe(own);
+  });
+
+  it('statuses: 507 is storage_full, anything else unexpected is upstream_unreachable naming the status', () => {
+    expect(unexpectedStatus(507, 'PUT /x').code).toBe('storage_full');
+    expect(unexpectedStatus(500, 'PUT /x')).toMatchObject({
+      code: 'upstream_unreachable',
+      message: expect.stringContaining('500'),
+    });
+    expect(unexpectedStatus(403, 'MOVE /x').code).toBe('upstream_unreachable');
+  });
+});
+
+describe('parseContentRange', () => {
+  it.each([
+    ['bytes 0-99/1000', { start: 0, end: 99, size: 1000 }],
+    ['bytes 5-5/6', { start: 5, end: 5, size: 6 }],
+    ['bytes */1000', undefined],
+    ['bytes 0-99/*', undefined],
+    ['items 0-1/2', undefined],
+    [undefined, undefined],
+  ])('%s', (value, expected) => {
+    expect(parseContentRange(value)).toEqual(expected);
+  });
+});

@@ -1,0 +1,108 @@
+/**
+ * The HTTP edge of the static-HTTP store: one keep-alive undici `Pool` per store (never `fetch`,
+ * which decompresses), and the mapping of undici's stable error codes to storage codes.
+ */
+import { Pool } from 'undici';
+import { StorageError } from '../errors.ts';
+
+/** Connect, header and body-silence timeouts end as `upstream_timeout`; see undici's Errors.md. */
+const TIMEOUT_CODES = new Set([
+  'UND_ERR_CONNECT_TIMEOUT',
+  'UND_ERR_HEADERS_TIMEOUT',
+  'UND_ERR_BODY_TIMEOUT',
+  'ETIMEDOUT',
+  'upstream_timeout',
+]);
+
+/** Maps a failure to talk to the store; a StorageError (ours, or a body check) passes through. */
+export function upstreamError(err: unknown, what: string): StorageError {
+  if (err instanceof StorageError) return err;
+  const code = (err as { code?: string } | undefined)?.code ?? '';
+  const detail = err instanceof Error ? err.message : String(err);
+  if (TIMEOUT_CODES.has(code) || (err as { name?: string } | undefined)?.name === 'TimeoutError') {
+    return new StorageError('upstream_timeout', `The artifact store did not answer in time (${what}: ${detail}).`, {
+      cause: err,
+    });
+  }
+  return new StorageError('upstream_unreachable', `The artifact store could not be reached (${what}: ${detail}).`, {
+    cause: err,
+  });
+}
+
+/** An answer the store should not give (a 5xx, an unexpected 4xx): reported, never guessed around. */
+export function unexpectedStatus(status: number, what: string): StorageError {
+  if (status === 507) return new StorageError('storage_full', `The artifact store has no space left (${what}: 507).`);
+  return new StorageError('upstream_unreachable', `The artifact store answered ${status} to ${what}.`);
+}
+
+/** `bytes a-b/size` of a 206 answer; anything else (a `*` size, junk) is undefined. */
+export function parseContentRange(
+  value: string | string[] | undefined,
+): { start: number; end: number; size: number } | undefined {
+  const m = /^bytes (\d+)-(\d+)\/(\d+)$/.exec(String(value ?? '').trim());
+  return m ? { start: Number(m[1]), end: Number(m[2]), size: Number(m[3]) } : undefined;
+}
+
+export interface UpstreamOptions {
+  readonly connectTimeoutMs: number;
+  /** Longest wait for response headers and longest silence inside a response body. */
+  readonly timeoutMs: number;
+}
+
+export function createUpstreamPool(origin: string, options: UpstreamOptions): Pool {
+  return new Pool(origin, {
+    connectTimeout: options.connectTimeoutMs,
+    headersTimeout: options.timeoutMs,
+    // undici only counts body silence while the body is flowing: a paused (slow-client) body never times out.
+    bodyTimeout: options.timeoutMs,
+    keepAliveTimeout: 4000,
+  });
+}
+
+/** Our error classes carry lower_snake_case codes; Node's and undici's are upper case (ECONNRESET, UND_ERR_…). */
+export function hasStableCode(err: unknown): boolean {
+  const code = (err as { code?: unknown } | undefined)?.code;
+  return typeof code === 'string' && /^[a-z][a-z0-9_]*$/.test(code);
+}
+
+/**
+ * Sends a streamed request body through `send` (the static and S3 stores' PUTs). undici's header
+ * timeout only refreshes while the socket is full, so a slowly paced upload would trip it; instead our
+ * own timer (`timeoutMs`, then `timeoutMessage` as 504 `upstream_timeout`) starts once the last byte
+ * is handed over. The error that wins says what really happened: the caller's abort, then a body that
+ * failed with one of our stable codes (size, digest, a policy refusal), then the store's failure (a
+ * raw stream error from the body is only the echo of the store failing under it).
+ */
+export async function sendStreamedBody(
+  body: AsyncIterable<Buffer>,
+  options: { readonly signal?: AbortSignal | undefined; readonly timeoutMs: number; readonly timeoutMessage: string },
+  send: (body: AsyncGenerator<Buffer>, signal: AbortSignal) => Promise<unknown>,
+): Promise<void> {
+  const controller = new AbortController();
+  const { signal } = options;
+  const onAbort = () => controller.abort(signal?.reason);
+  signal?.addEventListener('abort', onAbort, { once: true });
+  let timer: NodeJS.Timeout | undefined;
+  let bodyError: unknown;
+  async function* watched(): AsyncGenerator<Buffer> {
+    try {
+      yield* body;
+    } catch (err) {
+      bodyError = err;
+      throw err;
+    }
+    timer = setTimeout(
+      () => controller.abort(new StorageError('upstream_timeout', options.timeoutMessage)),
+      options.timeoutMs,
+    );
+  }
+  try {
+    await send(watched(), controller.signal);
+  } catch (err) {
+    if (bodyError === undefined && signal?.aborted) throw signal.reason;
+    throw hasStableCode(bodyError) ? bodyError : err;
+  } finally {
+    clearTimeout(timer);
+    signal?.removeEventListener('abort', onAbort);
+  }
+}

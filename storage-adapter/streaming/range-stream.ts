@@ -1,0 +1,151 @@
+/**
+ * Reading a blob from an HTTP-speaking store (the static-HTTP store, the S3 store): one upstream GET
+ * per byte range, consumed in order, its chunks handed on as received (no copy). Both stores answer
+ * a ranged GET the same way; only how the request is made (plain or signed) differs, so the request
+ * is passed in.
+ */
+import type { Dispatcher } from 'undici';
+import { StorageError } from '../errors.ts';
+import { parseContentRange, unexpectedStatus, upstreamError } from './http-upstream.ts';
+import type { ByteRange } from '../range.ts';
+import type { BlobReader } from '../store.ts';
+
+/** Response bytes undici may hold per download before it pauses the upstream socket. */
+export const UPSTREAM_BUFFER_BYTES = 256 * 1024;
+
+/** One upstream GET of `bytes=start-end`, consumed in order. */
+export interface RangeStream {
+  position: number;
+  readonly sizeBytes: number;
+  /** The next chunk as received, cut to at most `maxBytes`; undefined at the end. */
+  next(maxBytes: number): Promise<Buffer | undefined>;
+  readInto(buffer: Buffer, offset: number, length: number): Promise<number>;
+  destroy(): void;
+}
+
+/** Sends `GET <target>` with `Range: bytes=start-end` (and `highWaterMark` as the body buffer). */
+export type RangedGet = (range: string, highWaterMark: number) => Promise<Dispatcher.ResponseData>;
+
+/**
+ * Opens `bytes=start-end` of blob `sha256`. `onError` turns a non-2xx answer into the store's own
+ * error (the S3 store reads its XML error body); by default 404 is `not_found`, the rest unexpected.
+ */
+export async function openRangeStream(
+  get: RangedGet,
+  what: { sha256: string; target: string; onError?: (res: Dispatcher.ResponseData) => Promise<StorageError> },
+  start: number,
+  end: number,
+): Promise<RangeStream> {
+  const { sha256, target } = what;
+  // A larger body buffer than undici's 64 KiB keeps the upstream socket flowing between our reads
+  // (fewer pause/resume turns); it is the per-download memory bound on the upstream side.
+  const res = await get(`bytes=${start}-${end}`, UPSTREAM_BUFFER_BYTES);
+  let sizeBytes: number;
+  if (res.statusCode === 206) {
+    const range = parseContentRange(res.headers['content-range']);
+    if (!range || range.start !== start) {
+      res.body.destroy();
+      throw new StorageError(
+        'upstream_unreachable',
+        `The artifact store answered GET ${target} with Content-Range ${String(res.headers['content-range'])} for bytes=${start}-${end}.`,
+      );
+    }
+    sizeBytes = range.size;
+  } else if (res.statusCode === 200 && start === 0) {
+    sizeBytes = Number(res.headers['content-length']);
+  } else {
+    if (what.onError) throw await what.onError(res);
+    await res.body.dump().catch(() => {});
+    if (res.statusCode === 404) throw new StorageError('not_found', `blob ${sha256} is not on the artifact store`);
+    throw unexpectedStatus(res.statusCode, `GET ${target}`);
+  }
+  const iterator = (res.body as AsyncIterable<Buffer>)[Symbol.asyncIterator]();
+  let leftover: Buffer | undefined;
+  const stream: RangeStream = {
+    position: start,
+    sizeBytes,
+    async next(maxBytes) {
+      let chunk = leftover;
+      leftover = undefined;
+      if (!chunk) {
+        let next: IteratorResult<Buffer>;
+        try {
+          next = await iterator.next();
+        } catch (err) {
+          throw upstreamError(err, `GET ${target}`);
+        }
+        if (next.done) return undefined;
+        chunk = next.value;
+      }
+      if (chunk.length > maxBytes) {
+        leftover = chunk.subarray(maxBytes);
+        chunk = chunk.subarray(0, maxBytes);
+      }
+      stream.position += chunk.length;
+      return chunk;
+    },
+    async readInto(buffer, offset, length) {
+      const chunk = await stream.next(length);
+      if (!chunk) return 0;
+      chunk.copy(buffer, offset);
+      return chunk.length;
+    },
+    destroy() {
+      if (!res.body.destroyed) res.body.destroy();
+    },
+  };
+  return stream;
+}
+
+/**
+ * A `BlobReader` over range streams: `first` (already open, so an unreachable store failed before
+ * any response header) serves the first range; a read elsewhere opens a new range stream. With
+ * `lendsChunks: false` (streams that read into a reused buffer, s3-socket-read.ts) the reader offers
+ * only `read()`, which copies into the caller's buffers, never `chunks()`.
+ */
+export function rangeStreamReader(
+  sha256: string,
+  sizeBytes: number,
+  ranges: readonly ByteRange[],
+  first: RangeStream | undefined,
+  openRange: (start: number, end: number) => Promise<RangeStream>,
+  options: { lendsChunks?: boolean } = {},
+): BlobReader {
+  let current = first;
+  const endFor = (position: number) =>
+    ranges.find((r) => r.start <= position && position <= r.end)?.end ?? sizeBytes - 1;
+  const reader: BlobReader = {
+    sizeBytes,
+    async read(buffer, offset, length, position) {
+      if (!current || current.position !== position) {
+        current?.destroy();
+        current = undefined;
+        if (position >= sizeBytes) return { bytesRead: 0 };
+        current = await openRange(position, endFor(position));
+      }
+      const bytesRead = await current.readInto(buffer, offset, length);
+      return { bytesRead };
+    },
+    async *chunks(range, signal) {
+      if (!current || current.position !== range.start) {
+        current?.destroy();
+        current = await openRange(range.start, range.end);
+      }
+      const stream = current;
+      for (let position = range.start; position <= range.end; ) {
+        signal.throwIfAborted();
+        const chunk = await stream.next(range.end - position + 1);
+        if (!chunk)
+          throw new Error(`the artifact store ended blob ${sha256} at byte ${position}, before byte ${range.end}`);
+        position += chunk.length;
+        yield chunk;
+      }
+    },
+    async close() {
+      current?.destroy();
+      current = undefined;
+    },
+  };
+  if (options.lendsChunks === false) delete reader.chunks;
+  return reader;
+}
