@@ -39,7 +39,7 @@ interface KeyEntry {
   revoked: boolean;
   /**
    * The secret last proven to hash to `secretSha256`. A repeat of it is compared in constant time
-   * instead of hashed again (a SHA-256 per request was a visible share of a small request's CPU).
+   * instead of hashed again (a SHA-256 per request would be a visible share of a small request's CPU).
    * It lives only as long as this cached entry, which any change of the key's state clears.
    */
   verifiedSecret?: string;

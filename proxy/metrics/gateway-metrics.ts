@@ -65,9 +65,9 @@ export function createGatewayMetrics(options: { registry?: Registry; processMetr
   if (options.processMetrics ?? true) collectDefaultMetrics({ register: registry });
 
   // Request counts and bytes are plain numbers on the hot path, handed to prom-client at scrape
-  // time (its inc() hashes and validates a label object per call, a profile's worth per request).
-  // Found by walking method → status → route (strings and numbers the server already holds), not
-  // by a key string built per request, whose hashing a profile of small requests showed.
+  // time (its inc() hashes and validates a label object per call). Found by walking method →
+  // status → route (strings and numbers the server already holds), not by a key string built and
+  // hashed per request.
   interface RequestSeries {
     readonly labels: Record<string, string>;
     count: number;
