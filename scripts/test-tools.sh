@@ -41,11 +41,21 @@ need apt-ftparchive apt-utils         # and its Release, then runs apt-get (apt)
 need wrk wrk                          # bench/
 need ip iproute2
 need go golang-go                     # only where no Go is installed (this kind has one in /usr/local/go)
-need python3 python3                  # schemathesis runs in a venv of its own
-if command -v python3 >/dev/null; then
+# schemathesis runs in a venv of its own; Debian's python3 has neither venv (ensurepip) nor pip.
+if ! command -v python3 >/dev/null; then
+  debian_missing+=(python3 python3-venv python3-pip)
+else
   # venv for schemathesis; pip because proxy/content/presign-and-basic.int.test.ts downloads with it
-  # (Basic credentials in the URL). One interpreter start answers both.
-  case $(python3 -c 'import importlib.util as u; print(u.find_spec("ensurepip") is not None, u.find_spec("pip") is not None)' 2>/dev/null) in
+  # (Basic credentials in the URL). One interpreter start answers both; ensurepip is imported, as
+  # Debian's python3 ships a stub of it that refuses to import without python3-venv.
+  case $(python3 -c '
+import importlib.util
+try:
+    import ensurepip
+    venv = True
+except Exception:
+    venv = False
+print(venv, importlib.util.find_spec("pip") is not None)' 2>/dev/null) in
     'True True') ;;
     'True False') debian_missing+=(python3-pip) ;;
     'False True') debian_missing+=(python3-venv) ;;
