@@ -62,6 +62,7 @@ describe('arkvory doctor', () => {
     expect(result.get('redis')).toBe('ok');
     expect(result.get('policy')).toBe('ok');
     expect(result.get('slot')).toBe('skip');
+    expect(r.stdout).toMatch(/^ok {3}database: PostgreSQL \d+(\.\d+)*\S* reachable/m);
     expect((await migrated.pool.query('SELECT count(*)::int AS n FROM arkvory_storage')).rows[0].n).toBe(0);
   });
 
@@ -83,6 +84,7 @@ describe('arkvory doctor', () => {
       policy: 'ok',
       slot: 'skip',
     });
+    expect(r.stdout).toMatch(/^ok {3}database: PostgreSQL \d+(\.\d+)*\S* reachable \(the embedded one/m);
     expect(r.stdout).toContain(`the embedded one of the running gateway under ${dataDir}/.pg`);
     expect(r.stdout).toMatch(/ok {3}storage: .* and the database are both storage [0-9a-f-]{36}/);
     await gw.stop('SIGTERM');

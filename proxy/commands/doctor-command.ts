@@ -323,11 +323,12 @@ export async function runDoctor(env: NodeJS.ProcessEnv): Promise<CheckResult[]> 
     });
     pool.on('error', () => {});
     try {
-      const { rows } = await pool.query<{ version: string }>('SHOW server_version');
+      // SHOW names its one column after the setting.
+      const { rows } = await pool.query<{ server_version: string }>('SHOW server_version');
       results.push({
         check: 'database',
         status: 'ok',
-        detail: `PostgreSQL ${rows[0]?.version ?? '?'} reachable${config.databaseUrl ? '' : ` (the embedded one of the running gateway under ${config.dataDir}/.pg)`}`,
+        detail: `PostgreSQL ${rows[0]?.server_version ?? '(version not reported)'} reachable${config.databaseUrl ? '' : ` (the embedded one of the running gateway under ${config.dataDir}/.pg)`}`,
       });
     } catch (err) {
       results.push({ check: 'database', status: 'FAIL', detail: `cannot reach ${where}: ${message(err)}` });
