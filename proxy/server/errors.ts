@@ -83,3 +83,16 @@ export class GatewayError extends CodedError<GatewayErrorCode> {
 export const HEAD_TIMEOUT = new GatewayError('request_timeout', 'The request head did not arrive in time.');
 /** A request line or header Node's parser refused. */
 export const MALFORMED_REQUEST = new GatewayError('invalid_request', 'Malformed HTTP request.');
+/** A request body with no byte for the body timeout: the upload is dropped and the connection closed. */
+export const BODY_TIMEOUT = new GatewayError(
+  'request_timeout',
+  'No request body byte arrived in time; the upload was dropped.',
+);
+/** A connection past the front door's bound. */
+export const OVERLOADED = new GatewayError('unavailable', 'Too many open connections; retry shortly.', {
+  headers: { 'retry-after': '1' },
+});
+/** A request that arrives while the process drains. */
+export const DRAINING = new GatewayError('unavailable', 'This process is shutting down; retry (on another gateway).', {
+  headers: { 'retry-after': '1' },
+});
