@@ -20,6 +20,8 @@ export function toPolicyError(err: unknown): unknown {
       return new PolicyError('invalid_request', `Invalid rules: ${err.problems.map(formatProblem).join('; ')}`, {
         cause: err,
       });
+    case 'invalid_regex':
+      return new PolicyError('invalid_request', `Invalid rules: ${err.message}`, { cause: err });
     case 'unknown_limiter':
     case 'unknown_rule':
       return new PolicyError('not_found', err.message, { cause: err });

@@ -265,13 +265,13 @@ export const VARIABLES: readonly VariableSpec[] = [
     name: 'ARKVORY_ROUTER_CONNECT_TIMEOUT_MILLISECONDS',
     kind: { type: 'int', min: 50, max: 60000 },
     defaultValue: '3000',
-    doc: 'Router: longest wait for a TCP connection to a gateway; then 502 `upstream_unreachable` (GET/HEAD: one retry elsewhere).',
+    doc: 'Router: longest wait for a TCP connection to a gateway; then 502 `gateway_unreachable` (GET/HEAD: one retry elsewhere).',
   },
   {
     name: 'ARKVORY_ROUTER_IDLE_TIMEOUT_SECONDS',
     kind: { type: 'int', min: 1, max: 3600 },
     defaultValue: '120',
-    doc: 'Router: longest silence on an upstream connection (no byte either way), checked by a sweep every quarter of it (at most 1 s): cut never earlier and at most two sweeps later (docs/router.md); before the response → 504 `upstream_timeout`, after → the response is cut.',
+    doc: 'Router: longest silence on an upstream connection (no byte either way), checked by a sweep every quarter of it (at most 1 s): cut never earlier and at most two sweeps later (docs/router.md); before the response → 504 `gateway_timeout`, after → the response is cut.',
   },
   {
     name: 'ARKVORY_SERVICE_NAME',

@@ -6,7 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import type { ArtifactKey, ArtifactKind, Catalog, CatalogEntry } from '../../storage-adapter/catalog/catalog.ts';
 import type { ByteMeter } from '../../storage-adapter/byte-meter.ts';
-import { StorageError, STORAGE_ERRORS } from '../../storage-adapter/errors.ts';
+import { StorageError } from '../../storage-adapter/errors.ts';
 import type { ArtifactStore, BlobReader } from '../../storage-adapter/store.ts';
 import { publishArtifact } from '../../storage-adapter/catalog/publish.ts';
 import { parseContentDigestSha256 } from './digest.ts';
@@ -15,7 +15,7 @@ import { APT_TEMPLATE, aptAssetKey, CONTENT_TEMPLATES, keyFromParams, pathOfKey 
 import { type ContentPlan, planContentResponse } from './response.ts';
 import { sendSegments } from './stream.ts';
 import { GatewayError } from '../server/errors.ts';
-import { HTTP_STATUS, sendJson } from '../server/http-errors.ts';
+import { sendError, sendJson } from '../server/http-errors.ts';
 import type { RequestContext, Route } from '../server/route-types.ts';
 
 export interface ContentMeters {
@@ -83,12 +83,7 @@ function respond(deps: ContentDeps, ctx: RequestContext, entry: CatalogEntry): P
     return DONE;
   }
   if (plan.status === 416) {
-    sendJson(
-      res,
-      HTTP_STATUS.range_not_satisfiable,
-      { code: 'range_not_satisfiable', message: STORAGE_ERRORS.range_not_satisfiable },
-      plan.headers,
-    );
+    sendError(res, new StorageError('range_not_satisfiable', undefined, { headers: plan.headers }), ctx.log);
     return DONE;
   }
   const cached = deps.store.cachedBlob?.(entry.sha256);

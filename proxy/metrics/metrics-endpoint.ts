@@ -8,7 +8,8 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { PolicyError } from '../../policy/errors.ts';
-import { sendError, sendJson } from '../server/http-errors.ts';
+import { GatewayError } from '../server/errors.ts';
+import { sendError } from '../server/http-errors.ts';
 import type { Route } from '../server/route-types.ts';
 import type { GatewayMetrics } from './gateway-metrics.ts';
 
@@ -55,13 +56,12 @@ export interface MetricsServer {
 export async function startMetricsServer(metrics: GatewayMetrics, port: number, log: Logger): Promise<MetricsServer> {
   const server = http.createServer((req, res) => {
     const path = (req.url ?? '/').split('?', 1)[0];
-    if (path !== METRICS_PATH) return sendJson(res, 404, { code: 'not_found', message: 'No such route.' });
+    if (path !== METRICS_PATH) return sendError(res, new GatewayError('not_found', 'No such route.'), log);
     if (req.method !== 'GET' && req.method !== 'HEAD')
-      return sendJson(
+      return sendError(
         res,
-        405,
-        { code: 'method_not_allowed', message: 'Method not allowed on this route.' },
-        { allow: 'GET, HEAD' },
+        new GatewayError('method_not_allowed', undefined, { headers: { allow: 'GET, HEAD' } }),
+        log,
       );
     writeMetrics(res, metrics).catch((err: unknown) => sendError(res, err, log));
   });

@@ -35,7 +35,7 @@ import {
   type Upstream,
   type UpstreamCall,
 } from './proxied-request.ts';
-import { UpstreamTimeout } from './upstream-errors.ts';
+import { ConnectTimeout, UpstreamTimeout } from './upstream-errors.ts';
 
 export type { RequestOutcome } from './proxied-request.ts';
 
@@ -70,8 +70,7 @@ function withConnectTimeout<A extends http.Agent>(agent: A, ms: number): A {
     const socket = create(options, callback) as Socket | null | undefined;
     if (!socket?.connecting || ms <= 0) return socket;
     const timer = setTimeout(() => {
-      const err = Object.assign(new Error('ECONNECT_TIMEOUT'), { code: 'ECONNECT_TIMEOUT' });
-      socket.destroy(err);
+      socket.destroy(new ConnectTimeout(`no connection within ${ms} ms`));
     }, ms);
     timer.unref();
     const clear = () => clearTimeout(timer);

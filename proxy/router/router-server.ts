@@ -7,7 +7,6 @@ import http from 'node:http';
 import { makeGraceful } from '../server/graceful-server.ts';
 import {
   DEFAULT_FRONT_DOOR,
-  HEAD_TIMEOUT_RESPONSE,
   installFrontDoor,
   serverOptions,
   type FrontDoor,
@@ -16,7 +15,8 @@ import {
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
-import { sendJson } from '../server/http-errors.ts';
+import { HEAD_TIMEOUT, MALFORMED_REQUEST } from '../server/errors.ts';
+import { sendErrorOnSocket, sendJson } from '../server/http-errors.ts';
 import type { BackendPool } from './backend-pool.ts';
 import type { ProxyHandler } from './proxy-handler.ts';
 
@@ -90,14 +90,7 @@ export function createRouterServer(options: {
     outcome = handler.handle(req, res, reqId, () => (reqLog ??= log.child({ reqId })));
   });
   server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
-    if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT' && socket.writable && !socket.destroyed)
-      socket.end(HEAD_TIMEOUT_RESPONSE);
-    else if (socket.writable && !socket.destroyed) {
-      const body = JSON.stringify({ code: 'invalid_request', message: 'Malformed HTTP request.' });
-      socket.end(
-        `HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${randomUUID()}\r\nconnection: close\r\n\r\n${body}`,
-      );
-    } else socket.destroy();
+    sendErrorOnSocket(socket, err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? HEAD_TIMEOUT : MALFORMED_REQUEST);
     log.debug({ code: err.code }, 'client error');
   });
   const graceful = makeGraceful(server, frontDoor);

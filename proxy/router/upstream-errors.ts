@@ -17,20 +17,29 @@ export const CONNECT_FAILURES = new Set([
   'EAI_AGAIN',
 ]);
 
-/** No byte from the gateway for the idle timeout. */
+/** No byte from the gateway for the idle timeout (the router's own cut; `upstreamFailure` names it). */
 export class UpstreamTimeout extends Error {
-  readonly code = 'ROUTER_UPSTREAM_IDLE';
+  override readonly name = 'UpstreamTimeout';
+}
+
+/**
+ * A connection to a gateway not established within the router's connect timeout. Its errno-style
+ * code is the kernel's vocabulary (`CONNECT_FAILURES`), not a catalogue code: it never reaches a client.
+ */
+export class ConnectTimeout extends Error {
+  override readonly name = 'ConnectTimeout';
+  readonly code = 'ECONNECT_TIMEOUT';
 }
 
 /** The answer for a request whose gateway failed before its response head. */
 export function upstreamFailure(err: Error, idleTimeoutMs: number): GatewayError {
   if (err instanceof UpstreamTimeout)
     return new GatewayError(
-      'upstream_timeout',
+      'gateway_timeout',
       `The gateway did not answer within ${Math.round(idleTimeoutMs / 1000)} s.`,
       { cause: err },
     );
-  return new GatewayError('upstream_unreachable', 'The gateway could not be reached.', { cause: err });
+  return new GatewayError('gateway_unreachable', 'The gateway could not be reached.', { cause: err });
 }
 
 /** The answer when no gateway of the needed kind is healthy. */

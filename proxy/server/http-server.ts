@@ -2,15 +2,14 @@ import http from 'node:http';
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Logger } from 'pino';
-import { WWW_AUTHENTICATE } from '../../policy/auth/authenticator.ts';
-import { GatewayError } from './errors.ts';
-import { sendError } from './http-errors.ts';
+import { unauthorized } from '../../policy/auth/authenticator.ts';
+import { GatewayError, HEAD_TIMEOUT, MALFORMED_REQUEST } from './errors.ts';
+import { sendError, sendErrorOnSocket } from './http-errors.ts';
 import { makeGraceful } from './graceful-server.ts';
 import { GatewayResponse } from './gateway-response.ts';
 import { type ExchangeServer, onResponseClose, RequestExchange } from './request-exchange.ts';
 import {
   DEFAULT_FRONT_DOOR,
-  HEAD_TIMEOUT_RESPONSE,
   installFrontDoor,
   serverOptions,
   type FrontDoor,
@@ -119,27 +118,12 @@ export function createGatewayServer(options: {
     // other bad key, so a caller learns nothing from the difference.
     if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
       // The head took longer than the header timeout: 408, the client's doing (nginx does the same).
-      if (socket.writable && !socket.destroyed) socket.end(HEAD_TIMEOUT_RESPONSE);
-      else socket.destroy();
+      sendErrorOnSocket(socket, HEAD_TIMEOUT);
       log.debug({ code: 'client_timeout', phase: 'head' }, 'request head timed out');
       return;
     }
-    if (socket.writable && !socket.destroyed) {
-      const badCredentials = err.rawPacket !== undefined && hasMalformedAuthorization(err.rawPacket);
-      const status = badCredentials ? '401 Unauthorized' : '400 Bad Request';
-      const body = JSON.stringify(
-        badCredentials
-          ? { code: 'unauthorized', message: 'A valid API key is required.' }
-          : { code: 'invalid_request', message: 'Malformed HTTP request.' },
-      );
-      const extra = badCredentials ? WWW_AUTHENTICATE.map((c) => `www-authenticate: ${c}\r\n`).join('') : '';
-      // Every response carries x-request-id (the contract); the head could not be read, so a new one.
-      socket.end(
-        `HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${randomUUID()}\r\n${extra}connection: close\r\n\r\n${body}`,
-      );
-    } else {
-      socket.destroy();
-    }
+    const badCredentials = err.rawPacket !== undefined && hasMalformedAuthorization(err.rawPacket);
+    sendErrorOnSocket(socket, badCredentials ? unauthorized() : MALFORMED_REQUEST);
     log.debug({ code: err.code }, 'client error');
   });
 
