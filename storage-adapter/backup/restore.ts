@@ -324,7 +324,12 @@ async function restoreAllOrNothing(
             );
           throw err;
         });
-      await staged.commit();
+      try {
+        await staged.commit();
+      } finally {
+        // The temporary goes either way: after a commit it is a second name (or, on S3, a second copy).
+        await staged.discard();
+      }
       bytes += blob.sizeBytes;
       options.onProgress?.(i + 1, blobs.length, bytes);
     }
