@@ -9,6 +9,9 @@ export const POLICY_ERRORS = {
   unavailable: 'A dependency is unavailable; retry later.',
   invalid_request: 'The request is malformed.',
   conflict: 'The request conflicts with the current state.',
+  link_content_changed:
+    'The name this link was made for no longer holds the same content (deleted and replaced); ask for a new link.',
+  link_outdated: 'This link was made by an older version that did not bind links to content; ask for a new link.',
 } as const;
 
 export type PolicyErrorCode = keyof typeof POLICY_ERRORS;

@@ -16,7 +16,9 @@ import {
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
-import { sendJson } from '../server/http-errors.ts';
+import { hasDuplicateAuthorization } from '../server/authorization-header.ts';
+import { GatewayError } from '../server/errors.ts';
+import { sendError, sendJson } from '../server/http-errors.ts';
 import type { BackendPool } from './backend-pool.ts';
 import type { ProxyHandler } from './proxy-handler.ts';
 
@@ -85,6 +87,12 @@ export function createRouterServer(options: {
         writer: pool.hasHealthyWriter,
       });
     }
+    if (hasDuplicateAuthorization(req.rawHeaders)) {
+      // Never forwarded: the gateway would act on the first line, a proxy beside it perhaps on another.
+      res.setHeader('x-request-id', reqId);
+      if (!req.complete) res.shouldKeepAlive = false;
+      return sendError(res, new GatewayError('duplicate_authorization'), log.child({ reqId }));
+    }
     // The request's child logger is made only when something is logged through it (a retry, a failure).
     let reqLog: Logger | undefined;
     outcome = handler.handle(req, res, reqId, () => (reqLog ??= log.child({ reqId })));
@@ -95,7 +103,7 @@ export function createRouterServer(options: {
     else if (socket.writable && !socket.destroyed) {
       const body = JSON.stringify({ code: 'invalid_request', message: 'Malformed HTTP request.' });
       socket.end(
-        `HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${randomUUID()}\r\nconnection: close\r\n\r\n${body}`,
+        `HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-content-type-options: nosniff\r\nx-request-id: ${randomUUID()}\r\nconnection: close\r\n\r\n${body}`,
       );
     } else socket.destroy();
     log.debug({ code: err.code }, 'client error');

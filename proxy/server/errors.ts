@@ -2,6 +2,7 @@
 export const GATEWAY_ERRORS = {
   not_found: 'Not found.',
   invalid_request: 'The request is malformed.',
+  duplicate_authorization: 'The request carries more than one Authorization header; send exactly one.',
   method_not_allowed: 'Method not allowed on this route.',
   read_only: 'This gateway is read-only; send writes to the writer.',
   unavailable: 'The gateway cannot serve right now.',

@@ -19,6 +19,9 @@ export const HTTP_STATUS: Record<ErrorCode, number> = {
   read_only: 405,
   conflict: 409,
   upload_expired: 410,
+  link_content_changed: 410,
+  link_outdated: 410,
+  duplicate_authorization: 400,
   request_timeout: 408,
   payload_too_large: 413,
   range_not_satisfiable: 416,
@@ -72,6 +75,7 @@ export function sendJson(
     'content-type': 'application/json; charset=utf-8',
     'content-length': Buffer.byteLength(text),
     'cache-control': 'no-store',
+    'x-content-type-options': 'nosniff',
     ...headers,
   });
   res.end(res.req.method === 'HEAD' ? undefined : text);

@@ -25,5 +25,9 @@ export const ERROR_ADVICE: Record<ErrorCode, string> = {
   upload_expired: 'Start a new upload session; the parts of an expired one are removed.',
   part_missing: 'Upload every listed part (PUT …/parts/{n}) before completing.',
   part_mismatch: 'Re-send the part, or list the sha256 the part was received with.',
+  link_content_changed:
+    'The object was deleted or replaced by other bytes after the link was made; ask its owner for a new link.',
+  link_outdated: 'Links made before content binding are refused; ask for a new link (`arkvory presign`).',
+  duplicate_authorization: 'Send one `Authorization` header; a proxy or client that adds a second must be fixed.',
   parts_out_of_order: 'List each part once, in ascending part number.',
 };
