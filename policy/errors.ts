@@ -28,6 +28,17 @@ export const POLICY_ERRORS = defineErrors('policy/errors.ts', {
     message: 'This gateway lost its share of the download budget and must be restarted.',
     advice: 'This gateway lost its lease and is fenced; restart it (clients retry with Range).',
   },
+  link_content_changed: {
+    status: 410,
+    message:
+      'The name this link was made for no longer holds the same content (deleted and replaced); ask for a new link.',
+    advice: 'The object was deleted or replaced by other bytes after the link was made; ask its owner for a new link.',
+  },
+  link_outdated: {
+    status: 410,
+    message: 'This link was made by an older version that did not bind links to content; ask for a new link.',
+    advice: 'Links made before content binding are refused; ask for a new link (`arkvory presign`).',
+  },
   reset_refused: {
     status: null,
     message: '`arkvory policy reset` refused: something still runs.',

@@ -83,6 +83,7 @@ describe('arkvory doctor', () => {
       redis: 'skip',
       policy: 'ok',
       slot: 'skip',
+      proxies: 'ok',
     });
     expect(r.stdout).toMatch(/^ok {3}database: PostgreSQL \d+(\.\d+)*\S* reachable \(the embedded one/m);
     expect(r.stdout).toContain(`the embedded one of the running gateway under ${dataDir}/.pg`);
@@ -144,6 +145,7 @@ describe('arkvory doctor', () => {
       redis: 'FAIL',
       policy: 'FAIL',
       slot: 'FAIL',
+      proxies: 'ok',
     });
     expect(r.stdout).toMatch(/FAIL storage: .*different installations/);
     expect(r.stdout).toMatch(/FAIL policy: the stored policy \(SLOTS=2, SHARED_DOWNLOAD_BYTES_PER_SECOND=2097152/);

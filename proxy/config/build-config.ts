@@ -58,6 +58,7 @@ export function buildConfig(v: VariableValues, derived: Derived, cwd: string): C
     rateLimitBypassPublishers: bypassPublishers,
     advertiseUrl,
     trustedProxies,
+    banIpv6PrefixLength: v.num('ARKVORY_BAN_IPV6_PREFIX_LENGTH'),
     router: {
       backends: routerBackends,
       probeIntervalMs: v.num('ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS'),

@@ -54,6 +54,8 @@ export interface Config {
   readonly advertiseUrl: string | undefined;
   /** Validated ARKVORY_TRUSTED_PROXIES entries; compile with `createTrustedProxies`. */
   readonly trustedProxies: readonly string[];
+  /** ARKVORY_BAN_IPV6_PREFIX_LENGTH: the IPv6 prefix an `auth_failure` ban covers. */
+  readonly banIpv6PrefixLength: number;
   readonly router: {
     /** Static gateways, writer first; undefined = discovered from the leases. */
     readonly backends: readonly string[] | undefined;

@@ -248,7 +248,13 @@ export const VARIABLES: readonly VariableSpec[] = [
   {
     name: 'ARKVORY_TRUSTED_PROXIES',
     kind: { type: 'string' },
-    doc: 'Comma-separated IPs/CIDR blocks (routers, nginx, HAProxy) whose `X-Forwarded-For` is believed for the client address. Unset: the socket peer is the client.',
+    doc: 'Comma-separated IPs/CIDR blocks (routers, nginx, HAProxy) whose `X-Forwarded-For` is believed for the client address, or `none`. Unset: a gateway trusts its own host (`127.0.0.1,::1`), the router nobody. A gateway warns once per untrusted peer that sends forwarding headers, and `arkvory doctor` reports it (docs/router.md).',
+  },
+  {
+    name: 'ARKVORY_BAN_IPV6_PREFIX_LENGTH',
+    kind: { type: 'int', min: 1, max: 128 },
+    defaultValue: '64',
+    doc: 'How much of an IPv6 client address the `auth_failure` ban is keyed by (one host usually owns a whole /64); 128 = the exact address. IPv4 addresses are keyed whole.',
   },
   {
     name: 'ARKVORY_ROUTER_BACKENDS',

@@ -14,6 +14,7 @@ import { metadataOf } from './metadata.ts';
 import { APT_TEMPLATE, aptAssetKey, CONTENT_TEMPLATES, keyFromParams, pathOfKey } from './paths.ts';
 import { type ContentPlan, planContentResponse } from './response.ts';
 import { sendSegments } from './stream.ts';
+import { PolicyError } from '../../policy/errors.ts';
 import { GatewayError } from '../server/errors.ts';
 import { sendError, sendJson } from '../server/http-errors.ts';
 import type { RequestContext, Route } from '../server/route-types.ts';
@@ -67,6 +68,8 @@ function serveContent(deps: ContentDeps, keyOf: KeyOf, ctx: RequestContext): Pro
 
 function respond(deps: ContentDeps, ctx: RequestContext, entry: CatalogEntry): Promise<void> {
   const { res } = ctx;
+  // A pre-signed link serves the bytes it was made for, not whatever the name holds now.
+  if (ctx.linkSha256 !== undefined && ctx.linkSha256 !== entry.sha256) throw new PolicyError('link_content_changed');
   const plan = planContentResponse(
     entry,
     {

@@ -15,8 +15,9 @@ import {
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
-import { HEAD_TIMEOUT, MALFORMED_REQUEST } from '../server/errors.ts';
-import { sendErrorOnSocket, sendJson } from '../server/http-errors.ts';
+import { hasDuplicateAuthorization } from '../server/authorization-header.ts';
+import { GatewayError, HEAD_TIMEOUT, MALFORMED_REQUEST } from '../server/errors.ts';
+import { sendError, sendErrorOnSocket, sendJson } from '../server/http-errors.ts';
 import type { BackendPool } from './backend-pool.ts';
 import type { ProxyHandler } from './proxy-handler.ts';
 
@@ -84,6 +85,12 @@ export function createRouterServer(options: {
         backends: { total: backends.length, healthy: backends.filter((b) => b.healthy).length },
         writer: pool.hasHealthyWriter,
       });
+    }
+    if (hasDuplicateAuthorization(req.rawHeaders)) {
+      // Never forwarded: the gateway would act on the first line, a proxy beside it perhaps on another.
+      res.setHeader('x-request-id', reqId);
+      if (!req.complete) res.shouldKeepAlive = false;
+      return sendError(res, new GatewayError('duplicate_authorization'), log.child({ reqId }));
     }
     // The request's child logger is made only when something is logged through it (a retry, a failure).
     let reqLog: Logger | undefined;

@@ -17,6 +17,11 @@ export const GATEWAY_ERRORS = defineErrors('proxy/server/errors.ts', {
     message: 'Method not allowed on this route.',
     advice: 'Use a method listed in `Allow`.',
   },
+  duplicate_authorization: {
+    status: 400,
+    message: 'The request carries more than one Authorization header; send exactly one.',
+    advice: 'Send one `Authorization` header; a proxy or client that adds a second must be fixed.',
+  },
   read_only: {
     status: 405,
     message: 'This gateway is read-only; send writes to the writer.',

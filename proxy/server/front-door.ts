@@ -137,7 +137,7 @@ const HEAD_TIMEOUT_BODY = JSON.stringify({
   message: 'The request head did not arrive in time.',
 });
 /** The answer to a head that did not arrive within the header timeout (Node reports it as a client error). */
-export const HEAD_TIMEOUT_RESPONSE = `HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(HEAD_TIMEOUT_BODY)}\r\ncache-control: no-store\r\nconnection: close\r\n\r\n${HEAD_TIMEOUT_BODY}`;
+export const HEAD_TIMEOUT_RESPONSE = `HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(HEAD_TIMEOUT_BODY)}\r\ncache-control: no-store\r\nx-content-type-options: nosniff\r\nconnection: close\r\n\r\n${HEAD_TIMEOUT_BODY}`;
 const TIMEOUT_BODY = JSON.stringify({
   code: 'request_timeout',
   message: 'No request body byte arrived in time; the upload was dropped.',
@@ -221,6 +221,7 @@ export function installFrontDoor(
         'content-type': 'application/json; charset=utf-8',
         'content-length': Buffer.byteLength(TIMEOUT_BODY),
         'cache-control': 'no-store',
+        'x-content-type-options': 'nosniff',
       });
       res.end(TIMEOUT_BODY, () => socket.destroy());
       // Node stops tracking a request once its response finished: fail the body the handler is
@@ -319,6 +320,7 @@ export function installFrontDoor(
             'content-type': 'application/json; charset=utf-8',
             'content-length': Buffer.byteLength(body),
             'cache-control': 'no-store',
+            'x-content-type-options': 'nosniff',
             'retry-after': '1',
           });
           res.end(req.method === 'HEAD' ? undefined : body);

@@ -77,6 +77,7 @@ export function sendJson(
     'content-type': 'application/json; charset=utf-8',
     'content-length': Buffer.byteLength(text),
     'cache-control': 'no-store',
+    'x-content-type-options': 'nosniff',
     ...headers,
   });
   res.end(res.req.method === 'HEAD' ? undefined : text);
@@ -121,6 +122,7 @@ export function sendErrorOnSocket(socket: Duplex, err: unknown): void {
     ['content-type', 'application/json; charset=utf-8'],
     ['content-length', String(Buffer.byteLength(body))],
     ['cache-control', 'no-store'],
+    ['x-content-type-options', 'nosniff'],
     ['x-request-id', randomUUID()],
   ];
   for (const [name, value] of Object.entries(mapped.headers))

@@ -3,6 +3,8 @@ import { randomUUID } from 'node:crypto';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Logger } from 'pino';
 import { unauthorized } from '../../policy/auth/authenticator.ts';
+import { hasPresignParams } from '../../policy/auth/presign-signature.ts';
+import { hasDuplicateAuthorization } from './authorization-header.ts';
 import { GatewayError, HEAD_TIMEOUT, MALFORMED_REQUEST } from './errors.ts';
 import { sendError, sendErrorOnSocket } from './http-errors.ts';
 import { makeGraceful } from './graceful-server.ts';
@@ -63,6 +65,8 @@ export function createGatewayServer(options: {
     const incomingId = req.headers['x-request-id'];
     const reqId = typeof incomingId === 'string' && REQUEST_ID.test(incomingId) ? incomingId : randomUUID();
     res.addEarlyHeader('x-request-id', reqId);
+    // Every answer, JSON and errors included: no browser may sniff a body into another type.
+    res.addEarlyHeader('x-content-type-options', 'nosniff');
 
     // The URL object is built when a handler asks for it (the query of a pre-signed link), or at
     // once when the path is not simple enough to read without the parser (request-path.ts).
@@ -84,6 +88,11 @@ export function createGatewayServer(options: {
       sendError(res, new GatewayError('invalid_request', 'The request target is not a valid URL.'), log);
       return;
     }
+    if (hasDuplicateAuthorization(req.rawHeaders)) {
+      const headers: Record<string, string> = req.complete ? {} : { connection: 'close' };
+      sendError(res, new GatewayError('duplicate_authorization', undefined, { headers }), log.child({ reqId }));
+      return;
+    }
     if (options.readOnly && req.method !== 'GET' && req.method !== 'HEAD') {
       // The body stays unread: close the connection after the answer rather than drain it.
       const headers: Record<string, string> = { allow: 'GET, HEAD' };
@@ -98,6 +107,15 @@ export function createGatewayServer(options: {
     }
     if (match.kind === 'method_not_allowed') {
       exchange.route = match.template;
+      // A link's parameters on another method are a link misused: the same 401 as a bad key (docs/clients.md).
+      if (
+        req.headers.authorization === undefined &&
+        target.includes('X-Arkvory-') &&
+        hasPresignParams(exchange.url.searchParams)
+      ) {
+        sendError(res, unauthorized(), log.child({ reqId, route: exchange.route }));
+        return;
+      }
       sendError(
         res,
         new GatewayError('method_not_allowed', undefined, { headers: { allow: match.allow.join(', ') } }),

@@ -33,6 +33,7 @@ export class RequestExchange implements RequestContext {
   route = 'unmatched';
   access: Access = 'public';
   principal: Principal | undefined = undefined;
+  linkSha256: string | undefined = undefined;
   readonly #server: ExchangeServer;
   readonly #target: string;
   readonly #startedMs = performance.now();
