@@ -20,7 +20,7 @@ import {
   descriptorLimit,
   overloadRefusal,
 } from './front-door/connection-bound.ts';
-import { announcesBody, Connections, stateOf } from './front-door/connection-state.ts';
+import { announcesBody, beginRequest, Connections, stateOf } from './front-door/connection-state.ts';
 import { closeIdleConnections, drainRefusal } from './front-door/drain.ts';
 import { closeEarlyAnswer } from './front-door/lingering-close.ts';
 import { type FrontDoorTimeouts, Timeouts } from './front-door/timeouts.ts';
@@ -111,17 +111,7 @@ export function installFrontDoor(
       const socket = req.socket;
       const state = stateOf(socket);
       const body = announcesBody(req);
-      if (state) {
-        state.active++;
-        state.served++;
-        state.req = req;
-        state.res = res;
-        res.once('close', () => {
-          state.active--;
-          state.req = undefined;
-          state.res = undefined;
-        });
-      }
+      if (state) beginRequest(state, req, res);
       timeouts.arm(socket, req, body);
       if (body) closeEarlyAnswer(socket, req, res);
       if (state?.overflow || draining) {
@@ -129,13 +119,7 @@ export function installFrontDoor(
         const path = (req.url ?? '/').split('?', 1)[0]!;
         const refusal = draining ? drainRefusal(req.method, path) : overloadRefusal(req.method, path);
         if (refusal !== undefined) {
-          res.writeHead(503, {
-            'content-type': 'application/json; charset=utf-8',
-            'content-length': Buffer.byteLength(refusal),
-            'cache-control': 'no-store',
-            'retry-after': '1',
-          });
-          res.end(req.method === 'HEAD' ? undefined : refusal);
+          refuse(req, res, refusal);
           return false;
         }
       }
@@ -161,4 +145,15 @@ export function installFrontDoor(
       };
     },
   };
+}
+
+/** The fast 503 over the bound or while draining. */
+function refuse(req: IncomingMessage, res: ServerResponse, body: string): void {
+  res.writeHead(503, {
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': Buffer.byteLength(body),
+    'cache-control': 'no-store',
+    'retry-after': '1',
+  });
+  res.end(req.method === 'HEAD' ? undefined : body);
 }

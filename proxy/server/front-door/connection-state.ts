@@ -46,6 +46,19 @@ export function stateOf(socket: Socket): ConnectionState | undefined {
   return (socket as TrackedSocket)[STATE];
 }
 
+/** Marks `req` in progress on its connection until its response closes. */
+export function beginRequest(state: ConnectionState, req: IncomingMessage, res: ServerResponse): void {
+  state.active++;
+  state.served++;
+  state.req = req;
+  state.res = res;
+  res.once('close', () => {
+    state.active--;
+    state.req = undefined;
+    state.res = undefined;
+  });
+}
+
 /** A keep-alive connection between requests: it served one and has none in progress. */
 export function isIdleKeepAlive(state: ConnectionState): boolean {
   return state.active === 0 && state.served > 0;

@@ -8,7 +8,7 @@
  *  - keep-alive idle: `keepAliveTimeoutMs` (keepalive_timeout) between requests.
  */
 import type http from 'node:http';
-import type { IncomingMessage } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
 import { announcesBody, stateOf } from './connection-state.ts';
@@ -102,20 +102,7 @@ export class Timeouts {
         { code: 'client_timeout', phase: 'request_body', idleMs: limits.bodyIdleTimeoutMs },
         'no request body byte in time; answering 408 and closing',
       );
-      res.shouldKeepAlive = false;
-      res.writeHead(408, {
-        'content-type': 'application/json; charset=utf-8',
-        'content-length': Buffer.byteLength(TIMEOUT_BODY),
-        'cache-control': 'no-store',
-      });
-      res.end(TIMEOUT_BODY, () => socket.destroy());
-      // Node stops tracking a request once its response finished: fail the body the handler is
-      // still reading, so the upload is dropped and its slot released.
-      // (Destroyed without an error: a proxy's error handlers would find the request detached.)
-      socket.once('close', () => req.destroy());
-      const cut = setTimeout(() => socket.destroy(), 1000);
-      cut.unref();
-      socket.once('close', () => clearTimeout(cut));
+      answerStalledBody(socket, req, res);
       return;
     }
     this.counts[action.counter]++;
@@ -129,4 +116,22 @@ export class Timeouts {
     );
     socket.destroy();
   }
+}
+
+/** 408 to an upload whose body stalled before anything was answered, then the connection closes. */
+function answerStalledBody(socket: Socket, req: IncomingMessage, res: ServerResponse): void {
+  res.shouldKeepAlive = false;
+  res.writeHead(408, {
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': Buffer.byteLength(TIMEOUT_BODY),
+    'cache-control': 'no-store',
+  });
+  res.end(TIMEOUT_BODY, () => socket.destroy());
+  // Node stops tracking a request once its response finished: fail the body the handler is
+  // still reading, so the upload is dropped and its slot released.
+  // (Destroyed without an error: a proxy's error handlers would find the request detached.)
+  socket.once('close', () => req.destroy());
+  const cut = setTimeout(() => socket.destroy(), 1000);
+  cut.unref();
+  socket.once('close', () => clearTimeout(cut));
 }
