@@ -1,5 +1,5 @@
 /**
- * Every metric family the gateway exports, declared once: `gateway-metrics.ts` registers from it,
+ * Every metric family the gateway exports, declared once: each source's `register…Metrics` uses it,
  * docs/metrics.md lists it, and the metrics test checks that a live `/metrics` matches it.
  * Labels never carry a principal id, key, path or file name: routes are templates.
  */

@@ -8,6 +8,7 @@ import { multipartRoutes } from './multipart-routes.ts';
 import type { ContentMeters } from '../content/content-routes.ts';
 import type { Services } from '../server/services.ts';
 import { openStore } from '../content/storage.ts';
+import { registerUploadMetrics } from '../metrics/upload-metrics.ts';
 
 function startWorker(services: Services, store: ArtifactStore, sessions: UploadSessions): CompletionWorker {
   const worker = new CompletionWorker({
@@ -56,6 +57,7 @@ export async function startMultipart(
 export async function buildWorkerApp(services: Services): Promise<{ routes: Route[]; gates: Gate[] }> {
   const store = await openStore(services.config, 'worker', services.pool);
   services.onClose.push(() => store.close());
+  if (services.metrics) registerUploadMetrics(services.metrics.registry, store);
   const sessions = new UploadSessions({
     pool: services.pool,
     parts: store.parts,

@@ -16,8 +16,8 @@ import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { hasDuplicateAuthorization } from '../server/authorization-header.ts';
-import { GatewayError, HEAD_TIMEOUT, MALFORMED_REQUEST } from '../server/errors.ts';
-import { sendError, sendErrorOnSocket, sendJson } from '../server/http-errors.ts';
+import { GatewayError } from '../server/errors.ts';
+import { sendError, sendJson } from '../server/http-errors.ts';
 import type { BackendPool } from './backend-pool.ts';
 import type { ProxyHandler } from './proxy-handler.ts';
 
@@ -95,10 +95,6 @@ export function createRouterServer(options: {
     // The request's child logger is made only when something is logged through it (a retry, a failure).
     let reqLog: Logger | undefined;
     outcome = handler.handle(req, res, reqId, () => (reqLog ??= log.child({ reqId })));
-  });
-  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
-    sendErrorOnSocket(socket, err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? HEAD_TIMEOUT : MALFORMED_REQUEST);
-    log.debug({ code: err.code }, 'client error');
   });
   const graceful = makeGraceful(server, frontDoor);
   return {

@@ -95,11 +95,13 @@ function logError(log: Logger, err: unknown, mapped: HttpError): void {
 
 /**
  * Answers with the JSON error body `{ code, message, ...details }`, or, when headers are already
- * out, destroys the response so the client never sees a truncated body that looks complete.
+ * out, destroys the response so the client never sees a truncated body that looks complete. Every
+ * error response of the gateway and the router is written here (or by `sendErrorOnSocket`).
  */
-export function sendError(res: ServerResponse, err: unknown, log: Logger): void {
+export function sendError(res: ServerResponse, err: unknown, log?: Logger): void {
   const mapped = toHttpError(err);
-  logError(log, err, mapped);
+  // Without a logger the caller keeps its own record (a counter, its own line).
+  if (log) logError(log, err, mapped);
   if (res.headersSent) {
     res.destroy(err instanceof Error ? err : undefined);
     return;

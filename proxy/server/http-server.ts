@@ -5,8 +5,8 @@ import type { Logger } from 'pino';
 import { unauthorized } from '../../policy/auth/authenticator.ts';
 import { hasPresignParams } from '../../policy/auth/presign-signature.ts';
 import { hasDuplicateAuthorization } from './authorization-header.ts';
-import { GatewayError, HEAD_TIMEOUT, MALFORMED_REQUEST } from './errors.ts';
-import { sendError, sendErrorOnSocket } from './http-errors.ts';
+import { GatewayError } from './errors.ts';
+import { sendError } from './http-errors.ts';
 import { makeGraceful } from './graceful-server.ts';
 import { GatewayResponse } from './gateway-response.ts';
 import { type ExchangeServer, onResponseClose, RequestExchange } from './request-exchange.ts';
@@ -130,21 +130,6 @@ export function createGatewayServer(options: {
     void runRoute(exchange, routeDef, gates);
   });
 
-  server.on('clientError', (err: NodeJS.ErrnoException & { rawPacket?: Buffer }, socket) => {
-    // Malformed request lines/headers: answer 400 when the socket still can, never crash. Bytes the
-    // parser refuses inside Authorization are credentials that cannot be valid: the same 401 as any
-    // other bad key, so a caller learns nothing from the difference.
-    if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
-      // The head took longer than the header timeout: 408, the client's doing (nginx does the same).
-      sendErrorOnSocket(socket, HEAD_TIMEOUT);
-      log.debug({ code: 'client_timeout', phase: 'head' }, 'request head timed out');
-      return;
-    }
-    const badCredentials = err.rawPacket !== undefined && hasMalformedAuthorization(err.rawPacket);
-    sendErrorOnSocket(socket, badCredentials ? unauthorized() : MALFORMED_REQUEST);
-    log.debug({ code: err.code }, 'client error');
-  });
-
   const graceful = makeGraceful(server, frontDoor);
   return {
     server,
@@ -155,14 +140,6 @@ export function createGatewayServer(options: {
     listen: (port, host) => graceful.listen(port, host),
     close: (timeoutMs) => graceful.close(timeoutMs),
   };
-}
-
-/** True when the raw request head has an Authorization line with bytes HTTP does not allow. */
-function hasMalformedAuthorization(raw: Buffer): boolean {
-  const head = raw.toString('latin1');
-  const match = /(?:^|\n)authorization:([^\n]*)/i.exec(head);
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: finding control characters is the point
-  return match !== null && /[\x00-\x08\x0a-\x1f\x7f]/.test(match[1]!.replace(/\r$/, ''));
 }
 
 async function runRoute(ctx: RequestContext, route: Route, gates: readonly Gate[]): Promise<void> {
