@@ -18,6 +18,8 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { sendJson } from '../server/http-errors.ts';
 import type { BackendPool } from './backend-pool.ts';
+import type { ClientFaults } from './client-faults.ts';
+import { findClientFault } from './forwardable.ts';
 import type { ProxyHandler } from './proxy-handler.ts';
 
 const REQUEST_ID = /^[A-Za-z0-9._-]{1,64}$/;
@@ -37,9 +39,11 @@ export function createRouterServer(options: {
   handler: ProxyHandler;
   log: Logger;
   isDraining: () => boolean;
+  /** Requests that cannot be forwarded: answered 400, counted, logged within a budget. */
+  faults: ClientFaults;
   limits?: FrontDoorLimits;
 }): RouterServer {
-  const { pool, handler, log } = options;
+  const { pool, handler, log, faults } = options;
   const limits = options.limits ?? DEFAULT_FRONT_DOOR;
   const server = http.createServer(serverOptions(limits));
   // The per-request line is at info: below that level its fields are not even gathered.
@@ -52,6 +56,10 @@ export function createRouterServer(options: {
     // x-request-id is set where an answer is made: the proxied head carries it (proxy-handler.ts),
     // local answers set it below.
     const url = req.url ?? '/';
+    // Before anything else (and without the per-request line: a flood of these would be a flood of
+    // lines): what undici or RFC 9112 refuses is answered here, not by a 502 after dispatch.
+    const fault = findClientFault(req.method ?? '', url, req.rawHeaders);
+    if (fault) return faults.refuse(res, fault, reqId, req.method);
     const query = url.indexOf('?');
     const path = query === -1 ? url : url.slice(0, query);
     let outcome: { kind: string; backend: string | undefined; attempts: number } = LOCAL;
@@ -98,7 +106,10 @@ export function createRouterServer(options: {
         `HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${randomUUID()}\r\nconnection: close\r\n\r\n${body}`,
       );
     } else socket.destroy();
-    log.debug({ code: err.code }, 'client error');
+    // A head the parser refused (HPE_*) is a client fault like the ones found above; resets and
+    // timeouts are not.
+    if (err.code?.startsWith('HPE_')) faults.noteMalformedHead(err.code);
+    else log.debug({ code: err.code }, 'client error');
   });
   const graceful = makeGraceful(server, frontDoor);
   return {

@@ -2,6 +2,8 @@
 export const GATEWAY_ERRORS = {
   not_found: 'Not found.',
   invalid_request: 'The request is malformed.',
+  malformed_request:
+    'The request head breaks a rule a proxy must enforce (a second Host, an invalid header value); it was not forwarded.',
   method_not_allowed: 'Method not allowed on this route.',
   read_only: 'This gateway is read-only; send writes to the writer.',
   unavailable: 'The gateway cannot serve right now.',

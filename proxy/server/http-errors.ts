@@ -9,6 +9,7 @@ export type ErrorCode = PolicyErrorCode | StorageErrorCode | GatewayErrorCode;
 /** The only code → HTTP status table. A code missing here fails to compile. */
 export const HTTP_STATUS: Record<ErrorCode, number> = {
   invalid_request: 400,
+  malformed_request: 400,
   part_missing: 400,
   part_mismatch: 400,
   parts_out_of_order: 400,

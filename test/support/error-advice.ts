@@ -3,6 +3,8 @@ import type { ErrorCode } from '../../proxy/server/http-errors.ts';
 /** What an operator or client should do about each code; rendered into the README table. */
 export const ERROR_ADVICE: Record<ErrorCode, string> = {
   invalid_request: 'Fix the request (header, body or digest) and send it again.',
+  malformed_request:
+    'Fix the client: send one Host and one Content-Length, header values without control characters, a target starting with `/`.',
   unauthorized: 'Send `Authorization: Bearer ark_<keyId>_<secret>` with a live key.',
   forbidden: 'Ask an admin for the grant or scope the call needs.',
   not_found: 'Check the path; a repository you cannot read also answers 404.',
