@@ -14,6 +14,12 @@ export const ERROR_ADVICE: Record<ErrorCode, string> = {
   request_timeout:
     'The client sent no body byte for `ARKVORY_BODY_TIMEOUT_SECONDS`; check the client and network, then upload again.',
   payload_too_large: 'Send less than `ARKVORY_MAX_UPLOAD_BYTES`, or use a multipart upload.',
+  upload_too_large:
+    'Upload fewer bytes in total (`ARKVORY_MAX_UPLOAD_BYTES` bounds the assembled artifact), or abort the session and start over.',
+  upload_quota_exceeded:
+    'Complete or abort open uploads first (`ARKVORY_MULTIPART_MAX_PENDING_BYTES_PER_PRINCIPAL`), then send the part again.',
+  too_many_uploads:
+    'Complete or abort an open upload (`ARKVORY_MULTIPART_MAX_SESSIONS_PER_PRINCIPAL`); sessions also expire after `ARKVORY_UPLOAD_SESSION_TTL_SECONDS`.',
   range_not_satisfiable: 'Ask for ranges inside `Content-Range: bytes */<size>`.',
   rate_limited: 'Wait `Retry-After` seconds; see the RateLimit headers.',
   busy: 'Too many transfers for this principal; wait `Retry-After` seconds.',
