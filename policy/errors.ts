@@ -9,6 +9,8 @@ export const POLICY_ERRORS = {
   unavailable: 'A dependency is unavailable; retry later.',
   invalid_request: 'The request is malformed.',
   conflict: 'The request conflicts with the current state.',
+  rules_too_large:
+    'The published rate-limit rules would exceed a bound: rules per limiter, document size, or the number and cost of regexes.',
 } as const;
 
 export type PolicyErrorCode = keyof typeof POLICY_ERRORS;

@@ -43,6 +43,21 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const PRINCIPAL_NAME = /^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$/;
 const REPOSITORY_NAME = /^[a-z0-9][a-z0-9._-]{0,63}$/;
 const KEY_ID = /^[a-z0-9]{16}$/;
+/** A key lives at most ten years: longer ones are no expiry at all, and past ~2^53 s PostgreSQL overflows. */
+export const MAX_KEY_LIFETIME_SECONDS = 10 * 365 * 24 * 3600;
+/** Longest key description kept. */
+export const MAX_KEY_DESCRIPTION_LENGTH = 1024;
+
+/** `expiresInSeconds` as given by an admin (API, console, CLI): undefined, or an integer in range. */
+export function checkKeyLifetime(value: unknown): number | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1 || value > MAX_KEY_LIFETIME_SECONDS)
+    throw new PolicyError(
+      'invalid_request',
+      `expiresInSeconds must be an integer from 1 to ${MAX_KEY_LIFETIME_SECONDS} (10 years); omit it for a key that does not expire`,
+    );
+  return value;
+}
 
 function iso(value: Date | null): string | null {
   return value ? value.toISOString() : null;
@@ -137,9 +152,9 @@ export class AdminStore {
     const kind = options.kind ?? 'service';
     if (kind !== 'service' && kind !== 'personal')
       throw new PolicyError('invalid_request', 'kind must be service or personal');
-    const expires = options.expiresInSeconds;
-    if (expires !== undefined && (!Number.isSafeInteger(expires) || expires <= 0))
-      throw new PolicyError('invalid_request', 'expiresInSeconds must be a positive integer');
+    const expires = checkKeyLifetime(options.expiresInSeconds);
+    if (options.description !== undefined && options.description.length > MAX_KEY_DESCRIPTION_LENGTH)
+      throw new PolicyError('invalid_request', `description must be at most ${MAX_KEY_DESCRIPTION_LENGTH} characters`);
     const generated = generateKey();
     const r = await this.#pool.query(
       `INSERT INTO arkvory_api_keys (key_id, principal_id, kind, secret_sha256, scopes, description, expires_at)

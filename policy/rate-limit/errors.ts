@@ -1,13 +1,15 @@
 /**
  * Codes of the rate-limit engine. None of them reaches a client as such: the gate turns a block into
  * the policy code `rate_limited`, the admin routes map these onto `invalid_request`, `not_found`,
- * `forbidden` (a bypass rule from a publisher not allowed to add one) and `unavailable`.
+ * `forbidden` (a bypass rule, or a weakened default rule, from a publisher not allowed to add one),
+ * `rules_too_large` and `unavailable`.
  */
 export const RATE_LIMIT_ERRORS = {
   invalid_rules: 'The rate-limit rules are invalid.',
   unknown_limiter: 'No such limiter.',
   unknown_rule: 'No such published rule.',
-  bypass_not_allowed: 'This publisher may not add bypass (skip) rules.',
+  bypass_not_allowed: 'This publisher may not add bypass (skip) rules or weaken a default rule.',
+  rules_too_large: 'The published rules would exceed a bound (rules per limiter, document size, regex count or cost).',
   store_unavailable: 'The rate-limit store is unavailable.',
   store_timeout: 'The rate-limit store did not answer in time.',
 } as const;

@@ -1,4 +1,4 @@
-import { AdminStore, parseScopes } from '../../policy/auth/admin-store.ts';
+import { AdminStore, checkKeyLifetime, parseScopes } from '../../policy/auth/admin-store.ts';
 import type { Permission } from '../../policy/auth/authorize.ts';
 import { PolicyError } from '../../policy/errors.ts';
 import type { Route } from '../server/route-types.ts';
@@ -7,13 +7,6 @@ import { readJsonBody } from '../server/request-body.ts';
 import type { Services } from '../server/services.ts';
 
 const BASE = '/api/v1/admin';
-
-function optionalPositiveInt(value: unknown, name: string): number | undefined {
-  if (value === undefined || value === null) return undefined;
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0)
-    throw new PolicyError('invalid_request', `${name} must be a positive integer`);
-  return value;
-}
 
 function requiredString(value: unknown, name: string): string {
   if (typeof value !== 'string' || value.length === 0) throw new PolicyError('invalid_request', `${name} is required`);
@@ -49,7 +42,7 @@ export function authAdminRoutes(services: Services): Route[] {
     ),
     admin(['POST'], '/principals/:principal/keys', async ({ req, res, params }) => {
       const body = await readJsonBody(req);
-      const expiresInSeconds = optionalPositiveInt(body.expiresInSeconds, 'expiresInSeconds');
+      const expiresInSeconds = checkKeyLifetime(body.expiresInSeconds);
       const created = await store.createKey(params.principal!, {
         scopes: parseScopes(body.scopes ?? ['read']),
         ...(expiresInSeconds ? { expiresInSeconds } : {}),
@@ -63,7 +56,7 @@ export function authAdminRoutes(services: Services): Route[] {
     ),
     admin(['POST'], '/keys/:keyId/rotate', async ({ req, res, params }) => {
       const body = await readJsonBody(req);
-      const expiresInSeconds = optionalPositiveInt(body.expiresInSeconds, 'expiresInSeconds');
+      const expiresInSeconds = checkKeyLifetime(body.expiresInSeconds);
       sendJson(res, 201, await store.rotateKey(params.keyId!, expiresInSeconds ? { expiresInSeconds } : {}));
     }),
     admin(['GET'], '/repositories', async ({ res }) =>

@@ -10,6 +10,7 @@ export type ErrorCode = PolicyErrorCode | StorageErrorCode | GatewayErrorCode;
 export const HTTP_STATUS: Record<ErrorCode, number> = {
   invalid_request: 400,
   malformed_request: 400,
+  rules_too_large: 400,
   part_missing: 400,
   part_mismatch: 400,
   parts_out_of_order: 400,

@@ -5,6 +5,8 @@ export const ERROR_ADVICE: Record<ErrorCode, string> = {
   invalid_request: 'Fix the request (header, body or digest) and send it again.',
   malformed_request:
     'Fix the client: send one Host and one Content-Length, header values without control characters, a target starting with `/`.',
+  rules_too_large:
+    'Publish fewer rules per limiter (at most 100), fewer or simpler regexes (32, 4000 instructions together); delete rules no longer needed (docs/rate-limits.md, "Bounds on published rules").',
   unauthorized: 'Send `Authorization: Bearer ark_<keyId>_<secret>` with a live key.',
   forbidden: 'Ask an admin for the grant or scope the call needs.',
   not_found: 'Check the path; a repository you cannot read also answers 404.',
