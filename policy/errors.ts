@@ -39,6 +39,13 @@ export const POLICY_ERRORS = defineErrors('policy/errors.ts', {
     message: 'This link was made by an older version that did not bind links to content; ask for a new link.',
     advice: 'Links made before content binding are refused; ask for a new link (`arkvory presign`).',
   },
+  rules_too_large: {
+    status: 400,
+    message:
+      'The published rate-limit rules would exceed a bound: rules per limiter, document size, or the number and cost of regexes.',
+    advice:
+      'Publish fewer rules per limiter (at most 100), fewer or simpler regexes (32, 4000 instructions together); delete rules no longer needed (docs/rate-limits.md, "Bounds on published rules").',
+  },
   reset_refused: {
     status: null,
     message: '`arkvory policy reset` refused: something still runs.',

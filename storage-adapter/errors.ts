@@ -3,6 +3,24 @@ import { type CodeOf, CodedError, type CodedErrorOptions, defineErrors, mergeCat
 import { COMMON_ERRORS } from '../lib/common-errors.ts';
 
 export const STORAGE_ERRORS = defineErrors('storage-adapter/errors.ts', {
+  upload_too_large: {
+    status: 413,
+    message: 'The multipart upload as a whole would be larger than ARKVORY_MAX_UPLOAD_BYTES.',
+    advice:
+      'Upload fewer bytes in total (`ARKVORY_MAX_UPLOAD_BYTES` bounds the assembled artifact), or abort the session and start over.',
+  },
+  upload_quota_exceeded: {
+    status: 413,
+    message: 'This principal has too many part bytes stored in uploads not yet assembled.',
+    advice:
+      'Complete or abort open uploads first (`ARKVORY_MULTIPART_MAX_PENDING_BYTES_PER_PRINCIPAL`), then send the part again.',
+  },
+  too_many_uploads: {
+    status: 429,
+    message: 'This principal has too many open multipart uploads; complete or abort one first.',
+    advice:
+      'Complete or abort an open upload (`ARKVORY_MULTIPART_MAX_SESSIONS_PER_PRINCIPAL`); sessions also expire after `ARKVORY_UPLOAD_SESSION_TTL_SECONDS`.',
+  },
   range_not_satisfiable: {
     status: 416,
     message: 'None of the requested ranges can be satisfied.',

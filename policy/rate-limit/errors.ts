@@ -3,7 +3,8 @@ import { type CodeOf, CodedError, defineErrors } from '../../lib/coded-error.ts'
 /**
  * Codes of the rate-limit engine. None of them reaches a client as such: the gate turns a block into
  * the policy code `rate_limited`, the admin routes map these onto `invalid_request`, `not_found`,
- * `forbidden` (a bypass rule from a publisher not allowed to add one) and `unavailable`.
+ * `forbidden` (a bypass rule, or a weakened default rule, from a publisher not allowed to add one),
+ * `rules_too_large` and `unavailable`.
  */
 export const RATE_LIMIT_ERRORS = defineErrors('policy/rate-limit/errors.ts', {
   invalid_rules: {
@@ -29,8 +30,14 @@ export const RATE_LIMIT_ERRORS = defineErrors('policy/rate-limit/errors.ts', {
   },
   bypass_not_allowed: {
     status: null,
-    message: 'This publisher may not add bypass (skip) rules.',
+    message: 'This publisher may not add bypass (skip) rules or weaken a default rule.',
     advice: 'Publish as a principal listed in `ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS`, or drop the skip rule.',
+  },
+  rules_over_bounds: {
+    status: null,
+    message: 'The published rules would exceed a bound (rules per limiter, document size, regex count or cost).',
+    advice:
+      'Publish fewer rules per limiter (at most 100), fewer or simpler regexes (32, 4000 instructions together); delete rules no longer needed (docs/rate-limits.md, "Bounds on published rules").',
   },
   store_unavailable: {
     status: null,

@@ -46,6 +46,8 @@ export interface Config {
   readonly rateLimitsFile: string | undefined;
   readonly embeddedWorker: boolean;
   readonly uploadSessionTtlSeconds: number;
+  /** Per-principal bounds on multipart sessions (storage-adapter/multipart/sessions.ts). */
+  readonly multipart: { readonly maxSessionsPerPrincipal: number; readonly maxPendingBytesPerPrincipal: number };
   readonly redisKeyPrefix: string;
   readonly rateLimitTimeoutMs: number;
   /** Principal names that may publish `skip` rules over HTTP (spec 2.1); empty = nobody. */

@@ -90,7 +90,7 @@ export const VARIABLES: readonly VariableSpec[] = [
   {
     name: 'ARKVORY_METRICS_PORT',
     kind: { type: 'int', min: 1, max: 65535 },
-    doc: 'Serve `/metrics` on this port on 127.0.0.1 only, instead of the main port. Unset: `/metrics` on the main port.',
+    doc: 'Serve `/metrics` on this port on 127.0.0.1 only, instead of the main port. Unset: `/metrics` on the main port. Router: its own metrics are served only here (the main port proxies `/metrics` to the writer).',
   },
   {
     name: 'ARKVORY_SHUTDOWN_TIMEOUT_SECONDS',
@@ -131,7 +131,7 @@ export const VARIABLES: readonly VariableSpec[] = [
     name: 'ARKVORY_MAX_UPLOAD_BYTES',
     kind: { type: 'int', min: 1, max: 2 ** 50 },
     defaultValue: '10737418240',
-    doc: 'Largest accepted upload body; larger → 413 `payload_too_large`.',
+    doc: 'Largest accepted upload body; larger → 413 `payload_too_large`. Also bounds a multipart upload as a whole: a part that takes its parts past it, or a completion of more → 413 `upload_too_large`.',
   },
   {
     name: 'ARKVORY_DOWNLOAD_BYTES_PER_SECOND',
@@ -197,6 +197,18 @@ export const VARIABLES: readonly VariableSpec[] = [
     kind: { type: 'int', min: 60, max: 2592000 },
     defaultValue: '86400',
     doc: 'Multipart upload sessions expire this long after they start; their parts are then removed.',
+  },
+  {
+    name: 'ARKVORY_MULTIPART_MAX_SESSIONS_PER_PRINCIPAL',
+    kind: { type: 'int', min: 1, max: 100000 },
+    defaultValue: '64',
+    doc: 'Open (unexpired, not yet completed) multipart sessions one principal may hold; one more → 429 `too_many_uploads`.',
+  },
+  {
+    name: 'ARKVORY_MULTIPART_MAX_PENDING_BYTES_PER_PRINCIPAL',
+    kind: { type: 'int', min: 1, max: 2 ** 50 },
+    defaultValue: '21474836480',
+    doc: 'Part bytes one principal may have stored in sessions not yet assembled (open or completing); a part past it → 413 `upload_quota_exceeded`. A multipart upload larger than this cannot be completed.',
   },
   {
     name: 'ARKVORY_RATE_LIMITS_FILE',

@@ -13,6 +13,9 @@ import { sendError } from '../server/http-errors.ts';
 import type { Route } from '../server/route-types.ts';
 import type { GatewayMetrics } from './gateway-metrics.ts';
 
+/** What serving needs: the exposition text (a gateway's or the router's metrics). */
+type Rendered = Pick<GatewayMetrics, 'render'>;
+
 export const METRICS_PATH = '/metrics';
 const UNAUTHORIZED_HEADERS = { 'www-authenticate': 'Bearer realm="arkvory-metrics"' };
 
@@ -23,7 +26,7 @@ export function bearerMatches(header: string | undefined, token: string): boolea
   return timingSafeEqual(digest(match?.[1] ?? ''), digest(token)) && match !== null;
 }
 
-async function writeMetrics(res: http.ServerResponse, metrics: GatewayMetrics): Promise<void> {
+async function writeMetrics(res: http.ServerResponse, metrics: Rendered): Promise<void> {
   const { contentType, body } = await metrics.render();
   res.writeHead(200, {
     'content-type': contentType,
@@ -34,7 +37,7 @@ async function writeMetrics(res: http.ServerResponse, metrics: GatewayMetrics): 
 }
 
 /** The main-port route; with a token, a request without it gets 401 like any bad key. */
-export function metricsRoute(metrics: GatewayMetrics, token: string | undefined): Route {
+export function metricsRoute(metrics: Rendered, token: string | undefined): Route {
   return {
     methods: ['GET', 'HEAD'],
     template: METRICS_PATH,
@@ -53,7 +56,7 @@ export interface MetricsServer {
 }
 
 /** A loopback-only server answering `GET|HEAD /metrics` and nothing else (404 / 405 JSON errors). */
-export async function startMetricsServer(metrics: GatewayMetrics, port: number, log: Logger): Promise<MetricsServer> {
+export async function startMetricsServer(metrics: Rendered, port: number, log: Logger): Promise<MetricsServer> {
   const server = http.createServer((req, res) => {
     const path = (req.url ?? '/').split('?', 1)[0];
     if (path !== METRICS_PATH) return sendError(res, new GatewayError('not_found', 'No such route.'), log);

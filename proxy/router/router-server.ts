@@ -19,6 +19,8 @@ import { hasDuplicateAuthorization } from '../server/authorization-header.ts';
 import { GatewayError } from '../server/errors.ts';
 import { sendError, sendJson } from '../server/http-errors.ts';
 import type { BackendPool } from './backend-pool.ts';
+import type { ClientFaults } from './client-faults.ts';
+import { findClientFault } from './forwardable.ts';
 import type { ProxyHandler } from './proxy-handler.ts';
 
 const REQUEST_ID = /^[A-Za-z0-9._-]{1,64}$/;
@@ -38,9 +40,11 @@ export function createRouterServer(options: {
   handler: ProxyHandler;
   log: Logger;
   isDraining: () => boolean;
+  /** Requests that cannot be forwarded: answered 400, counted, logged within a budget. */
+  faults: ClientFaults;
   limits?: FrontDoorLimits;
 }): RouterServer {
-  const { pool, handler, log } = options;
+  const { pool, handler, log, faults } = options;
   const limits = options.limits ?? DEFAULT_FRONT_DOOR;
   const server = http.createServer(serverOptions(limits));
   // The per-request line is at info: below that level its fields are not even gathered.
@@ -53,6 +57,10 @@ export function createRouterServer(options: {
     // x-request-id is set where an answer is made: the proxied head carries it (proxy-handler.ts),
     // local answers set it below.
     const url = req.url ?? '/';
+    // Before anything else (and without the per-request line: a flood of these would be a flood of
+    // lines): what undici or RFC 9112 refuses is answered here, not by a 502 after dispatch.
+    const fault = findClientFault(req.method ?? '', url, req.rawHeaders);
+    if (fault) return faults.refuse(res, fault, reqId, req.method);
     const query = url.indexOf('?');
     const path = query === -1 ? url : url.slice(0, query);
     let outcome: { kind: string; backend: string | undefined; attempts: number } = LOCAL;
@@ -95,6 +103,11 @@ export function createRouterServer(options: {
     // The request's child logger is made only when something is logged through it (a retry, a failure).
     let reqLog: Logger | undefined;
     outcome = handler.handle(req, res, reqId, () => (reqLog ??= log.child({ reqId })));
+  });
+  // The front door answers a head the parser refused; the router also counts it (HPE_*) as a client
+  // fault like the ones found above. Resets and timeouts are not faults.
+  server.on('clientError', (err: NodeJS.ErrnoException) => {
+    if (err.code?.startsWith('HPE_')) faults.noteMalformedHead(err.code);
   });
   const graceful = makeGraceful(server, frontDoor);
   return {

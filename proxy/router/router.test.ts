@@ -692,6 +692,15 @@ describe('failures before the answer', () => {
     expect(upstreamFailure(new undiciErrors.SocketError('other side closed'), 1000).code).toBe('gateway_unreachable');
     expect(upstreamFailure(new UpstreamTimeout('silent'), 120_000).code).toBe('gateway_timeout');
   });
+
+  it("answers a request the HTTP client refused to send as the client's 400, not a 502", () => {
+    for (const err of [
+      new undiciErrors.InvalidArgumentError('duplicate host header'),
+      new undiciErrors.NotSupportedError('expect header not supported'),
+      Object.assign(new TypeError('Invalid character in header content'), { code: 'ERR_INVALID_CHAR' }),
+    ])
+      expect(upstreamFailure(err, 1000).code).toBe('malformed_request');
+  });
 });
 
 describe('router configuration', async () => {

@@ -17,6 +17,20 @@ export const CONNECT_FAILURES = new Set([
   'EAI_AGAIN',
 ]);
 
+/**
+ * A client's request the HTTP client refused to send (undici's request validation, node:http's
+ * header checks). forwardable.ts finds these before dispatch; this is the net behind it, so a rule
+ * it misses is still the client's 400, not a 502 with a stack in the log.
+ */
+export const REFUSED_AS_MALFORMED = new Set([
+  'UND_ERR_INVALID_ARG',
+  'UND_ERR_NOT_SUPPORTED',
+  'ERR_INVALID_CHAR',
+  'ERR_INVALID_HTTP_TOKEN',
+  'ERR_HTTP_INVALID_HEADER_VALUE',
+  'ERR_UNESCAPED_CHARACTERS',
+]);
+
 /** No byte from the gateway for the idle timeout (the router's own cut; `upstreamFailure` names it). */
 export class UpstreamTimeout extends Error {
   override readonly name = 'UpstreamTimeout';
@@ -33,6 +47,8 @@ export class ConnectTimeout extends Error {
 
 /** The answer for a request whose gateway failed before its response head. */
 export function upstreamFailure(err: Error, idleTimeoutMs: number): GatewayError {
+  if (REFUSED_AS_MALFORMED.has((err as NodeJS.ErrnoException).code ?? ''))
+    return new GatewayError('malformed_request', 'The request cannot be forwarded as sent; fix its head.');
   if (err instanceof UpstreamTimeout)
     return new GatewayError(
       'gateway_timeout',

@@ -17,6 +17,13 @@ export const GATEWAY_ERRORS = defineErrors('proxy/server/errors.ts', {
     message: 'Method not allowed on this route.',
     advice: 'Use a method listed in `Allow`.',
   },
+  malformed_request: {
+    status: 400,
+    message:
+      'The request head breaks a rule a proxy must enforce (a second Host, an invalid header value); it was not forwarded.',
+    advice:
+      'Fix the client: send one Host and one Content-Length, header values without control characters, a target starting with `/`.',
+  },
   duplicate_authorization: {
     status: 400,
     message: 'The request carries more than one Authorization header; send exactly one.',

@@ -19,6 +19,7 @@ import { publishArtifact } from '../../storage-adapter/catalog/publish.ts';
 import { collectGarbage } from '../../storage-adapter/maintenance/gc.ts';
 import { assembleJob } from '../../storage-adapter/multipart/assemble.ts';
 import type { ReceivedPart } from '../../storage-adapter/multipart/completion-plan.ts';
+import type { MultipartLimits } from '../../storage-adapter/multipart/bounds.ts';
 import { UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
 import { decideRange, type ByteRange } from '../../storage-adapter/range.ts';
 import type {
@@ -35,6 +36,12 @@ import type { StoreBacking, StoreKindEntry, StoreProbe } from '../support/store-
 
 const MiB = 1024 * 1024;
 const REPOSITORY = 'conformance';
+/** The contract, not the gateway's per-principal bounds (proxy/multipart tests those). */
+const UNBOUNDED: MultipartLimits = {
+  maxUploadBytes: Number.MAX_SAFE_INTEGER,
+  maxSessionsPerPrincipal: Number.MAX_SAFE_INTEGER,
+  maxPendingBytesPerPrincipal: Number.MAX_SAFE_INTEGER,
+};
 const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 /** `blobs/sha256/ab/cd/<hex>`, as the probes name it. */
 const blobName = (hex: string) => `blobs/sha256/${hex.slice(0, 2)}/${hex.slice(2, 4)}/${hex}`;
@@ -637,7 +644,7 @@ export function artifactStoreConformance(entry: StoreKindEntry, start: () => Pro
 
       it('should take parts through a session (a re-sent part replaces the first), list them, and assemble the whole byte-exact', async () => {
         const { probe, store, catalog, key, pool } = await fresh();
-        const sessions = new UploadSessions({ pool, parts: store.parts, ttlSeconds: 3600 });
+        const sessions = new UploadSessions({ pool, parts: store.parts, ttlSeconds: 3600, limits: UNBOUNDED });
         const bodies = [randomBytes(70_000), randomBytes(1), randomBytes(33_333)];
         const whole = Buffer.concat(bodies);
         const session = await sessions.create(key('mp'), { contentType: 'a/b', principalId: null });
@@ -667,7 +674,7 @@ export function artifactStoreConformance(entry: StoreKindEntry, start: () => Pro
 
       it('should refuse to assemble a part changed on the store after it was received, publishing nothing', async () => {
         const { probe, store, catalog, key, pool } = await fresh();
-        const sessions = new UploadSessions({ pool, parts: store.parts, ttlSeconds: 3600 });
+        const sessions = new UploadSessions({ pool, parts: store.parts, ttlSeconds: 3600, limits: UNBOUNDED });
         const session = await sessions.create(key('changed'), { contentType: 'a/b', principalId: null });
         const bodies = [randomBytes(20_000), randomBytes(20_000)];
         for (const [i, b] of bodies.entries())
@@ -692,7 +699,7 @@ export function artifactStoreConformance(entry: StoreKindEntry, start: () => Pro
 
       it('should abort a session: its parts are removed and it takes no more', async () => {
         const { probe, store, key, pool } = await fresh();
-        const sessions = new UploadSessions({ pool, parts: store.parts, ttlSeconds: 3600 });
+        const sessions = new UploadSessions({ pool, parts: store.parts, ttlSeconds: 3600, limits: UNBOUNDED });
         const session = await sessions.create(key('aborted'), { contentType: 'a/b', principalId: null });
         for (const n of [1, 2])
           await sessions.putPart(scope, session.id, n, body(randomBytes(5000)), { maxBytes: 1e6 });
@@ -708,7 +715,7 @@ export function artifactStoreConformance(entry: StoreKindEntry, start: () => Pro
       if (entry.capabilities.serverSideAssembly)
         it('should assemble parts of the server minimum (5 MiB) and more on the store, byte-exact', async () => {
           const { store, catalog, key, pool } = await fresh();
-          const sessions = new UploadSessions({ pool, parts: store.parts, ttlSeconds: 3600 });
+          const sessions = new UploadSessions({ pool, parts: store.parts, ttlSeconds: 3600, limits: UNBOUNDED });
           const bodies = [randomBytes(5 * MiB), randomBytes(MiB + 7)];
           const whole = Buffer.concat(bodies);
           const session = await sessions.create(key('copied'), { contentType: 'a/b', principalId: null });
