@@ -22,6 +22,12 @@ import type { FrontDoorCounters } from '../server/front-door.ts';
 import { type Series, TalliedHistogram } from './tallied-histogram.ts';
 import { RENEWAL_SECONDS_BUCKETS, REQUEST_SECONDS_BUCKETS, specOf, type GatewayMetricName } from './catalogue.ts';
 
+/** What the TLS metrics read from the served certificate. */
+export interface TlsStatus {
+  readonly certificate: { readonly serial: string; readonly notAfterMs: number };
+  readonly reloadFailures: number;
+}
+
 export interface GatewayMetrics {
   readonly registry: Registry;
   observeRequest(observation: RequestObservation): void;
@@ -31,6 +37,8 @@ export interface GatewayMetrics {
   /** Read-path caches (catalog, open files, small blobs), read at scrape time. */
   watchCaches(stats: () => readonly CacheStats[]): void;
   watchFrontDoor(frontDoor: { counters(): FrontDoorCounters }): void;
+  /** The served TLS certificate and its reload failures (proxy/tls/served-tls.ts), read at scrape time. */
+  watchTls(tls: TlsStatus): void;
   /** The exposition text and its content type. */
   render(): Promise<{ contentType: string; body: string }>;
 }
@@ -231,8 +239,21 @@ export function createGatewayMetrics(options: { registry?: Registry; processMetr
     this.inc({ phase: 'send' }, t.send);
   });
 
+  let tls: TlsStatus | undefined;
+  gauge(registry, 'arkvory_tls_certificate_expiry_timestamp_seconds', function () {
+    this.reset();
+    if (tls) this.set({ serial: tls.certificate.serial }, Math.floor(tls.certificate.notAfterMs / 1000));
+  });
+  counter(registry, 'arkvory_tls_reload_failures_total', function () {
+    this.reset();
+    this.inc(tls?.reloadFailures ?? 0);
+  });
+
   return {
     registry,
+    watchTls(t) {
+      tls = t;
+    },
     watchCaches(stats) {
       cacheStats = stats;
     },

@@ -14,6 +14,9 @@ import { createTrustedProxies } from './forwarded.ts';
 import { createHealthMonitor } from './health-monitor.ts';
 import { createProxyHandler } from './proxy-handler.ts';
 import { createRouterServer } from './router-server.ts';
+import { systemClock } from '../../policy/clock.ts';
+import { schemeOf } from '../server/listener.ts';
+import { openListenerTls, type ServedTls } from '../tls/served-tls.ts';
 
 const EXIT_OK = 0;
 const EXIT_FAILURE = 1;
@@ -36,10 +39,13 @@ export async function runRouter(config: Config, log: Logger): Promise<number> {
     idleTimeoutMs: config.router.idleTimeoutMs,
     onPoolChange: reportChange,
   });
-  const server = createRouterServer({ pool, handler, log, isDraining: () => draining, limits: config.frontDoor });
   let monitor: ReturnType<typeof createHealthMonitor> | undefined;
+  let server: ReturnType<typeof createRouterServer> | undefined;
+  let tls: ServedTls | undefined;
   let code = EXIT_OK;
   try {
+    tls = await openListenerTls(config.tls, { clock: systemClock, log: log.child({ component: 'tls' }) });
+    server = createRouterServer({ pool, handler, log, isDraining: () => draining, limits: config.frontDoor, tls });
     discovery = config.router.backends
       ? staticDiscovery(config.router.backends)
       : await leaseDiscovery(
@@ -65,10 +71,11 @@ export async function runRouter(config: Config, log: Logger): Promise<number> {
     await monitor.runRound();
     monitor.start();
     const address = await server.listen(config.port, config.host);
+    tls?.start();
     log.info(
       {
         role: 'router',
-        url: `http://${address.address}:${address.port}`,
+        url: `${schemeOf(server.server)}://${address.address}:${address.port}`,
         port: address.port,
         discovery: discovery.kind,
         backends: pool.snapshot().map((b) => ({ url: b.url, role: b.role, healthy: b.healthy })),
@@ -81,10 +88,11 @@ export async function runRouter(config: Config, log: Logger): Promise<number> {
   }
   if (code === EXIT_OK && !signals.requested) await signals.stopped;
   try {
-    if (server.server.listening) await server.close(config.shutdownTimeoutMs);
+    if (server?.server.listening) await server.close(config.shutdownTimeoutMs);
   } catch (err) {
     log.error({ err }, 'shutdown step failed');
   }
+  tls?.close();
   await monitor?.stop();
   handler.close();
   await discovery?.close().catch(() => {});

@@ -17,6 +17,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { readFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
+import { connectionEvent } from './listener.ts';
 
 export interface FrontDoorLimits {
   readonly headersTimeoutMs: number;
@@ -167,7 +168,7 @@ export function installFrontDoor(
   let draining = false;
   const timeouts = { body: 0, send: 0 };
 
-  server.prependListener('connection', (socket: TrackedSocket) => {
+  server.prependListener(connectionEvent(server), (socket: TrackedSocket) => {
     const state: ConnectionState = { active: 0, served: 0, overflow: false, req: undefined, res: undefined };
     socket[STATE] = state;
     sockets.add(socket);

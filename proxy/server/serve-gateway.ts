@@ -18,6 +18,8 @@ import { metricsRoute, startMetricsServer, type MetricsServer } from '../metrics
 import type { Services } from './services.ts';
 import { createTransfers } from '../gates/transfers.ts';
 import { EXIT, StartupError } from './startup-failure.ts';
+import { openListenerTls, type ServedTls } from '../tls/served-tls.ts';
+import { schemeOf } from './listener.ts';
 
 /** The embedded defaults exist for one standalone writer; everything else needs real services. */
 function checkProfile(config: Config): void {
@@ -46,8 +48,11 @@ export async function serveGateway(config: Config, log: Logger): Promise<number>
 
   let built: Services | undefined;
   let coordinator: Coordinator | undefined;
+  let tls: ServedTls | undefined;
   try {
     checkProfile(config);
+    // Before anything else is opened: a broken certificate pair refuses the start with its reason.
+    tls = await openListenerTls(config.tls, { clock: systemClock, log: log.child({ component: 'tls' }) });
     // Before any state exists: a busy port or an unusable data dir must not leave a new cluster behind.
     await checkPortFree(config.host, config.port);
     await prepareDataDir(config.dataDir);
@@ -93,7 +98,7 @@ export async function serveGateway(config: Config, log: Logger): Promise<number>
       lifecycle,
       // Queues close before in-flight requests are awaited; waiting grants are cancelled (ADR 0008).
       preClose: [() => transfers.close()],
-      onClose: [],
+      onClose: [() => tls?.close()],
       readiness: [() => transfers.snapshot()],
       metrics,
     };
@@ -111,15 +116,22 @@ export async function serveGateway(config: Config, log: Logger): Promise<number>
       readOnly: config.role === 'reader',
       onRequest: (o) => metrics.observeRequest(o),
       limits: config.frontDoor,
+      tls,
     });
     metrics.watchFrontDoor(server.frontDoor);
+    if (tls) metrics.watchTls(tls);
     const address = await server.listen(config.port, config.host);
+    tls?.start();
     if (!signals.requested) lifecycle.set('serving');
-    log.info({ role: config.role, url: `http://${address.address}:${address.port}`, port: address.port }, 'listening');
+    log.info(
+      { role: config.role, url: `${schemeOf(server.server)}://${address.address}:${address.port}`, port: address.port },
+      'listening',
+    );
     const ceilings = configuredCeilings(config);
     log.info({ ceilings }, `ceilings: ${describeCeilings(ceilings)}`);
   } catch (err) {
     logStartupFailure(log, err);
+    tls?.close();
     return await finish(log, built, server, database, config, EXIT.failure, coordinator);
   }
   await signals.stopped;
