@@ -10,7 +10,7 @@ import { pendingMigrations } from '../../migrations/runner.ts';
 import { Authenticator } from '../../policy/auth/authenticator.ts';
 import { systemClock } from '../../policy/clock.ts';
 import { createOverrideStore } from '../../policy/rate-limit/rule-overrides.ts';
-import { createAuthGate } from '../gates/auth-gate.ts';
+import { createAuthGate, transportPolicy } from '../gates/auth-gate.ts';
 import type { Config } from '../config/config.ts';
 import { createPool } from '../server/database.ts';
 import { createGatewayServer } from '../server/http-server.ts';
@@ -56,7 +56,7 @@ export async function runRulesService(config: Config, log: Logger): Promise<numb
     });
     server = createGatewayServer({
       routes,
-      gates: [createAuthGate(auth, lifecycle)],
+      gates: [createAuthGate(auth, lifecycle, undefined, undefined, transportPolicy(config, systemClock))],
       log,
       limits: config.frontDoor,
       tls,

@@ -10,6 +10,7 @@ export const GATEWAY_ERRORS = {
   upstream_timeout: 'The upstream did not answer in time.',
   payload_too_large: 'The request body is larger than allowed.',
   request_timeout: 'The request body stalled past the body timeout; the upload was dropped.',
+  tls_required: 'Credentials are refused over plain HTTP here; use https.',
 } as const;
 
 export type GatewayErrorCode = keyof typeof GATEWAY_ERRORS;

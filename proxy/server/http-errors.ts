@@ -14,6 +14,7 @@ export const HTTP_STATUS: Record<ErrorCode, number> = {
   parts_out_of_order: 400,
   unauthorized: 401,
   forbidden: 403,
+  tls_required: 403,
   not_found: 404,
   method_not_allowed: 405,
   read_only: 405,

@@ -27,6 +27,9 @@ export function createListener(options: ListenerOptions): http.Server {
     handshakeTimeout: options.http.headersTimeout ?? 30_000,
   });
   options.tls.attach(server);
+  // No renegotiation: a connection's client certificate is read once (proxy/tls/peer-certificate.ts)
+  // and must not change under it; TLS 1.2 renegotiation is also a cheap CPU attack on a server.
+  server.on('secureConnection', (socket: tls.TLSSocket) => socket.disableRenegotiation());
   const { log } = options;
   // A failed handshake (a port scanner, a client without our CA, TLS 1.0) is the client's doing:
   // debug, and the socket is destroyed by Node.

@@ -8,6 +8,8 @@ export const ERROR_ADVICE: Record<ErrorCode, string> = {
   not_found: 'Check the path; a repository you cannot read also answers 404.',
   method_not_allowed: 'Use a method listed in `Allow`.',
   read_only: 'Send writes to the writer (slot 0), e.g. through the router.',
+  tls_required:
+    'The gateway refuses credentials over plain HTTP (ARKVORY_REFUSE_PLAIN_HTTP_CREDENTIALS): use its https:// URL, and replace a key that crossed the network in clear.',
   conflict: 'Different bytes are already published under this name; use a new name or version.',
   request_timeout:
     'The client sent no body byte for `ARKVORY_BODY_TIMEOUT_SECONDS`; check the client and network, then upload again.',
