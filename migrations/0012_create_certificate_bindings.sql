@@ -4,7 +4,7 @@
 -- Every change bumps arkvory_auth_epoch (the trigger of 0002), so an unbinding reaches every
 -- gateway's cache within the 2 s bound of a key revocation.
 CREATE TABLE arkvory_certificate_bindings (
-  san text PRIMARY KEY CHECK (san ~ '^(URI:[^[:space:][:cntrl:]]{1,1024}|DNS:[a-z0-9*._-]{1,253})$'),
+  san text PRIMARY KEY CHECK (length(san) <= 1028 AND san ~ '^(URI:[^[:space:][:cntrl:]]+|DNS:[a-z0-9*._-]+)$'),
   principal_id uuid NOT NULL REFERENCES arkvory_principals (id) ON DELETE CASCADE,
   scopes text[] NOT NULL CHECK (scopes <@ ARRAY['read', 'write', 'admin']::text[] AND cardinality(scopes) > 0),
   created_at timestamptz NOT NULL DEFAULT now()
