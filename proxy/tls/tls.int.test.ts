@@ -6,7 +6,7 @@
  * principals, an unbinding reaching an open keep-alive connection within the 2 s bound; and
  * credentials refused over plain HTTP.
  */
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
 import https from 'node:https';
 import path from 'node:path';
@@ -17,6 +17,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { contentDigest, randomContent, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
+import { freeLoopbackPort } from '../server/embedded-database.ts';
 import { makeTempDir, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import {
   type CertificateAuthority,
@@ -525,6 +526,85 @@ describe('credentials over plain HTTP', () => {
     ).toBe(200);
     expect((await list(bearer(owner.key))).status).toBe(200); // loopback client, no proxy
     await gw.stop();
+  });
+});
+
+describe('TLS to other roles and to Redis (ARKVORY_TLS_CA_FILE)', () => {
+  it('the router reaches an https gateway and verifies it against the CA file; without the CA the gateway is unusable', async () => {
+    const gw = await startTlsGateway(tlsEnv());
+    const routerEnv = (extra: Record<string, string>) => ({
+      ARKVORY_ROLE: 'router',
+      ARKVORY_ROUTER_BACKENDS: gw.https,
+      ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: '200',
+      ...extra,
+    });
+    const router = await startGateway({ env: routerEnv({ ARKVORY_TLS_CA_FILE: ca.certFile }) });
+    const viaRouter = await fetch(`${router.url}/api/v1/repositories`, { headers: bearer(owner.key) });
+    expect(viaRouter.status).toBe(200);
+    expect(((await viaRouter.json()) as { repositories: Array<{ name: string }> }).repositories).toContainEqual(
+      expect.objectContaining({ name: REPO }),
+    );
+    await router.stop();
+    // No CA: the gateway's certificate is not trusted, so the router never finds it healthy.
+    const blind = await startGateway({ env: routerEnv({}), waitFor: 'listening' });
+    const status = await fetch(`${blind.url}/health/status`);
+    expect(status.status).toBe(503);
+    await blind.stop();
+    await gw.stop();
+  });
+
+  it('a gateway keeps its rate-limit counters in a Redis reached over rediss:// with the CA file', async () => {
+    const redisCert = await issueServerCertificate(ca, dir, 'redis');
+    const port = await freeLoopbackPort();
+    const redis = spawn(
+      'redis-server',
+      [
+        '--port',
+        '0',
+        '--tls-port',
+        String(port),
+        '--bind',
+        '127.0.0.1',
+        '--save',
+        '',
+        '--appendonly',
+        'no',
+        '--tls-cert-file',
+        redisCert.certFile,
+        '--tls-key-file',
+        redisCert.keyFile,
+        '--tls-ca-cert-file',
+        ca.certFile,
+        '--tls-auth-clients',
+        'no',
+      ],
+      { stdio: 'ignore' },
+    );
+    try {
+      const url = `rediss://127.0.0.1:${port}`;
+      const gw = await startTlsGateway(
+        tlsEnv({ ARKVORY_REDIS_URL: url, ARKVORY_TLS_CA_FILE: ca.certFile, ARKVORY_REDIS_KEY_PREFIX: 'arkvory:tls:' }),
+      );
+      for (let i = 0; i < 3; i++)
+        expect(
+          (await httpsRequest(`${gw.https}/api/v1/repositories`, { ca: ca.certPem, headers: bearer(owner.key) }))
+            .status,
+        ).toBe(200);
+      const keys = await run('redis-cli', [
+        '--tls',
+        '--cacert',
+        ca.certFile,
+        '-p',
+        String(port),
+        '--scan',
+        '--pattern',
+        'arkvory:tls:*',
+      ]);
+      expect(keys.stdout.trim().length).toBeGreaterThan(0);
+      await gw.stop();
+    } finally {
+      redis.kill('SIGTERM');
+    }
   });
 });
 
