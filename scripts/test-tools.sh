@@ -39,6 +39,9 @@ need dpkg-deb dpkg                    # proxy/content/apt.int.test.ts builds a .
 need dpkg-scanpackages dpkg-dev       # writes its Packages index,
 need apt-ftparchive apt-utils         # and its Release, then runs apt-get (apt) against a gateway
 need wrk wrk                          # bench/
+need openssl openssl                  # test/harness/tls-certs.ts makes the test CA and certificates
+need testssl testssl.sh               # proxy/tls/tls.int.test.ts checks the TLS listener's protocols, ciphers, vulnerabilities
+need h2load nghttp2-client            # HTTP/2 load and conformance (h2load, nghttp) against the TLS listener
 need ip iproute2
 need go golang-go                     # only where no Go is installed (this kind has one in /usr/local/go)
 # schemathesis runs in a venv of its own; Debian's python3 has neither venv (ensurepip) nor pip.

@@ -7,6 +7,7 @@ import { PolicyError } from '../errors.ts';
 import { generateKey } from './key-format.ts';
 import { SCOPES, type Scope } from './principal.ts';
 import type { Permission } from './authorize.ts';
+import { normalizeSan } from './client-certificate.ts';
 import { decodeCursor, PAGE_MAX_LIMIT, type Page, type PageRequest, pageLimit, pageOf } from './page.ts';
 
 export interface PrincipalRow {
@@ -31,6 +32,15 @@ export interface KeyRow {
 export interface CreatedKey extends KeyRow {
   /** The whole key: shown once, never stored. */
   key: string;
+}
+
+/** A client-certificate binding (mutual TLS): the SAN that authenticates the principal. */
+export interface CertificateBindingRow {
+  san: string;
+  principalId: string;
+  principalName: string;
+  scopes: Scope[];
+  createdAt: string;
 }
 
 export interface GrantRow {
@@ -83,6 +93,16 @@ function toPrincipal(r: Record<string, unknown>): PrincipalRow {
     id: r.id as string,
     name: r.name as string,
     disabled: r.disabled as boolean,
+    createdAt: (r.created_at as Date).toISOString(),
+  };
+}
+
+function toBinding(r: Record<string, unknown>, principalName: string): CertificateBindingRow {
+  return {
+    san: r.san as string,
+    principalId: r.principal_id as string,
+    principalName,
+    scopes: r.scopes as Scope[],
     createdAt: (r.created_at as Date).toISOString(),
   };
 }
@@ -263,6 +283,43 @@ export class AdminStore {
       description: `rotated from ${keyId}`,
       ...(options.expiresInSeconds ? { expiresInSeconds: options.expiresInSeconds } : {}),
     });
+  }
+
+  /** Binds a client certificate's SAN (URI:… or DNS:…, exact) to the principal; a SAN binds one principal only. */
+  async bindCertificate(principalRef: string, san: string, scopes: Scope[]): Promise<CertificateBindingRow> {
+    const canonical = normalizeSan(san);
+    const parsed = parseScopes(scopes);
+    const p = await this.findPrincipal(principalRef);
+    try {
+      const r = await this.#pool.query(
+        'INSERT INTO arkvory_certificate_bindings (san, principal_id, scopes) VALUES ($1, $2, $3) RETURNING *',
+        [canonical, p.id, parsed],
+      );
+      return toBinding(r.rows[0], p.name);
+    } catch (err) {
+      if (isUniqueViolation(err))
+        throw new PolicyError('conflict', `${canonical} is already bound; unbind it first`, { cause: err });
+      throw err;
+    }
+  }
+
+  async unbindCertificate(principalRef: string, san: string): Promise<void> {
+    const canonical = normalizeSan(san);
+    const p = await this.findPrincipal(principalRef);
+    const r = await this.#pool.query('DELETE FROM arkvory_certificate_bindings WHERE principal_id = $1 AND san = $2', [
+      p.id,
+      canonical,
+    ]);
+    if (!r.rowCount) throw new PolicyError('not_found', `"${p.name}" has no binding for ${canonical}`);
+  }
+
+  async listCertificates(principalRef: string): Promise<CertificateBindingRow[]> {
+    const p = await this.findPrincipal(principalRef);
+    const r = await this.#pool.query(
+      'SELECT * FROM arkvory_certificate_bindings WHERE principal_id = $1 ORDER BY san',
+      [p.id],
+    );
+    return r.rows.map((row) => toBinding(row, p.name));
   }
 
   async createRepository(name: string): Promise<{ name: string; createdAt: string }> {

@@ -47,6 +47,18 @@ interface KeyEntry {
   verifiedSecret?: string;
 }
 
+/** A certificate binding as cached: the principal a SAN list resolves to. */
+interface CertificateEntry {
+  san: string;
+  principalId: string;
+  principalName: string;
+  disabled: boolean;
+  scopes: ReadonlySet<Scope>;
+}
+
+/** A verified client certificate's principal, or why it has none (logged, answered with a plain 401). */
+export type CertificateOutcome = { ok: true; principal: Principal } | { ok: false; reason: string };
+
 export interface AuthenticatorOptions {
   pool: pg.Pool;
   /** Connection URL for the LISTEN client (a connection of its own, outside the pool). */
@@ -99,6 +111,8 @@ export class Authenticator {
   readonly #options: AuthenticatorOptions;
   readonly #keys: BoundedCache<KeyEntry | null>;
   readonly #grants: BoundedCache<Map<string, Permission>>;
+  /** Certificate bindings by the certificate's SAN list (joined): an entry, `ambiguous`, or null (unbound). */
+  readonly #certs: BoundedCache<CertificateEntry | 'ambiguous' | null>;
   readonly #lastUsedWritten = new BoundedCache<number>(10_000);
   readonly #watcher: EpochWatcher;
   /** Every key id as of the watched epoch; `too_many` past maxKnownKeys; undefined until loaded. */
@@ -112,6 +126,7 @@ export class Authenticator {
     this.#pool = options.pool;
     this.#keys = new BoundedCache(options.maxEntries ?? 10_000);
     this.#grants = new BoundedCache(options.maxEntries ?? 10_000);
+    this.#certs = new BoundedCache(options.maxEntries ?? 10_000);
     this.#watcher = new EpochWatcher({
       name: 'auth',
       pool: options.pool,
@@ -131,6 +146,7 @@ export class Authenticator {
     this.#watcher.onInvalidate(() => {
       this.#keys.clear();
       this.#grants.clear();
+      this.#certs.clear();
       this.#knownKeyIds = undefined;
     });
   }
@@ -292,6 +308,59 @@ export class Authenticator {
     };
   }
 
+  /**
+   * The principal a verified client certificate is bound to (by one of its SANs, exactly), checked
+   * on every request like a key: the cache is the key cache's (same epoch, same 2 s bound), so an
+   * unbinding or a disabled principal reaches connections that are already open.
+   */
+  certificatePrincipalNow(sans: readonly string[]): MaybePromise<CertificateOutcome> {
+    if (sans.length === 0)
+      return { ok: false, reason: 'the client certificate has no URI or DNS subject alternative name' };
+    const cacheKey = sans.join('\n');
+    const trusted = this.isCacheTrusted;
+    const cached = trusted ? this.#certs.get(cacheKey) : undefined;
+    if (cached !== undefined) return certificateOutcome(sans, cached);
+    return this.#queryCertificate(sans, cacheKey, trusted).then((entry) => certificateOutcome(sans, entry));
+  }
+
+  async #queryCertificate(
+    sans: readonly string[],
+    cacheKey: string,
+    trusted: boolean,
+  ): Promise<CertificateEntry | 'ambiguous' | null> {
+    const generation = this.#generation;
+    let rows: Array<Record<string, unknown>>;
+    try {
+      const r = await this.#pool.query(
+        `SELECT b.san, b.scopes, p.id AS principal_id, p.name, p.disabled
+         FROM arkvory_certificate_bindings b JOIN arkvory_principals p ON p.id = b.principal_id WHERE b.san = ANY($1::text[])`,
+        [sans],
+      );
+      rows = r.rows;
+    } catch (err) {
+      throw new PolicyError('unavailable', 'Cannot verify the client certificate right now; retry later.', {
+        cause: err,
+      });
+    }
+    const principals = new Set(rows.map((row) => row.principal_id as string));
+    const row = rows[0];
+    const entry: CertificateEntry | 'ambiguous' | null =
+      principals.size > 1
+        ? 'ambiguous'
+        : row
+          ? {
+              san: row.san as string,
+              principalId: row.principal_id as string,
+              principalName: row.name as string,
+              disabled: row.disabled as boolean,
+              // One principal, possibly several bound SANs: the union of their scopes.
+              scopes: new Set(rows.flatMap((r) => r.scopes as Scope[])),
+            }
+          : null;
+    if (trusted && generation === this.#generation) this.#certs.set(cacheKey, entry);
+    return entry;
+  }
+
   /** The principal's permission on a repository, or undefined when it has none (or no such repository). */
   async grant(principalId: string, repository: string): Promise<Permission | undefined> {
     return this.grantNow(principalId, repository);
@@ -345,4 +414,15 @@ export class Authenticator {
         this.#options.log.debug({ err: { message: (err as Error).message } }, 'last_used_at update failed');
       });
   }
+}
+
+function certificateOutcome(sans: readonly string[], entry: CertificateEntry | 'ambiguous' | null): CertificateOutcome {
+  if (entry === null) return { ok: false, reason: `no principal is bound to ${sans.join(', ')}` };
+  if (entry === 'ambiguous')
+    return { ok: false, reason: `the certificate's names ${sans.join(', ')} are bound to different principals` };
+  if (entry.disabled) return { ok: false, reason: `principal ${entry.principalName} is disabled` };
+  return {
+    ok: true,
+    principal: { id: entry.principalId, name: entry.principalName, keyId: `cert:${entry.san}`, scopes: entry.scopes },
+  };
 }

@@ -137,6 +137,9 @@ export class PresignedLinks {
   async issue(principal: Principal, pathname: string, sha256: string, lifetimeSeconds: number): Promise<IssuedLink> {
     const path = canonicalPath(pathname);
     if (path === undefined) throw new PolicyError('invalid_request', 'The target path is not valid.');
+    // A link names the key it is checked against on every use; a client certificate is no key.
+    if (principal.keyId.startsWith('cert:'))
+      throw new PolicyError('forbidden', 'Pre-signed links are made with an API key, not a client certificate.');
     const signing = await this.#signingSecret();
     const nowS = Math.floor(this.#clock.wallMs() / 1000);
     const fields: PresignFields = {

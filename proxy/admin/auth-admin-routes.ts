@@ -61,6 +61,25 @@ export function authAdminRoutes(services: Services): Route[] {
       });
       sendJson(res, 201, created);
     }),
+    admin(['GET'], '/principals/:principal/certificates', async ({ res, params }) =>
+      sendJson(res, 200, { certificates: await store.listCertificates(params.principal!) }),
+    ),
+    admin(['POST'], '/principals/:principal/certificates', async ({ req, res, params }) => {
+      const body = await readJsonBody(req);
+      sendJson(
+        res,
+        201,
+        await store.bindCertificate(
+          params.principal!,
+          requiredString(body.san, 'san'),
+          parseScopes(body.scopes ?? ['read']),
+        ),
+      );
+    }),
+    admin(['DELETE'], '/principals/:principal/certificates', async ({ res, params, url }) => {
+      await store.unbindCertificate(params.principal!, requiredString(url.searchParams.get('san') ?? '', 'san'));
+      res.writeHead(204).end();
+    }),
     admin(['POST'], '/keys/:keyId/revoke', async ({ res, params }) =>
       sendJson(res, 200, await store.revokeKey(params.keyId!)),
     ),

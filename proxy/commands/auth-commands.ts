@@ -70,6 +70,10 @@ export const principalsCommand: Command = defineCommand({
   name: 'principals',
   summary: 'create, list, disable or enable principals (service accounts)',
   description: `A principal is a service account with a stable id; all its keys resolve to that id.
+bind-cert makes a verified client certificate (mutual TLS, docs/tls.md) whose subject alternative name
+is exactly <san> authenticate the principal: URI:spiffe://example.org/ci, DNS:builder.example.org (a bare
+value with :// is a URI, any other a DNS name). unbind-cert, like disable, takes effect within 2 seconds,
+also on connections already open.
 ${DATABASE_NOTE}`,
   forms: [
     form({
@@ -91,6 +95,39 @@ ${DATABASE_NOTE}`,
       name: 'enable',
       args: '<name|id>',
       run: ({ positionals }, env) => withStore(env, (s) => s.setPrincipalDisabled(positionals[0]!, false)),
+    }),
+    form({
+      name: 'bind-cert',
+      args: '<principal> <san>',
+      options: {
+        scopes: {
+          type: 'string',
+          value: 'read,write,admin',
+          description: 'what the certificate may do, comma-separated (default: read)',
+        },
+      },
+      run: (input, env) =>
+        withStore(env, (s) =>
+          s.bindCertificate(
+            input.positionals[0]!,
+            input.positionals[1]!,
+            parseScopes(input.string('scopes') ?? 'read'),
+          ),
+        ),
+    }),
+    form({
+      name: 'unbind-cert',
+      args: '<principal> <san>',
+      run: ({ positionals }, env) =>
+        withStore(env, async (s) => {
+          await s.unbindCertificate(positionals[0]!, positionals[1]!);
+          return { unbound: positionals[1] };
+        }),
+    }),
+    form({
+      name: 'certs',
+      args: '<principal>',
+      run: ({ positionals }, env) => withStore(env, (s) => s.listCertificates(positionals[0]!)),
     }),
   ],
 });

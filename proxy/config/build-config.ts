@@ -10,6 +10,7 @@ export interface Derived {
   trustedProxies: string[];
   routerBackends: string[] | undefined;
   bypassPublishers: string[];
+  tls: Config['tls'];
 }
 
 /** The Config of valid values: units converted (seconds → ms), paths resolved against `cwd`. */
@@ -91,6 +92,10 @@ export function buildConfig(v: VariableValues, derived: Derived, cwd: string): C
       timeoutMs: v.num('ARKVORY_STORAGE_TIMEOUT_SECONDS') * 1000,
       s3,
     },
+    tls: derived.tls,
+    outboundCaFile:
+      v.optStr('ARKVORY_TLS_CA_FILE') === undefined ? undefined : path.resolve(cwd, v.str('ARKVORY_TLS_CA_FILE')),
+    refusePlainHttpCredentials: v.values.get('ARKVORY_REFUSE_PLAIN_HTTP_CREDENTIALS') as boolean,
     shared,
   };
   return config;

@@ -12,6 +12,7 @@ import {
   checkServiceName,
   checkSharedProfile,
 } from './cross-checks.ts';
+import { checkTls } from './tls-checks.ts';
 import type { Config } from './types.ts';
 import { VariableValues } from './variable-values.ts';
 
@@ -44,10 +45,11 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, cw
   const endpoints = checkEndpoints(v, shared, sharedFailed);
   const bypassPublishers = checkBypassPublishers(v);
   checkServiceName(v);
+  const tls = checkTls(v, cwd);
   if (v.problems.length === 0) checkIdleTimeouts(v);
   // Belt and braces: whatever a helper echoed, no problem line carries a URL's user info.
   if (v.problems.length > 0) throw new ConfigError(v.problems.map(redactUserinfo));
-  return deepFreeze(buildConfig(v, { shared, ...endpoints, bypassPublishers }, cwd));
+  return deepFreeze(buildConfig(v, { shared, ...endpoints, bypassPublishers, tls }, cwd));
 }
 
 function deepFreeze<T>(value: T): T {

@@ -95,6 +95,19 @@ export interface Config {
     /** Set when `url` is `s3://…`. */
     readonly s3: S3Config | undefined;
   };
+  /** The listener's certificate (docs/tls.md); undefined = plain HTTP. */
+  readonly tls:
+    | {
+        readonly certFile: string;
+        readonly keyFile: string;
+        readonly clientCaFile: string | undefined;
+        readonly clientCert: 'off' | 'optional' | 'require';
+      }
+    | undefined;
+  /** Extra CAs trusted for every outgoing TLS connection (ARKVORY_TLS_CA_FILE). */
+  readonly outboundCaFile: string | undefined;
+  /** A gateway refuses credentials over plain HTTP from non-loopback peers (403 `tls_required`). */
+  readonly refusePlainHttpCredentials: boolean;
   readonly shared: {
     readonly slots: number;
     readonly slot: number;

@@ -22,6 +22,8 @@ export interface VariableSpec {
   doc: string;
 }
 
+import { TLS_VARIABLES } from './tls-variables.ts';
+
 export const TiB = 2 ** 40;
 const BYTES_PER_SECOND = { type: 'int', min: 0, max: TiB } as const;
 
@@ -397,4 +399,5 @@ export const VARIABLES: readonly VariableSpec[] = [
     defaultValue: '262144',
     doc: 'Largest blob the small-blob cache holds.',
   },
+  ...TLS_VARIABLES,
 ];

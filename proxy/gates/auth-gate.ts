@@ -8,6 +8,34 @@ import type { Principal } from '../../policy/auth/principal.ts';
 import { isPromise } from '../../lib/maybe-promise.ts';
 import type { Gate, RequestContext } from '../server/route-types.ts';
 import type { Lifecycle } from '../server/lifecycle.ts';
+import type { Clock } from '../../policy/clock.ts';
+import { certificateExpired } from '../../policy/auth/client-certificate.ts';
+import { GatewayError } from '../server/errors.ts';
+import { createTrustedProxies, normalizeAddress, type TrustedProxies } from '../router/forwarded.ts';
+import type { Config } from '../config/config.ts';
+import { isLoopbackAddress, peerCertificateOf } from '../tls/peer-certificate.ts';
+
+/** How the transport counts (docs/tls.md): client certificates, and credentials sent in clear. */
+export interface TransportPolicy {
+  /** `off`: certificates are ignored; `optional`: one authenticates when no other credential is sent; `require`: every authenticated route needs a verified one. */
+  readonly clientCert: 'off' | 'optional' | 'require';
+  /** Credentials over plain HTTP from a non-loopback peer are refused (403 `tls_required`). */
+  readonly refusePlainHttpCredentials: boolean;
+  /** Proxies whose `X-Forwarded-Proto` says how the client reached them. */
+  readonly trusted: TrustedProxies;
+  /** Wall time: a client certificate that expires stops working on open connections too. */
+  readonly clock: Clock;
+}
+
+/** Client certificates and credentials in clear, as configured (docs/tls.md). */
+export function transportPolicy(config: Config, clock: Clock): TransportPolicy {
+  return {
+    clientCert: config.tls?.clientCert ?? 'off',
+    refusePlainHttpCredentials: config.refusePlainHttpCredentials,
+    trusted: createTrustedProxies(config.trustedProxies),
+    clock,
+  };
+}
 
 /**
  * Credentials that were issued at a known time (a console session): void when the principal was
@@ -24,23 +52,42 @@ export interface IssuedCredentials {
  * request subject to authorization with 503 `lease_lost`. `credentials` picks what is checked
  * (default the Authorization header; the console supplies its session's key for its own routes).
  * A request with no Authorization header but a pre-signed link's query parameters is the link's
- * principal (`links`), still subject to the grant and scope checks of its key.
+ * principal (`links`), still subject to the grant and scope checks of its key. With `transport`,
+ * a request carrying no other credential is the principal its verified client certificate is bound
+ * to (checked per request: an unbinding reaches open connections too), and credentials sent in clear
+ * may be refused.
  */
 export function createAuthGate(
   auth: Authenticator,
   lifecycle: Lifecycle,
   credentials: (ctx: RequestContext) => string | IssuedCredentials | undefined = (ctx) => ctx.req.headers.authorization,
   links?: PresignedLinks,
+  transport?: TransportPolicy,
 ): Gate {
   return (ctx) => {
     if (ctx.access === 'public') return;
     if (lifecycle.state === 'fenced') throw new PolicyError('lease_lost');
-    if (links && ctx.req.headers.authorization === undefined && hasPresignParams(ctx.url.searchParams))
+    const presigned =
+      links !== undefined && ctx.req.headers.authorization === undefined && hasPresignParams(ctx.url.searchParams);
+    const given = presigned ? undefined : credentials(ctx);
+    if (transport) {
+      const supplied = presigned || ctx.req.headers.authorization !== undefined;
+      if (supplied && transport.refusePlainHttpCredentials && sentInClear(ctx, transport.trusted))
+        throw new GatewayError('tls_required');
+      if (transport.clientCert !== 'off') {
+        const other = presigned ? 'link' : typeof given === 'object' ? given.authorization : given;
+        const byCertificate = certificatePrincipal(auth, ctx, transport, other);
+        if (byCertificate !== undefined)
+          return isPromise(byCertificate)
+            ? byCertificate.then((p) => admit(auth, ctx, p))
+            : admit(auth, ctx, byCertificate);
+      }
+    }
+    if (presigned && links)
       return presignedPrincipal(links, ctx).then(({ principal, sha256 }) => {
         ctx.linkSha256 = sha256;
         return admit(auth, ctx, principal);
       });
-    const given = credentials(ctx);
     if (typeof given !== 'object') {
       const principal = auth.authenticateNow(given);
       return isPromise(principal) ? principal.then((p) => admit(auth, ctx, p)) : admit(auth, ctx, principal);
@@ -54,6 +101,45 @@ export function createAuthGate(
     const principal = auth.authenticateNow(given.authorization);
     return isPromise(principal) ? principal.then(checked) : checked(principal);
   };
+}
+
+/**
+ * The principal of the connection's client certificate when it is the request's credential (no
+ * key, Basic password, session or link sent); undefined when another credential is. `require`
+ * refuses any request without a verified, unexpired certificate. A refusal is a plain 401; its
+ * reason goes to the log.
+ */
+function certificatePrincipal(
+  auth: Authenticator,
+  ctx: RequestContext,
+  transport: TransportPolicy,
+  otherCredential: string | undefined,
+): Principal | Promise<Principal> | undefined {
+  const peer = peerCertificateOf(ctx.req.socket);
+  let reason: string | undefined;
+  if (peer.kind === 'none') reason = transport.clientCert === 'require' ? 'no client certificate was sent' : undefined;
+  else if (peer.kind === 'unverified') reason = peer.reason;
+  else reason = certificateExpired(peer, transport.clock.wallMs());
+  const refuse = (why: string): never => {
+    ctx.log.info({ code: 'unauthorized', reason: why }, 'client certificate refused');
+    throw unauthorized();
+  };
+  if (reason !== undefined && (transport.clientCert === 'require' || otherCredential === undefined)) refuse(reason);
+  if (otherCredential !== undefined || peer.kind !== 'verified') return undefined;
+  const outcome = auth.certificatePrincipalNow(peer.sans);
+  const principalOf = (o: Awaited<typeof outcome>): Principal => (o.ok ? o.principal : refuse(o.reason));
+  return isPromise(outcome) ? outcome.then(principalOf) : principalOf(outcome);
+}
+
+/** Whether the client sent this request over plain HTTP across a network (a trusted proxy's X-Forwarded-Proto decides behind one). */
+function sentInClear(ctx: RequestContext, trusted: TrustedProxies): boolean {
+  const socket = ctx.req.socket as (typeof ctx.req.socket & { encrypted?: boolean }) | null;
+  if (socket?.encrypted) return false;
+  const peer = normalizeAddress(socket?.remoteAddress ?? '') ?? '';
+  const proto = ctx.req.headers['x-forwarded-proto'];
+  if (trusted.isTrusted(peer) && typeof proto === 'string')
+    return proto.split(',').pop()?.trim().toLowerCase() !== 'https';
+  return !isLoopbackAddress(peer);
 }
 
 /** The route's access level against the principal's scopes and its grant on `:repo` (cached: at once). */
@@ -74,7 +160,8 @@ function decide(ctx: RequestContext, principal: Principal, grant: Permission | u
 }
 
 /** A pre-signed link opens GET/HEAD of one content route only; anything else with its parameters is a 401. */
-function presignedPrincipal(links: PresignedLinks, ctx: RequestContext) {
+function presignedPrincipal(links: PresignedLinks | undefined, ctx: RequestContext) {
+  if (!links) return Promise.reject(unauthorized());
   const method = ctx.req.method;
   if ((method !== 'GET' && method !== 'HEAD') || ctx.access !== 'read' || !ctx.route.endsWith('/content'))
     return Promise.reject(unauthorized());

@@ -75,6 +75,18 @@ export const GATEWAY_METRICS = [
     help: 'Connections closed because the client idled past ARKVORY_BODY_TIMEOUT_SECONDS (phase body) or ARKVORY_SEND_TIMEOUT_SECONDS (phase send).',
   },
   {
+    name: 'arkvory_tls_certificate_expiry_timestamp_seconds',
+    type: 'gauge',
+    labels: ['serial'],
+    help: 'Expiry (notAfter, Unix seconds) of the certificate served to new TLS handshakes, by its serial; no series without TLS. Alert on it days ahead.',
+  },
+  {
+    name: 'arkvory_tls_reload_failures_total',
+    type: 'counter',
+    labels: [],
+    help: 'Certificate reloads rejected (unreadable file, key not matching, expired): the previous pair is still served (docs/tls.md).',
+  },
+  {
     name: 'arkvory_bandwidth_granted_bytes_total',
     type: 'counter',
     labels: ['direction'],

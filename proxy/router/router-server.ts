@@ -3,7 +3,9 @@
  * request proxied. `/health/status` is 200 while at least one gateway can serve reads; its body
  * says how many gateways are healthy and whether the writer is (no addresses: it is public).
  */
-import http from 'node:http';
+import type http from 'node:http';
+import { createListener } from '../server/listener.ts';
+import type { ServedTls } from '../tls/served-tls.ts';
 import { makeGraceful } from '../server/graceful-server.ts';
 import {
   DEFAULT_FRONT_DOOR,
@@ -43,10 +45,12 @@ export function createRouterServer(options: {
   /** Requests that cannot be forwarded: answered 400, counted, logged within a budget. */
   faults: ClientFaults;
   limits?: FrontDoorLimits;
+  /** The certificate to serve; undefined = plain HTTP. */
+  tls?: ServedTls;
 }): RouterServer {
   const { pool, handler, log, faults } = options;
   const limits = options.limits ?? DEFAULT_FRONT_DOOR;
-  const server = http.createServer(serverOptions(limits));
+  const server = createListener({ http: serverOptions(limits), tls: options.tls, log });
   // The per-request line is at info: below that level its fields are not even gathered.
   const logRequests = log.isLevelEnabled('info');
   // `100 Continue` is relayed from the gateway that made the checks (proxy-handler.ts), never sent here.

@@ -17,6 +17,9 @@ import { createRouterServer } from './router-server.ts';
 import { createClientFaults } from './client-faults.ts';
 import { createRouterTally, startRouterMetricsServer } from './router-metrics.ts';
 import type { MetricsServer } from '../metrics/metrics-endpoint.ts';
+import { systemClock } from '../../policy/clock.ts';
+import { schemeOf } from '../server/listener.ts';
+import { openListenerTls, type ServedTls } from '../tls/served-tls.ts';
 
 const EXIT_OK = 0;
 const EXIT_FAILURE = 1;
@@ -41,18 +44,22 @@ export async function runRouter(config: Config, log: Logger): Promise<number> {
   });
   const tally = createRouterTally();
   const faults = createClientFaults({ log, count: (kind) => tally.countClientFault(kind) });
-  const server = createRouterServer({
-    pool,
-    handler,
-    log,
-    faults,
-    isDraining: () => draining,
-    limits: config.frontDoor,
-  });
   let metricsServer: MetricsServer | undefined;
   let monitor: ReturnType<typeof createHealthMonitor> | undefined;
+  let server: ReturnType<typeof createRouterServer> | undefined;
+  let tls: ServedTls | undefined;
   let code = EXIT_OK;
   try {
+    tls = await openListenerTls(config.tls, { clock: systemClock, log: log.child({ component: 'tls' }) });
+    server = createRouterServer({
+      pool,
+      handler,
+      log,
+      faults,
+      isDraining: () => draining,
+      limits: config.frontDoor,
+      tls,
+    });
     discovery = config.router.backends
       ? staticDiscovery(config.router.backends)
       : await leaseDiscovery(
@@ -80,10 +87,11 @@ export async function runRouter(config: Config, log: Logger): Promise<number> {
     if (config.metrics.port !== undefined)
       metricsServer = await startRouterMetricsServer(tally, config.metrics.port, log);
     const address = await server.listen(config.port, config.host);
+    tls?.start();
     log.info(
       {
         role: 'router',
-        url: `http://${address.address}:${address.port}`,
+        url: `${schemeOf(server.server)}://${address.address}:${address.port}`,
         port: address.port,
         discovery: discovery.kind,
         backends: pool.snapshot().map((b) => ({ url: b.url, role: b.role, healthy: b.healthy })),
@@ -96,10 +104,11 @@ export async function runRouter(config: Config, log: Logger): Promise<number> {
   }
   if (code === EXIT_OK && !signals.requested) await signals.stopped;
   try {
-    if (server.server.listening) await server.close(config.shutdownTimeoutMs);
+    if (server?.server.listening) await server.close(config.shutdownTimeoutMs);
   } catch (err) {
     log.error({ err }, 'shutdown step failed');
   }
+  tls?.close();
   await monitor?.stop();
   await metricsServer?.close();
   handler.close();

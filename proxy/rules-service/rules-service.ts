@@ -10,7 +10,7 @@ import { pendingMigrations } from '../../migrations/runner.ts';
 import { Authenticator } from '../../policy/auth/authenticator.ts';
 import { systemClock } from '../../policy/clock.ts';
 import { createOverrideStore } from '../../policy/rate-limit/rule-overrides.ts';
-import { createAuthGate } from '../gates/auth-gate.ts';
+import { createAuthGate, transportPolicy } from '../gates/auth-gate.ts';
 import type { Config } from '../config/config.ts';
 import { createPool } from '../server/database.ts';
 import { createGatewayServer } from '../server/http-server.ts';
@@ -19,6 +19,8 @@ import { logStartupFailure } from '../server/startup-failure.ts';
 import { watchStopSignals } from '../server/stop-signals.ts';
 import { loadRuleFiles } from '../gates/rate-limit-rule-files.ts';
 import { rulesServiceRoutes } from './rules-service-routes.ts';
+import { schemeOf } from '../server/listener.ts';
+import { openListenerTls, type ServedTls } from '../tls/served-tls.ts';
 
 const EXIT_OK = 0;
 const EXIT_FAILURE = 1;
@@ -33,7 +35,9 @@ export async function runRulesService(config: Config, log: Logger): Promise<numb
   let authStarted = false;
   let server: ReturnType<typeof createGatewayServer> | undefined;
   let code = EXIT_OK;
+  let tls: ServedTls | undefined;
   try {
+    tls = await openListenerTls(config.tls, { clock: systemClock, log: log.child({ component: 'tls' }) });
     const pending = await pendingMigrations(pool);
     if (pending.length)
       throw new Error(
@@ -50,13 +54,20 @@ export async function runRulesService(config: Config, log: Logger): Promise<numb
       lifecycle,
       bypassPublishers: config.rateLimitBypassPublishers,
     });
-    server = createGatewayServer({ routes, gates: [createAuthGate(auth, lifecycle)], log, limits: config.frontDoor });
+    server = createGatewayServer({
+      routes,
+      gates: [createAuthGate(auth, lifecycle, undefined, undefined, transportPolicy(config, systemClock))],
+      log,
+      limits: config.frontDoor,
+      tls,
+    });
     const address = await server.listen(config.port, config.host);
+    tls?.start();
     if (!signals.requested) lifecycle.set('serving');
     log.info(
       {
         role: 'rules-service',
-        url: `http://${address.address}:${address.port}`,
+        url: `${schemeOf(server.server)}://${address.address}:${address.port}`,
         port: address.port,
         ttlSeconds: config.rulesService.ttlSeconds,
         queryTokenRequired: config.rulesService.token !== undefined,
@@ -73,6 +84,7 @@ export async function runRulesService(config: Config, log: Logger): Promise<numb
   } catch (err) {
     log.error({ err }, 'shutdown step failed');
   }
+  tls?.close();
   if (authStarted) await auth.stop().catch(() => {});
   await pool.end().catch(() => {});
   log.info({ code }, 'stopped');

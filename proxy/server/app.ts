@@ -1,6 +1,6 @@
 import { Authenticator } from '../../policy/auth/authenticator.ts';
 import { PresignedLinks } from '../../policy/auth/presigned-links.ts';
-import { createAuthGate } from '../gates/auth-gate.ts';
+import { createAuthGate, transportPolicy } from '../gates/auth-gate.ts';
 import { createConsole, readerConsoleRoutes } from '../console/console-module.ts';
 import { bootstrapAdmin } from '../admin/bootstrap-admin.ts';
 import { openContentModule } from '../content/content-module.ts';
@@ -49,7 +49,15 @@ export async function buildApp(services: Services): Promise<{ routes: Route[]; g
     services.config.role === 'api'
       ? createConsole(services, { authenticate: (header) => auth.authenticate(header) })
       : undefined;
-  const gates: Gate[] = [createAuthGate(auth, services.lifecycle, consoleUi?.credentials, links)];
+  const gates: Gate[] = [
+    createAuthGate(
+      auth,
+      services.lifecycle,
+      consoleUi?.credentials,
+      links,
+      transportPolicy(services.config, services.clock),
+    ),
+  ];
   // Rate limiting: auth failures are counted around the auth gate; gateway_request runs after it.
   const rateLimiting = await openRateLimiting(services);
   routes.push(...rateLimitAdminRoutes(rateLimiting.registry, services.config.rateLimitBypassPublishers));

@@ -24,6 +24,12 @@ export const GATEWAY_ERRORS = defineErrors('proxy/server/errors.ts', {
     advice:
       'Fix the client: send one Host and one Content-Length, header values without control characters, a target starting with `/`.',
   },
+  tls_required: {
+    status: 403,
+    message: 'Credentials are refused over plain HTTP here; use https.',
+    advice:
+      'The gateway refuses credentials over plain HTTP (ARKVORY_REFUSE_PLAIN_HTTP_CREDENTIALS): use its https:// URL, and replace a key that crossed the network in clear.',
+  },
   duplicate_authorization: {
     status: 400,
     message: 'The request carries more than one Authorization header; send exactly one.',

@@ -14,6 +14,7 @@ import type http from 'node:http';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import type { GatewayError } from './errors.ts';
+import { connectionEvent } from './listener.ts';
 import { answerClientErrors } from './front-door/client-errors.ts';
 import { sendError } from './http-errors.ts';
 import {
@@ -99,7 +100,7 @@ export function installFrontDoor(
   );
   let draining = false;
 
-  server.prependListener('connection', (socket) => bound.accept(socket, connections.add(socket)));
+  server.prependListener(connectionEvent(server), (socket) => bound.accept(socket, connections.add(socket)));
   server.on('request', handler);
   server.on('checkContinue', (req: TrackedRequest, res: ServerResponse) => {
     req[EXPECTS_CONTINUE] = true;

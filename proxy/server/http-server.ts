@@ -1,4 +1,4 @@
-import http from 'node:http';
+import type http from 'node:http';
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Logger } from 'pino';
@@ -8,6 +8,8 @@ import { hasDuplicateAuthorization } from './authorization-header.ts';
 import { GatewayError } from './errors.ts';
 import { sendError } from './http-errors.ts';
 import { makeGraceful } from './graceful-server.ts';
+import { createListener } from './listener.ts';
+import type { ServedTls } from '../tls/served-tls.ts';
 import { GatewayResponse } from './gateway-response.ts';
 import { type ExchangeServer, onResponseClose, RequestExchange } from './request-exchange.ts';
 import {
@@ -43,6 +45,8 @@ export function createGatewayServer(options: {
   onRequest?: (observation: RequestObservation) => void;
   /** Timeouts and the connection bound (proxy/server/front-door.ts); default the documented defaults. */
   limits?: FrontDoorLimits;
+  /** The certificate to serve (proxy/tls/served-tls.ts); undefined = plain HTTP. */
+  tls?: ServedTls;
 }): GatewayServer {
   const table = new RouteTable<Route>();
   for (const route of options.routes) table.add({ methods: route.methods, template: route.template, value: route });
@@ -52,7 +56,11 @@ export function createGatewayServer(options: {
   const limits = options.limits ?? DEFAULT_FRONT_DOOR;
   // The per-request line is at info: below that level its fields are not even gathered.
   const logRequests = log.isLevelEnabled('info');
-  const server = http.createServer({ ...serverOptions(limits), ServerResponse: GatewayResponse });
+  const server = createListener({
+    http: { ...serverOptions(limits), ServerResponse: GatewayResponse },
+    tls: options.tls,
+    log,
+  });
   const exchangeServer: ExchangeServer = {
     log,
     logRequests,

@@ -17,11 +17,14 @@ import { createGatewayMetrics } from '../metrics/gateway-metrics.ts';
 import { registerLeaseMetrics } from '../metrics/lease-metrics.ts';
 import { registerBandwidthMetrics } from '../metrics/bandwidth-metrics.ts';
 import { registerAdmissionMetrics } from '../metrics/admission-metrics.ts';
+import { registerTlsMetrics } from '../metrics/tls-metrics.ts';
 import { registerFrontDoorMetrics } from '../metrics/front-door-metrics.ts';
 import { metricsRoute, startMetricsServer, type MetricsServer } from '../metrics/metrics-endpoint.ts';
 import type { Services } from './services.ts';
 import { createTransfers } from '../gates/transfers.ts';
 import { EXIT, StartupError } from './startup-failure.ts';
+import { openListenerTls, type ServedTls } from '../tls/served-tls.ts';
+import { schemeOf } from './listener.ts';
 
 /** The embedded defaults exist for one standalone writer; everything else needs real services. */
 function checkProfile(config: Config): void {
@@ -50,8 +53,11 @@ export async function serveGateway(config: Config, log: Logger): Promise<number>
 
   let built: Services | undefined;
   let coordinator: Coordinator | undefined;
+  let tls: ServedTls | undefined;
   try {
     checkProfile(config);
+    // Before anything else is opened: a broken certificate pair refuses the start with its reason.
+    tls = await openListenerTls(config.tls, { clock: systemClock, log: log.child({ component: 'tls' }) });
     // Before any state exists: a busy port or an unusable data dir must not leave a new cluster behind.
     await checkPortFree(config.host, config.port);
     await prepareDataDir(config.dataDir);
@@ -99,7 +105,7 @@ export async function serveGateway(config: Config, log: Logger): Promise<number>
       lifecycle,
       // Queues close before in-flight requests are awaited; waiting grants are cancelled (ADR 0008).
       preClose: [() => transfers.close()],
-      onClose: [],
+      onClose: [() => tls?.close()],
       readiness: [() => transfers.snapshot()],
       metrics,
     };
@@ -117,15 +123,22 @@ export async function serveGateway(config: Config, log: Logger): Promise<number>
       readOnly: config.role === 'reader',
       onRequest: (o) => metrics.observeRequest(o),
       limits: config.frontDoor,
+      tls,
     });
     registerFrontDoorMetrics(metrics.registry, server.frontDoor);
+    registerTlsMetrics(metrics.registry, tls);
     const address = await server.listen(config.port, config.host);
+    tls?.start();
     if (!signals.requested) lifecycle.set('serving');
-    log.info({ role: config.role, url: `http://${address.address}:${address.port}`, port: address.port }, 'listening');
+    log.info(
+      { role: config.role, url: `${schemeOf(server.server)}://${address.address}:${address.port}`, port: address.port },
+      'listening',
+    );
     const ceilings = configuredCeilings(config);
     log.info({ ceilings }, `ceilings: ${describeCeilings(ceilings)}`);
   } catch (err) {
     logStartupFailure(log, err);
+    tls?.close();
     return await finish(log, built, server, database, config, EXIT.failure, coordinator);
   }
   await signals.stopped;

@@ -7,7 +7,8 @@
  */
 import { ConfigError, loadConfig, type Config } from '../config/config.ts';
 import { createLogger } from './logger.ts';
-import { EXIT } from './startup-failure.ts';
+import { EXIT, logStartupFailure } from './startup-failure.ts';
+import { trustOutboundCertificateAuthorities } from '../tls/outbound-ca.ts';
 
 export function loadConfigOrExit(env: NodeJS.ProcessEnv): Config {
   try {
@@ -25,6 +26,15 @@ export function loadConfigOrExit(env: NodeJS.ProcessEnv): Config {
 export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
   const config = loadConfigOrExit(env);
   const log = createLogger(config.logLevel);
+  if (config.outboundCaFile !== undefined) {
+    try {
+      const count = trustOutboundCertificateAuthorities(config.outboundCaFile);
+      log.info({ file: config.outboundCaFile, certificates: count }, 'trusting extra CAs for outgoing TLS');
+    } catch (err) {
+      logStartupFailure(log, err);
+      return EXIT.failure;
+    }
+  }
   // The router holds no lease, barrier or database state of its own (proxy/router/run-router.ts).
   if (config.role === 'router') return (await import('../router/run-router.ts')).runRouter(config, log);
   if (config.role === 'rules-service')

@@ -343,6 +343,24 @@ describe('real responses against the document', () => {
       body: {},
     });
     await call('POST', '/api/v1/admin/keys/:keyId/revoke', `/api/v1/admin/keys/${keyId}/revoke`, { headers: admin });
+    const certs = '/api/v1/admin/principals/:principal/certificates';
+    await call('POST', certs, '/api/v1/admin/principals/ci/certificates', {
+      headers: admin,
+      body: { san: 'spiffe://example.org/ci', scopes: ['read'] },
+    });
+    await call('POST', certs, '/api/v1/admin/principals/ci/certificates', {
+      headers: admin,
+      body: { san: 'URI:spiffe://example.org/ci' },
+    });
+    await call('POST', certs, '/api/v1/admin/principals/ci/certificates', {
+      headers: admin,
+      body: { san: 'bad name' },
+    });
+    await call('GET', certs, '/api/v1/admin/principals/ci/certificates', { headers: admin });
+    await call('DELETE', certs, '/api/v1/admin/principals/ci/certificates?san=URI%3Aspiffe%3A%2F%2Fexample.org%2Fci', {
+      headers: admin,
+    });
+    await call('DELETE', certs, '/api/v1/admin/principals/ci/certificates?san=DNS%3Anone.example', { headers: admin });
     await call('GET', '/api/v1/admin/repositories', '/api/v1/admin/repositories', { headers: admin });
     await call('POST', '/api/v1/admin/repositories', '/api/v1/admin/repositories', {
       headers: admin,

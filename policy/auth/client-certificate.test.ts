@@ -1,0 +1,41 @@
+import { describe, expect, it } from 'vitest';
+import { certificateExpired, certificateSans, normalizeSan } from './client-certificate.ts';
+
+describe('normalizeSan', () => {
+  it.each([
+    ['URI:spiffe://example.org/ci', 'URI:spiffe://example.org/ci'],
+    ['spiffe://example.org/ci', 'URI:spiffe://example.org/ci'],
+    ['uri:spiffe://example.org/ci', 'URI:spiffe://example.org/ci'],
+    ['DNS:Builder.Example.org', 'DNS:builder.example.org'],
+    ['builder.example.org', 'DNS:builder.example.org'],
+  ])('%s → %s', (input, expected) => expect(normalizeSan(input)).toBe(expected));
+
+  it.each([[''], ['DNS:bad name'], ['URI:has space'], ['DNS:'], [42], ['DNS:a\u0000b'], [`URI:${'x'.repeat(1100)}`]])(
+    'refuses %j',
+    (input) => expect(() => normalizeSan(input)).toThrow(expect.objectContaining({ code: 'invalid_request' })),
+  );
+});
+
+describe('certificateSans', () => {
+  it.each([
+    [undefined, []],
+    ['', []],
+    ['URI:spiffe://example.org/ci', ['URI:spiffe://example.org/ci']],
+    [
+      'DNS:Builder.example.org, URI:spiffe://example.org/ci, IP Address:10.0.0.1, email:a@b.c',
+      ['DNS:builder.example.org', 'URI:spiffe://example.org/ci'],
+    ],
+    ['URI:"spiffe://example.org/a,b", DNS:x.example', ['URI:spiffe://example.org/a,b', 'DNS:x.example']],
+    ['DNS:bad name, DNS:ok.example', ['DNS:ok.example']],
+  ])('%j → %j', (input, expected) => expect(certificateSans(input)).toEqual(expected));
+});
+
+describe('certificateExpired', () => {
+  it.each([
+    [1000, 999, undefined],
+    [1000, 1000, 'the client certificate expired at 1970-01-01T00:00:01.000Z'],
+    [1000, 5000, 'the client certificate expired at 1970-01-01T00:00:01.000Z'],
+  ])('notAfter %d at %d', (notAfterMs, nowMs, expected) =>
+    expect(certificateExpired({ notAfterMs }, nowMs)).toBe(expected),
+  );
+});

@@ -1,0 +1,617 @@
+/**
+ * TLS on real gateway processes, with certificates made for this run (test/harness/tls-certs.ts):
+ * real clients (curl, wget, aria2c) with a custom CA, byte-exact GET, Range and upload; the start
+ * refused on a broken pair; reload on file change and SIGHUP (a broken new pair keeps the old one
+ * and is counted); rotation under load with zero failed requests; client certificates as
+ * principals, an unbinding reaching an open keep-alive connection within the 2 s bound; and
+ * credentials refused over plain HTTP.
+ */
+import { execFile, spawn } from 'node:child_process';
+import { readFile, writeFile } from 'node:fs/promises';
+import https from 'node:https';
+import path from 'node:path';
+import type { TLSSocket } from 'node:tls';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { contentDigest, randomContent, sha256 } from '../../test/support/content.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { freeLoopbackPort } from '../server/embedded-database.ts';
+import { makeTempDir, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import {
+  type CertificateAuthority,
+  createCertificateAuthority,
+  type IssuedCertificate,
+  issueCertificate,
+  issueClientCertificate,
+  issueServerCertificate,
+  replaceFileAtomically,
+} from '../../test/harness/tls-certs.ts';
+
+const run = promisify(execFile);
+const MiB = 1024 * 1024;
+const REPO = 'tlsrepo';
+const SAN = 'URI:spiffe://example.org/ci';
+
+interface Answer {
+  status: number;
+  body: Buffer;
+  serial: string | undefined;
+  localPort: number | undefined;
+}
+
+/** One HTTPS request trusting `ca`; `agent` for keep-alive and client certificates. */
+function httpsRequest(
+  url: string,
+  options: { ca: string; method?: string; headers?: Record<string, string>; body?: Buffer; agent?: https.Agent },
+): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const req = https.request(
+      url,
+      {
+        method: options.method ?? 'GET',
+        headers: options.headers,
+        ca: options.ca,
+        agent: options.agent ?? false,
+      },
+      (res) => {
+        const socket = res.socket as TLSSocket;
+        const serial = socket.getPeerCertificate?.().serialNumber;
+        const localPort = socket.localPort;
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks), serial, localPort }));
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    req.end(options.body);
+  });
+}
+
+const db = useTestDatabase();
+let dir: string;
+let ca: CertificateAuthority;
+let server: IssuedCertificate;
+let certFile: string;
+let keyFile: string;
+let owner: { principalId: string; key: string; name: string };
+const payload = randomContent(3 * MiB + 123);
+const target = `/api/v1/repositories/${REPO}/artifacts/blob.bin`;
+const mtlsTarget = `/api/v1/repositories/${REPO}/artifacts/mtls.bin`;
+
+beforeAll(async () => {
+  dir = await makeTempDir('arkvory-tls-');
+  ca = await createCertificateAuthority(dir);
+  server = await issueServerCertificate(ca, dir);
+  // The files a gateway serves are copies: the rotation tests replace them.
+  certFile = path.join(dir, 'served.crt');
+  keyFile = path.join(dir, 'served.key');
+  await writeFile(certFile, server.certPem);
+  await writeFile(keyFile, server.keyPem);
+  await createRepository(db.pool, REPO);
+  owner = await createServiceAccount(db.pool, { name: 'tls-owner', grants: { [REPO]: 'write' } });
+});
+
+function tlsEnv(extra: Record<string, string> = {}): Record<string, string> {
+  return { ARKVORY_DATABASE_URL: db.url, ARKVORY_TLS_CERT_FILE: certFile, ARKVORY_TLS_KEY_FILE: keyFile, ...extra };
+}
+
+/** Starts a gateway with TLS and waits until it answers over https. */
+async function startTlsGateway(env: Record<string, string>): Promise<GatewayProcess & { https: string }> {
+  const gw = await startGateway({ env, waitFor: 'none' });
+  const url = `https://127.0.0.1:${gw.port}`;
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    if (gw.child.exitCode !== null) throw new Error(`gateway exited:\n${gw.logs()}`);
+    try {
+      const r = await httpsRequest(`${url}/health/status`, { ca: ca.certPem });
+      if (r.status === 200) return Object.assign(gw, { https: url });
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) throw new Error(`gateway not serving:\n${gw.logs()}`);
+    await sleep(100);
+  }
+}
+
+describe('TLS listener', () => {
+  let gw: GatewayProcess & { https: string };
+  let caFile: string;
+  beforeAll(async () => {
+    caFile = ca.certFile;
+    gw = await startTlsGateway(tlsEnv());
+  });
+  afterAll(() => gw.stop());
+
+  it('curl --http1.1 --cacert: upload, full GET and Range are byte-exact', async () => {
+    const upload = path.join(dir, 'upload.bin');
+    await writeFile(upload, payload);
+    const put = await run('curl', [
+      '-sS',
+      '--http1.1',
+      '--cacert',
+      caFile,
+      '-o',
+      '/dev/null',
+      '-w',
+      '%{http_code} %{ssl_verify_result} %{http_version}',
+      '-X',
+      'PUT',
+      '-H',
+      `authorization: Bearer ${owner.key}`,
+      '-H',
+      `content-digest: ${contentDigest(payload)}`,
+      '--data-binary',
+      `@${upload}`,
+      `${gw.https}${target}`,
+    ]);
+    expect(put.stdout).toBe('201 0 1.1');
+    const whole = path.join(dir, 'whole.bin');
+    await run('curl', [
+      '-sSf',
+      '--http1.1',
+      '--cacert',
+      caFile,
+      '-H',
+      `authorization: Bearer ${owner.key}`,
+      '-o',
+      whole,
+      `${gw.https}${target}/content`,
+    ]);
+    expect(sha256(await readFile(whole))).toBe(sha256(payload));
+    const part = await run(
+      'curl',
+      [
+        '-sS',
+        '--http1.1',
+        '--cacert',
+        caFile,
+        '-H',
+        `authorization: Bearer ${owner.key}`,
+        '-r',
+        '1000-1999',
+        '-o',
+        '-',
+        '-w',
+        '',
+        `${gw.https}${target}/content`,
+      ],
+      { encoding: 'buffer' },
+    );
+    expect(Buffer.from(part.stdout).equals(payload.subarray(1000, 2000))).toBe(true);
+    // Without the CA the certificate is not trusted: curl refuses (exit 60), nothing is served.
+    await expect(run('curl', ['-sS', '--http1.1', `${gw.https}/health/live`])).rejects.toMatchObject({ code: 60 });
+  });
+
+  it('wget and aria2c with a custom CA download byte-exact', async () => {
+    const viaWget = path.join(dir, 'wget.bin');
+    await run('wget', [
+      '-q',
+      `--ca-certificate=${caFile}`,
+      `--header=authorization: Bearer ${owner.key}`,
+      '-O',
+      viaWget,
+      `${gw.https}${target}/content`,
+    ]);
+    expect(sha256(await readFile(viaWget))).toBe(sha256(payload));
+    await run('aria2c', [
+      '-q',
+      '-x4',
+      '-s4',
+      '--min-split-size=1M',
+      `--ca-certificate=${caFile}`,
+      `--header=authorization: Bearer ${owner.key}`,
+      '-d',
+      dir,
+      '-o',
+      'aria.bin',
+      `${gw.https}${target}/content`,
+    ]);
+    expect(sha256(await readFile(path.join(dir, 'aria.bin')))).toBe(sha256(payload));
+  });
+
+  it('offers TLS 1.2 and 1.3 only, with ALPN http/1.1 and session resumption', async () => {
+    // s_client reads stdin until it ends: closed at once, it prints the session and quits.
+    const probe = (args: string[]) =>
+      new Promise<string>((resolve) => {
+        const child = execFile(
+          'openssl',
+          ['s_client', '-connect', `127.0.0.1:${gw.port}`, '-CAfile', caFile, ...args],
+          { timeout: 10_000 },
+          (_err, stdout) => resolve(String(stdout)),
+        );
+        child.stdin?.end();
+      });
+    // Refused: no session comes out of the handshake (OpenSSL prints a NONE cipher).
+    for (const old of ['-tls1', '-tls1_1']) expect(await probe([old])).toMatch(/Cipher is \(NONE\)|Cipher\s*: 0000/);
+    const v12 = await probe(['-tls1_2', '-alpn', 'h2,http/1.1']);
+    expect(v12).toMatch(/Protocol\s*: TLSv1\.2/);
+    expect(v12).toMatch(/ALPN protocol: http\/1\.1/);
+    expect(v12).toMatch(/Cipher\s*: ECDHE-/);
+    const sessionFile = path.join(dir, 'session.pem');
+    await probe(['-tls1_2', '-sess_out', sessionFile]);
+    expect(await probe(['-tls1_2', '-sess_in', sessionFile])).toMatch(/^Reused, TLSv1\.2/m);
+  });
+  it('testssl.sh: no SSL, no TLS 1.0/1.1, no weak cipher, no vulnerability flagged', async () => {
+    const json = path.join(dir, 'testssl.json');
+    // Protocols, cipher categories and the vulnerability checks only (-p -s -U): the rest is slow.
+    await run(
+      'testssl',
+      ['--quiet', '--warnings', 'off', '--color', '0', '-p', '-s', '-U', '--jsonfile', json, gw.https],
+      {
+        timeout: 240_000,
+      },
+    ).catch((err: { code?: number }) => {
+      // testssl.sh exits non-zero when it flags something: the findings below say what.
+      if (typeof err.code !== 'number') throw err;
+    });
+    const findings = JSON.parse(await readFile(json, 'utf8')) as Array<{
+      id: string;
+      severity: string;
+      finding: string;
+    }>;
+    const finding = (id: string) => findings.find((f) => f.id === id)?.finding;
+    for (const id of ['SSLv2', 'SSLv3', 'TLS1', 'TLS1_1']) expect(finding(id), id).toMatch(/^not offered/);
+    expect(finding('TLS1_2')).toMatch(/^offered/);
+    expect(finding('TLS1_3')).toMatch(/^offered/);
+    for (const id of [
+      'cipherlist_NULL',
+      'cipherlist_aNULL',
+      'cipherlist_EXPORT',
+      'cipherlist_LOW',
+      'cipherlist_3DES_IDEA',
+    ])
+      expect(finding(id), id).toMatch(/^not offered/);
+    for (const id of [
+      'heartbleed',
+      'CCS',
+      'ticketbleed',
+      'ROBOT',
+      'POODLE_SSL',
+      'SWEET32',
+      'FREAK',
+      'DROWN',
+      'LOGJAM',
+      'BEAST',
+      'LUCKY13',
+      'RC4',
+    ])
+      expect(
+        findings.some((f) => f.id === id),
+        `${id} was checked`,
+      ).toBe(true);
+    expect(findings.filter((f) => !['OK', 'INFO'].includes(f.severity))).toEqual([]);
+  }, 300_000);
+});
+
+describe('certificate reload', () => {
+  it('refuses to start with a key that does not match, an expired certificate, an unreadable file', async () => {
+    const other = await issueServerCertificate(ca, dir, 'other');
+    const expired = await issueCertificate(ca, dir, 'expired', { sans: ['IP:127.0.0.1'], expired: true });
+    for (const [cert, key, reason] of [
+      [server.certFile, other.keyFile, 'the private key does not match the certificate'],
+      [expired.certFile, expired.keyFile, 'the certificate expired at 2020-01-02T00:00:00.000Z'],
+      [path.join(dir, 'missing.crt'), server.keyFile, 'cannot read ARKVORY_TLS_CERT_FILE'],
+    ] as const) {
+      const gw = await startGateway({
+        env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_TLS_CERT_FILE: cert, ARKVORY_TLS_KEY_FILE: key },
+        waitFor: 'none',
+      });
+      expect(await gw.exited).toBe(1);
+      expect(gw.logs()).toContain(`arkvory: cannot start: TLS: ${reason}`);
+    }
+  });
+
+  it('serves a new pair after a file change and after SIGHUP; a broken pair keeps the old one and is counted', async () => {
+    const gw = await startTlsGateway(tlsEnv());
+    const serialNow = async () => (await httpsRequest(`${gw.https}/health/live`, { ca: ca.certPem })).serial;
+    expect(await serialNow()).toBe(server.serial);
+
+    const second = await issueServerCertificate(ca, dir, 'second');
+    await replaceFileAtomically(keyFile, second.keyPem);
+    await replaceFileAtomically(certFile, second.certPem);
+    await waitFor(async () => (await serialNow()) === second.serial, 5000);
+
+    // A broken key (the cert stays the second one): rejected, still the second serial, counted.
+    await replaceFileAtomically(keyFile, 'not a key\n');
+    await waitFor(async () => gw.logs().includes('"code":"tls_reload_failed"'), 5000);
+    expect(await serialNow()).toBe(second.serial);
+    const metrics = (await httpsRequest(`${gw.https}/metrics`, { ca: ca.certPem })).body.toString();
+    expect(metrics).toMatch(/^arkvory_tls_reload_failures_total [1-9]/m);
+    expect(metrics).toContain(`arkvory_tls_certificate_expiry_timestamp_seconds{serial="${second.serial}"}`);
+    const failure = gw.logLines().find((l) => l.code === 'tls_reload_failed');
+    expect(failure?.reason).toMatch(/the key file holds no usable PEM private key/);
+
+    // SIGHUP with a good pair: served at once.
+    const third = await issueServerCertificate(ca, dir, 'third');
+    await writeFile(certFile, third.certPem);
+    await writeFile(keyFile, third.keyPem);
+    gw.child.kill('SIGHUP');
+    await waitFor(async () => (await serialNow()) === third.serial, 5000);
+    await gw.stop();
+    await writeFile(certFile, server.certPem);
+    await writeFile(keyFile, server.keyPem);
+  });
+
+  it('rotation under load: 1,000 requests over 20 s, files swapped twice, zero failures, new handshakes see the new serial', async () => {
+    const gw = await startTlsGateway(tlsEnv());
+    const rotTarget = `/api/v1/repositories/${REPO}/artifacts/rotation.bin`;
+    const small = randomContent(4096);
+    const put = await httpsRequest(`${gw.https}${rotTarget}`, {
+      ca: ca.certPem,
+      method: 'PUT',
+      headers: { ...bearer(owner.key), 'content-digest': contentDigest(small) },
+      body: small,
+    });
+    expect(put.status).toBe(201);
+    const next = [await issueServerCertificate(ca, dir, 'rot1'), await issueServerCertificate(ca, dir, 'rot2')];
+    const started = performance.now();
+    const swappedAt: number[] = [];
+    const results: Array<{ atMs: number; status: number; serial: string | undefined; error?: string }> = [];
+    const swaps = (async () => {
+      for (const [i, pair] of next.entries()) {
+        await sleep(i === 0 ? 6000 : 7000);
+        await replaceFileAtomically(keyFile, pair.keyPem);
+        await replaceFileAtomically(certFile, pair.certPem);
+        swappedAt.push(performance.now() - started);
+      }
+    })();
+    const inflight: Promise<void>[] = [];
+    for (let i = 0; i < 1000; i++) {
+      const due = i * 20;
+      const wait = due - (performance.now() - started);
+      if (wait > 0) await sleep(wait);
+      const atMs = performance.now() - started;
+      inflight.push(
+        httpsRequest(`${gw.https}${rotTarget}/content`, { ca: ca.certPem, headers: bearer(owner.key) }).then(
+          (r) => {
+            results.push({ atMs, status: r.status, serial: r.serial });
+            if (r.status === 200 && !r.body.equals(small)) results.push({ atMs, status: -1, serial: r.serial });
+          },
+          (err: Error) => void results.push({ atMs, status: 0, serial: undefined, error: err.message }),
+        ),
+      );
+    }
+    await Promise.all(inflight);
+    await swaps;
+    await gw.stop();
+    await writeFile(certFile, server.certPem);
+    await writeFile(keyFile, server.keyPem);
+    expect(results.filter((r) => r.status !== 200)).toEqual([]);
+    expect(results).toHaveLength(1000);
+    // A handshake begun a second after a swap (the debounce is 250 ms) gets the new pair.
+    for (const r of results) {
+      const expected =
+        r.atMs > swappedAt[1]! + 1000
+          ? next[1]!.serial
+          : r.atMs > swappedAt[0]! + 1000 && r.atMs < swappedAt[1]!
+            ? next[0]!.serial
+            : undefined;
+      if (expected) expect(r.serial, `request at ${Math.round(r.atMs)} ms`).toBe(expected);
+    }
+    expect(new Set(results.map((r) => r.serial))).toEqual(new Set([server.serial, next[0]!.serial, next[1]!.serial]));
+  }, 60_000);
+});
+
+describe('client certificates (mutual TLS)', () => {
+  let gw: GatewayProcess & { https: string };
+  let bound: IssuedCertificate;
+  let unbound: IssuedCertificate;
+  let foreign: IssuedCertificate;
+  const agentFor = (cert: IssuedCertificate) =>
+    new https.Agent({ keepAlive: true, maxSockets: 1, ca: ca.certPem, cert: cert.certPem, key: cert.keyPem });
+
+  beforeAll(async () => {
+    const ci = await createServiceAccount(db.pool, { name: 'mtls-ci', grants: { [REPO]: 'read' } });
+    expect(ci.name).toBe('mtls-ci');
+    bound = await issueClientCertificate(ca, dir, 'client-ci', SAN);
+    unbound = await issueClientCertificate(ca, dir, 'client-other', 'URI:spiffe://example.org/other');
+    const otherCa = await createCertificateAuthority(path.join(dir, 'other-ca'), 'other-ca');
+    foreign = await issueClientCertificate(otherCa, path.join(dir, 'other-ca'), 'client-foreign', SAN);
+    gw = await startTlsGateway(tlsEnv({ ARKVORY_TLS_CLIENT_CA_FILE: ca.certFile }));
+    const put = await httpsRequest(`${gw.https}${mtlsTarget}`, {
+      ca: ca.certPem,
+      method: 'PUT',
+      headers: { ...bearer(owner.key), 'content-digest': contentDigest(payload) },
+      body: payload,
+    });
+    expect(put.status).toBe(201);
+    const bind = await runCli(['principals', 'bind-cert', 'mtls-ci', 'spiffe://example.org/ci', '--scopes', 'read'], {
+      ARKVORY_DATABASE_URL: db.url,
+    });
+    expect(bind.code, bind.stderr).toBe(0);
+    expect(JSON.parse(bind.stdout)).toMatchObject({ san: SAN, principalName: 'mtls-ci', scopes: ['read'] });
+  });
+  afterAll(() => gw.stop());
+
+  it('a bound certificate is its principal (grants apply); an unbound or foreign one is 401 with the reason logged', async () => {
+    const agent = agentFor(bound);
+    const ok = await httpsRequest(`${gw.https}${mtlsTarget}/content`, { ca: ca.certPem, agent });
+    expect(ok.status).toBe(200);
+    expect(sha256(ok.body)).toBe(sha256(payload));
+    // Read only: the grant and the binding's scopes apply as for a key.
+    const write = await httpsRequest(`${gw.https}/api/v1/repositories/${REPO}/artifacts/other.bin`, {
+      ca: ca.certPem,
+      agent,
+      method: 'PUT',
+      headers: { 'content-digest': contentDigest(Buffer.from('x')) },
+      body: Buffer.from('x'),
+    });
+    expect(write.status).toBe(403);
+    agent.destroy();
+    for (const [cert, reason] of [
+      [unbound, 'no principal is bound to URI:spiffe://example.org/other'],
+      [foreign, 'the client certificate was not verified'],
+    ] as const) {
+      const a = agentFor(cert);
+      const refused = await httpsRequest(`${gw.https}${mtlsTarget}/content`, { ca: ca.certPem, agent: a });
+      a.destroy();
+      expect(refused.status).toBe(401);
+      expect(JSON.parse(refused.body.toString()).code).toBe('unauthorized');
+      expect(gw.logs()).toContain(reason);
+    }
+    // A key still works on a connection that shows no certificate.
+    expect(
+      (await httpsRequest(`${gw.https}${mtlsTarget}/content`, { ca: ca.certPem, headers: bearer(owner.key) })).status,
+    ).toBe(200);
+  });
+
+  it('unbinding refuses the next request on an open keep-alive connection within 2 s', async () => {
+    const agent = agentFor(bound);
+    const first = await httpsRequest(`${gw.https}${mtlsTarget}`, { ca: ca.certPem, agent, method: 'HEAD' });
+    expect(first.status).toBe(200);
+    const unbind = await runCli(['principals', 'unbind-cert', 'mtls-ci', SAN], { ARKVORY_DATABASE_URL: db.url });
+    expect(unbind.code, unbind.stderr).toBe(0);
+    const unboundAt = performance.now();
+    let last = first;
+    while (last.status === 200 && performance.now() - unboundAt < 5000) {
+      await sleep(50);
+      last = await httpsRequest(`${gw.https}${mtlsTarget}`, { ca: ca.certPem, agent, method: 'HEAD' });
+      expect(last.localPort).toBe(first.localPort); // the same connection throughout
+    }
+    const tookMs = performance.now() - unboundAt;
+    agent.destroy();
+    expect(last.status).toBe(401);
+    // The bound of key revocation (policy/auth/authenticator.ts), plus one polling step of this loop.
+    expect(tookMs).toBeLessThan(2000 + 100);
+    const rebind = await runCli(['principals', 'bind-cert', 'mtls-ci', SAN], { ARKVORY_DATABASE_URL: db.url });
+    expect(rebind.code, rebind.stderr).toBe(0);
+  });
+
+  it('ARKVORY_TLS_CLIENT_CERT=require: a key alone is not enough; health checks still answer', async () => {
+    await gw.stop(); // one writer per database
+    const strict = await startTlsGateway(
+      tlsEnv({ ARKVORY_TLS_CLIENT_CA_FILE: ca.certFile, ARKVORY_TLS_CLIENT_CERT: 'require' }),
+    );
+    const keyOnly = await httpsRequest(`${strict.https}${mtlsTarget}`, {
+      ca: ca.certPem,
+      method: 'HEAD',
+      headers: bearer(owner.key),
+    });
+    expect(keyOnly.status).toBe(401);
+    expect(strict.logs()).toContain('no client certificate was sent');
+    const agent = agentFor(unbound);
+    const keyAndCert = await httpsRequest(`${strict.https}${mtlsTarget}`, {
+      ca: ca.certPem,
+      agent,
+      method: 'HEAD',
+      headers: bearer(owner.key),
+    });
+    agent.destroy();
+    expect(keyAndCert.status).toBe(200);
+    expect((await httpsRequest(`${strict.https}/health/live`, { ca: ca.certPem })).status).toBe(200);
+    await strict.stop();
+  });
+});
+
+describe('credentials over plain HTTP', () => {
+  it('ARKVORY_REFUSE_PLAIN_HTTP_CREDENTIALS: 403 tls_required when a trusted proxy says the client used http; loopback and https pass', async () => {
+    const gw = await startGateway({
+      env: {
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_REFUSE_PLAIN_HTTP_CREDENTIALS: '1',
+        ARKVORY_TRUSTED_PROXIES: '127.0.0.1',
+      },
+    });
+    const list = (headers: Record<string, string>) => fetch(`${gw.url}/api/v1/repositories`, { headers });
+    const viaPlainProxy = await fetch(`${gw.url}/api/v1/repositories`, {
+      headers: { ...bearer(owner.key), 'x-forwarded-proto': 'http', 'x-forwarded-for': '192.0.2.7' },
+    });
+    expect(viaPlainProxy.status).toBe(403);
+    expect(((await viaPlainProxy.json()) as { code: string }).code).toBe('tls_required');
+    expect(
+      (await list({ ...bearer(owner.key), 'x-forwarded-proto': 'https', 'x-forwarded-for': '192.0.2.7' })).status,
+    ).toBe(200);
+    expect((await list(bearer(owner.key))).status).toBe(200); // loopback client, no proxy
+    await gw.stop();
+  });
+});
+
+describe('TLS to other roles and to Redis (ARKVORY_TLS_CA_FILE)', () => {
+  it('the router reaches an https gateway and verifies it against the CA file; without the CA the gateway is unusable', async () => {
+    const gw = await startTlsGateway(tlsEnv());
+    const routerEnv = (extra: Record<string, string>) => ({
+      ARKVORY_ROLE: 'router',
+      ARKVORY_ROUTER_BACKENDS: gw.https,
+      ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: '200',
+      ...extra,
+    });
+    const router = await startGateway({ env: routerEnv({ ARKVORY_TLS_CA_FILE: ca.certFile }) });
+    const viaRouter = await fetch(`${router.url}/api/v1/repositories`, { headers: bearer(owner.key) });
+    expect(viaRouter.status).toBe(200);
+    expect(((await viaRouter.json()) as { repositories: Array<{ name: string }> }).repositories).toContainEqual(
+      expect.objectContaining({ name: REPO }),
+    );
+    await router.stop();
+    // No CA: the gateway's certificate is not trusted, so the router never finds it healthy.
+    const blind = await startGateway({ env: routerEnv({}), waitFor: 'listening' });
+    const status = await fetch(`${blind.url}/health/status`);
+    expect(status.status).toBe(503);
+    await blind.stop();
+    await gw.stop();
+  });
+
+  it('a gateway keeps its rate-limit counters in a Redis reached over rediss:// with the CA file', async () => {
+    const redisCert = await issueServerCertificate(ca, dir, 'redis');
+    const port = await freeLoopbackPort();
+    const redis = spawn(
+      'redis-server',
+      [
+        '--port',
+        '0',
+        '--tls-port',
+        String(port),
+        '--bind',
+        '127.0.0.1',
+        '--save',
+        '',
+        '--appendonly',
+        'no',
+        '--tls-cert-file',
+        redisCert.certFile,
+        '--tls-key-file',
+        redisCert.keyFile,
+        '--tls-ca-cert-file',
+        ca.certFile,
+        '--tls-auth-clients',
+        'no',
+      ],
+      { stdio: 'ignore' },
+    );
+    try {
+      const url = `rediss://127.0.0.1:${port}`;
+      const gw = await startTlsGateway(
+        tlsEnv({ ARKVORY_REDIS_URL: url, ARKVORY_TLS_CA_FILE: ca.certFile, ARKVORY_REDIS_KEY_PREFIX: 'arkvory:tls:' }),
+      );
+      for (let i = 0; i < 3; i++)
+        expect(
+          (await httpsRequest(`${gw.https}/api/v1/repositories`, { ca: ca.certPem, headers: bearer(owner.key) }))
+            .status,
+        ).toBe(200);
+      const keys = await run('redis-cli', [
+        '--tls',
+        '--cacert',
+        ca.certFile,
+        '-p',
+        String(port),
+        '--scan',
+        '--pattern',
+        'arkvory:tls:*',
+      ]);
+      expect(keys.stdout.trim().length).toBeGreaterThan(0);
+      await gw.stop();
+    } finally {
+      redis.kill('SIGTERM');
+    }
+  });
+});
+
+async function waitFor(check: () => Promise<boolean>, ms: number): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`condition not met within ${ms} ms`);
+    await sleep(100);
+  }
+}

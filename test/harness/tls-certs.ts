@@ -1,0 +1,239 @@
+/**
+ * Certificates made per test run with the openssl command line (no vitest here): a test CA, server
+ * certificates for 127.0.0.1/localhost, client certificates with a SAN URI (a SPIFFE id) or DNS
+ * name, and deliberately broken material (expired, mismatched key). Every file lives in `dir`,
+ * which the caller removes. Serials are random, so a rotation test can tell two leaves apart.
+ */
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { promisify } from 'node:util';
+
+const run = promisify(execFile);
+
+export interface CertificateAuthority {
+  readonly name: string;
+  readonly certFile: string;
+  readonly keyFile: string;
+  readonly certPem: string;
+}
+
+export interface IssuedCertificate {
+  readonly certFile: string;
+  readonly keyFile: string;
+  readonly certPem: string;
+  readonly keyPem: string;
+  /** Upper-case hex, as X509Certificate.serialNumber prints it. */
+  readonly serial: string;
+}
+
+export interface IssueOptions {
+  /** Subject alternative names in openssl syntax: `DNS:localhost`, `IP:127.0.0.1`, `URI:spiffe://…`. */
+  readonly sans: readonly string[];
+  readonly commonName?: string;
+  /** Days of validity from now (default 2). */
+  readonly days?: number;
+  /** Valid only on 2020-01-01: a certificate that has expired. */
+  readonly expired?: boolean;
+  readonly usage?: 'server' | 'client';
+  /** Key type: RSA 2048 (default) or EC P-256. */
+  readonly keyType?: 'rsa' | 'ec';
+}
+
+async function openssl(args: string[], cwd: string): Promise<string> {
+  const { stdout } = await run('openssl', args, { cwd, maxBuffer: 1 << 20 });
+  return stdout;
+}
+
+function newSerial(): string {
+  // 16 random bytes, first bit clear: a positive serial with no leading zero byte.
+  const bytes = randomBytes(16);
+  bytes[0] = (bytes[0]! & 0x7f) | 0x10;
+  return bytes.toString('hex').toUpperCase();
+}
+
+async function newKey(file: string, keyType: 'rsa' | 'ec', cwd: string): Promise<void> {
+  if (keyType === 'ec')
+    await openssl(['genpkey', '-algorithm', 'EC', '-pkeyopt', 'ec_paramgen_curve:P-256', '-out', file], cwd);
+  else await openssl(['genpkey', '-algorithm', 'RSA', '-pkeyopt', 'rsa_keygen_bits:2048', '-out', file], cwd);
+}
+
+/** A self-signed CA in `dir/<name>.crt` and `.key`. */
+export async function createCertificateAuthority(dir: string, name = 'arkvory-test-ca'): Promise<CertificateAuthority> {
+  await mkdir(dir, { recursive: true });
+  const keyFile = path.join(dir, `${name}.key`);
+  const certFile = path.join(dir, `${name}.crt`);
+  await newKey(keyFile, 'ec', dir);
+  await openssl(
+    [
+      'req',
+      '-x509',
+      '-new',
+      '-key',
+      keyFile,
+      '-out',
+      certFile,
+      '-days',
+      '2',
+      '-subj',
+      `/CN=${name}`,
+      '-set_serial',
+      `0x${newSerial()}`,
+      '-addext',
+      'basicConstraints=critical,CA:TRUE',
+      '-addext',
+      'keyUsage=critical,keyCertSign,cRLSign',
+    ],
+    dir,
+  );
+  return { name, certFile, keyFile, certPem: await readFile(certFile, 'utf8') };
+}
+
+/** A leaf signed by `ca`, written as `dir/<name>.crt` (leaf then CA: a full chain) and `dir/<name>.key`. */
+export async function issueCertificate(
+  ca: CertificateAuthority,
+  dir: string,
+  name: string,
+  options: IssueOptions,
+): Promise<IssuedCertificate> {
+  const keyFile = path.join(dir, `${name}.key`);
+  const csrFile = path.join(dir, `${name}.csr`);
+  const leafFile = path.join(dir, `${name}.leaf.crt`);
+  const certFile = path.join(dir, `${name}.crt`);
+  const extFile = path.join(dir, `${name}.ext`);
+  await newKey(keyFile, options.keyType ?? 'rsa', dir);
+  await openssl(['req', '-new', '-key', keyFile, '-out', csrFile, '-subj', `/CN=${options.commonName ?? name}`], dir);
+  const usage = options.usage ?? 'server';
+  await writeFile(
+    extFile,
+    [
+      'basicConstraints=critical,CA:FALSE',
+      `keyUsage=critical,digitalSignature${options.keyType === 'ec' ? '' : ',keyEncipherment'}`,
+      `extendedKeyUsage=${usage === 'server' ? 'serverAuth' : 'clientAuth'}`,
+      `subjectAltName=${options.sans.join(',')}`,
+      '',
+    ].join('\n'),
+  );
+  const serial = newSerial();
+  // An expired leaf: OpenSSL 3.4+ backdates with `x509 -not_before/-not_after`; older ones only
+  // through `openssl ca` (signExpiredWithCa).
+  const validity = options.expired
+    ? ['-not_before', '20200101000000Z', '-not_after', '20200102000000Z']
+    : ['-days', String(options.days ?? 2)];
+  const args = [
+    'x509',
+    '-req',
+    '-in',
+    csrFile,
+    '-CA',
+    ca.certFile,
+    '-CAkey',
+    ca.keyFile,
+    '-set_serial',
+    `0x${serial}`,
+    '-extfile',
+    extFile,
+    '-out',
+    leafFile,
+  ];
+  try {
+    await openssl([...args, ...validity], dir);
+  } catch (err) {
+    if (!options.expired) throw err;
+    // OpenSSL before 3.4 has no -not_before/-not_after on x509: sign through `openssl ca` instead.
+    await signExpiredWithCa(ca, dir, name, csrFile, extFile, serial, leafFile);
+  }
+  const leafPem = await readFile(leafFile, 'utf8');
+  await writeFile(certFile, leafPem + ca.certPem);
+  return { certFile, keyFile, certPem: leafPem + ca.certPem, keyPem: await readFile(keyFile, 'utf8'), serial };
+}
+
+/** `openssl ca` with explicit -startdate/-enddate in the past (the one way older OpenSSL backdates). */
+async function signExpiredWithCa(
+  ca: CertificateAuthority,
+  dir: string,
+  name: string,
+  csrFile: string,
+  extFile: string,
+  serial: string,
+  outFile: string,
+): Promise<void> {
+  const caDir = path.join(dir, `${name}.ca-db`);
+  await mkdir(caDir, { recursive: true });
+  await writeFile(path.join(caDir, 'index.txt'), '');
+  await writeFile(path.join(caDir, 'serial'), `${serial}\n`);
+  const conf = path.join(caDir, 'ca.cnf');
+  await writeFile(
+    conf,
+    [
+      '[ca]',
+      'default_ca = test',
+      '[test]',
+      `database = ${path.join(caDir, 'index.txt')}`,
+      `serial = ${path.join(caDir, 'serial')}`,
+      `new_certs_dir = ${caDir}`,
+      'default_md = sha256',
+      'policy = any',
+      'unique_subject = no',
+      'copy_extensions = none',
+      '[any]',
+      'commonName = supplied',
+      '',
+    ].join('\n'),
+  );
+  await openssl(
+    [
+      'ca',
+      '-batch',
+      '-config',
+      conf,
+      '-cert',
+      ca.certFile,
+      '-keyfile',
+      ca.keyFile,
+      '-in',
+      csrFile,
+      '-out',
+      outFile,
+      '-extfile',
+      extFile,
+      '-startdate',
+      '20200101000000Z',
+      '-enddate',
+      '20200102000000Z',
+      '-notext',
+    ],
+    dir,
+  );
+}
+
+/** A server certificate for 127.0.0.1 and localhost. */
+export function issueServerCertificate(
+  ca: CertificateAuthority,
+  dir: string,
+  name = 'server',
+  options: Partial<IssueOptions> = {},
+): Promise<IssuedCertificate> {
+  return issueCertificate(ca, dir, name, { sans: ['DNS:localhost', 'IP:127.0.0.1'], usage: 'server', ...options });
+}
+
+/** A client certificate naming `san` (e.g. `URI:spiffe://example.org/ci`, `DNS:builder.example.org`). */
+export function issueClientCertificate(
+  ca: CertificateAuthority,
+  dir: string,
+  name: string,
+  san: string,
+): Promise<IssuedCertificate> {
+  return issueCertificate(ca, dir, name, { sans: [san], usage: 'client', keyType: 'ec' });
+}
+
+/**
+ * Replaces `target`'s content atomically (write beside it, then rename), as a deploy tool or
+ * cert-manager does, so a reader never sees half a file.
+ */
+export async function replaceFileAtomically(target: string, content: string): Promise<void> {
+  const temp = `${target}.${randomBytes(4).toString('hex')}.tmp`;
+  await writeFile(temp, content, { mode: 0o600 });
+  await rename(temp, target);
+}
