@@ -19,8 +19,8 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
 import { median } from './support.ts';
+import { freeLoopbackPort } from '../test/harness/index.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const CLI = path.join(ROOT, 'bin/arkvory.js');

@@ -21,9 +21,8 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
 import { download } from '../client/index.ts';
-import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
 import { median } from './support.ts';
-import { runProcess, type ProcessResult } from '../test/support/run-process.ts';
+import { freeLoopbackPort, runProcess, type ProcessResult } from '../test/harness/index.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const CLI = path.join(ROOT, 'bin/arkvory.js');

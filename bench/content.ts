@@ -24,8 +24,8 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { migrate } from '../migrations/runner.ts';
 import { AdminStore } from '../policy/auth/admin-store.ts';
-import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
 import { benchNginxConf, curl, median, percentile, rssBytes, writeRandomFile } from './support.ts';
+import { freeLoopbackPort } from '../test/harness/index.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const MiB = 1024 * 1024;

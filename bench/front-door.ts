@@ -14,8 +14,8 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { DEFAULT_FRONT_DOOR, installFrontDoor, serverOptions } from '../proxy/server/front-door.ts';
-import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
 import { median } from './support.ts';
+import { freeLoopbackPort } from '../test/harness/index.ts';
 
 const { values: args } = parseArgs({
   options: {

@@ -21,8 +21,8 @@ import pg from 'pg';
 import { migrate } from '../migrations/runner.ts';
 import { AdminStore } from '../policy/auth/admin-store.ts';
 import { burstBytes } from '../policy/bandwidth/index.ts';
-import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
 import { jainIndex } from './governor.ts';
+import { freeLoopbackPort } from '../test/harness/index.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const MiB = 2 ** 20;

@@ -16,10 +16,10 @@ import { systemClock } from '../policy/clock.ts';
 import { createLimiter, type Limiter } from '../policy/rate-limit/limiter.ts';
 import { createRedisCounterStore } from '../policy/rate-limit/redis-counter-store.ts';
 import { defineRule } from '../policy/rate-limit/rules.ts';
-import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
 import { createRateLimitRedis, type RateLimitRedis } from '../proxy/gates/rate-limit-redis.ts';
 import { startRedisCluster } from '../test/hosts/redis-cluster.ts';
 import { median, percentile } from './support.ts';
+import { freeLoopbackPort } from '../test/harness/index.ts';
 
 const { values } = parseArgs({
   options: {

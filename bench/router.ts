@@ -34,7 +34,8 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { migrate } from '../migrations/runner.ts';
 import { AdminStore } from '../policy/auth/admin-store.ts';
-import { freeLoopbackPort, startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
+import { startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
+import { freeLoopbackPort } from '../test/harness/index.ts';
 import pino from 'pino';
 import { cpuSeconds, curl, median, wrk, writeRandomFile } from './support.ts';
 

@@ -31,9 +31,9 @@ import { tieredRules, type TierSource } from '../policy/rate-limit/rule-tiers.ts
 import { createRulesServiceClient } from '../policy/rate-limit/rules-service-client.ts';
 import { ruleFromSpec } from '../policy/rate-limit/rules.ts';
 import { parseAvailableLimiters } from '../policy/rate-limit/yaml-source.ts';
-import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
 import { AVAILABLE_LIMITERS_FILE } from '../proxy/gates/rate-limit-rule-files.ts';
 import { median } from './support.ts';
+import { freeLoopbackPort } from '../test/harness/index.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const { values } = parseArgs({

@@ -50,7 +50,7 @@ import pg from 'pg';
 import pino from 'pino';
 import { migrate } from '../migrations/runner.ts';
 import { AdminStore } from '../policy/auth/admin-store.ts';
-import { freeLoopbackPort, startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
+import { startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
 import {
   benchNginxConf,
   cpuSeconds,
@@ -62,7 +62,7 @@ import {
   wrk,
   writeRandomFile,
 } from './support.ts';
-import { runProcess, type ProcessResult } from '../test/support/run-process.ts';
+import { freeLoopbackPort, runProcess, type ProcessResult } from '../test/harness/index.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const KiB = 1024;

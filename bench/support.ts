@@ -2,7 +2,7 @@
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { open, readFile } from 'node:fs/promises';
-import { runProcess } from '../test/support/run-process.ts';
+import { runProcess } from '../test/harness/index.ts';
 
 export const median = (xs: readonly number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 export const percentile = (xs: readonly number[], p: number): number =>

@@ -13,7 +13,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { Toxiproxy, type Proxy } from 'toxiproxy-node-client';
-import { freeLoopbackPort } from '../../proxy/server/embedded-database.ts';
+import { freeLoopbackPort } from '../../test/harness/index.ts';
 
 export type ToxiproxyKind = 'external' | 'spawned';
 

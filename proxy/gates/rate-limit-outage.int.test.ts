@@ -15,8 +15,8 @@ import { createRedisRuleDocuments } from '../../policy/rate-limit/redis-rule-doc
 import { createRedisCounterStore } from '../../policy/rate-limit/redis-counter-store.ts';
 import { createRuleRegistry } from '../../policy/rate-limit/rule-registry.ts';
 import { defineRule, type LimiterSpec } from '../../policy/rate-limit/rules.ts';
-import { freeLoopbackPort } from '../server/embedded-database.ts';
 import { createRateLimitRedis } from './rate-limit-redis.ts';
+import { freeLoopbackPort } from '../../test/harness/index.ts';
 
 const log = pino({ level: 'silent' });
 const servers: ChildProcess[] = [];

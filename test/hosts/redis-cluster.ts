@@ -10,7 +10,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
-import { freeLoopbackPort } from '../../proxy/server/embedded-database.ts';
+import { freeLoopbackPort } from '../harness/index.ts';
 
 const run = promisify(execFile);
 /** How long a primary may be unreachable before its replica is promoted. */

@@ -19,14 +19,11 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import type { TestProject } from 'vitest/node';
-import {
-  startEmbeddedDatabase,
-  freeLoopbackPort,
-  type EmbeddedDatabase,
-} from '../../proxy/server/embedded-database.ts';
+import { startEmbeddedDatabase, type EmbeddedDatabase } from '../../proxy/server/embedded-database.ts';
 import { createLogger } from '../../proxy/server/logger.ts';
 import { describeToxiproxyServer } from '../../chaos/support/toxiproxy.ts';
 import { S3_SERVER_KINDS, s3ServerInfo, startS3Server, type S3Server, type S3ServerKind } from './s3-server.ts';
+import { freeLoopbackPort } from '../harness/index.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {
