@@ -14,7 +14,7 @@ import {
   type ProxiedUpstream,
   type ToxiproxyServer,
 } from './support/toxiproxy.ts';
-import { waitUntil } from './support/wait.ts';
+import { waitUntil } from '../test/harness/index.ts';
 
 const LATENCY_MS = 600;
 
@@ -92,7 +92,7 @@ describe('pg Pool through a toxiproxy link to PostgreSQL', () => {
     expect(db.pool.idleCount).toBeGreaterThan(0);
 
     await db.setEnabled(false);
-    await waitUntil(() => db.poolErrors.length > 0, { timeoutMs: 3000, what: 'the idle client error' });
+    await waitUntil(() => db.poolErrors.length > 0, { timeoutMs: 3000, intervalMs: 2, what: 'the idle client error' });
     expect(db.poolErrors[0]?.message).toMatch(/terminated|ECONNRESET|closed/i);
 
     const startedMs = performance.now();

@@ -9,7 +9,7 @@ import type { GatewayProcess } from '../test/support/gateway.ts';
 import { call, leaseRow, logLine, logTimeMs, startDownload } from './support/gateways.ts';
 import { release, startSharedCluster, type SharedCluster } from './support/shared-cluster.ts';
 import { hostPortOf, startToxiproxy, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
-import { waitUntil } from './support/wait.ts';
+import { waitUntil } from '../test/harness/index.ts';
 
 const KiB = 1024;
 const SLOTS = 2;
@@ -63,6 +63,7 @@ async function fenceDuringDownload(): Promise<void> {
   expect(download.status).toBe(200);
   await waitUntil(() => download.receivedBytes() >= 64 * KiB, {
     timeoutMs: 10_000,
+    intervalMs: 2,
     what: 'the download to be under way',
   });
 

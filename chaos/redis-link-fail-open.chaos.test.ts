@@ -17,7 +17,7 @@ import {
   type ProxiedUpstream,
   type ToxiproxyServer,
 } from './support/toxiproxy.ts';
-import { waitUntil } from './support/wait.ts';
+import { waitUntil } from '../test/harness/index.ts';
 import { Redis } from 'ioredis';
 import { deleteKeysWithPrefix } from '../test/support/redis.ts';
 import { SMALL_CONTENT_PATH, startRedisLimitedGateway } from './support/redis-limited-gateway.ts';
