@@ -3,11 +3,11 @@
  * readers (slots 1, 2) on their own hosts, the router in front, a repository with one file
  * uploaded through the writer, and keys. The client host downloads with the real curl.
  */
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { readFileSync, rmSync, statSync } from 'node:fs';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { createRepository, createServiceAccount } from '../support/auth.ts';
+import { createRepository, createServiceAccount, waitUntil } from '../harness/index.ts';
+export { sha256 } from '../support/content.ts';
 import { buildTopology, GATEWAY_PORT, tempDir, type Gateway, type SharedPolicy, type Topology } from './topology.ts';
 
 export const MiB = 1024 * 1024;
@@ -26,29 +26,6 @@ export interface Deployment {
   /** A directory on this machine for the client's downloads (the client host shares the filesystem). */
   readonly downloads: string;
   stop(): Promise<void>;
-}
-
-export function sha256(data: Buffer): string {
-  return createHash('sha256').update(data).digest('hex');
-}
-
-/** Polls `probe` until it returns true; fails naming `what`. */
-export async function waitUntil(
-  what: string,
-  probe: () => Promise<boolean> | boolean,
-  timeoutMs: number,
-  intervalMs = 100,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      if (await probe()) return;
-    } catch {
-      // not yet
-    }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(intervalMs);
-  }
 }
 
 /** The router's own view: how many gateways are in its pool and healthy. */
@@ -90,11 +67,12 @@ export async function startDeployment(options: {
     ])) as [Gateway, Gateway];
     const router = await topology.startRouter({ probeIntervalMs: options.probeIntervalMs ?? 1000 });
     const routerUrl = `http://${topology.hosts.router.address}:${GATEWAY_PORT}`;
-    await waitUntil(
-      'the router to see the writer and both readers healthy',
-      async () => (await routerHealthy(routerUrl)).healthy === 3,
-      20_000,
-    );
+    await waitUntil(async () => (await routerHealthy(routerUrl)).healthy === 3, {
+      what: 'the router to see the writer and both readers healthy',
+      timeoutMs: 20_000,
+      intervalMs: 100,
+      retryOnError: true,
+    });
     return {
       topology,
       writer,
@@ -177,10 +155,8 @@ export async function routerLineFor(
 ): Promise<Record<string, unknown>> {
   let line: Record<string, unknown> | undefined;
   await waitUntil(
-    `the router's log line for ${requestId}`,
     () => (line = d.router.logLines().find((l) => l.msg === 'request' && l.reqId === requestId)) !== undefined,
-    timeoutMs,
-    50,
+    { what: `the router's log line for ${requestId}`, timeoutMs, intervalMs: 50 },
   );
   return line!;
 }

@@ -10,11 +10,11 @@ import {
   routerLineFor,
   sha256,
   startDeployment,
-  waitUntil,
   type Deployment,
   downloadOnClient,
   downloadedSize,
 } from './deployment.ts';
+import { waitUntil } from '../harness/index.ts';
 import { heal, partition } from './netns.ts';
 import type { Gateway } from './topology.ts';
 
@@ -45,15 +45,18 @@ describe('reader1 partitioned from the database host', () => {
     const ids = ['s2-a', 's2-b', 's2-c'];
     // Three downloads in flight at once: the router's least-active choice puts one on each gateway.
     const curls = ids.map((id) => downloadOnClient(d, id));
-    await waitUntil('all three downloads to receive bytes', () => ids.every((id) => fileSize(id) > 0), 10_000, 50);
+    await waitUntil(() => ids.every((id) => fileSize(id) > 0), {
+      what: 'all three downloads to receive bytes',
+      timeoutMs: 10_000,
+      intervalMs: 50,
+    });
 
     partition(topology.hosts.reader1, topology.hosts.db);
-    await waitUntil(
-      'reader1 to log its fence',
-      () => reader1.logLines().some((l) => String(l.msg).startsWith('fenced:')),
-      15_000,
-      50,
-    );
+    await waitUntil(() => reader1.logLines().some((l) => String(l.msg).startsWith('fenced:')), {
+      what: 'reader1 to log its fence',
+      timeoutMs: 15_000,
+      intervalMs: 50,
+    });
     const fence = reader1.logLines().find((l) => String(l.msg).startsWith('fenced:'))!;
     const fencedAtMs = logTimeMs(fence);
     const lastRenewal = (await leaseRow(topology.pool, 1))!;
@@ -72,12 +75,11 @@ describe('reader1 partitioned from the database host', () => {
     expect(codes.filter((c) => c === 0)).toHaveLength(2);
     const onReader1 = ids[codes.findIndex((c) => c !== 0)]!;
     // Gateways log a request when it ends: each download was served by a different host.
-    await waitUntil(
-      'every gateway to log its download',
-      () => ids.every((id) => gatewayServing(d, [d.writer, reader1, reader2], id) !== undefined),
-      5000,
-      50,
-    );
+    await waitUntil(() => ids.every((id) => gatewayServing(d, [d.writer, reader1, reader2], id) !== undefined), {
+      what: 'every gateway to log its download',
+      timeoutMs: 5000,
+      intervalMs: 50,
+    });
     expect(ids.map((id) => gatewayServing(d, [d.writer, reader1, reader2], id)?.host.name).sort()).toEqual([
       'reader1',
       'reader2',
@@ -91,10 +93,8 @@ describe('reader1 partitioned from the database host', () => {
 
     // Out of the router's pool within two probe intervals of the fence.
     await waitUntil(
-      'the router to drop reader1',
       () => d.router.logLines().some((l) => l.msg === 'gateway left the pool' && l.backend === reader1.url),
-      2 * PROBE_MS + 5000,
-      50,
+      { what: 'the router to drop reader1', timeoutMs: 2 * PROBE_MS + 5000, intervalMs: 50 },
     );
     const left = d.router.logLines().find((l) => l.msg === 'gateway left the pool' && l.backend === reader1.url)!;
     expect(logTimeMs(left) - fencedAtMs).toBeLessThanOrEqual(2 * PROBE_MS);
@@ -140,11 +140,12 @@ describe('reader1 partitioned from the database host', () => {
     const after = (await leaseRow(topology.pool, 1))!;
     expect([after.owner, after.generation]).toEqual([taken.owner, taken.generation]);
     // The router finds the replacement through its lease and serves from it.
-    await waitUntil(
-      'the router to add the replacement',
-      async () => (await routerHealthy(d.routerUrl)).healthy === 3,
-      10_000,
-    );
+    await waitUntil(async () => (await routerHealthy(d.routerUrl)).healthy === 3, {
+      what: 'the router to add the replacement',
+      timeoutMs: 10_000,
+      intervalMs: 100,
+      retryOnError: true,
+    });
   }, 120_000);
 });
 

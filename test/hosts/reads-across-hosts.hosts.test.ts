@@ -29,11 +29,11 @@ import {
   routerLineFor,
   sha256,
   startDeployment,
-  waitUntil,
   type Deployment,
   downloadOnClient,
   downloadedSize,
 } from './deployment.ts';
+import { waitUntil } from '../harness/index.ts';
 import { heal, partition } from './netns.ts';
 import type { Gateway } from './topology.ts';
 
@@ -129,12 +129,11 @@ describe('scenario 4: one principal on three gateways on three hosts', () => {
     }
     await Promise.all(curls.map((c) => c.exited));
     // The router spread the six downloads over all three gateways.
-    await waitUntil(
-      'every gateway to log its downloads',
-      () => ids.every((id) => gatewayServing(d, gateways, id) !== undefined),
-      5000,
-      50,
-    );
+    await waitUntil(() => ids.every((id) => gatewayServing(d, gateways, id) !== undefined), {
+      what: 'every gateway to log its downloads',
+      timeoutMs: 5000,
+      intervalMs: 50,
+    });
     expect(new Set(ids.map((id) => gatewayServing(d, gateways, id)?.host.name)).size).toBe(3);
 
     for (let i = 0; i < samples.length; i++) {
@@ -159,18 +158,21 @@ describe('scenario 3: reader2 partitioned from the store host mid-download', () 
     const [reader1, reader2] = d.readers;
     const ids = ['s3-a', 's3-b', 's3-c'];
     const curls = ids.map((id) => downloadOnClient(d, id));
-    await waitUntil('all three downloads to receive bytes', () => ids.every((id) => fileSize(id) > 0), 10_000, 50);
+    await waitUntil(() => ids.every((id) => fileSize(id) > 0), {
+      what: 'all three downloads to receive bytes',
+      timeoutMs: 10_000,
+      intervalMs: 50,
+    });
     partition(topology.hosts.reader2, topology.hosts.store);
     try {
       const codes = await Promise.all(curls.map((c) => c.exited));
       expect(codes.filter((c) => c === 0)).toHaveLength(2);
       const cut = ids[codes.findIndex((c) => c !== 0)]!;
-      await waitUntil(
-        'every gateway to log its download',
-        () => ids.every((id) => gatewayServing(d, [d.writer, reader1, reader2], id) !== undefined),
-        5000,
-        50,
-      );
+      await waitUntil(() => ids.every((id) => gatewayServing(d, [d.writer, reader1, reader2], id) !== undefined), {
+        what: 'every gateway to log its download',
+        timeoutMs: 5000,
+        intervalMs: 50,
+      });
       expect(gatewayServing(d, [d.writer, reader1, reader2], cut)).toBe(reader2);
       for (const id of ids.filter((i) => i !== cut)) expect(sha256(readDownload(d, id))).toBe(sha256(d.file));
       expect(await routerLineFor(d, cut)).toMatchObject({ backend: reader2.url, completed: false });
@@ -199,10 +201,8 @@ describe('scenario 3: reader2 partitioned from the store host mid-download', () 
       expect(resumed.code, resumed.stderr).toBe(0);
       expect(sha256(readDownload(d, cut))).toBe(sha256(d.file));
       await waitUntil(
-        'the resume to be logged',
         () => d.router.logLines().some((l) => l.msg === 'request' && l.reqId === 's3-resume' && l.status === 206),
-        5000,
-        50,
+        { what: 'the resume to be logged', timeoutMs: 5000, intervalMs: 50 },
       );
       const served = d.router
         .logLines()
@@ -236,7 +236,6 @@ describe('a paused reader (SIGSTOP longer than its permit)', () => {
     try {
       // A process that answers nothing fails its probe (no answer within 0.9 interval).
       await waitUntil(
-        'the router to drop the paused reader',
         () =>
           d.router
             .logLines()
@@ -246,8 +245,7 @@ describe('a paused reader (SIGSTOP longer than its permit)', () => {
                 l.backend === reader1.url &&
                 Date.parse(String(l.time)) >= stoppedAtMs,
             ),
-        2 * PROBE_MS + 5000,
-        50,
+        { what: 'the router to drop the paused reader', timeoutMs: 2 * PROBE_MS + 5000, intervalMs: 50 },
       );
       for (let i = 0; i < 3; i++) {
         const id = `pause-${i}`;
@@ -271,12 +269,11 @@ describe('a paused reader (SIGSTOP longer than its permit)', () => {
       reader1.signal('SIGCONT');
     }
     // Continued, it finds its permit over: it fences, never serves again, and stays out of the pool.
-    await waitUntil(
-      'the continued reader to fence',
-      () => reader1.logLines().some((l) => String(l.msg).startsWith('fenced:')),
-      10_000,
-      50,
-    );
+    await waitUntil(() => reader1.logLines().some((l) => String(l.msg).startsWith('fenced:')), {
+      what: 'the continued reader to fence',
+      timeoutMs: 10_000,
+      intervalMs: 50,
+    });
     expect((await fetch(`${reader1.url}/health/status`)).status).toBe(503);
     const refused = await fetch(`${reader1.url}${d.contentPath}`, {
       headers: { authorization: `Bearer ${d.readKey}` },

@@ -27,9 +27,9 @@ import {
   routerLineFor,
   sha256,
   startDeployment,
-  waitUntil,
   type Deployment,
 } from './deployment.ts';
+import { waitUntil } from '../harness/index.ts';
 import { setLink } from './netns.ts';
 
 const DELAY_MS = 300;
@@ -203,12 +203,12 @@ describe('scenario 6: the writer host partitioned from everything', () => {
     const before = await catalog();
     setLink(topology.hosts.writer, false);
     try {
-      await waitUntil(
-        'the router to mark the writer unavailable',
-        async () => (await routerHealthy(d.routerUrl)).writer === false,
-        2 * PROBE_MS + 5000,
-        50,
-      );
+      await waitUntil(async () => (await routerHealthy(d.routerUrl)).writer === false, {
+        what: 'the router to mark the writer unavailable',
+        timeoutMs: 2 * PROBE_MS + 5000,
+        intervalMs: 50,
+        retryOnError: true,
+      });
       const refused = await upload();
       expect(refused.status, refused.stderr).toBe('503 2');
       expect(JSON.parse(refused.body)).toMatchObject({ code: 'unavailable' });
@@ -228,29 +228,29 @@ describe('scenario 6: the writer host partitioned from everything', () => {
         expect([d.readers[0].url, d.readers[1].url]).toContain((await routerLineFor(d, id)).backend);
       }
       // Cut from PostgreSQL, the writer fences itself within its 8 s permit.
-      await waitUntil(
-        'the writer to fence',
-        () => d.writer.logLines().some((l) => String(l.msg).startsWith('fenced:')),
-        15_000,
-        100,
-      );
+      await waitUntil(() => d.writer.logLines().some((l) => String(l.msg).startsWith('fenced:')), {
+        what: 'the writer to fence',
+        timeoutMs: 15_000,
+        intervalMs: 100,
+      });
     } finally {
       setLink(topology.hosts.writer, true);
     }
 
     // Healed, the fenced writer stays 503 until it is restarted; its replacement waits out the reservation.
     expect((await fetch(`${d.writer.url}/health/status`)).status).toBe(503);
-    await d.writer.stop(5000);
+    await d.writer.stop('SIGTERM', 5000);
     const writer = await topology.startGateway('writer', {
       role: 'api',
       slot: 0,
       env: { ARKVORY_DATABASE_URL: link.databaseUrl },
     });
-    await waitUntil(
-      'the router to see the new writer',
-      async () => (await routerHealthy(d.routerUrl)).writer === true,
-      20_000,
-    );
+    await waitUntil(async () => (await routerHealthy(d.routerUrl)).writer === true, {
+      what: 'the router to see the new writer',
+      timeoutMs: 20_000,
+      intervalMs: 100,
+      retryOnError: true,
+    });
 
     const old = await curlOnClient(d, [
       '--fail',
