@@ -7,7 +7,7 @@ import { freeLoopbackPort } from '../../lib/free-port.ts';
 import { startProcess, processEnv, type ManagedProcess } from './managed-process.ts';
 import { ARKVORY_BIN, REPO_ROOT } from './paths.ts';
 import { runProcess, type ProcessResult } from './run-process.ts';
-import { waitUntil } from './wait.ts';
+import { waitForHttp } from './wait.ts';
 
 export interface GatewayOptions {
   /** ARKVORY_* variables and any other the process needs (PATH, HOME, LANG come from this process). */
@@ -56,20 +56,12 @@ export async function waitForHealth(
   options: { until?: 'serving' | 'listening'; timeoutMs?: number } = {},
 ): Promise<void> {
   const until = options.until ?? 'serving';
-  await waitUntil(
-    async () => {
-      const res = await fetch(`${gateway.url}/health/status`, { signal: AbortSignal.timeout(2000) });
-      await res.arrayBuffer();
-      return until === 'listening' || res.status === 200;
-    },
-    {
-      what: `${gateway.name} at ${gateway.url} to be ${until}`,
-      timeoutMs: options.timeoutMs ?? START_TIMEOUT_MS,
-      intervalMs: 50,
-      retryOnError: true,
-      process: gateway,
-    },
-  );
+  await waitForHttp(`${gateway.url}/health/status`, {
+    what: `${gateway.name} at ${gateway.url} to be ${until}`,
+    timeoutMs: options.timeoutMs ?? START_TIMEOUT_MS,
+    process: gateway,
+    ...(until === 'listening' ? { isReady: () => true } : {}),
+  });
 }
 
 /** Spawns the process and waits as `waitFor` says (serving unless given); SIGKILLs it if the wait fails. */

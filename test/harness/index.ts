@@ -21,4 +21,4 @@ export { pingRedis, REDIS_INSTALL_HINT, startRedisServer, type RedisServer } fro
 export { runProcess, type ProcessResult } from './run-process.ts';
 export { bearer, createRepository, createServiceAccount, seedWriters, type ServiceAccount } from './seed.ts';
 export { makeTempDir } from './temp-dir.ts';
-export { waitUntil, type WaitOptions, type WatchedProcess } from './wait.ts';
+export { waitForHttp, waitUntil, type WaitOptions, type WatchedProcess } from './wait.ts';

@@ -50,3 +50,22 @@ export async function waitUntil(condition: () => boolean | Promise<boolean>, opt
     await sleep(options.intervalMs ?? 50);
   }
 }
+
+/**
+ * Waits until `url` answers with a status `isReady` accepts (200 unless given); refused or timed-out
+ * requests count as "not yet". Fails at once when `options.process` exits.
+ */
+export async function waitForHttp(
+  url: string,
+  options: Omit<WaitOptions, 'retryOnError'> & { isReady?: (status: number) => boolean } = {},
+): Promise<void> {
+  const { isReady = (status: number) => status === 200, ...wait } = options;
+  await waitUntil(
+    async () => {
+      const res = await fetch(url, { signal: AbortSignal.timeout(2000) });
+      await res.arrayBuffer();
+      return isReady(res.status);
+    },
+    { what: `${url} to answer`, ...wait, retryOnError: true },
+  );
+}
