@@ -91,17 +91,18 @@ http { access_log off; sendfile on; tcp_nopush on; client_body_temp_path ${bodyT
 
 /**
  * Runs `binary` with `<prefix>/nginx.conf` (as `nginx -c <conf> -p <prefix>`) and resolves once
- * `readyUrl` answers as `isReady` wants (200 unless given); a failed start names nginx's error log.
+ * `readyUrl` (asked with `ready.headers`) answers as `ready.isReady` wants (200 unless given); a
+ * failed start names nginx's error log.
  */
 export async function startNginx(
   binary: string,
   prefix: string,
   readyUrl: string,
-  isReady?: (status: number) => boolean,
+  ready: { headers?: Record<string, string>; isReady?: (status: number) => boolean } = {},
 ): Promise<ManagedProcess> {
   const nginx = startProcess(binary, ['-c', path.join(prefix, 'nginx.conf'), '-p', prefix], { name: 'nginx' });
   try {
-    await waitForHttp(readyUrl, { what: 'nginx', timeoutMs: 10_000, process: nginx, ...(isReady ? { isReady } : {}) });
+    await waitForHttp(readyUrl, { what: 'nginx', timeoutMs: 10_000, process: nginx, ...ready });
   } catch (err) {
     await nginx.stop('SIGKILL');
     const errorLog = await readFile(path.join(prefix, 'error.log'), 'utf8').catch(() => '');

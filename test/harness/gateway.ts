@@ -3,6 +3,7 @@
  * with the given variables on a free loopback port (or a given host and port), and the wait for its
  * `/health/status`. Nothing here stops it on its own: the caller (or test/support's vitest layer) does.
  */
+import path from 'node:path';
 import { freeLoopbackPort } from '../../lib/free-port.ts';
 import { startProcess, processEnv, type ManagedProcess } from './managed-process.ts';
 import { ARKVORY_BIN, REPO_ROOT } from './paths.ts';
@@ -22,6 +23,8 @@ export interface GatewayOptions {
   wrap?: readonly string[];
   /** Names the process in failure messages. */
   name?: string;
+  /** The checkout whose `bin/arkvory.js` runs (another branch, to compare); this one unless given. */
+  checkout?: string;
 }
 
 export interface GatewayProcess extends ManagedProcess {
@@ -41,11 +44,13 @@ export async function spawnGateway(options: GatewayOptions = {}): Promise<Gatewa
   const port = options.port ?? (await freeLoopbackPort());
   const env = processEnv({ ...options.env, ARKVORY_HOST: host, ARKVORY_PORT: String(port) });
   const args = options.args ?? ['serve'];
-  const [command, ...argv] = [...(options.wrap ?? []), process.execPath, ARKVORY_BIN, ...args];
+  const checkout = options.checkout ?? REPO_ROOT;
+  const bin = options.checkout ? path.join(options.checkout, 'bin/arkvory.js') : ARKVORY_BIN;
+  const [command, ...argv] = [...(options.wrap ?? []), process.execPath, bin, ...args];
   const child = startProcess(command!, argv, {
     name: options.name ?? `arkvory ${args.join(' ')}`,
     env,
-    cwd: REPO_ROOT,
+    cwd: checkout,
   });
   return Object.assign(child, { url: `http://${host}:${port}`, port });
 }

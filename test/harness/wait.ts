@@ -57,13 +57,16 @@ export async function waitUntil(condition: () => boolean | Promise<boolean>, opt
  */
 export async function waitForHttp(
   url: string,
-  options: Omit<WaitOptions, 'retryOnError'> & { isReady?: (status: number) => boolean } = {},
+  options: Omit<WaitOptions, 'retryOnError'> & {
+    isReady?: (status: number) => boolean;
+    headers?: Record<string, string>;
+  } = {},
 ): Promise<void> {
-  const { isReady = (status: number) => status === 200, ...wait } = options;
+  const { isReady = (status: number) => status === 200, headers = {}, ...wait } = options;
   await waitUntil(
     async () => {
-      const res = await fetch(url, { signal: AbortSignal.timeout(2000) });
-      await res.arrayBuffer();
+      const res = await fetch(url, { headers, signal: AbortSignal.timeout(2000) });
+      await res.body?.cancel(); // only the status matters; the body may be a whole artifact
       return isReady(res.status);
     },
     { what: `${url} to answer`, ...wait, retryOnError: true },
