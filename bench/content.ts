@@ -13,7 +13,7 @@
  * and temporary directories are used; nothing is left behind.
  */
 import { randomBytes } from 'node:crypto';
-import { createReadStream, existsSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
@@ -33,7 +33,9 @@ import {
   curl,
   median,
   percentile,
+  putFile,
   rssBytes,
+  samplePeakRss,
   startNginx,
   writeRandomFile,
 } from './support.ts';
@@ -68,21 +70,13 @@ async function measureBig(
   streams: number,
   run: number,
 ): Promise<{ mibPerSec: number; peakRss: number }> {
-  let peakRss = 0;
-  let sampling = true;
-  const sampler = (async () => {
-    while (sampling && target.pid) {
-      peakRss = Math.max(peakRss, await rssBytes(target.pid));
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  })();
+  const rss = target.pid ? samplePeakRss(target.pid) : undefined;
   const started = process.hrtime.bigint();
   const results = await Promise.all(
     Array.from({ length: streams }, (_, s) => curl(target.bigUrl, target.headers(run, s))),
   );
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-  sampling = false;
-  await sampler;
+  const peakRss = (await rss?.stop()) ?? 0;
   for (const r of results)
     if (r.status !== 200 || r.bytes !== BIG_BYTES)
       throw new Error(`${target.name}: download got ${r.status} with ${r.bytes} bytes`);
@@ -154,18 +148,13 @@ async function main(): Promise<void> {
       );
     let gateway = await startBenchGateway();
     for (const name of ['big.bin', 'small.bin']) {
-      const status = await new Promise<number>((resolve, reject) => {
-        const req = http.request(
-          `${gatewayBase}/api/v1/repositories/bench/artifacts/${name}`,
-          { method: 'PUT', headers: { authorization: `Bearer ${keys[0]![0]}` } },
-          (res) => {
-            res.resume();
-            res.on('end', () => resolve(res.statusCode ?? 0));
-          },
-        );
-        req.on('error', reject);
-        createReadStream(path.join(files, name)).pipe(req);
-      });
+      const { status } = await putFile(
+        `${gatewayBase}/api/v1/repositories/bench/artifacts/${name}`,
+        path.join(files, name),
+        {
+          authorization: `Bearer ${keys[0]![0]}`,
+        },
+      );
       if (status !== 201) throw new Error(`upload of ${name} answered ${status}`);
     }
     // Restart, so the download figures (RSS above all) carry nothing over from the 1 GiB upload.

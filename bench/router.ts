@@ -1,8 +1,6 @@
 import { existsSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
-import { createReadStream } from 'node:fs';
 import { readFile, rm, writeFile } from 'node:fs/promises';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -17,7 +15,7 @@ import {
   type ManagedProcess,
 } from '../test/harness/index.ts';
 import pino from 'pino';
-import { BenchRun, cpuSeconds, curl, median, startNginx, wrk, writeRandomFile } from './support.ts';
+import { BenchRun, cpuSeconds, curl, median, putFile, startNginx, wrk, writeRandomFile } from './support.ts';
 
 const MiB = 1024 * 1024;
 const { values: args } = parseArgs({
@@ -161,17 +159,8 @@ async function main(): Promise<void> {
       ['big.bin', bigFile],
       ['small.bin', smallFile],
     ] as const) {
-      const status = await new Promise<number>((resolve, reject) => {
-        const req = http.request(
-          `${gatewayBase}/api/v1/repositories/bench/artifacts/${name}`,
-          { method: 'PUT', headers: { authorization: `Bearer ${key}` } },
-          (res) => {
-            res.resume();
-            res.on('end', () => resolve(res.statusCode ?? 0));
-          },
-        );
-        req.on('error', reject);
-        createReadStream(file).pipe(req);
+      const { status } = await putFile(`${gatewayBase}/api/v1/repositories/bench/artifacts/${name}`, file, {
+        authorization: `Bearer ${key}`,
       });
       if (status !== 201) throw new Error(`upload of ${name} answered ${status}`);
     }

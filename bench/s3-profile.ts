@@ -20,9 +20,8 @@
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createReadStream, existsSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -45,6 +44,7 @@ import {
   benchNginxConf,
   cpuSeconds,
   curlWith as curl,
+  putFile,
   sigV4CurlArgs as signed,
   startNginx,
   writeRandomFile,
@@ -179,26 +179,13 @@ async function startNginxRelay(
   return { master, worker, url };
 }
 
-function put(url: string, key: string, file: string, size: number, digest: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const req = http.request(
-      url,
-      {
-        method: 'PUT',
-        headers: {
-          authorization: `Bearer ${key}`,
-          'content-length': String(size),
-          'content-digest': `sha-256=:${digest}:`,
-        },
-      },
-      (res) => {
-        res.resume();
-        res.on('end', () => resolve(res.statusCode ?? 0));
-      },
-    );
-    req.on('error', reject);
-    createReadStream(file, { highWaterMark: MiB }).pipe(req);
-  });
+async function put(url: string, key: string, file: string, size: number, digest: string): Promise<number> {
+  const headers = {
+    authorization: `Bearer ${key}`,
+    'content-length': String(size),
+    'content-digest': `sha-256=:${digest}:`,
+  };
+  return (await putFile(url, file, headers)).status;
 }
 
 const work = await makeTempDir('arkvory-s3prof-');

@@ -17,9 +17,7 @@
  * (servers, gateways, databases, files) is removed at the end.
  */
 import { randomBytes } from 'node:crypto';
-import { createReadStream } from 'node:fs';
 import { rm, writeFile } from 'node:fs/promises';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -31,7 +29,9 @@ import {
   type BenchGateway,
   curlWith as curl,
   median,
+  putFile,
   rssBytes,
+  samplePeakRss,
   sigV4CurlArgs as signed,
   writeRandomFile,
 } from './support.ts';
@@ -93,22 +93,8 @@ function put(
   size: number,
   sha256Base64?: string,
 ): Promise<{ status: number; seconds: number }> {
-  const started = process.hrtime.bigint();
   const digest: Record<string, string> = sha256Base64 ? { 'content-digest': `sha-256=:${sha256Base64}:` } : {};
-  return new Promise((resolve, reject) => {
-    const req = http.request(
-      url,
-      { method: 'PUT', headers: { authorization: `Bearer ${key}`, 'content-length': String(size), ...digest } },
-      (res) => {
-        res.resume();
-        res.on('end', () =>
-          resolve({ status: res.statusCode ?? 0, seconds: Number(process.hrtime.bigint() - started) / 1e9 }),
-        );
-      },
-    );
-    req.on('error', reject);
-    createReadStream(file, { highWaterMark: MiB }).pipe(req);
-  });
+  return putFile(url, file, { authorization: `Bearer ${key}`, 'content-length': String(size), ...digest });
 }
 
 async function main(): Promise<void> {
@@ -227,18 +213,10 @@ async function main(): Promise<void> {
       }
 
       // Peak RSS of the S3 gateway under PARALLEL parallel 1 GiB downloads (one principal each).
-      let peak = 0;
-      let sampling = true;
-      const sampler = (async () => {
-        while (sampling) {
-          peak = Math.max(peak, await rssBytes(gw.child.pid!));
-          await new Promise((r) => setTimeout(r, 50));
-        }
-      })();
+      const rss = samplePeakRss(gw.child.pid!);
       const idle = await rssBytes(gw.child.pid!);
       const parallel = await Promise.all(Array.from({ length: PARALLEL }, (_, i) => curl(gatewayTarget(gw, i).big)));
-      sampling = false;
-      await sampler;
+      const peak = await rss.stop();
       for (const r of parallel)
         if (r.status !== 200 || r.bytes !== BIG_BYTES)
           throw new Error(`${kind}: parallel download got ${r.status} with ${r.bytes} bytes`);

@@ -1,7 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, existsSync } from 'node:fs';
 import { chmod, mkdir, open, readdir, readFile, rm, writeFile } from 'node:fs/promises';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -14,6 +13,7 @@ import {
   curl,
   curlWith,
   median,
+  putFile,
   rssBytes,
   startNginx,
   type WrkResult,
@@ -103,20 +103,6 @@ async function measure(target: Target, file: string): Promise<WrkResult & { cpuP
   return { ...result, cpuPer10k: (cpu / Math.max(1, result.requests)) * 10_000, peakRss };
 }
 
-function put(url: string, file: string, headers: Record<string, string>): Promise<{ status: number; seconds: number }> {
-  return new Promise((resolve, reject) => {
-    const t0 = process.hrtime.bigint();
-    const req = http.request(url, { method: 'PUT', headers }, (res) => {
-      res.resume();
-      res.on('end', () =>
-        resolve({ status: res.statusCode ?? 0, seconds: Number(process.hrtime.bigint() - t0) / 1e9 }),
-      );
-    });
-    req.on('error', reject);
-    createReadStream(file, { highWaterMark: MiB }).pipe(req);
-  });
-}
-
 /** CPU seconds of this process's waited-for children (curl) plus its own (the node:http client). */
 async function clientCpuSeconds(): Promise<number> {
   const stat = await readFile('/proc/self/stat', 'utf8');
@@ -135,7 +121,7 @@ async function uploadPut(
   const before = await clientCpuSeconds();
   let result: { status: number; seconds: number };
   if (CLIENT === 'node') {
-    result = await put(url, file, { ...headers, 'content-length': String(BIG_BYTES) });
+    result = await putFile(url, file, { ...headers, 'content-length': String(BIG_BYTES) });
   } else {
     const argv = ['--upload-file', file];
     for (const [k, v] of Object.entries(headers)) argv.push('-H', `${k}: ${v}`);
@@ -434,9 +420,13 @@ async function main(): Promise<void> {
         );
       let gateway = await startBenchGateway();
       for (const file of UPLOAD_ONLY ? [] : [...SIZES_KIB.map(fileName), 'big.bin']) {
-        const { status } = await put(`${base}/api/v1/repositories/bench/artifacts/${file}`, path.join(files, file), {
-          authorization: `Bearer ${key}`,
-        });
+        const { status } = await putFile(
+          `${base}/api/v1/repositories/bench/artifacts/${file}`,
+          path.join(files, file),
+          {
+            authorization: `Bearer ${key}`,
+          },
+        );
         if (status !== 201) throw new Error(`${name}: upload of ${file} answered ${status}`);
       }
       if (!UPLOAD_ONLY) {

@@ -15,9 +15,8 @@
  * background load hits both alike; plus the peak RSS of each gateway while serving. Temporary
  * databases and directories are removed at the end.
  */
-import { createReadStream, existsSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { mkdir, readdir, rm, writeFile } from 'node:fs/promises';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -30,7 +29,7 @@ import {
   type ManagedProcess,
 } from '../test/harness/index.ts';
 import { siteConfig } from '../test/support/static-store-config.ts';
-import { BenchRun, curl, median, rssBytes, startNginx, writeRandomFile } from './support.ts';
+import { BenchRun, curl, median, putFile, samplePeakRss, startNginx, writeRandomFile } from './support.ts';
 const MiB = 1024 * 1024;
 
 const { values: args } = parseArgs({
@@ -55,22 +54,14 @@ interface Gateway {
 }
 
 async function measure(gw: Gateway, streams: number): Promise<{ mibPerSec: number; peakRss: number }> {
-  let peakRss = 0;
-  let sampling = true;
-  const sampler = (async () => {
-    while (sampling) {
-      peakRss = Math.max(peakRss, await rssBytes(gw.child.pid!));
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  })();
+  const rss = samplePeakRss(gw.child.pid!);
   const started = process.hrtime.bigint();
   const url = `${gw.base}${gw.path ?? '/api/v1/repositories/bench/artifacts/big.bin/content'}`;
   const results = await Promise.all(
     Array.from({ length: streams }, (_, s) => curl(url, gw.keys[s] ? { authorization: `Bearer ${gw.keys[s]}` } : {})),
   );
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-  sampling = false;
-  await sampler;
+  const peakRss = await rss.stop();
   for (const r of results)
     if (r.status !== 200 || r.bytes !== BIG_BYTES)
       throw new Error(`${gw.name}: download got ${r.status} with ${r.bytes} bytes`);
@@ -138,21 +129,12 @@ http { access_log off; client_body_temp_path ${work}/body; proxy_temp_path ${pre
 
     const uploads: Record<string, number> = {};
     for (const gw of gateways.slice(0, 2)) {
-      const started = process.hrtime.bigint();
-      const status = await new Promise<number>((resolve, reject) => {
-        const req = http.request(
-          `${gw.base}/api/v1/repositories/bench/artifacts/big.bin`,
-          { method: 'PUT', headers: { authorization: `Bearer ${gw.keys[0]}`, 'content-length': String(BIG_BYTES) } },
-          (res) => {
-            res.resume();
-            res.on('end', () => resolve(res.statusCode ?? 0));
-          },
-        );
-        req.on('error', reject);
-        createReadStream(file, { highWaterMark: MiB }).pipe(req);
+      const { status, seconds } = await putFile(`${gw.base}/api/v1/repositories/bench/artifacts/big.bin`, file, {
+        authorization: `Bearer ${gw.keys[0]}`,
+        'content-length': String(BIG_BYTES),
       });
       if (status !== 201) throw new Error(`${gw.name}: upload answered ${status}`);
-      uploads[gw.name] = BIG_BYTES / MiB / (Number(process.hrtime.bigint() - started) / 1e9);
+      uploads[gw.name] = BIG_BYTES / MiB / seconds;
       process.stderr.write(`${gw.name}: upload ${uploads[gw.name]!.toFixed(0)} MiB/s\n`);
     }
     // The pass-through reads the blob the nginx gateway stored, by its content address.

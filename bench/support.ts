@@ -1,7 +1,9 @@
 /** What several benchmarks share: order statistics, a curl download, nginx, a big random file, and /proc readings of a process. */
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
+import { createReadStream } from 'node:fs';
 import { open, readFile } from 'node:fs/promises';
+import http from 'node:http';
 import path from 'node:path';
 import {
   createDatabase,
@@ -109,6 +111,44 @@ export async function startNginx(
     throw new Error(`nginx did not start: ${errorLog}`, { cause: err });
   }
   return nginx;
+}
+
+/** One PUT of `file`'s bytes, streamed from disk in 1 MiB reads: the status and the seconds it took. */
+export function putFile(
+  url: string,
+  file: string,
+  headers: Record<string, string>,
+): Promise<{ status: number; seconds: number }> {
+  return new Promise((resolve, reject) => {
+    const started = process.hrtime.bigint();
+    const req = http.request(url, { method: 'PUT', headers }, (res) => {
+      res.resume();
+      res.on('end', () =>
+        resolve({ status: res.statusCode ?? 0, seconds: Number(process.hrtime.bigint() - started) / 1e9 }),
+      );
+    });
+    req.on('error', reject);
+    createReadStream(file, { highWaterMark: 1024 * 1024 }).pipe(req);
+  });
+}
+
+/** Samples a process's RSS every 50 ms until `stop()`, which resolves with the peak seen. */
+export function samplePeakRss(pid: number): { stop(): Promise<number> } {
+  let peak = 0;
+  let sampling = true;
+  const sampler = (async () => {
+    while (sampling) {
+      peak = Math.max(peak, await rssBytes(pid));
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  })();
+  return {
+    async stop() {
+      sampling = false;
+      await sampler;
+      return peak;
+    },
+  };
 }
 
 /** Resident set size of a process (Linux /proc), 0 once it is gone. */
