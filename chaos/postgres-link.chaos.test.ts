@@ -8,6 +8,7 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, test as base } from 'vitest';
 import {
+  addLatency,
   hostPortOf,
   startToxiproxy,
   urlThrough,
@@ -69,13 +70,7 @@ describe('pg Pool through a toxiproxy link to PostgreSQL', () => {
   }) => {
     await db.timedQueryMs(); // connect outside the measurement
     const baselineMs = await db.timedQueryMs();
-    const toxic = await db.link.proxy.addToxic({
-      name: 'pg-latency',
-      type: 'latency',
-      stream: 'downstream',
-      toxicity: 1,
-      attributes: { latency: LATENCY_MS, jitter: 0 },
-    });
+    const toxic = await addLatency(db.link.proxy, { name: 'pg-latency', stream: 'downstream', latencyMs: LATENCY_MS });
     const slowMs = await db.timedQueryMs();
     expect(slowMs).toBeGreaterThanOrEqual(LATENCY_MS - 15);
     expect(slowMs).toBeLessThan(LATENCY_MS + 3000);

@@ -13,7 +13,7 @@ import type { TestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { chaosDatabase } from './chaos-database.ts';
 import { call, msSinceRenewal, sharedEnv } from './gateways.ts';
-import { urlThrough, type ProxiedUpstream } from './toxiproxy.ts';
+import { addLatency, urlThrough, type ProxiedUpstream } from './toxiproxy.ts';
 
 export interface SharedCluster {
   readonly db: TestDatabase;
@@ -103,13 +103,7 @@ export async function holdRenewals(
   link: ProxiedUpstream,
   slot: number,
 ): Promise<{ remove(): Promise<void> }> {
-  const toxic = await link.proxy.addToxic({
-    name: 'hold-requests',
-    type: 'latency',
-    stream: 'upstream',
-    toxicity: 1,
-    attributes: { latency: HOLD_LATENCY_MS, jitter: 0 },
-  });
+  const toxic = await addLatency(link.proxy, { name: 'hold-requests', stream: 'upstream', latencyMs: HOLD_LATENCY_MS });
   await waitUntil(async () => (await msSinceRenewal(cluster.db.pool, slot)) > 2300, {
     timeoutMs: 5000,
     intervalMs: 50,

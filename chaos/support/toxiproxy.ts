@@ -11,7 +11,7 @@ import { randomBytes } from 'node:crypto';
 import { accessSync, constants } from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { Toxiproxy, type Proxy } from 'toxiproxy-node-client';
+import { Toxiproxy, type Proxy, type Toxic } from 'toxiproxy-node-client';
 import { freeLoopbackPort, startProcess, waitUntil } from '../../test/harness/index.ts';
 
 export type ToxiproxyKind = 'external' | 'spawned';
@@ -39,6 +39,20 @@ export interface ToxiproxyServer {
   proxyTo(upstream: string, options?: { name?: string }): Promise<ProxiedUpstream>;
   /** Deletes the proxies made by `proxyTo`, then stops the server if this call started it. */
   stop(): Promise<void>;
+}
+
+/** Delays every byte in one direction of `proxy` by `latencyMs` (no jitter) until the toxic is removed. */
+export function addLatency(
+  proxy: Proxy,
+  toxic: { name: string; stream: 'upstream' | 'downstream'; latencyMs: number },
+): Promise<Toxic<unknown>> {
+  return proxy.addToxic({
+    name: toxic.name,
+    type: 'latency',
+    stream: toxic.stream,
+    toxicity: 1,
+    attributes: { latency: toxic.latencyMs, jitter: 0 },
+  });
 }
 
 /** `url` with its host and port replaced by the proxy's (e.g. a postgres:// URL through a proxy). */

@@ -8,6 +8,7 @@ import { readFileSync, rmSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { createRepository, createServiceAccount, waitUntil } from '../harness/index.ts';
 export { sha256 } from '../support/content.ts';
+import type { HostProcess } from './host-process.ts';
 import { buildTopology, GATEWAY_PORT, tempDir, type Gateway, type SharedPolicy, type Topology } from './topology.ts';
 
 export const MiB = 1024 * 1024;
@@ -127,6 +128,39 @@ export function downloadOnClient(d: Deployment, id: string, curlOptions: readonl
     '-o',
     path.join(d.downloads, id),
     `${d.routerUrl}${d.contentPath}`,
+  ]);
+}
+
+/** Starts one download per id (see downloadOnClient) and waits until every one has received bytes. */
+export async function startDownloads(d: Deployment, ids: readonly string[]): Promise<HostProcess[]> {
+  const curls = ids.map((id) => downloadOnClient(d, id));
+  await waitUntil(() => ids.every((id) => downloadedSize(d, id) > 0), {
+    what: `all ${ids.length} downloads to receive bytes`,
+    timeoutMs: 10_000,
+    intervalMs: 50,
+  });
+  return curls;
+}
+
+/**
+ * One `curl --fail` on the client host through the router into `downloads/<id>`, tagged
+ * `X-Request-Id: <id>`; `args` (a Range, say) go before the URL, `urlPath` is the artifact's content
+ * unless given.
+ */
+export function fetchOnClient(
+  d: Deployment,
+  id: string,
+  args: readonly string[] = [],
+  urlPath = d.contentPath,
+): Promise<{ code: number | null; stderr: string }> {
+  return curlOnClient(d, [
+    '--fail',
+    ...args,
+    '-H',
+    `X-Request-Id: ${id}`,
+    '-o',
+    path.join(d.downloads, id),
+    `${d.routerUrl}${urlPath}`,
   ]);
 }
 

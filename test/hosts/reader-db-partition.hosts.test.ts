@@ -1,19 +1,18 @@
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { leaseRow, logTimeMs } from '../../chaos/support/gateways.ts';
 import {
   curlOnClient,
+  downloadedSize,
   gatewayServing,
   MiB,
   readDownload,
   routerHealthy,
   routerLineFor,
   sha256,
-  startDeployment,
-  type Deployment,
-  downloadOnClient,
-  downloadedSize,
+  startDownloads,
 } from './deployment.ts';
+import { useDeployment } from './use-deployment.ts';
 import { waitUntil } from '../harness/index.ts';
 import { heal, partition } from './netns.ts';
 import type { Gateway } from './topology.ts';
@@ -22,18 +21,10 @@ const PROBE_MS = 1000;
 /** floor(rate / 4) = 256 KiB/s per gateway: the 4 MiB file takes 16 s, longer than a fence (≤ 8 s). */
 const RATE = 4 * 256 * 1024;
 
-let d: Deployment;
-
-beforeAll(async () => {
-  d = await startDeployment({
-    policy: { slots: 4, rateBytesPerSec: RATE },
-    fileBytes: 4 * MiB,
-    probeIntervalMs: PROBE_MS,
-  });
-}, 150_000);
-
-afterAll(async () => {
-  await d?.stop();
+const d = useDeployment({
+  policy: { slots: 4, rateBytesPerSec: RATE },
+  fileBytes: 4 * MiB,
+  probeIntervalMs: PROBE_MS,
 });
 
 const fileSize = (name: string): number => downloadedSize(d, name);
@@ -44,12 +35,7 @@ describe('reader1 partitioned from the database host', () => {
     const [reader1, reader2] = d.readers;
     const ids = ['s2-a', 's2-b', 's2-c'];
     // Three downloads in flight at once: the router's least-active choice puts one on each gateway.
-    const curls = ids.map((id) => downloadOnClient(d, id));
-    await waitUntil(() => ids.every((id) => fileSize(id) > 0), {
-      what: 'all three downloads to receive bytes',
-      timeoutMs: 10_000,
-      intervalMs: 50,
-    });
+    const curls = await startDownloads(d, ids);
 
     partition(topology.hosts.reader1, topology.hosts.db);
     await waitUntil(() => reader1.logLines().some((l) => String(l.msg).startsWith('fenced:')), {

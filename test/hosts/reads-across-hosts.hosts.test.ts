@@ -18,21 +18,22 @@
  */
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { burstBytes } from '../../policy/bandwidth/token-bucket.ts';
 import {
   curlOnClient,
+  downloadedSize,
+  downloadOnClient,
+  fetchOnClient,
   gatewayServing,
   MiB,
   readDownload,
   routerHealthy,
   routerLineFor,
   sha256,
-  startDeployment,
-  type Deployment,
-  downloadOnClient,
-  downloadedSize,
+  startDownloads,
 } from './deployment.ts';
+import { useDeployment } from './use-deployment.ts';
 import { waitUntil } from '../harness/index.ts';
 import { heal, partition } from './netns.ts';
 import type { Gateway } from './topology.ts';
@@ -45,20 +46,12 @@ const SHARE = Math.floor(PER_PRINCIPAL / SLOTS);
 const GLOBAL_BURST = SLOTS * burstBytes(SHARE);
 const WINDOW_S = 6;
 
-let d: Deployment;
-
-beforeAll(async () => {
-  d = await startDeployment({
-    policy: { slots: SLOTS, rateBytesPerSec: RATE, perPrincipalBytesPerSec: PER_PRINCIPAL },
-    // 4 MiB at 256 KiB/s: 16 s on one gateway, so a fault lands mid-download.
-    fileBytes: 4 * MiB,
-    // A silent store is given up after 3 s (default 30 s), a connect after 1 s.
-    gatewayEnv: { ARKVORY_STORAGE_TIMEOUT_SECONDS: '3', ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS: '1000' },
-  });
-}, 150_000);
-
-afterAll(async () => {
-  await d?.stop();
+const d = useDeployment({
+  policy: { slots: SLOTS, rateBytesPerSec: RATE, perPrincipalBytesPerSec: PER_PRINCIPAL },
+  // 4 MiB at 256 KiB/s: 16 s on one gateway, so a fault lands mid-download.
+  fileBytes: 4 * MiB,
+  // A silent store is given up after 3 s (default 30 s), a connect after 1 s.
+  gatewayEnv: { ARKVORY_STORAGE_TIMEOUT_SECONDS: '3', ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS: '1000' },
 });
 
 const fileSize = (name: string): number => downloadedSize(d, name);
@@ -75,14 +68,7 @@ describe('scenario 1: reads through the router across hosts', () => {
     const served = new Map<string, number>();
     for (let i = 0; i < 9; i++) {
       const id = `s1-${i}`;
-      const res = await curlOnClient(d, [
-        '--fail',
-        '-H',
-        `X-Request-Id: ${id}`,
-        '-o',
-        path.join(d.downloads, id),
-        `${d.routerUrl}/api/v1/repositories/shared/artifacts/small.bin/content`,
-      ]);
+      const res = await fetchOnClient(d, id, [], '/api/v1/repositories/shared/artifacts/small.bin/content');
       expect(res.code, res.stderr).toBe(0);
       expect(sha256(readDownload(d, id))).toBe(sha256(small));
       const line = await routerLineFor(d, id);
@@ -157,12 +143,7 @@ describe('scenario 3: reader2 partitioned from the store host mid-download', () 
     const { topology } = d;
     const [reader1, reader2] = d.readers;
     const ids = ['s3-a', 's3-b', 's3-c'];
-    const curls = ids.map((id) => downloadOnClient(d, id));
-    await waitUntil(() => ids.every((id) => fileSize(id) > 0), {
-      what: 'all three downloads to receive bytes',
-      timeoutMs: 10_000,
-      intervalMs: 50,
-    });
+    const curls = await startDownloads(d, ids);
     partition(topology.hosts.reader2, topology.hosts.store);
     try {
       const codes = await Promise.all(curls.map((c) => c.exited));
@@ -249,16 +230,7 @@ describe('a paused reader (SIGSTOP longer than its permit)', () => {
       );
       for (let i = 0; i < 3; i++) {
         const id = `pause-${i}`;
-        const res = await curlOnClient(d, [
-          '--fail',
-          '-r',
-          '0-99999',
-          '-H',
-          `X-Request-Id: ${id}`,
-          '-o',
-          path.join(d.downloads, id),
-          `${d.routerUrl}${d.contentPath}`,
-        ]);
+        const res = await fetchOnClient(d, id, ['-r', '0-99999']);
         expect(res.code, res.stderr).toBe(0);
         expect(readDownload(d, id).equals(d.file.subarray(0, 100_000))).toBe(true);
         expect((await routerLineFor(d, id)).backend).not.toBe(reader1.url);

@@ -17,41 +17,26 @@
 import { randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { startDatabaseLink, type DatabaseLink } from './database-link.ts';
-import {
-  curlOnClient,
-  MiB,
-  readDownload,
-  routerHealthy,
-  routerLineFor,
-  sha256,
-  startDeployment,
-  type Deployment,
-} from './deployment.ts';
+import { curlOnClient, fetchOnClient, MiB, readDownload, routerHealthy, routerLineFor, sha256 } from './deployment.ts';
+import { useDeployment } from './use-deployment.ts';
 import { waitUntil } from '../harness/index.ts';
 import { setLink } from './netns.ts';
 
 const DELAY_MS = 300;
 const PROBE_MS = 1000;
 
-let d: Deployment;
 let link: DatabaseLink;
 
-beforeAll(async () => {
-  d = await startDeployment({
-    policy: { slots: 4, rateBytesPerSec: 4 * 16 * MiB },
-    fileBytes: MiB + 777,
-    probeIntervalMs: PROBE_MS,
-    beforeWriter: async (topology) => {
-      link = await startDatabaseLink(topology);
-      return { ARKVORY_DATABASE_URL: link.databaseUrl };
-    },
-  });
-}, 150_000);
-
-afterAll(async () => {
-  await d?.stop();
+const d = useDeployment({
+  policy: { slots: 4, rateBytesPerSec: 4 * 16 * MiB },
+  fileBytes: MiB + 777,
+  probeIntervalMs: PROBE_MS,
+  beforeWriter: async (topology) => {
+    link = await startDatabaseLink(topology);
+    return { ARKVORY_DATABASE_URL: link.databaseUrl };
+  },
 });
 
 function filesUnder(dir: string): string[] {
@@ -215,14 +200,7 @@ describe('scenario 6: the writer host partitioned from everything', () => {
 
       for (let i = 0; i < 4; i++) {
         const id = `s6-read-${i}`;
-        const res = await curlOnClient(d, [
-          '--fail',
-          '-H',
-          `X-Request-Id: ${id}`,
-          '-o',
-          path.join(d.downloads, id),
-          `${d.routerUrl}${d.contentPath}`,
-        ]);
+        const res = await fetchOnClient(d, id);
         expect(res.code, res.stderr).toBe(0);
         expect(sha256(readDownload(d, id))).toBe(sha256(d.file));
         expect([d.readers[0].url, d.readers[1].url]).toContain((await routerLineFor(d, id)).backend);
