@@ -45,7 +45,7 @@ export async function spawnGateway(options: GatewayOptions = {}): Promise<Gatewa
   const env = processEnv({ ...options.env, ARKVORY_HOST: host, ARKVORY_PORT: String(port) });
   const args = options.args ?? ['serve'];
   const checkout = options.checkout ?? REPO_ROOT;
-  const bin = options.checkout ? path.join(options.checkout, 'bin/arkvory.js') : ARKVORY_BIN;
+  const bin = path.join(checkout, path.relative(REPO_ROOT, ARKVORY_BIN));
   const [command, ...argv] = [...(options.wrap ?? []), process.execPath, bin, ...args];
   const child = startProcess(command!, argv, {
     name: options.name ?? `arkvory ${args.join(' ')}`,

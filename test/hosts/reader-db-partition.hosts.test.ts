@@ -13,7 +13,7 @@ import {
   startDownloads,
 } from './deployment.ts';
 import { useDeployment } from './use-deployment.ts';
-import { waitUntil } from '../harness/index.ts';
+import { waitForHealth, waitUntil } from '../harness/index.ts';
 import { heal, partition } from './netns.ts';
 import type { Gateway } from './topology.ts';
 
@@ -137,15 +137,6 @@ describe('reader1 partitioned from the database host', () => {
 
 /** Resolves with Date.now() at the replacement's first 200 on /health/status. */
 async function waitServingAt(gateway: Gateway): Promise<number> {
-  for (;;) {
-    if (!gateway.isRunning()) throw new Error(`replacement exited: ${gateway.logs().slice(-3000)}`);
-    try {
-      const res = await fetch(`${gateway.url}/health/status`, { signal: AbortSignal.timeout(1000) });
-      await res.arrayBuffer();
-      if (res.status === 200) return Date.now();
-    } catch {
-      // not listening yet
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
+  await waitForHealth(gateway, { timeoutMs: 90_000 });
+  return Date.now();
 }
