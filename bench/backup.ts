@@ -25,8 +25,8 @@ import {
   type GatewayProcess,
   type ProcessResult,
 } from '../test/harness/index.ts';
-import { median } from './support.ts';
-const MiB = 1024 * 1024;
+import { median, MiB } from './support.ts';
+
 const { values: args } = parseArgs({
   options: {
     runs: { type: 'string', default: '3' },

@@ -19,7 +19,8 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
 import { download } from '../client/index.ts';
-import { median } from './support.ts';
+import { median, MiB } from './support.ts';
+
 import {
   makeTempDir,
   runCli,
@@ -29,7 +30,6 @@ import {
   type GatewayProcess,
 } from '../test/harness/index.ts';
 
-const MiB = 1024 * 1024;
 const { values: args } = parseArgs({
   options: {
     rounds: { type: 'string', default: '3' },

@@ -28,10 +28,12 @@ import {
   waitUntil,
 } from '../test/harness/index.ts';
 import {
-  BenchRun,
   benchNginxConf,
+  BenchRun,
   curl,
+  LOCAL_POSTGRES_URL,
   median,
+  MiB,
   percentile,
   putFile,
   rssBytes,
@@ -39,11 +41,10 @@ import {
   startNginx,
   writeRandomFile,
 } from './support.ts';
-const MiB = 1024 * 1024;
 
 const { values: args } = parseArgs({
   options: {
-    'database-url': { type: 'string', default: 'postgres://postgres@127.0.0.1:5432/postgres' },
+    'database-url': { type: 'string', default: LOCAL_POSTGRES_URL },
     runs: { type: 'string', default: '3' },
     'big-mib': { type: 'string', default: '1024' },
     'small-requests': { type: 'string', default: '2000' },

@@ -23,8 +23,7 @@ import {
   STOP_GRACE_MS,
   type GatewayProcess,
 } from '../test/harness/index.ts';
-
-const MiB = 2 ** 20;
+import { MiB, LOCAL_POSTGRES_URL } from './support.ts';
 
 async function cpuMs(pid: number): Promise<number> {
   const fields = (await readFile(`/proc/${pid}/stat`, 'utf8')).split(') ')[1]!.split(' ');
@@ -55,7 +54,7 @@ async function main(): Promise<void> {
     options: {
       seconds: { type: 'string', default: '10' },
       rate: { type: 'string', default: String(64 * MiB) },
-      database: { type: 'string', default: 'postgres://postgres@127.0.0.1:5432/postgres' },
+      database: { type: 'string', default: LOCAL_POSTGRES_URL },
     },
   });
   const seconds = Number(values.seconds);

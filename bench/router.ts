@@ -15,9 +15,8 @@ import {
   type ManagedProcess,
 } from '../test/harness/index.ts';
 import pino from 'pino';
-import { BenchRun, cpuSeconds, curl, median, putFile, startNginx, wrk, writeRandomFile } from './support.ts';
+import { BenchRun, cpuSeconds, curl, median, MiB, putFile, startNginx, writeRandomFile, wrk } from './support.ts';
 
-const MiB = 1024 * 1024;
 const { values: args } = parseArgs({
   options: {
     'database-url': { type: 'string' },

@@ -26,14 +26,14 @@ import { createRulesServiceClient } from '../policy/rate-limit/rules-service-cli
 import { ruleFromSpec } from '../policy/rate-limit/rules.ts';
 import { parseAvailableLimiters } from '../policy/rate-limit/yaml-source.ts';
 import { AVAILABLE_LIMITERS_FILE } from '../proxy/gates/rate-limit-rule-files.ts';
-import { median } from './support.ts';
+import { LOCAL_POSTGRES_URL, median } from './support.ts';
 import { createDatabase, startGateway, STOP_GRACE_MS, type GatewayProcess } from '../test/harness/index.ts';
 
 const { values } = parseArgs({
   options: {
     database: {
       type: 'string',
-      default: process.env.ARKVORY_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres',
+      default: process.env.ARKVORY_TEST_DATABASE_URL ?? LOCAL_POSTGRES_URL,
     },
     rounds: { type: 'string', default: '5' },
     checks: { type: 'string', default: '4000' },

@@ -40,17 +40,17 @@ import { createLogger } from '../proxy/server/logger.ts';
 import { startS3Server, stopAllS3Servers, type S3ServerKind } from '../test/support/s3-server.ts';
 import { copyObject, S3_DEFAULT_LIMITS } from '../storage-adapter/s3/index.ts';
 import {
-  BenchRun,
   benchNginxConf,
+  BenchRun,
   cpuSeconds,
   curlWith as curl,
+  MiB,
   putFile,
   sigV4CurlArgs as signed,
   startNginx,
   writeRandomFile,
 } from './support.ts';
 
-const MiB = 1024 * 1024;
 const { values: args } = parseArgs({
   options: {
     server: { type: 'string', default: 'minio' },

@@ -25,10 +25,11 @@ import { startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
 import { createLogger } from '../proxy/server/logger.ts';
 import { startS3Server, stopAllS3Servers, type S3ServerKind } from '../test/support/s3-server.ts';
 import {
-  BenchRun,
   type BenchGateway,
+  BenchRun,
   curlWith as curl,
   median,
+  MiB,
   putFile,
   rssBytes,
   samplePeakRss,
@@ -36,8 +37,6 @@ import {
   writeRandomFile,
 } from './support.ts';
 import { makeTempDir, STOP_GRACE_MS } from '../test/harness/index.ts';
-
-const MiB = 1024 * 1024;
 
 const { values: args } = parseArgs({
   options: {

@@ -29,12 +29,21 @@ import {
   type ManagedProcess,
 } from '../test/harness/index.ts';
 import { siteConfig } from '../test/support/static-store-config.ts';
-import { BenchRun, curl, median, putFile, samplePeakRss, startNginx, writeRandomFile } from './support.ts';
-const MiB = 1024 * 1024;
+import {
+  BenchRun,
+  curl,
+  LOCAL_POSTGRES_URL,
+  median,
+  MiB,
+  putFile,
+  samplePeakRss,
+  startNginx,
+  writeRandomFile,
+} from './support.ts';
 
 const { values: args } = parseArgs({
   options: {
-    'database-url': { type: 'string', default: 'postgres://postgres@127.0.0.1:5432/postgres' },
+    'database-url': { type: 'string', default: LOCAL_POSTGRES_URL },
     runs: { type: 'string', default: '3' },
     'big-mib': { type: 'string', default: '1024' },
     concurrency: { type: 'string', default: '4' },

@@ -18,6 +18,11 @@ import {
   type ScratchDatabase,
 } from '../test/harness/index.ts';
 
+export const MiB = 1024 * 1024;
+
+/** Where a benchmark creates its scratch databases unless told otherwise: a local PostgreSQL, trust auth. */
+export const LOCAL_POSTGRES_URL = 'postgres://postgres@127.0.0.1:5432/postgres';
+
 export const median = (xs: readonly number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 export const percentile = (xs: readonly number[], p: number): number =>
   [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
