@@ -1,4 +1,11 @@
+import path from 'node:path';
 import { defineConfig } from 'vitest/config';
+
+// The tools scripts/test-tools.sh installs (toxiproxy-server, weed, minio, schemathesis) are found on
+// PATH by the suites and every process they spawn, however vitest was started.
+const TOOLS_BIN = path.join(process.env.ARKVORY_TOOLS_DIR ?? '/root/.cache/arkvory-tools', 'bin');
+if (!(process.env.PATH ?? '').split(path.delimiter).includes(TOOLS_BIN))
+  process.env.PATH = [TOOLS_BIN, process.env.PATH].filter(Boolean).join(path.delimiter);
 
 // One global setup provides a real PostgreSQL and Redis to every project (see test/support).
 export default defineConfig({

@@ -18,8 +18,9 @@ import { createRepository, createServiceAccount } from '../test/support/auth.ts'
 import { randomContent, request, sha256 } from '../test/support/content.ts';
 import { useTestDatabase } from '../test/support/database.ts';
 import { runCli, startGateway } from '../test/support/gateway.ts';
-import { listKeys, S3_SERVER_KINDS, type S3Server } from '../test/support/s3-server.ts';
+import { listKeys, type S3Server } from '../test/support/s3-server.ts';
 import { sharedS3Bucket } from '../test/support/shared-s3.ts';
+import { S3_STORE_KINDS } from '../test/support/store-kinds.ts';
 import { call, startDownload } from './support/gateways.ts';
 import { setEnabled } from './support/shared-cluster.ts';
 import { startToxiproxy, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
@@ -27,7 +28,7 @@ import { waitForHealth, waitUntil } from '../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
 
-describe.each(S3_SERVER_KINDS)('the gateway↔S3 link on %s', (kind) => {
+describe.each(S3_STORE_KINDS)('the gateway↔S3 link on %s', (kind) => {
   const db = useTestDatabase();
   let toxiproxy: ToxiproxyServer;
   let server: S3Server;

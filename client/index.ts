@@ -8,3 +8,4 @@ export { presign, type PresignedLink } from './presign.ts';
 export { ArkvoryClientError, CLIENT_ERRORS, type ClientErrorCode } from './errors.ts';
 export { baseUrlOf, contentUrl, parseShortTarget, targetOf, type Target } from './target.ts';
 export { progressBar, progressJson, type Progress } from './progress.ts';
+export { CLIENT_VARIABLE_NAMES, CLIENT_VARIABLES } from './environment.ts';

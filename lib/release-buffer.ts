@@ -10,11 +10,10 @@ export const RELEASE_MIN_BYTES = 16 * 1024;
  * Why: every socket read and every body chunk node:http's parser hands out is a fresh ArrayBuffer
  * outside the JavaScript heap. Left to the collector, a streamed GiB leaves ~1–2 GiB of them behind;
  * V8 reclaims them only with a full mark-compact, which it starts each time ~64 MiB of such memory
- * has piled up (20–35 per GiB), and every new read lands in memory the CPU has never cached.
+ * has piled up, and every new read lands in memory the CPU has never cached.
  * Released as soon as the bytes are handed on, the allocator reuses the same warm block for the
- * next read and the collector has nothing to chase: the router's 1 GiB relay went from 1.7–2.3 to
- * 0.4–1.1 CPU seconds (docs/router.md, "CPU per GiB"); uploads free each body chunk once it is
- * copied into their ring (overlapped-writer.ts, s3-socket-write.ts).
+ * next read and the collector has nothing to chase (docs/router.md, "CPU per GiB"); uploads free
+ * each body chunk once it is copied into their ring (overlapped-writer.ts, s3-socket-write.ts).
  *
  * Only a buffer that is its whole ArrayBuffer (one made for this read or chunk alone) is released;
  * a slice of a shared pool, a SharedArrayBuffer or an already released one is left alone. After the

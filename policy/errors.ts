@@ -1,30 +1,66 @@
-/** Stable codes of policy decisions and failures (auth, admission, bandwidth, leases, rate limits). */
-export const POLICY_ERRORS = {
-  unauthorized: 'A valid API key is required.',
-  forbidden: 'This key may not do that here.',
-  not_found: 'Not found.',
-  rate_limited: 'Too many requests; retry later.',
-  busy: 'Too many transfers for this principal; retry later.',
-  lease_lost: 'This gateway lost its share of the download budget and must be restarted.',
-  unavailable: 'A dependency is unavailable; retry later.',
-  invalid_request: 'The request is malformed.',
-  conflict: 'The request conflicts with the current state.',
-} as const;
+/** Stable codes of policy decisions and failures (auth, admission, bandwidth, leases). */
+import { type CodeOf, CodedError, type CodedErrorOptions, defineErrors, mergeCatalogues } from '../lib/coded-error.ts';
+import { COMMON_ERRORS } from '../lib/common-errors.ts';
 
-export type PolicyErrorCode = keyof typeof POLICY_ERRORS;
+export const POLICY_ERRORS = defineErrors('policy/errors.ts', {
+  unauthorized: {
+    status: 401,
+    message: 'A valid API key is required.',
+    advice: 'Send `Authorization: Bearer ark_<keyId>_<secret>` with a live key.',
+  },
+  forbidden: {
+    status: 403,
+    message: 'This key may not do that here.',
+    advice: 'Ask an admin for the grant or scope the call needs.',
+  },
+  rate_limited: {
+    status: 429,
+    message: 'Too many requests; retry later.',
+    advice: 'Wait `Retry-After` seconds; see the RateLimit headers.',
+  },
+  busy: {
+    status: 429,
+    message: 'Too many transfers for this principal; retry later.',
+    advice: 'Too many transfers for this principal; wait `Retry-After` seconds.',
+  },
+  lease_lost: {
+    status: 503,
+    message: 'This gateway lost its share of the download budget and must be restarted.',
+    advice: 'This gateway lost its lease and is fenced; restart it (clients retry with Range).',
+  },
+  link_content_changed: {
+    status: 410,
+    message:
+      'The name this link was made for no longer holds the same content (deleted and replaced); ask for a new link.',
+    advice: 'The object was deleted or replaced by other bytes after the link was made; ask its owner for a new link.',
+  },
+  link_outdated: {
+    status: 410,
+    message: 'This link was made by an older version that did not bind links to content; ask for a new link.',
+    advice: 'Links made before content binding are refused; ask for a new link (`arkvory presign`).',
+  },
+  rules_too_large: {
+    status: 400,
+    message:
+      'The published rate-limit rules would exceed a bound: rules per limiter, document size, or the number and cost of regexes.',
+    advice:
+      'Publish fewer rules per limiter (at most 100), fewer or simpler regexes (32, 4000 instructions together); delete rules no longer needed (docs/rate-limits.md, "Bounds on published rules").',
+  },
+  reset_refused: {
+    status: null,
+    message: '`arkvory policy reset` refused: something still runs.',
+    advice: 'Stop every gateway and the worker, wait until their leases expire, then run the reset again.',
+  },
+});
 
-export class PolicyError extends Error {
-  override readonly name = 'PolicyError';
-  readonly code: PolicyErrorCode;
-  /** Response headers the edge should copy (Retry-After, RateLimit-*, WWW-Authenticate). */
-  readonly headers: Readonly<Record<string, string | string[]>>;
-  constructor(
-    code: PolicyErrorCode,
-    message?: string,
-    options?: { cause?: unknown; headers?: Record<string, string | string[]> },
-  ) {
-    super(message ?? POLICY_ERRORS[code], options?.cause === undefined ? undefined : { cause: options.cause });
-    this.code = code;
-    this.headers = options?.headers ?? {};
+/** What a policy module may raise: its own codes and the common ones. */
+const RAISED = mergeCatalogues('policy', COMMON_ERRORS, POLICY_ERRORS);
+
+export type PolicyErrorCode = CodeOf<typeof RAISED>;
+
+export class PolicyError extends CodedError<PolicyErrorCode> {
+  override readonly name: string = 'PolicyError';
+  constructor(code: PolicyErrorCode, message?: string, options?: CodedErrorOptions) {
+    super(RAISED, code, message, options);
   }
 }

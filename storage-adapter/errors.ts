@@ -1,29 +1,83 @@
 /** Stable codes of the storage edge. fs errno values are mapped here, the original kept as `cause`. */
-export const STORAGE_ERRORS = {
-  not_found: 'Not found.',
-  conflict: 'Different content is already published under this name.',
-  storage_full: 'The storage has no space left.',
-  range_not_satisfiable: 'None of the requested ranges can be satisfied.',
-  payload_too_large: 'The upload is larger than allowed.',
-  invalid_request: 'The upload does not match what the request declared.',
-  storage_mismatch: 'The storage root does not match the database.',
-  upstream_unreachable: 'The artifact store could not be reached.',
-  upstream_timeout: 'The artifact store did not answer in time.',
-  upload_expired: 'The upload session has expired; start a new one.',
-  part_missing: 'A listed part was never received.',
-  part_mismatch: 'A listed part digest does not match the part received.',
-  parts_out_of_order: 'Parts must be listed once each, in ascending order.',
-  unavailable: 'The catalog cannot be read right now; retry later.',
-} as const;
+import { type CodeOf, CodedError, type CodedErrorOptions, defineErrors, mergeCatalogues } from '../lib/coded-error.ts';
+import { COMMON_ERRORS } from '../lib/common-errors.ts';
 
-export type StorageErrorCode = keyof typeof STORAGE_ERRORS;
+export const STORAGE_ERRORS = defineErrors('storage-adapter/errors.ts', {
+  upload_too_large: {
+    status: 413,
+    message: 'The multipart upload as a whole would be larger than ARKVORY_MAX_UPLOAD_BYTES.',
+    advice:
+      'Upload fewer bytes in total (`ARKVORY_MAX_UPLOAD_BYTES` bounds the assembled artifact), or abort the session and start over.',
+  },
+  upload_quota_exceeded: {
+    status: 413,
+    message: 'This principal has too many part bytes stored in uploads not yet assembled.',
+    advice:
+      'Complete or abort open uploads first (`ARKVORY_MULTIPART_MAX_PENDING_BYTES_PER_PRINCIPAL`), then send the part again.',
+  },
+  too_many_uploads: {
+    status: 429,
+    message: 'This principal has too many open multipart uploads; complete or abort one first.',
+    advice:
+      'Complete or abort an open upload (`ARKVORY_MULTIPART_MAX_SESSIONS_PER_PRINCIPAL`); sessions also expire after `ARKVORY_UPLOAD_SESSION_TTL_SECONDS`.',
+  },
+  range_not_satisfiable: {
+    status: 416,
+    message: 'None of the requested ranges can be satisfied.',
+    advice: 'Ask for ranges inside `Content-Range: bytes */<size>`.',
+  },
+  upload_expired: {
+    status: 410,
+    message: 'The upload session has expired; start a new one.',
+    advice: 'Start a new upload session; the parts of an expired one are removed.',
+  },
+  part_missing: {
+    status: 400,
+    message: 'A listed part was never received.',
+    advice: 'Upload every listed part (PUT …/parts/{n}) before completing.',
+  },
+  part_mismatch: {
+    status: 400,
+    message: 'A listed part digest does not match the part received.',
+    advice: 'Re-send the part, or list the sha256 the part was received with.',
+  },
+  parts_out_of_order: {
+    status: 400,
+    message: 'Parts must be listed once each, in ascending order.',
+    advice: 'List each part once, in ascending part number.',
+  },
+  storage_mismatch: {
+    status: 503,
+    message: 'The storage root does not match the database.',
+    advice: 'The storage root and the database disagree; mount the right root or database.',
+  },
+  storage_full: {
+    status: 507,
+    message: 'The storage has no space left.',
+    advice: 'Free disk space on the storage; nothing partial was published.',
+  },
+  upstream_unreachable: {
+    status: 502,
+    message: 'The artifact store could not be reached.',
+    advice: 'Check that the artifact store (static HTTP server or S3) is up and reachable from the gateway.',
+  },
+  upstream_timeout: {
+    status: 504,
+    message: 'The artifact store did not answer in time.',
+    advice:
+      'The artifact store is slow; check it, or raise `ARKVORY_STORAGE_TIMEOUT_SECONDS` / `ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS`.',
+  },
+});
 
-export class StorageError extends Error {
-  override readonly name = 'StorageError';
-  readonly code: StorageErrorCode;
-  constructor(code: StorageErrorCode, message?: string, options?: { cause?: unknown }) {
-    super(message ?? STORAGE_ERRORS[code], options?.cause === undefined ? undefined : { cause: options.cause });
-    this.code = code;
+/** What a storage module may raise: its own codes and the common ones. */
+const RAISED = mergeCatalogues('storage-adapter', COMMON_ERRORS, STORAGE_ERRORS);
+
+export type StorageErrorCode = CodeOf<typeof RAISED>;
+
+export class StorageError extends CodedError<StorageErrorCode> {
+  override readonly name: string = 'StorageError';
+  constructor(code: StorageErrorCode, message?: string, options?: CodedErrorOptions) {
+    super(RAISED, code, message, options);
   }
 }
 

@@ -33,13 +33,15 @@ interface KeyEntry {
   principalId: string;
   principalName: string;
   disabled: boolean;
+  /** When the principal was last disabled (wall ms), or undefined. */
+  disabledAtMs: number | undefined;
   secretSha256: Buffer;
   scopes: ReadonlySet<Scope>;
   expiresAtMs: number | null;
   revoked: boolean;
   /**
    * The secret last proven to hash to `secretSha256`. A repeat of it is compared in constant time
-   * instead of hashed again (a SHA-256 per request was a visible share of a small request's CPU).
+   * instead of hashed again (a SHA-256 per request would be a visible share of a small request's CPU).
    * It lives only as long as this cached entry, which any change of the key's state clears.
    */
   verifiedSecret?: string;
@@ -161,6 +163,14 @@ export class Authenticator {
     return known === undefined || known === 'too_many' ? undefined : known.size;
   }
 
+  /**
+   * One lookup of something the caches say does not exist (a key id outside the known set, a
+   * pre-signed link's secret id above the newest known one), if the shared allowance permits it now.
+   */
+  allowRecheck(): boolean {
+    return this.#takeRecheck();
+  }
+
   /** One recheck of an id the set does not hold, if the bucket allows it now. */
   #takeRecheck(): boolean {
     const burst = this.#options.recheckBurst ?? 10;
@@ -205,7 +215,7 @@ export class Authenticator {
     let rows: Array<Record<string, unknown>>;
     try {
       const r = await this.#pool.query(
-        `SELECT k.secret_sha256, k.scopes, k.expires_at, k.revoked_at IS NOT NULL AS revoked, p.id AS principal_id, p.name, p.disabled
+        `SELECT k.secret_sha256, k.scopes, k.expires_at, k.revoked_at IS NOT NULL AS revoked, p.id AS principal_id, p.name, p.disabled, p.disabled_at
          FROM arkvory_api_keys k JOIN arkvory_principals p ON p.id = k.principal_id WHERE k.key_id = $1`,
         [keyId],
       );
@@ -219,6 +229,7 @@ export class Authenticator {
           principalId: row.principal_id as string,
           principalName: row.name as string,
           disabled: row.disabled as boolean,
+          disabledAtMs: row.disabled_at ? (row.disabled_at as Date).getTime() : undefined,
           secretSha256: row.secret_sha256 as Buffer,
           scopes: new Set(row.scopes as Scope[]),
           expiresAtMs: row.expires_at ? (row.expires_at as Date).getTime() : null,
@@ -255,7 +266,13 @@ export class Authenticator {
     if (entry.revoked || entry.disabled) throw unauthorized();
     if (entry.expiresAtMs !== null && entry.expiresAtMs <= this.#options.clock.wallMs()) throw unauthorized();
     this.#touch(parsed.keyId);
-    return { id: entry.principalId, name: entry.principalName, keyId: parsed.keyId, scopes: entry.scopes };
+    return {
+      id: entry.principalId,
+      name: entry.principalName,
+      keyId: parsed.keyId,
+      scopes: entry.scopes,
+      disabledAtMs: entry.disabledAtMs,
+    };
   }
 
   /**
@@ -266,7 +283,13 @@ export class Authenticator {
     const entry = await this.#loadKey(keyId);
     if (!entry || entry.revoked || entry.disabled) throw unauthorized();
     if (entry.expiresAtMs !== null && entry.expiresAtMs <= this.#options.clock.wallMs()) throw unauthorized();
-    return { id: entry.principalId, name: entry.principalName, keyId, scopes: entry.scopes };
+    return {
+      id: entry.principalId,
+      name: entry.principalName,
+      keyId,
+      scopes: entry.scopes,
+      disabledAtMs: entry.disabledAtMs,
+    };
   }
 
   /** The principal's permission on a repository, or undefined when it has none (or no such repository). */

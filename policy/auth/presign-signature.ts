@@ -2,27 +2,46 @@
  * Pure pieces of pre-signed links: the query parameters a link carries, the canonical form of the
  * path it is bound to, and the HMAC-SHA256 over both. No I/O, no clock: callers pass `nowMs`.
  *
- * A link is `<content path>?X-Arkvory-Key=<keyId>&X-Arkvory-Expires=<unix s>&X-Arkvory-Secret=<id>&X-Arkvory-Signature=<b64url>`.
- * The signature binds the path, the key id that made it, the expiry and which server secret signed
- * it; the key is checked again on every use, so revoking it kills its links.
+ * A link is `<content path>?X-Arkvory-Key=<keyId>&X-Arkvory-Date=<unix s>&X-Arkvory-Expires=<unix s>
+ * &X-Arkvory-Secret=<id>&X-Arkvory-Digest=<sha256 hex>&X-Arkvory-Signature=<b64url>`.
+ * The signature binds the path, the key id that made it, when it was made, the expiry, which server
+ * secret signed it and the sha256 of the bytes the path held when it was made (format v2); the key
+ * is checked again on every use, so revoking it kills its links, and the bytes served must still
+ * have that digest. Numbers must be canonical (decimal digits, no leading zero): one link has one
+ * spelling. A v1 link (no date, no digest) is recognised only to be refused (`isOutdatedLink`).
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
 
 export const PRESIGN_PARAMS = {
   key: 'X-Arkvory-Key',
+  issued: 'X-Arkvory-Date',
   expires: 'X-Arkvory-Expires',
   secret: 'X-Arkvory-Secret',
+  digest: 'X-Arkvory-Digest',
   signature: 'X-Arkvory-Signature',
 } as const;
+
+/** The parameters a link of the first format (before content binding) carried. */
+const V1_PARAMS = [PRESIGN_PARAMS.key, PRESIGN_PARAMS.expires, PRESIGN_PARAMS.secret, PRESIGN_PARAMS.signature];
 
 export interface PresignFields {
   /** Canonical path (see `canonicalPath`). */
   readonly path: string;
   readonly keyId: string;
+  /** When the link was made, whole seconds since the epoch (a re-enabled principal's older links die). */
+  readonly issuedAt: number;
   /** Expiry, whole seconds since the epoch. */
   readonly expiresAt: number;
   readonly secretId: string;
+  /** sha256 (hex) of the content the path held when the link was made. */
+  readonly sha256: string;
 }
+
+/** Unix seconds: decimal digits without a leading zero (so `0100` and `100` are not two spellings). */
+const SECONDS = /^(?:0|[1-9][0-9]{0,11})$/;
+/** A secret id (bigint identity, from 1): the same canonical rule. */
+const SECRET_ID = /^[1-9][0-9]{0,17}$/;
+const SHA256_HEX = /^[0-9a-f]{64}$/;
 
 export interface PresignedQuery extends Omit<PresignFields, 'path'> {
   readonly signature: string;
@@ -41,9 +60,15 @@ export function canonicalPath(pathname: string): string | undefined {
 }
 
 export function signPresign(secret: Buffer, fields: PresignFields): string {
-  const payload = ['arkvory-presign-v1', fields.path, fields.keyId, String(fields.expiresAt), fields.secretId].join(
-    '\n',
-  );
+  const payload = [
+    'arkvory-presign-v2',
+    fields.path,
+    fields.keyId,
+    String(fields.issuedAt),
+    String(fields.expiresAt),
+    fields.secretId,
+    fields.sha256,
+  ].join('\n');
   return createHmac('sha256', secret).update(payload, 'utf8').digest('base64url');
 }
 
@@ -65,22 +90,40 @@ export function parsePresignQuery(query: URLSearchParams): PresignedQuery | unde
     return all.length === 1 ? all[0] : undefined;
   };
   const keyId = one(PRESIGN_PARAMS.key);
+  const issued = one(PRESIGN_PARAMS.issued);
   const expires = one(PRESIGN_PARAMS.expires);
   const secretId = one(PRESIGN_PARAMS.secret);
+  const sha256 = one(PRESIGN_PARAMS.digest);
   const signature = one(PRESIGN_PARAMS.signature);
   if (!keyId || !/^[a-z0-9]{16}$/.test(keyId)) return undefined;
-  if (!expires || !/^[0-9]{1,12}$/.test(expires)) return undefined;
-  if (!secretId || !/^[0-9]{1,18}$/.test(secretId)) return undefined;
+  if (!issued || !SECONDS.test(issued)) return undefined;
+  if (!expires || !SECONDS.test(expires)) return undefined;
+  if (!secretId || !SECRET_ID.test(secretId)) return undefined;
+  if (!sha256 || !SHA256_HEX.test(sha256)) return undefined;
   if (!signature || !/^[A-Za-z0-9_-]{43}$/.test(signature)) return undefined;
-  return { keyId, expiresAt: Number(expires), secretId, signature };
+  return { keyId, issuedAt: Number(issued), expiresAt: Number(expires), secretId, sha256, signature };
+}
+
+/**
+ * True for a link of the first format: its four parameters and neither a date nor a digest. Such a
+ * link was bound to a name, not to bytes, so it is refused (`link_outdated`), never verified.
+ */
+export function isOutdatedLink(query: URLSearchParams): boolean {
+  return (
+    V1_PARAMS.every((name) => query.getAll(name).length === 1) &&
+    !query.has(PRESIGN_PARAMS.digest) &&
+    !query.has(PRESIGN_PARAMS.issued)
+  );
 }
 
 /** The query string of a link (without `?`). */
 export function presignQueryString(fields: PresignFields, signature: string): string {
   const q = new URLSearchParams();
   q.set(PRESIGN_PARAMS.key, fields.keyId);
+  q.set(PRESIGN_PARAMS.issued, String(fields.issuedAt));
   q.set(PRESIGN_PARAMS.expires, String(fields.expiresAt));
   q.set(PRESIGN_PARAMS.secret, fields.secretId);
+  q.set(PRESIGN_PARAMS.digest, fields.sha256);
   q.set(PRESIGN_PARAMS.signature, signature);
   return q.toString();
 }

@@ -18,6 +18,7 @@ const clock = new ManualClock(Date.now(), 0);
 let auth: Authenticator;
 let links: PresignedLinks;
 const PATH = '/api/v1/repositories/libs/artifacts/a.bin/content';
+const SHA = 'ab'.repeat(32);
 
 beforeAll(async () => {
   auth = new Authenticator({ pool: db.pool, databaseUrl: db.url, clock, log: createLogger('silent') });
@@ -35,13 +36,13 @@ async function principalOf(key: { principalId: string; keyId: string; name: stri
 
 function verify(pathAndQuery: string) {
   const url = new URL(pathAndQuery, 'http://gw.invalid');
-  return links.authenticate(url.pathname, url.searchParams);
+  return links.authenticate(url.pathname, url.searchParams).then((r) => r.principal);
 }
 
 describe('pre-signed links (injected clock, real PostgreSQL)', () => {
   it('verify until the expiry and not after it', async () => {
     const sa = await createServiceAccount(db.pool, { grants: { libs: 'read' } });
-    const link = await links.issue(await principalOf(sa), PATH, 600);
+    const link = await links.issue(await principalOf(sa), PATH, SHA, 600);
     expect(link.expiresAt.getTime()).toBe(Math.floor(clock.wallMs() / 1000) * 1000 + 600_000);
     expect((await verify(link.pathAndQuery)).id).toBe(sa.principalId);
     clock.advance(link.expiresAt.getTime() - clock.wallMs() - 1);
@@ -52,7 +53,7 @@ describe('pre-signed links (injected clock, real PostgreSQL)', () => {
 
   it('refuse a tampered path, an unknown secret, and a key revoked or expired after the link was made', async () => {
     const sa = await createServiceAccount(db.pool, { grants: { libs: 'read' } });
-    const link = await links.issue(await principalOf(sa), PATH, 600);
+    const link = await links.issue(await principalOf(sa), PATH, SHA, 600);
     await expect(verify(link.pathAndQuery.replace('a.bin', 'b.bin'))).rejects.toMatchObject({ code: 'unauthorized' });
     await expect(
       verify(link.pathAndQuery.replace(/X-Arkvory-Secret=\d+/, 'X-Arkvory-Secret=999999')),
@@ -63,7 +64,7 @@ describe('pre-signed links (injected clock, real PostgreSQL)', () => {
       clock.wallMs() + 60_000,
       expiring.keyId,
     ]);
-    const expiringLink = await links.issue(await principalOf(expiring), PATH, 600);
+    const expiringLink = await links.issue(await principalOf(expiring), PATH, SHA, 600);
     expect((await verify(expiringLink.pathAndQuery)).id).toBe(expiring.principalId);
     clock.advance(61_000);
     await expect(verify(expiringLink.pathAndQuery)).rejects.toMatchObject({ code: 'unauthorized' });
@@ -74,9 +75,9 @@ describe('pre-signed links (injected clock, real PostgreSQL)', () => {
   it('survive a rotation until its grace period ends, and die at once without one', async () => {
     const sa = await createServiceAccount(db.pool, { grants: { libs: 'read' } });
     const principal = await principalOf(sa);
-    const old = await links.issue(principal, PATH, 3600);
+    const old = await links.issue(principal, PATH, SHA, 3600);
     const rotated = await rotatePresignSecret(db.pool, 120);
-    const fresh = await links.issue(principal, PATH, 3600);
+    const fresh = await links.issue(principal, PATH, SHA, 3600);
     expect(fresh.pathAndQuery).toContain(`X-Arkvory-Secret=${rotated.secretId}&`);
     // The gateway clock is this test's; the grace end is the database's now() + 120 s.
     clock.advance(Date.parse(rotated.oldLinksValidUntil) - clock.wallMs() - 1000);

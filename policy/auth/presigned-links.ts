@@ -3,6 +3,14 @@
  * secrets live in PostgreSQL (`arkvory_presign_secrets`) and are cached like keys: dropped whenever
  * the Authenticator's cache is (NOTIFY or a moved epoch), trusted only while it trusts its own, so
  * a rotation, a revoked key, a removed grant or a disabled principal kills a link within 2 s.
+ *
+ * Unknown secret ids cost no query: ids are issued in ascending order, so an id at or below the
+ * newest cached one that the cache lacks is retired or never existed and is refused at once. Only
+ * an id above it (a secret rotated in elsewhere, its NOTIFY not here yet) is read again, behind the
+ * Authenticator's recheck allowance for unknown keys.
+ *
+ * A verified link also names the sha256 of the content it was made for; the content route compares
+ * it with what the name holds when it serves (`link_content_changed` otherwise).
  */
 import { randomBytes } from 'node:crypto';
 import type pg from 'pg';
@@ -12,6 +20,7 @@ import { unauthorized, type Authenticator } from './authenticator.ts';
 import type { Principal } from './principal.ts';
 import {
   canonicalPath,
+  isOutdatedLink,
   parsePresignQuery,
   presignQueryString,
   signatureMatches,
@@ -121,16 +130,22 @@ export class PresignedLinks {
     return created;
   }
 
-  /** A link to `pathname` (a content path) made by the principal's key, valid `lifetimeSeconds`. */
-  async issue(principal: Principal, pathname: string, lifetimeSeconds: number): Promise<IssuedLink> {
+  /**
+   * A link to `pathname` (a content path) made by the principal's key, valid `lifetimeSeconds`, for
+   * the content whose sha256 is `sha256` (what the name holds now).
+   */
+  async issue(principal: Principal, pathname: string, sha256: string, lifetimeSeconds: number): Promise<IssuedLink> {
     const path = canonicalPath(pathname);
     if (path === undefined) throw new PolicyError('invalid_request', 'The target path is not valid.');
     const signing = await this.#signingSecret();
+    const nowS = Math.floor(this.#clock.wallMs() / 1000);
     const fields: PresignFields = {
       path,
       keyId: principal.keyId,
-      expiresAt: Math.floor(this.#clock.wallMs() / 1000) + lifetimeSeconds,
+      issuedAt: nowS,
+      expiresAt: nowS + lifetimeSeconds,
       secretId: signing.id,
+      sha256,
     };
     return {
       pathAndQuery: `${path}?${presignQueryString(fields, signPresign(signing.secret, fields))}`,
@@ -138,26 +153,37 @@ export class PresignedLinks {
     };
   }
 
-  /** The principal a link acts for; a bad, expired, rotated-out or revoked link is the same 401 as a bad key. */
-  async authenticate(pathname: string, query: URLSearchParams): Promise<Principal> {
+  /** The secret a link names: from the cache, or read again only when it may be newer than the cache. */
+  async #secretFor(secretId: string): Promise<SecretRow | undefined> {
+    const cached = await this.#secrets();
+    const found = cached.find((s) => s.id === secretId);
+    if (found) return found;
+    const newest = cached.at(-1);
+    // Ids are ascending (`ORDER BY id`): one at or below the newest cached id is retired or unknown.
+    if (newest !== undefined && BigInt(secretId) <= BigInt(newest.id)) return undefined;
+    if (this.#auth.isCacheTrusted && !this.#auth.allowRecheck()) return undefined;
+    return (await this.#secrets({ fresh: true })).find((s) => s.id === secretId);
+  }
+
+  /**
+   * The principal a link acts for and the sha256 of the content it was made for; a bad, expired,
+   * rotated-out or revoked link is the same 401 as a bad key, a link of the first format 410
+   * `link_outdated`, one made before its principal was last disabled 401.
+   */
+  async authenticate(pathname: string, query: URLSearchParams): Promise<{ principal: Principal; sha256: string }> {
     const link = parsePresignQuery(query);
     const path = canonicalPath(pathname);
+    if (!link && isOutdatedLink(query)) throw new PolicyError('link_outdated');
     if (!link || path === undefined) throw unauthorized();
     const nowMs = this.#clock.wallMs();
     if (link.expiresAt * 1000 <= nowMs) throw unauthorized();
-    // A secret unknown to the cache may be newer than it (rotated elsewhere, NOTIFY not yet here): ask once.
-    const secret =
-      (await this.#secrets()).find((s) => s.id === link.secretId) ??
-      (await this.#secrets({ fresh: true })).find((s) => s.id === link.secretId);
+    const secret = await this.#secretFor(link.secretId);
     if (!secret || (secret.retiresAtMs !== null && secret.retiresAtMs <= nowMs)) throw unauthorized();
-    if (
-      !signatureMatches(
-        secret.secret,
-        { path, keyId: link.keyId, expiresAt: link.expiresAt, secretId: link.secretId },
-        link.signature,
-      )
-    )
-      throw unauthorized();
-    return this.#auth.authenticateKeyId(link.keyId);
+    const { signature, ...signed } = link;
+    if (!signatureMatches(secret.secret, { path, ...signed }, signature)) throw unauthorized();
+    const principal = await this.#auth.authenticateKeyId(link.keyId);
+    // Re-enabling a principal restores its keys, not the links made before it was disabled.
+    if (principal.disabledAtMs !== undefined && link.issuedAt * 1000 < principal.disabledAtMs) throw unauthorized();
+    return { principal, sha256: link.sha256 };
   }
 }

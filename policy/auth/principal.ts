@@ -8,4 +8,9 @@ export interface Principal {
   readonly name: string;
   readonly keyId: string;
   readonly scopes: ReadonlySet<Scope>;
+  /**
+   * When the principal was last disabled (wall ms), if ever: a console session or pre-signed link
+   * made before it stays void after a re-enable (docs/auth.md).
+   */
+  readonly disabledAtMs?: number | undefined;
 }

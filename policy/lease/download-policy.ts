@@ -6,6 +6,7 @@
 import type pg from 'pg';
 import { barrierHolders, tryLockExclusive, unlockExclusive } from './barriers.ts';
 import { inTransaction } from '../../lib/transaction.ts';
+import { PolicyError } from '../errors.ts';
 
 export interface DownloadPolicy {
   slots: number;
@@ -13,9 +14,13 @@ export interface DownloadPolicy {
   downloadBytesPerSecPerPrincipal: number;
 }
 
-export class PolicyRefusal extends Error {
-  override readonly name = 'PolicyRefusal';
-  readonly code = 'startup_refused' as const;
+/** A start the stored shared-download policy (or a held slot) refuses. */
+export class PolicyRefusal extends PolicyError {
+  override readonly name: string = 'PolicyRefusal';
+  declare readonly code: 'startup_refused';
+  constructor(message: string) {
+    super('startup_refused', message);
+  }
 }
 
 const RESET_HINT =
@@ -83,9 +88,12 @@ export async function checkPolicy(
   return stored;
 }
 
-export class ResetRefused extends Error {
+export class ResetRefused extends PolicyError {
   override readonly name = 'ResetRefused';
-  readonly code = 'reset_refused' as const;
+  declare readonly code: 'reset_refused';
+  constructor(message: string) {
+    super('reset_refused', message);
+  }
 }
 
 /**

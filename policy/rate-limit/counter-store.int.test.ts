@@ -7,7 +7,7 @@ import { createLimiter } from './limiter.ts';
 import { createMemoryCounterStore } from './memory-counter-store.ts';
 import { CHECK_SCRIPT, createRedisCounterStore } from './redis-counter-store.ts';
 import { defineRule } from './rules.ts';
-import { counterStoreConformance, T0 } from './counter-store-conformance.ts';
+import { counterStoreConformance, T0 } from '../../test/conformance/counter-store.ts';
 
 const redis = useTestRedis();
 let n = 0;

@@ -76,26 +76,76 @@ export function withoutPublished(
   ]);
 }
 
+/** How binding an action is: a rule overridden by a less binding one is weakened. */
+const ACTION_STRENGTH = { limit: 2, log: 1, skip: 0 } as const;
+
+const same = (a: unknown, b: unknown): boolean => JSON.stringify(a ?? null) === JSON.stringify(b ?? null);
+
 /**
- * Spec 2.1, guardrails on who may add bypasses: a batch with a `skip` rule is refused whole with
+ * Why `override` (a published rule with a default rule's name, which replaces it: spec 2.5) is
+ * weaker than `base`, or undefined when it is as strict or stricter on every count: the same
+ * or a more binding action, no higher limit, no shorter window, no shorter ban, and the same
+ * match, characteristics and count_distinct (a changed match may stop matching anything).
+ */
+export function weakening(base: RuleSpec, override: RuleSpec): string | undefined {
+  if (ACTION_STRENGTH[override.action] < ACTION_STRENGTH[base.action])
+    return `turns action ${base.action} into ${override.action}`;
+  if (base.action === 'skip') return undefined;
+  if (base.limit !== undefined && (override.limit ?? Number.POSITIVE_INFINITY) > base.limit)
+    return `raises limit from ${base.limit} to ${override.limit}`;
+  if (base.period_s !== undefined && (override.period_s ?? 0) < base.period_s)
+    return `shortens period_s from ${base.period_s} to ${override.period_s}`;
+  if (base.ban_for_s !== undefined && (override.ban_for_s ?? 0) < base.ban_for_s)
+    return override.ban_for_s === undefined
+      ? `removes the ${base.ban_for_s} s ban`
+      : `shortens ban_for_s from ${base.ban_for_s} to ${override.ban_for_s}`;
+  if (!same(base.match, override.match)) return 'changes match';
+  if (!same(base.characteristics, override.characteristics)) return 'changes characteristics';
+  if (!same(base.count_distinct, override.count_distinct)) return 'changes count_distinct';
+  return undefined;
+}
+
+/**
+ * Spec 2.1, guardrails on who may add bypasses: a batch with a `skip` rule, or with a rule that
+ * replaces a default rule of its limiter by a weaker one (republishing `ban_ip_after_auth_failures`
+ * with `action: log` disables the ban as surely as a skip), is refused whole with
  * `bypass_not_allowed`, naming every such rule.
  */
-export function refuseBypassRules(rateLimits: ReadonlyMap<string, readonly RuleSpec[]>): void {
+export function refuseBypassRules(
+  rateLimits: ReadonlyMap<string, readonly RuleSpec[]>,
+  defaults: (limiter: string) => readonly RuleSpec[] = () => [],
+): void {
   const bypasses: RuleProblem[] = [];
-  for (const [limiter, rules] of rateLimits)
+  const reasons: string[] = [];
+  for (const [limiter, rules] of rateLimits) {
+    const base = new Map(defaults(limiter).map((r) => [r.name, r]));
     rules.forEach((r, i) => {
-      if (r.action === 'skip')
+      if (r.action === 'skip') {
         bypasses.push({
           path: ['rate_limits', limiter, i, 'action'],
           rule: r.name,
           message:
             'bypass (skip) rules may be published only by the principals in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS, or deployed in the operator file',
         });
+        reasons.push(`rule "${r.name}" in ${limiter} is a bypass (skip) rule`);
+        return;
+      }
+      const original = base.get(r.name);
+      const why = original && weakening(original, r);
+      if (why) {
+        bypasses.push({
+          path: ['rate_limits', limiter, i],
+          rule: r.name,
+          message: `overrides the default rule "${r.name}" and ${why}; weakening a default rule is a bypass`,
+        });
+        reasons.push(`rule "${r.name}" in ${limiter} weakens the default rule of that name (${why})`);
+      }
     });
+  }
   if (bypasses.length)
     throw new RateLimitError(
       'bypass_not_allowed',
-      `Refused: ${bypasses.map((p) => `rule "${p.rule}" in ${String(p.path[1])} is a bypass (skip) rule`).join('; ')}. Only the principals in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS may publish bypass rules; operators can also deploy them in ARKVORY_RATE_LIMITS_FILE.`,
+      `Refused: ${reasons.join('; ')}. Only the principals in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS may publish bypass rules or weaken default rules; operators can also deploy them in ARKVORY_RATE_LIMITS_FILE.`,
       { problems: bypasses },
     );
 }

@@ -1,18 +1,57 @@
+import { type CodeOf, CodedError, defineErrors } from '../../lib/coded-error.ts';
+
 /**
  * Codes of the rate-limit engine. None of them reaches a client as such: the gate turns a block into
  * the policy code `rate_limited`, the admin routes map these onto `invalid_request`, `not_found`,
- * `forbidden` (a bypass rule from a publisher not allowed to add one) and `unavailable`.
+ * `forbidden` (a bypass rule, or a weakened default rule, from a publisher not allowed to add one),
+ * `rules_too_large` and `unavailable`.
  */
-export const RATE_LIMIT_ERRORS = {
-  invalid_rules: 'The rate-limit rules are invalid.',
-  unknown_limiter: 'No such limiter.',
-  unknown_rule: 'No such published rule.',
-  bypass_not_allowed: 'This publisher may not add bypass (skip) rules.',
-  store_unavailable: 'The rate-limit store is unavailable.',
-  store_timeout: 'The rate-limit store did not answer in time.',
-} as const;
+export const RATE_LIMIT_ERRORS = defineErrors('policy/rate-limit/errors.ts', {
+  invalid_rules: {
+    status: null,
+    message: 'The rate-limit rules are invalid.',
+    advice:
+      'Each problem line names the file, line and rule; fix them and check with `arkvory ratelimit validate` before deploying.',
+  },
+  invalid_regex: {
+    status: null,
+    message: 'A rule regex is not valid RE2 or is too large.',
+    advice: 'Rule regexes use RE2 syntax (no lookaround or backreferences) and stay small; simplify the pattern.',
+  },
+  unknown_limiter: {
+    status: null,
+    message: 'No such limiter.',
+    advice: 'Name a limiter of `policy/rate-limit/available_limiters.yaml` (`arkvory ratelimit show` lists them).',
+  },
+  unknown_rule: {
+    status: null,
+    message: 'No such published rule.',
+    advice: '`arkvory ratelimit show` lists the published rules by limiter.',
+  },
+  bypass_not_allowed: {
+    status: null,
+    message: 'This publisher may not add bypass (skip) rules or weaken a default rule.',
+    advice: 'Publish as a principal listed in `ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS`, or drop the skip rule.',
+  },
+  rules_over_bounds: {
+    status: null,
+    message: 'The published rules would exceed a bound (rules per limiter, document size, regex count or cost).',
+    advice:
+      'Publish fewer rules per limiter (at most 100), fewer or simpler regexes (32, 4000 instructions together); delete rules no longer needed (docs/rate-limits.md, "Bounds on published rules").',
+  },
+  store_unavailable: {
+    status: null,
+    message: 'The rate-limit store is unavailable.',
+    advice: 'Check Redis (`ARKVORY_REDIS_URL`); checks fail open until it is back.',
+  },
+  store_timeout: {
+    status: null,
+    message: 'The rate-limit store did not answer in time.',
+    advice: 'Redis is slow or overloaded; check it. Checks fail open meanwhile.',
+  },
+});
 
-export type RateLimitErrorCode = keyof typeof RATE_LIMIT_ERRORS;
+export type RateLimitErrorCode = CodeOf<typeof RATE_LIMIT_ERRORS>;
 
 /** One validation problem: where (file, line, key path, rule) and what. */
 export interface RuleProblem {
@@ -25,9 +64,8 @@ export interface RuleProblem {
   readonly line?: number | undefined;
 }
 
-export class RateLimitError extends Error {
-  override readonly name = 'RateLimitError';
-  readonly code: RateLimitErrorCode;
+export class RateLimitError extends CodedError<RateLimitErrorCode> {
+  override readonly name: string = 'RateLimitError';
   /** Set for `invalid_rules`: every problem found, not just the first. */
   readonly problems: readonly RuleProblem[];
   constructor(
@@ -35,8 +73,7 @@ export class RateLimitError extends Error {
     message?: string,
     options?: { cause?: unknown; problems?: readonly RuleProblem[] },
   ) {
-    super(message ?? RATE_LIMIT_ERRORS[code], options?.cause === undefined ? undefined : { cause: options.cause });
-    this.code = code;
+    super(RATE_LIMIT_ERRORS, code, message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.problems = options?.problems ?? [];
   }
 }

@@ -81,7 +81,7 @@ export const KEY_MEMO_MAX = 10_000;
  * The key strings of a rule for an identifier, kept while the window lasts, so a caller that comes
  * back (the same principal, the same address) is counted under the very same string objects. A Map
  * keyed by them (the memory store, the metrics) then finds its entry without hashing a string built
- * for this call, which a profile of small requests showed as the memory store's main cost. Same
+ * for this call, which would be the memory store's main cost on small requests. Same
  * strings as counterBase/counterKey/banKey build; bounded per rule by KEY_MEMO_MAX.
  */
 export class RuleKeyMemo {

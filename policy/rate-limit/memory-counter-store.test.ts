@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { createMemoryCounterStore } from './memory-counter-store.ts';
-import { counterStoreConformance, T0 } from './counter-store-conformance.ts';
+import { counterStoreConformance, T0 } from '../../test/conformance/counter-store.ts';
 import { buildPlan } from './evaluate.ts';
 import { defineRule } from './rules.ts';
 

@@ -77,9 +77,9 @@ const talliesOf = new WeakMap<Counter<string>, Tallies>();
 /**
  * A hot-path increment for a labelled prom-client counter: a plain number per label set, handed to
  * the counter when it is collected. prom-client's own inc() hashes and validates the label object on
- * every call, which a profile of small requests shows. The label set is found by walking one Map per
- * label with the values themselves (rule names, limiter names, literals: strings whose hash V8 has
- * already computed), never by a key string built per call, whose hashing a profile showed too. The
+ * every call, on every request's path. The label set is found by walking one Map per label with the
+ * values themselves (rule names, limiter names, literals: strings whose hash V8 has already
+ * computed), never by a key string built per call, which would have to be hashed too. The
  * counter must be created by `counter()` below (every increment then goes through here; a direct
  * inc() would be overwritten).
  */

@@ -10,15 +10,19 @@
  * plus a toolchain); re2js installs as plain JS with `npm ci`. See docs/rate-limits.md.
  */
 import { RE2JS } from 're2js';
+import { RateLimitError } from './errors.ts';
 
 /** Longest pattern accepted; rules match short values (routes, names, addresses). */
 export const MAX_REGEX_LENGTH = 512;
 /** Largest compiled program accepted: matching costs O(value length × program size). */
 export const MAX_REGEX_PROGRAM = 500;
 
-export class RuleRegexError extends Error {
+export class RuleRegexError extends RateLimitError {
   override readonly name = 'RuleRegexError';
-  readonly code = 'invalid_regex' as const;
+  declare readonly code: 'invalid_regex';
+  constructor(message: string) {
+    super('invalid_regex', message);
+  }
 }
 
 /** Compiles a rule regex or throws `RuleRegexError` saying why (syntax RE2 refuses, or too large). */

@@ -27,6 +27,7 @@ import {
 } from './rules.ts';
 import { withTimeout } from './timeout.ts';
 import { refuseBypassRules, seededDocuments, withoutPublished, withPublished } from './document-changes.ts';
+import { documentBoundProblems } from './document-bounds.ts';
 import { collectOrphanDocuments } from './orphan-documents.ts';
 import { compiledDocument, RuleReplica, type ReplicaSource } from './rule-replica.ts';
 
@@ -72,8 +73,10 @@ export interface RuleRegistry {
   rules(limiter: string): readonly Rule[];
   /**
    * Validates the batch (limiter → rules), then applies it atomically to the published tier. With
-   * `allowSkip: false` a batch holding a `skip` rule is refused whole with `bypass_not_allowed`
-   * (spec 2.1: guardrails on who may add bypasses). Default true (the operator's CLI).
+   * `allowSkip: false` a batch holding a `skip` rule, or one weakening a default rule, is refused
+   * whole with `bypass_not_allowed` (spec 2.1: guardrails on who may add bypasses). Default true
+   * (the operator's CLI). A batch that would take a stored document past DOCUMENT_BOUNDS is refused
+   * with `rules_over_bounds` (`rules_too_large` over HTTP), whoever publishes it.
    */
   publish(batch: unknown, options?: { allowSkip?: boolean }): Promise<{ limiters: string[]; rules: number }>;
   /** Deletes one published rule; `unknown_rule` if the published tier has no such rule. */
@@ -232,19 +235,27 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
     async publish(batch, options) {
       const { rateLimits, problems } = validateRateLimits(batch, available);
       assertNoProblems(problems, 'publish');
-      if (options?.allowSkip === false) refuseBypassRules(rateLimits);
+      if (options?.allowSkip === false)
+        refuseBypassRules(rateLimits, (limiter) => available.get(limiter)?.default_rules ?? []);
       const store = requireDocuments();
       const batchByLimiter = new Map([...rateLimits].filter(([, rules]) => rules.length > 0));
       const names = [...batchByLimiter.keys()];
       await withStore(
-        store.update(names, (current) =>
-          withPublished(current, batchByLimiter, {
+        store.update(names, (current) => {
+          const next = withPublished(current, batchByLimiter, {
             base: compiled,
             read: stored,
             onUnreadable: (limiter) =>
               log.warn({ limiter }, 'replacing an invalid stored rate-limit document while publishing'),
-          }),
-        ),
+          });
+          // Bounded as stored (this batch on top of what was published before), inside the update.
+          const tooLarge = [...next].flatMap(([limiter, doc]) => documentBoundProblems(limiter, doc));
+          if (tooLarge.length)
+            throw new RateLimitError('rules_over_bounds', 'Refused: the published rules would exceed a bound', {
+              problems: tooLarge,
+            });
+          return next;
+        }),
       );
       const count = names.reduce((n, l) => n + batchByLimiter.get(l)!.length, 0);
       log.info({ limiters: names, rules: count }, 'rate-limit rules published');

@@ -1,6 +1,7 @@
-import { AdminStore, parseScopes } from '../../policy/auth/admin-store.ts';
+import { AdminStore, checkKeyLifetime, parseScopes } from '../../policy/auth/admin-store.ts';
 import type { Permission } from '../../policy/auth/authorize.ts';
 import { PolicyError } from '../../policy/errors.ts';
+import type { PageRequest } from '../../policy/auth/page.ts';
 import type { Route } from '../server/route-types.ts';
 import { sendJson } from '../server/http-errors.ts';
 import { readJsonBody } from '../server/request-body.ts';
@@ -8,11 +9,9 @@ import type { Services } from '../server/services.ts';
 
 const BASE = '/api/v1/admin';
 
-function optionalPositiveInt(value: unknown, name: string): number | undefined {
-  if (value === undefined || value === null) return undefined;
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0)
-    throw new PolicyError('invalid_request', `${name} must be a positive integer`);
-  return value;
+/** `?limit=&cursor=` of a listing (policy/auth/page.ts checks them). */
+export function pageQuery(url: URL): PageRequest {
+  return { limit: url.searchParams.get('limit') ?? undefined, cursor: url.searchParams.get('cursor') ?? undefined };
 }
 
 function requiredString(value: unknown, name: string): string {
@@ -30,7 +29,10 @@ export function authAdminRoutes(services: Services): Route[] {
     handle,
   });
   return [
-    admin(['GET'], '/principals', async ({ res }) => sendJson(res, 200, { principals: await store.listPrincipals() })),
+    admin(['GET'], '/principals', async ({ res, url }) => {
+      const page = await store.listPrincipals(pageQuery(url));
+      sendJson(res, 200, { principals: page.items, nextCursor: page.nextCursor });
+    }),
     admin(['POST'], '/principals', async ({ req, res }) => {
       const body = await readJsonBody(req);
       sendJson(res, 201, await store.createPrincipal(requiredString(body.name, 'name')));
@@ -44,12 +46,13 @@ export function authAdminRoutes(services: Services): Route[] {
     admin(['POST'], '/principals/:principal/enable', async ({ res, params }) =>
       sendJson(res, 200, await store.setPrincipalDisabled(params.principal!, false)),
     ),
-    admin(['GET'], '/principals/:principal/keys', async ({ res, params }) =>
-      sendJson(res, 200, { keys: await store.listKeys(params.principal!) }),
-    ),
+    admin(['GET'], '/principals/:principal/keys', async ({ res, params, url }) => {
+      const page = await store.listKeys(params.principal!, pageQuery(url));
+      sendJson(res, 200, { keys: page.items, nextCursor: page.nextCursor });
+    }),
     admin(['POST'], '/principals/:principal/keys', async ({ req, res, params }) => {
       const body = await readJsonBody(req);
-      const expiresInSeconds = optionalPositiveInt(body.expiresInSeconds, 'expiresInSeconds');
+      const expiresInSeconds = checkKeyLifetime(body.expiresInSeconds);
       const created = await store.createKey(params.principal!, {
         scopes: parseScopes(body.scopes ?? ['read']),
         ...(expiresInSeconds ? { expiresInSeconds } : {}),
@@ -63,19 +66,21 @@ export function authAdminRoutes(services: Services): Route[] {
     ),
     admin(['POST'], '/keys/:keyId/rotate', async ({ req, res, params }) => {
       const body = await readJsonBody(req);
-      const expiresInSeconds = optionalPositiveInt(body.expiresInSeconds, 'expiresInSeconds');
+      const expiresInSeconds = checkKeyLifetime(body.expiresInSeconds);
       sendJson(res, 201, await store.rotateKey(params.keyId!, expiresInSeconds ? { expiresInSeconds } : {}));
     }),
-    admin(['GET'], '/repositories', async ({ res }) =>
-      sendJson(res, 200, { repositories: await store.listRepositories() }),
-    ),
+    admin(['GET'], '/repositories', async ({ res, url }) => {
+      const page = await store.listRepositories(pageQuery(url));
+      sendJson(res, 200, { repositories: page.items, nextCursor: page.nextCursor });
+    }),
     admin(['POST'], '/repositories', async ({ req, res }) => {
       const body = await readJsonBody(req);
       sendJson(res, 201, await store.createRepository(requiredString(body.name, 'name')));
     }),
     admin(['GET'], '/grants', async ({ res, url }) => {
       const principal = url.searchParams.get('principal');
-      sendJson(res, 200, { grants: await store.listGrants(principal ?? undefined) });
+      const page = await store.listGrants(principal ?? undefined, pageQuery(url));
+      sendJson(res, 200, { grants: page.items, nextCursor: page.nextCursor });
     }),
     admin(['PUT'], '/grants/:principal/:repository', async ({ req, res, params }) => {
       const body = await readJsonBody(req);

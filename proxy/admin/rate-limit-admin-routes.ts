@@ -20,11 +20,17 @@ export function toPolicyError(err: unknown): unknown {
       return new PolicyError('invalid_request', `Invalid rules: ${err.problems.map(formatProblem).join('; ')}`, {
         cause: err,
       });
+    case 'invalid_regex':
+      return new PolicyError('invalid_request', `Invalid rules: ${err.message}`, { cause: err });
     case 'unknown_limiter':
     case 'unknown_rule':
       return new PolicyError('not_found', err.message, { cause: err });
     case 'bypass_not_allowed':
       return new PolicyError('forbidden', err.message, { cause: err });
+    case 'rules_over_bounds':
+      return new PolicyError('rules_too_large', `${err.message}: ${err.problems.map(formatProblem).join('; ')}`, {
+        cause: err,
+      });
     case 'store_unavailable':
     case 'store_timeout':
       return new PolicyError('unavailable', 'The rate-limit rule store is unavailable; retry later.', { cause: err });

@@ -1,11 +1,13 @@
 import { AdminStore, parseScopes } from '../../policy/auth/admin-store.ts';
 import type { Permission } from '../../policy/auth/authorize.ts';
 import { PolicyError } from '../../policy/errors.ts';
+import { PAGE_DEFAULT_LIMIT, PAGE_MAX_LIMIT, type Page, type PageRequest } from '../../policy/auth/page.ts';
 import { openCliPool } from './cli-database.ts';
 import { defineCommand, form, UsageError, type Command } from './command.ts';
 
 const DATABASE_NOTE = `The database is ARKVORY_DATABASE_URL, or the embedded one of a running \`npm start\` on the same
-ARKVORY_DATA_DIR. Output is JSON on stdout.`;
+ARKVORY_DATA_DIR. Output is JSON on stdout. A list prints one page, { "<items>": [...], "nextCursor": ... }:
+pass nextCursor to --cursor for the next page (null: the last).`;
 
 /** Parses `90`, `90s`, `15m`, `12h`, `30d` into seconds. */
 export function parseDuration(text: string): number {
@@ -34,6 +36,30 @@ async function withStore(env: NodeJS.ProcessEnv, action: (store: AdminStore) => 
   }
 }
 
+/** `--limit` and `--cursor` of a list form: one page, as the admin API gives it. */
+const PAGE_OPTIONS = {
+  limit: {
+    type: 'string',
+    value: '100',
+    description: `entries per page, 1 to ${PAGE_MAX_LIMIT} (default ${PAGE_DEFAULT_LIMIT})`,
+  },
+  cursor: {
+    type: 'string',
+    value: 'CURSOR',
+    description: 'the nextCursor a previous page printed: the page after it',
+  },
+} as const;
+
+/** The page request of a list form's options. */
+function pageInput(input: { string(name: 'limit' | 'cursor'): string | undefined }): PageRequest {
+  return { limit: input.string('limit'), cursor: input.string('cursor') };
+}
+
+/** `{ <name>: items, nextCursor }`, the admin API's shape. */
+const printed =
+  (name: string) =>
+  <T>(page: Page<T>) => ({ [name]: page.items, nextCursor: page.nextCursor });
+
 const EXPIRES_IN = {
   type: 'string',
   value: '30d',
@@ -51,7 +77,11 @@ ${DATABASE_NOTE}`,
       args: '<name>',
       run: ({ positionals }, env) => withStore(env, (s) => s.createPrincipal(positionals[0]!)),
     }),
-    form({ name: 'list', run: (_input, env) => withStore(env, (s) => s.listPrincipals()) }),
+    form({
+      name: 'list',
+      options: PAGE_OPTIONS,
+      run: (input, env) => withStore(env, async (s) => printed('principals')(await s.listPrincipals(pageInput(input)))),
+    }),
     form({
       name: 'disable',
       args: '<name|id>',
@@ -105,7 +135,9 @@ ${DATABASE_NOTE}`,
     form({
       name: 'list',
       args: '<principal>',
-      run: ({ positionals }, env) => withStore(env, (s) => s.listKeys(positionals[0]!)),
+      options: PAGE_OPTIONS,
+      run: (input, env) =>
+        withStore(env, async (s) => printed('keys')(await s.listKeys(input.positionals[0]!, pageInput(input)))),
     }),
     form({
       name: 'revoke',
@@ -138,7 +170,12 @@ ${DATABASE_NOTE}`,
       args: '<name>',
       run: ({ positionals }, env) => withStore(env, (s) => s.createRepository(positionals[0]!)),
     }),
-    form({ name: 'list', run: (_input, env) => withStore(env, (s) => s.listRepositories()) }),
+    form({
+      name: 'list',
+      options: PAGE_OPTIONS,
+      run: (input, env) =>
+        withStore(env, async (s) => printed('repositories')(await s.listRepositories(pageInput(input)))),
+    }),
   ],
 });
 
@@ -164,7 +201,9 @@ ${DATABASE_NOTE}`,
     form({
       name: 'list',
       args: '[<principal>]',
-      run: ({ positionals }, env) => withStore(env, (s) => s.listGrants(positionals[0])),
+      options: PAGE_OPTIONS,
+      run: (input, env) =>
+        withStore(env, async (s) => printed('grants')(await s.listGrants(input.positionals[0], pageInput(input)))),
     }),
   ],
 });

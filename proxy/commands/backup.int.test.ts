@@ -1,8 +1,9 @@
 /**
  * `arkvory backup` / `arkvory restore` with real processes: a writer taking full and multipart
  * uploads while the backup runs, a restore into a fresh database and storage root, a gateway on the
- * restored pair, and the damage `--verify` must find. On the directory store and on the
- * static-HTTP store (nginx).
+ * restored pair, and the damage `--verify` must find. On the store kinds a gateway reaches without a
+ * bucket (the directory and nginx); the S3 kinds' backup and restore round trip is in the conformance
+ * suite (test/conformance/artifact-store.ts), their restore target in restore-target.int.test.ts.
  */
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -15,7 +16,8 @@ import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { createTestDatabase, useTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { CLI, makeTempDir, ROOT, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { useTestRedis } from '../../test/support/redis.ts';
-import { startStaticStore, STORE_KINDS } from '../../test/support/static-store.ts';
+import { startStaticStore } from '../../test/support/static-store.ts';
+import { FILE_STORE_KINDS } from '../../test/support/store-kinds.ts';
 
 const KiB = 1024;
 const blobFile = (backup: string, hex: string) =>
@@ -105,7 +107,7 @@ async function listPartials(dir: string): Promise<string[]> {
   return (await readdir(dir).catch(() => [])).filter((n) => n.endsWith('.partial'));
 }
 
-describe.each(STORE_KINDS)('backup and restore (%s store)', (kind) => {
+describe.each(FILE_STORE_KINDS)('backup and restore (%s store)', (kind) => {
   const db = useTestDatabase();
 
   it('backs up while uploads run, restores byte-exact into a fresh database and root, and --verify finds a corrupt blob', async () => {

@@ -45,7 +45,7 @@ describe('arkvory keys create with a mistyped option', () => {
     expect(typo.stderr).toBe('arkvory keys create: unknown option --scope (see arkvory keys create --help)\n');
     const { rows } = await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM arkvory_api_keys');
     expect(rows[0]!.n).toBe(0);
-    expect(JSON.parse((await runCli(['keys', 'list', 'bob'], env)).stdout)).toEqual([]);
+    expect(JSON.parse((await runCli(['keys', 'list', 'bob'], env)).stdout)).toEqual({ keys: [], nextCursor: null });
     // A missing value is refused the same way; the spelled-out option makes the admin key asked for.
     const missing = await runCli(['keys', 'create', 'bob', '--scopes'], env);
     expect([missing.code, missing.stdout, missing.stderr]).toEqual([
@@ -67,7 +67,7 @@ describe('arkvory keys create with a mistyped option', () => {
       const { code, stdout, stderr } = await run(command, args, env);
       expect(code, `${command}: ${stderr}`).toBe(0);
       expect(
-        (JSON.parse(stdout) as Array<{ name: string }>).map((p) => p.name),
+        (JSON.parse(stdout) as { principals: Array<{ name: string }> }).principals.map((p) => p.name),
         command,
       ).toEqual(['bob']);
     }

@@ -9,6 +9,7 @@ import path from 'node:path';
 import {
   ArkvoryClientError,
   baseUrlOf,
+  CLIENT_VARIABLES,
   contentUrl,
   download,
   presign,
@@ -48,16 +49,17 @@ async function keyFrom(
   env: NodeJS.ProcessEnv,
   required: boolean,
 ): Promise<string | undefined> {
-  const file = keyFile ?? env.ARKVORY_KEY_FILE;
+  const file = keyFile ?? env[CLIENT_VARIABLES.keyFile];
   if (typeof file === 'string') return (await readFile(file, 'utf8')).trim();
-  if (env.ARKVORY_KEY) return env.ARKVORY_KEY.trim();
+  const key = env[CLIENT_VARIABLES.key];
+  if (key) return key.trim();
   if (required)
     throw new UsageError('no API key: set ARKVORY_KEY, or ARKVORY_KEY_FILE / --key-file naming a file that holds it');
   return undefined;
 }
 
 function gatewayUrl(url: string | undefined, env: NodeJS.ProcessEnv): string | undefined {
-  return url ?? env.ARKVORY_URL;
+  return url ?? env[CLIENT_VARIABLES.url];
 }
 
 /** Runs a client action; a client or gateway refusal is one line on stderr and exit 1. */
@@ -189,6 +191,7 @@ ${CONNECTION_NOTE}`,
         if (concurrency !== undefined && !/^[1-9][0-9]?$/.test(concurrency))
           throw new UsageError('--concurrency must be 1 to 99');
         const contentType = input.string('content-type');
+        const stateDir = env[CLIENT_VARIABLES.uploadStateDir];
         return reporting(() =>
           upload({
             file: file!,
@@ -198,7 +201,7 @@ ${CONNECTION_NOTE}`,
             ...(threshold !== undefined ? { multipartThreshold: parseSize(threshold) } : {}),
             ...(partSize !== undefined ? { partSize: parseSize(partSize) } : {}),
             ...(concurrency !== undefined ? { concurrency: Number(concurrency) } : {}),
-            ...(env.ARKVORY_UPLOAD_STATE_DIR ? { stateDir: env.ARKVORY_UPLOAD_STATE_DIR } : {}),
+            ...(stateDir ? { stateDir } : {}),
           }),
         );
       },

@@ -5,6 +5,7 @@
  * accepted without being listed, nor listed without being accepted.
  */
 import { type ParseArgsOptionsConfig, parseArgs } from 'node:util';
+import { GatewayError } from '../server/errors.ts';
 
 /** One option of a form: `--name VALUE` (string) or `--name` (boolean). */
 export interface OptionSpec {
@@ -99,14 +100,14 @@ export interface Command extends CommandSpec {
   readonly usage: string;
 }
 
-export class UsageError extends Error {
+export class UsageError extends GatewayError {
   override readonly name = 'UsageError';
-  readonly code = 'usage' as const;
+  declare readonly code: 'usage';
   /** Whether the one-line message ends with "(see arkvory … --help)": arguments yes, an unreachable database no. */
   readonly seeHelp: boolean;
 
   constructor(message: string, options: { seeHelp?: boolean } = {}) {
-    super(message);
+    super('usage', message);
     this.seeHelp = options.seeHelp ?? true;
   }
 }

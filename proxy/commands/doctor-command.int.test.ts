@@ -62,6 +62,7 @@ describe('arkvory doctor', () => {
     expect(result.get('redis')).toBe('ok');
     expect(result.get('policy')).toBe('ok');
     expect(result.get('slot')).toBe('skip');
+    expect(r.stdout).toMatch(/^ok {3}database: PostgreSQL \d+(\.\d+)*\S* reachable/m);
     expect((await migrated.pool.query('SELECT count(*)::int AS n FROM arkvory_storage')).rows[0].n).toBe(0);
   });
 
@@ -82,7 +83,9 @@ describe('arkvory doctor', () => {
       redis: 'skip',
       policy: 'ok',
       slot: 'skip',
+      proxies: 'ok',
     });
+    expect(r.stdout).toMatch(/^ok {3}database: PostgreSQL \d+(\.\d+)*\S* reachable \(the embedded one/m);
     expect(r.stdout).toContain(`the embedded one of the running gateway under ${dataDir}/.pg`);
     expect(r.stdout).toMatch(/ok {3}storage: .* and the database are both storage [0-9a-f-]{36}/);
     await gw.stop('SIGTERM');
@@ -142,6 +145,7 @@ describe('arkvory doctor', () => {
       redis: 'FAIL',
       policy: 'FAIL',
       slot: 'FAIL',
+      proxies: 'ok',
     });
     expect(r.stdout).toMatch(/FAIL storage: .*different installations/);
     expect(r.stdout).toMatch(/FAIL policy: the stored policy \(SLOTS=2, SHARED_DOWNLOAD_BYTES_PER_SECOND=2097152/);

@@ -14,6 +14,7 @@ import { readStorageIdObject } from '../../storage-adapter/http/index.ts';
 import { readS3StorageIdObject } from '../../storage-adapter/s3/index.ts';
 import { STORAGE_ID_FILE } from '../../storage-adapter/paths.ts';
 import { ConfigError, loadConfig, type Config } from '../config/config.ts';
+import { createTrustedProxies } from '../router/forwarded.ts';
 import { runningEmbeddedDatabaseUrl } from './cli-database.ts';
 import { defineCommand, form, type Command } from './command.ts';
 
@@ -25,7 +26,7 @@ export interface CheckResult {
 }
 
 /** The checks in the order they run and print. */
-export const CHECKS = ['variables', 'database', 'migrations', 'storage', 'redis', 'policy', 'slot'] as const;
+export const CHECKS = ['variables', 'database', 'migrations', 'storage', 'redis', 'policy', 'slot', 'proxies'] as const;
 
 const TIMEOUT_MS = 5000;
 
@@ -256,6 +257,35 @@ async function checkSlot(config: Config, pool: pg.Pool): Promise<CheckResult> {
   };
 }
 
+/**
+ * Forwarding peers the gateways reported (`arkvory_forwarding_peers`, last 7 days) that this
+ * configuration's ARKVORY_TRUSTED_PROXIES does not trust: their clients' addresses are not believed.
+ */
+async function checkProxies(config: Config, pool: pg.Pool): Promise<CheckResult> {
+  const check = 'proxies';
+  if (config.role === 'router' || config.role === 'worker' || config.role === 'rules-service')
+    return { check, status: 'skip', detail: `the ${config.role} bans no client address` };
+  const { rows } = await pool.query<{ peer: string; role: string; seen: Date }>(
+    `SELECT peer, role, last_seen_at AS seen FROM arkvory_forwarding_peers
+     WHERE last_seen_at > now() - interval '7 days' ORDER BY last_seen_at DESC LIMIT 100`,
+  );
+  const trusted = createTrustedProxies(config.trustedProxies);
+  const untrusted = rows.filter((r) => !trusted.isTrusted(r.peer));
+  const list = config.trustedProxies.length === 0 ? 'none' : config.trustedProxies.join(',');
+  if (untrusted.length === 0)
+    return {
+      check,
+      status: 'ok',
+      detail: `no untrusted peer sent forwarding headers (ARKVORY_TRUSTED_PROXIES: ${list})`,
+    };
+  const named = [...new Set(untrusted.map((r) => r.peer))].slice(0, 5);
+  return {
+    check,
+    status: 'FAIL',
+    detail: `${named.join(', ')} sent X-Forwarded-For/Forwarded (last ${untrusted[0]!.seen.toISOString()}, to a ${untrusted[0]!.role}) but ${named.length === 1 ? 'is' : 'are'} not in ARKVORY_TRUSTED_PROXIES (${list}): client addresses through ${named.length === 1 ? 'it' : 'them'} are not believed; if ${named.length === 1 ? 'it is' : 'they are'} your router or proxy, add ${named.length === 1 ? 'it' : 'them'} (docs/router.md)`,
+  };
+}
+
 /** Runs every check; a failed prerequisite turns the checks that need it into `skip`. */
 export async function runDoctor(env: NodeJS.ProcessEnv): Promise<CheckResult[]> {
   const results: CheckResult[] = [];
@@ -309,6 +339,7 @@ export async function runDoctor(env: NodeJS.ProcessEnv): Promise<CheckResult[]> 
       results.push(
         { check: 'policy', status: 'skip', detail: 'needs a database' },
         { check: 'slot', status: 'skip', detail: 'needs a database' },
+        { check: 'proxies', status: 'skip', detail: 'needs a database' },
       );
       return results;
     }
@@ -323,11 +354,12 @@ export async function runDoctor(env: NodeJS.ProcessEnv): Promise<CheckResult[]> 
     });
     pool.on('error', () => {});
     try {
-      const { rows } = await pool.query<{ version: string }>('SHOW server_version');
+      // SHOW names its one column after the setting.
+      const { rows } = await pool.query<{ server_version: string }>('SHOW server_version');
       results.push({
         check: 'database',
         status: 'ok',
-        detail: `PostgreSQL ${rows[0]?.version ?? '?'} reachable${config.databaseUrl ? '' : ` (the embedded one of the running gateway under ${config.dataDir}/.pg)`}`,
+        detail: `PostgreSQL ${rows[0]?.server_version ?? '(version not reported)'} reachable${config.databaseUrl ? '' : ` (the embedded one of the running gateway under ${config.dataDir}/.pg)`}`,
       });
     } catch (err) {
       results.push({ check: 'database', status: 'FAIL', detail: `cannot reach ${where}: ${message(err)}` });
@@ -351,6 +383,7 @@ export async function runDoctor(env: NodeJS.ProcessEnv): Promise<CheckResult[]> 
       results.push(
         { check: 'policy', status: 'skip', detail: 'needs a migrated database' },
         { check: 'slot', status: 'skip', detail: 'needs a migrated database' },
+        { check: 'proxies', status: 'skip', detail: 'needs a migrated database' },
       );
       return results;
     }
@@ -365,6 +398,7 @@ export async function runDoctor(env: NodeJS.ProcessEnv): Promise<CheckResult[]> 
     results.push(await checkRedis(config));
     results.push(await checkPolicy(config, pool));
     results.push(await checkSlot(config, pool));
+    results.push(await checkProxies(config, pool));
     return results;
   } finally {
     await pool?.end().catch(() => {});
@@ -377,7 +411,8 @@ export function formatResult(r: CheckResult): string {
 
 export const doctorCommand: Command = defineCommand({
   name: 'doctor',
-  summary: 'check a configuration without serving (variables, database, migrations, storage, Redis, policy, slot)',
+  summary:
+    'check a configuration without serving (variables, database, migrations, storage, Redis, policy, slot, proxies)',
   description: `Checks the configuration in the environment without serving and prints one line per check:
 ${CHECKS.join(', ')}. Each line starts with ok, FAIL or skip. Nothing is written.
 Exit codes: 0 every check ok or skipped, 1 a check failed, 2 invalid variables.`,

@@ -52,12 +52,17 @@ export function buildConfig(v: VariableValues, derived: Derived, cwd: string): C
     rateLimitsFile: v.optStr('ARKVORY_RATE_LIMITS_FILE'),
     embeddedWorker: v.values.get('ARKVORY_EMBEDDED_WORKER') as boolean,
     uploadSessionTtlSeconds: v.num('ARKVORY_UPLOAD_SESSION_TTL_SECONDS'),
+    multipart: {
+      maxSessionsPerPrincipal: v.num('ARKVORY_MULTIPART_MAX_SESSIONS_PER_PRINCIPAL'),
+      maxPendingBytesPerPrincipal: v.num('ARKVORY_MULTIPART_MAX_PENDING_BYTES_PER_PRINCIPAL'),
+    },
     presignMaxExpiresSeconds: v.num('ARKVORY_PRESIGN_MAX_EXPIRES_SECONDS'),
     redisKeyPrefix: v.str('ARKVORY_REDIS_KEY_PREFIX'),
     rateLimitTimeoutMs: v.num('ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS'),
     rateLimitBypassPublishers: bypassPublishers,
     advertiseUrl,
     trustedProxies,
+    banIpv6PrefixLength: v.num('ARKVORY_BAN_IPV6_PREFIX_LENGTH'),
     router: {
       backends: routerBackends,
       probeIntervalMs: v.num('ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS'),

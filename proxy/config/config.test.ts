@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { CLIENT_VARIABLE_NAMES } from '../../client/index.ts';
 import { ConfigError, loadConfig, VARIABLES } from './config.ts';
 
 function problemsOf(env: Record<string, string>): string[] {
@@ -62,6 +63,25 @@ describe('loadConfig', () => {
   it('collects every problem at once and rejects unknown ARKVORY_ names', () => {
     const problems = problemsOf({ ARKVORY_PORT: 'x', ARKVORY_ROLE: 'y', ARKVORY_PROT: '1' });
     expect(problems.map((p) => p.split(':')[0]).sort()).toEqual(['ARKVORY_PORT', 'ARKVORY_PROT', 'ARKVORY_ROLE']);
+  });
+
+  it("ignores the client commands' own variables, and still refuses their misspellings", () => {
+    const clientEnv = Object.fromEntries(CLIENT_VARIABLE_NAMES.map((name) => [name, 'x']));
+    expect(CLIENT_VARIABLE_NAMES).toEqual(
+      expect.arrayContaining(['ARKVORY_URL', 'ARKVORY_KEY', 'ARKVORY_KEY_FILE', 'ARKVORY_UPLOAD_STATE_DIR']),
+    );
+    expect(problemsOf(clientEnv)).toEqual([]);
+    expect(loadConfig(clientEnv, '/srv')).toEqual(loadConfig({}, '/srv'));
+    expect(problemsOf({ ...clientEnv, ARKVORY_URLS: 'x', ARKVORY_KEYFILE: 'x', ARKVORY_KEY_FILES: 'x' })).toEqual([
+      expect.stringMatching(/^ARKVORY_URLS: unknown variable/),
+      expect.stringMatching(/^ARKVORY_KEYFILE: unknown variable/),
+      expect.stringMatching(/^ARKVORY_KEY_FILES: unknown variable/),
+    ]);
+  });
+
+  it('no client variable shares a name with a server variable', () => {
+    const server = new Set(VARIABLES.map((v) => v.name));
+    expect(CLIENT_VARIABLE_NAMES.filter((name) => server.has(name))).toEqual([]);
   });
 
   it('the static-HTTP store: a base URL and its timeouts; no credentials (never echoed), no query', () => {

@@ -2,6 +2,7 @@
  * The gateway's configuration: every ARKVORY_* variable (variables.ts) read, parsed
  * (variable-values.ts), checked across variables (cross-checks.ts) and assembled (build-config.ts).
  */
+import { GatewayError } from '../server/errors.ts';
 import { redactUserinfo } from '../server/redact-url.ts';
 import { buildConfig } from './build-config.ts';
 import {
@@ -20,13 +21,13 @@ export { VARIABLES, type VariableKind, type VariableSpec } from './variables.ts'
 
 export const CONFIG_ERROR_CODE = 'invalid_config' as const;
 
-export class ConfigError extends Error {
-  readonly code = CONFIG_ERROR_CODE;
+export class ConfigError extends GatewayError {
   override readonly name = 'ConfigError';
+  declare readonly code: typeof CONFIG_ERROR_CODE;
   /** One line per problem: `ARKVORY_X: expected …, got "…"`. */
   readonly problems: readonly string[];
   constructor(problems: readonly string[], options?: { cause?: unknown }) {
-    super(problems.join('\n'), options);
+    super(CONFIG_ERROR_CODE, problems.join('\n'), options);
     this.problems = problems;
   }
 }

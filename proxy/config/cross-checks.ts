@@ -4,7 +4,7 @@
  * reader's list and skips what depends on a variable whose own value already failed.
  */
 import { parseBackendList, parseOrigin } from '../router/backend-url.ts';
-import { parseTrustedProxies } from '../router/forwarded.ts';
+import { LOOPBACK_PROXIES, parseTrustedProxies } from '../router/forwarded.ts';
 import { parseS3Url } from '../../storage-adapter/s3/index.ts';
 import { parseRedisTarget } from '../../policy/rate-limit/redis-target.ts';
 import type { Config, S3Config } from './types.ts';
@@ -165,7 +165,10 @@ export function checkEndpoints(
       );
   }
   const trusted = parseTrustedProxies(v.optStr('ARKVORY_TRUSTED_PROXIES'));
-  if (trusted.ok) trustedProxies = trusted.value;
+  // Unset: a gateway trusts its own host (a router or nginx beside it); the router, the edge, trusts nobody.
+  if (trusted.ok)
+    trustedProxies =
+      v.optStr('ARKVORY_TRUSTED_PROXIES') === undefined && role !== 'router' ? [...LOOPBACK_PROXIES] : trusted.value;
   else v.problems.push(`ARKVORY_TRUSTED_PROXIES: ${trusted.problem}`);
   const backends = v.optStr('ARKVORY_ROUTER_BACKENDS');
   if (backends !== undefined) {

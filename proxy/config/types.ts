@@ -46,6 +46,8 @@ export interface Config {
   readonly rateLimitsFile: string | undefined;
   readonly embeddedWorker: boolean;
   readonly uploadSessionTtlSeconds: number;
+  /** Per-principal bounds on multipart sessions (storage-adapter/multipart/sessions.ts). */
+  readonly multipart: { readonly maxSessionsPerPrincipal: number; readonly maxPendingBytesPerPrincipal: number };
   readonly redisKeyPrefix: string;
   readonly rateLimitTimeoutMs: number;
   /** Principal names that may publish `skip` rules over HTTP (spec 2.1); empty = nobody. */
@@ -54,6 +56,8 @@ export interface Config {
   readonly advertiseUrl: string | undefined;
   /** Validated ARKVORY_TRUSTED_PROXIES entries; compile with `createTrustedProxies`. */
   readonly trustedProxies: readonly string[];
+  /** ARKVORY_BAN_IPV6_PREFIX_LENGTH: the IPv6 prefix an `auth_failure` ban covers. */
+  readonly banIpv6PrefixLength: number;
   readonly router: {
     /** Static gateways, writer first; undefined = discovered from the leases. */
     readonly backends: readonly string[] | undefined;

@@ -2,11 +2,22 @@
  * Reads every ARKVORY_* variable against the table (variables.ts): unknown names, empty secrets and
  * values of the wrong kind become problem lines; the rest are parsed into typed values.
  */
+import { CLIENT_VARIABLE_NAMES } from '../../client/index.ts';
 import { redactUserinfo } from '../server/redact-url.ts';
 import { VARIABLES, type VariableKind, type VariableSpec } from './variables.ts';
 
 /** Variables the test harness reads; they configure the tests, never a gateway. */
 const IGNORED_PREFIXES = ['ARKVORY_TEST_'];
+/**
+ * The client commands' own variables (`ARKVORY_URL`, `ARKVORY_KEY`, …): set in a shell that also
+ * runs server commands, they are someone else's, not typos.
+ */
+const IGNORED_NAMES: ReadonlySet<string> = new Set(CLIENT_VARIABLE_NAMES);
+
+/** Whether an ARKVORY_* name is read by something other than the server (the tests, the client). */
+function isOthersVariable(name: string): boolean {
+  return IGNORED_NAMES.has(name) || IGNORED_PREFIXES.some((p) => name.startsWith(p));
+}
 
 function describeKind(kind: VariableKind): string {
   switch (kind.type) {
@@ -85,7 +96,7 @@ export class VariableValues {
   constructor(env: Readonly<Record<string, string | undefined>>) {
     this.env = env;
     for (const name of Object.keys(env)) {
-      if (!name.startsWith('ARKVORY_') || IGNORED_PREFIXES.some((p) => name.startsWith(p))) continue;
+      if (!name.startsWith('ARKVORY_') || isOthersVariable(name)) continue;
       if (!this.known.has(name))
         this.problems.push(`${name}: unknown variable (a typo?); see the README variable table`);
     }

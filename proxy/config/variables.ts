@@ -90,7 +90,7 @@ export const VARIABLES: readonly VariableSpec[] = [
   {
     name: 'ARKVORY_METRICS_PORT',
     kind: { type: 'int', min: 1, max: 65535 },
-    doc: 'Serve `/metrics` on this port on 127.0.0.1 only, instead of the main port. Unset: `/metrics` on the main port.',
+    doc: 'Serve `/metrics` on this port on 127.0.0.1 only, instead of the main port. Unset: `/metrics` on the main port. Router: its own metrics are served only here (the main port proxies `/metrics` to the writer).',
   },
   {
     name: 'ARKVORY_SHUTDOWN_TIMEOUT_SECONDS',
@@ -131,7 +131,7 @@ export const VARIABLES: readonly VariableSpec[] = [
     name: 'ARKVORY_MAX_UPLOAD_BYTES',
     kind: { type: 'int', min: 1, max: 2 ** 50 },
     defaultValue: '10737418240',
-    doc: 'Largest accepted upload body; larger → 413 `payload_too_large`.',
+    doc: 'Largest accepted upload body; larger → 413 `payload_too_large`. Also bounds a multipart upload as a whole: a part that takes its parts past it, or a completion of more → 413 `upload_too_large`.',
   },
   {
     name: 'ARKVORY_DOWNLOAD_BYTES_PER_SECOND',
@@ -199,6 +199,18 @@ export const VARIABLES: readonly VariableSpec[] = [
     doc: 'Multipart upload sessions expire this long after they start; their parts are then removed.',
   },
   {
+    name: 'ARKVORY_MULTIPART_MAX_SESSIONS_PER_PRINCIPAL',
+    kind: { type: 'int', min: 1, max: 100000 },
+    defaultValue: '64',
+    doc: 'Open (unexpired, not yet completed) multipart sessions one principal may hold; one more → 429 `too_many_uploads`.',
+  },
+  {
+    name: 'ARKVORY_MULTIPART_MAX_PENDING_BYTES_PER_PRINCIPAL',
+    kind: { type: 'int', min: 1, max: 2 ** 50 },
+    defaultValue: '21474836480',
+    doc: 'Part bytes one principal may have stored in sessions not yet assembled (open or completing); a part past it → 413 `upload_quota_exceeded`. A multipart upload larger than this cannot be completed.',
+  },
+  {
     name: 'ARKVORY_RATE_LIMITS_FILE',
     kind: { type: 'string' },
     doc: 'YAML rate-limit rule file (the file tier). Unset: no file tier.',
@@ -248,7 +260,13 @@ export const VARIABLES: readonly VariableSpec[] = [
   {
     name: 'ARKVORY_TRUSTED_PROXIES',
     kind: { type: 'string' },
-    doc: 'Comma-separated IPs/CIDR blocks (routers, nginx, HAProxy) whose `X-Forwarded-For` is believed for the client address. Unset: the socket peer is the client.',
+    doc: 'Comma-separated IPs/CIDR blocks (routers, nginx, HAProxy) whose `X-Forwarded-For` is believed for the client address, or `none`. Unset: a gateway trusts its own host (`127.0.0.1,::1`), the router nobody. A gateway warns once per untrusted peer that sends forwarding headers, and `arkvory doctor` reports it (docs/router.md).',
+  },
+  {
+    name: 'ARKVORY_BAN_IPV6_PREFIX_LENGTH',
+    kind: { type: 'int', min: 1, max: 128 },
+    defaultValue: '64',
+    doc: 'How much of an IPv6 client address the `auth_failure` ban is keyed by (one host usually owns a whole /64); 128 = the exact address. IPv4 addresses are keyed whole.',
   },
   {
     name: 'ARKVORY_ROUTER_BACKENDS',
@@ -265,13 +283,13 @@ export const VARIABLES: readonly VariableSpec[] = [
     name: 'ARKVORY_ROUTER_CONNECT_TIMEOUT_MILLISECONDS',
     kind: { type: 'int', min: 50, max: 60000 },
     defaultValue: '3000',
-    doc: 'Router: longest wait for a TCP connection to a gateway; then 502 `upstream_unreachable` (GET/HEAD: one retry elsewhere).',
+    doc: 'Router: longest wait for a TCP connection to a gateway; then 502 `gateway_unreachable` (GET/HEAD: one retry elsewhere).',
   },
   {
     name: 'ARKVORY_ROUTER_IDLE_TIMEOUT_SECONDS',
     kind: { type: 'int', min: 1, max: 3600 },
     defaultValue: '120',
-    doc: 'Router: longest silence on an upstream connection (no byte either way), checked by a sweep every quarter of it (at most 1 s): cut never earlier and at most two sweeps later (docs/router.md); before the response → 504 `upstream_timeout`, after → the response is cut.',
+    doc: 'Router: longest silence on an upstream connection (no byte either way), checked by a sweep every quarter of it (at most 1 s): cut never earlier and at most two sweeps later (docs/router.md); before the response → 504 `gateway_timeout`, after → the response is cut.',
   },
   {
     name: 'ARKVORY_SERVICE_NAME',

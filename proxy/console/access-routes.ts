@@ -1,9 +1,9 @@
 /**
- * The console's access view (principals with their keys and grants, repositories) and its changes,
+ * The console's access view (a page of principals with their keys and grants, repositories) and its changes,
  * which are the admin API's own handlers served under `/console/api/`.
  */
 import { AdminStore } from '../../policy/auth/admin-store.ts';
-import { authAdminRoutes } from '../admin/auth-admin-routes.ts';
+import { authAdminRoutes, pageQuery } from '../admin/auth-admin-routes.ts';
 import { sendJson } from '../server/http-errors.ts';
 import type { Route } from '../server/route-types.ts';
 import type { HttpMethod } from '../server/route-table.ts';
@@ -20,22 +20,14 @@ export function accessRoutes(services: Services): Route[] {
     return api([method], path.slice(1), source.handle);
   };
   return [
+    // One statement for the whole page (policy/auth/admin-store.ts `accessView`), whatever its size.
     api(['GET'], 'access', async (ctx) => {
-      const [principals, grants, repositories] = await Promise.all([
-        store.listPrincipals(),
-        store.listGrants(),
-        store.listRepositories(),
-      ]);
-      const withKeys = await Promise.all(
-        principals.map(async (p) => ({
-          ...p,
-          keys: await store.listKeys(p.id),
-          grants: grants
-            .filter((g) => g.principalId === p.id)
-            .map((g) => ({ repository: g.repository, permission: g.permission })),
-        })),
-      );
-      sendJson(ctx.res, 200, { principals: withKeys, repositories });
+      const view = await store.accessView(pageQuery(ctx.url));
+      sendJson(ctx.res, 200, {
+        principals: view.principals.items,
+        nextCursor: view.principals.nextCursor,
+        repositories: view.repositories,
+      });
     }),
     mirror('POST', '/principals'),
     mirror('POST', '/principals/:principal/keys'),

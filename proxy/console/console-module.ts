@@ -12,6 +12,7 @@ import { PolicyError } from '../../policy/errors.ts';
 import type { RuleRegistry } from '../../policy/rate-limit/index.ts';
 import { GatewayError } from '../server/errors.ts';
 import type { RequestContext, Route } from '../server/route-types.ts';
+import type { IssuedCredentials } from '../gates/auth-gate.ts';
 import type { Services } from '../server/services.ts';
 import { accessRoutes } from './access-routes.ts';
 import { assetRoutes } from './asset-routes.ts';
@@ -42,7 +43,7 @@ export interface ConsoleModule {
    * The credentials the auth gate checks: for `/console/api/…` the key of the request's session
    * (no session → 401, a state change without its CSRF token → 403), else the Authorization header.
    */
-  credentials(ctx: RequestContext): string | undefined;
+  credentials(ctx: RequestContext): string | IssuedCredentials | undefined;
   /** The routes; the rule registry exists only once rate limiting is open. No side effect. */
   routes(deps: { registry: RuleRegistry }): Promise<Route[]>;
   /** Starts the one-second bandwidth sampler (stopped on close). */
@@ -84,7 +85,7 @@ export function createConsole(
       if (!SAFE_METHODS.has(ctx.req.method ?? 'GET') && !csrfMatches(session, ctx.req.headers[CSRF_HEADER]))
         throw new PolicyError('forbidden', 'A console change needs the X-CSRF-Token header of its session.');
       sessionOf.set(ctx, session);
-      return session.authorization;
+      return { authorization: session.authorization, issuedAtWallMs: session.issuedAtWallMs };
     },
     start() {
       sample();

@@ -195,6 +195,38 @@ describe('sign-in and session', () => {
     expect(status).toBe(401);
     expect(json(await call('GET', '/console/session', { cookie }))).toEqual({ signedIn: false });
   });
+
+  it('stays ended when its principal is disabled and enabled again (the key works, the old session not)', async () => {
+    const extra = await createServiceAccount(db.pool, { name: 'console-admin-3', scopes: ['admin'] });
+    const old = await signIn(extra.key);
+    expect((await call('GET', '/console/api/status', { cookie: old.cookie })).status).toBe(200);
+    const admin = await signIn(adminKey);
+    const toggle = (verb: 'disable' | 'enable') =>
+      request(`${writer.url}/api/v1/admin/principals/console-admin-3/${verb}`, {
+        method: 'POST',
+        headers: bearer(adminKey),
+      });
+    expect((await toggle('disable')).status).toBe(200);
+    // Disabled: the session ends within the 2 s revocation bound.
+    let deadline = Date.now() + 3000;
+    while (Date.now() < deadline && (await call('GET', '/console/api/status', { cookie: old.cookie })).status === 200)
+      await new Promise((r) => setTimeout(r, 100));
+    expect((await call('GET', '/console/api/status', { cookie: old.cookie })).status).toBe(401);
+    expect((await toggle('enable')).status).toBe(200);
+    // The key is live again within the same bound...
+    deadline = Date.now() + 3000;
+    let fresh = await signIn(extra.key);
+    while (Date.now() < deadline && fresh.res.status !== 201) {
+      await new Promise((r) => setTimeout(r, 100));
+      fresh = await signIn(extra.key);
+    }
+    expect(fresh.res.status).toBe(201);
+    expect((await call('GET', '/console/api/status', { cookie: fresh.cookie })).status).toBe(200);
+    // ...but the session opened before the disable is not revived, on the API or on resume.
+    expect((await call('GET', '/console/api/status', { cookie: old.cookie })).status).toBe(401);
+    expect(json(await call('GET', '/console/session', { cookie: old.cookie }))).toEqual({ signedIn: false });
+    expect((await call('GET', '/console/api/status', { cookie: admin.cookie })).status).toBe(200);
+  });
 });
 
 describe('CSRF', () => {

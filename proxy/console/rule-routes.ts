@@ -3,6 +3,7 @@
  * annotations), publish (through the registry's one validator; problems come back with their key
  * paths so the page shows each beside its field) and unpublish.
  */
+import { PolicyError } from '../../policy/errors.ts';
 import { formatPath, RateLimitError, type RuleRegistry } from '../../policy/rate-limit/index.ts';
 import { mayPublishBypass, toPolicyError } from '../admin/rate-limit-admin-routes.ts';
 import { loadRuleFiles } from '../gates/rate-limit-rule-files.ts';
@@ -43,12 +44,10 @@ export async function ruleRoutes(registry: RuleRegistry, bypassPublishers: reado
             message: p.message,
             ...(p.rule ? { rule: p.rule } : {}),
           }));
-          sendJson(ctx.res, 400, {
-            code: 'invalid_request',
-            message: `Invalid rules: ${problems.length} problem(s).`,
-            problems,
+          throw new PolicyError('invalid_request', `Invalid rules: ${problems.length} problem(s).`, {
+            cause: err,
+            details: { problems },
           });
-          return;
         }
         throw toPolicyError(err);
       }

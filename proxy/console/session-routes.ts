@@ -53,7 +53,10 @@ export function sessionRoutes(deps: {
       let live = session !== undefined;
       if (session) {
         try {
-          await deps.authenticate(session.authorization);
+          const principal = await deps.authenticate(session.authorization);
+          // Disabled (and enabled again) since it was opened: the session stays void (docs/auth.md).
+          if (principal.disabledAtMs !== undefined && session.issuedAtWallMs < principal.disabledAtMs)
+            throw new PolicyError('unauthorized');
         } catch (err) {
           if ((err as { code?: unknown }).code !== 'unauthorized') throw err;
           sessions.delete(session.id);

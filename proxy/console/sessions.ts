@@ -18,6 +18,8 @@ export interface ConsoleSession {
   readonly principalName: string;
   /** The `Authorization` value the session was opened with; never logged, never sent back. */
   readonly authorization: string;
+  /** Wall time it was opened: a session older than its principal's last disable is void. */
+  readonly issuedAtWallMs: number;
   /** Monotonic deadline; the session also ends after `idleMs` without a request. */
   readonly expiresAtMonotonicMs: number;
   lastSeenMonotonicMs: number;
@@ -56,6 +58,7 @@ export class ConsoleSessions {
       principalId: principal.id,
       principalName: principal.name,
       authorization,
+      issuedAtWallMs: this.#options.clock.wallMs(),
       expiresAtMonotonicMs: now + this.#options.ttlMs,
       lastSeenMonotonicMs: now,
     };

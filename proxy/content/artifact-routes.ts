@@ -3,6 +3,7 @@
  * catalog entry only; bytes wait for offline gc) and `GET /api/v1/repositories`.
  */
 import type { Permission } from '../../policy/auth/authorize.ts';
+import { decodeCursor, pageLimit, pageOf } from '../../policy/auth/page.ts';
 import type { Catalog } from '../../storage-adapter/catalog/catalog.ts';
 import { StorageError } from '../../storage-adapter/errors.ts';
 import { metadataOf } from './metadata.ts';
@@ -25,16 +26,22 @@ export function artifactRoutes(deps: ArtifactDeps): Route[] {
       methods: ['GET', 'HEAD'],
       template: '/api/v1/repositories',
       access: 'service',
-      async handle({ res, principal }) {
+      async handle({ res, principal, url }) {
         if (!principal) throw new Error('repository listing without a principal');
+        const limit = pageLimit(url.searchParams.get('limit') ?? undefined);
+        const after = decodeCursor(url.searchParams.get('cursor') ?? undefined, 1)?.[0];
         const canRead = principal.scopes.has('read') || principal.scopes.has('write');
-        const names = canRead ? await deps.readableRepositories(principal.id) : [];
+        // The principal's grants are few and cached (policy/auth/authenticator.ts): paged here, by name.
+        const names = (canRead ? await deps.readableRepositories(principal.id) : []).filter(
+          (name) => after === undefined || name > after,
+        );
         const repositories = [];
-        for (const name of names) {
+        for (const name of names.slice(0, limit + 1)) {
           const permission = await deps.grant(principal.id, name);
           if (permission) repositories.push({ name, permission });
         }
-        sendJson(res, 200, { repositories });
+        const page = pageOf(repositories, limit, (r) => [r.name]);
+        sendJson(res, 200, { repositories: page.items, nextCursor: page.nextCursor });
       },
     },
   ];

@@ -14,6 +14,8 @@ import { artifactRoutes } from './artifact-routes.ts';
 import { contentRoutes, type ContentMeters } from './content-routes.ts';
 import { presignRoutes } from './presign-routes.ts';
 import type { Services } from '../server/services.ts';
+import { registerCacheMetrics } from '../metrics/cache-metrics.ts';
+import { registerUploadMetrics } from '../metrics/upload-metrics.ts';
 
 export interface ContentModuleDeps {
   readableRepositories(principalId: string): Promise<string[]>;
@@ -36,7 +38,10 @@ export async function openContentModule(
     }),
   );
   services.onClose.push(() => store.close());
-  services.metrics?.watchCaches(() => caches.stats());
+  if (services.metrics) {
+    registerCacheMetrics(services.metrics.registry, () => caches.stats());
+    registerUploadMetrics(services.metrics.registry, store);
+  }
   services.log.info(
     { storageId: store.storageId, writable: store.writable, store: store.kind, location: store.location },
     'storage root verified',

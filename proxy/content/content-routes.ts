@@ -6,7 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import type { ArtifactKey, ArtifactKind, Catalog, CatalogEntry } from '../../storage-adapter/catalog/catalog.ts';
 import type { ByteMeter } from '../../storage-adapter/byte-meter.ts';
-import { StorageError, STORAGE_ERRORS } from '../../storage-adapter/errors.ts';
+import { StorageError } from '../../storage-adapter/errors.ts';
 import type { ArtifactStore, BlobReader } from '../../storage-adapter/store.ts';
 import { publishArtifact } from '../../storage-adapter/catalog/publish.ts';
 import { parseContentDigestSha256 } from './digest.ts';
@@ -14,8 +14,9 @@ import { metadataOf } from './metadata.ts';
 import { APT_TEMPLATE, aptAssetKey, CONTENT_TEMPLATES, keyFromParams, pathOfKey } from './paths.ts';
 import { type ContentPlan, planContentResponse } from './response.ts';
 import { sendSegments } from './stream.ts';
+import { PolicyError } from '../../policy/errors.ts';
 import { GatewayError } from '../server/errors.ts';
-import { HTTP_STATUS, sendJson } from '../server/http-errors.ts';
+import { sendError, sendJson } from '../server/http-errors.ts';
 import type { RequestContext, Route } from '../server/route-types.ts';
 
 export interface ContentMeters {
@@ -67,6 +68,8 @@ function serveContent(deps: ContentDeps, keyOf: KeyOf, ctx: RequestContext): Pro
 
 function respond(deps: ContentDeps, ctx: RequestContext, entry: CatalogEntry): Promise<void> {
   const { res } = ctx;
+  // A pre-signed link serves the bytes it was made for, not whatever the name holds now.
+  if (ctx.linkSha256 !== undefined && ctx.linkSha256 !== entry.sha256) throw new PolicyError('link_content_changed');
   const plan = planContentResponse(
     entry,
     {
@@ -83,12 +86,7 @@ function respond(deps: ContentDeps, ctx: RequestContext, entry: CatalogEntry): P
     return DONE;
   }
   if (plan.status === 416) {
-    sendJson(
-      res,
-      HTTP_STATUS.range_not_satisfiable,
-      { code: 'range_not_satisfiable', message: STORAGE_ERRORS.range_not_satisfiable },
-      plan.headers,
-    );
+    sendError(res, new StorageError('range_not_satisfiable', undefined, { headers: plan.headers }), ctx.log);
     return DONE;
   }
   const cached = deps.store.cachedBlob?.(entry.sha256);

@@ -329,9 +329,15 @@ describe.each(ALL_STORE_KINDS)('content API over real HTTP (%s store)', (kind) =
 
   it('lists readable repositories, serves package and asset paths, and DELETE removes only the catalog entry', async () => {
     const listing = await request(`${gw.url}/api/v1/repositories`, { headers: auth() });
-    expect(JSON.parse(listing.body.toString())).toEqual({ repositories: [{ name: 'files', permission: 'write' }] });
+    expect(JSON.parse(listing.body.toString())).toEqual({
+      repositories: [{ name: 'files', permission: 'write' }],
+      nextCursor: null,
+    });
     const readListing = await request(`${gw.url}/api/v1/repositories`, { headers: bearer(readOnly.key) });
-    expect(JSON.parse(readListing.body.toString())).toEqual({ repositories: [{ name: 'files', permission: 'read' }] });
+    expect(JSON.parse(readListing.body.toString())).toEqual({
+      repositories: [{ name: 'files', permission: 'read' }],
+      nextCursor: null,
+    });
 
     const pkg = randomContent(2000);
     const asset = randomContent(3000);

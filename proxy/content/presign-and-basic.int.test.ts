@@ -392,10 +392,16 @@ describe('pre-signed links', () => {
     const { rows } = await db.pool.query<{ id: string; secret: Buffer }>(
       'SELECT id::text AS id, secret FROM arkvory_presign_secrets WHERE retires_at IS NULL ORDER BY id DESC LIMIT 1',
     );
-    const fields = { path: canonicalPath(`${target}/content`)!, keyId: owner.keyId, secretId: rows[0]!.id };
+    const now = Math.floor(Date.now() / 1000);
+    const fields = {
+      path: canonicalPath(`${target}/content`)!,
+      keyId: owner.keyId,
+      secretId: rows[0]!.id,
+      issuedAt: now - 10,
+      sha256: sha256(data),
+    };
     const at = (expiresAt: number) =>
       `${gw.url}${fields.path}?${presignQueryString({ ...fields, expiresAt }, signPresign(rows[0]!.secret, { ...fields, expiresAt }))}`;
-    const now = Math.floor(Date.now() / 1000);
     expect((await request(at(now + 60), { method: 'HEAD' })).status).toBe(200);
     expect((await request(at(now - 1), { method: 'HEAD' })).status).toBe(401);
   });
@@ -423,6 +429,19 @@ describe('pre-signed links', () => {
     await eventually(alive(principalLink.url));
     await store.setPrincipalDisabled(byPrincipal.principalId, true);
     await eventually(dead(principalLink.url, 401));
+
+    // Re-enabling restores the keys, not the links made before the disable (docs/auth.md).
+    await store.setPrincipalDisabled(byPrincipal.principalId, false);
+    const keyWorks = async () =>
+      (await request(`${gw.url}${target}/content`, { method: 'HEAD', headers: bearer(byPrincipal.key) })).status ===
+      200;
+    await eventually(keyWorks);
+    expect((await request(principalLink.url, { method: 'HEAD' })).status).toBe(401);
+    // A link is stamped in whole seconds: one made in the second after the disable is new.
+    await sleep(1000 - (Date.now() % 1000) + 20);
+    const renewed = await presign(byPrincipal.key, target);
+    expect((await request(renewed.url, { method: 'HEAD' })).status).toBe(200);
+    expect((await request(principalLink.url, { method: 'HEAD' })).status).toBe(401);
   });
 
   it('die when the signing secret is rotated (`arkvory presign-secret rotate`), unless within the grace period', async () => {

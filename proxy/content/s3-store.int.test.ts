@@ -10,13 +10,14 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { contentDigest, randomContent, request, sha256, type RawResponse } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
-import { listKeys, S3_SERVER_KINDS, type S3Server } from '../../test/support/s3-server.ts';
+import { listKeys, type S3Server } from '../../test/support/s3-server.ts';
 import { sharedS3Bucket } from '../../test/support/shared-s3.ts';
+import { S3_STORE_KINDS } from '../../test/support/store-kinds.ts';
 
 const MiB = 1024 * 1024;
 const json = (res: RawResponse) => JSON.parse(res.body.toString()) as Record<string, unknown>;
 
-describe.each(S3_SERVER_KINDS)('a gateway on the S3 store (%s)', (kind) => {
+describe.each(S3_STORE_KINDS)('a gateway on the S3 store (%s)', (kind) => {
   const db = useTestDatabase();
   let server: S3Server;
   let gw: GatewayProcess;

@@ -10,6 +10,15 @@ import type { Gate, RequestContext } from '../server/route-types.ts';
 import type { Lifecycle } from '../server/lifecycle.ts';
 
 /**
+ * Credentials that were issued at a known time (a console session): void when the principal was
+ * disabled after `issuedAtWallMs`, even once it is enabled again.
+ */
+export interface IssuedCredentials {
+  readonly authorization: string;
+  readonly issuedAtWallMs: number;
+}
+
+/**
  * The first gate: authenticates every non-public request, then checks the route's access level
  * against the key's scopes and the principal's grant on `:repo`. A fenced gateway refuses every
  * request subject to authorization with 503 `lease_lost`. `credentials` picks what is checked
@@ -20,17 +29,30 @@ import type { Lifecycle } from '../server/lifecycle.ts';
 export function createAuthGate(
   auth: Authenticator,
   lifecycle: Lifecycle,
-  credentials: (ctx: RequestContext) => string | undefined = (ctx) => ctx.req.headers.authorization,
+  credentials: (ctx: RequestContext) => string | IssuedCredentials | undefined = (ctx) => ctx.req.headers.authorization,
   links?: PresignedLinks,
 ): Gate {
   return (ctx) => {
     if (ctx.access === 'public') return;
     if (lifecycle.state === 'fenced') throw new PolicyError('lease_lost');
-    const principal =
-      links && ctx.req.headers.authorization === undefined && hasPresignParams(ctx.url.searchParams)
-        ? presignedPrincipal(links, ctx)
-        : auth.authenticateNow(credentials(ctx));
-    return isPromise(principal) ? principal.then((p) => admit(auth, ctx, p)) : admit(auth, ctx, principal);
+    if (links && ctx.req.headers.authorization === undefined && hasPresignParams(ctx.url.searchParams))
+      return presignedPrincipal(links, ctx).then(({ principal, sha256 }) => {
+        ctx.linkSha256 = sha256;
+        return admit(auth, ctx, principal);
+      });
+    const given = credentials(ctx);
+    if (typeof given !== 'object') {
+      const principal = auth.authenticateNow(given);
+      return isPromise(principal) ? principal.then((p) => admit(auth, ctx, p)) : admit(auth, ctx, principal);
+    }
+    const issuedAt = given.issuedAtWallMs;
+    const checked = (p: Principal) => {
+      // Re-enabling a principal restores its keys, not sessions opened before it was disabled.
+      if (p.disabledAtMs !== undefined && issuedAt < p.disabledAtMs) throw unauthorized();
+      return admit(auth, ctx, p);
+    };
+    const principal = auth.authenticateNow(given.authorization);
+    return isPromise(principal) ? principal.then(checked) : checked(principal);
   };
 }
 

@@ -229,9 +229,9 @@ describe('auth across real gateway processes', () => {
     const listed = (await runCli(['keys', 'list', 'ci-bot'], env)).stdout;
     expect(listed).toContain(key.keyId);
     expect(listed).not.toContain(key.key.slice(21));
-    const grants = JSON.parse((await runCli(['grants', 'list', 'ci-bot'], env)).stdout) as Array<{
-      repository: string;
-    }>;
+    const grants = (
+      JSON.parse((await runCli(['grants', 'list', 'ci-bot'], env)).stdout) as { grants: Array<{ repository: string }> }
+    ).grants;
     expect(grants.map((g) => g.repository)).toEqual(['cli-repo']);
     const gw = await startGateway({ env });
     expect((await fetch(`${gw.url}/health/ready`, { headers: bearer(key.key) })).status).toBe(200);

@@ -30,6 +30,7 @@ import type { Services } from '../server/services.ts';
 import { loadRuleFiles } from './rate-limit-rule-files.ts';
 import { type RateLimitRedis, createRateLimitRedis } from './rate-limit-redis.ts';
 import { createRateLimitGate, guardAuthGate } from './rate-limit-gate.ts';
+import { createUntrustedForwarderReport } from './untrusted-forwarders.ts';
 
 export interface RateLimiting {
   readonly registry: RuleRegistry;
@@ -141,7 +142,22 @@ export async function openRateLimiting(
     transferBytes,
     counters: store.kind,
     gate: createRateLimitGate({ request, transferBytes, clock, trusted }),
-    guardAuth: (authGate) => guardAuthGate(authGate, authFailure, clock, trusted),
+    guardAuth: (authGate) =>
+      guardAuthGate(authGate, authFailure, clock, trusted, {
+        ipv6PrefixLength: config.banIpv6PrefixLength,
+        onUntrustedForwarder: createUntrustedForwarderReport({
+          log,
+          clock,
+          record: (peer) =>
+            services.pool
+              .query(
+                `INSERT INTO arkvory_forwarding_peers (peer, role) VALUES ($1, $2)
+                 ON CONFLICT (peer, role) DO UPDATE SET last_seen_at = now()`,
+                [peer, config.role],
+              )
+              .then(() => undefined),
+        }),
+      }),
   };
 }
 

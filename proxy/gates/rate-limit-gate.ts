@@ -13,7 +13,8 @@ import { addEarlyHeader } from '../server/gateway-response.ts';
 import type { Gate, RequestContext } from '../server/route-types.ts';
 import { isPromise } from '../../lib/maybe-promise.ts';
 import type { TrustedProxies } from '../router/forwarded.ts';
-import { NO_TRUSTED_PROXIES, clientIp, requestIdentifier } from './request-identity.ts';
+import { banIdentity } from './ban-identity.ts';
+import { NO_TRUSTED_PROXIES, requestIdentifier } from './request-identity.ts';
 
 /**
  * IETF RateLimit header fields (draft-ietf-httpapi-ratelimit-headers): `RateLimit-Policy` names the
@@ -94,7 +95,9 @@ export function createRateLimitGate(deps: {
 }
 
 /**
- * Counts failed authentications by address in `auth_failure`. A banned (or over-limit) address is
+ * Counts failed authentications by address in `auth_failure` (keyed by `banIdentity`: an IPv6
+ * client by its prefix, a client behind an untrusted forwarding peer together with that peer, a
+ * trusted proxy's own address never). A banned (or over-limit) address is
  * refused with 429 before authentication (Retry-After from the ban's end); a 401 counts one failure,
  * and the failure that starts a ban (enforced or shadow) is logged. A success clears the address's
  * counters and bans, shadow bans included (spec 1.5: a successful login discards the failures before
@@ -105,7 +108,9 @@ export function guardAuthGate(
   authFailure: Limiter,
   clock: Clock,
   trusted: TrustedProxies = NO_TRUSTED_PROXIES,
+  options: { ipv6PrefixLength?: number; onUntrustedForwarder?: (peer: string) => void } = {},
 ): Gate {
+  const ipv6PrefixLength = options.ipv6PrefixLength ?? 64;
   const failed = async (ctx: RequestContext, identifier: Identifier, before: RateLimitResult, err: unknown) => {
     if ((err as { code?: unknown }).code === 'unauthorized') {
       const result = await authFailure.check(identifier);
@@ -154,7 +159,11 @@ export function guardAuthGate(
   };
   return (ctx) => {
     if (ctx.access === 'public') return authGate(ctx);
-    const identifier: Identifier = { ip: clientIp(ctx, trusted) };
+    // Keyed as ban-identity.ts says: IPv6 by prefix, never a trusted proxy's own address.
+    const who = banIdentity(ctx.req.socket.remoteAddress, ctx.req.headers, trusted, ipv6PrefixLength);
+    if (who.untrustedForwarder !== undefined) options.onUntrustedForwarder?.(who.untrustedForwarder);
+    if (who.key === undefined) return authGate(ctx);
+    const identifier: Identifier = { ip: who.key };
     const before = authFailure.peekNow(identifier, { cost: 0 });
     return isPromise(before) ? before.then((b) => guarded(ctx, identifier, b)) : guarded(ctx, identifier, before);
   };

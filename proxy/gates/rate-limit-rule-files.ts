@@ -7,17 +7,19 @@ import {
   formatProblem,
   parseAvailableLimiters,
   parseRateLimits,
+  RateLimitError,
   type AvailableLimiters,
   type RuleSpec,
 } from '../../policy/rate-limit/index.ts';
 
 export const AVAILABLE_LIMITERS_FILE = new URL('../../policy/rate-limit/available_limiters.yaml', import.meta.url);
-export class RateLimitConfigError extends Error {
+/** Rule files refused at start or by `arkvory ratelimit validate`: one `file:line: …` line per problem. */
+export class RateLimitConfigError extends RateLimitError {
   override readonly name = 'RateLimitConfigError';
-  readonly code = 'invalid_rules' as const;
+  declare readonly code: 'invalid_rules';
   readonly lines: readonly string[];
   constructor(lines: readonly string[]) {
-    super(`invalid rate-limit rules:\n${lines.map((l) => `  ${l}`).join('\n')}`);
+    super('invalid_rules', `invalid rate-limit rules:\n${lines.map((l) => `  ${l}`).join('\n')}`);
     this.lines = lines;
   }
 }

@@ -1,5 +1,5 @@
 /**
- * Every metric family the gateway exports, declared once: `gateway-metrics.ts` registers from it,
+ * Every metric family the gateway exports, declared once: each source's `register…Metrics` uses it,
  * docs/metrics.md lists it, and the metrics test checks that a live `/metrics` matches it.
  * Labels never carry a principal id, key, path or file name: routes are templates.
  */
@@ -333,6 +333,16 @@ export const PROCESS_METRICS = [
 ] as const satisfies readonly MetricSpec[];
 
 export const ALL_METRICS: readonly MetricSpec[] = [...GATEWAY_METRICS, ...PROCESS_METRICS];
+
+/** The router role's own families (proxy/router/router-metrics.ts), besides the process ones. */
+export const ROUTER_METRICS = [
+  {
+    name: 'arkvory_router_client_faults_total',
+    type: 'counter',
+    labels: ['kind'],
+    help: 'Requests the router refused with 400 before forwarding (duplicate Host, invalid header value…; malformed_head: refused by the HTTP parser), by kind; every one is counted, their log lines are bounded.',
+  },
+] as const satisfies readonly MetricSpec[];
 
 export type GatewayMetricName = (typeof GATEWAY_METRICS)[number]['name'];
 

@@ -8,9 +8,13 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { PolicyError } from '../../policy/errors.ts';
-import { sendError, sendJson } from '../server/http-errors.ts';
+import { GatewayError } from '../server/errors.ts';
+import { sendError } from '../server/http-errors.ts';
 import type { Route } from '../server/route-types.ts';
 import type { GatewayMetrics } from './gateway-metrics.ts';
+
+/** What serving needs: the exposition text (a gateway's or the router's metrics). */
+type Rendered = Pick<GatewayMetrics, 'render'>;
 
 export const METRICS_PATH = '/metrics';
 const UNAUTHORIZED_HEADERS = { 'www-authenticate': 'Bearer realm="arkvory-metrics"' };
@@ -22,7 +26,7 @@ export function bearerMatches(header: string | undefined, token: string): boolea
   return timingSafeEqual(digest(match?.[1] ?? ''), digest(token)) && match !== null;
 }
 
-async function writeMetrics(res: http.ServerResponse, metrics: GatewayMetrics): Promise<void> {
+async function writeMetrics(res: http.ServerResponse, metrics: Rendered): Promise<void> {
   const { contentType, body } = await metrics.render();
   res.writeHead(200, {
     'content-type': contentType,
@@ -33,7 +37,7 @@ async function writeMetrics(res: http.ServerResponse, metrics: GatewayMetrics): 
 }
 
 /** The main-port route; with a token, a request without it gets 401 like any bad key. */
-export function metricsRoute(metrics: GatewayMetrics, token: string | undefined): Route {
+export function metricsRoute(metrics: Rendered, token: string | undefined): Route {
   return {
     methods: ['GET', 'HEAD'],
     template: METRICS_PATH,
@@ -52,16 +56,15 @@ export interface MetricsServer {
 }
 
 /** A loopback-only server answering `GET|HEAD /metrics` and nothing else (404 / 405 JSON errors). */
-export async function startMetricsServer(metrics: GatewayMetrics, port: number, log: Logger): Promise<MetricsServer> {
+export async function startMetricsServer(metrics: Rendered, port: number, log: Logger): Promise<MetricsServer> {
   const server = http.createServer((req, res) => {
     const path = (req.url ?? '/').split('?', 1)[0];
-    if (path !== METRICS_PATH) return sendJson(res, 404, { code: 'not_found', message: 'No such route.' });
+    if (path !== METRICS_PATH) return sendError(res, new GatewayError('not_found', 'No such route.'), log);
     if (req.method !== 'GET' && req.method !== 'HEAD')
-      return sendJson(
+      return sendError(
         res,
-        405,
-        { code: 'method_not_allowed', message: 'Method not allowed on this route.' },
-        { allow: 'GET, HEAD' },
+        new GatewayError('method_not_allowed', undefined, { headers: { allow: 'GET, HEAD' } }),
+        log,
       );
     writeMetrics(res, metrics).catch((err: unknown) => sendError(res, err, log));
   });

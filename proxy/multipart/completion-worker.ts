@@ -5,6 +5,8 @@
  * jobs left `running` by a worker that died are queued again when the lock is taken. When
  * PostgreSQL drops out of reach during a job (nothing is visible before the catalog insert commits),
  * the job is not failed: it is queued again once the database answers and retried (up to maxAttempts).
+ * Queued jobs run in round robin across the principals that opened their sessions (fair-turns.ts),
+ * not first in, first out.
  */
 import pg from 'pg';
 import type { Logger } from 'pino';
@@ -15,6 +17,7 @@ import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import { assembleJob, type Job } from '../../storage-adapter/multipart/assemble.ts';
 import type { UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
 import { withTransaction } from '../../lib/transaction.ts';
+import { FairTurns, type QueueHead } from './fair-turns.ts';
 
 export interface CompletionWorkerOptions {
   pool: pg.Pool;
@@ -44,6 +47,7 @@ export class CompletionWorker {
   #lastSweep = 0;
   /** A cycle lost PostgreSQL: a job may be left `running` by this worker; queue it again first. */
   #requeueOwn = false;
+  readonly #turns = new FairTurns();
 
   constructor(options: CompletionWorkerOptions) {
     this.#o = options;
@@ -148,10 +152,21 @@ export class CompletionWorker {
   }
 
   async #claim(): Promise<Job | undefined> {
+    // Each principal's oldest queued job; the round robin picks among them. One active worker
+    // claims (the exclusive worker lock), so the head read here is still queued when claimed.
+    const heads = await this.#o.pool.query<QueueHead>(
+      `SELECT DISTINCT ON (COALESCE(s.principal_id::text, '')) j.id::text AS "jobId", COALESCE(s.principal_id::text, '') AS principal
+       FROM arkvory_upload_jobs j JOIN arkvory_upload_sessions s ON s.id = j.session_id
+       WHERE j.state = 'queued'
+       ORDER BY COALESCE(s.principal_id::text, ''), j.id`,
+    );
+    const chosen = this.#turns.next(heads.rows);
+    if (!chosen) return undefined;
     const r = await this.#o.pool.query(
       `UPDATE arkvory_upload_jobs SET state = 'running', attempts = attempts + 1, updated_at = now()
-       WHERE id = (SELECT id FROM arkvory_upload_jobs WHERE state = 'queued' ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 1)
+       WHERE id = $1 AND state = 'queued'
        RETURNING id::text, session_id, parts, attempts`,
+      [chosen.jobId],
     );
     const row = r.rows[0];
     return row ? { id: row.id, sessionId: row.session_id, parts: row.parts, attempts: row.attempts } : undefined;

@@ -1,6 +1,7 @@
 import { createCatalog } from '../../storage-adapter/catalog/catalog.ts';
 import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import { UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
+import type { MultipartLimits } from '../../storage-adapter/multipart/bounds.ts';
 import { CompletionWorker } from './completion-worker.ts';
 import type { Gate, Route } from '../server/route-types.ts';
 import { healthRoutes } from '../server/health-routes.ts';
@@ -8,6 +9,11 @@ import { multipartRoutes } from './multipart-routes.ts';
 import type { ContentMeters } from '../content/content-routes.ts';
 import type { Services } from '../server/services.ts';
 import { openStore } from '../content/storage.ts';
+import { registerUploadMetrics } from '../metrics/upload-metrics.ts';
+
+function multipartLimits(services: Services): MultipartLimits {
+  return { maxUploadBytes: services.config.maxUploadBytes, ...services.config.multipart };
+}
 
 function startWorker(services: Services, store: ArtifactStore, sessions: UploadSessions): CompletionWorker {
   const worker = new CompletionWorker({
@@ -40,6 +46,7 @@ export async function startMultipart(
     pool: services.pool,
     parts: store.parts,
     ttlSeconds: services.config.uploadSessionTtlSeconds,
+    limits: multipartLimits(services),
   });
   if (services.config.embeddedWorker) await startWorker(services, store, sessions).start();
   return {
@@ -56,10 +63,12 @@ export async function startMultipart(
 export async function buildWorkerApp(services: Services): Promise<{ routes: Route[]; gates: Gate[] }> {
   const store = await openStore(services.config, 'worker', services.pool);
   services.onClose.push(() => store.close());
+  if (services.metrics) registerUploadMetrics(services.metrics.registry, store);
   const sessions = new UploadSessions({
     pool: services.pool,
     parts: store.parts,
     ttlSeconds: services.config.uploadSessionTtlSeconds,
+    limits: multipartLimits(services),
   });
   await startWorker(services, store, sessions).start();
   // No auth gate runs here, so only the public health routes are served.

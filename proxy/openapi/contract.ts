@@ -17,7 +17,7 @@ export interface OpenApiDocument {
   openapi: string;
   paths: Record<string, Record<string, unknown>>;
   components: Record<string, Record<string, unknown>>;
-  'x-arkvory-any-request': { unmatched: string[]; methodNotAllowed: string };
+  'x-arkvory-any-request': { unmatched: string[]; methodNotAllowed: string[] };
   [key: string]: unknown;
 }
 
@@ -78,7 +78,7 @@ export function whyUndescribed(doc: OpenApiDocument, observed: ObservedResponse)
   if (!item) return `path ${openApiPath(observed.route)} is not in the document`;
   const operation = item[observed.method.toLowerCase()] as Operation | undefined;
   if (!operation)
-    return status === any.methodNotAllowed
+    return any.methodNotAllowed.includes(status)
       ? undefined
       : `${observed.method} is not an operation of ${openApiPath(observed.route)}`;
   if (operation.responses[status] !== undefined || operation.responses.default !== undefined) return undefined;

@@ -7,6 +7,7 @@
  * itself sits further left and is never read past the first untrusted hop.
  */
 import { BlockList, isIP } from 'node:net';
+import { canonicalIp } from '../../lib/ip-address.ts';
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
 import { connectionNamed, RequestHeader, requestHeaderKind } from './hop-by-hop.ts';
 
@@ -18,17 +19,21 @@ export interface TrustedProxies {
 
 const NONE: TrustedProxies = { entries: [], isTrusted: () => false };
 
-/** `::ffff:10.0.0.1` → `10.0.0.1`; `[::1]` → `::1`; `10.0.0.1:5000` → `10.0.0.1`; anything else → undefined. */
+/** What a gateway trusts when ARKVORY_TRUSTED_PROXIES is unset: its own host (docs/router.md). */
+export const LOOPBACK_PROXIES = ['127.0.0.1', '::1'] as const;
+
+/**
+ * The canonical text of an address (lib/ip-address.ts: `::ffff:10.0.0.1` → `10.0.0.1`,
+ * `2001:DB8:0::1` → `2001:db8::1`), also from `[::1]`, `[::1]:80`, `10.0.0.1:5000` or a quoted
+ * `Forwarded` node; anything else → undefined.
+ */
 export function normalizeAddress(raw: string): string | undefined {
   let text = raw.trim();
   if (text.startsWith('"') && text.endsWith('"')) text = text.slice(1, -1);
   const bracketed = /^\[([^\]]+)\](?::\d+)?$/.exec(text);
   if (bracketed) text = bracketed[1]!;
   else if (/^[0-9.]+:\d+$/.test(text)) text = text.slice(0, text.lastIndexOf(':'));
-  const lower = text.toLowerCase();
-  if (lower.startsWith('::ffff:') && isIP(lower.slice(7)) === 4) return lower.slice(7);
-  const family = isIP(lower);
-  return family === 0 ? undefined : lower;
+  return canonicalIp(text);
 }
 
 /**
@@ -38,7 +43,7 @@ export function normalizeAddress(raw: string): string | undefined {
 export function parseTrustedProxies(
   text: string | undefined,
 ): { ok: true; value: string[] } | { ok: false; problem: string } {
-  if (text === undefined || text.trim() === '') return { ok: true, value: [] };
+  if (text === undefined || text.trim() === '' || text.trim() === 'none') return { ok: true, value: [] };
   const entries: string[] = [];
   for (const part of text.split(',')) {
     const entry = part.trim();
@@ -49,7 +54,7 @@ export function parseTrustedProxies(
     if (!address || (prefix !== undefined && prefix > (family === 4 ? 32 : 128))) {
       return {
         ok: false,
-        problem: `expected comma-separated IP addresses or CIDR blocks (10.0.0.0/8, ::1), got ${JSON.stringify(entry)}`,
+        problem: `expected comma-separated IP addresses or CIDR blocks (10.0.0.0/8, ::1), or none, got ${JSON.stringify(entry)}`,
       };
     }
     entries.push(prefix === undefined ? address : `${address}/${prefix}`);

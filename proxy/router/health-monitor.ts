@@ -33,9 +33,7 @@ export function probeBackend(
         res.on('error', (err) => resolve({ ok: false, reason: err.message }));
       },
     );
-    req.setTimeout(timeoutMs, () =>
-      req.destroy(Object.assign(new Error(`no answer to the probe within ${timeoutMs} ms`), { code: 'PROBE_TIMEOUT' })),
-    );
+    req.setTimeout(timeoutMs, () => req.destroy(new Error(`no answer to the probe within ${timeoutMs} ms`)));
     req.on('error', (err) => resolve({ ok: false, reason: err.message }));
     req.end();
   });

@@ -241,6 +241,12 @@ export class ProxiedRequest {
     // The client is gone, or was already answered here (a 408 for a stalled body): nothing to report.
     if (this.#clientGone || res.writableEnded) return;
     const mapped = upstreamFailure(err, this.#relay.idleTimeoutMs);
+    // The client's fault, whichever gateway is tried: answered once, at info, no stack.
+    if (mapped.code === 'malformed_request') {
+      this.#logFor().info({ code: mapped.code, err: err.message }, 'request refused by the HTTP client');
+      this.#fail(mapped);
+      return;
+    }
     // Only a failed connect says the gateway is down; a reset or a silence may be one request's.
     if (CONNECT_FAILURES.has((err as NodeJS.ErrnoException).code ?? ''))
       this.#relay.noteUnreachable(backend.url, `cannot connect: ${err.message}`);

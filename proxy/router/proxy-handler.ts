@@ -12,12 +12,11 @@
  * - redirects are passed through, never followed.
  *
  * Two clients, one per kind of request: a GET goes through undici's dispatcher
- * (dispatched-exchange.ts: the read path, ~30 % less CPU per small request than node:http's
- * client); everything else (uploads with `Expect: 100-continue`, HEAD, DELETE) through node:http
+ * (dispatched-exchange.ts: the read path, cheaper per small request than node:http's client);
+ * everything else (uploads with `Expect: 100-continue`, HEAD, DELETE) through node:http
  * (node-exchange.ts says why). Why not a proxy library (docs/router.md, "Proxying"): what the router
- * needs from one is these few lines, and http-proxy-3's per-request work (options and header
- * objects copied, `debug` calls, listeners per pass) was most of the router's CPU above a bare
- * node:http proxy on 4 KiB answers.
+ * needs from one is these few lines, and a library's per-request work (options and header objects
+ * copied, `debug` calls, listeners per pass) would cost more than the relay itself on small answers.
  */
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import https from 'node:https';
@@ -36,7 +35,7 @@ import {
   type Upstream,
   type UpstreamCall,
 } from './proxied-request.ts';
-import { UpstreamTimeout } from './upstream-errors.ts';
+import { ConnectTimeout, UpstreamTimeout } from './upstream-errors.ts';
 
 export type { RequestOutcome } from './proxied-request.ts';
 
@@ -71,8 +70,7 @@ function withConnectTimeout<A extends http.Agent>(agent: A, ms: number): A {
     const socket = create(options, callback) as Socket | null | undefined;
     if (!socket?.connecting || ms <= 0) return socket;
     const timer = setTimeout(() => {
-      const err = Object.assign(new Error('ECONNECT_TIMEOUT'), { code: 'ECONNECT_TIMEOUT' });
-      socket.destroy(err);
+      socket.destroy(new ConnectTimeout(`no connection within ${ms} ms`));
     }, ms);
     timer.unref();
     const clear = () => clearTimeout(timer);

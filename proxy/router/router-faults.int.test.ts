@@ -283,22 +283,22 @@ describe('router edges with stand-in gateways', () => {
     expect(flaky.seen.length - before).toBeGreaterThanOrEqual(1);
   });
 
-  it('answers 502 upstream_unreachable to a write whose connection is reset, without a retry', async () => {
+  it('answers 502 gateway_unreachable to a write whose connection is reset, without a retry', async () => {
     const before = writer.seen.filter((s) => s.method === 'PUT').length;
     const res = await request(`${router.url}/api/v1/repositories/r/artifacts/drop`, {
       method: 'PUT',
       body: Buffer.from('data'),
     });
     expect(res.status).toBe(502);
-    expect(JSON.parse(res.body.toString()).code).toBe('upstream_unreachable');
+    expect(JSON.parse(res.body.toString()).code).toBe('gateway_unreachable');
     expect(writer.seen.filter((s) => s.method === 'PUT').length - before).toBe(1);
   });
 
-  it('answers 504 upstream_timeout when the gateway stays silent past the idle timeout', async () => {
+  it('answers 504 gateway_timeout when the gateway stays silent past the idle timeout', async () => {
     const started = performance.now();
     const res = await request(`${router.url}/hang`);
     expect(res.status).toBe(504);
-    expect(JSON.parse(res.body.toString()).code).toBe('upstream_timeout');
+    expect(JSON.parse(res.body.toString()).code).toBe('gateway_timeout');
     expect(performance.now() - started).toBeGreaterThan(900);
   });
 

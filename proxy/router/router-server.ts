@@ -7,7 +7,6 @@ import http from 'node:http';
 import { makeGraceful } from '../server/graceful-server.ts';
 import {
   DEFAULT_FRONT_DOOR,
-  HEAD_TIMEOUT_RESPONSE,
   installFrontDoor,
   serverOptions,
   type FrontDoor,
@@ -16,8 +15,12 @@ import {
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
-import { sendJson } from '../server/http-errors.ts';
+import { hasDuplicateAuthorization } from '../server/authorization-header.ts';
+import { GatewayError } from '../server/errors.ts';
+import { sendError, sendJson } from '../server/http-errors.ts';
 import type { BackendPool } from './backend-pool.ts';
+import type { ClientFaults } from './client-faults.ts';
+import { findClientFault } from './forwardable.ts';
 import type { ProxyHandler } from './proxy-handler.ts';
 
 const REQUEST_ID = /^[A-Za-z0-9._-]{1,64}$/;
@@ -37,9 +40,11 @@ export function createRouterServer(options: {
   handler: ProxyHandler;
   log: Logger;
   isDraining: () => boolean;
+  /** Requests that cannot be forwarded: answered 400, counted, logged within a budget. */
+  faults: ClientFaults;
   limits?: FrontDoorLimits;
 }): RouterServer {
-  const { pool, handler, log } = options;
+  const { pool, handler, log, faults } = options;
   const limits = options.limits ?? DEFAULT_FRONT_DOOR;
   const server = http.createServer(serverOptions(limits));
   // The per-request line is at info: below that level its fields are not even gathered.
@@ -52,6 +57,10 @@ export function createRouterServer(options: {
     // x-request-id is set where an answer is made: the proxied head carries it (proxy-handler.ts),
     // local answers set it below.
     const url = req.url ?? '/';
+    // Before anything else (and without the per-request line: a flood of these would be a flood of
+    // lines): what undici or RFC 9112 refuses is answered here, not by a 502 after dispatch.
+    const fault = findClientFault(req.method ?? '', url, req.rawHeaders);
+    if (fault) return faults.refuse(res, fault, reqId, req.method);
     const query = url.indexOf('?');
     const path = query === -1 ? url : url.slice(0, query);
     let outcome: { kind: string; backend: string | undefined; attempts: number } = LOCAL;
@@ -85,20 +94,20 @@ export function createRouterServer(options: {
         writer: pool.hasHealthyWriter,
       });
     }
+    if (hasDuplicateAuthorization(req.rawHeaders)) {
+      // Never forwarded: the gateway would act on the first line, a proxy beside it perhaps on another.
+      res.setHeader('x-request-id', reqId);
+      if (!req.complete) res.shouldKeepAlive = false;
+      return sendError(res, new GatewayError('duplicate_authorization'), log.child({ reqId }));
+    }
     // The request's child logger is made only when something is logged through it (a retry, a failure).
     let reqLog: Logger | undefined;
     outcome = handler.handle(req, res, reqId, () => (reqLog ??= log.child({ reqId })));
   });
-  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
-    if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT' && socket.writable && !socket.destroyed)
-      socket.end(HEAD_TIMEOUT_RESPONSE);
-    else if (socket.writable && !socket.destroyed) {
-      const body = JSON.stringify({ code: 'invalid_request', message: 'Malformed HTTP request.' });
-      socket.end(
-        `HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${randomUUID()}\r\nconnection: close\r\n\r\n${body}`,
-      );
-    } else socket.destroy();
-    log.debug({ code: err.code }, 'client error');
+  // The front door answers a head the parser refused; the router also counts it (HPE_*) as a client
+  // fault like the ones found above. Resets and timeouts are not faults.
+  server.on('clientError', (err: NodeJS.ErrnoException) => {
+    if (err.code?.startsWith('HPE_')) faults.noteMalformedHead(err.code);
   });
   const graceful = makeGraceful(server, frontDoor);
   return {

@@ -22,7 +22,7 @@ import {
 } from './hop-by-hop.ts';
 import { errors as undiciErrors } from 'undici';
 import { createIdleSweep } from './proxy-handler.ts';
-import { CONNECT_FAILURES, UpstreamTimeout, upstreamFailure } from './upstream-errors.ts';
+import { CONNECT_FAILURES, ConnectTimeout, UpstreamTimeout, upstreamFailure } from './upstream-errors.ts';
 import { classifyRequest, isContentReadPath, isContentReadSegments, isRetryable } from './route-class.ts';
 
 describe('classifyRequest', () => {
@@ -685,12 +685,21 @@ describe('failures before the answer', () => {
   it("counts both clients' connect failures, and only those, as a gateway that is down", () => {
     // GETs go through undici, everything else through node:http: a connect timeout from either.
     expect(CONNECT_FAILURES.has(new undiciErrors.ConnectTimeoutError().code)).toBe(true);
-    expect(CONNECT_FAILURES.has('ECONNECT_TIMEOUT')).toBe(true);
+    expect(CONNECT_FAILURES.has(new ConnectTimeout('no connection').code)).toBe(true);
     expect(CONNECT_FAILURES.has('ECONNREFUSED')).toBe(true);
     for (const err of [new undiciErrors.SocketError('other side closed'), new undiciErrors.RequestAbortedError()])
       expect(CONNECT_FAILURES.has(err.code)).toBe(false);
-    expect(upstreamFailure(new undiciErrors.SocketError('other side closed'), 1000).code).toBe('upstream_unreachable');
-    expect(upstreamFailure(new UpstreamTimeout('silent'), 120_000).code).toBe('upstream_timeout');
+    expect(upstreamFailure(new undiciErrors.SocketError('other side closed'), 1000).code).toBe('gateway_unreachable');
+    expect(upstreamFailure(new UpstreamTimeout('silent'), 120_000).code).toBe('gateway_timeout');
+  });
+
+  it("answers a request the HTTP client refused to send as the client's 400, not a 502", () => {
+    for (const err of [
+      new undiciErrors.InvalidArgumentError('duplicate host header'),
+      new undiciErrors.NotSupportedError('expect header not supported'),
+      Object.assign(new TypeError('Invalid character in header content'), { code: 'ERR_INVALID_CHAR' }),
+    ])
+      expect(upstreamFailure(err, 1000).code).toBe('malformed_request');
   });
 });
 

@@ -14,6 +14,9 @@ import { createTrustedProxies } from './forwarded.ts';
 import { createHealthMonitor } from './health-monitor.ts';
 import { createProxyHandler } from './proxy-handler.ts';
 import { createRouterServer } from './router-server.ts';
+import { createClientFaults } from './client-faults.ts';
+import { createRouterTally, startRouterMetricsServer } from './router-metrics.ts';
+import type { MetricsServer } from '../metrics/metrics-endpoint.ts';
 
 const EXIT_OK = 0;
 const EXIT_FAILURE = 1;
@@ -36,7 +39,17 @@ export async function runRouter(config: Config, log: Logger): Promise<number> {
     idleTimeoutMs: config.router.idleTimeoutMs,
     onPoolChange: reportChange,
   });
-  const server = createRouterServer({ pool, handler, log, isDraining: () => draining, limits: config.frontDoor });
+  const tally = createRouterTally();
+  const faults = createClientFaults({ log, count: (kind) => tally.countClientFault(kind) });
+  const server = createRouterServer({
+    pool,
+    handler,
+    log,
+    faults,
+    isDraining: () => draining,
+    limits: config.frontDoor,
+  });
+  let metricsServer: MetricsServer | undefined;
   let monitor: ReturnType<typeof createHealthMonitor> | undefined;
   let code = EXIT_OK;
   try {
@@ -64,6 +77,8 @@ export async function runRouter(config: Config, log: Logger): Promise<number> {
     });
     await monitor.runRound();
     monitor.start();
+    if (config.metrics.port !== undefined)
+      metricsServer = await startRouterMetricsServer(tally, config.metrics.port, log);
     const address = await server.listen(config.port, config.host);
     log.info(
       {
@@ -86,6 +101,7 @@ export async function runRouter(config: Config, log: Logger): Promise<number> {
     log.error({ err }, 'shutdown step failed');
   }
   await monitor?.stop();
+  await metricsServer?.close();
   handler.close();
   await discovery?.close().catch(() => {});
   log.info({ code }, 'stopped');

@@ -17,20 +17,45 @@ export const CONNECT_FAILURES = new Set([
   'EAI_AGAIN',
 ]);
 
-/** No byte from the gateway for the idle timeout. */
+/**
+ * A client's request the HTTP client refused to send (undici's request validation, node:http's
+ * header checks). forwardable.ts finds these before dispatch; this is the net behind it, so a rule
+ * it misses is still the client's 400, not a 502 with a stack in the log.
+ */
+export const REFUSED_AS_MALFORMED = new Set([
+  'UND_ERR_INVALID_ARG',
+  'UND_ERR_NOT_SUPPORTED',
+  'ERR_INVALID_CHAR',
+  'ERR_INVALID_HTTP_TOKEN',
+  'ERR_HTTP_INVALID_HEADER_VALUE',
+  'ERR_UNESCAPED_CHARACTERS',
+]);
+
+/** No byte from the gateway for the idle timeout (the router's own cut; `upstreamFailure` names it). */
 export class UpstreamTimeout extends Error {
-  readonly code = 'ROUTER_UPSTREAM_IDLE';
+  override readonly name = 'UpstreamTimeout';
+}
+
+/**
+ * A connection to a gateway not established within the router's connect timeout. Its errno-style
+ * code is the kernel's vocabulary (`CONNECT_FAILURES`), not a catalogue code: it never reaches a client.
+ */
+export class ConnectTimeout extends Error {
+  override readonly name = 'ConnectTimeout';
+  readonly code = 'ECONNECT_TIMEOUT';
 }
 
 /** The answer for a request whose gateway failed before its response head. */
 export function upstreamFailure(err: Error, idleTimeoutMs: number): GatewayError {
+  if (REFUSED_AS_MALFORMED.has((err as NodeJS.ErrnoException).code ?? ''))
+    return new GatewayError('malformed_request', 'The request cannot be forwarded as sent; fix its head.');
   if (err instanceof UpstreamTimeout)
     return new GatewayError(
-      'upstream_timeout',
+      'gateway_timeout',
       `The gateway did not answer within ${Math.round(idleTimeoutMs / 1000)} s.`,
       { cause: err },
     );
-  return new GatewayError('upstream_unreachable', 'The gateway could not be reached.', { cause: err });
+  return new GatewayError('gateway_unreachable', 'The gateway could not be reached.', { cause: err });
 }
 
 /** The answer when no gateway of the needed kind is healthy. */

@@ -39,7 +39,6 @@ export async function buildApp(services: Services): Promise<{ routes: Route[]; g
     meters: contentMeters(services.transfers),
     links,
   });
-  services.metrics?.watchStore(content.store);
   const multipart = startMultipart(services, content.store, contentMeters(services.transfers));
   const contentRoutes = [...content.routes, ...(await multipart).routes].map((route) =>
     withAdmission(route, services.transfers),

@@ -1,30 +1,110 @@
-/** Stable codes raised by the HTTP edge itself. */
-export const GATEWAY_ERRORS = {
-  not_found: 'Not found.',
-  invalid_request: 'The request is malformed.',
-  method_not_allowed: 'Method not allowed on this route.',
-  read_only: 'This gateway is read-only; send writes to the writer.',
-  unavailable: 'The gateway cannot serve right now.',
-  internal: 'Internal error.',
-  upstream_unreachable: 'The upstream could not be reached.',
-  upstream_timeout: 'The upstream did not answer in time.',
-  payload_too_large: 'The request body is larger than allowed.',
-  request_timeout: 'The request body stalled past the body timeout; the upload was dropped.',
-} as const;
+/**
+ * Stable codes raised by proxy/: the HTTP edge (gateway and router) and the process around it
+ * (configuration, start checks, command arguments).
+ */
+import {
+  type CodeOf,
+  CodedError,
+  type CodedErrorOptions,
+  defineErrors,
+  mergeCatalogues,
+} from '../../lib/coded-error.ts';
+import { COMMON_ERRORS } from '../../lib/common-errors.ts';
 
-export type GatewayErrorCode = keyof typeof GATEWAY_ERRORS;
+export const GATEWAY_ERRORS = defineErrors('proxy/server/errors.ts', {
+  method_not_allowed: {
+    status: 405,
+    message: 'Method not allowed on this route.',
+    advice: 'Use a method listed in `Allow`.',
+  },
+  malformed_request: {
+    status: 400,
+    message:
+      'The request head breaks a rule a proxy must enforce (a second Host, an invalid header value); it was not forwarded.',
+    advice:
+      'Fix the client: send one Host and one Content-Length, header values without control characters, a target starting with `/`.',
+  },
+  duplicate_authorization: {
+    status: 400,
+    message: 'The request carries more than one Authorization header; send exactly one.',
+    advice: 'Send one `Authorization` header; a proxy or client that adds a second must be fixed.',
+  },
+  read_only: {
+    status: 405,
+    message: 'This gateway is read-only; send writes to the writer.',
+    advice: 'Send writes to the writer (slot 0), e.g. through the router.',
+  },
+  request_timeout: {
+    status: 408,
+    message: 'The request (its head, or its body) stopped arriving past its timeout.',
+    advice:
+      'The client sent no byte for `ARKVORY_HEADER_TIMEOUT_SECONDS` (head) or `ARKVORY_BODY_TIMEOUT_SECONDS` (body); check the client and network, then send again.',
+  },
+  internal: {
+    status: 500,
+    message: 'Internal error.',
+    advice: 'A bug or an unexpected failure; the log line with the same `x-request-id` says more.',
+  },
+  gateway_unreachable: {
+    status: 502,
+    message: 'The router could not reach a gateway, or the gateway failed before it answered.',
+    advice:
+      'Router only: check the gateways (`/health/status` of each, their logs); the router retries a GET/HEAD once on another gateway.',
+  },
+  gateway_timeout: {
+    status: 504,
+    message: 'The gateway the router chose did not answer in time.',
+    advice:
+      'Router only: the gateway was silent past `ARKVORY_ROUTER_IDLE_TIMEOUT_SECONDS`; check its log for the same `x-request-id`, or raise that timeout.',
+  },
+  invalid_config: {
+    status: null,
+    message: 'The configuration is invalid.',
+    advice: 'Each line names an `ARKVORY_*` variable and what it expects; fix them all and start again.',
+  },
+  port_in_use: {
+    status: null,
+    message: 'The port cannot be bound.',
+    advice: 'Stop the process that listens there, or choose another port; nothing was created.',
+  },
+  data_dir_unusable: {
+    status: null,
+    message: 'The data directory cannot be created or written.',
+    advice: 'Fix the permissions or the path of `ARKVORY_DATA_DIR`; nothing was created.',
+  },
+  usage: {
+    status: null,
+    message: 'The command line is not valid.',
+    advice: 'Read `arkvory <command> --help`; the CLI exits 2.',
+  },
+});
 
-export class GatewayError extends Error {
-  override readonly name = 'GatewayError';
-  readonly code: GatewayErrorCode;
-  readonly headers: Readonly<Record<string, string>>;
-  constructor(
-    code: GatewayErrorCode,
-    message?: string,
-    options?: { cause?: unknown; headers?: Record<string, string> },
-  ) {
-    super(message ?? GATEWAY_ERRORS[code], options?.cause === undefined ? undefined : { cause: options.cause });
-    this.code = code;
-    this.headers = options?.headers ?? {};
+/** What proxy/ may raise: its own codes and the common ones. */
+const RAISED = mergeCatalogues('proxy', COMMON_ERRORS, GATEWAY_ERRORS);
+
+export type GatewayErrorCode = CodeOf<typeof RAISED>;
+
+export class GatewayError extends CodedError<GatewayErrorCode> {
+  override readonly name: string = 'GatewayError';
+  constructor(code: GatewayErrorCode, message?: string, options?: CodedErrorOptions) {
+    super(RAISED, code, message, options);
   }
 }
+
+/** A request head that did not arrive within the header timeout (Node reports it as a client error). */
+export const HEAD_TIMEOUT = new GatewayError('request_timeout', 'The request head did not arrive in time.');
+/** A request line or header Node's parser refused. */
+export const MALFORMED_REQUEST = new GatewayError('invalid_request', 'Malformed HTTP request.');
+/** A request body with no byte for the body timeout: the upload is dropped and the connection closed. */
+export const BODY_TIMEOUT = new GatewayError(
+  'request_timeout',
+  'No request body byte arrived in time; the upload was dropped.',
+);
+/** A connection past the front door's bound. */
+export const OVERLOADED = new GatewayError('unavailable', 'Too many open connections; retry shortly.', {
+  headers: { 'retry-after': '1' },
+});
+/** A request that arrives while the process drains. */
+export const DRAINING = new GatewayError('unavailable', 'This process is shutting down; retry (on another gateway).', {
+  headers: { 'retry-after': '1' },
+});

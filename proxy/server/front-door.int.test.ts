@@ -52,6 +52,9 @@ const ENV = {
   ARKVORY_SHUTDOWN_TIMEOUT_SECONDS: '2',
   // A small pool, filled by the warm-up, so the descriptor baseline is stable.
   ARKVORY_DATABASE_POOL_SIZE: '3',
+  // The open-file cache keeps a blob's descriptor after a read; idle ones close within a second, so
+  // the end-of-file check sees only descriptors something still holds.
+  ARKVORY_OPEN_FILE_CACHE_IDLE_SECONDS: '1',
 };
 
 /** prlimit comes with util-linux (Debian: `apt-get install util-linux`, present on every install). */

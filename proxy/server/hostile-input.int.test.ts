@@ -112,7 +112,8 @@ describe('repeated authentication failures (shipped auth_failure default)', () =
 
   it('a success clears the failures and a shadow ban of the address (spec 1.5); a clean address writes nothing', async () => {
     const account = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
-    const env = redisEnv();
+    // Republishing the shipped ban as `log` weakens a default rule: a bypass publisher's to do.
+    const env = { ...redisEnv(), ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS: account.name };
     const gw = await startGateway({ env });
     const wrong = `ark_${account.keyId}_${'A'.repeat(43)}`;
     const get = (key: string) => fetch(`${gw.url}/api/v1/admin/rate-limits`, { headers: bearer(key) });
@@ -260,7 +261,7 @@ describe('a flood of random keys', () => {
     };
     await sleep(1500);
     const before = await xacts();
-    const gw = await startGateway({ env: redisEnv() });
+    const gw = await startGateway({ env: { ...redisEnv(), ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS: admin.name } });
     // Observe only: with the shipped ban the flood would be refused before the key is looked up.
     const observe = await fetch(`${gw.url}/api/v1/admin/rate-limits`, {
       method: 'PUT',

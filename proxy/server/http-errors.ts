@@ -1,64 +1,69 @@
-import type { ServerResponse } from 'node:http';
+/**
+ * The one error catalogue of the HTTP edge, merged from every layer's at module load (a code declared
+ * by two layers stops the process before it listens), and the one way an error becomes a response.
+ */
+import { randomUUID } from 'node:crypto';
+import { STATUS_CODES, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
-import { POLICY_ERRORS, type PolicyErrorCode } from '../../policy/errors.ts';
-import { STORAGE_ERRORS, type StorageErrorCode } from '../../storage-adapter/errors.ts';
-import { GATEWAY_ERRORS, type GatewayErrorCode } from './errors.ts';
+import { type CodeOf, type ErrorEntry, mergeCatalogues } from '../../lib/coded-error.ts';
+import { COMMON_ERRORS } from '../../lib/common-errors.ts';
+import { POLICY_ERRORS } from '../../policy/errors.ts';
+import { RATE_LIMIT_ERRORS } from '../../policy/rate-limit/errors.ts';
+import { BACKUP_ERRORS } from '../../storage-adapter/backup/errors.ts';
+import { STORAGE_ERRORS } from '../../storage-adapter/errors.ts';
+import { GATEWAY_ERRORS } from './errors.ts';
 
-export type ErrorCode = PolicyErrorCode | StorageErrorCode | GatewayErrorCode;
+/** Every layer's catalogue, in the order the README lists their codes when statuses tie. */
+export const LAYER_CATALOGUES = [
+  COMMON_ERRORS,
+  POLICY_ERRORS,
+  RATE_LIMIT_ERRORS,
+  STORAGE_ERRORS,
+  BACKUP_ERRORS,
+  GATEWAY_ERRORS,
+] as const;
 
-/** The only code → HTTP status table. A code missing here fails to compile. */
-export const HTTP_STATUS: Record<ErrorCode, number> = {
-  invalid_request: 400,
-  part_missing: 400,
-  part_mismatch: 400,
-  parts_out_of_order: 400,
-  unauthorized: 401,
-  forbidden: 403,
-  not_found: 404,
-  method_not_allowed: 405,
-  read_only: 405,
-  conflict: 409,
-  upload_expired: 410,
-  request_timeout: 408,
-  payload_too_large: 413,
-  range_not_satisfiable: 416,
-  rate_limited: 429,
-  busy: 429,
-  internal: 500,
-  upstream_unreachable: 502,
-  unavailable: 503,
-  lease_lost: 503,
-  storage_mismatch: 503,
-  upstream_timeout: 504,
-  storage_full: 507,
-};
+/** Every code of every layer, each declared once. */
+export const ERROR_CATALOGUE = mergeCatalogues('http', ...LAYER_CATALOGUES);
 
-/** Every code with its default message, for the README contract test. */
-export const ALL_ERROR_MESSAGES: Record<ErrorCode, string> = { ...GATEWAY_ERRORS, ...STORAGE_ERRORS, ...POLICY_ERRORS };
+export type ErrorCode = CodeOf<typeof ERROR_CATALOGUE>;
 
-interface CodedError {
-  code: ErrorCode;
-  message: string;
-  headers?: Readonly<Record<string, string | string[]>>;
+function entryOf(code: string): ErrorEntry | undefined {
+  return Object.hasOwn(ERROR_CATALOGUE.entries, code) ? ERROR_CATALOGUE.entries[code as ErrorCode] : undefined;
 }
 
-function isCoded(err: unknown): err is CodedError {
-  if (!(err instanceof Error)) return false;
-  const code = (err as { code?: unknown }).code;
-  return typeof code === 'string' && Object.hasOwn(HTTP_STATUS, code);
-}
-
-/** Turns any error into `{status, code, message, headers}`; unknown errors become 500 `internal`. */
-export function toHttpError(err: unknown): {
+export interface HttpError {
   status: number;
-  code: ErrorCode;
+  code: string;
   message: string;
   headers: Record<string, string | string[]>;
-} {
-  if (isCoded(err)) {
-    return { status: HTTP_STATUS[err.code], code: err.code, message: err.message, headers: { ...(err.headers ?? {}) } };
+  /** Fields of the JSON body besides `code` and `message`. */
+  details: Readonly<Record<string, unknown>>;
+}
+
+/**
+ * Turns any error into its response: a coded error whose code has a status keeps its code, message,
+ * headers and details; anything else (no code, or a code no response carries) is 500 `internal`
+ * with the generic message, the real error going to the log only.
+ */
+export function toHttpError(err: unknown): HttpError {
+  if (err instanceof Error) {
+    const { code, headers, details } = err as { code?: unknown; headers?: unknown; details?: unknown };
+    const status = typeof code === 'string' ? entryOf(code)?.status : undefined;
+    if (typeof code === 'string' && typeof status === 'number') {
+      // Details add fields; they never replace the code or the message.
+      const { code: _code, message: _message, ...extra } = (details as Record<string, unknown> | undefined) ?? {};
+      return {
+        status,
+        code,
+        message: err.message,
+        headers: { ...((headers as Record<string, string | string[]> | undefined) ?? {}) },
+        details: extra,
+      };
+    }
   }
-  return { status: 500, code: 'internal', message: GATEWAY_ERRORS.internal, headers: {} };
+  return { status: 500, code: 'internal', message: GATEWAY_ERRORS.entries.internal.message, headers: {}, details: {} };
 }
 
 export function sendJson(
@@ -72,23 +77,59 @@ export function sendJson(
     'content-type': 'application/json; charset=utf-8',
     'content-length': Buffer.byteLength(text),
     'cache-control': 'no-store',
+    'x-content-type-options': 'nosniff',
     ...headers,
   });
   res.end(res.req.method === 'HEAD' ? undefined : text);
 }
 
-/**
- * Answers with the JSON error body, or, when headers are already out, destroys the response so the
- * client never sees a truncated body that looks complete.
- */
-export function sendError(res: ServerResponse, err: unknown, log: Logger): void {
-  const mapped = toHttpError(err);
+function errorBody(mapped: HttpError): Record<string, unknown> {
+  return { code: mapped.code, message: mapped.message, ...mapped.details };
+}
+
+function logError(log: Logger, err: unknown, mapped: HttpError): void {
   // `unavailable` is a state (draining, a queue closed at shutdown), not a fault: the error level is for faults.
   if (mapped.status >= 500 && mapped.code !== 'unavailable') log.error({ err, code: mapped.code }, 'request failed');
   else log.info({ code: mapped.code }, mapped.message);
+}
+
+/**
+ * Answers with the JSON error body `{ code, message, ...details }`, or, when headers are already
+ * out, destroys the response so the client never sees a truncated body that looks complete. Every
+ * error response of the gateway and the router is written here (or by `sendErrorOnSocket`).
+ */
+export function sendError(res: ServerResponse, err: unknown, log?: Logger): void {
+  const mapped = toHttpError(err);
+  // Without a logger the caller keeps its own record (a counter, its own line).
+  if (log) logError(log, err, mapped);
   if (res.headersSent) {
     res.destroy(err instanceof Error ? err : undefined);
     return;
   }
-  sendJson(res, mapped.status, { code: mapped.code, message: mapped.message }, mapped.headers);
+  sendJson(res, mapped.status, errorBody(mapped), mapped.headers);
+}
+
+/**
+ * The same answer written on a bare socket and closed, for a request Node could not parse (there is
+ * no response object then). It carries a fresh `x-request-id`: every response has one.
+ */
+export function sendErrorOnSocket(socket: Duplex, err: unknown): void {
+  if (!socket.writable || socket.destroyed) {
+    socket.destroy();
+    return;
+  }
+  const mapped = toHttpError(err);
+  const body = JSON.stringify(errorBody(mapped));
+  const headers: [string, string][] = [
+    ['content-type', 'application/json; charset=utf-8'],
+    ['content-length', String(Buffer.byteLength(body))],
+    ['cache-control', 'no-store'],
+    ['x-content-type-options', 'nosniff'],
+    ['x-request-id', randomUUID()],
+  ];
+  for (const [name, value] of Object.entries(mapped.headers))
+    for (const one of Array.isArray(value) ? value : [value]) headers.push([name, one]);
+  headers.push(['connection', 'close']);
+  const head = headers.map(([name, value]) => `${name}: ${value}\r\n`).join('');
+  socket.end(`HTTP/1.1 ${mapped.status} ${STATUS_CODES[mapped.status] ?? 'Error'}\r\n${head}\r\n${body}`);
 }

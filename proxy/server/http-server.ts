@@ -2,7 +2,9 @@ import http from 'node:http';
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Logger } from 'pino';
-import { WWW_AUTHENTICATE } from '../../policy/auth/authenticator.ts';
+import { unauthorized } from '../../policy/auth/authenticator.ts';
+import { hasPresignParams } from '../../policy/auth/presign-signature.ts';
+import { hasDuplicateAuthorization } from './authorization-header.ts';
 import { GatewayError } from './errors.ts';
 import { sendError } from './http-errors.ts';
 import { makeGraceful } from './graceful-server.ts';
@@ -10,7 +12,6 @@ import { GatewayResponse } from './gateway-response.ts';
 import { type ExchangeServer, onResponseClose, RequestExchange } from './request-exchange.ts';
 import {
   DEFAULT_FRONT_DOOR,
-  HEAD_TIMEOUT_RESPONSE,
   installFrontDoor,
   serverOptions,
   type FrontDoor,
@@ -64,6 +65,8 @@ export function createGatewayServer(options: {
     const incomingId = req.headers['x-request-id'];
     const reqId = typeof incomingId === 'string' && REQUEST_ID.test(incomingId) ? incomingId : randomUUID();
     res.addEarlyHeader('x-request-id', reqId);
+    // Every answer, JSON and errors included: no browser may sniff a body into another type.
+    res.addEarlyHeader('x-content-type-options', 'nosniff');
 
     // The URL object is built when a handler asks for it (the query of a pre-signed link), or at
     // once when the path is not simple enough to read without the parser (request-path.ts).
@@ -85,6 +88,11 @@ export function createGatewayServer(options: {
       sendError(res, new GatewayError('invalid_request', 'The request target is not a valid URL.'), log);
       return;
     }
+    if (hasDuplicateAuthorization(req.rawHeaders)) {
+      const headers: Record<string, string> = req.complete ? {} : { connection: 'close' };
+      sendError(res, new GatewayError('duplicate_authorization', undefined, { headers }), log.child({ reqId }));
+      return;
+    }
     if (options.readOnly && req.method !== 'GET' && req.method !== 'HEAD') {
       // The body stays unread: close the connection after the answer rather than drain it.
       const headers: Record<string, string> = { allow: 'GET, HEAD' };
@@ -99,6 +107,15 @@ export function createGatewayServer(options: {
     }
     if (match.kind === 'method_not_allowed') {
       exchange.route = match.template;
+      // A link's parameters on another method are a link misused: the same 401 as a bad key (docs/clients.md).
+      if (
+        req.headers.authorization === undefined &&
+        target.includes('X-Arkvory-') &&
+        hasPresignParams(exchange.url.searchParams)
+      ) {
+        sendError(res, unauthorized(), log.child({ reqId, route: exchange.route }));
+        return;
+      }
       sendError(
         res,
         new GatewayError('method_not_allowed', undefined, { headers: { allow: match.allow.join(', ') } }),
@@ -113,36 +130,6 @@ export function createGatewayServer(options: {
     void runRoute(exchange, routeDef, gates);
   });
 
-  server.on('clientError', (err: NodeJS.ErrnoException & { rawPacket?: Buffer }, socket) => {
-    // Malformed request lines/headers: answer 400 when the socket still can, never crash. Bytes the
-    // parser refuses inside Authorization are credentials that cannot be valid: the same 401 as any
-    // other bad key, so a caller learns nothing from the difference.
-    if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
-      // The head took longer than the header timeout: 408, the client's doing (nginx does the same).
-      if (socket.writable && !socket.destroyed) socket.end(HEAD_TIMEOUT_RESPONSE);
-      else socket.destroy();
-      log.debug({ code: 'client_timeout', phase: 'head' }, 'request head timed out');
-      return;
-    }
-    if (socket.writable && !socket.destroyed) {
-      const badCredentials = err.rawPacket !== undefined && hasMalformedAuthorization(err.rawPacket);
-      const status = badCredentials ? '401 Unauthorized' : '400 Bad Request';
-      const body = JSON.stringify(
-        badCredentials
-          ? { code: 'unauthorized', message: 'A valid API key is required.' }
-          : { code: 'invalid_request', message: 'Malformed HTTP request.' },
-      );
-      const extra = badCredentials ? WWW_AUTHENTICATE.map((c) => `www-authenticate: ${c}\r\n`).join('') : '';
-      // Every response carries x-request-id (the contract); the head could not be read, so a new one.
-      socket.end(
-        `HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${randomUUID()}\r\n${extra}connection: close\r\n\r\n${body}`,
-      );
-    } else {
-      socket.destroy();
-    }
-    log.debug({ code: err.code }, 'client error');
-  });
-
   const graceful = makeGraceful(server, frontDoor);
   return {
     server,
@@ -153,14 +140,6 @@ export function createGatewayServer(options: {
     listen: (port, host) => graceful.listen(port, host),
     close: (timeoutMs) => graceful.close(timeoutMs),
   };
-}
-
-/** True when the raw request head has an Authorization line with bytes HTTP does not allow. */
-function hasMalformedAuthorization(raw: Buffer): boolean {
-  const head = raw.toString('latin1');
-  const match = /(?:^|\n)authorization:([^\n]*)/i.exec(head);
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: finding control characters is the point
-  return match !== null && /[\x00-\x08\x0a-\x1f\x7f]/.test(match[1]!.replace(/\r$/, ''));
 }
 
 async function runRoute(ctx: RequestContext, route: Route, gates: readonly Gate[]): Promise<void> {

@@ -33,6 +33,7 @@ export class RequestExchange implements RequestContext {
   route = 'unmatched';
   access: Access = 'public';
   principal: Principal | undefined = undefined;
+  linkSha256: string | undefined = undefined;
   readonly #server: ExchangeServer;
   readonly #target: string;
   readonly #startedMs = performance.now();
@@ -62,7 +63,7 @@ export class RequestExchange implements RequestContext {
     return (this.#url ??= new URL(this.#target, 'http://gateway.invalid'));
   }
 
-  /** Created on first use: most requests never log through it, and a pino child costs a profile's worth. */
+  /** Created on first use: most requests never log through it, and a pino child is dear per request. */
   get log(): Logger {
     return (this.#log ??= this.#server.log.child({ reqId: this.reqId, route: this.route }));
   }

@@ -28,6 +28,8 @@ export interface RequestContext {
   /** Aborted when the client goes away before the response finished. */
   readonly signal: AbortSignal;
   principal: Principal | undefined;
+  /** Set when a pre-signed link authenticated the request: the sha256 it was made for (only that is served). */
+  linkSha256?: string | undefined;
   /**
    * Sends `100 Continue` when the client asked for it: call once every check that may refuse the
    * request (auth, size, admission) passed and the body is about to be read. Idempotent.

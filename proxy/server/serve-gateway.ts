@@ -14,6 +14,10 @@ import { configuredCeilings, describeCeilings } from './ceilings.ts';
 import { watchStopSignals } from './stop-signals.ts';
 import { Lifecycle } from './lifecycle.ts';
 import { createGatewayMetrics } from '../metrics/gateway-metrics.ts';
+import { registerLeaseMetrics } from '../metrics/lease-metrics.ts';
+import { registerBandwidthMetrics } from '../metrics/bandwidth-metrics.ts';
+import { registerAdmissionMetrics } from '../metrics/admission-metrics.ts';
+import { registerFrontDoorMetrics } from '../metrics/front-door-metrics.ts';
 import { metricsRoute, startMetricsServer, type MetricsServer } from '../metrics/metrics-endpoint.ts';
 import type { Services } from './services.ts';
 import { createTransfers } from '../gates/transfers.ts';
@@ -75,12 +79,14 @@ export async function serveGateway(config: Config, log: Logger): Promise<number>
       }
     }
     if (signals.requested) return await finish(log, built, server, database, config, EXIT.ok);
+    // Each source registers its metric families where it is built.
+    const metrics = createGatewayMetrics();
     coordinator = await openCoordinator(config, database.url, log);
     coordinator.onFenced(() => lifecycle.set('fenced', 'lease lost'));
+    registerLeaseMetrics(metrics.registry, coordinator);
     const transfers = createTransfers(config, systemClock, coordinator);
-    const metrics = createGatewayMetrics();
-    metrics.watchTransfers(transfers);
-    metrics.watchCoordinator(coordinator);
+    registerBandwidthMetrics(metrics.registry, transfers.governors);
+    registerAdmissionMetrics(metrics.registry, transfers.admission);
     built = {
       config,
       log,
@@ -112,7 +118,7 @@ export async function serveGateway(config: Config, log: Logger): Promise<number>
       onRequest: (o) => metrics.observeRequest(o),
       limits: config.frontDoor,
     });
-    metrics.watchFrontDoor(server.frontDoor);
+    registerFrontDoorMetrics(metrics.registry, server.frontDoor);
     const address = await server.listen(config.port, config.host);
     if (!signals.requested) lifecycle.set('serving');
     log.info({ role: config.role, url: `http://${address.address}:${address.port}`, port: address.port }, 'listening');

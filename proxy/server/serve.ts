@@ -3,7 +3,7 @@
  * A router or rules service never imports the gateway's (routes, stores, PostgreSQL, Redis,
  * metrics): every module loaded stays in the heap for the life of the process, and a streaming
  * process runs a full garbage collection every few tens of MiB of socket buffers, each one as
- * dear as the heap is big (bench/router.ts: about a third of the router's CPU per GiB).
+ * dear as the heap is big.
  */
 import { ConfigError, loadConfig, type Config } from '../config/config.ts';
 import { createLogger } from './logger.ts';

@@ -28,6 +28,6 @@ export interface Services {
   readonly onClose: Array<() => void | Promise<void>>;
   /** Extra fields for `/health/ready`; each provider returns aggregates only, never ids or paths. */
   readonly readiness: Array<() => Record<string, unknown>>;
-  /** Prometheus metrics; modules hand it the aggregates they own (absent: nothing is exported). */
+  /** Prometheus metrics; each module registers the families of what it builds (absent: nothing is exported). */
   readonly metrics?: GatewayMetrics;
 }

@@ -6,13 +6,13 @@ import { constants } from 'node:fs';
 import { access, mkdir, stat } from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
+import { GatewayError } from './errors.ts';
 
-export class StartupCheckError extends Error {
+export class StartupCheckError extends GatewayError {
   override readonly name = 'StartupCheckError';
-  readonly code: 'port_in_use' | 'data_dir_unusable';
+  declare readonly code: 'port_in_use' | 'data_dir_unusable';
   constructor(code: 'port_in_use' | 'data_dir_unusable', message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.code = code;
+    super(code, message, options);
   }
 }
 

@@ -3,13 +3,17 @@
  * on stderr, so an operator reading either (or systemd's journal) sees why.
  */
 import type { Logger } from 'pino';
+import { GatewayError } from './errors.ts';
 
 /** Exit codes: 0 clean stop, 1 startup or runtime failure, 2 invalid configuration. */
 export const EXIT = { ok: 0, failure: 1, config: 2 } as const;
 
-export class StartupError extends Error {
+export class StartupError extends GatewayError {
   override readonly name = 'StartupError';
-  readonly code = 'startup_refused' as const;
+  declare readonly code: 'startup_refused';
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('startup_refused', message, options);
+  }
 }
 
 export function logStartupFailure(log: Logger, err: unknown): void {

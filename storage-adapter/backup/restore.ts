@@ -239,14 +239,17 @@ async function emptyTarget(store: OpenedArtifactStore, identityWritten: boolean)
   return problems;
 }
 
-/** The error of a failed restore, its message saying what the rollback left (nothing, normally). */
+/**
+ * The error of a failed restore, its message extended with what the rollback left (nothing,
+ * normally). The same error object, so its class, code and stack stay those of the failure.
+ */
 function rolledBack(err: unknown, where: string, problems: readonly string[]): unknown {
   if (!(err instanceof Error)) return err;
   const note = problems.length
     ? `the database was rolled back, but not everything the restore wrote to the storage root ${where} could be removed (${problems.join('; ')}): remove storage-id, blobs/ and tmp/ there before trying again`
     : 'the restore was rolled back: the target database and storage root are empty again, so it can be retried';
-  const code = (err as { code?: unknown }).code;
-  return Object.assign(new Error(`${err.message}; ${note}`, { cause: err }), typeof code === 'string' ? { code } : {});
+  err.message = `${err.message}; ${note}`;
+  return err;
 }
 
 /** A blob file of the backup as a body, noting whether it was missing or did not match (size, sha256). */
@@ -321,7 +324,12 @@ async function restoreAllOrNothing(
             );
           throw err;
         });
-      await staged.commit();
+      try {
+        await staged.commit();
+      } finally {
+        // The temporary goes either way: after a commit it is a second name (or, on S3, a second copy).
+        await staged.discard();
+      }
       bytes += blob.sizeBytes;
       options.onProgress?.(i + 1, blobs.length, bytes);
     }
@@ -358,12 +366,10 @@ async function restoreAllOrNothing(
       // Committed, only the acknowledgement was lost: the restore is complete.
       if (row === manifest.storageId) return committing;
       if (row === undefined)
-        throw Object.assign(
-          new Error(
-            `${(err as Error).message}; whether the restore's transaction committed is unknown (the database cannot be reached): if arkvory_storage holds ${manifest.storageId} the restore is complete, else drop the database and empty the storage root ${store.location} before trying again`,
-            { cause: err },
-          ),
-          { code: 'target_busy' },
+        throw new BackupError(
+          'target_busy',
+          `${(err as Error).message}; whether the restore's transaction committed is unknown (the database cannot be reached): if arkvory_storage holds ${manifest.storageId} the restore is complete, else drop the database and empty the storage root ${store.location} before trying again`,
+          { cause: err },
         );
     }
     // inTransaction has rolled the work back (or COMMIT itself failed and nothing is left open).

@@ -60,7 +60,7 @@ export function createCachedCatalog(inner: Catalog, validity: CacheValidity, bou
     try {
       entry = await inner.get(key);
     } catch (err) {
-      throw new StorageError('unavailable', undefined, { cause: err });
+      throw new StorageError('unavailable', 'The catalog cannot be read right now; retry later.', { cause: err });
     }
     if (entry && validity.trusted && validity.generation === generation) rows.set(id, entry, entryBytes(entry));
     return entry;

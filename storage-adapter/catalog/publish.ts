@@ -21,7 +21,8 @@ export interface PublishRequest {
 export type PublishOutcome = { readonly outcome: 'created' | 'unchanged'; readonly entry: CatalogEntry };
 
 function compare(existing: CatalogEntry, sha256: string): PublishOutcome {
-  if (existing.sha256 !== sha256) throw new StorageError('conflict');
+  if (existing.sha256 !== sha256)
+    throw new StorageError('conflict', 'Different content is already published under this name.');
   return { outcome: 'unchanged', entry: existing };
 }
 

@@ -34,11 +34,16 @@ export function createFsPartStore(root: string): PartStore {
       }
     },
     async *read(sessionId, fileName, signal) {
-      for await (const chunk of createReadStream(path.join(sessionDir(root, sessionId), fileName), {
-        highWaterMark: 1024 * 1024,
-        signal,
-      }))
-        yield chunk as Buffer;
+      try {
+        for await (const chunk of createReadStream(path.join(sessionDir(root, sessionId), fileName), {
+          highWaterMark: 1024 * 1024,
+          signal,
+        }))
+          yield chunk as Buffer;
+      } catch (err) {
+        // A missing part is `not_found`, as on the other stores.
+        throw storageErrorFromErrno(err) ?? err;
+      }
     },
     async remove(sessionId, fileName) {
       await rm(path.join(sessionDir(root, sessionId), fileName), { force: true });

@@ -9,10 +9,8 @@
  * write. A slot is refilled only once its write is done, so a body holds at most the ring.
  *
  * A large body goes to the disk with direct I/O when the filesystem takes it (`openUploadFile`):
- * buffered, each byte was copied once more into the page cache by a libuv thread and written back
- * by the periodic and final syncs, the largest cost of an upload after hashing (bench/small-objects.ts
- * --upload-only: the libuv threads used 1.24 of the gateway's 2.82 CPU-s per GiB, perf put it in
- * copy_folio_from_iter_atomic; 0.15 direct, and the upload ran 1.7x as fast). Direct writes
+ * buffered, each byte is copied once more into the page cache by a libuv thread and written back
+ * by the periodic and final syncs, the largest cost of an upload after hashing. Direct writes
  * need block-aligned memory, offsets and lengths: the ring then lives in WebAssembly memory (page
  * aligned, which no other JavaScript allocation promises), every slot but the last is written
  * whole, and the last is padded with zeros to the block and the file cut back to its length.
@@ -150,8 +148,8 @@ class RingWriter {
     // ring leaks past the end) and `finish` cuts the file back.
     const padded = this.#direct ? paddedLength(length) : length;
     slot.bytes.fill(0, length, padded);
-    // Slots are written at their own offsets (pwrite), so several may be in flight at once: measured
-    // faster than one write at a time (bench/small-objects.ts --upload-only, 0.49x vs 0.40x nginx).
+    // Slots are written at their own offsets (pwrite), so several may be in flight at once, which
+    // keeps the disk busy while the next slot fills.
     const written = writeFullyAt(this.#handle, slot.bytes.subarray(0, padded), this.#position);
     slot.busy = written.then(
       () => {},

@@ -12,6 +12,22 @@ import type { ByteMeter } from '../byte-meter.ts';
 import type { PartStore } from '../store.ts';
 import { parseListedParts, planCompletion, type ReceivedPart } from './completion-plan.ts';
 import { withTransaction } from '../../lib/transaction.ts';
+import { checkAssembledSize, checkSessionCount, partBound, type MultipartLimits, type StoredBytes } from './bounds.ts';
+
+/** Class id of the per-principal advisory locks (two-int4 form, a lock space of its own: 'ARKM'). */
+const PRINCIPAL_LOCK_CLASS = 0x41524b4d;
+/** States whose parts are stored and not yet assembled (and that count as open sessions). */
+const PENDING_STATES = `('open', 'completing')`;
+
+/** Serialises the checks of one principal's bounds with the writes they guard (a transaction's lock). */
+async function lockPrincipal(client: pg.PoolClient, principalId: string | null): Promise<void> {
+  await client.query('SELECT pg_advisory_xact_lock($1, hashtext($2))', [PRINCIPAL_LOCK_CLASS, principalId ?? '']);
+}
+
+/** A SQL condition on `principal_id` that can use the index (IS NOT DISTINCT FROM cannot). */
+function principalIs(column: string, principalId: string | null, param: number): string {
+  return principalId === null ? `${column} IS NULL AND $${param}::uuid IS NULL` : `${column} = $${param}`;
+}
 
 export type SessionState = 'open' | 'completing' | 'done' | 'failed' | 'aborted' | 'expired';
 
@@ -68,36 +84,70 @@ export class UploadSessions {
   readonly #pool: pg.Pool;
   readonly #parts: PartStore;
   readonly #ttlSeconds: number;
+  readonly #limits: MultipartLimits;
 
-  constructor(options: { pool: pg.Pool; parts: PartStore; ttlSeconds: number }) {
+  constructor(options: { pool: pg.Pool; parts: PartStore; ttlSeconds: number; limits: MultipartLimits }) {
     this.#pool = options.pool;
     this.#parts = options.parts;
     this.#ttlSeconds = options.ttlSeconds;
+    this.#limits = options.limits;
+  }
+
+  /** Part bytes stored for `principalId`, and for session `id`, not counting part `partNumber`. */
+  async #storedBytes(
+    db: pg.Pool | pg.PoolClient,
+    id: string,
+    partNumber: number,
+    principalId: string | null,
+  ): Promise<StoredBytes> {
+    const r = await db.query<{ session: string; principal: string }>(
+      `SELECT COALESCE(SUM(p.size_bytes) FILTER (WHERE p.session_id = $1), 0)::text AS session,
+              COALESCE(SUM(p.size_bytes), 0)::text AS principal
+       FROM arkvory_upload_parts p JOIN arkvory_upload_sessions s ON s.id = p.session_id
+       WHERE ${principalIs('s.principal_id', principalId, 3)} AND s.state IN ${PENDING_STATES}
+         AND NOT (p.session_id = $1 AND p.part_number = $2)`,
+      [id, partNumber, principalId],
+    );
+    return { session: Number(r.rows[0]!.session), principal: Number(r.rows[0]!.principal) };
   }
 
   async create(
     key: ArtifactKey,
     options: { contentType: string; expectedSize?: number; expectedSha256?: string; principalId: string | null },
   ): Promise<UploadSession> {
+    if (options.expectedSize !== undefined && options.expectedSize > this.#limits.maxUploadBytes)
+      throw new StorageError(
+        'upload_too_large',
+        `The declared size ${options.expectedSize} is larger than ARKVORY_MAX_UPLOAD_BYTES (${this.#limits.maxUploadBytes}).`,
+      );
     const id = randomUUID();
-    const r = await this.#pool.query(
-      `INSERT INTO arkvory_upload_sessions (id, repository, kind, name, version, asset, content_type, expected_size, expected_sha256, principal_id, expires_at)
+    return withTransaction(this.#pool, async (client) => {
+      await lockPrincipal(client, options.principalId);
+      const open = await client.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM arkvory_upload_sessions
+         WHERE ${principalIs('principal_id', options.principalId, 1)} AND state IN ${PENDING_STATES} AND expires_at > now()`,
+        [options.principalId],
+      );
+      checkSessionCount(open.rows[0]!.n, this.#limits);
+      const r = await client.query(
+        `INSERT INTO arkvory_upload_sessions (id, repository, kind, name, version, asset, content_type, expected_size, expected_sha256, principal_id, expires_at)
        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now() + make_interval(secs => $11)) RETURNING *`,
-      [
-        id,
-        key.repository,
-        key.kind,
-        key.name,
-        key.version,
-        key.asset,
-        options.contentType,
-        options.expectedSize ?? null,
-        options.expectedSha256 ?? null,
-        options.principalId,
-        this.#ttlSeconds,
-      ],
-    );
-    return toSession(r.rows[0], []);
+        [
+          id,
+          key.repository,
+          key.kind,
+          key.name,
+          key.version,
+          key.asset,
+          options.contentType,
+          options.expectedSize ?? null,
+          options.expectedSha256 ?? null,
+          options.principalId,
+          this.#ttlSeconds,
+        ],
+      );
+      return toSession(r.rows[0], []);
+    });
   }
 
   /** The session in `scope`, or `not_found` (also for another repository's or another principal's session). */
@@ -140,6 +190,14 @@ export class UploadSessions {
     if (!Number.isInteger(partNumber) || partNumber < 1 || partNumber > 10_000)
       throw new StorageError('invalid_request', 'Part numbers run from 1 to 10000.');
     await this.#open(scope, id);
+    // The part is bounded by what the session's and the principal's other parts already hold.
+    const bound = partBound(
+      options.maxBytes,
+      this.#limits,
+      await this.#storedBytes(this.#pool, id, partNumber, scope.principalId),
+    );
+    if (options.expectedLength !== undefined && options.expectedLength > bound.maxBytes)
+      throw bound.refuse(options.expectedLength);
     const fileName = `${String(partNumber).padStart(5, '0')}-${randomUUID()}.part`;
     const hash = createHash('sha256');
     let size = 0;
@@ -154,8 +212,7 @@ export class UploadSessions {
             : bytes.subarray(offset);
           if (options.meter) await options.meter.take(slice.length, options.signal);
           size += slice.length;
-          if (size > options.maxBytes)
-            throw new StorageError('payload_too_large', `A part may hold at most ${options.maxBytes} bytes.`);
+          if (size > bound.maxBytes) throw bound.refuse(size);
           hash.update(slice);
           yield slice;
           offset += slice.length;
@@ -170,13 +227,31 @@ export class UploadSessions {
     }
     await this.#parts.write(id, fileName, checked(), options.signal);
     const sha256 = hash.digest('hex');
-    const previous = await this.#pool.query<{ file_name: string }>(
-      `WITH old AS (SELECT file_name FROM arkvory_upload_parts WHERE session_id = $1 AND part_number = $2)
+    const limits = this.#limits;
+    const record = () =>
+      withTransaction(this.#pool, async (client) => {
+        // Parts sent in parallel were each checked against what was stored when they began: the
+        // check is made again under the principal's lock, where it cannot race.
+        await lockPrincipal(client, scope.principalId);
+        const stored = await this.#storedBytes(client, id, partNumber, scope.principalId);
+        const now = partBound(Number.MAX_SAFE_INTEGER, limits, stored);
+        if (size > now.maxBytes) throw now.refuse(size);
+        return client.query<{ file_name: string }>(
+          `WITH old AS (SELECT file_name FROM arkvory_upload_parts WHERE session_id = $1 AND part_number = $2)
        INSERT INTO arkvory_upload_parts (session_id, part_number, size_bytes, sha256, file_name) VALUES ($1, $2, $3, $4, $5)
        ON CONFLICT (session_id, part_number) DO UPDATE SET size_bytes = EXCLUDED.size_bytes, sha256 = EXCLUDED.sha256, file_name = EXCLUDED.file_name, received_at = now()
        RETURNING (SELECT file_name FROM old) AS file_name`,
-      [id, partNumber, size, sha256, fileName],
-    );
+          [id, partNumber, size, sha256, fileName],
+        );
+      });
+    let previous: Awaited<ReturnType<typeof record>>;
+    try {
+      previous = await record();
+    } catch (err) {
+      // Refused (or not recorded): the part written for it is nobody's.
+      await this.#parts.remove(id, fileName).catch(() => {});
+      throw err;
+    }
     const replaced = previous.rows[0]?.file_name;
     if (replaced && replaced !== fileName) await this.#parts.remove(id, replaced);
     return { partNumber, sizeBytes: size, sha256 };
@@ -211,6 +286,8 @@ export class UploadSessions {
         parts.rows.map((p) => ({ partNumber: p.part_number, sizeBytes: Number(p.size_bytes), sha256: p.sha256 })),
         row.expected_size === null ? null : Number(row.expected_size),
       );
+      // Parts stored under a higher ARKVORY_MAX_UPLOAD_BYTES are refused here, before any assembly.
+      checkAssembledSize(plan.totalBytes, this.#limits);
       const job = await client.query<{ id: string }>(
         'INSERT INTO arkvory_upload_jobs (session_id, parts) VALUES ($1, $2) RETURNING id::text',
         [id, JSON.stringify(plan.parts)],

@@ -1,11 +1,11 @@
 /**
  * Large ranged GETs of the S3 store over a plain TCP socket that reads into one reused buffer
- * (`net.connect({ onread })`), for `http:` endpoints. Why: relaying a 1 GiB body through undici cost
- * the gateway 1.2–1.6 CPU seconds per GiB (profile in docs/storage-and-content.md): every socket read
- * allocates a fresh buffer, undici copies it into its WASM parser and hands it through stream and
- * iterator layers, and the garbage (external buffer memory) forces major collections and grows the
- * RSS with parallel downloads. Reading into one buffer per download allocates nothing per chunk;
- * the caller's read() copies out of it (stream.ts' reused buffers), about 0.5 CPU s/GiB in all.
+ * (`net.connect({ onread })`), for `http:` endpoints. Why: relaying a large body through undici,
+ * every socket read allocates a fresh buffer, undici copies it into its WASM parser and hands it
+ * through stream and iterator layers, and the garbage (external buffer memory) forces major
+ * collections and grows the RSS with parallel downloads (docs/storage-and-content.md, "The S3
+ * store"). Reading into one buffer per download allocates nothing per chunk; the caller's read()
+ * copies out of it (stream.ts' reused buffers).
  *
  * Only a success answer is read here: 206 whose Content-Range starts where asked (or 200 for a
  * range from byte 0), with a Content-Length and no Transfer-Encoding. Anything else (an error

@@ -1,11 +1,11 @@
 /**
  * Streamed PUTs of the S3 store over a plain TCP socket of their own, for `http:` endpoints: the body's
  * chunks are copied into a small ring of fixed slots, each full slot goes to the socket with one
- * write, and a slot is refilled only once the kernel has taken it. Why: through undici a 1 GiB PUT cost
- * the gateway about 3 CPU s (profile in docs/storage-and-content.md); after the SHA-256 the publish
- * rules require, the largest items were the collector (the request parser's fresh 64 KiB chunks, held
- * by undici's stream layers until they were written, set off full collections) and one socket write
- * per 64 KiB chunk. Here a chunk is copied once into the ring and, when the body's producer allows it
+ * write, and a slot is refilled only once the kernel has taken it. Why: through undici, after the
+ * SHA-256 the publish rules require, the largest costs of a PUT are the collector (the request
+ * parser's fresh 64 KiB chunks, held by undici's stream layers until they are written, set off full
+ * collections) and one socket write per 64 KiB chunk (docs/storage-and-content.md, "The S3 store").
+ * Here a chunk is copied once into the ring and, when the body's producer allows it
  * (`releaseChunks`), its memory is freed at once (lib/release-buffer.ts; overlapped-writer.ts does the same for the directory store).
  *
  * The object comes into existence only when the server has the last byte, and the last slot is

@@ -1,8 +1,9 @@
 /**
- * What only the S3 store does, on each real S3 server (SeaweedFS, MinIO): multipart upload of a body
- * of unknown length, multipart copy above the single-copy limit, parts and tree over object keys,
- * abandoned multipart uploads found and aborted by gc, and the identity refusals (missing bucket,
- * wrong credentials, server down). The shared publish suite runs in fs-store.int.test.ts.
+ * What only the S3 store does, on each real S3 server (SeaweedFS, MinIO): reads and PUTs over
+ * sockets of their own, multipart upload of a body of unknown length, multipart copy above the
+ * single-copy limit, server-side assembly and its fallback, abandoned multipart uploads found and
+ * aborted by gc, and the identity refusals (missing bucket, wrong credentials, server down). What
+ * every store must do, this one included, is the conformance suite (test/conformance/artifact-store.ts).
  * Each server kind is the run's shared server on a fresh bucket (test/support/shared-s3.ts).
  */
 import { createHash, randomBytes } from 'node:crypto';
@@ -10,8 +11,8 @@ import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createRepository } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
-import { listKeys, S3_SERVER_KINDS, type S3Server } from '../../test/support/s3-server.ts';
-import { s3Probe, startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
+import { listKeys, type S3Server } from '../../test/support/s3-server.ts';
+import { S3_STORE_KINDS, s3Probe, startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
 import { createCatalog, type ArtifactKey } from '../catalog/catalog.ts';
 import { collectGarbage } from '../maintenance/gc.ts';
 import { publishArtifact } from '../catalog/publish.ts';
@@ -27,7 +28,7 @@ const blobName = (hex: string) => `blobs/sha256/${hex.slice(0, 2)}/${hex.slice(2
 const chunked = (b: Buffer) =>
   Readable.from(Array.from({ length: Math.ceil(b.length / MiB) }, (_, i) => b.subarray(i * MiB, (i + 1) * MiB)));
 
-describe.each(S3_SERVER_KINDS)('S3 store on %s', (kind) => {
+describe.each(S3_STORE_KINDS)('S3 store on %s', (kind) => {
   const db = useTestDatabase();
   let backing: StoreBacking;
   let server: S3Server;
@@ -430,32 +431,6 @@ describe.each(S3_SERVER_KINDS)('S3 store on %s', (kind) => {
     const report = await collectGarbage(store.tree, db.pool, { dryRun: false });
     expect(report.incompleteUploads).toEqual(['tmp/abandoned.upload']);
     expect(await store.tree.incompleteUploads!()).toEqual([]);
-  });
-
-  it('parts and the maintenance tree work on object keys', async () => {
-    const store = await writer();
-    const session = '00000000-0000-4000-8000-000000000001';
-    const part = randomBytes(100_000);
-    await store.parts.write(session, '00001-a.part', Readable.from([part]));
-    await store.parts.write(session, '00002-b.part', Readable.from([Buffer.from('x')]));
-    const back: Buffer[] = [];
-    for await (const chunk of store.parts.read(session, '00001-a.part')) back.push(chunk);
-    expect(Buffer.concat(back).equals(part)).toBe(true);
-    expect((await store.tree.list('uploads')).map((e) => [e.name, e.isDirectory])).toEqual([[session, true]]);
-    expect((await store.tree.list(`uploads/${session}`)).map((e) => [e.name, e.sizeBytes])).toEqual([
-      ['00001-a.part', 100_000],
-      ['00002-b.part', 1],
-    ]);
-    await store.tree.move(`uploads/${session}/00002-b.part`, 'quarantine/b');
-    expect(await s3Probe(server).read('quarantine/b')).toEqual(Buffer.from('x'));
-    await store.parts.remove(session, '00001-a.part');
-    expect(await store.tree.list(`uploads/${session}`)).toEqual([]);
-    await store.parts.write(session, '00003-c.part', Readable.from([Buffer.from('y')]));
-    await store.parts.removeSession(session);
-    expect(await listKeys(server, 'uploads/')).toEqual([]);
-    await expect(async () => {
-      for await (const _ of store.parts.read(session, '00003-c.part')) void _;
-    }).rejects.toMatchObject({ code: 'not_found' });
   });
 
   it('identity: a prefix is its own store; a missing bucket, wrong credentials and a stopped server refuse with the fix', async () => {

@@ -1,8 +1,7 @@
 /**
  * SHA-256 of a large body on a worker thread, so the event loop that receives the body does not
- * also hash it. Hashing was the largest single cost of a 1 GiB upload on the main thread (about
- * 0.6 of its 1.4 CPU-s per GiB with SHA-NI), while the machine's other core sat mostly idle once
- * the file was written with direct I/O (overlapped-writer.ts).
+ * also hash it: hashing is the largest single cost of a large upload on the main thread, while
+ * another core is mostly idle when the file is written with direct I/O (overlapped-writer.ts).
  *
  * The bytes cross in shared memory, not in messages: each hasher owns a small ring of 1 MiB slots
  * in a SharedArrayBuffer; a full slot is posted by number and hashed in place, and the worker

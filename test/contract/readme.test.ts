@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { describe, expect, it } from 'vitest';
-import { errorsTable, README, section, variablesTable } from '../support/readme-tables.ts';
+import { errorsTable, processErrorsTable, README, section, variablesTable } from '../support/readme-tables.ts';
 
 describe('README contract', () => {
   it('lists every ARKVORY_* variable exactly as the config table declares it (npm run docs regenerates)', async () => {
@@ -9,6 +9,10 @@ describe('README contract', () => {
 
   it('lists every error code with its status, both ways (npm run docs regenerates)', async () => {
     expect(section(await readFile(README, 'utf8'), 'errors')).toBe(errorsTable());
+  });
+
+  it('lists every code of commands and refused starts, both ways (npm run docs regenerates)', async () => {
+    expect(section(await readFile(README, 'utf8'), 'process-errors')).toBe(processErrorsTable());
   });
 
   it('names the start and test commands near the top', async () => {

@@ -18,7 +18,7 @@ import { createRedisRuleDocuments } from '../../policy/rate-limit/redis-rule-doc
 import { createRedisCounterStore } from '../../policy/rate-limit/redis-counter-store.ts';
 import { ruleDocumentsPrefix } from '../../policy/rate-limit/redis-target.ts';
 import { defineRule, type LimiterRules } from '../../policy/rate-limit/rules.ts';
-import { counterStoreConformance, T0 } from '../../policy/rate-limit/counter-store-conformance.ts';
+import { counterStoreConformance, T0 } from '../conformance/counter-store.ts';
 import { systemClock } from '../../policy/clock.ts';
 import { createRateLimitRedis, type RateLimitRedis } from '../../proxy/gates/rate-limit-redis.ts';
 import { bearer, createRepository, createServiceAccount } from '../support/auth.ts';

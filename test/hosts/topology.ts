@@ -306,6 +306,8 @@ export async function buildTopology(options: {
               ? { ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(policy.perPrincipalBytesPerSec) }
               : {}),
             ARKVORY_ADVERTISE_URL: `http://${host.address}:${port}`,
+            // As docs/deploy.md: the router is trusted, so bans count its clients, never it.
+            ARKVORY_TRUSTED_PROXIES: hosts.router.address,
             ...options.env,
           }),
     });

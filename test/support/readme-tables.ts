@@ -4,10 +4,10 @@
  */
 import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { REPO_ROOT } from '../harness/paths.ts';
 import { describeAllowed, VARIABLES } from '../../proxy/config/config.ts';
-import { ALL_ERROR_MESSAGES, HTTP_STATUS, type ErrorCode } from '../../proxy/server/http-errors.ts';
-import { ERROR_ADVICE } from './error-advice.ts';
+import type { ErrorEntry } from '../../lib/coded-error.ts';
+import { ERROR_CATALOGUE } from '../../proxy/server/http-errors.ts';
+import { REPO_ROOT } from '../harness/paths.ts';
 export const README = path.join(REPO_ROOT, 'README.md');
 
 export function variablesTable(): string {
@@ -18,12 +18,22 @@ export function variablesTable(): string {
   return ['| variable | default | allowed | meaning |', '| --- | --- | --- | --- |', ...rows].join('\n');
 }
 
+const CATALOGUE_ROWS = Object.entries(ERROR_CATALOGUE.entries) as [string, ErrorEntry][];
+
+/** The codes a response can carry, by status: code, status, meaning, what to do (from the catalogue). */
 export function errorsTable(): string {
-  const codes = (Object.keys(HTTP_STATUS) as ErrorCode[]).sort(
-    (a, b) => HTTP_STATUS[a] - HTTP_STATUS[b] || a.localeCompare(b),
-  );
-  const rows = codes.map((c) => `| \`${c}\` | ${HTTP_STATUS[c]} | ${ALL_ERROR_MESSAGES[c]} | ${ERROR_ADVICE[c]} |`);
+  const rows = CATALOGUE_ROWS.flatMap(([code, e]) => (e.status === null ? [] : [{ code, status: e.status, e }]))
+    .sort((a, b) => a.status - b.status || a.code.localeCompare(b.code))
+    .map(({ code, status, e }) => `| \`${code}\` | ${status} | ${e.message} | ${e.advice} |`);
   return ['| code | status | meaning | what to do |', '| --- | --- | --- | --- |', ...rows].join('\n');
+}
+
+/** The codes only a command or a refused start reports (no HTTP status), by code. */
+export function processErrorsTable(): string {
+  const rows = CATALOGUE_ROWS.filter(([, e]) => e.status === null)
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([code, e]) => `| \`${code}\` | ${e.message} | ${e.advice} |`);
+  return ['| code | meaning | what to do |', '| --- | --- | --- |', ...rows].join('\n');
 }
 
 /** The rule schema, the one source of a rate-limit rule's shape (policy/rate-limit/rule.schema.json). */
@@ -74,6 +84,7 @@ if (process.argv[1] && import.meta.url.endsWith(path.basename(process.argv[1])))
   let text = await readFile(README, 'utf8');
   text = replaceSection(text, 'variables', variablesTable());
   text = replaceSection(text, 'errors', errorsTable());
+  text = replaceSection(text, 'process-errors', processErrorsTable());
   await writeFile(README, text);
   const component = await ruleComponent();
   for (const file of RULE_SCHEMA_DOCUMENTS)

@@ -125,6 +125,3 @@ http {
   await store.start();
   return store;
 }
-
-export type StoreKind = 'fs' | 'http';
-export const STORE_KINDS: readonly StoreKind[] = ['fs', 'http'];

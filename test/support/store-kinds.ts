@@ -1,8 +1,10 @@
 /**
- * Every store the conformance suites run over: the directory store, the static-HTTP store (a real
- * nginx) and the S3 store on each real S3 server. A backing starts what the kind needs and gives a
- * probe that looks at the store's objects from outside the store under test: the directory itself
- * (fs, and nginx's root), or raw signed S3 requests.
+ * Every store the suites run over, in ONE list: the directory store, the static-HTTP store (a real
+ * nginx with WebDAV) and the S3 store on each real S3 server. Any suite that covers several stores
+ * takes its kinds from `STORE_KINDS` (or a filter of it); what a kind legitimately cannot do is a
+ * capability flag here, and a suite declares the sections needing it only for the kinds that have it.
+ * A backing starts what the kind needs and gives a probe that looks at the store's objects from
+ * outside the store under test: the directory itself (fs, and nginx's root), or raw signed S3 requests.
  */
 import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -11,21 +13,55 @@ import { afterAll } from 'vitest';
 import { openFsStore } from '../../storage-adapter/fs/index.ts';
 import { openHttpStore } from '../../storage-adapter/http/index.ts';
 import { openS3Store, type S3Store, type S3Limits } from '../../storage-adapter/s3/index.ts';
-import type { ArtifactStore } from '../../storage-adapter/store.ts';
+import type { ArtifactStore, OpenedArtifactStore } from '../../storage-adapter/store.ts';
 import { makeTempDir } from './gateway.ts';
 import { emptyBucket, listKeys, type S3Server, type S3ServerKind } from './s3-server.ts';
 import { sharedS3Bucket } from './shared-s3.ts';
 import { startStaticStore, type StaticStore } from './static-store.ts';
 
 export type StoreKind = 'fs' | 'http' | S3ServerKind;
-export const ALL_STORE_KINDS: readonly StoreKind[] = ['fs', 'http', 'seaweedfs', 'minio'];
+
+/** What a store kind can do beyond what every `ArtifactStore` must (test/conformance/artifact-store.ts). */
+export interface StoreCapabilities {
+  /**
+   * `ArtifactStore.assembleParts`: the store puts a multipart session's parts together itself
+   * (S3 UploadPartCopy), so the parts' bytes never pass through the gateway again. The others
+   * stream the parts through `stage()`.
+   */
+  readonly serverSideAssembly: boolean;
+  /**
+   * `StageOptions.chunksOwned` on a body of undeclared length: the store frees each chunk's memory
+   * once written (the directory store's overlapped writer). The S3 store frees them only on a
+   * single PUT of a declared length (storage-adapter/s3/s3-store.int.test.ts); nginx never.
+   */
+  readonly freesOwnedChunks: boolean;
+}
+
+export interface StoreKindEntry {
+  readonly kind: StoreKind;
+  /** What runs behind it, for test names. */
+  readonly server: string;
+  readonly capabilities: StoreCapabilities;
+}
+
+export const STORE_KINDS: readonly StoreKindEntry[] = [
+  { kind: 'fs', server: 'a directory', capabilities: { serverSideAssembly: false, freesOwnedChunks: true } },
+  { kind: 'http', server: 'nginx WebDAV', capabilities: { serverSideAssembly: false, freesOwnedChunks: false } },
+  { kind: 'seaweedfs', server: 'SeaweedFS', capabilities: { serverSideAssembly: true, freesOwnedChunks: false } },
+  { kind: 'minio', server: 'MinIO', capabilities: { serverSideAssembly: true, freesOwnedChunks: false } },
+];
 export const isS3Kind = (kind: StoreKind): kind is S3ServerKind => kind === 'seaweedfs' || kind === 'minio';
+export const ALL_STORE_KINDS: readonly StoreKind[] = STORE_KINDS.map((entry) => entry.kind);
+/** The S3 store's kinds: one per real S3 server. */
+export const S3_STORE_KINDS: readonly S3ServerKind[] = ALL_STORE_KINDS.filter(isS3Kind);
+/** The kinds a gateway reaches without a bucket (the directory and nginx). */
+export const FILE_STORE_KINDS: readonly StoreKind[] = ALL_STORE_KINDS.filter((kind) => !isS3Kind(kind));
 
 /** A store's objects by relative name (`tmp/…`, `blobs/sha256/…`), seen from outside. */
 export interface StoreProbe {
   read(relative: string): Promise<Buffer | undefined>;
   write(relative: string, bytes: Buffer | string): Promise<void>;
-  /** Names directly under `dir` (objects and "directories"), sorted; [] when there are none. */
+  /** Names directly under `dir` (`''`: the root; objects and "directories"), sorted; [] when there are none. */
   list(dir: string): Promise<string[]>;
 }
 
@@ -67,7 +103,7 @@ export function s3Probe(server: S3Server, prefix = ''): StoreProbe {
       );
     },
     async list(dir) {
-      const base = `${prefix}${dir}/`;
+      const base = dir ? `${prefix}${dir}/` : prefix;
       const names = new Set<string>();
       for (const key of await listKeys(server, base)) names.add(key.slice(base.length).split('/')[0]!);
       return [...names].sort();
@@ -83,13 +119,26 @@ export interface StoreBacking {
   readonly s3?: S3Server | undefined;
   /** fs: the store root is `dataDir` (the gateway's); the others ignore it. */
   probe(dataDir?: string): StoreProbe;
+  /**
+   * A store at `place`, a name of the backing's own choosing: fs a directory under one temp root, http
+   * a path under nginx's root, S3 a key prefix of the bucket. Opened again at the same place, it is the
+   * same store; another place is another, empty store of the same kind.
+   */
+  openAt(
+    place: string,
+    role: 'writer' | 'reader' | 'worker',
+    pool: pg.Pool,
+    options?: { restoreAs?: string },
+  ): Promise<OpenedArtifactStore>;
+  /** The objects of the store at `place`, seen from outside. */
+  probeAt(place: string): StoreProbe;
   /** Opens the store directly (store-level tests); fs in a fresh temp root unless `dataDir` is given. */
   open(
     role: 'writer' | 'reader' | 'worker',
     pool: pg.Pool,
     options?: { dataDir?: string; limits?: Partial<S3Limits>; socketReads?: boolean; socketWrites?: boolean },
   ): Promise<ArtifactStore>;
-  /** Empties the store (between tests sharing one backing). */
+  /** Empties the store and every place (between tests sharing one backing). */
   reset(dataDir?: string): Promise<void>;
   stop(): Promise<void>;
 }
@@ -107,7 +156,12 @@ export async function startStoreBacking(kind: StoreKind): Promise<StoreBacking> 
   const nginx = kind === 'http' ? await startStaticStore() : undefined;
   const s3 = isS3Kind(kind) ? await sharedS3Bucket(kind) : undefined;
   let lastFsRoot: string | undefined;
+  const placesRoot = kind === 'fs' ? await makeTempDir('arkvory-places-') : undefined;
   const opened: ArtifactStore[] = [];
+  const track = <T extends ArtifactStore>(store: T): T => {
+    opened.push(store);
+    return store;
+  };
   const backing: StoreBacking = {
     kind,
     env: nginx ? { ARKVORY_STORAGE_URL: nginx.url } : s3 ? s3.env() : {},
@@ -118,6 +172,42 @@ export async function startStoreBacking(kind: StoreKind): Promise<StoreBacking> 
       const root = nginx?.root ?? dataDir ?? lastFsRoot;
       if (!root) throw new Error('the fs probe needs the store root (the gateway data dir)');
       return directoryProbe(root);
+    },
+    async openAt(place, role, pool, options = {}) {
+      if (s3) {
+        const env = s3.env();
+        return track(
+          await openS3Store({
+            location: { bucket: s3.bucket, prefix: `${place}/` },
+            endpoint: env.ARKVORY_S3_ENDPOINT!,
+            region: s3.region,
+            credentials: { accessKeyId: s3.accessKeyId, secretAccessKey: s3.secretAccessKey },
+            role,
+            pool,
+            connectTimeoutMs: 2000,
+            timeoutMs: 30_000,
+            restoreAs: options.restoreAs,
+          }),
+        );
+      }
+      if (nginx)
+        return track(
+          await openHttpStore({
+            url: `${nginx.url}${place}/`,
+            role,
+            pool,
+            connectTimeoutMs: 2000,
+            timeoutMs: 10_000,
+            restoreAs: options.restoreAs,
+          }),
+        );
+      return track(
+        await openFsStore({ root: path.join(placesRoot!, place), role, pool, restoreAs: options.restoreAs }),
+      );
+    },
+    probeAt(place) {
+      if (s3) return s3Probe(s3, `${place}/`);
+      return directoryProbe(path.join(nginx?.root ?? placesRoot!, place));
     },
     async open(role, pool, options = {}) {
       let store: ArtifactStore;
@@ -142,14 +232,13 @@ export async function startStoreBacking(kind: StoreKind): Promise<StoreBacking> 
         lastFsRoot = options.dataDir ?? (await makeTempDir('arkvory-store-'));
         store = await openFsStore({ root: lastFsRoot, role, pool });
       }
-      opened.push(store);
-      return store;
+      return track(store);
     },
     async reset(dataDir) {
       if (s3) await emptyBucket(s3);
-      const root = nginx?.root ?? dataDir;
-      if (root)
-        for (const entry of await readdir(root)) await rm(path.join(root, entry), { recursive: true, force: true });
+      for (const root of [nginx?.root ?? dataDir, placesRoot])
+        if (root)
+          for (const entry of await readdir(root)) await rm(path.join(root, entry), { recursive: true, force: true });
     },
     async stop() {
       backings.delete(backing);

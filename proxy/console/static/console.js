@@ -515,18 +515,34 @@ async function deleteRule(limiter, name) {
 
 // ---------------------------------------------------------------- principals, keys, grants
 
+/** The cursor of the next page of principals (null: all shown). The view is paged by the server. */
+let principalsCursor = null;
+
 async function refreshAccess() {
   const data = await api('GET', '/console/api/access');
   principals = data.principals;
+  principalsCursor = data.nextCursor;
+  const repoSelect = $('repository-select');
+  const chosenRepo = repoSelect.value;
+  repoSelect.replaceChildren(...data.repositories.map((r) => el('option', { value: r.name, text: r.name })));
+  if (chosenRepo) repoSelect.value = chosenRepo;
+  renderPrincipals();
+}
+
+async function morePrincipals() {
+  if (!principalsCursor) return;
+  const data = await api('GET', `/console/api/access?cursor=${encodeURIComponent(principalsCursor)}`);
+  principals = principals.concat(data.principals);
+  principalsCursor = data.nextCursor;
+  renderPrincipals();
+}
+
+function renderPrincipals() {
   for (const select of document.querySelectorAll('.principal-select')) {
     const chosen = select.value;
     select.replaceChildren(...principals.map((p) => el('option', { value: p.id, text: p.name })));
     if (chosen) select.value = chosen;
   }
-  const repoSelect = $('repository-select');
-  const chosenRepo = repoSelect.value;
-  repoSelect.replaceChildren(...data.repositories.map((r) => el('option', { value: r.name, text: r.name })));
-  if (chosenRepo) repoSelect.value = chosenRepo;
   const rows = principals.map((p) =>
     el(
       'tr',
@@ -543,6 +559,7 @@ async function refreshAccess() {
     ),
   );
   $('principal-rows').replaceChildren(...rows);
+  $('more-principals').hidden = !principalsCursor;
 }
 
 function renderKey(k) {
@@ -637,6 +654,7 @@ async function start() {
   $('principal-form').addEventListener('submit', (e) => void createPrincipal(e));
   $('key-form').addEventListener('submit', (e) => void createKey(e));
   $('grant-form').addEventListener('submit', (e) => void grant(e));
+  $('more-principals').addEventListener('click', () => void morePrincipals());
   $('new-key-dismiss').addEventListener('click', () => {
     $('new-key').hidden = true;
     $('new-key-value').textContent = '';

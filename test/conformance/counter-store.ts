@@ -1,14 +1,15 @@
 /**
- * The behaviour table every CounterStore must pass (memory in a unit test, memory and real Redis in
- * store.int.test.ts). Time is a ManualClock passed as the check's "now"; no test sleeps.
+ * The behaviour table every CounterStore must pass (memory in policy/rate-limit/memory-counter-store.test.ts,
+ * memory and real Redis in policy/rate-limit/counter-store.int.test.ts, a Redis Cluster in
+ * test/hosts/redis-cluster.hosts.test.ts). Time is a ManualClock passed as the check's "now"; no test sleeps.
  */
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
-import { ManualClock } from '../clock.ts';
-import { createLimiter, type Limiter } from './limiter.ts';
-import { ANONYMOUS, type Identifier } from './match.ts';
-import { defineRule, type Rule } from './rules.ts';
-import type { CounterStore } from './counter-store.ts';
+import { ManualClock } from '../../policy/clock.ts';
+import { createLimiter, type Limiter } from '../../policy/rate-limit/limiter.ts';
+import { ANONYMOUS, type Identifier } from '../../policy/rate-limit/match.ts';
+import { defineRule, type Rule } from '../../policy/rate-limit/rules.ts';
+import type { CounterStore } from '../../policy/rate-limit/counter-store.ts';
 
 export interface ConformanceContext {
   store: CounterStore;

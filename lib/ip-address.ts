@@ -1,0 +1,88 @@
+/**
+ * IP address text, pure: one canonical spelling per address (so a ban on an address is a ban on
+ * every way of writing it) and the IPv6 prefix a ban is keyed by (one host usually owns a whole
+ * /64, so banning single IPv6 addresses bans nothing).
+ *
+ * Canonical text: IPv4 dotted decimal; IPv6 as RFC 5952 says (lower case, no leading zeros in a
+ * group, the longest run of two or more zero groups compressed to `::`, the first on a tie); an
+ * IPv4-mapped IPv6 address (`::ffff:1.2.3.4`, `::ffff:0102:0304`) is the IPv4 address; a zone
+ * (`%eth0`) is dropped.
+ */
+import { isIP } from 'node:net';
+
+const IPV4_MAPPED_PREFIX = [0, 0, 0, 0, 0, 0xffff];
+
+/** The eight 16-bit groups of an IPv6 address, or undefined when `text` is not one. */
+export function ipv6Groups(text: string): number[] | undefined {
+  const bare = text.split('%', 1)[0]!;
+  if (isIP(bare) !== 6) return undefined;
+  let head = bare;
+  const tail: number[] = [];
+  // An embedded IPv4 tail (`::ffff:1.2.3.4`) is two groups.
+  const lastColon = head.lastIndexOf(':');
+  const maybeV4 = head.slice(lastColon + 1);
+  if (maybeV4.includes('.')) {
+    const octets = maybeV4.split('.').map(Number);
+    tail.push((octets[0]! << 8) | octets[1]!, (octets[2]! << 8) | octets[3]!);
+    // Keep a `::` that ends right before the tail; drop a single separating colon.
+    head = head.slice(0, lastColon + 1);
+    if (!head.endsWith('::')) head = head.slice(0, -1);
+  }
+  const [left, right] = head.includes('::') ? head.split('::') : [head, undefined];
+  const parse = (part: string | undefined) =>
+    part === undefined || part === '' ? [] : part.split(':').map((g) => Number.parseInt(g, 16));
+  const l = parse(left);
+  const r = parse(right);
+  const missing = 8 - l.length - r.length - tail.length;
+  if (right === undefined && missing !== 0) return undefined;
+  if (missing < 0) return undefined;
+  return [...l, ...new Array<number>(right === undefined ? 0 : missing).fill(0), ...r, ...tail];
+}
+
+/** RFC 5952 text of eight groups. */
+export function formatIpv6(groups: readonly number[]): string {
+  let bestStart = -1;
+  let bestLength = 1; // a single zero group is never compressed
+  for (let i = 0; i < 8; ) {
+    if (groups[i] !== 0) {
+      i++;
+      continue;
+    }
+    let j = i;
+    while (j < 8 && groups[j] === 0) j++;
+    if (j - i > bestLength) {
+      bestStart = i;
+      bestLength = j - i;
+    }
+    i = j;
+  }
+  const hex = groups.map((g) => g.toString(16));
+  if (bestStart === -1) return hex.join(':');
+  return `${hex.slice(0, bestStart).join(':')}::${hex.slice(bestStart + bestLength).join(':')}`;
+}
+
+/** The canonical text of an address (see the header), or undefined when `text` is none. */
+export function canonicalIp(text: string): string | undefined {
+  const lower = text.trim().toLowerCase();
+  if (isIP(lower) === 4) return lower;
+  const groups = ipv6Groups(lower);
+  if (!groups) return undefined;
+  if (IPV4_MAPPED_PREFIX.every((g, i) => groups[i] === g))
+    return [groups[6]! >> 8, groups[6]! & 0xff, groups[7]! >> 8, groups[7]! & 0xff].join('.');
+  return formatIpv6(groups);
+}
+
+/**
+ * What a ban is keyed by: an IPv4 address itself; an IPv6 address's first `ipv6PrefixLength` bits
+ * as a CIDR block (`2001:db8:1:2::/64`), or the address itself at 128. Undefined for a non-address.
+ */
+export function banKey(text: string, ipv6PrefixLength: number): string | undefined {
+  const canonical = canonicalIp(text);
+  if (canonical === undefined || isIP(canonical) === 4 || ipv6PrefixLength >= 128) return canonical;
+  const groups = ipv6Groups(canonical)!;
+  const masked = groups.map((g, i) => {
+    const bits = Math.min(16, Math.max(0, ipv6PrefixLength - i * 16));
+    return bits === 0 ? 0 : g & ((0xffff << (16 - bits)) & 0xffff);
+  });
+  return `${formatIpv6(masked)}/${ipv6PrefixLength}`;
+}

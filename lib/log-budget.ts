@@ -1,0 +1,69 @@
+/**
+ * A bound on how many log lines one kind of event may write per interval (pure: the caller passes
+ * the time). Repeated client faults are an attacker's to multiply; their lines are not: the first
+ * `linesPerInterval` of a kind in each interval are written, the rest only counted, and the next
+ * line written for that kind says how many were left out since the last one.
+ */
+export interface LogBudgetOptions {
+  /** Lines each kind may write per interval (at least 1). */
+  readonly linesPerInterval: number;
+  readonly intervalMs: number;
+  /** Kinds tracked at once; a kind past it shares one slot with the others past it. */
+  readonly maxKinds?: number;
+}
+
+/** `write`: log this one; `suppressed`: lines of this kind left out since its last written line. */
+export interface LogTurn {
+  readonly write: boolean;
+  readonly suppressed: number;
+}
+
+interface Window {
+  startMs: number;
+  written: number;
+  suppressed: number;
+}
+
+const OVERFLOW_KIND = '(other)';
+const SKIP: LogTurn = { write: false, suppressed: 0 };
+
+export class LogBudget {
+  readonly #linesPerInterval: number;
+  readonly #intervalMs: number;
+  readonly #maxKinds: number;
+  readonly #windows = new Map<string, Window>();
+
+  constructor(options: LogBudgetOptions) {
+    if (!(options.linesPerInterval >= 1) || !(options.intervalMs > 0))
+      throw new RangeError('LogBudget needs linesPerInterval >= 1 and intervalMs > 0');
+    this.#linesPerInterval = Math.floor(options.linesPerInterval);
+    this.#intervalMs = options.intervalMs;
+    this.#maxKinds = options.maxKinds ?? 64;
+  }
+
+  /** One event of `kind` at `nowMs`: whether to write its line. */
+  take(kind: string, nowMs: number): LogTurn {
+    let key = kind;
+    let window = this.#windows.get(key);
+    if (!window) {
+      if (this.#windows.size >= this.#maxKinds) key = OVERFLOW_KIND;
+      window = this.#windows.get(key);
+      if (!window) {
+        window = { startMs: nowMs, written: 0, suppressed: 0 };
+        this.#windows.set(key, window);
+      }
+    }
+    if (nowMs - window.startMs >= this.#intervalMs || nowMs < window.startMs) {
+      window.startMs = nowMs;
+      window.written = 0;
+    }
+    if (window.written >= this.#linesPerInterval) {
+      window.suppressed++;
+      return SKIP;
+    }
+    window.written++;
+    const suppressed = window.suppressed;
+    window.suppressed = 0;
+    return { write: true, suppressed };
+  }
+}

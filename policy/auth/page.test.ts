@@ -1,0 +1,28 @@
+import { describe, expect, it } from 'vitest';
+import { decodeCursor, encodeCursor, PAGE_DEFAULT_LIMIT, PAGE_MAX_LIMIT, pageLimit, pageOf } from './page.ts';
+
+describe('pagination', () => {
+  it('takes the default, a number or its text, and refuses anything out of range', () => {
+    expect(pageLimit(undefined)).toBe(PAGE_DEFAULT_LIMIT);
+    expect(pageLimit('')).toBe(PAGE_DEFAULT_LIMIT);
+    expect(pageLimit('5')).toBe(5);
+    expect(pageLimit(PAGE_MAX_LIMIT)).toBe(PAGE_MAX_LIMIT);
+    for (const bad of [0, -1, 1.5, PAGE_MAX_LIMIT + 1, '1e3', '9007199254740993', 'ten', [], {}])
+      expect(() => pageLimit(bad), JSON.stringify(bad)).toThrow(/limit must be an integer from 1 to 1000/);
+  });
+
+  it('round-trips a cursor and refuses one it did not make', () => {
+    const cursor = encodeCursor(['name with "quotes"', '2']);
+    expect(decodeCursor(cursor, 2)).toEqual(['name with "quotes"', '2']);
+    expect(decodeCursor(undefined, 1)).toBeUndefined();
+    for (const bad of [cursor.slice(1), 'not base64!', encodeCursor(['a']), 'A'.repeat(2000), 42])
+      expect(() => decodeCursor(bad, 2)).toThrow(/cursor is not one this listing gave/);
+  });
+
+  it('gives a next cursor only when a row past the page was fetched', () => {
+    expect(pageOf(['a', 'b'], 2, (x) => [x])).toEqual({ items: ['a', 'b'], nextCursor: null });
+    const page = pageOf(['a', 'b', 'c'], 2, (x) => [x]);
+    expect(page.items).toEqual(['a', 'b']);
+    expect(decodeCursor(page.nextCursor, 1)).toEqual(['b']);
+  });
+});

@@ -1,0 +1,153 @@
+/**
+ * Hostile admin input over real sockets: published rule documents are bounded (rules per limiter,
+ * regexes and their cost, document size) with 400 `rules_too_large`; republishing a default rule
+ * weaker (the shipped ban as `log`) is a bypass, refused with 403 unless the publisher may add
+ * bypasses; numeric admin input out of range answers 400, never 500.
+ */
+import { beforeAll, describe, expect, it } from 'vitest';
+import { bearer, createServiceAccount } from '../../test/support/auth.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+
+const db = useTestDatabase();
+let admin: { key: string; name: string; keyId: string; principalId: string };
+let operator: { key: string; name: string };
+let gw: GatewayProcess;
+
+beforeAll(async () => {
+  admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+  operator = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+  gw = await startGateway({
+    env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS: operator.name },
+  });
+}, 60_000);
+
+async function call(method: string, path: string, body?: unknown, key = admin.key) {
+  const res = await fetch(`${gw.url}${path}`, {
+    method,
+    headers: { ...bearer(key), ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  const text = await res.text();
+  return { status: res.status, body: (text ? JSON.parse(text) : {}) as Record<string, unknown> };
+}
+
+const publish = (rateLimits: Record<string, unknown>, key = admin.key) =>
+  call('PUT', '/api/v1/admin/rate-limits', { rate_limits: rateLimits }, key);
+
+const everything = (name: string, match?: Record<string, unknown>) => ({
+  name,
+  action: 'log',
+  characteristics: ['ip'],
+  limit: 1_000_000,
+  period_s: 60,
+  ...(match ? { match } : {}),
+});
+
+async function publishedCount(limiter: string): Promise<number> {
+  const view = await call('GET', `/api/v1/admin/rate-limits/${limiter}`);
+  return (view.body.effective as Array<{ tier: string }>).filter((r) => r.tier === 'published_rules').length;
+}
+
+describe('bounds on published rule documents', () => {
+  it('refuses a batch of 3,000 match-everything rules whole with 400 rules_too_large', async () => {
+    const batch = Array.from({ length: 3000 }, (_, i) => everything(`flood_${i}`));
+    const res = await publish({ gateway_request: batch });
+    expect(res.status).toBe(400);
+    expect(res.body.code).toBe('rules_too_large');
+    expect(res.body.message).toMatch(/3000 published rules; at most 100/);
+    expect(await publishedCount('gateway_request')).toBe(0);
+  });
+
+  it('counts what was published before: 60 then 41 more is refused, 60 then 40 is accepted', async () => {
+    const first = Array.from({ length: 60 }, (_, i) => everything(`first_${i}`));
+    expect((await publish({ transfer_bytes: first })).status).toBe(200);
+    const more = (n: number) => Array.from({ length: n }, (_, i) => everything(`more_${i}`));
+    const over = await publish({ transfer_bytes: more(41) });
+    expect(over.status).toBe(400);
+    expect(over.body.code).toBe('rules_too_large');
+    expect(await publishedCount('transfer_bytes')).toBe(60);
+    expect((await publish({ transfer_bytes: more(40) })).status).toBe(200);
+    expect(await publishedCount('transfer_bytes')).toBe(100);
+  });
+
+  it('refuses more than 32 regexes, and regexes too costly together', async () => {
+    const many = Array.from({ length: 33 }, (_, i) => everything(`re_${i}`, { route: { regex: `^/api/v${i}` } }));
+    const res = await publish({ gateway_request: many });
+    expect(res.status).toBe(400);
+    expect(res.body).toMatchObject({ code: 'rules_too_large' });
+    expect(res.body.message).toMatch(/33 published regexes; at most 32/);
+    const costly = Array.from({ length: 11 }, (_, i) =>
+      everything(`costly_${i}`, { route: { regex: `[a-z]{1,100}[0-9]{1,100}${i}` } }),
+    );
+    const cost = await publish({ gateway_request: costly });
+    expect(cost.status).toBe(400);
+    expect(cost.body.message).toMatch(/instructions together; at most 4000/);
+  });
+});
+
+describe('the bypass guardrail covers weakened default rules', () => {
+  const shippedBan = {
+    name: 'ban_ip_after_auth_failures',
+    action: 'limit',
+    characteristics: ['ip'],
+    limit: 20,
+    period_s: 60,
+    ban_for_s: 900,
+  };
+
+  it('refuses republishing the shipped ban as log with 403, naming the rule; the ban stays', async () => {
+    const res = await publish({ auth_failure: [{ ...shippedBan, action: 'log' }] });
+    expect(res.status).toBe(403);
+    expect(res.body.code).toBe('forbidden');
+    expect(res.body.message).toMatch(/"ban_ip_after_auth_failures" in auth_failure weakens the default rule/);
+    expect(res.body.message).toMatch(/turns action limit into log/);
+    const raised = await publish({ auth_failure: [{ ...shippedBan, limit: 1_000_000 }] });
+    expect(raised.status).toBe(403);
+    expect(raised.body.message).toMatch(/raises limit from 20 to 1000000/);
+    const view = await call('GET', '/api/v1/admin/rate-limits/auth_failure');
+    expect(view.body.effective).toEqual([
+      expect.objectContaining({ tier: 'default_rules', spec: expect.objectContaining({ action: 'limit' }) }),
+    ]);
+  });
+
+  it('lets any admin make a default stricter, and a bypass publisher weaken it', async () => {
+    expect((await publish({ auth_failure: [{ ...shippedBan, limit: 10 }] })).status).toBe(200);
+    expect((await publish({ auth_failure: [{ ...shippedBan, action: 'log' }] }, operator.key)).status).toBe(200);
+    expect(
+      (await call('DELETE', '/api/v1/admin/rate-limits/auth_failure/rules/ban_ip_after_auth_failures')).status,
+    ).toBe(204);
+  });
+});
+
+describe('numeric admin input is range-checked', () => {
+  it.each([9007199254740991, 1e300, 315_360_001, 0, -1, 1.5, '3600'])(
+    'expiresInSeconds %s on key create and rotate → 400 invalid_request',
+    async (expiresInSeconds) => {
+      const created = await call('POST', `/api/v1/admin/principals/${admin.principalId}/keys`, {
+        scopes: ['read'],
+        expiresInSeconds,
+      });
+      expect(created.status).toBe(400);
+      expect(created.body).toMatchObject({ code: 'invalid_request' });
+      expect(created.body.message).toMatch(/expiresInSeconds must be an integer from 1 to 315360000/);
+      const rotated = await call('POST', `/api/v1/admin/keys/${admin.keyId}/rotate`, { expiresInSeconds });
+      expect(rotated.status).toBe(400);
+      expect(rotated.body).toMatchObject({ code: 'invalid_request' });
+    },
+  );
+
+  it('accepts the longest lifetime, and refuses a description past 1024 characters', async () => {
+    const longest = await call('POST', `/api/v1/admin/principals/${admin.principalId}/keys`, {
+      scopes: ['read'],
+      expiresInSeconds: 315_360_000,
+    });
+    expect(longest.status).toBe(201);
+    const wordy = await call('POST', `/api/v1/admin/principals/${admin.principalId}/keys`, {
+      scopes: ['read'],
+      description: 'x'.repeat(1025),
+    });
+    expect(wordy.status).toBe(400);
+    expect(gw.logs()).not.toMatch(/"level":"error"/);
+  });
+});

@@ -1,0 +1,188 @@
+/**
+ * Listings are cursor-paged over real sockets: with 2,000 principals every page of the admin API,
+ * the console's access view and the CLI is bounded, and walking the cursors returns every
+ * principal exactly once. The console's access view costs one query per page, counted on a real
+ * PostgreSQL.
+ */
+import pg from 'pg';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { AdminStore } from '../../policy/auth/admin-store.ts';
+import { PAGE_DEFAULT_LIMIT, PAGE_MAX_LIMIT } from '../../policy/auth/page.ts';
+import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { request } from '../../test/support/content.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+
+const db = useTestDatabase();
+const N = 2000;
+let admin: { key: string; principalId: string; keyId: string };
+let gw: GatewayProcess;
+let expectedNames: string[];
+
+/** Every principal's name now (tests add some). */
+async function currentNames(): Promise<string[]> {
+  return (await db.pool.query<{ name: string }>('SELECT name FROM arkvory_principals ORDER BY name')).rows.map(
+    (r) => r.name,
+  );
+}
+
+beforeAll(async () => {
+  admin = await createServiceAccount(db.pool, { name: 'aaa-admin', scopes: ['read', 'admin'] });
+  await db.pool.query(
+    `INSERT INTO arkvory_principals (name) SELECT 'p-' || lpad(i::text, 5, '0') FROM generate_series(1, $1) i`,
+    [N],
+  );
+  // Every principal a key and a grant, so the access view has something to gather per principal.
+  await createRepository(db.pool, 'paged');
+  await db.pool.query(
+    `INSERT INTO arkvory_grants (principal_id, repository, permission) SELECT id, 'paged', 'read' FROM arkvory_principals`,
+  );
+  for (let i = 0; i < 5; i++) await createRepository(db.pool, `repo-${i}`);
+  expectedNames = await currentNames();
+  gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+}, 90_000);
+
+async function getJson(path: string, headers: Record<string, string> = bearer(admin.key)) {
+  const res = await request(`${gw.url}${path}`, { headers });
+  return {
+    status: res.status,
+    bytes: res.body.length,
+    body: JSON.parse(res.body.toString()) as Record<string, unknown>,
+  };
+}
+
+/** Follows nextCursor from `path` to the end; returns every item and the largest page. */
+async function walk(path: string, field: string, headers?: Record<string, string>) {
+  const items: Array<Record<string, unknown>> = [];
+  let cursor: string | null = null;
+  let pages = 0;
+  let largest = 0;
+  let largestBytes = 0;
+  do {
+    const sep = path.includes('?') ? '&' : '?';
+    const res = await getJson(cursor ? `${path}${sep}cursor=${encodeURIComponent(cursor)}` : path, headers);
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const page = res.body[field] as Array<Record<string, unknown>>;
+    items.push(...page);
+    largest = Math.max(largest, page.length);
+    largestBytes = Math.max(largestBytes, res.bytes);
+    cursor = res.body.nextCursor as string | null;
+    pages++;
+  } while (cursor !== null);
+  return { items, pages, largest, largestBytes };
+}
+
+describe('admin API listings', () => {
+  it('pages 2,000 principals by the default 100; the walk returns every principal exactly once', async () => {
+    const { items, pages, largest, largestBytes } = await walk('/api/v1/admin/principals', 'principals');
+    expect(largest).toBe(PAGE_DEFAULT_LIMIT);
+    expect(pages).toBe(Math.ceil((N + 1) / PAGE_DEFAULT_LIMIT));
+    expect(largestBytes).toBeLessThan(20_000);
+    expect(items.map((p) => p.name)).toEqual(expectedNames);
+  });
+
+  it('takes limit up to 1000 and refuses anything else or a forged cursor with 400', async () => {
+    const big = await getJson(`/api/v1/admin/principals?limit=${PAGE_MAX_LIMIT}`);
+    expect((big.body.principals as unknown[]).length).toBe(PAGE_MAX_LIMIT);
+    const small = await walk('/api/v1/admin/principals?limit=7', 'principals');
+    expect(small.largest).toBe(7);
+    expect(small.items.map((p) => p.name)).toEqual(expectedNames);
+    for (const query of [
+      `limit=${PAGE_MAX_LIMIT + 1}`,
+      'limit=0',
+      'limit=ten',
+      'cursor=forged!',
+      'cursor=WyJhIiwiYiJd',
+    ]) {
+      const res = await getJson(`/api/v1/admin/principals?${query}`);
+      expect(res.status, query).toBe(400);
+      expect(res.body.code).toBe('invalid_request');
+    }
+  });
+
+  it('pages grants, repositories and keys the same way', async () => {
+    const grants = await walk('/api/v1/admin/grants?limit=500', 'grants');
+    expect(grants.largest).toBe(500);
+    expect(grants.items).toHaveLength(N + 1);
+    expect(new Set(grants.items.map((g) => g.principalName)).size).toBe(N + 1);
+    const repos = await walk('/api/v1/admin/repositories?limit=2', 'repositories');
+    expect(repos.items.map((r) => r.name)).toEqual(['paged', 'repo-0', 'repo-1', 'repo-2', 'repo-3', 'repo-4']);
+    const store = new AdminStore(db.pool);
+    for (let i = 0; i < 4; i++) await store.createKey(admin.principalId, { scopes: ['read'] });
+    const keys = await walk(`/api/v1/admin/principals/${admin.principalId}/keys?limit=2`, 'keys');
+    expect(keys.largest).toBe(2);
+    expect(keys.items).toHaveLength(5);
+    expect(new Set(keys.items.map((k) => k.keyId)).size).toBe(5);
+  });
+
+  it("pages a principal's own repository listing", async () => {
+    const reader = await createServiceAccount(db.pool, {
+      scopes: ['read'],
+      grants: { 'repo-0': 'read', 'repo-1': 'read', 'repo-2': 'read' },
+    });
+    const repos = await walk('/api/v1/repositories?limit=2', 'repositories', bearer(reader.key));
+    expect(repos.items.map((r) => r.name)).toEqual(['repo-0', 'repo-1', 'repo-2']);
+    expect(repos.pages).toBe(2);
+  });
+
+  it('pages the CLI list commands the same way', async () => {
+    const env = { ARKVORY_DATABASE_URL: db.url };
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const result = await runCli(
+        ['principals', 'list', '--limit', '1000', ...(cursor ? ['--cursor', cursor] : [])],
+        env,
+      );
+      expect(result.code, result.stderr).toBe(0);
+      const page = JSON.parse(result.stdout) as { principals: Array<{ name: string }>; nextCursor: string | null };
+      expect(page.principals.length).toBeLessThanOrEqual(1000);
+      seen.push(...page.principals.map((p) => p.name));
+      cursor = page.nextCursor;
+    } while (cursor);
+    expect(seen).toEqual(await currentNames());
+    const refused = await runCli(['principals', 'list', '--limit', '5000'], env);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/limit must be an integer from 1 to 1000/);
+  });
+});
+
+describe("the console's access view", () => {
+  it('is paged, and the walk shows every principal once with its keys and grants', async () => {
+    const signIn = await request(`${gw.url}/console/session`, { method: 'POST', headers: bearer(admin.key) });
+    expect(signIn.status).toBe(201);
+    const cookie = { cookie: (signIn.headers['set-cookie']?.[0] ?? '').split(';')[0]! };
+    const view = await walk('/console/api/access', 'principals', cookie);
+    expect(view.largest).toBe(PAGE_DEFAULT_LIMIT);
+    expect(view.items.map((p) => p.name)).toEqual(await currentNames());
+    const adminRow = view.items.find((p) => p.name === 'aaa-admin')!;
+    expect((adminRow.keys as Array<{ keyId: string }>).map((k) => k.keyId)).toContain(admin.keyId);
+    expect(JSON.stringify(adminRow)).not.toContain('secret');
+    expect(view.items.find((p) => p.name === 'p-00001')).toMatchObject({
+      keys: [],
+      grants: [{ repository: 'paged', permission: 'read' }],
+    });
+  });
+
+  it('costs one query per page, however many principals it shows', async () => {
+    let queries = 0;
+    const counting = new pg.Pool({ connectionString: db.url, max: 2 });
+    const query = counting.query.bind(counting);
+    counting.query = ((...args: Parameters<typeof query>) => {
+      queries++;
+      return query(...args);
+    }) as typeof counting.query;
+    try {
+      const store = new AdminStore(counting);
+      const first = await store.accessView({ limit: PAGE_MAX_LIMIT });
+      expect(first.principals.items).toHaveLength(PAGE_MAX_LIMIT);
+      expect(first.repositories.map((r) => r.name)).toContain('paged');
+      expect(queries).toBe(1);
+      const second = await store.accessView({ limit: PAGE_MAX_LIMIT, cursor: first.principals.nextCursor });
+      expect(queries).toBe(2);
+      expect(second.principals.items[0]!.name > first.principals.items.at(-1)!.name).toBe(true);
+    } finally {
+      await counting.end();
+    }
+  });
+});

@@ -1,0 +1,25 @@
+/** `arkvory_admission_*`: the admission queue's slots, waiters and refusals, read at scrape time. */
+import type { Registry } from 'prom-client';
+import type { AdmissionSnapshot } from '../../policy/admission/index.ts';
+import { counter, gauge } from './families.ts';
+
+/** Registers the admission families of `admission` (one queue per process). */
+export function registerAdmissionMetrics(registry: Registry, admission: { snapshot(): AdmissionSnapshot }): void {
+  const byKind = () => {
+    const a = admission.snapshot();
+    return [
+      ['download', a.downloads],
+      ['upload', a.uploads],
+    ] as const;
+  };
+  gauge(registry, 'arkvory_admission_active', function () {
+    for (const [kind, c] of byKind()) this.set({ kind }, c.active);
+  });
+  gauge(registry, 'arkvory_admission_queued', function () {
+    for (const [kind, c] of byKind()) this.set({ kind }, c.queued);
+  });
+  counter(registry, 'arkvory_admission_rejected_total', function () {
+    this.reset();
+    for (const [kind, c] of byKind()) this.inc({ kind }, c.rejected);
+  });
+}

@@ -1,0 +1,200 @@
+/**
+ * Bans and headers behind a router (issue #35), with real gateway and router processes on loopback
+ * and clients bound to their own loopback addresses (127.0.0.2, 127.0.0.3, …; Linux routes all of
+ * 127/8): one client's failed keys through the router never lock out another, with the default
+ * settings and with a gateway that does not trust the router; IPv6 clients are banned by prefix and
+ * by canonical address; two Authorization headers are refused by gateway and router alike; every
+ * answer carries `X-Content-Type-Options: nosniff`.
+ */
+import { randomUUID } from 'node:crypto';
+import http from 'node:http';
+import net from 'node:net';
+import { describe, expect, it } from 'vitest';
+import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+
+const db = useTestDatabase();
+const ADMIN_PATH = '/api/v1/admin/rate-limits';
+
+interface Answer {
+  status: number;
+  headers: http.IncomingHttpHeaders;
+  body: string;
+}
+
+/** One request from `localAddress` (a loopback address of its own), no agent, nothing rewritten. */
+function from(localAddress: string, url: string, headers: Record<string, string> = {}): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(url, { localAddress, headers, agent: false }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (d: string) => (body += d));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/** A request head written by hand (duplicate headers survive), and the raw answer up to close. */
+function raw(url: string, head: string): Promise<string> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(Number(port), hostname, () => socket.write(head));
+    let text = '';
+    socket.setEncoding('latin1');
+    socket.on('data', (d: string) => (text += d));
+    socket.on('close', () => resolve(text));
+    socket.on('error', reject);
+  });
+}
+
+async function startRouter(writer: GatewayProcess, env: Record<string, string> = {}): Promise<GatewayProcess> {
+  return startGateway({ env: { ARKVORY_ROLE: 'router', ARKVORY_ROUTER_BACKENDS: writer.url, ...env } });
+}
+
+const badKey = (keyId: string) => `ark_${keyId}_${'A'.repeat(43)}`;
+
+describe('no lockout through the router', () => {
+  it('with the default settings: 25 bad keys from client A ban A only; client B still gets 200', async () => {
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+    const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const router = await startRouter(writer);
+    const get = (address: string, key: string) => from(address, `${router.url}${ADMIN_PATH}`, bearer(key));
+    const statuses: number[] = [];
+    for (let i = 0; i < 25; i++) statuses.push((await get('127.0.0.2', badKey(admin.keyId))).status);
+    // 20 failures are within the shipped limit; the 21st starts the ban.
+    expect(statuses.slice(0, 21)).toEqual(new Array(21).fill(401));
+    expect(statuses.slice(21)).toEqual([429, 429, 429, 429]);
+    expect((await get('127.0.0.3', admin.key)).status).toBe(200);
+    expect((await get('127.0.0.3', badKey(admin.keyId))).status).toBe(401);
+    expect((await get('127.0.0.2', admin.key)).status).toBe(429);
+    const bans = writer.logLines().filter((l) => l.msg === 'address banned after failed authentications');
+    expect(bans.map((l) => l.ip)).toEqual(['127.0.0.2']);
+    // The router is on loopback: trusted by default, so nothing to warn about.
+    expect(writer.logLines().filter((l) => l.code === 'untrusted_forwarder')).toEqual([]);
+  });
+
+  it('a gateway that does not trust the router keys bans per router and client, warns once, and doctor reports it', async () => {
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+    const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_TRUSTED_PROXIES: 'none' };
+    const writer = await startGateway({ env });
+    const router = await startRouter(writer);
+    const get = (address: string, key: string) => from(address, `${router.url}${ADMIN_PATH}`, bearer(key));
+    for (let i = 0; i < 21; i++) expect((await get('127.0.0.4', badKey(admin.keyId))).status).toBe(401);
+    expect((await get('127.0.0.4', admin.key)).status).toBe(429);
+    expect((await get('127.0.0.5', admin.key)).status).toBe(200);
+    const warned = writer.logLines().filter((l) => l.code === 'untrusted_forwarder');
+    expect(warned).toHaveLength(1);
+    expect(warned[0]).toMatchObject({ level: 'warn', peer: '127.0.0.1' });
+    const bans = writer.logLines().filter((l) => l.msg === 'address banned after failed authentications');
+    expect(bans.map((l) => l.ip)).toEqual(['by=127.0.0.1;for=127.0.0.4']);
+
+    const doctor = await runCli(['doctor'], { ...env, ARKVORY_DATA_DIR: writer.dataDir });
+    expect(doctor.stdout).toMatch(
+      /^FAIL proxies: 127\.0\.0\.1 sent X-Forwarded-For\/Forwarded .*not in ARKVORY_TRUSTED_PROXIES \(none\)/m,
+    );
+    // With the router trusted (the default on one host), doctor has nothing to report.
+    const trusted = await runCli(['doctor'], { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: writer.dataDir });
+    expect(trusted.stdout).toMatch(/^ok {3}proxies: no untrusted peer/m);
+  });
+});
+
+describe('IPv6 bans (through X-Forwarded-For from a trusted proxy: the test client on loopback)', () => {
+  it('40 failures across one /64 ban the /64, spelled any way; another /64 and a mapped IPv4 spelling follow the same rule', async () => {
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+    const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const as = (client: string, key: string) =>
+      from('127.0.0.1', `${writer.url}${ADMIN_PATH}`, { ...bearer(key), 'x-forwarded-for': client });
+    const statuses: number[] = [];
+    // 40 addresses of 2001:db8:1:2::/64, one failure each: per exact address none would be banned.
+    for (let i = 1; i <= 40; i++)
+      statuses.push((await as(`2001:db8:1:2::${i.toString(16)}`, badKey(admin.keyId))).status);
+    expect(statuses.slice(0, 21).every((s) => s === 401)).toBe(true);
+    expect(statuses.slice(21).every((s) => s === 429)).toBe(true);
+    for (const spelling of [
+      '2001:db8:1:2::ffff',
+      '2001:0DB8:0001:0002:0000:0000:0000:0001',
+      '[2001:db8:1:2:abcd::1]:443',
+      '2001:DB8:1:2:0:0:0:9',
+    ])
+      expect((await as(spelling, admin.key)).status, spelling).toBe(429);
+    expect((await as('2001:db8:1:3::1', admin.key)).status).toBe(200);
+    const bans = writer.logLines().filter((l) => l.msg === 'address banned after failed authentications');
+    expect(bans.map((l) => l.ip)).toEqual(['2001:db8:1:2::/64']);
+
+    for (let i = 0; i < 21; i++) await as('198.51.100.7', badKey(admin.keyId));
+    expect((await as('::ffff:198.51.100.7', admin.key)).status).toBe(429);
+    expect((await as('::FFFF:c633:6407', admin.key)).status).toBe(429);
+    expect((await as('198.51.100.8', admin.key)).status).toBe(200);
+  });
+
+  it('ARKVORY_BAN_IPV6_PREFIX_LENGTH=128 keys bans by the exact address', async () => {
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+    const writer = await startGateway({
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_BAN_IPV6_PREFIX_LENGTH: '128' },
+    });
+    const as = (client: string, key: string) =>
+      from('127.0.0.1', `${writer.url}${ADMIN_PATH}`, { ...bearer(key), 'x-forwarded-for': client });
+    for (let i = 1; i <= 40; i++) expect((await as(`2001:db8:7::${i}`, badKey(admin.keyId))).status).toBe(401);
+    for (let i = 0; i < 21; i++) await as('2001:db8:7::ff', badKey(admin.keyId));
+    expect((await as('2001:db8:7:0:0:0:0:ff', admin.key)).status).toBe(429);
+    expect((await as('2001:db8:7::fe', admin.key)).status).toBe(200);
+  });
+});
+
+describe('two Authorization headers', () => {
+  it('are refused with 400 duplicate_authorization by the gateway and by the router, which forwards nothing', async () => {
+    const reader = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+    await createRepository(db.pool, `dup${Date.now()}`);
+    const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const router = await startRouter(writer);
+    for (const target of [writer, router]) {
+      const id = randomUUID();
+      const answer = await raw(
+        target.url,
+        `GET ${ADMIN_PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${reader.key}\r\nx-request-id: ${id}\r\nAuthorization: Bearer ${badKey(reader.keyId)}\r\nConnection: close\r\n\r\n`,
+      );
+      expect(answer, target === writer ? 'gateway' : 'router').toMatch(/^HTTP\/1\.1 400 /);
+      expect(answer).toContain('"code":"duplicate_authorization"');
+      expect(answer.toLowerCase()).toContain('x-content-type-options: nosniff');
+      // Either spelling of the name counts; one header alone is fine.
+      const mixed = await raw(
+        target.url,
+        `GET ${ADMIN_PATH} HTTP/1.1\r\nHost: x\r\nauthorization: Bearer ${reader.key}\r\nAUTHORIZATION: Bearer ${reader.key}\r\nConnection: close\r\n\r\n`,
+      );
+      expect(mixed).toMatch(/^HTTP\/1\.1 400 /);
+      const single = await raw(
+        target.url,
+        `GET ${ADMIN_PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${reader.key}\r\nConnection: close\r\n\r\n`,
+      );
+      expect(single).toMatch(/^HTTP\/1\.1 200 /);
+      if (target === router) expect(writer.logLines().filter((l) => l.reqId === id)).toEqual([]);
+    }
+  });
+});
+
+describe('X-Content-Type-Options: nosniff', () => {
+  it('is on every answer: gateway JSON and errors, router health and errors, proxied answers, malformed heads', async () => {
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+    const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const router = await startRouter(writer);
+    for (const base of [writer.url, router.url]) {
+      for (const [path, key] of [
+        ['/health/live', undefined],
+        ['/health/status', undefined],
+        [ADMIN_PATH, admin.key],
+        [ADMIN_PATH, undefined],
+        ['/no/such/route', undefined],
+        ['/api/v1/repositories/none/artifacts/x/content', admin.key],
+      ] as const) {
+        const res = await from('127.0.0.1', `${base}${path}`, key ? bearer(key) : {});
+        expect(res.headers['x-content-type-options'], `${base}${path} → ${res.status}`).toBe('nosniff');
+      }
+      const malformed = await raw(base, 'GET / HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n');
+      expect(malformed).toMatch(/^HTTP\/1\.1 400 /);
+      expect(malformed.toLowerCase()).toContain('x-content-type-options: nosniff');
+    }
+  });
+});

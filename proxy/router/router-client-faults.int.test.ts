@@ -1,0 +1,158 @@
+/**
+ * Requests the router cannot forward (a second Host, the rest of what undici refuses) through a
+ * real router process: answered 400 `malformed_request` before any gateway sees them, every one
+ * counted in `arkvory_router_client_faults_total`, and the router's log bounded however many come.
+ */
+import http from 'node:http';
+import net, { type AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { ROUTER_METRICS } from '../metrics/catalogue.ts';
+import { ROOT } from '../../test/support/gateway.ts';
+import { FAULT_LOG_LINES_PER_INTERVAL } from './client-faults.ts';
+import { CLIENT_FAULT_KINDS } from './forwardable.ts';
+import { freeLoopbackPort } from '../../test/harness/index.ts';
+
+let upstream: http.Server;
+let upstreamUrl: string;
+let proxied = 0;
+let router: GatewayProcess;
+let metricsPort: number;
+
+beforeAll(async () => {
+  upstream = http.createServer((req, res) => {
+    if (req.url === '/health/status') {
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{"status":"serving"}');
+      return;
+    }
+    proxied++;
+    res.writeHead(200, { 'content-type': 'text/plain' }).end('ok');
+  });
+  await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', resolve));
+  upstreamUrl = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
+  metricsPort = await freeLoopbackPort();
+  router = await startGateway({
+    env: {
+      ARKVORY_ROLE: 'router',
+      ARKVORY_ROUTER_BACKENDS: upstreamUrl,
+      ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: '60000',
+      ARKVORY_METRICS_PORT: String(metricsPort),
+    },
+    timeoutMs: 60_000,
+  });
+}, 90_000);
+
+afterAll(async () => {
+  await router?.stop('SIGTERM');
+  upstream?.closeAllConnections();
+  await new Promise((r) => upstream?.close(r));
+});
+
+/** Sends `head` as bytes on a fresh connection; resolves with the status and the body. */
+function rawExchange(port: number, head: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1', () => socket.end(Buffer.from(head, 'latin1')));
+    let text = '';
+    socket.on('data', (d: Buffer) => (text += d.toString('latin1')));
+    socket.on('error', reject);
+    socket.on('close', () => {
+      const status = Number(/^HTTP\/1\.1 (\d{3})/.exec(text)?.[1] ?? 0);
+      resolve({ status, body: text.slice(text.indexOf('\r\n\r\n') + 4) });
+    });
+  });
+}
+
+async function faultCounts(): Promise<Record<string, number>> {
+  const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+  const counts: Record<string, number> = {};
+  for (const m of text.matchAll(/^arkvory_router_client_faults_total\{kind="([a-z_]+)"\} (\d+)$/gm))
+    counts[m[1]!] = Number(m[2]);
+  return counts;
+}
+
+/** A local request with a known id; resolves once the router's log holds its line. */
+async function markLog(reqId: string): Promise<void> {
+  await (await fetch(`${router.url}/health/live`, { headers: { 'x-request-id': reqId } })).arrayBuffer();
+  const deadline = Date.now() + 10_000;
+  while (!router.logLines().some((l) => l.reqId === reqId)) {
+    if (Date.now() > deadline) throw new Error(`no log line for ${reqId}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+const dupHost = (port: number) =>
+  `GET /api/v1/repositories/r/artifacts/a/content HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nHost: evil.example\r\n\r\n`;
+
+describe('router: requests it cannot forward', () => {
+  it('answers a GET with two Host headers 400 malformed_request and forwards nothing', async () => {
+    const before = proxied;
+    const res = await rawExchange(router.port, dupHost(router.port));
+    expect(res.status).toBe(400);
+    expect(JSON.parse(res.body)).toMatchObject({ code: 'malformed_request' });
+    expect(JSON.parse(res.body).message).toMatch(/more than one Host/);
+    expect(proxied).toBe(before);
+  });
+
+  it('answers an invalid Host value 400 too, on a method that goes over node:http', async () => {
+    const res = await rawExchange(router.port, 'HEAD / HTTP/1.1\r\nHost: a b\r\n\r\n');
+    expect(res.status).toBe(400);
+  });
+
+  it('2,000 duplicate-Host requests: all 400, all counted, the log grows by a bounded number of lines', async () => {
+    const N = 2000;
+    const counted = (await faultCounts()).duplicate_host ?? 0;
+    const before = proxied;
+    const linesBefore = router.logLines().length;
+    const bytesBefore = router.logs().length;
+    const statuses = new Map<number, number>();
+    let next = 0;
+    const worker = async () => {
+      while (next < N) {
+        next++;
+        const { status } = await rawExchange(router.port, dupHost(router.port));
+        statuses.set(status, (statuses.get(status) ?? 0) + 1);
+      }
+    };
+    await Promise.all(Array.from({ length: 32 }, worker));
+    expect(Object.fromEntries(statuses)).toEqual({ 400: N });
+    expect(proxied).toBe(before);
+    expect((await faultCounts()).duplicate_host).toBe(counted + N);
+    // A marked request after the flood: once its line is in, every line the flood caused is too.
+    await markLog('after-flood');
+    const lines = router
+      .logLines()
+      .slice(linesBefore)
+      .filter((l) => l.reqId !== 'after-flood');
+    expect(lines.length).toBeGreaterThan(0);
+    expect(lines.length).toBeLessThanOrEqual(FAULT_LOG_LINES_PER_INTERVAL);
+    for (const line of lines) {
+      expect(line).toMatchObject({ level: 'info', kind: 'duplicate_host', code: 'malformed_request' });
+      expect(line.err).toBeUndefined();
+    }
+    expect(router.logs().length - bytesBefore).toBeLessThan(FAULT_LOG_LINES_PER_INTERVAL * 400);
+  }, 60_000);
+
+  it('counts heads the HTTP parser refuses as malformed_head', async () => {
+    const counted = (await faultCounts()).malformed_head ?? 0;
+    const res = await rawExchange(
+      router.port,
+      'GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n',
+    );
+    expect(res.status).toBe(400);
+    expect((await faultCounts()).malformed_head).toBe(counted + 1);
+  });
+
+  it('docs/metrics.md lists the router families it exports, every kind declared', async () => {
+    const doc = (await readFile(path.join(ROOT, 'docs/metrics.md'), 'utf8')).split('\n## Router metrics')[1]!;
+    const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+    for (const spec of ROUTER_METRICS) {
+      expect(doc).toContain(
+        `| \`${spec.name}\` | ${spec.type} | ${spec.labels.map((l) => `\`${l}\``).join(', ')} | ${spec.help} |`,
+      );
+      expect(text).toContain(`# TYPE ${spec.name} ${spec.type}`);
+    }
+    for (const kind of CLIENT_FAULT_KINDS) expect(doc).toContain(`\`${kind}\``);
+  });
+});

@@ -1,0 +1,93 @@
+/**
+ * The bound on open client connections: past it, idle keep-alive connections are closed first,
+ * then a new connection gets a fast 503 (health checks still answered), and far past it is closed
+ * at once.
+ */
+import { readFileSync } from 'node:fs';
+import type { Socket } from 'node:net';
+import { type GatewayError, OVERLOADED } from '../errors.ts';
+import { closeIdle, type ConnectionState, type Connections, isIdleKeepAlive, stateOf } from './connection-state.ts';
+
+/** Descriptors kept for everything that is not a client connection (pool, Redis, logs, files). */
+export const RESERVED_DESCRIPTORS = 64;
+/** Connections past the bound that still get an answer (a 503 or a health check) before being cut. */
+export const OVERFLOW_ANSWERED = 32;
+/** How long an over-the-bound connection may take to send its request head. */
+const OVERFLOW_HEAD_MS = 2000;
+
+const HEALTH_PATHS = new Set(['/health/live', '/health/status']);
+
+/**
+ * The default bound: every connection may need two descriptors (its socket and a blob file, or the
+ * router's upstream socket), after the reserve. Pure, for the unit test and the docs.
+ */
+export function defaultMaxConnections(descriptorLimit: number): number {
+  return Math.max(8, Math.floor((descriptorLimit - RESERVED_DESCRIPTORS - OVERFLOW_ANSWERED) / 2));
+}
+
+/** The soft RLIMIT_NOFILE of this process (Linux: /proc/self/limits); undefined when unknown. */
+export function descriptorLimit(): number | undefined {
+  try {
+    const line = readFileSync('/proc/self/limits', 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('Max open files'));
+    const soft = line?.slice('Max open files'.length).trim().split(/\s+/)[0];
+    return soft === undefined || soft === 'unlimited' ? undefined : Number(soft);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * What becomes of a new connection once idle ones were closed, given the connections still live:
+ * served, answered with a 503 (`refuse`), or closed at once (`cut`: far past the bound the
+ * descriptor matters more than an answer).
+ */
+export function judgeConnection(live: number, maxConnections: number): 'serve' | 'refuse' | 'cut' {
+  if (live <= maxConnections) return 'serve';
+  return live > maxConnections + OVERFLOW_ANSWERED ? 'cut' : 'refuse';
+}
+
+/** The 503 body for a request on an over-the-bound connection; undefined for a health check. */
+export function overloadRefusal(method: string | undefined, path: string): GatewayError | undefined {
+  return HEALTH_PATHS.has(path) && (method === 'GET' || method === 'HEAD') ? undefined : OVERLOADED;
+}
+
+export class ConnectionBound {
+  /** Connections answered 503 or closed because the bound was reached. */
+  refused = 0;
+  /** Idle keep-alive connections closed to make room. */
+  idleClosed = 0;
+  readonly maxConnections: number;
+  readonly #connections: Connections;
+
+  constructor(maxConnections: number, connections: Connections) {
+    this.maxConnections = maxConnections;
+    this.#connections = connections;
+  }
+
+  /** Applies the bound to a connection just added to the tracked ones. */
+  accept(socket: Socket, state: ConnectionState): void {
+    if (this.#connections.size <= this.maxConnections) return;
+    // Past the bound: idle keep-alive connections go first.
+    for (const other of this.#connections) {
+      if (isIdleKeepAlive(stateOf(other)!) && !other.destroyed) {
+        closeIdle(other);
+        this.idleClosed++;
+      }
+    }
+    let live = 0;
+    for (const other of this.#connections) if (!other.destroyed && !other.writableEnded) live++;
+    const verdict = judgeConnection(live, this.maxConnections);
+    if (verdict === 'serve') return;
+    this.refused++;
+    if (verdict === 'cut') {
+      socket.destroy();
+      return;
+    }
+    state.overflow = true;
+    const timer = setTimeout(() => socket.destroy(), OVERFLOW_HEAD_MS);
+    timer.unref();
+    socket.once('close', () => clearTimeout(timer));
+  }
+}

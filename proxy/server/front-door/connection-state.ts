@@ -1,0 +1,83 @@
+/**
+ * What the front door keeps per client connection, shared by its parts: the connection bound and
+ * the drain close idle keep-alive connections, the timeouts look at the request in progress.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
+
+export interface ConnectionState {
+  /** Requests in progress on this connection (0 or 1: HTTP/1.1 answers in order). */
+  active: number;
+  served: number;
+  /** Accepted past the connection bound: its request gets a fast 503 (health checks excepted). */
+  overflow: boolean;
+  req: IncomingMessage | undefined;
+  res: ServerResponse | undefined;
+}
+
+const STATE = Symbol('arkvory.connection');
+type TrackedSocket = Socket & { [STATE]?: ConnectionState };
+
+/** Every open client connection of one server, with its state. */
+export class Connections {
+  readonly #sockets = new Set<TrackedSocket>();
+
+  get size(): number {
+    return this.#sockets.size;
+  }
+
+  /** Starts tracking a new connection until it closes. */
+  add(socket: Socket): ConnectionState {
+    const tracked = socket as TrackedSocket;
+    const state: ConnectionState = { active: 0, served: 0, overflow: false, req: undefined, res: undefined };
+    tracked[STATE] = state;
+    this.#sockets.add(tracked);
+    tracked.once('close', () => this.#sockets.delete(tracked));
+    return state;
+  }
+
+  [Symbol.iterator](): IterableIterator<Socket> {
+    return this.#sockets.values();
+  }
+}
+
+/** The state of a tracked connection; undefined for a socket the front door never saw. */
+export function stateOf(socket: Socket): ConnectionState | undefined {
+  return (socket as TrackedSocket)[STATE];
+}
+
+/** Marks `req` in progress on its connection until its response closes. */
+export function beginRequest(state: ConnectionState, req: IncomingMessage, res: ServerResponse): void {
+  state.active++;
+  state.served++;
+  state.req = req;
+  state.res = res;
+  res.once('close', () => {
+    state.active--;
+    state.req = undefined;
+    state.res = undefined;
+  });
+}
+
+/** A keep-alive connection between requests: it served one and has none in progress. */
+export function isIdleKeepAlive(state: ConnectionState): boolean {
+  return state.active === 0 && state.served > 0;
+}
+
+/** True when the request head announces a body (a non-zero Content-Length or a chunked body). */
+export function announcesBody(req: IncomingMessage): boolean {
+  const length = req.headers['content-length'];
+  return (length !== undefined && length !== '0') || req.headers['transfer-encoding'] !== undefined;
+}
+
+/** An idle keep-alive connection: its last answer may still be in the buffer, so end (flush, FIN) first. */
+export function closeIdle(socket: Socket): void {
+  if (socket.writableLength === 0) {
+    socket.destroy();
+    return;
+  }
+  socket.end();
+  const timer = setTimeout(() => socket.destroy(), 1000);
+  timer.unref();
+  socket.once('close', () => clearTimeout(timer));
+}

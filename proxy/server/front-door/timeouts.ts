@@ -1,0 +1,131 @@
+/**
+ * How long a client may idle, modelled on nginx:
+ *  - headers: the whole request head within `headersTimeoutMs` (client_header_timeout), else 408
+ *    (answered by client-errors.ts, where Node reports it);
+ *  - request body idle: no body byte for `bodyIdleTimeoutMs` (client_body_timeout) → 408 when
+ *    nothing was answered yet, and the connection closes, so the handler's body stream fails;
+ *  - response send idle: the client takes no byte for `sendIdleTimeoutMs` (send_timeout) → cut;
+ *  - keep-alive idle: `keepAliveTimeoutMs` (keepalive_timeout) between requests.
+ */
+import type http from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
+import type { Logger } from 'pino';
+import { BODY_TIMEOUT } from '../errors.ts';
+import { sendError } from '../http-errors.ts';
+import { announcesBody, stateOf } from './connection-state.ts';
+
+export interface FrontDoorTimeouts {
+  readonly headersTimeoutMs: number;
+  readonly bodyIdleTimeoutMs: number;
+  readonly sendIdleTimeoutMs: number;
+  readonly keepAliveTimeoutMs: number;
+}
+
+/** Options for `http.createServer` that the front door needs from the start. */
+export function serverOptions(limits: FrontDoorTimeouts): http.ServerOptions {
+  return {
+    requestTimeout: 0,
+    headersTimeout: limits.headersTimeoutMs,
+    keepAliveTimeout: limits.keepAliveTimeoutMs,
+    // Node checks the head timeout on this interval (default 30 s, which would double it).
+    connectionsCheckingInterval: Math.min(1000, limits.headersTimeoutMs),
+  };
+}
+
+/** What the connection is doing when its socket idled past the current timeout. */
+export interface IdleConnection {
+  /** A request is in progress (else the connection idled between requests). */
+  readonly inRequest: boolean;
+  /** The request body was read to its end (or there is none). */
+  readonly complete: boolean;
+  readonly announcesBody: boolean;
+  readonly headersSent: boolean;
+}
+
+export type IdleAction =
+  /** No request in progress: close without a word. */
+  | { readonly kind: 'close' }
+  /** The body stalled before anything was answered: 408, then close. */
+  | { readonly kind: 'answer408' }
+  /** Too late for an answer: cut, counted as `counter` and logged with `phase`. */
+  | { readonly kind: 'cut'; readonly counter: 'body' | 'send'; readonly phase: 'request_body' | 'response' };
+
+/** The decision for a socket that idled past its timeout. */
+export function idleAction(c: IdleConnection): IdleAction {
+  if (!c.inRequest) return { kind: 'close' };
+  const bodyPending = !c.complete && c.announcesBody;
+  if (bodyPending && !c.headersSent) return { kind: 'answer408' };
+  return { kind: 'cut', counter: bodyPending ? 'body' : 'send', phase: c.complete ? 'response' : 'request_body' };
+}
+
+/** The timeouts of one server: the `timeout` handler and the per-request socket timeouts. */
+export class Timeouts {
+  /** Connections closed because the client idled past the body or send timeout. */
+  readonly counts = { body: 0, send: 0 };
+  readonly #limits: FrontDoorTimeouts;
+
+  constructor(server: http.Server, limits: FrontDoorTimeouts, log: Logger) {
+    this.#limits = limits;
+    server.on('timeout', (socket: Socket) => this.#onIdle(socket, log));
+  }
+
+  /** Arms the idle timeout for a request just admitted: the body's first, then the response's. */
+  arm(socket: Socket, req: IncomingMessage, hasBody: boolean): void {
+    const limits = this.#limits;
+    socket.setTimeout(hasBody ? limits.bodyIdleTimeoutMs : limits.sendIdleTimeoutMs);
+    if (hasBody) req.once('end', () => socket.setTimeout(limits.sendIdleTimeoutMs));
+  }
+
+  // A socket idle past its current timeout: which one depends on what the connection is doing.
+  #onIdle(socket: Socket, log: Logger): void {
+    const state = stateOf(socket);
+    const { req, res } = state ?? {};
+    const inRequest = state !== undefined && state.active !== 0 && req !== undefined && res !== undefined;
+    const action = idleAction({
+      inRequest,
+      complete: req?.complete ?? true,
+      announcesBody: req !== undefined && announcesBody(req),
+      headersSent: res?.headersSent ?? false,
+    });
+    if (action.kind === 'close' || !req || !res) {
+      socket.destroy();
+      return;
+    }
+    const limits = this.#limits;
+    if (action.kind === 'answer408') {
+      this.counts.body++;
+      log.info(
+        { code: 'client_timeout', phase: 'request_body', idleMs: limits.bodyIdleTimeoutMs },
+        'no request body byte in time; answering 408 and closing',
+      );
+      answerStalledBody(socket, req, res);
+      return;
+    }
+    this.counts[action.counter]++;
+    log.info(
+      {
+        code: 'client_timeout',
+        phase: action.phase,
+        idleMs: action.phase === 'response' ? limits.sendIdleTimeoutMs : limits.bodyIdleTimeoutMs,
+      },
+      'client idle past its timeout; connection closed',
+    );
+    socket.destroy();
+  }
+}
+
+/** 408 to an upload whose body stalled before anything was answered, then the connection closes. */
+function answerStalledBody(socket: Socket, req: IncomingMessage, res: ServerResponse): void {
+  res.shouldKeepAlive = false;
+  // Logged by the caller with the phase and the timeout: not again here.
+  sendError(res, BODY_TIMEOUT);
+  res.once('finish', () => socket.destroy());
+  // Node stops tracking a request once its response finished: fail the body the handler is
+  // still reading, so the upload is dropped and its slot released.
+  // (Destroyed without an error: a proxy's error handlers would find the request detached.)
+  socket.once('close', () => req.destroy());
+  const cut = setTimeout(() => socket.destroy(), 1000);
+  cut.unref();
+  socket.once('close', () => clearTimeout(cut));
+}
