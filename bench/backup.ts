@@ -10,21 +10,23 @@
  * uploaded through it. Prints MiB/s medians, the ratio backup/cp, and the reuse backup's seconds.
  * Everything it creates is removed at the end.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmod, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import http from 'node:http';
-import os from 'node:os';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
-import { median } from './support.ts';
+import {
+  freeLoopbackPort,
+  makeTempDir,
+  runCli,
+  runProcess,
+  startGateway,
+  STOP_GRACE_MS,
+  type GatewayProcess,
+  type ProcessResult,
+} from '../test/harness/index.ts';
+import { median, MiB } from './support.ts';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const CLI = path.join(ROOT, 'bin/arkvory.js');
-const MiB = 1024 * 1024;
 const { values: args } = parseArgs({
   options: {
     runs: { type: 'string', default: '3' },
@@ -37,21 +39,10 @@ const RUNS = Number(args.runs);
 const BLOBS = Number(args.blobs);
 const BLOB_BYTES = Number(args['blob-mib']) * MiB;
 
-function run(
-  cmd: string,
-  argv: string[],
-  env: NodeJS.ProcessEnv = process.env,
-): Promise<{ code: number | null; stdout: string; stderr: string; seconds: number }> {
+/** Runs to the end, with the seconds it took. */
+async function timed(result: Promise<ProcessResult>): Promise<ProcessResult & { seconds: number }> {
   const started = performance.now();
-  return new Promise((resolve, reject) => {
-    const child = spawn(cmd, argv, { env, cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr, seconds: (performance.now() - started) / 1000 }));
-  });
+  return { ...(await result), seconds: (performance.now() - started) / 1000 };
 }
 
 function put(url: string, key: string, body: Buffer): Promise<number> {
@@ -70,43 +61,25 @@ function put(url: string, key: string, body: Buffer): Promise<number> {
 }
 
 async function main(): Promise<void> {
-  const work = await mkdtemp(path.join(os.tmpdir(), 'arkvory-bench-backup-'));
-  await chmod(work, 0o755);
+  const work = await makeTempDir('arkvory-bench-backup-');
   const destinations = await mkdtemp(path.join(args.destination!, 'arkvory-bench-backup-'));
   const dataDir = path.join(work, 'data');
   const port = await freeLoopbackPort();
-  const env = {
-    PATH: process.env.PATH,
-    HOME: process.env.HOME,
-    ARKVORY_DATA_DIR: dataDir,
-    ARKVORY_PORT: String(port),
-    ARKVORY_LOG_LEVEL: 'warn',
-  };
-  let gateway: ChildProcess | undefined;
+  const env = { ARKVORY_DATA_DIR: dataDir, ARKVORY_PORT: String(port), ARKVORY_LOG_LEVEL: 'warn' };
+  let gateway: GatewayProcess | undefined;
   try {
-    gateway = spawn(process.execPath, [CLI, 'serve'], { env, cwd: ROOT, stdio: 'ignore' });
-    for (let i = 0; ; i++) {
-      if (
-        (await fetch(`http://127.0.0.1:${port}/health/status`).then(
-          (r) => r.status,
-          () => 0,
-        )) === 200
-      )
-        break;
-      if (i > 1200) throw new Error('the gateway did not start');
-      await sleep(50);
-    }
+    gateway = await startGateway({ env, port, timeoutMs: 60_000 });
     const key = (await readFile(path.join(dataDir, 'admin.key'), 'utf8')).trim();
     for (const cmd of [
       ['repos', 'create', 'bench'],
       ['grants', 'add', 'admin', 'bench', 'write'],
     ]) {
-      const r = await run(process.execPath, [CLI, ...cmd], env);
+      const r = await runCli(cmd, env);
       if (r.code !== 0) throw new Error(`${cmd.join(' ')}: ${r.stderr}`);
     }
     for (let i = 0; i < BLOBS; i++) {
       const status = await put(
-        `http://127.0.0.1:${port}/api/v1/repositories/bench/artifacts/blob-${i}.bin`,
+        `${gateway.url}/api/v1/repositories/bench/artifacts/blob-${i}.bin`,
         key,
         randomBytes(BLOB_BYTES),
       );
@@ -121,21 +94,21 @@ async function main(): Promise<void> {
       for (const which of order) {
         const dest = path.join(destinations, `${which}-${round}`);
         if (which === 'backup') {
-          const r = await run(process.execPath, [CLI, 'backup', dest], env);
+          const r = await timed(runCli(['backup', dest], env));
           if (r.code !== 0) throw new Error(`backup: ${r.stderr}`);
           const summary = JSON.parse(r.stdout) as { blobs: { copied: number } };
           if (summary.blobs.copied !== BLOBS)
             throw new Error(`expected ${BLOBS} copied blobs, got ${JSON.stringify(summary.blobs)}`);
           backupMiBs.push(total / MiB / r.seconds);
         } else {
-          const r = await run('cp', ['-r', path.join(dataDir, 'blobs'), dest]);
+          const r = await timed(runProcess('cp', ['-r', path.join(dataDir, 'blobs'), dest]));
           if (r.code !== 0) throw new Error(`cp: ${r.stderr}`);
           cpMiBs.push(total / MiB / r.seconds);
         }
         if (!(which === 'backup' && round === RUNS - 1)) await rm(dest, { recursive: true, force: true });
       }
     }
-    const reuse = await run(process.execPath, [CLI, 'backup', path.join(destinations, `backup-${RUNS - 1}`)], env);
+    const reuse = await timed(runCli(['backup', path.join(destinations, `backup-${RUNS - 1}`)], env));
     const reused = JSON.parse(reuse.stdout) as { blobs: { reused: number } };
     const b = median(backupMiBs);
     const c = median(cpMiBs);
@@ -155,10 +128,7 @@ async function main(): Promise<void> {
       )}\n`,
     );
   } finally {
-    if (gateway && gateway.exitCode === null) {
-      gateway.kill('SIGTERM');
-      await new Promise((resolve) => gateway!.on('exit', resolve));
-    }
+    await gateway?.stop('SIGTERM', STOP_GRACE_MS);
     await rm(destinations, { recursive: true, force: true });
     await rm(work, { recursive: true, force: true });
   }

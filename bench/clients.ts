@@ -12,22 +12,24 @@
  *
  * Everything it starts is stopped and every temporary directory removed at the end.
  */
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmod, mkdtemp, readFile, rm, stat } from 'node:fs/promises';
+import { readFile, rm, stat } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
 import { download } from '../client/index.ts';
-import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
-import { median } from './support.ts';
-import { runProcess, type ProcessResult } from '../test/support/run-process.ts';
+import { median, MiB } from './support.ts';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const CLI = path.join(ROOT, 'bin/arkvory.js');
-const MiB = 1024 * 1024;
+import {
+  makeTempDir,
+  runCli,
+  runProcess,
+  startGateway,
+  STOP_GRACE_MS,
+  type GatewayProcess,
+} from '../test/harness/index.ts';
+
 const { values: args } = parseArgs({
   options: {
     rounds: { type: 'string', default: '3' },
@@ -40,10 +42,6 @@ const ROUNDS = Number(args.rounds);
 const BIG = Number(args['big-mib']) * MiB;
 const SMALL_SECONDS = Number(args['small-seconds']);
 const CONCURRENCY = Number(args.concurrency);
-
-function run(cmd: string, argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<ProcessResult> {
-  return runProcess(cmd, argv, { env });
-}
 
 async function call(
   url: string,
@@ -84,34 +82,19 @@ async function requestRate(url: string, headers: Record<string, string>): Promis
 }
 
 async function main(): Promise<void> {
-  const dataDir = await mkdtemp(path.join(os.tmpdir(), 'arkvory-bench-clients-'));
-  // The embedded PostgreSQL runs as its own user and must traverse a directory root made.
-  await chmod(dataDir, 0o755);
-  const work = await mkdtemp(path.join(os.tmpdir(), 'arkvory-bench-clients-out-'));
-  const port = await freeLoopbackPort();
-  const gw = spawn(process.execPath, [CLI, 'serve'], {
-    env: {
-      PATH: process.env.PATH,
-      HOME: process.env.HOME,
-      ARKVORY_DATA_DIR: dataDir,
-      ARKVORY_PORT: String(port),
-      ARKVORY_LOG_LEVEL: 'warn',
-      ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: String(Math.max(CONCURRENCY, 4)),
-    },
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
-  const base = `http://127.0.0.1:${port}`;
+  const dataDir = await makeTempDir('arkvory-bench-clients-');
+  const work = await makeTempDir('arkvory-bench-clients-out-');
+  let gw: GatewayProcess | undefined;
   try {
-    const deadline = Date.now() + 120_000;
-    for (;;) {
-      const ok = await request(`${base}/health/status`).then(
-        (r) => (r.body.dump(), r.statusCode === 200),
-        () => false,
-      );
-      if (ok) break;
-      if (Date.now() > deadline) throw new Error('gateway did not start');
-      await new Promise((r) => setTimeout(r, 200));
-    }
+    gw = await startGateway({
+      env: {
+        ARKVORY_DATA_DIR: dataDir,
+        ARKVORY_LOG_LEVEL: 'warn',
+        ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: String(Math.max(CONCURRENCY, 4)),
+      },
+      timeoutMs: 120_000,
+    });
+    const base = gw.url;
     const key = (await readFile(path.join(dataDir, 'admin.key'), 'utf8')).trim();
     await call(`${base}/api/v1/admin/repositories`, {
       method: 'POST',
@@ -148,18 +131,10 @@ async function main(): Promise<void> {
         [
           'curl',
           async () =>
-            void (await run('curl', ['-sS', '--fail', '-H', `Authorization: Bearer ${key}`, '-o', out, bigUrl])),
+            void (await runProcess('curl', ['-sS', '--fail', '-H', `Authorization: Bearer ${key}`, '-o', out, bigUrl])),
         ],
         ['sdk', async () => void (await download({ url: bigUrl, output: out, key }))],
-        [
-          'cli',
-          async () =>
-            void (await run(process.execPath, [CLI, 'get', bigUrl, '-o', out], {
-              PATH: process.env.PATH,
-              HOME: process.env.HOME,
-              ARKVORY_KEY: key,
-            })),
-        ],
+        ['cli', async () => void (await runCli(['get', bigUrl, '-o', out], { ARKVORY_KEY: key }))],
       ];
       for (let i = 0; i < contenders.length; i++) {
         const [name, fn] = contenders[(i + round) % contenders.length]!;
@@ -201,8 +176,7 @@ async function main(): Promise<void> {
       );
     process.stdout.write(`${lines.join('\n')}\n`);
   } finally {
-    gw.kill('SIGTERM');
-    await new Promise((r) => gw.once('exit', r));
+    await gw?.stop('SIGTERM', STOP_GRACE_MS);
     await rm(dataDir, { recursive: true, force: true });
     await rm(work, { recursive: true, force: true });
   }

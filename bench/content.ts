@@ -12,27 +12,39 @@
  * its RSS is sampled every 50 ms; the peak is printed. A temporary database (dropped at the end)
  * and temporary directories are used; nothing is left behind.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createReadStream, existsSync } from 'node:fs';
-import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { fileURLToPath } from 'node:url';
-import pg from 'pg';
-import { migrate } from '../migrations/runner.ts';
-import { AdminStore } from '../policy/auth/admin-store.ts';
-import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
-import { benchNginxConf, curl, median, percentile, rssBytes, writeRandomFile } from './support.ts';
-
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const MiB = 1024 * 1024;
+import {
+  freeLoopbackPort,
+  makeTempDir,
+  REPO_ROOT,
+  startProcess,
+  STOP_GRACE_MS,
+  waitUntil,
+} from '../test/harness/index.ts';
+import {
+  benchNginxConf,
+  BenchRun,
+  curl,
+  LOCAL_POSTGRES_URL,
+  median,
+  MiB,
+  percentile,
+  putFile,
+  rssBytes,
+  samplePeakRss,
+  startNginx,
+  writeRandomFile,
+} from './support.ts';
 
 const { values: args } = parseArgs({
   options: {
-    'database-url': { type: 'string', default: 'postgres://postgres@127.0.0.1:5432/postgres' },
+    'database-url': { type: 'string', default: LOCAL_POSTGRES_URL },
     runs: { type: 'string', default: '3' },
     'big-mib': { type: 'string', default: '1024' },
     'small-requests': { type: 'string', default: '2000' },
@@ -59,21 +71,13 @@ async function measureBig(
   streams: number,
   run: number,
 ): Promise<{ mibPerSec: number; peakRss: number }> {
-  let peakRss = 0;
-  let sampling = true;
-  const sampler = (async () => {
-    while (sampling && target.pid) {
-      peakRss = Math.max(peakRss, await rssBytes(target.pid));
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  })();
+  const rss = target.pid ? samplePeakRss(target.pid) : undefined;
   const started = process.hrtime.bigint();
   const results = await Promise.all(
     Array.from({ length: streams }, (_, s) => curl(target.bigUrl, target.headers(run, s))),
   );
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-  sampling = false;
-  await sampler;
+  const peakRss = (await rss?.stop()) ?? 0;
   for (const r of results)
     if (r.status !== 200 || r.bytes !== BIG_BYTES)
       throw new Error(`${target.name}: download got ${r.status} with ${r.bytes} bytes`);
@@ -118,49 +122,16 @@ async function measureSmall(
   return { rps: SMALL_REQUESTS / seconds, p50Ms: percentile(latencies, 50), p99Ms: percentile(latencies, 99), errors };
 }
 
-function waitForLine(child: ChildProcess, pattern: RegExp, what: string): Promise<void> {
-  return new Promise((resolve, reject) => {
-    let text = '';
-    const onData = (d: Buffer) => {
-      text += d.toString();
-      if (pattern.test(text)) resolve();
-    };
-    child.stdout?.on('data', onData);
-    child.stderr?.on('data', onData);
-    child.once('exit', (code) => reject(new Error(`${what} exited (${code}) before it was ready:\n${text}`)));
-    setTimeout(() => reject(new Error(`${what} not ready in 60 s:\n${text}`)), 60_000).unref();
-  });
-}
-
 async function main(): Promise<void> {
-  const work = await mkdtemp(path.join(os.tmpdir(), 'arkvory-bench-'));
   // nginx workers run as an unprivileged user and must traverse to the files.
-  await chmod(work, 0o755);
+  const work = await makeTempDir('arkvory-bench-');
   const files = path.join(work, 'files');
   const dataDir = path.join(work, 'data');
-  const children: ChildProcess[] = [];
-  const dbName = `arkvory_bench_${randomBytes(4).toString('hex')}`;
-  const adminUrl = args['database-url']!;
-  const admin = new pg.Client({ connectionString: adminUrl });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${dbName}`);
-  const dbUrl = Object.assign(new URL(adminUrl), { pathname: `/${dbName}` }).toString();
-  const pool = new pg.Pool({ connectionString: dbUrl, max: 2 });
+  const bench = new BenchRun(args['database-url']!);
   try {
-    await migrate(pool);
-    const store = new AdminStore(pool);
-    await store.createRepository('bench');
     // One principal per stream and run: per-principal limits (admission, rate rules) never bind.
-    const keys: string[][] = [];
-    for (let run = 0; run < RUNS; run++) {
-      const row: string[] = [];
-      for (let s = 0; s < STREAMS; s++) {
-        const principal = await store.createPrincipal(`bench-${run}-${s}`);
-        await store.addGrant(principal.id, 'bench', 'write');
-        row.push((await store.createKey(principal.id, { scopes: ['read', 'write'] })).key);
-      }
-      keys.push(row);
-    }
+    const db = await bench.seededDatabase(RUNS * STREAMS);
+    const keys = Array.from({ length: RUNS }, (_, run) => db.keys.slice(run * STREAMS, (run + 1) * STREAMS));
 
     process.stderr.write(`writing a ${BIG_BYTES / MiB} MiB and a 4 KiB file under ${files}\n`);
     await mkdir(files, { recursive: true });
@@ -170,65 +141,44 @@ async function main(): Promise<void> {
     // Gateway.
     const gatewayPort = await freeLoopbackPort();
     const gatewayBase = `http://127.0.0.1:${gatewayPort}`;
-    const startGateway = async (): Promise<ChildProcess> => {
-      const child = spawn(process.execPath, [path.join(ROOT, 'bin/arkvory.js'), 'serve'], {
-        cwd: ROOT,
-        env: {
-          PATH: process.env.PATH,
-          HOME: process.env.HOME,
-          ARKVORY_DATABASE_URL: dbUrl,
-          ARKVORY_DATA_DIR: dataDir,
-          ARKVORY_PORT: String(gatewayPort),
-          ARKVORY_LOG_LEVEL: 'warn',
-          ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2),
-        },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
-      children.push(child);
-      child.stdout!.resume();
-      child.stderr!.resume();
-      for (let i = 0; ; i++) {
-        const ok = await fetch(`${gatewayBase}/health/status`).then(
-          (r) => r.status === 200,
-          () => false,
-        );
-        if (ok) return child;
-        if (i > 600 || child.exitCode !== null) throw new Error('gateway did not start');
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    };
-    let gateway = await startGateway();
+    const startBenchGateway = () =>
+      bench.gateway(
+        'gateway',
+        { ARKVORY_DATA_DIR: dataDir, ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2) },
+        { databaseUrl: db.url, port: gatewayPort },
+      );
+    let gateway = await startBenchGateway();
     for (const name of ['big.bin', 'small.bin']) {
-      const status = await new Promise<number>((resolve, reject) => {
-        const req = http.request(
-          `${gatewayBase}/api/v1/repositories/bench/artifacts/${name}`,
-          { method: 'PUT', headers: { authorization: `Bearer ${keys[0]![0]}` } },
-          (res) => {
-            res.resume();
-            res.on('end', () => resolve(res.statusCode ?? 0));
-          },
-        );
-        req.on('error', reject);
-        createReadStream(path.join(files, name)).pipe(req);
-      });
+      const { status } = await putFile(
+        `${gatewayBase}/api/v1/repositories/bench/artifacts/${name}`,
+        path.join(files, name),
+        {
+          authorization: `Bearer ${keys[0]![0]}`,
+        },
+      );
       if (status !== 201) throw new Error(`upload of ${name} answered ${status}`);
     }
     // Restart, so the download figures (RSS above all) carry nothing over from the 1 GiB upload.
-    gateway.kill('SIGTERM');
-    await new Promise((r) => gateway.once('exit', r));
-    gateway = await startGateway();
+    await gateway.stop('SIGTERM', STOP_GRACE_MS);
+    gateway = await startBenchGateway();
     await new Promise((r) => setTimeout(r, 1000));
-    const idleRss = await rssBytes(gateway.pid!);
+    const idleRss = await rssBytes(gateway.child.pid!);
 
     // Minimal Node baseline.
     const basePort = await freeLoopbackPort();
-    const baseline = spawn(
+    const baseline = startProcess(
       process.execPath,
-      [path.join(ROOT, 'bench/content-node-baseline.ts'), files, String(basePort)],
-      { stdio: ['ignore', 'pipe', 'pipe'] },
+      [path.join(REPO_ROOT, 'bench/content-node-baseline.ts'), files, String(basePort)],
+      {
+        name: 'node baseline',
+      },
     );
-    children.push(baseline);
-    await waitForLine(baseline, /ready/, 'node baseline');
+    bench.keep(baseline);
+    await waitUntil(() => baseline.logs().includes('ready'), {
+      what: 'the node baseline',
+      timeoutMs: 60_000,
+      process: baseline,
+    });
 
     const targets: Target[] = [
       {
@@ -236,14 +186,14 @@ async function main(): Promise<void> {
         bigUrl: `${gatewayBase}/api/v1/repositories/bench/artifacts/big.bin/content`,
         smallUrl: `${gatewayBase}/api/v1/repositories/bench/artifacts/small.bin/content`,
         headers: (run, s) => ({ authorization: `Bearer ${keys[run]![s % STREAMS]}` }),
-        pid: gateway.pid!,
+        pid: gateway.child.pid!,
       },
       {
         name: 'node-baseline',
         bigUrl: `http://127.0.0.1:${basePort}/big.bin`,
         smallUrl: `http://127.0.0.1:${basePort}/small.bin`,
         headers: () => ({}),
-        pid: baseline.pid!,
+        pid: baseline.child.pid!,
       },
     ];
 
@@ -255,20 +205,7 @@ async function main(): Promise<void> {
       await mkdir(prefix, { recursive: true });
       const conf = path.join(prefix, 'nginx.conf');
       await writeFile(conf, benchNginxConf({ prefix, port: nginxPort, root: files, bodyTemp: `${prefix}/body` }));
-      const nginx = spawn(nginxBin, ['-c', conf, '-p', prefix], { stdio: ['ignore', 'pipe', 'pipe'] });
-      children.push(nginx);
-      for (let i = 0; ; i++) {
-        const ok = await fetch(`http://127.0.0.1:${nginxPort}/small.bin`).then(
-          (r) => r.status === 200,
-          () => false,
-        );
-        if (ok) break;
-        if (i > 100)
-          throw new Error(
-            `nginx did not start: ${await readFile(path.join(prefix, 'error.log'), 'utf8').catch(() => '')}`,
-          );
-        await new Promise((r) => setTimeout(r, 100));
-      }
+      bench.keep(await startNginx(nginxBin, prefix, `http://127.0.0.1:${nginxPort}/small.bin`));
       targets.push({
         name: 'nginx',
         bigUrl: `http://127.0.0.1:${nginxPort}/big.bin`,
@@ -341,10 +278,7 @@ async function main(): Promise<void> {
       `gateway peak RSS during ${STREAMS} parallel ${BIG_BYTES / MiB} MiB downloads: ${(Math.max(...gw.rss) / MiB).toFixed(1)} MiB (per run: ${gw.rss.map((b) => (b / MiB).toFixed(1)).join(', ')})`,
     );
   } finally {
-    for (const child of children) child.kill('SIGTERM');
-    await pool.end();
-    await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`).catch(() => {});
-    await admin.end();
+    await bench.close();
     await rm(work, { recursive: true, force: true });
   }
 }

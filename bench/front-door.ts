@@ -8,14 +8,20 @@
  *
  * Needs wrk (Debian: apt-get install wrk).
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import http from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { DEFAULT_FRONT_DOOR, installFrontDoor, serverOptions } from '../proxy/server/front-door.ts';
-import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
 import { median } from './support.ts';
+import {
+  freeLoopbackPort,
+  startProcess,
+  STOP_GRACE_MS,
+  waitUntil,
+  type ManagedProcess,
+} from '../test/harness/index.ts';
 
 const { values: args } = parseArgs({
   options: {
@@ -50,13 +56,18 @@ if (args.serve) {
   server.listen(Number(args.port), '127.0.0.1', () => process.stdout.write('ready\n'));
 } else {
   if (spawnSync('wrk', ['--version']).error) throw new Error('this benchmark needs wrk (apt-get install wrk)');
-  const start = async (kind: string): Promise<{ child: ChildProcess; url: string }> => {
+  const start = async (kind: string): Promise<{ server: ManagedProcess; url: string }> => {
     const port = await freeLoopbackPort();
-    const child = spawn(process.execPath, [fileURLToPath(import.meta.url), '--serve', kind, '--port', String(port)], {
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
-    await new Promise<void>((resolve) => child.stdout!.once('data', () => resolve()));
-    return { child, url: `http://127.0.0.1:${port}/health/live` };
+    const server = startProcess(
+      process.execPath,
+      [fileURLToPath(import.meta.url), '--serve', kind, '--port', String(port)],
+      {
+        name: `the ${kind} server`,
+        env: process.env,
+      },
+    );
+    await waitUntil(() => server.stdout().includes('ready'), { what: server.name, timeoutMs: 10_000, process: server });
+    return { server, url: `http://127.0.0.1:${port}/health/live` };
   };
   const servers = { plain: await start('plain'), door: await start('door') };
   const rps = (url: string): number => {
@@ -72,7 +83,7 @@ if (args.serve) {
     const order = run % 2 === 0 ? (['plain', 'door'] as const) : (['door', 'plain'] as const);
     for (const kind of order) results[kind].push(rps(servers[kind].url));
   }
-  for (const s of Object.values(servers)) s.child.kill();
+  await Promise.all(Object.values(servers).map((s) => s.server.stop('SIGTERM', STOP_GRACE_MS)));
   const plain = median(results.plain);
   const door = median(results.door);
   console.log(`runs ${args.runs} × ${args.seconds} s, ${args.connections} keep-alive connections, tiny 200 answers`);

@@ -8,24 +8,22 @@
  *
  * Needs a PostgreSQL where it may create a database (default: the local one, trust auth).
  */
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { readFile, rm } from 'node:fs/promises';
 import http from 'node:http';
-import os from 'node:os';
-import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import pg from 'pg';
-import { migrate } from '../migrations/runner.ts';
-import { AdminStore } from '../policy/auth/admin-store.ts';
 import { burstBytes } from '../policy/bandwidth/index.ts';
-import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
 import { jainIndex } from './governor.ts';
-
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const MiB = 2 ** 20;
+import {
+  createDatabase,
+  makeTempDir,
+  seedWriters,
+  startGateway,
+  STOP_GRACE_MS,
+  type GatewayProcess,
+} from '../test/harness/index.ts';
+import { MiB, LOCAL_POSTGRES_URL } from './support.ts';
 
 async function cpuMs(pid: number): Promise<number> {
   const fields = (await readFile(`/proc/${pid}/stat`, 'utf8')).split(') ')[1]!.split(' ');
@@ -56,51 +54,27 @@ async function main(): Promise<void> {
     options: {
       seconds: { type: 'string', default: '10' },
       rate: { type: 'string', default: String(64 * MiB) },
-      database: { type: 'string', default: 'postgres://postgres@127.0.0.1:5432/postgres' },
+      database: { type: 'string', default: LOCAL_POSTGRES_URL },
     },
   });
   const seconds = Number(values.seconds);
   const rate = Number(values.rate);
   const burst = burstBytes(rate);
-  const dbName = `arkvory_bench_${randomBytes(4).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: values.database });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${dbName}`);
-  const dbUrl = Object.assign(new URL(values.database), { pathname: `/${dbName}` }).toString();
-  const pool = new pg.Pool({ connectionString: dbUrl, max: 2 });
-  const dataDir = await mkdtemp(path.join(os.tmpdir(), 'arkvory-govbench-'));
-  const port = await freeLoopbackPort();
-  const child = spawn(process.execPath, [path.join(ROOT, 'bin/arkvory.js'), 'serve'], {
-    env: {
-      PATH: process.env.PATH,
-      ARKVORY_DATABASE_URL: dbUrl,
-      ARKVORY_DATA_DIR: dataDir,
-      ARKVORY_PORT: String(port),
-      ARKVORY_LOG_LEVEL: 'warn',
-      ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(rate),
-      ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '64',
-    },
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
+  const db = await createDatabase(values.database, { prefix: 'bench', poolSize: 2 });
+  const dataDir = await makeTempDir('arkvory-govbench-');
+  let gateway: GatewayProcess | undefined;
   try {
-    await migrate(pool);
-    const store = new AdminStore(pool);
-    await store.createRepository('bench');
-    const keys: string[] = [];
-    for (let i = 0; i < 16; i++) {
-      const p = await store.createPrincipal(`bench-${i}`);
-      await store.addGrant(p.id, 'bench', 'write');
-      keys.push((await store.createKey(p.id, { scopes: ['read', 'write'] })).key);
-    }
-    const base = `http://127.0.0.1:${port}`;
-    for (let i = 0; i < 200; i++) {
-      const ok = await fetch(`${base}/health/status`).then(
-        (r) => r.ok,
-        () => false,
-      );
-      if (ok) break;
-      await sleep(100);
-    }
+    const keys = await seedWriters(db.pool, 'bench', 16);
+    gateway = await startGateway({
+      env: {
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_DATA_DIR: dataDir,
+        ARKVORY_LOG_LEVEL: 'warn',
+        ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(rate),
+        ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '64',
+      },
+    });
+    const { child, url: base } = gateway;
     // Big enough that no stream finishes a copy within a run at R = 64 MiB/s.
     const file = randomBytes(256 * MiB);
     const put = await fetch(`${base}/api/v1/repositories/bench/artifacts/f.bin`, {
@@ -146,11 +120,8 @@ async function main(): Promise<void> {
       }
     }
   } finally {
-    child.kill('SIGTERM');
-    await new Promise((r) => child.once('exit', r));
-    await pool.end();
-    await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
-    await admin.end();
+    await gateway?.stop('SIGTERM', STOP_GRACE_MS);
+    await db.drop();
     await rm(dataDir, { recursive: true, force: true });
   }
 }

@@ -1,25 +1,13 @@
-/**
- * What Redis Cluster costs a gateway's rate-limit checks: `Limiter.check()` on one redis-server
- * (the baseline) and on a 3-primary + 3-replica cluster, both started here on loopback, with 1 and
- * 3 counting rules, at 16 concurrent callers. Rounds are interleaved (single, cluster, cluster,
- * single, …) so load from other processes hits both alike; medians over the rounds, and the ratio.
- *
- *   node bench/rate-limit-cluster.ts [--rounds 5] [--seconds 1] [--concurrency 16]
- *
- * On a cluster every counting rule is its own script call (docs/rate-limits.md, "Redis Cluster"),
- * and the one-call batching of plain checks is off, so the ratio falls with the rule count.
- */
-import { spawn } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { systemClock } from '../policy/clock.ts';
 import { createLimiter, type Limiter } from '../policy/rate-limit/limiter.ts';
 import { createRedisCounterStore } from '../policy/rate-limit/redis-counter-store.ts';
 import { defineRule } from '../policy/rate-limit/rules.ts';
-import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
 import { createRateLimitRedis, type RateLimitRedis } from '../proxy/gates/rate-limit-redis.ts';
 import { startRedisCluster } from '../test/hosts/redis-cluster.ts';
 import { median, percentile } from './support.ts';
+import { startRedisServer } from '../test/harness/index.ts';
 
 const { values } = parseArgs({
   options: {
@@ -69,17 +57,11 @@ async function slice(limiter: Limiter): Promise<{ perSecond: number; latencies: 
 }
 
 async function main(): Promise<void> {
-  const port = await freeLoopbackPort();
-  const single = spawn(
-    'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
-    { stdio: 'ignore' },
-  );
+  const single = await startRedisServer();
   const cluster = await startRedisCluster();
   const clients: RateLimitRedis[] = [];
   try {
-    await new Promise((r) => setTimeout(r, 300));
-    const one = createRateLimitRedis(`redis://127.0.0.1:${port}`, log, systemClock);
+    const one = createRateLimitRedis(single.url, log, systemClock);
     const many = createRateLimitRedis(cluster.url, log, systemClock);
     clients.push(one, many);
     await one.connect();
@@ -126,7 +108,7 @@ async function main(): Promise<void> {
     }
   } finally {
     for (const c of clients) c.disconnect();
-    single.kill('SIGKILL');
+    await single.stop('SIGKILL');
     await cluster.stop();
   }
 }

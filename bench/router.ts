@@ -1,45 +1,22 @@
-/**
- * Router overhead (issue 9): the same standalone gateway measured directly and through an
- * `ARKVORY_ROLE=router` process (static ARKVORY_ROUTER_BACKENDS) in one run, interleaved per run so
- * background load hits both alike. Prints medians and the ratios router/direct.
- *
- *   node bench/router.ts [--database-url postgres://…]   (default: an embedded PostgreSQL)
- *                        [--runs 3] [--big-mib 1024] [--small-seconds 4] [--concurrency 16]
- *
- * Two references run in the same interleaved loop, so the router's figures can be read against what
- * any proxy costs on this machine: nginx with the shipped deploy/nginx/arkvory.conf (addresses
- * replaced; skipped with a note when nginx is not installed) and a bare node:http proxy (a dozen lines,
- * request.pipe/response.pipe over a keep-alive agent: the floor of proxying in Node).
- *
- * Large file: MiB/s of one whole-file curl to /dev/null. Small file (4 KiB): `wrk -t1 --latency`
- * (Debian: apt-get install wrk) for `--small-seconds` over `--concurrency` keep-alive connections,
- * after a one-second warm-up of every path: requests/s, p50/p99, and the proxy process's CPU seconds
- * per 10k requests (less sensitive to a busy machine than requests/s), and the gateway's (what a
- * proxy's forwarding headers cost the gateway behind it shows there). Targets of issue 9: overhead ≤ 15 % for the 1 GiB
- * stream (ratio ≥ 0.85) and ≤ 35 % for 4 KiB requests (ratio ≥ 0.65). A temporary database and
- * directory are used and removed; every process started here is stopped.
- * `ARKVORY_BENCH_NODE_OPTIONS` (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`) is passed to the gateway,
- * the router and the bare proxy as NODE_OPTIONS, for a profile of exactly this load.
- */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
-import { createReadStream } from 'node:fs';
-import { chmod, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import http from 'node:http';
+import { readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { fileURLToPath } from 'node:url';
-import pg from 'pg';
-import { migrate } from '../migrations/runner.ts';
-import { AdminStore } from '../policy/auth/admin-store.ts';
-import { freeLoopbackPort, startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
+import { startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
+import {
+  freeLoopbackPort,
+  makeTempDir,
+  REPO_ROOT,
+  startGateway,
+  startProcess,
+  waitForHttp,
+  type ManagedProcess,
+} from '../test/harness/index.ts';
 import pino from 'pino';
-import { cpuSeconds, curl, median, wrk, writeRandomFile } from './support.ts';
+import { BenchRun, cpuSeconds, curl, median, MiB, putFile, startNginx, writeRandomFile, wrk } from './support.ts';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const MiB = 1024 * 1024;
 const { values: args } = parseArgs({
   options: {
     'database-url': { type: 'string' },
@@ -55,32 +32,10 @@ const SMALL_BYTES = 4096;
 const SMALL_SECONDS = Number(args['small-seconds']);
 const CONCURRENCY = Number(args.concurrency);
 
-async function startServe(env: Record<string, string>, base: string, children: ChildProcess[]): Promise<ChildProcess> {
-  const child = spawn(process.execPath, [path.join(ROOT, 'bin/arkvory.js'), 'serve'], {
-    cwd: ROOT,
-    env: {
-      PATH: process.env.PATH,
-      HOME: process.env.HOME,
-      ARKVORY_LOG_LEVEL: 'warn',
-      ...env,
-      ...(process.env.ARKVORY_BENCH_NODE_OPTIONS ? { NODE_OPTIONS: process.env.ARKVORY_BENCH_NODE_OPTIONS } : {}),
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  children.push(child);
-  let output = '';
-  child.stdout!.on('data', (d: Buffer) => (output += d.toString()));
-  child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
-  for (let i = 0; ; i++) {
-    const ok = await fetch(`${base}/health/status`).then(
-      (r) => r.status === 200,
-      () => false,
-    );
-    if (ok) return child;
-    if (i > 600 || child.exitCode !== null) throw new Error(`${env.ARKVORY_ROLE ?? 'api'} did not start:\n${output}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
+/** ARKVORY_BENCH_NODE_OPTIONS, for every Node process the bench starts (a profile, say). */
+const BENCH_NODE_OPTIONS = process.env.ARKVORY_BENCH_NODE_OPTIONS
+  ? { NODE_OPTIONS: process.env.ARKVORY_BENCH_NODE_OPTIONS }
+  : {};
 
 /** The floor: what proxying costs in Node with nothing else (no routing, health, headers, retries). */
 const BARE_PROXY = `
@@ -99,30 +54,17 @@ http.createServer((req, res) => {
 process.on('SIGTERM', () => process.exit(0));
 `;
 
-async function waitHealthy(base: string, child: ChildProcess, what: string): Promise<void> {
-  for (let i = 0; ; i++) {
-    const ok = await fetch(`${base}/health/live`).then(
-      (r) => r.status === 200,
-      () => false,
-    );
-    if (ok) return;
-    if (i > 100 || child.exitCode !== null) throw new Error(`${what} did not start`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
-async function startNginx(
+async function startDeployNginx(
   work: string,
   gatewayAddress: string,
   port: number,
-  children: ChildProcess[],
-): Promise<ChildProcess | undefined> {
+): Promise<ManagedProcess | undefined> {
   const nginx = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
   if (!nginx) return undefined;
   const dir = path.join(work, 'nginx');
   const t = path.join(dir, 'tmp');
   await import('node:fs/promises').then((fs) => fs.mkdir(t, { recursive: true }));
-  const example = await readFile(path.join(ROOT, 'deploy/nginx/arkvory.conf'), 'utf8');
+  const example = await readFile(path.join(REPO_ROOT, 'deploy/nginx/arkvory.conf'), 'utf8');
   // The shipped example, one gateway: its address for every server line, the listen port replaced.
   const site = example
     .replace(/server 10\.0\.0\.1[12]:8080[^\n]*\n/g, '')
@@ -133,33 +75,17 @@ async function startNginx(
     path.join(dir, 'nginx.conf'),
     `${process.getuid?.() === 0 ? 'user root;\n' : ''}worker_processes 1;\ndaemon off;\npid ${dir}/nginx.pid;\nerror_log ${dir}/error.log warn;\nevents { worker_connections 256; }\nhttp {\n  access_log off;\n  client_body_temp_path ${t}/body; proxy_temp_path ${t}/proxy; fastcgi_temp_path ${t}/fastcgi; uwsgi_temp_path ${t}/uwsgi; scgi_temp_path ${t}/scgi;\n  include ${dir}/arkvory.conf;\n}\n`,
   );
-  const child = spawn(nginx, ['-p', dir, '-c', path.join(dir, 'nginx.conf')], { stdio: 'ignore' });
-  children.push(child);
-  return child;
+  return startNginx(nginx, dir, `http://127.0.0.1:${port}/health/live`);
 }
 
 async function main(): Promise<void> {
-  const work = await mkdtemp(path.join(os.tmpdir(), 'arkvory-bench-router-'));
-  await chmod(work, 0o755);
-  const children: ChildProcess[] = [];
-  const dbName = `arkvory_bench_${randomBytes(4).toString('hex')}`;
+  const work = await makeTempDir('arkvory-bench-router-');
   let embedded: Awaited<ReturnType<typeof startEmbeddedDatabase>> | undefined;
   const adminUrl =
     args['database-url'] ??
     (embedded = await startEmbeddedDatabase(path.join(work, 'pg'), pino({ level: 'silent' }))).url;
-  const admin = new pg.Client({ connectionString: adminUrl });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${dbName}`);
-  const dbUrl = Object.assign(new URL(adminUrl), { pathname: `/${dbName}` }).toString();
-  const pool = new pg.Pool({ connectionString: dbUrl, max: 2 });
+  const bench = new BenchRun(adminUrl);
   try {
-    await migrate(pool);
-    const store = new AdminStore(pool);
-    await store.createRepository('bench');
-    const principal = await store.createPrincipal('bench');
-    await store.addGrant(principal.id, 'bench', 'write');
-    const key = (await store.createKey(principal.id, { scopes: ['read', 'write'] })).key;
-
     const bigFile = path.join(work, 'big.bin');
     await writeRandomFile(bigFile, BIG_BYTES);
     const smallFile = path.join(work, 'small.bin');
@@ -170,48 +96,46 @@ async function main(): Promise<void> {
       path.join(work, 'rules.yaml'),
       'rate_limits:\n  gateway_request:\n    - name: bench_skip_all\n      action: skip\n      match: {}\n',
     );
-    const gatewayPort = await freeLoopbackPort();
-    const gatewayBase = `http://127.0.0.1:${gatewayPort}`;
     // Unthrottled, with room for 2 × CONCURRENCY parallel downloads of one principal.
-    const gatewayChild = await startServe(
-      {
-        ARKVORY_DATABASE_URL: dbUrl,
-        ARKVORY_DATA_DIR: path.join(work, 'data'),
-        ARKVORY_PORT: String(gatewayPort),
-        ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2),
-        ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: String(CONCURRENCY * 2),
-        ARKVORY_RATE_LIMITS_FILE: path.join(work, 'rules.yaml'),
-      },
-      gatewayBase,
-      children,
+    const gateway = await bench.gateway('api', {
+      ARKVORY_DATA_DIR: path.join(work, 'data'),
+      ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2),
+      ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: String(CONCURRENCY * 2),
+      ARKVORY_RATE_LIMITS_FILE: path.join(work, 'rules.yaml'),
+      ...BENCH_NODE_OPTIONS,
+    });
+    const [key] = gateway.keys as [string];
+    const gatewayBase = gateway.url;
+    const gatewayChild = gateway.child;
+    const routerProcess = bench.keep(
+      await startGateway({
+        env: {
+          ARKVORY_LOG_LEVEL: 'warn',
+          ARKVORY_ROLE: 'router',
+          ARKVORY_ROUTER_BACKENDS: gatewayBase,
+          ...BENCH_NODE_OPTIONS,
+        },
+        name: 'router',
+        timeoutMs: 60_000,
+      }),
     );
-    const routerPort = await freeLoopbackPort();
-    const routerBase = `http://127.0.0.1:${routerPort}`;
-    const routerChild = await startServe(
-      { ARKVORY_ROLE: 'router', ARKVORY_ROUTER_BACKENDS: gatewayBase, ARKVORY_PORT: String(routerPort) },
-      routerBase,
-      children,
-    );
+    const routerBase = routerProcess.url;
+    const routerChild = routerProcess.child;
 
     const barePort = await freeLoopbackPort();
     const bareBase = `http://127.0.0.1:${barePort}`;
-    const bareChild = spawn(
-      process.execPath,
-      ['--input-type=module', '-e', BARE_PROXY, String(barePort), gatewayBase],
-      {
-        stdio: 'ignore',
-        env: {
-          ...process.env,
-          ...(process.env.ARKVORY_BENCH_NODE_OPTIONS ? { NODE_OPTIONS: process.env.ARKVORY_BENCH_NODE_OPTIONS } : {}),
-        },
-      },
+    const bareProxy = bench.keep(
+      startProcess(process.execPath, ['--input-type=module', '-e', BARE_PROXY, String(barePort), gatewayBase], {
+        name: 'the bare node:http proxy',
+        env: { ...process.env, ...BENCH_NODE_OPTIONS },
+      }),
     );
-    children.push(bareChild);
-    await waitHealthy(bareBase, bareChild, 'the bare node:http proxy');
+    await waitForHttp(`${bareBase}/health/live`, { what: bareProxy.name, timeoutMs: 10_000, process: bareProxy });
+    const bareChild = bareProxy.child;
     const nginxPort = await freeLoopbackPort();
     const nginxBase = `http://127.0.0.1:${nginxPort}`;
-    const nginxChild = await startNginx(work, `127.0.0.1:${gatewayPort}`, nginxPort, children);
-    if (nginxChild) await waitHealthy(nginxBase, nginxChild, 'nginx');
+    const nginxChild = await startDeployNginx(work, new URL(gatewayBase).host, nginxPort);
+    if (nginxChild) bench.keep(nginxChild);
     else process.stderr.write('nginx not installed (apt-get install nginx-light): its reference row is skipped\n');
     // nginx forks a worker; its CPU is the master's children, so nginx rows show throughput only.
     const paths = [
@@ -234,17 +158,8 @@ async function main(): Promise<void> {
       ['big.bin', bigFile],
       ['small.bin', smallFile],
     ] as const) {
-      const status = await new Promise<number>((resolve, reject) => {
-        const req = http.request(
-          `${gatewayBase}/api/v1/repositories/bench/artifacts/${name}`,
-          { method: 'PUT', headers: { authorization: `Bearer ${key}` } },
-          (res) => {
-            res.resume();
-            res.on('end', () => resolve(res.statusCode ?? 0));
-          },
-        );
-        req.on('error', reject);
-        createReadStream(file).pipe(req);
+      const { status } = await putFile(`${gatewayBase}/api/v1/repositories/bench/artifacts/${name}`, file, {
+        authorization: `Bearer ${key}`,
       });
       if (status !== 201) throw new Error(`upload of ${name} answered ${status}`);
     }
@@ -335,11 +250,7 @@ async function main(): Promise<void> {
       `router/bare node:http proxy: stream ${(median(router.big) / median(bare.big)).toFixed(2)}×, 4 KiB req/s ${(median(router.rps) / median(bare.rps)).toFixed(2)}× (target ≥ 0.95), proxy CPU-s/GiB ${(median(router.frontCpu) / median(bare.frontCpu)).toFixed(2)}× (target ≤ 1.1), proxy CPU-s per 4 KiB request ${(median(router.frontCpuSmall) / median(bare.frontCpuSmall)).toFixed(2)}×`,
     );
   } finally {
-    for (const child of children) child.kill('SIGTERM');
-    await Promise.all(children.map((c) => (c.exitCode === null ? new Promise((r) => c.once('exit', r)) : undefined)));
-    await pool.end();
-    await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`).catch(() => {});
-    await admin.end();
+    await bench.close();
     await embedded?.stop();
     await rm(work, { recursive: true, force: true });
   }

@@ -12,16 +12,10 @@
  * A scratch database is created next to the one named (and dropped at the end). Target: warm adds
  * < 0.1 ms at p50.
  */
-import { spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import pg from 'pg';
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
-import { migrate } from '../migrations/runner.ts';
 import { systemClock } from '../policy/clock.ts';
 import { createLimiter, type Limiter } from '../policy/rate-limit/limiter.ts';
 import { createMemoryCounterStore } from '../policy/rate-limit/memory-counter-store.ts';
@@ -31,16 +25,15 @@ import { tieredRules, type TierSource } from '../policy/rate-limit/rule-tiers.ts
 import { createRulesServiceClient } from '../policy/rate-limit/rules-service-client.ts';
 import { ruleFromSpec } from '../policy/rate-limit/rules.ts';
 import { parseAvailableLimiters } from '../policy/rate-limit/yaml-source.ts';
-import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
 import { AVAILABLE_LIMITERS_FILE } from '../proxy/gates/rate-limit-rule-files.ts';
-import { median } from './support.ts';
+import { LOCAL_POSTGRES_URL, median } from './support.ts';
+import { createDatabase, startGateway, STOP_GRACE_MS, type GatewayProcess } from '../test/harness/index.ts';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const { values } = parseArgs({
   options: {
     database: {
       type: 'string',
-      default: process.env.ARKVORY_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres',
+      default: process.env.ARKVORY_TEST_DATABASE_URL ?? LOCAL_POSTGRES_URL,
     },
     rounds: { type: 'string', default: '5' },
     checks: { type: 'string', default: '4000' },
@@ -72,28 +65,10 @@ async function timeChecks(
 }
 
 async function main(): Promise<void> {
-  const adminUrl = values.database;
-  const name = `arkvory_bench_${randomBytes(4).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: adminUrl });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${name}`);
-  const url = new URL(adminUrl);
-  url.pathname = `/${name}`;
-  const pool = new pg.Pool({ connectionString: url.toString(), max: 2 });
-  const port = await freeLoopbackPort();
-  const child = spawn(process.execPath, [path.join(ROOT, 'bin/arkvory.js'), 'rules-service', 'serve'], {
-    cwd: ROOT,
-    env: {
-      PATH: process.env.PATH,
-      ARKVORY_DATABASE_URL: url.toString(),
-      ARKVORY_PORT: String(port),
-      ARKVORY_LOG_LEVEL: 'warn',
-      ARKVORY_RULES_SERVICE_TTL_SECONDS: '300',
-    },
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
+  const db = await createDatabase(values.database, { prefix: 'bench', poolSize: 2 });
+  const { pool, name } = db;
+  let service: GatewayProcess | undefined;
   try {
-    await migrate(pool);
     // Principal overrides exist, so answers vary by principal: a new principal is a cold miss.
     for (let i = 0; i < 50; i++) {
       await pool.query(
@@ -113,15 +88,12 @@ async function main(): Promise<void> {
         ],
       );
     }
-    const serviceUrl = `http://127.0.0.1:${port}`;
-    for (let i = 0; ; i++) {
-      try {
-        if ((await fetch(`${serviceUrl}/health/status`)).status === 200) break;
-      } catch {
-        if (i > 200) throw new Error('the rules service did not start');
-      }
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    service = await startGateway({
+      args: ['rules-service', 'serve'],
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_LOG_LEVEL: 'warn', ARKVORY_RULES_SERVICE_TTL_SECONDS: '300' },
+      name: 'the rules service',
+    });
+    const serviceUrl = service.url;
 
     const { available } = parseAvailableLimiters(
       await readFile(AVAILABLE_LIMITERS_FILE, 'utf8'),
@@ -214,11 +186,8 @@ async function main(): Promise<void> {
       `\nwarm added p50 ${(warmAdded * 1000).toFixed(1)} µs: ${warmAdded < 0.1 ? 'within' : 'OVER'} the 100 µs target\n`,
     );
   } finally {
-    child.kill('SIGTERM');
-    await new Promise((r) => child.once('exit', r));
-    await pool.end();
-    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-    await admin.end();
+    await service?.stop('SIGTERM', STOP_GRACE_MS);
+    await db.drop();
   }
 }
 

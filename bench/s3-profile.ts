@@ -18,26 +18,39 @@
  *
  * Profiles land in DIR/<server>-<phase>/ (summarise with bench/cpu-profile-summary.ts).
  */
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createReadStream, createWriteStream, existsSync } from 'node:fs';
-import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import http from 'node:http';
+import { existsSync } from 'node:fs';
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { fileURLToPath } from 'node:url';
-import pg from 'pg';
-import { migrate } from '../migrations/runner.ts';
-import { AdminStore } from '../policy/auth/admin-store.ts';
-import { freeLoopbackPort, startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
+import { startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
+import {
+  freeLoopbackPort,
+  makeTempDir,
+  REPO_ROOT,
+  startGateway as startHarnessGateway,
+  startProcess,
+  STOP_GRACE_MS,
+  waitForHttp,
+  type ManagedProcess,
+} from '../test/harness/index.ts';
 import { createLogger } from '../proxy/server/logger.ts';
 import { startS3Server, stopAllS3Servers, type S3ServerKind } from '../test/support/s3-server.ts';
 import { copyObject, S3_DEFAULT_LIMITS } from '../storage-adapter/s3/index.ts';
-import { benchNginxConf, cpuSeconds, curlWith as curl, sigV4CurlArgs as signed, writeRandomFile } from './support.ts';
+import {
+  benchNginxConf,
+  BenchRun,
+  cpuSeconds,
+  curlWith as curl,
+  MiB,
+  putFile,
+  sigV4CurlArgs as signed,
+  startNginx,
+  writeRandomFile,
+} from './support.ts';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const MiB = 1024 * 1024;
 const { values: args } = parseArgs({
   options: {
     server: { type: 'string', default: 'minio' },
@@ -132,7 +145,7 @@ http.createServer((req, res) => {
 async function startNginxRelay(
   directUrl: string,
   server: Awaited<ReturnType<typeof startS3Server>>,
-): Promise<{ master: ChildProcess; worker: number; url: string }> {
+): Promise<{ master: ManagedProcess; worker: number; url: string }> {
   const binary = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
   if (!binary) throw new Error('--nginx-relay needs nginx (apt-get install nginx-light)');
   const prefix = path.join(work, 'nginx-relay');
@@ -152,21 +165,13 @@ async function startNginxRelay(
     server: `location / { proxy_pass http://${target.host}${target.pathname}; proxy_http_version 1.1; proxy_buffering off; ${headers} }`,
   }).replace('worker_processes auto;', `worker_processes 1;${process.getuid?.() === 0 ? ' user root;' : ''}`);
   await writeFile(path.join(prefix, 'nginx.conf'), conf);
-  const master = spawn(binary, ['-p', prefix, '-c', path.join(prefix, 'nginx.conf')], { stdio: 'inherit' });
-  children.push(master);
   const url = `http://127.0.0.1:${port}/`;
-  for (let i = 0; ; i++) {
-    // One byte (Range is not among the signed headers): the signature and the path are right.
-    const status = await fetch(url, { headers: { range: 'bytes=0-0' } }).then(
-      (r) => r.body?.cancel().then(() => r.status),
-      () => 0,
-    );
-    if (status === 206) break;
-    if (i > 100) throw new Error(`nginx relay did not answer 206 (last ${status}); see ${prefix}/error.log`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  // One byte (Range is not among the signed headers): the signature and the path are right.
+  const master = bench.keep(
+    await startNginx(binary, prefix, url, { headers: { range: 'bytes=0-0' }, isReady: (status) => status === 206 }),
+  );
   const worker = Number(
-    execFileSync('pgrep', ['-P', String(master.pid)])
+    execFileSync('pgrep', ['-P', String(master.child.pid)])
       .toString()
       .trim()
       .split('\n')[0],
@@ -174,34 +179,18 @@ async function startNginxRelay(
   return { master, worker, url };
 }
 
-function put(url: string, key: string, file: string, size: number, digest: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const req = http.request(
-      url,
-      {
-        method: 'PUT',
-        headers: {
-          authorization: `Bearer ${key}`,
-          'content-length': String(size),
-          'content-digest': `sha-256=:${digest}:`,
-        },
-      },
-      (res) => {
-        res.resume();
-        res.on('end', () => resolve(res.statusCode ?? 0));
-      },
-    );
-    req.on('error', reject);
-    createReadStream(file, { highWaterMark: MiB }).pipe(req);
-  });
+async function put(url: string, key: string, file: string, size: number, digest: string): Promise<number> {
+  const headers = {
+    authorization: `Bearer ${key}`,
+    'content-length': String(size),
+    'content-digest': `sha-256=:${digest}:`,
+  };
+  return (await putFile(url, file, headers)).status;
 }
 
-const work = await mkdtemp(path.join(os.tmpdir(), 'arkvory-s3prof-'));
-await chmod(work, 0o755);
+const work = await makeTempDir('arkvory-s3prof-');
 const embedded = await startEmbeddedDatabase(path.join(work, 'pg'), createLogger('warn'));
-const admin = new pg.Client({ connectionString: embedded.url });
-await admin.connect();
-const children: ChildProcess[] = [];
+const bench = new BenchRun(embedded.url);
 try {
   const file = path.join(work, 'big.bin');
   const digest = await writeRandomFile(file, BIG);
@@ -229,65 +218,36 @@ try {
   }
   for (const phase of args.phase.split(',').filter((p) => p !== 'copy')) {
     const newDatabase = async () => {
-      const name = `prof_${randomBytes(4).toString('hex')}`;
-      await admin.query(`CREATE DATABASE ${name}`);
-      const url = Object.assign(new URL(embedded.url), { pathname: `/${name}` }).toString();
-      const pool = new pg.Pool({ connectionString: url, max: 2 });
-      await migrate(pool);
-      const store = new AdminStore(pool);
-      await store.createRepository('bench');
-      const principal = await store.createPrincipal('p');
-      await store.addGrant(principal.id, 'bench', 'write');
-      const key = (await store.createKey(principal.id, { scopes: ['read', 'write'] })).key;
-      await pool.end();
-      return { url, key };
+      const { url, keys } = await bench.seededDatabase();
+      return { url, key: keys[0]! };
     };
     const { url, key } = await newDatabase();
     const profDir = args['profile-dir'] ? path.join(args['profile-dir'], `${kind}-${phase}`) : undefined;
     if (profDir) await mkdir(profDir, { recursive: true });
-    const startGateway = async (profiled: boolean, root = ROOT, db = url, prefix = `${phase}/`) => {
-      const port = await freeLoopbackPort();
+    let started = 0;
+    const startGateway = async (profiled: boolean, root = REPO_ROOT, db = url, prefix = `${phase}/`) => {
       const nodeOptions = [args['node-options'], profiled && profDir ? `--cpu-prof --cpu-prof-dir=${profDir}` : '']
         .filter(Boolean)
         .join(' ');
-      const child = spawn(process.execPath, [path.join(root, 'bin/arkvory.js'), 'serve'], {
-        cwd: root,
+      const gateway = await startHarnessGateway({
+        checkout: root,
+        name: `gateway in ${root}`,
+        timeoutMs: 60_000,
         env: {
-          PATH: process.env.PATH,
-          HOME: process.env.HOME,
           ARKVORY_DATABASE_URL: db,
-          ARKVORY_PORT: String(port),
           ARKVORY_LOG_LEVEL: 'warn',
           ARKVORY_MAX_UPLOAD_BYTES: String(BIG * 2),
-          ARKVORY_DATA_DIR: path.join(work, `data-${phase}-${children.length}`),
+          ARKVORY_DATA_DIR: path.join(work, `data-${phase}-${started++}`),
           ...(nodeOptions ? { NODE_OPTIONS: nodeOptions } : {}),
           ...server.env(prefix),
         },
-        // The profiled gateway's stdout (e.g. --trace-gc lines) goes to DIR/<server>-<phase>/stdout.
-        stdio: ['ignore', profiled && profDir ? 'pipe' : 'ignore', 'inherit'],
       });
-      if (profiled && profDir) child.stdout?.pipe(createWriteStream(path.join(profDir, 'stdout.txt')));
-      children.push(child);
-      const base = `http://127.0.0.1:${port}`;
-      for (let i = 0; ; i++) {
-        if (
-          await fetch(`${base}/health/status`).then(
-            (r) => r.status === 200,
-            () => false,
-          )
-        )
-          break;
-        if (i > 600 || child.exitCode !== null)
-          throw new Error(
-            `gateway in ${root} did not start (exit ${child.exitCode}, health ${await fetch(`${base}/health/status`).then((r) => r.text(), String)})`,
-          );
-        await new Promise((r) => setTimeout(r, 100));
-      }
-      return { child, base };
+      return { gateway: bench.keep(gateway), child: gateway.child, base: gateway.url, profiled };
     };
-    const stopGateway = async (child: ChildProcess) => {
-      child.kill('SIGTERM');
-      await new Promise((r) => child.once('exit', r));
+    const stopGateway = async (started: Awaited<ReturnType<typeof startGateway>>) => {
+      await started.gateway.stop('SIGTERM', STOP_GRACE_MS);
+      // The profiled gateway's stdout (e.g. --trace-gc lines) goes to DIR/<server>-<phase>/stdout.txt.
+      if (started.profiled && profDir) await writeFile(path.join(profDir, 'stdout.txt'), started.gateway.stdout());
     };
     const directUrl = `${server.endpoint}/${server.bucket}/direct/big.bin`;
     if (phase === 'get') {
@@ -296,10 +256,11 @@ try {
       if ((await curl([...signed(server), '-T', file, directUrl])).status !== 200) throw new Error('direct PUT');
       const status = await put(`${seed.base}/api/v1/repositories/bench/artifacts/big.bin`, key, file, BIG, digest);
       if (status !== 201) throw new Error(`gateway PUT ${status}`);
-      await stopGateway(seed.child);
+      await stopGateway(seed);
     }
-    const { child, base } = await startGateway(true);
-    let other: { child: ChildProcess; base: string; key: string } | undefined;
+    const main = await startGateway(true);
+    const { child, base } = main;
+    let other: (Awaited<ReturnType<typeof startGateway>> & { key: string }) | undefined;
     if (args['compare-root']) {
       // Its own database and prefix (for get: the same bytes uploaded through it).
       const db = await newDatabase();
@@ -321,31 +282,20 @@ try {
         `${kind} ${phase} ${what}: ${(BIG / MiB / m.wall).toFixed(0)} MiB/s, ${m.wall.toFixed(2)} s wall, gateway CPU ${m.cpu[0]!.toFixed(2)} s, ${kind} CPU ${m.cpu[1]!.toFixed(2)} s${clientCpu === undefined ? '' : `, client CPU ${clientCpu.toFixed(2)} s`}, load ${os.loadavg()[0]!.toFixed(1)}`,
       );
     const gwUrl = `${base}/api/v1/repositories/bench/artifacts/big.bin`;
-    let relay: ChildProcess | undefined;
+    let relay: ManagedProcess | undefined;
     let relayUrl = '';
     if (phase === 'get' && args.relay) {
       const port = await freeLoopbackPort();
       const request = server.client().signedHead({ method: 'GET', key: 'direct/big.bin' });
-      relay = spawn(
-        process.execPath,
-        ['--input-type=module', '-e', RELAY_SOURCE, String(port), directUrl, JSON.stringify(request.headers)],
-        {
-          stdio: ['ignore', 'ignore', 'inherit'],
-        },
+      relay = bench.keep(
+        startProcess(
+          process.execPath,
+          ['--input-type=module', '-e', RELAY_SOURCE, String(port), directUrl, JSON.stringify(request.headers)],
+          { name: 'the bare relay', env: process.env },
+        ),
       );
-      children.push(relay);
       relayUrl = `http://127.0.0.1:${port}/`;
-      for (
-        let i = 0;
-        (await fetch(relayUrl).then(
-          (r) => r.body?.cancel().then(() => r.status),
-          () => 0,
-        )) !== 200;
-        i++
-      ) {
-        if (i > 100) throw new Error('the bare relay did not start');
-        await new Promise((r) => setTimeout(r, 100));
-      }
+      await waitForHttp(relayUrl, { what: 'the bare relay', timeoutMs: 10_000, process: relay });
     }
     /** One whole-file GET by curl through a relay: timed, the relay's and the server's CPU, checked whole. */
     const timedGet = async (what: string, cpuOf: number[], argv: string[]) => {
@@ -353,13 +303,12 @@ try {
       if (m.value.bytes !== BIG) throw new Error(`${what}: ${m.value.status} with ${m.value.bytes} bytes`);
       line(what, m, m.value.clientCpu);
     };
-    let nginx: { master: ChildProcess; worker: number; url: string } | undefined;
+    let nginx: Awaited<ReturnType<typeof startNginxRelay>> | undefined;
     if (phase === 'get' && args['nginx-relay']) nginx = await startNginxRelay(directUrl, server);
     if (phase === 'put') {
       for (let r = 0; r < RUNS; r++) {
         const d = await measured(pids, () => timedCurl([...signed(server), '-T', file, directUrl]));
         line('direct PUT (curl)', d, d.value.clientCpu);
-        await admin.query('SELECT 1');
         // The same client as the direct PUT: curl -T with the gateway's headers.
         const c = await measured(pids, () =>
           timedCurl([
@@ -401,7 +350,7 @@ try {
       for (let r = 0; r < RUNS; r++) {
         await timedGet('direct GET', pids, [...signed(server), directUrl]);
         await timedGet('gateway GET', pids, ['-H', `authorization: Bearer ${key}`, `${gwUrl}/content`]);
-        if (relay) await timedGet('bare node relay GET (CPU as gateway)', [relay.pid!, s3pid], [relayUrl]);
+        if (relay) await timedGet('bare node relay GET (CPU as gateway)', [relay.child.pid!, s3pid], [relayUrl]);
         if (nginx) await timedGet('nginx relay GET (CPU as gateway)', [nginx.worker, s3pid], [nginx.url]);
         if (other)
           await timedGet(
@@ -415,18 +364,14 @@ try {
           );
       }
     }
-    relay?.kill('SIGTERM');
-    if (nginx) {
-      nginx.master.kill('SIGTERM');
-      await new Promise((r) => nginx!.master.once('exit', r));
-    }
-    await stopGateway(child);
-    if (other) await stopGateway(other.child);
+    await relay?.stop('SIGTERM', STOP_GRACE_MS);
+    await nginx?.master.stop('SIGTERM', STOP_GRACE_MS);
+    await stopGateway(main);
+    if (other) await stopGateway(other);
   }
 } finally {
-  for (const c of children) c.kill('SIGTERM');
+  await bench.close();
   await stopAllS3Servers();
-  await admin.end();
   await embedded.stop();
   await rm(work, { recursive: true, force: true });
 }

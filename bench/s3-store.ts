@@ -16,25 +16,27 @@
  * Without --database-url an embedded PostgreSQL is started in a temporary directory. Everything
  * (servers, gateways, databases, files) is removed at the end.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createReadStream } from 'node:fs';
-import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import http from 'node:http';
+import { rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { fileURLToPath } from 'node:url';
-import pg from 'pg';
-import { migrate } from '../migrations/runner.ts';
-import { AdminStore } from '../policy/auth/admin-store.ts';
-import { freeLoopbackPort, startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
+import { startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
 import { createLogger } from '../proxy/server/logger.ts';
 import { startS3Server, stopAllS3Servers, type S3ServerKind } from '../test/support/s3-server.ts';
-import { curlWith as curl, median, rssBytes, sigV4CurlArgs as signed, writeRandomFile } from './support.ts';
-
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const MiB = 1024 * 1024;
+import {
+  type BenchGateway,
+  BenchRun,
+  curlWith as curl,
+  median,
+  MiB,
+  putFile,
+  rssBytes,
+  samplePeakRss,
+  sigV4CurlArgs as signed,
+  writeRandomFile,
+} from './support.ts';
+import { makeTempDir, STOP_GRACE_MS } from '../test/harness/index.ts';
 
 const { values: args } = parseArgs({
   options: {
@@ -90,88 +92,32 @@ function put(
   size: number,
   sha256Base64?: string,
 ): Promise<{ status: number; seconds: number }> {
-  const started = process.hrtime.bigint();
   const digest: Record<string, string> = sha256Base64 ? { 'content-digest': `sha-256=:${sha256Base64}:` } : {};
-  return new Promise((resolve, reject) => {
-    const req = http.request(
-      url,
-      { method: 'PUT', headers: { authorization: `Bearer ${key}`, 'content-length': String(size), ...digest } },
-      (res) => {
-        res.resume();
-        res.on('end', () =>
-          resolve({ status: res.statusCode ?? 0, seconds: Number(process.hrtime.bigint() - started) / 1e9 }),
-        );
-      },
-    );
-    req.on('error', reject);
-    createReadStream(file, { highWaterMark: MiB }).pipe(req);
-  });
+  return putFile(url, file, { authorization: `Bearer ${key}`, 'content-length': String(size), ...digest });
 }
 
 async function main(): Promise<void> {
-  const work = await mkdtemp(path.join(os.tmpdir(), 'arkvory-bench-s3-'));
-  await chmod(work, 0o755);
-  const children: ChildProcess[] = [];
-  const pools: pg.Pool[] = [];
-  const databases: string[] = [];
+  const work = await makeTempDir('arkvory-bench-s3-');
   let embedded: Awaited<ReturnType<typeof startEmbeddedDatabase>> | undefined;
   let adminUrl = args['database-url'];
   if (!adminUrl) {
     embedded = await startEmbeddedDatabase(path.join(work, 'pg'), createLogger('warn'));
     adminUrl = embedded.url;
   }
-  const admin = new pg.Client({ connectionString: adminUrl });
-  await admin.connect();
+  const bench = new BenchRun(adminUrl);
   const report: string[] = [];
   try {
-    const newDatabase = async (): Promise<{ url: string; keys: string[] }> => {
-      const name = `arkvory_bench_${randomBytes(4).toString('hex')}`;
-      await admin.query(`CREATE DATABASE ${name}`);
-      databases.push(name);
-      const url = Object.assign(new URL(adminUrl!), { pathname: `/${name}` }).toString();
-      const pool = new pg.Pool({ connectionString: url, max: 2 });
-      pools.push(pool);
-      await migrate(pool);
-      const store = new AdminStore(pool);
-      await store.createRepository('bench');
-      const keys: string[] = [];
-      for (let s = 0; s < PARALLEL; s++) {
-        const principal = await store.createPrincipal(`bench-${s}`);
-        await store.addGrant(principal.id, 'bench', 'write');
-        keys.push((await store.createKey(principal.id, { scopes: ['read', 'write'] })).key);
-      }
-      return { url, keys };
-    };
-    const startGateway = async (name: string, env: Record<string, string>) => {
-      const db = await newDatabase();
-      const port = await freeLoopbackPort();
-      const child = spawn(process.execPath, [path.join(ROOT, 'bin/arkvory.js'), 'serve'], {
-        cwd: ROOT,
-        env: {
-          PATH: process.env.PATH,
-          HOME: process.env.HOME,
-          ARKVORY_DATABASE_URL: db.url,
-          ARKVORY_PORT: String(port),
-          ARKVORY_LOG_LEVEL: 'warn',
+    const startGateway = (name: string, env: Record<string, string>) =>
+      bench.gateway(
+        name,
+        {
           ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2),
           ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: String(PARALLEL),
           ...(args['node-options'] ? { NODE_OPTIONS: args['node-options'] } : {}),
           ...env,
         },
-        stdio: ['ignore', 'ignore', 'inherit'],
-      });
-      children.push(child);
-      const base = `http://127.0.0.1:${port}`;
-      for (let i = 0; ; i++) {
-        const ok = await fetch(`${base}/health/status`).then(
-          (r) => r.status === 200,
-          () => false,
-        );
-        if (ok) return { name, base, child, keys: db.keys };
-        if (i > 600 || child.exitCode !== null) throw new Error(`${name} gateway did not start`);
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    };
+        { writers: PARALLEL },
+      );
 
     const file = path.join(work, 'big.bin');
     process.stderr.write(`writing a ${BIG_BYTES / MiB} MiB file under ${work}\n`);
@@ -184,21 +130,21 @@ async function main(): Promise<void> {
       ['big.bin', file, BIG_BYTES],
       ['small.bin', small, 4096],
     ] as const) {
-      const r = await put(`${fsGateway.base}/api/v1/repositories/bench/artifacts/${id}`, fsGateway.keys[0]!, f, size);
+      const r = await put(`${fsGateway.url}/api/v1/repositories/bench/artifacts/${id}`, fsGateway.keys[0]!, f, size);
       if (r.status !== 201) throw new Error(`gateway-fs: upload answered ${r.status}`);
     }
-    const gatewayTarget = (gw: { name: string; base: string; keys: string[]; child: ChildProcess }, i = 0): Target => ({
+    const gatewayTarget = (gw: BenchGateway, i = 0): Target => ({
       name: gw.name,
       pid: gw.child.pid,
       big: [
         '-H',
         `authorization: Bearer ${gw.keys[i]}`,
-        `${gw.base}/api/v1/repositories/bench/artifacts/big.bin/content`,
+        `${gw.url}/api/v1/repositories/bench/artifacts/big.bin/content`,
       ],
       small: [
         '-H',
         `authorization: Bearer ${gw.keys[i]}`,
-        `${gw.base}/api/v1/repositories/bench/artifacts/small.bin/content`,
+        `${gw.url}/api/v1/repositories/bench/artifacts/small.bin/content`,
       ],
     });
 
@@ -229,7 +175,7 @@ async function main(): Promise<void> {
           `content-digest: sha-256=:${bigDigest}:`,
           '-T',
           file,
-          `${gw.base}/api/v1/repositories/bench/artifacts/${run === 0 ? 'big.bin' : `big-${run}.bin`}`,
+          `${gw.url}/api/v1/repositories/bench/artifacts/${run === 0 ? 'big.bin' : `big-${run}.bin`}`,
         ]);
         if (viaGateway.status !== 201) throw new Error(`${kind}: gateway upload answered ${viaGateway.status}`);
         uploads.direct.push(BIG_BYTES / MiB / direct.seconds);
@@ -239,7 +185,7 @@ async function main(): Promise<void> {
         );
       }
       await curl([...signed(server), '-T', small, `${server.endpoint}/${server.bucket}/direct/small.bin`]);
-      const small201 = await put(`${gw.base}/api/v1/repositories/bench/artifacts/small.bin`, gw.keys[0]!, small, 4096);
+      const small201 = await put(`${gw.url}/api/v1/repositories/bench/artifacts/small.bin`, gw.keys[0]!, small, 4096);
       if (small201.status !== 201) throw new Error(`${kind}: gateway small upload answered ${small201.status}`);
       const upload = { direct: median(uploads.direct), gateway: median(uploads.gateway) };
 
@@ -266,18 +212,10 @@ async function main(): Promise<void> {
       }
 
       // Peak RSS of the S3 gateway under PARALLEL parallel 1 GiB downloads (one principal each).
-      let peak = 0;
-      let sampling = true;
-      const sampler = (async () => {
-        while (sampling) {
-          peak = Math.max(peak, await rssBytes(gw.child.pid!));
-          await new Promise((r) => setTimeout(r, 50));
-        }
-      })();
+      const rss = samplePeakRss(gw.child.pid!);
       const idle = await rssBytes(gw.child.pid!);
       const parallel = await Promise.all(Array.from({ length: PARALLEL }, (_, i) => curl(gatewayTarget(gw, i).big)));
-      sampling = false;
-      await sampler;
+      const peak = await rss.stop();
       for (const r of parallel)
         if (r.status !== 200 || r.bytes !== BIG_BYTES)
           throw new Error(`${kind}: parallel download got ${r.status} with ${r.bytes} bytes`);
@@ -298,17 +236,13 @@ async function main(): Promise<void> {
       ];
       report.push(...lines);
       console.log(lines.join('\n'));
-      gw.child.kill('SIGTERM');
+      await gw.stop('SIGTERM', STOP_GRACE_MS);
       await server.destroy();
     }
     console.log(`\nbench/s3-store.ts summary\n${report.join('\n')}`);
   } finally {
-    for (const child of children) child.kill('SIGTERM');
-    await new Promise((r) => setTimeout(r, 500));
+    await bench.close();
     await stopAllS3Servers();
-    for (const pool of pools) await pool.end();
-    for (const name of databases) await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).catch(() => {});
-    await admin.end();
     await embedded?.stop();
     await rm(work, { recursive: true, force: true });
   }

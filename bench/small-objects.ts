@@ -1,70 +1,37 @@
-/**
- * Small objects (issue 20): 1 KiB, 4 KiB, 64 KiB and 1 MiB artifacts served by four servers in one
- * run, in interleaved rounds so background load hits them alike, with `wrk` (Debian) as the load
- * generator:
- *   - arkvory-redis:  a gateway with auth, ACL, rate-limit counters in Redis,
- *   - arkvory-memory: the same with counters in process memory,
- *   - node-baseline:  `fs.createReadStream().pipe(res)` (bench/content-node-baseline.ts), no auth,
- *   - nginx:          static files with sendfile (skipped with a note when nginx is not installed).
- * Both gateways run one principal, `ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL=128` and a rule file that
- * raises the default per-principal rule (`limit_requests_by_principal`) so it counts every request
- * (the Redis cost stays in the figures) but never blocks the benchmark.
- *
- *   node bench/small-objects.ts [--database-url postgres://…]   (default: an embedded PostgreSQL)
- *                               [--rounds 5] [--seconds 8] [--connections 64] [--big-mib 1024]
- *                               [--sizes 1,4,64,1024] [--upload] [--servers arkvory-memory,node-baseline]
- *   node bench/small-objects.ts --upload-only [--rounds 5] [--big-mib 1024] [--client curl|node]
- *
- * Per size and server: req/s, p50, p99 (wrk --latency), CPU seconds per 10k requests (/proc, the
- * server process; nginx: master and workers) and peak RSS (sampled every 100 ms), medians of the
- * rounds, and the ratios to the bare Node server. Then one 1 GiB single-stream download per server
- * and round (curl to /dev/null). With --upload, a 1 GiB `PUT` through the gateway (Content-Digest
- * checked, fsync before publish) against an nginx WebDAV `PUT` of the same file, interleaved too.
- * `--upload-only` runs just that comparison: one gateway (Redis counters), nginx WebDAV (required),
- * no wrk rounds and no downloads; per round one gateway `PUT` and one nginx `PUT`, which goes first
- * alternating, then the medians, the ratio, the gateway's CPU seconds per GiB and the load average.
- * Upload client: `curl --upload-file` (what operators use; the same client for both servers) by
- * default; `--client node` is the node:http client this bench used before, which spends 1.1–1.3
- * CPU-s per GiB on the same two cores as the servers (curl: about 0.3) and held nginx to about 460
- * MiB/s, so that nginx's figure was the client's more than its own. Per server the upload table shows
- * the server's and the client's CPU seconds per GiB; the gateway's are split into its main thread
- * (receiving, hashing, JavaScript) and its other threads (libuv writes and fdatasync, V8), user and
- * kernel. Every round uploads new bytes (the file's first 16 bytes change, its digest is recomputed
- * before the round): the gateway stores blobs by content, and a repeated body would measure
- * deduplication (the new copy discarded inside the request, about 0.3 s per GiB freeing it).
- * Everything started here is stopped and every temporary file and database removed.
- * The gateways run with the shipped `NODE_OPTIONS=--max-semi-space-size=4` (docs/deploy.md);
- * `ARKVORY_BENCH_NODE_OPTIONS` (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`) is appended to it, for a
- * profile of exactly this load (or `--max-semi-space-size=16` to measure V8's default instead).
- */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, existsSync } from 'node:fs';
-import { chmod, mkdir, mkdtemp, open, readdir, readFile, rm, writeFile } from 'node:fs/promises';
-import http from 'node:http';
+import { chmod, mkdir, open, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { fileURLToPath } from 'node:url';
-import pg from 'pg';
 import pino from 'pino';
-import { migrate } from '../migrations/runner.ts';
-import { AdminStore } from '../policy/auth/admin-store.ts';
-import { freeLoopbackPort, startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
+import { startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
 import {
+  BenchRun,
   benchNginxConf,
   cpuSeconds,
   curl,
   curlWith,
   median,
+  putFile,
   rssBytes,
+  startNginx,
   type WrkResult,
   wrk,
   writeRandomFile,
 } from './support.ts';
-import { runProcess, type ProcessResult } from '../test/support/run-process.ts';
+import {
+  freeLoopbackPort,
+  makeTempDir,
+  REPO_ROOT,
+  runProcess,
+  startProcess,
+  startRedisServer,
+  STOP_GRACE_MS,
+  waitForHttp,
+  type ProcessResult,
+} from '../test/harness/index.ts';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const KiB = 1024;
 const MiB = 1024 * KiB;
 const { values: args } = parseArgs({
@@ -136,32 +103,6 @@ async function measure(target: Target, file: string): Promise<WrkResult & { cpuP
   return { ...result, cpuPer10k: (cpu / Math.max(1, result.requests)) * 10_000, peakRss };
 }
 
-async function waitForHttp(url: string, what: string, child: ChildProcess): Promise<void> {
-  for (let i = 0; ; i++) {
-    const ok = await fetch(url).then(
-      (r) => r.status < 500,
-      () => false,
-    );
-    if (ok) return;
-    if (i > 600 || child.exitCode !== null) throw new Error(`${what} did not start`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
-function put(url: string, file: string, headers: Record<string, string>): Promise<{ status: number; seconds: number }> {
-  return new Promise((resolve, reject) => {
-    const t0 = process.hrtime.bigint();
-    const req = http.request(url, { method: 'PUT', headers }, (res) => {
-      res.resume();
-      res.on('end', () =>
-        resolve({ status: res.statusCode ?? 0, seconds: Number(process.hrtime.bigint() - t0) / 1e9 }),
-      );
-    });
-    req.on('error', reject);
-    createReadStream(file, { highWaterMark: MiB }).pipe(req);
-  });
-}
-
 /** CPU seconds of this process's waited-for children (curl) plus its own (the node:http client). */
 async function clientCpuSeconds(): Promise<number> {
   const stat = await readFile('/proc/self/stat', 'utf8');
@@ -180,7 +121,7 @@ async function uploadPut(
   const before = await clientCpuSeconds();
   let result: { status: number; seconds: number };
   if (CLIENT === 'node') {
-    result = await put(url, file, { ...headers, 'content-length': String(BIG_BYTES) });
+    result = await putFile(url, file, { ...headers, 'content-length': String(BIG_BYTES) });
   } else {
     const argv = ['--upload-file', file];
     for (const [k, v] of Object.entries(headers)) argv.push('-H', `${k}: ${v}`);
@@ -220,10 +161,10 @@ async function freshContent(big: BigFile, tag: string): Promise<void> {
 }
 
 /** nginx serving `files` statically and taking WebDAV `PUT`s under /dav/; undefined when not installed. */
-async function startNginx(
+async function startStaticNginx(
   work: string,
   files: string,
-  children: ChildProcess[],
+  bench: BenchRun,
 ): Promise<{ port: number; pid: number } | undefined> {
   const nginxBin = ['/usr/sbin/nginx', '/usr/local/sbin/nginx'].find((p) => existsSync(p));
   if (!nginxBin) return undefined;
@@ -243,10 +184,8 @@ async function startNginx(
       server: `location /dav/ { root ${prefix}; dav_methods PUT DELETE; create_full_put_path on; client_max_body_size 0; }`,
     }),
   );
-  const nginx = spawn(nginxBin, ['-c', conf, '-p', prefix], { stdio: ['ignore', 'pipe', 'pipe'] });
-  children.push(nginx);
-  await waitForHttp(`http://127.0.0.1:${port}/${fileName(SIZES_KIB[0]!)}`, 'nginx', nginx);
-  return { port, pid: nginx.pid! };
+  const nginx = bench.keep(await startNginx(nginxBin, prefix, `http://127.0.0.1:${port}/${fileName(SIZES_KIB[0]!)}`));
+  return { port, pid: nginx.child.pid! };
 }
 
 /** CPU seconds of one process split by thread kind (main = the event loop) and user/kernel mode. */
@@ -420,16 +359,12 @@ async function main(): Promise<void> {
         `${tool} is not installed (Debian: apt-get install ${tool === 'redis-server' ? 'redis-server' : tool})`,
       );
   }
-  const work = await mkdtemp(path.join(os.tmpdir(), 'arkvory-small-'));
-  await chmod(work, 0o755);
+  const work = await makeTempDir('arkvory-small-');
   const files = path.join(work, 'files');
-  const children: ChildProcess[] = [];
   const log = pino({ level: 'silent' });
   let embedded: Awaited<ReturnType<typeof startEmbeddedDatabase>> | undefined;
   const adminUrl = args['database-url'] ?? (embedded = await startEmbeddedDatabase(path.join(work, 'pg'), log)).url;
-  const admin = new pg.Client({ connectionString: adminUrl });
-  await admin.connect();
-  const databases: string[] = [];
+  const bench = new BenchRun(adminUrl);
   try {
     await mkdir(files, { recursive: true });
     for (const kib of SIZES_KIB) await writeFile(path.join(files, fileName(kib)), randomBytes(kib * KiB));
@@ -437,15 +372,7 @@ async function main(): Promise<void> {
     const bigFile = path.join(files, 'big.bin');
     const bigDigest = `sha-256=:${await writeRandomFile(bigFile, BIG_BYTES)}:`;
 
-    const redisPort = await freeLoopbackPort();
-    const redis = spawn(
-      'redis-server',
-      ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
-      { stdio: ['ignore', 'pipe', 'pipe'] },
-    );
-    children.push(redis);
-    redis.stdout!.resume();
-    redis.stderr!.resume();
+    const redis = bench.keep(await startRedisServer());
 
     const rules = path.join(work, 'rate_limits.yaml');
     await writeFile(
@@ -467,38 +394,19 @@ async function main(): Promise<void> {
     // Two gateways, each with its own database and storage root (one writer per root).
     const gateways: Gateway[] = [];
     const gatewayKinds = [
-      ['arkvory-redis', `redis://127.0.0.1:${redisPort}`],
+      ['arkvory-redis', redis.url],
       ['arkvory-memory', undefined],
     ] as const;
     for (const [name, redisUrl] of UPLOAD_ONLY ? gatewayKinds.slice(0, 1) : gatewayKinds) {
-      const db = `arkvory_small_${randomBytes(4).toString('hex')}`;
-      await admin.query(`CREATE DATABASE ${db}`);
-      databases.push(db);
-      const dbUrl = Object.assign(new URL(adminUrl), { pathname: `/${db}` }).toString();
-      const pool = new pg.Pool({ connectionString: dbUrl, max: 2 });
-      let key: string;
-      try {
-        await migrate(pool);
-        const store = new AdminStore(pool);
-        await store.createRepository('bench');
-        const principal = await store.createPrincipal('bench');
-        await store.addGrant(principal.id, 'bench', 'write');
-        key = (await store.createKey(principal.id, { scopes: ['read', 'write'] })).key;
-      } finally {
-        await pool.end();
-      }
+      const db = await bench.seededDatabase();
+      const [key] = db.keys as [string];
       const port = await freeLoopbackPort();
       const base = `http://127.0.0.1:${port}`;
-      const spawnGateway = async (): Promise<ChildProcess> => {
-        const child = spawn(process.execPath, [path.join(ROOT, 'bin/arkvory.js'), 'serve'], {
-          cwd: ROOT,
-          env: {
-            PATH: process.env.PATH,
-            HOME: process.env.HOME,
-            ARKVORY_DATABASE_URL: dbUrl,
+      const startBenchGateway = () =>
+        bench.gateway(
+          name,
+          {
             ARKVORY_DATA_DIR: path.join(work, name),
-            ARKVORY_PORT: String(port),
-            ARKVORY_LOG_LEVEL: 'warn',
             ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2),
             ARKVORY_MAX_DOWNLOADS: '256',
             ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '128',
@@ -508,28 +416,25 @@ async function main(): Promise<void> {
             // As shipped (npm start, the units), then the caller's additions (a later flag wins).
             NODE_OPTIONS: ['--max-semi-space-size=4', process.env.ARKVORY_BENCH_NODE_OPTIONS ?? ''].join(' ').trim(),
           },
-          stdio: ['ignore', 'pipe', 'pipe'],
-        });
-        children.push(child);
-        child.stdout!.resume();
-        child.stderr!.on('data', (d: Buffer) => process.stderr.write(`[${name}] ${d.toString()}`));
-        await waitForHttp(`${base}/health/status`, name, child);
-        return child;
-      };
-      let child = await spawnGateway();
+          { databaseUrl: db.url, port },
+        );
+      let gateway = await startBenchGateway();
       for (const file of UPLOAD_ONLY ? [] : [...SIZES_KIB.map(fileName), 'big.bin']) {
-        const { status } = await put(`${base}/api/v1/repositories/bench/artifacts/${file}`, path.join(files, file), {
-          authorization: `Bearer ${key}`,
-        });
+        const { status } = await putFile(
+          `${base}/api/v1/repositories/bench/artifacts/${file}`,
+          path.join(files, file),
+          {
+            authorization: `Bearer ${key}`,
+          },
+        );
         if (status !== 201) throw new Error(`${name}: upload of ${file} answered ${status}`);
       }
       if (!UPLOAD_ONLY) {
         // Restarted, so the figures (RSS above all) carry nothing over from the uploads.
-        child.kill('SIGTERM');
-        await new Promise((r) => child.once('exit', r));
-        child = await spawnGateway();
+        await gateway.stop('SIGTERM', STOP_GRACE_MS);
+        gateway = await startBenchGateway();
       }
-      const running = child;
+      const { child } = gateway;
       gateways.push({
         base,
         key,
@@ -537,37 +442,44 @@ async function main(): Promise<void> {
           name,
           url: (file) => `${base}/api/v1/repositories/bench/artifacts/${file}/content`,
           headers: { authorization: `Bearer ${key}` },
-          pids: async () => [running.pid!],
+          pids: async () => [child.pid!],
         },
       });
     }
 
     if (UPLOAD_ONLY) {
-      const nginx = await startNginx(work, files, children);
+      const nginx = await startStaticNginx(work, files, bench);
       if (!nginx) throw new Error('--upload-only needs nginx (Debian: apt-get install nginx-light)');
       await uploadOnly(gateways[0]!, nginx, work, { file: bigFile, digest: bigDigest });
       return;
     }
 
     const basePort = await freeLoopbackPort();
-    const baseline = spawn(
-      process.execPath,
-      [path.join(ROOT, 'bench/content-node-baseline.ts'), files, String(basePort)],
-      { stdio: ['ignore', 'pipe', 'pipe'] },
+    const baseline = bench.keep(
+      startProcess(
+        process.execPath,
+        [path.join(REPO_ROOT, 'bench/content-node-baseline.ts'), files, String(basePort)],
+        {
+          name: 'node baseline',
+        },
+      ),
     );
-    children.push(baseline);
-    await waitForHttp(`http://127.0.0.1:${basePort}/${fileName(SIZES_KIB[0]!)}`, 'node baseline', baseline);
+    await waitForHttp(`http://127.0.0.1:${basePort}/${fileName(SIZES_KIB[0]!)}`, {
+      what: 'the node baseline',
+      timeoutMs: 60_000,
+      process: baseline,
+    });
     const targets: Target[] = [
       ...gateways.map((g) => g.target),
       {
         name: 'node-baseline',
         url: (file) => `http://127.0.0.1:${basePort}/${file}`,
         headers: {},
-        pids: async () => [baseline.pid!],
+        pids: async () => [baseline.child.pid!],
       },
     ];
 
-    const nginx = await startNginx(work, files, children);
+    const nginx = await startStaticNginx(work, files, bench);
     if (nginx) {
       targets.push({
         name: 'nginx',
@@ -672,10 +584,7 @@ async function main(): Promise<void> {
       );
     }
   } finally {
-    for (const child of children) child.kill('SIGTERM');
-    await new Promise((r) => setTimeout(r, 500));
-    for (const db of databases) await admin.query(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).catch(() => {});
-    await admin.end();
+    await bench.close();
     await embedded?.stop();
     await rm(work, { recursive: true, force: true });
   }

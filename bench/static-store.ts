@@ -15,28 +15,35 @@
  * background load hits both alike; plus the peak RSS of each gateway while serving. Temporary
  * databases and directories are removed at the end.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
-import { createReadStream, existsSync } from 'node:fs';
-import { chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
-import http from 'node:http';
+import { existsSync } from 'node:fs';
+import { mkdir, readdir, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { fileURLToPath } from 'node:url';
-import pg from 'pg';
-import { migrate } from '../migrations/runner.ts';
-import { AdminStore } from '../policy/auth/admin-store.ts';
-import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
+import {
+  freeLoopbackPort,
+  makeTempDir,
+  REPO_ROOT,
+  startProcess,
+  waitUntil,
+  type ManagedProcess,
+} from '../test/harness/index.ts';
 import { siteConfig } from '../test/support/static-store-config.ts';
-import { curl, median, rssBytes, writeRandomFile } from './support.ts';
-
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const MiB = 1024 * 1024;
+import {
+  BenchRun,
+  curl,
+  LOCAL_POSTGRES_URL,
+  median,
+  MiB,
+  putFile,
+  samplePeakRss,
+  startNginx,
+  writeRandomFile,
+} from './support.ts';
 
 const { values: args } = parseArgs({
   options: {
-    'database-url': { type: 'string', default: 'postgres://postgres@127.0.0.1:5432/postgres' },
+    'database-url': { type: 'string', default: LOCAL_POSTGRES_URL },
     runs: { type: 'string', default: '3' },
     'big-mib': { type: 'string', default: '1024' },
     concurrency: { type: 'string', default: '4' },
@@ -49,29 +56,21 @@ const STREAMS = Number(args.concurrency);
 interface Gateway {
   name: string;
   base: string;
-  child: ChildProcess;
+  child: ManagedProcess['child'];
   keys: string[];
   /** Download path; default the artifact's content route. */
   path?: string;
 }
 
 async function measure(gw: Gateway, streams: number): Promise<{ mibPerSec: number; peakRss: number }> {
-  let peakRss = 0;
-  let sampling = true;
-  const sampler = (async () => {
-    while (sampling) {
-      peakRss = Math.max(peakRss, await rssBytes(gw.child.pid!));
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  })();
+  const rss = samplePeakRss(gw.child.pid!);
   const started = process.hrtime.bigint();
   const url = `${gw.base}${gw.path ?? '/api/v1/repositories/bench/artifacts/big.bin/content'}`;
   const results = await Promise.all(
     Array.from({ length: streams }, (_, s) => curl(url, gw.keys[s] ? { authorization: `Bearer ${gw.keys[s]}` } : {})),
   );
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-  sampling = false;
-  await sampler;
+  const peakRss = await rss.stop();
   for (const r of results)
     if (r.status !== 200 || r.bytes !== BIG_BYTES)
       throw new Error(`${gw.name}: download got ${r.status} with ${r.bytes} bytes`);
@@ -81,35 +80,9 @@ async function measure(gw: Gateway, streams: number): Promise<{ mibPerSec: numbe
 async function main(): Promise<void> {
   const nginxBin = ['/usr/sbin/nginx', '/usr/local/sbin/nginx'].find((p) => existsSync(p));
   if (!nginxBin) throw new Error('nginx is not installed; on Debian: apt-get install -y nginx-light');
-  const work = await mkdtemp(path.join(os.tmpdir(), 'arkvory-bench-static-'));
-  await chmod(work, 0o755);
-  const children: ChildProcess[] = [];
-  const adminUrl = args['database-url']!;
-  const admin = new pg.Client({ connectionString: adminUrl });
-  await admin.connect();
-  const databases: string[] = [];
-  const pools: pg.Pool[] = [];
+  const work = await makeTempDir('arkvory-bench-static-');
+  const bench = new BenchRun(args['database-url']!);
   try {
-    // One database per gateway: each is bound to its own store.
-    const newDatabase = async (): Promise<{ url: string; keys: string[] }> => {
-      const name = `arkvory_bench_${randomBytes(4).toString('hex')}`;
-      await admin.query(`CREATE DATABASE ${name}`);
-      databases.push(name);
-      const url = Object.assign(new URL(adminUrl), { pathname: `/${name}` }).toString();
-      const pool = new pg.Pool({ connectionString: url, max: 2 });
-      pools.push(pool);
-      await migrate(pool);
-      const store = new AdminStore(pool);
-      await store.createRepository('bench');
-      const keys: string[] = [];
-      for (let s = 0; s < STREAMS; s++) {
-        const principal = await store.createPrincipal(`bench-${s}`);
-        await store.addGrant(principal.id, 'bench', 'write');
-        keys.push((await store.createKey(principal.id, { scopes: ['read', 'write'] })).key);
-      }
-      return { url, keys };
-    };
-
     const file = path.join(work, 'big.bin');
     process.stderr.write(`writing a ${BIG_BYTES / MiB} MiB file under ${work}\n`);
     await writeRandomFile(file, BIG_BYTES);
@@ -130,57 +103,21 @@ http { access_log off; client_body_temp_path ${work}/body; proxy_temp_path ${pre
   include ${prefix}/site.conf; }
 `,
     );
-    const nginx = spawn(nginxBin, ['-c', path.join(prefix, 'nginx.conf'), '-p', prefix], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    children.push(nginx);
     const storeUrl = `http://127.0.0.1:${nginxPort}/arkvory/`;
-    for (let i = 0; ; i++) {
-      const ok = await fetch(storeUrl).then(
-        (r) => r.status === 200,
-        () => false,
-      );
-      if (ok) break;
-      if (i > 100)
-        throw new Error(
-          `nginx did not start: ${await readFile(path.join(prefix, 'error.log'), 'utf8').catch(() => '')}`,
-        );
-      await new Promise((r) => setTimeout(r, 100));
-    }
+    bench.keep(await startNginx(nginxBin, prefix, storeUrl));
 
-    const startGateway = async (name: string, env: Record<string, string>): Promise<Gateway> => {
-      const db = await newDatabase();
-      const port = await freeLoopbackPort();
-      const child = spawn(process.execPath, [path.join(ROOT, 'bin/arkvory.js'), 'serve'], {
-        cwd: ROOT,
-        env: {
-          PATH: process.env.PATH,
-          HOME: process.env.HOME,
-          ARKVORY_DATABASE_URL: db.url,
-          ARKVORY_PORT: String(port),
-          ARKVORY_LOG_LEVEL: 'warn',
-          ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2),
-          ...env,
-        },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
-      children.push(child);
-      child.stdout!.resume();
-      child.stderr!.resume();
-      const base = `http://127.0.0.1:${port}`;
-      for (let i = 0; ; i++) {
-        const ok = await fetch(`${base}/health/status`).then(
-          (r) => r.status === 200,
-          () => false,
-        );
-        if (ok) return { name, base, child, keys: db.keys };
-        if (i > 600 || child.exitCode !== null) throw new Error(`${name} gateway did not start`);
-        await new Promise((r) => setTimeout(r, 100));
-      }
+    // One database per gateway: each is bound to its own store.
+    const startBenchGateway = async (name: string, env: Record<string, string>): Promise<Gateway> => {
+      const gateway = await bench.gateway(
+        name,
+        { ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2), ...env },
+        { writers: STREAMS },
+      );
+      return { name, base: gateway.url, child: gateway.child, keys: gateway.keys };
     };
     const gateways = [
-      await startGateway('gateway-fs', { ARKVORY_DATA_DIR: path.join(work, 'data-fs') }),
-      await startGateway('gateway-nginx', {
+      await startBenchGateway('gateway-fs', { ARKVORY_DATA_DIR: path.join(work, 'data-fs') }),
+      await startBenchGateway('gateway-nginx', {
         ARKVORY_DATA_DIR: path.join(work, 'data-http'),
         ARKVORY_STORAGE_URL: storeUrl,
         ...(process.env.BENCH_PROFILE
@@ -191,34 +128,22 @@ http { access_log off; client_body_temp_path ${work}/body; proxy_temp_path ${pre
 
     // The ceiling: a bare undici pass-through in front of the same nginx, reading the stored blob.
     const passPort = await freeLoopbackPort();
-    const pass = spawn(
+    const pass = startProcess(
       process.execPath,
-      [path.join(ROOT, 'bench/static-store-passthrough.ts'), storeUrl, String(passPort)],
-      { stdio: ['ignore', 'pipe', 'inherit'] },
+      [path.join(REPO_ROOT, 'bench/static-store-passthrough.ts'), storeUrl, String(passPort)],
+      { name: 'passthrough' },
     );
-    children.push(pass);
-    await new Promise<void>((resolve, reject) => {
-      pass.stdout!.once('data', () => resolve());
-      pass.once('exit', (code) => reject(new Error(`passthrough exited ${code}`)));
-    });
+    bench.keep(pass);
+    await waitUntil(() => pass.stdout() !== '', { what: 'the passthrough', timeoutMs: 60_000, process: pass });
 
     const uploads: Record<string, number> = {};
     for (const gw of gateways.slice(0, 2)) {
-      const started = process.hrtime.bigint();
-      const status = await new Promise<number>((resolve, reject) => {
-        const req = http.request(
-          `${gw.base}/api/v1/repositories/bench/artifacts/big.bin`,
-          { method: 'PUT', headers: { authorization: `Bearer ${gw.keys[0]}`, 'content-length': String(BIG_BYTES) } },
-          (res) => {
-            res.resume();
-            res.on('end', () => resolve(res.statusCode ?? 0));
-          },
-        );
-        req.on('error', reject);
-        createReadStream(file, { highWaterMark: MiB }).pipe(req);
+      const { status, seconds } = await putFile(`${gw.base}/api/v1/repositories/bench/artifacts/big.bin`, file, {
+        authorization: `Bearer ${gw.keys[0]}`,
+        'content-length': String(BIG_BYTES),
       });
       if (status !== 201) throw new Error(`${gw.name}: upload answered ${status}`);
-      uploads[gw.name] = BIG_BYTES / MiB / (Number(process.hrtime.bigint() - started) / 1e9);
+      uploads[gw.name] = BIG_BYTES / MiB / seconds;
       process.stderr.write(`${gw.name}: upload ${uploads[gw.name]!.toFixed(0)} MiB/s\n`);
     }
     // The pass-through reads the blob the nginx gateway stored, by its content address.
@@ -229,7 +154,7 @@ http { access_log off; client_body_temp_path ${work}/body; proxy_temp_path ${pre
     const passthrough: Gateway = {
       name: 'undici-passthrough',
       base: `http://127.0.0.1:${passPort}`,
-      child: pass,
+      child: pass.child,
       keys: [],
       path: `/blobs/sha256/${blobSha.slice(0, 2)}/${blobSha.slice(2, 4)}/${blobSha}`,
     };
@@ -280,11 +205,7 @@ http { access_log off; client_body_temp_path ${work}/body; proxy_temp_path ${pre
       `gateway→nginx / gateway on fs: 1 stream ${(median(web.one) / median(fs.one)).toFixed(2)}×, ${STREAMS} streams ${(median(web.many) / median(fs.many)).toFixed(2)}×, upload ${(uploads['gateway-nginx']! / uploads['gateway-fs']!).toFixed(2)}× (target for downloads: ≥ 0.7×)`,
     );
   } finally {
-    for (const child of children) child.kill('SIGTERM');
-    await new Promise((r) => setTimeout(r, 500));
-    for (const pool of pools) await pool.end();
-    for (const name of databases) await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).catch(() => {});
-    await admin.end();
+    await bench.close();
     await rm(work, { recursive: true, force: true });
   }
 }

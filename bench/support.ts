@@ -1,8 +1,27 @@
-/** What several benchmarks share: order statistics, a curl download, a big random file, and /proc readings of a process. */
+/** What several benchmarks share: order statistics, a curl download, nginx, a big random file, and /proc readings of a process. */
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
+import { createReadStream } from 'node:fs';
 import { open, readFile } from 'node:fs/promises';
-import { runProcess } from '../test/support/run-process.ts';
+import http from 'node:http';
+import path from 'node:path';
+import {
+  createDatabase,
+  runProcess,
+  seedWriters,
+  startGateway,
+  startProcess,
+  STOP_GRACE_MS,
+  waitForHttp,
+  type GatewayProcess,
+  type ManagedProcess,
+  type ScratchDatabase,
+} from '../test/harness/index.ts';
+
+export const MiB = 1024 * 1024;
+
+/** Where a benchmark creates its scratch databases unless told otherwise: a local PostgreSQL, trust auth. */
+export const LOCAL_POSTGRES_URL = 'postgres://postgres@127.0.0.1:5432/postgres';
 
 export const median = (xs: readonly number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 export const percentile = (xs: readonly number[], p: number): number =>
@@ -75,6 +94,66 @@ http { access_log off; sendfile on; tcp_nopush on; client_body_temp_path ${bodyT
   fastcgi_temp_path ${prefix}/fastcgi; uwsgi_temp_path ${prefix}/uwsgi; scgi_temp_path ${prefix}/scgi;
   server { listen 127.0.0.1:${port}; root ${root};${server ? ` ${server}` : ''} } }
 `;
+}
+
+/**
+ * Runs `binary` with `<prefix>/nginx.conf` (as `nginx -c <conf> -p <prefix>`) and resolves once
+ * `readyUrl` (asked with `ready.headers`) answers as `ready.isReady` wants (200 unless given); a
+ * failed start names nginx's error log.
+ */
+export async function startNginx(
+  binary: string,
+  prefix: string,
+  readyUrl: string,
+  ready: { headers?: Record<string, string>; isReady?: (status: number) => boolean } = {},
+): Promise<ManagedProcess> {
+  const nginx = startProcess(binary, ['-c', path.join(prefix, 'nginx.conf'), '-p', prefix], { name: 'nginx' });
+  try {
+    await waitForHttp(readyUrl, { what: 'nginx', timeoutMs: 10_000, process: nginx, ...ready });
+  } catch (err) {
+    await nginx.stop('SIGKILL');
+    const errorLog = await readFile(path.join(prefix, 'error.log'), 'utf8').catch(() => '');
+    throw new Error(`nginx did not start: ${errorLog}`, { cause: err });
+  }
+  return nginx;
+}
+
+/** One PUT of `file`'s bytes, streamed from disk in 1 MiB reads: the status and the seconds it took. */
+export function putFile(
+  url: string,
+  file: string,
+  headers: Record<string, string>,
+): Promise<{ status: number; seconds: number }> {
+  return new Promise((resolve, reject) => {
+    const started = process.hrtime.bigint();
+    const req = http.request(url, { method: 'PUT', headers }, (res) => {
+      res.resume();
+      res.on('end', () =>
+        resolve({ status: res.statusCode ?? 0, seconds: Number(process.hrtime.bigint() - started) / 1e9 }),
+      );
+    });
+    req.on('error', reject);
+    createReadStream(file, { highWaterMark: 1024 * 1024 }).pipe(req);
+  });
+}
+
+/** Samples a process's RSS every 50 ms until `stop()`, which resolves with the peak seen. */
+export function samplePeakRss(pid: number): { stop(): Promise<number> } {
+  let peak = 0;
+  let sampling = true;
+  const sampler = (async () => {
+    while (sampling) {
+      peak = Math.max(peak, await rssBytes(pid));
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  })();
+  return {
+    async stop() {
+      sampling = false;
+      await sampler;
+      return peak;
+    },
+  };
 }
 
 /** Resident set size of a process (Linux /proc), 0 once it is gone. */
@@ -152,4 +231,59 @@ export async function wrk(
   });
   if (out.code !== 0) throw new Error(`wrk failed (${out.code}): ${out.stderr}`);
   return parseWrk(out.stdout);
+}
+
+export type BenchGateway = GatewayProcess & { readonly keys: string[] };
+
+/**
+ * What one benchmark run starts: processes and scratch databases on the server of `adminUrl`.
+ * `close()` stops every process (SIGTERM, SIGKILL after a bound) and drops every database.
+ */
+export class BenchRun {
+  readonly #adminUrl: string;
+  readonly #processes: ManagedProcess[] = [];
+  readonly #databases: ScratchDatabase[] = [];
+
+  constructor(adminUrl: string) {
+    this.#adminUrl = adminUrl;
+  }
+
+  /** Stopped by `close()`. */
+  keep<T extends ManagedProcess>(process: T): T {
+    this.#processes.push(process);
+    return process;
+  }
+
+  /** A migrated database with repository `bench` and `writers` principals that may write there. */
+  async seededDatabase(writers = 1): Promise<{ url: string; keys: string[] }> {
+    const db = await createDatabase(this.#adminUrl, { prefix: 'bench', poolSize: 2 });
+    this.#databases.push(db);
+    return { url: db.url, keys: await seedWriters(db.pool, 'bench', writers) };
+  }
+
+  /**
+   * A serving gateway (log level warn unless `env` says otherwise) on `databaseUrl`, or on a
+   * seeded database of its own when none is given (a database is bound to one store).
+   */
+  async gateway(
+    name: string,
+    env: Record<string, string | undefined>,
+    options: { writers?: number; databaseUrl?: string; port?: number } = {},
+  ): Promise<BenchGateway> {
+    const db = options.databaseUrl
+      ? { url: options.databaseUrl, keys: [] }
+      : await this.seededDatabase(options.writers ?? 1);
+    const gateway = await startGateway({
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_LOG_LEVEL: 'warn', ...env },
+      name,
+      timeoutMs: 60_000,
+      ...(options.port ? { port: options.port } : {}),
+    });
+    return Object.assign(this.keep(gateway), { keys: db.keys });
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.#processes.map((p) => p.stop('SIGTERM', STOP_GRACE_MS)));
+    for (const db of this.#databases) await db.drop().catch(() => {});
+  }
 }

@@ -24,7 +24,7 @@ import {
   type ProxiedUpstream,
   type ToxiproxyServer,
 } from './support/toxiproxy.ts';
-import { waitUntil } from './support/wait.ts';
+import { waitUntil } from '../test/harness/index.ts';
 import { chaosDatabase } from './support/chaos-database.ts';
 
 const MiB = 1024 * 1024;

@@ -5,10 +5,10 @@
  */
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { GatewayProcess } from '../test/support/gateway.ts';
-import { call, isRunning, leaseRow, logLine } from './support/gateways.ts';
+import { call, leaseRow, logLine } from './support/gateways.ts';
 import { holdRenewals, release, startSharedCluster, type SharedCluster } from './support/shared-cluster.ts';
 import { hostPortOf, startToxiproxy, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
-import { waitUntil } from './support/wait.ts';
+import { waitUntil } from '../test/harness/index.ts';
 
 /** Longer than a renewal interval (2 s) plus a loaded machine's slack. */
 const OBSERVE_MS = 3000;
@@ -86,7 +86,7 @@ describe('removing the toxic after a fence and a takeover', () => {
         expect([refused.status, refused.code]).toEqual([503, 'lease_lost']);
         await new Promise((resolve) => setTimeout(resolve, 200));
       }
-      expect(isRunning(old)).toBe(true);
+      expect(old.isRunning()).toBe(true);
       expect(old.logLines().filter((l) => String(l.msg).startsWith('fenced:'))).toHaveLength(1);
       expect((await leaseRow(cluster.db.pool, 1))?.owner).toBe(taken.owner);
       expect((await call(`${successor.url}${cluster.contentPath}`, { key: cluster.key })).status).toBe(200);

@@ -6,10 +6,10 @@
  */
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { GatewayProcess } from '../test/support/gateway.ts';
-import { call, isRunning, leaseRow, logLine, logTimeMs } from './support/gateways.ts';
+import { call, leaseRow, logLine, logTimeMs } from './support/gateways.ts';
 import { release, startSharedCluster, type SharedCluster } from './support/shared-cluster.ts';
 import { hostPortOf, startToxiproxy, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
-import { waitUntil } from './support/wait.ts';
+import { waitUntil } from '../test/harness/index.ts';
 
 const PERMIT_MS = 8_000;
 const RENEW_AFTER_MS = 2_000;
@@ -44,7 +44,7 @@ async function expectFencedAliveAndStoppable(reader: GatewayProcess, clearFault:
   expect([refused.status, refused.code]).toEqual([503, 'lease_lost']);
   expect((await call(`${reader.url}/health/status`)).status).toBe(503);
   expect((await call(`${reader.url}/health/ready`, { key: cluster.key })).status).toBe(503);
-  expect(isRunning(reader)).toBe(true);
+  expect(reader.isRunning()).toBe(true);
   await clearFault();
   expect(await reader.stop('SIGTERM')).toBe(0);
   expect(reader.logs()).not.toMatch(/unhandled|uncaught/i);

@@ -7,7 +7,8 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../test/support/database.ts';
 import { startGateway } from '../test/support/gateway.ts';
 import { logLine, logTimeMs } from './support/gateways.ts';
-import { setEnabled, waitParked, waitServing } from './support/shared-cluster.ts';
+import { waitForHealth } from '../test/harness/index.ts';
+import { setEnabled, waitParked } from './support/shared-cluster.ts';
 import { hostPortOf, startToxiproxy, urlThrough, type ToxiproxyServer } from './support/toxiproxy.ts';
 
 let toxiproxy: ToxiproxyServer;
@@ -42,7 +43,7 @@ describe('PostgreSQL unreachable when the gateway starts', () => {
     });
     const enabledAtMs = Date.now();
     await setEnabled(link, true);
-    await waitServing(gateway, 30_000);
+    await waitForHealth(gateway, { timeoutMs: 30_000 });
 
     const retries = retryLines(gateway.logLines());
     expect(retries[0]).toMatchObject({

@@ -8,13 +8,14 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, test as base } from 'vitest';
 import {
+  addLatency,
   hostPortOf,
   startToxiproxy,
   urlThrough,
   type ProxiedUpstream,
   type ToxiproxyServer,
 } from './support/toxiproxy.ts';
-import { waitUntil } from './support/wait.ts';
+import { waitUntil } from '../test/harness/index.ts';
 
 const LATENCY_MS = 600;
 
@@ -69,13 +70,7 @@ describe('pg Pool through a toxiproxy link to PostgreSQL', () => {
   }) => {
     await db.timedQueryMs(); // connect outside the measurement
     const baselineMs = await db.timedQueryMs();
-    const toxic = await db.link.proxy.addToxic({
-      name: 'pg-latency',
-      type: 'latency',
-      stream: 'downstream',
-      toxicity: 1,
-      attributes: { latency: LATENCY_MS, jitter: 0 },
-    });
+    const toxic = await addLatency(db.link.proxy, { name: 'pg-latency', stream: 'downstream', latencyMs: LATENCY_MS });
     const slowMs = await db.timedQueryMs();
     expect(slowMs).toBeGreaterThanOrEqual(LATENCY_MS - 15);
     expect(slowMs).toBeLessThan(LATENCY_MS + 3000);
@@ -92,7 +87,7 @@ describe('pg Pool through a toxiproxy link to PostgreSQL', () => {
     expect(db.pool.idleCount).toBeGreaterThan(0);
 
     await db.setEnabled(false);
-    await waitUntil(() => db.poolErrors.length > 0, { timeoutMs: 3000, what: 'the idle client error' });
+    await waitUntil(() => db.poolErrors.length > 0, { timeoutMs: 3000, intervalMs: 2, what: 'the idle client error' });
     expect(db.poolErrors[0]?.message).toMatch(/terminated|ECONNRESET|closed/i);
 
     const startedMs = performance.now();

@@ -8,8 +8,14 @@ import { request, sha256 } from '../test/support/content.ts';
 import type { GatewayProcess } from '../test/support/gateway.ts';
 import { call, leaseRow, logLine, logTimeMs, startDownload } from './support/gateways.ts';
 import { release, startSharedCluster, type SharedCluster } from './support/shared-cluster.ts';
-import { hostPortOf, startToxiproxy, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
-import { waitUntil } from './support/wait.ts';
+import {
+  addLatency,
+  hostPortOf,
+  startToxiproxy,
+  type ProxiedUpstream,
+  type ToxiproxyServer,
+} from './support/toxiproxy.ts';
+import { waitUntil } from '../test/harness/index.ts';
 
 const KiB = 1024;
 const SLOTS = 2;
@@ -63,17 +69,12 @@ async function fenceDuringDownload(): Promise<void> {
   expect(download.status).toBe(200);
   await waitUntil(() => download.receivedBytes() >= 64 * KiB, {
     timeoutMs: 10_000,
+    intervalMs: 2,
     what: 'the download to be under way',
   });
 
   const toxicAtMs = Date.now();
-  await link.proxy.addToxic({
-    name: 'slow-requests',
-    type: 'latency',
-    stream: 'upstream',
-    toxicity: 1,
-    attributes: { latency: LATENCY_MS, jitter: 0 },
-  });
+  await addLatency(link.proxy, { name: 'slow-requests', stream: 'upstream', latencyMs: LATENCY_MS });
   const ended = await Promise.race([
     download.ended,
     new Promise<never>((_, reject) =>

@@ -10,7 +10,7 @@ import { call, leaseRow, logLine, logTimeMs } from './support/gateways.ts';
 import { holdRenewals, release, startSharedCluster, type SharedCluster } from './support/shared-cluster.ts';
 import { hostPortOf, startToxiproxy, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
 import { trace } from './support/trace.ts';
-import { waitUntil } from './support/wait.ts';
+import { waitUntil } from '../test/harness/index.ts';
 
 const RESERVATION_MS = 10_000;
 

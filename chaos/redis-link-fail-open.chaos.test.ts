@@ -11,13 +11,14 @@ import type { GatewayProcess } from '../test/support/gateway.ts';
 import { call } from './support/gateways.ts';
 import { setEnabled } from './support/shared-cluster.ts';
 import {
+  addLatency,
   hostPortOf,
   startToxiproxy,
   urlThrough,
   type ProxiedUpstream,
   type ToxiproxyServer,
 } from './support/toxiproxy.ts';
-import { waitUntil } from './support/wait.ts';
+import { waitUntil } from '../test/harness/index.ts';
 import { Redis } from 'ioredis';
 import { deleteKeysWithPrefix } from '../test/support/redis.ts';
 import { SMALL_CONTENT_PATH, startRedisLimitedGateway } from './support/redis-limited-gateway.ts';
@@ -113,13 +114,7 @@ describe('Redis slow, then cut, under rate limiting', () => {
 
     // Latency: the checks time out and the requests go through without RateLimit fields. The
     // commands still reach Redis and count there (only the answers are late).
-    const slow = await link.proxy.addToxic({
-      name: 'slow-redis',
-      type: 'latency',
-      stream: 'downstream',
-      toxicity: 1,
-      attributes: { latency: LATENCY_MS, jitter: 0 },
-    });
+    const slow = await addLatency(link.proxy, { name: 'slow-redis', stream: 'downstream', latencyMs: LATENCY_MS });
     for (let i = 0; i < 2; i++) {
       const res = await timedGet();
       expect(res.status).toBe(200);

@@ -21,7 +21,7 @@ import {
   type ProxiedUpstream,
   type ToxiproxyServer,
 } from './support/toxiproxy.ts';
-import { waitUntil } from './support/wait.ts';
+import { waitUntil } from '../test/harness/index.ts';
 import { SMALL_CONTENT_PATH, startRedisLimitedGateway } from './support/redis-limited-gateway.ts';
 import { chaosDatabase } from './support/chaos-database.ts';
 

@@ -22,9 +22,9 @@ import { listKeys, type S3Server } from '../test/support/s3-server.ts';
 import { sharedS3Bucket } from '../test/support/shared-s3.ts';
 import { S3_STORE_KINDS } from '../test/support/store-kinds.ts';
 import { call, startDownload } from './support/gateways.ts';
-import { setEnabled, waitServing } from './support/shared-cluster.ts';
+import { setEnabled } from './support/shared-cluster.ts';
 import { startToxiproxy, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
-import { waitUntil } from './support/wait.ts';
+import { waitForHealth, waitUntil } from '../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
 
@@ -141,7 +141,7 @@ describe.each(S3_STORE_KINDS)('the gateway↔S3 link on %s', (kind) => {
       await setEnabled(link, true);
     }
     const gw = await startGateway({ env: env(), timeoutMs: 60_000 });
-    await waitServing(gw);
+    await waitForHealth(gw, { timeoutMs: 60_000 });
     expect(
       (
         await call(`${gw.url}/api/v1/repositories/chaos/artifacts/download.bin/content`, {

@@ -12,7 +12,7 @@ import { startGateway, type GatewayProcess } from '../test/support/gateway.ts';
 import { startStaticStore, type StaticStore } from '../test/support/static-store.ts';
 import { call } from './support/gateways.ts';
 import { startToxiproxy, urlThrough, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
-import { waitUntil } from './support/wait.ts';
+import { waitUntil } from '../test/harness/index.ts';
 import { chaosDatabase } from './support/chaos-database.ts';
 
 const KiB = 1024;

@@ -11,9 +11,9 @@ import { randomContent, sha256 } from '../test/support/content.ts';
 import type { TestDatabase } from '../test/support/database.ts';
 import { makeTempDir, startGateway } from '../test/support/gateway.ts';
 import { call, logLine } from './support/gateways.ts';
-import { setEnabled, waitServing } from './support/shared-cluster.ts';
+import { setEnabled } from './support/shared-cluster.ts';
 import { hostPortOf, startToxiproxy, urlThrough, type ToxiproxyServer } from './support/toxiproxy.ts';
-import { waitUntil } from './support/wait.ts';
+import { waitForHealth, waitUntil } from '../test/harness/index.ts';
 import { chaosDatabase } from './support/chaos-database.ts';
 
 const KiB = 1024;
@@ -123,7 +123,7 @@ describe('the writer↔PostgreSQL link cut during an upload', () => {
       expect(writer.logs()).not.toMatch(/unhandled|uncaught/i);
 
       const restarted = await startGateway({ env, dataDir, timeoutMs: 60_000 });
-      await waitServing(restarted);
+      await waitForHealth(restarted, { timeoutMs: 60_000 });
       const put = await call(`${restarted.url}${uploadPath}`, {
         method: 'PUT',
         key,

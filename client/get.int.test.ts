@@ -13,12 +13,12 @@ import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { freeLoopbackPort } from '../proxy/server/embedded-database.ts';
 import { bearer, createRepository, createServiceAccount } from '../test/support/auth.ts';
 import { contentDigest, randomContent, request, sha256 } from '../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../test/support/database.ts';
 import { CLI, ROOT, makeTempDir, runCli, startGateway, type GatewayProcess } from '../test/support/gateway.ts';
 import { ArkvoryClientError, download } from './index.ts';
+import { freeLoopbackPort } from '../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
 let dir: string;

@@ -1,10 +1,12 @@
-import { createRepository, createServiceAccount } from '../../test/support/auth.ts';
-import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
+import { seedWriters } from '../../test/harness/index.ts';
+import { createTestDatabase } from '../../test/support/database.ts';
 
 /** A fresh migrated database with repository `chaos` and a principal that may write to it. */
-export async function chaosDatabase(): Promise<{ db: TestDatabase & { drop(): Promise<void> }; key: string }> {
+export async function chaosDatabase(): Promise<{
+  db: Awaited<ReturnType<typeof createTestDatabase>>;
+  key: string;
+}> {
   const db = await createTestDatabase();
-  await createRepository(db.pool, 'chaos');
-  const { key } = await createServiceAccount(db.pool, { grants: { chaos: 'write' } });
-  return { db, key };
+  const [key] = await seedWriters(db.pool, 'chaos');
+  return { db, key: key! };
 }

@@ -144,11 +144,6 @@ export function logLine(gateway: GatewayProcess, prefix: string): Record<string,
   return gateway.logLines().find((l) => typeof l.msg === 'string' && l.msg.startsWith(prefix));
 }
 
-/** True while the process has not exited. */
-export function isRunning(gateway: GatewayProcess): boolean {
-  return gateway.child.exitCode === null && gateway.child.signalCode === null;
-}
-
 /** A pino line's `time` (ISO) as epoch ms. */
 export function logTimeMs(line: Record<string, unknown> | undefined): number {
   return Date.parse(String(line?.time));

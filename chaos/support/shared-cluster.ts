@@ -7,13 +7,13 @@
  * lease within one retry delay (≤ 5 s) of the link being enabled.
  */
 import { expect } from 'vitest';
-import { createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { waitForHealth, waitUntil } from '../../test/harness/index.ts';
 import { randomContent } from '../../test/support/content.ts';
-import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
+import type { TestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { chaosDatabase } from './chaos-database.ts';
 import { call, msSinceRenewal, sharedEnv } from './gateways.ts';
-import { urlThrough, type ProxiedUpstream } from './toxiproxy.ts';
-import { waitUntil } from './wait.ts';
+import { addLatency, urlThrough, type ProxiedUpstream } from './toxiproxy.ts';
 
 export interface SharedCluster {
   readonly db: TestDatabase;
@@ -46,9 +46,7 @@ export async function startSharedCluster(options: {
   fileBytes: number;
   parked?: ReadonlyArray<{ slot: number; link: ProxiedUpstream; env?: Record<string, string> }>;
 }): Promise<SharedCluster & { parked: GatewayProcess[] }> {
-  const db = await createTestDatabase();
-  await createRepository(db.pool, 'chaos');
-  const { key } = await createServiceAccount(db.pool, { grants: { chaos: 'write' } });
+  const { db, key } = await chaosDatabase();
   const dataDir = await makeTempDir();
   const env = (databaseUrl: string, role: 'api' | 'reader', slot: number) =>
     sharedEnv({ databaseUrl, role, slot, slots: options.slots, rateBytesPerSec: options.rateBytesPerSec });
@@ -105,13 +103,7 @@ export async function holdRenewals(
   link: ProxiedUpstream,
   slot: number,
 ): Promise<{ remove(): Promise<void> }> {
-  const toxic = await link.proxy.addToxic({
-    name: 'hold-requests',
-    type: 'latency',
-    stream: 'upstream',
-    toxicity: 1,
-    attributes: { latency: HOLD_LATENCY_MS, jitter: 0 },
-  });
+  const toxic = await addLatency(link.proxy, { name: 'hold-requests', stream: 'upstream', latencyMs: HOLD_LATENCY_MS });
   await waitUntil(async () => (await msSinceRenewal(cluster.db.pool, slot)) > 2300, {
     timeoutMs: 5000,
     intervalMs: 50,
@@ -131,23 +123,12 @@ export async function waitParked(reader: GatewayProcess): Promise<void> {
     timeoutMs: 90_000,
     intervalMs: 50,
     what: 'the parked reader to retry the database',
+    process: reader,
   });
 }
 
 /** Enables a parked reader's link and waits until it serves. */
 export async function release(reader: GatewayProcess, link: ProxiedUpstream): Promise<void> {
   await setEnabled(link, true);
-  await waitServing(reader);
-}
-
-/** Waits until the process answers 200 on /health/status. */
-export async function waitServing(gateway: GatewayProcess, timeoutMs = 60_000): Promise<void> {
-  await waitUntil(
-    async () => {
-      if (gateway.child.exitCode !== null)
-        throw new Error(`the gateway exited (${gateway.child.exitCode}):\n${gateway.logs()}`);
-      return (await call(`${gateway.url}/health/status`).catch(() => ({ status: 0 }))).status === 200;
-    },
-    { timeoutMs, intervalMs: 50, what: `${gateway.url} to serve` },
-  );
+  await waitForHealth(reader, { timeoutMs: 60_000 });
 }

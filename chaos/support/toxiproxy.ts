@@ -6,14 +6,13 @@
  * Proxies made through `proxyTo` get unique names and are deleted by `stop()`, so files can share
  * one external server.
  */
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { accessSync, constants } from 'node:fs';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
-import { Toxiproxy, type Proxy } from 'toxiproxy-node-client';
-import { freeLoopbackPort } from '../../proxy/server/embedded-database.ts';
+import { Toxiproxy, type Proxy, type Toxic } from 'toxiproxy-node-client';
+import { freeLoopbackPort, startProcess, waitUntil } from '../../test/harness/index.ts';
 
 export type ToxiproxyKind = 'external' | 'spawned';
 
@@ -40,6 +39,20 @@ export interface ToxiproxyServer {
   proxyTo(upstream: string, options?: { name?: string }): Promise<ProxiedUpstream>;
   /** Deletes the proxies made by `proxyTo`, then stops the server if this call started it. */
   stop(): Promise<void>;
+}
+
+/** Delays every byte in one direction of `proxy` by `latencyMs` (no jitter) until the toxic is removed. */
+export function addLatency(
+  proxy: Proxy,
+  toxic: { name: string; stream: 'upstream' | 'downstream'; latencyMs: number },
+): Promise<Toxic<unknown>> {
+  return proxy.addToxic({
+    name: toxic.name,
+    type: 'latency',
+    stream: toxic.stream,
+    toxicity: 1,
+    attributes: { latency: toxic.latencyMs, jitter: 0 },
+  });
 }
 
 /** `url` with its host and port replaced by the proxy's (e.g. a postgres:// URL through a proxy). */
@@ -78,43 +91,31 @@ function findOnPath(command: string): string | undefined {
   return undefined;
 }
 
-async function waitForApi(url: string, child: ChildProcess): Promise<void> {
-  const deadline = Date.now() + 10_000;
-  let exited = false;
-  child.once('exit', () => (exited = true));
-  while (Date.now() < deadline && !exited) {
-    try {
-      const response = await fetch(`${url}/version`);
-      await response.body?.cancel();
-      if (response.ok) return;
-    } catch {
-      // not listening yet
-    }
-    await sleep(50);
-  }
-  child.kill('SIGKILL');
-  throw new Error(`toxiproxy-server did not answer on ${url} within 10 s${exited ? ' (it exited)' : ''}`);
-}
-
 async function startServer(): Promise<{ url: string; kind: ToxiproxyKind; close(): Promise<void> }> {
   const external = process.env.TOXIPROXY_URL;
   if (external) return { url: external.replace(/\/+$/, ''), kind: 'external', close: async () => {} };
   const binary = findOnPath('toxiproxy-server');
   if (binary) {
     const port = await freeLoopbackPort();
-    const child = spawn(binary, ['-host', '127.0.0.1', '-port', String(port)], { stdio: 'ignore' });
+    const server = startProcess(binary, ['-host', '127.0.0.1', '-port', String(port)], { name: 'toxiproxy-server' });
     const url = `http://127.0.0.1:${port}`;
-    await waitForApi(url, child);
-    return {
-      url,
-      kind: 'spawned',
-      async close() {
-        if (child.exitCode !== null || child.signalCode !== null) return;
-        const exited = new Promise((resolve) => child.once('exit', resolve));
-        child.kill('SIGTERM');
-        await exited;
-      },
-    };
+    try {
+      const answers = async () => {
+        const response = await fetch(`${url}/version`);
+        await response.body?.cancel();
+        return response.ok;
+      };
+      await waitUntil(answers, {
+        what: `toxiproxy-server to answer on ${url}`,
+        timeoutMs: 10_000,
+        retryOnError: true,
+        process: server,
+      });
+    } catch (err) {
+      await server.stop('SIGKILL');
+      throw err;
+    }
+    return { url, kind: 'spawned', close: () => server.stop().then(() => {}) };
   }
   throw new Error(TOXIPROXY_INSTALL_HINT);
 }

@@ -5,7 +5,7 @@ import { useTestDatabase } from '../../test/support/database.ts';
 import { ROOT, runCli } from '../../test/support/gateway.ts';
 import type { Form, OptionSpecs } from './command.ts';
 import { COMMANDS } from './index.ts';
-import { runProcess, type ProcessResult } from '../../test/support/run-process.ts';
+import { runProcess, type ProcessResult } from '../../test/harness/index.ts';
 
 /** Runs `work` over `items`, at most `limit` at a time (each runCli is a process start). */
 async function inParallel<T, R>(items: readonly T[], limit: number, work: (item: T) => Promise<R>): Promise<R[]> {

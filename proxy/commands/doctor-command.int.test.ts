@@ -7,10 +7,10 @@ import { randomUUID } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { freeLoopbackPort } from '../server/embedded-database.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, runCli, startGateway } from '../../test/support/gateway.ts';
 import { CHECKS } from './doctor-command.ts';
+import { freeLoopbackPort } from '../../test/harness/index.ts';
 
 type Db = TestDatabase & { drop(): Promise<void> };
 let migrated: Db;

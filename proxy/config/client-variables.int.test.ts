@@ -11,7 +11,7 @@ import { describe, expect, it } from 'vitest';
 import { CLIENT_VARIABLE_NAMES } from '../../client/index.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, runCli, startGateway } from '../../test/support/gateway.ts';
-import { freeLoopbackPort } from '../server/embedded-database.ts';
+import { freeLoopbackPort } from '../../test/harness/index.ts';
 
 describe('client and server variables in one shell', () => {
   const db = useTestDatabase();

@@ -17,7 +17,7 @@ import { randomContent, request } from '../../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { useTestRedis } from '../../test/support/redis.ts';
 import { ROOT, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
-import { freeLoopbackPort } from '../server/embedded-database.ts';
+import { freeLoopbackPort } from '../../test/harness/index.ts';
 
 const CHROMIUM = '/usr/bin/chromium';
 /** Without the background-networking flags chromium keeps calling home on a closed network. */

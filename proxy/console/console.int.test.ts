@@ -10,7 +10,7 @@ import { request, type RawResponse } from '../../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { useTestRedis } from '../../test/support/redis.ts';
 import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
-import { freeLoopbackPort } from '../server/embedded-database.ts';
+import { freeLoopbackPort } from '../../test/harness/index.ts';
 
 /** Counters and rule documents under a prefix of this file, removed afterwards. */
 const redis = useTestRedis();

@@ -3,7 +3,6 @@
  * started. Checks fail open within the configured timeout, rules keep being served from the replica,
  * and a process that never reached Redis serves the compiled defaults.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
@@ -15,44 +14,20 @@ import { createRedisRuleDocuments } from '../../policy/rate-limit/redis-rule-doc
 import { createRedisCounterStore } from '../../policy/rate-limit/redis-counter-store.ts';
 import { createRuleRegistry } from '../../policy/rate-limit/rule-registry.ts';
 import { defineRule, type LimiterSpec } from '../../policy/rate-limit/rules.ts';
-import { freeLoopbackPort } from '../server/embedded-database.ts';
 import { createRateLimitRedis } from './rate-limit-redis.ts';
+import { freeLoopbackPort, startRedisServer, type RedisServer } from '../../test/harness/index.ts';
 
 const log = pino({ level: 'silent' });
-const servers: ChildProcess[] = [];
+const servers: RedisServer[] = [];
 
-async function startRedis(port: number): Promise<ChildProcess> {
-  const child = spawn(
-    'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
-    { stdio: 'ignore' },
-  );
-  servers.push(child);
-  for (let i = 0; i < 100; i++) {
-    const probe = createRateLimitRedis(`redis://127.0.0.1:${port}`, log, systemClock);
-    try {
-      await probe.connect();
-      await probe.ping();
-      return child;
-    } catch {
-      await sleep(50);
-    } finally {
-      probe.disconnect();
-    }
-  }
-  throw new Error('redis-server did not start');
-}
-
-async function stopRedis(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise((resolve) => child.once('exit', resolve));
-  child.kill('SIGCONT');
-  child.kill('SIGTERM');
-  await exited;
+async function startRedis(port: number): Promise<RedisServer> {
+  const server = await startRedisServer({ port });
+  servers.push(server);
+  return server;
 }
 
 afterAll(async () => {
-  for (const child of servers) await stopRedis(child);
+  for (const server of servers) await server.stop();
 });
 
 const available = new Map<string, LimiterSpec>([
@@ -108,7 +83,7 @@ describe('rate limiting during Redis outages (real redis-server)', () => {
     expect((await limiter.check({ ip: 'a' })).action).toBe('allow');
     expect((await limiter.check({ ip: 'a' })).action).toBe('block');
 
-    server.kill('SIGSTOP');
+    server.signal('SIGSTOP');
     try {
       const hung = await timed(() => limiter.check({ ip: 'a' }));
       expect(hung.value).toMatchObject({ action: 'allow', exceeded: false, info: undefined });
@@ -119,13 +94,13 @@ describe('rate limiting during Redis outages (real redis-server)', () => {
       expect(rules.rules('api').map((r) => r.name)).toEqual(['published_rule', 'default_by_ip']);
       expect(rules.status().lastRefreshError).toContain('did not answer within 200 ms');
     } finally {
-      server.kill('SIGCONT');
+      server.signal('SIGCONT');
     }
     // Back: the counter survived the pause, so the identifier is still over its limit.
     await sleep(50);
     expect((await limiter.check({ ip: 'a' })).action).toBe('block');
 
-    await stopRedis(server);
+    await server.stop();
     const down = await timed(() => limiter.check({ ip: 'a' }));
     expect(down.value.action).toBe('allow');
     expect(down.value.error).toBeInstanceOf(Error);

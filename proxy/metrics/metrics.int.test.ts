@@ -11,8 +11,8 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { randomContent, request } from '../../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, ROOT, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
-import { freeLoopbackPort } from '../server/embedded-database.ts';
 import { ALL_METRICS, GATEWAY_METRICS } from './catalogue.ts';
+import { freeLoopbackPort } from '../../test/harness/index.ts';
 
 const KiB = 1024;
 const SLOTS = 2;

@@ -6,7 +6,6 @@
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freeLoopbackPort } from '../server/embedded-database.ts';
 import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -14,6 +13,7 @@ import { ROUTER_METRICS } from '../metrics/catalogue.ts';
 import { ROOT } from '../../test/support/gateway.ts';
 import { FAULT_LOG_LINES_PER_INTERVAL } from './client-faults.ts';
 import { CLIENT_FAULT_KINDS } from './forwardable.ts';
+import { freeLoopbackPort } from '../../test/harness/index.ts';
 
 let upstream: http.Server;
 let upstreamUrl: string;

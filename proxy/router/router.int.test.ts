@@ -8,12 +8,12 @@ import http from 'node:http';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { freeLoopbackPort } from '../server/embedded-database.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { parseMultipart, randomContent, request, sha256 } from '../../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { APT_TEMPLATE } from '../content/paths.ts';
+import { freeLoopbackPort } from '../../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
 const SLOTS = 3;

@@ -8,7 +8,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, describe, expect, it, vi } from 'vitest';
-import { freeLoopbackPort } from '../server/embedded-database.ts';
 import { loadOpenApiDocument, undescribedResponses } from '../openapi/contract.ts';
 import { RULES_SERVICE_OPENAPI_PATH } from '../openapi/rules-service-contract.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
@@ -16,6 +15,7 @@ import { createTestDatabase, useTestDatabase } from '../../test/support/database
 import { CLI, ROOT, runCli, makeTempDir, startGateway } from '../../test/support/gateway.ts';
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { freeLoopbackPort } from '../../test/harness/index.ts';
 
 const db = useTestDatabase();
 

@@ -13,11 +13,11 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { freeLoopbackPort } from './embedded-database.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, ROOT, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { freeLoopbackPort } from '../../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
 const db = useTestDatabase();

@@ -9,7 +9,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freeLoopbackPort } from '../../proxy/server/embedded-database.ts';
 import { createRepository } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { listKeys, type S3Server } from '../../test/support/s3-server.ts';
@@ -20,6 +19,7 @@ import { publishArtifact } from '../catalog/publish.ts';
 import { openS3Store, type S3Store } from './s3-store.ts';
 import { createS3Client } from './s3-client.ts';
 import { abortMultipart, createMultipart, S3_DEFAULT_LIMITS, uploadObject, uploadPartCopy } from './s3-transfer.ts';
+import { freeLoopbackPort } from '../../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
 const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');

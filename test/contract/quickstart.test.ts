@@ -12,9 +12,9 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, describe, expect, it } from 'vitest';
 import { burstBytes } from '../../policy/bandwidth/token-bucket.ts';
-import { freeLoopbackPort } from '../../proxy/server/embedded-database.ts';
 import { makeTempDir, ROOT } from '../support/gateway.ts';
 import { README } from '../support/readme-tables.ts';
+import { freeLoopbackPort } from '../harness/index.ts';
 
 /** The quick start's commands, in order; comment lines dropped. */
 export function quickstartCommands(readme: string): string[] {

@@ -3,11 +3,12 @@
  * readers (slots 1, 2) on their own hosts, the router in front, a repository with one file
  * uploaded through the writer, and keys. The client host downloads with the real curl.
  */
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { readFileSync, rmSync, statSync } from 'node:fs';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { createRepository, createServiceAccount } from '../support/auth.ts';
+import { createRepository, createServiceAccount, waitUntil } from '../harness/index.ts';
+export { sha256 } from '../support/content.ts';
+import type { HostProcess } from './host-process.ts';
 import { buildTopology, GATEWAY_PORT, tempDir, type Gateway, type SharedPolicy, type Topology } from './topology.ts';
 
 export const MiB = 1024 * 1024;
@@ -26,29 +27,6 @@ export interface Deployment {
   /** A directory on this machine for the client's downloads (the client host shares the filesystem). */
   readonly downloads: string;
   stop(): Promise<void>;
-}
-
-export function sha256(data: Buffer): string {
-  return createHash('sha256').update(data).digest('hex');
-}
-
-/** Polls `probe` until it returns true; fails naming `what`. */
-export async function waitUntil(
-  what: string,
-  probe: () => Promise<boolean> | boolean,
-  timeoutMs: number,
-  intervalMs = 100,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      if (await probe()) return;
-    } catch {
-      // not yet
-    }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(intervalMs);
-  }
 }
 
 /** The router's own view: how many gateways are in its pool and healthy. */
@@ -90,11 +68,12 @@ export async function startDeployment(options: {
     ])) as [Gateway, Gateway];
     const router = await topology.startRouter({ probeIntervalMs: options.probeIntervalMs ?? 1000 });
     const routerUrl = `http://${topology.hosts.router.address}:${GATEWAY_PORT}`;
-    await waitUntil(
-      'the router to see the writer and both readers healthy',
-      async () => (await routerHealthy(routerUrl)).healthy === 3,
-      20_000,
-    );
+    await waitUntil(async () => (await routerHealthy(routerUrl)).healthy === 3, {
+      what: 'the router to see the writer and both readers healthy',
+      timeoutMs: 20_000,
+      intervalMs: 100,
+      retryOnError: true,
+    });
     return {
       topology,
       writer,
@@ -152,6 +131,39 @@ export function downloadOnClient(d: Deployment, id: string, curlOptions: readonl
   ]);
 }
 
+/** Starts one download per id (see downloadOnClient) and waits until every one has received bytes. */
+export async function startDownloads(d: Deployment, ids: readonly string[]): Promise<HostProcess[]> {
+  const curls = ids.map((id) => downloadOnClient(d, id));
+  await waitUntil(() => ids.every((id) => downloadedSize(d, id) > 0), {
+    what: `all ${ids.length} downloads to receive bytes`,
+    timeoutMs: 10_000,
+    intervalMs: 50,
+  });
+  return curls;
+}
+
+/**
+ * One `curl --fail` on the client host through the router into `downloads/<id>`, tagged
+ * `X-Request-Id: <id>`; `args` (a Range, say) go before the URL, `urlPath` is the artifact's content
+ * unless given.
+ */
+export function fetchOnClient(
+  d: Deployment,
+  id: string,
+  args: readonly string[] = [],
+  urlPath = d.contentPath,
+): Promise<{ code: number | null; stderr: string }> {
+  return curlOnClient(d, [
+    '--fail',
+    ...args,
+    '-H',
+    `X-Request-Id: ${id}`,
+    '-o',
+    path.join(d.downloads, id),
+    `${d.routerUrl}${urlPath}`,
+  ]);
+}
+
 /** Bytes of `downloads/<name>` so far (0 before curl created it). */
 export function downloadedSize(d: Deployment, name: string): number {
   try {
@@ -177,10 +189,8 @@ export async function routerLineFor(
 ): Promise<Record<string, unknown>> {
   let line: Record<string, unknown> | undefined;
   await waitUntil(
-    `the router's log line for ${requestId}`,
     () => (line = d.router.logLines().find((l) => l.msg === 'request' && l.reqId === requestId)) !== undefined,
-    timeoutMs,
-    50,
+    { what: `the router's log line for ${requestId}`, timeoutMs, intervalMs: 50 },
   );
   return line!;
 }

@@ -1,20 +1,19 @@
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { leaseRow, logTimeMs } from '../../chaos/support/gateways.ts';
 import {
   curlOnClient,
+  downloadedSize,
   gatewayServing,
   MiB,
   readDownload,
   routerHealthy,
   routerLineFor,
   sha256,
-  startDeployment,
-  waitUntil,
-  type Deployment,
-  downloadOnClient,
-  downloadedSize,
+  startDownloads,
 } from './deployment.ts';
+import { useDeployment } from './use-deployment.ts';
+import { waitForHealth, waitUntil } from '../harness/index.ts';
 import { heal, partition } from './netns.ts';
 import type { Gateway } from './topology.ts';
 
@@ -22,18 +21,10 @@ const PROBE_MS = 1000;
 /** floor(rate / 4) = 256 KiB/s per gateway: the 4 MiB file takes 16 s, longer than a fence (≤ 8 s). */
 const RATE = 4 * 256 * 1024;
 
-let d: Deployment;
-
-beforeAll(async () => {
-  d = await startDeployment({
-    policy: { slots: 4, rateBytesPerSec: RATE },
-    fileBytes: 4 * MiB,
-    probeIntervalMs: PROBE_MS,
-  });
-}, 150_000);
-
-afterAll(async () => {
-  await d?.stop();
+const d = useDeployment({
+  policy: { slots: 4, rateBytesPerSec: RATE },
+  fileBytes: 4 * MiB,
+  probeIntervalMs: PROBE_MS,
 });
 
 const fileSize = (name: string): number => downloadedSize(d, name);
@@ -44,16 +35,14 @@ describe('reader1 partitioned from the database host', () => {
     const [reader1, reader2] = d.readers;
     const ids = ['s2-a', 's2-b', 's2-c'];
     // Three downloads in flight at once: the router's least-active choice puts one on each gateway.
-    const curls = ids.map((id) => downloadOnClient(d, id));
-    await waitUntil('all three downloads to receive bytes', () => ids.every((id) => fileSize(id) > 0), 10_000, 50);
+    const curls = await startDownloads(d, ids);
 
     partition(topology.hosts.reader1, topology.hosts.db);
-    await waitUntil(
-      'reader1 to log its fence',
-      () => reader1.logLines().some((l) => String(l.msg).startsWith('fenced:')),
-      15_000,
-      50,
-    );
+    await waitUntil(() => reader1.logLines().some((l) => String(l.msg).startsWith('fenced:')), {
+      what: 'reader1 to log its fence',
+      timeoutMs: 15_000,
+      intervalMs: 50,
+    });
     const fence = reader1.logLines().find((l) => String(l.msg).startsWith('fenced:'))!;
     const fencedAtMs = logTimeMs(fence);
     const lastRenewal = (await leaseRow(topology.pool, 1))!;
@@ -72,12 +61,11 @@ describe('reader1 partitioned from the database host', () => {
     expect(codes.filter((c) => c === 0)).toHaveLength(2);
     const onReader1 = ids[codes.findIndex((c) => c !== 0)]!;
     // Gateways log a request when it ends: each download was served by a different host.
-    await waitUntil(
-      'every gateway to log its download',
-      () => ids.every((id) => gatewayServing(d, [d.writer, reader1, reader2], id) !== undefined),
-      5000,
-      50,
-    );
+    await waitUntil(() => ids.every((id) => gatewayServing(d, [d.writer, reader1, reader2], id) !== undefined), {
+      what: 'every gateway to log its download',
+      timeoutMs: 5000,
+      intervalMs: 50,
+    });
     expect(ids.map((id) => gatewayServing(d, [d.writer, reader1, reader2], id)?.host.name).sort()).toEqual([
       'reader1',
       'reader2',
@@ -91,10 +79,8 @@ describe('reader1 partitioned from the database host', () => {
 
     // Out of the router's pool within two probe intervals of the fence.
     await waitUntil(
-      'the router to drop reader1',
       () => d.router.logLines().some((l) => l.msg === 'gateway left the pool' && l.backend === reader1.url),
-      2 * PROBE_MS + 5000,
-      50,
+      { what: 'the router to drop reader1', timeoutMs: 2 * PROBE_MS + 5000, intervalMs: 50 },
     );
     const left = d.router.logLines().find((l) => l.msg === 'gateway left the pool' && l.backend === reader1.url)!;
     expect(logTimeMs(left) - fencedAtMs).toBeLessThanOrEqual(2 * PROBE_MS);
@@ -140,25 +126,17 @@ describe('reader1 partitioned from the database host', () => {
     const after = (await leaseRow(topology.pool, 1))!;
     expect([after.owner, after.generation]).toEqual([taken.owner, taken.generation]);
     // The router finds the replacement through its lease and serves from it.
-    await waitUntil(
-      'the router to add the replacement',
-      async () => (await routerHealthy(d.routerUrl)).healthy === 3,
-      10_000,
-    );
+    await waitUntil(async () => (await routerHealthy(d.routerUrl)).healthy === 3, {
+      what: 'the router to add the replacement',
+      timeoutMs: 10_000,
+      intervalMs: 100,
+      retryOnError: true,
+    });
   }, 120_000);
 });
 
 /** Resolves with Date.now() at the replacement's first 200 on /health/status. */
 async function waitServingAt(gateway: Gateway): Promise<number> {
-  for (;;) {
-    if (!gateway.isRunning()) throw new Error(`replacement exited: ${gateway.logs().slice(-3000)}`);
-    try {
-      const res = await fetch(`${gateway.url}/health/status`, { signal: AbortSignal.timeout(1000) });
-      await res.arrayBuffer();
-      if (res.status === 200) return Date.now();
-    } catch {
-      // not listening yet
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
+  await waitForHealth(gateway, { timeoutMs: 90_000 });
+  return Date.now();
 }

@@ -18,22 +18,23 @@
  */
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { burstBytes } from '../../policy/bandwidth/token-bucket.ts';
 import {
   curlOnClient,
+  downloadedSize,
+  downloadOnClient,
+  fetchOnClient,
   gatewayServing,
   MiB,
   readDownload,
   routerHealthy,
   routerLineFor,
   sha256,
-  startDeployment,
-  waitUntil,
-  type Deployment,
-  downloadOnClient,
-  downloadedSize,
+  startDownloads,
 } from './deployment.ts';
+import { useDeployment } from './use-deployment.ts';
+import { waitUntil } from '../harness/index.ts';
 import { heal, partition } from './netns.ts';
 import type { Gateway } from './topology.ts';
 
@@ -45,20 +46,12 @@ const SHARE = Math.floor(PER_PRINCIPAL / SLOTS);
 const GLOBAL_BURST = SLOTS * burstBytes(SHARE);
 const WINDOW_S = 6;
 
-let d: Deployment;
-
-beforeAll(async () => {
-  d = await startDeployment({
-    policy: { slots: SLOTS, rateBytesPerSec: RATE, perPrincipalBytesPerSec: PER_PRINCIPAL },
-    // 4 MiB at 256 KiB/s: 16 s on one gateway, so a fault lands mid-download.
-    fileBytes: 4 * MiB,
-    // A silent store is given up after 3 s (default 30 s), a connect after 1 s.
-    gatewayEnv: { ARKVORY_STORAGE_TIMEOUT_SECONDS: '3', ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS: '1000' },
-  });
-}, 150_000);
-
-afterAll(async () => {
-  await d?.stop();
+const d = useDeployment({
+  policy: { slots: SLOTS, rateBytesPerSec: RATE, perPrincipalBytesPerSec: PER_PRINCIPAL },
+  // 4 MiB at 256 KiB/s: 16 s on one gateway, so a fault lands mid-download.
+  fileBytes: 4 * MiB,
+  // A silent store is given up after 3 s (default 30 s), a connect after 1 s.
+  gatewayEnv: { ARKVORY_STORAGE_TIMEOUT_SECONDS: '3', ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS: '1000' },
 });
 
 const fileSize = (name: string): number => downloadedSize(d, name);
@@ -75,14 +68,7 @@ describe('scenario 1: reads through the router across hosts', () => {
     const served = new Map<string, number>();
     for (let i = 0; i < 9; i++) {
       const id = `s1-${i}`;
-      const res = await curlOnClient(d, [
-        '--fail',
-        '-H',
-        `X-Request-Id: ${id}`,
-        '-o',
-        path.join(d.downloads, id),
-        `${d.routerUrl}/api/v1/repositories/shared/artifacts/small.bin/content`,
-      ]);
+      const res = await fetchOnClient(d, id, [], '/api/v1/repositories/shared/artifacts/small.bin/content');
       expect(res.code, res.stderr).toBe(0);
       expect(sha256(readDownload(d, id))).toBe(sha256(small));
       const line = await routerLineFor(d, id);
@@ -129,12 +115,11 @@ describe('scenario 4: one principal on three gateways on three hosts', () => {
     }
     await Promise.all(curls.map((c) => c.exited));
     // The router spread the six downloads over all three gateways.
-    await waitUntil(
-      'every gateway to log its downloads',
-      () => ids.every((id) => gatewayServing(d, gateways, id) !== undefined),
-      5000,
-      50,
-    );
+    await waitUntil(() => ids.every((id) => gatewayServing(d, gateways, id) !== undefined), {
+      what: 'every gateway to log its downloads',
+      timeoutMs: 5000,
+      intervalMs: 50,
+    });
     expect(new Set(ids.map((id) => gatewayServing(d, gateways, id)?.host.name)).size).toBe(3);
 
     for (let i = 0; i < samples.length; i++) {
@@ -158,19 +143,17 @@ describe('scenario 3: reader2 partitioned from the store host mid-download', () 
     const { topology } = d;
     const [reader1, reader2] = d.readers;
     const ids = ['s3-a', 's3-b', 's3-c'];
-    const curls = ids.map((id) => downloadOnClient(d, id));
-    await waitUntil('all three downloads to receive bytes', () => ids.every((id) => fileSize(id) > 0), 10_000, 50);
+    const curls = await startDownloads(d, ids);
     partition(topology.hosts.reader2, topology.hosts.store);
     try {
       const codes = await Promise.all(curls.map((c) => c.exited));
       expect(codes.filter((c) => c === 0)).toHaveLength(2);
       const cut = ids[codes.findIndex((c) => c !== 0)]!;
-      await waitUntil(
-        'every gateway to log its download',
-        () => ids.every((id) => gatewayServing(d, [d.writer, reader1, reader2], id) !== undefined),
-        5000,
-        50,
-      );
+      await waitUntil(() => ids.every((id) => gatewayServing(d, [d.writer, reader1, reader2], id) !== undefined), {
+        what: 'every gateway to log its download',
+        timeoutMs: 5000,
+        intervalMs: 50,
+      });
       expect(gatewayServing(d, [d.writer, reader1, reader2], cut)).toBe(reader2);
       for (const id of ids.filter((i) => i !== cut)) expect(sha256(readDownload(d, id))).toBe(sha256(d.file));
       expect(await routerLineFor(d, cut)).toMatchObject({ backend: reader2.url, completed: false });
@@ -199,10 +182,8 @@ describe('scenario 3: reader2 partitioned from the store host mid-download', () 
       expect(resumed.code, resumed.stderr).toBe(0);
       expect(sha256(readDownload(d, cut))).toBe(sha256(d.file));
       await waitUntil(
-        'the resume to be logged',
         () => d.router.logLines().some((l) => l.msg === 'request' && l.reqId === 's3-resume' && l.status === 206),
-        5000,
-        50,
+        { what: 'the resume to be logged', timeoutMs: 5000, intervalMs: 50 },
       );
       const served = d.router
         .logLines()
@@ -236,7 +217,6 @@ describe('a paused reader (SIGSTOP longer than its permit)', () => {
     try {
       // A process that answers nothing fails its probe (no answer within 0.9 interval).
       await waitUntil(
-        'the router to drop the paused reader',
         () =>
           d.router
             .logLines()
@@ -246,21 +226,11 @@ describe('a paused reader (SIGSTOP longer than its permit)', () => {
                 l.backend === reader1.url &&
                 Date.parse(String(l.time)) >= stoppedAtMs,
             ),
-        2 * PROBE_MS + 5000,
-        50,
+        { what: 'the router to drop the paused reader', timeoutMs: 2 * PROBE_MS + 5000, intervalMs: 50 },
       );
       for (let i = 0; i < 3; i++) {
         const id = `pause-${i}`;
-        const res = await curlOnClient(d, [
-          '--fail',
-          '-r',
-          '0-99999',
-          '-H',
-          `X-Request-Id: ${id}`,
-          '-o',
-          path.join(d.downloads, id),
-          `${d.routerUrl}${d.contentPath}`,
-        ]);
+        const res = await fetchOnClient(d, id, ['-r', '0-99999']);
         expect(res.code, res.stderr).toBe(0);
         expect(readDownload(d, id).equals(d.file.subarray(0, 100_000))).toBe(true);
         expect((await routerLineFor(d, id)).backend).not.toBe(reader1.url);
@@ -271,12 +241,11 @@ describe('a paused reader (SIGSTOP longer than its permit)', () => {
       reader1.signal('SIGCONT');
     }
     // Continued, it finds its permit over: it fences, never serves again, and stays out of the pool.
-    await waitUntil(
-      'the continued reader to fence',
-      () => reader1.logLines().some((l) => String(l.msg).startsWith('fenced:')),
-      10_000,
-      50,
-    );
+    await waitUntil(() => reader1.logLines().some((l) => String(l.msg).startsWith('fenced:')), {
+      what: 'the continued reader to fence',
+      timeoutMs: 10_000,
+      intervalMs: 50,
+    });
     expect((await fetch(`${reader1.url}/health/status`)).status).toBe(503);
     const refused = await fetch(`${reader1.url}${d.contentPath}`, {
       headers: { authorization: `Bearer ${d.readKey}` },

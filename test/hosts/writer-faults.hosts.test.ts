@@ -17,41 +17,26 @@
 import { randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { startDatabaseLink, type DatabaseLink } from './database-link.ts';
-import {
-  curlOnClient,
-  MiB,
-  readDownload,
-  routerHealthy,
-  routerLineFor,
-  sha256,
-  startDeployment,
-  waitUntil,
-  type Deployment,
-} from './deployment.ts';
+import { curlOnClient, fetchOnClient, MiB, readDownload, routerHealthy, routerLineFor, sha256 } from './deployment.ts';
+import { useDeployment } from './use-deployment.ts';
+import { waitUntil } from '../harness/index.ts';
 import { setLink } from './netns.ts';
 
 const DELAY_MS = 300;
 const PROBE_MS = 1000;
 
-let d: Deployment;
 let link: DatabaseLink;
 
-beforeAll(async () => {
-  d = await startDeployment({
-    policy: { slots: 4, rateBytesPerSec: 4 * 16 * MiB },
-    fileBytes: MiB + 777,
-    probeIntervalMs: PROBE_MS,
-    beforeWriter: async (topology) => {
-      link = await startDatabaseLink(topology);
-      return { ARKVORY_DATABASE_URL: link.databaseUrl };
-    },
-  });
-}, 150_000);
-
-afterAll(async () => {
-  await d?.stop();
+const d = useDeployment({
+  policy: { slots: 4, rateBytesPerSec: 4 * 16 * MiB },
+  fileBytes: MiB + 777,
+  probeIntervalMs: PROBE_MS,
+  beforeWriter: async (topology) => {
+    link = await startDatabaseLink(topology);
+    return { ARKVORY_DATABASE_URL: link.databaseUrl };
+  },
 });
 
 function filesUnder(dir: string): string[] {
@@ -203,54 +188,47 @@ describe('scenario 6: the writer host partitioned from everything', () => {
     const before = await catalog();
     setLink(topology.hosts.writer, false);
     try {
-      await waitUntil(
-        'the router to mark the writer unavailable',
-        async () => (await routerHealthy(d.routerUrl)).writer === false,
-        2 * PROBE_MS + 5000,
-        50,
-      );
+      await waitUntil(async () => (await routerHealthy(d.routerUrl)).writer === false, {
+        what: 'the router to mark the writer unavailable',
+        timeoutMs: 2 * PROBE_MS + 5000,
+        intervalMs: 50,
+        retryOnError: true,
+      });
       const refused = await upload();
       expect(refused.status, refused.stderr).toBe('503 2');
       expect(JSON.parse(refused.body)).toMatchObject({ code: 'unavailable' });
 
       for (let i = 0; i < 4; i++) {
         const id = `s6-read-${i}`;
-        const res = await curlOnClient(d, [
-          '--fail',
-          '-H',
-          `X-Request-Id: ${id}`,
-          '-o',
-          path.join(d.downloads, id),
-          `${d.routerUrl}${d.contentPath}`,
-        ]);
+        const res = await fetchOnClient(d, id);
         expect(res.code, res.stderr).toBe(0);
         expect(sha256(readDownload(d, id))).toBe(sha256(d.file));
         expect([d.readers[0].url, d.readers[1].url]).toContain((await routerLineFor(d, id)).backend);
       }
       // Cut from PostgreSQL, the writer fences itself within its 8 s permit.
-      await waitUntil(
-        'the writer to fence',
-        () => d.writer.logLines().some((l) => String(l.msg).startsWith('fenced:')),
-        15_000,
-        100,
-      );
+      await waitUntil(() => d.writer.logLines().some((l) => String(l.msg).startsWith('fenced:')), {
+        what: 'the writer to fence',
+        timeoutMs: 15_000,
+        intervalMs: 100,
+      });
     } finally {
       setLink(topology.hosts.writer, true);
     }
 
     // Healed, the fenced writer stays 503 until it is restarted; its replacement waits out the reservation.
     expect((await fetch(`${d.writer.url}/health/status`)).status).toBe(503);
-    await d.writer.stop(5000);
+    await d.writer.stop('SIGTERM', 5000);
     const writer = await topology.startGateway('writer', {
       role: 'api',
       slot: 0,
       env: { ARKVORY_DATABASE_URL: link.databaseUrl },
     });
-    await waitUntil(
-      'the router to see the new writer',
-      async () => (await routerHealthy(d.routerUrl)).writer === true,
-      20_000,
-    );
+    await waitUntil(async () => (await routerHealthy(d.routerUrl)).writer === true, {
+      what: 'the router to see the new writer',
+      timeoutMs: 20_000,
+      intervalMs: 100,
+      retryOnError: true,
+    });
 
     const old = await curlOnClient(d, [
       '--fail',

@@ -1,43 +1,35 @@
 /**
- * Spawns real gateway processes (`arkvory serve`) on free loopback ports, waits for
- * `/health/status`, captures their logs, and kills whatever is left when the test file ends.
+ * The vitest layer over test/harness's gateways: every gateway a test file starts gets a data
+ * directory and a Redis key prefix, is stopped when its test (or, started in a hook, the file) ends,
+ * and its responses are checked against the OpenAPI document when the file ends.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { chmod, mkdtemp, rm } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { fileURLToPath } from 'node:url';
 import { randomBytes } from 'node:crypto';
+import { rm } from 'node:fs/promises';
 import { Redis } from 'ioredis';
 import { afterAll, onTestFinished } from 'vitest';
-import { freeLoopbackPort } from '../../proxy/server/embedded-database.ts';
 import { loadOpenApiDocument, undescribedResponses } from '../../proxy/openapi/contract.ts';
+import {
+  makeTempDir as makeHarnessTempDir,
+  runCli,
+  startGateway as startHarnessGateway,
+  STOP_GRACE_MS,
+  type GatewayProcess as HarnessGateway,
+  type StartedWhen,
+} from '../harness/index.ts';
 import { deleteKeysWithPrefix } from './redis.ts';
-import { runProcess, type ProcessResult } from './run-process.ts';
 
-export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-export const CLI = path.join(ROOT, 'bin/arkvory.js');
+export { ARKVORY_BIN as CLI, REPO_ROOT as ROOT } from '../harness/paths.ts';
+export { runCli };
 
-export interface GatewayProcess {
-  readonly url: string;
-  readonly port: number;
+export interface GatewayProcess extends HarnessGateway {
   readonly dataDir: string;
-  readonly child: ChildProcess;
-  /** Everything the process wrote to stdout and stderr so far. */
-  logs(): string;
-  /** Parsed JSON log lines (stdout). */
-  logLines(): Array<Record<string, unknown>>;
-  /** Sends a signal and resolves with the exit code (or signal name). */
-  stop(signal?: NodeJS.Signals): Promise<number | string>;
-  exited: Promise<number | string>;
 }
 
 export interface StartOptions {
   env?: Record<string, string | undefined>;
   dataDir?: string;
-  /** Resolve once the process listens, whatever /health/status says. */
-  waitFor?: 'serving' | 'listening' | 'none';
+  /** `listening`: resolve once the process listens, whatever /health/status says. */
+  waitFor?: StartedWhen;
   timeoutMs?: number;
   /** A launcher the gateway runs under, e.g. `['prlimit', '--nofile=256:256', '--']`. */
   wrap?: string[];
@@ -49,8 +41,6 @@ const started: GatewayProcess[] = [];
 const tempDirs: string[] = [];
 const dataDirByDatabase = new Map<string, Promise<string>>();
 
-// Registered when a test file imports this module (a hook added later, from inside a test or
-// another hook, would never run): stop what is left, remove temp dirs, check the contract.
 /**
  * Gateways of one test file share one Redis key prefix unless the test sets its own (shared-profile
  * gateways must see each other's published rules); every prefix a gateway used, with its Redis, is
@@ -82,49 +72,23 @@ async function deleteUsedRedisKeys(): Promise<void> {
   usedRedisPrefixes.clear();
 }
 
+// Registered when a test file imports this module (a hook added later, from inside a test or
+// another hook, would never run): stop what is left, remove temp dirs, check the contract.
 afterAll(async () => {
-  await Promise.all([...running].map((g) => stopGently(g)));
+  await Promise.all([...running].map((g) => g.stop('SIGTERM', STOP_GRACE_MS)));
   await deleteUsedRedisKeys();
   for (const dir of tempDirs.splice(0)) await rm(dir, { recursive: true, force: true });
   await checkResponsesAgainstContract(started.splice(0));
 });
 
+/** A temp directory removed when the test file ends. */
 export async function makeTempDir(prefix = 'arkvory-data-'): Promise<string> {
-  const dir = await mkdtemp(path.join(os.tmpdir(), prefix));
-  // The embedded PostgreSQL (as user postgres) must be able to traverse a data dir made by root.
-  await chmod(dir, 0o755);
+  const dir = await makeHarnessTempDir(prefix);
   tempDirs.push(dir);
   return dir;
 }
 
-/** Child env: only what the test gives plus PATH/HOME; nothing of the harness's ARKVORY_TEST_*. */
-function childEnv(extra: Record<string, string | undefined>): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {
-    PATH: process.env.PATH,
-    HOME: process.env.HOME,
-    LANG: process.env.LANG ?? 'C.UTF-8',
-  };
-  for (const [k, v] of Object.entries(extra)) if (v !== undefined) env[k] = v;
-  return env;
-}
-
-/** SIGTERM (so an embedded PostgreSQL stops with it), SIGKILL after 10 s. */
-async function stopGently(gateway: GatewayProcess): Promise<void> {
-  const timer = setTimeout(() => gateway.child.kill('SIGKILL'), 10_000);
-  await gateway.stop('SIGTERM');
-  clearTimeout(timer);
-}
-
-export function runCli(
-  args: string[],
-  env: Record<string, string | undefined>,
-  input?: string,
-): Promise<ProcessResult> {
-  return runProcess(process.execPath, [CLI, ...args], { env: childEnv(env), cwd: ROOT, input: input ?? '' });
-}
-
 export async function startGateway(options: StartOptions = {}): Promise<GatewayProcess> {
-  const port = options.env?.ARKVORY_PORT ? Number(options.env.ARKVORY_PORT) : await freeLoopbackPort();
   // A database is bound to one storage root (storage-id); gateways started on the same database
   // without an explicit dataDir share one root, as they would in production.
   const databaseUrl = options.env?.ARKVORY_DATABASE_URL;
@@ -137,84 +101,44 @@ export async function startGateway(options: StartOptions = {}): Promise<GatewayP
     if (!usedRedisPrefixes.has(redisUrl)) usedRedisPrefixes.set(redisUrl, new Set());
     usedRedisPrefixes.get(redisUrl)!.add(redisPrefix);
   }
-  const env = childEnv({
-    ARKVORY_LOG_LEVEL: 'info',
-    ARKVORY_DATA_DIR: dataDir,
-    ...options.env,
-    ...(redisUrl ? { ARKVORY_REDIS_KEY_PREFIX: redisPrefix } : {}),
-    ARKVORY_PORT: String(port),
-    ARKVORY_HOST: '127.0.0.1',
+  const portVariable = options.env?.ARKVORY_PORT;
+  const gateway = await startHarnessGateway({
+    env: {
+      ARKVORY_LOG_LEVEL: 'info',
+      ARKVORY_DATA_DIR: dataDir,
+      ...options.env,
+      ...(redisUrl ? { ARKVORY_REDIS_KEY_PREFIX: redisPrefix } : {}),
+    },
+    ...(portVariable ? { port: Number(portVariable) } : {}),
+    ...(options.wrap ? { wrap: options.wrap } : {}),
+    ...(options.timeoutMs ? { timeoutMs: options.timeoutMs } : {}),
+    name: 'gateway',
+    waitFor: options.waitFor ?? 'serving',
   });
-  const [command, ...args] = [...(options.wrap ?? []), process.execPath, CLI, 'serve'];
-  const child = spawn(command!, args, { env, cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
-  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-  const exited = new Promise<number | string>((resolve) =>
-    child.on('exit', (code, signal) => resolve(code ?? signal ?? -1)),
-  );
-  const url = `http://127.0.0.1:${port}`;
-  const gateway: GatewayProcess = {
-    url,
-    port,
+  return track(gateway, dataDir);
+}
+
+/** Counts the gateway as this file's: stopped with its test or the file, its responses checked. */
+function track(harnessGateway: HarnessGateway, dataDir: string): GatewayProcess {
+  const stop = harnessGateway.stop.bind(harnessGateway);
+  const gateway: GatewayProcess = Object.assign(harnessGateway, {
     dataDir,
-    child,
-    exited,
-    logs: () => stdout + stderr,
-    logLines: () =>
-      stdout
-        .split('\n')
-        .filter((l) => l.startsWith('{'))
-        .map((l) => JSON.parse(l) as Record<string, unknown>),
-    async stop(signal = 'SIGTERM') {
-      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
-      const code = await exited;
+    async stop(signal?: NodeJS.Signals, killAfterMs?: number) {
+      const code = await stop(signal, killAfterMs);
       running.delete(gateway);
       return code;
     },
-  };
+  });
   running.add(gateway);
   started.push(gateway);
   // A gateway started inside a test ends with it (one writer per database: the next test may need
   // its own); one started in a hook lives until the file ends.
   try {
-    onTestFinished(() => stopGently(gateway));
+    onTestFinished(() => gateway.stop('SIGTERM', STOP_GRACE_MS).then(() => {}));
   } catch {
     // not inside a test
   }
-  const waitFor = options.waitFor ?? 'serving';
-  if (waitFor === 'none') return gateway;
-  const deadline = Date.now() + (options.timeoutMs ?? 30_000);
-  let exitedEarly = false;
-  void exited.then(() => (exitedEarly = true));
-  while (Date.now() < deadline) {
-    if (exitedEarly) throw new Error(`gateway exited during startup (${await exited}):\n${gateway.logs()}`);
-    try {
-      const res = await fetch(`${url}/health/status`);
-      await res.arrayBuffer();
-      if (waitFor === 'listening' || res.status === 200) return gateway;
-    } catch {
-      // not listening yet
-    }
-    await sleep(50);
-  }
-  await gateway.stop('SIGKILL');
-  throw new Error(`gateway did not become ${waitFor} within the timeout:\n${gateway.logs()}`);
-}
-
-/** JSON log lines of stdout; a line cut short by a kill is ignored. */
-function parsedLines(gateway: GatewayProcess): Array<Record<string, unknown>> {
-  const lines: Array<Record<string, unknown>> = [];
-  for (const line of gateway.logs().split('\n')) {
-    if (!line.startsWith('{')) continue;
-    try {
-      lines.push(JSON.parse(line) as Record<string, unknown>);
-    } catch {
-      // truncated by SIGKILL
-    }
-  }
-  return lines;
+  return gateway;
 }
 
 /**
@@ -224,7 +148,10 @@ function parsedLines(gateway: GatewayProcess): Array<Record<string, unknown>> {
  */
 async function checkResponsesAgainstContract(gateways: GatewayProcess[]): Promise<void> {
   if (gateways.length === 0) return;
-  const problems = undescribedResponses(await loadOpenApiDocument(), gateways.flatMap(parsedLines));
+  const problems = undescribedResponses(
+    await loadOpenApiDocument(),
+    gateways.flatMap((g) => g.logLines()),
+  );
   if (problems.length > 0)
     throw new Error(
       `responses the OpenAPI document (proxy/openapi/openapi.yaml) does not describe; document them or fix the route:\n${problems.join('\n')}`,

@@ -9,24 +9,19 @@
  *   loopback hub (`s3HubUrl`, GET /s3/<kind>); test files take a fresh bucket on them
  *   (test/support/shared-s3.ts). A run that asks for none starts none.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import type { TestProject } from 'vitest/node';
-import {
-  startEmbeddedDatabase,
-  freeLoopbackPort,
-  type EmbeddedDatabase,
-} from '../../proxy/server/embedded-database.ts';
+import { startEmbeddedDatabase, type EmbeddedDatabase } from '../../proxy/server/embedded-database.ts';
 import { createLogger } from '../../proxy/server/logger.ts';
 import { describeToxiproxyServer } from '../../chaos/support/toxiproxy.ts';
 import { S3_SERVER_KINDS, s3ServerInfo, startS3Server, type S3Server, type S3ServerKind } from './s3-server.ts';
+import { REDIS_INSTALL_HINT, startRedisServer, type RedisServer } from '../harness/index.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -52,43 +47,15 @@ async function checkPostgres(url: string): Promise<void> {
 }
 
 /** A real redis-server from PATH on a free loopback port, without persistence (also used by chaos scenarios that need one of their own). */
-export async function startRedis(): Promise<{ url: string; child: ChildProcess }> {
-  const port = await freeLoopbackPort();
-  const child = spawn(
-    'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--protected-mode', 'yes'],
-    { stdio: 'ignore' },
-  );
-  const failed = new Promise<never>((_, reject) =>
-    child.once('error', (err: NodeJS.ErrnoException) =>
-      reject(
-        new Error(
-          err.code === 'ENOENT'
-            ? 'redis-server is not on PATH and ARKVORY_TEST_REDIS_URL is not set; install it with `apt-get install redis-server` (Debian) or point ARKVORY_TEST_REDIS_URL at a Redis'
-            : `redis-server failed to start: ${err.message}`,
-        ),
-      ),
-    ),
-  );
-  const url = `redis://127.0.0.1:${port}`;
-  const ready = (async () => {
-    for (let i = 0; i < 100; i++) {
-      const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
-      client.on('error', () => {});
-      try {
-        await client.connect();
-        await client.ping();
-        return;
-      } catch {
-        await sleep(50);
-      } finally {
-        client.disconnect();
-      }
-    }
-    throw new Error('redis-server did not answer within 5 s');
-  })();
-  await Promise.race([ready, failed]);
-  return { url, child };
+export async function startRedis(): Promise<RedisServer> {
+  try {
+    return await startRedisServer({ args: ['--protected-mode', 'yes'] });
+  } catch (err) {
+    if (!(err instanceof Error) || err.message !== REDIS_INSTALL_HINT) throw err;
+    throw new Error(
+      'redis-server is not on PATH and ARKVORY_TEST_REDIS_URL is not set; install it with `apt-get install redis-server` (Debian) or point ARKVORY_TEST_REDIS_URL at a Redis',
+    );
+  }
 }
 
 async function checkRedis(url: string): Promise<void> {
@@ -161,7 +128,7 @@ async function startServices(): Promise<Services> {
     const redis = await startRedis();
     redisUrl = redis.url;
     cleanups.push(async () => {
-      redis.child.kill('SIGTERM');
+      redis.signal('SIGTERM');
     });
   }
   const hub = await startS3Hub();

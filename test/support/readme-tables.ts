@@ -4,13 +4,11 @@
  */
 import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { describeAllowed, VARIABLES } from '../../proxy/config/config.ts';
 import type { ErrorEntry } from '../../lib/coded-error.ts';
 import { ERROR_CATALOGUE } from '../../proxy/server/http-errors.ts';
-// Not from gateway.ts: that module registers vitest hooks, which fail under plain `npm run docs`.
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-export const README = path.join(ROOT, 'README.md');
+import { REPO_ROOT } from '../harness/paths.ts';
+export const README = path.join(REPO_ROOT, 'README.md');
 
 export function variablesTable(): string {
   const rows = VARIABLES.map(
@@ -39,10 +37,10 @@ export function processErrorsTable(): string {
 }
 
 /** The rule schema, the one source of a rate-limit rule's shape (policy/rate-limit/rule.schema.json). */
-export const RULE_SCHEMA_FILE = path.join(ROOT, 'policy/rate-limit/rule.schema.json');
+export const RULE_SCHEMA_FILE = path.join(REPO_ROOT, 'policy/rate-limit/rule.schema.json');
 /** The OpenAPI documents whose `Rule` component is generated from it. */
 export const RULE_SCHEMA_DOCUMENTS = ['proxy/openapi/openapi.yaml', 'proxy/openapi/rules-service.yaml'].map((f) =>
-  path.join(ROOT, f),
+  path.join(REPO_ROOT, f),
 );
 
 /** The `Rule` component as the OpenAPI documents carry it: the schema without its JSON Schema header. */

@@ -16,8 +16,8 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { freeLoopbackPort } from '../../proxy/server/embedded-database.ts';
 import { createS3Client, s3ErrorOf, type S3Client } from '../../storage-adapter/s3/index.ts';
+import { freeLoopbackPort } from '../harness/index.ts';
 
 export type S3ServerKind = 'seaweedfs' | 'minio';
 export const S3_SERVER_KINDS: readonly S3ServerKind[] = ['seaweedfs', 'minio'];

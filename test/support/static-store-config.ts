@@ -1,9 +1,7 @@
 /** The nginx site of the static-HTTP store for tests and benchmarks (no vitest imports here). */
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+import { REPO_ROOT } from '../harness/paths.ts';
 
 /**
  * The shipped deploy/static-store/arkvory-store.conf with only the address, the root and the
@@ -16,7 +14,7 @@ export async function siteConfig(options: {
   host?: string;
   writer?: string;
 }): Promise<string> {
-  let text = await readFile(path.join(ROOT, 'deploy/static-store/arkvory-store.conf'), 'utf8');
+  let text = await readFile(path.join(REPO_ROOT, 'deploy/static-store/arkvory-store.conf'), 'utf8');
   const replace = (from: string, to: string) => {
     if (!text.includes(from))
       throw new Error(

@@ -9,10 +9,10 @@ import { existsSync } from 'node:fs';
 import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll } from 'vitest';
-import { freeLoopbackPort } from '../../proxy/server/embedded-database.ts';
 import { request } from './content.ts';
 import { makeTempDir } from './gateway.ts';
 import { siteConfig } from './static-store-config.ts';
+import { freeLoopbackPort } from '../harness/index.ts';
 
 const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
 

@@ -1,6 +1,6 @@
 /**
- * Runs a program to its end and collects what it printed (tests and benchmarks; registers no vitest
- * hooks, so bench/ may import it). Resolves with the exit code, never rejects for a non-zero one.
+ * Runs a program to its end and collects what it printed. Resolves with the exit code, never
+ * rejects for a non-zero one.
  */
 import { spawn } from 'node:child_process';
 

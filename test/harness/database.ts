@@ -1,0 +1,45 @@
+/** A throwaway PostgreSQL database on a server where the caller may create databases. */
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { migrate } from '../../migrations/runner.ts';
+
+export interface ScratchDatabase {
+  /** URL of this database (the admin URL with its name). */
+  readonly url: string;
+  readonly name: string;
+  readonly pool: pg.Pool;
+  /** Ends the pool and drops the database, whoever is still connected. */
+  drop(): Promise<void>;
+}
+
+async function asAdmin(adminUrl: string, sql: string): Promise<void> {
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  try {
+    await admin.query(sql);
+  } finally {
+    await admin.end();
+  }
+}
+
+/** Creates `arkvory_<prefix>_<random>` on the server of `adminUrl`, migrated unless told otherwise. */
+export async function createDatabase(
+  adminUrl: string,
+  options: { migrated?: boolean; prefix?: string; poolSize?: number } = {},
+): Promise<ScratchDatabase> {
+  const name = `arkvory_${options.prefix ?? 't'}_${randomBytes(6).toString('hex')}`;
+  await asAdmin(adminUrl, `CREATE DATABASE ${name}`);
+  const url = Object.assign(new URL(adminUrl), { pathname: `/${name}` }).toString();
+  const pool = new pg.Pool({ connectionString: url, max: options.poolSize ?? 5 });
+  pool.on('error', () => {}); // an idle client cut by a test's fault, or by the drop below
+  if (options.migrated !== false) await migrate(pool);
+  return {
+    url,
+    name,
+    pool,
+    async drop() {
+      await pool.end().catch(() => {});
+      await asAdmin(adminUrl, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    },
+  };
+}

@@ -1,0 +1,24 @@
+/**
+ * The test harness: what tests, benchmarks, chaos scenarios and the multi-host suite share to start
+ * processes, find ports, seed a database and wait. It registers no test-runner hooks (test/support
+ * adds vitest's on top), so plain scripts under bench/ import it too.
+ */
+export { freeLoopbackPort } from '../../lib/free-port.ts';
+export { createDatabase, type ScratchDatabase } from './database.ts';
+export {
+  runCli,
+  spawnGateway,
+  startGateway,
+  waitForHealth,
+  START_TIMEOUT_MS,
+  type GatewayOptions,
+  type GatewayProcess,
+  type StartedWhen,
+} from './gateway.ts';
+export { processEnv, startProcess, STOP_GRACE_MS, type ManagedProcess } from './managed-process.ts';
+export { ARKVORY_BIN, REPO_ROOT } from './paths.ts';
+export { pingRedis, REDIS_INSTALL_HINT, startRedisServer, type RedisServer } from './redis.ts';
+export { runProcess, type ProcessResult } from './run-process.ts';
+export { bearer, createRepository, createServiceAccount, seedWriters, type ServiceAccount } from './seed.ts';
+export { makeTempDir } from './temp-dir.ts';
+export { waitForHttp, waitUntil, type WaitOptions, type WatchedProcess } from './wait.ts';

@@ -1,0 +1,106 @@
+/**
+ * A long-running child process whose output is kept for failure messages: gateways, routers,
+ * nginx, redis-server, PostgreSQL on a test host. `runProcess` (run-process.ts) is for commands
+ * that run to their end.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import type { WatchedProcess } from './wait.ts';
+
+/** How long a stopping process may take before SIGKILL (an embedded PostgreSQL stops with it). */
+export const STOP_GRACE_MS = 10_000;
+
+export interface ManagedProcess extends WatchedProcess {
+  readonly child: ChildProcess;
+  /** Exit code, or the signal's name when a signal ended it. */
+  readonly exited: Promise<number | string>;
+  /** Everything written to stdout and stderr so far. */
+  logs(): string;
+  stdout(): string;
+  stderr(): string;
+  /** Parsed pino JSON lines of stdout (a line cut short by a kill is skipped). */
+  logLines(): Array<Record<string, unknown>>;
+  isRunning(): boolean;
+  /** Sends a signal while the process runs (SIGSTOP, SIGCONT…). */
+  signal(signal: NodeJS.Signals): void;
+  /**
+   * Sends `signal` (after SIGCONT, so a stopped process can act on it) and resolves with the exit
+   * code or signal; SIGKILL follows after `killAfterMs` when given (a test watching a graceful
+   * shutdown gives none).
+   */
+  stop(signal?: NodeJS.Signals, killAfterMs?: number): Promise<number | string>;
+}
+
+/** A child's environment: PATH, HOME and LANG of this process plus `extra` (undefined values left out). */
+export function processEnv(extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {
+    PATH: process.env.PATH,
+    HOME: process.env.HOME,
+    LANG: process.env.LANG ?? 'C.UTF-8',
+  };
+  for (const [name, value] of Object.entries(extra)) if (value !== undefined) env[name] = value;
+  return env;
+}
+
+function parseLogLines(stdout: string): Array<Record<string, unknown>> {
+  const lines: Array<Record<string, unknown>> = [];
+  for (const line of stdout.split('\n')) {
+    if (!line.startsWith('{')) continue;
+    try {
+      lines.push(JSON.parse(line) as Record<string, unknown>);
+    } catch {
+      // truncated by SIGKILL
+    }
+  }
+  return lines;
+}
+
+export function startProcess(
+  command: string,
+  args: readonly string[],
+  options: { name?: string; env?: NodeJS.ProcessEnv; cwd?: string } = {},
+): ManagedProcess {
+  const child = spawn(command, args, {
+    env: options.env ?? processEnv(),
+    cwd: options.cwd,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  // A missing binary surfaces as an exit with the spawn error in the logs, not an unhandled event.
+  child.on('error', (err) => (stderr += `${err.message}\n`));
+  const exited = new Promise<number | string>((resolve) => {
+    child.on('error', () => {
+      if (child.pid === undefined) resolve(-1);
+    });
+    child.on('exit', (code, signal) => resolve(code ?? signal ?? -1));
+  });
+  const isRunning = () => child.exitCode === null && child.signalCode === null && child.pid !== undefined;
+  return {
+    name: options.name ?? baseName(command),
+    child,
+    exited,
+    logs: () => stdout + stderr,
+    stdout: () => stdout,
+    stderr: () => stderr,
+    logLines: () => parseLogLines(stdout),
+    isRunning,
+    signal(signal) {
+      if (isRunning()) child.kill(signal);
+    },
+    async stop(signal = 'SIGTERM', killAfterMs) {
+      if (!isRunning()) return exited;
+      child.kill('SIGCONT');
+      child.kill(signal);
+      const timer = killAfterMs === undefined ? undefined : setTimeout(() => child.kill('SIGKILL'), killAfterMs);
+      const code = await exited;
+      clearTimeout(timer);
+      return code;
+    },
+  };
+}
+
+function baseName(command: string): string {
+  return command.slice(command.lastIndexOf('/') + 1);
+}
