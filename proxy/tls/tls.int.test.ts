@@ -17,7 +17,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { contentDigest, randomContent, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
-import { freeLoopbackPort } from '../server/embedded-database.ts';
+import { freeLoopbackPort } from '../../test/harness/index.ts';
 import { makeTempDir, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import {
   type CertificateAuthority,
@@ -27,7 +27,7 @@ import {
   issueClientCertificate,
   issueServerCertificate,
   replaceFileAtomically,
-} from '../../test/harness/tls-certs.ts';
+} from '../../test/harness/index.ts';
 
 const run = promisify(execFile);
 const MiB = 1024 * 1024;

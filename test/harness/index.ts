@@ -22,3 +22,13 @@ export { runProcess, type ProcessResult } from './run-process.ts';
 export { bearer, createRepository, createServiceAccount, seedWriters, type ServiceAccount } from './seed.ts';
 export { makeTempDir } from './temp-dir.ts';
 export { waitForHttp, waitUntil, type WaitOptions, type WatchedProcess } from './wait.ts';
+export {
+  type CertificateAuthority,
+  createCertificateAuthority,
+  type IssuedCertificate,
+  type IssueOptions,
+  issueCertificate,
+  issueClientCertificate,
+  issueServerCertificate,
+  replaceFileAtomically,
+} from './tls-certs.ts';
