@@ -14,8 +14,8 @@
 # Output: DIR (default dist/container)/arkvory-<version>.oci.tar, .spdx.json, build-info.json.
 # A build is kept in ${ARKVORY_IMAGE_CACHE_DIR:-${ARKVORY_TOOLS_DIR:-/root/.cache/arkvory-tools}/image}/
 # <hash of its inputs>/ and reused while no input changed: this script and the rootfs files beside it, the app's files,
-# package-lock.json, the Node binary, the Debian package versions apt would fetch, the version,
-# revision, image name and SOURCE_DATE_EPOCH.
+# package-lock.json, the Node binary, the Debian package versions apt would fetch (and the release
+# they come from), the version, revision, image name and SOURCE_DATE_EPOCH.
 set -euo pipefail
 umask 022
 export LC_ALL=C
@@ -77,6 +77,7 @@ HASH=$( {
   echo "image=$REF revision=$REVISION epoch=$SOURCE_DATE_EPOCH source=$SOURCE_URL uid=$IMAGE_UID"
   printf '%s\n' "${deb_versions[@]}"
   (cd "$HERE" && sha256sum build.sh rootfs/*)
+  sha256sum /usr/lib/os-release
   sha256sum "$NODE" | cut -d' ' -f1
   (cd "$ROOT" && sha256sum package.json package-lock.json "${APP_FILES[@]}")
 } | sha256sum | cut -c1-24)
