@@ -124,7 +124,8 @@ export interface Container {
   children(pid: number): Promise<number[]>;
   /** `podman stop`: the signal to PID 1. */
   signal(signal: NodeJS.Signals): Promise<void>;
-  kill(): void;
+  /** Ends the container at once: SIGKILL to its PID 1 ends its whole PID namespace. */
+  kill(): Promise<void>;
 }
 
 /** Mounts as a runtime would, then execs the image's process under its user in the new root. */
@@ -283,7 +284,14 @@ function watch(
     async signal(signal) {
       await send(await pid1(), signal);
     },
-    kill: () => child.kill('SIGKILL'),
+    async kill() {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      // Not only the `unshare` parent: its --kill-child does not reach PID 1, whose parent-death
+      // signal is cleared when it takes the image's user.
+      const pid = await findPid1().catch(() => undefined);
+      if (pid) await send(pid, 'SIGKILL').catch(() => {});
+      child.kill('SIGKILL');
+    },
   };
 }
 

@@ -79,7 +79,7 @@ beforeAll(async () => {
 }, 1_800_000);
 
 afterAll(async () => {
-  for (const c of containers) c.kill();
+  await Promise.all(containers.map((c) => c.kill()));
   await Promise.all(containers.map((c) => c.exited));
   if (work) await rm(work, { recursive: true, force: true });
 });
