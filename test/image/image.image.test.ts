@@ -9,11 +9,13 @@ import http from 'node:http';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { freeLoopbackPort } from '../../proxy/server/embedded-database.ts';
 import { bearer, createRepository, createServiceAccount } from '../support/auth.ts';
 import { randomContent, request, sha256 } from '../support/content.ts';
 import { createTestDatabase } from '../support/database.ts';
+import { deleteKeysWithPrefix } from '../support/redis.ts';
 import {
   buildImage,
   isRuntimeMount,
@@ -39,6 +41,8 @@ let build: ImageBuild;
 let image: UnpackedImage;
 const containers: Container[] = [];
 let volumes = 0;
+/** Every Redis key the containers write starts with this; removed when the file ends. */
+const REDIS_PREFIX = `arkvory:t:image:${process.pid}:`;
 
 function start(options: ContainerOptions): Container {
   const container = runContainer(image, options);
@@ -80,6 +84,13 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await Promise.all(containers.map((c) => c.kill()));
+  const redis = new Redis(inject('redisUrl'), { lazyConnect: true, maxRetriesPerRequest: 1 });
+  redis.on('error', () => {});
+  await redis
+    .connect()
+    .then(() => deleteKeysWithPrefix(redis, REDIS_PREFIX))
+    .catch(() => {});
+  redis.disconnect();
   await Promise.all(containers.map((c) => c.exited));
   if (work) await rm(work, { recursive: true, force: true });
 });
@@ -121,7 +132,7 @@ describe('the image', () => {
       const { env, url } = await gatewayEnv({
         ARKVORY_DATABASE_URL: db.url,
         ARKVORY_REDIS_URL: inject('redisUrl'),
-        ARKVORY_REDIS_KEY_PREFIX: `arkvory:t:image:${path.basename(work)}:`,
+        ARKVORY_REDIS_KEY_PREFIX: `${REDIS_PREFIX}standalone:`,
       });
       const gw = start({ env, volumes: { [await dataVolume()]: DATA } });
       await waitReady(gw, `${url}/health/status`);
@@ -233,7 +244,7 @@ describe('the image', () => {
       const shared = {
         ARKVORY_DATABASE_URL: db.url,
         ARKVORY_REDIS_URL: inject('redisUrl'),
-        ARKVORY_REDIS_KEY_PREFIX: `arkvory:t:image-shared:${path.basename(work)}:`,
+        ARKVORY_REDIS_KEY_PREFIX: `${REDIS_PREFIX}shared:`,
         ARKVORY_GATEWAY_SLOTS: '2',
         ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(64 * MiB),
       };
