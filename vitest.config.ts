@@ -48,6 +48,17 @@ export default defineConfig({
           fileParallelism: false,
         },
       },
+      // The container image (deploy/container/build.sh) run from its unpacked root in mount and PID
+      // namespaces (root only: it fails saying so otherwise); its build is cached by its inputs.
+      {
+        extends: true,
+        test: {
+          name: 'image',
+          include: ['test/image/**/*.image.test.ts'],
+          exclude: ['**/node_modules/**'],
+          fileParallelism: false,
+        },
+      },
     ],
   },
 });

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the test suites need beyond npm on a Debian machine of this kind, and only what is
-# missing: Debian packages, Go tools built from the Go module proxy (toxiproxy, SeaweedFS, MinIO) and
+# missing: Debian packages, Go tools built from the Go module proxy (toxiproxy, SeaweedFS, MinIO, syft) and
 # Python tools from PyPI (schemathesis). `npm test` runs it before vitest, and so does .ci/run
 # through `npm test`. It says what it installs; with everything present it only checks (well under
 # two seconds). Go and Python tools go to ${ARKVORY_TOOLS_DIR:-/root/.cache/arkvory-tools}, outside
@@ -18,6 +18,7 @@ export PATH="$TOOLS_DIR/bin:$PATH"
 TOXIPROXY_VERSION=v2.12.0
 MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
 SEAWEEDFS_VERSION=v0.0.0-20261109003541-7506e5f91cd6
+SYFT_VERSION=v1.57.1
 # Keep in step with SCHEMATHESIS_VERSION in test/contract/schemathesis.test.ts.
 SCHEMATHESIS_VERSION=4.32.5
 
@@ -43,6 +44,9 @@ need openssl openssl                  # test/harness/tls-certs.ts makes the test
 need testssl testssl.sh               # proxy/tls/tls.int.test.ts checks the TLS listener's protocols, ciphers, vulnerabilities
 need h2load nghttp2-client            # HTTP/2 load and conformance (h2load, nghttp) against the TLS listener
 need ip iproute2
+need umoci umoci                      # deploy/container/build.sh packs the image; test/image unpacks it
+need skopeo skopeo                    # test/image reads the image archive as podman load would
+need strip binutils                   # the image's Node loses its debug sections
 need go golang-go                     # only where no Go is installed (this kind has one in /usr/local/go)
 # schemathesis runs in a venv of its own; Debian's python3 has neither venv (ensurepip) nor pip.
 if ! command -v python3 >/dev/null; then
@@ -98,6 +102,8 @@ go_tool_current toxiproxy-server "$TOXIPROXY_VERSION" "$TOXIPROXY_FLAGS" || tool
 # S3 servers for the S3 store's tests, at pinned versions.
 weed_current || tools_missing+=(seaweedfs)
 go_tool_current minio "$MINIO_VERSION" || tools_missing+=(minio)
+# syft: the image's SBOM (deploy/container/build.sh).
+go_tool_current syft "$SYFT_VERSION" || tools_missing+=(syft)
 # schemathesis: API contract fuzzing (test/contract/schemathesis.test.ts).
 py_tool_current schemathesis schemathesis "$SCHEMATHESIS_VERSION" || tools_missing+=(schemathesis)
 
@@ -200,6 +206,9 @@ for tool in "${tools_missing[@]}"; do
       ;;
     minio)
       go_install minio github.com/minio/minio "$MINIO_VERSION" || exit 1
+      ;;
+    syft)
+      go_install syft github.com/anchore/syft/cmd/syft "$SYFT_VERSION" || exit 1
       ;;
     schemathesis)
       py_install schemathesis schemathesis "$SCHEMATHESIS_VERSION" || exit 1

@@ -18,6 +18,9 @@ const DEPLOY = path.join(ROOT, 'deploy');
 const KNOWN = new Set(VARIABLES.map((v) => v.name));
 const DATA_DIR = '/var/lib/arkvory';
 const run = promisify(execFile);
+/** deploy/container/build.sh's own settings (docs/deploy.md "Container image"), not the gateway's. */
+const BUILD_SCRIPT = 'deploy/container/build.sh';
+const BUILD_VARIABLES = ['ARKVORY_TOOLS_DIR', 'ARKVORY_IMAGE_NAME', 'ARKVORY_IMAGE_SOURCE', 'ARKVORY_IMAGE_CACHE_DIR'];
 
 async function filesUnder(dir: string): Promise<string[]> {
   const out: string[] = [];
@@ -109,8 +112,15 @@ describe('deploy/ names and env examples', () => {
         used.set(m[0], path.relative(ROOT, file));
     }
     expect(used.size).toBeGreaterThan(20);
-    const unknown = [...used].filter(([name]) => !KNOWN.has(name)).map(([name, file]) => `${name} (${file})`);
+    const unknown = [...used]
+      .filter(([name, file]) => !KNOWN.has(name) && !(file === BUILD_SCRIPT && BUILD_VARIABLES.includes(name)))
+      .map(([name, file]) => `${name} (${file})`);
     expect(unknown).toEqual([]);
+  });
+
+  it('the image build script reads only its own documented variables besides the config table', async () => {
+    const docs = await readFile(path.join(ROOT, 'docs/deploy.md'), 'utf8');
+    for (const name of BUILD_VARIABLES) expect(docs, name).toContain(`\`${name}\``);
   });
 
   it.each(ROLES)(
@@ -382,14 +392,15 @@ describe('backup service, timer and CronJob', () => {
     expect(cron.spec.schedule.split(' ')).toHaveLength(5);
     const pod = cron.spec.jobTemplate.spec.template.spec;
     const [container] = pod.containers as Array<{
-      command: string[];
+      args: string[];
       env: Array<{ name: string; value: string }>;
       envFrom: any[];
       volumeMounts: Array<{ name: string; mountPath: string; readOnly?: boolean }>;
     }>;
-    expect(container!.command.slice(0, 5)).toEqual(['node', 'bin/arkvory.js', 'backup', '--keep', '$(BACKUP_KEEP)']);
+    // The image's entrypoint (tini, node /app/bin/arkvory.js) runs `backup`.
+    expect(container!.args.slice(0, 3)).toEqual(['backup', '--keep', '$(BACKUP_KEEP)']);
     expect(Number(container!.env.find((e) => e.name === 'BACKUP_KEEP')?.value)).toBeGreaterThanOrEqual(1);
-    const destination = container!.command.at(-1)!;
+    const destination = container!.args.at(-1)!;
     const backups = container!.volumeMounts.find((m) => m.mountPath === destination)!;
     expect(pod.volumes.find((v: { name: string }) => v.name === backups.name).persistentVolumeClaim.claimName).toBe(
       objects.find((o) => o.kind === 'PersistentVolumeClaim' && o.metadata.name === 'arkvory-backups')!.metadata.name,
@@ -410,5 +421,69 @@ describe('backup service, timer and CronJob', () => {
         (v: { persistentVolumeClaim?: { claimName: string } }) => v.persistentVolumeClaim?.claimName,
       ),
     ).toContain(claim);
+  });
+});
+
+describe('the container image in the examples', () => {
+  /** What deploy/container/build.sh gives the image: its name, user and volumes (its config lines). */
+  async function imageFacts() {
+    const script = await readFile(path.join(DEPLOY, 'container/build.sh'), 'utf8');
+    const version = (JSON.parse(await readFile(path.join(ROOT, 'package.json'), 'utf8')) as { version: string })
+      .version;
+    const name = /^IMAGE_NAME=\$\{ARKVORY_IMAGE_NAME:-(\S+)\}$/m.exec(script)?.[1];
+    const uid = Number(/^IMAGE_UID=(\d+)$/m.exec(script)?.[1]);
+    const volumes = [...script.matchAll(/--config\.volume (\S+)/g)].map((m) => m[1]!).sort();
+    expect(name).toBeDefined();
+    expect(volumes.length).toBeGreaterThan(0);
+    return { image: `${name}:${version}`, uid, volumes };
+  }
+
+  it('the Kubernetes gateway and backup run the built image as its user, with its entrypoint, a read-only root and every image volume mounted', async () => {
+    const { image, uid, volumes } = await imageFacts();
+    const objects = parseAllDocuments(await readFile(path.join(DEPLOY, 'k8s/arkvory-sidecar.yaml'), 'utf8')).map(
+      (d) => d.toJS() as { kind: string; spec: any },
+    );
+    const pods = [
+      objects.find((o) => o.kind === 'Deployment')!.spec.template.spec,
+      objects.find((o) => o.kind === 'CronJob')!.spec.jobTemplate.spec.template.spec,
+    ];
+    for (const pod of pods) {
+      expect(pod.securityContext).toMatchObject({ runAsNonRoot: true, runAsUser: uid, runAsGroup: uid, fsGroup: uid });
+      const ours = (pod.containers as Array<any>).filter((c) => c.image?.startsWith('localhost/arkvory'));
+      expect(ours).toHaveLength(1);
+      const container = ours[0];
+      expect(container.image).toBe(image);
+      // `command` would replace the entrypoint, and tini with it (PID 1 must forward SIGTERM).
+      expect(container.command).toBeUndefined();
+      expect(container.securityContext.readOnlyRootFilesystem).toBe(true);
+      const mounted = (container.volumeMounts as Array<{ mountPath: string }>).map((m) => m.mountPath).sort();
+      expect(mounted).toEqual(expect.arrayContaining(volumes));
+    }
+  });
+
+  it("the podman Quadlet unit runs the built image with the writer's env file, read-only, with the data dir as its only volume to write", async () => {
+    const { image } = await imageFacts();
+    const file = path.join(DEPLOY, 'podman/arkvory-writer.container');
+    const u = parseUnit(file, await readFile(file, 'utf8'));
+    const container = u.sections.get('Container')!;
+    expect(container.get('Image')).toEqual([image]);
+    expect(container.get('Exec')).toEqual(['serve']);
+    expect(container.get('ReadOnly')).toEqual(['true']);
+    expect(container.get('Network')).toEqual(['host']);
+    expect(container.get('DropCapability')).toEqual(['ALL']);
+    expect(container.get('NoNewPrivileges')).toEqual(['true']);
+    const env: Record<string, string> = {};
+    for (const envFile of container.get('EnvironmentFile') ?? [])
+      Object.assign(env, parseEnvFile(await readFile(path.join(DEPLOY, 'env', path.basename(envFile)), 'utf8')));
+    for (const line of container.get('Environment') ?? []) {
+      const [key, ...rest] = line.split('=');
+      env[key!] = rest.join('=');
+    }
+    const config = loadConfig(env, '/');
+    expect(config.role).toBe('api');
+    expect(config.shared?.slot).toBe(0);
+    const writable = (container.get('Volume') ?? []).filter((v) => !v.endsWith(':ro')).map((v) => v.split(':')[1]);
+    expect(writable).toEqual([config.dataDir]);
+    expect(u.sections.get('Service')?.get('RestartPreventExitStatus')).toEqual(['2']);
   });
 });
