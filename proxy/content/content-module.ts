@@ -30,18 +30,19 @@ export async function openContentModule(
 ): Promise<{ routes: Route[]; store: ArtifactStore }> {
   const { config } = services;
   const caches = createContentCaches(services);
-  const store = caches.store(
+  const store = await caches.store(
     await openStore(config, config.role === 'reader' ? 'reader' : 'writer', services.pool, {
       openFiles: caches.openFiles,
     }),
   );
   services.onClose.push(() => store.close());
   services.metrics?.watchCaches(() => caches.stats());
+  services.metrics?.watchSliceCache(() => caches.sliceCache()?.stats);
   services.log.info(
     { storageId: store.storageId, writable: store.writable, store: store.kind, location: store.location },
     'storage root verified',
   );
-  const catalog = await caches.catalog(createCatalog(services.pool));
+  const catalog = await caches.catalog(createCatalog(services.pool, { sliceBytes: config.sliceCache.sliceBytes }));
   const routes = [
     ...contentRoutes({ store, catalog, maxUploadBytes: config.maxUploadBytes, meters: deps.meters }),
     ...artifactRoutes({

@@ -16,6 +16,7 @@ import {
 import type { Coordinator, RenewalOutcome } from '../../policy/lease/coordinator.ts';
 import type { CacheStats } from '../../lib/cache-stats.ts';
 import type { UploadStats } from '../../storage-adapter/store.ts';
+import type { SliceCacheStats } from '../../storage-adapter/slice-cache/index.ts';
 import type { RequestObservation } from '../server/route-types.ts';
 import type { Transfers } from '../gates/transfers.ts';
 import type { FrontDoorCounters } from '../server/front-door.ts';
@@ -28,6 +29,8 @@ export interface GatewayMetrics {
   watchTransfers(transfers: Transfers): void;
   watchCoordinator(coordinator: Coordinator): void;
   watchStore(store: { uploadStats(): UploadStats }): void;
+  /** The slice cache's counters (storage-adapter/slice-cache/), read at scrape time. */
+  watchSliceCache(stats: () => SliceCacheStats | undefined): void;
   /** Read-path caches (catalog, open files, small blobs), read at scrape time. */
   watchCaches(stats: () => readonly CacheStats[]): void;
   watchFrontDoor(frontDoor: { counters(): FrontDoorCounters }): void;
@@ -209,6 +212,54 @@ export function createGatewayMetrics(options: { registry?: Registry; processMetr
     eachCache(this, (s) => s.bytes);
   });
 
+  let sliceStats: () => SliceCacheStats | undefined = () => undefined;
+  const slice = (metric: Counter | Gauge, read: (s: SliceCacheStats) => Array<[Record<string, string>, number]>) => {
+    const s = sliceStats();
+    metric.reset();
+    if (!s) return;
+    for (const [labels, value] of read(s)) {
+      if (metric instanceof Counter) metric.inc(labels, value);
+      else metric.set(labels, value);
+    }
+  };
+  counter(registry, 'arkvory_slice_cache_requests_total', function () {
+    slice(this, (s) => [
+      [{ result: 'hit' }, s.hitRequests],
+      [{ result: 'miss' }, s.missRequests],
+      [{ result: 'bypass' }, s.bypassRequests],
+    ]);
+  });
+  counter(registry, 'arkvory_slice_cache_bytes_total', function () {
+    slice(this, (s) => [
+      [{ source: 'hit' }, s.hitBytes],
+      [{ source: 'miss' }, s.missBytes],
+    ]);
+  });
+  counter(registry, 'arkvory_slice_cache_origin_bytes_total', function () {
+    slice(this, (s) => [[{}, s.originBytes]]);
+  });
+  gauge(registry, 'arkvory_slice_cache_fills_in_flight', function () {
+    slice(this, (s) => [[{}, s.fillsInFlight]]);
+  });
+  gauge(registry, 'arkvory_slice_cache_waiters', function () {
+    slice(this, (s) => [[{}, s.waiters]]);
+  });
+  counter(registry, 'arkvory_slice_cache_digest_failures_total', function () {
+    slice(this, (s) => [
+      [{ where: 'origin' }, s.digestFailures.origin],
+      [{ where: 'disk' }, s.digestFailures.disk],
+    ]);
+  });
+  counter(registry, 'arkvory_slice_cache_evictions_total', function () {
+    slice(this, (s) => [[{}, s.evictions]]);
+  });
+  counter(registry, 'arkvory_slice_cache_relayed_fills_total', function () {
+    slice(this, (s) => [[{}, s.relayedFills]]);
+  });
+  gauge(registry, 'arkvory_slice_cache_held_bytes', function () {
+    slice(this, (s) => [[{}, s.heldBytes]]);
+  });
+
   let frontDoor: { counters(): FrontDoorCounters } | undefined;
   gauge(registry, 'arkvory_http_open_connections', function () {
     if (frontDoor) this.set(frontDoor.counters().open);
@@ -235,6 +286,9 @@ export function createGatewayMetrics(options: { registry?: Registry; processMetr
     registry,
     watchCaches(stats) {
       cacheStats = stats;
+    },
+    watchSliceCache(stats) {
+      sliceStats = stats;
     },
     watchFrontDoor(f) {
       frontDoor = f;
