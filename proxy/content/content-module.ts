@@ -13,6 +13,7 @@ import { openStore } from './storage.ts';
 import { artifactRoutes } from './artifact-routes.ts';
 import { contentRoutes, type ContentMeters } from './content-routes.ts';
 import { presignRoutes } from './presign-routes.ts';
+import { cacheAdminRoutes } from '../admin/cache-admin-routes.ts';
 import type { Services } from '../server/services.ts';
 
 export interface ContentModuleDeps {
@@ -54,6 +55,7 @@ export async function openContentModule(
     ...(deps.links
       ? presignRoutes({ links: deps.links, catalog, maxExpiresSeconds: config.presignMaxExpiresSeconds })
       : []),
+    ...cacheAdminRoutes({ pool: services.pool, catalog, sliceCache: () => caches.sliceCache() }),
   ];
   return { routes, store };
 }
