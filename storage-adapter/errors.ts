@@ -61,6 +61,12 @@ export const STORAGE_ERRORS = defineErrors('storage-adapter/errors.ts', {
     message: 'The artifact store could not be reached.',
     advice: 'Check that the artifact store (static HTTP server or S3) is up and reachable from the gateway.',
   },
+  slice_digest_mismatch: {
+    status: 502,
+    message: 'The artifact store returned bytes that do not match the digest recorded at publish.',
+    advice:
+      'The object on the store changed behind the gateway (overwritten or damaged); nothing was served or cached. Run `arkvory scrub` and restore the blob from a backup.',
+  },
   upstream_timeout: {
     status: 504,
     message: 'The artifact store did not answer in time.',

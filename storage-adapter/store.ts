@@ -6,6 +6,7 @@
 import type { ByteMeter } from './byte-meter.ts';
 import type { IdentityObject } from './identity.ts';
 import type { ByteRange } from './range.ts';
+import type { SliceDigests } from './slice-digests.ts';
 
 export interface StageOptions {
   /** Larger bodies fail with `payload_too_large` as soon as the limit is crossed. */
@@ -29,12 +30,19 @@ export interface StageOptions {
    * overlapped-writer.ts). Leave unset when anything reads a chunk after yielding it.
    */
   readonly chunksOwned?: boolean | undefined;
+  /**
+   * Record the sha256 of each slice of this size too (`StagedBlob.sliceDigests`), for the slice
+   * cache (slice-digests.ts). Undefined: slice digests are not computed.
+   */
+  readonly sliceBytes?: number | undefined;
 }
 
 /** A fully written temporary object, verified (size, sha256), not yet under its blob name. */
 export interface StagedBlob {
   readonly sha256: string;
   readonly sizeBytes: number;
+  /** Per-slice digests, computed in the same pass as the sha256 when `StageOptions.sliceBytes` asked. */
+  readonly sliceDigests?: SliceDigests | undefined;
   /** Moves the bytes to `blobs/sha256/ab/cd/<hex>` (an identical blob already there is kept). */
   commit(): Promise<void>;
   /** Removes the temporary; safe to call after commit and more than once. */

@@ -3,6 +3,7 @@ import { backupCommand, restoreCommand } from './backup-commands.ts';
 import type { Command } from './command.ts';
 import { doctorCommand } from './doctor-command.ts';
 import { gcCommand, scrubCommand } from './maintenance-commands.ts';
+import { cacheCommand } from './cache-commands.ts';
 import { migrateCommand } from './migrate-command.ts';
 import { getCommand, presignCommand, putCommand } from './client-commands.ts';
 import { policyCommand } from './policy-command.ts';
@@ -25,6 +26,7 @@ export const COMMANDS: readonly Command[] = [
   rulesServiceCommand,
   scrubCommand,
   gcCommand,
+  cacheCommand,
   backupCommand,
   restoreCommand,
   presignSecretCommand,

@@ -3,6 +3,7 @@ import { tryLockExclusive } from '../../policy/lease/barriers.ts';
 import { ensureStorageIdentity } from '../../storage-adapter/identity.ts';
 import { collectGarbage } from '../../storage-adapter/maintenance/gc.ts';
 import { scrubBlobs } from '../../storage-adapter/maintenance/scrub.ts';
+import { deleteSliceDigests, recordSliceDigests } from '../../storage-adapter/catalog/slice-rows.ts';
 import type { StoreTree } from '../../storage-adapter/store.ts';
 import { openStore } from '../content/storage.ts';
 import { loadCliConfig, openCliPool } from './cli-database.ts';
@@ -69,16 +70,26 @@ export const scrubCommand: Command = defineCommand({
   name: 'scrub',
   summary: 'offline: re-hash every blob, quarantine mismatches (exit 1 if any)',
   description: `Offline maintenance. Re-hashes every blob under <ARKVORY_DATA_DIR>/blobs (or <ARKVORY_STORAGE_URL>/blobs)
-and moves any whose bytes do not match its sha256 name into quarantine/ (nothing is deleted). Prints a JSON
+and moves any whose bytes do not match its sha256 name into quarantine/ (nothing is deleted). Records the
+per-slice digests the slice cache checks against (ARKVORY_CACHE_SLICE_BYTES) for blobs published before they
+were, and forgets those of quarantined blobs. Prints a JSON
 summary; exits 1 when any blob was corrupt. Refuses while any gateway or worker of the database runs.
 Progress: a bar on a terminal, a log line every 5 s otherwise.`,
   forms: [
     form({
       run(_input, env) {
-        return underMaintenanceBarrier(env, 'scrub', async (_pool, root) => {
+        return underMaintenanceBarrier(env, 'scrub', async (pool, root) => {
           const progress = progressReporter('scrub');
+          const { sliceBytes } = (await loadCliConfig(env)).sliceCache;
           const report = await scrubBlobs(root, {
             onProgress: (n, bytes) => progress.update(`${n} blobs, ${(bytes / 1048576).toFixed(1)} MiB`),
+            // Backfill: blobs published before slice digests were recorded get them now; a
+            // quarantined blob loses them, so no gateway's slice cache serves it again.
+            sliceBytes,
+            onChecked: async (blob, digests) => {
+              if (digests) await recordSliceDigests(pool, blob, digests);
+              else await deleteSliceDigests(pool, [blob]);
+            },
           });
           progress.done();
           process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);

@@ -86,6 +86,16 @@ export function buildConfig(v: VariableValues, derived: Derived, cwd: string): C
       blobBytes: v.num('ARKVORY_BLOB_CACHE_BYTES'),
       blobMaxObjectBytes: v.num('ARKVORY_BLOB_CACHE_MAX_OBJECT_BYTES'),
     },
+    sliceCache: {
+      dir: (() => {
+        const dir = v.optStr('ARKVORY_CACHE_DIR');
+        return dir === undefined ? undefined : path.resolve(cwd, dir);
+      })(),
+      maxBytes: v.num('ARKVORY_CACHE_MAX_BYTES'),
+      minFreeBytes: v.num('ARKVORY_CACHE_MIN_FREE_BYTES'),
+      sliceBytes: v.num('ARKVORY_CACHE_SLICE_BYTES'),
+      readaheadSlices: v.num('ARKVORY_CACHE_READAHEAD_SLICES'),
+    },
     storage: {
       url: v.optStr('ARKVORY_STORAGE_URL'),
       connectTimeoutMs: v.num('ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS'),

@@ -87,6 +87,16 @@ export interface Config {
     readonly blobBytes: number;
     readonly blobMaxObjectBytes: number;
   };
+  /** The slice cache in front of a static-HTTP or S3 store (docs/storage-and-content.md, "Cache"). */
+  readonly sliceCache: {
+    /** Undefined: no cache. */
+    readonly dir: string | undefined;
+    readonly maxBytes: number;
+    readonly minFreeBytes: number;
+    /** The slice size publish and scrub record digests with. */
+    readonly sliceBytes: number;
+    readonly readaheadSlices: number;
+  };
   /** The static-HTTP or S3 store; undefined = the filesystem store under `dataDir`. */
   readonly storage: {
     readonly url: string | undefined;

@@ -399,5 +399,34 @@ export const VARIABLES: readonly VariableSpec[] = [
     defaultValue: '262144',
     doc: 'Largest blob the small-blob cache holds.',
   },
+  {
+    name: 'ARKVORY_CACHE_DIR',
+    kind: { type: 'string' },
+    doc: 'Static-HTTP and S3 stores: a local directory for the slice cache (verified slices of blobs on disk; unset = no cache). Deleting it while the gateway is stopped is a cold start. See docs/storage-and-content.md, "Cache".',
+  },
+  {
+    name: 'ARKVORY_CACHE_MAX_BYTES',
+    kind: { type: 'int', min: 1048576, max: 1024 * TiB },
+    defaultValue: '10737418240',
+    doc: 'Upper bound on the bytes of slices the slice cache keeps on disk; least recently used slices are evicted first.',
+  },
+  {
+    name: 'ARKVORY_CACHE_MIN_FREE_BYTES',
+    kind: { type: 'int', min: 0, max: 1024 * TiB },
+    defaultValue: '1073741824',
+    doc: 'Free space the slice cache leaves on its filesystem: it evicts, or relays from the store without keeping, rather than go below it.',
+  },
+  {
+    name: 'ARKVORY_CACHE_SLICE_BYTES',
+    kind: { type: 'int', min: 65536, max: 268435456 },
+    defaultValue: '8388608',
+    doc: 'Slice size new blobs are digested with at publish (and by scrub for older blobs); the cache fetches and verifies a blob in slices of the size recorded for it.',
+  },
+  {
+    name: 'ARKVORY_CACHE_READAHEAD_SLICES',
+    kind: { type: 'int', min: 0, max: 64 },
+    defaultValue: '4',
+    doc: 'Slices a read of several slices fetches ahead from the store, in parallel, on a miss.',
+  },
   ...TLS_VARIABLES,
 ];

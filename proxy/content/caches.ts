@@ -1,8 +1,11 @@
 /**
- * Builds the read-path caches from the configuration (docs/storage-and-content.md, "Caches"): the
- * catalog cache with its epoch watcher, the open-file cache (directory store) and the small-blob
- * cache (any store). Each is skipped when its bound is 0. Closing stops the watcher and closes the
- * idle descriptors.
+ * Builds the read-path caches from the configuration (docs/storage-and-content.md, "Caches" and
+ * "Cache"): the catalog cache with its epoch watcher, the open-file cache (directory store), the
+ * slice cache on disk (static-HTTP and S3 stores, with `ARKVORY_CACHE_DIR`) and the small-blob
+ * cache (any store). Each is skipped when its bound is 0 or it is not configured. The catalog epoch
+ * watcher is one for both the catalog cache and the slice cache: a blob removed by gc or scrub, or
+ * purged, stops being served from the slice cache within the catalog cache's bound. Closing stops
+ * the watcher and closes the idle descriptors.
  */
 import { EpochWatcher } from '../../lib/epoch-watcher.ts';
 import { createCachedCatalog } from '../../storage-adapter/catalog/cached-catalog.ts';
@@ -10,6 +13,13 @@ import type { CacheStats } from '../../lib/cache-stats.ts';
 import { OpenFileCache } from '../../storage-adapter/fs/index.ts';
 import { SmallBlobCache, withSmallBlobCache } from '../../storage-adapter/cache/small-blob-cache.ts';
 import type { Catalog } from '../../storage-adapter/catalog/catalog.ts';
+import { blobsWithSliceDigests, purgesSince, readSliceDigests } from '../../storage-adapter/catalog/slice-rows.ts';
+import {
+  DigestDirectory,
+  SliceCache,
+  type SliceCacheStats,
+  withSliceCache,
+} from '../../storage-adapter/slice-cache/index.ts';
 import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import type { Services } from '../server/services.ts';
 
@@ -17,9 +27,11 @@ export interface ContentCaches {
   readonly openFiles: OpenFileCache | undefined;
   /** The catalog, cached when configured. */
   catalog(inner: Catalog): Promise<Catalog>;
-  /** The store, with small blobs served from memory when configured. */
-  store(inner: ArtifactStore): ArtifactStore;
+  /** The store, with slices on disk (remote stores) and small blobs in memory when configured. */
+  store(inner: ArtifactStore): Promise<ArtifactStore>;
   stats(): CacheStats[];
+  /** The slice cache, when one is configured and the store is remote. */
+  sliceCache(): SliceCache | undefined;
 }
 
 export function createContentCaches(services: Services): ContentCaches {
@@ -37,10 +49,9 @@ export function createContentCaches(services: Services): ContentCaches {
     sources.push(() => opened.stats());
     openFiles = opened;
   }
-  return {
-    openFiles,
-    async catalog(inner) {
-      if (caches.catalogEntries === 0 || caches.catalogBytes === 0) return inner;
+  let watching: Promise<EpochWatcher> | undefined;
+  const catalogWatcher = (): Promise<EpochWatcher> => {
+    watching ??= (async () => {
       const watcher = new EpochWatcher({
         name: 'catalog',
         pool: services.pool,
@@ -50,21 +61,106 @@ export function createContentCaches(services: Services): ContentCaches {
         clock: services.clock,
         log: services.log.child({ component: 'catalog-cache' }),
       });
-      const cached = createCachedCatalog(inner, watcher, {
+      await watcher.start();
+      services.onClose.push(() => watcher.stop());
+      return watcher;
+    })();
+    return watching;
+  };
+  let slices: SliceCache | undefined;
+  return {
+    openFiles,
+    async catalog(inner) {
+      if (caches.catalogEntries === 0 || caches.catalogBytes === 0) return inner;
+      const cached = createCachedCatalog(inner, await catalogWatcher(), {
         maxEntries: caches.catalogEntries,
         maxBytes: caches.catalogBytes,
       });
-      await watcher.start();
-      services.onClose.push(() => watcher.stop());
       sources.push(() => cached.stats());
       return cached;
     },
-    store(inner) {
-      if (caches.blobBytes === 0 || caches.blobMaxObjectBytes === 0) return inner;
+    async store(inner) {
+      let store = inner;
+      const { sliceCache } = services.config;
+      if (sliceCache.dir !== undefined && inner.kind !== 'fs') {
+        slices = await openSliceCache(services, store, await catalogWatcher());
+        const opened = slices;
+        sources.push(() => sliceCacheStats(opened.stats));
+        store = withSliceCache(
+          store,
+          opened,
+          new DigestDirectory((sha256) => readSliceDigests(services.pool, sha256), await catalogWatcher()),
+          { readaheadSlices: sliceCache.readaheadSlices },
+        );
+      }
+      if (caches.blobBytes === 0 || caches.blobMaxObjectBytes === 0) return store;
       const blobs = new SmallBlobCache({ maxBytes: caches.blobBytes, maxObjectBytes: caches.blobMaxObjectBytes });
       sources.push(() => blobs.stats());
-      return withSmallBlobCache(inner, blobs);
+      return withSmallBlobCache(store, blobs);
     },
     stats: () => sources.map((read) => read()),
+    sliceCache: () => slices,
   };
+}
+
+function sliceCacheStats(s: SliceCacheStats): CacheStats {
+  return { cache: 'slice', hits: s.hitRequests, misses: s.missRequests, entries: s.heldSlices, bytes: s.heldBytes };
+}
+
+/**
+ * Opens the slice cache and keeps it coherent: on every catalog epoch change (a DELETE, gc or scrub
+ * removing a blob's digests, a purge request) the slices of blobs that lost their digests, and of
+ * purged blobs, are removed. Once at start too: what changed while the gateway was stopped.
+ */
+async function openSliceCache(services: Services, store: ArtifactStore, watcher: EpochWatcher): Promise<SliceCache> {
+  const { sliceCache } = services.config;
+  const log = services.log.child({ component: 'slice-cache' });
+  const cache = await SliceCache.open({
+    dir: sliceCache.dir!,
+    maxBytes: sliceCache.maxBytes,
+    minFreeBytes: sliceCache.minFreeBytes,
+    log,
+  });
+  let purgeId: string | undefined;
+  let running: Promise<void> | undefined;
+  let again = false;
+  const sweep = async (): Promise<void> => {
+    const held = cache.heldBlobs();
+    const present = await blobsWithSliceDigests(services.pool, held);
+    const purges = await purgesSince(services.pool, purgeId);
+    purgeId = purges.lastId;
+    const gone = new Set([...held.filter((b) => !present.has(b)), ...purges.blobs]);
+    if (gone.size === 0) return;
+    const removed = await cache.removeBlobs(gone);
+    log.info(
+      { blobs: gone.size, slices: removed },
+      'slice cache: removed the slices of deleted, quarantined or purged blobs',
+    );
+  };
+  const schedule = () => {
+    if (running) {
+      again = true;
+      return;
+    }
+    running = sweep()
+      .catch((err: unknown) => log.warn({ err: { message: (err as Error).message } }, 'slice cache sweep failed'))
+      .finally(() => {
+        running = undefined;
+        if (again) {
+          again = false;
+          schedule();
+        }
+      });
+  };
+  await sweep();
+  watcher.onInvalidate(schedule);
+  services.onClose.push(async () => {
+    cache.close();
+    await running;
+  });
+  log.info(
+    { dir: sliceCache.dir, maxBytes: sliceCache.maxBytes, heldBytes: cache.stats.heldBytes, store: store.kind },
+    'slice cache open',
+  );
+  return cache;
 }

@@ -13,7 +13,9 @@ import { openStore } from './storage.ts';
 import { artifactRoutes } from './artifact-routes.ts';
 import { contentRoutes, type ContentMeters } from './content-routes.ts';
 import { presignRoutes } from './presign-routes.ts';
+import { cacheAdminRoutes } from '../admin/cache-admin-routes.ts';
 import type { Services } from '../server/services.ts';
+import { registerSliceCacheMetrics } from '../metrics/slice-cache-metrics.ts';
 import { registerCacheMetrics } from '../metrics/cache-metrics.ts';
 import { registerUploadMetrics } from '../metrics/upload-metrics.ts';
 
@@ -32,7 +34,7 @@ export async function openContentModule(
 ): Promise<{ routes: Route[]; store: ArtifactStore }> {
   const { config } = services;
   const caches = createContentCaches(services);
-  const store = caches.store(
+  const store = await caches.store(
     await openStore(config, config.role === 'reader' ? 'reader' : 'writer', services.pool, {
       openFiles: caches.openFiles,
     }),
@@ -41,12 +43,13 @@ export async function openContentModule(
   if (services.metrics) {
     registerCacheMetrics(services.metrics.registry, () => caches.stats());
     registerUploadMetrics(services.metrics.registry, store);
+    registerSliceCacheMetrics(services.metrics.registry, () => caches.sliceCache()?.stats);
   }
   services.log.info(
     { storageId: store.storageId, writable: store.writable, store: store.kind, location: store.location },
     'storage root verified',
   );
-  const catalog = await caches.catalog(createCatalog(services.pool));
+  const catalog = await caches.catalog(createCatalog(services.pool, { sliceBytes: config.sliceCache.sliceBytes }));
   const routes = [
     ...contentRoutes({ store, catalog, maxUploadBytes: config.maxUploadBytes, meters: deps.meters }),
     ...artifactRoutes({
@@ -58,6 +61,7 @@ export async function openContentModule(
     ...(deps.links
       ? presignRoutes({ links: deps.links, catalog, maxExpiresSeconds: config.presignMaxExpiresSeconds })
       : []),
+    ...cacheAdminRoutes({ pool: services.pool, catalog, sliceCache: () => caches.sliceCache() }),
   ];
   return { routes, store };
 }

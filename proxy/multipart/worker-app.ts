@@ -20,7 +20,7 @@ function startWorker(services: Services, store: ArtifactStore, sessions: UploadS
     pool: services.pool,
     databaseUrl: services.databaseUrl,
     store,
-    catalog: createCatalog(services.pool),
+    catalog: createCatalog(services.pool, { sliceBytes: services.config.sliceCache.sliceBytes }),
     sessions,
     log: services.log.child({ component: 'worker' }),
     // The coordinator of this process already holds the shared maintenance barrier.

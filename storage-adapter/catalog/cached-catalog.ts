@@ -105,6 +105,7 @@ export function createCachedCatalog(inner: Catalog, validity: CacheValidity, bou
       return removed;
     },
     referencedBlobs: () => inner.referencedBlobs(),
+    ...(inner.recordSlices ? { recordSlices: inner.recordSlices.bind(inner), sliceBytes: inner.sliceBytes } : {}),
     stats: () => ({ cache: 'catalog', hits, misses, entries: rows.size, bytes: rows.bytes }),
   };
 }

@@ -3,6 +3,8 @@
  * is inserted only after its blob is durable, so a reader that finds a row finds whole bytes.
  */
 import type pg from 'pg';
+import { DEFAULT_SLICE_BYTES, type SliceDigests } from '../slice-digests.ts';
+import { recordSliceDigests } from './slice-rows.ts';
 
 export const ARTIFACT_KINDS = ['artifact', 'package', 'asset'] as const;
 export type ArtifactKind = (typeof ARTIFACT_KINDS)[number];
@@ -76,10 +78,16 @@ export interface Catalog {
   remove(key: ArtifactKey): Promise<boolean>;
   /** Every sha256 some row references (for gc and tests). */
   referencedBlobs(): Promise<Set<string>>;
+  /** Records a blob's slice digests (slice-rows.ts) before its first catalog row is inserted. */
+  recordSlices?(sha256: string, digests: SliceDigests): Promise<void>;
+  /** The slice size publish digests with (with `recordSlices`). */
+  readonly sliceBytes?: number;
 }
 
-export function createCatalog(pool: pg.Pool): Catalog {
+/** `sliceBytes`: the slice size new blobs' digests are recorded with (ARKVORY_CACHE_SLICE_BYTES). */
+export function createCatalog(pool: pg.Pool, options: { sliceBytes?: number } = {}): Catalog {
   return {
+    sliceBytes: options.sliceBytes ?? DEFAULT_SLICE_BYTES,
     async get(key) {
       const { rows } = await pool.query<Row>(
         `SELECT ${COLUMNS} FROM arkvory_artifacts WHERE ${KEY_WHERE}`,
@@ -108,6 +116,7 @@ export function createCatalog(pool: pg.Pool): Catalog {
       const result = await pool.query(`DELETE FROM arkvory_artifacts WHERE ${KEY_WHERE}`, keyParams(key));
       return (result.rowCount ?? 0) > 0;
     },
+    recordSlices: (sha256, digests) => recordSliceDigests(pool, sha256, digests),
     async referencedBlobs() {
       const { rows } = await pool.query<{ sha256: string }>('SELECT DISTINCT sha256 FROM arkvory_artifacts');
       return new Set(rows.map((r) => r.sha256));

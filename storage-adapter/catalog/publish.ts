@@ -32,12 +32,15 @@ export async function publishArtifact(
 ): Promise<PublishOutcome> {
   // Whether the key is free before the bytes arrive lets a store skip a copy (see StageOptions).
   const keyWasFree = request.stage.expectedSha256 !== undefined && (await deps.catalog.get(request.key)) === undefined;
-  const options = { ...request.stage, keyWasFree };
+  const sliceBytes = deps.catalog.recordSlices ? (request.stage.sliceBytes ?? deps.catalog.sliceBytes) : undefined;
+  const options = { ...request.stage, keyWasFree, sliceBytes };
   const staged = (await request.stager?.(options)) ?? (await deps.store.stage(request.body, options));
   try {
     const existing = await deps.catalog.get(request.key);
     if (existing) return compare(existing, staged.sha256);
     await staged.commit();
+    // Digests before the row: a reader that finds the row can verify every slice it fills.
+    if (staged.sliceDigests) await deps.catalog.recordSlices?.(staged.sha256, staged.sliceDigests);
     const { inserted, entry } = await deps.catalog.insertOrGet({
       ...request.key,
       sha256: staged.sha256,

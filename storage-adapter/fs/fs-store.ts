@@ -122,31 +122,37 @@ export async function openFsStore(options: {
           releaseChunks: stageOptions.chunksOwned === true,
           direct: file.direct,
         });
-        const { sha256, sizeBytes: received } = upload.result;
+        const { sha256, sizeBytes: received, sliceDigests } = upload.result;
         await handle.close();
         handle = undefined;
-        return trackedStagedBlob(stats, sha256, received, {
-          async commit() {
-            const target = blobPath(sha256);
-            const dir = path.dirname(target);
-            try {
-              await mkdirDurable(dir, blobsDir);
+        return trackedStagedBlob(
+          stats,
+          sha256,
+          received,
+          {
+            async commit() {
+              const target = blobPath(sha256);
+              const dir = path.dirname(target);
               try {
-                await link(tempPath, target);
+                await mkdirDurable(dir, blobsDir);
+                try {
+                  await link(tempPath, target);
+                } catch (err) {
+                  // Content-addressed: an existing blob with this name has these exact bytes; keep it.
+                  if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+                }
+                await fsyncDirectory(dir);
               } catch (err) {
-                // Content-addressed: an existing blob with this name has these exact bytes; keep it.
-                if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+                throw mapWriteError(err);
               }
-              await fsyncDirectory(dir);
-            } catch (err) {
-              throw mapWriteError(err);
-            }
+            },
+            discard: () =>
+              unlink(tempPath).catch((err: NodeJS.ErrnoException) => {
+                if (err.code !== 'ENOENT') throw err;
+              }),
           },
-          discard: () =>
-            unlink(tempPath).catch((err: NodeJS.ErrnoException) => {
-              if (err.code !== 'ENOENT') throw err;
-            }),
-        });
+          sliceDigests,
+        );
       } catch (err) {
         stats.failed++;
         await handle?.close().catch(() => {});

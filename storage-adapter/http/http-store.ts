@@ -97,15 +97,21 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<OpenedAr
         await dav.remove(tempName).catch(() => {});
         throw err;
       }
-      const { sha256, sizeBytes } = upload.result;
-      return trackedStagedBlob(stats, sha256, sizeBytes, {
-        // false: an identical blob (same name, so same bytes) is already there; discard() drops ours.
-        commit: async () => {
-          await dav.move(tempName, blobName(sha256), false);
+      const { sha256, sizeBytes, sliceDigests } = upload.result;
+      return trackedStagedBlob(
+        stats,
+        sha256,
+        sizeBytes,
+        {
+          // false: an identical blob (same name, so same bytes) is already there; discard() drops ours.
+          commit: async () => {
+            await dav.move(tempName, blobName(sha256), false);
+          },
+          // Best effort: the catalog decision is already made; a temporary left behind is gc's.
+          discard: () => dav.remove(tempName).catch(() => {}),
         },
-        // Best effort: the catalog decision is already made; a temporary left behind is gc's.
-        discard: () => dav.remove(tempName).catch(() => {}),
-      });
+        sliceDigests,
+      );
     },
 
     async openBlob(sha256, ranges = []) {

@@ -54,6 +54,10 @@ export async function collectGarbage(
     }
     options.onProgress?.(seen);
   }
+  // The slice cache serves a blob only while its digests are recorded: every gateway removes the
+  // slices of these when it starts (gc runs with every gateway stopped).
+  if (!options.dryRun && report.orphanBlobs.length > 0)
+    await pool.query('DELETE FROM arkvory_blob_slices WHERE sha256 = ANY($1::text[])', [report.orphanBlobs]);
   for (const entry of await tree.list(TMP_DIR)) {
     report.staleTmp.push(entry.name);
     await remove(`${TMP_DIR}/${entry.name}`, entry.sizeBytes);

@@ -6,6 +6,7 @@
 import { createHash } from 'node:crypto';
 import { createFsTree } from '../fs/index.ts';
 import type { StoreTree } from '../store.ts';
+import { SliceHasher, type SliceDigests } from '../slice-digests.ts';
 import { walkBlobs } from './walk-blobs.ts';
 
 export interface ScrubReport {
@@ -17,14 +18,26 @@ export interface ScrubReport {
 /** `root` is a filesystem store root or any store's tree. */
 export async function scrubBlobs(
   root: string | StoreTree,
-  options: { onProgress?: (checked: number, bytes: number) => void; nowMs?: () => number } = {},
+  options: {
+    onProgress?: (checked: number, bytes: number) => void;
+    nowMs?: () => number;
+    /**
+     * With `sliceBytes`: called per blob after its check with its slice digests (computed in the
+     * same read), or undefined when it was quarantined. Scrub's caller backfills the digests of
+     * blobs published before they were recorded, and forgets those of quarantined blobs.
+     */
+    sliceBytes?: number;
+    onChecked?: (blob: string, digests: SliceDigests | undefined) => Promise<void>;
+  } = {},
 ): Promise<ScrubReport> {
   const tree = typeof root === 'string' ? createFsTree(root) : root;
   const report: ScrubReport = { checked: 0, bytes: 0, corrupt: [] };
   for await (const blob of walkBlobs(tree)) {
     const hash = createHash('sha256');
+    const slices = options.sliceBytes !== undefined ? new SliceHasher(options.sliceBytes) : undefined;
     for await (const chunk of tree.read(blob.file)) {
       hash.update(chunk);
+      slices?.update(chunk);
       report.bytes += chunk.length;
     }
     const actual = hash.digest('hex');
@@ -33,7 +46,8 @@ export async function scrubBlobs(
       const target = `quarantine/${blob.name}.${(options.nowMs ?? Date.now)()}`;
       await tree.move(blob.file, target);
       report.corrupt.push({ blob: blob.name, actualSha256: actual, quarantinedAs: target });
-    }
+      await options.onChecked?.(blob.name, undefined);
+    } else if (slices) await options.onChecked?.(blob.name, slices.finish());
     options.onProgress?.(report.checked, report.bytes);
   }
   return report;

@@ -12,8 +12,9 @@ import { sessionRelativeDir } from '../paths.ts';
 import { abortMultipart, completeMultipart, createMultipart, planPartCopies, uploadPartCopy } from './s3-transfer.ts';
 import type { S3Bucket } from './s3-tree.ts';
 import type { AssemblyPart, StageOptions } from '../store.ts';
+import { SliceHasher, type SliceDigests } from '../slice-digests.ts';
 
-export type Assembly = { sha256: string; sizeBytes: number } | 'declined';
+export type Assembly = { sha256: string; sizeBytes: number; sliceDigests: SliceDigests | undefined } | 'declined';
 
 /** Assembles the session's parts as the object `target` (a key); on failure nothing is left open. */
 export async function assembleOnServer(
@@ -31,6 +32,7 @@ export async function assembleOnServer(
   if (!copies) return 'declined';
   const uploadId = await createMultipart(client, target);
   const whole = createHash('sha256');
+  const slices = stageOptions.sliceBytes !== undefined ? new SliceHasher(stageOptions.sliceBytes) : undefined;
   let sizeBytes = 0;
   let previous: Promise<unknown> = Promise.resolve();
   const etags: string[] = new Array(copies.length);
@@ -53,6 +55,7 @@ export async function assembleOnServer(
         for await (const chunk of res.body) {
           hash.update(chunk as Buffer);
           whole.update(chunk as Buffer);
+          slices?.update(chunk as Buffer);
           partBytes += (chunk as Buffer).length;
         }
       } catch (err) {
@@ -105,7 +108,7 @@ export async function assembleOnServer(
         'upstream_unreachable',
         `The S3 server assembled ${target} with ${head?.sizeBytes ?? 'no'} bytes, not ${sizeBytes}.`,
       );
-    return { sha256, sizeBytes };
+    return { sha256, sizeBytes, sliceDigests: slices?.finish() };
   } catch (err) {
     await previous.catch(() => {});
     await abortMultipart(client, target, uploadId).catch(() => {});

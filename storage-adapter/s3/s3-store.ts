@@ -26,6 +26,7 @@ import { formatS3Location, type S3Location } from './s3-location.ts';
 import { openSocketRange, SOCKET_READ_MIN_BYTES } from './s3-socket-read.ts';
 import { copyObject, S3_DEFAULT_LIMITS, uploadObject, type S3Limits } from './s3-transfer.ts';
 import type { OpenedArtifactStore, StagedBlob, StageOptions } from '../store.ts';
+import type { SliceDigests } from '../slice-digests.ts';
 import { assembleOnServer, type Assembly } from './s3-assembly.ts';
 import { s3Parts, s3Tree, type S3Bucket } from './s3-tree.ts';
 import { trackedStagedBlob } from '../streaming/staged-blob.ts';
@@ -202,22 +203,33 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
   }
 
   /** A fully written, verified object at `tempName` (a tmp/ temporary or already its blob name). */
-  function stagedBlob(tempName: string, sha256: string, sizeBytes: number): StagedBlob {
+  function stagedBlob(
+    tempName: string,
+    sha256: string,
+    sizeBytes: number,
+    sliceDigests: SliceDigests | undefined,
+  ): StagedBlob {
     const direct = tempName === blobName(sha256);
-    return trackedStagedBlob(stats, sha256, sizeBytes, {
-      async commit() {
-        const target = keyOf(blobName(sha256));
-        if (direct) commits.direct++;
-        else if (await client.head(target)) commits.existing++;
-        else commits[await copyObject(client, keyOf(tempName), target, sizeBytes, limits, timeoutMs)]++;
+    return trackedStagedBlob(
+      stats,
+      sha256,
+      sizeBytes,
+      {
+        async commit() {
+          const target = keyOf(blobName(sha256));
+          if (direct) commits.direct++;
+          else if (await client.head(target)) commits.existing++;
+          else commits[await copyObject(client, keyOf(tempName), target, sizeBytes, limits, timeoutMs)]++;
+        },
+        // Best effort: the catalog decision is already made; a temporary left behind is gc's.
+        // A blob staged under its own name and not committed (a racing publish of the key) is
+        // left to gc too: another publish may reference the same blob by now.
+        discard: async () => {
+          if (!direct) await client.delete(keyOf(tempName)).catch(() => {});
+        },
       },
-      // Best effort: the catalog decision is already made; a temporary left behind is gc's.
-      // A blob staged under its own name and not committed (a racing publish of the key) is
-      // left to gc too: another publish may reference the same blob by now.
-      discard: async () => {
-        if (!direct) await client.delete(keyOf(tempName)).catch(() => {});
-      },
-    });
+      sliceDigests,
+    );
   }
 
   return {
@@ -259,7 +271,7 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
         if (tempName.startsWith(TMP_DIR)) await client.delete(keyOf(tempName)).catch(() => {});
         throw err;
       }
-      return stagedBlob(tempName, upload.result.sha256, upload.result.sizeBytes);
+      return stagedBlob(tempName, upload.result.sha256, upload.result.sizeBytes, upload.result.sliceDigests);
     },
 
     async assembleParts(sessionId, parts, stageOptions): Promise<StagedBlob | undefined> {
@@ -278,7 +290,7 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
         return undefined;
       }
       assemblies['server-copy']++;
-      return stagedBlob(tempName, assembled.sha256, assembled.sizeBytes);
+      return stagedBlob(tempName, assembled.sha256, assembled.sizeBytes, assembled.sliceDigests);
     },
 
     async openBlob(sha256, ranges = []) {

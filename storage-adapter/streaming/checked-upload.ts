@@ -8,19 +8,25 @@ import { createHash, type Hash } from 'node:crypto';
 import { isLargeBody } from './large-body.ts';
 import { OffThreadSha256 } from './off-thread-sha256.ts';
 import { StorageError } from '../errors.ts';
+import { SliceHasher, type SliceDigests } from '../slice-digests.ts';
 import type { StageOptions } from '../store.ts';
 
 export interface CheckedUpload {
   /** The body's bytes; the final checks run when it ends, before it returns. */
   readonly chunks: AsyncGenerator<Buffer>;
   /** Filled in as `chunks` is read; final once it has ended without throwing. */
-  readonly result: { sizeBytes: number; sha256: string };
+  readonly result: { sizeBytes: number; sha256: string; sliceDigests?: SliceDigests | undefined };
 }
 
 export function checkedUpload(body: AsyncIterable<Uint8Array>, options: StageOptions): CheckedUpload {
-  const result = { sizeBytes: 0, sha256: '' };
+  const result: CheckedUpload['result'] = { sizeBytes: 0, sha256: '' };
+  const { sliceBytes } = options;
+  // A body of at most one slice has one slice digest, its sha256: no second hash needed.
+  const oneSlice = sliceBytes === undefined || (options.expectedLength ?? Number.POSITIVE_INFINITY) <= sliceBytes;
   async function* chunks(): AsyncGenerator<Buffer> {
-    const hash = isLargeBody(options.expectedLength) ? new OffThreadSha256() : createHash('sha256');
+    const hash = isLargeBody(options.expectedLength)
+      ? new OffThreadSha256({ sliceBytes: oneSlice ? undefined : sliceBytes })
+      : createHash('sha256');
     let digested = false;
     try {
       yield* checked(hash);
@@ -30,6 +36,7 @@ export function checkedUpload(body: AsyncIterable<Uint8Array>, options: StageOpt
     }
   }
   async function* checked(hash: OffThreadSha256 | Hash): AsyncGenerator<Buffer> {
+    const slices = !oneSlice && !(hash instanceof OffThreadSha256) ? new SliceHasher(sliceBytes!) : undefined;
     for await (const chunk of body) {
       options.signal?.throwIfAborted();
       const bytes = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
@@ -53,6 +60,7 @@ export function checkedUpload(body: AsyncIterable<Uint8Array>, options: StageOpt
       }
       const hashing = hash.update(bytes);
       if (hashing instanceof Promise) await hashing;
+      slices?.update(bytes);
       yield bytes;
     }
     options.signal?.throwIfAborted();
@@ -63,9 +71,22 @@ export function checkedUpload(body: AsyncIterable<Uint8Array>, options: StageOpt
       );
     }
     result.sha256 = hash instanceof OffThreadSha256 ? await hash.digest() : hash.digest('hex');
+    if (sliceBytes !== undefined) {
+      const digests = slices?.finish().digests ?? (hash instanceof OffThreadSha256 ? hash.sliceDigests : undefined);
+      result.sliceDigests =
+        digests !== undefined
+          ? { sizeBytes: result.sizeBytes, sliceBytes, digests }
+          : wholeAsOneSlice(result.sizeBytes, sliceBytes, result.sha256);
+    }
     if (options.expectedSha256 !== undefined && options.expectedSha256 !== result.sha256) {
       throw new StorageError('invalid_request', 'The body does not match its Content-Digest (sha-256).');
     }
   }
   return { chunks: chunks(), result };
+}
+
+/** The slice digests of a body that turned out to fit in one slice (or none, when empty). */
+function wholeAsOneSlice(sizeBytes: number, sliceBytes: number, sha256: string): SliceDigests | undefined {
+  if (sizeBytes > sliceBytes) return undefined;
+  return { sizeBytes, sliceBytes, digests: sizeBytes === 0 ? Buffer.alloc(0) : Buffer.from(sha256, 'hex') };
 }

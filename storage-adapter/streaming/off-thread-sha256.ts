@@ -11,6 +11,7 @@
  * next hasher starts a new one.
  */
 import { Worker } from 'node:worker_threads';
+import { SLICE_HASHER_SOURCE } from '../slice-digests.ts';
 
 const SLOT_BYTES = 1024 * 1024;
 const SLOTS = 4;
@@ -19,30 +20,44 @@ const SLOTS = 4;
 const WORKER_SOURCE = `
 const { parentPort } = require('node:worker_threads');
 const { createHash } = require('node:crypto');
+${SLICE_HASHER_SOURCE}
 const open = new Map();
 parentPort.on('message', (m) => {
-  if (m.op === 'open') open.set(m.id, { hash: createHash('sha256'), view: Buffer.from(m.shared) });
+  if (m.op === 'open')
+    open.set(m.id, {
+      hash: createHash('sha256'),
+      view: Buffer.from(m.shared),
+      sliceBytes: m.sliceBytes,
+      slice: m.sliceBytes ? createHash('sha256') : undefined,
+      inSlice: 0,
+      slices: [],
+    });
   else if (m.op === 'update') {
     const h = open.get(m.id);
     if (!h) return;
-    h.hash.update(h.view.subarray(m.offset, m.offset + m.length));
+    const bytes = h.view.subarray(m.offset, m.offset + m.length);
+    h.hash.update(bytes);
+    if (h.slice) sliceUpdate(h, bytes);
     parentPort.postMessage({ op: 'free', id: m.id, slot: m.slot });
   } else if (m.op === 'digest') {
     const h = open.get(m.id);
     if (!h) return;
     open.delete(m.id);
-    parentPort.postMessage({ op: 'digest', id: m.id, hex: h.hash.digest('hex') });
+    const slices = h.slice ? sliceFinish(h) : undefined;
+    parentPort.postMessage({ op: 'digest', id: m.id, hex: h.hash.digest('hex'), slices });
   } else if (m.op === 'drop') open.delete(m.id);
 });
 `;
 
 interface Pending {
   readonly onFree: (slot: number) => void;
-  readonly onDigest: (hex: string) => void;
+  readonly onDigest: (hex: string, slices: Uint8Array | undefined) => void;
   readonly onError: (err: Error) => void;
 }
 
-type WorkerMessage = { op: 'free'; id: number; slot: number } | { op: 'digest'; id: number; hex: string };
+type WorkerMessage =
+  | { op: 'free'; id: number; slot: number }
+  | { op: 'digest'; id: number; hex: string; slices: Uint8Array | undefined };
 
 class HashWorker {
   readonly #worker: Worker;
@@ -58,7 +73,7 @@ class HashWorker {
       if (m.op === 'free') h.onFree(m.slot);
       else {
         this.#forget(m.id);
-        h.onDigest(m.hex);
+        h.onDigest(m.hex, m.slices);
       }
     });
     const fail = (err: Error) => {
@@ -77,11 +92,11 @@ class HashWorker {
     return this.#failure;
   }
 
-  open(id: number, shared: SharedArrayBuffer, pending: Pending): void {
+  open(id: number, shared: SharedArrayBuffer, sliceBytes: number | undefined, pending: Pending): void {
     // Referenced while a hash is open: an upload awaiting its digest must keep the process alive.
     if (this.#hashers.size === 0) this.#worker.ref();
     this.#hashers.set(id, pending);
-    this.#worker.postMessage({ op: 'open', id, shared });
+    this.#worker.postMessage({ op: 'open', id, shared, sliceBytes });
   }
 
   #forget(id: number): void {
@@ -117,7 +132,10 @@ function worker(): HashWorker {
   return shared;
 }
 
-/** One body's SHA-256, computed on the worker. `update` may ask the caller to wait (the ring is full). */
+/**
+ * One body's SHA-256, computed on the worker, and with `sliceBytes` the sha256 of each slice of
+ * that size too (slice-digests.ts). `update` may ask the caller to wait (the ring is full).
+ */
 export class OffThreadSha256 {
   readonly #id = nextId++;
   readonly #worker = worker();
@@ -130,14 +148,18 @@ export class OffThreadSha256 {
   #digest: ((hex: string) => void) | undefined;
   #failure: Error | undefined;
   #onFailure: ((err: Error) => void) | undefined;
+  #slices: Buffer | undefined;
 
-  constructor() {
-    this.#worker.open(this.#id, this.#memory, {
+  constructor(options: { sliceBytes?: number | undefined } = {}) {
+    this.#worker.open(this.#id, this.#memory, options.sliceBytes, {
       onFree: (slot) => {
         this.#busy[slot] = false;
         this.#wake();
       },
-      onDigest: (hex) => this.#digest?.(hex),
+      onDigest: (hex, slices) => {
+        if (slices) this.#slices = Buffer.from(slices.buffer, slices.byteOffset, slices.byteLength);
+        this.#digest?.(hex);
+      },
       onError: (err) => {
         this.#failure = err;
         this.#wake();
@@ -173,6 +195,11 @@ export class OffThreadSha256 {
       this.#onFailure = reject;
       this.#worker.digest(this.#id);
     });
+  }
+
+  /** The slice digests (concatenated), once `digest()` resolved, when the hasher was opened with `sliceBytes`. */
+  get sliceDigests(): Buffer | undefined {
+    return this.#slices;
   }
 
   /** Forgets this body (an upload that failed): the worker drops its state. */

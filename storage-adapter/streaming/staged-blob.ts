@@ -1,3 +1,4 @@
+import type { SliceDigests } from '../slice-digests.ts';
 import type { StagedBlob } from '../store.ts';
 
 /**
@@ -10,12 +11,14 @@ export function trackedStagedBlob(
   sha256: string,
   sizeBytes: number,
   ops: { commit(): Promise<void>; discard(): Promise<void> },
+  sliceDigests?: SliceDigests | undefined,
 ): StagedBlob {
   let committed = false;
   let discarded = false;
   return {
     sha256,
     sizeBytes,
+    sliceDigests,
     async commit() {
       if (discarded) throw new Error('commit() after discard()');
       if (committed) return;

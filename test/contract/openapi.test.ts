@@ -34,6 +34,7 @@ import { multipartRoutes } from '../../proxy/multipart/multipart-routes.ts';
 import { presignRoutes } from '../../proxy/content/presign-routes.ts';
 import { healthRoutes } from '../../proxy/server/health-routes.ts';
 import { rateLimitAdminRoutes } from '../../proxy/admin/rate-limit-admin-routes.ts';
+import { cacheAdminRoutes } from '../../proxy/admin/cache-admin-routes.ts';
 import type { Services } from '../../proxy/server/services.ts';
 import { Registry } from 'prom-client';
 import { bearer, createRepository, createServiceAccount } from '../support/auth.ts';
@@ -67,6 +68,7 @@ async function registeredRoutes(): Promise<Route[]> {
     ...multipartRoutes({ sessions: unused, maxPartBytes: 1, writable: true }),
     ...presignRoutes({ links: unused, catalog: unused, maxExpiresSeconds: 1 }),
     ...rateLimitAdminRoutes(unused),
+    ...cacheAdminRoutes({ pool: unused, catalog: unused, sliceCache: unused }),
     metricsRoute(createGatewayMetrics({ registry: new Registry(), processMetrics: false }), undefined),
   ];
 }
@@ -381,6 +383,17 @@ describe('real responses against the document', () => {
     await call('DELETE', '/api/v1/admin/grants/:principal/:repository', '/api/v1/admin/grants/ci/docs', {
       headers: admin,
     });
+    // The slice cache (this gateway has none: a directory store); a purge is recorded all the same.
+    await call('GET', '/api/v1/admin/cache', '/api/v1/admin/cache', { headers: admin });
+    await call('POST', '/api/v1/admin/cache/purge', '/api/v1/admin/cache/purge', {
+      headers: admin,
+      body: { sha256: 'a'.repeat(64) },
+    });
+    await call('POST', '/api/v1/admin/cache/purge', '/api/v1/admin/cache/purge', {
+      headers: admin,
+      body: { repository: 'docs', artifact: 'no-such-artifact' },
+    });
+    await call('POST', '/api/v1/admin/cache/purge', '/api/v1/admin/cache/purge', { headers: admin, body: {} });
     // Rate limits.
     await call('GET', '/api/v1/admin/rate-limits', '/api/v1/admin/rate-limits', { headers: admin });
     await call('GET', '/api/v1/admin/rate-limits/:limiter', '/api/v1/admin/rate-limits/gateway_request', {

@@ -1,0 +1,158 @@
+/**
+ * The slice cache stays coherent with the catalog and leaves policy as it was, over real sockets
+ * (a gateway in front of nginx WebDAV): purge through the admin API and the CLI, scrub's quarantine
+ * and gc's removal (offline, every gateway stopped: seen at the next start), scrub's backfill of
+ * digests for blobs published before they were recorded, and a warm (cached) blob refused to a
+ * principal without a grant and rate-limited exactly as a cold one.
+ */
+import { readdir } from 'node:fs/promises';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { randomContent, request, sha256 } from '../../test/support/content.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { makeTempDir, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
+
+const MiB = 1024 * 1024;
+
+async function heldBlobs(dir: string): Promise<Set<string>> {
+  const out = new Set<string>();
+  for (const shard of await readdir(path.join(dir, 'slices')).catch(() => []))
+    for (const f of await readdir(path.join(dir, 'slices', shard))) out.add(f.slice(0, 64));
+  return out;
+}
+
+describe('slice cache coherence and policy (nginx WebDAV)', () => {
+  const db = useTestDatabase();
+  let backing: StoreBacking;
+  let writerKey: string;
+  let adminKey: string;
+  let cacheDir: string;
+  const env = (extra: Record<string, string> = {}) => ({
+    ARKVORY_DATABASE_URL: db.url,
+    ...backing.env,
+    ARKVORY_CACHE_DIR: cacheDir,
+    ARKVORY_CACHE_SLICE_BYTES: String(MiB),
+    ARKVORY_CACHE_MIN_FREE_BYTES: '0',
+    ARKVORY_BLOB_CACHE_BYTES: '0',
+    ...extra,
+  });
+
+  beforeAll(async () => {
+    backing = await startStoreBacking('http');
+    await createRepository(db.pool, 'coh');
+    ({ key: writerKey } = await createServiceAccount(db.pool, { grants: { coh: 'write' } }));
+    ({ key: adminKey } = await createServiceAccount(db.pool, { scopes: ['admin', 'read', 'write'] }));
+    cacheDir = await makeTempDir('arkvory-slice-coherence-');
+  });
+  afterAll(async () => {
+    await backing?.stop();
+  });
+
+  const auth = (key: string) => ({ authorization: `Bearer ${key}` });
+  async function upload(gw: GatewayProcess, name: string, bytes: Buffer): Promise<string> {
+    const url = `${gw.url}/api/v1/repositories/coh/artifacts/${name}`;
+    expect((await request(url, { method: 'PUT', headers: auth(writerKey), body: bytes })).status).toBe(201);
+    return `/api/v1/repositories/coh/artifacts/${name}/content`;
+  }
+
+  it('purge by artifact (admin API) and by blob (CLI) removes the slices; the next read fetches and verifies again', async () => {
+    const gw = await startGateway({ env: env() });
+    const a = randomContent(2 * MiB + 1);
+    const b = randomContent(MiB + 7);
+    const pathA = await upload(gw, 'purge-a.bin', a);
+    const pathB = await upload(gw, 'purge-b.bin', b);
+    for (const p of [pathA, pathB]) await request(`${gw.url}${p}`, { headers: auth(writerKey) });
+    expect(await heldBlobs(cacheDir)).toEqual(new Set([sha256(a), sha256(b)]));
+
+    const purged = await request(`${gw.url}/api/v1/admin/cache/purge`, {
+      method: 'POST',
+      headers: { ...auth(adminKey), 'content-type': 'application/json' },
+      body: Buffer.from(JSON.stringify({ repository: 'coh', artifact: 'purge-a.bin' })),
+    });
+    expect(purged.status).toBe(200);
+    expect(JSON.parse(purged.body.toString())).toEqual({ purged: [sha256(a)], removedHere: 3 });
+    expect(await heldBlobs(cacheDir)).toEqual(new Set([sha256(b)]));
+
+    // The CLI writes the request to the database; the gateway applies it on the epoch notification.
+    const cli = await runCli(['cache', 'purge', '--sha256', sha256(b)], { ARKVORY_DATABASE_URL: db.url });
+    expect(cli.code).toBe(0);
+    const deadline = Date.now() + 5000;
+    while ((await heldBlobs(cacheDir)).has(sha256(b)) && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 50));
+    expect(await heldBlobs(cacheDir)).toEqual(new Set());
+    expect(sha256((await request(`${gw.url}${pathA}`, { headers: auth(writerKey) })).body)).toBe(sha256(a));
+
+    const stats = JSON.parse(
+      (await request(`${gw.url}/api/v1/admin/cache`, { headers: auth(adminKey) })).body.toString(),
+    );
+    expect(stats).toMatchObject({ enabled: true, heldSlices: 3 });
+    const disk = await runCli(['cache', 'stats'], { ARKVORY_DATABASE_URL: db.url, ARKVORY_CACHE_DIR: cacheDir });
+    expect(JSON.parse(disk.stdout)).toMatchObject({ enabled: true, slices: 3, blobs: 1 });
+  });
+
+  it('scrub quarantines a damaged blob and gc removes an orphan: at the next start their slices are gone and never served; scrub backfills missing digests', async () => {
+    let gw = await startGateway({ env: env() });
+    const damaged = randomContent(2 * MiB);
+    const orphan = randomContent(MiB);
+    const old = randomContent(MiB + 3);
+    const pathD = await upload(gw, 'damaged.bin', damaged);
+    const pathO = await upload(gw, 'orphan.bin', orphan);
+    const pathOld = await upload(gw, 'old.bin', old);
+    for (const p of [pathD, pathO]) await request(`${gw.url}${p}`, { headers: auth(writerKey) });
+    // A blob "published before digests were recorded": its row is gone; reads relay uncached.
+    await db.pool.query('DELETE FROM arkvory_blob_slices WHERE sha256 = $1', [sha256(old)]);
+    expect(sha256((await request(`${gw.url}${pathOld}`, { headers: auth(writerKey) })).body)).toBe(sha256(old));
+    expect((await heldBlobs(cacheDir)).has(sha256(old))).toBe(false);
+    expect(
+      (
+        await request(`${gw.url}/api/v1/repositories/coh/artifacts/orphan.bin`, {
+          method: 'DELETE',
+          headers: auth(writerKey),
+        })
+      ).status,
+    ).toBeLessThan(300);
+    await gw.stop();
+
+    const h = sha256(damaged);
+    const blobFile = `blobs/sha256/${h.slice(0, 2)}/${h.slice(2, 4)}/${h}`;
+    const bytes = Buffer.from(damaged);
+    bytes[5] = bytes[5]! ^ 1;
+    await backing.probe().write(blobFile, bytes);
+    const cliEnv = { ARKVORY_DATABASE_URL: db.url, ...backing.env, ARKVORY_CACHE_SLICE_BYTES: String(MiB) };
+    expect((await runCli(['scrub'], cliEnv)).code).toBe(1);
+    expect((await runCli(['gc'], cliEnv)).code).toBe(0);
+    const rows = await db.pool.query<{ sha256: string }>('SELECT sha256 FROM arkvory_blob_slices');
+    const recorded = new Set(rows.rows.map((r) => r.sha256));
+    expect(recorded.has(sha256(old))).toBe(true); // backfilled
+    expect(recorded.has(h)).toBe(false); // quarantined
+    expect(recorded.has(sha256(orphan))).toBe(false); // collected
+
+    gw = await startGateway({ env: env() });
+    expect(await heldBlobs(cacheDir)).not.toContain(h);
+    expect(await heldBlobs(cacheDir)).not.toContain(sha256(orphan));
+    // The quarantined blob is not served from the cache (the store no longer has it).
+    const res = await request(`${gw.url}${pathD}`, { headers: auth(writerKey) });
+    expect(res.status).toBeGreaterThanOrEqual(500);
+    // The backfilled blob is now cached.
+    expect(sha256((await request(`${gw.url}${pathOld}`, { headers: auth(writerKey) })).body)).toBe(sha256(old));
+    expect((await heldBlobs(cacheDir)).has(sha256(old))).toBe(true);
+  });
+
+  it('policy is unchanged on a hit: a cached blob is refused without a grant (404) or a key (401); Range answers are the same', async () => {
+    const gw = await startGateway({ env: env() });
+    const blob = randomContent(MiB + 11);
+    const p = await upload(gw, 'policy.bin', blob);
+    expect(sha256((await request(`${gw.url}${p}`, { headers: auth(writerKey) })).body)).toBe(sha256(blob));
+    expect((await heldBlobs(cacheDir)).has(sha256(blob))).toBe(true);
+    const { key: stranger } = await createServiceAccount(db.pool, { grants: {} });
+    // Without a grant the blob is not even acknowledged (as for any artifact): never its bytes.
+    expect((await request(`${gw.url}${p}`, { headers: auth(stranger) })).status).toBe(404);
+    expect((await request(`${gw.url}${p}`)).status).toBe(401);
+    const cold = await request(`${gw.url}${p}`, { headers: { ...auth(writerKey), range: 'bytes=5-9' } });
+    expect(cold.status).toBe(206);
+    expect(cold.headers['content-range']).toBe(`bytes 5-9/${blob.length}`);
+    expect(cold.body.equals(blob.subarray(5, 10))).toBe(true);
+  });
+});

@@ -1,0 +1,513 @@
+/**
+ * The slice cache on local disk: verified slices of blobs from a remote store (static HTTP, S3).
+ *
+ * Layout under the cache directory:
+ *   slices/ab/<sha256>-<sliceBytes>-<index>   one verified slice (bytes only)
+ *   tmp/<…>.<random>                          a fill in progress
+ * A fill writes to tmp/ while it hashes and renames into slices/ only once the slice matched its
+ * digest; tmp/ is emptied at start. No fsync: after a restart every slice is re-verified on its
+ * first read (below), so a file a crash or power loss left short or wrong is found then, never served.
+ *
+ * Trusting a slice on disk: it is checked against its digest the first time this process reads
+ * it; after that it is trusted while its file's identity (inode, size, mtime, ctime, read with one
+ * fstat per open) is unchanged. Any write to the file through the filesystem moves ctime, so a
+ * slice changed on disk is re-hashed before it is served; a mismatch removes it (counted, logged)
+ * and the slice is fetched again. Hashing on every read would halve the throughput of a warm read.
+ *
+ * Bounds: the bytes of slices on disk plus the fills reserving space stay under `maxBytes`, and
+ * the filesystem keeps `minFreeBytes` free; the least recently used unpinned slices are evicted to
+ * make room. When no room can be made (every slice in use, a fill larger than the bound, a full
+ * disk), the fill is relayed from memory to its readers and not kept: a degraded miss, never an
+ * error. A missing or deleted directory is a cold start: it is made again.
+ */
+import { createHash, randomUUID } from 'node:crypto';
+import { type FileHandle, mkdir, open, readdir, rename, rm, stat, statfs, unlink } from 'node:fs/promises';
+import path from 'node:path';
+import { StorageError } from '../errors.ts';
+import type { ByteRange } from '../range.ts';
+import { type SliceDigests, sliceDigest, sliceRange } from '../slice-digests.ts';
+import type { BlobReader } from '../store.ts';
+import { Fill, readFill } from './fill.ts';
+import { type IndexedSlice, SliceIndex } from './slice-index.ts';
+
+export interface SliceCacheLog {
+  info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+}
+
+export interface SliceCacheOptions {
+  readonly dir: string;
+  readonly maxBytes: number;
+  readonly minFreeBytes: number;
+  readonly log: SliceCacheLog;
+}
+
+/** Opens a ranged read of a blob on the origin (the inner store's `openBlob(sha256, [range])`). */
+export type OriginRead = (range: ByteRange) => Promise<BlobReader>;
+
+export interface SliceCacheStats {
+  hitRequests: number;
+  missRequests: number;
+  /** Requests for blobs without recorded slice digests, relayed from the store uncached. */
+  bypassRequests: number;
+  hitBytes: number;
+  missBytes: number;
+  originBytes: number;
+  fillsInFlight: number;
+  /** Readers currently waiting on a fill another reader started. */
+  waiters: number;
+  /** Fills other readers joined, since start. */
+  joins: number;
+  digestFailures: { origin: number; disk: number };
+  evictions: number;
+  /** Fills relayed without being kept (no room under the bounds, a full disk). */
+  relayedFills: number;
+  heldBytes: number;
+  heldSlices: number;
+}
+
+/** What a reader gets for one slice: a verified file, or a fill in progress. */
+export type SliceSource =
+  | { readonly kind: 'disk'; readonly slice: IndexedSlice; readonly file: string; readonly digest: Buffer }
+  | { readonly kind: 'fill'; readonly fill: Fill; readonly started: boolean };
+
+const READ_CHUNK_BYTES = 256 * 1024;
+const ORIGIN_BUFFER_BYTES = 1024 * 1024;
+
+export class SliceCache {
+  readonly #options: SliceCacheOptions;
+  readonly #index = new SliceIndex();
+  readonly #fills = new Map<string, Fill>();
+  #reserved = 0;
+  #closed = false;
+  readonly stats: SliceCacheStats = {
+    hitRequests: 0,
+    missRequests: 0,
+    bypassRequests: 0,
+    hitBytes: 0,
+    missBytes: 0,
+    originBytes: 0,
+    fillsInFlight: 0,
+    waiters: 0,
+    joins: 0,
+    digestFailures: { origin: 0, disk: 0 },
+    evictions: 0,
+    relayedFills: 0,
+    heldBytes: 0,
+    heldSlices: 0,
+  };
+
+  private constructor(options: SliceCacheOptions) {
+    this.#options = options;
+  }
+
+  /** Makes the directory (a missing one is a cold start), empties tmp/ and indexes the slices there. */
+  static async open(options: SliceCacheOptions): Promise<SliceCache> {
+    const cache = new SliceCache(options);
+    await cache.#scan();
+    return cache;
+  }
+
+  get dir(): string {
+    return this.#options.dir;
+  }
+
+  async #scan(): Promise<void> {
+    const { dir } = this.#options;
+    await rm(path.join(dir, 'tmp'), { recursive: true, force: true });
+    await mkdir(path.join(dir, 'tmp'), { recursive: true });
+    await mkdir(path.join(dir, 'slices'), { recursive: true });
+    for (const shard of await readdir(path.join(dir, 'slices'))) {
+      const entries = await readdir(path.join(dir, 'slices', shard), { withFileTypes: true }).catch(() => []);
+      for (const entry of entries) {
+        const parsed = /^([0-9a-f]{64})-(\d+)-(\d+)$/.exec(entry.name);
+        const file = path.join(dir, 'slices', shard, entry.name);
+        if (!parsed || !entry.isFile()) {
+          await rm(file, { recursive: true, force: true });
+          continue;
+        }
+        const { size } = await stat(file);
+        // Unverified (signature undefined) until its first read re-hashes it.
+        this.#index.add({ key: entry.name, sha256: parsed[1]!, bytes: size, signature: undefined, pins: 0 });
+      }
+    }
+    this.#updateHeld();
+  }
+
+  #updateHeld(): void {
+    this.stats.heldBytes = this.#index.bytes;
+    this.stats.heldSlices = this.#index.size;
+  }
+
+  #file(key: string): string {
+    return path.join(this.#options.dir, 'slices', key.slice(0, 2), key);
+  }
+
+  /**
+   * The source of slice `index` of a blob: on disk (pinned until `release`), a fill already running,
+   * or a new fill from `origin`. `release` must follow for every source.
+   */
+  acquire(sha256: string, digests: SliceDigests, index: number, origin: OriginRead): SliceSource {
+    const key = `${sha256}-${digests.sliceBytes}-${index}`;
+    const slice = this.#index.get(key);
+    if (slice) {
+      slice.pins++;
+      this.#index.touch(slice);
+      return { kind: 'disk', slice, file: this.#file(key), digest: sliceDigest(digests, index) };
+    }
+    const running = this.#fills.get(key);
+    if (running) {
+      running.joined++;
+      this.stats.joins++;
+      this.stats.waiters++;
+      return { kind: 'fill', fill: running, started: false };
+    }
+    const range = sliceRange(digests, index);
+    const fill = new Fill(range.end - range.start + 1);
+    this.#fills.set(key, fill);
+    this.stats.fillsInFlight++;
+    void this.#runFill(key, sha256, digests, index, range, fill, origin).finally(() => {
+      this.#fills.delete(key);
+      this.stats.fillsInFlight--;
+    });
+    return { kind: 'fill', fill, started: true };
+  }
+
+  release(source: SliceSource): void {
+    if (source.kind === 'disk') source.slice.pins--;
+    else if (!source.started) this.stats.waiters--;
+  }
+
+  /**
+   * Bytes `from`..`to` (offsets in the slice) of an acquired source. A disk slice that fails its
+   * check (changed on disk, or gone) is dropped and read through a fill from `origin` instead.
+   */
+  async *read(
+    source: SliceSource,
+    from: number,
+    to: number,
+    signal: AbortSignal | undefined,
+    refill: () => SliceSource,
+  ): AsyncGenerator<Buffer> {
+    if (source.kind === 'fill') {
+      for await (const piece of readFill(source.fill, from, to, signal)) {
+        this.stats.missBytes += piece.length;
+        yield piece;
+      }
+      return;
+    }
+    const opened = await this.#openVerified(source, signal);
+    if (opened === undefined) {
+      const again = refill();
+      try {
+        yield* this.read(again, from, to, signal, refill);
+      } finally {
+        this.release(again);
+      }
+      return;
+    }
+    if (Buffer.isBuffer(opened)) {
+      // Just re-hashed whole: served from that buffer.
+      this.stats.hitBytes += to - from + 1;
+      yield opened.subarray(from, to + 1);
+      return;
+    }
+    try {
+      for (let position = from; position <= to; ) {
+        signal?.throwIfAborted();
+        const buffer = Buffer.allocUnsafe(Math.min(READ_CHUNK_BYTES, to - position + 1));
+        const { bytesRead } = await opened.read(buffer, 0, buffer.length, position);
+        if (bytesRead === 0) throw new Error(`cached slice ${source.slice.key} ended at byte ${position}`);
+        position += bytesRead;
+        this.stats.hitBytes += bytesRead;
+        yield bytesRead === buffer.length ? buffer : buffer.subarray(0, bytesRead);
+      }
+    } finally {
+      await opened.close();
+    }
+  }
+
+  /**
+   * An open, trusted slice file, or its bytes just re-hashed, or undefined when it is gone or
+   * failed its check (then it has been removed).
+   */
+  async #openVerified(
+    source: Extract<SliceSource, { kind: 'disk' }>,
+    signal: AbortSignal | undefined,
+  ): Promise<FileHandle | Buffer | undefined> {
+    const { slice, file } = source;
+    let handle: FileHandle;
+    try {
+      handle = await open(file, 'r');
+    } catch {
+      this.#forget(slice.key);
+      return undefined;
+    }
+    try {
+      const stat = await handle.stat({ bigint: true });
+      const signature = `${stat.ino}:${stat.size}:${stat.mtimeNs}:${stat.ctimeNs}`;
+      if (signature === slice.signature) return handle;
+      signal?.throwIfAborted();
+      const bytes = Buffer.allocUnsafe(Number(stat.size));
+      for (let position = 0; position < bytes.length; ) {
+        const { bytesRead } = await handle.read(bytes, position, bytes.length - position, position);
+        if (bytesRead === 0) break;
+        position += bytesRead;
+      }
+      await handle.close();
+      const [sha256, , index] = slice.key.split('-') as [string, string, string];
+      const actual = createHash('sha256').update(bytes).digest();
+      if (bytes.length === slice.bytes && actual.equals(source.digest)) {
+        slice.signature = signature;
+        return bytes;
+      }
+      this.stats.digestFailures.disk++;
+      this.#options.log.warn(
+        { sha256, slice: Number(index), file },
+        'a cached slice no longer matches its digest; removed, fetching it again from the store',
+      );
+      this.#forget(slice.key);
+      await unlink(file).catch(() => {});
+      return undefined;
+    } catch (err) {
+      await handle.close().catch(() => {});
+      throw err;
+    }
+  }
+
+  #forget(key: string): void {
+    if (this.#index.remove(key)) this.#updateHeld();
+  }
+
+  async #runFill(
+    key: string,
+    sha256: string,
+    digests: SliceDigests,
+    index: number,
+    range: ByteRange,
+    fill: Fill,
+    origin: OriginRead,
+  ): Promise<void> {
+    const expected = sliceDigest(digests, index);
+    for (let attempt = 1; attempt <= 2; attempt++) {
+      if (attempt > 1) fill.restart();
+      const temp = await this.#startTemp(key, fill.sliceLength);
+      let reader: BlobReader | undefined;
+      let kept = false;
+      try {
+        reader = await origin(range);
+        fill.markOpened();
+        const hash = createHash('sha256');
+        for await (const chunk of pull(reader, range)) {
+          hash.update(chunk);
+          this.stats.originBytes += chunk.length;
+          fill.push(chunk);
+          if (temp.handle) await temp.write(chunk);
+        }
+        if (fill.length !== fill.sliceLength)
+          throw new StorageError(
+            'upstream_unreachable',
+            `The artifact store ended slice ${index} of blob ${sha256} after ${fill.length} of ${fill.sliceLength} bytes.`,
+          );
+        if (hash.digest().equals(expected)) {
+          kept = await temp.commit(this.#file(key));
+          if (kept) {
+            this.#index.add({ key, sha256, bytes: fill.sliceLength, signature: temp.signature, pins: 0 });
+            this.#updateHeld();
+          } else this.stats.relayedFills++;
+          fill.verify();
+          return;
+        }
+        this.stats.digestFailures.origin++;
+        this.#options.log.warn(
+          { sha256, slice: index, attempt },
+          attempt === 1
+            ? 'a slice from the artifact store does not match its recorded digest; not served, fetching it once more'
+            : 'a slice from the artifact store does not match its recorded digest again; answering 502 slice_digest_mismatch',
+        );
+      } catch (err) {
+        fill.fail(err as Error);
+        return;
+      } finally {
+        await reader?.close().catch(() => {});
+        if (!kept) await temp.discard();
+      }
+    }
+    fill.fail(
+      new StorageError(
+        'slice_digest_mismatch',
+        `Slice ${index} of blob ${sha256} from the artifact store does not match its recorded digest.`,
+      ),
+    );
+  }
+
+  /** A temporary file for a fill, with room reserved under the bounds; none (relay only) if none can be made. */
+  async #startTemp(key: string, bytes: number): Promise<TempSlice> {
+    const relay = relayOnly();
+    if (this.#closed || !(await this.#makeRoom(bytes))) {
+      return relay;
+    }
+    this.#reserved += bytes;
+    const unreserve = () => {
+      this.#reserved -= bytes;
+    };
+    const file = path.join(this.#options.dir, 'tmp', `${key}.${randomUUID()}`);
+    let handle: FileHandle;
+    try {
+      handle = await open(file, 'wx');
+    } catch (err) {
+      // A directory deleted under a running gateway: made again for the next fill.
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT')
+        await mkdir(path.join(this.#options.dir, 'tmp'), { recursive: true }).catch(() => {});
+      unreserve();
+      return relay;
+    }
+    const temp: TempSlice = {
+      handle,
+      signature: undefined,
+      write: async (chunk) => {
+        if (!temp.handle) return;
+        try {
+          await temp.handle.write(chunk);
+        } catch (err) {
+          // A full disk (or any write failure): the fill goes on as a relay; nothing is kept.
+          this.#options.log.warn(
+            { err: { message: (err as Error).message, code: (err as NodeJS.ErrnoException).code } },
+            'slice cache write failed; relaying from the store without keeping',
+          );
+          await temp.handle.close().catch(() => {});
+          temp.handle = undefined;
+        }
+      },
+      commit: async (target) => {
+        if (!temp.handle) return false;
+        try {
+          await temp.handle.close();
+          temp.handle = undefined;
+          await mkdir(path.dirname(target), { recursive: true });
+          await rename(file, target);
+          // rename moves ctime: the signature is taken after it.
+          const after = await stat(target, { bigint: true });
+          temp.signature = `${after.ino}:${after.size}:${after.mtimeNs}:${after.ctimeNs}`;
+          return true;
+        } catch {
+          return false;
+        } finally {
+          unreserve();
+        }
+      },
+      discard: async () => {
+        if (temp.handle) {
+          await temp.handle.close().catch(() => {});
+          temp.handle = undefined;
+          unreserve();
+        }
+        await unlink(file).catch(() => {});
+      },
+    };
+    return temp;
+  }
+
+  /** Evicts least recently used slices until `bytes` more fit under both bounds; false when they cannot. */
+  async #makeRoom(bytes: number): Promise<boolean> {
+    const { maxBytes, minFreeBytes } = this.#options;
+    let over = this.#index.bytes + this.#reserved + bytes - maxBytes;
+    if (bytes > maxBytes) return false;
+    let free: number;
+    try {
+      const fs = await statfs(this.#options.dir);
+      free = fs.bavail * fs.bsize;
+    } catch {
+      return false;
+    }
+    over = Math.max(over, minFreeBytes + bytes - free);
+    if (over <= 0) return true;
+    const victims = this.#index.victims(over);
+    if (!victims) return false;
+    for (const victim of victims) {
+      this.#index.remove(victim.key);
+      this.stats.evictions++;
+      await unlink(this.#file(victim.key)).catch(() => {});
+    }
+    this.#updateHeld();
+    return true;
+  }
+
+  /** Blobs with slices on disk. */
+  heldBlobs(): string[] {
+    return [...this.#index.blobs()];
+  }
+
+  /** Removes every slice of these blobs (coherence: deleted, quarantined, purged); returns how many. */
+  async removeBlobs(blobs: Iterable<string>): Promise<number> {
+    let removed = 0;
+    for (const sha256 of blobs) {
+      for (const slice of this.#index.ofBlob(sha256)) {
+        this.#index.remove(slice.key);
+        // An open reader keeps its descriptor (POSIX): it finishes, nothing new starts.
+        await unlink(this.#file(slice.key)).catch(() => {});
+        removed++;
+      }
+    }
+    this.#updateHeld();
+    return removed;
+  }
+
+  /** Removes every slice not in use. */
+  async removeAll(): Promise<number> {
+    return this.removeBlobs(this.heldBlobs());
+  }
+
+  close(): void {
+    this.#closed = true;
+  }
+}
+
+interface TempSlice {
+  handle: FileHandle | undefined;
+  signature: string | undefined;
+  write(chunk: Buffer): Promise<void>;
+  /** Renames into place; false when that failed (then nothing is kept). */
+  commit(target: string): Promise<boolean>;
+  discard(): Promise<void>;
+}
+
+function relayOnly(): TempSlice {
+  return {
+    handle: undefined,
+    signature: undefined,
+    write: async () => {},
+    commit: async () => false,
+    discard: async () => {},
+  };
+}
+
+/**
+ * The bytes of `range` from an origin reader, each chunk a buffer of its own (fills keep them):
+ * the store's own chunks when it lends them, else reads into fresh 1 MiB buffers handed out piece by piece.
+ */
+async function* pull(reader: BlobReader, range: ByteRange): AsyncGenerator<Buffer> {
+  if (reader.chunks) {
+    const controller = new AbortController();
+    try {
+      yield* reader.chunks(range, controller.signal);
+    } finally {
+      controller.abort();
+    }
+    return;
+  }
+  let buffer = Buffer.allocUnsafe(0);
+  let used = 0;
+  for (let position = range.start; position <= range.end; ) {
+    if (used === buffer.length) {
+      buffer = Buffer.allocUnsafe(Math.min(ORIGIN_BUFFER_BYTES, range.end - position + 1));
+      used = 0;
+    }
+    const { bytesRead } = await reader.read(buffer, used, buffer.length - used, position);
+    if (bytesRead === 0) return;
+    const piece = buffer.subarray(used, used + bytesRead);
+    used += bytesRead;
+    position += bytesRead;
+    yield piece;
+  }
+}
