@@ -24,6 +24,7 @@ export function buildConfig(v: VariableValues, derived: Derived, cwd: string): C
     databaseUrl: v.optStr('ARKVORY_DATABASE_URL'),
     databasePoolSize: v.num('ARKVORY_DATABASE_POOL_SIZE'),
     databaseStartupWaitMs: v.num('ARKVORY_DATABASE_STARTUP_WAIT_SECONDS') * 1000,
+    databaseRequireLeastPrivilege: v.values.get('ARKVORY_DATABASE_REQUIRE_LEAST_PRIVILEGE') as boolean,
     redisUrl: v.optStr('ARKVORY_REDIS_URL'),
     logLevel: v.str('ARKVORY_LOG_LEVEL') as LogLevel,
     shutdownTimeoutMs: v.num('ARKVORY_SHUTDOWN_TIMEOUT_SECONDS') * 1000,

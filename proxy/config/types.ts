@@ -12,6 +12,8 @@ export interface Config {
   readonly databasePoolSize: number;
   /** Startup retries an unreachable PostgreSQL this long, then exits 1. */
   readonly databaseStartupWaitMs: number;
+  /** Refuse a superuser or schema-owner login instead of warning. */
+  readonly databaseRequireLeastPrivilege: boolean;
   readonly redisUrl: string | undefined;
   readonly logLevel: LogLevel;
   readonly shutdownTimeoutMs: number;

@@ -57,6 +57,12 @@ export const VARIABLES: readonly VariableSpec[] = [
     doc: 'PostgreSQL connection URL. Unset: an embedded PostgreSQL under `<DATA_DIR>/.pg` (standalone only).',
   },
   {
+    name: 'ARKVORY_DATABASE_REQUIRE_LEAST_PRIVILEGE',
+    kind: { type: 'bool' },
+    defaultValue: '0',
+    doc: 'Refuse to start (exit 1) when the database login is a superuser or owns the schema, instead of warning (`arkvory_database_login_privileged`, `arkvory doctor`). A login missing a grant its role needs is refused either way, naming the grant. See docs/deploy.md.',
+  },
+  {
     name: 'ARKVORY_DATABASE_STARTUP_WAIT_SECONDS',
     kind: { type: 'int', min: 0, max: 3600 },
     defaultValue: '60',

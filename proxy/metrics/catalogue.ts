@@ -202,6 +202,18 @@ export const GATEWAY_METRICS = [
     help: 'Rate-limit peeks (no counting).',
   },
   { name: RULES_SERVICE_METRIC, type: 'counter', labels: ['limiter', 'result'], help: RULES_SERVICE_HELP },
+  {
+    name: 'arkvory_database_login_privileged',
+    type: 'gauge',
+    labels: ['reason'],
+    help: 'Whether the database login is a superuser or owns the schema (1), more than its role needs (docs/deploy.md); checked at start.',
+  },
+  {
+    name: 'arkvory_secret_rotations_total',
+    type: 'counter',
+    labels: ['secret', 'outcome'],
+    help: 'Secret files re-read on SIGHUP or change, by secret and outcome (applied, unchanged, failed: the previous value stays).',
+  },
 ] as const satisfies readonly MetricSpec[];
 
 /**

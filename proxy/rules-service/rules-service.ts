@@ -13,6 +13,7 @@ import { createOverrideStore } from '../../policy/rate-limit/rule-overrides.ts';
 import { createAuthGate } from '../gates/auth-gate.ts';
 import type { Config } from '../config/config.ts';
 import { createPool } from '../server/database.ts';
+import { checkDatabasePrivileges } from '../server/privilege-startup.ts';
 import { createGatewayServer } from '../server/http-server.ts';
 import { Lifecycle } from '../server/lifecycle.ts';
 import { logStartupFailure } from '../server/startup-failure.ts';
@@ -39,6 +40,7 @@ export async function runRulesService(config: Config, log: Logger): Promise<numb
       throw new Error(
         `the database schema is behind this code (${pending.length} pending migration(s), first ${pending[0]!.version}); run \`npm run migrate\` with the same ARKVORY_DATABASE_URL`,
       );
+    await checkDatabasePrivileges(config, pool, log, undefined);
     const { available } = await loadRuleFiles(undefined);
     await auth.start();
     authStarted = true;

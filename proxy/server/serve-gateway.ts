@@ -22,6 +22,7 @@ import { metricsRoute, startMetricsServer, type MetricsServer } from '../metrics
 import type { Services } from './services.ts';
 import { createTransfers } from '../gates/transfers.ts';
 import { EXIT, StartupError } from './startup-failure.ts';
+import { checkDatabasePrivileges } from './privilege-startup.ts';
 
 /** The embedded defaults exist for one standalone writer; everything else needs real services. */
 function checkProfile(config: Config): void {
@@ -81,6 +82,7 @@ export async function serveGateway(config: Config, log: Logger): Promise<number>
     if (signals.requested) return await finish(log, built, server, database, config, EXIT.ok);
     // Each source registers its metric families where it is built.
     const metrics = createGatewayMetrics();
+    if (!database.embedded) await checkDatabasePrivileges(config, database.pool, log, metrics.registry);
     coordinator = await openCoordinator(config, database.url, log);
     coordinator.onFenced(() => lifecycle.set('fenced', 'lease lost'));
     registerLeaseMetrics(metrics.registry, coordinator);
