@@ -208,12 +208,6 @@ export const GATEWAY_METRICS = [
     labels: ['reason'],
     help: 'Whether the database login is a superuser or owns the schema (1), more than its role needs (docs/deploy.md); checked at start.',
   },
-  {
-    name: 'arkvory_secret_rotations_total',
-    type: 'counter',
-    labels: ['secret', 'outcome'],
-    help: 'Secret files re-read on SIGHUP or change, by secret and outcome (applied, unchanged, failed: the previous value stays).',
-  },
 ] as const satisfies readonly MetricSpec[];
 
 /**

@@ -35,12 +35,12 @@ export async function runRulesService(config: Config, log: Logger): Promise<numb
   let server: ReturnType<typeof createGatewayServer> | undefined;
   let code = EXIT_OK;
   try {
+    await checkDatabasePrivileges(config, pool, log);
     const pending = await pendingMigrations(pool);
     if (pending.length)
       throw new Error(
         `the database schema is behind this code (${pending.length} pending migration(s), first ${pending[0]!.version}); run \`npm run migrate\` with the same ARKVORY_DATABASE_URL`,
       );
-    await checkDatabasePrivileges(config, pool, log, undefined);
     const { available } = await loadRuleFiles(undefined);
     await auth.start();
     authStarted = true;

@@ -72,11 +72,13 @@ export async function inspectPrivileges(pool: pg.Pool | pg.ClientBase, role: Run
             (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) AS superuser,
             coalesce((SELECT pg_has_role(current_user, c.relowner, 'USAGE') FROM pg_class c
                        WHERE c.oid = to_regclass('arkvory_artifacts')), false) AS owner,
-            (SELECT array_agg(i::int ORDER BY i) FROM p WHERE NOT CASE kind
-               WHEN 'table' THEN has_table_privilege(object, privilege)
-               WHEN 'column' THEN has_column_privilege(object, col, privilege)
-               WHEN 'sequence' THEN has_sequence_privilege(object, privilege)
-               ELSE has_function_privilege(object, privilege) END) AS missing`,
+            (SELECT array_agg(i::int ORDER BY i) FROM p WHERE NOT CASE
+               -- An object this database lacks yet is the pending-migrations check's to report.
+               WHEN kind = 'function' THEN to_regprocedure(object) IS NULL OR has_function_privilege(object, privilege)
+               WHEN to_regclass(object) IS NULL THEN true
+               WHEN kind = 'table' THEN has_table_privilege(object, privilege)
+               WHEN kind = 'column' THEN has_column_privilege(object, col, privilege)
+               ELSE has_sequence_privilege(object, privilege) END) AS missing`,
     [
       probes.map((p) => p.kind),
       probes.map((p) => p.object),

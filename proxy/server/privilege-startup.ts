@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { Config } from '../config/types.ts';
 import { gauge } from '../metrics/families.ts';
-import { databaseRoleOf, describePrivileges, inspectPrivileges } from './database-privileges.ts';
+import { databaseRoleOf, describePrivileges, inspectPrivileges, type PrivilegeReport } from './database-privileges.ts';
 import { StartupError } from './startup-failure.ts';
 
 /**
@@ -15,17 +15,11 @@ export async function checkDatabasePrivileges(
   config: Config,
   pool: pg.Pool,
   log: Logger,
-  registry: Registry | undefined,
-): Promise<void> {
+): Promise<PrivilegeReport | undefined> {
   const role = databaseRoleOf(config.role);
-  if (!role) return;
+  if (!role) return undefined;
   const report = await inspectPrivileges(pool, role);
   const line = describePrivileges(report);
-  if (registry)
-    gauge(registry, 'arkvory_database_login_privileged', function () {
-      this.set({ reason: 'superuser' }, report.superuser ? 1 : 0);
-      this.set({ reason: 'schema_owner' }, report.schemaOwner ? 1 : 0);
-    });
   if (report.missing.length) throw new StartupError(line);
   const privileged = report.superuser || report.schemaOwner;
   if (privileged && config.databaseRequireLeastPrivilege)
@@ -38,4 +32,13 @@ export async function checkDatabasePrivileges(
   };
   if (privileged) log.warn(fields, line);
   else log.info(fields, line);
+  return report;
+}
+
+/** `arkvory_database_login_privileged`: what the start-time check found. */
+export function registerPrivilegeMetrics(registry: Registry, report: PrivilegeReport): void {
+  gauge(registry, 'arkvory_database_login_privileged', function () {
+    this.set({ reason: 'superuser' }, report.superuser ? 1 : 0);
+    this.set({ reason: 'schema_owner' }, report.schemaOwner ? 1 : 0);
+  });
 }

@@ -22,7 +22,8 @@ import { metricsRoute, startMetricsServer, type MetricsServer } from '../metrics
 import type { Services } from './services.ts';
 import { createTransfers } from '../gates/transfers.ts';
 import { EXIT, StartupError } from './startup-failure.ts';
-import { checkDatabasePrivileges } from './privilege-startup.ts';
+import { checkDatabasePrivileges, registerPrivilegeMetrics } from './privilege-startup.ts';
+import type { PrivilegeReport } from './database-privileges.ts';
 
 /** The embedded defaults exist for one standalone writer; everything else needs real services. */
 function checkProfile(config: Config): void {
@@ -51,6 +52,7 @@ export async function serveGateway(config: Config, log: Logger): Promise<number>
 
   let built: Services | undefined;
   let coordinator: Coordinator | undefined;
+  let privileges: PrivilegeReport | undefined;
   try {
     checkProfile(config);
     // Before any state exists: a busy port or an unusable data dir must not leave a new cluster behind.
@@ -72,6 +74,8 @@ export async function serveGateway(config: Config, log: Logger): Promise<number>
         signal: stopping.signal,
       });
       if (reached === 'stopped') return await finish(log, built, server, database, config, EXIT.ok);
+      // Before anything reads a table: a missing grant is named, not met as the first query's error.
+      privileges = await checkDatabasePrivileges(config, database.pool, log);
       const pending = await pendingMigrations(database.pool);
       if (pending.length) {
         throw new StartupError(
@@ -82,7 +86,7 @@ export async function serveGateway(config: Config, log: Logger): Promise<number>
     if (signals.requested) return await finish(log, built, server, database, config, EXIT.ok);
     // Each source registers its metric families where it is built.
     const metrics = createGatewayMetrics();
-    if (!database.embedded) await checkDatabasePrivileges(config, database.pool, log, metrics.registry);
+    if (privileges) registerPrivilegeMetrics(metrics.registry, privileges);
     coordinator = await openCoordinator(config, database.url, log);
     coordinator.onFenced(() => lifecycle.set('fenced', 'lease lost'));
     registerLeaseMetrics(metrics.registry, coordinator);
