@@ -5,7 +5,10 @@
  * scrub, gc and backup; a login without a needed grant is refused at start naming it; a superuser
  * starts with a warning and the metric, and not at all under the strict variable.
  */
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
+import { chmod, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { Redis } from 'ioredis';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it, onTestFinished } from 'vitest';
@@ -60,11 +63,51 @@ async function metricsText(gw: GatewayProcess): Promise<string> {
   return (await request(`${gw.url}/metrics`)).body.toString();
 }
 
+/** A secret file readable by this user only (what systemd's LoadCredential= and a 0400 Secret volume give). */
+async function secretFile(content: string, mode = 0o400): Promise<string> {
+  const dir = await makeTempDir('arkvory-secret-');
+  const file = path.join(dir, 'secret');
+  await writeFile(file, `${content}\n`, { mode: 0o600 });
+  await chmod(file, mode);
+  return file;
+}
+
+/** A Redis ACL user with its own password (the `default` user stays as the harness made it). */
+async function redisAclUser(): Promise<{ url: string; password: string }> {
+  const user = `arkvory_t_${randomBytes(4).toString('hex')}`;
+  const password = randomBytes(12).toString('hex');
+  const redis = new Redis(inject('redisUrl'), { lazyConnect: true });
+  await redis.connect();
+  try {
+    await redis.call('ACL', 'SETUSER', user, 'on', `>${password}`, '~*', '&*', '+@all');
+  } finally {
+    redis.disconnect();
+  }
+  const u = new URL(inject('redisUrl'));
+  u.username = user;
+  return { url: u.toString(), password };
+}
+
 describe('each gateway role as its own login', () => {
   it('writer, worker and reader do all their work; maintenance runs scrub, gc and backup', async () => {
+    // The writer takes its PostgreSQL and Redis passwords from files; the URLs carry none.
+    const pgUrl = new URL(urls.writer);
+    const pgPassword = decodeURIComponent(pgUrl.password);
+    pgUrl.password = '';
+    const redisUser = await redisAclUser();
     const writer = await startGateway({
-      env: { ...sharedEnv('writer'), ARKVORY_GATEWAY_SLOT: '0', ARKVORY_EMBEDDED_WORKER: '0' },
+      env: {
+        ...sharedEnv('writer'),
+        ARKVORY_DATABASE_URL: pgUrl.toString(),
+        ARKVORY_DATABASE_PASSWORD_FILE: await secretFile(pgPassword),
+        ARKVORY_REDIS_URL: redisUser.url,
+        ARKVORY_REDIS_PASSWORD_FILE: await secretFile(redisUser.password),
+        ARKVORY_GATEWAY_SLOT: '0',
+        ARKVORY_EMBEDDED_WORKER: '0',
+      },
     });
+    expect(writer.logs()).not.toContain(pgPassword);
+    expect(writer.logs()).not.toContain(redisUser.password);
     const worker = await startGateway({
       env: {
         ARKVORY_DATABASE_URL: urls.worker,
@@ -198,6 +241,22 @@ describe('each gateway role as its own login', () => {
     const backup = await runCli(['backup', `${destination}/b`], env);
     expect(backup.code, backup.stderr).toBe(0);
   }, 120_000);
+
+  it('a secret file others can read is refused at start, naming the file and not the secret', async () => {
+    const pgUrl = new URL(urls.reader);
+    const pgPassword = decodeURIComponent(pgUrl.password);
+    pgUrl.password = '';
+    const loose = await secretFile(pgPassword, 0o644);
+    const gw = await startGateway({
+      env: { ARKVORY_DATABASE_URL: pgUrl.toString(), ARKVORY_DATABASE_PASSWORD_FILE: loose },
+      waitFor: 'none',
+    });
+    expect(await gw.exited).toBe(2);
+    expect(gw.logs()).toContain(
+      `ARKVORY_DATABASE_PASSWORD_FILE: ${loose} is accessible to group or others (mode 0644)`,
+    );
+    expect(gw.logs()).not.toContain(pgPassword);
+  }, 30_000);
 
   it('a login missing a grant its role needs is refused at start, naming the grant', async () => {
     const admin = new pg.Client({ connectionString: db.url });
