@@ -14,8 +14,17 @@ export class SecretFileError extends Error {
   readonly code = 'secret_file_refused';
 }
 
-/** Group or world read (or write) bits: the file must be the service user's alone. */
-const LOOSE_BITS = 0o077;
+const WORLD_BITS = 0o007;
+const GROUP_BITS = 0o070;
+
+/**
+ * Whether group access is acceptable: only when the group is this process's own primary group, as
+ * with Kubernetes' fsGroup = runAsGroup (kubelet makes Secret files 0440 root:<fsGroup>, a group
+ * only the pod's processes hold). Any other group, and any world bit, is refused.
+ */
+function ownGroup(gid: number): boolean {
+  return typeof process.getegid === 'function' && process.getegid() === gid && gid !== 0;
+}
 
 /**
  * The secret in `file`: its text without one trailing newline (editors and `echo` add one). Refuses a
@@ -23,15 +32,17 @@ const LOOSE_BITS = 0o077;
  */
 export function readSecretFile(file: string): string {
   let mode: number;
+  let gid: number;
   try {
     const st = statSync(file);
     if (!st.isFile()) throw new SecretFileError(`${file} is not a regular file`);
     mode = st.mode;
+    gid = st.gid;
   } catch (err) {
     if (err instanceof SecretFileError) throw err;
     throw new SecretFileError(`cannot read ${file}: ${(err as NodeJS.ErrnoException).code ?? 'error'}`);
   }
-  if ((mode & LOOSE_BITS) !== 0)
+  if ((mode & WORLD_BITS) !== 0 || ((mode & GROUP_BITS) !== 0 && !ownGroup(gid)))
     throw new SecretFileError(
       `${file} is accessible to group or others (mode ${(mode & 0o777).toString(8).padStart(4, '0')}); make it readable by the service user only (chmod 0400 or 0600; Kubernetes: defaultMode 0400)`,
     );

@@ -409,7 +409,7 @@ export const VARIABLES: readonly VariableSpec[] = [
     ({ file, fills, what }): VariableSpec => ({
       name: file,
       kind: { type: 'string' },
-      doc: `A file holding ${what} (\`${fills}\`), read at start and again on SIGHUP; it must be readable by the service user only (mode 0400/0600), else the start is refused. Not together with \`${fills}\`. See docs/deploy.md.`,
+      doc: `A file holding ${what} (\`${fills}\`), read at start (rotation without a restart is not implemented yet: restart after changing it); it must be readable by the service user only (mode 0400/0600), else the start is refused. Not together with \`${fills}\`. See docs/deploy.md.`,
     }),
   ),
 ];

@@ -258,6 +258,38 @@ describe('each gateway role as its own login', () => {
     expect(gw.logs()).not.toContain(pgPassword);
   }, 30_000);
 
+  it('doctor reports per role the database role, its standing, missing grants and secret sources, never a value', async () => {
+    const pgUrl = new URL(urls.reader);
+    const pgPassword = decodeURIComponent(pgUrl.password);
+    pgUrl.password = '';
+    const env = {
+      ARKVORY_ROLE: 'reader',
+      ARKVORY_DATABASE_URL: pgUrl.toString(),
+      ARKVORY_DATABASE_PASSWORD_FILE: await secretFile(pgPassword),
+      ARKVORY_REDIS_URL: inject('redisUrl'),
+      ARKVORY_GATEWAY_SLOTS: '2',
+      ARKVORY_GATEWAY_SLOT: '1',
+      ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(1024 * MiB),
+    };
+    const doctor = await runCli(['doctor'], env);
+    const lines = doctor.stdout.split('\n');
+    const privileges = lines.find((l) => l.includes(' privileges: '));
+    expect(privileges).toMatch(
+      /^ok {3}privileges: role reader → database role reader, login "arkvory_t_reader_[0-9a-f]+" \(not superuser, not owner\); 0 missing/,
+    );
+    expect(lines.find((l) => l.includes(' credentials: '))).toBe(
+      'ok   credentials: ARKVORY_DATABASE_URL from env, ARKVORY_DATABASE_PASSWORD from file, ARKVORY_REDIS_URL from env',
+    );
+    expect(doctor.stdout + doctor.stderr).not.toContain(pgPassword);
+    // A login without the reader's grants: FAIL naming them.
+    const asWorker = await runCli(['doctor'], {
+      ...env,
+      ARKVORY_DATABASE_URL: urls.worker,
+      ARKVORY_DATABASE_PASSWORD_FILE: undefined,
+    });
+    expect(asWorker.stdout).toMatch(/FAIL privileges: .*GRANT SELECT ON TABLE arkvory_api_keys TO arkvory_reader/);
+  }, 60_000);
+
   it('a login missing a grant its role needs is refused at start, naming the grant', async () => {
     const admin = new pg.Client({ connectionString: db.url });
     await admin.connect();
