@@ -73,7 +73,7 @@ describe('removing the toxic after a fence and a takeover', () => {
         },
         { timeoutMs: 5000, intervalMs: 50, what: "the old reader's held renewal to run" },
       );
-      expect((await oldLeaseSession())?.query).toMatch(/^UPDATE arkvory_gateway_leases SET renewed_at/);
+      expect((await oldLeaseSession())?.query).toMatch(/^SELECT arkvory_lease_renew\(/);
       // It matched nothing: the row is still the successor's (owner, generation).
       const after = (await leaseRow(cluster.db.pool, 1))!;
       expect([after.owner, after.generation]).toEqual([taken.owner, taken.generation]);

@@ -8,6 +8,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import { inTransaction } from '../lib/transaction.ts';
+import { groupRoleName } from './grants.ts';
+import { applyGrants, quoteIdent, rolesInstalled } from './roles.ts';
 
 export const MIGRATIONS_DIR = path.dirname(fileURLToPath(import.meta.url));
 /** Arbitrary constant shared by every Arkvory process: "arkvory-migrate". */
@@ -50,6 +52,10 @@ export async function migrate(
   const applied: Migration[] = [];
   try {
     await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_KEY.toString()]);
+    // Once `db roles` has run, migrations run as the migrator, so it owns what they create, and the
+    // grants follow: a new table gets its decision from grants.ts, never the default privileges.
+    const asMigrator = (await rolesInstalled(client)) && (await memberOfMigrator(client));
+    if (asMigrator) await client.query(`SET ROLE ${quoteIdent(groupRoleName('migrator'))}`);
     try {
       await client.query(`CREATE TABLE IF NOT EXISTS arkvory_schema_migrations (
         version integer PRIMARY KEY,
@@ -74,13 +80,22 @@ export async function migrate(
         applied.push(m);
         options.onApply?.(m);
       }
+      if (asMigrator && applied.length > 0) await inTransaction(client, () => applyGrants(client));
     } finally {
+      if (asMigrator) await client.query('RESET ROLE');
       await client.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK_KEY.toString()]);
     }
   } finally {
     client.release();
   }
   return applied;
+}
+
+async function memberOfMigrator(client: pg.ClientBase): Promise<boolean> {
+  const r = await client.query<{ ok: boolean }>(`SELECT pg_has_role(current_user, $1, 'MEMBER') AS ok`, [
+    groupRoleName('migrator'),
+  ]);
+  return r.rows[0]!.ok;
 }
 
 /** Migrations the code has that the database does not. */

@@ -52,10 +52,13 @@ async function loadSecrets(pool: pg.Pool | pg.PoolClient): Promise<SecretRow[]> 
   }));
 }
 
-/** The table lock serialises the first secret's creation and rotations (writer and CLI may race). */
+/** "arkvory-presign": a transaction lock of its own key, not a table lock (which needs UPDATE on the whole table). */
+const PRESIGN_LOCK_KEY = 0x61726b76_7073n;
+
+/** The lock serialises the first secret's creation and rotations (writer and CLI may race); every insert takes it. */
 function lockedSecrets<T>(pool: pg.Pool, work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
   return withTransaction(pool, async (client) => {
-    await client.query('LOCK TABLE arkvory_presign_secrets IN SHARE ROW EXCLUSIVE MODE');
+    await client.query('SELECT pg_advisory_xact_lock($1)', [PRESIGN_LOCK_KEY.toString()]);
     return work(client);
   });
 }

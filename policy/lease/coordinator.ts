@@ -162,16 +162,14 @@ export class Coordinator {
 
   async #tryAcquire(slot: number): Promise<{ generation: number } | undefined> {
     const shared = this.#options.shared!;
-    const r = await this.#client.query<{ generation: string }>(
-      `INSERT INTO arkvory_gateway_leases AS l (slot, owner, generation, role, advertise_url, acquired_at, renewed_at, expires_at)
-       VALUES ($1, $2, 1, $3, $4, clock_timestamp(), clock_timestamp(), clock_timestamp() + make_interval(secs => $5::double precision / 1000))
-       ON CONFLICT (slot) DO UPDATE SET owner = EXCLUDED.owner, generation = l.generation + 1, role = EXCLUDED.role,
-         advertise_url = EXCLUDED.advertise_url, acquired_at = EXCLUDED.acquired_at, renewed_at = EXCLUDED.renewed_at, expires_at = EXCLUDED.expires_at
-       WHERE l.expires_at <= clock_timestamp()
-       RETURNING generation::text`,
+    // A function owned by the schema owner (migration 0020): the role may take a free or expired
+    // slot and renew only what its own session took, never write lease rows directly.
+    const r = await this.#client.query<{ generation: string | null }>(
+      'SELECT arkvory_lease_acquire($1, $2, $3, $4, $5)::text AS generation',
       [slot, this.owner, this.#options.role, shared.advertiseUrl ?? null, RESERVATION_MS],
     );
-    return r.rows[0] ? { generation: Number(r.rows[0].generation) } : undefined;
+    const generation = r.rows[0]?.generation;
+    return generation ? { generation: Number(generation) } : undefined;
   }
 
   async #acquire(slot: number): Promise<void> {
@@ -262,15 +260,15 @@ export class Coordinator {
     this.#renewing = true;
     const requestStartedAt = this.#now();
     try {
-      const r = await this.#client.query(
-        `UPDATE arkvory_gateway_leases SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + make_interval(secs => $4::double precision / 1000)
-         WHERE slot = $1 AND owner = $2 AND generation = $3 AND expires_at > clock_timestamp() RETURNING slot`,
+      const r = await this.#client.query<{ renewed: boolean }>(
+        'SELECT arkvory_lease_renew($1, $2, $3, $4) AS renewed',
         [shared.slot, this.owner, this.#permit.generation, RESERVATION_MS],
       );
-      this.#renewed(r.rowCount ? 'confirmed' : 'rejected', requestStartedAt.monotonicMs);
+      const renewed = r.rows[0]?.renewed === true;
+      this.#renewed(renewed ? 'confirmed' : 'rejected', requestStartedAt.monotonicMs);
       if (this.#fencedReason !== undefined) return;
       this.#apply(
-        r.rowCount ? confirmRenewal(this.#permit, requestStartedAt, this.#now()) : renewalRejected(this.#permit),
+        renewed ? confirmRenewal(this.#permit, requestStartedAt, this.#now()) : renewalRejected(this.#permit),
       );
       this.#schedule();
     } catch (err) {

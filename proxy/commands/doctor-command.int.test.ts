@@ -84,6 +84,8 @@ describe('arkvory doctor', () => {
       policy: 'ok',
       slot: 'skip',
       proxies: 'ok',
+      privileges: 'ok',
+      credentials: 'ok',
     });
     expect(r.stdout).toMatch(/^ok {3}database: PostgreSQL \d+(\.\d+)*\S* reachable \(the embedded one/m);
     expect(r.stdout).toContain(`the embedded one of the running gateway under ${dataDir}/.pg`);
@@ -146,6 +148,8 @@ describe('arkvory doctor', () => {
       policy: 'FAIL',
       slot: 'FAIL',
       proxies: 'ok',
+      privileges: 'ok',
+      credentials: 'ok',
     });
     expect(r.stdout).toMatch(/FAIL storage: .*different installations/);
     expect(r.stdout).toMatch(/FAIL policy: the stored policy \(SLOTS=2, SHARED_DOWNLOAD_BYTES_PER_SECOND=2097152/);

@@ -15,6 +15,7 @@ import { readS3StorageIdObject } from '../../storage-adapter/s3/index.ts';
 import { STORAGE_ID_FILE } from '../../storage-adapter/paths.ts';
 import { ConfigError, loadConfig, type Config } from '../config/config.ts';
 import { createTrustedProxies } from '../router/forwarded.ts';
+import { databaseRoleOf, describePrivileges, inspectPrivileges } from '../server/database-privileges.ts';
 import { runningEmbeddedDatabaseUrl } from './cli-database.ts';
 import { defineCommand, form, type Command } from './command.ts';
 
@@ -26,7 +27,18 @@ export interface CheckResult {
 }
 
 /** The checks in the order they run and print. */
-export const CHECKS = ['variables', 'database', 'migrations', 'storage', 'redis', 'policy', 'slot', 'proxies'] as const;
+export const CHECKS = [
+  'variables',
+  'database',
+  'migrations',
+  'storage',
+  'redis',
+  'policy',
+  'slot',
+  'proxies',
+  'privileges',
+  'credentials',
+] as const;
 
 const TIMEOUT_MS = 5000;
 
@@ -286,11 +298,55 @@ async function checkProxies(config: Config, pool: pg.Pool): Promise<CheckResult>
   };
 }
 
+/** The database login against the grants its role needs (the same check a gateway makes at start). */
+async function checkPrivileges(config: Config, pool: pg.Pool): Promise<CheckResult> {
+  const check = 'privileges';
+  const role = databaseRoleOf(config.role);
+  if (!role) return { check, status: 'skip', detail: `the ${config.role} reads leases only` };
+  const report = await inspectPrivileges(pool, role);
+  const status =
+    report.missing.length || ((report.superuser || report.schemaOwner) && config.databaseRequireLeastPrivilege)
+      ? 'FAIL'
+      : 'ok';
+  const standing = report.superuser ? 'superuser' : report.schemaOwner ? 'schema owner' : 'not superuser, not owner';
+  return {
+    check,
+    status,
+    detail: `role ${config.role} → database role ${role}, login "${report.login}" (${standing}); ${report.missing.length} missing grant(s): ${describePrivileges(report)}`,
+  };
+}
+
+/** Where each secret comes from: env, file or unset; never a value. */
+function checkSecrets(config: Config): CheckResult {
+  const set = Object.entries(config.secretSources).filter(([, source]) => source !== 'unset');
+  return {
+    check: 'credentials',
+    status: 'ok',
+    detail: set.length ? set.map(([name, source]) => `${name} from ${source}`).join(', ') : 'none set',
+  };
+}
+
 /** Runs every check; a failed prerequisite turns the checks that need it into `skip`. */
 export async function runDoctor(env: NodeJS.ProcessEnv): Promise<CheckResult[]> {
+  const results = await runChecks(env);
+  const done = new Set(results.map((r) => r.check));
+  if (!done.has('privileges'))
+    results.push({ check: 'privileges', status: 'skip', detail: 'needs a migrated database' });
+  if (!done.has('credentials')) {
+    try {
+      results.push(checkSecrets(loadConfig(env)));
+    } catch {
+      results.push({ check: 'credentials', status: 'skip', detail: 'needs valid variables' });
+    }
+  }
+  return results;
+}
+
+async function runChecks(env: NodeJS.ProcessEnv): Promise<CheckResult[]> {
   const results: CheckResult[] = [];
   const skipRest = (from: number, why: string) => {
-    for (const check of CHECKS.slice(from)) results.push({ check, status: 'skip', detail: why });
+    for (const check of CHECKS.slice(from, CHECKS.indexOf('privileges')))
+      results.push({ check, status: 'skip', detail: why });
   };
   let config: Config;
   try {
@@ -388,17 +444,16 @@ export async function runDoctor(env: NodeJS.ProcessEnv): Promise<CheckResult[]> 
       return results;
     }
     results.push({ check: 'migrations', status: 'ok', detail: 'the schema is up to date' });
-    results.push(
-      await checkStorage(config, pool).catch((err: unknown) => ({
-        check: 'storage',
-        status: 'FAIL' as const,
-        detail: message(err),
-      })),
-    );
+    // First: a login without its grants makes the checks below fail on permission, which this names.
+    const privileges = await checkPrivileges(config, pool);
+    const guarded = (check: string, run: () => Promise<CheckResult>) =>
+      run().catch((err: unknown): CheckResult => ({ check, status: 'FAIL', detail: message(err) }));
+    results.push(await guarded('storage', () => checkStorage(config, pool)));
     results.push(await checkRedis(config));
-    results.push(await checkPolicy(config, pool));
-    results.push(await checkSlot(config, pool));
-    results.push(await checkProxies(config, pool));
+    results.push(await guarded('policy', () => checkPolicy(config, pool!)));
+    results.push(await guarded('slot', () => checkSlot(config, pool!)));
+    results.push(await guarded('proxies', () => checkProxies(config, pool!)));
+    results.push(privileges);
     return results;
   } finally {
     await pool?.end().catch(() => {});
@@ -412,7 +467,7 @@ export function formatResult(r: CheckResult): string {
 export const doctorCommand: Command = defineCommand({
   name: 'doctor',
   summary:
-    'check a configuration without serving (variables, database, migrations, storage, Redis, policy, slot, proxies)',
+    'check a configuration without serving (variables, database, migrations, storage, Redis, policy, slot, proxies, privileges, credentials)',
   description: `Checks the configuration in the environment without serving and prints one line per check:
 ${CHECKS.join(', ')}. Each line starts with ok, FAIL or skip. Nothing is written.
 Exit codes: 0 every check ok or skipped, 1 a check failed, 2 invalid variables.`,

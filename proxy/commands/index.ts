@@ -1,6 +1,7 @@
 import { grantsCommand, keysCommand, principalsCommand, reposCommand } from './auth-commands.ts';
 import { backupCommand, restoreCommand } from './backup-commands.ts';
 import type { Command } from './command.ts';
+import { dbCommand } from './db-command.ts';
 import { doctorCommand } from './doctor-command.ts';
 import { gcCommand, scrubCommand } from './maintenance-commands.ts';
 import { cacheCommand } from './cache-commands.ts';
@@ -16,6 +17,7 @@ import { serveCommand } from './serve-command.ts';
 export const COMMANDS: readonly Command[] = [
   serveCommand,
   migrateCommand,
+  dbCommand,
   doctorCommand,
   principalsCommand,
   keysCommand,

@@ -1,6 +1,7 @@
 import path from 'node:path';
 import type { Config, LogLevel, Role, S3Config } from './types.ts';
 import type { VariableValues } from './variable-values.ts';
+import type { SecretSource } from './secret-files.ts';
 
 /** What the cross-variable checks derived (see cross-checks.ts). */
 export interface Derived {
@@ -11,6 +12,20 @@ export interface Derived {
   routerBackends: string[] | undefined;
   bypassPublishers: string[];
   tls: Config['tls'];
+  secretSources: Readonly<Record<string, SecretSource>>;
+}
+
+/** `url` with its password replaced (each URL of a comma-separated list). */
+function withPassword(url: string | undefined, password: string | undefined): string | undefined {
+  if (url === undefined || password === undefined) return url;
+  return url
+    .split(',')
+    .map((one) => {
+      const u = new URL(one.trim());
+      u.password = password;
+      return u.toString();
+    })
+    .join(',');
 }
 
 /** The Config of valid values: units converted (seconds → ms), paths resolved against `cwd`. */
@@ -22,10 +37,12 @@ export function buildConfig(v: VariableValues, derived: Derived, cwd: string): C
     host: v.str('ARKVORY_HOST'),
     port: v.num('ARKVORY_PORT'),
     dataDir: path.resolve(cwd, v.str('ARKVORY_DATA_DIR')),
-    databaseUrl: v.optStr('ARKVORY_DATABASE_URL'),
+    databaseUrl: withPassword(v.optStr('ARKVORY_DATABASE_URL'), v.optStr('ARKVORY_DATABASE_PASSWORD')),
     databasePoolSize: v.num('ARKVORY_DATABASE_POOL_SIZE'),
     databaseStartupWaitMs: v.num('ARKVORY_DATABASE_STARTUP_WAIT_SECONDS') * 1000,
-    redisUrl: v.optStr('ARKVORY_REDIS_URL'),
+    databaseRequireLeastPrivilege: v.values.get('ARKVORY_DATABASE_REQUIRE_LEAST_PRIVILEGE') as boolean,
+    redisUrl: withPassword(v.optStr('ARKVORY_REDIS_URL'), v.optStr('ARKVORY_REDIS_PASSWORD')),
+    secretSources: derived.secretSources,
     logLevel: v.str('ARKVORY_LOG_LEVEL') as LogLevel,
     shutdownTimeoutMs: v.num('ARKVORY_SHUTDOWN_TIMEOUT_SECONDS') * 1000,
     frontDoor: {

@@ -5,6 +5,7 @@
 import { GatewayError } from '../server/errors.ts';
 import { redactUserinfo } from '../server/redact-url.ts';
 import { buildConfig } from './build-config.ts';
+import { resolveSecretFiles } from './secret-files.ts';
 import {
   checkBypassPublishers,
   checkEndpoints,
@@ -39,17 +40,31 @@ export class ConfigError extends GatewayError {
  * variable is bad, skipping only those that depend on a variable that failed. No problem line
  * carries a secret or the user info of a URL. The result is deep-frozen.
  */
-export function loadConfig(env: Readonly<Record<string, string | undefined>>, cwd = process.cwd()): Config {
-  const v = new VariableValues(env);
+export function loadConfig(
+  env: Readonly<Record<string, string | undefined>>,
+  cwd = process.cwd(),
+  readSecret?: (file: string) => string,
+): Config {
+  const secrets = resolveSecretFiles(env, readSecret);
+  const v = new VariableValues(secrets.env);
+  v.problems.push(...secrets.problems);
   const { shared, sharedFailed } = checkSharedProfile(v);
   const endpoints = checkEndpoints(v, shared, sharedFailed);
   const bypassPublishers = checkBypassPublishers(v);
   checkServiceName(v);
+  for (const [password, url] of [
+    ['ARKVORY_DATABASE_PASSWORD', 'ARKVORY_DATABASE_URL'],
+    ['ARKVORY_REDIS_PASSWORD', 'ARKVORY_REDIS_URL'],
+  ] as const)
+    if (v.optStr(password) !== undefined && v.optStr(url) === undefined && !v.anyFailed(url))
+      v.problems.push(`${password}: only used with ${url} (the password of the server it names)`);
   const tls = checkTls(v, cwd);
   if (v.problems.length === 0) checkIdleTimeouts(v);
   // Belt and braces: whatever a helper echoed, no problem line carries a URL's user info.
   if (v.problems.length > 0) throw new ConfigError(v.problems.map(redactUserinfo));
-  return deepFreeze(buildConfig(v, { shared, ...endpoints, bypassPublishers, tls }, cwd));
+  return deepFreeze(
+    buildConfig(v, { shared, ...endpoints, bypassPublishers, tls, secretSources: secrets.sources }, cwd),
+  );
 }
 
 function deepFreeze<T>(value: T): T {

@@ -1,3 +1,4 @@
+import type { SecretSource } from './secret-files.ts';
 import type { S3Location } from '../../storage-adapter/s3/index.ts';
 
 export type Role = 'api' | 'reader' | 'worker' | 'router' | 'rules-service';
@@ -12,6 +13,10 @@ export interface Config {
   readonly databasePoolSize: number;
   /** Startup retries an unreachable PostgreSQL this long, then exits 1. */
   readonly databaseStartupWaitMs: number;
+  /** Refuse a superuser or schema-owner login instead of warning. */
+  readonly databaseRequireLeastPrivilege: boolean;
+  /** Where each secret came from (env, file or unset), by the variable it fills; never a value. */
+  readonly secretSources: Readonly<Record<string, SecretSource>>;
   readonly redisUrl: string | undefined;
   readonly logLevel: LogLevel;
   readonly shutdownTimeoutMs: number;

@@ -23,6 +23,7 @@ export interface VariableSpec {
 }
 
 import { TLS_VARIABLES } from './tls-variables.ts';
+import { SECRET_FILE_VARIABLES } from './secret-files.ts';
 
 export const TiB = 2 ** 40;
 const BYTES_PER_SECOND = { type: 'int', min: 0, max: TiB } as const;
@@ -59,6 +60,18 @@ export const VARIABLES: readonly VariableSpec[] = [
     doc: 'PostgreSQL connection URL. Unset: an embedded PostgreSQL under `<DATA_DIR>/.pg` (standalone only).',
   },
   {
+    name: 'ARKVORY_DATABASE_PASSWORD',
+    kind: { type: 'string' },
+    secret: true,
+    doc: 'PostgreSQL password, replacing the one in ARKVORY_DATABASE_URL (so the URL itself holds none). Usually given as `ARKVORY_DATABASE_PASSWORD_FILE`.',
+  },
+  {
+    name: 'ARKVORY_DATABASE_REQUIRE_LEAST_PRIVILEGE',
+    kind: { type: 'bool' },
+    defaultValue: '0',
+    doc: 'Refuse to start (exit 1) when the database login is a superuser or owns the schema, instead of warning (`arkvory_database_login_privileged`, `arkvory doctor`). A login missing a grant its role needs is refused either way, naming the grant. See docs/deploy.md.',
+  },
+  {
     name: 'ARKVORY_DATABASE_STARTUP_WAIT_SECONDS',
     kind: { type: 'int', min: 0, max: 3600 },
     defaultValue: '60',
@@ -75,6 +88,12 @@ export const VARIABLES: readonly VariableSpec[] = [
     kind: { type: 'url-list', protocols: ['redis:', 'rediss:'] },
     secret: true,
     doc: 'Redis URL for rate-limit counters; two or more comma-separated URLs are the seed nodes of a Redis Cluster (docs/rate-limits.md). Unset: counters in process memory (standalone only).',
+  },
+  {
+    name: 'ARKVORY_REDIS_PASSWORD',
+    kind: { type: 'string' },
+    secret: true,
+    doc: 'Redis password (of the ACL user named in ARKVORY_REDIS_URL, or `default`), replacing any in the URL. Usually given as `ARKVORY_REDIS_PASSWORD_FILE`.',
   },
   {
     name: 'ARKVORY_LOG_LEVEL',
@@ -429,4 +448,11 @@ export const VARIABLES: readonly VariableSpec[] = [
     doc: 'Slices a read of several slices fetches ahead from the store, in parallel, on a miss.',
   },
   ...TLS_VARIABLES,
+  ...SECRET_FILE_VARIABLES.map(
+    ({ file, fills, what }): VariableSpec => ({
+      name: file,
+      kind: { type: 'string' },
+      doc: `A file holding ${what} (\`${fills}\`), read at start (rotation without a restart is not implemented yet: restart after changing it); it must be readable by the service user only (mode 0400/0600), else the start is refused. Not together with \`${fills}\`. See docs/deploy.md.`,
+    }),
+  ),
 ];

@@ -268,6 +268,12 @@ export const GATEWAY_METRICS = [
     help: 'Rate-limit peeks (no counting).',
   },
   { name: RULES_SERVICE_METRIC, type: 'counter', labels: ['limiter', 'result'], help: RULES_SERVICE_HELP },
+  {
+    name: 'arkvory_database_login_privileged',
+    type: 'gauge',
+    labels: ['reason'],
+    help: 'Whether the database login is a superuser or owns the schema (1), more than its role needs (docs/deploy.md); checked at start.',
+  },
 ] as const satisfies readonly MetricSpec[];
 
 /**

@@ -13,6 +13,7 @@ import { createOverrideStore } from '../../policy/rate-limit/rule-overrides.ts';
 import { createAuthGate, transportPolicy } from '../gates/auth-gate.ts';
 import type { Config } from '../config/config.ts';
 import { createPool } from '../server/database.ts';
+import { checkDatabasePrivileges } from '../server/privilege-startup.ts';
 import { createGatewayServer } from '../server/http-server.ts';
 import { Lifecycle } from '../server/lifecycle.ts';
 import { logStartupFailure } from '../server/startup-failure.ts';
@@ -37,6 +38,7 @@ export async function runRulesService(config: Config, log: Logger): Promise<numb
   let code = EXIT_OK;
   let tls: ServedTls | undefined;
   try {
+    await checkDatabasePrivileges(config, pool, log);
     tls = await openListenerTls(config.tls, { clock: systemClock, log: log.child({ component: 'tls' }) });
     const pending = await pendingMigrations(pool);
     if (pending.length)

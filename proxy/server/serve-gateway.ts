@@ -25,6 +25,8 @@ import { createTransfers } from '../gates/transfers.ts';
 import { EXIT, StartupError } from './startup-failure.ts';
 import { openListenerTls, type ServedTls } from '../tls/served-tls.ts';
 import { schemeOf } from './listener.ts';
+import { checkDatabasePrivileges, registerPrivilegeMetrics } from './privilege-startup.ts';
+import type { PrivilegeReport } from './database-privileges.ts';
 
 /** The embedded defaults exist for one standalone writer; everything else needs real services. */
 function checkProfile(config: Config): void {
@@ -54,6 +56,7 @@ export async function serveGateway(config: Config, log: Logger): Promise<number>
   let built: Services | undefined;
   let coordinator: Coordinator | undefined;
   let tls: ServedTls | undefined;
+  let privileges: PrivilegeReport | undefined;
   try {
     checkProfile(config);
     // Before anything else is opened: a broken certificate pair refuses the start with its reason.
@@ -77,6 +80,8 @@ export async function serveGateway(config: Config, log: Logger): Promise<number>
         signal: stopping.signal,
       });
       if (reached === 'stopped') return await finish(log, built, server, database, config, EXIT.ok);
+      // Before anything reads a table: a missing grant is named, not met as the first query's error.
+      privileges = await checkDatabasePrivileges(config, database.pool, log);
       const pending = await pendingMigrations(database.pool);
       if (pending.length) {
         throw new StartupError(
@@ -87,6 +92,7 @@ export async function serveGateway(config: Config, log: Logger): Promise<number>
     if (signals.requested) return await finish(log, built, server, database, config, EXIT.ok);
     // Each source registers its metric families where it is built.
     const metrics = createGatewayMetrics();
+    if (privileges) registerPrivilegeMetrics(metrics.registry, privileges);
     coordinator = await openCoordinator(config, database.url, log);
     coordinator.onFenced(() => lifecycle.set('fenced', 'lease lost'));
     registerLeaseMetrics(metrics.registry, coordinator);

@@ -103,6 +103,9 @@ const ROLES = [
   { unit: 'arkvory-rules-service.service', role: 'rules-service', writes: false },
 ] as const;
 
+/** The examples' secret files (LoadCredential=, Secret volumes) exist only where they are deployed. */
+const deploySecret = (file: string) => `secret-of-${path.basename(file)}`;
+
 describe('deploy/ names and env examples', () => {
   it('every ARKVORY_* name used anywhere under deploy/ exists in the config table', async () => {
     const files = await filesUnder(DEPLOY);
@@ -127,7 +130,7 @@ describe('deploy/ names and env examples', () => {
     '$unit: its env example plus the unit environment is a valid configuration for role $role',
     async ({ unit: name, role }) => {
       const env = await unitEnvironment(await unit(name), '1');
-      const config = loadConfig(env, '/');
+      const config = loadConfig(env, '/', deploySecret);
       expect(config.role).toBe(role);
       if (role === 'api' || role === 'reader') {
         // Every variable the shared profile requires is set; the data dir is the one the unit opens.
@@ -148,7 +151,7 @@ describe('deploy/ names and env examples', () => {
         ...(await unitEnvironment(await unit(name), '1')),
         ...parseEnvFile(await readFile(path.join(DEPLOY, 'static-store/static-store.env'), 'utf8')),
       };
-      const config = loadConfig(env, '/');
+      const config = loadConfig(env, '/', deploySecret);
       expect(config.storage.url).toBe('http://10.0.0.20:8081/arkvory/');
       // The URL is the example nginx site's address and location.
       const site = await readFile(path.join(DEPLOY, 'static-store/arkvory-store.conf'), 'utf8');
@@ -166,7 +169,7 @@ describe('deploy/ names and env examples', () => {
         ...parseEnvFile(await read('s3-store.env')),
         ...parseEnvFile(await read('s3-credentials.env.example')),
       };
-      const config = loadConfig(env, '/');
+      const config = loadConfig(env, '/', deploySecret);
       expect(config.storage.s3).toMatchObject({
         location: { bucket: 'arkvory-artifacts', prefix: 'prod/' },
         endpoint: 'http://10.0.0.30:8333',
@@ -174,7 +177,11 @@ describe('deploy/ names and env examples', () => {
       });
       // Without the credentials file the configuration is refused, naming both variables.
       expect(() =>
-        loadConfig({ ...(env as Record<string, string>), AWS_ACCESS_KEY_ID: '', AWS_SECRET_ACCESS_KEY: '' }, '/'),
+        loadConfig(
+          { ...(env as Record<string, string>), AWS_ACCESS_KEY_ID: '', AWS_SECRET_ACCESS_KEY: '' },
+          '/',
+          deploySecret,
+        ),
       ).toThrow(/AWS_ACCESS_KEY_ID[\s\S]*AWS_SECRET_ACCESS_KEY/);
       // The endpoint is the SeaweedFS example's S3 port, and its identity for Arkvory has the same key.
       expect(await read('seaweedfs-s3.service')).toContain('-ip=10.0.0.30 ');
@@ -189,8 +196,8 @@ describe('deploy/ names and env examples', () => {
   );
 
   it('the writer and the reader examples store the identical download policy, on different ports', async () => {
-    const writer = loadConfig(await unitEnvironment(await unit('arkvory-writer.service'), '1'), '/');
-    const reader = loadConfig(await unitEnvironment(await unit('arkvory-reader@.service'), '1'), '/');
+    const writer = loadConfig(await unitEnvironment(await unit('arkvory-writer.service'), '1'), '/', deploySecret);
+    const reader = loadConfig(await unitEnvironment(await unit('arkvory-reader@.service'), '1'), '/', deploySecret);
     expect(reader.shared).toEqual({ ...writer.shared, slot: 1 });
     expect(writer.shared!.slot).toBe(0);
     expect(reader.port).not.toBe(writer.port);
@@ -294,7 +301,7 @@ describe('Kubernetes sidecar example', () => {
       const source = objects.find((o) => o.metadata.name === (ref.configMapRef ?? ref.secretRef).name)!;
       Object.assign(env, source.data ?? source.stringData);
     }
-    const config = loadConfig(env, '/');
+    const config = loadConfig(env, '/', deploySecret);
     expect(config.role).toBe('api');
     expect(config.metrics.token).toBeDefined();
     const mount = (arkvory.volumeMounts as Array<{ name: string; mountPath: string }>).find(
@@ -336,7 +343,7 @@ describe('backup service, timer and CronJob', () => {
     expect(service(u, 'EnvironmentFile')).toEqual(['/etc/arkvory/writer.env', '/etc/arkvory/backup.env']);
     const env = await unitEnvironment(u, '1');
     // The database and store are the writer's; the retention is a positive count; the directory is the writable one.
-    const config = loadConfig(env, '/');
+    const config = loadConfig(env, '/', deploySecret);
     expect(config.databaseUrl).toBeDefined();
     expect(config.dataDir.startsWith(`${DATA_DIR}/`)).toBe(true);
     expect(Number(env.BACKUP_KEEP)).toBeGreaterThanOrEqual(1);
@@ -411,7 +418,7 @@ describe('backup service, timer and CronJob', () => {
       const source = objects.find((o) => o.metadata.name === (ref.configMapRef ?? ref.secretRef).name)!;
       Object.assign(env, source.data ?? source.stringData);
     }
-    const config = loadConfig(env, '/');
+    const config = loadConfig(env, '/', deploySecret);
     const data = container!.volumeMounts.find((m) => m.mountPath === config.dataDir)!;
     expect(data.readOnly).toBe(true);
     const claim = pod.volumes.find((v: { name: string }) => v.name === data.name).persistentVolumeClaim.claimName;

@@ -1,0 +1,234 @@
+/**
+ * The database roles, and what each may do, object by object: the one grant decision every table,
+ * sequence and function of the schema needs (migrations/grants.int.test.ts fails on an object
+ * without one). Derived from the SQL each role's code runs (docs/deploy.md has the table):
+ * - writer: the api role, its embedded completion worker, the admin API and the admin CLI commands;
+ * - reader: the read path (keys, grants, catalog, pre-sign secrets), its lease, `last_used_at`,
+ *   forwarding-peer diagnostics; the router's lease discovery uses it too;
+ * - worker: the completion worker (jobs, sessions, parts, the catalog insert);
+ * - maintenance: scrub, gc, backup, restore, `policy reset` (data, never the schema);
+ * - rules: the reference rules service (its overrides, and key checks for its admin routes);
+ * - migrator: owns every object; runs migrations and `db roles`. No runtime role owns anything.
+ * Group roles are NOLOGIN: logins are made members of them (`CREATE ROLE … LOGIN IN ROLE …`).
+ */
+
+export const RUNTIME_ROLES = ['writer', 'reader', 'worker', 'maintenance', 'rules'] as const;
+export type RuntimeRole = (typeof RUNTIME_ROLES)[number];
+export type DatabaseRole = RuntimeRole | 'migrator';
+export const DATABASE_ROLES: readonly DatabaseRole[] = ['migrator', ...RUNTIME_ROLES];
+
+/** The PostgreSQL name of a group role: `arkvory_writer`, … */
+export function groupRoleName(role: DatabaseRole): string {
+  return `arkvory_${role}`;
+}
+
+/**
+ * A privilege as GRANT spells it: `SELECT`, `INSERT`, `DELETE`, or `UPDATE (col, …)` for a column
+ * grant (a role may change those columns and no other). Whole-table UPDATE is spelt `UPDATE`.
+ */
+export type TablePrivilege = 'SELECT' | 'INSERT' | 'DELETE' | 'UPDATE' | `UPDATE (${string})`;
+export type SequencePrivilege = 'USAGE' | 'SELECT' | 'UPDATE';
+
+type Decision<P> = Readonly<Partial<Record<RuntimeRole, readonly P[]>>>;
+
+const READ = ['SELECT'] as const;
+const ALL_DATA = ['SELECT', 'INSERT', 'UPDATE', 'DELETE'] as const;
+
+/** Every table: which runtime role may do what. A role not named gets nothing. */
+export const TABLE_GRANTS: Readonly<Record<string, Decision<TablePrivilege>>> = {
+  // pendingMigrations at every start and in every CLI command; restore checks the version.
+  arkvory_schema_migrations: {
+    writer: READ,
+    reader: READ,
+    worker: READ,
+    maintenance: READ,
+    rules: READ,
+  },
+  // The writer records the storage identity on first start; the others verify it.
+  arkvory_storage: {
+    writer: ['SELECT', 'INSERT'],
+    reader: READ,
+    worker: READ,
+    maintenance: ALL_DATA,
+  },
+  arkvory_principals: {
+    writer: ['SELECT', 'INSERT', 'UPDATE (disabled)'],
+    reader: READ,
+    maintenance: ALL_DATA,
+    rules: READ,
+  },
+  // Readers (and the rules service) record when a key was used; only the writer revokes one.
+  arkvory_api_keys: {
+    writer: ['SELECT', 'INSERT', 'UPDATE (revoked_at, last_used_at)'],
+    reader: ['SELECT', 'UPDATE (last_used_at)'],
+    maintenance: ALL_DATA,
+    rules: ['SELECT', 'UPDATE (last_used_at)'],
+  },
+  arkvory_repositories: {
+    writer: ['SELECT', 'INSERT'],
+    reader: READ,
+    maintenance: ALL_DATA,
+  },
+  arkvory_grants: {
+    writer: ['SELECT', 'INSERT', 'UPDATE (permission)', 'DELETE'],
+    reader: READ,
+    maintenance: ALL_DATA,
+    rules: READ,
+  },
+  // Bumped by the owner's trigger functions (0020), read by every cache.
+  arkvory_auth_epoch: {
+    writer: READ,
+    reader: READ,
+    worker: READ,
+    maintenance: READ,
+    rules: READ,
+  },
+  arkvory_catalog_epoch: {
+    writer: READ,
+    reader: READ,
+    worker: READ,
+    maintenance: READ,
+  },
+  arkvory_artifacts: {
+    writer: ['SELECT', 'INSERT', 'DELETE'],
+    reader: READ,
+    worker: ['SELECT', 'INSERT'],
+    maintenance: ALL_DATA,
+  },
+  // The writer records the shared policy on first start; `policy reset` (maintenance) removes it.
+  arkvory_download_policy: {
+    writer: ['SELECT', 'INSERT'],
+    reader: READ,
+    maintenance: ['SELECT', 'INSERT', 'DELETE'],
+  },
+  // Written only through arkvory_lease_acquire/renew (0020); read by discovery, doctor, console.
+  arkvory_gateway_leases: {
+    writer: READ,
+    reader: READ,
+    maintenance: ALL_DATA,
+  },
+  // Rule documents without Redis (standalone writer only) and the CLI's `ratelimit` commands.
+  arkvory_rate_limit_rules: {
+    writer: ['SELECT', 'INSERT', 'UPDATE (document, updated_at)', 'DELETE'],
+    reader: READ,
+    maintenance: ALL_DATA,
+  },
+  arkvory_rate_limit_orphans: {
+    writer: ['SELECT', 'INSERT', 'DELETE'],
+    maintenance: ALL_DATA,
+  },
+  arkvory_upload_sessions: {
+    writer: ['SELECT', 'INSERT', 'UPDATE (state, error, result_sha256, result_size, finished_at)'],
+    worker: ['SELECT', 'UPDATE (state, error, result_sha256, result_size, finished_at)'],
+    maintenance: ALL_DATA,
+  },
+  arkvory_upload_parts: {
+    writer: ['SELECT', 'INSERT', 'UPDATE (size_bytes, sha256, file_name, received_at)', 'DELETE'],
+    worker: ['SELECT', 'DELETE'],
+    maintenance: ALL_DATA,
+  },
+  arkvory_upload_jobs: {
+    writer: ['SELECT', 'INSERT', 'UPDATE (state, attempts, error, updated_at)'],
+    worker: ['SELECT', 'UPDATE (state, attempts, error, updated_at)'],
+    maintenance: ALL_DATA,
+  },
+  arkvory_rule_overrides: {
+    maintenance: ALL_DATA,
+    rules: ['SELECT', 'INSERT', 'UPDATE (rules, updated_at)', 'DELETE'],
+  },
+  // The writer creates the first secret and `presign-secret rotate` retires old ones; readers verify.
+  arkvory_presign_secrets: {
+    writer: ['SELECT', 'INSERT', 'UPDATE (retires_at)'],
+    reader: READ,
+    maintenance: ALL_DATA,
+  },
+  arkvory_forwarding_peers: {
+    writer: ['SELECT', 'INSERT', 'UPDATE (last_seen_at)'],
+    reader: ['SELECT', 'INSERT', 'UPDATE (last_seen_at)'],
+    maintenance: ALL_DATA,
+  },
+  // Bound client certificates: bound and unbound through the admin API (writer); every gateway
+  // authenticates with them (and the rules service, whose admin routes authenticate like a gateway).
+  arkvory_certificate_bindings: {
+    writer: ['SELECT', 'INSERT', 'DELETE'],
+    reader: READ,
+    maintenance: ALL_DATA,
+    rules: READ,
+  },
+  // Slice digests: recorded at publish (writer, worker), by scrub's backfill and restore; read by
+  // every gateway's slice cache; deleted by gc and scrub (maintenance).
+  arkvory_blob_slices: {
+    writer: ['SELECT', 'INSERT'],
+    reader: READ,
+    worker: ['SELECT', 'INSERT'],
+    maintenance: ALL_DATA,
+  },
+  // Cache purge requests: made through the admin API and CLI (writer), which also drops day-old ones;
+  // every gateway reads the new ones.
+  arkvory_cache_purges: {
+    writer: ['SELECT', 'INSERT', 'DELETE'],
+    reader: READ,
+    maintenance: ALL_DATA,
+  },
+};
+
+export const SEQUENCE_GRANTS: Readonly<Record<string, Decision<SequencePrivilege>>> = {
+  arkvory_upload_jobs_id_seq: { writer: ['USAGE'], maintenance: ['USAGE', 'SELECT', 'UPDATE'] },
+  arkvory_presign_secrets_id_seq: { writer: ['USAGE'], maintenance: ['USAGE', 'SELECT', 'UPDATE'] },
+  arkvory_cache_purges_id_seq: { writer: ['USAGE'], maintenance: ['USAGE', 'SELECT', 'UPDATE'] },
+};
+
+/**
+ * Every function, by its signature as `regprocedure` prints it. Trigger functions run as part of the statement that
+ * fires them and are called by no role: their decision is `{}` (EXECUTE revoked from PUBLIC).
+ */
+export const FUNCTION_GRANTS: Readonly<Record<string, Decision<'EXECUTE'>>> = {
+  'arkvory_auth_changed()': {},
+  'arkvory_catalog_changed()': {},
+  'arkvory_principal_disabled_at()': {},
+  'arkvory_lease_acquire(integer,uuid,text,text,double precision)': {
+    writer: ['EXECUTE'],
+    reader: ['EXECUTE'],
+  },
+  'arkvory_lease_renew(integer,uuid,bigint,double precision)': { writer: ['EXECUTE'], reader: ['EXECUTE'] },
+};
+
+export interface GrantLine {
+  readonly kind: 'table' | 'sequence' | 'function';
+  readonly object: string;
+  readonly privilege: string;
+  /** The statement that gives it, e.g. `GRANT UPDATE (last_used_at) ON TABLE arkvory_api_keys TO arkvory_reader`. */
+  readonly sql: string;
+}
+
+function lines<P extends string>(
+  kind: GrantLine['kind'],
+  decisions: Readonly<Record<string, Decision<P>>>,
+  role: RuntimeRole,
+): GrantLine[] {
+  const keyword = kind === 'table' ? 'TABLE' : kind === 'sequence' ? 'SEQUENCE' : 'FUNCTION';
+  return Object.entries(decisions).flatMap(([object, decision]) =>
+    (decision[role] ?? []).map((privilege) => ({
+      kind,
+      object,
+      privilege,
+      sql: `GRANT ${privilege} ON ${keyword} ${object} TO ${groupRoleName(role)}`,
+    })),
+  );
+}
+
+/** Every grant one runtime role holds, in a stable order. */
+export function grantsOf(role: RuntimeRole): GrantLine[] {
+  return [
+    ...lines('table', TABLE_GRANTS, role),
+    ...lines('sequence', SEQUENCE_GRANTS, role),
+    ...lines('function', FUNCTION_GRANTS, role),
+  ];
+}
+
+/** The columns of an `UPDATE (a, b)` privilege, or undefined for a table-wide one. */
+export function privilegeColumns(privilege: string): { verb: string; columns: string[] | undefined } {
+  const m = /^([A-Z]+)\s*\(([^)]*)\)$/.exec(privilege);
+  if (!m) return { verb: privilege, columns: undefined };
+  return { verb: m[1]!, columns: m[2]!.split(',').map((c) => c.trim()) };
+}
