@@ -43,6 +43,12 @@ export const STORAGE_ERRORS = defineErrors('storage-adapter/errors.ts', {
     message: 'The artifact store could not be reached.',
     advice: 'Check that the artifact store (static HTTP server or S3) is up and reachable from the gateway.',
   },
+  store_unreachable: {
+    status: 503,
+    message: 'This gateway cannot reach its artifact store right now; retry shortly (another gateway may serve it).',
+    advice:
+      "The gateway's store probe failed (its `/health/status` says `store.state: unreachable` and the last error): check the store (static HTTP, S3, or the directory's mount) and the network between them; reads through a router go to gateways that reach their store meanwhile.",
+  },
   upstream_timeout: {
     status: 504,
     message: 'The artifact store did not answer in time.',

@@ -141,6 +141,18 @@ export const GATEWAY_METRICS = [
     help: "This gateway's lease state: 1 for the current one of standalone, held, lapsed, fenced.",
   },
   {
+    name: 'arkvory_store_state',
+    type: 'gauge',
+    labels: ['state'],
+    help: "This gateway's artifact store as its probe and its store calls see it: 1 for the current one of ok, degraded, unreachable.",
+  },
+  {
+    name: 'arkvory_store_failures_total',
+    type: 'counter',
+    labels: ['source'],
+    help: 'Store failures seen, by source: probe (the periodic storage-id read) or request (a store call of a client request).',
+  },
+  {
     name: 'arkvory_lease_renewals_total',
     type: 'counter',
     labels: ['outcome'],
