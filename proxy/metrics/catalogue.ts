@@ -344,6 +344,31 @@ export const PROCESS_METRICS = [
   },
 ] as const satisfies readonly MetricSpec[];
 
+/**
+ * The router's own families (`ARKVORY_ROLE=router` with `ARKVORY_METRICS_PORT`: its main port proxies
+ * `/metrics` to the writer), documented in docs/router.md ("Metrics"); process metrics as above.
+ */
+export const ROUTER_METRICS = [
+  {
+    name: 'arkvory_router_retries_total',
+    type: 'counter',
+    labels: ['reason'],
+    help: 'GET/HEAD requests sent once more to another gateway before any byte was relayed, by reason: gateway_502, gateway_503, gateway_504 (the first gateway answered that) or connection (no answer: connect error, reset, idle timeout).',
+  },
+  {
+    name: 'arkvory_router_ejections_total',
+    type: 'counter',
+    labels: [],
+    help: 'Gateways ejected from reads by outlier detection (consecutive 5xx or failed connections).',
+  },
+  {
+    name: 'arkvory_router_gateways',
+    type: 'gauge',
+    labels: ['state'],
+    help: 'Known gateways by state: reads (healthy, taking reads), store_unreachable (healthy, its store unreachable: writes only), ejected (healthy, ejected from reads) or down (failing probes).',
+  },
+] as const satisfies readonly MetricSpec[];
+
 export const ALL_METRICS: readonly MetricSpec[] = [...GATEWAY_METRICS, ...PROCESS_METRICS];
 
 export type GatewayMetricName = (typeof GATEWAY_METRICS)[number]['name'];

@@ -14,6 +14,9 @@ import { createTrustedProxies } from './forwarded.ts';
 import { createHealthMonitor } from './health-monitor.ts';
 import { createProxyHandler } from './proxy-handler.ts';
 import { createRouterServer } from './router-server.ts';
+import { startRouterMetrics } from './router-metrics.ts';
+import { RouterStats } from './router-stats.ts';
+import type { MetricsServer } from '../metrics/metrics-endpoint.ts';
 
 const EXIT_OK = 0;
 const EXIT_FAILURE = 1;
@@ -24,7 +27,8 @@ export async function runRouter(config: Config, log: Logger): Promise<number> {
     draining = true;
   });
 
-  const pool = new BackendPool();
+  const pool = new BackendPool({ outlier: config.router.outlier });
+  const stats = new RouterStats();
   let discovery: Discovery | undefined;
   const reportChange = (change: { url: string; healthy: boolean; reason: string }) => {
     if (!change.healthy) log.warn({ backend: change.url, reason: change.reason }, 'gateway left the pool');
@@ -35,9 +39,11 @@ export async function runRouter(config: Config, log: Logger): Promise<number> {
     connectTimeoutMs: config.router.connectTimeoutMs,
     idleTimeoutMs: config.router.idleTimeoutMs,
     onPoolChange: reportChange,
+    stats,
   });
   const server = createRouterServer({ pool, handler, log, isDraining: () => draining, limits: config.frontDoor });
   let monitor: ReturnType<typeof createHealthMonitor> | undefined;
+  let metricsServer: MetricsServer | undefined;
   let code = EXIT_OK;
   try {
     discovery = config.router.backends
@@ -64,6 +70,8 @@ export async function runRouter(config: Config, log: Logger): Promise<number> {
     });
     await monitor.runRound();
     monitor.start();
+    if (config.metrics.port !== undefined)
+      metricsServer = await startRouterMetrics(config.metrics.port, { pool, stats }, log);
     const address = await server.listen(config.port, config.host);
     log.info(
       {
@@ -86,6 +94,7 @@ export async function runRouter(config: Config, log: Logger): Promise<number> {
     log.error({ err }, 'shutdown step failed');
   }
   await monitor?.stop();
+  await metricsServer?.close();
   handler.close();
   await discovery?.close().catch(() => {});
   log.info({ code }, 'stopped');

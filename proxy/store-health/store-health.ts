@@ -126,8 +126,7 @@ export class StoreHealth {
     this.#lastFailureMono = this.#clock.monotonicMs();
     this.#lastError = { code, atMs: this.#clock.wallMs() };
     for (const listener of this.#failureListeners) listener(cause, code);
-    if (this.#state !== 'unreachable' && this.#failures >= this.#options.fall)
-      return this.#move('unreachable', cause);
+    if (this.#state !== 'unreachable' && this.#failures >= this.#options.fall) return this.#move('unreachable', cause);
     if (this.#state === 'ok') return this.#move('degraded', cause);
     return undefined;
   }

@@ -1,0 +1,81 @@
+/**
+ * The router's metrics (proxy/metrics/catalogue.ts `ROUTER_METRICS`, docs/router.md "Metrics"), on
+ * the loopback metrics server only (`ARKVORY_METRICS_PORT`): the router's main port passes `/metrics`
+ * on to the writer. prom-client is loaded here, only then: a router without a metrics port keeps its
+ * module graph small (docs/router.md says why that matters).
+ */
+import type { Logger } from 'pino';
+import { ROUTER_METRICS } from '../metrics/catalogue.ts';
+import { startMetricsServer, type MetricsServer } from '../metrics/metrics-endpoint.ts';
+import type { BackendPool } from './backend-pool.ts';
+import { RETRY_REASONS, type RouterStats } from './router-stats.ts';
+
+const specOf = (name: (typeof ROUTER_METRICS)[number]['name']) => ROUTER_METRICS.find((m) => m.name === name)!;
+
+/** Gateways per state, from the pool's snapshot (pure). */
+export function gatewayStates(
+  backends: ReadonlyArray<{ healthy: boolean; store: string; ejected: boolean }>,
+): Record<'reads' | 'store_unreachable' | 'ejected' | 'down', number> {
+  const counts = { reads: 0, store_unreachable: 0, ejected: 0, down: 0 };
+  for (const b of backends) {
+    if (!b.healthy) counts.down++;
+    else if (b.store === 'unreachable') counts.store_unreachable++;
+    else if (b.ejected) counts.ejected++;
+    else counts.reads++;
+  }
+  return counts;
+}
+
+export async function startRouterMetrics(
+  port: number,
+  sources: { pool: BackendPool; stats: RouterStats },
+  log: Logger,
+): Promise<MetricsServer> {
+  const { Counter, Gauge, Registry, collectDefaultMetrics } = await import('prom-client');
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry });
+  const { pool, stats } = sources;
+  const retries = specOf('arkvory_router_retries_total');
+  new Counter({
+    name: retries.name,
+    help: retries.help,
+    labelNames: retries.labels,
+    registers: [registry],
+    collect() {
+      // The counts live in RouterStats; the family is rebuilt from them at each scrape.
+      this.reset();
+      for (const reason of RETRY_REASONS) this.inc({ reason }, stats.retries[reason]);
+    },
+  });
+  const ejections = specOf('arkvory_router_ejections_total');
+  new Counter({
+    name: ejections.name,
+    help: ejections.help,
+    registers: [registry],
+    collect() {
+      this.reset();
+      this.inc(stats.ejections);
+    },
+  });
+  const gateways = specOf('arkvory_router_gateways');
+  new Gauge({
+    name: gateways.name,
+    help: gateways.help,
+    labelNames: gateways.labels,
+    registers: [registry],
+    collect() {
+      for (const [state, count] of Object.entries(gatewayStates(pool.snapshot()))) this.set({ state }, count);
+    },
+  });
+  return startMetricsServer(
+    {
+      registry,
+      observeRequest() {},
+      async render() {
+        return { contentType: registry.contentType, body: await registry.metrics() };
+      },
+    },
+    port,
+    log,
+  );
+}
