@@ -98,7 +98,13 @@ function respond(deps: ContentDeps, ctx: RequestContext, entry: CatalogEntry): P
     (blob) => send(deps, ctx, entry, plan, blob),
     (err: unknown) => {
       const code = (err as { code?: string }).code;
-      if (code === 'upstream_unreachable' || code === 'upstream_timeout' || code === 'storage_full') throw err;
+      if (
+        code === 'upstream_unreachable' ||
+        code === 'upstream_timeout' ||
+        code === 'storage_full' ||
+        code === 'store_unreachable'
+      )
+        throw err;
       throw new Error(`catalog row ${pathOfKey(entry)} points at blob ${entry.sha256} which cannot be opened`, {
         cause: err,
       });
