@@ -1,8 +1,9 @@
 /**
  * The store probe: every interval, read the store's `storage-id` (the directory store: a file read,
  * which fails on a lost mount or a root that is not this one; static HTTP and S3: one small GET) and
- * compare it with the id the gateway opened. A probe is bounded by 0.9 interval and never overlaps
- * the next: one still running when its time is up counts as a timeout. Outcomes go to `StoreHealth`;
+ * compare it with the id the gateway opened. A probe is bounded by 0.9 interval: one still running
+ * when its time is up counts as a timeout (the read itself ends by the store's own timeouts), and the
+ * next starts one interval after the last one started. Outcomes go to `StoreHealth`;
  * its transitions are logged here (warn when the store becomes unreachable, info when it is back).
  */
 import type { Logger } from 'pino';

@@ -24,22 +24,29 @@ export function storeFaultCode(err: unknown): string | undefined {
 }
 
 function refusal(health: StoreHealth): StorageError {
+  const last = health.snapshot().lastError;
   return new StorageError('store_unreachable', undefined, {
     headers: { 'retry-after': '2' },
-    details: health.snapshot().lastError ? { lastError: health.snapshot().lastError!.code } : {},
+    details: last ? { lastError: last.code } : {},
   });
 }
 
 export function trackStoreHealth<S extends ArtifactStore>(store: S, health: StoreHealth): S {
-  const track = async <T>(call: () => Promise<T>): Promise<T> => {
-    if (health.isUnreachable) throw refusal(health);
+  const succeeded = <T>(result: T): T => {
+    health.recordRequest(undefined);
+    return result;
+  };
+  const failed = (err: unknown): never => {
+    health.recordRequest(storeFaultCode(err));
+    throw err;
+  };
+  // One `.then` per call (no async wrapper): these are on every read that is not served from memory.
+  const track = <T>(call: () => Promise<T>): Promise<T> => {
+    if (health.isUnreachable) return Promise.reject(refusal(health));
     try {
-      const result = await call();
-      health.recordRequest(undefined);
-      return result;
+      return call().then(succeeded, failed);
     } catch (err) {
-      health.recordRequest(storeFaultCode(err));
-      throw err;
+      return Promise.reject(err).catch(failed);
     }
   };
   const wrapped: Partial<Record<PropertyKey, unknown>> = {
