@@ -67,6 +67,12 @@ export const STORAGE_ERRORS = defineErrors('storage-adapter/errors.ts', {
     advice:
       'The object on the store changed behind the gateway (overwritten or damaged); nothing was served or cached. Run `arkvory scrub` and restore the blob from a backup.',
   },
+  store_unreachable: {
+    status: 503,
+    message: 'This gateway cannot reach its artifact store right now; retry shortly (another gateway may serve it).',
+    advice:
+      "The gateway's store probe failed (its `/health/status` says `store.state: unreachable` and the last error): check the store (static HTTP, S3, or the directory's mount) and the network between them; reads through a router go to gateways that reach their store meanwhile.",
+  },
   upstream_timeout: {
     status: 504,
     message: 'The artifact store did not answer in time.',

@@ -4,7 +4,8 @@
  * is written to the database.
  */
 import { randomUUID } from 'node:crypto';
-import { writeFile } from 'node:fs/promises';
+import { rename, writeFile } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
@@ -86,6 +87,7 @@ describe('arkvory doctor', () => {
       proxies: 'ok',
       privileges: 'ok',
       credentials: 'ok',
+      gateways: 'skip',
     });
     expect(r.stdout).toMatch(/^ok {3}database: PostgreSQL \d+(\.\d+)*\S* reachable \(the embedded one/m);
     expect(r.stdout).toContain(`the embedded one of the running gateway under ${dataDir}/.pg`);
@@ -150,6 +152,7 @@ describe('arkvory doctor', () => {
       proxies: 'ok',
       privileges: 'ok',
       credentials: 'ok',
+      gateways: 'skip',
     });
     expect(r.stdout).toMatch(/FAIL storage: .*different installations/);
     expect(r.stdout).toMatch(/FAIL policy: the stored policy \(SLOTS=2, SHARED_DOWNLOAD_BYTES_PER_SECOND=2097152/);
@@ -167,4 +170,28 @@ describe('arkvory doctor', () => {
       storage: 'FAIL',
     });
   });
+
+  it("shows the store state of every gateway it can see, and fails while one's store is unreachable", async () => {
+    const dataDir = await makeTempDir();
+    const gw = await startGateway({ dataDir, env: { ARKVORY_STORE_PROBE_INTERVAL_MILLISECONDS: '200' } });
+    // A router's configuration sees the gateways it lists.
+    const routerEnv = { ARKVORY_ROLE: 'router', ARKVORY_ROUTER_BACKENDS: gw.url };
+    const r = await runCli(['doctor'], routerEnv);
+    expect(lines(r.stdout).get('gateways'), r.stdout).toBe('ok');
+    expect(r.stdout).toContain(`ok   gateways: ${gw.url} serving, store ok`);
+    const id = path.join(dataDir, 'storage-id');
+    await rename(id, `${id}.away`);
+    for (let i = 0; i < 100; i++) {
+      const status = (await (await fetch(`${gw.url}/health/status`)).json()) as { store: { state: string } };
+      if (status.store.state === 'unreachable') break;
+      await sleep(50);
+    }
+    const down = await runCli(['doctor'], routerEnv);
+    expect(down.code).toBe(1);
+    expect(down.stdout).toMatch(
+      new RegExp(`^FAIL gateways: ${gw.url} serving, store unreachable \\(last error storage_mismatch at \\d{4}-`, 'm'),
+    );
+    await rename(`${id}.away`, id);
+    await gw.stop('SIGTERM');
+  }, 60_000);
 });

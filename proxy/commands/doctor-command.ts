@@ -37,6 +37,7 @@ export const CHECKS = [
   'slot',
   'proxies',
   'privileges',
+  'gateways',
   'credentials',
 ] as const;
 
@@ -326,6 +327,71 @@ function checkSecrets(config: Config): CheckResult {
   };
 }
 
+/** One gateway's `/health/status` as doctor prints it: serving or not, and its store's state. */
+export function describeGatewayStatus(code: number, body: unknown): { line: string; storeDown: boolean } {
+  const b = (body ?? {}) as {
+    status?: unknown;
+    store?: { state?: unknown; lastError?: { code?: unknown; at?: unknown } | null };
+  };
+  const status = typeof b.status === 'string' ? b.status : `HTTP ${code}`;
+  if (!b.store)
+    return { line: `${status}, store state not reported (a gateway before store health)`, storeDown: false };
+  const state = String(b.store.state);
+  const last = b.store.lastError
+    ? ` (last error ${String(b.store.lastError.code)} at ${String(b.store.lastError.at)})`
+    : '';
+  return { line: `${status}, store ${state}${last}`, storeDown: state === 'unreachable' };
+}
+
+/**
+ * The gateways this configuration can see (live leases with an advertised URL, ARKVORY_ROUTER_BACKENDS,
+ * ARKVORY_ADVERTISE_URL): each one's `/health/status`, with its store's state. Fails when one does not
+ * answer or reports its store unreachable (routers send it no reads meanwhile: docs/router.md).
+ */
+async function checkGateways(config: Config, pool: pg.Pool | undefined): Promise<CheckResult> {
+  const check = 'gateways';
+  const urls = new Set<string>([
+    ...(config.router.backends ?? []),
+    ...(config.advertiseUrl ? [config.advertiseUrl] : []),
+  ]);
+  if (pool) {
+    const { rows } = await pool.query<{ advertise_url: string }>(
+      `SELECT advertise_url FROM arkvory_gateway_leases WHERE expires_at > clock_timestamp() AND advertise_url IS NOT NULL ORDER BY slot`,
+    );
+    for (const row of rows) urls.add(row.advertise_url);
+  }
+  if (urls.size === 0)
+    return {
+      check,
+      status: 'skip',
+      detail: 'no gateway to ask (no live lease with an advertised URL, no ARKVORY_ROUTER_BACKENDS)',
+    };
+  const found = await Promise.all(
+    [...urls].map(async (url) => {
+      try {
+        const res = await fetch(`${url}/health/status`, { signal: AbortSignal.timeout(TIMEOUT_MS) });
+        const text = await res.text();
+        let body: unknown;
+        try {
+          body = JSON.parse(text);
+        } catch {
+          body = undefined;
+        }
+        const { line, storeDown } = describeGatewayStatus(res.status, body);
+        return { text: `${url} ${line}`, bad: storeDown || res.status !== 200 };
+      } catch (err) {
+        return { text: `${url} does not answer (${message(err)})`, bad: true };
+      }
+    }),
+  );
+  const bad = found.filter((f) => f.bad).length;
+  return {
+    check,
+    status: bad === 0 ? 'ok' : 'FAIL',
+    detail: `${found.map((f) => f.text).join('; ')}${bad === 0 ? '' : '; a gateway whose store is unreachable gets no reads through a router: check its store and the network to it (its log says store unreachable with the code)'}`,
+  };
+}
+
 /** Runs every check; a failed prerequisite turns the checks that need it into `skip`. */
 export async function runDoctor(env: NodeJS.ProcessEnv): Promise<CheckResult[]> {
   const results = await runChecks(env);
@@ -339,7 +405,11 @@ export async function runDoctor(env: NodeJS.ProcessEnv): Promise<CheckResult[]> 
       results.push({ check: 'credentials', status: 'skip', detail: 'needs valid variables' });
     }
   }
-  return results;
+  if (!done.has('gateways'))
+    results.push({ check: 'gateways', status: 'skip', detail: 'needs valid variables and a reachable database' });
+  // One line per check, always in the order of CHECKS, whichever path ran them.
+  const order = (r: CheckResult) => CHECKS.indexOf(r.check as (typeof CHECKS)[number]);
+  return results.sort((a, b) => order(a) - order(b));
 }
 
 async function runChecks(env: NodeJS.ProcessEnv): Promise<CheckResult[]> {
@@ -396,6 +466,7 @@ async function runChecks(env: NodeJS.ProcessEnv): Promise<CheckResult[]> {
         { check: 'policy', status: 'skip', detail: 'needs a database' },
         { check: 'slot', status: 'skip', detail: 'needs a database' },
         { check: 'proxies', status: 'skip', detail: 'needs a database' },
+        await checkGateways(config, undefined),
       );
       return results;
     }
@@ -440,6 +511,7 @@ async function runChecks(env: NodeJS.ProcessEnv): Promise<CheckResult[]> {
         { check: 'policy', status: 'skip', detail: 'needs a migrated database' },
         { check: 'slot', status: 'skip', detail: 'needs a migrated database' },
         { check: 'proxies', status: 'skip', detail: 'needs a migrated database' },
+        await checkGateways(config, undefined),
       );
       return results;
     }
@@ -454,6 +526,7 @@ async function runChecks(env: NodeJS.ProcessEnv): Promise<CheckResult[]> {
     results.push(await guarded('slot', () => checkSlot(config, pool!)));
     results.push(await guarded('proxies', () => checkProxies(config, pool!)));
     results.push(privileges);
+    results.push(await guarded('gateways', () => checkGateways(config, pool)));
     return results;
   } finally {
     await pool?.end().catch(() => {});
@@ -467,7 +540,7 @@ export function formatResult(r: CheckResult): string {
 export const doctorCommand: Command = defineCommand({
   name: 'doctor',
   summary:
-    'check a configuration without serving (variables, database, migrations, storage, Redis, policy, slot, proxies, privileges, credentials)',
+    'check a configuration without serving (variables, database, migrations, storage, Redis, policy, slot, proxies, privileges, credentials, the store state of every gateway it can see)',
   description: `Checks the configuration in the environment without serving and prints one line per check:
 ${CHECKS.join(', ')}. Each line starts with ok, FAIL or skip. Nothing is written.
 Exit codes: 0 every check ok or skipped, 1 a check failed, 2 invalid variables.`,

@@ -86,6 +86,11 @@ export function buildConfig(v: VariableValues, derived: Derived, cwd: string): C
       probeIntervalMs: v.num('ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS'),
       connectTimeoutMs: v.num('ARKVORY_ROUTER_CONNECT_TIMEOUT_MILLISECONDS'),
       idleTimeoutMs: v.num('ARKVORY_ROUTER_IDLE_TIMEOUT_SECONDS') * 1000,
+      outlier: {
+        consecutive5xx: v.num('ARKVORY_ROUTER_OUTLIER_CONSECUTIVE_5XX'),
+        baseEjectionMs: v.num('ARKVORY_ROUTER_OUTLIER_BASE_EJECTION_SECONDS') * 1000,
+        maxEjectionPercent: v.num('ARKVORY_ROUTER_OUTLIER_MAX_EJECTION_PERCENT'),
+      },
     },
     serviceName: v.str('ARKVORY_SERVICE_NAME'),
     rulesService: {
@@ -117,6 +122,7 @@ export function buildConfig(v: VariableValues, derived: Derived, cwd: string): C
       url: v.optStr('ARKVORY_STORAGE_URL'),
       connectTimeoutMs: v.num('ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS'),
       timeoutMs: v.num('ARKVORY_STORAGE_TIMEOUT_SECONDS') * 1000,
+      probeIntervalMs: v.num('ARKVORY_STORE_PROBE_INTERVAL_MILLISECONDS'),
       s3,
     },
     tls: derived.tls,

@@ -89,7 +89,12 @@ describe('loadConfig', () => {
       { ARKVORY_STORAGE_URL: 'http://10.0.0.20:8081/arkvory/', ARKVORY_STORAGE_TIMEOUT_SECONDS: '5' },
       '/srv',
     );
-    expect(config.storage).toEqual({ url: 'http://10.0.0.20:8081/arkvory/', connectTimeoutMs: 3000, timeoutMs: 5000 });
+    expect(config.storage).toEqual({
+      url: 'http://10.0.0.20:8081/arkvory/',
+      connectTimeoutMs: 3000,
+      timeoutMs: 5000,
+      probeIntervalMs: 2000,
+    });
     expect(loadConfig({}, '/srv').storage.url).toBeUndefined();
     const withPassword = problemsOf({ ARKVORY_STORAGE_URL: 'http://u:hunter2@store/' });
     expect(withPassword).toEqual([expect.stringMatching(/^ARKVORY_STORAGE_URL: credentials/)]);

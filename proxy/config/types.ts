@@ -69,6 +69,12 @@ export interface Config {
     readonly probeIntervalMs: number;
     readonly connectTimeoutMs: number;
     readonly idleTimeoutMs: number;
+    /** Outlier detection on reads (docs/router.md, "Outlier detection"); consecutive5xx 0 = off. */
+    readonly outlier: {
+      readonly consecutive5xx: number;
+      readonly baseEjectionMs: number;
+      readonly maxEjectionPercent: number;
+    };
   };
   /** This gateway group's name in rules-service queries (spec 3.1). */
   readonly serviceName: string;
@@ -107,6 +113,8 @@ export interface Config {
     readonly url: string | undefined;
     readonly connectTimeoutMs: number;
     readonly timeoutMs: number;
+    /** How often the gateway probes its store (docs/router.md, "Store health"). */
+    readonly probeIntervalMs: number;
     /** Set when `url` is `s3://…`. */
     readonly s3: S3Config | undefined;
   };

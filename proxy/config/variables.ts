@@ -313,6 +313,24 @@ export const VARIABLES: readonly VariableSpec[] = [
     doc: 'Router: longest silence on an upstream connection (no byte either way), checked by a sweep every quarter of it (at most 1 s): cut never earlier and at most two sweeps later (docs/router.md); before the response → 504 `gateway_timeout`, after → the response is cut.',
   },
   {
+    name: 'ARKVORY_ROUTER_OUTLIER_CONSECUTIVE_5XX',
+    kind: { type: 'int', min: 0, max: 1000 },
+    defaultValue: '5',
+    doc: 'Router: consecutive 5xx answers (or failed connections) to reads after which a gateway is ejected from reads for a backoff period, before its probe notices (docs/router.md, "Outlier detection"); 0 = off.',
+  },
+  {
+    name: 'ARKVORY_ROUTER_OUTLIER_BASE_EJECTION_SECONDS',
+    kind: { type: 'int', min: 1, max: 3600 },
+    defaultValue: '30',
+    doc: "Router: an ejection lasts this times the gateway's recent ejections (at most 10 times this).",
+  },
+  {
+    name: 'ARKVORY_ROUTER_OUTLIER_MAX_EJECTION_PERCENT',
+    kind: { type: 'int', min: 0, max: 100 },
+    defaultValue: '50',
+    doc: 'Router: most gateways ejected at once, in percent of the known ones (rounded down, at least one while two or more are known, never all).',
+  },
+  {
     name: 'ARKVORY_SERVICE_NAME',
     kind: { type: 'string' },
     defaultValue: 'arkvory',
@@ -369,6 +387,12 @@ export const VARIABLES: readonly VariableSpec[] = [
     kind: { type: 'int', min: 50, max: 60000 },
     defaultValue: '3000',
     doc: 'Static-HTTP and S3 stores: longest wait for a TCP connection; then 504 `upstream_timeout` (refused → 502 `upstream_unreachable`).',
+  },
+  {
+    name: 'ARKVORY_STORE_PROBE_INTERVAL_MILLISECONDS',
+    kind: { type: 'int', min: 100, max: 60000 },
+    defaultValue: '2000',
+    doc: 'How often a gateway probes its store (directory: the mount and `storage-id`; static HTTP and S3: a GET of `storage-id`), each probe bounded by 0.9 interval; the state (`ok`, `degraded`, `unreachable`) is in `/health/status` and routers stop sending reads to a gateway whose store is unreachable (docs/router.md, "Store health").',
   },
   {
     name: 'ARKVORY_STORAGE_TIMEOUT_SECONDS',

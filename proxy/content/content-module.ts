@@ -18,6 +18,10 @@ import type { Services } from '../server/services.ts';
 import { registerSliceCacheMetrics } from '../metrics/slice-cache-metrics.ts';
 import { registerCacheMetrics } from '../metrics/cache-metrics.ts';
 import { registerUploadMetrics } from '../metrics/upload-metrics.ts';
+import { registerStoreHealthMetrics } from '../metrics/store-health-metrics.ts';
+import { StoreHealth, storeHealthBody, storeHealthOptions } from '../store-health/store-health.ts';
+import { createStoreMonitor } from '../store-health/store-monitor.ts';
+import { trackStoreHealth } from '../store-health/tracked-store.ts';
 
 export interface ContentModuleDeps {
   readableRepositories(principalId: string): Promise<string[]>;
@@ -34,13 +38,27 @@ export async function openContentModule(
 ): Promise<{ routes: Route[]; store: ArtifactStore }> {
   const { config } = services;
   const caches = createContentCaches(services);
-  const store = await caches.store(
-    await openStore(config, config.role === 'reader' ? 'reader' : 'writer', services.pool, {
-      openFiles: caches.openFiles,
-    }),
-  );
+  const opened = await openStore(config, config.role === 'reader' ? 'reader' : 'writer', services.pool, {
+    openFiles: caches.openFiles,
+  });
+  // Store health: probed on its own period and fed by the store calls (inside the small-blob cache,
+  // so a blob held in memory is served whatever the store's state).
+  const intervalMs = config.storage.probeIntervalMs;
+  const health = new StoreHealth(storeHealthOptions(intervalMs), services.clock);
+  const monitor = createStoreMonitor({
+    identity: opened.identity,
+    storageId: opened.storageId,
+    health,
+    intervalMs,
+    log: services.log.child({ component: 'store-health' }),
+  });
+  monitor.start();
+  services.onClose.push(() => monitor.stop());
+  services.status.push(() => ({ store: storeHealthBody(health.snapshot()) }));
+  const store = await caches.store(trackStoreHealth(opened, health));
   services.onClose.push(() => store.close());
   if (services.metrics) {
+    registerStoreHealthMetrics(services.metrics.registry, health);
     registerCacheMetrics(services.metrics.registry, () => caches.stats());
     registerUploadMetrics(services.metrics.registry, store);
     registerSliceCacheMetrics(services.metrics.registry, () => caches.sliceCache()?.stats);

@@ -102,7 +102,8 @@ function respond(deps: ContentDeps, ctx: RequestContext, entry: CatalogEntry): P
         code === 'upstream_unreachable' ||
         code === 'upstream_timeout' ||
         code === 'storage_full' ||
-        code === 'slice_digest_mismatch'
+        code === 'slice_digest_mismatch' ||
+        code === 'store_unreachable'
       )
         throw err;
       throw new Error(`catalog row ${pathOfKey(entry)} points at blob ${entry.sha256} which cannot be opened`, {

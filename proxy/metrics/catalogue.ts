@@ -153,6 +153,18 @@ export const GATEWAY_METRICS = [
     help: "This gateway's lease state: 1 for the current one of standalone, held, lapsed, fenced.",
   },
   {
+    name: 'arkvory_store_state',
+    type: 'gauge',
+    labels: ['state'],
+    help: "This gateway's artifact store as its probe and its store calls see it: 1 for the current one of ok, degraded, unreachable.",
+  },
+  {
+    name: 'arkvory_store_failures_total',
+    type: 'counter',
+    labels: ['source'],
+    help: 'Store failures seen, by source: probe (the periodic storage-id read) or request (a store call of a client request).',
+  },
+  {
     name: 'arkvory_lease_renewals_total',
     type: 'counter',
     labels: ['outcome'],
@@ -404,10 +416,29 @@ export const PROCESS_METRICS = [
   },
 ] as const satisfies readonly MetricSpec[];
 
-export const ALL_METRICS: readonly MetricSpec[] = [...GATEWAY_METRICS, ...PROCESS_METRICS];
-
-/** The router role's own families (proxy/router/router-metrics.ts), besides the process ones. */
+/**
+ * The router's own families (`ARKVORY_ROLE=router` with `ARKVORY_METRICS_PORT`: its main port proxies
+ * `/metrics` to the writer), documented in docs/router.md ("Metrics"); process metrics as above.
+ */
 export const ROUTER_METRICS = [
+  {
+    name: 'arkvory_router_retries_total',
+    type: 'counter',
+    labels: ['reason'],
+    help: 'GET/HEAD requests sent once more to another gateway before any byte was relayed, by reason: gateway_502, gateway_503, gateway_504 (the first gateway answered that) or connection (no answer: connect error, reset, idle timeout).',
+  },
+  {
+    name: 'arkvory_router_ejections_total',
+    type: 'counter',
+    labels: [],
+    help: 'Gateways ejected from reads by outlier detection (consecutive 5xx or failed connections).',
+  },
+  {
+    name: 'arkvory_router_gateways',
+    type: 'gauge',
+    labels: ['state'],
+    help: 'Known gateways by state: reads (healthy, taking reads), store_unreachable (healthy, its store unreachable: writes only), ejected (healthy, ejected from reads) or down (failing probes).',
+  },
   {
     name: 'arkvory_router_client_faults_total',
     type: 'counter',
@@ -415,6 +446,8 @@ export const ROUTER_METRICS = [
     help: 'Requests the router refused with 400 before forwarding (duplicate Host, invalid header value…; malformed_head: refused by the HTTP parser), by kind; every one is counted, their log lines are bounded.',
   },
 ] as const satisfies readonly MetricSpec[];
+
+export const ALL_METRICS: readonly MetricSpec[] = [...GATEWAY_METRICS, ...PROCESS_METRICS];
 
 export type GatewayMetricName = (typeof GATEWAY_METRICS)[number]['name'];
 

@@ -5,11 +5,18 @@
  *
  * Selection (documented in docs/router.md): content reads go to the healthy gateway with the
  * fewest requests in flight through this router (least active); ties rotate round-robin, so an
- * idle pool is visited in turn. Everything else goes to the writer.
+ * idle pool is visited in turn. A gateway whose store is unreachable (its `/health/status` says so)
+ * or that outlier detection ejected takes no reads, unless no gateway is left that could: then
+ * reads go to every healthy gateway as before, which answer for themselves (503
+ * `store_unreachable`), so the router never refuses reads it might have served. Everything else goes
+ * to the writer, whatever its store's state (it answers 503 `store_unreachable` itself).
  */
+import { type Ejection, OutlierDetector, type OutlierOptions } from './outlier-detector.ts';
 import type { RequestClass } from './route-class.ts';
 
 export type BackendRole = 'writer' | 'reader';
+/** A gateway's store as its `/health/status` reports it; `unknown` for a gateway that does not say. */
+export type BackendStoreState = 'ok' | 'degraded' | 'unreachable' | 'unknown';
 
 export interface BackendSpec {
   /** Origin such as `http://10.0.0.5:8080` (no path). */
@@ -22,6 +29,7 @@ export interface BackendView {
   readonly role: BackendRole;
   readonly healthy: boolean;
   readonly active: number;
+  readonly store: BackendStoreState;
 }
 
 interface Backend {
@@ -29,6 +37,7 @@ interface Backend {
   role: BackendRole;
   healthy: boolean;
   active: number;
+  store: BackendStoreState;
   /** Position in discovery order, for a stable round-robin. */
   order: number;
   lastError: string | undefined;
@@ -50,11 +59,22 @@ export function pickLeastActive(candidates: readonly Pick<BackendView, 'active'>
 
 export type PoolChange = { url: string; healthy: boolean; reason: string };
 
+/** Outlier detection off: what a pool built without options does. */
+const NO_OUTLIERS: OutlierOptions = { consecutive5xx: 0, baseEjectionMs: 30_000, maxEjectionPercent: 50 };
+
 export class BackendPool {
   readonly #backends = new Map<string, Backend>();
   #cursor = 0;
   #order = 0;
   readonly #candidates: Backend[] = [];
+  readonly #outliers: OutlierDetector;
+  readonly #now: () => number;
+
+  /** `now`: monotonic milliseconds (the ejections' clock). */
+  constructor(options: { outlier?: OutlierOptions; now?: () => number } = {}) {
+    this.#outliers = new OutlierDetector(options.outlier ?? NO_OUTLIERS);
+    this.#now = options.now ?? (() => performance.now());
+  }
 
   /** Replaces the known set. New gateways wait for their first passing probe; gone ones leave at once. */
   update(specs: readonly BackendSpec[]): { added: string[]; removed: string[] } {
@@ -64,6 +84,7 @@ export class BackendPool {
     for (const url of this.#backends.keys()) {
       if (!wanted.has(url)) {
         this.#backends.delete(url);
+        this.#outliers.forget(url);
         removed.push(url);
       }
     }
@@ -76,6 +97,7 @@ export class BackendPool {
           role: spec.role,
           healthy: false,
           active: 0,
+          store: 'unknown',
           order: this.#order++,
           lastError: 'not probed yet',
         });
@@ -94,6 +116,24 @@ export class BackendPool {
     return { url, healthy: ok, reason };
   }
 
+  /** The store state a passing probe reported; returns the previous one when it changed. */
+  recordStore(url: string, store: BackendStoreState): BackendStoreState | undefined {
+    const backend = this.#backends.get(url);
+    if (!backend || backend.store === store) return undefined;
+    const previous = backend.store;
+    backend.store = store;
+    return previous;
+  }
+
+  /**
+   * A content read's outcome at `url` for outlier detection (`failed`: a 5xx before the body or no
+   * connection); returns the ejection it caused.
+   */
+  recordRead(url: string, failed: boolean): Ejection | undefined {
+    if (!this.#outliers.enabled) return undefined;
+    return this.#outliers.record(url, failed, this.#now(), this.#backends.size);
+  }
+
   /** A proxied request could not reach the gateway: out of the pool until a probe passes. */
   markUnreachable(url: string, reason: string): PoolChange | undefined {
     return this.recordProbe(url, false, reason);
@@ -108,8 +148,21 @@ export class BackendPool {
     // candidates go to a reused array: this runs for every proxied request.
     const candidates = this.#candidates;
     candidates.length = 0;
-    for (const b of this.#backends.values())
-      if (b.healthy && (kind === 'content-read' || b.role === 'writer') && !exclude?.has(b.url)) candidates.push(b);
+    const reads = kind === 'content-read';
+    const outliers = this.#outliers.enabled;
+    const now = outliers ? this.#now() : 0;
+    let fallback = false;
+    for (const b of this.#backends.values()) {
+      if (!b.healthy || (!reads && b.role !== 'writer') || exclude?.has(b.url)) continue;
+      if (reads && (b.store === 'unreachable' || (outliers && this.#outliers.isEjected(b.url, now)))) {
+        fallback = true;
+        continue;
+      }
+      candidates.push(b);
+    }
+    // No gateway that could serve the read: every healthy one is tried, each answers for itself.
+    if (candidates.length === 0 && fallback)
+      for (const b of this.#backends.values()) if (b.healthy && !exclude?.has(b.url)) candidates.push(b);
     const index = pickLeastActive(candidates, this.#cursor % Math.max(1, candidates.length));
     const picked = index === -1 ? undefined : candidates[index];
     candidates.length = 0;
@@ -135,10 +188,19 @@ export class BackendPool {
     return [...this.#backends.keys()];
   }
 
-  snapshot(): Array<BackendView & { lastError: string | undefined }> {
+  snapshot(): Array<BackendView & { lastError: string | undefined; ejected: boolean }> {
+    const now = this.#now();
     return [...this.#backends.values()]
       .sort((a, b) => a.order - b.order)
-      .map((b) => ({ url: b.url, role: b.role, healthy: b.healthy, active: b.active, lastError: b.lastError }));
+      .map((b) => ({
+        url: b.url,
+        role: b.role,
+        healthy: b.healthy,
+        active: b.active,
+        store: b.store,
+        ejected: this.#outliers.isEjected(b.url, now),
+        lastError: b.lastError,
+      }));
   }
 
   /** Router `/health/status`: at least one gateway can serve reads. */

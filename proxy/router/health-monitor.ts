@@ -2,19 +2,34 @@
  * Keeps the pool current: every probe interval it re-reads discovery and probes each gateway's
  * public `/health/status` (200 = in the pool). A probe times out after 0.9 interval, so a gateway
  * that dies or hangs right after a passing probe is out of the pool within 2 intervals; it returns
- * with its first passing probe. A failed discovery keeps the last known list (the cache).
+ * with its first passing probe. The answer's `store.state` (the gateway's own store health, with its
+ * hysteresis: proxy/store-health/store-health.ts) is recorded too: `unreachable` takes the gateway
+ * out of reads, anything else puts it back. A failed discovery keeps the last known list (the cache).
  */
 import http from 'node:http';
 import https from 'node:https';
 import type { Logger } from 'pino';
-import type { BackendPool, PoolChange } from './backend-pool.ts';
+import type { BackendPool, BackendStoreState, PoolChange } from './backend-pool.ts';
 import type { Discovery } from './discovery.ts';
+
+/** The most of a `/health/status` body read (a gateway's is under 200 bytes). */
+const STATUS_BODY_LIMIT = 4096;
+
+/** `store.state` of a gateway's `/health/status` body; `unknown` when absent (an older gateway, a stand-in). */
+export function storeStateOf(body: string): BackendStoreState {
+  try {
+    const state = (JSON.parse(body) as { store?: { state?: unknown } }).store?.state;
+    return state === 'ok' || state === 'degraded' || state === 'unreachable' ? state : 'unknown';
+  } catch {
+    return 'unknown';
+  }
+}
 
 export function probeBackend(
   url: string,
   timeoutMs: number,
   agents: { http: http.Agent; https: https.Agent },
-): Promise<{ ok: boolean; reason: string }> {
+): Promise<{ ok: boolean; reason: string; store: BackendStoreState }> {
   return new Promise((resolve) => {
     const isHttps = url.startsWith('https:');
     const client = isHttps ? https : http;
@@ -22,19 +37,23 @@ export function probeBackend(
       `${url}/health/status`,
       { method: 'GET', agent: isHttps ? agents.https : agents.http, headers: { 'user-agent': 'arkvory-router-probe' } },
       (res) => {
-        res.resume();
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => {
+          if (body.length < STATUS_BODY_LIMIT) body += chunk;
+        });
         res.on('end', () =>
           resolve(
             res.statusCode === 200
-              ? { ok: true, reason: 'probe passed' }
-              : { ok: false, reason: `/health/status answered ${res.statusCode}` },
+              ? { ok: true, reason: 'probe passed', store: storeStateOf(body) }
+              : { ok: false, reason: `/health/status answered ${res.statusCode}`, store: 'unknown' },
           ),
         );
-        res.on('error', (err) => resolve({ ok: false, reason: err.message }));
+        res.on('error', (err) => resolve({ ok: false, reason: err.message, store: 'unknown' }));
       },
     );
     req.setTimeout(timeoutMs, () => req.destroy(new Error(`no answer to the probe within ${timeoutMs} ms`)));
-    req.on('error', (err) => resolve({ ok: false, reason: err.message }));
+    req.on('error', (err) => resolve({ ok: false, reason: err.message, store: 'unknown' }));
     req.end();
   });
 }
@@ -73,7 +92,15 @@ export function createHealthMonitor(options: {
 
   const probe = async (url: string) => {
     const result = await probeBackend(url, probeTimeoutMs, agents);
-    if (!stopped) report(pool.recordProbe(url, result.ok, result.reason));
+    if (stopped) return;
+    report(pool.recordProbe(url, result.ok, result.reason));
+    if (!result.ok) return;
+    const previous = pool.recordStore(url, result.store);
+    if (previous === undefined) return;
+    if (result.store === 'unreachable')
+      log.warn({ backend: url }, "gateway's store unreachable: no reads to it until its store answers again");
+    else if (previous === 'unreachable')
+      log.info({ backend: url, store: result.store }, "gateway's store is back: reads again");
   };
 
   const runRound = async () => {

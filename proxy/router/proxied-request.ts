@@ -1,7 +1,11 @@
 /**
  * One client request on its way through the router: picks a gateway, relays its answer, and sends a
- * GET/HEAD without body once more elsewhere when the first gateway fails before answering (connect
- * error, reset, timeout, or a 503 from a gateway that stopped serving). Guarantees of proxy-handler.ts.
+ * GET/HEAD without body once more to another gateway when the first fails before any byte of its
+ * answer was relayed: no answer (connect error, reset, idle timeout) or a 502/503/504 head (its store
+ * failed, it is draining). Once, never after the response started, and only while the request is
+ * younger than the idle timeout (the client's budget: it never waits for a head longer than about
+ * twice the silence it would be cut for). The request goes again as it came (Range, conditionals).
+ * Each content read's outcome also feeds outlier detection. Guarantees of proxy-handler.ts.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
@@ -10,6 +14,7 @@ import { sendError } from '../server/http-errors.ts';
 import type { BackendPool, BackendView } from './backend-pool.ts';
 import { responseHeaderList } from './hop-by-hop.ts';
 import { classifyRequest, isRetryable, type RequestClass } from './route-class.ts';
+import { type RetryReason, retryReasonOf } from './router-stats.ts';
 import { CONNECT_FAILURES, noGateway, upstreamFailure } from './upstream-errors.ts';
 
 /** One try of a request against one gateway. */
@@ -96,6 +101,10 @@ export interface Relay {
   /** The attempt is over (answered, failed, or its client went away): no more idle watch. */
   settled(attempt: Attempt): void;
   noteUnreachable(url: string, reason: string): void;
+  /** A content read's outcome at `url`, for outlier detection (`failed`: 5xx head or no answer). */
+  recordRead(url: string, failed: boolean, log: () => Logger): void;
+  /** A retry is made (counted). */
+  countRetry(reason: RetryReason): void;
 }
 
 /** The first attempt excludes no gateway. */
@@ -109,6 +118,8 @@ export class ProxiedRequest {
   readonly #upstream: Upstream;
   readonly #logFor: () => Logger;
   readonly #retryable: boolean;
+  /** When the request arrived (monotonic ms; read only for a retryable request). */
+  readonly #startedAt: number;
   #clientGone = false;
   #current: Attempt | undefined;
 
@@ -124,6 +135,7 @@ export class ProxiedRequest {
       'content-length': req.headers['content-length'],
       'transfer-encoding': req.headers['transfer-encoding'],
     });
+    this.#startedAt = this.#retryable ? performance.now() : 0;
     // One listener for every attempt.
     res.once('close', () => {
       const current = this.#current;
@@ -194,19 +206,23 @@ export class ProxiedRequest {
     }
     attempt.responded = true;
     const { status } = response;
-    // A gateway that stopped serving (draining, fenced) answers 503 before any payload.
-    if (status === 503 && this.#retryable && attempt.number === 1 && !this.#clientGone) {
-      const other = this.#relay.pool.pick(this.outcome.kind, new Set([...excluded, backend.url]));
+    if (this.outcome.kind === 'content-read') this.#relay.recordRead(backend.url, status >= 500, this.#logFor);
+    // A gateway whose store failed (502/504), or that is draining or cut off from its store (503),
+    // answers before any payload: another gateway may serve the same bytes.
+    const reason = retryReasonOf(status);
+    if (reason !== undefined && this.#mayRetry(attempt)) {
+      const next = new Set([...excluded, backend.url]);
+      const other = this.#relay.pool.pick(this.outcome.kind, next);
       if (other) {
         attempt.done = true;
         response.discard();
         attempt.release();
-        this.#relay.noteUnreachable(backend.url, 'answered 503 to a proxied request');
+        this.#relay.countRetry(reason);
         this.#logFor().info(
-          { backend: backend.url, next: other.url },
-          'gateway answered 503 before the body; retrying once elsewhere',
+          { backend: backend.url, status, next: other.url },
+          `gateway answered ${status} before the body; retrying once elsewhere`,
         );
-        this.#start(new Set([...excluded, backend.url]), undefined);
+        this.#start(next, undefined);
         return;
       }
     }
@@ -225,6 +241,16 @@ export class ProxiedRequest {
         res.destroy();
       }
     });
+  }
+
+  /** The first attempt of a bodiless GET/HEAD whose client is still there, within its budget. */
+  #mayRetry(attempt: Attempt): boolean {
+    return (
+      this.#retryable &&
+      attempt.number === 1 &&
+      !this.#clientGone &&
+      performance.now() - this.#startedAt < this.#relay.idleTimeoutMs
+    );
   }
 
   #onError(attempt: Attempt, excluded: ReadonlySet<string>, err: Error): void {
@@ -247,16 +273,22 @@ export class ProxiedRequest {
       this.#fail(mapped);
       return;
     }
+    if (this.outcome.kind === 'content-read') this.#relay.recordRead(backend.url, true, this.#logFor);
     // Only a failed connect says the gateway is down; a reset or a silence may be one request's.
     if (CONNECT_FAILURES.has((err as NodeJS.ErrnoException).code ?? ''))
       this.#relay.noteUnreachable(backend.url, `cannot connect: ${err.message}`);
-    if (this.#retryable && attempt.number === 1) {
-      this.#logFor().info(
-        { backend: backend.url, err: err.message },
-        'gateway failed before answering; retrying once elsewhere',
-      );
-      this.#start(new Set([...excluded, backend.url]), mapped);
-      return;
+    if (this.#mayRetry(attempt)) {
+      const next = new Set([...excluded, backend.url]);
+      const other = this.#relay.pool.pick(this.outcome.kind, next);
+      if (other) {
+        this.#relay.countRetry('connection');
+        this.#logFor().info(
+          { backend: backend.url, err: err.message, next: other.url },
+          'gateway failed before answering; retrying once elsewhere',
+        );
+        this.#start(next, mapped);
+        return;
+      }
     }
     this.#logFor().warn(
       { backend: backend.url, err: err.message, code: mapped.code },

@@ -6,9 +6,9 @@
  *   client's response closes unfinished or its body ends early);
  * - an upstream failure after the response head was sent destroys the client response, so a cut
  *   body never looks complete (the client resumes with Range);
- * - a GET/HEAD without body whose gateway fails before answering (connect error, reset, timeout,
- *   or a 503 from a gateway that stopped serving) is sent once more to another healthy gateway
- *   (proxied-request.ts);
+ * - a GET/HEAD without body whose gateway fails before any byte was relayed (connect error, reset,
+ *   timeout, or a 502/503/504 head) is sent once more to another healthy gateway (proxied-request.ts);
+ * - content reads feed outlier detection (backend-pool.ts, outlier-detector.ts);
  * - redirects are passed through, never followed.
  *
  * Two clients, one per kind of request: a GET goes through undici's dispatcher
@@ -35,6 +35,7 @@ import {
   type Upstream,
   type UpstreamCall,
 } from './proxied-request.ts';
+import type { RouterStats } from './router-stats.ts';
 import { ConnectTimeout, UpstreamTimeout } from './upstream-errors.ts';
 
 export type { RequestOutcome } from './proxied-request.ts';
@@ -45,6 +46,8 @@ export interface ProxyHandlerOptions {
   connectTimeoutMs: number;
   idleTimeoutMs: number;
   onPoolChange?: (change: PoolChange) => void;
+  /** Retries and ejections are counted here (the router's metrics read it). */
+  stats: RouterStats;
 }
 
 export interface ProxyHandler {
@@ -245,6 +248,18 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     noteUnreachable(url, reason) {
       const change = options.pool.markUnreachable(url, reason);
       if (change) options.onPoolChange?.(change);
+    },
+    recordRead(url, failed, log) {
+      const ejection = options.pool.recordRead(url, failed);
+      if (!ejection) return;
+      options.stats.ejections++;
+      log().warn(
+        { backend: url, failuresInARow: ejection.failuresInARow, ejectedForMs: ejection.forMs },
+        'gateway ejected from reads: consecutive 5xx or failed connections',
+      );
+    },
+    countRetry(reason) {
+      options.stats.retries[reason]++;
     },
   };
 

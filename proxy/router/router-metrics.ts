@@ -1,12 +1,14 @@
 /**
- * The router's Prometheus metrics: its own families (catalogue.ts `ROUTER_METRICS`) and the
- * process ones, served on ARKVORY_METRICS_PORT (127.0.0.1 only); the main port's `/metrics` is the
- * writer's, proxied like any other request. Counting is plain numbers; prom-client is loaded only
- * when the port is set (the router keeps its module graph small: docs/router.md).
+ * The router's metrics (proxy/metrics/catalogue.ts `ROUTER_METRICS`, docs/router.md "Metrics"), on
+ * the loopback metrics server only (`ARKVORY_METRICS_PORT`): the router's main port passes `/metrics`
+ * on to the writer. Counting is plain numbers; prom-client is loaded here, only then: a router
+ * without a metrics port keeps its module graph small (docs/router.md says why that matters).
  */
 import type { Logger } from 'pino';
 import type { MetricsServer } from '../metrics/metrics-endpoint.ts';
+import type { BackendPool } from './backend-pool.ts';
 import { CLIENT_FAULT_KINDS, type ClientFaultKind } from './forwardable.ts';
+import { RETRY_REASONS, type RouterStats } from './router-stats.ts';
 
 export interface RouterTally {
   countClientFault(kind: ClientFaultKind): void;
@@ -23,24 +25,77 @@ export function createRouterTally(): RouterTally {
   };
 }
 
-/** The loopback `/metrics` server of a router: the tally read at scrape time, plus process metrics. */
-export async function startRouterMetricsServer(tally: RouterTally, port: number, log: Logger): Promise<MetricsServer> {
-  const [{ Counter, Registry, collectDefaultMetrics }, { ROUTER_METRICS }, { startMetricsServer }] = await Promise.all([
-    import('prom-client'),
-    import('../metrics/catalogue.ts'),
-    import('../metrics/metrics-endpoint.ts'),
-  ]);
+/** Gateways per state, from the pool's snapshot (pure). */
+export function gatewayStates(
+  backends: ReadonlyArray<{ healthy: boolean; store: string; ejected: boolean }>,
+): Record<'reads' | 'store_unreachable' | 'ejected' | 'down', number> {
+  const counts = { reads: 0, store_unreachable: 0, ejected: 0, down: 0 };
+  for (const b of backends) {
+    if (!b.healthy) counts.down++;
+    else if (b.store === 'unreachable') counts.store_unreachable++;
+    else if (b.ejected) counts.ejected++;
+    else counts.reads++;
+  }
+  return counts;
+}
+
+/** The loopback `/metrics` server of a router: its counts read at scrape time, plus process metrics. */
+export async function startRouterMetricsServer(
+  port: number,
+  sources: { tally: RouterTally; pool: BackendPool; stats: RouterStats },
+  log: Logger,
+): Promise<MetricsServer> {
+  const [{ Counter, Gauge, Registry, collectDefaultMetrics }, { ROUTER_METRICS }, { startMetricsServer }] =
+    await Promise.all([
+      import('prom-client'),
+      import('../metrics/catalogue.ts'),
+      import('../metrics/metrics-endpoint.ts'),
+    ]);
+  const specOf = (name: (typeof ROUTER_METRICS)[number]['name']) => ROUTER_METRICS.find((m) => m.name === name)!;
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
-  const spec = ROUTER_METRICS[0];
+  const { tally, pool, stats } = sources;
+  // Each family is rebuilt at scrape time from the counts the router keeps.
+  const faults = specOf('arkvory_router_client_faults_total');
   new Counter({
-    name: spec.name,
-    help: spec.help,
-    labelNames: spec.labels,
+    name: faults.name,
+    help: faults.help,
+    labelNames: faults.labels,
     registers: [registry],
     collect() {
       this.reset();
       for (const [kind, count] of tally.clientFaults()) this.inc({ kind }, count);
+    },
+  });
+  const retries = specOf('arkvory_router_retries_total');
+  new Counter({
+    name: retries.name,
+    help: retries.help,
+    labelNames: retries.labels,
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const reason of RETRY_REASONS) this.inc({ reason }, stats.retries[reason]);
+    },
+  });
+  const ejections = specOf('arkvory_router_ejections_total');
+  new Counter({
+    name: ejections.name,
+    help: ejections.help,
+    registers: [registry],
+    collect() {
+      this.reset();
+      this.inc(stats.ejections);
+    },
+  });
+  const gateways = specOf('arkvory_router_gateways');
+  new Gauge({
+    name: gateways.name,
+    help: gateways.help,
+    labelNames: gateways.labels,
+    registers: [registry],
+    collect() {
+      for (const [state, count] of Object.entries(gatewayStates(pool.snapshot()))) this.set({ state }, count);
     },
   });
   return startMetricsServer(

@@ -94,7 +94,13 @@ export function createRouterServer(options: {
       return sendJson(res, serving ? 200 : 503, {
         status: serving ? 'serving' : options.isDraining() ? 'draining' : 'no_backend',
         role: 'router',
-        backends: { total: backends.length, healthy: backends.filter((b) => b.healthy).length },
+        backends: {
+          total: backends.length,
+          healthy: backends.filter((b) => b.healthy).length,
+          reads: backends.filter((b) => b.healthy && b.store !== 'unreachable' && !b.ejected).length,
+          storeUnreachable: backends.filter((b) => b.healthy && b.store === 'unreachable').length,
+          ejected: backends.filter((b) => b.healthy && b.ejected).length,
+        },
         writer: pool.hasHealthyWriter,
       });
     }

@@ -733,6 +733,7 @@ describe('router configuration', async () => {
       probeIntervalMs: 2000,
       connectTimeoutMs: 3000,
       idleTimeoutMs: 120_000,
+      outlier: { consecutive5xx: 5, baseEjectionMs: 30_000, maxEjectionPercent: 50 },
     });
     expect(config.trustedProxies).toEqual(['10.0.0.0/8']);
     expect(loadConfig({ ...shared, ARKVORY_ADVERTISE_URL: 'http://10.0.0.5:8080/' }).advertiseUrl).toBe(

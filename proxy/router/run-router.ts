@@ -16,6 +16,7 @@ import { createProxyHandler } from './proxy-handler.ts';
 import { createRouterServer } from './router-server.ts';
 import { createClientFaults } from './client-faults.ts';
 import { createRouterTally, startRouterMetricsServer } from './router-metrics.ts';
+import { RouterStats } from './router-stats.ts';
 import type { MetricsServer } from '../metrics/metrics-endpoint.ts';
 import { systemClock } from '../../policy/clock.ts';
 import { schemeOf } from '../server/listener.ts';
@@ -30,7 +31,8 @@ export async function runRouter(config: Config, log: Logger): Promise<number> {
     draining = true;
   });
 
-  const pool = new BackendPool();
+  const pool = new BackendPool({ outlier: config.router.outlier });
+  const stats = new RouterStats();
   let discovery: Discovery | undefined;
   const reportChange = (change: { url: string; healthy: boolean; reason: string }) => {
     if (!change.healthy) log.warn({ backend: change.url, reason: change.reason }, 'gateway left the pool');
@@ -41,6 +43,7 @@ export async function runRouter(config: Config, log: Logger): Promise<number> {
     connectTimeoutMs: config.router.connectTimeoutMs,
     idleTimeoutMs: config.router.idleTimeoutMs,
     onPoolChange: reportChange,
+    stats,
   });
   const tally = createRouterTally();
   const faults = createClientFaults({ log, count: (kind) => tally.countClientFault(kind) });
@@ -85,7 +88,7 @@ export async function runRouter(config: Config, log: Logger): Promise<number> {
     await monitor.runRound();
     monitor.start();
     if (config.metrics.port !== undefined)
-      metricsServer = await startRouterMetricsServer(tally, config.metrics.port, log);
+      metricsServer = await startRouterMetricsServer(config.metrics.port, { tally, pool, stats }, log);
     const address = await server.listen(config.port, config.host);
     tls?.start();
     log.info(

@@ -3,8 +3,17 @@ import { sendJson } from './http-errors.ts';
 import type { Lifecycle } from './lifecycle.ts';
 import type { Services } from './services.ts';
 
-/** `/health/live` and `/health/status`, public and key-less for balancers; every serving role has them. */
-export function liveAndStatusRoutes(lifecycle: Lifecycle): Route[] {
+/**
+ * `/health/live` and `/health/status`, public and key-less for balancers; every serving role has them.
+ * `status` adds fields to `/health/status` (the store's health). Its code follows only whether this
+ * process serves: a gateway whose store is unreachable still answers 200 with `store.state:
+ * "unreachable"`, so a router keeps sending it writes (the writer answers them 503
+ * `store_unreachable`) and takes reads elsewhere (docs/router.md, "Store health").
+ */
+export function liveAndStatusRoutes(
+  lifecycle: Lifecycle,
+  status: ReadonlyArray<() => Record<string, unknown>> = [],
+): Route[] {
   return [
     {
       methods: ['GET', 'HEAD'],
@@ -21,7 +30,9 @@ export function liveAndStatusRoutes(lifecycle: Lifecycle): Route[] {
       async handle({ res }) {
         // Only whether this process can serve.
         const serving = lifecycle.isServing;
-        sendJson(res, serving ? 200 : 503, { status: serving ? 'serving' : lifecycle.state });
+        const body: Record<string, unknown> = { status: serving ? 'serving' : lifecycle.state };
+        for (const provider of status) Object.assign(body, provider());
+        sendJson(res, serving ? 200 : 503, body);
       },
     },
   ];
@@ -30,7 +41,7 @@ export function liveAndStatusRoutes(lifecycle: Lifecycle): Route[] {
 export function healthRoutes(services: Services): Route[] {
   const { lifecycle, config } = services;
   return [
-    ...liveAndStatusRoutes(lifecycle),
+    ...liveAndStatusRoutes(lifecycle, services.status),
     {
       methods: ['GET', 'HEAD'],
       template: '/health/ready',
@@ -42,7 +53,7 @@ export function healthRoutes(services: Services): Route[] {
           writable: config.role === 'api',
           sharedDownloads: services.coordinator.snapshot(),
         };
-        for (const provider of services.readiness) Object.assign(body, provider());
+        for (const provider of [...services.status, ...services.readiness]) Object.assign(body, provider());
         sendJson(res, lifecycle.isServing ? 200 : 503, body);
       },
     },

@@ -112,6 +112,7 @@ export async function serveGateway(config: Config, log: Logger): Promise<number>
       // Queues close before in-flight requests are awaited; waiting grants are cancelled (ADR 0008).
       preClose: [() => transfers.close()],
       onClose: [() => tls?.close()],
+      status: [],
       readiness: [() => transfers.snapshot()],
       metrics,
     };

@@ -26,6 +26,11 @@ export interface Services {
   readonly preClose: Array<() => void | Promise<void>>;
   /** Run last on shutdown, after the HTTP server closed, before the pool ends. */
   readonly onClose: Array<() => void | Promise<void>>;
+  /**
+   * Extra fields for `/health/status` and `/health/ready` (public: states and codes only, no address,
+   * id or path): the store's health.
+   */
+  readonly status: Array<() => Record<string, unknown>>;
   /** Extra fields for `/health/ready`; each provider returns aggregates only, never ids or paths. */
   readonly readiness: Array<() => Record<string, unknown>>;
   /** Prometheus metrics; each module registers the families of what it builds (absent: nothing is exported). */

@@ -159,8 +159,9 @@ describe('scenario 3: reader2 partitioned from the store host mid-download', () 
       expect(await routerLineFor(d, cut)).toMatchObject({ backend: reader2.url, completed: false });
       expect(fileSize(cut)).toBeLessThan(d.file.length);
 
-      // reader2 still passes its health probe (its lease is fine), so a resume may land on it and
-      // get 504 upstream_timeout; curl --retry treats that as transient and resumes again.
+      // reader2 still passes its health probe (its lease is fine); until its store probe has failed
+      // twice and the router read that (docs/router.md, "Store health"), a resume may land on it and
+      // get 504 upstream_timeout, which the router retries elsewhere; curl --retry covers the rest.
       const resumed = await curlOnClient(
         d,
         [
@@ -199,7 +200,15 @@ describe('scenario 3: reader2 partitioned from the store host mid-download', () 
     } finally {
       heal(topology.hosts.reader2, topology.hosts.store);
     }
-    // Healed, reader2 serves exact bytes again.
+    // Healed, reader2 serves exact bytes again once two store probes in a row passed (until then it
+    // answers 503 store_unreachable at once).
+    await waitUntil(
+      async () => {
+        const res = await fetch(`${reader2.url}/health/status`);
+        return ((await res.json()) as { store: { state: string } }).store.state !== 'unreachable';
+      },
+      { what: "reader2's store to be reachable again", timeoutMs: 15_000 },
+    );
     const again = await fetch(`${reader2.url}${d.contentPath}`, {
       headers: { authorization: `Bearer ${d.readKey}`, range: 'bytes=0-65535' },
     });

@@ -1,0 +1,132 @@
+import { describe, expect, it } from 'vitest';
+import { ManualClock } from '../../policy/clock.ts';
+import { StoreHealth, storeHealthBody, storeHealthOptions } from './store-health.ts';
+import { probeStore } from './store-monitor.ts';
+import { storeFaultCode } from './tracked-store.ts';
+
+const PERIOD = 1000;
+
+function fresh() {
+  const clock = new ManualClock();
+  const health = new StoreHealth(storeHealthOptions(PERIOD), clock);
+  const moves: string[] = [];
+  health.onTransition((t) => moves.push(`${t.from}>${t.to}`));
+  return { clock, health, moves };
+}
+
+describe('store health state machine', () => {
+  it('one failure degrades, the second in a row makes the store unreachable, with the code and time', () => {
+    const { clock, health, moves } = fresh();
+    health.recordProbe(undefined);
+    expect(health.state).toBe('ok');
+    clock.advance(PERIOD);
+    health.recordProbe('upstream_timeout');
+    expect(health.state).toBe('degraded');
+    clock.advance(PERIOD);
+    const failedAt = clock.wallMs();
+    health.recordRequest('upstream_unreachable');
+    expect(health.state).toBe('unreachable');
+    expect(moves).toEqual(['ok>degraded', 'degraded>unreachable']);
+    expect(storeHealthBody(health.snapshot())).toEqual({
+      state: 'unreachable',
+      since: new Date(failedAt).toISOString(),
+      lastError: { code: 'upstream_unreachable', at: new Date(failedAt).toISOString() },
+    });
+  });
+
+  it('detection bound: a silent store is unreachable at the second failed probe, at most 2 periods plus one probe timeout after it fell silent', () => {
+    const { clock, health } = fresh();
+    // Probes start every PERIOD and fail 0.9 PERIOD later; the store falls silent just after a probe began.
+    const fellSilentAt = clock.monotonicMs();
+    let detectedAt: number | undefined;
+    health.onTransition((t) => {
+      if (t.to === 'unreachable') detectedAt = clock.monotonicMs();
+    });
+    for (let probe = 1; detectedAt === undefined; probe++) {
+      clock.advance(probe === 1 ? 0.9 * PERIOD : PERIOD);
+      health.recordProbe(probe === 1 ? undefined : 'upstream_timeout');
+    }
+    expect(detectedAt! - fellSilentAt).toBeLessThanOrEqual(2 * PERIOD + 0.9 * PERIOD);
+  });
+
+  it('a store call that succeeds resets the count: alternating failure and success never makes it unreachable', () => {
+    const { health } = fresh();
+    for (let i = 0; i < 10; i++) {
+      health.recordRequest('upstream_timeout');
+      health.recordRequest(undefined);
+    }
+    expect(health.state).toBe('degraded');
+  });
+
+  it('hysteresis: back only after 2 passing probes in a row; a failure between starts again; ok after 2 quiet periods', () => {
+    const { clock, health, moves } = fresh();
+    health.recordProbe('upstream_unreachable');
+    health.recordProbe('upstream_unreachable');
+    expect(health.state).toBe('unreachable');
+    // A flapping store: pass, fail, pass, fail … stays out.
+    for (let i = 0; i < 5; i++) {
+      clock.advance(PERIOD);
+      health.recordProbe(undefined);
+      clock.advance(PERIOD);
+      health.recordProbe('upstream_unreachable');
+      expect(health.state).toBe('unreachable');
+    }
+    // Real calls cannot bring it back.
+    health.recordRequest(undefined);
+    health.recordRequest(undefined);
+    expect(health.state).toBe('unreachable');
+    clock.advance(PERIOD);
+    health.recordProbe(undefined);
+    expect(health.state).toBe('unreachable');
+    clock.advance(PERIOD);
+    health.recordProbe(undefined);
+    expect(health.state).toBe('degraded');
+    // The last failure is 2 periods old by now: the next passing probe makes it `ok`.
+    clock.advance(PERIOD);
+    health.recordProbe(undefined);
+    expect(health.state).toBe('ok');
+    // From `ok`, one failure degrades for 2 periods of passing probes.
+    health.recordRequest('upstream_timeout');
+    clock.advance(2 * PERIOD - 1);
+    health.recordProbe(undefined);
+    expect(health.state).toBe('degraded');
+    clock.advance(1);
+    health.recordProbe(undefined);
+    expect(health.state).toBe('ok');
+    expect(moves.slice(-5)).toEqual([
+      'degraded>unreachable',
+      'unreachable>degraded',
+      'degraded>ok',
+      'ok>degraded',
+      'degraded>ok',
+    ]);
+  });
+
+  it('refuses fall or rise below 1', () => {
+    expect(() => new StoreHealth({ fall: 0, rise: 1, quietMs: 1 }, new ManualClock())).toThrow(RangeError);
+  });
+});
+
+describe('store probe and store-call faults', () => {
+  const id = '0b4c1d6e-7d7e-4f53-9a54-1f1d2c3b4a59';
+  it('passes when storage-id holds our id, names a mismatch, a missing file, an error and a timeout', async () => {
+    expect(await probeStore({ read: async () => `${id}\n` }, id, 100)).toBeUndefined();
+    expect((await probeStore({ read: async () => 'other' }, id, 100))?.code).toBe('storage_mismatch');
+    expect((await probeStore({ read: async () => undefined }, id, 100))?.code).toBe('storage_mismatch');
+    const eio = Object.assign(new Error('i/o error'), { code: 'EIO' });
+    expect((await probeStore({ read: () => Promise.reject(eio) }, id, 100))?.code).toBe('upstream_unreachable');
+    const coded = Object.assign(new Error('refused'), { code: 'upstream_timeout' });
+    expect((await probeStore({ read: () => Promise.reject(coded) }, id, 100))?.code).toBe('upstream_timeout');
+    const started = performance.now();
+    expect((await probeStore({ read: () => new Promise(() => {}) }, id, 60))?.code).toBe('upstream_timeout');
+    expect(performance.now() - started).toBeGreaterThanOrEqual(55);
+  });
+
+  it("counts only the store's own failures: not_found and client faults are the store doing its job", () => {
+    expect(storeFaultCode({ code: 'upstream_timeout' })).toBe('upstream_timeout');
+    expect(storeFaultCode({ code: 'ENOTCONN' })).toBe('upstream_unreachable');
+    expect(storeFaultCode({ code: 'not_found' })).toBeUndefined();
+    expect(storeFaultCode({ code: 'invalid_request' })).toBeUndefined();
+    expect(storeFaultCode(new Error('plain'))).toBeUndefined();
+  });
+});
