@@ -86,13 +86,23 @@ export function benchNginxConf(options: {
   root: string;
   bodyTemp: string;
   server?: string;
+  /** Serve HTTPS with this PEM chain and key (TLS 1.2 and 1.3, nginx's default ciphers and session tickets). */
+  tls?: { certFile: string; keyFile: string };
 }) {
-  const { prefix, port, root, bodyTemp, server = '' } = options;
+  const { prefix, port, root, bodyTemp, tls } = options;
+  const server = [
+    tls
+      ? `ssl_certificate ${tls.certFile}; ssl_certificate_key ${tls.keyFile}; ssl_protocols TLSv1.2 TLSv1.3; ssl_session_cache shared:bench:10m;`
+      : '',
+    options.server ?? '',
+  ]
+    .filter(Boolean)
+    .join(' ');
   return `daemon off; worker_processes auto; pid ${prefix}/nginx.pid; error_log ${prefix}/error.log;
 events { worker_connections 1024; }
 http { access_log off; sendfile on; tcp_nopush on; client_body_temp_path ${bodyTemp}; proxy_temp_path ${prefix}/proxy;
   fastcgi_temp_path ${prefix}/fastcgi; uwsgi_temp_path ${prefix}/uwsgi; scgi_temp_path ${prefix}/scgi;
-  server { listen 127.0.0.1:${port}; root ${root};${server ? ` ${server}` : ''} } }
+  server { listen 127.0.0.1:${port}${tls ? ' ssl' : ''}; root ${root};${server ? ` ${server}` : ''} } }
 `;
 }
 

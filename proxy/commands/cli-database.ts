@@ -4,10 +4,11 @@ import path from 'node:path';
 import { pino } from 'pino';
 import type pg from 'pg';
 import { pendingMigrations } from '../../migrations/runner.ts';
-import { createPool } from '../server/database.ts';
+import { createPool, databaseTarget, describeDatabaseTlsRefusal } from '../server/database.ts';
 import { createLogger } from '../server/logger.ts';
 import type { Config } from '../config/config.ts';
 import { UsageError } from './command.ts';
+import { EXIT } from '../server/startup-failure.ts';
 
 /** The URL of the embedded PostgreSQL a running `npm start` keeps under `dataDir` (its port is in postmaster.pid), if any. */
 export async function runningEmbeddedDatabaseUrl(dataDir: string): Promise<string | undefined> {
@@ -21,12 +22,25 @@ export async function runningEmbeddedDatabaseUrl(dataDir: string): Promise<strin
 }
 
 /**
- * The configuration in `env`, or exit 2 with one line per problem. serve.ts (the whole gateway) loads
- * only when a command runs, so `--help` and usage errors answer without it.
+ * The configuration in `env`, or exit 2 with one line per problem; with ARKVORY_TLS_CA_FILE set its
+ * CAs are trusted by this process, as `arkvory serve` does, so a command reaches a PostgreSQL
+ * (`sslmode=verify-full`), Redis or store that a gateway of the same variables reaches (an unusable
+ * CA file: one line, exit 1). serve.ts (the whole gateway) loads only when a command runs, so
+ * `--help` and usage errors answer without it.
  */
 export async function loadCliConfig(env: NodeJS.ProcessEnv): Promise<Config> {
   const { loadConfigOrExit } = await import('../server/serve.ts');
-  return loadConfigOrExit(env);
+  const config = loadConfigOrExit(env);
+  if (config.outboundCaFile !== undefined) {
+    const { trustOutboundCertificateAuthorities } = await import('../tls/outbound-ca.ts');
+    try {
+      trustOutboundCertificateAuthorities(config.outboundCaFile);
+    } catch (err) {
+      process.stderr.write(`arkvory: ${(err as Error).message}\n`);
+      process.exit(EXIT.failure);
+    }
+  }
+  return config;
 }
 
 /**
@@ -46,7 +60,10 @@ export async function openCliPool(env: NodeJS.ProcessEnv): Promise<pg.Pool> {
   const pool = createPool(url, 2, log, 'arkvory-cli');
   const pending = await pendingMigrations(pool).catch(async (err: unknown) => {
     await pool.end();
-    throw new UsageError(`cannot reach the database: ${(err as Error).message}`, { seeHelp: false });
+    const refusal = describeDatabaseTlsRefusal(err, databaseTarget(url));
+    throw new UsageError(refusal?.message ?? `cannot reach the database: ${(err as Error).message}`, {
+      seeHelp: false,
+    });
   });
   if (pending.length) {
     await pool.end();

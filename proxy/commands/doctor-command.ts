@@ -16,6 +16,8 @@ import { STORAGE_ID_FILE } from '../../storage-adapter/paths.ts';
 import { ConfigError, loadConfig, type Config } from '../config/config.ts';
 import { createTrustedProxies } from '../router/forwarded.ts';
 import { databaseRoleOf, describePrivileges, inspectPrivileges } from '../server/database-privileges.ts';
+import { StartupError } from '../server/startup-failure.ts';
+import { trustOutboundCertificateAuthorities } from '../tls/outbound-ca.ts';
 import { runningEmbeddedDatabaseUrl } from './cli-database.ts';
 import { defineCommand, form, type Command } from './command.ts';
 
@@ -421,14 +423,17 @@ async function runChecks(env: NodeJS.ProcessEnv): Promise<CheckResult[]> {
   let config: Config;
   try {
     config = loadConfig(env);
+    // The checks below connect as the gateway would: with ARKVORY_TLS_CA_FILE's CAs trusted.
+    if (config.outboundCaFile !== undefined) trustOutboundCertificateAuthorities(config.outboundCaFile);
     results.push({
       check: 'variables',
       status: 'ok',
       detail: `role ${config.role}, ${config.shared ? `shared profile, slot ${config.shared.slot} of ${config.shared.slots}` : 'standalone'}`,
     });
   } catch (err) {
-    if (!(err instanceof ConfigError)) throw err;
-    results.push({ check: 'variables', status: 'FAIL', detail: err.problems.join('; ') });
+    if (!(err instanceof ConfigError) && !(err instanceof StartupError)) throw err;
+    const detail = err instanceof ConfigError ? err.problems.join('; ') : err.message;
+    results.push({ check: 'variables', status: 'FAIL', detail });
     skipRest(1, 'needs valid variables');
     return results;
   }

@@ -1,5 +1,5 @@
 import { migrate } from '../../migrations/runner.ts';
-import { createPool } from '../server/database.ts';
+import { createPool, databaseTarget, describeDatabaseTlsRefusal } from '../server/database.ts';
 import { pino } from 'pino';
 import { createLogger } from '../server/logger.ts';
 import { loadCliConfig } from './cli-database.ts';
@@ -36,7 +36,8 @@ async function migrateOnce(_input: unknown, env: NodeJS.ProcessEnv): Promise<num
     );
     return 0;
   } catch (err) {
-    process.stderr.write(`arkvory migrate: ${(err as Error).message}\n`);
+    const refusal = describeDatabaseTlsRefusal(err, databaseTarget(config.databaseUrl));
+    process.stderr.write(`arkvory migrate: ${(refusal ?? (err as Error)).message}\n`);
     return 1;
   } finally {
     await pool.end();

@@ -13,12 +13,11 @@ async function openRegistry(env: NodeJS.ProcessEnv): Promise<{ registry: RuleReg
   const { createPgRuleDocuments, createRedisRuleDocuments, createRuleRegistry, ruleDocumentsPrefix } = await engine();
   const { loadRuleFiles } = await ruleFiles();
   const { createRateLimitRedis } = await import('../gates/rate-limit-redis.ts');
-  const { loadConfigOrExit } = await import('../server/serve.ts');
   const { createLogger } = await import('../server/logger.ts');
   const { pino } = await import('pino');
   const { systemClock } = await import('../../policy/clock.ts');
-  const { openCliPool } = await import('./cli-database.ts');
-  const config = loadConfigOrExit(env);
+  const { loadCliConfig, openCliPool } = await import('./cli-database.ts');
+  const config = await loadCliConfig(env);
   const log = createLogger(config.logLevel === 'info' ? 'warn' : config.logLevel, pino.destination(2));
   const { available, fileRules, fileStatus, fileProblems } = await loadRuleFiles(config.rateLimitsFile);
   // The CLI writes to the shared store: an operator file it cannot apply is an error here, not a warning.

@@ -25,8 +25,8 @@ Exit codes: 0 ok, 1 invalid rules or no such override, 2 usage.`,
       name: 'serve',
       summary: 'run the reference rules service (Phase 3)',
       async run(_input, env) {
-        const { loadConfigOrExit } = await import('../server/serve.ts');
-        const config = loadConfigOrExit({ ...env, ARKVORY_ROLE: 'rules-service' });
+        const { loadCliConfig } = await import('./cli-database.ts');
+        const config = await loadCliConfig({ ...env, ARKVORY_ROLE: 'rules-service' });
         const { createLogger } = await import('../server/logger.ts');
         const { runRulesService } = await import('../rules-service/rules-service.ts');
         return runRulesService(config, createLogger(config.logLevel));
@@ -66,8 +66,8 @@ async function overrides(
   limiterOption: string | undefined,
   env: NodeJS.ProcessEnv,
 ): Promise<number> {
-  const { loadConfigOrExit } = await import('../server/serve.ts');
-  const config = loadConfigOrExit(env);
+  const { loadCliConfig } = await import('./cli-database.ts');
+  const config = await loadCliConfig(env);
   const service = serviceOption ?? config.serviceName;
   const { validateOverride, createOverrideStore } = await import('../../policy/rate-limit/rule-overrides.ts');
   const { formatProblem } = await import('../../policy/rate-limit/index.ts');

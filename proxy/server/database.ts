@@ -1,6 +1,7 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
 import type { Config } from '../config/config.ts';
+import { describeCertificateRefusal } from '../tls/peer-verification.ts';
 import { startEmbeddedDatabase, type EmbeddedDatabase } from './embedded-database.ts';
 
 export interface Database {
@@ -119,6 +120,8 @@ export async function waitForDatabase(
       return 'reachable';
     } catch (err) {
       const waitedMs = options.monotonicMs() - startedMs;
+      const refusal = describeDatabaseTlsRefusal(err, options.target);
+      if (refusal) throw refusal;
       if (!isUnreachable(err)) throw err;
       const retryInMs = Math.round(Math.min(startupRetryDelayMs(attempt), Math.max(0, options.boundMs - waitedMs)));
       if (waitedMs >= options.boundMs || retryInMs <= 0) {
@@ -148,6 +151,23 @@ export async function waitForDatabase(
       }
     }
   }
+}
+
+/**
+ * A PostgreSQL whose certificate was refused (`sslmode=verify-full`), or one that does not speak TLS
+ * when the URL asks for it, as an error saying which and what to change; undefined for any other
+ * failure. Not retried: waiting does not make a certificate trusted.
+ */
+export function describeDatabaseTlsRefusal(err: unknown, target: string): Error | undefined {
+  const reason =
+    describeCertificateRefusal(err, 'ARKVORY_TLS_CA_FILE (or sslrootcert= in ARKVORY_DATABASE_URL)') ??
+    (err instanceof Error && /does not support SSL connections/.test(err.message)
+      ? 'it does not accept TLS connections (ssl=off) but ARKVORY_DATABASE_URL asks for sslmode; turn ssl on in postgresql.conf'
+      : undefined);
+  if (reason === undefined) return undefined;
+  return Object.assign(new Error(`PostgreSQL at ${target} refused: ${reason}`, { cause: err }), {
+    code: 'database_tls_refused',
+  });
 }
 
 /** "host:port" of a PostgreSQL URL, for logs (never the URL: it may hold a password). */

@@ -114,7 +114,20 @@ async function importEmbeddedPostgres(): Promise<typeof import('embedded-postgre
   return mod.default;
 }
 
-export async function startEmbeddedDatabase(dataDir: string, log: Logger): Promise<EmbeddedDatabase> {
+export interface EmbeddedDatabaseOptions {
+  /**
+   * More `-c name=value` server settings after the defaults (a later one wins): tests run a second
+   * cluster with `ssl=on` and a `hostssl`-only `hba_file` this way.
+   */
+  readonly postgresFlags?: readonly string[];
+}
+
+export async function startEmbeddedDatabase(
+  dataDir: string,
+  log: Logger,
+  options: EmbeddedDatabaseOptions = {},
+): Promise<EmbeddedDatabase> {
+  const flags = [...POSTGRES_FLAGS, ...(options.postgresFlags ?? [])];
   await mkdir(dataDir, { recursive: true });
   const pgDir = path.join(dataDir, '.pg');
   const passwordFile = path.join(dataDir, '.pg.password');
@@ -152,7 +165,7 @@ export async function startEmbeddedDatabase(dataDir: string, log: Logger): Promi
     authMethod: 'scram-sha-256',
     persistent: true,
     createPostgresUser: isRoot,
-    postgresFlags: POSTGRES_FLAGS,
+    postgresFlags: flags,
     onLog: (message: string) => pgLog.debug({ message: message.trim() }),
     onError: (err: unknown) => pgLog.warn({ err }, 'embedded PostgreSQL reported an error'),
   });
@@ -165,7 +178,7 @@ export async function startEmbeddedDatabase(dataDir: string, log: Logger): Promi
     postgres = await startPostgres({
       pgDir,
       port,
-      flags: POSTGRES_FLAGS,
+      flags,
       ids: isRoot ? await postgresIds() : undefined,
       log: pgLog,
     });

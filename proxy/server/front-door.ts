@@ -26,6 +26,7 @@ import {
 import { announcesBody, beginRequest, Connections, stateOf } from './front-door/connection-state.ts';
 import { closeIdleConnections, drainRefusal } from './front-door/drain.ts';
 import { closeEarlyAnswer } from './front-door/lingering-close.ts';
+import { boundPendingHandshakes } from './front-door/pending-handshakes.ts';
 import { type FrontDoorTimeouts, Timeouts } from './front-door/timeouts.ts';
 
 export {
@@ -101,6 +102,7 @@ export function installFrontDoor(
   let draining = false;
 
   server.prependListener(connectionEvent(server), (socket) => bound.accept(socket, connections.add(socket)));
+  boundPendingHandshakes(server, bound.maxConnections);
   server.on('request', handler);
   server.on('checkContinue', (req: TrackedRequest, res: ServerResponse) => {
     req[EXPECTS_CONTINUE] = true;

@@ -32,3 +32,4 @@ export {
   issueServerCertificate,
   replaceFileAtomically,
 } from './tls-certs.ts';
+export { startTlsPostgres, type TlsPostgres } from './tls-postgres.ts';

@@ -12,7 +12,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -86,7 +86,18 @@ export async function stopAllS3Servers(): Promise<void> {
   await Promise.all([...live].map((s) => s.destroy()));
 }
 
-export async function startS3Server(kind: S3ServerKind, options: { bucket?: string } = {}): Promise<S3Server> {
+export interface S3ServerOptions {
+  readonly bucket?: string;
+  /**
+   * MinIO only: serve HTTPS with this PEM chain and key (`--certs-dir` holding public.crt and
+   * private.key). The caller's process must trust their CA (tls.setDefaultCACertificates), as the
+   * readiness probe connects with the default CAs, as a gateway with ARKVORY_TLS_CA_FILE does.
+   */
+  readonly tls?: { readonly certFile: string; readonly keyFile: string };
+}
+
+export async function startS3Server(kind: S3ServerKind, options: S3ServerOptions = {}): Promise<S3Server> {
+  if (options.tls && kind !== 'minio') throw new Error(`startS3Server: TLS is set up for MinIO only, not ${kind}`);
   const binary = binaryPath(kind);
   const dir = await mkdtemp(path.join(os.tmpdir(), `arkvory-${kind}-`));
   const dataDir = path.join(dir, 'data');
@@ -159,6 +170,13 @@ export async function startS3Server(kind: S3ServerKind, options: { bucket?: stri
       `127.0.0.1:${ports[0]}`,
       '--quiet',
     ];
+    if (options.tls) {
+      const certsDir = path.join(dir, 'certs');
+      await mkdir(certsDir, { recursive: true });
+      await copyFile(options.tls.certFile, path.join(certsDir, 'public.crt'));
+      await copyFile(options.tls.keyFile, path.join(certsDir, 'private.key'));
+      args.push('--certs-dir', certsDir);
+    }
     env = {
       ...env,
       MINIO_ROOT_USER: accessKeyId,
@@ -168,7 +186,7 @@ export async function startS3Server(kind: S3ServerKind, options: { bucket?: stri
       MINIO_CI_CD: '1',
     };
   }
-  const endpoint = `http://127.0.0.1:${port}`;
+  const endpoint = `${options.tls ? 'https' : 'http'}://127.0.0.1:${port}`;
   let child: ChildProcess | undefined;
   let output = '';
   let raw: S3Client | undefined;

@@ -13,6 +13,8 @@ export async function siteConfig(options: {
   move: boolean;
   host?: string;
   writer?: string;
+  /** Serve HTTPS with this PEM chain and key (nginx's `listen … ssl`), as a store behind TLS. */
+  tls?: { certFile: string; keyFile: string };
 }): Promise<string> {
   let text = await readFile(path.join(REPO_ROOT, 'deploy/static-store/arkvory-store.conf'), 'utf8');
   const replace = (from: string, to: string) => {
@@ -22,7 +24,13 @@ export async function siteConfig(options: {
       );
     text = text.replaceAll(from, to);
   };
-  replace('listen 10.0.0.20:8081;', `listen ${options.host ?? '127.0.0.1'}:${options.port};`);
+  const address = `${options.host ?? '127.0.0.1'}:${options.port}`;
+  replace(
+    'listen 10.0.0.20:8081;',
+    options.tls
+      ? `listen ${address} ssl;\n    ssl_certificate ${options.tls.certFile};\n    ssl_certificate_key ${options.tls.keyFile};\n    ssl_protocols TLSv1.2 TLSv1.3;`
+      : `listen ${address};`,
+  );
   replace('alias /srv/arkvory-store/;', `alias ${options.root}/;`);
   // The multi-host suite (test/hosts) puts the store on its own host and lets only the writer write.
   replace('allow 10.0.0.5;', `allow ${options.writer ?? '127.0.0.1'};`);

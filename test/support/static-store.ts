@@ -7,6 +7,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
+import https from 'node:https';
 import path from 'node:path';
 import { afterAll } from 'vitest';
 import { request } from './content.ts';
@@ -48,8 +49,14 @@ async function stopChild(child: ChildProcess): Promise<void> {
   running.delete(child);
 }
 
-/** `move: false` leaves MOVE out of dav_methods, as on a store without it (the PUT fallback). */
-export async function startStaticStore(options: { move?: boolean } = {}): Promise<StaticStore> {
+export interface StaticStoreOptions {
+  /** false leaves MOVE out of dav_methods, as on a store without it (the PUT fallback). */
+  readonly move?: boolean;
+  /** Serve HTTPS with this certificate (its `certPem` chain ends with the CA the readiness probe trusts). */
+  readonly tls?: { readonly certFile: string; readonly keyFile: string; readonly caPem: string };
+}
+
+export async function startStaticStore(options: StaticStoreOptions = {}): Promise<StaticStore> {
   if (!NGINX) throw new Error('nginx is not installed; on Debian: apt-get install -y nginx-light');
   const dir = await makeTempDir('arkvory-static-store-');
   const root = path.join(dir, 'root');
@@ -58,7 +65,16 @@ export async function startStaticStore(options: { move?: boolean } = {}): Promis
   await mkdir(temp, { recursive: true });
   const port = await freeLoopbackPort();
   const site = path.join(dir, 'arkvory-store.conf');
-  await writeFile(site, await siteConfig({ port, root, move: options.move !== false }));
+  const tls = options.tls;
+  await writeFile(
+    site,
+    await siteConfig({
+      port,
+      root,
+      move: options.move !== false,
+      ...(tls ? { tls: { certFile: tls.certFile, keyFile: tls.keyFile } } : {}),
+    }),
+  );
   const conf = path.join(dir, 'nginx.conf');
   await writeFile(
     conf,
@@ -77,7 +93,14 @@ http {
   );
   let child: ChildProcess | undefined;
   let output = '';
-  const url = `http://127.0.0.1:${port}/arkvory/`;
+  const url = `${tls ? 'https' : 'http'}://127.0.0.1:${port}/arkvory/`;
+  const probe = (): Promise<unknown> =>
+    tls
+      ? new Promise((resolve, reject) => {
+          const req = https.get(url, { ca: tls.caPem, agent: false }, (res) => res.resume().on('end', resolve));
+          req.on('error', reject);
+        })
+      : request(url);
 
   /** nginx's master (our child) and its workers (its children, found in /proc). */
   async function signalAll(signal: NodeJS.Signals): Promise<void> {
@@ -113,7 +136,7 @@ http {
       const deadline = Date.now() + 10_000;
       for (;;) {
         try {
-          await request(url);
+          await probe();
           return;
         } catch {
           if (Date.now() > deadline || child.exitCode !== null) throw new Error(`nginx did not start: ${output}`);
