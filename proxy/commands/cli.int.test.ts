@@ -167,7 +167,7 @@ describe('README and docs/', () => {
           ]),
         ]);
         // Comments after `#` in shell examples are prose; the flags they name are checked all the same.
-        for (const flag of rest!.match(/(?<![\w-])--?[a-z][a-z-]*/g) ?? []) {
+        for (const flag of rest!.match(/(?<![\w-])--?[a-z][a-z0-9-]*/g) ?? []) {
           if (WRONG_ON_PURPOSE.has(`${name} ${flag}`)) continue;
           expect(declared, `${path.relative(ROOT, file)}: arkvory ${name}${rest}`).toContain(flag);
           checked++;

@@ -193,7 +193,7 @@ describe('every arkvory command', () => {
     '%s: every --flag its prose mentions is an option one of its forms declares',
     (_name, command) => {
       const declared = new Set(command.forms.flatMap((f) => Object.keys(f.options ?? {})).map((n) => `--${n}`));
-      for (const flag of command.description.match(/(?<![\w-])--[a-z][a-z-]*/g) ?? [])
+      for (const flag of command.description.match(/(?<![\w-])--[a-z][a-z0-9-]*/g) ?? [])
         expect(declared, `${command.name}: ${flag}`).toContain(flag);
     },
   );
