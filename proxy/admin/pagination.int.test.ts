@@ -115,6 +115,40 @@ describe('admin API listings', () => {
     expect(new Set(keys.items.map((k) => k.keyId)).size).toBe(5);
   });
 
+  it("pages a principal's certificate bindings (route and CLI); a forged cursor is 400", async () => {
+    const store = new AdminStore(db.pool);
+    for (let i = 0; i < 23; i++) await store.bindCertificate('p-00002', `DNS:host-${i}.example`, ['read']);
+    // In the database's order (its collation), which the pages follow.
+    const sans = (
+      await db.pool.query<{ san: string }>(
+        `SELECT san FROM arkvory_certificate_bindings b JOIN arkvory_principals p ON p.id = b.principal_id
+          WHERE p.name = 'p-00002' ORDER BY san`,
+      )
+    ).rows.map((r) => r.san);
+    expect(sans).toHaveLength(23);
+    const listed = await walk('/api/v1/admin/principals/p-00002/certificates?limit=4', 'certificates');
+    expect(listed.largest).toBe(4);
+    expect(listed.items.map((c) => c.san)).toEqual(sans);
+    const forged = await getJson('/api/v1/admin/principals/p-00002/certificates?cursor=WyJhIiwiYiJd');
+    expect(forged.status).toBe(400);
+    expect(forged.body.code).toBe('invalid_request');
+    const env = { ARKVORY_DATABASE_URL: db.url };
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const result = await runCli(
+        ['principals', 'certs', 'p-00002', '--limit', '10', ...(cursor ? ['--cursor', cursor] : [])],
+        env,
+      );
+      expect(result.code, result.stderr).toBe(0);
+      const page = JSON.parse(result.stdout) as { certificates: Array<{ san: string }>; nextCursor: string | null };
+      expect(page.certificates.length).toBeLessThanOrEqual(10);
+      seen.push(...page.certificates.map((c) => c.san));
+      cursor = page.nextCursor;
+    } while (cursor);
+    expect(seen).toEqual(sans);
+  });
+
   it("pages a principal's own repository listing", async () => {
     const reader = await createServiceAccount(db.pool, {
       scopes: ['read'],
