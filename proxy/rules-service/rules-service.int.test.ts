@@ -61,6 +61,8 @@ async function startRulesService(env: Record<string, string> = {}): Promise<Rule
       ARKVORY_PORT: String(port),
       ARKVORY_HOST: '127.0.0.1',
       ARKVORY_RULES_SERVICE_TTL_SECONDS: '1',
+      // Every response's line for the contract check: past the client-fault budget they are at debug.
+      ARKVORY_LOG_LEVEL: 'debug',
       ...env,
     },
     stdio: ['ignore', 'pipe', 'pipe'],

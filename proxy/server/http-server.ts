@@ -152,17 +152,14 @@ export function createGatewayServer(options: {
 }
 
 /**
- * Answers `err`. A client fault (`isClientFault`) writes its line, and later its request line, only
- * within the server's fault budget: the rest are counted (`arkvory_http_client_faults_total`).
+ * Answers `err`. A client fault (`isClientFault`) writes its line, and later its request line, at
+ * info only within the server's fault budget; past it at debug. Every one is counted
+ * (`arkvory_http_client_faults_total`).
  */
 function answerError(exchange: RequestExchange, err: unknown): void {
   const mapped = toHttpError(err);
   if (!exchange.noteFault(mapped.status, mapped.code)) return sendError(exchange.res, err, exchange.log);
-  if (!exchange.quiet)
-    exchange.log.info(
-      { code: mapped.code, ...(exchange.suppressed > 0 ? { suppressed: exchange.suppressed } : {}) },
-      mapped.message,
-    );
+  exchange.faultLine({ code: mapped.code }, mapped.message);
   sendError(exchange.res, err);
 }
 
@@ -177,15 +174,10 @@ async function runRoute(ctx: RequestExchange, route: Route, gates: readonly Gate
   } catch (err) {
     if (clientIsGone(ctx)) {
       // The client left (or was cut for idling): its doing, not a fault of ours.
-      if (!ctx.noteFault(499, 'client_aborted') || !ctx.quiet)
-        ctx.log.info(
-          {
-            code: 'client_aborted',
-            reason: (err as Error | undefined)?.message,
-            ...(ctx.suppressed > 0 ? { suppressed: ctx.suppressed } : {}),
-          },
-          'client went away before the response finished',
-        );
+      const fields = { code: 'client_aborted', reason: (err as Error | undefined)?.message };
+      const message = 'client went away before the response finished';
+      if (ctx.noteFault(499, 'client_aborted')) ctx.faultLine(fields, message);
+      else ctx.log.info(fields, message);
       if (!ctx.res.destroyed) ctx.res.destroy();
       return;
     }

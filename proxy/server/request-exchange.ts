@@ -30,8 +30,9 @@ export interface ExchangeServer {
 /**
  * A client fault: a 4xx answer (or a client gone, 499) to a request no principal accounts for (no
  * key or a bad one, a malformed request, a banned address, a link misused). Anyone can send these
- * as fast as they like, so their lines are bounded per code (lib/log-budget.ts CLIENT_FAULT_LOG),
- * not their answers; a principal's requests are accountable and logged in full.
+ * as fast as they like, so their lines at info are bounded per code (lib/log-budget.ts
+ * CLIENT_FAULT_LOG; the rest go to debug), not their answers; a principal's requests are
+ * accountable and logged in full.
  */
 export function isClientFault(status: number, principal: Principal | undefined): boolean {
   return status >= 400 && status < 500 && principal === undefined;
@@ -59,7 +60,7 @@ export class RequestExchange implements RequestContext {
   #closedEarly: GatewayError | undefined;
   /** The error code of the client fault this request was answered with (`noteFault`). */
   fault: string | undefined = undefined;
-  /** True when the fault's lines are left out (over the budget); its request line too. */
+  /** True when the fault's lines are over the budget: written at debug, not info; its request line too. */
   quiet = false;
   /** Lines of this fault's code left out before this one, for the line that is written. */
   suppressed = 0;
@@ -98,6 +99,12 @@ export class RequestExchange implements RequestContext {
 
   continueBody(): void {
     this.#server.continueBody(this.req, this.res);
+  }
+
+  /** Writes a client fault's line: at info within the budget, else at debug (and only if enabled). */
+  faultLine(fields: Record<string, unknown>, msg: string): void {
+    if (!this.quiet) this.log.info({ ...fields, ...(this.suppressed > 0 ? { suppressed: this.suppressed } : {}) }, msg);
+    else if (this.#server.log.isLevelEnabled('debug')) this.log.debug(fields, msg);
   }
 
   /**
@@ -139,8 +146,10 @@ export class RequestExchange implements RequestContext {
       bytesOut,
       fault: this.fault,
     });
-    if (!server.logRequests || this.quiet) return;
-    server.log.info(
+    if (!server.logRequests) return;
+    // Over the fault budget the line goes to debug: gone at the default level, there when asked for.
+    if (this.quiet && !server.log.isLevelEnabled('debug')) return;
+    server.log[this.quiet ? 'debug' : 'info'](
       {
         reqId: this.reqId,
         method: req.method,
