@@ -158,9 +158,10 @@ export function createGatewayServer(options: {
  */
 function answerError(exchange: RequestExchange, err: unknown): void {
   const mapped = toHttpError(err);
-  if (!exchange.noteFault(mapped.status, mapped.code)) return sendError(exchange.res, err, exchange.log);
-  exchange.faultLine({ code: mapped.code }, mapped.message);
-  sendError(exchange.res, err);
+  if (exchange.noteFault(mapped.status, mapped.code)) {
+    exchange.faultLine({ code: mapped.code }, mapped.message);
+    sendError(exchange.res, err);
+  } else sendError(exchange.res, err, exchange.log);
 }
 
 async function runRoute(ctx: RequestExchange, route: Route, gates: readonly Gate[]): Promise<void> {
