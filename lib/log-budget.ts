@@ -12,6 +12,12 @@ export interface LogBudgetOptions {
   readonly maxKinds?: number;
 }
 
+/**
+ * The budget for repeated client faults, the router's and the gateway's alike (docs/router.md,
+ * docs/auth.md): per kind, 5 lines a minute.
+ */
+export const CLIENT_FAULT_LOG = { linesPerInterval: 5, intervalMs: 60_000 } as const;
+
 /** `write`: log this one; `suppressed`: lines of this kind left out since its last written line. */
 export interface LogTurn {
   readonly write: boolean;

@@ -313,13 +313,21 @@ export class AdminStore {
     if (!r.rowCount) throw new PolicyError('not_found', `"${p.name}" has no binding for ${canonical}`);
   }
 
-  async listCertificates(principalRef: string): Promise<CertificateBindingRow[]> {
+  /** One page of a principal's certificate bindings, by SAN. */
+  async listCertificates(principalRef: string, page: PageRequest = {}): Promise<Page<CertificateBindingRow>> {
+    const limit = pageLimit(page.limit);
+    const after = decodeCursor(page.cursor, 1);
     const p = await this.findPrincipal(principalRef);
     const r = await this.#pool.query(
-      'SELECT * FROM arkvory_certificate_bindings WHERE principal_id = $1 ORDER BY san',
-      [p.id],
+      `SELECT * FROM arkvory_certificate_bindings WHERE principal_id = $1 AND ($2::text IS NULL OR san > $2)
+       ORDER BY san LIMIT $3`,
+      [p.id, after?.[0] ?? null, limit + 1],
     );
-    return r.rows.map((row) => toBinding(row, p.name));
+    return pageOf(
+      r.rows.map((row) => toBinding(row, p.name)),
+      limit,
+      (b) => [b.san],
+    );
   }
 
   async createRepository(name: string): Promise<{ name: string; createdAt: string }> {

@@ -105,47 +105,76 @@ export function weakening(base: RuleSpec, override: RuleSpec): string | undefine
   return undefined;
 }
 
+/** A rule that bypasses a limiter: a `skip`, or (`weakens`) a weaker replacement of the default rule of its name. */
+export interface Bypass {
+  /** Its position in the rules given. */
+  index: number;
+  rule: string;
+  /** Why it weakens the default rule of its name; undefined for a skip. */
+  weakens: string | undefined;
+}
+
 /**
- * Spec 2.1, guardrails on who may add bypasses: a batch with a `skip` rule, or with a rule that
- * replaces a default rule of its limiter by a weaker one (republishing `ban_ip_after_auth_failures`
- * with `action: log` disables the ban as surely as a skip), is refused whole with
- * `bypass_not_allowed`, naming every such rule.
+ * The bypasses among `rules`, each with why. A rule replaces the rule of its name in every lower
+ * tier (spec 2.5), so one named like a default rule but weaker (republishing
+ * `ban_ip_after_auth_failures` with `action: log`) disables that default as surely as a skip.
+ */
+export function bypassesIn(rules: readonly RuleSpec[], defaults: readonly RuleSpec[]): Bypass[] {
+  const base = new Map(defaults.map((r) => [r.name, r]));
+  const found: Bypass[] = [];
+  rules.forEach((r, index) => {
+    if (r.action === 'skip') {
+      found.push({ index, rule: r.name, weakens: undefined });
+      return;
+    }
+    const original = base.get(r.name);
+    const why = original && weakening(original, r);
+    if (why) found.push({ index, rule: r.name, weakens: why });
+  });
+  return found;
+}
+
+/** One line per bypass: `rule "x" is a bypass (skip) rule`, `rule "y" weakens the default rule of that name (…)`. */
+export function describeBypass(b: Bypass, where = ''): string {
+  const at = where ? ` in ${where}` : '';
+  return b.weakens === undefined
+    ? `rule "${b.rule}"${at} is a bypass (skip) rule`
+    : `rule "${b.rule}"${at} weakens the default rule of that name (${b.weakens})`;
+}
+
+/**
+ * Spec 2.1, guardrails on who may add bypasses: a batch with a bypass (`bypassesIn`) is refused
+ * whole with `bypass_not_allowed`, naming every such rule.
  */
 export function refuseBypassRules(
   rateLimits: ReadonlyMap<string, readonly RuleSpec[]>,
   defaults: (limiter: string) => readonly RuleSpec[] = () => [],
 ): void {
-  const bypasses: RuleProblem[] = [];
+  const problems: RuleProblem[] = [];
   const reasons: string[] = [];
   for (const [limiter, rules] of rateLimits) {
-    const base = new Map(defaults(limiter).map((r) => [r.name, r]));
-    rules.forEach((r, i) => {
-      if (r.action === 'skip') {
-        bypasses.push({
-          path: ['rate_limits', limiter, i, 'action'],
-          rule: r.name,
-          message:
-            'bypass (skip) rules may be published only by the principals in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS, or deployed in the operator file',
-        });
-        reasons.push(`rule "${r.name}" in ${limiter} is a bypass (skip) rule`);
-        return;
-      }
-      const original = base.get(r.name);
-      const why = original && weakening(original, r);
-      if (why) {
-        bypasses.push({
-          path: ['rate_limits', limiter, i],
-          rule: r.name,
-          message: `overrides the default rule "${r.name}" and ${why}; weakening a default rule is a bypass`,
-        });
-        reasons.push(`rule "${r.name}" in ${limiter} weakens the default rule of that name (${why})`);
-      }
-    });
+    for (const b of bypassesIn(rules, defaults(limiter))) {
+      problems.push(
+        b.weakens === undefined
+          ? {
+              path: ['rate_limits', limiter, b.index, 'action'],
+              rule: b.rule,
+              message:
+                'bypass (skip) rules may be published only by the principals in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS, or deployed in the operator file',
+            }
+          : {
+              path: ['rate_limits', limiter, b.index],
+              rule: b.rule,
+              message: `overrides the default rule "${b.rule}" and ${b.weakens}; weakening a default rule is a bypass`,
+            },
+      );
+      reasons.push(describeBypass(b, limiter));
+    }
   }
-  if (bypasses.length)
+  if (problems.length)
     throw new RateLimitError(
       'bypass_not_allowed',
       `Refused: ${reasons.join('; ')}. Only the principals in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS may publish bypass rules or weaken default rules; operators can also deploy them in ARKVORY_RATE_LIMITS_FILE.`,
-      { problems: bypasses },
+      { problems },
     );
 }

@@ -5,6 +5,8 @@
  * rules-answer.ts. `answerFor` is pure; the store is the I/O edge.
  */
 import type pg from 'pg';
+import { decodeCursor, type Page, type PageRequest, pageLimit, pageOf } from '../auth/page.ts';
+import { bypassesIn, describeBypass } from './document-changes.ts';
 import type { RuleProblem } from './errors.ts';
 import { valueOf, type Identifier } from './match.ts';
 import type { RulesAnswer } from './rules-answer.ts';
@@ -74,6 +76,17 @@ export function validateOverride(
 }
 
 /**
+ * Spec 2.1 for overrides: what in `override` bypasses its limiter, one line each (empty: nothing).
+ * An override's rule replaces the rule of its name on the gateways it reaches, so besides a `skip`
+ * one named like a shipped default rule (available_limiters.yaml) but weaker is a bypass too: a
+ * `limit_requests_by_principal` with `action: log` lifts the principal's cap. The rules service
+ * sees the shipped defaults only: the gateways' file and published tiers are not its to compare.
+ */
+export function overrideBypasses(override: RuleOverride, available: AvailableLimiters): string[] {
+  return bypassesIn(override.rules, available.get(override.limiter)?.default_rules ?? []).map((b) => describeBypass(b));
+}
+
+/**
  * The answer for one identifier. `kinds` are the subject kinds that have any override for this
  * service and limiter: the answer depends on exactly those properties (so it is cached per
  * principal only when principal overrides exist, and once for everyone when none do).
@@ -99,7 +112,12 @@ export interface OverrideStore {
   put(override: RuleOverride): Promise<RuleOverride>;
   /** False when there was no such override. */
   remove(key: OverrideKey): Promise<boolean>;
-  list(filter?: { service?: string; limiter?: string }): Promise<RuleOverride[]>;
+  /**
+   * One page of overrides (optionally of one service and/or limiter), by service, limiter, subject
+   * kind and subject: the table's key, so a page costs the same wherever it starts. A bad `limit`
+   * or a cursor this listing did not give is `invalid_request` (policy/auth/page.ts).
+   */
+  list(filter?: { service?: string; limiter?: string }, page?: PageRequest): Promise<Page<RuleOverride>>;
   /** One round trip: the subject kinds in use for (service, limiter) and this identifier's overrides. */
   lookup(
     service: string,
@@ -144,13 +162,17 @@ export function createOverrideStore(pool: pg.Pool): OverrideStore {
       );
       return (rowCount ?? 0) > 0;
     },
-    async list(filter = {}) {
+    async list(filter = {}, page = {}) {
+      const limit = pageLimit(page.limit);
+      const after = decodeCursor(page.cursor, 4);
       const { rows } = await pool.query<Row>(
-        `SELECT * FROM arkvory_rule_overrides WHERE ($1::text IS NULL OR service = $1) AND ($2::text IS NULL OR limiter = $2)
-         ORDER BY service, limiter, subject_kind, subject`,
-        [filter.service ?? null, filter.limiter ?? null],
+        `SELECT * FROM arkvory_rule_overrides
+         WHERE ($1::text IS NULL OR service = $1) AND ($2::text IS NULL OR limiter = $2)
+           AND ($3::text IS NULL OR (service, limiter, subject_kind, subject) > ($3::text, $4::text, $5::text, $6::text))
+         ORDER BY service, limiter, subject_kind, subject LIMIT $7`,
+        [filter.service ?? null, filter.limiter ?? null, ...(after ?? [null, null, null, null]), limit + 1],
       );
-      return rows.map(fromRow);
+      return pageOf(rows.map(fromRow), limit, (o) => [o.service, o.limiter, o.subjectKind, o.subject]);
     },
     async lookup(service, limiter, identifier) {
       const { rows } = await pool.query<{ subject_kind: SubjectKind; rules: RuleSpec[] | null }>(

@@ -26,6 +26,7 @@ import {
   type TieredRule,
 } from './rules.ts';
 import { withTimeout } from './timeout.ts';
+import { decodeCursor, encodeCursor, type Page, type PageRequest, pageLimit } from '../auth/page.ts';
 import { refuseBypassRules, seededDocuments, withoutPublished, withPublished } from './document-changes.ts';
 import { documentBoundProblems } from './document-bounds.ts';
 import { collectOrphanDocuments } from './orphan-documents.ts';
@@ -83,6 +84,12 @@ export interface RuleRegistry {
   unpublish(limiter: string, rule: string): Promise<void>;
   /** Tiers and effective rules as this process sees them after a fresh read (or its replica). */
   show(limiter?: string): Promise<LimiterView[]>;
+  /**
+   * `show` one page of limiters at a time, by name (policy/auth/page.ts: `limit` 1 … 1000, default
+   * 100, an opaque cursor; a bad one is `invalid_request`). Only the page's documents are read; each
+   * limiter's published rules are bounded by DOCUMENT_BOUNDS.
+   */
+  showPage(page: PageRequest): Promise<Page<LimiterView>>;
   /** Marks new orphans, sweeps ones older than the grace window; returns what it did. */
   collectOrphans(): Promise<{ marked: string[]; swept: string[] }>;
   readonly limiters: readonly string[];
@@ -273,6 +280,13 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
       if (limiter !== undefined && !available.has(limiter))
         throw new RateLimitError('unknown_limiter', `unknown limiter "${limiter}"`);
       return readViews(limiter === undefined ? limiters : [limiter]);
+    },
+    async showPage(page) {
+      const limit = pageLimit(page.limit);
+      const after = decodeCursor(page.cursor, 1)?.[0];
+      const names = [...limiters].sort().filter((name) => after === undefined || name > after);
+      const shown = names.slice(0, limit);
+      return { items: await readViews(shown), nextCursor: names.length > limit ? encodeCursor([shown.at(-1)!]) : null };
     },
     collectOrphans,
     status() {

@@ -61,9 +61,10 @@ export function authAdminRoutes(services: Services): Route[] {
       });
       sendJson(res, 201, created);
     }),
-    admin(['GET'], '/principals/:principal/certificates', async ({ res, params }) =>
-      sendJson(res, 200, { certificates: await store.listCertificates(params.principal!) }),
-    ),
+    admin(['GET'], '/principals/:principal/certificates', async ({ res, params, url }) => {
+      const page = await store.listCertificates(params.principal!, pageQuery(url));
+      sendJson(res, 200, { certificates: page.items, nextCursor: page.nextCursor });
+    }),
     admin(['POST'], '/principals/:principal/certificates', async ({ req, res, params }) => {
       const body = await readJsonBody(req);
       sendJson(

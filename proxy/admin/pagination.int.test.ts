@@ -8,6 +8,7 @@ import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { AdminStore } from '../../policy/auth/admin-store.ts';
 import { PAGE_DEFAULT_LIMIT, PAGE_MAX_LIMIT } from '../../policy/auth/page.ts';
+import { loadRuleFiles } from '../gates/rate-limit-rule-files.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { request } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
@@ -115,6 +116,40 @@ describe('admin API listings', () => {
     expect(new Set(keys.items.map((k) => k.keyId)).size).toBe(5);
   });
 
+  it("pages a principal's certificate bindings (route and CLI); a forged cursor is 400", async () => {
+    const store = new AdminStore(db.pool);
+    for (let i = 0; i < 23; i++) await store.bindCertificate('p-00002', `DNS:host-${i}.example`, ['read']);
+    // In the database's order (its collation), which the pages follow.
+    const sans = (
+      await db.pool.query<{ san: string }>(
+        `SELECT san FROM arkvory_certificate_bindings b JOIN arkvory_principals p ON p.id = b.principal_id
+          WHERE p.name = 'p-00002' ORDER BY san`,
+      )
+    ).rows.map((r) => r.san);
+    expect(sans).toHaveLength(23);
+    const listed = await walk('/api/v1/admin/principals/p-00002/certificates?limit=4', 'certificates');
+    expect(listed.largest).toBe(4);
+    expect(listed.items.map((c) => c.san)).toEqual(sans);
+    const forged = await getJson('/api/v1/admin/principals/p-00002/certificates?cursor=WyJhIiwiYiJd');
+    expect(forged.status).toBe(400);
+    expect(forged.body.code).toBe('invalid_request');
+    const env = { ARKVORY_DATABASE_URL: db.url };
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const result = await runCli(
+        ['principals', 'certs', 'p-00002', '--limit', '10', ...(cursor ? ['--cursor', cursor] : [])],
+        env,
+      );
+      expect(result.code, result.stderr).toBe(0);
+      const page = JSON.parse(result.stdout) as { certificates: Array<{ san: string }>; nextCursor: string | null };
+      expect(page.certificates.length).toBeLessThanOrEqual(10);
+      seen.push(...page.certificates.map((c) => c.san));
+      cursor = page.nextCursor;
+    } while (cursor);
+    expect(seen).toEqual(sans);
+  });
+
   it("pages a principal's own repository listing", async () => {
     const reader = await createServiceAccount(db.pool, {
       scopes: ['read'],
@@ -144,6 +179,52 @@ describe('admin API listings', () => {
     const refused = await runCli(['principals', 'list', '--limit', '5000'], env);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toMatch(/limit must be an integer from 1 to 1000/);
+  });
+});
+
+describe('rule views', () => {
+  it('page the admin rule view, the console and arkvory ratelimit show by limiter; each limiter once, a forged cursor 400', async () => {
+    const limiters = [...(await loadRuleFiles(undefined)).available.keys()].sort(); // the shipped ones, by name
+    expect(limiters.length).toBeGreaterThan(2);
+    const all = await getJson('/api/v1/admin/rate-limits');
+    expect(all.status).toBe(200);
+    expect((all.body.limiters as Array<{ limiter: string }>).map((l) => l.limiter)).toEqual(limiters);
+    expect(all.body.nextCursor).toBeNull();
+    const byOne = await walk('/api/v1/admin/rate-limits?limit=1', 'limiters');
+    expect(byOne.largest).toBe(1);
+    expect(byOne.pages).toBe(limiters.length);
+    expect(byOne.items.map((l) => l.limiter)).toEqual(limiters);
+    expect(byOne.items.find((l) => l.limiter === 'auth_failure')).toMatchObject({
+      tiers: { default_rules: { rules: [{ name: 'ban_ip_after_auth_failures' }] } },
+    });
+    for (const query of ['limit=0', `limit=${PAGE_MAX_LIMIT + 1}`, 'cursor=forged!', 'cursor=WyJhIiwiYiJd']) {
+      const res = await getJson(`/api/v1/admin/rate-limits?${query}`);
+      expect(res.status, query).toBe(400);
+      expect(res.body.code).toBe('invalid_request');
+    }
+
+    const signIn = await request(`${gw.url}/console/session`, { method: 'POST', headers: bearer(admin.key) });
+    const cookie = { cookie: (signIn.headers['set-cookie']?.[0] ?? '').split(';')[0]! };
+    const consoleView = await walk('/console/api/rate-limits?limit=2', 'limiters', cookie);
+    expect(consoleView.largest).toBe(2);
+    expect(consoleView.items.map((l) => l.limiter)).toEqual(limiters);
+    expect((await getJson('/console/api/rate-limits?cursor=forged!', cookie)).status).toBe(400);
+
+    const env = { ARKVORY_DATABASE_URL: db.url };
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const result = await runCli(['ratelimit', 'show', '--limit', '2', ...(cursor ? ['--cursor', cursor] : [])], env);
+      expect(result.code, result.stderr).toBe(0);
+      const page = JSON.parse(result.stdout) as { limiters: Array<{ limiter: string }>; nextCursor: string | null };
+      expect(page.limiters.length).toBeLessThanOrEqual(2);
+      seen.push(...page.limiters.map((l) => l.limiter));
+      cursor = page.nextCursor;
+    } while (cursor);
+    expect(seen).toEqual(limiters);
+    const refused = await runCli(['ratelimit', 'show', '--cursor', 'forged!'], env);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/cursor is not one this listing gave/);
   });
 });
 

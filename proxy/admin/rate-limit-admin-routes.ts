@@ -1,5 +1,6 @@
 /**
- * `/api/v1/admin/rate-limits…` (admin scope): show the effective rules tier by tier, publish a
+ * `/api/v1/admin/rate-limits…` (admin scope): show the effective rules tier by tier (one page of
+ * limiters at a time, like every listing), publish a
  * batch (limiter → rules) atomically into the published tier, and delete one published rule.
  * Publishing a bypass (`skip`) rule needs the publisher in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS.
  */
@@ -9,6 +10,7 @@ import type { Principal } from '../../policy/auth/principal.ts';
 import type { Route } from '../server/route-types.ts';
 import { sendJson } from '../server/http-errors.ts';
 import { readJsonBody } from '../server/request-body.ts';
+import { pageQuery } from './auth-admin-routes.ts';
 
 const BASE = '/api/v1/admin/rate-limits';
 
@@ -56,8 +58,9 @@ export function rateLimitAdminRoutes(registry: RuleRegistry, bypassPublishers: r
       methods: ['GET'],
       template: BASE,
       access: 'admin',
-      async handle({ res }) {
-        sendJson(res, 200, { limiters: await mapped(() => registry.show()) });
+      async handle({ res, url }) {
+        const page = await mapped(() => registry.showPage(pageQuery(url)));
+        sendJson(res, 200, { limiters: page.items, nextCursor: page.nextCursor });
       },
     },
     {

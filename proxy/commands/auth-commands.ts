@@ -1,9 +1,9 @@
 import { AdminStore, parseScopes } from '../../policy/auth/admin-store.ts';
 import type { Permission } from '../../policy/auth/authorize.ts';
 import { PolicyError } from '../../policy/errors.ts';
-import { PAGE_DEFAULT_LIMIT, PAGE_MAX_LIMIT, type Page, type PageRequest } from '../../policy/auth/page.ts';
 import { openCliPool } from './cli-database.ts';
 import { defineCommand, form, UsageError, type Command } from './command.ts';
+import { PAGE_OPTIONS, pageInput, printed } from './page-options.ts';
 
 const DATABASE_NOTE = `The database is ARKVORY_DATABASE_URL, or the embedded one of a running \`npm start\` on the same
 ARKVORY_DATA_DIR. Output is JSON on stdout. A list prints one page, { "<items>": [...], "nextCursor": ... }:
@@ -35,30 +35,6 @@ async function withStore(env: NodeJS.ProcessEnv, action: (store: AdminStore) => 
     await pool.end();
   }
 }
-
-/** `--limit` and `--cursor` of a list form: one page, as the admin API gives it. */
-const PAGE_OPTIONS = {
-  limit: {
-    type: 'string',
-    value: '100',
-    description: `entries per page, 1 to ${PAGE_MAX_LIMIT} (default ${PAGE_DEFAULT_LIMIT})`,
-  },
-  cursor: {
-    type: 'string',
-    value: 'CURSOR',
-    description: 'the nextCursor a previous page printed: the page after it',
-  },
-} as const;
-
-/** The page request of a list form's options. */
-function pageInput(input: { string(name: 'limit' | 'cursor'): string | undefined }): PageRequest {
-  return { limit: input.string('limit'), cursor: input.string('cursor') };
-}
-
-/** `{ <name>: items, nextCursor }`, the admin API's shape. */
-const printed =
-  (name: string) =>
-  <T>(page: Page<T>) => ({ [name]: page.items, nextCursor: page.nextCursor });
 
 const EXPIRES_IN = {
   type: 'string',
@@ -127,7 +103,11 @@ ${DATABASE_NOTE}`,
     form({
       name: 'certs',
       args: '<principal>',
-      run: ({ positionals }, env) => withStore(env, (s) => s.listCertificates(positionals[0]!)),
+      options: PAGE_OPTIONS,
+      run: (input, env) =>
+        withStore(env, async (s) =>
+          printed('certificates')(await s.listCertificates(input.positionals[0]!, pageInput(input))),
+        ),
     }),
   ],
 });

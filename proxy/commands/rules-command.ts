@@ -2,7 +2,8 @@ import { readFile } from 'node:fs/promises';
 import type pg from 'pg';
 import type { RateLimitRedis } from '../gates/rate-limit-redis.ts';
 import type { RuleRegistry } from '../../policy/rate-limit/index.ts';
-import { defineCommand, form, type Command, type Input } from './command.ts';
+import { defineCommand, form, type Command, type Input, type OptionSpec, type OptionSpecs } from './command.ts';
+import { PAGE_OPTIONS, pageInput } from './page-options.ts';
 
 // The engine, ioredis and yaml load only when this command runs, so other commands start as fast as before.
 const engine = () => import('../../policy/rate-limit/index.ts');
@@ -60,22 +61,29 @@ async function readRulesFile(file: string) {
 }
 
 /** A ratelimit subcommand: invalid rules and unknown limiters or rules are exit 1 with one line each. */
-function ratelimitForm(
+function ratelimitForm<const O extends OptionSpecs = Record<never, OptionSpec>>(
   name: string,
   args: string | undefined,
   summary: string,
-  body: (positionals: readonly string[], env: NodeJS.ProcessEnv) => Promise<number>,
+  body: (positionals: readonly string[], env: NodeJS.ProcessEnv, input: Input<O>) => Promise<number>,
+  options?: O,
 ) {
-  return form({
+  return form<O>({
     name,
     ...(args ? { args } : {}),
+    ...(options ? { options } : {}),
     summary,
-    async run(input: Input, env) {
+    async run(input: Input<O>, env) {
       const { formatProblem, RateLimitError } = await engine();
       const { RateLimitConfigError } = await ruleFiles();
+      const { PolicyError } = await import('../../policy/errors.ts');
       try {
-        return await body(input.positionals, env);
+        return await body(input.positionals, env, input);
       } catch (err) {
+        if (err instanceof PolicyError) {
+          process.stderr.write(`arkvory ratelimit ${name}: ${err.message}\n`);
+          return 1;
+        }
         if (err instanceof RateLimitConfigError) {
           for (const line of err.lines) process.stderr.write(`${line}\n`);
           return 1;
@@ -105,7 +113,8 @@ export const ratelimitCommand: Command = defineCommand({
   description: `FILE has the format of ARKVORY_RATE_LIMITS_FILE: rate_limits: { <limiter>: [rules] }. Limiters not
 in FILE are left as they are; rules are added or replaced by name. The rule store is Redis when
 ARKVORY_REDIS_URL is set, else the database (ARKVORY_DATABASE_URL, or the embedded one of a running
-gateway). Running gateways pick changes up within their refresh interval (5 s).
+gateway). Running gateways pick changes up within their refresh interval (5 s). show prints one page
+of limiters ({ limiters, nextCursor }): pass nextCursor to --cursor for the next one.
 Exit codes: 0 ok, 1 invalid rules or unknown limiter/rule, 2 usage.`,
   forms: [
     ratelimitForm('validate', 'FILE', 'check a rate_limits.yaml; exit 1 and one line per violation', async ([file]) => {
@@ -145,16 +154,21 @@ Exit codes: 0 ok, 1 invalid rules or unknown limiter/rule, 2 usage.`,
     ratelimitForm(
       'show',
       '[LIMITER]',
-      'effective rules, tier by tier (file > published > default)',
-      async ([limiter], env) => {
+      'effective rules, tier by tier (file > published > default); one page of limiters',
+      async ([limiter], env, input) => {
         const store = await openRegistry(env);
         try {
-          process.stdout.write(`${JSON.stringify({ limiters: await store.registry.show(limiter) }, null, 2)}\n`);
+          const page =
+            limiter === undefined
+              ? await store.registry.showPage(pageInput(input))
+              : { items: await store.registry.show(limiter), nextCursor: null };
+          process.stdout.write(`${JSON.stringify({ limiters: page.items, nextCursor: page.nextCursor }, null, 2)}\n`);
           return 0;
         } finally {
           await store.close();
         }
       },
+      PAGE_OPTIONS,
     ),
   ],
 });

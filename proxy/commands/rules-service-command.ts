@@ -1,5 +1,7 @@
 import { readFile } from 'node:fs/promises';
+import type { PageRequest } from '../../policy/auth/page.ts';
 import { defineCommand, form, type Command } from './command.ts';
+import { PAGE_OPTIONS, pageInput } from './page-options.ts';
 
 const SERVICE = {
   service: {
@@ -19,7 +21,8 @@ their local tiers; a change reaches them within ARKVORY_RULES_SERVICE_TTL_SECOND
 ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS) plus the query timeout. \`serve\` listens on ARKVORY_HOST and
 ARKVORY_PORT, needs ARKVORY_DATABASE_URL (migrated), guards the query route with
 ARKVORY_RULES_SERVICE_TOKEN when set, and takes admin keys on /api/v1/admin/rule-overrides.
-Exit codes: 0 ok, 1 invalid rules or no such override, 2 usage.`,
+\`list\` prints one page ({ overrides, nextCursor }): pass nextCursor to --cursor for the next one.
+Exit codes: 0 ok, 1 invalid rules, no such override or a bad --limit/--cursor, 2 usage.`,
   forms: [
     form({
       name: 'serve',
@@ -48,12 +51,14 @@ Exit codes: 0 ok, 1 invalid rules or no such override, 2 usage.`,
     }),
     form({
       name: 'list',
-      summary: 'list overrides (JSON)',
+      summary: 'list overrides, one page (JSON: { overrides, nextCursor })',
       options: {
         limiter: { type: 'string', value: 'LIMITER', description: "only this limiter's overrides" },
         ...SERVICE,
+        ...PAGE_OPTIONS,
       },
-      run: (input, env) => overrides('list', [], input.string('service'), input.string('limiter'), env),
+      run: (input, env) =>
+        overrides('list', [], input.string('service'), input.string('limiter'), env, pageInput(input)),
     }),
   ],
 });
@@ -65,6 +70,7 @@ async function overrides(
   serviceOption: string | undefined,
   limiterOption: string | undefined,
   env: NodeJS.ProcessEnv,
+  page: PageRequest = {},
 ): Promise<number> {
   const { loadCliConfig } = await import('./cli-database.ts');
   const config = await loadCliConfig(env);
@@ -111,8 +117,19 @@ async function overrides(
         `${JSON.stringify({ removed: { service, limiter: checked!.override!.limiter, subject_kind: checked!.override!.subjectKind, subject: checked!.override!.subject } })}\n`,
       );
     } else {
-      const listed = await store.list({ service, ...(limiterOption !== undefined ? { limiter: limiterOption } : {}) });
-      process.stdout.write(`${JSON.stringify({ overrides: listed }, null, 2)}\n`);
+      const { PolicyError } = await import('../../policy/errors.ts');
+      try {
+        const listed = await store.list(
+          { service, ...(limiterOption !== undefined ? { limiter: limiterOption } : {}) },
+          page,
+        );
+        process.stdout.write(
+          `${JSON.stringify({ overrides: listed.items, nextCursor: listed.nextCursor }, null, 2)}\n`,
+        );
+      } catch (err) {
+        if (err instanceof PolicyError) return fail([err.message]);
+        throw err;
+      }
     }
     return 0;
   } finally {

@@ -6,6 +6,7 @@
 import { PolicyError } from '../../policy/errors.ts';
 import { formatPath, RateLimitError, type RuleRegistry } from '../../policy/rate-limit/index.ts';
 import { mayPublishBypass, toPolicyError } from '../admin/rate-limit-admin-routes.ts';
+import { pageQuery } from '../admin/auth-admin-routes.ts';
 import { loadRuleFiles } from '../gates/rate-limit-rule-files.ts';
 import { sendJson } from '../server/http-errors.ts';
 import type { Route } from '../server/route-types.ts';
@@ -18,9 +19,10 @@ export async function ruleRoutes(registry: RuleRegistry, bypassPublishers: reado
   const { available } = await loadRuleFiles(undefined);
   return [
     api(['GET'], 'rate-limits', async (ctx) => {
-      const views = await mapped(() => registry.show());
+      const page = await mapped(() => registry.showPage(pageQuery(ctx.url)));
       sendJson(ctx.res, 200, {
-        limiters: views.map((v) => ({
+        nextCursor: page.nextCursor,
+        limiters: page.items.map((v) => ({
           limiter: v.limiter,
           description: available.get(v.limiter)?.description ?? '',
           properties: available.get(v.limiter)?.available_properties ?? [],

@@ -45,6 +45,12 @@ export const GATEWAY_METRICS = [
     help: 'Bytes on the wire (headers included) per direction: in (received) or out (sent).',
   },
   {
+    name: 'arkvory_http_client_faults_total',
+    type: 'counter',
+    labels: ['code'],
+    help: 'Client faults by error code: 4xx answers to requests no principal accounts for (no key or a bad one, a malformed request, a banned address) and such clients gone (client_aborted); every one is counted, their log lines are bounded (5 a minute per code).',
+  },
+  {
     name: 'arkvory_http_open_connections',
     type: 'gauge',
     labels: [],

@@ -1,4 +1,4 @@
-/** `arkvory_http_requests_total`, `…_request_duration_seconds`, `…_bytes_total`: one observation per request. */
+/** `arkvory_http_requests_total`, `…_request_duration_seconds`, `…_bytes_total`, `…_client_faults_total`: one observation per request. */
 import type { Registry } from 'prom-client';
 import type { RequestObservation } from '../server/route-types.ts';
 import { REQUEST_SECONDS_BUCKETS, specOf } from './catalogue.ts';
@@ -40,7 +40,15 @@ export function registerRequestMetrics(registry: Registry): (observation: Reques
     this.inc({ direction: 'out' }, bytesOut);
   });
 
+  // Bounded: error codes of the catalogue, status numbers, client_aborted.
+  const faults = new Map<string, number>();
+  counter(registry, 'arkvory_http_client_faults_total', function () {
+    this.reset();
+    for (const [code, n] of faults) this.inc({ code }, n);
+  });
+
   return (o) => {
+    if (o.fault !== undefined) faults.set(o.fault, (faults.get(o.fault) ?? 0) + 1);
     const method = METHODS.has(o.method) ? o.method : 'other';
     // Bounded: methods above, route templates, status codes.
     let byStatus = seriesByMethod.get(method);

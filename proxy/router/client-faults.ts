@@ -6,14 +6,14 @@
  */
 import type { ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
-import { LogBudget } from '../../lib/log-budget.ts';
+import { CLIENT_FAULT_LOG, LogBudget } from '../../lib/log-budget.ts';
 import { GatewayError } from '../server/errors.ts';
 import { sendJson } from '../server/http-errors.ts';
 import type { ClientFault, ClientFaultKind } from './forwardable.ts';
 
 /** Per kind: at most this many lines per interval (documented in docs/router.md). */
-export const FAULT_LOG_LINES_PER_INTERVAL = 5;
-export const FAULT_LOG_INTERVAL_MS = 60_000;
+export const FAULT_LOG_LINES_PER_INTERVAL = CLIENT_FAULT_LOG.linesPerInterval;
+export const FAULT_LOG_INTERVAL_MS = CLIENT_FAULT_LOG.intervalMs;
 
 export interface ClientFaults {
   /** Answers 400 for `fault`, counts it, and logs it if the kind's budget allows. */

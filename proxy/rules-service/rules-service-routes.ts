@@ -3,17 +3,23 @@
  * proxy/openapi/rules-service.yaml (a document of its own: the gateway's openapi.yaml covers the
  * gateway's routes only).
  *  - `POST /api/v1/rules/query`: the gateways' query; open, or guarded by ARKVORY_RULES_SERVICE_TOKEN.
- *  - `/api/v1/admin/rule-overrides…` (admin scope, the gateway's admin keys): list, put, delete.
+ *  - `/api/v1/admin/rule-overrides…` (admin scope, the gateway's admin keys): list (cursor-paged), put, delete.
  */
 import { timingSafeEqual } from 'node:crypto';
 import { formatProblem, validateRulesQuery, type AvailableLimiters } from '../../policy/rate-limit/index.ts';
-import { answerFor, validateOverride, type OverrideStore } from '../../policy/rate-limit/rule-overrides.ts';
+import {
+  answerFor,
+  overrideBypasses,
+  validateOverride,
+  type OverrideStore,
+} from '../../policy/rate-limit/rule-overrides.ts';
 import { PolicyError } from '../../policy/errors.ts';
 import type { Lifecycle } from '../server/lifecycle.ts';
 import type { Route } from '../server/route-types.ts';
 import { sendJson } from '../server/http-errors.ts';
 import { liveAndStatusRoutes } from '../server/health-routes.ts';
 import { mayPublishBypass } from '../admin/rate-limit-admin-routes.ts';
+import { pageQuery } from '../admin/auth-admin-routes.ts';
 import { readJsonBody } from '../server/request-body.ts';
 
 const OVERRIDES = '/api/v1/admin/rule-overrides';
@@ -84,8 +90,11 @@ export function rulesServiceRoutes(deps: {
       async handle({ res, url }) {
         const service = url.searchParams.get('service') ?? undefined;
         const limiter = url.searchParams.get('limiter') ?? undefined;
-        const overrides = await store.list({ ...(service ? { service } : {}), ...(limiter ? { limiter } : {}) });
-        sendJson(res, 200, { overrides: overrides.map(wire) });
+        const page = await store.list(
+          { ...(service ? { service } : {}), ...(limiter ? { limiter } : {}) },
+          pageQuery(url),
+        );
+        sendJson(res, 200, { overrides: page.items.map(wire), nextCursor: page.nextCursor });
       },
     },
     {
@@ -112,12 +121,12 @@ export function rulesServiceRoutes(deps: {
           available,
         );
         if (!override) throw invalid(problems);
-        // Spec 2.1: a bypass served to gateways is guarded like a published one.
-        const bypasses = override.rules.filter((r) => r.action === 'skip').map((r) => `rule "${r.name}"`);
+        // Spec 2.1: a bypass served to gateways (a skip, or a weaker default rule) is guarded like a published one.
+        const bypasses = overrideBypasses(override, available);
         if (bypasses.length && !mayPublishBypass(principal, bypassPublishers))
           throw new PolicyError(
             'forbidden',
-            `Refused: ${bypasses.join(', ')} is a bypass (skip) rule; only the principals in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS may publish bypass rules.`,
+            `Refused: ${bypasses.join('; ')}. Only the principals in ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS may serve bypass rules or weaken default rules; operators can also set them with \`arkvory rules-service set\`.`,
           );
         sendJson(res, 200, { override: wire(await store.put(override)) });
       },

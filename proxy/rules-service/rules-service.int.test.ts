@@ -61,6 +61,8 @@ async function startRulesService(env: Record<string, string> = {}): Promise<Rule
       ARKVORY_PORT: String(port),
       ARKVORY_HOST: '127.0.0.1',
       ARKVORY_RULES_SERVICE_TTL_SECONDS: '1',
+      // Every response's line for the contract check: past the client-fault budget they are at debug.
+      ARKVORY_LOG_LEVEL: 'debug',
       ...env,
     },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -412,5 +414,141 @@ describe('external rules service (Phase 3) with real processes', () => {
     expect(
       (await fetch(`${gw.url}/health/ready`, { headers: bearer(user.key) }).then((r) => r.json())) as unknown,
     ).toMatchObject({ rateLimits: { rulesService: 'open' } });
+  });
+});
+
+describe('overrides under hostile input (issue 35)', () => {
+  /** Follows nextCursor from `path`; every override seen and the largest page. */
+  async function walkOverrides(service: RulesServiceProcess, key: string, path: string) {
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    let largest = 0;
+    do {
+      const res = await fetch(`${service.url}${path}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, {
+        headers: bearer(key),
+      });
+      expect(res.status).toBe(200);
+      const page = (await res.json()) as {
+        overrides: Array<{ limiter: string; subject_kind: string; subject: string }>;
+        nextCursor: string | null;
+      };
+      largest = Math.max(largest, page.overrides.length);
+      seen.push(...page.overrides.map((o) => `${o.limiter}/${o.subject_kind}/${o.subject}`));
+      cursor = page.nextCursor;
+    } while (cursor !== null);
+    return { seen, largest };
+  }
+
+  it('lists overrides a bounded page at a time (route and CLI): the walk gives each once; a bad limit or forged cursor is 400', async () => {
+    const service = await startRulesService();
+    const admin = await createServiceAccount(db.pool, { scopes: ['admin'] });
+    const N = 250;
+    await db.pool.query(
+      `INSERT INTO arkvory_rule_overrides (service, limiter, subject_kind, subject, rules)
+       SELECT 'paged', CASE WHEN i % 3 = 0 THEN 'transfer_bytes' ELSE 'gateway_request' END,
+              CASE WHEN i % 2 = 0 THEN 'principal' ELSE 'repository' END, 's-' || lpad(i::text, 4, '0'), '[]'::jsonb
+         FROM generate_series(1, $1) i`,
+      [N],
+    );
+    const expected = (
+      await db.pool.query<{ k: string }>(
+        `SELECT limiter || '/' || subject_kind || '/' || subject AS k FROM arkvory_rule_overrides
+          WHERE service = 'paged' ORDER BY limiter, subject_kind, subject`,
+      )
+    ).rows.map((r) => r.k);
+    expect(expected).toHaveLength(N);
+
+    const first = (await (
+      await fetch(`${service.url}/api/v1/admin/rule-overrides?service=paged`, { headers: bearer(admin.key) })
+    ).json()) as { overrides: unknown[]; nextCursor: string | null };
+    expect(first.overrides).toHaveLength(100); // the default page
+    expect(first.nextCursor).toEqual(expect.any(String));
+    const walked = await walkOverrides(service, admin.key, '/api/v1/admin/rule-overrides?service=paged&limit=7');
+    expect(walked.largest).toBe(7);
+    expect(walked.seen).toEqual(expected);
+    const oneLimiter = await walkOverrides(
+      service,
+      admin.key,
+      '/api/v1/admin/rule-overrides?service=paged&limiter=transfer_bytes&limit=9',
+    );
+    expect(oneLimiter.seen).toEqual(expected.filter((k) => k.startsWith('transfer_bytes/')));
+
+    const forgedKey = Buffer.from(JSON.stringify(['paged', 'gateway_request'])).toString('base64url'); // wrong arity
+    for (const query of ['limit=0', 'limit=1001', 'limit=ten', 'cursor=forged!', `cursor=${forgedKey}`]) {
+      const res = await fetch(`${service.url}/api/v1/admin/rule-overrides?service=paged&${query}`, {
+        headers: bearer(admin.key),
+      });
+      expect(res.status, query).toBe(400);
+      expect(((await res.json()) as { code: string }).code).toBe('invalid_request');
+    }
+
+    // The CLI pages the same way.
+    const cliEnv = { ARKVORY_DATABASE_URL: db.url };
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const listed = await runCli(
+        ['rules-service', 'list', '--service', 'paged', '--limit', '60', ...(cursor ? ['--cursor', cursor] : [])],
+        cliEnv,
+      );
+      expect(listed.code, listed.stderr).toBe(0);
+      const page = JSON.parse(listed.stdout) as {
+        overrides: Array<{ limiter: string; subjectKind: string; subject: string }>;
+        nextCursor: string | null;
+      };
+      expect(page.overrides.length).toBeLessThanOrEqual(60);
+      seen.push(...page.overrides.map((o) => `${o.limiter}/${o.subjectKind}/${o.subject}`));
+      cursor = page.nextCursor;
+    } while (cursor);
+    expect(seen).toEqual(expected);
+    const refused = await runCli(['rules-service', 'list', '--service', 'paged', '--limit', '5000'], cliEnv);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/limit must be an integer from 1 to 1000/);
+    const forged = await runCli(['rules-service', 'list', '--cursor', 'forged!'], cliEnv);
+    expect(forged.code).toBe(1);
+    expect(forged.stderr).toMatch(/cursor is not one this listing gave/);
+  });
+
+  it('refuses an override that weakens a shipped default rule unless its publisher is a bypass publisher', async () => {
+    const publisher = await createServiceAccount(db.pool, { name: 'overrides-bypasser', scopes: ['admin'] });
+    const service = await startRulesService({ ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS: 'overrides-bypasser' });
+    const admin = await createServiceAccount(db.pool, { scopes: ['admin'] });
+    const user = await createServiceAccount(db.pool);
+    const target = { service: 'guarded', limiter: 'gateway_request', kind: 'principal', subject: user.principalId };
+    // The shipped default (available_limiters.yaml), which an override of the same name replaces.
+    const shipped = {
+      name: 'limit_requests_by_principal',
+      action: 'limit',
+      characteristics: ['principal'],
+      limit: 12000,
+      period_s: 60,
+      match: { principal: { regex: '^[^<]' } },
+    };
+    const weaker: Array<[Record<string, unknown>, RegExp]> = [
+      [{ ...shipped, action: 'log' }, /turns action limit into log/],
+      [{ ...shipped, limit: 1_000_000 }, /raises limit from 12000 to 1000000/],
+      [{ ...shipped, period_s: 1 }, /shortens period_s from 60 to 1/],
+      [{ ...shipped, match: { principal: 'nobody' } }, /changes match/],
+    ];
+    const stored = async () =>
+      (await db.pool.query(`SELECT rules FROM arkvory_rule_overrides WHERE service = 'guarded'`)).rows;
+    for (const [rule, why] of weaker) {
+      const res = await putOverride(service, admin.key, target, [capRule('harmless_cap', 50), rule]);
+      expect(res.status, JSON.stringify(rule)).toBe(403);
+      const body = (await res.json()) as { code: string; message: string };
+      expect(body.code).toBe('forbidden');
+      expect(body.message).toContain('rule "limit_requests_by_principal" weakens the default rule');
+      expect(body.message).toMatch(why);
+      expect(body.message).toContain('ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS');
+      expect(await stored()).toEqual([]); // refused whole: the harmless rule beside it is not stored either
+    }
+    // As strict or stricter on every count: every admin's to set.
+    expect((await putOverride(service, admin.key, target, [{ ...shipped, limit: 100, period_s: 600 }])).status).toBe(
+      200,
+    );
+    // The named bypass publisher may weaken it (and add a skip).
+    expect((await putOverride(service, publisher.key, target, [{ ...shipped, action: 'log' }])).status).toBe(200);
+    expect((await putOverride(service, publisher.key, target, [{ name: 'vip', action: 'skip' }])).status).toBe(200);
+    expect(await stored()).toMatchObject([{ rules: [{ name: 'vip', action: 'skip' }] }]);
   });
 });

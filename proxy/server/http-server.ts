@@ -6,7 +6,8 @@ import { unauthorized } from '../../policy/auth/authenticator.ts';
 import { hasPresignParams } from '../../policy/auth/presign-signature.ts';
 import { hasDuplicateAuthorization } from './authorization-header.ts';
 import { GatewayError } from './errors.ts';
-import { sendError } from './http-errors.ts';
+import { sendError, toHttpError } from './http-errors.ts';
+import { CLIENT_FAULT_LOG, LogBudget } from '../../lib/log-budget.ts';
 import { makeGraceful } from './graceful-server.ts';
 import { createListener } from './listener.ts';
 import type { ServedTls } from '../tls/served-tls.ts';
@@ -66,6 +67,7 @@ export function createGatewayServer(options: {
     logRequests,
     onRequest: options.onRequest,
     continueBody: (req, res) => frontDoor.continueBody(req, res),
+    faultLog: new LogBudget(CLIENT_FAULT_LOG),
   };
   const frontDoor = installFrontDoor(server, limits, log, (req, plainRes) => {
     const res = plainRes as GatewayResponse;
@@ -93,24 +95,24 @@ export function createGatewayServer(options: {
     res.exchange = exchange;
     res.on('close', onResponseClose);
     if (pathname === undefined) {
-      sendError(res, new GatewayError('invalid_request', 'The request target is not a valid URL.'), log);
+      answerError(exchange, new GatewayError('invalid_request', 'The request target is not a valid URL.'));
       return;
     }
     if (hasDuplicateAuthorization(req.rawHeaders)) {
       const headers: Record<string, string> = req.complete ? {} : { connection: 'close' };
-      sendError(res, new GatewayError('duplicate_authorization', undefined, { headers }), log.child({ reqId }));
+      answerError(exchange, new GatewayError('duplicate_authorization', undefined, { headers }));
       return;
     }
     if (options.readOnly && req.method !== 'GET' && req.method !== 'HEAD') {
       // The body stays unread: close the connection after the answer rather than drain it.
       const headers: Record<string, string> = { allow: 'GET, HEAD' };
       if (!req.complete) headers.connection = 'close';
-      sendError(res, new GatewayError('read_only', undefined, { headers }), log.child({ reqId }));
+      answerError(exchange, new GatewayError('read_only', undefined, { headers }));
       return;
     }
     const match = table.match(req.method ?? 'GET', pathname);
     if (match.kind === 'not_found') {
-      sendError(res, new GatewayError('not_found', 'No such route.'), log.child({ reqId }));
+      answerError(exchange, new GatewayError('not_found', 'No such route.'));
       return;
     }
     if (match.kind === 'method_not_allowed') {
@@ -121,13 +123,12 @@ export function createGatewayServer(options: {
         target.includes('X-Arkvory-') &&
         hasPresignParams(exchange.url.searchParams)
       ) {
-        sendError(res, unauthorized(), log.child({ reqId, route: exchange.route }));
+        answerError(exchange, unauthorized());
         return;
       }
-      sendError(
-        res,
+      answerError(
+        exchange,
         new GatewayError('method_not_allowed', undefined, { headers: { allow: match.allow.join(', ') } }),
-        log.child({ reqId, route: exchange.route }),
       );
       return;
     }
@@ -150,7 +151,20 @@ export function createGatewayServer(options: {
   };
 }
 
-async function runRoute(ctx: RequestContext, route: Route, gates: readonly Gate[]): Promise<void> {
+/**
+ * Answers `err`. A client fault (`isClientFault`) writes its line, and later its request line, at
+ * info only within the server's fault budget; past it at debug. Every one is counted
+ * (`arkvory_http_client_faults_total`).
+ */
+function answerError(exchange: RequestExchange, err: unknown): void {
+  const mapped = toHttpError(err);
+  if (exchange.noteFault(mapped.status, mapped.code)) {
+    exchange.faultLine({ code: mapped.code }, mapped.message);
+    sendError(exchange.res, err);
+  } else sendError(exchange.res, err, exchange.log);
+}
+
+async function runRoute(ctx: RequestExchange, route: Route, gates: readonly Gate[]): Promise<void> {
   try {
     for (const gate of gates) {
       const pending = gate(ctx);
@@ -161,14 +175,14 @@ async function runRoute(ctx: RequestContext, route: Route, gates: readonly Gate[
   } catch (err) {
     if (clientIsGone(ctx)) {
       // The client left (or was cut for idling): its doing, not a fault of ours.
-      ctx.log.info(
-        { code: 'client_aborted', reason: (err as Error | undefined)?.message },
-        'client went away before the response finished',
-      );
+      const fields = { code: 'client_aborted', reason: (err as Error | undefined)?.message };
+      const message = 'client went away before the response finished';
+      if (ctx.noteFault(499, 'client_aborted')) ctx.faultLine(fields, message);
+      else ctx.log.info(fields, message);
       if (!ctx.res.destroyed) ctx.res.destroy();
       return;
     }
-    sendError(ctx.res, err, ctx.log);
+    answerError(ctx, err);
   }
 }
 

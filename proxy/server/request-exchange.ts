@@ -8,6 +8,7 @@ import type { IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
+import type { LogBudget } from '../../lib/log-budget.ts';
 import type { Access } from '../../policy/auth/authorize.ts';
 import type { Principal } from '../../policy/auth/principal.ts';
 import { GatewayError } from './errors.ts';
@@ -22,6 +23,19 @@ export interface ExchangeServer {
   readonly logRequests: boolean;
   onRequest?: ((observation: RequestObservation) => void) | undefined;
   continueBody(req: IncomingMessage, res: GatewayResponse): void;
+  /** Bounds the lines of client faults (`noteFault`); without it every fault is logged. */
+  readonly faultLog?: LogBudget | undefined;
+}
+
+/**
+ * A client fault: a 4xx answer (or a client gone, 499) to a request no principal accounts for (no
+ * key or a bad one, a malformed request, a banned address, a link misused). Anyone can send these
+ * as fast as they like, so their lines at info are bounded per code (lib/log-budget.ts
+ * CLIENT_FAULT_LOG; the rest go to debug), not their answers; a principal's requests are
+ * accountable and logged in full.
+ */
+export function isClientFault(status: number, principal: Principal | undefined): boolean {
+  return status >= 400 && status < 500 && principal === undefined;
 }
 
 export class RequestExchange implements RequestContext {
@@ -44,6 +58,12 @@ export class RequestExchange implements RequestContext {
   #log: Logger | undefined;
   #controller: AbortController | undefined;
   #closedEarly: GatewayError | undefined;
+  /** The error code of the client fault this request was answered with (`noteFault`). */
+  fault: string | undefined = undefined;
+  /** True when the fault's lines are over the budget: written at debug, not info; its request line too. */
+  quiet = false;
+  /** Lines of this fault's code left out before this one, for the line that is written. */
+  suppressed = 0;
 
   constructor(server: ExchangeServer, req: IncomingMessage, res: GatewayResponse, reqId: string, url?: URL) {
     this.#server = server;
@@ -81,6 +101,29 @@ export class RequestExchange implements RequestContext {
     this.#server.continueBody(this.req, this.res);
   }
 
+  /** Writes a client fault's line: at info within the budget, else at debug (and only if enabled). */
+  faultLine(fields: Record<string, unknown>, msg: string): void {
+    if (!this.quiet) this.log.info({ ...fields, ...(this.suppressed > 0 ? { suppressed: this.suppressed } : {}) }, msg);
+    else if (this.#server.log.isLevelEnabled('debug')) this.log.debug(fields, msg);
+  }
+
+  /**
+   * Records an answer of `status` with `code`; true when it is a client fault (`isClientFault`),
+   * whose lines then follow `quiet` and `suppressed`. False: log as usual.
+   */
+  noteFault(status: number, code: string): boolean {
+    if (this.fault !== undefined) return true;
+    if (!isClientFault(status, this.principal)) return false;
+    this.fault = code;
+    const budget = this.#server.faultLog;
+    if (budget) {
+      const turn = budget.take(code, performance.now());
+      this.quiet = !turn.write;
+      this.suppressed = turn.suppressed;
+    }
+    return true;
+  }
+
   /** The response closed (finished or cut): aborts what still waits, then metrics and the access line. */
   closed(): void {
     const { req, res } = this;
@@ -92,6 +135,8 @@ export class RequestExchange implements RequestContext {
     const bytesOut = this.#socket.bytesWritten - this.#bytesOutAtStart;
     const bytesIn = this.#socket.bytesRead - this.#bytesInAtStart;
     const server = this.#server;
+    // A 4xx written without an error (a route's own answer) is a client fault all the same.
+    if (this.fault === undefined) this.noteFault(res.statusCode, String(res.statusCode));
     server.onRequest?.({
       method: req.method ?? 'GET',
       route: this.route,
@@ -99,9 +144,12 @@ export class RequestExchange implements RequestContext {
       seconds: ms / 1000,
       bytesIn,
       bytesOut,
+      fault: this.fault,
     });
     if (!server.logRequests) return;
-    server.log.info(
+    // Over the fault budget the line goes to debug: gone at the default level, there when asked for.
+    if (this.quiet && !server.log.isLevelEnabled('debug')) return;
+    server.log[this.quiet ? 'debug' : 'info'](
       {
         reqId: this.reqId,
         method: req.method,

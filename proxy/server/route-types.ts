@@ -63,4 +63,6 @@ export interface RequestObservation {
   readonly seconds: number;
   readonly bytesIn: number;
   readonly bytesOut: number;
+  /** The error code when the answer was a client fault (request-exchange.ts `isClientFault`). */
+  readonly fault?: string | undefined;
 }

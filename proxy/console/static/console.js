@@ -281,8 +281,15 @@ async function refreshSlow() {
 }
 
 async function refreshRules() {
-  const data = await api('GET', '/console/api/rate-limits');
-  limiters = data.limiters;
+  // Paged like every listing: a handful of limiters fit one page, but follow nextCursor all the same.
+  const all = [];
+  let cursor = null;
+  do {
+    const data = await api('GET', `/console/api/rate-limits${cursor ? `?cursor=${encodeURIComponent(cursor)}` : ''}`);
+    all.push(...data.limiters);
+    cursor = data.nextCursor;
+  } while (cursor);
+  limiters = all;
   const select = $('rule-limiter');
   const chosen = select.value;
   select.replaceChildren(...limiters.map((l) => el('option', { value: l.limiter, text: l.limiter })));
