@@ -79,6 +79,8 @@ export class SliceCache {
   readonly #index = new SliceIndex();
   readonly #fills = new Map<string, Fill>();
   #reserved = 0;
+  /** Bytes of evicted slices whose files are still being removed: still on disk, so still counted. */
+  #unlinking = 0;
   #closed = false;
   readonly stats: SliceCacheStats = {
     hitRequests: 0,
@@ -310,11 +312,12 @@ export class SliceCache {
             `The artifact store ended slice ${index} of blob ${sha256} after ${fill.length} of ${fill.sliceLength} bytes.`,
           );
         if (hash.digest().equals(expected)) {
-          kept = await temp.commit(this.#file(key));
-          if (kept) {
-            this.#index.add({ key, sha256, bytes: fill.sliceLength, signature: temp.signature, pins: 0 });
+          // Indexed in the same step as its reservation ends, so the bound never loses sight of it.
+          kept = await temp.commit(this.#file(key), (signature) => {
+            this.#index.add({ key, sha256, bytes: fill.sliceLength, signature, pins: 0 });
             this.#updateHeld();
-          } else this.stats.relayedFills++;
+          });
+          if (!kept) this.stats.relayedFills++;
           fill.verify();
           return;
         }
@@ -344,11 +347,15 @@ export class SliceCache {
   /** A temporary file for a fill, with room reserved under the bounds; none (relay only) if none can be made. */
   async #startTemp(key: string, bytes: number): Promise<TempSlice> {
     const relay = relayOnly();
+    // On success the room is reserved (#makeRoom does it in the same step as its check).
     if (this.#closed || !(await this.#makeRoom(bytes))) {
       return relay;
     }
-    this.#reserved += bytes;
+    // Once, whichever way the fill ends (a write that failed ends the file, not the reservation).
+    let reserved = true;
     const unreserve = () => {
+      if (!reserved) return;
+      reserved = false;
       this.#reserved -= bytes;
     };
     const file = path.join(this.#options.dir, 'tmp', `${key}.${randomUUID()}`);
@@ -364,7 +371,6 @@ export class SliceCache {
     }
     const temp: TempSlice = {
       handle,
-      signature: undefined,
       write: async (chunk) => {
         if (!temp.handle) return;
         try {
@@ -375,12 +381,14 @@ export class SliceCache {
             { err: { message: (err as Error).message, code: (err as NodeJS.ErrnoException).code } },
             'slice cache write failed; relaying from the store without keeping',
           );
-          await temp.handle.close().catch(() => {});
+          await temp.handle?.close().catch(() => {});
           temp.handle = undefined;
+          unreserve();
         }
       },
-      commit: async (target) => {
+      commit: async (target, kept) => {
         if (!temp.handle) return false;
+        let signature: string;
         try {
           await temp.handle.close();
           temp.handle = undefined;
@@ -388,30 +396,34 @@ export class SliceCache {
           await rename(file, target);
           // rename moves ctime: the signature is taken after it.
           const after = await stat(target, { bigint: true });
-          temp.signature = `${after.ino}:${after.size}:${after.mtimeNs}:${after.ctimeNs}`;
-          return true;
+          signature = `${after.ino}:${after.size}:${after.mtimeNs}:${after.ctimeNs}`;
         } catch {
-          return false;
-        } finally {
           unreserve();
+          await unlink(target).catch(() => {});
+          return false;
         }
+        kept(signature);
+        unreserve();
+        return true;
       },
       discard: async () => {
-        if (temp.handle) {
-          await temp.handle.close().catch(() => {});
-          temp.handle = undefined;
-          unreserve();
-        }
+        await temp.handle?.close().catch(() => {});
+        temp.handle = undefined;
+        unreserve();
         await unlink(file).catch(() => {});
       },
     };
     return temp;
   }
 
-  /** Evicts least recently used slices until `bytes` more fit under both bounds; false when they cannot. */
+  /**
+   * Evicts least recently used slices until `bytes` more fit under both bounds and reserves them;
+   * false (nothing reserved) when they cannot. The check, the choice of victims and the reservation
+   * happen in one synchronous step after the only wait (statfs), so concurrent fills cannot all
+   * pass on the same room; bytes of files being removed count until they are gone.
+   */
   async #makeRoom(bytes: number): Promise<boolean> {
     const { maxBytes, minFreeBytes } = this.#options;
-    let over = this.#index.bytes + this.#reserved + bytes - maxBytes;
     if (bytes > maxBytes) return false;
     let free: number;
     try {
@@ -420,16 +432,27 @@ export class SliceCache {
     } catch {
       return false;
     }
-    over = Math.max(over, minFreeBytes + bytes - free);
-    if (over <= 0) return true;
-    const victims = this.#index.victims(over);
+    // Reserved fills have not written their bytes yet: statfs does not see them.
+    const over = Math.max(
+      this.#index.bytes + this.#reserved + this.#unlinking + bytes - maxBytes,
+      minFreeBytes + this.#reserved + bytes - free,
+    );
+    const victims = over <= 0 ? [] : this.#index.victims(over);
     if (!victims) return false;
+    this.#reserved += bytes;
+    if (victims.length === 0) return true;
+    let freed = 0;
     for (const victim of victims) {
       this.#index.remove(victim.key);
       this.stats.evictions++;
-      await unlink(this.#file(victim.key)).catch(() => {});
+      freed += victim.bytes;
     }
+    this.#unlinking += freed;
     this.#updateHeld();
+    for (const victim of victims) {
+      await unlink(this.#file(victim.key)).catch(() => {});
+      this.#unlinking -= victim.bytes;
+    }
     return true;
   }
 
@@ -465,17 +488,15 @@ export class SliceCache {
 
 interface TempSlice {
   handle: FileHandle | undefined;
-  signature: string | undefined;
   write(chunk: Buffer): Promise<void>;
-  /** Renames into place; false when that failed (then nothing is kept). */
-  commit(target: string): Promise<boolean>;
+  /** Renames into place and calls `kept` with the file's signature; false when that failed (then nothing is kept). */
+  commit(target: string, kept: (signature: string) => void): Promise<boolean>;
   discard(): Promise<void>;
 }
 
 function relayOnly(): TempSlice {
   return {
     handle: undefined,
-    signature: undefined,
     write: async () => {},
     commit: async () => false,
     discard: async () => {},
