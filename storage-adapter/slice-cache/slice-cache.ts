@@ -73,6 +73,7 @@ export type SliceSource =
 
 const READ_CHUNK_BYTES = 256 * 1024;
 const ORIGIN_BUFFER_BYTES = 1024 * 1024;
+const WRITE_BATCH_BYTES = 1024 * 1024;
 
 export class SliceCache {
   readonly #options: SliceCacheOptions;
@@ -304,7 +305,7 @@ export class SliceCache {
           hash.update(chunk);
           this.stats.originBytes += chunk.length;
           fill.push(chunk);
-          if (temp.handle) await temp.write(chunk);
+          temp.write(chunk);
         }
         if (fill.length !== fill.sliceLength)
           throw new StorageError(
@@ -369,24 +370,58 @@ export class SliceCache {
       unreserve();
       return relay;
     }
+    let pending: Buffer[] = [];
+    let pendingBytes = 0;
+    let writing: Promise<void> | undefined;
+    const drain = async (): Promise<void> => {
+      try {
+        while (pendingBytes > 0 && temp.handle) {
+          const batch = pending;
+          pending = [];
+          pendingBytes = 0;
+          try {
+            const bytes = batch.length === 1 ? batch[0]! : Buffer.concat(batch);
+            const { bytesWritten } = await temp.handle.write(bytes, 0, bytes.length);
+            // A short write (a filesystem that just filled up) is a failed one.
+            if (bytesWritten !== bytes.length)
+              throw Object.assign(new Error(`short write: ${bytesWritten} of ${bytes.length} bytes`), {
+                code: 'ENOSPC',
+              });
+          } catch (err) {
+            // A full disk (or any write failure): the fill goes on as a relay; nothing is kept.
+            this.#options.log.warn(
+              { err: { message: (err as Error).message, code: (err as NodeJS.ErrnoException).code } },
+              'slice cache write failed; relaying from the store without keeping',
+            );
+            await temp.handle?.close().catch(() => {});
+            temp.handle = undefined;
+            pending = [];
+            pendingBytes = 0;
+            unreserve();
+          }
+        }
+      } finally {
+        writing = undefined;
+      }
+    };
     const temp: TempSlice = {
       handle,
-      write: async (chunk) => {
+      // The origin is not held up by the disk: chunks (kept in memory by the fill anyway) are
+      // written behind it, gathered into writes of at least WRITE_BATCH_BYTES, one at a time.
+      write: (chunk) => {
         if (!temp.handle) return;
-        try {
-          await temp.handle.write(chunk);
-        } catch (err) {
-          // A full disk (or any write failure): the fill goes on as a relay; nothing is kept.
-          this.#options.log.warn(
-            { err: { message: (err as Error).message, code: (err as NodeJS.ErrnoException).code } },
-            'slice cache write failed; relaying from the store without keeping',
-          );
-          await temp.handle?.close().catch(() => {});
-          temp.handle = undefined;
-          unreserve();
+        pending.push(chunk);
+        pendingBytes += chunk.length;
+        if (pendingBytes >= WRITE_BATCH_BYTES && !writing) writing = drain();
+      },
+      flush: async () => {
+        while (writing || (pendingBytes > 0 && temp.handle)) {
+          writing ??= drain();
+          await writing;
         }
       },
       commit: async (target, kept) => {
+        await temp.flush();
         if (!temp.handle) return false;
         let signature: string;
         try {
@@ -396,6 +431,8 @@ export class SliceCache {
           await rename(file, target);
           // rename moves ctime: the signature is taken after it.
           const after = await stat(target, { bigint: true });
+          // What was hashed went to the file whole, or the file is not kept.
+          if (after.size !== BigInt(bytes)) throw new Error('slice file size differs from the slice');
           signature = `${after.ino}:${after.size}:${after.mtimeNs}:${after.ctimeNs}`;
         } catch {
           unreserve();
@@ -407,6 +444,9 @@ export class SliceCache {
         return true;
       },
       discard: async () => {
+        pending = [];
+        pendingBytes = 0;
+        await writing;
         await temp.handle?.close().catch(() => {});
         temp.handle = undefined;
         unreserve();
@@ -488,7 +528,10 @@ export class SliceCache {
 
 interface TempSlice {
   handle: FileHandle | undefined;
-  write(chunk: Buffer): Promise<void>;
+  /** Queues bytes to be written behind the fill (never waits for the disk). */
+  write(chunk: Buffer): void;
+  /** Waits until every queued byte is written (or writing failed). */
+  flush(): Promise<void>;
   /** Renames into place and calls `kept` with the file's signature; false when that failed (then nothing is kept). */
   commit(target: string, kept: (signature: string) => void): Promise<boolean>;
   discard(): Promise<void>;
@@ -497,7 +540,8 @@ interface TempSlice {
 function relayOnly(): TempSlice {
   return {
     handle: undefined,
-    write: async () => {},
+    write: () => {},
+    flush: async () => {},
     commit: async () => false,
     discard: async () => {},
   };
