@@ -92,6 +92,20 @@ describe('slice cache coherence and policy (nginx WebDAV)', () => {
     expect(stats).toMatchObject({ enabled: true, heldSlices: 3 });
     const disk = await runCli(['cache', 'stats'], { ARKVORY_DATABASE_URL: db.url, ARKVORY_CACHE_DIR: cacheDir });
     expect(JSON.parse(disk.stdout)).toMatchObject({ enabled: true, slices: 3, blobs: 1 });
+
+    // The console's status view shows the hit ratio and the size held.
+    const session = await request(`${gw.url}/console/session`, { method: 'POST', headers: auth(adminKey) });
+    expect(session.status).toBe(201);
+    const cookie = String(session.headers['set-cookie']?.[0]).split(';')[0]!;
+    await request(`${gw.url}${pathA}`, { headers: auth(writerKey) }); // a hit
+    const status = JSON.parse(
+      (await request(`${gw.url}/console/api/status`, { headers: { cookie } })).body.toString(),
+    ) as { sliceCache: { requests: { hit: number; miss: number }; hitRatio: number; heldBytes: number } };
+    const { hit, miss } = status.sliceCache.requests;
+    expect(hit).toBeGreaterThanOrEqual(1);
+    expect(miss).toBeGreaterThanOrEqual(1);
+    expect(status.sliceCache.hitRatio).toBeCloseTo(hit / (hit + miss), 6);
+    expect(status.sliceCache).toMatchObject({ heldBytes: 2 * MiB + 1, heldSlices: 3, maxBytes: 10 * 1024 ** 3 });
   });
 
   it('scrub quarantines a damaged blob and gc removes an orphan: at the next start their slices are gone and never served; scrub backfills missing digests', async () => {
