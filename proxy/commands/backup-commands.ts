@@ -303,6 +303,8 @@ Exit codes: 0 restored and clean, 1 refused, failed or the scrub found damage, 2
               openTarget: (storageId) => openStore(config, 'writer', pool, { restoreAs: storageId }),
               onProgress: (done, total, bytes) => progress.update(progressText(done, total, bytes)),
               signal,
+              // Every restored blob's slice digests, so a remote store's slice cache needs no scrub first.
+              sliceBytes: config.sliceCache.sliceBytes,
               // Into the target's rule store: its Redis when it has one, else the database (in the restore's transaction).
               writeRuleDocuments: async (docs, tx) => {
                 const restored = new Map(Object.entries(docs) as Array<[string, LimiterRules]>);

@@ -3,7 +3,9 @@
  * on SeaweedFS and MinIO): a target that already holds something is refused before anything is
  * written, and a restore that fails partway (a blob gone from the backup after it was sealed; the
  * target's Redis down once every blob and table is in) leaves the database and the store as empty as
- * it found them, so the same restore of a good backup then succeeds.
+ * it found them, so the same restore of a good backup then succeeds. A restore records the slice
+ * digests of every blob it writes (two were "published before digests were recorded": the backup
+ * lacks theirs), so on a remote store the slice cache serves them at once, without a scrub.
  */
 import { cp, readdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -30,11 +32,13 @@ const bodies = [0, 1, 2, 3, 4].map((i) => randomContent(48 * KiB + i));
 const lastBlob = bodies.map(sha256).sort().at(-1)!;
 let backup: string;
 let storageId: string;
+let readerKey: string;
 
 /** One backup of an installation with five artifacts, a service account and rule documents kept in Redis. */
 beforeAll(async () => {
   await createRepository(source.pool, 'rt');
   const writer = await createServiceAccount(source.pool, { grants: { rt: 'write' } });
+  readerKey = writer.key;
   const env = {
     ARKVORY_DATABASE_URL: source.url,
     ARKVORY_REDIS_URL: redis.url,
@@ -50,6 +54,10 @@ beforeAll(async () => {
     expect(put.status, put.body.toString()).toBe(201);
   }
   await gw.stop('SIGTERM');
+  // Two blobs as if published before slice digests were recorded: the backup holds none for them.
+  await source.pool.query('DELETE FROM arkvory_blob_slices WHERE sha256 = ANY($1::text[])', [
+    bodies.slice(0, 2).map(sha256),
+  ]);
   const rules = path.join(await makeTempDir('arkvory-rules-'), 'publish.yaml');
   await writeFile(
     rules,
@@ -181,5 +189,37 @@ describe.each(ALL_STORE_KINDS)('restore into the %s store', (kind) => {
     expect(rows.arkvory_storage).toBe(1);
     // The Redis rule documents went into the database (no Redis here), inside the restore's transaction.
     expect(rows.arkvory_rate_limit_rules).toBe(summary.ruleDocuments);
+    // Every restored blob has slice digests, those the backup lacked too (one slice each: its sha256).
+    const slices = await target.db.pool.query<{ sha256: string; digests: Buffer }>(
+      'SELECT sha256, digests FROM arkvory_blob_slices ORDER BY sha256',
+    );
+    expect(slices.rows.map((r) => [r.sha256, r.digests.toString('hex')])).toEqual(
+      bodies.map((b) => [sha256(b), sha256(b)]).sort(([a], [b]) => (a! < b! ? -1 : 1)),
+    );
+    if (kind === 'fs') return;
+    // A remote store's slice cache serves a blob whose digests only the restore recorded: kept on disk.
+    const cacheDir = await makeTempDir('arkvory-restored-cache-');
+    const gw = await startGateway({
+      env: {
+        ...target.env,
+        ARKVORY_CACHE_DIR: cacheDir,
+        ARKVORY_CACHE_MIN_FREE_BYTES: '0',
+        ARKVORY_BLOB_CACHE_BYTES: '0',
+      },
+    });
+    try {
+      const res = await request(`${gw.url}/api/v1/repositories/rt/artifacts/a0.bin/content`, {
+        headers: bearer(readerKey),
+      });
+      expect(res.status).toBe(200);
+      expect(res.body.equals(bodies[0]!)).toBe(true);
+      const held = await readdir(path.join(cacheDir, 'slices'), { recursive: true });
+      expect(held.some((f) => f.endsWith(`${sha256(bodies[0]!)}-${8 * 1024 * 1024}-0`))).toBe(true);
+      const metrics = await (await fetch(`${gw.url}/metrics`)).text();
+      expect(metrics).toMatch(/arkvory_slice_cache_requests_total\{result="miss"\} 1/);
+      expect(metrics).not.toMatch(/arkvory_slice_cache_requests_total\{result="bypass"\} [1-9]/);
+    } finally {
+      await gw.stop();
+    }
   }, 120_000);
 });

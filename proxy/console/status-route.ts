@@ -1,14 +1,14 @@
 /**
  * `GET /console/api/status`: this gateway, the shared-profile slots and their health, admission and
- * live transfers, bandwidth ceilings with five minutes of one-second samples, and recent rate-limit
- * blocks.
+ * live transfers, bandwidth ceilings with five minutes of one-second samples, recent rate-limit
+ * blocks, and the slice cache's hit ratio and size (null without one).
  */
 import { sendJson } from '../server/http-errors.ts';
 import type { Route } from '../server/route-types.ts';
 import type { Services } from '../server/services.ts';
 import { api } from './console-http.ts';
 import type { RateSamples } from './rate-samples.ts';
-import { createHealthProber, rateLimitBlocks, readSlots } from './status.ts';
+import { createHealthProber, rateLimitBlocks, readSlots, sliceCacheView } from './status.ts';
 
 export function statusRoute(services: Services, samples: RateSamples): Route {
   const { clock, pool, transfers, config, lifecycle, coordinator } = services;
@@ -64,6 +64,7 @@ export function statusRoute(services: Services, samples: RateSamples): Route {
         samples: samples.samples(),
       },
       rateLimits: { blocks: await rateLimitBlocks() },
+      sliceCache: services.metrics ? await sliceCacheView(services.metrics.registry, config.sliceCache.maxBytes) : null,
     });
   });
 }

@@ -1,7 +1,8 @@
 /**
  * What the console's status view reads (I/O edge): the slot table from PostgreSQL with the ages
  * computed in database time, each advertised gateway's public `/health/status` (probed from the
- * writer, cached briefly), and the rate-limit block counters of this process's metrics registry.
+ * writer, cached briefly), and the rate-limit block counters and slice cache figures of this
+ * process's metrics registries.
  */
 import type pg from 'pg';
 import { register as defaultRegistry, type Registry } from 'prom-client';
@@ -104,4 +105,37 @@ export async function rateLimitBlocks(registry: Registry = defaultRegistry): Pro
     }
   }
   return out;
+}
+
+export interface SliceCacheView {
+  requests: { hit: number; miss: number; bypass: number };
+  /** Hits over hits and misses (requests), null before the first; bypassed blobs (no digests) not counted. */
+  hitRatio: number | null;
+  /** Bytes served from disk over bytes served, null before the first. */
+  byteHitRatio: number | null;
+  heldBytes: number;
+  heldSlices: number;
+  maxBytes: number;
+}
+
+/** The slice cache's figures from its metrics (slice-cache-metrics.ts), or null without a slice cache. */
+export async function sliceCacheView(registry: Registry, maxBytes: number): Promise<SliceCacheView | null> {
+  const values = async (name: string) => (await registry.getSingleMetric(name)?.get())?.values ?? [];
+  const requests = await values('arkvory_slice_cache_requests_total');
+  if (requests.length === 0) return null;
+  const by = (vs: typeof requests, label: string, value: string) =>
+    vs.find((v) => v.labels[label] === value)?.value ?? 0;
+  const bytes = await values('arkvory_slice_cache_bytes_total');
+  const hit = by(requests, 'result', 'hit');
+  const miss = by(requests, 'result', 'miss');
+  const hitBytes = by(bytes, 'source', 'hit');
+  const missBytes = by(bytes, 'source', 'miss');
+  return {
+    requests: { hit, miss, bypass: by(requests, 'result', 'bypass') },
+    hitRatio: hit + miss > 0 ? hit / (hit + miss) : null,
+    byteHitRatio: hitBytes + missBytes > 0 ? hitBytes / (hitBytes + missBytes) : null,
+    heldBytes: (await values('arkvory_slice_cache_held_bytes'))[0]?.value ?? 0,
+    heldSlices: by(await values('arkvory_cache_entries'), 'cache', 'slice'),
+    maxBytes,
+  };
 }

@@ -3,9 +3,11 @@
  * (a gateway in front of nginx WebDAV): purge through the admin API and the CLI, scrub's quarantine
  * and gc's removal (offline, every gateway stopped: seen at the next start), scrub's backfill of
  * digests for blobs published before they were recorded, and a warm (cached) blob refused to a
- * principal without a grant and rate-limited exactly as a cold one.
+ * principal without a grant; rate limits, admission and the bandwidth governor count the same
+ * request sequence identically with the cache on and off (their metrics compared).
  */
-import { readdir } from 'node:fs/promises';
+import { readdir, writeFile } from 'node:fs/promises';
+import http from 'node:http';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createRepository, createServiceAccount } from '../../test/support/auth.ts';
@@ -90,6 +92,20 @@ describe('slice cache coherence and policy (nginx WebDAV)', () => {
     expect(stats).toMatchObject({ enabled: true, heldSlices: 3 });
     const disk = await runCli(['cache', 'stats'], { ARKVORY_DATABASE_URL: db.url, ARKVORY_CACHE_DIR: cacheDir });
     expect(JSON.parse(disk.stdout)).toMatchObject({ enabled: true, slices: 3, blobs: 1 });
+
+    // The console's status view shows the hit ratio and the size held.
+    const session = await request(`${gw.url}/console/session`, { method: 'POST', headers: auth(adminKey) });
+    expect(session.status).toBe(201);
+    const cookie = String(session.headers['set-cookie']?.[0]).split(';')[0]!;
+    await request(`${gw.url}${pathA}`, { headers: auth(writerKey) }); // a hit
+    const status = JSON.parse(
+      (await request(`${gw.url}/console/api/status`, { headers: { cookie } })).body.toString(),
+    ) as { sliceCache: { requests: { hit: number; miss: number }; hitRatio: number; heldBytes: number } };
+    const { hit, miss } = status.sliceCache.requests;
+    expect(hit).toBeGreaterThanOrEqual(1);
+    expect(miss).toBeGreaterThanOrEqual(1);
+    expect(status.sliceCache.hitRatio).toBeCloseTo(hit / (hit + miss), 6);
+    expect(status.sliceCache).toMatchObject({ heldBytes: 2 * MiB + 1, heldSlices: 3, maxBytes: 10 * 1024 ** 3 });
   });
 
   it('scrub quarantines a damaged blob and gc removes an orphan: at the next start their slices are gone and never served; scrub backfills missing digests', async () => {
@@ -154,5 +170,120 @@ describe('slice cache coherence and policy (nginx WebDAV)', () => {
     expect(cold.status).toBe(206);
     expect(cold.headers['content-range']).toBe(`bytes 5-9/${blob.length}`);
     expect(cold.body.equals(blob.subarray(5, 10))).toBe(true);
+  });
+
+  it('rate limits, admission and the bandwidth governor count hits exactly as misses (same sequence, cache on and off)', async () => {
+    const small = randomContent(3 * MiB + 3);
+    const big = randomContent(32 * MiB);
+    const setup = await startGateway({ env: env() });
+    const pathSmall = await upload(setup, 'policy-small.bin', small);
+    const pathBig = await upload(setup, 'policy-big.bin', big);
+    await setup.stop();
+    const rules = path.join(await makeTempDir('arkvory-policy-rules-'), 'rules.yaml');
+    await writeFile(
+      rules,
+      `rate_limits:
+  gateway_request:
+    - name: cache_policy_reads
+      action: limit
+      characteristics: [principal]
+      limit: 6
+      period_s: 60
+      match:
+        request_type: read
+  transfer_bytes:
+    - name: cache_policy_bytes
+      action: log
+      characteristics: [principal]
+      limit: 1000000000
+      period_s: 60
+`,
+    );
+    const policyEnv = {
+      ARKVORY_RATE_LIMITS_FILE: rules,
+      ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(1024 * MiB),
+      ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '1',
+      ARKVORY_ADMISSION_QUEUE_LENGTH: '0',
+    };
+    const families = [
+      'arkvory_rate_limit_checks_total',
+      'arkvory_rate_limit_rule_evaluations_total',
+      'arkvory_admission_rejected_total',
+      'arkvory_http_requests_total',
+    ];
+    const snapshot = async (gw: GatewayProcess, names: string[]): Promise<Map<string, number>> => {
+      const text = await (await fetch(`${gw.url}/metrics`)).text();
+      const out = new Map<string, number>();
+      for (const line of text.split('\n'))
+        if (names.some((n) => line.startsWith(`${n}{`) || line.startsWith(`${n} `))) {
+          const at = line.lastIndexOf(' ');
+          out.set(line.slice(0, at), Number(line.slice(at + 1)));
+        }
+      return out;
+    };
+    const delta = (after: Map<string, number>, before: Map<string, number>) =>
+      Object.fromEntries([...after].map(([k, v]) => [k, v - (before.get(k) ?? 0)]).filter(([, v]) => v !== 0));
+
+    const sequence = async (cacheOn: boolean) => {
+      const withCache = env(policyEnv);
+      const { ARKVORY_CACHE_DIR: _dir, ...withoutCache } = withCache;
+      const gw = await startGateway({ env: cacheOn ? withCache : withoutCache });
+      const statuses: Array<number | string> = [];
+      const before = await snapshot(gw, families);
+      const bandwidthBefore = await snapshot(gw, ['arkvory_bandwidth_granted_bytes_total']);
+      const get = async (p: string, headers: Record<string, string> = {}, method = 'GET') => {
+        const res = await request(`${gw.url}${p}`, { method, headers: { ...auth(writerKey), ...headers } });
+        const code = res.status >= 400 ? JSON.parse(res.body.toString()).code : undefined;
+        statuses.push(code ? `${res.status} ${code}` : res.status);
+        return res;
+      };
+      expect(sha256((await get(pathSmall)).body)).toBe(sha256(small));
+      expect(sha256((await get(pathSmall)).body)).toBe(sha256(small));
+      expect((await get(pathSmall, { range: 'bytes=5-9' })).body.equals(small.subarray(5, 10))).toBe(true);
+      await get(pathSmall, {}, 'HEAD');
+      const bandwidth = delta(await snapshot(gw, ['arkvory_bandwidth_granted_bytes_total']), bandwidthBefore);
+      // One download held open (its client does not read) takes the principal's only slot.
+      const held = await new Promise<http.ClientRequest>((resolve, reject) => {
+        const req = http.get(`${gw.url}${pathBig}`, { headers: auth(writerKey), agent: false }, (res) => {
+          statuses.push(res.statusCode ?? 0);
+          res.pause();
+          resolve(req);
+        });
+        req.on('error', reject);
+      });
+      await get(pathSmall);
+      held.destroy();
+      await expect
+        .poll(async () =>
+          (await snapshot(gw, ['arkvory_admission_active'])).get('arkvory_admission_active{kind="download"}'),
+        )
+        .toBe(0);
+      await get(pathSmall);
+      await get(pathSmall);
+      const counted = delta(await snapshot(gw, families), before);
+      // The test's own scrapes of /metrics (their number depends on the poll above) pass the
+      // gateway_request limiter as skipped health checks: taken out, the rest must match exactly.
+      const scrapes = counted['arkvory_http_requests_total{method="GET",route="/metrics",status="200"}'] ?? 0;
+      delete counted['arkvory_http_requests_total{method="GET",route="/metrics",status="200"}'];
+      for (const k of [
+        'arkvory_rate_limit_checks_total{limiter="gateway_request",action="allow",matched="true",error="false"}',
+        'arkvory_rate_limit_rule_evaluations_total{limiter="gateway_request",rule="skip_health_checks",action="skip",result="skip"}',
+      ])
+        counted[k] = (counted[k] ?? 0) - scrapes;
+      const held_ = cacheOn ? await heldBlobs(cacheDir) : new Set<string>();
+      await gw.stop();
+      return { statuses, counted, bandwidth, held: held_ };
+    };
+
+    const on = await sequence(true);
+    const off = await sequence(false);
+    // The cache really served: the small blob's slices were on disk in the first run.
+    expect(on.held.has(sha256(small))).toBe(true);
+    expect(on.statuses).toEqual([200, 200, 206, 200, 200, '429 busy', '429 rate_limited', '429 rate_limited']);
+    expect(off.statuses).toEqual(on.statuses);
+    expect(off.counted).toEqual(on.counted);
+    expect(Object.keys(on.counted).some((k) => k.startsWith('arkvory_admission_rejected_total'))).toBe(true);
+    expect(off.bandwidth).toEqual(on.bandwidth);
+    expect(Object.values(on.bandwidth)[0]).toBeGreaterThanOrEqual(2 * small.length + 5);
   });
 });

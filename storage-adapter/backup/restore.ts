@@ -2,9 +2,10 @@
  * `arkvory restore`: a backup into an empty database and an empty storage root, all or nothing.
  * Order: refuse a non-empty target before anything is written (the database, then the storage root
  * through a store opened without binding: no storage-id is read or written at open); put every blob
- * through the store (verified by hash as it is written); in one transaction load every restorable
- * table, the backed-up rule documents and the `arkvory_storage` row, write the `storage-id` object
- * last and commit; scrub. A failure anywhere before the commit (a damaged backup, a full disk, a store
+ * through the store (verified by hash as it is written, its slice digests computed in the same pass);
+ * in one transaction load every restorable table, record every blob's slice digests (so a restored
+ * remote store's slice cache serves it without waiting for a scrub), the backed-up rule documents and
+ * the `arkvory_storage` row, write the `storage-id` object last and commit; scrub. A failure anywhere before the commit (a damaged backup, a full disk, a store
  * or Redis that went away, SIGINT/SIGTERM) rolls the transaction back and removes every blob, temporary
  * and the storage-id the restore wrote, so the target is empty again and the restore can be retried.
  * Coordination state (leases, shared policy) is not restored; unfinished multipart sessions come
@@ -17,6 +18,8 @@ import type pg from 'pg';
 import { createFsTree } from '../fs/index.ts';
 import { blobRelativePath, BLOBS_DIR, STORAGE_ID_FILE, TMP_DIR } from '../paths.ts';
 import { scrubBlobs, type ScrubReport } from '../maintenance/scrub.ts';
+import { recordSliceDigests } from '../catalog/slice-rows.ts';
+import { DEFAULT_SLICE_BYTES, SliceHasher, type SliceDigests } from '../slice-digests.ts';
 import type { OpenedArtifactStore, ArtifactStore } from '../store.ts';
 import { fileChunks } from './blob-copy.ts';
 import { dumpLines, referencedBlobs } from './database-file.ts';
@@ -53,6 +56,8 @@ export interface RestoreOptions {
     | undefined;
   /** Aborts the restore (SIGINT/SIGTERM); it is rolled back like any failure. */
   readonly signal?: AbortSignal | undefined;
+  /** The slice size restored blobs' digests are recorded with (ARKVORY_CACHE_SLICE_BYTES). */
+  readonly sliceBytes?: number | undefined;
 }
 
 export interface RestoreSummary {
@@ -252,18 +257,29 @@ function rolledBack(err: unknown, where: string, problems: readonly string[]): u
   return err;
 }
 
-/** A blob file of the backup as a body, noting whether it was missing or did not match (size, sha256). */
+/**
+ * A blob file of the backup as a body, noting whether it was missing or did not match (size,
+ * sha256), and its slice digests once read whole and matching.
+ */
 function backupBlob(
   file: string,
   blob: { sha256: string; sizeBytes: number },
-): { readonly chunks: AsyncIterable<Buffer>; readonly fault: 'missing' | 'corrupt' | undefined } {
+  sliceBytes: number,
+): {
+  readonly chunks: AsyncIterable<Buffer>;
+  readonly fault: 'missing' | 'corrupt' | undefined;
+  readonly slices: SliceDigests | undefined;
+} {
   let fault: 'missing' | 'corrupt' | undefined;
+  let slices: SliceDigests | undefined;
   async function* chunks(): AsyncGenerator<Buffer> {
     const hash = createHash('sha256');
+    const sliceHasher = new SliceHasher(sliceBytes);
     let bytes = 0;
     try {
       for await (const chunk of fileChunks(file)) {
         hash.update(chunk);
+        sliceHasher.update(chunk);
         bytes += chunk.length;
         if (bytes > blob.sizeBytes) fault = 'corrupt';
         yield chunk;
@@ -273,11 +289,15 @@ function backupBlob(
       throw err;
     }
     if (bytes !== blob.sizeBytes || hash.digest('hex') !== blob.sha256) fault = 'corrupt';
+    else slices = sliceHasher.finish();
   }
   return {
     chunks: chunks(),
     get fault() {
       return fault;
+    },
+    get slices() {
+      return slices;
     },
   };
 }
@@ -302,10 +322,15 @@ async function restoreAllOrNothing(
   let committing: Restored | undefined;
   try {
     const blobs = await referencedBlobs(file);
+    const sliceDigests = new Map<string, SliceDigests>();
     let bytes = 0;
     for (const [i, blob] of blobs.entries()) {
       signal?.throwIfAborted();
-      const source = backupBlob(path.join(options.backup, blobRelativePath(blob.sha256)), blob);
+      const source = backupBlob(
+        path.join(options.backup, blobRelativePath(blob.sha256)),
+        blob,
+        options.sliceBytes ?? DEFAULT_SLICE_BYTES,
+      );
       const staged = await store
         .stage(source.chunks, {
           maxBytes: Number.MAX_SAFE_INTEGER,
@@ -330,6 +355,7 @@ async function restoreAllOrNothing(
         // The temporary goes either way: after a commit it is a second name (or, on S3, a second copy).
         await staged.discard();
       }
+      if (source.slices) sliceDigests.set(blob.sha256, source.slices);
       bytes += blob.sizeBytes;
       options.onProgress?.(i + 1, blobs.length, bytes);
     }
@@ -338,6 +364,9 @@ async function restoreAllOrNothing(
     client = tx;
     return await inTransaction(tx, async () => {
       const abortedUploads = await loadDatabase(tx, file, manifest);
+      // After the backup's own rows (a backup made before digests were recorded has none, one made
+      // later may lack a blob's): every restored blob gets digests of the bytes just written.
+      for (const [sha256, digests] of sliceDigests) await recordSliceDigests(tx, sha256, digests);
       const ruleDocuments = await readRuleDocuments(options.backup, manifest);
       if (Object.keys(ruleDocuments).length && options.writeRuleDocuments)
         undoRuleDocuments = await options.writeRuleDocuments(ruleDocuments, tx);

@@ -42,8 +42,8 @@ export class DigestDirectory {
     const promise = this.#lookup(sha256)
       .then((d) => {
         // A result that raced an invalidation is used, not kept. Absence is kept too (a blob
-        // without digests is looked up once per epoch, not per request); a row recorded later
-        // (scrub's backfill) is seen after the next epoch change or at once on a restart.
+        // without digests is looked up once per epoch, not per request): digests recorded later
+        // for a published blob bump the epoch (migration 0030), so they are seen within the bound.
         if (this.#validity.trusted && this.#validity.generation === generation && known_.size < 100_000)
           known_.set(sha256, d ?? null);
         return d;

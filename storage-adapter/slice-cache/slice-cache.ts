@@ -73,12 +73,15 @@ export type SliceSource =
 
 const READ_CHUNK_BYTES = 256 * 1024;
 const ORIGIN_BUFFER_BYTES = 1024 * 1024;
+const WRITE_BATCH_BYTES = 1024 * 1024;
 
 export class SliceCache {
   readonly #options: SliceCacheOptions;
   readonly #index = new SliceIndex();
   readonly #fills = new Map<string, Fill>();
   #reserved = 0;
+  /** Bytes of evicted slices whose files are still being removed: still on disk, so still counted. */
+  #unlinking = 0;
   #closed = false;
   readonly stats: SliceCacheStats = {
     hitRequests: 0,
@@ -302,7 +305,7 @@ export class SliceCache {
           hash.update(chunk);
           this.stats.originBytes += chunk.length;
           fill.push(chunk);
-          if (temp.handle) await temp.write(chunk);
+          temp.write(chunk);
         }
         if (fill.length !== fill.sliceLength)
           throw new StorageError(
@@ -310,11 +313,12 @@ export class SliceCache {
             `The artifact store ended slice ${index} of blob ${sha256} after ${fill.length} of ${fill.sliceLength} bytes.`,
           );
         if (hash.digest().equals(expected)) {
-          kept = await temp.commit(this.#file(key));
-          if (kept) {
-            this.#index.add({ key, sha256, bytes: fill.sliceLength, signature: temp.signature, pins: 0 });
+          // Indexed in the same step as its reservation ends, so the bound never loses sight of it.
+          kept = await temp.commit(this.#file(key), (signature) => {
+            this.#index.add({ key, sha256, bytes: fill.sliceLength, signature, pins: 0 });
             this.#updateHeld();
-          } else this.stats.relayedFills++;
+          });
+          if (!kept) this.stats.relayedFills++;
           fill.verify();
           return;
         }
@@ -344,11 +348,15 @@ export class SliceCache {
   /** A temporary file for a fill, with room reserved under the bounds; none (relay only) if none can be made. */
   async #startTemp(key: string, bytes: number): Promise<TempSlice> {
     const relay = relayOnly();
+    // On success the room is reserved (#makeRoom does it in the same step as its check).
     if (this.#closed || !(await this.#makeRoom(bytes))) {
       return relay;
     }
-    this.#reserved += bytes;
+    // Once, whichever way the fill ends (a write that failed ends the file, not the reservation).
+    let reserved = true;
     const unreserve = () => {
+      if (!reserved) return;
+      reserved = false;
       this.#reserved -= bytes;
     };
     const file = path.join(this.#options.dir, 'tmp', `${key}.${randomUUID()}`);
@@ -362,25 +370,60 @@ export class SliceCache {
       unreserve();
       return relay;
     }
+    let pending: Buffer[] = [];
+    let pendingBytes = 0;
+    let writing: Promise<void> | undefined;
+    const drain = async (): Promise<void> => {
+      try {
+        while (pendingBytes > 0 && temp.handle) {
+          const batch = pending;
+          pending = [];
+          pendingBytes = 0;
+          try {
+            const bytes = batch.length === 1 ? batch[0]! : Buffer.concat(batch);
+            const { bytesWritten } = await temp.handle.write(bytes, 0, bytes.length);
+            // A short write (a filesystem that just filled up) is a failed one.
+            if (bytesWritten !== bytes.length)
+              throw Object.assign(new Error(`short write: ${bytesWritten} of ${bytes.length} bytes`), {
+                code: 'ENOSPC',
+              });
+          } catch (err) {
+            // A full disk (or any write failure): the fill goes on as a relay; nothing is kept.
+            this.#options.log.warn(
+              { err: { message: (err as Error).message, code: (err as NodeJS.ErrnoException).code } },
+              'slice cache write failed; relaying from the store without keeping',
+            );
+            await temp.handle?.close().catch(() => {});
+            temp.handle = undefined;
+            pending = [];
+            pendingBytes = 0;
+            unreserve();
+          }
+        }
+      } finally {
+        writing = undefined;
+      }
+    };
     const temp: TempSlice = {
       handle,
-      signature: undefined,
-      write: async (chunk) => {
+      // The origin is not held up by the disk: chunks (kept in memory by the fill anyway) are
+      // written behind it, gathered into writes of at least WRITE_BATCH_BYTES, one at a time.
+      write: (chunk) => {
         if (!temp.handle) return;
-        try {
-          await temp.handle.write(chunk);
-        } catch (err) {
-          // A full disk (or any write failure): the fill goes on as a relay; nothing is kept.
-          this.#options.log.warn(
-            { err: { message: (err as Error).message, code: (err as NodeJS.ErrnoException).code } },
-            'slice cache write failed; relaying from the store without keeping',
-          );
-          await temp.handle.close().catch(() => {});
-          temp.handle = undefined;
+        pending.push(chunk);
+        pendingBytes += chunk.length;
+        if (pendingBytes >= WRITE_BATCH_BYTES && !writing) writing = drain();
+      },
+      flush: async () => {
+        while (writing || (pendingBytes > 0 && temp.handle)) {
+          writing ??= drain();
+          await writing;
         }
       },
-      commit: async (target) => {
+      commit: async (target, kept) => {
+        await temp.flush();
         if (!temp.handle) return false;
+        let signature: string;
         try {
           await temp.handle.close();
           temp.handle = undefined;
@@ -388,30 +431,39 @@ export class SliceCache {
           await rename(file, target);
           // rename moves ctime: the signature is taken after it.
           const after = await stat(target, { bigint: true });
-          temp.signature = `${after.ino}:${after.size}:${after.mtimeNs}:${after.ctimeNs}`;
-          return true;
+          // What was hashed went to the file whole, or the file is not kept.
+          if (after.size !== BigInt(bytes)) throw new Error('slice file size differs from the slice');
+          signature = `${after.ino}:${after.size}:${after.mtimeNs}:${after.ctimeNs}`;
         } catch {
-          return false;
-        } finally {
           unreserve();
+          await unlink(target).catch(() => {});
+          return false;
         }
+        kept(signature);
+        unreserve();
+        return true;
       },
       discard: async () => {
-        if (temp.handle) {
-          await temp.handle.close().catch(() => {});
-          temp.handle = undefined;
-          unreserve();
-        }
+        pending = [];
+        pendingBytes = 0;
+        await writing;
+        await temp.handle?.close().catch(() => {});
+        temp.handle = undefined;
+        unreserve();
         await unlink(file).catch(() => {});
       },
     };
     return temp;
   }
 
-  /** Evicts least recently used slices until `bytes` more fit under both bounds; false when they cannot. */
+  /**
+   * Evicts least recently used slices until `bytes` more fit under both bounds and reserves them;
+   * false (nothing reserved) when they cannot. The check, the choice of victims and the reservation
+   * happen in one synchronous step after the only wait (statfs), so concurrent fills cannot all
+   * pass on the same room; bytes of files being removed count until they are gone.
+   */
   async #makeRoom(bytes: number): Promise<boolean> {
     const { maxBytes, minFreeBytes } = this.#options;
-    let over = this.#index.bytes + this.#reserved + bytes - maxBytes;
     if (bytes > maxBytes) return false;
     let free: number;
     try {
@@ -420,16 +472,27 @@ export class SliceCache {
     } catch {
       return false;
     }
-    over = Math.max(over, minFreeBytes + bytes - free);
-    if (over <= 0) return true;
-    const victims = this.#index.victims(over);
+    // Reserved fills have not written their bytes yet: statfs does not see them.
+    const over = Math.max(
+      this.#index.bytes + this.#reserved + this.#unlinking + bytes - maxBytes,
+      minFreeBytes + this.#reserved + bytes - free,
+    );
+    const victims = over <= 0 ? [] : this.#index.victims(over);
     if (!victims) return false;
+    this.#reserved += bytes;
+    if (victims.length === 0) return true;
+    let freed = 0;
     for (const victim of victims) {
       this.#index.remove(victim.key);
       this.stats.evictions++;
-      await unlink(this.#file(victim.key)).catch(() => {});
+      freed += victim.bytes;
     }
+    this.#unlinking += freed;
     this.#updateHeld();
+    for (const victim of victims) {
+      await unlink(this.#file(victim.key)).catch(() => {});
+      this.#unlinking -= victim.bytes;
+    }
     return true;
   }
 
@@ -465,18 +528,20 @@ export class SliceCache {
 
 interface TempSlice {
   handle: FileHandle | undefined;
-  signature: string | undefined;
-  write(chunk: Buffer): Promise<void>;
-  /** Renames into place; false when that failed (then nothing is kept). */
-  commit(target: string): Promise<boolean>;
+  /** Queues bytes to be written behind the fill (never waits for the disk). */
+  write(chunk: Buffer): void;
+  /** Waits until every queued byte is written (or writing failed). */
+  flush(): Promise<void>;
+  /** Renames into place and calls `kept` with the file's signature; false when that failed (then nothing is kept). */
+  commit(target: string, kept: (signature: string) => void): Promise<boolean>;
   discard(): Promise<void>;
 }
 
 function relayOnly(): TempSlice {
   return {
     handle: undefined,
-    signature: undefined,
-    write: async () => {},
+    write: () => {},
+    flush: async () => {},
     commit: async () => false,
     discard: async () => {},
   };

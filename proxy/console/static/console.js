@@ -158,6 +158,17 @@ async function refreshStatus() {
   renderTransfers(status.transfers);
   renderBandwidth(status.bandwidth);
   renderBlocks(status.rateLimits.blocks);
+  renderSliceCache(status.sliceCache);
+}
+
+function renderSliceCache(cache) {
+  const percent = (r) => (r === null ? 'none yet' : `${(r * 100).toFixed(1)}%`);
+  const mib = (b) => `${(b / 1048576).toFixed(1)} MiB`;
+  $('slice-cache-summary').textContent = cache
+    ? `Hit ratio ${percent(cache.hitRatio)} of requests (${cache.requests.hit} hits, ${cache.requests.miss} misses, ` +
+      `${cache.requests.bypass} relayed uncached), ${percent(cache.byteHitRatio)} of bytes; holds ` +
+      `${mib(cache.heldBytes)} of ${mib(cache.maxBytes)} in ${cache.heldSlices} slices.`
+    : 'Off (no ARKVORY_CACHE_DIR, or the directory store).';
 }
 
 function renderGateways(status) {
