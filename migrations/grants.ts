@@ -186,6 +186,7 @@ export const FUNCTION_GRANTS: Readonly<Record<string, Decision<'EXECUTE'>>> = {
   'arkvory_auth_changed()': {},
   'arkvory_catalog_changed()': {},
   'arkvory_principal_disabled_at()': {},
+  'arkvory_blob_slices_backfilled()': {},
   'arkvory_lease_acquire(integer,uuid,text,text,double precision)': {
     writer: ['EXECUTE'],
     reader: ['EXECUTE'],
