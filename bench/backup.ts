@@ -14,7 +14,6 @@ import { randomBytes } from 'node:crypto';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import http from 'node:http';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import {
   freeLoopbackPort,
   makeTempDir,
@@ -25,16 +24,9 @@ import {
   type GatewayProcess,
   type ProcessResult,
 } from '../test/harness/index.ts';
-import { median, MiB } from './support.ts';
+import { median, MiB, benchArgs } from './support.ts';
 
-const { values: args } = parseArgs({
-  options: {
-    runs: { type: 'string', default: '3' },
-    blobs: { type: 'string', default: '32' },
-    'blob-mib': { type: 'string', default: '4' },
-    destination: { type: 'string', default: '/dev/shm' },
-  },
-});
+const args = benchArgs({ runs: '3', blobs: '32', 'blob-mib': '4', destination: '/dev/shm' });
 const RUNS = Number(args.runs);
 const BLOBS = Number(args.blobs);
 const BLOB_BYTES = Number(args['blob-mib']) * MiB;

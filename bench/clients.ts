@@ -16,10 +16,9 @@ import { randomBytes } from 'node:crypto';
 import { readFile, rm, stat } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
 import { download } from '../client/index.ts';
-import { median, MiB } from './support.ts';
+import { median, MiB, benchArgs } from './support.ts';
 
 import {
   makeTempDir,
@@ -30,14 +29,7 @@ import {
   type GatewayProcess,
 } from '../test/harness/index.ts';
 
-const { values: args } = parseArgs({
-  options: {
-    rounds: { type: 'string', default: '3' },
-    'big-mib': { type: 'string', default: '256' },
-    'small-seconds': { type: 'string', default: '2' },
-    concurrency: { type: 'string', default: '8' },
-  },
-});
+const args = benchArgs({ rounds: '3', 'big-mib': '256', 'small-seconds': '2', concurrency: '8' });
 const ROUNDS = Number(args.rounds);
 const BIG = Number(args['big-mib']) * MiB;
 const SMALL_SECONDS = Number(args['small-seconds']);

@@ -18,7 +18,6 @@ import { mkdir, rm, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import {
   freeLoopbackPort,
   makeTempDir,
@@ -40,16 +39,15 @@ import {
   samplePeakRss,
   startNginx,
   writeRandomFile,
+  benchArgs,
 } from './support.ts';
 
-const { values: args } = parseArgs({
-  options: {
-    'database-url': { type: 'string', default: LOCAL_POSTGRES_URL },
-    runs: { type: 'string', default: '3' },
-    'big-mib': { type: 'string', default: '1024' },
-    'small-requests': { type: 'string', default: '2000' },
-    concurrency: { type: 'string', default: '16' },
-  },
+const args = benchArgs({
+  'database-url': LOCAL_POSTGRES_URL,
+  runs: '3',
+  'big-mib': '1024',
+  'small-requests': '2000',
+  concurrency: '16',
 });
 const RUNS = Number(args.runs);
 const BIG_BYTES = Number(args['big-mib']) * MiB;

@@ -11,10 +11,9 @@
 import { spawnSync } from 'node:child_process';
 import http from 'node:http';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { DEFAULT_FRONT_DOOR, installFrontDoor, serverOptions } from '../proxy/server/front-door.ts';
-import { median } from './support.ts';
+import { median, benchArgs } from './support.ts';
 import {
   freeLoopbackPort,
   startProcess,
@@ -23,15 +22,7 @@ import {
   type ManagedProcess,
 } from '../test/harness/index.ts';
 
-const { values: args } = parseArgs({
-  options: {
-    runs: { type: 'string', default: '5' },
-    seconds: { type: 'string', default: '3' },
-    connections: { type: 'string', default: '16' },
-    serve: { type: 'string' },
-    port: { type: 'string' },
-  },
-});
+const args = benchArgs({ runs: '5', seconds: '3', connections: '16' }, ['serve', 'port']);
 
 const BODY = JSON.stringify({ status: 'live' });
 

@@ -3,7 +3,6 @@ import { randomBytes } from 'node:crypto';
 import { readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import { startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
 import {
   freeLoopbackPort,
@@ -15,17 +14,20 @@ import {
   type ManagedProcess,
 } from '../test/harness/index.ts';
 import pino from 'pino';
-import { BenchRun, cpuSeconds, curl, median, MiB, putFile, startNginx, writeRandomFile, wrk } from './support.ts';
+import {
+  BenchRun,
+  cpuSeconds,
+  curl,
+  median,
+  MiB,
+  putFile,
+  startNginx,
+  writeRandomFile,
+  wrk,
+  benchArgs,
+} from './support.ts';
 
-const { values: args } = parseArgs({
-  options: {
-    'database-url': { type: 'string' },
-    runs: { type: 'string', default: '3' },
-    'big-mib': { type: 'string', default: '1024' },
-    'small-seconds': { type: 'string', default: '4' },
-    concurrency: { type: 'string', default: '16' },
-  },
-});
+const args = benchArgs({ runs: '3', 'big-mib': '1024', 'small-seconds': '4', concurrency: '16' }, ['database-url']);
 const RUNS = Number(args.runs);
 const BIG_BYTES = Number(args['big-mib']) * MiB;
 const SMALL_BYTES = 4096;

@@ -19,7 +19,6 @@ import { existsSync } from 'node:fs';
 import { mkdir, readdir, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import {
   freeLoopbackPort,
   makeTempDir,
@@ -39,16 +38,10 @@ import {
   samplePeakRss,
   startNginx,
   writeRandomFile,
+  benchArgs,
 } from './support.ts';
 
-const { values: args } = parseArgs({
-  options: {
-    'database-url': { type: 'string', default: LOCAL_POSTGRES_URL },
-    runs: { type: 'string', default: '3' },
-    'big-mib': { type: 'string', default: '1024' },
-    concurrency: { type: 'string', default: '4' },
-  },
-});
+const args = benchArgs({ 'database-url': LOCAL_POSTGRES_URL, runs: '3', 'big-mib': '1024', concurrency: '4' });
 const RUNS = Number(args.runs);
 const BIG_BYTES = Number(args['big-mib']) * MiB;
 const STREAMS = Number(args.concurrency);

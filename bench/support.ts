@@ -5,6 +5,7 @@ import { createReadStream } from 'node:fs';
 import { open, readFile } from 'node:fs/promises';
 import http from 'node:http';
 import path from 'node:path';
+import { parseArgs } from 'node:util';
 import {
   createDatabase,
   runProcess,
@@ -19,6 +20,21 @@ import {
 } from '../test/harness/index.ts';
 
 export const MiB = 1024 * 1024;
+
+/**
+ * A bench's command line: `--name value` options, each with its default (`optional` ones have none);
+ * an unknown option fails. Figures come back as strings: read them with Number.
+ */
+export function benchArgs<const D extends Record<string, string>, const O extends string = never>(
+  defaults: D,
+  optional: readonly O[] = [],
+): { [K in keyof D]: string } & { [K in O]?: string } {
+  const options = Object.fromEntries([
+    ...Object.entries(defaults).map(([name, value]) => [name, { type: 'string' as const, default: value }]),
+    ...optional.map((name) => [name, { type: 'string' as const }]),
+  ]);
+  return parseArgs({ options }).values as { [K in keyof D]: string } & { [K in O]?: string };
+}
 
 /** Where a benchmark creates its scratch databases unless told otherwise: a local PostgreSQL, trust auth. */
 export const LOCAL_POSTGRES_URL = 'postgres://postgres@127.0.0.1:5432/postgres';

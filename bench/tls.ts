@@ -20,7 +20,6 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
-import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
 import {
@@ -31,17 +30,11 @@ import {
   startGateway,
   waitForHttp,
 } from '../test/harness/index.ts';
-import { BenchRun, benchNginxConf, curlWith, median, MiB, startNginx, writeRandomFile } from './support.ts';
+import { BenchRun, benchNginxConf, curlWith, median, MiB, startNginx, writeRandomFile, benchArgs } from './support.ts';
 
-const { values: args } = parseArgs({
-  options: {
-    'database-url': { type: 'string' },
-    rounds: { type: 'string', default: '5' },
-    'big-mib': { type: 'string', default: '1024' },
-    'handshake-seconds': { type: 'string', default: '3' },
-    'handshake-concurrency': { type: 'string', default: '4' },
-  },
-});
+const args = benchArgs({ rounds: '5', 'big-mib': '1024', 'handshake-seconds': '3', 'handshake-concurrency': '4' }, [
+  'database-url',
+]);
 const ROUNDS = Number(args.rounds);
 const BIG_BYTES = Number(args['big-mib']) * MiB;
 const HANDSHAKE_MS = Number(args['handshake-seconds']) * 1000;

@@ -3,17 +3,16 @@
  * Expected: the held renewal reaches PostgreSQL late and matches no row (the slot has a new owner and generation);
  * the old reader stays 503 lease_lost and /health/status 503, alive, until it is restarted. Nothing revives it.
  */
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GatewayProcess } from '../test/support/gateway.ts';
 import { call, leaseRow, logLine } from './support/gateways.ts';
-import { holdRenewals, release, startSharedCluster, type SharedCluster } from './support/shared-cluster.ts';
-import { hostPortOf, startToxiproxy, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
+import { holdRenewals, release, startLinkedCluster, type SharedCluster } from './support/shared-cluster.ts';
+import type { ProxiedUpstream } from './support/toxiproxy.ts';
 import { waitUntil } from '../test/harness/index.ts';
 
 /** Longer than a renewal interval (2 s) plus a loaded machine's slack. */
 const OBSERVE_MS = 3000;
 
-let toxiproxy: ToxiproxyServer;
 let cluster: SharedCluster;
 let oldLink: ProxiedUpstream;
 let successorLink: ProxiedUpstream;
@@ -21,26 +20,18 @@ let old: GatewayProcess;
 let successor: GatewayProcess;
 
 beforeAll(async () => {
-  toxiproxy = await startToxiproxy();
-  oldLink = await toxiproxy.proxyTo(hostPortOf(inject('adminDatabaseUrl')));
-  successorLink = await toxiproxy.proxyTo(hostPortOf(inject('adminDatabaseUrl')));
-  const started = await startSharedCluster({
+  const started = await startLinkedCluster({
     slots: 2,
     rateBytesPerSec: 2 * 1024 * 1024,
     fileBytes: 64 * 1024,
-    parked: [
-      { slot: 1, link: oldLink },
-      { slot: 1, link: successorLink },
-    ],
+    parked: [{ slot: 1 }, { slot: 1 }],
   });
   cluster = started;
   [old, successor] = started.parked as [GatewayProcess, GatewayProcess];
+  [oldLink, successorLink] = started.links as [ProxiedUpstream, ProxiedUpstream];
 }, 180_000);
 
-afterAll(async () => {
-  await toxiproxy?.stop();
-  await cluster?.stop();
-});
+afterAll(() => cluster?.stop());
 
 /** What PostgreSQL last ran on the old reader's lease connection (the oldest reader lease session). */
 async function oldLeaseSession(): Promise<{ query: string; queryStartMs: number; state: string } | undefined> {

@@ -4,39 +4,34 @@
  * as latency (blackhole: 8 s after the last confirmed renewal; reset: at the next renewal, ≤ 2 s), 503 lease_lost,
  * /health/status 503, the process alive with no unhandled rejection, and a clean exit 0 on SIGTERM.
  */
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GatewayProcess } from '../test/support/gateway.ts';
 import { call, leaseRow, logLine, logTimeMs } from './support/gateways.ts';
-import { release, startSharedCluster, type SharedCluster } from './support/shared-cluster.ts';
-import { hostPortOf, startToxiproxy, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
+import { release, startLinkedCluster, type SharedCluster } from './support/shared-cluster.ts';
+import type { ProxiedUpstream } from './support/toxiproxy.ts';
 import { waitUntil } from '../test/harness/index.ts';
 
 const PERMIT_MS = 8_000;
 const RENEW_AFTER_MS = 2_000;
 
-let toxiproxy: ToxiproxyServer;
 let cluster: SharedCluster;
 const links: ProxiedUpstream[] = [];
 let readers: GatewayProcess[];
 
 beforeAll(async () => {
-  toxiproxy = await startToxiproxy();
-  for (let i = 0; i < 2; i++) links.push(await toxiproxy.proxyTo(hostPortOf(inject('adminDatabaseUrl'))));
-  const started = await startSharedCluster({
+  const started = await startLinkedCluster({
     slots: 3,
     rateBytesPerSec: 3 * 1024 * 1024,
     fileBytes: 64 * 1024,
-    parked: links.map((link, i) => ({ slot: i + 1, link })),
+    parked: [{ slot: 1 }, { slot: 2 }],
   });
   cluster = started;
   readers = started.parked;
+  links.push(...started.links);
   await Promise.all(readers.map((reader, i) => release(reader, links[i]!)));
 }, 180_000);
 
-afterAll(async () => {
-  await toxiproxy?.stop();
-  await cluster?.stop();
-});
+afterAll(() => cluster?.stop());
 
 /** Fenced for good, still running, refusing; then (after `clearFault`) SIGTERM stops it cleanly. */
 async function expectFencedAliveAndStoppable(reader: GatewayProcess, clearFault: () => Promise<void>): Promise<void> {

@@ -3,18 +3,12 @@
  * Expected: the reader fences at its permit's end, 8 s after its last confirmed renewal started: the transfer ends,
  * new requests get 503 lease_lost, /health/status 503. Recovery: the client resumes with Range through the writer.
  */
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { request, sha256 } from '../test/support/content.ts';
 import type { GatewayProcess } from '../test/support/gateway.ts';
 import { call, leaseRow, logLine, logTimeMs, startDownload } from './support/gateways.ts';
-import { release, startSharedCluster, type SharedCluster } from './support/shared-cluster.ts';
-import {
-  addLatency,
-  hostPortOf,
-  startToxiproxy,
-  type ProxiedUpstream,
-  type ToxiproxyServer,
-} from './support/toxiproxy.ts';
+import { release, startLinkedCluster, type SharedCluster } from './support/shared-cluster.ts';
+import { addLatency, type ProxiedUpstream } from './support/toxiproxy.ts';
 import { waitUntil } from '../test/harness/index.ts';
 
 const KiB = 1024;
@@ -28,28 +22,23 @@ const FILE_BYTES = 2048 * KiB;
 const LATENCY_MS = 20_000;
 const PERMIT_MS = 8_000;
 
-let toxiproxy: ToxiproxyServer;
 let cluster: SharedCluster;
 let link: ProxiedUpstream;
 let reader: GatewayProcess;
 
 beforeAll(async () => {
-  toxiproxy = await startToxiproxy();
-  link = await toxiproxy.proxyTo(hostPortOf(inject('adminDatabaseUrl')));
-  const started = await startSharedCluster({
+  const started = await startLinkedCluster({
     slots: SLOTS,
     rateBytesPerSec: RATE,
     fileBytes: FILE_BYTES,
-    parked: [{ slot: 1, link, env: { ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(READER_BYTES_PER_SEC) } }],
+    parked: [{ slot: 1, env: { ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(READER_BYTES_PER_SEC) } }],
   });
   cluster = started;
   reader = started.parked[0]!;
+  link = started.links[0]!;
 }, 180_000);
 
-afterAll(async () => {
-  await toxiproxy?.stop();
-  await cluster?.stop();
-});
+afterAll(() => cluster?.stop());
 
 describe('latency on the reader↔PostgreSQL link during a download', () => {
   it('fences the reader 8 s after its last confirmed renewal: the download ends, 503 lease_lost, and it resumes through the writer', async () => {

@@ -6,14 +6,14 @@
  * its database link disabled: it sits in the startup retry loop, already loaded, and reaches the
  * lease within one retry delay (≤ 5 s) of the link being enabled.
  */
-import { expect } from 'vitest';
+import { expect, inject } from 'vitest';
 import { waitForHealth, waitUntil } from '../../test/harness/index.ts';
 import { randomContent } from '../../test/support/content.ts';
 import type { TestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { chaosDatabase } from './chaos-database.ts';
 import { call, msSinceRenewal, sharedEnv } from './gateways.ts';
-import { addLatency, urlThrough, type ProxiedUpstream } from './toxiproxy.ts';
+import { addLatency, hostPortOf, startToxiproxy, urlThrough, type ProxiedUpstream } from './toxiproxy.ts';
 
 export interface SharedCluster {
   readonly db: TestDatabase;
@@ -88,6 +88,39 @@ export async function startSharedCluster(options: {
       await db.drop();
     },
   };
+}
+
+/**
+ * A shared cluster whose parked readers each reach PostgreSQL through a toxiproxy link of their own
+ * (`links[i]` is `parked[i]`'s); `stop` ends the proxies, then the cluster.
+ */
+export async function startLinkedCluster(options: {
+  slots: number;
+  rateBytesPerSec: number;
+  fileBytes: number;
+  parked: ReadonlyArray<{ slot: number; env?: Record<string, string> }>;
+}): Promise<SharedCluster & { parked: GatewayProcess[]; links: ProxiedUpstream[] }> {
+  const toxiproxy = await startToxiproxy();
+  try {
+    const links: ProxiedUpstream[] = [];
+    for (let i = 0; i < options.parked.length; i++)
+      links.push(await toxiproxy.proxyTo(hostPortOf(inject('adminDatabaseUrl'))));
+    const cluster = await startSharedCluster({
+      ...options,
+      parked: options.parked.map((p, i) => ({ ...p, link: links[i]! })),
+    });
+    return {
+      ...cluster,
+      links,
+      async stop() {
+        await toxiproxy.stop();
+        await cluster.stop();
+      },
+    };
+  } catch (err) {
+    await toxiproxy.stop();
+    throw err;
+  }
 }
 
 /** Far above the 8 s permit: no renewal sent under this latency can be confirmed in time. */

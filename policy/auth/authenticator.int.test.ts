@@ -4,7 +4,6 @@
  * falls back to looking ids up. Queries are counted on a real pool (a spy, not a stand-in).
  */
 import { randomBytes } from 'node:crypto';
-import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createRepository, createServiceAccount } from '../../test/support/auth.ts';
@@ -13,6 +12,7 @@ import { createLogger } from '../../proxy/server/logger.ts';
 import { systemClock } from '../clock.ts';
 import { AdminStore } from './admin-store.ts';
 import { Authenticator } from './authenticator.ts';
+import { waitUntil } from '../../test/harness/index.ts';
 
 const db = useTestDatabase();
 const cleanups: Array<() => Promise<void>> = [];
@@ -53,14 +53,6 @@ async function started(
 const randomKey = () =>
   `Bearer ark_${Array.from(randomBytes(16), (b) => 'abcdefghijklmnopqrstuvwxyz0123456789'[b % 36]).join('')}_${randomBytes(32).toString('base64url')}`;
 
-async function until(what: string, ok: () => Promise<boolean>, timeoutMs = 5000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await ok())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(50);
-  }
-}
-
 describe('negative cache of unknown key ids (real PostgreSQL)', () => {
   it('answers a flood of random key ids with no key lookup beyond the small recheck allowance', async () => {
     const existing = await createServiceAccount(db.pool);
@@ -91,15 +83,18 @@ describe('negative cache of unknown key ids (real PostgreSQL)', () => {
     const { pool } = countingPool();
     const auth = await started(pool, { recheckBurst: 0, recheckPerSecond: 0 });
     const fresh = await createServiceAccount(db.pool);
-    await until('the new key to be accepted', async () => {
-      try {
-        return (await auth.authenticate(`Bearer ${fresh.key}`)).id === fresh.principalId;
-      } catch {
-        return false;
-      }
-    });
+    await waitUntil(
+      async () => {
+        try {
+          return (await auth.authenticate(`Bearer ${fresh.key}`)).id === fresh.principalId;
+        } catch {
+          return false;
+        }
+      },
+      { what: 'the new key to be accepted' },
+    );
     // The set is loaded again after the epoch moved, in the background: under load it may trail the lookup.
-    await until('the set of known keys to be loaded again', async () => (auth.knownKeyCount ?? 0) >= 1);
+    await waitUntil(async () => (auth.knownKeyCount ?? 0) >= 1, { what: 'the set of known keys to be loaded again' });
   });
 
   it('past maxKnownKeys keeps no set and looks unknown ids up instead', async () => {
@@ -118,16 +113,19 @@ describe('the verified-secret memo of a cached key', () => {
     const { pool, lookups } = countingPool();
     const auth = await started(pool);
     const account = await createServiceAccount(db.pool);
-    await until('the key to be accepted from the cache', async () => {
-      try {
-        await auth.authenticate(`Bearer ${account.key}`);
-        const before = lookups();
-        await auth.authenticate(`Bearer ${account.key}`);
-        return lookups() === before;
-      } catch {
-        return false;
-      }
-    });
+    await waitUntil(
+      async () => {
+        try {
+          await auth.authenticate(`Bearer ${account.key}`);
+          const before = lookups();
+          await auth.authenticate(`Bearer ${account.key}`);
+          return lookups() === before;
+        } catch {
+          return false;
+        }
+      },
+      { what: 'the key to be accepted from the cache' },
+    );
     const last = account.key.at(-1)!;
     const forged = `${account.key.slice(0, -1)}${last === 'A' ? 'B' : 'A'}`;
     await expect(auth.authenticate(`Bearer ${forged}`)).rejects.toMatchObject({ code: 'unauthorized' });
@@ -143,18 +141,21 @@ describe('the verified-secret memo of a cached key', () => {
     const auth = await started(pool);
     await createRepository(db.pool, 'nowrepo');
     const account = await createServiceAccount(db.pool, { grants: { nowrepo: 'read' } });
-    await until('the key and grant to be cached', async () => {
-      try {
-        await auth.authenticate(`Bearer ${account.key}`);
-        await auth.grant(account.principalId, 'nowrepo');
-        const before = lookups();
-        await auth.authenticate(`Bearer ${account.key}`);
-        await auth.grant(account.principalId, 'nowrepo');
-        return lookups() === before;
-      } catch {
-        return false;
-      }
-    });
+    await waitUntil(
+      async () => {
+        try {
+          await auth.authenticate(`Bearer ${account.key}`);
+          await auth.grant(account.principalId, 'nowrepo');
+          const before = lookups();
+          await auth.authenticate(`Bearer ${account.key}`);
+          await auth.grant(account.principalId, 'nowrepo');
+          return lookups() === before;
+        } catch {
+          return false;
+        }
+      },
+      { what: 'the key and grant to be cached' },
+    );
     const principal = auth.authenticateNow(`Bearer ${account.key}`);
     expect(principal).not.toBeInstanceOf(Promise);
     expect((principal as { id: string }).id).toBe(account.principalId);
@@ -173,13 +174,16 @@ describe('the verified-secret memo of a cached key', () => {
     await auth.authenticate(`Bearer ${account.key}`);
     await auth.authenticate(`Bearer ${account.key}`);
     await new AdminStore(db.pool).revokeKey(account.keyId);
-    await until('the revoked key to be refused', async () => {
-      try {
-        await auth.authenticate(`Bearer ${account.key}`);
-        return false;
-      } catch (err) {
-        return (err as { code?: string }).code === 'unauthorized';
-      }
-    });
+    await waitUntil(
+      async () => {
+        try {
+          await auth.authenticate(`Bearer ${account.key}`);
+          return false;
+        } catch (err) {
+          return (err as { code?: string }).code === 'unauthorized';
+        }
+      },
+      { what: 'the revoked key to be refused' },
+    );
   });
 });

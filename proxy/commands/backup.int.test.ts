@@ -18,6 +18,7 @@ import { CLI, makeTempDir, ROOT, runCli, startGateway, type GatewayProcess } fro
 import { useTestRedis } from '../../test/support/redis.ts';
 import { startStaticStore } from '../../test/support/static-store.ts';
 import { FILE_STORE_KINDS } from '../../test/support/store-kinds.ts';
+import { waitUntil } from '../../test/harness/index.ts';
 
 const KiB = 1024;
 const blobFile = (backup: string, hex: string) =>
@@ -298,16 +299,17 @@ describe('an interrupted backup', () => {
       stdio: 'ignore',
     });
     const exited = new Promise((resolve) => child.on('exit', resolve));
-    const deadline = Date.now() + 30_000;
-    for (;;) {
-      const partial = (await listPartials(destination))[0];
-      const blobs = partial
-        ? await readdir(path.join(destination, partial, 'blobs', 'sha256'), { recursive: true }).catch(() => [])
-        : [];
-      if (blobs.some((n) => /[0-9a-f]{64}$/.test(String(n)))) break;
-      if (Date.now() > deadline || child.exitCode !== null) throw new Error('the backup never had a blob in place');
-      await sleep(10);
-    }
+    await waitUntil(
+      async () => {
+        if (child.exitCode !== null) throw new Error('the backup exited before it had a blob in place');
+        const partial = (await listPartials(destination))[0];
+        const blobs = partial
+          ? await readdir(path.join(destination, partial, 'blobs', 'sha256'), { recursive: true }).catch(() => [])
+          : [];
+        return blobs.some((n) => /[0-9a-f]{64}$/.test(String(n)));
+      },
+      { what: 'the backup to have a blob in place', timeoutMs: 30_000, intervalMs: 10 },
+    );
     child.kill('SIGKILL');
     await exited;
     expect(await listPartials(destination)).toHaveLength(1);

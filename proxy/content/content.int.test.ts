@@ -18,6 +18,7 @@ import {
   type StoreBacking,
   type StoreProbe,
 } from '../../test/support/store-kinds.ts';
+import { waitUntil } from '../../test/harness/index.ts';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -382,16 +383,27 @@ describe.each(ALL_STORE_KINDS)('content API over real HTTP (%s store)', (kind) =
       `GET /api/v1/repositories/files/artifacts/size-${50 * MiB}/content HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${writer.key}\r\n\r\n`,
     );
     socket.pause();
-    if (kind === 'fs') await waitFor(async () => (await openBlobFds(pid, blob)) > 0);
+    if (kind === 'fs')
+      await waitUntil(async () => (await openBlobFds(pid, blob)) > 0, {
+        what: 'the reader to open the blob',
+        timeoutMs: 10_000,
+      });
     await new Promise((r) => setTimeout(r, 1500));
     const rssDuring = await rssBytes(pid);
     expect(rssDuring - rssBefore).toBeLessThan(20 * MiB);
     if (kind === 'http') expect((await upstreamDone()).length).toBe(doneBefore);
     socket.destroy();
     // The reader releases the descriptor to the open-file cache, which closes it once idle (1 s here).
-    if (kind === 'fs') await waitFor(async () => (await openBlobFds(pid, blob)) === 0);
+    if (kind === 'fs')
+      await waitUntil(async () => (await openBlobFds(pid, blob)) === 0, {
+        what: 'the idle descriptor to be closed',
+        timeoutMs: 10_000,
+      });
     else if (kind === 'http') {
-      await waitFor(async () => (await upstreamDone()).length === doneBefore + 1);
+      await waitUntil(async () => (await upstreamDone()).length === doneBefore + 1, {
+        what: 'the upstream transfer to end',
+        timeoutMs: 10_000,
+      });
       const bytesSent = Number((await upstreamDone()).at(-1)!.split(' ')[1]);
       expect(bytesSent).toBeLessThan(50 * MiB);
     }
@@ -420,14 +432,6 @@ async function openBlobFds(pid: number, sha: string): Promise<number> {
     if (target.endsWith(sha)) n++;
   }
   return n;
-}
-
-async function waitFor(check: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }
 
 /** Writes a raw request, optionally half-closes, and returns whatever the server answered. */

@@ -9,6 +9,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { waitUntil } from '../../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
 const db = useTestDatabase();
@@ -64,13 +65,15 @@ async function waitForState(
   states: string[],
   timeoutMs = 60_000,
 ): Promise<Record<string, unknown>> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const s = json(await request(`${gw.url}/api/v1/repositories/mp/uploads/${upload}`, { headers: bearer(key) }));
-    if (states.includes(s.state as string)) return s;
-    if (Date.now() > deadline) throw new Error(`upload ${upload} stayed ${String(s.state)}`);
-    await sleep(50);
-  }
+  let s: Record<string, unknown> = {};
+  await waitUntil(
+    async () => {
+      s = json(await request(`${gw.url}/api/v1/repositories/mp/uploads/${upload}`, { headers: bearer(key) }));
+      return states.includes(s.state as string);
+    },
+    { what: `upload ${upload} to be ${states.join(' or ')}`, timeoutMs },
+  );
+  return s;
 }
 
 const digest = (b: Buffer) => createHash('sha256').update(b).digest('hex');
@@ -286,9 +289,5 @@ describe('a separate completion worker', () => {
 });
 
 async function waitForLog(gw: GatewayProcess, text: string, timeoutMs = 15_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!gw.logs().includes(text)) {
-    if (Date.now() > deadline) throw new Error(`no "${text}" in the log:\n${gw.logs()}`);
-    await sleep(50);
-  }
+  await waitUntil(() => gw.logs().includes(text), { what: `"${text}" in the log`, timeoutMs, process: gw });
 }

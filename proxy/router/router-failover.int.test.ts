@@ -9,10 +9,10 @@
 import { createHash, randomBytes } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { request } from '../../test/support/content.ts';
 import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { waitUntil } from '../../test/harness/index.ts';
 
 const PROBE_MS = 200;
 const BYTES = randomBytes(256 * 1024 + 13);
@@ -99,14 +99,6 @@ const routerStatus = async () =>
     backends: { total: number; healthy: number; reads: number; storeUnreachable: number; ejected: number };
   };
 
-async function waitFor(what: string, check: () => Promise<boolean>, timeoutMs = 5000): Promise<void> {
-  const deadline = performance.now() + timeoutMs;
-  while (!(await check())) {
-    if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(20);
-  }
-}
-
 beforeAll(async () => {
   gateways = await Promise.all(['writer', 'reader1', 'reader2'].map(startStandIn));
   metricsPort = 20000 + Math.floor(Math.random() * 20000);
@@ -161,10 +153,11 @@ describe('router failover with stand-in gateways', () => {
     const reader1 = gateways[1]!;
     reader1.store = 'unreachable';
     const changedAt = performance.now();
-    await waitFor(
-      'the router to see reader1 store unreachable',
-      async () => (await routerStatus()).backends.storeUnreachable === 1,
-    );
+    await waitUntil(async () => (await routerStatus()).backends.storeUnreachable === 1, {
+      what: 'the router to see reader1 store unreachable',
+      timeoutMs: 5000,
+      intervalMs: 20,
+    });
     expect(performance.now() - changedAt).toBeLessThanOrEqual(2 * PROBE_MS + 500);
     const before = reader1.seen.length;
     for (let i = 0; i < 12; i++) {
@@ -175,7 +168,11 @@ describe('router failover with stand-in gateways', () => {
     expect(reader1.seen.length).toBe(before);
     expect(await metric(/^arkvory_router_gateways\{state="store_unreachable"\}/)).toBe(1);
     reader1.store = 'ok';
-    await waitFor('reader1 back in reads', async () => (await routerStatus()).backends.reads === 3);
+    await waitUntil(async () => (await routerStatus()).backends.reads === 3, {
+      what: 'reader1 back in reads',
+      timeoutMs: 5000,
+      intervalMs: 20,
+    });
     const served = new Set<string>();
     for (let i = 0; i < 9; i++)
       served.add(String((await request(`${router.url}${contentPath('a')}`)).headers['x-upstream']));
@@ -200,12 +197,20 @@ describe('router failover with stand-in gateways', () => {
     for (let i = 0; i < 6; i++) expect((await request(`${router.url}${contentPath('b')}`)).status).toBe(200);
     expect(reader2.seen.length).toBe(seen);
     reader2.failures.clear();
-    await waitFor('the ejection to end', async () => (await routerStatus()).backends.ejected === 0, 4000);
+    await waitUntil(async () => (await routerStatus()).backends.ejected === 0, {
+      what: 'the ejection to end',
+      timeoutMs: 4000,
+      intervalMs: 20,
+    });
   });
 
   it("with every gateway's store down, the router tries one and then one more, and answers 503 store_unreachable (no endless retry)", async () => {
     for (const g of gateways) g.store = 'unreachable';
-    await waitFor('all stores unreachable', async () => (await routerStatus()).backends.storeUnreachable === 3);
+    await waitUntil(async () => (await routerStatus()).backends.storeUnreachable === 3, {
+      what: 'all stores unreachable',
+      timeoutMs: 5000,
+      intervalMs: 20,
+    });
     for (let i = 0; i < 3; i++) {
       const id = `all-down-${i}`;
       const res = await request(`${router.url}${contentPath('c')}`, { headers: { 'x-request-id': id } });

@@ -14,6 +14,7 @@ import { createTestDatabase, type TestDatabase } from '../../test/support/databa
 import { makeTempDir, ROOT, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { APT_TEMPLATE } from '../content/paths.ts';
 import { freeLoopbackPort } from '../../test/harness/index.ts';
+import { waitUntil } from '../../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
 const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
@@ -81,16 +82,20 @@ beforeAll(async () => {
   nginx = spawn(NGINX, ['-p', dir, '-c', path.join(dir, 'nginx.conf')], { stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   nginx.stderr!.on('data', (d: Buffer) => (output += d.toString()));
-  const deadline = Date.now() + 10_000;
-  for (;;) {
-    try {
-      await request(`${nginxUrl}/health/live`);
-      break;
-    } catch {
-      if (Date.now() > deadline || nginx.exitCode !== null) throw new Error(`nginx did not start: ${output}`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  }
+  await waitUntil(
+    async () => {
+      if (nginx!.exitCode !== null) throw new Error(`nginx exited: ${output}`);
+      try {
+        await request(`${nginxUrl}/health/live`);
+        return true;
+      } catch {
+        return false;
+      }
+    },
+    { what: 'nginx to start', timeoutMs: 10_000 },
+  ).catch((err: Error) => {
+    throw new Error(`${err.message}: ${output}`);
+  });
 }, 300_000);
 
 afterAll(async () => {

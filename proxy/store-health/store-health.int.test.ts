@@ -7,12 +7,12 @@
  */
 import { rename } from 'node:fs/promises';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { waitUntil } from '../../test/harness/index.ts';
 
 const PROBE_MS = 300;
 const db = useTestDatabase();
@@ -33,10 +33,11 @@ const status = async (): Promise<{ code: number; body: Status }> => {
 
 async function waitForState(state: string, timeoutMs: number): Promise<number> {
   const started = performance.now();
-  while ((await status()).body.store.state !== state) {
-    if (performance.now() - started > timeoutMs) throw new Error(`store did not become ${state} in ${timeoutMs} ms`);
-    await sleep(10);
-  }
+  await waitUntil(async () => (await status()).body.store.state === state, {
+    what: `the store to become ${state}`,
+    timeoutMs,
+    intervalMs: 10,
+  });
   return performance.now() - started;
 }
 

@@ -27,6 +27,7 @@ import {
   issueClientCertificate,
   issueServerCertificate,
   replaceFileAtomically,
+  waitUntil,
 } from '../../test/harness/index.ts';
 
 const run = promisify(execFile);
@@ -102,18 +103,14 @@ function tlsEnv(extra: Record<string, string> = {}): Record<string, string> {
 async function startTlsGateway(env: Record<string, string>): Promise<GatewayProcess & { https: string }> {
   const gw = await startGateway({ env, waitFor: 'none' });
   const url = `https://127.0.0.1:${gw.port}`;
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    if (gw.child.exitCode !== null) throw new Error(`gateway exited:\n${gw.logs()}`);
-    try {
-      const r = await httpsRequest(`${url}/health/status`, { ca: ca.certPem });
-      if (r.status === 200) return Object.assign(gw, { https: url });
-    } catch {
-      // not listening yet
-    }
-    if (Date.now() > deadline) throw new Error(`gateway not serving:\n${gw.logs()}`);
-    await sleep(100);
-  }
+  await waitUntil(async () => (await httpsRequest(`${url}/health/status`, { ca: ca.certPem })).status === 200, {
+    what: 'the gateway to serve over https',
+    timeoutMs: 60_000,
+    intervalMs: 100,
+    retryOnError: true,
+    process: gw,
+  });
+  return Object.assign(gw, { https: url });
 }
 
 describe('TLS listener', () => {
@@ -312,11 +309,19 @@ describe('certificate reload', () => {
     const second = await issueServerCertificate(ca, dir, 'second');
     await replaceFileAtomically(keyFile, second.keyPem);
     await replaceFileAtomically(certFile, second.certPem);
-    await waitFor(async () => (await serialNow()) === second.serial, 5000);
+    await waitUntil(async () => (await serialNow()) === second.serial, {
+      what: 'the certificate reload',
+      timeoutMs: 5000,
+      intervalMs: 100,
+    });
 
     // A broken key (the cert stays the second one): rejected, still the second serial, counted.
     await replaceFileAtomically(keyFile, 'not a key\n');
-    await waitFor(async () => gw.logs().includes('"code":"tls_reload_failed"'), 5000);
+    await waitUntil(async () => gw.logs().includes('"code":"tls_reload_failed"'), {
+      what: 'the failed reload to be logged',
+      timeoutMs: 5000,
+      intervalMs: 100,
+    });
     expect(await serialNow()).toBe(second.serial);
     const metrics = (await httpsRequest(`${gw.https}/metrics`, { ca: ca.certPem })).body.toString();
     expect(metrics).toMatch(/^arkvory_tls_reload_failures_total [1-9]/m);
@@ -329,7 +334,11 @@ describe('certificate reload', () => {
     await writeFile(certFile, third.certPem);
     await writeFile(keyFile, third.keyPem);
     gw.child.kill('SIGHUP');
-    await waitFor(async () => (await serialNow()) === third.serial, 5000);
+    await waitUntil(async () => (await serialNow()) === third.serial, {
+      what: 'the certificate reload',
+      timeoutMs: 5000,
+      intervalMs: 100,
+    });
     await gw.stop();
     await writeFile(certFile, server.certPem);
     await writeFile(keyFile, server.keyPem);
@@ -607,11 +616,3 @@ describe('TLS to other roles and to Redis (ARKVORY_TLS_CA_FILE)', () => {
     }
   });
 });
-
-async function waitFor(check: () => Promise<boolean>, ms: number): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`condition not met within ${ms} ms`);
-    await sleep(100);
-  }
-}

@@ -10,6 +10,7 @@ import { useTestDatabase } from '../../test/support/database.ts';
 import { createCatalog, type ArtifactKey, type Catalog } from './catalog.ts';
 import { createCachedCatalog } from './cached-catalog.ts';
 import { EpochWatcher } from '../../lib/epoch-watcher.ts';
+import { waitUntil } from '../../test/harness/index.ts';
 
 const db = useTestDatabase();
 const log = pino({ level: 'silent' });
@@ -42,11 +43,6 @@ async function publish(catalog: Catalog, name: string): Promise<void> {
     contentType: 'application/octet-stream',
     publishedBy: null,
   });
-}
-
-async function until(condition: () => boolean, what: string): Promise<void> {
-  for (let i = 0; i < 400 && !condition(); i++) await new Promise((r) => setTimeout(r, 25));
-  if (!condition()) throw new Error(`timed out waiting for ${what}`);
 }
 
 describe('cached catalog (real PostgreSQL)', () => {
@@ -125,7 +121,7 @@ describe('cached catalog (real PostgreSQL)', () => {
     expect((await catalog.get(key('notified')))?.name).toBe('notified');
     const generation = watcher.generation;
     await createCatalog(db.pool).remove(key('notified'));
-    await until(() => watcher.generation > generation, 'the NOTIFY');
+    await waitUntil(() => watcher.generation > generation, { what: 'the NOTIFY', timeoutMs: 10_000, intervalMs: 25 });
     expect(await catalog.get(key('notified'))).toBeUndefined();
   });
 

@@ -25,6 +25,7 @@ import { bearer, createRepository, createServiceAccount } from '../support/auth.
 import { createTestDatabase } from '../support/database.ts';
 import { makeTempDir, startGateway } from '../support/gateway.ts';
 import { NODE_TIMEOUT_MS, startRedisCluster, type RedisClusterHandle } from './redis-cluster.ts';
+import { waitUntil } from '../harness/index.ts';
 
 let cluster: RedisClusterHandle;
 let client: RateLimitRedis;
@@ -162,7 +163,12 @@ describe('failover of a primary', () => {
     // The replica has the count before the primary dies (replication is asynchronous).
     const replicaClient = replica.direct();
     await replicaClient.call('READONLY');
-    await waitFor(async () => (await replicaClient.get(counterKey)) === '2', 5000, 'the replica to hold the count');
+    await waitUntil(async () => (await replicaClient.get(counterKey)) === '2', {
+      what: 'the replica to hold the count',
+      timeoutMs: 5000,
+      intervalMs: 100,
+      retryOnError: true,
+    });
 
     primary.child.kill('SIGKILL');
     await new Promise((r) => primary.child.once('exit', r));
@@ -176,14 +182,18 @@ describe('failover of a primary', () => {
 
     // The replica is promoted after the node timeout; the client follows and counting resumes.
     let resumed: Awaited<ReturnType<typeof limiter.check>> | undefined;
-    await waitFor(
+    await waitUntil(
       async () => {
         const r = await limiter.check(id);
         if (r.error === undefined) resumed = r;
         return r.error === undefined;
       },
-      NODE_TIMEOUT_MS * 20,
-      'counting to resume after the failover',
+      {
+        what: 'counting to resume after the failover',
+        timeoutMs: NODE_TIMEOUT_MS * 20,
+        intervalMs: 100,
+        retryOnError: true,
+      },
     );
     expect((await cluster.primaryOf(slot)).port).toBe(replica.port);
     // Counting goes on from the 2 replicated before the kill, never from zero. A check that failed
@@ -197,16 +207,3 @@ describe('failover of a primary', () => {
     expect(next.info!.remaining).toBeLessThan(remaining);
   }, 60_000);
 });
-
-async function waitFor(probe: () => Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      if (await probe()) return;
-    } catch {
-      // not yet
-    }
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}

@@ -84,6 +84,18 @@ export function directoryProbe(root: string): StoreProbe {
   };
 }
 
+/** Where a test's S3 store lives and how it is reached, with the bounds every test store uses. */
+function s3Connection(s3: S3Server, prefix: string) {
+  return {
+    location: { bucket: s3.bucket, prefix },
+    endpoint: s3.env().ARKVORY_S3_ENDPOINT!,
+    region: s3.region,
+    credentials: { accessKeyId: s3.accessKeyId, secretAccessKey: s3.secretAccessKey },
+    connectTimeoutMs: 2000,
+    timeoutMs: 30_000,
+  };
+}
+
 export function s3Probe(server: S3Server, prefix = ''): StoreProbe {
   const client = server.client();
   return {
@@ -175,20 +187,7 @@ export async function startStoreBacking(kind: StoreKind): Promise<StoreBacking> 
     },
     async openAt(place, role, pool, options = {}) {
       if (s3) {
-        const env = s3.env();
-        return track(
-          await openS3Store({
-            location: { bucket: s3.bucket, prefix: `${place}/` },
-            endpoint: env.ARKVORY_S3_ENDPOINT!,
-            region: s3.region,
-            credentials: { accessKeyId: s3.accessKeyId, secretAccessKey: s3.secretAccessKey },
-            role,
-            pool,
-            connectTimeoutMs: 2000,
-            timeoutMs: 30_000,
-            restoreAs: options.restoreAs,
-          }),
-        );
+        return track(await openS3Store({ ...s3Connection(s3, `${place}/`), role, pool, restoreAs: options.restoreAs }));
       }
       if (nginx)
         return track(
@@ -212,16 +211,10 @@ export async function startStoreBacking(kind: StoreKind): Promise<StoreBacking> 
     async open(role, pool, options = {}) {
       let store: ArtifactStore;
       if (s3) {
-        const env = s3.env();
         store = await openS3Store({
-          location: { bucket: s3.bucket, prefix: '' },
-          endpoint: env.ARKVORY_S3_ENDPOINT!,
-          region: s3.region,
-          credentials: { accessKeyId: s3.accessKeyId, secretAccessKey: s3.secretAccessKey },
+          ...s3Connection(s3, ''),
           role,
           pool,
-          connectTimeoutMs: 2000,
-          timeoutMs: 30_000,
           limits: options.limits,
           socketReads: options.socketReads,
           socketWrites: options.socketWrites,
