@@ -459,7 +459,11 @@ describe('client certificates (mutual TLS)', () => {
       a.destroy();
       expect(refused.status).toBe(401);
       expect(JSON.parse(refused.body.toString()).code).toBe('unauthorized');
-      expect(gw.logs()).toContain(reason);
+      // The log line is written by the gateway process and read through its pipe: it may trail the answer.
+      await waitUntil(() => gw.logs().includes(reason), {
+        what: `the log to give the reason (${reason})`,
+        timeoutMs: 5000,
+      });
     }
     // A key still works on a connection that shows no certificate.
     expect(
