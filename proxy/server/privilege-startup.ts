@@ -25,6 +25,7 @@ export async function checkDatabasePrivileges(
   if (privileged && config.databaseRequireLeastPrivilege)
     throw new StartupError(`${line}; refused because ARKVORY_DATABASE_REQUIRE_LEAST_PRIVILEGE is set`);
   const fields = {
+    code: privileged ? 'database_login_privileged' : 'database_login',
     login: report.login,
     databaseRole: report.needs,
     superuser: report.superuser,
