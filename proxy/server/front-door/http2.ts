@@ -199,7 +199,7 @@ export class Http2Front {
     const hasBody = announcesBody(req) || !stream.endAfterHeaders;
     // Before node:http2's own listener ends the request body: a reset body fails, never ends.
     stream.prependListener('close', () => {
-      if (stream.rstCode !== NGHTTP2_NO_ERROR && !req.readableEnded && !req.destroyed) req.destroy(abortedError());
+      if (stream.rstCode !== NGHTTP2_NO_ERROR) failBody(req);
     });
     this.#armTimeouts(stream, req, res, hasBody);
     if (hasBody) resetAfterEarlyAnswer(stream, req);
@@ -223,7 +223,7 @@ export class Http2Front {
           { code: 'client_timeout', phase: 'request_body', idleMs: limits.bodyIdleTimeoutMs, protocol: 'h2' },
           'no request body byte in time; answering 408 and resetting the stream',
         );
-        if (!req.destroyed) req.destroy(abortedError());
+        failBody(req);
         sendError(res, BODY_TIMEOUT);
         // RST_STREAM NO_ERROR once the answer is out: the client stops sending, the connection stays.
         if (!stream.closed) stream.close(NGHTTP2_NO_ERROR);
@@ -256,9 +256,14 @@ function remoteClosed(stream: ServerHttp2Stream): boolean {
   return stream.endAfterHeaders || stream.destroyed || stream.state.remoteClose === 1;
 }
 
-/** The error a reset request body fails with: node:http's for a connection cut mid-body. */
-function abortedError(): Error {
-  return Object.assign(new Error(ABORTED), { code: 'ECONNRESET' });
+/**
+ * A request body that will not arrive whole fails (node:http's error for a connection cut mid-body)
+ * rather than ending as if complete; with nobody reading it, it is only destroyed.
+ */
+function failBody(req: IncomingMessage): void {
+  if (req.destroyed || req.readableEnded) return;
+  if (req.listenerCount('error') === 0) req.destroy();
+  else req.destroy(Object.assign(new Error(ABORTED), { code: 'ECONNRESET' }));
 }
 
 /**
@@ -268,7 +273,7 @@ function abortedError(): Error {
 function resetAfterEarlyAnswer(stream: ServerHttp2Stream, req: IncomingMessage): void {
   stream.once('finish', () => {
     if (remoteClosed(stream) || stream.closed) return;
-    if (!req.destroyed && !req.readableEnded) req.destroy(abortedError());
+    failBody(req);
     stream.close(NGHTTP2_NO_ERROR);
   });
 }
