@@ -333,3 +333,299 @@ describe('HTTP/2 conformance and load', () => {
     expect(stdout).toMatch(/:status: 200/);
   });
 });
+
+const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
+const FRAME = { DATA: 0, HEADERS: 1, RST_STREAM: 3, SETTINGS: 4, PING: 6, GOAWAY: 7, CONTINUATION: 9 } as const;
+
+function frame(type: number, flags: number, streamId: number, payload: Buffer = Buffer.alloc(0)): Buffer {
+  const head = Buffer.alloc(9);
+  head.writeUIntBE(payload.length, 0, 3);
+  head.writeUInt8(type, 3);
+  head.writeUInt8(flags, 4);
+  head.writeUInt32BE(streamId, 5);
+  return Buffer.concat([head, payload]);
+}
+
+/** An HPACK literal without indexing, its name from the static table (values under 127 bytes). */
+function literal(index: number, value: string): Buffer {
+  const name = index < 15 ? [index] : [0x0f, index - 15];
+  return Buffer.concat([Buffer.from([...name, value.length]), Buffer.from(value)]);
+}
+
+/** An HPACK block for `GET path` (static-table names, literal values, no indexing), with `authorization`. */
+function getHeaders(target: string, authorization?: string): Buffer {
+  return Buffer.concat([
+    Buffer.from([0x82, 0x87]),
+    literal(0x04, target),
+    literal(0x01, '127.0.0.1'),
+    ...(authorization ? [literal(23, authorization)] : []),
+  ]);
+}
+
+/** A raw HTTP/2 connection over TLS: frames written by hand, the server's GOAWAY and resets collected. */
+class RawH2 {
+  goaway: number | undefined;
+  readonly resets: number[] = [];
+  closed = false;
+  readonly socket: tls.TLSSocket;
+  #buffer = Buffer.alloc(0);
+  private constructor(socket: tls.TLSSocket) {
+    this.socket = socket;
+    socket.on('data', (chunk: Buffer) => this.#read(chunk));
+    socket.on('close', () => (this.closed = true));
+    socket.on('error', () => {});
+  }
+
+  static open(port: number): Promise<RawH2> {
+    return new Promise((resolve, reject) => {
+      const socket = tls.connect(
+        { host: '127.0.0.1', port, ca: ca.certPem, servername: 'localhost', ALPNProtocols: ['h2'] },
+        () => {
+          socket.write(Buffer.concat([PREFACE, frame(FRAME.SETTINGS, 0, 0)]));
+          resolve(new RawH2(socket));
+        },
+      );
+      socket.once('error', reject);
+    });
+  }
+
+  /** Writes `data`; resolves once the socket took it (false: the connection is gone). */
+  write(data: Buffer): Promise<boolean> {
+    if (this.closed || this.socket.destroyed) return Promise.resolve(false);
+    return new Promise((resolve) => {
+      if (this.socket.write(data)) resolve(true);
+      else {
+        const done = () => resolve(!this.closed);
+        this.socket.once('drain', done);
+        this.socket.once('close', done);
+      }
+    });
+  }
+
+  #read(chunk: Buffer): void {
+    this.#buffer = Buffer.concat([this.#buffer, chunk]);
+    while (this.#buffer.length >= 9) {
+      const length = this.#buffer.readUIntBE(0, 3);
+      if (this.#buffer.length < 9 + length) return;
+      const type = this.#buffer.readUInt8(3);
+      const payload = this.#buffer.subarray(9, 9 + length);
+      if (type === FRAME.GOAWAY) this.goaway ??= payload.readUInt32BE(4);
+      if (type === FRAME.RST_STREAM) this.resets.push(payload.readUInt32BE(0));
+      if (type === FRAME.SETTINGS && (this.#buffer.readUInt8(4) & 1) === 0)
+        this.socket.write(frame(FRAME.SETTINGS, 1, 0));
+      this.#buffer = this.#buffer.subarray(9 + length);
+    }
+  }
+
+  close(): void {
+    this.socket.destroy();
+  }
+}
+
+/**
+ * Runs `attack` while a well-behaved client asks `/health/live` every 50 ms on its own HTTP/2
+ * connection, and samples the gateway's RSS; returns the memory growth, the CPU time the gateway
+ * spent, and the good client's slowest answer and failures.
+ */
+async function underAttack(
+  gw: GatewayProcess & { https: string },
+  attack: () => Promise<void>,
+): Promise<{ rssGrowth: number; cpuMs: number; worstMs: number; failures: number; served: number }> {
+  const pid = gw.child.pid!;
+  const before = await usage(pid);
+  let peakRss = before.rss;
+  let worstMs = 0;
+  let failures = 0;
+  let served = 0;
+  let running = true;
+  const good = http2.connect(gw.https, { ca: ca.certPem });
+  good.on('error', () => {});
+  const probe = (async () => {
+    while (running) {
+      const started = performance.now();
+      try {
+        const r = await h2Request(gw.https, '/health/live', { session: good });
+        if (r.status === 200) served++;
+        else failures++;
+      } catch {
+        failures++;
+      }
+      worstMs = Math.max(worstMs, performance.now() - started);
+      peakRss = Math.max(peakRss, (await usage(pid)).rss);
+      await sleep(50);
+    }
+  })();
+  try {
+    await attack();
+    await sleep(300);
+  } finally {
+    running = false;
+    await probe;
+    good.close();
+  }
+  const after = await usage(pid);
+  return { rssGrowth: peakRss - before.rss, cpuMs: after.cpuMs - before.cpuMs, worstMs, failures, served };
+}
+
+describe('HTTP/2 abuses are bounded (GOAWAY or refused streams; other clients unaffected)', () => {
+  let gw: GatewayProcess & { https: string };
+  beforeAll(async () => {
+    gw = await startH2Gateway();
+  });
+  afterAll(() => gw.stop());
+  const ENHANCE_YOUR_CALM = http2.constants.NGHTTP2_ENHANCE_YOUR_CALM;
+
+  /** The common bounds: memory, CPU and the good client's latency. */
+  function expectBounded(r: Awaited<ReturnType<typeof underAttack>>): void {
+    expect(r.failures).toBe(0);
+    expect(r.served).toBeGreaterThan(0);
+    expect(r.worstMs).toBeLessThan(1000);
+    expect(r.rssGrowth).toBeLessThan(64 * MiB);
+    expect(r.cpuMs).toBeLessThan(5000);
+  }
+
+  it('rapid reset (CVE-2023-44487): HEADERS + RST_STREAM in a loop ends the session with GOAWAY', async () => {
+    let raw: RawH2 | undefined;
+    let sent = 0;
+    const r = await underAttack(gw, async () => {
+      raw = await RawH2.open(gw.port);
+      await sleep(100);
+      const get = getHeaders('/health/live');
+      const cancel = Buffer.alloc(4);
+      cancel.writeUInt32BE(http2.constants.NGHTTP2_CANCEL);
+      for (let id = 1; sent < 20_000 && !raw.closed && raw.goaway === undefined; ) {
+        const batch: Buffer[] = [];
+        for (let i = 0; i < 50; i++, id += 2, sent++)
+          batch.push(frame(FRAME.HEADERS, 5, id, get), frame(FRAME.RST_STREAM, 0, id, cancel));
+        await raw.write(Buffer.concat(batch));
+        await sleep(1);
+      }
+      await sleep(200);
+    });
+    // nghttp2's own reset rate limit answers INTERNAL_ERROR; the front door's budget ENHANCE_YOUR_CALM.
+    expect(
+      [ENHANCE_YOUR_CALM, http2.constants.NGHTTP2_INTERNAL_ERROR],
+      `closed ${raw!.closed} after ${sent}`,
+    ).toContain(raw!.goaway);
+    expect(sent).toBeLessThan(2000);
+    raw!.close();
+    expectBounded(r);
+  });
+
+  /** Sends `one` frame in small paced batches (the client reads every ack) until the session ends. */
+  async function paced(raw: RawH2, one: Buffer, max: number): Promise<number> {
+    let sent = 0;
+    while (sent < max && !raw.closed && raw.goaway === undefined) {
+      await raw.write(Buffer.concat(Array.from({ length: 10 }, () => one)));
+      sent += 10;
+      await sleep(1);
+    }
+    return sent;
+  }
+
+  it('a PING flood ends the session with GOAWAY ENHANCE_YOUR_CALM', async () => {
+    let raw: RawH2 | undefined;
+    let sent = 0;
+    const r = await underAttack(gw, async () => {
+      raw = await RawH2.open(gw.port);
+      sent = await paced(raw, frame(FRAME.PING, 0, 0, Buffer.alloc(8)), 20_000);
+      await sleep(200);
+    });
+    expect(raw!.goaway, `closed ${raw!.closed} after ${sent}`).toBe(ENHANCE_YOUR_CALM);
+    expect(sent).toBeLessThan(2000);
+    raw!.close();
+    expectBounded(r);
+  });
+
+  it('a SETTINGS flood ends the session with GOAWAY ENHANCE_YOUR_CALM', async () => {
+    let raw: RawH2 | undefined;
+    let sent = 0;
+    const r = await underAttack(gw, async () => {
+      raw = await RawH2.open(gw.port);
+      sent = await paced(raw, frame(FRAME.SETTINGS, 0, 0, Buffer.from([0, 3, 0, 0, 0, 100])), 20_000);
+      await sleep(200);
+    });
+    expect(raw!.goaway, `closed ${raw!.closed} after ${sent}`).toBe(ENHANCE_YOUR_CALM);
+    expect(sent).toBeLessThan(2000);
+    raw!.close();
+    expectBounded(r);
+  });
+
+  it('an unpaced PING flood (acks never read in time) is cut by nghttp2 itself', async () => {
+    let raw: RawH2 | undefined;
+    const r = await underAttack(gw, async () => {
+      raw = await RawH2.open(gw.port);
+      const ping = frame(FRAME.PING, 0, 0, Buffer.alloc(8));
+      for (let i = 0; i < 200 && !raw.closed; i++)
+        await raw.write(Buffer.concat(Array.from({ length: 100 }, () => ping)));
+      await sleep(200);
+    });
+    expect(raw!.goaway !== undefined || raw!.closed).toBe(true);
+    raw!.close();
+    expectBounded(r);
+  });
+
+  it('a CONTINUATION flood (CVE-2024-27316 class) is cut at the header list bound', async () => {
+    let raw: RawH2 | undefined;
+    let written = 0;
+    const r = await underAttack(gw, async () => {
+      raw = await RawH2.open(gw.port);
+      await raw.write(frame(FRAME.HEADERS, 0 /* no END_HEADERS */, 1, getHeaders('/health/live')));
+      // Each CONTINUATION adds a 4 KiB header field; END_HEADERS never comes.
+      const field = Buffer.concat([
+        Buffer.from([0x00, 0x01, 0x78, 0x7f, 0x81, 0x1f]),
+        Buffer.alloc(4096 - 6 + 0, 0x61),
+      ]);
+      const continuation = frame(FRAME.CONTINUATION, 0, 1, field);
+      for (let i = 0; i < 50_000 && !raw.closed && raw.goaway === undefined; i++) {
+        if (!(await raw.write(continuation))) break;
+        written += continuation.length;
+      }
+      await sleep(300);
+    });
+    // The server stopped it long before 200 MiB of header block: GOAWAY or a closed connection.
+    expect(raw!.goaway !== undefined || raw!.closed).toBe(true);
+    expect(written).toBeLessThan(16 * MiB);
+    raw!.close();
+    expectBounded(r);
+  });
+
+  it('an empty DATA frame flood ends the session', async () => {
+    let raw: RawH2 | undefined;
+    const r = await underAttack(gw, async () => {
+      raw = await RawH2.open(gw.port);
+      // A PUT that never ends, then empty DATA frames without END_STREAM.
+      const put = Buffer.concat([Buffer.from([0x42, 3]), Buffer.from('PUT'), getHeaders('/health/live').subarray(1)]);
+      await raw.write(frame(FRAME.HEADERS, 4 /* END_HEADERS */, 1, put));
+      const empty = frame(FRAME.DATA, 0, 1);
+      for (let i = 0; i < 200 && !raw.closed && raw.goaway === undefined; i++)
+        await raw.write(Buffer.concat(Array.from({ length: 100 }, () => empty)));
+      await sleep(200);
+    });
+    expect(raw!.goaway !== undefined || raw!.closed).toBe(true);
+    raw!.close();
+    expectBounded(r);
+  });
+
+  it('too many concurrent streams: past 100, refused streams or GOAWAY PROTOCOL_ERROR (the limit was acknowledged)', async () => {
+    let raw: RawH2 | undefined;
+    const r = await underAttack(gw, async () => {
+      raw = await RawH2.open(gw.port);
+      await sleep(100);
+      // Downloads of a 3 MiB file that never open their flow-control window hold their streams open.
+      const get = getHeaders(`${artifact}/content`, `Bearer ${owner.key}`);
+      const frames: Buffer[] = [];
+      for (let id = 1; id < 2 * 400; id += 2)
+        frames.push(frame(FRAME.HEADERS, 5 /* END_STREAM|END_HEADERS */, id, get));
+      await raw.write(Buffer.concat(frames));
+      await sleep(1000);
+    });
+    const refused = raw!.resets.filter((code) => code === http2.constants.NGHTTP2_REFUSED_STREAM).length;
+    expect(
+      refused > 0 || raw!.goaway === http2.constants.NGHTTP2_PROTOCOL_ERROR,
+      `resets ${raw!.resets.slice(0, 20)} goaway ${raw!.goaway}`,
+    ).toBe(true);
+    raw!.close();
+    expectBounded(r);
+  });
+});

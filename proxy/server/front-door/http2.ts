@@ -100,6 +100,8 @@ export interface Http2Counters {
 }
 
 const ABORTED = 'the client reset the stream';
+/** How long a flooding session's GOAWAY may take to leave before the connection is cut. */
+const GOAWAY_LINGER_MS = 250;
 
 /** What this module needs of the server: its sessions. */
 export interface Http2Server {
@@ -147,12 +149,17 @@ export class Http2Front {
     armIdle(limits.headersTimeoutMs);
     const control = new WindowCounter(CONTROL_FRAME_BUDGET.frames, CONTROL_FRAME_BUDGET.windowMs);
     const resets = new WindowCounter(RESET_BUDGET.resets, RESET_BUDGET.windowMs);
+    let flooded = false;
     const flood = (kind: string) => {
-      if (session.destroyed) return;
+      if (session.destroyed || flooded) return;
+      flooded = true;
       this.counts.floods++;
       this.#log.info({ code: 'http2_flood', kind }, 'HTTP/2 client over its frame budget; session ended');
+      // GOAWAY first (a destroy would say NO_ERROR), then the connection is cut once it went out.
       session.goaway(NGHTTP2_ENHANCE_YOUR_CALM);
-      session.destroy();
+      const cut = setTimeout(() => session.destroy(), GOAWAY_LINGER_MS);
+      cut.unref();
+      session.once('close', () => clearTimeout(cut));
     };
     session.on('ping', () => {
       if (control.hit(performance.now())) flood('ping');
@@ -165,8 +172,7 @@ export class Http2Front {
       clearTimeout(idle);
       stream.once('close', () => {
         open--;
-        if (stream.rstCode !== NGHTTP2_NO_ERROR && !stream.writableFinished && resets.hit(performance.now()))
-          flood('reset');
+        if (stream.rstCode !== NGHTTP2_NO_ERROR && resets.hit(performance.now())) flood('reset');
         if (open === 0 && !session.destroyed) armIdle(limits.keepAliveTimeoutMs);
       });
     });
