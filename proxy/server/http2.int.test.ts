@@ -629,3 +629,77 @@ describe('HTTP/2 abuses are bounded (GOAWAY or refused streams; other clients un
     expectBounded(r);
   });
 });
+
+describe('HTTP/2 streams are transfers: admission, reset, flow control', () => {
+  let gw: GatewayProcess & { https: string };
+  let reader: { key: string };
+  beforeAll(async () => {
+    // Paced per principal, so four downloads hold their slots for seconds.
+    gw = await startH2Gateway({ ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(256 * KiB) });
+    const put = await h2Request(gw.https, artifact, { method: 'PUT', headers: bearer(owner.key), body: payload });
+    expect([200, 201]).toContain(put.status);
+    reader = await createServiceAccount(db.pool, { scopes: ['read'], grants: { [REPO]: 'read' } });
+  });
+  afterAll(() => gw.stop());
+
+  async function ready(): Promise<{ active: number; queued: number }> {
+    const r = await h2Request(gw.https, '/health/ready', { headers: bearer(reader.key) });
+    const { active, queued } = JSON.parse(r.body.toString()).transfers.downloads;
+    return { active, queued };
+  }
+
+  it('four streams of one principal on one connection are four transfers: the fifth waits; a reset frees its slot at once', async () => {
+    const session = http2.connect(gw.https, { ca: ca.certPem });
+    session.on('error', () => {});
+    const open = (): { stream: http2.ClientHttp2Stream; firstByte: Promise<number> } => {
+      const started = performance.now();
+      const stream = session.request({ ':path': `${artifact}/content`, ...bearer(reader.key) });
+      stream.on('error', () => {});
+      const firstByte = new Promise<number>((resolve) =>
+        stream.once('data', () => resolve(performance.now() - started)),
+      );
+      stream.on('data', () => {});
+      return { stream, firstByte };
+    };
+    const four = Array.from({ length: 4 }, open);
+    await Promise.all(four.map((s) => s.firstByte));
+    const fifth = open();
+    let state = await ready();
+    for (let i = 0; i < 40 && state.queued === 0; i++) {
+      await sleep(50);
+      state = await ready();
+    }
+    expect(state).toEqual({ active: 4, queued: 1 });
+    // The other streams of the connection go on: a health check on the same session answers at once.
+    const started = performance.now();
+    expect((await h2Request(gw.https, '/health/live', { session })).status).toBe(200);
+    expect(performance.now() - started).toBeLessThan(1000);
+    // A client reset of one download frees its slot: the fifth starts within a bound.
+    const resetAt = performance.now();
+    four[0]!.stream.close(http2.constants.NGHTTP2_CANCEL);
+    await fifth.firstByte;
+    expect(performance.now() - resetAt).toBeLessThan(1500);
+    state = await ready();
+    expect(state.active).toBe(4);
+    expect(state.queued).toBe(0);
+    session.destroy();
+    for (let i = 0; i < 40 && (await ready()).active > 0; i++) await sleep(50);
+    expect((await ready()).active).toBe(0);
+  });
+
+  it('flow control is the backpressure: a stream not read holds about its window; another on the connection completes', async () => {
+    const session = http2.connect(gw.https, { ca: ca.certPem });
+    session.on('error', () => {});
+    const stalled = session.request({ ':path': `${artifact}/content`, ...bearer(owner.key) });
+    stalled.on('error', () => {});
+    stalled.pause();
+    await new Promise((resolve) => stalled.once('response', resolve));
+    await sleep(500);
+    // The client's buffered bytes are bounded by the stream window (64 KiB by default) plus a frame.
+    expect(stalled.readableLength).toBeLessThanOrEqual(64 * KiB + 16 * KiB);
+    const other = await h2Request(gw.https, `${artifact}/content`, { session, headers: bearer(owner.key) });
+    expect(sha256(other.body)).toBe(sha256(payload));
+    stalled.close(http2.constants.NGHTTP2_CANCEL);
+    session.close();
+  });
+});
