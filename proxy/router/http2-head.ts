@@ -2,7 +2,8 @@
  * An HTTP/2 request seen as the HTTP/1.1 head the router forwards (its upstream to gateways is
  * HTTP/1.1): the pseudo-header fields (`:method`, `:path`, `:scheme`, `:authority`) are not headers
  * and are never forwarded, and `:authority` becomes the `Host` an HTTP/2 client need not send
- * (RFC 9113 §8.3.1). Connection-specific headers cannot arrive (node:http2 refuses a request with
+ * (RFC 9113 §8.3.1); a body without `Content-Length` (HTTP/2 ends it with END_STREAM) is announced as
+ * chunked, as HTTP/1.1 would. Connection-specific headers cannot arrive (node:http2 refuses a request with
  * them); `te` is dropped by the hop-by-hop rules as for HTTP/1.1.
  */
 import type { IncomingMessage } from 'node:http';
@@ -24,6 +25,11 @@ export function asHttp1Head(req: IncomingMessage): void {
   if (!host && typeof authority === 'string') {
     head.unshift('host', authority);
     req.headers.host = authority;
+  }
+  // A body without Content-Length is delimited by END_STREAM in HTTP/2; in HTTP/1.1 it is chunked.
+  if (!req.stream.endAfterHeaders && req.headers['content-length'] === undefined) {
+    head.push('transfer-encoding', 'chunked');
+    req.headers['transfer-encoding'] = 'chunked';
   }
   Object.defineProperty(req, 'rawHeaders', { value: head, configurable: true });
 }

@@ -56,16 +56,19 @@ async function startH2Gateway(extra: Record<string, string> = {}): Promise<Gatew
     waitFor: 'none',
   });
   const url = `https://127.0.0.1:${gw.port}`;
-  const deadline = Date.now() + 60_000;
+  const deadline = Date.now() + 40_000;
+  let last: unknown;
   for (;;) {
     if (gw.child.exitCode !== null) throw new Error(`gateway exited:\n${gw.logs()}`);
     try {
       const r = await h2Request(url, '/health/status');
       if (r.status === 200) return Object.assign(gw, { https: url });
-    } catch {
+      last = `${r.status} ${r.body}`;
+    } catch (err) {
       // not listening yet
+      last = err;
     }
-    if (Date.now() > deadline) throw new Error(`gateway not serving:\n${gw.logs()}`);
+    if (Date.now() > deadline) throw new Error(`not serving (last: ${last}):\n${gw.logs().slice(-3000)}`);
     await sleep(100);
   }
 }
@@ -90,6 +93,8 @@ async function h2Request(
   const session = options.session ?? http2.connect(origin, { ca: ca.certPem });
   try {
     return await new Promise<H2Answer>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no answer to ${target} within 20 s`)), 20_000);
+      timer.unref();
       session.once('error', reject);
       const stream = session.request({
         ':method': options.method ?? 'GET',
@@ -701,5 +706,48 @@ describe('HTTP/2 streams are transfers: admission, reset, flow control', () => {
     expect(sha256(other.body)).toBe(sha256(payload));
     stalled.close(http2.constants.NGHTTP2_CANCEL);
     session.close();
+  });
+});
+
+describe('the router over HTTP/2', () => {
+  it('serves HTTP/2 clients on its TLS listener and forwards HTTP/1.1 heads (no pseudo-headers) to a gateway', async () => {
+    const backend = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const router = await startH2Gateway({
+      ARKVORY_ROLE: 'router',
+      ARKVORY_ROUTER_BACKENDS: backend.url,
+      ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: '200',
+    });
+    try {
+      const target = `/api/v1/repositories/${REPO}/artifacts/routed.bin`;
+      const body = payload.subarray(0, 200_000);
+      const put = await h2Request(router.https, target, { method: 'PUT', headers: bearer(owner.key), body });
+      expect([200, 201], put.body.toString()).toContain(put.status);
+      const get = await h2Request(router.https, `${target}/content`, { headers: bearer(owner.key) });
+      expect(get.status).toBe(200);
+      expect(sha256(get.body)).toBe(sha256(body));
+      expect(get.headers.connection).toBeUndefined();
+      const range = await h2Request(router.https, `${target}/content`, {
+        headers: { ...bearer(owner.key), range: 'bytes=10-19' },
+      });
+      expect(range.status).toBe(206);
+      expect(range.body.equals(body.subarray(10, 20))).toBe(true);
+      const { stdout } = await run('curl', [
+        '-sS',
+        '--http2',
+        '--cacert',
+        ca.certFile,
+        '-H',
+        `Authorization: Bearer ${owner.key}`,
+        '-o',
+        '/dev/null',
+        '-w',
+        '%{http_code} %{http_version}',
+        `${router.https}${target}/content`,
+      ]);
+      expect(stdout).toBe('200 2');
+    } finally {
+      await router.stop();
+      await backend.stop();
+    }
   });
 });
