@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the test suites need beyond npm on a Debian machine of this kind, and only what is
-# missing: Debian packages, Go tools built from the Go module proxy (toxiproxy, SeaweedFS, MinIO, syft) and
+# missing: Debian packages, Go tools built from the Go module proxy (toxiproxy, SeaweedFS, MinIO, syft, h2spec) and
 # Python tools from PyPI (schemathesis). `npm test` runs it before vitest, and so does .ci/run
 # through `npm test`. It says what it installs; with everything present it only checks (well under
 # two seconds). Go and Python tools go to ${ARKVORY_TOOLS_DIR:-/root/.cache/arkvory-tools}, outside
@@ -19,6 +19,8 @@ TOXIPROXY_VERSION=v2.12.0
 MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
 SEAWEEDFS_VERSION=v0.0.0-20261109003541-7506e5f91cd6
 SYFT_VERSION=v1.57.1
+# h2spec: HTTP/2 conformance (proxy/server/http2.int.test.ts). Its module predates Go modules, hence +incompatible.
+H2SPEC_VERSION=v2.2.1+incompatible
 # Keep in step with SCHEMATHESIS_VERSION in test/contract/schemathesis.test.ts.
 SCHEMATHESIS_VERSION=4.32.5
 
@@ -104,6 +106,8 @@ weed_current || tools_missing+=(seaweedfs)
 go_tool_current minio "$MINIO_VERSION" || tools_missing+=(minio)
 # syft: the image's SBOM (deploy/container/build.sh).
 go_tool_current syft "$SYFT_VERSION" || tools_missing+=(syft)
+# h2spec: the HTTP/2 conformance suite run against the TLS listener.
+go_tool_current h2spec "$H2SPEC_VERSION" || tools_missing+=(h2spec)
 # schemathesis: API contract fuzzing (test/contract/schemathesis.test.ts).
 py_tool_current schemathesis schemathesis "$SCHEMATHESIS_VERSION" || tools_missing+=(schemathesis)
 
@@ -209,6 +213,9 @@ for tool in "${tools_missing[@]}"; do
       ;;
     syft)
       go_install syft github.com/anchore/syft/cmd/syft "$SYFT_VERSION" || exit 1
+      ;;
+    h2spec)
+      go_install h2spec github.com/summerwind/h2spec/cmd/h2spec "$H2SPEC_VERSION" || exit 1
       ;;
     schemathesis)
       py_install schemathesis schemathesis "$SCHEMATHESIS_VERSION" || exit 1

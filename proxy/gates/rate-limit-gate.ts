@@ -5,7 +5,7 @@
  *  - `guardAuthGate`: wraps the auth gate so failed authentications count in `auth_failure`
  *    (a banned address gets 429 before its key is even looked at; a success clears the failures).
  */
-import type { Socket } from 'node:net';
+import { byteCounts } from '../server/http2-messages.ts';
 import type { Clock } from '../../policy/clock.ts';
 import { PolicyError } from '../../policy/errors.ts';
 import type { Identifier, Limiter, RateLimitResult } from '../../policy/rate-limit/index.ts';
@@ -79,11 +79,9 @@ export function createRateLimitGate(deps: {
   const peeked = (ctx: RequestContext, transferId: Identifier, peek: RateLimitResult): undefined => {
     if (peek.action === 'block') throw blocked(peek, clock.wallMs(), 'Transfer volume quota exhausted; retry later.');
     if (peek.evaluations.length === 0) return; // no transfer rule applies: nothing to count afterwards
-    const socket = ctx.req.socket as Socket;
-    const writtenAtStart = socket.bytesWritten;
-    const readAtStart = socket.bytesRead;
+    const moved = byteCounts(ctx.req, ctx.res);
     ctx.res.once('close', () => {
-      const bytes = socket.bytesWritten - writtenAtStart + (socket.bytesRead - readAtStart);
+      const bytes = moved.written() + moved.read();
       if (bytes > 0) void transferBytes.check(transferId, { cost: bytes });
     });
   };

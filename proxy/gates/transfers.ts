@@ -7,7 +7,7 @@ import type { Config } from '../config/config.ts';
 import type { Clock } from '../../policy/clock.ts';
 import type { Principal } from '../../policy/auth/principal.ts';
 import type { RequestContext, Route } from '../server/route-types.ts';
-import type { Socket } from 'node:net';
+import { byteCounts } from '../server/http2-messages.ts';
 import { type LiveTransferHandle, LiveTransfers } from './live-transfers.ts';
 
 /**
@@ -135,15 +135,13 @@ export function withAdmission(route: Route, transfers: Transfers): Route {
     handle(ctx) {
       const kind = kindFor(ctx.req.method);
       if (!kind || !ctx.principal) return route.handle(ctx);
-      const socket = ctx.req.socket as Socket;
-      const counted = kind === 'download' ? () => socket.bytesWritten : () => socket.bytesRead;
-      const atStart = counted();
+      const moved = byteCounts(ctx.req, ctx.res);
       const live = transfers.live.begin({
         kind,
         principal: ctx.principal.name,
         route: ctx.route,
         repository: ctx.params.repo,
-        bytes: () => counted() - atStart,
+        bytes: kind === 'download' ? moved.written : moved.read,
       });
       // A free slot needs no wait, so no signal either (one is made on first use).
       const now = transfers.tryAdmit(ctx.principal.id, kind);

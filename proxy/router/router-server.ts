@@ -23,6 +23,7 @@ import { sendError, sendJson } from '../server/http-errors.ts';
 import type { BackendPool } from './backend-pool.ts';
 import type { ClientFaults } from './client-faults.ts';
 import { findClientFault } from './forwardable.ts';
+import { asHttp1Head } from './http2-head.ts';
 import type { ProxyHandler } from './proxy-handler.ts';
 
 const REQUEST_ID = /^[A-Za-z0-9._-]{1,64}$/;
@@ -60,6 +61,8 @@ export function createRouterServer(options: {
     const reqId = typeof incomingId === 'string' && REQUEST_ID.test(incomingId) ? incomingId : randomUUID();
     // x-request-id is set where an answer is made: the proxied head carries it (proxy-handler.ts),
     // local answers set it below.
+    // An HTTP/2 request is forwarded as the HTTP/1.1 head it stands for (no pseudo-headers).
+    asHttp1Head(req);
     const url = req.url ?? '/';
     // Before anything else (and without the per-request line: a flood of these would be a flood of
     // lines): what undici or RFC 9112 refuses is answered here, not by a 502 after dispatch.

@@ -27,6 +27,8 @@ import { announcesBody, beginRequest, Connections, stateOf } from './front-door/
 import { closeIdleConnections, drainRefusal } from './front-door/drain.ts';
 import { closeEarlyAnswer } from './front-door/lingering-close.ts';
 import { boundPendingHandshakes } from './front-door/pending-handshakes.ts';
+import { Http2Front, type Http2Server } from './front-door/http2.ts';
+import { isHttp2 } from './http2-messages.ts';
 import { type FrontDoorTimeouts, Timeouts } from './front-door/timeouts.ts';
 
 export {
@@ -109,16 +111,21 @@ export function installFrontDoor(
     handler(req, res);
   });
   const timeouts = new Timeouts(server, limits, log);
+  // A TLS listener speaks HTTP/2 too: sessions and streams get the same bounds (front-door/http2.ts).
+  const h2 = new Http2Front(server as unknown as Http2Server, limits, log, timeouts.counts);
   answerClientErrors(server, log);
 
   return {
     admit(req, res) {
       const socket = req.socket;
       const state = stateOf(socket);
-      const body = announcesBody(req);
       if (state) beginRequest(state, req, res);
-      timeouts.arm(socket, req, body);
-      if (body) closeEarlyAnswer(socket, req, res);
+      if (isHttp2(req)) h2.admitStream(req, res);
+      else {
+        const body = announcesBody(req);
+        timeouts.arm(socket, req, body);
+        if (body) closeEarlyAnswer(socket, req, res);
+      }
       if (state?.overflow || draining) {
         res.shouldKeepAlive = false;
         const path = (req.url ?? '/').split('?', 1)[0]!;
@@ -139,6 +146,7 @@ export function installFrontDoor(
     drain() {
       draining = true;
       closeIdleConnections(connections);
+      h2.drain();
     },
     counters() {
       return {

@@ -5,7 +5,7 @@
  * object, and the lazily made parts (URL, child logger, abort signal) are made only when asked for.
  */
 import type { IncomingMessage } from 'node:http';
-import type { Socket } from 'node:net';
+import { byteCounts, type ByteCounts } from './http2-messages.ts';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import type { LogBudget } from '../../lib/log-budget.ts';
@@ -51,9 +51,7 @@ export class RequestExchange implements RequestContext {
   readonly #server: ExchangeServer;
   readonly #target: string;
   readonly #startedMs = performance.now();
-  readonly #socket: Socket;
-  readonly #bytesOutAtStart: number;
-  readonly #bytesInAtStart: number;
+  readonly #bytes: ByteCounts;
   #url: URL | undefined;
   #log: Logger | undefined;
   #controller: AbortController | undefined;
@@ -72,10 +70,7 @@ export class RequestExchange implements RequestContext {
     this.reqId = reqId;
     this.#target = req.url ?? '/';
     this.#url = url;
-    const socket = req.socket as Socket;
-    this.#socket = socket;
-    this.#bytesOutAtStart = socket.bytesWritten;
-    this.#bytesInAtStart = socket.bytesRead;
+    this.#bytes = byteCounts(req, res);
   }
 
   /** Built when a handler asks for it (the query of a pre-signed link). */
@@ -132,8 +127,8 @@ export class RequestExchange implements RequestContext {
       this.#controller?.abort(this.#closedEarly);
     }
     const ms = performance.now() - this.#startedMs;
-    const bytesOut = this.#socket.bytesWritten - this.#bytesOutAtStart;
-    const bytesIn = this.#socket.bytesRead - this.#bytesInAtStart;
+    const bytesOut = this.#bytes.written();
+    const bytesIn = this.#bytes.read();
     const server = this.#server;
     // A 4xx written without an error (a route's own answer) is a client fault all the same.
     if (this.fault === undefined) this.noteFault(res.statusCode, String(res.statusCode));

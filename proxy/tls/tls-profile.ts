@@ -28,10 +28,10 @@ export const INTERMEDIATE_CIPHERS = [
 export const ECDH_CURVES = 'X25519:prime256v1:secp384r1';
 
 /**
- * ALPN offered to clients. HTTP/2 will add `h2` ahead of it when the listener becomes an
- * `http2.createSecureServer({ allowHTTP1: true })` (proxy/server/listener.ts is that one place).
+ * ALPN offered to clients: HTTP/2 first, HTTP/1.1 on the same port (proxy/server/listener.ts's
+ * `http2.createSecureServer({ allowHTTP1: true })`; a client that offers no ALPN gets HTTP/1.1).
  */
-export const ALPN_PROTOCOLS: readonly string[] = ['http/1.1'];
+export const ALPN_PROTOCOLS: readonly string[] = ['h2', 'http/1.1'];
 
 /** Seconds a TLS session (ticket or cached id) may be resumed (nginx's ssl_session_timeout is 300 s too). */
 export const SESSION_TIMEOUT_SECONDS = 300;

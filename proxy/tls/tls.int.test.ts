@@ -209,7 +209,7 @@ describe('TLS listener', () => {
     expect(sha256(await readFile(path.join(dir, 'aria.bin')))).toBe(sha256(payload));
   });
 
-  it('offers TLS 1.2 and 1.3 only, with ALPN http/1.1 and session resumption', async () => {
+  it('offers TLS 1.2 and 1.3 only, with ALPN h2 (preferred) and http/1.1, and session resumption', async () => {
     // s_client reads stdin until it ends: closed at once, it prints the session and quits.
     const probe = (args: string[]) =>
       new Promise<string>((resolve) => {
@@ -225,7 +225,8 @@ describe('TLS listener', () => {
     for (const old of ['-tls1', '-tls1_1']) expect(await probe([old])).toMatch(/Cipher is \(NONE\)|Cipher\s*: 0000/);
     const v12 = await probe(['-tls1_2', '-alpn', 'h2,http/1.1']);
     expect(v12).toMatch(/Protocol\s*: TLSv1\.2/);
-    expect(v12).toMatch(/ALPN protocol: http\/1\.1/);
+    expect(v12).toMatch(/ALPN protocol: h2/);
+    expect(await probe(['-tls1_2', '-alpn', 'http/1.1'])).toMatch(/ALPN protocol: http\/1\.1/);
     expect(v12).toMatch(/Cipher\s*: ECDHE-/);
     const sessionFile = path.join(dir, 'session.pem');
     await probe(['-tls1_2', '-sess_out', sessionFile]);

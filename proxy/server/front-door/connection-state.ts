@@ -3,6 +3,7 @@
  * the drain close idle keep-alive connections, the timeouts look at the request in progress.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Http2Session } from 'node:http2';
 import type { Socket } from 'node:net';
 
 export interface ConnectionState {
@@ -13,6 +14,8 @@ export interface ConnectionState {
   overflow: boolean;
   req: IncomingMessage | undefined;
   res: ServerResponse | undefined;
+  /** The HTTP/2 session on this connection (ALPN `h2`); its requests are streams, `active` counts them. */
+  session: Http2Session | undefined;
 }
 
 const STATE = Symbol('arkvory.connection');
@@ -29,7 +32,14 @@ export class Connections {
   /** Starts tracking a new connection until it closes. */
   add(socket: Socket): ConnectionState {
     const tracked = socket as TrackedSocket;
-    const state: ConnectionState = { active: 0, served: 0, overflow: false, req: undefined, res: undefined };
+    const state: ConnectionState = {
+      active: 0,
+      served: 0,
+      overflow: false,
+      req: undefined,
+      res: undefined,
+      session: undefined,
+    };
     tracked[STATE] = state;
     this.#sockets.add(tracked);
     tracked.once('close', () => this.#sockets.delete(tracked));
@@ -70,8 +80,16 @@ export function announcesBody(req: IncomingMessage): boolean {
   return (length !== undefined && length !== '0') || req.headers['transfer-encoding'] !== undefined;
 }
 
-/** An idle keep-alive connection: its last answer may still be in the buffer, so end (flush, FIN) first. */
+/**
+ * An idle keep-alive connection: its last answer may still be in the buffer, so end (flush, FIN)
+ * first. An idle HTTP/2 connection gets GOAWAY instead (no stream is open on it).
+ */
 export function closeIdle(socket: Socket): void {
+  const session = stateOf(socket)?.session;
+  if (session !== undefined) {
+    if (!session.closed && !session.destroyed) session.close();
+    return;
+  }
   if (socket.writableLength === 0) {
     socket.destroy();
     return;

@@ -1,0 +1,223 @@
+/**
+ * 4 KiB objects over HTTP/2 with TLS: the gateway (a Bearer key checked, admission, a rate-limit rule
+ * counted in Redis on every request) against a bare `node:http2` file server
+ * (`stream.respondWithFile`, the same file, same certificate), and against the gateway's own
+ * HTTP/1.1 over TLS on the same port. Driven by h2load (nghttp2-client): `-c16 -m16` for HTTP/2,
+ * `--h1 -c16` (one request at a time per connection, no pipelining) for HTTP/1.1. Rounds are
+ * interleaved (the order rotates); medians of req/s and their ratios are printed.
+ *
+ *   node bench/h2.ts [--rounds 5] [--seconds 5] [--database-url postgres://…]
+ *
+ * Needs h2load (Debian: nghttp2-client) and redis-server; PostgreSQL is embedded unless given.
+ */
+import { spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
+import http2 from 'node:http2';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import pino from 'pino';
+import { startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
+import { BenchRun, median } from './support.ts';
+import {
+  createCertificateAuthority,
+  freeLoopbackPort,
+  issueServerCertificate,
+  makeTempDir,
+  REPO_ROOT,
+  runProcess,
+  startGateway,
+  startProcess,
+  startRedisServer,
+  waitUntil,
+} from '../test/harness/index.ts';
+
+const { values: args } = parseArgs({
+  options: {
+    rounds: { type: 'string', default: '5' },
+    seconds: { type: 'string', default: '5' },
+    'database-url': { type: 'string' },
+    serve: { type: 'string' },
+    port: { type: 'string' },
+    cert: { type: 'string' },
+    key: { type: 'string' },
+  },
+});
+
+if (args.serve) {
+  // Child: the bare node:http2 file server, until killed.
+  const file = args.serve;
+  const server = http2.createSecureServer({
+    cert: readFileSync(args.cert!),
+    key: readFileSync(args.key!),
+    allowHTTP1: true,
+  });
+  server.on('stream', (stream) => {
+    stream.on('error', () => {});
+    stream.respondWithFile(file, { 'content-type': 'application/octet-stream' });
+  });
+  server.listen(Number(args.port), '127.0.0.1', () => process.stdout.write('ready\n'));
+} else {
+  await main();
+}
+
+interface Target {
+  name: string;
+  url: string;
+  h2loadArgs: string[];
+}
+
+/** One h2load run: req/s, or a thrown error naming the failures. */
+async function h2load(target: Target, seconds: number): Promise<number> {
+  const result = await runProcess('h2load', [
+    '-D',
+    String(seconds),
+    '--warm-up-time=1',
+    ...target.h2loadArgs,
+    target.url,
+  ]);
+  const out = result.stdout;
+  const rps = /finished in [\d.]+m?s, ([\d.]+) req\/s/.exec(out);
+  const counts = /requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded, (\d+) failed, (\d+) errored/.exec(out);
+  const codes = /status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx/.exec(out);
+  if (!rps || !counts || !codes) throw new Error(`${target.name}: h2load said:\n${out}\n${result.stderr}`);
+  if (Number(counts[2]) + Number(counts[3]) > 0 || Number(codes[3]) + Number(codes[4]) > 0)
+    throw new Error(`${target.name}: failed requests:\n${out}`);
+  return Number(rps[1]);
+}
+
+async function main(): Promise<void> {
+  for (const tool of ['h2load', 'redis-server'])
+    if (spawnSync(tool, ['--version']).error)
+      throw new Error(
+        `${tool} is not installed (Debian: apt-get install ${tool === 'h2load' ? 'nghttp2-client' : tool})`,
+      );
+  const rounds = Number(args.rounds);
+  const seconds = Number(args.seconds);
+  const work = await makeTempDir('arkvory-bench-h2-');
+  const log = pino({ level: 'silent' });
+  let embedded: Awaited<ReturnType<typeof startEmbeddedDatabase>> | undefined;
+  const adminUrl = args['database-url'] ?? (embedded = await startEmbeddedDatabase(path.join(work, 'pg'), log)).url;
+  const bench = new BenchRun(adminUrl);
+  try {
+    const ca = await createCertificateAuthority(work);
+    const cert = await issueServerCertificate(ca, work);
+    const file = path.join(work, 'small.bin');
+    await writeFile(file, randomBytes(4096));
+    const redis = bench.keep(await startRedisServer());
+    const rules = path.join(work, 'rate_limits.yaml');
+    await writeFile(
+      rules,
+      `rate_limits:
+  gateway_request:
+    - name: limit_requests_by_principal
+      description: "bench: counted in every request, never reached"
+      action: limit
+      characteristics: [principal]
+      limit: 1000000000
+      period_s: 60
+      match:
+        principal:
+          regex: "^[^<]"
+`,
+    );
+    const db = await bench.seededDatabase();
+    const [key] = db.keys as [string];
+    const gateway = bench.keep(
+      await startGateway({
+        env: {
+          ARKVORY_DATABASE_URL: db.url,
+          ARKVORY_LOG_LEVEL: 'warn',
+          ARKVORY_DATA_DIR: path.join(work, 'data'),
+          ARKVORY_TLS_CERT_FILE: cert.certFile,
+          ARKVORY_TLS_KEY_FILE: cert.keyFile,
+          ARKVORY_REDIS_URL: redis.url,
+          ARKVORY_RATE_LIMITS_FILE: rules,
+          ARKVORY_MAX_DOWNLOADS: '512',
+          ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '512',
+          ARKVORY_ADMISSION_QUEUE_LENGTH: '1024',
+          NODE_OPTIONS: '--max-semi-space-size=4',
+        },
+        name: 'arkvory',
+        waitFor: 'none',
+      }),
+    );
+    const base = `https://127.0.0.1:${gateway.port}`;
+    const curlTls = ['-sS', '--cacert', ca.certFile];
+    await waitUntil(
+      async () =>
+        (await runProcess('curl', [...curlTls, '-o', '/dev/null', '-w', '%{http_code}', `${base}/health/status`]))
+          .stdout === '200',
+      { timeoutMs: 60_000, what: 'the gateway to serve https' },
+    );
+    const put = await runProcess('curl', [
+      ...curlTls,
+      '-o',
+      '/dev/null',
+      '-w',
+      '%{http_code}',
+      '-X',
+      'PUT',
+      '-H',
+      `Authorization: Bearer ${key}`,
+      '--data-binary',
+      `@${file}`,
+      `${base}/api/v1/repositories/bench/artifacts/small.bin`,
+    ]);
+    if (put.stdout !== '201') throw new Error(`upload answered ${put.stdout}: ${put.stderr}`);
+
+    const barePort = await freeLoopbackPort();
+    const bare = bench.keep(
+      startProcess(
+        process.execPath,
+        [
+          path.join(REPO_ROOT, 'bench/h2.ts'),
+          '--serve',
+          file,
+          '--port',
+          String(barePort),
+          '--cert',
+          cert.certFile,
+          '--key',
+          cert.keyFile,
+        ],
+        { name: 'bare node:http2' },
+      ),
+    );
+    await waitUntil(() => bare.stdout().includes('ready'), { timeoutMs: 10_000, what: 'the bare server' });
+
+    const auth = ['-H', `authorization: Bearer ${key}`];
+    const content = '/api/v1/repositories/bench/artifacts/small.bin/content';
+    const targets: Target[] = [
+      { name: 'gateway h2', url: `${base}${content}`, h2loadArgs: ['-c16', '-m16', ...auth] },
+      { name: 'bare node:http2', url: `https://127.0.0.1:${barePort}/small.bin`, h2loadArgs: ['-c16', '-m16'] },
+      { name: 'gateway h1 (TLS)', url: `${base}${content}`, h2loadArgs: ['--h1', '-c16', '-m1', ...auth] },
+    ];
+    const figures = new Map<string, number[]>(targets.map((t) => [t.name, []]));
+    for (let round = 0; round < rounds; round++) {
+      for (let i = 0; i < targets.length; i++) {
+        const target = targets[(round + i) % targets.length]!;
+        const rps = await h2load(target, seconds);
+        figures.get(target.name)!.push(rps);
+        process.stderr.write(`round ${round + 1} ${target.name}: ${rps.toFixed(0)} req/s\n`);
+      }
+    }
+    const med = (name: string) => median(figures.get(name)!);
+    const gw2 = med('gateway h2');
+    const bareRps = med('bare node:http2');
+    const gw1 = med('gateway h1 (TLS)');
+    console.log(`4 KiB GET over TLS, h2load, ${rounds} interleaved rounds of ${seconds} s, medians`);
+    console.log(`| server | req/s |`);
+    console.log(`| --- | ---: |`);
+    for (const t of targets)
+      console.log(
+        `| ${t.name} (${t.h2loadArgs.filter((a) => a.startsWith('-') && a !== '-H').join(' ')}) | ${med(t.name).toFixed(0)} |`,
+      );
+    console.log(`gateway h2 / bare node:http2: ${(gw2 / bareRps).toFixed(2)}× (target ≥ 1.2×)`);
+    console.log(`gateway h2 / gateway h1 over TLS: ${(gw2 / gw1).toFixed(2)}×`);
+  } finally {
+    await bench.close();
+    await embedded?.stop();
+  }
+}

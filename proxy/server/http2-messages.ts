@@ -1,0 +1,127 @@
+/**
+ * The request and response objects of an HTTP/2 stream, as the gateway and the router use them
+ * (node:http2's compatibility API, shaped like node:http's): one stream is one request, and what
+ * the gateway measured on the socket for HTTP/1.1 (bytes in and out of a request, whether the
+ * client is gone) is measured on the stream here, since one connection carries many requests.
+ */
+import http2 from 'node:http2';
+import type { IncomingMessage, OutgoingHttpHeader, OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
+
+/** Connection-specific headers HTTP/2 forbids (RFC 9113 §8.2.2): dropped from an answer, never sent. */
+const CONNECTION_HEADERS = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade']);
+
+/** A request on an HTTP/2 stream that counts the body bytes it received. */
+export class Http2Request extends http2.Http2ServerRequest {
+  /** Request body bytes received on this stream. */
+  bodyBytesRead = 0;
+
+  override push(chunk: unknown, encoding?: BufferEncoding): boolean {
+    if (chunk !== null && chunk !== undefined) this.bodyBytesRead += (chunk as Buffer).length;
+    return super.push(chunk, encoding);
+  }
+}
+
+type Headers = OutgoingHttpHeaders | readonly OutgoingHttpHeader[];
+
+/**
+ * A response on an HTTP/2 stream: counts the body bytes written, drops connection-specific headers
+ * (a `Connection: close` the HTTP/1.1 path adds would make node:http2 warn, a `Transfer-Encoding`
+ * would throw), and answers the gateway's early headers (`addEarlyHeader`, an HTTP/1.1 fast path)
+ * with `setHeader`, which has the same meaning here.
+ */
+export class Http2Response extends http2.Http2ServerResponse {
+  /** The request this answers, told when the response closes (proxy/server/request-exchange.ts). */
+  exchange: { closed(): void } | undefined = undefined;
+  /** Response body bytes written to this stream. */
+  bodyBytesWritten = 0;
+
+  /** node:http's `shouldKeepAlive`: the connection is shared by other streams, so it stays open. */
+  shouldKeepAlive = true;
+
+  addEarlyHeader(name: string, value: string): void {
+    this.setHeader(name, value);
+  }
+
+  override setHeader(name: string, value: number | string | readonly string[]): this {
+    if (!CONNECTION_HEADERS.has(name.toLowerCase())) super.setHeader(name, value);
+    return this;
+  }
+
+  override appendHeader(name: string, value: string | readonly string[]): this {
+    if (!CONNECTION_HEADERS.has(name.toLowerCase())) super.appendHeader(name, value as string | string[]);
+    return this;
+  }
+
+  override writeHead(statusCode: number, headers?: Headers): this;
+  override writeHead(statusCode: number, statusMessage: string, headers?: Headers): this;
+  override writeHead(statusCode: number, reasonOrHeaders?: string | Headers, maybeHeaders?: Headers): this {
+    const given = typeof reasonOrHeaders === 'string' ? maybeHeaders : reasonOrHeaders;
+    // The reason phrase does not exist in HTTP/2: never passed on (node:http2 would warn).
+    return super.writeHead(statusCode, withoutConnectionHeaders(given) as OutgoingHttpHeaders);
+  }
+
+  override write(chunk: unknown, encoding?: unknown, cb?: unknown): boolean {
+    if (typeof chunk === 'string') this.bodyBytesWritten += Buffer.byteLength(chunk);
+    else if (chunk) this.bodyBytesWritten += (chunk as Uint8Array).byteLength;
+    return (super.write as (...a: unknown[]) => boolean)(chunk, encoding, cb);
+  }
+}
+
+// node:http2 never sets `destroyed` on a response: the gateway's code reads it to know the client
+// is gone (reset or closed), as on node:http. (Typed as a property, so defined here, not as an accessor.)
+Object.defineProperty(Http2Response.prototype, 'destroyed', {
+  get(this: Http2Response): boolean {
+    return this.stream.destroyed;
+  },
+});
+
+function withoutConnectionHeaders(headers: Headers | undefined): Headers | undefined {
+  if (headers === undefined) return undefined;
+  if (!Array.isArray(headers)) {
+    const object = headers as OutgoingHttpHeaders;
+    let copy: OutgoingHttpHeaders | undefined;
+    for (const name in object) {
+      if (!CONNECTION_HEADERS.has(name.toLowerCase())) continue;
+      copy ??= { ...object };
+      delete copy[name];
+    }
+    return copy ?? object;
+  }
+  if (headers.length > 0 && Array.isArray(headers[0])) {
+    const pairs = headers as unknown as readonly [string, OutgoingHttpHeader][];
+    return pairs.filter(([name]) => !CONNECTION_HEADERS.has(String(name).toLowerCase())) as unknown as Headers;
+  }
+  const out: OutgoingHttpHeader[] = [];
+  for (let i = 0; i + 1 < headers.length; i += 2)
+    if (!CONNECTION_HEADERS.has(String(headers[i]).toLowerCase())) out.push(headers[i]!, headers[i + 1]!);
+  return out;
+}
+
+/** True when the request arrived on an HTTP/2 stream. */
+export function isHttp2(req: IncomingMessage): req is IncomingMessage & Http2Request {
+  return req instanceof http2.Http2ServerRequest;
+}
+
+/** Bytes a request moved, from the moment this is called: its own stream's, or its connection's for HTTP/1.1. */
+export interface ByteCounts {
+  read(): number;
+  written(): number;
+}
+
+/**
+ * Counts what one request moves. HTTP/1.1 answers one request at a time per connection, so the
+ * socket's counters are the request's (head and framing included, as before); over HTTP/2 the
+ * socket is shared by every stream, so the stream's own body bytes are counted instead.
+ */
+export function byteCounts(req: IncomingMessage, res: ServerResponse): ByteCounts {
+  if (isHttp2(req) && res instanceof Http2Response) {
+    const readAtStart = req.bodyBytesRead;
+    const writtenAtStart = res.bodyBytesWritten;
+    return { read: () => req.bodyBytesRead - readAtStart, written: () => res.bodyBytesWritten - writtenAtStart };
+  }
+  const socket = req.socket as Socket;
+  const readAtStart = socket.bytesRead;
+  const writtenAtStart = socket.bytesWritten;
+  return { read: () => socket.bytesRead - readAtStart, written: () => socket.bytesWritten - writtenAtStart };
+}
