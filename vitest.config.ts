@@ -1,5 +1,7 @@
 import { defineConfig } from 'vitest/config';
 
+// The mutation suite's sandbox (.stryker-tmp/, stryker.config.mjs) is a copy of the tree, tests
+// included: every project excludes it.
 // One global setup provides a real PostgreSQL and Redis to every project (see test/support).
 export default defineConfig({
   test: {
@@ -16,7 +18,7 @@ export default defineConfig({
         test: {
           name: 'unit',
           include: ['{lib,proxy,policy,storage-adapter,migrations,client}/**/*.test.ts'],
-          exclude: ['**/*.int.test.ts', '**/node_modules/**'],
+          exclude: ['**/*.int.test.ts', '**/node_modules/**', '**/.stryker-tmp/**'],
         },
       },
       {
@@ -24,12 +26,16 @@ export default defineConfig({
         test: {
           name: 'int',
           include: ['**/*.int.test.ts', 'test/contract/**/*.test.ts'],
-          exclude: ['**/node_modules/**'],
+          exclude: ['**/node_modules/**', '**/.stryker-tmp/**'],
         },
       },
       {
         extends: true,
-        test: { name: 'chaos', include: ['chaos/**/*.chaos.test.ts'], exclude: ['**/node_modules/**'] },
+        test: {
+          name: 'chaos',
+          include: ['chaos/**/*.chaos.test.ts'],
+          exclude: ['**/node_modules/**', '**/.stryker-tmp/**'],
+        },
       },
       // Several hosts in network namespaces (root only: it fails saying so otherwise); one file at a time, they share the names.
       {
@@ -37,7 +43,7 @@ export default defineConfig({
         test: {
           name: 'hosts',
           include: ['test/hosts/**/*.hosts.test.ts'],
-          exclude: ['**/node_modules/**'],
+          exclude: ['**/node_modules/**', '**/.stryker-tmp/**'],
           fileParallelism: false,
         },
       },
