@@ -40,6 +40,9 @@ describe('evaluateReadPreconditions', () => {
     ['If-None-Match in a list', { ifNoneMatch: `"x", ${etag}` }, 'not_modified'],
     ['If-None-Match star', { ifNoneMatch: '*' }, 'not_modified'],
     ['If-None-Match other', { ifNoneMatch: '"other"' }, 'proceed'],
+    // Weak comparison ignores W/ on both sides, but the opaque tags must still be equal.
+    ['If-None-Match weak other', { ifNoneMatch: 'W/"other"' }, 'proceed'],
+    ['If-None-Match weak others in a list', { ifNoneMatch: 'W/"x", W/"other"' }, 'proceed'],
     ['If-None-Match malformed', { ifNoneMatch: 'nope' }, 'proceed'],
     ['If-Modified-Since equal', { ifModifiedSince: http(lastModifiedMs) }, 'not_modified'],
     ['If-Modified-Since later', { ifModifiedSince: http(lastModifiedMs + 60_000) }, 'not_modified'],
