@@ -177,7 +177,10 @@ export function counterStoreConformance(
       clock.advance(30_000);
       const during = await hit(limiter, { ip: 'b' }, 3);
       expect(during.every((x) => x.action === 'block' && x.info!.resetAtMs === T0 + 900_000)).toBe(true);
-      // Retrying did not count: the next window starts empty, the ban still blocks, exceeded follows the ban.
+      // Retrying did not count: in the same window the counter still holds the 3 requests before the ban.
+      expect(during.map((x) => x.evaluations[0]!.count)).toEqual([3, 3, 3]);
+      expect((await limiter.peek({ ip: 'b' }, { cost: 0 })).evaluations[0]!.count).toBe(3);
+      // The next window starts empty, the ban still blocks, exceeded follows the ban.
       clock.advance(60_000);
       const nextWindow = await limiter.peek({ ip: 'b' }, { cost: 0 });
       expect(nextWindow).toMatchObject({ action: 'block', exceeded: true, info: { resetAtMs: T0 + 900_000 } });
@@ -208,8 +211,11 @@ export function counterStoreConformance(
       ]);
       expect(r[3]!.info!.resetAtMs).toBe(T0 + 300_000);
       expect(r[3]!.evaluations[0]!.result).toBe('banned');
+      // During the ban nothing counted: the window's counter holds the 2 requests up to the ban.
+      expect(r.map((x) => x.evaluations[0]!.count)).toEqual([1, 2, 2, 2]);
+      expect((await limiter.peek({ ip: 's' }, { cost: 0 })).evaluations[0]!.count).toBe(2);
       clock.advance(300_000);
-      // During the ban nothing counted: the window counter holds 0, so one request passes cleanly.
+      // After the ban, a new window: one request passes cleanly.
       expect((await limiter.check({ ip: 's' })).exceeded).toBe(false);
     });
 

@@ -56,7 +56,10 @@ describe('redis store specifics', () => {
     await limiterOn(prefix)
       .check({ ip: 'a' })
       .catch(() => undefined);
-    // Banned: no counting, so the key is untouched; a fresh identifier shows the healing on write.
+    // Banned: no counting, so the key is untouched (no increment, still no TTL).
+    expect(await redis.client.get(counterKey)).toBe('2');
+    expect(await redis.client.pttl(counterKey)).toBe(-1);
+    // A fresh identifier shows the healing on write.
     const other = buildPlan(prefix, 'lim', [rule], { ip: 'b' }, T0).counting[0]!.counterKey;
     await redis.client.set(other, '0');
     await limiterOn(prefix).check({ ip: 'b' });
