@@ -82,6 +82,31 @@ describe('AdmissionQueue', () => {
     expect(order).toEqual(['a', 'b', 'c', 'a']);
   });
 
+  it('a released slot goes to a waiting principal under its cap, never to one at its cap', async () => {
+    const { queue } = setup({ maxDownloads: 2, maxDownloadsPerPrincipal: 1 });
+    const a = await queue.acquire('a', 'download');
+    const b = await queue.acquire('b', 'download');
+    // a waits for its own cap (and the full process); c only for the process-wide cap.
+    const aAgain = track(queue.acquire('a', 'download'));
+    const c = track(queue.acquire('c', 'download'));
+    await settle();
+    expect(queue.snapshot().downloads).toEqual({ active: 2, queued: 2, rejected: 0 });
+    b();
+    await settle();
+    expect(aAgain).toEqual({ release: null, error: undefined });
+    expect(c.release).toBeTypeOf('function');
+    expect(queue.snapshot().downloads).toEqual({ active: 2, queued: 1, rejected: 0 });
+    // With only a waiting, a free process-wide slot still does not lift its own cap.
+    c.release!();
+    await settle();
+    expect(aAgain.release).toBeNull();
+    expect(queue.snapshot().downloads).toEqual({ active: 1, queued: 1, rejected: 0 });
+    a();
+    await settle();
+    expect(aAgain.release).toBeTypeOf('function');
+    expect(queue.snapshot().downloads).toEqual({ active: 1, queued: 0, rejected: 0 });
+  });
+
   it('bounds the queue per principal and kind: beyond it, busy with retry-after', async () => {
     const { queue } = setup({ maxDownloadsPerPrincipal: 1, queueLength: 2 });
     await queue.acquire('p', 'download');
@@ -90,8 +115,9 @@ describe('AdmissionQueue', () => {
     expect(refused).toMatchObject({ code: 'busy', headers: { 'retry-after': '1' } });
     // Another principal has its own queue.
     await queue.acquire('q', 'download');
-    expect(track(queue.acquire('q', 'download')).error).toBeUndefined();
+    const otherWaits = track(queue.acquire('q', 'download'));
     await settle();
+    expect(otherWaits).toEqual({ release: null, error: undefined });
     expect(waiting.every((w) => w.release === null && w.error === undefined)).toBe(true);
     expect(queue.snapshot().downloads).toEqual({ active: 2, queued: 3, rejected: 1 });
   });
