@@ -80,6 +80,42 @@ describe('BandwidthGovernor', () => {
     expect(timers.size).toBe(0);
   });
 
+  it('delivers its rate to a stream that always asks: rate × t + burst − granted stays within one quantum and 1 ms of rate', async () => {
+    // What the governor guarantees on a clock that fires wake-ups on time: while a take waits, its
+    // bucket holds less than that take plus the refill of the wake-up's rounding up to a whole ms
+    // (nothing overflows: the bucket holds at least a quantum). So at every instant t
+    //   rate × t + burst − quantum − rate × 1 ms < granted ≤ rate × t + burst.
+    for (const rate of [10_240, 65_536, 1_048_576, 10 * 1_048_576 + 1]) {
+      for (const ceiling of ['global', 'per principal'] as const) {
+        const { governor, timers, grants } = setup(
+          ceiling === 'global'
+            ? { rateBytesPerSec: rate, perPrincipalBytesPerSec: 0 }
+            : { rateBytesPerSec: 0, perPrincipalBytesPerSec: rate },
+        );
+        const burst = Math.floor(Math.min(rate / 10, 1_048_576));
+        const quantum = Math.min(65_536, burst);
+        const meter = governor.meter('p');
+        let stop = false;
+        const loop = (async () => {
+          while (!stop) await meter.take(quantum);
+        })();
+        let elapsedMs = 0;
+        for (const stepMs of [0, 1, 7, 13, 50, 99, 250, 333, 1000, 1234, 3001]) {
+          await timers.advance(stepMs);
+          elapsedMs += stepMs;
+          const granted = grants.reduce((sum, g) => sum + g.bytes, 0);
+          const budget = (rate * elapsedMs) / 1000 + burst;
+          const at = `${ceiling} ${rate} B/s at ${elapsedMs} ms`;
+          expect(granted, at).toBeLessThanOrEqual(budget);
+          expect(granted, at).toBeGreaterThan(budget - quantum - rate / 1000);
+        }
+        stop = true;
+        governor.close();
+        await Promise.allSettled([loop]);
+      }
+    }
+  });
+
   it('counts the ceiling lost to late wake-ups: what the full bucket could not hold after the due time', async () => {
     // 1 MiB/s: burst and capacity 104857 bytes, quantum 65536. After one quantum 39321 bytes are
     // left; the next quantum is due in 26 ms (25.0004, rounded up to whole ms).
