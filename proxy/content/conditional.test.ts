@@ -26,7 +26,21 @@ describe('parseEntityTags', () => {
     ],
     ['a', undefined],
     ['"unterminated', undefined],
+    [', "unterminated', undefined],
     ['"a" junk', undefined],
+    ['"a""b"', undefined],
+    ['x", "c"', undefined],
+    ['', undefined],
+    [' , ', undefined],
+    [' * ', '*'],
+    ['"a",', [{ weak: false, opaque: '"a"' }]],
+    [
+      '"a"\t,\tW/"b"',
+      [
+        { weak: false, opaque: '"a"' },
+        { weak: true, opaque: '"b"' },
+      ],
+    ],
   ] as const)('%s', (input, expected) => {
     expect(parseEntityTags(input)).toEqual(expected);
   });
@@ -56,6 +70,12 @@ describe('evaluateReadPreconditions', () => {
   ] as const)('%s', (_name, headers, expected) => {
     expect(evaluateReadPreconditions(headers, v)).toBe(expected);
   });
+
+  it('compares If-Modified-Since at one-second resolution, as HTTP dates are', () => {
+    const withMs = { etag, lastModifiedMs: lastModifiedMs + 999 };
+    expect(evaluateReadPreconditions({ ifModifiedSince: http(lastModifiedMs) }, withMs)).toBe('not_modified');
+    expect(evaluateReadPreconditions({ ifModifiedSince: http(lastModifiedMs - 1000) }, withMs)).toBe('proceed');
+  });
 });
 
 describe('isIfRangeSatisfied', () => {
@@ -68,6 +88,12 @@ describe('isIfRangeSatisfied', () => {
     ['later date', http(lastModifiedMs + 1000), false],
     ['earlier date', http(lastModifiedMs - 1000), false],
     ['garbage', 'not a date', false],
+    ['same strong etag with spaces around', ` ${etag} `, true],
+    ['a list of two, even of the same tag', `${etag}, ${etag}`, false],
+    ['an unterminated tag', '"abc', false],
+    ['an unterminated tag holding the date', `"${http(lastModifiedMs)}`, false],
+    ['a weak tag holding the date', `W/"${http(lastModifiedMs)}"`, false],
+    ['exact second but with milliseconds', new Date(lastModifiedMs + 500).toISOString(), false],
   ] as const)('%s', (_name, header, expected) => {
     expect(isIfRangeSatisfied(header, v)).toBe(expected);
   });
