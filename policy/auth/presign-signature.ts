@@ -36,8 +36,9 @@ export function canonicalPath(pathname: string): string | undefined {
       .map((segment) => encodeURIComponent(decodeURIComponent(segment)))
       .join('/');
   } catch {
-    return undefined;
+    // undecodable: no canonical form
   }
+  return undefined;
 }
 
 export function signPresign(secret: Buffer, fields: PresignFields): string {

@@ -250,6 +250,8 @@ export function counterStoreConformance(
       for (const u of seq) results.push(await limiter.check({ ip: 'i', username: u }));
       // The blocked third value was still recorded (blocked requests count), so the set stays over.
       expect(results.map((r) => r.action)).toEqual(['allow', 'allow', 'allow', 'allow', 'allow', 'block', 'block']);
+      expect(results[0]!.info).toMatchObject({ remaining: 1 });
+      expect(results[0]!.evaluations[0]!.count).toBe(1);
       expect(results[5]!.info).toMatchObject({ remaining: 0 });
       expect(results[2]!.info).toMatchObject({ remaining: 0, resolvedLimit: 2 });
       // A missing value is one distinct value, `_unknown_`.
