@@ -265,7 +265,10 @@ export function counterStoreConformance(
       const r = await hit(limiter, { ns: 'n' }, 4, 0.5);
       expect(r.map((x) => x.action)).toEqual(['allow', 'allow', 'allow', 'allow']);
       expect(r[3]!.info!.remaining).toBe(0);
-      expect((await limiter.check({ ns: 'n' }, { cost: 0.25 })).action).toBe('block');
+      const over = await limiter.check({ ns: 'n' }, { cost: 0.25 });
+      expect(over.action).toBe('block');
+      // Exceeded without a ban: reported as exceeded, not banned.
+      expect(over.evaluations.map((e) => e.result)).toEqual(['exceeded']);
       expect((await limiter.check({ ns: 'm' }, { cost: 1.75 })).info!.remaining).toBe(0.25);
     });
 
@@ -291,6 +294,8 @@ export function counterStoreConformance(
       const all = await Promise.all(Array.from({ length: 400 }, () => limiter.check({ ip: 'together' })));
       expect(all.filter((r) => r.action === 'allow').length).toBe(250);
       expect(all.filter((r) => r.action === 'block').length).toBe(150);
+      // Counted once each, however the store batched them.
+      expect((await limiter.peek({ ip: 'together' }, { cost: 0 })).evaluations[0]!.count).toBe(400);
       // The blocking rule is terminal: the blocked checks never reached the shadow rule.
       expect(all.filter((r) => r.evaluations.length === 2).length).toBe(250);
       expect(
