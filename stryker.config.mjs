@@ -29,7 +29,8 @@ export default {
   concurrency: 2,
   incremental: true,
   incrementalFile: 'reports/mutation/stryker-incremental.json',
-  reporters: ['clear-text', 'progress', 'html', 'json'],
+  // progress-append-only: a line every few seconds, readable in CI logs too.
+  reporters: ['clear-text', 'progress-append-only', 'html', 'json'],
   htmlReporter: { fileName: 'reports/mutation/index.html' },
   jsonReporter: { fileName: 'reports/mutation/mutation.json' },
   clearTextReporter: { allowColor: false, logTests: false, reportScoreTable: true },

@@ -9,7 +9,6 @@ export default defineConfig({
   test: {
     globalSetup: ['test/support/mutation-setup.ts'],
     pool: 'forks',
-    isolate: false,
     testTimeout: 60_000,
     hookTimeout: 90_000,
     include: ['{lib,proxy,policy,storage-adapter}/**/*.test.ts', 'policy/rate-limit/counter-store.int.test.ts'],

@@ -275,6 +275,31 @@ describe('AdmissionQueue', () => {
     expect(timers.size).toBe(0);
   });
 
+  it('keeps no lane for a principal refused or timed out with nothing active, and keeps a waiting one', async () => {
+    const { queue, timers } = setup({ maxDownloads: 1, waitMs: 1000 });
+    const held = await queue.acquire('a', 'download');
+    const upload = await queue.acquire('u', 'upload');
+    expect(queue.lanes).toBe(2);
+    // The process-wide cap is full: a new principal's tryAcquire is refused and leaves nothing.
+    expect(queue.tryAcquire('z', 'download')).toBeUndefined();
+    expect(queue.lanes).toBe(2);
+    // z waits with nothing active: its lane stays while it waits, even through a refused tryAcquire.
+    const waiting = queue.acquire('z', 'download').catch(() => 'busy');
+    expect(queue.tryAcquire('z', 'download')).toBeUndefined();
+    expect(queue.lanes).toBe(3);
+    await timers.advance(1000);
+    expect(await waiting).toBe('busy');
+    expect(queue.lanes).toBe(2);
+    // With waiting off, a refused new principal leaves nothing either.
+    const { queue: noWait } = setup({ maxDownloads: 1, waitMs: 0 });
+    await noWait.acquire('a', 'download');
+    await expect(noWait.acquire('z', 'download')).rejects.toMatchObject({ code: 'busy' });
+    expect(noWait.lanes).toBe(1);
+    held();
+    upload();
+    expect(queue.lanes).toBe(0);
+  });
+
   it('forgets a principal once it has nothing active or waiting, whatever the way out', async () => {
     const { queue, timers } = setup({ maxDownloadsPerPrincipal: 1, waitMs: 1000 });
     // Admitted and released.

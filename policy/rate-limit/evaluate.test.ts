@@ -235,6 +235,8 @@ describe('evaluate (the reference the Lua must equal)', () => {
       // Equal remaining: the earlier reset wins, whichever comes first.
       expect(pick([a, b], [outcome(5, T + 30_000), outcome(5, T + 3_570_000)]).rule?.name).toBe('a');
       expect(pick([b, a], [outcome(5, T + 3_570_000), outcome(5, T + 30_000)]).rule?.name).toBe('a');
+      // Less remaining wins even against an earlier reset.
+      expect(pick([b, a], [outcome(6, T + 3_570_000), outcome(5, T + 30_000)]).rule?.name).toBe('b');
       // Equal remaining and reset: the first.
       expect(pick([a, b], [outcome(5, T + 30_000), outcome(5, T + 30_000)]).rule?.name).toBe('a');
     });

@@ -58,5 +58,9 @@ describe('memory store', () => {
     expect(count(T0)).toBe(1);
     expect(count(T0 + 60_999)).toBe(2);
     expect(count(T0 + 61_000)).toBe(1);
+    // A read alone (a peek) drops an expired key too.
+    expect(store.heldKeys()).toBe(1);
+    store.run(plan, { nowMs: T0 + 122_000, cost: 0, mode: 'peek' });
+    expect(store.heldKeys()).toBe(0);
   });
 });
