@@ -533,6 +533,22 @@ describe('BandwidthGovernor', () => {
       ['big', 100],
       ['small', 100],
     ]);
+    // small passed at once, without waiting: only big's take waited.
+    expect(governor.snapshot().waitedTakes).toBe(1);
+  });
+
+  it('a principal whose only waiting take was cancelled waits and is served normally next time', async () => {
+    const { governor, timers } = setup({ rateBytesPerSec: 10_240, perPrincipalBytesPerSec: 0 });
+    await governor.meter('drain').take(1024);
+    const meter = governor.meter('p');
+    const controller = new AbortController();
+    const cancelled = meter.take(1024, controller.signal).catch(() => 'cancelled');
+    await settle();
+    controller.abort(new Error('gone'));
+    expect(await cancelled).toBe('cancelled');
+    const next = track(meter.take(1024));
+    await timers.advance(100);
+    expect(next).toEqual({ done: true, error: undefined });
   });
 
   it('a principal waiting for its own bucket at the head of the turns does not stop those behind it', async () => {

@@ -6,7 +6,7 @@ import { ManualClock } from '../clock.ts';
 import { buildPlan } from './evaluate.ts';
 import { createLimiter } from './limiter.ts';
 import { createMemoryCounterStore } from './memory-counter-store.ts';
-import { CHECK_SCRIPT, createRedisCounterStore, takesFastPath } from './redis-counter-store.ts';
+import { CHECK_SCRIPT, createRedisCounterStore, MAX_BATCH, takesFastPath } from './redis-counter-store.ts';
 import { defineRule } from './rules.ts';
 import { counterStoreConformance, T0 } from './counter-store-conformance.ts';
 
@@ -355,6 +355,11 @@ describe('redis store specifics', () => {
       message: 'a rate-limit counter key holds a value that cannot be counted',
     };
     await expect(store.run(plan, { nowMs: T0, cost: 0, mode: 'peek' })).rejects.toMatchObject(expected);
+    // One corrupt counter among the rules of a peek is enough.
+    const second = defineRule({ name: 'q', action: 'limit', characteristics: ['ip'], limit: 5, periodS: 60 });
+    await expect(
+      store.run(buildPlan(prefix, 'lim', [second, plain], { ip: 'a' }, T0), { nowMs: T0, cost: 0, mode: 'peek' }),
+    ).rejects.toMatchObject(expected);
     const wrongType = buildPlan(prefix, 'lim', [plain], { ip: 'b' }, T0);
     await redis.client.hset(wrongType.counting[0]!.counterKey, 'f', 'v');
     await expect(store.run(wrongType, { nowMs: T0, cost: 1, mode: 'check' })).rejects.toMatchObject(expected);
@@ -381,5 +386,29 @@ describe('redis store specifics', () => {
     expect(results.map((r) => r.status)).toEqual(['rejected', 'rejected', 'rejected', 'rejected']);
     await expect(store.clear([])).resolves.toBeUndefined();
     client.disconnect();
+  });
+
+  it(`sends at most ${MAX_BATCH} checks or peeks per script call, each exactly once`, async () => {
+    const prefix = `${redis.prefix}batch-bound:`;
+    const plain = defineRule({ name: 'p', action: 'limit', characteristics: ['ip'], limit: 1000, periodS: 60 });
+    // The store calls its batched scripts as methods of the client: record each call's key count.
+    const keysPerCall: Record<string, number[]> = { arkvoryRateLimitCount: [], arkvoryRateLimitPeek: [] };
+    createRedisCounterStore(redis.client); // defines the scripts on the client
+    const spied = Object.create(redis.client) as Redis & Record<string, (...args: unknown[]) => unknown>;
+    for (const name of Object.keys(keysPerCall)) {
+      const original = (redis.client as unknown as Record<string, (...args: unknown[]) => unknown>)[name]!;
+      spied[name] = (...args: unknown[]) => {
+        keysPerCall[name]!.push(args[0] as number);
+        return original.apply(redis.client, args);
+      };
+    }
+    const store = createRedisCounterStore(spied);
+    const total = 2 * MAX_BATCH + 10;
+    const plans = Array.from({ length: total }, (_, i) => buildPlan(prefix, 'lim', [plain], { ip: `i${i}` }, T0));
+    await Promise.all(plans.map((plan) => store.run(plan, { nowMs: T0, cost: 1, mode: 'check' })));
+    await Promise.all(plans.map((plan) => store.run(plan, { nowMs: T0, cost: 0, mode: 'peek' })));
+    // count.lua: one key per check; peek.lua: a counter and a ban key per peek.
+    expect(keysPerCall.arkvoryRateLimitCount).toEqual([MAX_BATCH, MAX_BATCH, 10]);
+    expect(keysPerCall.arkvoryRateLimitPeek).toEqual([2 * MAX_BATCH, 2 * MAX_BATCH, 20]);
   });
 });
