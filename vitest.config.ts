@@ -7,6 +7,8 @@ const TOOLS_BIN = path.join(process.env.ARKVORY_TOOLS_DIR ?? '/root/.cache/arkvo
 if (!(process.env.PATH ?? '').split(path.delimiter).includes(TOOLS_BIN))
   process.env.PATH = [TOOLS_BIN, process.env.PATH].filter(Boolean).join(path.delimiter);
 
+// The mutation suite's sandbox (.stryker-tmp/, stryker.config.mjs) is a copy of the tree, tests
+// included: every project excludes it.
 // One global setup provides a real PostgreSQL and Redis to every project (see test/support).
 export default defineConfig({
   test: {
@@ -23,7 +25,7 @@ export default defineConfig({
         test: {
           name: 'unit',
           include: ['{lib,proxy,policy,storage-adapter,migrations,client}/**/*.test.ts'],
-          exclude: ['**/*.int.test.ts', '**/node_modules/**'],
+          exclude: ['**/*.int.test.ts', '**/node_modules/**', '**/.stryker-tmp/**'],
         },
       },
       {
@@ -31,12 +33,16 @@ export default defineConfig({
         test: {
           name: 'int',
           include: ['**/*.int.test.ts', 'test/contract/**/*.test.ts'],
-          exclude: ['**/node_modules/**'],
+          exclude: ['**/node_modules/**', '**/.stryker-tmp/**'],
         },
       },
       {
         extends: true,
-        test: { name: 'chaos', include: ['chaos/**/*.chaos.test.ts'], exclude: ['**/node_modules/**'] },
+        test: {
+          name: 'chaos',
+          include: ['chaos/**/*.chaos.test.ts'],
+          exclude: ['**/node_modules/**', '**/.stryker-tmp/**'],
+        },
       },
       // Several hosts in network namespaces (root only: it fails saying so otherwise); one file at a time, they share the names.
       {
@@ -44,7 +50,7 @@ export default defineConfig({
         test: {
           name: 'hosts',
           include: ['test/hosts/**/*.hosts.test.ts'],
-          exclude: ['**/node_modules/**'],
+          exclude: ['**/node_modules/**', '**/.stryker-tmp/**'],
           fileParallelism: false,
         },
       },

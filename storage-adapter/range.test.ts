@@ -88,6 +88,29 @@ describe('decideRange', () => {
     ['negative numbers', 'bytes=--5', 1000, { kind: 'full' }],
     ['no equals sign', 'bytes 0-5', 1000, { kind: 'full' }],
     ['empty set', 'bytes=', 1000, { kind: 'full' }],
+    ['a spec without a dash', 'bytes=5', 1000, { kind: 'full' }],
+    ['a first-pos that is not a number', 'bytes=x-5', 1000, { kind: 'full' }],
+    ['a last-pos that is not a number', 'bytes=5-x', 1000, { kind: 'full' }],
+    ['digits followed by junk', 'bytes=5x-10', 1000, { kind: 'full' }],
+    [
+      'leading zeros do not count towards the digit limit',
+      'bytes=0000000000000000005-0000000000000000009',
+      1000,
+      { kind: 'partial', ranges: [{ start: 5, end: 9 }] },
+    ],
+    ['leading zeros', 'bytes=007-9', 1000, { kind: 'partial', ranges: [{ start: 7, end: 9 }] }],
+    [
+      'only the close pairs are coalesced',
+      'bytes=500-599,20-29,0-9',
+      1000,
+      {
+        kind: 'partial',
+        ranges: [
+          { start: 0, end: 29 },
+          { start: 500, end: 599 },
+        ],
+      },
+    ],
   ] as const)('%s', (_name, header, size, expected) => {
     expect(decideRange(header, size)).toEqual(expected);
   });
@@ -97,6 +120,15 @@ describe('decideRange', () => {
     expect(decideRange(`bytes=${specs(MAX_RANGES + 1)}`, 10_000_000)).toEqual({ kind: 'full' });
     const accepted = decideRange(`bytes=${specs(MAX_RANGES)}`, 10_000_000);
     expect(accepted.kind === 'partial' && accepted.ranges.length).toBe(MAX_RANGES);
+  });
+
+  it('takes positions of up to 15 digits exactly; longer ones lie beyond any file', () => {
+    const huge = 2 ** 52;
+    expect(decideRange('bytes=100000000000000-', huge)).toEqual({
+      kind: 'partial',
+      ranges: [{ start: 100_000_000_000_000, end: huge - 1 }],
+    });
+    expect(decideRange('bytes=1000000000000000-', huge)).toEqual({ kind: 'unsatisfiable' });
   });
 
   it('formats Content-Range', () => {

@@ -1,8 +1,9 @@
+import { getEventListeners } from 'node:events';
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../clock.ts';
 import type { PolicyError } from '../errors.ts';
 import { ManualTimers, settle } from '../timers.ts';
-import { AdmissionQueue, type AdmissionQueueOptions, type Release } from './admission-queue.ts';
+import { AdmissionQueue, type AdmissionQueueOptions, type Release, type TransferKind } from './admission-queue.ts';
 
 function setup(options: Partial<AdmissionQueueOptions> = {}) {
   const clock = new ManualClock();
@@ -82,6 +83,31 @@ describe('AdmissionQueue', () => {
     expect(order).toEqual(['a', 'b', 'c', 'a']);
   });
 
+  it('a released slot goes to a waiting principal under its cap, never to one at its cap', async () => {
+    const { queue } = setup({ maxDownloads: 2, maxDownloadsPerPrincipal: 1 });
+    const a = await queue.acquire('a', 'download');
+    const b = await queue.acquire('b', 'download');
+    // a waits for its own cap (and the full process); c only for the process-wide cap.
+    const aAgain = track(queue.acquire('a', 'download'));
+    const c = track(queue.acquire('c', 'download'));
+    await settle();
+    expect(queue.snapshot().downloads).toEqual({ active: 2, queued: 2, rejected: 0 });
+    b();
+    await settle();
+    expect(aAgain).toEqual({ release: null, error: undefined });
+    expect(c.release).toBeTypeOf('function');
+    expect(queue.snapshot().downloads).toEqual({ active: 2, queued: 1, rejected: 0 });
+    // With only a waiting, a free process-wide slot still does not lift its own cap.
+    c.release!();
+    await settle();
+    expect(aAgain.release).toBeNull();
+    expect(queue.snapshot().downloads).toEqual({ active: 1, queued: 1, rejected: 0 });
+    a();
+    await settle();
+    expect(aAgain.release).toBeTypeOf('function');
+    expect(queue.snapshot().downloads).toEqual({ active: 1, queued: 0, rejected: 0 });
+  });
+
   it('bounds the queue per principal and kind: beyond it, busy with retry-after', async () => {
     const { queue } = setup({ maxDownloadsPerPrincipal: 1, queueLength: 2 });
     await queue.acquire('p', 'download');
@@ -90,8 +116,9 @@ describe('AdmissionQueue', () => {
     expect(refused).toMatchObject({ code: 'busy', headers: { 'retry-after': '1' } });
     // Another principal has its own queue.
     await queue.acquire('q', 'download');
-    expect(track(queue.acquire('q', 'download')).error).toBeUndefined();
+    const otherWaits = track(queue.acquire('q', 'download'));
     await settle();
+    expect(otherWaits).toEqual({ release: null, error: undefined });
     expect(waiting.every((w) => w.release === null && w.error === undefined)).toBe(true);
     expect(queue.snapshot().downloads).toEqual({ active: 2, queued: 3, rejected: 1 });
   });
@@ -162,9 +189,151 @@ describe('AdmissionQueue', () => {
     expect(JSON.stringify(queue.snapshot())).not.toContain('principal-secret-id');
   });
 
-  it('refuses nonsense options', () => {
-    expect(() => new AdmissionQueue({ maxDownloads: 0 })).toThrow(/maxDownloads/);
-    expect(() => new AdmissionQueue({ maxDownloads: 1, queueLength: -1 })).toThrow(/queueLength/);
+  it('refuses nonsense options, naming the option', () => {
+    expect(() => new AdmissionQueue({ maxDownloads: 0 })).toThrow('maxDownloads: expected an integer ≥ 1, got 0');
+    expect(() => new AdmissionQueue({ maxDownloads: 1, queueLength: -1 })).toThrow(/^queueLength: /);
+    expect(() => new AdmissionQueue({ maxDownloads: 1, waitMs: -1 })).toThrow(/^waitMs: /);
+    expect(() => new AdmissionQueue({ maxDownloads: 1, maxDownloadsPerPrincipal: 0 })).toThrow(
+      /^maxDownloadsPerPrincipal: /,
+    );
+    expect(() => new AdmissionQueue({ maxDownloads: 1, maxUploadsPerPrincipal: 0 })).toThrow(
+      /^maxUploadsPerPrincipal: /,
+    );
+  });
+
+  it('refuses an unknown kind without keeping anything', async () => {
+    const { queue } = setup();
+    const bogus = 'bogus' as TransferKind;
+    expect(queue.tryAcquire('p', bogus)).toBeUndefined();
+    await expect(queue.acquire('p', bogus)).rejects.toThrow(
+      new TypeError('kind: expected "download" or "upload", got bogus'),
+    );
+    expect(queue.lanes).toBe(0);
+  });
+
+  it('busy refusals say why', async () => {
+    const { queue, timers } = setup({ maxDownloadsPerPrincipal: 1, queueLength: 1, waitMs: 2500 });
+    await queue.acquire('p', 'download');
+    const waiting = track(queue.acquire('p', 'download'));
+    await expect(queue.acquire('p', 'download')).rejects.toThrow(
+      'More than 1 downloads of this principal are waiting.',
+    );
+    await timers.advance(2500);
+    expect((waiting.error as Error).message).toBe('Waited 3 s for a download slot.');
+  });
+
+  it('one release frees one slot: it goes to one waiting lane, never past the process-wide cap', async () => {
+    const { queue, timers } = setup({ maxDownloads: 2, maxDownloadsPerPrincipal: 2 });
+    const first = await queue.acquire('a', 'download');
+    await queue.acquire('a', 'download');
+    const b = track(queue.acquire('b', 'download'));
+    const c = track(queue.acquire('c', 'download'));
+    await settle();
+    expect(timers.size).toBe(2);
+    first();
+    await settle();
+    expect([b.release !== null, c.release !== null]).toEqual([true, false]);
+    expect(queue.snapshot().downloads).toEqual({ active: 2, queued: 1, rejected: 0 });
+    // The admitted request's wait timer is gone; only c's is left.
+    expect(timers.size).toBe(1);
+  });
+
+  it('a lane keeps its turn while more of it wait, and loses it when its last waiter is served', async () => {
+    const { queue, timers } = setup({ maxDownloads: 10, maxDownloadsPerPrincipal: 1 });
+    const a = await queue.acquire('a', 'download');
+    const second = track(queue.acquire('a', 'download'));
+    const third = track(queue.acquire('a', 'download'));
+    const controller = new AbortController();
+    const aborted = queue.acquire('a', 'download', controller.signal).catch(() => 'aborted');
+    controller.abort(new Error('gone'));
+    expect(await aborted).toBe('aborted');
+    a();
+    await settle();
+    expect(second.release).toBeTypeOf('function');
+    expect(third.release).toBeNull();
+    second.release!();
+    await settle();
+    expect(third.release).toBeTypeOf('function');
+    // Its queue is empty now: further releases have nobody to hand a slot to, and nothing breaks.
+    third.release!();
+    await queue.acquire('b', 'download');
+    expect(queue.snapshot().downloads).toEqual({ active: 1, queued: 0, rejected: 0 });
+    expect(timers.size).toBe(0);
+  });
+
+  it('an admitted request leaves no listener on its signal and no timer behind', async () => {
+    const { queue, timers } = setup({ maxDownloadsPerPrincipal: 1 });
+    const first = await queue.acquire('p', 'download');
+    const controller = new AbortController();
+    const waiting = track(queue.acquire('p', 'download', controller.signal));
+    await settle();
+    expect(getEventListeners(controller.signal, 'abort')).toHaveLength(1);
+    first();
+    await settle();
+    expect(waiting.release).toBeTypeOf('function');
+    expect(getEventListeners(controller.signal, 'abort')).toHaveLength(0);
+    expect(timers.size).toBe(0);
+  });
+
+  it('keeps no lane for a principal refused or timed out with nothing active, and keeps a waiting one', async () => {
+    const { queue, timers } = setup({ maxDownloads: 1, waitMs: 1000 });
+    const held = await queue.acquire('a', 'download');
+    const upload = await queue.acquire('u', 'upload');
+    expect(queue.lanes).toBe(2);
+    // The process-wide cap is full: a new principal's tryAcquire is refused and leaves nothing.
+    expect(queue.tryAcquire('z', 'download')).toBeUndefined();
+    expect(queue.lanes).toBe(2);
+    // z waits with nothing active: its lane stays while it waits, even through a refused tryAcquire.
+    const waiting = queue.acquire('z', 'download').catch(() => 'busy');
+    expect(queue.tryAcquire('z', 'download')).toBeUndefined();
+    expect(queue.lanes).toBe(3);
+    await timers.advance(1000);
+    expect(await waiting).toBe('busy');
+    expect(queue.lanes).toBe(2);
+    // With waiting off, a refused new principal leaves nothing either.
+    const { queue: noWait } = setup({ maxDownloads: 1, waitMs: 0 });
+    await noWait.acquire('a', 'download');
+    await expect(noWait.acquire('z', 'download')).rejects.toMatchObject({ code: 'busy' });
+    expect(noWait.lanes).toBe(1);
+    held();
+    upload();
+    expect(queue.lanes).toBe(0);
+  });
+
+  it('forgets a principal once it has nothing active or waiting, whatever the way out', async () => {
+    const { queue, timers } = setup({ maxDownloadsPerPrincipal: 1, waitMs: 1000 });
+    // Admitted and released.
+    (await queue.acquire('a', 'download'))();
+    queue.tryAcquire('b', 'upload')!();
+    expect(queue.lanes).toBe(0);
+    // Refused: tryAcquire while held, a full queue, waiting not allowed.
+    const held = await queue.acquire('c', 'download');
+    expect(queue.tryAcquire('d', 'download')).toBeTypeOf('function');
+    expect(queue.lanes).toBe(2);
+    held();
+    expect(queue.lanes).toBe(1);
+    const { queue: noWait } = setup({ waitMs: 0, maxDownloadsPerPrincipal: 1 });
+    const only = await noWait.acquire('e', 'download');
+    await expect(noWait.acquire('f', 'download')).resolves.toBeTypeOf('function');
+    only();
+    await expect(noWait.acquire('f', 'download')).rejects.toMatchObject({ code: 'busy' });
+    expect(noWait.lanes).toBe(1);
+    // A wait that times out, one that is aborted, and a waiter served after its principal released.
+    const q = queue;
+    const g = await q.acquire('g', 'download');
+    const timedOut = q.acquire('g', 'download').catch(() => 'busy');
+    await timers.advance(1000);
+    expect(await timedOut).toBe('busy');
+    const controller = new AbortController();
+    const aborted = q.acquire('g', 'download', controller.signal).catch(() => 'aborted');
+    controller.abort(new Error('gone'));
+    expect(await aborted).toBe('aborted');
+    const served = track(q.acquire('g', 'download'));
+    g();
+    await settle();
+    served.release!();
+    expect(q.tryAcquire('g', 'download')).toBeTypeOf('function');
+    expect(q.lanes).toBe(2); // d's download and g's
   });
 
   it('tryAcquire admits only when a slot is free and nobody of the lane waits, and changes nothing otherwise', async () => {

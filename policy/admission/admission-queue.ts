@@ -99,6 +99,7 @@ export class AdmissionQueue {
   tryAcquire(principalId: string, kind: TransferKind): Release | undefined {
     if (this.#closed || this.#kinds[kind] === undefined) return undefined;
     const lane = this.#lane(principalId, kind);
+    // Stryker disable next-line ConditionalExpression: equivalent: a lane with a waiting request has no room (a release hands its slot to a waiting lane at once), so the queue check cannot change the outcome; the line's other ConditionalExpression mutants are killed
     if (lane.queue.length === 0 && this.#hasRoom(lane)) return this.#admit(lane);
     this.#dropIfIdle(lane);
     return undefined;
@@ -115,6 +116,7 @@ export class AdmissionQueue {
     if (state === undefined)
       return Promise.reject(new TypeError(`kind: expected "download" or "upload", got ${String(kind)}`));
     const lane = this.#lane(principalId, kind);
+    // Stryker disable next-line ConditionalExpression: equivalent: as in tryAcquire, a lane with a waiting request has no room; the line's other ConditionalExpression mutants are killed
     if (lane.queue.length === 0 && this.#hasRoom(lane)) return Promise.resolve(this.#admit(lane));
     if (lane.queue.length >= this.#queueLength || this.#waitMs === 0) {
       this.#dropIfIdle(lane);
@@ -135,6 +137,7 @@ export class AdmissionQueue {
         waiter.timer = null;
         this.#abandon(waiter, this.#busy(state, `Waited ${Math.ceil(this.#waitMs / 1000)} s for a ${kind} slot.`));
       }, this.#waitMs);
+      // Stryker disable next-line ObjectLiteral,BooleanLiteral: equivalent: the abort handler removes the listener itself (#abandon → #unhook), once or not
       signal?.addEventListener('abort', waiter.onAbort, { once: true });
       lane.queue.push(waiter);
       state.queued++;
@@ -144,7 +147,6 @@ export class AdmissionQueue {
 
   /** Shutdown (preClose): waiting requests reject with `unavailable`, and so does every new one. */
   close(): void {
-    if (this.#closed) return;
     this.#closed = true;
     const err = new PolicyError('unavailable');
     for (const state of Object.values(this.#kinds)) {
@@ -152,6 +154,11 @@ export class AdmissionQueue {
         for (const waiter of [...lane.queue]) this.#abandon(waiter, err);
       }
     }
+  }
+
+  /** Principal lanes held: each has an active or a waiting request (memory stays bounded by them). */
+  get lanes(): number {
+    return this.#lanes.download.size + this.#lanes.upload.size;
   }
 
   snapshot(): AdmissionSnapshot {
@@ -193,23 +200,20 @@ export class AdmissionQueue {
     };
   }
 
-  /** Hands free slots to waiting requests: each lane in turn whose own slot is free, one at a time. */
+  /**
+   * Hands the slot a release just freed (one slot, under both caps) to the first lane in turn whose
+   * own slot is free; that lane goes to the back of the turns if more of it wait.
+   */
   #pump(state: KindState): void {
-    if (state.turns.size === 0) return; // nobody waits: the common case, no copy of the set
-    let progressed = true;
-    while (progressed && state.active < state.total) {
-      progressed = false;
-      for (const lane of [...state.turns]) {
-        if (state.active >= state.total) break;
-        if (lane.active >= state.perPrincipal) continue;
-        const waiter = lane.queue.shift()!;
-        this.#unhook(waiter);
-        state.queued--;
-        state.turns.delete(lane);
-        if (lane.queue.length > 0) state.turns.add(lane);
-        waiter.resolve(this.#admit(lane));
-        progressed = true;
-      }
+    for (const lane of state.turns) {
+      if (lane.active >= state.perPrincipal) continue;
+      const waiter = lane.queue.shift()!;
+      this.#unhook(waiter);
+      state.queued--;
+      state.turns.delete(lane);
+      if (lane.queue.length > 0) state.turns.add(lane);
+      waiter.resolve(this.#admit(lane));
+      return;
     }
   }
 
@@ -217,6 +221,7 @@ export class AdmissionQueue {
   #abandon(waiter: Waiter, err: unknown): void {
     const { lane } = waiter;
     const index = lane.queue.indexOf(waiter);
+    // Stryker disable next-line ConditionalExpression: equivalent: every path that admits a waiter unhooks its timer and abort listener first, so only queued waiters get here; the opposite mutant (never abandon) is killed
     if (index < 0) return;
     lane.queue.splice(index, 1);
     this.#unhook(waiter);
@@ -228,7 +233,7 @@ export class AdmissionQueue {
   }
 
   #unhook(waiter: Waiter): void {
-    if (waiter.timer !== null) this.#timers.clearTimeout(waiter.timer);
+    this.#timers.clearTimeout(waiter.timer);
     waiter.timer = null;
     waiter.signal?.removeEventListener('abort', waiter.onAbort);
   }

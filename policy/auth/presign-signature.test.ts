@@ -1,3 +1,4 @@
+import { createHmac } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import {
   canonicalPath,
@@ -39,6 +40,43 @@ describe('pre-signed link signatures', () => {
     }
     expect(signatureMatches(Buffer.alloc(32, 8), fields, signature)).toBe(false);
     expect(signatureMatches(secret, fields, signature.slice(0, -1))).toBe(false);
+  });
+
+  it('signs the documented payload (links made by one version verify on another)', () => {
+    // HMAC-SHA256 over "arkvory-presign-v1", path, key id, expiry and secret id, one per line.
+    const payload = `arkvory-presign-v1\n${fields.path}\n${fields.keyId}\n${fields.expiresAt}\n${fields.secretId}`;
+    expect(signPresign(secret, fields)).toBe(createHmac('sha256', secret).update(payload).digest('base64url'));
+  });
+
+  it('any one presign parameter makes the request a link', () => {
+    for (const name of ['X-Arkvory-Key', 'X-Arkvory-Expires', 'X-Arkvory-Secret', 'X-Arkvory-Signature'])
+      expect(hasPresignParams(new URLSearchParams(`${name}=x`)), name).toBe(true);
+  });
+
+  it('each parameter must match its whole pattern, not a prefix or suffix of it', () => {
+    const signature = signPresign(secret, fields);
+    const query = (overrides: Record<string, string>) => {
+      const q = new URLSearchParams(presignQueryString(fields, signature));
+      for (const [name, value] of Object.entries(overrides)) q.set(name, value);
+      return q;
+    };
+    expect(parsePresignQuery(query({ 'X-Arkvory-Secret': '12' }))).toMatchObject({ secretId: '12' });
+    expect(parsePresignQuery(query({ 'X-Arkvory-Secret': '123456789012345678' }))).toMatchObject({
+      secretId: '123456789012345678',
+    });
+    for (const [name, value] of [
+      ['X-Arkvory-Key', `${fields.keyId}x`],
+      ['X-Arkvory-Key', `x${fields.keyId}`],
+      ['X-Arkvory-Expires', '1234567890123'],
+      ['X-Arkvory-Expires', '1800000000x'],
+      ['X-Arkvory-Secret', '3x'],
+      ['X-Arkvory-Secret', 'x3'],
+      ['X-Arkvory-Secret', '1234567890123456789'],
+      ['X-Arkvory-Signature', `${signature}x`],
+      ['X-Arkvory-Signature', `x${signature}`],
+    ] as const) {
+      expect(parsePresignQuery(query({ [name]: value })), `${name}=${value}`).toBeUndefined();
+    }
   });
 
   it('refuses missing, repeated or malformed parameters', () => {
@@ -85,6 +123,11 @@ describe('pre-signed link signatures', () => {
     expect(linkLifetime(undefined, 3600, 604800)).toEqual({ ok: true, seconds: 3600 });
     expect(linkLifetime(undefined, 3600, 600)).toEqual({ ok: true, seconds: 600 });
     expect(linkLifetime(604800, 3600, 604800)).toEqual({ ok: true, seconds: 604800 });
+    expect(linkLifetime(1, 3600, 604800)).toEqual({ ok: true, seconds: 1 });
     for (const bad of [0, -1, 604801, 1.5, '60', null]) expect(linkLifetime(bad, 3600, 604800).ok).toBe(false);
+    expect(linkLifetime(0, 3600, 600)).toEqual({
+      ok: false,
+      problem: 'expiresInSeconds must be an integer from 1 to 600 (ARKVORY_PRESIGN_MAX_EXPIRES_SECONDS)',
+    });
   });
 });

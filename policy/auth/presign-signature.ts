@@ -55,8 +55,9 @@ export function canonicalPath(pathname: string): string | undefined {
       .map((segment) => encodeURIComponent(decodeURIComponent(segment)))
       .join('/');
   } catch {
-    return undefined;
+    // undecodable: no canonical form
   }
+  return undefined;
 }
 
 export function signPresign(secret: Buffer, fields: PresignFields): string {

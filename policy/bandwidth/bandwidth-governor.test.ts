@@ -1,3 +1,4 @@
+import { getEventListeners } from 'node:events';
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../clock.ts';
 import { PolicyError } from '../errors.ts';
@@ -78,6 +79,42 @@ describe('BandwidthGovernor', () => {
     expect(second.done).toBe(true);
     expect(grants.map((g) => g.atMs)).toEqual([0, 100]);
     expect(timers.size).toBe(0);
+  });
+
+  it('delivers its rate to a stream that always asks: rate × t + burst − granted stays within one quantum and 1 ms of rate', async () => {
+    // What the governor guarantees on a clock that fires wake-ups on time: while a take waits, its
+    // bucket holds less than that take plus the refill of the wake-up's rounding up to a whole ms
+    // (nothing overflows: the bucket holds at least a quantum). So at every instant t
+    //   rate × t + burst − quantum − rate × 1 ms < granted ≤ rate × t + burst.
+    for (const rate of [10_240, 65_536, 1_048_576, 10 * 1_048_576 + 1]) {
+      for (const ceiling of ['global', 'per principal'] as const) {
+        const { governor, timers, grants } = setup(
+          ceiling === 'global'
+            ? { rateBytesPerSec: rate, perPrincipalBytesPerSec: 0 }
+            : { rateBytesPerSec: 0, perPrincipalBytesPerSec: rate },
+        );
+        const burst = Math.floor(Math.min(rate / 10, 1_048_576));
+        const quantum = Math.min(65_536, burst);
+        const meter = governor.meter('p');
+        let stop = false;
+        const loop = (async () => {
+          while (!stop) await meter.take(quantum);
+        })();
+        let elapsedMs = 0;
+        for (const stepMs of [0, 1, 7, 13, 50, 99, 250, 333, 1000, 1234, 3001]) {
+          await timers.advance(stepMs);
+          elapsedMs += stepMs;
+          const granted = grants.reduce((sum, g) => sum + g.bytes, 0);
+          const budget = (rate * elapsedMs) / 1000 + burst;
+          const at = `${ceiling} ${rate} B/s at ${elapsedMs} ms`;
+          expect(granted, at).toBeLessThanOrEqual(budget);
+          expect(granted, at).toBeGreaterThan(budget - quantum - rate / 1000);
+        }
+        stop = true;
+        governor.close();
+        await Promise.allSettled([loop]);
+      }
+    }
   });
 
   it('counts the ceiling lost to late wake-ups: what the full bucket could not hold after the due time', async () => {
@@ -413,5 +450,251 @@ describe('BandwidthGovernor', () => {
     const open = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 0 });
     expect(open.governor.meter('p2').tryTake(4096)).toBe(true);
     expect(open.governor.snapshot().grantedBytes).toBe(4096);
+  });
+
+  it('refuses a bad take or principal, saying what was wrong; tryTake refuses the same takes', async () => {
+    const limited = setup({ rateBytesPerSec: 10_240, perPrincipalBytesPerSec: 0 }).governor; // quantum 1024
+    const open = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 0 }).governor;
+    for (const governor of [limited, open]) {
+      const meter = governor.meter('p');
+      const quantum = governor.quantumBytes;
+      for (const bytes of [-1, 0.5, quantum + 1]) {
+        await expect(meter.take(bytes)).rejects.toThrow(
+          new RangeError(`bytes: expected an integer from 0 to the quantum ${quantum}, got ${bytes}`),
+        );
+        expect(meter.tryTake(bytes)).toBe(false);
+      }
+      await expect(meter.take(0)).resolves.toBeUndefined();
+      expect(governor.snapshot()).toMatchObject({ grantedBytes: 0, rejectedBusy: 0 });
+      expect(() => governor.meter('')).toThrow(new TypeError('principalId: expected a non-empty string'));
+      expect(() => governor.meter(7 as unknown as string)).toThrow(TypeError);
+    }
+    expect(
+      () =>
+        new BandwidthGovernor({
+          clock: new ManualClock(),
+          rateBytesPerSec: 1,
+          perPrincipalBytesPerSec: 0,
+          maxPrincipals: 0,
+        }),
+    ).toThrow('maxPrincipals: expected a positive integer, got 0');
+  });
+
+  it('counts grants and waits: a take that passes at once is not a waited one', async () => {
+    const { governor, timers } = setup({ rateBytesPerSec: 10_240, perPrincipalBytesPerSec: 0 }); // burst 1024
+    const meter = governor.meter('p');
+    await meter.take(512);
+    await meter.take(512);
+    expect(governor.snapshot()).toMatchObject({ grantedBytes: 1024, grantedQuanta: 2, waitedTakes: 0 });
+    const waiting = track(meter.take(1024));
+    await timers.advance(100);
+    expect(waiting.done).toBe(true);
+    expect(governor.snapshot()).toMatchObject({ grantedBytes: 2048, grantedQuanta: 3, waitedTakes: 1 });
+  });
+
+  it('a zero-byte take passes even behind a reservation, and counts a grant of nothing', async () => {
+    const { governor } = setup({ rateBytesPerSec: 10_240, perPrincipalBytesPerSec: 0 });
+    await governor.meter('drain').take(1024);
+    const reserved = track(governor.meter('big').take(1024));
+    await settle();
+    expect(reserved.done).toBe(false);
+    const other = governor.meter('other');
+    expect(other.tryTake(0)).toBe(true);
+    await expect(other.take(0)).resolves.toBeUndefined();
+    expect(governor.snapshot()).toMatchObject({ grantedBytes: 1024, waitingQuanta: 1 });
+  });
+
+  it('a stream does not pass another stream of its principal that waits first', async () => {
+    // Per principal 10240 B/s (burst 1024, a byte per 0.1 ms): the first stream waits for 1024 bytes.
+    const { governor, clock } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 10_240 });
+    const first = governor.meter('p');
+    const second = governor.meter('p');
+    await first.take(1024);
+    const waiting = track(first.take(1024));
+    clock.advance(50); // 512 bytes in the bucket: enough for the second stream's 100, not for the first
+    expect(second.tryTake(100)).toBe(false);
+    const later = track(second.take(100));
+    await settle();
+    expect([waiting.done, later.done]).toEqual([false, false]);
+  });
+
+  it('a new take first serves the waiting takes whose time has come (their wake-up not yet run)', async () => {
+    // Global 10240 B/s, capacity 1024: big waits for 512 bytes (due at 50 ms).
+    const { governor, clock, grants } = setup({ rateBytesPerSec: 10_240, perPrincipalBytesPerSec: 0 });
+    await governor.meter('drain').take(1024);
+    const reserved = track(governor.meter('big').take(512));
+    await settle();
+    expect(reserved.done).toBe(false);
+    clock.advance(100); // the bucket is full again; the wake-up has not run
+    const small = track(governor.meter('small').take(100));
+    await settle();
+    expect([reserved.done, small.done]).toEqual([true, true]);
+    expect(grants.slice(1).map((g) => [g.principal, g.atMs])).toEqual([
+      ['big', 100],
+      ['small', 100],
+    ]);
+    // small passed at once, without waiting: only big's take waited.
+    expect(governor.snapshot().waitedTakes).toBe(1);
+  });
+
+  it('a principal whose only waiting take was cancelled waits and is served normally next time', async () => {
+    const { governor, timers } = setup({ rateBytesPerSec: 10_240, perPrincipalBytesPerSec: 0 });
+    await governor.meter('drain').take(1024);
+    const meter = governor.meter('p');
+    const controller = new AbortController();
+    const cancelled = meter.take(1024, controller.signal).catch(() => 'cancelled');
+    await settle();
+    controller.abort(new Error('gone'));
+    expect(await cancelled).toBe('cancelled');
+    const next = track(meter.take(1024));
+    await timers.advance(100);
+    expect(next).toEqual({ done: true, error: undefined });
+  });
+
+  it('a principal waiting for its own bucket at the head of the turns does not stop those behind it', async () => {
+    // Global 102400 B/s (burst 10240), per principal 10240 B/s (burst 1024): quantum 1024.
+    const { governor, timers, grants } = setup({ rateBytesPerSec: 102_400, perPrincipalBytesPerSec: 10_240 });
+    await governor.meter('drain').take(1024);
+    for (let i = 0; i < 8; i++) await governor.meter(`d${i}`).take(1024);
+    const own = governor.meter('own');
+    await own.take(1024); // the global bucket is empty now
+    const ownWaits = track(own.take(1024)); // first in the turns: waits 100 ms for its own bucket
+    const b = track(governor.meter('b').take(1024)); // behind it: waits 10 ms for the global refill
+    await settle();
+    expect([ownWaits.done, b.done]).toEqual([false, false]);
+    await timers.advance(10);
+    expect([ownWaits.done, b.done]).toEqual([false, true]);
+    expect(grants.at(-1)).toMatchObject({ principal: 'b', atMs: 10 });
+    await timers.advance(90);
+    expect(ownWaits.done).toBe(true);
+  });
+
+  it('arms the wake-up for the earliest take that can pass, replacing a later one', async () => {
+    // Per principal 10240 B/s: A waits 100 ms for 1024 bytes; B, asking later for 103, only 10 ms.
+    const { governor, timers, grants, clock } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 10_240 });
+    const a = governor.meter('a');
+    const b = governor.meter('b');
+    await a.take(1024);
+    await b.take(1024);
+    const aWaits = track(a.take(1024));
+    clock.advance(90); // B's bucket: 921.6 bytes
+    const bWaits = track(b.take(1024)); // needs 102.4 more: 10 ms
+    await timers.advance(10);
+    expect(bWaits.done).toBe(true);
+    expect(aWaits.done).toBe(true);
+    expect(grants.slice(2).map((g) => [g.principal, g.atMs])).toEqual([
+      ['a', 100],
+      ['b', 100],
+    ]);
+    expect(timers.size).toBe(0);
+  });
+
+  it('cancelling one of two waiting takes of a principal keeps the other in its turn', async () => {
+    const { governor, timers } = setup({ rateBytesPerSec: 10_240, perPrincipalBytesPerSec: 0 });
+    await governor.meter('drain').take(1024);
+    const controller = new AbortController();
+    const cancelled = governor
+      .meter('p')
+      .take(512, controller.signal)
+      .catch(() => 'cancelled');
+    const kept = track(governor.meter('p').take(512));
+    await settle();
+    controller.abort(new Error('gone'));
+    expect(await cancelled).toBe('cancelled');
+    await timers.advance(50);
+    expect(kept.done).toBe(true);
+    expect(kept.error).toBeUndefined();
+  });
+
+  it('a granted take leaves no listener on its signal', async () => {
+    const { governor, timers } = setup({ rateBytesPerSec: 10_240, perPrincipalBytesPerSec: 0 });
+    await governor.meter('drain').take(1024);
+    const controller = new AbortController();
+    const waiting = track(governor.meter('p').take(1024, controller.signal));
+    await settle();
+    expect(getEventListeners(controller.signal, 'abort')).toHaveLength(1);
+    await timers.advance(100);
+    expect(waiting.done).toBe(true);
+    expect(getEventListeners(controller.signal, 'abort')).toHaveLength(0);
+  });
+
+  it('close() acts once: takes that wait after it are paced as before, a second close leaves them', async () => {
+    const { governor, timers } = setup({ rateBytesPerSec: 10_240, perPrincipalBytesPerSec: 0 });
+    governor.close();
+    const meter = governor.meter('p');
+    await meter.take(1024);
+    const waiting = track(meter.take(1024));
+    governor.close();
+    await timers.advance(100);
+    expect(waiting).toEqual({ done: true, error: undefined });
+  });
+
+  it('refusals when full say why and when to retry', async () => {
+    const { governor } = setup({
+      rateBytesPerSec: 0,
+      perPrincipalBytesPerSec: 10_240,
+      maxPrincipals: 1,
+      maxWaiting: 1,
+    });
+    const meter = governor.meter('a');
+    await meter.take(1024);
+    const waiting = track(meter.take(1024));
+    await settle();
+    expect(waiting.done).toBe(false);
+    const refused = await governor
+      .meter('a')
+      .take(1)
+      .catch((err: PolicyError) => err);
+    expect(refused).toMatchObject({ code: 'busy', headers: { 'retry-after': '1' } });
+    expect((refused as Error).message).toBe('More than 1 quanta are waiting for bandwidth.');
+    let full: unknown;
+    try {
+      governor.meter('b');
+    } catch (err) {
+      full = err;
+    }
+    expect(full).toMatchObject({ code: 'busy', headers: { 'retry-after': '1' } });
+    expect((full as Error).message).toBe('1 principals are transferring or refilling their budgets; retry shortly.');
+  });
+
+  it('never evicts a principal whose take waits, even one not holding the reservation', async () => {
+    // Global only: idle states have no bucket and are always evictable; waiting ones never.
+    const { governor, timers } = setup({ rateBytesPerSec: 10_240, perPrincipalBytesPerSec: 0, maxPrincipals: 2 });
+    await governor.meter('a').take(1024);
+    const a = track(governor.meter('a').take(1024)); // holds the reservation
+    const c = track(governor.meter('c').take(1024)); // waits behind it
+    await settle();
+    expect(() => governor.meter('b')).toThrow(expect.objectContaining({ code: 'busy' }) as Error);
+    await timers.advance(200);
+    expect([a.done, c.done]).toEqual([true, true]);
+    expect(() => governor.meter('b')).not.toThrow();
+  });
+
+  it('counts late wake-ups only for the global bucket, exactly, when it overflows after the due time', async () => {
+    // 65536 B/s: burst = quantum = capacity 6553 bytes; 6553 bytes refill in 99.99 ms, the wake-up is
+    // due at 100 ms (whole ms), when the bucket already holds 6553.6 bytes: 0.6 overflowing.
+    const run = async (lateMs: number, perPrincipal: boolean) => {
+      const clock = new ManualClock(1_700_000_000_000, 10_000);
+      const manual = new ManualTimers(clock);
+      const timers = {
+        setTimeout: (cb: () => void, ms: number) => manual.setTimeout(cb, ms + lateMs),
+        clearTimeout: (h: unknown) => manual.clearTimeout(h),
+      };
+      const governor = new BandwidthGovernor(
+        perPrincipal
+          ? { clock, timers, rateBytesPerSec: 10_000_000, perPrincipalBytesPerSec: 65_536 }
+          : { clock, timers, rateBytesPerSec: 65_536, perPrincipalBytesPerSec: 0 },
+      );
+      const meter = governor.meter('p');
+      await meter.take(governor.quantumBytes);
+      const next = track(meter.take(governor.quantumBytes));
+      await manual.advance(100 + lateMs);
+      expect(next.done).toBe(true);
+      return governor.snapshot().lateDroppedBytes;
+    };
+    // 50 ms late: 0.6 + 3276.8 bytes overflowed by then, 0.6 of it before the due time.
+    expect(await run(50, false)).toBe(3276);
+    // A wake-up for a principal's own bucket is not the global ceiling's loss.
+    expect(await run(50, true)).toBe(0);
   });
 });

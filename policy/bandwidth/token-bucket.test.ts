@@ -118,6 +118,45 @@ describe('token bucket', () => {
     expect(msUntilTokens(spec, state, 65_536, 0)).toBe(0);
   });
 
+  it('a disabled bucket reports unlimited bytes and tokens, and a refill gives it nothing', () => {
+    const spec = createBucketSpec(0, 65_536);
+    const state = startBucket(spec, 0);
+    expect(availableBytes(spec, state, 1000)).toBe(Infinity);
+    expect(hasTokens(spec, state, 65_536, 1000)).toBe(true);
+    expect(refillBucket(spec, state, 1000)).toEqual({ microTokens: 0, atUs: 1_000_000 });
+  });
+
+  it('credits exactly rate × elapsed micro-bytes up to the capacity, to the micro-byte', () => {
+    // 1000 B/s gains 1000 micro-bytes per microsecond; capacity 100 bytes = 10^8 micro-bytes.
+    const spec = createBucketSpec(1000, 100);
+    const state = { microTokens: 500, atUs: 0 };
+    // 99_999.5 µs would fill it: at 99_999 µs it is 500 short, at 100_000 µs full.
+    expect(refillBucket(spec, state, 99.999)).toEqual({ microTokens: 99_999_500, atUs: 99_999 });
+    expect(refillBucket(spec, state, 100)).toEqual({ microTokens: 100_000_000, atUs: 100_000 });
+    expect(refillBucket(spec, state, 1e9)).toEqual({ microTokens: 100_000_000, atUs: 1e12 });
+    // A full bucket only moves its instant.
+    expect(refillBucket(spec, { microTokens: 100_000_000, atUs: 5 }, 0.01)).toEqual({
+      microTokens: 100_000_000,
+      atUs: 10,
+    });
+  });
+
+  it('msUntilTokens: 0 when the bytes are there, Infinity beyond the capacity, else the exact wait', () => {
+    const spec = createBucketSpec(1000, 100); // capacity 100 bytes, 1 byte per ms
+    const full = startBucket(spec, 0);
+    expect(msUntilTokens(spec, full, 100, 0)).toBe(0);
+    expect(msUntilTokens(spec, full, 1, 0)).toBe(0);
+    expect(msUntilTokens(spec, full, 101, 0)).toBe(Infinity);
+    const empty = takeTokens(spec, full, 100, 0)!;
+    expect(msUntilTokens(spec, empty, 100, 0)).toBe(100);
+    expect(msUntilTokens(spec, empty, 100, 40)).toBe(60);
+    expect(msUntilTokens(spec, empty, 1, 0.0005)).toBe(0.999);
+  });
+
+  it('refuses a quantum outside 1..64 KiB, naming it', () => {
+    expect(() => createBucketSpec(TIB, 65_537)).toThrow(/quantumBytes: expected an integer from 1 to 65536, got 65537/);
+  });
+
   it('rounds the monotonic clock to microseconds', () => {
     expect(toMicros(0.0004)).toBe(0);
     expect(toMicros(0.001)).toBe(1);

@@ -84,14 +84,13 @@ export function startBucket(spec: BucketSpec, nowMs: number): BucketState {
 /** Credits the time elapsed since `state.atUs`, capped at capacity. A clock that goes back credits nothing. */
 export function refillBucket(spec: BucketSpec, state: BucketState, nowMs: number): BucketState {
   const nowUs = toMicros(nowMs);
-  if (nowUs <= state.atUs || spec.rateBytesPerSec === 0) return state;
+  // Stryker disable next-line EqualityOperator: equivalent: at nowUs === atUs nothing has elapsed, so the credit below is 0 (the other mutant here, >, is killed)
+  if (nowUs <= state.atUs) return state;
+  // A disabled bucket (rate 0, capacity 0) gets a credit of 0 below.
   const missing = spec.capacityBytes * MICRO - state.microTokens;
-  if (missing <= 0) return { microTokens: state.microTokens, atUs: nowUs };
-  const elapsedUs = nowUs - state.atUs;
-  const rate = spec.rateBytesPerSec;
-  // The float quotient is off by far less than 1, so past it + 1 the bucket is surely full; below
-  // it the product stays under missing + 2 × rate < 2^53 and is exact.
-  const credit = elapsedUs > missing / rate + 1 ? missing : Math.min(missing, elapsedUs * rate);
+  // A product below 2^53 is exact; one above is inexact but far above missing, so min still gives
+  // missing exactly (a full bucket, missing 0, gets 0).
+  const credit = Math.min(missing, (nowUs - state.atUs) * spec.rateBytesPerSec);
   return { microTokens: state.microTokens + credit, atUs: nowUs };
 }
 
@@ -122,8 +121,7 @@ export function msUntilTokens(spec: BucketSpec, state: BucketState, bytes: numbe
   if (spec.rateBytesPerSec === 0) return 0;
   if (bytes > spec.capacityBytes) return Infinity;
   const need = bytes * MICRO - refillBucket(spec, state, nowMs).microTokens;
-  if (need <= 0) return 0;
-  return Math.ceil(need / spec.rateBytesPerSec) / 1000;
+  return Math.max(0, Math.ceil(need / spec.rateBytesPerSec) / 1000);
 }
 
 function checkRate(rate: number, name: string): void {

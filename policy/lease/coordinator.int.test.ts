@@ -5,8 +5,10 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createLogger } from '../../proxy/server/logger.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { runCli } from '../../test/support/gateway.ts';
-import { systemClock } from '../clock.ts';
-import { Coordinator, type CoordinatorOptions } from './coordinator.ts';
+import { ManualClock, systemClock } from '../clock.ts';
+import { ManualTimers } from '../timers.ts';
+import { Coordinator, type CoordinatorOptions, type RenewalOutcome } from './coordinator.ts';
+import { PERMIT_MS, RENEW_AFTER_MS } from './lease-permit.ts';
 import { resetPolicy } from './download-policy.ts';
 
 const log = createLogger('silent');
@@ -18,6 +20,15 @@ afterEach(async () => {
   await Promise.all(open.splice(0).map((c) => c.close()));
   await Promise.all(dbs.splice(0).map((d) => d.drop()));
 });
+
+/** Waits (real time, bounded) for something real I/O brings about, e.g. a renewal query's answer. */
+async function until(condition: () => boolean, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await sleep(10);
+  }
+}
 
 async function freshDb(): Promise<TestDatabase> {
   const db = await createTestDatabase();
@@ -113,29 +124,77 @@ describe('coordinator barriers and stored policy (real PostgreSQL)', () => {
     expect(waited).toBeLessThan(18_000);
   }, 40_000);
 
-  it('fences when a newer generation takes the slot, and never revives', async () => {
+  it('fences when a newer generation takes the slot, and never revives (injected clock: nothing is left to run)', async () => {
     const db = await freshDb();
     await coordinator(db, { role: 'api', shared: { slot: 0, policy } });
-    const reader = await coordinator(db, { role: 'reader', shared: { slot: 1, policy } });
+    const clock = new ManualClock();
+    const timers = new ManualTimers(clock);
+    const reader = await coordinator(db, { role: 'reader', shared: { slot: 1, policy }, clock, timers });
     const reasons: string[] = [];
     reader.onFenced((r) => reasons.push(r));
+    const renewals: RenewalOutcome[] = [];
+    reader.onRenewal((outcome) => renewals.push(outcome));
     // Another owner took over (as if our reservation had expired during a partition).
     await db.pool.query('UPDATE arkvory_gateway_leases SET owner = $1, generation = generation + 1 WHERE slot = 1', [
       randomUUID(),
     ]);
-    const deadline = Date.now() + 4000;
-    while (reader.isPermitted() && Date.now() < deadline) await sleep(50);
+    // The renewal is due 2 s after the acquisition was confirmed; its query is real.
+    await timers.advance(RENEW_AFTER_MS);
+    await until(() => renewals.length > 0);
+    expect(renewals).toEqual(['rejected']);
     expect(reader.isPermitted()).toBe(false);
     expect(reasons).toHaveLength(1);
     expect(reasons[0]).toMatch(/newer generation/);
-    // Give it the slot back in the database: it stays fenced.
+    // Give it the slot back in the database: nothing is scheduled any more (no renewal, no expiry
+    // check), so nothing can revive it; a minute of renewal periods changes nothing.
     await db.pool.query(
       "UPDATE arkvory_gateway_leases SET owner = $1, generation = $2, expires_at = clock_timestamp() + interval '10 s' WHERE slot = 1",
       [reader.owner, 1],
     );
-    await sleep(2500);
+    expect(timers.size).toBe(0);
+    await timers.advance(30 * RENEW_AFTER_MS);
+    expect(renewals).toEqual(['rejected']);
+    expect(reasons).toHaveLength(1);
     expect(reader.isPermitted()).toBe(false);
     expect(reader.snapshot()?.active).toBe(false);
+  });
+
+  it('fences at the permit deadline while a renewal hangs (injected clock), not a millisecond late', async () => {
+    const db = await freshDb();
+    await coordinator(db, { role: 'api', shared: { slot: 0, policy } });
+    const clock = new ManualClock();
+    const timers = new ManualTimers(clock);
+    const reader = await coordinator(db, { role: 'reader', shared: { slot: 1, policy }, clock, timers });
+    const fencedAt: number[] = [];
+    reader.onFenced(() => fencedAt.push(clock.monotonicMs()));
+    const renewals: RenewalOutcome[] = [];
+    reader.onRenewal((outcome) => renewals.push(outcome));
+    // A row lock on the lease makes the renewal's UPDATE wait: to the coordinator, a hung link.
+    const blocker = new pg.Client({ connectionString: db.url });
+    await blocker.connect();
+    try {
+      await blocker.query('BEGIN');
+      await blocker.query('SELECT slot FROM arkvory_gateway_leases WHERE slot = 1 FOR UPDATE');
+      // Acquired at monotonic 0 (the clock stands still during the real query): the permit lasts
+      // until PERMIT_MS, the renewal starts at RENEW_AFTER_MS and hangs.
+      const start = clock.monotonicMs();
+      await timers.advance(RENEW_AFTER_MS);
+      await timers.advance(PERMIT_MS - RENEW_AFTER_MS - 1);
+      expect(reader.isPermitted()).toBe(true);
+      expect(fencedAt).toEqual([]);
+      // The expiry timer fires 1 ms past the deadline (the permit is valid strictly before it).
+      await timers.advance(2);
+      expect(fencedAt).toEqual([start + PERMIT_MS + 1]);
+      expect(reader.isPermitted()).toBe(false);
+      expect(renewals).toEqual([]);
+    } finally {
+      await blocker.query('ROLLBACK');
+      await blocker.end();
+    }
+    // The hung renewal's late answer does not revive it.
+    await until(() => renewals.length > 0);
+    expect(reader.isPermitted()).toBe(false);
+    expect(fencedAt).toHaveLength(1);
   });
 
   it('fences when the lease connection is lost (its barriers are gone with it)', async () => {

@@ -13,6 +13,7 @@ import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import type { Logger } from 'pino';
 import type { Clock } from '../clock.ts';
+import { systemTimers, type TimerHandle, type Timers } from '../timers.ts';
 import { tryLockExclusive, tryLockShared } from './barriers.ts';
 import { checkPolicy, PolicyRefusal, type DownloadPolicy } from './download-policy.ts';
 import {
@@ -34,6 +35,8 @@ export interface CoordinatorOptions {
   /** Shared profile only. */
   shared?: { slot: number; policy: DownloadPolicy; advertiseUrl?: string };
   clock: Clock;
+  /** The renewal, expiry and acquire-wait timers (tests drive them with ManualTimers on a ManualClock). */
+  timers?: Timers;
   log: Logger;
   /** Longest wait for a stopped owner's reservation to expire. */
   acquireTimeoutMs?: number;
@@ -53,8 +56,9 @@ export class Coordinator {
   readonly #client: pg.Client;
   #permit: PermitState | undefined;
   #fencedReason: string | undefined;
-  #renewTimer: NodeJS.Timeout | undefined;
-  #expiryTimer: NodeJS.Timeout | undefined;
+  readonly #timers: Timers;
+  #renewTimer: TimerHandle | undefined;
+  #expiryTimer: TimerHandle | undefined;
   #renewing = false;
   #closed = false;
   readonly #fenceListeners: Array<(reason: string) => void> = [];
@@ -62,6 +66,7 @@ export class Coordinator {
 
   private constructor(options: CoordinatorOptions) {
     this.#options = options;
+    this.#timers = options.timers ?? systemTimers;
     this.#client = new pg.Client({
       connectionString: options.databaseUrl,
       application_name: `arkvory-${options.role}-lease`,
@@ -219,7 +224,7 @@ export class Coordinator {
           timeoutMs - (nowMono - startedMono),
         ),
       );
-      await new Promise((resolve) => setTimeout(resolve, wait));
+      await new Promise<void>((resolve) => this.#timers.setTimeout(resolve, wait));
     }
   }
 
@@ -231,8 +236,7 @@ export class Coordinator {
   #fence(reason: string): void {
     if (this.#fencedReason !== undefined || this.#closed) return;
     this.#fencedReason = reason;
-    clearTimeout(this.#renewTimer);
-    clearTimeout(this.#expiryTimer);
+    this.#clearTimers();
     this.#options.log.error(
       { reason, owner: this.owner },
       'fenced: this gateway lost its lease or database ownership and will not serve again; restart it',
@@ -242,13 +246,12 @@ export class Coordinator {
 
   #schedule(): void {
     if (this.#closed || !this.#permit || this.#permit.kind !== 'held') return;
-    clearTimeout(this.#renewTimer);
-    clearTimeout(this.#expiryTimer);
+    this.#clearTimers();
     const nowMono = this.#options.clock.monotonicMs();
     const renewAt = nextRenewalAt(this.#permit)!;
-    this.#renewTimer = setTimeout(() => void this.#renew(), Math.max(0, renewAt - nowMono));
+    this.#renewTimer = this.#timers.setTimeout(() => void this.#renew(), Math.max(0, renewAt - nowMono));
     // Fence on time even while a renewal hangs on a slow link.
-    this.#expiryTimer = setTimeout(
+    this.#expiryTimer = this.#timers.setTimeout(
       () => this.isPermitted(),
       Math.max(0, this.#permit.validUntil.monotonicMs - nowMono) + 1,
     );
@@ -279,8 +282,8 @@ export class Coordinator {
         'lease renewal failed; retrying while the permit lasts',
       );
       this.#apply(observe(this.#permit, this.#now()));
-      clearTimeout(this.#renewTimer);
-      this.#renewTimer = setTimeout(() => void this.#renew(), this.#options.retryAfterErrorMs ?? 500);
+      if (this.#renewTimer !== undefined) this.#timers.clearTimeout(this.#renewTimer);
+      this.#renewTimer = this.#timers.setTimeout(() => void this.#renew(), this.#options.retryAfterErrorMs ?? 500);
     } finally {
       this.#renewing = false;
     }
@@ -289,8 +292,14 @@ export class Coordinator {
   /** Stops renewing and closes the connection. The database reservation is left to expire on its own. */
   async close(): Promise<void> {
     this.#closed = true;
-    clearTimeout(this.#renewTimer);
-    clearTimeout(this.#expiryTimer);
+    this.#clearTimers();
     await this.#client.end().catch(() => {});
+  }
+
+  #clearTimers(): void {
+    if (this.#renewTimer !== undefined) this.#timers.clearTimeout(this.#renewTimer);
+    if (this.#expiryTimer !== undefined) this.#timers.clearTimeout(this.#expiryTimer);
+    this.#renewTimer = undefined;
+    this.#expiryTimer = undefined;
   }
 }

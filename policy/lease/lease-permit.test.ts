@@ -92,7 +92,26 @@ describe('lease permit', () => {
 
   it('a rejected renewal (generation moved on) fences', () => {
     const s = renewalRejected(acquired(3, at(0), at(1)));
-    expect(s.kind).toBe('fenced');
+    expect(s).toEqual({
+      kind: 'fenced',
+      reason: 'the database no longer holds this lease (expired or taken over by a newer generation)',
+    });
     expect(nextRenewalAt(s)).toBeUndefined();
+    // Time passing keeps the reason it was fenced for.
+    expect(observe(s, at(60_000))).toBe(s);
+  });
+
+  it('each clock alone ends the permit, at exactly 8 s after the request start', () => {
+    const s = acquired(1, at(0, 1000), at(10, 1010));
+    // Monotonic at the deadline, wall time behind (a wall clock stepped back): lapsed.
+    expect(isPermitValid(s, at(8000, 1000))).toBe(false);
+    expect(isPermitValid(s, at(7999, 1000))).toBe(true);
+    // Wall time at the deadline, monotonic behind: lapsed.
+    expect(isPermitValid(s, at(100, 9000))).toBe(false);
+    expect(isPermitValid(s, at(100, 8999))).toBe(true);
+    expect(observe(s, at(8000, 1000))).toEqual({
+      kind: 'fenced',
+      reason: 'the lease permit expired before a renewal was confirmed',
+    });
   });
 });

@@ -1,3 +1,4 @@
+import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { useTestRedis } from '../../test/support/redis.ts';
@@ -5,7 +6,7 @@ import { ManualClock } from '../clock.ts';
 import { buildPlan } from './evaluate.ts';
 import { createLimiter } from './limiter.ts';
 import { createMemoryCounterStore } from './memory-counter-store.ts';
-import { CHECK_SCRIPT, createRedisCounterStore } from './redis-counter-store.ts';
+import { CHECK_SCRIPT, createRedisCounterStore, MAX_BATCH, takesFastPath } from './redis-counter-store.ts';
 import { defineRule } from './rules.ts';
 import { counterStoreConformance, T0 } from '../../test/conformance/counter-store.ts';
 
@@ -13,6 +14,12 @@ const redis = useTestRedis();
 let n = 0;
 counterStoreConformance('redis', () => ({
   store: createRedisCounterStore(redis.client),
+  prefix: `${redis.prefix}${++n}:`,
+}));
+/** The client as a Redis Cluster client looks to the store: one rule per script call, one DEL per key. */
+const clusterShaped = (client: Redis): Redis => Object.create(client, { isCluster: { value: true } }) as Redis;
+counterStoreConformance('redis, one script per rule (the Redis Cluster path, on one server)', () => ({
+  store: createRedisCounterStore(clusterShaped(redis.client)),
   prefix: `${redis.prefix}${++n}:`,
 }));
 counterStoreConformance('memory (same table, same run)', () => ({
@@ -56,7 +63,10 @@ describe('redis store specifics', () => {
     await limiterOn(prefix)
       .check({ ip: 'a' })
       .catch(() => undefined);
-    // Banned: no counting, so the key is untouched; a fresh identifier shows the healing on write.
+    // Banned: no counting, so the key is untouched (no increment, still no TTL).
+    expect(await redis.client.get(counterKey)).toBe('2');
+    expect(await redis.client.pttl(counterKey)).toBe(-1);
+    // A fresh identifier shows the healing on write.
     const other = buildPlan(prefix, 'lim', [rule], { ip: 'b' }, T0).counting[0]!.counterKey;
     await redis.client.set(other, '0');
     await limiterOn(prefix).check({ ip: 'b' });
@@ -245,5 +255,160 @@ describe('redis store specifics', () => {
     await limiter.check({ p: 'x' }, { cost: 2.25 });
     const key = buildPlan(prefix, 'lim', [bytes], { p: 'x' }, T0).counting[0]!.counterKey;
     expect(await redis.client.get(key)).toBe('3.75');
+  });
+
+  const commandCalls = async (command: string) =>
+    Number((await redis.client.info('commandstats')).match(new RegExp(`cmdstat_${command}:calls=(\\d+)`))?.[1] ?? 0);
+
+  it('the Redis Cluster path runs one script per rule and one DEL per key', async () => {
+    const prefix = `${redis.prefix}cluster:`;
+    const rules = [
+      defineRule({ name: 'a', action: 'limit', characteristics: ['ip'], limit: 5, periodS: 60, banForS: 60 }),
+      defineRule({ name: 'b', action: 'log', characteristics: ['ip'], limit: 5, periodS: 60 }),
+      defineRule({ name: 'c', action: 'log', characteristics: ['ip'], limit: 5, periodS: 60 }),
+    ];
+    const store = createRedisCounterStore(clusterShaped(redis.client));
+    const limiter = createLimiter(
+      { store, clock: new ManualClock(T0, 0), log: pino({ level: 'silent' }), keyPrefix: prefix, timeoutMs: 2000 },
+      { name: 'lim', rules },
+    );
+    await limiter.check({ ip: 'warm' });
+    const scripts = await commandCalls('evalsha');
+    expect((await limiter.check({ ip: 'x' })).evaluations).toHaveLength(3);
+    // Other test files may share this server: at least, never fewer.
+    expect((await commandCalls('evalsha')) - scripts).toBeGreaterThanOrEqual(3);
+    const dels = await commandCalls('del');
+    await limiter.clear({ ip: 'x' });
+    expect((await commandCalls('del')) - dels).toBeGreaterThanOrEqual(3);
+    expect((await limiter.peek({ ip: 'x' }, { cost: 0 })).evaluations.map((e) => e.count)).toEqual([0, 0, 0]);
+  });
+
+  it('takes the one-call batch only for checks count.lua decides exactly as check.lua', () => {
+    const plain = defineRule({ name: 'p', action: 'limit', characteristics: ['ip'], limit: 5, periodS: 60 });
+    const banning = defineRule({
+      name: 'b',
+      action: 'limit',
+      characteristics: ['ip'],
+      limit: 5,
+      periodS: 60,
+      banForS: 9,
+    });
+    const distinct = defineRule({
+      name: 'd',
+      action: 'limit',
+      characteristics: ['ip'],
+      countDistinct: 'u',
+      limit: 5,
+      periodS: 60,
+    });
+    const plan = (...rules: (typeof plain)[]) => buildPlan('p:', 'lim', rules, { ip: 'i', u: 'x' }, T0);
+    expect(takesFastPath(plan(plain), 1, 'check')).toBe(true);
+    expect(takesFastPath(plan(plain), 0, 'check')).toBe(true);
+    expect(takesFastPath(plan(plain), 1.5, 'check')).toBe(false);
+    expect(takesFastPath(plan(plain), 1, 'peek')).toBe(false);
+    expect(takesFastPath(plan(plain, banning), 1, 'check')).toBe(false);
+    expect(takesFastPath(plan(distinct), 1, 'check')).toBe(false);
+  });
+
+  it('leaves its batched scripts out of ioredis auto-pipelining, once, keeping what was there', () => {
+    const client = new Redis(redis.url, {
+      lazyConnect: true,
+      enableAutoPipelining: true,
+      autoPipeliningIgnoredCommands: ['get'],
+    });
+    createRedisCounterStore(client);
+    createRedisCounterStore(client);
+    expect(client.options.autoPipeliningIgnoredCommands).toEqual([
+      'get',
+      'arkvoryRateLimitCount',
+      'arkvoryRateLimitPeek',
+    ]);
+    const bare = new Redis(redis.url, { lazyConnect: true });
+    createRedisCounterStore(bare);
+    expect(bare.options.autoPipeliningIgnoredCommands).toEqual(['arkvoryRateLimitCount', 'arkvoryRateLimitPeek']);
+    client.disconnect();
+    bare.disconnect();
+  });
+
+  it('a batched check gives its counter a TTL of the window end plus 1 s; a cost of 0 counts 0', async () => {
+    const prefix = `${redis.prefix}ttl-batch:`;
+    const plain = defineRule({ name: 'p', action: 'limit', characteristics: ['ip'], limit: 5, periodS: 60 });
+    const store = createRedisCounterStore(redis.client);
+    const at = T0 + 20_000;
+    const plan = buildPlan(prefix, 'lim', [plain], { ip: 'a' }, at);
+    expect(await store.run(plan, { nowMs: at, cost: 0, mode: 'check' })).toEqual([
+      { count: 0, exceeded: false, banned: false, resetAtMs: T0 + 60_000 },
+    ]);
+    const ttl = await redis.client.pttl(plan.counting[0]!.counterKey);
+    expect(ttl).toBeGreaterThan(40_000);
+    expect(ttl).toBeLessThanOrEqual(41_000);
+  });
+
+  it('a counter that holds no number fails the check or peek with store_unavailable, saying so', async () => {
+    const prefix = `${redis.prefix}corrupt:`;
+    const plain = defineRule({ name: 'p', action: 'limit', characteristics: ['ip'], limit: 5, periodS: 60 });
+    const store = createRedisCounterStore(redis.client);
+    const plan = buildPlan(prefix, 'lim', [plain], { ip: 'a' }, T0);
+    await redis.client.set(plan.counting[0]!.counterKey, 'not a number');
+    const expected = {
+      code: 'store_unavailable',
+      message: 'a rate-limit counter key holds a value that cannot be counted',
+    };
+    await expect(store.run(plan, { nowMs: T0, cost: 0, mode: 'peek' })).rejects.toMatchObject(expected);
+    // One corrupt counter among the rules of a peek is enough.
+    const second = defineRule({ name: 'q', action: 'limit', characteristics: ['ip'], limit: 5, periodS: 60 });
+    await expect(
+      store.run(buildPlan(prefix, 'lim', [second, plain], { ip: 'a' }, T0), { nowMs: T0, cost: 0, mode: 'peek' }),
+    ).rejects.toMatchObject(expected);
+    const wrongType = buildPlan(prefix, 'lim', [plain], { ip: 'b' }, T0);
+    await redis.client.hset(wrongType.counting[0]!.counterKey, 'f', 'v');
+    await expect(store.run(wrongType, { nowMs: T0, cost: 1, mode: 'check' })).rejects.toMatchObject(expected);
+  });
+
+  it('a Redis that does not answer rejects every check and peek of the batch; clearing nothing asks nothing', async () => {
+    // Nothing listens on port 1; without the offline queue every command fails at once.
+    const client = new Redis('redis://127.0.0.1:1', {
+      lazyConnect: true,
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+      retryStrategy: () => null,
+    });
+    client.on('error', () => {});
+    const store = createRedisCounterStore(client);
+    const plain = defineRule({ name: 'p', action: 'limit', characteristics: ['ip'], limit: 5, periodS: 60 });
+    const plan = buildPlan(`${redis.prefix}down:`, 'lim', [plain], { ip: 'a' }, T0);
+    const results = await Promise.allSettled([
+      store.run(plan, { nowMs: T0, cost: 1, mode: 'check' }),
+      store.run(plan, { nowMs: T0, cost: 1, mode: 'check' }),
+      store.run(plan, { nowMs: T0, cost: 0, mode: 'peek' }),
+      store.run(plan, { nowMs: T0, cost: 0, mode: 'peek' }),
+    ]);
+    expect(results.map((r) => r.status)).toEqual(['rejected', 'rejected', 'rejected', 'rejected']);
+    await expect(store.clear([])).resolves.toBeUndefined();
+    client.disconnect();
+  });
+
+  it(`sends at most ${MAX_BATCH} checks or peeks per script call, each exactly once`, async () => {
+    const prefix = `${redis.prefix}batch-bound:`;
+    const plain = defineRule({ name: 'p', action: 'limit', characteristics: ['ip'], limit: 1000, periodS: 60 });
+    // The store calls its batched scripts as methods of the client: record each call's key count.
+    const keysPerCall: Record<string, number[]> = { arkvoryRateLimitCount: [], arkvoryRateLimitPeek: [] };
+    createRedisCounterStore(redis.client); // defines the scripts on the client
+    const spied = Object.create(redis.client) as Redis & Record<string, (...args: unknown[]) => unknown>;
+    for (const name of Object.keys(keysPerCall)) {
+      const original = (redis.client as unknown as Record<string, (...args: unknown[]) => unknown>)[name]!;
+      spied[name] = (...args: unknown[]) => {
+        keysPerCall[name]!.push(args[0] as number);
+        return original.apply(redis.client, args);
+      };
+    }
+    const store = createRedisCounterStore(spied);
+    const total = 2 * MAX_BATCH + 10;
+    const plans = Array.from({ length: total }, (_, i) => buildPlan(prefix, 'lim', [plain], { ip: `i${i}` }, T0));
+    await Promise.all(plans.map((plan) => store.run(plan, { nowMs: T0, cost: 1, mode: 'check' })));
+    await Promise.all(plans.map((plan) => store.run(plan, { nowMs: T0, cost: 0, mode: 'peek' })));
+    // count.lua: one key per check; peek.lua: a counter and a ban key per peek.
+    expect(keysPerCall.arkvoryRateLimitCount).toEqual([MAX_BATCH, MAX_BATCH, 10]);
+    expect(keysPerCall.arkvoryRateLimitPeek).toEqual([2 * MAX_BATCH, 2 * MAX_BATCH, 20]);
   });
 });

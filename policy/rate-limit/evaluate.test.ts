@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { buildPlan, evaluate, summarize, type RuleState } from './evaluate.ts';
+import { ALLOW_NOTHING_MATCHED, buildPlan, evaluate, summarize, type Outcome, type RuleState } from './evaluate.ts';
 import { KEY_MEMO_MAX, RuleKeyMemo } from './keys.ts';
 import { defineRule } from './rules.ts';
 
@@ -121,6 +121,21 @@ describe('evaluate (the reference the Lua must equal)', () => {
       writes: ['incr'],
     },
     {
+      name: 'a rule without ban_for_s ignores a ban left by an earlier version of it',
+      rules: [limit3],
+      states: [{ ...fresh, count: 1, banUntilMs: T + 5 }],
+      outcomes: [{ count: 2, exceeded: false, banned: false, resetAtMs: T + 30_000 }],
+      writes: ['incr'],
+    },
+    {
+      name: 'peek of a distinct rule writes nothing',
+      rules: [distinct],
+      states: [{ ...fresh, count: 1 }],
+      mode: 'peek',
+      outcomes: [{ count: 2, exceeded: false }],
+      writes: [],
+    },
+    {
       name: 'peek writes nothing',
       rules: [banned],
       states: [{ ...fresh, count: 3 }],
@@ -170,6 +185,80 @@ describe('evaluate (the reference the Lua must equal)', () => {
         buildPlan('p:', 'lim', [limit3], id, T).counting[0]!.counterKey,
       );
     }
+  });
+
+  it('refuses a limit or period that resolves to a negative or non-finite number, naming it', () => {
+    const negative = defineRule({
+      name: 'neg',
+      action: 'limit',
+      characteristics: ['ip'],
+      limit: () => -1,
+      periodS: 60,
+    });
+    expect(() => buildPlan('p:', 'lim', [negative], { ip: '1' }, T)).toThrow(
+      new TypeError('rule "neg": limit resolved to -1, expected a non-negative number'),
+    );
+    const period = defineRule({ name: 'per', action: 'limit', characteristics: ['ip'], limit: 1, periodS: () => NaN });
+    expect(() => buildPlan('p:', 'lim', [period], { ip: '1' }, T)).toThrow(
+      'rule "per": period_s resolved to NaN, expected a non-negative number',
+    );
+  });
+
+  it('nothing matched: allow, not exceeded, no rule and no info', () => {
+    expect(ALLOW_NOTHING_MATCHED).toEqual({
+      action: 'allow',
+      exceeded: false,
+      rule: undefined,
+      error: undefined,
+      info: undefined,
+      evaluations: [],
+    });
+  });
+
+  describe('summarize picks the most constraining rule', () => {
+    const rule = (name: string, action: 'limit' | 'log', limit: number, periodS: number) =>
+      defineRule({ name, action, characteristics: ['ip'], limit, periodS });
+    const outcome = (count: number, resetAtMs: number, exceeded = false): Outcome => ({
+      count,
+      exceeded,
+      banned: false,
+      resetAtMs,
+    });
+    const pick = (rules: ReturnType<typeof rule>[], outcomes: Outcome[]) =>
+      summarize(buildPlan('p:', 'lim', rules, { ip: '1' }, T), outcomes);
+
+    it('the limit rule with the least remaining; on a tie, the earliest reset', () => {
+      const a = rule('a', 'limit', 10, 60);
+      const b = rule('b', 'limit', 10, 3600);
+      expect(pick([a, b], [outcome(5, T + 30_000), outcome(6, T + 3_570_000)]).rule?.name).toBe('b');
+      expect(pick([a, b], [outcome(6, T + 30_000), outcome(5, T + 3_570_000)]).rule?.name).toBe('a');
+      // Equal remaining: the earlier reset wins, whichever comes first.
+      expect(pick([a, b], [outcome(5, T + 30_000), outcome(5, T + 3_570_000)]).rule?.name).toBe('a');
+      expect(pick([b, a], [outcome(5, T + 3_570_000), outcome(5, T + 30_000)]).rule?.name).toBe('a');
+      // Less remaining wins even against an earlier reset.
+      expect(pick([b, a], [outcome(6, T + 3_570_000), outcome(5, T + 30_000)]).rule?.name).toBe('b');
+      // Equal remaining and reset: the first.
+      expect(pick([a, b], [outcome(5, T + 30_000), outcome(5, T + 30_000)]).rule?.name).toBe('a');
+    });
+
+    it('with only log rules: the first exceeded one, else the one with the least remaining', () => {
+      const x = rule('x', 'log', 10, 60);
+      const y = rule('y', 'log', 10, 60);
+      const z = rule('z', 'log', 10, 60);
+      const exceeded = pick(
+        [x, y, z],
+        [outcome(3, T + 30_000), outcome(11, T + 30_000, true), outcome(12, T + 30_000, true)],
+      );
+      expect(exceeded).toMatchObject({ action: 'allow', exceeded: true, rule: { name: 'y' }, info: { remaining: 0 } });
+      const calm = pick([x, y, z], [outcome(3, T + 30_000), outcome(8, T + 30_000), outcome(5, T + 30_000)]);
+      expect(calm).toMatchObject({ action: 'allow', exceeded: false, rule: { name: 'y' }, info: { remaining: 2 } });
+    });
+
+    it('a limit rule that passes is reported before an unexceeded log rule with less remaining', () => {
+      const limit = rule('limit', 'limit', 10, 60);
+      const log = rule('log', 'log', 10, 60);
+      expect(pick([log, limit], [outcome(9, T + 30_000), outcome(2, T + 30_000)]).rule?.name).toBe('limit');
+    });
   });
 
   it('summarize: a skip alone reports the skip rule and no info; rules counted before it still report; an unreached skip is not reported', () => {

@@ -15,6 +15,8 @@ interface Entry {
 export interface MemoryCounterStore extends CounterStore {
   /** Live keys (after dropping the expired ones at `nowMs`). */
   size(nowMs: number): number;
+  /** Keys held right now, expired ones included until a read or the background sweep drops them. */
+  heldKeys(): number;
 }
 
 export function createMemoryCounterStore(options: { sweepEvery?: number } = {}): MemoryCounterStore {
@@ -40,7 +42,8 @@ export function createMemoryCounterStore(options: { sweepEvery?: number } = {}):
       const { nowMs } = input;
       const states: RuleState[] = plan.counting.map((p) => {
         const counter = live(p.counterKey, nowMs);
-        const ban = p.banMs > 0 ? live(p.banKey, nowMs) : undefined;
+        // Read for every rule: evaluate ignores the ban of a rule without ban_for_s.
+        const ban = live(p.banKey, nowMs);
         const count = p.distinctValue !== undefined ? (counter?.members?.size ?? 0) : (counter?.value ?? 0);
         return {
           count,
@@ -56,12 +59,12 @@ export function createMemoryCounterStore(options: { sweepEvery?: number } = {}):
         }
         let e = live(w.key, nowMs);
         if (!e) {
-          e = { value: 0, members: w.op === 'sadd' ? new Set() : undefined, expireAtMs: w.expireAtMs };
+          e = { value: 0, members: undefined, expireAtMs: w.expireAtMs };
           entries.set(w.key, e);
         }
         e.expireAtMs = w.expireAtMs;
         if (w.op === 'incr') e.value += w.by;
-        else e.members!.add(w.member);
+        else (e.members ??= new Set()).add(w.member);
       }
       writesSinceSweep += writes.length;
       if (writesSinceSweep >= sweepEvery) {
@@ -75,6 +78,9 @@ export function createMemoryCounterStore(options: { sweepEvery?: number } = {}):
     },
     size(nowMs) {
       sweep(nowMs);
+      return entries.size;
+    },
+    heldKeys() {
       return entries.size;
     },
   };

@@ -19,6 +19,7 @@ import type { CounterStore } from './counter-store.ts';
 export const CHECK_SCRIPT = readFileSync(new URL('./check.lua', import.meta.url), 'utf8');
 export const COUNT_SCRIPT = readFileSync(new URL('./count.lua', import.meta.url), 'utf8');
 export const PEEK_SCRIPT = readFileSync(new URL('./peek.lua', import.meta.url), 'utf8');
+// Stryker disable next-line StringLiteral: equivalent: the check script's name only has to be its own (the two batched ones are named in the auto-pipelining exclusions, tested)
 const CHECK = 'arkvoryRateLimitCheck';
 const COUNT = 'arkvoryRateLimitCount';
 const PEEK = 'arkvoryRateLimitPeek';
@@ -45,14 +46,19 @@ export function takesFastPath(plan: Plan, cost: number, mode: Mode): boolean {
 }
 
 export function createRedisCounterStore(redis: Redis | Cluster): CounterStore {
+  // A client shared by several stores defines each script once (defining it again would be harmless).
+  // Stryker disable ConditionalExpression: equivalent: redefining a command with the same script changes nothing; never defining it (→ false) is killed
   if (!(CHECK in redis)) redis.defineCommand(CHECK, { lua: CHECK_SCRIPT });
   if (!(COUNT in redis)) redis.defineCommand(COUNT, { lua: COUNT_SCRIPT });
   if (!(PEEK in redis)) redis.defineCommand(PEEK, { lua: PEEK_SCRIPT });
+  // Stryker restore ConditionalExpression
   // The store batches count.lua calls itself (one per turn of the event loop); ioredis's auto-pipelining on top would
   // only add a Pipeline object and a deferral to each of them.
   // A new array: ioredis's default one is shared by every client.
+  // Stryker disable next-line ArrayDeclaration: equivalent: ioredis always sets the option (default []); the fallback only satisfies its optional type
   const ignored = redis.options.autoPipeliningIgnoredCommands ?? [];
   const own = [COUNT, PEEK].filter((c) => !ignored.includes(c));
+  // Stryker disable next-line ConditionalExpression: equivalent: with nothing to add, the new array equals the old one (never adding, → false, is killed)
   if (own.length) redis.options.autoPipeliningIgnoredCommands = [...ignored, ...own];
   const client = redis as WithScripts;
   let queue: Queued[] = [];
@@ -95,7 +101,8 @@ export function createRedisCounterStore(redis: Redis | Cluster): CounterStore {
   const flush = (): void => {
     const all = queue;
     queue = [];
-    for (let i = 0; i < all.length; i += MAX_BATCH) send(all.length <= MAX_BATCH ? all : all.slice(i, i + MAX_BATCH));
+    // Stryker disable next-line EqualityOperator: equivalent: at i === length the batch is empty and the script call counts nothing
+    for (let i = 0; i < all.length; i += MAX_BATCH) send(all.slice(i, i + MAX_BATCH));
   };
 
   const count = (plan: Plan, nowMs: number, cost: number): Promise<Outcome[]> =>
@@ -103,6 +110,7 @@ export function createRedisCounterStore(redis: Redis | Cluster): CounterStore {
       // setImmediate runs once this turn of the event loop has handled every socket that was ready:
       // the checks of all the requests read in it join one batch. (A nextTick batch would close
       // after each socket's callback: under load, one or two checks per script call.)
+      // Stryker disable next-line ConditionalExpression: equivalent: a flush scheduled per check finds the queue emptied by the first one; never flushing (→ false) is killed
       if (queue.length === 0) setImmediate(flush);
       queue.push({ plan, nowMs, cost, resolve, reject });
     });
@@ -123,7 +131,15 @@ export function createRedisCounterStore(redis: Redis | Cluster): CounterStore {
     for (const q of batch) {
       for (const p of q.plan.counting) {
         keys.push(p.counterKey, p.banKey);
-        argv.push(p.distinctValue !== undefined ? '1' : '0', p.distinctValue ?? '', p.banMs > 0 ? '1' : '0');
+        // peek.lua tests each flag for '1' only; the member is read for distinct rules only.
+        argv.push(
+          // Stryker disable next-line StringLiteral: equivalent: any value but '1' means not distinct ('1' → "" is killed)
+          p.distinctValue !== undefined ? '1' : '0',
+          // Stryker disable next-line StringLiteral: equivalent: the member of a plain rule is never read
+          p.distinctValue ?? '',
+          // Stryker disable next-line ConditionalExpression,EqualityOperator,StringLiteral: equivalent: a ban read for a rule without ban_for_s is ignored by evaluate.ts, and any value but '1' means no ban ('1' → "" and → false are killed)
+          p.banMs > 0 ? '1' : '0',
+        );
       }
     }
     client[PEEK](keys.length, ...keys, ...argv).then(
@@ -154,11 +170,12 @@ export function createRedisCounterStore(redis: Redis | Cluster): CounterStore {
   const flushPeeks = (): void => {
     const all = peeks;
     peeks = [];
-    for (let i = 0; i < all.length; i += MAX_BATCH)
-      sendPeeks(all.length <= MAX_BATCH ? all : all.slice(i, i + MAX_BATCH));
+    // Stryker disable next-line EqualityOperator: equivalent: at i === length the batch is empty and the script call reads nothing
+    for (let i = 0; i < all.length; i += MAX_BATCH) sendPeeks(all.slice(i, i + MAX_BATCH));
   };
   const peek = (plan: Plan, input: { nowMs: number; cost: number; mode: Mode }): Promise<Outcome[]> =>
     new Promise((resolve, reject) => {
+      // Stryker disable next-line ConditionalExpression: equivalent: as for count batches above; never flushing is killed
       if (peeks.length === 0) setImmediate(flushPeeks);
       peeks.push({ plan, input, resolve, reject });
     });
@@ -174,11 +191,14 @@ export function createRedisCounterStore(redis: Redis | Cluster): CounterStore {
         p.limit,
         p.windowEndMs,
         p.banMs,
+        // Stryker disable next-line StringLiteral: equivalent: check.lua tests the flag for '1' only ('1' → "" is killed)
         p.distinctValue !== undefined ? '1' : '0',
+        // Stryker disable next-line StringLiteral: equivalent: the member of a plain rule is never read
         p.distinctValue ?? '',
       );
     const reply = await client[CHECK](n * 2, ...args);
     const outcomes: Outcome[] = [];
+    // Stryker disable next-line EqualityOperator: equivalent: the reply holds four values per rule, so i + 3 never equals its length
     for (let i = 0; i + 3 < reply.length; i += 4)
       outcomes.push({
         count: Number(reply[i]),
@@ -218,6 +238,7 @@ export function createRedisCounterStore(redis: Redis | Cluster): CounterStore {
     async clear(keys) {
       if (keys.length === 0) return;
       // One DEL per key in a cluster: the keys of different rules live in different slots.
+      // Stryker disable next-line ConditionalExpression: equivalent on one server (the only one the mutation suite has): one DEL per key deletes the same keys; the cluster path itself is tested by counting DELs
       if (redis.isCluster) await Promise.all(keys.map((k) => redis.del(k)));
       else await redis.del(...keys);
     },

@@ -26,7 +26,21 @@ describe('parseEntityTags', () => {
     ],
     ['a', undefined],
     ['"unterminated', undefined],
+    [', "unterminated', undefined],
     ['"a" junk', undefined],
+    ['"a""b"', undefined],
+    ['x", "c"', undefined],
+    ['', undefined],
+    [' , ', undefined],
+    [' * ', '*'],
+    ['"a",', [{ weak: false, opaque: '"a"' }]],
+    [
+      '"a"\t,\tW/"b"',
+      [
+        { weak: false, opaque: '"a"' },
+        { weak: true, opaque: '"b"' },
+      ],
+    ],
   ] as const)('%s', (input, expected) => {
     expect(parseEntityTags(input)).toEqual(expected);
   });
@@ -40,6 +54,9 @@ describe('evaluateReadPreconditions', () => {
     ['If-None-Match in a list', { ifNoneMatch: `"x", ${etag}` }, 'not_modified'],
     ['If-None-Match star', { ifNoneMatch: '*' }, 'not_modified'],
     ['If-None-Match other', { ifNoneMatch: '"other"' }, 'proceed'],
+    // Weak comparison ignores W/ on both sides, but the opaque tags must still be equal.
+    ['If-None-Match weak other', { ifNoneMatch: 'W/"other"' }, 'proceed'],
+    ['If-None-Match weak others in a list', { ifNoneMatch: 'W/"x", W/"other"' }, 'proceed'],
     ['If-None-Match malformed', { ifNoneMatch: 'nope' }, 'proceed'],
     ['If-Modified-Since equal', { ifModifiedSince: http(lastModifiedMs) }, 'not_modified'],
     ['If-Modified-Since later', { ifModifiedSince: http(lastModifiedMs + 60_000) }, 'not_modified'],
@@ -53,6 +70,12 @@ describe('evaluateReadPreconditions', () => {
   ] as const)('%s', (_name, headers, expected) => {
     expect(evaluateReadPreconditions(headers, v)).toBe(expected);
   });
+
+  it('compares If-Modified-Since at one-second resolution, as HTTP dates are', () => {
+    const withMs = { etag, lastModifiedMs: lastModifiedMs + 999 };
+    expect(evaluateReadPreconditions({ ifModifiedSince: http(lastModifiedMs) }, withMs)).toBe('not_modified');
+    expect(evaluateReadPreconditions({ ifModifiedSince: http(lastModifiedMs - 1000) }, withMs)).toBe('proceed');
+  });
 });
 
 describe('isIfRangeSatisfied', () => {
@@ -65,6 +88,12 @@ describe('isIfRangeSatisfied', () => {
     ['later date', http(lastModifiedMs + 1000), false],
     ['earlier date', http(lastModifiedMs - 1000), false],
     ['garbage', 'not a date', false],
+    ['same strong etag with spaces around', ` ${etag} `, true],
+    ['a list of two, even of the same tag', `${etag}, ${etag}`, false],
+    ['an unterminated tag', '"abc', false],
+    ['an unterminated tag holding the date', `"${http(lastModifiedMs)}`, false],
+    ['a weak tag holding the date', `W/"${http(lastModifiedMs)}"`, false],
+    ['exact second but with milliseconds', new Date(lastModifiedMs + 500).toISOString(), false],
   ] as const)('%s', (_name, header, expected) => {
     expect(isIfRangeSatisfied(header, v)).toBe(expected);
   });

@@ -23,8 +23,9 @@ export function parseEntityTags(value: string): EntityTag[] | '*' | undefined {
   if (text === '*') return '*';
   const tags: EntityTag[] = [];
   let i = 0;
-  while (i < text.length) {
-    while (i < text.length && (text[i] === ' ' || text[i] === '\t' || text[i] === ',')) i++;
+  // Past the end text[i] is undefined, which no character test below matches.
+  for (;;) {
+    while (text[i] === ' ' || text[i] === '\t' || text[i] === ',') i++;
     if (i >= text.length) break;
     let weak = false;
     if (text.startsWith('W/', i)) {
@@ -33,10 +34,10 @@ export function parseEntityTags(value: string): EntityTag[] | '*' | undefined {
     }
     if (text[i] !== '"') return undefined;
     const close = text.indexOf('"', i + 1);
-    if (close < 0) return undefined;
+    if (close === -1) return undefined;
     tags.push({ weak, opaque: text.slice(i, close + 1) });
     i = close + 1;
-    while (i < text.length && (text[i] === ' ' || text[i] === '\t')) i++;
+    while (text[i] === ' ' || text[i] === '\t') i++;
     if (i < text.length && text[i] !== ',') return undefined;
   }
   return tags.length > 0 ? tags : undefined;

@@ -234,6 +234,9 @@ describe.each(ALL_STORE_KINDS)('content API over real HTTP (%s store)', (kind) =
       }
       for (const headers of [
         { 'if-none-match': '"nope"' },
+        // A weak tag is compared weakly, but only an equal opaque tag matches.
+        { 'if-none-match': 'W/"nope"' },
+        { 'if-none-match': `W/"nope", W/"${etag.slice(1, -2)}"` },
         { 'if-modified-since': earlier },
         { 'if-none-match': '"nope"', 'if-modified-since': lastModified },
       ] as Record<string, string>[]) {

@@ -546,9 +546,13 @@ describe('bandwidth governors on the static store', () => {
     expect((performance.now() - t0) / 1000).toBeGreaterThan(3);
     const started = performance.now();
     let bytes = 0;
+    let firstByte: number | undefined;
     await new Promise<void>((resolve) => {
       const socket = net.connect(paced.port, '127.0.0.1');
-      socket.on('data', (d: Buffer) => (bytes += d.length));
+      socket.on('data', (d: Buffer) => {
+        firstByte ??= performance.now();
+        bytes += d.length;
+      });
       socket.on('close', () => resolve());
       socket.on('error', () => {});
       socket.write(
@@ -556,8 +560,17 @@ describe('bandwidth governors on the static store', () => {
       );
       setTimeout(() => socket.destroy(), 2500);
     });
-    const seconds = (performance.now() - started) / 1000;
+    const ended = performance.now();
+    const seconds = (ended - started) / 1000;
     expect(bytes).toBeLessThanOrEqual(rate * seconds + rate / 10 + 4096);
-    expect(bytes).toBeGreaterThan(rate * seconds * 0.5);
+    // The rate is reached from the first byte on: at least 60 % of rate × time + burst. The governor
+    // guarantees it within a quantum and 1 ms of rate on an injected clock; through the static store
+    // each chunk is fetched from nginx before it is charged, and at this rate the bucket holds one
+    // quantum, so a fetch stalled past 100 ms loses refill. On this 2-core machine at load average
+    // 14–19 three runs measured 77–79 % (the directory store's path 85–98 %, transfers.int.test.ts);
+    // the floor leaves room for a worse stall. The response head counts in `bytes`; it is small.
+    const pace = bytes / ((rate * (ended - firstByte!)) / 1000 + rate / 10);
+    if (process.env.ARKVORY_PACING_REPORT) console.log(`static store download pace: ${(pace * 100).toFixed(1)} %`);
+    expect(pace).toBeGreaterThan(0.6);
   });
 });

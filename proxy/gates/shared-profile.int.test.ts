@@ -40,21 +40,32 @@ function sharedEnv(role: 'api' | 'reader', slot: number): Record<string, string>
 }
 
 /** Downloads for at most `ms` and returns how many bytes arrived (the body may be cut short). */
-function downloadFor(url: string, authKey: string, ms: number): Promise<{ bytes: number; elapsedMs: number }> {
+function downloadFor(
+  url: string,
+  authKey: string,
+  ms: number,
+): Promise<{ bytes: number; elapsedMs: number; firstByteMs: number }> {
   return new Promise((resolve, reject) => {
     const started = performance.now();
     let bytes = 0;
+    let firstByteMs: number | undefined;
+    const done = () => {
+      const elapsedMs = performance.now() - started;
+      resolve({ bytes, elapsedMs, firstByteMs: firstByteMs ?? elapsedMs });
+    };
     const req = http.get(url, { headers: bearer(authKey), agent: false }, (res) => {
       if (res.statusCode !== 200) reject(new Error(`status ${res.statusCode}`));
-      res.on('data', (c: Buffer) => (bytes += c.length));
-      res.on('end', () => resolve({ bytes, elapsedMs: performance.now() - started }));
-      res.on('error', () => resolve({ bytes, elapsedMs: performance.now() - started }));
+      res.on('data', (c: Buffer) => {
+        firstByteMs ??= performance.now() - started;
+        bytes += c.length;
+      });
+      res.on('end', done);
+      res.on('error', done);
     });
     req.on('error', reject);
     setTimeout(() => {
-      const elapsedMs = performance.now() - started;
       req.destroy();
-      resolve({ bytes, elapsedMs });
+      done();
     }, ms);
   });
 }
@@ -137,8 +148,14 @@ describe('shared profile: one writer, two readers', () => {
     for (const r of results) {
       // The bound of the spec: granted ≤ share × elapsed + burst (from a full bucket).
       expect(r.bytes).toBeLessThanOrEqual(SHARE * (r.elapsedMs / 1000) + BURST);
-      // And the share is actually used (loose: a loaded machine may lag).
-      expect(r.bytes).toBeGreaterThan(SHARE * (r.elapsedMs / 1000) * 0.5);
+      // And the share is actually used: from the first byte to the end, at least 85 % of
+      // share × time + burst. The governor guarantees it within a quantum and 1 ms of rate on an
+      // injected clock (bandwidth-governor.test.ts); over HTTP on this 2-core machine at load
+      // average 14–19, nine downloads (three runs) measured 96–100 %, and the floor leaves room for
+      // a gateway the OS runs late past what its burst absorbs.
+      const pace = r.bytes / ((SHARE * (r.elapsedMs - r.firstByteMs)) / 1000 + BURST);
+      if (process.env.ARKVORY_PACING_REPORT) console.log(`shared share pace: ${(pace * 100).toFixed(1)} %`);
+      expect(pace).toBeGreaterThan(0.85);
       total += r.bytes;
     }
     const elapsed = Math.max(...results.map((r) => r.elapsedMs)) / 1000;

@@ -12,6 +12,8 @@ import { useTestDatabase } from '../../test/support/database.ts';
 import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 
 const KiB = 1024;
+/** Over HTTP, the least share of rate × time + burst a paced download gets (see the first test). */
+const PACE_FLOOR = 0.75;
 const MiB = 1024 * KiB;
 const db = useTestDatabase();
 const file = randomContent(4 * MiB);
@@ -43,13 +45,14 @@ function downloadFor(
   key: string,
   ms: number,
   onFirstByte?: () => void,
-): Promise<{ bytes: number; elapsedMs: number; firstByteMs: number | undefined; status: number }> {
+): Promise<{ bytes: number; startedAt: number; elapsedMs: number; firstByteMs: number | undefined; status: number }> {
   return new Promise((resolve, reject) => {
     const started = performance.now();
     let bytes = 0;
     let firstByteMs: number | undefined;
     let status = 0;
-    const done = () => resolve({ bytes, elapsedMs: performance.now() - started, firstByteMs, status });
+    const done = () =>
+      resolve({ bytes, startedAt: started, elapsedMs: performance.now() - started, firstByteMs, status });
     const req = http.get(url, { headers: bearer(key), agent: false }, (res) => {
       status = res.statusCode ?? 0;
       res.on('data', (c: Buffer) => {
@@ -83,7 +86,16 @@ describe('governors over HTTP', () => {
     const elapsed = Math.max(...runs.map((r) => r.elapsedMs)) / 1000;
     const total = runs.reduce((sum, r) => sum + r.bytes, 0);
     expect(total).toBeLessThanOrEqual(perPrincipal * elapsed + burst);
-    expect(total).toBeGreaterThan(perPrincipal * elapsed * 0.5);
+    // The rate is reached: from the first byte of any of the three to the end, the shared bucket
+    // delivers at least PACE_FLOOR of rate × time + burst. The governor guarantees it within a
+    // quantum and 1 ms of rate on an injected clock (bandwidth-governor.test.ts); over HTTP on this
+    // 2-core machine at load average 14–19, five runs measured 85–98 %, and the floor leaves room
+    // for a gateway the OS runs late, past what its burst absorbs.
+    const end = Math.max(...runs.map((r) => r.startedAt + r.elapsedMs));
+    const firstByte = Math.min(...runs.map((r) => r.startedAt + (r.firstByteMs ?? r.elapsedMs)));
+    const pace = total / ((perPrincipal * (end - firstByte)) / 1000 + burst);
+    if (process.env.ARKVORY_PACING_REPORT) console.log(`per-principal pace over HTTP: ${(pace * 100).toFixed(1)} %`);
+    expect(pace).toBeGreaterThan(PACE_FLOOR);
   });
 
   it('a greedy principal does not slow a second one below its fair share of the global ceiling', async () => {

@@ -191,6 +191,34 @@ describe('multipart uploads (embedded worker)', () => {
       json(await request(`${gw.url}/api/v1/repositories/mp/uploads/${other}`, { headers: bearer(key) })).state,
     ).toBe('aborted');
   });
+  it('opening an upload needs a write grant and the write scope: a read grant (or a read-only key) gets 403 and no session', async () => {
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const readGrant = await createServiceAccount(db.pool, { grants: { mp: 'read' } });
+    const readScope = await createServiceAccount(db.pool, { scopes: ['read'], grants: { mp: 'write' } });
+    const paths = ['artifacts/denied.bin', 'packages/denied/1.0', 'packages/denied/1.0/assets/denied.tgz'];
+    for (const who of [readGrant, readScope]) {
+      for (const path of paths) {
+        const r = await request(`${gw.url}/api/v1/repositories/mp/${path}/uploads`, {
+          method: 'POST',
+          headers: { ...bearer(who.key), 'content-type': 'application/json' },
+          body: Buffer.from('{}'),
+        });
+        expect(r.status, `${path}: ${r.body.toString()}`).toBe(403);
+        expect(json(r).code).toBe('forbidden');
+      }
+    }
+    const { rows } = await db.pool.query(
+      'SELECT count(*)::int AS n FROM arkvory_upload_sessions WHERE principal_id = ANY($1)',
+      [[readGrant.principalId, readScope.principalId]],
+    );
+    expect(rows[0].n).toBe(0);
+    // The same key may still read what its grant allows.
+    expect(
+      (await request(`${gw.url}/api/v1/repositories/mp/artifacts/denied.bin`, { headers: bearer(readGrant.key) }))
+        .status,
+    ).toBe(404);
+  });
+
   it('a session belongs to the principal that opened it: another writer of the repository gets 404 for all of it', async () => {
     const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
     const other = await createServiceAccount(db.pool, { grants: { mp: 'write' } });

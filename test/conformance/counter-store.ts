@@ -178,7 +178,10 @@ export function counterStoreConformance(
       clock.advance(30_000);
       const during = await hit(limiter, { ip: 'b' }, 3);
       expect(during.every((x) => x.action === 'block' && x.info!.resetAtMs === T0 + 900_000)).toBe(true);
-      // Retrying did not count: the next window starts empty, the ban still blocks, exceeded follows the ban.
+      // Retrying did not count: in the same window the counter still holds the 3 requests before the ban.
+      expect(during.map((x) => x.evaluations[0]!.count)).toEqual([3, 3, 3]);
+      expect((await limiter.peek({ ip: 'b' }, { cost: 0 })).evaluations[0]!.count).toBe(3);
+      // The next window starts empty, the ban still blocks, exceeded follows the ban.
       clock.advance(60_000);
       const nextWindow = await limiter.peek({ ip: 'b' }, { cost: 0 });
       expect(nextWindow).toMatchObject({ action: 'block', exceeded: true, info: { resetAtMs: T0 + 900_000 } });
@@ -209,8 +212,11 @@ export function counterStoreConformance(
       ]);
       expect(r[3]!.info!.resetAtMs).toBe(T0 + 300_000);
       expect(r[3]!.evaluations[0]!.result).toBe('banned');
+      // During the ban nothing counted: the window's counter holds the 2 requests up to the ban.
+      expect(r.map((x) => x.evaluations[0]!.count)).toEqual([1, 2, 2, 2]);
+      expect((await limiter.peek({ ip: 's' }, { cost: 0 })).evaluations[0]!.count).toBe(2);
       clock.advance(300_000);
-      // During the ban nothing counted: the window counter holds 0, so one request passes cleanly.
+      // After the ban, a new window: one request passes cleanly.
       expect((await limiter.check({ ip: 's' })).exceeded).toBe(false);
     });
 
@@ -245,6 +251,8 @@ export function counterStoreConformance(
       for (const u of seq) results.push(await limiter.check({ ip: 'i', username: u }));
       // The blocked third value was still recorded (blocked requests count), so the set stays over.
       expect(results.map((r) => r.action)).toEqual(['allow', 'allow', 'allow', 'allow', 'allow', 'block', 'block']);
+      expect(results[0]!.info).toMatchObject({ remaining: 1 });
+      expect(results[0]!.evaluations[0]!.count).toBe(1);
       expect(results[5]!.info).toMatchObject({ remaining: 0 });
       expect(results[2]!.info).toMatchObject({ remaining: 0, resolvedLimit: 2 });
       // A missing value is one distinct value, `_unknown_`.
@@ -258,7 +266,10 @@ export function counterStoreConformance(
       const r = await hit(limiter, { ns: 'n' }, 4, 0.5);
       expect(r.map((x) => x.action)).toEqual(['allow', 'allow', 'allow', 'allow']);
       expect(r[3]!.info!.remaining).toBe(0);
-      expect((await limiter.check({ ns: 'n' }, { cost: 0.25 })).action).toBe('block');
+      const over = await limiter.check({ ns: 'n' }, { cost: 0.25 });
+      expect(over.action).toBe('block');
+      // Exceeded without a ban: reported as exceeded, not banned.
+      expect(over.evaluations.map((e) => e.result)).toEqual(['exceeded']);
       expect((await limiter.check({ ns: 'm' }, { cost: 1.75 })).info!.remaining).toBe(0.25);
     });
 
@@ -284,6 +295,8 @@ export function counterStoreConformance(
       const all = await Promise.all(Array.from({ length: 400 }, () => limiter.check({ ip: 'together' })));
       expect(all.filter((r) => r.action === 'allow').length).toBe(250);
       expect(all.filter((r) => r.action === 'block').length).toBe(150);
+      // Counted once each, however the store batched them.
+      expect((await limiter.peek({ ip: 'together' }, { cost: 0 })).evaluations[0]!.count).toBe(400);
       // The blocking rule is terminal: the blocked checks never reached the shadow rule.
       expect(all.filter((r) => r.evaluations.length === 2).length).toBe(250);
       expect(
