@@ -114,6 +114,14 @@ describe('the slice cache↔S3 link (seaweedfs)', () => {
 
     await slow.remove();
     await setEnabled(link, true);
+    // The gateway takes reads again once its store probe passed twice (store health's hysteresis).
+    await waitUntil(
+      async () => {
+        const res = await fetch(`${gw.url}/health/status`);
+        return ((await res.json()) as { store?: { state?: string } }).store?.state === 'ok';
+      },
+      { timeoutMs: 20_000, intervalMs: 100, what: "the gateway's store to be ok again" },
+    );
     const again = await call(`${url}/content`, { key });
     expect(again.status).toBe(200);
     expect(sha256(again.body)).toBe(sha256(blob));
