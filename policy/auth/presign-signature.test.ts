@@ -43,8 +43,9 @@ describe('pre-signed link signatures', () => {
   });
 
   it('signs the documented payload (links made by one version verify on another)', () => {
-    // HMAC-SHA256 over "arkvory-presign-v1", path, key id, expiry and secret id, one per line.
-    const payload = `arkvory-presign-v1\n${fields.path}\n${fields.keyId}\n${fields.expiresAt}\n${fields.secretId}`;
+    // HMAC-SHA256 over "arkvory-presign-v2", path, key id, issue time, expiry, secret id and the content's
+    // sha256, one per line (docs/clients.md).
+    const payload = `arkvory-presign-v2\n${fields.path}\n${fields.keyId}\n${fields.issuedAt}\n${fields.expiresAt}\n${fields.secretId}\n${fields.sha256}`;
     expect(signPresign(secret, fields)).toBe(createHmac('sha256', secret).update(payload).digest('base64url'));
   });
 
