@@ -75,6 +75,8 @@ describe('pre-signed link signatures', () => {
       ['X-Arkvory-Secret', '1234567890123456789'],
       ['X-Arkvory-Signature', `${signature}x`],
       ['X-Arkvory-Signature', `x${signature}`],
+      ['X-Arkvory-Digest', `${fields.sha256}0`],
+      ['X-Arkvory-Digest', `0${fields.sha256}`],
     ] as const) {
       expect(parsePresignQuery(query({ [name]: value })), `${name}=${value}`).toBeUndefined();
     }
