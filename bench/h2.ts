@@ -19,7 +19,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import pino from 'pino';
 import { startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
-import { BenchRun, median } from './support.ts';
+import { BenchRun, median, writeUnreachedRequestRule } from './support.ts';
 import {
   createCertificateAuthority,
   freeLoopbackPort,
@@ -106,22 +106,7 @@ async function main(): Promise<void> {
     const file = path.join(work, 'small.bin');
     await writeFile(file, randomBytes(4096));
     const redis = bench.keep(await startRedisServer());
-    const rules = path.join(work, 'rate_limits.yaml');
-    await writeFile(
-      rules,
-      `rate_limits:
-  gateway_request:
-    - name: limit_requests_by_principal
-      description: "bench: counted in every request, never reached"
-      action: limit
-      characteristics: [principal]
-      limit: 1000000000
-      period_s: 60
-      match:
-        principal:
-          regex: "^[^<]"
-`,
-    );
+    const rules = await writeUnreachedRequestRule(work);
     const db = await bench.seededDatabase();
     const [key] = db.keys as [string];
     const gateway = bench.keep(

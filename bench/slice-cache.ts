@@ -46,6 +46,7 @@ import {
   startNginx,
   wrk,
   writeRandomFile,
+  writeUnreachedRequestRule,
 } from './support.ts';
 
 const { values: args } = parseArgs({
@@ -175,22 +176,7 @@ async function main(): Promise<void> {
     await writeFile(small, randomBytes(4096));
     const hex = (b64: string) => Buffer.from(b64, 'base64').toString('hex');
     // The shipped 12,000 requests a minute per principal would cut the 4 KiB runs short.
-    const rules = path.join(work, 'rate-limits.yaml');
-    await writeFile(
-      rules,
-      `rate_limits:
-  gateway_request:
-    - name: limit_requests_by_principal
-      description: "bench: counted in every request, never reached"
-      action: limit
-      characteristics: [principal]
-      limit: 1000000000
-      period_s: 60
-      match:
-        principal:
-          regex: "^[^<]"
-`,
-    );
+    const rules = await writeUnreachedRequestRule(work);
 
     /** A gateway on a seeded database of its own, with an admin key that may also read `bench`. */
     const start = async (name: string, env: Record<string, string>): Promise<Target> => {

@@ -19,6 +19,7 @@ import {
   type WrkResult,
   wrk,
   writeRandomFile,
+  writeUnreachedRequestRule,
 } from './support.ts';
 import {
   freeLoopbackPort,
@@ -374,22 +375,7 @@ async function main(): Promise<void> {
 
     const redis = bench.keep(await startRedisServer());
 
-    const rules = path.join(work, 'rate_limits.yaml');
-    await writeFile(
-      rules,
-      `rate_limits:
-  gateway_request:
-    - name: limit_requests_by_principal
-      description: "bench: counted in every request, never reached"
-      action: limit
-      characteristics: [principal]
-      limit: 1000000000
-      period_s: 60
-      match:
-        principal:
-          regex: "^[^<]"
-`,
-    );
+    const rules = await writeUnreachedRequestRule(work);
 
     // Two gateways, each with its own database and storage root (one writer per root).
     const gateways: Gateway[] = [];
