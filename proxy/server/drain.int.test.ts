@@ -16,7 +16,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
-import { makeTempDir, ROOT, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { makeTempDir, problemLines, ROOT, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { freeLoopbackPort } from '../../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
@@ -75,16 +75,6 @@ function pacedDownload(url: string, key: string, headers: Record<string, string>
   return { firstBytes, done, resume: () => response?.resume() };
 }
 
-function problemLines(gw: GatewayProcess): Array<Record<string, unknown>> {
-  // The tests connect as the superuser: the start-time finding about it is the environment's, not a drain's.
-  return gw
-    .logLines()
-    .filter(
-      (l) =>
-        (l.level === 'error' || l.level === 'fatal' || l.level === 'warn') && l.code !== 'database_login_privileged',
-    );
-}
-
 describe('shutdown drain (ADR 0008 preClose)', () => {
   it('SIGTERM during an unthrottled 50 MiB download: /health/ready is 503 at once, new requests 503, the download completes byte-exact, exit 0, no error line', async () => {
     const gw = await startGateway({
@@ -119,7 +109,7 @@ describe('shutdown drain (ADR 0008 preClose)', () => {
     expect(result.body.length).toBe(file.length);
     expect(sha256(result.body)).toBe(sha256(file));
     expect(await gw.exited).toBe(0);
-    expect(problemLines(gw)).toEqual([]);
+    expect(problemLines(gw.logLines())).toEqual([]);
   }, 60_000);
 
   it('SIGTERM during a throttled download: the waiting chunk is cut at once, and Range resumes to the exact file', async () => {
@@ -143,7 +133,7 @@ describe('shutdown drain (ADR 0008 preClose)', () => {
     // Cut at the signal (its chunk was waiting), not at the 20 s shutdown timeout.
     expect(result.endedAtMs - signalledAtMs).toBeLessThan(5000);
     expect(await gw.exited).toBe(0);
-    expect(problemLines(gw)).toEqual([]);
+    expect(problemLines(gw.logLines())).toEqual([]);
 
     // The client resumes on the next gateway (a restart here) with Range.
     const next = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url }, dataDir });
@@ -243,13 +233,7 @@ describe('npm start stops cleanly (process hygiene)', () => {
         expect(isAlive(gatewayPid)).toBe(false);
         for (let i = 0; i < 50 && isAlive(pgPid); i++) await sleep(100);
         expect(isAlive(pgPid)).toBe(false);
-        expect(
-          lines().filter(
-            (l) =>
-              (l.level === 'error' || l.level === 'fatal' || l.level === 'warn') &&
-              l.code !== 'database_login_privileged',
-          ),
-        ).toEqual([]);
+        expect(problemLines(lines())).toEqual([]);
         expect(lines().some((l) => l.msg === 'stopped' && l.code === 0)).toBe(true);
       } finally {
         for (const pid of [gatewayPid, pgPid]) if (isAlive(pid)) process.kill(pid, 'SIGKILL');

@@ -16,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
-import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { problemLines, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { defaultMaxConnections, LINGER } from './front-door.ts';
 
 const MiB = 1024 * 1024;
@@ -158,16 +158,6 @@ async function eventually<T>(check: () => Promise<T>, ms: number): Promise<T> {
   }
 }
 
-function errorLines(g: GatewayProcess): Array<Record<string, unknown>> {
-  // The tests connect as the superuser: the start-time finding about it is the environment's, not a client's.
-  return g
-    .logLines()
-    .filter(
-      (l) =>
-        (l.level === 'error' || l.level === 'fatal' || l.level === 'warn') && l.code !== 'database_login_privileged',
-    );
-}
-
 let baselineDescriptors = 0;
 let routerBaseline = 0;
 
@@ -235,8 +225,8 @@ afterAll(async () => {
   } finally {
     const codes = await Promise.all([router?.stop('SIGTERM'), gw.stop('SIGTERM')]);
     expect(codes).toEqual([0, 0]);
-    expect(errorLines(gw)).toEqual([]);
-    if (router) expect(errorLines(router)).toEqual([]);
+    expect(problemLines(gw.logLines())).toEqual([]);
+    if (router) expect(problemLines(router.logLines())).toEqual([]);
   }
 }, 60_000);
 

@@ -82,6 +82,16 @@ afterAll(async () => {
 });
 
 /** A temp directory removed when the test file ends. */
+/**
+ * Log lines at warn level or above, less the one start-time finding every test gateway logs: the
+ * tests connect to PostgreSQL as its superuser (`database_login_privileged`), the environment's doing.
+ */
+export function problemLines(lines: readonly Record<string, unknown>[]): Array<Record<string, unknown>> {
+  return lines.filter(
+    (l) => (l.level === 'error' || l.level === 'fatal' || l.level === 'warn') && l.code !== 'database_login_privileged',
+  );
+}
+
 export async function makeTempDir(prefix = 'arkvory-data-'): Promise<string> {
   const dir = await makeHarnessTempDir(prefix);
   tempDirs.push(dir);
