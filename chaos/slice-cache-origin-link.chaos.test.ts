@@ -19,7 +19,7 @@ import { useTestDatabase } from '../test/support/database.ts';
 import { makeTempDir, startGateway } from '../test/support/gateway.ts';
 import type { S3Server } from '../test/support/s3-server.ts';
 import { sharedS3Bucket } from '../test/support/shared-s3.ts';
-import { waitUntil } from '../test/harness/index.ts';
+import { waitForStoreOk, waitUntil } from '../test/harness/index.ts';
 import { call, startDownload } from './support/gateways.ts';
 import { setEnabled } from './support/shared-cluster.ts';
 import { addLatency, startToxiproxy, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
@@ -115,13 +115,7 @@ describe('the slice cache↔S3 link (seaweedfs)', () => {
     await slow.remove();
     await setEnabled(link, true);
     // The gateway takes reads again once its store probe passed twice (store health's hysteresis).
-    await waitUntil(
-      async () => {
-        const res = await fetch(`${gw.url}/health/status`);
-        return ((await res.json()) as { store?: { state?: string } }).store?.state === 'ok';
-      },
-      { timeoutMs: 20_000, intervalMs: 100, what: "the gateway's store to be ok again" },
-    );
+    await waitForStoreOk(gw.url);
     const again = await call(`${url}/content`, { key });
     expect(again.status).toBe(200);
     expect(sha256(again.body)).toBe(sha256(blob));

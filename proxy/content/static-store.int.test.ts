@@ -12,7 +12,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { contentDigest, parseMultipart, randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
-import { waitUntil } from '../../test/harness/index.ts';
+import { waitForStoreOk } from '../../test/harness/index.ts';
 import { startStaticStore, type StaticStore } from '../../test/support/static-store.ts';
 
 const MiB = 1024 * 1024;
@@ -115,13 +115,7 @@ describe('the static-HTTP store under faults', () => {
    * `store_unreachable`, which is another test's subject, not the next one's.
    */
   async function storeBack(): Promise<void> {
-    await waitUntil(
-      async () => {
-        const res = await request(`http://127.0.0.1:${gw.port}/health/status`);
-        return (json(res) as { store?: { state?: string } }).store?.state === 'ok';
-      },
-      { what: "the gateway's store to be ok again", timeoutMs: 20_000, intervalMs: 100 },
-    );
+    await waitForStoreOk(`http://127.0.0.1:${gw.port}`);
   }
 
   async function withStoreDown(work: () => Promise<void>): Promise<void> {

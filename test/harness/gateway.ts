@@ -8,7 +8,7 @@ import { freeLoopbackPort } from '../../lib/free-port.ts';
 import { startProcess, processEnv, type ManagedProcess } from './managed-process.ts';
 import { ARKVORY_BIN, REPO_ROOT } from './paths.ts';
 import { runProcess, type ProcessResult } from './run-process.ts';
-import { waitForHttp } from './wait.ts';
+import { waitForHttp, waitUntil } from './wait.ts';
 
 export interface GatewayOptions {
   /** ARKVORY_* variables and any other the process needs (PATH, HOME, LANG come from this process). */
@@ -56,6 +56,21 @@ export async function spawnGateway(options: GatewayOptions = {}): Promise<Gatewa
 }
 
 /** Waits until `/health/status` answers (200 for `serving`); fails at once if the process exits. */
+/**
+ * Until the gateway at `baseUrl` reports its store `ok` again: after an outage it takes reads and
+ * writes once its probe passed twice in a row (store health's hysteresis, docs/router.md); meanwhile
+ * it answers 503 `store_unreachable`.
+ */
+export async function waitForStoreOk(baseUrl: string, timeoutMs = 20_000): Promise<void> {
+  await waitUntil(
+    async () => {
+      const res = await fetch(`${baseUrl}/health/status`);
+      return ((await res.json()) as { store?: { state?: string } }).store?.state === 'ok';
+    },
+    { what: `the store of ${baseUrl} to be ok again`, timeoutMs, intervalMs: 100 },
+  );
+}
+
 export async function waitForHealth(
   gateway: GatewayProcess,
   options: { until?: 'serving' | 'listening'; timeoutMs?: number } = {},

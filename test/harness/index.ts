@@ -10,6 +10,7 @@ export {
   spawnGateway,
   startGateway,
   waitForHealth,
+  waitForStoreOk,
   START_TIMEOUT_MS,
   type GatewayOptions,
   type GatewayProcess,
