@@ -6,7 +6,15 @@
  * `--h1 -c16` (one request at a time per connection, no pipelining) for HTTP/1.1. Rounds are
  * interleaved (the order rotates); medians of req/s and their ratios are printed.
  *
+ * The bare server is started afresh for each of its runs: Node 24's `respondWithFile` crashes the
+ * process (SIGSEGV) when h2load closes its connections with streams in flight at the end of a run.
+ *
  *   node bench/h2.ts [--rounds 5] [--seconds 5] [--database-url postgres://…]
+ *                    [--only 'gateway h2'] [--profile-dir DIR] [--node-options='--heap-prof …']
+ *
+ * `--only` runs the named targets alone (comma-separated); `--profile-dir` runs the gateway with
+ * `--cpu-prof` into DIR (summarise with bench/cpu-profile-summary.ts); `--node-options` adds
+ * options to the gateway's NODE_OPTIONS.
  *
  * Needs h2load (Debian: nghttp2-client) and redis-server; PostgreSQL is embedded unless given.
  */
@@ -16,6 +24,7 @@ import { readFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import http2 from 'node:http2';
 import path from 'node:path';
+import { setTimeout } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import pino from 'pino';
 import { startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
@@ -42,8 +51,14 @@ const { values: args } = parseArgs({
     port: { type: 'string' },
     cert: { type: 'string' },
     key: { type: 'string' },
+    only: { type: 'string' },
+    'profile-dir': { type: 'string' },
+    'node-options': { type: 'string', default: '' },
   },
 });
+
+/** h2load's warm-up, not counted in its figures (nor in the CPU time). */
+const WARM_UP_MS = 1000;
 
 if (args.serve) {
   // Child: the bare node:http2 file server, until killed.
@@ -68,23 +83,50 @@ interface Target {
   h2loadArgs: string[];
 }
 
-/** One h2load run: req/s, or a thrown error naming the failures. */
-async function h2load(target: Target, seconds: number): Promise<number> {
-  const result = await runProcess('h2load', [
+/** CPU time (user + system) a process has used so far, in ms (Linux /proc; clock ticks of 10 ms). */
+function cpuMsOf(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
+/** The main thread's time waiting for a core while runnable, in ms (/proc schedstat): the machine's other load. */
+function runQueueMsOf(pid: number): number {
+  return Number(readFileSync(`/proc/${pid}/schedstat`, 'utf8').split(' ')[1]) / 1e6;
+}
+
+interface RunFigures {
+  rps: number;
+  /** Share of the run the server's main thread was runnable but waiting for a core (other load on the machine). */
+  runQueueShare: number;
+  /** The server's CPU time per request, in µs: less disturbed by the machine's other load than req/s. */
+  cpuUsPerRequest: number;
+}
+
+/** One h2load run against the server `pid`: its figures, or a thrown error naming the failures. */
+async function h2load(target: Target, seconds: number, pid: number): Promise<RunFigures> {
+  const running = runProcess('h2load', [
     '-D',
     String(seconds),
-    '--warm-up-time=1',
+    `--warm-up-time=${WARM_UP_MS / 1000}`,
     ...target.h2loadArgs,
     target.url,
   ]);
+  // h2load counts requests after its warm-up second: so does the CPU time.
+  await setTimeout(WARM_UP_MS);
+  const cpuBefore = cpuMsOf(pid);
+  const waitBefore = runQueueMsOf(pid);
+  const startedMs = performance.now();
+  const result = await running;
+  const runQueueShare = (runQueueMsOf(pid) - waitBefore) / (performance.now() - startedMs);
   const out = result.stdout;
   const rps = /finished in [\d.]+m?s, ([\d.]+) req\/s/.exec(out);
-  const counts = /requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded, (\d+) failed, (\d+) errored/.exec(out);
+  const counts = /requests: \d+ total, \d+ started, (\d+) done, \d+ succeeded, (\d+) failed, (\d+) errored/.exec(out);
   const codes = /status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx/.exec(out);
   if (!rps || !counts || !codes) throw new Error(`${target.name}: h2load said:\n${out}\n${result.stderr}`);
   if (Number(counts[2]) + Number(counts[3]) > 0 || Number(codes[3]) + Number(codes[4]) > 0)
     throw new Error(`${target.name}: failed requests:\n${out}`);
-  return Number(rps[1]);
+  const cpuMs = cpuMsOf(pid) - cpuBefore;
+  return { rps: Number(rps[1]), runQueueShare, cpuUsPerRequest: (cpuMs * 1000) / Number(counts[1]) };
 }
 
 async function main(): Promise<void> {
@@ -122,7 +164,11 @@ async function main(): Promise<void> {
           ARKVORY_MAX_DOWNLOADS: '512',
           ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '512',
           ARKVORY_ADMISSION_QUEUE_LENGTH: '1024',
-          NODE_OPTIONS: '--max-semi-space-size=4',
+          NODE_OPTIONS: [
+            '--max-semi-space-size=4',
+            args['profile-dir'] ? `--cpu-prof --cpu-prof-dir=${args['profile-dir']}` : '',
+            args['node-options'],
+          ].join(' '),
         },
         name: 'arkvory',
         waitFor: 'none',
@@ -153,8 +199,8 @@ async function main(): Promise<void> {
     if (put.stdout !== '201') throw new Error(`upload answered ${put.stdout}: ${put.stderr}`);
 
     const barePort = await freeLoopbackPort();
-    const bare = bench.keep(
-      startProcess(
+    const startBare = async () => {
+      const bare = startProcess(
         process.execPath,
         [
           path.join(REPO_ROOT, 'bench/h2.ts'),
@@ -168,39 +214,48 @@ async function main(): Promise<void> {
           cert.keyFile,
         ],
         { name: 'bare node:http2' },
-      ),
-    );
-    await waitUntil(() => bare.stdout().includes('ready'), { timeoutMs: 10_000, what: 'the bare server' });
+      );
+      await waitUntil(() => bare.stdout().includes('ready'), { timeoutMs: 10_000, what: 'the bare server' });
+      return bare;
+    };
 
     const auth = ['-H', `authorization: Bearer ${key}`];
     const content = '/api/v1/repositories/bench/artifacts/small.bin/content';
-    const targets: Target[] = [
+    const allTargets: Target[] = [
       { name: 'gateway h2', url: `${base}${content}`, h2loadArgs: ['-c16', '-m16', ...auth] },
       { name: 'bare node:http2', url: `https://127.0.0.1:${barePort}/small.bin`, h2loadArgs: ['-c16', '-m16'] },
       { name: 'gateway h1 (TLS)', url: `${base}${content}`, h2loadArgs: ['--h1', '-c16', '-m1', ...auth] },
     ];
-    const figures = new Map<string, number[]>(targets.map((t) => [t.name, []]));
+    const only = args.only?.split(',');
+    const targets = only ? allTargets.filter((t) => only.includes(t.name)) : allTargets;
+    const figures = new Map<string, RunFigures[]>(targets.map((t) => [t.name, []]));
     for (let round = 0; round < rounds; round++) {
       for (let i = 0; i < targets.length; i++) {
         const target = targets[(round + i) % targets.length]!;
-        const rps = await h2load(target, seconds);
-        figures.get(target.name)!.push(rps);
-        process.stderr.write(`round ${round + 1} ${target.name}: ${rps.toFixed(0)} req/s\n`);
+        const bare = target.name === 'bare node:http2' ? await startBare() : undefined;
+        const pid = (bare ?? gateway).child.pid!;
+        const run = await h2load(target, seconds, pid).finally(() => bare?.stop('SIGKILL'));
+        figures.get(target.name)!.push(run);
+        process.stderr.write(
+          `round ${round + 1} ${target.name}: ${run.rps.toFixed(0)} req/s, ${run.cpuUsPerRequest.toFixed(0)} µs CPU/request, waiting for a core ${(100 * run.runQueueShare).toFixed(0)} % of the time\n`,
+        );
       }
     }
-    const med = (name: string) => median(figures.get(name)!);
-    const gw2 = med('gateway h2');
-    const bareRps = med('bare node:http2');
-    const gw1 = med('gateway h1 (TLS)');
+    const med = (name: string) => median(figures.get(name)!.map((f) => f.rps));
+    const medCpu = (name: string) => median(figures.get(name)!.map((f) => f.cpuUsPerRequest));
     console.log(`4 KiB GET over TLS, h2load, ${rounds} interleaved rounds of ${seconds} s, medians`);
-    console.log(`| server | req/s |`);
-    console.log(`| --- | ---: |`);
+    console.log(`| server | req/s | server CPU µs/request |`);
+    console.log(`| --- | ---: | ---: |`);
     for (const t of targets)
       console.log(
-        `| ${t.name} (${t.h2loadArgs.filter((a) => a.startsWith('-') && a !== '-H').join(' ')}) | ${med(t.name).toFixed(0)} |`,
+        `| ${t.name} (${t.h2loadArgs.filter((a) => a.startsWith('-') && a !== '-H').join(' ')}) | ${med(t.name).toFixed(0)} | ${medCpu(t.name).toFixed(0)} |`,
       );
-    console.log(`gateway h2 / bare node:http2: ${(gw2 / bareRps).toFixed(2)}× (target ≥ 1.2×)`);
-    console.log(`gateway h2 / gateway h1 over TLS: ${(gw2 / gw1).toFixed(2)}×`);
+    if (figures.has('bare node:http2') && figures.has('gateway h2'))
+      console.log(
+        `gateway h2 / bare node:http2: ${(med('gateway h2') / med('bare node:http2')).toFixed(2)}× (target ≥ 1.2×)`,
+      );
+    if (figures.has('gateway h1 (TLS)') && figures.has('gateway h2'))
+      console.log(`gateway h2 / gateway h1 over TLS: ${(med('gateway h2') / med('gateway h1 (TLS)')).toFixed(2)}×`);
   } finally {
     await bench.close();
     await embedded?.stop();
