@@ -3,7 +3,8 @@
  * What HTTP/1.1 does per socket is done here per connection (a session) and per stream (a request):
  *  - the connection bound counts connections, so a session is one (connection-bound.ts, unchanged);
  *  - a session with no stream open is closed with GOAWAY after the head timeout (no first stream) or
- *    the keep-alive timeout (between streams), whatever PINGs it sends;
+ *    the keep-alive timeout (between streams), whatever PINGs it sends (http2-session-watch.ts, on
+ *    an injected clock, decides when);
  *  - each stream has the body-idle and send-idle timeouts of a request: a stalled upload gets 408 and
  *    its stream is reset (RST_STREAM NO_ERROR after the answer), a stalled download is reset (CANCEL);
  *    the other streams of the connection go on;
@@ -14,7 +15,9 @@
  *  - floods: more than `CONTROL_FRAME_BUDGET` PING/SETTINGS frames or `RESET_BUDGET` streams reset
  *    by the client per window end the session with GOAWAY ENHANCE_YOUR_CALM (rapid reset,
  *    CVE-2023-44487; nghttp2 has a reset rate limit of its own, this one is tighter);
- *  - the drain sends GOAWAY to every session: open streams finish, no new one starts.
+ *  - the drain sends GOAWAY to every session: open streams finish, no new one starts;
+ *  - sessions, streams, and every GOAWAY and RST_STREAM the front door sends are counted
+ *    (`Http2Counters`, the `arkvory_http2_*` metrics).
  * The protocol limits node:http2 enforces itself (concurrent streams, header list size, HPACK table,
  * session memory, invalid frames) are `HTTP2_SETTINGS` and `HTTP2_SESSION_LIMITS`, given to the
  * server in proxy/server/listener.ts.
@@ -26,6 +29,11 @@ import { BODY_TIMEOUT } from '../errors.ts';
 import { sendError } from '../http-errors.ts';
 import { announcesBody, stateOf } from './connection-state.ts';
 import { type FrontDoorTimeouts, idleAction } from './timeouts.ts';
+import { type FloodKind, SessionWatch, type SessionWatchDeps } from './http2-session-watch.ts';
+import { type Clock, systemClock } from '../../../policy/clock.ts';
+import type { Timers } from '../../../policy/timers.ts';
+
+export { CONTROL_FRAME_BUDGET, RESET_BUDGET } from './http2-session-watch.ts';
 
 const { NGHTTP2_NO_ERROR, NGHTTP2_CANCEL, NGHTTP2_ENHANCE_YOUR_CALM } = http2.constants;
 
@@ -63,40 +71,35 @@ export const HTTP2_SESSION_LIMITS = {
   unknownProtocolTimeout: 10_000,
 } as const;
 
-/** PING and SETTINGS frames a client may send per window before its session ends. */
-export const CONTROL_FRAME_BUDGET = { frames: 500, windowMs: 10_000 } as const;
-/** Streams a client may reset per window before its session ends (rapid reset). */
-export const RESET_BUDGET = { resets: 200, windowMs: 10_000 } as const;
+/** Why the front door sent a session GOAWAY (`arkvory_http2_goaway_sent_total`). */
+export type GoawayReason = 'idle' | 'drain' | 'ping_flood' | 'settings_flood' | 'rapid_reset';
+/** Why the front door reset a stream (`arkvory_http2_stream_resets_sent_total`). */
+export type StreamResetReason = 'send_timeout' | 'body_timeout' | 'early_answer';
 
-/** Counts events in fixed windows: true once more than `max` fell in the current one. */
-export class WindowCounter {
-  readonly max: number;
-  readonly windowMs: number;
-  #windowStart = 0;
-  #count = 0;
+const FLOOD_REASON: Record<FloodKind, GoawayReason> = {
+  ping: 'ping_flood',
+  settings: 'settings_flood',
+  reset: 'rapid_reset',
+};
 
-  constructor(max: number, windowMs: number) {
-    this.max = max;
-    this.windowMs = windowMs;
-  }
-
-  /** Counts one at `nowMs`; true when the budget is exceeded. */
-  hit(nowMs: number): boolean {
-    if (nowMs - this.#windowStart >= this.windowMs) {
-      this.#windowStart = nowMs;
-      this.#count = 0;
-    }
-    return ++this.#count > this.max;
-  }
+/** What the front door counts for HTTP/2, read at scrape time (proxy/metrics/front-door-metrics.ts). */
+export interface Http2Counters {
+  /** Sessions (HTTP/2 connections) since start. */
+  sessions: number;
+  /** Streams (requests) since start. */
+  streams: number;
+  /** Streams the client ended with RST_STREAM and an error code (a cancel, or a rapid reset). */
+  resetsReceived: number;
+  /** Sessions ended by a protocol error node:http2 caught (malformed or invalid frames, a header list past its bound, an unacknowledged PING flood). */
+  sessionErrors: number;
+  readonly goaways: Record<GoawayReason, number>;
+  readonly resetsSent: Record<StreamResetReason, number>;
 }
 
-/** What the front door counts for HTTP/2 (metrics and tests). */
-export interface Http2Counters {
-  sessions: number;
-  /** Sessions ended with GOAWAY ENHANCE_YOUR_CALM for a flood. */
-  floods: number;
-  /** Sessions closed idle (no stream within the head or keep-alive timeout). */
-  idleClosed: number;
+/** Open now, beside the running totals. */
+export interface Http2Snapshot extends Http2Counters {
+  readonly openSessions: number;
+  readonly openStreams: number;
 }
 
 const ABORTED = 'the client reset the stream';
@@ -108,92 +111,114 @@ export interface Http2Server {
   on(event: 'session', listener: (session: Http2Session) => void): unknown;
 }
 
+/** The process's clock; idle timers that do not keep the process alive by themselves. */
+const SYSTEM_WATCH: SessionWatchDeps = {
+  clock: systemClock,
+  timers: {
+    setTimeout: (callback, delayMs) => setTimeout(callback, delayMs).unref(),
+    clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout),
+  },
+};
+
 /** Installs the session bookkeeping on an HTTP/2-capable server. */
 export class Http2Front {
-  readonly counts: Http2Counters = { sessions: 0, floods: 0, idleClosed: 0 };
-  readonly #sessions = new Set<Http2Session>();
+  readonly #counts: Http2Counters = {
+    sessions: 0,
+    streams: 0,
+    resetsReceived: 0,
+    sessionErrors: 0,
+    goaways: { idle: 0, drain: 0, ping_flood: 0, settings_flood: 0, rapid_reset: 0 },
+    resetsSent: { send_timeout: 0, body_timeout: 0, early_answer: 0 },
+  };
+  readonly #sessions = new Map<Http2Session, SessionWatch>();
   readonly #limits: FrontDoorTimeouts;
   readonly #log: Logger;
   readonly #timeoutCounts: { body: number; send: number };
+  readonly #watch: SessionWatchDeps;
 
   constructor(
     server: Http2Server,
     limits: FrontDoorTimeouts,
     log: Logger,
     timeoutCounts: { body: number; send: number },
+    time: { clock: Clock; timers: Timers } = SYSTEM_WATCH,
   ) {
     this.#limits = limits;
     this.#log = log;
     this.#timeoutCounts = timeoutCounts;
+    this.#watch = time;
     server.on('session', (session) => this.#track(session));
   }
 
+  /** The counters, and the sessions and streams open now. */
+  snapshot(): Http2Snapshot {
+    let openStreams = 0;
+    for (const watch of this.#sessions.values()) openStreams += watch.openStreams;
+    const c = this.#counts;
+    return {
+      ...c,
+      goaways: { ...c.goaways },
+      resetsSent: { ...c.resetsSent },
+      openSessions: this.#sessions.size,
+      openStreams,
+    };
+  }
+
   #track(session: Http2Session): void {
-    this.counts.sessions++;
-    this.#sessions.add(session);
+    const counts = this.#counts;
+    counts.sessions++;
     const socket = session.socket;
     const state = socket ? stateOf(socket) : undefined;
     if (state) state.session = session;
-    const limits = this.#limits;
-    let open = 0;
-    let idle: NodeJS.Timeout | undefined;
-    const armIdle = (ms: number) => {
-      clearTimeout(idle);
-      idle = setTimeout(() => {
-        if (open > 0 || session.closed || session.destroyed) return;
-        this.counts.idleClosed++;
-        closeSession(session);
-      }, ms);
-      idle.unref();
-    };
-    armIdle(limits.headersTimeoutMs);
-    const control = new WindowCounter(CONTROL_FRAME_BUDGET.frames, CONTROL_FRAME_BUDGET.windowMs);
-    const resets = new WindowCounter(RESET_BUDGET.resets, RESET_BUDGET.windowMs);
-    let flooded = false;
-    const flood = (kind: string) => {
-      if (session.destroyed || flooded) return;
-      flooded = true;
-      this.counts.floods++;
-      this.#log.info({ code: 'http2_flood', kind }, 'HTTP/2 client over its frame budget; session ended');
-      // GOAWAY first (a destroy would say NO_ERROR), then the connection is cut once it went out.
-      session.goaway(NGHTTP2_ENHANCE_YOUR_CALM);
-      const cut = setTimeout(() => session.destroy(), GOAWAY_LINGER_MS);
-      cut.unref();
-      session.once('close', () => clearTimeout(cut));
-    };
-    session.on('ping', () => {
-      if (control.hit(performance.now())) flood('ping');
+    const watch = new SessionWatch(this.#limits, this.#watch, {
+      idle: () => {
+        if (closeSession(session)) counts.goaways.idle++;
+      },
+      flood: (kind) => this.#flood(session, kind),
     });
-    session.on('remoteSettings', () => {
-      if (control.hit(performance.now())) flood('settings');
-    });
+    this.#sessions.set(session, watch);
+    session.on('ping', () => watch.controlFrame('ping'));
+    session.on('remoteSettings', () => watch.controlFrame('settings'));
     session.on('stream', (stream: ServerHttp2Stream) => {
-      open++;
-      clearTimeout(idle);
+      counts.streams++;
+      watch.streamOpened();
       stream.once('close', () => {
-        open--;
-        if (stream.rstCode !== NGHTTP2_NO_ERROR && resets.hit(performance.now())) flood('reset');
-        if (open === 0 && !session.destroyed) armIdle(limits.keepAliveTimeoutMs);
+        // A reset of ours (a timeout, an early answer) is counted where it is sent, not here.
+        const resetByClient = stream.rstCode !== NGHTTP2_NO_ERROR && !sentReset.has(stream);
+        if (resetByClient) counts.resetsReceived++;
+        watch.streamClosed(resetByClient);
       });
     });
     // Protocol errors of a client (bad frames, a flood nghttp2 caught) are its doing: debug.
     session.on('error', (err: NodeJS.ErrnoException) => {
+      counts.sessionErrors++;
       this.#log.debug({ code: 'http2_session_error', reason: err.code ?? err.message }, 'HTTP/2 session error');
     });
     session.once('close', () => {
-      clearTimeout(idle);
+      watch.end();
       this.#sessions.delete(session);
     });
   }
 
+  #flood(session: Http2Session, kind: FloodKind): void {
+    if (session.destroyed) return;
+    this.#counts.goaways[FLOOD_REASON[kind]]++;
+    this.#log.info({ code: 'http2_flood', kind }, 'HTTP/2 client over its frame budget; session ended');
+    // GOAWAY first (a destroy would say NO_ERROR), then the connection is cut once it went out.
+    session.goaway(NGHTTP2_ENHANCE_YOUR_CALM);
+    const cut = setTimeout(() => session.destroy(), GOAWAY_LINGER_MS);
+    cut.unref();
+    session.once('close', () => clearTimeout(cut));
+  }
+
   /** Drain: GOAWAY to every session; streams in progress finish, no new one is accepted. */
   drain(): void {
-    for (const session of this.#sessions) closeSession(session);
+    for (const session of this.#sessions.keys()) if (closeSession(session)) this.#counts.goaways.drain++;
   }
 
   /** Destroys every session (the end of a graceful close). */
   destroyAll(): void {
-    for (const session of this.#sessions) session.destroy();
+    for (const session of this.#sessions.keys()) session.destroy();
   }
 
   /**
@@ -208,7 +233,7 @@ export class Http2Front {
       if (stream.rstCode !== NGHTTP2_NO_ERROR) failBody(req);
     });
     this.#armTimeouts(stream, req, res, hasBody);
-    if (hasBody) resetAfterEarlyAnswer(stream, req);
+    if (hasBody) this.#resetAfterEarlyAnswer(stream, req);
   }
 
   #armTimeouts(stream: ServerHttp2Stream, req: IncomingMessage, res: ServerResponse, hasBody: boolean): void {
@@ -232,7 +257,7 @@ export class Http2Front {
         failBody(req);
         sendError(res, BODY_TIMEOUT);
         // RST_STREAM NO_ERROR once the answer is out: the client stops sending, the connection stays.
-        if (!stream.closed) stream.close(NGHTTP2_NO_ERROR);
+        this.#reset(stream, NGHTTP2_NO_ERROR, 'body_timeout');
         return;
       }
       const counter = action.kind === 'cut' ? action.counter : 'send';
@@ -246,15 +271,42 @@ export class Http2Front {
         },
         'client idle past its timeout; stream reset',
       );
-      if (!stream.closed) stream.close(NGHTTP2_CANCEL);
+      this.#reset(stream, NGHTTP2_CANCEL, 'send_timeout');
+    });
+  }
+
+  /** Resets `stream` with `code` (unless it closed already), counted as ours, not the client's. */
+  #reset(stream: ServerHttp2Stream, code: number, reason: StreamResetReason): void {
+    if (stream.closed) return;
+    sentReset.add(stream);
+    this.#counts.resetsSent[reason]++;
+    stream.close(code);
+  }
+
+  /**
+   * An answer that went out before the request body was read: once it is sent, RST_STREAM NO_ERROR
+   * tells the client to stop sending (RFC 9113 §8.1); the body the handler did not read fails.
+   */
+  #resetAfterEarlyAnswer(stream: ServerHttp2Stream, req: IncomingMessage): void {
+    stream.once('finish', () => {
+      if (remoteClosed(stream) || stream.closed) return;
+      failBody(req);
+      this.#reset(stream, NGHTTP2_NO_ERROR, 'early_answer');
     });
   }
 }
 
-/** GOAWAY (no error): open streams finish, then the connection closes; cut after the send timeout at worst. */
-function closeSession(session: Http2Session): void {
-  if (session.closed || session.destroyed) return;
+/** Streams the front door reset itself: their close is not a client's reset. */
+const sentReset = new WeakSet<ServerHttp2Stream>();
+
+/**
+ * GOAWAY (no error): open streams finish, then the connection closes; cut after the send timeout at
+ * worst. False when the session was closing already.
+ */
+function closeSession(session: Http2Session): boolean {
+  if (session.closed || session.destroyed) return false;
   session.close();
+  return true;
 }
 
 /** The peer ended its side of the stream (its whole body arrived). */
@@ -270,16 +322,4 @@ function failBody(req: IncomingMessage): void {
   if (req.destroyed || req.readableEnded) return;
   if (req.listenerCount('error') === 0) req.destroy();
   else req.destroy(Object.assign(new Error(ABORTED), { code: 'ECONNRESET' }));
-}
-
-/**
- * An answer that went out before the request body was read: once it is sent, RST_STREAM NO_ERROR
- * tells the client to stop sending (RFC 9113 §8.1); the body the handler did not read fails.
- */
-function resetAfterEarlyAnswer(stream: ServerHttp2Stream, req: IncomingMessage): void {
-  stream.once('finish', () => {
-    if (remoteClosed(stream) || stream.closed) return;
-    failBody(req);
-    stream.close(NGHTTP2_NO_ERROR);
-  });
 }
