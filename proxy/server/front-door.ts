@@ -27,7 +27,7 @@ import { announcesBody, beginRequest, Connections, stateOf } from './front-door/
 import { closeIdleConnections, drainRefusal } from './front-door/drain.ts';
 import { closeEarlyAnswer } from './front-door/lingering-close.ts';
 import { boundPendingHandshakes } from './front-door/pending-handshakes.ts';
-import { Http2Front, type Http2Server } from './front-door/http2.ts';
+import { Http2Front, type Http2Server, type Http2Snapshot } from './front-door/http2.ts';
 import { isHttp2 } from './http2-messages.ts';
 import { type FrontDoorTimeouts, Timeouts } from './front-door/timeouts.ts';
 
@@ -63,6 +63,8 @@ export interface FrontDoorCounters {
   /** Idle keep-alive connections closed to make room. */
   readonly idleClosed: number;
   readonly timeouts: { readonly body: number; readonly send: number };
+  /** HTTP/2 sessions, streams, GOAWAYs and resets (front-door/http2.ts); all zero on plain HTTP. */
+  readonly http2: Http2Snapshot;
 }
 
 export interface FrontDoor {
@@ -155,6 +157,7 @@ export function installFrontDoor(
         refused: bound.refused,
         idleClosed: bound.idleClosed,
         timeouts: { ...timeouts.counts },
+        http2: h2.snapshot(),
       };
     },
   };

@@ -24,6 +24,7 @@ import {
   createCertificateAuthority,
   issueServerCertificate,
 } from '../../test/harness/index.ts';
+import { RESET_BUDGET } from './front-door/http2.ts';
 
 const run = promisify(execFile);
 const KiB = 1024;
@@ -127,6 +128,13 @@ export async function usage(pid: number): Promise<{ rss: number; cpuMs: number }
   // utime and stime are fields 14 and 15 of stat (11 and 12 after the command), in clock ticks (100 Hz).
   const ticks = Number(fields[11]) + Number(fields[12]);
   return { rss: rssKiB * KiB, cpuMs: ticks * 10 };
+}
+
+/** A sample of the gateway's `/metrics` (fetched over HTTP/2): `name{labels}` → value, 0 when absent. */
+async function metric(gw: { https: string }, series: string): Promise<number> {
+  const text = (await h2Request(gw.https, '/metrics')).body.toString();
+  for (const line of text.split('\n')) if (line.startsWith(`${series} `)) return Number(line.slice(series.length + 1));
+  return 0;
 }
 
 describe('HTTP/2 on the TLS listener', () => {
@@ -472,6 +480,9 @@ async function underAttack(
   return { rssGrowth: peakRss - before.rss, cpuMs: after.cpuMs - before.cpuMs, worstMs, failures, served };
 }
 
+/** nghttp2's own stream reset rate limit: a burst of this many, then 33 a second (Node keeps the default). */
+const NGHTTP2_RESET_BURST = 1000;
+
 describe('HTTP/2 abuses are bounded (GOAWAY or refused streams; other clients unaffected)', () => {
   let gw: GatewayProcess & { https: string };
   beforeAll(async () => {
@@ -490,6 +501,8 @@ describe('HTTP/2 abuses are bounded (GOAWAY or refused streams; other clients un
   }
 
   it('rapid reset (CVE-2023-44487): HEADERS + RST_STREAM in a loop ends the session with GOAWAY', async () => {
+    const goawaysBefore = await metric(gw, 'arkvory_http2_goaway_sent_total{reason="rapid_reset"}');
+    const resetsBefore = await metric(gw, 'arkvory_http2_stream_resets_received_total');
     let raw: RawH2 | undefined;
     let sent = 0;
     const r = await underAttack(gw, async () => {
@@ -512,9 +525,19 @@ describe('HTTP/2 abuses are bounded (GOAWAY or refused streams; other clients un
       [ENHANCE_YOUR_CALM, http2.constants.NGHTTP2_INTERNAL_ERROR],
       `closed ${raw!.closed} after ${sent}`,
     ).toContain(raw!.goaway);
-    expect(sent).toBeLessThan(2000);
     raw!.close();
     expectBounded(r);
+    // What the client got to send before the GOAWAY reached it depends on how busy the machine is;
+    // the bound is on what the server took. The front door counts resets as their streams close,
+    // nghttp2 as it reads the frames (a burst of 1,000), so whichever ends the session, it took no
+    // more than nghttp2's burst: never an unbounded stream of them.
+    const taken = (await metric(gw, 'arkvory_http2_stream_resets_received_total')) - resetsBefore;
+    expect(taken, `sent ${sent}`).toBeLessThanOrEqual(NGHTTP2_RESET_BURST + 1);
+    if (raw!.goaway === ENHANCE_YOUR_CALM) {
+      // The front door's budget ended it: one GOAWAY counted, after more than the budget's resets.
+      expect(await metric(gw, 'arkvory_http2_goaway_sent_total{reason="rapid_reset"}')).toBe(goawaysBefore + 1);
+      expect(taken, `sent ${sent}`).toBeGreaterThan(RESET_BUDGET.resets);
+    }
   });
 
   /** Sends `one` frame in small paced batches (the client reads every ack) until the session ends. */
@@ -528,7 +551,8 @@ describe('HTTP/2 abuses are bounded (GOAWAY or refused streams; other clients un
     return sent;
   }
 
-  it('a PING flood ends the session with GOAWAY ENHANCE_YOUR_CALM', async () => {
+  it('a PING flood ends the session with GOAWAY ENHANCE_YOUR_CALM, counted as ping_flood', async () => {
+    const before = await metric(gw, 'arkvory_http2_goaway_sent_total{reason="ping_flood"}');
     let raw: RawH2 | undefined;
     let sent = 0;
     const r = await underAttack(gw, async () => {
@@ -540,9 +564,11 @@ describe('HTTP/2 abuses are bounded (GOAWAY or refused streams; other clients un
     expect(sent).toBeLessThan(2000);
     raw!.close();
     expectBounded(r);
+    expect(await metric(gw, 'arkvory_http2_goaway_sent_total{reason="ping_flood"}')).toBe(before + 1);
   });
 
-  it('a SETTINGS flood ends the session with GOAWAY ENHANCE_YOUR_CALM', async () => {
+  it('a SETTINGS flood ends the session with GOAWAY ENHANCE_YOUR_CALM, counted as settings_flood', async () => {
+    const before = await metric(gw, 'arkvory_http2_goaway_sent_total{reason="settings_flood"}');
     let raw: RawH2 | undefined;
     let sent = 0;
     const r = await underAttack(gw, async () => {
@@ -554,6 +580,7 @@ describe('HTTP/2 abuses are bounded (GOAWAY or refused streams; other clients un
     expect(sent).toBeLessThan(2000);
     raw!.close();
     expectBounded(r);
+    expect(await metric(gw, 'arkvory_http2_goaway_sent_total{reason="settings_flood"}')).toBe(before + 1);
   });
 
   it('an unpaced PING flood (acks never read in time) is cut by nghttp2 itself', async () => {
@@ -595,7 +622,8 @@ describe('HTTP/2 abuses are bounded (GOAWAY or refused streams; other clients un
     expectBounded(r);
   });
 
-  it('an empty DATA frame flood ends the session', async () => {
+  it('an empty DATA frame flood ends the session, counted as a session error', async () => {
+    const before = await metric(gw, 'arkvory_http2_session_errors_total');
     let raw: RawH2 | undefined;
     const r = await underAttack(gw, async () => {
       raw = await RawH2.open(gw.port);
@@ -610,6 +638,7 @@ describe('HTTP/2 abuses are bounded (GOAWAY or refused streams; other clients un
     expect(raw!.goaway !== undefined || raw!.closed).toBe(true);
     raw!.close();
     expectBounded(r);
+    expect(await metric(gw, 'arkvory_http2_session_errors_total')).toBeGreaterThan(before);
   });
 
   it('too many concurrent streams: past 100, refused streams or GOAWAY PROTOCOL_ERROR (the limit was acknowledged)', async () => {
