@@ -738,6 +738,77 @@ describe('HTTP/2 streams are transfers: admission, reset, flow control', () => {
   });
 });
 
+describe('HTTP/2 sessions, streams, idle GOAWAYs and resets sent are counted (/metrics)', () => {
+  let gw: GatewayProcess & { https: string };
+  beforeAll(async () => {
+    gw = await startH2Gateway({
+      ARKVORY_KEEPALIVE_TIMEOUT_SECONDS: '1',
+      ARKVORY_SEND_TIMEOUT_SECONDS: '2',
+      ARKVORY_ADMISSION_WAIT_SECONDS: '1',
+    });
+    const put = await h2Request(gw.https, artifact, { method: 'PUT', headers: bearer(owner.key), body: payload });
+    expect([200, 201]).toContain(put.status);
+  });
+  afterAll(() => gw.stop());
+
+  /** One scrape (its own session and stream): series → value. */
+  async function scrape(): Promise<(series: string) => number> {
+    const text = (await h2Request(gw.https, '/metrics')).body.toString();
+    return (series) => {
+      for (const line of text.split('\n'))
+        if (line.startsWith(`${series} `)) return Number(line.slice(series.length + 1));
+      return 0;
+    };
+  }
+
+  it('a session and its streams are counted while open; idle past the keep-alive timeout, it gets GOAWAY (idle)', async () => {
+    const was = await scrape();
+    const session = http2.connect(gw.https, { ca: ca.certPem });
+    session.on('error', () => {});
+    const goaway = new Promise<number>((resolve) => session.once('goaway', resolve));
+    // Held open: a download the client does not read yet.
+    const held = session.request({ ':path': `${artifact}/content`, ...bearer(owner.key) });
+    held.pause();
+    const heldHead = await new Promise<http2.IncomingHttpHeaders>((resolve) => held.once('response', resolve));
+    expect(heldHead[':status']).toBe(200);
+    for (let i = 0; i < 3; i++) expect((await h2Request(gw.https, '/health/live', { session })).status).toBe(200);
+    const during = await scrape();
+    // This session and the scrape's own; its held stream and the scrape's.
+    expect(during('arkvory_http2_open_sessions')).toBeGreaterThanOrEqual(2);
+    expect(during('arkvory_http2_open_streams')).toBeGreaterThanOrEqual(2);
+    // This session and the two scrapes; the held stream, three health checks and the scrape.
+    expect(during('arkvory_http2_sessions_total') - was('arkvory_http2_sessions_total')).toBeGreaterThanOrEqual(2);
+    expect(during('arkvory_http2_streams_total') - was('arkvory_http2_streams_total')).toBe(5);
+    held.resume();
+    await new Promise((resolve) => held.once('end', resolve));
+    expect(await goaway).toBe(http2.constants.NGHTTP2_NO_ERROR);
+    const now = await scrape();
+    expect(now('arkvory_http2_goaway_sent_total{reason="idle"}')).toBeGreaterThan(
+      was('arkvory_http2_goaway_sent_total{reason="idle"}'),
+    );
+    session.destroy();
+  });
+
+  it('a download the client stops reading is reset (CANCEL) after the send timeout, counted as send_timeout', async () => {
+    const was = await scrape();
+    const session = http2.connect(gw.https, { ca: ca.certPem });
+    session.on('error', () => {});
+    const stalled = session.request({ ':path': `${artifact}/content`, ...bearer(owner.key) });
+    stalled.on('error', () => {});
+    stalled.pause();
+    const closed = new Promise<number>((resolve) => stalled.once('close', () => resolve(stalled.rstCode!)));
+    expect(await closed).toBe(http2.constants.NGHTTP2_CANCEL);
+    const now = await scrape();
+    expect(
+      now('arkvory_http2_stream_resets_sent_total{reason="send_timeout"}') -
+        was('arkvory_http2_stream_resets_sent_total{reason="send_timeout"}'),
+    ).toBe(1);
+    // The front door's own reset is not the client's.
+    expect(now('arkvory_http2_stream_resets_received_total')).toBe(was('arkvory_http2_stream_resets_received_total'));
+    session.destroy();
+  });
+});
+
 describe('the router over HTTP/2', () => {
   it('serves HTTP/2 clients on its TLS listener and forwards HTTP/1.1 heads (no pseudo-headers) to a gateway', async () => {
     const backend = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });

@@ -179,7 +179,9 @@ export class Http2Front {
     this.#sessions.set(session, watch);
     session.on('ping', () => watch.controlFrame('ping'));
     session.on('remoteSettings', () => watch.controlFrame('settings'));
-    session.on('stream', (stream: ServerHttp2Stream) => {
+    // Before node:http2's own listener hands the stream to the request handler: a stream is counted
+    // open before its request runs (a `/metrics` scrape counts itself).
+    session.prependListener('stream', (stream: ServerHttp2Stream) => {
       counts.streams++;
       watch.streamOpened();
       stream.once('close', () => {
