@@ -104,7 +104,10 @@ interface RunFigures {
 
 /** One h2load run against the server `pid`: its figures, or a thrown error naming the failures. */
 async function h2load(target: Target, seconds: number, pid: number): Promise<RunFigures> {
-  const running = runProcess('h2load', [
+  // Bounded: once, on this loaded machine, h2load went on sending past its -D for minutes.
+  const running = runProcess('timeout', [
+    String(seconds + WARM_UP_MS / 1000 + 60),
+    'h2load',
     '-D',
     String(seconds),
     `--warm-up-time=${WARM_UP_MS / 1000}`,
