@@ -18,6 +18,8 @@ export {
 } from './gateway.ts';
 export { processEnv, startProcess, STOP_GRACE_MS, type ManagedProcess } from './managed-process.ts';
 export { ARKVORY_BIN, REPO_ROOT } from './paths.ts';
+export { readsByPrincipal, writeRateLimitsFile } from './rate-limits-file.ts';
+export { postgresSettings } from './postgres-settings.ts';
 export { pingRedis, REDIS_INSTALL_HINT, startRedisServer, type RedisServer } from './redis.ts';
 export { runProcess, type ProcessResult } from './run-process.ts';
 export { bearer, createRepository, createServiceAccount, seedWriters, type ServiceAccount } from './seed.ts';
