@@ -4,7 +4,7 @@
  * adds vitest's on top), so plain scripts under bench/ import it too.
  */
 export { freeLoopbackPort } from '../../lib/free-port.ts';
-export { createDatabase, type ScratchDatabase } from './database.ts';
+export { createDatabase, createMigratedTemplate, type ScratchDatabase } from './database.ts';
 export {
   runCli,
   spawnGateway,
