@@ -54,17 +54,25 @@ describe('the slice cache↔S3 link (seaweedfs)', () => {
     ARKVORY_BLOB_CACHE_BYTES: '0',
   });
 
-  it('cut mid-fill: filler and waiter are cut with only right bytes; nothing half-filled is kept; a GET after the link returns is exact', async () => {
+  /**
+   * A gateway with a fresh slice cache and a 16 MiB blob published as `name`; then the store link is
+   * slowed to `kbPerSec` and two readers start on the blob (the filler, and the waiter on its fills).
+   */
+  async function twoReadersThroughSlowLink(name: string, kbPerSec: number) {
     const cacheDir = await makeTempDir('arkvory-chaos-slices-');
     const gw = await startGateway({ env: env(cacheDir), timeoutMs: 60_000 });
     const blob = randomContent(16 * MiB);
-    const url = `${gw.url}/api/v1/repositories/chaos/artifacts/cut.bin`;
+    const url = `${gw.url}/api/v1/repositories/chaos/artifacts/${name}`;
     expect((await call(url, { method: 'PUT', key: s3.key, body: blob })).status).toBe(201);
-
-    // About 4 MiB/s from the store, so fills are surely in flight when the link goes.
-    const slow = await addToxic(s3.link, 'bandwidth', 'downstream', { rate: 4096 }, 'slow-store');
+    const slow = await addToxic(s3.link, 'bandwidth', 'downstream', { rate: kbPerSec }, 'slow-store');
     const filler = await startDownload(`${url}/content`, { authorization: `Bearer ${s3.key}` });
     const waiter = await startDownload(`${url}/content`, { authorization: `Bearer ${s3.key}` });
+    return { cacheDir, gw, blob, url, slow, filler, waiter };
+  }
+
+  it('cut mid-fill: filler and waiter are cut with only right bytes; nothing half-filled is kept; a GET after the link returns is exact', async () => {
+    // About 4 MiB/s from the store, so fills are surely in flight when the link goes.
+    const { cacheDir, gw, blob, url, slow, filler, waiter } = await twoReadersThroughSlowLink('cut.bin', 4096);
     expect([filler.status, waiter.status]).toEqual([200, 200]);
     await waitUntil(() => filler.receivedBytes() >= 2 * MiB, { timeoutMs: 30_000, intervalMs: 20, what: '2 MiB' });
     await setEnabled(s3.link, false);
@@ -96,15 +104,7 @@ describe('the slice cache↔S3 link (seaweedfs)', () => {
   }, 180_000);
 
   it('slowed mid-fill: filler and waiter streams go on and complete byte-exact', async () => {
-    const cacheDir = await makeTempDir('arkvory-chaos-slices-');
-    const gw = await startGateway({ env: env(cacheDir), timeoutMs: 60_000 });
-    const blob = randomContent(16 * MiB);
-    const url = `${gw.url}/api/v1/repositories/chaos/artifacts/slow.bin`;
-    expect((await call(url, { method: 'PUT', key: s3.key, body: blob })).status).toBe(201);
-
-    const slow = await addToxic(s3.link, 'bandwidth', 'downstream', { rate: 8192 }, 'slow-store');
-    const filler = await startDownload(`${url}/content`, { authorization: `Bearer ${s3.key}` });
-    const waiter = await startDownload(`${url}/content`, { authorization: `Bearer ${s3.key}` });
+    const { cacheDir, gw, blob, slow, filler, waiter } = await twoReadersThroughSlowLink('slow.bin', 8192);
     await waitUntil(() => filler.receivedBytes() >= 2 * MiB, { timeoutMs: 30_000, intervalMs: 20, what: '2 MiB' });
     // Mid-fill, every byte from the store now also waits 300 ms (well under the 5 s store timeout).
     const latency = await addLatency(s3.link, { name: 'late-store', stream: 'downstream', latencyMs: 300 });
