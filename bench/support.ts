@@ -9,6 +9,7 @@ import { parseArgs } from 'node:util';
 import {
   createDatabase,
   runProcess,
+  samplePeak,
   seedWriters,
   startGateway,
   startProcess,
@@ -167,21 +168,7 @@ export function putFile(
 
 /** Samples a process's RSS every 50 ms until `stop()`, which resolves with the peak seen. */
 export function samplePeakRss(pid: number): { stop(): Promise<number> } {
-  let peak = 0;
-  let sampling = true;
-  const sampler = (async () => {
-    while (sampling) {
-      peak = Math.max(peak, await rssBytes(pid));
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  })();
-  return {
-    async stop() {
-      sampling = false;
-      await sampler;
-      return peak;
-    },
-  };
+  return samplePeak(() => rssBytes(pid), 50);
 }
 
 /** Resident set size of a process (Linux /proc), 0 once it is gone. */

@@ -23,6 +23,7 @@ export { postgresSettings } from './postgres-settings.ts';
 export { pingRedis, REDIS_INSTALL_HINT, startRedisServer, type RedisServer } from './redis.ts';
 export { runProcess, type ProcessResult } from './run-process.ts';
 export { bearer, createRepository, createServiceAccount, seedWriters, type ServiceAccount } from './seed.ts';
+export { samplePeak } from './sample-peak.ts';
 export { makeTempDir } from './temp-dir.ts';
 export { waitForHttp, waitUntil, type WaitOptions, type WatchedProcess } from './wait.ts';
 export {
