@@ -11,7 +11,7 @@
  * Everything it creates is removed at the end.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import http from 'node:http';
 import path from 'node:path';
 import {
@@ -19,12 +19,11 @@ import {
   makeTempDir,
   runCli,
   runProcess,
-  startGateway,
   STOP_GRACE_MS,
   type GatewayProcess,
   type ProcessResult,
 } from '../test/harness/index.ts';
-import { median, MiB, benchArgs } from './support.ts';
+import { median, MiB, benchArgs, startEmbeddedGateway } from './support.ts';
 
 const args = benchArgs({ runs: '3', blobs: '32', 'blob-mib': '4', destination: '/dev/shm' });
 const RUNS = Number(args.runs);
@@ -60,8 +59,9 @@ async function main(): Promise<void> {
   const env = { ARKVORY_DATA_DIR: dataDir, ARKVORY_PORT: String(port), ARKVORY_LOG_LEVEL: 'warn' };
   let gateway: GatewayProcess | undefined;
   try {
-    gateway = await startGateway({ env, port, timeoutMs: 60_000 });
-    const key = (await readFile(path.join(dataDir, 'admin.key'), 'utf8')).trim();
+    const started = await startEmbeddedGateway({ env, port, timeoutMs: 60_000 });
+    gateway = started;
+    const key = started.adminKey;
     for (const cmd of [
       ['repos', 'create', 'bench'],
       ['grants', 'add', 'admin', 'bench', 'write'],

@@ -13,21 +13,14 @@
  * Everything it starts is stopped and every temporary directory removed at the end.
  */
 import { randomBytes } from 'node:crypto';
-import { readFile, rm, stat } from 'node:fs/promises';
+import { rm, stat } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { Agent, request } from 'undici';
 import { download } from '../client/index.ts';
-import { median, MiB, benchArgs } from './support.ts';
+import { median, MiB, benchArgs, startEmbeddedGateway } from './support.ts';
 
-import {
-  makeTempDir,
-  runCli,
-  runProcess,
-  startGateway,
-  STOP_GRACE_MS,
-  type GatewayProcess,
-} from '../test/harness/index.ts';
+import { makeTempDir, runCli, runProcess, STOP_GRACE_MS, type GatewayProcess } from '../test/harness/index.ts';
 
 const args = benchArgs({ rounds: '3', 'big-mib': '256', 'small-seconds': '2', concurrency: '8' });
 const ROUNDS = Number(args.rounds);
@@ -78,7 +71,7 @@ async function main(): Promise<void> {
   const work = await makeTempDir('arkvory-bench-clients-out-');
   let gw: GatewayProcess | undefined;
   try {
-    gw = await startGateway({
+    const started = await startEmbeddedGateway({
       env: {
         ARKVORY_DATA_DIR: dataDir,
         ARKVORY_LOG_LEVEL: 'warn',
@@ -86,8 +79,9 @@ async function main(): Promise<void> {
       },
       timeoutMs: 120_000,
     });
+    gw = started;
     const base = gw.url;
-    const key = (await readFile(path.join(dataDir, 'admin.key'), 'utf8')).trim();
+    const key = started.adminKey;
     await call(`${base}/api/v1/admin/repositories`, {
       method: 'POST',
       key,

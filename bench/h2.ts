@@ -25,10 +25,9 @@ import { writeFile } from 'node:fs/promises';
 import http2 from 'node:http2';
 import path from 'node:path';
 import { setTimeout } from 'node:timers/promises';
-import { parseArgs } from 'node:util';
 import pino from 'pino';
 import { startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
-import { BenchRun, median, writeUnreachedRequestRule } from './support.ts';
+import { benchArgs, BenchRun, median, writeUnreachedRequestRule } from './support.ts';
 import {
   createCertificateAuthority,
   freeLoopbackPort,
@@ -36,26 +35,19 @@ import {
   makeTempDir,
   REPO_ROOT,
   runProcess,
-  startGateway,
   startProcess,
   startRedisServer,
   waitUntil,
 } from '../test/harness/index.ts';
 
-const { values: args } = parseArgs({
-  options: {
-    rounds: { type: 'string', default: '5' },
-    seconds: { type: 'string', default: '5' },
-    'database-url': { type: 'string' },
-    serve: { type: 'string' },
-    port: { type: 'string' },
-    cert: { type: 'string' },
-    key: { type: 'string' },
-    only: { type: 'string' },
-    'profile-dir': { type: 'string' },
-    'node-options': { type: 'string', default: '' },
+const args = benchArgs(
+  {
+    rounds: '5',
+    seconds: '5',
+    'node-options': '',
   },
-});
+  ['database-url', 'serve', 'port', 'cert', 'key', 'only', 'profile-dir'],
+);
 
 /** h2load's warm-up, not counted in its figures (nor in the CPU time). */
 const WARM_UP_MS = 1000;
@@ -154,28 +146,24 @@ async function main(): Promise<void> {
     const rules = await writeUnreachedRequestRule(work);
     const db = await bench.seededDatabase();
     const [key] = db.keys as [string];
-    const gateway = bench.keep(
-      await startGateway({
-        env: {
-          ARKVORY_DATABASE_URL: db.url,
-          ARKVORY_LOG_LEVEL: 'warn',
-          ARKVORY_DATA_DIR: path.join(work, 'data'),
-          ARKVORY_TLS_CERT_FILE: cert.certFile,
-          ARKVORY_TLS_KEY_FILE: cert.keyFile,
-          ARKVORY_REDIS_URL: redis.url,
-          ARKVORY_RATE_LIMITS_FILE: rules,
-          ARKVORY_MAX_DOWNLOADS: '512',
-          ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '512',
-          ARKVORY_ADMISSION_QUEUE_LENGTH: '1024',
-          NODE_OPTIONS: [
-            '--max-semi-space-size=4',
-            args['profile-dir'] ? `--cpu-prof --cpu-prof-dir=${args['profile-dir']}` : '',
-            args['node-options'],
-          ].join(' '),
-        },
-        name: 'arkvory',
-        waitFor: 'none',
-      }),
+    const gateway = await bench.gateway(
+      'arkvory',
+      {
+        ARKVORY_DATA_DIR: path.join(work, 'data'),
+        ARKVORY_TLS_CERT_FILE: cert.certFile,
+        ARKVORY_TLS_KEY_FILE: cert.keyFile,
+        ARKVORY_REDIS_URL: redis.url,
+        ARKVORY_RATE_LIMITS_FILE: rules,
+        ARKVORY_MAX_DOWNLOADS: '512',
+        ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '512',
+        ARKVORY_ADMISSION_QUEUE_LENGTH: '1024',
+        NODE_OPTIONS: [
+          '--max-semi-space-size=4',
+          args['profile-dir'] ? `--cpu-prof --cpu-prof-dir=${args['profile-dir']}` : '',
+          args['node-options'],
+        ].join(' '),
+      },
+      { databaseUrl: db.url, waitFor: 'none' },
     );
     const base = `https://127.0.0.1:${gateway.port}`;
     const curlTls = ['-sS', '--cacert', ca.certFile];

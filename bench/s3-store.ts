@@ -20,11 +20,11 @@ import { randomBytes } from 'node:crypto';
 import { rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import { startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
 import { createLogger } from '../proxy/server/logger.ts';
 import { startS3Server, stopAllS3Servers, type S3ServerKind } from '../test/support/s3-server.ts';
 import {
+  benchArgs,
   type BenchGateway,
   BenchRun,
   curlWith as curl,
@@ -38,18 +38,18 @@ import {
 } from './support.ts';
 import { makeTempDir, STOP_GRACE_MS } from '../test/harness/index.ts';
 
-const { values: args } = parseArgs({
-  options: {
-    server: { type: 'string', default: 'both' },
-    'database-url': { type: 'string' },
-    runs: { type: 'string', default: '3' },
-    'big-mib': { type: 'string', default: '1024' },
-    parallel: { type: 'string', default: '16' },
-    'small-requests': { type: 'string', default: '50' },
+const args = benchArgs(
+  {
+    server: 'both',
+    runs: '3',
+    'big-mib': '1024',
+    parallel: '16',
+    'small-requests': '50',
     // The gateways' NODE_OPTIONS; the default is what the shipped units and `npm start` use ('' for none).
-    'node-options': { type: 'string', default: '--max-semi-space-size=4' },
+    'node-options': '--max-semi-space-size=4',
   },
-});
+  ['database-url'],
+);
 const RUNS = Number(args.runs);
 const BIG_BYTES = Number(args['big-mib']) * MiB;
 const PARALLEL = Number(args.parallel);

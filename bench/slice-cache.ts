@@ -29,13 +29,13 @@ import { existsSync } from 'node:fs';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
 import { createLogger } from '../proxy/server/logger.ts';
 import { createServiceAccount, freeLoopbackPort, makeTempDir, STOP_GRACE_MS } from '../test/harness/index.ts';
 import { startS3Server, stopAllS3Servers, type S3ServerKind } from '../test/support/s3-server.ts';
 import {
+  benchArgs,
   type BenchGateway,
   BenchRun,
   benchNginxConf,
@@ -49,19 +49,19 @@ import {
   writeUnreachedRequestRule,
 } from './support.ts';
 
-const { values: args } = parseArgs({
-  options: {
-    server: { type: 'string', default: 'seaweedfs' },
-    'database-url': { type: 'string' },
-    runs: { type: 'string', default: '3' },
-    'big-mib': { type: 'string', default: '1024' },
-    slices: { type: 'string', default: '4,8,16' },
-    crowd: { type: 'string', default: '64' },
-    'crowd-mib': { type: 'string', default: '64' },
-    'small-seconds': { type: 'string', default: '5' },
-    'node-options': { type: 'string', default: '--max-semi-space-size=4' },
+const args = benchArgs(
+  {
+    server: 'seaweedfs',
+    runs: '3',
+    'big-mib': '1024',
+    slices: '4,8,16',
+    crowd: '64',
+    'crowd-mib': '64',
+    'small-seconds': '5',
+    'node-options': '--max-semi-space-size=4',
   },
-});
+  ['database-url'],
+);
 const RUNS = Number(args.runs);
 const BIG_BYTES = Number(args['big-mib']) * MiB;
 const CROWD = Number(args.crowd);

@@ -2,21 +2,24 @@
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
-import { open, readFile, writeFile } from 'node:fs/promises';
+import { open, readFile } from 'node:fs/promises';
 import http from 'node:http';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import {
   createDatabase,
   runProcess,
+  samplePeak,
   seedWriters,
   startGateway,
   startProcess,
   STOP_GRACE_MS,
   waitForHttp,
+  writeRateLimitsFile,
   type GatewayProcess,
   type ManagedProcess,
   type ScratchDatabase,
+  type StartedWhen,
 } from '../test/harness/index.ts';
 
 export const MiB = 1024 * 1024;
@@ -165,21 +168,7 @@ export function putFile(
 
 /** Samples a process's RSS every 50 ms until `stop()`, which resolves with the peak seen. */
 export function samplePeakRss(pid: number): { stop(): Promise<number> } {
-  let peak = 0;
-  let sampling = true;
-  const sampler = (async () => {
-    while (sampling) {
-      peak = Math.max(peak, await rssBytes(pid));
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  })();
-  return {
-    async stop() {
-      sampling = false;
-      await sampler;
-      return peak;
-    },
-  };
+  return samplePeak(() => rssBytes(pid), 50);
 }
 
 /** Resident set size of a process (Linux /proc), 0 once it is gone. */
@@ -259,6 +248,18 @@ export async function wrk(
   return parseWrk(out.stdout);
 }
 
+/**
+ * A gateway on its embedded database (no ARKVORY_DATABASE_URL in `options.env`), with the admin key
+ * it writes into its data directory at first start; the caller stops it.
+ */
+export async function startEmbeddedGateway(
+  options: Parameters<typeof startGateway>[0] & { env: { ARKVORY_DATA_DIR: string } },
+): Promise<GatewayProcess & { readonly adminKey: string }> {
+  const gateway = await startGateway(options);
+  const adminKey = (await readFile(path.join(options.env.ARKVORY_DATA_DIR, 'admin.key'), 'utf8')).trim();
+  return Object.assign(gateway, { adminKey });
+}
+
 export type BenchGateway = GatewayProcess & { readonly keys: string[] };
 
 /**
@@ -294,7 +295,7 @@ export class BenchRun {
   async gateway(
     name: string,
     env: Record<string, string | undefined>,
-    options: { writers?: number; databaseUrl?: string; port?: number } = {},
+    options: { writers?: number; databaseUrl?: string; port?: number; waitFor?: StartedWhen } = {},
   ): Promise<BenchGateway> {
     const db = options.databaseUrl
       ? { url: options.databaseUrl, keys: [] }
@@ -304,6 +305,7 @@ export class BenchRun {
       name,
       timeoutMs: 60_000,
       ...(options.port ? { port: options.port } : {}),
+      ...(options.waitFor ? { waitFor: options.waitFor } : {}),
     });
     return Object.assign(this.keep(gateway), { keys: db.keys });
   }
@@ -319,22 +321,21 @@ export class BenchRun {
  * count per request, as in production) but never reached: the shipped 12,000 requests a minute per
  * principal would cut a 4 KiB run short. Returns the file's path under `dir`.
  */
-export async function writeUnreachedRequestRule(dir: string): Promise<string> {
-  const file = path.join(dir, 'rate_limits.yaml');
-  await writeFile(
-    file,
-    `rate_limits:
-  gateway_request:
-    - name: limit_requests_by_principal
-      description: "bench: counted in every request, never reached"
-      action: limit
-      characteristics: [principal]
-      limit: 1000000000
-      period_s: 60
-      match:
-        principal:
-          regex: "^[^<]"
-`,
+export function writeUnreachedRequestRule(dir: string): Promise<string> {
+  return writeRateLimitsFile(
+    {
+      gateway_request: [
+        {
+          name: 'limit_requests_by_principal',
+          description: 'bench: counted in every request, never reached',
+          action: 'limit',
+          characteristics: ['principal'],
+          limit: 1_000_000_000,
+          period_s: 60,
+          match: { principal: { regex: '^[^<]' } },
+        },
+      ],
+    },
+    dir,
   );
-  return file;
 }

@@ -27,7 +27,6 @@ import {
   freeLoopbackPort,
   issueServerCertificate,
   makeTempDir,
-  startGateway,
   waitForHttp,
 } from '../test/harness/index.ts';
 import { BenchRun, benchNginxConf, curlWith, median, MiB, startNginx, writeRandomFile, benchArgs } from './support.ts';
@@ -136,20 +135,15 @@ async function main(): Promise<void> {
     await writeRandomFile(path.join(files, 'big.bin'), BIG_BYTES);
 
     const gatewayPort = await freeLoopbackPort();
-    const gateway = bench.keep(
-      await startGateway({
-        env: {
-          ARKVORY_DATABASE_URL: db.url,
-          ARKVORY_LOG_LEVEL: 'warn',
-          ARKVORY_DATA_DIR: path.join(work, 'data'),
-          ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2),
-          ARKVORY_TLS_CERT_FILE: certificate.certFile,
-          ARKVORY_TLS_KEY_FILE: certificate.keyFile,
-        },
-        name: 'gateway',
-        port: gatewayPort,
-        waitFor: 'none',
-      }),
+    const gateway = await bench.gateway(
+      'gateway',
+      {
+        ARKVORY_DATA_DIR: path.join(work, 'data'),
+        ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2),
+        ARKVORY_TLS_CERT_FILE: certificate.certFile,
+        ARKVORY_TLS_KEY_FILE: certificate.keyFile,
+      },
+      { databaseUrl: db.url, port: gatewayPort, waitFor: 'none' },
     );
     const gatewayBase = `https://127.0.0.1:${gatewayPort}`;
     await waitForHttp(`${gatewayBase}/health/status`, { what: 'the TLS gateway', timeoutMs: 60_000, process: gateway });

@@ -12,45 +12,38 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { download } from '../client/index.ts';
 import { contentDigest, randomContent, request, sha256 } from '../test/support/content.ts';
-import type { TestDatabase } from '../test/support/database.ts';
 import { startGateway, type GatewayProcess } from '../test/support/gateway.ts';
 import { setEnabled } from './support/shared-cluster.ts';
-import { startToxiproxy, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
-import { chaosDatabase } from './support/chaos-database.ts';
+import { addToxic, type ProxiedUpstream } from './support/toxiproxy.ts';
+import { useToxiproxyAndDatabase } from './support/chaos-database.ts';
 
 const MiB = 1024 * 1024;
 const file = randomContent(6 * MiB + 99);
 const contentPath = '/api/v1/repositories/chaos/artifacts/cut.bin/content';
 
-let toxiproxy: ToxiproxyServer;
-let db: TestDatabase & { drop(): Promise<void> };
+const chaos = useToxiproxyAndDatabase();
 let gw: GatewayProcess;
 let link: ProxiedUpstream;
-let key: string;
 let dir: string;
 
 beforeAll(async () => {
-  toxiproxy = await startToxiproxy();
-  ({ db, key } = await chaosDatabase());
   // 3 MiB/s per principal: the download lasts about 2 s, long enough to cut it in the middle.
   gw = await startGateway({
-    env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(3 * MiB) },
+    env: { ARKVORY_DATABASE_URL: chaos.db.url, ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(3 * MiB) },
     timeoutMs: 60_000,
   });
   const put = await request(`${gw.url}${contentPath.replace(/\/content$/, '')}`, {
     method: 'PUT',
-    headers: { authorization: `Bearer ${key}`, 'content-digest': contentDigest(file) },
+    headers: { authorization: `Bearer ${chaos.key}`, 'content-digest': contentDigest(file) },
     body: file,
   });
   expect(put.status).toBe(201);
-  link = await toxiproxy.proxyTo(`127.0.0.1:${gw.port}`);
+  link = await chaos.toxiproxy.proxyTo(`127.0.0.1:${gw.port}`);
   dir = await mkdtemp(path.join(os.tmpdir(), 'arkvory-cut-'));
 });
 
 afterAll(async () => {
-  await toxiproxy?.stop();
   await gw?.stop();
-  await db?.drop();
   if (dir) await rm(dir, { recursive: true, force: true });
 });
 
@@ -59,17 +52,11 @@ const resumedAnswers = () => gw.logLines().filter((l) => l.msg === 'request' && 
 
 describe('the resuming client across toxiproxy cuts', () => {
   it('every connection closed after 1 MiB (limit_data): resumes until the file is whole', async () => {
-    const toxic = await link.proxy.addToxic({
-      name: 'cut-after-1mib',
-      type: 'limit_data',
-      stream: 'downstream',
-      toxicity: 1,
-      attributes: { bytes: MiB },
-    });
+    const toxic = await addToxic(link, 'limit_data', 'downstream', { bytes: MiB }, 'cut-after-1mib');
     try {
       const before = resumedAnswers();
       const output = path.join(dir, 'limit.bin');
-      const result = await download({ url: viaProxy(), output, key });
+      const result = await download({ url: viaProxy(), output, key: chaos.key });
       expect(result.resumes).toBeGreaterThanOrEqual(5);
       expect(sha256(await readFile(output))).toBe(sha256(file));
       expect(resumedAnswers() - before).toBeGreaterThanOrEqual(5);
@@ -84,7 +71,7 @@ describe('the resuming client across toxiproxy cuts', () => {
     const result = await download({
       url: viaProxy(),
       output,
-      key,
+      key: chaos.key,
       progressIntervalMs: 0,
       onProgress: (p) => {
         if (cut || p.bytes < MiB) return;

@@ -13,19 +13,12 @@ import { createHash } from 'node:crypto';
 import { readdir } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { randomContent } from '../test/support/content.ts';
-import type { TestDatabase } from '../test/support/database.ts';
 import { startGateway, type GatewayProcess } from '../test/support/gateway.ts';
 import { startStaticStore, type StaticStore } from '../test/support/static-store.ts';
 import { call } from './support/gateways.ts';
-import {
-  hostPortOf,
-  startToxiproxy,
-  urlThrough,
-  type ProxiedUpstream,
-  type ToxiproxyServer,
-} from './support/toxiproxy.ts';
+import { addToxic, type ProxiedUpstream } from './support/toxiproxy.ts';
 import { waitUntil } from '../test/harness/index.ts';
-import { chaosDatabase } from './support/chaos-database.ts';
+import { useToxiproxyAndDatabase } from './support/chaos-database.ts';
 
 const MiB = 1024 * 1024;
 /** KB/s (1 KB = 1000 bytes): 4 MiB of parts take ~2.1 s to read. */
@@ -35,30 +28,26 @@ const file = Buffer.concat(parts);
 const digest = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 const target = '/api/v1/repositories/chaos/artifacts/assembled.bin';
 
-let toxiproxy: ToxiproxyServer;
-let db: TestDatabase & { drop(): Promise<void> };
+const chaos = useToxiproxyAndDatabase();
 let store: StaticStore;
 let storeLink: ProxiedUpstream;
 let dbLink: ProxiedUpstream;
 let writer: GatewayProcess;
 let worker: GatewayProcess;
-let key: string;
 
 beforeAll(async () => {
-  toxiproxy = await startToxiproxy();
-  ({ db, key } = await chaosDatabase());
   store = await startStaticStore();
-  storeLink = await toxiproxy.proxyTo(`127.0.0.1:${store.port}`);
-  dbLink = await toxiproxy.proxyTo(hostPortOf(inject('adminDatabaseUrl')));
+  storeLink = await chaos.toxiproxy.proxyTo(`127.0.0.1:${store.port}`);
+  dbLink = await chaos.toxiproxy.proxyToUrl(inject('adminDatabaseUrl'));
   writer = await startGateway({
-    env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_STORAGE_URL: store.url, ARKVORY_EMBEDDED_WORKER: '0' },
+    env: { ARKVORY_DATABASE_URL: chaos.db.url, ARKVORY_STORAGE_URL: store.url, ARKVORY_EMBEDDED_WORKER: '0' },
     timeoutMs: 60_000,
   });
   worker = await startGateway({
     env: {
       ARKVORY_ROLE: 'worker',
-      ARKVORY_DATABASE_URL: urlThrough(db.url, dbLink),
-      ARKVORY_STORAGE_URL: urlThrough(store.url, storeLink),
+      ARKVORY_DATABASE_URL: dbLink.through(chaos.db.url),
+      ARKVORY_STORAGE_URL: storeLink.through(store.url),
     },
     timeoutMs: 60_000,
   });
@@ -72,15 +61,13 @@ beforeAll(async () => {
 afterAll(async () => {
   await worker?.stop();
   await writer?.stop();
-  await toxiproxy?.stop();
   await store?.stop();
-  await db?.drop();
 });
 
 async function post(path: string, body: unknown): Promise<{ status: number; json: Record<string, unknown> }> {
   const res = await call(`${writer.url}${path}`, {
     method: 'POST',
-    key,
+    key: chaos.key,
     headers: { 'content-type': 'application/json' },
     body: Buffer.from(JSON.stringify(body)),
   });
@@ -89,7 +76,7 @@ async function post(path: string, body: unknown): Promise<{ status: number; json
 
 async function jobOf(upload: string): Promise<{ state: string; attempts: number } | undefined> {
   return (
-    await db.pool.query<{ state: string; attempts: number }>(
+    await chaos.db.pool.query<{ state: string; attempts: number }>(
       'SELECT state, attempts FROM arkvory_upload_jobs WHERE session_id = $1',
       [upload],
     )
@@ -109,18 +96,18 @@ describe('the completion worker loses PostgreSQL in the middle of a multipart co
     for (const [i, part] of parts.entries()) {
       const put = await call(`${writer.url}/api/v1/repositories/chaos/uploads/${upload}/parts/${i + 1}`, {
         method: 'PUT',
-        key,
+        key: chaos.key,
         body: part,
       });
       expect(put.status).toBe(200);
     }
-    const slowStore = await storeLink.proxy.addToxic({
-      name: 'slow-parts',
-      type: 'bandwidth',
-      stream: 'downstream',
-      toxicity: 1,
-      attributes: { rate: STORE_LINK_KB_PER_SEC },
-    });
+    const slowStore = await addToxic(
+      storeLink,
+      'bandwidth',
+      'downstream',
+      { rate: STORE_LINK_KB_PER_SEC },
+      'slow-parts',
+    );
     const completed = await post(`/api/v1/repositories/chaos/uploads/${upload}/complete`, {
       parts: parts.map((p, i) => ({ partNumber: i + 1, sha256: digest(p) })),
     });
@@ -133,13 +120,7 @@ describe('the completion worker loses PostgreSQL in the middle of a multipart co
       what: 'the worker to claim the job',
     });
     await new Promise((resolve) => setTimeout(resolve, 300));
-    const cut = await dbLink.proxy.addToxic({
-      name: 'cut-after-0-bytes',
-      type: 'limit_data',
-      stream: 'upstream',
-      toxicity: 1,
-      attributes: { bytes: 0 },
-    });
+    const cut = await addToxic(dbLink, 'limit_data', 'upstream', { bytes: 0 }, 'cut-after-0-bytes');
     await waitUntil(() => worker.logs().includes('worker.db_unreachable'), {
       timeoutMs: 15_000,
       intervalMs: 50,
@@ -147,11 +128,16 @@ describe('the completion worker loses PostgreSQL in the middle of a multipart co
     });
 
     // Nothing half-published while the link is cut.
-    expect((await db.pool.query(`SELECT 1 FROM arkvory_artifacts WHERE name = 'assembled.bin'`)).rowCount).toBe(0);
-    expect((await call(`${writer.url}${target}/content`, { key })).status).toBe(404);
+    expect((await chaos.db.pool.query(`SELECT 1 FROM arkvory_artifacts WHERE name = 'assembled.bin'`)).rowCount).toBe(
+      0,
+    );
+    expect((await call(`${writer.url}${target}/content`, { key: chaos.key })).status).toBe(404);
     expect(
-      (await db.pool.query<{ state: string }>('SELECT state FROM arkvory_upload_sessions WHERE id = $1', [upload]))
-        .rows[0]?.state,
+      (
+        await chaos.db.pool.query<{ state: string }>('SELECT state FROM arkvory_upload_sessions WHERE id = $1', [
+          upload,
+        ])
+      ).rows[0]?.state,
     ).toBe('completing');
     expect(await jobOf(upload)).toEqual({ state: 'running', attempts: 1 });
     await waitUntil(async () => (await filesUnder(`${store.root}/tmp`)).length === 0, {
@@ -172,12 +158,14 @@ describe('the completion worker loses PostgreSQL in the middle of a multipart co
     });
     expect(await jobOf(upload)).toEqual({ state: 'done', attempts: 2 });
     expect(worker.logs()).toContain('worker.resumed');
-    const status = await call(`${writer.url}/api/v1/repositories/chaos/uploads/${upload}`, { key });
+    const status = await call(`${writer.url}/api/v1/repositories/chaos/uploads/${upload}`, { key: chaos.key });
     expect(JSON.parse(status.body.toString())).toMatchObject({ state: 'done' });
-    const got = await call(`${writer.url}${target}/content`, { key });
+    const got = await call(`${writer.url}${target}/content`, { key: chaos.key });
     expect(got.status).toBe(200);
     expect(digest(got.body)).toBe(digest(file));
-    expect((await db.pool.query(`SELECT 1 FROM arkvory_artifacts WHERE name = 'assembled.bin'`)).rowCount).toBe(1);
+    expect((await chaos.db.pool.query(`SELECT 1 FROM arkvory_artifacts WHERE name = 'assembled.bin'`)).rowCount).toBe(
+      1,
+    );
     expect(worker.logs()).not.toMatch(/unhandled|uncaught/i);
   }, 120_000);
 });

@@ -3,35 +3,15 @@
  * Expected: the held renewal reaches PostgreSQL late and matches no row (the slot has a new owner and generation);
  * the old reader stays 503 lease_lost and /health/status 503, alive, until it is restarted. Nothing revives it.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { GatewayProcess } from '../test/support/gateway.ts';
+import { describe, expect, it } from 'vitest';
 import { call, leaseRow, logLine } from './support/gateways.ts';
-import { holdRenewals, release, startLinkedCluster, type SharedCluster } from './support/shared-cluster.ts';
-import type { ProxiedUpstream } from './support/toxiproxy.ts';
+import { holdRenewals, release, SLOT_SUCCESSION, successionOf, useLinkedCluster } from './support/shared-cluster.ts';
 import { waitUntil } from '../test/harness/index.ts';
 
 /** Longer than a renewal interval (2 s) plus a loaded machine's slack. */
 const OBSERVE_MS = 3000;
 
-let cluster: SharedCluster;
-let oldLink: ProxiedUpstream;
-let successorLink: ProxiedUpstream;
-let old: GatewayProcess;
-let successor: GatewayProcess;
-
-beforeAll(async () => {
-  const started = await startLinkedCluster({
-    slots: 2,
-    rateBytesPerSec: 2 * 1024 * 1024,
-    fileBytes: 64 * 1024,
-    parked: [{ slot: 1 }, { slot: 1 }],
-  });
-  cluster = started;
-  [old, successor] = started.parked as [GatewayProcess, GatewayProcess];
-  [oldLink, successorLink] = started.links as [ProxiedUpstream, ProxiedUpstream];
-}, 180_000);
-
-afterAll(() => cluster?.stop());
+const cluster = useLinkedCluster({ ...SLOT_SUCCESSION, fileBytes: 64 * 1024 });
 
 /** What PostgreSQL last ran on the old reader's lease connection (the oldest reader lease session). */
 async function oldLeaseSession(): Promise<{ query: string; queryStartMs: number; state: string } | undefined> {
@@ -45,6 +25,7 @@ async function oldLeaseSession(): Promise<{ query: string; queryStartMs: number;
 
 describe('removing the toxic after a fence and a takeover', () => {
   it('does not revive the fenced reader: its late renewal matches no row and it stays 503 until restarted', async () => {
+    const { old, successor, oldLink, successorLink } = successionOf(cluster);
     try {
       await release(old, oldLink);
       const oldLease = logLine(old, 'slot lease acquired')!;

@@ -4,34 +4,26 @@
  * as latency (blackhole: 8 s after the last confirmed renewal; reset: at the next renewal, ≤ 2 s), 503 lease_lost,
  * /health/status 503, the process alive with no unhandled rejection, and a clean exit 0 on SIGTERM.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { GatewayProcess } from '../test/support/gateway.ts';
 import { call, leaseRow, logLine, logTimeMs } from './support/gateways.ts';
-import { release, startLinkedCluster, type SharedCluster } from './support/shared-cluster.ts';
-import type { ProxiedUpstream } from './support/toxiproxy.ts';
+import { release, useLinkedCluster } from './support/shared-cluster.ts';
 import { waitUntil } from '../test/harness/index.ts';
+import { addToxic } from './support/toxiproxy.ts';
 
 const PERMIT_MS = 8_000;
 const RENEW_AFTER_MS = 2_000;
 
-let cluster: SharedCluster;
-const links: ProxiedUpstream[] = [];
-let readers: GatewayProcess[];
+const cluster = useLinkedCluster({
+  slots: 3,
+  rateBytesPerSec: 3 * 1024 * 1024,
+  fileBytes: 64 * 1024,
+  parked: [{ slot: 1 }, { slot: 2 }],
+});
 
 beforeAll(async () => {
-  const started = await startLinkedCluster({
-    slots: 3,
-    rateBytesPerSec: 3 * 1024 * 1024,
-    fileBytes: 64 * 1024,
-    parked: [{ slot: 1 }, { slot: 2 }],
-  });
-  cluster = started;
-  readers = started.parked;
-  links.push(...started.links);
-  await Promise.all(readers.map((reader, i) => release(reader, links[i]!)));
-}, 180_000);
-
-afterAll(() => cluster?.stop());
+  await Promise.all(cluster.parked.map((reader, i) => release(reader, cluster.links[i]!)));
+});
 
 /** Fenced for good, still running, refusing; then (after `clearFault`) SIGTERM stops it cleanly. */
 async function expectFencedAliveAndStoppable(reader: GatewayProcess, clearFault: () => Promise<void>): Promise<void> {
@@ -48,15 +40,9 @@ async function expectFencedAliveAndStoppable(reader: GatewayProcess, clearFault:
 
 describe('blackhole and reset on the lease link', () => {
   it('a blackhole fences the reader 8 s after its last confirmed renewal, without a crash', async () => {
-    const [reader, link] = [readers[0]!, links[0]!];
+    const [reader, link] = [cluster.parked[0]!, cluster.links[0]!];
     const toxicAtMs = Date.now();
-    const toxic = await link.proxy.addToxic({
-      name: 'blackhole',
-      type: 'timeout',
-      stream: 'upstream',
-      toxicity: 1,
-      attributes: { timeout: 0 },
-    });
+    const toxic = await addToxic(link, 'timeout', 'upstream', { timeout: 0 }, 'blackhole');
     await waitUntil(() => logLine(reader, 'fenced:') !== undefined, {
       timeoutMs: PERMIT_MS + 4000,
       intervalMs: 50,
@@ -76,16 +62,10 @@ describe('blackhole and reset on the lease link', () => {
   }, 60_000);
 
   it('a reset_peer fences the reader at its next renewal, without a crash', async () => {
-    const [reader, link] = [readers[1]!, links[1]!];
+    const [reader, link] = [cluster.parked[1]!, cluster.links[1]!];
     const before = (await leaseRow(cluster.db.pool, 2))!;
     const toxicAtMs = Date.now();
-    await link.proxy.addToxic({
-      name: 'reset',
-      type: 'reset_peer',
-      stream: 'upstream',
-      toxicity: 1,
-      attributes: { timeout: 0 },
-    });
+    await addToxic(link, 'reset_peer', 'upstream', { timeout: 0 }, 'reset');
     await waitUntil(() => logLine(reader, 'fenced:') !== undefined, {
       timeoutMs: RENEW_AFTER_MS + 3000,
       intervalMs: 50,

@@ -9,7 +9,7 @@ import { startGateway } from '../test/support/gateway.ts';
 import { logLine, logTimeMs } from './support/gateways.ts';
 import { waitForHealth } from '../test/harness/index.ts';
 import { setEnabled, waitParked } from './support/shared-cluster.ts';
-import { hostPortOf, startToxiproxy, urlThrough, type ToxiproxyServer } from './support/toxiproxy.ts';
+import { startToxiproxy, type ToxiproxyServer } from './support/toxiproxy.ts';
 
 let toxiproxy: ToxiproxyServer;
 let db: TestDatabase & { drop(): Promise<void> };
@@ -30,9 +30,9 @@ function retryLines(lines: Array<Record<string, unknown>>): Array<Record<string,
 
 describe('PostgreSQL unreachable when the gateway starts', () => {
   it('retries with backoff, says so, and starts serving when the database appears', async () => {
-    const link = await toxiproxy.proxyTo(hostPortOf(inject('adminDatabaseUrl')));
+    const link = await toxiproxy.proxyToUrl(inject('adminDatabaseUrl'));
     await setEnabled(link, false);
-    const gateway = await startGateway({ env: { ARKVORY_DATABASE_URL: urlThrough(db.url, link) }, waitFor: 'none' });
+    const gateway = await startGateway({ env: { ARKVORY_DATABASE_URL: link.through(db.url) }, waitFor: 'none' });
     await waitParked(gateway);
     // Let it retry a few times (0.25 s, 0.5 s, 1 s...) before the database appears.
     await new Promise<void>((resolve, reject) => {
@@ -69,10 +69,10 @@ describe('PostgreSQL unreachable when the gateway starts', () => {
   }, 90_000);
 
   it('exits 1 after ARKVORY_DATABASE_STARTUP_WAIT_SECONDS when the database never appears', async () => {
-    const link = await toxiproxy.proxyTo(hostPortOf(inject('adminDatabaseUrl')));
+    const link = await toxiproxy.proxyToUrl(inject('adminDatabaseUrl'));
     await setEnabled(link, false);
     const gateway = await startGateway({
-      env: { ARKVORY_DATABASE_URL: urlThrough(db.url, link), ARKVORY_DATABASE_STARTUP_WAIT_SECONDS: '2' },
+      env: { ARKVORY_DATABASE_URL: link.through(db.url), ARKVORY_DATABASE_STARTUP_WAIT_SECONDS: '2' },
       waitFor: 'none',
     });
     expect(await gateway.exited).toBe(1);

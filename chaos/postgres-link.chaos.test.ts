@@ -7,14 +7,7 @@
  */
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, test as base } from 'vitest';
-import {
-  addLatency,
-  hostPortOf,
-  startToxiproxy,
-  urlThrough,
-  type ProxiedUpstream,
-  type ToxiproxyServer,
-} from './support/toxiproxy.ts';
+import { addLatency, type ProxiedUpstream, startToxiproxy, type ToxiproxyServer } from './support/toxiproxy.ts';
 import { waitUntil } from '../test/harness/index.ts';
 
 const LATENCY_MS = 600;
@@ -40,8 +33,8 @@ afterAll(async () => {
 const test = base.extend<{ pg: PgLink }>({
   pg: async ({}, use) => {
     const adminUrl = inject('adminDatabaseUrl');
-    const link = await toxiproxy.proxyTo(hostPortOf(adminUrl));
-    const pool = new pg.Pool({ connectionString: urlThrough(adminUrl, link), max: 2, connectionTimeoutMillis: 5000 });
+    const link = await toxiproxy.proxyToUrl(adminUrl);
+    const pool = new pg.Pool({ connectionString: link.through(adminUrl), max: 2, connectionTimeoutMillis: 5000 });
     const poolErrors: Error[] = [];
     // Without this listener an idle client dropped by the fault would crash the process.
     pool.on('error', (err) => poolErrors.push(err));
@@ -70,7 +63,7 @@ describe('pg Pool through a toxiproxy link to PostgreSQL', () => {
   }) => {
     await db.timedQueryMs(); // connect outside the measurement
     const baselineMs = await db.timedQueryMs();
-    const toxic = await addLatency(db.link.proxy, { name: 'pg-latency', stream: 'downstream', latencyMs: LATENCY_MS });
+    const toxic = await addLatency(db.link, { name: 'pg-latency', stream: 'downstream', latencyMs: LATENCY_MS });
     const slowMs = await db.timedQueryMs();
     expect(slowMs).toBeGreaterThanOrEqual(LATENCY_MS - 15);
     expect(slowMs).toBeLessThan(LATENCY_MS + 3000);

@@ -3,11 +3,11 @@
  * Expected: the reader fences at its permit's end, 8 s after its last confirmed renewal started: the transfer ends,
  * new requests get 503 lease_lost, /health/status 503. Recovery: the client resumes with Range through the writer.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { request, sha256 } from '../test/support/content.ts';
 import type { GatewayProcess } from '../test/support/gateway.ts';
 import { call, leaseRow, logLine, logTimeMs, startDownload } from './support/gateways.ts';
-import { release, startLinkedCluster, type SharedCluster } from './support/shared-cluster.ts';
+import { release, useLinkedCluster } from './support/shared-cluster.ts';
 import { addLatency, type ProxiedUpstream } from './support/toxiproxy.ts';
 import { waitUntil } from '../test/harness/index.ts';
 
@@ -22,23 +22,19 @@ const FILE_BYTES = 2048 * KiB;
 const LATENCY_MS = 20_000;
 const PERMIT_MS = 8_000;
 
-let cluster: SharedCluster;
+const cluster = useLinkedCluster({
+  slots: SLOTS,
+  rateBytesPerSec: RATE,
+  fileBytes: FILE_BYTES,
+  parked: [{ slot: 1, env: { ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(READER_BYTES_PER_SEC) } }],
+});
 let link: ProxiedUpstream;
 let reader: GatewayProcess;
 
-beforeAll(async () => {
-  const started = await startLinkedCluster({
-    slots: SLOTS,
-    rateBytesPerSec: RATE,
-    fileBytes: FILE_BYTES,
-    parked: [{ slot: 1, env: { ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(READER_BYTES_PER_SEC) } }],
-  });
-  cluster = started;
-  reader = started.parked[0]!;
-  link = started.links[0]!;
-}, 180_000);
-
-afterAll(() => cluster?.stop());
+beforeAll(() => {
+  reader = cluster.parked[0]!;
+  link = cluster.links[0]!;
+});
 
 describe('latency on the reader↔PostgreSQL link during a download', () => {
   it('fences the reader 8 s after its last confirmed renewal: the download ends, 503 lease_lost, and it resumes through the writer', async () => {
@@ -63,7 +59,7 @@ async function fenceDuringDownload(): Promise<void> {
   });
 
   const toxicAtMs = Date.now();
-  await addLatency(link.proxy, { name: 'slow-requests', stream: 'upstream', latencyMs: LATENCY_MS });
+  await addLatency(link, { name: 'slow-requests', stream: 'upstream', latencyMs: LATENCY_MS });
   const ended = await Promise.race([
     download.ended,
     new Promise<never>((_, reject) =>

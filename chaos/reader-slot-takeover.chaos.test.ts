@@ -3,40 +3,22 @@
  * Expected: the new process waits while the database reservation (10 s from the last renewal) lasts and takes the slot
  * only once it has expired, never earlier. Recovery: the new reader serves the file, with the next generation.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { GatewayProcess } from '../test/support/gateway.ts';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { sha256 } from '../test/support/content.ts';
 import { call, leaseRow, logLine, logTimeMs } from './support/gateways.ts';
-import { holdRenewals, release, startLinkedCluster, type SharedCluster } from './support/shared-cluster.ts';
-import type { ProxiedUpstream } from './support/toxiproxy.ts';
+import { holdRenewals, release, SLOT_SUCCESSION, successionOf, useLinkedCluster } from './support/shared-cluster.ts';
 import { trace } from './support/trace.ts';
 import { waitUntil } from '../test/harness/index.ts';
 
 const RESERVATION_MS = 10_000;
 
-let cluster: SharedCluster;
-let oldLink: ProxiedUpstream;
-let successorLink: ProxiedUpstream;
-let old: GatewayProcess;
-let successor: GatewayProcess;
+const cluster = useLinkedCluster({ ...SLOT_SUCCESSION, fileBytes: 256 * 1024 });
 
-beforeAll(async () => {
-  const started = await startLinkedCluster({
-    slots: 2,
-    rateBytesPerSec: 2 * 1024 * 1024,
-    fileBytes: 256 * 1024,
-    parked: [{ slot: 1 }, { slot: 1 }],
-  });
-  cluster = started;
-  [old, successor] = started.parked as [GatewayProcess, GatewayProcess];
-  [oldLink, successorLink] = started.links as [ProxiedUpstream, ProxiedUpstream];
-  trace('writer serving, two readers parked');
-}, 180_000);
-
-afterAll(() => cluster?.stop());
+beforeAll(() => trace('writer serving, two readers parked'));
 
 describe('a new reader on the slot of one that stopped renewing', () => {
   it('gets the slot only after the database reservation expired, then serves', async () => {
+    const { old, successor, oldLink, successorLink } = successionOf(cluster);
     try {
       await release(old, oldLink);
       trace('old reader serving');

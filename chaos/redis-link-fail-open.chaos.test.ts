@@ -6,61 +6,42 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createServiceAccount } from '../test/support/auth.ts';
-import type { TestDatabase } from '../test/support/database.ts';
 import type { GatewayProcess } from '../test/support/gateway.ts';
 import { call } from './support/gateways.ts';
 import { setEnabled } from './support/shared-cluster.ts';
-import {
-  addLatency,
-  hostPortOf,
-  startToxiproxy,
-  urlThrough,
-  type ProxiedUpstream,
-  type ToxiproxyServer,
-} from './support/toxiproxy.ts';
+import { addLatency, type ProxiedUpstream } from './support/toxiproxy.ts';
 import { waitUntil } from '../test/harness/index.ts';
 import { Redis } from 'ioredis';
 import { deleteKeysWithPrefix } from '../test/support/redis.ts';
-import { SMALL_CONTENT_PATH, startRedisLimitedGateway } from './support/redis-limited-gateway.ts';
-import { chaosDatabase } from './support/chaos-database.ts';
+import { FAIL_OPEN, startRedisLimitedGateway, timedSmallGet } from './support/redis-limited-gateway.ts';
+import { useToxiproxyAndDatabase } from './support/chaos-database.ts';
 
-const TIMEOUT_MS = 200;
 const LATENCY_MS = 1000;
 const LIMIT = 10;
 const RULE = 'chaos_reads_by_principal';
-/** A request makes two Redis calls on this path (auth_failure peek, gateway_request check), each bounded by the timeout. */
-const FAIL_OPEN_BOUND_MS = 2 * TIMEOUT_MS + 800;
-const contentPath = SMALL_CONTENT_PATH;
 
-let toxiproxy: ToxiproxyServer;
-let db: TestDatabase & { drop(): Promise<void> };
+const chaos = useToxiproxyAndDatabase();
 let link: ProxiedUpstream;
 let gateway: GatewayProcess;
-let key: string;
 let adminKey: string;
 let redisPrefix: string | undefined;
 
 beforeAll(async () => {
-  toxiproxy = await startToxiproxy();
-  ({ db, key } = await chaosDatabase());
-  ({ key: adminKey } = await createServiceAccount(db.pool, { scopes: ['admin'] }));
-  link = await toxiproxy.proxyTo(hostPortOf(inject('redisUrl')));
+  ({ key: adminKey } = await createServiceAccount(chaos.db.pool, { scopes: ['admin'] }));
+  link = await chaos.toxiproxy.proxyToUrl(inject('redisUrl'));
   redisPrefix = `chaos-${randomBytes(4).toString('hex')}:`;
   gateway = await startRedisLimitedGateway({
-    databaseUrl: db.url,
-    redisUrl: urlThrough(inject('redisUrl'), link),
+    databaseUrl: chaos.db.url,
+    redisUrl: link.through(inject('redisUrl')),
     rule: RULE,
     limit: LIMIT,
-    timeoutMs: TIMEOUT_MS,
-    key,
+    key: chaos.key,
     env: { ARKVORY_REDIS_KEY_PREFIX: redisPrefix },
   });
 }, 120_000);
 
 afterAll(async () => {
-  await toxiproxy?.stop();
   await gateway?.stop();
-  await db?.drop();
   // The gateway wrote through the proxy; its keys are in the real Redis behind it.
   if (redisPrefix) {
     const client = new Redis(inject('redisUrl'), { maxRetriesPerRequest: 1 });
@@ -68,21 +49,7 @@ afterAll(async () => {
   }
 });
 
-async function timedGet(): Promise<{
-  status: number;
-  ms: number;
-  ratelimit: string | undefined;
-  code: string | undefined;
-}> {
-  const startedMs = performance.now();
-  const res = await call(`${gateway.url}${contentPath}`, { key });
-  return {
-    status: res.status,
-    ms: performance.now() - startedMs,
-    ratelimit: res.headers.ratelimit as string | undefined,
-    code: res.code,
-  };
-}
+const timedGet = () => timedSmallGet(gateway, chaos.key);
 
 /** Failed-open checks (`arkvory_rate_limit_checks_total{error="true"}`) of one limiter, from /metrics. */
 async function errorsTotal(limiter: string): Promise<number> {
@@ -114,13 +81,13 @@ describe('Redis slow, then cut, under rate limiting', () => {
 
     // Latency: the checks time out and the requests go through without RateLimit fields. The
     // commands still reach Redis and count there (only the answers are late).
-    const slow = await addLatency(link.proxy, { name: 'slow-redis', stream: 'downstream', latencyMs: LATENCY_MS });
+    const slow = await addLatency(link, { name: 'slow-redis', stream: 'downstream', latencyMs: LATENCY_MS });
     for (let i = 0; i < 2; i++) {
       const res = await timedGet();
       expect(res.status).toBe(200);
       expect(res.ratelimit).toBeUndefined();
-      expect(res.ms).toBeGreaterThanOrEqual(TIMEOUT_MS - 5);
-      expect(res.ms).toBeLessThan(FAIL_OPEN_BOUND_MS);
+      expect(res.ms).toBeGreaterThanOrEqual(FAIL_OPEN.timeoutMs - 5);
+      expect(res.ms).toBeLessThan(FAIL_OPEN.boundMs);
     }
     expect(await errorsTotal('gateway_request')).toBeGreaterThanOrEqual(errorsAtStart + 2);
     const logged = gateway
@@ -136,7 +103,7 @@ describe('Redis slow, then cut, under rate limiting', () => {
       const res = await timedGet();
       expect(res.status).toBe(200);
       expect(res.ratelimit).toBeUndefined();
-      expect(res.ms).toBeLessThan(FAIL_OPEN_BOUND_MS);
+      expect(res.ms).toBeLessThan(FAIL_OPEN.boundMs);
     }
     expect(await errorsTotal('gateway_request')).toBeGreaterThanOrEqual(errorsBeforeCut + 2);
     // The rules are a replica in memory: the file rule is still in force while Redis is away.

@@ -10,55 +10,37 @@
 import type { ChildProcess } from 'node:child_process';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { TestDatabase } from '../test/support/database.ts';
 import type { GatewayProcess } from '../test/support/gateway.ts';
 import { startRedis } from '../test/support/global-setup.ts';
 import { call } from './support/gateways.ts';
-import {
-  hostPortOf,
-  startToxiproxy,
-  urlThrough,
-  type ProxiedUpstream,
-  type ToxiproxyServer,
-} from './support/toxiproxy.ts';
+import { addToxic, type ProxiedUpstream } from './support/toxiproxy.ts';
 import { waitUntil } from '../test/harness/index.ts';
-import { SMALL_CONTENT_PATH, startRedisLimitedGateway } from './support/redis-limited-gateway.ts';
-import { chaosDatabase } from './support/chaos-database.ts';
+import { FAIL_OPEN, startRedisLimitedGateway, timedSmallGet } from './support/redis-limited-gateway.ts';
+import { useToxiproxyAndDatabase } from './support/chaos-database.ts';
 
-const TIMEOUT_MS = 200;
 const CLOSE_DELAY_MS = 5000;
 const LIMIT = 20;
 const RULE = 'chaos_slow_close_reads';
-/** A request makes two Redis calls on this path (auth_failure peek, gateway_request check), each bounded by the timeout. */
-const FAIL_OPEN_BOUND_MS = 2 * TIMEOUT_MS + 800;
-const contentPath = SMALL_CONTENT_PATH;
 
-let toxiproxy: ToxiproxyServer;
+const chaos = useToxiproxyAndDatabase();
 let redis: { url: string; child: ChildProcess };
-let db: TestDatabase & { drop(): Promise<void> };
 let link: ProxiedUpstream;
 let gateway: GatewayProcess;
-let key: string;
 
 beforeAll(async () => {
-  toxiproxy = await startToxiproxy();
   redis = await startRedis();
-  ({ db, key } = await chaosDatabase());
-  link = await toxiproxy.proxyTo(hostPortOf(redis.url));
+  link = await chaos.toxiproxy.proxyToUrl(redis.url);
   gateway = await startRedisLimitedGateway({
-    databaseUrl: db.url,
-    redisUrl: urlThrough(redis.url, link),
+    databaseUrl: chaos.db.url,
+    redisUrl: link.through(redis.url),
     rule: RULE,
     limit: LIMIT,
-    timeoutMs: TIMEOUT_MS,
-    key,
+    key: chaos.key,
   });
 }, 120_000);
 
 afterAll(async () => {
   await gateway?.stop();
-  await toxiproxy?.stop();
-  await db?.drop();
   // The Redis of this file goes with it, keys and all.
   if (redis && redis.child.exitCode === null) {
     const exited = new Promise((resolve) => redis.child.once('exit', resolve));
@@ -67,15 +49,7 @@ afterAll(async () => {
   }
 });
 
-async function timedGet(): Promise<{ status: number; ms: number; ratelimit: string | undefined }> {
-  const startedMs = performance.now();
-  const res = await call(`${gateway.url}${contentPath}`, { key });
-  return {
-    status: res.status,
-    ms: performance.now() - startedMs,
-    ratelimit: res.headers.ratelimit as string | undefined,
-  };
-}
+const timedGet = () => timedSmallGet(gateway, chaos.key);
 
 function remaining(ratelimit: string | undefined): number {
   const match = new RegExp(`^"${RULE}";r=(\\d+);t=\\d+$`).exec(ratelimit ?? '');
@@ -105,13 +79,7 @@ describe('Redis closes the gateway connection slowly', () => {
     expect(remaining(before.ratelimit)).toBe(LIMIT - 1);
     const timeoutsAtStart = await checkTimeouts();
 
-    await link.proxy.addToxic({
-      name: 'slow-close',
-      type: 'slow_close',
-      stream: 'downstream',
-      toxicity: 1,
-      attributes: { delay: CLOSE_DELAY_MS },
-    });
+    await addToxic(link, 'slow_close', 'downstream', { delay: CLOSE_DELAY_MS }, 'slow-close');
     const admin = new Redis(redis.url, { maxRetriesPerRequest: 1 });
     let killedAtMs = 0;
     try {
@@ -125,13 +93,13 @@ describe('Redis closes the gateway connection slowly', () => {
 
     // While the close is held: every check times out, every request still answers in time.
     const held: Array<Awaited<ReturnType<typeof timedGet>>> = [];
-    while (performance.now() - killedAtMs < CLOSE_DELAY_MS - 2 * FAIL_OPEN_BOUND_MS) held.push(await timedGet());
+    while (performance.now() - killedAtMs < CLOSE_DELAY_MS - 2 * FAIL_OPEN.boundMs) held.push(await timedGet());
     expect(held.length).toBeGreaterThanOrEqual(2);
     for (const res of held) {
       expect(res.status).toBe(200);
       expect(res.ratelimit).toBeUndefined();
-      expect(res.ms).toBeGreaterThanOrEqual(TIMEOUT_MS - 5);
-      expect(res.ms).toBeLessThan(FAIL_OPEN_BOUND_MS);
+      expect(res.ms).toBeGreaterThanOrEqual(FAIL_OPEN.timeoutMs - 5);
+      expect(res.ms).toBeLessThan(FAIL_OPEN.boundMs);
     }
     expect(await checkTimeouts()).toBeGreaterThanOrEqual(timeoutsAtStart + held.length);
 
@@ -142,7 +110,7 @@ describe('Redis closes the gateway connection slowly', () => {
       async () => {
         const res = await timedGet();
         expect(res.status).toBe(200);
-        expect(res.ms).toBeLessThan(FAIL_OPEN_BOUND_MS);
+        expect(res.ms).toBeLessThan(FAIL_OPEN.boundMs);
         if (res.ratelimit) first = res;
         return res.ratelimit !== undefined;
       },

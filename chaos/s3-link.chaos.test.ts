@@ -13,70 +13,38 @@
  * The S3 server is the run's shared one of each kind, on a fresh bucket (test/support/shared-s3.ts):
  * it is never stopped, since other test files use it.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createRepository, createServiceAccount } from '../test/support/auth.ts';
+import { describe, expect, it } from 'vitest';
 import { randomContent, request, sha256 } from '../test/support/content.ts';
-import { useTestDatabase } from '../test/support/database.ts';
 import { runCli, startGateway } from '../test/support/gateway.ts';
-import { listKeys, type S3Server } from '../test/support/s3-server.ts';
-import { sharedS3Bucket } from '../test/support/shared-s3.ts';
+import { listKeys } from '../test/support/s3-server.ts';
 import { S3_STORE_KINDS } from '../test/support/store-kinds.ts';
 import { call, startDownload } from './support/gateways.ts';
 import { setEnabled } from './support/shared-cluster.ts';
-import { startToxiproxy, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
+import { addToxic } from './support/toxiproxy.ts';
 import { waitForHealth, waitUntil } from '../test/harness/index.ts';
+import { useS3Link } from './support/s3-link.ts';
 
 const MiB = 1024 * 1024;
 
 describe.each(S3_STORE_KINDS)('the gateway↔S3 link on %s', (kind) => {
-  const db = useTestDatabase();
-  let toxiproxy: ToxiproxyServer;
-  let server: S3Server;
-  let link: ProxiedUpstream;
-  let key: string;
-  /** The gateway's S3 variables with the endpoint through the proxy. */
-  const env = () => ({
-    ARKVORY_DATABASE_URL: db.url,
-    ...server.env(),
-    ARKVORY_S3_ENDPOINT: `http://${link.host}:${link.port}`,
-    ARKVORY_STORAGE_TIMEOUT_SECONDS: '5',
-    ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS: '1000',
-  });
-
-  beforeAll(async () => {
-    toxiproxy = await startToxiproxy();
-    server = await sharedS3Bucket(kind);
-    link = await toxiproxy.proxyTo(`127.0.0.1:${server.port}`);
-    await createRepository(db.pool, 'chaos');
-    ({ key } = await createServiceAccount(db.pool, { grants: { chaos: 'write' } }));
-  });
-  afterAll(async () => {
-    await toxiproxy?.stop();
-    await server?.destroy();
-  });
+  const s3 = useS3Link(kind);
 
   it('cut mid-download: the response ends short; a Range request after the link returns completes the exact bytes', async () => {
-    const gw = await startGateway({ env: env(), timeoutMs: 60_000 });
+    const gw = await startGateway({ env: s3.env(), timeoutMs: 60_000 });
     const file = randomContent(24 * MiB);
     const url = `${gw.url}/api/v1/repositories/chaos/artifacts/download.bin`;
-    expect((await call(url, { method: 'PUT', key, body: file })).status).toBe(201);
+    expect((await call(url, { method: 'PUT', key: s3.key, body: file })).status).toBe(201);
 
     // About 4 MiB/s from the store, so the download is surely in flight when the link goes.
-    const slow = await link.proxy.addToxic({
-      name: 'slow-store',
-      type: 'bandwidth',
-      stream: 'downstream',
-      toxicity: 1,
-      attributes: { rate: 4096 },
-    });
-    const download = await startDownload(`${url}/content`, { authorization: `Bearer ${key}` });
+    const slow = await addToxic(s3.link, 'bandwidth', 'downstream', { rate: 4096 }, 'slow-store');
+    const download = await startDownload(`${url}/content`, { authorization: `Bearer ${s3.key}` });
     expect(download.status).toBe(200);
     await waitUntil(() => download.receivedBytes() >= 2 * MiB, {
       timeoutMs: 30_000,
       intervalMs: 20,
       what: '2 MiB of the download',
     });
-    await setEnabled(link, false);
+    await setEnabled(s3.link, false);
     const ended = await download.ended;
     expect(ended.complete).toBe(false);
     const have = download.receivedBytes();
@@ -84,8 +52,8 @@ describe.each(S3_STORE_KINDS)('the gateway↔S3 link on %s', (kind) => {
     expect(download.received().equals(file.subarray(0, have))).toBe(true);
 
     await slow.remove();
-    await setEnabled(link, true);
-    const rest = await call(`${url}/content`, { key, headers: { range: `bytes=${have}-` } });
+    await setEnabled(s3.link, true);
+    const rest = await call(`${url}/content`, { key: s3.key, headers: { range: `bytes=${have}-` } });
     expect(rest.status).toBe(206);
     expect(rest.headers['content-range']).toBe(`bytes ${have}-${file.length - 1}/${file.length}`);
     expect(sha256(Buffer.concat([download.received(), rest.body]))).toBe(sha256(file));
@@ -94,20 +62,20 @@ describe.each(S3_STORE_KINDS)('the gateway↔S3 link on %s', (kind) => {
   }, 180_000);
 
   it('cut mid-upload: a clear 5xx, nothing published; after the link returns gc leaves no temporary object', async () => {
-    const gw = await startGateway({ env: env(), timeoutMs: 60_000 });
+    const gw = await startGateway({ env: s3.env(), timeoutMs: 60_000 });
     const file = randomContent(24 * MiB);
     const url = `${gw.url}/api/v1/repositories/chaos/artifacts/upload.bin`;
     let sent = 0;
     async function* body() {
       for (let offset = 0; offset < file.length; offset += MiB) {
-        if (offset === 6 * MiB) await setEnabled(link, false);
+        if (offset === 6 * MiB) await setEnabled(s3.link, false);
         sent += MiB;
         yield file.subarray(offset, offset + MiB);
       }
     }
     const put = await request(url, {
       method: 'PUT',
-      headers: { authorization: `Bearer ${key}`, 'content-length': String(file.length) },
+      headers: { authorization: `Bearer ${s3.key}`, 'content-length': String(file.length) },
       body: body(),
     }).catch((err: Error) => ({ status: -1, body: Buffer.from(err.message), headers: {} }));
     // The answer may come before the client finished sending (then the socket may close under it).
@@ -116,36 +84,36 @@ describe.each(S3_STORE_KINDS)('the gateway↔S3 link on %s', (kind) => {
       expect(JSON.parse(put.body.toString()).code).toMatch(/^upstream_(unreachable|timeout)$/);
     }
     expect(sent).toBeGreaterThan(6 * MiB - 1);
-    expect((await db.pool.query(`SELECT 1 FROM arkvory_artifacts WHERE name = 'upload.bin'`)).rowCount).toBe(0);
-    await setEnabled(link, true);
-    expect(await listKeys(server, 'blobs/')).not.toContainEqual(expect.stringContaining(sha256(file)));
+    expect((await s3.db.pool.query(`SELECT 1 FROM arkvory_artifacts WHERE name = 'upload.bin'`)).rowCount).toBe(0);
+    await setEnabled(s3.link, true);
+    expect(await listKeys(s3.server, 'blobs/')).not.toContainEqual(expect.stringContaining(sha256(file)));
     expect(await gw.stop('SIGTERM')).toBe(0);
     expect(gw.logs()).not.toMatch(/unhandled|uncaught/i);
 
-    const gc = await runCli(['gc'], { ...env(), ARKVORY_DATA_DIR: gw.dataDir });
+    const gc = await runCli(['gc'], { ...s3.env(), ARKVORY_DATA_DIR: gw.dataDir });
     expect(gc.code, gc.stderr).toBe(0);
-    expect(await listKeys(server, 'tmp/')).toEqual([]);
+    expect(await listKeys(s3.server, 'tmp/')).toEqual([]);
     const open: string[] = [];
-    for await (const upload of server.client().listMultipartUploads('')) open.push(upload.key);
+    for await (const upload of s3.server.client().listMultipartUploads('')) open.push(upload.key);
     expect(open).toEqual([]);
   }, 180_000);
 
   it('the S3 server gone at start: exit 1 before listening with the store error; starts once the server is back', async () => {
-    await setEnabled(link, false);
+    await setEnabled(s3.link, false);
     try {
-      const gw = await startGateway({ env: env(), waitFor: 'none', timeoutMs: 60_000 });
+      const gw = await startGateway({ env: s3.env(), waitFor: 'none', timeoutMs: 60_000 });
       expect(await gw.exited).toBe(1);
       expect(gw.logs()).toMatch(/upstream_unreachable|could not be reached|S3 server/);
-      expect(gw.logs()).not.toContain(server.secretAccessKey);
+      expect(gw.logs()).not.toContain(s3.server.secretAccessKey);
     } finally {
-      await setEnabled(link, true);
+      await setEnabled(s3.link, true);
     }
-    const gw = await startGateway({ env: env(), timeoutMs: 60_000 });
+    const gw = await startGateway({ env: s3.env(), timeoutMs: 60_000 });
     await waitForHealth(gw, { timeoutMs: 60_000 });
     expect(
       (
         await call(`${gw.url}/api/v1/repositories/chaos/artifacts/download.bin/content`, {
-          key,
+          key: s3.key,
           headers: { range: 'bytes=0-9' },
         })
       ).status,

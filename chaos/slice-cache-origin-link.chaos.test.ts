@@ -12,17 +12,14 @@
  */
 import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createRepository, createServiceAccount } from '../test/support/auth.ts';
+import { describe, expect, it } from 'vitest';
 import { randomContent, sha256 } from '../test/support/content.ts';
-import { useTestDatabase } from '../test/support/database.ts';
 import { makeTempDir, startGateway } from '../test/support/gateway.ts';
-import type { S3Server } from '../test/support/s3-server.ts';
-import { sharedS3Bucket } from '../test/support/shared-s3.ts';
 import { waitForStoreOk, waitUntil } from '../test/harness/index.ts';
 import { call, startDownload } from './support/gateways.ts';
 import { setEnabled } from './support/shared-cluster.ts';
-import { addLatency, startToxiproxy, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
+import { addLatency, addToxic } from './support/toxiproxy.ts';
+import { useS3Link } from './support/s3-link.ts';
 
 const MiB = 1024 * 1024;
 const SLICE = MiB;
@@ -48,55 +45,37 @@ async function expectKeptSlicesExact(dir: string, blob: Buffer): Promise<number>
 }
 
 describe('the slice cache↔S3 link (seaweedfs)', () => {
-  const db = useTestDatabase();
-  let toxiproxy: ToxiproxyServer;
-  let server: S3Server;
-  let link: ProxiedUpstream;
-  let key: string;
+  const s3 = useS3Link('seaweedfs');
   const env = (cacheDir: string) => ({
-    ARKVORY_DATABASE_URL: db.url,
-    ...server.env(),
-    ARKVORY_S3_ENDPOINT: `http://${link.host}:${link.port}`,
-    ARKVORY_STORAGE_TIMEOUT_SECONDS: '5',
-    ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS: '1000',
+    ...s3.env(),
     ARKVORY_CACHE_DIR: cacheDir,
     ARKVORY_CACHE_SLICE_BYTES: String(SLICE),
     ARKVORY_CACHE_MIN_FREE_BYTES: '0',
     ARKVORY_BLOB_CACHE_BYTES: '0',
   });
 
-  beforeAll(async () => {
-    toxiproxy = await startToxiproxy();
-    server = await sharedS3Bucket('seaweedfs');
-    link = await toxiproxy.proxyTo(`127.0.0.1:${server.port}`);
-    await createRepository(db.pool, 'chaos');
-    ({ key } = await createServiceAccount(db.pool, { grants: { chaos: 'write' } }));
-  });
-  afterAll(async () => {
-    await toxiproxy?.stop();
-    await server?.destroy();
-  });
-
-  it('cut mid-fill: filler and waiter are cut with only right bytes; nothing half-filled is kept; a GET after the link returns is exact', async () => {
+  /**
+   * A gateway with a fresh slice cache and a 16 MiB blob published as `name`; then the store link is
+   * slowed to `kbPerSec` and two readers start on the blob (the filler, and the waiter on its fills).
+   */
+  async function twoReadersThroughSlowLink(name: string, kbPerSec: number) {
     const cacheDir = await makeTempDir('arkvory-chaos-slices-');
     const gw = await startGateway({ env: env(cacheDir), timeoutMs: 60_000 });
     const blob = randomContent(16 * MiB);
-    const url = `${gw.url}/api/v1/repositories/chaos/artifacts/cut.bin`;
-    expect((await call(url, { method: 'PUT', key, body: blob })).status).toBe(201);
+    const url = `${gw.url}/api/v1/repositories/chaos/artifacts/${name}`;
+    expect((await call(url, { method: 'PUT', key: s3.key, body: blob })).status).toBe(201);
+    const slow = await addToxic(s3.link, 'bandwidth', 'downstream', { rate: kbPerSec }, 'slow-store');
+    const filler = await startDownload(`${url}/content`, { authorization: `Bearer ${s3.key}` });
+    const waiter = await startDownload(`${url}/content`, { authorization: `Bearer ${s3.key}` });
+    return { cacheDir, gw, blob, url, slow, filler, waiter };
+  }
 
+  it('cut mid-fill: filler and waiter are cut with only right bytes; nothing half-filled is kept; a GET after the link returns is exact', async () => {
     // About 4 MiB/s from the store, so fills are surely in flight when the link goes.
-    const slow = await link.proxy.addToxic({
-      name: 'slow-store',
-      type: 'bandwidth',
-      stream: 'downstream',
-      toxicity: 1,
-      attributes: { rate: 4096 },
-    });
-    const filler = await startDownload(`${url}/content`, { authorization: `Bearer ${key}` });
-    const waiter = await startDownload(`${url}/content`, { authorization: `Bearer ${key}` });
+    const { cacheDir, gw, blob, url, slow, filler, waiter } = await twoReadersThroughSlowLink('cut.bin', 4096);
     expect([filler.status, waiter.status]).toEqual([200, 200]);
     await waitUntil(() => filler.receivedBytes() >= 2 * MiB, { timeoutMs: 30_000, intervalMs: 20, what: '2 MiB' });
-    await setEnabled(link, false);
+    await setEnabled(s3.link, false);
     for (const d of [filler, waiter]) {
       expect((await d.ended).complete).toBe(false);
       const got = d.received();
@@ -113,10 +92,10 @@ describe('the slice cache↔S3 link (seaweedfs)', () => {
     expect(keptBefore).toBeLessThan(16);
 
     await slow.remove();
-    await setEnabled(link, true);
+    await setEnabled(s3.link, true);
     // The gateway takes reads again once its store probe passed twice (store health's hysteresis).
     await waitForStoreOk(gw.url);
-    const again = await call(`${url}/content`, { key });
+    const again = await call(`${url}/content`, { key: s3.key });
     expect(again.status).toBe(200);
     expect(sha256(again.body)).toBe(sha256(blob));
     expect(await expectKeptSlicesExact(cacheDir, blob)).toBe(16);
@@ -125,24 +104,10 @@ describe('the slice cache↔S3 link (seaweedfs)', () => {
   }, 180_000);
 
   it('slowed mid-fill: filler and waiter streams go on and complete byte-exact', async () => {
-    const cacheDir = await makeTempDir('arkvory-chaos-slices-');
-    const gw = await startGateway({ env: env(cacheDir), timeoutMs: 60_000 });
-    const blob = randomContent(16 * MiB);
-    const url = `${gw.url}/api/v1/repositories/chaos/artifacts/slow.bin`;
-    expect((await call(url, { method: 'PUT', key, body: blob })).status).toBe(201);
-
-    const slow = await link.proxy.addToxic({
-      name: 'slow-store',
-      type: 'bandwidth',
-      stream: 'downstream',
-      toxicity: 1,
-      attributes: { rate: 8192 },
-    });
-    const filler = await startDownload(`${url}/content`, { authorization: `Bearer ${key}` });
-    const waiter = await startDownload(`${url}/content`, { authorization: `Bearer ${key}` });
+    const { cacheDir, gw, blob, slow, filler, waiter } = await twoReadersThroughSlowLink('slow.bin', 8192);
     await waitUntil(() => filler.receivedBytes() >= 2 * MiB, { timeoutMs: 30_000, intervalMs: 20, what: '2 MiB' });
     // Mid-fill, every byte from the store now also waits 300 ms (well under the 5 s store timeout).
-    const latency = await addLatency(link.proxy, { name: 'late-store', stream: 'downstream', latencyMs: 300 });
+    const latency = await addLatency(s3.link, { name: 'late-store', stream: 'downstream', latencyMs: 300 });
     for (const d of [filler, waiter]) {
       expect((await d.ended).complete).toBe(true);
       expect(sha256(d.received())).toBe(sha256(blob));

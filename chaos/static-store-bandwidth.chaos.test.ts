@@ -7,13 +7,12 @@
 import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomContent, sha256 } from '../test/support/content.ts';
-import type { TestDatabase } from '../test/support/database.ts';
 import { startGateway, type GatewayProcess } from '../test/support/gateway.ts';
 import { startStaticStore, type StaticStore } from '../test/support/static-store.ts';
 import { call } from './support/gateways.ts';
-import { startToxiproxy, urlThrough, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
+import { addToxic, type ProxiedUpstream } from './support/toxiproxy.ts';
 import { waitUntil } from '../test/harness/index.ts';
-import { chaosDatabase } from './support/chaos-database.ts';
+import { useToxiproxyAndDatabase } from './support/chaos-database.ts';
 
 const KiB = 1024;
 const RATE = 256 * KiB;
@@ -30,29 +29,25 @@ const LINK_SLACK = 32 * KiB;
 const file = randomContent(384 * KiB);
 const contentPath = '/api/v1/repositories/chaos/artifacts/slow-store.bin/content';
 
-let toxiproxy: ToxiproxyServer;
-let db: TestDatabase & { drop(): Promise<void> };
+const chaos = useToxiproxyAndDatabase();
 let store: StaticStore;
 let link: ProxiedUpstream;
 let gateway: GatewayProcess;
-let key: string;
 
 beforeAll(async () => {
-  toxiproxy = await startToxiproxy();
-  ({ db, key } = await chaosDatabase());
   store = await startStaticStore();
-  link = await toxiproxy.proxyTo(`127.0.0.1:${store.port}`);
+  link = await chaos.toxiproxy.proxyTo(`127.0.0.1:${store.port}`);
   gateway = await startGateway({
     env: {
-      ARKVORY_DATABASE_URL: db.url,
-      ARKVORY_STORAGE_URL: urlThrough(store.url, link),
+      ARKVORY_DATABASE_URL: chaos.db.url,
+      ARKVORY_STORAGE_URL: link.through(store.url),
       ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(RATE),
     },
     timeoutMs: 60_000,
   });
   const put = await call(`${gateway.url}/api/v1/repositories/chaos/artifacts/slow-store.bin`, {
     method: 'PUT',
-    key,
+    key: chaos.key,
     headers: { 'content-type': 'application/octet-stream' },
     body: file,
   });
@@ -61,9 +56,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await gateway?.stop();
-  await toxiproxy?.stop();
   await store?.stop();
-  await db?.drop();
 });
 
 interface Arrival {
@@ -79,7 +72,7 @@ function timedDownload(): Promise<{ status: number; body: Buffer; arrivals: Arri
     const sentAt = performance.now();
     const req = http.get(
       `${gateway.url}${contentPath}`,
-      { headers: { authorization: `Bearer ${key}` }, agent: false },
+      { headers: { authorization: `Bearer ${chaos.key}` }, agent: false },
       (res) => {
         const chunks: Buffer[] = [];
         const arrivals: Arrival[] = [];
@@ -106,13 +99,7 @@ function aboveBound(arrivals: Arrival[], rate: number, allowance: number): Arriv
 
 describe('a bandwidth-limited link to the static-HTTP store', () => {
   it('delivers exactly the file, governed and paced by the link; after the toxic is removed, by the governor alone', async () => {
-    const toxic = await link.proxy.addToxic({
-      name: 'slow-store',
-      type: 'bandwidth',
-      stream: 'downstream',
-      toxicity: 1,
-      attributes: { rate: LINK_KB_PER_SEC },
-    });
+    const toxic = await addToxic(link, 'bandwidth', 'downstream', { rate: LINK_KB_PER_SEC }, 'slow-store');
     const slow = await timedDownload();
     await toxic.remove();
     expect(slow.status).toBe(200);

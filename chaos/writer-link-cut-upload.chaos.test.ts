@@ -6,33 +6,19 @@
 import { readdir } from 'node:fs/promises';
 import http from 'node:http';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { describe, expect, inject, it } from 'vitest';
 import { randomContent, sha256 } from '../test/support/content.ts';
-import type { TestDatabase } from '../test/support/database.ts';
 import { makeTempDir, startGateway } from '../test/support/gateway.ts';
 import { call, logLine } from './support/gateways.ts';
 import { setEnabled } from './support/shared-cluster.ts';
-import { hostPortOf, startToxiproxy, urlThrough, type ToxiproxyServer } from './support/toxiproxy.ts';
 import { waitForHealth, waitUntil } from '../test/harness/index.ts';
-import { chaosDatabase } from './support/chaos-database.ts';
+import { useToxiproxyAndDatabase } from './support/chaos-database.ts';
 
 const KiB = 1024;
 const file = randomContent(512 * KiB);
 const uploadPath = '/api/v1/repositories/chaos/artifacts/cut.bin';
 
-let toxiproxy: ToxiproxyServer;
-let db: TestDatabase & { drop(): Promise<void> };
-let key: string;
-
-beforeAll(async () => {
-  toxiproxy = await startToxiproxy();
-  ({ db, key } = await chaosDatabase());
-});
-
-afterAll(async () => {
-  await toxiproxy?.stop();
-  await db?.drop();
-});
+const chaos = useToxiproxyAndDatabase();
 
 /**
  * A PUT whose body the test feeds by hand: `send` writes a chunk; the promise settles with the
@@ -46,7 +32,7 @@ function startUpload(
     method: 'PUT',
     agent: false,
     headers: {
-      authorization: `Bearer ${key}`,
+      authorization: `Bearer ${chaos.key}`,
       'content-type': 'application/octet-stream',
       'content-length': String(size),
     },
@@ -73,9 +59,9 @@ async function filesUnder(dir: string): Promise<string[]> {
 
 describe('the writer↔PostgreSQL link cut during an upload', () => {
   it('fails the upload with a clear error and leaves nothing; after the link returns and a restart, the same upload succeeds', async () => {
-    const link = await toxiproxy.proxyTo(hostPortOf(inject('adminDatabaseUrl')));
+    const link = await chaos.toxiproxy.proxyToUrl(inject('adminDatabaseUrl'));
     const dataDir = await makeTempDir();
-    const env = { ARKVORY_DATABASE_URL: urlThrough(db.url, link) };
+    const env = { ARKVORY_DATABASE_URL: link.through(chaos.db.url) };
     try {
       const writer = await startGateway({ env, dataDir, timeoutMs: 60_000 });
       const upload = startUpload(`${writer.url}${uploadPath}`, file.length);
@@ -100,7 +86,7 @@ describe('the writer↔PostgreSQL link cut during an upload', () => {
       expect(outcome).toMatchObject({ status: 503 });
       expect(JSON.parse((outcome as { body: string }).body).code).toBe('lease_lost');
 
-      const rows = await db.pool.query(`SELECT 1 FROM arkvory_artifacts WHERE name = 'cut.bin'`);
+      const rows = await chaos.db.pool.query(`SELECT 1 FROM arkvory_artifacts WHERE name = 'cut.bin'`);
       expect(rows.rowCount).toBe(0);
       await waitUntil(async () => (await filesUnder(path.join(dataDir, 'tmp'))).length === 0, {
         timeoutMs: 5000,
@@ -114,7 +100,7 @@ describe('the writer↔PostgreSQL link cut during an upload', () => {
       await setEnabled(link, true);
       const stillFenced = await call(`${writer.url}${uploadPath}`, {
         method: 'PUT',
-        key,
+        key: chaos.key,
         headers: { 'content-type': 'application/octet-stream' },
         body: file,
       });
@@ -126,14 +112,14 @@ describe('the writer↔PostgreSQL link cut during an upload', () => {
       await waitForHealth(restarted, { timeoutMs: 60_000 });
       const put = await call(`${restarted.url}${uploadPath}`, {
         method: 'PUT',
-        key,
+        key: chaos.key,
         headers: { 'content-type': 'application/octet-stream' },
         body: file,
       });
       expect(put.status).toBe(201);
-      const got = await call(`${restarted.url}${uploadPath}/content`, { key });
+      const got = await call(`${restarted.url}${uploadPath}/content`, { key: chaos.key });
       expect(sha256(got.body)).toBe(sha256(file));
-      expect((await db.pool.query(`SELECT 1 FROM arkvory_artifacts WHERE name = 'cut.bin'`)).rowCount).toBe(1);
+      expect((await chaos.db.pool.query(`SELECT 1 FROM arkvory_artifacts WHERE name = 'cut.bin'`)).rowCount).toBe(1);
     } finally {
       await link.proxy.remove();
     }

@@ -1,16 +1,16 @@
-/**
- * The gateway the Redis-link chaos files start: one day-long `gateway_request` rule limiting each
- * principal's reads (so no test straddles a window, except at midnight UTC), Redis reached through a
- * toxiproxy link, a short rate-limit timeout, and one small artifact to read.
- */
-import { writeFile } from 'node:fs/promises';
-import path from 'node:path';
 import { expect } from 'vitest';
 import { randomContent } from '../../test/support/content.ts';
-import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { readsByPrincipal, writeRateLimitsFile } from '../../test/harness/index.ts';
 import { call } from './gateways.ts';
 
 export const SMALL_CONTENT_PATH = '/api/v1/repositories/chaos/artifacts/small.bin/content';
+/** The rate-limit timeout these gateways have (short, so failing open is quick) and how long a request may take failing open. */
+export const FAIL_OPEN = {
+  timeoutMs: 200,
+  /** A request makes two Redis calls on this path (auth_failure peek, gateway_request check), each bounded by the timeout. */
+  boundMs: 2 * 200 + 800,
+} as const;
 
 export async function startRedisLimitedGateway(options: {
   databaseUrl: string;
@@ -18,23 +18,19 @@ export async function startRedisLimitedGateway(options: {
   redisUrl: string;
   rule: string;
   limit: number;
-  timeoutMs: number;
   /** A principal with write access to repository `chaos`: it uploads small.bin. */
   key: string;
   env?: Record<string, string>;
 }): Promise<GatewayProcess> {
-  const dir = await makeTempDir('arkvory-rules-');
-  const rulesFile = path.join(dir, 'rate_limits.yaml');
-  await writeFile(
-    rulesFile,
-    `rate_limits:\n  gateway_request:\n    - name: ${options.rule}\n      action: limit\n      characteristics: [principal]\n      limit: ${options.limit}\n      period_s: 86400\n      match: { request_type: read }\n`,
-  );
+  const rulesFile = await writeRateLimitsFile({
+    gateway_request: [readsByPrincipal(options.rule, options.limit, 86400)],
+  });
   const gateway = await startGateway({
     env: {
       ARKVORY_DATABASE_URL: options.databaseUrl,
       ARKVORY_REDIS_URL: options.redisUrl,
       ARKVORY_RATE_LIMITS_FILE: rulesFile,
-      ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS: String(options.timeoutMs),
+      ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS: String(FAIL_OPEN.timeoutMs),
       ...options.env,
     },
     timeoutMs: 60_000,
@@ -47,4 +43,19 @@ export async function startRedisLimitedGateway(options: {
   });
   expect(put.status).toBe(201);
   return gateway;
+}
+
+/** One GET of SMALL_CONTENT_PATH, timed, with its RateLimit field and error code. */
+export async function timedSmallGet(
+  gateway: GatewayProcess,
+  key: string,
+): Promise<{ status: number; ms: number; ratelimit: string | undefined; code: string | undefined }> {
+  const startedMs = performance.now();
+  const res = await call(`${gateway.url}${SMALL_CONTENT_PATH}`, { key });
+  return {
+    status: res.status,
+    ms: performance.now() - startedMs,
+    ratelimit: res.headers.ratelimit as string | undefined,
+    code: res.code,
+  };
 }

@@ -6,14 +6,14 @@
  * its database link disabled: it sits in the startup retry loop, already loaded, and reaches the
  * lease within one retry delay (≤ 5 s) of the link being enabled.
  */
-import { expect, inject } from 'vitest';
+import { afterAll, beforeAll, expect, inject } from 'vitest';
 import { waitForHealth, waitUntil } from '../../test/harness/index.ts';
 import { randomContent } from '../../test/support/content.ts';
 import type { TestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { chaosDatabase } from './chaos-database.ts';
 import { call, msSinceRenewal, sharedEnv } from './gateways.ts';
-import { addLatency, hostPortOf, startToxiproxy, urlThrough, type ProxiedUpstream } from './toxiproxy.ts';
+import { addLatency, startToxiproxy, type ProxiedUpstream } from './toxiproxy.ts';
 
 export interface SharedCluster {
   readonly db: TestDatabase;
@@ -51,7 +51,7 @@ export async function startSharedCluster(options: {
   const env = (databaseUrl: string, role: 'api' | 'reader', slot: number) =>
     sharedEnv({ databaseUrl, role, slot, slots: options.slots, rateBytesPerSec: options.rateBytesPerSec });
   const startReader: SharedCluster['startReader'] = (slot, readerOptions = {}) => {
-    const url = readerOptions.link ? urlThrough(db.url, readerOptions.link) : db.url;
+    const url = readerOptions.link ? readerOptions.link.through(db.url) : db.url;
     return startGateway({
       env: { ...env(url, 'reader', slot), ...readerOptions.env },
       dataDir,
@@ -103,8 +103,7 @@ export async function startLinkedCluster(options: {
   const toxiproxy = await startToxiproxy();
   try {
     const links: ProxiedUpstream[] = [];
-    for (let i = 0; i < options.parked.length; i++)
-      links.push(await toxiproxy.proxyTo(hostPortOf(inject('adminDatabaseUrl'))));
+    for (let i = 0; i < options.parked.length; i++) links.push(await toxiproxy.proxyToUrl(inject('adminDatabaseUrl')));
     const cluster = await startSharedCluster({
       ...options,
       parked: options.parked.map((p, i) => ({ ...p, link: links[i]! })),
@@ -123,6 +122,31 @@ export async function startLinkedCluster(options: {
   }
 }
 
+export type LinkedCluster = SharedCluster & { parked: GatewayProcess[]; links: ProxiedUpstream[] };
+
+/**
+ * `startLinkedCluster` before the file's tests (180 s: the starts are slow on a loaded machine) and
+ * stopped after them; the returned object's fields are there once the file's tests run.
+ */
+export function useLinkedCluster(options: Parameters<typeof startLinkedCluster>[0]): LinkedCluster {
+  const cluster = {} as LinkedCluster;
+  beforeAll(async () => {
+    Object.assign(cluster, await startLinkedCluster(options));
+  }, 180_000);
+  afterAll(() => cluster.stop?.());
+  return cluster;
+}
+
+/** Two readers parked on slot 1, each behind its own link: one that loses the slot and its successor. */
+export const SLOT_SUCCESSION = { slots: 2, rateBytesPerSec: 2 * 1024 * 1024, parked: [{ slot: 1 }, { slot: 1 }] };
+
+/** The readers of a SLOT_SUCCESSION cluster and their links. */
+export function successionOf(cluster: LinkedCluster) {
+  const [old, successor] = cluster.parked as [GatewayProcess, GatewayProcess];
+  const [oldLink, successorLink] = cluster.links as [ProxiedUpstream, ProxiedUpstream];
+  return { old, successor, oldLink, successorLink };
+}
+
 /** Far above the 8 s permit: no renewal sent under this latency can be confirmed in time. */
 export const HOLD_LATENCY_MS = 30_000;
 
@@ -136,7 +160,7 @@ export async function holdRenewals(
   link: ProxiedUpstream,
   slot: number,
 ): Promise<{ remove(): Promise<void> }> {
-  const toxic = await addLatency(link.proxy, { name: 'hold-requests', stream: 'upstream', latencyMs: HOLD_LATENCY_MS });
+  const toxic = await addLatency(link, { name: 'hold-requests', stream: 'upstream', latencyMs: HOLD_LATENCY_MS });
   await waitUntil(async () => (await msSinceRenewal(cluster.db.pool, slot)) > 2300, {
     timeoutMs: 5000,
     intervalMs: 50,

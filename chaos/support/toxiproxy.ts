@@ -29,6 +29,8 @@ export interface ProxiedUpstream {
   /** Where clients connect instead of the upstream. */
   readonly host: string;
   readonly port: number;
+  /** `url` with its host and port replaced by the proxy's (e.g. a postgres:// URL through it). */
+  through(url: string): string;
 }
 
 export interface ToxiproxyServer {
@@ -37,22 +39,32 @@ export interface ToxiproxyServer {
   readonly client: Toxiproxy;
   /** Creates a proxy listening on a free loopback port in front of `upstream` ("host:port"). */
   proxyTo(upstream: string, options?: { name?: string }): Promise<ProxiedUpstream>;
+  /** `proxyTo` the host and port of `url` (a postgres://, redis:// or http:// URL). */
+  proxyToUrl(url: string): Promise<ProxiedUpstream>;
   /** Deletes the proxies made by `proxyTo`, then stops the server if this call started it. */
   stop(): Promise<void>;
 }
 
-/** Delays every byte in one direction of `proxy` by `latencyMs` (no jitter) until the toxic is removed. */
+/**
+ * Puts a toxic of `type` on every connection of `link` in one direction (toxicity 1: all of them)
+ * until it is removed; `name` must be unique on the proxy.
+ */
+export function addToxic(
+  link: ProxiedUpstream,
+  type: 'bandwidth' | 'latency' | 'limit_data' | 'reset_peer' | 'slow_close' | 'timeout',
+  stream: 'upstream' | 'downstream',
+  attributes: Record<string, number>,
+  name: string = type,
+): Promise<Toxic<unknown>> {
+  return link.proxy.addToxic({ name, type, stream, toxicity: 1, attributes });
+}
+
+/** Delays every byte in one direction of `link` by `latencyMs` (no jitter) until the toxic is removed. */
 export function addLatency(
-  proxy: Proxy,
+  link: ProxiedUpstream,
   toxic: { name: string; stream: 'upstream' | 'downstream'; latencyMs: number },
 ): Promise<Toxic<unknown>> {
-  return proxy.addToxic({
-    name: toxic.name,
-    type: 'latency',
-    stream: toxic.stream,
-    toxicity: 1,
-    attributes: { latency: toxic.latencyMs, jitter: 0 },
-  });
+  return addToxic(link, 'latency', toxic.stream, { latency: toxic.latencyMs, jitter: 0 }, toxic.name);
 }
 
 /** `url` with its host and port replaced by the proxy's (e.g. a postgres:// URL through a proxy). */
@@ -154,7 +166,7 @@ export async function startToxiproxy(): Promise<ToxiproxyServer> {
   const server = await startServer();
   const client = new Toxiproxy(server.url);
   const created = new Set<string>();
-  return {
+  const toxiproxy: ToxiproxyServer = {
     url: server.url,
     kind: server.kind,
     client,
@@ -163,12 +175,15 @@ export async function startToxiproxy(): Promise<ToxiproxyServer> {
       const proxy = await client.createProxy({ name, listen: '127.0.0.1:0', upstream });
       created.add(name);
       const colon = proxy.listen.lastIndexOf(':');
-      return {
+      const upstreamLink: ProxiedUpstream = {
         proxy,
         host: proxy.listen.slice(0, colon).replace(/^\[|\]$/g, ''),
         port: Number(proxy.listen.slice(colon + 1)),
+        through: (url) => urlThrough(url, upstreamLink),
       };
+      return upstreamLink;
     },
+    proxyToUrl: (url) => toxiproxy.proxyTo(hostPortOf(url)),
     async stop() {
       for (const name of created) {
         await client
@@ -180,4 +195,5 @@ export async function startToxiproxy(): Promise<ToxiproxyServer> {
       await server.close();
     },
   };
+  return toxiproxy;
 }

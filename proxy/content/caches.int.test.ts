@@ -10,7 +10,8 @@ import { describe, expect, inject, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { randomContent, request, sha256, type RawResponse } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
-import { makeTempDir, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { readsByPrincipal, writeRateLimitsFile } from '../../test/harness/index.ts';
+import { runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -159,21 +160,7 @@ describe('read-path caches across restarts and with policy (real gateway process
 
   it('rate-limit and admission decisions are the same with the caches on and off', async () => {
     await createRepository(db.pool, 'same');
-    const dir = await makeTempDir('arkvory-rules-');
-    const rules = path.join(dir, 'rate_limits.yaml');
-    await writeFile(
-      rules,
-      `rate_limits:
-  gateway_request:
-    - name: reads_by_principal
-      action: limit
-      characteristics: [principal]
-      limit: 5
-      period_s: 3600
-      match:
-        request_type: read
-`,
-    );
+    const rules = await writeRateLimitsFile({ gateway_request: [readsByPrincipal('reads_by_principal', 5, 3600)] });
     const admin = await createServiceAccount(db.pool, { grants: { same: 'write' } });
     const small = randomContent(4 * KiB);
     const big = randomContent(32 * MiB);

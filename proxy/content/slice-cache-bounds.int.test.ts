@@ -19,7 +19,7 @@ import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { type GatewayProcess, makeTempDir, runCli, startGateway } from '../../test/support/gateway.ts';
 import { startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
-import { runProcess } from '../../test/harness/index.ts';
+import { runProcess, samplePeak } from '../../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
 const SLICE = MiB;
@@ -151,13 +151,7 @@ describe('slice cache with real clients and under its bounds (seaweedfs)', () =>
     const blobs = Array.from({ length: 32 }, () => randomContent(8 * MiB));
     for (const [i, b] of blobs.entries()) await upload(gw, `e${i}.bin`, b);
     let peak = 0;
-    let sampling = true;
-    const sampler = (async () => {
-      while (sampling) {
-        peak = Math.max(peak, await bytesOnDisk(cacheDir));
-        await new Promise((r) => setTimeout(r, 5));
-      }
-    })();
+    const onDisk = samplePeak(() => bytesOnDisk(cacheDir), 5);
     const read = async (i: number) => {
       const res = await request(`${artifact(gw, `e${i}.bin`)}/content`, { headers: bearer(key) });
       expect(res.status).toBe(200);
@@ -167,8 +161,7 @@ describe('slice cache with real clients and under its bounds (seaweedfs)', () =>
       for (let i = 0; i < 16; i++) await read(i);
       for (let i = 16; i < 32; i += 4) await Promise.all([i, i + 1, i + 2, i + 3].map(read));
     } finally {
-      sampling = false;
-      await sampler;
+      peak = await onDisk.stop();
     }
     expect(peak).toBeGreaterThan(0);
     expect(peak).toBeLessThanOrEqual(BOUND);

@@ -18,6 +18,7 @@ import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, problemLines, ROOT, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { freeLoopbackPort } from '../../test/harness/index.ts';
+import { isAlive } from './embedded-database.ts';
 
 const MiB = 1024 * 1024;
 const db = useTestDatabase();
@@ -193,15 +194,6 @@ describe('npm start stops cleanly (process hygiene)', () => {
       await sleep(200);
     }
     return { npm, url, output: () => output, exited, dir };
-  }
-
-  function isAlive(pid: number): boolean {
-    try {
-      process.kill(pid, 0);
-      return true;
-    } catch {
-      return false;
-    }
   }
 
   async function processGroup(pid: number): Promise<number> {

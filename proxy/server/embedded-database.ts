@@ -19,7 +19,8 @@ export interface EmbeddedDatabase {
   stop(): Promise<void>;
 }
 
-function isAlive(pid: number): boolean {
+/** Whether a process with this id exists (signal 0 checks without sending anything). */
+export function isAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;
@@ -80,7 +81,8 @@ async function isTraversable(dir: string, uid: number, gid: number): Promise<boo
   }
 }
 
-async function postgresIds(): Promise<{ uid: number; gid: number } | undefined> {
+/** The `postgres` account's ids, which the server runs as when we are root (it refuses to run as root). */
+export async function postgresIds(): Promise<{ uid: number; gid: number } | undefined> {
   const passwd = await readFile('/etc/passwd', 'utf8').catch(() => '');
   const line = passwd.split('\n').find((l) => l.startsWith('postgres:'));
   if (!line) return undefined;

@@ -22,17 +22,21 @@ async function asAdmin(adminUrl: string, sql: string): Promise<void> {
   }
 }
 
-/** Creates `arkvory_<prefix>_<random>` on the server of `adminUrl`, migrated unless told otherwise. */
+/**
+ * Creates `arkvory_<prefix>_<random>` on the server of `adminUrl`, migrated unless told otherwise:
+ * a copy of `migratedTemplate` when given (see createMigratedTemplate), else migrated here.
+ */
 export async function createDatabase(
   adminUrl: string,
-  options: { migrated?: boolean; prefix?: string; poolSize?: number } = {},
+  options: { migrated?: boolean; prefix?: string; poolSize?: number; migratedTemplate?: string | undefined } = {},
 ): Promise<ScratchDatabase> {
   const name = `arkvory_${options.prefix ?? 't'}_${randomBytes(6).toString('hex')}`;
-  await asAdmin(adminUrl, `CREATE DATABASE ${name}`);
+  const template = options.migrated !== false ? options.migratedTemplate : undefined;
+  await asAdmin(adminUrl, template ? `CREATE DATABASE ${name} TEMPLATE ${template}` : `CREATE DATABASE ${name}`);
   const url = Object.assign(new URL(adminUrl), { pathname: `/${name}` }).toString();
   const pool = new pg.Pool({ connectionString: url, max: options.poolSize ?? 5 });
   pool.on('error', () => {}); // an idle client cut by a test's fault, or by the drop below
-  if (options.migrated !== false) await migrate(pool);
+  if (options.migrated !== false && !template) await migrate(pool);
   return {
     url,
     name,
@@ -42,4 +46,17 @@ export async function createDatabase(
       await asAdmin(adminUrl, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
     },
   };
+}
+
+/**
+ * A migrated database that nobody connects to, for createDatabase to copy: a copy costs about what
+ * an empty CREATE DATABASE does, a run of every migration more than a second on a loaded machine.
+ * The migrations set nothing a copy would lose (no database-level settings or grants), and they
+ * insert no row that names the database. Returns its name and how to drop it.
+ */
+export async function createMigratedTemplate(adminUrl: string): Promise<{ name: string; drop(): Promise<void> }> {
+  const db = await createDatabase(adminUrl, { prefix: 'template', poolSize: 1 });
+  // A template must have no sessions while it is copied.
+  await db.pool.end();
+  return { name: db.name, drop: () => db.drop() };
 }

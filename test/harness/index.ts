@@ -4,7 +4,7 @@
  * adds vitest's on top), so plain scripts under bench/ import it too.
  */
 export { freeLoopbackPort } from '../../lib/free-port.ts';
-export { createDatabase, type ScratchDatabase } from './database.ts';
+export { createDatabase, createMigratedTemplate, type ScratchDatabase } from './database.ts';
 export {
   runCli,
   spawnGateway,
@@ -18,9 +18,12 @@ export {
 } from './gateway.ts';
 export { processEnv, startProcess, STOP_GRACE_MS, type ManagedProcess } from './managed-process.ts';
 export { ARKVORY_BIN, REPO_ROOT } from './paths.ts';
+export { readsByPrincipal, writeRateLimitsFile } from './rate-limits-file.ts';
+export { postgresSettings } from './postgres-settings.ts';
 export { pingRedis, REDIS_INSTALL_HINT, startRedisServer, type RedisServer } from './redis.ts';
 export { runProcess, type ProcessResult } from './run-process.ts';
 export { bearer, createRepository, createServiceAccount, seedWriters, type ServiceAccount } from './seed.ts';
+export { samplePeak } from './sample-peak.ts';
 export { makeTempDir } from './temp-dir.ts';
 export { waitForHttp, waitUntil, type WaitOptions, type WatchedProcess } from './wait.ts';
 export {

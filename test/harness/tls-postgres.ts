@@ -4,26 +4,18 @@
  * certificate from tls-certs.ts. A plain connection is refused by the server, so a client that
  * gets in spoke TLS. No vitest here: the caller stops it.
  */
-import { chmod, chown, copyFile, mkdir, readFile, writeFile } from 'node:fs/promises';
+import { chmod, chown, copyFile, mkdir, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
-import { startEmbeddedDatabase } from '../../proxy/server/embedded-database.ts';
+import { postgresIds, startEmbeddedDatabase } from '../../proxy/server/embedded-database.ts';
+import { postgresSettings } from './postgres-settings.ts';
 import type { IssuedCertificate } from './tls-certs.ts';
 
 export interface TlsPostgres {
   /** `postgres://…@127.0.0.1:<port>/postgres`, without sslmode: the caller adds the one it tests. */
   readonly url: string;
   stop(): Promise<void>;
-}
-
-/** The `postgres` account the server runs as when we are root (it refuses to run as root). */
-async function postgresIds(): Promise<{ uid: number; gid: number } | undefined> {
-  const passwd = await readFile('/etc/passwd', 'utf8').catch(() => '');
-  const line = passwd.split('\n').find((l) => l.startsWith('postgres:'));
-  if (!line) return undefined;
-  const [, , uid, gid] = line.split(':');
-  return { uid: Number(uid), gid: Number(gid) };
 }
 
 export async function startTlsPostgres(dir: string, certificate: IssuedCertificate): Promise<TlsPostgres> {
@@ -45,18 +37,13 @@ export async function startTlsPostgres(dir: string, certificate: IssuedCertifica
   }
   const log = pino({ level: 'warn' });
   const database = await startEmbeddedDatabase(path.join(dir, 'pg-data'), log, {
-    postgresFlags: [
-      '-c',
-      'ssl=on',
-      '-c',
-      `ssl_cert_file=${certFile}`,
-      '-c',
-      `ssl_key_file=${keyFile}`,
-      '-c',
-      'ssl_min_protocol_version=TLSv1.2',
-      '-c',
-      `hba_file=${hbaFile}`,
-    ],
+    postgresFlags: postgresSettings({
+      ssl: 'on',
+      ssl_cert_file: certFile,
+      ssl_key_file: keyFile,
+      ssl_min_protocol_version: 'TLSv1.2',
+      hba_file: hbaFile,
+    }),
   });
   return { url: database.url, stop: () => database.stop() };
 }

@@ -143,6 +143,45 @@ export async function startDownloads(d: Deployment, ids: readonly string[]): Pro
 }
 
 /**
+ * Three downloads in flight at once (`<prefix>-a`, `-b`, `-c`, see startDownloads): the router's
+ * least-active choice puts one on each gateway.
+ */
+export async function startOnePerGateway(
+  d: Deployment,
+  prefix: string,
+): Promise<{ ids: string[]; curls: HostProcess[] }> {
+  const ids = ['a', 'b', 'c'].map((x) => `${prefix}-${x}`);
+  return { ids, curls: await startDownloads(d, ids) };
+}
+
+/**
+ * Resumes `downloads/<name>` on the client host with Range (`curl -C -`) through the router, tagged
+ * `X-Request-Id: <requestId>`; `curlOptions` (retries, say) go before the URL.
+ */
+export function resumeThroughRouter(
+  d: Deployment,
+  name: string,
+  requestId: string,
+  options: { curlOptions?: readonly string[]; timeoutMs?: number } = {},
+): Promise<{ code: number | null; stderr: string }> {
+  return curlOnClient(
+    d,
+    [
+      '--fail',
+      '-C',
+      '-',
+      ...(options.curlOptions ?? []),
+      '-H',
+      `X-Request-Id: ${requestId}`,
+      '-o',
+      path.join(d.downloads, name),
+      `${d.routerUrl}${d.contentPath}`,
+    ],
+    options.timeoutMs,
+  );
+}
+
+/**
  * One `curl --fail` on the client host through the router into `downloads/<id>`, tagged
  * `X-Request-Id: <id>`; `args` (a Range, say) go before the URL, `urlPath` is the artifact's content
  * unless given.

@@ -1,16 +1,15 @@
-import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { leaseRow, logTimeMs } from '../../chaos/support/gateways.ts';
 import {
-  curlOnClient,
   downloadedSize,
   gatewayServing,
   MiB,
   readDownload,
+  resumeThroughRouter,
   routerHealthy,
   routerLineFor,
   sha256,
-  startDownloads,
+  startOnePerGateway,
 } from './deployment.ts';
 import { useDeployment } from './use-deployment.ts';
 import { waitForHealth, waitUntil } from '../harness/index.ts';
@@ -33,9 +32,7 @@ describe('reader1 partitioned from the database host', () => {
   it('fences within 8 s, is cut and dropped by the router, the client resumes elsewhere, and nothing revives it', async () => {
     const { topology } = d;
     const [reader1, reader2] = d.readers;
-    const ids = ['s2-a', 's2-b', 's2-c'];
-    // Three downloads in flight at once: the router's least-active choice puts one on each gateway.
-    const curls = await startDownloads(d, ids);
+    const { ids, curls } = await startOnePerGateway(d, 's2');
 
     partition(topology.hosts.reader1, topology.hosts.db);
     await waitUntil(() => reader1.logLines().some((l) => String(l.msg).startsWith('fenced:')), {
@@ -86,16 +83,7 @@ describe('reader1 partitioned from the database host', () => {
     expect(logTimeMs(left) - fencedAtMs).toBeLessThanOrEqual(2 * PROBE_MS);
 
     // Resume with Range through the router: another gateway, the exact file.
-    const resumed = await curlOnClient(d, [
-      '--fail',
-      '-C',
-      '-',
-      '-H',
-      'X-Request-Id: s2-resume',
-      '-o',
-      path.join(d.downloads, onReader1),
-      `${d.routerUrl}${d.contentPath}`,
-    ]);
+    const resumed = await resumeThroughRouter(d, onReader1, 's2-resume');
     expect(resumed.code, resumed.stderr).toBe(0);
     expect(sha256(readDownload(d, onReader1))).toBe(sha256(d.file));
     const resumeLine = await routerLineFor(d, 's2-resume');

@@ -28,10 +28,11 @@ import {
   gatewayServing,
   MiB,
   readDownload,
+  resumeThroughRouter,
   routerHealthy,
   routerLineFor,
   sha256,
-  startDownloads,
+  startOnePerGateway,
 } from './deployment.ts';
 import { useDeployment } from './use-deployment.ts';
 import { waitUntil } from '../harness/index.ts';
@@ -142,8 +143,7 @@ describe('scenario 3: reader2 partitioned from the store host mid-download', () 
   it('cuts the download on reader2, which the client resumes with Range through the router to the exact file', async () => {
     const { topology } = d;
     const [reader1, reader2] = d.readers;
-    const ids = ['s3-a', 's3-b', 's3-c'];
-    const curls = await startDownloads(d, ids);
+    const { ids, curls } = await startOnePerGateway(d, 's3');
     partition(topology.hosts.reader2, topology.hosts.store);
     try {
       const codes = await Promise.all(curls.map((c) => c.exited));
@@ -162,24 +162,10 @@ describe('scenario 3: reader2 partitioned from the store host mid-download', () 
       // reader2 still passes its health probe (its lease is fine); until its store probe has failed
       // twice and the router read that (docs/router.md, "Store health"), a resume may land on it and
       // get 504 upstream_timeout, which the router retries elsewhere; curl --retry covers the rest.
-      const resumed = await curlOnClient(
-        d,
-        [
-          '--fail',
-          '-C',
-          '-',
-          '--retry',
-          '6',
-          '--retry-delay',
-          '1',
-          '-H',
-          'X-Request-Id: s3-resume',
-          '-o',
-          path.join(d.downloads, cut),
-          `${d.routerUrl}${d.contentPath}`,
-        ],
-        90_000,
-      );
+      const resumed = await resumeThroughRouter(d, cut, 's3-resume', {
+        curlOptions: ['--retry', '6', '--retry-delay', '1'],
+        timeoutMs: 90_000,
+      });
       expect(resumed.code, resumed.stderr).toBe(0);
       expect(sha256(readDownload(d, cut))).toBe(sha256(d.file));
       await waitUntil(

@@ -1,13 +1,3 @@
-/**
- * Rate-limit counters on a real Redis Cluster (3 primaries + 3 replicas, started here):
- *  - the CounterStore conformance table, exactly as on one Redis;
- *  - rule documents (one hash tag, so their compare-and-set works);
- *  - two gateway processes with ARKVORY_REDIS_URL listing cluster seeds share one budget;
- *  - failover: SIGKILL of the primary holding a counter → checks fail open within the timeout,
- *    and after the replica is promoted counting resumes from the replicated count.
- */
-import { writeFile } from 'node:fs/promises';
-import path from 'node:path';
 import { pino } from 'pino';
 import type { Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -23,9 +13,9 @@ import { systemClock } from '../../policy/clock.ts';
 import { createRateLimitRedis, type RateLimitRedis } from '../../proxy/gates/rate-limit-redis.ts';
 import { bearer, createRepository, createServiceAccount } from '../support/auth.ts';
 import { createTestDatabase } from '../support/database.ts';
-import { makeTempDir, startGateway } from '../support/gateway.ts';
+import { startGateway } from '../support/gateway.ts';
 import { NODE_TIMEOUT_MS, startRedisCluster, type RedisClusterHandle } from './redis-cluster.ts';
-import { waitUntil } from '../harness/index.ts';
+import { readsByPrincipal, waitUntil, writeRateLimitsFile } from '../harness/index.ts';
 
 let cluster: RedisClusterHandle;
 let client: RateLimitRedis;
@@ -77,26 +67,12 @@ describe('gateways on the cluster', () => {
     try {
       await createRepository(db.pool, 'r');
       const { key } = await createServiceAccount(db.pool, { scopes: ['read'], grants: { r: 'read' } });
-      const dir = await makeTempDir('arkvory-cluster-rules-');
-      const file = path.join(dir, 'rate_limits.yaml');
-      await writeFile(
-        file,
-        `rate_limits:
-  gateway_request:
-    - name: cluster_reads_by_principal
-      action: limit
-      characteristics: [principal]
-      limit: 4
-      period_s: 60
-      match:
-        request_type: read
-    - name: cluster_reads_by_ip
-      action: log
-      characteristics: [ip]
-      limit: 1000
-      period_s: 60
-`,
-      );
+      const file = await writeRateLimitsFile({
+        gateway_request: [
+          readsByPrincipal('cluster_reads_by_principal', 4, 60),
+          { name: 'cluster_reads_by_ip', action: 'log', characteristics: ['ip'], limit: 1000, period_s: 60 },
+        ],
+      });
       // A writer and a reader of the shared profile: two processes, one principal, one cluster.
       const env = {
         ARKVORY_DATABASE_URL: db.url,

@@ -1,32 +1,16 @@
-/**
- * Failover that follows the store, across hosts (issue 42): reader1 is partitioned from the store host
- * (nginx, the static-HTTP store) while the client host downloads through the router.
- *
- * Detection bound, with the store probe period Pg and the router probe period Pr (both 500 ms here):
- * the gateway declares its store unreachable at the second failed probe, ≤ 2 Pg + 0.9 Pg after the
- * partition; the router reads that on its next probe, ≤ Pr + 0.9 Pr later: BOUND = 2.9 Pg + 1.9 Pr
- * = 2.4 s. After it, no client request goes to reader1 and none gets a 5xx; before it, a read that
- * reaches reader1 fails there before any byte (504 `upstream_timeout` after the 1 s store connect
- * timeout) and the router's retry serves it from another gateway, so no client sees a 5xx at all.
- * The download reader1 was streaming when the store vanished is cut (never a short body that looks
- * complete) and resumes through the router with `curl -C -` on another gateway, byte-exact. Healed,
- * reader1 is back after two passing store probes and the router's next probe, and takes reads again.
- * The measured times are printed (`[measured]` lines).
- */
-import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { logTimeMs } from '../../chaos/support/gateways.ts';
 import {
-  curlOnClient,
+  type Deployment,
   downloadedSize,
   downloadOnClient,
   gatewayServing,
   MiB,
   readDownload,
+  resumeThroughRouter,
   routerLineFor,
   sha256,
   startDeployment,
-  type Deployment,
 } from './deployment.ts';
 import { waitUntil } from '../harness/index.ts';
 import { heal, partition } from './netns.ts';
@@ -111,6 +95,10 @@ const lineAfter = (
   match: (l: Record<string, unknown>) => boolean,
 ) => lines.find((l) => logTimeMs(l) >= sinceMs && match(l));
 
+/** The router's first log line after `afterMs` about `backend` whose message includes `text`. */
+const routerSaid = (backend: string, afterMs: number, text: string) =>
+  lineAfter(d.router.logLines(), afterMs, (l) => l.backend === backend && String(l.msg).includes(text));
+
 describe('reader1 partitioned from the store host while clients download through the router', () => {
   it('leaves reads within the bound, no client 5xx, the cut download resumes elsewhere, and it returns after the heal', async () => {
     const { topology } = d;
@@ -130,23 +118,15 @@ describe('reader1 partitioned from the store host while clients download through
     let healedAt = 0;
     let routerSawAt = 0;
     try {
-      await waitUntil(
-        () =>
-          lineAfter(
-            d.router.logLines(),
-            partitionedAt,
-            (l) => l.backend === reader1.url && String(l.msg).includes('store unreachable'),
-          ) !== undefined,
-        { what: "the router to take reader1's reads away", timeoutMs: BOUND_MS + 10_000, intervalMs: 50 },
-      );
+      await waitUntil(() => routerSaid(reader1.url, partitionedAt, 'store unreachable') !== undefined, {
+        what: "the router to take reader1's reads away",
+        timeoutMs: BOUND_MS + 10_000,
+        intervalMs: 50,
+      });
       const gatewaySaw = lineAfter(reader1.logLines(), partitionedAt, (l) =>
         String(l.msg).startsWith('store unreachable'),
       )!;
-      const routerSaw = lineAfter(
-        d.router.logLines(),
-        partitionedAt,
-        (l) => l.backend === reader1.url && String(l.msg).includes('store unreachable'),
-      )!;
+      const routerSaw = routerSaid(reader1.url, partitionedAt, 'store unreachable')!;
       const gatewayDetectMs = logTimeMs(gatewaySaw) - partitionedAt;
       routerSawAt = logTimeMs(routerSaw);
       const routerDetectMs = routerSawAt - partitionedAt;
@@ -171,20 +151,7 @@ describe('reader1 partitioned from the store host while clients download through
       expect(downloadedSize(d, cut)).toBeLessThan(d.file.length);
 
       // Resumed through the router with Range: another gateway, the exact file, first try.
-      const resumed = await curlOnClient(
-        d,
-        [
-          '--fail',
-          '-C',
-          '-',
-          '-H',
-          'X-Request-Id: sp-resume',
-          '-o',
-          path.join(d.downloads, cut),
-          `${d.routerUrl}${d.contentPath}`,
-        ],
-        60_000,
-      );
+      const resumed = await resumeThroughRouter(d, cut, 'sp-resume', { timeoutMs: 60_000 });
       expect(resumed.code, resumed.stderr).toBe(0);
       expect(sha256(readDownload(d, cut))).toBe(sha256(d.file));
       const resumeLine = await routerLineFor(d, 'sp-resume');
@@ -200,21 +167,13 @@ describe('reader1 partitioned from the store host while clients download through
       heal(topology.hosts.reader1, topology.hosts.store);
     }
 
-    await waitUntil(
-      () =>
-        lineAfter(
-          d.router.logLines(),
-          healedAt,
-          (l) => l.backend === reader1.url && String(l.msg).includes('store is back'),
-        ) !== undefined,
-      { what: 'the router to give reader1 reads again', timeoutMs: 20_000, intervalMs: 50 },
-    );
+    await waitUntil(() => routerSaid(reader1.url, healedAt, 'store is back') !== undefined, {
+      what: 'the router to give reader1 reads again',
+      timeoutMs: 20_000,
+      intervalMs: 50,
+    });
     const gatewayBack = lineAfter(reader1.logLines(), healedAt, (l) => l.msg === 'store reachable again')!;
-    const routerBack = lineAfter(
-      d.router.logLines(),
-      healedAt,
-      (l) => l.backend === reader1.url && String(l.msg).includes('store is back'),
-    )!;
+    const routerBack = routerSaid(reader1.url, healedAt, 'store is back')!;
     const gatewayRecoverMs = logTimeMs(gatewayBack) - healedAt;
     const routerRecoverMs = logTimeMs(routerBack) - healedAt;
     // Two passing probes in a row (the first may wait out a probe still timing out), then the router's probe.

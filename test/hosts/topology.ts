@@ -11,13 +11,21 @@
  * removes every namespace, link and directory.
  */
 import { execFileSync } from 'node:child_process';
-import { chmodSync, chownSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdtempSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import { migrate } from '../../migrations/runner.ts';
+import { postgresIds } from '../../proxy/server/embedded-database.ts';
 import { loadOpenApiDocument, undescribedResponses } from '../../proxy/openapi/contract.ts';
-import { REPO_ROOT, spawnGateway, waitForHealth, waitUntil, type GatewayProcess } from '../harness/index.ts';
+import {
+  postgresSettings,
+  REPO_ROOT,
+  spawnGateway,
+  waitForHealth,
+  waitUntil,
+  type GatewayProcess,
+} from '../harness/index.ts';
 import { siteConfig } from '../support/static-store-config.ts';
 import { inNamespace, startInNamespace, type HostProcess } from './host-process.ts';
 import { buildNetwork, removeLeftovers, requireHostTools, type HostAddress } from './netns.ts';
@@ -123,20 +131,12 @@ export function tempDir(prefix: string): string {
   return dir;
 }
 
-function postgresIds(): { uid: number; gid: number } {
-  const line = readFileSync('/etc/passwd', 'utf8')
-    .split('\n')
-    .find((l) => l.startsWith('postgres:'));
-  if (!line)
+async function startPostgres(host: HostAddress): Promise<{ url: string; process: HostProcess }> {
+  const ids = await postgresIds();
+  if (!ids)
     throw new Error(
       'user "postgres" is missing: PostgreSQL refuses to run as root; on Debian: useradd --system postgres',
     );
-  const [, , uid, gid] = line.split(':');
-  return { uid: Number(uid), gid: Number(gid) };
-}
-
-async function startPostgres(host: HostAddress): Promise<{ url: string; process: HostProcess }> {
-  const ids = postgresIds();
   const dir = tempDir('pg');
   const data = path.join(dir, 'data');
   mkdirSync(data, { mode: 0o700 });
@@ -157,22 +157,16 @@ async function startPostgres(host: HostAddress): Promise<{ url: string; process:
     path.join(PG_BIN, 'postgres'),
     '-D',
     data,
-    '-c',
-    `listen_addresses=${host.address}`,
-    '-c',
-    `port=${PG_PORT}`,
-    '-c',
-    `unix_socket_directories=${dir}`,
-    '-c',
-    'max_connections=200',
-    '-c',
-    'fsync=off',
-    '-c',
-    'tcp_keepalives_idle=10',
-    '-c',
-    'tcp_keepalives_interval=5',
-    '-c',
-    'tcp_keepalives_count=3',
+    ...postgresSettings({
+      listen_addresses: host.address,
+      port: PG_PORT,
+      unix_socket_directories: dir,
+      max_connections: 200,
+      fsync: 'off',
+      tcp_keepalives_idle: 10,
+      tcp_keepalives_interval: 5,
+      tcp_keepalives_count: 3,
+    }),
   ]);
   processes.push(postgres);
   const adminUrl = `postgres://postgres@${host.address}:${PG_PORT}/postgres`;

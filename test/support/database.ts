@@ -12,7 +12,7 @@ export interface TestDatabase {
 
 /** Creates a fresh database (optionally migrated), returns it with a pool; `drop` removes it. */
 export function createTestDatabase(options: { migrated?: boolean } = {}): Promise<ScratchDatabase> {
-  return createDatabase(inject('adminDatabaseUrl'), options);
+  return createDatabase(inject('adminDatabaseUrl'), { ...options, migratedTemplate: inject('migratedTemplate') });
 }
 
 /** A migrated database for the whole test file, dropped after it. Fields are set in beforeAll. */

@@ -21,11 +21,13 @@ import { startEmbeddedDatabase, type EmbeddedDatabase } from '../../proxy/server
 import { createLogger } from '../../proxy/server/logger.ts';
 import { describeToxiproxyServer } from '../../chaos/support/toxiproxy.ts';
 import { S3_SERVER_KINDS, s3ServerInfo, startS3Server, type S3Server, type S3ServerKind } from './s3-server.ts';
-import { REDIS_INSTALL_HINT, startRedisServer, type RedisServer } from '../harness/index.ts';
+import { createMigratedTemplate, REDIS_INSTALL_HINT, startRedisServer, type RedisServer } from '../harness/index.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {
     adminDatabaseUrl: string;
+    /** A migrated database on it that createTestDatabase copies instead of migrating each one. */
+    migratedTemplate: string;
     redisUrl: string;
     /** The S3 server hub (test/support/shared-s3.ts): GET /s3/<kind> → S3ServerInfo. */
     s3HubUrl: string;
@@ -75,6 +77,7 @@ async function checkRedis(url: string): Promise<void> {
 
 interface Services {
   databaseUrl: string;
+  migratedTemplate: string;
   redisUrl: string;
   s3HubUrl: string;
   cleanups: Array<() => Promise<void>>;
@@ -92,6 +95,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
   state.users++;
   const services = await state.started;
   project.provide('adminDatabaseUrl', services.databaseUrl);
+  project.provide('migratedTemplate', services.migratedTemplate);
   project.provide('redisUrl', services.redisUrl);
   project.provide('s3HubUrl', services.s3HubUrl);
   // The chaos project names, once per run, the toxiproxy server it runs against.
@@ -121,6 +125,8 @@ async function startServices(): Promise<Services> {
       await rm(dir, { recursive: true, force: true });
     });
   }
+  const template = await createMigratedTemplate(databaseUrl);
+  cleanups.push(template.drop);
   let redisUrl = process.env.ARKVORY_TEST_REDIS_URL;
   if (redisUrl) {
     await checkRedis(redisUrl);
@@ -136,7 +142,7 @@ async function startServices(): Promise<Services> {
   process.stderr.write(
     `[test services] PostgreSQL: ${process.env.ARKVORY_TEST_DATABASE_URL ? 'ARKVORY_TEST_DATABASE_URL' : 'embedded'}; Redis: ${process.env.ARKVORY_TEST_REDIS_URL ? 'ARKVORY_TEST_REDIS_URL' : `redis-server on ${redisUrl}`}\n`,
   );
-  return { databaseUrl, redisUrl, s3HubUrl: hub.url, cleanups };
+  return { databaseUrl, migratedTemplate: template.name, redisUrl, s3HubUrl: hub.url, cleanups };
 }
 
 /** GET /s3/<kind> starts that S3 server once (later requests wait for the same start) and answers its S3ServerInfo. */
