@@ -294,7 +294,7 @@ export class BenchRun {
   async gateway(
     name: string,
     env: Record<string, string | undefined>,
-    options: { writers?: number; databaseUrl?: string; port?: number } = {},
+    options: { writers?: number; databaseUrl?: string; port?: number; checkout?: string } = {},
   ): Promise<BenchGateway> {
     const db = options.databaseUrl
       ? { url: options.databaseUrl, keys: [] }
@@ -304,6 +304,7 @@ export class BenchRun {
       name,
       timeoutMs: 60_000,
       ...(options.port ? { port: options.port } : {}),
+      ...(options.checkout ? { checkout: options.checkout } : {}),
     });
     return Object.assign(this.keep(gateway), { keys: db.keys });
   }
