@@ -19,7 +19,7 @@ import { useTestDatabase } from '../test/support/database.ts';
 import { makeTempDir, startGateway } from '../test/support/gateway.ts';
 import type { S3Server } from '../test/support/s3-server.ts';
 import { sharedS3Bucket } from '../test/support/shared-s3.ts';
-import { waitForStoreOk, waitUntil } from '../test/harness/index.ts';
+import { waitForSliceFills, waitForStoreOk, waitUntil } from '../test/harness/index.ts';
 import { call, startDownload } from './support/gateways.ts';
 import { setEnabled } from './support/shared-cluster.ts';
 import { addLatency, startToxiproxy, type ProxiedUpstream, type ToxiproxyServer } from './support/toxiproxy.ts';
@@ -149,6 +149,7 @@ describe('the slice cache↔S3 link (seaweedfs)', () => {
     }
     await latency.remove();
     await slow.remove();
+    await waitForSliceFills(gw.url);
     expect(await readdir(path.join(cacheDir, 'tmp'))).toEqual([]);
     expect(await expectKeptSlicesExact(cacheDir, blob)).toBe(16);
     const metrics = await (await fetch(`${gw.url}/metrics`)).text();
