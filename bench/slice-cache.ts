@@ -16,6 +16,13 @@
  *
  *   node bench/slice-cache.ts [--server seaweedfs|minio] [--runs 3] [--big-mib 1024] [--slices 4,8,16]
  *                             [--crowd 64] [--crowd-mib 64] [--small-seconds 5] [--database-url …]
+ *                             [--phases cold,warm,small,crowd] [--profile-dir DIR] [--compare-root /other/checkout]
+ *
+ * --compare-root adds, per slice size, a cached gateway run from another checkout (say the commit
+ * before a change), measured in the same interleaved rounds: before and after from one run.
+ * --phases runs only some measurements (a profile of one kind of transfer); --profile-dir starts the
+ * cached gateways with `--cpu-prof`, their profiles in DIR/<slice MiB>[b]/ (b: --compare-root's;
+ * summarise with bench/cpu-profile-summary.ts).
  *
  * Origin bytes: the gateway's `arkvory_slice_cache_origin_bytes_total` (body bytes of its ranged
  * GETs), nginx's `$upstream_bytes_received` summed over its access log with subrequests logged
@@ -59,9 +66,12 @@ const args = benchArgs(
     'crowd-mib': '64',
     'small-seconds': '5',
     'node-options': '--max-semi-space-size=4',
+    phases: 'cold,warm,small,crowd',
   },
-  ['database-url'],
+  ['database-url', 'profile-dir', 'compare-root'],
 );
+/** Which measurements run: `cold` and `warm` (1 GiB), `small` (4 KiB), `crowd`; fewer for profiling. */
+const PHASES = new Set(args.phases.split(','));
 const RUNS = Number(args.runs);
 const BIG_BYTES = Number(args['big-mib']) * MiB;
 const CROWD = Number(args.crowd);
@@ -100,6 +110,19 @@ async function purge(t: Target, sha256: string): Promise<void> {
   // The purge also reaches this gateway's own sweep through the catalog epoch (NOTIFY, else the
   // 500 ms poll); a sweep that ran after the next fill would remove that fill too. Past the bound:
   await new Promise((r) => setTimeout(r, 2500));
+}
+
+/**
+ * Untimed GETs until one pulls nothing from the store: a cold GET keeps only the slices the disk
+ * took in step with the origin (the rest are relayed, not kept), so a warm GET needs a few passes.
+ */
+async function fillUntilWarm(t: Target): Promise<void> {
+  for (let pass = 0; pass < 10; pass++) {
+    const before = await originBytes(t);
+    await getMiBs(t);
+    if ((await originBytes(t)) === before) return;
+  }
+  throw new Error(`${t.name}: ten GETs of the big blob still pulled bytes from the store`);
 }
 
 async function originBytes(t: Target): Promise<number> {
@@ -153,6 +176,14 @@ async function crowd(
   };
 }
 
+/** NODE_OPTIONS of a gateway: --node-options, plus --cpu-prof into DIR/`profileAs` under --profile-dir. */
+function nodeOptions(profileAs: string | undefined): { NODE_OPTIONS?: string } {
+  const dir = args['profile-dir'];
+  const profile = dir && profileAs ? `--cpu-prof --cpu-prof-dir=${path.join(dir, profileAs)}` : '';
+  const options = [args['node-options'] ?? '', profile].filter((o) => o !== '').join(' ');
+  return options ? { NODE_OPTIONS: options } : {};
+}
+
 async function main(): Promise<void> {
   const work = await makeTempDir('arkvory-bench-slice-cache-');
   let embedded: Awaited<ReturnType<typeof startEmbeddedDatabase>> | undefined;
@@ -179,7 +210,12 @@ async function main(): Promise<void> {
     const rules = await writeUnreachedRequestRule(work);
 
     /** A gateway on a seeded database of its own, with an admin key that may also read `bench`. */
-    const start = async (name: string, env: Record<string, string>): Promise<Target> => {
+    const start = async (
+      name: string,
+      env: Record<string, string>,
+      checkout?: string,
+      profileAs?: string,
+    ): Promise<Target> => {
       const db = await bench.seededDatabase(1);
       const gw = await bench.gateway(
         name,
@@ -189,10 +225,10 @@ async function main(): Promise<void> {
           ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: String(CROWD * 2),
           ARKVORY_BLOB_CACHE_BYTES: '0',
           ARKVORY_RATE_LIMITS_FILE: rules,
-          ...(args['node-options'] ? { NODE_OPTIONS: args['node-options'] } : {}),
+          ...nodeOptions(profileAs),
           ...env,
         },
-        { databaseUrl: db.url },
+        { databaseUrl: db.url, ...(checkout ? { checkout } : {}) },
       );
       const pool = new pg.Pool({ connectionString: db.url, max: 1 });
       const { key } = await createServiceAccount(pool, {
@@ -225,26 +261,35 @@ async function main(): Promise<void> {
       ARKVORY_DATA_DIR: path.join(work, 'data-u'),
       ...server.env('uncached/'),
     });
-    const cachedTargets: Array<Target & { sliceMiB: number }> = [];
-    for (const sliceMiB of SLICES_MIB) {
-      const t = await start(`s3 cache ${sliceMiB} MiB`, {
-        ARKVORY_DATA_DIR: path.join(work, `data-c${sliceMiB}`),
-        ...server.env(`c${sliceMiB}/`),
-        ARKVORY_CACHE_DIR: path.join(work, `cache-${sliceMiB}`),
-        ARKVORY_CACHE_MAX_BYTES: String(BIG_BYTES + 4 * CROWD_BYTES),
-        ARKVORY_CACHE_MIN_FREE_BYTES: '0',
-        ARKVORY_CACHE_SLICE_BYTES: String(sliceMiB * MiB),
-      });
-      cachedTargets.push({ ...t, sliceMiB });
-    }
+    const cachedTargets: Array<Target & { sliceMiB: number; label: string }> = [];
+    const checkouts: Array<[string, string | undefined]> = [['', undefined]];
+    if (args['compare-root']) checkouts.push([' (compare)', args['compare-root']]);
+    for (const sliceMiB of SLICES_MIB)
+      for (const [suffix, checkout] of checkouts) {
+        const id = `${sliceMiB}${suffix ? 'b' : ''}`;
+        const t = await start(
+          `s3 cache ${sliceMiB} MiB${suffix}`,
+          {
+            ARKVORY_DATA_DIR: path.join(work, `data-c${id}`),
+            ...server.env(`c${id}/`),
+            ARKVORY_CACHE_DIR: path.join(work, `cache-${id}`),
+            ARKVORY_CACHE_MAX_BYTES: String(BIG_BYTES + 4 * CROWD_BYTES),
+            ARKVORY_CACHE_MIN_FREE_BYTES: '0',
+            ARKVORY_CACHE_SLICE_BYTES: String(sliceMiB * MiB),
+          },
+          checkout,
+          id,
+        );
+        cachedTargets.push({ ...t, sliceMiB, label: `${sliceMiB} MiB${suffix}` });
+      }
     // nginx relays the object the gateway with nginx's slice size stored (the first cached one otherwise).
     const crowdSource = cachedTargets.find((t) => t.sliceMiB === NGINX_SLICE_MIB) ?? cachedTargets[0];
     const crowdHex = hex(crowdDigest);
     const crowdKey = `${crowdSource ? `c${crowdSource.sliceMiB}/` : 'uncached/'}blobs/sha256/${crowdHex.slice(0, 2)}/${crowdHex.slice(2, 4)}/${crowdHex}`;
 
     // Warm-up of the uncached and directory paths (page caches of the store and the file).
-    await getMiBs(fsTarget);
-    await getMiBs(uncached);
+    if (PHASES.has('warm')) await getMiBs(fsTarget);
+    if (PHASES.has('cold')) await getMiBs(uncached);
 
     const figures = {
       warm: new Map<string, number[]>(),
@@ -256,31 +301,43 @@ async function main(): Promise<void> {
 
     for (let run = 0; run < RUNS; run++) {
       // 1 GiB: the directory store, the uncached relay, and each cache cold (purged) then warm.
-      push(figures.warm, fsTarget.name, await getMiBs(fsTarget));
-      push(figures.cold, uncached.name, await getMiBs(uncached));
+      if (PHASES.has('warm')) push(figures.warm, fsTarget.name, await getMiBs(fsTarget));
+      if (PHASES.has('cold')) push(figures.cold, uncached.name, await getMiBs(uncached));
       for (const t of cachedTargets) {
-        await purge(t, hex(bigDigest));
-        push(figures.cold, t.name, await getMiBs(t));
-        const before = await originBytes(t);
-        push(figures.warm, t.name, await getMiBs(t));
-        const pulled = (await originBytes(t)) - before;
-        if (pulled !== 0) throw new Error(`${t.name}: the warm GET pulled ${pulled} bytes from the store`);
+        if (PHASES.has('cold')) {
+          await purge(t, hex(bigDigest));
+          push(figures.cold, t.name, await getMiBs(t));
+        }
+        if (PHASES.has('warm')) {
+          await fillUntilWarm(t);
+          const before = await originBytes(t);
+          push(figures.warm, t.name, await getMiBs(t));
+          const pulled = (await originBytes(t)) - before;
+          if (pulled !== 0) throw new Error(`${t.name}: the warm GET pulled ${pulled} bytes from the store`);
+        }
       }
       // 4 KiB: wrk over keep-alive connections, the directory store and each (warm) cache.
-      for (const t of [fsTarget, ...cachedTargets]) {
-        const r = await wrk(contentUrl(t, 'small.bin'), { connections: 16, seconds: SMALL_SECONDS, headers: auth(t) });
-        if (r.errors > 0) throw new Error(`${t.name}: ${r.errors} failed 4 KiB requests`);
-        push(figures.small, t.name, r.rps);
-      }
+      if (PHASES.has('small'))
+        for (const t of [fsTarget, ...cachedTargets]) {
+          const r = await wrk(contentUrl(t, 'small.bin'), {
+            connections: 16,
+            seconds: SMALL_SECONDS,
+            headers: auth(t),
+          });
+          if (r.errors > 0) throw new Error(`${t.name}: ${r.errors} failed 4 KiB requests`);
+          push(figures.small, t.name, r.rps);
+        }
       // The crowd: each cache purged, and nginx started with an empty cache.
-      for (const t of cachedTargets) {
-        await purge(t, hex(crowdDigest));
-        push(figures.crowd, t.name, await crowd(t.name, contentUrl(t, 'crowd.bin'), auth(t), () => originBytes(t)));
+      if (PHASES.has('crowd')) {
+        for (const t of cachedTargets) {
+          await purge(t, hex(crowdDigest));
+          push(figures.crowd, t.name, await crowd(t.name, contentUrl(t, 'crowd.bin'), auth(t), () => originBytes(t)));
+        }
+        const nginx = await startNginxSliceCache(nginxBinary, path.join(work, `nginx-${run}`), server, crowdKey);
+        push(figures.crowd, 'nginx', await crowd('nginx', nginx.url, {}, nginx.originBytes));
+        await nginx.process.stop('SIGTERM', STOP_GRACE_MS);
+        await rm(path.join(work, `nginx-${run}`), { recursive: true, force: true });
       }
-      const nginx = await startNginxSliceCache(nginxBinary, path.join(work, `nginx-${run}`), server, crowdKey);
-      push(figures.crowd, 'nginx', await crowd('nginx', nginx.url, {}, nginx.originBytes));
-      await nginx.process.stop('SIGTERM', STOP_GRACE_MS);
-      await rm(path.join(work, `nginx-${run}`), { recursive: true, force: true });
       process.stderr.write(`round ${run + 1}/${RUNS} done\n`);
       for (const [what, m] of Object.entries(figures))
         if (what !== 'crowd')
@@ -322,7 +379,7 @@ async function main(): Promise<void> {
       const c = med(figures.cold, t.name);
       const k = crowdMed(t.name);
       lines.push(
-        `| ${t.sliceMiB} MiB | ${w.toFixed(0)} (${(w / fsWarm).toFixed(2)}×) | ${s.toFixed(0)} (${(s / fsSmall).toFixed(2)}×) | ${c.toFixed(0)} (${(c / uncachedCold).toFixed(2)}×) | ${k.p50.toFixed(0)} / ${k.p99.toFixed(0)} | ${k.seconds.toFixed(1)} | ${(k.origin / MiB).toFixed(1)} (${(k.origin / CROWD_BYTES).toFixed(2)}×) |`,
+        `| ${t.label} | ${w.toFixed(0)} (${(w / fsWarm).toFixed(2)}×) | ${s.toFixed(0)} (${(s / fsSmall).toFixed(2)}×) | ${c.toFixed(0)} (${(c / uncachedCold).toFixed(2)}×) | ${k.p50.toFixed(0)} / ${k.p99.toFixed(0)} | ${k.seconds.toFixed(1)} | ${(k.origin / MiB).toFixed(1)} (${(k.origin / CROWD_BYTES).toFixed(2)}×) |`,
       );
     }
     lines.push(

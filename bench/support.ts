@@ -295,7 +295,7 @@ export class BenchRun {
   async gateway(
     name: string,
     env: Record<string, string | undefined>,
-    options: { writers?: number; databaseUrl?: string; port?: number; waitFor?: StartedWhen } = {},
+    options: { writers?: number; databaseUrl?: string; port?: number; waitFor?: StartedWhen; checkout?: string } = {},
   ): Promise<BenchGateway> {
     const db = options.databaseUrl
       ? { url: options.databaseUrl, keys: [] }
@@ -306,6 +306,7 @@ export class BenchRun {
       timeoutMs: 60_000,
       ...(options.port ? { port: options.port } : {}),
       ...(options.waitFor ? { waitFor: options.waitFor } : {}),
+      ...(options.checkout ? { checkout: options.checkout } : {}),
     });
     return Object.assign(this.keep(gateway), { keys: db.keys });
   }

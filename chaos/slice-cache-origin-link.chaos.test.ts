@@ -15,7 +15,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { randomContent, sha256 } from '../test/support/content.ts';
 import { makeTempDir, startGateway } from '../test/support/gateway.ts';
-import { waitForStoreOk, waitUntil } from '../test/harness/index.ts';
+import { waitForSliceFills, waitForStoreOk, waitUntil } from '../test/harness/index.ts';
 import { call, startDownload } from './support/gateways.ts';
 import { setEnabled } from './support/shared-cluster.ts';
 import { addLatency, addToxic } from './support/toxiproxy.ts';
@@ -114,6 +114,7 @@ describe('the slice cache↔S3 link (seaweedfs)', () => {
     }
     await latency.remove();
     await slow.remove();
+    await waitForSliceFills(gw.url);
     expect(await readdir(path.join(cacheDir, 'tmp'))).toEqual([]);
     expect(await expectKeptSlicesExact(cacheDir, blob)).toBe(16);
     const metrics = await (await fetch(`${gw.url}/metrics`)).text();

@@ -15,6 +15,7 @@ import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
+import { waitForSliceFills } from '../../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
 
@@ -66,6 +67,7 @@ describe('slice cache coherence and policy (nginx WebDAV)', () => {
     const pathA = await upload(gw, 'purge-a.bin', a);
     const pathB = await upload(gw, 'purge-b.bin', b);
     for (const p of [pathA, pathB]) await request(`${gw.url}${p}`, { headers: auth(writerKey) });
+    await waitForSliceFills(gw.url);
     expect(await heldBlobs(cacheDir)).toEqual(new Set([sha256(a), sha256(b)]));
 
     const purged = await request(`${gw.url}/api/v1/admin/cache/purge`, {
@@ -153,6 +155,7 @@ describe('slice cache coherence and policy (nginx WebDAV)', () => {
     expect(res.status).toBeGreaterThanOrEqual(500);
     // The backfilled blob is now cached.
     expect(sha256((await request(`${gw.url}${pathOld}`, { headers: auth(writerKey) })).body)).toBe(sha256(old));
+    await waitForSliceFills(gw.url);
     expect((await heldBlobs(cacheDir)).has(sha256(old))).toBe(true);
   });
 
@@ -161,6 +164,7 @@ describe('slice cache coherence and policy (nginx WebDAV)', () => {
     const blob = randomContent(MiB + 11);
     const p = await upload(gw, 'policy.bin', blob);
     expect(sha256((await request(`${gw.url}${p}`, { headers: auth(writerKey) })).body)).toBe(sha256(blob));
+    await waitForSliceFills(gw.url);
     expect((await heldBlobs(cacheDir)).has(sha256(blob))).toBe(true);
     const { key: stranger } = await createServiceAccount(db.pool, { grants: {} });
     // Without a grant the blob is not even acknowledged (as for any artifact): never its bytes.
@@ -270,6 +274,7 @@ describe('slice cache coherence and policy (nginx WebDAV)', () => {
         'arkvory_rate_limit_rule_evaluations_total{limiter="gateway_request",rule="skip_health_checks",action="skip",result="skip"}',
       ])
         counted[k] = (counted[k] ?? 0) - scrapes;
+      if (cacheOn) await waitForSliceFills(gw.url);
       const held_ = cacheOn ? await heldBlobs(cacheDir) : new Set<string>();
       await gw.stop();
       return { statuses, counted, bandwidth, held: held_ };

@@ -18,6 +18,7 @@ import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { type GatewayProcess, makeTempDir, startGateway } from '../../test/support/gateway.ts';
 import { startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
+import { waitForSliceFills } from '../../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
 /** The catalog cache's bound (docs/storage-and-content.md, "Caches"), and slack for a loaded machine. */
@@ -106,6 +107,7 @@ describe('slice cache across a live writer and reader (nginx WebDAV)', () => {
     const blob = randomContent(3 * MiB + 5);
     await upload('purged.bin', blob);
     await readBoth('purged.bin', blob);
+    for (const gw of [writer, reader]) await waitForSliceFills(gw.url);
     expect((await heldBlobs(dirs.writer)).has(sha256(blob))).toBe(true);
     expect((await heldBlobs(dirs.reader)).has(sha256(blob))).toBe(true);
 

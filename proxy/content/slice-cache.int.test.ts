@@ -14,6 +14,7 @@ import { parseMultipart, randomContent, request, sha256 } from '../../test/suppo
 import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { isS3Kind, startStoreBacking, STORE_KINDS, type StoreBacking } from '../../test/support/store-kinds.ts';
+import { waitForSliceFills } from '../../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
 const SLICE = MiB;
@@ -131,6 +132,7 @@ describe.each(REMOTE_KINDS)('slice cache in front of $server', ({ kind }) => {
     const head = await request(url, { method: 'HEAD', headers: auth() });
     expect(head.headers['content-length']).toBe(String(blob.length));
     expect(link.fromOrigin() - before).toBe(0);
+    await waitForSliceFills(gw.url);
     expect((await files(cacheDir)).length).toBe(11);
   });
 
@@ -163,6 +165,7 @@ describe.each(REMOTE_KINDS)('slice cache in front of $server', ({ kind }) => {
     const blob = randomContent(3 * MiB);
     const url = await upload(gw, 'disk.bin', blob);
     expect(sha256((await request(url, { headers: auth() })).body)).toBe(sha256(blob));
+    await waitForSliceFills(gw.url);
     const [victim] = (await files(cacheDir)).sort();
     await writeFile(victim!, Buffer.alloc(SLICE, 0x41));
     const before = link.fromOrigin();
@@ -210,6 +213,7 @@ describe.each(REMOTE_KINDS)('slice cache in front of $server', ({ kind }) => {
     if (got !== undefined) expect(got.equals(tamper(big))).toBe(false);
     if (got !== undefined) expect(got.length).toBeLessThan(big.length);
     // Nothing of the damaged slice was kept.
+    await waitForSliceFills(gw.url);
     const kept = await files(cacheDir);
     expect(kept.filter((f) => f.endsWith(`${sha256(big)}-${SLICE}-2`))).toEqual([]);
     const metrics = await (await fetch(`${gw.url}/metrics`)).text();
@@ -224,6 +228,7 @@ describe.each(REMOTE_KINDS)('slice cache in front of $server', ({ kind }) => {
     for (const [i, b] of blobs.entries()) urls.push(await upload(gw, `e${i}.bin`, b));
     for (const [i, u] of urls.entries())
       expect(sha256((await request(u, { headers: auth() })).body)).toBe(sha256(blobs[i]!));
+    await waitForSliceFills(gw.url);
     const held = await files(cacheDir);
     expect(held.length).toBeLessThanOrEqual(4);
     // The newest blob's slices are the ones kept.

@@ -307,7 +307,7 @@ export const GATEWAY_METRICS = [
     name: 'arkvory_slice_cache_relayed_fills_total',
     type: 'counter',
     labels: [],
-    help: 'Fills relayed to their readers without being kept: no room under the bounds, or the disk full.',
+    help: 'Fills relayed to their readers without being kept: no room under the bounds, the disk full, or the disk too far behind the store.',
   },
   {
     name: 'arkvory_slice_cache_held_bytes',

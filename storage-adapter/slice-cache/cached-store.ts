@@ -5,13 +5,22 @@
  * every concurrent reader), and a read of several slices fetches up to `readaheadSlices` ahead in
  * parallel. A blob without digests (published before they were recorded, not yet scrubbed) is relayed
  * from the store as before, uncached: nothing unverifiable is ever kept.
+ *
+ * The reader offers `read()` only (no `chunks()`): the response reads into its few reused buffers
+ * (stream.ts), straight from a slice file for a slice on disk, as the directory store is read, or
+ * copied out of a fill's buffer for a slice being fetched, so no buffer is allocated per chunk and
+ * a fill's buffer is reused as soon as its readers are done (slice-buffers.ts). A small blob (one
+ * slice of at most SMALL_BLOB_BYTES) on disk is read whole at open and handed over as `bytes`, so
+ * headers and body leave in one write.
  */
+import type { FileHandle } from 'node:fs/promises';
 import { StorageError } from '../errors.ts';
 import type { ByteRange } from '../range.ts';
 import { slicesCovering, sliceRange, type SliceDigests } from '../slice-digests.ts';
 import { isSha256Hex } from '../paths.ts';
 import type { ArtifactStore, BlobReader } from '../store.ts';
 import type { DigestDirectory } from './digest-directory.ts';
+import { type Fill, type FillCursor, fillCursor, readFillInto } from './fill.ts';
 import type { OriginRead, SliceCache, SliceSource } from './slice-cache.ts';
 
 export interface SliceCachedStoreOptions {
@@ -20,6 +29,8 @@ export interface SliceCachedStoreOptions {
 
 /** Responses this small (within one slice) wait for the slice's check before the status line (a 502 instead of a cut). */
 const VERIFY_BEFORE_HEADERS_BYTES = 1024 * 1024;
+/** A blob this small held on disk is read whole at open (one read, then one write with the headers). */
+const SMALL_BLOB_BYTES = 64 * 1024;
 
 export function withSliceCache(
   inner: ArtifactStore,
@@ -37,34 +48,67 @@ export function withSliceCache(
         return inner.openBlob(sha256, ranges);
       }
       const origin: OriginRead = (range) => inner.openBlob(sha256, [range]);
-      const reader = new SlicedReader(cache, sha256, d, origin, options.readaheadSlices);
-      // The first slice is acquired now, so a store that is down or lost the blob fails before
-      // any response header (a clean 502/504/500), as the uncached stores do. No ranges (a HEAD):
-      // the recorded digests already say the blob exists and its size; the store is not asked.
+      const reader = new SlicedReader(cache, sha256, d, origin, options.readaheadSlices, ranges);
+      // No ranges (a HEAD): the recorded digests already say the blob exists and its size; the
+      // store is not asked.
       const first = ranges[0];
-      if (first) {
-        try {
-          const source = reader.prepare(slicesCovering(first, d.sliceBytes).first);
-          if (source.kind === 'fill') {
-            await source.fill.opened;
-            const total = ranges.reduce((n, r) => n + r.end - r.start + 1, 0);
-            const { first: a, last: b } = slicesCovering({ start: first.start, end: ranges.at(-1)!.end }, d.sliceBytes);
-            if (a === b && total <= VERIFY_BEFORE_HEADERS_BYTES) {
-              await source.fill.done;
-              if (source.fill.state === 'failed') throw source.fill.error;
-            }
+      if (!first) return reader;
+      let warm = true;
+      for (const range of ranges) {
+        const { first: a, last: b } = slicesCovering(range, d.sliceBytes);
+        for (let index = a; warm && index <= b; index++) warm = cache.holds(sha256, d, index);
+      }
+      if (warm && d.sizeBytes <= SMALL_BLOB_BYTES && d.sizeBytes <= d.sliceBytes) {
+        const bytes = await reader.wholeFromDisk();
+        if (bytes) return inMemory(bytes);
+        warm = false;
+      }
+      if (warm) return reader;
+      // The first slice is acquired now, so a store that is down or lost the blob fails before
+      // any response header (a clean 502/504/500), as the uncached stores do.
+      try {
+        const covered = slicesCovering({ start: first.start, end: ranges.at(-1)!.end }, d.sliceBytes);
+        const source = reader.prepare(covered.first);
+        if (source.kind === 'fill') {
+          await source.fill.opened;
+          const total = ranges.reduce((n, r) => n + r.end - r.start + 1, 0);
+          if (covered.first === covered.last && total <= VERIFY_BEFORE_HEADERS_BYTES) {
+            await source.fill.done;
+            if (source.fill.state === 'failed') throw source.fill.error;
           }
-        } catch (err) {
-          await reader.close();
-          throw err;
         }
+      } catch (err) {
+        await reader.close();
+        throw err;
       }
       return reader;
     },
   };
 }
 
-/** One open blob read through the cache: sources acquired ahead, each released once read. */
+/** A reader over bytes already in memory (a small blob read whole from its slice file). */
+function inMemory(bytes: Buffer): BlobReader {
+  return {
+    sizeBytes: bytes.length,
+    bytes,
+    async read(buffer, offset, length, position) {
+      const n = Math.max(0, Math.min(length, bytes.length - position));
+      bytes.copy(buffer, offset, position, position + n);
+      return { bytesRead: n };
+    },
+    async close() {},
+  };
+}
+
+/** A slice on disk being read: its bounds in the blob, and its open file (or its bytes, just re-hashed). */
+interface DiskSlice {
+  readonly index: number;
+  readonly start: number;
+  readonly end: number;
+  readonly file: FileHandle | Buffer;
+}
+
+/** One open blob read through the cache: sources acquired ahead, each released once read past. */
 class SlicedReader implements BlobReader {
   readonly sizeBytes: number;
   readonly #cache: SliceCache;
@@ -72,22 +116,34 @@ class SlicedReader implements BlobReader {
   readonly #digests: SliceDigests;
   readonly #origin: OriginRead;
   readonly #readahead: number;
+  /** The ranges the response reads, in order (a fill withholds the last byte of each until verified). */
+  readonly #ranges: readonly ByteRange[];
   readonly #held = new Map<number, SliceSource>();
+  /** The slice on disk being read, open and trusted. */
+  #disk: DiskSlice | undefined;
+  /** Progress through the fill being read (slice index and cursor). */
+  #fill: { index: number; cursor: FillCursor; fill: Fill } | undefined;
   #missed = false;
   #counted = false;
-  /** The `read()` form's current stream. */
-  #cursor: { position: number; iterator: AsyncGenerator<Buffer>; leftover: Buffer | undefined } | undefined;
 
-  constructor(cache: SliceCache, sha256: string, digests: SliceDigests, origin: OriginRead, readahead: number) {
+  constructor(
+    cache: SliceCache,
+    sha256: string,
+    digests: SliceDigests,
+    origin: OriginRead,
+    readahead: number,
+    ranges: readonly ByteRange[],
+  ) {
     this.#cache = cache;
     this.#sha256 = sha256;
     this.#digests = digests;
     this.#origin = origin;
     this.#readahead = readahead;
+    this.#ranges = ranges;
     this.sizeBytes = digests.sizeBytes;
   }
 
-  /** The source of slice `index`, acquired once and held until read or closed. */
+  /** The source of slice `index`, acquired once and held until read past or closed. */
   prepare(index: number): SliceSource {
     let source = this.#held.get(index);
     if (!source) {
@@ -102,57 +158,105 @@ class SlicedReader implements BlobReader {
     const source = this.#held.get(index);
     if (!source) return;
     this.#held.delete(index);
+    if (this.#disk?.index === index) this.#disk = undefined;
+    if (this.#fill?.index === index) this.#fill = undefined;
     this.#cache.release(source);
   }
 
-  async *chunks(range: ByteRange, signal?: AbortSignal): AsyncGenerator<Buffer> {
-    const { first, last } = slicesCovering(range, this.#digests.sliceBytes);
-    for (let index = first; index <= last; index++) {
-      // Fetch ahead, in parallel, only what this range will read.
-      for (let ahead = index + 1; ahead <= Math.min(last, index + this.#readahead); ahead++) this.prepare(ahead);
-      const source = this.prepare(index);
-      const bounds = sliceRange(this.#digests, index);
-      const from = Math.max(range.start, bounds.start) - bounds.start;
-      const to = Math.min(range.end, bounds.end) - bounds.start;
-      try {
-        yield* this.#cache.read(source, from, to, signal, () => {
-          this.#missed = true;
-          return this.#cache.acquire(this.#sha256, this.#digests, index, this.#origin);
-        });
-      } finally {
-        this.#releaseSlice(index);
+  /** The end of the requested range that holds `position` (the blob's end outside them). */
+  #rangeEnd(position: number): number {
+    for (const r of this.#ranges) if (r.start <= position && position <= r.end) return r.end;
+    return this.sizeBytes - 1;
+  }
+
+  /**
+   * The whole blob (one slice) read from disk, the reader closed (a hit); undefined, the reader
+   * still open, when the slice is not on disk after all or failed its check.
+   */
+  async wholeFromDisk(): Promise<Buffer | undefined> {
+    const source = this.prepare(0);
+    const disk = source.kind === 'disk' ? await this.#openDisk(0, source) : undefined;
+    if (!disk) return undefined;
+    let bytes: Buffer;
+    if (Buffer.isBuffer(disk.file)) bytes = disk.file;
+    else {
+      bytes = Buffer.allocUnsafe(this.sizeBytes);
+      for (let position = 0; position < bytes.length; ) {
+        const { bytesRead } = await disk.file.read(bytes, position, bytes.length - position, position);
+        if (bytesRead === 0) throw new Error(`cached slice 0 of blob ${this.#sha256} ended at byte ${position}`);
+        position += bytesRead;
       }
     }
+    this.#cache.stats.hitBytes += bytes.length;
+    await this.close();
+    return bytes;
+  }
+
+  /** The file of a disk source, open and trusted; undefined when it was removed (then released). */
+  async #openDisk(index: number, source: Extract<SliceSource, { kind: 'disk' }>): Promise<DiskSlice | undefined> {
+    const file = await this.#cache.openDisk(source, undefined);
+    if (file === undefined) {
+      this.#releaseSlice(index);
+      return undefined;
+    }
+    const bounds = sliceRange(this.#digests, index);
+    this.#disk = { index, start: bounds.start, end: bounds.end, file };
+    return this.#disk;
+  }
+
+  /** Moves on to slice `index`: slices before it are released, the next ones of the range fetched ahead. */
+  #enter(index: number, position: number): void {
+    for (const held of [...this.#held.keys()]) if (held < index) this.#releaseSlice(held);
+    const last = Math.floor(this.#rangeEnd(position) / this.#digests.sliceBytes);
+    for (let ahead = index + 1; ahead <= Math.min(last, index + this.#readahead); ahead++) this.prepare(ahead);
   }
 
   async read(buffer: Buffer, offset: number, length: number, position: number): Promise<{ bytesRead: number }> {
     if (position >= this.sizeBytes) return { bytesRead: 0 };
-    if (!this.#cursor || this.#cursor.position !== position) {
-      await this.#cursor?.iterator.return(undefined);
-      this.#cursor = {
-        position,
-        iterator: this.chunks({ start: position, end: this.sizeBytes - 1 }),
-        leftover: undefined,
-      };
+    const disk = this.#disk;
+    if (disk && position >= disk.start && position <= disk.end)
+      return this.#readDisk(disk, buffer, offset, length, position);
+    const index = Math.floor(position / this.#digests.sliceBytes);
+    if (this.#fill?.index !== index) this.#enter(index, position);
+    for (;;) {
+      const source = this.prepare(index);
+      if (source.kind === 'disk') {
+        const opened = await this.#openDisk(index, source);
+        // Removed (gone, or failed its check): acquired again, now as a fill.
+        if (opened) return this.#readDisk(opened, buffer, offset, length, position);
+        this.#missed = true;
+        continue;
+      }
+      if (this.#fill?.index !== index || this.#fill.fill !== source.fill)
+        this.#fill = { index, cursor: fillCursor(source.fill), fill: source.fill };
+      const bounds = sliceRange(this.#digests, index);
+      const to = Math.min(this.#rangeEnd(position), bounds.end) - bounds.start;
+      const n = await readFillInto(source.fill, this.#fill.cursor, position - bounds.start, to, buffer, offset, length);
+      this.#cache.stats.missBytes += n;
+      return { bytesRead: n };
     }
-    const cursor = this.#cursor;
-    let chunk = cursor.leftover;
-    cursor.leftover = undefined;
-    if (!chunk) {
-      const next = await cursor.iterator.next();
-      if (next.done) return { bytesRead: 0 };
-      chunk = next.value;
-    }
-    const n = Math.min(length, chunk.length);
-    chunk.copy(buffer, offset, 0, n);
-    if (n < chunk.length) cursor.leftover = chunk.subarray(n);
-    cursor.position += n;
-    return { bytesRead: n };
+  }
+
+  async #readDisk(
+    disk: DiskSlice,
+    buffer: Buffer,
+    offset: number,
+    length: number,
+    position: number,
+  ): Promise<{ bytesRead: number }> {
+    const want = Math.min(length, disk.end - position + 1);
+    const at = position - disk.start;
+    const bytesRead = Buffer.isBuffer(disk.file)
+      ? disk.file.copy(buffer, offset, at, at + want)
+      : (await disk.file.read(buffer, offset, want, at)).bytesRead;
+    if (bytesRead === 0) throw new Error(`cached slice ${disk.index} of blob ${this.#sha256} ended early`);
+    this.#cache.stats.hitBytes += bytesRead;
+    return { bytesRead };
   }
 
   async close(): Promise<void> {
-    await this.#cursor?.iterator.return(undefined);
-    this.#cursor = undefined;
+    this.#disk = undefined;
+    this.#fill = undefined;
     for (const index of [...this.#held.keys()]) this.#releaseSlice(index);
     if (!this.#counted) {
       this.#counted = true;

@@ -1,15 +1,17 @@
 /**
- * One slice being fetched from the origin, shared by every reader that wants it: the bytes are kept
- * in memory as they arrive (at most one slice), so a reader that joins later streams from the
- * start at once, and each reader's first byte follows the filler's by a chunk, not by the whole
- * slice. The fill runs on its own, not driven by any reader, so a reader that goes away (even the
- * first) never stops it.
+ * One slice being fetched from the origin, shared by every reader that wants it: the bytes arrive
+ * into one slice-sized buffer (reused from fill to fill, see SliceBuffers), so a reader that joins
+ * later reads from the start at once, and each reader's first byte follows the filler's by a
+ * chunk, not by the whole slice. The fill runs on its own, not driven by any reader, so a reader
+ * that goes away (even the first) never stops it. Readers copy out of the buffer (`readFillInto`)
+ * and never keep a reference to it, so it can be reused once the fill and every reader let go
+ * (`hold`/`unhold`).
  *
- * Verification and the cut: a reader gets every byte of its span except the piece that ends it
- * only after the slice's digest checked out; a digest failure then ends it with an error. So a
- * response is cut before its last byte and a client never receives a complete wrong body. The fill
- * fetches a slice that failed its digest once more; a reader that had received bytes of the failed
- * attempt is cut, one that had not continues from the second attempt.
+ * Verification and the cut: a reader gets every byte of its span except the last one only after
+ * the slice's digest checked out; a digest failure then ends it with an error. So a response is
+ * cut before its last byte and a client never receives a complete wrong body. The fill fetches a
+ * slice that failed its digest once more; a reader that had received bytes of the failed attempt
+ * is cut, one that had not continues from the second attempt.
  */
 import { StorageError } from '../errors.ts';
 
@@ -17,23 +19,32 @@ export type FillState = 'filling' | 'verified' | 'failed';
 
 export class Fill {
   readonly sliceLength: number;
+  /** The slice's bytes: `[0, length)` have arrived (in the current attempt). */
+  readonly bytes: Buffer;
   state: FillState = 'filling';
   error: Error | undefined;
   /** Incremented when the bytes start over (a retry after a digest failure). */
   attempt = 1;
-  chunks: Buffer[] = [];
   length = 0;
   /** Readers other than the one that started the fill (for the waiters metric). */
   joined = 0;
+  /** False once its blob was removed from the cache while it ran: its file is then not kept. */
+  keep = true;
   readonly #wakers = new Set<() => void>();
+  readonly #onFree: ((bytes: Buffer) => void) | undefined;
+  /** The filler's own hold, plus one per reader holding the fill. */
+  #holds = 1;
   readonly opened: Promise<void>;
   readonly done: Promise<void>;
   #resolveOpened!: () => void;
   #rejectOpened!: (err: Error) => void;
   #resolveDone!: () => void;
 
-  constructor(sliceLength: number) {
+  /** `bytes` (at least `sliceLength` long) goes to `onFree` when the last hold is let go. */
+  constructor(sliceLength: number, bytes?: Buffer, onFree?: (bytes: Buffer) => void) {
     this.sliceLength = sliceLength;
+    this.bytes = bytes ?? Buffer.allocUnsafe(sliceLength);
+    this.#onFree = onFree;
     this.opened = new Promise<void>((resolve, reject) => {
       this.#resolveOpened = resolve;
       this.#rejectOpened = reject;
@@ -48,15 +59,28 @@ export class Fill {
     this.#resolveOpened();
   }
 
-  push(chunk: Buffer): void {
-    this.chunks.push(chunk);
-    this.length += chunk.length;
+  /** Where the next bytes go (the filler reads into it, then calls `grew`). */
+  get free(): Buffer {
+    return this.bytes.subarray(this.length, this.sliceLength);
+  }
+
+  /** `n` more bytes were written at `length`. */
+  grew(n: number): void {
+    this.length += n;
     this.#wake();
+  }
+
+  /** Copies a chunk in (a store that lends its own chunks); the copy is returned. */
+  push(chunk: Buffer): Buffer {
+    const n = Math.min(chunk.length, this.sliceLength - this.length);
+    const piece = this.bytes.subarray(this.length, this.length + n);
+    chunk.copy(piece, 0, 0, n);
+    this.grew(n);
+    return piece;
   }
 
   restart(): void {
     this.attempt++;
-    this.chunks = [];
     this.length = 0;
     this.#wake();
   }
@@ -74,6 +98,15 @@ export class Fill {
     this.#rejectOpened(error);
     this.#resolveDone();
     this.#wake();
+  }
+
+  hold(): void {
+    this.#holds++;
+  }
+
+  unhold(): void {
+    this.#holds--;
+    if (this.#holds === 0) this.#onFree?.(this.bytes);
   }
 
   /** Resolves at the next change (bytes, verification, failure, restart) or when `signal` aborts. */
@@ -94,48 +127,50 @@ export class Fill {
   }
 }
 
-/** Bytes `from`..`to` (inclusive, offsets in the slice) of a fill, as they arrive; see the header. */
-export async function* readFill(fill: Fill, from: number, to: number, signal?: AbortSignal): AsyncGenerator<Buffer> {
-  let attempt = fill.attempt;
-  let delivered = false;
-  let position = from;
-  // Cursor into the current attempt's chunks: chunk `index` starts at `chunkStart`.
-  let index = 0;
-  let chunkStart = 0;
-  while (position <= to) {
+/** One reader's progress through a fill: which attempt it reads, and whether it has had bytes. */
+export interface FillCursor {
+  attempt: number;
+  delivered: boolean;
+}
+
+export function fillCursor(fill: Fill): FillCursor {
+  return { attempt: fill.attempt, delivered: false };
+}
+
+/**
+ * Copies bytes at `position` (an offset in the slice) of a span ending at `to` (inclusive) into
+ * `buffer`, up to `length`; waits while they have not arrived. Byte `to` comes only once the slice
+ * is verified (see the header). Resolves with the count copied (at least 1).
+ */
+export async function readFillInto(
+  fill: Fill,
+  cursor: FillCursor,
+  position: number,
+  to: number,
+  buffer: Buffer,
+  offset: number,
+  length: number,
+  signal?: AbortSignal,
+): Promise<number> {
+  for (;;) {
     signal?.throwIfAborted();
     if (fill.state === 'failed') throw fill.error;
-    if (fill.attempt !== attempt) {
-      if (delivered)
+    if (fill.attempt !== cursor.attempt) {
+      if (cursor.delivered)
         throw new StorageError(
           'slice_digest_mismatch',
           'A slice failed its digest check while being sent; the response was cut.',
         );
-      attempt = fill.attempt;
-      index = 0;
-      chunkStart = 0;
+      cursor.attempt = fill.attempt;
     }
-    const available = Math.min(fill.length, to + 1);
-    const final = available === to + 1;
-    if (position < available && (!final || fill.state === 'verified')) {
-      while (position < available) {
-        const chunk = fill.chunks[index]!;
-        const chunkEnd = chunkStart + chunk.length;
-        if (position >= chunkEnd) {
-          index++;
-          chunkStart = chunkEnd;
-          continue;
-        }
-        const end = Math.min(chunkEnd, available);
-        const piece = chunk.subarray(position - chunkStart, end - chunkStart);
-        position = end;
-        delivered = true;
-        yield piece;
-        if (fill.attempt !== attempt) break;
-      }
-      continue;
+    const limit = fill.state === 'verified' ? to + 1 : Math.min(fill.length, to);
+    if (position < limit) {
+      const n = Math.min(length, limit - position);
+      fill.bytes.copy(buffer, offset, position, position + n);
+      cursor.delivered = true;
+      return n;
     }
-    if (fill.state === 'verified' && fill.length < to + 1)
+    if (fill.state === 'verified')
       throw new Error(`slice fill verified with ${fill.length} bytes, fewer than ${to + 1}`);
     await fill.changed(signal);
   }

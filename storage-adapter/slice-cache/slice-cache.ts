@@ -9,10 +9,17 @@
  * first read (below), so a file a crash or power loss left short or wrong is found then, never served.
  *
  * Trusting a slice on disk: it is checked against its digest the first time this process reads
- * it; after that it is trusted while its file's identity (inode, size, mtime, ctime, read with one
- * fstat per open) is unchanged. Any write to the file through the filesystem moves ctime, so a
- * slice changed on disk is re-hashed before it is served; a mismatch removes it (counted, logged)
- * and the slice is fetched again. Hashing on every read would halve the throughput of a warm read.
+ * it; after that it is trusted while its file's identity (inode, size, mtime, ctime) is unchanged,
+ * read with one fstat on every read of the slice. Any write to the file through the filesystem
+ * moves ctime, so a slice changed on disk is re-hashed before it is served; a mismatch removes it
+ * (counted, logged) and the slice is fetched again. Hashing on every read would halve the
+ * throughput of a warm read.
+ *
+ * Descriptors: a checked slice's file stays open for the next read (up to MAX_OPEN_FILES, least
+ * recently used closed first, like the directory store's open-file cache), so a warm read costs
+ * one fstat (synchronous: inode metadata, no disk wait, cheaper than a thread-pool round trip) and
+ * its reads, not an open and a close per slice. A descriptor is closed when its slice leaves the
+ * index, or at its last reader's release if it is being read then.
  *
  * Bounds: the bytes of slices on disk plus the fills reserving space stay under `maxBytes`, and
  * the filesystem keeps `minFreeBytes` free; the least recently used unpinned slices are evicted to
@@ -21,13 +28,15 @@
  * error. A missing or deleted directory is a cold start: it is made again.
  */
 import { createHash, randomUUID } from 'node:crypto';
+import { fstatSync } from 'node:fs';
 import { type FileHandle, mkdir, open, readdir, rename, rm, stat, statfs, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { StorageError } from '../errors.ts';
 import type { ByteRange } from '../range.ts';
 import { type SliceDigests, sliceDigest, sliceRange } from '../slice-digests.ts';
 import type { BlobReader } from '../store.ts';
-import { Fill, readFill } from './fill.ts';
+import { Fill } from './fill.ts';
+import { SliceBuffers } from './slice-buffers.ts';
 import { type IndexedSlice, SliceIndex } from './slice-index.ts';
 
 export interface SliceCacheLog {
@@ -71,15 +80,26 @@ export type SliceSource =
   | { readonly kind: 'disk'; readonly slice: IndexedSlice; readonly file: string; readonly digest: Buffer }
   | { readonly kind: 'fill'; readonly fill: Fill; readonly started: boolean };
 
-const READ_CHUNK_BYTES = 256 * 1024;
-const ORIGIN_BUFFER_BYTES = 1024 * 1024;
+/** Slice files kept open between reads (see the header). */
+const MAX_OPEN_FILES = 256;
+/** Largest read from the origin into a fill's buffer at a time. */
+const ORIGIN_READ_BYTES = 1024 * 1024;
+/** Fill buffers kept for the next fills (SliceBuffers): enough for a read and its readahead at 8 MiB slices. */
+const FREE_FILL_BUFFER_BYTES = 48 * 1024 * 1024;
 const WRITE_BATCH_BYTES = 1024 * 1024;
+/** Bytes of verified or filling slices waiting for the disk, all fills together (see #startTemp). */
+const WRITE_BEHIND_MAX_BYTES = 64 * 1024 * 1024;
 
 export class SliceCache {
   readonly #options: SliceCacheOptions;
   readonly #index = new SliceIndex();
   readonly #fills = new Map<string, Fill>();
+  readonly #buffers = new SliceBuffers(FREE_FILL_BUFFER_BYTES);
+  /** Slices whose file is open (`IndexedSlice.handle`), least recently read first. */
+  readonly #open = new Set<IndexedSlice>();
   #reserved = 0;
+  /** Bytes queued for or being written to slice files (WRITE_BEHIND_MAX_BYTES). */
+  #behind = 0;
   /** Bytes of evicted slices whose files are still being removed: still on disk, so still counted. */
   #unlinking = 0;
   #closed = false;
@@ -131,7 +151,14 @@ export class SliceCache {
         }
         const { size } = await stat(file);
         // Unverified (signature undefined) until its first read re-hashes it.
-        this.#index.add({ key: entry.name, sha256: parsed[1]!, bytes: size, signature: undefined, pins: 0 });
+        this.#index.add({
+          key: entry.name,
+          sha256: parsed[1]!,
+          bytes: size,
+          signature: undefined,
+          pins: 0,
+          handle: undefined,
+        });
       }
     }
     this.#updateHeld();
@@ -160,85 +187,67 @@ export class SliceCache {
     }
     const running = this.#fills.get(key);
     if (running) {
+      running.hold();
       running.joined++;
       this.stats.joins++;
       this.stats.waiters++;
       return { kind: 'fill', fill: running, started: false };
     }
     const range = sliceRange(digests, index);
-    const fill = new Fill(range.end - range.start + 1);
+    const length = range.end - range.start + 1;
+    const fill = new Fill(length, this.#buffers.take(length), (bytes) => this.#buffers.give(bytes));
+    fill.hold();
     this.#fills.set(key, fill);
     this.stats.fillsInFlight++;
-    void this.#runFill(key, sha256, digests, index, range, fill, origin).finally(() => {
-      this.#fills.delete(key);
-      this.stats.fillsInFlight--;
-    });
+    void this.#runFill(key, sha256, digests, index, range, fill, origin);
     return { kind: 'fill', fill, started: true };
   }
 
   release(source: SliceSource): void {
-    if (source.kind === 'disk') source.slice.pins--;
-    else if (!source.started) this.stats.waiters--;
-  }
-
-  /**
-   * Bytes `from`..`to` (offsets in the slice) of an acquired source. A disk slice that fails its
-   * check (changed on disk, or gone) is dropped and read through a fill from `origin` instead.
-   */
-  async *read(
-    source: SliceSource,
-    from: number,
-    to: number,
-    signal: AbortSignal | undefined,
-    refill: () => SliceSource,
-  ): AsyncGenerator<Buffer> {
-    if (source.kind === 'fill') {
-      for await (const piece of readFill(source.fill, from, to, signal)) {
-        this.stats.missBytes += piece.length;
-        yield piece;
-      }
-      return;
-    }
-    const opened = await this.#openVerified(source, signal);
-    if (opened === undefined) {
-      const again = refill();
-      try {
-        yield* this.read(again, from, to, signal, refill);
-      } finally {
-        this.release(again);
-      }
-      return;
-    }
-    if (Buffer.isBuffer(opened)) {
-      // Just re-hashed whole: served from that buffer.
-      this.stats.hitBytes += to - from + 1;
-      yield opened.subarray(from, to + 1);
-      return;
-    }
-    try {
-      for (let position = from; position <= to; ) {
-        signal?.throwIfAborted();
-        const buffer = Buffer.allocUnsafe(Math.min(READ_CHUNK_BYTES, to - position + 1));
-        const { bytesRead } = await opened.read(buffer, 0, buffer.length, position);
-        if (bytesRead === 0) throw new Error(`cached slice ${source.slice.key} ended at byte ${position}`);
-        position += bytesRead;
-        this.stats.hitBytes += bytesRead;
-        yield bytesRead === buffer.length ? buffer : buffer.subarray(0, bytesRead);
-      }
-    } finally {
-      await opened.close();
+    if (source.kind === 'disk') {
+      const { slice } = source;
+      slice.pins--;
+      // Removed while it was being read: its descriptor goes with its last reader.
+      if (slice.pins === 0 && this.#index.get(slice.key) !== slice) this.#closeFile(slice);
+    } else {
+      if (!source.started) this.stats.waiters--;
+      source.fill.unhold();
     }
   }
 
+  /** Whether slice `index` of a blob is on disk now (a read of it would not go to the origin unless it fails its check). */
+  holds(sha256: string, digests: SliceDigests, index: number): boolean {
+    return this.#index.get(`${sha256}-${digests.sliceBytes}-${index}`) !== undefined;
+  }
+
   /**
-   * An open, trusted slice file, or its bytes just re-hashed, or undefined when it is gone or
-   * failed its check (then it has been removed).
+   * The file of an acquired disk slice, open and trusted (owned by the cache: valid until the
+   * source is released, never closed by the caller), or its bytes just re-hashed, or undefined when
+   * it is gone or failed its check (then it has been removed). The caller counts the bytes it reads
+   * in `stats.hitBytes`.
    */
-  async #openVerified(
+  async openDisk(
     source: Extract<SliceSource, { kind: 'disk' }>,
     signal: AbortSignal | undefined,
   ): Promise<FileHandle | Buffer | undefined> {
     const { slice, file } = source;
+    const kept = slice.handle;
+    if (kept) {
+      let signature: string | undefined;
+      try {
+        const stat = fstatSync(kept.fd, { bigint: true });
+        signature = `${stat.ino}:${stat.size}:${stat.mtimeNs}:${stat.ctimeNs}`;
+      } catch {
+        signature = undefined;
+      }
+      if (signature !== undefined && signature === slice.signature) {
+        this.#open.delete(slice);
+        this.#open.add(slice);
+        return kept;
+      }
+      // Changed since it was checked: checked again from a fresh open below.
+      this.#closeFile(slice);
+    }
     let handle: FileHandle;
     try {
       handle = await open(file, 'r');
@@ -249,7 +258,7 @@ export class SliceCache {
     try {
       const stat = await handle.stat({ bigint: true });
       const signature = `${stat.ino}:${stat.size}:${stat.mtimeNs}:${stat.ctimeNs}`;
-      if (signature === slice.signature) return handle;
+      if (signature === slice.signature) return this.#keepFile(slice, handle);
       signal?.throwIfAborted();
       const bytes = Buffer.allocUnsafe(Number(stat.size));
       for (let position = 0; position < bytes.length; ) {
@@ -257,13 +266,14 @@ export class SliceCache {
         if (bytesRead === 0) break;
         position += bytesRead;
       }
-      await handle.close();
       const [sha256, , index] = slice.key.split('-') as [string, string, string];
       const actual = createHash('sha256').update(bytes).digest();
       if (bytes.length === slice.bytes && actual.equals(source.digest)) {
         slice.signature = signature;
+        this.#keepFile(slice, handle);
         return bytes;
       }
+      await handle.close();
       this.stats.digestFailures.disk++;
       this.#options.log.warn(
         { sha256, slice: Number(index), file },
@@ -273,13 +283,54 @@ export class SliceCache {
       await unlink(file).catch(() => {});
       return undefined;
     } catch (err) {
-      await handle.close().catch(() => {});
+      if (slice.handle !== handle) await handle.close().catch(() => {});
       throw err;
     }
   }
 
+  /**
+   * Keeps a checked slice's descriptor for the next reads, and returns the one to read: when a
+   * concurrent read kept one first, that one (this one is closed; another reader may be using
+   * the kept one, so it is never replaced). Closed at once if the slice left the index meanwhile
+   * and nobody reads it.
+   */
+  #keepFile(slice: IndexedSlice, handle: FileHandle): FileHandle {
+    if (slice.handle) {
+      void handle.close().catch(() => {});
+      return slice.handle;
+    }
+    slice.handle = handle;
+    this.#open.add(slice);
+    if (this.#index.get(slice.key) !== slice && slice.pins === 0) {
+      this.#closeFile(slice);
+      return handle;
+    }
+    if (this.#open.size > MAX_OPEN_FILES)
+      for (const oldest of this.#open) {
+        if (this.#open.size <= MAX_OPEN_FILES) break;
+        if (oldest.pins === 0) this.#closeFile(oldest);
+      }
+    return handle;
+  }
+
+  #closeFile(slice: IndexedSlice): void {
+    const handle = slice.handle;
+    if (!handle) return;
+    slice.handle = undefined;
+    this.#open.delete(slice);
+    void handle.close().catch(() => {});
+  }
+
+  /** A slice left the index: its descriptor closes now, or at its last reader's release. */
+  #removed(slice: IndexedSlice): void {
+    if (slice.pins === 0) this.#closeFile(slice);
+  }
+
   #forget(key: string): void {
-    if (this.#index.remove(key)) this.#updateHeld();
+    const slice = this.#index.remove(key);
+    if (!slice) return;
+    this.#removed(slice);
+    this.#updateHeld();
   }
 
   async #runFill(
@@ -291,35 +342,64 @@ export class SliceCache {
     fill: Fill,
     origin: OriginRead,
   ): Promise<void> {
+    try {
+      await this.#fillFromOrigin(key, sha256, digests, index, range, fill, origin);
+    } finally {
+      // In one step with letting go of its buffer: nobody joins a fill whose buffer may be reused.
+      if (this.#fills.get(key) === fill) this.#fills.delete(key);
+      this.stats.fillsInFlight--;
+      fill.unhold();
+    }
+  }
+
+  async #fillFromOrigin(
+    key: string,
+    sha256: string,
+    digests: SliceDigests,
+    index: number,
+    range: ByteRange,
+    fill: Fill,
+    origin: OriginRead,
+  ): Promise<void> {
     const expected = sliceDigest(digests, index);
     for (let attempt = 1; attempt <= 2; attempt++) {
       if (attempt > 1) fill.restart();
-      const temp = await this.#startTemp(key, fill.sliceLength);
+      // The origin request does not wait for the file (room, open): both start at once.
+      const starting = this.#startTemp(key, fill.sliceLength);
       let reader: BlobReader | undefined;
       let kept = false;
       try {
         reader = await origin(range);
         fill.markOpened();
+        const temp = await starting;
+        // On this thread: a round trip to the hashing worker at the end of every slice delayed
+        // its readers more than the hashing costs here (measured, docs/storage-and-content.md).
         const hash = createHash('sha256');
-        for await (const chunk of pull(reader, range)) {
-          hash.update(chunk);
-          this.stats.originBytes += chunk.length;
-          fill.push(chunk);
-          temp.write(chunk);
-        }
+        await pull(reader, range, fill, (piece) => {
+          hash.update(piece);
+          this.stats.originBytes += piece.length;
+          temp.write(piece);
+        });
         if (fill.length !== fill.sliceLength)
           throw new StorageError(
             'upstream_unreachable',
             `The artifact store ended slice ${index} of blob ${sha256} after ${fill.length} of ${fill.sliceLength} bytes.`,
           );
         if (hash.digest().equals(expected)) {
+          // Served from memory at once; the file is finished behind its readers (they never wait
+          // for the disk), and readers arriving meanwhile join this fill until it is indexed.
+          fill.verify();
           // Indexed in the same step as its reservation ends, so the bound never loses sight of it.
           kept = await temp.commit(this.#file(key), (signature) => {
-            this.#index.add({ key, sha256, bytes: fill.sliceLength, signature, pins: 0 });
+            // Its blob was removed (purge, gc, scrub) while the file was being finished.
+            if (!fill.keep) return false;
+            const replaced = this.#index.get(key);
+            if (replaced) this.#removed(replaced);
+            this.#index.add({ key, sha256, bytes: fill.sliceLength, signature, pins: 0, handle: undefined });
             this.#updateHeld();
+            return true;
           });
           if (!kept) this.stats.relayedFills++;
-          fill.verify();
           return;
         }
         this.stats.digestFailures.origin++;
@@ -334,7 +414,7 @@ export class SliceCache {
         return;
       } finally {
         await reader?.close().catch(() => {});
-        if (!kept) await temp.discard();
+        if (!kept) await (await starting).discard();
       }
     }
     fill.fail(
@@ -373,18 +453,25 @@ export class SliceCache {
     let pending: Buffer[] = [];
     let pendingBytes = 0;
     let writing: Promise<void> | undefined;
+    /** Given up on keeping this slice: the disk fell too far behind (the fill goes on as a relay). */
+    let dropped = false;
+    const forgetPending = () => {
+      this.#behind -= pendingBytes;
+      pending = [];
+      pendingBytes = 0;
+    };
     const drain = async (): Promise<void> => {
       try {
-        while (pendingBytes > 0 && temp.handle) {
+        while (pendingBytes > 0 && temp.handle && !dropped) {
           const batch = pending;
+          const batchBytes = pendingBytes;
           pending = [];
           pendingBytes = 0;
           try {
-            const bytes = batch.length === 1 ? batch[0]! : Buffer.concat(batch);
-            const { bytesWritten } = await temp.handle.write(bytes, 0, bytes.length);
+            const { bytesWritten } = await temp.handle.writev(batch);
             // A short write (a filesystem that just filled up) is a failed one.
-            if (bytesWritten !== bytes.length)
-              throw Object.assign(new Error(`short write: ${bytesWritten} of ${bytes.length} bytes`), {
+            if (bytesWritten !== batchBytes)
+              throw Object.assign(new Error(`short write: ${bytesWritten} of ${batchBytes} bytes`), {
                 code: 'ENOSPC',
               });
           } catch (err) {
@@ -395,9 +482,10 @@ export class SliceCache {
             );
             await temp.handle?.close().catch(() => {});
             temp.handle = undefined;
-            pending = [];
-            pendingBytes = 0;
+            forgetPending();
             unreserve();
+          } finally {
+            this.#behind -= batchBytes;
           }
         }
       } finally {
@@ -406,23 +494,33 @@ export class SliceCache {
     };
     const temp: TempSlice = {
       handle,
-      // The origin is not held up by the disk: chunks (kept in memory by the fill anyway) are
-      // written behind it, gathered into writes of at least WRITE_BATCH_BYTES, one at a time.
+      // The origin and the readers are not held up by the disk: chunks (kept in memory by the fill
+      // anyway) are written behind it, gathered into writes of at least WRITE_BATCH_BYTES, one at a
+      // time. When the disk is more than WRITE_BEHIND_MAX_BYTES behind (all fills together), this
+      // slice is not kept: relayed like a fill with no room, so memory stays bounded and a cold read
+      // runs at the origin's pace, not the disk's; a later read fills it.
       write: (chunk) => {
-        if (!temp.handle) return;
+        if (!temp.handle || dropped) return;
+        if (this.#behind + chunk.length > WRITE_BEHIND_MAX_BYTES) {
+          dropped = true;
+          forgetPending();
+          unreserve();
+          return;
+        }
         pending.push(chunk);
         pendingBytes += chunk.length;
+        this.#behind += chunk.length;
         if (pendingBytes >= WRITE_BATCH_BYTES && !writing) writing = drain();
       },
       flush: async () => {
-        while (writing || (pendingBytes > 0 && temp.handle)) {
+        while (writing || (pendingBytes > 0 && temp.handle && !dropped)) {
           writing ??= drain();
           await writing;
         }
       },
       commit: async (target, kept) => {
         await temp.flush();
-        if (!temp.handle) return false;
+        if (!temp.handle || dropped) return false;
         let signature: string;
         try {
           await temp.handle.close();
@@ -439,13 +537,16 @@ export class SliceCache {
           await unlink(target).catch(() => {});
           return false;
         }
-        kept(signature);
+        if (!kept(signature)) {
+          unreserve();
+          await unlink(target).catch(() => {});
+          return false;
+        }
         unreserve();
         return true;
       },
       discard: async () => {
-        pending = [];
-        pendingBytes = 0;
+        forgetPending();
         await writing;
         await temp.handle?.close().catch(() => {});
         temp.handle = undefined;
@@ -484,6 +585,7 @@ export class SliceCache {
     let freed = 0;
     for (const victim of victims) {
       this.#index.remove(victim.key);
+      this.#removed(victim);
       this.stats.evictions++;
       freed += victim.bytes;
     }
@@ -504,9 +606,13 @@ export class SliceCache {
   /** Removes every slice of these blobs (coherence: deleted, quarantined, purged); returns how many. */
   async removeBlobs(blobs: Iterable<string>): Promise<number> {
     let removed = 0;
-    for (const sha256 of blobs) {
+    const removing = new Set(blobs);
+    // Fills of these blobs still finishing their files: not indexed when done.
+    for (const [key, fill] of this.#fills) if (removing.has(key.slice(0, 64))) fill.keep = false;
+    for (const sha256 of removing) {
       for (const slice of this.#index.ofBlob(sha256)) {
         this.#index.remove(slice.key);
+        this.#removed(slice);
         // An open reader keeps its descriptor (POSIX): it finishes, nothing new starts.
         await unlink(this.#file(slice.key)).catch(() => {});
         removed++;
@@ -523,6 +629,7 @@ export class SliceCache {
 
   close(): void {
     this.#closed = true;
+    for (const slice of [...this.#open]) if (slice.pins === 0) this.#closeFile(slice);
   }
 }
 
@@ -532,8 +639,11 @@ interface TempSlice {
   write(chunk: Buffer): void;
   /** Waits until every queued byte is written (or writing failed). */
   flush(): Promise<void>;
-  /** Renames into place and calls `kept` with the file's signature; false when that failed (then nothing is kept). */
-  commit(target: string, kept: (signature: string) => void): Promise<boolean>;
+  /**
+   * Renames into place and calls `kept` with the file's signature, which indexes it (true) or
+   * refuses it (false: removed again); false when nothing is kept.
+   */
+  commit(target: string, kept: (signature: string) => boolean): Promise<boolean>;
   discard(): Promise<void>;
 }
 
@@ -548,31 +658,32 @@ function relayOnly(): TempSlice {
 }
 
 /**
- * The bytes of `range` from an origin reader, each chunk a buffer of its own (fills keep them):
- * the store's own chunks when it lends them, else reads into fresh 1 MiB buffers handed out piece by piece.
+ * The bytes of `range` from an origin reader into the fill's buffer, `onPiece` called with each
+ * piece as it lands (before the fill's readers are woken): read straight into the buffer, or copied
+ * from the store's own chunks when it lends them.
  */
-async function* pull(reader: BlobReader, range: ByteRange): AsyncGenerator<Buffer> {
+async function pull(reader: BlobReader, range: ByteRange, fill: Fill, onPiece: (piece: Buffer) => void): Promise<void> {
   if (reader.chunks) {
     const controller = new AbortController();
     try {
-      yield* reader.chunks(range, controller.signal);
+      for await (const chunk of reader.chunks(range, controller.signal)) {
+        const start = fill.length;
+        const n = Math.min(chunk.length, fill.sliceLength - start);
+        chunk.copy(fill.bytes, start, 0, n);
+        onPiece(fill.bytes.subarray(start, start + n));
+        fill.grew(n);
+      }
     } finally {
       controller.abort();
     }
     return;
   }
-  let buffer = Buffer.allocUnsafe(0);
-  let used = 0;
-  for (let position = range.start; position <= range.end; ) {
-    if (used === buffer.length) {
-      buffer = Buffer.allocUnsafe(Math.min(ORIGIN_BUFFER_BYTES, range.end - position + 1));
-      used = 0;
-    }
-    const { bytesRead } = await reader.read(buffer, used, buffer.length - used, position);
+  while (fill.length < fill.sliceLength) {
+    const start = fill.length;
+    const want = Math.min(ORIGIN_READ_BYTES, fill.sliceLength - start);
+    const { bytesRead } = await reader.read(fill.bytes, start, want, range.start + start);
     if (bytesRead === 0) return;
-    const piece = buffer.subarray(used, used + bytesRead);
-    used += bytesRead;
-    position += bytesRead;
-    yield piece;
+    onPiece(fill.bytes.subarray(start, start + bytesRead));
+    fill.grew(bytesRead);
   }
 }

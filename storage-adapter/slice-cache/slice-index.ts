@@ -3,6 +3,8 @@
  * who is reading them. Pure bookkeeping (no I/O): the cache asks it for victims and removes their
  * files. A slice being read (pinned) is never a victim, so it is never removed under its reader.
  */
+import type { FileHandle } from 'node:fs/promises';
+
 export interface IndexedSlice {
   readonly key: string;
   readonly sha256: string;
@@ -10,6 +12,8 @@ export interface IndexedSlice {
   /** `ino:size:mtimeNs:ctimeNs` of the file when its bytes were last checked against the digest. */
   signature: string | undefined;
   pins: number;
+  /** Its file, kept open by the cache once checked (the index only carries it). */
+  handle: FileHandle | undefined;
 }
 
 export class SliceIndex {

@@ -71,6 +71,18 @@ export async function waitForStoreOk(baseUrl: string, timeoutMs = 20_000): Promi
   );
 }
 
+/**
+ * Until the gateway at `baseUrl` has no slice cache fill in flight: a fill's readers get their last
+ * byte once the slice is verified, and its file is finished behind them, so a test that looks at
+ * the cache directory right after a read waits for this first.
+ */
+export async function waitForSliceFills(baseUrl: string, timeoutMs = 20_000): Promise<void> {
+  await waitUntil(
+    async () => /^arkvory_slice_cache_fills_in_flight 0$/m.test(await (await fetch(`${baseUrl}/metrics`)).text()),
+    { what: `the slice cache fills of ${baseUrl} to finish`, timeoutMs, intervalMs: 50 },
+  );
+}
+
 export async function waitForHealth(
   gateway: GatewayProcess,
   options: { until?: 'serving' | 'listening'; timeoutMs?: number } = {},

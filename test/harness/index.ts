@@ -10,6 +10,7 @@ export {
   spawnGateway,
   startGateway,
   waitForHealth,
+  waitForSliceFills,
   waitForStoreOk,
   START_TIMEOUT_MS,
   type GatewayOptions,
