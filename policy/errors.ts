@@ -24,6 +24,12 @@ export const POLICY_ERRORS = defineErrors('policy/errors.ts', {
     advice:
       'A rule with `on_store_error: deny` applies and Redis is down or slow (`ARKVORY_REDIS_URL`); retry after `Retry-After` seconds. Rules without it fail open.',
   },
+  quota_exceeded: {
+    status: 507,
+    message: 'The upload would exceed a storage quota.',
+    advice:
+      'The body names the quota (`scope`, `subject`), its `quota_bytes`, `usage_bytes` and `remaining_bytes`; delete artifacts or ask an admin to raise it (`arkvory quota set`).',
+  },
   busy: {
     status: 429,
     message: 'Too many transfers for this principal; retry later.',
