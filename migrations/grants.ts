@@ -176,9 +176,11 @@ export const TABLE_GRANTS: Readonly<Record<string, Decision<TablePrivilege>>> = 
     maintenance: ALL_DATA,
   },
   // Uploads in progress: reserved, extended, renewed and released by the writer, settled by its
-  // catalog insert; the writer's next reservation deletes expired ones.
+  // catalog insert (a multipart session's by the worker's); the writer's next reservation deletes
+  // expired ones.
   arkvory_quota_reservations: {
     writer: ['SELECT', 'INSERT', 'UPDATE (bytes, expires_at)', 'DELETE'],
+    worker: ['SELECT', 'DELETE'],
     maintenance: ALL_DATA,
   },
 };

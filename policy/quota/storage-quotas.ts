@@ -52,6 +52,11 @@ export interface QuotaReservation {
   ensure(totalBytes: number): Promise<void>;
   /** Gives it back and stops renewing it; a no-op once publish settled it. Idempotent. */
   release(): Promise<void>;
+  /**
+   * Stops renewing it and keeps it until `untilMs` (wall clock): a multipart session's reservation
+   * lives as long as the session, whose completion (by any process) or abort ends it.
+   */
+  holdUntil(untilMs: number): Promise<void>;
 }
 
 /** One quota with its usage, or (no limit set) the usage alone. */
@@ -66,8 +71,13 @@ export interface QuotaUsage {
 }
 
 export interface StorageQuotas {
-  /** Reserves `bytes` against every quota that applies; undefined when none does; rejects with `quota_exceeded`. */
-  reserve(request: ReservationRequest): Promise<QuotaReservation | undefined>;
+  /**
+   * Reserves `bytes` against every quota that applies; undefined when none does; rejects with
+   * `quota_exceeded`. `id`: the reservation's id (a multipart session's, which its completion settles).
+   */
+  reserve(request: ReservationRequest, options?: { id?: string }): Promise<QuotaReservation | undefined>;
+  /** Gives back reservation `id` if it exists (an aborted multipart session's). */
+  release(id: string): Promise<void>;
   /** Every quota set, with its usage. */
   list(): Promise<QuotaUsage[]>;
   /** One subject's usage, and its limit if one is set. */
@@ -186,7 +196,8 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
   };
 
   return {
-    async reserve(request) {
+    release,
+    async reserve(request, reserveOptions) {
       // Most uploads meet no quota: one plain query, no transaction, decides that.
       const { rowCount } = await pool.query(
         `SELECT 1 FROM arkvory_storage_quotas
@@ -194,7 +205,7 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
         [request.repository, request.principalId ?? ''],
       );
       if (!rowCount) return undefined;
-      const id = randomUUID();
+      const id = reserveOptions?.id ?? randomUUID();
       if (!(await claim(id, request, true))) return undefined;
       let bytes = request.bytes;
       let released = false;
@@ -231,6 +242,13 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
           released = true;
           stopEvery(renewal);
           await release(id);
+        },
+        async holdUntil(untilMs) {
+          stopEvery(renewal);
+          await pool.query(
+            'UPDATE arkvory_quota_reservations SET expires_at = to_timestamp($2::double precision / 1000) WHERE id = $1',
+            [id, untilMs],
+          );
         },
       };
     },

@@ -4,6 +4,7 @@
  * so not one of their body bytes is sent or stored, checked on disk), and a chunked upload cut where
  * it crosses the quota, with nothing published and its reservation given back.
  */
+import { createHash } from 'node:crypto';
 import { readdir } from 'node:fs/promises';
 import http from 'node:http';
 import path from 'node:path';
@@ -11,6 +12,7 @@ import { describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { startGateway } from '../../test/support/gateway.ts';
+import { waitUntil } from '../../test/harness/index.ts';
 
 const db = useTestDatabase();
 const MiB = 1024 * 1024;
@@ -153,6 +155,72 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
     expect((await quota()).body).toMatchObject({ storedBytes: limit, remainingBytes: 0 });
 
     expect((await quota('DELETE')).status).toBe(204);
+    expect(await gw.stop()).toBe(0);
+  });
+
+  it('a multipart session reserves its declared size at start: refused past the quota, given back on abort, settled by completion', async () => {
+    const repository = 'quota-multipart';
+    await createRepository(db.pool, repository);
+    const writer = await createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const json = async (method: string, url: string, body?: unknown, raw?: Buffer) => {
+      const res = await fetch(url, {
+        method,
+        headers: { ...bearer(writer.key), 'content-type': raw ? 'application/octet-stream' : 'application/json' },
+        ...(raw ? { body: raw } : body ? { body: JSON.stringify(body) } : {}),
+      });
+      const text = await res.text();
+      return { status: res.status, body: (text ? JSON.parse(text) : {}) as Record<string, unknown> };
+    };
+    const usage = async () =>
+      (await db.pool.query<{ n: string }>(`SELECT coalesce(sum(bytes), 0)::text AS n FROM arkvory_quota_reservations`))
+        .rows[0]!.n;
+    await db.pool.query(
+      `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ('repository', $1, 1000)`,
+      [repository],
+    );
+    const start = (name: string, size: number) =>
+      json('POST', `${gw.url}/api/v1/repositories/${repository}/artifacts/${name}/uploads`, { size });
+
+    const refused = await start('too-big', 1001);
+    expect(refused).toMatchObject({
+      status: 507,
+      body: { code: 'quota_exceeded', quotaBytes: 1000, remainingBytes: 1000, requestedBytes: 1001 },
+    });
+    expect((await db.pool.query('SELECT id FROM arkvory_upload_sessions')).rows).toEqual([]);
+
+    const aborted = await start('aborted', 600);
+    expect(aborted.status).toBe(201);
+    expect(await usage()).toBe('600');
+    expect((await start('second', 600)).status).toBe(507); // 600 held by the open session
+    const session = (id: unknown) => `${gw.url}/api/v1/repositories/${repository}/uploads/${String(id)}`;
+    expect((await json('DELETE', session(aborted.body.upload))).status).toBe(204);
+    expect(await usage()).toBe('0');
+
+    const opened = await start('completed', 1000);
+    expect(opened.status).toBe(201);
+    const part = Buffer.alloc(1000, 3);
+    expect((await json('PUT', `${session(opened.body.upload)}/parts/1`, undefined, part)).status).toBe(200);
+    const sha256 = createHash('sha256').update(part).digest('hex');
+    expect(
+      (await json('POST', `${session(opened.body.upload)}/complete`, { parts: [{ partNumber: 1, sha256 }] })).status,
+    ).toBe(202);
+    await waitUntil(async () => (await json('GET', session(opened.body.upload))).body.state === 'done', {
+      what: 'the multipart upload to complete',
+      timeoutMs: 60_000,
+    });
+    expect(await usage()).toBe('0'); // settled by the completion's catalog insert
+    expect((await json('GET', `${gw.url}/api/v1/admin/quotas/repositories/${repository}`)).status).toBe(403);
+    const stored = await db.pool.query<{ n: string }>(
+      `SELECT sum(size_bytes)::text AS n FROM arkvory_artifacts WHERE repository = $1`,
+      [repository],
+    );
+    expect(stored.rows[0]!.n).toBe('1000');
+    expect((await start('full', 1)).body).toMatchObject({
+      code: 'quota_exceeded',
+      usageBytes: 1000,
+      remainingBytes: 0,
+    });
     expect(await gw.stop()).toBe(0);
   });
 });
