@@ -10,9 +10,11 @@ import http from 'node:http';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
-import { useTestDatabase } from '../../test/support/database.ts';
+import { createTestDatabase, useTestDatabase } from '../../test/support/database.ts';
 import { startGateway } from '../../test/support/gateway.ts';
 import { waitUntil } from '../../test/harness/index.ts';
+import { listKeys } from '../../test/support/s3-server.ts';
+import { sharedS3Bucket } from '../../test/support/shared-s3.ts';
 
 const db = useTestDatabase();
 const MiB = 1024 * 1024;
@@ -222,5 +224,44 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
       remainingBytes: 0,
     });
     expect(await gw.stop()).toBe(0);
+  });
+
+  it('on a real S3 server (SeaweedFS): the refused uploads put nothing in the bucket, a cut one leaves nothing staged', async () => {
+    // A database of its own: one is bound to one storage root, and the others here use a directory.
+    const s3db = await createTestDatabase();
+    const server = await sharedS3Bucket('seaweedfs');
+    try {
+      const repository = 'quota-s3';
+      await createRepository(s3db.pool, repository);
+      const writer = await createServiceAccount(s3db.pool, { grants: { [repository]: 'write' } });
+      const gw = await startGateway({
+        env: { ARKVORY_DATABASE_URL: s3db.url, ...server.env('arkvory/') },
+        timeoutMs: 60_000,
+      });
+      const artifact = (name: string) => `${gw.url}/api/v1/repositories/${repository}/artifacts/${name}`;
+      await s3db.pool.query(
+        `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ('repository', $1, $2)`,
+        [repository, 12 * MiB],
+      );
+      const answers = await Promise.all(
+        Array.from({ length: 6 }, (_, i) => put(artifact(`s3-${i}`), writer.key, payload(500 + i, 4 * MiB))),
+      );
+      expect(answers.filter((a) => a.status === 201)).toHaveLength(3);
+      const refused = answers.filter((a) => a.status !== 201);
+      expect(refused.map((a) => [a.status, a.continued, a.body.code])).toEqual(
+        Array.from({ length: 3 }, () => [507, false, 'quota_exceeded']),
+      );
+      expect(await listKeys(server, 'arkvory/blobs/')).toHaveLength(3);
+      expect(await listKeys(server, 'arkvory/tmp/')).toEqual([]);
+      const cut = await put(artifact('s3-chunked'), writer.key, payload(600, 2 * MiB), true);
+      expect(cut).toMatchObject({ status: 507, body: { code: 'quota_exceeded', remainingBytes: 0 } });
+      expect(await listKeys(server, 'arkvory/blobs/')).toHaveLength(3);
+      expect(await listKeys(server, 'arkvory/tmp/')).toEqual([]);
+      expect((await s3db.pool.query('SELECT id FROM arkvory_quota_reservations')).rows).toEqual([]);
+      expect(await gw.stop()).toBe(0);
+    } finally {
+      await server.destroy();
+      await s3db.drop();
+    }
   });
 });
