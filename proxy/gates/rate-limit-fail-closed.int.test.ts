@@ -3,13 +3,12 @@
  * stops: the rule that fails closed answers 503 `rate_limit_unavailable` (Retry-After 1), the
  * others still fail open, the denial is counted, and the gateway recovers when Redis is back.
  */
-import { setTimeout as sleep } from 'node:timers/promises';
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, startGateway } from '../../test/support/gateway.ts';
-import { startRedisServer, type RedisServer } from '../../test/harness/index.ts';
+import { startRedisServer, waitUntil, type RedisServer } from '../../test/harness/index.ts';
 
 const db = useTestDatabase();
 const servers: RedisServer[] = [];
@@ -76,12 +75,10 @@ describe('a fail-closed rate-limit rule (real gateway, real redis-server stopped
 
     // Redis back on the same port: the client reconnects by itself and the rule admits again.
     servers.push(await startRedisServer({ port: redis.port }));
-    let status = 0;
-    for (let attempt = 0; attempt < 100 && status !== 200; attempt++) {
-      status = (await fetch(`${gw.url}/health/live`)).status;
-      if (status !== 200) await sleep(50);
-    }
-    expect(status).toBe(200);
+    await waitUntil(async () => (await fetch(`${gw.url}/health/live`)).status === 200, {
+      what: 'the fail-closed rule to admit again once Redis is back',
+      timeoutMs: 30_000,
+    });
     expect(await gw.stop()).toBe(0);
   });
 });
