@@ -170,6 +170,19 @@ export const TABLE_GRANTS: Readonly<Record<string, Decision<TablePrivilege>>> = 
     reader: READ,
     maintenance: ALL_DATA,
   },
+  // Storage quotas: set through the admin API and CLI (writer), read by every upload's reservation.
+  arkvory_storage_quotas: {
+    writer: ALL_DATA,
+    maintenance: ALL_DATA,
+  },
+  // Uploads in progress: reserved, extended, renewed and released by the writer, settled by its
+  // catalog insert (a multipart session's by the worker's); the writer's next reservation deletes
+  // expired ones.
+  arkvory_quota_reservations: {
+    writer: ['SELECT', 'INSERT', 'UPDATE (bytes, expires_at)', 'DELETE'],
+    worker: ['SELECT', 'DELETE'],
+    maintenance: ALL_DATA,
+  },
 };
 
 export const SEQUENCE_GRANTS: Readonly<Record<string, Decision<SequencePrivilege>>> = {

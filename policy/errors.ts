@@ -18,6 +18,18 @@ export const POLICY_ERRORS = defineErrors('policy/errors.ts', {
     message: 'Too many requests; retry later.',
     advice: 'Wait `Retry-After` seconds; see the RateLimit headers.',
   },
+  rate_limit_unavailable: {
+    status: 503,
+    message: 'A rate-limit rule that fails closed could not reach its counter store; retry later.',
+    advice:
+      'A rule with `on_store_error: deny` applies and Redis is down or slow (`ARKVORY_REDIS_URL`); retry after `Retry-After` seconds. Rules without it fail open.',
+  },
+  quota_exceeded: {
+    status: 507,
+    message: 'The upload would exceed a storage quota.',
+    advice:
+      'The body names the quota (`scope`, `subject`), its `quota_bytes`, `usage_bytes` and `remaining_bytes`; delete artifacts or ask an admin to raise it (`arkvory quota set`).',
+  },
   busy: {
     status: 429,
     message: 'Too many transfers for this principal; retry later.',

@@ -84,8 +84,9 @@ const same = (a: unknown, b: unknown): boolean => JSON.stringify(a ?? null) === 
 /**
  * Why `override` (a published rule with a default rule's name, which replaces it: spec 2.5) is
  * weaker than `base`, or undefined when it is as strict or stricter on every count: the same
- * or a more binding action, no higher limit, no shorter window, no shorter ban, and the same
- * match, characteristics and count_distinct (a changed match may stop matching anything).
+ * or a more binding action, no higher limit, no shorter window, no shorter ban, still failing
+ * closed if it did, and the same match, characteristics and count_distinct (a changed match may
+ * stop matching anything).
  */
 export function weakening(base: RuleSpec, override: RuleSpec): string | undefined {
   if (ACTION_STRENGTH[override.action] < ACTION_STRENGTH[base.action])
@@ -99,6 +100,8 @@ export function weakening(base: RuleSpec, override: RuleSpec): string | undefine
     return override.ban_for_s === undefined
       ? `removes the ${base.ban_for_s} s ban`
       : `shortens ban_for_s from ${base.ban_for_s} to ${override.ban_for_s}`;
+  if (base.on_store_error === 'deny' && override.on_store_error !== 'deny')
+    return 'turns on_store_error deny into allow';
   if (!same(base.match, override.match)) return 'changes match';
   if (!same(base.characteristics, override.characteristics)) return 'changes characteristics';
   if (!same(base.count_distinct, override.count_distinct)) return 'changes count_distinct';

@@ -14,6 +14,19 @@ const ban: RuleSpec = {
 };
 
 describe('weakening a default rule', () => {
+  it.each<[string, RuleSpec['on_store_error'], RegExp | undefined]>([
+    ['still deny', 'deny', undefined],
+    ['allow', 'allow', /turns on_store_error deny into allow/],
+    ['absent (allow)', undefined, /turns on_store_error deny into allow/],
+  ])('a default that fails closed, overridden by %s', (_name, onStoreError, expected) => {
+    const closed: RuleSpec = { ...ban, on_store_error: 'deny' };
+    const override: RuleSpec = { ...ban };
+    if (onStoreError !== undefined) override.on_store_error = onStoreError;
+    const why = weakening(closed, override);
+    if (expected) expect(why).toMatch(expected);
+    else expect(why).toBeUndefined();
+  });
+
   it.each<[string, Partial<RuleSpec>, RegExp | undefined]>([
     ['the same rule', {}, undefined],
     ['a lower limit', { limit: 5 }, undefined],
@@ -26,6 +39,7 @@ describe('weakening a default rule', () => {
     ['no ban', { ban_for_s: undefined }, /removes the 900 s ban/],
     ['a narrower match', { match: { ip: '203.0.113.1' } }, /changes match/],
     ['other characteristics', { characteristics: [] }, /changes characteristics/],
+    ['failing closed where the default fails open', { on_store_error: 'deny' }, undefined],
   ])('%s', (_name, change, expected) => {
     const override = { ...ban, ...change };
     if (!('ban_for_s' in change) || change.ban_for_s !== undefined) Object.assign(override, change);

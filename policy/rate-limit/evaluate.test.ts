@@ -1,5 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { ALLOW_NOTHING_MATCHED, buildPlan, evaluate, summarize, type Outcome, type RuleState } from './evaluate.ts';
+import {
+  ALLOW_NOTHING_MATCHED,
+  buildPlan,
+  evaluate,
+  storeFailure,
+  summarize,
+  type Outcome,
+  type RuleState,
+} from './evaluate.ts';
 import { KEY_MEMO_MAX, RuleKeyMemo } from './keys.ts';
 import { defineRule } from './rules.ts';
 
@@ -272,5 +280,56 @@ describe('evaluate (the reference the Lua must equal)', () => {
     const blocked = summarize(plan, [{ count: 4, exceeded: true, banned: false, resetAtMs: T + 30_000 }]);
     expect(blocked).toMatchObject({ action: 'block', rule: { name: 'l3' }, info: { remaining: 0 } });
     expect(blocked.evaluations.map((e) => e.result)).toEqual(['exceeded']);
+  });
+
+  describe('storeFailure: the verdict when the store failed', () => {
+    const closed = (name: string) =>
+      defineRule({ name, action: 'limit', characteristics: ['ip'], limit: 5, periodS: 60, onStoreError: 'deny' });
+    const open = defineRule({
+      name: 'open',
+      action: 'limit',
+      characteristics: ['ip'],
+      limit: 5,
+      periodS: 60,
+      onStoreError: 'allow',
+    });
+    const failed = (rules: ReturnType<typeof defineRule>[], error = new Error('down')) =>
+      storeFailure(buildPlan('p:', 'lim', rules, { ip: '1' }, T), error);
+
+    it('fails open when no rule says deny (absent or allow), carrying the error and no rule', () => {
+      const error = new Error('down');
+      for (const rules of [[limit3], [open], [limit3, open, shadow], []]) {
+        const result = failed(rules, error);
+        expect(result).toEqual({
+          action: 'allow',
+          exceeded: false,
+          rule: undefined,
+          error,
+          info: undefined,
+          evaluations: [],
+        });
+        expect(result.error).toBe(error);
+      }
+    });
+
+    it('blocks with the first fail-closed rule, not exceeded, no info, one store_error evaluation', () => {
+      const error = new Error('down');
+      const result = failed([limit3, open, closed('first'), closed('second')], error);
+      expect(result).toEqual({
+        action: 'block',
+        exceeded: false,
+        rule: expect.objectContaining({ name: 'first' }),
+        error,
+        info: undefined,
+        evaluations: [{ rule: expect.objectContaining({ name: 'first' }), result: 'store_error', count: 0 }],
+      });
+      expect(result.error).toBe(error);
+      expect(failed([closed('only')]).rule?.name).toBe('only');
+    });
+
+    it('a skip before a fail-closed rule still bypasses it; one after it does not', () => {
+      expect(failed([skip, closed('after')]).action).toBe('allow');
+      expect(failed([closed('before'), skip])).toMatchObject({ action: 'block', rule: { name: 'before' } });
+    });
   });
 });

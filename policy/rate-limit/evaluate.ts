@@ -14,6 +14,9 @@
  *  - a `limit` rule that is exceeded blocks and is terminal; `log` never blocks and never stops.
  * A `skip` rule is terminal (applicableRules cut the list after it) and counts nothing.
  * `peek` computes the same outcomes for the given cost and writes nothing.
+ *
+ * When the store fails there are no outcomes: `storeFailure` decides from the plan alone (fail open,
+ * unless a limit rule the check would have counted says `on_store_error: deny`).
  */
 import { banKey, counterBase, counterKey, windowStartMs, type RuleKeyMemo } from './keys.ts';
 import type { Identifier } from './match.ts';
@@ -156,7 +159,8 @@ export function evaluate(
   return { outcomes, writes };
 }
 
-export type RuleResult = 'allow' | 'exceeded' | 'banned' | 'skip';
+/** `store_error`: the store failed and the rule says `on_store_error: deny`, so it blocked. */
+export type RuleResult = 'allow' | 'exceeded' | 'banned' | 'skip' | 'store_error';
 
 export interface RuleEvaluation {
   readonly rule: Rule;
@@ -183,7 +187,7 @@ export interface RateLimitResult {
   readonly exceeded: boolean;
   /** The most constraining evaluated rule; the skip rule when a skip ended the evaluation. */
   readonly rule: Rule | undefined;
-  /** Set when the store failed; the result then allows (fail open). */
+  /** Set when the store failed; the result then allows (fail open) unless a rule fails closed. */
   readonly error: Error | undefined;
   /** Absent for skip, for errors and when no counting rule applied. */
   readonly info: RateLimitInfo | undefined;
@@ -202,6 +206,27 @@ export const ALLOW_NOTHING_MATCHED: RateLimitResult = Object.freeze({
 
 export function failOpen(error: Error): RateLimitResult {
   return { action: 'allow', exceeded: false, rule: undefined, error, info: undefined, evaluations: [] };
+}
+
+/**
+ * The verdict when the store failed (or timed out) for `plan`: blocked by the first counting rule
+ * with `on_store_error: deny` (validation allows it on limit rules only), else open. Rules after a
+ * skip are not in the plan, so a skip still bypasses them. Nothing was counted: no info, and the
+ * one evaluation reported is the denying rule's.
+ */
+export function storeFailure(plan: Plan, error: Error): RateLimitResult {
+  for (const p of plan.counting) {
+    if (p.rule.onStoreError === 'deny')
+      return {
+        action: 'block',
+        exceeded: false,
+        rule: p.rule,
+        error,
+        info: undefined,
+        evaluations: [{ rule: p.rule, result: 'store_error', count: 0 }],
+      };
+  }
+  return failOpen(error);
 }
 
 /**

@@ -16,7 +16,50 @@ function capturingLog() {
   return { log, lines };
 }
 
+const FAILED_MSG = 'rate-limit store failed; failing open except for rules with on_store_error: deny';
+
 describe('limiter', () => {
+  it('fails closed on a store error (rejected or thrown) where an applicable rule says on_store_error: deny', async () => {
+    const closed = defineRule({
+      name: 'closed',
+      action: 'limit',
+      characteristics: ['ip'],
+      limit: 1,
+      periodS: 60,
+      match: { ip: 'a' },
+      onStoreError: 'deny',
+    });
+    const stores: CounterStore[] = [
+      { kind: 'redis', run: async () => Promise.reject(new Error('boom')), clear: async () => undefined },
+      {
+        kind: 'redis',
+        run: () => {
+          throw new Error('boom');
+        },
+        clear: async () => undefined,
+      },
+    ];
+    for (const store of stores) {
+      const registry = new Registry();
+      const limiter = createLimiter(
+        { store, clock: new ManualClock(), log: pino({ level: 'silent' }), metrics: createRateLimitMetrics(registry) },
+        { name: 'lim', rules: [rule, closed] },
+      );
+      expect(await limiter.check({ ip: 'a' })).toMatchObject({
+        action: 'block',
+        exceeded: false,
+        rule: { name: 'closed' },
+        error: expect.objectContaining({ message: 'boom' }),
+      });
+      expect(await limiter.peek({ ip: 'a' })).toMatchObject({ action: 'block', rule: { name: 'closed' } });
+      // The deny rule does not match this identifier: the other rule fails open.
+      expect(await limiter.check({ ip: 'b' })).toMatchObject({ action: 'allow', rule: undefined });
+      expect(await registry.getSingleMetricAsString(METRIC_NAMES.ruleEvaluations)).toContain(
+        'rule="closed",action="limit",result="store_error"} 1',
+      );
+    }
+  });
+
   it('fails open on a store error: allows, sets error, no info; logs once per interval and counts every one', async () => {
     const failing: CounterStore = {
       kind: 'memory',
@@ -37,10 +80,10 @@ describe('limiter', () => {
         info: undefined,
         error: expect.objectContaining({ message: 'boom' }),
       });
-    expect(lines.filter((l) => l.msg === 'rate-limit store failed; failing open')).toHaveLength(1);
+    expect(lines.filter((l) => l.msg === FAILED_MSG)).toHaveLength(1);
     clock.advance(10_000);
     await limiter.peek({ ip: 'a' });
-    const logged = lines.filter((l) => l.msg === 'rate-limit store failed; failing open');
+    const logged = lines.filter((l) => l.msg === FAILED_MSG);
     expect(logged).toHaveLength(2);
     expect(logged[1]).toMatchObject({ suppressed: 2, operation: 'peek' });
     expect(await registry.getSingleMetricAsString(METRIC_NAMES.checks)).toContain(

@@ -1,8 +1,9 @@
 /**
  * `Limiter` (spec 1.1): built once per checkpoint with a name and ordered rules, then
  * `check` / `peek` / `clear` per request. A store failure or a store slower than `timeoutMs` fails
- * open: the result allows, carries `error`, is counted (the `error` label of checks and peeks; a
- * failed `clear` is only logged, spec 1.10), and is logged at most once per interval.
+ * open (unless an applicable rule says `on_store_error: deny`: `storeFailure` in evaluate.ts): the
+ * result carries `error`, is counted (the `error` label of checks and peeks; a failed `clear` is
+ * only logged, spec 1.10), and is logged at most once per interval.
  */
 import type { Logger } from 'pino';
 import type { Clock } from '../clock.ts';
@@ -10,6 +11,7 @@ import {
   ALLOW_NOTHING_MATCHED,
   buildPlan,
   failOpen,
+  storeFailure,
   summarize,
   type Mode,
   type Plan,
@@ -91,7 +93,7 @@ export function createLimiter(deps: LimiterDeps, definition: LimiterDefinition):
           code: typeof code === 'string' ? code : 'store_unavailable',
           suppressed: suppressedErrors,
         },
-        'rate-limit store failed; failing open',
+        'rate-limit store failed; failing open except for rules with on_store_error: deny',
       );
       lastErrorLogMs = now;
       suppressedErrors = 0;
@@ -134,9 +136,9 @@ export function createLimiter(deps: LimiterDeps, definition: LimiterDefinition):
       if (!isPromise(outcomes)) return summarize(plan, outcomes);
       return withTimeout(outcomes, timeoutMs)
         .then((o) => summarize(plan, o))
-        .catch((err: unknown) => failOpen(reportError(mode, err)));
+        .catch((err: unknown) => storeFailure(plan, reportError(mode, err)));
     } catch (err) {
-      return failOpen(reportError(mode, err));
+      return storeFailure(plan, reportError(mode, err));
     }
   };
 

@@ -20,6 +20,10 @@ const MAX_SECONDS = 366 * 24 * 3600;
 
 export type MatchValue = string | { readonly regex: string };
 
+/** What a rule does when its counter store cannot answer: `allow` (fail open, the default) or `deny`. */
+export const STORE_ERROR_ACTIONS = ['allow', 'deny'] as const;
+export type StoreErrorAction = (typeof STORE_ERROR_ACTIONS)[number];
+
 /** A rule as written in YAML/JSON (spec 2.3 `Rule`). */
 export interface RuleSpec {
   name: string;
@@ -31,6 +35,7 @@ export interface RuleSpec {
   period_s?: number;
   count_distinct?: string;
   ban_for_s?: number;
+  on_store_error?: StoreErrorAction;
 }
 
 /** A number, or a callable resolved at check time (spec 1.7; Phase 1 passthrough only). */
@@ -47,6 +52,8 @@ export interface Rule {
   readonly periodS?: Resolvable | undefined;
   readonly countDistinct?: string | undefined;
   readonly banForS?: number | undefined;
+  /** `deny`: a check this rule applies to is refused when the store fails; absent or `allow`: fail open. */
+  readonly onStoreError?: StoreErrorAction | undefined;
 }
 
 /** What one limiter declares in `available_limiters.yaml` (spec 2.2). */
@@ -88,6 +95,7 @@ const RULE_FIELDS = new Set([
   'period_s',
   'count_distinct',
   'ban_for_s',
+  'on_store_error',
 ]);
 
 /**
@@ -213,6 +221,12 @@ export function validateRule(
     problem(undefined, 'limit and log rules require limit and period_s');
   if (hasBan && countDistinct !== undefined) problem('ban_for_s', 'ban_for_s cannot be combined with count_distinct');
   if (hasBan && action === 'skip') problem('ban_for_s', 'ban_for_s is not valid on skip rules');
+  const onStoreError = value.on_store_error;
+  if (onStoreError !== undefined && !STORE_ERROR_ACTIONS.includes(onStoreError as StoreErrorAction))
+    problem('on_store_error', `on_store_error must be allow or deny; got ${JSON.stringify(onStoreError)}`);
+  // Only a limit rule blocks; a log or skip rule that denied on a store failure would block what it never blocks.
+  else if (onStoreError === 'deny' && action !== 'limit')
+    problem('on_store_error', 'on_store_error: deny is valid on limit rules only');
   if (problems.length > start) return undefined;
   const spec: RuleSpec = { name: rawName as string, action: action as Action, characteristics, match };
   if (typeof value.description === 'string') spec.description = value.description;
@@ -220,6 +234,7 @@ export function validateRule(
   if (periodS !== undefined) spec.period_s = periodS;
   if (countDistinct !== undefined) spec.count_distinct = countDistinct;
   if (banForS !== undefined) spec.ban_for_s = banForS;
+  if (onStoreError !== undefined) spec.on_store_error = onStoreError as StoreErrorAction;
   return spec;
 }
 
@@ -430,6 +445,7 @@ export function ruleFromSpec(spec: RuleSpec): Rule {
     periodS: spec.period_s,
     countDistinct: spec.count_distinct,
     banForS: spec.ban_for_s,
+    onStoreError: spec.on_store_error,
   };
 }
 
@@ -445,6 +461,7 @@ export function specFromRule(rule: Rule): RuleSpec {
   if (typeof rule.periodS === 'number') spec.period_s = rule.periodS;
   if (rule.countDistinct !== undefined) spec.count_distinct = rule.countDistinct;
   if (rule.banForS !== undefined) spec.ban_for_s = rule.banForS;
+  if (rule.onStoreError !== undefined) spec.on_store_error = rule.onStoreError;
   return spec;
 }
 
@@ -462,6 +479,7 @@ export function defineRule(input: {
   periodS?: Resolvable;
   countDistinct?: string;
   banForS?: number;
+  onStoreError?: StoreErrorAction;
 }): Rule {
   const problems: RuleProblem[] = [];
   const probe: Record<string, unknown> = {
@@ -473,6 +491,7 @@ export function defineRule(input: {
     period_s: typeof input.periodS === 'function' ? 1 : input.periodS,
     count_distinct: input.countDistinct,
     ban_for_s: input.banForS,
+    on_store_error: input.onStoreError,
   };
   if (input.description !== undefined) probe.description = input.description;
   const spec = validateRule(probe, [], problems);

@@ -5,6 +5,7 @@ import { dbCommand } from './db-command.ts';
 import { doctorCommand } from './doctor-command.ts';
 import { gcCommand, scrubCommand } from './maintenance-commands.ts';
 import { cacheCommand } from './cache-commands.ts';
+import { quotaCommand } from './quota-commands.ts';
 import { migrateCommand } from './migrate-command.ts';
 import { getCommand, presignCommand, putCommand } from './client-commands.ts';
 import { policyCommand } from './policy-command.ts';
@@ -29,6 +30,7 @@ export const COMMANDS: readonly Command[] = [
   scrubCommand,
   gcCommand,
   cacheCommand,
+  quotaCommand,
   backupCommand,
   restoreCommand,
   presignSecretCommand,

@@ -245,7 +245,7 @@ export const VARIABLES: readonly VariableSpec[] = [
     name: 'ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS',
     kind: { type: 'int', min: 1, max: 60000 },
     defaultValue: '250',
-    doc: 'Longest a rate-limit check waits for Redis; slower (or Redis down) → the check fails open (allowed, counted, logged).',
+    doc: 'Longest a rate-limit check waits for Redis; slower (or Redis down) → the check fails open (allowed, counted, logged), or 503 `rate_limit_unavailable` when an applicable rule says `on_store_error: deny`.',
   },
   {
     name: 'ARKVORY_REDIS_KEY_PREFIX',

@@ -157,6 +157,28 @@ describe('the console in chromium', () => {
     await page.waitForSelector('#transfer-rows tr[data-transfer]', { state: 'detached' });
   });
 
+  it('shows a usage bar per storage quota, filled to the repository usage', async () => {
+    const stored = Number(
+      (
+        await db.pool.query<{ n: string }>(
+          `SELECT coalesce(sum(size_bytes), 0)::text AS n FROM (SELECT DISTINCT sha256, size_bytes FROM arkvory_artifacts WHERE repository = 'libs') b`,
+        )
+      ).rows[0]!.n,
+    );
+    expect(stored).toBeGreaterThan(0);
+    const set = await request(`${writer.url}/api/v1/admin/quotas/repositories/libs`, {
+      method: 'PUT',
+      headers: { ...bearer(adminKey), 'content-type': 'application/json' },
+      body: Buffer.from(JSON.stringify({ limitBytes: stored * 4 })),
+    });
+    expect(set.status).toBe(200);
+    const bar = page.locator('#quota-rows tr[data-quota="repository:libs"] meter');
+    await bar.waitFor({ timeout: POLL.timeout });
+    expect(Number(await bar.getAttribute('max'))).toBe(stored * 4);
+    expect(Number(await bar.getAttribute('value'))).toBe(stored);
+    expect(await bar.getAttribute('title')).toBe('25.0% used');
+  });
+
   it('publishes a rule through the form, sees it refuse a request, changes it and deletes it', async () => {
     const probe = () =>
       request(`${writer.url}/api/v1/repositories`, { headers: bearer(limited.key) }).then((r) => r.status);

@@ -1,8 +1,11 @@
 /**
  * `GET /console/api/status`: this gateway, the shared-profile slots and their health, admission and
  * live transfers, bandwidth ceilings with five minutes of one-second samples, recent rate-limit
- * blocks, and the slice cache's hit ratio and size (null without one).
+ * blocks, the slice cache's hit ratio and size (null without one), and the storage quotas with
+ * their usage (docs/storage-quotas.md).
  */
+import { createStorageQuotas } from '../../policy/quota/storage-quotas.ts';
+import { quotaBody } from '../admin/quota-admin-routes.ts';
 import { sendJson } from '../server/http-errors.ts';
 import type { Route } from '../server/route-types.ts';
 import type { Services } from '../server/services.ts';
@@ -12,6 +15,7 @@ import { createHealthProber, rateLimitBlocks, readSlots, sliceCacheView } from '
 
 export function statusRoute(services: Services, samples: RateSamples): Route {
   const { clock, pool, transfers, config, lifecycle, coordinator } = services;
+  const quotas = createStorageQuotas(pool);
   const probe = createHealthProber({ timeoutMs: 1000, cacheMs: 1500, monotonicMs: () => clock.monotonicMs() });
   return api(['GET'], 'status', async (ctx) => {
     const slots = config.shared ? await readSlots(pool) : [];
@@ -65,6 +69,7 @@ export function statusRoute(services: Services, samples: RateSamples): Route {
       },
       rateLimits: { blocks: await rateLimitBlocks() },
       sliceCache: services.metrics ? await sliceCacheView(services.metrics.registry, config.sliceCache.maxBytes) : null,
+      quotas: (await quotas.list()).map(quotaBody),
     });
   });
 }

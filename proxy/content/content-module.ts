@@ -6,6 +6,7 @@
 import type { Permission } from '../../policy/auth/authorize.ts';
 import type { PresignedLinks } from '../../policy/auth/presigned-links.ts';
 import { createCatalog } from '../../storage-adapter/catalog/catalog.ts';
+import { createStorageQuotas } from '../../policy/quota/storage-quotas.ts';
 import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import { createContentCaches } from './caches.ts';
 import type { Route } from '../server/route-types.ts';
@@ -14,6 +15,7 @@ import { artifactRoutes } from './artifact-routes.ts';
 import { contentRoutes, type ContentMeters } from './content-routes.ts';
 import { presignRoutes } from './presign-routes.ts';
 import { cacheAdminRoutes } from '../admin/cache-admin-routes.ts';
+import { quotaAdminRoutes } from '../admin/quota-admin-routes.ts';
 import type { Services } from '../server/services.ts';
 import { registerSliceCacheMetrics } from '../metrics/slice-cache-metrics.ts';
 import { registerCacheMetrics } from '../metrics/cache-metrics.ts';
@@ -67,9 +69,16 @@ export async function openContentModule(
     { storageId: store.storageId, writable: store.writable, store: store.kind, location: store.location },
     'storage root verified',
   );
+  const quotas = store.writable ? createStorageQuotas(services.pool) : undefined;
   const catalog = await caches.catalog(createCatalog(services.pool, { sliceBytes: config.sliceCache.sliceBytes }));
   const routes = [
-    ...contentRoutes({ store, catalog, maxUploadBytes: config.maxUploadBytes, meters: deps.meters }),
+    ...contentRoutes({
+      store,
+      catalog,
+      maxUploadBytes: config.maxUploadBytes,
+      meters: deps.meters,
+      quotas,
+    }),
     ...artifactRoutes({
       catalog,
       writable: store.writable,
@@ -80,6 +89,7 @@ export async function openContentModule(
       ? presignRoutes({ links: deps.links, catalog, maxExpiresSeconds: config.presignMaxExpiresSeconds })
       : []),
     ...cacheAdminRoutes({ pool: services.pool, catalog, sliceCache: () => caches.sliceCache() }),
+    ...(quotas ? quotaAdminRoutes(quotas) : []),
   ];
   return { routes, store };
 }

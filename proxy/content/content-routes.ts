@@ -15,6 +15,7 @@ import { APT_TEMPLATE, aptAssetKey, CONTENT_TEMPLATES, keyFromParams, pathOfKey 
 import { type ContentPlan, planContentResponse } from './response.ts';
 import { sendSegments } from './stream.ts';
 import { PolicyError } from '../../policy/errors.ts';
+import type { QuotaReservation, StorageQuotas } from '../../policy/quota/storage-quotas.ts';
 import { GatewayError } from '../server/errors.ts';
 import { sendError, sendJson } from '../server/http-errors.ts';
 import type { RequestContext, Route } from '../server/route-types.ts';
@@ -30,6 +31,8 @@ export interface ContentDeps {
   readonly catalog: Catalog;
   readonly maxUploadBytes: number;
   readonly meters?: ContentMeters | undefined;
+  /** Storage quotas (writer); absent → none checked. */
+  readonly quotas?: StorageQuotas | undefined;
 }
 
 const DEFAULT_CONTENT_TYPE = 'application/octet-stream';
@@ -151,8 +154,25 @@ function declaredContentType(ctx: RequestContext): string {
   return raw;
 }
 
+/**
+ * A body without Content-Length, counted against its reservation: the reservation grows as bytes
+ * arrive and the upload fails with `quota_exceeded` (nothing published) at the chunk that would not fit.
+ */
+async function* withinReservation(
+  body: AsyncIterable<Uint8Array>,
+  reservation: QuotaReservation,
+): AsyncGenerator<Uint8Array> {
+  let receivedBytes = 0;
+  for await (const chunk of body) {
+    receivedBytes += chunk.byteLength;
+    if (receivedBytes > reservation.bytes) await reservation.ensure(receivedBytes);
+    yield chunk;
+  }
+}
+
 async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext): Promise<void> {
   const { req, res } = ctx;
+  let reservation: QuotaReservation | undefined;
   try {
     if (!deps.store.writable) throw readOnlyError();
     const key = keyFromParams(kind, ctx.params);
@@ -165,12 +185,20 @@ async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext
     }
     const expectedSha256 = parseContentDigestSha256(header(ctx, 'content-digest'));
     const contentType = declaredContentType(ctx);
+    // Before 100 Continue: a declared size that does not fit is refused before a body byte is read.
+    reservation = await deps.quotas?.reserve({
+      repository: key.repository,
+      principalId: ctx.principal?.id ?? null,
+      bytes: length ?? 0,
+    });
     ctx.continueBody();
+    // A refused body (too large, bad digest) must not destroy the request: that resets the
+    // connection before the client can read the answer; the front door lingers instead.
+    const body = req.iterator({ destroyOnReturn: false });
     const result = await publishArtifact(deps, {
       key,
-      // A refused body (too large, bad digest) must not destroy the request: that resets the
-      // connection before the client can read the answer; the front door lingers instead.
-      body: req.iterator({ destroyOnReturn: false }),
+      body: reservation && length === undefined ? withinReservation(body, reservation) : body,
+      settleReservation: reservation?.id,
       contentType,
       publishedBy: ctx.principal?.id ?? null,
       stage: {
@@ -191,6 +219,9 @@ async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext
     // The rest of the body is unread: close the connection after the answer instead of draining it.
     if (!req.complete && !res.headersSent) res.setHeader('connection', 'close');
     throw err;
+  } finally {
+    // Settled by the publish already, or given back now; if PostgreSQL fails here it expires by itself.
+    await reservation?.release().catch((err: unknown) => ctx.log.warn({ err }, 'quota reservation not released'));
   }
 }
 

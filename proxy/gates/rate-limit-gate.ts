@@ -44,7 +44,20 @@ function policyHeader(rule: { readonly name: string }, limit: number, periodS: n
   return text;
 }
 
+/** Seconds a client refused because a fail-closed rule's store failed waits: a reconnect is not predictable. */
+export const STORE_ERROR_RETRY_AFTER_S = 1;
+
+/**
+ * A block as an error: 429 `rate_limited` with the RateLimit headers when a rule was exceeded;
+ * 503 `rate_limit_unavailable` when the store failed and a rule fails closed (nothing was over its
+ * limit, and no count exists to report).
+ */
 function blocked(result: RateLimitResult, nowMs: number, message?: string): PolicyError {
+  if (result.error !== undefined)
+    return new PolicyError('rate_limit_unavailable', undefined, {
+      headers: { 'retry-after': String(STORE_ERROR_RETRY_AFTER_S) },
+      cause: result.error,
+    });
   return new PolicyError('rate_limited', message, { headers: rateLimitHeaders(result, nowMs) });
 }
 

@@ -5,7 +5,9 @@
  */
 import { ARTIFACT_KINDS } from '../../storage-adapter/catalog/catalog.ts';
 import { StorageError } from '../../storage-adapter/errors.ts';
+import { randomUUID } from 'node:crypto';
 import type { SessionScope, UploadSession, UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
+import type { StorageQuotas } from '../../policy/quota/storage-quotas.ts';
 import { CONTENT_TEMPLATES, keyFromParams, pathOfKey } from '../content/paths.ts';
 import { GatewayError } from '../server/errors.ts';
 import { sendJson } from '../server/http-errors.ts';
@@ -53,6 +55,8 @@ export function multipartRoutes(deps: {
   maxPartBytes: number;
   writable: boolean;
   meters?: ContentMeters;
+  /** Storage quotas: a session that declares its size reserves it; absent → none checked. */
+  quotas?: StorageQuotas | undefined;
 }): Route[] {
   const { sessions } = deps;
   const writable = <T>(f: T): T => {
@@ -76,12 +80,28 @@ export function multipartRoutes(deps: {
         throw new StorageError('invalid_request', 'sha256 must be 64 lowercase hex characters');
       if (typeof contentType !== 'string' || !MEDIA_TYPE.test(contentType))
         throw new StorageError('invalid_request', 'contentType must be a media type such as application/octet-stream');
-      const session = await sessions.create(key, {
-        contentType,
-        ...(size !== undefined ? { expectedSize: size as number } : {}),
-        ...(sha256 !== undefined ? { expectedSha256: sha256 as string } : {}),
-        principalId: ctx.principal?.id ?? null,
-      });
+      const principalId = ctx.principal?.id ?? null;
+      // A declared size is reserved before the session exists, under the session's id: the
+      // completion's catalog insert settles it, an abort gives it back, else it ends with the session.
+      const id = randomUUID();
+      const reservation =
+        size === undefined
+          ? undefined
+          : await deps.quotas?.reserve({ repository: key.repository, principalId, bytes: size as number }, { id });
+      let session: UploadSession;
+      try {
+        session = await sessions.create(key, {
+          contentType,
+          ...(size !== undefined ? { expectedSize: size as number } : {}),
+          ...(sha256 !== undefined ? { expectedSha256: sha256 as string } : {}),
+          principalId,
+          id,
+        });
+        await reservation?.holdUntil(Date.parse(session.expiresAt));
+      } catch (err) {
+        await reservation?.release();
+        throw err;
+      }
       const out = sessionBody(session);
       sendJson(ctx.res, 201, out, { location: out.url as string });
     },
@@ -102,6 +122,7 @@ export function multipartRoutes(deps: {
       async handle(ctx) {
         writable(null);
         await sessions.abort(scopeOf(ctx), ctx.params.upload!);
+        await deps.quotas?.release(ctx.params.upload!);
         ctx.res.writeHead(204).end();
       },
     },

@@ -1,3 +1,4 @@
+import { createStorageQuotas } from '../../policy/quota/storage-quotas.ts';
 import { createCatalog } from '../../storage-adapter/catalog/catalog.ts';
 import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import { UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
@@ -55,6 +56,7 @@ export async function startMultipart(
       maxPartBytes: services.config.maxUploadBytes,
       writable: store.writable,
       meters,
+      quotas: store.writable ? createStorageQuotas(services.pool) : undefined,
     }),
   };
 }

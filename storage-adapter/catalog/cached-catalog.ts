@@ -94,8 +94,8 @@ export function createCachedCatalog(inner: Catalog, validity: CacheValidity, bou
       if (cached) hits++;
       return cached;
     },
-    async insertOrGet(entry) {
-      return inner.insertOrGet(entry);
+    async insertOrGet(entry, options) {
+      return inner.insertOrGet(entry, options);
     },
     async remove(key) {
       // This process forgets at once; the epoch bump tells every other gateway.

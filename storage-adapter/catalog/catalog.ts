@@ -72,8 +72,15 @@ export interface Catalog {
    * nothing is known without asking (`get`), never "absent".
    */
   peek?(key: ArtifactKey): CatalogEntry | undefined;
-  /** Inserts in one statement; returns the row now stored under the key (ours or an earlier one). */
-  insertOrGet(entry: NewCatalogEntry): Promise<{ inserted: boolean; entry: CatalogEntry }>;
+  /**
+   * Inserts in one statement; returns the row now stored under the key (ours or an earlier one).
+   * `settleReservation`: the storage-quota reservation (migrations/0050) the same statement deletes,
+   * so the bytes count once, as the reservation or as the row, to every concurrent reader.
+   */
+  insertOrGet(
+    entry: NewCatalogEntry,
+    options?: { settleReservation?: string | undefined },
+  ): Promise<{ inserted: boolean; entry: CatalogEntry }>;
   /** Removes the catalog row only; the blob stays until offline gc. */
   remove(key: ArtifactKey): Promise<boolean>;
   /** Every sha256 some row references (for gc and tests). */
@@ -95,7 +102,21 @@ export function createCatalog(pool: pg.Pool, options: { sliceBytes?: number } = 
       );
       return rows[0] ? toEntry(rows[0]) : undefined;
     },
-    async insertOrGet(entry) {
+    async insertOrGet(entry, options) {
+      const params: unknown[] = [
+        ...keyParams(entry),
+        entry.sha256,
+        entry.sizeBytes,
+        entry.contentType,
+        entry.publishedBy,
+      ];
+      // A data-modifying WITH runs to completion whether or not the query reads it: the reservation
+      // goes in the same transaction as the row.
+      let settle = '';
+      if (options?.settleReservation !== undefined) {
+        params.push(options.settleReservation);
+        settle = `, settled AS (DELETE FROM arkvory_quota_reservations WHERE id = $${params.length})`;
+      }
       // One statement is one transaction: either our row is inserted, or we read the winner's.
       const { rows } = await pool.query<Row & { inserted: boolean }>(
         `WITH ins AS (
@@ -103,9 +124,9 @@ export function createCatalog(pool: pg.Pool, options: { sliceBytes?: number } = 
            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
            ON CONFLICT (repository, kind, name, version, asset) DO NOTHING
            RETURNING ${COLUMNS}
-         )
+         )${settle}
          SELECT ${COLUMNS}, true AS inserted FROM ins`,
-        [...keyParams(entry), entry.sha256, entry.sizeBytes, entry.contentType, entry.publishedBy],
+        params,
       );
       if (rows[0]) return { inserted: true, entry: toEntry(rows[0]) };
       const existing = await this.get(entry);

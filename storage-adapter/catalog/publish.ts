@@ -15,6 +15,8 @@ export interface PublishRequest {
   readonly stage: StageOptions;
   /** Stages the bytes another way than `store.stage(body)` (server-side assembly); undefined → `body` is staged. */
   readonly stager?: ((options: StageOptions) => Promise<StagedBlob | undefined>) | undefined;
+  /** A storage-quota reservation the catalog insert settles (deletes) in the same statement. */
+  readonly settleReservation?: string | undefined;
 }
 
 /** `created`: a new row; `unchanged`: the same bytes were already published under the key. */
@@ -41,13 +43,16 @@ export async function publishArtifact(
     await staged.commit();
     // Digests before the row: a reader that finds the row can verify every slice it fills.
     if (staged.sliceDigests) await deps.catalog.recordSlices?.(staged.sha256, staged.sliceDigests);
-    const { inserted, entry } = await deps.catalog.insertOrGet({
-      ...request.key,
-      sha256: staged.sha256,
-      sizeBytes: staged.sizeBytes,
-      contentType: request.contentType,
-      publishedBy: request.publishedBy,
-    });
+    const { inserted, entry } = await deps.catalog.insertOrGet(
+      {
+        ...request.key,
+        sha256: staged.sha256,
+        sizeBytes: staged.sizeBytes,
+        contentType: request.contentType,
+        publishedBy: request.publishedBy,
+      },
+      { settleReservation: request.settleReservation },
+    );
     return inserted ? { outcome: 'created', entry } : compare(entry, staged.sha256);
   } finally {
     await staged.discard();

@@ -83,6 +83,8 @@ export async function assembleJob(
         }),
       contentType: row.content_type,
       publishedBy: row.principal_id,
+      // A session that declared its size reserved it against the storage quotas under its own id.
+      settleReservation: job.sessionId,
       stage: {
         maxBytes: Number.MAX_SAFE_INTEGER,
         expectedLength: total,

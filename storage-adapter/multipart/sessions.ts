@@ -113,14 +113,21 @@ export class UploadSessions {
 
   async create(
     key: ArtifactKey,
-    options: { contentType: string; expectedSize?: number; expectedSha256?: string; principalId: string | null },
+    options: {
+      contentType: string;
+      expectedSize?: number;
+      expectedSha256?: string;
+      principalId: string | null;
+      /** The session's id, when the caller made one already (its storage-quota reservation's). */
+      id?: string;
+    },
   ): Promise<UploadSession> {
     if (options.expectedSize !== undefined && options.expectedSize > this.#limits.maxUploadBytes)
       throw new StorageError(
         'upload_too_large',
         `The declared size ${options.expectedSize} is larger than ARKVORY_MAX_UPLOAD_BYTES (${this.#limits.maxUploadBytes}).`,
       );
-    const id = randomUUID();
+    const id = options.id ?? randomUUID();
     return withTransaction(this.#pool, async (client) => {
       await lockPrincipal(client, options.principalId);
       const open = await client.query<{ n: number }>(

@@ -35,6 +35,7 @@ import { presignRoutes } from '../../proxy/content/presign-routes.ts';
 import { healthRoutes } from '../../proxy/server/health-routes.ts';
 import { rateLimitAdminRoutes } from '../../proxy/admin/rate-limit-admin-routes.ts';
 import { cacheAdminRoutes } from '../../proxy/admin/cache-admin-routes.ts';
+import { quotaAdminRoutes } from '../../proxy/admin/quota-admin-routes.ts';
 import type { Services } from '../../proxy/server/services.ts';
 import { Registry } from 'prom-client';
 import { bearer, createRepository, createServiceAccount } from '../support/auth.ts';
@@ -69,6 +70,7 @@ async function registeredRoutes(): Promise<Route[]> {
     ...presignRoutes({ links: unused, catalog: unused, maxExpiresSeconds: 1 }),
     ...rateLimitAdminRoutes(unused),
     ...cacheAdminRoutes({ pool: unused, catalog: unused, sliceCache: unused }),
+    ...quotaAdminRoutes(unused),
     metricsRoute(createGatewayMetrics({ registry: new Registry(), processMetrics: false }), undefined),
   ];
 }
@@ -396,6 +398,28 @@ describe('real responses against the document', () => {
       body: { repository: 'docs', artifact: 'no-such-artifact' },
     });
     await call('POST', '/api/v1/admin/cache/purge', '/api/v1/admin/cache/purge', { headers: admin, body: {} });
+    // Storage quotas: set, shown, listed, an upload refused by one (507 with its numbers), removed.
+    const QUOTA = '/api/v1/admin/quotas';
+    const REPO_QUOTA = `${QUOTA}/repositories/:subject`;
+    const PRINCIPAL_QUOTA = `${QUOTA}/principals/:subject`;
+    await call('PUT', REPO_QUOTA, `${QUOTA}/repositories/libs`, { headers: admin, body: { limitBytes: 1 } });
+    await call('PUT', REPO_QUOTA, `${QUOTA}/repositories/libs`, { headers: admin, body: { limitBytes: -1 } });
+    await call('PUT', REPO_QUOTA, `${QUOTA}/repositories/Not%20A%20Repo`, { headers: admin, body: { limitBytes: 1 } });
+    await call('GET', REPO_QUOTA, `${QUOTA}/repositories/libs`, { headers: admin });
+    await call('GET', QUOTA, QUOTA, { headers: admin });
+    await call('PUT', CONTENT_TEMPLATES.artifact, '/api/v1/repositories/libs/artifacts/over-quota.bin', {
+      headers: user,
+      body: bytes,
+    });
+    await call('DELETE', REPO_QUOTA, `${QUOTA}/repositories/libs`, { headers: admin });
+    await call('DELETE', REPO_QUOTA, `${QUOTA}/repositories/libs`, { headers: admin });
+    await call('PUT', PRINCIPAL_QUOTA, `${QUOTA}/principals/contract-writer`, {
+      headers: admin,
+      body: { limitBytes: 10 ** 12 },
+    });
+    await call('GET', PRINCIPAL_QUOTA, `${QUOTA}/principals/contract-writer`, { headers: admin });
+    await call('GET', PRINCIPAL_QUOTA, `${QUOTA}/principals/nobody`, { headers: admin });
+    await call('DELETE', PRINCIPAL_QUOTA, `${QUOTA}/principals/contract-writer`, { headers: admin });
     // Rate limits.
     await call('GET', '/api/v1/admin/rate-limits', '/api/v1/admin/rate-limits', { headers: admin });
     await call('GET', '/api/v1/admin/rate-limits/:limiter', '/api/v1/admin/rate-limits/gateway_request', {

@@ -42,6 +42,11 @@ describe('the rule schema', () => {
       [{ name: 'r', action: 'limit', limit: 1, period_s: 1, ban_for_s: 9, count_distinct: 'ip' }, false],
       [{ name: 'r', action: 'limit', limit: 1, period_s: 1, characteristics: ['ip', 'ip'] }, false],
       [{ name: 'r', action: 'limit', limit: 1, period_s: 1, match: { ip: { regex: 'a', flags: 'i' } } }, false],
+      [{ name: 'r', action: 'limit', limit: 1, period_s: 1, on_store_error: 'deny' }, true],
+      [{ name: 'r', action: 'log', limit: 1, period_s: 1, on_store_error: 'allow' }, true],
+      [{ name: 'r', action: 'log', limit: 1, period_s: 1, on_store_error: 'deny' }, false],
+      [{ name: 'r', action: 'skip', on_store_error: 'deny' }, false],
+      [{ name: 'r', action: 'limit', limit: 1, period_s: 1, on_store_error: 'block' }, false],
     ];
     for (const [value, valid] of cases) {
       expect(validByCode(value), JSON.stringify(value)).toBe(valid);
@@ -74,6 +79,7 @@ describe('the rule schema', () => {
         period_s: count(31622400),
         ban_for_s: count(31622400),
         count_distinct: mostly(property, fc.constantFrom(null, '')),
+        on_store_error: mostly(fc.constantFrom('allow', 'deny'), fc.constantFrom('open', null, true)),
       },
       { requiredKeys: [] },
     );

@@ -159,6 +159,39 @@ async function refreshStatus() {
   renderBandwidth(status.bandwidth);
   renderBlocks(status.rateLimits.blocks);
   renderSliceCache(status.sliceCache);
+  renderQuotas(status.quotas);
+}
+
+/** One usage bar per quota: stored plus reserved of the limit; `high` marks the last tenth. */
+function renderQuotas(quotas) {
+  const size = (b) => (b >= 1073741824 ? `${(b / 1073741824).toFixed(1)} GiB` : `${(b / 1048576).toFixed(1)} MiB`);
+  $('quota-summary').textContent =
+    quotas.length === 0
+      ? 'No quota set (arkvory quota set, or PUT /api/v1/admin/quotas/…).'
+      : 'Each blob counts once per repository; reserved bytes are uploads in progress.';
+  const rows = quotas.map((q) =>
+    el(
+      'tr',
+      { 'data-quota': `${q.scope}:${q.subject}` },
+      el('td', { text: `${q.scope} ${q.subject}` }),
+      el(
+        'td',
+        {},
+        el('meter', {
+          min: 0,
+          max: Math.max(q.limitBytes, 1),
+          value: Math.min(q.usageBytes, Math.max(q.limitBytes, 1)),
+          high: Math.max(q.limitBytes, 1) * 0.9,
+          title: `${((q.usageBytes / Math.max(q.limitBytes, 1)) * 100).toFixed(1)}% used`,
+        }),
+      ),
+      el('td', { text: size(q.storedBytes) }),
+      el('td', { text: size(q.reservedBytes) }),
+      el('td', { text: size(q.limitBytes) }),
+      el('td', { text: size(q.remainingBytes) }),
+    ),
+  );
+  $('quota-rows').replaceChildren(...rows);
 }
 
 function renderSliceCache(cache) {

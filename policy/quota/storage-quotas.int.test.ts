@@ -1,0 +1,203 @@
+/**
+ * Storage quotas on a real PostgreSQL: the usage rule (each blob once per repository), exact
+ * reservations when many connections race (each pool stands for one gateway), settlement in the
+ * catalog insert, growth of a chunked upload's reservation, and expiry of an abandoned one.
+ */
+import { randomUUID } from 'node:crypto';
+import pg from 'pg';
+import { afterAll, describe, expect, it } from 'vitest';
+import { createCatalog, type NewCatalogEntry } from '../../storage-adapter/catalog/catalog.ts';
+import { createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { waitUntil } from '../../test/harness/index.ts';
+import { createStorageQuotas } from './storage-quotas.ts';
+
+const db = useTestDatabase();
+const pools: pg.Pool[] = [];
+afterAll(async () => {
+  for (const pool of pools) await pool.end();
+});
+
+const MiB = 1024 * 1024;
+const sha = (n: number) => n.toString(16).padStart(64, '0');
+let repoCount = 0;
+async function freshRepository(): Promise<string> {
+  const name = `quota-${++repoCount}-${randomUUID().slice(0, 8)}`;
+  await createRepository(db.pool, name);
+  return name;
+}
+const entry = (repository: string, name: string, sha256: string, sizeBytes: number, by: string | null = null) =>
+  ({
+    repository,
+    kind: 'artifact',
+    name,
+    version: '',
+    asset: '',
+    sha256,
+    sizeBytes,
+    contentType: 'application/octet-stream',
+    publishedBy: by,
+  }) satisfies NewCatalogEntry;
+const reservationRows = async (repository: string) =>
+  (
+    await db.pool.query<{ n: string }>(
+      'SELECT count(*)::text AS n FROM arkvory_quota_reservations WHERE repository = $1',
+      [repository],
+    )
+  ).rows[0]!.n;
+
+describe('storage quotas (real PostgreSQL)', () => {
+  it('counts each blob once per repository that references it, and once per repository for its publisher', async () => {
+    const a = await freshRepository();
+    const b = await freshRepository();
+    const { principalId } = await createServiceAccount(db.pool);
+    const catalog = createCatalog(db.pool);
+    await catalog.insertOrGet(entry(a, 'one', sha(1), 1000, principalId));
+    await catalog.insertOrGet(entry(a, 'same-bytes', sha(1), 1000, principalId)); // the same blob again: free
+    await catalog.insertOrGet(entry(a, 'two', sha(2), 300));
+    await catalog.insertOrGet(entry(b, 'one', sha(1), 1000, principalId)); // another repository: counted there
+    const quotas = createStorageQuotas(db.pool);
+    expect(await quotas.show('repository', a)).toEqual({
+      scope: 'repository',
+      subject: a,
+      limitBytes: null,
+      storedBytes: 1300,
+      reservedBytes: 0,
+      remainingBytes: null,
+    });
+    expect((await quotas.show('repository', b)).storedBytes).toBe(1000);
+    expect((await quotas.show('principal', principalId)).storedBytes).toBe(2000);
+    // A delete gives the bytes back at once (only when no other name in the repository holds the blob).
+    await catalog.remove({ repository: a, kind: 'artifact', name: 'one', version: '', asset: '' });
+    expect((await quotas.show('repository', a)).storedBytes).toBe(1300);
+    await catalog.remove({ repository: a, kind: 'artifact', name: 'same-bytes', version: '', asset: '' });
+    expect((await quotas.show('repository', a)).storedBytes).toBe(300);
+    expect((await quotas.show('principal', principalId)).storedBytes).toBe(1000);
+  });
+
+  it('20 reservations from 3 connections pools racing for the last 100 MiB: exactly 10 of 10 MiB fit, never more', async () => {
+    const repository = await freshRepository();
+    await createCatalog(db.pool).insertOrGet(entry(repository, 'base', sha(3), 5 * MiB));
+    await createStorageQuotas(db.pool).set('repository', repository, 105 * MiB);
+    for (let i = 0; i < 3; i++) pools.push(new pg.Pool({ connectionString: db.url, max: 7 }));
+    const gateways = pools.slice(-3).map((pool) => createStorageQuotas(pool));
+    const outcomes = await Promise.allSettled(
+      Array.from({ length: 20 }, (_, i) =>
+        gateways[i % 3]!.reserve({ repository, principalId: null, bytes: 10 * MiB }),
+      ),
+    );
+    const granted = outcomes.filter((o) => o.status === 'fulfilled');
+    const refused = outcomes.filter((o) => o.status === 'rejected');
+    expect(granted).toHaveLength(10);
+    expect(refused).toHaveLength(10);
+    for (const r of refused)
+      expect((r as PromiseRejectedResult).reason).toMatchObject({
+        code: 'quota_exceeded',
+        details: { scope: 'repository', subject: repository, quotaBytes: 105 * MiB, remainingBytes: 0 },
+      });
+    const usage = await gateways[0]!.show('repository', repository);
+    expect(usage).toMatchObject({ storedBytes: 5 * MiB, reservedBytes: 100 * MiB, remainingBytes: 0 });
+
+    // Publishing settles a reservation in the catalog insert: the bytes move from reserved to stored.
+    const first = (granted[0] as PromiseFulfilledResult<Awaited<ReturnType<(typeof gateways)[0]['reserve']>>>).value!;
+    await createCatalog(pools.at(-1)!).insertOrGet(entry(repository, 'published', sha(4), 10 * MiB), {
+      settleReservation: first.id,
+    });
+    expect(await gateways[1]!.show('repository', repository)).toMatchObject({
+      storedBytes: 15 * MiB,
+      reservedBytes: 90 * MiB,
+    });
+    await first.release(); // already settled: a no-op
+    // Releasing the others gives their bytes back.
+    for (const g of granted.slice(1)) await (g as PromiseFulfilledResult<{ release(): Promise<void> }>).value.release();
+    expect(await gateways[2]!.show('repository', repository)).toMatchObject({
+      reservedBytes: 0,
+      remainingBytes: 90 * MiB,
+    });
+    expect(await reservationRows(repository)).toBe('0');
+  });
+
+  it('a chunked upload grows its reservation by steps, then exactly, and is refused past the quota', async () => {
+    const repository = await freshRepository();
+    const quotas = createStorageQuotas(db.pool, { stepBytes: 1000 });
+    await quotas.set('repository', repository, 2500);
+    const reservation = (await quotas.reserve({ repository, principalId: null, bytes: 0 }))!;
+    expect(reservation.bytes).toBe(0);
+    await reservation.ensure(1);
+    expect(reservation.bytes).toBe(1000);
+    await reservation.ensure(1000);
+    expect(reservation.bytes).toBe(1000);
+    await reservation.ensure(2001); // the step (3000) does not fit; exactly 2001 does
+    expect(reservation.bytes).toBe(2001);
+    expect((await quotas.show('repository', repository)).reservedBytes).toBe(2001);
+    await expect(reservation.ensure(2501)).rejects.toMatchObject({
+      code: 'quota_exceeded',
+      details: { quotaBytes: 2500, usageBytes: 0, remainingBytes: 2500, requestedBytes: 2501 },
+    });
+    expect(reservation.bytes).toBe(2001);
+    await reservation.release();
+    expect(await reservation.release()).toBeUndefined();
+    expect((await quotas.show('repository', repository)).reservedBytes).toBe(0);
+  });
+
+  it("a principal's quota applies to its uploads in every repository; no quota, no reservation", async () => {
+    const a = await freshRepository();
+    const b = await freshRepository();
+    const { principalId, name } = await createServiceAccount(db.pool);
+    const quotas = createStorageQuotas(db.pool);
+    expect(await quotas.reserve({ repository: a, principalId, bytes: 10 })).toBeUndefined();
+    expect(await quotas.subjectOf('principal', name)).toBe(principalId);
+    expect(await quotas.subjectOf('principal', principalId)).toBe(principalId);
+    expect(await quotas.subjectOf('principal', 'nobody-by-that-name')).toBeUndefined();
+    await quotas.set('principal', principalId, 100);
+    const held = (await quotas.reserve({ repository: a, principalId, bytes: 60 }))!;
+    await expect(quotas.reserve({ repository: b, principalId, bytes: 41 })).rejects.toMatchObject({
+      code: 'quota_exceeded',
+      details: { scope: 'principal', subject: principalId, remainingBytes: 40 },
+    });
+    // Another principal is not bound by it.
+    expect(await quotas.reserve({ repository: b, principalId: null, bytes: 1000 })).toBeUndefined();
+    await held.release();
+    expect(await quotas.list()).toContainEqual({
+      scope: 'principal',
+      subject: principalId,
+      limitBytes: 100,
+      storedBytes: 0,
+      reservedBytes: 0,
+      remainingBytes: 100,
+    });
+    expect(await quotas.remove('principal', principalId)).toBe(true);
+    expect(await quotas.remove('principal', principalId)).toBe(false);
+  });
+
+  it('a reservation no longer renewed (its gateway died) stops counting after its time to live', async () => {
+    const repository = await freshRepository();
+    // Long enough that a loaded machine still asks again inside it (checked below, not assumed).
+    const ttlMs = 2000;
+    // No renewal timer: as if the process holding it was killed.
+    const dead = createStorageQuotas(db.pool, { reservationTtlMs: ttlMs, setInterval: () => ({}) });
+    await dead.set('repository', repository, 100);
+    const started = performance.now();
+    await dead.reserve({ repository, principalId: null, bytes: 100 });
+    const live = createStorageQuotas(db.pool);
+    await expect(live.reserve({ repository, principalId: null, bytes: 1 })).rejects.toMatchObject({
+      code: 'quota_exceeded',
+    });
+    expect(performance.now() - started).toBeLessThan(ttlMs); // that refusal came inside its time to live
+    // Expiry is PostgreSQL's clock: wait until it says so, then the bytes are free again.
+    await waitUntil(
+      async () =>
+        (
+          await db.pool.query<{ expired: boolean }>(
+            'SELECT bool_and(expires_at <= now()) AS expired FROM arkvory_quota_reservations WHERE repository = $1',
+            [repository],
+          )
+        ).rows[0]!.expired,
+      { what: 'the reservation to expire', timeoutMs: 10 * ttlMs },
+    );
+    const after = await live.reserve({ repository, principalId: null, bytes: 100 });
+    expect(after).toBeDefined();
+    expect(await reservationRows(repository)).toBe('1'); // the expired one was deleted by that reservation
+    await after!.release();
+  });
+});

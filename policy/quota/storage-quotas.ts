@@ -1,0 +1,293 @@
+/**
+ * Storage quotas in PostgreSQL (migrations/0050): the limits, the usage, and the reservations of
+ * uploads in progress. Exact across gateways and connections: a reservation is decided under a
+ * transaction-scoped advisory lock per quota subject (repository before principal, so two uploads
+ * never wait on each other crosswise), reading the catalog's usage and the other live reservations
+ * afresh; the catalog insert that publishes an upload deletes its reservation in the same statement
+ * (storage-adapter/catalog/catalog.ts), so a concurrent reader sees the bytes once, as a row or as a
+ * reservation. A reservation is renewed while its upload runs; one whose gateway died stops
+ * counting `reservationTtlMs` after its last renewal and is deleted by the next reservation that
+ * meets it.
+ */
+import { randomUUID } from 'node:crypto';
+import type pg from 'pg';
+import { withTransaction } from '../../lib/transaction.ts';
+import { nextReservationBytes, type QuotaScope, type QuotaState, quotaExceeded, quotaRefusal } from './quota-check.ts';
+
+/** Class id of the quota advisory locks (two-int4 form, a lock space of its own: 'ARKQ'). */
+const QUOTA_LOCK_CLASS = 0x41524b51;
+/** How long a reservation counts after its last renewal: the bound on a crashed gateway's holdings. */
+export const DEFAULT_RESERVATION_TTL_MS = 60_000;
+/** A chunked upload's reservation grows by this much at a time (one round trip per step). */
+export const DEFAULT_RESERVATION_STEP_BYTES = 8 * 1024 * 1024;
+
+/** Usage as the catalog counts it: each blob once per repository (`sha256` is the blob). */
+const STORED_SQL: Record<QuotaScope, string> = {
+  repository: `SELECT coalesce(sum(size_bytes), 0)::text AS bytes
+                 FROM (SELECT DISTINCT sha256, size_bytes FROM arkvory_artifacts WHERE repository = $1) b`,
+  principal: `SELECT coalesce(sum(size_bytes), 0)::text AS bytes
+                FROM (SELECT DISTINCT repository, sha256, size_bytes FROM arkvory_artifacts
+                       WHERE published_by = $1::uuid) b`,
+};
+const RESERVED_SQL: Record<QuotaScope, string> = {
+  repository: `SELECT coalesce(sum(bytes), 0)::text AS bytes FROM arkvory_quota_reservations
+                WHERE repository = $1 AND expires_at > now() AND id IS DISTINCT FROM $2::uuid`,
+  principal: `SELECT coalesce(sum(bytes), 0)::text AS bytes FROM arkvory_quota_reservations
+               WHERE principal_id = $1::uuid AND expires_at > now() AND id IS DISTINCT FROM $2::uuid`,
+};
+
+export interface ReservationRequest {
+  readonly repository: string;
+  /** The uploading principal; null for none (then only the repository's quota applies). */
+  readonly principalId: string | null;
+  readonly bytes: number;
+}
+
+/** An upload's claim on its quotas, from before its body is read until it is published or fails. */
+export interface QuotaReservation {
+  readonly id: string;
+  /** Bytes reserved now. */
+  readonly bytes: number;
+  /** Grows the reservation to cover `totalBytes` (a chunked upload); rejects with `quota_exceeded` when that would not fit. */
+  ensure(totalBytes: number): Promise<void>;
+  /** Gives it back and stops renewing it; a no-op once publish settled it. Idempotent. */
+  release(): Promise<void>;
+  /**
+   * Stops renewing it and keeps it until `untilMs` (wall clock): a multipart session's reservation
+   * lives as long as the session, whose completion (by any process) or abort ends it.
+   */
+  holdUntil(untilMs: number): Promise<void>;
+}
+
+/** One quota with its usage, or (no limit set) the usage alone. */
+export interface QuotaUsage {
+  readonly scope: QuotaScope;
+  readonly subject: string;
+  readonly limitBytes: number | null;
+  readonly storedBytes: number;
+  readonly reservedBytes: number;
+  /** limit − stored − reserved, at least 0; null without a limit. */
+  readonly remainingBytes: number | null;
+}
+
+export interface StorageQuotas {
+  /**
+   * Reserves `bytes` against every quota that applies; undefined when none does; rejects with
+   * `quota_exceeded`. `id`: the reservation's id (a multipart session's, which its completion settles).
+   */
+  reserve(request: ReservationRequest, options?: { id?: string }): Promise<QuotaReservation | undefined>;
+  /** Gives back reservation `id` if it exists (an aborted multipart session's). */
+  release(id: string): Promise<void>;
+  /** Every quota set, with its usage. */
+  list(): Promise<QuotaUsage[]>;
+  /** One subject's usage, and its limit if one is set. */
+  show(scope: QuotaScope, subject: string): Promise<QuotaUsage>;
+  set(scope: QuotaScope, subject: string, limitBytes: number): Promise<void>;
+  /** Removes the limit; false when none was set. */
+  remove(scope: QuotaScope, subject: string): Promise<boolean>;
+  /** The subject a quota of `scope` is kept under: the repository name, or a principal's id (by name or id); undefined when there is none. */
+  subjectOf(scope: QuotaScope, nameOrId: string): Promise<string | undefined>;
+}
+
+export interface StorageQuotaOptions {
+  readonly reservationTtlMs?: number;
+  readonly stepBytes?: number;
+  /** Renewal timers; tests may inject theirs. */
+  readonly setInterval?: (fn: () => void, ms: number) => { unref?(): unknown };
+  readonly clearInterval?: (handle: never) => void;
+}
+
+type Queryable = Pick<pg.ClientBase, 'query'>;
+
+async function bytesOf(client: Queryable, sql: string, params: unknown[]): Promise<number> {
+  const { rows } = await client.query<{ bytes: string }>(sql, params);
+  return Number(rows[0]?.bytes ?? 0);
+}
+
+async function storedBytes(client: Queryable, scope: QuotaScope, subject: string): Promise<number> {
+  return bytesOf(client, STORED_SQL[scope], [subject]);
+}
+
+async function reservedBytes(client: Queryable, scope: QuotaScope, subject: string, except: string | null) {
+  return bytesOf(client, RESERVED_SQL[scope], [subject, except]);
+}
+
+/** As arkvory_repositories.name (0002): a quota may name a repository before it exists. */
+const REPOSITORY_NAME = /^[a-z0-9][a-z0-9._-]{0,63}$/;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** A principal subject must be an id: a name would silently never match `published_by`. */
+export function isPrincipalId(subject: string): boolean {
+  return UUID.test(subject);
+}
+
+export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions = {}): StorageQuotas {
+  const ttlMs = options.reservationTtlMs ?? DEFAULT_RESERVATION_TTL_MS;
+  const stepBytes = options.stepBytes ?? DEFAULT_RESERVATION_STEP_BYTES;
+  const every = options.setInterval ?? setInterval;
+  const stopEvery = (options.clearInterval ?? clearInterval) as (handle: unknown) => void;
+
+  /** The quotas that apply, locked in a fixed order (repository, then principal) for this transaction. */
+  const lockedStates = async (
+    client: pg.PoolClient,
+    request: Omit<ReservationRequest, 'bytes'>,
+    except: string | null,
+  ): Promise<QuotaState[]> => {
+    const { rows } = await client.query<{ scope: QuotaScope; subject: string; limit_bytes: string }>(
+      `SELECT scope, subject, limit_bytes::text FROM arkvory_storage_quotas
+        WHERE (scope = 'repository' AND subject = $1) OR (scope = 'principal' AND subject = $2)
+        ORDER BY scope DESC`,
+      [request.repository, request.principalId ?? ''],
+    );
+    const states: QuotaState[] = [];
+    for (const row of rows) {
+      await client.query('SELECT pg_advisory_xact_lock($1, hashtext($2))', [
+        QUOTA_LOCK_CLASS,
+        `${row.scope}:${row.subject}`,
+      ]);
+      states.push({
+        scope: row.scope,
+        subject: row.subject,
+        limitBytes: Number(row.limit_bytes),
+        storedBytes: await storedBytes(client, row.scope, row.subject),
+        reservedBytes: await reservedBytes(client, row.scope, row.subject, except),
+      });
+    }
+    return states;
+  };
+
+  /** Sets reservation `id` to `bytes` if that fits every quota (under their locks); throws `quota_exceeded`. */
+  const claim = (id: string, request: ReservationRequest, isNew: boolean): Promise<boolean> =>
+    withTransaction(pool, async (client) => {
+      const states = await lockedStates(client, request, id);
+      if (states.length === 0) return false;
+      const refusal = quotaRefusal(states, request.bytes);
+      if (refusal) throw quotaExceeded(refusal);
+      if (isNew)
+        await client.query(
+          `DELETE FROM arkvory_quota_reservations
+            WHERE expires_at <= now() AND (repository = $1 OR principal_id = $2::uuid)`,
+          [request.repository, request.principalId],
+        );
+      await client.query(
+        `INSERT INTO arkvory_quota_reservations (id, repository, principal_id, bytes, expires_at)
+         VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5::double precision / 1000))
+         ON CONFLICT (id) DO UPDATE SET bytes = EXCLUDED.bytes, expires_at = EXCLUDED.expires_at`,
+        [id, request.repository, request.principalId, request.bytes, ttlMs],
+      );
+      return true;
+    });
+
+  const release = async (id: string): Promise<void> => {
+    await pool.query('DELETE FROM arkvory_quota_reservations WHERE id = $1', [id]);
+  };
+
+  const usageOf = async (scope: QuotaScope, subject: string, limitBytes: number | null): Promise<QuotaUsage> => {
+    const stored = await storedBytes(pool, scope, subject);
+    const reserved = await reservedBytes(pool, scope, subject, null);
+    return {
+      scope,
+      subject,
+      limitBytes,
+      storedBytes: stored,
+      reservedBytes: reserved,
+      remainingBytes: limitBytes === null ? null : Math.max(0, limitBytes - stored - reserved),
+    };
+  };
+
+  return {
+    release,
+    async reserve(request, reserveOptions) {
+      // Most uploads meet no quota: one plain query, no transaction, decides that.
+      const { rowCount } = await pool.query(
+        `SELECT 1 FROM arkvory_storage_quotas
+          WHERE (scope = 'repository' AND subject = $1) OR (scope = 'principal' AND subject = $2)`,
+        [request.repository, request.principalId ?? ''],
+      );
+      if (!rowCount) return undefined;
+      const id = reserveOptions?.id ?? randomUUID();
+      if (!(await claim(id, request, true))) return undefined;
+      let bytes = request.bytes;
+      let released = false;
+      const renewal = every(() => {
+        // A failed renewal is retried at the next tick; the reservation counts until it expires.
+        pool
+          .query(
+            `UPDATE arkvory_quota_reservations
+                SET expires_at = now() + make_interval(secs => $2::double precision / 1000) WHERE id = $1`,
+            [id, ttlMs],
+          )
+          .catch(() => {});
+      }, ttlMs / 3);
+      renewal.unref?.();
+      return {
+        id,
+        get bytes() {
+          return bytes;
+        },
+        async ensure(totalBytes) {
+          if (totalBytes <= bytes) return;
+          const step = nextReservationBytes(totalBytes, stepBytes);
+          try {
+            await claim(id, { ...request, bytes: step }, false);
+            bytes = step;
+          } catch (err) {
+            if (step === totalBytes || (err as { code?: unknown }).code !== 'quota_exceeded') throw err;
+            await claim(id, { ...request, bytes: totalBytes }, false);
+            bytes = totalBytes;
+          }
+        },
+        async release() {
+          if (released) return;
+          released = true;
+          stopEvery(renewal);
+          await release(id);
+        },
+        async holdUntil(untilMs) {
+          stopEvery(renewal);
+          await pool.query(
+            'UPDATE arkvory_quota_reservations SET expires_at = to_timestamp($2::double precision / 1000) WHERE id = $1',
+            [id, untilMs],
+          );
+        },
+      };
+    },
+    async list() {
+      const { rows } = await pool.query<{ scope: QuotaScope; subject: string; limit_bytes: string }>(
+        'SELECT scope, subject, limit_bytes::text FROM arkvory_storage_quotas ORDER BY scope DESC, subject',
+      );
+      const out: QuotaUsage[] = [];
+      for (const row of rows) out.push(await usageOf(row.scope, row.subject, Number(row.limit_bytes)));
+      return out;
+    },
+    async show(scope, subject) {
+      const { rows } = await pool.query<{ limit_bytes: string }>(
+        'SELECT limit_bytes::text FROM arkvory_storage_quotas WHERE scope = $1 AND subject = $2',
+        [scope, subject],
+      );
+      return usageOf(scope, subject, rows[0] ? Number(rows[0].limit_bytes) : null);
+    },
+    async set(scope, subject, limitBytes) {
+      await pool.query(
+        `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ($1, $2, $3)
+         ON CONFLICT (scope, subject) DO UPDATE SET limit_bytes = EXCLUDED.limit_bytes, updated_at = now()`,
+        [scope, subject, limitBytes],
+      );
+    },
+    async subjectOf(scope, nameOrId) {
+      if (scope === 'repository') return REPOSITORY_NAME.test(nameOrId) ? nameOrId : undefined;
+      const { rows } = await pool.query<{ id: string }>(
+        `SELECT id::text AS id FROM arkvory_principals WHERE ${isPrincipalId(nameOrId) ? 'id = $1::uuid' : 'name = $1'}`,
+        [nameOrId],
+      );
+      return rows[0]?.id;
+    },
+    async remove(scope, subject) {
+      const result = await pool.query('DELETE FROM arkvory_storage_quotas WHERE scope = $1 AND subject = $2', [
+        scope,
+        subject,
+      ]);
+      return (result.rowCount ?? 0) > 0;
+    },
+  };
+}

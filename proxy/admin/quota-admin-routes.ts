@@ -1,0 +1,98 @@
+/**
+ * `/api/v1/admin/quotas…` (admin scope, writer): storage quotas per repository and per principal,
+ * with their usage (docs/storage-quotas.md). A principal is named by name or id; its quota is kept
+ * under its id.
+ */
+import type { QuotaScope } from '../../policy/quota/quota-check.ts';
+import type { QuotaUsage, StorageQuotas } from '../../policy/quota/storage-quotas.ts';
+import { GatewayError } from '../server/errors.ts';
+import { sendJson } from '../server/http-errors.ts';
+import { readJsonBody } from '../server/request-body.ts';
+import type { RequestContext, Route } from '../server/route-types.ts';
+
+const BASE = '/api/v1/admin/quotas';
+/** The path segment of each scope. */
+const SEGMENT: Record<QuotaScope, string> = { repository: 'repositories', principal: 'principals' };
+
+/** The wire form (snake_case, as every admin body). */
+export function quotaBody(usage: QuotaUsage): Record<string, unknown> {
+  return {
+    scope: usage.scope,
+    subject: usage.subject,
+    limitBytes: usage.limitBytes,
+    storedBytes: usage.storedBytes,
+    reservedBytes: usage.reservedBytes,
+    usageBytes: usage.storedBytes + usage.reservedBytes,
+    remainingBytes: usage.remainingBytes,
+  };
+}
+
+/** The largest limit: bigint column, but JSON numbers are exact only to 2^53 − 1. */
+const MAX_LIMIT_BYTES = Number.MAX_SAFE_INTEGER;
+
+function limitOf(body: Record<string, unknown>): number {
+  const limit = body.limitBytes;
+  if (Object.keys(body).some((k) => k !== 'limitBytes') || typeof limit !== 'number')
+    throw new GatewayError('invalid_request', 'Send {"limitBytes": <integer ≥ 0>}.');
+  if (!Number.isSafeInteger(limit) || limit < 0)
+    throw new GatewayError('invalid_request', `limitBytes must be an integer from 0 to ${MAX_LIMIT_BYTES}.`);
+  return limit;
+}
+
+export function quotaAdminRoutes(quotas: StorageQuotas): Route[] {
+  const subject = async (scope: QuotaScope, ctx: RequestContext): Promise<string> => {
+    const named = ctx.params.subject!;
+    const found = await quotas.subjectOf(scope, named);
+    if (found === undefined)
+      throw new GatewayError(
+        scope === 'repository' ? 'invalid_request' : 'not_found',
+        scope === 'repository' ? `"${named}" is not a repository name.` : `No principal ${named}.`,
+      );
+    return found;
+  };
+  const routes: Route[] = [
+    {
+      methods: ['GET'],
+      template: BASE,
+      access: 'admin',
+      async handle({ res }) {
+        sendJson(res, 200, { quotas: (await quotas.list()).map(quotaBody) });
+      },
+    },
+  ];
+  for (const scope of ['repository', 'principal'] as const) {
+    const template = `${BASE}/${SEGMENT[scope]}/:subject`;
+    routes.push(
+      {
+        methods: ['GET'],
+        template,
+        access: 'admin',
+        async handle(ctx) {
+          sendJson(ctx.res, 200, quotaBody(await quotas.show(scope, await subject(scope, ctx))));
+        },
+      },
+      {
+        methods: ['PUT'],
+        template,
+        access: 'admin',
+        async handle(ctx) {
+          const limitBytes = limitOf(await readJsonBody(ctx.req, 4096));
+          const id = await subject(scope, ctx);
+          await quotas.set(scope, id, limitBytes);
+          sendJson(ctx.res, 200, quotaBody(await quotas.show(scope, id)));
+        },
+      },
+      {
+        methods: ['DELETE'],
+        template,
+        access: 'admin',
+        async handle(ctx) {
+          if (!(await quotas.remove(scope, await subject(scope, ctx))))
+            throw new GatewayError('not_found', `No ${scope} quota is set for ${ctx.params.subject}.`);
+          ctx.res.writeHead(204).end();
+        },
+      },
+    );
+  }
+  return routes;
+}

@@ -1,0 +1,114 @@
+import { parseSize } from './client-commands.ts';
+import { quotaBody } from '../admin/quota-admin-routes.ts';
+import type { QuotaScope } from '../../policy/quota/quota-check.ts';
+import { createStorageQuotas, type StorageQuotas } from '../../policy/quota/storage-quotas.ts';
+import { openCliPool } from './cli-database.ts';
+import { defineCommand, form, type Input, UsageError, type Command } from './command.ts';
+
+const SUBJECT_OPTIONS = {
+  repository: { type: 'string', value: 'REPO', description: 'the repository (by name)' },
+  principal: { type: 'string', value: 'NAME|ID', description: 'the principal (by name or id)' },
+} as const;
+
+/** The one subject `--repository` or `--principal` names. */
+function scopeOf(input: Pick<Input<typeof SUBJECT_OPTIONS>, 'string'>): { scope: QuotaScope; named: string } {
+  const repository = input.string('repository');
+  const principal = input.string('principal');
+  if ((repository === undefined) === (principal === undefined))
+    throw new UsageError('give either --repository or --principal');
+  return repository !== undefined
+    ? { scope: 'repository', named: repository }
+    : { scope: 'principal', named: principal! };
+}
+
+async function withQuotas(
+  env: NodeJS.ProcessEnv,
+  work: (quotas: StorageQuotas) => Promise<unknown | undefined>,
+): Promise<number> {
+  const pool = await openCliPool(env);
+  try {
+    const out = await work(createStorageQuotas(pool));
+    if (out === undefined) return 1;
+    process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);
+    return 0;
+  } finally {
+    await pool.end();
+  }
+}
+
+async function subject(quotas: StorageQuotas, scope: QuotaScope, named: string): Promise<string | undefined> {
+  const found = await quotas.subjectOf(scope, named);
+  if (found === undefined)
+    process.stderr.write(
+      `arkvory quota: ${scope === 'repository' ? `"${named}" is not a repository name` : `no principal ${named}`}\n`,
+    );
+  return found;
+}
+
+export const quotaCommand: Command = defineCommand({
+  name: 'quota',
+  summary: 'storage quotas per repository and per principal: list, show usage, set, unset',
+  description: `A repository's usage counts each blob once however many of its names reference it; a principal's,
+each blob it published once per repository. Uploads in progress hold reservations, which count too. An upload
+that would exceed a quota is refused with 507 quota_exceeded before its body is read (docs/storage-quotas.md).
+--bytes takes a byte count or a size with a binary unit (512K, 500M, 20G, 20GiB); 0 allows nothing more.
+Output is JSON on stdout. Works through the database (ARKVORY_DATABASE_URL, or the embedded one on the same
+ARKVORY_DATA_DIR), as /api/v1/admin/quotas does on the writer.`,
+  forms: [
+    form({
+      name: 'list',
+      summary: 'every quota set, with its usage',
+      run: (_input, env) => withQuotas(env, async (q) => ({ quotas: (await q.list()).map(quotaBody) })),
+    }),
+    form({
+      name: 'show',
+      summary: 'one subject: its usage, and its quota if set',
+      options: SUBJECT_OPTIONS,
+      run: (input, env) => {
+        const { scope, named } = scopeOf(input);
+        return withQuotas(env, async (q) => {
+          const id = await subject(q, scope, named);
+          return id === undefined ? undefined : quotaBody(await q.show(scope, id));
+        });
+      },
+    }),
+    form({
+      name: 'set',
+      summary: 'set the limit',
+      options: {
+        ...SUBJECT_OPTIONS,
+        bytes: { type: 'string', value: 'SIZE', description: 'the limit: bytes, or with a unit (500M, 20G)' },
+      },
+      run: (input, env) => {
+        const { scope, named } = scopeOf(input);
+        const raw = input.string('bytes');
+        if (raw === undefined) throw new UsageError('give --bytes');
+        // 0 is a quota too (nothing more may be stored); parseSize takes positive sizes only.
+        const limitBytes = raw === '0' ? 0 : parseSize(raw);
+        return withQuotas(env, async (q) => {
+          const id = await subject(q, scope, named);
+          if (id === undefined) return undefined;
+          await q.set(scope, id, limitBytes);
+          return quotaBody(await q.show(scope, id));
+        });
+      },
+    }),
+    form({
+      name: 'unset',
+      summary: 'remove the quota (no limit)',
+      options: SUBJECT_OPTIONS,
+      run: (input, env) => {
+        const { scope, named } = scopeOf(input);
+        return withQuotas(env, async (q) => {
+          const id = await subject(q, scope, named);
+          if (id === undefined) return undefined;
+          if (!(await q.remove(scope, id))) {
+            process.stderr.write(`arkvory quota unset: no ${scope} quota is set for ${named}\n`);
+            return undefined;
+          }
+          return { removed: { scope, subject: id } };
+        });
+      },
+    }),
+  ],
+});

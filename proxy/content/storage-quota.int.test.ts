@@ -1,0 +1,267 @@
+/**
+ * Storage quotas over HTTP on a real writer: 20 uploads racing for the last 100 MiB of a
+ * repository's quota (those that fit publish; the rest get 507 `quota_exceeded` before 100 Continue,
+ * so not one of their body bytes is sent or stored, checked on disk), and a chunked upload cut where
+ * it crosses the quota, with nothing published and its reservation given back.
+ */
+import { createHash } from 'node:crypto';
+import { readdir } from 'node:fs/promises';
+import http from 'node:http';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { createTestDatabase, useTestDatabase } from '../../test/support/database.ts';
+import { startGateway } from '../../test/support/gateway.ts';
+import { waitUntil } from '../../test/harness/index.ts';
+import { listKeys } from '../../test/support/s3-server.ts';
+import { sharedS3Bucket } from '../../test/support/shared-s3.ts';
+
+const db = useTestDatabase();
+const MiB = 1024 * 1024;
+
+interface Answer {
+  status: number;
+  body: Record<string, unknown>;
+  /** Whether the gateway asked for the body (100 Continue). */
+  continued: boolean;
+}
+
+/**
+ * A PUT that sends its body only after 100 Continue (`Expect: 100-continue`), or at once in chunks
+ * (no Content-Length) when `chunked`.
+ */
+function put(url: string, key: string, body: Buffer, chunked = false): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    let continued = false;
+    const headers: Record<string, string> = { ...bearer(key), 'content-type': 'application/octet-stream' };
+    if (chunked) headers['transfer-encoding'] = 'chunked';
+    else Object.assign(headers, { 'content-length': String(body.length), expect: '100-continue' });
+    const req = http.request(url, { method: 'PUT', headers, agent: false });
+    req.on('continue', () => {
+      continued = true;
+      req.end(body);
+    });
+    req.on('response', (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () =>
+        resolve({ status: res.statusCode!, body: JSON.parse(Buffer.concat(chunks).toString() || '{}'), continued }),
+      );
+    });
+    // A refused chunked upload may see its connection closed while it still sends: the answer came first.
+    req.on('error', reject);
+    if (chunked) {
+      for (let at = 0; at < body.length; at += 256 * 1024) req.write(body.subarray(at, at + 256 * 1024));
+      req.end();
+    } else req.flushHeaders();
+  });
+}
+
+async function filesUnder(dir: string): Promise<string[]> {
+  const entries = await readdir(dir, { recursive: true, withFileTypes: true }).catch(() => []);
+  return entries.filter((e) => e.isFile()).map((e) => path.join(e.parentPath, e.name));
+}
+
+/** 10 MiB whose first bytes make it distinct (each upload its own blob). */
+function payload(seed: number, bytes = 10 * MiB): Buffer {
+  const buffer = Buffer.alloc(bytes, 7);
+  buffer.writeUInt32BE(seed, 0);
+  return buffer;
+}
+
+describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
+  it('20 uploads racing for the last 100 MiB: 10 publish, 10 get 507 quota_exceeded before any body byte; a chunked upload is cut and releases its reservation', async () => {
+    const repository = 'quota-race';
+    await createRepository(db.pool, repository);
+    const writer = await createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'write', 'admin'] });
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const artifact = (name: string) => `${gw.url}/api/v1/repositories/${repository}/artifacts/${name}`;
+    const quotaUrl = `${gw.url}/api/v1/admin/quotas/repositories/${repository}`;
+    const quota = async (method = 'GET', body?: unknown) => {
+      const res = await fetch(quotaUrl, {
+        method,
+        headers: { ...bearer(admin.key), ...(body ? { 'content-type': 'application/json' } : {}) },
+        ...(body ? { body: JSON.stringify(body) } : {}),
+      });
+      const text = await res.text();
+      return { status: res.status, body: (text ? JSON.parse(text) : {}) as Record<string, unknown> };
+    };
+
+    expect((await put(artifact('base'), writer.key, payload(1000, MiB))).status).toBe(201);
+    const limit = 101 * MiB;
+    expect(await quota('PUT', { limitBytes: limit })).toEqual({
+      status: 200,
+      body: {
+        scope: 'repository',
+        subject: repository,
+        limitBytes: limit,
+        storedBytes: MiB,
+        reservedBytes: 0,
+        usageBytes: MiB,
+        remainingBytes: 100 * MiB,
+      },
+    });
+
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => put(artifact(`race-${i}`), writer.key, payload(i))),
+    );
+    const published = answers.filter((a) => a.status === 201);
+    const refused = answers.filter((a) => a.status !== 201);
+    expect(published).toHaveLength(10);
+    for (const a of published) expect(a.continued).toBe(true);
+    expect(refused).toHaveLength(10);
+    for (const a of refused) {
+      expect(a.status).toBe(507);
+      expect(a.continued).toBe(false); // refused before the body was asked for
+      expect(a.body).toEqual({
+        code: 'quota_exceeded',
+        message: expect.any(String),
+        scope: 'repository',
+        subject: repository,
+        quotaBytes: limit,
+        usageBytes: limit,
+        remainingBytes: 0,
+        requestedBytes: 10 * MiB,
+      });
+    }
+    // On disk: the base blob and the 10 published ones, nothing staged.
+    expect(await filesUnder(path.join(gw.dataDir, 'blobs'))).toHaveLength(11);
+    expect(await filesUnder(path.join(gw.dataDir, 'tmp'))).toEqual([]);
+    expect((await quota()).body).toMatchObject({ storedBytes: limit, reservedBytes: 0, remainingBytes: 0 });
+
+    // A delete gives its bytes back at once.
+    const winner = answers.findIndex((a) => a.status === 201);
+    const deleted = await fetch(artifact(`race-${winner}`), { method: 'DELETE', headers: bearer(writer.key) });
+    expect(deleted.status).toBe(204);
+    expect((await quota()).body).toMatchObject({ storedBytes: 91 * MiB, remainingBytes: 10 * MiB });
+
+    // Chunked, 12 MiB into the 10 MiB left: cut where it crosses the quota; nothing published or kept.
+    const cut = await put(artifact('chunked-too-big'), writer.key, payload(77, 12 * MiB), true).catch(
+      (err: unknown) => err as Error,
+    );
+    expect(cut).not.toBeInstanceOf(Error);
+    expect(cut).toMatchObject({
+      status: 507,
+      body: { code: 'quota_exceeded', quotaBytes: limit, remainingBytes: 10 * MiB },
+    });
+    expect((await fetch(`${artifact('chunked-too-big')}/content`, { headers: bearer(writer.key) })).status).toBe(404);
+    expect(await filesUnder(path.join(gw.dataDir, 'tmp'))).toEqual([]);
+    // The deleted artifact's blob stays until gc; the cut upload added none.
+    expect(await filesUnder(path.join(gw.dataDir, 'blobs'))).toHaveLength(11);
+    const { rows } = await db.pool.query('SELECT id FROM arkvory_quota_reservations');
+    expect(rows).toEqual([]);
+    expect((await quota()).body).toMatchObject({ reservedBytes: 0, remainingBytes: 10 * MiB });
+    // What fits still goes in, chunked too.
+    expect((await put(artifact('chunked-fits'), writer.key, payload(78, 10 * MiB), true)).status).toBe(201);
+    expect((await quota()).body).toMatchObject({ storedBytes: limit, remainingBytes: 0 });
+
+    expect((await quota('DELETE')).status).toBe(204);
+    expect(await gw.stop()).toBe(0);
+  });
+
+  it('a multipart session reserves its declared size at start: refused past the quota, given back on abort, settled by completion', async () => {
+    const repository = 'quota-multipart';
+    await createRepository(db.pool, repository);
+    const writer = await createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const json = async (method: string, url: string, body?: unknown, raw?: Buffer) => {
+      const res = await fetch(url, {
+        method,
+        headers: { ...bearer(writer.key), 'content-type': raw ? 'application/octet-stream' : 'application/json' },
+        ...(raw ? { body: raw } : body ? { body: JSON.stringify(body) } : {}),
+      });
+      const text = await res.text();
+      return { status: res.status, body: (text ? JSON.parse(text) : {}) as Record<string, unknown> };
+    };
+    const usage = async () =>
+      (await db.pool.query<{ n: string }>(`SELECT coalesce(sum(bytes), 0)::text AS n FROM arkvory_quota_reservations`))
+        .rows[0]!.n;
+    await db.pool.query(
+      `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ('repository', $1, 1000)`,
+      [repository],
+    );
+    const start = (name: string, size: number) =>
+      json('POST', `${gw.url}/api/v1/repositories/${repository}/artifacts/${name}/uploads`, { size });
+
+    const refused = await start('too-big', 1001);
+    expect(refused).toMatchObject({
+      status: 507,
+      body: { code: 'quota_exceeded', quotaBytes: 1000, remainingBytes: 1000, requestedBytes: 1001 },
+    });
+    expect((await db.pool.query('SELECT id FROM arkvory_upload_sessions')).rows).toEqual([]);
+
+    const aborted = await start('aborted', 600);
+    expect(aborted.status).toBe(201);
+    expect(await usage()).toBe('600');
+    expect((await start('second', 600)).status).toBe(507); // 600 held by the open session
+    const session = (id: unknown) => `${gw.url}/api/v1/repositories/${repository}/uploads/${String(id)}`;
+    expect((await json('DELETE', session(aborted.body.upload))).status).toBe(204);
+    expect(await usage()).toBe('0');
+
+    const opened = await start('completed', 1000);
+    expect(opened.status).toBe(201);
+    const part = Buffer.alloc(1000, 3);
+    expect((await json('PUT', `${session(opened.body.upload)}/parts/1`, undefined, part)).status).toBe(200);
+    const sha256 = createHash('sha256').update(part).digest('hex');
+    expect(
+      (await json('POST', `${session(opened.body.upload)}/complete`, { parts: [{ partNumber: 1, sha256 }] })).status,
+    ).toBe(202);
+    await waitUntil(async () => (await json('GET', session(opened.body.upload))).body.state === 'done', {
+      what: 'the multipart upload to complete',
+      timeoutMs: 60_000,
+    });
+    expect(await usage()).toBe('0'); // settled by the completion's catalog insert
+    expect((await json('GET', `${gw.url}/api/v1/admin/quotas/repositories/${repository}`)).status).toBe(403);
+    const stored = await db.pool.query<{ n: string }>(
+      `SELECT sum(size_bytes)::text AS n FROM arkvory_artifacts WHERE repository = $1`,
+      [repository],
+    );
+    expect(stored.rows[0]!.n).toBe('1000');
+    expect((await start('full', 1)).body).toMatchObject({
+      code: 'quota_exceeded',
+      usageBytes: 1000,
+      remainingBytes: 0,
+    });
+    expect(await gw.stop()).toBe(0);
+  });
+
+  it('on a real S3 server (SeaweedFS): the refused uploads put nothing in the bucket, a cut one leaves nothing staged', async () => {
+    // A database of its own: one is bound to one storage root, and the others here use a directory.
+    const s3db = await createTestDatabase();
+    const server = await sharedS3Bucket('seaweedfs');
+    try {
+      const repository = 'quota-s3';
+      await createRepository(s3db.pool, repository);
+      const writer = await createServiceAccount(s3db.pool, { grants: { [repository]: 'write' } });
+      const gw = await startGateway({
+        env: { ARKVORY_DATABASE_URL: s3db.url, ...server.env('arkvory/') },
+        timeoutMs: 60_000,
+      });
+      const artifact = (name: string) => `${gw.url}/api/v1/repositories/${repository}/artifacts/${name}`;
+      await s3db.pool.query(
+        `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ('repository', $1, $2)`,
+        [repository, 12 * MiB],
+      );
+      const answers = await Promise.all(
+        Array.from({ length: 6 }, (_, i) => put(artifact(`s3-${i}`), writer.key, payload(500 + i, 4 * MiB))),
+      );
+      expect(answers.filter((a) => a.status === 201)).toHaveLength(3);
+      const refused = answers.filter((a) => a.status !== 201);
+      expect(refused.map((a) => [a.status, a.continued, a.body.code])).toEqual(
+        Array.from({ length: 3 }, () => [507, false, 'quota_exceeded']),
+      );
+      expect(await listKeys(server, 'arkvory/blobs/')).toHaveLength(3);
+      expect(await listKeys(server, 'arkvory/tmp/')).toEqual([]);
+      const cut = await put(artifact('s3-chunked'), writer.key, payload(600, 2 * MiB), true);
+      expect(cut).toMatchObject({ status: 507, body: { code: 'quota_exceeded', remainingBytes: 0 } });
+      expect(await listKeys(server, 'arkvory/blobs/')).toHaveLength(3);
+      expect(await listKeys(server, 'arkvory/tmp/')).toEqual([]);
+      expect((await s3db.pool.query('SELECT id FROM arkvory_quota_reservations')).rows).toEqual([]);
+      expect(await gw.stop()).toBe(0);
+    } finally {
+      await server.destroy();
+      await s3db.drop();
+    }
+  });
+});
