@@ -9,8 +9,9 @@
 import { randomBytes } from 'node:crypto';
 import { chmod, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it, onTestFinished, vi } from 'vitest';
 import type { DatabaseRole } from '../../migrations/grants.ts';
 import { AdminStore } from '../../policy/auth/admin-store.ts';
 import { bearer } from '../../test/support/auth.ts';
@@ -18,10 +19,12 @@ import { randomContent, request } from '../../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { installRoleLogins, poolFor } from '../../test/support/database-roles.ts';
 import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { startGateway as startHarnessGateway, STOP_GRACE_MS } from '../../test/harness/index.ts';
 
 let db: TestDatabase & { drop(): Promise<void> };
 let urls: Record<DatabaseRole, string>;
 let key: string;
+let principalId: string;
 
 beforeAll(async () => {
   db = await createTestDatabase({ migrated: false });
@@ -31,6 +34,7 @@ beforeAll(async () => {
     const admin = new AdminStore(writerPool);
     await admin.createRepository('rot');
     const principal = await admin.createPrincipal('rot-user');
+    principalId = principal.id;
     ({ key } = await admin.createKey(principal.id, { scopes: ['read', 'write', 'admin'] }));
     await admin.addGrant(principal.id, 'rot', 'write');
   } finally {
@@ -110,7 +114,8 @@ function load(gw: GatewayProcess, lanes: number) {
   };
 }
 
-const logged = (gw: GatewayProcess, pattern: RegExp) => gw.logLines().filter((l) => pattern.test(String(l.msg)));
+const logged = (gw: { logLines(): Array<Record<string, unknown>> }, pattern: RegExp) =>
+  gw.logLines().filter((l) => pattern.test(String(l.msg)));
 
 describe('the database password rotates on SIGHUP', () => {
   it('new connections log in with the new password, open ones keep working, no request fails', async () => {
@@ -190,5 +195,120 @@ describe('the database password rotates on SIGHUP', () => {
     expect(gw.logs()).not.toContain(next);
     expect(gw.logs()).not.toContain(password);
     expect(gw.logs()).not.toContain('not-the-password');
+  }, 120_000);
+});
+
+describe('the rules-service token rotates with a grace', () => {
+  const GRACE_SECONDS = 6;
+  const capRule = { name: 'rotated_cap', action: 'limit', characteristics: ['principal'], limit: 7, period_s: 3600 };
+
+  it('the service accepts the previous token for the grace and no longer; the gateway sends the new one after its SIGHUP', async () => {
+    const rules = split(urls.rules);
+    const rulesPassword = await secretFile(rules.password);
+    const serviceToken = await secretFile('query-token-one');
+    const service = await startHarnessGateway({
+      name: 'rules-service',
+      env: {
+        ARKVORY_ROLE: 'rules-service',
+        ARKVORY_DATABASE_URL: rules.bare,
+        ARKVORY_DATABASE_PASSWORD_FILE: rulesPassword.file,
+        ARKVORY_DATABASE_REQUIRE_LEAST_PRIVILEGE: '1',
+        ARKVORY_RULES_SERVICE_TOKEN_FILE: serviceToken.file,
+        ARKVORY_RULES_SERVICE_TOKEN_GRACE_SECONDS: String(GRACE_SECONDS),
+        ARKVORY_RULES_SERVICE_TTL_SECONDS: '1',
+        ARKVORY_LOG_LEVEL: 'info',
+      },
+    });
+    onTestFinished(() => service.stop('SIGTERM', STOP_GRACE_MS).then(() => {}));
+    // The rules login does the service's work: an override written through its admin route.
+    const put = await request(
+      `${service.url}/api/v1/admin/rule-overrides/rotating/gateway_request/principal/${principalId}`,
+      {
+        method: 'PUT',
+        headers: { ...bearer(key), 'content-type': 'application/json' },
+        body: Buffer.from(JSON.stringify({ rules: [capRule] })),
+      },
+    );
+    expect(put.status, put.body.toString()).toBe(200);
+    const query = async (token: string) =>
+      (
+        await request(`${service.url}/api/v1/rules/query`, {
+          method: 'POST',
+          headers: { ...bearer(token), 'content-type': 'application/json' },
+          body: Buffer.from(
+            JSON.stringify({
+              service: 'rotating',
+              limiter: 'gateway_request',
+              identifier: { principal: principalId },
+            }),
+          ),
+        })
+      ).status;
+    expect(await query('query-token-one')).toBe(200);
+    expect(await query('query-token-two')).toBe(401);
+
+    const { bare, password } = split(urls.writer);
+    const gatewayToken = await secretFile('query-token-one');
+    const gw = await startGateway({
+      env: {
+        ARKVORY_DATABASE_URL: bare,
+        ARKVORY_DATABASE_PASSWORD_FILE: (await secretFile(password)).file,
+        ARKVORY_RULES_SERVICE_URL: service.url,
+        ARKVORY_RULES_SERVICE_TOKEN_FILE: gatewayToken.file,
+        ARKVORY_SERVICE_NAME: 'rotating',
+        ARKVORY_RULES_SERVICE_TIMEOUT_MS: '2000',
+      },
+    });
+    /** A request whose rate limit comes from the service: its policy header shows the service answered. */
+    const throughGateway = async () => {
+      const res = await request(`${gw.url}/api/v1/repositories`, { headers: bearer(key) });
+      expect(res.status).toBe(200);
+      return res.headers['ratelimit-policy'];
+    };
+    expect(await throughGateway()).toBe('"rotated_cap";q=7;w=3600');
+
+    // The service rotates first: both tokens pass during the grace.
+    await serviceToken.replace('query-token-two');
+    const signalledMs = performance.now();
+    service.signal('SIGHUP');
+    await vi.waitFor(() => expect(logged(service, /query token rotated/)).toHaveLength(1), {
+      timeout: 20_000,
+      interval: 20,
+    });
+    const seenMs = performance.now();
+    expect(await query('query-token-one')).toBe(200);
+    expect(await query('query-token-two')).toBe(200);
+    // The rotation happened after the signal, so the old token was still within its grace just now.
+    expect(performance.now() - signalledMs).toBeLessThan(GRACE_SECONDS * 1000);
+
+    // Then the gateway: its next query carries the new token.
+    await gatewayToken.replace('query-token-two');
+    gw.signal('SIGHUP');
+    await vi.waitFor(() => expect(logged(gw, /ARKVORY_RULES_SERVICE_TOKEN rotated/)).toHaveLength(1), {
+      timeout: 20_000,
+      interval: 20,
+    });
+
+    // Past the grace (counted from when the rotation was seen, so surely past it): the old token is refused.
+    await sleep(Math.max(0, seenMs + GRACE_SECONDS * 1000 + 200 - performance.now()));
+    expect(await query('query-token-one')).toBe(401);
+    expect(await query('query-token-two')).toBe(200);
+    await sleep(1100); // the gateway's cached answer (ttl 1 s) expires: the next request asks the service
+    expect(await throughGateway()).toBe('"rotated_cap";q=7;w=3600');
+    const text = (await request(`${gw.url}/metrics`)).body.toString();
+    // Every lookup was answered (hit: cached, miss: fetched); none fell back to local rules.
+    const lookups = (result: string) =>
+      text
+        .split('\n')
+        .filter(
+          (l) => l.startsWith('arkvory_rate_limit_rules_service_requests_total{') && l.includes(`result="${result}"`),
+        )
+        .reduce((n, l) => n + Number(l.split(' ').pop()), 0);
+    expect(lookups('miss')).toBeGreaterThanOrEqual(2);
+    for (const fallback of ['error', 'timeout', 'invalid', 'circuit_open']) expect(lookups(fallback), fallback).toBe(0);
+    for (const p of [service, gw]) {
+      expect(p.logs()).not.toContain('query-token-');
+      expect(p.logs()).not.toContain(rules.password);
+    }
   }, 120_000);
 });
