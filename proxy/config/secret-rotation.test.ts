@@ -114,6 +114,9 @@ describe('secret rotation', () => {
     expect(r.config).toBe(kept);
     expect(r.config.rulesService.token).toBe('good-pw');
     expect(Object.fromEntries(r.failures)).toEqual({ ARKVORY_DATABASE_URL: 1, ARKVORY_RULES_SERVICE_TOKEN: 1 });
+    // The same files again (a SIGHUP after the change event read them): one failure each, still.
+    expect((await r.reload('SIGHUP')).failed).toHaveLength(2);
+    expect(Object.fromEntries(r.failures)).toEqual({ ARKVORY_DATABASE_URL: 1, ARKVORY_RULES_SERVICE_TOKEN: 1 });
     const warnings = logs.filter((l) => l.code === 'secret_rotation_failed');
     expect(warnings.map((w) => w.level)).toEqual([40, 40]);
     expect(warnings.every((w) => /the previous value stays in use/.test(w.msg))).toBe(true);

@@ -7,8 +7,9 @@
  * configuration it makes passes the same validation as at start (loadConfig), and the server it is
  * for accepts it (a `SecretVerifier`: a PostgreSQL login, a signed S3 request). Otherwise the
  * previous value stays in use, one warning names the variable and the reason (never the value) and
- * a failure is counted; while a failure stands, each poll tries again (a password changed on the
- * server after its file is then picked up), logging again only when the reason changes.
+ * a failure is counted, once per state of the file and reason (a file change event and the SIGHUP
+ * that follows it are one failure); while a failure stands, each poll tries again (a password
+ * changed on the server after its file is then picked up).
  *
  * Consumers read `config` when they open a connection or sign a request, so new connections and
  * requests use the new secret while open ones finish with theirs.
@@ -81,7 +82,7 @@ export class SecretRotation {
   #config: Config;
   readonly #rotations = new Map<string, number>();
   readonly #failures = new Map<string, number>();
-  /** The reason of the failure standing per variable (cleared when its file is sound again). */
+  /** The failure standing per variable, as its file's state and reason (cleared when the file is sound again). */
   readonly #standing = new Map<string, string>();
   readonly #listeners: Array<(previous: Config, next: Config, rotated: readonly string[]) => void> = [];
   #watchers: FSWatcher[] = [];
@@ -198,7 +199,9 @@ export class SecretRotation {
     const read = this.#options.read ?? readSecretFile;
     const failed: RotationFailure[] = [];
     const changed: Array<FileVariable & { value: string }> = [];
+    const states = new Map<string, string>();
     for (const f of this.#files) {
+      states.set(f.fills, await fileState(f.path));
       let value: string;
       try {
         value = read(f.path);
@@ -247,17 +250,21 @@ export class SecretRotation {
       }
       for (const listener of this.#listeners) listener(previous, next, rotated);
     }
-    this.#report(trigger, failed);
+    this.#report(trigger, failed, states);
     return { rotated, failed };
   }
 
-  /** Failures are logged and counted once per reason: a poll retrying the same refusal stays quiet. */
-  #report(trigger: string, failed: readonly RotationFailure[]): void {
+  /**
+   * A failure is logged and counted once per state of its file and reason: a poll retrying the same
+   * refusal, or a SIGHUP right after the change event that already read the file, stays quiet.
+   */
+  #report(trigger: string, failed: readonly RotationFailure[], states: ReadonlyMap<string, string>): void {
     const failing = new Set(failed.map((f) => f.secret));
     for (const secret of this.#standing.keys()) if (!failing.has(secret)) this.#standing.delete(secret);
     for (const { secret, reason } of failed) {
-      if (trigger === 'retry' && this.#standing.get(secret) === reason) continue;
-      this.#standing.set(secret, reason);
+      const standing = `${states.get(secret)}|${reason}`;
+      if (this.#standing.get(secret) === standing) continue;
+      this.#standing.set(secret, standing);
       this.#failures.set(secret, (this.#failures.get(secret) ?? 0) + 1);
       this.#options.log.warn(
         { code: 'secret_rotation_failed', secret, trigger, reason },
@@ -288,17 +295,20 @@ export class SecretRotation {
     }
   }
 
-  /** Inode, size, mtime and mode of every file (stat follows symlinks, as a Secret volume's are). */
+  /** The state of every file, to notice a change fs.watch did not report. */
   async #statSignature(): Promise<string> {
     const parts: string[] = [];
-    for (const f of this.#files) {
-      try {
-        const s = await stat(f.path);
-        parts.push(`${s.ino}:${s.size}:${s.mtimeMs}:${s.mode}`);
-      } catch {
-        parts.push('missing');
-      }
-    }
+    for (const f of this.#files) parts.push(await fileState(f.path));
     return parts.join('|');
+  }
+}
+
+/** Inode, size, mtime and mode of a file (stat follows symlinks, as a Secret volume's are). */
+async function fileState(file: string): Promise<string> {
+  try {
+    const s = await stat(file);
+    return `${s.ino}:${s.size}:${s.mtimeMs}:${s.mode}`;
+  } catch {
+    return 'missing';
   }
 }
