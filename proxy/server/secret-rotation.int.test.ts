@@ -17,18 +17,21 @@ import { AdminStore } from '../../policy/auth/admin-store.ts';
 import { bearer } from '../../test/support/auth.ts';
 import { randomContent, request } from '../../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
-import { installRoleLogins, poolFor } from '../../test/support/database-roles.ts';
+import { installRoleLogins, poolFor, urlAs } from '../../test/support/database-roles.ts';
 import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
-import { startGateway as startHarnessGateway, STOP_GRACE_MS } from '../../test/harness/index.ts';
+import { freeLoopbackPort, startGateway as startHarnessGateway, STOP_GRACE_MS } from '../../test/harness/index.ts';
 
 let db: TestDatabase & { drop(): Promise<void> };
 let urls: Record<DatabaseRole, string>;
 let key: string;
 let principalId: string;
+/** One storage root for every writer of this database, whatever URL it connects with. */
+let dataDir: string;
 
 beforeAll(async () => {
   db = await createTestDatabase({ migrated: false });
   urls = await installRoleLogins(db.url);
+  dataDir = await makeTempDir();
   const writerPool = poolFor(urls.writer);
   try {
     const admin = new AdminStore(writerPool);
@@ -122,6 +125,7 @@ describe('the database password rotates on SIGHUP', () => {
     const { bare, password, login } = split(urls.writer);
     const secret = await secretFile(password);
     const gw = await startGateway({
+      dataDir,
       env: {
         ARKVORY_DATABASE_URL: bare,
         ARKVORY_DATABASE_PASSWORD_FILE: secret.file,
@@ -148,6 +152,7 @@ describe('the database password rotates on SIGHUP', () => {
     // The real rotation: the password changes in PostgreSQL, then in the file, then SIGHUP.
     const next = randomBytes(12).toString('hex');
     await asAdmin((c) => c.query(`ALTER ROLE ${login} PASSWORD '${next}'`));
+    urls.writer = urlAs(urls.writer, login, next); // for the tests after this one
     const rotatedAfter = await asAdmin(
       async (c) => (await c.query<{ t: Date }>('SELECT clock_timestamp() AS t')).rows[0]!.t,
     );
@@ -250,6 +255,7 @@ describe('the rules-service token rotates with a grace', () => {
     const { bare, password } = split(urls.writer);
     const gatewayToken = await secretFile('query-token-one');
     const gw = await startGateway({
+      dataDir,
       env: {
         ARKVORY_DATABASE_URL: bare,
         ARKVORY_DATABASE_PASSWORD_FILE: (await secretFile(password)).file,
@@ -310,5 +316,87 @@ describe('the rules-service token rotates with a grace', () => {
       expect(p.logs()).not.toContain('query-token-');
       expect(p.logs()).not.toContain(rules.password);
     }
+  }, 120_000);
+});
+
+describe('the router as its own login', () => {
+  it('discovers the gateways with the reader login; its next discovery connection uses a rotated password', async () => {
+    const port = await freeLoopbackPort();
+    const writer = await startGateway({
+      dataDir,
+      env: {
+        ARKVORY_PORT: String(port),
+        ARKVORY_ADVERTISE_URL: `http://127.0.0.1:${port}`,
+        ARKVORY_DATABASE_URL: urls.writer,
+        ARKVORY_REDIS_URL: inject('redisUrl'),
+        ARKVORY_GATEWAY_SLOTS: '2',
+        ARKVORY_GATEWAY_SLOT: '0',
+        ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(1024 * 1024 * 1024),
+        ARKVORY_DATABASE_REQUIRE_LEAST_PRIVILEGE: '1',
+      },
+    });
+    const reader = split(urls.reader);
+    const password = await secretFile(reader.password);
+    const router = await startGateway({
+      env: {
+        ARKVORY_ROLE: 'router',
+        ARKVORY_DATABASE_URL: reader.bare,
+        ARKVORY_DATABASE_PASSWORD_FILE: password.file,
+        ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: '200',
+      },
+    });
+    const body = randomContent(2000);
+    const put = await request(`${router.url}/api/v1/repositories/rot/artifacts/routed.bin`, {
+      method: 'PUT',
+      headers: bearer(key),
+      body,
+    });
+    expect(put.status, put.body.toString()).toBe(201);
+    const read = async () =>
+      (await request(`${router.url}/api/v1/repositories/rot/artifacts/routed.bin/content`, { headers: bearer(key) }))
+        .body;
+    expect(await read()).toEqual(body);
+
+    const next = randomBytes(12).toString('hex');
+    await asAdmin((c) => c.query(`ALTER ROLE ${reader.login} PASSWORD '${next}'`));
+    urls.reader = urlAs(urls.reader, reader.login, next);
+    const rotatedAfter = await asAdmin(
+      async (c) => (await c.query<{ t: Date }>('SELECT clock_timestamp() AS t')).rows[0]!.t,
+    );
+    await password.replace(next);
+    router.signal('SIGHUP');
+    await vi.waitFor(() => expect(logged(router, /ARKVORY_DATABASE_PASSWORD rotated/)).toHaveLength(1), {
+      timeout: 20_000,
+      interval: 50,
+    });
+    // The discovery connection logged in with the old password; once it ends, the next discovery
+    // round needs a new one, which only the new password opens.
+    const discoverySessions = async (after?: Date) =>
+      asAdmin(
+        async (c) =>
+          (
+            await c.query<{ n: number }>(
+              `SELECT count(*)::int AS n FROM pg_stat_activity
+                WHERE usename = $1 AND application_name = 'arkvory-router' AND ($2::timestamptz IS NULL OR backend_start > $2)`,
+              [reader.login, after ?? null],
+            )
+          ).rows[0]!.n,
+      );
+    await asAdmin((c) =>
+      c.query(
+        `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1 AND application_name = 'arkvory-router'`,
+        [reader.login],
+      ),
+    );
+    await vi.waitFor(async () => expect(await discoverySessions(rotatedAfter)).toBe(1), {
+      timeout: 20_000,
+      interval: 100,
+    });
+    expect(await read()).toEqual(body);
+    // Ending it is logged (the pool's idle-client warning); no discovery round failed.
+    expect(logged(router, /discovery failed/)).toEqual([]);
+    expect(router.logs()).not.toContain(next);
+    await router.stop('SIGTERM');
+    await writer.stop('SIGTERM');
   }, 120_000);
 });
