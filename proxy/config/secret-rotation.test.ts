@@ -46,7 +46,7 @@ function start(env: Record<string, string>): { rotationOf: (o?: Partial<Options>
 }
 
 type Options = ConstructorParameters<typeof SecretRotation>[2];
-type Log = { level: number; msg: string; secret?: string; reason?: string; code?: string };
+type Log = { level: number; msg: string; variable?: string; reason?: string; code?: string };
 
 const URL_BASE = 'postgres://gw@db.example:5432/arkvory';
 const passwordOf = (r: SecretRotation) => decodeURIComponent(new URL(r.config.databaseUrl!).password);
@@ -91,7 +91,7 @@ describe('secret rotation', () => {
     expect(seen).toEqual([['ARKVORY_DATABASE_PASSWORD']]);
     expect(Object.fromEntries(r.rotations)).toEqual({ ARKVORY_DATABASE_PASSWORD: 1, ARKVORY_METRICS_TOKEN: 0 });
     expect(Object.fromEntries(r.failures)).toEqual({ ARKVORY_DATABASE_PASSWORD: 0, ARKVORY_METRICS_TOKEN: 0 });
-    expect(logs.find((l) => l.secret === 'ARKVORY_DATABASE_PASSWORD')?.msg).toMatch(/rotated/);
+    expect(logs.find((l) => l.variable === 'ARKVORY_DATABASE_PASSWORD')?.msg).toMatch(/rotated/);
     expect(JSON.stringify(logs)).not.toMatch(/first-pw|second-pw|metrics-token/);
   });
 

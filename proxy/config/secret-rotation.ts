@@ -244,7 +244,7 @@ export class SecretRotation {
       for (const secret of rotated) {
         this.#rotations.set(secret, (this.#rotations.get(secret) ?? 0) + 1);
         this.#options.log.info(
-          { secret, trigger },
+          { variable: secret, trigger },
           `${secret} rotated: new connections and requests use the new value`,
         );
       }
@@ -267,7 +267,7 @@ export class SecretRotation {
       this.#standing.set(secret, standing);
       this.#failures.set(secret, (this.#failures.get(secret) ?? 0) + 1);
       this.#options.log.warn(
-        { code: 'secret_rotation_failed', secret, trigger, reason },
+        { code: 'secret_rotation_failed', variable: secret, trigger, reason },
         `${secret} not rotated: ${reason}; the previous value stays in use`,
       );
     }
