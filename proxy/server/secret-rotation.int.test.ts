@@ -3,7 +3,7 @@
  * password changed with ALTER ROLE, its file rewritten and the gateway sent SIGHUP while requests
  * keep coming; then connections made after the rotation log in with the new password and no
  * request failed. A new password PostgreSQL refuses is kept out (the old one stays, a warning, the
- * failure metric). The rules service accepts its previous query token for the configured grace, and
+ * failure metric). A rotated metrics token is required by the next /metrics request. The rules service accepts its previous query token for the configured grace, and
  * then no more. The rules service and the router each run as their own database login.
  */
 import { randomBytes } from 'node:crypto';
@@ -81,8 +81,8 @@ async function asAdmin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
   }
 }
 
-async function metric(gw: GatewayProcess, name: string, secret: string): Promise<number> {
-  const text = (await request(`${gw.url}/metrics`)).body.toString();
+async function metric(gw: GatewayProcess, name: string, secret: string, token?: string): Promise<number> {
+  const text = (await request(`${gw.url}/metrics`, { headers: token ? bearer(token) : {} })).body.toString();
   const line = text.split('\n').find((l) => l.startsWith(`${name}{secret="${secret}"} `));
   if (line === undefined) throw new Error(`no ${name}{secret="${secret}"} in /metrics`);
   return Number(line.split(' ')[1]);
@@ -124,11 +124,13 @@ describe('the database password rotates on SIGHUP', () => {
   it('new connections log in with the new password, open ones keep working, no request fails', async () => {
     const { bare, password, login } = split(urls.writer);
     const secret = await secretFile(password);
+    const metricsToken = await secretFile('metrics-token-one');
     const gw = await startGateway({
       dataDir,
       env: {
         ARKVORY_DATABASE_URL: bare,
         ARKVORY_DATABASE_PASSWORD_FILE: secret.file,
+        ARKVORY_METRICS_TOKEN_FILE: metricsToken.file,
         ARKVORY_DATABASE_POOL_SIZE: '8',
       },
     });
@@ -146,8 +148,12 @@ describe('the database password rotates on SIGHUP', () => {
     expect(refusal.level).toBe('warn');
     expect(refusal.code).toBe('secret_rotation_failed');
     expect(String(refusal.msg)).toMatch(/PostgreSQL refused the new value: password authentication failed/);
-    expect(await metric(gw, 'arkvory_secret_rotation_failures_total', 'ARKVORY_DATABASE_PASSWORD')).toBe(1);
-    expect(await metric(gw, 'arkvory_secret_rotations_total', 'ARKVORY_DATABASE_PASSWORD')).toBe(0);
+    expect(
+      await metric(gw, 'arkvory_secret_rotation_failures_total', 'ARKVORY_DATABASE_PASSWORD', 'metrics-token-one'),
+    ).toBe(1);
+    expect(await metric(gw, 'arkvory_secret_rotations_total', 'ARKVORY_DATABASE_PASSWORD', 'metrics-token-one')).toBe(
+      0,
+    );
 
     // The real rotation: the password changes in PostgreSQL, then in the file, then SIGHUP.
     const next = randomBytes(12).toString('hex');
@@ -162,7 +168,9 @@ describe('the database password rotates on SIGHUP', () => {
       timeout: 20_000,
       interval: 50,
     });
-    expect(await metric(gw, 'arkvory_secret_rotations_total', 'ARKVORY_DATABASE_PASSWORD')).toBe(1);
+    expect(await metric(gw, 'arkvory_secret_rotations_total', 'ARKVORY_DATABASE_PASSWORD', 'metrics-token-one')).toBe(
+      1,
+    );
     const doneAtRotation = traffic.done();
     await vi.waitFor(() => expect(traffic.done()).toBeGreaterThan(doneAtRotation + 5), { timeout: 20_000 });
 
@@ -197,9 +205,19 @@ describe('the database password rotates on SIGHUP', () => {
         ).rows[0]!.n,
     );
     expect(fresh).toBeGreaterThan(0);
+    // The metrics token too: the next /metrics request needs the new one.
+    await metricsToken.replace('metrics-token-two');
+    gw.signal('SIGHUP');
+    await vi.waitFor(() => expect(logged(gw, /ARKVORY_METRICS_TOKEN rotated/)).toHaveLength(1), {
+      timeout: 20_000,
+      interval: 50,
+    });
+    expect((await request(`${gw.url}/metrics`, { headers: bearer('metrics-token-one') })).status).toBe(401);
+    expect(await metric(gw, 'arkvory_secret_rotations_total', 'ARKVORY_METRICS_TOKEN', 'metrics-token-two')).toBe(1);
     expect(gw.logs()).not.toContain(next);
     expect(gw.logs()).not.toContain(password);
     expect(gw.logs()).not.toContain('not-the-password');
+    expect(gw.logs()).not.toContain('metrics-token-');
   }, 120_000);
 });
 
