@@ -10,6 +10,7 @@
  */
 import pg from 'pg';
 import type { Logger } from 'pino';
+import { currentUrl, type ConnectionUrl } from './connection-url.ts';
 
 export interface MonotonicClock {
   monotonicMs(): number;
@@ -19,8 +20,8 @@ export interface EpochWatcherOptions {
   /** Names the watcher in logs and in the LISTEN connection's application_name (`auth`, `catalog`). */
   readonly name: string;
   readonly pool: pg.Pool;
-  /** For the LISTEN connection (one of its own, outside the pool). */
-  readonly databaseUrl: string;
+  /** For the LISTEN connection (one of its own, outside the pool); read at each (re)connect. */
+  readonly databaseUrl: ConnectionUrl;
   /** `arkvory_catalog_epoch`: a table with one row and a bigint column `epoch`. */
   readonly table: string;
   readonly channel: string;
@@ -125,7 +126,7 @@ export class EpochWatcher {
   async #listen(): Promise<void> {
     if (this.#stopped) return;
     const client = new pg.Client({
-      connectionString: this.#options.databaseUrl,
+      connectionString: currentUrl(this.#options.databaseUrl),
       application_name: `arkvory-${this.#options.name}-listen`,
       keepAlive: true,
       connectionTimeoutMillis: 5000,

@@ -21,6 +21,7 @@
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import { BoundedLru } from '../../lib/bounded-lru.ts';
+import type { ConnectionUrl } from '../../lib/connection-url.ts';
 import { EpochWatcher } from '../../lib/epoch-watcher.ts';
 import type { Clock } from '../clock.ts';
 import { PolicyError } from '../errors.ts';
@@ -62,7 +63,7 @@ export type CertificateOutcome = { ok: true; principal: Principal } | { ok: fals
 export interface AuthenticatorOptions {
   pool: pg.Pool;
   /** Connection URL for the LISTEN client (a connection of its own, outside the pool). */
-  databaseUrl: string;
+  databaseUrl: ConnectionUrl;
   clock: Clock;
   log: Logger;
   maxEntries?: number;

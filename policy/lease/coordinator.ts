@@ -12,6 +12,7 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import type { Logger } from 'pino';
+import { currentUrl, type ConnectionUrl } from '../../lib/connection-url.ts';
 import type { Clock } from '../clock.ts';
 import { systemTimers, type TimerHandle, type Timers } from '../timers.ts';
 import { tryLockExclusive, tryLockShared } from './barriers.ts';
@@ -29,7 +30,7 @@ import {
 } from './lease-permit.ts';
 
 export interface CoordinatorOptions {
-  databaseUrl: string;
+  databaseUrl: ConnectionUrl;
   /** `worker` takes only the shared maintenance barrier: no writer lock, no policy, no lease. */
   role: 'api' | 'reader' | 'worker';
   /** Shared profile only. */
@@ -68,7 +69,7 @@ export class Coordinator {
     this.#options = options;
     this.#timers = options.timers ?? systemTimers;
     this.#client = new pg.Client({
-      connectionString: options.databaseUrl,
+      connectionString: currentUrl(options.databaseUrl),
       application_name: `arkvory-${options.role}-lease`,
       keepAlive: true,
       keepAliveInitialDelayMillis: 5000,

@@ -17,7 +17,8 @@ export interface RulesServiceClient {
 export function createRulesServiceClient(options: {
   url: string;
   timeoutMs: number;
-  token?: string | undefined;
+  /** The bearer token, or a function read per query (the token file rotates without a restart). */
+  token?: string | undefined | (() => string | undefined);
   connections?: number;
 }): RulesServiceClient {
   const base = new URL(options.url);
@@ -29,11 +30,19 @@ export function createRulesServiceClient(options: {
     bodyTimeout: Math.max(options.timeoutMs * 2, 1000),
     keepAliveTimeout: 30_000,
   });
-  const headers: Record<string, string> = { 'content-type': 'application/json', accept: 'application/json' };
-  if (options.token) headers.authorization = `Bearer ${options.token}`;
+  const plain: Record<string, string> = { 'content-type': 'application/json', accept: 'application/json' };
+  const { token } = options;
+  let signed: { token: string; headers: Record<string, string> } | undefined;
+  const headersNow = (): Record<string, string> => {
+    const now = typeof token === 'function' ? token() : token;
+    if (!now) return plain;
+    if (signed?.token !== now) signed = { token: now, headers: { ...plain, authorization: `Bearer ${now}` } };
+    return signed.headers;
+  };
   return {
     async transport(query, signal) {
       let res: Awaited<ReturnType<typeof pool.request>>;
+      const headers = headersNow();
       try {
         res = await pool.request({ method: 'POST', path, headers, body: JSON.stringify(query), signal });
       } catch (err) {

@@ -9,6 +9,9 @@ embedded PostgreSQL under <ARKVORY_DATA_DIR>/.pg and applies the migrations itse
 
 SIGTERM/SIGINT: stop accepting, /health/status turns 503, in-flight requests get up to
 ARKVORY_SHUTDOWN_TIMEOUT_SECONDS, then exit 0. A second signal exits at once.
+SIGHUP: read the …_FILE secrets again (database URL/password, S3 key, rules-service and metrics
+tokens; new connections and requests use a new value once its server accepts it) and the TLS
+certificate; see docs/deploy.md, "Rotation runbook".
 Exit codes: 0 clean stop, 1 startup or runtime failure, 2 invalid configuration.`,
   forms: [form({ run: async (_input, env) => (await import('../server/serve.ts')).serve(env) })],
 });

@@ -99,6 +99,7 @@ export function buildConfig(v: VariableValues, derived: Derived, cwd: string): C
       maxTtlMs: v.num('ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS') * 1000,
       token: v.optStr('ARKVORY_RULES_SERVICE_TOKEN'),
       ttlSeconds: v.num('ARKVORY_RULES_SERVICE_TTL_SECONDS'),
+      tokenGraceMs: v.num('ARKVORY_RULES_SERVICE_TOKEN_GRACE_SECONDS') * 1000,
     },
     caches: {
       catalogEntries: v.num('ARKVORY_CATALOG_CACHE_ENTRIES'),

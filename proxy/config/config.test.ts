@@ -209,6 +209,7 @@ describe('loadConfig', () => {
       maxTtlMs: 60_000,
       token: undefined,
       ttlSeconds: 30,
+      tokenGraceMs: 600_000,
     });
     expect(loadConfig({}).serviceName).toBe('arkvory');
     const config = loadConfig({

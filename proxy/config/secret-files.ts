@@ -57,16 +57,41 @@ export function readSecretFile(file: string): string {
   return value;
 }
 
-/** The variables that may come from a file, and the one their file form fills. */
-export const SECRET_FILE_VARIABLES: ReadonlyArray<{ file: string; fills: string; what: string }> = [
-  { file: 'ARKVORY_DATABASE_URL_FILE', fills: 'ARKVORY_DATABASE_URL', what: 'the PostgreSQL URL' },
-  { file: 'ARKVORY_DATABASE_PASSWORD_FILE', fills: 'ARKVORY_DATABASE_PASSWORD', what: 'the PostgreSQL password' },
-  { file: 'ARKVORY_REDIS_URL_FILE', fills: 'ARKVORY_REDIS_URL', what: 'the Redis URL(s)' },
-  { file: 'ARKVORY_REDIS_PASSWORD_FILE', fills: 'ARKVORY_REDIS_PASSWORD', what: 'the Redis password' },
-  { file: 'ARKVORY_METRICS_TOKEN_FILE', fills: 'ARKVORY_METRICS_TOKEN', what: 'the /metrics bearer token' },
-  { file: 'ARKVORY_RULES_SERVICE_TOKEN_FILE', fills: 'ARKVORY_RULES_SERVICE_TOKEN', what: 'the rules-service token' },
-  { file: 'ARKVORY_S3_SECRET_ACCESS_KEY_FILE', fills: 'AWS_SECRET_ACCESS_KEY', what: 'the S3 secret access key' },
-  { file: 'ARKVORY_S3_SESSION_TOKEN_FILE', fills: 'AWS_SESSION_TOKEN', what: 'the S3 session token' },
+/**
+ * The variables that may come from a file, and the one their file form fills. `rotates`: a running
+ * process reads the file again on SIGHUP and on a change (proxy/config/secret-rotation.ts); the
+ * others are read at start only.
+ */
+export const SECRET_FILE_VARIABLES: ReadonlyArray<{ file: string; fills: string; what: string; rotates: boolean }> = [
+  { file: 'ARKVORY_DATABASE_URL_FILE', fills: 'ARKVORY_DATABASE_URL', what: 'the PostgreSQL URL', rotates: true },
+  {
+    file: 'ARKVORY_DATABASE_PASSWORD_FILE',
+    fills: 'ARKVORY_DATABASE_PASSWORD',
+    what: 'the PostgreSQL password',
+    rotates: true,
+  },
+  { file: 'ARKVORY_REDIS_URL_FILE', fills: 'ARKVORY_REDIS_URL', what: 'the Redis URL(s)', rotates: false },
+  { file: 'ARKVORY_REDIS_PASSWORD_FILE', fills: 'ARKVORY_REDIS_PASSWORD', what: 'the Redis password', rotates: false },
+  {
+    file: 'ARKVORY_METRICS_TOKEN_FILE',
+    fills: 'ARKVORY_METRICS_TOKEN',
+    what: 'the /metrics bearer token',
+    rotates: true,
+  },
+  {
+    file: 'ARKVORY_RULES_SERVICE_TOKEN_FILE',
+    fills: 'ARKVORY_RULES_SERVICE_TOKEN',
+    what: 'the rules-service token',
+    rotates: true,
+  },
+  { file: 'ARKVORY_S3_ACCESS_KEY_ID_FILE', fills: 'AWS_ACCESS_KEY_ID', what: 'the S3 access key id', rotates: true },
+  {
+    file: 'ARKVORY_S3_SECRET_ACCESS_KEY_FILE',
+    fills: 'AWS_SECRET_ACCESS_KEY',
+    what: 'the S3 secret access key',
+    rotates: true,
+  },
+  { file: 'ARKVORY_S3_SESSION_TOKEN_FILE', fills: 'AWS_SESSION_TOKEN', what: 'the S3 session token', rotates: true },
 ];
 
 export interface ResolvedSecrets {

@@ -86,6 +86,8 @@ export interface Config {
     readonly token: string | undefined;
     /** Role rules-service: the TTL it answers. */
     readonly ttlSeconds: number;
+    /** Role rules-service: how long a rotated-out token is still accepted. */
+    readonly tokenGraceMs: number;
   };
   /** Longest lifetime of a pre-signed link, seconds. */
   readonly presignMaxExpiresSeconds: number;

@@ -361,6 +361,12 @@ export const VARIABLES: readonly VariableSpec[] = [
     doc: 'Shared bearer token for `POST /api/v1/rules/query`: the gateway sends it, the rules-service role requires it. Unset: the query route is open (bind the service to a private address). Set but empty: refused at start.',
   },
   {
+    name: 'ARKVORY_RULES_SERVICE_TOKEN_GRACE_SECONDS',
+    kind: { type: 'int', min: 0, max: 86400 },
+    defaultValue: '600',
+    doc: 'Role rules-service: after its token rotates (`ARKVORY_RULES_SERVICE_TOKEN_FILE` changed), how long the previous token is still accepted, so gateways can be given the new one in the meantime. 0: the old token stops at once.',
+  },
+  {
     name: 'ARKVORY_RULES_SERVICE_TTL_SECONDS',
     kind: { type: 'int', min: 0, max: 86400 },
     defaultValue: '30',
@@ -473,10 +479,10 @@ export const VARIABLES: readonly VariableSpec[] = [
   },
   ...TLS_VARIABLES,
   ...SECRET_FILE_VARIABLES.map(
-    ({ file, fills, what }): VariableSpec => ({
+    ({ file, fills, what, rotates }): VariableSpec => ({
       name: file,
       kind: { type: 'string' },
-      doc: `A file holding ${what} (\`${fills}\`), read at start (rotation without a restart is not implemented yet: restart after changing it); it must be readable by the service user only (mode 0400/0600), else the start is refused. Not together with \`${fills}\`. See docs/deploy.md.`,
+      doc: `A file holding ${what} (\`${fills}\`), ${rotates ? 'read at start and again on SIGHUP and when the file changes (a new value is used for new connections and requests once it checks out; a bad one is refused, the old one kept, `arkvory_secret_rotation_failures_total`)' : 'read at start only (restart after changing it)'}; it must be readable by the service user only (mode 0400/0600), else the start is refused. Not together with \`${fills}\`. See docs/deploy.md, "Rotation runbook".`,
     }),
   ),
 ];

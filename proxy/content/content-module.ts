@@ -10,7 +10,7 @@ import { createStorageQuotas } from '../../policy/quota/storage-quotas.ts';
 import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import { createContentCaches } from './caches.ts';
 import type { Route } from '../server/route-types.ts';
-import { openStore } from './storage.ts';
+import { openStore, rotatedConfig } from './storage.ts';
 import { artifactRoutes } from './artifact-routes.ts';
 import { contentRoutes, type ContentMeters } from './content-routes.ts';
 import { presignRoutes } from './presign-routes.ts';
@@ -42,6 +42,7 @@ export async function openContentModule(
   const caches = createContentCaches(services);
   const opened = await openStore(config, config.role === 'reader' ? 'reader' : 'writer', services.pool, {
     openFiles: caches.openFiles,
+    current: rotatedConfig(services),
   });
   // Store health: probed on its own period and fed by the store calls (inside the small-blob cache,
   // so a blob held in memory is served whatever the store's state).

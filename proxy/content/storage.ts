@@ -6,24 +6,66 @@
 import type pg from 'pg';
 import { openFsStore, type OpenFileCache } from '../../storage-adapter/fs/index.ts';
 import { openHttpStore } from '../../storage-adapter/http/index.ts';
-import { openS3Store } from '../../storage-adapter/s3/index.ts';
+import { openS3Store, readS3StorageIdObject } from '../../storage-adapter/s3/index.ts';
 import type { StorageRole } from '../../storage-adapter/identity.ts';
 import type { OpenedArtifactStore } from '../../storage-adapter/store.ts';
 import type { Config } from '../config/config.ts';
+import type { SecretVerifier } from '../config/secret-rotation.ts';
 
 /**
  * `openFiles` applies to the directory store only (the HTTP and S3 stores have no descriptors to keep).
  * `restoreAs`: open a restore target, binding nothing (see `OpenedArtifactStore`); the writer role only.
+ * `current`: the configuration with the secrets in use now; the S3 store signs each request with its key.
  */
 export function openStore(
   config: Config,
   role: StorageRole | 'worker',
   pool: pg.Pool,
-  options: { openFiles?: OpenFileCache | undefined; restoreAs?: string | undefined } = {},
+  options: {
+    openFiles?: OpenFileCache | undefined;
+    restoreAs?: string | undefined;
+    current?: (() => Config) | undefined;
+  } = {},
 ): Promise<OpenedArtifactStore> {
   const { url, connectTimeoutMs, timeoutMs, s3 } = config.storage;
-  const { openFiles, restoreAs } = options;
-  if (s3 !== undefined) return openS3Store({ ...s3, role, pool, connectTimeoutMs, timeoutMs, restoreAs });
+  const { openFiles, restoreAs, current } = options;
+  if (s3 !== undefined) {
+    const credentials = current ? () => current().storage.s3?.credentials ?? s3.credentials : s3.credentials;
+    return openS3Store({ ...s3, credentials, role, pool, connectTimeoutMs, timeoutMs, restoreAs });
+  }
   if (url !== undefined) return openHttpStore({ url, role, pool, connectTimeoutMs, timeoutMs, restoreAs });
   return openFsStore({ root: config.dataDir, role, pool, openFiles, restoreAs });
+}
+
+/**
+ * Checks a rotated S3 key before the store signs with it: the storage identity object is read with
+ * it (what the store's health probe reads), so a key the server refuses, or one without read access
+ * to the store, is refused and the old key kept.
+ */
+export function s3KeyVerifier(): SecretVerifier {
+  return {
+    what: 'the S3 server',
+    variables: ['AWS_ACCESS_KEY_ID', 'AWS_SECRET_ACCESS_KEY', 'AWS_SESSION_TOKEN'],
+    changed(current, next) {
+      const a = current.storage.s3?.credentials;
+      const b = next.storage.s3?.credentials;
+      return (
+        a?.accessKeyId !== b?.accessKeyId ||
+        a?.secretAccessKey !== b?.secretAccessKey ||
+        a?.sessionToken !== b?.sessionToken
+      );
+    },
+    async verify(next) {
+      const { s3, connectTimeoutMs, timeoutMs } = next.storage;
+      if (s3 === undefined) return;
+      const id = await readS3StorageIdObject({ ...s3, connectTimeoutMs, timeoutMs });
+      if (id === undefined) throw new Error('the storage identity object is not there for this key');
+    },
+  };
+}
+
+/** The configuration with the secrets in use now, where the process rotates them. */
+export function rotatedConfig(services: { readonly secrets?: { readonly config: Config } | undefined }) {
+  const { secrets } = services;
+  return secrets ? () => secrets.config : undefined;
 }

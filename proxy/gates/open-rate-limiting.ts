@@ -169,8 +169,11 @@ function openRemoteRules(
   metrics: RulesServiceMetrics,
 ): RemoteRules | undefined {
   const { config, clock } = services;
-  const { url, timeoutMs, maxTtlMs, token } = config.rulesService;
+  const { url, timeoutMs, maxTtlMs } = config.rulesService;
   if (!url) return undefined;
+  const { secrets } = services;
+  // The token as it is now: a rotated token file reaches the next query.
+  const token = secrets ? () => secrets.config.rulesService.token : config.rulesService.token;
   const client = createRulesServiceClient({ url, timeoutMs, token });
   services.onClose.push(() => client.close());
   return createRemoteRules({

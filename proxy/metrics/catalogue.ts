@@ -340,6 +340,18 @@ export const GATEWAY_METRICS = [
     labels: ['reason'],
     help: 'Whether the database login is a superuser or owns the schema (1), more than its role needs (docs/deploy.md); checked at start.',
   },
+  {
+    name: 'arkvory_secret_rotations_total',
+    type: 'counter',
+    labels: ['secret'],
+    help: 'New values taken from a rotated secret file (on SIGHUP or a file change), by the variable it fills (`ARKVORY_DATABASE_PASSWORD`, `AWS_SECRET_ACCESS_KEY`, ...); a series per secret given as a file (docs/deploy.md, "Rotation runbook").',
+  },
+  {
+    name: 'arkvory_secret_rotation_failures_total',
+    type: 'counter',
+    labels: ['secret'],
+    help: 'Rotations refused (file unreadable or with loose permissions, value invalid, credential refused by its server): the previous value stays in use; by the variable the file fills.',
+  },
 ] as const satisfies readonly MetricSpec[];
 
 /**

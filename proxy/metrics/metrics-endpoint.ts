@@ -36,14 +36,18 @@ async function writeMetrics(res: http.ServerResponse, metrics: Rendered): Promis
   res.end(res.req.method === 'HEAD' ? undefined : body);
 }
 
-/** The main-port route; with a token, a request without it gets 401 like any bad key. */
-export function metricsRoute(metrics: Rendered, token: string | undefined): Route {
+/**
+ * The main-port route; with a token, a request without it gets 401 like any bad key. `token` may be
+ * a function, read per request (the token file rotates without a restart).
+ */
+export function metricsRoute(metrics: Rendered, token: string | undefined | (() => string | undefined)): Route {
   return {
     methods: ['GET', 'HEAD'],
     template: METRICS_PATH,
     access: 'public',
     async handle({ req, res }) {
-      if (token !== undefined && !bearerMatches(req.headers.authorization, token))
+      const now = typeof token === 'function' ? token() : token;
+      if (now !== undefined && !bearerMatches(req.headers.authorization, now))
         throw new PolicyError('unauthorized', undefined, { headers: UNAUTHORIZED_HEADERS });
       await writeMetrics(res, metrics);
     },

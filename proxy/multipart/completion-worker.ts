@@ -17,11 +17,12 @@ import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import { assembleJob, type Job } from '../../storage-adapter/multipart/assemble.ts';
 import type { UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
 import { withTransaction } from '../../lib/transaction.ts';
+import { currentUrl, type ConnectionUrl } from '../../lib/connection-url.ts';
 import { FairTurns, type QueueHead } from './fair-turns.ts';
 
 export interface CompletionWorkerOptions {
   pool: pg.Pool;
-  databaseUrl: string;
+  databaseUrl: ConnectionUrl;
   store: ArtifactStore;
   catalog: Catalog;
   sessions: UploadSessions;
@@ -59,7 +60,7 @@ export class CompletionWorker {
 
   async start(): Promise<void> {
     this.#client = new pg.Client({
-      connectionString: this.#o.databaseUrl,
+      connectionString: currentUrl(this.#o.databaseUrl),
       application_name: 'arkvory-worker-lock',
       keepAlive: true,
     });

@@ -9,7 +9,7 @@ import { healthRoutes } from '../server/health-routes.ts';
 import { multipartRoutes } from './multipart-routes.ts';
 import type { ContentMeters } from '../content/content-routes.ts';
 import type { Services } from '../server/services.ts';
-import { openStore } from '../content/storage.ts';
+import { openStore, rotatedConfig } from '../content/storage.ts';
 import { registerUploadMetrics } from '../metrics/upload-metrics.ts';
 
 function multipartLimits(services: Services): MultipartLimits {
@@ -63,7 +63,9 @@ export async function startMultipart(
 
 /** `ARKVORY_ROLE=worker`: the completion worker and the health routes, nothing else. */
 export async function buildWorkerApp(services: Services): Promise<{ routes: Route[]; gates: Gate[] }> {
-  const store = await openStore(services.config, 'worker', services.pool);
+  const store = await openStore(services.config, 'worker', services.pool, {
+    current: rotatedConfig(services),
+  });
   services.onClose.push(() => store.close());
   if (services.metrics) registerUploadMetrics(services.metrics.registry, store);
   const sessions = new UploadSessions({

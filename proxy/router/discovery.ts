@@ -5,6 +5,8 @@
  * lease and no barrier.
  */
 import type { Logger } from 'pino';
+import { clientClassFor, type ConnectionUrl } from '../../lib/connection-url.ts';
+import type { SecretVerifier } from '../config/secret-rotation.ts';
 import type { BackendSpec } from './backend-pool.ts';
 
 export interface Discovery {
@@ -42,10 +44,14 @@ export function backendsFromLeases(rows: readonly LeaseRow[]): { backends: Backe
  * Discovery from the lease table. `pg` is loaded here, not at startup: a router with a static list
  * keeps its module graph (and so the heap every full GC marks) without the database client.
  */
-export async function leaseDiscovery(databaseUrl: string, log: Logger, queryTimeoutMs: number): Promise<Discovery> {
+export async function leaseDiscovery(
+  databaseUrl: ConnectionUrl,
+  log: Logger,
+  queryTimeoutMs: number,
+): Promise<Discovery> {
   const { default: pg } = await import('pg');
   const pool = new pg.Pool({
-    connectionString: databaseUrl,
+    Client: clientClassFor(pg.Client, databaseUrl),
     max: 1,
     application_name: 'arkvory-router',
     connectionTimeoutMillis: queryTimeoutMs,
@@ -72,5 +78,31 @@ export async function leaseDiscovery(databaseUrl: string, log: Logger, queryTime
       return backends;
     },
     close: () => pool.end(),
+  };
+}
+
+/** Checks a rotated database URL or password before discovery uses it: the lease table is readable with it. */
+export function leaseLoginVerifier(queryTimeoutMs: number): SecretVerifier {
+  return {
+    what: 'PostgreSQL',
+    variables: ['ARKVORY_DATABASE_URL', 'ARKVORY_DATABASE_PASSWORD'],
+    changed: (current, next) => current.databaseUrl !== next.databaseUrl,
+    async verify(next) {
+      if (next.databaseUrl === undefined || next.router.backends) return;
+      const { default: pg } = await import('pg');
+      const client = new pg.Client({
+        connectionString: next.databaseUrl,
+        application_name: 'arkvory-router-rotation',
+        connectionTimeoutMillis: queryTimeoutMs,
+        query_timeout: queryTimeoutMs,
+      });
+      client.on('error', () => {});
+      try {
+        await client.connect();
+        await client.query('SELECT slot FROM arkvory_gateway_leases LIMIT 1');
+      } finally {
+        await client.end().catch(() => {});
+      }
+    },
   };
 }

@@ -2,14 +2,16 @@
  * `arkvory serve` with ARKVORY_ROLE=router: a stateless front proxy. It takes no lease and no
  * barrier and keeps nothing but its discovery cache, so several routers can run side by side.
  * Startup: discovery must work once (the lease table readable, or the static list parsed), one
- * probe round runs, then it listens. SIGTERM/SIGINT: stop accepting, drain, exit 0.
+ * probe round runs, then it listens. SIGTERM/SIGINT: stop accepting, drain, exit 0. SIGHUP or a
+ * changed secret file: the database password of lease discovery rotates.
  */
 import { logStartupFailure } from '../server/startup-failure.ts';
 import { watchStopSignals } from '../server/stop-signals.ts';
 import type { Logger } from 'pino';
 import type { Config } from '../config/config.ts';
 import { BackendPool } from './backend-pool.ts';
-import { leaseDiscovery, staticDiscovery, type Discovery } from './discovery.ts';
+import { leaseDiscovery, leaseLoginVerifier, staticDiscovery, type Discovery } from './discovery.ts';
+import { SecretRotation, type StartSecrets } from '../config/secret-rotation.ts';
 import { createTrustedProxies } from './forwarded.ts';
 import { createHealthMonitor } from './health-monitor.ts';
 import { createProxyHandler } from './proxy-handler.ts';
@@ -25,8 +27,16 @@ import { openListenerTls, type ServedTls } from '../tls/served-tls.ts';
 const EXIT_OK = 0;
 const EXIT_FAILURE = 1;
 
-export async function runRouter(config: Config, log: Logger): Promise<number> {
+export async function runRouter(
+  config: Config,
+  log: Logger,
+  secrets: StartSecrets = { env: {}, reads: new Map() },
+): Promise<number> {
   let draining = false;
+  const rotation = new SecretRotation(config, secrets, {
+    log: log.child({ component: 'secrets' }),
+    verifiers: [leaseLoginVerifier(Math.max(1000, config.router.probeIntervalMs))],
+  });
   const signals = watchStopSignals(log, () => {
     draining = true;
   });
@@ -66,7 +76,8 @@ export async function runRouter(config: Config, log: Logger): Promise<number> {
     discovery = config.router.backends
       ? staticDiscovery(config.router.backends)
       : await leaseDiscovery(
-          config.databaseUrl!,
+          // Each new connection reads the rotated URL (loadConfig requires one without a static list).
+          () => rotation.config.databaseUrl!,
           log.child({ component: 'discovery' }),
           Math.max(1000, config.router.probeIntervalMs),
         );
@@ -91,6 +102,7 @@ export async function runRouter(config: Config, log: Logger): Promise<number> {
       metricsServer = await startRouterMetricsServer(config.metrics.port, { tally, pool, stats }, log);
     const address = await server.listen(config.port, config.host);
     tls?.start();
+    await rotation.start();
     log.info(
       {
         role: 'router',
@@ -112,6 +124,7 @@ export async function runRouter(config: Config, log: Logger): Promise<number> {
     log.error({ err }, 'shutdown step failed');
   }
   tls?.close();
+  rotation.close();
   await monitor?.stop();
   await metricsServer?.close();
   handler.close();

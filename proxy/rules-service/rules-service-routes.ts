@@ -5,7 +5,6 @@
  *  - `POST /api/v1/rules/query`: the gateways' query; open, or guarded by ARKVORY_RULES_SERVICE_TOKEN.
  *  - `/api/v1/admin/rule-overrides…` (admin scope, the gateway's admin keys): list (cursor-paged), put, delete.
  */
-import { timingSafeEqual } from 'node:crypto';
 import { formatProblem, validateRulesQuery, type AvailableLimiters } from '../../policy/rate-limit/index.ts';
 import {
   answerFor,
@@ -21,16 +20,11 @@ import { liveAndStatusRoutes } from '../server/health-routes.ts';
 import { mayPublishBypass } from '../admin/rate-limit-admin-routes.ts';
 import { pageQuery } from '../admin/auth-admin-routes.ts';
 import { readJsonBody } from '../server/request-body.ts';
+import type { Clock } from '../../policy/clock.ts';
+import type { QueryTokens } from './query-tokens.ts';
 
 const OVERRIDES = '/api/v1/admin/rule-overrides';
 const ONE_OVERRIDE = `${OVERRIDES}/:service/:limiter/:kind/:subject`;
-
-function tokenMatches(header: unknown, token: string): boolean {
-  if (typeof header !== 'string' || !header.startsWith('Bearer ')) return false;
-  const given = Buffer.from(header.slice(7));
-  const expected = Buffer.from(token);
-  return given.length === expected.length && timingSafeEqual(given, expected);
-}
 
 function invalid(problems: Parameters<typeof formatProblem>[0][]): PolicyError {
   return new PolicyError('invalid_request', problems.map(formatProblem).join('; '));
@@ -56,11 +50,13 @@ export function rulesServiceRoutes(deps: {
   store: OverrideStore;
   available: AvailableLimiters;
   ttlSeconds: number;
-  token: string | undefined;
+  /** The query token (and a rotated-out one during its grace); none required when unset. */
+  tokens: QueryTokens;
+  clock: Clock;
   lifecycle: Lifecycle;
   bypassPublishers?: readonly string[];
 }): Route[] {
-  const { store, available, ttlSeconds, token, lifecycle } = deps;
+  const { store, available, ttlSeconds, tokens, clock, lifecycle } = deps;
   const bypassPublishers = deps.bypassPublishers ?? [];
   return [
     ...liveAndStatusRoutes(lifecycle),
@@ -69,7 +65,7 @@ export function rulesServiceRoutes(deps: {
       template: '/api/v1/rules/query',
       access: 'public',
       async handle({ req, res }) {
-        if (token !== undefined && !tokenMatches(req.headers.authorization, token)) {
+        if (!tokens.accepts(req.headers.authorization, clock.monotonicMs())) {
           throw new PolicyError(
             'unauthorized',
             'This rules service requires its token (ARKVORY_RULES_SERVICE_TOKEN).',

@@ -3,7 +3,8 @@
  * ARKVORY_ROLE=rules-service): answers the gateways' rule queries from per-principal and
  * per-repository overrides in PostgreSQL, edited through its admin routes (the gateway's admin keys)
  * and `arkvory rules-service set|unset|list`. No storage, no lease, no Redis: several can run side
- * by side on one database. SIGTERM/SIGINT: stop accepting, drain, exit 0.
+ * by side on one database. SIGTERM/SIGINT: stop accepting, drain, exit 0. SIGHUP or a changed secret
+ * file: the database password and the query token rotate (the old token accepted for a grace).
  */
 import type { Logger } from 'pino';
 import { pendingMigrations } from '../../migrations/runner.ts';
@@ -13,7 +14,9 @@ import { createOverrideStore } from '../../policy/rate-limit/rule-overrides.ts';
 import { createAuthGate, transportPolicy } from '../gates/auth-gate.ts';
 import type { Config } from '../config/config.ts';
 import { createPool } from '../server/database.ts';
-import { checkDatabasePrivileges } from '../server/privilege-startup.ts';
+import { checkDatabasePrivileges, databaseLoginVerifier } from '../server/privilege-startup.ts';
+import { SecretRotation, type StartSecrets } from '../config/secret-rotation.ts';
+import { QueryTokens } from './query-tokens.ts';
 import { createGatewayServer } from '../server/http-server.ts';
 import { Lifecycle } from '../server/lifecycle.ts';
 import { logStartupFailure } from '../server/startup-failure.ts';
@@ -26,11 +29,30 @@ import { openListenerTls, type ServedTls } from '../tls/served-tls.ts';
 const EXIT_OK = 0;
 const EXIT_FAILURE = 1;
 
-export async function runRulesService(config: Config, log: Logger): Promise<number> {
+export async function runRulesService(
+  config: Config,
+  log: Logger,
+  secrets: StartSecrets = { env: {}, reads: new Map() },
+): Promise<number> {
   const lifecycle = new Lifecycle();
   const signals = watchStopSignals(log, () => lifecycle.set('draining', 'shutdown'));
 
-  const databaseUrl = config.databaseUrl!; // loadConfig requires it for this role
+  const rotation = new SecretRotation(config, secrets, {
+    log: log.child({ component: 'secrets' }),
+    verifiers: [databaseLoginVerifier()],
+  });
+  const tokens = new QueryTokens(config.rulesService.token, config.rulesService.tokenGraceMs);
+  rotation.onRotated((previous, next) => {
+    if (next.rulesService.token === previous.rulesService.token) return;
+    const nowMs = systemClock.monotonicMs();
+    tokens.rotate(next.rulesService.token, nowMs);
+    log.info(
+      { graceSeconds: config.rulesService.tokenGraceMs / 1000 },
+      `query token rotated; the previous one is accepted for ${config.rulesService.tokenGraceMs / 1000} s more`,
+    );
+  });
+  // loadConfig requires a database URL for this role; each new connection reads the rotated one.
+  const databaseUrl = () => rotation.config.databaseUrl!;
   const pool = createPool(databaseUrl, config.databasePoolSize, log, 'arkvory-rules-service');
   const auth = new Authenticator({ pool, databaseUrl, clock: systemClock, log: log.child({ component: 'auth' }) });
   let authStarted = false;
@@ -52,7 +74,8 @@ export async function runRulesService(config: Config, log: Logger): Promise<numb
       store: createOverrideStore(pool),
       available,
       ttlSeconds: config.rulesService.ttlSeconds,
-      token: config.rulesService.token,
+      tokens,
+      clock: systemClock,
       lifecycle,
       bypassPublishers: config.rateLimitBypassPublishers,
     });
@@ -65,6 +88,7 @@ export async function runRulesService(config: Config, log: Logger): Promise<numb
     });
     const address = await server.listen(config.port, config.host);
     tls?.start();
+    await rotation.start();
     if (!signals.requested) lifecycle.set('serving');
     log.info(
       {
@@ -87,6 +111,7 @@ export async function runRulesService(config: Config, log: Logger): Promise<numb
     log.error({ err }, 'shutdown step failed');
   }
   tls?.close();
+  rotation.close();
   if (authStarted) await auth.stop().catch(() => {});
   await pool.end().catch(() => {});
   log.info({ code }, 'stopped');

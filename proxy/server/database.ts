@@ -1,20 +1,25 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
+import { clientClassFor, type ConnectionUrl } from '../../lib/connection-url.ts';
 import type { Config } from '../config/config.ts';
 import { describeCertificateRefusal } from '../tls/peer-verification.ts';
 import { startEmbeddedDatabase, type EmbeddedDatabase } from './embedded-database.ts';
 
 export interface Database {
   readonly pool: pg.Pool;
-  readonly url: string;
+  /** The URL new connections use: with a password from a file, the one current at each connect. */
+  readonly url: ConnectionUrl;
   readonly embedded: EmbeddedDatabase | undefined;
   close(): Promise<void>;
 }
 
-/** One long-lived pool. Every pg setting comes from the config, never from PG* variables. */
-export function createPool(url: string, size: number, log: Logger, applicationName = 'arkvory'): pg.Pool {
+/**
+ * One long-lived pool. Every pg setting comes from the config, never from PG* variables. Each new
+ * connection reads `url` then (a rotated password reaches new connections; open ones drain).
+ */
+export function createPool(url: ConnectionUrl, size: number, log: Logger, applicationName = 'arkvory'): pg.Pool {
   const pool = new pg.Pool({
-    connectionString: url,
+    Client: clientClassFor(pg.Client, url),
     max: size,
     application_name: applicationName,
     connectionTimeoutMillis: 10_000,
@@ -28,10 +33,16 @@ export function createPool(url: string, size: number, log: Logger, applicationNa
   return pool;
 }
 
-export async function openDatabase(config: Config, log: Logger): Promise<Database> {
+/** `rotatedUrl`: the configured URL as it is now (a password file may have been rotated since start). */
+export async function openDatabase(
+  config: Config,
+  log: Logger,
+  rotatedUrl: () => string | undefined = () => config.databaseUrl,
+): Promise<Database> {
   let embedded: EmbeddedDatabase | undefined;
-  let url = config.databaseUrl;
-  if (!url) {
+  let url: ConnectionUrl;
+  if (config.databaseUrl) url = () => rotatedUrl() ?? config.databaseUrl!;
+  else {
     embedded = await startEmbeddedDatabase(config.dataDir, log);
     url = embedded.url;
   }

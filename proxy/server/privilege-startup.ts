@@ -1,8 +1,9 @@
 /** The start-time privilege check of a gateway role (database-privileges.ts), its log line and metric. */
-import type pg from 'pg';
+import pg from 'pg';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { Config } from '../config/types.ts';
+import type { SecretVerifier } from '../config/secret-rotation.ts';
 import { gauge } from '../metrics/families.ts';
 import { databaseRoleOf, describePrivileges, inspectPrivileges, type PrivilegeReport } from './database-privileges.ts';
 import { StartupError } from './startup-failure.ts';
@@ -42,4 +43,33 @@ export function registerPrivilegeMetrics(registry: Registry, report: PrivilegeRe
     this.set({ reason: 'superuser' }, report.superuser ? 1 : 0);
     this.set({ reason: 'schema_owner' }, report.schemaOwner ? 1 : 0);
   });
+}
+
+/**
+ * Checks a rotated database URL or password before the pool uses it: one connection of its own
+ * logs in and, for a role with grants, finds none missing (a URL file may name another login).
+ */
+export function databaseLoginVerifier(): SecretVerifier {
+  return {
+    what: 'PostgreSQL',
+    variables: ['ARKVORY_DATABASE_URL', 'ARKVORY_DATABASE_PASSWORD'],
+    changed: (current, next) => current.databaseUrl !== next.databaseUrl,
+    async verify(next) {
+      const client = new pg.Client({
+        connectionString: next.databaseUrl,
+        application_name: `arkvory-${next.role}-rotation`,
+        connectionTimeoutMillis: 10_000,
+      });
+      client.on('error', () => {});
+      try {
+        await client.connect();
+        const role = databaseRoleOf(next.role);
+        const report = role ? await inspectPrivileges(client, role) : undefined;
+        if (report?.missing.length) throw new Error(describePrivileges(report));
+        if (!role) await client.query('SELECT 1');
+      } finally {
+        await client.end().catch(() => {});
+      }
+    },
+  };
 }

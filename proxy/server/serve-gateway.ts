@@ -25,7 +25,11 @@ import { createTransfers } from '../gates/transfers.ts';
 import { EXIT, StartupError } from './startup-failure.ts';
 import { openListenerTls, type ServedTls } from '../tls/served-tls.ts';
 import { schemeOf } from './listener.ts';
-import { checkDatabasePrivileges, registerPrivilegeMetrics } from './privilege-startup.ts';
+import { checkDatabasePrivileges, databaseLoginVerifier, registerPrivilegeMetrics } from './privilege-startup.ts';
+import { SecretRotation, type StartSecrets } from '../config/secret-rotation.ts';
+import { s3KeyVerifier } from '../content/storage.ts';
+import { registerSecretMetrics } from '../metrics/secret-metrics.ts';
+import { currentUrl, type ConnectionUrl } from '../../lib/connection-url.ts';
 import type { PrivilegeReport } from './database-privileges.ts';
 
 /** The embedded defaults exist for one standalone writer; everything else needs real services. */
@@ -42,8 +46,15 @@ function checkProfile(config: Config): void {
   }
 }
 
-/** Runs a gateway until SIGTERM/SIGINT, then drains and resolves with the exit code. */
-export async function serveGateway(config: Config, log: Logger): Promise<number> {
+/**
+ * Runs a gateway until SIGTERM/SIGINT, then drains and resolves with the exit code. SIGHUP (and a
+ * changed secret file) rotates the secrets given as files (proxy/config/secret-rotation.ts).
+ */
+export async function serveGateway(
+  config: Config,
+  log: Logger,
+  secrets: StartSecrets = { env: {}, reads: new Map() },
+): Promise<number> {
   const lifecycle = new Lifecycle();
   let database: Database | undefined;
   let server: GatewayServer | undefined;
@@ -57,6 +68,10 @@ export async function serveGateway(config: Config, log: Logger): Promise<number>
   let coordinator: Coordinator | undefined;
   let tls: ServedTls | undefined;
   let privileges: PrivilegeReport | undefined;
+  const rotation = new SecretRotation(config, secrets, {
+    log: log.child({ component: 'secrets' }),
+    verifiers: [databaseLoginVerifier(), s3KeyVerifier()],
+  });
   try {
     checkProfile(config);
     // Before anything else is opened: a broken certificate pair refuses the start with its reason.
@@ -64,7 +79,7 @@ export async function serveGateway(config: Config, log: Logger): Promise<number>
     // Before any state exists: a busy port or an unusable data dir must not leave a new cluster behind.
     await checkPortFree(config.host, config.port);
     await prepareDataDir(config.dataDir);
-    database = await openDatabase(config, log);
+    database = await openDatabase(config, log, () => rotation.config.databaseUrl);
     if (database.embedded) {
       const applied = await migrate(database.pool);
       if (applied.length)
@@ -73,7 +88,7 @@ export async function serveGateway(config: Config, log: Logger): Promise<number>
       // PostgreSQL may come up after the gateway (a host boot, a failover): retry with backoff.
       const reached = await waitForDatabase(() => database!.pool.query('SELECT 1'), {
         boundMs: config.databaseStartupWaitMs,
-        target: databaseTarget(database.url),
+        target: databaseTarget(currentUrl(database.url)),
         log,
         monotonicMs: systemClock.monotonicMs,
         sleep: (ms, signal) => sleep(ms, undefined, { signal }),
@@ -93,6 +108,7 @@ export async function serveGateway(config: Config, log: Logger): Promise<number>
     // Each source registers its metric families where it is built.
     const metrics = createGatewayMetrics();
     if (privileges) registerPrivilegeMetrics(metrics.registry, privileges);
+    registerSecretMetrics(metrics.registry, rotation);
     coordinator = await openCoordinator(config, database.url, log);
     coordinator.onFenced(() => lifecycle.set('fenced', 'lease lost'));
     registerLeaseMetrics(metrics.registry, coordinator);
@@ -109,16 +125,17 @@ export async function serveGateway(config: Config, log: Logger): Promise<number>
       transfers,
       clock: systemClock,
       lifecycle,
+      secrets: rotation,
       // Queues close before in-flight requests are awaited; waiting grants are cancelled (ADR 0008).
       preClose: [() => transfers.close()],
-      onClose: [() => tls?.close()],
+      onClose: [() => tls?.close(), () => rotation.close()],
       status: [],
       readiness: [() => transfers.snapshot()],
       metrics,
     };
     const app = await buildApp(built);
     let metricsServer: MetricsServer | undefined;
-    if (config.metrics.port === undefined) app.routes.push(metricsRoute(metrics, config.metrics.token));
+    if (config.metrics.port === undefined) app.routes.push(metricsRoute(metrics, () => rotation.config.metrics.token));
     else {
       metricsServer = await startMetricsServer(metrics, config.metrics.port, log);
       built.onClose.push(() => metricsServer?.close());
@@ -136,6 +153,7 @@ export async function serveGateway(config: Config, log: Logger): Promise<number>
     registerTlsMetrics(metrics.registry, tls);
     const address = await server.listen(config.port, config.host);
     tls?.start();
+    await rotation.start();
     if (!signals.requested) lifecycle.set('serving');
     log.info(
       { role: config.role, url: `${schemeOf(server.server)}://${address.address}:${address.port}`, port: address.port },
@@ -146,6 +164,7 @@ export async function serveGateway(config: Config, log: Logger): Promise<number>
   } catch (err) {
     logStartupFailure(log, err);
     tls?.close();
+    rotation.close();
     return await finish(log, built, server, database, config, EXIT.failure, coordinator);
   }
   await signals.stopped;
@@ -153,7 +172,7 @@ export async function serveGateway(config: Config, log: Logger): Promise<number>
 }
 
 /** Barriers, the stored policy and (shared profile) the slot lease, on a connection of their own. */
-async function openCoordinator(config: Config, databaseUrl: string, log: Logger): Promise<Coordinator> {
+async function openCoordinator(config: Config, databaseUrl: ConnectionUrl, log: Logger): Promise<Coordinator> {
   const role = config.role === 'reader' ? 'reader' : config.role === 'worker' ? 'worker' : 'api';
   return Coordinator.open({
     databaseUrl,

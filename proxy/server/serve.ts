@@ -6,13 +6,15 @@
  * dear as the heap is big.
  */
 import { ConfigError, loadConfig, type Config } from '../config/config.ts';
+import { readSecretFile } from '../config/secret-files.ts';
+import type { StartSecrets } from '../config/secret-rotation.ts';
 import { createLogger } from './logger.ts';
 import { EXIT, logStartupFailure } from './startup-failure.ts';
 import { trustOutboundCertificateAuthorities } from '../tls/outbound-ca.ts';
 
-export function loadConfigOrExit(env: NodeJS.ProcessEnv): Config {
+export function loadConfigOrExit(env: NodeJS.ProcessEnv, readSecret?: (file: string) => string): Config {
   try {
-    return loadConfig(env);
+    return loadConfig(env, undefined, readSecret);
   } catch (err) {
     if (err instanceof ConfigError) {
       for (const line of err.problems) process.stderr.write(`arkvory: invalid configuration: ${line}\n`);
@@ -24,7 +26,14 @@ export function loadConfigOrExit(env: NodeJS.ProcessEnv): Config {
 
 /** `arkvory serve`: runs until SIGTERM/SIGINT, then drains and resolves with the exit code. */
 export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
-  const config = loadConfigOrExit(env);
+  // What each secret file held at start: a rotation compares against it (proxy/config/secret-rotation.ts).
+  const reads = new Map<string, string>();
+  const config = loadConfigOrExit(env, (file) => {
+    const value = readSecretFile(file);
+    reads.set(file, value);
+    return value;
+  });
+  const secrets: StartSecrets = { env, reads };
   const log = createLogger(config.logLevel);
   if (config.outboundCaFile !== undefined) {
     try {
@@ -36,8 +45,8 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
     }
   }
   // The router holds no lease, barrier or database state of its own (proxy/router/run-router.ts).
-  if (config.role === 'router') return (await import('../router/run-router.ts')).runRouter(config, log);
+  if (config.role === 'router') return (await import('../router/run-router.ts')).runRouter(config, log, secrets);
   if (config.role === 'rules-service')
-    return (await import('../rules-service/rules-service.ts')).runRulesService(config, log);
-  return (await import('./serve-gateway.ts')).serveGateway(config, log);
+    return (await import('../rules-service/rules-service.ts')).runRulesService(config, log, secrets);
+  return (await import('./serve-gateway.ts')).serveGateway(config, log, secrets);
 }

@@ -1,8 +1,10 @@
 import type pg from 'pg';
 import type { Logger } from 'pino';
+import type { ConnectionUrl } from '../../lib/connection-url.ts';
 import type { Clock } from '../../policy/clock.ts';
 import type { Coordinator } from '../../policy/lease/coordinator.ts';
 import type { Config } from '../config/config.ts';
+import type { SecretRotation } from '../config/secret-rotation.ts';
 import type { Lifecycle } from './lifecycle.ts';
 import type { GatewayMetrics } from '../metrics/gateway-metrics.ts';
 import type { Transfers } from '../gates/transfers.ts';
@@ -12,8 +14,8 @@ export interface Services {
   readonly config: Config;
   readonly log: Logger;
   readonly pool: pg.Pool;
-  /** URL of the same database, for connections of their own (LISTEN, the lease). */
-  readonly databaseUrl: string;
+  /** URL of the same database, for connections of their own (LISTEN, the lease); its password may rotate. */
+  readonly databaseUrl: ConnectionUrl;
   /** True when PostgreSQL is the embedded default (standalone, first-run conveniences apply). */
   readonly isEmbeddedDatabase: boolean;
   /** Barriers and (shared profile) the slot lease; `isPermitted()` is false once fenced. */
@@ -33,6 +35,11 @@ export interface Services {
   readonly status: Array<() => Record<string, unknown>>;
   /** Extra fields for `/health/ready`; each provider returns aggregates only, never ids or paths. */
   readonly readiness: Array<() => Record<string, unknown>>;
+  /**
+   * The secrets in use now (`secrets.config`): read where a connection is opened or a request signed,
+   * so a rotated secret file reaches them without a restart. Absent: `config`'s, fixed.
+   */
+  readonly secrets?: SecretRotation | undefined;
   /** Prometheus metrics; each module registers the families of what it builds (absent: nothing is exported). */
   readonly metrics?: GatewayMetrics;
 }

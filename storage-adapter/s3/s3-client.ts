@@ -26,7 +26,8 @@ export interface S3ClientOptions extends UpstreamOptions {
   readonly endpoint: string;
   readonly region: string;
   readonly bucket: string;
-  readonly credentials: S3Credentials;
+  /** The key, or a function read as each request is signed (a rotated key reaches the next request). */
+  readonly credentials: S3Credentials | (() => S3Credentials);
 }
 
 export interface S3Request {
@@ -153,9 +154,10 @@ export function createS3Client(options: S3ClientOptions): S3Client {
   }
 
   function sign(r: Pick<S3Request, 'method' | 'key' | 'query'>, path: string, headers: Record<string, string>) {
+    const { credentials } = options;
     const signed = aws4.sign(
       { service: 's3', region: options.region, method: r.method, host, path, headers },
-      options.credentials,
+      typeof credentials === 'function' ? credentials() : credentials,
     );
     return { path: signed.path ?? path, headers: signed.headers as Record<string, string> };
   }

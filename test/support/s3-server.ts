@@ -20,6 +20,12 @@ import { createS3Client, s3ErrorOf, type S3Client } from '../../storage-adapter/
 import { freeLoopbackPort } from '../harness/index.ts';
 
 export type S3ServerKind = 'seaweedfs' | 'minio';
+
+/** The SeaweedFS server's second identity: read and list only (test/support/s3-keys.ts). */
+export const SEAWEEDFS_READ_KEY = {
+  accessKeyId: 'arkvoryreader',
+  secretAccessKey: 'arkvory-reader-secret-key',
+} as const;
 export const S3_SERVER_KINDS: readonly S3ServerKind[] = ['seaweedfs', 'minio'];
 
 const TOOLS_BIN = path.join(process.env.ARKVORY_TOOLS_DIR ?? '/root/.cache/arkvory-tools', 'bin');
@@ -121,6 +127,12 @@ export async function startS3Server(kind: S3ServerKind, options: S3ServerOptions
             name: 'arkvory',
             credentials: [{ accessKey: accessKeyId, secretKey: secretAccessKey }],
             actions: ['Admin', 'Read', 'Write', 'List', 'Tagging'],
+          },
+          // A second key that may only read (test/support/s3-keys.ts): key rotation tests.
+          {
+            name: 'arkvory-reader',
+            credentials: [{ accessKey: SEAWEEDFS_READ_KEY.accessKeyId, secretKey: SEAWEEDFS_READ_KEY.secretAccessKey }],
+            actions: ['Read', 'List'],
           },
         ],
       }),

@@ -1,0 +1,56 @@
+import { describe, expect, it } from 'vitest';
+import { ManualClock } from '../../policy/clock.ts';
+import { QueryTokens } from './query-tokens.ts';
+
+const GRACE_MS = 600_000;
+const bearer = (t: string) => `Bearer ${t}`;
+
+describe('the rules-service query token and its rotation grace', () => {
+  it('without a token the route is open; with one, only that token passes', () => {
+    const clock = new ManualClock();
+    expect(new QueryTokens(undefined, GRACE_MS).accepts(undefined, clock.monotonicMs())).toBe(true);
+    const tokens = new QueryTokens('old-token', GRACE_MS);
+    expect(tokens.required).toBe(true);
+    expect(tokens.accepts(bearer('old-token'), clock.monotonicMs())).toBe(true);
+    for (const wrong of [undefined, '', 'old-token', 'Bearer old-toke', 'Bearer old-tokenX', 'Basic old-token', 42])
+      expect(tokens.accepts(wrong, clock.monotonicMs()), String(wrong)).toBe(false);
+  });
+
+  it('after a rotation the previous token passes until exactly the grace has passed, the new one always', () => {
+    const clock = new ManualClock(1_700_000_000_000, 5_000);
+    const tokens = new QueryTokens('old-token', GRACE_MS);
+    const rotatedAt = clock.monotonicMs();
+    tokens.rotate('new-token', rotatedAt);
+    expect(tokens.previousAcceptedUntil(clock.monotonicMs())).toBe(rotatedAt + GRACE_MS);
+    clock.advance(GRACE_MS - 1);
+    expect(tokens.accepts(bearer('old-token'), clock.monotonicMs())).toBe(true);
+    expect(tokens.accepts(bearer('new-token'), clock.monotonicMs())).toBe(true);
+    clock.advance(1);
+    // The grace is exclusive at its end: at rotation + grace the old token is refused.
+    expect(clock.monotonicMs()).toBe(rotatedAt + GRACE_MS);
+    expect(tokens.accepts(bearer('old-token'), clock.monotonicMs())).toBe(false);
+    expect(tokens.previousAcceptedUntil(clock.monotonicMs())).toBeUndefined();
+    expect(tokens.accepts(bearer('new-token'), clock.monotonicMs())).toBe(true);
+  });
+
+  it('a grace of 0 ends the old token at once; a second rotation within the grace drops the first token', () => {
+    const clock = new ManualClock();
+    const strict = new QueryTokens('a', 0);
+    strict.rotate('b', clock.monotonicMs());
+    expect(strict.accepts(bearer('a'), clock.monotonicMs())).toBe(false);
+    expect(strict.accepts(bearer('b'), clock.monotonicMs())).toBe(true);
+
+    const tokens = new QueryTokens('a', GRACE_MS);
+    tokens.rotate('b', clock.monotonicMs());
+    clock.advance(1000);
+    tokens.rotate('c', clock.monotonicMs());
+    expect(tokens.accepts(bearer('a'), clock.monotonicMs())).toBe(false);
+    expect(tokens.accepts(bearer('b'), clock.monotonicMs())).toBe(true);
+    expect(tokens.previousAcceptedUntil(clock.monotonicMs())).toBe(1000 + GRACE_MS);
+    // Rotating to the token in use changes nothing: the grace of `b` is not extended.
+    clock.advance(GRACE_MS - 1);
+    tokens.rotate('c', clock.monotonicMs());
+    clock.advance(1);
+    expect(tokens.accepts(bearer('b'), clock.monotonicMs())).toBe(false);
+  });
+});
