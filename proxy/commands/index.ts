@@ -1,3 +1,4 @@
+import { auditCommand } from './audit-command.ts';
 import { grantsCommand, keysCommand, principalsCommand, reposCommand } from './auth-commands.ts';
 import { backupCommand, restoreCommand } from './backup-commands.ts';
 import type { Command } from './command.ts';
@@ -32,6 +33,7 @@ export const COMMANDS: readonly Command[] = [
   backupCommand,
   restoreCommand,
   presignSecretCommand,
+  auditCommand,
   getCommand,
   putCommand,
   presignCommand,

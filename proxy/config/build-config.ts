@@ -70,6 +70,7 @@ export function buildConfig(v: VariableValues, derived: Derived, cwd: string): C
     rateLimitsFile: v.optStr('ARKVORY_RATE_LIMITS_FILE'),
     embeddedWorker: v.values.get('ARKVORY_EMBEDDED_WORKER') as boolean,
     uploadSessionTtlSeconds: v.num('ARKVORY_UPLOAD_SESSION_TTL_SECONDS'),
+    auditRetentionDays: v.num('ARKVORY_AUDIT_RETENTION_DAYS'),
     multipart: {
       maxSessionsPerPrincipal: v.num('ARKVORY_MULTIPART_MAX_SESSIONS_PER_PRINCIPAL'),
       maxPendingBytesPerPrincipal: v.num('ARKVORY_MULTIPART_MAX_PENDING_BYTES_PER_PRINCIPAL'),

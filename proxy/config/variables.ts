@@ -220,6 +220,12 @@ export const VARIABLES: readonly VariableSpec[] = [
     doc: 'Multipart upload sessions expire this long after they start; their parts are then removed.',
   },
   {
+    name: 'ARKVORY_AUDIT_RETENTION_DAYS',
+    kind: { type: 'int', min: 1, max: 36500 },
+    defaultValue: '365',
+    doc: 'Writer only: audit trail events older than this are pruned (hourly); docs/observability.md.',
+  },
+  {
     name: 'ARKVORY_MULTIPART_MAX_SESSIONS_PER_PRINCIPAL',
     kind: { type: 'int', min: 1, max: 100000 },
     defaultValue: '64',

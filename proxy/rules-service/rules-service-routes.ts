@@ -68,6 +68,8 @@ export function rulesServiceRoutes(deps: {
       methods: ['POST'],
       template: '/api/v1/rules/query',
       access: 'public',
+      // A question, not a change.
+      audit: null,
       async handle({ req, res }) {
         if (token !== undefined && !tokenMatches(req.headers.authorization, token)) {
           throw new PolicyError(
@@ -101,6 +103,7 @@ export function rulesServiceRoutes(deps: {
       methods: ['PUT'],
       template: ONE_OVERRIDE,
       access: 'admin',
+      audit: 'rule_override.set',
       async handle({ req, res, params, principal }) {
         const body = await readJsonBody(req, 1024 * 1024);
         const extra = Object.keys(body).filter((k) => k !== 'rules');
@@ -135,6 +138,7 @@ export function rulesServiceRoutes(deps: {
       methods: ['DELETE'],
       template: ONE_OVERRIDE,
       access: 'admin',
+      audit: 'rule_override.remove',
       async handle({ res, params }) {
         const { override, problems } = validateOverride(
           { service: params.service, limiter: params.limiter, subjectKind: params.kind, subject: params.subject },

@@ -15,6 +15,8 @@ import type { Config } from '../config/config.ts';
 import { createPool } from '../server/database.ts';
 import { checkDatabasePrivileges } from '../server/privilege-startup.ts';
 import { createGatewayServer } from '../server/http-server.ts';
+import { createRequestAudit } from '../audit/request-audit.ts';
+import { createTrustedProxies } from '../router/forwarded.ts';
 import { Lifecycle } from '../server/lifecycle.ts';
 import { logStartupFailure } from '../server/startup-failure.ts';
 import { watchStopSignals } from '../server/stop-signals.ts';
@@ -62,6 +64,11 @@ export async function runRulesService(config: Config, log: Logger): Promise<numb
       log,
       limits: config.frontDoor,
       tls,
+      audit: createRequestAudit({
+        pool,
+        log: log.child({ component: 'audit' }),
+        trusted: createTrustedProxies(config.trustedProxies),
+      }),
     });
     const address = await server.listen(config.port, config.host);
     tls?.start();

@@ -48,6 +48,7 @@ export class RequestExchange implements RequestContext {
   access: Access = 'public';
   principal: Principal | undefined = undefined;
   linkSha256: string | undefined = undefined;
+  auditDetails: Record<string, unknown> | undefined = undefined;
   readonly #server: ExchangeServer;
   readonly #target: string;
   readonly #startedMs = performance.now();

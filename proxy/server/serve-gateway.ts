@@ -8,6 +8,8 @@ import { buildApp } from './app.ts';
 import type { Config } from '../config/config.ts';
 import { databaseTarget, openDatabase, waitForDatabase, type Database } from './database.ts';
 import { createGatewayServer, type GatewayServer } from './http-server.ts';
+import { createRequestAudit } from '../audit/request-audit.ts';
+import { createTrustedProxies } from '../router/forwarded.ts';
 import { logStartupFailure } from './startup-failure.ts';
 import { checkPortFree, prepareDataDir } from './startup-checks.ts';
 import { configuredCeilings, describeCeilings } from './ceilings.ts';
@@ -128,6 +130,16 @@ export async function serveGateway(config: Config, log: Logger): Promise<number>
       gates: app.gates,
       log,
       readOnly: config.role === 'reader',
+      // Only the writer changes anything (a reader refuses every other method first).
+      ...(config.role === 'api'
+        ? {
+            audit: createRequestAudit({
+              pool: database.pool,
+              log: log.child({ component: 'audit' }),
+              trusted: createTrustedProxies(config.trustedProxies),
+            }),
+          }
+        : {}),
       onRequest: (o) => metrics.observeRequest(o),
       limits: config.frontDoor,
       tls,

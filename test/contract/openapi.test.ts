@@ -7,6 +7,7 @@
  * - removing a documented status makes both checks fail on the same real traffic.
  * The harness (test/support/gateway.ts) applies the status check to every gateway of every suite.
  */
+import { auditRoutes } from '../../proxy/audit/audit-routes.ts';
 import SwaggerParser from '@apidevtools/swagger-parser';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import addFormatsModule from 'ajv-formats';
@@ -69,6 +70,7 @@ async function registeredRoutes(): Promise<Route[]> {
     ...presignRoutes({ links: unused, catalog: unused, maxExpiresSeconds: 1 }),
     ...rateLimitAdminRoutes(unused),
     ...cacheAdminRoutes({ pool: unused, catalog: unused, sliceCache: unused }),
+    ...auditRoutes(unused),
     metricsRoute(createGatewayMetrics({ registry: new Registry(), processMetrics: false }), undefined),
   ];
 }
@@ -385,6 +387,9 @@ describe('real responses against the document', () => {
     await call('DELETE', '/api/v1/admin/grants/:principal/:repository', '/api/v1/admin/grants/ci/docs', {
       headers: admin,
     });
+    // The audit trail of everything above; a filter it does not know is 400.
+    await call('GET', '/api/v1/admin/audit', '/api/v1/admin/audit?action=grant&limit=2', { headers: admin });
+    await call('GET', '/api/v1/admin/audit', '/api/v1/admin/audit?action=nope', { headers: admin });
     // The slice cache (this gateway has none: a directory store); a purge is recorded all the same.
     await call('GET', '/api/v1/admin/cache', '/api/v1/admin/cache', { headers: admin });
     await call('POST', '/api/v1/admin/cache/purge', '/api/v1/admin/cache/purge', {
