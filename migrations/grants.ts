@@ -179,6 +179,18 @@ export const TABLE_GRANTS: Readonly<Record<string, Decision<TablePrivilege>>> = 
     maintenance: ['SELECT', 'INSERT'],
     rules: ['INSERT'],
   },
+  // Usage statistics (0041): every gateway that serves adds its in-memory counts in batches; the
+  // writer reads them for the admin API and `arkvory stats`.
+  arkvory_usage_artifacts: {
+    writer: ['SELECT', 'INSERT', 'UPDATE (downloads, bytes, last_downloaded_at, last_downloader)'],
+    reader: ['SELECT', 'INSERT', 'UPDATE (downloads, bytes, last_downloaded_at, last_downloader)'],
+    maintenance: ALL_DATA,
+  },
+  arkvory_usage_principal_days: {
+    writer: ['SELECT', 'INSERT', 'UPDATE (requests, bytes_down, bytes_up)'],
+    reader: ['SELECT', 'INSERT', 'UPDATE (requests, bytes_down, bytes_up)'],
+    maintenance: ALL_DATA,
+  },
 };
 
 export const SEQUENCE_GRANTS: Readonly<Record<string, Decision<SequencePrivilege>>> = {

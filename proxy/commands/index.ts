@@ -1,4 +1,5 @@
 import { auditCommand } from './audit-command.ts';
+import { statsCommand } from './stats-command.ts';
 import { grantsCommand, keysCommand, principalsCommand, reposCommand } from './auth-commands.ts';
 import { backupCommand, restoreCommand } from './backup-commands.ts';
 import type { Command } from './command.ts';
@@ -34,6 +35,7 @@ export const COMMANDS: readonly Command[] = [
   restoreCommand,
   presignSecretCommand,
   auditCommand,
+  statsCommand,
   getCommand,
   putCommand,
   presignCommand,

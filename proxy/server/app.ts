@@ -7,6 +7,7 @@ import { openContentModule } from '../content/content-module.ts';
 import type { Gate, Route } from './route-types.ts';
 import { authAdminRoutes } from '../admin/auth-admin-routes.ts';
 import { auditRoutes } from '../audit/audit-routes.ts';
+import { statsRoutes } from '../stats/stats-routes.ts';
 import { startAuditRetention } from '../audit/audit-retention.ts';
 import { healthRoutes } from './health-routes.ts';
 import { openRateLimiting } from '../gates/open-rate-limiting.ts';
@@ -49,6 +50,7 @@ export async function buildApp(services: Services): Promise<{ routes: Route[]; g
   // The audit trail is the writer's: it records the changes, and only its role may read them back.
   if (services.config.role === 'api') {
     routes.push(...auditRoutes(services.pool));
+    routes.push(...statsRoutes(services.pool));
     services.onClose.push(
       startAuditRetention({
         pool: services.pool,

@@ -50,6 +50,8 @@ export function createGatewayServer(options: {
   tls?: ServedTls;
   /** Records the audited routes' actions (proxy/audit/); undefined on a reader, which changes nothing. */
   audit?: AuditSink;
+  /** Sees every request with its principal when its response closes (usage statistics, proxy/stats/). Must not throw. */
+  onUsage?: (ctx: RequestContext, observation: RequestObservation) => void;
 }): GatewayServer {
   const table = new RouteTable<Route>();
   for (const route of options.routes) {
@@ -72,6 +74,7 @@ export function createGatewayServer(options: {
     log,
     logRequests,
     onRequest: options.onRequest,
+    onUsage: options.onUsage,
     continueBody: (req, res) => frontDoor.continueBody(req, res),
     faultLog: new LogBudget(CLIENT_FAULT_LOG),
   };
