@@ -183,12 +183,35 @@ export const TABLE_GRANTS: Readonly<Record<string, Decision<TablePrivilege>>> = 
     worker: ['SELECT', 'DELETE'],
     maintenance: ALL_DATA,
   },
+  // The audit trail (0040) is append-only for every runtime role: the writer records admin API calls,
+  // writes and the admin CLI commands and reads it back (admin API, `arkvory audit`); maintenance
+  // records backup, restore, scrub, gc and policy resets and reads it for a backup; the rules
+  // service records its rule publications. Old rows go only through arkvory_audit_prune.
+  arkvory_audit_events: {
+    writer: ['SELECT', 'INSERT'],
+    maintenance: ['SELECT', 'INSERT'],
+    rules: ['INSERT'],
+  },
+  // Usage statistics (0041): every gateway that serves adds its in-memory counts in batches; the
+  // writer reads them for the admin API and `arkvory stats`.
+  arkvory_usage_artifacts: {
+    writer: ['SELECT', 'INSERT', 'UPDATE (downloads, bytes, last_downloaded_at, last_downloader)'],
+    reader: ['SELECT', 'INSERT', 'UPDATE (downloads, bytes, last_downloaded_at, last_downloader)'],
+    maintenance: ALL_DATA,
+  },
+  arkvory_usage_principal_days: {
+    writer: ['SELECT', 'INSERT', 'UPDATE (requests, bytes_down, bytes_up)'],
+    reader: ['SELECT', 'INSERT', 'UPDATE (requests, bytes_down, bytes_up)'],
+    maintenance: ALL_DATA,
+  },
 };
 
 export const SEQUENCE_GRANTS: Readonly<Record<string, Decision<SequencePrivilege>>> = {
   arkvory_upload_jobs_id_seq: { writer: ['USAGE'], maintenance: ['USAGE', 'SELECT', 'UPDATE'] },
   arkvory_presign_secrets_id_seq: { writer: ['USAGE'], maintenance: ['USAGE', 'SELECT', 'UPDATE'] },
   arkvory_cache_purges_id_seq: { writer: ['USAGE'], maintenance: ['USAGE', 'SELECT', 'UPDATE'] },
+  // An identity column's sequence needs no grant to insert; nobody may move it.
+  arkvory_audit_events_id_seq: {},
 };
 
 /**
@@ -205,6 +228,8 @@ export const FUNCTION_GRANTS: Readonly<Record<string, Decision<'EXECUTE'>>> = {
     reader: ['EXECUTE'],
   },
   'arkvory_lease_renew(integer,uuid,bigint,double precision)': { writer: ['EXECUTE'], reader: ['EXECUTE'] },
+  // Retention of the audit trail (ARKVORY_AUDIT_RETENTION_DAYS), run by the writer.
+  'arkvory_audit_prune(integer)': { writer: ['EXECUTE'] },
 };
 
 export interface GrantLine {

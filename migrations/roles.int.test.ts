@@ -217,6 +217,41 @@ describe('the reader login', () => {
   });
 });
 
+describe('the audit trail is append-only for every runtime role', () => {
+  const insert = `INSERT INTO arkvory_audit_events (action, actor_kind, operator, host, source)
+                  VALUES ('backup.create', 'operator', 'roles-test', 'host', 'cli')`;
+  const MAY_INSERT: readonly string[] = ['writer', 'maintenance', 'rules'];
+
+  it('the roles that record may insert; none may update, delete, truncate or move its sequence', async () => {
+    for (const role of RUNTIME_ROLES) {
+      const pool = pools[role];
+      if (MAY_INSERT.includes(role)) expect((await pool.query(insert)).rowCount, role).toBe(1);
+      else await denied(pool, insert);
+      await denied(pool, `UPDATE arkvory_audit_events SET action = 'key.create'`);
+      await denied(pool, 'DELETE FROM arkvory_audit_events');
+      await denied(pool, 'TRUNCATE arkvory_audit_events');
+      await denied(pool, `SELECT setval('arkvory_audit_events_id_seq', 1)`);
+    }
+    expect((await db.pool.query('SELECT count(*)::int AS n FROM arkvory_audit_events')).rows[0].n).toBe(
+      MAY_INSERT.length,
+    );
+  });
+
+  it('only the writer prunes, through the owner function, which keeps at least a day', async () => {
+    await db.pool.query(
+      `INSERT INTO arkvory_audit_events (at, action, actor_kind, operator, host, source)
+       VALUES (now() - interval '3 days', 'backup.create', 'operator', 'roles-test', 'host', 'cli')`,
+    );
+    for (const role of RUNTIME_ROLES.filter((r) => r !== 'writer'))
+      await denied(pools[role], 'SELECT arkvory_audit_prune(1)');
+    const pruned = await pools.writer.query<{ n: string }>('SELECT arkvory_audit_prune(0)::text AS n');
+    expect(pruned.rows[0]!.n).toBe('1');
+    expect((await db.pool.query('SELECT count(*)::int AS n FROM arkvory_audit_events')).rows[0].n).toBe(
+      MAY_INSERT.length,
+    );
+  });
+});
+
 describe('the writer, worker, maintenance and rules logins', () => {
   it('the writer may not alter the schema, write leases or change scopes', async () => {
     const w = pools.writer;

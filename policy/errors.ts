@@ -28,7 +28,7 @@ export const POLICY_ERRORS = defineErrors('policy/errors.ts', {
     status: 507,
     message: 'The upload would exceed a storage quota.',
     advice:
-      'The body names the quota (`scope`, `subject`), its `quota_bytes`, `usage_bytes` and `remaining_bytes`; delete artifacts or ask an admin to raise it (`arkvory quota set`).',
+      'The body names the quota (`scope`, `subject`), its `quotaBytes`, `usageBytes`, `remainingBytes` and `requestedBytes`; delete artifacts or ask an admin to raise it (`arkvory quota set`).',
   },
   busy: {
     status: 429,

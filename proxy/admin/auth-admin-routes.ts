@@ -2,7 +2,9 @@ import { AdminStore, checkKeyLifetime, parseScopes } from '../../policy/auth/adm
 import type { Permission } from '../../policy/auth/authorize.ts';
 import { PolicyError } from '../../policy/errors.ts';
 import type { PageRequest } from '../../policy/auth/page.ts';
-import type { Route } from '../server/route-types.ts';
+import type { AuditAction } from '../audit/audit-event.ts';
+import { certificateDetails, grantDetails, keyDetails, principalDetails } from '../audit/admin-details.ts';
+import type { RequestContext, Route } from '../server/route-types.ts';
 import { sendJson } from '../server/http-errors.ts';
 import { readJsonBody } from '../server/request-body.ts';
 import type { Services } from '../server/services.ts';
@@ -22,101 +24,164 @@ function requiredString(value: unknown, name: string): string {
 /** `/api/v1/admin/…`: principals, keys, repositories, grants. Every route needs the admin scope. */
 export function authAdminRoutes(services: Services): Route[] {
   const store = new AdminStore(services.pool);
-  const admin = (methods: Route['methods'], template: string, handle: Route['handle']): Route => ({
+  const admin = (methods: Route['methods'], template: string, handle: Route['handle'], audit?: AuditAction): Route => ({
     methods,
     template: `${BASE}${template}`,
     access: 'admin',
     handle,
+    ...(audit ? { audit } : {}),
   });
+  /** Answers `body` and records `details` with the route's audit action. */
+  const done = (ctx: RequestContext, status: number, body: object, details: Record<string, unknown>) => {
+    ctx.auditDetails = details;
+    sendJson(ctx.res, status, body);
+  };
   return [
     admin(['GET'], '/principals', async ({ res, url }) => {
       const page = await store.listPrincipals(pageQuery(url));
       sendJson(res, 200, { principals: page.items, nextCursor: page.nextCursor });
     }),
-    admin(['POST'], '/principals', async ({ req, res }) => {
-      const body = await readJsonBody(req);
-      sendJson(res, 201, await store.createPrincipal(requiredString(body.name, 'name')));
-    }),
+    admin(
+      ['POST'],
+      '/principals',
+      async (ctx) => {
+        const body = await readJsonBody(ctx.req);
+        const created = await store.createPrincipal(requiredString(body.name, 'name'));
+        done(ctx, 201, created, principalDetails(created));
+      },
+      'principal.create',
+    ),
     admin(['GET'], '/principals/:principal', async ({ res, params }) =>
       sendJson(res, 200, await store.findPrincipal(params.principal!)),
     ),
-    admin(['POST'], '/principals/:principal/disable', async ({ res, params }) =>
-      sendJson(res, 200, await store.setPrincipalDisabled(params.principal!, true)),
+    admin(
+      ['POST'],
+      '/principals/:principal/disable',
+      async (ctx) => {
+        const row = await store.setPrincipalDisabled(ctx.params.principal!, true);
+        done(ctx, 200, row, principalDetails(row));
+      },
+      'principal.disable',
     ),
-    admin(['POST'], '/principals/:principal/enable', async ({ res, params }) =>
-      sendJson(res, 200, await store.setPrincipalDisabled(params.principal!, false)),
+    admin(
+      ['POST'],
+      '/principals/:principal/enable',
+      async (ctx) => {
+        const row = await store.setPrincipalDisabled(ctx.params.principal!, false);
+        done(ctx, 200, row, principalDetails(row));
+      },
+      'principal.enable',
     ),
     admin(['GET'], '/principals/:principal/keys', async ({ res, params, url }) => {
       const page = await store.listKeys(params.principal!, pageQuery(url));
       sendJson(res, 200, { keys: page.items, nextCursor: page.nextCursor });
     }),
-    admin(['POST'], '/principals/:principal/keys', async ({ req, res, params }) => {
-      const body = await readJsonBody(req);
-      const expiresInSeconds = checkKeyLifetime(body.expiresInSeconds);
-      const created = await store.createKey(params.principal!, {
-        scopes: parseScopes(body.scopes ?? ['read']),
-        ...(expiresInSeconds ? { expiresInSeconds } : {}),
-        ...(body.kind !== undefined ? { kind: body.kind as 'service' | 'personal' } : {}),
-        ...(typeof body.description === 'string' ? { description: body.description } : {}),
-      });
-      sendJson(res, 201, created);
-    }),
+    admin(
+      ['POST'],
+      '/principals/:principal/keys',
+      async (ctx) => {
+        const body = await readJsonBody(ctx.req);
+        const expiresInSeconds = checkKeyLifetime(body.expiresInSeconds);
+        const created = await store.createKey(ctx.params.principal!, {
+          scopes: parseScopes(body.scopes ?? ['read']),
+          ...(expiresInSeconds ? { expiresInSeconds } : {}),
+          ...(body.kind !== undefined ? { kind: body.kind as 'service' | 'personal' } : {}),
+          ...(typeof body.description === 'string' ? { description: body.description } : {}),
+        });
+        done(ctx, 201, created, keyDetails(created));
+      },
+      'key.create',
+    ),
     admin(['GET'], '/principals/:principal/certificates', async ({ res, params, url }) => {
       const page = await store.listCertificates(params.principal!, pageQuery(url));
       sendJson(res, 200, { certificates: page.items, nextCursor: page.nextCursor });
     }),
-    admin(['POST'], '/principals/:principal/certificates', async ({ req, res, params }) => {
-      const body = await readJsonBody(req);
-      sendJson(
-        res,
-        201,
-        await store.bindCertificate(
-          params.principal!,
+    admin(
+      ['POST'],
+      '/principals/:principal/certificates',
+      async (ctx) => {
+        const body = await readJsonBody(ctx.req);
+        const bound = await store.bindCertificate(
+          ctx.params.principal!,
           requiredString(body.san, 'san'),
           parseScopes(body.scopes ?? ['read']),
-        ),
-      );
-    }),
-    admin(['DELETE'], '/principals/:principal/certificates', async ({ res, params, url }) => {
-      await store.unbindCertificate(params.principal!, requiredString(url.searchParams.get('san') ?? '', 'san'));
-      res.writeHead(204).end();
-    }),
-    admin(['POST'], '/keys/:keyId/revoke', async ({ res, params }) =>
-      sendJson(res, 200, await store.revokeKey(params.keyId!)),
+        );
+        done(ctx, 201, bound, certificateDetails(bound));
+      },
+      'certificate.bind',
     ),
-    admin(['POST'], '/keys/:keyId/rotate', async ({ req, res, params }) => {
-      const body = await readJsonBody(req);
-      const expiresInSeconds = checkKeyLifetime(body.expiresInSeconds);
-      sendJson(res, 201, await store.rotateKey(params.keyId!, expiresInSeconds ? { expiresInSeconds } : {}));
-    }),
+    admin(
+      ['DELETE'],
+      '/principals/:principal/certificates',
+      async (ctx) => {
+        const san = requiredString(ctx.url.searchParams.get('san') ?? '', 'san');
+        await store.unbindCertificate(ctx.params.principal!, san);
+        ctx.auditDetails = { san };
+        ctx.res.writeHead(204).end();
+      },
+      'certificate.unbind',
+    ),
+    admin(
+      ['POST'],
+      '/keys/:keyId/revoke',
+      async (ctx) => {
+        const row = await store.revokeKey(ctx.params.keyId!);
+        done(ctx, 200, row, keyDetails(row));
+      },
+      'key.revoke',
+    ),
+    admin(
+      ['POST'],
+      '/keys/:keyId/rotate',
+      async (ctx) => {
+        const body = await readJsonBody(ctx.req);
+        const expiresInSeconds = checkKeyLifetime(body.expiresInSeconds);
+        const created = await store.rotateKey(ctx.params.keyId!, expiresInSeconds ? { expiresInSeconds } : {});
+        done(ctx, 201, created, { ...keyDetails(created), rotatedFrom: ctx.params.keyId });
+      },
+      'key.rotate',
+    ),
     admin(['GET'], '/repositories', async ({ res, url }) => {
       const page = await store.listRepositories(pageQuery(url));
       sendJson(res, 200, { repositories: page.items, nextCursor: page.nextCursor });
     }),
-    admin(['POST'], '/repositories', async ({ req, res }) => {
-      const body = await readJsonBody(req);
-      sendJson(res, 201, await store.createRepository(requiredString(body.name, 'name')));
-    }),
+    admin(
+      ['POST'],
+      '/repositories',
+      async (ctx) => {
+        const body = await readJsonBody(ctx.req);
+        const created = await store.createRepository(requiredString(body.name, 'name'));
+        done(ctx, 201, created, { repository: created.name });
+      },
+      'repository.create',
+    ),
     admin(['GET'], '/grants', async ({ res, url }) => {
       const principal = url.searchParams.get('principal');
       const page = await store.listGrants(principal ?? undefined, pageQuery(url));
       sendJson(res, 200, { grants: page.items, nextCursor: page.nextCursor });
     }),
-    admin(['PUT'], '/grants/:principal/:repository', async ({ req, res, params }) => {
-      const body = await readJsonBody(req);
-      sendJson(
-        res,
-        200,
-        await store.addGrant(
-          params.principal!,
-          params.repository!,
+    admin(
+      ['PUT'],
+      '/grants/:principal/:repository',
+      async (ctx) => {
+        const body = await readJsonBody(ctx.req);
+        const grant = await store.addGrant(
+          ctx.params.principal!,
+          ctx.params.repository!,
           requiredString(body.permission, 'permission') as Permission,
-        ),
-      );
-    }),
-    admin(['DELETE'], '/grants/:principal/:repository', async ({ res, params }) => {
-      await store.removeGrant(params.principal!, params.repository!);
-      res.writeHead(204).end();
-    }),
+        );
+        done(ctx, 200, grant, grantDetails(grant));
+      },
+      'grant.set',
+    ),
+    admin(
+      ['DELETE'],
+      '/grants/:principal/:repository',
+      async (ctx) => {
+        await store.removeGrant(ctx.params.principal!, ctx.params.repository!);
+        ctx.res.writeHead(204).end();
+      },
+      'grant.remove',
+    ),
   ];
 }

@@ -61,8 +61,12 @@ export function cacheAdminRoutes(deps: CacheAdminDeps): Route[] {
       methods: ['POST'],
       template: `${BASE}/purge`,
       access: 'admin',
-      async handle({ req, res }) {
-        const blobs = await blobsNamed(deps, await readJsonBody(req, 64 * 1024));
+      audit: 'cache.purge',
+      async handle(ctx) {
+        const { req, res } = ctx;
+        const body = await readJsonBody(req, 64 * 1024);
+        const blobs = await blobsNamed(deps, body);
+        ctx.auditDetails = { ...body, purged: blobs };
         await requestCachePurge(deps.pool, blobs);
         const removedHere = (await deps.sliceCache()?.removeBlobs(blobs)) ?? 0;
         sendJson(res, 200, { purged: blobs, removedHere });

@@ -75,6 +75,7 @@ export function quotaAdminRoutes(quotas: StorageQuotas): Route[] {
         methods: ['PUT'],
         template,
         access: 'admin',
+        audit: 'quota.set',
         async handle(ctx) {
           const limitBytes = limitOf(await readJsonBody(ctx.req, 4096));
           const id = await subject(scope, ctx);
@@ -86,6 +87,7 @@ export function quotaAdminRoutes(quotas: StorageQuotas): Route[] {
         methods: ['DELETE'],
         template,
         access: 'admin',
+        audit: 'quota.remove',
         async handle(ctx) {
           if (!(await quotas.remove(scope, await subject(scope, ctx))))
             throw new GatewayError('not_found', `No ${scope} quota is set for ${ctx.params.subject}.`);

@@ -10,6 +10,7 @@ import type { Principal } from '../../policy/auth/principal.ts';
 import type { Route } from '../server/route-types.ts';
 import { sendJson } from '../server/http-errors.ts';
 import { readJsonBody } from '../server/request-body.ts';
+import { publishedRuleNames } from '../audit/admin-details.ts';
 import { pageQuery } from './auth-admin-routes.ts';
 
 const BASE = '/api/v1/admin/rate-limits';
@@ -67,12 +68,14 @@ export function rateLimitAdminRoutes(registry: RuleRegistry, bypassPublishers: r
       methods: ['PUT'],
       template: BASE,
       access: 'admin',
-      async handle({ req, res, principal }) {
-        const body = await readJsonBody(req, 1024 * 1024);
+      audit: 'rate_limit.publish',
+      async handle(ctx) {
+        const body = await readJsonBody(ctx.req, 1024 * 1024);
         const published = await mapped(() =>
-          registry.publish(body, { allowSkip: mayPublishBypass(principal, bypassPublishers) }),
+          registry.publish(body, { allowSkip: mayPublishBypass(ctx.principal, bypassPublishers) }),
         );
-        sendJson(res, 200, { published });
+        ctx.auditDetails = { ...published, names: publishedRuleNames(body) };
+        sendJson(ctx.res, 200, { published });
       },
     },
     {
@@ -88,6 +91,7 @@ export function rateLimitAdminRoutes(registry: RuleRegistry, bypassPublishers: r
       methods: ['DELETE'],
       template: `${BASE}/:limiter/rules/:rule`,
       access: 'admin',
+      audit: 'rate_limit.unpublish',
       async handle({ res, params }) {
         await mapped(() => registry.unpublish(params.limiter!, params.rule!));
         res.writeHead(204).end();

@@ -1,6 +1,8 @@
 import { AdminStore, parseScopes } from '../../policy/auth/admin-store.ts';
 import type { Permission } from '../../policy/auth/authorize.ts';
 import { PolicyError } from '../../policy/errors.ts';
+import { certificateDetails, grantDetails, keyDetails, principalDetails } from '../audit/admin-details.ts';
+import { AuditNotRecorded, type CliAction, recordCliAction } from './cli-audit.ts';
 import { openCliPool } from './cli-database.ts';
 import { defineCommand, form, UsageError, type Command } from './command.ts';
 import { PAGE_OPTIONS, pageInput, printed } from './page-options.ts';
@@ -18,16 +20,28 @@ export function parseDuration(text: string): number {
   return n;
 }
 
-/** Runs an admin action against the database and prints its JSON result. */
-async function withStore(env: NodeJS.ProcessEnv, action: (store: AdminStore) => Promise<unknown>): Promise<number> {
+/**
+ * Runs an admin action against the database and prints its JSON result; a change (`audit` given)
+ * is recorded in the audit trail as the operator's.
+ */
+async function withStore<T>(
+  env: NodeJS.ProcessEnv,
+  action: (store: AdminStore) => Promise<T>,
+  audit?: (result: T) => CliAction,
+): Promise<number> {
   const pool = await openCliPool(env);
   try {
     const result = await action(new AdminStore(pool));
     process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
+    if (audit) await recordCliAction(pool, audit(result));
     return 0;
   } catch (err) {
     if (err instanceof PolicyError) {
       process.stderr.write(`arkvory: ${err.code}: ${err.message}\n`);
+      return 1;
+    }
+    if (err instanceof AuditNotRecorded) {
+      process.stderr.write(`arkvory: ${err.message}\n`);
       return 1;
     }
     throw err;
@@ -55,7 +69,12 @@ ${DATABASE_NOTE}`,
     form({
       name: 'create',
       args: '<name>',
-      run: ({ positionals }, env) => withStore(env, (s) => s.createPrincipal(positionals[0]!)),
+      run: ({ positionals }, env) =>
+        withStore(
+          env,
+          (s) => s.createPrincipal(positionals[0]!),
+          (p) => ({ action: 'principal.create', target: { principal: positionals[0] }, details: principalDetails(p) }),
+        ),
     }),
     form({
       name: 'list',
@@ -65,12 +84,22 @@ ${DATABASE_NOTE}`,
     form({
       name: 'disable',
       args: '<name|id>',
-      run: ({ positionals }, env) => withStore(env, (s) => s.setPrincipalDisabled(positionals[0]!, true)),
+      run: ({ positionals }, env) =>
+        withStore(
+          env,
+          (s) => s.setPrincipalDisabled(positionals[0]!, true),
+          (p) => ({ action: 'principal.disable', target: { principal: positionals[0] }, details: principalDetails(p) }),
+        ),
     }),
     form({
       name: 'enable',
       args: '<name|id>',
-      run: ({ positionals }, env) => withStore(env, (s) => s.setPrincipalDisabled(positionals[0]!, false)),
+      run: ({ positionals }, env) =>
+        withStore(
+          env,
+          (s) => s.setPrincipalDisabled(positionals[0]!, false),
+          (p) => ({ action: 'principal.enable', target: { principal: positionals[0] }, details: principalDetails(p) }),
+        ),
     }),
     form({
       name: 'bind-cert',
@@ -83,22 +112,37 @@ ${DATABASE_NOTE}`,
         },
       },
       run: (input, env) =>
-        withStore(env, (s) =>
-          s.bindCertificate(
-            input.positionals[0]!,
-            input.positionals[1]!,
-            parseScopes(input.string('scopes') ?? 'read'),
-          ),
+        withStore(
+          env,
+          (s) =>
+            s.bindCertificate(
+              input.positionals[0]!,
+              input.positionals[1]!,
+              parseScopes(input.string('scopes') ?? 'read'),
+            ),
+          (c) => ({
+            action: 'certificate.bind',
+            target: { principal: input.positionals[0] },
+            details: certificateDetails(c),
+          }),
         ),
     }),
     form({
       name: 'unbind-cert',
       args: '<principal> <san>',
       run: ({ positionals }, env) =>
-        withStore(env, async (s) => {
-          await s.unbindCertificate(positionals[0]!, positionals[1]!);
-          return { unbound: positionals[1] };
-        }),
+        withStore(
+          env,
+          async (s) => {
+            await s.unbindCertificate(positionals[0]!, positionals[1]!);
+            return { unbound: positionals[1] };
+          },
+          () => ({
+            action: 'certificate.unbind',
+            target: { principal: positionals[0] },
+            details: { san: positionals[1] },
+          }),
+        ),
     }),
     form({
       name: 'certs',
@@ -139,13 +183,16 @@ ${DATABASE_NOTE}`,
         const expiresInSeconds = expires === undefined ? undefined : parseDuration(expires);
         const kind = input.string('kind');
         const description = input.string('description');
-        return withStore(env, (s) =>
-          s.createKey(input.positionals[0]!, {
-            scopes: parseScopes(input.string('scopes') ?? 'read'),
-            ...(expiresInSeconds ? { expiresInSeconds } : {}),
-            ...(kind !== undefined ? { kind: kind as 'service' | 'personal' } : {}),
-            ...(description !== undefined ? { description } : {}),
-          }),
+        return withStore(
+          env,
+          (s) =>
+            s.createKey(input.positionals[0]!, {
+              scopes: parseScopes(input.string('scopes') ?? 'read'),
+              ...(expiresInSeconds ? { expiresInSeconds } : {}),
+              ...(kind !== undefined ? { kind: kind as 'service' | 'personal' } : {}),
+              ...(description !== undefined ? { description } : {}),
+            }),
+          (k) => ({ action: 'key.create', target: { principal: input.positionals[0] }, details: keyDetails(k) }),
         );
       },
     }),
@@ -159,7 +206,12 @@ ${DATABASE_NOTE}`,
     form({
       name: 'revoke',
       args: '<keyId>',
-      run: ({ positionals }, env) => withStore(env, (s) => s.revokeKey(positionals[0]!)),
+      run: ({ positionals }, env) =>
+        withStore(
+          env,
+          (s) => s.revokeKey(positionals[0]!),
+          (k) => ({ action: 'key.revoke', target: { keyId: positionals[0] }, details: keyDetails(k) }),
+        ),
     }),
     form({
       name: 'rotate',
@@ -170,7 +222,15 @@ ${DATABASE_NOTE}`,
       run(input, env) {
         const expires = input.string('expires-in');
         const expiresInSeconds = expires === undefined ? undefined : parseDuration(expires);
-        return withStore(env, (s) => s.rotateKey(input.positionals[0]!, expiresInSeconds ? { expiresInSeconds } : {}));
+        return withStore(
+          env,
+          (s) => s.rotateKey(input.positionals[0]!, expiresInSeconds ? { expiresInSeconds } : {}),
+          (k) => ({
+            action: 'key.rotate',
+            target: { keyId: input.positionals[0] },
+            details: { ...keyDetails(k), rotatedFrom: input.positionals[0] },
+          }),
+        );
       },
     }),
   ],
@@ -185,7 +245,16 @@ ${DATABASE_NOTE}`,
     form({
       name: 'create',
       args: '<name>',
-      run: ({ positionals }, env) => withStore(env, (s) => s.createRepository(positionals[0]!)),
+      run: ({ positionals }, env) =>
+        withStore(
+          env,
+          (s) => s.createRepository(positionals[0]!),
+          (r) => ({
+            action: 'repository.create',
+            target: { repository: positionals[0] },
+            details: { repository: r.name },
+          }),
+        ),
     }),
     form({
       name: 'list',
@@ -207,13 +276,22 @@ ${DATABASE_NOTE}`,
       name: 'add',
       args: '<principal> <repository> <read|write>',
       run({ positionals: [principal, repo, permission] }, env) {
-        return withStore(env, (s) => s.addGrant(principal!, repo!, permission as Permission));
+        return withStore(
+          env,
+          (s) => s.addGrant(principal!, repo!, permission as Permission),
+          (g) => ({ action: 'grant.set', target: { principal, repository: repo }, details: grantDetails(g) }),
+        );
       },
     }),
     form({
       name: 'remove',
       args: '<principal> <repository>',
-      run: ({ positionals: [principal, repo] }, env) => withStore(env, (s) => s.removeGrant(principal!, repo!)),
+      run: ({ positionals: [principal, repo] }, env) =>
+        withStore(
+          env,
+          (s) => s.removeGrant(principal!, repo!),
+          () => ({ action: 'grant.remove', target: { principal, repository: repo } }),
+        ),
     }),
     form({
       name: 'list',

@@ -2,6 +2,7 @@
  * `arkvory backup <destination>` and `arkvory restore [--verify] <source>` (storage-adapter/backup/).
  * Exit codes like scrub: 0 done and clean, 1 failed or found damage, 2 usage.
  */
+import { recordCliAction } from './cli-audit.ts';
 import path from 'node:path';
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
@@ -89,7 +90,7 @@ export const backupCommand: Command = defineCommand({
     'a consistent backup (one database snapshot + every blob it references) into a directory, while the gateway runs',
   description: `Writes <destination>/arkvory-<time>/ holding database.jsonl (every table read in one database snapshot:
 principals, key hashes, grants, repositories, catalog, rule documents, overrides, upload sessions; leases
-and the shared policy for the record only), rule-documents.json (with ARKVORY_REDIS_URL: the published
+the shared policy and the audit trail for the record only), rule-documents.json (with ARKVORY_REDIS_URL: the published
 rate-limit rules kept in Redis), blobs/sha256/… (every blob that snapshot references, verified
 by sha256 as it is copied) and manifest.json (counts, bytes, snapshot time, its own sha256), written last.
 Runs beside a running writer; uploads published after the snapshot are not in it. Blobs already in an
@@ -171,6 +172,11 @@ otherwise); a JSON summary on stdout. Exit codes: 0 done, 1 failed (nothing left
             );
             progress.done();
             process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
+            await recordCliAction(pool, {
+              action: 'backup.create',
+              target: { destination: path.resolve(destination) },
+              details: { backup: summary.backup, snapshotTime: summary.snapshotTime, blobs: summary.blobs },
+            });
             return 0;
           } catch (err) {
             progress.done();
@@ -235,7 +241,7 @@ Without --verify: refuses unless the database (ARKVORY_DATABASE_URL, or the embe
 ARKVORY_DATA_DIR, started for the restore) holds no installation and the storage root (ARKVORY_DATA_DIR or
 ARKVORY_STORAGE_URL) has no storage-id and no blobs, before it writes anything; migrates the database,
 writes every blob through the store (each verified by hash), then in one transaction loads every table
-(leases and the shared policy are not restored; unfinished multipart uploads come back aborted) and the
+(leases, the shared policy and the audit trail are not restored; unfinished multipart uploads come back aborted) and the
 backed-up Redis rule documents (into the target's Redis, ARKVORY_REDIS_URL, or else its database), writes
 the backup's storage-id last and commits; then scrubs what it restored. All or nothing: a restore that
 fails or is stopped (SIGINT/SIGTERM) before the commit rolls back and removes every blob and the storage-id
@@ -338,6 +344,17 @@ Exit codes: 0 restored and clean, 1 refused, failed or the scrub found damage, 2
           );
           progress.done();
           process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
+          await recordCliAction(pool, {
+            action: 'backup.restore',
+            target: { source: backup },
+            details: {
+              backup: summary.backup,
+              snapshotTime: summary.snapshotTime,
+              storageId: summary.storageId,
+              blobs: summary.blobs,
+              corrupt: summary.scrub.corrupt.length,
+            },
+          });
           return summary.scrub.corrupt.length ? 1 : 0;
         } catch (err) {
           progress.done();

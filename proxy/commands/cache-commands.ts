@@ -3,6 +3,7 @@ import path from 'node:path';
 import { createCatalog } from '../../storage-adapter/catalog/catalog.ts';
 import { requestCachePurge } from '../../storage-adapter/catalog/slice-rows.ts';
 import { isSha256Hex } from '../../storage-adapter/paths.ts';
+import { recordCliAction } from './cli-audit.ts';
 import { loadCliConfig, openCliPool } from './cli-database.ts';
 import { defineCommand, form, UsageError, type Command } from './command.ts';
 
@@ -67,6 +68,11 @@ GET /api/v1/admin/cache on a gateway and its /metrics. Output is JSON on stdout.
           }
           await requestCachePurge(pool, [blob]);
           process.stdout.write(`${JSON.stringify({ purged: [blob] }, null, 2)}\n`);
+          await recordCliAction(pool, {
+            action: 'cache.purge',
+            target: sha256 !== undefined ? { sha256 } : { repository, artifact },
+            details: { purged: [blob] },
+          });
           return 0;
         } finally {
           await pool.end();

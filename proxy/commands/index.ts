@@ -1,3 +1,5 @@
+import { auditCommand } from './audit-command.ts';
+import { statsCommand } from './stats-command.ts';
 import { grantsCommand, keysCommand, principalsCommand, reposCommand } from './auth-commands.ts';
 import { backupCommand, restoreCommand } from './backup-commands.ts';
 import type { Command } from './command.ts';
@@ -34,6 +36,8 @@ export const COMMANDS: readonly Command[] = [
   backupCommand,
   restoreCommand,
   presignSecretCommand,
+  auditCommand,
+  statsCommand,
   getCommand,
   putCommand,
   presignCommand,

@@ -1,13 +1,14 @@
 import type pg from 'pg';
 import { tryLockExclusive } from '../../policy/lease/barriers.ts';
 import { ensureStorageIdentity } from '../../storage-adapter/identity.ts';
-import { collectGarbage } from '../../storage-adapter/maintenance/gc.ts';
+import { collectGarbage, type GcReport } from '../../storage-adapter/maintenance/gc.ts';
 import { scrubBlobs } from '../../storage-adapter/maintenance/scrub.ts';
 import { deleteSliceDigests, recordSliceDigests } from '../../storage-adapter/catalog/slice-rows.ts';
 import type { StoreTree } from '../../storage-adapter/store.ts';
 import { openStore } from '../content/storage.ts';
 import { loadCliConfig, openCliPool } from './cli-database.ts';
 import { defineCommand, form, type Command } from './command.ts';
+import { recordCliAction } from './cli-audit.ts';
 
 /** A bar on a terminal, a JSON line every 5 s otherwise. */
 export function progressReporter(label: string): { update(text: string): void; done(): void } {
@@ -66,6 +67,18 @@ async function underMaintenanceBarrier(
   }
 }
 
+/** What a gc run is recorded with: counts, not its (unbounded) lists. */
+function gcSummary(report: GcReport): Record<string, number> {
+  return {
+    keptBlobs: report.keptBlobs,
+    orphanBlobs: report.orphanBlobs.length,
+    staleTmp: report.staleTmp.length,
+    staleUploads: report.staleUploads.length,
+    incompleteUploads: report.incompleteUploads.length,
+    bytesFreed: report.bytesFreed,
+  };
+}
+
 export const scrubCommand: Command = defineCommand({
   name: 'scrub',
   summary: 'offline: re-hash every blob, quarantine mismatches (exit 1 if any)',
@@ -93,6 +106,11 @@ Progress: a bar on a terminal, a log line every 5 s otherwise.`,
           });
           progress.done();
           process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
+          await recordCliAction(pool, {
+            action: 'maintenance.scrub',
+            target: {},
+            details: { corrupt: report.corrupt.length, first: report.corrupt.slice(0, 100) },
+          });
           return report.corrupt.length ? 1 : 0;
         });
       },
@@ -119,6 +137,9 @@ nothing. Prints a JSON summary. Refuses while any gateway or worker of the datab
           });
           progress.done();
           process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
+          // A dry run changes nothing: not an action of the trail.
+          if (!input.boolean('dry-run'))
+            await recordCliAction(pool, { action: 'maintenance.gc', target: {}, details: gcSummary(report) });
           return 0;
         });
       },

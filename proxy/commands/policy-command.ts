@@ -1,4 +1,5 @@
 import { readPolicy, resetPolicy, ResetRefused } from '../../policy/lease/download-policy.ts';
+import { recordCliAction } from './cli-audit.ts';
 import { openCliPool } from './cli-database.ts';
 import { defineCommand, form, type Command } from './command.ts';
 
@@ -36,6 +37,7 @@ async function policy(sub: 'show' | 'reset', env: NodeJS.ProcessEnv): Promise<nu
     }
     const result = await resetPolicy(client);
     process.stdout.write(`${JSON.stringify(result)}\n`);
+    await recordCliAction(client, { action: 'policy.reset', target: {}, details: { ...result } });
     return 0;
   } catch (err) {
     if (err instanceof ResetRefused) {

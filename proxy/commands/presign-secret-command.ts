@@ -1,5 +1,6 @@
 import { rotatePresignSecret } from '../../policy/auth/presigned-links.ts';
 import { parseDuration } from './auth-commands.ts';
+import { recordCliAction } from './cli-audit.ts';
 import { openCliPool } from './cli-database.ts';
 import { defineCommand, form, type Command } from './command.ts';
 
@@ -25,7 +26,9 @@ embedded one of a running \`npm start\` on the same ARKVORY_DATA_DIR. Output is 
         const graceSeconds = grace === undefined ? 0 : parseDuration(grace);
         const pool = await openCliPool(env);
         try {
-          process.stdout.write(`${JSON.stringify(await rotatePresignSecret(pool, graceSeconds), null, 2)}\n`);
+          const rotated = await rotatePresignSecret(pool, graceSeconds);
+          process.stdout.write(`${JSON.stringify(rotated, null, 2)}\n`);
+          await recordCliAction(pool, { action: 'presign_secret.rotate', target: {}, details: { graceSeconds } });
           return 0;
         } finally {
           await pool.end();

@@ -1,8 +1,10 @@
+import type pg from 'pg';
 import { parseSize } from './client-commands.ts';
 import { quotaBody } from '../admin/quota-admin-routes.ts';
 import type { QuotaScope } from '../../policy/quota/quota-check.ts';
 import { createStorageQuotas, type StorageQuotas } from '../../policy/quota/storage-quotas.ts';
 import { openCliPool } from './cli-database.ts';
+import { recordCliAction } from './cli-audit.ts';
 import { defineCommand, form, type Input, UsageError, type Command } from './command.ts';
 
 const SUBJECT_OPTIONS = {
@@ -23,11 +25,11 @@ function scopeOf(input: Pick<Input<typeof SUBJECT_OPTIONS>, 'string'>): { scope:
 
 async function withQuotas(
   env: NodeJS.ProcessEnv,
-  work: (quotas: StorageQuotas) => Promise<unknown | undefined>,
+  work: (quotas: StorageQuotas, pool: pg.Pool) => Promise<unknown | undefined>,
 ): Promise<number> {
   const pool = await openCliPool(env);
   try {
-    const out = await work(createStorageQuotas(pool));
+    const out = await work(createStorageQuotas(pool), pool);
     if (out === undefined) return 1;
     process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);
     return 0;
@@ -85,10 +87,11 @@ ARKVORY_DATA_DIR), as /api/v1/admin/quotas does on the writer.`,
         if (raw === undefined) throw new UsageError('give --bytes');
         // 0 is a quota too (nothing more may be stored); parseSize takes positive sizes only.
         const limitBytes = raw === '0' ? 0 : parseSize(raw);
-        return withQuotas(env, async (q) => {
+        return withQuotas(env, async (q, pool) => {
           const id = await subject(q, scope, named);
           if (id === undefined) return undefined;
           await q.set(scope, id, limitBytes);
+          await recordCliAction(pool, { action: 'quota.set', target: { scope, subject: id }, details: { limitBytes } });
           return quotaBody(await q.show(scope, id));
         });
       },
@@ -99,13 +102,14 @@ ARKVORY_DATA_DIR), as /api/v1/admin/quotas does on the writer.`,
       options: SUBJECT_OPTIONS,
       run: (input, env) => {
         const { scope, named } = scopeOf(input);
-        return withQuotas(env, async (q) => {
+        return withQuotas(env, async (q, pool) => {
           const id = await subject(q, scope, named);
           if (id === undefined) return undefined;
           if (!(await q.remove(scope, id))) {
             process.stderr.write(`arkvory quota unset: no ${scope} quota is set for ${named}\n`);
             return undefined;
           }
+          await recordCliAction(pool, { action: 'quota.remove', target: { scope, subject: id } });
           return { removed: { scope, subject: id } };
         });
       },

@@ -1,4 +1,7 @@
 import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { publishedRuleNames } from '../audit/admin-details.ts';
+import { recordCliAction } from './cli-audit.ts';
 import type pg from 'pg';
 import type { RateLimitRedis } from '../gates/rate-limit-redis.ts';
 import type { RuleRegistry } from '../../policy/rate-limit/index.ts';
@@ -9,8 +12,14 @@ import { PAGE_OPTIONS, pageInput } from './page-options.ts';
 const engine = () => import('../../policy/rate-limit/index.ts');
 const ruleFiles = () => import('../gates/rate-limit-rule-files.ts');
 
-/** The rule store the gateways use: Redis when ARKVORY_REDIS_URL is set, else the database. */
-async function openRegistry(env: NodeJS.ProcessEnv): Promise<{ registry: RuleRegistry; close(): Promise<void> }> {
+/**
+ * The rule store the gateways use: Redis when ARKVORY_REDIS_URL is set, else the database. A change
+ * (`audited`) also needs the database with Redis: the audit trail is there (opened before anything changes).
+ */
+async function openRegistry(
+  env: NodeJS.ProcessEnv,
+  audited = false,
+): Promise<{ registry: RuleRegistry; pool: pg.Pool | undefined; close(): Promise<void> }> {
   const { createPgRuleDocuments, createRedisRuleDocuments, createRuleRegistry, ruleDocumentsPrefix } = await engine();
   const { loadRuleFiles } = await ruleFiles();
   const { createRateLimitRedis } = await import('../gates/rate-limit-redis.ts');
@@ -28,16 +37,18 @@ async function openRegistry(env: NodeJS.ProcessEnv): Promise<{ registry: RuleReg
   }
   let redis: RateLimitRedis | undefined;
   let pool: pg.Pool | undefined;
+  if (!config.redisUrl || audited) pool = await openCliPool(env);
   if (config.redisUrl) {
     redis = createRateLimitRedis(config.redisUrl, log, systemClock);
     await redis.connect();
-  } else pool = await openCliPool(env);
+  }
   const documents = redis
     ? createRedisRuleDocuments(redis, ruleDocumentsPrefix(config.redisKeyPrefix, redis.isCluster))
     : createPgRuleDocuments(pool!);
   const registry = createRuleRegistry({ documents, available, fileRules, clock: systemClock, log, timeoutMs: 10_000 });
   return {
     registry,
+    pool,
     async close() {
       if (redis) await redis.quit().catch(() => redis.disconnect());
       if (pool) await pool.end();
@@ -131,10 +142,16 @@ Exit codes: 0 ok, 1 invalid rules or unknown limiter/rule, 2 usage.`,
       async ([file], env) => {
         const { rateLimits, problems } = await checkedRules(file!);
         if (problems.length) return 1;
-        const store = await openRegistry(env);
+        const store = await openRegistry(env, true);
         try {
-          const result = await store.registry.publish({ rate_limits: Object.fromEntries(rateLimits) });
+          const batch = { rate_limits: Object.fromEntries(rateLimits) };
+          const result = await store.registry.publish(batch);
           process.stdout.write(`${JSON.stringify({ published: result })}\n`);
+          await recordCliAction(store.pool!, {
+            action: 'rate_limit.publish',
+            target: { file: path.resolve(file!) },
+            details: { ...result, names: publishedRuleNames(batch) },
+          });
           return 0;
         } finally {
           await store.close();
@@ -142,10 +159,11 @@ Exit codes: 0 ok, 1 invalid rules or unknown limiter/rule, 2 usage.`,
       },
     ),
     ratelimitForm('unpublish', 'LIMITER RULE', 'delete one published rule', async ([limiter, rule], env) => {
-      const store = await openRegistry(env);
+      const store = await openRegistry(env, true);
       try {
         await store.registry.unpublish(limiter!, rule!);
         process.stdout.write(`${JSON.stringify({ unpublished: { limiter, rule } })}\n`);
+        await recordCliAction(store.pool!, { action: 'rate_limit.unpublish', target: { limiter, rule } });
         return 0;
       } finally {
         await store.close();

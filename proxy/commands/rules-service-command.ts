@@ -106,16 +106,32 @@ async function overrides(
   if (checked && !checked.override) return fail(checked.problems.map(formatProblem));
   const { openCliPool } = await import('./cli-database.ts');
   const pool = await openCliPool(env);
+  const { recordCliAction } = await import('./cli-audit.ts');
   try {
     const store = createOverrideStore(pool);
     if (sub === 'set') {
       const saved = await store.put(checked!.override!);
       process.stdout.write(`${JSON.stringify({ override: saved })}\n`);
+      const { limiter, subjectKind, subject } = checked!.override!;
+      await recordCliAction(pool, {
+        action: 'rule_override.set',
+        target: { service, limiter, kind: subjectKind, subject },
+        details: { rules: checked!.override!.rules.length },
+      });
     } else if (sub === 'unset') {
       if (!(await store.remove(checked!.override!))) return fail(['no such override']);
       process.stdout.write(
         `${JSON.stringify({ removed: { service, limiter: checked!.override!.limiter, subject_kind: checked!.override!.subjectKind, subject: checked!.override!.subject } })}\n`,
       );
+      await recordCliAction(pool, {
+        action: 'rule_override.remove',
+        target: {
+          service,
+          limiter: checked!.override!.limiter,
+          kind: checked!.override!.subjectKind,
+          subject: checked!.override!.subject,
+        },
+      });
     } else {
       const { PolicyError } = await import('../../policy/errors.ts');
       try {

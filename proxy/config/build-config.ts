@@ -70,6 +70,11 @@ export function buildConfig(v: VariableValues, derived: Derived, cwd: string): C
     rateLimitsFile: v.optStr('ARKVORY_RATE_LIMITS_FILE'),
     embeddedWorker: v.values.get('ARKVORY_EMBEDDED_WORKER') as boolean,
     uploadSessionTtlSeconds: v.num('ARKVORY_UPLOAD_SESSION_TTL_SECONDS'),
+    auditRetentionDays: v.num('ARKVORY_AUDIT_RETENTION_DAYS'),
+    usageStats: {
+      enabled: v.values.get('ARKVORY_USAGE_STATS') as boolean,
+      flushMs: v.num('ARKVORY_USAGE_STATS_FLUSH_SECONDS') * 1000,
+    },
     multipart: {
       maxSessionsPerPrincipal: v.num('ARKVORY_MULTIPART_MAX_SESSIONS_PER_PRINCIPAL'),
       maxPendingBytesPerPrincipal: v.num('ARKVORY_MULTIPART_MAX_PENDING_BYTES_PER_PRINCIPAL'),

@@ -51,6 +51,10 @@ export interface Config {
   readonly rateLimitsFile: string | undefined;
   readonly embeddedWorker: boolean;
   readonly uploadSessionTtlSeconds: number;
+  /** Audit trail events older than this many days are pruned by the writer (proxy/audit/). */
+  readonly auditRetentionDays: number;
+  /** Usage statistics (proxy/stats/): counted in memory, flushed every `flushMs`. */
+  readonly usageStats: { readonly enabled: boolean; readonly flushMs: number };
   /** Per-principal bounds on multipart sessions (storage-adapter/multipart/sessions.ts). */
   readonly multipart: { readonly maxSessionsPerPrincipal: number; readonly maxPendingBytesPerPrincipal: number };
   readonly redisKeyPrefix: string;

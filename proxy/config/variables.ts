@@ -220,6 +220,24 @@ export const VARIABLES: readonly VariableSpec[] = [
     doc: 'Multipart upload sessions expire this long after they start; their parts are then removed.',
   },
   {
+    name: 'ARKVORY_AUDIT_RETENTION_DAYS',
+    kind: { type: 'int', min: 1, max: 36500 },
+    defaultValue: '365',
+    doc: 'Writer only: audit trail events older than this are pruned (hourly); docs/observability.md.',
+  },
+  {
+    name: 'ARKVORY_USAGE_STATS',
+    kind: { type: 'bool' },
+    defaultValue: '1',
+    doc: 'Writer and readers: count downloads per artifact and requests and bytes per principal and day in memory and add them to the database in batches (docs/observability.md); 0 = off.',
+  },
+  {
+    name: 'ARKVORY_USAGE_STATS_FLUSH_SECONDS',
+    kind: { type: 'int', min: 1, max: 300 },
+    defaultValue: '10',
+    doc: 'How often a gateway adds its usage counts to the database; a crash loses at most this long of counts.',
+  },
+  {
     name: 'ARKVORY_MULTIPART_MAX_SESSIONS_PER_PRINCIPAL',
     kind: { type: 'int', min: 1, max: 100000 },
     defaultValue: '64',

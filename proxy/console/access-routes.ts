@@ -17,7 +17,7 @@ export function accessRoutes(services: Services): Route[] {
   const mirror = (method: HttpMethod, path: string): Route => {
     const source = adminRoutes.find((r) => r.methods.includes(method) && r.template === `/api/v1/admin${path}`);
     if (!source) throw new Error(`no admin route ${method} ${path}`);
-    return api([method], path.slice(1), source.handle);
+    return { ...api([method], path.slice(1), source.handle), audit: source.audit ?? null };
   };
   return [
     // One statement for the whole page (policy/auth/admin-store.ts `accessView`), whatever its size.

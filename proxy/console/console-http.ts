@@ -4,6 +4,7 @@
  * under `/console/api/`.
  */
 import type { IncomingMessage } from 'node:http';
+import type { AuditAction } from '../audit/audit-event.ts';
 import type { RequestContext, Route } from '../server/route-types.ts';
 import type { HttpMethod } from '../server/route-table.ts';
 
@@ -45,6 +46,16 @@ export function page(methods: readonly HttpMethod[], template: string, handle: R
       await handle(ctx);
     },
   };
+}
+
+/** An admin-scoped console route that changes something, recorded in the audit trail as `action`. */
+export function audited(
+  action: AuditAction,
+  methods: readonly HttpMethod[],
+  template: string,
+  handle: Route['handle'],
+): Route {
+  return { ...api(methods, template, handle), audit: action };
 }
 
 /** An admin-scoped console route; a relative template lives under `/console/api/`. */

@@ -11,7 +11,8 @@ import { loadRuleFiles } from '../gates/rate-limit-rule-files.ts';
 import { sendJson } from '../server/http-errors.ts';
 import type { Route } from '../server/route-types.ts';
 import { readJsonBody } from '../server/request-body.ts';
-import { api } from './console-http.ts';
+import { publishedRuleNames } from '../audit/admin-details.ts';
+import { api, audited } from './console-http.ts';
 import { annotateTiers } from './shadowing.ts';
 
 export async function ruleRoutes(registry: RuleRegistry, bypassPublishers: readonly string[]): Promise<Route[]> {
@@ -31,12 +32,13 @@ export async function ruleRoutes(registry: RuleRegistry, bypassPublishers: reado
         })),
       });
     }),
-    api(['PUT'], 'rate-limits', async (ctx) => {
+    audited('rate_limit.publish', ['PUT'], 'rate-limits', async (ctx) => {
       const body = await readJsonBody(ctx.req, 1024 * 1024);
       try {
         const published = await registry.publish(body, {
           allowSkip: mayPublishBypass(ctx.principal, bypassPublishers),
         });
+        ctx.auditDetails = { ...published, names: publishedRuleNames(body) };
         sendJson(ctx.res, 200, { published });
       } catch (err) {
         if (err instanceof RateLimitError && err.code === 'invalid_rules') {
@@ -54,7 +56,7 @@ export async function ruleRoutes(registry: RuleRegistry, bypassPublishers: reado
         throw toPolicyError(err);
       }
     }),
-    api(['DELETE'], 'rate-limits/:limiter/rules/:rule', async (ctx) => {
+    audited('rate_limit.unpublish', ['DELETE'], 'rate-limits/:limiter/rules/:rule', async (ctx) => {
       await mapped(() => registry.unpublish(ctx.params.limiter!, ctx.params.rule!));
       ctx.res.writeHead(204, { 'cache-control': 'no-store' }).end();
     }),

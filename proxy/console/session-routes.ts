@@ -6,7 +6,7 @@ import type { Principal } from '../../policy/auth/principal.ts';
 import { PolicyError } from '../../policy/errors.ts';
 import { sendJson } from '../server/http-errors.ts';
 import type { RequestContext, Route } from '../server/route-types.ts';
-import { api, isHttps, page } from './console-http.ts';
+import { audited, isHttps, page } from './console-http.ts';
 import {
   clearedSessionCookie,
   type ConsoleSession,
@@ -33,7 +33,7 @@ export function sessionRoutes(deps: {
   return [
     // Sign-in: the key comes in the Authorization header (the auth gate checks it and the admin
     // scope), never in a URL or a form field that could be logged or cached.
-    api(['POST'], '/console/session', async (ctx) => {
+    audited('console.sign_in', ['POST'], '/console/session', async (ctx) => {
       const { principal } = ctx;
       const authorization = ctx.req.headers.authorization;
       if (!principal || !authorization) throw new PolicyError('unauthorized');
@@ -65,7 +65,7 @@ export function sessionRoutes(deps: {
       }
       sendJson(ctx.res, 200, live && session ? { signedIn: true, ...sessionBody(session) } : { signedIn: false });
     }),
-    api(['DELETE'], 'session', async (ctx) => {
+    audited('console.sign_out', ['DELETE'], 'session', async (ctx) => {
       sessions.delete(deps.sessionOf(ctx)!.id);
       ctx.res
         .writeHead(204, { 'set-cookie': clearedSessionCookie(isHttps(ctx.req)), 'cache-control': 'no-store' })

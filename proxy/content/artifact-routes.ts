@@ -61,6 +61,7 @@ export function artifactRoutes(deps: ArtifactDeps): Route[] {
         methods: ['DELETE'],
         template: CONTENT_TEMPLATES[kind],
         access: 'write',
+        audit: 'artifact.delete',
         async handle(ctx) {
           if (!deps.writable) throw readOnlyError();
           const removed = await deps.catalog.remove(keyFromParams(kind, ctx.params));

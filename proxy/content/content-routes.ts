@@ -212,6 +212,7 @@ async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext
       },
     });
     const status = result.outcome === 'created' ? 201 : 200;
+    ctx.auditDetails = { outcome: result.outcome, sha256: result.entry.sha256, sizeBytes: result.entry.sizeBytes };
     const headers: Record<string, string> = { etag: `"${result.entry.sha256}"` };
     if (status === 201) headers.location = pathOfKey(result.entry);
     sendJson(res, status, metadataOf(result.entry), headers);
@@ -242,6 +243,7 @@ export function contentRoutes(deps: ContentDeps): Route[] {
         template: CONTENT_TEMPLATES[kind],
         access: 'write',
         continuesBodyItself: true,
+        audit: 'artifact.publish',
         handle: (ctx) => upload(deps, kind, ctx),
       },
     );

@@ -29,6 +29,8 @@ export function presignRoutes(deps: { links: PresignedLinks; catalog: Catalog; m
     methods: ['POST'],
     template: `${CONTENT_TEMPLATES[kind]}/presign`,
     access: 'read',
+    // A link is a signature over what the principal may read already: nothing stored changes.
+    audit: null,
     async handle(ctx) {
       const key = keyFromParams(kind, ctx.params);
       const body = await readJsonBody(ctx.req);

@@ -67,6 +67,8 @@ export function multipartRoutes(deps: {
     methods: ['POST'],
     template: `${CONTENT_TEMPLATES[kind]}/uploads`,
     access: 'write',
+    // Sessions and parts are steps of a publish: the completion is the audited action.
+    audit: null,
     async handle(ctx) {
       writable(null);
       const key = keyFromParams(kind, ctx.params);
@@ -119,6 +121,7 @@ export function multipartRoutes(deps: {
       methods: ['DELETE'],
       template: SESSION,
       access: 'write',
+      audit: null,
       async handle(ctx) {
         writable(null);
         await sessions.abort(scopeOf(ctx), ctx.params.upload!);
@@ -130,6 +133,7 @@ export function multipartRoutes(deps: {
       methods: ['PUT'],
       template: `${SESSION}/parts/:part`,
       access: 'write',
+      audit: null,
       continuesBodyItself: true,
       async handle(ctx) {
         writable(null);
@@ -163,11 +167,18 @@ export function multipartRoutes(deps: {
       methods: ['POST'],
       template: `${SESSION}/complete`,
       access: 'write',
+      audit: 'artifact.publish',
       async handle(ctx) {
         writable(null);
         const body = await readJsonBody(ctx.req, 2 * 1024 * 1024);
         const job = await sessions.complete(scopeOf(ctx), ctx.params.upload!, body.parts);
         const session = await sessions.get(scopeOf(ctx), ctx.params.upload!);
+        ctx.auditDetails = {
+          outcome: 'completing',
+          upload: ctx.params.upload,
+          job: job.jobId,
+          sizeBytes: job.totalBytes,
+        };
         sendJson(
           ctx.res,
           202,

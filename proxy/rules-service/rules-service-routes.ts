@@ -64,6 +64,8 @@ export function rulesServiceRoutes(deps: {
       methods: ['POST'],
       template: '/api/v1/rules/query',
       access: 'public',
+      // A question, not a change.
+      audit: null,
       async handle({ req, res }) {
         if (!tokens.accepts(req.headers.authorization, clock.monotonicMs())) {
           throw new PolicyError(
@@ -97,6 +99,7 @@ export function rulesServiceRoutes(deps: {
       methods: ['PUT'],
       template: ONE_OVERRIDE,
       access: 'admin',
+      audit: 'rule_override.set',
       async handle({ req, res, params, principal }) {
         const body = await readJsonBody(req, 1024 * 1024);
         const extra = Object.keys(body).filter((k) => k !== 'rules');
@@ -131,6 +134,7 @@ export function rulesServiceRoutes(deps: {
       methods: ['DELETE'],
       template: ONE_OVERRIDE,
       access: 'admin',
+      audit: 'rule_override.remove',
       async handle({ res, params }) {
         const { override, problems } = validateOverride(
           { service: params.service, limiter: params.limiter, subjectKind: params.kind, subject: params.subject },

@@ -18,6 +18,8 @@ import { checkDatabasePrivileges, databaseLoginVerifier } from '../server/privil
 import { SecretRotation, type StartSecrets } from '../config/secret-rotation.ts';
 import { QueryTokens } from './query-tokens.ts';
 import { createGatewayServer } from '../server/http-server.ts';
+import { createRequestAudit } from '../audit/request-audit.ts';
+import { createTrustedProxies } from '../router/forwarded.ts';
 import { Lifecycle } from '../server/lifecycle.ts';
 import { logStartupFailure } from '../server/startup-failure.ts';
 import { watchStopSignals } from '../server/stop-signals.ts';
@@ -85,6 +87,11 @@ export async function runRulesService(
       log,
       limits: config.frontDoor,
       tls,
+      audit: createRequestAudit({
+        pool,
+        log: log.child({ component: 'audit' }),
+        trusted: createTrustedProxies(config.trustedProxies),
+      }),
     });
     const address = await server.listen(config.port, config.host);
     tls?.start();

@@ -6,6 +6,9 @@ import { bootstrapAdmin } from '../admin/bootstrap-admin.ts';
 import { openContentModule } from '../content/content-module.ts';
 import type { Gate, Route } from './route-types.ts';
 import { authAdminRoutes } from '../admin/auth-admin-routes.ts';
+import { auditRoutes } from '../audit/audit-routes.ts';
+import { statsRoutes } from '../stats/stats-routes.ts';
+import { startAuditRetention } from '../audit/audit-retention.ts';
 import { healthRoutes } from './health-routes.ts';
 import { openRateLimiting } from '../gates/open-rate-limiting.ts';
 import { rateLimitAdminRoutes } from '../admin/rate-limit-admin-routes.ts';
@@ -44,6 +47,18 @@ export async function buildApp(services: Services): Promise<{ routes: Route[]; g
     withAdmission(route, services.transfers),
   );
   const routes: Route[] = [...healthRoutes(services), ...authAdminRoutes(services), ...contentRoutes];
+  // The audit trail is the writer's: it records the changes, and only its role may read them back.
+  if (services.config.role === 'api') {
+    routes.push(...auditRoutes(services.pool));
+    routes.push(...statsRoutes(services.pool));
+    services.onClose.push(
+      startAuditRetention({
+        pool: services.pool,
+        log: services.log.child({ component: 'audit' }),
+        keepDays: services.config.auditRetentionDays,
+      }),
+    );
+  }
   // The console lives on the writer only (DESIGN.md); a reader points there.
   const consoleUi =
     services.config.role === 'api'

@@ -42,10 +42,14 @@ export class GatewayResponse<Request extends IncomingMessage = IncomingMessage> 
     return super.appendHeader(name, value);
   }
 
+  /** The Content-Length the head declared, when it did (usage statistics count body bytes by it). */
+  declaredLength: number | undefined;
+
   override writeHead(statusCode: number, reasonOrHeaders?: string | Headers, maybeHeaders?: Headers): this {
     const early = this.#early;
     const reason = typeof reasonOrHeaders === 'string' ? reasonOrHeaders : undefined;
     const given = typeof reasonOrHeaders === 'string' ? maybeHeaders : reasonOrHeaders;
+    this.declaredLength = contentLengthOf(given) ?? contentLengthOf(this.getHeader('content-length'));
     if (early === undefined || this.headersSent) return super.writeHead(statusCode, reason, given);
     this.#early = undefined;
     if (this.#progressive) {
@@ -95,4 +99,20 @@ function* pairs(headers: OutgoingHttpHeader[]): Generator<[OutgoingHttpHeader, O
 export function addEarlyHeader(res: ServerResponse, name: string, value: string): void {
   if (res instanceof GatewayResponse) res.addEarlyHeader(name, value);
   else res.setHeader(name, value);
+}
+
+/** The Content-Length among headers given to writeHead (an object, a flat list) or a set header's value. */
+function contentLengthOf(headers: Headers | number | string | string[] | undefined): number | undefined {
+  let value: unknown = headers;
+  if (Array.isArray(headers)) {
+    value = undefined;
+    for (let i = 0; i + 1 < headers.length; i += 2)
+      if (String(headers[i]).toLowerCase() === 'content-length') value = headers[i + 1];
+  } else if (typeof headers === 'object' && headers !== null) {
+    value = undefined;
+    for (const name in headers)
+      if (name.toLowerCase() === 'content-length') value = (headers as Record<string, unknown>)[name];
+  }
+  const n = Number(value);
+  return value !== undefined && value !== '' && Number.isSafeInteger(n) && n >= 0 ? n : undefined;
 }

@@ -22,7 +22,7 @@ import {
 } from './front-door.ts';
 import { RouteTable } from './route-table.ts';
 import { simplePathname } from './request-path.ts';
-import type { Gate, RequestContext, RequestObservation, Route } from './route-types.ts';
+import type { AuditSink, Gate, RequestContext, RequestObservation, Route } from './route-types.ts';
 
 export interface GatewayServer {
   readonly server: http.Server;
@@ -48,9 +48,17 @@ export function createGatewayServer(options: {
   limits?: FrontDoorLimits;
   /** The certificate to serve (proxy/tls/served-tls.ts); undefined = plain HTTP. */
   tls?: ServedTls;
+  /** Records the audited routes' actions (proxy/audit/); undefined on a reader, which changes nothing. */
+  audit?: AuditSink;
+  /** Sees every request with its principal when its response closes (usage statistics, proxy/stats/). Must not throw. */
+  onUsage?: (ctx: RequestContext, observation: RequestObservation) => void;
 }): GatewayServer {
   const table = new RouteTable<Route>();
-  for (const route of options.routes) table.add({ methods: route.methods, template: route.template, value: route });
+  for (const route of options.routes) {
+    checkAuditDeclared(route);
+    table.add({ methods: route.methods, template: route.template, value: route });
+  }
+  const { audit } = options;
   const gates = [...options.gates];
   const { log } = options;
 
@@ -66,6 +74,7 @@ export function createGatewayServer(options: {
     log,
     logRequests,
     onRequest: options.onRequest,
+    onUsage: options.onUsage,
     continueBody: (req, res) => frontDoor.continueBody(req, res),
     faultLog: new LogBudget(CLIENT_FAULT_LOG),
   };
@@ -136,7 +145,7 @@ export function createGatewayServer(options: {
     exchange.route = match.route.template;
     exchange.params = match.params;
     exchange.access = routeDef.access;
-    void runRoute(exchange, routeDef, gates);
+    void runRoute(exchange, routeDef, gates, audit);
   });
 
   const graceful = makeGraceful(server, frontDoor);
@@ -164,7 +173,18 @@ function answerError(exchange: RequestExchange, err: unknown): void {
   } else sendError(exchange.res, err, exchange.log);
 }
 
-async function runRoute(ctx: RequestExchange, route: Route, gates: readonly Gate[]): Promise<void> {
+/** A route that changes state names its audit action (or null): checked once, like the gate chain. */
+function checkAuditDeclared(route: Route): void {
+  if (route.audit !== undefined || route.methods.every((m) => m === 'GET' || m === 'HEAD')) return;
+  throw new Error(`route ${route.methods.join(',')} ${route.template} declares no audit action (proxy/audit/)`);
+}
+
+async function runRoute(
+  ctx: RequestExchange,
+  route: Route,
+  gates: readonly Gate[],
+  audit: AuditSink | undefined,
+): Promise<void> {
   try {
     for (const gate of gates) {
       const pending = gate(ctx);
@@ -172,6 +192,8 @@ async function runRoute(ctx: RequestExchange, route: Route, gates: readonly Gate
     }
     if (!route.continuesBodyItself) ctx.continueBody();
     await route.handle(ctx);
+    // Once the action succeeded; the sink never throws (its failure is logged, the answer stands).
+    if (route.audit && audit && ctx.res.statusCode < 400) await audit(ctx, route.audit);
   } catch (err) {
     if (clientIsGone(ctx)) {
       // The client left (or was cut for idling): its doing, not a fault of ours.

@@ -22,6 +22,8 @@ export interface ExchangeServer {
   /** Whether the access line is written (info); below that level its fields are not even gathered. */
   readonly logRequests: boolean;
   onRequest?: ((observation: RequestObservation) => void) | undefined;
+  /** Called with the request itself when its response closes (usage statistics); must not throw. */
+  onUsage?: ((ctx: RequestExchange, observation: RequestObservation) => void) | undefined;
   continueBody(req: IncomingMessage, res: GatewayResponse): void;
   /** Bounds the lines of client faults (`noteFault`); without it every fault is logged. */
   readonly faultLog?: LogBudget | undefined;
@@ -48,6 +50,7 @@ export class RequestExchange implements RequestContext {
   access: Access = 'public';
   principal: Principal | undefined = undefined;
   linkSha256: string | undefined = undefined;
+  auditDetails: Record<string, unknown> | undefined = undefined;
   readonly #server: ExchangeServer;
   readonly #target: string;
   readonly #startedMs = performance.now();
@@ -132,7 +135,7 @@ export class RequestExchange implements RequestContext {
     const server = this.#server;
     // A 4xx written without an error (a route's own answer) is a client fault all the same.
     if (this.fault === undefined) this.noteFault(res.statusCode, String(res.statusCode));
-    server.onRequest?.({
+    const observation: RequestObservation = {
       method: req.method ?? 'GET',
       route: this.route,
       status: res.statusCode,
@@ -140,7 +143,9 @@ export class RequestExchange implements RequestContext {
       bytesIn,
       bytesOut,
       fault: this.fault,
-    });
+    };
+    server.onRequest?.(observation);
+    server.onUsage?.(this, observation);
     if (!server.logRequests) return;
     // Over the fault budget the line goes to debug: gone at the default level, there when asked for.
     if (this.quiet && !server.log.isLevelEnabled('debug')) return;

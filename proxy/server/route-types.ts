@@ -7,6 +7,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import type { Access } from '../../policy/auth/authorize.ts';
 import type { Principal } from '../../policy/auth/principal.ts';
+import type { AuditAction } from '../audit/audit-event.ts';
 import type { HttpMethod } from './route-table.ts';
 
 /**
@@ -30,6 +31,8 @@ export interface RequestContext {
   principal: Principal | undefined;
   /** Set when a pre-signed link authenticated the request: the sha256 it was made for (only that is served). */
   linkSha256?: string | undefined;
+  /** What an audited route's action produced (ids made, sizes): recorded with it (proxy/audit/). Never a secret. */
+  auditDetails?: Record<string, unknown> | undefined;
   /**
    * Sends `100 Continue` when the client asked for it: call once every check that may refuse the
    * request (auth, size, admission) passed and the body is about to be read. Idempotent.
@@ -46,7 +49,16 @@ export interface Route {
   downloads?: boolean;
   /** The handler calls `ctx.continueBody()` itself after its own checks (uploads); default: after the gates. */
   continuesBodyItself?: boolean;
+  /**
+   * The audit trail's action for a successful (below 400) answer (proxy/audit/audit-event.ts), or
+   * null for a step that changes nothing an operator audits (a multipart part, a query). Every
+   * route with a method other than GET and HEAD must say which: the server refuses to start otherwise.
+   */
+  audit?: AuditAction | null;
 }
+
+/** Records a route's action once it succeeded; never throws (a failure is logged). */
+export type AuditSink = (ctx: RequestContext, action: AuditAction) => Promise<void>;
 
 /**
  * A gate runs before every handler (auth, then rate limit; admission wraps the content handlers); it

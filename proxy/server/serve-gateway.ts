@@ -8,6 +8,9 @@ import { buildApp } from './app.ts';
 import type { Config } from '../config/config.ts';
 import { databaseTarget, openDatabase, waitForDatabase, type Database } from './database.ts';
 import { createGatewayServer, type GatewayServer } from './http-server.ts';
+import { createRequestAudit } from '../audit/request-audit.ts';
+import { startUsageRecorder } from '../stats/usage-recorder.ts';
+import { createTrustedProxies } from '../router/forwarded.ts';
 import { logStartupFailure } from './startup-failure.ts';
 import { checkPortFree, prepareDataDir } from './startup-checks.ts';
 import { configuredCeilings, describeCeilings } from './ceilings.ts';
@@ -140,11 +143,33 @@ export async function serveGateway(
       metricsServer = await startMetricsServer(metrics, config.metrics.port, log);
       built.onClose.push(() => metricsServer?.close());
     }
+    // Gateways that serve (not the worker) count usage; the last counts are flushed after the server closed.
+    const usage =
+      config.usageStats.enabled && config.role !== 'worker'
+        ? startUsageRecorder({
+            pool: database.pool,
+            log: log.child({ component: 'usage' }),
+            clock: systemClock,
+            flushMs: config.usageStats.flushMs,
+          })
+        : undefined;
+    if (usage) built.onClose.unshift(() => usage.stop());
     server = createGatewayServer({
+      ...(usage ? { onUsage: (ctx, o) => usage.observe(ctx, o) } : {}),
       routes: app.routes,
       gates: app.gates,
       log,
       readOnly: config.role === 'reader',
+      // Only the writer changes anything (a reader refuses every other method first).
+      ...(config.role === 'api'
+        ? {
+            audit: createRequestAudit({
+              pool: database.pool,
+              log: log.child({ component: 'audit' }),
+              trusted: createTrustedProxies(config.trustedProxies),
+            }),
+          }
+        : {}),
       onRequest: (o) => metrics.observeRequest(o),
       limits: config.frontDoor,
       tls,

@@ -142,7 +142,8 @@ async function insertRows(
     .map(quoteIdent)
     .join(', ');
   await client.query(
-    `INSERT INTO ${quoteIdent(table)} (${cols}) SELECT ${cols} FROM jsonb_populate_recordset(NULL::${quoteIdent(table)}, $1::jsonb)`,
+    // The backed-up ids, also of an identity column GENERATED ALWAYS (the pre-sign secrets' ids sign links).
+    `INSERT INTO ${quoteIdent(table)} (${cols}) OVERRIDING SYSTEM VALUE SELECT ${cols} FROM jsonb_populate_recordset(NULL::${quoteIdent(table)}, $1::jsonb)`,
     [JSON.stringify(rows)],
   );
 }

@@ -7,6 +7,8 @@
  * - removing a documented status makes both checks fail on the same real traffic.
  * The harness (test/support/gateway.ts) applies the status check to every gateway of every suite.
  */
+import { statsRoutes } from '../../proxy/stats/stats-routes.ts';
+import { auditRoutes } from '../../proxy/audit/audit-routes.ts';
 import SwaggerParser from '@apidevtools/swagger-parser';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import addFormatsModule from 'ajv-formats';
@@ -71,6 +73,8 @@ async function registeredRoutes(): Promise<Route[]> {
     ...rateLimitAdminRoutes(unused),
     ...cacheAdminRoutes({ pool: unused, catalog: unused, sliceCache: unused }),
     ...quotaAdminRoutes(unused),
+    ...auditRoutes(unused),
+    ...statsRoutes(unused),
     metricsRoute(createGatewayMetrics({ registry: new Registry(), processMetrics: false }), undefined),
   ];
 }
@@ -385,6 +389,21 @@ describe('real responses against the document', () => {
       headers: admin,
     });
     await call('DELETE', '/api/v1/admin/grants/:principal/:repository', '/api/v1/admin/grants/ci/docs', {
+      headers: admin,
+    });
+    // The audit trail of everything above; a filter it does not know is 400.
+    await call('GET', '/api/v1/admin/audit', '/api/v1/admin/audit?action=grant&limit=2', { headers: admin });
+    await call('GET', '/api/v1/admin/audit', '/api/v1/admin/audit?action=nope', { headers: admin });
+    await call('GET', '/api/v1/admin/stats/artifacts', '/api/v1/admin/stats/artifacts?view=idle&days=0', {
+      headers: admin,
+    });
+    await call('GET', '/api/v1/admin/stats/artifacts', '/api/v1/admin/stats/artifacts?view=sideways', {
+      headers: admin,
+    });
+    await call('GET', '/api/v1/admin/stats/principals', '/api/v1/admin/stats/principals?since=2020-01-01', {
+      headers: admin,
+    });
+    await call('GET', '/api/v1/admin/stats/principals', '/api/v1/admin/stats/principals?until=soon', {
       headers: admin,
     });
     // The slice cache (this gateway has none: a directory store); a purge is recorded all the same.

@@ -1,6 +1,14 @@
 import { readFile } from 'node:fs/promises';
 import { describe, expect, it } from 'vitest';
-import { errorsTable, processErrorsTable, README, section, variablesTable } from '../support/readme-tables.ts';
+import {
+  auditActionsTable,
+  errorsTable,
+  OBSERVABILITY,
+  processErrorsTable,
+  README,
+  section,
+  variablesTable,
+} from '../support/readme-tables.ts';
 
 describe('README contract', () => {
   it('lists every ARKVORY_* variable exactly as the config table declares it (npm run docs regenerates)', async () => {
@@ -13,6 +21,10 @@ describe('README contract', () => {
 
   it('lists every code of commands and refused starts, both ways (npm run docs regenerates)', async () => {
     expect(section(await readFile(README, 'utf8'), 'process-errors')).toBe(processErrorsTable());
+  });
+
+  it('docs/observability.md lists every audit action, both ways (npm run docs regenerates)', async () => {
+    expect(section(await readFile(OBSERVABILITY, 'utf8'), 'audit-actions')).toBe(auditActionsTable());
   });
 
   it('names the start and test commands near the top', async () => {

@@ -8,7 +8,18 @@ import { describeAllowed, VARIABLES } from '../../proxy/config/config.ts';
 import type { ErrorEntry } from '../../lib/coded-error.ts';
 import { ERROR_CATALOGUE } from '../../proxy/server/http-errors.ts';
 import { REPO_ROOT } from '../harness/paths.ts';
+import { AUDIT_ACTIONS } from '../../proxy/audit/audit-event.ts';
 export const README = path.join(REPO_ROOT, 'README.md');
+export const OBSERVABILITY = path.join(REPO_ROOT, 'docs', 'observability.md');
+
+/** The audit trail's actions (proxy/audit/audit-event.ts), for docs/observability.md. */
+export function auditActionsTable(): string {
+  return [
+    '| action | recorded when |',
+    '| --- | --- |',
+    ...Object.entries(AUDIT_ACTIONS).map(([action, meaning]) => `| \`${action}\` | ${meaning} |`),
+  ].join('\n');
+}
 
 export function variablesTable(): string {
   const rows = VARIABLES.map(
@@ -86,6 +97,10 @@ if (process.argv[1] && import.meta.url.endsWith(path.basename(process.argv[1])))
   text = replaceSection(text, 'errors', errorsTable());
   text = replaceSection(text, 'process-errors', processErrorsTable());
   await writeFile(README, text);
+  await writeFile(
+    OBSERVABILITY,
+    replaceSection(await readFile(OBSERVABILITY, 'utf8'), 'audit-actions', auditActionsTable()),
+  );
   const component = await ruleComponent();
   for (const file of RULE_SCHEMA_DOCUMENTS)
     await writeFile(file, withRuleComponent(await readFile(file, 'utf8'), component));

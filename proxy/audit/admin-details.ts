@@ -1,0 +1,35 @@
+/**
+ * What an admin change is recorded with, the same from the admin API and the CLI (pure): ids,
+ * names and scopes, never a key or a secret (a created key's `key` is dropped here).
+ */
+import type { CertificateBindingRow, GrantRow, KeyRow, PrincipalRow } from '../../policy/auth/admin-store.ts';
+
+export const principalDetails = (p: PrincipalRow) => ({ principalId: p.id, name: p.name, disabled: p.disabled });
+
+export const keyDetails = (k: KeyRow) => ({
+  keyId: k.keyId,
+  principalId: k.principalId,
+  kind: k.kind,
+  scopes: k.scopes,
+  expiresAt: k.expiresAt,
+});
+
+export const certificateDetails = (c: CertificateBindingRow) => ({
+  san: c.san,
+  principalId: c.principalId,
+  scopes: c.scopes,
+});
+
+export const grantDetails = (g: GrantRow) => ({ ...g });
+
+/** The rule names a published batch (`{ rate_limits: { limiter: [rules] } }`) names, per limiter. */
+export function publishedRuleNames(batch: unknown): Record<string, string[]> {
+  const limits = (batch as { rate_limits?: unknown } | null)?.rate_limits;
+  if (typeof limits !== 'object' || limits === null) return {};
+  return Object.fromEntries(
+    Object.entries(limits).map(([limiter, rules]) => [
+      limiter,
+      Array.isArray(rules) ? rules.map((r) => String((r as { name?: unknown } | null)?.name ?? '')) : [],
+    ]),
+  );
+}

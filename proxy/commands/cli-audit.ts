@@ -1,0 +1,54 @@
+/**
+ * The audit trail from the CLI: an admin or maintenance command that changed something records it
+ * as the operator's (OS user and host), from `cli`, with one request id per command run. The change
+ * is made first; a failure to record it is reported (stderr, exit 1) rather than hidden.
+ */
+import { randomUUID } from 'node:crypto';
+import os from 'node:os';
+import type pg from 'pg';
+import type { Actor, AuditAction } from '../audit/audit-event.ts';
+import { recordAudit } from '../audit/audit-log.ts';
+
+const RUN_ID = randomUUID();
+
+/** The operator running this command: the OS user (or $USER when the system has no entry) and the host. */
+export function operatorActor(): Actor {
+  let operator: string;
+  try {
+    operator = os.userInfo().username;
+  } catch {
+    operator = process.env.USER ?? process.env.LOGNAME ?? `uid:${process.getuid?.() ?? 'unknown'}`;
+  }
+  return { kind: 'operator', operator, host: os.hostname() };
+}
+
+export interface CliAction {
+  readonly action: AuditAction;
+  readonly target: Readonly<Record<string, unknown>>;
+  readonly details?: Readonly<Record<string, unknown>>;
+}
+
+export class AuditNotRecorded extends Error {
+  override readonly name = 'AuditNotRecorded';
+  /** Printed by the commands as `arkvory <command>: audit_not_recorded: …` (exit 1). */
+  readonly code = 'audit_not_recorded';
+}
+
+/** Records a CLI action; throws AuditNotRecorded (naming the action, which was done) when it cannot. */
+export async function recordCliAction(db: Pick<pg.Pool, 'query'> | pg.ClientBase, done: CliAction): Promise<void> {
+  try {
+    await recordAudit(db, {
+      action: done.action,
+      actor: operatorActor(),
+      source: 'cli',
+      requestId: RUN_ID,
+      target: done.target,
+      details: done.details ?? {},
+    });
+  } catch (err) {
+    throw new AuditNotRecorded(
+      `${done.action} was done, but its audit entry was not recorded: ${(err as Error).message}`,
+      { cause: err },
+    );
+  }
+}

@@ -1,0 +1,147 @@
+/**
+ * Usage statistics in PostgreSQL (migrations/0041): a batch added in one statement per table
+ * (sums across gateways: ON CONFLICT adds), and the reads behind the admin API and `arkvory stats`.
+ */
+import type pg from 'pg';
+import type { UsageBatch } from './usage-tally.ts';
+
+type Queryable = Pick<pg.Pool, 'query'>;
+
+/** Adds a drained batch to the tables. */
+export async function addUsage(db: Queryable, batch: UsageBatch): Promise<void> {
+  const a = batch.artifacts;
+  if (a.length)
+    await db.query(
+      `INSERT INTO arkvory_usage_artifacts AS u (repository, kind, name, version, asset, downloads, bytes, last_downloaded_at, last_downloader)
+       SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::timestamptz[], $9::uuid[])
+       ON CONFLICT (repository, kind, name, version, asset) DO UPDATE SET
+         downloads = u.downloads + EXCLUDED.downloads,
+         bytes = u.bytes + EXCLUDED.bytes,
+         last_downloader = CASE WHEN EXCLUDED.last_downloaded_at >= u.last_downloaded_at
+                                THEN EXCLUDED.last_downloader ELSE u.last_downloader END,
+         last_downloaded_at = greatest(u.last_downloaded_at, EXCLUDED.last_downloaded_at)`,
+      [
+        a.map((r) => r.key.repository),
+        a.map((r) => r.key.kind),
+        a.map((r) => r.key.name),
+        a.map((r) => r.key.version),
+        a.map((r) => r.key.asset),
+        a.map((r) => r.downloads),
+        a.map((r) => r.bytes),
+        a.map((r) => new Date(r.lastAtMs)),
+        a.map((r) => r.lastDownloader),
+      ],
+    );
+  const p = batch.principalDays;
+  if (p.length)
+    await db.query(
+      `INSERT INTO arkvory_usage_principal_days AS u (principal_id, day, requests, bytes_down, bytes_up)
+       SELECT * FROM unnest($1::uuid[], $2::date[], $3::bigint[], $4::bigint[], $5::bigint[])
+       ON CONFLICT (principal_id, day) DO UPDATE SET
+         requests = u.requests + EXCLUDED.requests,
+         bytes_down = u.bytes_down + EXCLUDED.bytes_down,
+         bytes_up = u.bytes_up + EXCLUDED.bytes_up`,
+      [
+        p.map((r) => r.principalId),
+        p.map((r) => r.day),
+        p.map((r) => r.requests),
+        p.map((r) => r.bytesDown),
+        p.map((r) => r.bytesUp),
+      ],
+    );
+}
+
+export interface ArtifactStats {
+  repository: string;
+  kind: string;
+  name: string;
+  version: string;
+  asset: string;
+  downloads: number;
+  bytes: number;
+  lastDownloadedAt: string | null;
+  lastDownloader: string | null;
+  publishedAt?: string;
+}
+
+const IDLE_COLUMNS = `a.repository, a.kind, a.name, a.version, a.asset, coalesce(u.downloads, 0)::float8 AS downloads,
+  coalesce(u.bytes, 0)::float8 AS bytes, u.last_downloaded_at, u.last_downloader::text AS last_downloader,
+  a.created_at AS published_at`;
+
+function artifactOf(r: Record<string, unknown>): ArtifactStats {
+  return {
+    repository: r.repository as string,
+    kind: r.kind as string,
+    name: r.name as string,
+    version: r.version as string,
+    asset: r.asset as string,
+    downloads: r.downloads as number,
+    bytes: r.bytes as number,
+    lastDownloadedAt: r.last_downloaded_at ? (r.last_downloaded_at as Date).toISOString() : null,
+    lastDownloader: (r.last_downloader as string | null) ?? null,
+    ...(r.published_at ? { publishedAt: (r.published_at as Date).toISOString() } : {}),
+  };
+}
+
+/** The most downloaded artifacts (of a repository), most first. */
+export async function mostDownloaded(db: Queryable, options: { repository?: string; limit: number }) {
+  const { rows } = await db.query(
+    `SELECT u.repository, u.kind, u.name, u.version, u.asset, u.downloads::float8 AS downloads, u.bytes::float8 AS bytes,
+            u.last_downloaded_at, u.last_downloader::text AS last_downloader
+       FROM arkvory_usage_artifacts u
+      WHERE $1::text IS NULL OR u.repository = $1
+      ORDER BY u.downloads DESC, u.repository, u.kind, u.name, u.version, u.asset LIMIT $2`,
+    [options.repository ?? null, options.limit],
+  );
+  return rows.map(artifactOf);
+}
+
+/**
+ * Published artifacts not downloaded for `days` days (never downloaded, or last before then),
+ * oldest publication first: candidates for deletion.
+ */
+export async function notDownloadedFor(db: Queryable, options: { days: number; repository?: string; limit: number }) {
+  const { rows } = await db.query(
+    `SELECT ${IDLE_COLUMNS} FROM arkvory_artifacts a
+       LEFT JOIN arkvory_usage_artifacts u USING (repository, kind, name, version, asset)
+      WHERE ($1::text IS NULL OR a.repository = $1)
+        AND (u.last_downloaded_at IS NULL OR u.last_downloaded_at < now() - make_interval(days => $2))
+        AND a.created_at < now() - make_interval(days => $2)
+      ORDER BY a.created_at, a.repository, a.kind, a.name, a.version, a.asset LIMIT $3`,
+    [options.repository ?? null, options.days, options.limit],
+  );
+  return rows.map(artifactOf);
+}
+
+export interface PrincipalDayStats {
+  principalId: string;
+  principalName: string | null;
+  day: string;
+  requests: number;
+  bytesDown: number;
+  bytesUp: number;
+}
+
+/** Per principal and day, newest day first; `principal` is an id or a name. */
+export async function principalDays(
+  db: Queryable,
+  options: { principal?: string; since?: string; until?: string; limit: number },
+): Promise<PrincipalDayStats[]> {
+  const { rows } = await db.query(
+    `SELECT u.principal_id::text AS principal_id, p.name AS principal_name, to_char(u.day, 'YYYY-MM-DD') AS day,
+            u.requests::float8 AS requests, u.bytes_down::float8 AS bytes_down, u.bytes_up::float8 AS bytes_up
+       FROM arkvory_usage_principal_days u LEFT JOIN arkvory_principals p ON p.id = u.principal_id
+      WHERE ($1::text IS NULL OR u.principal_id::text = $1 OR p.name = $1)
+        AND ($2::date IS NULL OR u.day >= $2) AND ($3::date IS NULL OR u.day < $3)
+      ORDER BY u.day DESC, u.requests DESC, u.principal_id LIMIT $4`,
+    [options.principal ?? null, options.since ?? null, options.until ?? null, options.limit],
+  );
+  return rows.map((r) => ({
+    principalId: r.principal_id,
+    principalName: r.principal_name,
+    day: r.day,
+    requests: r.requests,
+    bytesDown: r.bytes_down,
+    bytesUp: r.bytes_up,
+  }));
+}
