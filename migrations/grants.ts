@@ -52,7 +52,7 @@ export const TABLE_GRANTS: Readonly<Record<string, Decision<TablePrivilege>>> = 
     maintenance: ALL_DATA,
   },
   arkvory_principals: {
-    writer: ['SELECT', 'INSERT', 'UPDATE (disabled)'],
+    writer: ['SELECT', 'INSERT', 'UPDATE (disabled, bandwidth_weight)'],
     reader: READ,
     maintenance: ALL_DATA,
     rules: READ,
@@ -192,6 +192,11 @@ export const FUNCTION_GRANTS: Readonly<Record<string, Decision<'EXECUTE'>>> = {
     reader: ['EXECUTE'],
   },
   'arkvory_lease_renew(integer,uuid,bigint,double precision)': { writer: ['EXECUTE'], reader: ['EXECUTE'] },
+  // Renews the lease and answers the weighted share (0061).
+  'arkvory_lease_share(integer,uuid,bigint,double precision,integer,bigint)': {
+    writer: ['EXECUTE'],
+    reader: ['EXECUTE'],
+  },
 };
 
 export interface GrantLine {

@@ -14,8 +14,13 @@ export interface PrincipalRow {
   id: string;
   name: string;
   disabled: boolean;
+  /** Share of a contended bandwidth ceiling relative to the others (1..1000, default 1). */
+  bandwidthWeight: number;
   createdAt: string;
 }
+
+/** Bounds of `arkvory_principals.bandwidth_weight` (migration 0060). */
+export const MAX_BANDWIDTH_WEIGHT = 1000;
 
 export interface KeyRow {
   keyId: string;
@@ -93,6 +98,7 @@ function toPrincipal(r: Record<string, unknown>): PrincipalRow {
     id: r.id as string,
     name: r.name as string,
     disabled: r.disabled as boolean,
+    bandwidthWeight: r.bandwidth_weight as number,
     createdAt: (r.created_at as Date).toISOString(),
   };
 }
@@ -218,6 +224,21 @@ export class AdminStore {
     const r = await this.#pool.query('UPDATE arkvory_principals SET disabled = $2 WHERE id = $1 RETURNING *', [
       p.id,
       disabled,
+    ]);
+    return toPrincipal(r.rows[0]);
+  }
+
+  /** Sets the principal's bandwidth weight; every gateway applies it to transfers it meters from then on. */
+  async setPrincipalWeight(ref: string, weight: unknown): Promise<PrincipalRow> {
+    if (typeof weight !== 'number' || !Number.isSafeInteger(weight) || weight < 1 || weight > MAX_BANDWIDTH_WEIGHT)
+      throw new PolicyError(
+        'invalid_request',
+        `bandwidthWeight must be an integer from 1 to ${MAX_BANDWIDTH_WEIGHT}, got ${JSON.stringify(weight)}`,
+      );
+    const p = await this.findPrincipal(ref);
+    const r = await this.#pool.query('UPDATE arkvory_principals SET bandwidth_weight = $2 WHERE id = $1 RETURNING *', [
+      p.id,
+      weight,
     ]);
     return toPrincipal(r.rows[0]);
   }

@@ -35,6 +35,7 @@ interface KeyEntry {
   disabled: boolean;
   /** When the principal was last disabled (wall ms), or undefined. */
   disabledAtMs: number | undefined;
+  bandwidthWeight: number;
   secretSha256: Buffer;
   scopes: ReadonlySet<Scope>;
   expiresAtMs: number | null;
@@ -53,6 +54,7 @@ interface CertificateEntry {
   principalId: string;
   principalName: string;
   disabled: boolean;
+  bandwidthWeight: number;
   scopes: ReadonlySet<Scope>;
 }
 
@@ -231,7 +233,7 @@ export class Authenticator {
     let rows: Array<Record<string, unknown>>;
     try {
       const r = await this.#pool.query(
-        `SELECT k.secret_sha256, k.scopes, k.expires_at, k.revoked_at IS NOT NULL AS revoked, p.id AS principal_id, p.name, p.disabled, p.disabled_at
+        `SELECT k.secret_sha256, k.scopes, k.expires_at, k.revoked_at IS NOT NULL AS revoked, p.id AS principal_id, p.name, p.disabled, p.disabled_at, p.bandwidth_weight
          FROM arkvory_api_keys k JOIN arkvory_principals p ON p.id = k.principal_id WHERE k.key_id = $1`,
         [keyId],
       );
@@ -246,6 +248,7 @@ export class Authenticator {
           principalName: row.name as string,
           disabled: row.disabled as boolean,
           disabledAtMs: row.disabled_at ? (row.disabled_at as Date).getTime() : undefined,
+          bandwidthWeight: row.bandwidth_weight as number,
           secretSha256: row.secret_sha256 as Buffer,
           scopes: new Set(row.scopes as Scope[]),
           expiresAtMs: row.expires_at ? (row.expires_at as Date).getTime() : null,
@@ -288,6 +291,7 @@ export class Authenticator {
       keyId: parsed.keyId,
       scopes: entry.scopes,
       disabledAtMs: entry.disabledAtMs,
+      bandwidthWeight: entry.bandwidthWeight,
     };
   }
 
@@ -305,6 +309,7 @@ export class Authenticator {
       keyId,
       scopes: entry.scopes,
       disabledAtMs: entry.disabledAtMs,
+      bandwidthWeight: entry.bandwidthWeight,
     };
   }
 
@@ -332,7 +337,7 @@ export class Authenticator {
     let rows: Array<Record<string, unknown>>;
     try {
       const r = await this.#pool.query(
-        `SELECT b.san, b.scopes, p.id AS principal_id, p.name, p.disabled
+        `SELECT b.san, b.scopes, p.id AS principal_id, p.name, p.disabled, p.bandwidth_weight
          FROM arkvory_certificate_bindings b JOIN arkvory_principals p ON p.id = b.principal_id WHERE b.san = ANY($1::text[])`,
         [sans],
       );
@@ -353,6 +358,7 @@ export class Authenticator {
               principalId: row.principal_id as string,
               principalName: row.name as string,
               disabled: row.disabled as boolean,
+              bandwidthWeight: row.bandwidth_weight as number,
               // One principal, possibly several bound SANs: the union of their scopes.
               scopes: new Set(rows.flatMap((r) => r.scopes as Scope[])),
             }
@@ -423,6 +429,12 @@ function certificateOutcome(sans: readonly string[], entry: CertificateEntry | '
   if (entry.disabled) return { ok: false, reason: `principal ${entry.principalName} is disabled` };
   return {
     ok: true,
-    principal: { id: entry.principalId, name: entry.principalName, keyId: `cert:${entry.san}`, scopes: entry.scopes },
+    principal: {
+      id: entry.principalId,
+      name: entry.principalName,
+      keyId: `cert:${entry.san}`,
+      scopes: entry.scopes,
+      bandwidthWeight: entry.bandwidthWeight,
+    },
   };
 }

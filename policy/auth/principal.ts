@@ -13,4 +13,6 @@ export interface Principal {
    * made before it stays void after a re-enable (docs/auth.md).
    */
   readonly disabledAtMs?: number | undefined;
+  /** Bandwidth weight, 1..1000 (docs/bandwidth-and-admission.md, "Weights"); absent means 1. */
+  readonly bandwidthWeight?: number | undefined;
 }

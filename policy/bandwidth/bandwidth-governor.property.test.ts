@@ -89,12 +89,15 @@ const opArb = fc.oneof(
 );
 
 describe('BandwidthGovernor bound (property)', () => {
-  it('granted bytes ≤ rate × elapsed + burst, globally and per principal, under random chunks, principals, cancellations and state evictions', async () => {
+  it('granted bytes ≤ rate × elapsed + burst, globally and per principal, under random chunks, principals, weights, cancellations and state evictions', async () => {
     await fc.assert(
       fc.asyncProperty(
         rateArb,
         rateArb,
-        fc.array(fc.nat(4), { minLength: 1, maxLength: 16 }),
+        fc.array(fc.record({ p: fc.nat(4), weight: fc.integer({ min: 1, max: 1000 }) }), {
+          minLength: 1,
+          maxLength: 16,
+        }),
         fc.integer({ min: 1, max: 12 }),
         fc.array(opArb, { maxLength: 120 }),
         fc.integer({ min: 1, max: 6 }),
@@ -117,7 +120,7 @@ describe('BandwidthGovernor bound (property)', () => {
           const quantum = quantumOf([globalRate, principalRate]);
           expect(governor.quantumBytes).toBe(quantum);
           const streams = streamPrincipals.map((p) => ({
-            meter: governor.meter(`p${p}`),
+            meter: governor.meter(`p${p.p}`, p.weight),
             pending: null as null | { controller: AbortController; settled: boolean },
           }));
           const outcomes: Promise<unknown>[] = [];

@@ -9,6 +9,8 @@ import {
   hasTokens,
   msUntilTokens,
   quantumBytesFor,
+  rerateBucket,
+  rerateBucketSpec,
   startBucket,
   takeTokens,
   toMicros,
@@ -52,6 +54,11 @@ export interface BandwidthGovernorOptions {
    * governor fences itself for good, as if `fence()` had been called. Omitted: always permitted.
    */
   isPermitted?: () => boolean;
+  /**
+   * Largest weight `meter()` accepts; default 1000. A weight shapes only the order of waiting takes
+   * (the shares under contention), never a bucket, so no bound depends on it.
+   */
+  maxWeight?: number;
   /** Called synchronously at each grant, for metrics, tests and the benchmark. Must not throw. */
   onGrant?: (principalId: string, bytes: number, nowMs: number) => void;
 }
@@ -86,6 +93,7 @@ export interface BandwidthSnapshot {
 
 export const DEFAULT_MAX_PRINCIPALS = 1000;
 export const DEFAULT_MAX_WAITING = 256;
+export const DEFAULT_MAX_WEIGHT = 1000;
 const RETRY_AFTER = { 'retry-after': '1' };
 const RESOLVED: Promise<void> = Promise.resolve();
 
@@ -94,6 +102,10 @@ interface PrincipalState {
   bucket: BucketState | null;
   /** Last grant (or creation), monotonic ms: eviction takes the oldest idle state first. */
   lastActiveMs: number;
+  /** Bandwidth weight (the latest meter's): its share under contention is proportional to it. */
+  weight: number;
+  /** Virtual finish tag of its last grant: the fair-queueing clock in bytes per unit of weight. */
+  finishTag: number;
   /** Waiting takes of this principal's streams, oldest first. */
   readonly queue: Waiter[];
   inRing: boolean;
@@ -115,27 +127,35 @@ interface Waiter {
 
 /**
  * One per direction per process (ADR 0008). Every take passes the direction's global bucket and the
- * principal's bucket at once. Waiting takes are served round-robin over principals: a principal
- * waiting for its own bucket is skipped (it never holds back global quota others could use); the
- * first principal in turn that is ready but finds the global bucket short holds a reservation: no
- * one else takes global tokens until its take passes, so smaller quanta cannot starve it. One timer.
+ * principal's bucket at once. Waiting takes are served in weighted fair order over principals
+ * (start-time fair queueing: a grant of n bytes advances the principal's virtual finish tag by
+ * n / weight, and the waiting principal with the smallest start tag goes next; equal weights give
+ * round-robin, ties go in arrival order). A principal waiting for its own bucket is skipped (it never
+ * holds back global quota others could use); the first principal in that order that is ready but
+ * finds the global bucket short holds a reservation: no one else takes global tokens until its take
+ * passes, so smaller quanta cannot starve it. One timer.
  */
 export class BandwidthGovernor {
   readonly quantumBytes: number;
-  readonly #rateBytesPerSec: number;
+  #rateBytesPerSec: number;
   readonly #perPrincipalBytesPerSec: number;
   readonly #clock: Clock;
   readonly #timers: Timers;
   readonly #maxPrincipals: number;
   readonly #maxWaiting: number;
+  readonly #maxWeight: number;
   readonly #onGrant: BandwidthGovernorOptions['onGrant'];
   readonly #isPermitted: (() => boolean) | undefined;
-  readonly #globalSpec: BucketSpec | null;
+  #globalSpec: BucketSpec | null;
+  /** `setRate(0)`: the global bucket neither grants nor refills until a rate above 0 is set. */
+  #paused = false;
   readonly #principalSpec: BucketSpec | null;
   #global: BucketState | null;
   readonly #principals = new Map<string, PrincipalState>();
-  /** Principals with waiting takes, in turn order; `#ring[0]` is next. */
+  /** Principals with waiting takes, in arrival order (the tie-break between equal start tags). */
   #ring: PrincipalState[] = [];
+  /** Start tag of the last grant: a principal returning from idle starts here, banking no credit. */
+  #virtualTime = 0;
   /** Ready principal at `#ring[0]` waiting for the global bucket; global tokens are kept for it. */
   #reserved: PrincipalState | null = null;
   #waiting = 0;
@@ -158,6 +178,7 @@ export class BandwidthGovernor {
     this.#timers = options.timers ?? systemTimers;
     this.#maxPrincipals = positiveInt(options.maxPrincipals ?? DEFAULT_MAX_PRINCIPALS, 'maxPrincipals');
     this.#maxWaiting = positiveInt(options.maxWaiting ?? DEFAULT_MAX_WAITING, 'maxWaiting');
+    this.#maxWeight = positiveInt(options.maxWeight ?? DEFAULT_MAX_WEIGHT, 'maxWeight');
     this.#onGrant = options.onGrant;
     this.#isPermitted = options.isPermitted;
     const nowMs = clock.monotonicMs();
@@ -173,17 +194,20 @@ export class BandwidthGovernor {
   }
 
   /**
-   * A meter for one body stream of `principalId` (the stable service-account id, never a key id).
+   * A meter for one body stream of `principalId` (the stable service-account id, never a key id),
+   * whose bandwidth weight is `weight` (1..maxWeight; the principal's latest meter sets it).
    * Throws PolicyError `lease_lost` when fenced, `unavailable` when closed, `busy` when the principal
    * table is full of states that cannot be evicted (waiting, or a bucket not yet refilled).
    */
-  meter(principalId: string): ByteMeter {
+  meter(principalId: string, weight = 1): ByteMeter {
     this.#checkOpen();
     if (typeof principalId !== 'string' || principalId === '')
       throw new TypeError('principalId: expected a non-empty string');
+    if (!Number.isSafeInteger(weight) || weight < 1 || weight > this.#maxWeight)
+      throw new RangeError(`weight: expected an integer from 1 to ${this.#maxWeight}, got ${weight}`);
     const state: MeterState = { waiter: null };
     if (this.isUnlimited) return this.#unlimitedMeter(principalId, state);
-    this.#principalFor(principalId);
+    this.#principalFor(principalId, weight).weight = weight;
     return {
       quantumBytes: this.quantumBytes,
       // The state is looked up per take: an idle stream's state may have been evicted (its bucket
@@ -191,7 +215,7 @@ export class BandwidthGovernor {
       take: (bytes, signal) => {
         let principal: PrincipalState;
         try {
-          principal = this.#principalFor(principalId);
+          principal = this.#principalFor(principalId, weight);
         } catch (err) {
           return Promise.reject(err);
         }
@@ -203,6 +227,41 @@ export class BandwidthGovernor {
         return principal !== undefined && this.#grantNow(principal, bytes, this.#clock.monotonicMs());
       },
     };
+  }
+
+  /**
+   * Changes the direction's ceiling while transfers run: the leased share of the shared profile,
+   * which follows the weights of the principals each gateway serves. The quantum stays; the bucket
+   * keeps what it earned at the old rate up to now, capped at the new capacity max(burst, quantum).
+   * 0 pauses the direction: nothing passes (and nothing is earned) until a rate above 0 is set.
+   * Only for a governor built with a global ceiling (one without has nothing to change).
+   */
+  setRate(rateBytesPerSec: number): void {
+    const from = this.#globalSpec;
+    if (from === null) throw new RangeError('setRate: this governor was built without a global ceiling');
+    const nowMs = this.#clock.monotonicMs();
+    if (rateBytesPerSec === 0) {
+      if (!this.#paused) this.#global = rerateBucket(from, from, this.#global!, nowMs);
+      this.#paused = true;
+    } else {
+      const to = rerateBucketSpec(rateBytesPerSec, this.quantumBytes);
+      this.#global = rerateBucket(this.#paused ? null : from, to, this.#global!, nowMs);
+      this.#globalSpec = to;
+      this.#paused = false;
+    }
+    this.#rateBytesPerSec = rateBytesPerSec;
+    this.#dispatch(nowMs);
+  }
+
+  /**
+   * The sum of the weights of the principals that have a take waiting or were granted bytes in the
+   * last `windowMs`: what this gateway reports for its leased share. 0 when none is active.
+   */
+  activeWeightSum(windowMs: number): number {
+    const sinceMs = this.#clock.monotonicMs() - windowMs;
+    let sum = 0;
+    for (const p of this.#principals.values()) if (p.queue.length > 0 || p.lastActiveMs >= sinceMs) sum += p.weight;
+    return sum;
   }
 
   /** Lost database ownership or lease: every waiting and every new take rejects with `lease_lost`. */
@@ -257,7 +316,8 @@ export class BandwidthGovernor {
     };
   }
 
-  #principalFor(principalId: string): PrincipalState {
+  /** The principal's state; a new one (first meter, or recreated after eviction) gets `weight`. */
+  #principalFor(principalId: string, weight: number): PrincipalState {
     const known = this.#principals.get(principalId);
     if (known) return known;
     const nowMs = this.#clock.monotonicMs();
@@ -273,6 +333,8 @@ export class BandwidthGovernor {
       id: principalId,
       bucket: this.#principalSpec ? startBucket(this.#principalSpec, nowMs) : null,
       lastActiveMs: nowMs,
+      weight,
+      finishTag: 0,
       queue: [],
       inRing: false,
     };
@@ -373,12 +435,16 @@ export class BandwidthGovernor {
   }
 
   #globalHas(bytes: number, nowMs: number): boolean {
+    if (this.#paused) return false;
     return this.#globalSpec === null || hasTokens(this.#globalSpec, this.#global!, bytes, nowMs);
   }
 
   #grant(principal: PrincipalState, bytes: number, nowMs: number): void {
     if (this.#principalSpec) principal.bucket = takeTokens(this.#principalSpec, principal.bucket!, bytes, nowMs);
     principal.lastActiveMs = nowMs;
+    const start = this.#startTag(principal);
+    principal.finishTag = start + bytes / principal.weight;
+    this.#virtualTime = start;
     if (this.#globalSpec) this.#global = takeTokens(this.#globalSpec, this.#global!, bytes, nowMs);
     this.#count(principal.id, bytes, nowMs);
   }
@@ -389,38 +455,47 @@ export class BandwidthGovernor {
     this.#onGrant?.(principalId, bytes, nowMs);
   }
 
-  /** Grants every waiting take that may pass now, round-robin, then arms the one timer. */
+  /** Where a principal's next grant starts in virtual time: never before the clock (no banked credit). */
+  #startTag(principal: PrincipalState): number {
+    return Math.max(this.#virtualTime, principal.finishTag);
+  }
+
+  /** Grants every waiting take that may pass now, in weighted fair order, then arms the one timer. */
   #dispatch(nowMs: number): void {
     this.#reserved = null;
     // Stryker disable next-line ConditionalExpression,EqualityOperator: equivalent in what is granted: with nobody waiting the permit is checked by the next take first (#refusal), so only when the snapshot's fenced flag turns could differ; the line's other mutants are killed
     if (this.#ring.length > 0 && !this.#checkPermit()) return;
-    let progressed = true;
-    // An empty ring makes no visit, so the loop ends.
-    passes: while (progressed) {
-      progressed = false;
-      // Each visit removes ring[0], one of this pass's principals; re-queued ones go behind them.
-      for (let visits = this.#ring.length; visits > 0; visits--) {
-        const principal = this.#ring[0]!;
-        const head = principal.queue[0]!;
-        if (!this.#principalHas(principal, head.bytes, nowMs)) {
-          this.#ring.push(this.#ring.shift()!);
-          continue;
-        }
-        if (!this.#globalHas(head.bytes, nowMs)) {
-          this.#reserved = principal;
-          break passes;
-        }
-        this.#ring.shift();
-        principal.queue.shift();
-        this.#settle(head);
-        this.#grant(principal, head.bytes, nowMs);
-        if (principal.queue.length > 0) this.#ring.push(principal);
-        else principal.inRing = false;
-        progressed = true;
-        head.resolve();
+    for (;;) {
+      const next = this.#nextReady(nowMs);
+      if (next === undefined) break;
+      const head = next.queue[0]!;
+      if (!this.#globalHas(head.bytes, nowMs)) {
+        this.#reserved = next;
+        break;
       }
+      next.queue.shift();
+      this.#settle(head);
+      this.#grant(next, head.bytes, nowMs);
+      // Behind those of equal start tag, as a round-robin turn would be.
+      this.#ring.splice(this.#ring.indexOf(next), 1);
+      if (next.queue.length > 0) this.#ring.push(next);
+      else next.inRing = false;
+      head.resolve();
     }
     this.#arm(nowMs);
+  }
+
+  /** The waiting principal with the smallest start tag whose own bucket holds its head take. */
+  #nextReady(nowMs: number): PrincipalState | undefined {
+    let best: PrincipalState | undefined;
+    let bestTag = Infinity;
+    for (const principal of this.#ring) {
+      const tag = this.#startTag(principal);
+      if (tag >= bestTag || !this.#principalHas(principal, principal.queue[0]!.bytes, nowMs)) continue;
+      best = principal;
+      bestTag = tag;
+    }
+    return best;
   }
 
   /** One timer for the direction, due when the next waiting take can pass. */
@@ -430,6 +505,11 @@ export class BandwidthGovernor {
       return;
     }
     let waitMs: number;
+    if (this.#paused) {
+      // Nothing passes until setRate lifts the pause, and that dispatches.
+      this.#disarm();
+      return;
+    }
     if (this.#reserved !== null) {
       waitMs = msUntilTokens(this.#globalSpec!, this.#global!, this.#reserved.queue[0]!.bytes, nowMs);
     } else {

@@ -46,6 +46,10 @@ export function authAdminRoutes(services: Services): Route[] {
     admin(['POST'], '/principals/:principal/enable', async ({ res, params }) =>
       sendJson(res, 200, await store.setPrincipalDisabled(params.principal!, false)),
     ),
+    admin(['PUT'], '/principals/:principal/bandwidth-weight', async ({ req, res, params }) => {
+      const body = await readJsonBody(req);
+      sendJson(res, 200, await store.setPrincipalWeight(params.principal!, body.bandwidthWeight));
+    }),
     admin(['GET'], '/principals/:principal/keys', async ({ res, params, url }) => {
       const page = await store.listKeys(params.principal!, pageQuery(url));
       sendJson(res, 200, { keys: page.items, nextCursor: page.nextCursor });

@@ -44,8 +44,11 @@ const EXPIRES_IN = {
 
 export const principalsCommand: Command = defineCommand({
   name: 'principals',
-  summary: 'create, list, disable or enable principals (service accounts)',
+  summary: 'create, list, disable or enable principals (service accounts); set their bandwidth weight',
   description: `A principal is a service account with a stable id; all its keys resolve to that id.
+weight sets its bandwidth weight (1..1000, default 1): under contention for a direction's ceiling the
+principals transferring share it in proportion to their weights; transfers that start within 2 seconds
+use the new weight (docs/bandwidth-and-admission.md, "Weights").
 bind-cert makes a verified client certificate (mutual TLS, docs/tls.md) whose subject alternative name
 is exactly <san> authenticate the principal: URI:spiffe://example.org/ci, DNS:builder.example.org (a bare
 value with :// is a URI, any other a DNS name). unbind-cert, like disable, takes effect within 2 seconds,
@@ -71,6 +74,15 @@ ${DATABASE_NOTE}`,
       name: 'enable',
       args: '<name|id>',
       run: ({ positionals }, env) => withStore(env, (s) => s.setPrincipalDisabled(positionals[0]!, false)),
+    }),
+    form({
+      name: 'weight',
+      args: '<name|id> <weight>',
+      run: ({ positionals }, env) => {
+        const text = positionals[1]!;
+        if (!/^\d+$/.test(text)) throw new UsageError(`"${text}" is not a weight (an integer from 1 to 1000)`);
+        return withStore(env, (s) => s.setPrincipalWeight(positionals[0]!, Number(text)));
+      },
     }),
     form({
       name: 'bind-cert',

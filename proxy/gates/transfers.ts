@@ -24,8 +24,8 @@ export interface Transfers {
   admit(principalId: string, kind: TransferKind, signal?: AbortSignal): Promise<Release>;
   /** `admit` when a slot is free at once: the release, or undefined (then `admit`, which waits or refuses). */
   tryAdmit(principalId: string, kind: TransferKind): Release | undefined;
-  /** A meter for one body stream of `principalId` in a direction. */
-  meter(direction: 'download' | 'upload', principalId: string): ByteMeter;
+  /** A meter for one body stream of `principalId` (bandwidth weight `weight`, default 1) in a direction. */
+  meter(direction: 'download' | 'upload', principalId: string, weight?: number): ByteMeter;
   /** Aggregates for /health/ready: no principal id, key, path or file name. */
   snapshot(): Record<string, unknown>;
   close(): void;
@@ -51,6 +51,25 @@ export function downloadCeilings(config: Config): {
   );
 }
 
+/**
+ * A principal counts toward this gateway's weight sum while it has a take waiting or was granted
+ * within two renewal periods: a download between two reads is still active.
+ */
+export const WEIGHT_WINDOW_MS = 4_000;
+
+/**
+ * Shared profile: the download ceiling is the leased share, which follows the weight sums the
+ * gateways report (docs/shared-profile.md, "Weighted shares"), lowered by the local variable. The
+ * governor was built with floor(rate / SLOTS), which fixed its quantum; the share then moves the rate.
+ */
+function followLeasedShare(config: Config, coordinator: Coordinator, governors: BandwidthGovernors): void {
+  const local = config.bandwidth.downloadBytesPerSec;
+  const apply = (share: number) => governors.download.setRate(local > 0 ? Math.min(share, local) : share);
+  apply(coordinator.shareBytesPerSec);
+  coordinator.onShare(apply);
+  coordinator.reportWeightSum(() => governors.download.activeWeightSum(WEIGHT_WINDOW_MS));
+}
+
 export function createTransfers(config: Config, clock: Clock, coordinator: Coordinator): Transfers {
   const download = downloadCeilings(config);
   const isPermitted = () => coordinator.isPermitted();
@@ -70,6 +89,7 @@ export function createTransfers(config: Config, clock: Clock, coordinator: Coord
     queueLength: config.admission.queueLength,
     waitMs: config.admission.waitMs,
   });
+  if (config.shared) followLeasedShare(config, coordinator, governors);
   coordinator.onFenced(() => {
     governors.download.fence();
     governors.upload.fence();
@@ -85,8 +105,8 @@ export function createTransfers(config: Config, clock: Clock, coordinator: Coord
     tryAdmit(principalId, kind) {
       return isPermitted() ? admission.tryAcquire(principalId, kind) : undefined;
     },
-    meter(direction, principalId) {
-      return governors[direction].meter(principalId);
+    meter(direction, principalId, weight) {
+      return governors[direction].meter(principalId, weight);
     },
     snapshot() {
       const a = admission.snapshot();
@@ -190,7 +210,9 @@ export function contentMeters(transfers: Transfers): {
   upload(ctx: RequestContext): ByteMeter | undefined;
 } {
   return {
-    download: (ctx) => (ctx.principal ? transfers.meter('download', ctx.principal.id) : undefined),
-    upload: (ctx) => (ctx.principal ? transfers.meter('upload', ctx.principal.id) : undefined),
+    download: (ctx) =>
+      ctx.principal ? transfers.meter('download', ctx.principal.id, ctx.principal.bandwidthWeight) : undefined,
+    upload: (ctx) =>
+      ctx.principal ? transfers.meter('upload', ctx.principal.id, ctx.principal.bandwidthWeight) : undefined,
   };
 }
