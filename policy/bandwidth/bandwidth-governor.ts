@@ -16,6 +16,15 @@ import {
   toMicros,
 } from './token-bucket.ts';
 
+/**
+ * A shared ceiling a transfer also belongs to (a group of principals, a repository): one bucket per
+ * key in the governor, whatever meter names it. `rateBytesPerSec` > 0; the latest meter sets it.
+ */
+export interface Ceiling {
+  readonly key: string;
+  readonly rateBytesPerSec: number;
+}
+
 /** One per HTTP body stream. */
 export interface ByteMeter {
   /** Callers split chunks to at most this many bytes. */
@@ -115,9 +124,18 @@ interface MeterState {
   waiter: Waiter | null;
 }
 
+/** The bucket of a shared ceiling (group, repository). */
+interface CeilingState {
+  spec: BucketSpec;
+  bucket: BucketState;
+  /** The largest quantum of a meter through it: its capacity never drops below that (a take must fit). */
+  maxQuantum: number;
+}
+
 interface Waiter {
   readonly principal: PrincipalState;
   readonly meter: MeterState;
+  readonly ceilings: readonly CeilingState[];
   readonly bytes: number;
   readonly resolve: () => void;
   readonly reject: (err: unknown) => void;
@@ -152,6 +170,8 @@ export class BandwidthGovernor {
   readonly #principalSpec: BucketSpec | null;
   #global: BucketState | null;
   readonly #principals = new Map<string, PrincipalState>();
+  /** Shared ceilings by key; one per group or repository with a ceiling that a meter named. */
+  readonly #ceilings = new Map<string, CeilingState>();
   /** Principals with waiting takes, in arrival order (the tie-break between equal start tags). */
   #ring: PrincipalState[] = [];
   /** Start tag of the last grant: a principal returning from idle starts here, banking no credit. */
@@ -195,21 +215,29 @@ export class BandwidthGovernor {
 
   /**
    * A meter for one body stream of `principalId` (the stable service-account id, never a key id),
-   * whose bandwidth weight is `weight` (1..maxWeight; the principal's latest meter sets it).
+   * whose bandwidth weight is `weight` (1..maxWeight; the principal's latest meter sets it), and
+   * which also belongs to `ceilings` (its groups', its repository's): every take then needs bytes in
+   * each of their buckets too. The meter's quantum is at most each of their bursts (at least 1 byte),
+   * so the ADR's rate × t + burst bound holds for every bucket.
    * Throws PolicyError `lease_lost` when fenced, `unavailable` when closed, `busy` when the principal
    * table is full of states that cannot be evicted (waiting, or a bucket not yet refilled).
    */
-  meter(principalId: string, weight = 1): ByteMeter {
+  meter(principalId: string, weight = 1, ceilings: readonly Ceiling[] = []): ByteMeter {
     this.#checkOpen();
     if (typeof principalId !== 'string' || principalId === '')
       throw new TypeError('principalId: expected a non-empty string');
     if (!Number.isSafeInteger(weight) || weight < 1 || weight > this.#maxWeight)
       throw new RangeError(`weight: expected an integer from 1 to ${this.#maxWeight}, got ${weight}`);
     const state: MeterState = { waiter: null };
-    if (this.isUnlimited) return this.#unlimitedMeter(principalId, state);
+    if (this.isUnlimited && ceilings.length === 0) return this.#unlimitedMeter(principalId, state);
     this.#principalFor(principalId, weight).weight = weight;
+    const quantumBytes = Math.min(
+      this.quantumBytes,
+      quantumBytesFor(ceilings.map((c) => checkCeiling(c).rateBytesPerSec)),
+    );
+    const through = ceilings.map((c) => this.#ceilingFor(c, quantumBytes));
     return {
-      quantumBytes: this.quantumBytes,
+      quantumBytes,
       // The state is looked up per take: an idle stream's state may have been evicted (its bucket
       // was full) and is then recreated full, which grants nothing the old one would not have.
       take: (bytes, signal) => {
@@ -219,14 +247,36 @@ export class BandwidthGovernor {
         } catch (err) {
           return Promise.reject(err);
         }
-        return this.#take(principal, state, bytes, signal);
+        return this.#take(principal, state, through, quantumBytes, bytes, signal);
       },
       tryTake: (bytes) => {
-        if (this.#refusal(state, bytes, undefined) !== null) return false;
+        if (this.#refusal(state, quantumBytes, bytes, undefined) !== null) return false;
         const principal = this.#principals.get(principalId);
-        return principal !== undefined && this.#grantNow(principal, bytes, this.#clock.monotonicMs());
+        return principal !== undefined && this.#grantNow(principal, through, bytes, this.#clock.monotonicMs());
       },
     };
+  }
+
+  /**
+   * The bucket of a shared ceiling, made on first use holding its burst. A new rate re-rates it
+   * (what it earned so far kept, capped at the new capacity), like `setRate` does the global one.
+   */
+  #ceilingFor(ceiling: Ceiling, quantumBytes: number): CeilingState {
+    const nowMs = this.#clock.monotonicMs();
+    const known = this.#ceilings.get(ceiling.key);
+    const maxQuantum = Math.max(known?.maxQuantum ?? 0, quantumBytes);
+    const spec = rerateBucketSpec(ceiling.rateBytesPerSec, maxQuantum);
+    if (known === undefined) {
+      const made: CeilingState = { spec, bucket: startBucket(spec, nowMs), maxQuantum };
+      this.#ceilings.set(ceiling.key, made);
+      return made;
+    }
+    if (spec.rateBytesPerSec !== known.spec.rateBytesPerSec || spec.capacityBytes !== known.spec.capacityBytes) {
+      known.bucket = rerateBucket(known.spec, spec, known.bucket, nowMs);
+      known.spec = spec;
+      known.maxQuantum = maxQuantum;
+    }
+    return known;
   }
 
   /**
@@ -303,13 +353,13 @@ export class BandwidthGovernor {
     return {
       quantumBytes: this.quantumBytes,
       take: (bytes, signal) => {
-        const refused = this.#refuse(state, bytes, signal);
+        const refused = this.#refuse(state, this.quantumBytes, bytes, signal);
         if (refused) return refused;
         this.#count(principalId, bytes, this.#onGrant ? this.#clock.monotonicMs() : 0);
         return RESOLVED;
       },
       tryTake: (bytes) => {
-        if (this.#refusal(state, bytes, undefined) !== null) return false;
+        if (this.#refusal(state, this.quantumBytes, bytes, undefined) !== null) return false;
         this.#count(principalId, bytes, this.#onGrant ? this.#clock.monotonicMs() : 0);
         return true;
       },
@@ -365,11 +415,18 @@ export class BandwidthGovernor {
     return true;
   }
 
-  #take(principal: PrincipalState, meter: MeterState, bytes: number, signal: AbortSignal | undefined): Promise<void> {
-    const refused = this.#refuse(meter, bytes, signal);
+  #take(
+    principal: PrincipalState,
+    meter: MeterState,
+    ceilings: readonly CeilingState[],
+    quantumBytes: number,
+    bytes: number,
+    signal: AbortSignal | undefined,
+  ): Promise<void> {
+    const refused = this.#refuse(meter, quantumBytes, bytes, signal);
     if (refused) return refused;
     const nowMs = this.#clock.monotonicMs();
-    if (this.#grantNow(principal, bytes, nowMs)) return RESOLVED;
+    if (this.#grantNow(principal, ceilings, bytes, nowMs)) return RESOLVED;
     if (this.#waiting >= this.#maxWaiting) {
       this.#rejectedBusy++;
       return Promise.reject(
@@ -382,6 +439,7 @@ export class BandwidthGovernor {
       const waiter: Waiter = {
         principal,
         meter,
+        ceilings,
         bytes,
         resolve,
         reject,
@@ -403,35 +461,54 @@ export class BandwidthGovernor {
   }
 
   /** Grants `bytes` at once when nothing waits before them and the buckets hold them. */
-  #grantNow(principal: PrincipalState, bytes: number, nowMs: number): boolean {
+  #grantNow(principal: PrincipalState, ceilings: readonly CeilingState[], bytes: number, nowMs: number): boolean {
     if (bytes === 0) return true;
     this.#dispatch(nowMs);
-    if (principal.queue.length > 0 || this.#reserved !== null || !this.#canPass(principal, bytes, nowMs)) return false;
-    this.#grant(principal, bytes, nowMs);
+    if (
+      principal.queue.length > 0 ||
+      this.#reserved !== null ||
+      !this.#ownHas(principal, ceilings, bytes, nowMs) ||
+      !this.#globalHas(bytes, nowMs)
+    )
+      return false;
+    this.#grant(principal, ceilings, bytes, nowMs);
     return true;
   }
 
   /** The checks every take makes first; a rejected promise when the take cannot even wait. */
-  #refuse(meter: MeterState, bytes: number, signal: AbortSignal | undefined): Promise<never> | null {
-    const refusal = this.#refusal(meter, bytes, signal);
+  #refuse(
+    meter: MeterState,
+    quantumBytes: number,
+    bytes: number,
+    signal: AbortSignal | undefined,
+  ): Promise<never> | null {
+    const refusal = this.#refusal(meter, quantumBytes, bytes, signal);
     return refusal === null ? null : Promise.reject(refusal);
   }
 
-  #refusal(meter: MeterState, bytes: number, signal: AbortSignal | undefined): unknown {
-    if (!Number.isSafeInteger(bytes) || bytes < 0 || bytes > this.quantumBytes)
-      return new RangeError(`bytes: expected an integer from 0 to the quantum ${this.quantumBytes}, got ${bytes}`);
+  #refusal(meter: MeterState, quantumBytes: number, bytes: number, signal: AbortSignal | undefined): unknown {
+    if (!Number.isSafeInteger(bytes) || bytes < 0 || bytes > quantumBytes)
+      return new RangeError(`bytes: expected an integer from 0 to the quantum ${quantumBytes}, got ${bytes}`);
     if (!this.#checkPermit()) return new PolicyError('lease_lost');
     if (signal?.aborted) return signal.reason;
     if (meter.waiter !== null) return new Error('ByteMeter.take: the previous take of this stream has not settled');
     return null;
   }
 
-  #canPass(principal: PrincipalState, bytes: number, nowMs: number): boolean {
-    return this.#principalHas(principal, bytes, nowMs) && this.#globalHas(bytes, nowMs);
+  /** The buckets of the take other than the global one: the principal's and its shared ceilings'. */
+  #ownHas(principal: PrincipalState, ceilings: readonly CeilingState[], bytes: number, nowMs: number): boolean {
+    if (this.#principalSpec !== null && !hasTokens(this.#principalSpec, principal.bucket!, bytes, nowMs)) return false;
+    for (const c of ceilings) if (!hasTokens(c.spec, c.bucket, bytes, nowMs)) return false;
+    return true;
   }
 
-  #principalHas(principal: PrincipalState, bytes: number, nowMs: number): boolean {
-    return this.#principalSpec === null || hasTokens(this.#principalSpec, principal.bucket!, bytes, nowMs);
+  /** Milliseconds until the head take of a waiting principal has its own and ceiling bytes. */
+  #msUntilOwn(principal: PrincipalState, nowMs: number): number {
+    const head = principal.queue[0]!;
+    let waitMs =
+      this.#principalSpec === null ? 0 : msUntilTokens(this.#principalSpec, principal.bucket!, head.bytes, nowMs);
+    for (const c of head.ceilings) waitMs = Math.max(waitMs, msUntilTokens(c.spec, c.bucket, head.bytes, nowMs));
+    return waitMs;
   }
 
   #globalHas(bytes: number, nowMs: number): boolean {
@@ -439,8 +516,9 @@ export class BandwidthGovernor {
     return this.#globalSpec === null || hasTokens(this.#globalSpec, this.#global!, bytes, nowMs);
   }
 
-  #grant(principal: PrincipalState, bytes: number, nowMs: number): void {
+  #grant(principal: PrincipalState, ceilings: readonly CeilingState[], bytes: number, nowMs: number): void {
     if (this.#principalSpec) principal.bucket = takeTokens(this.#principalSpec, principal.bucket!, bytes, nowMs);
+    for (const c of ceilings) c.bucket = takeTokens(c.spec, c.bucket, bytes, nowMs)!;
     principal.lastActiveMs = nowMs;
     const start = this.#startTag(principal);
     principal.finishTag = start + bytes / principal.weight;
@@ -475,7 +553,7 @@ export class BandwidthGovernor {
       }
       next.queue.shift();
       this.#settle(head);
-      this.#grant(next, head.bytes, nowMs);
+      this.#grant(next, head.ceilings, head.bytes, nowMs);
       // Behind those of equal start tag, as a round-robin turn would be.
       this.#ring.splice(this.#ring.indexOf(next), 1);
       if (next.queue.length > 0) this.#ring.push(next);
@@ -491,7 +569,8 @@ export class BandwidthGovernor {
     let bestTag = Infinity;
     for (const principal of this.#ring) {
       const tag = this.#startTag(principal);
-      if (tag >= bestTag || !this.#principalHas(principal, principal.queue[0]!.bytes, nowMs)) continue;
+      const head = principal.queue[0]!;
+      if (tag >= bestTag || !this.#ownHas(principal, head.ceilings, head.bytes, nowMs)) continue;
       best = principal;
       bestTag = tag;
     }
@@ -513,14 +592,9 @@ export class BandwidthGovernor {
     if (this.#reserved !== null) {
       waitMs = msUntilTokens(this.#globalSpec!, this.#global!, this.#reserved.queue[0]!.bytes, nowMs);
     } else {
-      // Nobody is ready, so every principal in the ring waits for its own bucket.
+      // Nobody is ready, so every principal in the ring waits for its own or a ceiling's bucket.
       waitMs = Infinity;
-      for (const principal of this.#ring) {
-        waitMs = Math.min(
-          waitMs,
-          msUntilTokens(this.#principalSpec!, principal.bucket!, principal.queue[0]!.bytes, nowMs),
-        );
-      }
+      for (const principal of this.#ring) waitMs = Math.min(waitMs, this.#msUntilOwn(principal, nowMs));
     }
     const delayMs = Math.max(1, Math.ceil(waitMs));
     const dueMs = nowMs + delayMs;
@@ -618,6 +692,14 @@ export class BandwidthGovernor {
   #checkOpen(): void {
     if (!this.#checkPermit()) throw new PolicyError('lease_lost');
   }
+}
+
+function checkCeiling(ceiling: Ceiling): Ceiling {
+  if (typeof ceiling.key !== 'string' || ceiling.key === '')
+    throw new TypeError('ceiling key: expected a non-empty string');
+  if (!Number.isSafeInteger(ceiling.rateBytesPerSec) || ceiling.rateBytesPerSec < 1)
+    throw new RangeError(`ceiling ${ceiling.key}: expected a rate of at least 1 B/s, got ${ceiling.rateBytesPerSec}`);
+  return ceiling;
 }
 
 function positiveInt(value: number, name: string): number {

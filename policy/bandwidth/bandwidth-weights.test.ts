@@ -294,3 +294,86 @@ describe('BandwidthGovernor.setRate (a leased share that follows the weights)', 
     await Promise.allSettled([waiting]);
   });
 });
+
+describe('BandwidthGovernor shared ceilings (groups, repositories)', () => {
+  const bytesOfAll = (grants: readonly Grant[], ps: readonly string[], fromMs: number, toMs: number) =>
+    ps.reduce((sum, p) => sum + bytesIn(grants, p, fromMs, toMs), 0);
+
+  it('a group ceiling holds its members together while a principal outside it runs at the rest of the ceiling', async () => {
+    const { governor, timers, grants } = setup({ rateBytesPerSec: MIB, perPrincipalBytesPerSec: 0 });
+    const group = { key: 'group:crawlers', rateBytesPerSec: 262_144 };
+    let running = true;
+    const loops = [
+      saturate(governor.meter('crawler-1', 1, [group]), 26_214, () => running),
+      saturate(governor.meter('crawler-2', 1, [group]), 26_214, () => running),
+      saturate(governor.meter('dev', 1), QUANTUM, () => running),
+    ];
+    await timers.advance(10_000);
+    running = false;
+    governor.close();
+    await Promise.allSettled(loops);
+    const crawlers = bytesOfAll(grants, ['crawler-1', 'crawler-2'], 0, 10_000);
+    // rate × t + burst for the group; the rest of the global ceiling to dev (not starved, not capped).
+    expect(crawlers).toBeLessThanOrEqual(262_144 * 10 + 26_214);
+    // Reached within 10 %: a crawler whose group bucket has refilled may still wait behind dev's
+    // reservation of the global bucket (at most one 64 KiB refill, 62.5 ms, per wait).
+    expect(crawlers).toBeGreaterThan(0.9 * 262_144 * 10);
+    expect(bytesIn(grants, 'dev', 0, 10_000)).toBeGreaterThan(MIB * 10 - crawlers - 2 * QUANTUM);
+  });
+
+  it("a meter's quantum fits its smallest ceiling's burst, and a take beyond it is refused", async () => {
+    const { governor } = setup({ rateBytesPerSec: MIB, perPrincipalBytesPerSec: 0 });
+    const meter = governor.meter('p', 1, [
+      { key: 'repo:a', rateBytesPerSec: 100_000 },
+      { key: 'group:g', rateBytesPerSec: 5 * MIB },
+    ]);
+    expect(meter.quantumBytes).toBe(10_000);
+    await expect(meter.take(10_001)).rejects.toThrow(
+      'bytes: expected an integer from 0 to the quantum 10000, got 10001',
+    );
+    expect(meter.tryTake(10_001)).toBe(false);
+    expect(meter.tryTake(10_000)).toBe(true);
+    expect(governor.meter('q').quantumBytes).toBe(QUANTUM);
+    expect(() => governor.meter('p', 1, [{ key: 'repo:a', rateBytesPerSec: 0 }])).toThrow(
+      'ceiling repo:a: expected a rate of at least 1 B/s, got 0',
+    );
+    expect(() => governor.meter('p', 1, [{ key: '', rateBytesPerSec: 5 }])).toThrow('ceiling key');
+  });
+
+  it('paces by ceilings even with both governor ceilings off, and follows a changed ceiling rate', async () => {
+    const { governor, timers, grants } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 0 });
+    let running = true;
+    const repo = (rate: number) => [{ key: 'repo:big', rateBytesPerSec: rate }];
+    const meter = governor.meter('p', 1, repo(MIB));
+    const loop = saturate(meter, QUANTUM, () => running);
+    await timers.advance(5_000);
+    expect(bytesIn(grants, 'p', 0, 5_000)).toBeLessThanOrEqual(5 * MIB + 104_857);
+    expect(bytesIn(grants, 'p', 0, 5_000)).toBeGreaterThan(5 * MIB - QUANTUM);
+    // A new meter naming the repository at a lower rate re-rates its one bucket for every stream.
+    governor.meter('other', 1, repo(2 * QUANTUM * 10));
+    await timers.advance(5_000);
+    const after = bytesIn(grants, 'p', 5_100, 10_000);
+    expect(after).toBeLessThanOrEqual(2 * QUANTUM * 10 * 4.9 + QUANTUM);
+    expect(after).toBeGreaterThan(2 * QUANTUM * 10 * 4.9 - 2 * QUANTUM);
+    running = false;
+    governor.close();
+    await Promise.allSettled([loop]);
+  });
+
+  it('a principal held back by its group never stops one in another group (no starvation across groups)', async () => {
+    const { governor, timers, grants } = setup({ rateBytesPerSec: MIB, perPrincipalBytesPerSec: 0 });
+    let running = true;
+    const slow = { key: 'group:slow', rateBytesPerSec: 65_536 };
+    const fast = { key: 'group:fast', rateBytesPerSec: 4 * MIB };
+    const loops = [
+      saturate(governor.meter('s', 5, [slow]), 6553, () => running),
+      saturate(governor.meter('f', 1, [fast]), 6553, () => running),
+    ];
+    await timers.advance(10_000);
+    running = false;
+    governor.close();
+    await Promise.allSettled(loops);
+    expect(bytesIn(grants, 's', 0, 10_000)).toBeLessThanOrEqual(655_360 + 6553);
+    expect(bytesIn(grants, 'f', 0, 10_000)).toBeGreaterThan(10 * MIB - 655_360 - 2 * 6553 - 104_857);
+  });
+});
