@@ -65,7 +65,18 @@ export const TABLE_GRANTS: Readonly<Record<string, Decision<TablePrivilege>>> = 
     rules: ['SELECT', 'UPDATE (last_used_at)'],
   },
   arkvory_repositories: {
-    writer: ['SELECT', 'INSERT'],
+    writer: ['SELECT', 'INSERT', 'UPDATE (download_bytes_per_second, upload_bytes_per_second, max_transfers)'],
+    reader: READ,
+    maintenance: ALL_DATA,
+  },
+  // Groups and their ceilings (0062): the writer's admin commands change them, every gateway reads them.
+  arkvory_principal_groups: {
+    writer: ALL_DATA,
+    reader: READ,
+    maintenance: ALL_DATA,
+  },
+  arkvory_principal_group_members: {
+    writer: ['SELECT', 'INSERT', 'DELETE'],
     reader: READ,
     maintenance: ALL_DATA,
   },

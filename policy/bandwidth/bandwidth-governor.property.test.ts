@@ -263,7 +263,7 @@ describe('BandwidthGovernor bound (property)', () => {
           repoRates.forEach((rate, r) => {
             if (rate > 0) check(rate, (i) => principals[i]!.repo === r);
           });
-          if (principalRate > 0) principals.forEach((_, i) => check(principalRate, (j) => j === i));
+          if (principalRate > 0) for (let i = 0; i < principals.length; i++) check(principalRate, (j) => j === i);
         },
       ),
       { numRuns: 250 },

@@ -36,6 +36,28 @@ async function withStore(env: NodeJS.ProcessEnv, action: (store: AdminStore) => 
   }
 }
 
+const CEILING_OPTIONS = {
+  download: { type: 'string', value: 'B/s', description: 'download ceiling in bytes/s (0 = none)' },
+  upload: { type: 'string', value: 'B/s', description: 'upload ceiling in bytes/s (0 = none)' },
+} as const;
+
+/** `--download N` as `{ downloadBytesPerSec: N }`; left out, nothing. */
+function optionalCount<K extends string>(text: string | undefined, option: string, key: K): Partial<Record<K, number>> {
+  if (text === undefined) return {};
+  if (!/^\d+$/.test(text)) throw new UsageError(`--${option}: "${text}" is not a whole number`);
+  return { [key]: Number(text) } as Partial<Record<K, number>>;
+}
+
+function ceilingOptions(input: { string(name: string): string | undefined }): {
+  downloadBytesPerSec?: number;
+  uploadBytesPerSec?: number;
+} {
+  return {
+    ...optionalCount(input.string('download'), 'download', 'downloadBytesPerSec'),
+    ...optionalCount(input.string('upload'), 'upload', 'uploadBytesPerSec'),
+  };
+}
+
 const EXPIRES_IN = {
   type: 'string',
   value: '30d',
@@ -190,8 +212,12 @@ ${DATABASE_NOTE}`,
 
 export const reposCommand: Command = defineCommand({
   name: 'repos',
-  summary: 'create or list repositories',
+  summary: 'create or list repositories; set their bandwidth ceilings',
   description: `Repository names match ^[a-z0-9][a-z0-9._-]{0,63}$.
+ceiling sets the repository's download and upload ceilings in bytes/s (0 = none, else 65536 to 2^40;
+in the shared profile each gateway enforces floor(download / SLOTS)) and its bound on concurrent
+transfers per gateway (0 = none; beyond it 429 busy). An option left out keeps its value. Gateways
+apply a change within 2 seconds (docs/bandwidth-and-admission.md, "Group and repository ceilings").
 ${DATABASE_NOTE}`,
   forms: [
     form({
@@ -204,6 +230,63 @@ ${DATABASE_NOTE}`,
       options: PAGE_OPTIONS,
       run: (input, env) =>
         withStore(env, async (s) => printed('repositories')(await s.listRepositories(pageInput(input)))),
+    }),
+    form({
+      name: 'ceiling',
+      args: '<name>',
+      options: {
+        ...CEILING_OPTIONS,
+        'max-transfers': { type: 'string', value: 'N', description: 'concurrent transfers per gateway (0 = no bound)' },
+      },
+      run: (input, env) =>
+        withStore(env, (s) =>
+          s.setRepositoryCeilings(input.positionals[0]!, {
+            ...ceilingOptions(input),
+            ...optionalCount(input.string('max-transfers'), 'max-transfers', 'maxTransfers'),
+          }),
+        ),
+    }),
+  ],
+});
+
+export const groupsCommand: Command = defineCommand({
+  name: 'groups',
+  summary: 'groups of principals and their bandwidth ceilings',
+  description: `A group gathers principals under shared download and upload ceilings in bytes/s (0 = none, else
+65536 to 2^40; in the shared profile each gateway enforces floor(download / SLOTS)). A principal may be
+in several groups; a transfer is paced by every bucket it belongs to. set creates a group or changes
+its ceilings (an option left out keeps its value). Gateways apply a change within 2 seconds
+(docs/bandwidth-and-admission.md, "Group and repository ceilings").
+${DATABASE_NOTE}`,
+  forms: [
+    form({
+      name: 'set',
+      args: '<group>',
+      options: CEILING_OPTIONS,
+      run: (input, env) => withStore(env, (s) => s.setGroup(input.positionals[0]!, ceilingOptions(input))),
+    }),
+    form({
+      name: 'add',
+      args: '<group> <principal>',
+      run: ({ positionals }, env) => withStore(env, (s) => s.addGroupMember(positionals[0]!, positionals[1]!)),
+    }),
+    form({
+      name: 'remove',
+      args: '<group> <principal>',
+      run: ({ positionals }, env) => withStore(env, (s) => s.removeGroupMember(positionals[0]!, positionals[1]!)),
+    }),
+    form({
+      name: 'delete',
+      args: '<group>',
+      run: ({ positionals }, env) =>
+        withStore(env, async (s) => {
+          await s.deleteGroup(positionals[0]!);
+          return { deleted: positionals[0] };
+        }),
+    }),
+    form({
+      name: 'list',
+      run: (_input, env) => withStore(env, async (s) => ({ groups: await s.listGroups() })),
     }),
   ],
 });

@@ -1,4 +1,4 @@
-import { grantsCommand, keysCommand, principalsCommand, reposCommand } from './auth-commands.ts';
+import { grantsCommand, groupsCommand, keysCommand, principalsCommand, reposCommand } from './auth-commands.ts';
 import { backupCommand, restoreCommand } from './backup-commands.ts';
 import type { Command } from './command.ts';
 import { dbCommand } from './db-command.ts';
@@ -22,6 +22,7 @@ export const COMMANDS: readonly Command[] = [
   principalsCommand,
   keysCommand,
   reposCommand,
+  groupsCommand,
   grantsCommand,
   policyCommand,
   ratelimitCommand,
