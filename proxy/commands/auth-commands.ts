@@ -256,8 +256,10 @@ export const groupsCommand: Command = defineCommand({
 65536 to 2^40; in the shared profile each gateway enforces floor(download / SLOTS)). A principal may be
 in several groups; a transfer is paced by every bucket it belongs to. set creates a group or changes
 its ceilings (an option left out keeps its value). Gateways apply a change within 2 seconds
-(docs/bandwidth-and-admission.md, "Group and repository ceilings").
-${DATABASE_NOTE}`,
+(docs/bandwidth-and-admission.md, "Group and repository ceilings"). list prints every group with its
+members, { "groups": [...] }.
+The database is ARKVORY_DATABASE_URL, or the embedded one of a running \`npm start\` on the same
+ARKVORY_DATA_DIR. Output is JSON on stdout.`,
   forms: [
     form({
       name: 'set',
