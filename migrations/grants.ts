@@ -52,7 +52,7 @@ export const TABLE_GRANTS: Readonly<Record<string, Decision<TablePrivilege>>> = 
     maintenance: ALL_DATA,
   },
   arkvory_principals: {
-    writer: ['SELECT', 'INSERT', 'UPDATE (disabled)'],
+    writer: ['SELECT', 'INSERT', 'UPDATE (disabled, bandwidth_weight)'],
     reader: READ,
     maintenance: ALL_DATA,
     rules: READ,
@@ -65,7 +65,18 @@ export const TABLE_GRANTS: Readonly<Record<string, Decision<TablePrivilege>>> = 
     rules: ['SELECT', 'UPDATE (last_used_at)'],
   },
   arkvory_repositories: {
-    writer: ['SELECT', 'INSERT'],
+    writer: ['SELECT', 'INSERT', 'UPDATE (download_bytes_per_second, upload_bytes_per_second, max_transfers)'],
+    reader: READ,
+    maintenance: ALL_DATA,
+  },
+  // Groups and their ceilings (0062): the writer's admin commands change them, every gateway reads them.
+  arkvory_principal_groups: {
+    writer: ALL_DATA,
+    reader: READ,
+    maintenance: ALL_DATA,
+  },
+  arkvory_principal_group_members: {
+    writer: ['SELECT', 'INSERT', 'DELETE'],
     reader: READ,
     maintenance: ALL_DATA,
   },
@@ -230,6 +241,11 @@ export const FUNCTION_GRANTS: Readonly<Record<string, Decision<'EXECUTE'>>> = {
   'arkvory_lease_renew(integer,uuid,bigint,double precision)': { writer: ['EXECUTE'], reader: ['EXECUTE'] },
   // Retention of the audit trail (ARKVORY_AUDIT_RETENTION_DAYS), run by the writer.
   'arkvory_audit_prune(integer)': { writer: ['EXECUTE'] },
+  // Renews the lease and answers the weighted share (0061).
+  'arkvory_lease_share(integer,uuid,bigint,double precision,integer,bigint)': {
+    writer: ['EXECUTE'],
+    reader: ['EXECUTE'],
+  },
 };
 
 export interface GrantLine {

@@ -14,8 +14,45 @@ export interface PrincipalRow {
   id: string;
   name: string;
   disabled: boolean;
+  /** Share of a contended bandwidth ceiling relative to the others (1..1000, default 1). */
+  bandwidthWeight: number;
   createdAt: string;
 }
+
+export interface GroupRow {
+  name: string;
+  downloadBytesPerSec: number;
+  uploadBytesPerSec: number;
+  /** Principal names, sorted. */
+  members: string[];
+}
+
+export interface RepositoryCeilingsRow {
+  name: string;
+  downloadBytesPerSec: number;
+  uploadBytesPerSec: number;
+  maxTransfers: number;
+}
+
+/** A group or repository ceiling: 0 (none) or 65536 B/s .. 1 TiB/s (migration 0062). */
+export const MIN_CEILING_BYTES_PER_SECOND = 65_536;
+export const MAX_CEILING_BYTES_PER_SECOND = 2 ** 40;
+
+function ceilingRate(value: number | undefined, name: string): number | undefined {
+  if (value === undefined) return undefined;
+  if (
+    !Number.isSafeInteger(value) ||
+    (value !== 0 && (value < MIN_CEILING_BYTES_PER_SECOND || value > MAX_CEILING_BYTES_PER_SECOND))
+  )
+    throw new PolicyError(
+      'invalid_request',
+      `${name} must be 0 (no ceiling) or an integer from ${MIN_CEILING_BYTES_PER_SECOND} to ${MAX_CEILING_BYTES_PER_SECOND}, got ${value}`,
+    );
+  return value;
+}
+
+/** Bounds of `arkvory_principals.bandwidth_weight` (migration 0060). */
+export const MAX_BANDWIDTH_WEIGHT = 1000;
 
 export interface KeyRow {
   keyId: string;
@@ -93,6 +130,7 @@ function toPrincipal(r: Record<string, unknown>): PrincipalRow {
     id: r.id as string,
     name: r.name as string,
     disabled: r.disabled as boolean,
+    bandwidthWeight: r.bandwidth_weight as number,
     createdAt: (r.created_at as Date).toISOString(),
   };
 }
@@ -218,6 +256,21 @@ export class AdminStore {
     const r = await this.#pool.query('UPDATE arkvory_principals SET disabled = $2 WHERE id = $1 RETURNING *', [
       p.id,
       disabled,
+    ]);
+    return toPrincipal(r.rows[0]);
+  }
+
+  /** Sets the principal's bandwidth weight; every gateway applies it to transfers it meters from then on. */
+  async setPrincipalWeight(ref: string, weight: unknown): Promise<PrincipalRow> {
+    if (typeof weight !== 'number' || !Number.isSafeInteger(weight) || weight < 1 || weight > MAX_BANDWIDTH_WEIGHT)
+      throw new PolicyError(
+        'invalid_request',
+        `bandwidthWeight must be an integer from 1 to ${MAX_BANDWIDTH_WEIGHT}, got ${JSON.stringify(weight)}`,
+      );
+    const p = await this.findPrincipal(ref);
+    const r = await this.#pool.query('UPDATE arkvory_principals SET bandwidth_weight = $2 WHERE id = $1 RETURNING *', [
+      p.id,
+      weight,
     ]);
     return toPrincipal(r.rows[0]);
   }
@@ -356,6 +409,116 @@ export class AdminStore {
       limit,
       (row) => [row.name],
     );
+  }
+
+  /**
+   * Creates or changes a group of principals and its ceilings (bytes/s, 0 = none; an option left
+   * out keeps its value, or 0 for a new group).
+   */
+  async setGroup(
+    name: string,
+    ceilings: { downloadBytesPerSec?: number; uploadBytesPerSec?: number },
+  ): Promise<GroupRow> {
+    if (typeof name !== 'string' || !PRINCIPAL_NAME.test(name))
+      throw new PolicyError('invalid_request', 'group name must match ^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$');
+    const down = ceilingRate(ceilings.downloadBytesPerSec, 'downloadBytesPerSec');
+    const up = ceilingRate(ceilings.uploadBytesPerSec, 'uploadBytesPerSec');
+    await this.#pool.query(
+      `INSERT INTO arkvory_principal_groups (name, download_bytes_per_second, upload_bytes_per_second)
+       VALUES ($1, coalesce($2::bigint, 0), coalesce($3::bigint, 0))
+       ON CONFLICT (name) DO UPDATE SET
+         download_bytes_per_second = coalesce($2::bigint, arkvory_principal_groups.download_bytes_per_second),
+         upload_bytes_per_second = coalesce($3::bigint, arkvory_principal_groups.upload_bytes_per_second)`,
+      [name, down ?? null, up ?? null],
+    );
+    return this.findGroup(name);
+  }
+
+  async findGroup(name: string): Promise<GroupRow> {
+    const groups = await this.#groups(name);
+    if (!groups[0]) throw new PolicyError('not_found', `no group ${JSON.stringify(name)}`);
+    return groups[0];
+  }
+
+  /** Every group with its ceilings and members (by name). */
+  listGroups(): Promise<GroupRow[]> {
+    return this.#groups(null);
+  }
+
+  async #groups(name: string | null): Promise<GroupRow[]> {
+    const r = await this.#pool.query(
+      `SELECT g.name, g.download_bytes_per_second::text AS down, g.upload_bytes_per_second::text AS up,
+              coalesce(array_agg(p.name ORDER BY p.name) FILTER (WHERE p.name IS NOT NULL), '{}') AS members
+       FROM arkvory_principal_groups g
+       LEFT JOIN arkvory_principal_group_members m ON m.group_name = g.name
+       LEFT JOIN arkvory_principals p ON p.id = m.principal_id
+       WHERE $1::text IS NULL OR g.name = $1 GROUP BY g.name ORDER BY g.name`,
+      [name],
+    );
+    return r.rows.map((row) => ({
+      name: row.name as string,
+      downloadBytesPerSec: Number(row.down),
+      uploadBytesPerSec: Number(row.up),
+      members: row.members as string[],
+    }));
+  }
+
+  async deleteGroup(name: string): Promise<void> {
+    const r = await this.#pool.query('DELETE FROM arkvory_principal_groups WHERE name = $1', [name]);
+    if (!r.rowCount) throw new PolicyError('not_found', `no group ${JSON.stringify(name)}`);
+  }
+
+  /** Puts a principal in a group (again: no change); a principal may be in several groups. */
+  async addGroupMember(group: string, principalRef: string): Promise<GroupRow> {
+    await this.findGroup(group);
+    const p = await this.findPrincipal(principalRef);
+    await this.#pool.query(
+      'INSERT INTO arkvory_principal_group_members (group_name, principal_id) VALUES ($1, $2) ON CONFLICT DO NOTHING',
+      [group, p.id],
+    );
+    return this.findGroup(group);
+  }
+
+  async removeGroupMember(group: string, principalRef: string): Promise<GroupRow> {
+    await this.findGroup(group);
+    const p = await this.findPrincipal(principalRef);
+    await this.#pool.query('DELETE FROM arkvory_principal_group_members WHERE group_name = $1 AND principal_id = $2', [
+      group,
+      p.id,
+    ]);
+    return this.findGroup(group);
+  }
+
+  /** Sets a repository's ceilings (bytes/s, 0 = none) and its bound on concurrent transfers (0 = none). */
+  async setRepositoryCeilings(
+    repository: string,
+    ceilings: { downloadBytesPerSec?: number; uploadBytesPerSec?: number; maxTransfers?: number },
+  ): Promise<RepositoryCeilingsRow> {
+    const down = ceilingRate(ceilings.downloadBytesPerSec, 'downloadBytesPerSec');
+    const up = ceilingRate(ceilings.uploadBytesPerSec, 'uploadBytesPerSec');
+    const max = ceilings.maxTransfers;
+    if (max !== undefined && (!Number.isSafeInteger(max) || max < 0 || max > 100_000))
+      throw new PolicyError(
+        'invalid_request',
+        `maxTransfers must be an integer from 0 (no bound) to 100000, got ${max}`,
+      );
+    const r = await this.#pool.query(
+      `UPDATE arkvory_repositories SET
+         download_bytes_per_second = coalesce($2::bigint, download_bytes_per_second),
+         upload_bytes_per_second = coalesce($3::bigint, upload_bytes_per_second),
+         max_transfers = coalesce($4::integer, max_transfers)
+       WHERE name = $1
+       RETURNING name, download_bytes_per_second::text AS down, upload_bytes_per_second::text AS up, max_transfers`,
+      [repository, down ?? null, up ?? null, max ?? null],
+    );
+    const row = r.rows[0];
+    if (!row) throw new PolicyError('not_found', `no repository "${repository}"`);
+    return {
+      name: row.name as string,
+      downloadBytesPerSec: Number(row.down),
+      uploadBytesPerSec: Number(row.up),
+      maxTransfers: row.max_transfers as number,
+    };
   }
 
   async addGrant(principalRef: string, repository: string, permission: Permission): Promise<GrantRow> {

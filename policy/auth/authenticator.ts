@@ -27,7 +27,7 @@ import type { Clock } from '../clock.ts';
 import { PolicyError } from '../errors.ts';
 import type { Permission } from './authorize.ts';
 import { parseAuthorization, secretMatches } from './key-format.ts';
-import type { Principal, Scope } from './principal.ts';
+import type { GroupCeilings, Principal, RepositoryCeilings, Scope } from './principal.ts';
 import { isPromise, type MaybePromise } from '../../lib/maybe-promise.ts';
 
 interface KeyEntry {
@@ -36,6 +36,8 @@ interface KeyEntry {
   disabled: boolean;
   /** When the principal was last disabled (wall ms), or undefined. */
   disabledAtMs: number | undefined;
+  bandwidthWeight: number;
+  groupCeilings: readonly GroupCeilings[];
   secretSha256: Buffer;
   scopes: ReadonlySet<Scope>;
   expiresAtMs: number | null;
@@ -54,6 +56,8 @@ interface CertificateEntry {
   principalId: string;
   principalName: string;
   disabled: boolean;
+  bandwidthWeight: number;
+  groupCeilings: readonly GroupCeilings[];
   scopes: ReadonlySet<Scope>;
 }
 
@@ -112,6 +116,8 @@ export class Authenticator {
   readonly #options: AuthenticatorOptions;
   readonly #keys: BoundedCache<KeyEntry | null>;
   readonly #grants: BoundedCache<Map<string, Permission>>;
+  /** Ceilings of the repositories the cached grants name, read with them (same epoch). */
+  readonly #repositoryCeilings: BoundedCache<RepositoryCeilings>;
   /** Certificate bindings by the certificate's SAN list (joined): an entry, `ambiguous`, or null (unbound). */
   readonly #certs: BoundedCache<CertificateEntry | 'ambiguous' | null>;
   readonly #lastUsedWritten = new BoundedCache<number>(10_000);
@@ -127,6 +133,7 @@ export class Authenticator {
     this.#pool = options.pool;
     this.#keys = new BoundedCache(options.maxEntries ?? 10_000);
     this.#grants = new BoundedCache(options.maxEntries ?? 10_000);
+    this.#repositoryCeilings = new BoundedCache(options.maxEntries ?? 10_000);
     this.#certs = new BoundedCache(options.maxEntries ?? 10_000);
     this.#watcher = new EpochWatcher({
       name: 'auth',
@@ -147,6 +154,7 @@ export class Authenticator {
     this.#watcher.onInvalidate(() => {
       this.#keys.clear();
       this.#grants.clear();
+      this.#repositoryCeilings.clear();
       this.#certs.clear();
       this.#knownKeyIds = undefined;
     });
@@ -232,7 +240,10 @@ export class Authenticator {
     let rows: Array<Record<string, unknown>>;
     try {
       const r = await this.#pool.query(
-        `SELECT k.secret_sha256, k.scopes, k.expires_at, k.revoked_at IS NOT NULL AS revoked, p.id AS principal_id, p.name, p.disabled, p.disabled_at
+        `SELECT k.secret_sha256, k.scopes, k.expires_at, k.revoked_at IS NOT NULL AS revoked, p.id AS principal_id, p.name, p.disabled, p.disabled_at, p.bandwidth_weight,
+         (SELECT coalesce(json_agg(json_build_object('name', g.name, 'downloadBytesPerSec', g.download_bytes_per_second, 'uploadBytesPerSec', g.upload_bytes_per_second) ORDER BY g.name), '[]'::json)
+           FROM arkvory_principal_group_members m JOIN arkvory_principal_groups g ON g.name = m.group_name
+           WHERE m.principal_id = p.id AND (g.download_bytes_per_second > 0 OR g.upload_bytes_per_second > 0)) AS group_ceilings
          FROM arkvory_api_keys k JOIN arkvory_principals p ON p.id = k.principal_id WHERE k.key_id = $1`,
         [keyId],
       );
@@ -247,6 +258,8 @@ export class Authenticator {
           principalName: row.name as string,
           disabled: row.disabled as boolean,
           disabledAtMs: row.disabled_at ? (row.disabled_at as Date).getTime() : undefined,
+          bandwidthWeight: row.bandwidth_weight as number,
+          groupCeilings: row.group_ceilings as GroupCeilings[],
           secretSha256: row.secret_sha256 as Buffer,
           scopes: new Set(row.scopes as Scope[]),
           expiresAtMs: row.expires_at ? (row.expires_at as Date).getTime() : null,
@@ -289,6 +302,8 @@ export class Authenticator {
       keyId: parsed.keyId,
       scopes: entry.scopes,
       disabledAtMs: entry.disabledAtMs,
+      bandwidthWeight: entry.bandwidthWeight,
+      groupCeilings: entry.groupCeilings,
     };
   }
 
@@ -306,6 +321,8 @@ export class Authenticator {
       keyId,
       scopes: entry.scopes,
       disabledAtMs: entry.disabledAtMs,
+      bandwidthWeight: entry.bandwidthWeight,
+      groupCeilings: entry.groupCeilings,
     };
   }
 
@@ -333,7 +350,10 @@ export class Authenticator {
     let rows: Array<Record<string, unknown>>;
     try {
       const r = await this.#pool.query(
-        `SELECT b.san, b.scopes, p.id AS principal_id, p.name, p.disabled
+        `SELECT b.san, b.scopes, p.id AS principal_id, p.name, p.disabled, p.bandwidth_weight,
+         (SELECT coalesce(json_agg(json_build_object('name', g.name, 'downloadBytesPerSec', g.download_bytes_per_second, 'uploadBytesPerSec', g.upload_bytes_per_second) ORDER BY g.name), '[]'::json)
+           FROM arkvory_principal_group_members m JOIN arkvory_principal_groups g ON g.name = m.group_name
+           WHERE m.principal_id = p.id AND (g.download_bytes_per_second > 0 OR g.upload_bytes_per_second > 0)) AS group_ceilings
          FROM arkvory_certificate_bindings b JOIN arkvory_principals p ON p.id = b.principal_id WHERE b.san = ANY($1::text[])`,
         [sans],
       );
@@ -354,6 +374,8 @@ export class Authenticator {
               principalId: row.principal_id as string,
               principalName: row.name as string,
               disabled: row.disabled as boolean,
+              bandwidthWeight: row.bandwidth_weight as number,
+              groupCeilings: row.group_ceilings as GroupCeilings[],
               // One principal, possibly several bound SANs: the union of their scopes.
               scopes: new Set(rows.flatMap((r) => r.scopes as Scope[])),
             }
@@ -379,16 +401,40 @@ export class Authenticator {
     const generation = this.#generation;
     let grants: Map<string, Permission>;
     try {
-      const r = await this.#pool.query<{ repository: string; permission: Permission }>(
-        'SELECT repository, permission FROM arkvory_grants WHERE principal_id = $1',
+      const r = await this.#pool.query<{
+        repository: string;
+        permission: Permission;
+        download: string;
+        upload: string;
+        max_transfers: number;
+      }>(
+        `SELECT g.repository, g.permission, r.download_bytes_per_second::text AS download,
+                r.upload_bytes_per_second::text AS upload, r.max_transfers
+         FROM arkvory_grants g JOIN arkvory_repositories r ON r.name = g.repository WHERE g.principal_id = $1`,
         [principalId],
       );
       grants = new Map(r.rows.map((row) => [row.repository, row.permission]));
+      // Kept even when the cache is not trusted: a ceiling a few seconds old beats none.
+      if (generation === this.#generation)
+        for (const row of r.rows)
+          this.#repositoryCeilings.set(row.repository, {
+            downloadBytesPerSec: Number(row.download),
+            uploadBytesPerSec: Number(row.upload),
+            maxTransfers: row.max_transfers,
+          });
     } catch (err) {
       throw new PolicyError('unavailable', 'Cannot check permissions right now; retry later.', { cause: err });
     }
     if (trusted && generation === this.#generation) this.#grants.set(principalId, grants);
     return grants;
+  }
+
+  /**
+   * The ceilings of a repository, as read with the grants of a principal that named it (every
+   * transfer's grant check loads them first); undefined when not read since the last auth change.
+   */
+  repositoryCeilingsNow(repository: string): RepositoryCeilings | undefined {
+    return this.#repositoryCeilings.get(repository);
   }
 
   /** Every repository the principal may read, for listings. */
@@ -424,6 +470,13 @@ function certificateOutcome(sans: readonly string[], entry: CertificateEntry | '
   if (entry.disabled) return { ok: false, reason: `principal ${entry.principalName} is disabled` };
   return {
     ok: true,
-    principal: { id: entry.principalId, name: entry.principalName, keyId: `cert:${entry.san}`, scopes: entry.scopes },
+    principal: {
+      id: entry.principalId,
+      name: entry.principalName,
+      keyId: `cert:${entry.san}`,
+      scopes: entry.scopes,
+      bandwidthWeight: entry.bandwidthWeight,
+      groupCeilings: entry.groupCeilings,
+    },
   };
 }

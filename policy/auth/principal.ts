@@ -13,4 +13,23 @@ export interface Principal {
    * made before it stays void after a re-enable (docs/auth.md).
    */
   readonly disabledAtMs?: number | undefined;
+  /** Bandwidth weight, 1..1000 (docs/bandwidth-and-admission.md, "Weights"); absent means 1. */
+  readonly bandwidthWeight?: number | undefined;
+  /** The groups it belongs to that have a ceiling (0 = none in that direction). */
+  readonly groupCeilings?: readonly GroupCeilings[] | undefined;
+}
+
+/** Bandwidth ceilings of a group of principals or of a repository, bytes/s; 0 = none. */
+export interface TransferCeilings {
+  readonly downloadBytesPerSec: number;
+  readonly uploadBytesPerSec: number;
+}
+
+export interface GroupCeilings extends TransferCeilings {
+  readonly name: string;
+}
+
+export interface RepositoryCeilings extends TransferCeilings {
+  /** Concurrent transfers of the repository on one gateway; 0 = no bound. */
+  readonly maxTransfers: number;
 }

@@ -89,12 +89,15 @@ const opArb = fc.oneof(
 );
 
 describe('BandwidthGovernor bound (property)', () => {
-  it('granted bytes ≤ rate × elapsed + burst, globally and per principal, under random chunks, principals, cancellations and state evictions', async () => {
+  it('granted bytes ≤ rate × elapsed + burst, globally and per principal, under random chunks, principals, weights, cancellations and state evictions', async () => {
     await fc.assert(
       fc.asyncProperty(
         rateArb,
         rateArb,
-        fc.array(fc.nat(4), { minLength: 1, maxLength: 16 }),
+        fc.array(fc.record({ p: fc.nat(4), weight: fc.integer({ min: 1, max: 1000 }) }), {
+          minLength: 1,
+          maxLength: 16,
+        }),
         fc.integer({ min: 1, max: 12 }),
         fc.array(opArb, { maxLength: 120 }),
         fc.integer({ min: 1, max: 6 }),
@@ -117,7 +120,7 @@ describe('BandwidthGovernor bound (property)', () => {
           const quantum = quantumOf([globalRate, principalRate]);
           expect(governor.quantumBytes).toBe(quantum);
           const streams = streamPrincipals.map((p) => ({
-            meter: governor.meter(`p${p}`),
+            meter: governor.meter(`p${p.p}`, p.weight),
             pending: null as null | { controller: AbortController; settled: boolean },
           }));
           const outcomes: Promise<unknown>[] = [];
@@ -165,6 +168,102 @@ describe('BandwidthGovernor bound (property)', () => {
             }
           }
           expect(governor.snapshot().grantedBytes).toBe(events.reduce((sum, e) => sum + e.bytes, 0));
+        },
+      ),
+      { numRuns: 250 },
+    );
+  });
+
+  it('nested buckets (global, groups, repository, principal) are each held to rate × elapsed + burst under random trees and arrivals', async () => {
+    const ceilingRateArb = fc.oneof(fc.constant(0), rateArb);
+    await fc.assert(
+      fc.asyncProperty(
+        rateArb,
+        rateArb,
+        fc.array(ceilingRateArb, { minLength: 3, maxLength: 3 }),
+        fc.array(ceilingRateArb, { minLength: 3, maxLength: 3 }),
+        // Per principal: its groups (a bit set over 3), its repository, its weight.
+        fc.array(fc.record({ groups: fc.nat(7), repo: fc.nat(2), weight: fc.integer({ min: 1, max: 5 }) }), {
+          minLength: 1,
+          maxLength: 5,
+        }),
+        fc.array(fc.nat(4), { minLength: 1, maxLength: 12 }),
+        fc.array(opArb, { maxLength: 120 }),
+        async (globalRate, principalRate, groupRates, repoRates, principals, streamPrincipals, ops) => {
+          const clock = new MicrosecondClock();
+          clock.us = 3_000_000;
+          const startUs = clock.us;
+          const timers = new ManualTimers(clock);
+          const events: GrantEvent[] = [];
+          const governor = new BandwidthGovernor({
+            rateBytesPerSec: globalRate,
+            perPrincipalBytesPerSec: principalRate,
+            clock,
+            timers,
+            onGrant: (principal, bytes) => events.push({ principal, bytes, us: clock.us - startUs }),
+          });
+          const ceilingsOf = (i: number) => {
+            const p = principals[i % principals.length]!;
+            const out: Array<{ key: string; rateBytesPerSec: number }> = [];
+            groupRates.forEach((rate, g) => {
+              if (rate > 0 && (p.groups & (1 << g)) !== 0) out.push({ key: `g${g}`, rateBytesPerSec: rate });
+            });
+            if (repoRates[p.repo]! > 0) out.push({ key: `r${p.repo}`, rateBytesPerSec: repoRates[p.repo]! });
+            return out;
+          };
+          const streams = streamPrincipals.map((i) => {
+            const ceilings = ceilingsOf(i);
+            const meter = governor.meter(
+              `p${i % principals.length}`,
+              principals[i % principals.length]!.weight,
+              ceilings,
+            );
+            // The meter's quantum fits every bucket it passes: at most each enabled burst, at least 1.
+            expect(meter.quantumBytes).toBe(
+              quantumOf([globalRate, principalRate, ...ceilings.map((c) => c.rateBytesPerSec)]),
+            );
+            return { meter, pending: null as null | { settled: boolean } };
+          });
+          const outcomes: Promise<unknown>[] = [];
+          for (const op of ops) {
+            if (op.kind === 'advance') await timers.advance(op.us / 1000);
+            else if (op.kind === 'take') {
+              const stream = streams[op.stream % streams.length]!;
+              if (stream.pending !== null && !stream.pending.settled) continue;
+              const pending = { settled: false };
+              stream.pending = pending;
+              const bytes = Math.max(1, Math.ceil(op.size * stream.meter.quantumBytes));
+              outcomes.push(
+                stream.meter.take(bytes).then(
+                  () => (pending.settled = true),
+                  () => (pending.settled = true),
+                ),
+              );
+            }
+            expect(timers.size).toBeLessThanOrEqual(1);
+          }
+          // Liveness: nobody starves, whatever group or repository holds it back.
+          for (let i = 0; i < 400 && streams.some((s) => s.pending !== null && !s.pending.settled); i++)
+            await timers.advance(1000);
+          expect(streams.every((s) => s.pending === null || s.pending.settled)).toBe(true);
+          await Promise.all(outcomes);
+          const check = (rate: number, members: (principalIndex: number) => boolean) => {
+            const names = new Set(principals.map((_, i) => `p${i}`).filter((_, i) => members(i)));
+            checkBound(
+              events.filter((e) => names.has(e.principal)),
+              rate,
+              burstOf(rate),
+              capacityOf(rate, 1),
+            );
+          };
+          if (globalRate > 0) check(globalRate, () => true);
+          groupRates.forEach((rate, g) => {
+            if (rate > 0) check(rate, (i) => (principals[i]!.groups & (1 << g)) !== 0);
+          });
+          repoRates.forEach((rate, r) => {
+            if (rate > 0) check(rate, (i) => principals[i]!.repo === r);
+          });
+          if (principalRate > 0) for (let i = 0; i < principals.length; i++) check(principalRate, (j) => j === i);
         },
       ),
       { numRuns: 250 },

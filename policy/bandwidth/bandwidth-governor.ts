@@ -9,10 +9,21 @@ import {
   hasTokens,
   msUntilTokens,
   quantumBytesFor,
+  rerateBucket,
+  rerateBucketSpec,
   startBucket,
   takeTokens,
   toMicros,
 } from './token-bucket.ts';
+
+/**
+ * A shared ceiling a transfer also belongs to (a group of principals, a repository): one bucket per
+ * key in the governor, whatever meter names it. `rateBytesPerSec` > 0; the latest meter sets it.
+ */
+export interface Ceiling {
+  readonly key: string;
+  readonly rateBytesPerSec: number;
+}
 
 /** One per HTTP body stream. */
 export interface ByteMeter {
@@ -52,6 +63,11 @@ export interface BandwidthGovernorOptions {
    * governor fences itself for good, as if `fence()` had been called. Omitted: always permitted.
    */
   isPermitted?: () => boolean;
+  /**
+   * Largest weight `meter()` accepts; default 1000. A weight shapes only the order of waiting takes
+   * (the shares under contention), never a bucket, so no bound depends on it.
+   */
+  maxWeight?: number;
   /** Called synchronously at each grant, for metrics, tests and the benchmark. Must not throw. */
   onGrant?: (principalId: string, bytes: number, nowMs: number) => void;
 }
@@ -86,6 +102,7 @@ export interface BandwidthSnapshot {
 
 export const DEFAULT_MAX_PRINCIPALS = 1000;
 export const DEFAULT_MAX_WAITING = 256;
+export const DEFAULT_MAX_WEIGHT = 1000;
 const RETRY_AFTER = { 'retry-after': '1' };
 const RESOLVED: Promise<void> = Promise.resolve();
 
@@ -94,6 +111,10 @@ interface PrincipalState {
   bucket: BucketState | null;
   /** Last grant (or creation), monotonic ms: eviction takes the oldest idle state first. */
   lastActiveMs: number;
+  /** Bandwidth weight (the latest meter's): its share under contention is proportional to it. */
+  weight: number;
+  /** Virtual finish tag of its last grant: the fair-queueing clock in bytes per unit of weight. */
+  finishTag: number;
   /** Waiting takes of this principal's streams, oldest first. */
   readonly queue: Waiter[];
   inRing: boolean;
@@ -103,9 +124,18 @@ interface MeterState {
   waiter: Waiter | null;
 }
 
+/** The bucket of a shared ceiling (group, repository). */
+interface CeilingState {
+  spec: BucketSpec;
+  bucket: BucketState;
+  /** The largest quantum of a meter through it: its capacity never drops below that (a take must fit). */
+  maxQuantum: number;
+}
+
 interface Waiter {
   readonly principal: PrincipalState;
   readonly meter: MeterState;
+  readonly ceilings: readonly CeilingState[];
   readonly bytes: number;
   readonly resolve: () => void;
   readonly reject: (err: unknown) => void;
@@ -115,27 +145,37 @@ interface Waiter {
 
 /**
  * One per direction per process (ADR 0008). Every take passes the direction's global bucket and the
- * principal's bucket at once. Waiting takes are served round-robin over principals: a principal
- * waiting for its own bucket is skipped (it never holds back global quota others could use); the
- * first principal in turn that is ready but finds the global bucket short holds a reservation: no
- * one else takes global tokens until its take passes, so smaller quanta cannot starve it. One timer.
+ * principal's bucket at once. Waiting takes are served in weighted fair order over principals
+ * (start-time fair queueing: a grant of n bytes advances the principal's virtual finish tag by
+ * n / weight, and the waiting principal with the smallest start tag goes next; equal weights give
+ * round-robin, ties go in arrival order). A principal waiting for its own bucket is skipped (it never
+ * holds back global quota others could use); the first principal in that order that is ready but
+ * finds the global bucket short holds a reservation: no one else takes global tokens until its take
+ * passes, so smaller quanta cannot starve it. One timer.
  */
 export class BandwidthGovernor {
   readonly quantumBytes: number;
-  readonly #rateBytesPerSec: number;
+  #rateBytesPerSec: number;
   readonly #perPrincipalBytesPerSec: number;
   readonly #clock: Clock;
   readonly #timers: Timers;
   readonly #maxPrincipals: number;
   readonly #maxWaiting: number;
+  readonly #maxWeight: number;
   readonly #onGrant: BandwidthGovernorOptions['onGrant'];
   readonly #isPermitted: (() => boolean) | undefined;
-  readonly #globalSpec: BucketSpec | null;
+  #globalSpec: BucketSpec | null;
+  /** `setRate(0)`: the global bucket neither grants nor refills until a rate above 0 is set. */
+  #paused = false;
   readonly #principalSpec: BucketSpec | null;
   #global: BucketState | null;
   readonly #principals = new Map<string, PrincipalState>();
-  /** Principals with waiting takes, in turn order; `#ring[0]` is next. */
+  /** Shared ceilings by key; one per group or repository with a ceiling that a meter named. */
+  readonly #ceilings = new Map<string, CeilingState>();
+  /** Principals with waiting takes, in arrival order (the tie-break between equal start tags). */
   #ring: PrincipalState[] = [];
+  /** Start tag of the last grant: a principal returning from idle starts here, banking no credit. */
+  #virtualTime = 0;
   /** Ready principal at `#ring[0]` waiting for the global bucket; global tokens are kept for it. */
   #reserved: PrincipalState | null = null;
   #waiting = 0;
@@ -158,6 +198,7 @@ export class BandwidthGovernor {
     this.#timers = options.timers ?? systemTimers;
     this.#maxPrincipals = positiveInt(options.maxPrincipals ?? DEFAULT_MAX_PRINCIPALS, 'maxPrincipals');
     this.#maxWaiting = positiveInt(options.maxWaiting ?? DEFAULT_MAX_WAITING, 'maxWaiting');
+    this.#maxWeight = positiveInt(options.maxWeight ?? DEFAULT_MAX_WEIGHT, 'maxWeight');
     this.#onGrant = options.onGrant;
     this.#isPermitted = options.isPermitted;
     const nowMs = clock.monotonicMs();
@@ -173,36 +214,104 @@ export class BandwidthGovernor {
   }
 
   /**
-   * A meter for one body stream of `principalId` (the stable service-account id, never a key id).
+   * A meter for one body stream of `principalId` (the stable service-account id, never a key id),
+   * whose bandwidth weight is `weight` (1..maxWeight; the principal's latest meter sets it), and
+   * which also belongs to `ceilings` (its groups', its repository's): every take then needs bytes in
+   * each of their buckets too. The meter's quantum is at most each of their bursts (at least 1 byte),
+   * so the ADR's rate × t + burst bound holds for every bucket.
    * Throws PolicyError `lease_lost` when fenced, `unavailable` when closed, `busy` when the principal
    * table is full of states that cannot be evicted (waiting, or a bucket not yet refilled).
    */
-  meter(principalId: string): ByteMeter {
+  meter(principalId: string, weight = 1, ceilings: readonly Ceiling[] = []): ByteMeter {
     this.#checkOpen();
     if (typeof principalId !== 'string' || principalId === '')
       throw new TypeError('principalId: expected a non-empty string');
+    if (!Number.isSafeInteger(weight) || weight < 1 || weight > this.#maxWeight)
+      throw new RangeError(`weight: expected an integer from 1 to ${this.#maxWeight}, got ${weight}`);
     const state: MeterState = { waiter: null };
-    if (this.isUnlimited) return this.#unlimitedMeter(principalId, state);
-    this.#principalFor(principalId);
+    if (this.isUnlimited && ceilings.length === 0) return this.#unlimitedMeter(principalId, state);
+    this.#principalFor(principalId, weight).weight = weight;
+    const quantumBytes = Math.min(
+      this.quantumBytes,
+      quantumBytesFor(ceilings.map((c) => checkCeiling(c).rateBytesPerSec)),
+    );
+    const through = ceilings.map((c) => this.#ceilingFor(c, quantumBytes));
     return {
-      quantumBytes: this.quantumBytes,
+      quantumBytes,
       // The state is looked up per take: an idle stream's state may have been evicted (its bucket
       // was full) and is then recreated full, which grants nothing the old one would not have.
       take: (bytes, signal) => {
         let principal: PrincipalState;
         try {
-          principal = this.#principalFor(principalId);
+          principal = this.#principalFor(principalId, weight);
         } catch (err) {
           return Promise.reject(err);
         }
-        return this.#take(principal, state, bytes, signal);
+        return this.#take(principal, state, through, quantumBytes, bytes, signal);
       },
       tryTake: (bytes) => {
-        if (this.#refusal(state, bytes, undefined) !== null) return false;
+        if (this.#refusal(state, quantumBytes, bytes, undefined) !== null) return false;
         const principal = this.#principals.get(principalId);
-        return principal !== undefined && this.#grantNow(principal, bytes, this.#clock.monotonicMs());
+        return principal !== undefined && this.#grantNow(principal, through, bytes, this.#clock.monotonicMs());
       },
     };
+  }
+
+  /**
+   * The bucket of a shared ceiling, made on first use holding its burst. A new rate re-rates it
+   * (what it earned so far kept, capped at the new capacity), like `setRate` does the global one.
+   */
+  #ceilingFor(ceiling: Ceiling, quantumBytes: number): CeilingState {
+    const nowMs = this.#clock.monotonicMs();
+    const known = this.#ceilings.get(ceiling.key);
+    const maxQuantum = Math.max(known?.maxQuantum ?? 0, quantumBytes);
+    const spec = rerateBucketSpec(ceiling.rateBytesPerSec, maxQuantum);
+    if (known === undefined) {
+      const made: CeilingState = { spec, bucket: startBucket(spec, nowMs), maxQuantum };
+      this.#ceilings.set(ceiling.key, made);
+      return made;
+    }
+    if (spec.rateBytesPerSec !== known.spec.rateBytesPerSec || spec.capacityBytes !== known.spec.capacityBytes) {
+      known.bucket = rerateBucket(known.spec, spec, known.bucket, nowMs);
+      known.spec = spec;
+      known.maxQuantum = maxQuantum;
+    }
+    return known;
+  }
+
+  /**
+   * Changes the direction's ceiling while transfers run: the leased share of the shared profile,
+   * which follows the weights of the principals each gateway serves. The quantum stays; the bucket
+   * keeps what it earned at the old rate up to now, capped at the new capacity max(burst, quantum).
+   * 0 pauses the direction: nothing passes (and nothing is earned) until a rate above 0 is set.
+   * Only for a governor built with a global ceiling (one without has nothing to change).
+   */
+  setRate(rateBytesPerSec: number): void {
+    const from = this.#globalSpec;
+    if (from === null) throw new RangeError('setRate: this governor was built without a global ceiling');
+    const nowMs = this.#clock.monotonicMs();
+    if (rateBytesPerSec === 0) {
+      if (!this.#paused) this.#global = rerateBucket(from, from, this.#global!, nowMs);
+      this.#paused = true;
+    } else {
+      const to = rerateBucketSpec(rateBytesPerSec, this.quantumBytes);
+      this.#global = rerateBucket(this.#paused ? null : from, to, this.#global!, nowMs);
+      this.#globalSpec = to;
+      this.#paused = false;
+    }
+    this.#rateBytesPerSec = rateBytesPerSec;
+    this.#dispatch(nowMs);
+  }
+
+  /**
+   * The sum of the weights of the principals that have a take waiting or were granted bytes in the
+   * last `windowMs`: what this gateway reports for its leased share. 0 when none is active.
+   */
+  activeWeightSum(windowMs: number): number {
+    const sinceMs = this.#clock.monotonicMs() - windowMs;
+    let sum = 0;
+    for (const p of this.#principals.values()) if (p.queue.length > 0 || p.lastActiveMs >= sinceMs) sum += p.weight;
+    return sum;
   }
 
   /** Lost database ownership or lease: every waiting and every new take rejects with `lease_lost`. */
@@ -244,20 +353,21 @@ export class BandwidthGovernor {
     return {
       quantumBytes: this.quantumBytes,
       take: (bytes, signal) => {
-        const refused = this.#refuse(state, bytes, signal);
+        const refused = this.#refuse(state, this.quantumBytes, bytes, signal);
         if (refused) return refused;
         this.#count(principalId, bytes, this.#onGrant ? this.#clock.monotonicMs() : 0);
         return RESOLVED;
       },
       tryTake: (bytes) => {
-        if (this.#refusal(state, bytes, undefined) !== null) return false;
+        if (this.#refusal(state, this.quantumBytes, bytes, undefined) !== null) return false;
         this.#count(principalId, bytes, this.#onGrant ? this.#clock.monotonicMs() : 0);
         return true;
       },
     };
   }
 
-  #principalFor(principalId: string): PrincipalState {
+  /** The principal's state; a new one (first meter, or recreated after eviction) gets `weight`. */
+  #principalFor(principalId: string, weight: number): PrincipalState {
     const known = this.#principals.get(principalId);
     if (known) return known;
     const nowMs = this.#clock.monotonicMs();
@@ -273,6 +383,8 @@ export class BandwidthGovernor {
       id: principalId,
       bucket: this.#principalSpec ? startBucket(this.#principalSpec, nowMs) : null,
       lastActiveMs: nowMs,
+      weight,
+      finishTag: 0,
       queue: [],
       inRing: false,
     };
@@ -303,11 +415,18 @@ export class BandwidthGovernor {
     return true;
   }
 
-  #take(principal: PrincipalState, meter: MeterState, bytes: number, signal: AbortSignal | undefined): Promise<void> {
-    const refused = this.#refuse(meter, bytes, signal);
+  #take(
+    principal: PrincipalState,
+    meter: MeterState,
+    ceilings: readonly CeilingState[],
+    quantumBytes: number,
+    bytes: number,
+    signal: AbortSignal | undefined,
+  ): Promise<void> {
+    const refused = this.#refuse(meter, quantumBytes, bytes, signal);
     if (refused) return refused;
     const nowMs = this.#clock.monotonicMs();
-    if (this.#grantNow(principal, bytes, nowMs)) return RESOLVED;
+    if (this.#grantNow(principal, ceilings, bytes, nowMs)) return RESOLVED;
     if (this.#waiting >= this.#maxWaiting) {
       this.#rejectedBusy++;
       return Promise.reject(
@@ -320,6 +439,7 @@ export class BandwidthGovernor {
       const waiter: Waiter = {
         principal,
         meter,
+        ceilings,
         bytes,
         resolve,
         reject,
@@ -341,44 +461,68 @@ export class BandwidthGovernor {
   }
 
   /** Grants `bytes` at once when nothing waits before them and the buckets hold them. */
-  #grantNow(principal: PrincipalState, bytes: number, nowMs: number): boolean {
+  #grantNow(principal: PrincipalState, ceilings: readonly CeilingState[], bytes: number, nowMs: number): boolean {
     if (bytes === 0) return true;
     this.#dispatch(nowMs);
-    if (principal.queue.length > 0 || this.#reserved !== null || !this.#canPass(principal, bytes, nowMs)) return false;
-    this.#grant(principal, bytes, nowMs);
+    if (
+      principal.queue.length > 0 ||
+      this.#reserved !== null ||
+      !this.#ownHas(principal, ceilings, bytes, nowMs) ||
+      !this.#globalHas(bytes, nowMs)
+    )
+      return false;
+    this.#grant(principal, ceilings, bytes, nowMs);
     return true;
   }
 
   /** The checks every take makes first; a rejected promise when the take cannot even wait. */
-  #refuse(meter: MeterState, bytes: number, signal: AbortSignal | undefined): Promise<never> | null {
-    const refusal = this.#refusal(meter, bytes, signal);
+  #refuse(
+    meter: MeterState,
+    quantumBytes: number,
+    bytes: number,
+    signal: AbortSignal | undefined,
+  ): Promise<never> | null {
+    const refusal = this.#refusal(meter, quantumBytes, bytes, signal);
     return refusal === null ? null : Promise.reject(refusal);
   }
 
-  #refusal(meter: MeterState, bytes: number, signal: AbortSignal | undefined): unknown {
-    if (!Number.isSafeInteger(bytes) || bytes < 0 || bytes > this.quantumBytes)
-      return new RangeError(`bytes: expected an integer from 0 to the quantum ${this.quantumBytes}, got ${bytes}`);
+  #refusal(meter: MeterState, quantumBytes: number, bytes: number, signal: AbortSignal | undefined): unknown {
+    if (!Number.isSafeInteger(bytes) || bytes < 0 || bytes > quantumBytes)
+      return new RangeError(`bytes: expected an integer from 0 to the quantum ${quantumBytes}, got ${bytes}`);
     if (!this.#checkPermit()) return new PolicyError('lease_lost');
     if (signal?.aborted) return signal.reason;
     if (meter.waiter !== null) return new Error('ByteMeter.take: the previous take of this stream has not settled');
     return null;
   }
 
-  #canPass(principal: PrincipalState, bytes: number, nowMs: number): boolean {
-    return this.#principalHas(principal, bytes, nowMs) && this.#globalHas(bytes, nowMs);
+  /** The buckets of the take other than the global one: the principal's and its shared ceilings'. */
+  #ownHas(principal: PrincipalState, ceilings: readonly CeilingState[], bytes: number, nowMs: number): boolean {
+    if (this.#principalSpec !== null && !hasTokens(this.#principalSpec, principal.bucket!, bytes, nowMs)) return false;
+    for (const c of ceilings) if (!hasTokens(c.spec, c.bucket, bytes, nowMs)) return false;
+    return true;
   }
 
-  #principalHas(principal: PrincipalState, bytes: number, nowMs: number): boolean {
-    return this.#principalSpec === null || hasTokens(this.#principalSpec, principal.bucket!, bytes, nowMs);
+  /** Milliseconds until the head take of a waiting principal has its own and ceiling bytes. */
+  #msUntilOwn(principal: PrincipalState, nowMs: number): number {
+    const head = principal.queue[0]!;
+    let waitMs =
+      this.#principalSpec === null ? 0 : msUntilTokens(this.#principalSpec, principal.bucket!, head.bytes, nowMs);
+    for (const c of head.ceilings) waitMs = Math.max(waitMs, msUntilTokens(c.spec, c.bucket, head.bytes, nowMs));
+    return waitMs;
   }
 
   #globalHas(bytes: number, nowMs: number): boolean {
+    if (this.#paused) return false;
     return this.#globalSpec === null || hasTokens(this.#globalSpec, this.#global!, bytes, nowMs);
   }
 
-  #grant(principal: PrincipalState, bytes: number, nowMs: number): void {
+  #grant(principal: PrincipalState, ceilings: readonly CeilingState[], bytes: number, nowMs: number): void {
     if (this.#principalSpec) principal.bucket = takeTokens(this.#principalSpec, principal.bucket!, bytes, nowMs);
+    for (const c of ceilings) c.bucket = takeTokens(c.spec, c.bucket, bytes, nowMs)!;
     principal.lastActiveMs = nowMs;
+    const start = this.#startTag(principal);
+    principal.finishTag = start + bytes / principal.weight;
+    this.#virtualTime = start;
     if (this.#globalSpec) this.#global = takeTokens(this.#globalSpec, this.#global!, bytes, nowMs);
     this.#count(principal.id, bytes, nowMs);
   }
@@ -389,38 +533,48 @@ export class BandwidthGovernor {
     this.#onGrant?.(principalId, bytes, nowMs);
   }
 
-  /** Grants every waiting take that may pass now, round-robin, then arms the one timer. */
+  /** Where a principal's next grant starts in virtual time: never before the clock (no banked credit). */
+  #startTag(principal: PrincipalState): number {
+    return Math.max(this.#virtualTime, principal.finishTag);
+  }
+
+  /** Grants every waiting take that may pass now, in weighted fair order, then arms the one timer. */
   #dispatch(nowMs: number): void {
     this.#reserved = null;
     // Stryker disable next-line ConditionalExpression,EqualityOperator: equivalent in what is granted: with nobody waiting the permit is checked by the next take first (#refusal), so only when the snapshot's fenced flag turns could differ; the line's other mutants are killed
     if (this.#ring.length > 0 && !this.#checkPermit()) return;
-    let progressed = true;
-    // An empty ring makes no visit, so the loop ends.
-    passes: while (progressed) {
-      progressed = false;
-      // Each visit removes ring[0], one of this pass's principals; re-queued ones go behind them.
-      for (let visits = this.#ring.length; visits > 0; visits--) {
-        const principal = this.#ring[0]!;
-        const head = principal.queue[0]!;
-        if (!this.#principalHas(principal, head.bytes, nowMs)) {
-          this.#ring.push(this.#ring.shift()!);
-          continue;
-        }
-        if (!this.#globalHas(head.bytes, nowMs)) {
-          this.#reserved = principal;
-          break passes;
-        }
-        this.#ring.shift();
-        principal.queue.shift();
-        this.#settle(head);
-        this.#grant(principal, head.bytes, nowMs);
-        if (principal.queue.length > 0) this.#ring.push(principal);
-        else principal.inRing = false;
-        progressed = true;
-        head.resolve();
+    for (;;) {
+      const next = this.#nextReady(nowMs);
+      if (next === undefined) break;
+      const head = next.queue[0]!;
+      if (!this.#globalHas(head.bytes, nowMs)) {
+        this.#reserved = next;
+        break;
       }
+      next.queue.shift();
+      this.#settle(head);
+      this.#grant(next, head.ceilings, head.bytes, nowMs);
+      // Behind those of equal start tag, as a round-robin turn would be.
+      this.#ring.splice(this.#ring.indexOf(next), 1);
+      if (next.queue.length > 0) this.#ring.push(next);
+      else next.inRing = false;
+      head.resolve();
     }
     this.#arm(nowMs);
+  }
+
+  /** The waiting principal with the smallest start tag whose own bucket holds its head take. */
+  #nextReady(nowMs: number): PrincipalState | undefined {
+    let best: PrincipalState | undefined;
+    let bestTag = Infinity;
+    for (const principal of this.#ring) {
+      const tag = this.#startTag(principal);
+      const head = principal.queue[0]!;
+      if (tag >= bestTag || !this.#ownHas(principal, head.ceilings, head.bytes, nowMs)) continue;
+      best = principal;
+      bestTag = tag;
+    }
+    return best;
   }
 
   /** One timer for the direction, due when the next waiting take can pass. */
@@ -430,17 +584,17 @@ export class BandwidthGovernor {
       return;
     }
     let waitMs: number;
+    if (this.#paused) {
+      // Nothing passes until setRate lifts the pause, and that dispatches.
+      this.#disarm();
+      return;
+    }
     if (this.#reserved !== null) {
       waitMs = msUntilTokens(this.#globalSpec!, this.#global!, this.#reserved.queue[0]!.bytes, nowMs);
     } else {
-      // Nobody is ready, so every principal in the ring waits for its own bucket.
+      // Nobody is ready, so every principal in the ring waits for its own or a ceiling's bucket.
       waitMs = Infinity;
-      for (const principal of this.#ring) {
-        waitMs = Math.min(
-          waitMs,
-          msUntilTokens(this.#principalSpec!, principal.bucket!, principal.queue[0]!.bytes, nowMs),
-        );
-      }
+      for (const principal of this.#ring) waitMs = Math.min(waitMs, this.#msUntilOwn(principal, nowMs));
     }
     const delayMs = Math.max(1, Math.ceil(waitMs));
     const dueMs = nowMs + delayMs;
@@ -538,6 +692,14 @@ export class BandwidthGovernor {
   #checkOpen(): void {
     if (!this.#checkPermit()) throw new PolicyError('lease_lost');
   }
+}
+
+function checkCeiling(ceiling: Ceiling): Ceiling {
+  if (typeof ceiling.key !== 'string' || ceiling.key === '')
+    throw new TypeError('ceiling key: expected a non-empty string');
+  if (!Number.isSafeInteger(ceiling.rateBytesPerSec) || ceiling.rateBytesPerSec < 1)
+    throw new RangeError(`ceiling ${ceiling.key}: expected a rate of at least 1 B/s, got ${ceiling.rateBytesPerSec}`);
+  return ceiling;
 }
 
 function positiveInt(value: number, name: string): number {

@@ -3,7 +3,7 @@ import type { Timers } from '../timers.ts';
 import { BandwidthGovernor } from './bandwidth-governor.ts';
 
 export { BandwidthGovernor, DEFAULT_MAX_PRINCIPALS, DEFAULT_MAX_WAITING } from './bandwidth-governor.ts';
-export type { BandwidthGovernorOptions, BandwidthSnapshot, ByteMeter } from './bandwidth-governor.ts';
+export type { BandwidthGovernorOptions, BandwidthSnapshot, ByteMeter, Ceiling } from './bandwidth-governor.ts';
 export { burstBytes, MAX_QUANTUM_BYTES, quantumBytesFor } from './token-bucket.ts';
 
 /** The `bandwidth` slice of the config (`ARKVORY_{DOWNLOAD,UPLOAD}_BYTES_PER_SECOND[_PER_PRINCIPAL]`). */

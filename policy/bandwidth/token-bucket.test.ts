@@ -9,6 +9,8 @@ import {
   msUntilTokens,
   quantumBytesFor,
   refillBucket,
+  rerateBucket,
+  rerateBucketSpec,
   startBucket,
   takeTokens,
   toMicros,
@@ -197,5 +199,46 @@ describe('token bucket', () => {
       ),
       { numRuns: 300 },
     );
+  });
+});
+
+describe('re-rated buckets (a leased share changing while the quantum stays)', () => {
+  it('rerateBucketSpec: the burst follows the rate, the capacity never drops below the quantum', () => {
+    expect(rerateBucketSpec(200_000, 65_536)).toEqual({
+      rateBytesPerSec: 200_000,
+      burstBytes: 20_000,
+      capacityBytes: 65_536,
+    });
+    expect(rerateBucketSpec(10 * 1_048_576, 65_536)).toEqual({
+      rateBytesPerSec: 10 * 1_048_576,
+      burstBytes: 1_048_576,
+      capacityBytes: 1_048_576,
+    });
+    expect(() => rerateBucketSpec(0, 65_536)).toThrow('a re-rated bucket needs a rate above 0');
+    expect(() => rerateBucketSpec(-5, 65_536)).toThrow('rateBytesPerSec');
+  });
+
+  it('rerateBucket credits the old rate up to now, then caps at the new capacity; a paused one earns nothing', () => {
+    const from = createBucketSpec(1_000_000, 65_536); // burst 100000
+    const to = rerateBucketSpec(200_000, 65_536); // capacity 65536
+    const empty = { microTokens: 0, atUs: 1_000_000 };
+    // 10 ms at 1 MB/s: 10000 bytes, under the new capacity.
+    expect(rerateBucket(from, to, empty, 1_010)).toEqual({ microTokens: 10_000 * 1e6, atUs: 1_010_000 });
+    // 100 ms: 100000 bytes earned, capped at 65536.
+    expect(rerateBucket(from, to, empty, 1_100)).toEqual({ microTokens: 65_536 * 1e6, atUs: 1_100_000 });
+    // Paused (from null): the 100 ms earn nothing, and the clock moves on.
+    expect(rerateBucket(null, to, { microTokens: 5 * 1e6, atUs: 1_000_000 }, 1_100)).toEqual({
+      microTokens: 5 * 1e6,
+      atUs: 1_100_000,
+    });
+    expect(rerateBucket(null, to, { microTokens: 99_999 * 1e6, atUs: 1_000_000 }, 1_100)).toEqual({
+      microTokens: 65_536 * 1e6,
+      atUs: 1_100_000,
+    });
+    // A clock that went back keeps the later instant.
+    expect(rerateBucket(from, to, { microTokens: 0, atUs: 2_000_000 }, 1_000)).toEqual({
+      microTokens: 0,
+      atUs: 2_000_000,
+    });
   });
 });

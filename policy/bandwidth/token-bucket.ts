@@ -71,6 +71,30 @@ export function createBucketSpec(rateBytesPerSec: number, quantumBytes: number):
   return { rateBytesPerSec, burstBytes: burst, capacityBytes: rateBytesPerSec > 0 ? Math.max(burst, quantumBytes) : 0 };
 }
 
+/**
+ * The spec of a bucket whose rate changes while the quantum stays (a leased share that follows the
+ * weights): the burst follows the rate; the capacity is max(burst, quantum), so a quantum still fits.
+ * The bound is then rate × t + capacity from any instant, the same formula as above.
+ */
+export function rerateBucketSpec(rateBytesPerSec: number, quantumBytes: number): BucketSpec {
+  const burst = burstBytes(rateBytesPerSec);
+  if (rateBytesPerSec === 0) throw new RangeError('rateBytesPerSec: a re-rated bucket needs a rate above 0');
+  return { rateBytesPerSec, burstBytes: burst, capacityBytes: Math.max(burst, quantumBytes) };
+}
+
+/**
+ * The bucket moved to `to`: what it earned at the old rate (`from`; null when it was paused and
+ * earned nothing) is credited up to now, then capped at the new capacity.
+ */
+export function rerateBucket(from: BucketSpec | null, to: BucketSpec, state: BucketState, nowMs: number): BucketState {
+  const refilled =
+    from === null ? { microTokens: state.microTokens, atUs: toMicros(nowMs) } : refillBucket(from, state, nowMs);
+  return {
+    microTokens: Math.min(refilled.microTokens, to.capacityBytes * MICRO),
+    atUs: Math.max(refilled.atUs, toMicros(nowMs)),
+  };
+}
+
 /** The monotonic clock as the bucket sees it: whole microseconds. */
 export function toMicros(nowMs: number): number {
   return Math.round(nowMs * 1000);

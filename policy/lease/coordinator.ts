@@ -62,6 +62,10 @@ export class Coordinator {
   #expiryTimer: TimerHandle | undefined;
   #renewing = false;
   #closed = false;
+  /** The download share the database last granted (shared profile), bytes/s; 0 before the first. */
+  #share = 0;
+  #weightSum: () => number = () => 1;
+  readonly #shareListeners: Array<(bytesPerSec: number) => void> = [];
   readonly #fenceListeners: Array<(reason: string) => void> = [];
   readonly #renewalListeners: Array<(outcome: RenewalOutcome, seconds: number) => void> = [];
 
@@ -154,6 +158,47 @@ export class Coordinator {
     for (const listener of this.#renewalListeners) listener(outcome, seconds);
   }
 
+  /**
+   * The leased download share, bytes/s (shared profile): what this gateway may grant in total. It
+   * follows the weight sums the gateways report (docs/shared-profile.md, "Weighted shares"); 0
+   * (nothing may pass) until the first answer, and whenever the others still hold the whole rate.
+   */
+  get shareBytesPerSec(): number {
+    return this.#share;
+  }
+
+  /** Where renewals read this gateway's weight sum from (the download governor's active principals). */
+  reportWeightSum(source: () => number): void {
+    this.#weightSum = source;
+  }
+
+  /** Called with every new share (after each renewal that changed it). Must not throw. */
+  onShare(listener: (bytesPerSec: number) => void): void {
+    this.#shareListeners.push(listener);
+  }
+
+  /**
+   * Renews the lease and asks for the weighted share (migration 0061): NULL when the database holds
+   * no such lease any more. Tells the database the share in use now, which it holds until the next
+   * call, so a lowered share is never handed to another gateway before this one applies it.
+   */
+  async #askShare(generation: number): Promise<number | null> {
+    const shared = this.#options.shared!;
+    const weightSum = Math.min(1000, Math.max(1, Math.round(this.#weightSum())));
+    const r = await this.#client.query<{ share: string | null }>(
+      'SELECT arkvory_lease_share($1, $2, $3, $4, $5, $6)::text AS share',
+      [shared.slot, this.owner, generation, RESERVATION_MS, weightSum, this.#share],
+    );
+    const share = r.rows[0]?.share;
+    return share === null || share === undefined ? null : Number(share);
+  }
+
+  #applyShare(share: number): void {
+    if (share === this.#share) return;
+    this.#share = share;
+    for (const listener of this.#shareListeners) listener(share);
+  }
+
   /** For /health/ready: `sharedDownloads` (null in standalone). */
   snapshot(): { slot: number; slots: number; active: boolean; leaseSeconds: number } | null {
     const shared = this.#options.shared;
@@ -190,6 +235,10 @@ export class Coordinator {
       const got = await this.#tryAcquire(slot);
       if (got) {
         this.#apply(acquired(got.generation, requestStartedAt, this.#now()));
+        // The first share before any byte: a new lease holds none until it asks.
+        const share = await this.#askShare(got.generation);
+        if (share === null) throw new SlotBusy(`slot ${slot} was taken over while this process started`);
+        this.#applyShare(share);
         this.#schedule();
         return;
       }
@@ -260,20 +309,17 @@ export class Coordinator {
 
   async #renew(): Promise<void> {
     if (this.#renewing || this.#closed || !this.#permit || this.#permit.kind !== 'held') return;
-    const shared = this.#options.shared!;
     this.#renewing = true;
     const requestStartedAt = this.#now();
     try {
-      const r = await this.#client.query<{ renewed: boolean }>(
-        'SELECT arkvory_lease_renew($1, $2, $3, $4) AS renewed',
-        [shared.slot, this.owner, this.#permit.generation, RESERVATION_MS],
-      );
-      const renewed = r.rows[0]?.renewed === true;
+      const share = await this.#askShare(this.#permit.generation);
+      const renewed = share !== null;
       this.#renewed(renewed ? 'confirmed' : 'rejected', requestStartedAt.monotonicMs);
       if (this.#fencedReason !== undefined) return;
       this.#apply(
         renewed ? confirmRenewal(this.#permit, requestStartedAt, this.#now()) : renewalRejected(this.#permit),
       );
+      if (renewed && this.#permit.kind === 'held') this.#applyShare(share);
       this.#schedule();
     } catch (err) {
       this.#renewed('failed', requestStartedAt.monotonicMs);

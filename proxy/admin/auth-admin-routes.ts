@@ -72,6 +72,16 @@ export function authAdminRoutes(services: Services): Route[] {
       },
       'principal.enable',
     ),
+    admin(
+      ['PUT'],
+      '/principals/:principal/bandwidth-weight',
+      async (ctx) => {
+        const body = await readJsonBody(ctx.req);
+        const row = await store.setPrincipalWeight(ctx.params.principal!, body.bandwidthWeight);
+        done(ctx, 200, row, { bandwidthWeight: row.bandwidthWeight });
+      },
+      'principal.weight',
+    ),
     admin(['GET'], '/principals/:principal/keys', async ({ res, params, url }) => {
       const page = await store.listKeys(params.principal!, pageQuery(url));
       sendJson(res, 200, { keys: page.items, nextCursor: page.nextCursor });

@@ -87,6 +87,9 @@ describe('every action leaves exactly one row', () => {
     const pid = created.body.id as string;
     await apiAction('principal.disable', 'POST', `/api/v1/admin/principals/${pid}/disable`);
     await apiAction('principal.enable', 'POST', `/api/v1/admin/principals/${pid}/enable`);
+    await apiAction('principal.weight', 'PUT', `/api/v1/admin/principals/${pid}/bandwidth-weight`, {
+      body: { bandwidthWeight: 3 },
+    });
     const key = await apiAction('key.create', 'POST', `/api/v1/admin/principals/${pid}/keys`, {
       body: { scopes: ['read'] },
     });
@@ -179,12 +182,18 @@ describe('every action leaves exactly one row', () => {
     await cli('principal.create', ['principals', 'create', 'cli-sa']);
     await cli('principal.disable', ['principals', 'disable', 'cli-sa']);
     await cli('principal.enable', ['principals', 'enable', 'cli-sa']);
+    await cli('principal.weight', ['principals', 'weight', 'cli-sa', '2']);
+    await cli('group.set', ['groups', 'set', 'crawlers', '--download', '1048576']);
+    await cli('group.add_member', ['groups', 'add', 'crawlers', 'cli-sa']);
+    await cli('group.remove_member', ['groups', 'remove', 'crawlers', 'cli-sa']);
+    await cli('group.delete', ['groups', 'delete', 'crawlers']);
     await cli('certificate.bind', ['principals', 'bind-cert', 'cli-sa', 'DNS:cli.example.org']);
     await cli('certificate.unbind', ['principals', 'unbind-cert', 'cli-sa', 'DNS:cli.example.org']);
     const key = JSON.parse((await cli('key.create', ['keys', 'create', 'cli-sa'])).stdout) as { keyId: string };
     const rotated = JSON.parse((await cli('key.rotate', ['keys', 'rotate', key.keyId])).stdout) as { keyId: string };
     await cli('key.revoke', ['keys', 'revoke', rotated.keyId]);
     await cli('repository.create', ['repos', 'create', 'au3']);
+    await cli('repository.ceiling', ['repos', 'ceiling', 'au3', '--download', '1048576']);
     await cli('grant.set', ['grants', 'add', 'cli-sa', 'au3', 'read']);
     await cli('grant.remove', ['grants', 'remove', 'cli-sa', 'au3']);
     await cli('quota.set', ['quota', 'set', '--repository', 'au3', '--bytes', '1M']);

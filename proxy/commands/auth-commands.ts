@@ -50,6 +50,28 @@ async function withStore<T>(
   }
 }
 
+const CEILING_OPTIONS = {
+  download: { type: 'string', value: 'B/s', description: 'download ceiling in bytes/s (0 = none)' },
+  upload: { type: 'string', value: 'B/s', description: 'upload ceiling in bytes/s (0 = none)' },
+} as const;
+
+/** `--download N` as `{ downloadBytesPerSec: N }`; left out, nothing. */
+function optionalCount<K extends string>(text: string | undefined, option: string, key: K): Partial<Record<K, number>> {
+  if (text === undefined) return {};
+  if (!/^\d+$/.test(text)) throw new UsageError(`--${option}: "${text}" is not a whole number`);
+  return { [key]: Number(text) } as Partial<Record<K, number>>;
+}
+
+function ceilingOptions(input: { string(name: string): string | undefined }): {
+  downloadBytesPerSec?: number;
+  uploadBytesPerSec?: number;
+} {
+  return {
+    ...optionalCount(input.string('download'), 'download', 'downloadBytesPerSec'),
+    ...optionalCount(input.string('upload'), 'upload', 'uploadBytesPerSec'),
+  };
+}
+
 const EXPIRES_IN = {
   type: 'string',
   value: '30d',
@@ -58,8 +80,11 @@ const EXPIRES_IN = {
 
 export const principalsCommand: Command = defineCommand({
   name: 'principals',
-  summary: 'create, list, disable or enable principals (service accounts)',
+  summary: 'create, list, disable or enable principals (service accounts); set their bandwidth weight',
   description: `A principal is a service account with a stable id; all its keys resolve to that id.
+weight sets its bandwidth weight (1..1000, default 1): under contention for a direction's ceiling the
+principals transferring share it in proportion to their weights; transfers that start within 2 seconds
+use the new weight (docs/bandwidth-and-admission.md, "Weights").
 bind-cert makes a verified client certificate (mutual TLS, docs/tls.md) whose subject alternative name
 is exactly <san> authenticate the principal: URI:spiffe://example.org/ci, DNS:builder.example.org (a bare
 value with :// is a URI, any other a DNS name). unbind-cert, like disable, takes effect within 2 seconds,
@@ -100,6 +125,23 @@ ${DATABASE_NOTE}`,
           (s) => s.setPrincipalDisabled(positionals[0]!, false),
           (p) => ({ action: 'principal.enable', target: { principal: positionals[0] }, details: principalDetails(p) }),
         ),
+    }),
+    form({
+      name: 'weight',
+      args: '<name|id> <weight>',
+      run: ({ positionals }, env) => {
+        const text = positionals[1]!;
+        if (!/^\d+$/.test(text)) throw new UsageError(`"${text}" is not a weight (an integer from 1 to 1000)`);
+        return withStore(
+          env,
+          (s) => s.setPrincipalWeight(positionals[0]!, Number(text)),
+          (p) => ({
+            action: 'principal.weight',
+            target: { principal: positionals[0] },
+            details: { bandwidthWeight: p.bandwidthWeight },
+          }),
+        );
+      },
     }),
     form({
       name: 'bind-cert',
@@ -238,8 +280,12 @@ ${DATABASE_NOTE}`,
 
 export const reposCommand: Command = defineCommand({
   name: 'repos',
-  summary: 'create or list repositories',
+  summary: 'create or list repositories; set their bandwidth ceilings',
   description: `Repository names match ^[a-z0-9][a-z0-9._-]{0,63}$.
+ceiling sets the repository's download and upload ceilings in bytes/s (0 = none, else 65536 to 2^40;
+in the shared profile each gateway enforces floor(download / SLOTS)) and its bound on concurrent
+transfers per gateway (0 = none; beyond it 429 busy). An option left out keeps its value. Gateways
+apply a change within 2 seconds (docs/bandwidth-and-admission.md, "Group and repository ceilings").
 ${DATABASE_NOTE}`,
   forms: [
     form({
@@ -261,6 +307,87 @@ ${DATABASE_NOTE}`,
       options: PAGE_OPTIONS,
       run: (input, env) =>
         withStore(env, async (s) => printed('repositories')(await s.listRepositories(pageInput(input)))),
+    }),
+    form({
+      name: 'ceiling',
+      args: '<name>',
+      options: {
+        ...CEILING_OPTIONS,
+        'max-transfers': { type: 'string', value: 'N', description: 'concurrent transfers per gateway (0 = no bound)' },
+      },
+      run: (input, env) =>
+        withStore(
+          env,
+          (s) =>
+            s.setRepositoryCeilings(input.positionals[0]!, {
+              ...ceilingOptions(input),
+              ...optionalCount(input.string('max-transfers'), 'max-transfers', 'maxTransfers'),
+            }),
+          (r) => ({ action: 'repository.ceiling', target: { repository: input.positionals[0] }, details: { ...r } }),
+        ),
+    }),
+  ],
+});
+
+export const groupsCommand: Command = defineCommand({
+  name: 'groups',
+  summary: 'groups of principals and their bandwidth ceilings',
+  description: `A group gathers principals under shared download and upload ceilings in bytes/s (0 = none, else
+65536 to 2^40; in the shared profile each gateway enforces floor(download / SLOTS)). A principal may be
+in several groups; a transfer is paced by every bucket it belongs to. set creates a group or changes
+its ceilings (an option left out keeps its value). Gateways apply a change within 2 seconds
+(docs/bandwidth-and-admission.md, "Group and repository ceilings"). list prints every group with its
+members, { "groups": [...] }.
+The database is ARKVORY_DATABASE_URL, or the embedded one of a running \`npm start\` on the same
+ARKVORY_DATA_DIR. Output is JSON on stdout.`,
+  forms: [
+    form({
+      name: 'set',
+      args: '<group>',
+      options: CEILING_OPTIONS,
+      run: (input, env) =>
+        withStore(
+          env,
+          (s) => s.setGroup(input.positionals[0]!, ceilingOptions(input)),
+          (g) => ({ action: 'group.set', target: { group: input.positionals[0] }, details: { ...g } }),
+        ),
+    }),
+    form({
+      name: 'add',
+      args: '<group> <principal>',
+      run: ({ positionals }, env) =>
+        withStore(
+          env,
+          (s) => s.addGroupMember(positionals[0]!, positionals[1]!),
+          () => ({ action: 'group.add_member', target: { group: positionals[0], principal: positionals[1] } }),
+        ),
+    }),
+    form({
+      name: 'remove',
+      args: '<group> <principal>',
+      run: ({ positionals }, env) =>
+        withStore(
+          env,
+          (s) => s.removeGroupMember(positionals[0]!, positionals[1]!),
+          () => ({ action: 'group.remove_member', target: { group: positionals[0], principal: positionals[1] } }),
+        ),
+    }),
+    form({
+      name: 'delete',
+      args: '<group>',
+      run: ({ positionals }, env) =>
+        withStore(
+          env,
+          async (s) => {
+            await s.deleteGroup(positionals[0]!);
+            return { deleted: positionals[0] };
+          },
+          () => ({ action: 'group.delete', target: { group: positionals[0] } }),
+        ),
+    }),
+    form({
+      name: 'list',
+      run: (_input, env) => withStore(env, async (s) => ({ groups: await s.listGroups() })),
     }),
   ],
 });

@@ -1,6 +1,6 @@
 import { auditCommand } from './audit-command.ts';
 import { statsCommand } from './stats-command.ts';
-import { grantsCommand, keysCommand, principalsCommand, reposCommand } from './auth-commands.ts';
+import { grantsCommand, groupsCommand, keysCommand, principalsCommand, reposCommand } from './auth-commands.ts';
 import { backupCommand, restoreCommand } from './backup-commands.ts';
 import type { Command } from './command.ts';
 import { dbCommand } from './db-command.ts';
@@ -25,6 +25,7 @@ export const COMMANDS: readonly Command[] = [
   principalsCommand,
   keysCommand,
   reposCommand,
+  groupsCommand,
   grantsCommand,
   policyCommand,
   ratelimitCommand,

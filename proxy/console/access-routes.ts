@@ -31,6 +31,7 @@ export function accessRoutes(services: Services): Route[] {
     }),
     mirror('POST', '/principals'),
     mirror('POST', '/principals/:principal/keys'),
+    mirror('PUT', '/principals/:principal/bandwidth-weight'),
     mirror('POST', '/keys/:keyId/revoke'),
     mirror('PUT', '/grants/:principal/:repository'),
   ];

@@ -128,11 +128,14 @@ function send(
   try {
     if (blob.sizeBytes !== entry.sizeBytes)
       throw new Error(`blob ${entry.sha256} has ${blob.sizeBytes} bytes, the catalog says ${entry.sizeBytes}`);
+    // The meter before the head: it may refuse (429 busy: a repository's transfer bound, a full
+    // principal table), which must still be answerable.
+    const meter = ctx.req.method === 'HEAD' ? undefined : deps.meters?.download?.(ctx);
     ctx.res.writeHead(plan.status, plan.headers);
     if (ctx.req.method === 'HEAD') {
       ctx.res.end();
       sent = DONE;
-    } else sent = sendSegments(ctx.res, blob, plan.segments, deps.meters?.download?.(ctx), ctx);
+    } else sent = sendSegments(ctx.res, blob, plan.segments, meter, ctx);
   } catch (err) {
     sent = Promise.reject(err);
   }

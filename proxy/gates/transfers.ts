@@ -1,11 +1,16 @@
 import { AdmissionQueue, type Release, type TransferKind } from '../../policy/admission/index.ts';
-import { createBandwidthGovernors, type BandwidthGovernors, type ByteMeter } from '../../policy/bandwidth/index.ts';
+import {
+  type Ceiling,
+  createBandwidthGovernors,
+  type BandwidthGovernors,
+  type ByteMeter,
+} from '../../policy/bandwidth/index.ts';
 import { PolicyError } from '../../policy/errors.ts';
 import type { Coordinator } from '../../policy/lease/coordinator.ts';
 import { localDownloadCeilings } from '../../policy/lease/shares.ts';
 import type { Config } from '../config/config.ts';
 import type { Clock } from '../../policy/clock.ts';
-import type { Principal } from '../../policy/auth/principal.ts';
+import type { Principal, RepositoryCeilings } from '../../policy/auth/principal.ts';
 import type { RequestContext, Route } from '../server/route-types.ts';
 import { byteCounts } from '../server/http2-messages.ts';
 import { type LiveTransferHandle, LiveTransfers } from './live-transfers.ts';
@@ -24,8 +29,28 @@ export interface Transfers {
   admit(principalId: string, kind: TransferKind, signal?: AbortSignal): Promise<Release>;
   /** `admit` when a slot is free at once: the release, or undefined (then `admit`, which waits or refuses). */
   tryAdmit(principalId: string, kind: TransferKind): Release | undefined;
-  /** A meter for one body stream of `principalId` in a direction. */
-  meter(direction: 'download' | 'upload', principalId: string): ByteMeter;
+  /**
+   * A meter for one body stream of `principalId` (bandwidth weight `weight`, default 1) in a
+   * direction, also paced by `ceilings` (its groups', its repository's).
+   */
+  meter(
+    direction: 'download' | 'upload',
+    principalId: string,
+    weight?: number,
+    ceilings?: readonly Ceiling[],
+  ): ByteMeter;
+  /**
+   * One of the `max` concurrent transfers of `repository` on this gateway: its release, or PolicyError
+   * `busy` (429, retry after 1 s) when all are taken.
+   */
+  holdRepository(repository: string, max: number): () => void;
+  /** The shared ceilings of a transfer: each of the principal's groups and its repository, in this direction. */
+  ceilingsFor(
+    direction: 'download' | 'upload',
+    principal: Principal,
+    repository: string | undefined,
+    limits: RepositoryCeilings | undefined,
+  ): Ceiling[];
   /** Aggregates for /health/ready: no principal id, key, path or file name. */
   snapshot(): Record<string, unknown>;
   close(): void;
@@ -51,6 +76,25 @@ export function downloadCeilings(config: Config): {
   );
 }
 
+/**
+ * A principal counts toward this gateway's weight sum while it has a take waiting or was granted
+ * within two renewal periods: a download between two reads is still active.
+ */
+export const WEIGHT_WINDOW_MS = 4_000;
+
+/**
+ * Shared profile: the download ceiling is the leased share, which follows the weight sums the
+ * gateways report (docs/shared-profile.md, "Weighted shares"), lowered by the local variable. The
+ * governor was built with floor(rate / SLOTS), which fixed its quantum; the share then moves the rate.
+ */
+function followLeasedShare(config: Config, coordinator: Coordinator, governors: BandwidthGovernors): void {
+  const local = config.bandwidth.downloadBytesPerSec;
+  const apply = (share: number) => governors.download.setRate(local > 0 ? Math.min(share, local) : share);
+  apply(coordinator.shareBytesPerSec);
+  coordinator.onShare(apply);
+  coordinator.reportWeightSum(() => governors.download.activeWeightSum(WEIGHT_WINDOW_MS));
+}
+
 export function createTransfers(config: Config, clock: Clock, coordinator: Coordinator): Transfers {
   const download = downloadCeilings(config);
   const isPermitted = () => coordinator.isPermitted();
@@ -70,6 +114,9 @@ export function createTransfers(config: Config, clock: Clock, coordinator: Coord
     queueLength: config.admission.queueLength,
     waitMs: config.admission.waitMs,
   });
+  if (config.shared) followLeasedShare(config, coordinator, governors);
+  /** Active transfers per repository with a bound, on this gateway. */
+  const repositoryTransfers = new Map<string, number>();
   coordinator.onFenced(() => {
     governors.download.fence();
     governors.upload.fence();
@@ -85,8 +132,38 @@ export function createTransfers(config: Config, clock: Clock, coordinator: Coord
     tryAdmit(principalId, kind) {
       return isPermitted() ? admission.tryAcquire(principalId, kind) : undefined;
     },
-    meter(direction, principalId) {
-      return governors[direction].meter(principalId);
+    meter(direction, principalId, weight, ceilings) {
+      return governors[direction].meter(principalId, weight, ceilings);
+    },
+    holdRepository(repository, max) {
+      const active = repositoryTransfers.get(repository) ?? 0;
+      if (active >= max)
+        throw new PolicyError('busy', `Repository ${repository} has ${max} transfers running here; retry shortly.`, {
+          headers: { 'retry-after': '1' },
+        });
+      repositoryTransfers.set(repository, active + 1);
+      let held = true;
+      return () => {
+        if (!held) return;
+        held = false;
+        const left = repositoryTransfers.get(repository)! - 1;
+        if (left === 0) repositoryTransfers.delete(repository);
+        else repositoryTransfers.set(repository, left);
+      };
+    },
+    ceilingsFor(direction, principal, repository, limits) {
+      // Downloads may be served by every gateway of the shared profile: each enforces its
+      // floor(rate / SLOTS) of a group's or repository's ceiling, so together they never exceed it.
+      // Uploads reach the writer only, which enforces the whole ceiling.
+      const slots = direction === 'download' && config.shared ? config.shared.slots : 1;
+      const field = direction === 'download' ? 'downloadBytesPerSec' : 'uploadBytesPerSec';
+      const ceilings: Ceiling[] = [];
+      for (const group of principal.groupCeilings ?? [])
+        if (group[field] > 0)
+          ceilings.push({ key: `group:${group.name}`, rateBytesPerSec: Math.floor(group[field] / slots) });
+      if (repository !== undefined && limits !== undefined && limits[field] > 0)
+        ceilings.push({ key: `repository:${repository}`, rateBytesPerSec: Math.floor(limits[field] / slots) });
+      return ceilings;
     },
     snapshot() {
       const a = admission.snapshot();
@@ -184,13 +261,32 @@ function runAdmitted(route: Route, ctx: RequestContext, release: Release, live: 
   });
 }
 
-/** The meters the content routes use: the request's principal in the route's direction. */
-export function contentMeters(transfers: Transfers): {
+/**
+ * The meters the content routes use: the request's principal in the route's direction, paced also by
+ * its groups' and its repository's ceilings. A repository with a bound on concurrent transfers holds
+ * one of them from the first meter of the request until its response closes (429 `busy` beyond it).
+ * The routes ask for a meter after the grant check, which has read the repository's ceilings.
+ */
+export function contentMeters(
+  transfers: Transfers,
+  repositoryCeilings: (repository: string) => RepositoryCeilings | undefined = () => undefined,
+): {
   download(ctx: RequestContext): ByteMeter | undefined;
   upload(ctx: RequestContext): ByteMeter | undefined;
 } {
-  return {
-    download: (ctx) => (ctx.principal ? transfers.meter('download', ctx.principal.id) : undefined),
-    upload: (ctx) => (ctx.principal ? transfers.meter('upload', ctx.principal.id) : undefined),
+  const holding = new WeakSet<RequestContext>();
+  const meter = (direction: 'download' | 'upload') => (ctx: RequestContext) => {
+    const principal = ctx.principal;
+    if (!principal) return undefined;
+    const repository = ctx.params.repo;
+    const limits = repository === undefined ? undefined : repositoryCeilings(repository);
+    if (repository !== undefined && limits !== undefined && limits.maxTransfers > 0 && !holding.has(ctx)) {
+      const release = transfers.holdRepository(repository, limits.maxTransfers);
+      holding.add(ctx);
+      ctx.res.once('close', release);
+    }
+    const ceilings = transfers.ceilingsFor(direction, principal, repository, limits);
+    return transfers.meter(direction, principal.id, principal.bandwidthWeight, ceilings);
   };
+  return { download: meter('download'), upload: meter('upload') };
 }

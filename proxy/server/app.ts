@@ -39,10 +39,14 @@ export async function buildApp(services: Services): Promise<{ routes: Route[]; g
   const content = await openContentModule(services, {
     readableRepositories: (id) => auth.readableRepositories(id),
     grant: (id, repo) => auth.grant(id, repo),
-    meters: contentMeters(services.transfers),
+    meters: contentMeters(services.transfers, (repo) => auth.repositoryCeilingsNow(repo)),
     links,
   });
-  const multipart = startMultipart(services, content.store, contentMeters(services.transfers));
+  const multipart = startMultipart(
+    services,
+    content.store,
+    contentMeters(services.transfers, (repo) => auth.repositoryCeilingsNow(repo)),
+  );
   const contentRoutes = [...content.routes, ...(await multipart).routes].map((route) =>
     withAdmission(route, services.transfers),
   );

@@ -340,6 +340,19 @@ describe('real responses against the document', () => {
     await call('POST', '/api/v1/admin/principals/:principal/enable', '/api/v1/admin/principals/ci/enable', {
       headers: admin,
     });
+    const WEIGHT = '/api/v1/admin/principals/:principal/bandwidth-weight';
+    await call('PUT', WEIGHT, '/api/v1/admin/principals/ci/bandwidth-weight', {
+      headers: admin,
+      body: { bandwidthWeight: 3 },
+    });
+    await call('PUT', WEIGHT, '/api/v1/admin/principals/ci/bandwidth-weight', {
+      headers: admin,
+      body: { bandwidthWeight: 0 },
+    });
+    await call('PUT', WEIGHT, '/api/v1/admin/principals/nobody/bandwidth-weight', {
+      headers: admin,
+      body: { bandwidthWeight: 2 },
+    });
     const key = await call('POST', '/api/v1/admin/principals/:principal/keys', '/api/v1/admin/principals/ci/keys', {
       headers: admin,
       body: { scopes: ['read'], description: 'contract' },
@@ -548,6 +561,12 @@ describe('real responses against the document', () => {
     await call('POST', '/console/api/keys/:keyId/revoke', '/console/api/keys/0000000000000000/revoke', {
       headers: session,
     });
+    await call(
+      'PUT',
+      '/console/api/principals/:principal/bandwidth-weight',
+      '/console/api/principals/console-ci/bandwidth-weight',
+      { headers: session, body: { bandwidthWeight: 5 } },
+    );
     await call('PUT', '/console/api/grants/:principal/:repository', '/console/api/grants/console-ci/libs', {
       headers: session,
       body: { permission: 'read' },

@@ -605,12 +605,41 @@ function renderPrincipals() {
         p.disabled ? el('span', { class: 'tag overridden', text: 'disabled' }) : null,
         el('div', { class: 'mono hint', text: p.id }),
       ),
+      el('td', {}, renderWeight(p)),
       el('td', {}, p.keys.length ? el('ul', {}, p.keys.map(renderKey)) : 'no keys'),
       el('td', { text: p.grants.map((g) => `${g.repository} (${g.permission})`).join(', ') || 'none' }),
     ),
   );
   $('principal-rows').replaceChildren(...rows);
   $('more-principals').hidden = !principalsCursor;
+}
+
+// Share of a contended bandwidth ceiling relative to the others (1..1000).
+function renderWeight(p) {
+  const form = el(
+    'form',
+    { class: 'inline', 'data-weight-for': p.name, onsubmit: (event) => setWeight(event, p.id) },
+    el('input', {
+      type: 'number',
+      name: 'bandwidthWeight',
+      min: '1',
+      max: '1000',
+      required: '',
+      value: String(p.bandwidthWeight),
+      'aria-label': `bandwidth weight of ${p.name}`,
+    }),
+    el('button', { type: 'submit', class: 'small', text: 'set' }),
+    el('span', { class: 'error', 'data-error-for': 'bandwidthWeight', role: 'alert' }),
+  );
+  return form;
+}
+
+async function setWeight(event, principalId) {
+  await submitting(event, async (f) => {
+    await api('PUT', `/console/api/principals/${encodeURIComponent(principalId)}/bandwidth-weight`, {
+      bandwidthWeight: Number(f.get('bandwidthWeight')),
+    });
+  });
 }
 
 function renderKey(k) {

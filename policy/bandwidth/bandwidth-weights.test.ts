@@ -1,0 +1,379 @@
+import { describe, expect, it } from 'vitest';
+import { ManualClock } from '../clock.ts';
+import { ManualTimers } from '../timers.ts';
+import { BandwidthGovernor, type BandwidthGovernorOptions, type ByteMeter } from './bandwidth-governor.ts';
+
+interface Grant {
+  principal: string;
+  bytes: number;
+  atMs: number;
+}
+
+function setup(
+  options: Partial<BandwidthGovernorOptions> &
+    Pick<BandwidthGovernorOptions, 'rateBytesPerSec' | 'perPrincipalBytesPerSec'>,
+) {
+  const clock = new ManualClock(1_700_000_000_000, 10_000);
+  const timers = new ManualTimers(clock);
+  const grants: Grant[] = [];
+  const governor = new BandwidthGovernor({
+    clock,
+    timers,
+    onGrant: (principal, bytes, nowMs) => grants.push({ principal, bytes, atMs: nowMs - 10_000 }),
+    ...options,
+  });
+  return { clock, timers, governor, grants };
+}
+
+/** A stream that always asks for `bytes` until `running()` turns false. */
+async function saturate(meter: ByteMeter, bytes: number, running: () => boolean): Promise<void> {
+  while (running()) await meter.take(bytes);
+}
+
+function bytesIn(grants: readonly Grant[], principal: string, fromMs: number, toMs: number): number {
+  return grants
+    .filter((g) => g.principal === principal && g.atMs >= fromMs && g.atMs < toMs)
+    .reduce((sum, g) => sum + g.bytes, 0);
+}
+
+const MIB = 1_048_576;
+const QUANTUM = 65_536;
+
+describe('BandwidthGovernor weights', () => {
+  it('three principals weighted 1:3:1 saturating the ceiling get 20/60/20 % ± 2 % over every 10 s window', async () => {
+    const { governor, timers, grants } = setup({ rateBytesPerSec: MIB, perPrincipalBytesPerSec: 0 });
+    let running = true;
+    // Two streams each: the split is per principal, not per stream.
+    const loops = (
+      [
+        ['a', 1],
+        ['b', 3],
+        ['c', 1],
+      ] as const
+    ).flatMap(([p, w]) => [0, 1].map(() => saturate(governor.meter(p, w), QUANTUM, () => running)));
+    await timers.advance(60_000);
+    running = false;
+    governor.close();
+    await Promise.allSettled(loops);
+    for (let fromMs = 0; fromMs + 10_000 <= 60_000; fromMs += 1_000) {
+      const toMs = fromMs + 10_000;
+      const of = (p: string) => bytesIn(grants, p, fromMs, toMs);
+      const total = of('a') + of('b') + of('c');
+      // The ceiling is reached: 10 s × rate, within one quantum of wake-up rounding (and the burst at 0).
+      expect(total).toBeGreaterThan(10 * MIB - 2 * QUANTUM);
+      for (const [p, share] of [
+        ['a', 0.2],
+        ['b', 0.6],
+        ['c', 0.2],
+      ] as const) {
+        expect(Math.abs(of(p) / total - share), `${p} in [${fromMs}, ${toMs})`).toBeLessThanOrEqual(0.02);
+      }
+    }
+  });
+
+  it('equal weights keep the round-robin turns: one take per principal per turn', async () => {
+    const { governor, timers, grants } = setup({ rateBytesPerSec: 102_400, perPrincipalBytesPerSec: 0 });
+    let running = true;
+    const loops = ['x', 'y', 'z'].map((p) => saturate(governor.meter(p, 7), 10_240, () => running));
+    await timers.advance(3_000);
+    running = false;
+    governor.close();
+    await Promise.allSettled(loops);
+    const order = grants.map((g) => g.principal).join('');
+    expect(order.slice(3)).toMatch(/^(xyz)+x?y?$/);
+  });
+
+  it('a principal that goes idle has its share reused by the others within one refill period', async () => {
+    const rate = MIB;
+    const { governor, timers, grants } = setup({ rateBytesPerSec: rate, perPrincipalBytesPerSec: 0 });
+    let running = true;
+    let heavyRunning = true;
+    const loops = [
+      saturate(governor.meter('a', 1), QUANTUM, () => running),
+      saturate(governor.meter('b', 3), QUANTUM, () => heavyRunning),
+      saturate(governor.meter('c', 1), QUANTUM, () => running),
+    ];
+    await timers.advance(10_000);
+    heavyRunning = false;
+    await timers.advance(10_000);
+    running = false;
+    governor.close();
+    await Promise.allSettled(loops);
+    const lastHeavy = Math.max(...grants.filter((g) => g.principal === 'b').map((g) => g.atMs));
+    const refillMs = (QUANTUM / rate) * 1000;
+    // Every refill period after b left is granted to a or c: no gap longer than one quantum's refill
+    // (plus the wake-up's rounding up to a whole millisecond).
+    const after = grants.filter((g) => g.atMs > lastHeavy).map((g) => g.atMs);
+    let previous = lastHeavy;
+    for (const at of after) {
+      expect(at - previous).toBeLessThanOrEqual(refillMs + 1);
+      previous = at;
+    }
+    // And the whole ceiling goes to the two that remain, evenly.
+    const fromMs = lastHeavy + refillMs + 1;
+    const toMs = 20_000;
+    const a = bytesIn(grants, 'a', fromMs, toMs);
+    const c = bytesIn(grants, 'c', fromMs, toMs);
+    expect(a + c).toBeGreaterThan((rate * (toMs - fromMs)) / 1000 - 2 * QUANTUM);
+    expect(Math.abs(a - c)).toBeLessThanOrEqual(QUANTUM);
+  });
+
+  it('an idle principal banks no credit: on its return it gets its weighted share, not a catch-up', async () => {
+    const { governor, timers, grants } = setup({ rateBytesPerSec: MIB, perPrincipalBytesPerSec: 0 });
+    let running = true;
+    let lateRunning = false;
+    const early = saturate(governor.meter('early', 1), QUANTUM, () => running);
+    await timers.advance(10_000);
+    lateRunning = true;
+    const late = saturate(governor.meter('late', 1), QUANTUM, () => lateRunning && running);
+    await timers.advance(4_000);
+    running = false;
+    governor.close();
+    await Promise.allSettled([early, late]);
+    const e = bytesIn(grants, 'early', 10_000, 14_000);
+    const l = bytesIn(grants, 'late', 10_000, 14_000);
+    expect(Math.abs(e - l)).toBeLessThanOrEqual(2 * QUANTUM);
+  });
+
+  it("a principal's own ceiling still caps it; the rest of the ceiling goes to the others by weight", async () => {
+    // Global 1 MiB/s, each principal at most 256 KiB/s: b (weight 6) would get 6/8 = 768 KiB/s but is
+    // held to 256 KiB/s; a and c share the remaining 768 KiB/s, capped at 256 KiB/s each as well.
+    const rate = MIB;
+    const own = 262_144;
+    const { governor, timers, grants } = setup({ rateBytesPerSec: rate, perPrincipalBytesPerSec: own });
+    const quantum = governor.quantumBytes;
+    let running = true;
+    const loops = (
+      [
+        ['a', 1],
+        ['b', 6],
+        ['c', 1],
+      ] as const
+    ).map(([p, w]) => saturate(governor.meter(p, w), quantum, () => running));
+    await timers.advance(20_000);
+    running = false;
+    governor.close();
+    await Promise.allSettled(loops);
+    for (const p of ['a', 'b', 'c']) {
+      const got = bytesIn(grants, p, 10_000, 20_000);
+      expect(got, p).toBeLessThanOrEqual(10 * own + quantum);
+      expect(got, p).toBeGreaterThan(10 * own - 2 * quantum);
+    }
+  });
+
+  it('with the global ceiling only partly used, weights change nothing: each gets its own ceiling', async () => {
+    const own = 102_400;
+    const { governor, timers, grants } = setup({ rateBytesPerSec: MIB, perPrincipalBytesPerSec: own });
+    const quantum = governor.quantumBytes;
+    let running = true;
+    const loops = [
+      saturate(governor.meter('a', 1), quantum, () => running),
+      saturate(governor.meter('b', 9), quantum, () => running),
+    ];
+    await timers.advance(10_000);
+    running = false;
+    governor.close();
+    await Promise.allSettled(loops);
+    expect(Math.abs(bytesIn(grants, 'a', 0, 10_000) - bytesIn(grants, 'b', 0, 10_000))).toBeLessThanOrEqual(quantum);
+  });
+
+  it("the principal's latest meter sets its weight", async () => {
+    const { governor, timers, grants } = setup({ rateBytesPerSec: MIB, perPrincipalBytesPerSec: 0 });
+    let running = true;
+    const a = governor.meter('a', 1);
+    const b = governor.meter('b', 1);
+    governor.meter('b', 4); // b's weight is 4 from here on, for its earlier meter too
+    const loops = [saturate(a, QUANTUM, () => running), saturate(b, QUANTUM, () => running)];
+    await timers.advance(10_000);
+    running = false;
+    governor.close();
+    await Promise.allSettled(loops);
+    const share =
+      bytesIn(grants, 'b', 1_000, 10_000) / (bytesIn(grants, 'a', 1_000, 10_000) + bytesIn(grants, 'b', 1_000, 10_000));
+    expect(Math.abs(share - 0.8)).toBeLessThanOrEqual(0.02);
+  });
+
+  it('refuses a weight that is not an integer from 1 to maxWeight, saying which', () => {
+    const { governor } = setup({ rateBytesPerSec: MIB, perPrincipalBytesPerSec: 0, maxWeight: 10 });
+    for (const bad of [0, -1, 1.5, 11, Number.NaN]) {
+      expect(() => governor.meter('p', bad)).toThrow(`weight: expected an integer from 1 to 10, got ${bad}`);
+    }
+    expect(governor.meter('p', 10).quantumBytes).toBe(QUANTUM);
+    expect(governor.meter('p', 1).quantumBytes).toBe(QUANTUM);
+    const { governor: unlimited } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 0 });
+    expect(() => unlimited.meter('p', 1001)).toThrow('weight: expected an integer from 1 to 1000, got 1001');
+    expect(unlimited.meter('p', 1000).quantumBytes).toBe(QUANTUM);
+    expect(() => setup({ rateBytesPerSec: 1, perPrincipalBytesPerSec: 0, maxWeight: 0 })).toThrow('maxWeight');
+  });
+});
+
+describe('BandwidthGovernor.setRate (a leased share that follows the weights)', () => {
+  it('paces at the new rate from the moment it is set, the bucket capped at max(burst, quantum)', async () => {
+    const { governor, timers, grants } = setup({ rateBytesPerSec: MIB, perPrincipalBytesPerSec: 0 });
+    let running = true;
+    const loop = saturate(governor.meter('p'), QUANTUM, () => running);
+    await timers.advance(5_000);
+    const lowered = 200_000; // burst 20000 < quantum 65536: the bucket holds one quantum
+    governor.setRate(lowered);
+    expect(governor.snapshot().rateBytesPerSec).toBe(lowered);
+    expect(governor.quantumBytes).toBe(QUANTUM);
+    const fromMs = 5_000;
+    for (const stepMs of [1, 100, 999, 2_000, 4_900]) {
+      await timers.advance(stepMs);
+      const elapsed = grants.filter((g) => g.atMs > fromMs).reduce((sum, g) => sum + g.bytes, 0);
+      const nowMs = grants.at(-1)!.atMs;
+      // From the change on: at most rate × t + capacity (a quantum; the old bucket was near empty).
+      expect(elapsed).toBeLessThanOrEqual((lowered * (nowMs - fromMs)) / 1000 + QUANTUM);
+    }
+    const paced = grants.filter((g) => g.atMs > 6_000 && g.atMs <= 13_000).reduce((sum, g) => sum + g.bytes, 0);
+    expect(paced).toBeGreaterThan(lowered * 7 - 2 * QUANTUM);
+    governor.setRate(2 * MIB);
+    const before = grants.length;
+    await timers.advance(1_000);
+    const raised = grants.slice(before).reduce((sum, g) => sum + g.bytes, 0);
+    expect(raised).toBeGreaterThan(2 * MIB - 2 * QUANTUM);
+    expect(raised).toBeLessThanOrEqual(2 * MIB + QUANTUM);
+    running = false;
+    governor.close();
+    await Promise.allSettled([loop]);
+  });
+
+  it('0 pauses the direction: nothing passes and nothing is earned until a rate is set again', async () => {
+    const { governor, timers, grants } = setup({ rateBytesPerSec: MIB, perPrincipalBytesPerSec: 0 });
+    let running = true;
+    const loop = saturate(governor.meter('p'), QUANTUM, () => running);
+    await timers.advance(1_000);
+    governor.setRate(0);
+    governor.setRate(0); // idempotent
+    const count = grants.length;
+    await timers.advance(5_000);
+    expect(grants.length).toBe(count);
+    expect(timers.size).toBe(0);
+    expect(governor.meter('q').tryTake(1)).toBe(false);
+    governor.setRate(MIB);
+    // The pause earned nothing: the bucket holds what it held when paused (under one quantum).
+    await timers.advance(0);
+    expect(grants.length - count).toBeLessThanOrEqual(1);
+    await timers.advance(1_000);
+    const after = grants.slice(count).reduce((sum, g) => sum + g.bytes, 0);
+    expect(after).toBeLessThanOrEqual(MIB + QUANTUM);
+    expect(after).toBeGreaterThan(MIB - 2 * QUANTUM);
+    running = false;
+    governor.close();
+    await Promise.allSettled([loop]);
+  });
+
+  it('refuses a change on a governor without a global ceiling, and a bad rate', () => {
+    const { governor } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: MIB });
+    expect(() => governor.setRate(MIB)).toThrow('setRate: this governor was built without a global ceiling');
+    const { governor: paced } = setup({ rateBytesPerSec: MIB, perPrincipalBytesPerSec: 0 });
+    expect(() => paced.setRate(-1)).toThrow('rateBytesPerSec');
+    expect(() => paced.setRate(1.5)).toThrow('rateBytesPerSec');
+  });
+
+  it('reports the weight sum of the principals active within the window', async () => {
+    const { governor, timers } = setup({ rateBytesPerSec: MIB, perPrincipalBytesPerSec: 0 });
+    expect(governor.activeWeightSum(4_000)).toBe(0);
+    await governor.meter('a', 3).take(QUANTUM);
+    await governor.meter('b', 5).take(1);
+    expect(governor.activeWeightSum(4_000)).toBe(8);
+    await timers.advance(3_000);
+    await governor.meter('b', 5).take(1);
+    await timers.advance(1_000);
+    // a's last grant is exactly 4 s old: still inside; b's is 1 s old.
+    expect(governor.activeWeightSum(4_000)).toBe(8);
+    await timers.advance(1);
+    expect(governor.activeWeightSum(4_000)).toBe(5);
+    // A waiting take counts however old the last grant: c drains the bucket, then waits.
+    const c = governor.meter('c', 7);
+    await c.take(QUANTUM);
+    const waiting = c.take(QUANTUM);
+    await timers.advance(0);
+    expect(governor.activeWeightSum(0)).toBe(7);
+    governor.close();
+    await Promise.allSettled([waiting]);
+  });
+});
+
+describe('BandwidthGovernor shared ceilings (groups, repositories)', () => {
+  const bytesOfAll = (grants: readonly Grant[], ps: readonly string[], fromMs: number, toMs: number) =>
+    ps.reduce((sum, p) => sum + bytesIn(grants, p, fromMs, toMs), 0);
+
+  it('a group ceiling holds its members together while a principal outside it runs at the rest of the ceiling', async () => {
+    const { governor, timers, grants } = setup({ rateBytesPerSec: MIB, perPrincipalBytesPerSec: 0 });
+    const group = { key: 'group:crawlers', rateBytesPerSec: 262_144 };
+    let running = true;
+    const loops = [
+      saturate(governor.meter('crawler-1', 1, [group]), 26_214, () => running),
+      saturate(governor.meter('crawler-2', 1, [group]), 26_214, () => running),
+      saturate(governor.meter('dev', 1), QUANTUM, () => running),
+    ];
+    await timers.advance(10_000);
+    running = false;
+    governor.close();
+    await Promise.allSettled(loops);
+    const crawlers = bytesOfAll(grants, ['crawler-1', 'crawler-2'], 0, 10_000);
+    // rate × t + burst for the group; the rest of the global ceiling to dev (not starved, not capped).
+    expect(crawlers).toBeLessThanOrEqual(262_144 * 10 + 26_214);
+    // Reached within 10 %: a crawler whose group bucket has refilled may still wait behind dev's
+    // reservation of the global bucket (at most one 64 KiB refill, 62.5 ms, per wait).
+    expect(crawlers).toBeGreaterThan(0.9 * 262_144 * 10);
+    expect(bytesIn(grants, 'dev', 0, 10_000)).toBeGreaterThan(MIB * 10 - crawlers - 2 * QUANTUM);
+  });
+
+  it("a meter's quantum fits its smallest ceiling's burst, and a take beyond it is refused", async () => {
+    const { governor } = setup({ rateBytesPerSec: MIB, perPrincipalBytesPerSec: 0 });
+    const meter = governor.meter('p', 1, [
+      { key: 'repo:a', rateBytesPerSec: 100_000 },
+      { key: 'group:g', rateBytesPerSec: 5 * MIB },
+    ]);
+    expect(meter.quantumBytes).toBe(10_000);
+    await expect(meter.take(10_001)).rejects.toThrow(
+      'bytes: expected an integer from 0 to the quantum 10000, got 10001',
+    );
+    expect(meter.tryTake(10_001)).toBe(false);
+    expect(meter.tryTake(10_000)).toBe(true);
+    expect(governor.meter('q').quantumBytes).toBe(QUANTUM);
+    expect(() => governor.meter('p', 1, [{ key: 'repo:a', rateBytesPerSec: 0 }])).toThrow(
+      'ceiling repo:a: expected a rate of at least 1 B/s, got 0',
+    );
+    expect(() => governor.meter('p', 1, [{ key: '', rateBytesPerSec: 5 }])).toThrow('ceiling key');
+  });
+
+  it('paces by ceilings even with both governor ceilings off, and follows a changed ceiling rate', async () => {
+    const { governor, timers, grants } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 0 });
+    let running = true;
+    const repo = (rate: number) => [{ key: 'repo:big', rateBytesPerSec: rate }];
+    const meter = governor.meter('p', 1, repo(MIB));
+    const loop = saturate(meter, QUANTUM, () => running);
+    await timers.advance(5_000);
+    expect(bytesIn(grants, 'p', 0, 5_000)).toBeLessThanOrEqual(5 * MIB + 104_857);
+    expect(bytesIn(grants, 'p', 0, 5_000)).toBeGreaterThan(5 * MIB - QUANTUM);
+    // A new meter naming the repository at a lower rate re-rates its one bucket for every stream.
+    governor.meter('other', 1, repo(2 * QUANTUM * 10));
+    await timers.advance(5_000);
+    const after = bytesIn(grants, 'p', 5_100, 10_000);
+    expect(after).toBeLessThanOrEqual(2 * QUANTUM * 10 * 4.9 + QUANTUM);
+    expect(after).toBeGreaterThan(2 * QUANTUM * 10 * 4.9 - 2 * QUANTUM);
+    running = false;
+    governor.close();
+    await Promise.allSettled([loop]);
+  });
+
+  it('a principal held back by its group never stops one in another group (no starvation across groups)', async () => {
+    const { governor, timers, grants } = setup({ rateBytesPerSec: MIB, perPrincipalBytesPerSec: 0 });
+    let running = true;
+    const slow = { key: 'group:slow', rateBytesPerSec: 65_536 };
+    const fast = { key: 'group:fast', rateBytesPerSec: 4 * MIB };
+    const loops = [
+      saturate(governor.meter('s', 5, [slow]), 6553, () => running),
+      saturate(governor.meter('f', 1, [fast]), 6553, () => running),
+    ];
+    await timers.advance(10_000);
+    running = false;
+    governor.close();
+    await Promise.allSettled(loops);
+    expect(bytesIn(grants, 's', 0, 10_000)).toBeLessThanOrEqual(655_360 + 6553);
+    expect(bytesIn(grants, 'f', 0, 10_000)).toBeGreaterThan(10 * MIB - 655_360 - 2 * 6553 - 104_857);
+  });
+});

@@ -1,0 +1,165 @@
+/**
+ * Bandwidth weights over HTTP on real gateways (issue 40): set through the CLI and the admin API,
+ * and a weighted split of the shared download budget measured at the clients while a writer and a
+ * reader each serve some of the principals, so the leased shares themselves must follow the weights.
+ */
+import http from 'node:http';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { randomContent, request } from '../../test/support/content.ts';
+import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
+import { makeTempDir, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+
+const MiB = 1024 * 1024;
+const SLOTS = 2;
+/** 4 MiB/s shared: floor(rate / 2) = 2 MiB/s nominal per gateway, quantum 64 KiB. */
+const RATE = 4 * MiB;
+const FILE_BYTES = 64 * MiB;
+const contentPath = '/api/v1/repositories/shared/artifacts/big.bin/content';
+
+let db: TestDatabase & { drop(): Promise<void> };
+let writer: GatewayProcess;
+let reader: GatewayProcess;
+let admin: { key: string };
+const accounts: Record<'a' | 'b' | 'c', { key: string; name: string }> = {} as never;
+
+function sharedEnv(role: 'api' | 'reader', slot: number): Record<string, string> {
+  return {
+    ARKVORY_DATABASE_URL: db.url,
+    ARKVORY_REDIS_URL: inject('redisUrl'),
+    ARKVORY_ROLE: role,
+    ARKVORY_GATEWAY_SLOTS: String(SLOTS),
+    ARKVORY_GATEWAY_SLOT: String(slot),
+    ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(RATE),
+  };
+}
+
+/** A download whose received bytes are sampled with their arrival time (ms since `t0`). */
+function sampledDownload(url: string, key: string, t0: number) {
+  const samples: Array<{ atMs: number; bytes: number }> = [];
+  let total = 0;
+  const req = http.get(url, { headers: bearer(key), agent: false }, (res) => {
+    res.on('data', (chunk: Buffer) => {
+      total += chunk.length;
+      samples.push({ atMs: performance.now() - t0, bytes: total });
+    });
+    res.on('error', () => {});
+  });
+  req.on('error', () => {});
+  return {
+    /** Bytes received by `atMs`. */
+    bytesBy(atMs: number): number {
+      let got = 0;
+      for (const s of samples) {
+        if (s.atMs > atMs) break;
+        got = s.bytes;
+      }
+      return got;
+    },
+    stop: () => req.destroy(),
+  };
+}
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  const dataDir = await makeTempDir();
+  await createRepository(db.pool, 'shared');
+  admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+  for (const p of ['a', 'b', 'c'] as const)
+    accounts[p] = await createServiceAccount(db.pool, { name: `weighted-${p}`, grants: { shared: 'write' } });
+  writer = await startGateway({ env: sharedEnv('api', 0), dataDir });
+  const put = await request(`${writer.url}/api/v1/repositories/shared/artifacts/big.bin`, {
+    method: 'PUT',
+    headers: { ...bearer(accounts.a.key), 'content-type': 'application/octet-stream' },
+    body: randomContent(FILE_BYTES),
+  });
+  expect(put.status).toBe(201);
+  reader = await startGateway({ env: sharedEnv('reader', 1), dataDir });
+}, 120_000);
+
+afterAll(async () => {
+  await Promise.all([writer, reader].filter(Boolean).map((g) => g.stop('SIGTERM')));
+  await db?.drop();
+});
+
+async function putWeight(principal: string, bandwidthWeight: unknown) {
+  const res = await fetch(`${writer.url}/api/v1/admin/principals/${principal}/bandwidth-weight`, {
+    method: 'PUT',
+    headers: { ...bearer(admin.key), 'content-type': 'application/json' },
+    body: JSON.stringify({ bandwidthWeight }),
+  });
+  return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+}
+
+describe('bandwidth weights', () => {
+  it('are set through the CLI and the admin API, 1..1000, and refused otherwise', async () => {
+    const env = { ARKVORY_DATABASE_URL: db.url };
+    const set = await runCli(['principals', 'weight', accounts.a.name, '1'], env);
+    expect(set.code, set.stderr).toBe(0);
+    expect(JSON.parse(set.stdout)).toMatchObject({ name: accounts.a.name, bandwidthWeight: 1 });
+    const typo = await runCli(['principals', 'weight', accounts.a.name, 'three'], env);
+    expect([typo.code, typo.stdout]).toEqual([2, '']);
+    expect(typo.stderr).toContain('"three" is not a weight (an integer from 1 to 1000)');
+    const tooBig = await runCli(['principals', 'weight', accounts.a.name, '1001'], env);
+    expect(tooBig.code).toBe(1);
+    expect(tooBig.stderr).toContain('invalid_request: bandwidthWeight must be an integer from 1 to 1000, got 1001');
+
+    const put = await putWeight(accounts.b.name, 3);
+    expect(put).toMatchObject({ status: 200, body: { name: accounts.b.name, bandwidthWeight: 3 } });
+    for (const bad of [0, 1001, 2.5, '3', null]) {
+      const refused = await putWeight(accounts.b.name, bad);
+      expect(refused.status, JSON.stringify(bad)).toBe(400);
+      expect(refused.body.code).toBe('invalid_request');
+    }
+    expect((await putWeight('nobody', 2)).status).toBe(404);
+    const { rows } = await db.pool.query<{ name: string; bandwidth_weight: number }>(
+      'SELECT name, bandwidth_weight FROM arkvory_principals WHERE name LIKE $1 ORDER BY name',
+      ['weighted-%'],
+    );
+    expect(rows.map((r) => [r.name, r.bandwidth_weight])).toEqual([
+      [accounts.a.name, 1],
+      [accounts.b.name, 3],
+      [accounts.c.name, 1],
+    ]);
+  });
+
+  it('1:3:1 over two gateways (a and b on the writer, c on the reader) splits the shared budget 20/60/20 at the clients', async () => {
+    // The weights set above reach the gateways' key caches within 2 s (auth epoch).
+    await new Promise((resolve) => setTimeout(resolve, 2_500));
+    const t0 = performance.now();
+    const downloads = {
+      a: sampledDownload(`${writer.url}${contentPath}`, accounts.a.key, t0),
+      b: sampledDownload(`${writer.url}${contentPath}`, accounts.b.key, t0),
+      c: sampledDownload(`${reader.url}${contentPath}`, accounts.c.key, t0),
+    };
+    // The shares settle within a few renewals (2 s each): the reader lowers first, then the writer
+    // takes what the reader no longer holds.
+    const fromMs = 9_000;
+    const toMs = 19_000;
+    await new Promise((resolve) => setTimeout(resolve, toMs + 200));
+    for (const d of Object.values(downloads)) d.stop();
+    const got = Object.fromEntries(
+      Object.entries(downloads).map(([p, d]) => [p, d.bytesBy(toMs) - d.bytesBy(fromMs)]),
+    ) as Record<'a' | 'b' | 'c', number>;
+    const total = got.a + got.b + got.c;
+    const seconds = (toMs - fromMs) / 1000;
+    const shares = { a: got.a / total, b: got.b / total, c: got.c / total };
+    // The budget is used, and never exceeded beyond what the two gateways' buckets and the socket
+    // buffers may hold at the window's edges (a few quanta).
+    expect(total, JSON.stringify(got)).toBeGreaterThan(0.85 * RATE * seconds);
+    expect(total, JSON.stringify(got)).toBeLessThan(RATE * seconds + 4 * MiB);
+    for (const [p, want] of [
+      ['a', 0.2],
+      ['b', 0.6],
+      ['c', 0.2],
+    ] as const) {
+      expect(Math.abs(shares[p] - want), `${p}: ${JSON.stringify(shares)}`).toBeLessThanOrEqual(0.03);
+    }
+    // And the database holds the weight sums and shares the gateways were granted.
+    const { rows } = await db.pool.query<{ slot: number; weight_sum: number; held: string }>(
+      'SELECT slot, weight_sum, held_bytes_per_second::text AS held FROM arkvory_gateway_leases ORDER BY slot',
+    );
+    expect(rows.map((r) => r.weight_sum)).toEqual([4, 1]);
+    expect(rows.map((r) => Number(r.held))).toEqual([Math.floor((RATE * 4) / 5), Math.floor(RATE / 5)]);
+  }, 60_000);
+});
