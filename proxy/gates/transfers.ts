@@ -9,6 +9,7 @@ import type { Principal } from '../../policy/auth/principal.ts';
 import type { RequestContext, Route } from '../server/route-types.ts';
 import { byteCounts } from '../server/http2-messages.ts';
 import { type LiveTransferHandle, LiveTransfers } from './live-transfers.ts';
+import { endFailed, type RequestTrace } from '../tracing/request-trace.ts';
 
 /**
  * Everything that paces and admits bodies in this process: one governor per direction (download
@@ -146,6 +147,10 @@ export function withAdmission(route: Route, transfers: Transfers): Route {
       // A free slot needs no wait, so no signal either (one is made on first use).
       const now = transfers.tryAdmit(ctx.principal.id, kind);
       if (now === undefined) return waitAndRun(route, transfers, ctx, ctx.principal, kind, live);
+      if (ctx.trace?.isRecording)
+        ctx.trace
+          .startChild('arkvory.admission', { 'arkvory.transfer.kind': kind, 'arkvory.admission.waited': false })
+          .end();
       return runAdmitted(route, ctx, now, live);
     },
   };
@@ -160,12 +165,17 @@ async function waitAndRun(
   live: LiveTransferHandle,
 ): Promise<void> {
   let release: Release;
+  const span = ctx.trace?.isRecording
+    ? ctx.trace.startChild('arkvory.admission', { 'arkvory.transfer.kind': kind, 'arkvory.admission.waited': true })
+    : undefined;
   try {
     release = await transfers.admit(principal.id, kind, ctx.signal);
   } catch (err) {
     live.end();
+    if (span) endFailed(span, err);
     throw err;
   }
+  span?.end();
   return runAdmitted(route, ctx, release, live);
 }
 
@@ -189,8 +199,32 @@ export function contentMeters(transfers: Transfers): {
   download(ctx: RequestContext): ByteMeter | undefined;
   upload(ctx: RequestContext): ByteMeter | undefined;
 } {
+  const meterOf = (ctx: RequestContext, kind: TransferKind): ByteMeter | undefined => {
+    if (!ctx.principal) return undefined;
+    const meter = transfers.meter(kind, ctx.principal.id);
+    return ctx.trace?.isRecording ? pacingRecorded(meter, ctx.trace) : meter;
+  };
   return {
-    download: (ctx) => (ctx.principal ? transfers.meter('download', ctx.principal.id) : undefined),
-    upload: (ctx) => (ctx.principal ? transfers.meter('upload', ctx.principal.id) : undefined),
+    download: (ctx) => meterOf(ctx, 'download'),
+    upload: (ctx) => meterOf(ctx, 'upload'),
+  };
+}
+
+/** The meter, adding up on the request's trace how long the governors held its body and how many bytes passed. */
+function pacingRecorded(meter: ByteMeter, trace: RequestTrace): ByteMeter {
+  return {
+    quantumBytes: meter.quantumBytes,
+    async take(bytes, signal) {
+      const startedMs = performance.now();
+      await meter.take(bytes, signal);
+      trace.pacedMs += performance.now() - startedMs;
+      trace.pacedWaits++;
+      trace.pacedBytes += bytes;
+    },
+    tryTake(bytes) {
+      const passed = meter.tryTake(bytes);
+      if (passed) trace.pacedBytes += bytes;
+      return passed;
+    },
   };
 }

@@ -23,6 +23,14 @@ import {
 import { RouteTable } from './route-table.ts';
 import { simplePathname } from './request-path.ts';
 import type { Gate, RequestContext, RequestObservation, Route } from './route-types.ts';
+import { runInTrace } from '../tracing/request-trace.ts';
+import type { Tracing } from '../tracing/tracing.ts';
+
+/** What the server needs of tracing: the tracer, and whose trace context a peer may continue. */
+export interface ServerTracing {
+  readonly tracing: Tracing;
+  readonly mayContinue: (peer: string | undefined) => boolean;
+}
 
 export interface GatewayServer {
   readonly server: http.Server;
@@ -48,11 +56,13 @@ export function createGatewayServer(options: {
   limits?: FrontDoorLimits;
   /** The certificate to serve (proxy/tls/served-tls.ts); undefined = plain HTTP. */
   tls?: ServedTls;
+  /** Tracing (proxy/tracing/): a server span per request; undefined = off. */
+  tracing?: ServerTracing;
 }): GatewayServer {
   const table = new RouteTable<Route>();
   for (const route of options.routes) table.add({ methods: route.methods, template: route.template, value: route });
   const gates = [...options.gates];
-  const { log } = options;
+  const { log, tracing } = options;
 
   const limits = options.limits ?? DEFAULT_FRONT_DOOR;
   // The per-request line is at info: below that level its fields are not even gathered.
@@ -92,6 +102,7 @@ export function createGatewayServer(options: {
       pathname = url?.pathname;
     }
     const exchange = new RequestExchange(exchangeServer, req, res, reqId, url);
+    if (tracing) exchange.trace = tracing.tracing.startServer(req, tracing.mayContinue);
     res.exchange = exchange;
     res.on('close', onResponseClose);
     if (pathname === undefined) {
@@ -136,7 +147,8 @@ export function createGatewayServer(options: {
     exchange.route = match.route.template;
     exchange.params = match.params;
     exchange.access = routeDef.access;
-    void runRoute(exchange, routeDef, gates);
+    if (exchange.trace === undefined) void runRoute(exchange, routeDef, gates);
+    else void runInTrace(exchange.trace, () => runRoute(exchange, routeDef, gates));
   });
 
   const graceful = makeGraceful(server, frontDoor);
