@@ -99,7 +99,7 @@ export async function runRouter(config: Config, log: Logger): Promise<number> {
     await monitor.runRound();
     monitor.start();
     if (config.metrics.port !== undefined)
-      metricsServer = await startRouterMetricsServer(config.metrics.port, { tally, pool, stats }, log);
+      metricsServer = await startRouterMetricsServer(config.metrics.port, { tally, pool, stats, tracing }, log);
     const address = await server.listen(config.port, config.host);
     tls?.start();
     log.info(
