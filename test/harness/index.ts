@@ -18,6 +18,13 @@ export {
 } from './gateway.ts';
 export { processEnv, startProcess, STOP_GRACE_MS, type ManagedProcess } from './managed-process.ts';
 export { ARKVORY_BIN, REPO_ROOT } from './paths.ts';
+export {
+  JAEGER_INSTALL_HINT,
+  startJaeger,
+  type JaegerServer,
+  type JaegerSpan,
+  type JaegerTrace,
+} from './jaeger.ts';
 export { pingRedis, REDIS_INSTALL_HINT, startRedisServer, type RedisServer } from './redis.ts';
 export { runProcess, type ProcessResult } from './run-process.ts';
 export { bearer, createRepository, createServiceAccount, seedWriters, type ServiceAccount } from './seed.ts';
