@@ -120,6 +120,7 @@ export async function startJaeger(): Promise<JaegerServer> {
     });
   } catch (err) {
     await server.stop('SIGKILL');
+    await rm(dir, { recursive: true, force: true });
     if (server.logs().includes('ENOENT')) throw new Error(JAEGER_INSTALL_HINT, { cause: err });
     throw err;
   }
