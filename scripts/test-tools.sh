@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the test suites need beyond npm on a Debian machine of this kind, and only what is
-# missing: Debian packages, Go tools built from the Go module proxy (toxiproxy, SeaweedFS, MinIO, syft, h2spec) and
+# missing: Debian packages, Go tools built from the Go module proxy (toxiproxy, SeaweedFS, MinIO, Jaeger, syft, h2spec) and
 # Python tools from PyPI (schemathesis). `npm test` runs it before vitest, and so does .ci/run
 # through `npm test`. It says what it installs; with everything present it only checks (well under
 # two seconds). Go and Python tools go to ${ARKVORY_TOOLS_DIR:-/root/.cache/arkvory-tools}, outside
@@ -21,6 +21,8 @@ SEAWEEDFS_VERSION=v0.0.0-20261109003541-7506e5f91cd6
 SYFT_VERSION=v1.57.1
 # h2spec: HTTP/2 conformance (proxy/server/http2.int.test.ts). Its module predates Go modules, hence +incompatible.
 H2SPEC_VERSION=v2.2.1+incompatible
+# Jaeger all-in-one: the trace backend of proxy/tracing/tracing-jaeger.int.test.ts (OTLP/HTTP in, query API out).
+JAEGER_VERSION=v1.76.0
 # Keep in step with SCHEMATHESIS_VERSION in test/contract/schemathesis.test.ts.
 SCHEMATHESIS_VERSION=4.32.5
 
@@ -89,6 +91,15 @@ go_tool_current() {
 weed_current() {
   [ -x "$TOOLS_DIR/bin/weed" ] && [ "$(cat "$TOOLS_DIR/bin/weed.version" 2>/dev/null)" = "$SEAWEEDFS_VERSION" ]
 }
+# jaeger cannot be `go install`ed either (a replace directive), so its build info says "(devel)";
+# the build stamps the version into the binary with -X instead (as Jaeger's release build does, so
+# `jaeger version` tells it), and a binary whose build info carries that flag is reused.
+JAEGER_FLAGS=-ldflags=-X=github.com/jaegertracing/jaeger/internal/version.latestVersion=$JAEGER_VERSION
+jaeger_current() {
+  local info
+  [ -x "$TOOLS_DIR/bin/jaeger" ] && info=$(go version -m "$TOOLS_DIR/bin/jaeger" 2>/dev/null) || return 1
+  grep -qE '^\s+path\s+github.com/jaegertracing/jaeger/cmd/jaeger$' <<<"$info" && grep -qF -- "${JAEGER_FLAGS#-ldflags=}" <<<"$info"
+}
 # A venv of its own under $TOOLS_DIR (nothing installed into the system Python), its command linked
 # into $TOOLS_DIR/bin; complete once the .installed marker is there (written last).
 py_tool_current() {
@@ -104,6 +115,7 @@ go_tool_current toxiproxy-server "$TOXIPROXY_VERSION" "$TOXIPROXY_FLAGS" || tool
 # S3 servers for the S3 store's tests, at pinned versions.
 weed_current || tools_missing+=(seaweedfs)
 go_tool_current minio "$MINIO_VERSION" || tools_missing+=(minio)
+jaeger_current || tools_missing+=(jaeger)
 # syft: the image's SBOM (deploy/container/build.sh).
 go_tool_current syft "$SYFT_VERSION" || tools_missing+=(syft)
 # h2spec: the HTTP/2 conformance suite run against the TLS listener.
@@ -207,6 +219,13 @@ for tool in "${tools_missing[@]}"; do
       go mod download "github.com/seaweedfs/seaweedfs@$SEAWEEDFS_VERSION" || exit 1
       (cd "$(go env GOMODCACHE)/github.com/seaweedfs/seaweedfs@$SEAWEEDFS_VERSION" && go build -o "$TOOLS_DIR/bin/weed" ./weed) || exit 1
       echo "$SEAWEEDFS_VERSION" >"$TOOLS_DIR/bin/weed.version"
+      ;;
+    jaeger)
+      echo "test tools: building Jaeger $JAEGER_VERSION into $TOOLS_DIR/bin (several minutes)"
+      go mod download "github.com/jaegertracing/jaeger@$JAEGER_VERSION" || exit 1
+      (cd "$(go env GOMODCACHE)/github.com/jaegertracing/jaeger@$JAEGER_VERSION" &&
+        go build "$JAEGER_FLAGS" -o "$TOOLS_DIR/bin/.jaeger.tmp" ./cmd/jaeger) &&
+        mv "$TOOLS_DIR/bin/.jaeger.tmp" "$TOOLS_DIR/bin/jaeger" || { rm -f "$TOOLS_DIR/bin/.jaeger.tmp"; exit 1; }
       ;;
     minio)
       go_install minio github.com/minio/minio "$MINIO_VERSION" || exit 1

@@ -12,6 +12,7 @@ export interface Derived {
   routerBackends: string[] | undefined;
   bypassPublishers: string[];
   tls: Config['tls'];
+  tracing: Config['tracing'];
   secretSources: Readonly<Record<string, SecretSource>>;
 }
 
@@ -132,6 +133,7 @@ export function buildConfig(v: VariableValues, derived: Derived, cwd: string): C
       s3,
     },
     tls: derived.tls,
+    tracing: derived.tracing,
     outboundCaFile:
       v.optStr('ARKVORY_TLS_CA_FILE') === undefined ? undefined : path.resolve(cwd, v.str('ARKVORY_TLS_CA_FILE')),
     refusePlainHttpCredentials: v.values.get('ARKVORY_REFUSE_PLAIN_HTTP_CREDENTIALS') as boolean,

@@ -279,17 +279,71 @@ describe('loadConfig', () => {
     ]);
   });
 
+  it('tracing: off unless an OTLP endpoint is set; OTEL_SDK_DISABLED and OTEL_TRACES_EXPORTER=none turn it off', () => {
+    expect(loadConfig({}).tracing).toBeUndefined();
+    const on = loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318/' }).tracing;
+    expect(on).toMatchObject({
+      url: 'http://collector:4318/v1/traces',
+      sampler: 'parentbased_always_on',
+      samplerRatio: 1,
+      maxQueueSize: 2048,
+      maxExportBatchSize: 512,
+      contextFrom: 'any',
+      recordPrincipal: false,
+      serviceName: 'arkvory',
+    });
+    const endpoint = { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' };
+    expect(loadConfig({ ...endpoint, OTEL_SDK_DISABLED: 'true' }).tracing).toBeUndefined();
+    expect(loadConfig({ ...endpoint, OTEL_TRACES_EXPORTER: 'none' }).tracing).toBeUndefined();
+    expect(
+      loadConfig({ ...endpoint, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'https://c.example/otlp/traces' }).tracing?.url,
+    ).toBe('https://c.example/otlp/traces');
+    const ratio = loadConfig({
+      ...endpoint,
+      OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
+      OTEL_TRACES_SAMPLER_ARG: '0.01',
+      OTEL_EXPORTER_OTLP_HEADERS: 'authorization=Bearer%20abc,x-tenant=a',
+      OTEL_RESOURCE_ATTRIBUTES: 'deployment.environment.name=prod',
+    }).tracing;
+    expect(ratio?.samplerRatio).toBe(0.01);
+    expect(ratio?.headers).toEqual({ authorization: 'Bearer abc', 'x-tenant': 'a' });
+    expect(ratio?.resourceAttributes).toEqual({ 'deployment.environment.name': 'prod' });
+  });
+
+  it('tracing: refuses a bad ratio, a batch above the queue, an unsupported protocol and malformed headers (never echoing them)', () => {
+    let caught: unknown;
+    try {
+      loadConfig({
+        OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318',
+        OTEL_TRACES_SAMPLER_ARG: '1.5',
+        OTEL_BSP_MAX_QUEUE_SIZE: '10',
+        OTEL_BSP_MAX_EXPORT_BATCH_SIZE: '20',
+        OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc',
+        OTEL_EXPORTER_OTLP_HEADERS: 'token-without-a-name-s3cret',
+      });
+    } catch (err) {
+      caught = err;
+    }
+    expect(caught).toBeInstanceOf(ConfigError);
+    const problems = (caught as ConfigError).problems;
+    expect(problems.some((p) => p.startsWith('OTEL_TRACES_SAMPLER_ARG:'))).toBe(true);
+    expect(problems.some((p) => p.startsWith('OTEL_BSP_MAX_EXPORT_BATCH_SIZE:'))).toBe(true);
+    expect(problems.some((p) => p.startsWith('OTEL_EXPORTER_OTLP_PROTOCOL:'))).toBe(true);
+    expect(problems.some((p) => p.startsWith('OTEL_EXPORTER_OTLP_HEADERS:'))).toBe(true);
+    expect(problems.join('\n')).not.toContain('s3cret');
+  });
+
   it('returns a deep-frozen object', () => {
     const config = loadConfig({});
     expect(Object.isFrozen(config)).toBe(true);
     expect(Object.isFrozen(config.bandwidth)).toBe(true);
   });
 
-  it('declares every variable once, with the ARKVORY_ prefix and a doc line', () => {
+  it('declares every variable once, with the ARKVORY_ prefix (or OTEL_, the OpenTelemetry names) and a doc line', () => {
     const names = VARIABLES.map((v) => v.name);
     expect(new Set(names).size).toBe(names.length);
     for (const v of VARIABLES) {
-      expect(v.name).toMatch(/^ARKVORY_[A-Z0-9_]+$/);
+      expect(v.name).toMatch(/^(ARKVORY|OTEL)_[A-Z0-9_]+$/);
       expect(v.doc.length).toBeGreaterThan(10);
     }
   });

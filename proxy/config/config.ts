@@ -14,10 +14,11 @@ import {
   checkSharedProfile,
 } from './cross-checks.ts';
 import { checkTls } from './tls-checks.ts';
+import { checkTracing } from './tracing-config.ts';
 import type { Config } from './types.ts';
 import { VariableValues } from './variable-values.ts';
 
-export type { Config, LogLevel, Role, S3Config } from './types.ts';
+export type { Config, LogLevel, Role, S3Config, TracingConfig } from './types.ts';
 export { describeAllowed } from './variable-values.ts';
 export { VARIABLES, type VariableKind, type VariableSpec } from './variables.ts';
 
@@ -59,11 +60,12 @@ export function loadConfig(
     if (v.optStr(password) !== undefined && v.optStr(url) === undefined && !v.anyFailed(url))
       v.problems.push(`${password}: only used with ${url} (the password of the server it names)`);
   const tls = checkTls(v, cwd);
+  const tracing = checkTracing(v);
   if (v.problems.length === 0) checkIdleTimeouts(v);
   // Belt and braces: whatever a helper echoed, no problem line carries a URL's user info.
   if (v.problems.length > 0) throw new ConfigError(v.problems.map(redactUserinfo));
   return deepFreeze(
-    buildConfig(v, { shared, ...endpoints, bypassPublishers, tls, secretSources: secrets.sources }, cwd),
+    buildConfig(v, { shared, ...endpoints, bypassPublishers, tls, tracing, secretSources: secrets.sources }, cwd),
   );
 }
 

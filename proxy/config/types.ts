@@ -133,6 +133,8 @@ export interface Config {
         readonly clientCert: 'off' | 'optional' | 'require';
       }
     | undefined;
+  /** OpenTelemetry tracing (OTEL_* variables, docs/tracing.md); undefined = off. */
+  readonly tracing: TracingConfig | undefined;
   /** Extra CAs trusted for every outgoing TLS connection (ARKVORY_TLS_CA_FILE). */
   readonly outboundCaFile: string | undefined;
   /** A gateway refuses credentials over plain HTTP from non-loopback peers (403 `tls_required`). */
@@ -143,6 +145,33 @@ export interface Config {
     readonly downloadBytesPerSec: number;
     readonly downloadBytesPerSecPerPrincipal: number;
   } | null;
+}
+
+/** Where spans go and which are kept (docs/tracing.md). */
+export interface TracingConfig {
+  /** The OTLP/HTTP URL spans are posted to. */
+  readonly url: string;
+  /** Sent with every export (a collector token): a secret, never logged. */
+  readonly headers: Readonly<Record<string, string>>;
+  readonly exportTimeoutMs: number;
+  readonly serviceName: string;
+  readonly resourceAttributes: Readonly<Record<string, string>>;
+  readonly sampler:
+    | 'always_on'
+    | 'always_off'
+    | 'traceidratio'
+    | 'parentbased_always_on'
+    | 'parentbased_always_off'
+    | 'parentbased_traceidratio';
+  readonly samplerRatio: number;
+  readonly scheduleDelayMs: number;
+  readonly batchTimeoutMs: number;
+  readonly maxQueueSize: number;
+  readonly maxExportBatchSize: number;
+  /** Whose `traceparent` a request may continue. */
+  readonly contextFrom: 'any' | 'trusted-proxies' | 'none';
+  /** `enduser.id` on server spans. */
+  readonly recordPrincipal: boolean;
 }
 
 /** The S3 store's location and credentials (from the standard AWS_* variables; never logged). */

@@ -1,5 +1,5 @@
 /**
- * Every ARKVORY_* variable, declared once. `loadConfig` validates against this table, the README
+ * Every ARKVORY_* variable (and the OTEL_* ones tracing takes), declared once. `loadConfig` validates against this table, the README
  * variable table is checked against it (test/contract), and so are the names used in `deploy/`.
  */
 export type VariableKind =
@@ -23,6 +23,7 @@ export interface VariableSpec {
 }
 
 import { TLS_VARIABLES } from './tls-variables.ts';
+import { TRACING_VARIABLES } from './tracing-variables.ts';
 import { SECRET_FILE_VARIABLES } from './secret-files.ts';
 
 export const TiB = 2 ** 40;
@@ -496,6 +497,7 @@ export const VARIABLES: readonly VariableSpec[] = [
     doc: 'Slices a read of several slices fetches ahead from the store, in parallel, on a miss.',
   },
   ...TLS_VARIABLES,
+  ...TRACING_VARIABLES,
   ...SECRET_FILE_VARIABLES.map(
     ({ file, fills, what, rotates }): VariableSpec => ({
       name: file,

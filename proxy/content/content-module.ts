@@ -24,6 +24,7 @@ import { registerStoreHealthMetrics } from '../metrics/store-health-metrics.ts';
 import { StoreHealth, storeHealthBody, storeHealthOptions } from '../store-health/store-health.ts';
 import { createStoreMonitor } from '../store-health/store-monitor.ts';
 import { trackStoreHealth } from '../store-health/tracked-store.ts';
+import { traceStore } from '../tracing/traced-store.ts';
 
 export interface ContentModuleDeps {
   readableRepositories(principalId: string): Promise<string[]>;
@@ -58,7 +59,8 @@ export async function openContentModule(
   monitor.start();
   services.onClose.push(() => monitor.stop());
   services.status.push(() => ({ store: storeHealthBody(health.snapshot()) }));
-  const store = await caches.store(trackStoreHealth(opened, health));
+  const tracked = trackStoreHealth(opened, health);
+  const store = await caches.store(services.tracing ? traceStore(tracked, services.tracing.tracer) : tracked);
   services.onClose.push(() => store.close());
   if (services.metrics) {
     registerStoreHealthMetrics(services.metrics.registry, health);

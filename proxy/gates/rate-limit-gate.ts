@@ -70,6 +70,12 @@ export function createRateLimitGate(deps: {
   const { request, transferBytes, clock } = deps;
   const trusted = deps.trusted ?? NO_TRUSTED_PROXIES;
   const counted = (ctx: RequestContext, identifier: Identifier, result: RateLimitResult): undefined | Promise<void> => {
+    // The rule that decided, on the request's rate-limit span (proxy/tracing/traced-gate.ts).
+    ctx.trace?.gateSpan?.setAttributes({
+      'arkvory.rate_limit.limiter': request.name,
+      'arkvory.rate_limit.rule': result.rule?.name ?? '',
+      'arkvory.rate_limit.action': result.action,
+    });
     if (result.action === 'block') throw blocked(result, clock.wallMs());
     if (result.exceeded)
       ctx.log.info(

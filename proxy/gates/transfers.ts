@@ -14,6 +14,7 @@ import type { Principal, RepositoryCeilings } from '../../policy/auth/principal.
 import type { RequestContext, Route } from '../server/route-types.ts';
 import { byteCounts } from '../server/http2-messages.ts';
 import { type LiveTransferHandle, LiveTransfers } from './live-transfers.ts';
+import { endFailed, type RequestTrace } from '../tracing/request-trace.ts';
 
 /**
  * Everything that paces and admits bodies in this process: one governor per direction (download
@@ -223,6 +224,10 @@ export function withAdmission(route: Route, transfers: Transfers): Route {
       // A free slot needs no wait, so no signal either (one is made on first use).
       const now = transfers.tryAdmit(ctx.principal.id, kind);
       if (now === undefined) return waitAndRun(route, transfers, ctx, ctx.principal, kind, live);
+      if (ctx.trace?.isRecording)
+        ctx.trace
+          .startChild('arkvory.admission', { 'arkvory.transfer.kind': kind, 'arkvory.admission.waited': false })
+          .end();
       return runAdmitted(route, ctx, now, live);
     },
   };
@@ -237,12 +242,17 @@ async function waitAndRun(
   live: LiveTransferHandle,
 ): Promise<void> {
   let release: Release;
+  const span = ctx.trace?.isRecording
+    ? ctx.trace.startChild('arkvory.admission', { 'arkvory.transfer.kind': kind, 'arkvory.admission.waited': true })
+    : undefined;
   try {
     release = await transfers.admit(principal.id, kind, ctx.signal);
   } catch (err) {
     live.end();
+    if (span) endFailed(span, err);
     throw err;
   }
+  span?.end();
   return runAdmitted(route, ctx, release, live);
 }
 
@@ -286,7 +296,27 @@ export function contentMeters(
       ctx.res.once('close', release);
     }
     const ceilings = transfers.ceilingsFor(direction, principal, repository, limits);
-    return transfers.meter(direction, principal.id, principal.bandwidthWeight, ceilings);
+    const paced = transfers.meter(direction, principal.id, principal.bandwidthWeight, ceilings);
+    return ctx.trace?.isRecording ? pacingRecorded(paced, ctx.trace) : paced;
   };
   return { download: meter('download'), upload: meter('upload') };
+}
+
+/** The meter, adding up on the request's trace how long the governors held its body and how many bytes passed. */
+function pacingRecorded(meter: ByteMeter, trace: RequestTrace): ByteMeter {
+  return {
+    quantumBytes: meter.quantumBytes,
+    async take(bytes, signal) {
+      const startedMs = performance.now();
+      await meter.take(bytes, signal);
+      trace.pacedMs += performance.now() - startedMs;
+      trace.pacedWaits++;
+      trace.pacedBytes += bytes;
+    },
+    tryTake(bytes) {
+      const passed = meter.tryTake(bytes);
+      if (passed) trace.pacedBytes += bytes;
+      return passed;
+    },
+  };
 }

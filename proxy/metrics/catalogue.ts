@@ -335,6 +335,24 @@ export const GATEWAY_METRICS = [
   },
   { name: RULES_SERVICE_METRIC, type: 'counter', labels: ['limiter', 'result'], help: RULES_SERVICE_HELP },
   {
+    name: 'arkvory_trace_spans_exported_total',
+    type: 'counter',
+    labels: [],
+    help: 'Spans the collector accepted (tracing on, docs/tracing.md); zero with tracing off.',
+  },
+  {
+    name: 'arkvory_trace_spans_dropped_total',
+    type: 'counter',
+    labels: ['reason'],
+    help: 'Spans lost instead of slowing a request, by reason: queue_full (OTEL_BSP_MAX_QUEUE_SIZE spans were already waiting or being sent) or export_failed (the collector refused, was unreachable or did not answer within OTEL_EXPORTER_OTLP_TIMEOUT).',
+  },
+  {
+    name: 'arkvory_trace_spans_pending',
+    type: 'gauge',
+    labels: [],
+    help: 'Finished spans waiting for export or being sent now (at most OTEL_BSP_MAX_QUEUE_SIZE).',
+  },
+  {
     name: 'arkvory_database_login_privileged',
     type: 'gauge',
     labels: ['reason'],

@@ -52,7 +52,14 @@ export interface ProxyHandlerOptions {
 
 export interface ProxyHandler {
   /** `log` gives the request's logger (made on first use: most requests log nothing through it). */
-  handle(req: IncomingMessage, res: ServerResponse, reqId: string, log: () => Logger): RequestOutcome;
+  /** `traceHeaders`: the router's own `traceparent`/`tracestate` (tracing on), replacing the client's. */
+  handle(
+    req: IncomingMessage,
+    res: ServerResponse,
+    reqId: string,
+    log: () => Logger,
+    traceHeaders?: readonly string[],
+  ): RequestOutcome;
   close(): void;
 }
 
@@ -264,7 +271,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
   };
 
   return {
-    handle(req, res, reqId, log) {
+    handle(req, res, reqId, log, traceHeaders) {
       const { headers, socket } = req;
       const expectsContinue = typeof headers.expect === 'string' && headers.expect.toLowerCase() === '100-continue';
       const list = buildUpstreamHeaders(
@@ -280,6 +287,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       );
       // Expect is hop-by-hop (stripped above): ask the gateway again, whose checks decide.
       if (expectsContinue) list.push('expect', '100-continue');
+      if (traceHeaders) replaceTraceContext(list, traceHeaders);
       const hasBody = announcesBody(req);
       const host = headers.host;
       // The id goes back with every answer; for a request with a body set now, so that an answer
@@ -296,4 +304,13 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       for (const target of targets.values()) void target.dispatcher.destroy().catch(() => {});
     },
   };
+}
+
+/** The client's trace context out of `list`, the router's span's in: the gateway continues the router's span. */
+function replaceTraceContext(list: string[], traceHeaders: readonly string[]): void {
+  for (let i = list.length - 2; i >= 0; i -= 2) {
+    const name = list[i]!.toLowerCase();
+    if (name === 'traceparent' || name === 'tracestate') list.splice(i, 2);
+  }
+  list.push(...traceHeaders);
 }

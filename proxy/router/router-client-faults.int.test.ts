@@ -15,6 +15,12 @@ import { FAULT_LOG_LINES_PER_INTERVAL } from './client-faults.ts';
 import { CLIENT_FAULT_KINDS } from './forwardable.ts';
 import { freeLoopbackPort } from '../../test/harness/index.ts';
 
+const TRACE_SPAN_METRICS = [
+  'arkvory_trace_spans_exported_total',
+  'arkvory_trace_spans_dropped_total',
+  'arkvory_trace_spans_pending',
+];
+
 let upstream: http.Server;
 let upstreamUrl: string;
 let proxied = 0;
@@ -154,5 +160,11 @@ describe('router: requests it cannot forward', () => {
       expect(text).toContain(`# TYPE ${spec.name} ${spec.type}`);
     }
     for (const kind of CLIENT_FAULT_KINDS) expect(doc).toContain(`\`${kind}\``);
+    // The span export counts too, zero with tracing off (the gateway table documents them).
+    for (const name of TRACE_SPAN_METRICS) {
+      expect(doc).toContain(`\`${name}\``);
+      expect(text).toContain(`# TYPE ${name} ${name.endsWith('_total') ? 'counter' : 'gauge'}`);
+    }
+    expect(text).toMatch(/^arkvory_trace_spans_dropped_total\{reason="export_failed"\} 0$/m);
   });
 });

@@ -6,6 +6,7 @@
  */
 import type { Logger } from 'pino';
 import type { MetricsServer } from '../metrics/metrics-endpoint.ts';
+import type { TracingStatus } from '../metrics/tracing-metrics.ts';
 import type { BackendPool } from './backend-pool.ts';
 import { CLIENT_FAULT_KINDS, type ClientFaultKind } from './forwardable.ts';
 import { RETRY_REASONS, type RouterStats } from './router-stats.ts';
@@ -39,18 +40,26 @@ export function gatewayStates(
   return counts;
 }
 
-/** The loopback `/metrics` server of a router: its counts read at scrape time, plus process metrics. */
+/**
+ * The loopback `/metrics` server of a router: its counts read at scrape time, the span export counts
+ * (`arkvory_trace_spans_*`, as on a gateway; zero with tracing off), plus process metrics.
+ */
 export async function startRouterMetricsServer(
   port: number,
-  sources: { tally: RouterTally; pool: BackendPool; stats: RouterStats },
+  sources: { tally: RouterTally; pool: BackendPool; stats: RouterStats; tracing: TracingStatus | undefined },
   log: Logger,
 ): Promise<MetricsServer> {
-  const [{ Counter, Gauge, Registry, collectDefaultMetrics }, { ROUTER_METRICS }, { startMetricsServer }] =
-    await Promise.all([
-      import('prom-client'),
-      import('../metrics/catalogue.ts'),
-      import('../metrics/metrics-endpoint.ts'),
-    ]);
+  const [
+    { Counter, Gauge, Registry, collectDefaultMetrics },
+    { ROUTER_METRICS },
+    { startMetricsServer },
+    { registerTracingMetrics },
+  ] = await Promise.all([
+    import('prom-client'),
+    import('../metrics/catalogue.ts'),
+    import('../metrics/metrics-endpoint.ts'),
+    import('../metrics/tracing-metrics.ts'),
+  ]);
   const specOf = (name: (typeof ROUTER_METRICS)[number]['name']) => ROUTER_METRICS.find((m) => m.name === name)!;
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
@@ -98,6 +107,7 @@ export async function startRouterMetricsServer(
       for (const [state, count] of Object.entries(gatewayStates(pool.snapshot()))) this.set({ state }, count);
     },
   });
+  registerTracingMetrics(registry, sources.tracing);
   return startMetricsServer(
     { render: async () => ({ contentType: registry.contentType, body: await registry.metrics() }) },
     port,

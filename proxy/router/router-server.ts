@@ -25,6 +25,7 @@ import type { ClientFaults } from './client-faults.ts';
 import { findClientFault } from './forwardable.ts';
 import { asHttp1Head } from './http2-head.ts';
 import type { ProxyHandler } from './proxy-handler.ts';
+import type { ServerTracing } from '../server/http-server.ts';
 
 const REQUEST_ID = /^[A-Za-z0-9._-]{1,64}$/;
 /** The outcome of a request answered here (health), never proxied. */
@@ -48,6 +49,8 @@ export function createRouterServer(options: {
   limits?: FrontDoorLimits;
   /** The certificate to serve; undefined = plain HTTP. */
   tls?: ServedTls;
+  /** A server span per forwarded request, its context sent on to the gateway; undefined = off. */
+  tracing?: ServerTracing;
 }): RouterServer {
   const { pool, handler, log, faults } = options;
   const limits = options.limits ?? DEFAULT_FRONT_DOOR;
@@ -71,6 +74,7 @@ export function createRouterServer(options: {
     const query = url.indexOf('?');
     const path = query === -1 ? url : url.slice(0, query);
     let outcome: { kind: string; backend: string | undefined; attempts: number } = LOCAL;
+    let traceId: string | undefined;
     // Below info the request line is not written: no listener, no clock reading.
     const started = logRequests ? performance.now() : 0;
     if (logRequests)
@@ -78,6 +82,7 @@ export function createRouterServer(options: {
         log.info(
           {
             reqId,
+            traceId,
             method: req.method,
             kind: outcome.kind,
             backend: outcome.backend,
@@ -115,7 +120,37 @@ export function createRouterServer(options: {
     }
     // The request's child logger is made only when something is logged through it (a retry, a failure).
     let reqLog: Logger | undefined;
-    outcome = handler.handle(req, res, reqId, () => (reqLog ??= log.child({ reqId })));
+    const tracing = options.tracing;
+    if (tracing === undefined) {
+      outcome = handler.handle(req, res, reqId, () => (reqLog ??= log.child({ reqId })));
+      return;
+    }
+    const traced = tracing.tracing.startServer(req, tracing.mayContinue);
+    traceId = traced.traceId;
+    const routed = handler.handle(
+      req,
+      res,
+      reqId,
+      () => (reqLog ??= log.child({ reqId, traceId: traced.traceId })),
+      traced.isRecording ? tracing.tracing.headersOf(traced) : undefined,
+    );
+    outcome = routed;
+    res.once('close', () => {
+      traced.span.setAttributes({
+        'arkvory.router.kind': routed.kind,
+        'arkvory.router.attempts': routed.attempts,
+        ...(routed.backend ? { 'arkvory.router.backend': routed.backend } : {}),
+      });
+      traced.finish({
+        method: req.method ?? 'GET',
+        route: undefined,
+        status: res.statusCode,
+        bytesIn: 0,
+        bytesOut: 0,
+        completed: res.writableFinished,
+        principalId: undefined,
+      });
+    });
   });
   // The front door answers a head the parser refused; the router also counts it (HPE_*) as a client
   // fault like the ones found above. Resets and timeouts are not faults.

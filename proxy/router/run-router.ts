@@ -16,6 +16,8 @@ import { createTrustedProxies } from './forwarded.ts';
 import { createHealthMonitor } from './health-monitor.ts';
 import { createProxyHandler } from './proxy-handler.ts';
 import { createRouterServer } from './router-server.ts';
+import type { Tracing } from '../tracing/tracing.ts';
+import { traceContextFrom } from '../tracing/trace-context-from.ts';
 import { createClientFaults } from './client-faults.ts';
 import { createRouterTally, startRouterMetricsServer } from './router-metrics.ts';
 import { RouterStats } from './router-stats.ts';
@@ -62,7 +64,15 @@ export async function runRouter(
   let server: ReturnType<typeof createRouterServer> | undefined;
   let tls: ServedTls | undefined;
   let code = EXIT_OK;
+  let tracing: Tracing | undefined;
   try {
+    // The SDK is loaded only when tracing is on.
+    tracing = config.tracing
+      ? (await import('../tracing/tracing.ts')).openTracing(config.tracing, {
+          role: config.role,
+          log: log.child({ component: 'tracing' }),
+        })
+      : undefined;
     tls = await openListenerTls(config.tls, { clock: systemClock, log: log.child({ component: 'tls' }) });
     server = createRouterServer({
       pool,
@@ -72,6 +82,7 @@ export async function runRouter(
       isDraining: () => draining,
       limits: config.frontDoor,
       tls,
+      tracing: tracing && { tracing, mayContinue: traceContextFrom(config) },
     });
     discovery = config.router.backends
       ? staticDiscovery(config.router.backends)
@@ -99,7 +110,7 @@ export async function runRouter(
     await monitor.runRound();
     monitor.start();
     if (config.metrics.port !== undefined)
-      metricsServer = await startRouterMetricsServer(config.metrics.port, { tally, pool, stats }, log);
+      metricsServer = await startRouterMetricsServer(config.metrics.port, { tally, pool, stats, tracing }, log);
     const address = await server.listen(config.port, config.host);
     tls?.start();
     await rotation.start();
@@ -129,6 +140,7 @@ export async function runRouter(
   await metricsServer?.close();
   handler.close();
   await discovery?.close().catch(() => {});
+  await tracing?.shutdown();
   log.info({ code }, 'stopped');
   return code;
 }

@@ -5,6 +5,7 @@ import { createConsole, readerConsoleRoutes } from '../console/console-module.ts
 import { bootstrapAdmin } from '../admin/bootstrap-admin.ts';
 import { openContentModule } from '../content/content-module.ts';
 import type { Gate, Route } from './route-types.ts';
+import { tracedGate } from '../tracing/traced-gate.ts';
 import { authAdminRoutes } from '../admin/auth-admin-routes.ts';
 import { auditRoutes } from '../audit/audit-routes.ts';
 import { statsRoutes } from '../stats/stats-routes.ts';
@@ -84,5 +85,9 @@ export async function buildApp(services: Services): Promise<{ routes: Route[]; g
   consoleUi?.start();
   gates[0] = rateLimiting.guardAuth(gates[0]!);
   gates.push(rateLimiting.gate);
+  if (services.tracing) {
+    gates[0] = tracedGate('arkvory.auth', gates[0]!);
+    gates[1] = tracedGate('arkvory.rate_limit', gates[1]!);
+  }
   return { routes, gates };
 }

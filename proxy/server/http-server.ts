@@ -23,6 +23,14 @@ import {
 import { RouteTable } from './route-table.ts';
 import { simplePathname } from './request-path.ts';
 import type { AuditSink, Gate, RequestContext, RequestObservation, Route } from './route-types.ts';
+import { runInTrace } from '../tracing/request-trace.ts';
+import type { Tracing } from '../tracing/tracing.ts';
+
+/** What the server needs of tracing: the tracer, and whose trace context a peer may continue. */
+export interface ServerTracing {
+  readonly tracing: Tracing;
+  readonly mayContinue: (peer: string | undefined) => boolean;
+}
 
 export interface GatewayServer {
   readonly server: http.Server;
@@ -52,6 +60,8 @@ export function createGatewayServer(options: {
   audit?: AuditSink;
   /** Sees every request with its principal when its response closes (usage statistics, proxy/stats/). Must not throw. */
   onUsage?: (ctx: RequestContext, observation: RequestObservation) => void;
+  /** Tracing (proxy/tracing/): a server span per request; undefined = off. */
+  tracing?: ServerTracing;
 }): GatewayServer {
   const table = new RouteTable<Route>();
   for (const route of options.routes) {
@@ -60,7 +70,7 @@ export function createGatewayServer(options: {
   }
   const { audit } = options;
   const gates = [...options.gates];
-  const { log } = options;
+  const { log, tracing } = options;
 
   const limits = options.limits ?? DEFAULT_FRONT_DOOR;
   // The per-request line is at info: below that level its fields are not even gathered.
@@ -101,6 +111,7 @@ export function createGatewayServer(options: {
       pathname = url?.pathname;
     }
     const exchange = new RequestExchange(exchangeServer, req, res, reqId, url);
+    if (tracing) exchange.trace = tracing.tracing.startServer(req, tracing.mayContinue);
     res.exchange = exchange;
     res.on('close', onResponseClose);
     if (pathname === undefined) {
@@ -145,7 +156,8 @@ export function createGatewayServer(options: {
     exchange.route = match.route.template;
     exchange.params = match.params;
     exchange.access = routeDef.access;
-    void runRoute(exchange, routeDef, gates, audit);
+    if (exchange.trace === undefined) void runRoute(exchange, routeDef, gates, audit);
+    else void runInTrace(exchange.trace, () => runRoute(exchange, routeDef, gates, audit));
   });
 
   const graceful = makeGraceful(server, frontDoor);

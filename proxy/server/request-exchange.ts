@@ -14,6 +14,7 @@ import type { Principal } from '../../policy/auth/principal.ts';
 import { GatewayError } from './errors.ts';
 import type { GatewayResponse } from './gateway-response.ts';
 import type { RequestContext, RequestObservation } from './route-types.ts';
+import type { RequestTrace } from '../tracing/request-trace.ts';
 
 const NO_PARAMS: Readonly<Record<string, string>> = Object.freeze({});
 
@@ -51,6 +52,8 @@ export class RequestExchange implements RequestContext {
   principal: Principal | undefined = undefined;
   linkSha256: string | undefined = undefined;
   auditDetails: Record<string, unknown> | undefined = undefined;
+  /** Set by the server when tracing is on; ended with the response. */
+  trace: RequestTrace | undefined = undefined;
   readonly #server: ExchangeServer;
   readonly #target: string;
   readonly #startedMs = performance.now();
@@ -83,7 +86,11 @@ export class RequestExchange implements RequestContext {
 
   /** Created on first use: most requests never log through it, and a pino child is dear per request. */
   get log(): Logger {
-    return (this.#log ??= this.#server.log.child({ reqId: this.reqId, route: this.route }));
+    return (this.#log ??= this.#server.log.child(
+      this.trace === undefined
+        ? { reqId: this.reqId, route: this.route }
+        : { reqId: this.reqId, route: this.route, traceId: this.trace.traceId },
+    ));
   }
 
   /** Aborted when the client goes away before the response finished; made on first use (an EventTarget is not free). */
@@ -146,12 +153,22 @@ export class RequestExchange implements RequestContext {
     };
     server.onRequest?.(observation);
     server.onUsage?.(this, observation);
+    this.trace?.finish({
+      method: req.method ?? 'GET',
+      route: this.route,
+      status: res.statusCode,
+      bytesIn,
+      bytesOut,
+      completed: res.writableFinished,
+      principalId: this.principal?.id,
+    });
     if (!server.logRequests) return;
     // Over the fault budget the line goes to debug: gone at the default level, there when asked for.
     if (this.quiet && !server.log.isLevelEnabled('debug')) return;
     server.log[this.quiet ? 'debug' : 'info'](
       {
         reqId: this.reqId,
+        traceId: this.trace?.traceId,
         method: req.method,
         route: this.route,
         status: res.statusCode,

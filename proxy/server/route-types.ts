@@ -9,6 +9,7 @@ import type { Access } from '../../policy/auth/authorize.ts';
 import type { Principal } from '../../policy/auth/principal.ts';
 import type { AuditAction } from '../audit/audit-event.ts';
 import type { HttpMethod } from './route-table.ts';
+import type { RequestTrace } from '../tracing/request-trace.ts';
 
 /**
  * Who may call a route. `public`: anyone. `service`: any valid key. `read`/`write`: a key with a
@@ -28,6 +29,8 @@ export interface RequestContext {
   readonly log: Logger;
   /** Aborted when the client goes away before the response finished. */
   readonly signal: AbortSignal;
+  /** The request's trace (docs/tracing.md); undefined when tracing is off. */
+  readonly trace?: RequestTrace | undefined;
   principal: Principal | undefined;
   /** Set when a pre-signed link authenticated the request: the sha256 it was made for (only that is served). */
   linkSha256?: string | undefined;

@@ -21,6 +21,8 @@ import { registerLeaseMetrics } from '../metrics/lease-metrics.ts';
 import { registerBandwidthMetrics } from '../metrics/bandwidth-metrics.ts';
 import { registerAdmissionMetrics } from '../metrics/admission-metrics.ts';
 import { registerTlsMetrics } from '../metrics/tls-metrics.ts';
+import { registerTracingMetrics } from '../metrics/tracing-metrics.ts';
+import { traceContextFrom } from '../tracing/trace-context-from.ts';
 import { registerFrontDoorMetrics } from '../metrics/front-door-metrics.ts';
 import { metricsRoute, startMetricsServer, type MetricsServer } from '../metrics/metrics-endpoint.ts';
 import type { Services } from './services.ts';
@@ -116,6 +118,14 @@ export async function serveGateway(
     coordinator.onFenced(() => lifecycle.set('fenced', 'lease lost'));
     registerLeaseMetrics(metrics.registry, coordinator);
     const transfers = createTransfers(config, systemClock, coordinator);
+    // The SDK is loaded only when tracing is on.
+    const tracing = config.tracing
+      ? (await import('../tracing/tracing.ts')).openTracing(config.tracing, {
+          role: config.role,
+          log: log.child({ component: 'tracing' }),
+        })
+      : undefined;
+    registerTracingMetrics(metrics.registry, tracing);
     registerBandwidthMetrics(metrics.registry, transfers.governors);
     registerAdmissionMetrics(metrics.registry, transfers.admission);
     built = {
@@ -131,10 +141,11 @@ export async function serveGateway(
       secrets: rotation,
       // Queues close before in-flight requests are awaited; waiting grants are cancelled (ADR 0008).
       preClose: [() => transfers.close()],
-      onClose: [() => tls?.close(), () => rotation.close()],
+      onClose: [() => tls?.close(), () => rotation.close(), () => tracing?.shutdown()],
       status: [],
       readiness: [() => transfers.snapshot()],
       metrics,
+      tracing,
     };
     const app = await buildApp(built);
     let metricsServer: MetricsServer | undefined;
@@ -173,6 +184,7 @@ export async function serveGateway(
       onRequest: (o) => metrics.observeRequest(o),
       limits: config.frontDoor,
       tls,
+      tracing: tracing && { tracing, mayContinue: traceContextFrom(config) },
     });
     registerFrontDoorMetrics(metrics.registry, server.frontDoor);
     registerTlsMetrics(metrics.registry, tls);

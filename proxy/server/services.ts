@@ -10,6 +10,8 @@ import type { GatewayMetrics } from '../metrics/gateway-metrics.ts';
 import type { Transfers } from '../gates/transfers.ts';
 
 /** What the serve process builds once and hands to each feature module. */
+import type { Tracing } from '../tracing/tracing.ts';
+
 export interface Services {
   readonly config: Config;
   readonly log: Logger;
@@ -42,4 +44,6 @@ export interface Services {
   readonly secrets?: SecretRotation | undefined;
   /** Prometheus metrics; each module registers the families of what it builds (absent: nothing is exported). */
   readonly metrics?: GatewayMetrics;
+  /** OpenTelemetry tracing (docs/tracing.md); absent when off. */
+  readonly tracing?: Tracing | undefined;
 }

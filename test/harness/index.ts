@@ -21,6 +21,13 @@ export { processEnv, startProcess, STOP_GRACE_MS, type ManagedProcess } from './
 export { ARKVORY_BIN, REPO_ROOT } from './paths.ts';
 export { readsByPrincipal, writeRateLimitsFile } from './rate-limits-file.ts';
 export { postgresSettings } from './postgres-settings.ts';
+export {
+  JAEGER_INSTALL_HINT,
+  startJaeger,
+  type JaegerServer,
+  type JaegerSpan,
+  type JaegerTrace,
+} from './jaeger.ts';
 export { pingRedis, REDIS_INSTALL_HINT, startRedisServer, type RedisServer } from './redis.ts';
 export { runProcess, type ProcessResult } from './run-process.ts';
 export { bearer, createRepository, createServiceAccount, seedWriters, type ServiceAccount } from './seed.ts';

@@ -1,0 +1,195 @@
+/**
+ * Traces in a real backend: Jaeger (test/harness/jaeger.ts) takes OTLP/HTTP from a router and a
+ * gateway whose store is a static-HTTP store (nginx), and its query API gives the trace back. A
+ * download through the router is one trace: router span → gateway span → auth, rate-limit,
+ * admission and store spans and the client span to the store, attributes as docs/tracing.md lists
+ * them, no key, token or query string anywhere. A client's `traceparent` is continued.
+ */
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { randomContent, request } from '../../test/support/content.ts';
+import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
+import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { startStaticStore, type StaticStore } from '../../test/support/static-store.ts';
+import { type JaegerServer, type JaegerSpan, type JaegerTrace, startJaeger } from '../../test/harness/index.ts';
+
+const REPO = 'jaegered';
+const SIZE = 64 * 1024;
+/** A query parameter standing for a pre-signed link's signature: never in a span. */
+const QUERY_SECRET = 'query-secret-7f3a91c2';
+const CLIENT_TRACE_ID = '0af7651916cd43dd8448eb211c80319c';
+const CLIENT_SPAN_ID = 'b7ad6b7169203331';
+
+let db: TestDatabase & { drop(): Promise<void> };
+let jaeger: JaegerServer;
+let store: StaticStore;
+let gateway: GatewayProcess;
+let router: GatewayProcess;
+let key: string;
+let body: Buffer;
+const artifact = `/api/v1/repositories/${REPO}/artifacts/traced.bin`;
+
+beforeAll(async () => {
+  [db, jaeger, store] = await Promise.all([createTestDatabase(), startJaeger(), startStaticStore()]);
+  await createRepository(db.pool, REPO);
+  key = (await createServiceAccount(db.pool, { scopes: ['read', 'write'], grants: { [REPO]: 'write' } })).key;
+  const otel = {
+    OTEL_EXPORTER_OTLP_ENDPOINT: jaeger.otlpUrl,
+    OTEL_BSP_SCHEDULE_DELAY: '100',
+  };
+  gateway = await startGateway({
+    env: {
+      ...otel,
+      OTEL_SERVICE_NAME: 'arkvory-gateway',
+      ARKVORY_DATABASE_URL: db.url,
+      ARKVORY_STORAGE_URL: store.url,
+    },
+    timeoutMs: 90_000,
+  });
+  router = await startGateway({
+    env: { ...otel, OTEL_SERVICE_NAME: 'arkvory-router', ARKVORY_ROLE: 'router', ARKVORY_ROUTER_BACKENDS: gateway.url },
+    timeoutMs: 90_000,
+  });
+  body = randomContent(SIZE);
+  expect((await request(`${gateway.url}${artifact}`, { method: 'PUT', headers: bearer(key), body })).status).toBe(201);
+}, 180_000);
+
+afterAll(async () => {
+  await router?.stop();
+  await gateway?.stop();
+  await jaeger?.stop();
+  await store?.stop();
+  await db?.drop();
+});
+
+function tag(span: JaegerSpan, name: string): unknown {
+  return span.tags.find((t) => t.key === name)?.value;
+}
+
+function parentOf(span: JaegerSpan): string | undefined {
+  return span.references.find((r) => r.refType === 'CHILD_OF')?.spanID;
+}
+
+function service(trace: JaegerTrace, span: JaegerSpan): string | undefined {
+  return trace.processes[span.processID]?.serviceName;
+}
+
+/**
+ * The trace once Jaeger holds the router's span and every span named in `names` (spans of one trace
+ * arrive in several exports, the router's last: it ends when the client has the response).
+ */
+async function traceWith(traceId: string, names: readonly string[]): Promise<JaegerTrace> {
+  let found: JaegerTrace | undefined;
+  await expect
+    .poll(
+      async () => {
+        found = await jaeger.trace(traceId);
+        const have = new Set(found?.spans.map((s) => `${service(found!, s)} ${s.operationName}`));
+        return ['arkvory-router GET', ...names.map((n) => `arkvory-gateway ${n}`)].filter((n) => !have.has(n));
+      },
+      { timeout: 20_000, interval: 200 },
+    )
+    .toEqual([]);
+  return found!;
+}
+
+/** The trace id of the router's request line for `path` (the one after `linesBefore`). */
+async function routerTraceId(linesBefore: number): Promise<string> {
+  const line = () =>
+    router
+      .logLines()
+      .slice(linesBefore)
+      .find((l) => l.msg === 'request' && typeof l.traceId === 'string');
+  await expect.poll(line, { timeout: 5000 }).toBeDefined();
+  return line()!.traceId as string;
+}
+
+const GATEWAY_CHILDREN = [
+  'arkvory.auth',
+  'arkvory.rate_limit',
+  'arkvory.admission',
+  'arkvory.store.open',
+  'arkvory.store.first_byte',
+];
+const CONTENT_SPAN = 'GET /api/v1/repositories/:repo/artifacts/:id/content';
+
+it('a download through the router is one trace: router, gateway, gates and store spans linked, attributes as documented, no secrets', async () => {
+  const linesBefore = router.logLines().length;
+  const res = await request(`${router.url}${artifact}/content?x-sig=${QUERY_SECRET}`, {
+    headers: { ...bearer(key), 'user-agent': 'tracing-test/1' },
+  });
+  expect(res.status).toBe(200);
+  expect(Buffer.compare(res.body, body)).toBe(0);
+  const traceId = await routerTraceId(linesBefore);
+  const trace = await traceWith(traceId, [CONTENT_SPAN, ...GATEWAY_CHILDREN]);
+
+  const routerSpan = trace.spans.find((s) => s.operationName === 'GET' && service(trace, s) === 'arkvory-router')!;
+  const gatewaySpan = trace.spans.find((s) => s.operationName === CONTENT_SPAN)!;
+  // The router's span is the root; the gateway continues it.
+  expect(parentOf(routerSpan)).toBeUndefined();
+  expect(parentOf(gatewaySpan)).toBe(routerSpan.spanID);
+  expect(service(trace, gatewaySpan)).toBe('arkvory-gateway');
+  for (const name of GATEWAY_CHILDREN) {
+    const child = trace.spans.find((s) => s.operationName === name)!;
+    expect({ name, parent: parentOf(child) }).toEqual({ name, parent: gatewaySpan.spanID });
+  }
+  // The static-HTTP store's request: a client span beneath the store open, with its first_byte event.
+  const open = trace.spans.find((s) => s.operationName === 'arkvory.store.open')!;
+  const storeGet = trace.spans.find((s) => s.operationName === 'GET' && tag(s, 'span.kind') === 'client');
+  expect(storeGet).toBeDefined();
+  expect(parentOf(storeGet!)).toBe(open.spanID);
+  expect(String(tag(storeGet!, 'url.full'))).toMatch(new RegExp(`^${store.url}`));
+  // The static-HTTP store reads with Range.
+  expect([200, 206]).toContain(tag(storeGet!, 'http.response.status_code'));
+  expect(storeGet!.logs.some((l) => l.fields.some((f) => f.key === 'event' && f.value === 'first_byte'))).toBe(true);
+  // Every span hangs off another span of the same trace: nothing detached.
+  const ids = new Set(trace.spans.map((s) => s.spanID));
+  for (const span of trace.spans) if (span !== routerSpan) expect(ids.has(parentOf(span)!)).toBe(true);
+
+  expect(tag(routerSpan, 'span.kind')).toBe('server');
+  expect(tag(routerSpan, 'http.request.method')).toBe('GET');
+  expect(tag(routerSpan, 'url.path')).toBe(`${artifact}/content`);
+  expect(tag(routerSpan, 'http.response.status_code')).toBe(200);
+  expect(tag(routerSpan, 'arkvory.router.backend')).toBe(gateway.url);
+  expect(tag(routerSpan, 'arkvory.router.attempts')).toBe(1);
+  expect(tag(routerSpan, 'user_agent.original')).toBe('tracing-test/1');
+  expect(tag(gatewaySpan, 'span.kind')).toBe('server');
+  expect(tag(gatewaySpan, 'http.route')).toBe('/api/v1/repositories/:repo/artifacts/:id/content');
+  expect(tag(gatewaySpan, 'url.path')).toBe(`${artifact}/content`);
+  expect(tag(gatewaySpan, 'http.response.status_code')).toBe(200);
+  expect(tag(gatewaySpan, 'arkvory.bytes_out')).toBeGreaterThanOrEqual(SIZE);
+  // The principal only where the operator turns it on (ARKVORY_TRACE_PRINCIPAL).
+  expect(tag(gatewaySpan, 'enduser.id')).toBeUndefined();
+  const rateLimit = trace.spans.find((s) => s.operationName === 'arkvory.rate_limit')!;
+  expect(tag(rateLimit, 'arkvory.rate_limit.limiter')).toBe('gateway_request');
+  expect(tag(rateLimit, 'arkvory.rate_limit.action')).toBe('allow');
+  expect(typeof tag(rateLimit, 'arkvory.rate_limit.rule')).toBe('string');
+  const admission = trace.spans.find((s) => s.operationName === 'arkvory.admission')!;
+  expect(tag(admission, 'arkvory.transfer.kind')).toBe('download');
+  expect(tag(admission, 'arkvory.admission.waited')).toBe(false);
+  expect(tag(open, 'arkvory.store.kind')).toBe('http');
+
+  // Never a key (or any part of it), the Authorization header or the query string.
+  const text = JSON.stringify(trace);
+  const secret = key.slice(key.lastIndexOf('_') + 1);
+  expect(text).not.toContain(secret);
+  expect(text).not.toMatch(/bearer|authorization/i);
+  expect(text).not.toContain(QUERY_SECRET);
+}, 60_000);
+
+it("continues a client's traceparent through router and gateway", async () => {
+  const res = await request(`${router.url}${artifact}/content`, {
+    headers: { ...bearer(key), traceparent: `00-${CLIENT_TRACE_ID}-${CLIENT_SPAN_ID}-01` },
+  });
+  expect(res.status).toBe(200);
+  const trace = await traceWith(CLIENT_TRACE_ID, [CONTENT_SPAN]);
+  const routerSpan = trace.spans.find((s) => s.operationName === 'GET' && service(trace, s) === 'arkvory-router')!;
+  const gatewaySpan = trace.spans.find((s) => s.operationName === CONTENT_SPAN)!;
+  expect(parentOf(routerSpan)).toBe(CLIENT_SPAN_ID);
+  expect(parentOf(gatewaySpan)).toBe(routerSpan.spanID);
+  expect(routerSpan.traceID).toBe(CLIENT_TRACE_ID);
+  // The request lines join the trace too.
+  const joined = () =>
+    [...router.logLines(), ...gateway.logLines()].filter((l) => l.msg === 'request' && l.traceId === CLIENT_TRACE_ID);
+  await expect.poll(() => joined().length, { timeout: 5000 }).toBe(2);
+}, 60_000);

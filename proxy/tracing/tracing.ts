@@ -1,0 +1,157 @@
+/**
+ * OpenTelemetry tracing of this process (docs/tracing.md): the SDK's tracer provider with a batch
+ * processor over OTLP/HTTP, bounded and counted (bounded-export.ts), the W3C trace context as the
+ * only propagator, AsyncLocalStorage as the context manager (so outgoing undici requests find the
+ * request they serve), and server spans per request. Built only when the configuration turns
+ * tracing on; otherwise nothing here is loaded.
+ */
+import type { IncomingMessage } from 'node:http';
+import { context, propagation, ROOT_CONTEXT, SpanKind, type Tracer } from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+import { W3CTraceContextPropagator } from '@opentelemetry/core';
+import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
+import { resourceFromAttributes } from '@opentelemetry/resources';
+import { BatchSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
+import {
+  ATTR_NETWORK_PEER_ADDRESS,
+  ATTR_HTTP_REQUEST_METHOD,
+  ATTR_NETWORK_PROTOCOL_VERSION,
+  ATTR_SERVER_ADDRESS,
+  ATTR_SERVER_PORT,
+  ATTR_SERVICE_NAME,
+  ATTR_URL_PATH,
+  ATTR_URL_SCHEME,
+  ATTR_USER_AGENT_ORIGINAL,
+} from '@opentelemetry/semantic-conventions';
+import type { Logger } from 'pino';
+import type { TracingConfig } from '../config/config.ts';
+import { BoundedProcessor, CountingExporter, type ExportCounts } from './bounded-export.ts';
+import { RequestTrace } from './request-trace.ts';
+import { createSampler } from './sampler.ts';
+import { traceUndiciRequests } from './undici-spans.ts';
+
+export interface Tracing {
+  readonly tracer: Tracer;
+  /** Spans exported and dropped so far (arkvory_trace_spans_*). */
+  readonly counts: Readonly<ExportCounts>;
+  /** Spans handed to the exporter and not yet answered for. */
+  readonly pending: number;
+  /**
+   * The server span of a request. `mayContinue`: whether the peer may continue a trace it sends
+   * (ARKVORY_TRACE_CONTEXT_FROM); otherwise its `traceparent` is ignored and a new trace starts.
+   */
+  startServer(req: IncomingMessage, mayContinue: (peer: string | undefined) => boolean): RequestTrace;
+  /** `traceparent` (and `tracestate`) of a request's span as a flat header list, for a hop undici does not make. */
+  headersOf(request: RequestTrace): string[];
+  /** Exports what is queued (bounded by the export timeout) and stops. */
+  shutdown(): Promise<void>;
+}
+
+const propagator = new W3CTraceContextPropagator();
+let contextInstalled = false;
+
+/** Parsed `host[:port]` of the Host header; undefined when absent. */
+function hostOf(req: IncomingMessage): { address: string; port: number | undefined } | undefined {
+  const host = req.headers.host;
+  if (!host) return undefined;
+  const m = /^(\[[^\]]+\]|[^:]+)(?::(\d+))?$/.exec(host);
+  if (!m) return undefined;
+  return { address: m[1]!, port: m[2] === undefined ? undefined : Number(m[2]) };
+}
+
+export function openTracing(config: TracingConfig, options: { role: string; log: Logger }): Tracing {
+  if (!contextInstalled) {
+    context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+    propagation.setGlobalPropagator(propagator);
+    contextInstalled = true;
+  }
+  const counts: ExportCounts = { exported: 0, droppedQueueFull: 0, droppedExportFailed: 0 };
+  const exporter = new OTLPTraceExporter({
+    url: config.url,
+    headers: { ...config.headers },
+    timeoutMillis: config.exportTimeoutMs,
+  });
+  let bounded: BoundedProcessor | undefined;
+  const counting = new CountingExporter(exporter, counts, (n) => bounded?.settled(n));
+  const batch = new BatchSpanProcessor({
+    exporter: counting,
+    maxQueueSize: config.maxQueueSize,
+    maxExportBatchSize: config.maxExportBatchSize,
+    scheduledDelayMillis: config.scheduleDelayMs,
+    exportTimeoutMillis: config.batchTimeoutMs,
+  });
+  bounded = new BoundedProcessor(batch, counts, config.maxQueueSize);
+  const provider = new TracerProvider({
+    sampler: createSampler(config.sampler, config.samplerRatio),
+    resource: resourceFromAttributes({
+      ...config.resourceAttributes,
+      [ATTR_SERVICE_NAME]: config.serviceName,
+      'arkvory.role': options.role,
+    }),
+    spanProcessors: [bounded],
+  });
+  const tracer = provider.getTracer('arkvory');
+  const unsubscribe = traceUndiciRequests(tracer);
+  // The endpoint only: its headers may carry a token.
+  options.log.info(
+    { endpoint: config.url, sampler: config.sampler, ratio: config.samplerRatio },
+    'tracing: spans exported over OTLP/HTTP',
+  );
+  const tracing: Tracing = {
+    tracer,
+    counts,
+    get pending() {
+      return bounded.pending;
+    },
+    startServer(req, mayContinue) {
+      const peer = req.socket?.remoteAddress;
+      const parent =
+        req.headers.traceparent !== undefined && mayContinue(peer)
+          ? propagator.extract(ROOT_CONTEXT, req.headers, {
+              get: (carrier, key) => carrier[key],
+              keys: (carrier) => Object.keys(carrier),
+            })
+          : ROOT_CONTEXT;
+      const method = req.method ?? 'GET';
+      const target = req.url ?? '/';
+      const query = target.indexOf('?');
+      const host = hostOf(req);
+      const encrypted = (req.socket as { encrypted?: boolean } | null)?.encrypted === true;
+      // The path only, never the query: a pre-signed link's signature is in it.
+      const span = tracer.startSpan(
+        method,
+        {
+          kind: SpanKind.SERVER,
+          attributes: {
+            [ATTR_HTTP_REQUEST_METHOD]: method,
+            [ATTR_URL_PATH]: query === -1 ? target : target.slice(0, query),
+            [ATTR_URL_SCHEME]: encrypted ? 'https' : 'http',
+            [ATTR_NETWORK_PROTOCOL_VERSION]: req.httpVersion,
+            ...(host ? { [ATTR_SERVER_ADDRESS]: host.address } : {}),
+            ...(host?.port !== undefined ? { [ATTR_SERVER_PORT]: host.port } : {}),
+            ...(peer ? { [ATTR_NETWORK_PEER_ADDRESS]: peer } : {}),
+            ...(req.headers['user-agent'] ? { [ATTR_USER_AGENT_ORIGINAL]: req.headers['user-agent'] } : {}),
+          },
+        },
+        parent,
+      );
+      return new RequestTrace(tracer, span, parent, config.recordPrincipal);
+    },
+    headersOf(request) {
+      const carrier: Record<string, string> = {};
+      propagator.inject(request.context, carrier, {
+        set: (c, key, value) => {
+          c[key] = value;
+        },
+      });
+      const out: string[] = [];
+      for (const name in carrier) out.push(name, carrier[name]!);
+      return out;
+    },
+    async shutdown() {
+      unsubscribe();
+      await provider.shutdown().catch(() => {});
+    },
+  };
+  return tracing;
+}
