@@ -70,8 +70,8 @@ export const SECRET_FILE_VARIABLES: ReadonlyArray<{ file: string; fills: string;
     what: 'the PostgreSQL password',
     rotates: true,
   },
-  { file: 'ARKVORY_REDIS_URL_FILE', fills: 'ARKVORY_REDIS_URL', what: 'the Redis URL(s)', rotates: false },
-  { file: 'ARKVORY_REDIS_PASSWORD_FILE', fills: 'ARKVORY_REDIS_PASSWORD', what: 'the Redis password', rotates: false },
+  { file: 'ARKVORY_REDIS_URL_FILE', fills: 'ARKVORY_REDIS_URL', what: 'the Redis URL(s)', rotates: true },
+  { file: 'ARKVORY_REDIS_PASSWORD_FILE', fills: 'ARKVORY_REDIS_PASSWORD', what: 'the Redis password', rotates: true },
   {
     file: 'ARKVORY_METRICS_TOKEN_FILE',
     fills: 'ARKVORY_METRICS_TOKEN',

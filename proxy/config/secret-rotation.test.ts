@@ -176,13 +176,52 @@ describe('secret rotation', () => {
     expect(r.rotations.get('ARKVORY_DATABASE_PASSWORD')).toBe(1);
   });
 
-  it('files read at start only (Redis) are not watched or rotated', async () => {
+  it('the Redis password and URL files rotate: checked by their verifier, refused ones kept', async () => {
     const redisPw = secretFile('redis-1');
-    const { rotationOf } = start({ ARKVORY_REDIS_URL: 'redis://127.0.0.1:6379', ARKVORY_REDIS_PASSWORD_FILE: redisPw });
-    const r = rotationOf();
+    const { rotationOf, logs } = start({
+      ARKVORY_REDIS_URL: 'redis://arkvory@127.0.0.1:6379',
+      ARKVORY_REDIS_PASSWORD_FILE: redisPw,
+    });
+    const state = { refuse: 'WRONGPASS invalid username-password pair' as string | undefined, checked: [] as string[] };
+    const r = rotationOf({
+      verifiers: [
+        {
+          what: 'Redis',
+          variables: ['ARKVORY_REDIS_URL', 'ARKVORY_REDIS_PASSWORD'],
+          changed: (a, b) => a.redisUrl !== b.redisUrl,
+          async verify(next) {
+            state.checked.push(new URL(next.redisUrl!).password);
+            if (state.refuse !== undefined) throw new Error(state.refuse);
+          },
+        },
+      ],
+    });
+    expect(Object.fromEntries(r.rotations)).toEqual({ ARKVORY_REDIS_PASSWORD: 0 });
     writeSecret(redisPw, 'redis-2');
-    expect(await r.reload('SIGHUP')).toEqual({ rotated: [], failed: [] });
+    expect((await r.reload('SIGHUP')).failed).toEqual([
+      {
+        secret: 'ARKVORY_REDIS_PASSWORD',
+        reason: 'Redis refused the new value: WRONGPASS invalid username-password pair',
+      },
+    ]);
     expect(new URL(r.config.redisUrl!).password).toBe('redis-1');
-    expect(r.rotations.size).toBe(0);
+    expect(r.failures.get('ARKVORY_REDIS_PASSWORD')).toBe(1);
+    state.refuse = undefined;
+    expect((await r.reload('retry')).rotated).toEqual(['ARKVORY_REDIS_PASSWORD']);
+    expect(state.checked).toEqual(['redis-2', 'redis-2']);
+    // The user of the URL stays; the password file replaces the password.
+    expect(new URL(r.config.redisUrl!).username).toBe('arkvory');
+    expect(new URL(r.config.redisUrl!).password).toBe('redis-2');
+    expect(r.rotations.get('ARKVORY_REDIS_PASSWORD')).toBe(1);
+    expect(JSON.stringify(logs)).not.toMatch(/redis-1|redis-2/);
+  });
+
+  it('a Redis URL file rotates on its own too (new credentials for the same servers)', async () => {
+    const redisUrl = secretFile('redis://u:one@127.0.0.1:7000,redis://u:one@127.0.0.1:7001');
+    const { rotationOf } = start({ ARKVORY_REDIS_URL_FILE: redisUrl });
+    const r = rotationOf();
+    writeSecret(redisUrl, 'redis://u:two@127.0.0.1:7000,redis://u:two@127.0.0.1:7001');
+    expect(await r.reload('SIGHUP')).toEqual({ rotated: ['ARKVORY_REDIS_URL'], failed: [] });
+    expect(r.config.redisUrl).toBe('redis://u:two@127.0.0.1:7000,redis://u:two@127.0.0.1:7001');
   });
 });

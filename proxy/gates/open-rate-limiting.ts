@@ -28,7 +28,7 @@ import { createTrustedProxies } from '../router/forwarded.ts';
 import { redactUserinfo } from '../server/redact-url.ts';
 import type { Services } from '../server/services.ts';
 import { loadRuleFiles } from './rate-limit-rule-files.ts';
-import { type RateLimitRedis, createRateLimitRedis } from './rate-limit-redis.ts';
+import { type RateLimitRedis, createRateLimitRedis, useRedisCredentials } from './rate-limit-redis.ts';
 import { createRateLimitGate, guardAuthGate } from './rate-limit-gate.ts';
 import { createUntrustedForwarderReport } from './untrusted-forwarders.ts';
 
@@ -78,6 +78,11 @@ export async function openRateLimiting(
       );
     services.onClose.push(async () => {
       await client.quit().catch(() => client.disconnect());
+    });
+    // A rotated password (checked by redisCredentialsVerifier) is used from the next (re)connection.
+    services.secrets?.onRotated((previous, next) => {
+      if (next.redisUrl !== undefined && next.redisUrl !== previous.redisUrl)
+        useRedisCredentials(client, next.redisUrl);
     });
   }
   const store = redis ? createRedisCounterStore(redis) : createMemoryCounterStore();

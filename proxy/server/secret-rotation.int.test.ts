@@ -3,13 +3,15 @@
  * password changed with ALTER ROLE, its file rewritten and the gateway sent SIGHUP while requests
  * keep coming; then connections made after the rotation log in with the new password and no
  * request failed. A new password PostgreSQL refuses is kept out (the old one stays, a warning, the
- * failure metric). A rotated metrics token is required by the next /metrics request. The rules service accepts its previous query token for the configured grace, and
+ * failure metric). A rotated Redis password is used by the rate-limit client's reconnection (the
+ * rule's counters still count in Redis after the old password is gone). A rotated metrics token is required by the next /metrics request. The rules service accepts its previous query token for the configured grace, and
  * then no more. The rules service and the router each run as their own database login.
  */
 import { randomBytes } from 'node:crypto';
 import { chmod, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { Redis } from 'ioredis';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it, onTestFinished, vi } from 'vitest';
 import type { DatabaseRole } from '../../migrations/grants.ts';
@@ -19,7 +21,12 @@ import { randomContent, request } from '../../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { installRoleLogins, poolFor, urlAs } from '../../test/support/database-roles.ts';
 import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
-import { freeLoopbackPort, startGateway as startHarnessGateway, STOP_GRACE_MS } from '../../test/harness/index.ts';
+import {
+  freeLoopbackPort,
+  startGateway as startHarnessGateway,
+  startRedisServer,
+  STOP_GRACE_MS,
+} from '../../test/harness/index.ts';
 
 let db: TestDatabase & { drop(): Promise<void> };
 let urls: Record<DatabaseRole, string>;
@@ -416,5 +423,104 @@ describe('the router as its own login', () => {
     expect(router.logs()).not.toContain(next);
     await router.stop('SIGTERM');
     await writer.stop('SIGTERM');
+  }, 120_000);
+});
+
+describe('the Redis password rotates on SIGHUP', () => {
+  // A rule counted in Redis: /health/live, 6 per client address an hour.
+  const LIMIT = 6;
+  const RULES = `rate_limits:
+  gateway_request:
+    - name: live_by_ip
+      description: "counted in Redis; its 429 shows the counters work"
+      action: limit
+      characteristics: [ip]
+      limit: ${LIMIT}
+      period_s: 3600
+      match:
+        route: /health/live
+`;
+
+  it('a refused password is kept out; the new one is used by the reconnection after the old is removed and the connections killed', async () => {
+    // Its own redis-server with an ACL user (and no usable `default`), so passwords can change.
+    const server = await startRedisServer();
+    onTestFinished(() => server.stop('SIGTERM').then(() => undefined));
+    const setup = new Redis(server.url);
+    await setup.call('ACL', 'SETUSER', 'root', 'on', '>root-pw', '~*', '&*', '+@all');
+    await setup.call('ACL', 'SETUSER', 'gw', 'on', '>redis-old', '~*', '&*', '+@all');
+    await setup.call('ACL', 'SETUSER', 'default', 'off');
+    setup.disconnect();
+    const admin = new Redis({ port: server.port, host: '127.0.0.1', username: 'root', password: 'root-pw' });
+    onTestFinished(() => void admin.disconnect());
+
+    const rulesDir = await makeTempDir('arkvory-rules-');
+    const rulesFile = path.join(rulesDir, 'rate_limits.yaml');
+    await writeFile(rulesFile, RULES);
+    const password = await secretFile('redis-old');
+    const prefix = `arkvory:rot:${randomBytes(4).toString('hex')}:`;
+    // A database of its own: the tests above leave a shared download policy in theirs.
+    const own = await createTestDatabase();
+    onTestFinished(() => own.drop());
+    const gw = await startGateway({
+      env: {
+        ARKVORY_DATABASE_URL: own.url,
+        ARKVORY_REDIS_URL: `redis://gw@127.0.0.1:${server.port}`,
+        ARKVORY_REDIS_PASSWORD_FILE: password.file,
+        ARKVORY_REDIS_KEY_PREFIX: prefix,
+        ARKVORY_RATE_LIMITS_FILE: rulesFile,
+        ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS: '5000',
+      },
+    });
+    const live = async () => (await request(`${gw.url}/health/live`)).status;
+    const counted = async () => {
+      const keys = await admin.keys(`${prefix}rl:gateway_request:*`);
+      return keys.length === 1 ? Number(await admin.get(keys[0]!)) : keys.length === 0 ? 0 : Number.NaN;
+    };
+    expect(await live()).toBe(200);
+    expect(await live()).toBe(200);
+    expect(await counted()).toBe(2);
+
+    // A password Redis does not know is refused: the old one stays, a warning, the failure metric.
+    await password.replace('not-the-redis-password');
+    gw.signal('SIGHUP');
+    await vi.waitFor(() => expect(logged(gw, /ARKVORY_REDIS_PASSWORD not rotated/)).toHaveLength(1), {
+      timeout: 20_000,
+      interval: 50,
+    });
+    const refusal = logged(gw, /ARKVORY_REDIS_PASSWORD not rotated/)[0]!;
+    expect(refusal.code).toBe('secret_rotation_failed');
+    expect(String(refusal.msg)).toMatch(/Redis refused the new value: WRONGPASS/);
+    expect(await metric(gw, 'arkvory_secret_rotation_failures_total', 'ARKVORY_REDIS_PASSWORD')).toBe(1);
+    expect(await metric(gw, 'arkvory_secret_rotations_total', 'ARKVORY_REDIS_PASSWORD')).toBe(0);
+
+    // The rotation: a second password on the user, the file, SIGHUP; then the old one goes.
+    await admin.call('ACL', 'SETUSER', 'gw', '>redis-new');
+    await password.replace('redis-new');
+    gw.signal('SIGHUP');
+    await vi.waitFor(() => expect(logged(gw, /ARKVORY_REDIS_PASSWORD rotated/)).toHaveLength(1), {
+      timeout: 20_000,
+      interval: 50,
+    });
+    expect(await metric(gw, 'arkvory_secret_rotations_total', 'ARKVORY_REDIS_PASSWORD')).toBe(1);
+    await admin.call('ACL', 'SETUSER', 'gw', '<redis-old');
+    // Open connections stay authenticated: still counted before any reconnection.
+    expect(await live()).toBe(200);
+    expect(await counted()).toBe(3);
+
+    // Every connection of the user ends; the client's reconnection can only log in with the new password.
+    expect(Number(await admin.call('CLIENT', 'KILL', 'USER', 'gw'))).toBeGreaterThan(0);
+    await vi.waitFor(
+      async () => expect(String(await admin.call('CLIENT', 'LIST'))).toMatch(/name=arkvory-rate-limit .*user=gw /),
+      { timeout: 20_000, interval: 100 },
+    );
+    // Counted in Redis again (not failing open): the rule's limit is reached and then refused.
+    for (let i = 4; i <= LIMIT; i++) expect(await live()).toBe(200);
+    expect(await counted()).toBe(LIMIT);
+    expect(await live()).toBe(429);
+    expect(logged(gw, /rate-limit Redis connection error/)).toEqual([]);
+    expect(gw.logs()).not.toContain('redis-new');
+    expect(gw.logs()).not.toContain('redis-old');
+    expect(gw.logs()).not.toContain('not-the-redis-password');
+    expect(await gw.stop()).toBe(0);
   }, 120_000);
 });

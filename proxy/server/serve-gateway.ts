@@ -26,6 +26,7 @@ import { traceContextFrom } from '../tracing/trace-context-from.ts';
 import { registerFrontDoorMetrics } from '../metrics/front-door-metrics.ts';
 import { metricsRoute, startMetricsServer, type MetricsServer } from '../metrics/metrics-endpoint.ts';
 import type { Services } from './services.ts';
+import { redisCredentialsVerifier } from '../gates/rate-limit-redis.ts';
 import { createTransfers } from '../gates/transfers.ts';
 import { EXIT, StartupError } from './startup-failure.ts';
 import { openListenerTls, type ServedTls } from '../tls/served-tls.ts';
@@ -75,7 +76,7 @@ export async function serveGateway(
   let privileges: PrivilegeReport | undefined;
   const rotation = new SecretRotation(config, secrets, {
     log: log.child({ component: 'secrets' }),
-    verifiers: [databaseLoginVerifier(), s3KeyVerifier()],
+    verifiers: [databaseLoginVerifier(), s3KeyVerifier(), redisCredentialsVerifier(config.redisUrl)],
   });
   try {
     checkProfile(config);
