@@ -69,16 +69,19 @@ export const TABLE_GRANTS: Readonly<Record<string, Decision<TablePrivilege>>> = 
     reader: READ,
     maintenance: ALL_DATA,
   },
-  // Groups and their ceilings (0062): the writer's admin commands change them, every gateway reads them.
+  // Groups and their ceilings (0062): the writer's admin commands change them, every gateway reads them;
+  // the rules service too, since a key check loads the principal with its groups.
   arkvory_principal_groups: {
     writer: ALL_DATA,
     reader: READ,
     maintenance: ALL_DATA,
+    rules: READ,
   },
   arkvory_principal_group_members: {
     writer: ['SELECT', 'INSERT', 'DELETE'],
     reader: READ,
     maintenance: ALL_DATA,
+    rules: READ,
   },
   arkvory_grants: {
     writer: ['SELECT', 'INSERT', 'UPDATE (permission)', 'DELETE'],
