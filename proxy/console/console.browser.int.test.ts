@@ -17,7 +17,7 @@ import { randomContent, request } from '../../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { useTestRedis } from '../../test/support/redis.ts';
 import { ROOT, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
-import { freeLoopbackPort } from '../../test/harness/index.ts';
+import { freeLoopbackPort, sharedProfileEnv } from '../../test/harness/index.ts';
 
 const CHROMIUM = '/usr/bin/chromium';
 /** Without the background-networking flags chromium keeps calling home on a closed network. */
@@ -51,17 +51,16 @@ let limited: { key: string; principalId: string };
 const contentUrl = () => `${writer.url}/api/v1/repositories/libs/artifacts/big.bin/content`;
 
 function sharedEnv(role: 'api' | 'reader', slot: number, port: number): Record<string, string> {
-  return {
-    ARKVORY_DATABASE_URL: db.url,
-    ARKVORY_REDIS_URL: redis.url,
-    ARKVORY_REDIS_KEY_PREFIX: redis.prefix,
-    ARKVORY_ROLE: role,
-    ARKVORY_GATEWAY_SLOTS: '2',
-    ARKVORY_GATEWAY_SLOT: String(slot),
-    ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(2 * SHARE),
-    ARKVORY_PORT: String(port),
-    ARKVORY_ADVERTISE_URL: `http://127.0.0.1:${port}`,
-  };
+  return sharedProfileEnv({
+    role,
+    slot,
+    slots: 2,
+    port,
+    databaseUrl: db.url,
+    redisUrl: redis.url,
+    redisKeyPrefix: redis.prefix,
+    downloadBytesPerSecond: 2 * SHARE,
+  });
 }
 
 /** Starts a paced download and keeps reading until `stop()`. */

@@ -10,6 +10,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { randomContent, request } from '../../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { sharedProfileEnv } from '../../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
 const SLOTS = 2;
@@ -26,14 +27,14 @@ let reader: GatewayProcess;
 const keys: Record<string, string> = {};
 
 function sharedEnv(role: 'api' | 'reader', slot: number): Record<string, string> {
-  return {
-    ARKVORY_DATABASE_URL: db.url,
-    ARKVORY_REDIS_URL: inject('redisUrl'),
-    ARKVORY_ROLE: role,
-    ARKVORY_GATEWAY_SLOTS: String(SLOTS),
-    ARKVORY_GATEWAY_SLOT: String(slot),
-    ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(RATE),
-  };
+  return sharedProfileEnv({
+    role,
+    slot,
+    slots: SLOTS,
+    databaseUrl: db.url,
+    redisUrl: inject('redisUrl'),
+    downloadBytesPerSecond: RATE,
+  });
 }
 
 const contentUrl = (gw: GatewayProcess, repo: string) =>

@@ -9,6 +9,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { sharedProfileEnv } from '../../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
 /** Three participants run; slot 3 stays free for the refusal cases. */
@@ -29,14 +30,14 @@ const file = randomContent(3 * MiB + 12345);
 const contentPath = '/api/v1/repositories/shared/artifacts/big.bin/content';
 
 function sharedEnv(role: 'api' | 'reader', slot: number): Record<string, string> {
-  return {
-    ARKVORY_DATABASE_URL: db.url,
-    ARKVORY_REDIS_URL: inject('redisUrl'),
-    ARKVORY_ROLE: role,
-    ARKVORY_GATEWAY_SLOTS: String(SLOTS),
-    ARKVORY_GATEWAY_SLOT: String(slot),
-    ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(RATE),
-  };
+  return sharedProfileEnv({
+    role,
+    slot,
+    slots: SLOTS,
+    databaseUrl: db.url,
+    redisUrl: inject('redisUrl'),
+    downloadBytesPerSecond: RATE,
+  });
 }
 
 /** Downloads for at most `ms` and returns how many bytes arrived (the body may be cut short). */

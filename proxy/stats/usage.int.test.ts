@@ -6,7 +6,7 @@
  */
 import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freeLoopbackPort, waitUntil } from '../../test/harness/index.ts';
+import { freeLoopbackPort, waitUntil, sharedProfileEnv } from '../../test/harness/index.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
@@ -23,15 +23,16 @@ const body = Buffer.alloc(4096, 9);
 
 function sharedEnv(role: 'api' | 'reader', slot: number, port: number): Record<string, string> {
   return {
-    ARKVORY_DATABASE_URL: db.url,
-    ARKVORY_REDIS_URL: redis.url,
-    ARKVORY_REDIS_KEY_PREFIX: redis.prefix,
-    ARKVORY_ROLE: role,
-    ARKVORY_GATEWAY_SLOTS: '2',
-    ARKVORY_GATEWAY_SLOT: String(slot),
-    ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(1024 * 1024 * 1024),
-    ARKVORY_PORT: String(port),
-    ARKVORY_ADVERTISE_URL: `http://127.0.0.1:${port}`,
+    ...sharedProfileEnv({
+      role,
+      slot,
+      slots: 2,
+      port,
+      databaseUrl: db.url,
+      redisUrl: redis.url,
+      redisKeyPrefix: redis.prefix,
+      downloadBytesPerSecond: 1024 * 1024 * 1024,
+    }),
     ARKVORY_USAGE_STATS_FLUSH_SECONDS: String(FLUSH_SECONDS),
   };
 }
