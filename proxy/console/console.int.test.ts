@@ -10,7 +10,7 @@ import { request, type RawResponse } from '../../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { useTestRedis } from '../../test/support/redis.ts';
 import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
-import { freeLoopbackPort, sharedProfileEnv } from '../../test/harness/index.ts';
+import { freeLoopbackPort, type SharedProfile, sharedProfileEnv } from '../../test/harness/index.ts';
 
 /** Counters and rule documents under a prefix of this file, removed afterwards. */
 const redis = useTestRedis();
@@ -20,18 +20,10 @@ let reader: GatewayProcess;
 let adminKey: string;
 let userKey: string;
 
-function sharedEnv(role: 'api' | 'reader', slot: number, port: number): Record<string, string> {
-  return sharedProfileEnv({
-    role,
-    slot,
-    slots: 2,
-    port,
-    databaseUrl: db.url,
-    redisUrl: redis.url,
-    redisKeyPrefix: redis.prefix,
-    downloadBytesPerSecond: 2 * 1024 * 1024,
-  });
-}
+/** The shared profile's settings, known once the database is made. */
+let profile: SharedProfile;
+const sharedEnv = (role: 'api' | 'reader', slot: number, port: number) =>
+  sharedProfileEnv({ ...profile, role, slot, port });
 
 const json = (res: RawResponse) => JSON.parse(res.body.toString()) as Record<string, any>;
 
@@ -60,6 +52,7 @@ function call(
 
 beforeAll(async () => {
   db = await createTestDatabase();
+  profile = { databaseUrl: db.url, redis, slots: 2, downloadBytesPerSecond: 2 * 1024 * 1024 };
   ({ key: adminKey } = await createServiceAccount(db.pool, { name: 'console-admin', scopes: ['admin'] }));
   ({ key: userKey } = await createServiceAccount(db.pool, { name: 'console-user', scopes: ['read', 'write'] }));
   const [writerPort, readerPort] = [await freeLoopbackPort(), await freeLoopbackPort()];
