@@ -94,3 +94,33 @@ export class FileReloadTrigger {
     else await this.#options.onQuietPoll?.();
   }
 }
+
+/**
+ * One reload at a time: a reload asked for while one runs gets that one's outcome, and one more
+ * reload follows it (with the latest trigger), so the last state of the files wins.
+ */
+export class SerialReload<Outcome> {
+  readonly #run: (trigger: string) => Promise<Outcome>;
+  #running: Promise<Outcome> | undefined;
+  #again: string | undefined;
+
+  constructor(run: (trigger: string) => Promise<Outcome>) {
+    this.#run = run;
+  }
+
+  async reload(trigger: string): Promise<Outcome> {
+    if (this.#running) {
+      this.#again = trigger;
+      return this.#running;
+    }
+    this.#running = this.#run(trigger);
+    try {
+      return await this.#running;
+    } finally {
+      this.#running = undefined;
+      const again = this.#again;
+      this.#again = undefined;
+      if (again !== undefined) void this.reload(again);
+    }
+  }
+}

@@ -17,7 +17,7 @@
 import { stat } from 'node:fs/promises';
 import type { Logger } from 'pino';
 import { ConfigError, loadConfig } from './config.ts';
-import { FileReloadTrigger } from './file-reload-trigger.ts';
+import { FileReloadTrigger, SerialReload } from './file-reload-trigger.ts';
 import { readSecretFile, SECRET_FILE_VARIABLES } from './secret-files.ts';
 import type { Config } from './types.ts';
 
@@ -82,8 +82,7 @@ export class SecretRotation {
   readonly #standing = new Map<string, string>();
   readonly #listeners: Array<(previous: Config, next: Config, rotated: readonly string[]) => void> = [];
   readonly #trigger: FileReloadTrigger;
-  #reloading: Promise<RotationOutcome> | undefined;
-  #reloadAgain: string | undefined;
+  readonly #serial = new SerialReload((trigger) => this.#reloadOnce(trigger));
 
   constructor(config: Config, start: StartSecrets, options: SecretRotationOptions) {
     this.#config = config;
@@ -145,21 +144,8 @@ export class SecretRotation {
   }
 
   /** Reads every secret file again and takes the sound new values. One reload at a time. */
-  async reload(trigger: string): Promise<RotationOutcome> {
-    if (this.#reloading) {
-      // A change during a reload: read once more after it, so the last state of the files wins.
-      this.#reloadAgain = trigger;
-      return this.#reloading;
-    }
-    this.#reloading = this.#reloadOnce(trigger);
-    try {
-      return await this.#reloading;
-    } finally {
-      this.#reloading = undefined;
-      const again = this.#reloadAgain;
-      this.#reloadAgain = undefined;
-      if (again !== undefined) void this.reload(again);
-    }
+  reload(trigger: string): Promise<RotationOutcome> {
+    return this.#serial.reload(trigger);
   }
 
   async #reloadOnce(trigger: string): Promise<RotationOutcome> {

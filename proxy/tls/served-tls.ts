@@ -15,7 +15,7 @@ import { readFile, stat } from 'node:fs/promises';
 import type tls from 'node:tls';
 import type { Logger } from 'pino';
 import type { Clock } from '../../policy/clock.ts';
-import { FileReloadTrigger } from '../config/file-reload-trigger.ts';
+import { FileReloadTrigger, SerialReload } from '../config/file-reload-trigger.ts';
 import { StartupError } from '../server/startup-failure.ts';
 import {
   checkCertificatePair,
@@ -76,8 +76,7 @@ export class ServedTls {
   #reloadFailures = 0;
   #lastError: string | undefined;
   readonly #trigger: FileReloadTrigger;
-  #reloading: Promise<ReloadOutcome> | undefined;
-  #reloadAgain = false;
+  readonly #serial = new SerialReload((trigger) => this.#reloadOnce(trigger));
 
   private constructor(config: TlsListenerConfig, options: ServedTlsOptions, first: ReadPair) {
     this.#config = config;
@@ -174,22 +173,8 @@ export class ServedTls {
   }
 
   /** Reads the files again and serves them if they are a valid new pair. One reload at a time. */
-  async reload(trigger: string): Promise<ReloadOutcome> {
-    if (this.#reloading) {
-      // A change during a reload: read once more after it, so the last state of the files wins.
-      this.#reloadAgain = true;
-      return this.#reloading;
-    }
-    this.#reloading = this.#reloadOnce(trigger);
-    try {
-      return await this.#reloading;
-    } finally {
-      this.#reloading = undefined;
-      if (this.#reloadAgain) {
-        this.#reloadAgain = false;
-        void this.reload(trigger);
-      }
-    }
+  reload(trigger: string): Promise<ReloadOutcome> {
+    return this.#serial.reload(trigger);
   }
 
   async #reloadOnce(trigger: string): Promise<ReloadOutcome> {
