@@ -3,29 +3,8 @@ import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../clock.ts';
 import { PolicyError } from '../errors.ts';
 import { ManualTimers, settle } from '../timers.ts';
-import { BandwidthGovernor, type BandwidthGovernorOptions } from './bandwidth-governor.ts';
-
-interface Grant {
-  principal: string;
-  bytes: number;
-  atMs: number;
-}
-
-function setup(
-  options: Partial<BandwidthGovernorOptions> &
-    Pick<BandwidthGovernorOptions, 'rateBytesPerSec' | 'perPrincipalBytesPerSec'>,
-) {
-  const clock = new ManualClock(1_700_000_000_000, 10_000);
-  const timers = new ManualTimers(clock);
-  const grants: Grant[] = [];
-  const governor = new BandwidthGovernor({
-    clock,
-    timers,
-    onGrant: (principal, bytes, nowMs) => grants.push({ principal, bytes, atMs: nowMs - 10_000 }),
-    ...options,
-  });
-  return { clock, timers, governor, grants };
-}
+import { setupGovernor as setup } from './bandwidth-governor.test-support.ts';
+import { BandwidthGovernor } from './bandwidth-governor.ts';
 
 /** Watches a promise without awaiting it. */
 function track<T>(promise: Promise<T>) {

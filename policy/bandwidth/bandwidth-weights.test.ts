@@ -1,29 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { ManualClock } from '../clock.ts';
-import { ManualTimers } from '../timers.ts';
-import { BandwidthGovernor, type BandwidthGovernorOptions, type ByteMeter } from './bandwidth-governor.ts';
-
-interface Grant {
-  principal: string;
-  bytes: number;
-  atMs: number;
-}
-
-function setup(
-  options: Partial<BandwidthGovernorOptions> &
-    Pick<BandwidthGovernorOptions, 'rateBytesPerSec' | 'perPrincipalBytesPerSec'>,
-) {
-  const clock = new ManualClock(1_700_000_000_000, 10_000);
-  const timers = new ManualTimers(clock);
-  const grants: Grant[] = [];
-  const governor = new BandwidthGovernor({
-    clock,
-    timers,
-    onGrant: (principal, bytes, nowMs) => grants.push({ principal, bytes, atMs: nowMs - 10_000 }),
-    ...options,
-  });
-  return { clock, timers, governor, grants };
-}
+import { type Grant, setupGovernor as setup } from './bandwidth-governor.test-support.ts';
+import type { ByteMeter } from './bandwidth-governor.ts';
 
 /** A stream that always asks for `bytes` until `running()` turns false. */
 async function saturate(meter: ByteMeter, bytes: number, running: () => boolean): Promise<void> {

@@ -14,11 +14,10 @@
  * Consumers read `config` when they open a connection or sign a request, so new connections and
  * requests use the new secret while open ones finish with theirs.
  */
-import { type FSWatcher, watch } from 'node:fs';
 import { stat } from 'node:fs/promises';
-import path from 'node:path';
 import type { Logger } from 'pino';
 import { ConfigError, loadConfig } from './config.ts';
+import { FileReloadTrigger, SerialReload } from './file-reload-trigger.ts';
 import { readSecretFile, SECRET_FILE_VARIABLES } from './secret-files.ts';
 import type { Config } from './types.ts';
 
@@ -70,9 +69,6 @@ interface FileVariable {
   readonly path: string;
 }
 
-const DEFAULT_DEBOUNCE_MS = 250;
-const DEFAULT_POLL_INTERVAL_MS = 10_000;
-
 export class SecretRotation {
   readonly #start: StartSecrets;
   readonly #options: SecretRotationOptions;
@@ -85,16 +81,8 @@ export class SecretRotation {
   /** The failure standing per variable, as its file's state and reason (cleared when the file is sound again). */
   readonly #standing = new Map<string, string>();
   readonly #listeners: Array<(previous: Config, next: Config, rotated: readonly string[]) => void> = [];
-  #watchers: FSWatcher[] = [];
-  #pollTimer: NodeJS.Timeout | undefined;
-  #debounceTimer: NodeJS.Timeout | undefined;
-  #lastStat = '';
-  #reloading: Promise<RotationOutcome> | undefined;
-  #reloadAgain: string | undefined;
-  readonly #onHangup = () => {
-    this.#options.log.info({ signal: 'SIGHUP' }, 'reading the secret files again');
-    void this.reload('SIGHUP');
-  };
+  readonly #trigger: FileReloadTrigger;
+  readonly #serial = new SerialReload((trigger) => this.#reloadOnce(trigger));
 
   constructor(config: Config, start: StartSecrets, options: SecretRotationOptions) {
     this.#config = config;
@@ -109,6 +97,21 @@ export class SecretRotation {
       this.#rotations.set(f.fills, 0);
       this.#failures.set(f.fills, 0);
     }
+    this.#trigger = new FileReloadTrigger({
+      log: options.log,
+      files: this.#files.map((f) => f.path),
+      signature: () => this.#statSignature(),
+      reload: (trigger) => this.reload(trigger),
+      // While a failure stands, each poll tries again (a password changed on the server after its file).
+      onQuietPoll: () => (this.#standing.size > 0 ? this.reload('retry') : undefined),
+      messages: {
+        hangup: 'reading the secret files again',
+        watchFailed: 'secret file watch failed; polling only',
+        cannotWatch: 'cannot watch a secret file directory; polling only',
+      },
+      debounceMs: options.debounceMs,
+      pollIntervalMs: options.pollIntervalMs,
+    });
   }
 
   /** The configuration with the secrets in use now. */
@@ -132,70 +135,21 @@ export class SecretRotation {
   }
 
   /** Watches the files' directories, polls their stat and listens for SIGHUP. */
-  async start(): Promise<void> {
-    process.on('SIGHUP', this.#onHangup);
-    if (this.#files.length === 0) return;
-    this.#lastStat = await this.#statSignature();
-    for (const dir of new Set(this.#files.map((f) => path.dirname(f.path)))) {
-      try {
-        // The whole directory: a Kubernetes Secret volume swaps a `..data` symlink, not the files.
-        const watcher = watch(dir, { persistent: false }, () => this.#scheduleReload());
-        watcher.on('error', (err) =>
-          this.#options.log.warn({ err: { message: err.message }, dir }, 'secret file watch failed; polling only'),
-        );
-        this.#watchers.push(watcher);
-      } catch (err) {
-        this.#options.log.warn(
-          { err: { message: (err as Error).message }, dir },
-          'cannot watch a secret file directory; polling only',
-        );
-      }
-    }
-    this.#pollTimer = setInterval(() => void this.#poll(), this.#options.pollIntervalMs ?? DEFAULT_POLL_INTERVAL_MS);
-    this.#pollTimer.unref();
+  start(): Promise<void> {
+    return this.#trigger.start();
   }
 
   close(): void {
-    for (const w of this.#watchers.splice(0)) w.close();
-    clearInterval(this.#pollTimer);
-    clearTimeout(this.#debounceTimer);
-    process.off('SIGHUP', this.#onHangup);
-  }
-
-  #scheduleReload(): void {
-    clearTimeout(this.#debounceTimer);
-    this.#debounceTimer = setTimeout(
-      () => void this.reload('file change'),
-      this.#options.debounceMs ?? DEFAULT_DEBOUNCE_MS,
-    );
-    this.#debounceTimer.unref();
-  }
-
-  async #poll(): Promise<void> {
-    if ((await this.#statSignature()) !== this.#lastStat) await this.reload('file change (poll)');
-    else if (this.#standing.size > 0) await this.reload('retry');
+    this.#trigger.close();
   }
 
   /** Reads every secret file again and takes the sound new values. One reload at a time. */
-  async reload(trigger: string): Promise<RotationOutcome> {
-    if (this.#reloading) {
-      // A change during a reload: read once more after it, so the last state of the files wins.
-      this.#reloadAgain = trigger;
-      return this.#reloading;
-    }
-    this.#reloading = this.#reloadOnce(trigger);
-    try {
-      return await this.#reloading;
-    } finally {
-      this.#reloading = undefined;
-      const again = this.#reloadAgain;
-      this.#reloadAgain = undefined;
-      if (again !== undefined) void this.reload(again);
-    }
+  reload(trigger: string): Promise<RotationOutcome> {
+    return this.#serial.reload(trigger);
   }
 
   async #reloadOnce(trigger: string): Promise<RotationOutcome> {
-    if (this.#files.length > 0) this.#lastStat = await this.#statSignature();
+    if (this.#files.length > 0) await this.#trigger.markRead();
     const read = this.#options.read ?? readSecretFile;
     const failed: RotationFailure[] = [];
     const changed: Array<FileVariable & { value: string }> = [];

@@ -17,7 +17,7 @@ import { randomContent, request } from '../../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { useTestRedis } from '../../test/support/redis.ts';
 import { ROOT, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
-import { freeLoopbackPort } from '../../test/harness/index.ts';
+import { freeLoopbackPort, type SharedProfile, sharedProfileEnv } from '../../test/harness/index.ts';
 
 const CHROMIUM = '/usr/bin/chromium';
 /** Without the background-networking flags chromium keeps calling home on a closed network. */
@@ -50,19 +50,10 @@ let downloader: { key: string; name: string };
 let limited: { key: string; principalId: string };
 const contentUrl = () => `${writer.url}/api/v1/repositories/libs/artifacts/big.bin/content`;
 
-function sharedEnv(role: 'api' | 'reader', slot: number, port: number): Record<string, string> {
-  return {
-    ARKVORY_DATABASE_URL: db.url,
-    ARKVORY_REDIS_URL: redis.url,
-    ARKVORY_REDIS_KEY_PREFIX: redis.prefix,
-    ARKVORY_ROLE: role,
-    ARKVORY_GATEWAY_SLOTS: '2',
-    ARKVORY_GATEWAY_SLOT: String(slot),
-    ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(2 * SHARE),
-    ARKVORY_PORT: String(port),
-    ARKVORY_ADVERTISE_URL: `http://127.0.0.1:${port}`,
-  };
-}
+/** The shared profile's settings, known once the database is made. */
+let profile: SharedProfile;
+const sharedEnv = (role: 'api' | 'reader', slot: number, port: number) =>
+  sharedProfileEnv({ ...profile, role, slot, port });
 
 /** Starts a paced download and keeps reading until `stop()`. */
 function slowDownload(url: string, key: string): { stop(): void; bytes(): number; status: Promise<number> } {
@@ -92,6 +83,7 @@ async function untilStatus(probe: () => Promise<number>, expected: number, withi
 beforeAll(async () => {
   if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: apt-get install chromium (.ci/run installs it)`);
   db = await createTestDatabase();
+  profile = { databaseUrl: db.url, redis, slots: 2, downloadBytesPerSecond: 2 * SHARE };
   await createRepository(db.pool, 'libs');
   ({ key: adminKey } = await createServiceAccount(db.pool, { name: 'browser-admin', scopes: ['admin'] }));
   downloader = await createServiceAccount(db.pool, {

@@ -10,7 +10,7 @@ import { request, type RawResponse } from '../../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { useTestRedis } from '../../test/support/redis.ts';
 import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
-import { freeLoopbackPort } from '../../test/harness/index.ts';
+import { freeLoopbackPort, type SharedProfile, sharedProfileEnv } from '../../test/harness/index.ts';
 
 /** Counters and rule documents under a prefix of this file, removed afterwards. */
 const redis = useTestRedis();
@@ -20,19 +20,10 @@ let reader: GatewayProcess;
 let adminKey: string;
 let userKey: string;
 
-function sharedEnv(role: 'api' | 'reader', slot: number, port: number): Record<string, string> {
-  return {
-    ARKVORY_DATABASE_URL: db.url,
-    ARKVORY_REDIS_URL: redis.url,
-    ARKVORY_REDIS_KEY_PREFIX: redis.prefix,
-    ARKVORY_ROLE: role,
-    ARKVORY_GATEWAY_SLOTS: '2',
-    ARKVORY_GATEWAY_SLOT: String(slot),
-    ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(2 * 1024 * 1024),
-    ARKVORY_PORT: String(port),
-    ARKVORY_ADVERTISE_URL: `http://127.0.0.1:${port}`,
-  };
-}
+/** The shared profile's settings, known once the database is made. */
+let profile: SharedProfile;
+const sharedEnv = (role: 'api' | 'reader', slot: number, port: number) =>
+  sharedProfileEnv({ ...profile, role, slot, port });
 
 const json = (res: RawResponse) => JSON.parse(res.body.toString()) as Record<string, any>;
 
@@ -61,6 +52,7 @@ function call(
 
 beforeAll(async () => {
   db = await createTestDatabase();
+  profile = { databaseUrl: db.url, redis, slots: 2, downloadBytesPerSecond: 2 * 1024 * 1024 };
   ({ key: adminKey } = await createServiceAccount(db.pool, { name: 'console-admin', scopes: ['admin'] }));
   ({ key: userKey } = await createServiceAccount(db.pool, { name: 'console-user', scopes: ['read', 'write'] }));
   const [writerPort, readerPort] = [await freeLoopbackPort(), await freeLoopbackPort()];

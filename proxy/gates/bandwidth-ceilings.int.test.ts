@@ -10,6 +10,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { randomContent, request } from '../../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { type SharedProfile, sharedProfileEnv } from '../../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
 const SLOTS = 2;
@@ -25,16 +26,9 @@ let writer: GatewayProcess;
 let reader: GatewayProcess;
 const keys: Record<string, string> = {};
 
-function sharedEnv(role: 'api' | 'reader', slot: number): Record<string, string> {
-  return {
-    ARKVORY_DATABASE_URL: db.url,
-    ARKVORY_REDIS_URL: inject('redisUrl'),
-    ARKVORY_ROLE: role,
-    ARKVORY_GATEWAY_SLOTS: String(SLOTS),
-    ARKVORY_GATEWAY_SLOT: String(slot),
-    ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(RATE),
-  };
-}
+/** The shared profile's settings, known once the database is made. */
+let profile: SharedProfile;
+const sharedEnv = (role: 'api' | 'reader', slot: number) => sharedProfileEnv({ ...profile, role, slot });
 
 const contentUrl = (gw: GatewayProcess, repo: string) =>
   `${gw.url}/api/v1/repositories/${repo}/artifacts/big.bin/content`;
@@ -71,6 +65,7 @@ async function cli(args: string[]) {
 
 beforeAll(async () => {
   db = await createTestDatabase();
+  profile = { databaseUrl: db.url, redis: inject('redisUrl'), slots: SLOTS, downloadBytesPerSecond: RATE };
   const dataDir = await makeTempDir();
   for (const repo of ['slow', 'fast', 'mirror']) await createRepository(db.pool, repo);
   for (const p of ['crawler-1', 'crawler-2', 'slow-user', 'fast-user'])

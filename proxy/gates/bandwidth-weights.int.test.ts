@@ -9,6 +9,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { randomContent, request } from '../../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { type SharedProfile, sharedProfileEnv } from '../../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
 const SLOTS = 2;
@@ -23,16 +24,9 @@ let reader: GatewayProcess;
 let admin: { key: string };
 const accounts: Record<'a' | 'b' | 'c', { key: string; name: string }> = {} as never;
 
-function sharedEnv(role: 'api' | 'reader', slot: number): Record<string, string> {
-  return {
-    ARKVORY_DATABASE_URL: db.url,
-    ARKVORY_REDIS_URL: inject('redisUrl'),
-    ARKVORY_ROLE: role,
-    ARKVORY_GATEWAY_SLOTS: String(SLOTS),
-    ARKVORY_GATEWAY_SLOT: String(slot),
-    ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(RATE),
-  };
-}
+/** The shared profile's settings, known once the database is made. */
+let profile: SharedProfile;
+const sharedEnv = (role: 'api' | 'reader', slot: number) => sharedProfileEnv({ ...profile, role, slot });
 
 /** A download whose received bytes are sampled with their arrival time (ms since `t0`). */
 function sampledDownload(url: string, key: string, t0: number) {
@@ -62,6 +56,7 @@ function sampledDownload(url: string, key: string, t0: number) {
 
 beforeAll(async () => {
   db = await createTestDatabase();
+  profile = { databaseUrl: db.url, redis: inject('redisUrl'), slots: SLOTS, downloadBytesPerSecond: RATE };
   const dataDir = await makeTempDir();
   await createRepository(db.pool, 'shared');
   admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });

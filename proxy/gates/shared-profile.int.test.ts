@@ -9,6 +9,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { type SharedProfile, sharedProfileEnv } from '../../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
 /** Three participants run; slot 3 stays free for the refusal cases. */
@@ -28,16 +29,9 @@ let outsiderKey: string;
 const file = randomContent(3 * MiB + 12345);
 const contentPath = '/api/v1/repositories/shared/artifacts/big.bin/content';
 
-function sharedEnv(role: 'api' | 'reader', slot: number): Record<string, string> {
-  return {
-    ARKVORY_DATABASE_URL: db.url,
-    ARKVORY_REDIS_URL: inject('redisUrl'),
-    ARKVORY_ROLE: role,
-    ARKVORY_GATEWAY_SLOTS: String(SLOTS),
-    ARKVORY_GATEWAY_SLOT: String(slot),
-    ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(RATE),
-  };
-}
+/** The shared profile's settings, known once the database is made. */
+let profile: SharedProfile;
+const sharedEnv = (role: 'api' | 'reader', slot: number) => sharedProfileEnv({ ...profile, role, slot });
 
 /** Downloads for at most `ms` and returns how many bytes arrived (the body may be cut short). */
 function downloadFor(
@@ -72,6 +66,7 @@ function downloadFor(
 
 beforeAll(async () => {
   db = await createTestDatabase();
+  profile = { databaseUrl: db.url, redis: inject('redisUrl'), slots: SLOTS, downloadBytesPerSecond: RATE };
   dataDir = await makeTempDir();
   await createRepository(db.pool, 'shared');
   await createRepository(db.pool, 'hidden');

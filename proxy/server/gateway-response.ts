@@ -21,15 +21,7 @@ export class GatewayResponse<Request extends IncomingMessage = IncomingMessage> 
 
   /** Adds `name: value` to the answer; a header of the same name given to `writeHead` replaces it. */
   addEarlyHeader(name: string, value: string): void {
-    const early = (this.#early ??= []);
-    const lower = name.toLowerCase();
-    for (let i = 0; i < early.length; i += 2) {
-      if (early[i] === lower) {
-        early[i + 1] = value;
-        return;
-      }
-    }
-    early.push(lower, value);
+    this.#early = withEarlyHeader(this.#early, name, value);
   }
 
   override setHeader(name: string, value: number | string | readonly string[]): this {
@@ -93,6 +85,23 @@ function* pairs(headers: OutgoingHttpHeader[]): Generator<[OutgoingHttpHeader, O
     return;
   }
   for (let i = 0; i + 1 < headers.length; i += 2) yield [headers[i]!, headers[i + 1]!];
+}
+
+/**
+ * `early` (name/value pairs, names in lower case) with `name: value` set: a name already there gets
+ * the new value, so a header is sent once. Shared with the HTTP/2 response (http2-messages.ts).
+ */
+export function withEarlyHeader(early: string[] | undefined, name: string, value: string): string[] {
+  const list = early ?? [];
+  const lower = name.toLowerCase();
+  for (let i = 0; i < list.length; i += 2) {
+    if (list[i] === lower) {
+      list[i + 1] = value;
+      return list;
+    }
+  }
+  list.push(lower, value);
+  return list;
 }
 
 /** Adds an early header when `res` is a gateway response, else sets it the ordinary way. */

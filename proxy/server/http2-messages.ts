@@ -7,6 +7,7 @@
 import http2 from 'node:http2';
 import type { IncomingMessage, OutgoingHttpHeader, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
+import { withEarlyHeader } from './gateway-response.ts';
 
 /** Connection-specific headers HTTP/2 forbids (RFC 9113 §8.2.2): dropped from an answer, never sent. */
 const CONNECTION_HEADERS = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade']);
@@ -47,15 +48,7 @@ export class Http2Response extends http2.Http2ServerResponse {
   shouldKeepAlive = true;
 
   addEarlyHeader(name: string, value: string): void {
-    const early = (this.#early ??= []);
-    const lower = name.toLowerCase();
-    for (let i = 0; i < early.length; i += 2) {
-      if (early[i] === lower) {
-        early[i + 1] = value;
-        return;
-      }
-    }
-    early.push(lower, value);
+    this.#early = withEarlyHeader(this.#early, name, value);
   }
 
   override setHeader(name: string, value: number | string | readonly string[]): this {

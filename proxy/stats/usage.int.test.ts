@@ -6,7 +6,7 @@
  */
 import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freeLoopbackPort, waitUntil } from '../../test/harness/index.ts';
+import { freeLoopbackPort, waitUntil, type SharedProfile, sharedProfileEnv } from '../../test/harness/index.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
@@ -21,23 +21,16 @@ let alice: { key: string; principalId: string; name: string };
 let bob: { key: string; principalId: string; name: string };
 const body = Buffer.alloc(4096, 9);
 
-function sharedEnv(role: 'api' | 'reader', slot: number, port: number): Record<string, string> {
-  return {
-    ARKVORY_DATABASE_URL: db.url,
-    ARKVORY_REDIS_URL: redis.url,
-    ARKVORY_REDIS_KEY_PREFIX: redis.prefix,
-    ARKVORY_ROLE: role,
-    ARKVORY_GATEWAY_SLOTS: '2',
-    ARKVORY_GATEWAY_SLOT: String(slot),
-    ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(1024 * 1024 * 1024),
-    ARKVORY_PORT: String(port),
-    ARKVORY_ADVERTISE_URL: `http://127.0.0.1:${port}`,
-    ARKVORY_USAGE_STATS_FLUSH_SECONDS: String(FLUSH_SECONDS),
-  };
-}
+/** The shared profile's settings, known once the database is made. */
+let profile: SharedProfile;
+const usageEnv = (role: 'api' | 'reader', slot: number, port: number) => ({
+  ...sharedProfileEnv({ ...profile, role, slot, port }),
+  ARKVORY_USAGE_STATS_FLUSH_SECONDS: String(FLUSH_SECONDS),
+});
 
 beforeAll(async () => {
   db = await createTestDatabase();
+  profile = { databaseUrl: db.url, redis, slots: 2, downloadBytesPerSecond: 1024 * 1024 * 1024 };
   await createRepository(db.pool, 'us');
   admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
   alice = await createServiceAccount(db.pool, { grants: { us: 'write' } });
@@ -99,8 +92,8 @@ describe('across two gateways', () => {
 
   it('1,000 downloads give exact counts once flushed, through the API and the CLI', async () => {
     const [writerPort, readerPort] = [await freeLoopbackPort(), await freeLoopbackPort()];
-    writer = await startGateway({ env: sharedEnv('api', 0, writerPort), timeoutMs: 90_000 });
-    reader = await startGateway({ env: sharedEnv('reader', 1, readerPort), timeoutMs: 90_000 });
+    writer = await startGateway({ env: usageEnv('api', 0, writerPort), timeoutMs: 90_000 });
+    reader = await startGateway({ env: usageEnv('reader', 1, readerPort), timeoutMs: 90_000 });
     await publish(writer, 'hot.bin');
     await publish(writer, 'cold.bin');
     const path = '/api/v1/repositories/us/artifacts/hot.bin/content';
@@ -177,7 +170,7 @@ describe('across two gateways', () => {
 describe('a crash', () => {
   it('kill -9 loses at most the counts of the last flush interval', async () => {
     const port = await freeLoopbackPort();
-    const gw = await startGateway({ env: sharedEnv('api', 0, port), timeoutMs: 90_000 });
+    const gw = await startGateway({ env: usageEnv('api', 0, port), timeoutMs: 90_000 });
     await publish(gw, 'crash.bin');
     const url = `${gw.url}/api/v1/repositories/us/artifacts/crash.bin/content`;
     await download(url, bob.key, 50);

@@ -11,12 +11,11 @@
  * The decisions are pure (certificate-pair.ts); this file reads files, watches and swaps.
  */
 import { randomBytes, X509Certificate } from 'node:crypto';
-import { type FSWatcher, watch } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
-import path from 'node:path';
 import type tls from 'node:tls';
 import type { Logger } from 'pino';
 import type { Clock } from '../../policy/clock.ts';
+import { FileReloadTrigger, SerialReload } from '../config/file-reload-trigger.ts';
 import { StartupError } from '../server/startup-failure.ts';
 import {
   checkCertificatePair,
@@ -63,9 +62,6 @@ interface ReadPair {
   clientCa: Buffer | undefined;
 }
 
-const DEFAULT_DEBOUNCE_MS = 250;
-const DEFAULT_POLL_INTERVAL_MS = 10_000;
-
 export class ServedTls {
   readonly #config: TlsListenerConfig;
   readonly #options: ServedTlsOptions;
@@ -79,16 +75,8 @@ export class ServedTls {
   #pem: { cert: Buffer; key: Buffer; clientCa: Buffer | undefined };
   #reloadFailures = 0;
   #lastError: string | undefined;
-  #watchers: FSWatcher[] = [];
-  #pollTimer: NodeJS.Timeout | undefined;
-  #debounceTimer: NodeJS.Timeout | undefined;
-  #lastStat = '';
-  #reloading: Promise<ReloadOutcome> | undefined;
-  #reloadAgain = false;
-  readonly #onHangup = () => {
-    this.#options.log.info({ signal: 'SIGHUP' }, 'reloading the TLS certificate');
-    void this.reload('SIGHUP');
-  };
+  readonly #trigger: FileReloadTrigger;
+  readonly #serial = new SerialReload((trigger) => this.#reloadOnce(trigger));
 
   private constructor(config: TlsListenerConfig, options: ServedTlsOptions, first: ReadPair) {
     this.#config = config;
@@ -96,6 +84,19 @@ export class ServedTls {
     if (!first.check.ok) throw new Error('unreachable: a rejected pair is never served');
     this.#served = first.check.certificate;
     this.#pem = { cert: first.cert, key: first.key, clientCa: first.clientCa };
+    this.#trigger = new FileReloadTrigger({
+      log: options.log,
+      files: [config.certFile, config.keyFile, config.clientCaFile].filter((f): f is string => f !== undefined),
+      signature: () => statSignature(config),
+      reload: (trigger) => this.reload(trigger),
+      messages: {
+        hangup: 'reloading the TLS certificate',
+        watchFailed: 'TLS file watch failed; polling only',
+        cannotWatch: 'cannot watch the TLS files directory; polling only',
+      },
+      debounceMs: options.debounceMs,
+      pollIntervalMs: options.pollIntervalMs,
+    });
   }
 
   /** Reads and checks the pair; a broken pair refuses the start with the reason. */
@@ -103,7 +104,7 @@ export class ServedTls {
     const first = await readPair(config, options.clock.wallMs());
     if (!first.check.ok) throw new StartupError(`TLS: ${first.check.reason}`);
     const served = new ServedTls(config, options, first);
-    served.#lastStat = await statSignature(config);
+    await served.#trigger.markRead();
     return served;
   }
 
@@ -163,69 +164,21 @@ export class ServedTls {
 
   /** Starts watching the files and SIGHUP. */
   start(): void {
-    const dirs = new Set(
-      [this.#config.certFile, this.#config.keyFile, this.#config.clientCaFile]
-        .filter((f): f is string => f !== undefined)
-        .map((f) => path.dirname(f)),
-    );
-    for (const dir of dirs) {
-      try {
-        // The whole directory: a Kubernetes secret volume swaps a `..data` symlink, not the files.
-        const watcher = watch(dir, { persistent: false }, () => this.#scheduleReload());
-        watcher.on('error', (err) => this.#options.log.warn({ err, dir }, 'TLS file watch failed; polling only'));
-        this.#watchers.push(watcher);
-      } catch (err) {
-        this.#options.log.warn({ err, dir }, 'cannot watch the TLS files directory; polling only');
-      }
-    }
-    const pollMs = this.#options.pollIntervalMs ?? DEFAULT_POLL_INTERVAL_MS;
-    this.#pollTimer = setInterval(() => void this.#poll(), pollMs);
-    this.#pollTimer.unref();
-    process.on('SIGHUP', this.#onHangup);
+    // The state was taken at open, so the trigger sets up its watches and poll without waiting.
+    void this.#trigger.start();
   }
 
   close(): void {
-    for (const w of this.#watchers.splice(0)) w.close();
-    clearInterval(this.#pollTimer);
-    clearTimeout(this.#debounceTimer);
-    process.off('SIGHUP', this.#onHangup);
-  }
-
-  #scheduleReload(): void {
-    clearTimeout(this.#debounceTimer);
-    this.#debounceTimer = setTimeout(
-      () => void this.reload('file change'),
-      this.#options.debounceMs ?? DEFAULT_DEBOUNCE_MS,
-    );
-    this.#debounceTimer.unref();
-  }
-
-  async #poll(): Promise<void> {
-    const signature = await statSignature(this.#config);
-    if (signature !== this.#lastStat) await this.reload('file change (poll)');
+    this.#trigger.close();
   }
 
   /** Reads the files again and serves them if they are a valid new pair. One reload at a time. */
-  async reload(trigger: string): Promise<ReloadOutcome> {
-    if (this.#reloading) {
-      // A change during a reload: read once more after it, so the last state of the files wins.
-      this.#reloadAgain = true;
-      return this.#reloading;
-    }
-    this.#reloading = this.#reloadOnce(trigger);
-    try {
-      return await this.#reloading;
-    } finally {
-      this.#reloading = undefined;
-      if (this.#reloadAgain) {
-        this.#reloadAgain = false;
-        void this.reload(trigger);
-      }
-    }
+  reload(trigger: string): Promise<ReloadOutcome> {
+    return this.#serial.reload(trigger);
   }
 
   async #reloadOnce(trigger: string): Promise<ReloadOutcome> {
-    this.#lastStat = await statSignature(this.#config);
+    await this.#trigger.markRead();
     const read = await readPair(this.#config, this.#options.clock.wallMs());
     const caChanged = !sameBytes(read.clientCa, this.#pem.clientCa);
     const decision = decideReload(this.#served, read.check, caChanged);

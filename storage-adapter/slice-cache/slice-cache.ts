@@ -80,6 +80,17 @@ export type SliceSource =
   | { readonly kind: 'disk'; readonly slice: IndexedSlice; readonly file: string; readonly digest: Buffer }
   | { readonly kind: 'fill'; readonly fill: Fill; readonly started: boolean };
 
+/** One slice being fetched from the artifact store into a fill. */
+interface FillJob {
+  readonly key: string;
+  readonly sha256: string;
+  readonly digests: SliceDigests;
+  readonly index: number;
+  readonly range: ByteRange;
+  readonly fill: Fill;
+  readonly origin: OriginRead;
+}
+
 /** Slice files kept open between reads (see the header). */
 const MAX_OPEN_FILES = 256;
 /** Largest read from the origin into a fill's buffer at a time. */
@@ -199,7 +210,7 @@ export class SliceCache {
     fill.hold();
     this.#fills.set(key, fill);
     this.stats.fillsInFlight++;
-    void this.#runFill(key, sha256, digests, index, range, fill, origin);
+    void this.#runFill({ key, sha256, digests, index, range, fill, origin });
     return { kind: 'fill', fill, started: true };
   }
 
@@ -333,34 +344,19 @@ export class SliceCache {
     this.#updateHeld();
   }
 
-  async #runFill(
-    key: string,
-    sha256: string,
-    digests: SliceDigests,
-    index: number,
-    range: ByteRange,
-    fill: Fill,
-    origin: OriginRead,
-  ): Promise<void> {
+  async #runFill(job: FillJob): Promise<void> {
     try {
-      await this.#fillFromOrigin(key, sha256, digests, index, range, fill, origin);
+      await this.#fillFromOrigin(job);
     } finally {
       // In one step with letting go of its buffer: nobody joins a fill whose buffer may be reused.
-      if (this.#fills.get(key) === fill) this.#fills.delete(key);
+      if (this.#fills.get(job.key) === job.fill) this.#fills.delete(job.key);
       this.stats.fillsInFlight--;
-      fill.unhold();
+      job.fill.unhold();
     }
   }
 
-  async #fillFromOrigin(
-    key: string,
-    sha256: string,
-    digests: SliceDigests,
-    index: number,
-    range: ByteRange,
-    fill: Fill,
-    origin: OriginRead,
-  ): Promise<void> {
+  async #fillFromOrigin(job: FillJob): Promise<void> {
+    const { key, sha256, digests, index, range, fill, origin } = job;
     const expected = sliceDigest(digests, index);
     for (let attempt = 1; attempt <= 2; attempt++) {
       if (attempt > 1) fill.restart();

@@ -32,6 +32,7 @@ export { pingRedis, REDIS_INSTALL_HINT, startRedisServer, type RedisServer } fro
 export { runProcess, type ProcessResult } from './run-process.ts';
 export { bearer, createRepository, createServiceAccount, seedWriters, type ServiceAccount } from './seed.ts';
 export { samplePeak } from './sample-peak.ts';
+export { type SharedProfile, sharedProfileEnv, type SharedProfileEnvOptions } from './shared-profile-env.ts';
 export { makeTempDir } from './temp-dir.ts';
 export { waitForHttp, waitUntil, type WaitOptions, type WatchedProcess } from './wait.ts';
 export {
