@@ -17,6 +17,7 @@ import { makeTempDir, runCli, startGateway } from '../../test/support/gateway.ts
 import { useTestRedis } from '../../test/support/redis.ts';
 import { listKeys } from '../../test/support/s3-server.ts';
 import { ALL_STORE_KINDS, startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
+import { waitForSliceFills } from '../../test/harness/index.ts';
 
 const KiB = 1024;
 const source = useTestDatabase();
@@ -213,6 +214,8 @@ describe.each(ALL_STORE_KINDS)('restore into the %s store', (kind) => {
       });
       expect(res.status).toBe(200);
       expect(res.body.equals(bodies[0]!)).toBe(true);
+      // A verified slice is served from memory and lands on disk just after.
+      await waitForSliceFills(gw.url);
       const held = await readdir(path.join(cacheDir, 'slices'), { recursive: true });
       expect(held.some((f) => f.endsWith(`${sha256(bodies[0]!)}-${8 * 1024 * 1024}-0`))).toBe(true);
       const metrics = await (await fetch(`${gw.url}/metrics`)).text();
