@@ -36,7 +36,7 @@ describe('auth gate (in-process server, real PostgreSQL)', () => {
         { methods: ['GET'], template: '/t/service', access: 'service', handle: echo },
         { methods: ['GET'], template: '/t/admin', access: 'admin', handle: echo },
         { methods: ['GET'], template: '/t/repos/:repo', access: 'read', handle: echo },
-        { methods: ['PUT'], template: '/t/repos/:repo', access: 'write', handle: echo },
+        { methods: ['PUT'], template: '/t/repos/:repo', access: 'write', audit: null, handle: echo },
       ],
     });
     const addr = await server.listen(0, '127.0.0.1');
