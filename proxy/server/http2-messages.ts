@@ -7,7 +7,6 @@
 import http2 from 'node:http2';
 import type { IncomingMessage, OutgoingHttpHeader, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
-import { withEarlyHeader } from './gateway-response.ts';
 
 /** Connection-specific headers HTTP/2 forbids (RFC 9113 §8.2.2): dropped from an answer, never sent. */
 const CONNECTION_HEADERS = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade']);
@@ -28,27 +27,20 @@ type Headers = OutgoingHttpHeaders | readonly OutgoingHttpHeader[];
 /**
  * A response on an HTTP/2 stream: counts the body bytes written, drops connection-specific headers
  * (a `Connection: close` the HTTP/1.1 path adds would make node:http2 warn, a `Transfer-Encoding`
- * would throw), and keeps the gateway's early headers (`addEarlyHeader`) for the status line.
- *
- * `writeHead` hands the stream one header object itself instead of going through node:http2's
- * compatibility `writeHead`, which validates and stores every header one `setHeader` at a time and
- * then has the stream validate them all again, and which always asks for trailers: one more
- * callback and an empty DATA frame per stream. Nothing here sends trailers (`addTrailers` is not
- * used), so the last DATA frame carries END_STREAM.
+ * would throw), and answers the gateway's early headers (`addEarlyHeader`, an HTTP/1.1 fast path)
+ * with `setHeader`, which has the same meaning here.
  */
 export class Http2Response extends http2.Http2ServerResponse {
   /** The request this answers, told when the response closes (proxy/server/request-exchange.ts). */
   exchange: { closed(): void } | undefined = undefined;
   /** Response body bytes written to this stream. */
   bodyBytesWritten = 0;
-  /** Name/value pairs, names in lower case, for the status line; a header of the same name given to `writeHead` wins. */
-  #early: string[] | undefined;
 
   /** node:http's `shouldKeepAlive`: the connection is shared by other streams, so it stays open. */
   shouldKeepAlive = true;
 
   addEarlyHeader(name: string, value: string): void {
-    this.#early = withEarlyHeader(this.#early, name, value);
+    this.setHeader(name, value);
   }
 
   override setHeader(name: string, value: number | string | readonly string[]): this {
@@ -64,28 +56,9 @@ export class Http2Response extends http2.Http2ServerResponse {
   override writeHead(statusCode: number, headers?: Headers): this;
   override writeHead(statusCode: number, statusMessage: string, headers?: Headers): this;
   override writeHead(statusCode: number, reasonOrHeaders?: string | Headers, maybeHeaders?: Headers): this {
-    // The reason phrase does not exist in HTTP/2: never passed on (node:http2 would warn).
     const given = typeof reasonOrHeaders === 'string' ? maybeHeaders : reasonOrHeaders;
-    const stream = this.stream;
-    // A response that cannot send (closed, or sent already): node:http2's answer, ignored or thrown.
-    if (stream.destroyed || stream.closed || stream.headersSent)
-      return super.writeHead(statusCode, withoutConnectionHeaders(given) as OutgoingHttpHeaders);
-    const headers = this.getHeaders() as Record<string, OutgoingHttpHeader>;
-    if (given !== undefined) mergeGiven(headers, given);
-    const early = this.#early;
-    if (early !== undefined) {
-      this.#early = undefined;
-      for (let i = 0; i < early.length; i += 2)
-        if (headers[early[i]!] === undefined) headers[early[i]!] = early[i + 1]!;
-    }
-    // The setter checks the range (1xx and > 599 throw, as node:http2's writeHead does).
-    this.statusCode = statusCode;
-    headers[':status'] = statusCode;
-    // `end()` before any write: the status line carries END_STREAM (writableEnded is the compat's "ending").
-    // `sendDate` is an option node:http2 reads (the Date header) that its types leave out.
-    const options = { endStream: this.writableEnded, sendDate: this.sendDate };
-    stream.respond(headers as http2.OutgoingHttpHeaders, options as http2.ServerStreamResponseOptions);
-    return this;
+    // The reason phrase does not exist in HTTP/2: never passed on (node:http2 would warn).
+    return super.writeHead(statusCode, withoutConnectionHeaders(given) as OutgoingHttpHeaders);
   }
 
   override write(chunk: unknown, encoding?: unknown, cb?: unknown): boolean {
@@ -93,43 +66,6 @@ export class Http2Response extends http2.Http2ServerResponse {
     else if (chunk) this.bodyBytesWritten += (chunk as Uint8Array).byteLength;
     return (super.write as (...a: unknown[]) => boolean)(chunk, encoding, cb);
   }
-}
-
-/**
- * Adds `given` to `headers` (those set before, names in lower case): a given name replaces a set
- * one; a name repeated in a list adds values (node:http2's `writeHead` semantics). Connection-specific
- * headers are dropped.
- */
-function mergeGiven(headers: Record<string, OutgoingHttpHeader>, given: Headers): void {
-  if (!Array.isArray(given)) {
-    const object = given as OutgoingHttpHeaders;
-    for (const name in object) {
-      const value = object[name];
-      if (value === undefined) continue;
-      const lower = name.toLowerCase();
-      if (!CONNECTION_HEADERS.has(lower)) headers[lower] = value;
-    }
-    return;
-  }
-  const fromList = new Set<string>();
-  const add = (name: string, value: OutgoingHttpHeader) => {
-    const lower = name.toLowerCase();
-    if (CONNECTION_HEADERS.has(lower)) return;
-    const existing = headers[lower];
-    if (!fromList.has(lower) || existing === undefined) {
-      fromList.add(lower);
-      headers[lower] = value;
-    } else headers[lower] = [...asList(existing), ...asList(value)];
-  };
-  if (given.length > 0 && Array.isArray(given[0])) {
-    for (const [name, value] of given as unknown as readonly [string, OutgoingHttpHeader][]) add(String(name), value);
-  } else {
-    for (let i = 0; i + 1 < given.length; i += 2) add(String(given[i]), given[i + 1]!);
-  }
-}
-
-function asList(value: OutgoingHttpHeader): string[] {
-  return Array.isArray(value) ? value.map(String) : [String(value)];
 }
 
 // node:http2 never sets `destroyed` on a response: the gateway's code reads it to know the client
