@@ -505,7 +505,11 @@ describe('client certificates (mutual TLS)', () => {
       headers: bearer(owner.key),
     });
     expect(keyOnly.status).toBe(401);
-    expect(strict.logs()).toContain('no client certificate was sent');
+    // The refusal's log line is written after the answer: wait for it rather than race it.
+    await waitUntil(() => strict.logs().includes('no client certificate was sent'), {
+      what: 'the log line of the refused key-only request',
+      timeoutMs: 5000,
+    });
     const agent = agentFor(unbound);
     const keyAndCert = await httpsRequest(`${strict.https}${mtlsTarget}`, {
       ca: ca.certPem,
