@@ -11,10 +11,12 @@
  * redis-server for the Redis one), and the ratios to the peer.
  *
  *   node bench/peer.ts [--rounds 5] [--seconds 8] [--connections 64] [--database-url URL]
- *                      [--only 'gateway (memory counters),peer'] [--profile-dir DIR]
+ *                      [--only 'gateway (memory counters),peer'] [--profile-dir DIR] [--compare-root DIR]
  *
- * `--only` measures the named systems alone (names as in the table, comma-separated);
- * `--profile-dir` runs the gateways with `--cpu-prof` into DIR (bench/cpu-profile-summary.ts).
+ * `--only` measures the systems whose names start so (names as in the table, comma-separated);
+ * `--profile-dir` runs the gateways with `--cpu-prof` into DIR (bench/cpu-profile-summary.ts);
+ * `--compare-root` adds both gateways run from another checkout (the code before a change, say),
+ * measured in the same interleaved rounds.
  * Needs wrk, nginx (Debian) and redis-server; PostgreSQL is embedded unless `--database-url` is given.
  */
 import { createHash, randomBytes } from 'node:crypto';
@@ -44,7 +46,12 @@ import {
   waitUntil,
 } from '../test/harness/index.ts';
 
-const args = benchArgs({ rounds: '5', seconds: '8', connections: '64' }, ['database-url', 'only', 'profile-dir']);
+const args = benchArgs({ rounds: '5', seconds: '8', connections: '64' }, [
+  'database-url',
+  'only',
+  'profile-dir',
+  'compare-root',
+]);
 const ROUNDS = Number(args.rounds);
 const SECONDS = Number(args.seconds);
 const CONNECTIONS = Number(args.connections);
@@ -155,17 +162,29 @@ async function main(): Promise<void> {
       ...(workers ? { ARKVORY_WORKERS: workers } : {}),
       ...extra,
     });
-    const gwRedis = await bench.gateway(
-      'gateway (Redis counters)',
-      gatewayEnv('data-redis', { ARKVORY_REDIS_URL: redis.url }),
-    );
-    const gwMemory = await bench.gateway('gateway (memory counters)', gatewayEnv('data-memory', {}));
-    for (const g of [gwRedis, gwMemory]) {
-      const { status } = await putFile(`${g.url}/api/v1/repositories/bench/artifacts/small.bin`, smallFile, {
-        authorization: `Bearer ${g.keys[0]}`,
-      });
-      if (status !== 201) throw new Error(`upload to ${g.name} answered ${status}`);
-    }
+    const compareRoot = args['compare-root'];
+    const gateways = async (suffix: string, checkout: string | undefined) => {
+      const options = checkout ? { checkout } : {};
+      const redisCounted = await bench.gateway(
+        `gateway (Redis counters${suffix})`,
+        gatewayEnv(`data-redis${suffix}`, { ARKVORY_REDIS_URL: redis.url }),
+        options,
+      );
+      const memoryCounted = await bench.gateway(
+        `gateway (memory counters${suffix})`,
+        gatewayEnv(`data-memory${suffix}`, {}),
+        options,
+      );
+      for (const g of [redisCounted, memoryCounted]) {
+        const { status } = await putFile(`${g.url}/api/v1/repositories/bench/artifacts/small.bin`, smallFile, {
+          authorization: `Bearer ${g.keys[0]}`,
+        });
+        if (status !== 201) throw new Error(`upload to ${g.name} answered ${status}`);
+      }
+      return [redisCounted, memoryCounted] as const;
+    };
+    const [gwRedis, gwMemory] = await gateways('', undefined);
+    const compared = compareRoot ? await gateways(', compare', compareRoot) : undefined;
 
     // The peer's key: the Redis gateway's, so both sides send the same header.
     const key = gwRedis.keys[0]!;
@@ -239,6 +258,15 @@ async function main(): Promise<void> {
         counted: 'gateway process tree',
       },
     ];
+    if (compared)
+      for (const g of compared)
+        all.push({
+          name: g.name,
+          url: `${g.url}${content}`,
+          headers: { authorization: `Bearer ${g.keys[0]}` },
+          roots: g.name.includes('Redis') ? [g.child.pid!, redis.child.pid!] : [g.child.pid!],
+          counted: `as above, from ${compareRoot}`,
+        });
     const only = args.only?.split(',').map((s) => s.trim());
     const systems = only ? all.filter((s) => only.some((o) => s.name.startsWith(o))) : all;
     if (systems.length === 0) throw new Error(`--only matched none of: ${all.map((s) => s.name).join('; ')}`);
