@@ -32,8 +32,15 @@ describe('content names', () => {
   it('keeps the length bound after normalising, and refuses empty names', () => {
     expect(normalizeName('e\u0301'.repeat(255), 'asset name')).toBe('\u00e9'.repeat(255)); // 510 code units, 255 after NFC
     expect(() => normalizeName('x'.repeat(256), 'asset name')).toThrow(/at most 255/);
+    expect(normalizeName('x'.repeat(255), 'asset name')).toBe('x'.repeat(255));
     expect(() => normalizeName('', 'asset name')).toThrow(/must not be empty/);
     expect(() => keyFromParams('package', { repo: 'r', name: 'p' })).toThrow(/package version/);
+  });
+
+  it('refuses "." and ".." and keeps any other printable ASCII name as it is', () => {
+    expect(() => normalizeName('.', 'artifact id')).toThrow(/must not be "." or ".."/);
+    expect(() => normalizeName('..', 'artifact id')).toThrow(/must not be "." or ".."/);
+    expect(normalizeName(' a~b..c! ', 'artifact id')).toBe(' a~b..c! ');
   });
 
   it('map an apt path to the asset of that name, under the same rules', () => {

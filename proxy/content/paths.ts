@@ -28,11 +28,14 @@ export const APT_TEMPLATE = `${CONTENT_TEMPLATES.package}/apt/:file`;
  * router already refuses '', '.', '..', '/', '\\' and NUL in the raw segment.
  */
 const REFUSED = /[\p{Cc}\p{Cf}\u2024\u2025\uFE52\uFF0E\uFF61]/u;
+/** Printable ASCII: none of it is refused, and NFC leaves it as it is (the common name skips both). */
+const PRINTABLE_ASCII = /^[\x20-\x7e]+$/;
 const MAX_NAME_LENGTH = 255;
 
 export function normalizeName(value: string | undefined, what: string): string {
   if (value === undefined || value.length === 0)
     throw new GatewayError('invalid_request', `The ${what} must not be empty.`);
+  if (PRINTABLE_ASCII.test(value)) return checkedName(value, what);
   const refused = REFUSED.exec(value);
   if (refused) {
     const code = refused[0].codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0');
@@ -41,7 +44,10 @@ export function normalizeName(value: string | undefined, what: string): string {
       `The ${what} contains U+${code}: control, formatting (bidirectional, zero-width) and dot look-alike characters are not allowed.`,
     );
   }
-  const name = value.normalize('NFC');
+  return checkedName(value.normalize('NFC'), what);
+}
+
+function checkedName(name: string, what: string): string {
   if (name.length > MAX_NAME_LENGTH)
     throw new GatewayError('invalid_request', `The ${what} must be at most ${MAX_NAME_LENGTH} characters.`);
   if (name === '.' || name === '..') throw new GatewayError('invalid_request', `The ${what} must not be "." or "..".`);

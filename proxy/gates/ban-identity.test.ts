@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { createTrustedProxies } from '../router/forwarded.ts';
-import { banIdentity } from './ban-identity.ts';
+import { BanIdentities, banIdentity } from './ban-identity.ts';
 
 const loopback = createTrustedProxies(['127.0.0.1', '::1']);
 const none = createTrustedProxies([]);
@@ -38,5 +38,31 @@ describe('banIdentity', () => {
       key: '10.0.0.2',
       untrustedForwarder: '10.0.0.2',
     });
+  });
+
+  it('answers the same through the per-peer memo, the first time, again, and past its bound', () => {
+    const cases: Array<[string | undefined, Record<string, string>]> = [
+      ['203.0.113.9', {}],
+      ['::ffff:203.0.113.9', {}],
+      ['2001:DB8:0:1::5', {}],
+      ['127.0.0.1', {}],
+      ['127.0.0.1', { 'x-forwarded-for': '198.51.100.1' }],
+      ['127.0.0.1', { 'x-forwarded-for': '::1' }],
+      ['127.0.0.1', { forwarded: 'for=198.51.100.7' }],
+      ['10.0.0.2', { 'x-forwarded-for': '6.6.6.6, 198.51.100.1' }],
+      ['10.0.0.2', { forwarded: 'for=1.1.1.1, for="[2001:db8::9]:80";proto=http' }],
+      ['10.0.0.2', { 'x-forwarded-for': 'garbage' }],
+      ['10.0.0.2', {}],
+      [undefined, {}],
+    ];
+    for (const trusted of [loopback, none]) {
+      const identities = new BanIdentities(trusted, 48);
+      for (let pass = 0; pass < 2; pass++)
+        for (const [address, headers] of cases)
+          expect(identities.of(address, headers)).toEqual(banIdentity(address, headers, trusted, 48));
+      for (let i = 0; i < 1100; i++) identities.of(`198.18.${i >> 8}.${i & 255}`, {});
+      for (const [address, headers] of cases)
+        expect(identities.of(address, headers)).toEqual(banIdentity(address, headers, trusted, 48));
+    }
   });
 });

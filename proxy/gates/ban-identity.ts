@@ -37,23 +37,80 @@ function lastForwardedFor(headers: IncomingHttpHeaders): string | undefined {
   return last === undefined ? undefined : normalizeAddress(last);
 }
 
+/** What a peer address alone decides (its canonical text, trust, and its key as a direct client). */
+interface Peer {
+  readonly address: string;
+  readonly isTrusted: boolean;
+  readonly direct: BanIdentity;
+}
+
+function peerOf(remoteAddress: string | undefined, trusted: TrustedProxies, ipv6PrefixLength: number): Peer {
+  const address = normalizeAddress(remoteAddress ?? '') ?? remoteAddress ?? '';
+  return {
+    address,
+    isTrusted: trusted.isTrusted(address),
+    direct: { key: banKey(address, ipv6PrefixLength) ?? address, untrustedForwarder: undefined },
+  };
+}
+
+function identify(
+  peer: Peer,
+  remoteAddress: string | undefined,
+  headers: IncomingHttpHeaders,
+  trusted: TrustedProxies,
+  ipv6PrefixLength: number,
+): BanIdentity {
+  const forwardedFor = headers['x-forwarded-for'];
+  if (forwardedFor === undefined && headers.forwarded === undefined) return peer.direct;
+  const keyOf = (address: string) => banKey(address, ipv6PrefixLength) ?? address;
+  if (peer.isTrusted) {
+    if (forwardedFor === undefined) return peer.direct;
+    const client = clientAddressFrom(remoteAddress, forwardedFor, trusted);
+    return { key: trusted.isTrusted(client) ? undefined : keyOf(client), untrustedForwarder: undefined };
+  }
+  const claimed = lastForwardedFor(headers);
+  return {
+    key: claimed === undefined ? peer.direct.key : `by=${peer.direct.key};for=${keyOf(claimed)}`,
+    untrustedForwarder: peer.address,
+  };
+}
+
 export function banIdentity(
   remoteAddress: string | undefined,
   headers: IncomingHttpHeaders,
   trusted: TrustedProxies,
   ipv6PrefixLength: number,
 ): BanIdentity {
-  const peer = normalizeAddress(remoteAddress ?? '') ?? remoteAddress ?? '';
-  const keyOf = (address: string) => banKey(address, ipv6PrefixLength) ?? address;
-  if (trusted.isTrusted(peer) && headers['x-forwarded-for'] !== undefined) {
-    const client = clientAddressFrom(remoteAddress, headers['x-forwarded-for'], trusted);
-    return { key: trusted.isTrusted(client) ? undefined : keyOf(client), untrustedForwarder: undefined };
+  return identify(peerOf(remoteAddress, trusted, ipv6PrefixLength), remoteAddress, headers, trusted, ipv6PrefixLength);
+}
+
+/** Peer addresses remembered by `BanIdentities`; past this many the memo starts afresh. */
+const MAX_PEERS = 1024;
+
+/**
+ * `banIdentity` for one trusted-proxy list and prefix length, with what each peer address decides
+ * remembered (a bounded memo of a pure function): a keep-alive client or a router sends every
+ * request from one address, and parsing, canonicalising and checking it against the list each time
+ * is most of the work.
+ */
+export class BanIdentities {
+  readonly #trusted: TrustedProxies;
+  readonly #ipv6PrefixLength: number;
+  readonly #peers = new Map<string, Peer>();
+
+  constructor(trusted: TrustedProxies, ipv6PrefixLength: number) {
+    this.#trusted = trusted;
+    this.#ipv6PrefixLength = ipv6PrefixLength;
   }
-  if (trusted.isTrusted(peer) || (headers['x-forwarded-for'] === undefined && headers.forwarded === undefined))
-    return { key: keyOf(peer), untrustedForwarder: undefined };
-  const claimed = lastForwardedFor(headers);
-  return {
-    key: claimed === undefined ? keyOf(peer) : `by=${keyOf(peer)};for=${keyOf(claimed)}`,
-    untrustedForwarder: peer,
-  };
+
+  of(remoteAddress: string | undefined, headers: IncomingHttpHeaders): BanIdentity {
+    const raw = remoteAddress ?? '';
+    let peer = this.#peers.get(raw);
+    if (peer === undefined) {
+      if (this.#peers.size >= MAX_PEERS) this.#peers.clear();
+      peer = peerOf(remoteAddress, this.#trusted, this.#ipv6PrefixLength);
+      this.#peers.set(raw, peer);
+    }
+    return identify(peer, remoteAddress, headers, this.#trusted, this.#ipv6PrefixLength);
+  }
 }

@@ -13,7 +13,7 @@ import { addEarlyHeader } from '../server/gateway-response.ts';
 import type { Gate, RequestContext } from '../server/route-types.ts';
 import { isPromise } from '../../lib/maybe-promise.ts';
 import type { TrustedProxies } from '../router/forwarded.ts';
-import { banIdentity } from './ban-identity.ts';
+import { BanIdentities } from './ban-identity.ts';
 import { NO_TRUSTED_PROXIES, requestIdentifier } from './request-identity.ts';
 
 /**
@@ -127,7 +127,7 @@ export function guardAuthGate(
   trusted: TrustedProxies = NO_TRUSTED_PROXIES,
   options: { ipv6PrefixLength?: number; onUntrustedForwarder?: (peer: string) => void } = {},
 ): Gate {
-  const ipv6PrefixLength = options.ipv6PrefixLength ?? 64;
+  const identities = new BanIdentities(trusted, options.ipv6PrefixLength ?? 64);
   const failed = async (ctx: RequestContext, identifier: Identifier, before: RateLimitResult, err: unknown) => {
     if ((err as { code?: unknown }).code === 'unauthorized') {
       const result = await authFailure.check(identifier);
@@ -177,7 +177,7 @@ export function guardAuthGate(
   return (ctx) => {
     if (ctx.access === 'public') return authGate(ctx);
     // Keyed as ban-identity.ts says: IPv6 by prefix, never a trusted proxy's own address.
-    const who = banIdentity(ctx.req.socket.remoteAddress, ctx.req.headers, trusted, ipv6PrefixLength);
+    const who = identities.of(ctx.req.socket.remoteAddress, ctx.req.headers);
     if (who.untrustedForwarder !== undefined) options.onUntrustedForwarder?.(who.untrustedForwarder);
     if (who.key === undefined) return authGate(ctx);
     const identifier: Identifier = { ip: who.key };

@@ -9,7 +9,7 @@
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { Clock } from '../../policy/clock.ts';
-import type { ArtifactKey } from '../../storage-adapter/catalog/catalog.ts';
+import type { ArtifactKey, ArtifactKind } from '../../storage-adapter/catalog/catalog.ts';
 import { APT_TEMPLATE, aptAssetKey, CONTENT_TEMPLATES, keyFromParams } from '../content/paths.ts';
 import type { RequestContext, RequestObservation } from '../server/route-types.ts';
 import { addUsage } from './usage-store.ts';
@@ -17,12 +17,15 @@ import { UsageTally } from './usage-tally.ts';
 
 export const MAX_ROWS = 50_000;
 
+const DOWNLOAD_ROUTES: ReadonlyMap<string, ArtifactKind> = new Map(
+  (['artifact', 'package', 'asset'] as const).map((kind) => [`${CONTENT_TEMPLATES[kind]}/content`, kind]),
+);
+
 /** The artifact a download route's parameters name (pure). */
 export function downloadedKey(route: string, params: Readonly<Record<string, string>>): ArtifactKey | undefined {
   if (route === APT_TEMPLATE) return aptAssetKey(params);
-  for (const kind of ['artifact', 'package', 'asset'] as const)
-    if (route === `${CONTENT_TEMPLATES[kind]}/content`) return keyFromParams(kind, params);
-  return undefined;
+  const kind = DOWNLOAD_ROUTES.get(route);
+  return kind === undefined ? undefined : keyFromParams(kind, params);
 }
 
 export interface UsageRecorder {

@@ -34,9 +34,14 @@ export function utcDay(wallMs: number): string {
   return new Date(wallMs).toISOString().slice(0, 10);
 }
 
+const DAY_MS = 86_400_000;
+
 export class UsageTally {
   #artifacts = new Map<string, ArtifactUsage>();
   #principalDays = new Map<string, PrincipalDayUsage>();
+  /** The UTC day of the last request counted (epoch milliseconds have no leap seconds: a day is DAY_MS). */
+  #dayNumber = Number.NaN;
+  #day = '';
 
   /** Distinct rows held now (the flush bound is on this). */
   get size(): number {
@@ -59,7 +64,12 @@ export class UsageTally {
   }
 
   request(principalId: string, bytesDown: number, bytesUp: number, wallMs: number): void {
-    const day = utcDay(wallMs);
+    const dayNumber = Math.floor(wallMs / DAY_MS);
+    if (dayNumber !== this.#dayNumber) {
+      this.#dayNumber = dayNumber;
+      this.#day = utcDay(wallMs);
+    }
+    const day = this.#day;
     const id = `${principalId}\u0000${day}`;
     const row = this.#principalDays.get(id);
     if (!row) {
