@@ -9,7 +9,10 @@
  *
  * jaeger must be on PATH (scripts/test-tools.sh builds it into /root/.cache/arkvory-tools/bin):
  *
- *   PATH=/root/.cache/arkvory-tools/bin:$PATH node bench/tracing.ts [--rounds 5] [--seconds 4] [--connections 16] [--big-mib 1024] [--database-url URL] [--collector URL]
+ *   PATH=/root/.cache/arkvory-tools/bin:$PATH node bench/tracing.ts [--rounds 5] [--seconds 4] [--connections 16] [--big-mib 1024] [--database-url URL] [--collector URL] [--compare-root DIR]
+ *
+ * `--compare-root` adds the three gateways run from another checkout (the code before a change),
+ * in the same interleaved rounds; their ratios are to that checkout's "off".
  */
 import { randomBytes } from 'node:crypto';
 import { rm, writeFile } from 'node:fs/promises';
@@ -34,6 +37,7 @@ import {
 const args = benchArgs({ rounds: '5', seconds: '4', connections: '16', 'big-mib': '1024' }, [
   'database-url',
   'collector',
+  'compare-root',
 ]);
 const ROUNDS = Number(args.rounds);
 const SECONDS = Number(args.seconds);
@@ -46,6 +50,10 @@ interface Variant {
   readonly name: string;
   readonly target: number | undefined;
   readonly env: Record<string, string>;
+  /** Another checkout's gateway (`--compare-root`); this one's when undefined. */
+  readonly checkout?: string | undefined;
+  /** The index of the "off" variant this one's ratios are to. */
+  readonly off: number;
 }
 
 interface Figures {
@@ -83,7 +91,7 @@ async function main(): Promise<void> {
     // Counted on every request, as in production, never reached (the default rule would cut wrk short).
     const rules = await writeUnreachedRequestRule(work);
     const traced = { OTEL_EXPORTER_OTLP_ENDPOINT: collector };
-    const variants: Variant[] = [
+    const kinds = [
       { name: 'off', target: undefined, env: {} },
       { name: '100 %', target: 0.9, env: { ...traced, OTEL_SERVICE_NAME: 'bench-100' } },
       {
@@ -97,16 +105,25 @@ async function main(): Promise<void> {
         },
       },
     ];
+    const checkouts: Array<[string, string | undefined]> = [['', undefined]];
+    if (args['compare-root']) checkouts.push([' (compare)', args['compare-root']]);
+    const variants: Variant[] = checkouts.flatMap(([suffix, checkout], c) =>
+      kinds.map((k) => ({ ...k, name: `${k.name}${suffix}`, checkout, off: c * kinds.length })),
+    );
     const gateways = [];
     for (const [i, v] of variants.entries())
       gateways.push(
-        await bench.gateway(`gateway (tracing ${v.name})`, {
-          ARKVORY_DATA_DIR: path.join(work, `data-${i}`),
-          ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2),
-          ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: String(CONNECTIONS * 2),
-          ARKVORY_RATE_LIMITS_FILE: rules,
-          ...v.env,
-        }),
+        await bench.gateway(
+          `gateway (tracing ${v.name})`,
+          {
+            ARKVORY_DATA_DIR: path.join(work, `data-${i}`),
+            ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2),
+            ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: String(CONNECTIONS * 2),
+            ARKVORY_RATE_LIMITS_FILE: rules,
+            ...v.env,
+          },
+          v.checkout ? { checkout: v.checkout } : {},
+        ),
       );
     const url = (base: string, name: string) => `${base}/api/v1/repositories/bench/artifacts/${name}/content`;
     for (const g of gateways) {
@@ -143,11 +160,11 @@ async function main(): Promise<void> {
       process.stderr.write(`round ${round + 1}/${ROUNDS} done\n`);
     }
 
-    const base = {
-      rps: median(figures[0]!.rps),
-      cpu10k: median(figures[0]!.cpuPer10k),
-      cpu: median(figures[0]!.cpuPerGiB),
-    };
+    const baseOf = (v: Variant) => ({
+      rps: median(figures[v.off]!.rps),
+      cpu10k: median(figures[v.off]!.cpuPer10k),
+      cpu: median(figures[v.off]!.cpuPerGiB),
+    });
     const load = os.loadavg().map((l) => l.toFixed(1));
     console.log(
       `\ntracing cost, ${ROUNDS} interleaved rounds, medians; wrk ${CONNECTIONS} connections × ${SECONDS} s on ${SMALL_BYTES / 1024} KiB; curl of ${BIG_BYTES / MiB} MiB; collector ${jaeger ? 'Jaeger (local)' : collector}; load average ${load.join(' ')} (${os.cpus().length} cores)\n`,
@@ -158,6 +175,7 @@ async function main(): Promise<void> {
     console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |');
     for (const [i, v] of variants.entries()) {
       const f = figures[i]!;
+      const base = baseOf(v);
       const rps = median(f.rps);
       const cpu = median(f.cpuPerGiB);
       const cpu10k = median(f.cpuPer10k);

@@ -156,7 +156,8 @@ export function createGatewayServer(options: {
     exchange.route = match.route.template;
     exchange.params = match.params;
     exchange.access = routeDef.access;
-    if (exchange.trace === undefined) void runRoute(exchange, routeDef, gates, audit);
+    // An unsampled request runs outside its span's context, as an untraced one (request-trace.ts).
+    if (exchange.trace === undefined || !exchange.trace.isRecording) void runRoute(exchange, routeDef, gates, audit);
     else void runInTrace(exchange.trace, () => runRoute(exchange, routeDef, gates, audit));
   });
 

@@ -29,8 +29,6 @@ export interface RequestFinish {
 
 export class RequestTrace {
   readonly span: Span;
-  /** The server span's context: children and outgoing requests descend from it. */
-  readonly context: Context;
   readonly traceId: string;
   /** The gate running now (traced-gate.ts): a gate may describe its decision on it. */
   gateSpan: Span | undefined = undefined;
@@ -40,13 +38,23 @@ export class RequestTrace {
   pacedWaits = 0;
   readonly #tracer: Tracer;
   readonly #recordPrincipal: boolean;
+  readonly #parent: Context;
+  #context: Context | undefined;
 
   constructor(tracer: Tracer, span: Span, parent: Context, recordPrincipal: boolean) {
     this.#tracer = tracer;
     this.span = span;
-    this.context = trace.setSpan(parent, span);
+    this.#parent = parent;
     this.traceId = span.spanContext().traceId;
     this.#recordPrincipal = recordPrincipal;
+  }
+
+  /**
+   * The server span's context: children and outgoing requests descend from it. Made when first
+   * asked for: an unsampled request has no children, and nothing of it runs inside the context.
+   */
+  get context(): Context {
+    return (this.#context ??= trace.setSpan(this.#parent, this.span));
   }
 
   /** Whether the request is sampled: unsampled requests create no children. */
@@ -96,7 +104,11 @@ export function endFailed(span: Span, err: unknown): void {
   span.end();
 }
 
-/** Runs `fn` with `request`'s span as the active one (outgoing undici requests descend from it). */
+/**
+ * Runs `fn` with `request`'s span as the active one (outgoing undici requests and store opens
+ * descend from it). Needed for sampled requests only: what reads the active context
+ * (undici-spans.ts, traced-store.ts) does nothing for a span that is not recording.
+ */
 export function runInTrace<T>(request: RequestTrace, fn: () => T): T {
   return context.with(request.context, fn);
 }

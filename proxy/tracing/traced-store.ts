@@ -58,11 +58,19 @@ export function traceStore<S extends ArtifactStore>(store: S, tracer: Tracer): S
         },
       );
   };
+  // Each method bound once, not on every call: the small-object path calls the store per request.
+  const bound = new Map<PropertyKey, { of: unknown; fn: unknown }>();
   return new Proxy(store, {
     get(target, key) {
       if (key === 'openBlob') return openBlob;
       const value: unknown = Reflect.get(target, key, target);
-      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+      if (typeof value !== 'function') return value;
+      let entry = bound.get(key);
+      if (entry?.of !== value) {
+        entry = { of: value, fn: (value as (...args: unknown[]) => unknown).bind(target) };
+        bound.set(key, entry);
+      }
+      return entry.fn;
     },
   });
 }

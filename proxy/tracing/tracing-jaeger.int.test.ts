@@ -193,3 +193,20 @@ it("continues a client's traceparent through router and gateway", async () => {
     [...router.logLines(), ...gateway.logLines()].filter((l) => l.msg === 'request' && l.traceId === CLIENT_TRACE_ID);
   await expect.poll(() => joined().length, { timeout: 5000 }).toBe(2);
 }, 60_000);
+
+it('follows an unsampled client trace (flag 00): answered, its id in both request lines, no span exported', async () => {
+  const unsampled = '1af7651916cd43dd8448eb211c80319d';
+  const res = await request(`${router.url}${artifact}/content`, {
+    headers: { ...bearer(key), traceparent: `00-${unsampled}-${CLIENT_SPAN_ID}-00` },
+  });
+  expect(res.status).toBe(200);
+  expect(Buffer.compare(res.body, body)).toBe(0);
+  const joined = () =>
+    [...router.logLines(), ...gateway.logLines()].filter((l) => l.msg === 'request' && l.traceId === unsampled);
+  await expect.poll(() => joined().length, { timeout: 5000 }).toBe(2);
+  // A sampled request after it: once its trace is in Jaeger, whatever ended before it was exported.
+  const linesBefore = router.logLines().length;
+  expect((await request(`${router.url}${artifact}/content`, { headers: bearer(key) })).status).toBe(200);
+  await traceWith(await routerTraceId(linesBefore), [CONTENT_SPAN]);
+  expect(await jaeger.trace(unsampled)).toBeUndefined();
+}, 60_000);

@@ -6,7 +6,7 @@
  * tracing on; otherwise nothing here is loaded.
  */
 import type { IncomingMessage } from 'node:http';
-import { context, propagation, ROOT_CONTEXT, SpanKind, type Tracer } from '@opentelemetry/api';
+import { type Attributes, context, propagation, ROOT_CONTEXT, SpanKind, type Tracer } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
@@ -57,6 +57,26 @@ function hostOf(req: IncomingMessage): { address: string; port: number | undefin
   const m = /^(\[[^\]]+\]|[^:]+)(?::(\d+))?$/.exec(host);
   if (!m) return undefined;
   return { address: m[1]!, port: m[2] === undefined ? undefined : Number(m[2]) };
+}
+
+/** The server span's HTTP semantic-convention attributes: the path only, never the query (a pre-signed link's signature is in it). */
+function serverAttributes(req: IncomingMessage, method: string, peer: string | undefined): Attributes {
+  const target = req.url ?? '/';
+  const query = target.indexOf('?');
+  const host = hostOf(req);
+  const encrypted = (req.socket as { encrypted?: boolean } | null)?.encrypted === true;
+  const attributes: Attributes = {
+    [ATTR_HTTP_REQUEST_METHOD]: method,
+    [ATTR_URL_PATH]: query === -1 ? target : target.slice(0, query),
+    [ATTR_URL_SCHEME]: encrypted ? 'https' : 'http',
+    [ATTR_NETWORK_PROTOCOL_VERSION]: req.httpVersion,
+  };
+  if (host) attributes[ATTR_SERVER_ADDRESS] = host.address;
+  if (host?.port !== undefined) attributes[ATTR_SERVER_PORT] = host.port;
+  if (peer) attributes[ATTR_NETWORK_PEER_ADDRESS] = peer;
+  const userAgent = req.headers['user-agent'];
+  if (userAgent) attributes[ATTR_USER_AGENT_ORIGINAL] = userAgent;
+  return attributes;
 }
 
 export function openTracing(config: TracingConfig, options: { role: string; log: Logger }): Tracing {
@@ -113,28 +133,10 @@ export function openTracing(config: TracingConfig, options: { role: string; log:
             })
           : ROOT_CONTEXT;
       const method = req.method ?? 'GET';
-      const target = req.url ?? '/';
-      const query = target.indexOf('?');
-      const host = hostOf(req);
-      const encrypted = (req.socket as { encrypted?: boolean } | null)?.encrypted === true;
-      // The path only, never the query: a pre-signed link's signature is in it.
-      const span = tracer.startSpan(
-        method,
-        {
-          kind: SpanKind.SERVER,
-          attributes: {
-            [ATTR_HTTP_REQUEST_METHOD]: method,
-            [ATTR_URL_PATH]: query === -1 ? target : target.slice(0, query),
-            [ATTR_URL_SCHEME]: encrypted ? 'https' : 'http',
-            [ATTR_NETWORK_PROTOCOL_VERSION]: req.httpVersion,
-            ...(host ? { [ATTR_SERVER_ADDRESS]: host.address } : {}),
-            ...(host?.port !== undefined ? { [ATTR_SERVER_PORT]: host.port } : {}),
-            ...(peer ? { [ATTR_NETWORK_PEER_ADDRESS]: peer } : {}),
-            ...(req.headers['user-agent'] ? { [ATTR_USER_AGENT_ORIGINAL]: req.headers['user-agent'] } : {}),
-          },
-        },
-        parent,
-      );
+      // No attributes for the sampler: none of the OTEL_TRACES_SAMPLER samplers reads them, and an
+      // unsampled request (most of them at a low ratio) should not build them at all.
+      const span = tracer.startSpan(method, { kind: SpanKind.SERVER }, parent);
+      if (span.isRecording()) span.setAttributes(serverAttributes(req, method, peer));
       return new RequestTrace(tracer, span, parent, config.recordPrincipal);
     },
     headersOf(request) {
