@@ -4,24 +4,34 @@
  */
 import { ANONYMOUS, type Identifier } from '../../policy/rate-limit/index.ts';
 import type { RequestContext } from '../server/route-types.ts';
-import { clientAddress, createTrustedProxies, type TrustedProxies } from '../router/forwarded.ts';
+import { clientAddress, createTrustedProxies, normalizeAddress, type TrustedProxies } from '../router/forwarded.ts';
 
 export const NO_TRUSTED_PROXIES = createTrustedProxies([]);
 
-/** Without trusted proxies the address is the socket peer's: normalized once per connection. */
-const peerOf = new WeakMap<object, string>();
+/** Peer addresses remembered by `peerAddress`; past this many the memo starts afresh. */
+const MAX_PEERS = 1024;
+const peers = new Map<string, string>();
 
-/** The client address: the socket peer, or behind ARKVORY_TRUSTED_PROXIES the forwarded client. */
-export function clientIp(ctx: RequestContext, trusted: TrustedProxies = NO_TRUSTED_PROXIES): string {
-  if (trusted.entries.length > 0) return clientAddress(ctx.req, trusted);
-  const socket = ctx.req.socket;
-  let ip = peerOf.get(socket);
+/** The socket peer's canonical address (a bounded memo: a keep-alive client or a router sends every request from one). */
+function peerAddress(remoteAddress: string | undefined): string {
+  if (remoteAddress === undefined) return '';
+  let ip = peers.get(remoteAddress);
   if (ip === undefined) {
-    ip = clientAddress(ctx.req, trusted);
-    // Only a known peer is remembered (a closed socket reports none).
-    if (socket.remoteAddress !== undefined) peerOf.set(socket, ip);
+    if (peers.size >= MAX_PEERS) peers.clear();
+    ip = normalizeAddress(remoteAddress) ?? remoteAddress;
+    peers.set(remoteAddress, ip);
   }
   return ip;
+}
+
+/**
+ * The client address: the socket peer, or behind ARKVORY_TRUSTED_PROXIES the forwarded client. A
+ * request without `X-Forwarded-For` (or with no proxy trusted to have sent it) is its peer's.
+ */
+export function clientIp(ctx: RequestContext, trusted: TrustedProxies = NO_TRUSTED_PROXIES): string {
+  if (trusted.entries.length > 0 && ctx.req.headers['x-forwarded-for'] !== undefined)
+    return clientAddress(ctx.req, trusted);
+  return peerAddress(ctx.req.socket.remoteAddress);
 }
 
 export function requestType(
