@@ -17,7 +17,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, problemLines, ROOT, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
-import { freeLoopbackPort } from '../../test/harness/index.ts';
+import { freeLoopbackPort, processEnv } from '../../test/harness/index.ts';
 import { isAlive } from './embedded-database.ts';
 
 const MiB = 1024 * 1024;
@@ -163,14 +163,12 @@ describe('npm start stops cleanly (process hygiene)', () => {
       cwd: ROOT,
       detached: true,
       stdio: ['ignore', 'pipe', 'pipe'],
-      env: {
-        PATH: process.env.PATH,
-        HOME: process.env.HOME,
+      env: processEnv({
         LANG: 'C.UTF-8',
         ARKVORY_DATA_DIR: dir,
         ARKVORY_PORT: String(port),
         ARKVORY_SHUTDOWN_TIMEOUT_SECONDS: '5',
-      },
+      }),
     });
     let output = '';
     npm.stdout!.on('data', (d: Buffer) => (output += d.toString()));
