@@ -149,6 +149,12 @@ describe('shutdown drain (ADR 0008 preClose)', () => {
 });
 
 describe('npm start stops cleanly (process hygiene)', () => {
+  /**
+   * One data directory for both starts: the second finds the embedded cluster the first created and
+   * stopped (a restart, as a user's second `npm start` is), instead of creating another.
+   */
+  let dataDir: Promise<string> | undefined;
+
   /** `npm start` on the embedded defaults, in a process group of its own like a terminal's job. */
   async function npmStart(): Promise<{
     npm: ReturnType<typeof spawn>;
@@ -157,7 +163,7 @@ describe('npm start stops cleanly (process hygiene)', () => {
     exited: Promise<number | string>;
     dir: string;
   }> {
-    const dir = await makeTempDir();
+    const dir = await (dataDir ??= makeTempDir());
     const port = await freeLoopbackPort();
     const npm = spawn('npm', ['start', '--silent'], {
       cwd: ROOT,
