@@ -25,8 +25,6 @@ import { writeFile } from 'node:fs/promises';
 import http2 from 'node:http2';
 import path from 'node:path';
 import { setTimeout } from 'node:timers/promises';
-import pino from 'pino';
-import { startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
 import { benchArgs, BenchRun, median, writeUnreachedRequestRule } from './support.ts';
 import {
   createCertificateAuthority,
@@ -133,10 +131,7 @@ async function main(): Promise<void> {
   const rounds = Number(args.rounds);
   const seconds = Number(args.seconds);
   const work = await makeTempDir('arkvory-bench-h2-');
-  const log = pino({ level: 'silent' });
-  let embedded: Awaited<ReturnType<typeof startEmbeddedDatabase>> | undefined;
-  const adminUrl = args['database-url'] ?? (embedded = await startEmbeddedDatabase(path.join(work, 'pg'), log)).url;
-  const bench = new BenchRun(adminUrl);
+  const bench = await BenchRun.open(work, args['database-url']);
   try {
     const ca = await createCertificateAuthority(work);
     const cert = await issueServerCertificate(ca, work);
@@ -249,6 +244,5 @@ async function main(): Promise<void> {
       console.log(`gateway h2 / gateway h1 over TLS: ${(med('gateway h2') / med('gateway h1 (TLS)')).toFixed(2)}×`);
   } finally {
     await bench.close();
-    await embedded?.stop();
   }
 }

@@ -3,7 +3,6 @@ import { randomBytes } from 'node:crypto';
 import { readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
 import {
   freeLoopbackPort,
   makeTempDir,
@@ -13,7 +12,6 @@ import {
   waitForHttp,
   type ManagedProcess,
 } from '../test/harness/index.ts';
-import pino from 'pino';
 import {
   BenchRun,
   cpuSeconds,
@@ -82,11 +80,7 @@ async function startDeployNginx(
 
 async function main(): Promise<void> {
   const work = await makeTempDir('arkvory-bench-router-');
-  let embedded: Awaited<ReturnType<typeof startEmbeddedDatabase>> | undefined;
-  const adminUrl =
-    args['database-url'] ??
-    (embedded = await startEmbeddedDatabase(path.join(work, 'pg'), pino({ level: 'silent' }))).url;
-  const bench = new BenchRun(adminUrl);
+  const bench = await BenchRun.open(work, args['database-url']);
   try {
     const bigFile = path.join(work, 'big.bin');
     await writeRandomFile(bigFile, BIG_BYTES);
@@ -253,7 +247,6 @@ async function main(): Promise<void> {
     );
   } finally {
     await bench.close();
-    await embedded?.stop();
     await rm(work, { recursive: true, force: true });
   }
 }

@@ -25,7 +25,6 @@ import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
 import {
   freeLoopbackPort,
   makeTempDir,
@@ -36,7 +35,6 @@ import {
   waitForHttp,
   type ManagedProcess,
 } from '../test/harness/index.ts';
-import { createLogger } from '../proxy/server/logger.ts';
 import { startS3Server, stopAllS3Servers, type S3ServerKind } from '../test/support/s3-server.ts';
 import { copyObject, S3_DEFAULT_LIMITS } from '../storage-adapter/s3/index.ts';
 import {
@@ -189,8 +187,7 @@ async function put(url: string, key: string, file: string, size: number, digest:
 }
 
 const work = await makeTempDir('arkvory-s3prof-');
-const embedded = await startEmbeddedDatabase(path.join(work, 'pg'), createLogger('warn'));
-const bench = new BenchRun(embedded.url);
+const bench = await BenchRun.open(work, undefined);
 try {
   const file = path.join(work, 'big.bin');
   const digest = await writeRandomFile(file, BIG);
@@ -372,6 +369,5 @@ try {
 } finally {
   await bench.close();
   await stopAllS3Servers();
-  await embedded.stop();
   await rm(work, { recursive: true, force: true });
 }

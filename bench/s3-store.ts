@@ -20,8 +20,6 @@ import { randomBytes } from 'node:crypto';
 import { rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
-import { createLogger } from '../proxy/server/logger.ts';
 import { startS3Server, stopAllS3Servers, type S3ServerKind } from '../test/support/s3-server.ts';
 import {
   benchArgs,
@@ -98,13 +96,7 @@ function put(
 
 async function main(): Promise<void> {
   const work = await makeTempDir('arkvory-bench-s3-');
-  let embedded: Awaited<ReturnType<typeof startEmbeddedDatabase>> | undefined;
-  let adminUrl = args['database-url'];
-  if (!adminUrl) {
-    embedded = await startEmbeddedDatabase(path.join(work, 'pg'), createLogger('warn'));
-    adminUrl = embedded.url;
-  }
-  const bench = new BenchRun(adminUrl);
+  const bench = await BenchRun.open(work, args['database-url']);
   const report: string[] = [];
   try {
     const startGateway = (name: string, env: Record<string, string>) =>
@@ -243,7 +235,6 @@ async function main(): Promise<void> {
   } finally {
     await bench.close();
     await stopAllS3Servers();
-    await embedded?.stop();
     await rm(work, { recursive: true, force: true });
   }
 }

@@ -37,8 +37,6 @@ import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
-import { startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
-import { createLogger } from '../proxy/server/logger.ts';
 import { createServiceAccount, freeLoopbackPort, makeTempDir, STOP_GRACE_MS } from '../test/harness/index.ts';
 import { startS3Server, stopAllS3Servers, type S3ServerKind } from '../test/support/s3-server.ts';
 import {
@@ -186,16 +184,10 @@ function nodeOptions(profileAs: string | undefined): { NODE_OPTIONS?: string } {
 
 async function main(): Promise<void> {
   const work = await makeTempDir('arkvory-bench-slice-cache-');
-  let embedded: Awaited<ReturnType<typeof startEmbeddedDatabase>> | undefined;
-  let adminUrl = args['database-url'];
-  if (!adminUrl) {
-    embedded = await startEmbeddedDatabase(path.join(work, 'pg'), createLogger('warn'));
-    adminUrl = embedded.url;
-  }
   const nginxBinary = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
   if (!nginxBinary)
     throw new Error('bench/slice-cache.ts needs nginx with the slice module (apt-get install nginx-light)');
-  const bench = new BenchRun(adminUrl);
+  const bench = await BenchRun.open(work, args['database-url']);
   const server = await startS3Server(SERVER, { bucket: 'arkvory-bench' });
   try {
     const big = path.join(work, 'big.bin');
@@ -392,7 +384,6 @@ async function main(): Promise<void> {
     await bench.close();
     await server.destroy().catch(() => {});
     await stopAllS3Servers();
-    await embedded?.stop();
     await rm(work, { recursive: true, force: true });
   }
 }

@@ -4,8 +4,6 @@ import { chmod, mkdir, open, readdir, readFile, rm, writeFile } from 'node:fs/pr
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import pino from 'pino';
-import { startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
 import {
   BenchRun,
   benchNginxConf,
@@ -362,10 +360,7 @@ async function main(): Promise<void> {
   }
   const work = await makeTempDir('arkvory-small-');
   const files = path.join(work, 'files');
-  const log = pino({ level: 'silent' });
-  let embedded: Awaited<ReturnType<typeof startEmbeddedDatabase>> | undefined;
-  const adminUrl = args['database-url'] ?? (embedded = await startEmbeddedDatabase(path.join(work, 'pg'), log)).url;
-  const bench = new BenchRun(adminUrl);
+  const bench = await BenchRun.open(work, args['database-url']);
   try {
     await mkdir(files, { recursive: true });
     for (const kib of SIZES_KIB) await writeFile(path.join(files, fileName(kib)), randomBytes(kib * KiB));
@@ -571,7 +566,6 @@ async function main(): Promise<void> {
     }
   } finally {
     await bench.close();
-    await embedded?.stop();
     await rm(work, { recursive: true, force: true });
   }
 }

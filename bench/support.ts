@@ -21,6 +21,8 @@ import {
   type ScratchDatabase,
   type StartedWhen,
 } from '../test/harness/index.ts';
+import { createLogger } from '../proxy/server/logger.ts';
+import { startEmbeddedDatabase, type EmbeddedDatabase } from '../proxy/server/embedded-database.ts';
 
 export const MiB = 1024 * 1024;
 
@@ -268,11 +270,23 @@ export type BenchGateway = GatewayProcess & { readonly keys: string[] };
  */
 export class BenchRun {
   readonly #adminUrl: string;
+  readonly #embedded: EmbeddedDatabase | undefined;
   readonly #processes: ManagedProcess[] = [];
   readonly #databases: ScratchDatabase[] = [];
 
-  constructor(adminUrl: string) {
+  constructor(adminUrl: string, embedded?: EmbeddedDatabase) {
     this.#adminUrl = adminUrl;
+    this.#embedded = embedded;
+  }
+
+  /**
+   * A run on the server of `adminUrl` (a benchmark's --database-url), or without one on an
+   * embedded PostgreSQL under `work/pg`, which `close()` stops last.
+   */
+  static async open(work: string, adminUrl: string | undefined): Promise<BenchRun> {
+    if (adminUrl) return new BenchRun(adminUrl);
+    const embedded = await startEmbeddedDatabase(path.join(work, 'pg'), createLogger('warn'));
+    return new BenchRun(embedded.url, embedded);
   }
 
   /** Stopped by `close()`. */
@@ -314,6 +328,7 @@ export class BenchRun {
   async close(): Promise<void> {
     await Promise.all(this.#processes.map((p) => p.stop('SIGTERM', STOP_GRACE_MS)));
     for (const db of this.#databases) await db.drop().catch(() => {});
+    await this.#embedded?.stop();
   }
 }
 

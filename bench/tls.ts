@@ -20,8 +20,6 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
-import { pino } from 'pino';
-import { startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
 import {
   createCertificateAuthority,
   freeLoopbackPort,
@@ -124,10 +122,7 @@ async function main(): Promise<void> {
   // This process's probes (fetch) and clients trust the run's CA, as a configured client would.
   tls.setDefaultCACertificates([...tls.getCACertificates('default'), ca.certPem]);
 
-  const embedded = args['database-url']
-    ? undefined
-    : await startEmbeddedDatabase(path.join(work, 'pg'), pino({ level: 'warn' }));
-  const bench = new BenchRun(args['database-url'] ?? embedded!.url);
+  const bench = await BenchRun.open(work, args['database-url']);
   try {
     const db = await bench.seededDatabase(1);
     const key = db.keys[0]!;
@@ -236,7 +231,6 @@ async function main(): Promise<void> {
     );
   } finally {
     await bench.close();
-    await embedded?.stop();
   }
 }
 

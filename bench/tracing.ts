@@ -18,8 +18,6 @@ import { randomBytes } from 'node:crypto';
 import { rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import pino from 'pino';
-import { startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
 import { type JaegerServer, makeTempDir, startJaeger } from '../test/harness/index.ts';
 import {
   BenchRun,
@@ -76,11 +74,7 @@ async function spanCounts(base: string): Promise<{ exported: number; dropped: nu
 
 async function main(): Promise<void> {
   const work = await makeTempDir('arkvory-bench-tracing-');
-  let embedded: Awaited<ReturnType<typeof startEmbeddedDatabase>> | undefined;
-  const adminUrl =
-    args['database-url'] ??
-    (embedded = await startEmbeddedDatabase(path.join(work, 'pg'), pino({ level: 'silent' }))).url;
-  const bench = new BenchRun(adminUrl);
+  const bench = await BenchRun.open(work, args['database-url']);
   let jaeger: JaegerServer | undefined;
   try {
     const collector = args.collector ?? (jaeger = bench.keep(await startJaeger())).otlpUrl;
@@ -202,7 +196,6 @@ async function main(): Promise<void> {
     );
   } finally {
     await bench.close();
-    await embedded?.stop();
     await rm(work, { recursive: true, force: true });
   }
 }

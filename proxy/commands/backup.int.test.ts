@@ -18,7 +18,7 @@ import { CLI, makeTempDir, ROOT, runCli, startGateway, type GatewayProcess } fro
 import { useTestRedis } from '../../test/support/redis.ts';
 import { startStaticStore } from '../../test/support/static-store.ts';
 import { FILE_STORE_KINDS } from '../../test/support/store-kinds.ts';
-import { waitUntil } from '../../test/harness/index.ts';
+import { processEnv, waitUntil } from '../../test/harness/index.ts';
 
 const KiB = 1024;
 const blobFile = (backup: string, hex: string) =>
@@ -295,7 +295,7 @@ describe('an interrupted backup', () => {
     // 1 MiB at 128 KiB/s: killed once the first blob is in place, long before the manifest.
     const child = spawn(process.execPath, [CLI, 'backup', '--bytes-per-second', String(128 * KiB), destination], {
       cwd: ROOT,
-      env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
+      env: processEnv(env),
       stdio: 'ignore',
     });
     const exited = new Promise((resolve) => child.on('exit', resolve));
@@ -323,7 +323,7 @@ describe('an interrupted backup', () => {
     const [stale] = await listPartials(destination);
     const stopped = spawn(process.execPath, [CLI, 'backup', '--bytes-per-second', String(128 * KiB), destination], {
       cwd: ROOT,
-      env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
+      env: processEnv(env),
       stdio: ['ignore', 'ignore', 'pipe'],
     });
     let stderr = '';

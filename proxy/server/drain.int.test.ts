@@ -17,7 +17,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, problemLines, ROOT, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
-import { freeLoopbackPort } from '../../test/harness/index.ts';
+import { freeLoopbackPort, processEnv } from '../../test/harness/index.ts';
 import { isAlive } from './embedded-database.ts';
 
 const MiB = 1024 * 1024;
@@ -149,6 +149,12 @@ describe('shutdown drain (ADR 0008 preClose)', () => {
 });
 
 describe('npm start stops cleanly (process hygiene)', () => {
+  /**
+   * One data directory for both starts: the second finds the embedded cluster the first created and
+   * stopped (a restart, as a user's second `npm start` is), instead of creating another.
+   */
+  let dataDir: Promise<string> | undefined;
+
   /** `npm start` on the embedded defaults, in a process group of its own like a terminal's job. */
   async function npmStart(): Promise<{
     npm: ReturnType<typeof spawn>;
@@ -157,20 +163,18 @@ describe('npm start stops cleanly (process hygiene)', () => {
     exited: Promise<number | string>;
     dir: string;
   }> {
-    const dir = await makeTempDir();
+    const dir = await (dataDir ??= makeTempDir());
     const port = await freeLoopbackPort();
     const npm = spawn('npm', ['start', '--silent'], {
       cwd: ROOT,
       detached: true,
       stdio: ['ignore', 'pipe', 'pipe'],
-      env: {
-        PATH: process.env.PATH,
-        HOME: process.env.HOME,
+      env: processEnv({
         LANG: 'C.UTF-8',
         ARKVORY_DATA_DIR: dir,
         ARKVORY_PORT: String(port),
         ARKVORY_SHUTDOWN_TIMEOUT_SECONDS: '5',
-      },
+      }),
     });
     let output = '';
     npm.stdout!.on('data', (d: Buffer) => (output += d.toString()));

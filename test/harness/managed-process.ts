@@ -30,12 +30,17 @@ export interface ManagedProcess extends WatchedProcess {
   stop(signal?: NodeJS.Signals, killAfterMs?: number): Promise<number | string>;
 }
 
-/** A child's environment: PATH, HOME and LANG of this process plus `extra` (undefined values left out). */
+/**
+ * A child's environment: PATH, HOME and LANG of this process plus `extra` (undefined values left
+ * out). NODE_COMPILE_CACHE passes too when set (vitest.config.ts sets it): a gateway or CLI process
+ * then reads its TypeScript modules compiled by an earlier one, about half the start's CPU.
+ */
 export function processEnv(extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {
     PATH: process.env.PATH,
     HOME: process.env.HOME,
     LANG: process.env.LANG ?? 'C.UTF-8',
+    ...(process.env.NODE_COMPILE_CACHE ? { NODE_COMPILE_CACHE: process.env.NODE_COMPILE_CACHE } : {}),
   };
   for (const [name, value] of Object.entries(extra)) if (value !== undefined) env[name] = value;
   return env;
