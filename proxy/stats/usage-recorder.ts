@@ -17,12 +17,15 @@ import { UsageTally } from './usage-tally.ts';
 
 export const MAX_ROWS = 50_000;
 
+const CONTENT_KINDS = new Map(
+  (['artifact', 'package', 'asset'] as const).map((kind) => [`${CONTENT_TEMPLATES[kind]}/content`, kind]),
+);
+
 /** The artifact a download route's parameters name (pure). */
 export function downloadedKey(route: string, params: Readonly<Record<string, string>>): ArtifactKey | undefined {
   if (route === APT_TEMPLATE) return aptAssetKey(params);
-  for (const kind of ['artifact', 'package', 'asset'] as const)
-    if (route === `${CONTENT_TEMPLATES[kind]}/content`) return keyFromParams(kind, params);
-  return undefined;
+  const kind = CONTENT_KINDS.get(route);
+  return kind === undefined ? undefined : keyFromParams(kind, params);
 }
 
 export interface UsageRecorder {

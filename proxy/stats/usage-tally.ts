@@ -34,9 +34,24 @@ export function utcDay(wallMs: number): string {
   return new Date(wallMs).toISOString().slice(0, 10);
 }
 
+const DAY_MS = 86_400_000;
+
 export class UsageTally {
   #artifacts = new Map<string, ArtifactUsage>();
   #principalDays = new Map<string, PrincipalDayUsage>();
+  // The day of the last request and its bounds: formatting a date costs microseconds, every request.
+  #day = '';
+  #dayStartMs = 0;
+  #dayEndMs = 0;
+
+  #dayOf(wallMs: number): string {
+    if (wallMs < this.#dayStartMs || wallMs >= this.#dayEndMs) {
+      this.#dayStartMs = Math.floor(wallMs / DAY_MS) * DAY_MS;
+      this.#dayEndMs = this.#dayStartMs + DAY_MS;
+      this.#day = utcDay(wallMs);
+    }
+    return this.#day;
+  }
 
   /** Distinct rows held now (the flush bound is on this). */
   get size(): number {
@@ -59,7 +74,7 @@ export class UsageTally {
   }
 
   request(principalId: string, bytesDown: number, bytesUp: number, wallMs: number): void {
-    const day = utcDay(wallMs);
+    const day = this.#dayOf(wallMs);
     const id = `${principalId}\u0000${day}`;
     const row = this.#principalDays.get(id);
     if (!row) {
