@@ -1,6 +1,6 @@
 /**
  * The store's requests carry the W3C `traceparent` of the request that made them when tracing is
- * on, and none when it is off, as the store's side sees them: an S3 server (SeaweedFS) behind a
+ * on, and none when it is off, as the store's side sees them: an S3 server (SeaweedFS, MinIO) behind a
  * real nginx that logs each request's `traceparent`, and a static-HTTP store (nginx) that logs it
  * too. With tracing on, each logged traceparent names a client span Jaeger holds in the client's
  * trace, whose parent is the gateway's store open or its server span. The S3 store sends large
@@ -12,7 +12,7 @@ import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { createTestDatabase } from '../../test/support/database.ts';
 import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { startHeaderLoggingProxy } from '../../test/support/header-logging-proxy.ts';
-import type { S3Server } from '../../test/support/s3-server.ts';
+import type { S3Server, S3ServerKind } from '../../test/support/s3-server.ts';
 import { sharedS3Bucket } from '../../test/support/shared-s3.ts';
 import { startStaticStore } from '../../test/support/static-store.ts';
 import { type JaegerServer, type JaegerSpan, type JaegerTrace, startJaeger } from '../../test/harness/index.ts';
@@ -35,8 +35,8 @@ interface StoreUnderTest {
   stop(): Promise<void>;
 }
 
-async function s3BehindNginx(): Promise<StoreUnderTest> {
-  const server: S3Server = await sharedS3Bucket('seaweedfs');
+async function s3BehindNginx(kind: S3ServerKind): Promise<StoreUnderTest> {
+  const server: S3Server = await sharedS3Bucket(kind);
   const proxy = await startHeaderLoggingProxy(server.endpoint);
   return {
     env: { ...server.env('traced/'), ARKVORY_S3_ENDPOINT: proxy.url },
@@ -91,7 +91,8 @@ async function traceWithSpans(id: string, spanIds: readonly string[]): Promise<J
 }
 
 describe.each([
-  ['S3 (SeaweedFS behind nginx)', s3BehindNginx],
+  ['S3 (SeaweedFS behind nginx)', () => s3BehindNginx('seaweedfs')],
+  ['S3 (MinIO behind nginx)', () => s3BehindNginx('minio')],
   ['static HTTP (nginx)', staticNginx],
 ])('%s', (_name, open) => {
   let store: StoreUnderTest;
