@@ -1,5 +1,5 @@
 /**
- * A real nginx as a reverse proxy in front of an HTTP server (an S3 server in the tests), logging
+ * A real nginx as a reverse proxy in front of an HTTP server (an S3 server, the rules service), logging
  * each request's method, target, status and `traceparent` header: it shows what the gateway sent
  * upstream. Host is passed on unchanged (an S3 signature covers it) and bodies stream both ways.
  */
