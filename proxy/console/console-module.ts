@@ -29,6 +29,7 @@ import {
   type ConsoleSession,
 } from './sessions.ts';
 import { statusRoute } from './status-route.ts';
+import { usageRoutes } from './usage-routes.ts';
 
 /** Sessions last at most 8 hours and end after 30 minutes without a request. */
 export const SESSION_TTL_MS = 8 * 3600_000;
@@ -105,6 +106,7 @@ export function createConsole(
         statusRoute(services, samples),
         ...(await ruleRoutes(registry, config.rateLimitBypassPublishers)),
         ...accessRoutes(services),
+        ...usageRoutes(services.pool),
       ];
     },
   };

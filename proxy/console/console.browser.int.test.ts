@@ -52,8 +52,11 @@ const contentUrl = () => `${writer.url}/api/v1/repositories/libs/artifacts/big.b
 
 /** The shared profile's settings, known once the database is made. */
 let profile: SharedProfile;
-const sharedEnv = (role: 'api' | 'reader', slot: number, port: number) =>
-  sharedProfileEnv({ ...profile, role, slot, port });
+const sharedEnv = (role: 'api' | 'reader', slot: number, port: number) => ({
+  ...sharedProfileEnv({ ...profile, role, slot, port }),
+  // Usage counts reach the database (and the console's usage view) within a second.
+  ARKVORY_USAGE_STATS_FLUSH_SECONDS: '1',
+});
 
 /** Starts a paced download and keeps reading until `stop()`. */
 function slowDownload(url: string, key: string): { stop(): void; bytes(): number; status: Promise<number> } {
@@ -268,6 +271,62 @@ describe('the console in chromium', () => {
     await page.locator(`#principal-rows li[data-key="${keyId}"][data-state="revoked"]`).waitFor();
     // Revocation reaches every gateway within 2 s.
     expect(await untilStatus(head, 401, 3000)).toBe(401);
+  });
+
+  it('shows usage statistics: the most downloaded, the ones not downloaded for N days, and each principal by day', async () => {
+    const put = (name: string) =>
+      request(`${writer.url}/api/v1/repositories/libs/artifacts/${name}`, {
+        method: 'PUT',
+        headers: bearer(downloader.key),
+        body: randomContent(4 * KiB),
+      }).then((r) => r.status);
+    expect([await put('used.bin'), await put('forgotten.bin')]).toEqual([201, 201]);
+    // Downloads through both gateways: the view shows their sum.
+    for (const gateway of [writer, reader, reader]) {
+      const res = await request(`${gateway.url}/api/v1/repositories/libs/artifacts/used.bin/content`, {
+        headers: bearer(downloader.key),
+      });
+      expect(res.status).toBe(200);
+    }
+    // forgotten.bin was published 100 days ago (as far as the catalog knows) and never downloaded.
+    await db.pool.query(
+      `UPDATE arkvory_artifacts SET created_at = now() - interval '100 days' WHERE repository = 'libs' AND name = 'forgotten.bin'`,
+    );
+    await page.fill('#idle-form [name=days]', '90');
+    await page.fill('#idle-form [name=repository]', 'libs');
+    const used = page.locator('#top-rows tr[data-artifact="libs/used.bin"]');
+    // Each "Show" reads the view again; the gateways flush every second.
+    await expect
+      .poll(async () => {
+        await page.click('#idle-form button[type=submit]');
+        return (await used.count()) === 1 ? used.locator('td').allTextContents() : [];
+      }, POLL)
+      .toEqual([
+        'libs',
+        'used.bin',
+        '3',
+        '12.0 KiB',
+        expect.stringMatching(/^\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC$/),
+        'slow-downloader',
+      ]);
+    expect(await page.textContent('#idle-days-shown')).toBe('90');
+    const idle = await page
+      .locator('#idle-rows tr')
+      .evaluateAll((rows) => rows.map((r) => r.getAttribute('data-artifact')));
+    expect(idle).toEqual(['libs/forgotten.bin']);
+    expect(await page.locator('#idle-rows tr td').nth(3).textContent()).toBe('0');
+    expect(await page.locator('#idle-rows tr td').nth(4).textContent()).toBe('never');
+    const today = new Date().toISOString().slice(0, 10);
+    const day = page.locator(`#principal-day-rows tr[data-principal-day="slow-downloader ${today}"] td`);
+    await day.first().waitFor();
+    // The two uploads, the three downloads and the earlier tests' requests of this principal.
+    expect(Number(await day.nth(2).textContent())).toBeGreaterThanOrEqual(5);
+    // A bad number is refused by the API's own check, beside the form; the last good view stays.
+    await page.fill('#idle-form [name=days]', 'ninety');
+    await page.click('#idle-form button[type=submit]');
+    await expect.poll(() => page.textContent('#idle-form [data-error-for="idle"]'), POLL).toContain('days must be');
+    expect(await page.locator('#idle-rows tr').count()).toBe(1);
+    await page.locator('#usage').screenshot({ path: await screenshotPath('console-usage.png') });
   });
 
   it('signs out, and a reload then asks for the key again', async () => {

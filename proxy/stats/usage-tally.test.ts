@@ -32,6 +32,18 @@ describe('UsageTally', () => {
     expect(utcDay(T0)).toBe('2026-12-02');
   });
 
+  it('puts the last millisecond of a day and the first of the next on their own days, in any order', () => {
+    const t = new UsageTally();
+    const midnight = Date.UTC(2026, 11, 3);
+    for (const at of [midnight, midnight - 1, midnight + 86_400_000 - 1, midnight - 86_400_000, midnight + 86_400_000])
+      t.request('p1', 1, 0, at);
+    expect(t.drain().principalDays.map((d) => [d.day, d.requests])).toEqual([
+      ['2026-12-03', 2],
+      ['2026-12-02', 2],
+      ['2026-12-04', 1],
+    ]);
+  });
+
   it('a failed batch given back merges with what came since: nothing counted twice or lost', () => {
     const t = new UsageTally();
     t.download(key, 10, 'p1', T0);

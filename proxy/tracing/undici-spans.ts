@@ -1,8 +1,10 @@
 /**
- * Client spans for the requests this process sends through undici (the static-HTTP store, the
- * rules service, the router's reads), with the W3C `traceparent` added so the next hop continues
- * the trace. undici publishes every request on diagnostics channels; subscribing here reaches every
- * pool and client without their code knowing about tracing. A request that carries a
+ * Client spans for the requests this process sends through undici (the static-HTTP store, the S3
+ * store's small requests, the rules service, the router's reads) and over the S3 store's own
+ * sockets (large reads and single PUTs: storage-adapter/streaming/socket-request-channels.ts), with
+ * the W3C `traceparent` added so the next hop continues the trace. Both publish every request on
+ * diagnostics channels in the same shapes; subscribing here reaches every pool, client and socket
+ * without their code knowing about tracing. A request that carries a
  * `traceparent` already (the router sets its own) is left as it is; so is one sent outside a
  * traced request (probes) or by the exporter itself (tracing suppressed).
  */
@@ -17,6 +19,7 @@ import {
   ATTR_SERVER_PORT,
   ATTR_URL_FULL,
 } from '@opentelemetry/semantic-conventions';
+import { SOCKET_REQUEST_CHANNELS } from '../../storage-adapter/streaming/socket-request-channels.ts';
 
 interface UndiciRequest {
   readonly method: string;
@@ -94,6 +97,10 @@ export function traceUndiciRequests(tracer: Tracer): () => void {
     ['undici:request:headers', onHeaders],
     ['undici:request:trailers', onTrailers],
     ['undici:request:error', onError],
+    [SOCKET_REQUEST_CHANNELS.create, onCreate],
+    [SOCKET_REQUEST_CHANNELS.headers, onHeaders],
+    [SOCKET_REQUEST_CHANNELS.done, onTrailers],
+    [SOCKET_REQUEST_CHANNELS.error, onError],
   ] as const;
   for (const [name, fn] of subscriptions) diagnostics.subscribe(name, fn);
   return () => {

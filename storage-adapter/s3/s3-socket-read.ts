@@ -16,6 +16,7 @@
 import net from 'node:net';
 import { StorageError } from '../errors.ts';
 import { parseContentRange, upstreamError } from '../streaming/http-upstream.ts';
+import { announceSocketRequest } from '../streaming/socket-request-channels.ts';
 import type { RangeStream } from '../streaming/range-stream.ts';
 
 /** Ranges at least this long use a socket of their own; shorter ones the keep-alive undici pool (no connect). */
@@ -98,6 +99,8 @@ export function openSocketRange(
   start: number,
 ): Promise<RangeStream | 'fallback'> {
   const what = `GET ${request.path}`;
+  const host = options.host.includes(':') ? `[${options.host}]` : options.host;
+  const announced = announceSocketRequest('GET', `http://${host}:${options.port}`, request.path, request.headers);
   const buffer = Buffer.allocUnsafe(options.bufferBytes ?? SOCKET_READ_BUFFER_BYTES);
   let head: Buffer | undefined = Buffer.alloc(0);
   /** Unread body bytes are buffer[availStart, availEnd); the socket is paused while there are any. */
@@ -122,6 +125,7 @@ export function openSocketRange(
   };
   const fail = (err: Error) => {
     failure ??= err;
+    announced.failed(failure);
     settleHead?.(failure);
     settleHead = undefined;
     wake?.();
@@ -154,6 +158,7 @@ export function openSocketRange(
       }
     },
     destroy() {
+      announced.finished();
       socket.destroy();
     },
   };
@@ -164,7 +169,10 @@ export function openSocketRange(
     // The body starts at buffer[0] (onHead moved it there); bytes past the announced length are ignored.
     availStart = 0;
     availEnd = n;
-    if (bodyLeft === 0) socket.destroy();
+    if (bodyLeft === 0) {
+      announced.finished();
+      socket.destroy();
+    }
     wake?.();
     return n > 0 ? pause() : true;
   }
@@ -179,10 +187,12 @@ export function openSocketRange(
       return false;
     }
     if (!parsed) return true;
+    announced.answered(parsed.status);
     const body = acceptedBody(parsed, start);
     const rest = head.subarray(parsed.headBytes);
     head = undefined;
     if (!body) {
+      announced.finished();
       settleHead?.('fallback');
       settleHead = undefined;
       socket.destroy();
@@ -225,8 +235,7 @@ export function openSocketRange(
     else if (bodyLeft > 0)
       fail(upstreamError(new Error(`the connection closed with ${bodyLeft} bytes of the body still to come`), what));
   });
-  const lines = Object.entries(request.headers).map(([name, value]) => `${name}: ${value}\r\n`);
-  socket.write(`GET ${request.path} HTTP/1.1\r\n${lines.join('')}connection: close\r\n\r\n`);
+  socket.write(`GET ${request.path} HTTP/1.1\r\n${announced.headLines}connection: close\r\n\r\n`);
 
   return new Promise((resolve, reject) => {
     settleHead = (value) => (value instanceof Error ? reject(value) : resolve(value));

@@ -17,6 +17,7 @@ import net from 'node:net';
 import { releaseBuffer } from '../../lib/release-buffer.ts';
 import { StorageError } from '../errors.ts';
 import { hasStableCode, upstreamError } from '../streaming/http-upstream.ts';
+import { announceSocketRequest } from '../streaming/socket-request-channels.ts';
 import { parseResponseHead, type ResponseHead } from './s3-socket-read.ts';
 
 /** Bytes per ring slot: one socket write. */
@@ -197,9 +198,10 @@ export async function putOverSocket(
   const answered = new Promise<void>(() => {});
 
   const expectContinue = length > EXPECT_CONTINUE_ABOVE_BYTES;
-  const lines = Object.entries(request.headers).map(([name, value]) => `${name}: ${value}\r\n`);
-  if (expectContinue) lines.push('expect: 100-continue\r\n');
-  socket.write(`PUT ${request.path} HTTP/1.1\r\n${lines.join('')}connection: close\r\n\r\n`);
+  const host = options.host.includes(':') ? `[${options.host}]` : options.host;
+  const announced = announceSocketRequest('PUT', `http://${host}:${options.port}`, request.path, request.headers);
+  const expect = expectContinue ? 'expect: 100-continue\r\n' : '';
+  socket.write(`PUT ${request.path} HTTP/1.1\r\n${announced.headLines}${expect}connection: close\r\n\r\n`);
   let waitedForContinue = !expectContinue;
 
   const slotBytes = Math.max(1, Math.min(SOCKET_WRITE_SLOT_BYTES, length));
@@ -301,10 +303,15 @@ export async function putOverSocket(
     }
     throw failure ?? upstreamError(new Error('the connection ended without an answer'), what);
   } catch (err) {
+    announced.failed(err);
     if (signal?.aborted && !hasStableCode(bodyError)) throw signal.reason;
     if (hasStableCode(bodyError)) throw bodyError;
     throw err;
   } finally {
+    if (answer) {
+      announced.answered(answer.status);
+      announced.finished();
+    }
     signal?.removeEventListener('abort', onAbort);
     socket.destroy();
   }

@@ -530,6 +530,14 @@ describe('real responses against the document', () => {
       { headers: session },
     );
     await call('GET', '/console/api/access', '/console/api/access', { headers: noCsrf });
+    // The usage view: the admin API's answers, a bad filter refused alike.
+    await call('GET', '/console/api/stats/artifacts', '/console/api/stats/artifacts?view=top&limit=5', {
+      headers: noCsrf,
+    });
+    await call('GET', '/console/api/stats/artifacts', '/console/api/stats/artifacts?view=idle&days=ninety', {
+      headers: noCsrf,
+    });
+    await call('GET', '/console/api/stats/principals', '/console/api/stats/principals?limit=5', { headers: noCsrf });
     await call('POST', '/console/api/principals', '/console/api/principals', {
       headers: session,
       body: { name: 'console-ci' },

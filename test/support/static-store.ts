@@ -23,7 +23,7 @@ export interface StaticStore {
   /** The directory nginx serves. */
   readonly root: string;
   readonly port: number;
-  /** nginx's access log: one line per finished request (`status bytes_sent "request"`). */
+  /** nginx's access log: one line per finished request (`status bytes_sent "request" "traceparent"`, `"-"` for none). */
   accessLog(): Promise<string>;
   isRunning(): boolean;
   /** SIGSTOP / SIGCONT to nginx and its workers: a store that hangs with its sockets open. */
@@ -84,7 +84,7 @@ pid ${dir}/nginx.pid;
 error_log ${dir}/error.log warn;
 events { worker_connections 512; }
 http {
-  log_format store '$status $body_bytes_sent "$request"';
+  log_format store '$status $body_bytes_sent "$request" "$http_traceparent"';
   access_log ${dir}/access.log store;
   client_body_temp_path ${temp}/body; proxy_temp_path ${temp}/proxy; fastcgi_temp_path ${temp}/fastcgi; uwsgi_temp_path ${temp}/uwsgi; scgi_temp_path ${temp}/scgi;
   include ${site};

@@ -321,7 +321,7 @@ function renderBlocks(blocks) {
 // ---------------------------------------------------------------- rules
 
 async function refreshSlow() {
-  await Promise.allSettled([refreshRules(), refreshAccess()]);
+  await Promise.allSettled([refreshRules(), refreshAccess().then(refreshUsage)]);
 }
 
 async function refreshRules() {
@@ -724,6 +724,83 @@ async function revokeKey(keyId) {
   await refreshAccess();
 }
 
+// ---------------------------------------------------------------- usage statistics
+
+/** Days of the "not downloaded for" listing, as last asked for in its form. */
+let idleDays = '90';
+let idleRepository = '';
+
+const artifactLabel = (a) => [a.name, a.version, a.asset].filter((part) => part !== '').join(' ');
+const when = (iso) => (iso ? `${iso.slice(0, 16).replace('T', ' ')} UTC` : 'never');
+/** A principal's name where the access view knows it, else its id. */
+const principalLabel = (id) => (id === null ? 'anonymous' : (principals.find((p) => p.id === id)?.name ?? id));
+
+async function refreshUsage() {
+  const idleQuery = new URLSearchParams({ view: 'idle', days: idleDays });
+  if (idleRepository) idleQuery.set('repository', idleRepository);
+  const [top, idle, days] = await Promise.all([
+    api('GET', '/console/api/stats/artifacts?view=top&limit=20'),
+    api('GET', `/console/api/stats/artifacts?${idleQuery}&limit=100`),
+    api('GET', '/console/api/stats/principals?limit=50'),
+  ]);
+  $('top-rows').replaceChildren(
+    ...top.artifacts.map((a) =>
+      el(
+        'tr',
+        { 'data-artifact': `${a.repository}/${artifactLabel(a)}` },
+        el('td', { text: a.repository }),
+        el('td', { class: 'mono', text: artifactLabel(a) }),
+        el('td', { class: 'num', text: String(a.downloads) }),
+        el('td', { class: 'num', text: formatBytes(a.bytes) }),
+        el('td', { text: when(a.lastDownloadedAt) }),
+        el('td', { text: principalLabel(a.lastDownloader) }),
+      ),
+    ),
+  );
+  $('idle-days-shown').textContent = String(idle.days);
+  $('idle-rows').replaceChildren(
+    ...idle.artifacts.map((a) =>
+      el(
+        'tr',
+        { 'data-artifact': `${a.repository}/${artifactLabel(a)}` },
+        el('td', { text: a.repository }),
+        el('td', { class: 'mono', text: artifactLabel(a) }),
+        el('td', { text: when(a.publishedAt) }),
+        el('td', { class: 'num', text: String(a.downloads) }),
+        el('td', { text: when(a.lastDownloadedAt) }),
+      ),
+    ),
+  );
+  $('principal-day-rows').replaceChildren(
+    ...days.days.map((d) =>
+      el(
+        'tr',
+        { 'data-principal-day': `${d.principalName ?? d.principalId} ${d.day}` },
+        el('td', { text: d.day }),
+        el('td', { text: d.principalName ?? d.principalId }),
+        el('td', { class: 'num', text: String(d.requests) }),
+        el('td', { class: 'num', text: formatBytes(d.bytesDown) }),
+        el('td', { class: 'num', text: formatBytes(d.bytesUp) }),
+      ),
+    ),
+  );
+}
+
+async function showIdle(event) {
+  event.preventDefault();
+  const form = event.target;
+  const before = { idleDays, idleRepository };
+  idleDays = String(new FormData(form).get('days')).trim();
+  idleRepository = String(new FormData(form).get('repository')).trim();
+  formError(form, '');
+  try {
+    await refreshUsage();
+  } catch (err) {
+    ({ idleDays, idleRepository } = before);
+    if (err.status !== 401) formError(form, err.message);
+  }
+}
+
 // ---------------------------------------------------------------- start
 
 async function start() {
@@ -735,6 +812,7 @@ async function start() {
   $('key-form').addEventListener('submit', (e) => void createKey(e));
   $('grant-form').addEventListener('submit', (e) => void grant(e));
   $('more-principals').addEventListener('click', () => void morePrincipals());
+  $('idle-form').addEventListener('submit', (e) => void showIdle(e));
   $('new-key-dismiss').addEventListener('click', () => {
     $('new-key').hidden = true;
     $('new-key-value').textContent = '';

@@ -1,0 +1,114 @@
+/**
+ * A real nginx as a reverse proxy in front of an HTTP server (an S3 server, the rules service), logging
+ * each request's method, target, status and `traceparent` header: it shows what the gateway sent
+ * upstream. Host is passed on unchanged (an S3 signature covers it) and bodies stream both ways.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { afterAll } from 'vitest';
+import { makeTempDir } from './gateway.ts';
+import { freeLoopbackPort } from '../harness/index.ts';
+
+const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
+
+export interface LoggedRequest {
+  readonly status: number;
+  /** `GET /bucket/key?query HTTP/1.1` */
+  readonly request: string;
+  /** The request's traceparent, or undefined when it had none. */
+  readonly traceparent: string | undefined;
+}
+
+export interface HeaderLoggingProxy {
+  /** `http://127.0.0.1:<port>`: use it in place of the upstream's address. */
+  readonly url: string;
+  /** Every finished request so far, oldest first. */
+  requests(): Promise<LoggedRequest[]>;
+  stop(): Promise<void>;
+}
+
+const running = new Set<ChildProcess>();
+afterAll(async () => {
+  await Promise.all([...running].map((child) => stopChild(child)));
+});
+
+async function stopChild(child: ChildProcess): Promise<void> {
+  running.delete(child);
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((r) => child.once('exit', r));
+  child.kill('SIGTERM');
+  await exited;
+}
+
+/** Starts nginx proxying everything to `upstream` (`http://host:port`). */
+export async function startHeaderLoggingProxy(upstream: string): Promise<HeaderLoggingProxy> {
+  if (!NGINX) throw new Error('nginx is not installed; on Debian: apt-get install -y nginx-light');
+  const dir = await makeTempDir('arkvory-logging-proxy-');
+  const temp = path.join(dir, 'temp');
+  await mkdir(temp, { recursive: true });
+  const port = await freeLoopbackPort();
+  const conf = path.join(dir, 'nginx.conf');
+  await writeFile(
+    conf,
+    `${process.getuid?.() === 0 ? 'user root;\n' : ''}worker_processes 1;
+daemon off;
+pid ${dir}/nginx.pid;
+error_log ${dir}/error.log warn;
+events { worker_connections 256; }
+http {
+  log_format headers '$status "$request" "$http_traceparent"';
+  access_log ${dir}/access.log headers;
+  client_body_temp_path ${temp}/body; proxy_temp_path ${temp}/proxy; fastcgi_temp_path ${temp}/fastcgi; uwsgi_temp_path ${temp}/uwsgi; scgi_temp_path ${temp}/scgi;
+  server {
+    listen 127.0.0.1:${port};
+    client_max_body_size 0;
+    location / {
+      proxy_pass ${upstream};
+      proxy_http_version 1.1;
+      proxy_set_header Host $http_host;
+      proxy_set_header Connection "";
+      proxy_request_buffering off;
+      proxy_buffering off;
+    }
+  }
+}
+`,
+  );
+  const child = spawn(NGINX, ['-p', dir, '-c', conf], { stdio: ['ignore', 'ignore', 'pipe'] });
+  running.add(child);
+  let output = '';
+  child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
+  const url = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    try {
+      const res = await fetch(url);
+      await res.body?.cancel();
+      break;
+    } catch {
+      if (Date.now() > deadline || child.exitCode !== null) throw new Error(`nginx did not start: ${output}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+  return {
+    url,
+    async requests() {
+      const text = await readFile(path.join(dir, 'access.log'), 'utf8').catch(() => '');
+      return text
+        .split('\n')
+        .filter((line) => line !== '')
+        .map((line) => {
+          const match = /^(\d{3}) "(.*)" "(.*)"$/.exec(line);
+          if (!match) throw new Error(`unexpected access log line: ${line}`);
+          return {
+            status: Number(match[1]),
+            request: match[2]!,
+            traceparent: match[3] === '-' ? undefined : match[3],
+          };
+        });
+    },
+    stop: () => stopChild(child),
+  };
+}
