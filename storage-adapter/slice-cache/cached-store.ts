@@ -1,9 +1,9 @@
 /**
  * A remote store (static HTTP, S3) with its blob reads served through the slice cache: only
  * `openBlob` changes. A blob whose slice digests are recorded is read slice by slice: a slice on
- * disk is read there, a missing one is fetched with one ranged GET of exactly that slice (shared by
- * every concurrent reader), and a read of several slices fetches up to `readaheadSlices` ahead in
- * parallel. A blob without digests (published before they were recorded, not yet scrubbed) is relayed
+ * disk is read there, missing ones are fetched with one ranged GET of exactly their span (each
+ * slice's fill shared by every concurrent reader), and a read of several slices keeps a window of
+ * `readaheadSlices` ahead of the one it sends (see #enter). A blob without digests (published before they were recorded, not yet scrubbed) is relayed
  * from the store as before, uncached: nothing unverifiable is ever kept.
  *
  * The reader offers `read()` only (no `chunks()`): the response reads into its few reused buffers
