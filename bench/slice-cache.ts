@@ -11,7 +11,7 @@
  *   unsigned) with a cold cache each round;
  * each for every slice size of --slices (MiB, default 4,8,16), so the default
  * (ARKVORY_CACHE_SLICE_BYTES) is chosen on figures. Every measurement is the median of --runs
- * interleaved rounds. The small-blob cache is off in every gateway (ARKVORY_BLOB_CACHE_BYTES=0), so
+ * interleaved rounds (the cached gateways in a rotated order each round). The small-blob cache is off in every gateway (ARKVORY_BLOB_CACHE_BYTES=0), so
  * a 4 KiB GET reaches the slice cache (or the directory store's open-file cache), not memory.
  *
  *   node bench/slice-cache.ts [--server seaweedfs|minio] [--runs 3] [--big-mib 1024] [--slices 4,8,16]
@@ -292,10 +292,13 @@ async function main(): Promise<void> {
     const push = <T>(m: Map<string, T[]>, k: string, v: T) => m.set(k, [...(m.get(k) ?? []), v]);
 
     for (let run = 0; run < RUNS; run++) {
+      // The cached gateways in a new order each round, so none always runs first after the
+      // directory store and the relay (or right after the other's disk writes).
+      const rotated = cachedTargets.map((_, i) => cachedTargets[(i + run) % cachedTargets.length]!);
       // 1 GiB: the directory store, the uncached relay, and each cache cold (purged) then warm.
       if (PHASES.has('warm')) push(figures.warm, fsTarget.name, await getMiBs(fsTarget));
       if (PHASES.has('cold')) push(figures.cold, uncached.name, await getMiBs(uncached));
-      for (const t of cachedTargets) {
+      for (const t of rotated) {
         if (PHASES.has('cold')) {
           await purge(t, hex(bigDigest));
           push(figures.cold, t.name, await getMiBs(t));
@@ -310,7 +313,7 @@ async function main(): Promise<void> {
       }
       // 4 KiB: wrk over keep-alive connections, the directory store and each (warm) cache.
       if (PHASES.has('small'))
-        for (const t of [fsTarget, ...cachedTargets]) {
+        for (const t of [fsTarget, ...rotated]) {
           const r = await wrk(contentUrl(t, 'small.bin'), {
             connections: 16,
             seconds: SMALL_SECONDS,
@@ -321,7 +324,7 @@ async function main(): Promise<void> {
         }
       // The crowd: each cache purged, and nginx started with an empty cache.
       if (PHASES.has('crowd')) {
-        for (const t of cachedTargets) {
+        for (const t of rotated) {
           await purge(t, hex(crowdDigest));
           push(figures.crowd, t.name, await crowd(t.name, contentUrl(t, 'crowd.bin'), auth(t), () => originBytes(t)));
         }
@@ -344,11 +347,13 @@ async function main(): Promise<void> {
     const med = (m: Map<string, number[]>, k: string) => median(m.get(k) ?? [Number.NaN]);
     const crowdMed = (k: string) => {
       const rs = figures.crowd.get(k) ?? [];
+      // NaN when the crowd did not run (--phases).
+      const of = (pick: (r: CrowdResult) => number) => (rs.length > 0 ? median(rs.map(pick)) : Number.NaN);
       return {
-        p50: median(rs.map((r) => r.ttfbP50Ms)),
-        p99: median(rs.map((r) => r.ttfbP99Ms)),
-        seconds: median(rs.map((r) => r.seconds)),
-        origin: median(rs.map((r) => r.originBytes)),
+        p50: of((r) => r.ttfbP50Ms),
+        p99: of((r) => r.ttfbP99Ms),
+        seconds: of((r) => r.seconds),
+        origin: of((r) => r.originBytes),
       };
     };
     const fsWarm = med(figures.warm, fsTarget.name);

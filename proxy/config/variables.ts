@@ -494,7 +494,7 @@ export const VARIABLES: readonly VariableSpec[] = [
     name: 'ARKVORY_CACHE_READAHEAD_SLICES',
     kind: { type: 'int', min: 0, max: 64 },
     defaultValue: '4',
-    doc: 'Slices a read of several slices fetches ahead from the store, in parallel, on a miss.',
+    doc: 'Slices a read of several slices fetches ahead from the store on a miss (the window); the missing ones come with one ranged GET, and the window is topped up once fewer than half of it are left.',
   },
   ...TLS_VARIABLES,
   ...TRACING_VARIABLES,

@@ -19,7 +19,7 @@ import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { type GatewayProcess, makeTempDir, runCli, startGateway } from '../../test/support/gateway.ts';
 import { startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
-import { runProcess, samplePeak } from '../../test/harness/index.ts';
+import { runProcess, samplePeak, waitForSliceFills } from '../../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
 const SLICE = MiB;
@@ -160,6 +160,8 @@ describe('slice cache with real clients and under its bounds (seaweedfs)', () =>
     try {
       for (let i = 0; i < 16; i++) await read(i);
       for (let i = 16; i < 32; i += 4) await Promise.all([i, i + 1, i + 2, i + 3].map(read));
+      // Verified slices are written behind their readers: the last ones are kept or relayed after.
+      await waitForSliceFills(gw.url);
     } finally {
       peak = await onDisk.stop();
     }

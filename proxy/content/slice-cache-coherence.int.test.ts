@@ -87,6 +87,8 @@ describe('slice cache coherence and policy (nginx WebDAV)', () => {
       await new Promise((r) => setTimeout(r, 50));
     expect(await heldBlobs(cacheDir)).toEqual(new Set());
     expect(sha256((await request(`${gw.url}${pathA}`, { headers: auth(writerKey) })).body)).toBe(sha256(a));
+    // Its slice files are written behind the response.
+    await waitForSliceFills(gw.url);
 
     const stats = JSON.parse(
       (await request(`${gw.url}/api/v1/admin/cache`, { headers: auth(adminKey) })).body.toString(),

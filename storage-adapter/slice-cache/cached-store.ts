@@ -1,9 +1,9 @@
 /**
  * A remote store (static HTTP, S3) with its blob reads served through the slice cache: only
  * `openBlob` changes. A blob whose slice digests are recorded is read slice by slice: a slice on
- * disk is read there, a missing one is fetched with one ranged GET of exactly that slice (shared by
- * every concurrent reader), and a read of several slices fetches up to `readaheadSlices` ahead in
- * parallel. A blob without digests (published before they were recorded, not yet scrubbed) is relayed
+ * disk is read there, missing ones are fetched with one ranged GET of exactly their span (each
+ * slice's fill shared by every concurrent reader), and a read of several slices keeps a window of
+ * `readaheadSlices` ahead of the one it sends (see #enter). A blob without digests (published before they were recorded, not yet scrubbed) is relayed
  * from the store as before, uncached: nothing unverifiable is ever kept.
  *
  * The reader offers `read()` only (no `chunks()`): the response reads into its few reused buffers
@@ -68,7 +68,7 @@ export function withSliceCache(
       // any response header (a clean 502/504/500), as the uncached stores do.
       try {
         const covered = slicesCovering({ start: first.start, end: ranges.at(-1)!.end }, d.sliceBytes);
-        const source = reader.prepare(covered.first);
+        const source = reader.prepareFirst(first);
         if (source.kind === 'fill') {
           await source.fill.opened;
           const total = ranges.reduce((n, r) => n + r.end - r.start + 1, 0);
@@ -145,13 +145,23 @@ class SlicedReader implements BlobReader {
 
   /** The source of slice `index`, acquired once and held until read past or closed. */
   prepare(index: number): SliceSource {
-    let source = this.#held.get(index);
-    if (!source) {
-      source = this.#cache.acquire(this.#sha256, this.#digests, index, this.#origin);
-      if (source.kind === 'fill') this.#missed = true;
-      this.#held.set(index, source);
+    this.prepareRun(index, index);
+    return this.#held.get(index)!;
+  }
+
+  /** Acquires slices `first`..`last` not held yet, each run of missing ones with one origin read. */
+  prepareRun(first: number, last: number): void {
+    for (let index = first; index <= last; index++) {
+      if (this.#held.has(index)) continue;
+      let end = index;
+      while (end < last && !this.#held.has(end + 1)) end++;
+      const sources = this.#cache.acquireRun(this.#sha256, this.#digests, index, end, this.#origin);
+      for (const [i, source] of sources.entries()) {
+        if (source.kind === 'fill') this.#missed = true;
+        this.#held.set(index + i, source);
+      }
+      index = end;
     }
-    return source;
   }
 
   #releaseSlice(index: number): void {
@@ -204,11 +214,24 @@ class SlicedReader implements BlobReader {
     return this.#disk;
   }
 
-  /** Moves on to slice `index`: slices before it are released, the next ones of the range fetched ahead. */
+  /**
+   * Moves on to slice `index`: slices before it are released, and the next ones of the range are
+   * fetched ahead, up to `readahead` slices. The window is topped up only once fewer than half of
+   * it is held, so the slices ahead are fetched a few at a time, each few with one origin read.
+   */
   #enter(index: number, position: number): void {
     for (const held of [...this.#held.keys()]) if (held < index) this.#releaseSlice(held);
-    const last = Math.floor(this.#rangeEnd(position) / this.#digests.sliceBytes);
-    for (let ahead = index + 1; ahead <= Math.min(last, index + this.#readahead); ahead++) this.prepare(ahead);
+    const last = Math.min(Math.floor(this.#rangeEnd(position) / this.#digests.sliceBytes), index + this.#readahead);
+    let ahead = 0;
+    while (index + ahead < last && this.#held.has(index + ahead + 1)) ahead++;
+    if (index + ahead < last && ahead < Math.ceil(this.#readahead / 2)) this.prepareRun(index + 1, last);
+  }
+
+  /** The first slices of a read: its first slice and the window ahead of it, within the first range. */
+  prepareFirst(range: ByteRange): SliceSource {
+    const { first, last } = slicesCovering(range, this.#digests.sliceBytes);
+    this.prepareRun(first, Math.min(last, first + this.#readahead));
+    return this.prepare(first);
   }
 
   async read(buffer: Buffer, offset: number, length: number, position: number): Promise<{ bytesRead: number }> {

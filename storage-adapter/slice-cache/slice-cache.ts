@@ -3,9 +3,9 @@
  *
  * Layout under the cache directory:
  *   slices/ab/<sha256>-<sliceBytes>-<index>   one verified slice (bytes only)
- *   tmp/<…>.<random>                          a fill in progress
- * A fill writes to tmp/ while it hashes and renames into slices/ only once the slice matched its
- * digest; tmp/ is emptied at start. No fsync: after a restart every slice is re-verified on its
+ *   tmp/<…>.<random>                          a slice file being written
+ * A fill hashes the slice as it arrives into memory; only once it matched its digest is it written
+ * to tmp/ and renamed into slices/; tmp/ is emptied at start. No fsync: after a restart every slice is re-verified on its
  * first read (below), so a file a crash or power loss left short or wrong is found then, never served.
  *
  * Trusting a slice on disk: it is checked against its digest the first time this process reads
@@ -21,7 +21,7 @@
  * its reads, not an open and a close per slice. A descriptor is closed when its slice leaves the
  * index, or at its last reader's release if it is being read then.
  *
- * Bounds: the bytes of slices on disk plus the fills reserving space stay under `maxBytes`, and
+ * Bounds: the bytes of slices on disk plus the slices being written stay under `maxBytes`, and
  * the filesystem keeps `minFreeBytes` free; the least recently used unpinned slices are evicted to
  * make room. When no room can be made (every slice in use, a fill larger than the bound, a full
  * disk), the fill is relayed from memory to its readers and not kept: a degraded miss, never an
@@ -97,8 +97,7 @@ const MAX_OPEN_FILES = 256;
 const ORIGIN_READ_BYTES = 1024 * 1024;
 /** Fill buffers kept for the next fills (SliceBuffers): enough for a read and its readahead at 8 MiB slices. */
 const FREE_FILL_BUFFER_BYTES = 48 * 1024 * 1024;
-const WRITE_BATCH_BYTES = 1024 * 1024;
-/** Bytes of verified or filling slices waiting for the disk, all fills together (see #startTemp). */
+/** Bytes of verified slices waiting for the disk, all fills together (see #keep). */
 const WRITE_BEHIND_MAX_BYTES = 64 * 1024 * 1024;
 
 export class SliceCache {
@@ -109,8 +108,10 @@ export class SliceCache {
   /** Slices whose file is open (`IndexedSlice.handle`), least recently read first. */
   readonly #open = new Set<IndexedSlice>();
   #reserved = 0;
-  /** Bytes queued for or being written to slice files (WRITE_BEHIND_MAX_BYTES). */
+  /** Bytes of verified slices queued for or being written to their files (WRITE_BEHIND_MAX_BYTES). */
   #behind = 0;
+  /** The last slice file write queued (#keep): files are written one at a time. */
+  #writes: Promise<void> = Promise.resolve();
   /** Bytes of evicted slices whose files are still being removed: still on disk, so still counted. */
   #unlinking = 0;
   #closed = false;
@@ -189,29 +190,55 @@ export class SliceCache {
    * or a new fill from `origin`. `release` must follow for every source.
    */
   acquire(sha256: string, digests: SliceDigests, index: number, origin: OriginRead): SliceSource {
-    const key = `${sha256}-${digests.sliceBytes}-${index}`;
-    const slice = this.#index.get(key);
-    if (slice) {
-      slice.pins++;
-      this.#index.touch(slice);
-      return { kind: 'disk', slice, file: this.#file(key), digest: sliceDigest(digests, index) };
+    return this.acquireRun(sha256, digests, index, index, origin)[0]!;
+  }
+
+  /**
+   * The sources of slices `first`..`last` of a blob, as `acquire` gives them, except that each run
+   * of consecutive slices neither on disk nor being filled is fetched with one ranged GET of the
+   * whole run, its bytes split into the run's fills in order. Why: an origin serves one stream of
+   * a blob faster than many short ones (SeaweedFS answered a GET of a blob only once the one before
+   * it was sent, ~100–250 ms each for 8 MiB), and a cold full read should run at the pace of the
+   * uncached relay, which is one stream. `release` must follow for every source.
+   */
+  acquireRun(sha256: string, digests: SliceDigests, first: number, last: number, origin: OriginRead): SliceSource[] {
+    const sources: SliceSource[] = [];
+    let run: FillJob[] = [];
+    const start = () => {
+      if (run.length > 0) void this.#runFills(run, origin);
+      run = [];
+    };
+    for (let index = first; index <= last; index++) {
+      const key = `${sha256}-${digests.sliceBytes}-${index}`;
+      const slice = this.#index.get(key);
+      if (slice) {
+        start();
+        slice.pins++;
+        this.#index.touch(slice);
+        sources.push({ kind: 'disk', slice, file: this.#file(key), digest: sliceDigest(digests, index) });
+        continue;
+      }
+      const running = this.#fills.get(key);
+      if (running) {
+        start();
+        running.hold();
+        running.joined++;
+        this.stats.joins++;
+        this.stats.waiters++;
+        sources.push({ kind: 'fill', fill: running, started: false });
+        continue;
+      }
+      const range = sliceRange(digests, index);
+      const length = range.end - range.start + 1;
+      const fill = new Fill(length, this.#buffers.take(length), (bytes) => this.#buffers.give(bytes));
+      fill.hold();
+      this.#fills.set(key, fill);
+      this.stats.fillsInFlight++;
+      run.push({ key, sha256, digests, index, range, fill, origin });
+      sources.push({ kind: 'fill', fill, started: true });
     }
-    const running = this.#fills.get(key);
-    if (running) {
-      running.hold();
-      running.joined++;
-      this.stats.joins++;
-      this.stats.waiters++;
-      return { kind: 'fill', fill: running, started: false };
-    }
-    const range = sliceRange(digests, index);
-    const length = range.end - range.start + 1;
-    const fill = new Fill(length, this.#buffers.take(length), (bytes) => this.#buffers.give(bytes));
-    fill.hold();
-    this.#fills.set(key, fill);
-    this.stats.fillsInFlight++;
-    void this.#runFill({ key, sha256, digests, index, range, fill, origin });
-    return { kind: 'fill', fill, started: true };
+    start();
+    return sources;
   }
 
   release(source: SliceSource): void {
@@ -344,213 +371,202 @@ export class SliceCache {
     this.#updateHeld();
   }
 
-  async #runFill(job: FillJob): Promise<void> {
+  /** A fill is over (verified and kept or not, or failed): nobody joins it any more. */
+  #finish(job: FillJob): void {
+    // In one step with letting go of its buffer: nobody joins a fill whose buffer may be reused.
+    if (this.#fills.get(job.key) === job.fill) this.#fills.delete(job.key);
+    this.stats.fillsInFlight--;
+    job.fill.unhold();
+  }
+
+  /**
+   * Fills consecutive slices from one origin read of their span, in order. A slice that fails its
+   * digest is fetched once more on its own (the run goes on after it); an origin failure fails the
+   * slice being filled and the rest of the run. A verified slice's file is written behind (#keep):
+   * the run does not wait for the disk.
+   */
+  async #runFills(jobs: readonly FillJob[], origin: OriginRead): Promise<void> {
+    const span = { start: jobs[0]!.range.start, end: jobs.at(-1)!.range.end };
+    let run: OriginRun | undefined;
+    let failure: Error | undefined;
     try {
-      await this.#fillFromOrigin(job);
-    } finally {
-      // In one step with letting go of its buffer: nobody joins a fill whose buffer may be reused.
-      if (this.#fills.get(job.key) === job.fill) this.#fills.delete(job.key);
-      this.stats.fillsInFlight--;
-      job.fill.unhold();
+      run = new OriginRun(await origin(span), span);
+      for (const job of jobs) job.fill.markOpened();
+    } catch (err) {
+      failure = err as Error;
     }
-  }
-
-  async #fillFromOrigin(job: FillJob): Promise<void> {
-    const { key, sha256, digests, index, range, fill, origin } = job;
-    const expected = sliceDigest(digests, index);
-    for (let attempt = 1; attempt <= 2; attempt++) {
-      if (attempt > 1) fill.restart();
-      // The origin request does not wait for the file (room, open): both start at once.
-      const starting = this.#startTemp(key, fill.sliceLength);
-      let reader: BlobReader | undefined;
-      let kept = false;
-      try {
-        reader = await origin(range);
-        fill.markOpened();
-        const temp = await starting;
-        // On this thread: a round trip to the hashing worker at the end of every slice delayed
-        // its readers more than the hashing costs here (measured, docs/storage-and-content.md).
-        const hash = createHash('sha256');
-        await pull(reader, range, fill, (piece) => {
-          hash.update(piece);
-          this.stats.originBytes += piece.length;
-          temp.write(piece);
-        });
-        if (fill.length !== fill.sliceLength)
-          throw new StorageError(
-            'upstream_unreachable',
-            `The artifact store ended slice ${index} of blob ${sha256} after ${fill.length} of ${fill.sliceLength} bytes.`,
-          );
-        if (hash.digest().equals(expected)) {
-          // Served from memory at once; the file is finished behind its readers (they never wait
-          // for the disk), and readers arriving meanwhile join this fill until it is indexed.
-          fill.verify();
-          // Indexed in the same step as its reservation ends, so the bound never loses sight of it.
-          kept = await temp.commit(this.#file(key), (signature) => {
-            // Its blob was removed (purge, gc, scrub) while the file was being finished.
-            if (!fill.keep) return false;
-            const replaced = this.#index.get(key);
-            if (replaced) this.#removed(replaced);
-            this.#index.add({ key, sha256, bytes: fill.sliceLength, signature, pins: 0, handle: undefined });
-            this.#updateHeld();
-            return true;
-          });
-          if (!kept) this.stats.relayedFills++;
-          return;
+    try {
+      for (const job of jobs) {
+        if (!failure && run) {
+          try {
+            if (await this.#pullVerified(job, run, 1)) {
+              void this.#keep(job).then(
+                (kept) => {
+                  if (!kept) this.stats.relayedFills++;
+                  this.#finish(job);
+                },
+                () => this.#finish(job),
+              );
+              continue;
+            }
+          } catch (err) {
+            failure = err as Error;
+          }
         }
-        this.stats.digestFailures.origin++;
-        this.#options.log.warn(
-          { sha256, slice: index, attempt },
-          attempt === 1
-            ? 'a slice from the artifact store does not match its recorded digest; not served, fetching it once more'
-            : 'a slice from the artifact store does not match its recorded digest again; answering 502 slice_digest_mismatch',
-        );
-      } catch (err) {
-        fill.fail(err as Error);
-        return;
-      } finally {
-        await reader?.close().catch(() => {});
-        if (!kept) await (await starting).discard();
+        if (failure) job.fill.fail(failure);
+        else await this.#fetchAgain(job);
+        this.#finish(job);
       }
+    } finally {
+      await run?.close().catch(() => {});
     }
-    fill.fail(
-      new StorageError(
-        'slice_digest_mismatch',
-        `Slice ${index} of blob ${sha256} from the artifact store does not match its recorded digest.`,
-      ),
-    );
   }
 
-  /** A temporary file for a fill, with room reserved under the bounds; none (relay only) if none can be made. */
-  async #startTemp(key: string, bytes: number): Promise<TempSlice> {
-    const relay = relayOnly();
-    // On success the room is reserved (#makeRoom does it in the same step as its check).
-    if (this.#closed || !(await this.#makeRoom(bytes))) {
-      return relay;
+  /** A slice that failed its digest, fetched once more on its own (then kept, or failed). */
+  async #fetchAgain(job: FillJob): Promise<void> {
+    const { fill } = job;
+    fill.restart();
+    let run: OriginRun | undefined;
+    try {
+      run = new OriginRun(await job.origin(job.range), job.range);
+      if (await this.#pullVerified(job, run, 2)) {
+        await run.close().catch(() => {});
+        run = undefined;
+        if (!(await this.#keep(job))) this.stats.relayedFills++;
+        return;
+      }
+      fill.fail(
+        new StorageError(
+          'slice_digest_mismatch',
+          `Slice ${job.index} of blob ${job.sha256} from the artifact store does not match its recorded digest.`,
+        ),
+      );
+    } catch (err) {
+      fill.fail(err as Error);
+    } finally {
+      await run?.close().catch(() => {});
     }
-    // Once, whichever way the fill ends (a write that failed ends the file, not the reservation).
+  }
+
+  /** Pulls one slice from `run` into its fill while hashing it: verified (true), or a mismatch (counted, logged). */
+  async #pullVerified(job: FillJob, run: OriginRun, attempt: number): Promise<boolean> {
+    const { sha256, digests, index, range, fill } = job;
+    // On this thread: a round trip to the hashing worker at the end of every slice delayed
+    // its readers more than the hashing costs here (measured, docs/storage-and-content.md).
+    const hash = createHash('sha256');
+    await run.into(fill, range.start, (piece) => {
+      hash.update(piece);
+      this.stats.originBytes += piece.length;
+    });
+    if (fill.length !== fill.sliceLength)
+      throw new StorageError(
+        'upstream_unreachable',
+        `The artifact store ended slice ${index} of blob ${sha256} after ${fill.length} of ${fill.sliceLength} bytes.`,
+      );
+    if (hash.digest().equals(sliceDigest(digests, index))) {
+      // Served from memory at once; readers arriving while its file is written join this fill.
+      fill.verify();
+      return true;
+    }
+    this.stats.digestFailures.origin++;
+    this.#options.log.warn(
+      { sha256, slice: index, attempt },
+      attempt === 1
+        ? 'a slice from the artifact store does not match its recorded digest; not served, fetching it once more'
+        : 'a slice from the artifact store does not match its recorded digest again; answering 502 slice_digest_mismatch',
+    );
+    return false;
+  }
+
+  /**
+   * Writes a verified fill's buffer to its slice file and indexes it; false when it is not kept.
+   * Files are written one at a time, behind the readers (they never wait for the disk): the
+   * writes and the opens, stats and renames around them take one of libuv's four threads, not
+   * one per fill, so reads of slices on disk and the next fills' opens are not queued behind a
+   * disk that falls behind (page-cache writes run at 60–120 MB/s on these machines). A slice
+   * that would put the queue more than WRITE_BEHIND_MAX_BYTES behind is not kept (relayed), so
+   * memory stays bounded and a cold read runs at the store's pace; a later read fills it.
+   */
+  #keep(job: FillJob): Promise<boolean> {
+    const bytes = job.fill.sliceLength;
+    if (this.#closed || this.#behind + bytes > WRITE_BEHIND_MAX_BYTES) return Promise.resolve(false);
+    this.#behind += bytes;
+    const written = this.#writes.then(() => this.#writeSlice(job));
+    this.#writes = written.then(
+      () => {},
+      () => {},
+    );
+    return written.finally(() => {
+      this.#behind -= bytes;
+    });
+  }
+
+  async #writeSlice(job: FillJob): Promise<boolean> {
+    const { key, sha256, fill } = job;
+    const bytes = fill.sliceLength;
+    // Its blob was removed (purge, gc, scrub) while it waited.
+    if (!fill.keep || this.#closed) return false;
+    // On success the room is reserved (#makeRoom does it in the same step as its check).
+    if (!(await this.#makeRoom(bytes))) return false;
     let reserved = true;
     const unreserve = () => {
       if (!reserved) return;
       reserved = false;
       this.#reserved -= bytes;
     };
-    const file = path.join(this.#options.dir, 'tmp', `${key}.${randomUUID()}`);
-    let handle: FileHandle;
+    const temp = path.join(this.#options.dir, 'tmp', `${key}.${randomUUID()}`);
+    const target = this.#file(key);
+    let handle: FileHandle | undefined;
+    let renamed = false;
     try {
-      handle = await open(file, 'wx');
-    } catch (err) {
-      // A directory deleted under a running gateway: made again for the next fill.
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT')
-        await mkdir(path.join(this.#options.dir, 'tmp'), { recursive: true }).catch(() => {});
-      unreserve();
-      return relay;
-    }
-    let pending: Buffer[] = [];
-    let pendingBytes = 0;
-    let writing: Promise<void> | undefined;
-    /** Given up on keeping this slice: the disk fell too far behind (the fill goes on as a relay). */
-    let dropped = false;
-    const forgetPending = () => {
-      this.#behind -= pendingBytes;
-      pending = [];
-      pendingBytes = 0;
-    };
-    const drain = async (): Promise<void> => {
       try {
-        while (pendingBytes > 0 && temp.handle && !dropped) {
-          const batch = pending;
-          const batchBytes = pendingBytes;
-          pending = [];
-          pendingBytes = 0;
-          try {
-            const { bytesWritten } = await temp.handle.writev(batch);
-            // A short write (a filesystem that just filled up) is a failed one.
-            if (bytesWritten !== batchBytes)
-              throw Object.assign(new Error(`short write: ${bytesWritten} of ${batchBytes} bytes`), {
-                code: 'ENOSPC',
-              });
-          } catch (err) {
-            // A full disk (or any write failure): the fill goes on as a relay; nothing is kept.
-            this.#options.log.warn(
-              { err: { message: (err as Error).message, code: (err as NodeJS.ErrnoException).code } },
-              'slice cache write failed; relaying from the store without keeping',
-            );
-            await temp.handle?.close().catch(() => {});
-            temp.handle = undefined;
-            forgetPending();
-            unreserve();
-          } finally {
-            this.#behind -= batchBytes;
-          }
-        }
-      } finally {
-        writing = undefined;
+        handle = await open(temp, 'wx');
+      } catch (err) {
+        // A directory deleted under a running gateway: made again for the next fill.
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT')
+          await mkdir(path.join(this.#options.dir, 'tmp'), { recursive: true }).catch(() => {});
+        throw err;
       }
-    };
-    const temp: TempSlice = {
-      handle,
-      // The origin and the readers are not held up by the disk: chunks (kept in memory by the fill
-      // anyway) are written behind it, gathered into writes of at least WRITE_BATCH_BYTES, one at a
-      // time. When the disk is more than WRITE_BEHIND_MAX_BYTES behind (all fills together), this
-      // slice is not kept: relayed like a fill with no room, so memory stays bounded and a cold read
-      // runs at the origin's pace, not the disk's; a later read fills it.
-      write: (chunk) => {
-        if (!temp.handle || dropped) return;
-        if (this.#behind + chunk.length > WRITE_BEHIND_MAX_BYTES) {
-          dropped = true;
-          forgetPending();
-          unreserve();
-          return;
-        }
-        pending.push(chunk);
-        pendingBytes += chunk.length;
-        this.#behind += chunk.length;
-        if (pendingBytes >= WRITE_BATCH_BYTES && !writing) writing = drain();
-      },
-      flush: async () => {
-        while (writing || (pendingBytes > 0 && temp.handle && !dropped)) {
-          writing ??= drain();
-          await writing;
-        }
-      },
-      commit: async (target, kept) => {
-        await temp.flush();
-        if (!temp.handle || dropped) return false;
-        let signature: string;
-        try {
-          await temp.handle.close();
-          temp.handle = undefined;
-          await mkdir(path.dirname(target), { recursive: true });
-          await rename(file, target);
-          // rename moves ctime: the signature is taken after it.
-          const after = await stat(target, { bigint: true });
-          // What was hashed went to the file whole, or the file is not kept.
-          if (after.size !== BigInt(bytes)) throw new Error('slice file size differs from the slice');
-          signature = `${after.ino}:${after.size}:${after.mtimeNs}:${after.ctimeNs}`;
-        } catch {
-          unreserve();
-          await unlink(target).catch(() => {});
-          return false;
-        }
-        if (!kept(signature)) {
-          unreserve();
-          await unlink(target).catch(() => {});
-          return false;
-        }
-        unreserve();
-        return true;
-      },
-      discard: async () => {
-        forgetPending();
-        await writing;
-        await temp.handle?.close().catch(() => {});
-        temp.handle = undefined;
-        unreserve();
-        await unlink(file).catch(() => {});
-      },
-    };
-    return temp;
+      for (let position = 0; position < bytes; ) {
+        const { bytesWritten } = await handle.write(fill.bytes, position, bytes - position, position);
+        // No progress (a filesystem that just filled up) is a failed write.
+        if (bytesWritten <= 0)
+          throw Object.assign(new Error(`short write at ${position} of ${bytes} bytes`), { code: 'ENOSPC' });
+        position += bytesWritten;
+      }
+      await handle.close();
+      handle = undefined;
+      await mkdir(path.dirname(target), { recursive: true });
+      await rename(temp, target);
+      renamed = true;
+      // rename moves ctime: the signature is taken after it.
+      const after = await stat(target, { bigint: true });
+      // What was hashed went to the file whole, or the file is not kept.
+      if (after.size !== BigInt(bytes)) throw new Error('slice file size differs from the slice');
+      const signature = `${after.ino}:${after.size}:${after.mtimeNs}:${after.ctimeNs}`;
+      // Indexed in the same step as its reservation ends, so the bound never loses sight of it.
+      unreserve();
+      // Its blob was removed (purge, gc, scrub) while the file was being written.
+      if (!fill.keep) {
+        await unlink(target).catch(() => {});
+        return false;
+      }
+      const replaced = this.#index.get(key);
+      if (replaced) this.#removed(replaced);
+      this.#index.add({ key, sha256, bytes, signature, pins: 0, handle: undefined });
+      this.#updateHeld();
+      return true;
+    } catch (err) {
+      // A full disk (or any write failure): the fill was relayed; nothing is kept.
+      this.#options.log.warn(
+        { err: { message: (err as Error).message, code: (err as NodeJS.ErrnoException).code } },
+        'slice cache write failed; relayed from the store without keeping',
+      );
+      await handle?.close().catch(() => {});
+      await unlink(renamed ? target : temp).catch(() => {});
+      unreserve();
+      return false;
+    }
   }
 
   /**
@@ -629,57 +645,64 @@ export class SliceCache {
   }
 }
 
-interface TempSlice {
-  handle: FileHandle | undefined;
-  /** Queues bytes to be written behind the fill (never waits for the disk). */
-  write(chunk: Buffer): void;
-  /** Waits until every queued byte is written (or writing failed). */
-  flush(): Promise<void>;
-  /**
-   * Renames into place and calls `kept` with the file's signature, which indexes it (true) or
-   * refuses it (false: removed again); false when nothing is kept.
-   */
-  commit(target: string, kept: (signature: string) => boolean): Promise<boolean>;
-  discard(): Promise<void>;
-}
-
-function relayOnly(): TempSlice {
-  return {
-    handle: undefined,
-    write: () => {},
-    flush: async () => {},
-    commit: async () => false,
-    discard: async () => {},
-  };
-}
-
 /**
- * The bytes of `range` from an origin reader into the fill's buffer, `onPiece` called with each
- * piece as it lands (before the fill's readers are woken): read straight into the buffer, or copied
- * from the store's own chunks when it lends them.
+ * One origin read of consecutive slices' span, handed out slice by slice: read straight into each
+ * fill's buffer, or copied from the store's own chunks when it lends them (a chunk crossing a slice
+ * boundary is split between the two fills).
  */
-async function pull(reader: BlobReader, range: ByteRange, fill: Fill, onPiece: (piece: Buffer) => void): Promise<void> {
-  if (reader.chunks) {
-    const controller = new AbortController();
-    try {
-      for await (const chunk of reader.chunks(range, controller.signal)) {
-        const start = fill.length;
-        const n = Math.min(chunk.length, fill.sliceLength - start);
-        chunk.copy(fill.bytes, start, 0, n);
-        onPiece(fill.bytes.subarray(start, start + n));
+class OriginRun {
+  readonly #reader: BlobReader;
+  readonly #span: ByteRange;
+  readonly #controller = new AbortController();
+  #chunks: AsyncIterator<Buffer> | undefined;
+  /** The rest of a lent chunk that crossed into the next slice. */
+  #left: Buffer | undefined;
+
+  constructor(reader: BlobReader, span: ByteRange) {
+    this.#reader = reader;
+    this.#span = span;
+  }
+
+  /**
+   * The bytes of the slice starting at `start` (the next one of the span) into `fill`, `onPiece`
+   * called with each piece as it lands (before the fill's readers are woken); stops early only
+   * when the store's answer ends.
+   */
+  async into(fill: Fill, start: number, onPiece: (piece: Buffer) => void): Promise<void> {
+    const reader = this.#reader;
+    if (reader.chunks) {
+      this.#chunks ??= reader.chunks(this.#span, this.#controller.signal)[Symbol.asyncIterator]();
+      while (fill.length < fill.sliceLength) {
+        let chunk = this.#left;
+        this.#left = undefined;
+        if (!chunk) {
+          const next = await this.#chunks.next();
+          if (next.done) return;
+          chunk = next.value;
+        }
+        const at = fill.length;
+        const n = Math.min(chunk.length, fill.sliceLength - at);
+        chunk.copy(fill.bytes, at, 0, n);
+        if (n < chunk.length) this.#left = chunk.subarray(n);
+        onPiece(fill.bytes.subarray(at, at + n));
         fill.grew(n);
       }
-    } finally {
-      controller.abort();
+      return;
     }
-    return;
+    while (fill.length < fill.sliceLength) {
+      const at = fill.length;
+      const want = Math.min(ORIGIN_READ_BYTES, fill.sliceLength - at);
+      const { bytesRead } = await reader.read(fill.bytes, at, want, start + at);
+      if (bytesRead === 0) return;
+      onPiece(fill.bytes.subarray(at, at + bytesRead));
+      fill.grew(bytesRead);
+    }
   }
-  while (fill.length < fill.sliceLength) {
-    const start = fill.length;
-    const want = Math.min(ORIGIN_READ_BYTES, fill.sliceLength - start);
-    const { bytesRead } = await reader.read(fill.bytes, start, want, range.start + start);
-    if (bytesRead === 0) return;
-    onPiece(fill.bytes.subarray(start, start + bytesRead));
-    fill.grew(bytesRead);
+
+  async close(): Promise<void> {
+    this.#controller.abort();
+    this.#left = undefined;
+    await this.#chunks?.return?.(undefined)?.catch(() => {});
+    await this.#reader.close();
   }
 }
