@@ -11,10 +11,13 @@
  *
  *   node bench/h2.ts [--rounds 5] [--seconds 5] [--database-url postgres://…]
  *                    [--only 'gateway h2'] [--profile-dir DIR] [--node-options='--heap-prof …']
+ *                    [--compare-root DIR]
  *
  * `--only` runs the named targets alone (comma-separated); `--profile-dir` runs the gateway with
  * `--cpu-prof` into DIR (summarise with bench/cpu-profile-summary.ts); `--node-options` adds
- * options to the gateway's NODE_OPTIONS.
+ * options to the gateway's NODE_OPTIONS; `--compare-root` adds the gateway of another checkout
+ * (the code before a change, say) as `gateway h2 (compare)` and `gateway h1 (TLS) (compare)`, in
+ * the same interleaved rounds, and prints this checkout's ratios to it.
  *
  * Needs h2load (Debian: nghttp2-client) and redis-server; PostgreSQL is embedded unless given.
  */
@@ -44,7 +47,7 @@ const args = benchArgs(
     seconds: '5',
     'node-options': '',
   },
-  ['database-url', 'serve', 'port', 'cert', 'key', 'only', 'profile-dir'],
+  ['database-url', 'serve', 'port', 'cert', 'key', 'only', 'profile-dir', 'compare-root'],
 );
 
 /** h2load's warm-up, not counted in its figures (nor in the CPU time). */
@@ -71,6 +74,8 @@ interface Target {
   name: string;
   url: string;
   h2loadArgs: string[];
+  /** The gateway process measured; the bare server's is its run's own. */
+  pid?: number;
 }
 
 /** CPU time (user + system) a process has used so far, in ms (Linux /proc; clock ticks of 10 ms). */
@@ -139,50 +144,56 @@ async function main(): Promise<void> {
     await writeFile(file, randomBytes(4096));
     const redis = bench.keep(await startRedisServer());
     const rules = await writeUnreachedRequestRule(work);
-    const db = await bench.seededDatabase();
-    const [key] = db.keys as [string];
-    const gateway = await bench.gateway(
-      'arkvory',
-      {
-        ARKVORY_DATA_DIR: path.join(work, 'data'),
-        ARKVORY_TLS_CERT_FILE: cert.certFile,
-        ARKVORY_TLS_KEY_FILE: cert.keyFile,
-        ARKVORY_REDIS_URL: redis.url,
-        ARKVORY_RATE_LIMITS_FILE: rules,
-        ARKVORY_MAX_DOWNLOADS: '512',
-        ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '512',
-        ARKVORY_ADMISSION_QUEUE_LENGTH: '1024',
-        NODE_OPTIONS: [
-          '--max-semi-space-size=4',
-          args['profile-dir'] ? `--cpu-prof --cpu-prof-dir=${args['profile-dir']}` : '',
-          args['node-options'],
-        ].join(' '),
-      },
-      { databaseUrl: db.url, waitFor: 'none' },
-    );
-    const base = `https://127.0.0.1:${gateway.port}`;
     const curlTls = ['-sS', '--cacert', ca.certFile];
-    await waitUntil(
-      async () =>
-        (await runProcess('curl', [...curlTls, '-o', '/dev/null', '-w', '%{http_code}', `${base}/health/status`]))
-          .stdout === '200',
-      { timeoutMs: 60_000, what: 'the gateway to serve https' },
-    );
-    const put = await runProcess('curl', [
-      ...curlTls,
-      '-o',
-      '/dev/null',
-      '-w',
-      '%{http_code}',
-      '-X',
-      'PUT',
-      '-H',
-      `Authorization: Bearer ${key}`,
-      '--data-binary',
-      `@${file}`,
-      `${base}/api/v1/repositories/bench/artifacts/small.bin`,
-    ]);
-    if (put.stdout !== '201') throw new Error(`upload answered ${put.stdout}: ${put.stderr}`);
+    /** A gateway (from `checkout`, default this one) with its own database and data, the file uploaded. */
+    const startGateway = async (suffix: string, checkout: string | undefined) => {
+      const db = await bench.seededDatabase();
+      const [key] = db.keys as [string];
+      const gateway = await bench.gateway(
+        `arkvory${suffix}`,
+        {
+          ARKVORY_DATA_DIR: path.join(work, `data${suffix.replace(/\W/g, '-')}`),
+          ARKVORY_TLS_CERT_FILE: cert.certFile,
+          ARKVORY_TLS_KEY_FILE: cert.keyFile,
+          ARKVORY_REDIS_URL: redis.url,
+          ARKVORY_RATE_LIMITS_FILE: rules,
+          ARKVORY_MAX_DOWNLOADS: '512',
+          ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '512',
+          ARKVORY_ADMISSION_QUEUE_LENGTH: '1024',
+          NODE_OPTIONS: [
+            '--max-semi-space-size=4',
+            args['profile-dir'] ? `--cpu-prof --cpu-prof-dir=${args['profile-dir']}` : '',
+            args['node-options'],
+          ].join(' '),
+        },
+        { databaseUrl: db.url, waitFor: 'none', ...(checkout ? { checkout } : {}) },
+      );
+      const base = `https://127.0.0.1:${gateway.port}`;
+      await waitUntil(
+        async () =>
+          (await runProcess('curl', [...curlTls, '-o', '/dev/null', '-w', '%{http_code}', `${base}/health/status`]))
+            .stdout === '200',
+        { timeoutMs: 60_000, what: 'the gateway to serve https' },
+      );
+      const put = await runProcess('curl', [
+        ...curlTls,
+        '-o',
+        '/dev/null',
+        '-w',
+        '%{http_code}',
+        '-X',
+        'PUT',
+        '-H',
+        `Authorization: Bearer ${key}`,
+        '--data-binary',
+        `@${file}`,
+        `${base}/api/v1/repositories/bench/artifacts/small.bin`,
+      ]);
+      if (put.stdout !== '201') throw new Error(`upload answered ${put.stdout}: ${put.stderr}`);
+      return { gateway, base, key };
+    };
+    const own = await startGateway('', undefined);
+    const compared = args['compare-root'] ? await startGateway(' (compare)', args['compare-root']) : undefined;
 
     const barePort = await freeLoopbackPort();
     const startBare = async () => {
@@ -205,12 +216,23 @@ async function main(): Promise<void> {
       return bare;
     };
 
-    const auth = ['-H', `authorization: Bearer ${key}`];
     const content = '/api/v1/repositories/bench/artifacts/small.bin/content';
+    const gatewayTargets = (suffix: string, g: typeof own, pid: number): Target[] => {
+      const auth = ['-H', `authorization: Bearer ${g.key}`];
+      return [
+        { name: `gateway h2${suffix}`, url: `${g.base}${content}`, h2loadArgs: ['-c16', '-m16', ...auth], pid },
+        {
+          name: `gateway h1 (TLS)${suffix}`,
+          url: `${g.base}${content}`,
+          h2loadArgs: ['--h1', '-c16', '-m1', ...auth],
+          pid,
+        },
+      ];
+    };
     const allTargets: Target[] = [
-      { name: 'gateway h2', url: `${base}${content}`, h2loadArgs: ['-c16', '-m16', ...auth] },
+      ...gatewayTargets('', own, own.gateway.child.pid!),
       { name: 'bare node:http2', url: `https://127.0.0.1:${barePort}/small.bin`, h2loadArgs: ['-c16', '-m16'] },
-      { name: 'gateway h1 (TLS)', url: `${base}${content}`, h2loadArgs: ['--h1', '-c16', '-m1', ...auth] },
+      ...(compared ? gatewayTargets(' (compare)', compared, compared.gateway.child.pid!) : []),
     ];
     const only = args.only?.split(',');
     const targets = only ? allTargets.filter((t) => only.includes(t.name)) : allTargets;
@@ -219,7 +241,7 @@ async function main(): Promise<void> {
       for (let i = 0; i < targets.length; i++) {
         const target = targets[(round + i) % targets.length]!;
         const bare = target.name === 'bare node:http2' ? await startBare() : undefined;
-        const pid = (bare ?? gateway).child.pid!;
+        const pid = bare ? bare.child.pid! : target.pid!;
         const run = await h2load(target, seconds, pid).finally(() => bare?.stop('SIGKILL'));
         figures.get(target.name)!.push(run);
         process.stderr.write(
@@ -240,6 +262,11 @@ async function main(): Promise<void> {
       console.log(
         `gateway h2 / bare node:http2: ${(med('gateway h2') / med('bare node:http2')).toFixed(2)}× (target ≥ 1.2×)`,
       );
+    for (const name of ['gateway h2', 'gateway h1 (TLS)'])
+      if (figures.has(name) && figures.has(`${name} (compare)`))
+        console.log(
+          `${name}: this checkout / compare: req/s ${(med(name) / med(`${name} (compare)`)).toFixed(2)}×, CPU per request ${(medCpu(name) / medCpu(`${name} (compare)`)).toFixed(2)}×`,
+        );
     if (figures.has('gateway h1 (TLS)') && figures.has('gateway h2'))
       console.log(`gateway h2 / gateway h1 over TLS: ${(med('gateway h2') / med('gateway h1 (TLS)')).toFixed(2)}×`);
   } finally {

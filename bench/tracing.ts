@@ -9,10 +9,11 @@
  *
  * jaeger must be on PATH (scripts/test-tools.sh builds it into /root/.cache/arkvory-tools/bin):
  *
- *   PATH=/root/.cache/arkvory-tools/bin:$PATH node bench/tracing.ts [--rounds 5] [--seconds 4] [--connections 16] [--big-mib 1024] [--database-url URL] [--collector URL] [--compare-root DIR]
+ *   PATH=/root/.cache/arkvory-tools/bin:$PATH node bench/tracing.ts [--rounds 5] [--seconds 4] [--connections 16] [--big-mib 1024] [--database-url URL] [--collector URL] [--compare-root DIR] [--profile-dir DIR]
  *
  * `--compare-root` adds the three gateways run from another checkout (the code before a change),
- * in the same interleaved rounds; their ratios are to that checkout's "off".
+ * in the same interleaved rounds; their ratios are to that checkout's "off". `--profile-dir DIR`
+ * runs every gateway with `--cpu-prof` into DIR (bench/cpu-profile-summary.ts; one file per gateway).
  */
 import { randomBytes } from 'node:crypto';
 import { rm, writeFile } from 'node:fs/promises';
@@ -36,6 +37,7 @@ const args = benchArgs({ rounds: '5', seconds: '4', connections: '16', 'big-mib'
   'database-url',
   'collector',
   'compare-root',
+  'profile-dir',
 ]);
 const ROUNDS = Number(args.rounds);
 const SECONDS = Number(args.seconds);
@@ -114,6 +116,7 @@ async function main(): Promise<void> {
             ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2),
             ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: String(CONNECTIONS * 2),
             ARKVORY_RATE_LIMITS_FILE: rules,
+            ...(args['profile-dir'] ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${args['profile-dir']}` } : {}),
             ...v.env,
           },
           v.checkout ? { checkout: v.checkout } : {},

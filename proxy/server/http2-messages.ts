@@ -39,8 +39,9 @@ export class Http2Response extends http2.Http2ServerResponse {
   /** node:http's `shouldKeepAlive`: the connection is shared by other streams, so it stays open. */
   shouldKeepAlive = true;
 
+  /** The gateway's early headers (request id, RateLimit fields) are never connection headers: set directly. */
   addEarlyHeader(name: string, value: string): void {
-    this.setHeader(name, value);
+    super.setHeader(name, value);
   }
 
   override setHeader(name: string, value: number | string | readonly string[]): this {
@@ -112,16 +113,52 @@ export interface ByteCounts {
 /**
  * Counts what one request moves. HTTP/1.1 answers one request at a time per connection, so the
  * socket's counters are the request's (head and framing included, as before); over HTTP/2 the
- * socket is shared by every stream, so the stream's own body bytes are counted instead.
+ * socket is shared by every stream, so the stream's own body bytes are counted instead. Classes,
+ * not closures: the request path takes up to three of these per request.
  */
 export function byteCounts(req: IncomingMessage, res: ServerResponse): ByteCounts {
-  if (isHttp2(req) && res instanceof Http2Response) {
-    const readAtStart = req.bodyBytesRead;
-    const writtenAtStart = res.bodyBytesWritten;
-    return { read: () => req.bodyBytesRead - readAtStart, written: () => res.bodyBytesWritten - writtenAtStart };
+  if (isHttp2(req) && res instanceof Http2Response) return new StreamByteCounts(req, res);
+  return new SocketByteCounts(req.socket as Socket);
+}
+
+class StreamByteCounts implements ByteCounts {
+  readonly #req: Http2Request;
+  readonly #res: Http2Response;
+  readonly #readAtStart: number;
+  readonly #writtenAtStart: number;
+
+  constructor(req: Http2Request, res: Http2Response) {
+    this.#req = req;
+    this.#res = res;
+    this.#readAtStart = req.bodyBytesRead;
+    this.#writtenAtStart = res.bodyBytesWritten;
   }
-  const socket = req.socket as Socket;
-  const readAtStart = socket.bytesRead;
-  const writtenAtStart = socket.bytesWritten;
-  return { read: () => socket.bytesRead - readAtStart, written: () => socket.bytesWritten - writtenAtStart };
+
+  read(): number {
+    return this.#req.bodyBytesRead - this.#readAtStart;
+  }
+
+  written(): number {
+    return this.#res.bodyBytesWritten - this.#writtenAtStart;
+  }
+}
+
+class SocketByteCounts implements ByteCounts {
+  readonly #socket: Socket;
+  readonly #readAtStart: number;
+  readonly #writtenAtStart: number;
+
+  constructor(socket: Socket) {
+    this.#socket = socket;
+    this.#readAtStart = socket.bytesRead;
+    this.#writtenAtStart = socket.bytesWritten;
+  }
+
+  read(): number {
+    return this.#socket.bytesRead - this.#readAtStart;
+  }
+
+  written(): number {
+    return this.#socket.bytesWritten - this.#writtenAtStart;
+  }
 }

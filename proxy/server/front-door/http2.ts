@@ -179,17 +179,19 @@ export class Http2Front {
     this.#sessions.set(session, watch);
     session.on('ping', () => watch.controlFrame('ping'));
     session.on('remoteSettings', () => watch.controlFrame('settings'));
+    // One listener per session, not a closure (and a `once` wrapper) per stream: 'close' is emitted once.
+    const onStreamClose = function (this: ServerHttp2Stream): void {
+      // A reset of ours (a timeout, an early answer) is counted where it is sent, not here.
+      const resetByClient = this.rstCode !== NGHTTP2_NO_ERROR && !sentReset.has(this);
+      if (resetByClient) counts.resetsReceived++;
+      watch.streamClosed(resetByClient);
+    };
     // Before node:http2's own listener hands the stream to the request handler: a stream is counted
     // open before its request runs (a `/metrics` scrape counts itself).
     session.prependListener('stream', (stream: ServerHttp2Stream) => {
       counts.streams++;
       watch.streamOpened();
-      stream.once('close', () => {
-        // A reset of ours (a timeout, an early answer) is counted where it is sent, not here.
-        const resetByClient = stream.rstCode !== NGHTTP2_NO_ERROR && !sentReset.has(stream);
-        if (resetByClient) counts.resetsReceived++;
-        watch.streamClosed(resetByClient);
-      });
+      stream.on('close', onStreamClose);
     });
     // Protocol errors of a client (bad frames, a flood nghttp2 caught) are its doing: debug.
     session.on('error', (err: NodeJS.ErrnoException) => {
