@@ -192,8 +192,9 @@ export async function runPrimary(config: Config, log: Logger): Promise<number> {
       if (exited.size === slots.length) allExited();
       return;
     }
-    if (!slot.everServed) {
-      // A worker that never served failed its start (database, store, TLS): so does the instance.
+    if (!slot.everServed && !started) {
+      // A worker of the start that never served failed it (database, store, TLS): so does the
+      // instance. A replacement that dies before serving is started again, after the backoff.
       plog.error({ worker: slot.index, code, signal }, 'a worker failed to start; stopping the instance');
       failedStart = code ?? EXIT.failure;
       stop();
@@ -225,9 +226,15 @@ export async function runPrimary(config: Config, log: Logger): Promise<number> {
     firstReady.resolve();
     for (const slot of slots) {
       if (exited.has(slot.index)) continue;
+      // Dead and waiting for its replacement (which now never starts): nothing to drain.
+      if (slot.worker.isDead()) {
+        exited.add(slot.index);
+        continue;
+      }
       slot.state = 'draining';
       slot.worker.process.kill('SIGTERM');
     }
+    if (slots.length > 0 && exited.size === slots.length) allExited();
   };
   // Secret rotation: every worker reads its secret files again.
   const onHangup = () => {
