@@ -329,13 +329,23 @@ function checkSecrets(config: Config): CheckResult {
   };
 }
 
-/** One gateway's `/health/status` as doctor prints it: serving or not, and its store's state. */
+/** A gateway's workers as `/health/status` lists them: how many serve, of how many, and replacements. */
+export function describeWorkers(workers: unknown): string {
+  if (!Array.isArray(workers)) return '';
+  const list = workers as Array<{ state?: unknown; restarts?: unknown }>;
+  const serving = list.filter((w) => w.state === 'serving').length;
+  const restarts = list.reduce((n, w) => n + (typeof w.restarts === 'number' ? w.restarts : 0), 0);
+  return `, workers ${serving}/${list.length} serving${restarts > 0 ? ` (${restarts} replaced after dying)` : ''}`;
+}
+
+/** One gateway's `/health/status` as doctor prints it: serving or not, its workers, and its store's state. */
 export function describeGatewayStatus(code: number, body: unknown): { line: string; storeDown: boolean } {
   const b = (body ?? {}) as {
     status?: unknown;
+    workers?: unknown;
     store?: { state?: unknown; lastError?: { code?: unknown; at?: unknown } | null };
   };
-  const status = typeof b.status === 'string' ? b.status : `HTTP ${code}`;
+  const status = (typeof b.status === 'string' ? b.status : `HTTP ${code}`) + describeWorkers(b.workers);
   if (!b.store)
     return { line: `${status}, store state not reported (a gateway before store health)`, storeDown: false };
   const state = String(b.store.state);

@@ -70,6 +70,7 @@ export function buildConfig(v: VariableValues, derived: Derived, cwd: string): C
     },
     rateLimitsFile: v.optStr('ARKVORY_RATE_LIMITS_FILE'),
     embeddedWorker: v.values.get('ARKVORY_EMBEDDED_WORKER') as boolean,
+    workers: v.num('ARKVORY_WORKERS'),
     uploadSessionTtlSeconds: v.num('ARKVORY_UPLOAD_SESSION_TTL_SECONDS'),
     auditRetentionDays: v.num('ARKVORY_AUDIT_RETENTION_DAYS'),
     usageStats: {

@@ -11,6 +11,7 @@ import {
   checkEndpoints,
   checkIdleTimeouts,
   checkServiceName,
+  checkWorkers,
   checkSharedProfile,
 } from './cross-checks.ts';
 import { checkTls } from './tls-checks.ts';
@@ -53,6 +54,7 @@ export function loadConfig(
   const endpoints = checkEndpoints(v, shared, sharedFailed);
   const bypassPublishers = checkBypassPublishers(v);
   checkServiceName(v);
+  checkWorkers(v);
   for (const [password, url] of [
     ['ARKVORY_DATABASE_PASSWORD', 'ARKVORY_DATABASE_URL'],
     ['ARKVORY_REDIS_PASSWORD', 'ARKVORY_REDIS_URL'],

@@ -50,6 +50,8 @@ export interface Config {
   };
   readonly rateLimitsFile: string | undefined;
   readonly embeddedWorker: boolean;
+  /** ARKVORY_WORKERS: the processes serving this instance's port (proxy/workers/). */
+  readonly workers: number;
   readonly uploadSessionTtlSeconds: number;
   /** Audit trail events older than this many days are pruned by the writer (proxy/audit/). */
   readonly auditRetentionDays: number;

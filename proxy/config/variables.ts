@@ -209,6 +209,12 @@ export const VARIABLES: readonly VariableSpec[] = [
     doc: 'Longest wait for an admission slot; beyond → 429 `busy`.',
   },
   {
+    name: 'ARKVORY_WORKERS',
+    kind: { type: 'int', min: 1, max: 256 },
+    defaultValue: '1',
+    doc: 'Worker processes serving the port of this one instance (docs/architecture.md, "Workers"); its limits, bans and counters stay those of one gateway. Above 1: role `api` with ARKVORY_DATABASE_URL, standalone profile.',
+  },
+  {
     name: 'ARKVORY_EMBEDDED_WORKER',
     kind: { type: 'bool' },
     defaultValue: '1',

@@ -44,6 +44,7 @@ export async function openContentModule(
   const opened = await openStore(config, config.role === 'reader' ? 'reader' : 'writer', services.pool, {
     openFiles: caches.openFiles,
     current: rotatedConfig(services),
+    keepTmp: services.instance?.joinsServing,
   });
   // Store health: probed on its own period and fed by the store calls (inside the small-blob cache,
   // so a blob held in memory is served whatever the store's state).

@@ -25,16 +25,18 @@ export function openStore(
     openFiles?: OpenFileCache | undefined;
     restoreAs?: string | undefined;
     current?: (() => Config) | undefined;
+    /** A directory store's writer leaves tmp/ alone (a worker joining a serving instance). */
+    keepTmp?: boolean | undefined;
   } = {},
 ): Promise<OpenedArtifactStore> {
   const { url, connectTimeoutMs, timeoutMs, s3 } = config.storage;
-  const { openFiles, restoreAs, current } = options;
+  const { openFiles, restoreAs, current, keepTmp } = options;
   if (s3 !== undefined) {
     const credentials = current ? () => current().storage.s3?.credentials ?? s3.credentials : s3.credentials;
     return openS3Store({ ...s3, credentials, role, pool, connectTimeoutMs, timeoutMs, restoreAs });
   }
   if (url !== undefined) return openHttpStore({ url, role, pool, connectTimeoutMs, timeoutMs, restoreAs });
-  return openFsStore({ root: config.dataDir, role, pool, openFiles, restoreAs });
+  return openFsStore({ root: config.dataDir, role, pool, openFiles, restoreAs, keepTmp });
 }
 
 /**

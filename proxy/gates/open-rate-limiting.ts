@@ -85,7 +85,7 @@ export async function openRateLimiting(
         useRedisCredentials(client, next.redisUrl);
     });
   }
-  const store = redis ? createRedisCounterStore(redis) : createMemoryCounterStore();
+  const store = redis ? createRedisCounterStore(redis) : (services.counters ?? createMemoryCounterStore());
   const documents = redis
     ? createRedisRuleDocuments(redis, ruleDocumentsPrefix(config.redisKeyPrefix, redis.isCluster))
     : createPgRuleDocuments(services.pool);

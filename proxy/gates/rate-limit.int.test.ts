@@ -255,41 +255,46 @@ describe('rate limiting over HTTP (real gateway process)', () => {
     expect(await gw.stop()).toBe(0);
   });
 
-  it('without Redis keeps counters in memory and published rules in PostgreSQL, across a restart', async () => {
-    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'write', 'admin'] });
-    const env = { ARKVORY_DATABASE_URL: db.url };
-    const put = (url: string) =>
-      fetch(`${url}/api/v1/admin/rate-limits`, {
-        method: 'PUT',
-        headers: { ...bearer(admin.key), 'content-type': 'application/json' },
-        body: JSON.stringify({
-          rate_limits: {
-            gateway_request: [
-              {
-                name: 'live_by_ip_pg',
-                action: 'limit',
-                characteristics: ['ip'],
-                limit: 1,
-                period_s: 600,
-                match: { route: '/health/live' },
-              },
-            ],
-          },
-        }),
-      });
-    const first = await startGateway({ env });
-    expect((await put(first.url)).status).toBe(200);
-    expect((await fetch(`${first.url}/health/live`)).status).toBe(200);
-    expect((await fetch(`${first.url}/health/live`)).status).toBe(429);
-    expect(await first.stop()).toBe(0);
-    const second = await startGateway({ env });
-    // The rule survived (PostgreSQL); the counters did not (process memory).
-    expect((await fetch(`${second.url}/health/live`)).status).toBe(200);
-    expect((await fetch(`${second.url}/health/live`)).status).toBe(429);
-    const { rows } = await db.pool.query<{ limiter: string }>(
-      'SELECT limiter FROM arkvory_rate_limit_rules ORDER BY limiter',
-    );
-    expect(rows.map((r) => r.limiter)).toEqual(['auth_failure', 'gateway_request']);
-    expect(await second.stop()).toBe(0);
-  });
+  // Also on an instance of two workers (docs/architecture.md "Workers"): its memory counters are the
+  // instance's, whichever worker each request reaches.
+  it.each([1, 2])(
+    'without Redis keeps counters in memory and published rules in PostgreSQL, across a restart (%i worker(s))',
+    async (workers) => {
+      const admin = await createServiceAccount(db.pool, { scopes: ['read', 'write', 'admin'] });
+      const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_WORKERS: String(workers) };
+      const put = (url: string) =>
+        fetch(`${url}/api/v1/admin/rate-limits`, {
+          method: 'PUT',
+          headers: { ...bearer(admin.key), 'content-type': 'application/json' },
+          body: JSON.stringify({
+            rate_limits: {
+              gateway_request: [
+                {
+                  name: 'live_by_ip_pg',
+                  action: 'limit',
+                  characteristics: ['ip'],
+                  limit: 1,
+                  period_s: 600,
+                  match: { route: '/health/live' },
+                },
+              ],
+            },
+          }),
+        });
+      const first = await startGateway({ env });
+      expect((await put(first.url)).status).toBe(200);
+      expect((await fetch(`${first.url}/health/live`)).status).toBe(200);
+      expect((await fetch(`${first.url}/health/live`)).status).toBe(429);
+      expect(await first.stop()).toBe(0);
+      const second = await startGateway({ env });
+      // The rule survived (PostgreSQL); the counters did not (process memory).
+      expect((await fetch(`${second.url}/health/live`)).status).toBe(200);
+      expect((await fetch(`${second.url}/health/live`)).status).toBe(429);
+      const { rows } = await db.pool.query<{ limiter: string }>(
+        'SELECT limiter FROM arkvory_rate_limit_rules ORDER BY limiter',
+      );
+      expect(rows.map((r) => r.limiter)).toEqual(['auth_failure', 'gateway_request']);
+      expect(await second.stop()).toBe(0);
+    },
+  );
 });

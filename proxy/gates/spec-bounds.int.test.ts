@@ -16,6 +16,11 @@ import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 
 const db = useTestDatabase();
+/**
+ * Each bound is checked on a gateway of one process and on one instance of two workers
+ * (ARKVORY_WORKERS=2): the same assertions, since the bounds are the instance's.
+ */
+const WORKER_COUNTS = [1, 2] as const;
 
 /** A PUT whose body trickles until `finish()`: it holds its admission slot meanwhile. */
 function slowUpload(
@@ -43,12 +48,14 @@ function slowUpload(
   };
 }
 
-describe('admission over HTTP (ADR 0008)', () => {
+describe.each(WORKER_COUNTS)('admission over HTTP (ADR 0008), %i worker(s)', (workers) => {
   it('one upload per principal: a second one of the same principal gets 429 busy with Retry-After; another principal is not held up', async () => {
     await createRepository(db.pool, 'adm');
     const a = await createServiceAccount(db.pool, { grants: { adm: 'write' } });
     const b = await createServiceAccount(db.pool, { grants: { adm: 'write' } });
-    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_ADMISSION_QUEUE_LENGTH: '0' } });
+    const gw = await startGateway({
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_WORKERS: String(workers), ARKVORY_ADMISSION_QUEUE_LENGTH: '0' },
+    });
     const first = slowUpload(gw, 'adm', 'a1.bin', a.key);
     // Wait until the first upload holds its slot (readiness counts it).
     for (let i = 0; ; i++) {
@@ -106,7 +113,7 @@ describe('admission over HTTP (ADR 0008)', () => {
   });
 });
 
-describe('bandwidth pacing over HTTP (directory store)', () => {
+describe.each(WORKER_COUNTS)('bandwidth pacing over HTTP (directory store), %i worker(s)', (workers) => {
   const RATE = 1024 * 1024; // bytes per second, each direction
   const BURST = Math.floor(RATE / 10); // ADR 0008: min(rate / 10, 1 MiB)
   /** Long enough that the burst and the sampling jitter are small beside the paced stretch. */
@@ -234,6 +241,7 @@ describe('bandwidth pacing over HTTP (directory store)', () => {
     const gw = await startGateway({
       env: {
         ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_WORKERS: String(workers),
         ARKVORY_UPLOAD_BYTES_PER_SECOND: String(RATE),
         ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(RATE),
       },
@@ -283,7 +291,7 @@ describe('bandwidth pacing over HTTP (directory store)', () => {
   });
 });
 
-describe('rate-limit window over HTTP', () => {
+describe.each(WORKER_COUNTS)('rate-limit window over HTTP, %i worker(s)', (workers) => {
   it('Retry-After is the end of the aligned window, and exactly `limit` requests pass in the next one', async () => {
     const dir = await makeTempDir('arkvory-rules-');
     const file = path.join(dir, 'rate_limits.yaml');
@@ -294,7 +302,9 @@ describe('rate-limit window over HTTP', () => {
       file,
       `rate_limits:\n  gateway_request:\n    - name: live_by_ip\n      action: limit\n      characteristics: [ip]\n      limit: ${LIMIT}\n      period_s: ${PERIOD_S}\n      match:\n        route: /health/live\n`,
     );
-    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_RATE_LIMITS_FILE: file } });
+    const gw = await startGateway({
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_WORKERS: String(workers), ARKVORY_RATE_LIMITS_FILE: file },
+    });
     const live = () => fetch(`${gw.url}/health/live`);
     // Start right after a window boundary so the whole exchange fits in one window.
     const periodMs = PERIOD_S * 1000;

@@ -25,8 +25,18 @@ beforeAll(async () => {
   ({ key: uploader } = await createServiceAccount(db.pool, { grants: { bw: 'write' } }));
 });
 
-async function startWith(env: Record<string, string>): Promise<GatewayProcess> {
-  const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ...env } });
+/**
+ * Every test runs against a gateway of one process and against one instance of two workers
+ * (ARKVORY_WORKERS=2, docs/architecture.md "Workers"): the same assertions, since the bounds are
+ * the instance's. With `agent: false` each download is a connection of its own, which the kernel
+ * spreads over the workers.
+ */
+const WORKER_COUNTS = [1, 2] as const;
+
+async function startWith(env: Record<string, string>, workers: number): Promise<GatewayProcess> {
+  const gw = await startGateway({
+    env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_WORKERS: String(workers), ...env },
+  });
   const head = await request(contentUrl(gw), { method: 'HEAD', headers: bearer(uploader) });
   if (head.status === 404) {
     const put = await request(`${gw.url}/api/v1/repositories/bw/artifacts/f.bin`, {
@@ -71,11 +81,11 @@ function downloadFor(
   });
 }
 
-describe('governors over HTTP', () => {
+describe.each(WORKER_COUNTS)('governors over HTTP, %i worker(s)', (workers) => {
   it('two keys of one principal share one bucket; parallel downloads cannot exceed its ceiling', async () => {
     const perPrincipal = 512 * KiB;
     const burst = Math.floor(perPrincipal / 10);
-    const gw = await startWith({ ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(perPrincipal) });
+    const gw = await startWith({ ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(perPrincipal) }, workers);
     const sa = await createServiceAccount(db.pool, { scopes: ['read'], grants: { bw: 'read' } });
     const second = await new AdminStore(db.pool).createKey(sa.principalId, { scopes: ['read'] });
     const runs = await Promise.all([
@@ -100,7 +110,7 @@ describe('governors over HTTP', () => {
 
   it('a greedy principal does not slow a second one below its fair share of the global ceiling', async () => {
     const global = 1 * MiB;
-    const gw = await startWith({ ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(global) });
+    const gw = await startWith({ ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(global) }, workers);
     const greedy = await createServiceAccount(db.pool, { scopes: ['read'], grants: { bw: 'read' } });
     const modest = await createServiceAccount(db.pool, { scopes: ['read'], grants: { bw: 'read' } });
     const runs = await Promise.all([
@@ -117,10 +127,13 @@ describe('governors over HTTP', () => {
   });
 
   it('the 5th concurrent download of a principal waits for a slot (default cap 4), and shutdown cancels it cleanly', async () => {
-    const gw = await startWith({
-      ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(256 * KiB),
-      ARKVORY_SHUTDOWN_TIMEOUT_SECONDS: '3',
-    });
+    const gw = await startWith(
+      {
+        ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(256 * KiB),
+        ARKVORY_SHUTDOWN_TIMEOUT_SECONDS: '3',
+      },
+      workers,
+    );
     const sa = await createServiceAccount(db.pool, { scopes: ['read'], grants: { bw: 'read' } });
     // The fifth is sent once the four are streaming (not after a fixed sleep: on a loaded machine one
     // of them could still be waiting for its first paced chunk when the shutdown cuts it).

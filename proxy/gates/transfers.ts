@@ -1,8 +1,16 @@
-import { AdmissionQueue, type Release, type TransferKind } from '../../policy/admission/index.ts';
+import {
+  AdmissionQueue,
+  type AdmissionQueueOptions,
+  type AdmissionSnapshot,
+  type Release,
+  type TransferKind,
+} from '../../policy/admission/index.ts';
 import {
   type Ceiling,
   createBandwidthGovernors,
+  type BandwidthConfig,
   type BandwidthGovernors,
+  type BandwidthSnapshot,
   type ByteMeter,
 } from '../../policy/bandwidth/index.ts';
 import { PolicyError } from '../../policy/errors.ts';
@@ -22,8 +30,9 @@ import { endFailed, type RequestTrace } from '../tracing/request-trace.ts';
  * lease check that makes a fenced process refuse every new quantum.
  */
 export interface Transfers {
-  readonly governors: BandwidthGovernors;
-  readonly admission: AdmissionQueue;
+  /** The instance's governors, as far as reading them goes (a worker reads the coordinating process's). */
+  readonly governors: Readonly<Record<'download' | 'upload', { snapshot(): BandwidthSnapshot }>>;
+  readonly admission: { snapshot(): AdmissionSnapshot };
   /** Each body request of this process now, queued or active (the console's transfer list). */
   readonly live: LiveTransfers;
   /** Waits for an admission slot (429 `busy` beyond the queue or wait bound). */
@@ -96,25 +105,37 @@ function followLeasedShare(config: Config, coordinator: Coordinator, governors: 
   coordinator.reportWeightSum(() => governors.download.activeWeightSum(WEIGHT_WINDOW_MS));
 }
 
-export function createTransfers(config: Config, clock: Clock, coordinator: Coordinator): Transfers {
-  const download = downloadCeilings(config);
-  const isPermitted = () => coordinator.isPermitted();
-  // The governors ask the lease before every grant and fence themselves at the first "no".
-  const governors = createBandwidthGovernors(
-    { clock, isPermitted },
-    {
-      ...download,
-      uploadBytesPerSec: config.bandwidth.uploadBytesPerSec,
-      uploadBytesPerSecPerPrincipal: config.bandwidth.uploadBytesPerSecPerPrincipal,
-    },
-  );
-  const admission = new AdmissionQueue({
+/** The ceilings of this gateway's two governors. */
+export function governorCeilings(config: Config): BandwidthConfig {
+  return {
+    ...downloadCeilings(config),
+    uploadBytesPerSec: config.bandwidth.uploadBytesPerSec,
+    uploadBytesPerSecPerPrincipal: config.bandwidth.uploadBytesPerSecPerPrincipal,
+  };
+}
+
+/** The admission queue's bounds from the config. */
+export function admissionOptions(config: Config): AdmissionQueueOptions {
+  return {
     maxDownloads: config.admission.maxDownloads,
     maxDownloadsPerPrincipal: config.admission.maxDownloadsPerPrincipal,
     maxUploadsPerPrincipal: config.admission.maxUploadsPerPrincipal,
     queueLength: config.admission.queueLength,
     waitMs: config.admission.waitMs,
-  });
+  };
+}
+
+/** The transfers of a process that owns its policy state (one worker, or the coordinating process of several). */
+export interface LocalTransfers extends Transfers {
+  readonly governors: BandwidthGovernors;
+  readonly admission: AdmissionQueue;
+}
+
+export function createTransfers(config: Config, clock: Clock, coordinator: Coordinator): LocalTransfers {
+  const isPermitted = () => coordinator.isPermitted();
+  // The governors ask the lease before every grant and fence themselves at the first "no".
+  const governors = createBandwidthGovernors({ clock, isPermitted }, governorCeilings(config));
+  const admission = new AdmissionQueue(admissionOptions(config));
   if (config.shared) followLeasedShare(config, coordinator, governors);
   /** Active transfers per repository with a bound, on this gateway. */
   const repositoryTransfers = new Map<string, number>();
@@ -167,32 +188,38 @@ export function createTransfers(config: Config, clock: Clock, coordinator: Coord
       return ceilings;
     },
     snapshot() {
-      const a = admission.snapshot();
-      const d = governors.download.snapshot();
-      const u = governors.upload.snapshot();
-      return {
-        transfers: {
-          downloads: {
-            ...a.downloads,
-            bytesGranted: d.grantedBytes,
-            waitingQuanta: d.waitingQuanta,
-            bytesPerSecond: d.rateBytesPerSec,
-            bytesPerSecondPerPrincipal: d.perPrincipalBytesPerSec,
-          },
-          uploads: {
-            ...a.uploads,
-            bytesGranted: u.grantedBytes,
-            waitingQuanta: u.waitingQuanta,
-            bytesPerSecond: u.rateBytesPerSec,
-            bytesPerSecondPerPrincipal: u.perPrincipalBytesPerSec,
-          },
-        },
-      };
+      return transfersReadiness(admission.snapshot(), governors.download.snapshot(), governors.upload.snapshot());
     },
     close() {
       admission.close();
       governors.download.close();
       governors.upload.close();
+    },
+  };
+}
+
+/** The `transfers` field of /health/ready, from the admission queue's and the governors' snapshots. */
+export function transfersReadiness(
+  a: AdmissionSnapshot,
+  d: BandwidthSnapshot,
+  u: BandwidthSnapshot,
+): Record<string, unknown> {
+  return {
+    transfers: {
+      downloads: {
+        ...a.downloads,
+        bytesGranted: d.grantedBytes,
+        waitingQuanta: d.waitingQuanta,
+        bytesPerSecond: d.rateBytesPerSec,
+        bytesPerSecondPerPrincipal: d.perPrincipalBytesPerSec,
+      },
+      uploads: {
+        ...a.uploads,
+        bytesGranted: u.grantedBytes,
+        waitingQuanta: u.waitingQuanta,
+        bytesPerSecond: u.rateBytesPerSec,
+        bytesPerSecondPerPrincipal: u.perPrincipalBytesPerSec,
+      },
     },
   };
 }

@@ -1,12 +1,15 @@
 /** `arkvory_bandwidth_*`: the running totals the two governors keep, read at scrape time. */
 import { Counter, type Gauge, type Registry } from 'prom-client';
-import type { BandwidthGovernors, BandwidthSnapshot } from '../../policy/bandwidth/index.ts';
+import type { BandwidthSnapshot } from '../../policy/bandwidth/index.ts';
 import { counter, gauge } from './families.ts';
 
 const DIRECTIONS = ['download', 'upload'] as const;
 
 /** Registers the bandwidth families of `governors` (one per process). */
-export function registerBandwidthMetrics(registry: Registry, governors: BandwidthGovernors): void {
+export function registerBandwidthMetrics(
+  registry: Registry,
+  governors: Readonly<Record<'download' | 'upload', { snapshot(): BandwidthSnapshot }>>,
+): void {
   const eachDirection = (metric: Counter | Gauge, read: (s: BandwidthSnapshot) => number) => {
     // Counters mirror running totals the governors keep: reset, then set to the total.
     if (metric instanceof Counter) metric.reset();

@@ -183,6 +183,18 @@ export const GATEWAY_METRICS = [
     help: 'The enforced ceiling (scope process or principal); 0 = no ceiling.',
   },
   {
+    name: 'arkvory_workers',
+    type: 'gauge',
+    labels: ['state'],
+    help: 'Processes serving this instance by state (starting, serving, draining): its ARKVORY_WORKERS workers, or 1 for a gateway of one process.',
+  },
+  {
+    name: 'arkvory_worker_restarts_total',
+    type: 'counter',
+    labels: [],
+    help: 'Workers of this instance replaced after their process died (ARKVORY_WORKERS above 1).',
+  },
+  {
     name: 'arkvory_admission_active',
     type: 'gauge',
     labels: ['kind'],

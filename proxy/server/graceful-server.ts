@@ -11,7 +11,8 @@ import type { FrontDoor } from './front-door.ts';
  */
 export interface GracefulServer {
   readonly inFlight: number;
-  listen(port: number, host: string): Promise<AddressInfo>;
+  /** `shared`: one of several workers listening on the port (SO_REUSEPORT; the kernel spreads connections). */
+  listen(port: number, host: string, shared?: boolean): Promise<AddressInfo>;
   close(timeoutMs: number): Promise<void>;
 }
 
@@ -29,10 +30,12 @@ export function makeGraceful(server: http.Server, frontDoor: Pick<FrontDoor, 'dr
     get inFlight() {
       return inFlight;
     },
-    listen(port, host) {
+    listen(port, host, shared = false) {
       return new Promise((resolve, reject) => {
         server.once('error', reject);
-        server.listen(port, host, () => {
+        // `exclusive`: a cluster worker binds its own socket rather than asking the primary for one.
+        const options = shared ? { port, host, reusePort: true, exclusive: true } : { port, host };
+        server.listen(options, () => {
           server.off('error', reject);
           resolve(server.address() as AddressInfo);
         });

@@ -13,6 +13,7 @@ import type { Services } from './services.ts';
 export function liveAndStatusRoutes(
   lifecycle: Lifecycle,
   status: ReadonlyArray<() => Record<string, unknown>> = [],
+  before: ReadonlyArray<() => Promise<void>> = [],
 ): Route[] {
   return [
     {
@@ -28,6 +29,7 @@ export function liveAndStatusRoutes(
       template: '/health/status',
       access: 'public',
       async handle({ res }) {
+        for (const step of before) await step();
         // Only whether this process can serve.
         const serving = lifecycle.isServing;
         const body: Record<string, unknown> = { status: serving ? 'serving' : lifecycle.state };
@@ -41,12 +43,13 @@ export function liveAndStatusRoutes(
 export function healthRoutes(services: Services): Route[] {
   const { lifecycle, config } = services;
   return [
-    ...liveAndStatusRoutes(lifecycle, services.status),
+    ...liveAndStatusRoutes(lifecycle, services.status, services.beforeHealth),
     {
       methods: ['GET', 'HEAD'],
       template: '/health/ready',
       access: 'service',
       async handle({ res }) {
+        for (const step of services.beforeHealth ?? []) await step();
         const body: Record<string, unknown> = {
           status: lifecycle.isServing ? 'ready' : lifecycle.state,
           role: config.role,

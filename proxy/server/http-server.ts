@@ -34,7 +34,7 @@ export interface ServerTracing {
 
 export interface GatewayServer {
   readonly server: http.Server;
-  listen(port: number, host: string): Promise<AddressInfo>;
+  listen(port: number, host: string, shared?: boolean): Promise<AddressInfo>;
   /** Stops accepting, waits up to `timeoutMs` for in-flight requests, then cuts the rest. */
   close(timeoutMs: number): Promise<void>;
   readonly inFlight: number;
@@ -168,7 +168,7 @@ export function createGatewayServer(options: {
       return graceful.inFlight;
     },
     frontDoor,
-    listen: (port, host) => graceful.listen(port, host),
+    listen: (port, host, shared) => graceful.listen(port, host, shared),
     close: (timeoutMs) => graceful.close(timeoutMs),
   };
 }

@@ -20,6 +20,7 @@ import { createGatewayMetrics } from '../metrics/gateway-metrics.ts';
 import { registerLeaseMetrics } from '../metrics/lease-metrics.ts';
 import { registerBandwidthMetrics } from '../metrics/bandwidth-metrics.ts';
 import { registerAdmissionMetrics } from '../metrics/admission-metrics.ts';
+import { registerWorkerMetrics } from '../metrics/worker-metrics.ts';
 import { registerTlsMetrics } from '../metrics/tls-metrics.ts';
 import { registerTracingMetrics } from '../metrics/tracing-metrics.ts';
 import { traceContextFrom } from '../tracing/trace-context-from.ts';
@@ -37,6 +38,9 @@ import { s3KeyVerifier } from '../content/storage.ts';
 import { registerSecretMetrics } from '../metrics/secret-metrics.ts';
 import { currentUrl, type ConnectionUrl } from '../../lib/connection-url.ts';
 import type { PrivilegeReport } from './database-privileges.ts';
+import type { WorkerInstance, WorkerView } from '../workers/worker-instance.ts';
+import { createRemoteTransfers, type RemoteTransfers } from '../workers/remote-transfers.ts';
+import { remoteCounterStore } from '../workers/remote-counter-store.ts';
 
 /** The embedded defaults exist for one standalone writer; everything else needs real services. */
 function checkProfile(config: Config): void {
@@ -60,8 +64,11 @@ export async function serveGateway(
   config: Config,
   log: Logger,
   secrets: StartSecrets = { env: {}, reads: new Map() },
+  instance?: WorkerInstance,
 ): Promise<number> {
   const lifecycle = new Lifecycle();
+  // One worker of several: the completion worker runs in the first one only (the instance has one).
+  if (instance && instance.index > 0 && config.embeddedWorker) config = { ...config, embeddedWorker: false };
   let database: Database | undefined;
   let server: GatewayServer | undefined;
   const stopping = new AbortController();
@@ -83,8 +90,11 @@ export async function serveGateway(
     // Before anything else is opened: a broken certificate pair refuses the start with its reason.
     tls = await openListenerTls(config.tls, { clock: systemClock, log: log.child({ component: 'tls' }) });
     // Before any state exists: a busy port or an unusable data dir must not leave a new cluster behind.
-    await checkPortFree(config.host, config.port);
-    await prepareDataDir(config.dataDir);
+    // A worker's port is shared with the others (SO_REUSEPORT); the coordinating process checked both.
+    if (!instance) {
+      await checkPortFree(config.host, config.port);
+      await prepareDataDir(config.dataDir);
+    }
     database = await openDatabase(config, log, () => rotation.config.databaseUrl);
     if (database.embedded) {
       const applied = await migrate(database.pool);
@@ -115,10 +125,12 @@ export async function serveGateway(
     const metrics = createGatewayMetrics();
     if (privileges) registerPrivilegeMetrics(metrics.registry, privileges);
     registerSecretMetrics(metrics.registry, rotation);
-    coordinator = await openCoordinator(config, database.url, log);
+    coordinator = await openCoordinator(config, database.url, log, instance !== undefined);
     coordinator.onFenced(() => lifecycle.set('fenced', 'lease lost'));
     registerLeaseMetrics(metrics.registry, coordinator);
-    const transfers = createTransfers(config, systemClock, coordinator);
+    const transfers = instance
+      ? createRemoteTransfers(config, systemClock, coordinator, instance.link)
+      : createTransfers(config, systemClock, coordinator);
     // The SDK is loaded only when tracing is on.
     const tracing = config.tracing
       ? (await import('../tracing/tracing.ts')).openTracing(config.tracing, {
@@ -127,8 +139,21 @@ export async function serveGateway(
         })
       : undefined;
     registerTracingMetrics(metrics.registry, tracing);
-    registerBandwidthMetrics(metrics.registry, transfers.governors);
-    registerAdmissionMetrics(metrics.registry, transfers.admission);
+    if ('local' in transfers) {
+      // The instance's governors and queue report from the coordinating process; this worker's
+      // own governors count only the streams no ceiling applies to.
+      registerBandwidthMetrics(metrics.registry, transfers.local);
+      instance?.link.handle('metrics.json', () => metrics.registry.getMetricsAsJSON());
+    } else {
+      registerBandwidthMetrics(metrics.registry, transfers.governors);
+      registerAdmissionMetrics(metrics.registry, transfers.admission);
+      // One process is the instance's one worker.
+      registerWorkerMetrics(
+        metrics.registry,
+        () => [workerState(lifecycle)],
+        () => 0,
+      );
+    }
     built = {
       config,
       log,
@@ -147,11 +172,28 @@ export async function serveGateway(
       readiness: [() => transfers.snapshot()],
       metrics,
       tracing,
+      ...(instance
+        ? {
+            instance,
+            ...(config.redisUrl ? {} : { counters: remoteCounterStore(instance.link) }),
+            beforeHealth: [
+              () => instance.refresh(),
+              ...('refresh' in transfers ? [() => (transfers as RemoteTransfers).refresh()] : []),
+            ],
+          }
+        : {}),
     };
+    built.status.push(
+      instance
+        ? () => ({ workerIndex: instance.index, workers: instance.workerViews })
+        : () => ({ workerIndex: 0, workers: [{ index: 0, state: workerState(lifecycle), restarts: 0 }] }),
+    );
     const app = await buildApp(built);
     let metricsServer: MetricsServer | undefined;
-    if (config.metrics.port === undefined) app.routes.push(metricsRoute(metrics, () => rotation.config.metrics.token));
-    else {
+    // A worker's scrape is the instance's; the coordinating process serves ARKVORY_METRICS_PORT.
+    const rendered = instance ? { render: () => instance.metrics() } : metrics;
+    if (config.metrics.port === undefined) app.routes.push(metricsRoute(rendered, () => rotation.config.metrics.token));
+    else if (!instance) {
       metricsServer = await startMetricsServer(metrics, config.metrics.port, log);
       built.onClose.push(() => metricsServer?.close());
     }
@@ -189,10 +231,12 @@ export async function serveGateway(
     });
     registerFrontDoorMetrics(metrics.registry, server.frontDoor);
     registerTlsMetrics(metrics.registry, tls);
-    const address = await server.listen(config.port, config.host);
+    await instance?.ready();
+    const address = await server.listen(config.port, config.host, instance !== undefined);
     tls?.start();
     await rotation.start();
     if (!signals.requested) lifecycle.set('serving');
+    instance?.serving();
     log.info(
       { role: config.role, url: `${schemeOf(server.server)}://${address.address}:${address.port}`, port: address.port },
       'listening',
@@ -210,8 +254,20 @@ export async function serveGateway(
 }
 
 /** Barriers, the stored policy and (shared profile) the slot lease, on a connection of their own. */
-async function openCoordinator(config: Config, databaseUrl: ConnectionUrl, log: Logger): Promise<Coordinator> {
-  const role = config.role === 'reader' ? 'reader' : config.role === 'worker' ? 'worker' : 'api';
+async function openCoordinator(
+  config: Config,
+  databaseUrl: ConnectionUrl,
+  log: Logger,
+  oneOfWorkers: boolean,
+): Promise<Coordinator> {
+  // One worker of an instance takes only the maintenance barrier: the writer barrier is the instance's (proxy/workers/).
+  const role = oneOfWorkers
+    ? 'worker'
+    : config.role === 'reader'
+      ? 'reader'
+      : config.role === 'worker'
+        ? 'worker'
+        : 'api';
   return Coordinator.open({
     databaseUrl,
     role,
@@ -272,4 +328,9 @@ async function bounded(step: Promise<unknown> | void, ms: number, what: string, 
   ]);
   clearTimeout(timer);
   if (outcome === 'timeout') log.warn({ step: what, waitedMs: ms }, `closing ${what} did not finish; leaving it`);
+}
+
+/** A gateway of one process as the one worker of its instance. */
+function workerState(lifecycle: Lifecycle): WorkerView['state'] {
+  return lifecycle.state === 'starting' ? 'starting' : lifecycle.isServing ? 'serving' : 'draining';
 }

@@ -8,6 +8,8 @@ import type { SecretRotation } from '../config/secret-rotation.ts';
 import type { Lifecycle } from './lifecycle.ts';
 import type { GatewayMetrics } from '../metrics/gateway-metrics.ts';
 import type { Transfers } from '../gates/transfers.ts';
+import type { WorkerInstance } from '../workers/worker-instance.ts';
+import type { CounterStore } from '../../policy/rate-limit/index.ts';
 
 /** What the serve process builds once and hands to each feature module. */
 import type { Tracing } from '../tracing/tracing.ts';
@@ -46,4 +48,13 @@ export interface Services {
   readonly metrics?: GatewayMetrics;
   /** OpenTelemetry tracing (docs/tracing.md); absent when off. */
   readonly tracing?: Tracing | undefined;
+  /** This process is one worker of an instance (ARKVORY_WORKERS above 1); absent: the instance is this process. */
+  readonly instance?: WorkerInstance | undefined;
+  /**
+   * The instance's rate-limit counters when they are not this process's (a worker with no Redis);
+   * absent: Redis, or this process's memory.
+   */
+  readonly counters?: CounterStore | undefined;
+  /** Run before `/health/status` and `/health/ready` read their providers (a worker reads the instance's state). */
+  readonly beforeHealth?: Array<() => Promise<void>>;
 }

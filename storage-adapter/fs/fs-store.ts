@@ -66,6 +66,11 @@ export async function openFsStore(options: {
    * reports this id and the restore writes `identity` last (backup/restore.ts).
    */
   restoreAs?: string | undefined;
+  /**
+   * Writer: leave tmp/ as it is. A worker of a gateway instance started while other workers of it
+   * serve: what tmp/ holds are their uploads in progress, not a previous process's leftovers.
+   */
+  keepTmp?: boolean | undefined;
 }): Promise<OpenedArtifactStore> {
   const root = path.resolve(options.root);
   const { role } = options;
@@ -89,7 +94,8 @@ export async function openFsStore(options: {
     await mkdirDurable(tmpDir, root);
     await mkdirDurable(resolveInsideRoot(root, UPLOADS_DIR), root);
     // Whatever is in tmp/ belongs to uploads a previous process never finished.
-    for (const entry of await readdir(tmpDir)) await rm(path.join(tmpDir, entry), { recursive: true, force: true });
+    if (!options.keepTmp)
+      for (const entry of await readdir(tmpDir)) await rm(path.join(tmpDir, entry), { recursive: true, force: true });
   } else if (!(await isDirectory(blobsDir))) {
     throw new StorageError('storage_mismatch', `${blobsDir} is missing; the storage root is incomplete`);
   }

@@ -1,0 +1,25 @@
+/** `arkvory_workers` and `arkvory_worker_restarts_total`: the processes serving this instance. */
+import type { Registry } from 'prom-client';
+import { counter, gauge } from './families.ts';
+
+const STATES = ['starting', 'serving', 'draining'] as const;
+export type WorkerState = (typeof STATES)[number];
+
+/**
+ * Registers the worker families: `states` lists each worker's state now (a gateway of one process
+ * is its own one worker), `restarts` how many were replaced since start.
+ */
+export function registerWorkerMetrics(
+  registry: Registry,
+  states: () => readonly WorkerState[],
+  restarts: () => number,
+): void {
+  gauge(registry, 'arkvory_workers', function () {
+    const now = states();
+    for (const state of STATES) this.set({ state }, now.filter((s) => s === state).length);
+  });
+  counter(registry, 'arkvory_worker_restarts_total', function () {
+    this.reset();
+    this.inc(restarts());
+  });
+}

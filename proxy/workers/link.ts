@@ -1,0 +1,188 @@
+/**
+ * Calls between the coordinating process and its workers over the cluster IPC channel: a request
+ * with an id, answered once; a caller may cancel it (the answering side aborts the work's signal).
+ * Both sides use the same class over their end of the channel. Errors cross as their catalogue
+ * code, message and headers, so a `busy` from the coordinating process is a `busy` in the worker.
+ */
+import { PolicyError } from '../../policy/errors.ts';
+
+/** The two ends: `process` in a worker, a cluster `Worker` in the coordinating process. */
+export interface Channel {
+  send(message: unknown): unknown;
+  on(event: 'message', listener: (message: unknown) => void): unknown;
+}
+
+export type Handler = (args: unknown, signal: AbortSignal) => unknown;
+
+interface WireError {
+  code: string | undefined;
+  message: string;
+  headers: Record<string, string | string[]> | undefined;
+}
+
+type Message =
+  | { arkvory: 'call'; id: number; op: string; args: unknown }
+  | { arkvory: 'cancel'; id: number }
+  | { arkvory: 'note'; op: string; args: unknown }
+  | { arkvory: 'answer'; id: number; value: unknown }
+  | { arkvory: 'failure'; id: number; error: WireError };
+
+interface Pending {
+  resolve(value: unknown): void;
+  reject(err: unknown): void;
+}
+
+/** The error the answering side threw, as the caller sees it: a PolicyError when it had a policy code. */
+function fromWire(error: WireError): Error {
+  if (error.code !== undefined && POLICY_CODES.has(error.code))
+    return new PolicyError(error.code as never, error.message, error.headers ? { headers: error.headers } : undefined);
+  return new Error(error.message);
+}
+
+const POLICY_CODES = new Set(['busy', 'unavailable', 'lease_lost', 'rate_limited', 'rate_limit_unavailable']);
+
+function toWire(err: unknown): WireError {
+  const coded = err as { code?: unknown; message?: unknown; headers?: Record<string, string | string[]> };
+  return {
+    code: typeof coded?.code === 'string' ? coded.code : undefined,
+    message: typeof coded?.message === 'string' ? coded.message : String(err),
+    headers: coded?.headers && Object.keys(coded.headers).length > 0 ? coded.headers : undefined,
+  };
+}
+
+export class Link {
+  readonly #channel: Channel;
+  readonly #handlers = new Map<string, Handler>();
+  readonly #pending = new Map<number, Pending>();
+  /** Calls this side is answering, by the caller's id: cancelling one aborts its signal. */
+  readonly #answering = new Map<number, AbortController>();
+  /** Calls the caller gave up on whose answer must still be seen (see `call`). */
+  readonly #late = new Map<number, (value: unknown) => void>();
+  #nextId = 1;
+  #closed = false;
+
+  constructor(channel: Channel) {
+    this.#channel = channel;
+    channel.on('message', (message) => this.#receive(message));
+  }
+
+  /** What a call or note named `op` from the other side runs; its value (or promise) is the answer. */
+  handle(op: string, handler: Handler): void {
+    this.#handlers.set(op, handler);
+  }
+
+  /**
+   * Asks the other side; with `signal`, an abort rejects at once with its reason and cancels the call
+   * there. An answer that was already on its way when the caller gave up goes to `onLate` (a slot
+   * granted in that instant is released there, not leaked).
+   */
+  call<T>(op: string, args?: unknown, signal?: AbortSignal, onLate?: (value: T) => void): Promise<T> {
+    if (this.#closed) return Promise.reject(new PolicyError('unavailable'));
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    const id = this.#nextId++;
+    return new Promise<T>((resolve, reject) => {
+      const onAbort = () => {
+        this.#pending.delete(id);
+        if (onLate) this.#late.set(id, onLate as (value: unknown) => void);
+        this.#send({ arkvory: 'cancel', id });
+        reject(signal!.reason);
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.#pending.set(id, {
+        resolve: (value) => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve(value as T);
+        },
+        reject: (err) => {
+          signal?.removeEventListener('abort', onAbort);
+          reject(err);
+        },
+      });
+      this.#send({ arkvory: 'call', id, op, args });
+    });
+  }
+
+  /** Tells the other side without waiting for an answer. */
+  note(op: string, args?: unknown): void {
+    this.#send({ arkvory: 'note', op, args });
+  }
+
+  /** The other side is gone: every call waiting for it fails with `unavailable`, and so does every new one. */
+  close(): void {
+    this.#closed = true;
+    for (const pending of this.#pending.values()) pending.reject(new PolicyError('unavailable'));
+    this.#pending.clear();
+    this.#late.clear();
+    for (const controller of this.#answering.values()) controller.abort(new PolicyError('unavailable'));
+    this.#answering.clear();
+  }
+
+  #send(message: Message): void {
+    if (this.#closed) return;
+    try {
+      this.#channel.send(message);
+    } catch {
+      // The channel closed under us: the exit handler closes this link.
+    }
+  }
+
+  #receive(raw: unknown): void {
+    const message = raw as Message;
+    if (typeof message !== 'object' || message === null || !('arkvory' in message)) return;
+    switch (message.arkvory) {
+      case 'answer':
+      case 'failure': {
+        const pending = this.#pending.get(message.id);
+        if (!pending) {
+          // Cancelled here first: only a late answer's resource needs handing back.
+          const late = this.#late.get(message.id);
+          this.#late.delete(message.id);
+          if (late && message.arkvory === 'answer') late(message.value);
+          return;
+        }
+        this.#pending.delete(message.id);
+        if (message.arkvory === 'answer') pending.resolve(message.value);
+        else pending.reject(fromWire(message.error));
+        return;
+      }
+      case 'cancel':
+        this.#answering.get(message.id)?.abort(new PolicyError('unavailable'));
+        return;
+      case 'note':
+        this.#handlers.get(message.op)?.(message.args, new AbortController().signal);
+        return;
+      case 'call':
+        this.#answer(message.id, message.op, message.args);
+    }
+  }
+
+  #answer(id: number, op: string, args: unknown): void {
+    const handler = this.#handlers.get(op);
+    if (!handler) {
+      this.#send({
+        arkvory: 'failure',
+        id,
+        error: { code: undefined, message: `no handler for ${op}`, headers: undefined },
+      });
+      return;
+    }
+    const controller = new AbortController();
+    this.#answering.set(id, controller);
+    let outcome: Promise<unknown>;
+    try {
+      outcome = Promise.resolve(handler(args, controller.signal));
+    } catch (err) {
+      outcome = Promise.reject(err);
+    }
+    outcome.then(
+      (value) => {
+        this.#answering.delete(id);
+        this.#send({ arkvory: 'answer', id, value });
+      },
+      (err: unknown) => {
+        this.#answering.delete(id);
+        this.#send({ arkvory: 'failure', id, error: toWire(err) });
+      },
+    );
+  }
+}

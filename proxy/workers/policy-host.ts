@@ -1,0 +1,110 @@
+/**
+ * The instance's policy state, owned by the coordinating process and used by every worker over its
+ * link (docs/architecture.md, "Workers"): the admission queue, the two bandwidth governors and, with
+ * no Redis, the rate-limit counters and bans. One set of each, so every bound is the instance's and
+ * exact by construction: a worker holds an admission slot only while the coordinating process
+ * counts it, and passes a quantum only after the governor granted it. When a worker is gone its
+ * slots are released and its waiting takes and admissions cancelled, in the same turn of the event
+ * loop that learns of its exit.
+ */
+import type { AdmissionQueue, AdmissionSnapshot, Release, TransferKind } from '../../policy/admission/index.ts';
+import type { BandwidthGovernors, BandwidthSnapshot, Ceiling } from '../../policy/bandwidth/index.ts';
+import type { CounterStore } from '../../policy/rate-limit/index.ts';
+import type { Link } from './link.ts';
+
+export interface TakeRequest {
+  direction: 'download' | 'upload';
+  principalId: string;
+  weight: number;
+  ceilings: Ceiling[];
+  bytes: number;
+}
+
+export interface AdmitRequest {
+  principalId: string;
+  kind: TransferKind;
+}
+
+export interface PolicySnapshot {
+  admission: AdmissionSnapshot;
+  download: BandwidthSnapshot;
+  upload: BandwidthSnapshot;
+}
+
+type RunArgs = Parameters<CounterStore['run']>;
+
+export class PolicyHost {
+  readonly #admission: AdmissionQueue;
+  readonly #governors: BandwidthGovernors;
+  readonly #counters: CounterStore | undefined;
+  /** Admission slots by worker, each by the id the worker releases it with. */
+  readonly #slots = new Map<Link, Map<number, Release>>();
+  #nextSlot = 1;
+
+  constructor(deps: { admission: AdmissionQueue; governors: BandwidthGovernors; counters?: CounterStore }) {
+    this.#admission = deps.admission;
+    this.#governors = deps.governors;
+    this.#counters = deps.counters;
+  }
+
+  /** Serves one worker's calls on its link. */
+  attach(link: Link): void {
+    const slots = new Map<number, Release>();
+    this.#slots.set(link, slots);
+    link.handle('admit', async (args, signal) => {
+      const { principalId, kind } = args as AdmitRequest;
+      const release = await this.#admission.acquire(principalId, kind, signal);
+      const id = this.#nextSlot++;
+      slots.set(id, release);
+      return id;
+    });
+    link.handle('release', (args) => {
+      const id = args as number;
+      slots.get(id)?.();
+      slots.delete(id);
+    });
+    link.handle('take', (args, signal) => {
+      const t = args as TakeRequest;
+      const meter = this.#governors[t.direction].meter(t.principalId, t.weight, t.ceilings);
+      return meter.tryTake(t.bytes) ? undefined : meter.take(t.bytes, signal);
+    });
+    link.handle('snapshot', (): PolicySnapshot => this.snapshot());
+    const counters = this.#counters;
+    if (counters) {
+      link.handle('counters.run', (args) => counters.run(...(args as RunArgs)));
+      link.handle('counters.clear', (args) => counters.clear(args as string[]));
+    }
+  }
+
+  /**
+   * A worker is gone: its calls in progress are cancelled (a waiting take or admission leaves its
+   * queue, granting nothing) and every slot it held is released.
+   */
+  detach(link: Link): void {
+    link.close();
+    const slots = this.#slots.get(link);
+    this.#slots.delete(link);
+    for (const release of slots?.values() ?? []) release();
+  }
+
+  /** Slots held by live workers (what the admission queue counts active). */
+  get heldSlots(): number {
+    let held = 0;
+    for (const slots of this.#slots.values()) held += slots.size;
+    return held;
+  }
+
+  snapshot(): PolicySnapshot {
+    return {
+      admission: this.#admission.snapshot(),
+      download: this.#governors.download.snapshot(),
+      upload: this.#governors.upload.snapshot(),
+    };
+  }
+
+  close(): void {
+    this.#admission.close();
+    this.#governors.download.close();
+    this.#governors.upload.close();
+  }
+}

@@ -1,0 +1,115 @@
+/**
+ * A worker's Transfers: admission and every paced quantum are asked of the coordinating process
+ * (policy-host.ts), so the bounds are the instance's. What needs no shared state stays here: with
+ * both ceilings of a direction off and no group or repository ceiling, a stream's takes pass at once
+ * on this worker's own governor (nothing to share; it still counts the bytes for /metrics).
+ */
+import type { Release, TransferKind } from '../../policy/admission/index.ts';
+import {
+  type BandwidthGovernors,
+  type BandwidthSnapshot,
+  type ByteMeter,
+  quantumBytesFor,
+} from '../../policy/bandwidth/index.ts';
+import type { Clock } from '../../policy/clock.ts';
+import { PolicyError } from '../../policy/errors.ts';
+import type { Config } from '../config/config.ts';
+import { createTransfers, governorCeilings, type Transfers, transfersReadiness } from '../gates/transfers.ts';
+import type { Coordinator } from '../../policy/lease/coordinator.ts';
+import type { Link } from './link.ts';
+import type { AdmitRequest, PolicySnapshot, TakeRequest } from './policy-host.ts';
+
+export interface RemoteTransfers extends Transfers {
+  /** This worker's own governors: the unlimited streams' counts, for the instance's /metrics sum. */
+  readonly local: BandwidthGovernors;
+  /** Reads the coordinating process's snapshot (what `governors`, `admission` and `snapshot()` show). */
+  refresh(): Promise<void>;
+}
+
+export function createRemoteTransfers(
+  config: Config,
+  clock: Clock,
+  coordinator: Coordinator,
+  link: Link,
+): RemoteTransfers {
+  // Everything a Transfers does that needs no shared state (repository bounds, ceilings, the live
+  // list) is the local implementation's; its admission queue is never used.
+  const base = createTransfers(config, clock, coordinator);
+  const local = base.governors;
+  const limits = governorCeilings(config);
+  const unlimited = {
+    download: limits.downloadBytesPerSec === 0 && limits.downloadBytesPerSecPerPrincipal === 0,
+    upload: limits.uploadBytesPerSec === 0 && limits.uploadBytesPerSecPerPrincipal === 0,
+  };
+  let latest: PolicySnapshot = {
+    admission: base.admission.snapshot(),
+    download: local.download.snapshot(),
+    upload: local.upload.snapshot(),
+  };
+  let closed = false;
+  const waits = new Set<AbortController>();
+  const release = (id: number): Release => {
+    let held = true;
+    return () => {
+      if (!held) return;
+      held = false;
+      link.note('release', id);
+    };
+  };
+  return {
+    ...base,
+    local,
+    governors: {
+      download: { snapshot: (): BandwidthSnapshot => latest.download },
+      upload: { snapshot: (): BandwidthSnapshot => latest.upload },
+    },
+    admission: { snapshot: () => latest.admission },
+    async refresh() {
+      latest = await link.call<PolicySnapshot>('snapshot');
+    },
+    async admit(principalId: string, kind: TransferKind, signal?: AbortSignal) {
+      if (closed) throw new PolicyError('unavailable');
+      const request: AdmitRequest = { principalId, kind };
+      // Closing this worker refuses its waiting requests, like a process's own queue does.
+      const waiting = new AbortController();
+      const onAbort = () => waiting.abort(signal?.reason);
+      signal?.addEventListener('abort', onAbort, { once: true });
+      waits.add(waiting);
+      try {
+        // A slot granted while this request gave up is handed back at once.
+        const id = await link.call<number>('admit', request, waiting.signal, (late) => link.note('release', late));
+        return release(id);
+      } finally {
+        waits.delete(waiting);
+        signal?.removeEventListener('abort', onAbort);
+      }
+    },
+    tryAdmit() {
+      return undefined;
+    },
+    meter(direction, principalId, weight = 1, ceilings = []): ByteMeter {
+      if (unlimited[direction] && ceilings.length === 0) return local[direction].meter(principalId, weight);
+      const quantumBytes = Math.min(
+        local[direction].quantumBytes,
+        quantumBytesFor(ceilings.map((c) => c.rateBytesPerSec)),
+      );
+      const list = [...ceilings];
+      return {
+        quantumBytes,
+        take(bytes, signal) {
+          const request: TakeRequest = { direction, principalId, weight, ceilings: list, bytes };
+          return link.call<void>('take', request, signal);
+        },
+        tryTake: () => false,
+      };
+    },
+    snapshot() {
+      return transfersReadiness(latest.admission, latest.download, latest.upload);
+    },
+    close() {
+      closed = true;
+      for (const waiting of waits) waiting.abort(new PolicyError('unavailable'));
+      base.close();
+    },
+  };
+}

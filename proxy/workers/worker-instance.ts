@@ -1,0 +1,59 @@
+/**
+ * The worker side of a gateway instance with several workers: its link to the coordinating process
+ * (run-primary.ts), its index, and what it reads of the instance (the workers, the metrics sum).
+ */
+import { Link } from './link.ts';
+
+export interface WorkerView {
+  readonly index: number;
+  /** `starting` until the worker listens, then `serving`; `draining` once the instance stops. */
+  readonly state: 'starting' | 'serving' | 'draining';
+  /** How many times this index was replaced after its process died. */
+  readonly restarts: number;
+}
+
+export interface Hello {
+  index: number;
+  workers: number;
+  /** False for the first worker of a fresh start: it alone sweeps tmp/ (the directory store's leftovers). */
+  joinsServing: boolean;
+}
+
+export interface WorkerInstance extends Hello {
+  readonly link: Link;
+  /** The workers of the instance as its coordinating process saw them at the last `refresh`. */
+  readonly workerViews: readonly WorkerView[];
+  refresh(): Promise<void>;
+  /** The instance's /metrics text: every worker's families and the coordinating process's, summed. */
+  metrics(): Promise<{ contentType: string; body: string }>;
+  /** Resolves when this worker may listen (at the start: once every worker of the instance is ready). */
+  ready(): Promise<void>;
+  /** Tells the coordinating process this worker listens. */
+  serving(): void;
+}
+
+/** In a cluster worker: the link over the IPC channel and this worker's place in the instance. */
+export async function joinInstance(): Promise<WorkerInstance> {
+  const link = new Link(process as unknown as ConstructorParameters<typeof Link>[0]);
+  // The coordinating process is gone (killed with SIGKILL): nothing holds this worker's limits any
+  // more, so it drains and stops like on SIGTERM.
+  process.once('disconnect', () => {
+    link.close();
+    process.kill(process.pid, 'SIGTERM');
+  });
+  const hello = await link.call<Hello>('hello');
+  let workerViews: readonly WorkerView[] = [];
+  return {
+    ...hello,
+    link,
+    get workerViews() {
+      return workerViews;
+    },
+    async refresh() {
+      workerViews = await link.call<WorkerView[]>('workers');
+    },
+    metrics: () => link.call('metrics'),
+    ready: () => link.call('ready'),
+    serving: () => link.note('serving'),
+  };
+}
