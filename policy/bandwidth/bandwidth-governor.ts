@@ -4,15 +4,16 @@ import { systemTimers, type TimerHandle, type Timers } from '../timers.ts';
 import {
   availableBytes,
   type BucketSpec,
-  type BucketState,
+  type LiveBucket,
   createBucketSpec,
-  hasTokens,
+  holdsTokens,
   msUntilTokens,
   quantumBytesFor,
   rerateBucket,
+  refillInPlace,
   rerateBucketSpec,
+  spendInPlace,
   startBucket,
-  takeTokens,
   toMicros,
 } from './token-bucket.ts';
 
@@ -108,7 +109,7 @@ const RESOLVED: Promise<void> = Promise.resolve();
 
 interface PrincipalState {
   readonly id: string;
-  bucket: BucketState | null;
+  bucket: LiveBucket | null;
   /** Last grant (or creation), monotonic ms: eviction takes the oldest idle state first. */
   lastActiveMs: number;
   /** Bandwidth weight (the latest meter's): its share under contention is proportional to it. */
@@ -127,7 +128,7 @@ interface MeterState {
 /** The bucket of a shared ceiling (group, repository). */
 interface CeilingState {
   spec: BucketSpec;
-  bucket: BucketState;
+  bucket: LiveBucket;
   /** The largest quantum of a meter through it: its capacity never drops below that (a take must fit). */
   maxQuantum: number;
 }
@@ -168,7 +169,7 @@ export class BandwidthGovernor {
   /** `setRate(0)`: the global bucket neither grants nor refills until a rate above 0 is set. */
   #paused = false;
   readonly #principalSpec: BucketSpec | null;
-  #global: BucketState | null;
+  #global: LiveBucket | null;
   readonly #principals = new Map<string, PrincipalState>();
   /** Shared ceilings by key; one per group or repository with a ceiling that a meter named. */
   readonly #ceilings = new Map<string, CeilingState>();
@@ -495,10 +496,21 @@ export class BandwidthGovernor {
     return null;
   }
 
-  /** The buckets of the take other than the global one: the principal's and its shared ceilings'. */
+  /**
+   * The buckets of the take other than the global one: the principal's and its shared ceilings'.
+   * Each checked bucket is kept refilled up to `nowMs`, so `#grant` at the same instant only spends.
+   */
   #ownHas(principal: PrincipalState, ceilings: readonly CeilingState[], bytes: number, nowMs: number): boolean {
-    if (this.#principalSpec !== null && !hasTokens(this.#principalSpec, principal.bucket!, bytes, nowMs)) return false;
-    for (const c of ceilings) if (!hasTokens(c.spec, c.bucket, bytes, nowMs)) return false;
+    const nowUs = toMicros(nowMs);
+    const spec = this.#principalSpec;
+    if (spec !== null) {
+      refillInPlace(spec, principal.bucket!, nowUs);
+      if (!holdsTokens(principal.bucket!, bytes)) return false;
+    }
+    for (const c of ceilings) {
+      refillInPlace(c.spec, c.bucket, nowUs);
+      if (!holdsTokens(c.bucket, bytes)) return false;
+    }
     return true;
   }
 
@@ -511,19 +523,24 @@ export class BandwidthGovernor {
     return waitMs;
   }
 
+  /** Like `#ownHas`, for the global bucket (kept refilled up to `nowMs` unless paused). */
   #globalHas(bytes: number, nowMs: number): boolean {
     if (this.#paused) return false;
-    return this.#globalSpec === null || hasTokens(this.#globalSpec, this.#global!, bytes, nowMs);
+    const spec = this.#globalSpec;
+    if (spec === null) return true;
+    refillInPlace(spec, this.#global!, toMicros(nowMs));
+    return holdsTokens(this.#global!, bytes);
   }
 
+  /** Only right after `#ownHas` and `#globalHas` held at `nowMs`: every bucket is refilled and holds `bytes`. */
   #grant(principal: PrincipalState, ceilings: readonly CeilingState[], bytes: number, nowMs: number): void {
-    if (this.#principalSpec) principal.bucket = takeTokens(this.#principalSpec, principal.bucket!, bytes, nowMs);
-    for (const c of ceilings) c.bucket = takeTokens(c.spec, c.bucket, bytes, nowMs)!;
+    if (this.#principalSpec) spendInPlace(principal.bucket!, bytes);
+    for (const c of ceilings) spendInPlace(c.bucket, bytes);
     principal.lastActiveMs = nowMs;
     const start = this.#startTag(principal);
     principal.finishTag = start + bytes / principal.weight;
     this.#virtualTime = start;
-    if (this.#globalSpec) this.#global = takeTokens(this.#globalSpec, this.#global!, bytes, nowMs);
+    if (this.#globalSpec) spendInPlace(this.#global!, bytes);
     this.#count(principal.id, bytes, nowMs);
   }
 
