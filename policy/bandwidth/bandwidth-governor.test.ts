@@ -773,6 +773,32 @@ describe('small requests beside a big throttled transfer (issue 40, item 4)', ()
     expect(grants.at(-1)).toMatchObject({ principal: 'big', atMs: 100 });
   });
 
+  it('the headroom is min(quantum, (capacity − quantum) / 2), kept while the small principal was granted within the last second, that second included', async () => {
+    // 1 MiB/s: burst = capacity = 104857, quantum 65536, headroom min(65536, floor(39321 / 2)) = 19660.
+    const rate = 1_048_576;
+    const waitMs = (need: number, held: number) => Math.ceil(((need - held) / rate) * 1000);
+    for (const [gapMs, headroom] of [
+      [0, 19_660],
+      [1000, 19_660],
+      [1001, 0],
+    ] as const) {
+      const { governor, timers, clock } = setup({ rateBytesPerSec: rate, perPrincipalBytesPerSec: 0 });
+      await governor.meter('small').take(4096); // a short grant: small sends small requests
+      clock.advance(gapMs);
+      const big = governor.meter('big');
+      await big.take(QUANTUM); // its first: it has had no turn yet, so it leaves nothing
+      const held = gapMs === 0 ? 104_857 - 4096 - QUANTUM : 104_857 - QUANTUM;
+      // Its next one is ahead of the fair-queueing clock: it waits for a quantum plus the headroom.
+      const next = track(big.take(QUANTUM));
+      const dueMs = waitMs(QUANTUM + headroom, held);
+      await timers.advance(dueMs - 1);
+      expect(next.done, `${gapMs} ms after the small grant`).toBe(false);
+      await timers.advance(1);
+      expect(next.done, `${gapMs} ms after the small grant`).toBe(true);
+      governor.close();
+    }
+  });
+
   it("a small response of the big transfer's own principal waits only for its own bytes", async () => {
     // Per principal 1 MiB/s (burst 104857, quantum 64 KiB): the big stream drains the principal's bucket.
     const { governor, timers, clock } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 1_048_576 });

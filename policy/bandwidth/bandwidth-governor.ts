@@ -624,7 +624,7 @@ export class BandwidthGovernor {
    * no bound changes: every grant still passes every bucket.
    */
   #headroomFor(principal: PrincipalState, nowMs: number): number {
-    if (this.#headroomBytes === 0 || principal.finishTag <= this.#virtualTime) return 0;
+    if (principal.finishTag <= this.#virtualTime) return 0;
     const mine = principal === this.#lastGranted;
     const other = mine ? this.#lastOther : this.#lastGranted;
     const otherMs = mine ? this.#lastOtherGrantMs : this.#lastGrantMs;
