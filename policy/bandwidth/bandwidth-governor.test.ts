@@ -799,6 +799,38 @@ describe('small requests beside a big throttled transfer (issue 40, item 4)', ()
     }
   });
 
+  it('who leaves the headroom: a busy principal, whether or not it was granted last; never a principal on its first turn', async () => {
+    // 1 MiB/s as above: capacity 104857, headroom 19660.
+    const rate = 1_048_576;
+    const dueMs = (need: number, held: number) => Math.ceil(((need - held) / rate) * 1000);
+    const expectWait = async (timers: ManualTimers, take: Promise<void>, ms: number, what: string) => {
+      const t = track(take);
+      await timers.advance(ms - 1);
+      expect(t.done, what).toBe(false);
+      await timers.advance(1);
+      expect(t.done, what).toBe(true);
+    };
+    {
+      // A newcomer after a short grant of another principal: it has had no turn, so no headroom.
+      const { governor, timers } = setup({ rateBytesPerSec: rate, perPrincipalBytesPerSec: 0 });
+      await governor.meter('drain').take(QUANTUM);
+      await governor.meter('small').take(4096);
+      const held = 104_857 - QUANTUM - 4096;
+      await expectWait(timers, governor.meter('new').take(QUANTUM), dueMs(QUANTUM, held), 'newcomer');
+      governor.close();
+    }
+    {
+      // big, then small (granted last), then big again: big is busy and small the last other one.
+      const { governor, timers } = setup({ rateBytesPerSec: rate, perPrincipalBytesPerSec: 0 });
+      const big = governor.meter('big');
+      await big.take(QUANTUM);
+      await governor.meter('small').take(4096);
+      const held = 104_857 - QUANTUM - 4096;
+      await expectWait(timers, big.take(QUANTUM), dueMs(QUANTUM + 19_660, held), 'busy, small granted last');
+      governor.close();
+    }
+  });
+
   it("a small response of the big transfer's own principal waits only for its own bytes", async () => {
     // Per principal 1 MiB/s (burst 104857, quantum 64 KiB): the big stream drains the principal's bucket.
     const { governor, timers, clock } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 1_048_576 });
