@@ -829,6 +829,20 @@ describe('small requests beside a big throttled transfer (issue 40, item 4)', ()
       await expectWait(timers, big.take(QUANTUM), dueMs(QUANTUM + 19_660, held), 'busy, small granted last');
       governor.close();
     }
+    {
+      // The small principal now has a take waiting (for its repository's 64 KiB/s ceiling, 62 ms):
+      // it is backlogged, so big leaves no headroom for it.
+      const { governor, timers } = setup({ rateBytesPerSec: rate, perPrincipalBytesPerSec: 0 });
+      const big = governor.meter('big');
+      await big.take(QUANTUM);
+      const small = governor.meter('small', 1, [{ key: 'repository:slow', rateBytesPerSec: 65_536 }]);
+      await small.take(4096); // short of its quantum, 6553
+      const waiting = track(small.take(6553));
+      const held = 104_857 - QUANTUM - 4096;
+      await expectWait(timers, big.take(QUANTUM), dueMs(QUANTUM, held), 'busy, the small principal waiting');
+      expect(waiting.done).toBe(false);
+      governor.close();
+    }
   });
 
   it("a small response of the big transfer's own principal waits only for its own bytes", async () => {
