@@ -51,6 +51,15 @@ function ceilingRate(value: number | undefined, name: string): number | undefine
   return value;
 }
 
+function repositoryCeilingsRow(row: Record<string, unknown>): RepositoryCeilingsRow {
+  return {
+    name: row.name as string,
+    downloadBytesPerSec: Number(row.down),
+    uploadBytesPerSec: Number(row.up),
+    maxTransfers: row.max_transfers as number,
+  };
+}
+
 /** Bounds of `arkvory_principals.bandwidth_weight` (migration 0060). */
 export const MAX_BANDWIDTH_WEIGHT = 1000;
 
@@ -489,6 +498,31 @@ export class AdminStore {
     return this.findGroup(group);
   }
 
+  /** A repository's ceilings (bytes/s, 0 = none) and its bound on concurrent transfers (0 = none). */
+  async findRepositoryCeilings(repository: string): Promise<RepositoryCeilingsRow> {
+    const rows = await this.#repositoryCeilings(repository);
+    if (!rows[0]) throw new PolicyError('not_found', `no repository "${repository}"`);
+    return rows[0];
+  }
+
+  /** Every repository with a ceiling or a transfer bound set, by name (the others have none). */
+  listRepositoryCeilings(): Promise<RepositoryCeilingsRow[]> {
+    return this.#repositoryCeilings(null);
+  }
+
+  async #repositoryCeilings(name: string | null): Promise<RepositoryCeilingsRow[]> {
+    const r = await this.#pool.query(
+      `SELECT name, download_bytes_per_second::text AS down, upload_bytes_per_second::text AS up, max_transfers
+       FROM arkvory_repositories
+       WHERE CASE WHEN $1::text IS NULL
+                  THEN download_bytes_per_second > 0 OR upload_bytes_per_second > 0 OR max_transfers > 0
+                  ELSE name = $1 END
+       ORDER BY name`,
+      [name],
+    );
+    return r.rows.map(repositoryCeilingsRow);
+  }
+
   /** Sets a repository's ceilings (bytes/s, 0 = none) and its bound on concurrent transfers (0 = none). */
   async setRepositoryCeilings(
     repository: string,
@@ -513,12 +547,7 @@ export class AdminStore {
     );
     const row = r.rows[0];
     if (!row) throw new PolicyError('not_found', `no repository "${repository}"`);
-    return {
-      name: row.name as string,
-      downloadBytesPerSec: Number(row.down),
-      uploadBytesPerSec: Number(row.up),
-      maxTransfers: row.max_transfers as number,
-    };
+    return repositoryCeilingsRow(row);
   }
 
   async addGrant(principalRef: string, repository: string, permission: Permission): Promise<GrantRow> {

@@ -4,7 +4,7 @@ import { ManualClock } from '../clock.ts';
 import { PolicyError } from '../errors.ts';
 import { ManualTimers, settle } from '../timers.ts';
 import { setupGovernor as setup } from './bandwidth-governor.test-support.ts';
-import { BandwidthGovernor } from './bandwidth-governor.ts';
+import { BandwidthGovernor, type ByteMeter } from './bandwidth-governor.ts';
 
 /** Watches a promise without awaiting it. */
 function track<T>(promise: Promise<T>) {
@@ -483,18 +483,41 @@ describe('BandwidthGovernor', () => {
     expect(governor.snapshot()).toMatchObject({ grantedBytes: 1024, waitingQuanta: 1 });
   });
 
-  it('a stream does not pass another stream of its principal that waits first', async () => {
+  it('a stream that has taken less goes before the next quantum of a busier stream of its principal', async () => {
     // Per principal 10240 B/s (burst 1024, a byte per 0.1 ms): the first stream waits for 1024 bytes.
-    const { governor, clock } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 10_240 });
+    const { governor, clock, grants } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 10_240 });
     const first = governor.meter('p');
     const second = governor.meter('p');
     await first.take(1024);
     const waiting = track(first.take(1024));
     clock.advance(50); // 512 bytes in the bucket: enough for the second stream's 100, not for the first
+    // tryTake does not jump the principal's queue; take puts the small stream first in it.
     expect(second.tryTake(100)).toBe(false);
-    const later = track(second.take(100));
+    const small = track(second.take(100));
     await settle();
-    expect([waiting.done, later.done]).toEqual([false, false]);
+    expect([waiting.done, small.done]).toEqual([false, true]);
+    expect(grants.at(-1)).toMatchObject({ principal: 'p', bytes: 100, atMs: 50 });
+  });
+
+  it('streams of one principal that all keep asking alternate by bytes, oldest first on a tie', async () => {
+    const { governor, timers, grants } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 10_240 });
+    const big = governor.meter('p');
+    const small = governor.meter('p');
+    await big.take(1024); // the bucket is empty
+    const order: string[] = [];
+    const loop = async (meter: ByteMeter, name: string, bytes: number, times: number) => {
+      for (let i = 0; i < times; i++) {
+        await meter.take(bytes);
+        order.push(name);
+      }
+    };
+    const done = Promise.all([loop(big, 'big', 1024, 2), loop(small, 'small', 256, 5)]);
+    await timers.advance(1000);
+    await done;
+    // small has taken nothing when both wait: it goes first until it has taken as much as big (1024
+    // bytes); on that tie big's older take goes, then small again, which has taken less.
+    expect(order).toEqual(['small', 'small', 'small', 'small', 'big', 'small', 'big']);
+    expect(grants.reduce((sum, g) => sum + g.bytes, 0)).toBe(1024 * 3 + 256 * 5);
   });
 
   it('a new take first serves the waiting takes whose time has come (their wake-up not yet run)', async () => {
@@ -675,5 +698,168 @@ describe('BandwidthGovernor', () => {
     expect(await run(50, false)).toBe(3276);
     // A wake-up for a principal's own bucket is not the global ceiling's loss.
     expect(await run(50, true)).toBe(0);
+  });
+});
+
+describe('small requests beside a big throttled transfer (issue 40, item 4)', () => {
+  const RATE = 10 * 1_048_576; // burst 1 MiB, quantum 64 KiB, headroom min(64 KiB, (1 MiB − 64 KiB) / 2)
+  const QUANTUM = 65_536;
+  const HEADROOM = 65_536;
+
+  /** A big transfer that always asks for a quantum until stopped. */
+  function saturate(meter: ByteMeter) {
+    const state = { stop: false };
+    const loop = (async () => {
+      while (!state.stop) await meter.take(QUANTUM);
+    })().catch(() => {});
+    return { stop: () => (state.stop = true), loop };
+  }
+
+  it("another principal's 4 KiB responses pass at once while a big transfer saturates the ceiling, and the big one keeps the rate", async () => {
+    const { governor, timers, grants } = setup({ rateBytesPerSec: RATE, perPrincipalBytesPerSec: 0 });
+    const big = saturate(governor.meter('big'));
+    await timers.advance(1000); // past the burst: the big transfer waits on the global bucket
+    const small = governor.meter('small');
+    // The first small response after a second without one may wait for its bytes' refill: 4096 / RATE
+    // = 0.39 ms, rounded up to the 1 ms timer.
+    const first = track(small.take(4096));
+    await timers.advance(1);
+    expect(first.done).toBe(true);
+    const waitedBefore = governor.snapshot().waitedTakes;
+    // From then on the big transfer's waiting quantum leaves the headroom: every small response, one
+    // each 20 ms for 5 s, passes without waiting, on the instant it asks.
+    for (let i = 0; i < 250; i++) {
+      await timers.advance(20);
+      const t = track(small.take(4096));
+      await settle();
+      expect(t.done, `small response ${i}`).toBe(true);
+    }
+    // Only the big transfer's takes waited in those 5 s: at most one per quantum granted to it.
+    const bigInWindow = grants.filter((g) => g.principal === 'big' && g.atMs > 1001).length;
+    expect(governor.snapshot().waitedTakes - waitedBefore).toBeLessThanOrEqual(bigInWindow + 1);
+    // The ceiling is used: over the 5 s everything granted is within a quantum, the headroom and
+    // 1 ms of rate of rate × t (the bucket only stays fuller by the headroom), and never above the bound.
+    const windowBytes = grants.filter((g) => g.atMs > 1001).reduce((sum, g) => sum + g.bytes, 0);
+    expect(windowBytes).toBeLessThanOrEqual(RATE * 5 + 1_048_576);
+    expect(windowBytes).toBeGreaterThan(RATE * 5 - QUANTUM - HEADROOM - RATE / 1000);
+    big.stop();
+    governor.close();
+    await big.loop;
+  });
+
+  it('without another principal active within a second, the waiting transfer leaves no headroom', async () => {
+    const { governor, timers, grants } = setup({ rateBytesPerSec: RATE, perPrincipalBytesPerSec: 0 });
+    await governor.meter('other').take(4096);
+    await timers.advance(1001); // that grant is now more than a second old
+    const big = saturate(governor.meter('big'));
+    await timers.advance(3000);
+    // Burst, then exactly the rate: nothing held back for the idle other principal.
+    const bigBytes = grants.filter((g) => g.principal === 'big').reduce((sum, g) => sum + g.bytes, 0);
+    expect(bigBytes).toBeGreaterThan(1_048_576 - 4096 + RATE * 3 - QUANTUM - RATE / 1000);
+    big.stop();
+    governor.close();
+    await big.loop;
+  });
+
+  it('a global ceiling whose capacity is one quantum has no headroom: a waiting quantum needs only itself', async () => {
+    // 655360 B/s: burst = quantum = capacity = 65536.
+    const { governor, timers, grants } = setup({ rateBytesPerSec: 655_360, perPrincipalBytesPerSec: 0 });
+    await governor.meter('other').take(65_536);
+    const waits = track(governor.meter('big').take(65_536));
+    await timers.advance(99);
+    expect(waits.done).toBe(false);
+    await timers.advance(1);
+    expect(waits.done).toBe(true);
+    expect(grants.at(-1)).toMatchObject({ principal: 'big', atMs: 100 });
+  });
+
+  it('the headroom is min(quantum, (capacity − quantum) / 2), kept while the small principal was granted within the last second, that second included', async () => {
+    // 1 MiB/s: burst = capacity = 104857, quantum 65536, headroom min(65536, floor(39321 / 2)) = 19660.
+    const rate = 1_048_576;
+    const waitMs = (need: number, held: number) => Math.ceil(((need - held) / rate) * 1000);
+    for (const [gapMs, headroom] of [
+      [0, 19_660],
+      [1000, 19_660],
+      [1001, 0],
+    ] as const) {
+      const { governor, timers, clock } = setup({ rateBytesPerSec: rate, perPrincipalBytesPerSec: 0 });
+      await governor.meter('small').take(4096); // a short grant: small sends small requests
+      clock.advance(gapMs);
+      const big = governor.meter('big');
+      await big.take(QUANTUM); // its first: it has had no turn yet, so it leaves nothing
+      const held = gapMs === 0 ? 104_857 - 4096 - QUANTUM : 104_857 - QUANTUM;
+      // Its next one is ahead of the fair-queueing clock: it waits for a quantum plus the headroom.
+      const next = track(big.take(QUANTUM));
+      const dueMs = waitMs(QUANTUM + headroom, held);
+      await timers.advance(dueMs - 1);
+      expect(next.done, `${gapMs} ms after the small grant`).toBe(false);
+      await timers.advance(1);
+      expect(next.done, `${gapMs} ms after the small grant`).toBe(true);
+      governor.close();
+    }
+  });
+
+  it('who leaves the headroom: a busy principal, whether or not it was granted last; never a principal on its first turn', async () => {
+    // 1 MiB/s as above: capacity 104857, headroom 19660.
+    const rate = 1_048_576;
+    const dueMs = (need: number, held: number) => Math.ceil(((need - held) / rate) * 1000);
+    const expectWait = async (timers: ManualTimers, take: Promise<void>, ms: number, what: string) => {
+      const t = track(take);
+      await timers.advance(ms - 1);
+      expect(t.done, what).toBe(false);
+      await timers.advance(1);
+      expect(t.done, what).toBe(true);
+    };
+    {
+      // A newcomer after a short grant of another principal: it has had no turn, so no headroom.
+      const { governor, timers } = setup({ rateBytesPerSec: rate, perPrincipalBytesPerSec: 0 });
+      await governor.meter('drain').take(QUANTUM);
+      await governor.meter('small').take(4096);
+      const held = 104_857 - QUANTUM - 4096;
+      await expectWait(timers, governor.meter('new').take(QUANTUM), dueMs(QUANTUM, held), 'newcomer');
+      governor.close();
+    }
+    {
+      // big, then small (granted last), then big again: big is busy and small the last other one.
+      const { governor, timers } = setup({ rateBytesPerSec: rate, perPrincipalBytesPerSec: 0 });
+      const big = governor.meter('big');
+      await big.take(QUANTUM);
+      await governor.meter('small').take(4096);
+      const held = 104_857 - QUANTUM - 4096;
+      await expectWait(timers, big.take(QUANTUM), dueMs(QUANTUM + 19_660, held), 'busy, small granted last');
+      governor.close();
+    }
+    {
+      // The small principal now has a take waiting (for its repository's 64 KiB/s ceiling, 62 ms):
+      // it is backlogged, so big leaves no headroom for it.
+      const { governor, timers } = setup({ rateBytesPerSec: rate, perPrincipalBytesPerSec: 0 });
+      const big = governor.meter('big');
+      await big.take(QUANTUM);
+      const small = governor.meter('small', 1, [{ key: 'repository:slow', rateBytesPerSec: 65_536 }]);
+      await small.take(4096); // short of its quantum, 6553
+      const waiting = track(small.take(6553));
+      const held = 104_857 - QUANTUM - 4096;
+      await expectWait(timers, big.take(QUANTUM), dueMs(QUANTUM, held), 'busy, the small principal waiting');
+      expect(waiting.done).toBe(false);
+      governor.close();
+    }
+  });
+
+  it("a small response of the big transfer's own principal waits only for its own bytes", async () => {
+    // Per principal 1 MiB/s (burst 104857, quantum 64 KiB): the big stream drains the principal's bucket.
+    const { governor, timers, clock } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 1_048_576 });
+    const big = saturate(governor.meter('p'));
+    await timers.advance(2000);
+    const small = governor.meter('p');
+    const startMs = clock.monotonicMs();
+    const t = track(small.take(4096));
+    // At most 4096 bytes of refill at 1 MiB/s (3.9 ms, 4 ms on the timer), not the big stream's
+    // waiting quantum first (62.5 ms).
+    await timers.advance(4);
+    expect(t.done).toBe(true);
+    expect(clock.monotonicMs() - startMs).toBeLessThanOrEqual(Math.ceil((4096 / 1_048_576) * 1000));
+    big.stop();
+    governor.close();
+    await big.loop;
   });
 });

@@ -4,15 +4,16 @@ import { systemTimers, type TimerHandle, type Timers } from '../timers.ts';
 import {
   availableBytes,
   type BucketSpec,
-  type BucketState,
+  type LiveBucket,
   createBucketSpec,
-  hasTokens,
+  holdsTokens,
   msUntilTokens,
   quantumBytesFor,
   rerateBucket,
+  refillInPlace,
   rerateBucketSpec,
+  spendInPlace,
   startBucket,
-  takeTokens,
   toMicros,
 } from './token-bucket.ts';
 
@@ -108,32 +109,46 @@ const RESOLVED: Promise<void> = Promise.resolve();
 
 interface PrincipalState {
   readonly id: string;
-  bucket: BucketState | null;
+  bucket: LiveBucket | null;
   /** Last grant (or creation), monotonic ms: eviction takes the oldest idle state first. */
   lastActiveMs: number;
   /** Bandwidth weight (the latest meter's): its share under contention is proportional to it. */
   weight: number;
   /** Virtual finish tag of its last grant: the fair-queueing clock in bytes per unit of weight. */
   finishTag: number;
-  /** Waiting takes of this principal's streams, oldest first. */
+  /**
+   * Waiting takes of this principal's streams, in fair order over its streams (each take's key is
+   * its stream's start tag; equal keys in arrival order): a stream that has taken little, like a
+   * small response, goes before the next quantum of a big transfer of the same principal.
+   */
   readonly queue: Waiter[];
+  /** Start tag of the principal's last grant among its streams: a new stream starts here. */
+  streamTime: number;
+  /** Its last grant was below its meter's quantum (a small response, or a transfer's end). */
+  lastGrantShort: boolean;
   inRing: boolean;
 }
 
 interface MeterState {
   waiter: Waiter | null;
+  /** Virtual finish tag of its last grant among its principal's streams, in bytes. */
+  finishTag: number;
+  /** The meter's quantum: a grant below it is a small response or a transfer's last chunk. */
+  quantumBytes: number;
 }
 
 /** The bucket of a shared ceiling (group, repository). */
 interface CeilingState {
   spec: BucketSpec;
-  bucket: BucketState;
+  bucket: LiveBucket;
   /** The largest quantum of a meter through it: its capacity never drops below that (a take must fit). */
   maxQuantum: number;
 }
 
 interface Waiter {
   readonly principal: PrincipalState;
+  /** Its stream's start tag when it began to wait: its place in the principal's queue. */
+  readonly key: number;
   readonly meter: MeterState;
   readonly ceilings: readonly CeilingState[];
   readonly bytes: number;
@@ -168,7 +183,7 @@ export class BandwidthGovernor {
   /** `setRate(0)`: the global bucket neither grants nor refills until a rate above 0 is set. */
   #paused = false;
   readonly #principalSpec: BucketSpec | null;
-  #global: BucketState | null;
+  #global: LiveBucket | null;
   readonly #principals = new Map<string, PrincipalState>();
   /** Shared ceilings by key; one per group or repository with a ceiling that a meter named. */
   readonly #ceilings = new Map<string, CeilingState>();
@@ -178,6 +193,15 @@ export class BandwidthGovernor {
   #virtualTime = 0;
   /** Ready principal at `#ring[0]` waiting for the global bucket; global tokens are kept for it. */
   #reserved: PrincipalState | null = null;
+  /** What the reserved take waits for in the global bucket: its bytes and the headroom. */
+  #reservedNeed = 0;
+  /** Global tokens a waiting take leaves while others are active (`#headroomFor`). */
+  #headroomBytes: number;
+  /** The principal granted last and when; the one granted last before it (another one) and when. */
+  #lastGranted: PrincipalState | null = null;
+  #lastGrantMs = -Infinity;
+  #lastOther: PrincipalState | null = null;
+  #lastOtherGrantMs = -Infinity;
   #waiting = 0;
   #grantedBytes = 0;
   #grantedQuanta = 0;
@@ -206,6 +230,7 @@ export class BandwidthGovernor {
     this.#principalSpec =
       perPrincipalBytesPerSec > 0 ? createBucketSpec(perPrincipalBytesPerSec, this.quantumBytes) : null;
     this.#global = this.#globalSpec ? startBucket(this.#globalSpec, nowMs) : null;
+    this.#headroomBytes = this.#globalSpec ? headroomBytes(this.#globalSpec, this.quantumBytes) : 0;
   }
 
   /** True when both ceilings are off: takes pass at once and nothing is tracked per principal. */
@@ -228,7 +253,7 @@ export class BandwidthGovernor {
       throw new TypeError('principalId: expected a non-empty string');
     if (!Number.isSafeInteger(weight) || weight < 1 || weight > this.#maxWeight)
       throw new RangeError(`weight: expected an integer from 1 to ${this.#maxWeight}, got ${weight}`);
-    const state: MeterState = { waiter: null };
+    const state: MeterState = { waiter: null, finishTag: 0, quantumBytes: this.quantumBytes };
     if (this.isUnlimited && ceilings.length === 0) return this.#unlimitedMeter(principalId, state);
     this.#principalFor(principalId, weight).weight = weight;
     const quantumBytes = Math.min(
@@ -236,6 +261,7 @@ export class BandwidthGovernor {
       quantumBytesFor(ceilings.map((c) => checkCeiling(c).rateBytesPerSec)),
     );
     const through = ceilings.map((c) => this.#ceilingFor(c, quantumBytes));
+    state.quantumBytes = quantumBytes;
     return {
       quantumBytes,
       // The state is looked up per take: an idle stream's state may have been evicted (its bucket
@@ -252,7 +278,7 @@ export class BandwidthGovernor {
       tryTake: (bytes) => {
         if (this.#refusal(state, quantumBytes, bytes, undefined) !== null) return false;
         const principal = this.#principals.get(principalId);
-        return principal !== undefined && this.#grantNow(principal, through, bytes, this.#clock.monotonicMs());
+        return principal !== undefined && this.#grantNow(principal, state, through, bytes, this.#clock.monotonicMs());
       },
     };
   }
@@ -297,6 +323,7 @@ export class BandwidthGovernor {
       const to = rerateBucketSpec(rateBytesPerSec, this.quantumBytes);
       this.#global = rerateBucket(this.#paused ? null : from, to, this.#global!, nowMs);
       this.#globalSpec = to;
+      this.#headroomBytes = headroomBytes(to, this.quantumBytes);
       this.#paused = false;
     }
     this.#rateBytesPerSec = rateBytesPerSec;
@@ -386,6 +413,8 @@ export class BandwidthGovernor {
       weight,
       finishTag: 0,
       queue: [],
+      streamTime: 0,
+      lastGrantShort: false,
       inRing: false,
     };
     this.#principals.set(principalId, principal);
@@ -426,7 +455,7 @@ export class BandwidthGovernor {
     const refused = this.#refuse(meter, quantumBytes, bytes, signal);
     if (refused) return refused;
     const nowMs = this.#clock.monotonicMs();
-    if (this.#grantNow(principal, ceilings, bytes, nowMs)) return RESOLVED;
+    if (this.#grantNow(principal, meter, ceilings, bytes, nowMs)) return RESOLVED;
     if (this.#waiting >= this.#maxWaiting) {
       this.#rejectedBusy++;
       return Promise.reject(
@@ -438,6 +467,7 @@ export class BandwidthGovernor {
     return new Promise<void>((resolve, reject) => {
       const waiter: Waiter = {
         principal,
+        key: Math.max(principal.streamTime, meter.finishTag),
         meter,
         ceilings,
         bytes,
@@ -449,7 +479,7 @@ export class BandwidthGovernor {
       // Stryker disable next-line ObjectLiteral,BooleanLiteral: equivalent: every way out of waiting removes the listener (#settle), once or not
       signal?.addEventListener('abort', waiter.onAbort, { once: true });
       meter.waiter = waiter;
-      principal.queue.push(waiter);
+      enqueue(principal.queue, waiter);
       this.#waiting++;
       this.#waitedTakes++;
       if (!principal.inRing) {
@@ -460,18 +490,30 @@ export class BandwidthGovernor {
     });
   }
 
-  /** Grants `bytes` at once when nothing waits before them and the buckets hold them. */
-  #grantNow(principal: PrincipalState, ceilings: readonly CeilingState[], bytes: number, nowMs: number): boolean {
+  /**
+   * Grants `bytes` at once when nothing waits before them in fair order and the buckets hold them.
+   * A principal whose start tag is below that of the one holding the reservation comes before it,
+   * and may take global tokens at once (those the reservation keeps back as headroom included).
+   */
+  #grantNow(
+    principal: PrincipalState,
+    meter: MeterState,
+    ceilings: readonly CeilingState[],
+    bytes: number,
+    nowMs: number,
+  ): boolean {
     if (bytes === 0) return true;
     this.#dispatch(nowMs);
+    const reserved = this.#reserved;
     if (
       principal.queue.length > 0 ||
-      this.#reserved !== null ||
+      (reserved !== null && this.#startTag(principal) >= this.#startTag(reserved)) ||
       !this.#ownHas(principal, ceilings, bytes, nowMs) ||
-      !this.#globalHas(bytes, nowMs)
+      !this.#globalHas(bytes + this.#headroomFor(principal, nowMs), nowMs)
     )
       return false;
-    this.#grant(principal, ceilings, bytes, nowMs);
+    // A reserved take's wake-up may now be early: it then finds too few tokens and re-arms.
+    this.#grant(principal, meter, ceilings, bytes, nowMs);
     return true;
   }
 
@@ -495,10 +537,21 @@ export class BandwidthGovernor {
     return null;
   }
 
-  /** The buckets of the take other than the global one: the principal's and its shared ceilings'. */
+  /**
+   * The buckets of the take other than the global one: the principal's and its shared ceilings'.
+   * Each checked bucket is kept refilled up to `nowMs`, so `#grant` at the same instant only spends.
+   */
   #ownHas(principal: PrincipalState, ceilings: readonly CeilingState[], bytes: number, nowMs: number): boolean {
-    if (this.#principalSpec !== null && !hasTokens(this.#principalSpec, principal.bucket!, bytes, nowMs)) return false;
-    for (const c of ceilings) if (!hasTokens(c.spec, c.bucket, bytes, nowMs)) return false;
+    const nowUs = toMicros(nowMs);
+    const spec = this.#principalSpec;
+    if (spec !== null) {
+      refillInPlace(spec, principal.bucket!, nowUs);
+      if (!holdsTokens(principal.bucket!, bytes)) return false;
+    }
+    for (const c of ceilings) {
+      refillInPlace(c.spec, c.bucket, nowUs);
+      if (!holdsTokens(c.bucket, bytes)) return false;
+    }
     return true;
   }
 
@@ -511,19 +564,35 @@ export class BandwidthGovernor {
     return waitMs;
   }
 
+  /** Like `#ownHas`, for the global bucket (kept refilled up to `nowMs` unless paused). */
   #globalHas(bytes: number, nowMs: number): boolean {
     if (this.#paused) return false;
-    return this.#globalSpec === null || hasTokens(this.#globalSpec, this.#global!, bytes, nowMs);
+    const spec = this.#globalSpec;
+    if (spec === null) return true;
+    refillInPlace(spec, this.#global!, toMicros(nowMs));
+    return holdsTokens(this.#global!, bytes);
   }
 
-  #grant(principal: PrincipalState, ceilings: readonly CeilingState[], bytes: number, nowMs: number): void {
-    if (this.#principalSpec) principal.bucket = takeTokens(this.#principalSpec, principal.bucket!, bytes, nowMs);
-    for (const c of ceilings) c.bucket = takeTokens(c.spec, c.bucket, bytes, nowMs)!;
+  /** Only right after `#ownHas` and `#globalHas` held at `nowMs`: every bucket is refilled and holds `bytes`. */
+  #grant(
+    principal: PrincipalState,
+    meter: MeterState,
+    ceilings: readonly CeilingState[],
+    bytes: number,
+    nowMs: number,
+  ): void {
+    const streamStart = Math.max(principal.streamTime, meter.finishTag);
+    meter.finishTag = streamStart + bytes;
+    principal.streamTime = streamStart;
+    principal.lastGrantShort = bytes < meter.quantumBytes;
+    this.#noteActive(principal, nowMs);
+    if (this.#principalSpec) spendInPlace(principal.bucket!, bytes);
+    for (const c of ceilings) spendInPlace(c.bucket, bytes);
     principal.lastActiveMs = nowMs;
     const start = this.#startTag(principal);
     principal.finishTag = start + bytes / principal.weight;
     this.#virtualTime = start;
-    if (this.#globalSpec) this.#global = takeTokens(this.#globalSpec, this.#global!, bytes, nowMs);
+    if (this.#globalSpec) spendInPlace(this.#global!, bytes);
     this.#count(principal.id, bytes, nowMs);
   }
 
@@ -531,6 +600,40 @@ export class BandwidthGovernor {
     this.#grantedBytes += bytes;
     this.#grantedQuanta++;
     this.#onGrant?.(principalId, bytes, nowMs);
+  }
+
+  /** Keeps who was granted last and when another principal was before it, for `#headroomFor`. */
+  #noteActive(principal: PrincipalState, nowMs: number): void {
+    if (principal !== this.#lastGranted) {
+      this.#lastOther = this.#lastGranted;
+      this.#lastOtherGrantMs = this.#lastGrantMs;
+      this.#lastGranted = principal;
+    }
+    this.#lastGrantMs = nowMs;
+  }
+
+  /**
+   * The global tokens a take of `principal` leaves in the bucket: the headroom when it is ahead of
+   * the fair-queueing clock (it has had its turn: a busy transfer) and the other principal granted
+   * most recently, within the last second, has nothing waiting and was last granted less than a
+   * quantum (it sends small requests; a transfer that went idle was last granted whole quanta);
+   * else none. That principal's next small request then finds its bytes at once instead
+   * of waiting for the refill a big transfer drained. Principals that all keep a backlog leave no
+   * headroom, so their shares and the reuse of an idle one's are as without it. The busy transfer
+   * loses nothing over time (the bucket only stays fuller by the headroom, below its capacity), and
+   * no bound changes: every grant still passes every bucket.
+   */
+  #headroomFor(principal: PrincipalState, nowMs: number): number {
+    if (principal.finishTag <= this.#virtualTime) return 0;
+    const mine = principal === this.#lastGranted;
+    const other = mine ? this.#lastOther : this.#lastGranted;
+    const otherMs = mine ? this.#lastOtherGrantMs : this.#lastGrantMs;
+    return other !== null &&
+      other.queue.length === 0 &&
+      other.lastGrantShort &&
+      nowMs - otherMs <= OTHERS_ACTIVE_WINDOW_MS
+      ? this.#headroomBytes
+      : 0;
   }
 
   /** Where a principal's next grant starts in virtual time: never before the clock (no banked credit). */
@@ -547,13 +650,15 @@ export class BandwidthGovernor {
       const next = this.#nextReady(nowMs);
       if (next === undefined) break;
       const head = next.queue[0]!;
-      if (!this.#globalHas(head.bytes, nowMs)) {
+      const need = head.bytes + this.#headroomFor(next, nowMs);
+      if (!this.#globalHas(need, nowMs)) {
         this.#reserved = next;
+        this.#reservedNeed = need;
         break;
       }
       next.queue.shift();
       this.#settle(head);
-      this.#grant(next, head.ceilings, head.bytes, nowMs);
+      this.#grant(next, head.meter, head.ceilings, head.bytes, nowMs);
       // Behind those of equal start tag, as a round-robin turn would be.
       this.#ring.splice(this.#ring.indexOf(next), 1);
       if (next.queue.length > 0) this.#ring.push(next);
@@ -590,7 +695,7 @@ export class BandwidthGovernor {
       return;
     }
     if (this.#reserved !== null) {
-      waitMs = msUntilTokens(this.#globalSpec!, this.#global!, this.#reserved.queue[0]!.bytes, nowMs);
+      waitMs = msUntilTokens(this.#globalSpec!, this.#global!, this.#reservedNeed, nowMs);
     } else {
       // Nobody is ready, so every principal in the ring waits for its own or a ceiling's bucket.
       waitMs = Infinity;
@@ -692,6 +797,25 @@ export class BandwidthGovernor {
   #checkOpen(): void {
     if (!this.#checkPermit()) throw new PolicyError('lease_lost');
   }
+}
+
+/**
+ * The headroom of a global bucket: at most one quantum and half of what its capacity holds beyond a
+ * quantum, so a waiting quantum plus the headroom still fits with room for a late wake-up (0 when the
+ * capacity is one quantum: a slow ceiling has no tokens to spare).
+ */
+function headroomBytes(spec: BucketSpec, quantumBytes: number): number {
+  return Math.min(quantumBytes, Math.floor((spec.capacityBytes - quantumBytes) / 2));
+}
+
+/** Within this long of another principal's grant, a waiting take leaves the global headroom. */
+const OTHERS_ACTIVE_WINDOW_MS = 1000;
+
+/** Inserts a waiting take after every take of the principal whose key is at most its own. */
+function enqueue(queue: Waiter[], waiter: Waiter): void {
+  let at = queue.length;
+  while (at > 0 && queue[at - 1]!.key > waiter.key) at--;
+  queue.splice(at, 0, waiter);
 }
 
 function checkCeiling(ceiling: Ceiling): Ceiling {

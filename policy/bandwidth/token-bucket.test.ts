@@ -5,12 +5,16 @@ import {
   burstBytes,
   createBucketSpec,
   hasTokens,
+  holdsTokens,
+  type LiveBucket,
   MIB,
   msUntilTokens,
   quantumBytesFor,
   refillBucket,
+  refillInPlace,
   rerateBucket,
   rerateBucketSpec,
+  spendInPlace,
   startBucket,
   takeTokens,
   toMicros,
@@ -199,6 +203,47 @@ describe('token bucket', () => {
       ),
       { numRuns: 300 },
     );
+  });
+});
+
+describe('live buckets (refilled once, checked, then spent in place)', () => {
+  it('refillInPlace, holdsTokens and spendInPlace equal refillBucket and takeTokens, to the micro-byte', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: TIB }),
+        fc.array(fc.tuple(fc.integer({ min: -1000, max: 5_000_000 }), fc.integer({ min: 0, max: 65_536 })), {
+          maxLength: 100,
+        }),
+        (rate, steps) => {
+          const quantum = quantumBytesFor([rate]);
+          const spec = createBucketSpec(rate, quantum);
+          let state = startBucket(spec, 0);
+          const live: LiveBucket = { ...state };
+          let us = 0;
+          for (const [dtUs, want] of steps) {
+            // A step back is a clock that went back: neither refills.
+            us += dtUs;
+            const bytes = Math.min(want, quantum);
+            const next = takeTokens(spec, state, bytes, us / 1000);
+            refillInPlace(spec, live, us);
+            expect(live).toEqual(refillBucket(spec, state, us / 1000));
+            expect(holdsTokens(live, bytes)).toBe(next !== null);
+            if (next !== null) spendInPlace(live, bytes);
+            state = next ?? refillBucket(spec, state, us / 1000);
+            expect(live).toEqual(state);
+          }
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  it('holdsTokens needs every byte, to the micro-byte', () => {
+    expect(holdsTokens({ microTokens: 5_000_000, atUs: 0 }, 5)).toBe(true);
+    expect(holdsTokens({ microTokens: 4_999_999, atUs: 0 }, 5)).toBe(false);
+    const live = { microTokens: 5_000_000, atUs: 7 };
+    spendInPlace(live, 3);
+    expect(live).toEqual({ microTokens: 2_000_000, atUs: 7 });
   });
 });
 

@@ -110,12 +110,16 @@ export function refillBucket(spec: BucketSpec, state: BucketState, nowMs: number
   const nowUs = toMicros(nowMs);
   // Stryker disable next-line EqualityOperator: equivalent: at nowUs === atUs nothing has elapsed, so the credit below is 0 (the other mutant here, >, is killed)
   if (nowUs <= state.atUs) return state;
-  // A disabled bucket (rate 0, capacity 0) gets a credit of 0 below.
+  return { microTokens: state.microTokens + credit(spec, state, nowUs), atUs: nowUs };
+}
+
+/** What a bucket earns from `state.atUs` to `nowUs` (later), capped at what it misses of its capacity. */
+function credit(spec: BucketSpec, state: BucketState, nowUs: number): number {
+  // A disabled bucket (rate 0, capacity 0) gets a credit of 0.
   const missing = spec.capacityBytes * MICRO - state.microTokens;
   // A product below 2^53 is exact; one above is inexact but far above missing, so min still gives
   // missing exactly (a full bucket, missing 0, gets 0).
-  const credit = Math.min(missing, (nowUs - state.atUs) * spec.rateBytesPerSec);
-  return { microTokens: state.microTokens + credit, atUs: nowUs };
+  return Math.min(missing, (nowUs - state.atUs) * spec.rateBytesPerSec);
 }
 
 /** Whole bytes available now. */
@@ -127,6 +131,35 @@ export function availableBytes(spec: BucketSpec, state: BucketState, nowMs: numb
 export function hasTokens(spec: BucketSpec, state: BucketState, bytes: number, nowMs: number): boolean {
   if (spec.rateBytesPerSec === 0) return true;
   return refillBucket(spec, state, nowMs).microTokens >= bytes * MICRO;
+}
+
+/**
+ * A bucket the governor owns and updates in place: per take it refills each bucket once
+ * (`refillInPlace`), checks them all (`holdsTokens`), then spends from each (`spendInPlace`), with
+ * the arithmetic of `refillBucket` and `takeTokens` and no new record per bucket per take. The
+ * records `startBucket` and `rerateBucket` return are new, so the governor may hold them as such.
+ */
+export interface LiveBucket {
+  microTokens: number;
+  atUs: number;
+}
+
+/** `refillBucket` in place, at `nowUs` (whole microseconds, `toMicros`). */
+export function refillInPlace(spec: BucketSpec, bucket: LiveBucket, nowUs: number): void {
+  // Stryker disable next-line EqualityOperator: equivalent: at nowUs === atUs nothing has elapsed, so the credit below is 0
+  if (nowUs <= bucket.atUs) return;
+  bucket.microTokens += credit(spec, bucket, nowUs);
+  bucket.atUs = nowUs;
+}
+
+/** Whether a bucket refilled up to now holds `bytes`. */
+export function holdsTokens(bucket: BucketState, bytes: number): boolean {
+  return bucket.microTokens >= bytes * MICRO;
+}
+
+/** Removes `bytes` from a bucket refilled up to now that holds them (`holdsTokens`). */
+export function spendInPlace(bucket: LiveBucket, bytes: number): void {
+  bucket.microTokens -= bytes * MICRO;
 }
 
 /** Takes `bytes` if they are all there; `null` when not (the state is then unchanged). */

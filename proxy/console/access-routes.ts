@@ -1,9 +1,11 @@
 /**
- * The console's access view (a page of principals with their keys and grants, repositories) and its changes,
- * which are the admin API's own handlers served under `/console/api/`.
+ * The console's access view (a page of principals with their keys and grants, repositories), its
+ * ceilings view (groups with their members, repository ceilings) and their changes, which are the
+ * admin API's own handlers served under `/console/api/`.
  */
 import { AdminStore } from '../../policy/auth/admin-store.ts';
 import { authAdminRoutes, pageQuery } from '../admin/auth-admin-routes.ts';
+import { ceilingAdminRoutes } from '../admin/ceiling-admin-routes.ts';
 import { sendJson } from '../server/http-errors.ts';
 import type { Route } from '../server/route-types.ts';
 import type { HttpMethod } from '../server/route-table.ts';
@@ -12,7 +14,7 @@ import { api } from './console-http.ts';
 
 export function accessRoutes(services: Services): Route[] {
   const store = new AdminStore(services.pool);
-  const adminRoutes = authAdminRoutes(services);
+  const adminRoutes = [...authAdminRoutes(services), ...ceilingAdminRoutes(services)];
   /** The admin API's own handler for `method /api/v1/admin<path>`, served under /console/api. */
   const mirror = (method: HttpMethod, path: string): Route => {
     const source = adminRoutes.find((r) => r.methods.includes(method) && r.template === `/api/v1/admin${path}`);
@@ -34,5 +36,14 @@ export function accessRoutes(services: Services): Route[] {
     mirror('PUT', '/principals/:principal/bandwidth-weight'),
     mirror('POST', '/keys/:keyId/revoke'),
     mirror('PUT', '/grants/:principal/:repository'),
+    api(['GET'], 'ceilings', async (ctx) => {
+      const [groups, repositories] = await Promise.all([store.listGroups(), store.listRepositoryCeilings()]);
+      sendJson(ctx.res, 200, { groups, repositories });
+    }),
+    mirror('PUT', '/groups/:group'),
+    mirror('DELETE', '/groups/:group'),
+    mirror('PUT', '/groups/:group/members/:principal'),
+    mirror('DELETE', '/groups/:group/members/:principal'),
+    mirror('PUT', '/repositories/:repository/ceilings'),
   ];
 }

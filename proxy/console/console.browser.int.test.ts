@@ -329,6 +329,43 @@ describe('the console in chromium', () => {
     await page.locator('#usage').screenshot({ path: await screenshotPath('console-usage.png') });
   });
 
+  it('sets a group with a member and a repository ceiling through the forms, sees them listed, and removes them', async () => {
+    await page.fill('#group-form [name=group]', 'crawlers');
+    await page.fill('#group-form [name=downloadBytesPerSec]', '2097152');
+    await page.click('#group-form button[type=submit]');
+    const group = page.locator('#group-rows tr[data-group="crawlers"]');
+    await group.filter({ hasText: '2.0 MiB/s' }).waitFor();
+    await page.selectOption('#member-form select[name=group]', 'crawlers');
+    await page.selectOption('#member-form select[name=principal]', { label: 'limited-caller' });
+    await page.click('#member-form button[type=submit]');
+    await group.locator('li[data-member="limited-caller"]').waitFor();
+    await page.selectOption('#repository-ceiling-form select[name=repository]', 'libs');
+    await page.fill('#repository-ceiling-form [name=uploadBytesPerSec]', '65536');
+    await page.fill('#repository-ceiling-form [name=maxTransfers]', '16');
+    await page.click('#repository-ceiling-form button[type=submit]');
+    await page
+      .locator('#repository-ceiling-rows tr[data-repository-ceiling="libs"]', { hasText: '65536 B/s' })
+      .waitFor();
+    // What the forms set is what the CLI and the gateways read.
+    const rows = await db.pool.query(
+      `SELECT g.download_bytes_per_second::int AS down, r.upload_bytes_per_second::int AS up, r.max_transfers
+       FROM arkvory_principal_groups g, arkvory_repositories r WHERE g.name = 'crawlers' AND r.name = 'libs'`,
+    );
+    expect(rows.rows).toEqual([{ down: 2097152, up: 65536, max_transfers: 16 }]);
+
+    await page.screenshot({ path: await screenshotPath('console-ceilings.png'), fullPage: true });
+
+    await group.locator('li[data-member="limited-caller"] button').click();
+    await group.filter({ hasText: 'no members' }).waitFor();
+    page.once('dialog', (d) => void d.accept());
+    await page.click('#group-rows button[data-delete-group="crawlers"]');
+    await group.waitFor({ state: 'detached' });
+    await page.fill('#repository-ceiling-form [name=uploadBytesPerSec]', '0');
+    await page.fill('#repository-ceiling-form [name=maxTransfers]', '0');
+    await page.click('#repository-ceiling-form button[type=submit]');
+    await page.locator('#repository-ceiling-rows tr[data-repository-ceiling="libs"]').waitFor({ state: 'detached' });
+  });
+
   it('signs out, and a reload then asks for the key again', async () => {
     await page.click('#sign-out');
     await page.waitForSelector('#sign-in', { state: 'visible' });

@@ -6,6 +6,7 @@ import { bootstrapAdmin } from '../admin/bootstrap-admin.ts';
 import { openContentModule } from '../content/content-module.ts';
 import type { Gate, Route } from './route-types.ts';
 import { tracedGate } from '../tracing/traced-gate.ts';
+import { ceilingAdminRoutes } from '../admin/ceiling-admin-routes.ts';
 import { authAdminRoutes } from '../admin/auth-admin-routes.ts';
 import { auditRoutes } from '../audit/audit-routes.ts';
 import { statsRoutes } from '../stats/stats-routes.ts';
@@ -51,7 +52,12 @@ export async function buildApp(services: Services): Promise<{ routes: Route[]; g
   const contentRoutes = [...content.routes, ...(await multipart).routes].map((route) =>
     withAdmission(route, services.transfers),
   );
-  const routes: Route[] = [...healthRoutes(services), ...authAdminRoutes(services), ...contentRoutes];
+  const routes: Route[] = [
+    ...healthRoutes(services),
+    ...authAdminRoutes(services),
+    ...ceilingAdminRoutes(services),
+    ...contentRoutes,
+  ];
   // The audit trail is the writer's: it records the changes, and only its role may read them back.
   if (services.config.role === 'api') {
     routes.push(...auditRoutes(services.pool));

@@ -31,6 +31,7 @@ import {
 } from '../../proxy/openapi/contract.ts';
 import { artifactRoutes } from '../../proxy/content/artifact-routes.ts';
 import { authAdminRoutes } from '../../proxy/admin/auth-admin-routes.ts';
+import { ceilingAdminRoutes } from '../../proxy/admin/ceiling-admin-routes.ts';
 import { contentRoutes } from '../../proxy/content/content-routes.ts';
 import { multipartRoutes } from '../../proxy/multipart/multipart-routes.ts';
 import { presignRoutes } from '../../proxy/content/presign-routes.ts';
@@ -66,6 +67,7 @@ async function registeredRoutes(): Promise<Route[]> {
     ...(await createConsole(services, { authenticate: unused }).routes({ registry: unused })),
     ...healthRoutes(services),
     ...authAdminRoutes(services),
+    ...ceilingAdminRoutes(services),
     ...contentRoutes({ store: unused, catalog: unused, maxUploadBytes: 1 }),
     ...artifactRoutes({ catalog: unused, writable: true, readableRepositories: unused, grant: unused }),
     ...multipartRoutes({ sessions: unused, maxPartBytes: 1, writable: true }),
@@ -393,6 +395,36 @@ describe('real responses against the document', () => {
       headers: admin,
       body: { name: 'docs' },
     });
+    // Groups and repository ceilings.
+    const GROUP = '/api/v1/admin/groups/:group';
+    const MEMBER = `${GROUP}/members/:principal`;
+    const REPO_CEILINGS = '/api/v1/admin/repositories/:repository/ceilings';
+    await call('PUT', GROUP, '/api/v1/admin/groups/crawlers', {
+      headers: admin,
+      body: { downloadBytesPerSec: 1048576 },
+    });
+    await call('PUT', GROUP, '/api/v1/admin/groups/crawlers', { headers: admin, body: { downloadBytesPerSec: 1 } });
+    await call('PUT', GROUP, '/api/v1/admin/groups/crawlers', { headers: admin, body: { burst: 1 } });
+    await call('PUT', MEMBER, '/api/v1/admin/groups/crawlers/members/ci', { headers: admin });
+    await call('PUT', MEMBER, '/api/v1/admin/groups/crawlers/members/nobody', { headers: admin });
+    await call('GET', GROUP, '/api/v1/admin/groups/crawlers', { headers: admin });
+    await call('GET', GROUP, '/api/v1/admin/groups/nothing', { headers: admin });
+    await call('GET', '/api/v1/admin/groups', '/api/v1/admin/groups', { headers: admin });
+    await call('DELETE', MEMBER, '/api/v1/admin/groups/crawlers/members/ci', { headers: admin });
+    await call('DELETE', GROUP, '/api/v1/admin/groups/crawlers', { headers: admin });
+    await call('DELETE', GROUP, '/api/v1/admin/groups/crawlers', { headers: admin });
+    await call('PUT', REPO_CEILINGS, '/api/v1/admin/repositories/docs/ceilings', {
+      headers: admin,
+      body: { uploadBytesPerSec: 65536, maxTransfers: 4 },
+    });
+    await call('PUT', REPO_CEILINGS, '/api/v1/admin/repositories/docs/ceilings', {
+      headers: admin,
+      body: { maxTransfers: 'four' },
+    });
+    await call('PUT', REPO_CEILINGS, '/api/v1/admin/repositories/nope/ceilings', { headers: admin, body: {} });
+    await call('GET', REPO_CEILINGS, '/api/v1/admin/repositories/docs/ceilings', { headers: admin });
+    await call('GET', REPO_CEILINGS, '/api/v1/admin/repositories/nope/ceilings', { headers: admin });
+    await call('GET', '/api/v1/admin/repository-ceilings', '/api/v1/admin/repository-ceilings', { headers: admin });
     await call('PUT', '/api/v1/admin/grants/:principal/:repository', '/api/v1/admin/grants/ci/docs', {
       headers: admin,
       body: { permission: 'read' },
@@ -582,6 +614,33 @@ describe('real responses against the document', () => {
     await call('PUT', '/console/api/grants/:principal/:repository', '/console/api/grants/console-ci/nope', {
       headers: session,
       body: { permission: 'read' },
+    });
+    await call('PUT', '/console/api/groups/:group', '/console/api/groups/console-group', {
+      headers: session,
+      body: { uploadBytesPerSec: 65536 },
+    });
+    await call('PUT', '/console/api/groups/:group', '/console/api/groups/console-group', {
+      headers: noCsrf,
+      body: { uploadBytesPerSec: 65536 },
+    });
+    await call(
+      'PUT',
+      '/console/api/groups/:group/members/:principal',
+      '/console/api/groups/console-group/members/console-ci',
+      { headers: session },
+    );
+    await call('GET', '/console/api/ceilings', '/console/api/ceilings', { headers: noCsrf });
+    await call(
+      'DELETE',
+      '/console/api/groups/:group/members/:principal',
+      '/console/api/groups/console-group/members/console-ci',
+      { headers: session },
+    );
+    await call('DELETE', '/console/api/groups/:group', '/console/api/groups/console-group', { headers: session });
+    await call('DELETE', '/console/api/groups/:group', '/console/api/groups/console-group', { headers: session });
+    await call('PUT', '/console/api/repositories/:repository/ceilings', '/console/api/repositories/docs/ceilings', {
+      headers: session,
+      body: { uploadBytesPerSec: 0, maxTransfers: 0 },
     });
     await call('DELETE', '/console/api/session', '/console/api/session', { headers: noCsrf });
     await call('DELETE', '/console/api/session', '/console/api/session', { headers: session });

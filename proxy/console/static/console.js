@@ -573,11 +573,13 @@ async function refreshAccess() {
   const data = await api('GET', '/console/api/access');
   principals = data.principals;
   principalsCursor = data.nextCursor;
-  const repoSelect = $('repository-select');
-  const chosenRepo = repoSelect.value;
-  repoSelect.replaceChildren(...data.repositories.map((r) => el('option', { value: r.name, text: r.name })));
-  if (chosenRepo) repoSelect.value = chosenRepo;
+  for (const repoSelect of document.querySelectorAll('.repository-select')) {
+    const chosenRepo = repoSelect.value;
+    repoSelect.replaceChildren(...data.repositories.map((r) => el('option', { value: r.name, text: r.name })));
+    if (chosenRepo) repoSelect.value = chosenRepo;
+  }
   renderPrincipals();
+  await refreshCeilings();
 }
 
 async function morePrincipals() {
@@ -801,6 +803,118 @@ async function showIdle(event) {
   }
 }
 
+// ---------------------------------------------------------------- groups and repository ceilings
+
+/** A ceiling in bytes/s as the tables show it: "none" for 0, else with its unit. */
+function rateText(bytesPerSec) {
+  if (bytesPerSec === 0) return 'none';
+  return bytesPerSec >= 1048576 ? `${(bytesPerSec / 1048576).toFixed(1)} MiB/s` : `${bytesPerSec} B/s`;
+}
+
+async function refreshCeilings() {
+  const data = await api('GET', '/console/api/ceilings');
+  const groupSelect = $('group-select');
+  const chosen = groupSelect.value;
+  groupSelect.replaceChildren(...data.groups.map((g) => el('option', { value: g.name, text: g.name })));
+  if (chosen) groupSelect.value = chosen;
+  $('group-rows').replaceChildren(
+    ...data.groups.map((g) =>
+      el(
+        'tr',
+        { 'data-group': g.name },
+        el('td', {}, el('strong', { text: g.name })),
+        el('td', { text: rateText(g.downloadBytesPerSec) }),
+        el('td', { text: rateText(g.uploadBytesPerSec) }),
+        el(
+          'td',
+          {},
+          g.members.length
+            ? el(
+                'ul',
+                {},
+                g.members.map((m) =>
+                  el(
+                    'li',
+                    { 'data-member': m },
+                    `${m} `,
+                    el('button', {
+                      type: 'button',
+                      class: 'small',
+                      text: 'remove',
+                      onclick: () => groupChange('DELETE', `${enc(g.name)}/members/${enc(m)}`),
+                    }),
+                  ),
+                ),
+              )
+            : 'no members',
+        ),
+        el(
+          'td',
+          {},
+          el('button', {
+            type: 'button',
+            class: 'small',
+            'data-delete-group': g.name,
+            text: 'delete',
+            onclick: () => {
+              if (window.confirm(`Delete group ${g.name}? Its members leave its ceilings within 2 seconds.`))
+                void groupChange('DELETE', enc(g.name));
+            },
+          }),
+        ),
+      ),
+    ),
+  );
+  $('repository-ceiling-rows').replaceChildren(
+    ...data.repositories.map((r) =>
+      el(
+        'tr',
+        { 'data-repository-ceiling': r.name },
+        el('td', { text: r.name }),
+        el('td', { text: rateText(r.downloadBytesPerSec) }),
+        el('td', { text: rateText(r.uploadBytesPerSec) }),
+        el('td', { text: r.maxTransfers === 0 ? 'no bound' : String(r.maxTransfers) }),
+      ),
+    ),
+  );
+}
+
+const enc = encodeURIComponent;
+
+async function groupChange(method, path) {
+  try {
+    await api(method, `/console/api/groups/${path}`);
+  } catch (err) {
+    if (err.status !== 401) $('banner').textContent = `Changing the group failed: ${err.message}`;
+  }
+  await refreshCeilings();
+}
+
+async function setGroup(event) {
+  await submitting(event, async (f) => {
+    await api('PUT', `/console/api/groups/${enc(String(f.get('group')).trim())}`, {
+      downloadBytesPerSec: Number(f.get('downloadBytesPerSec')),
+      uploadBytesPerSec: Number(f.get('uploadBytesPerSec')),
+    });
+  });
+}
+
+async function addMember(event) {
+  await submitting(event, async (f) => {
+    await api('PUT', `/console/api/groups/${enc(String(f.get('group')))}/members/${enc(String(f.get('principal')))}`);
+  });
+}
+
+async function setRepositoryCeilings(event) {
+  await submitting(event, async (f) => {
+    await api('PUT', `/console/api/repositories/${enc(String(f.get('repository')))}/ceilings`, {
+      downloadBytesPerSec: Number(f.get('downloadBytesPerSec')),
+      uploadBytesPerSec: Number(f.get('uploadBytesPerSec')),
+      maxTransfers: Number(f.get('maxTransfers')),
+    });
+  });
+}
+
 // ---------------------------------------------------------------- start
 
 async function start() {
@@ -811,6 +925,9 @@ async function start() {
   $('principal-form').addEventListener('submit', (e) => void createPrincipal(e));
   $('key-form').addEventListener('submit', (e) => void createKey(e));
   $('grant-form').addEventListener('submit', (e) => void grant(e));
+  $('group-form').addEventListener('submit', (e) => void setGroup(e));
+  $('member-form').addEventListener('submit', (e) => void addMember(e));
+  $('repository-ceiling-form').addEventListener('submit', (e) => void setRepositoryCeilings(e));
   $('more-principals').addEventListener('click', () => void morePrincipals());
   $('idle-form').addEventListener('submit', (e) => void showIdle(e));
   $('new-key-dismiss').addEventListener('click', () => {
