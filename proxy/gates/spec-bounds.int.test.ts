@@ -49,14 +49,16 @@ function slowUpload(
 }
 
 describe.each(WORKER_COUNTS)('admission over HTTP (ADR 0008), %i worker(s)', (workers) => {
+  // One database for the file: each instance's run has its own repository.
+  const repo = `adm-${workers}`;
   it('one upload per principal: a second one of the same principal gets 429 busy with Retry-After; another principal is not held up', async () => {
-    await createRepository(db.pool, 'adm');
-    const a = await createServiceAccount(db.pool, { grants: { adm: 'write' } });
-    const b = await createServiceAccount(db.pool, { grants: { adm: 'write' } });
+    await createRepository(db.pool, repo);
+    const a = await createServiceAccount(db.pool, { grants: { [repo]: 'write' } });
+    const b = await createServiceAccount(db.pool, { grants: { [repo]: 'write' } });
     const gw = await startGateway({
       env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_WORKERS: String(workers), ARKVORY_ADMISSION_QUEUE_LENGTH: '0' },
     });
-    const first = slowUpload(gw, 'adm', 'a1.bin', a.key);
+    const first = slowUpload(gw, repo, 'a1.bin', a.key);
     // Wait until the first upload holds its slot (readiness counts it).
     for (let i = 0; ; i++) {
       const ready = JSON.parse(
@@ -66,7 +68,7 @@ describe.each(WORKER_COUNTS)('admission over HTTP (ADR 0008), %i worker(s)', (wo
       if (i > 100) throw new Error('the first upload never became active');
       await sleep(50);
     }
-    const second = await request(`${gw.url}/api/v1/repositories/adm/artifacts/a2.bin`, {
+    const second = await request(`${gw.url}/api/v1/repositories/${repo}/artifacts/a2.bin`, {
       method: 'PUT',
       headers: bearer(a.key),
       body: randomContent(1024),
@@ -75,7 +77,7 @@ describe.each(WORKER_COUNTS)('admission over HTTP (ADR 0008), %i worker(s)', (wo
     expect(JSON.parse(second.body.toString())).toMatchObject({ code: 'busy' });
     expect(Number(second.headers['retry-after'])).toBeGreaterThanOrEqual(1);
     // Another principal uploads at the same time.
-    const other = await request(`${gw.url}/api/v1/repositories/adm/artifacts/b1.bin`, {
+    const other = await request(`${gw.url}/api/v1/repositories/${repo}/artifacts/b1.bin`, {
       method: 'PUT',
       headers: bearer(b.key),
       body: randomContent(1024),
@@ -86,7 +88,7 @@ describe.each(WORKER_COUNTS)('admission over HTTP (ADR 0008), %i worker(s)', (wo
     // The slot is free again: the same principal uploads once more.
     expect(
       (
-        await request(`${gw.url}/api/v1/repositories/adm/artifacts/a2.bin`, {
+        await request(`${gw.url}/api/v1/repositories/${repo}/artifacts/a2.bin`, {
           method: 'PUT',
           headers: bearer(a.key),
           body: randomContent(1024),
@@ -103,7 +105,7 @@ describe.each(WORKER_COUNTS)('admission over HTTP (ADR 0008), %i worker(s)', (wo
       b.principalId,
       b.name,
       b.keyId,
-      'adm',
+      repo,
       'a1.bin',
       'a2.bin',
       'b1.bin',
@@ -236,8 +238,10 @@ describe.each(WORKER_COUNTS)('bandwidth pacing over HTTP (directory store), %i w
   }
 
   it('paces a whole upload and a multipart part at the ceiling, and upload and download budgets are independent', async () => {
-    await createRepository(db.pool, 'pace');
-    const sa = await createServiceAccount(db.pool, { grants: { pace: 'write' } });
+    // One database for the file: each instance's run has its own repository.
+    const repo = `pace-${workers}`;
+    await createRepository(db.pool, repo);
+    const sa = await createServiceAccount(db.pool, { grants: { [repo]: 'write' } });
     const gw = await startGateway({
       env: {
         ARKVORY_DATABASE_URL: db.url,
@@ -246,7 +250,7 @@ describe.each(WORKER_COUNTS)('bandwidth pacing over HTTP (directory store), %i w
         ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(RATE),
       },
     });
-    const base = `${gw.url}/api/v1/repositories/pace`;
+    const base = `${gw.url}/api/v1/repositories/${repo}`;
     let n = 0;
     const upload = () =>
       request(`${base}/artifacts/u${++n}.bin`, { method: 'PUT', headers: bearer(sa.key), body: randomContent(SIZE) });

@@ -29,7 +29,9 @@ export interface Operation {
 
 /** The document as plain data (YAML merge keys resolved); a fresh copy each call. */
 export async function loadOpenApiDocument(file = OPENAPI_PATH): Promise<OpenApiDocument> {
-  return parse(await readFile(file, 'utf8'), { merge: true }) as OpenApiDocument;
+  // The document is ours, not input: its shared error blocks are aliased from every admin operation,
+  // past the library's default guard against alias bombs (100).
+  return parse(await readFile(file, 'utf8'), { merge: true, maxAliasCount: 10_000 }) as OpenApiDocument;
 }
 
 /** `/api/v1/repositories/:repo/artifacts/:id` → `/api/v1/repositories/{repo}/artifacts/{id}`. */
