@@ -246,7 +246,8 @@ export function withAdmission(route: Route, transfers: Transfers): Route {
         principal: ctx.principal.name,
         route: ctx.route,
         repository: ctx.params.repo,
-        bytes: kind === 'download' ? moved.written : moved.read,
+        // Methods of a class: bound here, the live table calls them later on their own.
+        bytes: kind === 'download' ? () => moved.written() : () => moved.read(),
       });
       // A free slot needs no wait, so no signal either (one is made on first use).
       const now = transfers.tryAdmit(ctx.principal.id, kind);
