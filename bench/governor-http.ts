@@ -10,7 +10,6 @@
  */
 import { randomBytes } from 'node:crypto';
 import { readFile, rm } from 'node:fs/promises';
-import http from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { burstBytes } from '../policy/bandwidth/index.ts';
@@ -23,30 +22,12 @@ import {
   STOP_GRACE_MS,
   type GatewayProcess,
 } from '../test/harness/index.ts';
-import { MiB, LOCAL_POSTGRES_URL } from './support.ts';
+import { LOCAL_POSTGRES_URL, MiB, streamLoop } from './support.ts';
 
 async function cpuMs(pid: number): Promise<number> {
   const fields = (await readFile(`/proc/${pid}/stat`, 'utf8')).split(') ')[1]!.split(' ');
   const ticks = Number(fields[11]) + Number(fields[12]);
   return (ticks * 1000) / 100; // USER_HZ is 100 on Linux
-}
-
-/** Streams the file over and over until `stopAt`, counting every received byte into `counter`. */
-async function streamLoop(url: string, key: string, stopAt: number, counter: { bytes: number }): Promise<void> {
-  while (performance.now() < stopAt) {
-    await new Promise<void>((resolve) => {
-      const req = http.get(url, { headers: { authorization: `Bearer ${key}` }, agent: false }, (res) => {
-        res.on('data', (c: Buffer) => {
-          counter.bytes += c.length;
-          if (performance.now() >= stopAt) req.destroy();
-        });
-        res.on('end', resolve);
-        res.on('error', () => resolve());
-        res.on('close', resolve);
-      });
-      req.on('error', () => resolve());
-    });
-  }
 }
 
 async function main(): Promise<void> {

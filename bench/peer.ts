@@ -24,8 +24,6 @@ import { existsSync } from 'node:fs';
 import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import pino from 'pino';
-import { startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
 import {
   benchArgs,
   BenchRun,
@@ -134,11 +132,7 @@ async function main(): Promise<void> {
   const nginxBin = ['/usr/sbin/nginx', '/usr/local/sbin/nginx'].find((p) => existsSync(p));
   if (!nginxBin) throw new Error('nginx is not installed (apt-get install nginx-light)');
   const work = await makeTempDir('arkvory-bench-peer-');
-  let embedded: Awaited<ReturnType<typeof startEmbeddedDatabase>> | undefined;
-  const adminUrl =
-    args['database-url'] ??
-    (embedded = await startEmbeddedDatabase(path.join(work, 'pg'), pino({ level: 'silent' }))).url;
-  const bench = new BenchRun(adminUrl);
+  const bench = await BenchRun.open(work, args['database-url']);
   try {
     const www = path.join(work, 'www');
     const body = randomBytes(SMALL_BYTES);
@@ -310,7 +304,6 @@ async function main(): Promise<void> {
     console.log('\nCPU × peer: at or below 1.00× is the goal of issue #37 (less CPU per request than the peer).');
   } finally {
     await bench.close();
-    await embedded?.stop();
     await rm(work, { recursive: true, force: true });
   }
 }

@@ -355,3 +355,21 @@ export function writeUnreachedRequestRule(dir: string): Promise<string> {
     dir,
   );
 }
+
+/** Streams `url` over and over until `stopAt`, counting every received byte into `counter`. */
+export async function streamLoop(url: string, key: string, stopAt: number, counter: { bytes: number }): Promise<void> {
+  while (performance.now() < stopAt) {
+    await new Promise<void>((resolve) => {
+      const req = http.get(url, { headers: { authorization: `Bearer ${key}` }, agent: false }, (res) => {
+        res.on('data', (c: Buffer) => {
+          counter.bytes += c.length;
+          if (performance.now() >= stopAt) req.destroy();
+        });
+        res.on('end', resolve);
+        res.on('error', () => resolve());
+        res.on('close', resolve);
+      });
+      req.on('error', () => resolve());
+    });
+  }
+}

@@ -32,7 +32,7 @@ import {
   STOP_GRACE_MS,
   type GatewayProcess,
 } from '../test/harness/index.ts';
-import { benchArgs, MiB, median, percentile, writeUnreachedRequestRule } from './support.ts';
+import { benchArgs, MiB, median, percentile, streamLoop, writeUnreachedRequestRule } from './support.ts';
 
 const args = benchArgs({ seconds: '10', rounds: '3', rate: String(4 * MiB), 'small-per-second': '100' }, [
   'database-url',
@@ -45,24 +45,6 @@ const WEIGHTS = [1, 3, 1];
 const STREAMS_PER_PRINCIPAL = 4;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** Streams `url` over and over until `stopAt`, counting every byte received into `counter`. */
-async function streamLoop(url: string, key: string, stopAt: number, counter: { bytes: number }): Promise<void> {
-  while (performance.now() < stopAt) {
-    await new Promise<void>((resolve) => {
-      const req = http.get(url, { headers: { authorization: `Bearer ${key}` }, agent: false }, (res) => {
-        res.on('data', (c: Buffer) => {
-          counter.bytes += c.length;
-          if (performance.now() >= stopAt) req.destroy();
-        });
-        res.on('end', resolve);
-        res.on('error', () => resolve());
-        res.on('close', resolve);
-      });
-      req.on('error', () => resolve());
-    });
-  }
-}
 
 /**
  * GETs of `url` on one keep-alive connection until `stopAt`, one each 1 / SMALL_PER_SECOND s (or

@@ -15,8 +15,6 @@ import { rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
-import pino from 'pino';
-import { startEmbeddedDatabase } from '../proxy/server/embedded-database.ts';
 import { makeTempDir } from '../test/harness/index.ts';
 import { BenchRun, benchArgs, cpuSeconds, median, putFile, writeUnreachedRequestRule, wrk } from './support.ts';
 
@@ -51,11 +49,7 @@ async function countedDownloads(databaseUrl: string): Promise<number> {
 
 async function main(): Promise<void> {
   const work = await makeTempDir('arkvory-bench-usage-');
-  let embedded: Awaited<ReturnType<typeof startEmbeddedDatabase>> | undefined;
-  const adminUrl =
-    args['database-url'] ??
-    (embedded = await startEmbeddedDatabase(path.join(work, 'pg'), pino({ level: 'silent' }))).url;
-  const bench = new BenchRun(adminUrl);
+  const bench = await BenchRun.open(work, args['database-url']);
   try {
     const smallFile = path.join(work, 'small.bin');
     await writeFile(smallFile, randomBytes(SMALL_BYTES));
@@ -138,7 +132,6 @@ async function main(): Promise<void> {
     );
   } finally {
     await bench.close();
-    await embedded?.stop();
     await rm(work, { recursive: true, force: true });
   }
 }
