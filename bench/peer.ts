@@ -91,6 +91,8 @@ interface Figures {
   rps: number[];
   p99Ms: number[];
   cpuPer10k: number[];
+  /** The first root's own CPU (the coordinating process of a gateway with workers). */
+  rootCpuPer10k: number[];
   errors: number;
 }
 
@@ -127,11 +129,13 @@ async function treeMemory(root: number): Promise<{ rss: number; pss: number; pro
   return { rss: sum(rss), pss: sum(pss), processes: pids.length };
 }
 
-async function measure(system: System): Promise<WrkResult & { cpuPer10k: number }> {
-  const before = await systemCpuSeconds(system.roots);
+async function measure(system: System): Promise<WrkResult & { cpuPer10k: number; rootCpuPer10k: number }> {
+  const root = system.roots[0]!;
+  const [before, rootBefore] = await Promise.all([systemCpuSeconds(system.roots), cpuSeconds(root)]);
   const result = await wrk(system.url, { connections: CONNECTIONS, seconds: SECONDS, headers: system.headers });
-  const cpu = (await systemCpuSeconds(system.roots)) - before;
-  return { ...result, cpuPer10k: (cpu / Math.max(1, result.requests)) * 10_000 };
+  const [after, rootAfter] = await Promise.all([systemCpuSeconds(system.roots), cpuSeconds(root)]);
+  const per10k = (cpu: number) => (cpu / Math.max(1, result.requests)) * 10_000;
+  return { ...result, cpuPer10k: per10k(after - before), rootCpuPer10k: per10k(rootAfter - rootBefore) };
 }
 
 /** Aggregate MiB/s of `STREAMS` parallel whole-file downloads of `url`; every answer must be 200 with every byte. */
@@ -328,7 +332,7 @@ async function main(): Promise<void> {
     );
 
     const figures = new Map<string, Figures>(
-      systems.map((s) => [s.name, { rps: [], p99Ms: [], cpuPer10k: [], errors: 0 }]),
+      systems.map((s) => [s.name, { rps: [], p99Ms: [], cpuPer10k: [], rootCpuPer10k: [], errors: 0 }]),
     );
     for (let round = 0; round < ROUNDS; round++) {
       for (let k = 0; k < systems.length; k++) {
@@ -338,6 +342,7 @@ async function main(): Promise<void> {
         f.rps.push(r.rps);
         f.p99Ms.push(r.p99Ms);
         f.cpuPer10k.push(r.cpuPer10k);
+        f.rootCpuPer10k.push(r.rootCpuPer10k);
         f.errors += r.errors;
         process.stderr.write(
           `round ${round + 1} ${s.name}: ${r.rps.toFixed(0)} req/s, p99 ${r.p99Ms.toFixed(1)} ms, ${r.cpuPer10k.toFixed(3)} CPU-s/10k\n`,
@@ -388,6 +393,19 @@ async function main(): Promise<void> {
       );
     }
     console.log('\nCPU × peer: at or below 1.00× is the goal of issue #37 (less CPU per request than the peer).');
+    const withWorkers = systems.filter((s) => s.name.endsWith(`, ${workerLabel(WORKERS)}`));
+    if (withWorkers.length > 0) {
+      console.log('\nWhere the CPU of the gateways with workers goes (medians, CPU-s per 10k requests)\n');
+      console.log('| system | all processes | coordinating process | workers (and redis-server) |');
+      console.log('| --- | ---: | ---: | ---: |');
+      for (const s of withWorkers) {
+        const f = figures.get(s.name)!;
+        const workersOnly = f.cpuPer10k.map((c, i) => c - f.rootCpuPer10k[i]!);
+        console.log(
+          `| ${s.name} | ${median(f.cpuPer10k).toFixed(3)} | ${median(f.rootCpuPer10k).toFixed(3)} | ${median(workersOnly).toFixed(3)} |`,
+        );
+      }
+    }
 
     if (bigSystems.length > 0) {
       const nginxRate = mibPerSec.has(NGINX) ? median(mibPerSec.get(NGINX)!) : undefined;
