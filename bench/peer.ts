@@ -121,12 +121,12 @@ async function pssBytes(pid: number): Promise<number> {
   return Number(/^Pss:\s+(\d+) kB/m.exec(rollup)?.[1] ?? 0) * 1024;
 }
 
-/** RSS and PSS summed over the process tree of `root`, and how many processes it holds. */
-async function treeMemory(root: number): Promise<{ rss: number; pss: number; processes: number }> {
+/** RSS and PSS summed over the process tree of `root`, the RSS of `root` alone, and how many processes it holds. */
+async function treeMemory(root: number): Promise<{ rss: number; pss: number; rootRss: number; processes: number }> {
   const pids = await processTree(root);
   const [rss, pss] = await Promise.all([Promise.all(pids.map(rssBytes)), Promise.all(pids.map(pssBytes))]);
   const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
-  return { rss: sum(rss), pss: sum(pss), processes: pids.length };
+  return { rss: sum(rss), pss: sum(pss), rootRss: rss[0] ?? 0, processes: pids.length };
 }
 
 async function measure(system: System): Promise<WrkResult & { cpuPer10k: number; rootCpuPer10k: number }> {
@@ -426,9 +426,9 @@ async function main(): Promise<void> {
         '\nResident memory of each gateway, summed over all its processes (RSS counts shared pages once per process; PSS splits them)\n',
       );
       console.log(
-        '| gateway | processes | RSS MiB after warm-up | × 1 worker | PSS MiB after warm-up | RSS MiB at the end | × 1 worker | PSS MiB at the end |',
+        '| gateway | processes | RSS MiB after warm-up | × 1 worker | PSS MiB after warm-up | RSS MiB at the end | × 1 worker | PSS MiB at the end | RSS MiB of the coordinating (or only) process at the end |',
       );
-      console.log('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
+      console.log('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
       const oneWorker = (name: string) => name.replace(/, \d+ workers$/, ', 1 worker');
       const mib = (bytes: number) => (bytes / MiB).toFixed(1);
       for (const g of started) {
@@ -436,7 +436,7 @@ async function main(): Promise<void> {
         const base = (m: Map<string, { rss: number }>) => m.get(oneWorker(g.name))?.rss;
         const compared = g.name.includes('compare');
         console.log(
-          `| ${g.name} | ${end.processes} | ${mib(warm.rss)} | ${compared ? '—' : ratio(warm.rss, base(memoryAfterWarmUp))} | ${mib(warm.pss)} | ${mib(end.rss)} | ${compared ? '—' : ratio(end.rss, base(memoryAtEnd))} | ${mib(end.pss)} |`,
+          `| ${g.name} | ${end.processes} | ${mib(warm.rss)} | ${compared ? '—' : ratio(warm.rss, base(memoryAfterWarmUp))} | ${mib(warm.pss)} | ${mib(end.rss)} | ${compared ? '—' : ratio(end.rss, base(memoryAtEnd))} | ${mib(end.pss)} | ${mib(end.rootRss)} |`,
         );
       }
       console.log(
