@@ -18,7 +18,7 @@
  * and at the end, and the ratio of `--workers` workers to one.
  *
  *   node bench/peer.ts [--rounds 5] [--seconds 8] [--connections 64] [--workers 2] [--big-mib 1024]
- *                      [--streams 16] [--database-url URL] [--only 'gateway (memory counters),peer']
+ *                      [--streams 16] [--database-url URL] [--only 'gateway (memory counters) with 2,peer']
  *                      [--profile-dir DIR] [--compare-root DIR]
  *
  * `--only` measures the systems whose names start so (names as in the table, comma-separated; the
@@ -76,7 +76,7 @@ if (!Number.isInteger(WORKERS) || WORKERS < 2) throw new Error(`--workers must b
 
 const workerLabel = (n: number) => `${n} worker${n === 1 ? '' : 's'}`;
 const gatewayName = (counters: 'Redis' | 'memory', workers: number) =>
-  `gateway (${counters} counters), ${workerLabel(workers)}`;
+  `gateway (${counters} counters) with ${workerLabel(workers)}`;
 
 interface System {
   readonly name: string;
@@ -234,7 +234,7 @@ async function main(): Promise<void> {
       ),
       ...(compareRoot
         ? (['Redis', 'memory'] as const).map((counters) => ({
-            name: `gateway (${counters} counters, compare)`,
+            name: `gateway (${counters} counters) from --compare-root`,
             counters,
             env: {},
             checkout: compareRoot as string | undefined,
@@ -393,7 +393,7 @@ async function main(): Promise<void> {
       );
     }
     console.log('\nCPU × peer: at or below 1.00× is the goal of issue #37 (less CPU per request than the peer).');
-    const withWorkers = systems.filter((s) => s.name.endsWith(`, ${workerLabel(WORKERS)}`));
+    const withWorkers = systems.filter((s) => s.name.endsWith(` with ${workerLabel(WORKERS)}`));
     if (withWorkers.length > 0) {
       console.log('\nWhere the CPU of the gateways with workers goes (medians, CPU-s per 10k requests)\n');
       console.log('| system | all processes | coordinating process | workers (and redis-server) |');
@@ -429,7 +429,7 @@ async function main(): Promise<void> {
         '| gateway | processes | RSS MiB after warm-up | × 1 worker | PSS MiB after warm-up | RSS MiB at the end | × 1 worker | PSS MiB at the end | RSS MiB of the coordinating (or only) process at the end |',
       );
       console.log('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
-      const oneWorker = (name: string) => name.replace(/, \d+ workers$/, ', 1 worker');
+      const oneWorker = (name: string) => name.replace(/ with \d+ workers$/, ' with 1 worker');
       const mib = (bytes: number) => (bytes / MiB).toFixed(1);
       for (const g of started) {
         const [warm, end] = [memoryAfterWarmUp.get(g.name)!, memoryAtEnd.get(g.name)!];
