@@ -178,7 +178,7 @@ describe('arkvory doctor', () => {
     const routerEnv = { ARKVORY_ROLE: 'router', ARKVORY_ROUTER_BACKENDS: gw.url };
     const r = await runCli(['doctor'], routerEnv);
     expect(lines(r.stdout).get('gateways'), r.stdout).toBe('ok');
-    expect(r.stdout).toContain(`ok   gateways: ${gw.url} serving, store ok`);
+    expect(r.stdout).toContain(`ok   gateways: ${gw.url} serving, workers 1/1 serving, store ok`);
     const id = path.join(dataDir, 'storage-id');
     await rename(id, `${id}.away`);
     for (let i = 0; i < 100; i++) {
@@ -189,7 +189,7 @@ describe('arkvory doctor', () => {
     const down = await runCli(['doctor'], routerEnv);
     expect(down.code).toBe(1);
     expect(down.stdout).toMatch(
-      new RegExp(`^FAIL gateways: ${gw.url} serving, store unreachable \\(last error storage_mismatch at \\d{4}-`, 'm'),
+      new RegExp(`^FAIL gateways: ${gw.url} serving, workers 1/1 serving, store unreachable \\(last error storage_mismatch at \\d{4}-`, 'm'),
     );
     await rename(`${id}.away`, id);
     await gw.stop('SIGTERM');

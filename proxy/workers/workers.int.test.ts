@@ -90,7 +90,9 @@ async function requestRetried(url: string, init: Parameters<typeof request>[1] =
       return await request(url, init);
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
-      if (attempt >= 5 || (code !== 'ECONNRESET' && code !== 'ECONNREFUSED')) throw err;
+      if (attempt >= 10 || (code !== 'ECONNRESET' && code !== 'ECONNREFUSED')) throw err;
+      // The dead worker's socket leaves the port's group as the kernel reaps it: try again shortly after.
+      await sleep(20 * attempt);
     }
   }
 }
