@@ -189,7 +189,10 @@ describe('arkvory doctor', () => {
     const down = await runCli(['doctor'], routerEnv);
     expect(down.code).toBe(1);
     expect(down.stdout).toMatch(
-      new RegExp(`^FAIL gateways: ${gw.url} serving, workers 1/1 serving, store unreachable \\(last error storage_mismatch at \\d{4}-`, 'm'),
+      new RegExp(
+        `^FAIL gateways: ${gw.url} serving, workers 1/1 serving, store unreachable \\(last error storage_mismatch at \\d{4}-`,
+        'm',
+      ),
     );
     await rename(`${id}.away`, id);
     await gw.stop('SIGTERM');
