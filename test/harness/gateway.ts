@@ -4,7 +4,7 @@
  * `/health/status`. Nothing here stops it on its own: the caller (or test/support's vitest layer) does.
  */
 import path from 'node:path';
-import { freeLoopbackPort } from '../../lib/free-port.ts';
+import { freeLoopbackPort } from './ports.ts';
 import { startProcess, processEnv, type ManagedProcess } from './managed-process.ts';
 import { ARKVORY_BIN, REPO_ROOT } from './paths.ts';
 import { runProcess, type ProcessResult } from './run-process.ts';

@@ -3,7 +3,7 @@
  * processes, find ports, seed a database and wait. It registers no test-runner hooks (test/support
  * adds vitest's on top), so plain scripts under bench/ import it too.
  */
-export { freeLoopbackPort } from '../../lib/free-port.ts';
+export { freeLoopbackPort, PORT_CLAIMS_VARIABLE } from './ports.ts';
 export { createDatabase, createMigratedTemplate, type ScratchDatabase } from './database.ts';
 export {
   runCli,

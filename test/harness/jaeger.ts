@@ -5,7 +5,7 @@
  */
 import { rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { freeLoopbackPort } from '../../lib/free-port.ts';
+import { freeLoopbackPort } from './ports.ts';
 import { startProcess, type ManagedProcess } from './managed-process.ts';
 import { makeTempDir } from './temp-dir.ts';
 import { waitUntil } from './wait.ts';

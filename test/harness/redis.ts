@@ -1,6 +1,6 @@
 /** A real redis-server from PATH on a loopback port, and the check that a Redis answers. */
 import { Redis } from 'ioredis';
-import { freeLoopbackPort } from '../../lib/free-port.ts';
+import { freeLoopbackPort } from './ports.ts';
 import { startProcess, type ManagedProcess } from './managed-process.ts';
 import { waitUntil } from './wait.ts';
 

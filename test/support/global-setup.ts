@@ -21,7 +21,13 @@ import { startEmbeddedDatabase, type EmbeddedDatabase } from '../../proxy/server
 import { createLogger } from '../../proxy/server/logger.ts';
 import { describeToxiproxyServer } from '../../chaos/support/toxiproxy.ts';
 import { S3_SERVER_KINDS, s3ServerInfo, startS3Server, type S3Server, type S3ServerKind } from './s3-server.ts';
-import { createMigratedTemplate, REDIS_INSTALL_HINT, startRedisServer, type RedisServer } from '../harness/index.ts';
+import {
+  createMigratedTemplate,
+  PORT_CLAIMS_VARIABLE,
+  REDIS_INSTALL_HINT,
+  startRedisServer,
+  type RedisServer,
+} from '../harness/index.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -112,6 +118,10 @@ export default async function setup(project: TestProject): Promise<() => Promise
 
 async function startServices(): Promise<Services> {
   const cleanups: Array<() => Promise<void>> = [];
+  // Set before any service or worker starts: every process of the run claims its ports there.
+  const claims = await mkdtemp(path.join(os.tmpdir(), 'arkvory-test-ports-'));
+  process.env[PORT_CLAIMS_VARIABLE] = claims;
+  cleanups.push(() => rm(claims, { recursive: true, force: true }));
   let databaseUrl = process.env.ARKVORY_TEST_DATABASE_URL;
   if (databaseUrl) {
     await checkPostgres(databaseUrl);
