@@ -18,7 +18,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Agent, request } from 'undici';
 import { download } from '../client/index.ts';
-import { median, MiB, benchArgs, startEmbeddedGateway } from './support.ts';
+import { median, MiB, benchArgs, rotatedOrder, startEmbeddedGateway } from './support.ts';
 
 import { makeTempDir, runCli, runProcess, STOP_GRACE_MS, type GatewayProcess } from '../test/harness/index.ts';
 
@@ -122,8 +122,8 @@ async function main(): Promise<void> {
         ['sdk', async () => void (await download({ url: bigUrl, output: out, key }))],
         ['cli', async () => void (await runCli(['get', bigUrl, '-o', out], { ARKVORY_KEY: key }))],
       ];
-      for (let i = 0; i < contenders.length; i++) {
-        const [name, fn] = contenders[(i + round) % contenders.length]!;
+      for (const i of rotatedOrder(contenders.length, round)) {
+        const [name, fn] = contenders[i]!;
         await rm(out, { force: true });
         const seconds = await timed(fn);
         if ((await stat(out)).size !== BIG) throw new Error(`${name} did not write the whole file`);
@@ -141,8 +141,8 @@ async function main(): Promise<void> {
         ],
         ['presigned', () => requestRate(`${base}${link.path}`, {})],
       ];
-      for (let i = 0; i < contenders.length; i++) {
-        const [name, fn] = contenders[(i + round) % contenders.length]!;
+      for (const i of rotatedOrder(contenders.length, round)) {
+        const [name, fn] = contenders[i]!;
         forms[name]!.push(await fn());
       }
     }

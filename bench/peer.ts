@@ -49,6 +49,7 @@ import {
   wrk,
   writeRandomFile,
   writeUnreachedRequestRule,
+  rotatedOrder,
 } from './support.ts';
 import {
   freeLoopbackPort,
@@ -335,8 +336,8 @@ async function main(): Promise<void> {
       systems.map((s) => [s.name, { rps: [], p99Ms: [], cpuPer10k: [], rootCpuPer10k: [], errors: 0 }]),
     );
     for (let round = 0; round < ROUNDS; round++) {
-      for (let k = 0; k < systems.length; k++) {
-        const s = systems[(k + round) % systems.length]!;
+      for (const k of rotatedOrder(systems.length, round)) {
+        const s = systems[k]!;
         const r = await measure(s);
         const f = figures.get(s.name)!;
         f.rps.push(r.rps);
@@ -363,8 +364,8 @@ async function main(): Promise<void> {
         ];
     const mibPerSec = new Map<string, number[]>(bigSystems.map((s) => [s.name, []]));
     for (let round = 0; round < ROUNDS; round++) {
-      for (let k = 0; k < bigSystems.length; k++) {
-        const s = bigSystems[(k + round) % bigSystems.length]!;
+      for (const k of rotatedOrder(bigSystems.length, round)) {
+        const s = bigSystems[k]!;
         const rate = await parallelDownloads(s.name, s.url, s.key ? { authorization: `Bearer ${s.key}` } : {});
         mibPerSec.get(s.name)!.push(rate);
         process.stderr.write(

@@ -45,6 +45,14 @@ export function benchArgs<const D extends Record<string, string>, const O extend
 export const LOCAL_POSTGRES_URL = 'postgres://postgres@127.0.0.1:5432/postgres';
 
 export const median = (xs: readonly number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+/**
+ * The indices 0…count−1 in round `round`'s order of interleaved rounds: each round starts one later,
+ * so no contender always runs first (warmest) or last (after the others heated the machine).
+ */
+export function rotatedOrder(count: number, round: number): number[] {
+  return Array.from({ length: count }, (_, k) => (k + round) % count);
+}
 export const percentile = (xs: readonly number[], p: number): number =>
   [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
 

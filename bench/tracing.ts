@@ -31,6 +31,7 @@ import {
   writeRandomFile,
   writeUnreachedRequestRule,
   wrk,
+  rotatedOrder,
 } from './support.ts';
 
 const args = benchArgs({ rounds: '5', seconds: '4', connections: '16', 'big-mib': '1024' }, [
@@ -138,8 +139,7 @@ async function main(): Promise<void> {
     }
     const figures: Figures[] = variants.map(() => ({ rps: [], cpuPer10k: [], cpuPerGiB: [], errors: 0 }));
     for (let round = 0; round < ROUNDS; round++) {
-      for (let k = 0; k < variants.length; k++) {
-        const i = (k + round) % variants.length;
+      for (const i of rotatedOrder(variants.length, round)) {
         const g = gateways[i]!;
         const f = figures[i]!;
         const headers = { authorization: `Bearer ${g.keys[0]}` };

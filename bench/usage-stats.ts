@@ -16,7 +16,16 @@ import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import { makeTempDir } from '../test/harness/index.ts';
-import { BenchRun, benchArgs, cpuSeconds, median, putFile, writeUnreachedRequestRule, wrk } from './support.ts';
+import {
+  BenchRun,
+  benchArgs,
+  cpuSeconds,
+  median,
+  putFile,
+  rotatedOrder,
+  writeUnreachedRequestRule,
+  wrk,
+} from './support.ts';
 
 const args = benchArgs({ rounds: '7', seconds: '4', connections: '16', 'flush-seconds': '10' }, ['database-url']);
 const ROUNDS = Number(args.rounds);
@@ -86,8 +95,7 @@ async function main(): Promise<void> {
     }
     const figures: Figures[] = variants.map(() => ({ rps: [], cpuPer10k: [], requests: 0, errors: 0 }));
     for (let round = 0; round < ROUNDS; round++) {
-      for (let k = 0; k < variants.length; k++) {
-        const i = (k + round) % variants.length;
+      for (const i of rotatedOrder(variants.length, round)) {
         const g = gateways[i]!;
         const f = figures[i]!;
         const headers = { authorization: `Bearer ${g.keys[0]}` };
