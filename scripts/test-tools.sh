@@ -26,6 +26,18 @@ JAEGER_VERSION=v1.76.0
 # Keep in step with SCHEMATHESIS_VERSION in test/contract/schemathesis.test.ts.
 SCHEMATHESIS_VERSION=4.32.5
 
+# `retrying COMMAND…`: runs it up to three times, 15 s apart. The registries are reached over a
+# network that drops a connection now and then (go's checksum lookups, pip, apt); a build that
+# fails for its own reasons fails three times, which costs a little time and says the same.
+retrying() {
+  local attempt
+  for attempt in 1 2 3; do
+    "$@" && return 0
+    [ "$attempt" -lt 3 ] && { echo "test tools: '$1' failed (attempt $attempt of 3); retrying in 15 s" >&2; sleep 15; }
+  done
+  return 1
+}
+
 # ================================= what is missing (checks only) =================================
 
 # --- Debian packages: `need COMMAND PACKAGE` queues PACKAGE when COMMAND is missing ---------------
@@ -174,7 +186,7 @@ fi
 
 if [ ${#debian_missing[@]} -gt 0 ]; then
   echo "test tools: installing from Debian: ${debian_missing[*]}"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${debian_missing[@]}" >/dev/null || exit 1
+  retrying apt-get update -qq && DEBIAN_FRONTEND=noninteractive retrying apt-get install -y -qq "${debian_missing[@]}" >/dev/null || exit 1
 fi
 
 # `go_install NAME PACKAGE VERSION [go install flags…]`: PACKAGE@VERSION as $TOOLS_DIR/bin/NAME,
@@ -185,7 +197,7 @@ go_install() {
   local bin="$TOOLS_DIR/bin/$name" tmp
   echo "test tools: installing $package@$version as $bin"
   tmp=$(mktemp -d "$TOOLS_DIR/.go-install.XXXXXX") || return 1
-  if GOBIN="$tmp" go install "$@" "$package@$version" && mv "$tmp"/* "$bin"; then
+  if GOBIN="$tmp" retrying go install "$@" "$package@$version" && mv "$tmp"/* "$bin"; then
     rm -rf "$tmp"
   else
     rm -rf "$tmp"
@@ -200,7 +212,7 @@ py_install() {
   if [ ! -f "$venv/.installed" ]; then
     echo "test tools: installing $dist==$version into $venv"
     rm -rf "$venv"
-    python3 -m venv "$venv" && "$venv/bin/pip" install -q --disable-pip-version-check "$dist==$version" && touch "$venv/.installed" || {
+    python3 -m venv "$venv" && retrying "$venv/bin/pip" install -q --disable-pip-version-check "$dist==$version" && touch "$venv/.installed" || {
       rm -rf "$venv"
       return 1
     }
@@ -216,15 +228,15 @@ for tool in "${tools_missing[@]}"; do
       ;;
     seaweedfs)
       echo "test tools: building SeaweedFS $SEAWEEDFS_VERSION into $TOOLS_DIR/bin (several minutes)"
-      go mod download "github.com/seaweedfs/seaweedfs@$SEAWEEDFS_VERSION" || exit 1
-      (cd "$(go env GOMODCACHE)/github.com/seaweedfs/seaweedfs@$SEAWEEDFS_VERSION" && go build -o "$TOOLS_DIR/bin/weed" ./weed) || exit 1
+      retrying go mod download "github.com/seaweedfs/seaweedfs@$SEAWEEDFS_VERSION" || exit 1
+      (cd "$(go env GOMODCACHE)/github.com/seaweedfs/seaweedfs@$SEAWEEDFS_VERSION" && retrying go build -o "$TOOLS_DIR/bin/weed" ./weed) || exit 1
       echo "$SEAWEEDFS_VERSION" >"$TOOLS_DIR/bin/weed.version"
       ;;
     jaeger)
       echo "test tools: building Jaeger $JAEGER_VERSION into $TOOLS_DIR/bin (several minutes)"
-      go mod download "github.com/jaegertracing/jaeger@$JAEGER_VERSION" || exit 1
+      retrying go mod download "github.com/jaegertracing/jaeger@$JAEGER_VERSION" || exit 1
       (cd "$(go env GOMODCACHE)/github.com/jaegertracing/jaeger@$JAEGER_VERSION" &&
-        go build "$JAEGER_FLAGS" -o "$TOOLS_DIR/bin/.jaeger.tmp" ./cmd/jaeger) &&
+        retrying go build "$JAEGER_FLAGS" -o "$TOOLS_DIR/bin/.jaeger.tmp" ./cmd/jaeger) &&
         mv "$TOOLS_DIR/bin/.jaeger.tmp" "$TOOLS_DIR/bin/jaeger" || { rm -f "$TOOLS_DIR/bin/.jaeger.tmp"; exit 1; }
       ;;
     minio)
