@@ -38,7 +38,7 @@ import { s3KeyVerifier } from '../content/storage.ts';
 import { registerSecretMetrics } from '../metrics/secret-metrics.ts';
 import { currentUrl, type ConnectionUrl } from '../../lib/connection-url.ts';
 import type { PrivilegeReport } from './database-privileges.ts';
-import type { WorkerInstance, WorkerView } from '../workers/worker-instance.ts';
+import { connectionShare, type WorkerInstance, type WorkerView } from '../workers/worker-instance.ts';
 import { createRemoteTransfers, type RemoteTransfers } from '../workers/remote-transfers.ts';
 import { remoteCounterStore } from '../workers/remote-counter-store.ts';
 
@@ -69,6 +69,14 @@ export async function serveGateway(
   const lifecycle = new Lifecycle();
   // One worker of several: the completion worker runs in the first one only (the instance has one).
   if (instance && instance.index > 0 && config.embeddedWorker) config = { ...config, embeddedWorker: false };
+  // An explicit connection bound is the instance's: each worker serves its share. A derived one
+  // follows each process's own descriptor limit, so it is a worker's already.
+  const maxConnections = config.frontDoor.maxConnections;
+  if (instance && maxConnections !== undefined)
+    config = {
+      ...config,
+      frontDoor: { ...config.frontDoor, maxConnections: connectionShare(maxConnections, instance.workers) },
+    };
   let database: Database | undefined;
   let server: GatewayServer | undefined;
   const stopping = new AbortController();
