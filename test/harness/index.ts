@@ -27,6 +27,7 @@ export {
   type JaegerServer,
   type JaegerSpan,
   type JaegerTrace,
+  type TraceWithOptions,
 } from './jaeger.ts';
 export { type NginxLogLevel, nginxMainConfig, type NginxMainConfigOptions } from './nginx-config.ts';
 export { pingRedis, REDIS_INSTALL_HINT, startRedisServer, type RedisServer } from './redis.ts';
