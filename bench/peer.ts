@@ -54,6 +54,7 @@ import {
 import {
   freeLoopbackPort,
   makeTempDir,
+  nginxMainConfig,
   REPO_ROOT,
   startProcess,
   startRedisServer,
@@ -150,33 +151,31 @@ async function parallelDownloads(name: string, url: string, headers: Record<stri
   return (STREAMS * BIG_BYTES) / MiB / seconds;
 }
 function nginxConf(o: { prefix: string; port: number; root: string; keyCheckPort: number }): string {
-  // Run as root, the workers read the bench's temporary files without a chmod of its directories.
-  const user = process.getuid?.() === 0 ? 'user root;\n' : '';
-  return `${user}daemon off; worker_processes auto; pid ${o.prefix}/nginx.pid; error_log ${o.prefix}/error.log;
-events { worker_connections 1024; }
-http {
-  access_log off; sendfile on; tcp_nopush on;
-  client_body_temp_path ${o.prefix}/body; proxy_temp_path ${o.prefix}/proxy;
-  fastcgi_temp_path ${o.prefix}/fastcgi; uwsgi_temp_path ${o.prefix}/uwsgi; scgi_temp_path ${o.prefix}/scgi;
-  upstream key_check { server 127.0.0.1:${o.keyCheckPort}; keepalive 32; }
-  # Counted on every request per key, never reached (as the gateway's rule in this bench).
-  limit_req_zone $http_authorization zone=per_key:10m rate=1000000r/s;
-  server {
-    listen 127.0.0.1:${o.port}; root ${o.root};
-    location /files/ { auth_request /_key_check; limit_req zone=per_key burst=1000000 nodelay; }
-    location /plain/ { }
-    location = /_key_check {
-      internal;
-      proxy_pass http://key_check;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_pass_request_body off;
-      proxy_set_header Content-Length "";
-      proxy_set_header X-Original-URI $request_uri;
-    }
+  // Workers as root (the default when running as root) read the bench's temporary files without a chmod of its directories.
+  return nginxMainConfig({
+    prefix: o.prefix,
+    tempDir: o.prefix,
+    workerProcesses: 'auto',
+    workerConnections: 1024,
+    http: `access_log off; sendfile on; tcp_nopush on;
+upstream key_check { server 127.0.0.1:${o.keyCheckPort}; keepalive 32; }
+# Counted on every request per key, never reached (as the gateway's rule in this bench).
+limit_req_zone $http_authorization zone=per_key:10m rate=1000000r/s;
+server {
+  listen 127.0.0.1:${o.port}; root ${o.root};
+  location /files/ { auth_request /_key_check; limit_req zone=per_key burst=1000000 nodelay; }
+  location /plain/ { }
+  location = /_key_check {
+    internal;
+    proxy_pass http://key_check;
+    proxy_http_version 1.1;
+    proxy_set_header Connection "";
+    proxy_pass_request_body off;
+    proxy_set_header Content-Length "";
+    proxy_set_header X-Original-URI $request_uri;
   }
-}
-`;
+}`,
+  });
 }
 
 async function main(): Promise<void> {

@@ -6,6 +6,7 @@ import path from 'node:path';
 import {
   freeLoopbackPort,
   makeTempDir,
+  nginxMainConfig,
   REPO_ROOT,
   startGateway,
   startProcess,
@@ -73,7 +74,14 @@ async function startDeployNginx(
   await writeFile(path.join(dir, 'arkvory.conf'), site);
   await writeFile(
     path.join(dir, 'nginx.conf'),
-    `${process.getuid?.() === 0 ? 'user root;\n' : ''}worker_processes 1;\ndaemon off;\npid ${dir}/nginx.pid;\nerror_log ${dir}/error.log warn;\nevents { worker_connections 256; }\nhttp {\n  access_log off;\n  client_body_temp_path ${t}/body; proxy_temp_path ${t}/proxy; fastcgi_temp_path ${t}/fastcgi; uwsgi_temp_path ${t}/uwsgi; scgi_temp_path ${t}/scgi;\n  include ${dir}/arkvory.conf;\n}\n`,
+    nginxMainConfig({
+      prefix: dir,
+      tempDir: t,
+      workerProcesses: 1,
+      workerConnections: 256,
+      errorLogLevel: 'warn',
+      http: `access_log off;\ninclude ${dir}/arkvory.conf;`,
+    }),
   );
   return startNginx(nginx, dir, `http://127.0.0.1:${port}/health/live`);
 }

@@ -161,7 +161,9 @@ async function startNginxRelay(
     root: prefix,
     bodyTemp: path.join(prefix, 'tmp'),
     server: `location / { proxy_pass http://${target.host}${target.pathname}; proxy_http_version 1.1; proxy_buffering off; ${headers} }`,
-  }).replace('worker_processes auto;', `worker_processes 1;${process.getuid?.() === 0 ? ' user root;' : ''}`);
+    workerProcesses: 1,
+    workersAsRoot: true,
+  });
   await writeFile(path.join(prefix, 'nginx.conf'), conf);
   const url = `http://127.0.0.1:${port}/`;
   // One byte (Range is not among the signed headers): the signature and the path are right.

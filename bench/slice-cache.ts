@@ -424,12 +424,15 @@ async function startNginxSliceCache(
     `log_subrequest on; access_log ${log} upstream;`,
     '}',
   ].join(' ');
-  const conf = benchNginxConf({ prefix, port, root: prefix, bodyTemp: path.join(prefix, 'tmp'), server: location })
-    .replace(
-      'http {',
-      `http { log_format upstream '$upstream_bytes_received'; proxy_cache_path ${prefix}/cache levels=1:2 keys_zone=slices:16m max_size=16g inactive=1h use_temp_path=off;`,
-    )
-    .replace('worker_processes auto;', `worker_processes auto;${process.getuid?.() === 0 ? ' user root;' : ''}`);
+  const conf = benchNginxConf({
+    prefix,
+    port,
+    root: prefix,
+    bodyTemp: path.join(prefix, 'tmp'),
+    http: `log_format upstream '$upstream_bytes_received'; proxy_cache_path ${prefix}/cache levels=1:2 keys_zone=slices:16m max_size=16g inactive=1h use_temp_path=off;`,
+    server: location,
+    workersAsRoot: true,
+  });
   await writeFile(path.join(prefix, 'nginx.conf'), conf);
   const url = `http://127.0.0.1:${port}/crowd.bin`;
   // Ready on a path of its own (not the object's), so the cache is still cold.

@@ -22,6 +22,7 @@ import path from 'node:path';
 import {
   freeLoopbackPort,
   makeTempDir,
+  nginxMainConfig,
   REPO_ROOT,
   startProcess,
   waitUntil,
@@ -89,12 +90,14 @@ async function main(): Promise<void> {
     await writeFile(path.join(prefix, 'site.conf'), await siteConfig({ port: nginxPort, root: storeRoot, move: true }));
     await writeFile(
       path.join(prefix, 'nginx.conf'),
-      `${process.getuid?.() === 0 ? 'user root;\n' : ''}daemon off; worker_processes auto; pid ${prefix}/nginx.pid; error_log ${prefix}/error.log;
-events { worker_connections 1024; }
-http { access_log off; client_body_temp_path ${work}/body; proxy_temp_path ${prefix}/proxy;
-  fastcgi_temp_path ${prefix}/fastcgi; uwsgi_temp_path ${prefix}/uwsgi; scgi_temp_path ${prefix}/scgi;
-  include ${prefix}/site.conf; }
-`,
+      nginxMainConfig({
+        prefix,
+        tempDir: prefix,
+        bodyTempPath: path.join(work, 'body'),
+        workerProcesses: 'auto',
+        workerConnections: 1024,
+        http: `access_log off;\ninclude ${prefix}/site.conf;`,
+      }),
     );
     const storeUrl = `http://127.0.0.1:${nginxPort}/arkvory/`;
     bench.keep(await startNginx(nginxBin, prefix, storeUrl));

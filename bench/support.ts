@@ -8,6 +8,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import {
   createDatabase,
+  nginxMainConfig,
   runProcess,
   samplePeak,
   seedWriters,
@@ -107,7 +108,7 @@ export const sigV4CurlArgs = (server: { region: string; accessKeyId: string; sec
 /**
  * An nginx configuration serving `root` on 127.0.0.1:`port` with sendfile, every temporary path under
  * `prefix` (the benches' own nginx, run as `nginx -c <conf> -p <prefix>`); `server` adds directives
- * inside the server block (a WebDAV location, say).
+ * inside the server block (a WebDAV location, say), `http` directives before it (a cache zone, say).
  */
 export function benchNginxConf(options: {
   prefix: string;
@@ -115,6 +116,11 @@ export function benchNginxConf(options: {
   root: string;
   bodyTemp: string;
   server?: string;
+  http?: string;
+  /** As many workers as cores unless given. */
+  workerProcesses?: number | 'auto';
+  /** Workers as root when the bench runs as root (nginx's default user otherwise, as when left out). */
+  workersAsRoot?: boolean;
   /** Serve HTTPS with this PEM chain and key (TLS 1.2 and 1.3, nginx's default ciphers and session tickets). */
   tls?: { certFile: string; keyFile: string };
 }) {
@@ -127,12 +133,16 @@ export function benchNginxConf(options: {
   ]
     .filter(Boolean)
     .join(' ');
-  return `daemon off; worker_processes auto; pid ${prefix}/nginx.pid; error_log ${prefix}/error.log;
-events { worker_connections 1024; }
-http { access_log off; sendfile on; tcp_nopush on; client_body_temp_path ${bodyTemp}; proxy_temp_path ${prefix}/proxy;
-  fastcgi_temp_path ${prefix}/fastcgi; uwsgi_temp_path ${prefix}/uwsgi; scgi_temp_path ${prefix}/scgi;
-  server { listen 127.0.0.1:${port}${tls ? ' ssl' : ''}; root ${root};${server ? ` ${server}` : ''} } }
-`;
+  return nginxMainConfig({
+    prefix,
+    tempDir: prefix,
+    bodyTempPath: bodyTemp,
+    workerProcesses: options.workerProcesses ?? 'auto',
+    workerConnections: 1024,
+    userRoot: options.workersAsRoot ? undefined : false,
+    http: `access_log off; sendfile on; tcp_nopush on;${options.http ? `\n${options.http}` : ''}
+server { listen 127.0.0.1:${port}${tls ? ' ssl' : ''}; root ${root};${server ? ` ${server}` : ''} }`,
+  });
 }
 
 /**

@@ -13,7 +13,7 @@ import { parseMultipart, randomContent, request, sha256 } from '../../test/suppo
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, ROOT, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { APT_TEMPLATE } from '../content/paths.ts';
-import { freeLoopbackPort } from '../../test/harness/index.ts';
+import { freeLoopbackPort, nginxMainConfig } from '../../test/harness/index.ts';
 import { waitUntil } from '../../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
@@ -74,10 +74,16 @@ beforeAll(async () => {
   nginxUrl = `http://127.0.0.1:${port}`;
   const site = path.join(dir, 'arkvory.conf');
   await writeFile(site, await nginxConfigFor(`127.0.0.1:${writer.port}`, [`127.0.0.1:${reader.port}`], port));
-  const t = path.join(dir, 'tmp');
   await writeFile(
     path.join(dir, 'nginx.conf'),
-    `${process.getuid?.() === 0 ? 'user root;\n' : ''}worker_processes 1;\ndaemon off;\npid ${dir}/nginx.pid;\nerror_log ${dir}/error.log warn;\nevents { worker_connections 256; }\nhttp {\n  access_log ${dir}/access.log;\n  client_body_temp_path ${t}/body; proxy_temp_path ${t}/proxy; fastcgi_temp_path ${t}/fastcgi; uwsgi_temp_path ${t}/uwsgi; scgi_temp_path ${t}/scgi;\n  include ${site};\n}\n`,
+    nginxMainConfig({
+      prefix: dir,
+      tempDir: path.join(dir, 'tmp'),
+      workerProcesses: 1,
+      workerConnections: 256,
+      errorLogLevel: 'warn',
+      http: `access_log ${dir}/access.log;\ninclude ${site};`,
+    }),
   );
   nginx = spawn(NGINX, ['-p', dir, '-c', path.join(dir, 'nginx.conf')], { stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';

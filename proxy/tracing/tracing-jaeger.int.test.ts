@@ -78,19 +78,10 @@ function service(trace: JaegerTrace, span: JaegerSpan): string | undefined {
  * The trace once Jaeger holds the router's span and every span named in `names` (spans of one trace
  * arrive in several exports, the router's last: it ends when the client has the response).
  */
-async function traceWith(traceId: string, names: readonly string[]): Promise<JaegerTrace> {
-  let found: JaegerTrace | undefined;
-  await expect
-    .poll(
-      async () => {
-        found = await jaeger.trace(traceId);
-        const have = new Set(found?.spans.map((s) => `${service(found!, s)} ${s.operationName}`));
-        return ['arkvory-router GET', ...names.map((n) => `arkvory-gateway ${n}`)].filter((n) => !have.has(n));
-      },
-      { timeout: 20_000, interval: 200 },
-    )
-    .toEqual([]);
-  return found!;
+function traceWith(traceId: string, names: readonly string[]): Promise<JaegerTrace> {
+  return jaeger.traceWith(traceId, ['arkvory-router GET', ...names.map((n) => `arkvory-gateway ${n}`)], {
+    spanKey: (span, trace) => `${service(trace, span)} ${span.operationName}`,
+  });
 }
 
 /** The trace id of the router's request line for `path` (the one after `linesBefore`). */

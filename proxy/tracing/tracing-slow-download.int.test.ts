@@ -55,21 +55,6 @@ afterAll(async () => {
 
 const tag = (span: JaegerSpan, name: string) => span.tags.find((t) => t.key === name)?.value;
 
-async function traceWith(traceId: string, names: readonly string[]): Promise<JaegerTrace> {
-  let found: JaegerTrace | undefined;
-  await expect
-    .poll(
-      async () => {
-        found = await jaeger.trace(traceId);
-        const have = new Set(found?.spans.map((s) => s.operationName));
-        return names.filter((n) => !have.has(n));
-      },
-      { timeout: 20_000, interval: 200 },
-    )
-    .toEqual([]);
-  return found!;
-}
-
 it('a download queued behind another and paced shows both in its trace, as the worked example reads them', async () => {
   const traceIds = [randomContent(16).toString('hex'), randomContent(16).toString('hex')];
   const download = (traceId: string) =>
@@ -86,7 +71,7 @@ it('a download queued behind another and paced shows both in its trace, as the w
   expect(res.body.length).toBe(SIZE);
 
   const names = [CONTENT_SPAN, 'arkvory.admission', 'arkvory.store.open'];
-  const traces = [await traceWith(traceIds[0]!, names), await traceWith(traceIds[1]!, names)];
+  const traces = [await jaeger.traceWith(traceIds[0]!, names), await jaeger.traceWith(traceIds[1]!, names)];
   const span = (t: JaegerTrace, name: string) => t.spans.find((s) => s.operationName === name)!;
   // One got the slot at once (the first, unless the machine delayed it 200 ms); the other waited for it.
   const waitedFlags = traces.map((t) => tag(span(t, 'arkvory.admission'), 'arkvory.admission.waited'));

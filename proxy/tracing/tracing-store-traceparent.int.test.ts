@@ -15,7 +15,7 @@ import { startHeaderLoggingProxy } from '../../test/support/header-logging-proxy
 import type { S3Server, S3ServerKind } from '../../test/support/s3-server.ts';
 import { sharedS3Bucket } from '../../test/support/shared-s3.ts';
 import { startStaticStore } from '../../test/support/static-store.ts';
-import { type JaegerServer, type JaegerSpan, type JaegerTrace, startJaeger } from '../../test/harness/index.ts';
+import { type JaegerServer, type JaegerSpan, startJaeger } from '../../test/harness/index.ts';
 
 const REPO = 'traceparents';
 const MiB = 1024 * 1024;
@@ -73,22 +73,6 @@ afterAll(async () => {
 
 const parentOf = (span: JaegerSpan) => span.references.find((r) => r.refType === 'CHILD_OF')?.spanID;
 const traceId = () => randomContent(16).toString('hex');
-
-/** The trace once it holds a client span for each of `spanIds`. */
-async function traceWithSpans(id: string, spanIds: readonly string[]): Promise<JaegerTrace> {
-  let found: JaegerTrace | undefined;
-  await expect
-    .poll(
-      async () => {
-        found = await jaeger.trace(id);
-        const have = new Set(found?.spans.map((s) => s.spanID));
-        return spanIds.filter((s) => !have.has(s));
-      },
-      { timeout: 20_000, interval: 200 },
-    )
-    .toEqual([]);
-  return found!;
-}
 
 describe.each([
   ['S3 (SeaweedFS behind nginx)', () => s3BehindNginx('seaweedfs')],
@@ -170,7 +154,8 @@ describe.each([
         });
         return match![1]!;
       });
-      const found = await traceWithSpans(trace, spanIds);
+      // The trace once it holds a client span for each of the store's logged traceparents.
+      const found = await jaeger.traceWith(trace, spanIds, { spanKey: (span) => span.spanID });
       const byId = new Map(found.spans.map((s) => [s.spanID, s]));
       for (const id of spanIds) {
         const span = byId.get(id)!;

@@ -10,6 +10,9 @@ import { startProcess, type ManagedProcess } from './managed-process.ts';
 import { makeTempDir } from './temp-dir.ts';
 import { waitUntil } from './wait.ts';
 
+const TRACE_WAIT_MS = 20_000;
+const TRACE_POLL_MS = 200;
+
 export const JAEGER_INSTALL_HINT =
   'jaeger is not on PATH: `bash scripts/test-tools.sh` builds the pinned version into /root/.cache/arkvory-tools/bin';
 
@@ -40,6 +43,18 @@ export interface JaegerServer extends ManagedProcess {
   readonly queryUrl: string;
   /** The trace with that id (32 hex digits), or undefined while Jaeger has none of its spans. */
   trace(traceId: string): Promise<JaegerTrace | undefined>;
+  /**
+   * The trace once it holds a span for each of `wanted` (the spans of one trace arrive in several
+   * exports), each span named by `options.spanKey`: its operation name unless given. Fails after
+   * `options.timeoutMs` (20 s unless given), naming the spans still missing.
+   */
+  traceWith(traceId: string, wanted: readonly string[], options?: TraceWithOptions): Promise<JaegerTrace>;
+}
+
+export interface TraceWithOptions {
+  /** What a span is called in `wanted`: its id, or its service and operation, say. */
+  readonly spanKey?: (span: JaegerSpan, trace: JaegerTrace) => string;
+  readonly timeoutMs?: number;
 }
 
 function configYaml(ports: { otlp: number; query: number; queryGrpc: number; metrics: number }): string {
@@ -124,6 +139,16 @@ export async function startJaeger(): Promise<JaegerServer> {
     if (server.logs().includes('ENOENT')) throw new Error(JAEGER_INSTALL_HINT, { cause: err });
     throw err;
   }
+  const trace = async (traceId: string): Promise<JaegerTrace | undefined> => {
+    const response = await fetch(`${queryUrl}/api/traces/${traceId}`);
+    if (response.status === 404) {
+      await response.body?.cancel();
+      return undefined;
+    }
+    if (!response.ok) throw new Error(`jaeger: GET /api/traces/${traceId} answered ${response.status}`);
+    const body = (await response.json()) as { data: JaegerTrace[] };
+    return body.data[0];
+  };
   const stopProcess = server.stop.bind(server);
   return Object.assign(server, {
     async stop(signal?: NodeJS.Signals, killAfterMs?: number) {
@@ -134,15 +159,35 @@ export async function startJaeger(): Promise<JaegerServer> {
     otlpUrl,
     otlpPort: ports.otlp,
     queryUrl,
-    async trace(traceId: string): Promise<JaegerTrace | undefined> {
-      const response = await fetch(`${queryUrl}/api/traces/${traceId}`);
-      if (response.status === 404) {
-        await response.body?.cancel();
-        return undefined;
+    trace,
+    async traceWith(traceId: string, wanted: readonly string[], options: TraceWithOptions = {}): Promise<JaegerTrace> {
+      const spanKey = options.spanKey ?? ((span: JaegerSpan) => span.operationName);
+      let found: JaegerTrace | undefined;
+      let missing = [...wanted];
+      try {
+        await waitUntil(
+          async () => {
+            found = await trace(traceId);
+            const have = new Set(found?.spans.map((s) => spanKey(s, found!)));
+            missing = wanted.filter((w) => !have.has(w));
+            return found !== undefined && missing.length === 0;
+          },
+          {
+            what: `trace ${traceId} in jaeger`,
+            timeoutMs: options.timeoutMs ?? TRACE_WAIT_MS,
+            intervalMs: TRACE_POLL_MS,
+            retryOnError: true,
+            process: server,
+          },
+        );
+      } catch (err) {
+        const held = found ? found.spans.map((s) => spanKey(s, found!)).join(', ') : 'none';
+        // The missing spans first: the wait's message may end with jaeger's log tail.
+        throw new Error(`trace ${traceId} lacks ${missing.join(', ')} (it holds: ${held}): ${(err as Error).message}`, {
+          cause: err,
+        });
       }
-      if (!response.ok) throw new Error(`jaeger: GET /api/traces/${traceId} answered ${response.status}`);
-      const body = (await response.json()) as { data: JaegerTrace[] };
-      return body.data[0];
+      return found!;
     },
   });
 }

@@ -19,6 +19,7 @@ import { migrate } from '../../migrations/runner.ts';
 import { postgresIds } from '../../proxy/server/embedded-database.ts';
 import { loadOpenApiDocument, undescribedResponses } from '../../proxy/openapi/contract.ts';
 import {
+  nginxMainConfig,
   postgresSettings,
   REPO_ROOT,
   spawnGateway,
@@ -223,18 +224,15 @@ async function startStore(host: HostAddress, writer: HostAddress): Promise<{ url
   const conf = path.join(dir, 'nginx.conf');
   writeFileSync(
     conf,
-    `user root;
-worker_processes 1;
-daemon off;
-pid ${dir}/nginx.pid;
-error_log ${dir}/error.log warn;
-events { worker_connections 512; }
-http {
-  access_log ${dir}/access.log;
-  client_body_temp_path ${dir}/temp/body; proxy_temp_path ${dir}/temp/proxy; fastcgi_temp_path ${dir}/temp/fastcgi; uwsgi_temp_path ${dir}/temp/uwsgi; scgi_temp_path ${dir}/temp/scgi;
-  include ${site};
-}
-`,
+    nginxMainConfig({
+      prefix: dir,
+      tempDir: path.join(dir, 'temp'),
+      workerProcesses: 1,
+      workerConnections: 512,
+      errorLogLevel: 'warn',
+      userRoot: true,
+      http: `access_log ${dir}/access.log;\ninclude ${site};`,
+    }),
   );
   const nginx = startInNamespace(host.ns, 'nginx', NGINX, ['-p', dir, '-c', conf]);
   processes.push(nginx);

@@ -9,7 +9,7 @@ import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll } from 'vitest';
 import { makeTempDir } from './gateway.ts';
-import { freeLoopbackPort } from '../harness/index.ts';
+import { freeLoopbackPort, nginxMainConfig } from '../harness/index.ts';
 
 const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
 
@@ -52,29 +52,27 @@ export async function startHeaderLoggingProxy(upstream: string): Promise<HeaderL
   const conf = path.join(dir, 'nginx.conf');
   await writeFile(
     conf,
-    `${process.getuid?.() === 0 ? 'user root;\n' : ''}worker_processes 1;
-daemon off;
-pid ${dir}/nginx.pid;
-error_log ${dir}/error.log warn;
-events { worker_connections 256; }
-http {
-  log_format headers '$status "$request" "$http_traceparent"';
-  access_log ${dir}/access.log headers;
-  client_body_temp_path ${temp}/body; proxy_temp_path ${temp}/proxy; fastcgi_temp_path ${temp}/fastcgi; uwsgi_temp_path ${temp}/uwsgi; scgi_temp_path ${temp}/scgi;
-  server {
-    listen 127.0.0.1:${port};
-    client_max_body_size 0;
-    location / {
-      proxy_pass ${upstream};
-      proxy_http_version 1.1;
-      proxy_set_header Host $http_host;
-      proxy_set_header Connection "";
-      proxy_request_buffering off;
-      proxy_buffering off;
-    }
+    nginxMainConfig({
+      prefix: dir,
+      tempDir: temp,
+      workerProcesses: 1,
+      workerConnections: 256,
+      errorLogLevel: 'warn',
+      http: `log_format headers '$status "$request" "$http_traceparent"';
+access_log ${dir}/access.log headers;
+server {
+  listen 127.0.0.1:${port};
+  client_max_body_size 0;
+  location / {
+    proxy_pass ${upstream};
+    proxy_http_version 1.1;
+    proxy_set_header Host $http_host;
+    proxy_set_header Connection "";
+    proxy_request_buffering off;
+    proxy_buffering off;
   }
-}
-`,
+}`,
+    }),
   );
   const child = spawn(NGINX, ['-p', dir, '-c', conf], { stdio: ['ignore', 'ignore', 'pipe'] });
   running.add(child);

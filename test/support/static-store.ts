@@ -13,7 +13,7 @@ import { afterAll } from 'vitest';
 import { request } from './content.ts';
 import { makeTempDir } from './gateway.ts';
 import { siteConfig } from './static-store-config.ts';
-import { freeLoopbackPort } from '../harness/index.ts';
+import { freeLoopbackPort, nginxMainConfig } from '../harness/index.ts';
 
 const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
 
@@ -78,18 +78,16 @@ export async function startStaticStore(options: StaticStoreOptions = {}): Promis
   const conf = path.join(dir, 'nginx.conf');
   await writeFile(
     conf,
-    `${process.getuid?.() === 0 ? 'user root;\n' : ''}worker_processes 1;
-daemon off;
-pid ${dir}/nginx.pid;
-error_log ${dir}/error.log warn;
-events { worker_connections 512; }
-http {
-  log_format store '$status $body_bytes_sent "$request" "$http_traceparent"';
-  access_log ${dir}/access.log store;
-  client_body_temp_path ${temp}/body; proxy_temp_path ${temp}/proxy; fastcgi_temp_path ${temp}/fastcgi; uwsgi_temp_path ${temp}/uwsgi; scgi_temp_path ${temp}/scgi;
-  include ${site};
-}
-`,
+    nginxMainConfig({
+      prefix: dir,
+      tempDir: temp,
+      workerProcesses: 1,
+      workerConnections: 512,
+      errorLogLevel: 'warn',
+      http: `log_format store '$status $body_bytes_sent "$request" "$http_traceparent"';
+access_log ${dir}/access.log store;
+include ${site};`,
+    }),
   );
   let child: ChildProcess | undefined;
   let output = '';
