@@ -21,9 +21,12 @@ import { sendError, sendJson } from '../server/http-errors.ts';
 import type { RequestContext, Route } from '../server/route-types.ts';
 
 export interface ContentMeters {
-  /** The download meter for this request, or undefined to stream unthrottled. */
-  download?(ctx: RequestContext): ByteMeter | undefined;
-  upload?(ctx: RequestContext): ByteMeter | undefined;
+  /**
+   * The download meter for this request, or undefined to stream unthrottled; a promise when it
+   * waits for the instance's answer (a repository's transfer bound asked of the coordinating process).
+   */
+  download?(ctx: RequestContext): ByteMeter | undefined | Promise<ByteMeter | undefined>;
+  upload?(ctx: RequestContext): ByteMeter | undefined | Promise<ByteMeter | undefined>;
 }
 
 export interface ContentDeps {
@@ -131,15 +134,26 @@ function send(
     // The meter before the head: it may refuse (429 busy: a repository's transfer bound, a full
     // principal table), which must still be answerable.
     const meter = ctx.req.method === 'HEAD' ? undefined : deps.meters?.download?.(ctx);
-    ctx.res.writeHead(plan.status, plan.headers);
-    if (ctx.req.method === 'HEAD') {
-      ctx.res.end();
-      sent = DONE;
-    } else sent = sendSegments(ctx.res, blob, plan.segments, meter, ctx);
+    sent =
+      meter instanceof Promise
+        ? meter.then((granted) => sendHeadAndBody(ctx, plan, blob, granted))
+        : sendHeadAndBody(ctx, plan, blob, meter);
   } catch (err) {
     sent = Promise.reject(err);
   }
   return sent.finally(() => blob.close());
+}
+
+function sendHeadAndBody(
+  ctx: RequestContext,
+  plan: ContentPlan & { status: 200 | 206 },
+  blob: BlobReader,
+  meter: ByteMeter | undefined,
+): Promise<void> {
+  ctx.res.writeHead(plan.status, plan.headers);
+  if (ctx.req.method !== 'HEAD') return sendSegments(ctx.res, blob, plan.segments, meter, ctx);
+  ctx.res.end();
+  return DONE;
 }
 
 function declaredLength(ctx: RequestContext): number | undefined {
@@ -194,6 +208,9 @@ async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext
       principalId: ctx.principal?.id ?? null,
       bytes: length ?? 0,
     });
+    // Before 100 Continue too: a repository's transfer bound may refuse the upload (429 busy).
+    const metered = deps.meters?.upload?.(ctx);
+    const meter = metered instanceof Promise ? await metered : metered;
     ctx.continueBody();
     // A refused body (too large, bad digest) must not destroy the request: that resets the
     // connection before the client can read the answer; the front door lingers instead.
@@ -209,7 +226,7 @@ async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext
         expectedLength: length,
         expectedSha256,
         signal: ctx.signal,
-        meter: deps.meters?.upload?.(ctx),
+        meter,
         // Each chunk is the parser's fresh allocation and nothing here reads it again.
         chunksOwned: true,
       },

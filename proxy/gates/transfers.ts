@@ -50,10 +50,11 @@ export interface Transfers {
     ceilings?: readonly Ceiling[],
   ): ByteMeter;
   /**
-   * One of the `max` concurrent transfers of `repository` on this gateway: its release, or PolicyError
-   * `busy` (429, retry after 1 s) when all are taken.
+   * One of the `max` concurrent transfers of `repository` on this instance: its release, or PolicyError
+   * `busy` (429, retry after 1 s) when all are taken. At once in a process that owns its policy
+   * state; a promise in a worker, which asks the coordinating process.
    */
-  holdRepository(repository: string, max: number): () => void;
+  holdRepository(repository: string, max: number): (() => void) | Promise<() => void>;
   /** The shared ceilings of a transfer: each of the principal's groups and its repository, in this direction. */
   ceilingsFor(
     direction: 'download' | 'upload',
@@ -129,6 +130,30 @@ export function admissionOptions(config: Config): AdmissionQueueOptions {
 export interface LocalTransfers extends Transfers {
   readonly governors: BandwidthGovernors;
   readonly admission: AdmissionQueue;
+  holdRepository(repository: string, max: number): () => void;
+}
+
+/** Active transfers per repository with a bound, counted by the process that owns the instance's policy state. */
+export class RepositoryHolds {
+  readonly #active = new Map<string, number>();
+
+  /** One of the `max` transfers of `repository`: its release (idempotent), or PolicyError `busy`. */
+  hold(repository: string, max: number): () => void {
+    const active = this.#active.get(repository) ?? 0;
+    if (active >= max)
+      throw new PolicyError('busy', `Repository ${repository} has ${max} transfers running; retry shortly.`, {
+        headers: { 'retry-after': '1' },
+      });
+    this.#active.set(repository, active + 1);
+    let held = true;
+    return () => {
+      if (!held) return;
+      held = false;
+      const left = this.#active.get(repository)! - 1;
+      if (left === 0) this.#active.delete(repository);
+      else this.#active.set(repository, left);
+    };
+  }
 }
 
 export function createTransfers(config: Config, clock: Clock, coordinator: Coordinator): LocalTransfers {
@@ -137,8 +162,7 @@ export function createTransfers(config: Config, clock: Clock, coordinator: Coord
   const governors = createBandwidthGovernors({ clock, isPermitted }, governorCeilings(config));
   const admission = new AdmissionQueue(admissionOptions(config));
   if (config.shared) followLeasedShare(config, coordinator, governors);
-  /** Active transfers per repository with a bound, on this gateway. */
-  const repositoryTransfers = new Map<string, number>();
+  const repositories = new RepositoryHolds();
   coordinator.onFenced(() => {
     governors.download.fence();
     governors.upload.fence();
@@ -158,20 +182,7 @@ export function createTransfers(config: Config, clock: Clock, coordinator: Coord
       return governors[direction].meter(principalId, weight, ceilings);
     },
     holdRepository(repository, max) {
-      const active = repositoryTransfers.get(repository) ?? 0;
-      if (active >= max)
-        throw new PolicyError('busy', `Repository ${repository} has ${max} transfers running here; retry shortly.`, {
-          headers: { 'retry-after': '1' },
-        });
-      repositoryTransfers.set(repository, active + 1);
-      let held = true;
-      return () => {
-        if (!held) return;
-        held = false;
-        const left = repositoryTransfers.get(repository)! - 1;
-        if (left === 0) repositoryTransfers.delete(repository);
-        else repositoryTransfers.set(repository, left);
-      };
+      return repositories.hold(repository, max);
     },
     ceilingsFor(direction, principal, repository, limits) {
       // Downloads may be served by every gateway of the shared profile: each enforces its
@@ -299,35 +310,72 @@ function runAdmitted(route: Route, ctx: RequestContext, release: Release, live: 
   });
 }
 
+/** A content route's meter: at once, or (a worker asking for its repository's bound) once the hold is granted. */
+export type ContentMeter = ByteMeter | undefined | Promise<ByteMeter | undefined>;
+
 /**
  * The meters the content routes use: the request's principal in the route's direction, paced also by
  * its groups' and its repository's ceilings. A repository with a bound on concurrent transfers holds
  * one of them from the first meter of the request until its response closes (429 `busy` beyond it).
- * The routes ask for a meter after the grant check, which has read the repository's ceilings.
+ * The routes ask for a meter after the grant check, which has read the repository's ceilings, and
+ * before their response's head, so a refusal is still a 429.
  */
 export function contentMeters(
   transfers: Transfers,
   repositoryCeilings: (repository: string) => RepositoryCeilings | undefined = () => undefined,
 ): {
-  download(ctx: RequestContext): ByteMeter | undefined;
-  upload(ctx: RequestContext): ByteMeter | undefined;
+  download(ctx: RequestContext): ContentMeter;
+  upload(ctx: RequestContext): ContentMeter;
 } {
   const holding = new WeakSet<RequestContext>();
-  const meter = (direction: 'download' | 'upload') => (ctx: RequestContext) => {
-    const principal = ctx.principal;
-    if (!principal) return undefined;
-    const repository = ctx.params.repo;
-    const limits = repository === undefined ? undefined : repositoryCeilings(repository);
-    if (repository !== undefined && limits !== undefined && limits.maxTransfers > 0 && !holding.has(ctx)) {
-      const release = transfers.holdRepository(repository, limits.maxTransfers);
-      holding.add(ctx);
-      ctx.res.once('close', release);
-    }
-    const ceilings = transfers.ceilingsFor(direction, principal, repository, limits);
-    const paced = transfers.meter(direction, principal.id, principal.bandwidthWeight, ceilings);
-    return ctx.trace?.isRecording ? pacingRecorded(paced, ctx.trace) : paced;
-  };
+  const meter =
+    (direction: 'download' | 'upload') =>
+    (ctx: RequestContext): ContentMeter => {
+      const principal = ctx.principal;
+      if (!principal) return undefined;
+      const repository = ctx.params.repo;
+      const limits = repository === undefined ? undefined : repositoryCeilings(repository);
+      if (repository !== undefined && limits !== undefined && limits.maxTransfers > 0 && !holding.has(ctx)) {
+        const held = transfers.holdRepository(repository, limits.maxTransfers);
+        holding.add(ctx);
+        if (typeof held !== 'function')
+          return heldUntilClose(ctx, held).then(() =>
+            pacedMeter(transfers, direction, ctx, principal, repository, limits),
+          );
+        ctx.res.once('close', held);
+      }
+      return pacedMeter(transfers, direction, ctx, principal, repository, limits);
+    };
   return { download: meter('download'), upload: meter('upload') };
+}
+
+function pacedMeter(
+  transfers: Transfers,
+  direction: 'download' | 'upload',
+  ctx: RequestContext,
+  principal: Principal,
+  repository: string | undefined,
+  limits: RepositoryCeilings | undefined,
+): ByteMeter {
+  const ceilings = transfers.ceilingsFor(direction, principal, repository, limits);
+  const paced = transfers.meter(direction, principal.id, principal.bandwidthWeight, ceilings);
+  return ctx.trace?.isRecording ? pacingRecorded(paced, ctx.trace) : paced;
+}
+
+/** Keeps a repository transfer granted later until the response closes; one granted after the close goes back at once. */
+function heldUntilClose(ctx: RequestContext, held: Promise<() => void>): Promise<void> {
+  let release: (() => void) | undefined;
+  let closed = false;
+  ctx.res.once('close', () => {
+    closed = true;
+    release?.();
+  });
+  return held.then((granted) => {
+    release = granted;
+    if (!closed) return;
+    granted();
+    throw ctx.signal.reason ?? new PolicyError('unavailable');
+  });
 }
 
 /** The meter, adding up on the request's trace how long the governors held its body and how many bytes passed. */

@@ -142,7 +142,8 @@ export function multipartRoutes(deps: {
         if (length !== undefined && length > deps.maxPartBytes)
           throw new StorageError('payload_too_large', `A part may hold at most ${deps.maxPartBytes} bytes.`);
         try {
-          const meter = deps.meters?.upload?.(ctx);
+          const metered = deps.meters?.upload?.(ctx);
+          const meter = metered instanceof Promise ? await metered : metered;
           ctx.continueBody();
           const part = await sessions.putPart(
             scopeOf(ctx),
