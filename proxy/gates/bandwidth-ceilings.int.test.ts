@@ -2,10 +2,13 @@
  * Group and repository ceilings over HTTP on real gateways (issue 40), set through the CLI: a group
  * ceiling holds across a writer and a reader of the shared profile together; a repository ceiling
  * holds while another repository runs at full speed; a repository's bound on concurrent transfers
- * answers 429 busy beyond it.
+ * answers 429 busy beyond it, on each gateway of the shared profile, and for a whole instance of one
+ * process or of two workers.
  */
 import http from 'node:http';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Client } from 'undici';
+import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { randomContent, request } from '../../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
@@ -158,4 +161,154 @@ describe('group and repository ceilings', () => {
     const again = await download(contentUrl(writer, 'slow'), keys['fast-user']!, 500);
     expect(again.status).toBe(200);
   }, 40_000);
+});
+
+/**
+ * The bound is checked on a gateway of one process and on one instance of two workers
+ * (ARKVORY_WORKERS=2): the same assertions, since the bound is the instance's.
+ */
+const WORKER_COUNTS = [1, 2] as const;
+const MAX_TRANSFERS = 2;
+
+describe('a repository’s bound on concurrent transfers, for the whole instance', () => {
+  // Its own database: an instance is a writer, which the shared profile's writer above already is.
+  let own: TestDatabase & { drop(): Promise<void> };
+  const clients: Client[] = [];
+
+  beforeAll(async () => {
+    own = await createTestDatabase();
+  }, 60_000);
+
+  afterEach(async () => {
+    await Promise.all(clients.splice(0).map((c) => c.destroy()));
+  });
+
+  afterAll(async () => {
+    await own?.drop();
+  });
+
+  /** `counts[w]` connections on worker `w`, each its own client (the worker from /health/status). */
+  async function connectionsOn(gw: GatewayProcess, counts: readonly number[]): Promise<Client[][]> {
+    const byWorker = counts.map((): Client[] => []);
+    for (let i = 0; i < 128 && byWorker.some((list, w) => list.length < counts[w]!); i++) {
+      const client = new Client(gw.url, { pipelining: 1 });
+      clients.push(client);
+      const res = await client.request({ path: '/health/status', method: 'GET' });
+      const { workerIndex } = (await res.body.json()) as { workerIndex: number };
+      byWorker[workerIndex]!.push(client);
+    }
+    for (const [w, list] of byWorker.entries())
+      expect(list.length, `connections on worker ${w}`).toBeGreaterThanOrEqual(counts[w]!);
+    return byWorker.map((list, w) => list.slice(0, counts[w]));
+  }
+
+  /** A GET of the big file over `client`, left unread: the gateway cannot finish it, so it holds its transfer. */
+  async function startDownload(client: Client, repo: string, key: string) {
+    const res = await client.request({
+      path: `/api/v1/repositories/${repo}/artifacts/big.bin/content`,
+      method: 'GET',
+      headers: bearer(key),
+    });
+    return { status: res.statusCode, headers: res.headers, body: res.body };
+  }
+
+  /** An instance of `workers` serving `big.bin` in a new repository bounded to MAX_TRANSFERS transfers. */
+  async function startBounded(workers: number, repo: string) {
+    await createRepository(own.pool, repo);
+    const set = await runCli(['repos', 'ceiling', repo, '--max-transfers', String(MAX_TRANSFERS)], {
+      ARKVORY_DATABASE_URL: own.url,
+    });
+    expect(set.code, set.stderr).toBe(0);
+    const holder = await createServiceAccount(own.pool, { grants: { [repo]: 'write' } });
+    const other = await createServiceAccount(own.pool, { grants: { [repo]: 'write' } });
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: own.url, ARKVORY_WORKERS: String(workers) } });
+    const put = await request(`${gw.url}/api/v1/repositories/${repo}/artifacts/big.bin`, {
+      method: 'PUT',
+      headers: { ...bearer(holder.key), 'content-type': 'application/octet-stream' },
+      body: randomContent(FILE_BYTES),
+    });
+    expect(put.status).toBe(201);
+    return { gw, holder: holder.key, other: other.key };
+  }
+
+  /** A download over `probe` tried every 50 ms while it is refused busy, for at most `ms`: the last answer's status. */
+  async function downloadOnceFree(probe: Client, repo: string, key: string, ms: number): Promise<number> {
+    const started = performance.now();
+    let answer = await startDownload(probe, repo, key);
+    while (answer.status === 429 && performance.now() - started < ms) {
+      await answer.body.dump();
+      await sleep(50);
+      answer = await startDownload(probe, repo, key);
+    }
+    return answer.status;
+  }
+
+  describe.each(WORKER_COUNTS)('%i worker(s)', (workers) => {
+    it(`${MAX_TRANSFERS} transfers held across every worker: one more gets 429 busy on each worker, download or upload; a closed one frees its place for any worker`, async () => {
+      const repo = `bounded-${workers}`;
+      const { gw, holder, other } = await startBounded(workers, repo);
+      try {
+        // Held transfer i runs on worker i % workers; each worker has one more connection to try beyond the bound.
+        const holdsOn = (w: number) =>
+          Array.from({ length: MAX_TRANSFERS }, (_, i) => i).filter((i) => i % workers === w);
+        const counts = Array.from({ length: workers }, (_, w) => holdsOn(w).length + 1);
+        const connections = await connectionsOn(gw, counts);
+        const held = await Promise.all(
+          Array.from({ length: MAX_TRANSFERS }, (_, i) =>
+            startDownload(connections[i % workers]![Math.floor(i / workers)]!, repo, holder),
+          ),
+        );
+        expect(held.map((h) => h.status)).toEqual(held.map(() => 200));
+
+        const probes = connections.map((list) => list.at(-1)!);
+        for (const [w, probe] of probes.entries()) {
+          const refused = await startDownload(probe, repo, other);
+          expect(refused.status, `a download beyond the bound on worker ${w}`).toBe(429);
+          expect(refused.headers['retry-after']).toBe('1');
+          const body = (await refused.body.json()) as { code: string; message: string };
+          expect(body.code).toBe('busy');
+          expect(body.message).toContain(`Repository ${repo}`);
+        }
+        const upload = await request(`${gw.url}/api/v1/repositories/${repo}/artifacts/more.bin`, {
+          method: 'PUT',
+          headers: { ...bearer(other), 'content-type': 'application/octet-stream' },
+          body: randomContent(1024),
+        });
+        expect(upload.status, 'an upload beyond the bound').toBe(429);
+        expect(JSON.parse(upload.body.toString())).toMatchObject({ code: 'busy' });
+
+        // The last held transfer ends (on the last worker); worker 0 may then start one.
+        await connections[(MAX_TRANSFERS - 1) % workers]![Math.floor((MAX_TRANSFERS - 1) / workers)]!.destroy();
+        expect(await downloadOnceFree(probes[0]!, repo, other, 2000), 'a download once a held one closed').toBe(200);
+      } finally {
+        await Promise.all(clients.splice(0).map((c) => c.destroy()));
+        await gw.stop();
+      }
+    }, 60_000);
+  });
+
+  it('a worker killed while it holds every transfer of the bound: they come back, and the other worker starts one', async () => {
+    const repo = 'bounded-killed';
+    const { gw, holder, other } = await startBounded(2, repo);
+    try {
+      const [onZero, onOne] = await connectionsOn(gw, [1, MAX_TRANSFERS]);
+      const held = await Promise.all(onOne!.map((c) => startDownload(c, repo, holder)));
+      expect(held.map((h) => h.status)).toEqual(held.map(() => 200));
+      const refused = await startDownload(onZero![0]!, repo, other);
+      expect(refused.status).toBe(429);
+      await refused.body.dump();
+
+      // The log's line of worker 1 names its pid (pino's `pid`); it is a child of the instance.
+      const line = gw.logLines().find((l) => l.worker === 1 && typeof l.pid === 'number');
+      expect(line, 'a log line of worker 1 with its pid').toBeDefined();
+      const victim = line!.pid as number;
+      expect(victim).not.toBe(gw.child.pid);
+      process.kill(victim, 'SIGKILL');
+      // The coordinating process releases a dead worker's holds as it learns of the exit.
+      expect(await downloadOnceFree(onZero![0]!, repo, other, 2000)).toBe(200);
+    } finally {
+      await Promise.all(clients.splice(0).map((c) => c.destroy()));
+      await gw.stop();
+    }
+  }, 60_000);
 });

@@ -1,15 +1,17 @@
 /**
  * The instance's policy state, owned by the coordinating process and used by every worker over its
- * link (docs/architecture.md, "Workers"): the admission queue, the two bandwidth governors and, with
- * no Redis, the rate-limit counters and bans. One set of each, so every bound is the instance's and
- * exact by construction: a worker holds an admission slot only while the coordinating process
- * counts it, and passes a quantum only after the governor granted it. When a worker is gone its
- * slots are released and its waiting takes and admissions cancelled, in the same turn of the event
- * loop that learns of its exit.
+ * link (docs/architecture.md, "Workers"): the admission queue, the two bandwidth governors, the
+ * repositories' bounds on concurrent transfers and, with no Redis, the rate-limit counters and
+ * bans. One set of each, so every bound is the instance's and exact by construction: a worker holds
+ * an admission slot or a repository's transfer only while the coordinating process counts it, and
+ * passes a quantum only after the governor granted it. When a worker is gone its slots and
+ * repository transfers are released and its waiting takes and admissions cancelled, in the same
+ * turn of the event loop that learns of its exit.
  */
 import type { AdmissionQueue, AdmissionSnapshot, Release, TransferKind } from '../../policy/admission/index.ts';
 import type { BandwidthGovernors, BandwidthSnapshot, Ceiling } from '../../policy/bandwidth/index.ts';
 import type { CounterStore } from '../../policy/rate-limit/index.ts';
+import { RepositoryHolds } from '../gates/transfers.ts';
 import type { Link } from './link.ts';
 
 export interface TakeRequest {
@@ -23,6 +25,12 @@ export interface TakeRequest {
 export interface AdmitRequest {
   principalId: string;
   kind: TransferKind;
+}
+
+/** One of the `max` concurrent transfers of `repository` (its bound as the asking worker read it). */
+export interface HoldRequest {
+  repository: string;
+  max: number;
 }
 
 export interface PolicySnapshot {
@@ -40,6 +48,10 @@ export class PolicyHost {
   /** Admission slots by worker, each by the id the worker releases it with. */
   readonly #slots = new Map<Link, Map<number, Release>>();
   #nextSlot = 1;
+  readonly #repositories = new RepositoryHolds();
+  /** Repository transfer holds by worker, each by the id the worker releases it with. */
+  readonly #holds = new Map<Link, Map<number, () => void>>();
+  #nextHold = 1;
 
   constructor(deps: { admission: AdmissionQueue; governors: BandwidthGovernors; counters?: CounterStore }) {
     this.#admission = deps.admission;
@@ -63,6 +75,20 @@ export class PolicyHost {
       slots.get(id)?.();
       slots.delete(id);
     });
+    const holds = new Map<number, () => void>();
+    this.#holds.set(link, holds);
+    link.handle('repository.hold', (args) => {
+      const { repository, max } = args as HoldRequest;
+      const release = this.#repositories.hold(repository, max);
+      const id = this.#nextHold++;
+      holds.set(id, release);
+      return id;
+    });
+    link.handle('repository.release', (args) => {
+      const id = args as number;
+      holds.get(id)?.();
+      holds.delete(id);
+    });
     link.handle('take', (args, signal) => {
       const t = args as TakeRequest;
       const meter = this.#governors[t.direction].meter(t.principalId, t.weight, t.ceilings);
@@ -78,13 +104,16 @@ export class PolicyHost {
 
   /**
    * A worker is gone: its calls in progress are cancelled (a waiting take or admission leaves its
-   * queue, granting nothing) and every slot it held is released.
+   * queue, granting nothing) and every slot and repository transfer it held is released.
    */
   detach(link: Link): void {
     link.close();
     const slots = this.#slots.get(link);
     this.#slots.delete(link);
     for (const release of slots?.values() ?? []) release();
+    const holds = this.#holds.get(link);
+    this.#holds.delete(link);
+    for (const release of holds?.values() ?? []) release();
   }
 
   /** Slots held by live workers (what the admission queue counts active). */

@@ -1,8 +1,9 @@
 /**
- * A worker's Transfers: admission and every paced quantum are asked of the coordinating process
- * (policy-host.ts), so the bounds are the instance's. What needs no shared state stays here: with
- * both ceilings of a direction off and no group or repository ceiling, a stream's takes pass at once
- * on this worker's own governor (nothing to share; it still counts the bytes for /metrics).
+ * A worker's Transfers: admission, a repository's transfer bound and every paced quantum are asked
+ * of the coordinating process (policy-host.ts), so the bounds are the instance's. What needs no
+ * shared state stays here: with both ceilings of a direction off and no group or repository
+ * ceiling, a stream's takes pass at once on this worker's own governor (nothing to share; it still
+ * counts the bytes for /metrics).
  */
 import type { Release, TransferKind } from '../../policy/admission/index.ts';
 import {
@@ -17,7 +18,7 @@ import type { Config } from '../config/config.ts';
 import { createTransfers, governorCeilings, type Transfers, transfersReadiness } from '../gates/transfers.ts';
 import type { Coordinator } from '../../policy/lease/coordinator.ts';
 import type { Link } from './link.ts';
-import type { AdmitRequest, PolicySnapshot, TakeRequest } from './policy-host.ts';
+import type { AdmitRequest, HoldRequest, PolicySnapshot, TakeRequest } from './policy-host.ts';
 
 export interface RemoteTransfers extends Transfers {
   /** This worker's own governors: the unlimited streams' counts, for the instance's /metrics sum. */
@@ -32,8 +33,8 @@ export function createRemoteTransfers(
   coordinator: Coordinator,
   link: Link,
 ): RemoteTransfers {
-  // Everything a Transfers does that needs no shared state (repository bounds, ceilings, the live
-  // list) is the local implementation's; its admission queue is never used.
+  // Everything a Transfers does that needs no shared state (ceilings, the live list) is the local
+  // implementation's; its admission queue and repository bounds are never used.
   const base = createTransfers(config, clock, coordinator);
   const local = base.governors;
   const limits = governorCeilings(config);
@@ -48,12 +49,12 @@ export function createRemoteTransfers(
   };
   let closed = false;
   const waits = new Set<AbortController>();
-  const release = (id: number): Release => {
+  const release = (id: number, op = 'release'): Release => {
     let held = true;
     return () => {
       if (!held) return;
       held = false;
-      link.note('release', id);
+      link.note(op, id);
     };
   };
   return {
@@ -86,6 +87,12 @@ export function createRemoteTransfers(
     },
     tryAdmit() {
       return undefined;
+    },
+    async holdRepository(repository, max) {
+      if (closed) throw new PolicyError('unavailable');
+      // Answered at once (granted or busy), so the request needs no way to give up waiting.
+      const request: HoldRequest = { repository, max };
+      return release(await link.call<number>('repository.hold', request), 'repository.release');
     },
     meter(direction, principalId, weight = 1, ceilings = []): ByteMeter {
       if (unlimited[direction] && ceilings.length === 0) return local[direction].meter(principalId, weight);
