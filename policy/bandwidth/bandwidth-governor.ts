@@ -6,14 +6,15 @@ import {
   type BucketSpec,
   type LiveBucket,
   createBucketSpec,
-  holdsTokens,
+  liveBucket,
   msUntilTokens,
   quantumBytesFor,
+  refilledHolds,
   rerateBucket,
-  refillInPlace,
   rerateBucketSpec,
   spendInPlace,
   startBucket,
+  toMicroBytes,
   toMicros,
 } from './token-bucket.ts';
 
@@ -229,7 +230,7 @@ export class BandwidthGovernor {
     this.#globalSpec = rateBytesPerSec > 0 ? createBucketSpec(rateBytesPerSec, this.quantumBytes) : null;
     this.#principalSpec =
       perPrincipalBytesPerSec > 0 ? createBucketSpec(perPrincipalBytesPerSec, this.quantumBytes) : null;
-    this.#global = this.#globalSpec ? startBucket(this.#globalSpec, nowMs) : null;
+    this.#global = this.#globalSpec ? liveBucket(this.#globalSpec, startBucket(this.#globalSpec, nowMs)) : null;
     this.#headroomBytes = this.#globalSpec ? headroomBytes(this.#globalSpec, this.quantumBytes) : 0;
   }
 
@@ -293,12 +294,12 @@ export class BandwidthGovernor {
     const maxQuantum = Math.max(known?.maxQuantum ?? 0, quantumBytes);
     const spec = rerateBucketSpec(ceiling.rateBytesPerSec, maxQuantum);
     if (known === undefined) {
-      const made: CeilingState = { spec, bucket: startBucket(spec, nowMs), maxQuantum };
+      const made: CeilingState = { spec, bucket: liveBucket(spec, startBucket(spec, nowMs)), maxQuantum };
       this.#ceilings.set(ceiling.key, made);
       return made;
     }
     if (spec.rateBytesPerSec !== known.spec.rateBytesPerSec || spec.capacityBytes !== known.spec.capacityBytes) {
-      known.bucket = rerateBucket(known.spec, spec, known.bucket, nowMs);
+      known.bucket = liveBucket(spec, rerateBucket(known.spec, spec, known.bucket, nowMs));
       known.spec = spec;
       known.maxQuantum = maxQuantum;
     }
@@ -317,11 +318,11 @@ export class BandwidthGovernor {
     if (from === null) throw new RangeError('setRate: this governor was built without a global ceiling');
     const nowMs = this.#clock.monotonicMs();
     if (rateBytesPerSec === 0) {
-      if (!this.#paused) this.#global = rerateBucket(from, from, this.#global!, nowMs);
+      if (!this.#paused) this.#global = liveBucket(from, rerateBucket(from, from, this.#global!, nowMs));
       this.#paused = true;
     } else {
       const to = rerateBucketSpec(rateBytesPerSec, this.quantumBytes);
-      this.#global = rerateBucket(this.#paused ? null : from, to, this.#global!, nowMs);
+      this.#global = liveBucket(to, rerateBucket(this.#paused ? null : from, to, this.#global!, nowMs));
       this.#globalSpec = to;
       this.#headroomBytes = headroomBytes(to, this.quantumBytes);
       this.#paused = false;
@@ -408,7 +409,7 @@ export class BandwidthGovernor {
     }
     const principal: PrincipalState = {
       id: principalId,
-      bucket: this.#principalSpec ? startBucket(this.#principalSpec, nowMs) : null,
+      bucket: this.#principalSpec ? liveBucket(this.#principalSpec, startBucket(this.#principalSpec, nowMs)) : null,
       lastActiveMs: nowMs,
       weight,
       finishTag: 0,
@@ -543,15 +544,9 @@ export class BandwidthGovernor {
    */
   #ownHas(principal: PrincipalState, ceilings: readonly CeilingState[], bytes: number, nowMs: number): boolean {
     const nowUs = toMicros(nowMs);
-    const spec = this.#principalSpec;
-    if (spec !== null) {
-      refillInPlace(spec, principal.bucket!, nowUs);
-      if (!holdsTokens(principal.bucket!, bytes)) return false;
-    }
-    for (const c of ceilings) {
-      refillInPlace(c.spec, c.bucket, nowUs);
-      if (!holdsTokens(c.bucket, bytes)) return false;
-    }
+    const microBytes = toMicroBytes(bytes);
+    if (this.#principalSpec !== null && !refilledHolds(principal.bucket!, nowUs, microBytes)) return false;
+    for (const c of ceilings) if (!refilledHolds(c.bucket, nowUs, microBytes)) return false;
     return true;
   }
 
@@ -569,8 +564,7 @@ export class BandwidthGovernor {
     if (this.#paused) return false;
     const spec = this.#globalSpec;
     if (spec === null) return true;
-    refillInPlace(spec, this.#global!, toMicros(nowMs));
-    return holdsTokens(this.#global!, bytes);
+    return refilledHolds(this.#global!, toMicros(nowMs), toMicroBytes(bytes));
   }
 
   /** Only right after `#ownHas` and `#globalHas` held at `nowMs`: every bucket is refilled and holds `bytes`. */
@@ -586,13 +580,14 @@ export class BandwidthGovernor {
     principal.streamTime = streamStart;
     principal.lastGrantShort = bytes < meter.quantumBytes;
     this.#noteActive(principal, nowMs);
-    if (this.#principalSpec) spendInPlace(principal.bucket!, bytes);
-    for (const c of ceilings) spendInPlace(c.bucket, bytes);
+    const microBytes = toMicroBytes(bytes);
+    if (this.#principalSpec) spendInPlace(principal.bucket!, microBytes);
+    for (const c of ceilings) spendInPlace(c.bucket, microBytes);
     principal.lastActiveMs = nowMs;
     const start = this.#startTag(principal);
     principal.finishTag = start + bytes / principal.weight;
     this.#virtualTime = start;
-    if (this.#globalSpec) spendInPlace(this.#global!, bytes);
+    if (this.#globalSpec) spendInPlace(this.#global!, microBytes);
     this.#count(principal.id, bytes, nowMs);
   }
 

@@ -5,18 +5,18 @@ import {
   burstBytes,
   createBucketSpec,
   hasTokens,
-  holdsTokens,
-  type LiveBucket,
+  liveBucket,
   MIB,
   msUntilTokens,
   quantumBytesFor,
   refillBucket,
-  refillInPlace,
+  refilledHolds,
   rerateBucket,
   rerateBucketSpec,
   spendInPlace,
   startBucket,
   takeTokens,
+  toMicroBytes,
   toMicros,
 } from './token-bucket.ts';
 
@@ -207,7 +207,9 @@ describe('token bucket', () => {
 });
 
 describe('live buckets (refilled once, checked, then spent in place)', () => {
-  it('refillInPlace, holdsTokens and spendInPlace equal refillBucket and takeTokens, to the micro-byte', () => {
+  const fields = (b: { microTokens: number; atUs: number }) => ({ microTokens: b.microTokens, atUs: b.atUs });
+
+  it('refilledHolds and spendInPlace equal refillBucket and takeTokens, to the micro-byte', () => {
     fc.assert(
       fc.property(
         fc.integer({ min: 1, max: TIB }),
@@ -218,19 +220,18 @@ describe('live buckets (refilled once, checked, then spent in place)', () => {
           const quantum = quantumBytesFor([rate]);
           const spec = createBucketSpec(rate, quantum);
           let state = startBucket(spec, 0);
-          const live: LiveBucket = { ...state };
+          const live = liveBucket(spec, state);
           let us = 0;
           for (const [dtUs, want] of steps) {
             // A step back is a clock that went back: neither refills.
             us += dtUs;
             const bytes = Math.min(want, quantum);
             const next = takeTokens(spec, state, bytes, us / 1000);
-            refillInPlace(spec, live, us);
-            expect(live).toEqual(refillBucket(spec, state, us / 1000));
-            expect(holdsTokens(live, bytes)).toBe(next !== null);
-            if (next !== null) spendInPlace(live, bytes);
+            expect(refilledHolds(live, us, toMicroBytes(bytes))).toBe(next !== null);
+            expect(fields(live)).toEqual(refillBucket(spec, state, us / 1000));
+            if (next !== null) spendInPlace(live, toMicroBytes(bytes));
             state = next ?? refillBucket(spec, state, us / 1000);
-            expect(live).toEqual(state);
+            expect(fields(live)).toEqual(state);
           }
         },
       ),
@@ -238,12 +239,34 @@ describe('live buckets (refilled once, checked, then spent in place)', () => {
     );
   });
 
-  it('holdsTokens needs every byte, to the micro-byte', () => {
-    expect(holdsTokens({ microTokens: 5_000_000, atUs: 0 }, 5)).toBe(true);
-    expect(holdsTokens({ microTokens: 4_999_999, atUs: 0 }, 5)).toBe(false);
-    const live = { microTokens: 5_000_000, atUs: 7 };
-    spendInPlace(live, 3);
-    expect(live).toEqual({ microTokens: 2_000_000, atUs: 7 });
+  it('a live bucket carries its spec: its rate, and its capacity in micro-bytes', () => {
+    const spec = createBucketSpec(1000, 100);
+    expect(liveBucket(spec, { microTokens: 7, atUs: 3 })).toEqual({
+      microTokens: 7,
+      atUs: 3,
+      rateBytesPerSec: 1000,
+      capacityMicro: 100 * 1_000_000,
+    });
+  });
+
+  it('refilledHolds needs every byte, to the micro-byte, and fills no further than the capacity', () => {
+    const spec = createBucketSpec(1000, 100);
+    const live = liveBucket(spec, { microTokens: 5_000_000, atUs: 0 });
+    expect(refilledHolds(live, 0, toMicroBytes(5))).toBe(true);
+    expect(refilledHolds(live, 0, toMicroBytes(5) + 1)).toBe(false);
+    spendInPlace(live, toMicroBytes(3));
+    expect(fields(live)).toEqual({ microTokens: 2_000_000, atUs: 0 });
+    // 1 ms at 1000 bytes/s: one byte more.
+    expect(refilledHolds(live, 1000, toMicroBytes(3))).toBe(true);
+    expect(fields(live)).toEqual({ microTokens: 3_000_000, atUs: 1000 });
+    // A long wait fills it to its capacity (100 bytes), not beyond.
+    expect(refilledHolds(live, 10_000_000, toMicroBytes(100))).toBe(true);
+    expect(refilledHolds(live, 10_000_000, toMicroBytes(100) + 1)).toBe(false);
+    expect(fields(live)).toEqual({ microTokens: 100_000_000, atUs: 10_000_000 });
+    // A clock that went back credits nothing and keeps the instant.
+    spendInPlace(live, toMicroBytes(50));
+    expect(refilledHolds(live, 5_000_000, 0)).toBe(true);
+    expect(fields(live)).toEqual({ microTokens: 50_000_000, atUs: 10_000_000 });
   });
 });
 

@@ -134,32 +134,55 @@ export function hasTokens(spec: BucketSpec, state: BucketState, bytes: number, n
 }
 
 /**
- * A bucket the governor owns and updates in place: per take it refills each bucket once
- * (`refillInPlace`), checks them all (`holdsTokens`), then spends from each (`spendInPlace`), with
- * the arithmetic of `refillBucket` and `takeTokens` and no new record per bucket per take. The
- * records `startBucket` and `rerateBucket` return are new, so the governor may hold them as such.
+ * A bucket the governor owns and updates in place: per take it refills and checks each bucket once
+ * (`refilledHolds`), then spends from each (`spendInPlace`), with the arithmetic of `refillBucket`
+ * and `takeTokens` and no new record per bucket per take. It carries its rate and capacity itself,
+ * so a take reads one object per bucket; a new spec means a new live bucket (`liveBucket`).
  */
 export interface LiveBucket {
   microTokens: number;
   atUs: number;
+  readonly rateBytesPerSec: number;
+  /** The spec's capacity in micro-bytes. */
+  readonly capacityMicro: number;
 }
 
-/** `refillBucket` in place, at `nowUs` (whole microseconds, `toMicros`). */
-export function refillInPlace(spec: BucketSpec, bucket: LiveBucket, nowUs: number): void {
+/** A live bucket of `spec` holding what `state` holds. */
+export function liveBucket(spec: BucketSpec, state: BucketState): LiveBucket {
+  return {
+    microTokens: state.microTokens,
+    atUs: state.atUs,
+    rateBytesPerSec: spec.rateBytesPerSec,
+    capacityMicro: spec.capacityBytes * MICRO,
+  };
+}
+
+/** `bytes` in the unit of a bucket's tokens (micro-bytes). */
+export function toMicroBytes(bytes: number): number {
+  return bytes * MICRO;
+}
+
+/**
+ * `refillBucket` in place at `nowUs` (whole microseconds, `toMicros`), then whether the bucket
+ * holds `microBytes` (`toMicroBytes`). `credit` written out: this runs for every bucket of a take.
+ */
+export function refilledHolds(bucket: LiveBucket, nowUs: number, microBytes: number): boolean {
+  const atUs = bucket.atUs;
   // Stryker disable next-line EqualityOperator: equivalent: at nowUs === atUs nothing has elapsed, so the credit below is 0
-  if (nowUs <= bucket.atUs) return;
-  bucket.microTokens += credit(spec, bucket, nowUs);
-  bucket.atUs = nowUs;
+  if (nowUs > atUs) {
+    const tokens = bucket.microTokens;
+    const missing = bucket.capacityMicro - tokens;
+    // As in `credit`: exact below 2^53, and far above `missing` when not.
+    const earned = (nowUs - atUs) * bucket.rateBytesPerSec;
+    bucket.microTokens = tokens + Math.min(earned, missing);
+    bucket.atUs = nowUs;
+  }
+  return bucket.microTokens >= microBytes;
 }
 
-/** Whether a bucket refilled up to now holds `bytes`. */
-export function holdsTokens(bucket: BucketState, bytes: number): boolean {
-  return bucket.microTokens >= bytes * MICRO;
-}
-
-/** Removes `bytes` from a bucket refilled up to now that holds them (`holdsTokens`). */
-export function spendInPlace(bucket: LiveBucket, bytes: number): void {
-  bucket.microTokens -= bytes * MICRO;
+/** Removes `microBytes` from a bucket refilled up to now that holds them (`refilledHolds`). */
+export function spendInPlace(bucket: LiveBucket, microBytes: number): void {
+  bucket.microTokens -= microBytes;
 }
 
 /** Takes `bytes` if they are all there; `null` when not (the state is then unchanged). */
