@@ -21,7 +21,7 @@ export default defineConfig({
   test: {
     globalSetup: ['test/support/global-setup.ts'],
     pool: 'forks',
-    maxWorkers: 2,
+    maxWorkers: 4,
     testTimeout: 60_000,
     hookTimeout: 90_000,
     teardownTimeout: 30_000,
@@ -51,14 +51,14 @@ export default defineConfig({
           exclude: ['**/node_modules/**', '**/.stryker-tmp/**'],
         },
       },
-      // Several hosts in network namespaces (root only: it fails saying so otherwise); one file at a time, they share the names.
+      // Several hosts in network namespaces (root only: it fails saying so otherwise); each file on
+      // its own network (test/hosts/netns.ts), so they run beside the other suites.
       {
         extends: true,
         test: {
           name: 'hosts',
           include: ['test/hosts/**/*.hosts.test.ts'],
           exclude: ['**/node_modules/**', '**/.stryker-tmp/**'],
-          fileParallelism: false,
         },
       },
       // The container image (deploy/container/build.sh) run from its unpacked root in mount and PID

@@ -48,6 +48,8 @@ interface ClientRead {
   id: string;
   startedAtMs: number;
   status: number;
+  /** What curl said when it got no answer (status 0), for the failure message. */
+  error?: string;
 }
 
 /** Sequential small reads (64 KiB ranges) through the router until `stop()`; each one's status. */
@@ -77,7 +79,8 @@ function readLoop(prefix: string) {
         ],
         30_000,
       );
-      reads.push({ id, startedAtMs, status: Number(res.stdout.trim()) || 0 });
+      const status = Number(res.stdout.trim()) || 0;
+      reads.push(status === 0 ? { id, startedAtMs, status, error: res.stderr.trim() } : { id, startedAtMs, status });
     }
   })();
   return {
@@ -193,7 +196,10 @@ describe('reader1 partitioned from the store host while clients download through
     // router's detection and until it took reader1 back, none went to reader1.
     const routerLines = d.router.logLines().filter((l) => l.msg === 'request');
     const lineOf = (id: string) => routerLines.find((l) => l.reqId === id);
-    const fives = loop.reads.filter((r) => r.status >= 500 || r.status === 0);
+    // Each failed read with the router's line for it (its backend and attempts), to say where it broke.
+    const fives = loop.reads
+      .filter((r) => r.status >= 500 || r.status === 0)
+      .map((r) => ({ ...r, router: lineOf(r.id) ?? 'no router line' }));
     console.log(
       `[measured] ${loop.reads.length} client reads during the run; 5xx: ${fives.length}; retried: ${routerLines.filter((l) => String(l.reqId).startsWith('sp-read') && l.attempts === 2).length}`,
     );
