@@ -8,7 +8,8 @@ import { PolicyError } from '../../policy/errors.ts';
 
 /** The two ends: `process` in a worker, a cluster `Worker` in the coordinating process. */
 export interface Channel {
-  send(message: unknown): unknown;
+  /** With a callback a closed channel is reported to it; without one it is an `'error'` event. */
+  send(message: unknown, callback: (err: Error | null) => void): unknown;
   on(event: 'message', listener: (message: unknown) => void): unknown;
 }
 
@@ -49,6 +50,9 @@ function toWire(err: unknown): WireError {
     headers: coded?.headers && Object.keys(coded.headers).length > 0 ? coded.headers : undefined,
   };
 }
+
+/** A send that failed because the other side is gone: its exit (or the worker's) closes the link. */
+function ignoreClosed(): void {}
 
 export class Link {
   readonly #channel: Channel;
@@ -120,7 +124,9 @@ export class Link {
   #send(message: Message): void {
     if (this.#closed) return;
     try {
-      this.#channel.send(message);
+      // The callback is what keeps a send to a process that just died (its exit not yet seen here)
+      // from becoming an unhandled 'error' event, which would take this process down with it.
+      this.#channel.send(message, ignoreClosed);
     } catch {
       // The channel closed under us: the exit handler closes this link.
     }

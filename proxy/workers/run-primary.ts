@@ -177,6 +177,8 @@ export async function runPrimary(config: Config, log: Logger): Promise<number> {
     });
     link.handle('metrics', () => metricsText());
     worker.on('exit', (code, signal) => onExit(slot, code, signal));
+    // Its channel failing is its exit's business (handled there), never this process's end.
+    worker.on('error', (err) => plog.warn({ worker: index, err }, 'the channel to a worker failed'));
     slots[index] = slot;
     return slot;
   };
