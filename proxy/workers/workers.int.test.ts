@@ -4,6 +4,7 @@
  * byte-exact, its admission slots come back within the stated bound and a replacement serves; on
  * SIGTERM both workers drain their transfers and the instance exits 0, once.
  */
+import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -79,27 +80,57 @@ async function connectionsOnBothWorkers(gw: GatewayProcess): Promise<Array<{ cli
   return picked;
 }
 
+/** The longest a requestRetried call met refused or reset connections before one was answered. */
+let longestRefusalMs = 0;
+/** A worker's death must not leave the port refusing for longer than this. */
+const REFUSAL_BOUND_MS = 5000;
+
 /**
- * A request on a new connection, tried again when the connection is reset: one the kernel had queued
- * on the listening socket of a worker that was just killed is reset with it (SO_REUSEPORT), as a
- * client of any such server sees; the next one goes to a live worker.
+ * A request on a new connection, tried again when the connection is reset or refused: one the
+ * kernel had queued on the listening socket of a worker that was just killed is reset with it
+ * (SO_REUSEPORT), as a client of any such server sees; the next one goes to a live worker.
  */
-async function requestRetried(url: string, init: Parameters<typeof request>[1] = {}): Promise<RawResponse> {
+async function requestRetried(
+  gw: GatewayProcess,
+  url: string,
+  init: Parameters<typeof request>[1] = {},
+): Promise<RawResponse> {
+  const startedAt = performance.now();
   for (let attempt = 1; ; attempt++) {
     try {
-      return await request(url, init);
+      const res = await request(url, init);
+      if (attempt > 1) longestRefusalMs = Math.max(longestRefusalMs, performance.now() - startedAt);
+      return res;
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
-      if (attempt >= 10 || (code !== 'ECONNRESET' && code !== 'ECONNREFUSED')) throw err;
+      if (code !== 'ECONNRESET' && code !== 'ECONNREFUSED') throw err;
+      const spentMs = Math.round(performance.now() - startedAt);
+      if (spentMs > REFUSAL_BOUND_MS) {
+        // No worker took a connection for this long: say who listens and what the instance logged last.
+        const port = new URL(url).port;
+        const lines = gw
+          .logLines()
+          .slice(-15)
+          .map((l) => JSON.stringify(l));
+        const listening = execFileSync('ss', ['-ltnpH', `sport = :${port}`], { encoding: 'utf8' });
+        const instance =
+          gw.child.exitCode === null && gw.child.signalCode === null
+            ? 'running'
+            : `exited (${gw.child.exitCode ?? gw.child.signalCode})`;
+        throw new Error(
+          `${(err as Error).message} on each of ${attempt} tries over ${spentMs} ms; the instance ${instance}; listening on ${port}:\n${listening}its stderr:\n${gw.stderr().slice(-3000)}\nits last log lines:\n${lines.join('\n')}`,
+          { cause: err },
+        );
+      }
       // The dead worker's socket leaves the port's group as the kernel reaps it: try again shortly after.
-      await sleep(20 * attempt);
+      await sleep(Math.min(20 * attempt, 200));
     }
   }
 }
 
 async function waitForWorkers(gw: GatewayProcess, check: (s: Status) => boolean): Promise<Status> {
   for (let i = 0; ; i++) {
-    const s = JSON.parse((await requestRetried(`${gw.url}/health/status`)).body.toString()) as Status;
+    const s = JSON.parse((await requestRetried(gw, `${gw.url}/health/status`)).body.toString()) as Status;
     if (check(s)) return s;
     if (i > 600) throw new Error(`workers never reached the expected state: ${JSON.stringify(s)}`);
     await sleep(50);
@@ -107,7 +138,7 @@ async function waitForWorkers(gw: GatewayProcess, check: (s: Status) => boolean)
 }
 
 async function activeDownloads(gw: GatewayProcess): Promise<number> {
-  const text = (await requestRetried(`${gw.url}/metrics`)).body.toString();
+  const text = (await requestRetried(gw, `${gw.url}/metrics`)).body.toString();
   const line = /^arkvory_admission_active\{kind="download"\} (\d+)$/m.exec(text);
   if (!line) throw new Error('no arkvory_admission_active{kind="download"} in /metrics');
   return Number(line[1]);
@@ -173,6 +204,9 @@ describe('an instance of two workers', () => {
       active = await activeDownloads(gw);
     }
     const releasedMs = performance.now() - killedAt;
+    console.log(
+      `[measured] slots released ${Math.round(releasedMs)} ms after the kill; new connections refused or reset for at most ${Math.round(longestRefusalMs)} ms`,
+    );
     expect(active).toBe(2);
     expect(releasedMs).toBeLessThanOrEqual(RELEASE_BOUND_MS);
 
@@ -186,7 +220,7 @@ describe('an instance of two workers', () => {
       s.workers.every((w) => w.state === 'serving' && w.restarts === (w.index === 1 ? 1 : 0)),
     );
     expect(after.workers).toHaveLength(2);
-    const again = await requestRetried(`${gw.url}/api/v1/repositories/wk/artifacts/f.bin/content`, {
+    const again = await requestRetried(gw, `${gw.url}/api/v1/repositories/wk/artifacts/f.bin/content`, {
       headers: bearer(readers[0]!.key),
     });
     expect(again.status).toBe(200);
