@@ -44,6 +44,12 @@ beforeAll(async () => {
 }, 60_000);
 
 /** A download the test paces: `resume()` lets it read on; resolves with what arrived and how it ended. */
+/** Takes waiting for download tokens in the gateway right now (its /metrics). */
+async function waitingQuanta(gw: { url: string }): Promise<number> {
+  const text = (await request(`${gw.url}/metrics`)).body.toString();
+  return Number(/^arkvory_bandwidth_waiting_quanta\{direction="download"\} (\d+)$/m.exec(text)?.[1] ?? 0);
+}
+
 function pacedDownload(url: string, key: string, headers: Record<string, string> = {}) {
   const chunks: Buffer[] = [];
   let response: http.IncomingMessage | undefined;
@@ -118,34 +124,50 @@ describe('shutdown drain (ADR 0008 preClose)', () => {
     const env = {
       ARKVORY_DATABASE_URL: db.url,
       ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(rate),
-      ARKVORY_SHUTDOWN_TIMEOUT_SECONDS: '20',
+      ARKVORY_SHUTDOWN_TIMEOUT_SECONDS: '8',
     };
-    const gw = await startGateway({ env, dataDir });
-    const download = pacedDownload(contentUrl(gw), reader);
-    await download.firstBytes;
-    download.resume();
-    await sleep(500);
-    const signalledAtMs = performance.now();
-    gw.child.kill('SIGTERM');
-    const result = await download.done;
-    expect(result.complete).toBe(false);
-    expect(result.body.length).toBeGreaterThan(0);
-    expect(result.body.length).toBeLessThan(file.length);
-    // Cut at the signal (its chunk was waiting), not at the 20 s shutdown timeout.
-    expect(result.endedAtMs - signalledAtMs).toBeLessThan(5000);
-    expect(await gw.exited).toBe(0);
-    expect(problemLines(gw.logLines())).toEqual([]);
+    // ADR 0008 cuts the chunk waiting for tokens at the signal; a stream caught between two chunks
+    // (reading or writing one, ~1 % of its time, more on a loaded machine) goes on paced until the
+    // shutdown timeout. The signal is sent once the gateway reports the take waiting, and an attempt
+    // that still met the stream between chunks is run again (at most three in all).
+    let result: Awaited<ReturnType<typeof pacedDownload>['done']> | undefined;
+    for (let attempt = 1; attempt <= 3; attempt++) {
+      const gw = await startGateway({ env, dataDir });
+      const download = pacedDownload(contentUrl(gw), reader);
+      await download.firstBytes;
+      download.resume();
+      await sleep(500);
+      for (let i = 0; i < 50 && (await waitingQuanta(gw)) === 0; i++) await sleep(5);
+      const signalledAtMs = performance.now();
+      gw.child.kill('SIGTERM');
+      const ended = await download.done;
+      expect(ended.complete).toBe(false);
+      expect(ended.body.length).toBeGreaterThan(0);
+      expect(ended.body.length).toBeLessThan(file.length);
+      expect(await gw.exited).toBe(0);
+      expect(problemLines(gw.logLines())).toEqual([]);
+      const cutAfterMs = ended.endedAtMs - signalledAtMs;
+      // Cut at the signal (its chunk was waiting), not at the 8 s shutdown timeout.
+      if (cutAfterMs < 4000) {
+        result = ended;
+        break;
+      }
+      console.log(
+        `[measured] attempt ${attempt}: between chunks at the signal, cut by the shutdown timeout after ${Math.round(cutAfterMs)} ms`,
+      );
+    }
+    expect(result, 'the waiting chunk was cut at the signal in one of three attempts').toBeDefined();
 
     // The client resumes on the next gateway (a restart here) with Range.
     const next = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url }, dataDir });
     const rest = await request(contentUrl(next), {
-      headers: { ...bearer(reader), range: `bytes=${result.body.length}-` },
+      headers: { ...bearer(reader), range: `bytes=${result!.body.length}-` },
     });
     expect(rest.status).toBe(206);
-    expect(rest.headers['content-range']).toBe(`bytes ${result.body.length}-${file.length - 1}/${file.length}`);
-    expect(sha256(Buffer.concat([result.body, rest.body]))).toBe(sha256(file));
+    expect(rest.headers['content-range']).toBe(`bytes ${result!.body.length}-${file.length - 1}/${file.length}`);
+    expect(sha256(Buffer.concat([result!.body, rest.body]))).toBe(sha256(file));
     expect(await next.stop('SIGTERM')).toBe(0);
-  }, 60_000);
+  }, 90_000);
 });
 
 describe('npm start stops cleanly (process hygiene)', () => {
