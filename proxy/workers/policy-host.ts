@@ -47,11 +47,11 @@ export class PolicyHost {
   readonly #counters: CounterStore | undefined;
   /** Admission slots by worker, each by the id the worker releases it with. */
   readonly #slots = new Map<Link, Map<number, Release>>();
-  #nextSlot = 1;
   readonly #repositories = new RepositoryHolds();
   /** Repository transfer holds by worker, each by the id the worker releases it with. */
-  readonly #holds = new Map<Link, Map<number, () => void>>();
-  #nextHold = 1;
+  readonly #holds = new Map<Link, Map<number, Release>>();
+  /** The next id of a slot or hold (one sequence: each kind is released by its own op). */
+  #nextId = 1;
 
   constructor(deps: { admission: AdmissionQueue; governors: BandwidthGovernors; counters?: CounterStore }) {
     this.#admission = deps.admission;
@@ -61,33 +61,13 @@ export class PolicyHost {
 
   /** Serves one worker's calls on its link. */
   attach(link: Link): void {
-    const slots = new Map<number, Release>();
-    this.#slots.set(link, slots);
-    link.handle('admit', async (args, signal) => {
+    this.#serveHeld(link, this.#slots, 'admit', 'release', (args, signal) => {
       const { principalId, kind } = args as AdmitRequest;
-      const release = await this.#admission.acquire(principalId, kind, signal);
-      const id = this.#nextSlot++;
-      slots.set(id, release);
-      return id;
+      return this.#admission.acquire(principalId, kind, signal);
     });
-    link.handle('release', (args) => {
-      const id = args as number;
-      slots.get(id)?.();
-      slots.delete(id);
-    });
-    const holds = new Map<number, () => void>();
-    this.#holds.set(link, holds);
-    link.handle('repository.hold', (args) => {
+    this.#serveHeld(link, this.#holds, 'repository.hold', 'repository.release', (args) => {
       const { repository, max } = args as HoldRequest;
-      const release = this.#repositories.hold(repository, max);
-      const id = this.#nextHold++;
-      holds.set(id, release);
-      return id;
-    });
-    link.handle('repository.release', (args) => {
-      const id = args as number;
-      holds.get(id)?.();
-      holds.delete(id);
+      return this.#repositories.hold(repository, max);
     });
     link.handle('take', (args, signal) => {
       const t = args as TakeRequest;
@@ -100,6 +80,32 @@ export class PolicyHost {
       link.handle('counters.run', (args) => counters.run(...(args as RunArgs)));
       link.handle('counters.clear', (args) => counters.clear(args as string[]));
     }
+  }
+
+  /**
+   * Serves `op`, whose answer is the id under which what `acquire` holds for `link` is kept in
+   * `byLink`, and `releaseOp`, which releases that id (once; an unknown id is a no-op).
+   */
+  #serveHeld(
+    link: Link,
+    byLink: Map<Link, Map<number, Release>>,
+    op: string,
+    releaseOp: string,
+    acquire: (args: unknown, signal: AbortSignal) => Release | Promise<Release>,
+  ): void {
+    const held = new Map<number, Release>();
+    byLink.set(link, held);
+    link.handle(op, async (args, signal) => {
+      const release = await acquire(args, signal);
+      const id = this.#nextId++;
+      held.set(id, release);
+      return id;
+    });
+    link.handle(releaseOp, (args) => {
+      const id = args as number;
+      held.get(id)?.();
+      held.delete(id);
+    });
   }
 
   /**
