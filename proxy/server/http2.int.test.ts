@@ -548,11 +548,15 @@ describe('HTTP/2 abuses are bounded (GOAWAY or refused streams; other clients un
   afterAll(() => gw.stop());
   const ENHANCE_YOUR_CALM = http2.constants.NGHTTP2_ENHANCE_YOUR_CALM;
 
-  /** The common bounds: memory, CPU and the good client's latency. */
+  /**
+   * The common bounds: memory, CPU and the good client's latency. The latency bound is 2 s: the
+   * good client runs in the process that sends the attack, and on a loaded 2-core machine both
+   * share the CPU with the gateway; a session the attack starved would wait far longer, or fail.
+   */
   function expectBounded(r: Awaited<ReturnType<typeof underAttack>>): void {
     expect(r.failures).toBe(0);
     expect(r.served).toBeGreaterThan(0);
-    expect(r.worstMs).toBeLessThan(1000);
+    expect(r.worstMs).toBeLessThan(2000);
     expect(r.rssGrowth).toBeLessThan(64 * MiB);
     expect(r.cpuMs).toBeLessThan(5000);
   }
