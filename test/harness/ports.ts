@@ -4,7 +4,8 @@
  * told the same port, and the second process to bind it fails, or (a health check answered by the
  * other file's gateway) a test talks to a process that is not its own. A port is claimed by
  * creating a file named after it in the run's claims directory (ARKVORY_TEST_PORT_CLAIMS, made by
- * the global setup): the file system says which claimer came first. Outside a test run (a
+ * the global setup): the file system says which claimer came first. Other resources files must
+ * not share (a multi-host file's network) are claimed the same way by name. Outside a test run (a
  * benchmark, a script) claims are kept in this process only.
  */
 import { writeFile } from 'node:fs/promises';
@@ -14,7 +15,8 @@ import { freeLoopbackPort as kernelFreePort } from '../../lib/free-port.ts';
 /** The variable naming the run's claims directory; the global setup sets it before any worker starts. */
 export const PORT_CLAIMS_VARIABLE = 'ARKVORY_TEST_PORT_CLAIMS';
 
-const claimedHere = new Set<number>();
+/** Names claimed by this process (all of them when no claims directory is set). */
+const claimedHere = new Set<string>();
 
 /** A loopback port free now that no other caller in this test run was given. */
 export async function freeLoopbackPort(): Promise<number> {
@@ -26,13 +28,21 @@ export async function freeLoopbackPort(): Promise<number> {
 }
 
 /** True when `port` was claimed now for this caller; false when someone in the run has it already. */
-export async function claimPort(port: number): Promise<boolean> {
-  if (claimedHere.has(port)) return false;
-  claimedHere.add(port);
+export function claimPort(port: number): Promise<boolean> {
+  return claimForRun(String(port));
+}
+
+/**
+ * True when `name` (a port, or another resource the run's files must not share, such as a host
+ * network) was claimed now for this caller; false when someone in the run has it already.
+ */
+export async function claimForRun(name: string): Promise<boolean> {
+  if (claimedHere.has(name)) return false;
+  claimedHere.add(name);
   const dir = process.env[PORT_CLAIMS_VARIABLE];
   if (!dir) return true;
   try {
-    await writeFile(path.join(dir, String(port)), `${process.pid}\n`, { flag: 'wx' });
+    await writeFile(path.join(dir, name), `${process.pid}\n`, { flag: 'wx' });
     return true;
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'EEXIST') return false;

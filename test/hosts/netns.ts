@@ -11,9 +11,7 @@
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { writeFile } from 'node:fs/promises';
-import path from 'node:path';
-import { PORT_CLAIMS_VARIABLE } from '../harness/ports.ts';
+import { claimForRun } from '../harness/ports.ts';
 
 /** One test file's network: its name prefix (interface names are ≤ 15 bytes) and its /24. */
 export interface HostNetwork {
@@ -29,27 +27,16 @@ export interface HostNetwork {
 /** Networks one test run may hold at once (10.213.24.0/24 upwards). */
 const MAX_NETWORKS = 64;
 
-export function hostNetwork(index: number): HostNetwork {
+function hostNetwork(index: number): HostNetwork {
   const prefix = `akh${index}-`;
   const subnet = `10.213.${24 + index}`;
   return { prefix, bridge: `${prefix}br`, subnet, controlAddress: `${subnet}.1` };
 }
 
-/**
- * A network no other file of this test run holds, claimed like ports are (a file in the run's
- * claims directory); outside a test run, network 0.
- */
+/** A network no other file of this test run holds, claimed like ports are (`claimForRun`). */
 export async function claimNetwork(): Promise<HostNetwork> {
-  const dir = process.env[PORT_CLAIMS_VARIABLE];
-  if (!dir) return hostNetwork(0);
-  for (let index = 0; index < MAX_NETWORKS; index++) {
-    try {
-      await writeFile(path.join(dir, `hosts-network-${index}`), `${process.pid}\n`, { flag: 'wx' });
-      return hostNetwork(index);
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-    }
-  }
+  for (let index = 0; index < MAX_NETWORKS; index++)
+    if (await claimForRun(`hosts-network-${index}`)) return hostNetwork(index);
   throw new Error(`all ${MAX_NETWORKS} host networks of this test run are taken`);
 }
 
