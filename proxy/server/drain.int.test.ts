@@ -43,13 +43,13 @@ beforeAll(async () => {
   expect(await gw.stop('SIGTERM')).toBe(0);
 }, 60_000);
 
-/** A download the test paces: `resume()` lets it read on; resolves with what arrived and how it ended. */
 /** Takes waiting for download tokens in the gateway right now (its /metrics). */
 async function waitingQuanta(gw: { url: string }): Promise<number> {
   const text = (await request(`${gw.url}/metrics`)).body.toString();
   return Number(/^arkvory_bandwidth_waiting_quanta\{direction="download"\} (\d+)$/m.exec(text)?.[1] ?? 0);
 }
 
+/** A download the test paces: `resume()` lets it read on; resolves with what arrived and how it ended. */
 function pacedDownload(url: string, key: string, headers: Record<string, string> = {}) {
   const chunks: Buffer[] = [];
   let response: http.IncomingMessage | undefined;
