@@ -25,35 +25,61 @@ export function storeStateOf(body: string): BackendStoreState {
   }
 }
 
-export function probeBackend(
+/**
+ * A keep-alive socket the gateway closed just as the probe reused it fails with one of these before
+ * any answer. That race says nothing about the gateway, so such a probe is sent once more on a new
+ * connection (what Node's documentation advises for `reusedSocket`); on a new connection they count.
+ */
+const STALE_SOCKET_CODES = new Set(['ECONNRESET', 'EPIPE']);
+
+export type ProbeResult = { ok: boolean; reason: string; store: BackendStoreState };
+
+export async function probeBackend(
   url: string,
   timeoutMs: number,
   agents: { http: http.Agent; https: https.Agent },
-): Promise<{ ok: boolean; reason: string; store: BackendStoreState }> {
+): Promise<ProbeResult> {
+  const first = await probeOnce(url, timeoutMs, agents);
+  return first.staleSocket ? (await probeOnce(url, timeoutMs, agents)).result : first.result;
+}
+
+function probeOnce(
+  url: string,
+  timeoutMs: number,
+  agents: { http: http.Agent; https: https.Agent },
+): Promise<{ result: ProbeResult; staleSocket: boolean }> {
   return new Promise((resolve) => {
     const isHttps = url.startsWith('https:');
     const client = isHttps ? https : http;
+    const done = (result: ProbeResult, staleSocket = false) => resolve({ result, staleSocket });
+    let answered = false;
     const req = client.request(
       `${url}/health/status`,
       { method: 'GET', agent: isHttps ? agents.https : agents.http, headers: { 'user-agent': 'arkvory-router-probe' } },
       (res) => {
+        answered = true;
         let body = '';
         res.setEncoding('utf8');
         res.on('data', (chunk: string) => {
           if (body.length < STATUS_BODY_LIMIT) body += chunk;
         });
         res.on('end', () =>
-          resolve(
+          done(
             res.statusCode === 200
               ? { ok: true, reason: 'probe passed', store: storeStateOf(body) }
               : { ok: false, reason: `/health/status answered ${res.statusCode}`, store: 'unknown' },
           ),
         );
-        res.on('error', (err) => resolve({ ok: false, reason: err.message, store: 'unknown' }));
+        res.on('error', (err) => done({ ok: false, reason: err.message, store: 'unknown' }));
       },
     );
     req.setTimeout(timeoutMs, () => req.destroy(new Error(`no answer to the probe within ${timeoutMs} ms`)));
-    req.on('error', (err) => resolve({ ok: false, reason: err.message, store: 'unknown' }));
+    req.on('error', (err: NodeJS.ErrnoException) =>
+      done(
+        { ok: false, reason: err.message, store: 'unknown' },
+        !answered && req.reusedSocket && STALE_SOCKET_CODES.has(err.code ?? ''),
+      ),
+    );
     req.end();
   });
 }
