@@ -147,7 +147,14 @@ describe('scenario 3: reader2 partitioned from the store host mid-download', () 
     partition(topology.hosts.reader2, topology.hosts.store);
     try {
       const codes = await Promise.all(curls.map((c) => c.exited));
-      expect(codes.filter((c) => c === 0)).toHaveLength(2);
+      // Which gateway served each download and what the router saw, should one not be cut.
+      const outcome = () =>
+        JSON.stringify({
+          codes,
+          served: ids.map((id) => gatewayServing(d, [d.writer, reader1, reader2], id)?.host.name),
+          pool: d.router.logLines().filter((l) => /pool|store/.test(String(l.msg))),
+        });
+      expect(codes.filter((c) => c === 0), outcome()).toHaveLength(2);
       const cut = ids[codes.findIndex((c) => c !== 0)]!;
       await waitUntil(() => ids.every((id) => gatewayServing(d, [d.writer, reader1, reader2], id) !== undefined), {
         what: 'every gateway to log its download',
