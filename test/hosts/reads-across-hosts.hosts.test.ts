@@ -154,7 +154,10 @@ describe('scenario 3: reader2 partitioned from the store host mid-download', () 
           served: ids.map((id) => gatewayServing(d, [d.writer, reader1, reader2], id)?.host.name),
           pool: d.router.logLines().filter((l) => /pool|store/.test(String(l.msg))),
         });
-      expect(codes.filter((c) => c === 0), outcome()).toHaveLength(2);
+      expect(
+        codes.filter((c) => c === 0),
+        outcome(),
+      ).toHaveLength(2);
       const cut = ids[codes.findIndex((c) => c !== 0)]!;
       await waitUntil(() => ids.every((id) => gatewayServing(d, [d.writer, reader1, reader2], id) !== undefined), {
         what: 'every gateway to log its download',
