@@ -62,14 +62,14 @@ export default defineConfig({
         },
       },
       // The container image (deploy/container/build.sh) run from its unpacked root in mount and PID
-      // namespaces (root only: it fails saying so otherwise); its build is cached by its inputs.
+      // namespaces (root only: it fails saying so otherwise); its build is cached by its inputs and
+      // taken under a lock, so its files run beside the others (one at a time, they ran last, alone).
       {
         extends: true,
         test: {
           name: 'image',
           include: ['test/image/**/*.image.test.ts'],
           exclude: ['**/node_modules/**'],
-          fileParallelism: false,
         },
       },
     ],
