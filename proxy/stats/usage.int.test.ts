@@ -101,7 +101,12 @@ describe('across two gateways', () => {
       download(`${writer.url}${path}`, alice.key, 600),
       download(`${reader.url}${path}`, bob.key, 399),
     ]);
-    // The last one, after every other: its downloader is the last downloader.
+    // The last one, once every other was counted (a gateway notes a download when it observes the
+    // response's end, which may follow the client's last byte): its downloader is the last downloader.
+    await waitUntil(async () => (await artifactRow('hot.bin'))?.downloads === 999, {
+      what: 'both gateways to flush the first 999',
+      timeoutMs: 30_000,
+    });
     await download(`${reader.url}${path}`, bob.key, 1);
     await waitUntil(async () => (await artifactRow('hot.bin'))?.downloads === 1000, {
       what: 'both gateways to flush',
