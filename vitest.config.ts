@@ -1,6 +1,7 @@
 import os from 'node:os';
 import path from 'node:path';
 import { defineConfig } from 'vitest/config';
+import { LongFilesFirst } from './test/support/long-files-first.ts';
 
 // The tools scripts/test-tools.sh installs (toxiproxy-server, weed, minio, schemathesis) are found on
 // PATH by the suites and every process they spawn, however vitest was started.
@@ -22,6 +23,8 @@ export default defineConfig({
     globalSetup: ['test/support/global-setup.ts'],
     pool: 'forks',
     maxWorkers: 4,
+    // The files that take minutes start first, on a fresh clone too (test/support/long-files-first.ts).
+    sequence: { sequencer: LongFilesFirst },
     testTimeout: 60_000,
     hookTimeout: 90_000,
     teardownTimeout: 30_000,

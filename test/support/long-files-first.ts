@@ -1,0 +1,36 @@
+/**
+ * The order vitest starts test files in: the few that take minutes first, then vitest's own order.
+ * Vitest starts the longest first only when it has timings from an earlier run on that checkout; a
+ * fresh clone (CI) has none and goes by file size, which started the contract fuzzing, the longest
+ * file, more than 500 s into a 780 s run, a few seconds from being the run's one-file tail.
+ */
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { BaseSequencer, type TestSpecification } from 'vitest/node';
+
+const ROOT = path.resolve(import.meta.dirname, '../..');
+
+/** Longest first, as measured in full runs (`.vitest-report.json`, docs/testing.md). */
+export const LONG_FILES = [
+  'test/contract/schemathesis.test.ts',
+  'proxy/content/slice-cache.int.test.ts',
+  'test/image/reproducible.image.test.ts',
+  'proxy/tls/tls.int.test.ts',
+  'proxy/gates/spec-bounds.int.test.ts',
+];
+
+// A renamed file would silently lose its place: fail the run instead.
+for (const file of LONG_FILES)
+  if (!existsSync(path.join(ROOT, file)))
+    throw new Error(`test/support/long-files-first.ts names ${file}, which does not exist`);
+
+export class LongFilesFirst extends BaseSequencer {
+  override async sort(files: TestSpecification[]): Promise<TestSpecification[]> {
+    const rank = (spec: TestSpecification): number => {
+      const index = LONG_FILES.indexOf(path.relative(ROOT, spec.moduleId));
+      return index === -1 ? LONG_FILES.length : index;
+    };
+    // Array sort is stable: the other files keep vitest's order.
+    return (await super.sort(files)).sort((a, b) => rank(a) - rank(b));
+  }
+}
