@@ -66,7 +66,7 @@ export default defineConfig({
       },
       // The container image (deploy/container/build.sh) run from its unpacked root in mount and PID
       // namespaces (root only: it fails saying so otherwise); its build is cached by its inputs and
-      // taken under a lock, so its files run beside the others (one at a time, they ran last, alone).
+      // taken under a lock, so its files run beside the others.
       {
         extends: true,
         test: {

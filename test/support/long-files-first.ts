@@ -1,8 +1,8 @@
 /**
  * The order vitest starts test files in: the few that take minutes first, then vitest's own order.
  * Vitest starts the longest first only when it has timings from an earlier run on that checkout; a
- * fresh clone (CI) has none and goes by file size, which started the contract fuzzing, the longest
- * file, more than 500 s into a 780 s run, a few seconds from being the run's one-file tail.
+ * fresh clone (CI) has none and goes by file size, which can leave a long file to start late and run
+ * on alone (docs/testing.md).
  */
 import { existsSync } from 'node:fs';
 import path from 'node:path';
@@ -11,7 +11,7 @@ import { BaseSequencer, type TestSpecification } from 'vitest/node';
 const ROOT = path.resolve(import.meta.dirname, '../..');
 
 /** Longest first, as measured in full runs (`.vitest-report.json`, docs/testing.md). */
-export const LONG_FILES = [
+const LONG_FILES = [
   'test/contract/schemathesis.test.ts',
   'proxy/content/slice-cache.int.test.ts',
   'test/image/reproducible.image.test.ts',
