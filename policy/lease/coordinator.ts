@@ -51,7 +51,30 @@ export class SlotBusy extends PolicyRefusal {}
 /** `confirmed`: the row was extended; `rejected`: no row matched (fenced); `failed`: the query failed. */
 export type RenewalOutcome = 'confirmed' | 'rejected' | 'failed';
 
-export class Coordinator {
+/** `sharedDownloads` of /health/ready: the slot lease of the shared profile. */
+export interface SharedDownloads {
+  slot: number;
+  slots: number;
+  active: boolean;
+  leaseSeconds: number;
+}
+
+/**
+ * What a gateway's requests read of its standing: a process's own Coordinator, or a worker's view
+ * of its instance's (proxy/workers/instance-lease.ts).
+ */
+export interface LeaseStanding {
+  /** The owner written on the slot lease. */
+  readonly owner: string;
+  readonly fencedReason: string | undefined;
+  /** True while payload may be granted. */
+  isPermitted(): boolean;
+  onFenced(listener: (reason: string) => void): void;
+  /** Null in the standalone profile. */
+  snapshot(): SharedDownloads | null;
+}
+
+export class Coordinator implements LeaseStanding {
   readonly owner = randomUUID();
   readonly #options: CoordinatorOptions;
   readonly #client: pg.Client;
@@ -200,7 +223,7 @@ export class Coordinator {
   }
 
   /** For /health/ready: `sharedDownloads` (null in standalone). */
-  snapshot(): { slot: number; slots: number; active: boolean; leaseSeconds: number } | null {
+  snapshot(): SharedDownloads | null {
     const shared = this.#options.shared;
     if (!shared) return null;
     return {

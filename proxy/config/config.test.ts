@@ -202,6 +202,35 @@ describe('loadConfig', () => {
     });
   });
 
+  describe('ARKVORY_WORKERS', () => {
+    const db = { ARKVORY_DATABASE_URL: 'postgres://arkvory@127.0.0.1/arkvory' };
+    const shared = {
+      ...db,
+      ARKVORY_REDIS_URL: 'redis://127.0.0.1:6379',
+      ARKVORY_GATEWAY_SLOTS: '2',
+      ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: '67108864',
+      ARKVORY_WORKERS: '2',
+    };
+    it('takes several workers for the writer and a reader, standalone and in the shared profile', () => {
+      expect(loadConfig({ ...db, ARKVORY_WORKERS: '4' }).workers).toBe(4);
+      expect(loadConfig({ ...shared, ARKVORY_GATEWAY_SLOT: '0' }).workers).toBe(2);
+      expect(loadConfig({ ...shared, ARKVORY_ROLE: 'reader', ARKVORY_GATEWAY_SLOT: '1' }).workers).toBe(2);
+    });
+    it.each([
+      [{ ARKVORY_WORKERS: '2' }, 'ARKVORY_WORKERS: above 1 needs ARKVORY_DATABASE_URL'],
+      [
+        { ...db, ARKVORY_WORKERS: '2', ARKVORY_ROLE: 'router' },
+        'ARKVORY_WORKERS: above 1 only for ARKVORY_ROLE=api or reader',
+      ],
+      [
+        { ...db, ARKVORY_WORKERS: '2', ARKVORY_ROLE: 'worker' },
+        'ARKVORY_WORKERS: above 1 only for ARKVORY_ROLE=api or reader',
+      ],
+    ])('refuses %j', (env, expected) => {
+      expect(problemsOf(env as Record<string, string>).join('\n')).toContain(expected);
+    });
+  });
+
   it('reads the Phase 3 rules-service variables (service name checked, the role needs a database)', () => {
     expect(loadConfig({}).rulesService).toEqual({
       url: undefined,

@@ -231,23 +231,21 @@ export function checkIdleTimeouts(v: VariableValues): void {
 }
 
 /**
- * ARKVORY_WORKERS above 1, where the instance's limits stay exact (proxy/workers/): the standalone
- * writer on a PostgreSQL of its own choosing. The embedded database is one process's, and the shared
- * profile's lease and leased share are not yet held by the coordinating process.
+ * ARKVORY_WORKERS above 1, where the instance's limits stay exact (proxy/workers/): a writer or a
+ * reader, standalone or in the shared profile, on a PostgreSQL of its own choosing. The embedded
+ * database is one process's.
  */
 export function checkWorkers(v: VariableValues): void {
-  if (v.anyFailed('ARKVORY_WORKERS', 'ARKVORY_ROLE', 'ARKVORY_DATABASE_URL', 'ARKVORY_GATEWAY_SLOTS')) return;
+  if (v.anyFailed('ARKVORY_WORKERS', 'ARKVORY_ROLE', 'ARKVORY_DATABASE_URL')) return;
   const workers = v.num('ARKVORY_WORKERS');
   if (workers === 1) return;
   const role = v.str('ARKVORY_ROLE');
-  if (role !== 'api')
-    v.problems.push(`ARKVORY_WORKERS: above 1 only for ARKVORY_ROLE=api for now; got ${workers} with role "${role}"`);
+  if (role !== 'api' && role !== 'reader')
+    v.problems.push(
+      `ARKVORY_WORKERS: above 1 only for ARKVORY_ROLE=api or reader (the gateways that serve content); got ${workers} with role "${role}"`,
+    );
   if (v.optStr('ARKVORY_DATABASE_URL') === undefined)
     v.problems.push(
       `ARKVORY_WORKERS: above 1 needs ARKVORY_DATABASE_URL (the embedded PostgreSQL belongs to one process); got ${workers}`,
-    );
-  if (v.optNum('ARKVORY_GATEWAY_SLOTS') !== undefined)
-    v.problems.push(
-      `ARKVORY_WORKERS: above 1 only in the standalone profile for now; got ${workers} with ARKVORY_GATEWAY_SLOTS`,
     );
 }

@@ -2,14 +2,16 @@
  * The shared profile with real processes: one writer and two readers on one PostgreSQL and one
  * storage root, sharing a download budget through slot leases (read-gateways spec, "Checks").
  */
+import { randomUUID } from 'node:crypto';
 import { mkdir } from 'node:fs/promises';
 import http from 'node:http';
+import { Client } from 'undici';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
-import { type SharedProfile, sharedProfileEnv } from '../../test/harness/index.ts';
+import { type SharedProfile, sharedProfileEnv, waitUntil } from '../../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
 /** Three participants run; slot 3 stays free for the refusal cases. */
@@ -19,19 +21,8 @@ const RATE = SLOTS * MiB + 3;
 const SHARE = Math.floor(RATE / SLOTS);
 const BURST = Math.floor(Math.min(SHARE / 10, MiB));
 
-let db: TestDatabase & { drop(): Promise<void> };
-let dataDir: string;
-let writer: GatewayProcess;
-let readers: GatewayProcess[];
-let key: string;
-let writeKey: string;
-let outsiderKey: string;
 const file = randomContent(3 * MiB + 12345);
 const contentPath = '/api/v1/repositories/shared/artifacts/big.bin/content';
-
-/** The shared profile's settings, known once the database is made. */
-let profile: SharedProfile;
-const sharedEnv = (role: 'api' | 'reader', slot: number) => sharedProfileEnv({ ...profile, role, slot });
 
 /** Downloads for at most `ms` and returns how many bytes arrived (the body may be cut short). */
 function downloadFor(
@@ -64,34 +55,54 @@ function downloadFor(
   });
 }
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-  profile = { databaseUrl: db.url, redis: inject('redisUrl'), slots: SLOTS, downloadBytesPerSecond: RATE };
-  dataDir = await makeTempDir();
-  await createRepository(db.pool, 'shared');
-  await createRepository(db.pool, 'hidden');
-  ({ key } = await createServiceAccount(db.pool, { scopes: ['read'], grants: { shared: 'read' } }));
-  ({ key: writeKey } = await createServiceAccount(db.pool, { scopes: ['read', 'write'], grants: { shared: 'write' } }));
-  ({ key: outsiderKey } = await createServiceAccount(db.pool, {
-    scopes: ['read', 'write'],
-    grants: { hidden: 'write' },
-  }));
-  writer = await startGateway({ env: sharedEnv('api', 0), dataDir });
-  const put = await request(`${writer.url}/api/v1/repositories/shared/artifacts/big.bin`, {
-    method: 'PUT',
-    headers: { ...bearer(writeKey), 'content-type': 'application/octet-stream' },
-    body: file,
+// Each participant as one process, then as an instance of two workers (docs/architecture.md,
+// "Workers"): the same assertions, since the lease and its share are the instance's.
+describe.each([1, 2])('shared profile: one writer, two readers, %i worker(s) each', (workers) => {
+  let db: TestDatabase & { drop(): Promise<void> };
+  let dataDir: string;
+  let writer: GatewayProcess;
+  let readers: GatewayProcess[];
+  let key: string;
+  let writeKey: string;
+  let outsiderKey: string;
+
+  /** The shared profile's settings, known once the database is made. */
+  let profile: SharedProfile;
+  const sharedEnv = (role: 'api' | 'reader', slot: number) => ({
+    ...sharedProfileEnv({ ...profile, role, slot }),
+    ARKVORY_WORKERS: String(workers),
   });
-  expect(put.status).toBe(201);
-  readers = await Promise.all([1, 2].map((slot) => startGateway({ env: sharedEnv('reader', slot), dataDir })));
-});
 
-afterAll(async () => {
-  await Promise.all([writer, ...(readers ?? [])].filter(Boolean).map((g) => g.stop('SIGTERM')));
-  await db?.drop();
-});
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    profile = { databaseUrl: db.url, redis: inject('redisUrl'), slots: SLOTS, downloadBytesPerSecond: RATE };
+    dataDir = await makeTempDir();
+    await createRepository(db.pool, 'shared');
+    await createRepository(db.pool, 'hidden');
+    ({ key } = await createServiceAccount(db.pool, { scopes: ['read'], grants: { shared: 'read' } }));
+    ({ key: writeKey } = await createServiceAccount(db.pool, {
+      scopes: ['read', 'write'],
+      grants: { shared: 'write' },
+    }));
+    ({ key: outsiderKey } = await createServiceAccount(db.pool, {
+      scopes: ['read', 'write'],
+      grants: { hidden: 'write' },
+    }));
+    writer = await startGateway({ env: sharedEnv('api', 0), dataDir });
+    const put = await request(`${writer.url}/api/v1/repositories/shared/artifacts/big.bin`, {
+      method: 'PUT',
+      headers: { ...bearer(writeKey), 'content-type': 'application/octet-stream' },
+      body: file,
+    });
+    expect(put.status).toBe(201);
+    readers = await Promise.all([1, 2].map((slot) => startGateway({ env: sharedEnv('reader', slot), dataDir })));
+  });
 
-describe('shared profile: one writer, two readers', () => {
+  afterAll(async () => {
+    await Promise.all([writer, ...(readers ?? [])].filter(Boolean).map((g) => g.stop('SIGTERM')));
+    await db?.drop();
+  });
+
   it('serves the same file byte-identically from every participant, with Range and ACL on readers', async () => {
     for (const gw of [writer, ...readers]) {
       const full = await request(`${gw.url}${contentPath}`, { headers: bearer(key) });
@@ -130,6 +141,7 @@ describe('shared profile: one writer, two readers', () => {
       sharedDownloads: { slot: 2, slots: 4, active: true, leaseSeconds: 10 },
     });
     expect(ready.transfers.downloads.bytesPerSecond).toBe(SHARE);
+    expect(ready.workers).toHaveLength(workers);
     const w = JSON.parse((await request(`${writer.url}/health/ready`, { headers: bearer(key) })).body.toString());
     expect(w).toMatchObject({ role: 'api', writable: true, sharedDownloads: { slot: 0, slots: 4, active: true } });
   });
@@ -181,7 +193,11 @@ describe('shared profile: one writer, two readers', () => {
     const dup = await startGateway({ env: sharedEnv('reader', 2), dataDir, waitFor: 'none' });
     expect(await dup.exited).toBe(1);
     expect(dup.logs()).toContain('held by a running gateway');
-    const standalone = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url }, dataDir, waitFor: 'none' });
+    const standalone = await startGateway({
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_WORKERS: String(workers) },
+      dataDir,
+      waitFor: 'none',
+    });
     expect(await standalone.exited).toBe(1);
     expect(standalone.logs()).toMatch(/another writer|bypass/);
   });
@@ -193,4 +209,32 @@ describe('shared profile: one writer, two readers', () => {
     expect(await reader.exited).toBe(1);
     expect(reader.logs()).toMatch(/storage/i);
   });
+  it('fences every worker of a reader whose slot was taken over: 503 fenced and downloads refused with lease_lost', async () => {
+    const victim = readers[1]!;
+    // What a successor does once the reservation lapsed: the next renewal finds another owner.
+    await db.pool.query('UPDATE arkvory_gateway_leases SET owner = $1, generation = generation + 1 WHERE slot = 2', [
+      randomUUID(),
+    ]);
+    const fencedWorkers = new Set<number>();
+    await waitUntil(
+      async () => {
+        // A new connection lands on any worker (SO_REUSEPORT): ask until each one was seen fenced.
+        const client = new Client(victim.url);
+        try {
+          const status = await client.request({ path: '/health/status', method: 'GET' });
+          const body = (await status.body.json()) as { status: string; workerIndex: number };
+          if (status.statusCode !== 503) return false;
+          expect(body.status).toBe('fenced');
+          const download = await client.request({ path: contentPath, method: 'GET', headers: bearer(key) });
+          const refused = (await download.body.json()) as { code: string };
+          expect([download.statusCode, refused.code]).toEqual([503, 'lease_lost']);
+          fencedWorkers.add(body.workerIndex);
+          return fencedWorkers.size === workers;
+        } finally {
+          await client.close();
+        }
+      },
+      { timeoutMs: 15_000, intervalMs: 50, what: `all ${workers} worker(s) of the reader on slot 2 fenced` },
+    );
+  }, 30_000);
 });

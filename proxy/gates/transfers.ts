@@ -14,7 +14,7 @@ import {
   type ByteMeter,
 } from '../../policy/bandwidth/index.ts';
 import { PolicyError } from '../../policy/errors.ts';
-import type { Coordinator } from '../../policy/lease/coordinator.ts';
+import type { Coordinator, LeaseStanding } from '../../policy/lease/coordinator.ts';
 import { localDownloadCeilings } from '../../policy/lease/shares.ts';
 import type { Config } from '../config/config.ts';
 import type { Clock } from '../../policy/clock.ts';
@@ -97,8 +97,10 @@ export const WEIGHT_WINDOW_MS = 4_000;
  * Shared profile: the download ceiling is the leased share, which follows the weight sums the
  * gateways report (docs/shared-profile.md, "Weighted shares"), lowered by the local variable. The
  * governor was built with floor(rate / SLOTS), which fixed its quantum; the share then moves the rate.
+ * Called by the process that holds the lease and the instance's governors; standalone, nothing to follow.
  */
-function followLeasedShare(config: Config, coordinator: Coordinator, governors: BandwidthGovernors): void {
+export function followLeasedShare(config: Config, coordinator: Coordinator, governors: BandwidthGovernors): void {
+  if (!config.shared) return;
   const local = config.bandwidth.downloadBytesPerSec;
   const apply = (share: number) => governors.download.setRate(local > 0 ? Math.min(share, local) : share);
   apply(coordinator.shareBytesPerSec);
@@ -156,14 +158,17 @@ export class RepositoryHolds {
   }
 }
 
-export function createTransfers(config: Config, clock: Clock, coordinator: Coordinator): LocalTransfers {
-  const isPermitted = () => coordinator.isPermitted();
+/**
+ * This process's transfers, granting while `standing` permits. In the shared profile the lease's
+ * holder also makes the download governor follow the leased share (`followLeasedShare`).
+ */
+export function createTransfers(config: Config, clock: Clock, standing: LeaseStanding): LocalTransfers {
+  const isPermitted = () => standing.isPermitted();
   // The governors ask the lease before every grant and fence themselves at the first "no".
   const governors = createBandwidthGovernors({ clock, isPermitted }, governorCeilings(config));
   const admission = new AdmissionQueue(admissionOptions(config));
-  if (config.shared) followLeasedShare(config, coordinator, governors);
   const repositories = new RepositoryHolds();
-  coordinator.onFenced(() => {
+  standing.onFenced(() => {
     governors.download.fence();
     governors.upload.fence();
   });

@@ -3,7 +3,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { pendingMigrations, migrate } from '../../migrations/runner.ts';
 import { systemClock } from '../../policy/clock.ts';
-import { Coordinator } from '../../policy/lease/coordinator.ts';
+import type { Coordinator, LeaseStanding } from '../../policy/lease/coordinator.ts';
+import { openCoordinator } from './lease-coordinator.ts';
 import { buildApp } from './app.ts';
 import type { Config } from '../config/config.ts';
 import { databaseTarget, openDatabase, waitForDatabase, type Database } from './database.ts';
@@ -28,7 +29,7 @@ import { registerFrontDoorMetrics } from '../metrics/front-door-metrics.ts';
 import { metricsRoute, startMetricsServer, type MetricsServer } from '../metrics/metrics-endpoint.ts';
 import type { Services } from './services.ts';
 import { redisCredentialsVerifier } from '../gates/rate-limit-redis.ts';
-import { createTransfers } from '../gates/transfers.ts';
+import { createTransfers, followLeasedShare } from '../gates/transfers.ts';
 import { EXIT, StartupError } from './startup-failure.ts';
 import { openListenerTls, type ServedTls } from '../tls/served-tls.ts';
 import { schemeOf } from './listener.ts';
@@ -36,11 +37,12 @@ import { checkDatabasePrivileges, databaseLoginVerifier, registerPrivilegeMetric
 import { SecretRotation, type StartSecrets } from '../config/secret-rotation.ts';
 import { s3KeyVerifier } from '../content/storage.ts';
 import { registerSecretMetrics } from '../metrics/secret-metrics.ts';
-import { currentUrl, type ConnectionUrl } from '../../lib/connection-url.ts';
+import { currentUrl } from '../../lib/connection-url.ts';
 import type { PrivilegeReport } from './database-privileges.ts';
 import { connectionShare, type WorkerInstance, type WorkerView } from '../workers/worker-instance.ts';
 import { createRemoteTransfers, type RemoteTransfers } from '../workers/remote-transfers.ts';
 import { remoteCounterStore } from '../workers/remote-counter-store.ts';
+import { type InstanceLease, joinInstanceLease } from '../workers/instance-lease.ts';
 
 /** The embedded defaults exist for one standalone writer; everything else needs real services. */
 function checkProfile(config: Config): void {
@@ -133,12 +135,17 @@ export async function serveGateway(
     const metrics = createGatewayMetrics();
     if (privileges) registerPrivilegeMetrics(metrics.registry, privileges);
     registerSecretMetrics(metrics.registry, rotation);
-    coordinator = await openCoordinator(config, database.url, log, instance !== undefined);
-    coordinator.onFenced(() => lifecycle.set('fenced', 'lease lost'));
-    registerLeaseMetrics(metrics.registry, coordinator);
-    const transfers = instance
-      ? createRemoteTransfers(config, systemClock, coordinator, instance.link)
-      : createTransfers(config, systemClock, coordinator);
+    coordinator = await openCoordinator(config, database.url, log, instance ? 'worker' : 'instance');
+    // A worker's lease is its instance's, held by the coordinating process (which counts its metrics).
+    const standing: LeaseStanding = instance ? await joinInstanceLease(instance.link, coordinator) : coordinator;
+    standing.onFenced(() => lifecycle.set('fenced', 'lease lost'));
+    if (!instance) registerLeaseMetrics(metrics.registry, coordinator);
+    let transfers: ReturnType<typeof createTransfers> | RemoteTransfers;
+    if (instance) transfers = createRemoteTransfers(config, systemClock, standing, instance.link);
+    else {
+      transfers = createTransfers(config, systemClock, coordinator);
+      followLeasedShare(config, coordinator, transfers.governors);
+    }
     // The SDK is loaded only when tracing is on.
     const tracing = config.tracing
       ? (await import('../tracing/tracing.ts')).openTracing(config.tracing, {
@@ -168,7 +175,7 @@ export async function serveGateway(
       pool: database.pool,
       databaseUrl: database.url,
       isEmbeddedDatabase: database.embedded !== undefined,
-      coordinator,
+      coordinator: standing,
       transfers,
       clock: systemClock,
       lifecycle,
@@ -186,6 +193,7 @@ export async function serveGateway(
             ...(config.redisUrl ? {} : { counters: remoteCounterStore(instance.link) }),
             beforeHealth: [
               () => instance.refresh(),
+              ...('refresh' in standing ? [() => (standing as InstanceLease).refresh()] : []),
               ...('refresh' in transfers ? [() => (transfers as RemoteTransfers).refresh()] : []),
             ],
           }
@@ -259,42 +267,6 @@ export async function serveGateway(
   }
   await signals.stopped;
   return await finish(log, built, server, database, config, EXIT.ok, coordinator);
-}
-
-/** Barriers, the stored policy and (shared profile) the slot lease, on a connection of their own. */
-async function openCoordinator(
-  config: Config,
-  databaseUrl: ConnectionUrl,
-  log: Logger,
-  oneOfWorkers: boolean,
-): Promise<Coordinator> {
-  // One worker of an instance takes only the maintenance barrier: the writer barrier is the instance's (proxy/workers/).
-  const role = oneOfWorkers
-    ? 'worker'
-    : config.role === 'reader'
-      ? 'reader'
-      : config.role === 'worker'
-        ? 'worker'
-        : 'api';
-  return Coordinator.open({
-    databaseUrl,
-    role,
-    clock: systemClock,
-    log: log.child({ component: 'lease' }),
-    ...(config.shared
-      ? {
-          shared: {
-            slot: config.shared.slot,
-            advertiseUrl: config.advertiseUrl,
-            policy: {
-              slots: config.shared.slots,
-              downloadBytesPerSec: config.shared.downloadBytesPerSec,
-              downloadBytesPerSecPerPrincipal: config.shared.downloadBytesPerSecPerPrincipal,
-            },
-          },
-        }
-      : {}),
-  });
 }
 
 async function finish(

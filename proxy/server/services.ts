@@ -2,7 +2,7 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { ConnectionUrl } from '../../lib/connection-url.ts';
 import type { Clock } from '../../policy/clock.ts';
-import type { Coordinator } from '../../policy/lease/coordinator.ts';
+import type { LeaseStanding } from '../../policy/lease/coordinator.ts';
 import type { Config } from '../config/config.ts';
 import type { SecretRotation } from '../config/secret-rotation.ts';
 import type { Lifecycle } from './lifecycle.ts';
@@ -22,8 +22,8 @@ export interface Services {
   readonly databaseUrl: ConnectionUrl;
   /** True when PostgreSQL is the embedded default (standalone, first-run conveniences apply). */
   readonly isEmbeddedDatabase: boolean;
-  /** Barriers and (shared profile) the slot lease; `isPermitted()` is false once fenced. */
-  readonly coordinator: Coordinator;
+  /** This gateway's standing (the slot lease of the shared profile, its process's or its instance's); `isPermitted()` is false once fenced. */
+  readonly coordinator: LeaseStanding;
   /** Bandwidth governors and admission: every body stream goes through `admit` and a `meter`. */
   readonly transfers: Transfers;
   readonly clock: Clock;

@@ -1,8 +1,9 @@
 /**
  * The instance's policy state, owned by the coordinating process and used by every worker over its
  * link (docs/architecture.md, "Workers"): the admission queue, the two bandwidth governors, the
- * repositories' bounds on concurrent transfers and, with no Redis, the rate-limit counters and
- * bans. One set of each, so every bound is the instance's and exact by construction: a worker holds
+ * repositories' bounds on concurrent transfers, the lease (shared profile) and, with no Redis, the
+ * rate-limit counters and bans. One set of each, so every bound is the instance's and exact by
+ * construction: a worker holds
  * an admission slot or a repository's transfer only while the coordinating process counts it, and
  * passes a quantum only after the governor granted it. When a worker is gone its slots and
  * repository transfers are released and its waiting takes and admissions cancelled, in the same
@@ -10,8 +11,11 @@
  */
 import type { AdmissionQueue, AdmissionSnapshot, Release, TransferKind } from '../../policy/admission/index.ts';
 import type { BandwidthGovernors, BandwidthSnapshot, Ceiling } from '../../policy/bandwidth/index.ts';
+import { PolicyError } from '../../policy/errors.ts';
+import type { LeaseStanding } from '../../policy/lease/coordinator.ts';
 import type { CounterStore } from '../../policy/rate-limit/index.ts';
 import { RepositoryHolds } from '../gates/transfers.ts';
+import type { LeaseView } from './instance-lease.ts';
 import type { Link } from './link.ts';
 
 export interface TakeRequest {
@@ -45,6 +49,7 @@ export class PolicyHost {
   readonly #admission: AdmissionQueue;
   readonly #governors: BandwidthGovernors;
   readonly #counters: CounterStore | undefined;
+  readonly #lease: LeaseStanding;
   /** Admission slots by worker, each by the id the worker releases it with. */
   readonly #slots = new Map<Link, Map<number, Release>>();
   readonly #repositories = new RepositoryHolds();
@@ -53,18 +58,37 @@ export class PolicyHost {
   /** The next id of a slot or hold (one sequence: each kind is released by its own op). */
   #nextId = 1;
 
-  constructor(deps: { admission: AdmissionQueue; governors: BandwidthGovernors; counters?: CounterStore }) {
+  constructor(deps: {
+    admission: AdmissionQueue;
+    governors: BandwidthGovernors;
+    lease: LeaseStanding;
+    counters?: CounterStore;
+  }) {
     this.#admission = deps.admission;
     this.#governors = deps.governors;
     this.#counters = deps.counters;
+    this.#lease = deps.lease;
+    // Every worker stops serving with the instance (a worker that starts later reads it in `lease`).
+    this.#lease.onFenced((reason) => {
+      for (const link of this.#slots.keys()) link.note('lease.fenced', reason);
+    });
   }
 
   /** Serves one worker's calls on its link. */
   attach(link: Link): void {
     this.#serveHeld(link, this.#slots, 'admit', 'release', (args, signal) => {
       const { principalId, kind } = args as AdmitRequest;
+      if (!this.#lease.isPermitted()) throw new PolicyError('lease_lost');
       return this.#admission.acquire(principalId, kind, signal);
     });
+    link.handle(
+      'lease',
+      (): LeaseView => ({
+        owner: this.#lease.owner,
+        fencedReason: this.#lease.fencedReason,
+        sharedDownloads: this.#lease.snapshot(),
+      }),
+    );
     this.#serveHeld(link, this.#holds, 'repository.hold', 'repository.release', (args) => {
       const { repository, max } = args as HoldRequest;
       return this.#repositories.hold(repository, max);

@@ -16,7 +16,7 @@ import type { Clock } from '../../policy/clock.ts';
 import { PolicyError } from '../../policy/errors.ts';
 import type { Config } from '../config/config.ts';
 import { createTransfers, governorCeilings, type Transfers, transfersReadiness } from '../gates/transfers.ts';
-import type { Coordinator } from '../../policy/lease/coordinator.ts';
+import type { LeaseStanding } from '../../policy/lease/coordinator.ts';
 import type { Link } from './link.ts';
 import type { AdmitRequest, HoldRequest, PolicySnapshot, TakeRequest } from './policy-host.ts';
 
@@ -30,12 +30,12 @@ export interface RemoteTransfers extends Transfers {
 export function createRemoteTransfers(
   config: Config,
   clock: Clock,
-  coordinator: Coordinator,
+  standing: LeaseStanding,
   link: Link,
 ): RemoteTransfers {
   // Everything a Transfers does that needs no shared state (ceilings, the live list) is the local
   // implementation's; its admission queue and repository bounds are never used.
-  const base = createTransfers(config, clock, coordinator);
+  const base = createTransfers(config, clock, standing);
   const local = base.governors;
   const limits = governorCeilings(config);
   const unlimited = {

@@ -14,7 +14,9 @@ import { createBandwidthGovernors } from '../../policy/bandwidth/index.ts';
 import { systemClock } from '../../policy/clock.ts';
 import { createMemoryCounterStore } from '../../policy/rate-limit/index.ts';
 import type { Config } from '../config/config.ts';
-import { admissionOptions, governorCeilings } from '../gates/transfers.ts';
+import { admissionOptions, followLeasedShare, governorCeilings } from '../gates/transfers.ts';
+import { registerLeaseMetrics } from '../metrics/lease-metrics.ts';
+import { openCoordinator } from '../server/lease-coordinator.ts';
 import { registerAdmissionMetrics } from '../metrics/admission-metrics.ts';
 import { registerBandwidthMetrics } from '../metrics/bandwidth-metrics.ts';
 import { registerWorkerMetrics } from '../metrics/worker-metrics.ts';
@@ -24,7 +26,7 @@ import { checkPortFree, prepareDataDir } from '../server/startup-checks.ts';
 import { EXIT, logStartupFailure } from '../server/startup-failure.ts';
 import { watchStopSignals } from '../server/stop-signals.ts';
 import pg from 'pg';
-import { Coordinator } from '../../policy/lease/coordinator.ts';
+import type { Coordinator } from '../../policy/lease/coordinator.ts';
 import { databaseTarget, waitForDatabase } from '../server/database.ts';
 import { Link } from './link.ts';
 import { PolicyHost } from './policy-host.ts';
@@ -88,22 +90,33 @@ export async function runPrimary(config: Config, log: Logger): Promise<number> {
       },
     );
     if (reached === 'stopped') return EXIT.ok;
-    // The instance is one writer: its writer barrier is this process's, held from start to stop;
-    // each worker takes only the maintenance barrier.
-    coordinator = await Coordinator.open({ databaseUrl, role: 'api', clock, log: log.child({ component: 'lease' }) });
+    // The instance is one gateway: its writer barrier, policy check and slot lease are this
+    // process's, held from start to stop; each worker takes only the maintenance barrier.
+    coordinator = await openCoordinator(config, databaseUrl, log, 'instance');
   } catch (err) {
     logStartupFailure(log, err);
     return EXIT.failure;
   }
   const admission = new AdmissionQueue(admissionOptions(config));
-  const governors = createBandwidthGovernors({ clock }, governorCeilings(config));
+  // As a single process's: the governors ask the lease before every grant and follow its share.
+  const governors = createBandwidthGovernors(
+    { clock, isPermitted: () => coordinator.isPermitted() },
+    governorCeilings(config),
+  );
+  followLeasedShare(config, coordinator, governors);
+  coordinator.onFenced(() => {
+    governors.download.fence();
+    governors.upload.fence();
+  });
   const host = new PolicyHost({
     admission,
     governors,
+    lease: coordinator,
     ...(config.redisUrl ? {} : { counters: createMemoryCounterStore() }),
   });
   const registry = new Registry();
   createGatewayMetrics({ registry });
+  registerLeaseMetrics(registry, coordinator);
   registerBandwidthMetrics(registry, governors);
   registerAdmissionMetrics(registry, admission);
   const slots: Slot[] = [];
@@ -263,7 +276,8 @@ export async function runPrimary(config: Config, log: Logger): Promise<number> {
       return undefined;
     });
 
-  await signals.stopped.catch(() => undefined);
+  // Until a stop signal, or until a failed start stopped the workers itself.
+  await Promise.race([signals.stopped.catch(() => undefined), done]);
   if (!stopping) stop();
   await done;
   process.off('SIGHUP', onHangup);

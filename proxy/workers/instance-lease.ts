@@ -1,0 +1,61 @@
+/**
+ * A worker's standing (proxy/workers/): the barriers and the slot lease of the shared profile are
+ * its instance's, held by the coordinating process (policy-host.ts serves them). The worker is
+ * fenced when the instance is (told at once) or when its own connection, which holds its
+ * maintenance barrier, fails.
+ */
+import type { LeaseStanding, SharedDownloads } from '../../policy/lease/coordinator.ts';
+import type { Link } from './link.ts';
+
+/** The instance's lease as the coordinating process answers `lease`. */
+export interface LeaseView {
+  owner: string;
+  fencedReason: string | undefined;
+  sharedDownloads: SharedDownloads | null;
+}
+
+export interface InstanceLease extends LeaseStanding {
+  /** Reads the instance's lease again (what `snapshot()` shows). */
+  refresh(): Promise<void>;
+}
+
+export async function joinInstanceLease(link: Link, own: LeaseStanding): Promise<InstanceLease> {
+  let view = await link.call<LeaseView>('lease');
+  let instanceFenced = view.fencedReason;
+  const listeners: Array<(reason: string) => void> = [];
+  let told = false;
+  const fenced = (reason: string) => {
+    if (told) return;
+    told = true;
+    for (const listener of listeners) listener(reason);
+  };
+  link.handle('lease.fenced', (reason) => {
+    instanceFenced ??= reason as string;
+    fenced(instanceFenced);
+  });
+  own.onFenced(fenced);
+  const fencedReason = () => instanceFenced ?? own.fencedReason;
+  return {
+    owner: view.owner,
+    get fencedReason() {
+      return fencedReason();
+    },
+    // Every grant of a limited stream is the coordinating process's, which checks the lease itself;
+    // this worker's own governors (streams no ceiling applies to) stop once it is fenced.
+    isPermitted: () => fencedReason() === undefined,
+    onFenced(listener) {
+      listeners.push(listener);
+      const reason = fencedReason();
+      if (reason !== undefined) listener(reason);
+    },
+    snapshot() {
+      const shared = view.sharedDownloads;
+      return shared && { ...shared, active: shared.active && fencedReason() === undefined };
+    },
+    async refresh() {
+      view = await link.call<LeaseView>('lease');
+      instanceFenced ??= view.fencedReason;
+      if (instanceFenced !== undefined) fenced(instanceFenced);
+    },
+  };
+}
