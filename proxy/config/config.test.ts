@@ -211,20 +211,19 @@ describe('loadConfig', () => {
       ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: '67108864',
       ARKVORY_WORKERS: '2',
     };
-    it('takes several workers for the writer and a reader, standalone and in the shared profile', () => {
+    it('takes several workers for the writer and a reader, standalone and in the shared profile, and for a router', () => {
+      const router = { ARKVORY_ROUTER_BACKENDS: 'http://127.0.0.1:8081', ARKVORY_ROLE: 'router', ARKVORY_WORKERS: '3' };
+      expect(loadConfig(router).workers).toBe(3);
       expect(loadConfig({ ...db, ARKVORY_WORKERS: '4' }).workers).toBe(4);
       expect(loadConfig({ ...shared, ARKVORY_GATEWAY_SLOT: '0' }).workers).toBe(2);
       expect(loadConfig({ ...shared, ARKVORY_ROLE: 'reader', ARKVORY_GATEWAY_SLOT: '1' }).workers).toBe(2);
     });
     it.each([
       [{ ARKVORY_WORKERS: '2' }, 'ARKVORY_WORKERS: above 1 needs ARKVORY_DATABASE_URL'],
+      [{ ...db, ARKVORY_WORKERS: '2', ARKVORY_ROLE: 'worker' }, 'ARKVORY_WORKERS: above 1 only for ARKVORY_ROLE=api'],
       [
-        { ...db, ARKVORY_WORKERS: '2', ARKVORY_ROLE: 'router' },
-        'ARKVORY_WORKERS: above 1 only for ARKVORY_ROLE=api or reader',
-      ],
-      [
-        { ...db, ARKVORY_WORKERS: '2', ARKVORY_ROLE: 'worker' },
-        'ARKVORY_WORKERS: above 1 only for ARKVORY_ROLE=api or reader',
+        { ...db, ARKVORY_WORKERS: '2', ARKVORY_ROLE: 'rules-service' },
+        'ARKVORY_WORKERS: above 1 only for ARKVORY_ROLE=api',
       ],
     ])('refuses %j', (env, expected) => {
       expect(problemsOf(env as Record<string, string>).join('\n')).toContain(expected);

@@ -232,19 +232,19 @@ export function checkIdleTimeouts(v: VariableValues): void {
 
 /**
  * ARKVORY_WORKERS above 1, where the instance's limits stay exact (proxy/workers/): a writer or a
- * reader, standalone or in the shared profile, on a PostgreSQL of its own choosing. The embedded
- * database is one process's.
+ * reader (standalone or in the shared profile) on a PostgreSQL of its own choosing, since the
+ * embedded database is one process's; or a router.
  */
 export function checkWorkers(v: VariableValues): void {
   if (v.anyFailed('ARKVORY_WORKERS', 'ARKVORY_ROLE', 'ARKVORY_DATABASE_URL')) return;
   const workers = v.num('ARKVORY_WORKERS');
   if (workers === 1) return;
   const role = v.str('ARKVORY_ROLE');
-  if (role !== 'api' && role !== 'reader')
+  if (role !== 'api' && role !== 'reader' && role !== 'router')
     v.problems.push(
-      `ARKVORY_WORKERS: above 1 only for ARKVORY_ROLE=api or reader (the gateways that serve content); got ${workers} with role "${role}"`,
+      `ARKVORY_WORKERS: above 1 only for ARKVORY_ROLE=api, reader or router (the roles that serve clients); got ${workers} with role "${role}"`,
     );
-  if (v.optStr('ARKVORY_DATABASE_URL') === undefined)
+  else if (role !== 'router' && v.optStr('ARKVORY_DATABASE_URL') === undefined)
     v.problems.push(
       `ARKVORY_WORKERS: above 1 needs ARKVORY_DATABASE_URL (the embedded PostgreSQL belongs to one process); got ${workers}`,
     );

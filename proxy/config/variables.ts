@@ -212,7 +212,7 @@ export const VARIABLES: readonly VariableSpec[] = [
     name: 'ARKVORY_WORKERS',
     kind: { type: 'int', min: 1, max: 256 },
     defaultValue: '1',
-    doc: 'Worker processes serving the port of this one instance (docs/architecture.md, "Workers"); its limits, bans and counters stay those of one gateway. Above 1: role `api` or `reader` (standalone or shared profile) with ARKVORY_DATABASE_URL.',
+    doc: 'Worker processes serving the port of this one instance (docs/architecture.md, "Workers"); its limits, bans and counters stay those of one gateway. Above 1: role `api` or `reader` (standalone or shared profile) with ARKVORY_DATABASE_URL, or `router`.',
   },
   {
     name: 'ARKVORY_EMBEDDED_WORKER',

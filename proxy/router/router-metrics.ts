@@ -5,6 +5,7 @@
  * without a metrics port keeps its module graph small (docs/router.md says why that matters).
  */
 import type { Logger } from 'pino';
+import type { Registry } from 'prom-client';
 import type { MetricsServer } from '../metrics/metrics-endpoint.ts';
 import type { TracingStatus } from '../metrics/tracing-metrics.ts';
 import type { BackendPool } from './backend-pool.ts';
@@ -40,26 +41,41 @@ export function gatewayStates(
   return counts;
 }
 
+export interface RouterSources {
+  tally: RouterTally;
+  pool: BackendPool;
+  stats: RouterStats;
+  tracing: TracingStatus | undefined;
+}
+
 /**
  * The loopback `/metrics` server of a router: its counts read at scrape time, the span export counts
  * (`arkvory_trace_spans_*`, as on a gateway; zero with tracing off), plus process metrics.
  */
 export async function startRouterMetricsServer(
   port: number,
-  sources: { tally: RouterTally; pool: BackendPool; stats: RouterStats; tracing: TracingStatus | undefined },
+  sources: RouterSources,
   log: Logger,
 ): Promise<MetricsServer> {
-  const [
-    { Counter, Gauge, Registry, collectDefaultMetrics },
-    { ROUTER_METRICS },
-    { startMetricsServer },
-    { registerTracingMetrics },
-  ] = await Promise.all([
-    import('prom-client'),
-    import('../metrics/catalogue.ts'),
+  const [registry, { startMetricsServer }] = await Promise.all([
+    createRouterRegistry(sources),
     import('../metrics/metrics-endpoint.ts'),
-    import('../metrics/tracing-metrics.ts'),
   ]);
+  return startMetricsServer(
+    { render: async () => ({ contentType: registry.contentType, body: await registry.metrics() }) },
+    port,
+    log,
+  );
+}
+
+/** The router's families and process metrics (a router worker's, summed by its coordinating process). */
+export async function createRouterRegistry(sources: RouterSources): Promise<Registry> {
+  const [{ Counter, Gauge, Registry, collectDefaultMetrics }, { ROUTER_METRICS }, { registerTracingMetrics }] =
+    await Promise.all([
+      import('prom-client'),
+      import('../metrics/catalogue.ts'),
+      import('../metrics/tracing-metrics.ts'),
+    ]);
   const specOf = (name: (typeof ROUTER_METRICS)[number]['name']) => ROUTER_METRICS.find((m) => m.name === name)!;
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
@@ -108,9 +124,5 @@ export async function startRouterMetricsServer(
     },
   });
   registerTracingMetrics(registry, sources.tracing);
-  return startMetricsServer(
-    { render: async () => ({ contentType: registry.contentType, body: await registry.metrics() }) },
-    port,
-    log,
-  );
+  return registry;
 }

@@ -33,7 +33,8 @@ const LOCAL = { kind: 'local', backend: undefined, attempts: 0 } as const;
 
 export interface RouterServer {
   readonly server: http.Server;
-  listen(port: number, host: string): Promise<AddressInfo>;
+  /** `shared`: one of several workers listening on the port (SO_REUSEPORT). */
+  listen(port: number, host: string, shared?: boolean): Promise<AddressInfo>;
   /** Stops accepting, lets in-flight requests run up to `timeoutMs`, then cuts the rest. */
   close(timeoutMs: number): Promise<void>;
   readonly frontDoor: FrontDoor;
@@ -51,6 +52,8 @@ export function createRouterServer(options: {
   tls?: ServedTls;
   /** A server span per forwarded request, its context sent on to the gateway; undefined = off. */
   tracing?: ServerTracing;
+  /** One worker of several: the workers of the instance, for `/health/status`. */
+  workers?: () => Promise<Record<string, unknown>>;
 }): RouterServer {
   const { pool, handler, log, faults } = options;
   const limits = options.limits ?? DEFAULT_FRONT_DOOR;
@@ -97,20 +100,27 @@ export function createRouterServer(options: {
     if ((path === '/health/live' || path === '/health/status') && (req.method === 'GET' || req.method === 'HEAD')) {
       res.setHeader('x-request-id', reqId);
       if (path === '/health/live') return sendJson(res, 200, { status: 'live' });
-      const backends = pool.snapshot();
-      const serving = pool.canServeReads && !options.isDraining();
-      return sendJson(res, serving ? 200 : 503, {
-        status: serving ? 'serving' : options.isDraining() ? 'draining' : 'no_backend',
-        role: 'router',
-        backends: {
-          total: backends.length,
-          healthy: backends.filter((b) => b.healthy).length,
-          reads: backends.filter((b) => b.healthy && b.store !== 'unreachable' && !b.ejected).length,
-          storeUnreachable: backends.filter((b) => b.healthy && b.store === 'unreachable').length,
-          ejected: backends.filter((b) => b.healthy && b.ejected).length,
-        },
-        writer: pool.hasHealthyWriter,
-      });
+      const answer = (workers: Record<string, unknown>) => {
+        const backends = pool.snapshot();
+        const serving = pool.canServeReads && !options.isDraining();
+        sendJson(res, serving ? 200 : 503, {
+          status: serving ? 'serving' : options.isDraining() ? 'draining' : 'no_backend',
+          role: 'router',
+          backends: {
+            total: backends.length,
+            healthy: backends.filter((b) => b.healthy).length,
+            reads: backends.filter((b) => b.healthy && b.store !== 'unreachable' && !b.ejected).length,
+            storeUnreachable: backends.filter((b) => b.healthy && b.store === 'unreachable').length,
+            ejected: backends.filter((b) => b.healthy && b.ejected).length,
+          },
+          writer: pool.hasHealthyWriter,
+          ...workers,
+        });
+      };
+      if (!options.workers) return answer({});
+      // Its instance gone, a worker still answers for itself.
+      void options.workers().then(answer, () => answer({}));
+      return;
     }
     if (hasDuplicateAuthorization(req.rawHeaders)) {
       // Never forwarded: the gateway would act on the first line, a proxy beside it perhaps on another.
@@ -160,7 +170,7 @@ export function createRouterServer(options: {
   const graceful = makeGraceful(server, frontDoor);
   return {
     server,
-    listen: (port, host) => graceful.listen(port, host),
+    listen: (port, host, shared) => graceful.listen(port, host, shared),
     close: (timeoutMs) => graceful.close(timeoutMs),
     frontDoor,
   };

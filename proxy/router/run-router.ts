@@ -3,7 +3,9 @@
  * barrier and keeps nothing but its discovery cache, so several routers can run side by side.
  * Startup: discovery must work once (the lease table readable, or the static list parsed), one
  * probe round runs, then it listens. SIGTERM/SIGINT: stop accepting, drain, exit 0. SIGHUP or a
- * changed secret file: the database password of lease discovery rotates.
+ * changed secret file: the database password of lease discovery rotates. With ARKVORY_WORKERS above
+ * 1 each worker is a whole router (its own discovery, probes and outlier detection) listening on
+ * the shared port (proxy/workers/).
  */
 import { logStartupFailure } from '../server/startup-failure.ts';
 import { watchStopSignals } from '../server/stop-signals.ts';
@@ -19,7 +21,8 @@ import { createRouterServer } from './router-server.ts';
 import type { Tracing } from '../tracing/tracing.ts';
 import { traceContextFrom } from '../tracing/trace-context-from.ts';
 import { createClientFaults } from './client-faults.ts';
-import { createRouterTally, startRouterMetricsServer } from './router-metrics.ts';
+import { createRouterRegistry, createRouterTally, startRouterMetricsServer } from './router-metrics.ts';
+import { connectionShare, type WorkerInstance } from '../workers/worker-instance.ts';
 import { RouterStats } from './router-stats.ts';
 import type { MetricsServer } from '../metrics/metrics-endpoint.ts';
 import { systemClock } from '../../policy/clock.ts';
@@ -33,7 +36,15 @@ export async function runRouter(
   config: Config,
   log: Logger,
   secrets: StartSecrets = { env: {}, reads: new Map() },
+  instance?: WorkerInstance,
 ): Promise<number> {
+  // An explicit connection bound is the instance's: each worker serves its share.
+  const maxConnections = config.frontDoor.maxConnections;
+  if (instance && maxConnections !== undefined)
+    config = {
+      ...config,
+      frontDoor: { ...config.frontDoor, maxConnections: connectionShare(maxConnections, instance.workers) },
+    };
   let draining = false;
   const rotation = new SecretRotation(config, secrets, {
     log: log.child({ component: 'secrets' }),
@@ -83,6 +94,14 @@ export async function runRouter(
       limits: config.frontDoor,
       tls,
       tracing: tracing && { tracing, mayContinue: traceContextFrom(config) },
+      ...(instance
+        ? {
+            workers: async () => {
+              await instance.refresh();
+              return { workerIndex: instance.index, workers: instance.workerViews };
+            },
+          }
+        : {}),
     });
     discovery = config.router.backends
       ? staticDiscovery(config.router.backends)
@@ -109,11 +128,19 @@ export async function runRouter(
     });
     await monitor.runRound();
     monitor.start();
-    if (config.metrics.port !== undefined)
-      metricsServer = await startRouterMetricsServer(config.metrics.port, { tally, pool, stats, tracing }, log);
-    const address = await server.listen(config.port, config.host);
+    if (config.metrics.port !== undefined) {
+      const sources = { tally, pool, stats, tracing };
+      // A worker's families are summed by its coordinating process, which serves the metrics port.
+      if (instance) {
+        const registry = await createRouterRegistry(sources);
+        instance.link.handle('metrics.json', () => registry.getMetricsAsJSON());
+      } else metricsServer = await startRouterMetricsServer(config.metrics.port, sources, log);
+    }
+    await instance?.ready();
+    const address = await server.listen(config.port, config.host, instance !== undefined);
     tls?.start();
     await rotation.start();
+    instance?.serving();
     log.info(
       {
         role: 'router',

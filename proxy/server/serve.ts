@@ -45,7 +45,20 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
     }
   }
   // The router holds no lease, barrier or database state of its own (proxy/router/run-router.ts).
-  if (config.role === 'router') return (await import('../router/run-router.ts')).runRouter(config, log, secrets);
+  if (config.role === 'router') {
+    if (config.workers > 1) {
+      const cluster = (await import('node:cluster')).default;
+      if (cluster.isPrimary) return (await import('../workers/run-router-primary.ts')).runRouterPrimary(config, log);
+      const instance = await (await import('../workers/worker-instance.ts')).joinInstance();
+      return (await import('../router/run-router.ts')).runRouter(
+        config,
+        log.child({ worker: instance.index }),
+        secrets,
+        instance,
+      );
+    }
+    return (await import('../router/run-router.ts')).runRouter(config, log, secrets);
+  }
   if (config.role === 'rules-service')
     return (await import('../rules-service/rules-service.ts')).runRulesService(config, log, secrets);
   // Several workers: this process coordinates them, each worker runs the gateway (proxy/workers/).

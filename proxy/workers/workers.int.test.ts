@@ -4,16 +4,21 @@
  * byte-exact, its admission slots come back within the stated bound and a replacement serves; on
  * SIGTERM both workers drain their transfers and the instance exits 0, once.
  */
-import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Client } from 'undici';
+import type { Client } from 'undici';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
-import { randomContent, type RawResponse, request } from '../../test/support/content.ts';
+import { randomContent, request } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import {
+  connectionsOnBothWorkers,
+  refusals,
+  requestRetried,
+  waitForWorkers,
+  workerPid,
+} from '../../test/support/worker-instance.ts';
 
 const KiB = 1024;
 /** Paced so that each download lasts about 3 s: long enough to kill a worker in the middle. */
@@ -51,90 +56,6 @@ async function startInstance(id: string, content: Buffer, env: Record<string, st
   });
   expect([200, 201]).toContain(put.status);
   return gw;
-}
-
-interface Status {
-  workerIndex: number;
-  workers: Array<{ index: number; state: string; restarts: number }>;
-}
-
-async function statusOver(client: Client): Promise<Status> {
-  const res = await client.request({ path: '/health/status', method: 'GET' });
-  return (await res.body.json()) as Status;
-}
-
-/** One connection per client; returns two on each worker (each client's worker from /health/status). */
-async function connectionsOnBothWorkers(gw: GatewayProcess): Promise<Array<{ client: Client; worker: number }>> {
-  const byWorker = new Map<number, Client[]>([
-    [0, []],
-    [1, []],
-  ]);
-  for (let i = 0; i < 64 && [...byWorker.values()].some((list) => list.length < 2); i++) {
-    const client = new Client(gw.url, { pipelining: 1 });
-    clients.push(client);
-    const { workerIndex } = await statusOver(client);
-    byWorker.get(workerIndex)!.push(client);
-  }
-  const picked = [...byWorker].flatMap(([worker, list]) => list.slice(0, 2).map((client) => ({ client, worker })));
-  expect(picked.map((p) => p.worker)).toEqual([0, 0, 1, 1]);
-  return picked;
-}
-
-/** The longest a requestRetried call met refused or reset connections before one was answered. */
-let longestRefusalMs = 0;
-/** A worker's death must not leave the port refusing for longer than this. */
-const REFUSAL_BOUND_MS = 5000;
-
-/**
- * A request on a new connection, tried again when the connection is reset or refused: one the
- * kernel had queued on the listening socket of a worker that was just killed is reset with it
- * (SO_REUSEPORT), as a client of any such server sees; the next one goes to a live worker.
- */
-async function requestRetried(
-  gw: GatewayProcess,
-  url: string,
-  init: Parameters<typeof request>[1] = {},
-): Promise<RawResponse> {
-  const startedAt = performance.now();
-  for (let attempt = 1; ; attempt++) {
-    try {
-      const res = await request(url, init);
-      if (attempt > 1) longestRefusalMs = Math.max(longestRefusalMs, performance.now() - startedAt);
-      return res;
-    } catch (err) {
-      const code = (err as NodeJS.ErrnoException).code;
-      if (code !== 'ECONNRESET' && code !== 'ECONNREFUSED') throw err;
-      const spentMs = Math.round(performance.now() - startedAt);
-      if (spentMs > REFUSAL_BOUND_MS) {
-        // No worker took a connection for this long: say who listens and what the instance logged last.
-        const port = new URL(url).port;
-        const lines = gw
-          .logLines()
-          .slice(-15)
-          .map((l) => JSON.stringify(l));
-        const listening = execFileSync('ss', ['-ltnpH', `sport = :${port}`], { encoding: 'utf8' });
-        const instance =
-          gw.child.exitCode === null && gw.child.signalCode === null
-            ? 'running'
-            : `exited (${gw.child.exitCode ?? gw.child.signalCode})`;
-        throw new Error(
-          `${(err as Error).message} on each of ${attempt} tries over ${spentMs} ms; the instance ${instance}; listening on ${port}:\n${listening}its stderr:\n${gw.stderr().slice(-3000)}\nits last log lines:\n${lines.join('\n')}`,
-          { cause: err },
-        );
-      }
-      // The dead worker's socket leaves the port's group as the kernel reaps it: try again shortly after.
-      await sleep(Math.min(20 * attempt, 200));
-    }
-  }
-}
-
-async function waitForWorkers(gw: GatewayProcess, check: (s: Status) => boolean): Promise<Status> {
-  for (let i = 0; ; i++) {
-    const s = JSON.parse((await requestRetried(gw, `${gw.url}/health/status`)).body.toString()) as Status;
-    if (check(s)) return s;
-    if (i > 600) throw new Error(`workers never reached the expected state: ${JSON.stringify(s)}`);
-    await sleep(50);
-  }
 }
 
 async function activeDownloads(gw: GatewayProcess): Promise<number> {
@@ -185,7 +106,7 @@ describe('an instance of two workers', () => {
       ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(PER_PRINCIPAL),
     });
     await waitForWorkers(gw, (s) => s.workers.filter((w) => w.state === 'serving').length === 2);
-    const connections = await connectionsOnBothWorkers(gw);
+    const connections = await connectionsOnBothWorkers(gw.url, clients);
     // A principal per download: each is paced by its own ceiling and holds its own slot.
     const readers = await Promise.all(
       connections.map(() => createServiceAccount(db.pool, { scopes: ['read'], grants: { wk: 'read' } })),
@@ -198,7 +119,7 @@ describe('an instance of two workers', () => {
     const victim = await workerPid(gw, 1);
     process.kill(victim, 'SIGKILL');
     const killedAt = performance.now();
-    longestRefusalMs = 0; // what the kill causes, not the start's
+    refusals.longestMs = 0; // what the kill causes, not the start's
     let active = await activeDownloads(gw);
     while (active !== 2 && performance.now() - killedAt < RELEASE_BOUND_MS * 2) {
       await sleep(20);
@@ -206,7 +127,7 @@ describe('an instance of two workers', () => {
     }
     const releasedMs = performance.now() - killedAt;
     console.log(
-      `[measured] slots released ${Math.round(releasedMs)} ms after the kill; new connections refused or reset for at most ${Math.round(longestRefusalMs)} ms`,
+      `[measured] slots released ${Math.round(releasedMs)} ms after the kill; new connections refused or reset for at most ${Math.round(refusals.longestMs)} ms`,
     );
     expect(active).toBe(2);
     expect(releasedMs).toBeLessThanOrEqual(RELEASE_BOUND_MS);
@@ -237,7 +158,7 @@ describe('an instance of two workers', () => {
     const bigDigest = createHash('sha256').update(big).digest('hex');
     const gw = await startInstance('big.bin', big);
     await waitForWorkers(gw, (s) => s.workers.filter((w) => w.state === 'serving').length === 2);
-    const connections = await connectionsOnBothWorkers(gw);
+    const connections = await connectionsOnBothWorkers(gw.url, clients);
     const readers = await Promise.all(
       connections.map(() => createServiceAccount(db.pool, { scopes: ['read'], grants: { wk: 'read' } })),
     );
@@ -263,17 +184,3 @@ describe('an instance of two workers', () => {
     expect(stopped.every((l) => l.code === 0)).toBe(true);
   });
 });
-
-/**
- * The pid of the worker with `index`: each worker logs its index with its pid (pino's `pid`
- * binding) on every line, the first of them at its start.
- */
-async function workerPid(gw: GatewayProcess, index: number): Promise<number> {
-  const line = gw.logLines().find((l) => l.worker === index && typeof l.pid === 'number');
-  if (!line) throw new Error(`no log line of worker ${index}`);
-  const pid = line.pid as number;
-  // Still a child of the instance (not a pid reused since).
-  const children = await readFile(`/proc/${gw.child.pid}/task/${gw.child.pid}/children`, 'utf8');
-  expect(children.split(' ').map(Number)).toContain(pid);
-  return pid;
-}

@@ -1,0 +1,260 @@
+/**
+ * The coordinating process of an instance of several workers (ARKVORY_WORKERS above 1), whatever the
+ * role its workers serve: it forks them (node:cluster; each listens on the port with SO_REUSEPORT),
+ * lets them listen once all are ready, replaces one that dies, sums their metrics for a scrape,
+ * passes SIGHUP on, and on SIGTERM/SIGINT drains every worker and ends once with the instance's exit
+ * code (docs/architecture.md, "Workers"). What the role keeps for the instance (the gateway's
+ * policy state, proxy/workers/run-primary.ts) plugs in through `InstanceParts`.
+ */
+import cluster, { type Worker } from 'node:cluster';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Logger } from 'pino';
+import { AggregatorRegistry, type Registry } from 'prom-client';
+import type { Clock } from '../../policy/clock.ts';
+import type { Config } from '../config/config.ts';
+import { type MetricsServer, startMetricsServer } from '../metrics/metrics-endpoint.ts';
+import { registerWorkerMetrics } from '../metrics/worker-metrics.ts';
+import { EXIT, logStartupFailure } from '../server/startup-failure.ts';
+import { type StopSignals, watchStopSignals } from '../server/stop-signals.ts';
+import { Link } from './link.ts';
+import type { Hello, WorkerView } from './worker-instance.ts';
+
+/** A worker that dies this soon after its start is waited for this long before the next one (a crash loop). */
+const QUICK_DEATH_MS = 5000;
+const RESTART_BACKOFF_MS = 1000;
+
+/**
+ * Families whose workers all report the same setting or state: the scrape shows one value (the
+ * smallest for an expiry, the largest otherwise) rather than their sum.
+ */
+const NOT_SUMMED: Readonly<Record<string, 'max' | 'min'>> = {
+  arkvory_bandwidth_limit_bytes_per_second: 'max',
+  arkvory_store_state: 'max',
+  arkvory_lease_state: 'max',
+  arkvory_tls_certificate_expiry_timestamp_seconds: 'min',
+  arkvory_database_login_privileged: 'max',
+  arkvory_router_gateways: 'max',
+};
+
+/** What the role keeps for the whole instance in the coordinating process. */
+export interface InstanceParts {
+  /** This process's own families; every worker's join them in a scrape. */
+  readonly registry: Registry;
+  /** Serves a new worker's calls on its link. */
+  attach?(link: Link): void;
+  /** A worker is gone: what it held is released, in the turn that learns of its exit. */
+  detach?(link: Link): void;
+  /** The stop began: what waits is refused before the workers drain. */
+  closing?(): void;
+  /** Fields of the line logged when a worker dies. */
+  describe?(): Record<string, unknown>;
+}
+
+interface Slot {
+  readonly index: number;
+  worker: Worker;
+  link: Link;
+  state: WorkerView['state'];
+  startedMs: number;
+  restarts: number;
+  /** Served once: a later death is a crash to replace, an earlier one a failed start. */
+  everServed: boolean;
+}
+
+export class WorkerSupervisor {
+  readonly #config: Config;
+  readonly #log: Logger;
+  readonly #clock: Clock;
+  readonly #signals: StopSignals;
+  readonly #stopRequested = new AbortController();
+  #stop: () => void = () => this.#stopRequested.abort();
+
+  /** Watches SIGTERM/SIGINT from now: a stop during the role's own preparation ends it too. */
+  constructor(config: Config, log: Logger, clock: Clock) {
+    this.#config = config;
+    this.#log = log.child({ component: 'workers' });
+    this.#clock = clock;
+    this.#signals = watchStopSignals(this.#log, () => this.#stop());
+  }
+
+  /** Aborted at a stop signal that came before the workers were started. */
+  get stopSignal(): AbortSignal {
+    return this.#stopRequested.signal;
+  }
+
+  /** Runs the workers until the instance stops; resolves with its exit code. */
+  async run(parts: InstanceParts): Promise<number> {
+    const config = this.#config;
+    const plog = this.#log;
+    const clock = this.#clock;
+    const slots: Slot[] = [];
+    let restartsTotal = 0;
+    registerWorkerMetrics(
+      parts.registry,
+      () => slots.map((s) => s.state),
+      () => restartsTotal,
+    );
+
+    let stopping = false;
+    /** Every worker of the start was ready: from now on a worker listens as soon as it is. */
+    let started = false;
+    let readyCount = 0;
+    const allReady = Promise.withResolvers<void>();
+    const firstReady = Promise.withResolvers<void>();
+    let failedStart: number | undefined;
+    const exited = new Set<number>();
+    let allExited!: () => void;
+    const done = new Promise<void>((resolve) => (allExited = resolve));
+    const exitCodes: number[] = [];
+
+    const metricsText = async () => {
+      type Family = { name: string; aggregator?: string };
+      const lists: Family[][] = [await parts.registry.getMetricsAsJSON()];
+      const answers = await Promise.allSettled(
+        slots.filter((s) => s.state !== 'starting').map((s) => s.link.call<Family[]>('metrics.json')),
+      );
+      for (const a of answers) if (a.status === 'fulfilled') lists.push(a.value);
+      // prom-client aggregates a family as its first list says: say it in each.
+      for (const list of lists)
+        for (const m of list) {
+          const how = NOT_SUMMED[m.name];
+          if (how) m.aggregator = how;
+        }
+      const summed = AggregatorRegistry.aggregate(lists);
+      return { contentType: summed.contentType, body: await summed.metrics() };
+    };
+
+    const views = (): WorkerView[] => slots.map((s) => ({ index: s.index, state: s.state, restarts: s.restarts }));
+
+    const fork = (index: number, joinsServing: boolean, restarts: number): Slot => {
+      const worker = cluster.fork();
+      const link = new Link(worker);
+      const slot: Slot = {
+        index,
+        worker,
+        link,
+        state: 'starting',
+        startedMs: clock.monotonicMs(),
+        restarts,
+        everServed: false,
+      };
+      parts.attach?.(link);
+      link.handle('hello', (): Hello => ({ index, workers: config.workers, joinsServing }));
+      link.handle('serving', () => {
+        slot.state = stopping ? 'draining' : 'serving';
+        slot.everServed = true;
+      });
+      link.handle('workers', () => views());
+      // At the start every worker listens once all are ready (a request then finds any of them, and
+      // the first one's tmp/ sweep is over); a replacement listens at once.
+      link.handle('ready', () => {
+        if (index === 0) firstReady.resolve();
+        if (started) return undefined;
+        if (++readyCount === config.workers) {
+          started = true;
+          allReady.resolve();
+        }
+        return allReady.promise;
+      });
+      link.handle('metrics', () => metricsText());
+      worker.on('exit', (code, signal) => onExit(slot, code, signal));
+      // Its channel failing is its exit's business (handled there), never this process's end.
+      worker.on('error', (err) => plog.warn({ worker: index, err }, 'the channel to a worker failed'));
+      slots[index] = slot;
+      return slot;
+    };
+
+    const onExit = (slot: Slot, code: number | null, signal: string | null) => {
+      // What it held goes back now, before anything else can run.
+      parts.detach?.(slot.link);
+      slot.link.close();
+      if (slots[slot.index] !== slot) return;
+      if (stopping) {
+        // Killed by the stop's SIGTERM before it watched for it: still loading, it held no request.
+        exitCodes.push(code ?? (signal === 'SIGTERM' && !slot.everServed ? EXIT.ok : EXIT.failure));
+        exited.add(slot.index);
+        if (exited.size === slots.length) allExited();
+        return;
+      }
+      if (!slot.everServed && !started) {
+        // A worker of the start that never served failed it (database, store, TLS): so does the
+        // instance. A replacement that dies before serving is started again, after the backoff.
+        plog.error({ worker: slot.index, code, signal }, 'a worker failed to start; stopping the instance');
+        failedStart = code ?? EXIT.failure;
+        stop();
+        exited.add(slot.index);
+        if (exited.size === slots.length) allExited();
+        return;
+      }
+      restartsTotal++;
+      const quick = clock.monotonicMs() - slot.startedMs < QUICK_DEATH_MS;
+      plog.warn(
+        { worker: slot.index, pid: slot.worker.process.pid, code, signal, ...parts.describe?.() },
+        'a worker died; what it held is released; starting a new one',
+      );
+      const start = () => {
+        if (!stopping) fork(slot.index, true, slot.restarts + 1);
+      };
+      if (quick) void sleep(RESTART_BACKOFF_MS).then(start);
+      else start();
+    };
+
+    const stop = () => {
+      if (stopping) return;
+      stopping = true;
+      // As a single process's preClose: waiting requests are refused before in-flight ones are awaited.
+      parts.closing?.();
+      // A worker waiting to listen goes on to its stop.
+      started = true;
+      allReady.resolve();
+      firstReady.resolve();
+      for (const slot of slots) {
+        if (exited.has(slot.index)) continue;
+        // Dead and waiting for its replacement (which now never starts): nothing to drain.
+        if (slot.worker.isDead()) {
+          exited.add(slot.index);
+          continue;
+        }
+        slot.state = 'draining';
+        slot.worker.process.kill('SIGTERM');
+      }
+      if (slots.length > 0 && exited.size === slots.length) allExited();
+    };
+    this.#stop = stop;
+    // Secret rotation: every worker reads its secret files again.
+    const onHangup = () => {
+      for (const slot of slots) slot.worker.process.kill('SIGHUP');
+    };
+    process.on('SIGHUP', onHangup);
+
+    // The first worker starts alone: a gateway's creates the storage identity of a new root and
+    // sweeps tmp/ (a previous run's leftovers). The others start once it is ready; none listens
+    // before all are.
+    plog.info({ workers: config.workers, role: config.role }, 'starting the workers of this instance');
+    if (this.#signals.requested) stopping = true;
+    else {
+      fork(0, false, 0);
+      await Promise.race([firstReady.promise, done]);
+    }
+    for (let i = 1; i < config.workers && !stopping; i++) fork(i, true, 0);
+    if (slots.length === 0) allExited();
+
+    let metricsServer: MetricsServer | undefined;
+    if (config.metrics.port !== undefined && !stopping)
+      metricsServer = await startMetricsServer({ render: metricsText }, config.metrics.port, this.#log).catch((err) => {
+        logStartupFailure(this.#log, err);
+        stop();
+        return undefined;
+      });
+
+    // Until a stop signal, or until a failed start stopped the workers itself.
+    await Promise.race([this.#signals.stopped.catch(() => undefined), done]);
+    if (!stopping) stop();
+    await done;
+    process.off('SIGHUP', onHangup);
+    await metricsServer?.close();
+    const code = failedStart ?? (exitCodes.every((c) => c === 0) ? EXIT.ok : EXIT.failure);
+    plog.info({ code, exitCodes }, 'stopped');
+    return code;
+  }
+}
