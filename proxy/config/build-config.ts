@@ -1,6 +1,8 @@
 import path from 'node:path';
 import type { Config, LogLevel, Role, S3Config } from './types.ts';
 import type { VariableValues } from './variable-values.ts';
+import { availableParallelism } from 'node:os';
+import { workerCount, type WorkersSetting } from './worker-count.ts';
 import type { SecretSource } from './secret-files.ts';
 
 /** What the cross-variable checks derived (see cross-checks.ts). */
@@ -70,7 +72,13 @@ export function buildConfig(v: VariableValues, derived: Derived, cwd: string): C
     },
     rateLimitsFile: v.optStr('ARKVORY_RATE_LIMITS_FILE'),
     embeddedWorker: v.values.get('ARKVORY_EMBEDDED_WORKER') as boolean,
-    workers: v.num('ARKVORY_WORKERS'),
+    workers: workerCount(
+      v.values.get('ARKVORY_WORKERS') as WorkersSetting,
+      v.str('ARKVORY_ROLE'),
+      v.optStr('ARKVORY_DATABASE_URL') !== undefined,
+      // The smaller of the CPU affinity and the cgroup CPU quota (libuv reads cpu.max).
+      availableParallelism(),
+    ),
     uploadSessionTtlSeconds: v.num('ARKVORY_UPLOAD_SESSION_TTL_SECONDS'),
     auditRetentionDays: v.num('ARKVORY_AUDIT_RETENTION_DAYS'),
     usageStats: {

@@ -1,3 +1,4 @@
+import { availableParallelism } from 'node:os';
 import { describe, expect, it } from 'vitest';
 import { CLIENT_VARIABLE_NAMES } from '../../client/index.ts';
 import { ConfigError, loadConfig, VARIABLES } from './config.ts';
@@ -218,8 +219,16 @@ describe('loadConfig', () => {
       expect(loadConfig({ ...shared, ARKVORY_GATEWAY_SLOT: '0' }).workers).toBe(2);
       expect(loadConfig({ ...shared, ARKVORY_ROLE: 'reader', ARKVORY_GATEWAY_SLOT: '1' }).workers).toBe(2);
     });
+    it('defaults to auto: one worker per core this process may use where the role runs on workers, else 1', () => {
+      expect(loadConfig(db).workers).toBe(availableParallelism());
+      expect(loadConfig({ ...db, ARKVORY_WORKERS: 'auto', ARKVORY_ROLE: 'worker' }).workers).toBe(1);
+      // `npm start`: the embedded PostgreSQL is one process's.
+      expect(loadConfig({}).workers).toBe(1);
+    });
     it.each([
       [{ ARKVORY_WORKERS: '2' }, 'ARKVORY_WORKERS: above 1 needs ARKVORY_DATABASE_URL'],
+      [{ ARKVORY_WORKERS: 'Auto' }, 'ARKVORY_WORKERS: expected `auto` or an integer from 1 to 256, got "Auto"'],
+      [{ ARKVORY_WORKERS: '0' }, 'ARKVORY_WORKERS: expected `auto` or an integer from 1 to 256, got "0"'],
       [{ ...db, ARKVORY_WORKERS: '2', ARKVORY_ROLE: 'worker' }, 'ARKVORY_WORKERS: above 1 only for ARKVORY_ROLE=api'],
       [
         { ...db, ARKVORY_WORKERS: '2', ARKVORY_ROLE: 'rules-service' },

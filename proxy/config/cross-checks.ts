@@ -10,6 +10,7 @@ import { parseRedisTarget } from '../../policy/rate-limit/redis-target.ts';
 import type { Config, S3Config } from './types.ts';
 import { shown, type VariableValues } from './variable-values.ts';
 import { TiB } from './variables.ts';
+import { runsOnWorkers, type WorkersSetting } from './worker-count.ts';
 
 /** The shared-download profile (ARKVORY_GATEWAY_SLOTS …), or null; `sharedFailed` when a variable it needs failed. */
 export function checkSharedProfile(v: VariableValues): { shared: Config['shared']; sharedFailed: boolean } {
@@ -231,21 +232,19 @@ export function checkIdleTimeouts(v: VariableValues): void {
 }
 
 /**
- * ARKVORY_WORKERS above 1, where the instance's limits stay exact (proxy/workers/): a writer or a
- * reader (standalone or in the shared profile) on a PostgreSQL of its own choosing, since the
- * embedded database is one process's; or a router.
+ * ARKVORY_WORKERS above 1 where the instance's limits stay exact (proxy/workers/, worker-count.ts):
+ * a writer or a reader (standalone or in the shared profile) on a PostgreSQL of its own choosing,
+ * since the embedded database is one process's; or a router. `auto` never asks for more than that.
  */
 export function checkWorkers(v: VariableValues): void {
   if (v.anyFailed('ARKVORY_WORKERS', 'ARKVORY_ROLE', 'ARKVORY_DATABASE_URL')) return;
-  const workers = v.num('ARKVORY_WORKERS');
-  if (workers === 1) return;
+  const workers = v.values.get('ARKVORY_WORKERS') as WorkersSetting;
+  if (workers === 'auto' || workers === 1) return;
   const role = v.str('ARKVORY_ROLE');
-  if (role !== 'api' && role !== 'reader' && role !== 'router')
-    v.problems.push(
-      `ARKVORY_WORKERS: above 1 only for ARKVORY_ROLE=api, reader or router (the roles that serve clients); got ${workers} with role "${role}"`,
-    );
-  else if (role !== 'router' && v.optStr('ARKVORY_DATABASE_URL') === undefined)
-    v.problems.push(
-      `ARKVORY_WORKERS: above 1 needs ARKVORY_DATABASE_URL (the embedded PostgreSQL belongs to one process); got ${workers}`,
-    );
+  if (runsOnWorkers(role, v.optStr('ARKVORY_DATABASE_URL') !== undefined)) return;
+  v.problems.push(
+    role === 'api' || role === 'reader'
+      ? `ARKVORY_WORKERS: above 1 needs ARKVORY_DATABASE_URL (the embedded PostgreSQL belongs to one process); got ${workers}`
+      : `ARKVORY_WORKERS: above 1 only for ARKVORY_ROLE=api, reader or router (the roles that serve clients); got ${workers} with role "${role}"`,
+  );
 }

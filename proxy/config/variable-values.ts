@@ -22,7 +22,7 @@ function isOthersVariable(name: string): boolean {
 function describeKind(kind: VariableKind): string {
   switch (kind.type) {
     case 'int':
-      return `an integer from ${kind.min} to ${kind.max}`;
+      return `${kind.auto ? '`auto` or ' : ''}an integer from ${kind.min} to ${kind.max}`;
     case 'enum':
       return `one of ${kind.values.join('|')}`;
     case 'string':
@@ -44,6 +44,7 @@ function parseValue(spec: VariableSpec, raw: string): { ok: true; value: string 
   const kind = spec.kind;
   switch (kind.type) {
     case 'int': {
+      if (kind.auto && raw === 'auto') return { ok: true, value: raw };
       if (!/^(0|[1-9][0-9]*)$/.test(raw)) return { ok: false };
       const n = Number(raw);
       if (!Number.isSafeInteger(n) || n < kind.min || n > kind.max) return { ok: false };

@@ -3,7 +3,8 @@
  * variable table is checked against it (test/contract), and so are the names used in `deploy/`.
  */
 export type VariableKind =
-  | { type: 'int'; min: number; max: number }
+  /** With `auto`, the word `auto` is also taken (the value is then decided at start, see its doc). */
+  | { type: 'int'; min: number; max: number; auto?: true }
   | { type: 'enum'; values: readonly string[] }
   | { type: 'string' }
   | { type: 'url'; protocols: readonly string[] }
@@ -210,9 +211,9 @@ export const VARIABLES: readonly VariableSpec[] = [
   },
   {
     name: 'ARKVORY_WORKERS',
-    kind: { type: 'int', min: 1, max: 256 },
-    defaultValue: '1',
-    doc: 'Worker processes serving the port of this one instance (docs/architecture.md, "Workers"); its limits, bans and counters stay those of one gateway. Above 1: role `api` or `reader` (standalone or shared profile) with ARKVORY_DATABASE_URL, or `router`.',
+    kind: { type: 'int', min: 1, max: 256, auto: true },
+    defaultValue: 'auto',
+    doc: 'Worker processes serving the port of this one instance (docs/architecture.md, "Workers"); its limits, bans and counters stay those of one gateway. Above 1: role `api` or `reader` (standalone or shared profile) with ARKVORY_DATABASE_URL, or `router`. `auto`: one per core this process may use (`os.availableParallelism()`: its CPU affinity and cgroup quota) for those, 1 for the others and with the embedded PostgreSQL.',
   },
   {
     name: 'ARKVORY_EMBEDDED_WORKER',

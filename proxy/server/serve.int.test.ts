@@ -1,4 +1,5 @@
 import { readFile } from 'node:fs/promises';
+import { availableParallelism } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
@@ -86,9 +87,19 @@ describe('arkvory serve', () => {
     expect(gw.logs()).toContain('"msg":"shutting down"');
   });
 
+  it('with ARKVORY_WORKERS left to auto (the default) and a database, serves from one worker per core', async () => {
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_WORKERS: 'auto' } });
+    const status = (await (await fetch(`${gw.url}/health/status`)).json()) as { workers: unknown[] };
+    expect(status.workers).toHaveLength(availableParallelism());
+    expect(await gw.stop('SIGTERM')).toBe(0);
+  });
+
   it('runs on the embedded defaults: no database configured, SIGINT exits 0 and leaves no postgres behind', async () => {
-    const gw = await startGateway({ env: {}, timeoutMs: 60_000 });
+    // `auto` as left unset: the embedded PostgreSQL is one process's, so the gateway is one.
+    const gw = await startGateway({ env: { ARKVORY_WORKERS: 'auto' }, timeoutMs: 60_000 });
     expect((await fetch(`${gw.url}/health/live`)).status).toBe(200);
+    const status = (await (await fetch(`${gw.url}/health/status`)).json()) as { workers: unknown[] };
+    expect(status.workers).toHaveLength(1);
     const pidFile = path.join(gw.dataDir, '.pg', 'postmaster.pid');
     const pgPid = Number((await readFile(pidFile, 'utf8')).split('\n')[0]);
     expect(pgPid).toBeGreaterThan(0);
