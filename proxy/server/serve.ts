@@ -8,6 +8,8 @@
 import { ConfigError, loadConfig, type Config } from '../config/config.ts';
 import { readSecretFile } from '../config/secret-files.ts';
 import type { StartSecrets } from '../config/secret-rotation.ts';
+import type { Logger } from 'pino';
+import type { WorkerInstance } from '../workers/worker-instance.ts';
 import { createLogger } from './logger.ts';
 import { EXIT, logStartupFailure } from './startup-failure.ts';
 import { trustOutboundCertificateAuthorities } from '../tls/outbound-ca.ts';
@@ -45,33 +47,38 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
     }
   }
   // The router holds no lease, barrier or database state of its own (proxy/router/run-router.ts).
-  if (config.role === 'router') {
-    if (config.workers > 1) {
-      const cluster = (await import('node:cluster')).default;
-      if (cluster.isPrimary) return (await import('../workers/run-router-primary.ts')).runRouterPrimary(config, log);
-      const instance = await (await import('../workers/worker-instance.ts')).joinInstance();
-      return (await import('../router/run-router.ts')).runRouter(
-        config,
-        log.child({ worker: instance.index }),
-        secrets,
-        instance,
-      );
-    }
-    return (await import('../router/run-router.ts')).runRouter(config, log, secrets);
-  }
+  if (config.role === 'router')
+    return onWorkers(
+      config,
+      log,
+      async () => (await import('../workers/run-router-primary.ts')).runRouterPrimary(config, log),
+      async (serveLog, instance) =>
+        (await import('../router/run-router.ts')).runRouter(config, serveLog, secrets, instance),
+    );
   if (config.role === 'rules-service')
     return (await import('../rules-service/rules-service.ts')).runRulesService(config, log, secrets);
-  // Several workers: this process coordinates them, each worker runs the gateway (proxy/workers/).
-  if (config.workers > 1) {
-    const cluster = (await import('node:cluster')).default;
-    if (cluster.isPrimary) return (await import('../workers/run-primary.ts')).runPrimary(config, log);
-    const instance = await (await import('../workers/worker-instance.ts')).joinInstance();
-    return (await import('./serve-gateway.ts')).serveGateway(
-      config,
-      log.child({ worker: instance.index }),
-      secrets,
-      instance,
-    );
-  }
-  return (await import('./serve-gateway.ts')).serveGateway(config, log, secrets);
+  return onWorkers(
+    config,
+    log,
+    async () => (await import('../workers/run-primary.ts')).runPrimary(config, log),
+    async (serveLog, instance) =>
+      (await import('./serve-gateway.ts')).serveGateway(config, serveLog, secrets, instance),
+  );
+}
+
+/**
+ * Runs `serveRole` as this process; with ARKVORY_WORKERS above 1, this process coordinates the
+ * instance (`coordinate`) and each worker it forks runs `serveRole` (proxy/workers/).
+ */
+async function onWorkers(
+  config: Config,
+  log: Logger,
+  coordinate: () => Promise<number>,
+  serveRole: (log: Logger, instance?: WorkerInstance) => Promise<number>,
+): Promise<number> {
+  if (config.workers === 1) return serveRole(log);
+  const cluster = (await import('node:cluster')).default;
+  if (cluster.isPrimary) return coordinate();
+  const instance = await (await import('../workers/worker-instance.ts')).joinInstance();
+  return serveRole(log.child({ worker: instance.index }), instance);
 }
