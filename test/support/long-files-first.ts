@@ -16,6 +16,7 @@ const LONG_FILES = [
   'proxy/content/slice-cache.int.test.ts',
   'test/image/reproducible.image.test.ts',
   'proxy/tls/tls.int.test.ts',
+  'proxy/gates/shared-profile.int.test.ts',
   'proxy/gates/spec-bounds.int.test.ts',
 ];
 
