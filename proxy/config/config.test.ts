@@ -219,11 +219,12 @@ describe('loadConfig', () => {
       expect(loadConfig({ ...shared, ARKVORY_GATEWAY_SLOT: '0' }).workers).toBe(2);
       expect(loadConfig({ ...shared, ARKVORY_ROLE: 'reader', ARKVORY_GATEWAY_SLOT: '1' }).workers).toBe(2);
     });
-    it('defaults to auto: one worker per core this process may use where the role runs on workers, else 1', () => {
-      expect(loadConfig(db).workers).toBe(availableParallelism());
+    it('defaults to one process; auto is one worker per core this process may use where the role runs on workers, else 1', () => {
+      expect(loadConfig(db).workers).toBe(1);
+      expect(loadConfig({ ...db, ARKVORY_WORKERS: 'auto' }).workers).toBe(availableParallelism());
       expect(loadConfig({ ...db, ARKVORY_WORKERS: 'auto', ARKVORY_ROLE: 'worker' }).workers).toBe(1);
-      // `npm start`: the embedded PostgreSQL is one process's.
-      expect(loadConfig({}).workers).toBe(1);
+      // The embedded PostgreSQL is one process's.
+      expect(loadConfig({ ARKVORY_WORKERS: 'auto' }).workers).toBe(1);
     });
     it.each([
       [{ ARKVORY_WORKERS: '2' }, 'ARKVORY_WORKERS: above 1 needs ARKVORY_DATABASE_URL'],

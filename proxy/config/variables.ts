@@ -212,8 +212,8 @@ export const VARIABLES: readonly VariableSpec[] = [
   {
     name: 'ARKVORY_WORKERS',
     kind: { type: 'int', min: 1, max: 256, auto: true },
-    defaultValue: 'auto',
-    doc: 'Worker processes serving the port of this one instance (docs/architecture.md, "Workers"); its limits, bans and counters stay those of one gateway. Above 1: role `api` or `reader` (standalone or shared profile) with ARKVORY_DATABASE_URL, or `router`. `auto`: one per core this process may use (`os.availableParallelism()`: its CPU affinity and cgroup quota) for those, 1 for the others and with the embedded PostgreSQL.',
+    defaultValue: '1',
+    doc: 'Worker processes serving the port of this one instance (docs/architecture.md, "Workers"); its limits, bans and counters stay those of one gateway. Above 1: role `api` or `reader` (standalone or shared profile) with ARKVORY_DATABASE_URL, or `router`. `auto`: one per core this process may use (`os.availableParallelism()`: its CPU affinity and cgroup quota) for those, 1 for the others and with the embedded PostgreSQL. Workers pay off for large bodies; small requests cost more CPU with them (docs/deploy.md, "Workers").',
   },
   {
     name: 'ARKVORY_EMBEDDED_WORKER',

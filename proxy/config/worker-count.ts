@@ -1,7 +1,9 @@
 /**
  * How many workers serve an instance (ARKVORY_WORKERS, docs/architecture.md "Workers"): a number as
  * given (cross-checks.ts refuses one the role cannot run), or `auto`, like nginx's
- * `worker_processes auto`: one per core where the role runs on workers, else one process.
+ * `worker_processes auto`: one per core where the role runs on workers, else one process. The
+ * default is 1: a gateway's per-request policy calls cross to the coordinating process, which makes
+ * small requests dearer with workers (docs/deploy.md, "Workers").
  */
 export type WorkersSetting = number | 'auto';
 

@@ -87,7 +87,7 @@ describe('arkvory serve', () => {
     expect(gw.logs()).toContain('"msg":"shutting down"');
   });
 
-  it('with ARKVORY_WORKERS left to auto (the default) and a database, serves from one worker per core', async () => {
+  it('with ARKVORY_WORKERS=auto and a database, serves from one worker per core', async () => {
     const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_WORKERS: 'auto' } });
     const status = (await (await fetch(`${gw.url}/health/status`)).json()) as { workers: unknown[] };
     expect(status.workers).toHaveLength(availableParallelism());
@@ -95,7 +95,7 @@ describe('arkvory serve', () => {
   });
 
   it('runs on the embedded defaults: no database configured, SIGINT exits 0 and leaves no postgres behind', async () => {
-    // `auto` as left unset: the embedded PostgreSQL is one process's, so the gateway is one.
+    // Even with `auto`: the embedded PostgreSQL is one process's, so the gateway is one.
     const gw = await startGateway({ env: { ARKVORY_WORKERS: 'auto' }, timeoutMs: 60_000 });
     expect((await fetch(`${gw.url}/health/live`)).status).toBe(200);
     const status = (await (await fetch(`${gw.url}/health/status`)).json()) as { workers: unknown[] };

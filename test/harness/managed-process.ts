@@ -34,16 +34,12 @@ export interface ManagedProcess extends WatchedProcess {
  * A child's environment: PATH, HOME and LANG of this process plus `extra` (undefined values left
  * out). NODE_COMPILE_CACHE passes too when set (vitest.config.ts sets it): a gateway or CLI process
  * then reads its TypeScript modules compiled by an earlier one, about half the start's CPU.
- * ARKVORY_WORKERS is 1 unless `extra` says otherwise: a gateway under test is one process unless its
- * test is about workers (the default, `auto`, would make each one with a database an instance of
- * one worker per core; proxy/config/worker-count.test.ts and serve.int.test.ts test that default).
  */
 export function processEnv(extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {
     PATH: process.env.PATH,
     HOME: process.env.HOME,
     LANG: process.env.LANG ?? 'C.UTF-8',
-    ARKVORY_WORKERS: '1',
     ...(process.env.NODE_COMPILE_CACHE ? { NODE_COMPILE_CACHE: process.env.NODE_COMPILE_CACHE } : {}),
   };
   for (const [name, value] of Object.entries(extra)) if (value !== undefined) env[name] = value;

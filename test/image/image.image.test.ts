@@ -235,7 +235,7 @@ describe('the image', () => {
     }
   });
 
-  it('every role from the same image: writer, reader, worker and router in the shared profile on the host network', async () => {
+  it('every role from the same image: writer, reader, worker and router in the shared profile on the host network, writer, reader and router on two worker processes each', async () => {
     const db = await createTestDatabase();
     try {
       await createRepository(db.pool, 'shared');
@@ -247,6 +247,8 @@ describe('the image', () => {
         ARKVORY_REDIS_KEY_PREFIX: `${REDIS_PREFIX}shared:`,
         ARKVORY_GATEWAY_SLOTS: '2',
         ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(64 * MiB),
+        // tini hands the container's stop to the coordinating process, which drains its workers.
+        ARKVORY_WORKERS: '2',
       };
       const gateway = async (role: string, slot: number) => {
         const { env, url } = await gatewayEnv({ ...shared, ARKVORY_ROLE: role, ARKVORY_GATEWAY_SLOT: String(slot) });
@@ -268,6 +270,7 @@ describe('the image', () => {
           ARKVORY_ROLE: 'router',
           ARKVORY_DATABASE_URL: db.url,
           ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: '200',
+          ARKVORY_WORKERS: '2',
         });
         // The router writes nothing: no volume.
         const container = start({ env });
@@ -300,10 +303,11 @@ describe('the image', () => {
           JSON.parse((await request(`${url}/health/ready`, { headers: bearer(key) })).body.toString()),
         ),
       );
-      expect(roles.map((r) => [r.role, r.sharedDownloads?.slot])).toEqual([
-        ['api', 0],
-        ['reader', 1],
+      expect(roles.map((r) => [r.role, r.sharedDownloads?.slot, r.workers?.length])).toEqual([
+        ['api', 0, 2],
+        ['reader', 1, 2],
       ]);
+      expect(JSON.parse((await request(`${router.url}/health/status`)).body.toString()).workers).toHaveLength(2);
       // Each runs under its own tini (PID 1 of its namespace), from the one unpacked root.
       for (const { container } of [writer, reader, worker, router]) {
         const pid1 = await container.pid1();
