@@ -3,11 +3,10 @@
  * link (docs/architecture.md, "Workers"): the admission queue, the two bandwidth governors, the
  * repositories' bounds on concurrent transfers, the lease (shared profile) and, with no Redis, the
  * rate-limit counters and bans. One set of each, so every bound is the instance's and exact by
- * construction: a worker holds
- * an admission slot or a repository's transfer only while the coordinating process counts it, and
- * passes a quantum only after the governor granted it. When a worker is gone its slots and
- * repository transfers are released and its waiting takes and admissions cancelled, in the same
- * turn of the event loop that learns of its exit.
+ * construction: a worker holds an admission slot or a repository's transfer only while the
+ * coordinating process counts it, and passes a quantum only after the governor granted it. When a
+ * worker is gone its slots and repository transfers are released and its waiting takes and
+ * admissions cancelled, in the same turn of the event loop that learns of its exit.
  */
 import type { AdmissionQueue, AdmissionSnapshot, Release, TransferKind } from '../../policy/admission/index.ts';
 import type { BandwidthGovernors, BandwidthSnapshot, Ceiling } from '../../policy/bandwidth/index.ts';
