@@ -147,6 +147,10 @@ describe.each([1, 2])('shared profile: one writer, two readers, %i worker(s) eac
     });
     expect(ready.transfers.downloads.bytesPerSecond).toBe(SHARE);
     expect(ready.workers).toHaveLength(workers);
+    // The lease is the instance's, once: held, whatever the number of workers.
+    const scrape = (await request(`${readers[1]!.url}/metrics`)).body.toString();
+    for (const [state, value] of Object.entries({ held: 1, standalone: 0, lapsed: 0, fenced: 0 }))
+      expect(scrape, state).toMatch(new RegExp(`^arkvory_lease_state\\{state="${state}"\\} ${value}$`, 'm'));
     const w = JSON.parse((await request(`${writer.url}/health/ready`, { headers: bearer(key) })).body.toString());
     expect(w).toMatchObject({ role: 'api', writable: true, sharedDownloads: { slot: 0, slots: 4, active: true } });
   });
