@@ -137,11 +137,13 @@ export async function serveGateway(
     registerSecretMetrics(metrics.registry, rotation);
     coordinator = await openCoordinator(config, database.url, log, instance ? 'worker' : 'instance');
     // A worker's lease is its instance's, held by the coordinating process (which counts its metrics).
-    const standing: LeaseStanding = instance ? await joinInstanceLease(instance.link, coordinator) : coordinator;
+    // One worker of several: what it reads of the instance, again before each health answer.
+    const ofInstance = instance && (await joinInstanceParts(config, instance, coordinator));
+    const standing: LeaseStanding = ofInstance?.lease ?? coordinator;
     standing.onFenced(() => lifecycle.set('fenced', 'lease lost'));
     if (!instance) registerLeaseMetrics(metrics.registry, coordinator);
     let transfers: ReturnType<typeof createTransfers> | RemoteTransfers;
-    if (instance) transfers = createRemoteTransfers(config, systemClock, standing, instance.link);
+    if (ofInstance) transfers = ofInstance.transfers;
     else {
       transfers = createTransfers(config, systemClock, coordinator);
       followLeasedShare(config, coordinator, transfers.governors);
@@ -193,8 +195,8 @@ export async function serveGateway(
             ...(config.redisUrl ? {} : { counters: remoteCounterStore(instance.link) }),
             beforeHealth: [
               () => instance.refresh(),
-              ...('refresh' in standing ? [() => (standing as InstanceLease).refresh()] : []),
-              ...('refresh' in transfers ? [() => (transfers as RemoteTransfers).refresh()] : []),
+              () => ofInstance!.lease.refresh(),
+              () => ofInstance!.transfers.refresh(),
             ],
           }
         : {}),
@@ -267,6 +269,16 @@ export async function serveGateway(
   }
   await signals.stopped;
   return await finish(log, built, server, database, config, EXIT.ok, coordinator);
+}
+
+/** A worker's lease and transfers: its instance's, over its link to the coordinating process. */
+async function joinInstanceParts(
+  config: Config,
+  instance: WorkerInstance,
+  own: Coordinator,
+): Promise<{ lease: InstanceLease; transfers: RemoteTransfers }> {
+  const lease = await joinInstanceLease(instance.link, own);
+  return { lease, transfers: createRemoteTransfers(config, systemClock, lease, instance.link) };
 }
 
 async function finish(
