@@ -6,6 +6,7 @@
  * checked out) must not go back to the pool.
  */
 import type pg from 'pg';
+import { isConnectionLost, wasReused } from './connection-loss.ts';
 
 type Queryable = Pick<pg.ClientBase, 'query'>;
 
@@ -27,6 +28,11 @@ export async function inTransaction<T>(
   options: TransactionOptions = {},
 ): Promise<T> {
   await control(client, options.begin ?? 'BEGIN');
+  return finishBegun(client, work);
+}
+
+/** The part of `inTransaction` after BEGIN. */
+async function finishBegun<T>(client: Queryable, work: () => Promise<T>): Promise<T> {
   let result: T;
   try {
     result = await work();
@@ -43,23 +49,33 @@ export async function inTransaction<T>(
 /**
  * Takes a client from `pool`, runs `work(client)` in a transaction (see `inTransaction`), and releases
  * it: destroyed instead of returned when a control statement failed, so a broken connection is never
- * handed to the next caller.
+ * handed to the next caller. A reused connection found dead at BEGIN (it died while idle; nothing of
+ * the work ran) is replaced once by a new one (lib/connection-loss.ts).
  */
 export async function withTransaction<T>(
   pool: pg.Pool,
   work: (client: pg.PoolClient) => Promise<T>,
   options: TransactionOptions = {},
 ): Promise<T> {
-  const client = await pool.connect();
-  // A checked-out client has no pool listener: a connection that dies meanwhile (a server restart,
-  // pg_terminate_backend) would emit an unhandled 'error' and take the process down.
-  const onError = () => broken.add(client);
-  client.on('error', onError);
-  try {
-    return await inTransaction(client, () => work(client), options);
-  } finally {
-    client.off('error', onError);
-    client.release(broken.has(client) ? new Error('transaction control failed; connection discarded') : undefined);
+  for (let attempt = 1; ; attempt++) {
+    const client = await pool.connect();
+    // A checked-out client has no pool listener: a connection that dies meanwhile (a server restart,
+    // pg_terminate_backend) would emit an unhandled 'error' and take the process down.
+    const onError = () => broken.add(client);
+    client.on('error', onError);
+    let lostAtBegin = false;
+    try {
+      try {
+        await control(client, options.begin ?? 'BEGIN');
+      } catch (err) {
+        if (!(attempt === 1 && wasReused(client) && isConnectionLost(err))) throw err;
+        lostAtBegin = true;
+      }
+      if (!lostAtBegin) return await finishBegun(client, () => work(client));
+    } finally {
+      client.off('error', onError);
+      client.release(broken.has(client) ? new Error('transaction control failed; connection discarded') : undefined);
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
 import { clientClassFor, type ConnectionUrl } from '../../lib/connection-url.ts';
+import { ResilientPool } from '../../lib/resilient-pool.ts';
 import type { Config } from '../config/config.ts';
 import { describeCertificateRefusal } from '../tls/peer-verification.ts';
 import { startEmbeddedDatabase, type EmbeddedDatabase } from './embedded-database.ts';
@@ -15,17 +16,25 @@ export interface Database {
 
 /**
  * One long-lived pool. Every pg setting comes from the config, never from PG* variables. Each new
- * connection reads `url` then (a rotated password reaches new connections; open ones drain).
+ * connection reads `url` then (a rotated password reaches new connections; open ones drain). A
+ * statement given a connection that had died while idle runs once more on a new one (ResilientPool).
  */
 export function createPool(url: ConnectionUrl, size: number, log: Logger, applicationName = 'arkvory'): pg.Pool {
-  const pool = new pg.Pool({
-    Client: clientClassFor(pg.Client, url),
-    max: size,
-    application_name: applicationName,
-    connectionTimeoutMillis: 10_000,
-    idleTimeoutMillis: 30_000,
-    keepAlive: true,
-  });
+  const pool = new ResilientPool(
+    {
+      Client: clientClassFor(pg.Client, url),
+      max: size,
+      application_name: applicationName,
+      connectionTimeoutMillis: 10_000,
+      idleTimeoutMillis: 30_000,
+      keepAlive: true,
+    },
+    (err) =>
+      log.info(
+        { err: { message: (err as Error).message, code: (err as { code?: string }).code } },
+        'a pooled PostgreSQL connection had died while idle; the statement ran again on a new one',
+      ),
+  );
   // An idle client whose connection dies emits here; without a handler the process would crash.
   pool.on('error', (err) =>
     log.warn({ err: { message: err.message, code: (err as { code?: string }).code } }, 'idle PostgreSQL client failed'),
