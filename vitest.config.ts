@@ -34,6 +34,7 @@ export default defineConfig({
         extends: true,
         test: {
           name: 'unit',
+          isolate: false,
           include: ['{lib,proxy,policy,storage-adapter,migrations,client}/**/*.test.ts'],
           exclude: ['**/*.int.test.ts', '**/node_modules/**', '**/.stryker-tmp/**'],
         },
