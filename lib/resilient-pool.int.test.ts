@@ -58,7 +58,7 @@ describe('a connection that died while idle', () => {
 
     const pid = await backendPid(resilient);
     killBlocking(pid);
-    const { rows } = await resilient.query<{ one: number }>('SELECT 1 AS one');
+    const { rows } = await (resilient as pg.Pool).query<{ one: number }>('SELECT 1 AS one');
     expect(rows).toEqual([{ one: 1 }]);
     expect(retried).toHaveLength(1);
     expect(retried[0]).toMatchObject({ code: '57P01' });

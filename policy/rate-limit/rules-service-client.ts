@@ -3,8 +3,9 @@
  * JSON, on one keep-alive pool. A 200 with a JSON body resolves; anything else rejects with a
  * `RulesServiceError` (`error`, or `invalid` for a body that is not JSON). The caller's timeout
  * (remote-rules.ts) bounds the wait; `headersTimeout`/`bodyTimeout` here stop a stuck socket.
+ * undici is loaded with the first query: a gateway without a rules service never loads it.
  */
-import { Pool } from 'undici';
+import type { Pool } from 'undici';
 import { RulesServiceError, type RulesTransport } from './remote-rules.ts';
 
 export const RULES_QUERY_PATH = '/api/v1/rules/query';
@@ -23,13 +24,18 @@ export function createRulesServiceClient(options: {
 }): RulesServiceClient {
   const base = new URL(options.url);
   const path = `${base.pathname.replace(/\/$/, '')}${RULES_QUERY_PATH}`;
-  const pool = new Pool(base.origin, {
-    connections: options.connections ?? 16,
-    connectTimeout: Math.max(options.timeoutMs, 50),
-    headersTimeout: Math.max(options.timeoutMs * 2, 1000),
-    bodyTimeout: Math.max(options.timeoutMs * 2, 1000),
-    keepAliveTimeout: 30_000,
-  });
+  let opened: Promise<Pool> | undefined;
+  const pool = () =>
+    (opened ??= import('undici').then(
+      (undici) =>
+        new undici.Pool(base.origin, {
+          connections: options.connections ?? 16,
+          connectTimeout: Math.max(options.timeoutMs, 50),
+          headersTimeout: Math.max(options.timeoutMs * 2, 1000),
+          bodyTimeout: Math.max(options.timeoutMs * 2, 1000),
+          keepAliveTimeout: 30_000,
+        }),
+    ));
   const plain: Record<string, string> = { 'content-type': 'application/json', accept: 'application/json' };
   const { token } = options;
   let signed: { token: string; headers: Record<string, string> } | undefined;
@@ -41,10 +47,10 @@ export function createRulesServiceClient(options: {
   };
   return {
     async transport(query, signal) {
-      let res: Awaited<ReturnType<typeof pool.request>>;
+      let res: Awaited<ReturnType<Pool['request']>>;
       const headers = headersNow();
       try {
-        res = await pool.request({ method: 'POST', path, headers, body: JSON.stringify(query), signal });
+        res = await (await pool()).request({ method: 'POST', path, headers, body: JSON.stringify(query), signal });
       } catch (err) {
         const code = (err as { code?: string }).code;
         throw new RulesServiceError(
@@ -69,6 +75,8 @@ export function createRulesServiceClient(options: {
         throw new RulesServiceError('invalid', 'rules service answer is not JSON', { cause: err });
       }
     },
-    close: () => pool.close(),
+    close: async () => {
+      if (opened) await (await opened).close();
+    },
   };
 }

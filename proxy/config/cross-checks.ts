@@ -5,7 +5,7 @@
  */
 import { parseBackendList, parseOrigin } from '../router/backend-url.ts';
 import { LOOPBACK_PROXIES, parseTrustedProxies } from '../router/forwarded.ts';
-import { parseS3Url } from '../../storage-adapter/s3/index.ts';
+import { parseS3Url } from '../../storage-adapter/s3/s3-location.ts';
 import { parseRedisTarget } from '../../policy/rate-limit/redis-target.ts';
 import type { Config, S3Config } from './types.ts';
 import { shown, type VariableValues } from './variable-values.ts';

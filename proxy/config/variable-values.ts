@@ -2,7 +2,7 @@
  * Reads every ARKVORY_* variable against the table (variables.ts): unknown names, empty secrets and
  * values of the wrong kind become problem lines; the rest are parsed into typed values.
  */
-import { CLIENT_VARIABLE_NAMES } from '../../client/index.ts';
+import { CLIENT_VARIABLE_NAMES } from '../../client/environment.ts';
 import { redactUserinfo } from '../server/redact-url.ts';
 import { VARIABLES, type VariableKind, type VariableSpec } from './variables.ts';
 

@@ -5,19 +5,19 @@
  */
 import type pg from 'pg';
 import { openFsStore, type OpenFileCache } from '../../storage-adapter/fs/index.ts';
-import { openHttpStore } from '../../storage-adapter/http/index.ts';
-import { openS3Store, readS3StorageIdObject } from '../../storage-adapter/s3/index.ts';
 import type { StorageRole } from '../../storage-adapter/identity.ts';
 import type { OpenedArtifactStore } from '../../storage-adapter/store.ts';
 import type { Config } from '../config/config.ts';
 import type { SecretVerifier } from '../config/secret-rotation.ts';
 
 /**
+ * The HTTP and S3 stores (and undici, the S3 signer, the XML parser under them) are loaded only by a
+ * process whose store is one of them: a directory store's start never pays for them.
  * `openFiles` applies to the directory store only (the HTTP and S3 stores have no descriptors to keep).
  * `restoreAs`: open a restore target, binding nothing (see `OpenedArtifactStore`); the writer role only.
  * `current`: the configuration with the secrets in use now; the S3 store signs each request with its key.
  */
-export function openStore(
+export async function openStore(
   config: Config,
   role: StorageRole | 'worker',
   pool: pg.Pool,
@@ -33,9 +33,13 @@ export function openStore(
   const { openFiles, restoreAs, current, keepTmp } = options;
   if (s3 !== undefined) {
     const credentials = current ? () => current().storage.s3?.credentials ?? s3.credentials : s3.credentials;
+    const { openS3Store } = await import('../../storage-adapter/s3/index.ts');
     return openS3Store({ ...s3, credentials, role, pool, connectTimeoutMs, timeoutMs, restoreAs });
   }
-  if (url !== undefined) return openHttpStore({ url, role, pool, connectTimeoutMs, timeoutMs, restoreAs });
+  if (url !== undefined) {
+    const { openHttpStore } = await import('../../storage-adapter/http/index.ts');
+    return openHttpStore({ url, role, pool, connectTimeoutMs, timeoutMs, restoreAs });
+  }
   return openFsStore({ root: config.dataDir, role, pool, openFiles, restoreAs, keepTmp });
 }
 
@@ -60,6 +64,7 @@ export function s3KeyVerifier(): SecretVerifier {
     async verify(next) {
       const { s3, connectTimeoutMs, timeoutMs } = next.storage;
       if (s3 === undefined) return;
+      const { readS3StorageIdObject } = await import('../../storage-adapter/s3/index.ts');
       const id = await readS3StorageIdObject({ ...s3, connectTimeoutMs, timeoutMs });
       if (id === undefined) throw new Error('the storage identity object is not there for this key');
     },
