@@ -4,7 +4,6 @@
  */
 import { recordCliAction } from './cli-audit.ts';
 import path from 'node:path';
-import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import type pg from 'pg';
 import { listMigrations, migrate } from '../../migrations/runner.ts';
@@ -36,6 +35,7 @@ const MiB = 1048576;
 
 /** The rule document store of a configuration with Redis (documents live there, not in the database). */
 async function openRedisRuleDocuments(config: Config): Promise<{ documents: RuleDocumentStore; close(): void }> {
+  const { Redis } = await import('ioredis');
   const redis = new Redis(config.redisUrl!, {
     lazyConnect: true,
     maxRetriesPerRequest: 1,

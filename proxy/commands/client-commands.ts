@@ -2,25 +2,17 @@
  * `arkvory get`, `put` and `presign`: the client SDK (client/) on the command line, talking to a
  * gateway or router over HTTP (not to the database). The gateway is `--url` or ARKVORY_URL; the key
  * is read from ARKVORY_KEY or the file named by `--key-file` / ARKVORY_KEY_FILE, never from argv
- * (argv is visible to every user of the machine).
+ * (argv is visible to every user of the machine). The SDK (and undici under it) is loaded when one
+ * of them runs: every other command lists these three in its help without loading it.
  */
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import {
-  ArkvoryClientError,
-  baseUrlOf,
-  CLIENT_VARIABLES,
-  contentUrl,
-  download,
-  presign,
-  progressBar,
-  progressJson,
-  targetOf,
-  upload,
-  type Progress,
-} from '../../client/index.ts';
+import { CLIENT_VARIABLES } from '../../client/environment.ts';
+import type { Progress } from '../../client/index.ts';
 import { parseDuration } from './auth-commands.ts';
 import { defineCommand, form, UsageError, type Command, type OptionSpec } from './command.ts';
+
+const sdk = () => import('../../client/index.ts');
 
 const CONNECTION_NOTE = `The gateway (or router) is --url or ARKVORY_URL. The API key is ARKVORY_KEY, or the file named by
 --key-file or ARKVORY_KEY_FILE. Errors: "arkvory: <code>: <message>" on stderr, exit 1.`;
@@ -64,6 +56,7 @@ function gatewayUrl(url: string | undefined, env: NodeJS.ProcessEnv): string | u
 
 /** Runs a client action; a client or gateway refusal is one line on stderr and exit 1. */
 async function reporting(action: () => Promise<unknown>): Promise<number> {
+  const { ArkvoryClientError } = await sdk();
   try {
     process.stdout.write(`${JSON.stringify(await action(), null, 2)}\n`);
     return 0;
@@ -83,7 +76,8 @@ async function reporting(action: () => Promise<unknown>): Promise<number> {
 }
 
 /** Progress on stderr: a redrawn bar on a terminal, a JSON line a second otherwise. */
-function progressPrinter(): { onProgress(p: Progress): void; intervalMs: number } {
+async function progressPrinter(): Promise<{ onProgress(p: Progress): void; intervalMs: number }> {
+  const { progressBar, progressJson } = await sdk();
   if (process.stderr.isTTY) {
     return {
       intervalMs: 200,
@@ -123,7 +117,8 @@ ${CONNECTION_NOTE}`,
       },
       async run(input, env) {
         const key = await keyFrom(input.string('key-file'), env, false);
-        const printer = progressPrinter();
+        const printer = await progressPrinter();
+        const { contentUrl, download } = await sdk();
         return reporting(async () => {
           const url = contentUrl(input.positionals[0]!, gatewayUrl(input.string('url'), env));
           const output =
@@ -192,6 +187,7 @@ ${CONNECTION_NOTE}`,
           throw new UsageError('--concurrency must be 1 to 99');
         const contentType = input.string('content-type');
         const stateDir = env[CLIENT_VARIABLES.uploadStateDir];
+        const { baseUrlOf, upload } = await sdk();
         return reporting(() =>
           upload({
             file: file!,
@@ -235,6 +231,7 @@ ${CONNECTION_NOTE}`,
         if (!base) throw new UsageError('no gateway: give --url or set ARKVORY_URL');
         const expires = input.string('expires');
         const expiresInSeconds = expires === undefined ? undefined : parseDuration(expires);
+        const { presign, targetOf } = await sdk();
         return reporting(async () => {
           const { basePath } = targetOf(repo!, target!.split('/'));
           return presign({

@@ -5,13 +5,10 @@
  */
 import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
-import { Cluster, Redis } from 'ioredis';
 import { parseRedisTarget, redactRedisTarget } from '../../policy/rate-limit/redis-target.ts';
 import pg from 'pg';
 import { pendingMigrations } from '../../migrations/runner.ts';
 import { readPolicy, type DownloadPolicy } from '../../policy/lease/download-policy.ts';
-import { readStorageIdObject } from '../../storage-adapter/http/index.ts';
-import { readS3StorageIdObject } from '../../storage-adapter/s3/index.ts';
 import { STORAGE_ID_FILE } from '../../storage-adapter/paths.ts';
 import { ConfigError, loadConfig, type Config } from '../config/config.ts';
 import { createTrustedProxies } from '../router/forwarded.ts';
@@ -60,13 +57,16 @@ async function checkStorage(config: Config, pool: pg.Pool | undefined): Promise<
   const role = config.role === 'api' ? 'writer' : config.role;
   const storageUrl = config.storage.url;
   let fileId: string | undefined;
+  // The store clients (undici, the S3 signer) and ioredis are loaded by the checks that use them.
   if (config.storage.s3 !== undefined) {
+    const { readS3StorageIdObject } = await import('../../storage-adapter/s3/index.ts');
     fileId = await readS3StorageIdObject({
       ...config.storage.s3,
       connectTimeoutMs: config.storage.connectTimeoutMs,
       timeoutMs: config.storage.timeoutMs,
     });
   } else if (storageUrl !== undefined) {
+    const { readStorageIdObject } = await import('../../storage-adapter/http/index.ts');
     fileId = await readStorageIdObject(storageUrl, config.storage);
   } else if (
     await stat(config.dataDir).then(
@@ -156,6 +156,7 @@ async function checkRedis(config: Config): Promise<CheckResult> {
     ...(target.kind === 'cluster' && target.password ? { password: target.password } : {}),
     ...(target.kind === 'cluster' && target.tls ? { tls: {} } : {}),
   };
+  const { Cluster, Redis } = await import('ioredis');
   const client =
     target.kind === 'single'
       ? new Redis(target.url, {
