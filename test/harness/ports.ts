@@ -1,6 +1,7 @@
 /**
- * Loopback ports for the processes tests start, never handed out twice in one test run. The kernel
- * picks a free port, but it is free only while asked: two test files running side by side can be
+ * Loopback ports for the processes tests start, never handed out twice in one test run. A free port
+ * (lib/free-port.ts: below the ephemeral range, so no client socket of the run takes it as its local
+ * port before the server binds it) is free only while asked: two test files running side by side can be
  * told the same port, and the second process to bind it fails, or (a health check answered by the
  * other file's gateway) a test talks to a process that is not its own. A port is claimed by
  * creating a file named after it in the run's claims directory (ARKVORY_TEST_PORT_CLAIMS, made by

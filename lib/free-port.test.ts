@@ -1,0 +1,19 @@
+import { readFileSync } from 'node:fs';
+import net from 'node:net';
+import { describe, expect, it } from 'vitest';
+import { freeLoopbackPort } from './free-port.ts';
+
+const ephemeralLow = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
+
+describe('freeLoopbackPort', () => {
+  it('gives ports below the ephemeral range, where no outgoing connection can take them first, that a server can bind', async () => {
+    for (let i = 0; i < 20; i++) {
+      const port = await freeLoopbackPort();
+      expect(port).toBeGreaterThanOrEqual(10_000);
+      expect(port).toBeLessThan(ephemeralLow);
+      const server = net.createServer();
+      await new Promise<void>((resolve, reject) => server.once('error', reject).listen(port, '127.0.0.1', resolve));
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+});
