@@ -4,7 +4,8 @@
  * in which case the main port has no `/metrics` route at all.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
-import http from 'node:http';
+import type { ServerResponse } from 'node:http';
+import http from '../../lib/node-http.ts';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { PolicyError } from '../../policy/errors.ts';
@@ -26,7 +27,7 @@ export function bearerMatches(header: string | undefined, token: string): boolea
   return timingSafeEqual(digest(match?.[1] ?? ''), digest(token)) && match !== null;
 }
 
-async function writeMetrics(res: http.ServerResponse, metrics: Rendered): Promise<void> {
+async function writeMetrics(res: ServerResponse, metrics: Rendered): Promise<void> {
   const { contentType, body } = await metrics.render();
   res.writeHead(200, {
     'content-type': contentType,

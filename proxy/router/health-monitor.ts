@@ -6,7 +6,8 @@
  * hysteresis: proxy/store-health/store-health.ts) is recorded too: `unreachable` takes the gateway
  * out of reads, anything else puts it back. A failed discovery keeps the last known list (the cache).
  */
-import http from 'node:http';
+import type { Agent } from 'node:http';
+import http from '../../lib/node-http.ts';
 import https from 'node:https';
 import type { Logger } from 'pino';
 import type { BackendPool, BackendStoreState, PoolChange } from './backend-pool.ts';
@@ -37,7 +38,7 @@ export type ProbeResult = { ok: boolean; reason: string; store: BackendStoreStat
 export async function probeBackend(
   url: string,
   timeoutMs: number,
-  agents: { http: http.Agent; https: https.Agent },
+  agents: { http: Agent; https: https.Agent },
 ): Promise<ProbeResult> {
   const first = await probeOnce(url, timeoutMs, agents);
   return first.staleSocket ? (await probeOnce(url, timeoutMs, agents)).result : first.result;
@@ -46,7 +47,7 @@ export async function probeBackend(
 function probeOnce(
   url: string,
   timeoutMs: number,
-  agents: { http: http.Agent; https: https.Agent },
+  agents: { http: Agent; https: https.Agent },
 ): Promise<{ result: ProbeResult; staleSocket: boolean }> {
   return new Promise((resolve) => {
     const isHttps = url.startsWith('https:');

@@ -18,7 +18,8 @@
  * needs from one is these few lines, and a library's per-request work (options and header objects
  * copied, `debug` calls, listeners per pass) would cost more than the relay itself on small answers.
  */
-import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { Agent, AgentOptions, IncomingMessage, ServerResponse } from 'node:http';
+import http from '../../lib/node-http.ts';
 import https from 'node:https';
 import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
@@ -74,7 +75,7 @@ interface Target extends NodeTarget {
  * connect failure: the gateway leaves the pool). Armed once per connection in the agent, so a
  * reused keep-alive connection costs nothing here.
  */
-function withConnectTimeout<A extends http.Agent>(agent: A, ms: number): A {
+function withConnectTimeout<A extends Agent>(agent: A, ms: number): A {
   const create = agent.createConnection.bind(agent);
   agent.createConnection = (options, callback) => {
     const socket = create(options, callback) as Socket | null | undefined;
@@ -189,7 +190,7 @@ function viaDispatcher(req: IncomingMessage, upstream: Upstream): boolean {
 }
 
 export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
-  const agentOptions: http.AgentOptions = {
+  const agentOptions: AgentOptions = {
     keepAlive: true,
     keepAliveMsecs: 1000,
     maxFreeSockets: 256,

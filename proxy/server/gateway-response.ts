@@ -7,11 +7,12 @@
  * `setHeader` at a time before being serialised, a visible share of a small request's CPU.
  * With nothing set progressively, `writeHead` serialises the list it is given directly.
  */
-import { type IncomingMessage, type OutgoingHttpHeader, type OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import type { IncomingMessage, OutgoingHttpHeader, OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import http from '../../lib/node-http.ts';
 
 type Headers = OutgoingHttpHeaders | OutgoingHttpHeader[];
 
-export class GatewayResponse<Request extends IncomingMessage = IncomingMessage> extends ServerResponse<Request> {
+export class GatewayResponse<Request extends IncomingMessage = IncomingMessage> extends http.ServerResponse<Request> {
   /** The request this answers, told when the response closes (proxy/server/request-exchange.ts). */
   exchange: { closed(): void } | undefined = undefined;
   /** Name/value pairs, names in lower case, for the next status line. */

@@ -3,7 +3,8 @@
  * by two layers stops the process before it listens), and the one way an error becomes a response.
  */
 import { randomUUID } from 'node:crypto';
-import { STATUS_CODES, type ServerResponse } from 'node:http';
+import type { ServerResponse } from 'node:http';
+import http from '../../lib/node-http.ts';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import { type CodeOf, type ErrorEntry, mergeCatalogues } from '../../lib/coded-error.ts';
@@ -131,5 +132,5 @@ export function sendErrorOnSocket(socket: Duplex, err: unknown): void {
     for (const one of Array.isArray(value) ? value : [value]) headers.push([name, one]);
   headers.push(['connection', 'close']);
   const head = headers.map(([name, value]) => `${name}: ${value}\r\n`).join('');
-  socket.end(`HTTP/1.1 ${mapped.status} ${STATUS_CODES[mapped.status] ?? 'Error'}\r\n${head}\r\n${body}`);
+  socket.end(`HTTP/1.1 ${mapped.status} ${http.STATUS_CODES[mapped.status] ?? 'Error'}\r\n${head}\r\n${body}`);
 }

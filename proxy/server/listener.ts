@@ -7,7 +7,8 @@
  * (proxy/server/http2-messages.ts); the front door bounds sessions and streams
  * (proxy/server/front-door/http2.ts).
  */
-import http from 'node:http';
+import type { Server, ServerOptions } from 'node:http';
+import http from '../../lib/node-http.ts';
 import http2 from 'node:http2';
 import tls from 'node:tls';
 import type { Logger } from 'pino';
@@ -17,7 +18,7 @@ import { Http2Request, Http2Response } from './http2-messages.ts';
 
 export interface ListenerOptions {
   /** Options of the HTTP layer (timeouts, ServerResponse class): proxy/server/front-door.ts's `serverOptions`. */
-  readonly http: http.ServerOptions;
+  readonly http: ServerOptions;
   /** The certificate to serve; undefined = plain HTTP. */
   readonly tls: ServedTls | undefined;
   readonly log: Logger;
@@ -28,7 +29,7 @@ export interface ListenerOptions {
  * use: it emits the same `request`, `checkContinue`, `clientError` and `timeout` events (HTTP/1.1
  * connections are node:http's), and is given `closeAllConnections`, which it lacks.
  */
-export function createListener(options: ListenerOptions): http.Server {
+export function createListener(options: ListenerOptions): Server {
   if (!options.tls) return http.createServer(options.http);
   const { ServerResponse, IncomingMessage, ...http1 } = options.http;
   const server = http2.createSecureServer({
@@ -64,7 +65,7 @@ export function createListener(options: ListenerOptions): http.Server {
     sessions.add(session);
     session.once('close', () => sessions.delete(session));
   });
-  const asHttp = server as unknown as http.Server;
+  const asHttp = server as unknown as Server;
   asHttp.closeAllConnections = () => {
     // HTTP/1.1 connections are tracked by node:http's code (allowHTTP1), sessions here.
     http.Server.prototype.closeAllConnections.call(asHttp);
@@ -74,7 +75,7 @@ export function createListener(options: ListenerOptions): http.Server {
 }
 
 /** The URL scheme a server answers on, for the "listening" line. */
-export function schemeOf(server: http.Server): 'http' | 'https' {
+export function schemeOf(server: Server): 'http' | 'https' {
   return server instanceof tls.Server ? 'https' : 'http';
 }
 
@@ -82,6 +83,6 @@ export function schemeOf(server: http.Server): 'http' | 'https' {
  * The event a connection's HTTP life starts with: for TLS the handshake must be done first
  * (`secureConnection`, whose socket is the one requests carry), else `connection`.
  */
-export function connectionEvent(server: http.Server): 'connection' | 'secureConnection' {
+export function connectionEvent(server: Server): 'connection' | 'secureConnection' {
   return server instanceof tls.Server ? 'secureConnection' : 'connection';
 }

@@ -1,6 +1,7 @@
 /** Helpers for content tests: deterministic bytes, digests, raw HTTP calls and multipart parsing. */
 import { createHash, randomBytes } from 'node:crypto';
-import http from 'node:http';
+import type { IncomingHttpHeaders } from 'node:http';
+import http from '../../lib/node-http.ts';
 
 export function sha256(data: Buffer): string {
   return createHash('sha256').update(data).digest('hex');
@@ -16,7 +17,7 @@ export function randomContent(size: number): Buffer {
 
 export interface RawResponse {
   status: number;
-  headers: http.IncomingHttpHeaders;
+  headers: IncomingHttpHeaders;
   body: Buffer;
 }
 

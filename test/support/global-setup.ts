@@ -10,7 +10,7 @@
  *   (test/support/shared-s3.ts). A run that asks for none starts none.
  */
 import { chmod, mkdtemp, rm } from 'node:fs/promises';
-import http from 'node:http';
+import http from '../../lib/node-http.ts';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
