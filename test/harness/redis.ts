@@ -1,5 +1,4 @@
 /** A real redis-server from PATH on a loopback port, and the check that a Redis answers. */
-import { Redis } from 'ioredis';
 import { freeLoopbackPort } from './ports.ts';
 import { startProcess, type ManagedProcess } from './managed-process.ts';
 import { waitUntil } from './wait.ts';
@@ -13,6 +12,8 @@ export interface RedisServer extends ManagedProcess {
 
 /** True once a Redis at `url` answers PING (false while it does not listen yet). */
 export async function pingRedis(url: string): Promise<boolean> {
+  // Loaded here: every test file imports the harness, few ping a Redis.
+  const { Redis } = await import('ioredis');
   const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
   client.on('error', () => {});
   try {

@@ -5,9 +5,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { rm } from 'node:fs/promises';
-import { Redis } from 'ioredis';
 import { afterAll, onTestFinished } from 'vitest';
-import { loadOpenApiDocument, undescribedResponses } from '../../proxy/openapi/contract.ts';
 import {
   makeTempDir as makeHarnessTempDir,
   runCli,
@@ -49,7 +47,11 @@ const dataDirByDatabase = new Map<string, Promise<string>>();
 const FILE_REDIS_PREFIX = `arkvory:t:${randomBytes(6).toString('hex')}:gw:`;
 const usedRedisPrefixes = new Map<string, Set<string>>();
 
+// ioredis and the OpenAPI contract are loaded when a file's gateways used them, at its end: every
+// integration file imports this module, most never touch Redis.
 async function deleteUsedRedisKeys(): Promise<void> {
+  if (usedRedisPrefixes.size === 0) return;
+  const { Redis } = await import('ioredis');
   for (const [url, prefixes] of usedRedisPrefixes) {
     if (url.includes(',')) continue; // a Redis Cluster (test/hosts/redis-cluster.ts): its harness removes it whole
     const client = new Redis(url, {
@@ -158,6 +160,7 @@ function track(harnessGateway: HarnessGateway, dataDir: string): GatewayProcess 
  */
 async function checkResponsesAgainstContract(gateways: GatewayProcess[]): Promise<void> {
   if (gateways.length === 0) return;
+  const { loadOpenApiDocument, undescribedResponses } = await import('../../proxy/openapi/contract.ts');
   const problems = undescribedResponses(
     await loadOpenApiDocument(),
     gateways.flatMap((g) => g.logLines()),

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, inject } from 'vitest';
 
 export interface TestRedis {
@@ -26,6 +26,7 @@ export function useTestRedis(): TestRedis {
   beforeAll(async () => {
     holder.url = inject('redisUrl');
     holder.prefix = `arkvory:t:${randomBytes(6).toString('hex')}:`;
+    const { Redis } = await import('ioredis'); // loaded by the files that use Redis only
     holder.client = new Redis(holder.url, { maxRetriesPerRequest: 1 });
     await holder.client.ping();
   });
