@@ -1,6 +1,6 @@
 import { expect } from 'vitest';
 import { randomContent } from '../../test/support/content.ts';
-import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { readsByPrincipal, writeRateLimitsFile } from '../../test/harness/index.ts';
 import { call } from './gateways.ts';
 
@@ -22,9 +22,10 @@ export async function startRedisLimitedGateway(options: {
   key: string;
   env?: Record<string, string>;
 }): Promise<GatewayProcess> {
-  const rulesFile = await writeRateLimitsFile({
-    gateway_request: [readsByPrincipal(options.rule, options.limit, 86400)],
-  });
+  const rulesFile = await writeRateLimitsFile(
+    { gateway_request: [readsByPrincipal(options.rule, options.limit, 86400)] },
+    await makeTempDir('arkvory-rules-'), // removed when the test file ends
+  );
   const gateway = await startGateway({
     env: {
       ARKVORY_DATABASE_URL: options.databaseUrl,

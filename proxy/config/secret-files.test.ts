@@ -1,11 +1,12 @@
-import { chmodSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { type ConfigError, loadConfig } from './config.ts';
 import { readSecretFile, resolveSecretFiles } from './secret-files.ts';
 
 const dir = mkdtempSync(path.join(os.tmpdir(), 'arkvory-secrets-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
 function secretFile(name: string, content: string, mode = 0o400): string {
   const file = path.join(dir, name);
   writeFileSync(file, content, { mode: 0o600 });

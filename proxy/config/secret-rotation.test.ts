@@ -2,12 +2,13 @@ import { chmodSync, mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:
 import os from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
-import { describe, expect, it, onTestFinished, vi } from 'vitest';
+import { afterAll, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { loadConfig } from './config.ts';
 import { readSecretFile } from './secret-files.ts';
 import { type SecretVerifier, SecretRotation, type StartSecrets } from './secret-rotation.ts';
 
 const dir = mkdtempSync(path.join(os.tmpdir(), 'arkvory-rotation-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
 let n = 0;
 
 /** A private secret file, replaced the way an operator or kubelet does: a new file renamed over the old. */

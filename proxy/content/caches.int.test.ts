@@ -11,7 +11,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { randomContent, request, sha256, type RawResponse } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { readsByPrincipal, writeRateLimitsFile } from '../../test/harness/index.ts';
-import { runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { makeTempDir, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -160,7 +160,10 @@ describe('read-path caches across restarts and with policy (real gateway process
 
   it('rate-limit and admission decisions are the same with the caches on and off', async () => {
     await createRepository(db.pool, 'same');
-    const rules = await writeRateLimitsFile({ gateway_request: [readsByPrincipal('reads_by_principal', 5, 3600)] });
+    const rules = await writeRateLimitsFile(
+      { gateway_request: [readsByPrincipal('reads_by_principal', 5, 3600)] },
+      await makeTempDir('arkvory-rules-'), // removed when the file ends
+    );
     const admin = await createServiceAccount(db.pool, { grants: { same: 'write' } });
     const small = randomContent(4 * KiB);
     const big = randomContent(32 * MiB);

@@ -13,7 +13,7 @@ import { systemClock } from '../../policy/clock.ts';
 import { createRateLimitRedis, type RateLimitRedis } from '../../proxy/gates/rate-limit-redis.ts';
 import { bearer, createRepository, createServiceAccount } from '../support/auth.ts';
 import { createTestDatabase } from '../support/database.ts';
-import { startGateway } from '../support/gateway.ts';
+import { makeTempDir, startGateway } from '../support/gateway.ts';
 import { NODE_TIMEOUT_MS, startRedisCluster, type RedisClusterHandle } from './redis-cluster.ts';
 import { readsByPrincipal, waitUntil, writeRateLimitsFile } from '../harness/index.ts';
 
@@ -67,12 +67,15 @@ describe('gateways on the cluster', () => {
     try {
       await createRepository(db.pool, 'r');
       const { key } = await createServiceAccount(db.pool, { scopes: ['read'], grants: { r: 'read' } });
-      const file = await writeRateLimitsFile({
-        gateway_request: [
-          readsByPrincipal('cluster_reads_by_principal', 4, 60),
-          { name: 'cluster_reads_by_ip', action: 'log', characteristics: ['ip'], limit: 1000, period_s: 60 },
-        ],
-      });
+      const file = await writeRateLimitsFile(
+        {
+          gateway_request: [
+            readsByPrincipal('cluster_reads_by_principal', 4, 60),
+            { name: 'cluster_reads_by_ip', action: 'log', characteristics: ['ip'], limit: 1000, period_s: 60 },
+          ],
+        },
+        await makeTempDir('arkvory-rules-'), // removed when the file ends
+      );
       // A writer and a reader of the shared profile: two processes, one principal, one cluster.
       const env = {
         ARKVORY_DATABASE_URL: db.url,
