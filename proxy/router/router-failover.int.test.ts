@@ -12,7 +12,7 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { request } from '../../test/support/content.ts';
 import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
-import { waitUntil } from '../../test/harness/index.ts';
+import { freeLoopbackPort, waitUntil } from '../../test/harness/index.ts';
 
 const PROBE_MS = 200;
 const BYTES = randomBytes(256 * 1024 + 13);
@@ -101,7 +101,7 @@ const routerStatus = async () =>
 
 beforeAll(async () => {
   gateways = await Promise.all(['writer', 'reader1', 'reader2'].map(startStandIn));
-  metricsPort = 20000 + Math.floor(Math.random() * 20000);
+  metricsPort = await freeLoopbackPort(); // claimed for the run: no other file's process is given it
   router = await startGateway({
     env: {
       ARKVORY_ROLE: 'router',
