@@ -141,8 +141,13 @@ describe.each(ALL_STORE_KINDS)('real HTTP clients (%s store)', (kind) => {
     ]);
     expect(resumed.code, resumed.stderr).toBe(0);
     expect(sha256(await readFile(path.join(dir, 'aria.bin')))).toBe(sha256(data));
-    // The split really happened: the gateway answered at least eight range requests.
-    const ranged = gw.logLines().filter((l) => l.msg === 'request' && l.status === 206 && l.method === 'GET');
-    expect(ranged.length).toBeGreaterThanOrEqual(8);
+    // The split really happened. aria2c's first connection asks without Range (it learns the length
+    // from that answer); each of the seven others asks for a range, and a connection that finishes
+    // its piece early may ask for more, so seven is the floor, not the count.
+    const gets = gw
+      .logLines()
+      .filter((l) => l.msg === 'request' && l.method === 'GET' && String(l.route).endsWith('/content'));
+    expect(gets.filter((l) => l.status === 206).length).toBeGreaterThanOrEqual(7);
+    expect(gets.length).toBeGreaterThanOrEqual(8);
   });
 });
