@@ -4,13 +4,12 @@
  * traffic is measured on the wire. Slices are 1 MiB here (ARKVORY_CACHE_SLICE_BYTES) so a few MiB
  * cover many slices; the small-blob cache is off so every read reaches the slice cache.
  */
-import { createHash } from 'node:crypto';
 import { readdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { startCountingLink, type CountingLink } from '../../test/support/counting-link.ts';
-import { parseMultipart, randomContent, request, sha256 } from '../../test/support/content.ts';
+import { parseMultipart, randomContent, request, requestDigest, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { isS3Kind, startStoreBacking, STORE_KINDS, type StoreBacking } from '../../test/support/store-kinds.ts';
@@ -149,11 +148,9 @@ describe.each(REMOTE_KINDS)('slice cache in front of $server', ({ kind }) => {
     const before = link.fromOrigin();
     const digests = await Promise.all(
       Array.from({ length: 64 }, async () => {
-        const res = await fetch(url, { headers: auth() });
+        const res = await requestDigest(url, auth());
         expect(res.status).toBe(200);
-        const hash = createHash('sha256');
-        for await (const chunk of res.body!) hash.update(chunk);
-        return hash.digest('hex');
+        return res.sha256;
       }),
     );
     expect(new Set(digests)).toEqual(new Set([sha256(blob)]));
