@@ -4,7 +4,7 @@
  */
 import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
@@ -92,8 +92,17 @@ async function uploadInParts(gw: GatewayProcess, id: string, parts: Buffer[]): P
 }
 
 describe('multipart uploads (embedded worker)', () => {
+  // One gateway for these four: each works on its own artifact and session. Stopped with the block,
+  // so the next block's writer is the only one completing jobs.
+  let gw: GatewayProcess;
+  beforeAll(async () => {
+    gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+  });
+  afterAll(async () => {
+    expect(await gw.stop()).toBe(0);
+  });
+
   it('a 3-part upload of 30 MiB completes to the exact bytes; re-sending a part replaces it', async () => {
-    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
     const file = randomContent(30 * MiB);
     const parts = [file.subarray(0, 12 * MiB), file.subarray(12 * MiB, 24 * MiB), file.subarray(24 * MiB)];
     const upload = await openSession(gw, 'thirty.bin', { size: file.length, sha256: sha256(file) });
@@ -132,7 +141,6 @@ describe('multipart uploads (embedded worker)', () => {
   });
 
   it('refuses a wrong part digest, a missing part, a wrong order and an expired session, publishing nothing', async () => {
-    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
     const a = randomContent(1000);
     const b = randomContent(2000);
     const upload = await openSession(gw, 'refused.bin');
@@ -192,7 +200,6 @@ describe('multipart uploads (embedded worker)', () => {
     ).toBe('aborted');
   });
   it('opening an upload needs a write grant and the write scope: a read grant (or a read-only key) gets 403 and no session', async () => {
-    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
     const readGrant = await createServiceAccount(db.pool, { grants: { mp: 'read' } });
     const readScope = await createServiceAccount(db.pool, { scopes: ['read'], grants: { mp: 'write' } });
     const paths = ['artifacts/denied.bin', 'packages/denied/1.0', 'packages/denied/1.0/assets/denied.tgz'];
@@ -220,7 +227,6 @@ describe('multipart uploads (embedded worker)', () => {
   });
 
   it('a session belongs to the principal that opened it: another writer of the repository gets 404 for all of it', async () => {
-    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
     const other = await createServiceAccount(db.pool, { grants: { mp: 'write' } });
     const a = randomContent(1000);
     const upload = await openSession(gw, 'owned.bin');
