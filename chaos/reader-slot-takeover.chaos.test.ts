@@ -50,11 +50,22 @@ describe('a new reader on the slot of one that stopped renewing', () => {
       expect(body.status).toBe(200);
       expect(sha256(body.body)).toBe(sha256(cluster.file));
       // The old reader, meanwhile, fenced itself and stays out.
-      await waitUntil(async () => (await call(`${old.url}/health/status`)).status === 503, {
-        timeoutMs: 3000,
-        intervalMs: 100,
-        what: 'the old reader to report 503',
-      });
+      await waitUntil(
+        async () => {
+          // Anything else is thrown, so a timeout names what the old reader said last.
+          const status = await call(`${old.url}/health/status`);
+          if (status.status !== 503) throw new Error(`${status.status} ${status.body.toString()}`);
+          return true;
+        },
+        {
+          timeoutMs: 3000,
+          intervalMs: 100,
+          retryOnError: true,
+          // A timeout shows the old reader's log tail: whether and when it fenced.
+          process: old,
+          what: 'the old reader to report 503',
+        },
+      );
       expect((await call(`${old.url}${cluster.contentPath}`, { key: cluster.key })).code).toBe('lease_lost');
     } finally {
       // Before the readers stop: their goodbyes to PostgreSQL would otherwise wait out the latency.
