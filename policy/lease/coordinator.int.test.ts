@@ -6,7 +6,7 @@ import { createLogger } from '../../proxy/server/logger.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { runCli } from '../../test/support/gateway.ts';
 import { ManualClock, systemClock } from '../clock.ts';
-import { ManualTimers } from '../timers.ts';
+import { ManualTimers, type Timers } from '../timers.ts';
 import { Coordinator, type CoordinatorOptions, type RenewalOutcome } from './coordinator.ts';
 import { PERMIT_MS, RENEW_AFTER_MS } from './lease-permit.ts';
 import { resetPolicy } from './download-policy.ts';
@@ -195,6 +195,39 @@ describe('coordinator barriers and stored policy (real PostgreSQL)', () => {
     await until(() => renewals.length > 0);
     expect(reader.isPermitted()).toBe(false);
     expect(fencedAt).toHaveLength(1);
+  });
+
+  it('fences at the permit deadline even when its timers come early: a check that finds it valid arms the next', async () => {
+    const db = await freshDb();
+    await coordinator(db, { role: 'api', shared: { slot: 0, policy } });
+    const clock = new ManualClock();
+    const manual = new ManualTimers(clock);
+    // Every timer fires 5 ms before its delay (at least 1 ms after it was set), as a timer armed
+    // from a stale loop time would: the first expiry check then finds the permit still valid.
+    const EARLY_MS = 5;
+    const early: Timers = {
+      setTimeout: (callback, delayMs) => manual.setTimeout(callback, Math.max(1, delayMs - EARLY_MS)),
+      clearTimeout: (handle) => manual.clearTimeout(handle),
+    };
+    const reader = await coordinator(db, { role: 'reader', shared: { slot: 1, policy }, clock, timers: early });
+    const fencedAt: number[] = [];
+    reader.onFenced(() => fencedAt.push(clock.monotonicMs()));
+    const blocker = new pg.Client({ connectionString: db.url });
+    await blocker.connect();
+    try {
+      await blocker.query('BEGIN');
+      await blocker.query('SELECT slot FROM arkvory_gateway_leases WHERE slot = 1 FOR UPDATE');
+      const start = clock.monotonicMs();
+      await manual.advance(PERMIT_MS - EARLY_MS);
+      expect(fencedAt).toEqual([]);
+      await manual.advance(EARLY_MS + 1);
+      expect(fencedAt).toHaveLength(1);
+      expect(fencedAt[0]).toBeGreaterThanOrEqual(start + PERMIT_MS);
+      expect(fencedAt[0]).toBeLessThanOrEqual(start + PERMIT_MS + 1);
+    } finally {
+      await blocker.query('ROLLBACK');
+      await blocker.end();
+    }
   });
 
   it('fences when the lease connection is lost (its barriers are gone with it)', async () => {

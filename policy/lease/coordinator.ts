@@ -323,11 +323,23 @@ export class Coordinator implements LeaseStanding {
     const nowMono = this.#options.clock.monotonicMs();
     const renewAt = nextRenewalAt(this.#permit)!;
     this.#renewTimer = this.#timers.setTimeout(() => void this.#renew(), Math.max(0, renewAt - nowMono));
-    // Fence on time even while a renewal hangs on a slow link.
-    this.#expiryTimer = this.#timers.setTimeout(
-      () => this.isPermitted(),
-      Math.max(0, this.#permit.validUntil.monotonicMs - nowMono) + 1,
-    );
+    this.#armExpiry();
+  }
+
+  /**
+   * Fence on time even while a renewal hangs on a slow link. A check that finds the permit still
+   * valid (the timer came early, or the permit was extended since it was armed) arms the next one:
+   * a permit is never left without a check at its end.
+   */
+  #armExpiry(): void {
+    const permit = this.#permit;
+    if (this.#closed || permit?.kind !== 'held') return;
+    const now = this.#now();
+    const leftMs = Math.min(permit.validUntil.monotonicMs - now.monotonicMs, permit.validUntil.wallMs - now.wallMs);
+    this.#expiryTimer = this.#timers.setTimeout(() => {
+      this.#expiryTimer = undefined;
+      if (this.isPermitted()) this.#armExpiry();
+    }, Math.max(0, leftMs) + 1);
   }
 
   async #renew(): Promise<void> {
