@@ -210,6 +210,8 @@ describe('scenario 6: the writer host partitioned from everything', () => {
         what: 'the writer to fence',
         timeoutMs: 15_000,
         intervalMs: 100,
+        // A timeout shows the writer's log tail: its last renewals and what it did instead.
+        process: d.writer,
       });
     } finally {
       setLink(topology.hosts.writer, true);
