@@ -65,7 +65,12 @@ describe('a new reader on the slot of one that stopped renewing', () => {
           process: old,
           what: 'the old reader to report 503',
         },
-      );
+      ).catch((err: Error) => {
+        const lease = old.logLines().filter((l) => /lease|fenc|renew|slot/.test(String(l.msg)));
+        throw new Error(
+          `${err.message}\nthe old reader's lease lines:\n${lease.map((l) => JSON.stringify(l)).join('\n')}`,
+        );
+      });
       expect((await call(`${old.url}${cluster.contentPath}`, { key: cluster.key })).code).toBe('lease_lost');
     } finally {
       // Before the readers stop: their goodbyes to PostgreSQL would otherwise wait out the latency.

@@ -210,8 +210,11 @@ describe('scenario 6: the writer host partitioned from everything', () => {
         what: 'the writer to fence',
         timeoutMs: 15_000,
         intervalMs: 100,
-        // A timeout shows the writer's log tail: its last renewals and what it did instead.
+        // A timeout shows the writer's log tail: what it did instead.
         process: d.writer,
+      }).catch((err: Error) => {
+        const lease = d.writer.logLines().filter((l) => /lease|fenc|renew|slot/.test(String(l.msg)));
+        throw new Error(`${err.message}\nthe writer's lease lines:\n${lease.map((l) => JSON.stringify(l)).join('\n')}`);
       });
     } finally {
       setLink(topology.hosts.writer, true);
