@@ -202,8 +202,8 @@ describe('coordinator barriers and stored policy (real PostgreSQL)', () => {
     await coordinator(db, { role: 'api', shared: { slot: 0, policy } });
     const clock = new ManualClock();
     const manual = new ManualTimers(clock);
-    // Every timer fires 5 ms before its delay (at least 1 ms after it was set), as a timer armed
-    // from a stale loop time would: the first expiry check then finds the permit still valid.
+    // Every timer fires 5 ms before its delay (at least 1 ms after it was set); Node's fire up to
+    // ~2 ms early by performance.now(). The first expiry check then finds the permit still valid.
     const EARLY_MS = 5;
     const early: Timers = {
       setTimeout: (callback, delayMs) => manual.setTimeout(callback, Math.max(1, delayMs - EARLY_MS)),

@@ -327,9 +327,10 @@ export class Coordinator implements LeaseStanding {
   }
 
   /**
-   * Fence on time even while a renewal hangs on a slow link. A check that finds the permit still
-   * valid (the timer came early, or the permit was extended since it was armed) arms the next one:
-   * a permit is never left without a check at its end.
+   * Fence on time even while a renewal hangs on a slow link. Node's timers can fire up to ~2 ms
+   * before their delay as performance.now() counts it (libuv's loop time is coarser), so a check
+   * may find the permit still valid; it then arms the next one, and a permit is never left without
+   * a check at its end.
    */
   #armExpiry(): void {
     const permit = this.#permit;
