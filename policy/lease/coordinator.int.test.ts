@@ -36,6 +36,20 @@ async function freshDb(): Promise<TestDatabase> {
   return db;
 }
 
+/** Locks slot `slot`'s lease row, so a renewal's UPDATE waits: to the coordinator, a hung link. */
+async function holdLeaseRow(db: TestDatabase, slot: number): Promise<{ release(): Promise<void> }> {
+  const blocker = new pg.Client({ connectionString: db.url });
+  await blocker.connect();
+  await blocker.query('BEGIN');
+  await blocker.query('SELECT slot FROM arkvory_gateway_leases WHERE slot = $1 FOR UPDATE', [slot]);
+  return {
+    async release() {
+      await blocker.query('ROLLBACK');
+      await blocker.end();
+    },
+  };
+}
+
 async function coordinator(
   db: TestDatabase,
   options: Partial<CoordinatorOptions> & Pick<CoordinatorOptions, 'role'>,
@@ -169,12 +183,8 @@ describe('coordinator barriers and stored policy (real PostgreSQL)', () => {
     reader.onFenced(() => fencedAt.push(clock.monotonicMs()));
     const renewals: RenewalOutcome[] = [];
     reader.onRenewal((outcome) => renewals.push(outcome));
-    // A row lock on the lease makes the renewal's UPDATE wait: to the coordinator, a hung link.
-    const blocker = new pg.Client({ connectionString: db.url });
-    await blocker.connect();
+    const held = await holdLeaseRow(db, 1);
     try {
-      await blocker.query('BEGIN');
-      await blocker.query('SELECT slot FROM arkvory_gateway_leases WHERE slot = 1 FOR UPDATE');
       // Acquired at monotonic 0 (the clock stands still during the real query): the permit lasts
       // until PERMIT_MS, the renewal starts at RENEW_AFTER_MS and hangs.
       const start = clock.monotonicMs();
@@ -188,8 +198,7 @@ describe('coordinator barriers and stored policy (real PostgreSQL)', () => {
       expect(reader.isPermitted()).toBe(false);
       expect(renewals).toEqual([]);
     } finally {
-      await blocker.query('ROLLBACK');
-      await blocker.end();
+      await held.release();
     }
     // The hung renewal's late answer does not revive it.
     await until(() => renewals.length > 0);
@@ -212,11 +221,8 @@ describe('coordinator barriers and stored policy (real PostgreSQL)', () => {
     const reader = await coordinator(db, { role: 'reader', shared: { slot: 1, policy }, clock, timers: early });
     const fencedAt: number[] = [];
     reader.onFenced(() => fencedAt.push(clock.monotonicMs()));
-    const blocker = new pg.Client({ connectionString: db.url });
-    await blocker.connect();
+    const held = await holdLeaseRow(db, 1);
     try {
-      await blocker.query('BEGIN');
-      await blocker.query('SELECT slot FROM arkvory_gateway_leases WHERE slot = 1 FOR UPDATE');
       const start = clock.monotonicMs();
       await manual.advance(PERMIT_MS - EARLY_MS);
       expect(fencedAt).toEqual([]);
@@ -225,8 +231,7 @@ describe('coordinator barriers and stored policy (real PostgreSQL)', () => {
       expect(fencedAt[0]).toBeGreaterThanOrEqual(start + PERMIT_MS);
       expect(fencedAt[0]).toBeLessThanOrEqual(start + PERMIT_MS + 1);
     } finally {
-      await blocker.query('ROLLBACK');
-      await blocker.end();
+      await held.release();
     }
   });
 
