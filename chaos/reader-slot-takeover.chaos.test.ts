@@ -8,7 +8,7 @@ import { sha256 } from '../test/support/content.ts';
 import { call, leaseRow, logLine, logTimeMs } from './support/gateways.ts';
 import { holdRenewals, release, SLOT_SUCCESSION, successionOf, useLinkedCluster } from './support/shared-cluster.ts';
 import { trace } from './support/trace.ts';
-import { waitUntil } from '../test/harness/index.ts';
+import { waitUntil, withLeaseLines } from '../test/harness/index.ts';
 
 const RESERVATION_MS = 10_000;
 
@@ -65,12 +65,7 @@ describe('a new reader on the slot of one that stopped renewing', () => {
           process: old,
           what: 'the old reader to report 503',
         },
-      ).catch((err: Error) => {
-        const lease = old.logLines().filter((l) => /lease|fenc|renew|slot/.test(String(l.msg)));
-        throw new Error(
-          `${err.message}\nthe old reader's lease lines:\n${lease.map((l) => JSON.stringify(l)).join('\n')}`,
-        );
-      });
+      ).catch(withLeaseLines(old));
       expect((await call(`${old.url}${cluster.contentPath}`, { key: cluster.key })).code).toBe('lease_lost');
     } finally {
       // Before the readers stop: their goodbyes to PostgreSQL would otherwise wait out the latency.

@@ -120,3 +120,16 @@ export function runCli(
 ): Promise<ProcessResult> {
   return runProcess(process.execPath, [ARKVORY_BIN, ...args], { env: processEnv(env), cwd: REPO_ROOT, input });
 }
+
+/**
+ * For a failed wait on a fence: rethrows `err` with the gateway's lease log lines (acquisition,
+ * renewal warnings, the fence), which a log tail may have scrolled past.
+ */
+export function withLeaseLines(gateway: Pick<ManagedProcess, 'name' | 'logLines'>): (err: Error) => never {
+  return (err) => {
+    const lease = gateway.logLines().filter((l) => /lease|fenc|renew|slot/.test(String(l.msg)));
+    throw new Error(
+      `${err.message}\n${gateway.name}'s lease lines:\n${lease.map((l) => JSON.stringify(l)).join('\n')}`,
+    );
+  };
+}

@@ -12,6 +12,7 @@ export {
   waitForHealth,
   waitForSliceFills,
   waitForStoreOk,
+  withLeaseLines,
   START_TIMEOUT_MS,
   type GatewayOptions,
   type GatewayProcess,

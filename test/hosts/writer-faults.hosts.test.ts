@@ -21,7 +21,7 @@ import { describe, expect, it } from 'vitest';
 import { startDatabaseLink, type DatabaseLink } from './database-link.ts';
 import { curlOnClient, fetchOnClient, MiB, readDownload, routerHealthy, routerLineFor, sha256 } from './deployment.ts';
 import { useDeployment } from './use-deployment.ts';
-import { waitUntil } from '../harness/index.ts';
+import { waitUntil, withLeaseLines } from '../harness/index.ts';
 import { setLink } from './netns.ts';
 
 const DELAY_MS = 300;
@@ -212,10 +212,7 @@ describe('scenario 6: the writer host partitioned from everything', () => {
         intervalMs: 100,
         // A timeout shows the writer's log tail: what it did instead.
         process: d.writer,
-      }).catch((err: Error) => {
-        const lease = d.writer.logLines().filter((l) => /lease|fenc|renew|slot/.test(String(l.msg)));
-        throw new Error(`${err.message}\nthe writer's lease lines:\n${lease.map((l) => JSON.stringify(l)).join('\n')}`);
-      });
+      }).catch(withLeaseLines(d.writer));
     } finally {
       setLink(topology.hosts.writer, true);
     }
