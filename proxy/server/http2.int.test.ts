@@ -92,11 +92,13 @@ async function h2Request(
   } = {},
 ): Promise<H2Answer> {
   const session = options.session ?? http2.connect(origin, { ca: ca.certPem });
+  let onSessionError: ((err: Error) => void) | undefined;
   try {
     return await new Promise<H2Answer>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`no answer to ${target} within 20 s`)), 20_000);
       timer.unref();
-      session.once('error', reject);
+      onSessionError = reject;
+      session.once('error', onSessionError);
       const stream = session.request({
         ':method': options.method ?? 'GET',
         ':path': target,
@@ -115,6 +117,8 @@ async function h2Request(
       stream.end(options.body);
     });
   } finally {
+    // A shared session serves many requests: each one's listener goes with it.
+    if (onSessionError) session.off('error', onSessionError);
     if (!options.session) session.close();
   }
 }
