@@ -8,10 +8,12 @@ import type { WatchedProcess } from './wait.ts';
 
 /** How long a stopping process may take before SIGKILL (an embedded PostgreSQL stops with it). */
 export const STOP_GRACE_MS = 10_000;
+/** How long `exited` waits after the exit for the child's output pipes to close. */
+const OUTPUT_DRAIN_MS = 1000;
 
 export interface ManagedProcess extends WatchedProcess {
   readonly child: ChildProcess;
-  /** Exit code, or the signal's name when a signal ended it. */
+  /** Exit code, or the signal's name when a signal ended it; resolved once its output has been read. */
   readonly exited: Promise<number | string>;
   /** Everything written to stdout and stderr so far. */
   logs(): string;
@@ -79,7 +81,17 @@ export function startProcess(
     child.on('error', () => {
       if (child.pid === undefined) resolve(-1);
     });
-    child.on('exit', (code, signal) => resolve(code ?? signal ?? -1));
+    child.on('exit', (code, signal) => {
+      const result = code ?? signal ?? -1;
+      // 'exit' may come before the last output has been read from the pipes (a curl's status
+      // line, a FAIL line before exit 1): wait for them to close, though not for a grandchild
+      // that keeps them open.
+      const timer = setTimeout(() => resolve(result), OUTPUT_DRAIN_MS);
+      child.once('close', () => {
+        clearTimeout(timer);
+        resolve(result);
+      });
+    });
   });
   const isRunning = () => child.exitCode === null && child.signalCode === null && child.pid !== undefined;
   return {
