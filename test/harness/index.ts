@@ -18,7 +18,13 @@ export {
   type GatewayProcess,
   type StartedWhen,
 } from './gateway.ts';
-export { processEnv, startProcess, STOP_GRACE_MS, type ManagedProcess } from './managed-process.ts';
+export {
+  exitedWithOutput,
+  processEnv,
+  startProcess,
+  STOP_GRACE_MS,
+  type ManagedProcess,
+} from './managed-process.ts';
 export { ARKVORY_BIN, REPO_ROOT } from './paths.ts';
 export { readsByPrincipal, writeRateLimitsFile } from './rate-limits-file.ts';
 export { postgresSettings } from './postgres-settings.ts';

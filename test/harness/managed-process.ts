@@ -61,6 +61,24 @@ function parseLogLines(stdout: string): Array<Record<string, unknown>> {
   return lines;
 }
 
+/**
+ * The exit code (or signal) of `child` once its output has been read: 'exit' may come before the
+ * last bytes were read from the pipes (a curl's status line, a FAIL line before exit 1), so this
+ * waits for them to close too, though at most OUTPUT_DRAIN_MS (a grandchild may keep them open).
+ */
+export function exitedWithOutput(child: ChildProcess): Promise<number | string> {
+  return new Promise((resolve) => {
+    child.once('exit', (code, signal) => {
+      const result = code ?? signal ?? -1;
+      const timer = setTimeout(() => resolve(result), OUTPUT_DRAIN_MS);
+      child.once('close', () => {
+        clearTimeout(timer);
+        resolve(result);
+      });
+    });
+  });
+}
+
 export function startProcess(
   command: string,
   args: readonly string[],
@@ -81,17 +99,7 @@ export function startProcess(
     child.on('error', () => {
       if (child.pid === undefined) resolve(-1);
     });
-    child.on('exit', (code, signal) => {
-      const result = code ?? signal ?? -1;
-      // 'exit' may come before the last output has been read from the pipes (a curl's status
-      // line, a FAIL line before exit 1): wait for them to close, though not for a grandchild
-      // that keeps them open.
-      const timer = setTimeout(() => resolve(result), OUTPUT_DRAIN_MS);
-      child.once('close', () => {
-        clearTimeout(timer);
-        resolve(result);
-      });
-    });
+    void exitedWithOutput(child).then(resolve);
   });
   const isRunning = () => child.exitCode === null && child.signalCode === null && child.pid !== undefined;
   return {

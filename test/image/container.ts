@@ -12,7 +12,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { runProcess } from '../harness/index.ts';
+import { exitedWithOutput, runProcess } from '../harness/index.ts';
 
 export const ROOT = path.resolve(import.meta.dirname, '../..');
 export const BUILD_SCRIPT = path.join(ROOT, 'deploy/container/build.sh');
@@ -263,9 +263,7 @@ function watch(
   let stderr = '';
   child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-  const exited = new Promise<number | string>((resolve) =>
-    child.on('exit', (code, signal) => resolve(code ?? signal ?? -1)),
-  );
+  const exited = exitedWithOutput(child);
   const pid1 = async () => {
     for (let i = 0; i < 500; i++) {
       const pid = await findPid1();
