@@ -4,12 +4,12 @@
  * catalog insert, growth of a chunked upload's reservation, and expiry of an abandoned one.
  */
 import { randomUUID } from 'node:crypto';
-import pg from 'pg';
+import type pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createCatalog, type NewCatalogEntry } from '../../storage-adapter/catalog/catalog.ts';
 import { createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
-import { waitUntil } from '../../test/harness/index.ts';
+import { openPool, waitUntil } from '../../test/harness/index.ts';
 import { createStorageQuotas } from './storage-quotas.ts';
 
 const db = useTestDatabase();
@@ -79,13 +79,7 @@ describe('storage quotas (real PostgreSQL)', () => {
     const repository = await freshRepository();
     await createCatalog(db.pool).insertOrGet(entry(repository, 'base', sha(3), 5 * MiB));
     await createStorageQuotas(db.pool).set('repository', repository, 105 * MiB);
-    for (let i = 0; i < 3; i++) {
-      const pool = new pg.Pool({ connectionString: db.url, max: 7 });
-      // pool.end() resolves before its idle connections have closed; the drop that follows ends
-      // them, and an unheard pool 'error' would be an uncaught exception of the file.
-      pool.on('error', () => {});
-      pools.push(pool);
-    }
+    for (let i = 0; i < 3; i++) pools.push(openPool(db.url, 7));
     const gateways = pools.slice(-3).map((pool) => createStorageQuotas(pool));
     const outcomes = await Promise.allSettled(
       Array.from({ length: 20 }, (_, i) =>

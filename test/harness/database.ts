@@ -23,6 +23,17 @@ async function asAdmin(adminUrl: string, sql: string): Promise<void> {
 }
 
 /**
+ * A pool on `url` that hears the errors of its idle connections: one cut by a test's fault, or by
+ * a database drop (`pool.end()` resolves before its connections have closed, and an unheard pool
+ * 'error' is an uncaught exception of the test file).
+ */
+export function openPool(url: string, max: number): pg.Pool {
+  const pool = new pg.Pool({ connectionString: url, max });
+  pool.on('error', () => {});
+  return pool;
+}
+
+/**
  * Creates `arkvory_<prefix>_<random>` on the server of `adminUrl`, migrated unless told otherwise:
  * a copy of `migratedTemplate` when given (see createMigratedTemplate), else migrated here.
  */
@@ -34,8 +45,7 @@ export async function createDatabase(
   const template = options.migrated !== false ? options.migratedTemplate : undefined;
   await asAdmin(adminUrl, template ? `CREATE DATABASE ${name} TEMPLATE ${template}` : `CREATE DATABASE ${name}`);
   const url = Object.assign(new URL(adminUrl), { pathname: `/${name}` }).toString();
-  const pool = new pg.Pool({ connectionString: url, max: options.poolSize ?? 5 });
-  pool.on('error', () => {}); // an idle client cut by a test's fault, or by the drop below
+  const pool = openPool(url, options.poolSize ?? 5);
   if (options.migrated !== false && !template) await migrate(pool);
   return {
     url,

@@ -4,7 +4,7 @@
  * adds vitest's on top), so plain scripts under bench/ import it too.
  */
 export { freeLoopbackPort, PORT_CLAIMS_VARIABLE } from './ports.ts';
-export { createDatabase, createMigratedTemplate, type ScratchDatabase } from './database.ts';
+export { createDatabase, createMigratedTemplate, openPool, type ScratchDatabase } from './database.ts';
 export {
   runCli,
   spawnGateway,

@@ -8,6 +8,7 @@ import pg from 'pg';
 import { afterAll, expect, inject } from 'vitest';
 import { DATABASE_ROLES, groupRoleName, type DatabaseRole } from '../../migrations/grants.ts';
 import { runCli } from './gateway.ts';
+import { openPool } from '../harness/index.ts';
 
 const logins: string[] = [];
 
@@ -51,9 +52,7 @@ export async function installRoleLogins(url: string): Promise<Record<DatabaseRol
   return urls;
 }
 
-/** A one-connection pool for a role's login. */
+/** A small pool for a role's login. */
 export function poolFor(url: string): pg.Pool {
-  const pool = new pg.Pool({ connectionString: url, max: 3 });
-  pool.on('error', () => {});
-  return pool;
+  return openPool(url, 3);
 }
