@@ -4,7 +4,7 @@
  * falls back to looking ids up. Queries are counted on a real pool (a spy, not a stand-in).
  */
 import { randomBytes } from 'node:crypto';
-import pg from 'pg';
+import type pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
@@ -12,7 +12,7 @@ import { createLogger } from '../../proxy/server/logger.ts';
 import { systemClock } from '../clock.ts';
 import { AdminStore } from './admin-store.ts';
 import { Authenticator } from './authenticator.ts';
-import { waitUntil } from '../../test/harness/index.ts';
+import { openPool, waitUntil } from '../../test/harness/index.ts';
 
 const db = useTestDatabase();
 const cleanups: Array<() => Promise<void>> = [];
@@ -22,8 +22,7 @@ afterEach(async () => {
 
 /** A real pool whose key lookups (the per-id SELECT) are counted. */
 function countingPool(): { pool: pg.Pool; lookups: () => number } {
-  const pool = new pg.Pool({ connectionString: db.url, max: 3 });
-  pool.on('error', () => {});
+  const pool = openPool(db.url, 3);
   let lookups = 0;
   const query = pool.query.bind(pool) as (...args: unknown[]) => unknown;
   (pool as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {

@@ -23,6 +23,7 @@ import { postgresIds } from '../../proxy/server/embedded-database.ts';
 import { loadOpenApiDocument, undescribedResponses } from '../../proxy/openapi/contract.ts';
 import {
   nginxMainConfig,
+  openPool,
   postgresSettings,
   REPO_ROOT,
   spawnGateway,
@@ -290,8 +291,7 @@ export async function buildTopology(options: {
       startRedis(hosts.cache),
       startStore(hosts.store, hosts.writer),
     ]);
-    pool = new pg.Pool({ connectionString: database.url, max: 4 });
-    pool.on('error', () => {});
+    pool = openPool(database.url, 4);
     await migrate(pool);
     const { policy } = options;
     const gatewayEnv = (host: HostAddress, port: number, role: string, slot: number | undefined) => ({
