@@ -59,6 +59,7 @@ async function apiAction(action: AuditAction, method: string, url: string, optio
   const res = await call(method, url, options);
   expect(res.status, `${method} ${url}: ${JSON.stringify(res.body)}`).toBeLessThan(300);
   expected.push({ action, kind: 'principal' });
+  await recordedSoFar();
   return res;
 }
 
@@ -71,6 +72,19 @@ async function cli(action: AuditAction | null, args: string[], env: Record<strin
 
 async function rows(): Promise<Array<Record<string, unknown>>> {
   return (await db.pool.query('SELECT * FROM arkvory_audit_events ORDER BY id')).rows;
+}
+
+/**
+ * Waits for the row of the action just answered. The API records just after it answers
+ * (docs/observability.md), so without this wait the next action's row may be inserted first and
+ * the trail's order would not be the order of the actions.
+ */
+async function recordedSoFar(): Promise<void> {
+  const count = async () => Number((await db.pool.query('SELECT count(*) AS n FROM arkvory_audit_events')).rows[0].n);
+  await waitUntil(async () => (await count()) >= expected.length, {
+    what: `the audit row of ${expected.at(-1)?.action}`,
+    timeoutMs: 5000,
+  });
 }
 
 /** The recorded rows once all expected ones arrived (the API records just after it answers). */
@@ -257,6 +271,7 @@ describe('every action leaves exactly one row', () => {
       });
       expect(put.status, await put.text()).toBe(200);
       expected.push({ action: 'rule_override.set', kind: 'principal' });
+      await recordedSoFar();
       const removed = await fetch(url, { method: 'DELETE', headers: bearer(admin.key) });
       expect(removed.status).toBe(204);
       expected.push({ action: 'rule_override.remove', kind: 'principal' });
