@@ -480,7 +480,12 @@ class RawH2 {
     return new Promise((resolve) => {
       if (this.socket.write(data)) resolve(true);
       else {
-        const done = () => resolve(!this.closed);
+        // Whichever comes first removes the other: a writer that often waits for 'drain' would
+        // otherwise leave a 'close' listener behind each time.
+        const done = () => {
+          this.socket.off('drain', done).off('close', done);
+          resolve(!this.closed);
+        };
         this.socket.once('drain', done);
         this.socket.once('close', done);
       }
