@@ -33,7 +33,12 @@ describe('removing the toxic after a fence and a takeover', () => {
       await release(successor, successorLink);
       const taken = (await leaseRow(cluster.db.pool, 1))!;
       expect(taken.generation).toBe(Number(oldLease.generation) + 1);
-      expect(logLine(old, 'fenced:')).toBeDefined();
+      // Fenced before the takeover; its log line may still be on its way from the gateway's stdout.
+      await waitUntil(() => logLine(old, 'fenced:') !== undefined, {
+        timeoutMs: 2000,
+        intervalMs: 10,
+        what: "the old reader's fence log line",
+      });
 
       const removedAtMs = Date.now();
       await hold.remove();

@@ -71,6 +71,13 @@ async function fenceDuringDownload(): Promise<void> {
   // that was confirmed: the one that reached the database before the toxic.
   const row = (await leaseRow(cluster.db.pool, 1))!;
   expect(row.renewedAtMs).toBeLessThanOrEqual(toxicAtMs + 50);
+  // The client may see the cut before this process has read the fence's log line from the
+  // gateway's stdout: the line was written first, its arrival here is not ordered with the socket's.
+  await waitUntil(() => logLine(reader, 'fenced:') !== undefined, {
+    timeoutMs: 2000,
+    intervalMs: 10,
+    what: "the reader's fence log line",
+  });
   const fenced = logLine(reader, 'fenced:');
   expect(fenced?.reason).toBe('the lease permit expired before a renewal was confirmed');
   const fencedAtMs = logTimeMs(fenced);
