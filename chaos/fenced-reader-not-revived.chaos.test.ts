@@ -4,7 +4,7 @@
  * the old reader stays 503 lease_lost and /health/status 503, alive, until it is restarted. Nothing revives it.
  */
 import { describe, expect, it } from 'vitest';
-import { call, leaseRow, logLine } from './support/gateways.ts';
+import { awaitLogLine, call, leaseRow, logLine } from './support/gateways.ts';
 import { holdRenewals, release, SLOT_SUCCESSION, successionOf, useLinkedCluster } from './support/shared-cluster.ts';
 import { waitUntil } from '../test/harness/index.ts';
 
@@ -34,11 +34,7 @@ describe('removing the toxic after a fence and a takeover', () => {
       const taken = (await leaseRow(cluster.db.pool, 1))!;
       expect(taken.generation).toBe(Number(oldLease.generation) + 1);
       // Fenced before the takeover; its log line may still be on its way from the gateway's stdout.
-      await waitUntil(() => logLine(old, 'fenced:') !== undefined, {
-        timeoutMs: 2000,
-        intervalMs: 10,
-        what: "the old reader's fence log line",
-      });
+      await awaitLogLine(old, 'fenced:', { timeoutMs: 2000, what: "the old reader's fence log line" });
 
       const removedAtMs = Date.now();
       await hold.remove();

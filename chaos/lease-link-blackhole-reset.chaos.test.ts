@@ -6,9 +6,8 @@
  */
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { GatewayProcess } from '../test/support/gateway.ts';
-import { call, leaseRow, logLine, logTimeMs } from './support/gateways.ts';
+import { awaitLogLine, call, leaseRow, logTimeMs } from './support/gateways.ts';
 import { release, useLinkedCluster } from './support/shared-cluster.ts';
-import { waitUntil } from '../test/harness/index.ts';
 import { addToxic } from './support/toxiproxy.ts';
 
 const PERMIT_MS = 8_000;
@@ -43,12 +42,7 @@ describe('blackhole and reset on the lease link', () => {
     const [reader, link] = [cluster.parked[0]!, cluster.links[0]!];
     const toxicAtMs = Date.now();
     const toxic = await addToxic(link, 'timeout', 'upstream', { timeout: 0 }, 'blackhole');
-    await waitUntil(() => logLine(reader, 'fenced:') !== undefined, {
-      timeoutMs: PERMIT_MS + 4000,
-      intervalMs: 50,
-      what: 'the reader to fence',
-    });
-    const fenced = logLine(reader, 'fenced:')!;
+    const fenced = await awaitLogLine(reader, 'fenced:', { timeoutMs: PERMIT_MS + 4000, what: 'the reader to fence' });
     expect(fenced.reason).toBe('the lease permit expired before a renewal was confirmed');
     const row = (await leaseRow(cluster.db.pool, 1))!;
     expect(row.renewedAtMs).toBeLessThanOrEqual(toxicAtMs + 50);
@@ -69,12 +63,10 @@ describe('blackhole and reset on the lease link', () => {
     const before = (await leaseRow(cluster.db.pool, 2))!;
     const toxicAtMs = Date.now();
     await addToxic(link, 'reset_peer', 'upstream', { timeout: 0 }, 'reset');
-    await waitUntil(() => logLine(reader, 'fenced:') !== undefined, {
+    const fenced = await awaitLogLine(reader, 'fenced:', {
       timeoutMs: RENEW_AFTER_MS + 3000,
-      intervalMs: 50,
       what: 'the reader to fence',
     });
-    const fenced = logLine(reader, 'fenced:')!;
     expect(String(fenced.reason)).toMatch(/^the lease connection (closed|failed)/);
     // At the first renewal the toxic saw: 2 s after the last confirmed one started, at the latest.
     expect(logTimeMs(fenced)).toBeLessThanOrEqual(Math.max(before.renewedAtMs, toxicAtMs) + RENEW_AFTER_MS + 1000);

@@ -6,7 +6,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { request, sha256 } from '../test/support/content.ts';
 import type { GatewayProcess } from '../test/support/gateway.ts';
-import { call, leaseRow, logLine, logTimeMs, startDownload } from './support/gateways.ts';
+import { awaitLogLine, call, leaseRow, logTimeMs, startDownload } from './support/gateways.ts';
 import { release, useLinkedCluster } from './support/shared-cluster.ts';
 import { addLatency, type ProxiedUpstream } from './support/toxiproxy.ts';
 import { waitUntil } from '../test/harness/index.ts';
@@ -73,13 +73,8 @@ async function fenceDuringDownload(): Promise<void> {
   expect(row.renewedAtMs).toBeLessThanOrEqual(toxicAtMs + 50);
   // The client may see the cut before this process has read the fence's log line from the
   // gateway's stdout: the line was written first, its arrival here is not ordered with the socket's.
-  await waitUntil(() => logLine(reader, 'fenced:') !== undefined, {
-    timeoutMs: 2000,
-    intervalMs: 10,
-    what: "the reader's fence log line",
-  });
-  const fenced = logLine(reader, 'fenced:');
-  expect(fenced?.reason).toBe('the lease permit expired before a renewal was confirmed');
+  const fenced = await awaitLogLine(reader, 'fenced:', { timeoutMs: 2000, what: "the reader's fence log line" });
+  expect(fenced.reason).toBe('the lease permit expired before a renewal was confirmed');
   const fencedAtMs = logTimeMs(fenced);
   // The permit runs 8 s from the request start, which is at most a few ms before the database
   // stamped renewed_at; the expiry timer may fire late on a loaded machine, never early.

@@ -9,7 +9,7 @@ import path from 'node:path';
 import { describe, expect, inject, it } from 'vitest';
 import { randomContent, sha256 } from '../test/support/content.ts';
 import { makeTempDir, startGateway } from '../test/support/gateway.ts';
-import { call, logLine } from './support/gateways.ts';
+import { awaitLogLine, call } from './support/gateways.ts';
 import { setEnabled } from './support/shared-cluster.ts';
 import { waitForHealth, waitUntil } from '../test/harness/index.ts';
 import { useToxiproxyAndDatabase } from './support/chaos-database.ts';
@@ -73,11 +73,7 @@ describe('the writer↔PostgreSQL link cut during an upload', () => {
       });
 
       await setEnabled(link, false);
-      await waitUntil(() => logLine(writer, 'fenced:') !== undefined, {
-        timeoutMs: 5000,
-        intervalMs: 20,
-        what: 'the writer to fence',
-      });
+      await awaitLogLine(writer, 'fenced:', { timeoutMs: 5000, what: 'the writer to fence' });
       // The client goes on sending; the writer refuses the rest.
       for (let offset = 128 * KiB; offset < file.length; offset += 64 * KiB) {
         await Promise.race([upload.send(file.subarray(offset, offset + 64 * KiB)), upload.result]);

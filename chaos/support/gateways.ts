@@ -9,6 +9,7 @@ import { inject } from 'vitest';
 import { bearer } from '../../test/support/auth.ts';
 import type { GatewayProcess } from '../../test/support/gateway.ts';
 import { request } from '../../test/support/content.ts';
+import { waitUntil } from '../../test/harness/index.ts';
 
 /** Shared-profile variables for one participant (writer: slot 0). */
 export function sharedEnv(options: {
@@ -142,6 +143,19 @@ export async function call(
 /** The first JSON log line whose `msg` starts with `prefix`. */
 export function logLine(gateway: GatewayProcess, prefix: string): Record<string, unknown> | undefined {
   return gateway.logLines().find((l) => typeof l.msg === 'string' && l.msg.startsWith(prefix));
+}
+
+/**
+ * The first line whose message starts with `prefix`, waited for at most `timeoutMs`: a line comes
+ * to this process through the gateway's stdout, not in step with what its sockets show.
+ */
+export async function awaitLogLine(
+  gateway: GatewayProcess,
+  prefix: string,
+  options: { timeoutMs: number; what: string },
+): Promise<Record<string, unknown>> {
+  await waitUntil(() => logLine(gateway, prefix) !== undefined, { ...options, intervalMs: 20 });
+  return logLine(gateway, prefix)!;
 }
 
 /** A pino line's `time` (ISO) as epoch ms. */
