@@ -89,7 +89,7 @@ async function recordedSoFar(): Promise<void> {
 
 /** The recorded rows once all expected ones arrived (the API records just after it answers). */
 async function settled(): Promise<Array<Record<string, unknown>>> {
-  await waitUntil(async () => (await rows()).length >= expected.length, { what: 'every audit row', timeoutMs: 5000 });
+  await recordedSoFar();
   return rows();
 }
 
