@@ -144,13 +144,29 @@ function track(harnessGateway: HarnessGateway, dataDir: string): GatewayProcess 
   running.add(gateway);
   started.push(gateway);
   // A gateway started inside a test ends with it (one writer per database: the next test may need
-  // its own); one started in a hook lives until the file ends.
+  // its own); one started in a hook lives until the file ends. When the test fails (a timeout
+  // included), the end of the gateway's output is printed with the failure: it says what the
+  // process was doing, which an assertion on it or a timeout alone does not.
   try {
-    onTestFinished(() => gateway.stop('SIGTERM', STOP_GRACE_MS).then(() => {}));
+    onTestFinished(async ({ task }) => {
+      if (task.result?.state === 'fail') console.error(outputTail(gateway));
+      await gateway.stop('SIGTERM', STOP_GRACE_MS);
+    });
   } catch {
     // not inside a test
   }
   return gateway;
+}
+
+const TAIL_LINES = 40;
+
+/** The last lines of a gateway's output, headed with its port and whether it still runs. */
+function outputTail(gateway: HarnessGateway): string {
+  const lines = gateway.logs().trimEnd().split('\n');
+  const state = gateway.isRunning() ? 'still running' : 'exited';
+  const shown = lines.slice(-TAIL_LINES).join('\n');
+  const cut = lines.length > TAIL_LINES ? ` (last ${TAIL_LINES} of ${lines.length} lines)` : '';
+  return `gateway on port ${gateway.port}, ${state}${cut}:\n${shown}`;
 }
 
 /**
