@@ -5,6 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { bearer, createServiceAccount } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, startGateway } from '../../test/support/gateway.ts';
+import { roomInWindow } from '../../test/harness/index.ts';
 import { useTestRedis } from '../../test/support/redis.ts';
 
 const db = useTestDatabase();
@@ -134,6 +135,8 @@ describe('rate limiting over HTTP (real gateway process)', () => {
     // the third starts a ban, and then even a valid key from that address gets 429.
     const wrong = `ark_${admin.keyId}_${'A'.repeat(43)}`;
     const statuses = [];
+    // The rule counts per wall-clock minute: the 3 failures must not straddle two.
+    await roomInWindow(60_000, 10_000);
     for (let i = 0; i < 3; i++) statuses.push((await api('GET', '', undefined, wrong)).status);
     expect(statuses).toEqual([401, 401, 401]);
     const banned = await api('GET', '');

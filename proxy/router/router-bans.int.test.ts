@@ -13,6 +13,7 @@ import { describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { roomInWindow } from '../../test/harness/index.ts';
 
 const db = useTestDatabase();
 const ADMIN_PATH = '/api/v1/admin/rate-limits';
@@ -56,6 +57,9 @@ async function startRouter(writer: GatewayProcess, env: Record<string, string> =
 
 const badKey = (keyId: string) => `ark_${keyId}_${'A'.repeat(43)}`;
 
+/** The shipped ban counts failures per wall-clock minute: a run of them must not straddle two. */
+const oneMinute = () => roomInWindow(60_000, 10_000);
+
 describe('no lockout through the router', () => {
   it('with the default settings: 25 bad keys from client A ban A only; client B still gets 200', async () => {
     const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
@@ -63,6 +67,7 @@ describe('no lockout through the router', () => {
     const router = await startRouter(writer);
     const get = (address: string, key: string) => from(address, `${router.url}${ADMIN_PATH}`, bearer(key));
     const statuses: number[] = [];
+    await oneMinute();
     for (let i = 0; i < 25; i++) statuses.push((await get('127.0.0.2', badKey(admin.keyId))).status);
     // 20 failures are within the shipped limit; the 21st starts the ban.
     expect(statuses.slice(0, 21)).toEqual(new Array(21).fill(401));
@@ -82,6 +87,7 @@ describe('no lockout through the router', () => {
     const writer = await startGateway({ env });
     const router = await startRouter(writer);
     const get = (address: string, key: string) => from(address, `${router.url}${ADMIN_PATH}`, bearer(key));
+    await oneMinute();
     for (let i = 0; i < 21; i++) expect((await get('127.0.0.4', badKey(admin.keyId))).status).toBe(401);
     expect((await get('127.0.0.4', admin.key)).status).toBe(429);
     expect((await get('127.0.0.5', admin.key)).status).toBe(200);
@@ -109,6 +115,7 @@ describe('IPv6 bans (through X-Forwarded-For from a trusted proxy: the test clie
       from('127.0.0.1', `${writer.url}${ADMIN_PATH}`, { ...bearer(key), 'x-forwarded-for': client });
     const statuses: number[] = [];
     // 40 addresses of 2001:db8:1:2::/64, one failure each: per exact address none would be banned.
+    await oneMinute();
     for (let i = 1; i <= 40; i++)
       statuses.push((await as(`2001:db8:1:2::${i.toString(16)}`, badKey(admin.keyId))).status);
     expect(statuses.slice(0, 21).every((s) => s === 401)).toBe(true);
@@ -124,6 +131,7 @@ describe('IPv6 bans (through X-Forwarded-For from a trusted proxy: the test clie
     const bans = writer.logLines().filter((l) => l.msg === 'address banned after failed authentications');
     expect(bans.map((l) => l.ip)).toEqual(['2001:db8:1:2::/64']);
 
+    await oneMinute();
     for (let i = 0; i < 21; i++) await as('198.51.100.7', badKey(admin.keyId));
     expect((await as('::ffff:198.51.100.7', admin.key)).status).toBe(429);
     expect((await as('::FFFF:c633:6407', admin.key)).status).toBe(429);
@@ -138,6 +146,7 @@ describe('IPv6 bans (through X-Forwarded-For from a trusted proxy: the test clie
     const as = (client: string, key: string) =>
       from('127.0.0.1', `${writer.url}${ADMIN_PATH}`, { ...bearer(key), 'x-forwarded-for': client });
     for (let i = 1; i <= 40; i++) expect((await as(`2001:db8:7::${i}`, badKey(admin.keyId))).status).toBe(401);
+    await oneMinute();
     for (let i = 0; i < 21; i++) await as('2001:db8:7::ff', badKey(admin.keyId));
     expect((await as('2001:db8:7:0:0:0:0:ff', admin.key)).status).toBe(429);
     expect((await as('2001:db8:7::fe', admin.key)).status).toBe(200);

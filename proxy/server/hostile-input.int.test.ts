@@ -9,6 +9,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { startGateway } from '../../test/support/gateway.ts';
+import { roomInWindow } from '../../test/harness/index.ts';
 import { useTestRedis } from '../../test/support/redis.ts';
 
 const db = useTestDatabase();
@@ -86,6 +87,8 @@ describe('repeated authentication failures (shipped auth_failure default)', () =
     const wrong = `ark_${account.keyId}_${'A'.repeat(43)}`;
     const get = (key: string) => fetch(`${gw.url}/api/v1/admin/rate-limits`, { headers: bearer(key) });
     // 20 failures are within the limit; the 21st passes it and starts the 900 s ban (it is still a 401).
+    // They count per wall-clock minute: the 21 must not straddle two.
+    await roomInWindow(60_000, 10_000);
     for (let i = 0; i < 21; i++) expect((await get(wrong)).status, `failure ${i + 1}`).toBe(401);
     const t0 = Date.now();
     for (const key of [wrong, account.key]) {

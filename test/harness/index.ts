@@ -43,7 +43,7 @@ export { bearer, createRepository, createServiceAccount, seedWriters, type Servi
 export { samplePeak } from './sample-peak.ts';
 export { type SharedProfile, sharedProfileEnv, type SharedProfileEnvOptions } from './shared-profile-env.ts';
 export { makeTempDir } from './temp-dir.ts';
-export { waitForHttp, waitUntil, type WaitOptions, type WatchedProcess } from './wait.ts';
+export { roomInWindow, waitForHttp, waitUntil, type WaitOptions, type WatchedProcess } from './wait.ts';
 export {
   type CertificateAuthority,
   createCertificateAuthority,

@@ -72,3 +72,13 @@ export async function waitForHttp(
     { what: `${url} to answer`, ...wait, retryOnError: true },
   );
 }
+
+/**
+ * Rate-limit rules count in windows aligned to the epoch (a 60 s rule counts per wall-clock minute),
+ * so a test that counts up to a limit must do it inside one window. When the current window of
+ * `periodMs` has less than `neededMs` left, waits for the next one to begin; otherwise returns at once.
+ */
+export async function roomInWindow(periodMs: number, neededMs: number): Promise<void> {
+  const left = periodMs - (Date.now() % periodMs);
+  if (left < neededMs) await sleep(left + 50);
+}
