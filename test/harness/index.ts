@@ -36,7 +36,7 @@ export {
   type JaegerTrace,
   type TraceWithOptions,
 } from './jaeger.ts';
-export { type NginxLogLevel, nginxMainConfig, type NginxMainConfigOptions } from './nginx-config.ts';
+export { type NginxLogLevel, nginxMainConfig, type NginxMainConfigOptions, writeNginxConf } from './nginx-config.ts';
 export { pingRedis, REDIS_INSTALL_HINT, startRedisServer, type RedisServer } from './redis.ts';
 export { runProcess, type ProcessResult } from './run-process.ts';
 export { bearer, createRepository, createServiceAccount, seedWriters, type ServiceAccount } from './seed.ts';

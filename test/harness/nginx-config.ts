@@ -1,3 +1,6 @@
+import { mkdir, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+
 /**
  * The main configuration of every nginx that tests and benchmarks start (as `nginx -p <prefix> -c <it>`):
  * in the foreground, its pid file and error log under the prefix and every temporary path under a
@@ -49,4 +52,19 @@ http {
 ${body}
 }
 `;
+}
+
+/**
+ * Writes `<dir>/nginx.conf` for an nginx whose prefix is `dir`, its temporary paths under
+ * `<dir>/temp` (made here), its error log at warn; returns the file's path.
+ */
+export async function writeNginxConf(
+  dir: string,
+  options: Omit<NginxMainConfigOptions, 'prefix' | 'tempDir' | 'errorLogLevel'>,
+): Promise<string> {
+  const tempDir = path.join(dir, 'temp');
+  await mkdir(tempDir, { recursive: true });
+  const conf = path.join(dir, 'nginx.conf');
+  await writeFile(conf, nginxMainConfig({ prefix: dir, tempDir, errorLogLevel: 'warn', ...options }));
+  return conf;
 }

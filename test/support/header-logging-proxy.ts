@@ -5,11 +5,11 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll } from 'vitest';
 import { makeTempDir } from './gateway.ts';
-import { freeLoopbackPort, nginxMainConfig } from '../harness/index.ts';
+import { freeLoopbackPort, writeNginxConf } from '../harness/index.ts';
 
 const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
 
@@ -46,19 +46,10 @@ async function stopChild(child: ChildProcess): Promise<void> {
 export async function startHeaderLoggingProxy(upstream: string): Promise<HeaderLoggingProxy> {
   if (!NGINX) throw new Error('nginx is not installed; on Debian: apt-get install -y nginx-light');
   const dir = await makeTempDir('arkvory-logging-proxy-');
-  const temp = path.join(dir, 'temp');
-  await mkdir(temp, { recursive: true });
   const port = await freeLoopbackPort();
-  const conf = path.join(dir, 'nginx.conf');
-  await writeFile(
-    conf,
-    nginxMainConfig({
-      prefix: dir,
-      tempDir: temp,
-      workerProcesses: 1,
-      workerConnections: 256,
-      errorLogLevel: 'warn',
-      http: `log_format headers '$status "$request" "$http_traceparent"';
+  const conf = await writeNginxConf(dir, {
+    workerConnections: 256,
+    http: `log_format headers '$status "$request" "$http_traceparent"';
 access_log ${dir}/access.log headers;
 server {
   listen 127.0.0.1:${port};
@@ -72,8 +63,7 @@ server {
     proxy_buffering off;
   }
 }`,
-    }),
-  );
+  });
   const child = spawn(NGINX, ['-p', dir, '-c', conf], { stdio: ['ignore', 'ignore', 'pipe'] });
   running.add(child);
   let output = '';

@@ -13,7 +13,7 @@ import { afterAll } from 'vitest';
 import { request } from './content.ts';
 import { makeTempDir } from './gateway.ts';
 import { siteConfig } from './static-store-config.ts';
-import { freeLoopbackPort, nginxMainConfig } from '../harness/index.ts';
+import { freeLoopbackPort, writeNginxConf } from '../harness/index.ts';
 
 const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
 
@@ -60,9 +60,7 @@ export async function startStaticStore(options: StaticStoreOptions = {}): Promis
   if (!NGINX) throw new Error('nginx is not installed; on Debian: apt-get install -y nginx-light');
   const dir = await makeTempDir('arkvory-static-store-');
   const root = path.join(dir, 'root');
-  const temp = path.join(dir, 'temp');
   await mkdir(root, { recursive: true });
-  await mkdir(temp, { recursive: true });
   const port = await freeLoopbackPort();
   const site = path.join(dir, 'arkvory-store.conf');
   const tls = options.tls;
@@ -75,20 +73,11 @@ export async function startStaticStore(options: StaticStoreOptions = {}): Promis
       ...(tls ? { tls: { certFile: tls.certFile, keyFile: tls.keyFile } } : {}),
     }),
   );
-  const conf = path.join(dir, 'nginx.conf');
-  await writeFile(
-    conf,
-    nginxMainConfig({
-      prefix: dir,
-      tempDir: temp,
-      workerProcesses: 1,
-      workerConnections: 512,
-      errorLogLevel: 'warn',
-      http: `log_format store '$status $body_bytes_sent "$request" "$http_traceparent"';
+  const conf = await writeNginxConf(dir, {
+    http: `log_format store '$status $body_bytes_sent "$request" "$http_traceparent"';
 access_log ${dir}/access.log store;
 include ${site};`,
-    }),
-  );
+  });
   let child: ChildProcess | undefined;
   let output = '';
   const url = `${tls ? 'https' : 'http'}://127.0.0.1:${port}/arkvory/`;
