@@ -130,7 +130,7 @@ async function startServices(): Promise<Services> {
     await chmod(dir, 0o755);
     // A throwaway cluster, deleted after the run and never crashed by a test (the tests that stop a
     // PostgreSQL start their own): no fsync, no full-page images, commits not waiting for their WAL
-    // flush. Commits, CREATE DATABASE and DROP DATABASE then wait far less on this machine's disk.
+    // flush. Commits and DROP DATABASE then stop waiting on this machine's disk.
     const embedded: EmbeddedDatabase = await startEmbeddedDatabase(dir, createLogger('warn'), {
       postgresFlags: ['-c', 'fsync=off', '-c', 'full_page_writes=off', '-c', 'synchronous_commit=off'],
     });
