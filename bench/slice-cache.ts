@@ -8,7 +8,9 @@
  * - --crowd (64) concurrent cold readers of one --crowd-mib (64) MiB object: time to first byte
  *   p50/p99 and the bytes pulled from the origin, beside nginx `proxy_cache` + `slice` +
  *   `proxy_cache_lock` relaying the same S3 object (signed like the gateway's requests, Range
- *   unsigned) with a cold cache each round;
+ *   unsigned) with a cold cache each round; the crowd is driven twice (--crowd-clients): by one curl
+ *   process with all readers (`--parallel`), and by one curl process per reader, which puts the
+ *   client processes on the two cores beside the servers;
  * each for every slice size of --slices (MiB, default 4,8,16), so the default
  * (ARKVORY_CACHE_SLICE_BYTES) is chosen on figures. Every measurement is the median of --runs
  * interleaved rounds (the cached gateways in a rotated order each round). The small-blob cache is off in every gateway (ARKVORY_BLOB_CACHE_BYTES=0), so
@@ -16,7 +18,8 @@
  *
  *   node bench/slice-cache.ts [--server seaweedfs|minio] [--runs 3] [--big-mib 1024] [--slices 4,8,16]
  *                             [--crowd 64] [--crowd-mib 64] [--small-seconds 5] [--database-url …]
- *                             [--phases cold,warm,small,crowd] [--profile-dir DIR] [--compare-root /other/checkout]
+ *                             [--phases cold,warm,small,crowd] [--crowd-clients parallel,processes]
+ *                             [--profile-dir DIR] [--compare-root /other/checkout]
  *
  * --compare-root adds, per slice size, a cached gateway run from another checkout (say the commit
  * before a change), measured in the same interleaved rounds: before and after from one run.
@@ -65,6 +68,7 @@ const args = benchArgs(
     'small-seconds': '5',
     'node-options': '--max-semi-space-size=4',
     phases: 'cold,warm,small,crowd',
+    'crowd-clients': 'parallel,processes',
   },
   ['database-url', 'profile-dir', 'compare-root'],
 );
@@ -74,6 +78,18 @@ const RUNS = Number(args.runs);
 const BIG_BYTES = Number(args['big-mib']) * MiB;
 const CROWD = Number(args.crowd);
 const CROWD_BYTES = Number(args['crowd-mib']) * MiB;
+/**
+ * How the crowd is driven: `parallel`, one curl process with all readers (`--parallel`); `processes`,
+ * one curl process per reader, all of them on the cores the servers use.
+ */
+const CROWD_CLIENTS = args['crowd-clients'].split(',') as CrowdClient[];
+type CrowdClient = 'parallel' | 'processes';
+const CROWD_CLIENT_LABEL: Record<CrowdClient, string> = {
+  parallel: 'one curl --parallel',
+  processes: `${args.crowd} curl processes`,
+};
+for (const c of CROWD_CLIENTS)
+  if (!(c in CROWD_CLIENT_LABEL)) throw new Error(`--crowd-clients takes parallel and processes, not ${c}`);
 const SLICES_MIB = args.slices.split(',').map(Number);
 const SMALL_SECONDS = Number(args['small-seconds']);
 const SERVER = args.server as S3ServerKind;
@@ -144,6 +160,34 @@ function timedGet(url: string, headers: Record<string, string>) {
   });
 }
 
+/** `count` GETs of `url` from one curl process, all at once; per transfer as timedGet. */
+function timedParallelGets(url: string, headers: Record<string, string>, count: number) {
+  return new Promise<{ status: number; bytes: number; ttfb: number; total: number }[]>((resolve, reject) => {
+    // --no-progress-meter: `-s` alone leaves curl 7.88's --parallel meter on stderr.
+    const argv = ['--no-progress-meter', '--parallel', '--parallel-immediate', '--parallel-max', String(count)];
+    argv.push('-w', '%{http_code} %{size_download} %{time_starttransfer} %{time_total}\\n');
+    for (const [k, v] of Object.entries(headers)) argv.push('-H', `${k}: ${v}`);
+    for (let i = 0; i < count; i++) argv.push('-o', '/dev/null', url);
+    const child = spawn('curl', argv, { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.on('error', reject);
+    child.on('close', () => {
+      const lines = out.trim().split('\n');
+      resolve(
+        lines.map((line) => {
+          const [status, bytes, ttfb, total] = line.split(' ').map(Number);
+          return { status: status ?? 0, bytes: bytes ?? 0, ttfb: ttfb ?? 0, total: total ?? 0 };
+        }),
+      );
+    });
+  });
+}
+
+/** The crowd's figures are kept per server and per way of driving it. */
+const crowdKey = (name: string, client: CrowdClient) => `${name} · ${CROWD_CLIENT_LABEL[client]}`;
+const NGINX_CROWD = `nginx slice ${NGINX_SLICE_MIB}m + proxy_cache_lock`;
+
 interface CrowdResult {
   ttfbP50Ms: number;
   ttfbP99Ms: number;
@@ -154,14 +198,19 @@ interface CrowdResult {
 /** CROWD concurrent GETs of one cold object; `origin()` reads the origin bytes counter. */
 async function crowd(
   name: string,
+  client: CrowdClient,
   url: string,
   headers: Record<string, string>,
   origin: () => Promise<number>,
 ): Promise<CrowdResult> {
   const before = await origin();
   const started = process.hrtime.bigint();
-  const results = await Promise.all(Array.from({ length: CROWD }, () => timedGet(url, headers)));
+  const results =
+    client === 'parallel'
+      ? await timedParallelGets(url, headers, CROWD)
+      : await Promise.all(Array.from({ length: CROWD }, () => timedGet(url, headers)));
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+  if (results.length !== CROWD) throw new Error(`${name}: crowd got ${results.length} answers of ${CROWD}`);
   for (const r of results)
     if (r.status !== 200 || r.bytes !== CROWD_BYTES)
       throw new Error(`${name}: crowd GET got ${r.status} with ${r.bytes} bytes`);
@@ -277,7 +326,7 @@ async function main(): Promise<void> {
     // nginx relays the object the gateway with nginx's slice size stored (the first cached one otherwise).
     const crowdSource = cachedTargets.find((t) => t.sliceMiB === NGINX_SLICE_MIB) ?? cachedTargets[0];
     const crowdHex = hex(crowdDigest);
-    const crowdKey = `${crowdSource ? `c${crowdSource.sliceMiB}/` : 'uncached/'}blobs/sha256/${crowdHex.slice(0, 2)}/${crowdHex.slice(2, 4)}/${crowdHex}`;
+    const crowdObjectKey = `${crowdSource ? `c${crowdSource.sliceMiB}/` : 'uncached/'}blobs/sha256/${crowdHex.slice(0, 2)}/${crowdHex.slice(2, 4)}/${crowdHex}`;
 
     // Warm-up of the uncached and directory paths (page caches of the store and the file).
     if (PHASES.has('warm')) await getMiBs(fsTarget);
@@ -324,14 +373,26 @@ async function main(): Promise<void> {
         }
       // The crowd: each cache purged, and nginx started with an empty cache.
       if (PHASES.has('crowd')) {
-        for (const t of rotated) {
-          await purge(t, hex(crowdDigest));
-          push(figures.crowd, t.name, await crowd(t.name, contentUrl(t, 'crowd.bin'), auth(t), () => originBytes(t)));
+        for (const client of CROWD_CLIENTS) {
+          for (const t of rotated) {
+            await purge(t, hex(crowdDigest));
+            const url = contentUrl(t, 'crowd.bin');
+            push(
+              figures.crowd,
+              crowdKey(t.name, client),
+              await crowd(t.name, client, url, auth(t), () => originBytes(t)),
+            );
+          }
+          const prefix = path.join(work, `nginx-${run}-${client}`);
+          const nginx = await startNginxSliceCache(nginxBinary, prefix, server, crowdObjectKey);
+          push(
+            figures.crowd,
+            crowdKey(NGINX_CROWD, client),
+            await crowd('nginx', client, nginx.url, {}, nginx.originBytes),
+          );
+          await nginx.process.stop('SIGTERM', STOP_GRACE_MS);
+          await rm(prefix, { recursive: true, force: true });
         }
-        const nginx = await startNginxSliceCache(nginxBinary, path.join(work, `nginx-${run}`), server, crowdKey);
-        push(figures.crowd, 'nginx', await crowd('nginx', nginx.url, {}, nginx.originBytes));
-        await nginx.process.stop('SIGTERM', STOP_GRACE_MS);
-        await rm(path.join(work, `nginx-${run}`), { recursive: true, force: true });
       }
       process.stderr.write(`round ${run + 1}/${RUNS} done\n`);
       for (const [what, m] of Object.entries(figures))
@@ -359,7 +420,6 @@ async function main(): Promise<void> {
     const fsWarm = med(figures.warm, fsTarget.name);
     const fsSmall = med(figures.small, fsTarget.name);
     const uncachedCold = med(figures.cold, uncached.name);
-    const nginxCrowd = crowdMed('nginx');
     const lines = [
       `bench/slice-cache.ts: ${SERVER}, ${BIG_BYTES / MiB} MiB and 4 KiB, crowd of ${CROWD} × ${CROWD_BYTES / MiB} MiB, medians of ${RUNS} interleaved rounds, ${os.cpus().length} CPUs, load average ${os
         .loadavg()
@@ -367,20 +427,32 @@ async function main(): Promise<void> {
         .join(' ')}`,
       `  directory store: 1 GiB warm ${fsWarm.toFixed(0)} MiB/s, 4 KiB ${fsSmall.toFixed(0)} req/s; S3 uncached relay: 1 GiB ${uncachedCold.toFixed(0)} MiB/s`,
       '',
-      '| slice | warm 1 GiB MiB/s (× directory) | warm 4 KiB req/s (× directory) | cold 1 GiB MiB/s (× uncached) | crowd TTFB p50 / p99 ms | crowd s | crowd origin MiB (× object) |',
-      '| --- | --- | --- | --- | --- | --- | --- |',
+      '| slice | warm 1 GiB MiB/s (× directory) | warm 4 KiB req/s (× directory) | cold 1 GiB MiB/s (× uncached) |',
+      '| --- | --- | --- | --- |',
     ];
     for (const t of cachedTargets) {
       const w = med(figures.warm, t.name);
       const s = med(figures.small, t.name);
       const c = med(figures.cold, t.name);
-      const k = crowdMed(t.name);
       lines.push(
-        `| ${t.label} | ${w.toFixed(0)} (${(w / fsWarm).toFixed(2)}×) | ${s.toFixed(0)} (${(s / fsSmall).toFixed(2)}×) | ${c.toFixed(0)} (${(c / uncachedCold).toFixed(2)}×) | ${k.p50.toFixed(0)} / ${k.p99.toFixed(0)} | ${k.seconds.toFixed(1)} | ${(k.origin / MiB).toFixed(1)} (${(k.origin / CROWD_BYTES).toFixed(2)}×) |`,
+        `| ${t.label} | ${w.toFixed(0)} (${(w / fsWarm).toFixed(2)}×) | ${s.toFixed(0)} (${(s / fsSmall).toFixed(2)}×) | ${c.toFixed(0)} (${(c / uncachedCold).toFixed(2)}×) |`,
       );
     }
     lines.push(
-      `| nginx slice ${NGINX_SLICE_MIB}m + proxy_cache_lock | | | | ${nginxCrowd.p50.toFixed(0)} / ${nginxCrowd.p99.toFixed(0)} | ${nginxCrowd.seconds.toFixed(1)} | ${(nginxCrowd.origin / MiB).toFixed(1)} (${(nginxCrowd.origin / CROWD_BYTES).toFixed(2)}×) |`,
+      '',
+      `| crowd of ${CROWD} cold readers | client | TTFB p50 / p99 ms (p99 × nginx) | crowd s | origin MiB (× object) |`,
+      '| --- | --- | --- | --- | --- |',
+    );
+    for (const client of CROWD_CLIENTS) {
+      const nginxP99 = crowdMed(crowdKey(NGINX_CROWD, client)).p99;
+      for (const name of [...cachedTargets.map((t) => t.name), NGINX_CROWD]) {
+        const k = crowdMed(crowdKey(name, client));
+        lines.push(
+          `| ${name} | ${CROWD_CLIENT_LABEL[client]} | ${k.p50.toFixed(0)} / ${k.p99.toFixed(0)} (${(k.p99 / nginxP99).toFixed(2)}×) | ${k.seconds.toFixed(1)} | ${(k.origin / MiB).toFixed(1)} (${(k.origin / CROWD_BYTES).toFixed(2)}×) |`,
+        );
+      }
+    }
+    lines.push(
       '',
       'targets: warm 1 GiB ≥ 0.9× directory, warm 4 KiB ≥ 0.9× directory, cold 1 GiB ≥ 1.0× uncached; crowd: origin bytes and TTFB p99 against nginx',
     );
