@@ -7,6 +7,8 @@
  * A client disconnect rejects the pending step; the caller closes the file in `finally`.
  */
 import type { ServerResponse } from 'node:http';
+import { performance } from 'node:perf_hooks';
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { ByteMeter } from '../../storage-adapter/byte-meter.ts';
 import type { BlobReader } from '../../storage-adapter/store.ts';
 import type { ByteRange } from '../../storage-adapter/range.ts';
@@ -15,6 +17,16 @@ import type { Segment } from './response.ts';
 /** Per response: BUFFER_COUNT × CHUNK_BYTES in flight at most (512 KiB). */
 export const CHUNK_BYTES = 128 * 1024;
 export const BUFFER_COUNT = 4;
+
+/**
+ * How long a range goes on without letting the event loop turn. A range read from memory (a slice
+ * being filled or held) into a socket that takes every write never waits on I/O: its reads resolve
+ * at once and its write callbacks follow on the next tick, so it would run to its end as microtasks
+ * and next-ticks, which Node runs after every callback into JavaScript (each accepted connection's
+ * included), and the loop would accept and read nothing else meanwhile. A range whose reads wait on
+ * I/O pays one needless turn per period: one clock read per chunk and one immediate per period.
+ */
+export const MAX_MS_WITHOUT_TURN = 2;
 
 /** A pool of reusable buffers for one response; `acquire` waits until the socket returns one. */
 class BufferRing {
@@ -69,7 +81,12 @@ async function streamRange(
   meter: ByteMeter | undefined,
   signal: AbortSignal,
 ): Promise<void> {
+  let turnedAt = performance.now();
   for (let position = range.start; position <= range.end; ) {
+    if (performance.now() - turnedAt >= MAX_MS_WITHOUT_TURN) {
+      await nextTurn();
+      turnedAt = performance.now();
+    }
     const buffer = await ring.acquire(signal);
     const want = Math.min(chunkBytes, range.end - position + 1);
     const { bytesRead } = await handle.read(buffer, 0, want, position);
