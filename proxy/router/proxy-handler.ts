@@ -195,6 +195,13 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     keepAliveMsecs: 1000,
     maxFreeSockets: 256,
     scheduling: 'lifo',
+    // node:http's agent drops a pooled connection ahead of the gateway's announced
+    // `Keep-Alive: timeout=N` only when its sockets have a timeout of their own; without one it
+    // kept them past it and sent requests on connections the gateway was closing ("socket hang
+    // up", a 502 for an upload, which cannot be retried). On a socket in use the timeout only
+    // emits an event nobody listens to: the idle sweep below decides. 2 s ahead, as undici.
+    timeout: options.idleTimeoutMs,
+    agentKeepAliveTimeoutBuffer: 2000,
   };
   const agents = {
     http: withConnectTimeout(new http.Agent(agentOptions), options.connectTimeoutMs),
