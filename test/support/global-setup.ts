@@ -118,6 +118,14 @@ export default async function setup(project: TestProject): Promise<() => Promise
 
 async function startServices(): Promise<Services> {
   const cleanups: Array<() => Promise<void>> = [];
+  // Every temporary directory of the run goes under one root, removed last: vitest stops running a
+  // file's afterAll hooks at the first that throws, so a file whose own end-of-file check fails
+  // skips the harness's clean-up (test/support/gateway.ts). os.tmpdir() reads TMPDIR, and every
+  // worker and process of the run inherits it. Readable by all, as the directories made in it.
+  const root = await mkdtemp(path.join(os.tmpdir(), 'arkvory-test-run-'));
+  await chmod(root, 0o755);
+  process.env.TMPDIR = root;
+  cleanups.push(() => rm(root, { recursive: true, force: true }));
   // Set before any service or worker starts: every process of the run claims its ports there.
   const claims = await mkdtemp(path.join(os.tmpdir(), 'arkvory-test-ports-'));
   process.env[PORT_CLAIMS_VARIABLE] = claims;
