@@ -40,6 +40,9 @@ export function backendsFromLeases(rows: readonly LeaseRow[]): { backends: Backe
   return { backends, unadvertised };
 }
 
+/** SQLSTATEs of a connection the server ended: admin_shutdown, crash_shutdown. */
+const SERVER_ENDED_CONNECTION = new Set(['57P01', '57P02']);
+
 /**
  * Discovery from the lease table. `pg` is loaded here, not at startup: a router with a static list
  * keeps its module graph (and so the heap every full GC marks) without the database client.
@@ -60,12 +63,24 @@ export async function leaseDiscovery(
   });
   pool.on('error', (err) => log.warn({ err: err.message }, 'idle lease-discovery connection failed'));
   const warned = new Set<number>();
+  const readLeases = async () =>
+    (
+      await pool.query<LeaseRow>(
+        `SELECT slot, role, advertise_url FROM arkvory_gateway_leases WHERE expires_at > clock_timestamp() ORDER BY slot`,
+      )
+    ).rows;
   return {
     kind: 'leases',
     async discover() {
-      const { rows } = await pool.query<LeaseRow>(
-        `SELECT slot, role, advertise_url FROM arkvory_gateway_leases WHERE expires_at > clock_timestamp() ORDER BY slot`,
-      );
+      let rows: LeaseRow[];
+      try {
+        rows = await readLeases();
+      } catch (err) {
+        // The server ended the connection under the query (an administrator's terminate, as after a
+        // password rotation, or a restart): the pool has dropped it, and one new connection is tried.
+        if (!SERVER_ENDED_CONNECTION.has((err as { code?: unknown }).code as string)) throw err;
+        rows = await readLeases();
+      }
       const { backends, unadvertised } = backendsFromLeases(rows);
       for (const slot of unadvertised) {
         if (warned.has(slot)) continue;
