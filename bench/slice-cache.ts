@@ -39,8 +39,7 @@ import { existsSync } from 'node:fs';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import pg from 'pg';
-import { createServiceAccount, freeLoopbackPort, makeTempDir, STOP_GRACE_MS } from '../test/harness/index.ts';
+import { createServiceAccount, freeLoopbackPort, makeTempDir, openPool, STOP_GRACE_MS } from '../test/harness/index.ts';
 import { startS3Server, stopAllS3Servers, type S3ServerKind } from '../test/support/s3-server.ts';
 import {
   benchArgs,
@@ -271,7 +270,7 @@ async function main(): Promise<void> {
         },
         { databaseUrl: db.url, ...(checkout ? { checkout } : {}) },
       );
-      const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+      const pool = openPool(db.url, 1);
       const { key } = await createServiceAccount(pool, {
         scopes: ['admin', 'read', 'write'],
         grants: { bench: 'write' },

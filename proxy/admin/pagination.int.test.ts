@@ -4,7 +4,6 @@
  * principal exactly once. The console's access view costs one query per page, counted on a real
  * PostgreSQL.
  */
-import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { AdminStore } from '../../policy/auth/admin-store.ts';
 import { PAGE_DEFAULT_LIMIT, PAGE_MAX_LIMIT } from '../../policy/auth/page.ts';
@@ -12,6 +11,7 @@ import { loadRuleFiles } from '../gates/rate-limit-rule-files.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { request } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
+import { openPool } from '../../test/harness/index.ts';
 import { runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 
 const db = useTestDatabase();
@@ -247,7 +247,7 @@ describe("the console's access view", () => {
 
   it('costs one query per page, however many principals it shows', async () => {
     let queries = 0;
-    const counting = new pg.Pool({ connectionString: db.url, max: 2 });
+    const counting = openPool(db.url, 2);
     const query = counting.query.bind(counting);
     counting.query = ((...args: Parameters<typeof query>) => {
       queries++;

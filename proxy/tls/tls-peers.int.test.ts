@@ -15,6 +15,7 @@ import {
   type CertificateAuthority,
   createCertificateAuthority,
   issueServerCertificate,
+  openPool,
   startTlsPostgres,
   type TlsPostgres,
 } from '../../test/harness/index.ts';
@@ -208,10 +209,7 @@ describe('PostgreSQL with ssl=on and sslmode=verify-full', () => {
 
     const gw = await startGateway({ env: { ...env, ARKVORY_TLS_CA_FILE: ca.certFile } });
     // A principal and a grant made through the TLS connection of the CLI, used by the gateway.
-    const admin = new pg.Pool({
-      connectionString: `${postgres.url}?sslmode=verify-full&sslrootcert=${ca.certFile}`,
-      max: 1,
-    });
+    const admin = openPool(`${postgres.url}?sslmode=verify-full&sslrootcert=${ca.certFile}`, 1);
     try {
       await createRepository(admin, REPO);
       const tlsOwner = await createServiceAccount(admin, { name: 'tls-pg-owner', grants: { [REPO]: 'write' } });

@@ -10,7 +10,7 @@ import { useTestDatabase } from '../../test/support/database.ts';
 import { createCatalog, type ArtifactKey, type Catalog } from './catalog.ts';
 import { createCachedCatalog } from './cached-catalog.ts';
 import { EpochWatcher } from '../../lib/epoch-watcher.ts';
-import { waitUntil } from '../../test/harness/index.ts';
+import { openPool, waitUntil } from '../../test/harness/index.ts';
 
 const db = useTestDatabase();
 const log = pino({ level: 'silent' });
@@ -142,7 +142,7 @@ describe('cached catalog (real PostgreSQL)', () => {
   });
 
   it('stops trusting the cache when the poll is stale: asks PostgreSQL, and answers unavailable when it cannot', async () => {
-    const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+    const pool = openPool(db.url, 1);
     const { clock, watcher, inner, catalog } = await open({ pool });
     await publish(catalog, 'stale');
     expect((await catalog.get(key('stale')))?.name).toBe('stale');
