@@ -201,15 +201,17 @@ describe('the image', () => {
       // The client reads the first bytes, then pauses while the container is told to stop.
       const chunks: Buffer[] = [];
       let response!: http.IncomingMessage;
-      await new Promise<void>((firstBytes) => {
-        http.get(`${content}/content`, { headers: bearer(key), agent: false }, (res) => {
-          response = res;
-          res.once('data', () => {
-            res.pause();
-            firstBytes();
-          });
-          res.on('data', (c: Buffer) => chunks.push(c));
-        });
+      await new Promise<void>((firstBytes, failed) => {
+        http
+          .get(`${content}/content`, { headers: bearer(key), agent: false }, (res) => {
+            response = res;
+            res.once('data', () => {
+              res.pause();
+              firstBytes();
+            });
+            res.on('data', (c: Buffer) => chunks.push(c));
+          })
+          .on('error', failed);
       });
       const ended = new Promise<void>((resolve) => response.once('close', resolve));
       const signalledAt = performance.now();
