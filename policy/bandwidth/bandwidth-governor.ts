@@ -200,8 +200,10 @@ export class BandwidthGovernor {
   #headroomBytes: number;
   /** The principal granted last and when; the one granted last before it (another one) and when. */
   #lastGranted: PrincipalState | null = null;
+  // Stryker disable next-line UnaryOperator: equivalent: read only beside a non-null #lastGranted, whose grant set it
   #lastGrantMs = -Infinity;
   #lastOther: PrincipalState | null = null;
+  // Stryker disable next-line UnaryOperator: equivalent: read only beside a non-null #lastOther, set with it
   #lastOtherGrantMs = -Infinity;
   #waiting = 0;
   #grantedBytes = 0;
@@ -285,8 +287,11 @@ export class BandwidthGovernor {
   }
 
   /**
-   * The bucket of a shared ceiling, made on first use holding its burst. A new rate re-rates it
-   * (what it earned so far kept, capped at the new capacity), like `setRate` does the global one.
+   * The bucket of a shared ceiling, made on first use holding its burst. Every later meter through
+   * it re-rates it to its rate (what it earned so far kept, capped at the new capacity), like
+   * `setRate` does the global one; the same rate only refills it up to now. The largest quantum of
+   * any meter through it is kept whether or not the capacity changed now: a lower rate later must
+   * still leave room for a take of that quantum, or that stream would never be granted again.
    */
   #ceilingFor(ceiling: Ceiling, quantumBytes: number): CeilingState {
     const nowMs = this.#clock.monotonicMs();
@@ -298,11 +303,9 @@ export class BandwidthGovernor {
       this.#ceilings.set(ceiling.key, made);
       return made;
     }
-    if (spec.rateBytesPerSec !== known.spec.rateBytesPerSec || spec.capacityBytes !== known.spec.capacityBytes) {
-      known.bucket = liveBucket(spec, rerateBucket(known.spec, spec, known.bucket, nowMs));
-      known.spec = spec;
-      known.maxQuantum = maxQuantum;
-    }
+    known.bucket = liveBucket(spec, rerateBucket(known.spec, spec, known.bucket, nowMs));
+    known.spec = spec;
+    known.maxQuantum = maxQuantum;
     return known;
   }
 
@@ -415,6 +418,7 @@ export class BandwidthGovernor {
       finishTag: 0,
       queue: [],
       streamTime: 0,
+      // Stryker disable next-line BooleanLiteral: equivalent: read only for a principal granted last or last but one, whose grant set it
       lastGrantShort: false,
       inRing: false,
     };

@@ -221,6 +221,8 @@ describe('BandwidthGovernor.setRate (a leased share that follows the weights)', 
     const loop = saturate(governor.meter('p'), QUANTUM, () => running);
     await timers.advance(1_000);
     governor.setRate(0);
+    // The waiting take's wake-up is dropped: a paused direction arms no timer.
+    expect(timers.size).toBe(0);
     governor.setRate(0); // idempotent
     const count = grants.length;
     await timers.advance(5_000);
@@ -238,6 +240,24 @@ describe('BandwidthGovernor.setRate (a leased share that follows the weights)', 
     running = false;
     governor.close();
     await Promise.allSettled([loop]);
+  });
+
+  it('a pause keeps what the bucket earned before it, and earns nothing while it lasts, paused again or not', async () => {
+    const { governor, timers } = setup({ rateBytesPerSec: MIB, perPrincipalBytesPerSec: 0 });
+    const meter = governor.meter('p');
+    // Empty the bucket (it starts with the burst, 104,857 bytes).
+    expect(meter.tryTake(QUANTUM)).toBe(true);
+    expect(meter.tryTake(104_857 - QUANTUM)).toBe(true);
+    expect(meter.tryTake(1)).toBe(false);
+    // 50 ms at 1 MiB/s: 52,428.8 bytes earned, not yet credited when the pause comes.
+    await timers.advance(50);
+    governor.setRate(0);
+    await timers.advance(5_000);
+    governor.setRate(0);
+    await timers.advance(5_000);
+    governor.setRate(MIB);
+    expect(meter.tryTake(52_428)).toBe(true);
+    expect(meter.tryTake(1)).toBe(false);
   });
 
   it('refuses a change on a governor without a global ceiling, and a bad rate', () => {
@@ -267,6 +287,19 @@ describe('BandwidthGovernor.setRate (a leased share that follows the weights)', 
     const waiting = c.take(QUANTUM);
     await timers.advance(0);
     expect(governor.activeWeightSum(0)).toBe(7);
+    governor.close();
+    await Promise.allSettled([waiting]);
+  });
+
+  it('counts a principal whose take has waited longer than the window, granted nothing in it', async () => {
+    const { governor, timers } = setup({ rateBytesPerSec: MIB, perPrincipalBytesPerSec: 0 });
+    // 100 B/s: a burst and quantum of 10 bytes, then one quantum every 100 ms.
+    const slow = governor.meter('slow', 2, [{ key: 'repo:slow', rateBytesPerSec: 100 }]);
+    expect(slow.quantumBytes).toBe(10);
+    await slow.take(10);
+    const waiting = slow.take(10);
+    await timers.advance(60);
+    expect(governor.activeWeightSum(10)).toBe(2);
     governor.close();
     await Promise.allSettled([waiting]);
   });
@@ -315,6 +348,7 @@ describe('BandwidthGovernor shared ceilings (groups, repositories)', () => {
       'ceiling repo:a: expected a rate of at least 1 B/s, got 0',
     );
     expect(() => governor.meter('p', 1, [{ key: '', rateBytesPerSec: 5 }])).toThrow('ceiling key');
+    expect(() => governor.meter('p', 1, [{ key: 5 as unknown as string, rateBytesPerSec: 5 }])).toThrow('ceiling key');
   });
 
   it('paces by ceilings even with both governor ceilings off, and follows a changed ceiling rate', async () => {
@@ -335,6 +369,30 @@ describe('BandwidthGovernor shared ceilings (groups, repositories)', () => {
     running = false;
     governor.close();
     await Promise.allSettled([loop]);
+  });
+
+  it('a ceiling lowered while a stream with a larger quantum than the new burst runs still grants that stream', async () => {
+    const { governor, timers, grants } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 0 });
+    const repo = (rate: number) => ({ key: 'repo:r', rateBytesPerSec: rate });
+    // The first meter through the repository has a small quantum (a slow group's burst); the second
+    // a whole one, which fits the repository's capacity (its burst, 104,857) as it is.
+    expect(governor.meter('a', 1, [repo(MIB), { key: 'group:slow', rateBytesPerSec: 100_000 }]).quantumBytes).toBe(
+      10_000,
+    );
+    const big = governor.meter('b', 1, [repo(MIB)]);
+    expect(big.quantumBytes).toBe(QUANTUM);
+    // The repository's ceiling is lowered (burst 20,000): its capacity must stay at b's quantum.
+    governor.meter('c', 1, [repo(200_000)]);
+    let running = true;
+    const loop = saturate(big, QUANTUM, () => running);
+    await timers.advance(10_000);
+    running = false;
+    governor.close();
+    await Promise.allSettled([loop]);
+    const granted = bytesIn(grants, 'b', 0, 10_001);
+    expect(granted).toBeGreaterThan(200_000 * 10 - 2 * QUANTUM);
+    // rate × t + capacity: the lowered bucket holds at most one quantum.
+    expect(granted).toBeLessThanOrEqual(200_000 * 10 + QUANTUM);
   });
 
   it('a principal held back by its group never stops one in another group (no starvation across groups)', async () => {
