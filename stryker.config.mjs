@@ -17,6 +17,7 @@ export default {
     'policy/auth/authorize.ts',
     'policy/auth/presign-signature.ts',
     'storage-adapter/range.ts',
+    'storage-adapter/slice-cache/fill.ts',
     'proxy/content/conditional.ts',
   ],
   testRunner: 'vitest',

@@ -1,3 +1,4 @@
+import { getEventListeners } from 'node:events';
 import { describe, expect, it } from 'vitest';
 import { Fill, fillCursor, readFillInto } from './fill.ts';
 
@@ -95,6 +96,73 @@ describe('a fill shared by readers', () => {
     fill.fail(Object.assign(new Error('mismatch'), { code: 'slice_digest_mismatch' }));
     await expect(reading).rejects.toThrow('mismatch');
     expect(got.join('')).toBe('wro');
+  });
+
+  it('opened settles when the origin answers, when the slice is verified first, and rejects when it fails first', async () => {
+    const answered = new Fill(4);
+    answered.markOpened();
+    await expect(answered.opened).resolves.toBeUndefined();
+    const verified = new Fill(4);
+    verified.push(Buffer.from('abcd'));
+    verified.verify();
+    await expect(verified.opened).resolves.toBeUndefined();
+    const failed = new Fill(4);
+    const error = new Error('origin down');
+    failed.fail(error);
+    await expect(failed.opened).rejects.toBe(error);
+  });
+
+  it('a pushed chunk longer than the rest of the slice is cut at the slice end', () => {
+    const bytes = Buffer.from('--------');
+    const fill = new Fill(4, bytes);
+    expect(fill.push(Buffer.from('ab')).toString()).toBe('ab');
+    expect(fill.push(Buffer.from('cdefgh')).toString()).toBe('cd');
+    expect(fill.length).toBe(4);
+    expect(bytes.toString()).toBe('abcd----');
+  });
+
+  it('a restart cuts a waiting reader that had bytes at once, before any byte of the new attempt', async () => {
+    const fill = new Fill(4);
+    fill.push(Buffer.from('xx'));
+    const r = reader(fill, 0, 3);
+    expect(await r.next()).toBe('xx');
+    const waiting = r.next();
+    await tick();
+    fill.restart();
+    await expect(waiting).rejects.toMatchObject({
+      code: 'slice_digest_mismatch',
+      message: 'A slice failed its digest check while being sent; the response was cut.',
+    });
+  });
+
+  it('a slice verified with fewer bytes than a span hands out only those bytes, then fails that reader', async () => {
+    const fill = new Fill(6);
+    fill.push(Buffer.from('abc'));
+    fill.verify();
+    const r = reader(fill, 0, 5);
+    expect(await r.next()).toBe('abc');
+    await expect(r.next()).rejects.toThrow('slice fill verified with 3 bytes, fewer than 6');
+  });
+
+  it("a waiting reader's signal ends its wait, and a wait that ends otherwise leaves no listener on it", async () => {
+    const fill = new Fill(4);
+    const controller = new AbortController();
+    const buffer = Buffer.alloc(4);
+    const woken = readFillInto(fill, fillCursor(fill), 0, 3, buffer, 0, 4, controller.signal);
+    await tick();
+    expect(getEventListeners(controller.signal, 'abort')).toHaveLength(1);
+    fill.push(Buffer.from('ab'));
+    expect(await woken).toBe(2);
+    expect(getEventListeners(controller.signal, 'abort')).toHaveLength(0);
+    const aborted = readFillInto(fill, fillCursor(fill), 2, 3, buffer, 0, 4, controller.signal);
+    await tick();
+    controller.abort(new Error('client went away'));
+    await expect(aborted).rejects.toThrow('client went away');
+  });
+
+  it('a fill made without a hand-back lets its last hold go quietly', () => {
+    const fill = new Fill(4);
+    expect(() => fill.unhold()).not.toThrow();
   });
 
   it('hands its buffer back once the filler and every reader let go, not before', () => {

@@ -21,6 +21,7 @@ export class Fill {
   readonly sliceLength: number;
   /** The slice's bytes: `[0, length)` have arrived (in the current attempt). */
   readonly bytes: Buffer;
+  // Stryker disable next-line StringLiteral: equivalent: only 'verified' and 'failed' are ever compared
   state: FillState = 'filling';
   error: Error | undefined;
   /** Incremented when the bytes start over (a retry after a digest failure). */
@@ -80,6 +81,7 @@ export class Fill {
   }
 
   restart(): void {
+    // Stryker disable next-line UpdateOperator: equivalent: readers only compare attempts for equality, and either way each is new
     this.attempt++;
     this.length = 0;
     this.#wake();
@@ -113,11 +115,13 @@ export class Fill {
   changed(signal: AbortSignal | undefined): Promise<void> {
     return new Promise<void>((resolve) => {
       const wake = () => {
+        // Stryker disable next-line CallExpression: memory only: a woken waker left in the set is called again at the next change, which resolves nothing, and goes with the fill
         this.#wakers.delete(wake);
         signal?.removeEventListener('abort', wake);
         resolve();
       };
       this.#wakers.add(wake);
+      // Stryker disable next-line ObjectLiteral,BooleanLiteral: equivalent: the waker removes its listener itself, once or not
       signal?.addEventListener('abort', wake, { once: true });
     });
   }
@@ -134,6 +138,7 @@ export interface FillCursor {
 }
 
 export function fillCursor(fill: Fill): FillCursor {
+  // Stryker disable next-line ObjectLiteral: equivalent: a cursor without an attempt, never delivered, takes the fill's at its first read
   return { attempt: fill.attempt, delivered: false };
 }
 
@@ -163,7 +168,8 @@ export async function readFillInto(
         );
       cursor.attempt = fill.attempt;
     }
-    const limit = fill.state === 'verified' ? to + 1 : Math.min(fill.length, to);
+    // Never past what arrived: beyond `length` the buffer holds an earlier fill's bytes or garbage.
+    const limit = Math.min(fill.length, fill.state === 'verified' ? to + 1 : to);
     if (position < limit) {
       const n = Math.min(length, limit - position);
       fill.bytes.copy(buffer, offset, position, position + n);
