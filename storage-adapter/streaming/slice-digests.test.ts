@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { SliceHasher, sliceCount, slicesCovering } from '../slice-digests.ts';
+import { isConsistent, SliceHasher, sliceCount, slicesCovering } from '../slice-digests.ts';
 import { OffThreadSha256 } from './off-thread-sha256.ts';
 import { checkedUpload } from './checked-upload.ts';
 
@@ -56,6 +56,26 @@ describe('slice digests', () => {
       for await (const _ of upload.chunks);
       expect(upload.result.sliceDigests?.digests.equals(expected(bytes, 1024 * 1024))).toBe(true);
     }
+  });
+
+  it('a record is trusted only when well formed for its blob: whole sizes, a slice size above 0, one digest per slice', () => {
+    const record = (sizeBytes: number, sliceBytes: number, digestCount: number) => ({
+      sizeBytes,
+      sliceBytes,
+      digests: Buffer.alloc(digestCount * 32),
+    });
+    expect(isConsistent(record(0, 1024, 0))).toBe(true);
+    expect(isConsistent(record(1024, 1024, 1))).toBe(true);
+    expect(isConsistent(record(1025, 1024, 2))).toBe(true);
+    expect(isConsistent(record(1025, 1024, 1))).toBe(false);
+    expect(isConsistent(record(1024, 1024, 2))).toBe(false);
+    expect(isConsistent({ ...record(1024, 1024, 1), digests: Buffer.alloc(31) })).toBe(false);
+    expect(isConsistent(record(1024, 0, 0))).toBe(false);
+    // Each of these passes the digest count (a count of -0 or of a fraction rounded up) and is refused by its own check.
+    expect(isConsistent(record(-1, 1024, 0))).toBe(false);
+    expect(isConsistent(record(1024.5, 1024, 2))).toBe(false);
+    expect(isConsistent(record(0, -1024, 0))).toBe(false);
+    expect(isConsistent(record(1024, 1.5, 683))).toBe(false);
   });
 
   it('a range covers the slices of its first and last byte', () => {
