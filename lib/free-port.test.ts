@@ -16,4 +16,9 @@ describe('freeLoopbackPort', () => {
       await new Promise((resolve) => server.close(resolve));
     }
   });
+
+  it('never gives a port it was told to avoid: with every port below the ephemeral range avoided, one from the range', async () => {
+    const avoid = new Set(Array.from({ length: ephemeralLow - 10_000 }, (_, i) => 10_000 + i));
+    for (let i = 0; i < 5; i++) expect(await freeLoopbackPort(avoid)).toBeGreaterThanOrEqual(ephemeralLow);
+  });
 });

@@ -10,16 +10,21 @@ const FLOOR = 10_000;
  * the kernel's ephemeral range when that leaves room: a port from the range (what binding port 0
  * gives) can become the local port of any outgoing connection on the host before the server binds
  * it, and the server's listen then fails with EADDRINUSE. Falls back to the kernel's choice.
+ * Never one of `avoid`: ports free now because their own server has not bound them yet.
  */
-export async function freeLoopbackPort(): Promise<number> {
+export async function freeLoopbackPort(avoid: ReadonlySet<number> = new Set()): Promise<number> {
   const low = ephemeralLow();
   for (let attempt = 0; low - FLOOR >= 1000 && attempt < 50; attempt++) {
-    const port = await bindable(FLOOR + Math.floor(Math.random() * (low - FLOOR)));
+    const candidate = FLOOR + Math.floor(Math.random() * (low - FLOOR));
+    if (avoid.has(candidate)) continue;
+    const port = await bindable(candidate);
     if (port !== undefined) return port;
   }
-  const port = await bindable(0);
-  if (port === undefined) throw new Error('no free loopback port');
-  return port;
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const port = await bindable(0);
+    if (port !== undefined && !avoid.has(port)) return port;
+  }
+  throw new Error('no free loopback port');
 }
 
 /** The first port of the range outgoing connections' local ports come from (Linux; else the usual default). */

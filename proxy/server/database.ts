@@ -52,7 +52,8 @@ export async function openDatabase(
   let url: ConnectionUrl;
   if (config.databaseUrl) url = () => rotatedUrl() ?? config.databaseUrl!;
   else {
-    embedded = await startEmbeddedDatabase(config.dataDir, log);
+    const ports = [config.port, config.metrics.port].filter((p): p is number => p !== undefined && p > 0);
+    embedded = await startEmbeddedDatabase(config.dataDir, log, { avoidPorts: ports });
     url = embedded.url;
   }
   const pool = createPool(url, config.databasePoolSize, log, `arkvory-${config.role}`);

