@@ -28,28 +28,27 @@ export function ipv6Groups(text: string): number[] | undefined {
     head = head.slice(0, lastColon + 1);
     if (!head.endsWith('::')) head = head.slice(0, -1);
   }
-  const [left, right] = head.includes('::') ? head.split('::') : [head, undefined];
+  // isIP vouched for the text: at most one `::`, and without one exactly eight groups.
+  const [left, right] = head.split('::');
   const parse = (part: string | undefined) =>
     part === undefined || part === '' ? [] : part.split(':').map((g) => Number.parseInt(g, 16));
   const l = parse(left);
   const r = parse(right);
-  const missing = 8 - l.length - r.length - tail.length;
-  if (right === undefined && missing !== 0) return undefined;
-  if (missing < 0) return undefined;
-  return [...l, ...new Array<number>(right === undefined ? 0 : missing).fill(0), ...r, ...tail];
+  return [...l, ...new Array<number>(8 - l.length - r.length - tail.length).fill(0), ...r, ...tail];
 }
 
 /** RFC 5952 text of eight groups. */
 export function formatIpv6(groups: readonly number[]): string {
   let bestStart = -1;
   let bestLength = 1; // a single zero group is never compressed
-  for (let i = 0; i < 8; ) {
+  // Stryker disable next-line EqualityOperator: equivalent: past the end a group is undefined, not 0, and the loop ends
+  for (let i = 0; i < groups.length; ) {
     if (groups[i] !== 0) {
       i++;
       continue;
     }
     let j = i;
-    while (j < 8 && groups[j] === 0) j++;
+    while (groups[j] === 0) j++;
     if (j - i > bestLength) {
       bestStart = i;
       bestLength = j - i;
@@ -63,9 +62,10 @@ export function formatIpv6(groups: readonly number[]): string {
 
 /** The canonical text of an address (see the header), or undefined when `text` is none. */
 export function canonicalIp(text: string): string | undefined {
-  const lower = text.trim().toLowerCase();
-  if (isIP(lower) === 4) return lower;
-  const groups = ipv6Groups(lower);
+  // No case to fold: isIP and the hex groups read either, and formatIpv6 writes lower case.
+  const trimmed = text.trim();
+  if (isIP(trimmed) === 4) return trimmed;
+  const groups = ipv6Groups(trimmed);
   if (!groups) return undefined;
   if (IPV4_MAPPED_PREFIX.every((g, i) => groups[i] === g))
     return [groups[6]! >> 8, groups[6]! & 0xff, groups[7]! >> 8, groups[7]! & 0xff].join('.');
@@ -81,8 +81,9 @@ export function banKey(text: string, ipv6PrefixLength: number): string | undefin
   if (canonical === undefined || isIP(canonical) === 4 || ipv6PrefixLength >= 128) return canonical;
   const groups = ipv6Groups(canonical)!;
   const masked = groups.map((g, i) => {
+    // bits 0 makes the mask 0xffff << 16 & 0xffff, which is 0.
     const bits = Math.min(16, Math.max(0, ipv6PrefixLength - i * 16));
-    return bits === 0 ? 0 : g & ((0xffff << (16 - bits)) & 0xffff);
+    return g & ((0xffff << (16 - bits)) & 0xffff);
   });
   return `${formatIpv6(masked)}/${ipv6PrefixLength}`;
 }
