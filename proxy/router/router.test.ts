@@ -247,6 +247,15 @@ describe('trusted proxies and the client address', () => {
     ['"[::1]"', '::1'],
     ['unknown', undefined],
     ['_hidden', undefined],
+    [' "[::1]" ', '::1'],
+    // Only a whole bracketed, ported or quoted form is unwrapped: nothing is read out of the middle.
+    ['x[::1]', undefined],
+    ['[::1]:80x', undefined],
+    ['::ffff:1.2.3.4:80', undefined],
+    ['1.2.3.4:80x', undefined],
+    ['12.3.4.5"', undefined],
+    ['"12.3.4.5', undefined],
+    ['"1.2.3.45', undefined],
   ])('normalizeAddress(%s) → %s', (raw, expected) => {
     expect(normalizeAddress(raw)).toBe(expected);
   });
@@ -263,6 +272,36 @@ describe('trusted proxies and the client address', () => {
     expect(parseTrustedProxies('localhost').ok).toBe(false);
   });
 
+  it.each(['', '  ', 'none', ' none '])('reads %j as no trusted proxies', (text) =>
+    expect(parseTrustedProxies(text)).toEqual({ ok: true, value: [] }),
+  );
+
+  it('takes every prefix length up to the family width, with spaces around an entry', () => {
+    expect(parseTrustedProxies('10.0.0.0/16 , 192.0.2.1/32,fd00::/64, ::1/128')).toEqual({
+      ok: true,
+      value: ['10.0.0.0/16', '192.0.2.1/32', 'fd00::/64', '::1/128'],
+    });
+  });
+
+  it.each(['::/129', '10.0.0.0/8/9', '/8', 'a/10.0.0.0/8', '10.0.0.0/8x', '10.0.0.0/1234'])('refuses %j', (entry) => {
+    const parsed = parseTrustedProxies(`127.0.0.1, ${entry}`);
+    expect(parsed.ok).toBe(false);
+    expect(!parsed.ok && parsed.problem).toContain(JSON.stringify(entry));
+  });
+
+  it('trusts no one from an empty list, nor a peer whose address cannot be read', () => {
+    const empty = createTrustedProxies([]);
+    expect(empty.entries).toEqual([]);
+    expect(empty.isTrusted('127.0.0.1')).toBe(false);
+    const list = createTrustedProxies(['127.0.0.1', '::1']);
+    expect(list.entries).toEqual(['127.0.0.1', '::1']);
+    expect(list.isTrusted('garbage')).toBe(false);
+    expect(list.isTrusted('')).toBe(false);
+    // A socket that has no address any more (closed) is the client itself: its header is not read.
+    expect(clientAddressFrom(undefined, '6.6.6.6', list)).toBe('');
+    expect(clientAddressFrom('garbage', '6.6.6.6', list)).toBe('garbage');
+  });
+
   const trusted = createTrustedProxies(['127.0.0.1', '10.0.0.0/8', 'fd00::/8']);
   it.each([
     ['peer not trusted: headers ignored', '203.0.113.9', '1.2.3.4', [], '203.0.113.9'],
@@ -275,6 +314,8 @@ describe('trusted proxies and the client address', () => {
     ['trusted peer without header', '127.0.0.1', undefined, [], '127.0.0.1'],
     ['garbage stops at the proxy that passed it', '127.0.0.1', '198.51.100.7, garbage', [], '127.0.0.1'],
     ['repeated headers joined', '127.0.0.1', ['6.6.6.6', '198.51.100.8'], [], '198.51.100.8'],
+    // Empty list elements are no hops (RFC 9110, section 5.6.1).
+    ['empty elements skipped', '127.0.0.1', '198.51.100.7, , 10.1.2.3,', [], '198.51.100.7'],
     ['IPv6 trusted block', 'fd00::5', '2001:db8::9', [], '2001:db8::9'],
   ] as const)('%s', (_name, peer, xff, mode, expected) => {
     const list = mode === 'none' ? createTrustedProxies([]) : trusted;
@@ -488,6 +529,33 @@ describe('buildUpstreamHeaders', () => {
       'x-request-id',
       'x',
     ]);
+  });
+
+  it("does not reuse a connection's work once its TLS or the trusted list differs", () => {
+    const socket = {};
+    const input = (encrypted: boolean, trusted: ReturnType<typeof createTrustedProxies>) => ({
+      ...head(['Host', 'a.example', 'X-Forwarded-For', '198.51.100.7']),
+      remoteAddress: '10.0.0.5',
+      encrypted,
+      trusted,
+      requestId: 'r',
+    });
+    expect(buildUpstreamHeaders(input(false, none), socket)).toContain('for=10.0.0.5;proto=http;host=a.example');
+    expect(buildUpstreamHeaders(input(true, none), socket)).toContain('for=10.0.0.5;proto=https;host=a.example');
+    // A reloaded list that now trusts the peer extends its chain instead of replacing it.
+    const reloaded = createTrustedProxies(['10.0.0.0/8']);
+    expect(buildUpstreamHeaders(input(true, reloaded), socket)).toContain('198.51.100.7, 10.0.0.5');
+  });
+
+  it('quotes a Host that is no token in Forwarded, escaping quotes and backslashes', () => {
+    const out = buildUpstreamHeaders({
+      ...head(['Host', 'a"b\\c']),
+      remoteAddress: '10.0.0.5',
+      encrypted: false,
+      trusted: none,
+      requestId: 'r',
+    });
+    expect(out).toContain('for=10.0.0.5;proto=http;host="a\\"b\\\\c"');
   });
 
   it('strips hop-by-hop response headers and those Connection names, keeps duplicates and the byte semantics', () => {
