@@ -8,12 +8,31 @@ describe('normalizeSan', () => {
     ['uri:spiffe://example.org/ci', 'URI:spiffe://example.org/ci'],
     ['DNS:Builder.Example.org', 'DNS:builder.example.org'],
     ['builder.example.org', 'DNS:builder.example.org'],
+    ['  DNS:Builder.example.org  ', 'DNS:builder.example.org'],
+    // A bare URI whose path holds `DNS:` is still a URI: only a leading kind names the kind.
+    ['spiffe://example.org/DNS:x', 'URI:spiffe://example.org/DNS:x'],
+    ['https://example.org/URI:x', 'URI:https://example.org/URI:x'],
   ])('%s → %s', (input, expected) => expect(normalizeSan(input)).toBe(expected));
 
-  it.each([[''], ['DNS:bad name'], ['URI:has space'], ['DNS:'], [42], ['DNS:a\u0000b'], [`URI:${'x'.repeat(1100)}`]])(
-    'refuses %j',
-    (input) => expect(() => normalizeSan(input)).toThrow(expect.objectContaining({ code: 'invalid_request' })),
+  it.each([
+    [''],
+    ['DNS:bad name'],
+    ['URI:has space'],
+    ['DNS:'],
+    [42],
+    ['DNS:a\u0000b'],
+    [`URI:${'x'.repeat(1100)}`],
+    // A valid SAN at the end of a value that is not one is no SAN.
+    ['URI:a URI:spiffe://example.org/admin'],
+    ['DNS:a DNS:admin.example'],
+  ])('refuses %j', (input) =>
+    expect(() => normalizeSan(input)).toThrow(expect.objectContaining({ code: 'invalid_request' })),
   );
+
+  it('says what a SAN must be, and names the refused one', () => {
+    expect(() => normalizeSan('')).toThrow('san is required: URI:<uri> (e.g. a SPIFFE id) or DNS:<name>');
+    expect(() => normalizeSan('DNS:bad name')).toThrow('san "DNS:bad name" is neither URI:<uri> nor DNS:<name>');
+  });
 });
 
 describe('certificateSans', () => {
@@ -27,6 +46,9 @@ describe('certificateSans', () => {
     ],
     ['URI:"spiffe://example.org/a,b", DNS:x.example', ['URI:spiffe://example.org/a,b', 'DNS:x.example']],
     ['DNS:bad name, DNS:ok.example', ['DNS:ok.example']],
+    // A quoted value that is not a JSON string is skipped, not read raw.
+    ['URI:"spiffe://example.org/\\x", DNS:ok.example', ['DNS:ok.example']],
+    ['URI:"a" DNS:x, DNS:ok.example', ['DNS:ok.example']],
   ])('%j → %j', (input, expected) => expect(certificateSans(input)).toEqual(expected));
 });
 
