@@ -36,6 +36,8 @@ describe('Basic credentials', () => {
       `Basic ${Buffer.from(`u:${k.key}`).toString('base64')} extra`,
       `Basic !!${Buffer.from(`u:${k.key}`).toString('base64')}`,
       basic(`u:${'a'.repeat(400)}`),
+      `x${basic(`u:${k.key}`)}`,
+      `Bearer ${basic(`u:${k.key}`)}`,
     ]) {
       expect(parseAuthorization(bad), bad).toBeUndefined();
     }

@@ -1,5 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { generateKey, hashSecret, KEY_PATTERN, parseAuthorization, secretMatches } from './key-format.ts';
+import {
+  generateKey,
+  hashSecret,
+  KEY_PATTERN,
+  MAX_AUTHORIZATION_LENGTH,
+  parseAuthorization,
+  secretMatches,
+} from './key-format.ts';
 
 describe('API key format', () => {
   it('generates ark_<16 id chars>_<43 secret chars> with 256 random bits and distinct keys', () => {
@@ -30,9 +37,23 @@ describe('API key format', () => {
       `Bearer ${'a'.repeat(300)}`,
       ['Bearer', k.key],
       42,
+      `xBearer ${k.key}`,
+      `Bearer x${k.key}`,
+      `Bearer ${k.key.slice(0, 4)}x${k.key.slice(4)}`,
     ]) {
       expect(parseAuthorization(bad)).toBeUndefined();
     }
+    // Spaces around the key are allowed; a header past the length bound is refused unread.
+    expect(parseAuthorization(`Bearer   ${k.key}  `)).toEqual({ keyId: k.keyId, secret: k.secret });
+    const padded = (length: number) => `Bearer ${k.key}`.padEnd(length, ' ');
+    expect(parseAuthorization(padded(MAX_AUTHORIZATION_LENGTH))).toEqual({ keyId: k.keyId, secret: k.secret });
+    expect(parseAuthorization(padded(MAX_AUTHORIZATION_LENGTH + 1))).toBeUndefined();
+  });
+
+  it('draws key ids from the whole alphabet', () => {
+    const seen = new Set(Array.from({ length: 100 }, () => generateKey().keyId).join(''));
+    // 1,600 draws from 36 letters: each is missing with probability (35/36)^1600 < 1e-19.
+    expect(seen.size).toBe(36);
   });
 
   it('compares secrets against the stored digest', () => {
