@@ -61,4 +61,25 @@ describe('BoundedLru', () => {
     expect(lru.size).toBe(1);
     expect(new BoundedLru<string, number>({ maxEntries: 0, maxBytes: 100 }).set('x', 1, 1)).toBe(false);
   });
+
+  it('fills both bounds exactly before it evicts', () => {
+    const lru = new BoundedLru<string, number>({ maxEntries: 1, maxBytes: 100 });
+    expect(lru.set('whole', 1, 100)).toBe(true);
+    expect([lru.size, lru.bytes]).toEqual([1, 100]);
+    expect(lru.set('next', 2, 1)).toBe(true);
+    expect(lru.entries()).toEqual([['next', 2]]);
+    const two = new BoundedLru<string, number>({ maxEntries: 5, maxBytes: 100 });
+    two.set('a', 1, 60);
+    two.set('b', 2, 40);
+    expect([two.size, two.bytes]).toEqual([2, 100]);
+  });
+
+  it('answers whether a delete found the key', () => {
+    const lru = new BoundedLru<string, number>({ maxEntries: 5, maxBytes: 100 });
+    lru.set('a', 1, 1);
+    expect(lru.delete('b')).toBe(false);
+    expect(lru.delete('a')).toBe(true);
+    expect(lru.delete('a')).toBe(false);
+    expect([lru.size, lru.bytes]).toEqual([0, 0]);
+  });
 });

@@ -36,6 +36,7 @@ export class BoundedLru<K, V> {
   get(key: K): V | undefined {
     const slot = this.#map.get(key);
     if (slot === undefined) return undefined;
+    // Stryker disable next-line ConditionalExpression: equivalent: moving the newest entry to the end leaves the order as it is
     if (key !== this.#newest) {
       this.#map.delete(key);
       this.#map.set(key, slot);
@@ -81,6 +82,8 @@ export class BoundedLru<K, V> {
 
   #remove(key: K, slot: { value: V; bytes: number }): void {
     this.#map.delete(key);
+    // Only lets go of the key: a removed key comes back through set, which marks it newest again.
+    // Stryker disable next-line ConditionalExpression,EqualityOperator: equivalent (see above)
     if (key === this.#newest) this.#newest = undefined;
     this.#bytes -= slot.bytes;
     this.#onEvict?.(key, slot.value);

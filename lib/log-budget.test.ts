@@ -41,7 +41,34 @@ describe('LogBudget', () => {
     expect(budget.take('d', 0).write).toBe(false);
   });
 
-  it('refuses a budget of no lines', () => {
-    expect(() => new LogBudget({ linesPerInterval: 0, intervalMs: 1000 })).toThrow(RangeError);
+  it('keeps the budgets of the kinds it tracks once the table is full', () => {
+    const budget = new LogBudget({ linesPerInterval: 1, intervalMs: 1000, maxKinds: 2 });
+    budget.take('a', 0);
+    budget.take('b', 0);
+    expect(budget.take('c', 0).write).toBe(true);
+    // a and b still have their own windows, not the shared one c used up.
+    expect(budget.take('a', 1000).write).toBe(true);
+    expect(budget.take('b', 1000).write).toBe(true);
+    expect(budget.take('a', 1001).write).toBe(false);
+  });
+
+  it('starts a new interval when the clock goes back', () => {
+    const budget = new LogBudget({ linesPerInterval: 1, intervalMs: 1000 });
+    expect(budget.take('a', 5000).write).toBe(true);
+    expect(budget.take('a', 5001).write).toBe(false);
+    expect(budget.take('a', 4000)).toEqual({ write: true, suppressed: 1 });
+  });
+
+  it.each([
+    [0, 1000],
+    [0.5, 1000],
+    [Number.NaN, 1000],
+    [1, 0],
+    [1, -1],
+    [1, Number.NaN],
+  ])('refuses %d lines per %d ms', (linesPerInterval, intervalMs) => {
+    expect(() => new LogBudget({ linesPerInterval, intervalMs })).toThrow(
+      'LogBudget needs linesPerInterval >= 1 and intervalMs > 0',
+    );
   });
 });
