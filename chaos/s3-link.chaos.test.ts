@@ -13,6 +13,7 @@
  * The S3 server is the run's shared one of each kind, on a fresh bucket (test/support/shared-s3.ts):
  * it is never stopped, since other test files use it.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { randomContent, request, sha256 } from '../test/support/content.ts';
 import { runCli, startGateway } from '../test/support/gateway.ts';
@@ -53,7 +54,16 @@ describe.each(S3_STORE_KINDS)('the gateway↔S3 link on %s', (kind) => {
 
     await slow.remove();
     await setEnabled(s3.link, true);
-    const rest = await call(`${url}/content`, { key: s3.key, headers: { range: `bytes=${have}-` } });
+    const resume = () => call(`${url}/content`, { key: s3.key, headers: { range: `bytes=${have}-` } });
+    // Had the probes found the store unreachable while the link was down, the gateway answers 503
+    // `store_unreachable` with Retry-After until two probes pass (docs/router.md, "Store health"):
+    // a client retries, as this does.
+    let rest = await resume();
+    for (const deadline = Date.now() + 30_000; rest.status === 503 && Date.now() < deadline; rest = await resume()) {
+      expect(rest.code).toBe('store_unreachable');
+      expect(rest.headers['retry-after']).toBeDefined();
+      await sleep(200);
+    }
     expect(rest.status).toBe(206);
     expect(rest.headers['content-range']).toBe(`bytes ${have}-${file.length - 1}/${file.length}`);
     expect(sha256(Buffer.concat([download.received(), rest.body]))).toBe(sha256(file));
