@@ -9,7 +9,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { createLogger } from '../../proxy/server/logger.ts';
-import { systemClock } from '../clock.ts';
+import { type Clock, ManualClock, systemClock } from '../clock.ts';
 import { AdminStore } from './admin-store.ts';
 import { Authenticator } from './authenticator.ts';
 import { openPool, waitUntil } from '../../test/harness/index.ts';
@@ -35,7 +35,7 @@ function countingPool(): { pool: pg.Pool; lookups: () => number } {
 
 async function started(
   pool: pg.Pool,
-  options: { maxKnownKeys?: number; recheckBurst?: number; recheckPerSecond?: number } = {},
+  options: { maxKnownKeys?: number; recheckBurst?: number; recheckPerSecond?: number; clock?: Clock } = {},
 ): Promise<Authenticator> {
   const auth = new Authenticator({
     pool,
@@ -76,6 +76,19 @@ describe('negative cache of unknown key ids (real PostgreSQL)', () => {
     const auth = await started(pool);
     const fresh = await createServiceAccount(db.pool);
     expect((await auth.authenticate(`Bearer ${fresh.key}`)).id).toBe(fresh.principalId);
+  });
+
+  it('keeps its recheck allowance when an injected clock goes back', async () => {
+    const clock = new ManualClock(Date.now(), 1_000_000);
+    const auth = await started(countingPool().pool, { recheckBurst: 2, recheckPerSecond: 1, clock });
+    expect(auth.allowRecheck()).toBe(true);
+    // A test setting the wall clock to a past instant moves this clock back too: the token left
+    // stays (it was taken away, 10 s × 1/s, before; a pre-signed link's key then went unchecked).
+    clock.advance(-10_000);
+    expect(auth.allowRecheck()).toBe(true);
+    expect(auth.allowRecheck()).toBe(false);
+    clock.advance(1000);
+    expect(auth.allowRecheck()).toBe(true);
   });
 
   it('accepts a key created after start: creation moves the epoch and drops the set', async () => {

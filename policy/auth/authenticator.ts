@@ -201,9 +201,11 @@ export class Authenticator {
     const burst = this.#options.recheckBurst ?? 10;
     const rate = this.#options.recheckPerSecond ?? 5;
     const now = this.#options.clock.monotonicMs();
+    // A clock that went back (an injected one) credits nothing rather than taking tokens away.
+    const elapsedMs = Math.max(0, now - this.#recheckAtMs);
     const tokens = Number.isNaN(this.#recheckTokens)
       ? burst
-      : Math.min(burst, this.#recheckTokens + ((now - this.#recheckAtMs) / 1000) * rate);
+      : Math.min(burst, this.#recheckTokens + (elapsedMs / 1000) * rate);
     this.#recheckAtMs = now;
     if (tokens < 1) {
       this.#recheckTokens = tokens;
