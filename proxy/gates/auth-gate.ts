@@ -135,7 +135,7 @@ function certificatePrincipal(
 function sentInClear(ctx: RequestContext, trusted: TrustedProxies): boolean {
   const socket = ctx.req.socket as (typeof ctx.req.socket & { encrypted?: boolean }) | null;
   if (socket?.encrypted) return false;
-  const peer = normalizeAddress(socket?.remoteAddress ?? '') ?? '';
+  const peer = normalizeAddress(socket?.remoteAddress) ?? '';
   const proto = ctx.req.headers['x-forwarded-proto'];
   if (trusted.isTrusted(peer) && typeof proto === 'string')
     return proto.split(',').pop()?.trim().toLowerCase() !== 'https';

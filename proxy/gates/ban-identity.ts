@@ -34,7 +34,7 @@ function lastForwardedFor(headers: IncomingHttpHeaders): string | undefined {
   if (forwarded === undefined) return undefined;
   const nodes = [...forwarded.matchAll(/for=("[^"]*"|[^;,\s]+)/gi)];
   const last = nodes.at(-1)?.[1];
-  return last === undefined ? undefined : normalizeAddress(last);
+  return normalizeAddress(last);
 }
 
 /** What a peer address alone decides (its canonical text, trust, and its key as a direct client). */
@@ -45,7 +45,7 @@ interface Peer {
 }
 
 function peerOf(remoteAddress: string | undefined, trusted: TrustedProxies, ipv6PrefixLength: number): Peer {
-  const address = normalizeAddress(remoteAddress ?? '') ?? remoteAddress ?? '';
+  const address = normalizeAddress(remoteAddress) ?? remoteAddress ?? '';
   return {
     address,
     isTrusted: trusted.isTrusted(address),

@@ -25,9 +25,10 @@ export const LOOPBACK_PROXIES = ['127.0.0.1', '::1'] as const;
 /**
  * The canonical text of an address (lib/ip-address.ts: `::ffff:10.0.0.1` → `10.0.0.1`,
  * `2001:DB8:0::1` → `2001:db8::1`), also from `[::1]`, `[::1]:80`, `10.0.0.1:5000` or a quoted
- * `Forwarded` node; anything else → undefined.
+ * `Forwarded` node; anything else (no address at all included: a closed socket's) → undefined.
  */
-export function normalizeAddress(raw: string): string | undefined {
+export function normalizeAddress(raw: string | undefined): string | undefined {
+  if (raw === undefined) return undefined;
   let text = raw.trim();
   if (text.startsWith('"') && text.endsWith('"')) text = text.slice(1, -1);
   const bracketed = /^\[([^\]]+)\](?::\d+)?$/.exec(text);
@@ -99,7 +100,7 @@ export function clientAddressFrom(
   forwardedFor: string | string[] | undefined,
   trusted: TrustedProxies,
 ): string {
-  const peer = remoteAddress === undefined ? '' : (normalizeAddress(remoteAddress) ?? remoteAddress);
+  const peer = normalizeAddress(remoteAddress) ?? remoteAddress ?? '';
   if (!trusted.isTrusted(peer)) return peer;
   // Stryker disable next-line StringLiteral: equivalent: a hop that is no address stops the walk where no header would
   const hops = (headerText(forwardedFor) ?? '')
@@ -169,7 +170,7 @@ function hopFor(input: ForwardingInput, cache: HopCache | undefined): Hop {
     known.trusted === input.trusted
   )
     return known;
-  const peer = (input.remoteAddress === undefined ? undefined : normalizeAddress(input.remoteAddress)) ?? 'unknown';
+  const peer = normalizeAddress(input.remoteAddress) ?? 'unknown';
   const hop: Hop = {
     remoteAddress: input.remoteAddress,
     encrypted: input.encrypted,

@@ -347,6 +347,7 @@ describe('trusted proxies and the client address', () => {
     ['12.3.4.5"', undefined],
     ['"12.3.4.5', undefined],
     ['"1.2.3.45', undefined],
+    [undefined, undefined],
   ])('normalizeAddress(%s) → %s', (raw, expected) => {
     expect(normalizeAddress(raw)).toBe(expected);
   });
