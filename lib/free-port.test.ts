@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import { describe, expect, it } from 'vitest';
-import { freeLoopbackPort } from './free-port.ts';
+import { FETCH_BLOCKED_PORTS, freeLoopbackPort, usablePort } from './free-port.ts';
 
 const ephemeralLow = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
 
@@ -20,5 +20,18 @@ describe('freeLoopbackPort', () => {
   it('never gives a port it was told to avoid: with every port below the ephemeral range avoided, one from the range', async () => {
     const avoid = new Set(Array.from({ length: ephemeralLow - 10_000 }, (_, i) => 10_000 + i));
     for (let i = 0; i < 5; i++) expect(await freeLoopbackPort(avoid)).toBeGreaterThanOrEqual(ephemeralLow);
+  });
+
+  it('never gives a port fetch refuses (a gateway there could not be reached by fetch; a test run once got 10080)', async () => {
+    for (const port of FETCH_BLOCKED_PORTS) {
+      expect(usablePort(port, new Set())).toBe(false);
+      const refused = await fetch(`http://127.0.0.1:${port}/`).then(
+        () => undefined,
+        (err: Error) => (err.cause as Error | undefined)?.message,
+      );
+      expect(refused).toBe('bad port');
+    }
+    expect(usablePort(10081, new Set())).toBe(true);
+    expect(usablePort(10081, new Set([10081]))).toBe(false);
   });
 });

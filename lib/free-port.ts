@@ -6,23 +6,36 @@ import net from 'node:net';
 const FLOOR = 10_000;
 
 /**
+ * Ports fetch refuses to connect to ("bad ports", fetch.spec.whatwg.org/#port-blocking): a server
+ * there cannot be reached by fetch (Node's included) or a browser. Of the standard's list only 10080
+ * lies at or above FLOOR; undici keeps its copy of the list internal.
+ */
+export const FETCH_BLOCKED_PORTS: ReadonlySet<number> = new Set([10080]);
+
+/** Whether `port` may be handed out: not avoided, and reachable by fetch. */
+export function usablePort(port: number, avoid: ReadonlySet<number>): boolean {
+  return !avoid.has(port) && !FETCH_BLOCKED_PORTS.has(port);
+}
+
+/**
  * A port on 127.0.0.1 that nothing listens on, for a server started next. It is taken from below
  * the kernel's ephemeral range when that leaves room: a port from the range (what binding port 0
  * gives) can become the local port of any outgoing connection on the host before the server binds
  * it, and the server's listen then fails with EADDRINUSE. Falls back to the kernel's choice.
- * Never one of `avoid`: ports free now because their own server has not bound them yet.
+ * Never one of `avoid` (ports free now because their own server has not bound them yet), nor a
+ * port fetch refuses.
  */
 export async function freeLoopbackPort(avoid: ReadonlySet<number> = new Set()): Promise<number> {
   const low = ephemeralLow();
   for (let attempt = 0; low - FLOOR >= 1000 && attempt < 50; attempt++) {
     const candidate = FLOOR + Math.floor(Math.random() * (low - FLOOR));
-    if (avoid.has(candidate)) continue;
+    if (!usablePort(candidate, avoid)) continue;
     const port = await bindable(candidate);
     if (port !== undefined) return port;
   }
   for (let attempt = 0; attempt < 50; attempt++) {
     const port = await bindable(0);
-    if (port !== undefined && !avoid.has(port)) return port;
+    if (port !== undefined && usablePort(port, avoid)) return port;
   }
   throw new Error('no free loopback port');
 }
