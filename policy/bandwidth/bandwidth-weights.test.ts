@@ -395,6 +395,26 @@ describe('BandwidthGovernor shared ceilings (groups, repositories)', () => {
     expect(granted).toBeLessThanOrEqual(200_000 * 10 + QUANTUM);
   });
 
+  it('a take one of its buckets refuses spends nothing from the others', () => {
+    const { governor } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: MIB });
+    // Each order on new buckets: the principal's and the group's hold 104,857 bytes (their burst),
+    // the repository's 50,000; the clock stands still, so nothing refills.
+    for (const order of ['group first', 'repository first']) {
+      const group = { key: `group:${order}`, rateBytesPerSec: MIB };
+      const repo = { key: `repo:${order}`, rateBytesPerSec: 500_000 };
+      const through = governor.meter(order, 1, order === 'group first' ? [group, repo] : [repo, group]);
+      expect(through.quantumBytes).toBe(50_000);
+      expect(through.tryTake(50_000)).toBe(true);
+      // The repository is empty now: the take is refused whichever bucket comes first.
+      expect(through.tryTake(50_000)).toBe(false);
+      // The principal and the group still hold exactly what the first take left them.
+      const groupOnly = governor.meter(order, 1, [group]);
+      expect(groupOnly.tryTake(54_857)).toBe(true);
+      expect(groupOnly.tryTake(1)).toBe(false);
+      expect(governor.meter(`other ${order}`, 1, [repo]).tryTake(1)).toBe(false);
+    }
+  });
+
   it('a principal held back by its group never stops one in another group (no starvation across groups)', async () => {
     const { governor, timers, grants } = setup({ rateBytesPerSec: MIB, perPrincipalBytesPerSec: 0 });
     let running = true;

@@ -14,6 +14,7 @@ import {
   rerateBucket,
   rerateBucketSpec,
   spendInPlace,
+  takeInPlace,
   startBucket,
   takeTokens,
   toMicroBytes,
@@ -209,7 +210,7 @@ describe('token bucket', () => {
 describe('live buckets (refilled once, checked, then spent in place)', () => {
   const fields = (b: { microTokens: number; atUs: number }) => ({ microTokens: b.microTokens, atUs: b.atUs });
 
-  it('refilledHolds and spendInPlace equal refillBucket and takeTokens, to the micro-byte', () => {
+  it('refilledHolds and spendInPlace, and takeInPlace, equal refillBucket and takeTokens, to the micro-byte', () => {
     fc.assert(
       fc.property(
         fc.integer({ min: 1, max: TIB }),
@@ -221,6 +222,7 @@ describe('live buckets (refilled once, checked, then spent in place)', () => {
           const spec = createBucketSpec(rate, quantum);
           let state = startBucket(spec, 0);
           const live = liveBucket(spec, state);
+          const taken = liveBucket(spec, state);
           let us = 0;
           for (const [dtUs, want] of steps) {
             // A step back is a clock that went back: neither refills.
@@ -230,8 +232,10 @@ describe('live buckets (refilled once, checked, then spent in place)', () => {
             expect(refilledHolds(live, us, toMicroBytes(bytes))).toBe(next !== null);
             expect(fields(live)).toEqual(refillBucket(spec, state, us / 1000));
             if (next !== null) spendInPlace(live, toMicroBytes(bytes));
+            expect(takeInPlace(taken, us, toMicroBytes(bytes))).toBe(next !== null);
             state = next ?? refillBucket(spec, state, us / 1000);
             expect(fields(live)).toEqual(state);
+            expect(fields(taken)).toEqual(state);
           }
         },
       ),

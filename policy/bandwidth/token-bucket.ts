@@ -180,6 +180,23 @@ export function refilledHolds(bucket: LiveBucket, nowUs: number, microBytes: num
   return bucket.microTokens >= microBytes;
 }
 
+/** `refilledHolds`, then `spendInPlace` when it holds: true when the bytes were taken. */
+export function takeInPlace(bucket: LiveBucket, nowUs: number, microBytes: number): boolean {
+  const atUs = bucket.atUs;
+  let tokens = bucket.microTokens;
+  // Stryker disable next-line EqualityOperator: equivalent: at nowUs === atUs nothing has elapsed, so the credit below is 0
+  if (nowUs > atUs) {
+    tokens += Math.min((nowUs - atUs) * bucket.rateBytesPerSec, bucket.capacityMicro - tokens);
+    bucket.atUs = nowUs;
+  }
+  if (tokens < microBytes) {
+    bucket.microTokens = tokens;
+    return false;
+  }
+  bucket.microTokens = tokens - microBytes;
+  return true;
+}
+
 /** Removes `microBytes` from a bucket refilled up to now that holds them (`refilledHolds`). */
 export function spendInPlace(bucket: LiveBucket, microBytes: number): void {
   bucket.microTokens -= microBytes;
