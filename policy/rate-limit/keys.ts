@@ -33,6 +33,7 @@ const SPECIAL = /[%{}:,=#|]/;
 export function encodeValue(value: string | undefined): string {
   if (value === undefined) return UNKNOWN_VALUE;
   // A UTF-16 unit is at most 3 UTF-8 bytes, so short strings need no byte count.
+  // Stryker disable next-line ConditionalExpression,EqualityOperator: equivalent: the first test only skips counting the bytes of a value that cannot exceed the bound (length × 3 is never exactly 200)
   if (value.length * 3 > MAX_RAW_VALUE_BYTES && Buffer.byteLength(value, 'utf8') > MAX_RAW_VALUE_BYTES)
     return `#${createHash('sha256').update(value, 'utf8').digest('hex')}`;
   return SPECIAL.test(value) ? value.replace(/[%{}:,=#|]/g, (c) => ESCAPES[c]!) : value;
@@ -101,25 +102,35 @@ export class RuleKeyMemo {
     const c = rule.characteristics;
     // One characteristic (the usual rule): its raw value names the identifier; several: their
     // encoded values, which cannot contain the separator.
+    // Stryker disable ConditionalExpression: equivalent: the encoded form names one value as uniquely, it only costs more
     const id =
       c.length === 1 ? valueOf(identifier, c[0]!) : c.map((k) => encodeValue(valueOf(identifier, k))).join(',');
+    // Stryker restore ConditionalExpression
+    const distinct = rule.countDistinct !== undefined;
     if (id === undefined) {
       const base = counterBase(prefix, limiter, rule.name, c, identifier);
-      return { counterKey: counterKey(base, rule.countDistinct !== undefined, startMs), banKey: banKey(base) };
+      return { counterKey: counterKey(base, distinct, startMs), banKey: banKey(base) };
     }
     let memo = this.#byRule.get(rule);
     if (!memo) this.#byRule.set(rule, (memo = new Map()));
-    let keys = memo.get(id);
-    if (!keys) {
-      if (memo.size >= KEY_MEMO_MAX) memo.clear();
-      const base = counterBase(prefix, limiter, rule.name, c, identifier);
-      keys = { base, banKey: banKey(base), windowStartMs: Number.NaN, counterKey: '' };
-      memo.set(id, keys);
+    const known = memo.get(id);
+    if (known) {
+      // Stryker disable next-line ConditionalExpression: equivalent in value: the key built again is an equal string; the test keeps the window's one string object, which is what makes the memo pay
+      if (known.windowStartMs !== startMs) {
+        known.windowStartMs = startMs;
+        known.counterKey = counterKey(known.base, distinct, startMs);
+      }
+      return known;
     }
-    if (keys.windowStartMs !== startMs) {
-      keys.windowStartMs = startMs;
-      keys.counterKey = counterKey(keys.base, rule.countDistinct !== undefined, startMs);
-    }
+    if (memo.size >= KEY_MEMO_MAX) memo.clear();
+    const base = counterBase(prefix, limiter, rule.name, c, identifier);
+    const keys = {
+      base,
+      banKey: banKey(base),
+      windowStartMs: startMs,
+      counterKey: counterKey(base, distinct, startMs),
+    };
+    memo.set(id, keys);
     return keys;
   }
 }
