@@ -16,6 +16,7 @@ const IGNORED_NAMES: ReadonlySet<string> = new Set(CLIENT_VARIABLE_NAMES);
 
 /** Whether an ARKVORY_* name is read by something other than the server (the tests, the client). */
 function isOthersVariable(name: string): boolean {
+  // Stryker disable next-line MethodExpression: equivalent while there is one prefix (`every` = `some`)
   return IGNORED_NAMES.has(name) || IGNORED_PREFIXES.some((p) => name.startsWith(p));
 }
 
@@ -53,7 +54,8 @@ function parseValue(spec: VariableSpec, raw: string): { ok: true; value: string 
     case 'enum':
       return kind.values.includes(raw) ? { ok: true, value: raw } : { ok: false };
     case 'string':
-      return raw.length > 0 && !raw.includes('\0') ? { ok: true, value: raw } : { ok: false };
+      // Never empty here: an empty value means the default, and no default is empty.
+      return raw.includes('\0') ? { ok: false } : { ok: true, value: raw };
     case 'url': {
       try {
         const u = new URL(raw);
@@ -111,10 +113,7 @@ export class VariableValues {
         continue;
       }
       const text = raw === undefined || raw === '' ? spec.defaultValue : raw;
-      if (text === undefined) {
-        this.values.set(spec.name, undefined);
-        continue;
-      }
+      if (text === undefined) continue;
       const parsed = parseValue(spec, text);
       if (parsed.ok) this.values.set(spec.name, parsed.value);
       else {
