@@ -96,6 +96,11 @@ describe('planContentResponse', () => {
       'text/javascript',
       'application/pdf',
       'application/x-test',
+      // An inert type elsewhere than at the start, or run on into another token, is not that type.
+      'text/html; charset=text/plain',
+      'x-text/plain',
+      'text/plainx',
+      'image/pngx; q=1',
     ]) {
       expect(disposition(risky), risky).toBe('attachment');
     }
@@ -106,8 +111,34 @@ describe('planContentResponse', () => {
       'application/octet-stream',
       'image/png',
       'image/jpeg',
+      'TEXT/PLAIN',
+      'text/plain ; charset=utf-8',
+      'image/gif',
+      'image/webp',
+      'image/avif',
     ]) {
       expect(disposition(inert), inert).toBeUndefined();
     }
+  });
+
+  it('every answer says private, no-cache: a shared cache must ask again (the key may have lost its grant)', () => {
+    // A new entry object: its headers are built here, not taken from another test's answer.
+    const own = { ...entry };
+    for (const plan of [
+      planContentResponse(own, {}, 'B'),
+      planContentResponse(own, { range: 'bytes=0-1' }, 'B'),
+      planContentResponse(own, { range: 'bytes=0-1,5-6' }, 'B'),
+      planContentResponse(own, { range: 'bytes=1000-' }, 'B'),
+      planContentResponse(own, { ifNoneMatch: etag }, 'B'),
+    ])
+      expect(plan.headers['cache-control']).toBe('private, no-cache');
+  });
+
+  it("an entry's whole-body headers are built once and shared, not copied per request", () => {
+    const first = planContentResponse(entry, {}, 'B');
+    expect(planContentResponse(entry, {}, 'B').headers).toBe(first.headers);
+    expect(Object.isFrozen(first.headers)).toBe(true);
+    // A new entry object (another blob, or the same one read again from the catalog) gets its own.
+    expect(planContentResponse({ ...entry }, {}, 'B').headers).not.toBe(first.headers);
   });
 });
