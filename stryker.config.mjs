@@ -36,6 +36,7 @@ export default {
     'proxy/content/response.ts',
     'proxy/content/security.ts',
     'proxy/content/digest.ts',
+    'proxy/store-health/store-health.ts',
   ],
   testRunner: 'vitest',
   vitest: { configFile: 'vitest.mutation.config.ts', related: true },

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../../policy/clock.ts';
-import { StoreHealth, storeHealthBody, storeHealthOptions } from './store-health.ts';
+import { STORE_STATES, StoreHealth, storeHealthBody, storeHealthOptions } from './store-health.ts';
 import { probeStore } from './store-monitor.ts';
 import { storeFaultCode } from './tracked-store.ts';
 
@@ -102,8 +102,72 @@ describe('store health state machine', () => {
     ]);
   });
 
-  it('refuses fall or rise below 1', () => {
-    expect(() => new StoreHealth({ fall: 0, rise: 1, quietMs: 1 }, new ManualClock())).toThrow(RangeError);
+  it('refuses fall or rise below 1; 1 each is the most eager machine', () => {
+    for (const options of [
+      { fall: 0, rise: 1, quietMs: 1 },
+      { fall: 1, rise: 0, quietMs: 1 },
+    ])
+      expect(() => new StoreHealth(options, new ManualClock())).toThrow(
+        new RangeError('fall and rise must be at least 1'),
+      );
+    const health = new StoreHealth({ fall: 1, rise: 1, quietMs: 0 }, new ManualClock());
+    expect(health.recordProbe('upstream_timeout')?.to).toBe('unreachable');
+    expect(health.recordProbe(undefined)?.to).toBe('degraded');
+    expect(health.recordProbe(undefined)?.to).toBe('ok');
+  });
+
+  it('each transition names what caused it, and a failure while unreachable moves nothing', () => {
+    const { health } = fresh();
+    const causes: string[] = [];
+    health.onTransition((t) => causes.push(`${t.from}>${t.to} by ${t.cause}`));
+    health.recordProbe('upstream_timeout');
+    health.recordRequest('upstream_unreachable');
+    expect(health.isUnreachable).toBe(true);
+    // More failures of either kind while unreachable: no transition, the count goes on.
+    expect(health.recordRequest('upstream_unreachable')).toBeUndefined();
+    expect(health.recordProbe('upstream_timeout')).toBeUndefined();
+    expect(health.snapshot().failuresInARow).toBe(4);
+    // A call that slipped through while unreachable proves little: the count stays.
+    expect(health.recordRequest(undefined)).toBeUndefined();
+    expect(health.snapshot().failuresInARow).toBe(4);
+    expect(health.isUnreachable).toBe(true);
+    health.recordProbe(undefined);
+    expect(health.snapshot().failuresInARow).toBe(0);
+    health.recordProbe(undefined);
+    expect(health.isUnreachable).toBe(false);
+    expect(causes).toEqual([
+      'ok>degraded by probe',
+      'degraded>unreachable by request',
+      'unreachable>degraded by probe',
+    ]);
+    // From ok, a failed call degrades by request.
+    const other = fresh();
+    expect(other.health.recordRequest('upstream_timeout')).toMatchObject({
+      from: 'ok',
+      to: 'degraded',
+      cause: 'request',
+    });
+  });
+
+  it('tells its failure listeners of every failure, probe or call, unreachable or not', () => {
+    const { health } = fresh();
+    const seen: string[] = [];
+    health.onFailure((source, code) => seen.push(`${source}:${code}`));
+    health.recordProbe('upstream_timeout');
+    health.recordRequest(undefined);
+    health.recordRequest('upstream_unreachable');
+    health.recordRequest('upstream_unreachable');
+    health.recordProbe('storage_mismatch');
+    expect(seen).toEqual([
+      'probe:upstream_timeout',
+      'request:upstream_unreachable',
+      'request:upstream_unreachable',
+      'probe:storage_mismatch',
+    ]);
+  });
+
+  it('the states a metric labels, in order', () => {
+    expect(STORE_STATES).toEqual(['ok', 'degraded', 'unreachable']);
   });
 });
 
