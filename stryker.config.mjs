@@ -37,6 +37,7 @@ export default {
     'proxy/content/security.ts',
     'proxy/content/digest.ts',
     'proxy/store-health/store-health.ts',
+    'policy/rate-limit/rules-answer.ts',
   ],
   testRunner: 'vitest',
   vitest: { configFile: 'vitest.mutation.config.ts', related: true },
