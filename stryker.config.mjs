@@ -38,6 +38,7 @@ export default {
     'proxy/content/digest.ts',
     'proxy/store-health/store-health.ts',
     'policy/rate-limit/rules-answer.ts',
+    'policy/rate-limit/document-changes.ts',
   ],
   testRunner: 'vitest',
   vitest: { configFile: 'vitest.mutation.config.ts', related: true },
