@@ -7,13 +7,14 @@ import {
   type LiveBucket,
   createBucketSpec,
   liveBucket,
+  msUntilHeld,
   msUntilTokens,
   quantumBytesFor,
   refilledHolds,
   rerateBucket,
   rerateBucketSpec,
   spendInPlace,
-  takeInPlace,
+  takeEachInPlace,
   startBucket,
   toMicroBytes,
   toMicros,
@@ -152,7 +153,8 @@ interface Waiter {
   /** Its stream's start tag when it began to wait: its place in the principal's queue. */
   readonly key: number;
   readonly meter: MeterState;
-  readonly ceilings: readonly CeilingState[];
+  /** Its buckets other than the global one (`#bucketsOf`). */
+  readonly buckets: readonly LiveBucket[];
   readonly bytes: number;
   readonly resolve: () => void;
   readonly reject: (err: unknown) => void;
@@ -264,8 +266,19 @@ export class BandwidthGovernor {
       this.quantumBytes,
       quantumBytesFor(ceilings.map((c) => checkCeiling(c).rateBytesPerSec)),
     );
-    const through = ceilings.map((c) => this.#ceilingFor(c, quantumBytes));
+    const through = ceilings.map((c) => this.#ceilingFor(c, quantumBytes).bucket);
     state.quantumBytes = quantumBytes;
+    // The take's buckets other than the global one, made anew only when the principal's state is.
+    let bucketsFor: PrincipalState | null = null;
+    let buckets = through;
+    const bucketsOf = (principal: PrincipalState): readonly LiveBucket[] => {
+      // Stryker disable next-line ConditionalExpression: equivalent: building the list on every take gives the same list; the check only spares the array
+      if (principal !== bucketsFor) {
+        bucketsFor = principal;
+        buckets = principal.bucket === null ? through : [principal.bucket, ...through];
+      }
+      return buckets;
+    };
     return {
       quantumBytes,
       // The state is looked up per take: an idle stream's state may have been evicted (its bucket
@@ -277,12 +290,15 @@ export class BandwidthGovernor {
         } catch (err) {
           return Promise.reject(err);
         }
-        return this.#take(principal, state, through, quantumBytes, bytes, signal);
+        return this.#take(principal, state, bucketsOf(principal), quantumBytes, bytes, signal);
       },
       tryTake: (bytes) => {
         if (this.#refusal(state, quantumBytes, bytes, undefined) !== null) return false;
         const principal = this.#principals.get(principalId);
-        return principal !== undefined && this.#grantNow(principal, state, through, bytes, this.#clock.monotonicMs());
+        return (
+          principal !== undefined &&
+          this.#grantNow(principal, state, bucketsOf(principal), bytes, this.#clock.monotonicMs())
+        );
       },
     };
   }
@@ -304,7 +320,8 @@ export class BandwidthGovernor {
       this.#ceilings.set(ceiling.key, made);
       return made;
     }
-    known.bucket = liveBucket(spec, rerateBucket(known.spec, spec, known.bucket, nowMs));
+    // In place: the meters through it hold this bucket.
+    Object.assign(known.bucket, liveBucket(spec, rerateBucket(known.spec, spec, known.bucket, nowMs)));
     known.spec = spec;
     known.maxQuantum = maxQuantum;
     return known;
@@ -453,7 +470,7 @@ export class BandwidthGovernor {
   #take(
     principal: PrincipalState,
     meter: MeterState,
-    ceilings: readonly CeilingState[],
+    buckets: readonly LiveBucket[],
     quantumBytes: number,
     bytes: number,
     signal: AbortSignal | undefined,
@@ -461,7 +478,7 @@ export class BandwidthGovernor {
     const refused = this.#refuse(meter, quantumBytes, bytes, signal);
     if (refused) return refused;
     const nowMs = this.#clock.monotonicMs();
-    if (this.#grantNow(principal, meter, ceilings, bytes, nowMs)) return RESOLVED;
+    if (this.#grantNow(principal, meter, buckets, bytes, nowMs)) return RESOLVED;
     if (this.#waiting >= this.#maxWaiting) {
       this.#rejectedBusy++;
       return Promise.reject(
@@ -475,7 +492,7 @@ export class BandwidthGovernor {
         principal,
         key: Math.max(principal.streamTime, meter.finishTag),
         meter,
-        ceilings,
+        buckets,
         bytes,
         resolve,
         reject,
@@ -504,7 +521,7 @@ export class BandwidthGovernor {
   #grantNow(
     principal: PrincipalState,
     meter: MeterState,
-    ceilings: readonly CeilingState[],
+    buckets: readonly LiveBucket[],
     bytes: number,
     nowMs: number,
   ): boolean {
@@ -517,7 +534,7 @@ export class BandwidthGovernor {
       principal.queue.length > 0 ||
       (reserved !== null && this.#startTag(principal) >= this.#startTag(reserved)) ||
       !this.#globalHas(bytes + this.#headroomFor(principal, nowMs), nowMs) ||
-      !this.#takeOwn(principal, ceilings, bytes, nowMs)
+      !takeEachInPlace(buckets, toMicros(nowMs), toMicroBytes(bytes))
     )
       return false;
     // A reserved take's wake-up may now be early: it then finds too few tokens and re-arms.
@@ -546,23 +563,23 @@ export class BandwidthGovernor {
   }
 
   /**
-   * The buckets of the take other than the global one: the principal's and its shared ceilings'.
-   * Each checked bucket is kept refilled up to `nowMs`, so `#grant` at the same instant only spends.
+   * Whether each of a take's buckets other than the global one holds `bytes`. Each checked bucket is
+   * kept refilled up to `nowMs`, so `#grant` at the same instant only spends.
    */
-  #ownHas(principal: PrincipalState, ceilings: readonly CeilingState[], bytes: number, nowMs: number): boolean {
+  #ownHas(buckets: readonly LiveBucket[], bytes: number, nowMs: number): boolean {
     const nowUs = toMicros(nowMs);
     const microBytes = toMicroBytes(bytes);
-    if (this.#principalSpec !== null && !refilledHolds(principal.bucket!, nowUs, microBytes)) return false;
-    for (const c of ceilings) if (!refilledHolds(c.bucket, nowUs, microBytes)) return false;
+    for (const b of buckets) if (!refilledHolds(b, nowUs, microBytes)) return false;
     return true;
   }
 
-  /** Milliseconds until the head take of a waiting principal has its own and ceiling bytes. */
+  /** Milliseconds until the head take of a waiting principal has the bytes of its own buckets. */
   #msUntilOwn(principal: PrincipalState, nowMs: number): number {
     const head = principal.queue[0]!;
-    let waitMs =
-      this.#principalSpec === null ? 0 : msUntilTokens(this.#principalSpec, principal.bucket!, head.bytes, nowMs);
-    for (const c of head.ceilings) waitMs = Math.max(waitMs, msUntilTokens(c.spec, c.bucket, head.bytes, nowMs));
+    const nowUs = toMicros(nowMs);
+    const microBytes = toMicroBytes(head.bytes);
+    let waitMs = 0;
+    for (const b of head.buckets) waitMs = Math.max(waitMs, msUntilHeld(b, nowUs, microBytes));
     return waitMs;
   }
 
@@ -578,35 +595,13 @@ export class BandwidthGovernor {
   #grant(
     principal: PrincipalState,
     meter: MeterState,
-    ceilings: readonly CeilingState[],
+    buckets: readonly LiveBucket[],
     bytes: number,
     nowMs: number,
   ): void {
     const microBytes = toMicroBytes(bytes);
-    if (this.#principalSpec) spendInPlace(principal.bucket!, microBytes);
-    for (const c of ceilings) spendInPlace(c.bucket, microBytes);
+    for (const b of buckets) spendInPlace(b, microBytes);
     this.#account(principal, meter, bytes, nowMs);
-  }
-
-  /**
-   * The principal's and its ceilings' buckets refilled up to `nowMs`, and `bytes` spent from each when
-   * all hold them; false (nothing spent) when one does not. One pass over the buckets: this is the
-   * fast path of every take that passes at once.
-   */
-  #takeOwn(principal: PrincipalState, ceilings: readonly CeilingState[], bytes: number, nowMs: number): boolean {
-    const nowUs = toMicros(nowMs);
-    const microBytes = toMicroBytes(bytes);
-    // Null exactly when the per-principal ceiling is off.
-    const own = principal.bucket;
-    if (own !== null && !takeInPlace(own, nowUs, microBytes)) return false;
-    for (let i = 0; i < ceilings.length; i++) {
-      if (takeInPlace(ceilings[i]!.bucket, nowUs, microBytes)) continue;
-      // Give back what this take spent: refilled to the same instant, so every bucket is as if only refilled.
-      for (let j = 0; j < i; j++) ceilings[j]!.bucket.microTokens += microBytes;
-      if (own !== null) own.microTokens += microBytes;
-      return false;
-    }
-    return true;
   }
 
   /** A grant's bookkeeping besides the principal's and ceilings' buckets: tags, the global bucket, counts. */
@@ -687,7 +682,7 @@ export class BandwidthGovernor {
       }
       next.queue.shift();
       this.#settle(head);
-      this.#grant(next, head.meter, head.ceilings, head.bytes, nowMs);
+      this.#grant(next, head.meter, head.buckets, head.bytes, nowMs);
       // Behind those of equal start tag, as a round-robin turn would be.
       this.#ring.splice(this.#ring.indexOf(next), 1);
       if (next.queue.length > 0) this.#ring.push(next);
@@ -704,7 +699,7 @@ export class BandwidthGovernor {
     for (const principal of this.#ring) {
       const tag = this.#startTag(principal);
       const head = principal.queue[0]!;
-      if (tag >= bestTag || !this.#ownHas(principal, head.ceilings, head.bytes, nowMs)) continue;
+      if (tag >= bestTag || !this.#ownHas(head.buckets, head.bytes, nowMs)) continue;
       best = principal;
       bestTag = tag;
     }

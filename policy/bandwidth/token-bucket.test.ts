@@ -7,6 +7,7 @@ import {
   hasTokens,
   liveBucket,
   MIB,
+  msUntilHeld,
   msUntilTokens,
   quantumBytesFor,
   refillBucket,
@@ -14,8 +15,8 @@ import {
   rerateBucket,
   rerateBucketSpec,
   spendInPlace,
-  takeInPlace,
   startBucket,
+  takeEachInPlace,
   takeTokens,
   toMicroBytes,
   toMicros,
@@ -210,7 +211,7 @@ describe('token bucket', () => {
 describe('live buckets (refilled once, checked, then spent in place)', () => {
   const fields = (b: { microTokens: number; atUs: number }) => ({ microTokens: b.microTokens, atUs: b.atUs });
 
-  it('refilledHolds and spendInPlace, and takeInPlace, equal refillBucket and takeTokens, to the micro-byte', () => {
+  it('refilledHolds and spendInPlace, takeEachInPlace and msUntilHeld equal refillBucket, takeTokens and msUntilTokens, to the micro-byte', () => {
     fc.assert(
       fc.property(
         fc.integer({ min: 1, max: TIB }),
@@ -227,12 +228,16 @@ describe('live buckets (refilled once, checked, then spent in place)', () => {
           for (const [dtUs, want] of steps) {
             // A step back is a clock that went back: neither refills.
             us += dtUs;
+            // Now and then more than the bucket can ever hold (Infinity).
+            expect(msUntilHeld(liveBucket(spec, state), us, toMicroBytes(want))).toBe(
+              msUntilTokens(spec, state, want, us / 1000),
+            );
             const bytes = Math.min(want, quantum);
             const next = takeTokens(spec, state, bytes, us / 1000);
             expect(refilledHolds(live, us, toMicroBytes(bytes))).toBe(next !== null);
             expect(fields(live)).toEqual(refillBucket(spec, state, us / 1000));
             if (next !== null) spendInPlace(live, toMicroBytes(bytes));
-            expect(takeInPlace(taken, us, toMicroBytes(bytes))).toBe(next !== null);
+            expect(takeEachInPlace([taken], us, toMicroBytes(bytes))).toBe(next !== null);
             state = next ?? refillBucket(spec, state, us / 1000);
             expect(fields(live)).toEqual(state);
             expect(fields(taken)).toEqual(state);
@@ -271,6 +276,51 @@ describe('live buckets (refilled once, checked, then spent in place)', () => {
     spendInPlace(live, toMicroBytes(50));
     expect(refilledHolds(live, 5_000_000, 0)).toBe(true);
     expect(fields(live)).toEqual({ microTokens: 50_000_000, atUs: 10_000_000 });
+  });
+});
+
+describe('takeEachInPlace (every bucket of a take, all or none)', () => {
+  const fields = (b: { microTokens: number; atUs: number }) => ({ microTokens: b.microTokens, atUs: b.atUs });
+
+  it('takes from every bucket when each holds the bytes, else leaves each as only refilled', () => {
+    fc.assert(
+      fc.property(
+        fc.array(
+          fc.record({
+            rate: fc.integer({ min: 1, max: 10_000_000 }),
+            tokens: fc.integer({ min: 0, max: 65_536 }),
+            atUs: fc.integer({ min: 0, max: 2_000 }),
+          }),
+          { maxLength: 5 },
+        ),
+        fc.integer({ min: 0, max: 2_000 }),
+        fc.integer({ min: 0, max: 65_536 }),
+        (shapes, nowUs, bytes) => {
+          const spec = (rate: number) => createBucketSpec(rate, quantumBytesFor([rate]));
+          const make = () =>
+            shapes.map(({ rate, tokens, atUs }) => liveBucket(spec(rate), { microTokens: toMicroBytes(tokens), atUs }));
+          const buckets = make();
+          // Refilled up to the first that falls short (those after it are left as they were: a
+          // later refill credits them the same), then spent from when none did.
+          const expected = make();
+          const taken = takeEachInPlace(buckets, nowUs, toMicroBytes(bytes));
+          expect(taken).toBe(expected.every((b) => refilledHolds(b, nowUs, toMicroBytes(bytes))));
+          if (taken) for (const b of expected) spendInPlace(b, toMicroBytes(bytes));
+          expect(buckets.map(fields)).toEqual(expected.map(fields));
+        },
+      ),
+      { numRuns: 500 },
+    );
+  });
+
+  it('gives back to the buckets before the one that falls short, and never touches those after it', () => {
+    const spec = createBucketSpec(1000, 100);
+    const buckets = [50, 50, 10, 50].map((bytes) => liveBucket(spec, { microTokens: toMicroBytes(bytes), atUs: 0 }));
+    expect(takeEachInPlace(buckets, 0, toMicroBytes(20))).toBe(false);
+    expect(buckets.map((b) => b.microTokens)).toEqual([50, 50, 10, 50].map(toMicroBytes));
+    expect(takeEachInPlace(buckets, 0, toMicroBytes(10))).toBe(true);
+    expect(buckets.map((b) => b.microTokens)).toEqual([40, 40, 0, 40].map(toMicroBytes));
+    expect(takeEachInPlace([], 0, toMicroBytes(10))).toBe(true);
   });
 });
 
