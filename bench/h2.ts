@@ -11,13 +11,17 @@
  *
  *   node bench/h2.ts [--rounds 5] [--seconds 5] [--database-url postgres://…]
  *                    [--only 'gateway h2'] [--profile-dir DIR] [--node-options='--heap-prof …']
- *                    [--compare-root DIR]
+ *                    [--compare-root DIR] [--workers N]
  *
- * `--only` runs the named targets alone (comma-separated); `--profile-dir` runs the gateway with
+ * `--only` runs the named targets alone (comma-separated); it may also name the floors
+ * `node:http2 from memory (compat)` and `node:http2 from memory (stream)`: node:http2 answering the
+ * same bytes from memory through its compatibility or stream API, the least any server on it costs
+ * per request (run only when named). `--profile-dir` runs the gateway with
  * `--cpu-prof` into DIR (summarise with bench/cpu-profile-summary.ts); `--node-options` adds
  * options to the gateway's NODE_OPTIONS; `--compare-root` adds the gateway of another checkout
  * (the code before a change, say) as `gateway h2 (compare)` and `gateway h1 (TLS) (compare)`, in
- * the same interleaved rounds, and prints this checkout's ratios to it.
+ * the same interleaved rounds, and prints this checkout's ratios to it. `--workers` runs the
+ * gateways with `ARKVORY_WORKERS` N (CPU time is then the primary's and its workers' together).
  *
  * Needs h2load (Debian: nghttp2-client) and redis-server; PostgreSQL is embedded unless given.
  */
@@ -46,25 +50,38 @@ const args = benchArgs(
     rounds: '5',
     seconds: '5',
     'node-options': '',
+    workers: '1',
   },
-  ['database-url', 'serve', 'port', 'cert', 'key', 'only', 'profile-dir', 'compare-root'],
+  ['database-url', 'serve', 'from-memory', 'port', 'cert', 'key', 'only', 'profile-dir', 'compare-root'],
 );
 
 /** h2load's warm-up, not counted in its figures (nor in the CPU time). */
 const WARM_UP_MS = 1000;
 
 if (args.serve) {
-  // Child: the bare node:http2 file server, until killed.
+  // Child: a bare node:http2 server, until killed: the file server (the peer), or with `--from-memory`
+  // one answering the file's bytes from memory through the compatibility API or the stream API.
   const file = args.serve;
   const server = http2.createSecureServer({
     cert: readFileSync(args.cert!),
     key: readFileSync(args.key!),
     allowHTTP1: true,
   });
-  server.on('stream', (stream) => {
-    stream.on('error', () => {});
-    stream.respondWithFile(file, { 'content-type': 'application/octet-stream' });
-  });
+  const body = readFileSync(file);
+  const head = { 'content-type': 'application/octet-stream', 'content-length': body.length };
+  if (args['from-memory'] === 'compat')
+    server.on('request', (_req, res) => {
+      res.writeHead(200, head);
+      res.end(body);
+    });
+  else
+    server.on('stream', (stream) => {
+      stream.on('error', () => {});
+      if (args['from-memory'] === 'stream') {
+        stream.respond({ ':status': 200, ...head });
+        stream.end(body);
+      } else stream.respondWithFile(file, { 'content-type': 'application/octet-stream' });
+    });
   server.listen(Number(args.port), '127.0.0.1', () => process.stdout.write('ready\n'));
 } else {
   await main();
@@ -76,12 +93,20 @@ interface Target {
   h2loadArgs: string[];
   /** The gateway process measured; the bare server's is its run's own. */
   pid?: number;
+  /** A bare node:http2 server started for each run: the file server, or one answering from memory. */
+  bare?: 'file' | 'compat' | 'stream';
 }
 
 /** CPU time (user + system) a process has used so far, in ms (Linux /proc; clock ticks of 10 ms). */
-function cpuMsOf(pid: number): number {
+function ownCpuMsOf(pid: number): number {
   const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
   return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
+/** CPU time of a process and its children (a gateway's workers), in ms. */
+function cpuMsOf(pid: number): number {
+  const children = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').split(' ').filter(Boolean);
+  return ownCpuMsOf(pid) + children.reduce((sum, child) => sum + ownCpuMsOf(Number(child)), 0);
 }
 
 /** The main thread's time waiting for a core while runnable, in ms (/proc schedstat): the machine's other load. */
@@ -160,6 +185,7 @@ async function main(): Promise<void> {
           ARKVORY_MAX_DOWNLOADS: '512',
           ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '512',
           ARKVORY_ADMISSION_QUEUE_LENGTH: '1024',
+          ARKVORY_WORKERS: args.workers,
           NODE_OPTIONS: [
             '--max-semi-space-size=4',
             args['profile-dir'] ? `--cpu-prof --cpu-prof-dir=${args['profile-dir']}` : '',
@@ -196,13 +222,14 @@ async function main(): Promise<void> {
     const compared = args['compare-root'] ? await startGateway(' (compare)', args['compare-root']) : undefined;
 
     const barePort = await freeLoopbackPort();
-    const startBare = async () => {
+    const startBare = async (kind: 'file' | 'compat' | 'stream') => {
       const bare = startProcess(
         process.execPath,
         [
           path.join(REPO_ROOT, 'bench/h2.ts'),
           '--serve',
           file,
+          ...(kind === 'file' ? [] : ['--from-memory', kind]),
           '--port',
           String(barePort),
           '--cert',
@@ -210,7 +237,7 @@ async function main(): Promise<void> {
           '--key',
           cert.keyFile,
         ],
-        { name: 'bare node:http2' },
+        { name: `bare node:http2 (${kind})` },
       );
       await waitUntil(() => bare.stdout().includes('ready'), { timeoutMs: 10_000, what: 'the bare server' });
       return bare;
@@ -231,16 +258,28 @@ async function main(): Promise<void> {
     };
     const allTargets: Target[] = [
       ...gatewayTargets('', own, own.gateway.child.pid!),
-      { name: 'bare node:http2', url: `https://127.0.0.1:${barePort}/small.bin`, h2loadArgs: ['-c16', '-m16'] },
+      {
+        name: 'bare node:http2',
+        url: `https://127.0.0.1:${barePort}/small.bin`,
+        h2loadArgs: ['-c16', '-m16'],
+        bare: 'file',
+      },
       ...(compared ? gatewayTargets(' (compare)', compared, compared.gateway.child.pid!) : []),
     ];
+    // Run only when named: what node:http2 costs per request before a server does anything of its own.
+    const floors: Target[] = (['compat', 'stream'] as const).map((kind) => ({
+      name: `node:http2 from memory (${kind})`,
+      url: `https://127.0.0.1:${barePort}/small.bin`,
+      h2loadArgs: ['-c16', '-m16'],
+      bare: kind,
+    }));
     const only = args.only?.split(',');
-    const targets = only ? allTargets.filter((t) => only.includes(t.name)) : allTargets;
+    const targets = only ? [...allTargets, ...floors].filter((t) => only.includes(t.name)) : allTargets;
     const figures = new Map<string, RunFigures[]>(targets.map((t) => [t.name, []]));
     for (let round = 0; round < rounds; round++) {
       for (let i = 0; i < targets.length; i++) {
         const target = targets[(round + i) % targets.length]!;
-        const bare = target.name === 'bare node:http2' ? await startBare() : undefined;
+        const bare = target.bare ? await startBare(target.bare) : undefined;
         const pid = bare ? bare.child.pid! : target.pid!;
         const run = await h2load(target, seconds, pid).finally(() => bare?.stop('SIGKILL'));
         figures.get(target.name)!.push(run);
@@ -251,7 +290,9 @@ async function main(): Promise<void> {
     }
     const med = (name: string) => median(figures.get(name)!.map((f) => f.rps));
     const medCpu = (name: string) => median(figures.get(name)!.map((f) => f.cpuUsPerRequest));
-    console.log(`4 KiB GET over TLS, h2load, ${rounds} interleaved rounds of ${seconds} s, medians`);
+    console.log(
+      `4 KiB GET over TLS, h2load, ${rounds} interleaved rounds of ${seconds} s, medians; gateway workers: ${args.workers}`,
+    );
     console.log(`| server | req/s | server CPU µs/request |`);
     console.log(`| --- | ---: | ---: |`);
     for (const t of targets)
