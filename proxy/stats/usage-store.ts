@@ -1,5 +1,5 @@
 /**
- * Usage statistics in PostgreSQL (migrations/0041): a batch added in one statement per table
+ * Usage statistics in PostgreSQL (migrations/0041): a batch added to both tables in one statement
  * (sums across gateways: ON CONFLICT adds), and the reads behind the admin API and `arkvory stats`.
  */
 import type pg from 'pg';
@@ -7,48 +7,49 @@ import type { UsageBatch } from './usage-tally.ts';
 
 type Queryable = Pick<pg.Pool, 'query'>;
 
-/** Adds a drained batch to the tables. */
+/**
+ * Adds a drained batch to both tables in one statement: it is added whole or not at all, so a failed
+ * flush can keep the batch for the next one without counting any part twice, and a reader never sees
+ * a batch's downloads without its requests.
+ */
 export async function addUsage(db: Queryable, batch: UsageBatch): Promise<void> {
   const a = batch.artifacts;
-  if (a.length)
-    await db.query(
-      `INSERT INTO arkvory_usage_artifacts AS u (repository, kind, name, version, asset, downloads, bytes, last_downloaded_at, last_downloader)
+  const p = batch.principalDays;
+  if (a.length === 0 && p.length === 0) return;
+  await db.query(
+    `WITH artifacts AS (
+       INSERT INTO arkvory_usage_artifacts AS u (repository, kind, name, version, asset, downloads, bytes, last_downloaded_at, last_downloader)
        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::timestamptz[], $9::uuid[])
        ON CONFLICT (repository, kind, name, version, asset) DO UPDATE SET
          downloads = u.downloads + EXCLUDED.downloads,
          bytes = u.bytes + EXCLUDED.bytes,
          last_downloader = CASE WHEN EXCLUDED.last_downloaded_at >= u.last_downloaded_at
                                 THEN EXCLUDED.last_downloader ELSE u.last_downloader END,
-         last_downloaded_at = greatest(u.last_downloaded_at, EXCLUDED.last_downloaded_at)`,
-      [
-        a.map((r) => r.key.repository),
-        a.map((r) => r.key.kind),
-        a.map((r) => r.key.name),
-        a.map((r) => r.key.version),
-        a.map((r) => r.key.asset),
-        a.map((r) => r.downloads),
-        a.map((r) => r.bytes),
-        a.map((r) => new Date(r.lastAtMs)),
-        a.map((r) => r.lastDownloader),
-      ],
-    );
-  const p = batch.principalDays;
-  if (p.length)
-    await db.query(
-      `INSERT INTO arkvory_usage_principal_days AS u (principal_id, day, requests, bytes_down, bytes_up)
-       SELECT * FROM unnest($1::uuid[], $2::date[], $3::bigint[], $4::bigint[], $5::bigint[])
-       ON CONFLICT (principal_id, day) DO UPDATE SET
-         requests = u.requests + EXCLUDED.requests,
-         bytes_down = u.bytes_down + EXCLUDED.bytes_down,
-         bytes_up = u.bytes_up + EXCLUDED.bytes_up`,
-      [
-        p.map((r) => r.principalId),
-        p.map((r) => r.day),
-        p.map((r) => r.requests),
-        p.map((r) => r.bytesDown),
-        p.map((r) => r.bytesUp),
-      ],
-    );
+         last_downloaded_at = greatest(u.last_downloaded_at, EXCLUDED.last_downloaded_at)
+     )
+     INSERT INTO arkvory_usage_principal_days AS u (principal_id, day, requests, bytes_down, bytes_up)
+     SELECT * FROM unnest($10::uuid[], $11::date[], $12::bigint[], $13::bigint[], $14::bigint[])
+     ON CONFLICT (principal_id, day) DO UPDATE SET
+       requests = u.requests + EXCLUDED.requests,
+       bytes_down = u.bytes_down + EXCLUDED.bytes_down,
+       bytes_up = u.bytes_up + EXCLUDED.bytes_up`,
+    [
+      a.map((r) => r.key.repository),
+      a.map((r) => r.key.kind),
+      a.map((r) => r.key.name),
+      a.map((r) => r.key.version),
+      a.map((r) => r.key.asset),
+      a.map((r) => r.downloads),
+      a.map((r) => r.bytes),
+      a.map((r) => new Date(r.lastAtMs)),
+      a.map((r) => r.lastDownloader),
+      p.map((r) => r.principalId),
+      p.map((r) => r.day),
+      p.map((r) => r.requests),
+      p.map((r) => r.bytesDown),
+      p.map((r) => r.bytesUp),
+    ],
+  );
 }
 
 export interface ArtifactStats {

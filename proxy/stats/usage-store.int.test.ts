@@ -1,0 +1,87 @@
+/**
+ * addUsage against a real PostgreSQL: a batch is added to both usage tables whole or not at all, so
+ * the recorder's retry of a failed flush counts nothing twice.
+ */
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
+import { addUsage } from './usage-store.ts';
+import type { UsageBatch } from './usage-tally.ts';
+
+let db: TestDatabase & { drop(): Promise<void> };
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+}, 60_000);
+
+afterAll(async () => {
+  await db?.drop();
+});
+
+const principalId = randomUUID();
+const batch: UsageBatch = {
+  artifacts: [
+    {
+      key: { repository: 'libs', kind: 'artifact', name: 'a.bin', version: '', asset: '' },
+      downloads: 3,
+      bytes: 12_288,
+      lastAtMs: Date.UTC(2026, 11, 4, 12),
+      lastDownloader: principalId,
+    },
+  ],
+  principalDays: [{ principalId, day: '2026-12-04', requests: 5, bytesDown: 12_800, bytesUp: 8_192 }],
+};
+
+async function counts() {
+  const artifacts = await db.pool.query(`SELECT downloads::int, bytes::int FROM arkvory_usage_artifacts`);
+  const days = await db.pool.query(
+    `SELECT requests::int, bytes_down::int, bytes_up::int FROM arkvory_usage_principal_days`,
+  );
+  return { artifacts: artifacts.rows, days: days.rows };
+}
+
+describe('addUsage', () => {
+  it('adds nothing when the principals part fails, so the batch kept for the next flush counts once', async () => {
+    // The second table refuses the write (a full disk, a statement timeout, a failover would too).
+    await db.pool.query(
+      `CREATE FUNCTION refuse_usage() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'no space left'; END $$`,
+    );
+    await db.pool.query(
+      `CREATE TRIGGER refuse_usage BEFORE INSERT ON arkvory_usage_principal_days FOR EACH ROW EXECUTE FUNCTION refuse_usage()`,
+    );
+    await expect(addUsage(db.pool, batch)).rejects.toThrow('no space left');
+    expect(await counts()).toEqual({ artifacts: [], days: [] });
+
+    await db.pool.query(`DROP TRIGGER refuse_usage ON arkvory_usage_principal_days`);
+    await db.pool.query(`DROP FUNCTION refuse_usage()`);
+    await addUsage(db.pool, batch);
+    expect(await counts()).toEqual({
+      artifacts: [{ downloads: 3, bytes: 12_288 }],
+      days: [{ requests: 5, bytes_down: 12_800, bytes_up: 8_192 }],
+    });
+    // A second batch adds to both.
+    await addUsage(db.pool, batch);
+    expect(await counts()).toEqual({
+      artifacts: [{ downloads: 6, bytes: 24_576 }],
+      days: [{ requests: 10, bytes_down: 25_600, bytes_up: 16_384 }],
+    });
+  });
+
+  it('adds a batch with rows for one table only', async () => {
+    const other = randomUUID();
+    const key = { repository: 'libs', kind: 'artifact' as const, name: 'b.bin', version: '', asset: '' };
+    await addUsage(db.pool, {
+      artifacts: [],
+      principalDays: [{ principalId: other, day: '2026-12-05', requests: 2, bytesDown: 10, bytesUp: 0 }],
+    });
+    await addUsage(db.pool, {
+      artifacts: [{ key, downloads: 1, bytes: 4, lastAtMs: Date.UTC(2026, 11, 5), lastDownloader: other }],
+      principalDays: [],
+    });
+    const day = await db.pool.query(`SELECT requests::int FROM arkvory_usage_principal_days WHERE principal_id = $1`, [
+      other,
+    ]);
+    const artifact = await db.pool.query(`SELECT downloads::int FROM arkvory_usage_artifacts WHERE name = 'b.bin'`);
+    expect([day.rows, artifact.rows]).toEqual([[{ requests: 2 }], [{ downloads: 1 }]]);
+  });
+});
