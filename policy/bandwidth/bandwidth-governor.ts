@@ -143,7 +143,8 @@ interface MeterState {
 /** The bucket of a shared ceiling (group, repository). */
 interface CeilingState {
   spec: BucketSpec;
-  bucket: LiveBucket;
+  /** Held by every meter through the ceiling: a re-rate changes it in place. */
+  readonly bucket: LiveBucket;
   /** The largest quantum of a meter through it: its capacity never drops below that (a take must fit). */
   maxQuantum: number;
 }
@@ -320,7 +321,6 @@ export class BandwidthGovernor {
       this.#ceilings.set(ceiling.key, made);
       return made;
     }
-    // In place: the meters through it hold this bucket.
     Object.assign(known.bucket, liveBucket(spec, rerateBucket(known.spec, spec, known.bucket, nowMs)));
     known.spec = spec;
     known.maxQuantum = maxQuantum;

@@ -134,10 +134,10 @@ export function hasTokens(spec: BucketSpec, state: BucketState, bytes: number, n
 }
 
 /**
- * A bucket the governor owns and updates in place: per take it refills and checks each bucket once
- * (`refilledHolds`), then spends from each (`spendInPlace`), with the arithmetic of `refillBucket`
- * and `takeTokens` and no new record per bucket per take. It carries its rate and capacity itself,
- * so a take reads one object per bucket; a new spec means a new live bucket (`liveBucket`).
+ * A bucket the governor owns and updates in place: a take refills, checks and spends each bucket once
+ * (`takeEachInPlace`; a waiting take `refilledHolds`, then `spendInPlace`), with the arithmetic of
+ * `refillBucket` and `takeTokens` and no new record per bucket per take. It carries its rate and
+ * capacity itself, so a take reads one object per bucket; `liveBucket` makes one for a spec.
  */
 export interface LiveBucket {
   microTokens: number;
