@@ -8,7 +8,6 @@ import {
   createBucketSpec,
   liveBucket,
   msUntilHeld,
-  msUntilTokens,
   quantumBytesFor,
   refilledHolds,
   rerateBucket,
@@ -719,7 +718,7 @@ export class BandwidthGovernor {
       return;
     }
     if (this.#reserved !== null) {
-      waitMs = msUntilTokens(this.#globalSpec!, this.#global!, this.#reservedNeed, nowMs);
+      waitMs = msUntilHeld(this.#global!, toMicros(nowMs), toMicroBytes(this.#reservedNeed));
     } else {
       // Nobody is ready, so every principal in the ring waits for its own or a ceiling's bucket.
       waitMs = Infinity;

@@ -214,8 +214,9 @@ export function takeEachInPlace(buckets: readonly LiveBucket[], nowUs: number, m
 }
 
 /**
- * `msUntilTokens` for a live bucket with a rate above 0 (a principal's or a shared ceiling's), in place: milliseconds
- * until it holds `microBytes` (0 if now; Infinity if more than it can hold).
+ * `msUntilTokens` for a live bucket with a rate above 0 (the global one unpaused, a principal's, a
+ * ceiling's), in place: milliseconds until it holds `microBytes` (0 if now; Infinity if more than it
+ * can hold).
  */
 export function msUntilHeld(bucket: LiveBucket, nowUs: number, microBytes: number): number {
   if (microBytes > bucket.capacityMicro) return Infinity;
