@@ -16,7 +16,9 @@
  * `--only` runs the named targets alone (comma-separated); it may also name the floors
  * `node:http2 from memory (compat)` and `node:http2 from memory (stream)`: node:http2 answering the
  * same bytes from memory through its compatibility or stream API, the least any server on it costs
- * per request (run only when named). `--profile-dir` runs the gateway with
+ * per request; and `node:http2 from memory (compat+redis)`: the compatibility API after the three
+ * rate-limit calls the gateway makes per request (a peek, a counted check, a peek) through its own
+ * Redis counter store, the least a server counting in Redis costs (floors run only when named). `--profile-dir` runs the gateway with
  * `--cpu-prof` into DIR (summarise with bench/cpu-profile-summary.ts); `--node-options` adds
  * options to the gateway's NODE_OPTIONS; `--compare-root` adds the gateway of another checkout
  * (the code before a change, say) as `gateway h2 (compare)` and `gateway h1 (TLS) (compare)`, in
@@ -32,6 +34,9 @@ import { writeFile } from 'node:fs/promises';
 import http2 from 'node:http2';
 import path from 'node:path';
 import { setTimeout } from 'node:timers/promises';
+import { Redis } from 'ioredis';
+import { createRedisCounterStore } from '../policy/rate-limit/index.ts';
+import type { Plan } from '../policy/rate-limit/evaluate.ts';
 import { benchArgs, BenchRun, median, writeUnreachedRequestRule } from './support.ts';
 import {
   createCertificateAuthority,
@@ -52,7 +57,7 @@ const args = benchArgs(
     'node-options': '',
     workers: '1',
   },
-  ['database-url', 'serve', 'from-memory', 'port', 'cert', 'key', 'only', 'profile-dir', 'compare-root'],
+  ['database-url', 'serve', 'from-memory', 'redis-url', 'port', 'cert', 'key', 'only', 'profile-dir', 'compare-root'],
 );
 
 /** h2load's warm-up, not counted in its figures (nor in the CPU time). */
@@ -74,7 +79,36 @@ if (args.serve) {
       res.writeHead(200, head);
       res.end(body);
     });
-  else
+  else if (args['from-memory'] === 'compat+redis') {
+    // The gateway's three rate-limit calls per request through its own Redis counter store (batched
+    // per turn of the event loop, as in the gateway): a peek, a counted check, a peek.
+    const store = createRedisCounterStore(new Redis(args['redis-url']!, { enableAutoPipelining: true }));
+    const plan = (name: string, windowEndMs: number): Plan => ({
+      counting: [
+        {
+          rule: undefined as never,
+          action: 'limit',
+          limit: 1e9,
+          periodMs: 60_000,
+          banMs: 0,
+          windowEndMs,
+          counterKey: `floor:${name}`,
+          banKey: `floor:${name}:ban`,
+          distinctValue: undefined,
+        },
+      ],
+      skip: undefined,
+    });
+    server.on('request', async (_req, res) => {
+      const nowMs = Date.now();
+      const windowEndMs = nowMs - (nowMs % 60_000) + 60_000;
+      await store.run(plan('auth-failure', windowEndMs), { nowMs, cost: 1, mode: 'peek' });
+      await store.run(plan('request', windowEndMs), { nowMs, cost: 1, mode: 'check' });
+      await store.run(plan('transfer', windowEndMs), { nowMs, cost: 4096, mode: 'peek' });
+      res.writeHead(200, head);
+      res.end(body);
+    });
+  } else
     server.on('stream', (stream) => {
       stream.on('error', () => {});
       if (args['from-memory'] === 'stream') {
@@ -94,7 +128,7 @@ interface Target {
   /** The gateway process measured; the bare server's is its run's own. */
   pid?: number;
   /** A bare node:http2 server started for each run: the file server, or one answering from memory. */
-  bare?: 'file' | 'compat' | 'stream';
+  bare?: 'file' | 'compat' | 'compat+redis' | 'stream';
 }
 
 /** CPU time (user + system) a process has used so far, in ms (Linux /proc; clock ticks of 10 ms). */
@@ -222,7 +256,7 @@ async function main(): Promise<void> {
     const compared = args['compare-root'] ? await startGateway(' (compare)', args['compare-root']) : undefined;
 
     const barePort = await freeLoopbackPort();
-    const startBare = async (kind: 'file' | 'compat' | 'stream') => {
+    const startBare = async (kind: NonNullable<Target['bare']>) => {
       const bare = startProcess(
         process.execPath,
         [
@@ -230,6 +264,7 @@ async function main(): Promise<void> {
           '--serve',
           file,
           ...(kind === 'file' ? [] : ['--from-memory', kind]),
+          ...(kind === 'compat+redis' ? ['--redis-url', redis.url] : []),
           '--port',
           String(barePort),
           '--cert',
@@ -267,7 +302,7 @@ async function main(): Promise<void> {
       ...(compared ? gatewayTargets(' (compare)', compared, compared.gateway.child.pid!) : []),
     ];
     // Run only when named: what node:http2 costs per request before a server does anything of its own.
-    const floors: Target[] = (['compat', 'stream'] as const).map((kind) => ({
+    const floors: Target[] = (['compat', 'compat+redis', 'stream'] as const).map((kind) => ({
       name: `node:http2 from memory (${kind})`,
       url: `https://127.0.0.1:${barePort}/small.bin`,
       h2loadArgs: ['-c16', '-m16'],
