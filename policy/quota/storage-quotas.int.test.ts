@@ -117,6 +117,48 @@ describe('storage quotas (real PostgreSQL)', () => {
     expect(await reservationRows(repository)).toBe('0');
   });
 
+  it('a publish that commits while a reservation is being decided counts once, as its row or as its reservation', async () => {
+    const repository = await freshRepository();
+    const quotas = createStorageQuotas(db.pool);
+    await quotas.set('repository', repository, 10 * MiB);
+    const first = (await quotas.reserve({ repository, principalId: null, bytes: 10 * MiB }))!;
+    // Another connection holds the reservations table: the next decision reads the catalog, then
+    // waits for the table; meanwhile the first upload publishes, settling its reservation.
+    const holder = await db.pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query('LOCK TABLE arkvory_quota_reservations IN ACCESS EXCLUSIVE MODE');
+      const second = quotas.reserve({ repository, principalId: null, bytes: 10 * MiB }).then(
+        () => 'granted',
+        (err: unknown) => err,
+      );
+      await waitUntil(
+        async () =>
+          (
+            await db.pool.query(
+              `SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+                WHERE c.relname = 'arkvory_quota_reservations' AND NOT l.granted`,
+            )
+          ).rowCount! > 0,
+        { what: 'the second reservation to wait for the reservations table' },
+      );
+      // The catalog's own publish (its only use of the pool is `query`), in the holder's transaction.
+      await createCatalog(holder as unknown as pg.Pool).insertOrGet(entry(repository, 'first', sha(21), 10 * MiB), {
+        settleReservation: first.id,
+      });
+      await holder.query('COMMIT');
+      // Read in one snapshot, the 10 MiB are the row; in two, they could be neither (granted, 20 MiB stored).
+      expect(await second).toMatchObject({
+        code: 'quota_exceeded',
+        details: { usageBytes: 10 * MiB, remainingBytes: 0 },
+      });
+    } finally {
+      holder.release();
+      await first.release();
+    }
+    expect(await quotas.show('repository', repository)).toMatchObject({ storedBytes: 10 * MiB, reservedBytes: 0 });
+  });
+
   it('a chunked upload grows its reservation by steps, then exactly, and is refused past the quota', async () => {
     const repository = await freshRepository();
     const quotas = createStorageQuotas(db.pool, { stepBytes: 1000 });

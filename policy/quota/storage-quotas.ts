@@ -3,11 +3,11 @@
  * uploads in progress. Exact across gateways and connections: a reservation is decided under a
  * transaction-scoped advisory lock per quota subject (repository before principal, so two uploads
  * never wait on each other crosswise), reading the catalog's usage and the other live reservations
- * afresh; the catalog insert that publishes an upload deletes its reservation in the same statement
- * (storage-adapter/catalog/catalog.ts), so a concurrent reader sees the bytes once, as a row or as a
- * reservation. A reservation is renewed while its upload runs; one whose gateway died stops
- * counting `reservationTtlMs` after its last renewal and is deleted by the next reservation that
- * meets it.
+ * afresh in one statement; the catalog insert that publishes an upload deletes its reservation in
+ * the same statement (storage-adapter/catalog/catalog.ts), so a reader of both in one snapshot sees
+ * the bytes once, as a row or as a reservation. A reservation is renewed while its upload runs; one
+ * whose gateway died stops counting `reservationTtlMs` after its last renewal and is deleted by the
+ * next reservation that meets it.
  */
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
@@ -23,17 +23,26 @@ export const DEFAULT_RESERVATION_STEP_BYTES = 8 * 1024 * 1024;
 
 /** Usage as the catalog counts it: each blob once per repository (`sha256` is the blob). */
 const STORED_SQL: Record<QuotaScope, string> = {
-  repository: `SELECT coalesce(sum(size_bytes), 0)::text AS bytes
+  repository: `SELECT coalesce(sum(size_bytes), 0)
                  FROM (SELECT DISTINCT sha256, size_bytes FROM arkvory_artifacts WHERE repository = $1) b`,
-  principal: `SELECT coalesce(sum(size_bytes), 0)::text AS bytes
+  principal: `SELECT coalesce(sum(size_bytes), 0)
                 FROM (SELECT DISTINCT repository, sha256, size_bytes FROM arkvory_artifacts
                        WHERE published_by = $1::uuid) b`,
 };
 const RESERVED_SQL: Record<QuotaScope, string> = {
-  repository: `SELECT coalesce(sum(bytes), 0)::text AS bytes FROM arkvory_quota_reservations
+  repository: `SELECT coalesce(sum(bytes), 0) FROM arkvory_quota_reservations
                 WHERE repository = $1 AND expires_at > now() AND id IS DISTINCT FROM $2::uuid`,
-  principal: `SELECT coalesce(sum(bytes), 0)::text AS bytes FROM arkvory_quota_reservations
+  principal: `SELECT coalesce(sum(bytes), 0) FROM arkvory_quota_reservations
                WHERE principal_id = $1::uuid AND expires_at > now() AND id IS DISTINCT FROM $2::uuid`,
+};
+/**
+ * Stored and reserved bytes in one statement, so in one snapshot: a publish that commits between two
+ * statements (read committed) would be counted in neither, its row not yet seen and its reservation
+ * already gone, and a concurrent reservation could take the same room twice.
+ */
+const USAGE_SQL: Record<QuotaScope, string> = {
+  repository: `SELECT (${STORED_SQL.repository})::text AS stored, (${RESERVED_SQL.repository})::text AS reserved`,
+  principal: `SELECT (${STORED_SQL.principal})::text AS stored, (${RESERVED_SQL.principal})::text AS reserved`,
 };
 
 export interface ReservationRequest {
@@ -99,17 +108,15 @@ export interface StorageQuotaOptions {
 
 type Queryable = Pick<pg.ClientBase, 'query'>;
 
-async function bytesOf(client: Queryable, sql: string, params: unknown[]): Promise<number> {
-  const { rows } = await client.query<{ bytes: string }>(sql, params);
-  return Number(rows[0]?.bytes ?? 0);
-}
-
-async function storedBytes(client: Queryable, scope: QuotaScope, subject: string): Promise<number> {
-  return bytesOf(client, STORED_SQL[scope], [subject]);
-}
-
-async function reservedBytes(client: Queryable, scope: QuotaScope, subject: string, except: string | null) {
-  return bytesOf(client, RESERVED_SQL[scope], [subject, except]);
+/** A subject's stored and reserved bytes, read at one instant (`USAGE_SQL`); `except` is left out of the reserved. */
+async function usageBytes(
+  client: Queryable,
+  scope: QuotaScope,
+  subject: string,
+  except: string | null,
+): Promise<{ storedBytes: number; reservedBytes: number }> {
+  const { rows } = await client.query<{ stored: string; reserved: string }>(USAGE_SQL[scope], [subject, except]);
+  return { storedBytes: Number(rows[0]!.stored), reservedBytes: Number(rows[0]!.reserved) };
 }
 
 /** As arkvory_repositories.name (0002): a quota may name a repository before it exists. */
@@ -149,8 +156,7 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
         scope: row.scope,
         subject: row.subject,
         limitBytes: Number(row.limit_bytes),
-        storedBytes: await storedBytes(client, row.scope, row.subject),
-        reservedBytes: await reservedBytes(client, row.scope, row.subject, except),
+        ...(await usageBytes(client, row.scope, row.subject, except)),
       });
     }
     return states;
@@ -183,8 +189,7 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
   };
 
   const usageOf = async (scope: QuotaScope, subject: string, limitBytes: number | null): Promise<QuotaUsage> => {
-    const stored = await storedBytes(pool, scope, subject);
-    const reserved = await reservedBytes(pool, scope, subject, null);
+    const { storedBytes: stored, reservedBytes: reserved } = await usageBytes(pool, scope, subject, null);
     return {
       scope,
       subject,
