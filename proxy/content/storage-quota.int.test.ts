@@ -1,8 +1,9 @@
 /**
  * Storage quotas over HTTP on a real writer: 20 uploads racing for the last 100 MiB of a
  * repository's quota (those that fit publish; the rest get 507 `quota_exceeded` before 100 Continue,
- * so not one of their body bytes is sent or stored, checked on disk), and a chunked upload cut where
- * it crosses the quota, with nothing published and its reservation given back.
+ * so not one of their body bytes is sent or stored, checked on disk), on one process and on a writer
+ * of three worker processes, and a chunked upload cut where it crosses the quota, with nothing
+ * published and its reservation given back.
  */
 import { createHash } from 'node:crypto';
 import { readdir } from 'node:fs/promises';
@@ -15,6 +16,7 @@ import { startGateway } from '../../test/support/gateway.ts';
 import { waitUntil } from '../../test/harness/index.ts';
 import { listKeys } from '../../test/support/s3-server.ts';
 import { sharedS3Bucket } from '../../test/support/shared-s3.ts';
+import { waitForWorkers, type WorkersStatus } from '../../test/support/worker-instance.ts';
 
 const db = useTestDatabase();
 const MiB = 1024 * 1024;
@@ -30,13 +32,13 @@ interface Answer {
  * A PUT that sends its body only after 100 Continue (`Expect: 100-continue`), or at once in chunks
  * (no Content-Length) when `chunked`.
  */
-function put(url: string, key: string, body: Buffer, chunked = false): Promise<Answer> {
+function put(url: string, key: string, body: Buffer, chunked = false, agent?: http.Agent): Promise<Answer> {
   return new Promise((resolve, reject) => {
     let continued = false;
     const headers: Record<string, string> = { ...bearer(key), 'content-type': 'application/octet-stream' };
     if (chunked) headers['transfer-encoding'] = 'chunked';
     else Object.assign(headers, { 'content-length': String(body.length), expect: '100-continue' });
-    const req = http.request(url, { method: 'PUT', headers, agent: false });
+    const req = http.request(url, { method: 'PUT', headers, agent: agent ?? false });
     req.on('continue', () => {
       continued = true;
       req.end(body);
@@ -69,13 +71,27 @@ function payload(seed: number, bytes = 10 * MiB): Buffer {
   return buffer;
 }
 
+/** The index of the worker process holding `agent`'s one connection (its `/health/status`). */
+function workerOf(url: string, agent: http.Agent): Promise<number> {
+  return new Promise((resolve, reject) => {
+    http
+      .get(`${url}/health/status`, { agent }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve((JSON.parse(Buffer.concat(chunks).toString()) as WorkersStatus).workerIndex));
+      })
+      .on('error', reject);
+  });
+}
+
 describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
   it('20 uploads racing for the last 100 MiB: 10 publish, 10 get 507 quota_exceeded before any body byte; a chunked upload is cut and releases its reservation', async () => {
     const repository = 'quota-race';
     await createRepository(db.pool, repository);
     const writer = await createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
     const admin = await createServiceAccount(db.pool, { scopes: ['read', 'write', 'admin'] });
-    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    // All 20 admitted at once (the default admits one upload of a principal at a time).
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_MAX_UPLOADS_PER_PRINCIPAL: '20' } });
     const artifact = (name: string) => `${gw.url}/api/v1/repositories/${repository}/artifacts/${name}`;
     const quotaUrl = `${gw.url}/api/v1/admin/quotas/repositories/${repository}`;
     const quota = async (method = 'GET', body?: unknown) => {
@@ -157,6 +173,94 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
     expect((await quota()).body).toMatchObject({ storedBytes: limit, remainingBytes: 0 });
 
     expect((await quota('DELETE')).status).toBe(204);
+    expect(await gw.stop()).toBe(0);
+  });
+
+  it('the race on a writer of three worker processes: each takes 6-7 of the 20 uploads, and exactly 10 fit', async () => {
+    const repository = 'quota-race-workers';
+    await createRepository(db.pool, repository);
+    const writer = await createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
+    // 20 uploads of one principal at once, as above.
+    const gw = await startGateway({
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_WORKERS: '3', ARKVORY_MAX_UPLOADS_PER_PRINCIPAL: '20' },
+    });
+    const agents: http.Agent[] = [];
+    try {
+      await waitForWorkers(gw, (s) => s.workers.filter((w) => w.state === 'serving').length === 3);
+      await db.pool.query(
+        `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ('repository', $1, $2)`,
+        [repository, 100 * MiB],
+      );
+      // Each reservation's transaction lingers 50 ms after its check: reservations arriving from the
+      // three processes overlap, so only the quota's lock keeps a late one from the room an earlier
+      // one is about to take (without it, every upload of the race would be granted).
+      await db.pool.query(
+        `CREATE FUNCTION linger_reservation() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.05); RETURN NEW; END $$`,
+      );
+      await db.pool.query(
+        `CREATE TRIGGER linger_reservation BEFORE INSERT ON arkvory_quota_reservations FOR EACH ROW EXECUTE FUNCTION linger_reservation()`,
+      );
+      // One kept-alive connection per upload, placed on a known worker: 7, 7 and 6 of them.
+      const byWorker = new Map<number, http.Agent[]>([
+        [0, []],
+        [1, []],
+        [2, []],
+      ]);
+      const wanted = [7, 7, 6];
+      for (let i = 0; i < 300 && [...byWorker].some(([w, list]) => list.length < wanted[w]!); i++) {
+        const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+        agents.push(agent);
+        const worker = await workerOf(gw.url, agent);
+        const list = byWorker.get(worker)!;
+        if (list.length < wanted[worker]!) list.push(agent);
+      }
+      expect([...byWorker.values()].map((list) => list.length)).toEqual(wanted);
+      const placed = [...byWorker].flatMap(([worker, list]) => list.map((agent) => ({ worker, agent })));
+
+      const answers = await Promise.all(
+        placed.map(({ agent }, i) =>
+          put(
+            `${gw.url}/api/v1/repositories/${repository}/artifacts/race-${i}`,
+            writer.key,
+            payload(100 + i),
+            false,
+            agent,
+          ),
+        ),
+      );
+      expect(answers.filter((a) => a.status === 201)).toHaveLength(10);
+      for (const [i, a] of answers.entries()) {
+        if (a.status === 201) expect(a.continued, `upload ${i} on worker ${placed[i]!.worker}`).toBe(true);
+        else
+          expect(a, `upload ${i} on worker ${placed[i]!.worker}`).toMatchObject({
+            status: 507,
+            continued: false,
+            body: { code: 'quota_exceeded', quotaBytes: 100 * MiB, remainingBytes: 0 },
+          });
+      }
+      // On disk (the data directory is this file's, shared by its tests): exactly the published
+      // uploads' blobs among the race's, nothing staged.
+      const blobs = new Set((await filesUnder(path.join(gw.dataDir, 'blobs'))).map((f) => path.basename(f)));
+      const onDisk = answers.map((_, i) =>
+        blobs.has(
+          createHash('sha256')
+            .update(payload(100 + i))
+            .digest('hex'),
+        ),
+      );
+      expect(onDisk).toEqual(answers.map((a) => a.status === 201));
+      expect(await filesUnder(path.join(gw.dataDir, 'tmp'))).toEqual([]);
+      expect((await db.pool.query('SELECT id FROM arkvory_quota_reservations')).rows).toEqual([]);
+      const stored = await db.pool.query<{ n: string }>(
+        `SELECT sum(size_bytes)::text AS n FROM arkvory_artifacts WHERE repository = $1`,
+        [repository],
+      );
+      expect(stored.rows[0]!.n).toBe(String(100 * MiB));
+    } finally {
+      for (const agent of agents) agent.destroy();
+      await db.pool.query('DROP TRIGGER IF EXISTS linger_reservation ON arkvory_quota_reservations');
+      await db.pool.query('DROP FUNCTION IF EXISTS linger_reservation()');
+    }
     expect(await gw.stop()).toBe(0);
   });
 
