@@ -4,13 +4,16 @@
  * and completion jobs taken in round robin across principals by a real worker process.
  */
 import { createHash } from 'node:crypto';
+import { readdir } from 'node:fs/promises';
 import http from 'node:http';
+import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { request } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { waitUntil } from '../../test/harness/index.ts';
 
 const db = useTestDatabase();
 let keyA: string;
@@ -71,6 +74,28 @@ function putChunked(gw: GatewayProcess, key: string, upload: string, n: number, 
   });
 }
 
+/**
+ * A part sent chunked whose first half goes out at once and the rest when `rest` resolves: the
+ * gateway has then checked it and is writing it, with the bound it found when it began.
+ */
+function putChunkedHeld(gw: GatewayProcess, key: string, upload: string, n: number, data: Buffer, rest: Promise<void>) {
+  return new Promise<{ status: number; body: Record<string, unknown> }>((resolve, reject) => {
+    const req = http.request(`${gw.url}/api/v1/repositories/mb/uploads/${upload}/parts/${n}`, {
+      method: 'PUT',
+      headers: { ...bearer(key), 'transfer-encoding': 'chunked' },
+    });
+    req.on('response', (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode!, body: JSON.parse(Buffer.concat(chunks).toString()) }));
+    });
+    req.on('error', reject);
+    const half = data.length >> 1;
+    req.write(data.subarray(0, half));
+    void rest.then(() => req.end(data.subarray(half)));
+  });
+}
+
 async function complete(gw: GatewayProcess, key: string, upload: string, parts: Buffer[]) {
   const r = await request(`${gw.url}/api/v1/repositories/mb/uploads/${upload}/complete`, {
     method: 'POST',
@@ -126,6 +151,36 @@ describe('ARKVORY_MAX_UPLOAD_BYTES bounds a multipart upload as a whole', () => 
     expect(declared.status).toBe(413);
     expect(json(declared)).toMatchObject({ code: 'upload_too_large' });
     expect(await published(gw, keyA, 'crossing.bin')).toBe(404);
+  });
+
+  it('parts sent in parallel: each began within the limit, and only the one recorded first is kept', async () => {
+    const gw = await startGateway({
+      // Four parts of one principal at once (the default admits one upload at a time).
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_MAX_UPLOAD_BYTES: '1024', ARKVORY_MAX_UPLOADS_PER_PRINCIPAL: '4' },
+    });
+    const upload = await openOk(gw, keyA, 'parallel.bin');
+    const partsDir = path.join(gw.dataDir, 'uploads', upload);
+    let release!: () => void;
+    const rest = new Promise<void>((resolve) => (release = resolve));
+    const answers = [1, 2, 3, 4].map((n) => putChunkedHeld(gw, keyA, upload, n, bytes(600, n), rest));
+    // Each part's file exists once the gateway checked it (nothing stored yet: 1024 allowed) and writes it.
+    await waitUntil(async () => (await readdir(partsDir).catch(() => [])).length === 4, {
+      what: 'the four parts to be checked and written at once',
+    });
+    release();
+    const statuses = await Promise.all(answers);
+    const kept = statuses.filter((a) => a.status === 200);
+    expect(kept).toHaveLength(1);
+    for (const a of statuses.filter((x) => x.status !== 200))
+      expect(a).toMatchObject({ status: 413, body: { code: 'upload_too_large' } });
+    const rows = await db.pool.query<{ size: number }>(
+      'SELECT size_bytes::int AS size FROM arkvory_upload_parts WHERE session_id = $1',
+      [upload],
+    );
+    expect(rows.rows).toEqual([{ size: 600 }]);
+    // The refused parts' files are removed: only the kept one stays.
+    expect(await readdir(partsDir)).toHaveLength(1);
+    expect(await gw.stop()).toBe(0);
   });
 
   it('refuses at completion parts stored before the limit was lowered, before any assembly', async () => {
