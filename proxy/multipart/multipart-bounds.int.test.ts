@@ -56,29 +56,12 @@ async function putPart(gw: GatewayProcess, key: string, upload: string, n: numbe
   return { status: r.status, body: json(r) };
 }
 
-/** A part sent chunked (no Content-Length): the bound is found while the body streams. */
-function putChunked(gw: GatewayProcess, key: string, upload: string, n: number, data: Buffer) {
-  return new Promise<{ status: number; body: Record<string, unknown> }>((resolve, reject) => {
-    const req = http.request(`${gw.url}/api/v1/repositories/mb/uploads/${upload}/parts/${n}`, {
-      method: 'PUT',
-      headers: { ...bearer(key), 'transfer-encoding': 'chunked' },
-    });
-    req.on('response', (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode!, body: JSON.parse(Buffer.concat(chunks).toString()) }));
-    });
-    req.on('error', reject);
-    for (let i = 0; i < data.length; i += 100) req.write(data.subarray(i, i + 100));
-    req.end();
-  });
-}
-
 /**
- * A part sent chunked whose first half goes out at once and the rest when `rest` resolves: the
- * gateway has then checked it and is writing it, with the bound it found when it began.
+ * A part sent chunked (no Content-Length): the bound is found while the body streams. With `rest`,
+ * the first half goes out at once and the rest when `rest` resolves: the gateway has then checked
+ * the part and is writing it, with the bound it found when it began.
  */
-function putChunkedHeld(gw: GatewayProcess, key: string, upload: string, n: number, data: Buffer, rest: Promise<void>) {
+function putChunked(gw: GatewayProcess, key: string, upload: string, n: number, data: Buffer, rest?: Promise<void>) {
   return new Promise<{ status: number; body: Record<string, unknown> }>((resolve, reject) => {
     const req = http.request(`${gw.url}/api/v1/repositories/mb/uploads/${upload}/parts/${n}`, {
       method: 'PUT',
@@ -90,9 +73,10 @@ function putChunkedHeld(gw: GatewayProcess, key: string, upload: string, n: numb
       res.on('end', () => resolve({ status: res.statusCode!, body: JSON.parse(Buffer.concat(chunks).toString()) }));
     });
     req.on('error', reject);
-    const half = data.length >> 1;
-    req.write(data.subarray(0, half));
-    void rest.then(() => req.end(data.subarray(half)));
+    const held = rest ? data.length >> 1 : data.length;
+    for (let i = 0; i < held; i += 100) req.write(data.subarray(i, Math.min(i + 100, held)));
+    if (rest) void rest.then(() => req.end(data.subarray(held)));
+    else req.end();
   });
 }
 
@@ -162,7 +146,7 @@ describe('ARKVORY_MAX_UPLOAD_BYTES bounds a multipart upload as a whole', () => 
     const partsDir = path.join(gw.dataDir, 'uploads', upload);
     let release!: () => void;
     const rest = new Promise<void>((resolve) => (release = resolve));
-    const answers = [1, 2, 3, 4].map((n) => putChunkedHeld(gw, keyA, upload, n, bytes(600, n), rest));
+    const answers = [1, 2, 3, 4].map((n) => putChunked(gw, keyA, upload, n, bytes(600, n), rest));
     // Each part's file exists once the gateway checked it (nothing stored yet: 1024 allowed) and writes it.
     await waitUntil(async () => (await readdir(partsDir).catch(() => [])).length === 4, {
       what: 'the four parts to be checked and written at once',
