@@ -13,6 +13,7 @@ import http2 from 'node:http2';
 import tls from 'node:tls';
 import type { Logger } from 'pino';
 import type { ServedTls } from '../tls/served-tls.ts';
+import { trackClientTrust } from '../tls/peer-certificate.ts';
 import { HTTP2_SESSION_LIMITS, HTTP2_SETTINGS } from './front-door/http2.ts';
 import { Http2Request, Http2Response } from './http2-messages.ts';
 
@@ -50,7 +51,12 @@ export function createListener(options: ListenerOptions): Server {
   options.tls.attach(server);
   // No renegotiation: a connection's client certificate is read once (proxy/tls/peer-certificate.ts)
   // and must not change under it; TLS 1.2 renegotiation is also a cheap CPU attack on a server.
-  server.on('secureConnection', (socket: tls.TLSSocket) => socket.disableRenegotiation());
+  const served = options.tls;
+  const clientCerts = served.clientCertMode !== 'off';
+  server.on('secureConnection', (socket: tls.TLSSocket) => {
+    socket.disableRenegotiation();
+    if (clientCerts) trackClientTrust(socket, served);
+  });
   const { log } = options;
   // A failed handshake (a port scanner, a client without our CA, TLS 1.0) is the client's doing:
   // debug, and the socket is destroyed. (node:http2 would also report it as a `clientError`, which

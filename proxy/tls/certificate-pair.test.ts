@@ -1,35 +1,35 @@
 import { describe, expect, it } from 'vitest';
-import { decideReload, type PairCheck, type ServedCertificate, splitPemChain } from './certificate-pair.ts';
+import { decideReload, type PartCheck, type ServedCertificate, splitPemChain } from './certificate-pair.ts';
 
-const served: ServedCertificate = {
-  serial: 'AA',
-  subject: 'CN=a',
-  notBeforeMs: 0,
-  notAfterMs: 10,
-  fingerprint256: 'F1',
-  chainLength: 2,
-};
-const same: PairCheck = { ok: true, certificate: served };
-const other: PairCheck = { ok: true, certificate: { ...served, serial: 'BB', fingerprint256: 'F2' } };
-const broken: PairCheck = { ok: false, reason: 'the private key does not match the certificate' };
+const leaf: ServedCertificate = { serial: 'BB', subject: 'CN=a', notBeforeMs: 0, notAfterMs: 10, chainLength: 2 };
+const same = { state: 'same' } as const;
+const newPair: PartCheck<ServedCertificate> = { state: 'new', value: leaf };
+const newCa: PartCheck<unknown> = { state: 'new', value: 'pem' };
+const brokenPair = { state: 'broken', reason: 'the private key does not match the certificate' } as const;
+const brokenCa = { state: 'broken', reason: 'ARKVORY_TLS_CLIENT_CA_FILE /ca.pem: holds no PEM certificate' } as const;
 
 describe('decideReload', () => {
   it.each([
-    ['the served pair read again', served, same, false, { action: 'unchanged' }],
-    ['the served leaf with a new client CA', served, same, true, { action: 'swap', certificate: served }],
-    ['a new valid pair', served, other, false, { action: 'swap', certificate: other.ok && other.certificate }],
-    ['a broken pair', served, broken, false, { action: 'reject', reason: broken.ok ? '' : broken.reason }],
+    ['both read again unchanged', same, same, { action: 'unchanged' }],
+    ['a new valid pair', newPair, same, { action: 'swap', certificate: leaf, clientCa: false, failures: [] }],
+    ['a new client CA alone', same, newCa, { action: 'swap', certificate: undefined, clientCa: true, failures: [] }],
+    ['both new', newPair, newCa, { action: 'swap', certificate: leaf, clientCa: true, failures: [] }],
+    ['a broken pair', brokenPair, same, { action: 'reject', failures: [brokenPair.reason] }],
+    ['a broken client CA', same, brokenCa, { action: 'reject', failures: [brokenCa.reason] }],
+    ['both broken', brokenPair, brokenCa, { action: 'reject', failures: [brokenPair.reason, brokenCa.reason] }],
     [
-      'a broken pair with a new client CA',
-      served,
-      broken,
-      true,
-      { action: 'reject', reason: broken.ok ? '' : broken.reason },
+      'a broken pair does not hold back a new client CA',
+      brokenPair,
+      newCa,
+      { action: 'swap', certificate: undefined, clientCa: true, failures: [brokenPair.reason] },
     ],
-    ['nothing served yet', undefined, same, false, { action: 'swap', certificate: served }],
-  ] as const)('%s', (_name, current, candidate, caChanged, expected) =>
-    expect(decideReload(current, candidate, caChanged)).toEqual(expected),
-  );
+    [
+      'a broken client CA does not hold back a new pair',
+      newPair,
+      brokenCa,
+      { action: 'swap', certificate: leaf, clientCa: false, failures: [brokenCa.reason] },
+    ],
+  ] as const)('%s', (_name, pair, clientCa, expected) => expect(decideReload(pair, clientCa)).toEqual(expected));
 });
 
 describe('splitPemChain', () => {

@@ -11,8 +11,6 @@ export interface ServedCertificate {
   readonly subject: string;
   readonly notBeforeMs: number;
   readonly notAfterMs: number;
-  /** SHA-256 fingerprint of the leaf: the same pair read twice is the same pair. */
-  readonly fingerprint256: string;
   /** Certificates in the chain file, the leaf included. */
   readonly chainLength: number;
 }
@@ -58,29 +56,41 @@ export function checkCertificatePair(certPem: string | Buffer, keyPem: string | 
       subject: leaf.subject.replace(/\n/g, ', '),
       notBeforeMs,
       notAfterMs,
-      fingerprint256: leaf.fingerprint256,
       chainLength: chain.length,
     },
   };
 }
 
+/**
+ * One part of what a listener serves, read again: the certificate and key together, or the client
+ * CA bundle. `same` when its files hold the bytes served now (a `touch`, an event for another file).
+ */
+export type PartCheck<T> =
+  | { readonly state: 'same' }
+  | { readonly state: 'new'; readonly value: T }
+  | { readonly state: 'broken'; readonly reason: string };
+
 export type ReloadDecision =
   | { readonly action: 'unchanged' }
-  | { readonly action: 'swap'; readonly certificate: ServedCertificate }
-  | { readonly action: 'reject'; readonly reason: string };
+  | {
+      readonly action: 'swap';
+      /** The new leaf, when the pair changed; undefined when only the client CA did. */
+      readonly certificate: ServedCertificate | undefined;
+      readonly clientCa: boolean;
+      /** The other part's problem, when one part is new and the other broken. */
+      readonly failures: readonly string[];
+    }
+  | { readonly action: 'reject'; readonly failures: readonly string[] };
 
 /**
- * What a reload does with a freshly read pair: a broken one is rejected (the served pair stays), the
- * served one read again changes nothing (a `touch`, a watch event for another file), anything else
- * valid replaces it. `clientCaChanged` forces a swap of an unchanged leaf (the trusted CAs moved).
+ * What a reload does with the parts read again. Each part is judged on its own: a broken one keeps
+ * what is served of it, and never holds back the other (a CA taken out of trust is dropped even
+ * while a renewed pair is still half-written).
  */
-export function decideReload(
-  served: ServedCertificate | undefined,
-  candidate: PairCheck,
-  clientCaChanged = false,
-): ReloadDecision {
-  if (!candidate.ok) return { action: 'reject', reason: candidate.reason };
-  if (!clientCaChanged && served && served.fingerprint256 === candidate.certificate.fingerprint256)
-    return { action: 'unchanged' };
-  return { action: 'swap', certificate: candidate.certificate };
+export function decideReload(pair: PartCheck<ServedCertificate>, clientCa: PartCheck<unknown>): ReloadDecision {
+  const failures = [pair, clientCa].flatMap((p) => (p.state === 'broken' ? [p.reason] : []));
+  const certificate = pair.state === 'new' ? pair.value : undefined;
+  const caChanged = clientCa.state === 'new';
+  if (certificate || caChanged) return { action: 'swap', certificate, clientCa: caChanged, failures };
+  return failures.length > 0 ? { action: 'reject', failures } : { action: 'unchanged' };
 }

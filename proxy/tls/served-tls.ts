@@ -4,15 +4,17 @@
  * the files' directories (fs.watch, debounced: a cert and a key are two renames), on a poll of their
  * stat (fs.watch misses changes on some file systems and bind mounts), and on SIGHUP. A reload
  * replaces the secure context of every attached server (`setSecureContext`), so new handshakes
- * get the new pair while open connections keep theirs. A broken new pair (unreadable, key not
- * matching, expired) is rejected: the served pair stays, one error line is logged and a failure is
- * counted. At start the same checks refuse to start (StartupError).
+ * get the new pair while open connections keep theirs. The pair and the client CA are judged
+ * apart: a broken one (unreadable, key not matching, expired, refused by OpenSSL) is not served and
+ * the other still is; one error line is logged and one failure counted per broken state of the
+ * files. A changed client CA also draws new session ticket keys, and open connections are checked
+ * against it per request (peer-certificate.ts). At start the same checks refuse to start (StartupError).
  *
  * The decisions are pure (certificate-pair.ts); this file reads files, watches and swaps.
  */
-import { randomBytes, X509Certificate } from 'node:crypto';
+import { createHash, randomBytes, X509Certificate } from 'node:crypto';
 import { readFile, stat } from 'node:fs/promises';
-import type tls from 'node:tls';
+import tls from 'node:tls';
 import type { Logger } from 'pino';
 import type { Clock } from '../../policy/clock.ts';
 import { FileReloadTrigger, SerialReload } from '../config/file-reload-trigger.ts';
@@ -21,6 +23,7 @@ import {
   checkCertificatePair,
   decideReload,
   type PairCheck,
+  type PartCheck,
   type ServedCertificate,
   splitPemChain,
 } from './certificate-pair.ts';
@@ -55,11 +58,18 @@ export interface ServedTlsOptions {
 /** What a reload did, for logs and tests. */
 export type ReloadOutcome = 'swapped' | 'unchanged' | 'rejected';
 
-interface ReadPair {
-  check: PairCheck;
-  cert: Buffer;
-  key: Buffer;
-  clientCa: Buffer | undefined;
+/** The bytes served now. */
+interface ServedFiles {
+  readonly cert: Buffer;
+  readonly key: Buffer;
+  readonly clientCa: Buffer | undefined;
+}
+
+/** The CAs a client certificate must chain to now; `generation` moves when they change. */
+export interface ClientTrust {
+  readonly generation: number;
+  /** SHA-256 fingerprints (`AA:BB:…`) of the certificates in ARKVORY_TLS_CLIENT_CA_FILE. */
+  readonly anchors: ReadonlySet<string>;
 }
 
 export class ServedTls {
@@ -69,21 +79,31 @@ export class ServedTls {
   /**
    * Session ticket keys kept across certificate reloads: a client resuming after a rotation keeps
    * its session (a context made afresh would draw new keys and force full handshakes on everyone).
+   * Drawn again when the client CA changes: a resumed session keeps the verdict of its first
+   * handshake, which a CA taken out of trust must not outlive.
    */
-  readonly #ticketKeys = randomBytes(48);
+  #ticketKeys = randomBytes(48);
   #served: ServedCertificate;
-  #pem: { cert: Buffer; key: Buffer; clientCa: Buffer | undefined };
+  #files: ServedFiles;
+  #clientTrust: ClientTrust;
   #reloadFailures = 0;
   #lastError: string | undefined;
+  /** The failure last reported (reason and the bytes that caused it): the same one is not reported twice. */
+  #reported: string | undefined;
   readonly #trigger: FileReloadTrigger;
   readonly #serial = new SerialReload((trigger) => this.#reloadOnce(trigger));
 
-  private constructor(config: TlsListenerConfig, options: ServedTlsOptions, first: ReadPair) {
+  private constructor(
+    config: TlsListenerConfig,
+    options: ServedTlsOptions,
+    files: ServedFiles,
+    certificate: ServedCertificate,
+  ) {
     this.#config = config;
     this.#options = options;
-    if (!first.check.ok) throw new Error('unreachable: a rejected pair is never served');
-    this.#served = first.check.certificate;
-    this.#pem = { cert: first.cert, key: first.key, clientCa: first.clientCa };
+    this.#served = certificate;
+    this.#files = files;
+    this.#clientTrust = { generation: 0, anchors: caFingerprints(files.clientCa) };
     this.#trigger = new FileReloadTrigger({
       log: options.log,
       files: [config.certFile, config.keyFile, config.clientCaFile].filter((f): f is string => f !== undefined),
@@ -99,11 +119,16 @@ export class ServedTls {
     });
   }
 
-  /** Reads and checks the pair; a broken pair refuses the start with the reason. */
+  /** Reads and checks the pair and the client CA; a broken one refuses the start with the reason. */
   static async open(config: TlsListenerConfig, options: ServedTlsOptions): Promise<ServedTls> {
-    const first = await readPair(config, options.clock.wallMs());
-    if (!first.check.ok) throw new StartupError(`TLS: ${first.check.reason}`);
-    const served = new ServedTls(config, options, first);
+    const read = await readFiles(config);
+    if (typeof read.pair === 'string') throw new StartupError(`TLS: ${read.pair}`);
+    if (typeof read.clientCa === 'string') throw new StartupError(`TLS: ${read.clientCa}`);
+    const pair = checkPair(read.pair.cert, read.pair.key, options.clock.wallMs());
+    if (!pair.ok) throw new StartupError(`TLS: ${pair.reason}`);
+    const caProblem = read.clientCa && checkClientCa(config, read.clientCa);
+    if (caProblem) throw new StartupError(`TLS: ${caProblem}`);
+    const served = new ServedTls(config, options, { ...read.pair, clientCa: read.clientCa }, pair.certificate);
     await served.#trigger.markRead();
     return served;
   }
@@ -113,7 +138,12 @@ export class ServedTls {
     return this.#served;
   }
 
-  /** Rejected reloads since start (arkvory_tls_reload_failures_total). */
+  /** The client CAs trusted now (proxy/tls/peer-certificate.ts checks open connections against them). */
+  get clientTrust(): ClientTrust {
+    return this.#clientTrust;
+  }
+
+  /** Rejected reloads since start (arkvory_tls_reload_failures_total): each broken state of the files once. */
   get reloadFailures(): number {
     return this.#reloadFailures;
   }
@@ -130,7 +160,7 @@ export class ServedTls {
   serverOptions(): tls.TlsOptions {
     const mode = this.clientCertMode;
     return {
-      ...this.#contextOptions(),
+      ...this.#contextOptions(this.#files),
       ALPNProtocols: [...ALPN_PROTOCOLS],
       // Asked for, never enforced in the handshake: a missing or unverifiable certificate becomes a
       // 401 with its reason in the log (proxy/gates/auth-gate.ts), not a handshake alert a client
@@ -140,19 +170,12 @@ export class ServedTls {
     };
   }
 
-  #contextOptions(): tls.SecureContextOptions & { ticketKeys: Buffer } {
+  #contextOptions(files: ServedFiles): tls.SecureContextOptions & { ticketKeys: Buffer } {
     return {
-      cert: this.#pem.cert,
-      key: this.#pem.key,
-      ...(this.#pem.clientCa ? { ca: this.#pem.clientCa } : {}),
-      minVersion: TLS_MIN_VERSION,
-      maxVersion: TLS_MAX_VERSION,
-      ciphers: INTERMEDIATE_CIPHERS,
-      ecdhCurve: ECDH_CURVES,
-      honorCipherOrder: true,
-      sessionTimeout: SESSION_TIMEOUT_SECONDS,
-      // One id for every process of a deployment's role: session ids stay meaningful across contexts.
-      sessionIdContext: 'arkvory',
+      ...profileOptions(),
+      cert: files.cert,
+      key: files.key,
+      ...(files.clientCa ? { ca: files.clientCa } : {}),
       ticketKeys: this.#ticketKeys,
     };
   }
@@ -172,83 +195,178 @@ export class ServedTls {
     this.#trigger.close();
   }
 
-  /** Reads the files again and serves them if they are a valid new pair. One reload at a time. */
+  /** Reads the files again and serves what of them is valid and new. One reload at a time. */
   reload(trigger: string): Promise<ReloadOutcome> {
     return this.#serial.reload(trigger);
   }
 
+  /** Never rejects (the watch and SIGHUP callers do not wait): anything unforeseen is a rejected reload. */
   async #reloadOnce(trigger: string): Promise<ReloadOutcome> {
+    try {
+      return await this.#reloadFiles(trigger);
+    } catch (err) {
+      this.#reportFailure(trigger, [`the reload failed (${(err as Error).message})`], 'unforeseen');
+      return 'rejected';
+    }
+  }
+
+  async #reloadFiles(trigger: string): Promise<ReloadOutcome> {
     await this.#trigger.markRead();
-    const read = await readPair(this.#config, this.#options.clock.wallMs());
-    const caChanged = !sameBytes(read.clientCa, this.#pem.clientCa);
-    const decision = decideReload(this.#served, read.check, caChanged);
-    const log = this.#options.log;
-    if (decision.action === 'unchanged') return 'unchanged';
+    const read = await readFiles(this.#config);
+    const served = this.#files;
+    let pair: PartCheck<ServedCertificate>;
+    if (typeof read.pair === 'string') pair = { state: 'broken', reason: read.pair };
+    else if (read.pair.cert.equals(served.cert) && read.pair.key.equals(served.key)) pair = { state: 'same' };
+    else {
+      const check = checkPair(read.pair.cert, read.pair.key, this.#options.clock.wallMs());
+      pair = check.ok ? { state: 'new', value: check.certificate } : { state: 'broken', reason: check.reason };
+    }
+    let clientCa: PartCheck<Buffer | undefined>;
+    if (typeof read.clientCa === 'string') clientCa = { state: 'broken', reason: read.clientCa };
+    else if (sameBytes(read.clientCa, served.clientCa)) clientCa = { state: 'same' };
+    else {
+      const problem = read.clientCa && checkClientCa(this.#config, read.clientCa);
+      clientCa = problem ? { state: 'broken', reason: problem } : { state: 'new', value: read.clientCa };
+    }
+    const decision = decideReload(pair, clientCa);
+    if (decision.action === 'unchanged') {
+      this.#reported = undefined;
+      this.#lastError = undefined;
+      return 'unchanged';
+    }
+    const failed = read.bytesHash;
     if (decision.action === 'reject') {
-      this.#reloadFailures++;
-      this.#lastError = decision.reason;
-      log.error(
-        {
-          code: 'tls_reload_failed',
-          trigger,
-          reason: decision.reason,
-          served: { serial: this.#served.serial, notAfter: new Date(this.#served.notAfterMs).toISOString() },
-        },
-        `TLS certificate not reloaded: ${decision.reason}; still serving serial ${this.#served.serial}`,
-      );
+      this.#reportFailure(trigger, decision.failures, failed);
+      return 'rejected';
+    }
+    const next: ServedFiles = {
+      cert: pair.state === 'new' && typeof read.pair !== 'string' ? read.pair.cert : served.cert,
+      key: pair.state === 'new' && typeof read.pair !== 'string' ? read.pair.key : served.key,
+      clientCa: clientCa.state === 'new' ? clientCa.value : served.clientCa,
+    };
+    if (decision.clientCa) this.#ticketKeys = randomBytes(48);
+    const options = this.#contextOptions(next);
+    // Both parts passed OpenSSL on their own; built together once more before any server takes them.
+    try {
+      tls.createSecureContext(options);
+    } catch (err) {
+      this.#reportFailure(trigger, [`OpenSSL refuses the new files (${(err as Error).message})`], failed);
       return 'rejected';
     }
     const previous = this.#served;
-    this.#pem = { cert: read.cert, key: read.key, clientCa: read.clientCa };
-    this.#served = decision.certificate;
-    this.#lastError = undefined;
-    const options = this.#contextOptions();
+    this.#files = next;
+    if (decision.certificate) this.#served = decision.certificate;
+    if (decision.clientCa)
+      this.#clientTrust = { generation: this.#clientTrust.generation + 1, anchors: caFingerprints(next.clientCa) };
     for (const server of this.#servers) server.setSecureContext(options);
-    log.info(
+    this.#options.log.info(
       {
         trigger,
-        serial: decision.certificate.serial,
+        serial: this.#served.serial,
         previousSerial: previous.serial,
-        notAfter: new Date(decision.certificate.notAfterMs).toISOString(),
+        notAfter: new Date(this.#served.notAfterMs).toISOString(),
+        clientCaChanged: decision.clientCa,
       },
-      'TLS certificate reloaded',
+      decision.certificate ? 'TLS certificate reloaded' : 'TLS client CA reloaded',
     );
+    if (decision.failures.length > 0) this.#reportFailure(trigger, decision.failures, failed);
+    else {
+      this.#reported = undefined;
+      this.#lastError = undefined;
+    }
     return 'swapped';
+  }
+
+  /** One error line and one count per broken state of the files; the same state again is not news. */
+  #reportFailure(trigger: string, failures: readonly string[], state: string): void {
+    const reason = failures.join('; ');
+    this.#lastError = reason;
+    const key = `${state}\u0000${reason}`;
+    if (key === this.#reported) return;
+    this.#reported = key;
+    this.#reloadFailures++;
+    const served = this.#served;
+    this.#options.log.error(
+      {
+        code: 'tls_reload_failed',
+        trigger,
+        reason,
+        served: { serial: served.serial, notAfter: new Date(served.notAfterMs).toISOString() },
+      },
+      `TLS files not reloaded: ${reason}; still serving serial ${served.serial}`,
+    );
   }
 }
 
-async function readPair(config: TlsListenerConfig, nowMs: number): Promise<ReadPair> {
-  const fail = (reason: string): ReadPair => ({
-    check: { ok: false, reason },
-    cert: Buffer.alloc(0),
-    key: Buffer.alloc(0),
-    clientCa: undefined,
-  });
-  let cert: Buffer;
-  let key: Buffer;
-  let clientCa: Buffer | undefined;
+/** The listener profile every context is made with (tls-profile.ts). */
+function profileOptions(): tls.SecureContextOptions {
+  return {
+    minVersion: TLS_MIN_VERSION,
+    maxVersion: TLS_MAX_VERSION,
+    ciphers: INTERMEDIATE_CIPHERS,
+    ecdhCurve: ECDH_CURVES,
+    honorCipherOrder: true,
+    sessionTimeout: SESSION_TIMEOUT_SECONDS,
+    // One id for every process of a deployment's role: session ids stay meaningful across contexts.
+    sessionIdContext: 'arkvory',
+  };
+}
+
+/**
+ * The pair's own checks, then OpenSSL's: a chain whose later certificates are damaged, or a key
+ * too weak for OpenSSL's security level, passes the first and fails only when a context is made.
+ */
+function checkPair(cert: Buffer, key: Buffer, nowMs: number): PairCheck {
+  const check = checkCertificatePair(cert, key, nowMs);
+  if (!check.ok) return check;
   try {
-    cert = await readFile(config.certFile);
+    tls.createSecureContext({ ...profileOptions(), cert, key });
   } catch (err) {
-    return fail(`cannot read ARKVORY_TLS_CERT_FILE ${config.certFile} (${(err as NodeJS.ErrnoException).code ?? err})`);
+    return { ok: false, reason: `OpenSSL refuses the certificate chain or key (${(err as Error).message})` };
   }
+  return check;
+}
+
+/** Undefined when the client CA bundle is usable, else why not. */
+function checkClientCa(config: TlsListenerConfig, ca: Buffer): string | undefined {
+  const problem = checkCaBundle(ca.toString());
+  if (problem) return `ARKVORY_TLS_CLIENT_CA_FILE ${config.clientCaFile}: ${problem}`;
   try {
-    key = await readFile(config.keyFile);
+    tls.createSecureContext({ ca });
   } catch (err) {
-    return fail(`cannot read ARKVORY_TLS_KEY_FILE ${config.keyFile} (${(err as NodeJS.ErrnoException).code ?? err})`);
+    return `ARKVORY_TLS_CLIENT_CA_FILE ${config.clientCaFile}: OpenSSL refuses it (${(err as Error).message})`;
   }
-  if (config.clientCaFile !== undefined) {
+  return undefined;
+}
+
+interface ReadFiles {
+  /** The pair's bytes, or why they cannot be read. */
+  readonly pair: { cert: Buffer; key: Buffer } | string;
+  /** The client CA's bytes (undefined when none is configured), or why they cannot be read. */
+  readonly clientCa: Buffer | undefined | string;
+  /** A digest of everything read: a failure is reported once per state of the files. */
+  readonly bytesHash: string;
+}
+
+async function readFiles(config: TlsListenerConfig): Promise<ReadFiles> {
+  const read = async (file: string, variable: string): Promise<Buffer | string> => {
     try {
-      clientCa = await readFile(config.clientCaFile);
+      return await readFile(file);
     } catch (err) {
-      return fail(
-        `cannot read ARKVORY_TLS_CLIENT_CA_FILE ${config.clientCaFile} (${(err as NodeJS.ErrnoException).code ?? err})`,
-      );
+      return `cannot read ${variable} ${file} (${(err as NodeJS.ErrnoException).code ?? err})`;
     }
-    const problem = checkCaBundle(clientCa.toString());
-    if (problem) return fail(`ARKVORY_TLS_CLIENT_CA_FILE ${config.clientCaFile}: ${problem}`);
-  }
-  return { check: checkCertificatePair(cert, key, nowMs), cert, key, clientCa };
+  };
+  const cert = await read(config.certFile, 'ARKVORY_TLS_CERT_FILE');
+  const key = await read(config.keyFile, 'ARKVORY_TLS_KEY_FILE');
+  const clientCa =
+    config.clientCaFile === undefined ? undefined : await read(config.clientCaFile, 'ARKVORY_TLS_CLIENT_CA_FILE');
+  const hash = createHash('sha256');
+  for (const part of [cert, key, clientCa]) hash.update(part === undefined ? '-' : part).update('\u0000');
+  return {
+    pair: typeof cert === 'string' ? cert : typeof key === 'string' ? key : { cert, key },
+    clientCa,
+    bytesHash: hash.digest('hex'),
+  };
 }
 
 /** Undefined when the bundle holds at least one parsable certificate and nothing unparsable. */
@@ -263,6 +381,11 @@ function checkCaBundle(pem: string): string | undefined {
     }
   }
   return undefined;
+}
+
+function caFingerprints(bundle: Buffer | undefined): ReadonlySet<string> {
+  if (!bundle) return new Set();
+  return new Set(splitPemChain(bundle.toString()).map((pem) => new X509Certificate(pem).fingerprint256));
 }
 
 function sameBytes(a: Buffer | undefined, b: Buffer | undefined): boolean {

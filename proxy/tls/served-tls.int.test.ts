@@ -1,0 +1,228 @@
+/**
+ * Reloads of the served TLS files against a real listener (createListener) and real TLS clients,
+ * with certificates made by openssl for this run: a chain OpenSSL refuses is rejected without a
+ * crash and reported once; a corrected chain under the same leaf is served; the client CA is judged
+ * apart from the pair, and once it changes neither a resumed session nor an open connection keeps
+ * a verdict made against a CA taken out of trust.
+ */
+import { copyFile, writeFile } from 'node:fs/promises';
+import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+import tls from 'node:tls';
+import pino from 'pino';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { systemClock } from '../../policy/clock.ts';
+import {
+  type CertificateAuthority,
+  createCertificateAuthority,
+  type IssuedCertificate,
+  issueClientCertificate,
+  issueServerCertificate,
+  makeTempDir,
+} from '../../test/harness/index.ts';
+import { createListener } from '../server/listener.ts';
+import { splitPemChain } from './certificate-pair.ts';
+import { peerCertificateOf } from './peer-certificate.ts';
+import { ServedTls, type TlsListenerConfig } from './served-tls.ts';
+
+interface Listening {
+  served: ServedTls;
+  port: number;
+  /** Server-side sockets, in the order their handshakes finished. */
+  sockets: tls.TLSSocket[];
+  lines: Array<Record<string, unknown>>;
+  close(): Promise<void>;
+}
+
+async function listen(config: TlsListenerConfig): Promise<Listening> {
+  const lines: Array<Record<string, unknown>> = [];
+  const log = pino({ level: 'info' }, { write: (s: string) => lines.push(JSON.parse(s) as Record<string, unknown>) });
+  // No watch or poll (start() is not called): each test reloads when it means to.
+  const served = await ServedTls.open(config, { clock: systemClock, log });
+  const server = createListener({ http: {}, tls: served, log });
+  const sockets: tls.TLSSocket[] = [];
+  server.on('secureConnection', (socket: tls.TLSSocket) => sockets.push(socket));
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    served,
+    port,
+    sockets,
+    lines,
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+interface Connected {
+  socket: tls.TLSSocket;
+  /** The TLS 1.3 ticket, once the server sent it. */
+  session: Promise<Buffer>;
+}
+
+function connect(
+  port: number,
+  ca: CertificateAuthority,
+  options: { client?: IssuedCertificate; session?: Buffer } = {},
+): Promise<Connected> {
+  return new Promise((resolve, reject) => {
+    const socket = tls.connect({
+      host: '127.0.0.1',
+      port,
+      ca: ca.certPem,
+      ALPNProtocols: ['http/1.1'],
+      ...(options.client ? { cert: options.client.certPem, key: options.client.keyPem } : {}),
+      ...(options.session ? { session: options.session } : {}),
+    });
+    const session = new Promise<Buffer>((got) => socket.once('session', got));
+    socket.once('secureConnect', () => resolve({ socket, session }));
+    socket.once('error', reject);
+  });
+}
+
+/** A PEM block whose DER is cut short: it splits as a certificate, OpenSSL cannot decode it. */
+function damaged(pem: string): string {
+  const lines = pem.trim().split('\n');
+  return [lines[0], lines[1], lines[2], lines.at(-1)].join('\n') + '\n';
+}
+
+let dir: string;
+let ca: CertificateAuthority;
+let first: IssuedCertificate;
+let certFile: string;
+let keyFile: string;
+let open: Listening[] = [];
+const clients: tls.TLSSocket[] = [];
+
+beforeEach(async () => {
+  dir = await makeTempDir('arkvory-served-tls-');
+  ca = await createCertificateAuthority(dir);
+  first = await issueServerCertificate(ca, dir, 'first');
+  certFile = path.join(dir, 'served.crt');
+  keyFile = path.join(dir, 'served.key');
+  await writeFile(certFile, first.certPem);
+  await writeFile(keyFile, first.keyPem);
+});
+
+afterEach(async () => {
+  for (const c of clients.splice(0)) c.destroy();
+  for (const l of open.splice(0)) await l.close();
+  open = [];
+});
+
+async function started(config: Partial<TlsListenerConfig> = {}): Promise<Listening> {
+  const l = await listen({ certFile, keyFile, clientCaFile: undefined, clientCert: 'optional', ...config });
+  open.push(l);
+  return l;
+}
+
+async function servedSerial(port: number): Promise<string> {
+  const { socket } = await connect(port, ca);
+  clients.push(socket);
+  return socket.getPeerCertificate().serialNumber;
+}
+
+/** The server's side of `client`'s connection (its handshake may finish there a moment later). */
+async function serverSide(l: Listening, client: tls.TLSSocket): Promise<tls.TLSSocket> {
+  for (let i = 0; i < 100; i++) {
+    const found = l.sockets.find((s) => s.remotePort === client.localPort);
+    if (found) return found;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  throw new Error(`no server socket for the client port ${client.localPort}`);
+}
+
+const failures = (l: Listening) => l.lines.filter((line) => line.code === 'tls_reload_failed');
+
+describe('ServedTls reload', () => {
+  it('rejects a chain OpenSSL refuses (a damaged intermediate) without a crash, and reports the same files once', async () => {
+    const l = await started();
+    const second = await issueServerCertificate(ca, dir, 'second');
+    await writeFile(certFile, second.certPem + damaged(ca.certPem));
+    await writeFile(keyFile, second.keyPem);
+    expect(await l.served.reload('test')).toBe('rejected');
+    expect(await servedSerial(l.port)).toBe(first.serial);
+    expect(l.served.certificate.serial).toBe(first.serial);
+    expect(l.served.reloadFailures).toBe(1);
+    expect(failures(l)).toHaveLength(1);
+    expect(failures(l)[0]!.reason).toMatch(/^OpenSSL refuses the certificate chain or key \(/);
+    // The same broken files seen again (another event, a poll): no second error, no second count.
+    expect(await l.served.reload('file change')).toBe('rejected');
+    expect(l.served.reloadFailures).toBe(1);
+    expect(failures(l)).toHaveLength(1);
+    // Fixed: served, and the failure state is over.
+    await writeFile(certFile, second.certPem);
+    expect(await l.served.reload('test')).toBe('swapped');
+    expect(await servedSerial(l.port)).toBe(second.serial);
+    expect(l.served.lastError).toBeUndefined();
+  });
+
+  it('refuses to open with a chain OpenSSL refuses', async () => {
+    await writeFile(certFile, first.certPem + damaged(ca.certPem));
+    await expect(started()).rejects.toThrow(/^TLS: OpenSSL refuses the certificate chain or key \(/);
+  });
+
+  it('serves a corrected chain under the same leaf', async () => {
+    const [leafOnly] = splitPemChain(first.certPem);
+    await writeFile(certFile, `${leafOnly}\n`);
+    const l = await started();
+    expect(l.served.certificate.chainLength).toBe(1);
+    // The issuer added beside the same leaf and key: a new chain, served to new handshakes.
+    await writeFile(certFile, `${leafOnly}\n${ca.certPem}`);
+    expect(await l.served.reload('test')).toBe('swapped');
+    expect(l.served.certificate.chainLength).toBe(2);
+    const { socket } = await connect(l.port, ca);
+    clients.push(socket);
+    expect(socket.getPeerCertificate().serialNumber).toBe(first.serial);
+  });
+
+  it('takes a new client CA while the pair is broken; resumed sessions and open connections follow it', async () => {
+    const caFile = path.join(dir, 'clients.pem');
+    const caB = await createCertificateAuthority(dir, 'arkvory-test-ca-b');
+    await copyFile(ca.certFile, caFile);
+    const l = await started({ clientCaFile: caFile });
+    const client = await issueClientCertificate(ca, dir, 'client-a', 'URI:spiffe://example.org/a');
+    const clientB = await issueClientCertificate(caB, dir, 'client-b', 'URI:spiffe://example.org/b');
+
+    const full = await connect(l.port, ca, { client });
+    clients.push(full.socket);
+    const ticket = await full.session;
+    const openSocket = await serverSide(l, full.socket);
+    expect(peerCertificateOf(openSocket)).toMatchObject({ kind: 'verified' });
+    // Resumption works before the change (so the refusal below is the change's doing).
+    const resumed = await connect(l.port, ca, { client, session: ticket });
+    clients.push(resumed.socket);
+    expect(resumed.socket.isSessionReused()).toBe(true);
+
+    // A half-written renewal (the key is garbage) and a CA taken out of trust, read together.
+    await writeFile(keyFile, 'not a key\n');
+    await writeFile(caFile, caB.certPem);
+    expect(await l.served.reload('test')).toBe('swapped');
+    expect(l.served.certificate.serial).toBe(first.serial);
+    expect(failures(l)).toHaveLength(1);
+    expect(failures(l)[0]!.reason).toMatch(/the key file holds no usable PEM private key/);
+    expect(l.lines.some((line) => line.msg === 'TLS client CA reloaded')).toBe(true);
+
+    // The connection opened under CA A: no longer verified.
+    expect(peerCertificateOf(openSocket)).toEqual({
+      kind: 'unverified',
+      reason: 'the client certificate was verified against a CA no longer in ARKVORY_TLS_CLIENT_CA_FILE',
+    });
+    // The old ticket resumes nothing: a full handshake, which CA B does not verify.
+    const afterChange = await connect(l.port, ca, { client, session: ticket });
+    clients.push(afterChange.socket);
+    expect(afterChange.socket.isSessionReused()).toBe(false);
+    expect(peerCertificateOf(await serverSide(l, afterChange.socket))).toMatchObject({ kind: 'unverified' });
+    // A certificate of CA B: verified, and it stays so.
+    const fromB = await connect(l.port, ca, { client: clientB });
+    clients.push(fromB.socket);
+    const bSocket = await serverSide(l, fromB.socket);
+    expect(peerCertificateOf(bSocket)).toMatchObject({ kind: 'verified', sans: ['URI:spiffe://example.org/b'] });
+    // A CA file that keeps CA B (CA A back beside it): the CA B connection stays verified.
+    await writeFile(caFile, caB.certPem + ca.certPem);
+    expect(await l.served.reload('test')).toBe('swapped');
+    expect(peerCertificateOf(bSocket)).toMatchObject({ kind: 'verified' });
+  });
+});
