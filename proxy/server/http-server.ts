@@ -214,7 +214,8 @@ async function runRoute(
       const message = 'client went away before the response finished';
       if (ctx.noteFault(499, 'client_aborted')) ctx.faultLine(fields, message);
       else ctx.log.info(fields, message);
-      if (!ctx.res.destroyed) ctx.res.destroy();
+      // An answer handed over whole (the 408) is left to flush; anything else is cut.
+      if (!ctx.res.destroyed && !ctx.res.writableEnded) ctx.res.destroy();
       return;
     }
     answerError(ctx, err);
@@ -223,8 +224,9 @@ async function runRoute(
 
 /** The response closed before it finished, or the connection is gone (Node detaches it at the end: null). */
 function clientIsGone(ctx: RequestContext): boolean {
-  // Already answered (the front door's 408 for a stalled body): the body's failure follows from it.
-  if (ctx.res.writableFinished) return ctx.req.destroyed && !ctx.req.complete;
+  // Already answered (the front door's 408 for a stalled body, perhaps still flushing): the body's
+  // failure follows from it. (`readableEnded`, not `complete`: node:http2 says complete once aborted.)
+  if (ctx.res.writableEnded) return ctx.req.destroyed && !ctx.req.readableEnded;
   const socket = ctx.req.socket as Socket | null;
   return ctx.signal.aborted || ctx.res.destroyed || socket === null || socket.destroyed;
 }

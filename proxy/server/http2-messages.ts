@@ -9,6 +9,8 @@ import type { IncomingMessage, OutgoingHttpHeader, OutgoingHttpHeaders, ServerRe
 import type { Socket } from 'node:net';
 
 /** Connection-specific headers HTTP/2 forbids (RFC 9113 §8.2.2): dropped from an answer, never sent. */
+const { NGHTTP2_NO_ERROR } = http2.constants;
+
 const CONNECTION_HEADERS = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade']);
 
 /** A request on an HTTP/2 stream that counts the body bytes it received. */
@@ -74,6 +76,17 @@ export class Http2Response extends http2.Http2ServerResponse {
 Object.defineProperty(Http2Response.prototype, 'destroyed', {
   get(this: Http2Response): boolean {
     return this.stream.destroyed;
+  },
+});
+
+// node:http2 answers `writableFinished` with the stream's own flag, which a client's RST_STREAM sets
+// too (the stream's writable side is ended as it closes): a reset response would read as finished,
+// and nothing waiting for it (admission, a governor, a body) would be aborted. Finished here means
+// as on node:http: the whole answer was handed over and the stream ended without an error code.
+Object.defineProperty(Http2Response.prototype, 'writableFinished', {
+  get(this: Http2Response): boolean {
+    const { stream } = this;
+    return this.writableEnded && stream.writableFinished && stream.rstCode === NGHTTP2_NO_ERROR;
   },
 });
 

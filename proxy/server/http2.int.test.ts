@@ -802,6 +802,40 @@ describe('HTTP/2 streams are transfers: admission, reset, flow control', () => {
     expect((await ready()).active).toBe(0);
   });
 
+  it('a client reset of a queued stream ends its wait at once: the queue empties while the four still run', async () => {
+    const session = http2.connect(gw.https, { ca: ca.certPem });
+    session.on('error', () => {});
+    const open = () => {
+      const stream = session.request({ ':path': `${artifact}/content`, ...bearer(reader.key) });
+      stream.on('error', () => {});
+      const firstByte = new Promise<void>((resolve) => stream.once('data', () => resolve()));
+      stream.on('data', () => {});
+      return { stream, firstByte };
+    };
+    const four = Array.from({ length: 4 }, open);
+    await Promise.all(four.map((s) => s.firstByte));
+    const fifth = open();
+    let state = await ready();
+    for (let i = 0; i < 40 && state.queued === 0; i++) {
+      await sleep(50);
+      state = await ready();
+    }
+    expect(state).toEqual({ active: 4, queued: 1 });
+    // The waiting stream, reset by its client: out of the queue at once, not when a slot frees
+    // (the four take about 12 s at 256 KiB/s each).
+    fifth.stream.close(http2.constants.NGHTTP2_CANCEL);
+    const resetAt = performance.now();
+    for (let i = 0; i < 20 && state.queued > 0; i++) {
+      await sleep(50);
+      state = await ready();
+    }
+    expect(state).toEqual({ active: 4, queued: 0 });
+    expect(performance.now() - resetAt).toBeLessThan(1500);
+    session.destroy();
+    for (let i = 0; i < 40 && (await ready()).active > 0; i++) await sleep(50);
+    expect((await ready()).active).toBe(0);
+  });
+
   it('flow control is the backpressure: a stream not read holds about its window; another on the connection completes', async () => {
     const session = http2.connect(gw.https, { ca: ca.certPem });
     session.on('error', () => {});
@@ -826,6 +860,8 @@ describe('HTTP/2 sessions, streams, idle GOAWAYs and resets sent are counted (/m
       ARKVORY_KEEPALIVE_TIMEOUT_SECONDS: '1',
       ARKVORY_SEND_TIMEOUT_SECONDS: '2',
       ARKVORY_ADMISSION_WAIT_SECONDS: '1',
+      ARKVORY_BODY_TIMEOUT_SECONDS: '2',
+      ARKVORY_USAGE_STATS_FLUSH_SECONDS: '1',
     });
     const put = await h2Request(gw.https, artifact, { method: 'PUT', headers: bearer(owner.key), body: payload });
     expect([200, 201]).toContain(put.status);
@@ -886,6 +922,111 @@ describe('HTTP/2 sessions, streams, idle GOAWAYs and resets sent are counted (/m
     ).toBe(1);
     // The front door's own reset is not the client's.
     expect(now('arkvory_http2_stream_resets_received_total')).toBe(was('arkvory_http2_stream_resets_received_total'));
+    session.destroy();
+  });
+
+  const statusOf = (stream: http2.ClientHttp2Stream) =>
+    new Promise<number>((resolve) => stream.once('response', (h) => resolve(Number(h[':status']))));
+  const closeCodeOf = (stream: http2.ClientHttp2Stream) =>
+    new Promise<number>((resolve) => stream.once('close', () => resolve(stream.rstCode!)));
+
+  it('an upload whose body stalls gets 408, then RST_STREAM NO_ERROR (body_timeout); the gateway stays idle and responsive', async () => {
+    const was = await scrape();
+    const pid = gw.child.pid!;
+    const session = http2.connect(gw.https, { ca: ca.certPem });
+    session.on('error', () => {});
+    const stalled = session.request(
+      {
+        ':method': 'PUT',
+        ':path': `/api/v1/repositories/${REPO}/artifacts/stalled.bin`,
+        'content-length': '1000',
+        ...bearer(owner.key),
+      },
+      { endStream: false },
+    );
+    stalled.on('error', () => {});
+    stalled.write(Buffer.alloc(10));
+    const status = statusOf(stalled);
+    const body: Buffer[] = [];
+    stalled.on('data', (c: Buffer) => body.push(c));
+    const closeCode = closeCodeOf(stalled);
+    expect(await status).toBe(408);
+    expect(await closeCode).toBe(http2.constants.NGHTTP2_NO_ERROR);
+    expect(Buffer.concat(body).toString()).toContain('"request_timeout"');
+    // Nothing left running: a second later the process spent a small part of that second on CPU,
+    // and another client is answered at once.
+    const before = await usage(pid);
+    await sleep(1000);
+    const after = await usage(pid);
+    expect(after.cpuMs - before.cpuMs).toBeLessThan(300);
+    expect(after.rss - before.rss).toBeLessThan(64 * MiB);
+    const started = performance.now();
+    expect((await h2Request(gw.https, '/health/live')).status).toBe(200);
+    expect(performance.now() - started).toBeLessThan(1000);
+    const now = await scrape();
+    expect(
+      now('arkvory_http2_stream_resets_sent_total{reason="body_timeout"}') -
+        was('arkvory_http2_stream_resets_sent_total{reason="body_timeout"}'),
+    ).toBe(1);
+    session.destroy();
+  });
+
+  it('streams node:http2 answers itself (CONNECT 405, an unknown Expect 417) are reset after the answer; the session still idles out', async () => {
+    const session = http2.connect(gw.https, { ca: ca.certPem });
+    session.on('error', () => {});
+    const goaway = new Promise<number>((resolve) => session.once('goaway', resolve));
+    // Both left half-open by the client (no END_STREAM): only the server can end them.
+    const connect = session.request({ ':method': 'CONNECT', ':authority': 'example.org:443' }, { endStream: false });
+    const oddExpect = session.request(
+      { ':path': `${artifact}/content`, expect: 'something-else', ...bearer(owner.key) },
+      { endStream: false },
+    );
+    for (const stream of [connect, oddExpect]) {
+      stream.on('error', () => {});
+      stream.resume();
+    }
+    const codes = Promise.all([closeCodeOf(connect), closeCodeOf(oddExpect)]);
+    expect(await Promise.all([statusOf(connect), statusOf(oddExpect)])).toEqual([405, 417]);
+    expect(await codes).toEqual([http2.constants.NGHTTP2_NO_ERROR, http2.constants.NGHTTP2_NO_ERROR]);
+    // With no stream left open, the keep-alive timeout (1 s) ends the session.
+    const idle = await Promise.race([goaway, sleep(5000).then(() => 'no GOAWAY within 5 s')]);
+    expect(idle).toBe(http2.constants.NGHTTP2_NO_ERROR);
+    session.destroy();
+  });
+
+  it('an upload the client resets is counted in usage by the bytes that arrived, not its declared length', async () => {
+    const uploader = await createServiceAccount(db.pool, { grants: { [REPO]: 'write' } });
+    const session = http2.connect(gw.https, { ca: ca.certPem });
+    session.on('error', () => {});
+    const upload = session.request(
+      {
+        ':method': 'PUT',
+        ':path': `/api/v1/repositories/${REPO}/artifacts/reset-upload.bin`,
+        'content-length': '1000000',
+        ...bearer(uploader.key),
+      },
+      { endStream: false },
+    );
+    upload.on('error', () => {});
+    const closed = closeCodeOf(upload);
+    upload.write(Buffer.alloc(1000));
+    await sleep(300);
+    upload.close(http2.constants.NGHTTP2_CANCEL);
+    await closed;
+    const bytesUp = async () =>
+      (
+        await db.pool.query<{ bytes_up: string }>(
+          'SELECT bytes_up::bigint FROM arkvory_usage_principal_days WHERE principal_id = $1',
+          [uploader.principalId],
+        )
+      ).rows[0]?.bytes_up;
+    let counted: string | undefined;
+    for (let i = 0; i < 60 && counted === undefined; i++) {
+      await sleep(100);
+      counted = await bytesUp();
+    }
+    expect(Number(counted)).toBeGreaterThanOrEqual(1000);
+    expect(Number(counted)).toBeLessThan(100_000);
     session.destroy();
   });
 });

@@ -6,6 +6,7 @@
  * flush starts early; a batch whose flush failed is kept for the next one, up to twice that, beyond
  * which it is dropped with an error line.
  */
+import { isHttp2 } from '../server/http2-messages.ts';
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { Clock } from '../../policy/clock.ts';
@@ -69,9 +70,14 @@ export function startUsageRecorder(deps: { pool: pg.Pool; log: Logger; clock: Cl
       const principal = ctx.principal?.id ?? null;
       const now = deps.clock.wallMs();
       if (principal !== null) {
-        // The socket's count misses a body that arrived with the head; a whole body's declared length does not.
+        // HTTP/1.1: the socket's count misses a body that arrived with the head; a whole body's
+        // declared length does not. HTTP/2 counts the stream's own body bytes exactly, and says
+        // `complete` of a reset stream too: its declared length is never taken there.
         const declaredUp = Number(ctx.req.headers['content-length']);
-        const up = ctx.req.complete && Number.isSafeInteger(declaredUp) ? Math.max(declaredUp, o.bytesIn) : o.bytesIn;
+        const up =
+          !isHttp2(ctx.req) && ctx.req.complete && Number.isSafeInteger(declaredUp)
+            ? Math.max(declaredUp, o.bytesIn)
+            : o.bytesIn;
         tally.request(principal, o.bytesOut, up, now);
       }
       if (o.method !== 'GET' || (o.status !== 200 && o.status !== 206)) return;

@@ -193,6 +193,13 @@ export class Http2Front {
       watch.streamOpened();
       stream.on('close', onStreamClose);
     });
+    // After node:http2's own listener, which hands the stream to the request handler or answers it
+    // itself (CONNECT: 405; an Expect other than 100-continue: 417) without a request: such a
+    // stream is reset once that answer is out, as any early answer, so a client leaving it
+    // half-open holds neither an open-stream count (the session never idles) nor its connection.
+    session.on('stream', (stream: ServerHttp2Stream) => {
+      if (!admitted.has(stream)) this.#resetAfterEarlyAnswer(stream, undefined);
+    });
     // Protocol errors of a client (bad frames, a flood nghttp2 caught) are its doing: debug.
     session.on('error', (err: NodeJS.ErrnoException) => {
       counts.sessionErrors++;
@@ -231,6 +238,7 @@ export class Http2Front {
    */
   admitStream(req: IncomingMessage & { stream: ServerHttp2Stream }, res: ServerResponse): void {
     const stream = req.stream;
+    admitted.add(stream);
     const hasBody = announcesBody(req) || !stream.endAfterHeaders;
     // Before node:http2's own listener ends the request body: a reset body fails, never ends.
     stream.prependListener('close', () => {
@@ -258,10 +266,13 @@ export class Http2Front {
           { code: 'client_timeout', phase: 'request_body', idleMs: limits.bodyIdleTimeoutMs, protocol: 'h2' },
           'no request body byte in time; answering 408 and resetting the stream',
         );
+        // RST_STREAM NO_ERROR once the answer is out (#resetAfterEarlyAnswer, on the stream's
+        // 'finish'): the client stops sending, the connection stays. Not before: a stream closed
+        // while its answer is still queued, then destroyed by the failed body's handler, leaves
+        // node:http2 writing the pending data forever (a spinning loop and unbounded memory).
+        bodyTimedOut.add(stream);
         failBody(req);
         sendError(res, BODY_TIMEOUT);
-        // RST_STREAM NO_ERROR once the answer is out: the client stops sending, the connection stays.
-        this.#reset(stream, NGHTTP2_NO_ERROR, 'body_timeout');
         return;
       }
       const counter = action.kind === 'cut' ? action.counter : 'send';
@@ -291,17 +302,21 @@ export class Http2Front {
    * An answer that went out before the request body was read: once it is sent, RST_STREAM NO_ERROR
    * tells the client to stop sending (RFC 9113 §8.1); the body the handler did not read fails.
    */
-  #resetAfterEarlyAnswer(stream: ServerHttp2Stream, req: IncomingMessage): void {
+  #resetAfterEarlyAnswer(stream: ServerHttp2Stream, req: IncomingMessage | undefined): void {
     stream.once('finish', () => {
       if (remoteClosed(stream) || stream.closed) return;
-      failBody(req);
-      this.#reset(stream, NGHTTP2_NO_ERROR, 'early_answer');
+      if (req) failBody(req);
+      this.#reset(stream, NGHTTP2_NO_ERROR, bodyTimedOut.has(stream) ? 'body_timeout' : 'early_answer');
     });
   }
 }
 
 /** Streams the front door reset itself: their close is not a client's reset. */
 const sentReset = new WeakSet<ServerHttp2Stream>();
+/** Streams handed to the request handler (the rest node:http2 answered itself). */
+const admitted = new WeakSet<ServerHttp2Stream>();
+/** Streams answered 408 for a stalled body: their reset is counted as `body_timeout`. */
+const bodyTimedOut = new WeakSet<ServerHttp2Stream>();
 
 /**
  * GOAWAY (no error): open streams finish, then the connection closes; cut after the send timeout at
