@@ -117,6 +117,36 @@ describe('shutdown drain (ADR 0008 preClose)', () => {
     expect(problemLines(gw.logLines())).toEqual([]);
   }, 60_000);
 
+  it('SIGTERM during an upload sent with Expect: 100-continue: the gateway waits for it (201), then exits 0', async () => {
+    const gw = await startGateway({
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_SHUTDOWN_TIMEOUT_SECONDS: '30' },
+      dataDir,
+    });
+    const body = randomContent(4 * MiB);
+    // As curl sends a large upload: the head with Expect, the body after 100 Continue.
+    const req = http.request(`${gw.url}/api/v1/repositories/drain/artifacts/expect.bin`, {
+      method: 'PUT',
+      headers: { ...bearer(writer), expect: '100-continue', 'content-length': String(body.length) },
+      agent: false,
+    });
+    const answered = new Promise<number>((resolve, reject) => {
+      req.on('response', (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+      });
+      req.on('error', reject);
+    });
+    await new Promise<void>((resolve) => req.once('continue', () => resolve()));
+    req.write(body.subarray(0, MiB));
+    await sleep(200);
+    gw.child.kill('SIGTERM');
+    await sleep(500);
+    req.end(body.subarray(MiB));
+    expect(await answered).toBe(201);
+    expect(await gw.exited).toBe(0);
+    expect(problemLines(gw.logLines())).toEqual([]);
+  }, 60_000);
+
   it('SIGTERM during a throttled download: the waiting chunk is cut at once, and Range resumes to the exact file', async () => {
     const rate = 512 * 1024;
     const env = {

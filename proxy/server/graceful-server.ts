@@ -19,13 +19,16 @@ export interface GracefulServer {
 export function makeGraceful(server: http.Server, frontDoor: Pick<FrontDoor, 'drain'>): GracefulServer {
   let inFlight = 0;
   const idle: Array<() => void> = [];
-  server.on('request', (_req: http.IncomingMessage, res: http.ServerResponse) => {
+  const begun = (_req: http.IncomingMessage, res: http.ServerResponse) => {
     inFlight++;
     res.once('close', () => {
       inFlight--;
       if (inFlight === 0) for (const resolve of idle.splice(0)) resolve();
     });
-  });
+  };
+  // A request with `Expect: 100-continue` arrives as 'checkContinue' instead of 'request' (front-door.ts).
+  server.on('request', begun);
+  server.on('checkContinue', begun);
   return {
     get inFlight() {
       return inFlight;
