@@ -120,7 +120,7 @@ export const GATEWAY_METRICS = [
     name: 'arkvory_http2_stream_resets_received_total',
     type: 'counter',
     labels: [],
-    help: 'Streams a client ended with RST_STREAM and an error code (a cancelled download, or a rapid-reset attack).',
+    help: 'Streams a client ended with RST_STREAM before their answer ended, whatever the code (a cancelled download, or a rapid-reset attack).',
   },
   {
     name: 'arkvory_http2_session_errors_total',

@@ -581,45 +581,51 @@ describe('HTTP/2 abuses are bounded (GOAWAY or refused streams; other clients un
     expect(r.cpuMs).toBeLessThan(5000);
   }
 
-  it('rapid reset (CVE-2023-44487): HEADERS + RST_STREAM in a loop ends the session with GOAWAY', async () => {
-    const goawaysBefore = await metric(gw, 'arkvory_http2_goaway_sent_total{reason="rapid_reset"}');
-    const resetsBefore = await metric(gw, 'arkvory_http2_stream_resets_received_total');
-    let raw: RawH2 | undefined;
-    let sent = 0;
-    const r = await underAttack(gw, async () => {
-      raw = await RawH2.open(gw.port);
-      await sleep(100);
-      const get = getHeaders('/health/live');
-      const cancel = Buffer.alloc(4);
-      cancel.writeUInt32BE(http2.constants.NGHTTP2_CANCEL);
-      for (let id = 1; sent < 20_000 && !raw.closed && raw.goaway === undefined; ) {
-        const batch: Buffer[] = [];
-        for (let i = 0; i < 50; i++, id += 2, sent++)
-          batch.push(frame(FRAME.HEADERS, 5, id, get), frame(FRAME.RST_STREAM, 0, id, cancel));
-        await raw.write(Buffer.concat(batch));
-        await sleep(1);
+  it.each([
+    ['CANCEL', http2.constants.NGHTTP2_CANCEL],
+    ['NO_ERROR', http2.constants.NGHTTP2_NO_ERROR],
+  ])(
+    'rapid reset (CVE-2023-44487): HEADERS + RST_STREAM (%s) in a loop ends the session with GOAWAY',
+    async (_name, code) => {
+      const goawaysBefore = await metric(gw, 'arkvory_http2_goaway_sent_total{reason="rapid_reset"}');
+      const resetsBefore = await metric(gw, 'arkvory_http2_stream_resets_received_total');
+      let raw: RawH2 | undefined;
+      let sent = 0;
+      const r = await underAttack(gw, async () => {
+        raw = await RawH2.open(gw.port);
+        await sleep(100);
+        const get = getHeaders('/health/live');
+        const cancel = Buffer.alloc(4);
+        cancel.writeUInt32BE(code);
+        for (let id = 1; sent < 20_000 && !raw.closed && raw.goaway === undefined; ) {
+          const batch: Buffer[] = [];
+          for (let i = 0; i < 50; i++, id += 2, sent++)
+            batch.push(frame(FRAME.HEADERS, 5, id, get), frame(FRAME.RST_STREAM, 0, id, cancel));
+          await raw.write(Buffer.concat(batch));
+          await sleep(1);
+        }
+        await sleep(200);
+      });
+      // nghttp2's own reset rate limit answers INTERNAL_ERROR; the front door's budget ENHANCE_YOUR_CALM.
+      expect(
+        [ENHANCE_YOUR_CALM, http2.constants.NGHTTP2_INTERNAL_ERROR],
+        `closed ${raw!.closed} after ${sent}`,
+      ).toContain(raw!.goaway);
+      raw!.close();
+      expectBounded(r);
+      // What the client got to send before the GOAWAY reached it depends on how busy the machine is;
+      // the bound is on what the server took. The front door counts resets as their streams close,
+      // nghttp2 as it reads the frames (a burst of 1,000), so whichever ends the session, it took no
+      // more than nghttp2's burst: never an unbounded stream of them.
+      const taken = (await metric(gw, 'arkvory_http2_stream_resets_received_total')) - resetsBefore;
+      expect(taken, `sent ${sent}`).toBeLessThanOrEqual(NGHTTP2_RESET_BURST + 1);
+      if (raw!.goaway === ENHANCE_YOUR_CALM) {
+        // The front door's budget ended it: one GOAWAY counted, after more than the budget's resets.
+        expect(await metric(gw, 'arkvory_http2_goaway_sent_total{reason="rapid_reset"}')).toBe(goawaysBefore + 1);
+        expect(taken, `sent ${sent}`).toBeGreaterThan(RESET_BUDGET.resets);
       }
-      await sleep(200);
-    });
-    // nghttp2's own reset rate limit answers INTERNAL_ERROR; the front door's budget ENHANCE_YOUR_CALM.
-    expect(
-      [ENHANCE_YOUR_CALM, http2.constants.NGHTTP2_INTERNAL_ERROR],
-      `closed ${raw!.closed} after ${sent}`,
-    ).toContain(raw!.goaway);
-    raw!.close();
-    expectBounded(r);
-    // What the client got to send before the GOAWAY reached it depends on how busy the machine is;
-    // the bound is on what the server took. The front door counts resets as their streams close,
-    // nghttp2 as it reads the frames (a burst of 1,000), so whichever ends the session, it took no
-    // more than nghttp2's burst: never an unbounded stream of them.
-    const taken = (await metric(gw, 'arkvory_http2_stream_resets_received_total')) - resetsBefore;
-    expect(taken, `sent ${sent}`).toBeLessThanOrEqual(NGHTTP2_RESET_BURST + 1);
-    if (raw!.goaway === ENHANCE_YOUR_CALM) {
-      // The front door's budget ended it: one GOAWAY counted, after more than the budget's resets.
-      expect(await metric(gw, 'arkvory_http2_goaway_sent_total{reason="rapid_reset"}')).toBe(goawaysBefore + 1);
-      expect(taken, `sent ${sent}`).toBeGreaterThan(RESET_BUDGET.resets);
-    }
-  });
+    },
+  );
 
   /** Sends `one` frame in small paced batches (the client reads every ack) until the session ends. */
   async function paced(raw: RawH2, one: Buffer, max: number): Promise<number> {
@@ -929,6 +935,26 @@ describe('HTTP/2 sessions, streams, idle GOAWAYs and resets sent are counted (/m
     new Promise<number>((resolve) => stream.once('response', (h) => resolve(Number(h[':status']))));
   const closeCodeOf = (stream: http2.ClientHttp2Stream) =>
     new Promise<number>((resolve) => stream.once('close', () => resolve(stream.rstCode!)));
+
+  it('a download the client resets with NO_ERROR before its end is counted as a reset received, as with CANCEL', async () => {
+    const session = http2.connect(gw.https, { ca: ca.certPem });
+    session.on('error', () => {});
+    const received = 'arkvory_http2_stream_resets_received_total';
+    for (const code of [http2.constants.NGHTTP2_CANCEL, http2.constants.NGHTTP2_NO_ERROR]) {
+      const was = await scrape();
+      const download = session.request({ ':path': `${artifact}/content`, ...bearer(owner.key) });
+      download.on('error', () => {});
+      await new Promise((resolve) => download.once('data', resolve));
+      download.close(code);
+      let now = await scrape();
+      for (let i = 0; i < 20 && now(received) === was(received); i++) {
+        await sleep(50);
+        now = await scrape();
+      }
+      expect(now(received) - was(received), `code ${code}`).toBe(1);
+    }
+    session.destroy();
+  });
 
   it('an upload whose body stalls gets 408, then RST_STREAM NO_ERROR (body_timeout); the gateway stays idle and responsive', async () => {
     const was = await scrape();

@@ -88,7 +88,7 @@ export interface Http2Counters {
   sessions: number;
   /** Streams (requests) since start. */
   streams: number;
-  /** Streams the client ended with RST_STREAM and an error code (a cancel, or a rapid reset). */
+  /** Streams the client ended with RST_STREAM before their answer ended, whatever the code (a cancel, or a rapid reset). */
   resetsReceived: number;
   /** Sessions ended by a protocol error node:http2 caught (malformed or invalid frames, a header list past its bound, an unacknowledged PING flood). */
   sessionErrors: number;
@@ -181,8 +181,9 @@ export class Http2Front {
     session.on('remoteSettings', () => watch.controlFrame('settings'));
     // One listener per session, not a closure (and a `once` wrapper) per stream: 'close' is emitted once.
     const onStreamClose = function (this: ServerHttp2Stream): void {
-      // A reset of ours (a timeout, an early answer) is counted where it is sent, not here.
-      const resetByClient = this.rstCode !== NGHTTP2_NO_ERROR && !sentReset.has(this);
+      // A reset of ours (a timeout, an early answer) is counted where it is sent, not here. A
+      // client's RST_STREAM with NO_ERROR before the answer ended is a reset all the same (`aborted`).
+      const resetByClient = !sentReset.has(this) && (this.rstCode !== NGHTTP2_NO_ERROR || this.aborted);
       if (resetByClient) counts.resetsReceived++;
       watch.streamClosed(resetByClient);
     };
