@@ -769,9 +769,8 @@ describe('HTTP/2 streams are transfers: admission, reset, flow control', () => {
     return { active, queued };
   }
 
-  it('four streams of one principal on one connection are four transfers: the fifth waits; a reset frees its slot at once', async () => {
-    const session = http2.connect(gw.https, { ca: ca.certPem });
-    session.on('error', () => {});
+  /** Four downloads of the reader on `session`, holding their slots, and a fifth queued behind them. */
+  async function fourAndOneQueued(session: http2.ClientHttp2Session) {
     const open = (): { stream: http2.ClientHttp2Stream; firstByte: Promise<number> } => {
       const started = performance.now();
       const stream = session.request({ ':path': `${artifact}/content`, ...bearer(reader.key) });
@@ -791,6 +790,13 @@ describe('HTTP/2 streams are transfers: admission, reset, flow control', () => {
       state = await ready();
     }
     expect(state).toEqual({ active: 4, queued: 1 });
+    return { four, fifth };
+  }
+
+  it('four streams of one principal on one connection are four transfers: the fifth waits; a reset frees its slot at once', async () => {
+    const session = http2.connect(gw.https, { ca: ca.certPem });
+    session.on('error', () => {});
+    const { four, fifth } = await fourAndOneQueued(session);
     // The other streams of the connection go on: a health check on the same session answers at once.
     const started = performance.now();
     expect((await h2Request(gw.https, '/health/live', { session })).status).toBe(200);
@@ -800,7 +806,7 @@ describe('HTTP/2 streams are transfers: admission, reset, flow control', () => {
     four[0]!.stream.close(http2.constants.NGHTTP2_CANCEL);
     await fifth.firstByte;
     expect(performance.now() - resetAt).toBeLessThan(1500);
-    state = await ready();
+    const state = await ready();
     expect(state.active).toBe(4);
     expect(state.queued).toBe(0);
     session.destroy();
@@ -811,22 +817,8 @@ describe('HTTP/2 streams are transfers: admission, reset, flow control', () => {
   it('a client reset of a queued stream ends its wait at once: the queue empties while the four still run', async () => {
     const session = http2.connect(gw.https, { ca: ca.certPem });
     session.on('error', () => {});
-    const open = () => {
-      const stream = session.request({ ':path': `${artifact}/content`, ...bearer(reader.key) });
-      stream.on('error', () => {});
-      const firstByte = new Promise<void>((resolve) => stream.once('data', () => resolve()));
-      stream.on('data', () => {});
-      return { stream, firstByte };
-    };
-    const four = Array.from({ length: 4 }, open);
-    await Promise.all(four.map((s) => s.firstByte));
-    const fifth = open();
+    const { fifth } = await fourAndOneQueued(session);
     let state = await ready();
-    for (let i = 0; i < 40 && state.queued === 0; i++) {
-      await sleep(50);
-      state = await ready();
-    }
-    expect(state).toEqual({ active: 4, queued: 1 });
     // The waiting stream, reset by its client: out of the queue at once, not when a slot frees
     // (the four take about 12 s at 256 KiB/s each).
     fifth.stream.close(http2.constants.NGHTTP2_CANCEL);
