@@ -26,8 +26,9 @@ function withSecurityHeaders(ctx: RequestContext): void {
   for (const [name, value] of Object.entries(SECURITY_HEADERS)) ctx.res.setHeader(name, value);
 }
 
-/** The cookie gets `Secure` when a TLS proxy in front says the page came over https. */
+/** The cookie gets `Secure` when the page came over https: to this listener's TLS, or to a TLS proxy in front. */
 export function isHttps(req: IncomingMessage): boolean {
+  if ((req.socket as { encrypted?: boolean } | null)?.encrypted) return true;
   return (
     String(req.headers['x-forwarded-proto'] ?? '')
       .split(',')[0]!

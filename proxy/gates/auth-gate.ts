@@ -14,6 +14,7 @@ import { GatewayError } from '../server/errors.ts';
 import { createTrustedProxies, normalizeAddress, type TrustedProxies } from '../router/forwarded.ts';
 import type { Config } from '../config/config.ts';
 import { isLoopbackAddress, peerCertificateOf } from '../tls/peer-certificate.ts';
+import { readCookie, SESSION_COOKIE } from '../console/sessions.ts';
 
 /** How the transport counts (docs/tls.md): client certificates, and credentials sent in clear. */
 export interface TransportPolicy {
@@ -65,13 +66,13 @@ export function createAuthGate(
   transport?: TransportPolicy,
 ): Gate {
   return (ctx) => {
-    if (ctx.access === 'public') return;
+    if (ctx.access === 'public') return transport ? checkPublic(ctx, transport) : undefined;
     if (lifecycle.state === 'fenced') throw new PolicyError('lease_lost');
     const presigned =
       links !== undefined && ctx.req.headers.authorization === undefined && hasPresignParams(ctx.url.searchParams);
     const given = presigned ? undefined : credentials(ctx);
     if (transport) {
-      const supplied = presigned || ctx.req.headers.authorization !== undefined;
+      const supplied = presigned || given !== undefined || carriesCredential(ctx);
       if (supplied && transport.refusePlainHttpCredentials && sentInClear(ctx, transport.trusted))
         throw new GatewayError('tls_required');
       if (transport.clientCert !== 'off') {
@@ -116,19 +117,50 @@ function certificatePrincipal(
   otherCredential: string | undefined,
 ): Principal | Promise<Principal> | undefined {
   const peer = peerCertificateOf(ctx.req.socket);
-  let reason: string | undefined;
-  if (peer.kind === 'none') reason = transport.clientCert === 'require' ? 'no client certificate was sent' : undefined;
-  else if (peer.kind === 'unverified') reason = peer.reason;
-  else reason = certificateExpired(peer, transport.clock.wallMs());
-  const refuse = (why: string): never => {
-    ctx.log.info({ code: 'unauthorized', reason: why }, 'client certificate refused');
-    throw unauthorized();
-  };
+  const problem = certificateProblem(peer, transport);
+  const reason = peer.kind === 'none' && transport.clientCert !== 'require' ? undefined : problem;
+  const refuse = (why: string): never => refuseCertificate(ctx, why);
   if (reason !== undefined && (transport.clientCert === 'require' || otherCredential === undefined)) refuse(reason);
   if (otherCredential !== undefined || peer.kind !== 'verified') return undefined;
   const outcome = auth.certificatePrincipalNow(peer.sans);
   const principalOf = (o: Awaited<typeof outcome>): Principal => (o.ok ? o.principal : refuse(o.reason));
   return isPromise(outcome) ? outcome.then(principalOf) : principalOf(outcome);
+}
+
+/** Why the connection's certificate does not count now; undefined when it is verified and unexpired. */
+function certificateProblem(
+  peer: ReturnType<typeof peerCertificateOf>,
+  transport: TransportPolicy,
+): string | undefined {
+  if (peer.kind === 'none') return 'no client certificate was sent';
+  if (peer.kind === 'unverified') return peer.reason;
+  return certificateExpired(peer, transport.clock.wallMs());
+}
+
+/** A plain 401; the reason goes to the log only. */
+function refuseCertificate(ctx: RequestContext, reason: string): never {
+  ctx.log.info({ code: 'unauthorized', reason }, 'client certificate refused');
+  throw unauthorized();
+}
+
+/**
+ * Public routes under the transport policy. Credentials they carry (the /metrics token, the rules
+ * service's token, a console session cookie) are refused in clear as any other; in `require` mode
+ * every route but the health checks wants a verified certificate (the page, its assets, /metrics).
+ */
+function checkPublic(ctx: RequestContext, transport: TransportPolicy): undefined {
+  if (transport.refusePlainHttpCredentials && carriesCredential(ctx) && sentInClear(ctx, transport.trusted))
+    throw new GatewayError('tls_required');
+  if (transport.clientCert !== 'require' || ctx.route.startsWith('/health/')) return undefined;
+  const problem = certificateProblem(peerCertificateOf(ctx.req.socket), transport);
+  if (problem !== undefined) refuseCertificate(ctx, problem);
+  return undefined;
+}
+
+/** An Authorization header (a key, Basic, a token) or the console's session cookie. */
+function carriesCredential(ctx: RequestContext): boolean {
+  const { authorization, cookie } = ctx.req.headers;
+  return authorization !== undefined || readCookie(cookie, SESSION_COOKIE) !== undefined;
 }
 
 /** Whether the client sent this request over plain HTTP across a network (a trusted proxy's X-Forwarded-Proto decides behind one). */

@@ -177,6 +177,8 @@ describe('over HTTP/2 (curl --http2)', () => {
     expect(signIn.status, signIn.body.toString()).toBe(201);
     const cookie = signIn.headers['set-cookie']![0]!.split(';')[0]!;
     expect(cookie).toMatch(/^arkvory_console=/);
+    // Served over this listener's own TLS: a browser never sends the cookie over plain HTTP.
+    expect(signIn.headers['set-cookie']![0]).toMatch(/; Secure(;|$)/);
     const csrf = String(json(signIn).csrfToken);
     const status = await curl('/console/api/status', { headers: { cookie } });
     expect(status.status).toBe(200);

@@ -524,9 +524,14 @@ describe('client certificates (mutual TLS)', () => {
       method: 'HEAD',
       headers: bearer(owner.key),
     });
-    agent.destroy();
     expect(keyAndCert.status).toBe(200);
     expect((await httpsRequest(`${strict.https}/health/live`, { ca: ca.certPem })).status).toBe(200);
+    // Public routes other than the health checks want the certificate too: /metrics, the console.
+    for (const route of ['/metrics', '/console/', '/console/session']) {
+      expect((await httpsRequest(`${strict.https}${route}`, { ca: ca.certPem })).status, route).toBe(401);
+      expect((await httpsRequest(`${strict.https}${route}`, { ca: ca.certPem, agent })).status, route).toBe(200);
+    }
+    agent.destroy();
     await strict.stop();
   });
 });
@@ -550,6 +555,24 @@ describe('credentials over plain HTTP', () => {
       (await list({ ...bearer(owner.key), 'x-forwarded-proto': 'https', 'x-forwarded-for': '192.0.2.7' })).status,
     ).toBe(200);
     expect((await list(bearer(owner.key))).status).toBe(200); // loopback client, no proxy
+    // Credentials public routes read are refused in clear too: the /metrics token; and a console
+    // session (opened here by a loopback client, then sent by one behind the plain-HTTP proxy).
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+    const signIn = await fetch(`${gw.url}/console/session`, { method: 'POST', headers: bearer(admin.key) });
+    expect(signIn.status).toBe(201);
+    const cookie = signIn.headers.get('set-cookie')!.split(';')[0]!;
+    const inClear = { 'x-forwarded-proto': 'http', 'x-forwarded-for': '192.0.2.7' };
+    const overTls = { 'x-forwarded-proto': 'https', 'x-forwarded-for': '192.0.2.7' };
+    for (const [route, credential] of [
+      ['/metrics', { authorization: 'Bearer a-metrics-token' }],
+      ['/console/session', { cookie }],
+      ['/console/api/status', { cookie }],
+    ] as const) {
+      const refused = await fetch(`${gw.url}${route}`, { headers: { ...credential, ...inClear } });
+      expect(refused.status, route).toBe(403);
+      expect(((await refused.json()) as { code: string }).code, route).toBe('tls_required');
+      expect((await fetch(`${gw.url}${route}`, { headers: { ...credential, ...overTls } })).status, route).toBe(200);
+    }
     await gw.stop();
   });
 });
