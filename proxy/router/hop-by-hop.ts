@@ -5,7 +5,17 @@
  * fast path: no header object built, no name lower-cased unless its length matches a name looked for.
  */
 
-/** Names a `Connection` header lists beyond `keep-alive`/`close` (lower-case), or undefined: the usual case. */
+/**
+ * Headers that frame a message: never dropped for being named in `Connection`. A body whose length
+ * went unsaid would run on into the next request on the kept-alive upstream connection (request
+ * smuggling, answers handed to the wrong clients).
+ */
+const FRAMING = new Set(['content-length', 'transfer-encoding']);
+
+/**
+ * Names a `Connection` header lists beyond `keep-alive`/`close` and the framing headers
+ * (lower-case), or undefined: the usual case.
+ */
 export function connectionNamed(connection: string | string[] | undefined): ReadonlySet<string> | undefined {
   if (connection === undefined) return undefined;
   const text = typeof connection === 'string' ? connection : connection.join(',');
@@ -16,7 +26,7 @@ export function connectionNamed(connection: string | string[] | undefined): Read
   for (const part of text.split(',')) {
     const name = part.trim().toLowerCase();
     // Stryker disable next-line ConditionalExpression,StringLiteral: equivalent: both are dropped anyway, named or not (→ true is killed)
-    if (name === '' || name === 'keep-alive' || name === 'close') continue;
+    if (name === '' || name === 'keep-alive' || name === 'close' || FRAMING.has(name)) continue;
     (named ??= new Set()).add(name);
   }
   return named;

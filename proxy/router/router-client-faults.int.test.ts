@@ -24,6 +24,8 @@ const TRACE_SPAN_METRICS = [
 let upstream: http.Server;
 let upstreamUrl: string;
 let proxied = 0;
+/** What reached the upstream, in order. */
+const seen: Array<{ method: string; url: string; contentLength: string | undefined }> = [];
 let router: GatewayProcess;
 let metricsPort: number;
 
@@ -34,7 +36,9 @@ beforeAll(async () => {
       return;
     }
     proxied++;
-    res.writeHead(200, { 'content-type': 'text/plain' }).end('ok');
+    seen.push({ method: req.method ?? '', url: req.url ?? '', contentLength: req.headers['content-length'] });
+    req.resume();
+    req.on('end', () => res.writeHead(200, { 'content-type': 'text/plain' }).end('ok'));
   });
   await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', resolve));
   upstreamUrl = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
@@ -90,6 +94,44 @@ async function markLog(reqId: string): Promise<void> {
 
 const dupHost = (port: number) =>
   `GET /api/v1/repositories/r/artifacts/a/content HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nHost: evil.example\r\n\r\n`;
+
+/** Sends `bytes` on a fresh connection kept open (a client waiting for its answer); resolves with the status. */
+function rawKeptOpen(port: number, bytes: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1', () => socket.write(Buffer.from(bytes, 'latin1')));
+    let text = '';
+    socket.on('data', (d: Buffer) => {
+      text += d.toString('latin1');
+      const head = /^HTTP\/1\.1 (\d{3})[^]*?\r\n\r\n/.exec(text);
+      if (!head) return;
+      socket.destroy();
+      resolve(Number(head[1]));
+    });
+    socket.on('error', reject);
+  });
+}
+
+describe('router: request framing', () => {
+  it('a Connection header naming Content-Length does not drop it: the body stays the body, nothing is smuggled', async () => {
+    const smuggled = `GET /smuggled HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 9.9.9.9\r\n\r\n`;
+    for (const method of ['DELETE', 'GET']) {
+      seen.length = 0;
+      const status = await rawKeptOpen(
+        router.port,
+        `${method} /api/v1/repositories/r/artifacts/a HTTP/1.1\r\nHost: 127.0.0.1:${router.port}\r\n` +
+          `Connection: content-length\r\nContent-Length: ${smuggled.length}\r\n\r\n${smuggled}`,
+      );
+      expect(status, method).toBe(200);
+      // One more request through the router after it, on what may be the same upstream connection.
+      expect((await fetch(`${router.url}/api/v1/repositories/r/artifacts/b`)).status).toBe(200);
+      expect(
+        seen.map((r) => r.url),
+        method,
+      ).toEqual(['/api/v1/repositories/r/artifacts/a', '/api/v1/repositories/r/artifacts/b']);
+      expect(seen[0]!.contentLength, method).toBe(String(smuggled.length));
+    }
+  });
+});
 
 describe('router: requests it cannot forward', () => {
   it('answers a GET with two Host headers 400 malformed_request and forwards nothing', async () => {

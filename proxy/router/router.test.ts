@@ -768,6 +768,9 @@ describe('buildUpstreamHeaders', () => {
     expect(connectionNamed(['close', 'X-A , ,x-b'])).toEqual(new Set(['x-a', 'x-b']));
     expect(connectionNamed('keep-alive, close')).toBeUndefined();
     expect(connectionNamed('Keep-Alive, X-Y, CLOSE')).toEqual(new Set(['x-y']));
+    // The framing headers are never dropped: a body whose length went unsaid would be smuggled.
+    expect(connectionNamed('Content-Length')).toBeUndefined();
+    expect(connectionNamed('content-length, Transfer-Encoding, x-z')).toEqual(new Set(['x-z']));
   });
 
   it('adds the request id to a response only when the gateway sent none, whatever the length of the other names', () => {
