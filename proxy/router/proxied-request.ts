@@ -15,7 +15,7 @@ import type { BackendPool, BackendView } from './backend-pool.ts';
 import { responseHeaderList } from './hop-by-hop.ts';
 import { classifyRequest, isRetryable, type RequestClass } from './route-class.ts';
 import { type RetryReason, retryReasonOf } from './router-stats.ts';
-import { CONNECT_FAILURES, noGateway, upstreamFailure } from './upstream-errors.ts';
+import { CONNECT_FAILURES, noGateway, unrelayableHead, upstreamFailure } from './upstream-errors.ts';
 
 /** One try of a request against one gateway. */
 export interface Attempt {
@@ -227,7 +227,23 @@ export class ProxiedRequest {
       }
     }
     // A raw list, with no header set on `res` before: node:http writes it without a header object.
-    res.writeHead(status, responseHeaderList(response.rawHeaders, response.connection, this.#upstream.requestId));
+    try {
+      res.writeHead(status, responseHeaderList(response.rawHeaders, response.connection, this.#upstream.requestId));
+    } catch (err) {
+      // A head an HTTP/1.1 gateway may send but node:http2 refuses to carry (a single-value header
+      // twice, a status over 599): a 502 for this request, never a throw out of the HTTP client's
+      // callback (an uncaught one ends the process; undici's swallowing one leaves the client waiting).
+      attempt.done = true;
+      response.destroy();
+      attempt.release();
+      for (const name of res.getHeaderNames()) res.removeHeader(name);
+      this.#logFor().warn(
+        { backend: backend.url, status, err: (err as Error).message },
+        "gateway's answer cannot be carried over the client's connection; answered 502",
+      );
+      this.#fail(unrelayableHead(err));
+      return;
+    }
     // A body cut short (reset, gateway killed) ends with an error: never end the client's cleanly then.
     response.relayTo(res, (err) => {
       if (attempt.done) return;

@@ -5,10 +5,18 @@
  * before the response, 502/504 codes.
  */
 import http from 'node:http';
+import http2 from 'node:http2';
+import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { request } from '../../test/support/content.ts';
-import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import {
+  type CertificateAuthority,
+  createCertificateAuthority,
+  issueServerCertificate,
+  waitUntil,
+} from '../../test/harness/index.ts';
 
 interface Upstream {
   url: string;
@@ -392,5 +400,83 @@ describe('router edges with stand-in gateways', () => {
     const body = JSON.parse(res.body.toString());
     expect(body).toMatchObject({ status: 'serving', role: 'router', writer: true, backends: { total: 2 } });
     expect(res.body.toString()).not.toContain('127.0.0.1');
+  });
+});
+
+describe('router over HTTP/2 with a gateway head node:http2 cannot carry', () => {
+  let bad: http.Server;
+  let tlsRouter: GatewayProcess;
+  let ca: CertificateAuthority;
+
+  beforeAll(async () => {
+    // Heads an HTTP/1.1 gateway (or a proxy in front of one) may send; raw lists, so nothing regroups them.
+    bad = http.createServer((req, res) => {
+      if (req.url === '/health/status') {
+        res.writeHead(200, { 'content-type': 'application/json' }).end('{"status":"serving"}');
+        return;
+      }
+      req.resume();
+      const path = req.url ?? '';
+      if (path.endsWith('/two-types'))
+        res
+          .writeHead(200, ['Content-Type', 'text/plain', 'Content-Type', 'text/html', 'Content-Length', '2'])
+          .end('ok');
+      else if (path.endsWith('/status-600')) res.writeHead(600, ['Content-Length', '2']).end('ok');
+      else res.writeHead(200, ['HTTP2-Settings', 'AAMAAABkAAQAAP__', 'Content-Length', '2']).end('ok');
+    });
+    await new Promise<void>((resolve) => bad.listen(0, '127.0.0.1', resolve));
+    const dir = await makeTempDir('arkvory-router-h2-');
+    ca = await createCertificateAuthority(dir);
+    const cert = await issueServerCertificate(ca, dir);
+    tlsRouter = await startGateway({
+      env: {
+        ARKVORY_ROLE: 'router',
+        ARKVORY_ROUTER_BACKENDS: `http://127.0.0.1:${(bad.address() as AddressInfo).port}`,
+        ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: '60000',
+        ARKVORY_TLS_CERT_FILE: cert.certFile,
+        ARKVORY_TLS_KEY_FILE: cert.keyFile,
+      },
+      waitFor: 'none',
+    });
+    const live = () =>
+      new Promise<boolean>((resolve) => {
+        const req = https.get(`https://127.0.0.1:${tlsRouter.port}/health/live`, { ca: ca.certPem }, (res) => {
+          res.resume();
+          resolve(res.statusCode === 200);
+        });
+        req.on('error', () => resolve(false));
+      });
+    await waitUntil(live, {
+      what: 'the router to serve https',
+      timeoutMs: 60_000,
+      intervalMs: 100,
+      process: tlsRouter,
+    });
+  }, 120_000);
+
+  afterAll(async () => {
+    await tlsRouter?.stop('SIGTERM');
+    bad?.closeAllConnections();
+    await new Promise((r) => bad?.close(r));
+  });
+
+  it('answers 502 (GET through undici, HEAD and DELETE through node:http) and stays up; HTTP2-Settings is dropped', async () => {
+    const session = http2.connect(`https://127.0.0.1:${tlsRouter.port}`, { ca: ca.certPem });
+    session.on('error', () => {});
+    const status = (method: string, path: string) =>
+      new Promise<number>((resolve, reject) => {
+        const stream = session.request({ ':method': method, ':path': path });
+        stream.on('response', (h) => resolve(Number(h[':status'])));
+        stream.on('error', reject);
+        stream.resume();
+        stream.end();
+      });
+    for (const method of ['GET', 'HEAD', 'DELETE'])
+      for (const name of ['two-types', 'status-600'])
+        expect(await status(method, `/api/v1/repositories/r/artifacts/${name}`), `${method} ${name}`).toBe(502);
+    expect(await status('GET', '/api/v1/repositories/r/artifacts/h2-settings')).toBe(200);
+    expect(await status('GET', '/health/live')).toBe(200);
+    expect(tlsRouter.child.exitCode).toBeNull();
+    session.close();
   });
 });

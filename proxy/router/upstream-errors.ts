@@ -58,6 +58,13 @@ export function upstreamFailure(err: Error, idleTimeoutMs: number): GatewayError
   return new GatewayError('gateway_unreachable', 'The gateway could not be reached.', { cause: err });
 }
 
+/** The answer when the gateway's head cannot be relayed on the client's connection (node:http2 refused it). */
+export function unrelayableHead(err: unknown): GatewayError {
+  return new GatewayError('gateway_unreachable', "The gateway's answer cannot be carried over this connection.", {
+    cause: err,
+  });
+}
+
 /** The answer when no gateway of the needed kind is healthy. */
 export function noGateway(kind: RequestClass): GatewayError {
   return new GatewayError(

@@ -11,7 +11,14 @@ import type { Socket } from 'node:net';
 /** Connection-specific headers HTTP/2 forbids (RFC 9113 §8.2.2): dropped from an answer, never sent. */
 const { NGHTTP2_NO_ERROR } = http2.constants;
 
-const CONNECTION_HEADERS = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade']);
+const CONNECTION_HEADERS = new Set([
+  'connection',
+  'http2-settings',
+  'keep-alive',
+  'proxy-connection',
+  'transfer-encoding',
+  'upgrade',
+]);
 
 /** A request on an HTTP/2 stream that counts the body bytes it received. */
 export class Http2Request extends http2.Http2ServerRequest {
