@@ -175,6 +175,9 @@ export class AdminStore {
   async createPrincipal(name: string): Promise<PrincipalRow> {
     if (typeof name !== 'string' || !PRINCIPAL_NAME.test(name))
       throw new PolicyError('invalid_request', 'principal name must match ^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$');
+    // A reference is read as an id first (findPrincipal): a name shaped like one would act on another principal.
+    if (UUID.test(name))
+      throw new PolicyError('invalid_request', 'a principal name may not have the shape of a principal id');
     try {
       const r = await this.#pool.query('INSERT INTO arkvory_principals (name) VALUES ($1) RETURNING *', [name]);
       return toPrincipal(r.rows[0]);
@@ -332,18 +335,32 @@ export class AdminStore {
     return toKey(r.rows[0]);
   }
 
-  /** A new key for the same principal, scopes and kind; the old one keeps working until revoked. */
-  async rotateKey(keyId: string, options: { expiresInSeconds?: number } = {}): Promise<CreatedKey> {
+  /** The key `keyId` (no secret), or 404. */
+  async findKey(keyId: string): Promise<KeyRow> {
     if (!KEY_ID.test(keyId)) throw new PolicyError('not_found', `no key "${keyId}"`);
     const r = await this.#pool.query('SELECT * FROM arkvory_api_keys WHERE key_id = $1', [keyId]);
     if (!r.rows[0]) throw new PolicyError('not_found', `no key "${keyId}"`);
-    const old = toKey(r.rows[0]);
+    return toKey(r.rows[0]);
+  }
+
+  /**
+   * A new key for the same principal, scopes, kind and expiry (a later one when asked); the old one
+   * keeps working until revoked. A revoked or expired key is not renewed: rotation must not turn a
+   * key that was meant to end into one that does not.
+   */
+  async rotateKey(keyId: string, options: { expiresInSeconds?: number } = {}, nowMs = Date.now()): Promise<CreatedKey> {
+    const old = await this.findKey(keyId);
     if (old.revokedAt) throw new PolicyError('conflict', `key "${keyId}" is revoked; create a new key instead`);
+    const expiresAtMs = old.expiresAt === null ? undefined : Date.parse(old.expiresAt);
+    if (expiresAtMs !== undefined && expiresAtMs <= nowMs)
+      throw new PolicyError('conflict', `key "${keyId}" has expired; create a new key instead`);
+    const expiresInSeconds =
+      options.expiresInSeconds ?? (expiresAtMs === undefined ? undefined : Math.ceil((expiresAtMs - nowMs) / 1000));
     return this.createKey(old.principalId, {
       scopes: old.scopes,
       kind: old.kind,
       description: `rotated from ${keyId}`,
-      ...(options.expiresInSeconds ? { expiresInSeconds: options.expiresInSeconds } : {}),
+      ...(expiresInSeconds ? { expiresInSeconds } : {}),
     });
   }
 

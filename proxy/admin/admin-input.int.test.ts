@@ -11,7 +11,7 @@ import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts
 
 const db = useTestDatabase();
 let admin: { key: string; name: string; keyId: string; principalId: string };
-let operator: { key: string; name: string };
+let operator: { key: string; name: string; keyId: string };
 let gw: GatewayProcess;
 
 beforeAll(async () => {
@@ -117,6 +117,54 @@ describe('the bypass guardrail covers weakened default rules', () => {
     expect(
       (await call('DELETE', '/api/v1/admin/rate-limits/auth_failure/rules/ban_ip_after_auth_failures')).status,
     ).toBe(204);
+  });
+});
+
+describe('the bypass publishers get names, keys and certificates from the CLI only', () => {
+  it('an admin key cannot create a publisher by name, mint or rotate its keys, or bind it a certificate: 403', async () => {
+    const publisher = await createServiceAccount(db.pool, { name: 'ops-bypass-probe', scopes: ['read', 'admin'] });
+    const attempts = [
+      await call('POST', '/api/v1/admin/principals', { name: operator.name }),
+      await call('POST', `/api/v1/admin/principals/${operator.name}/keys`, { scopes: ['read', 'admin'] }),
+      await call('POST', `/api/v1/admin/principals/${operator.name}/certificates`, { san: 'URI:spiffe://x/ops' }),
+      await call('POST', `/api/v1/admin/keys/${operator.keyId}/rotate`, {}),
+    ];
+    for (const attempt of attempts) {
+      expect(attempt.status).toBe(403);
+      expect(attempt.body.message).toMatch(/ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS/);
+    }
+    // Another admin principal is managed as before.
+    expect((await call('POST', `/api/v1/admin/principals/${publisher.name}/keys`, { scopes: ['read'] })).status).toBe(
+      201,
+    );
+  });
+});
+
+describe('principal names and key rotation', () => {
+  it('refuses a principal name shaped like a principal id (a reference to one is read as an id first)', async () => {
+    const res = await call('POST', '/api/v1/admin/principals', { name: admin.principalId });
+    expect(res.status).toBe(400);
+    expect(res.body.message).toMatch(/shape of a principal id/);
+  });
+
+  it('a rotated key keeps the expiry of the key it replaces; an expired key is not rotated', async () => {
+    const made = await call('POST', `/api/v1/admin/principals/${admin.principalId}/keys`, {
+      scopes: ['read'],
+      expiresInSeconds: 3600,
+    });
+    expect(made.status).toBe(201);
+    const rotated = await call('POST', `/api/v1/admin/keys/${String(made.body.keyId)}/rotate`, {});
+    expect(rotated.status).toBe(201);
+    expect(rotated.body.expiresAt).not.toBeNull();
+    expect(Math.abs(Date.parse(String(rotated.body.expiresAt)) - Date.parse(String(made.body.expiresAt)))).toBeLessThan(
+      5000,
+    );
+    await db.pool.query("UPDATE arkvory_api_keys SET expires_at = now() - interval '1 day' WHERE key_id = $1", [
+      made.body.keyId,
+    ]);
+    const expired = await call('POST', `/api/v1/admin/keys/${String(made.body.keyId)}/rotate`, {});
+    expect(expired.status).toBe(409);
+    expect(expired.body.message).toMatch(/has expired/);
   });
 });
 

@@ -24,6 +24,21 @@ function requiredString(value: unknown, name: string): string {
 /** `/api/v1/admin/…`: principals, keys, repositories, grants. Every route needs the admin scope. */
 export function authAdminRoutes(services: Services): Route[] {
   const store = new AdminStore(services.pool);
+  const publishers = services.config.rateLimitBypassPublishers;
+  /**
+   * The principals that may publish rate-limit bypass rules (ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS,
+   * by name) get their names, keys and certificates from the CLI only: any admin key could
+   * otherwise mint a key for one (or create one by that name) and so publish bypass rules itself.
+   */
+  const refusePublisher = (name: string): void => {
+    if (publishers.includes(name))
+      throw new PolicyError(
+        'forbidden',
+        `"${name}" may publish rate-limit bypass rules (ARKVORY_RATE_LIMIT_BYPASS_PUBLISHERS): its keys and certificates are managed with the CLI only`,
+      );
+  };
+  const refusePublisherRef = async (ref: string): Promise<void> =>
+    refusePublisher((await store.findPrincipal(ref)).name);
   const admin = (methods: Route['methods'], template: string, handle: Route['handle'], audit?: AuditAction): Route => ({
     methods,
     template: `${BASE}${template}`,
@@ -46,7 +61,9 @@ export function authAdminRoutes(services: Services): Route[] {
       '/principals',
       async (ctx) => {
         const body = await readJsonBody(ctx.req);
-        const created = await store.createPrincipal(requiredString(body.name, 'name'));
+        const name = requiredString(body.name, 'name');
+        refusePublisher(name);
+        const created = await store.createPrincipal(name);
         done(ctx, 201, created, principalDetails(created));
       },
       'principal.create',
@@ -92,6 +109,7 @@ export function authAdminRoutes(services: Services): Route[] {
       async (ctx) => {
         const body = await readJsonBody(ctx.req);
         const expiresInSeconds = checkKeyLifetime(body.expiresInSeconds);
+        await refusePublisherRef(ctx.params.principal!);
         const created = await store.createKey(ctx.params.principal!, {
           scopes: parseScopes(body.scopes ?? ['read']),
           ...(expiresInSeconds ? { expiresInSeconds } : {}),
@@ -111,6 +129,7 @@ export function authAdminRoutes(services: Services): Route[] {
       '/principals/:principal/certificates',
       async (ctx) => {
         const body = await readJsonBody(ctx.req);
+        await refusePublisherRef(ctx.params.principal!);
         const bound = await store.bindCertificate(
           ctx.params.principal!,
           requiredString(body.san, 'san'),
@@ -146,6 +165,7 @@ export function authAdminRoutes(services: Services): Route[] {
       async (ctx) => {
         const body = await readJsonBody(ctx.req);
         const expiresInSeconds = checkKeyLifetime(body.expiresInSeconds);
+        await refusePublisherRef((await store.findKey(ctx.params.keyId!)).principalId);
         const created = await store.rotateKey(ctx.params.keyId!, expiresInSeconds ? { expiresInSeconds } : {});
         done(ctx, 201, created, { ...keyDetails(created), rotatedFrom: ctx.params.keyId });
       },
