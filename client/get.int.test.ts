@@ -265,6 +265,39 @@ describe('arkvory get against one gateway', () => {
   });
 });
 
+describe('arkvory get with a link and ARKVORY_KEY set', () => {
+  it('sends no key with a link: a link whose name now holds other bytes is refused, not answered by the key', async () => {
+    const db = await createTestDatabase();
+    try {
+      await createRepository(db.pool, 'lk');
+      const { key } = await createServiceAccount(db.pool, { grants: { lk: 'write' } });
+      const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+      try {
+        const name = '/api/v1/repositories/lk/artifacts/moving.bin';
+        await put(gw, key, name, randomContent(1000));
+        const made = await runCli(['presign', 'lk', 'moving.bin', '--expires', '10m'], {
+          ARKVORY_URL: gw.url,
+          ARKVORY_KEY: key,
+        });
+        expect(made.code, made.stderr).toBe(0);
+        const link = (JSON.parse(made.stdout) as { url: string }).url;
+        const deleted = await request(`${gw.url}${name}`, { method: 'DELETE', headers: bearer(key) });
+        expect(deleted.status).toBe(204);
+        await put(gw, key, name, randomContent(2000));
+        const output = path.join(dir, 'moving.bin');
+        const got = await runCli(['get', link, '-o', output], { ARKVORY_KEY: key });
+        expect(got.code).not.toBe(0);
+        expect(got.stderr).toMatch(/link_content_changed/);
+        expect(existsSync(output)).toBe(false);
+      } finally {
+        await gw.stop();
+      }
+    } finally {
+      await db.drop();
+    }
+  });
+});
+
 describe('arkvory get across a killed gateway (shared profile, router in front)', () => {
   const SLOTS = 2;
   /** 1 MiB/s per gateway: an 5 MiB download lasts about 5 s, long enough to kill its gateway. */

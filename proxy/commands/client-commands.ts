@@ -9,6 +9,7 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { CLIENT_VARIABLES } from '../../client/environment.ts';
 import type { Progress } from '../../client/index.ts';
+import { hasPresignParams } from '../../policy/auth/presign-signature.ts';
 import { parseDuration } from './auth-commands.ts';
 import { defineCommand, form, UsageError, type Command, type OptionSpec } from './command.ts';
 
@@ -121,14 +122,10 @@ ${CONNECTION_NOTE}`,
         const { contentUrl, download } = await sdk();
         return reporting(async () => {
           const url = contentUrl(input.positionals[0]!, gatewayUrl(input.string('url'), env));
-          const output =
-            input.string('output') ??
-            decodeURIComponent(
-              new URL(url).pathname
-                .replace(/\/content$/, '')
-                .split('/')
-                .pop()!,
-            );
+          const output = input.string('output') ?? outputNameOf(url);
+          // A pre-signed link is its own credential, and may come from anyone: ARKVORY_KEY is not
+          // sent to the host it names (nor would the gateway then hold the link to its content).
+          const isLink = hasPresignParams(new URL(url).searchParams);
           const controller = new AbortController();
           const stop = () => controller.abort(new Error('interrupted'));
           process.once('SIGINT', stop);
@@ -137,7 +134,7 @@ ${CONNECTION_NOTE}`,
               url,
               mirrors: input.strings('mirror'),
               output: path.resolve(output),
-              key,
+              key: isLink ? undefined : key,
               signal: controller.signal,
               onProgress: printer.onProgress,
               progressIntervalMs: printer.intervalMs,
@@ -244,3 +241,25 @@ ${CONNECTION_NOTE}`,
     }),
   ],
 });
+
+/**
+ * The file `arkvory get` writes without `-o`: the URL's last path segment, decoded, and never a
+ * path (a link may come from a stranger: `..%2F..%2F.bashrc` must not leave the directory).
+ */
+export function outputNameOf(url: string): string {
+  const segment =
+    new URL(url).pathname
+      .replace(/\/content$/, '')
+      .split('/')
+      .pop() ?? '';
+  let name: string;
+  try {
+    name = decodeURIComponent(segment);
+  } catch {
+    name = segment;
+  }
+  const base = path.basename(name.replaceAll('\\', '/'));
+  if (base === '' || base === '.' || base === '..')
+    throw new UsageError(`the URL names no file to write (${JSON.stringify(segment)}); give -o FILE`);
+  return base;
+}

@@ -3,7 +3,8 @@
  * message: configuration problems, startup logs and anything else that echoes an operator's URL go
  * through here. Works on text that is not a valid URL too (a malformed value is still echoed).
  */
-const USERINFO = /(\/\/)[^/?#\s"@]*@/g;
+// Up to the last `@` before the host: a password may hold `@` (`//svc:p@ss@host`), never `/`, `?` or `#`.
+const USERINFO = /(\/\/)[^/?#\s"]*@/g;
 
 export const REDACTED_USERINFO = '<redacted>@';
 
