@@ -485,11 +485,14 @@ export class SliceCache {
    * one per fill, so reads of slices on disk and the next fills' opens are not queued behind a
    * disk that falls behind (page-cache writes run at 60–120 MB/s on these machines). A slice
    * that would put the queue more than WRITE_BEHIND_MAX_BYTES behind is not kept (relayed), so
-   * memory stays bounded and a cold read runs at the store's pace; a later read fills it.
+   * memory stays bounded (by the bound, or one slice when slices are larger) and a cold read runs
+   * at the store's pace; a later read fills it.
    */
   #keep(job: FillJob): Promise<boolean> {
     const bytes = job.fill.sliceLength;
-    if (this.#closed || this.#behind + bytes > WRITE_BEHIND_MAX_BYTES) return Promise.resolve(false);
+    // A slice larger than the bound is kept when nothing else waits (ARKVORY_CACHE_SLICE_BYTES may exceed it).
+    if (this.#closed || (this.#behind > 0 && this.#behind + bytes > WRITE_BEHIND_MAX_BYTES))
+      return Promise.resolve(false);
     this.#behind += bytes;
     const written = this.#writes.then(() => this.#writeSlice(job));
     this.#writes = written.then(

@@ -23,6 +23,12 @@ export interface RangeStream {
   destroy(): void;
 }
 
+/** Drops an answer unread; undici reports the abort as an 'error', which nothing else would handle. */
+function discard(res: Dispatcher.ResponseData): void {
+  res.body.on('error', () => {});
+  res.body.destroy();
+}
+
 /** Sends `GET <target>` with `Range: bytes=start-end` (and `highWaterMark` as the body buffer). */
 export type RangedGet = (range: string, highWaterMark: number) => Promise<Dispatcher.ResponseData>;
 
@@ -43,8 +49,9 @@ export async function openRangeStream(
   let sizeBytes: number;
   if (res.statusCode === 206) {
     const range = parseContentRange(res.headers['content-range']);
-    if (!range || range.start !== start) {
-      res.body.destroy();
+    // A range that starts elsewhere, or ends before what was asked (within the object), is not it.
+    if (!range || range.start !== start || range.end < Math.min(end, range.size - 1)) {
+      discard(res);
       throw new StorageError(
         'upstream_unreachable',
         `The artifact store answered GET ${target} with Content-Range ${String(res.headers['content-range'])} for bytes=${start}-${end}.`,
@@ -53,6 +60,14 @@ export async function openRangeStream(
     sizeBytes = range.size;
   } else if (res.statusCode === 200 && start === 0) {
     sizeBytes = Number(res.headers['content-length']);
+  } else if (res.statusCode === 200) {
+    // The whole object for a range further on (a server or proxy that ignores Range): not read,
+    // and not taken as an error answer either (its body is the object, perhaps gigabytes).
+    discard(res);
+    throw new StorageError(
+      'upstream_unreachable',
+      `The artifact store answered GET ${target} with the whole object (200) to a request for bytes=${start}-${end}.`,
+    );
   } else {
     if (what.onError) throw await what.onError(res);
     await res.body.dump().catch(() => {});
@@ -91,7 +106,7 @@ export async function openRangeStream(
       return chunk.length;
     },
     destroy() {
-      if (!res.body.destroyed) res.body.destroy();
+      if (!res.body.destroyed) discard(res);
     },
   };
   return stream;
@@ -135,8 +150,12 @@ export function rangeStreamReader(
       for (let position = range.start; position <= range.end; ) {
         signal.throwIfAborted();
         const chunk = await stream.next(range.end - position + 1);
+        // The store's fault (a short answer), not a damaged catalog: 502, as any store failure.
         if (!chunk)
-          throw new Error(`the artifact store ended blob ${sha256} at byte ${position}, before byte ${range.end}`);
+          throw new StorageError(
+            'upstream_unreachable',
+            `The artifact store ended blob ${sha256} at byte ${position}, before byte ${range.end}.`,
+          );
         position += chunk.length;
         yield chunk;
       }
