@@ -102,7 +102,7 @@ function rawKeptOpen(port: number, bytes: string): Promise<number> {
     let text = '';
     socket.on('data', (d: Buffer) => {
       text += d.toString('latin1');
-      const head = /^HTTP\/1\.1 (\d{3})[^]*?\r\n\r\n/.exec(text);
+      const head = /^HTTP\/1\.1 (\d{3})[\s\S]*?\r\n\r\n/.exec(text);
       if (!head) return;
       socket.destroy();
       resolve(Number(head[1]));
