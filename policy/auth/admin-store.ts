@@ -312,7 +312,7 @@ export class AdminStore {
   /** One page of a principal's keys, oldest first. */
   async listKeys(principalRef: string, page: PageRequest = {}): Promise<Page<KeyRow>> {
     const limit = pageLimit(page.limit);
-    const after = decodeCursor(page.cursor, 2);
+    const after = decodeCursor(page.cursor, 2, [/^[0-9]{1,19}$/]);
     const p = await this.findPrincipal(principalRef);
     // The cursor keeps created_at in microseconds as text: a JS Date would round it to milliseconds.
     const r = await this.#pool.query(

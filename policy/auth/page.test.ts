@@ -19,6 +19,20 @@ describe('pagination', () => {
       expect(() => decodeCursor(bad, 2)).toThrow(/cursor is not one this listing gave/);
   });
 
+  it('refuses a well-formed cursor holding what its columns cannot: a NUL, a value off its shape', () => {
+    expect(() => decodeCursor(encodeCursor(['a\u0000b']), 1)).toThrow(/cursor is not one this listing gave/);
+    const microseconds = [/^[0-9]{1,19}$/];
+    expect(decodeCursor(encodeCursor(['1733370000000000', 'k']), 2, microseconds)).toEqual(['1733370000000000', 'k']);
+    for (const bad of [
+      ['abc', 'k'],
+      ['', 'k'],
+      ['1'.repeat(20), 'k'],
+    ])
+      expect(() => decodeCursor(encodeCursor(bad), 2, microseconds), JSON.stringify(bad)).toThrow(
+        /cursor is not one this listing gave/,
+      );
+  });
+
   it('gives a next cursor only when a row past the page was fetched', () => {
     expect(pageOf(['a', 'b'], 2, (x) => [x])).toEqual({ items: ['a', 'b'], nextCursor: null });
     const page = pageOf(['a', 'b', 'c'], 2, (x) => [x]);

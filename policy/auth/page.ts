@@ -36,8 +36,16 @@ export function encodeCursor(key: readonly string[]): string {
   return Buffer.from(JSON.stringify(key)).toString('base64url');
 }
 
-/** The sort key a cursor carries (`arity` strings), undefined for the first page; a cursor we did not make is `invalid_request`. */
-export function decodeCursor(raw: unknown, arity: number): string[] | undefined {
+/**
+ * The sort key a cursor carries (`arity` strings, each matching its `shapes` entry when given),
+ * undefined for the first page; a cursor we did not make is `invalid_request`. Checked here so a
+ * forged one never reaches the database as a cast it cannot make (a 500 for the client's fault).
+ */
+export function decodeCursor(
+  raw: unknown,
+  arity: number,
+  shapes: readonly (RegExp | undefined)[] = [],
+): string[] | undefined {
   if (raw === undefined || raw === null || raw === '') return undefined;
   const invalid = () => new PolicyError('invalid_request', 'cursor is not one this listing gave; start without it');
   if (typeof raw !== 'string' || raw.length > MAX_CURSOR_LENGTH || !/^[A-Za-z0-9_-]+$/.test(raw)) throw invalid();
@@ -48,6 +56,9 @@ export function decodeCursor(raw: unknown, arity: number): string[] | undefined 
     throw invalid();
   }
   if (!Array.isArray(key) || key.length !== arity || !key.every((k) => typeof k === 'string')) throw invalid();
+  // PostgreSQL refuses NUL in text; a shape given is a column's (e.g. a bigint's digits).
+  if (key.some((k: string, i) => k.includes('\u0000') || (shapes[i] !== undefined && !shapes[i]!.test(k))))
+    throw invalid();
   return key as string[];
 }
 

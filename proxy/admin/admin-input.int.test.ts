@@ -7,6 +7,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createServiceAccount } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
+import { encodeCursor } from '../../policy/auth/page.ts';
 import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 
 const db = useTestDatabase();
@@ -165,6 +166,23 @@ describe('principal names and key rotation', () => {
     const expired = await call('POST', `/api/v1/admin/keys/${String(made.body.keyId)}/rotate`, {});
     expect(expired.status).toBe(409);
     expect(expired.body.message).toMatch(/has expired/);
+  });
+});
+
+describe("a forged cursor or a NUL in a filter is the client's fault: 400, never 500", () => {
+  it.each([
+    [
+      'a keys cursor that is no microsecond count',
+      () => `/principals/${admin.principalId}/keys?cursor=${encodeCursor(['abc', 'x'])}`,
+    ],
+    ['a principals cursor holding a NUL', () => `/principals?cursor=${encodeCursor(['a\u0000'])}`],
+    ['a grants cursor holding a NUL', () => `/grants?cursor=${encodeCursor(['a\u0000', 'b'])}`],
+    ['an audit filter holding a NUL', () => '/audit?principal=a%00b'],
+    ['a usage filter holding a NUL', () => '/stats/principals?principal=a%00b'],
+  ])('%s', async (_name, path) => {
+    const res = await call('GET', `/api/v1/admin${path()}`);
+    expect(res.status).toBe(400);
+    expect(res.body).toMatchObject({ code: 'invalid_request' });
   });
 });
 

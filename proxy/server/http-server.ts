@@ -118,6 +118,12 @@ export function createGatewayServer(options: {
       answerError(exchange, new GatewayError('invalid_request', 'The request target is not a valid URL.'));
       return;
     }
+    // No name, id, cursor or filter here may hold a NUL (PostgreSQL refuses it in text): refused
+    // up front, rather than as a database error (a 500 for the client's fault) wherever one is read.
+    if (target.includes('%00')) {
+      answerError(exchange, new GatewayError('invalid_request', 'The request target holds a NUL byte (%00).'));
+      return;
+    }
     if (hasDuplicateAuthorization(req.rawHeaders)) {
       const headers: Record<string, string> = req.complete ? {} : { connection: 'close' };
       answerError(exchange, new GatewayError('duplicate_authorization', undefined, { headers }));
