@@ -148,6 +148,14 @@ describe('principal names and key rotation', () => {
     expect(res.body.message).toMatch(/shape of a principal id/);
   });
 
+  it('a principal cannot disable itself over HTTP (409), and keeps working', async () => {
+    const res = await call('POST', `/api/v1/admin/principals/${admin.principalId}/disable`);
+    expect(res.status).toBe(409);
+    expect(res.body.message).toMatch(/cannot disable itself/);
+    expect((await call('POST', `/api/v1/admin/principals/${admin.name}/disable`)).status).toBe(409);
+    expect((await call('GET', '/api/v1/admin/principals')).status).toBe(200);
+  });
+
   it('a rotated key keeps the expiry of the key it replaces; an expired key is not rotated', async () => {
     const made = await call('POST', `/api/v1/admin/principals/${admin.principalId}/keys`, {
       scopes: ['read'],

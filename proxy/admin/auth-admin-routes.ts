@@ -75,7 +75,15 @@ export function authAdminRoutes(services: Services): Route[] {
       ['POST'],
       '/principals/:principal/disable',
       async (ctx) => {
-        const row = await store.setPrincipalDisabled(ctx.params.principal!, true);
+        // Disabling oneself over HTTP ends one's own access at once (and the last admin's, everyone's):
+        // another admin, or the CLI, does it.
+        const target = await store.findPrincipal(ctx.params.principal!);
+        if (target.id === ctx.principal?.id)
+          throw new PolicyError(
+            'conflict',
+            'a principal cannot disable itself over HTTP; another admin or `arkvory principals disable` can',
+          );
+        const row = await store.setPrincipalDisabled(target.id, true);
         done(ctx, 200, row, principalDetails(row));
       },
       'principal.disable',

@@ -85,7 +85,7 @@ function connect(
 /** A PEM block whose DER is cut short: it splits as a certificate, OpenSSL cannot decode it. */
 function damaged(pem: string): string {
   const lines = pem.trim().split('\n');
-  return [lines[0], lines[1], lines[2], lines.at(-1)].join('\n') + '\n';
+  return `${[lines[0], lines[1], lines[2], lines.at(-1)].join('\n')}\n`;
 }
 
 let dir: string;
