@@ -14,6 +14,7 @@ import { ROOT } from '../../test/support/gateway.ts';
 import { FAULT_LOG_LINES_PER_INTERVAL } from './client-faults.ts';
 import { CLIENT_FAULT_KINDS } from './forwardable.ts';
 import { freeLoopbackPort } from '../../test/harness/index.ts';
+import { answerHealthProbe } from '../../test/support/health-probe.ts';
 
 const TRACE_SPAN_METRICS = [
   'arkvory_trace_spans_exported_total',
@@ -31,10 +32,7 @@ let metricsPort: number;
 
 beforeAll(async () => {
   upstream = http.createServer((req, res) => {
-    if (req.url === '/health/status') {
-      res.writeHead(200, { 'content-type': 'application/json' }).end('{"status":"serving"}');
-      return;
-    }
+    if (answerHealthProbe(req, res)) return;
     proxied++;
     seen.push({ method: req.method ?? '', url: req.url ?? '', contentLength: req.headers['content-length'] });
     req.resume();

@@ -17,6 +17,7 @@ import {
   issueServerCertificate,
   waitUntil,
 } from '../../test/harness/index.ts';
+import { answerHealthProbe } from '../../test/support/health-probe.ts';
 
 interface Upstream {
   url: string;
@@ -31,10 +32,7 @@ type Behaviour = (req: http.IncomingMessage, res: http.ServerResponse, up: Upstr
 async function startUpstream(name: string, behave: Behaviour): Promise<Upstream> {
   const up: Upstream = { url: '', server: undefined as unknown as http.Server, seen: [], aborted: new Map() };
   up.server = http.createServer((req, res) => {
-    if (req.url === '/health/status') {
-      res.writeHead(200, { 'content-type': 'application/json' }).end('{"status":"serving"}');
-      return;
-    }
+    if (answerHealthProbe(req, res)) return;
     up.seen.push({ method: req.method!, url: req.url!, headers: req.headers, rawHeaders: req.rawHeaders });
     // (Not on /dupes: a header set before writeHead makes node:http regroup a raw list by name.)
     if (req.url !== '/dupes') res.setHeader('x-upstream', name);
@@ -411,10 +409,7 @@ describe('router over HTTP/2 with a gateway head node:http2 cannot carry', () =>
   beforeAll(async () => {
     // Heads an HTTP/1.1 gateway (or a proxy in front of one) may send; raw lists, so nothing regroups them.
     bad = http.createServer((req, res) => {
-      if (req.url === '/health/status') {
-        res.writeHead(200, { 'content-type': 'application/json' }).end('{"status":"serving"}');
-        return;
-      }
+      if (answerHealthProbe(req, res)) return;
       req.resume();
       const path = req.url ?? '';
       if (path.endsWith('/two-types'))

@@ -10,6 +10,7 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { request } from '../../test/support/content.ts';
 import { type GatewayProcess, startGateway } from '../../test/support/gateway.ts';
+import { answerHealthProbe } from '../../test/support/health-probe.ts';
 
 const KEEP_ALIVE_MS = 4000;
 
@@ -18,10 +19,7 @@ let router: GatewayProcess;
 
 beforeAll(async () => {
   writer = http.createServer((req, res) => {
-    if (req.url === '/health/status') {
-      res.writeHead(200, { 'content-type': 'application/json' }).end('{"status":"serving"}');
-      return;
-    }
+    if (answerHealthProbe(req, res)) return;
     req.resume();
     req.on('end', () => res.writeHead(201, { 'content-type': 'application/json' }).end('{}'));
   });
