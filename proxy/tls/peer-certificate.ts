@@ -7,6 +7,7 @@
 import type { Socket } from 'node:net';
 import type { DetailedPeerCertificate, TLSSocket } from 'node:tls';
 import { certificateSans, type PeerCertificate } from '../../policy/auth/client-certificate.ts';
+import type { ClientTrust } from './served-tls.ts';
 
 const PEER = Symbol('arkvory.peerCertificate');
 const TRUST = Symbol('arkvory.clientTrust');
@@ -15,7 +16,7 @@ const ANCHORED = Symbol('arkvory.anchored');
 
 /** The CAs trusted now (served-tls.ts): `generation` moves when ARKVORY_TLS_CLIENT_CA_FILE changes. */
 export interface ClientTrustSource {
-  readonly clientTrust: { readonly generation: number; readonly anchors: ReadonlySet<string> };
+  readonly clientTrust: ClientTrust;
 }
 
 type CachingSocket = Socket & {
