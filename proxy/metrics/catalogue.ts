@@ -322,6 +322,12 @@ export const GATEWAY_METRICS = [
     help: 'Fills relayed to their readers without being kept: no room under the bounds, the disk full, or the disk too far behind the store.',
   },
   {
+    name: 'arkvory_slice_cache_abandoned_fills_total',
+    type: 'counter',
+    labels: [],
+    help: 'Fills stopped before they were complete because every client reading them went away (not kept; a later read fetches the slice again).',
+  },
+  {
     name: 'arkvory_slice_cache_held_bytes',
     type: 'gauge',
     labels: [],

@@ -48,6 +48,9 @@ export function registerSliceCacheMetrics(registry: Registry, stats: () => Slice
   counter(registry, 'arkvory_slice_cache_relayed_fills_total', function () {
     slice(this, (s) => [[{}, s.relayedFills]]);
   });
+  counter(registry, 'arkvory_slice_cache_abandoned_fills_total', function () {
+    slice(this, (s) => [[{}, s.abandonedFills]]);
+  });
   gauge(registry, 'arkvory_slice_cache_held_bytes', function () {
     slice(this, (s) => [[{}, s.heldBytes]]);
   });

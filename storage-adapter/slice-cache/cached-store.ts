@@ -59,7 +59,10 @@ export function withSliceCache(
         for (let index = a; warm && index <= b; index++) warm = cache.holds(sha256, d, index);
       }
       if (warm && d.sizeBytes <= SMALL_BLOB_BYTES && d.sizeBytes <= d.sliceBytes) {
-        const bytes = await reader.wholeFromDisk();
+        const bytes = await reader.wholeFromDisk().catch(async (err: unknown) => {
+          await reader.close();
+          throw err;
+        });
         if (bytes) return inMemory(bytes);
         warm = false;
       }

@@ -3,7 +3,8 @@
  * into one slice-sized buffer (reused from fill to fill, see SliceBuffers), so a reader that joins
  * later reads from the start at once, and each reader's first byte follows the filler's by a
  * chunk, not by the whole slice. The fill runs on its own, not driven by any reader, so a reader
- * that goes away (even the first) never stops it. Readers copy out of the buffer (`readFillInto`)
+ * that goes away (even the first) never stops it while another reads it; once none does, the cache
+ * stops it (`readers`, slice-cache.ts). Readers copy out of the buffer (`readFillInto`)
  * and never keep a reference to it, so it can be reused once the fill and every reader let go
  * (`hold`/`unhold`).
  *
@@ -104,6 +105,11 @@ export class Fill {
 
   hold(): void {
     this.#holds++;
+  }
+
+  /** Readers holding the fill (while its filler still holds it: until the cache finishes it). */
+  get readers(): number {
+    return this.#holds - 1;
   }
 
   unhold(): void {

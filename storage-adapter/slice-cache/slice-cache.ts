@@ -71,6 +71,8 @@ export interface SliceCacheStats {
   evictions: number;
   /** Fills relayed without being kept (no room under the bounds, a full disk). */
   relayedFills: number;
+  /** Fills stopped because every reader of them went away (#stillWanted). */
+  abandonedFills: number;
   heldBytes: number;
   heldSlices: number;
 }
@@ -91,6 +93,15 @@ interface FillJob {
   readonly origin: OriginRead;
 }
 
+/**
+ * What a fill nobody reads any more fails with (#stillWanted). No reader receives it: it only ends
+ * the fill's waits.
+ */
+const ABANDONED = new StorageError(
+  'upstream_unreachable',
+  'The fetch of this slice from the artifact store was stopped: no reader was waiting for it.',
+);
+
 /** Slice files kept open between reads (see the header). */
 const MAX_OPEN_FILES = 256;
 /** Largest read from the origin into a fill's buffer at a time. */
@@ -107,6 +118,8 @@ export class SliceCache {
   readonly #buffers = new SliceBuffers(FREE_FILL_BUFFER_BYTES);
   /** Slices whose file is open (`IndexedSlice.handle`), least recently read first. */
   readonly #open = new Set<IndexedSlice>();
+  /** Descriptors of slices whose file changed while others read through them (#retireFile). */
+  readonly #retired = new Map<IndexedSlice, FileHandle[]>();
   #reserved = 0;
   /** Bytes of verified slices queued for or being written to their files (WRITE_BEHIND_MAX_BYTES). */
   #behind = 0;
@@ -128,6 +141,7 @@ export class SliceCache {
     digestFailures: { origin: 0, disk: 0 },
     evictions: 0,
     relayedFills: 0,
+    abandonedFills: 0,
     heldBytes: 0,
     heldSlices: 0,
   };
@@ -245,8 +259,11 @@ export class SliceCache {
     if (source.kind === 'disk') {
       const { slice } = source;
       slice.pins--;
-      // Removed while it was being read: its descriptor goes with its last reader.
-      if (slice.pins === 0 && this.#index.get(slice.key) !== slice) this.#closeFile(slice);
+      if (slice.pins === 0) {
+        this.#closeRetired(slice);
+        // Removed while it was being read: its descriptor goes with its last reader.
+        if (this.#index.get(slice.key) !== slice) this.#closeFile(slice);
+      }
     } else {
       if (!source.started) this.stats.waiters--;
       source.fill.unhold();
@@ -284,12 +301,15 @@ export class SliceCache {
         return kept;
       }
       // Changed since it was checked: checked again from a fresh open below.
-      this.#closeFile(slice);
+      this.#retireFile(slice);
     }
     let handle: FileHandle;
     try {
       handle = await open(file, 'r');
-    } catch {
+    } catch (err) {
+      // Out of descriptors or an I/O error says nothing about the slice: it stays indexed (and
+      // counted against the bounds) and this read fails; only a file that is gone leaves the index.
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
       this.#forget(slice.key);
       return undefined;
     }
@@ -351,6 +371,31 @@ export class SliceCache {
     return handle;
   }
 
+  /**
+   * Lets go of a kept descriptor whose file changed: closed now when only the caller reads the
+   * slice, else at the slice's last release, since other readers may be reading through it.
+   */
+  #retireFile(slice: IndexedSlice): void {
+    const handle = slice.handle;
+    if (!handle) return;
+    if (slice.pins <= 1) {
+      this.#closeFile(slice);
+      return;
+    }
+    slice.handle = undefined;
+    this.#open.delete(slice);
+    const retired = this.#retired.get(slice);
+    if (retired) retired.push(handle);
+    else this.#retired.set(slice, [handle]);
+  }
+
+  #closeRetired(slice: IndexedSlice): void {
+    const retired = this.#retired.get(slice);
+    if (!retired) return;
+    this.#retired.delete(slice);
+    for (const handle of retired) void handle.close().catch(() => {});
+  }
+
   #closeFile(slice: IndexedSlice): void {
     const handle = slice.handle;
     if (!handle) return;
@@ -396,10 +441,13 @@ export class SliceCache {
       failure = err as Error;
     }
     try {
-      for (const job of jobs) {
+      for (const [at, job] of jobs.entries()) {
         if (!failure && run) {
           try {
-            if (await this.#pullVerified(job, run, 1)) {
+            // Abandoned: checked before each slice and on every piece of it (the store's pace).
+            const wanted = () => this.#stillWanted(jobs, at);
+            if (!wanted()) throw ABANDONED;
+            if (await this.#pullVerified(job, run, 1, wanted)) {
               void this.#keep(job).then(
                 (kept) => {
                   if (!kept) this.stats.relayedFills++;
@@ -420,6 +468,23 @@ export class SliceCache {
     } finally {
       await run?.close().catch(() => {});
     }
+  }
+
+  /**
+   * Whether a reader still holds one of the run's fills from `from` on. A fill is fetched for its
+   * readers: once none holds this one or any after it (they went away), the rest of the run stops
+   * and its fills leave the table at once, so nobody joins a fill that is about to fail. Without
+   * this a client could start fills and hang up, again and again, each fill holding a slice of
+   * memory and a store connection until it ended.
+   */
+  #stillWanted(jobs: readonly FillJob[], from: number): boolean {
+    for (let at = from; at < jobs.length; at++) if (jobs[at]!.fill.readers > 0) return true;
+    for (let at = from; at < jobs.length; at++) {
+      const { key, fill } = jobs[at]!;
+      if (this.#fills.get(key) === fill) this.#fills.delete(key);
+    }
+    this.stats.abandonedFills += jobs.length - from;
+    return false;
   }
 
   /** A slice that failed its digest, fetched once more on its own (then kept, or failed). */
@@ -449,12 +514,13 @@ export class SliceCache {
   }
 
   /** Pulls one slice from `run` into its fill while hashing it: verified (true), or a mismatch (counted, logged). */
-  async #pullVerified(job: FillJob, run: OriginRun, attempt: number): Promise<boolean> {
+  async #pullVerified(job: FillJob, run: OriginRun, attempt: number, wanted?: () => boolean): Promise<boolean> {
     const { sha256, digests, index, range, fill } = job;
     // On this thread: a round trip to the hashing worker at the end of every slice delayed
     // its readers more than the hashing costs here (measured, docs/storage-and-content.md).
     const hash = createHash('sha256');
     await run.into(fill, range.start, (piece) => {
+      if (wanted && !wanted()) throw ABANDONED;
       hash.update(piece);
       this.stats.originBytes += piece.length;
     });

@@ -1,8 +1,8 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, utimes } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { ByteRange } from '../range.ts';
 import { type SliceDigests, sliceCount } from '../slice-digests.ts';
 import type { BlobReader } from '../store.ts';
@@ -140,5 +140,112 @@ describe('a run of slices filled from one origin read', () => {
     expect(fills[3]!.error).toBe(fills[2]!.error);
     await expect(bytesOf(fills[2]!)).rejects.toThrow('the store went away');
     for (const s of sources) cache.release(s);
+  });
+});
+
+/** An origin whose pieces (SLICE / 4 bytes each) come one per `next()`; records closes. */
+function pacedOrigin(blob: Buffer) {
+  const state = { closed: 0, served: 0, wake: undefined as (() => void) | undefined };
+  const read: OriginRead = async (range) => ({
+    sizeBytes: blob.length,
+    async read(buffer, offset, length, position) {
+      await new Promise<void>((resolve) => (state.wake = resolve));
+      const n = Math.min(length, SLICE / 4, range.end + 1 - position);
+      blob.copy(buffer, offset, position, position + n);
+      state.served += n;
+      return { bytesRead: n };
+    },
+    async close() {
+      state.closed++;
+    },
+  });
+  const next = async () => {
+    while (!state.wake) await new Promise((r) => setTimeout(r, 1));
+    const wake = state.wake;
+    state.wake = undefined;
+    wake();
+    await new Promise((r) => setTimeout(r, 1));
+  };
+  return { read, state, next };
+}
+
+describe('fills nobody reads any more', () => {
+  it('stop at the next piece from the store: the store read is closed and nobody joins them', async () => {
+    const cache = await openCache();
+    const blob = randomBytes(4 * SLICE);
+    const d = digestsOf(blob);
+    const o = pacedOrigin(blob);
+    const sources = cache.acquireRun('d'.repeat(64), d, 0, 3, o.read);
+    await o.next();
+    expect(o.state.served).toBe(SLICE / 4);
+    for (const s of sources) cache.release(s);
+    await o.next();
+    // The piece that arrived after the readers left was the last one taken.
+    expect(o.state.served).toBe(SLICE / 2);
+    await vi.waitFor(() => expect(cache.stats.fillsInFlight).toBe(0));
+    expect(o.state.closed).toBe(1);
+    expect(cache.stats.abandonedFills).toBe(4);
+    expect(sources.map((s) => fillOf(s).state)).toEqual(['failed', 'failed', 'failed', 'failed']);
+    expect(cache.holds('d'.repeat(64), d, 0)).toBe(false);
+    // A new reader starts a fill of its own, not one that was stopped.
+    const again = cache.acquire('d'.repeat(64), d, 0, origin(() => blob, { lends: false }).read);
+    expect((await bytesOf(fillOf(again))).equals(blob.subarray(0, SLICE))).toBe(true);
+    cache.release(again);
+  });
+
+  it('go on while another reader holds one of the run; the rest of the run after it stops', async () => {
+    const cache = await openCache();
+    const blob = randomBytes(4 * SLICE);
+    const d = digestsOf(blob);
+    const o = pacedOrigin(blob);
+    const first = cache.acquireRun('e'.repeat(64), d, 0, 3, o.read);
+    // A second reader joins slice 1 only, then the first reader leaves.
+    const joined = cache.acquire('e'.repeat(64), d, 1, o.read);
+    expect(fillOf(joined)).toBe(fillOf(first[1]!));
+    for (const s of first) cache.release(s);
+    const read = bytesOf(fillOf(joined));
+    for (let piece = 0; piece < 8; piece++) await o.next();
+    expect((await read).equals(blob.subarray(SLICE, 2 * SLICE))).toBe(true);
+    await vi.waitFor(() => expect(cache.stats.fillsInFlight).toBe(0));
+    expect(first.map((s) => fillOf(s).state)).toEqual(['verified', 'verified', 'failed', 'failed']);
+    expect(cache.stats.abandonedFills).toBe(2);
+    // Slice 2 was never asked of the store.
+    expect(o.state.served).toBe(2 * SLICE);
+    expect(o.state.closed).toBe(1);
+    cache.release(joined);
+  });
+});
+
+describe('a kept descriptor of a slice whose file changed', () => {
+  it('stays open for a reader reading through it; it closes with the last reader', async () => {
+    const cache = await openCache();
+    const blob = randomBytes(SLICE);
+    const d = digestsOf(blob);
+    const sha = 'f'.repeat(64);
+    const filled = cache.acquire(sha, d, 0, origin(() => blob, { lends: false }).read);
+    await fillOf(filled).done;
+    cache.release(filled);
+    await vi.waitFor(() => expect(cache.holds(sha, d, 0) && cache.stats.fillsInFlight === 0).toBe(true));
+    const checked = cache.acquire(sha, d, 0, origin(() => blob, { lends: false }).read);
+    if (checked.kind !== 'disk') throw new Error('expected a disk slice');
+    await cache.openDisk(checked, undefined);
+    cache.release(checked);
+    // Reader a reads through the kept descriptor; the file's ctime then moves (same bytes).
+    const a = cache.acquire(sha, d, 0, origin(() => blob, { lends: false }).read);
+    const b = cache.acquire(sha, d, 0, origin(() => blob, { lends: false }).read);
+    if (a.kind !== 'disk' || b.kind !== 'disk') throw new Error('expected disk slices');
+    const kept = await cache.openDisk(a, undefined);
+    if (!kept || Buffer.isBuffer(kept)) throw new Error('expected the kept descriptor');
+    await utimes(a.file, new Date(), new Date(Date.now() - 60_000));
+    // Reader b finds the change: checked again from a fresh descriptor.
+    const fresh = await cache.openDisk(b, undefined);
+    expect(Buffer.isBuffer(fresh) && fresh.equals(blob)).toBe(true);
+    const out = Buffer.alloc(SLICE);
+    expect((await kept.read(out, 0, SLICE, 0)).bytesRead).toBe(SLICE);
+    expect(out.equals(blob)).toBe(true);
+    cache.release(b);
+    expect(kept.fd).toBeGreaterThanOrEqual(0);
+    cache.release(a);
+    await vi.waitFor(() => expect(kept.fd).toBe(-1));
   });
 });
