@@ -61,11 +61,6 @@ export interface QuotaReservation {
   ensure(totalBytes: number): Promise<void>;
   /** Gives it back and stops renewing it; a no-op once publish settled it. Idempotent. */
   release(): Promise<void>;
-  /**
-   * Stops renewing it and keeps it until `untilMs` (wall clock): a multipart session's reservation
-   * lives as long as the session, whose completion (by any process) or abort ends it.
-   */
-  holdUntil(untilMs: number): Promise<void>;
 }
 
 /** One quota with its usage, or (no limit set) the usage alone. */
@@ -82,11 +77,19 @@ export interface QuotaUsage {
 export interface StorageQuotas {
   /**
    * Reserves `bytes` against every quota that applies; undefined when none does; rejects with
-   * `quota_exceeded`. `id`: the reservation's id (a multipart session's, which its completion settles).
+   * `quota_exceeded`.
    */
-  reserve(request: ReservationRequest, options?: { id?: string }): Promise<QuotaReservation | undefined>;
+  reserve(request: ReservationRequest): Promise<QuotaReservation | undefined>;
   /** Gives back reservation `id` if it exists (an aborted multipart session's). */
   release(id: string): Promise<void>;
+  /** Rejects with `quota_exceeded` when `bytes` would not fit now; reserves nothing (a multipart session's declared size). */
+  check(request: ReservationRequest): Promise<void>;
+  /**
+   * Sets multipart session `sessionId`'s reservation to the bytes of the parts it holds, until
+   * `untilMs` (its expiry), while it is open. Its parts' own reservations decided the room; this
+   * only carries bytes already granted (a replaced part may lower it).
+   */
+  holdSessionParts(sessionId: string, request: Omit<ReservationRequest, 'bytes'>, untilMs: number): Promise<void>;
   /** Every quota set, with its usage. */
   list(): Promise<QuotaUsage[]>;
   /** One subject's usage, and its limit if one is set. */
@@ -202,7 +205,24 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
 
   return {
     release,
-    async reserve(request, reserveOptions) {
+    async check(request) {
+      await withTransaction(pool, async (client) => {
+        const refusal = quotaRefusal(await lockedStates(client, request, null), request.bytes);
+        if (refusal) throw quotaExceeded(refusal);
+      });
+    },
+    async holdSessionParts(sessionId, request, untilMs) {
+      await pool.query(
+        `INSERT INTO arkvory_quota_reservations (id, repository, principal_id, bytes, expires_at)
+         SELECT $1, $2, $3,
+                (SELECT coalesce(sum(size_bytes), 0) FROM arkvory_upload_parts WHERE session_id = $1),
+                to_timestamp($4::double precision / 1000)
+          WHERE EXISTS (SELECT 1 FROM arkvory_upload_sessions WHERE id = $1 AND state = 'open')
+         ON CONFLICT (id) DO UPDATE SET bytes = EXCLUDED.bytes, expires_at = EXCLUDED.expires_at`,
+        [sessionId, request.repository, request.principalId, untilMs],
+      );
+    },
+    async reserve(request) {
       // Most uploads meet no quota: one plain query, no transaction, decides that.
       const { rowCount } = await pool.query(
         `SELECT 1 FROM arkvory_storage_quotas
@@ -210,7 +230,7 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
         [request.repository, request.principalId ?? ''],
       );
       if (!rowCount) return undefined;
-      const id = reserveOptions?.id ?? randomUUID();
+      const id = randomUUID();
       if (!(await claim(id, request, true))) return undefined;
       let bytes = request.bytes;
       let released = false;
@@ -247,13 +267,6 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
           released = true;
           stopEvery(renewal);
           await release(id);
-        },
-        async holdUntil(untilMs) {
-          stopEvery(renewal);
-          await pool.query(
-            'UPDATE arkvory_quota_reservations SET expires_at = to_timestamp($2::double precision / 1000) WHERE id = $1',
-            [id, untilMs],
-          );
         },
       };
     },

@@ -264,7 +264,7 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
     expect(await gw.stop()).toBe(0);
   });
 
-  it('a multipart session reserves its declared size at start: refused past the quota, given back on abort, settled by completion', async () => {
+  it('a multipart upload holds what its parts hold: parts refused past the quota, given back on abort, failure or an unchanged re-upload, settled by completion', async () => {
     const repository = 'quota-multipart';
     await createRepository(db.pool, repository);
     const writer = await createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
@@ -285,47 +285,77 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
       `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ('repository', $1, 1000)`,
       [repository],
     );
-    const start = (name: string, size: number) =>
-      json('POST', `${gw.url}/api/v1/repositories/${repository}/artifacts/${name}/uploads`, { size });
+    const start = (name: string, declared: Record<string, unknown>) =>
+      json('POST', `${gw.url}/api/v1/repositories/${repository}/artifacts/${name}/uploads`, declared);
+    const session = (id: unknown) => `${gw.url}/api/v1/repositories/${repository}/uploads/${String(id)}`;
+    const putPart = (id: unknown, bytes: Buffer) => json('PUT', `${session(id)}/parts/1`, undefined, bytes);
+    const complete = async (id: unknown, bytes: Buffer) => {
+      const sha256 = createHash('sha256').update(bytes).digest('hex');
+      expect((await json('POST', `${session(id)}/complete`, { parts: [{ partNumber: 1, sha256 }] })).status).toBe(202);
+      let state: unknown;
+      await waitUntil(
+        async () => ['done', 'failed'].includes(String((state = (await json('GET', session(id))).body.state))),
+        {
+          what: 'the multipart upload to end',
+          timeoutMs: 60_000,
+        },
+      );
+      return state;
+    };
 
-    const refused = await start('too-big', 1001);
+    const refused = await start('too-big', { size: 1001 });
     expect(refused).toMatchObject({
       status: 507,
       body: { code: 'quota_exceeded', quotaBytes: 1000, remainingBytes: 1000, requestedBytes: 1001 },
     });
     expect((await db.pool.query('SELECT id FROM arkvory_upload_sessions')).rows).toEqual([]);
 
-    const aborted = await start('aborted', 600);
+    // Declared sizes are checked, not held: a session that sends nothing holds nothing.
+    const aborted = await start('aborted', { size: 600 });
     expect(aborted.status).toBe(201);
-    expect(await usage()).toBe('600');
-    expect((await start('second', 600)).status).toBe(507); // 600 held by the open session
-    const session = (id: unknown) => `${gw.url}/api/v1/repositories/${repository}/uploads/${String(id)}`;
-    expect((await json('DELETE', session(aborted.body.upload))).status).toBe(204);
     expect(await usage()).toBe('0');
-
-    const opened = await start('completed', 1000);
-    expect(opened.status).toBe(201);
-    const part = Buffer.alloc(1000, 3);
-    expect((await json('PUT', `${session(opened.body.upload)}/parts/1`, undefined, part)).status).toBe(200);
-    const sha256 = createHash('sha256').update(part).digest('hex');
-    expect(
-      (await json('POST', `${session(opened.body.upload)}/complete`, { parts: [{ partNumber: 1, sha256 }] })).status,
-    ).toBe(202);
-    await waitUntil(async () => (await json('GET', session(opened.body.upload))).body.state === 'done', {
-      what: 'the multipart upload to complete',
-      timeoutMs: 60_000,
+    const sizeless = await start('published', {});
+    expect(sizeless.status).toBe(201);
+    expect((await putPart(aborted.body.upload, Buffer.alloc(600, 1))).status).toBe(200);
+    expect(await usage()).toBe('600');
+    // A session that declared no size is held to the quota by its parts.
+    expect((await putPart(sizeless.body.upload, Buffer.alloc(600, 2))).body).toMatchObject({
+      code: 'quota_exceeded',
+      remainingBytes: 400,
     });
+    expect(await usage()).toBe('600');
+    const part = Buffer.alloc(400, 3);
+    expect((await putPart(sizeless.body.upload, part)).status).toBe(200);
+    expect(await usage()).toBe('1000');
+    expect((await json('DELETE', session(aborted.body.upload))).status).toBe(204);
+    expect(await usage()).toBe('400');
+
+    expect(await complete(sizeless.body.upload, part)).toBe('done');
     expect(await usage()).toBe('0'); // settled by the completion's catalog insert
-    expect((await json('GET', `${gw.url}/api/v1/admin/quotas/repositories/${repository}`)).status).toBe(403);
     const stored = await db.pool.query<{ n: string }>(
       `SELECT sum(size_bytes)::text AS n FROM arkvory_artifacts WHERE repository = $1`,
       [repository],
     );
-    expect(stored.rows[0]!.n).toBe('1000');
-    expect((await start('full', 1)).body).toMatchObject({
+    expect(stored.rows[0]!.n).toBe('400');
+
+    // The same bytes again (a client's retry): nothing is published, and nothing stays held.
+    const retried = await start('published', {});
+    expect((await putPart(retried.body.upload, part)).status).toBe(200);
+    expect(await usage()).toBe('400');
+    expect(await complete(retried.body.upload, part)).toBe('done');
+    expect(await usage()).toBe('0');
+    // A completion that fails (the declared digest is not the parts') gives its parts' bytes back.
+    const failing = await start('failing', { sha256: '0'.repeat(64) });
+    expect((await putPart(failing.body.upload, Buffer.alloc(100, 4))).status).toBe(200);
+    expect(await usage()).toBe('100');
+    expect(await complete(failing.body.upload, Buffer.alloc(100, 4))).toBe('failed');
+    expect(await usage()).toBe('0');
+
+    expect((await json('GET', `${gw.url}/api/v1/admin/quotas/repositories/${repository}`)).status).toBe(403);
+    expect((await start('full', { size: 601 })).body).toMatchObject({
       code: 'quota_exceeded',
-      usageBytes: 1000,
-      remainingBytes: 0,
+      usageBytes: 400,
+      remainingBytes: 600,
     });
     expect(await gw.stop()).toBe(0);
   });

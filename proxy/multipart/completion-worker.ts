@@ -213,6 +213,9 @@ export class CompletionWorker {
         'UPDATE arkvory_upload_sessions SET state = $2, error = $3, result_sha256 = $4, result_size = $5, finished_at = now() WHERE id = $1',
         [job.sessionId, state, error, result?.sha256 ?? null, result?.size ?? null],
       );
+      // The session's storage-quota reservation ends with it: the catalog insert settled it when
+      // it published, but an unchanged re-upload or a failure inserts nothing.
+      await client.query('DELETE FROM arkvory_quota_reservations WHERE id = $1', [job.sessionId]);
     });
     if (state === 'done') await this.#o.sessions.removeParts(job.sessionId);
   }

@@ -5,9 +5,8 @@
  */
 import { ARTIFACT_KINDS } from '../../storage-adapter/catalog/catalog.ts';
 import { StorageError } from '../../storage-adapter/errors.ts';
-import { randomUUID } from 'node:crypto';
 import type { SessionScope, UploadSession, UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
-import type { StorageQuotas } from '../../policy/quota/storage-quotas.ts';
+import type { QuotaReservation, StorageQuotas } from '../../policy/quota/storage-quotas.ts';
 import { CONTENT_TEMPLATES, keyFromParams, pathOfKey } from '../content/paths.ts';
 import { GatewayError } from '../server/errors.ts';
 import { sendJson } from '../server/http-errors.ts';
@@ -55,7 +54,7 @@ export function multipartRoutes(deps: {
   maxPartBytes: number;
   writable: boolean;
   meters?: ContentMeters;
-  /** Storage quotas: a session that declares its size reserves it; absent → none checked. */
+  /** Storage quotas: parts are reserved as they arrive, a declared size checked at start; absent → none checked. */
   quotas?: StorageQuotas | undefined;
 }): Route[] {
   const { sessions } = deps;
@@ -83,27 +82,16 @@ export function multipartRoutes(deps: {
       if (typeof contentType !== 'string' || !MEDIA_TYPE.test(contentType))
         throw new StorageError('invalid_request', 'contentType must be a media type such as application/octet-stream');
       const principalId = ctx.principal?.id ?? null;
-      // A declared size is reserved before the session exists, under the session's id: the
-      // completion's catalog insert settles it, an abort gives it back, else it ends with the session.
-      const id = randomUUID();
-      const reservation =
-        size === undefined
-          ? undefined
-          : await deps.quotas?.reserve({ repository: key.repository, principalId, bytes: size as number }, { id });
-      let session: UploadSession;
-      try {
-        session = await sessions.create(key, {
-          contentType,
-          ...(size !== undefined ? { expectedSize: size as number } : {}),
-          ...(sha256 !== undefined ? { expectedSha256: sha256 as string } : {}),
-          principalId,
-          id,
-        });
-        await reservation?.holdUntil(Date.parse(session.expiresAt));
-      } catch (err) {
-        await reservation?.release();
-        throw err;
-      }
+      // A declared size that does not fit now is refused up front; nothing is held for it: the
+      // session holds what its parts hold (below), so a session that sends nothing holds nothing.
+      if (size !== undefined)
+        await deps.quotas?.check({ repository: key.repository, principalId, bytes: size as number });
+      const session = await sessions.create(key, {
+        contentType,
+        ...(size !== undefined ? { expectedSize: size as number } : {}),
+        ...(sha256 !== undefined ? { expectedSha256: sha256 as string } : {}),
+        principalId,
+      });
       const out = sessionBody(session);
       sendJson(ctx.res, 201, out, { location: out.url as string });
     },
@@ -141,26 +129,36 @@ export function multipartRoutes(deps: {
         const length = declaredLength(ctx);
         if (length !== undefined && length > deps.maxPartBytes)
           throw new StorageError('payload_too_large', `A part may hold at most ${deps.maxPartBytes} bytes.`);
+        const scope = scopeOf(ctx);
+        const upload = ctx.params.upload!;
+        let reservation: QuotaReservation | undefined;
         try {
+          // A part's bytes are reserved as a PUT's are: refused before its body past a quota,
+          // grown step by step while a chunked one arrives. Once recorded they move to the
+          // session's reservation, which its completion settles and its end gives back.
+          reservation = await deps.quotas?.reserve({ ...scope, bytes: length ?? 0 });
           const metered = deps.meters?.upload?.(ctx);
           const meter = metered instanceof Promise ? await metered : metered;
           ctx.continueBody();
-          const part = await sessions.putPart(
-            scopeOf(ctx),
-            ctx.params.upload!,
-            partNumber,
-            ctx.req.iterator({ destroyOnReturn: false }),
-            {
-              maxBytes: deps.maxPartBytes,
-              ...(length !== undefined ? { expectedLength: length } : {}),
-              ...(meter ? { meter } : {}),
-              signal: ctx.signal,
-            },
-          );
+          const part = await sessions.putPart(scope, upload, partNumber, ctx.req.iterator({ destroyOnReturn: false }), {
+            maxBytes: deps.maxPartBytes,
+            ...(length !== undefined ? { expectedLength: length } : {}),
+            ...(meter ? { meter } : {}),
+            ...(reservation ? { reserve: reservation.ensure } : {}),
+            signal: ctx.signal,
+          });
+          if (reservation) {
+            const session = await sessions.get(scope, upload);
+            await deps.quotas?.holdSessionParts(upload, scope, Date.parse(session.expiresAt));
+            // Before the answer: the client's next request sees the bytes once.
+            await reservation.release();
+          }
           sendJson(ctx.res, 200, part, { etag: `"${part.sha256}"` });
         } catch (err) {
           if (!ctx.req.complete && !ctx.res.headersSent) ctx.res.setHeader('connection', 'close');
           throw err;
+        } finally {
+          await reservation?.release();
         }
       },
     },

@@ -83,7 +83,7 @@ export async function assembleJob(
         }),
       contentType: row.content_type,
       publishedBy: row.principal_id,
-      // A session that declared its size reserved it against the storage quotas under its own id.
+      // A session's parts are reserved against the storage quotas under the session's id.
       settleReservation: job.sessionId,
       stage: {
         maxBytes: Number.MAX_SAFE_INTEGER,

@@ -118,8 +118,6 @@ export class UploadSessions {
       expectedSize?: number;
       expectedSha256?: string;
       principalId: string | null;
-      /** The session's id, when the caller made one already (its storage-quota reservation's). */
-      id?: string;
     },
   ): Promise<UploadSession> {
     if (options.expectedSize !== undefined && options.expectedSize > this.#limits.maxUploadBytes)
@@ -127,7 +125,7 @@ export class UploadSessions {
         'upload_too_large',
         `The declared size ${options.expectedSize} is larger than ARKVORY_MAX_UPLOAD_BYTES (${this.#limits.maxUploadBytes}).`,
       );
-    const id = options.id ?? randomUUID();
+    const id = randomUUID();
     return withTransaction(this.#pool, async (client) => {
       await lockPrincipal(client, options.principalId);
       const open = await client.query<{ n: number }>(
@@ -192,7 +190,14 @@ export class UploadSessions {
     id: string,
     partNumber: number,
     body: AsyncIterable<Uint8Array>,
-    options: { maxBytes: number; expectedLength?: number; meter?: ByteMeter; signal?: AbortSignal },
+    options: {
+      maxBytes: number;
+      expectedLength?: number;
+      meter?: ByteMeter;
+      /** Called with the bytes received so far before they are written (a storage-quota reservation's growth). */
+      reserve?: (totalBytes: number) => Promise<void>;
+      signal?: AbortSignal;
+    },
   ): Promise<ReceivedPart> {
     if (!Number.isInteger(partNumber) || partNumber < 1 || partNumber > 10_000)
       throw new StorageError('invalid_request', 'Part numbers run from 1 to 10000.');
@@ -220,6 +225,7 @@ export class UploadSessions {
           if (options.meter) await options.meter.take(slice.length, options.signal);
           size += slice.length;
           if (size > bound.maxBytes) throw bound.refuse(size);
+          if (options.reserve) await options.reserve(size);
           hash.update(slice);
           yield slice;
           offset += slice.length;
