@@ -103,12 +103,12 @@ function inMemory(bytes: Buffer): BlobReader {
   };
 }
 
-/** A slice on disk being read: its bounds in the blob, and its open file (or its bytes, just re-hashed). */
+/** A slice on disk being read: its bounds in the blob, and its open, checked file. */
 interface DiskSlice {
   readonly index: number;
   readonly start: number;
   readonly end: number;
-  readonly file: FileHandle | Buffer;
+  readonly file: FileHandle;
 }
 
 /** One open blob read through the cache: sources acquired ahead, each released once read past. */
@@ -190,15 +190,11 @@ class SlicedReader implements BlobReader {
     const source = this.prepare(0);
     const disk = source.kind === 'disk' ? await this.#openDisk(0, source) : undefined;
     if (!disk) return undefined;
-    let bytes: Buffer;
-    if (Buffer.isBuffer(disk.file)) bytes = disk.file;
-    else {
-      bytes = Buffer.allocUnsafe(this.sizeBytes);
-      for (let position = 0; position < bytes.length; ) {
-        const { bytesRead } = await disk.file.read(bytes, position, bytes.length - position, position);
-        if (bytesRead === 0) throw new Error(`cached slice 0 of blob ${this.#sha256} ended at byte ${position}`);
-        position += bytesRead;
-      }
+    const bytes = Buffer.allocUnsafe(this.sizeBytes);
+    for (let position = 0; position < bytes.length; ) {
+      const { bytesRead } = await disk.file.read(bytes, position, bytes.length - position, position);
+      if (bytesRead === 0) throw new Error(`cached slice 0 of blob ${this.#sha256} ended at byte ${position}`);
+      position += bytesRead;
     }
     this.#cache.stats.hitBytes += bytes.length;
     await this.close();
@@ -223,8 +219,10 @@ class SlicedReader implements BlobReader {
    * it is held, so the slices ahead are fetched a few at a time, each few with one origin read.
    */
   #enter(index: number, position: number): void {
-    for (const held of [...this.#held.keys()]) if (held < index) this.#releaseSlice(held);
     const last = Math.min(Math.floor(this.#rangeEnd(position) / this.#digests.sliceBytes), index + this.#readahead);
+    // Every slice outside the window goes, not only those behind: ranges may come in any order,
+    // and one request must not pin a slice per range it has read.
+    for (const held of [...this.#held.keys()]) if (held < index || held > last) this.#releaseSlice(held);
     let ahead = 0;
     while (index + ahead < last && this.#held.has(index + ahead + 1)) ahead++;
     if (index + ahead < last && ahead < Math.ceil(this.#readahead / 2)) this.prepareRun(index + 1, last);
@@ -237,8 +235,24 @@ class SlicedReader implements BlobReader {
     return this.prepare(first);
   }
 
+  /**
+   * Gives back the fills held (the one being read and those ahead) that are verified and on disk
+   * now; a later read takes the slice from disk. So a slow reader holds files, not a fill's memory
+   * per slice of its window, once the slices are kept.
+   */
+  #trade(): void {
+    for (const [index, source] of this.#held)
+      if (
+        source.kind === 'fill' &&
+        source.fill.state === 'verified' &&
+        this.#cache.holds(this.#sha256, this.#digests, index)
+      )
+        this.#releaseSlice(index);
+  }
+
   async read(buffer: Buffer, offset: number, length: number, position: number): Promise<{ bytesRead: number }> {
     if (position >= this.sizeBytes) return { bytesRead: 0 };
+    this.#trade();
     const disk = this.#disk;
     if (disk && position >= disk.start && position <= disk.end)
       return this.#readDisk(disk, buffer, offset, length, position);
@@ -272,9 +286,7 @@ class SlicedReader implements BlobReader {
   ): Promise<{ bytesRead: number }> {
     const want = Math.min(length, disk.end - position + 1);
     const at = position - disk.start;
-    const bytesRead = Buffer.isBuffer(disk.file)
-      ? disk.file.copy(buffer, offset, at, at + want)
-      : (await disk.file.read(buffer, offset, want, at)).bytesRead;
+    const { bytesRead } = await disk.file.read(buffer, offset, want, at);
     if (bytesRead === 0) throw new Error(`cached slice ${disk.index} of blob ${this.#sha256} ended early`);
     this.#cache.stats.hitBytes += bytesRead;
     return { bytesRead };

@@ -37,7 +37,7 @@ import { type SliceDigests, sliceDigest, sliceRange } from '../slice-digests.ts'
 import type { BlobReader } from '../store.ts';
 import { Fill } from './fill.ts';
 import { SliceBuffers } from './slice-buffers.ts';
-import { type IndexedSlice, SliceIndex } from './slice-index.ts';
+import { diskBytes, type IndexedSlice, SliceIndex } from './slice-index.ts';
 
 export interface SliceCacheLog {
   info(obj: object, msg: string): void;
@@ -104,12 +104,19 @@ const ABANDONED = new StorageError(
 
 /** Slice files kept open between reads (see the header). */
 const MAX_OPEN_FILES = 256;
+/** Largest read of a slice file at a time while it is hashed (#check). */
+const HASH_READ_BYTES = 1024 * 1024;
 /** Largest read from the origin into a fill's buffer at a time. */
 const ORIGIN_READ_BYTES = 1024 * 1024;
 /** Fill buffers kept for the next fills (SliceBuffers): enough for a read and its readahead at 8 MiB slices. */
 const FREE_FILL_BUFFER_BYTES = 48 * 1024 * 1024;
 /** Bytes of verified slices waiting for the disk, all fills together (see #keep). */
 const WRITE_BEHIND_MAX_BYTES = 64 * 1024 * 1024;
+
+/** What identifies a file's contents as checked: any write through the filesystem changes it. */
+function signatureOf(stat: { ino: bigint; size: bigint; mtimeNs: bigint; ctimeNs: bigint }): string {
+  return `${stat.ino}:${stat.size}:${stat.mtimeNs}:${stat.ctimeNs}`;
+}
 
 export class SliceCache {
   readonly #options: SliceCacheOptions;
@@ -118,6 +125,8 @@ export class SliceCache {
   readonly #buffers = new SliceBuffers(FREE_FILL_BUFFER_BYTES);
   /** Slices whose file is open (`IndexedSlice.handle`), least recently read first. */
   readonly #open = new Set<IndexedSlice>();
+  /** Slices being checked against their digest (#check), one reader at a time. */
+  readonly #checking = new Map<IndexedSlice, Promise<void>>();
   /** Descriptors of slices whose file changed while others read through them (#retireFile). */
   readonly #retired = new Map<IndexedSlice, FileHandle[]>();
   #reserved = 0;
@@ -222,6 +231,30 @@ export class SliceCache {
       if (run.length > 0) void this.#runFills(run, origin);
       run = [];
     };
+    try {
+      this.#acquireInto(sources, sha256, digests, first, last, origin, (job) => run.push(job), start);
+    } catch (err) {
+      // A slice past the record's end, or a buffer the process could not allocate: what was
+      // acquired is given back, and fills already in the table start (then stop: nobody reads
+      // them), so no later reader joins a fill that never runs.
+      start();
+      for (const source of sources) this.release(source);
+      throw err;
+    }
+    start();
+    return sources;
+  }
+
+  #acquireInto(
+    sources: SliceSource[],
+    sha256: string,
+    digests: SliceDigests,
+    first: number,
+    last: number,
+    origin: OriginRead,
+    queue: (job: FillJob) => void,
+    start: () => void,
+  ): void {
     for (let index = first; index <= last; index++) {
       const key = `${sha256}-${digests.sliceBytes}-${index}`;
       const slice = this.#index.get(key);
@@ -244,15 +277,14 @@ export class SliceCache {
       }
       const range = sliceRange(digests, index);
       const length = range.end - range.start + 1;
+      if (!(length > 0)) throw new RangeError(`slice ${index} of blob ${sha256} is past its recorded size`);
       const fill = new Fill(length, this.#buffers.take(length), (bytes) => this.#buffers.give(bytes));
       fill.hold();
       this.#fills.set(key, fill);
       this.stats.fillsInFlight++;
-      run.push({ key, sha256, digests, index, range, fill, origin });
+      queue({ key, sha256, digests, index, range, fill, origin });
       sources.push({ kind: 'fill', fill, started: true });
     }
-    start();
-    return sources;
   }
 
   release(source: SliceSource): void {
@@ -277,21 +309,23 @@ export class SliceCache {
 
   /**
    * The file of an acquired disk slice, open and trusted (owned by the cache: valid until the
-   * source is released, never closed by the caller), or its bytes just re-hashed, or undefined when
-   * it is gone or failed its check (then it has been removed). The caller counts the bytes it reads
-   * in `stats.hitBytes`.
+   * source is released, never closed by the caller), or undefined when it is gone or failed its
+   * check (then it has been removed). A slice not checked by this process, or whose file changed,
+   * is hashed first, by one reader at a time: the others wait and then take its descriptor, so a
+   * burst of readers after a restart hashes a slice once. The caller counts the bytes it reads in
+   * `stats.hitBytes`.
    */
   async openDisk(
     source: Extract<SliceSource, { kind: 'disk' }>,
     signal: AbortSignal | undefined,
-  ): Promise<FileHandle | Buffer | undefined> {
-    const { slice, file } = source;
+  ): Promise<FileHandle | undefined> {
+    const { slice } = source;
+    for (let checking = this.#checking.get(slice); checking; checking = this.#checking.get(slice)) await checking;
     const kept = slice.handle;
     if (kept) {
       let signature: string | undefined;
       try {
-        const stat = fstatSync(kept.fd, { bigint: true });
-        signature = `${stat.ino}:${stat.size}:${stat.mtimeNs}:${stat.ctimeNs}`;
+        signature = signatureOf(fstatSync(kept.fd, { bigint: true }));
       } catch {
         signature = undefined;
       }
@@ -303,6 +337,30 @@ export class SliceCache {
       // Changed since it was checked: checked again from a fresh open below.
       this.#retireFile(slice);
     }
+    const check = this.#check(source, signal);
+    this.#checking.set(
+      slice,
+      check.then(
+        () => {},
+        () => {},
+      ),
+    );
+    try {
+      return await check;
+    } finally {
+      this.#checking.delete(slice);
+    }
+  }
+
+  /** Opens a disk slice's file and checks it against its digest unless its signature is the one checked. */
+  async #check(
+    source: Extract<SliceSource, { kind: 'disk' }>,
+    signal: AbortSignal | undefined,
+  ): Promise<FileHandle | undefined> {
+    const { slice, file } = source;
+    // Removed from the index (a newer copy may be indexed under the same key and path by now):
+    // nothing here may touch the key or the file.
+    const indexed = () => this.#index.get(slice.key) === slice;
     let handle: FileHandle;
     try {
       handle = await open(file, 'r');
@@ -310,28 +368,37 @@ export class SliceCache {
       // Out of descriptors or an I/O error says nothing about the slice: it stays indexed (and
       // counted against the bounds) and this read fails; only a file that is gone leaves the index.
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-      this.#forget(slice.key);
+      if (indexed()) this.#forget(slice.key);
       return undefined;
     }
     try {
-      const stat = await handle.stat({ bigint: true });
-      const signature = `${stat.ino}:${stat.size}:${stat.mtimeNs}:${stat.ctimeNs}`;
+      const signature = signatureOf(await handle.stat({ bigint: true }));
       if (signature === slice.signature) return this.#keepFile(slice, handle);
       signal?.throwIfAborted();
-      const bytes = Buffer.allocUnsafe(Number(stat.size));
-      for (let position = 0; position < bytes.length; ) {
-        const { bytesRead } = await handle.read(bytes, position, bytes.length - position, position);
-        if (bytesRead === 0) break;
-        position += bytesRead;
+      // Hashed in pieces from the file, not read whole into memory; the file must not change meanwhile.
+      let matches = false;
+      if (signature.split(':')[1] === String(slice.bytes)) {
+        const hash = createHash('sha256');
+        const piece = Buffer.allocUnsafe(Math.min(slice.bytes, HASH_READ_BYTES));
+        let position = 0;
+        while (position < slice.bytes) {
+          const { bytesRead } = await handle.read(piece, 0, Math.min(piece.length, slice.bytes - position), position);
+          if (bytesRead === 0) break;
+          hash.update(piece.subarray(0, bytesRead));
+          position += bytesRead;
+        }
+        matches =
+          position === slice.bytes &&
+          hash.digest().equals(source.digest) &&
+          signatureOf(await handle.stat({ bigint: true })) === signature;
       }
-      const [sha256, , index] = slice.key.split('-') as [string, string, string];
-      const actual = createHash('sha256').update(bytes).digest();
-      if (bytes.length === slice.bytes && actual.equals(source.digest)) {
+      if (matches) {
         slice.signature = signature;
-        this.#keepFile(slice, handle);
-        return bytes;
+        return this.#keepFile(slice, handle);
       }
       await handle.close();
+      if (!indexed()) return undefined;
+      const [sha256, , index] = slice.key.split('-') as [string, string, string];
       this.stats.digestFailures.disk++;
       this.#options.log.warn(
         { sha256, slice: Number(index), file },
@@ -493,8 +560,10 @@ export class SliceCache {
     fill.restart();
     let run: OriginRun | undefined;
     try {
+      const wanted = () => this.#stillWanted([job], 0);
+      if (!wanted()) throw ABANDONED;
       run = new OriginRun(await job.origin(job.range), job.range);
-      if (await this.#pullVerified(job, run, 2)) {
+      if (await this.#pullVerified(job, run, 2, wanted)) {
         await run.close().catch(() => {});
         run = undefined;
         if (!(await this.#keep(job))) this.stats.relayedFills++;
@@ -581,7 +650,7 @@ export class SliceCache {
     const unreserve = () => {
       if (!reserved) return;
       reserved = false;
-      this.#reserved -= bytes;
+      this.#reserved -= diskBytes(bytes);
     };
     const temp = path.join(this.#options.dir, 'tmp', `${key}.${randomUUID()}`);
     const target = this.#file(key);
@@ -612,7 +681,7 @@ export class SliceCache {
       const after = await stat(target, { bigint: true });
       // What was hashed went to the file whole, or the file is not kept.
       if (after.size !== BigInt(bytes)) throw new Error('slice file size differs from the slice');
-      const signature = `${after.ino}:${after.size}:${after.mtimeNs}:${after.ctimeNs}`;
+      const signature = signatureOf(after);
       // Indexed in the same step as its reservation ends, so the bound never loses sight of it.
       unreserve();
       // Its blob was removed (purge, gc, scrub) while the file was being written.
@@ -644,8 +713,9 @@ export class SliceCache {
    * happen in one synchronous step after the only wait (statfs), so concurrent fills cannot all
    * pass on the same room; bytes of files being removed count until they are gone.
    */
-  async #makeRoom(bytes: number): Promise<boolean> {
+  async #makeRoom(sliceBytes: number): Promise<boolean> {
     const { maxBytes, minFreeBytes } = this.#options;
+    const bytes = diskBytes(sliceBytes);
     if (bytes > maxBytes) return false;
     let free: number;
     try {
@@ -668,13 +738,13 @@ export class SliceCache {
       this.#index.remove(victim.key);
       this.#removed(victim);
       this.stats.evictions++;
-      freed += victim.bytes;
+      freed += diskBytes(victim.bytes);
     }
     this.#unlinking += freed;
     this.#updateHeld();
     for (const victim of victims) {
       await unlink(this.#file(victim.key)).catch(() => {});
-      this.#unlinking -= victim.bytes;
+      this.#unlinking -= diskBytes(victim.bytes);
     }
     return true;
   }

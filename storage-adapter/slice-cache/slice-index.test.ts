@@ -1,5 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { type IndexedSlice, SliceIndex } from './slice-index.ts';
+import { diskBytes, type IndexedSlice, SliceIndex } from './slice-index.ts';
+
+/** One filesystem block: sizes below are whole blocks, so what is counted is what is asked. */
+const B = 4096;
 
 function slice(key: string, bytes: number, sha256 = 'a'.repeat(64)): IndexedSlice {
   return { key, sha256, bytes, signature: undefined, pins: 0, handle: undefined };
@@ -15,57 +18,67 @@ const keys = (slices: readonly IndexedSlice[] | undefined) => slices?.map((s) =>
 
 describe('SliceIndex', () => {
   it('counts the bytes of what it holds; adding a key again replaces it', () => {
-    const index = indexOf(slice('a', 10), slice('b', 20));
-    expect([index.size, index.bytes]).toEqual([2, 30]);
-    index.add(slice('a', 5));
-    expect([index.size, index.bytes]).toEqual([2, 25]);
-    expect(index.get('a')?.bytes).toBe(5);
+    const index = indexOf(slice('a', 10 * B), slice('b', 20 * B));
+    expect([index.size, index.bytes]).toEqual([2, 30 * B]);
+    index.add(slice('a', 5 * B));
+    expect([index.size, index.bytes]).toEqual([2, 25 * B]);
+    expect(index.get('a')?.bytes).toBe(5 * B);
     expect(index.remove('b')?.key).toBe('b');
-    expect([index.size, index.bytes]).toEqual([1, 5]);
+    expect([index.size, index.bytes]).toEqual([1, 5 * B]);
     expect(index.remove('b')).toBeUndefined();
-    expect([index.size, index.bytes]).toEqual([1, 5]);
+    expect([index.size, index.bytes]).toEqual([1, 5 * B]);
     expect(index.get('b')).toBeUndefined();
   });
 
   it('offers the least recently used slices first, a read making one the newest', () => {
-    const a = slice('a', 10);
-    const index = indexOf(a, slice('b', 10), slice('c', 10));
-    expect(keys(index.victims(15))).toEqual(['a', 'b']);
+    const a = slice('a', 10 * B);
+    const index = indexOf(a, slice('b', 10 * B), slice('c', 10 * B));
+    expect(keys(index.victims(15 * B))).toEqual(['a', 'b']);
     index.touch(a);
-    expect(keys(index.victims(15))).toEqual(['b', 'c']);
+    expect(keys(index.victims(15 * B))).toEqual(['b', 'c']);
     expect(keys(index.all())).toEqual(['b', 'c', 'a']);
     // A re-added slice is the newest too.
-    index.add(slice('b', 10));
-    expect(keys(index.victims(10))).toEqual(['c']);
+    index.add(slice('b', 10 * B));
+    expect(keys(index.victims(10 * B))).toEqual(['c']);
   });
 
   it('stops at the first slices that free enough, exactly enough included', () => {
-    const index = indexOf(slice('a', 10), slice('b', 10), slice('c', 10));
-    expect(keys(index.victims(10))).toEqual(['a']);
-    expect(keys(index.victims(11))).toEqual(['a', 'b']);
-    expect(keys(index.victims(30))).toEqual(['a', 'b', 'c']);
+    const index = indexOf(slice('a', 10 * B), slice('b', 10 * B), slice('c', 10 * B));
+    expect(keys(index.victims(10 * B))).toEqual(['a']);
+    expect(keys(index.victims(11 * B))).toEqual(['a', 'b']);
+    expect(keys(index.victims(30 * B))).toEqual(['a', 'b', 'c']);
   });
 
   it('never offers a pinned slice, and offers nothing when the rest cannot free enough', () => {
-    const pinned = { ...slice('a', 100), pins: 1 };
-    const index = indexOf(pinned, slice('b', 10), slice('c', 10));
-    expect(keys(index.victims(20))).toEqual(['b', 'c']);
-    expect(index.victims(21)).toBeUndefined();
+    const pinned = { ...slice('a', 100 * B), pins: 1 };
+    const index = indexOf(pinned, slice('b', 10 * B), slice('c', 10 * B));
+    expect(keys(index.victims(20 * B))).toEqual(['b', 'c']);
+    expect(index.victims(21 * B)).toBeUndefined();
     pinned.pins = 0;
-    expect(keys(index.victims(21))).toEqual(['a']);
+    expect(keys(index.victims(21 * B))).toEqual(['a']);
+  });
+
+  it('counts what a slice takes on disk: whole blocks', () => {
+    expect([diskBytes(1), diskBytes(B), diskBytes(B + 1), diskBytes(0)]).toEqual([B, B, 2 * B, 0]);
+    // 141 one-byte slices take 141 blocks, not 141 bytes.
+    const index = indexOf(...Array.from({ length: 141 }, (_, i) => slice(`t${i}`, 1)));
+    expect(index.bytes).toBe(141 * B);
+    expect(index.victims(2 * B)?.length).toBe(2);
+    index.remove('t0');
+    expect(index.bytes).toBe(140 * B);
   });
 
   it('asks for nothing when nothing needs freeing', () => {
-    const index = indexOf({ ...slice('a', 10), pins: 1 });
+    const index = indexOf({ ...slice('a', 10 * B), pins: 1 });
     expect(index.victims(0)).toEqual([]);
-    expect(index.victims(-5)).toEqual([]);
-    expect(new SliceIndex().victims(1)).toBeUndefined();
+    expect(index.victims(-5 * B)).toEqual([]);
+    expect(new SliceIndex().victims(1 * B)).toBeUndefined();
   });
 
   it("lists a blob's slices and the blobs held", () => {
     const x = 'x'.repeat(64);
     const y = 'y'.repeat(64);
-    const index = indexOf(slice('x0', 1, x), slice('y0', 1, y), slice('x1', 1, x));
+    const index = indexOf(slice('x0', 1 * B, x), slice('y0', 1 * B, y), slice('x1', 1 * B, x));
     expect(keys(index.ofBlob(x))).toEqual(['x0', 'x1']);
     expect(index.ofBlob('z'.repeat(64))).toEqual([]);
     expect(index.blobs()).toEqual(new Set([x, y]));

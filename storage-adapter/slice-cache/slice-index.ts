@@ -1,5 +1,5 @@
 /**
- * Which slices the cache holds on disk, in least-recently-used order, with the bytes they take and
+ * Which slices the cache holds on disk, in least-recently-used order, with the disk bytes they take and
  * who is reading them. Pure bookkeeping (no I/O): the cache asks it for victims and removes their
  * files. A slice being read (pinned) is never a victim, so it is never removed under its reader.
  */
@@ -14,6 +14,17 @@ export interface IndexedSlice {
   pins: number;
   /** Its file, kept open by the cache once checked (the index only carries it). */
   handle: FileHandle | undefined;
+}
+
+/** The filesystem's allocation unit the bounds count in (4 KiB on the filesystems the cache runs on). */
+const DISK_BLOCK_BYTES = 4096;
+
+/**
+ * What a slice of `bytes` takes on disk, as the bounds count it: whole blocks, so many small slices
+ * (small blobs, the last slice of a blob) cannot take many times the bound while counted as less.
+ */
+export function diskBytes(bytes: number): number {
+  return Math.ceil(bytes / DISK_BLOCK_BYTES) * DISK_BLOCK_BYTES;
 }
 
 export class SliceIndex {
@@ -41,19 +52,19 @@ export class SliceIndex {
   add(slice: IndexedSlice): void {
     this.remove(slice.key);
     this.#slices.set(slice.key, slice);
-    this.#bytes += slice.bytes;
+    this.#bytes += diskBytes(slice.bytes);
   }
 
   remove(key: string): IndexedSlice | undefined {
     const slice = this.#slices.get(key);
     if (!slice) return undefined;
     this.#slices.delete(key);
-    this.#bytes -= slice.bytes;
+    this.#bytes -= diskBytes(slice.bytes);
     return slice;
   }
 
   /**
-   * The oldest unpinned slices whose removal frees at least `bytes`, or undefined when even all of
+   * The oldest unpinned slices whose removal frees at least `bytes` of disk, or undefined when even all of
    * them would not (then nothing should be removed for this purpose).
    */
   victims(bytes: number): IndexedSlice[] | undefined {
@@ -63,7 +74,7 @@ export class SliceIndex {
     for (const slice of this.#slices.values()) {
       if (slice.pins > 0) continue;
       chosen.push(slice);
-      freed += slice.bytes;
+      freed += diskBytes(slice.bytes);
       if (freed >= bytes) return chosen;
     }
     return undefined;

@@ -1,0 +1,172 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import type { ByteRange } from '../range.ts';
+import { type SliceDigests, sliceCount } from '../slice-digests.ts';
+import type { ArtifactStore, BlobReader } from '../store.ts';
+import { withSliceCache } from './cached-store.ts';
+import type { DigestDirectory } from './digest-directory.ts';
+import { type OriginRead, SliceCache, type SliceSource } from './slice-cache.ts';
+
+const SLICE = 64 * 1024;
+const SHA = 'c'.repeat(64);
+
+function digestsOf(blob: Buffer): SliceDigests {
+  const parts: Buffer[] = [];
+  for (let i = 0; i < sliceCount(blob.length, SLICE); i++)
+    parts.push(
+      createHash('sha256')
+        .update(blob.subarray(i * SLICE, (i + 1) * SLICE))
+        .digest(),
+    );
+  return { sizeBytes: blob.length, sliceBytes: SLICE, digests: Buffer.concat(parts) };
+}
+
+/** Ranged reads of `served()`, each open recorded. */
+function originOf(served: () => Buffer) {
+  const opened: ByteRange[] = [];
+  const read: OriginRead = async (range) => {
+    opened.push(range);
+    return {
+      sizeBytes: served().length,
+      async read(buffer, offset, length, position) {
+        const n = Math.max(0, Math.min(length, range.end + 1 - position));
+        served().copy(buffer, offset, position, position + n);
+        return { bytesRead: n };
+      },
+      async close() {},
+    } satisfies BlobReader;
+  };
+  return { read, opened };
+}
+
+const dirs: string[] = [];
+const caches: SliceCache[] = [];
+afterEach(async () => {
+  for (const cache of caches.splice(0)) {
+    await vi.waitFor(() => expect(cache.stats.fillsInFlight).toBe(0));
+    cache.close();
+  }
+  for (const dir of dirs.splice(0)) await rm(dir, { recursive: true, force: true });
+});
+
+async function openCache(): Promise<SliceCache> {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'arkvory-sliced-reader-'));
+  dirs.push(dir);
+  const cache = await SliceCache.open({ dir, maxBytes: 256 * SLICE, minFreeBytes: 0, log: { info() {}, warn() {} } });
+  caches.push(cache);
+  return cache;
+}
+
+/** The cache with its sources counted: acquired and not yet released, by kind. */
+function counted(cache: SliceCache) {
+  const out = new Set<SliceSource>();
+  let peak = 0;
+  const acquireRun = cache.acquireRun.bind(cache);
+  vi.spyOn(cache, 'acquireRun').mockImplementation((...args) => {
+    const sources = acquireRun(...args);
+    for (const s of sources) out.add(s);
+    peak = Math.max(peak, out.size);
+    return sources;
+  });
+  const release = cache.release.bind(cache);
+  vi.spyOn(cache, 'release').mockImplementation((source) => {
+    out.delete(source);
+    release(source);
+  });
+  return {
+    get peak() {
+      return peak;
+    },
+    held: (kind: SliceSource['kind']) => [...out].filter((s) => s.kind === kind).length,
+  };
+}
+
+function storeOver(cache: SliceCache, blob: Buffer, readaheadSlices: number): ArtifactStore {
+  const d = digestsOf(blob);
+  const origin = originOf(() => blob);
+  const inner = { openBlob: (_sha: string, ranges: readonly ByteRange[]) => origin.read(ranges[0]!) };
+  const digests = { get: async () => d } as unknown as DigestDirectory;
+  return withSliceCache(inner as unknown as ArtifactStore, cache, digests, { readaheadSlices });
+}
+
+describe('a read through the slice cache', () => {
+  it('of ranges in descending order holds its window, not a slice per range read', async () => {
+    const cache = await openCache();
+    const blob = randomBytes(20 * SLICE);
+    const sources = counted(cache);
+    const ranges = Array.from({ length: 20 }, (_, i) => ({ start: (19 - i) * SLICE, end: (19 - i) * SLICE }));
+    const reader = await storeOver(cache, blob, 2).openBlob(SHA, ranges);
+    const one = Buffer.alloc(1);
+    for (const range of ranges) {
+      expect((await reader.read(one, 0, 1, range.start)).bytesRead).toBe(1);
+      expect(one[0]).toBe(blob[range.start]);
+    }
+    // The window: the slice being read and the readahead (nothing ahead within a one-byte range).
+    expect(sources.peak).toBeLessThanOrEqual(3);
+    await reader.close();
+  });
+
+  it('by a slow client gives back the fills it holds once their slices are on disk', async () => {
+    const cache = await openCache();
+    const blob = randomBytes(5 * SLICE);
+    const sources = counted(cache);
+    const reader = await storeOver(cache, blob, 4).openBlob(SHA, [{ start: 0, end: blob.length - 1 }]);
+    const one = Buffer.alloc(1);
+    await reader.read(one, 0, 1, 0);
+    expect(sources.held('fill')).toBe(5);
+    await vi.waitFor(() => {
+      expect(cache.stats.fillsInFlight).toBe(0);
+      expect(cache.stats.heldSlices).toBe(5);
+    });
+    // The client reads its next byte much later: by then every slice of its window is a file.
+    await reader.read(one, 0, 1, 1);
+    expect(one[0]).toBe(blob[1]);
+    // Its window is pinned files now (a descriptor each at most), no fill's memory.
+    expect(sources.held('fill')).toBe(0);
+    expect(sources.held('disk')).toBe(5);
+    const rest = Buffer.alloc(blob.length - 2);
+    for (let at = 0; at < rest.length; ) at += (await reader.read(rest, at, rest.length - at, 2 + at)).bytesRead;
+    expect(rest.equals(blob.subarray(2))).toBe(true);
+    await reader.close();
+  });
+});
+
+describe('acquiring slices', () => {
+  it('past the record of a blob fails, and leaves no fill behind for the next reader to join', async () => {
+    const cache = await openCache();
+    const blob = randomBytes(2 * SLICE);
+    const d = digestsOf(blob);
+    const origin = originOf(() => blob);
+    expect(() => cache.acquireRun(SHA, d, 0, 2, origin.read)).toThrow(RangeError);
+    await vi.waitFor(() => expect(cache.stats.fillsInFlight).toBe(0));
+    const next = cache.acquire(SHA, d, 0, origin.read);
+    if (next.kind !== 'fill') throw new Error('expected a fill');
+    expect(next.started).toBe(true);
+    await next.fill.done;
+    expect(next.fill.state).toBe('verified');
+    cache.release(next);
+  });
+
+  it('a slice that failed its digest is not fetched again once nobody reads it', async () => {
+    const cache = await openCache();
+    const blob = randomBytes(2 * SLICE);
+    const d = digestsOf(blob);
+    const damaged = Buffer.from(blob);
+    damaged[5] = (damaged[5]! + 1) % 256;
+    const origin = originOf(() => damaged);
+    const [first, second] = cache.acquireRun(SHA, d, 0, 1, origin.read) as [SliceSource, SliceSource];
+    // The reader wants slice 1 only: slice 0 is fetched in the same run but nobody waits for it.
+    cache.release(first);
+    if (second.kind !== 'fill') throw new Error('expected a fill');
+    await second.fill.done;
+    await vi.waitFor(() => expect(cache.stats.fillsInFlight).toBe(0));
+    expect(second.fill.state).toBe('verified');
+    expect(cache.stats.digestFailures.origin).toBe(1);
+    expect(origin.opened).toEqual([{ start: 0, end: 2 * SLICE - 1 }]);
+    expect(cache.stats.abandonedFills).toBe(1);
+    cache.release(second);
+  });
+});
