@@ -483,7 +483,7 @@ export const VARIABLES: readonly VariableSpec[] = [
     name: 'ARKVORY_CACHE_MAX_BYTES',
     kind: { type: 'int', min: 1048576, max: 1024 * TiB },
     defaultValue: '10737418240',
-    doc: 'Upper bound on the bytes of slices the slice cache keeps on disk; least recently used slices are evicted first.',
+    doc: "Upper bound on the disk the slice cache's slices take (each counted in whole 4 KiB blocks); least recently used slices are evicted first.",
   },
   {
     name: 'ARKVORY_CACHE_MIN_FREE_BYTES',

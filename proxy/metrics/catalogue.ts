@@ -331,7 +331,7 @@ export const GATEWAY_METRICS = [
     name: 'arkvory_slice_cache_held_bytes',
     type: 'gauge',
     labels: [],
-    help: 'Bytes of verified slices the cache holds on disk.',
+    help: 'Disk taken by the verified slices the cache holds (each counted in whole 4 KiB blocks).',
   },
   {
     name: RATE_LIMIT_METRIC_NAMES.checks,
