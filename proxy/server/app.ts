@@ -1,6 +1,7 @@
 import { Authenticator } from '../../policy/auth/authenticator.ts';
 import { PresignedLinks } from '../../policy/auth/presigned-links.ts';
 import { createAuthGate, transportPolicy } from '../gates/auth-gate.ts';
+import { refuseCrossSiteWrites } from '../gates/cross-site.ts';
 import { createConsole, readerConsoleRoutes } from '../console/console-module.ts';
 import { bootstrapAdmin } from '../admin/bootstrap-admin.ts';
 import { openContentModule } from '../content/content-module.ts';
@@ -95,5 +96,7 @@ export async function buildApp(services: Services): Promise<{ routes: Route[]; g
     gates[0] = tracedGate('arkvory.auth', gates[0]!);
     gates[1] = tracedGate('arkvory.rate_limit', gates[1]!);
   }
+  // First: another site's request is refused before its credentials are looked at or counted.
+  gates.unshift(refuseCrossSiteWrites);
   return { routes, gates };
 }

@@ -30,6 +30,13 @@ export const GATEWAY_ERRORS = defineErrors('proxy/server/errors.ts', {
     advice:
       'The gateway refuses credentials over plain HTTP (ARKVORY_REFUSE_PLAIN_HTTP_CREDENTIALS): use its https:// URL, and replace a key that crossed the network in clear.',
   },
+  cross_site_request: {
+    status: 403,
+    message:
+      'A browser sent this request from another site; changes are only taken from this origin or from clients outside browsers.',
+    advice:
+      'Send the request from the console or a client outside a browser (curl, a CI job). A page of another site made the browser send it, with whatever credentials the browser holds for this gateway.',
+  },
   duplicate_authorization: {
     status: 400,
     message: 'The request carries more than one Authorization header; send exactly one.',

@@ -1,0 +1,123 @@
+/**
+ * State-changing requests a browser sends for another site are refused before authentication
+ * (403 `cross_site_request`), on a real gateway: by the headers browsers send, and end to end in
+ * Debian's chromium holding the admin key as Basic credentials (as after an operator typed it into
+ * the browser's prompt) while a page of another site posts a form to an admin route.
+ */
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { chromium } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bearer, createServiceAccount } from '../../test/support/auth.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { type GatewayProcess, startGateway } from '../../test/support/gateway.ts';
+
+const CHROMIUM = '/usr/bin/chromium';
+const CHROMIUM_ARGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
+
+const db = useTestDatabase();
+let gw: GatewayProcess;
+let admin: { key: string };
+let target: { name: string };
+
+beforeAll(async () => {
+  admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+  target = await createServiceAccount(db.pool, { name: 'cross-site-target' });
+  gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+}, 60_000);
+
+/** A raw request with exactly these headers (fetch would add or refuse some). */
+function send(method: string, path: string, headers: Record<string, string>) {
+  return new Promise<{ status: number; body: Record<string, unknown> }>((resolve, reject) => {
+    const req = http.request(`${gw.url}${path}`, { method, headers }, (res) => {
+      let text = '';
+      res.on('data', (d: Buffer) => (text += d.toString()));
+      res.on('end', () => resolve({ status: res.statusCode!, body: text ? JSON.parse(text) : {} }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+async function disabled(): Promise<boolean> {
+  const res = await send('GET', `/api/v1/admin/principals/${target.name}`, bearer(admin.key));
+  return res.body.disabled as boolean;
+}
+
+describe('a request a browser sends from another site', () => {
+  it('is refused before its credentials when it would change state; reads and non-browser clients pass', async () => {
+    const disable = `/api/v1/admin/principals/${target.name}/disable`;
+    const enable = `/api/v1/admin/principals/${target.name}/enable`;
+    const refused: Record<string, string>[] = [
+      { 'sec-fetch-site': 'cross-site' },
+      { 'sec-fetch-site': 'same-site' },
+      { origin: 'http://attacker.example' },
+      { origin: 'null' },
+      { origin: `http://localhost:${new URL(gw.url).port}` },
+    ];
+    for (const headers of refused) {
+      const res = await send('POST', disable, { ...bearer(admin.key), ...headers });
+      expect(res.status, JSON.stringify(headers)).toBe(403);
+      expect(res.body.code).toBe('cross_site_request');
+      expect(await disabled()).toBe(false);
+    }
+    // Refused before authentication: no key at all gets the same answer, not a 401 to count.
+    expect((await send('POST', disable, { 'sec-fetch-site': 'cross-site' })).body.code).toBe('cross_site_request');
+    // The console (same origin), a typed URL, and clients without browser headers.
+    expect((await send('POST', disable, { ...bearer(admin.key), 'sec-fetch-site': 'same-origin' })).status).toBe(200);
+    expect((await send('POST', enable, { ...bearer(admin.key), 'sec-fetch-site': 'none' })).status).toBe(200);
+    expect((await send('POST', disable, { ...bearer(admin.key), origin: gw.url })).status).toBe(200);
+    expect((await send('POST', enable, bearer(admin.key))).status).toBe(200);
+    // A read from another site (a link followed from a page) is answered as any read.
+    const read = await send('GET', `/api/v1/admin/principals/${target.name}`, {
+      ...bearer(admin.key),
+      'sec-fetch-site': 'cross-site',
+    });
+    expect(read.status).toBe(200);
+  });
+});
+
+describe('in a real browser holding the admin key as Basic credentials', () => {
+  let page: http.Server;
+  afterAll(() => page?.close());
+
+  it("a page of another site cannot post a form to an admin route with the browser's credentials", async () => {
+    // The other site: a page that posts a form to the gateway as soon as it loads.
+    page = http.createServer((_req, res) => {
+      res.setHeader('content-type', 'text/html');
+      res.end(
+        `<form id="f" method="POST" action="${gw.url}/api/v1/admin/principals/${target.name}/disable"></form>` +
+          `<script>document.getElementById('f').submit()</script>`,
+      );
+    });
+    await new Promise<void>((resolve) => page.listen(0, 'localhost', resolve));
+    const other = `http://localhost:${(page.address() as AddressInfo).port}/`;
+    const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
+    try {
+      const context = await browser.newContext({
+        httpCredentials: { username: admin.key, password: '', origin: new URL(gw.url).origin },
+      });
+      const tab = await context.newPage();
+      // The browser holds the key for the gateway: an admin read there answers.
+      const own = await tab.goto(`${gw.url}/api/v1/admin/principals/${target.name}`);
+      expect(own?.status()).toBe(200);
+      const answered = tab.waitForResponse((res) => res.url().endsWith('/disable'));
+      await tab.goto(other);
+      const posted = await answered;
+      expect(posted.status()).toBe(403);
+      expect(await posted.json()).toMatchObject({ code: 'cross_site_request' });
+      expect(await disabled()).toBe(false);
+    } finally {
+      await browser.close();
+    }
+  });
+});
