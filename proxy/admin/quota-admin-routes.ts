@@ -1,7 +1,8 @@
 /**
  * `/api/v1/admin/quotas…` (admin scope, writer): storage quotas per repository and per principal,
  * with their usage (docs/storage-quotas.md). A principal is named by name or id; its quota is kept
- * under its id.
+ * under its id. A change is audited as `arkvory quota` records it: the scope and the subject's id
+ * (the route's parameter alone names neither the scope nor which principal a name meant).
  */
 import type { QuotaScope } from '../../policy/quota/quota-check.ts';
 import type { QuotaUsage, StorageQuotas } from '../../policy/quota/storage-quotas.ts';
@@ -80,6 +81,8 @@ export function quotaAdminRoutes(quotas: StorageQuotas): Route[] {
           const limitBytes = limitOf(await readJsonBody(ctx.req, 4096));
           const id = await subject(scope, ctx);
           await quotas.set(scope, id, limitBytes);
+          ctx.auditTarget = { scope, subject: id };
+          ctx.auditDetails = { limitBytes };
           sendJson(ctx.res, 200, quotaBody(await quotas.show(scope, id)));
         },
       },
@@ -89,8 +92,10 @@ export function quotaAdminRoutes(quotas: StorageQuotas): Route[] {
         access: 'admin',
         audit: 'quota.remove',
         async handle(ctx) {
-          if (!(await quotas.remove(scope, await subject(scope, ctx))))
+          const id = await subject(scope, ctx);
+          if (!(await quotas.remove(scope, id)))
             throw new GatewayError('not_found', `No ${scope} quota is set for ${ctx.params.subject}.`);
+          ctx.auditTarget = { scope, subject: id };
           ctx.res.writeHead(204).end();
         },
       },

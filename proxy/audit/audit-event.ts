@@ -62,7 +62,10 @@ export interface AuditEntry {
   /** The client address (API), or `cli`. */
   readonly source: string;
   readonly requestId?: string | undefined;
-  /** What it was done to: the route's parameters, or the command's arguments. */
+  /**
+   * What it was done to: the route's parameters (or what the route records instead, as a quota's
+   * scope and subject id), or the command's arguments.
+   */
   readonly target: Readonly<Record<string, unknown>>;
   /** What came of it (ids made, sizes, counts): never a key, secret or password. */
   readonly details: Readonly<Record<string, unknown>>;

@@ -122,6 +122,9 @@ describe('every action leaves exactly one row', () => {
     await apiAction('grant.remove', 'DELETE', `/api/v1/admin/grants/${pid}/au2`);
     await apiAction('quota.set', 'PUT', '/api/v1/admin/quotas/repositories/au2', { body: { limitBytes: 1000 } });
     await apiAction('quota.remove', 'DELETE', '/api/v1/admin/quotas/repositories/au2');
+    // A principal named by its name, then by its id: both recorded under its id.
+    await apiAction('quota.set', 'PUT', '/api/v1/admin/quotas/principals/audited-sa', { body: { limitBytes: 999 } });
+    await apiAction('quota.remove', 'DELETE', `/api/v1/admin/quotas/principals/${pid}`);
     const rule = { name: 'audit_rule', action: 'log', characteristics: ['ip'], limit: 1000, period_s: 60 };
     await apiAction('rate_limit.publish', 'PUT', '/api/v1/admin/rate-limits', {
       body: { rate_limits: { gateway_request: [rule] } },
@@ -184,6 +187,15 @@ describe('every action leaves exactly one row', () => {
     const keyRow = recorded.find((r) => r.action === 'key.create')!;
     expect(keyRow.details).toMatchObject({ keyId: key.body.keyId, scopes: ['read'] });
     expect(JSON.stringify(recorded)).not.toContain(String(key.body.key));
+    // Quotas are recorded as `arkvory quota` records them: the scope, the subject (a principal's id) and the limit.
+    expect(
+      recorded.filter((r) => String(r.action).startsWith('quota.')).map(({ target, details }) => ({ target, details })),
+    ).toEqual([
+      { target: { scope: 'repository', subject: 'au2' }, details: { limitBytes: 1000 } },
+      { target: { scope: 'repository', subject: 'au2' }, details: {} },
+      { target: { scope: 'principal', subject: pid }, details: { limitBytes: 999 } },
+      { target: { scope: 'principal', subject: pid }, details: {} },
+    ]);
     const publish = recorded.find((r) => r.action === 'artifact.publish')!;
     expect(publish).toMatchObject({
       principal_id: writerAccount.principalId,
@@ -253,6 +265,13 @@ describe('every action leaves exactly one row', () => {
       });
     }
     expect(cliRows.find((r) => r.action === 'grant.set')!.target).toEqual({ principal: 'cli-sa', repository: 'au3' });
+    // The same shape as the admin API's quota rows (above).
+    expect(
+      cliRows.filter((r) => String(r.action).startsWith('quota.')).map(({ target, details }) => ({ target, details })),
+    ).toEqual([
+      { target: { scope: 'repository', subject: 'au3' }, details: { limitBytes: 1024 * 1024 } },
+      { target: { scope: 'repository', subject: 'au3' }, details: {} },
+    ]);
   }, 300_000);
 
   it("through the rules service's admin API", async () => {

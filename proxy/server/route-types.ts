@@ -37,6 +37,11 @@ export interface RequestContext {
   /** What an audited route's action produced (ids made, sizes): recorded with it (proxy/audit/). Never a secret. */
   auditDetails?: Record<string, unknown> | undefined;
   /**
+   * What an audited route's action was done to, when its parameters do not say it as the CLI
+   * records it (a quota's scope, a principal named by its id): recorded instead of the parameters.
+   */
+  auditTarget?: Record<string, unknown> | undefined;
+  /**
    * Sends `100 Continue` when the client asked for it: call once every check that may refuse the
    * request (auth, size, admission) passed and the body is about to be read. Idempotent.
    */
