@@ -61,7 +61,10 @@ export interface AuditEntry {
   readonly actor: Actor;
   /** The client address (API), or `cli`. */
   readonly source: string;
+  /** The gateway's id of the request (or the CLI run's): never one the client chose. */
   readonly requestId?: string | undefined;
+  /** The `X-Request-Id` the client sent, if any: its own correlation, not trusted to name the request. */
+  readonly clientRequestId?: string | undefined;
   /**
    * What it was done to: the route's parameters (or what the route records instead, as a quota's
    * scope and subject id), or the command's arguments.
@@ -79,6 +82,7 @@ export interface AuditEvent {
   readonly actor: Actor;
   readonly source: string;
   readonly requestId: string | null;
+  readonly clientRequestId: string | null;
   readonly target: Record<string, unknown>;
   readonly details: Record<string, unknown>;
 }

@@ -14,8 +14,9 @@ export async function recordAudit(db: Queryable, entry: AuditEntry): Promise<voi
   const { actor } = entry;
   await db.query(
     `INSERT INTO arkvory_audit_events
-       (action, actor_kind, principal_id, principal_name, operator, host, source, request_id, target, details)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::jsonb)`,
+       (action, actor_kind, principal_id, principal_name, operator, host, source, request_id, client_request_id,
+        target, details)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11::jsonb)`,
     [
       entry.action,
       actor.kind,
@@ -25,6 +26,7 @@ export async function recordAudit(db: Queryable, entry: AuditEntry): Promise<voi
       actor.kind === 'operator' ? actor.host.slice(0, 256) : null,
       entry.source.slice(0, 128),
       entry.requestId ?? null,
+      entry.clientRequestId ?? null,
       JSON.stringify(entry.target),
       JSON.stringify(entry.details),
     ],
@@ -42,6 +44,7 @@ interface Row {
   host: string | null;
   source: string;
   request_id: string | null;
+  client_request_id: string | null;
   target: Record<string, unknown>;
   details: Record<string, unknown>;
 }
@@ -57,6 +60,7 @@ function eventOf(r: Row): AuditEvent {
         : { kind: 'operator', operator: r.operator!, host: r.host ?? '' },
     source: r.source,
     requestId: r.request_id,
+    clientRequestId: r.client_request_id,
     target: r.target,
     details: r.details,
   };
@@ -89,7 +93,7 @@ export async function listAudit(db: Queryable, filter: AuditFilter): Promise<Pag
   if (filter.beforeId) where.push(`id < ${param(filter.beforeId)}::bigint`);
   const { rows } = await db.query<Row>(
     `SELECT id::text AS id, at, action, actor_kind, principal_id::text AS principal_id, principal_name, operator, host,
-            source, request_id, target, details
+            source, request_id, client_request_id, target, details
        FROM arkvory_audit_events ${where.length ? `WHERE ${where.join(' AND ')}` : ''}
       ORDER BY arkvory_audit_events.id DESC LIMIT ${param(filter.limit + 1)}`,
     params,

@@ -204,6 +204,33 @@ describe('every action leaves exactly one row', () => {
     });
   }, 120_000);
 
+  it("records the gateway's own request id; a client's X-Request-Id is kept apart and never taken for it", async () => {
+    const first = await apiAction('repository.create', 'POST', '/api/v1/admin/repositories', { body: { name: 'au4' } });
+    const firstId = first.headers.get('x-request-id')!;
+    // Another action sent with the first one's id, as if it were the same request.
+    const replay = await apiAction('repository.create', 'POST', '/api/v1/admin/repositories', {
+      body: { name: 'au5' },
+      headers: { 'x-request-id': firstId },
+    });
+    expect(replay.headers.get('x-request-id')).toBe(firstId); // the client's id still comes back
+    const [a, b] = (await settled()).slice(-2);
+    expect(a).toMatchObject({ request_id: firstId, client_request_id: null });
+    expect(b!.request_id).toMatch(/^[0-9a-f-]{36}$/);
+    expect(b!.request_id).not.toBe(firstId);
+    expect(b!.client_request_id).toBe(firstId);
+    // The recorded id names this request's log line alone; the client's is beside it.
+    await waitUntil(() => gw.logLines().some((l) => l.msg === 'request' && l.reqId === b!.request_id), {
+      what: 'the request line of the replayed id',
+    });
+    const lines = gw.logLines().filter((l) => l.msg === 'request' && l.route === '/api/v1/admin/repositories');
+    expect(lines.filter((l) => l.reqId === firstId)).toHaveLength(1);
+    expect(lines.filter((l) => l.reqId === b!.request_id)).toMatchObject([{ clientReqId: firstId, status: 201 }]);
+    // The admin API reads it back under both names.
+    const events = (await call('GET', '/api/v1/admin/audit?action=repository.create&limit=1')).body
+      .events as AuditEvent[];
+    expect(events[0]).toMatchObject({ requestId: b!.request_id, clientRequestId: firstId });
+  });
+
   it('through the CLI, as the operator on this host', async () => {
     await cli('principal.create', ['principals', 'create', 'cli-sa']);
     await cli('principal.disable', ['principals', 'disable', 'cli-sa']);

@@ -1,6 +1,7 @@
 /**
  * The gateway's audit sink: a route's action, once it succeeded, recorded with its principal, the
- * client address (through ARKVORY_TRUSTED_PROXIES), the request id, the route's parameters as the
+ * client address (through ARKVORY_TRUSTED_PROXIES), the gateway's request id (and the client's own
+ * `X-Request-Id` apart from it), the route's parameters as the
  * target (or what the handler put in `ctx.auditTarget`) and what it put in `ctx.auditDetails`. A failed insert does not undo the action
  * already answered: it is logged at error with the whole entry, so the log keeps what the table missed.
  */
@@ -20,6 +21,7 @@ export function createRequestAudit(deps: { pool: pg.Pool; log: Logger; trusted: 
       actor: { kind: 'principal', principalId: principal.id, principalName: principal.name },
       source: clientIp(ctx, deps.trusted),
       requestId: ctx.reqId,
+      clientRequestId: ctx.clientReqId,
       target: ctx.auditTarget ?? { ...ctx.params },
       details: ctx.auditDetails ?? {},
     };

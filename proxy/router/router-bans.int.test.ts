@@ -179,7 +179,7 @@ describe('two Authorization headers', () => {
         `GET ${ADMIN_PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${reader.key}\r\nConnection: close\r\n\r\n`,
       );
       expect(single).toMatch(/^HTTP\/1\.1 200 /);
-      if (target === router) expect(writer.logLines().filter((l) => l.reqId === id)).toEqual([]);
+      if (target === router) expect(writer.logLines().filter((l) => l.clientReqId === id)).toEqual([]);
     }
   });
 });

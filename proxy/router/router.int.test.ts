@@ -252,10 +252,12 @@ describe('router: one writer, two readers', () => {
     );
 
   it('spreads content reads over all three gateways (counted from their request logs)', async () => {
-    // The router forwards the client's x-request-id; each gateway logs it with the request.
+    // The router forwards the client's x-request-id; each gateway logs it with the request (`clientReqId`).
     const tag = `spread-${randomBytes(3).toString('hex')}-`;
     const tagged = (gw: GatewayProcess) =>
-      gw.logLines().filter((l) => l.msg === 'request' && l.route === CONTENT_ROUTE && String(l.reqId).startsWith(tag))
+      gw
+        .logLines()
+        .filter((l) => l.msg === 'request' && l.route === CONTENT_ROUTE && String(l.clientReqId).startsWith(tag))
         .length;
     for (let i = 0; i < 9; i++) {
       const res = await request(`${router.url}${filePath}`, {
@@ -280,8 +282,9 @@ describe('router: one writer, two readers', () => {
     expect(put.status).toBe(201);
     const tag = `apt-${randomBytes(3).toString('hex')}-`;
     const tagged = (gw: GatewayProcess) =>
-      gw.logLines().filter((l) => l.msg === 'request' && l.route === APT_TEMPLATE && String(l.reqId).startsWith(tag))
-        .length;
+      gw
+        .logLines()
+        .filter((l) => l.msg === 'request' && l.route === APT_TEMPLATE && String(l.clientReqId).startsWith(tag)).length;
     for (let i = 0; i < 9; i++) {
       const dot = i % 2 === 0 ? './' : '';
       const res = await request(`${router.url}/api/v1/repositories/shared/packages/apt/stable/apt/${dot}Packages`, {

@@ -32,11 +32,11 @@ function rawExchange(port: number, head: string): Promise<number> {
   });
 }
 
-/** A request with a known id; resolves once the gateway's log holds a line of it. */
+/** A request with a known id (logged as the client's, `clientReqId`); resolves once the gateway's log holds a line of it. */
 async function markLog(reqId: string): Promise<void> {
   await (await fetch(`${gw.url}/health/live`, { headers: { 'x-request-id': reqId } })).arrayBuffer();
   const deadline = Date.now() + 10_000;
-  while (!gw.logLines().some((l) => l.reqId === reqId)) {
+  while (!gw.logLines().some((l) => l.clientReqId === reqId)) {
     if (Date.now() > deadline) throw new Error(`no log line for ${reqId}`);
     await new Promise((r) => setTimeout(r, 20));
   }
@@ -82,7 +82,7 @@ describe('gateway: repeated client faults', () => {
     const lines = gw
       .logLines()
       .slice(linesBefore)
-      .filter((l) => l.reqId !== 'after-flood');
+      .filter((l) => l.clientReqId !== 'after-flood');
     // Per code, the fault's line and its request line within the budget; one line for the ban itself.
     const codes = new Set(lines.map((l) => l.code).filter((c) => c !== undefined));
     expect(lines.length).toBeGreaterThan(0);

@@ -91,9 +91,13 @@ export function createGatewayServer(options: {
   const frontDoor = installFrontDoor(server, limits, log, (req, plainRes) => {
     const res = plainRes as GatewayResponse;
     if (!frontDoor.admit(req, res)) return;
+    // The request's own id is always made here: it is what the log lines and the audit trail
+    // correlate on, so a client must not choose it (it could name another request's lines). A sane
+    // id the client sent is kept beside it and is what its answer carries back.
     const incomingId = req.headers['x-request-id'];
-    const reqId = typeof incomingId === 'string' && REQUEST_ID.test(incomingId) ? incomingId : randomUUID();
-    res.addEarlyHeader('x-request-id', reqId);
+    const clientReqId = typeof incomingId === 'string' && REQUEST_ID.test(incomingId) ? incomingId : undefined;
+    const reqId = randomUUID();
+    res.addEarlyHeader('x-request-id', clientReqId ?? reqId);
     // Every answer, JSON and errors included: no browser may sniff a body into another type.
     res.addEarlyHeader('x-content-type-options', 'nosniff');
 
@@ -110,7 +114,7 @@ export function createGatewayServer(options: {
       }
       pathname = url?.pathname;
     }
-    const exchange = new RequestExchange(exchangeServer, req, res, reqId, url);
+    const exchange = new RequestExchange(exchangeServer, req, res, reqId, clientReqId, url);
     if (tracing) exchange.trace = tracing.tracing.startServer(req, tracing.mayContinue);
     res.exchange = exchange;
     res.on('close', onResponseClose);

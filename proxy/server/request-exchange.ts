@@ -45,6 +45,7 @@ export class RequestExchange implements RequestContext {
   readonly req: IncomingMessage;
   readonly res: GatewayResponse;
   readonly reqId: string;
+  readonly clientReqId: string | undefined;
   params: Readonly<Record<string, string>> = NO_PARAMS;
   /** Route template; `unmatched` until a route matched. */
   route = 'unmatched';
@@ -70,11 +71,19 @@ export class RequestExchange implements RequestContext {
   /** Lines of this fault's code left out before this one, for the line that is written. */
   suppressed = 0;
 
-  constructor(server: ExchangeServer, req: IncomingMessage, res: GatewayResponse, reqId: string, url?: URL) {
+  constructor(
+    server: ExchangeServer,
+    req: IncomingMessage,
+    res: GatewayResponse,
+    reqId: string,
+    clientReqId: string | undefined,
+    url?: URL,
+  ) {
     this.#server = server;
     this.req = req;
     this.res = res;
     this.reqId = reqId;
+    this.clientReqId = clientReqId;
     this.#target = req.url ?? '/';
     this.#url = url;
     this.#bytes = byteCounts(req, res);
@@ -87,11 +96,13 @@ export class RequestExchange implements RequestContext {
 
   /** Created on first use: most requests never log through it, and a pino child is dear per request. */
   get log(): Logger {
-    return (this.#log ??= this.#server.log.child(
-      this.trace === undefined
-        ? { reqId: this.reqId, route: this.route }
-        : { reqId: this.reqId, route: this.route, traceId: this.trace.traceId },
-    ));
+    // pino leaves out a binding that is undefined (no client id, no trace).
+    return (this.#log ??= this.#server.log.child({
+      reqId: this.reqId,
+      clientReqId: this.clientReqId,
+      route: this.route,
+      traceId: this.trace?.traceId,
+    }));
   }
 
   /** Aborted when the client goes away before the response finished; made on first use (an EventTarget is not free). */
@@ -169,6 +180,7 @@ export class RequestExchange implements RequestContext {
     server.log[this.quiet ? 'debug' : 'info'](
       {
         reqId: this.reqId,
+        clientReqId: this.clientReqId,
         traceId: this.trace?.traceId,
         method: req.method,
         route: this.route,

@@ -25,7 +25,10 @@ export interface RequestContext {
   /** Route template, e.g. `/api/v1/repositories/:repo/artifacts/:id/content`; used in logs and metrics. */
   readonly route: string;
   readonly access: Access;
+  /** The gateway's own id for this request (a UUID): the log lines' `reqId`, the audit trail's `requestId`. */
   readonly reqId: string;
+  /** The `X-Request-Id` the client sent, when sane: logged as `clientReqId` and echoed in the answer's `x-request-id`. */
+  readonly clientReqId: string | undefined;
   readonly log: Logger;
   /** Aborted when the client goes away before the response finished. */
   readonly signal: AbortSignal;

@@ -234,7 +234,7 @@ export async function routerLineFor(
   return line!;
 }
 
-/** Which gateway served each of these request ids, by its logged `request` line (gateways log reqId too). */
+/** Which gateway served each of these request ids, by its logged `request` line (where it is the client's, `clientReqId`). */
 export function gatewayServing(_d: Deployment, gateways: readonly Gateway[], requestId: string): Gateway | undefined {
-  return gateways.find((g) => g.logLines().some((l) => l.msg === 'request' && l.reqId === requestId));
+  return gateways.find((g) => g.logLines().some((l) => l.msg === 'request' && l.clientReqId === requestId));
 }
