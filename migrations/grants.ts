@@ -244,6 +244,9 @@ export const FUNCTION_GRANTS: Readonly<Record<string, Decision<'EXECUTE'>>> = {
   'arkvory_lease_renew(integer,uuid,bigint,double precision)': { writer: ['EXECUTE'], reader: ['EXECUTE'] },
   // Retention of the audit trail (ARKVORY_AUDIT_RETENTION_DAYS), run by the writer.
   'arkvory_audit_prune(integer)': { writer: ['EXECUTE'] },
+  // Deletes finished multipart sessions past their retention (0071): the completion worker's sweep,
+  // inside the writer (embedded) or its own process.
+  'arkvory_upload_sessions_prune(integer,integer)': { writer: ['EXECUTE'], worker: ['EXECUTE'] },
   // Renews the lease and answers the weighted share (0061).
   'arkvory_lease_share(integer,uuid,bigint,double precision,integer,bigint)': {
     writer: ['EXECUTE'],

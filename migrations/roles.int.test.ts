@@ -252,6 +252,40 @@ describe('the audit trail is append-only for every runtime role', () => {
   });
 });
 
+describe('finished upload sessions', () => {
+  it('go only through the owner function, for the writer and the worker: never an unfinished one, never one under a day', async () => {
+    await new AdminStore(pools.writer).createRepository('prune-sessions');
+    const session = async (state: string, finishedAgo: string | null) => {
+      const id = randomUUID();
+      await db.pool.query(
+        `INSERT INTO arkvory_upload_sessions (id, repository, kind, name, content_type, state, created_at, expires_at, finished_at)
+         VALUES ($1, 'prune-sessions', 'artifact', $4, 'application/octet-stream', $2, now() - interval '30 days',
+                 now() + interval '1 day', now() - $3::interval)`,
+        [id, state, finishedAgo, `s-${id}`],
+      );
+      return id;
+    };
+    const old = await session('aborted', '3 days');
+    const kept = [
+      await session('done', '2 hours'),
+      await session('open', null),
+      // Not finished, whatever its finished_at says.
+      await session('completing', '3 days'),
+    ];
+    const prune = 'SELECT arkvory_upload_sessions_prune(0, 1000)::text AS n';
+    for (const role of RUNTIME_ROLES.filter((r) => r !== 'writer' && r !== 'worker')) await denied(pools[role], prune);
+    for (const role of ['writer', 'worker'] as const)
+      await denied(pools[role], 'DELETE FROM arkvory_upload_sessions WHERE id = $1', [old]);
+    // Asked for 0 days, it keeps one.
+    expect((await pools.worker.query<{ n: string }>(prune)).rows[0]!.n).toBe('1');
+    expect((await pools.writer.query<{ n: string }>(prune)).rows[0]!.n).toBe('0');
+    const left = await db.pool.query<{ id: string }>(
+      `SELECT id FROM arkvory_upload_sessions WHERE repository = 'prune-sessions'`,
+    );
+    expect(left.rows.map((r) => r.id).sort()).toEqual([...kept].sort());
+  });
+});
+
 describe('the writer, worker, maintenance and rules logins', () => {
   it('the writer may not alter the schema, write leases or change scopes', async () => {
     const w = pools.writer;

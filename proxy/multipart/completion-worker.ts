@@ -6,7 +6,8 @@
  * PostgreSQL drops out of reach during a job (nothing is visible before the catalog insert commits),
  * the job is not failed: it is queued again once the database answers and retried (up to maxAttempts).
  * Queued jobs run in round robin across the principals that opened their sessions (fair-turns.ts),
- * not first in, first out.
+ * not first in, first out. Every 30 s it also expires sessions past their TTL and deletes those
+ * finished more than FINISHED_SESSION_KEEP_DAYS ago.
  */
 import pg from 'pg';
 import type { Logger } from 'pino';
@@ -15,7 +16,7 @@ import { tryLockExclusive, tryLockShared } from '../../policy/lease/barriers.ts'
 import type { Catalog } from '../../storage-adapter/catalog/catalog.ts';
 import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import { assembleJob, type Job } from '../../storage-adapter/multipart/assemble.ts';
-import type { UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
+import { FINISHED_SESSION_KEEP_DAYS, type UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
 import { withTransaction } from '../../lib/transaction.ts';
 import { currentUrl, type ConnectionUrl } from '../../lib/connection-url.ts';
 import { FairTurns, type QueueHead } from './fair-turns.ts';
@@ -127,6 +128,12 @@ export class CompletionWorker {
         this.#lastSweep = Date.now();
         const expired = await this.#o.sessions.expire();
         if (expired) this.#o.log.info({ expired }, 'expired upload sessions removed');
+        const pruned = await this.#o.sessions.prune();
+        if (pruned)
+          this.#o.log.info(
+            { pruned, keepDays: FINISHED_SESSION_KEEP_DAYS },
+            'upload sessions finished past their retention deleted',
+          );
       }
       const job = await this.#claim();
       if (job) {

@@ -254,6 +254,81 @@ describe('multipart uploads (embedded worker)', () => {
   });
 });
 
+describe('finished sessions', () => {
+  /** How long a finished session is kept (docs/multipart-and-maintenance.md). */
+  const FINISHED_SESSION_KEEP_DAYS = 7;
+  it(`are deleted ${FINISHED_SESSION_KEEP_DAYS} days after they finished, with their parts' rows and job; younger and open ones stay`, async () => {
+    let gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const a = randomContent(1000);
+    const done = await uploadInParts(gw, 'pruned.bin', [a]);
+    expect((await waitForState(gw, done, ['done', 'failed'])).state).toBe('done');
+    // Other bytes under the same name: the job fails (conflict) and its part stays recorded.
+    const failed = await uploadInParts(gw, 'pruned.bin', [randomContent(1000)]);
+    expect((await waitForState(gw, failed, ['done', 'failed'])).state).toBe('failed');
+    const abort = async (upload: string) =>
+      expect(
+        (
+          await request(`${gw.url}/api/v1/repositories/mp/uploads/${upload}`, {
+            method: 'DELETE',
+            headers: bearer(key),
+          })
+        ).status,
+      ).toBe(204);
+    const aborted = await openSession(gw, 'pruned-aborted.bin');
+    await abort(aborted);
+    const recent = await openSession(gw, 'kept-aborted.bin');
+    await abort(recent);
+    const open = await openSession(gw, 'kept-open.bin');
+    expect((await putPart(gw, open, 1, a)).status).toBe(200);
+    expect(await gw.stop()).toBe(0);
+
+    const old = [done, failed, aborted];
+    const finishedDaysAgo = (ids: string[], days: number) =>
+      db.pool.query(
+        'UPDATE arkvory_upload_sessions SET finished_at = now() - make_interval(days => $2) WHERE id = ANY($1)',
+        [ids, days],
+      );
+    await finishedDaysAgo(old, FINISHED_SESSION_KEEP_DAYS + 1);
+    await finishedDaysAgo([recent], FINISHED_SESSION_KEEP_DAYS - 1);
+    // However old, an open session is not finished.
+    await db.pool.query(`UPDATE arkvory_upload_sessions SET created_at = now() - interval '30 days' WHERE id = $1`, [
+      open,
+    ]);
+    const count = async (table: string, ids: string[]) =>
+      (
+        await db.pool.query(
+          `SELECT count(*)::int AS n FROM ${table} WHERE ${table === 'arkvory_upload_sessions' ? 'id' : 'session_id'} = ANY($1)`,
+          [ids],
+        )
+      ).rows[0].n as number;
+    expect(await count('arkvory_upload_jobs', old)).toBe(2);
+    expect(await count('arkvory_upload_parts', old)).toBe(1);
+
+    // The worker sweeps as soon as it is active, then every 30 s.
+    gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    await waitUntil(async () => (await count('arkvory_upload_sessions', old)) === 0, {
+      what: 'the sessions finished 8 days ago deleted',
+      timeoutMs: 15_000,
+    });
+    expect(await count('arkvory_upload_jobs', old)).toBe(0);
+    expect(await count('arkvory_upload_parts', old)).toBe(0);
+    expect(gw.logLines().find((l) => String(l.msg).startsWith('upload sessions finished'))).toMatchObject({
+      pruned: 3,
+      keepDays: FINISHED_SESSION_KEEP_DAYS,
+    });
+    const get = async (upload: string) =>
+      request(`${gw.url}/api/v1/repositories/mp/uploads/${upload}`, { headers: bearer(key) });
+    expect(json(await get(recent))).toMatchObject({ state: 'aborted' });
+    expect(json(await get(open))).toMatchObject({ state: 'open', parts: [{ partNumber: 1 }] });
+    expect((await get(done)).status).toBe(404);
+    // What the pruned sessions published stays.
+    expect(
+      (await request(`${gw.url}/api/v1/repositories/mp/artifacts/pruned.bin/content`, { headers: bearer(key) })).body,
+    ).toEqual(a);
+    expect(await gw.stop()).toBe(0);
+  }, 60_000);
+});
+
 describe('a separate completion worker', () => {
   it('kill -9 of the worker mid-assembly: a restarted worker completes the job', async () => {
     const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_EMBEDDED_WORKER: '0' };

@@ -16,6 +16,15 @@ import { checkAssembledSize, checkSessionCount, partBound, type MultipartLimits,
 
 /** Class id of the per-principal advisory locks (two-int4 form, a lock space of its own: 'ARKM'). */
 const PRINCIPAL_LOCK_CLASS = 0x41524b4d;
+/**
+ * Days a finished session (done, failed, aborted, expired) is kept, so a client polling for its
+ * outcome still finds it; then it goes with its parts' rows and job (docs/multipart-and-maintenance.md).
+ */
+export const FINISHED_SESSION_KEEP_DAYS = 7;
+/** Sessions deleted per statement, and statements per sweep: a backlog drains without holding up jobs. */
+const PRUNE_BATCH = 1000;
+const PRUNE_BATCHES_PER_SWEEP = 10;
+
 /** States whose parts are stored and not yet assembled (and that count as open sessions). */
 const PENDING_STATES = `('open', 'completing')`;
 
@@ -329,6 +338,24 @@ export class UploadSessions {
   async removeParts(id: string): Promise<void> {
     await this.#pool.query('DELETE FROM arkvory_upload_parts WHERE session_id = $1', [id]);
     await this.#parts.removeSession(id);
+  }
+
+  /**
+   * Deletes sessions finished more than FINISHED_SESSION_KEEP_DAYS ago, with their parts' rows and
+   * job, through the owner's function (migrations/0071); returns how many.
+   */
+  async prune(): Promise<number> {
+    let pruned = 0;
+    for (let i = 0; i < PRUNE_BATCHES_PER_SWEEP; i++) {
+      const r = await this.#pool.query<{ n: string }>('SELECT arkvory_upload_sessions_prune($1, $2)::text AS n', [
+        FINISHED_SESSION_KEEP_DAYS,
+        PRUNE_BATCH,
+      ]);
+      const n = Number(r.rows[0]!.n);
+      pruned += n;
+      if (n < PRUNE_BATCH) break;
+    }
+    return pruned;
   }
 
   /** Marks open sessions past their expiry `expired` and removes their parts; returns how many. */
