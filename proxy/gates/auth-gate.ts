@@ -137,9 +137,14 @@ function certificateProblem(
   return certificateExpired(peer, transport.clock.wallMs());
 }
 
-/** A plain 401; the reason goes to the log only. */
+/**
+ * A plain 401; the reason goes to the log only, and as a client fault: anyone can connect without a
+ * certificate (or with a self-signed one) as often as they like.
+ */
 function refuseCertificate(ctx: RequestContext, reason: string): never {
-  ctx.log.info({ code: 'unauthorized', reason }, 'client certificate refused');
+  const fields = { code: 'unauthorized', reason };
+  if (ctx.noteFault(401, 'unauthorized')) ctx.faultLine(fields, 'client certificate refused');
+  else ctx.log.info(fields, 'client certificate refused');
   throw unauthorized();
 }
 

@@ -49,6 +49,13 @@ export interface RequestContext {
    * request (auth, size, admission) passed and the body is about to be read. Idempotent.
    */
   continueBody(): void;
+  /**
+   * Records that the request is answered `status` with `code`; true when that is a client fault
+   * (request-exchange.ts `isClientFault`), whose lines then go through `faultLine`.
+   */
+  noteFault(status: number, code: string): boolean;
+  /** A client fault's line: at info within the per-code budget, at debug past it. */
+  faultLine(fields: Record<string, unknown>, msg: string): void;
 }
 
 export interface Route {

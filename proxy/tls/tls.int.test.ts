@@ -3,8 +3,8 @@
  * real clients (curl, wget, aria2c) with a custom CA, byte-exact GET, Range and upload; the start
  * refused on a broken pair; reload on file change and SIGHUP (a broken new pair keeps the old one
  * and is counted); rotation under load with zero failed requests; client certificates as
- * principals, an unbinding reaching an open keep-alive connection within the 2 s bound; and
- * credentials refused over plain HTTP.
+ * principals, an unbinding reaching an open keep-alive connection within the 2 s bound, a flood of
+ * refused certificates logged within the client-fault budget; and credentials refused over plain HTTP.
  */
 import { execFile, spawn } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
@@ -18,6 +18,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { contentDigest, randomContent, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { freeLoopbackPort } from '../../test/harness/index.ts';
+import { CLIENT_FAULT_LOG } from '../../lib/log-budget.ts';
 import { makeTempDir, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import {
   type CertificateAuthority,
@@ -532,6 +533,61 @@ describe('client certificates (mutual TLS)', () => {
       expect((await httpsRequest(`${strict.https}${route}`, { ca: ca.certPem, agent })).status, route).toBe(200);
     }
     agent.destroy();
+    await strict.stop();
+  });
+});
+
+describe('refused client certificates under a flood', () => {
+  it('100 requests without a certificate and 50 with an unverified one, each from another forwarded address: a bounded number of lines', async () => {
+    const otherCa = await createCertificateAuthority(path.join(dir, 'flood-ca'), 'flood-ca');
+    const unverified = await issueClientCertificate(otherCa, path.join(dir, 'flood-ca'), 'client-flood', SAN);
+    // No trusted proxy: every forged X-Forwarded-For is a ban key of its own, so no ban ends the flood.
+    const strict = await startTlsGateway(
+      tlsEnv({
+        ARKVORY_TLS_CLIENT_CA_FILE: ca.certFile,
+        ARKVORY_TLS_CLIENT_CERT: 'require',
+        ARKVORY_TRUSTED_PROXIES: 'none',
+      }),
+    );
+    const linesBefore = strict.logLines().length;
+    // /metrics is public: no failure count, no ban, only the certificate check.
+    for (let i = 0; i < 100; i++)
+      expect((await httpsRequest(`${strict.https}/metrics`, { ca: ca.certPem })).status).toBe(401);
+    const agent = new https.Agent({ ca: ca.certPem, cert: unverified.certPem, key: unverified.keyPem });
+    for (let i = 0; i < 50; i++) {
+      const refused = await httpsRequest(`${strict.https}${mtlsTarget}`, {
+        ca: ca.certPem,
+        agent,
+        method: 'HEAD',
+        headers: { 'x-forwarded-for': `198.51.100.${i + 1}` },
+      });
+      expect(refused.status).toBe(401);
+    }
+    agent.destroy();
+    // Once the line of a request sent after the flood is in, every line the flood caused is too.
+    expect(
+      (
+        await httpsRequest(`${strict.https}/health/live`, {
+          ca: ca.certPem,
+          headers: { 'x-request-id': 'after-flood' },
+        })
+      ).status,
+    ).toBe(200);
+    await waitUntil(() => strict.logLines().some((l) => l.reqId === 'after-flood'), {
+      what: 'the line of the request after the flood',
+      timeoutMs: 5000,
+    });
+    const lines = strict.logLines().slice(linesBefore);
+    const refusals = lines.filter((l) => l.msg === 'client certificate refused');
+    // The reason is still there for the first few; the rest are only counted.
+    expect(refusals.length).toBeGreaterThan(0);
+    expect(refusals.length).toBeLessThanOrEqual(CLIENT_FAULT_LOG.linesPerInterval);
+    expect(refusals[0]).toMatchObject({
+      level: 'info',
+      code: 'unauthorized',
+      reason: 'no client certificate was sent',
+    });
+    expect(lines.length).toBeLessThan(30);
     await strict.stop();
   });
 });
