@@ -1,8 +1,8 @@
 /**
- * The router's answer to requests it cannot forward (forwardable.ts): 400 `malformed_request`
- * with the reason, a counter per kind that counts every one, and log lines bounded per kind and
- * interval (lib/log-budget.ts) at info, without a stack: a client's fault is not the router's,
- * and 2,000 of them a second must not cost more than a few lines.
+ * The router's answer to requests it cannot forward (forwardable.ts): 400 `malformed_request` (or
+ * the fault's own code) with the reason, a counter per kind that counts every one, and log lines
+ * bounded per kind and interval (lib/log-budget.ts) at info, without a stack: a client's fault is
+ * not the router's, and 2,000 of them a second must not cost more than a few lines.
  */
 import type { ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
@@ -36,18 +36,18 @@ export function createClientFaults(options: {
     linesPerInterval: options.linesPerInterval ?? FAULT_LOG_LINES_PER_INTERVAL,
     intervalMs: options.intervalMs ?? FAULT_LOG_INTERVAL_MS,
   });
-  const note = (kind: ClientFaultKind, fields: Record<string, unknown>) => {
+  const note = (kind: ClientFaultKind, code: string, fields: Record<string, unknown>) => {
     count(kind);
     const turn = budget.take(kind, nowMs());
     if (!turn.write) return;
     log.info(
-      { ...fields, kind, code: 'malformed_request', ...(turn.suppressed > 0 ? { suppressed: turn.suppressed } : {}) },
+      { ...fields, kind, code, ...(turn.suppressed > 0 ? { suppressed: turn.suppressed } : {}) },
       'client fault: request not forwarded',
     );
   };
   return {
     refuse(res, fault, reqId, method) {
-      const err = new GatewayError('malformed_request', fault.message);
+      const err = new GatewayError(fault.code ?? 'malformed_request', fault.message);
       sendJson(
         res,
         400,
@@ -55,10 +55,10 @@ export function createClientFaults(options: {
         // The connection may carry more of the same: close it, as Node does after a parse error.
         { 'x-request-id': reqId, connection: 'close' },
       );
-      note(fault.kind, { reqId, method });
+      note(fault.kind, err.code, { reqId, method });
     },
     noteMalformedHead(parserCode) {
-      note('malformed_head', { parserCode });
+      note('malformed_head', 'malformed_request', { parserCode });
     },
   };
 }

@@ -34,10 +34,25 @@ describe('findClientFault', () => {
     ['a space in the target', 'GET', '/a b', ok, 'invalid_target'],
     ['* on GET', 'GET', '*', ok, 'invalid_target'],
     ['a method that is not a token', 'G(T', '/', ok, 'invalid_method'],
+    [
+      'two Authorization headers',
+      'GET',
+      '/',
+      ['Host', 'a', 'Authorization', 'Bearer a', 'AUTHORIZATION', 'Bearer b'],
+      'duplicate_authorization',
+    ],
   ])('%s → %s', (_name, method, target, headers, kind) => {
     const fault = findClientFault(method, target, headers);
     expect(fault?.kind).toBe(kind);
     expect(fault?.message.length).toBeGreaterThan(10);
+  });
+
+  it('answers a second Authorization with the code the gateway gives it; one alone passes', () => {
+    expect(findClientFault('GET', '/', [...ok, 'Authorization', 'Bearer a'])).toBeUndefined();
+    expect(findClientFault('GET', '/', [...ok, 'authorization', 'a', 'Authorization', 'b'])?.code).toBe(
+      'duplicate_authorization',
+    );
+    expect(findClientFault('GET', '/', ['Host', 'a', 'Host', 'b'])?.code).toBeUndefined();
   });
 
   it('never echoes a header value in its message', () => {

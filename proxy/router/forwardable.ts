@@ -17,7 +17,13 @@
  * - `Transfer-Encoding`, `Keep-Alive`, `Upgrade`, `Expect` and a `Connection` with invalid tokens:
  *   never reach undici (hop-by-hop, dropped by forwarded.ts; a GET with a body goes over node:http);
  * - RFC 9112 adds a Host value that is no `host[:port]`: `invalid_host`.
+ *
+ * Not undici's: a second `Authorization` (`duplicate_authorization`, answered 400
+ * `duplicate_authorization` as the gateway answers it): the gateway would act on the first line, a
+ * proxy beside it perhaps on another (proxy/server/authorization-header.ts).
  */
+
+import { GATEWAY_ERRORS } from '../server/errors.ts';
 
 export const CLIENT_FAULT_KINDS = [
   'duplicate_host',
@@ -28,6 +34,7 @@ export const CLIENT_FAULT_KINDS = [
   'invalid_header_value',
   'invalid_target',
   'invalid_method',
+  'duplicate_authorization',
   /** Refused by Node's HTTP parser before a request existed (the server's `clientError`). */
   'malformed_head',
 ] as const;
@@ -37,6 +44,8 @@ export interface ClientFault {
   readonly kind: ClientFaultKind;
   /** Client-safe: names the rule, never echoes the header's value. */
   readonly message: string;
+  /** The error code of the 400; `malformed_request` unless the gateway has a code of its own for it. */
+  readonly code?: 'duplicate_authorization';
 }
 
 const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
@@ -49,6 +58,11 @@ const HOST_VALUE = /^[A-Za-z0-9._~!$&'()*+,;=%[\]:-]*$/;
 const DIGITS = /^[0-9]+$/;
 
 const fault = (kind: ClientFaultKind, message: string): ClientFault => ({ kind, message });
+const DUPLICATE_AUTHORIZATION: ClientFault = {
+  kind: 'duplicate_authorization',
+  code: 'duplicate_authorization',
+  message: GATEWAY_ERRORS.entries.duplicate_authorization.message,
+};
 
 /**
  * The reason the request cannot be forwarded, or undefined (the usual case). `rawHeaders` is
@@ -74,6 +88,7 @@ export function findClientFault(
     );
   let hosts = 0;
   let lengths = 0;
+  let authorizations = 0;
   for (let i = 0; i < rawHeaders.length; i += 2) {
     const name = rawHeaders[i]!;
     const value = rawHeaders[i + 1] ?? '';
@@ -89,6 +104,8 @@ export function findClientFault(
         return fault('duplicate_content_length', 'The request has more than one Content-Length header.');
       if (!DIGITS.test(value))
         return fault('invalid_content_length', 'The Content-Length header is not a decimal number.');
+    } else if (name.length === 13 && name.toLowerCase() === 'authorization') {
+      if (++authorizations > 1) return DUPLICATE_AUTHORIZATION;
     }
   }
   return undefined;

@@ -1,7 +1,8 @@
 /**
- * Requests the router cannot forward (a second Host, the rest of what undici refuses) through a
- * real router process: answered 400 `malformed_request` before any gateway sees them, every one
- * counted in `arkvory_router_client_faults_total`, and the router's log bounded however many come.
+ * Requests the router cannot forward (a second Host, the rest of what undici refuses, a second
+ * Authorization) through a real router process: answered 400 (`malformed_request`, or
+ * `duplicate_authorization`) before any gateway sees them, every one counted in
+ * `arkvory_router_client_faults_total`, and the router's log bounded however many come.
  */
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
@@ -178,6 +179,43 @@ describe('router: requests it cannot forward', () => {
       expect(line.err).toBeUndefined();
     }
     expect(router.logs().length - bytesBefore).toBeLessThan(FAULT_LOG_LINES_PER_INTERVAL * 400);
+  }, 60_000);
+
+  it('500 requests with two Authorization headers: 400 duplicate_authorization, none forwarded, all counted, a bounded number of lines', async () => {
+    const N = 500;
+    const counted = (await faultCounts()).duplicate_authorization ?? 0;
+    const before = proxied;
+    const linesBefore = router.logLines().length;
+    // Each with an id of its own: the lines it caused are told apart from those of earlier tests.
+    const head = (i: number) =>
+      `GET /api/v1/admin/rate-limits HTTP/1.1\r\nHost: a\r\nx-request-id: dup-auth-${i}\r\nAuthorization: Bearer a\r\nAuthorization: Bearer b\r\n\r\n`;
+    const codes = new Map<string, number>();
+    let next = 0;
+    const worker = async () => {
+      while (next < N) {
+        const { status, body } = await rawExchange(router.port, head(next++));
+        const key = `${status} ${(JSON.parse(body) as { code: string }).code}`;
+        codes.set(key, (codes.get(key) ?? 0) + 1);
+      }
+    };
+    await Promise.all(Array.from({ length: 32 }, worker));
+    expect(Object.fromEntries(codes)).toEqual({ '400 duplicate_authorization': N });
+    expect(proxied).toBe(before);
+    await markLog('after-duplicate-authorization');
+    const lines = router
+      .logLines()
+      .slice(linesBefore)
+      .filter((l) => String(l.reqId).startsWith('dup-auth-'));
+    expect(lines.length).toBeGreaterThan(0);
+    expect(lines.length).toBeLessThanOrEqual(FAULT_LOG_LINES_PER_INTERVAL);
+    for (const line of lines)
+      expect(line).toMatchObject({
+        level: 'info',
+        msg: 'client fault: request not forwarded',
+        kind: 'duplicate_authorization',
+        code: 'duplicate_authorization',
+      });
+    expect((await faultCounts()).duplicate_authorization).toBe(counted + N);
   }, 60_000);
 
   it('counts heads the HTTP parser refuses as malformed_head', async () => {

@@ -17,9 +17,7 @@ import {
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
-import { hasDuplicateAuthorization } from '../server/authorization-header.ts';
-import { GatewayError } from '../server/errors.ts';
-import { sendError, sendJson } from '../server/http-errors.ts';
+import { sendJson } from '../server/http-errors.ts';
 import type { BackendPool } from './backend-pool.ts';
 import type { ClientFaults } from './client-faults.ts';
 import { findClientFault } from './forwardable.ts';
@@ -71,7 +69,8 @@ export function createRouterServer(options: {
     asHttp1Head(req);
     const url = req.url ?? '/';
     // Before anything else (and without the per-request line: a flood of these would be a flood of
-    // lines): what undici or RFC 9112 refuses is answered here, not by a 502 after dispatch.
+    // lines): what undici or RFC 9112 refuses is answered here, not by a 502 after dispatch, and a
+    // second Authorization is never forwarded.
     const fault = findClientFault(req.method ?? '', url, req.rawHeaders);
     if (fault) return faults.refuse(res, fault, reqId, req.method);
     const query = url.indexOf('?');
@@ -121,12 +120,6 @@ export function createRouterServer(options: {
       // Its instance gone, a worker still answers for itself.
       void options.workers().then(answer, () => answer({}));
       return;
-    }
-    if (hasDuplicateAuthorization(req.rawHeaders)) {
-      // Never forwarded: the gateway would act on the first line, a proxy beside it perhaps on another.
-      res.setHeader('x-request-id', reqId);
-      if (!req.complete) res.shouldKeepAlive = false;
-      return sendError(res, new GatewayError('duplicate_authorization'), log.child({ reqId }));
     }
     // The request's child logger is made only when something is logged through it (a retry, a failure).
     let reqLog: Logger | undefined;
