@@ -17,6 +17,7 @@ import {
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
+import { knownMethod } from '../../lib/http-method.ts';
 import { sendJson } from '../server/http-errors.ts';
 import type { BackendPool } from './backend-pool.ts';
 import type { ClientFaults } from './client-faults.ts';
@@ -72,7 +73,7 @@ export function createRouterServer(options: {
     // lines): what undici or RFC 9112 refuses is answered here, not by a 502 after dispatch, and a
     // second Authorization is never forwarded.
     const fault = findClientFault(req.method ?? '', url, req.rawHeaders);
-    if (fault) return faults.refuse(res, fault, reqId, req.method);
+    if (fault) return faults.refuse(res, fault, reqId, knownMethod(req.method));
     const query = url.indexOf('?');
     const path = query === -1 ? url : url.slice(0, query);
     let outcome: { kind: string; backend: string | undefined; attempts: number } = LOCAL;
@@ -85,7 +86,8 @@ export function createRouterServer(options: {
           {
             reqId,
             traceId,
-            method: req.method,
+            // A method of the client's own (HTTP/2: any token, ~20 KB) is `_OTHER`, never copied here.
+            method: knownMethod(req.method),
             kind: outcome.kind,
             backend: outcome.backend,
             attempts: outcome.attempts,

@@ -8,6 +8,7 @@ import type { IncomingMessage } from 'node:http';
 import { byteCounts, type ByteCounts } from './http2-messages.ts';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
+import { knownMethod } from '../../lib/http-method.ts';
 import type { LogBudget } from '../../lib/log-budget.ts';
 import type { Access } from '../../policy/auth/authorize.ts';
 import type { Principal } from '../../policy/auth/principal.ts';
@@ -182,7 +183,8 @@ export class RequestExchange implements RequestContext {
         reqId: this.reqId,
         clientReqId: this.clientReqId,
         traceId: this.trace?.traceId,
-        method: req.method,
+        // A method of the client's own (HTTP/2: any token, ~20 KB) is `_OTHER`, never copied here.
+        method: knownMethod(req.method),
         route: this.route,
         status: res.statusCode,
         bytesOut,

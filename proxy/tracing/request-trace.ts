@@ -14,6 +14,7 @@ import {
   type Tracer,
 } from '@opentelemetry/api';
 import { ATTR_ERROR_TYPE, ATTR_HTTP_RESPONSE_STATUS_CODE, ATTR_HTTP_ROUTE } from '@opentelemetry/semantic-conventions';
+import { spanMethod } from '../../lib/http-method.ts';
 
 export interface RequestFinish {
   readonly method: string;
@@ -73,7 +74,8 @@ export class RequestTrace {
       return;
     }
     if (end.route !== undefined) {
-      span.updateName(`${end.method} ${end.route}`);
+      // `HTTP unmatched` for a method of the client's own: the name never carries it.
+      span.updateName(`${spanMethod(end.method)} ${end.route}`);
       span.setAttribute(ATTR_HTTP_ROUTE, end.route);
       span.setAttribute('arkvory.bytes_out', end.bytesOut);
       span.setAttribute('arkvory.bytes_in', end.bytesIn);

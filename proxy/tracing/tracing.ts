@@ -24,6 +24,7 @@ import {
   ATTR_USER_AGENT_ORIGINAL,
 } from '@opentelemetry/semantic-conventions';
 import type { Logger } from 'pino';
+import { knownMethod, spanMethod } from '../../lib/http-method.ts';
 import type { TracingConfig } from '../config/config.ts';
 import { BoundedProcessor, CountingExporter, type ExportCounts } from './bounded-export.ts';
 import { RequestTrace } from './request-trace.ts';
@@ -50,6 +51,16 @@ export interface Tracing {
 const propagator = new W3CTraceContextPropagator();
 let contextInstalled = false;
 
+/**
+ * Every string attribute is cut to this many characters: most come from the request (its path, its
+ * headers), whose head a client may fill with up to 16 KiB. Any path of ordinary names fits.
+ */
+export const ATTRIBUTE_VALUE_LENGTH_LIMIT = 4096;
+/** `server.address`: a host name has at most 253 characters (RFC 1035); more is no host name. */
+export const SERVER_ADDRESS_LENGTH_LIMIT = 255;
+/** `user_agent.original`: real clients name themselves in far less. */
+export const USER_AGENT_LENGTH_LIMIT = 512;
+
 /** Parsed `host[:port]` of the Host header; undefined when absent. */
 function hostOf(req: IncomingMessage): { address: string; port: number | undefined } | undefined {
   const host = req.headers.host;
@@ -59,7 +70,12 @@ function hostOf(req: IncomingMessage): { address: string; port: number | undefin
   return { address: m[1]!, port: m[2] === undefined ? undefined : Number(m[2]) };
 }
 
-/** The server span's HTTP semantic-convention attributes: the path only, never the query (a pre-signed link's signature is in it). */
+/**
+ * The server span's HTTP semantic-convention attributes: the path only, never the query (a
+ * pre-signed link's signature is in it); the method `_OTHER` unless a known one, the Host and the
+ * user agent cut short (a client's to size). `http.request.method_original` is left out: it would
+ * be the unbounded method again.
+ */
 function serverAttributes(req: IncomingMessage, method: string, peer: string | undefined): Attributes {
   const target = req.url ?? '/';
   const query = target.indexOf('?');
@@ -71,11 +87,11 @@ function serverAttributes(req: IncomingMessage, method: string, peer: string | u
     [ATTR_URL_SCHEME]: encrypted ? 'https' : 'http',
     [ATTR_NETWORK_PROTOCOL_VERSION]: req.httpVersion,
   };
-  if (host) attributes[ATTR_SERVER_ADDRESS] = host.address;
+  if (host) attributes[ATTR_SERVER_ADDRESS] = host.address.slice(0, SERVER_ADDRESS_LENGTH_LIMIT);
   if (host?.port !== undefined) attributes[ATTR_SERVER_PORT] = host.port;
   if (peer) attributes[ATTR_NETWORK_PEER_ADDRESS] = peer;
   const userAgent = req.headers['user-agent'];
-  if (userAgent) attributes[ATTR_USER_AGENT_ORIGINAL] = userAgent;
+  if (userAgent) attributes[ATTR_USER_AGENT_ORIGINAL] = userAgent.slice(0, USER_AGENT_LENGTH_LIMIT);
   return attributes;
 }
 
@@ -109,6 +125,7 @@ export function openTracing(config: TracingConfig, options: { role: string; log:
       'arkvory.role': options.role,
     }),
     spanProcessors: [bounded],
+    spanLimits: { attributeValueLengthLimit: ATTRIBUTE_VALUE_LENGTH_LIMIT },
   });
   const tracer = provider.getTracer('arkvory');
   const unsubscribe = traceUndiciRequests(tracer);
@@ -132,11 +149,10 @@ export function openTracing(config: TracingConfig, options: { role: string; log:
               keys: (carrier) => Object.keys(carrier),
             })
           : ROOT_CONTEXT;
-      const method = req.method ?? 'GET';
       // No attributes for the sampler: none of the OTEL_TRACES_SAMPLER samplers reads them, and an
       // unsampled request (most of them at a low ratio) should not build them at all.
-      const span = tracer.startSpan(method, { kind: SpanKind.SERVER }, parent);
-      if (span.isRecording()) span.setAttributes(serverAttributes(req, method, peer));
+      const span = tracer.startSpan(spanMethod(req.method), { kind: SpanKind.SERVER }, parent);
+      if (span.isRecording()) span.setAttributes(serverAttributes(req, knownMethod(req.method), peer));
       return new RequestTrace(tracer, span, parent, config.recordPrincipal);
     },
     headersOf(request) {
