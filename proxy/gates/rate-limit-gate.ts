@@ -11,6 +11,7 @@ import { PolicyError } from '../../policy/errors.ts';
 import type { Identifier, Limiter, RateLimitResult } from '../../policy/rate-limit/index.ts';
 import { addEarlyHeader } from '../server/gateway-response.ts';
 import type { Gate, RequestContext } from '../server/route-types.ts';
+import { CLIENT_FAULT_LOG, LogBudget } from '../../lib/log-budget.ts';
 import { isPromise } from '../../lib/maybe-promise.ts';
 import type { TrustedProxies } from '../router/forwarded.ts';
 import { BanIdentities } from './ban-identity.ts';
@@ -43,6 +44,16 @@ function policyHeader(rule: { readonly name: string }, limit: number, periodS: n
   policyHeaders.set(rule, { limit, periodS, text });
   return text;
 }
+
+/**
+ * Lines of bans (enforced or shadow): 5 a minute for the bans of addresses reached directly or
+ * named by a trusted proxy, and 5 for each untrusted peer that names clients itself (64 such peers
+ * at most, any beyond them share one budget): each address it claims in `X-Forwarded-For` is a ban
+ * key of its own, so it could mint a ban, and its line, every 21 bad requests (the shipped rule) for
+ * as long as it likes. Past that a ban's line goes to debug and the next one written says how many
+ * were left out (`suppressed`); the bans themselves are unchanged.
+ */
+export const BAN_LINES = CLIENT_FAULT_LOG;
 
 /** Seconds a client refused because a fail-closed rule's store failed waits: a reconnect is not predictable. */
 export const STORE_ERROR_RETRY_AFTER_S = 1;
@@ -114,9 +125,9 @@ export function createRateLimitGate(deps: {
 /**
  * Counts failed authentications by address in `auth_failure` (keyed by `banIdentity`: an IPv6
  * client by its prefix, a client behind an untrusted forwarding peer together with that peer, a
- * trusted proxy's own address never). A banned (or over-limit) address is
- * refused with 429 before authentication (Retry-After from the ban's end); a 401 counts one failure,
- * and the failure that starts a ban (enforced or shadow) is logged. A success clears the address's
+ * trusted proxy's own address never). A banned (or over-limit) address is refused with 429 before
+ * authentication (Retry-After from the ban's end); a 401 counts one failure, and the failure that
+ * starts a ban (enforced or shadow) is logged, within `BAN_LINES`. A success clears the address's
  * counters and bans, shadow bans included (spec 1.5: a successful login discards the failures before
  * it); the clear is skipped when the peek saw no state at all, so a clean address costs no write.
  */
@@ -128,7 +139,16 @@ export function guardAuthGate(
   options: { ipv6PrefixLength?: number; onUntrustedForwarder?: (peer: string) => void } = {},
 ): Gate {
   const identities = new BanIdentities(trusted, options.ipv6PrefixLength ?? 64);
-  const failed = async (ctx: RequestContext, identifier: Identifier, before: RateLimitResult, err: unknown) => {
+  // Two budgets: the peers' kinds can never crowd the real addresses' one out of its slot.
+  const banLines = new LogBudget(BAN_LINES);
+  const forwardedBanLines = new LogBudget(BAN_LINES);
+  const failed = async (
+    ctx: RequestContext,
+    identifier: Identifier,
+    before: RateLimitResult,
+    err: unknown,
+    forwarder: string | undefined,
+  ) => {
     if ((err as { code?: unknown }).code === 'unauthorized') {
       const result = await authFailure.check(identifier);
       // Log the failure that starts a ban, not every failure during a (shadow) ban.
@@ -136,19 +156,21 @@ export function guardAuthGate(
       const banned = result.evaluations.filter((e) => e.result === 'banned' && !wasBanned.has(e.rule.name));
       if (banned.length > 0) {
         const shadow = banned.every((e) => e.rule.action === 'log');
-        ctx.log.warn(
-          {
-            limiter: authFailure.name,
-            rules: banned.map((e) => e.rule.name),
-            ip: identifier.ip,
-            shadow,
-            code: 'rate_limited',
-            retryAfterS: Math.max(1, Math.ceil(((result.info?.resetAtMs ?? clock.wallMs()) - clock.wallMs()) / 1000)),
-          },
-          shadow
-            ? 'address would be banned after failed authentications (shadow rule)'
-            : 'address banned after failed authentications',
-        );
+        const fields = {
+          limiter: authFailure.name,
+          rules: banned.map((e) => e.rule.name),
+          ip: identifier.ip,
+          shadow,
+          code: 'rate_limited',
+          retryAfterS: Math.max(1, Math.ceil(((result.info?.resetAtMs ?? clock.wallMs()) - clock.wallMs()) / 1000)),
+        };
+        const msg = shadow
+          ? 'address would be banned after failed authentications (shadow rule)'
+          : 'address banned after failed authentications';
+        const nowMs = clock.monotonicMs();
+        const turn = forwarder === undefined ? banLines.take('ban', nowMs) : forwardedBanLines.take(forwarder, nowMs);
+        if (turn.write) ctx.log.warn(turn.suppressed > 0 ? { ...fields, suppressed: turn.suppressed } : fields, msg);
+        else if (ctx.log.isLevelEnabled('debug')) ctx.log.debug(fields, msg);
       }
     }
     throw err;
@@ -158,19 +180,24 @@ export function guardAuthGate(
     if (ctx.principal && hadState) return authFailure.clear(identifier);
     return undefined;
   };
-  const guarded = (ctx: RequestContext, identifier: Identifier, before: RateLimitResult): undefined | Promise<void> => {
+  const guarded = (
+    ctx: RequestContext,
+    identifier: Identifier,
+    before: RateLimitResult,
+    forwarder: string | undefined,
+  ): undefined | Promise<void> => {
     if (before.action === 'block')
       throw blocked(before, clock.wallMs(), 'Too many failed authentications from this address; retry later.');
     let pending: undefined | Promise<void>;
     try {
       pending = authGate(ctx);
     } catch (err) {
-      return failed(ctx, identifier, before, err);
+      return failed(ctx, identifier, before, err, forwarder);
     }
     if (pending)
       return pending.then(
         () => passed(ctx, identifier, before),
-        (err: unknown) => failed(ctx, identifier, before, err),
+        (err: unknown) => failed(ctx, identifier, before, err, forwarder),
       );
     return passed(ctx, identifier, before);
   };
@@ -181,7 +208,12 @@ export function guardAuthGate(
     if (who.untrustedForwarder !== undefined) options.onUntrustedForwarder?.(who.untrustedForwarder);
     if (who.key === undefined) return authGate(ctx);
     const identifier: Identifier = { ip: who.key };
+    // Behind an untrusted forwarder the client named is the sender's to choose, and so is each ban's
+    // line: such a peer spends a budget of its own, never the one of the bans of real addresses.
+    const forwarder = who.untrustedForwarder;
     const before = authFailure.peekNow(identifier, { cost: 0 });
-    return isPromise(before) ? before.then((b) => guarded(ctx, identifier, b)) : guarded(ctx, identifier, before);
+    return isPromise(before)
+      ? before.then((b) => guarded(ctx, identifier, b, forwarder))
+      : guarded(ctx, identifier, before, forwarder);
   };
 }

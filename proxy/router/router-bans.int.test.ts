@@ -3,8 +3,9 @@
  * and clients bound to their own loopback addresses (127.0.0.2, 127.0.0.3, …; Linux routes all of
  * 127/8): one client's failed keys through the router never lock out another, with the default
  * settings and with a gateway that does not trust the router; IPv6 clients are banned by prefix and
- * by canonical address; two Authorization headers are refused by gateway and router alike; every
- * answer carries `X-Content-Type-Options: nosniff`.
+ * by canonical address; the ban lines a peer forging X-Forwarded-For can mint are bounded; two
+ * Authorization headers are refused by gateway and router alike; every answer carries
+ * `X-Content-Type-Options: nosniff`.
  */
 import { randomUUID } from 'node:crypto';
 import http from 'node:http';
@@ -14,6 +15,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { useTestDatabase } from '../../test/support/database.ts';
 import { runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { roomInWindow } from '../../test/harness/index.ts';
+import { BAN_LINES } from '../gates/rate-limit-gate.ts';
 
 const db = useTestDatabase();
 const ADMIN_PATH = '/api/v1/admin/rate-limits';
@@ -104,6 +106,33 @@ describe('no lockout through the router', () => {
     // With the router trusted (the default on one host), doctor has nothing to report.
     const trusted = await runCli(['doctor'], { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: writer.dataDir });
     expect(trusted.stdout).toMatch(/^ok {3}proxies: no untrusted peer/m);
+  });
+});
+
+describe('ban lines', () => {
+  it('bans minted by an untrusted peer naming 8 clients: all enforced, at most 5 lines, and a real address still gets its own', async () => {
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+    const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_TRUSTED_PROXIES: 'none' } });
+    const as = (client: string, key: string) =>
+      from('127.0.0.1', `${writer.url}${ADMIN_PATH}`, { ...bearer(key), 'x-forwarded-for': client });
+    const claimed = Array.from({ length: 8 }, (_, i) => `198.51.100.${i + 1}`);
+    await oneMinute();
+    for (const client of claimed)
+      for (let i = 0; i < 21; i++) expect((await as(client, badKey(admin.keyId))).status).toBe(401);
+    // A client reached directly, banned after the peer's bans: its line is not the peer's to spend.
+    for (let i = 0; i < 21; i++)
+      expect((await from('127.0.0.6', `${writer.url}${ADMIN_PATH}`, bearer(badKey(admin.keyId)))).status).toBe(401);
+    for (const client of claimed) expect((await as(client, admin.key)).status, client).toBe(429);
+    expect((await from('127.0.0.6', `${writer.url}${ADMIN_PATH}`, bearer(admin.key))).status).toBe(429);
+    expect((await from('127.0.0.7', `${writer.url}${ADMIN_PATH}`, bearer(admin.key))).status).toBe(200);
+    // Once the line of a request sent after them is in, every ban line is too.
+    await from('127.0.0.1', `${writer.url}/health/live`, { 'x-request-id': 'after-bans' });
+    await expect.poll(() => writer.logLines().some((l) => l.reqId === 'after-bans'), { timeout: 5000 }).toBe(true);
+    const bans = writer.logLines().filter((l) => l.msg === 'address banned after failed authentications');
+    expect(bans.map((l) => l.ip)).toEqual([
+      ...claimed.slice(0, BAN_LINES.linesPerInterval).map((client) => `by=127.0.0.1;for=${client}`),
+      '127.0.0.6',
+    ]);
   });
 });
 
