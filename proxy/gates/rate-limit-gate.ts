@@ -55,6 +55,14 @@ function policyHeader(rule: { readonly name: string }, limit: number, periodS: n
  */
 export const BAN_LINES = CLIENT_FAULT_LOG;
 
+/**
+ * Lines of exceeded shadow (`log`) rules: 5 a minute per rule, the rest at debug, the next one written
+ * saying how many were left out (`suppressed`). Every excess is still metered
+ * (`arkvory_rate_limit_rule_evaluations_total`).
+ */
+export const SHADOW_LINES = CLIENT_FAULT_LOG;
+const SHADOW_EXCEEDED = 'shadow rate limit exceeded';
+
 /** Seconds a client refused because a fail-closed rule's store failed waits: a reconnect is not predictable. */
 export const STORE_ERROR_RETRY_AFTER_S = 1;
 
@@ -80,6 +88,8 @@ export function createRateLimitGate(deps: {
 }): Gate {
   const { request, transferBytes, clock } = deps;
   const trusted = deps.trusted ?? NO_TRUSTED_PROXIES;
+  // Per rule: once a shadow rule is exceeded, every request it matches exceeds it again.
+  const shadowLines = new LogBudget(SHADOW_LINES);
   const counted = (ctx: RequestContext, identifier: Identifier, result: RateLimitResult): undefined | Promise<void> => {
     // The rule that decided, on the request's rate-limit span (proxy/tracing/traced-gate.ts).
     ctx.trace?.gateSpan?.setAttributes({
@@ -88,11 +98,13 @@ export function createRateLimitGate(deps: {
       'arkvory.rate_limit.action': result.action,
     });
     if (result.action === 'block') throw blocked(result, clock.wallMs());
-    if (result.exceeded)
-      ctx.log.info(
-        { limiter: request.name, rule: result.rule?.name, code: 'rate_limited', shadow: true },
-        'shadow rate limit exceeded',
-      );
+    if (result.exceeded) {
+      const fields = { limiter: request.name, rule: result.rule?.name, code: 'rate_limited', shadow: true };
+      const turn = shadowLines.take(result.rule?.name ?? '', clock.monotonicMs());
+      if (turn.write)
+        ctx.log.info(turn.suppressed > 0 ? { ...fields, suppressed: turn.suppressed } : fields, SHADOW_EXCEEDED);
+      else if (ctx.log.isLevelEnabled('debug')) ctx.log.debug(fields, SHADOW_EXCEEDED);
+    }
     if (result.rule?.action === 'limit' && result.info) {
       const headers = rateLimitHeaders(result, clock.wallMs());
       for (const name in headers) addEarlyHeader(ctx.res, name, headers[name]!);

@@ -6,6 +6,7 @@ import { bearer, createServiceAccount } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, startGateway } from '../../test/support/gateway.ts';
 import { roomInWindow } from '../../test/harness/index.ts';
+import { SHADOW_LINES } from './rate-limit-gate.ts';
 import { useTestRedis } from '../../test/support/redis.ts';
 
 const db = useTestDatabase();
@@ -62,6 +63,29 @@ describe('rate limiting over HTTP (real gateway process)', () => {
     expect(status.headers.get('ratelimit')).toBeNull();
     const keys = await redis.client.keys(`${redis.prefix}g${n}:rl:gateway_request:*`);
     expect(keys).toHaveLength(1);
+    expect(await gw.stop()).toBe(0);
+  });
+
+  it('a shadow rule exceeded by 100 requests: all answered, 5 lines', async () => {
+    const shadow = HEALTH_LIVE_LIMIT.replace('name: health_live_by_ip', 'name: health_live_shadow')
+      .replace('action: limit', 'action: log')
+      .replace('limit: 2', 'limit: 1');
+    const gw = await startGateway({ env: { ...redisEnv(), ARKVORY_RATE_LIMITS_FILE: await rulesFile(shadow) } });
+    const linesBefore = gw.logLines().length;
+    for (let i = 0; i < 100; i++) {
+      const res = await fetch(`${gw.url}/health/live`);
+      expect(res.status).toBe(200);
+      await res.arrayBuffer();
+    }
+    // Once the line of a request sent after them is in, every line they caused is too.
+    await (await fetch(`${gw.url}/health/status`, { headers: { 'x-request-id': 'after-shadow' } })).arrayBuffer();
+    await expect.poll(() => gw.logLines().some((l) => l.reqId === 'after-shadow'), { timeout: 5000 }).toBe(true);
+    const exceeded = gw
+      .logLines()
+      .slice(linesBefore)
+      .filter((l) => l.msg === 'shadow rate limit exceeded');
+    expect(exceeded.length).toBe(SHADOW_LINES.linesPerInterval);
+    expect(exceeded[0]).toMatchObject({ level: 'info', rule: 'health_live_shadow', shadow: true });
     expect(await gw.stop()).toBe(0);
   });
 
