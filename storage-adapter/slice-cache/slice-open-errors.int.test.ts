@@ -1,3 +1,7 @@
+/**
+ * Slice files that cannot be opened, on a real filesystem with `open` failing on demand (a module
+ * mock: the int project isolates each file, so the cache is loaded with it).
+ */
 import { createHash, randomBytes } from 'node:crypto';
 import * as fsPromises from 'node:fs/promises';
 import os from 'node:os';
