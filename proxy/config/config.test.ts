@@ -283,6 +283,37 @@ describe('loadConfig', () => {
     expect(problems.find((p) => p.startsWith('ARKVORY_RULES_SERVICE_URL:'))).toContain('ftp://<redacted>@rules');
   });
 
+  it('never echoes a query, nor user info the URL parser finds however it is spelt or broken', () => {
+    const secret = 's3cr3t-pw';
+    const cases: Record<string, string>[] = [
+      // Signed-URL and token queries, in every variable that echoes a URL.
+      { ARKVORY_STORAGE_URL: `http://store:8081/a/?X-Amz-Signature=${secret}&token=${secret}` },
+      { ARKVORY_STORAGE_URL: `s3://bucket/p/?X-Amz-Signature=${secret}` },
+      { ARKVORY_ADVERTISE_URL: `http://10.0.0.5:8080/?token=${secret}`, ARKVORY_GATEWAY_SLOTS: '2' },
+      { ARKVORY_ROLE: 'router', ARKVORY_ROUTER_BACKENDS: `http://a:1,http://b:2/?token=${secret}` },
+      // User info without `//`, a password holding `/`, `?`, `#`, `//`, spaces or quotes.
+      { ARKVORY_RULES_SERVICE_URL: `ftp:svc:${secret}@rules` },
+      { ARKVORY_RULES_SERVICE_URL: `ftp:\\svc:${secret}@rules` },
+      { ARKVORY_RULES_SERVICE_URL: `http://svc:pa/${secret}@rules:9000/` },
+      { ARKVORY_RULES_SERVICE_URL: `http://svc:pa?${secret}@rules:9000/` },
+      { ARKVORY_RULES_SERVICE_URL: `http://svc:pa//${secret}@rules:9000/` },
+      { ARKVORY_RULES_SERVICE_URL: `ftp://svc:pa ${secret}@rules/` },
+      { ARKVORY_RULES_SERVICE_URL: `ftp://svc:pa\u3000${secret}@rules/` },
+      { ARKVORY_RULES_SERVICE_URL: `ftp://svc:pa"${secret}@rules/` },
+      { ARKVORY_ROLE: 'router', ARKVORY_ROUTER_BACKENDS: `http://a:1,http:svc:pa/${secret}@b:2` },
+      // An `@` far past where a long value is cut.
+      { ARKVORY_RULES_SERVICE_URL: `ftp://svc:${'p'.repeat(250)}${secret}@rules/` },
+    ];
+    for (const env of cases) {
+      const problems = problemsOf(env);
+      expect(problems.length, JSON.stringify(env)).toBeGreaterThanOrEqual(1);
+      for (const line of problems) expect(line, JSON.stringify(env)).not.toMatch(/s3cr3t|ppppp/);
+    }
+    expect(problemsOf(cases[0]!)).toEqual([
+      'ARKVORY_STORAGE_URL: expected a base URL without query or fragment (e.g. http://10.0.0.20:8081/arkvory/), got "http://store:8081/a/?<redacted>"',
+    ]);
+  });
+
   it('refuses an empty metrics or rules-service token (it would silently mean "open")', () => {
     const problems = problemsOf({ ARKVORY_METRICS_TOKEN: '', ARKVORY_RULES_SERVICE_TOKEN: '' });
     expect(problems).toEqual([

@@ -3,7 +3,7 @@
  * (variable-values.ts), checked across variables (cross-checks.ts) and assembled (build-config.ts).
  */
 import { GatewayError } from '../server/errors.ts';
-import { redactUserinfo } from '../server/redact-url.ts';
+import { redactQuotedUrls } from '../../lib/redact-url.ts';
 import { buildConfig } from './build-config.ts';
 import { resolveSecretFiles } from './secret-files.ts';
 import {
@@ -64,8 +64,15 @@ export function loadConfig(
   const tls = checkTls(v, cwd);
   const tracing = checkTracing(v);
   if (v.problems.length === 0) checkIdleTimeouts(v);
-  // Belt and braces: whatever a helper echoed, no problem line carries a URL's user info.
-  if (v.problems.length > 0) throw new ConfigError(v.problems.map(redactUserinfo));
+  if (v.problems.length > 0) {
+    // Belt and braces: whatever a helper echoed of a URL (the value, one entry of a list), no
+    // problem line shows its user info or query.
+    const urlKind = (name: string) => ['url', 'url-list'].includes(v.known.get(name)?.kind.type ?? '');
+    const urls = Object.entries(secrets.env).flatMap(([name, value]) =>
+      value !== undefined && (urlKind(name) || value.includes('//')) ? [value] : [],
+    );
+    throw new ConfigError(v.problems.map((line) => redactQuotedUrls(line, urls)));
+  }
   return deepFreeze(
     buildConfig(v, { shared, ...endpoints, bypassPublishers, tls, tracing, secretSources: secrets.sources }, cwd),
   );

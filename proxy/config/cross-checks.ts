@@ -149,7 +149,7 @@ export function checkEndpoints(
       }
     } else if (u.search || u.hash)
       v.problems.push(
-        `ARKVORY_STORAGE_URL: expected a base URL without query or fragment (e.g. http://10.0.0.20:8081/arkvory/), got ${shown(undefined, storageUrl)}`,
+        `ARKVORY_STORAGE_URL: expected a base URL without query or fragment (e.g. http://10.0.0.20:8081/arkvory/), got ${shown(v.known.get('ARKVORY_STORAGE_URL'), storageUrl)}`,
       );
     else if (v.optStr('ARKVORY_S3_ENDPOINT') !== undefined)
       v.problems.push('ARKVORY_S3_ENDPOINT: only used with an s3:// ARKVORY_STORAGE_URL');

@@ -52,10 +52,14 @@ describe('VariableValues', () => {
   it('a URL: one, of an allowed scheme; a list where the variable takes one is refused', () => {
     const name = 'ARKVORY_ADVERTISE_URL';
     expect(new VariableValues({ [name]: 'https://10.0.0.5:8080' }).optStr(name)).toBe('https://10.0.0.5:8080');
-    for (const bad of ['ftp://10.0.0.5', 'https://a, https://b', 'not a url'])
+    for (const bad of ['ftp://10.0.0.5', 'https://a, https://b'])
       expect(problemsOf({ [name]: bad })).toEqual([
         `${name}: expected a URL with scheme http:// or https://, got ${JSON.stringify(bad)}`,
       ]);
+    // Text that is no URL could be a password: not shown.
+    expect(problemsOf({ [name]: 'not a url' })).toEqual([
+      `${name}: expected a URL with scheme http:// or https://, got "<unparseable URL>"`,
+    ]);
   });
 
   it('a URL list: every part of an allowed scheme, read with its spaces trimmed as its consumer reads it', () => {
@@ -94,6 +98,24 @@ describe('what a problem line shows', () => {
     expect(shown(spec('ARKVORY_ADVERTISE_URL'), 'https://user:pw@host/')).not.toContain('pw');
     expect(shown(undefined, 'x'.repeat(200))).toBe(JSON.stringify('x'.repeat(200)));
     expect(shown(undefined, 'x'.repeat(201))).toBe(JSON.stringify(`${'x'.repeat(200)}…`));
+  });
+
+  it('a URL redacted before it is cut: a secret past 200 characters is not left half shown', () => {
+    const url = spec('ARKVORY_RULES_SERVICE_URL');
+    expect(shown(url, `http://svc:${'p'.repeat(300)}@rules:9000/`)).toBe('"http://<redacted>@rules:9000/"');
+    expect(shown(url, `http://rules:9000/${'a'.repeat(300)}?token=secret`)).toBe(
+      JSON.stringify(`http://rules:9000/${'a'.repeat(182)}…`),
+    );
+  });
+
+  it('a URL without its query, nor user info the parser finds without `//`; a misplaced URL too', () => {
+    const url = spec('ARKVORY_RULES_SERVICE_URL');
+    expect(shown(url, 'http:svc:secret@rules:9000/')).toBe('"http://<redacted>@rules:9000/"');
+    expect(shown(url, 'http://svc:pa/secret@rules:9000/')).toBe('"<unparseable URL>"');
+    expect(shown(undefined, 'http://store/a/?X-Amz-Signature=secret')).toBe('"http://store/a/?<redacted>"');
+    expect(shown(spec('ARKVORY_HOST'), 'http:svc:secret@rules')).toBe('"http://<redacted>@rules/"');
+    // Not a URL: a principal name with `@` is shown as it is.
+    expect(shown(undefined, 'ci bot@corp')).toBe('"ci bot@corp"');
   });
 
   it('what each kind allows, in words', () => {

@@ -3,7 +3,7 @@
  * values of the wrong kind become problem lines; the rest are parsed into typed values.
  */
 import { CLIENT_VARIABLE_NAMES } from '../../client/environment.ts';
-import { redactUserinfo } from '../server/redact-url.ts';
+import { redactUrl, redactUrlList } from '../../lib/redact-url.ts';
 import { VARIABLES, type VariableKind, type VariableSpec } from './variables.ts';
 
 /** Variables the test harness reads; they configure the tests, never a gateway. */
@@ -81,10 +81,20 @@ function parseValue(spec: VariableSpec, raw: string): { ok: true; value: string 
   }
 }
 
-/** A value as a problem line may show it: secrets not at all, URLs without their user info. */
+/**
+ * A value as a problem line may show it: secrets not at all, URLs without user info or query.
+ * Besides the URL variables, any value with a scheme or `//` may be a misplaced URL.
+ */
 export function shown(spec: VariableSpec | undefined, raw: string): string {
   if (spec?.secret) return '<redacted>';
-  return JSON.stringify(redactUserinfo(raw.length > 200 ? `${raw.slice(0, 200)}…` : raw));
+  const text =
+    spec?.kind.type === 'url-list'
+      ? redactUrlList(raw)
+      : spec?.kind.type === 'url' || /^\s*[A-Za-z][A-Za-z0-9+.-]*:|\/\//.test(raw)
+        ? redactUrl(raw)
+        : raw;
+  // Cut after redacting: a cut URL does not parse, and its secret may lie past the cut.
+  return JSON.stringify(text.length > 200 ? `${text.slice(0, 200)}…` : text);
 }
 
 /** The parsed variables of one environment, and the problems found so far (later checks add theirs). */

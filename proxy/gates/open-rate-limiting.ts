@@ -25,7 +25,7 @@ import {
 } from '../../policy/rate-limit/index.ts';
 import type { Gate } from '../server/route-types.ts';
 import { createTrustedProxies } from '../router/forwarded.ts';
-import { redactUserinfo } from '../server/redact-url.ts';
+import { redactUrl } from '../../lib/redact-url.ts';
 import type { Services } from '../server/services.ts';
 import { loadRuleFiles } from './rate-limit-rule-files.ts';
 import { type RateLimitRedis, createRateLimitRedis, useRedisCredentials } from './rate-limit-redis.ts';
@@ -135,7 +135,7 @@ export async function openRateLimiting(
       counters: store.kind,
       rules: documents.kind,
       file: config.rateLimitsFile ?? null,
-      rulesService: config.rulesService.url === undefined ? null : redactUserinfo(config.rulesService.url),
+      rulesService: config.rulesService.url === undefined ? null : redactUrl(config.rulesService.url),
       service: config.serviceName,
     },
     'rate limiting ready',

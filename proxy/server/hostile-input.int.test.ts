@@ -214,13 +214,17 @@ describe('artifact, package and asset names', () => {
 });
 
 describe('configuration secrets', () => {
-  it('the startup log shows the rules-service URL without its password', async () => {
+  it('the startup log shows the rules-service URL without its password or query, even with user info spelt without //', async () => {
     const gw = await startGateway({
-      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_RULES_SERVICE_URL: 'http://svc:hunter2-pw@127.0.0.1:9/' },
+      env: {
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_RULES_SERVICE_URL: 'http:svc:hunter2-pw@127.0.0.1:9/?token=query-token-pw',
+      },
     });
     const ready = gw.logLines().find((l) => l.msg === 'rate limiting ready');
-    expect(ready?.rulesService).toBe('http://<redacted>@127.0.0.1:9/');
+    expect(ready?.rulesService).toBe('http://<redacted>@127.0.0.1:9/?<redacted>');
     expect(gw.logs()).not.toContain('hunter2-pw');
+    expect(gw.logs()).not.toContain('query-token-pw');
     expect(await gw.stop()).toBe(0);
   });
 });

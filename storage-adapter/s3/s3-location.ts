@@ -2,6 +2,8 @@
  * `s3://<bucket>/<optional prefix>`: where the S3 store keeps its layout. Pure parsing; the object
  * key of a store-relative name is `<prefix><name>` (the prefix, when set, ends with `/`).
  */
+import { redactUrl } from '../../lib/redact-url.ts';
+
 export interface S3Location {
   readonly bucket: string;
   /** '' or `a/b/`. */
@@ -16,7 +18,10 @@ export type ParsedS3Location = { ok: true; value: S3Location } | { ok: false; pr
 export function parseS3Url(url: string): ParsedS3Location {
   const m = /^s3:\/\/([^/?#]*)(\/[^?#]*)?$/.exec(url);
   if (!m)
-    return { ok: false, problem: `expected s3://<bucket>/<optional prefix> without query or fragment, got "${url}"` };
+    return {
+      ok: false,
+      problem: `expected s3://<bucket>/<optional prefix> without query or fragment, got ${JSON.stringify(redactUrl(url))}`,
+    };
   const bucket = m[1]!;
   if (!BUCKET.test(bucket) || bucket.includes('..'))
     return {
