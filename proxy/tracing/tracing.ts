@@ -25,6 +25,7 @@ import {
 } from '@opentelemetry/semantic-conventions';
 import type { Logger } from 'pino';
 import { knownMethod, spanMethod } from '../../lib/http-method.ts';
+import { redactUrl } from '../../lib/redact-url.ts';
 import type { TracingConfig } from '../config/config.ts';
 import { BoundedProcessor, CountingExporter, type ExportCounts } from './bounded-export.ts';
 import { RequestTrace } from './request-trace.ts';
@@ -129,9 +130,10 @@ export function openTracing(config: TracingConfig, options: { role: string; log:
   });
   const tracer = provider.getTracer('arkvory');
   const unsubscribe = traceUndiciRequests(tracer);
-  // The endpoint only: its headers may carry a token.
+  // The endpoint without user info or query (a collector's credentials or API key can ride in
+  // either); never its headers, which may carry a token.
   options.log.info(
-    { endpoint: config.url, sampler: config.sampler, ratio: config.samplerRatio },
+    { endpoint: redactUrl(config.url), sampler: config.sampler, ratio: config.samplerRatio },
     'tracing: spans exported over OTLP/HTTP',
   );
   const tracing: Tracing = {
