@@ -59,8 +59,13 @@ describe('ARKVORY_REDIS_URL: one server or Redis Cluster seeds', () => {
     expect(ruleDocumentsPrefix('arkvory:', false)).toBe('arkvory:ratelimit:rules:');
   });
 
-  it('redacts every password of a seed list', () => {
-    expect(redactRedisTarget('redis://:one@a:1,redis://:one@b:2')).toBe('redis://:***@a:1,redis://:***@b:2');
+  it('redacts every password of a seed list, in the user info or the query', () => {
+    expect(redactRedisTarget('redis://:one@a:1,redis://:one@b:2')).toBe(
+      'redis://<redacted>@a:1,redis://<redacted>@b:2',
+    );
+    expect(redactRedisTarget('redis://127.0.0.1:1/0?password=RedisQueryS3cret')).toBe(
+      'redis://127.0.0.1:1/0?<redacted>',
+    );
   });
 
   it('is validated once at start: a bad seed list or a brace in the key prefix stops the process, naming the variable', () => {

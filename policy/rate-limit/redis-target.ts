@@ -7,6 +7,8 @@
  * A cluster has only database 0 and one set of credentials: every seed must use the same scheme,
  * user and password, and no database other than 0.
  */
+import { redactUrlList } from '../../lib/redact-url.ts';
+
 export type RedisTarget =
   | { readonly kind: 'single'; readonly url: string }
   | {
@@ -77,18 +79,10 @@ export function ruleDocumentsPrefix(keyPrefix: string, cluster: boolean): string
   return cluster ? `${keyPrefix}{ratelimit:rules}:` : `${keyPrefix}ratelimit:rules:`;
 }
 
-/** A Redis URL list with passwords replaced, for messages and logs. */
+/**
+ * A Redis URL list for messages and logs: user info and query (ioredis reads `?password=`) as
+ * `<redacted>`.
+ */
 export function redactRedisTarget(raw: string): string {
-  return raw
-    .split(',')
-    .map((part) => {
-      try {
-        const u = new URL(part.trim());
-        if (u.password) u.password = '***';
-        return u.toString();
-      } catch {
-        return '<url>';
-      }
-    })
-    .join(',');
+  return redactUrlList(raw);
 }

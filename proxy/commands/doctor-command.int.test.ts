@@ -116,6 +116,20 @@ describe('arkvory doctor', () => {
     expect(r.stdout).not.toContain('secret');
   });
 
+  it('an unreachable database and Redis with passwords in their query strings: neither password printed', async () => {
+    const [pgPort, redisPort] = [await freeLoopbackPort(), await freeLoopbackPort()];
+    const r = await runCli(['doctor'], {
+      ARKVORY_DATABASE_URL: `postgres://arkvory@127.0.0.1:${pgPort}/arkvory?password=PgQueryS3cret`,
+      ARKVORY_REDIS_URL: `redis://127.0.0.1:${redisPort}/0?password=RedisQueryS3cret`,
+      ARKVORY_DATA_DIR: await makeTempDir(),
+    });
+    expect(r.code).toBe(1);
+    expect(Object.fromEntries(lines(r.stdout))).toMatchObject({ database: 'FAIL', redis: 'FAIL' });
+    expect(r.stdout).toContain(`cannot reach postgres://<redacted>@127.0.0.1:${pgPort}/arkvory?<redacted>`);
+    expect(r.stdout).toContain(`cannot reach redis://127.0.0.1:${redisPort}/0?<redacted>`);
+    expect(r.stdout + r.stderr).not.toMatch(/S3cret/);
+  });
+
   it('a database without the migrations: FAIL migrations', async () => {
     const r = await runCli(['doctor'], { ARKVORY_DATABASE_URL: empty.url, ARKVORY_DATA_DIR: await makeTempDir() });
     expect(r.code).toBe(1);

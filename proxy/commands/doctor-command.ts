@@ -6,6 +6,7 @@
 import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { parseRedisTarget, redactRedisTarget } from '../../policy/rate-limit/redis-target.ts';
+import { redactUrl } from '../../lib/redact-url.ts';
 import pg from 'pg';
 import { pendingMigrations } from '../../migrations/runner.ts';
 import { readPolicy, type DownloadPolicy } from '../../policy/lease/download-policy.ts';
@@ -198,16 +199,6 @@ async function checkRedis(config: Config): Promise<CheckResult> {
     };
   } finally {
     client.disconnect();
-  }
-}
-
-function redacted(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = '***';
-    return u.toString();
-  } catch {
-    return '<url>';
   }
 }
 
@@ -486,8 +477,9 @@ async function runChecks(env: NodeJS.ProcessEnv): Promise<CheckResult[]> {
       );
       return results;
     }
+    // pg reads a password from the query (`?password=`) as well as from the user info.
     const where = config.databaseUrl
-      ? redacted(config.databaseUrl)
+      ? redactUrl(config.databaseUrl)
       : `the embedded PostgreSQL under ${config.dataDir}/.pg`;
     pool = new pg.Pool({
       connectionString: databaseUrl,
