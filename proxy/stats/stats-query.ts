@@ -12,10 +12,20 @@ function whole(raw: string | undefined, name: string, min: number, max: number, 
   return n;
 }
 
+/**
+ * A calendar day PostgreSQL takes as `::date`. Date rolls `2024-02-30` over to March 1st, so the
+ * day must come back as written; year 0 does not exist for PostgreSQL (1 BC).
+ */
 function day(raw: string | undefined, name: string): string | undefined {
   if (raw === undefined || raw === '') return undefined;
-  if (!/^\d{4}-\d{2}-\d{2}$/.test(raw) || Number.isNaN(new Date(`${raw}T00:00:00Z`).getTime()))
-    throw new GatewayError('invalid_request', `${name} must be a day, YYYY-MM-DD`);
+  const parsed = new Date(`${raw}T00:00:00Z`);
+  if (
+    !/^\d{4}-\d{2}-\d{2}$/.test(raw) ||
+    Number.isNaN(parsed.getTime()) ||
+    parsed.toISOString().slice(0, 10) !== raw ||
+    parsed.getUTCFullYear() < 1
+  )
+    throw new GatewayError('invalid_request', `${name} must be a calendar day from 0001-01-01, YYYY-MM-DD`);
   return raw;
 }
 

@@ -153,6 +153,17 @@ describe('across two gateways', () => {
     expect(
       (await fetch(`${writer.url}/api/v1/admin/stats/artifacts?view=never`, { headers: bearer(admin.key) })).status,
     ).toBe(400);
+    // A day the calendar does not have is the caller's mistake, not a database error.
+    for (const since of ['2024-02-30', '0000-01-01']) {
+      const res = await fetch(`${writer.url}/api/v1/admin/stats/principals?since=${since}`, {
+        headers: bearer(admin.key),
+      });
+      expect(res.status, since).toBe(400);
+      expect(await res.json()).toMatchObject({ code: 'invalid_request', message: expect.stringContaining('since') });
+    }
+    const badDay = await runCli(['stats', 'principals', '--until', '2023-02-29'], { ARKVORY_DATABASE_URL: db.url });
+    expect(badDay.code).toBe(2);
+    expect(badDay.stderr).toContain('until must be a calendar day');
 
     // Published long ago: cold.bin was never downloaded, hot.bin was.
     await db.pool.query(`UPDATE arkvory_artifacts SET created_at = now() - interval '10 days' WHERE repository = 'us'`);
