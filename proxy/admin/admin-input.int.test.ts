@@ -186,6 +186,7 @@ describe("a forged cursor or a NUL in a filter is the client's fault: 400, never
     ['a principals cursor holding a NUL', () => `/principals?cursor=${encodeCursor(['a\u0000'])}`],
     ['a grants cursor holding a NUL', () => `/grants?cursor=${encodeCursor(['a\u0000', 'b'])}`],
     ['an audit filter holding a NUL', () => '/audit?principal=a%00b'],
+    ['an audit cursor past the largest bigint', () => `/audit?cursor=${encodeCursor(['9999999999999999999'])}`],
     ['a usage filter holding a NUL', () => '/stats/principals?principal=a%00b'],
   ])('%s', async (_name, path) => {
     const res = await call('GET', `/api/v1/admin${path()}`);

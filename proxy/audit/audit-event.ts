@@ -100,6 +100,8 @@ export interface AuditFilter {
 }
 
 const NOUN = /^[a-z][a-z_]*$/;
+/** The largest PostgreSQL bigint, the type of an event id. */
+const INT8_MAX = 9223372036854775807n;
 
 function instant(raw: string, name: string): Date {
   const at = /^\d{4}-\d{2}-\d{2}([T ][0-9:.]+(Z|[+-]\d{2}:?\d{2})?)?$/.test(raw) ? new Date(raw) : undefined;
@@ -144,7 +146,8 @@ export function parseAuditFilter(raw: {
   if (raw.until) filter.until = instant(raw.until, 'until');
   const cursor = decodeCursor(raw.cursor, 1);
   if (cursor) {
-    if (!/^[0-9]{1,19}$/.test(cursor[0]!))
+    // The id is compared as ::bigint: 19 digits can exceed it, and PostgreSQL would refuse with a 500.
+    if (!/^[0-9]{1,19}$/.test(cursor[0]!) || BigInt(cursor[0]!) > INT8_MAX)
       throw new GatewayError('invalid_request', 'cursor is not one this listing gave');
     filter.beforeId = cursor[0]!;
   }
