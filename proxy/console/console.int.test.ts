@@ -185,6 +185,10 @@ describe('sign-in and session', () => {
       if (status === 200) await new Promise((r) => setTimeout(r, 100));
     }
     expect(status).toBe(401);
+    // The page's own sign-in, never the browser's Basic prompt over it.
+    expect((await call('GET', '/console/api/access', { cookie })).headers['www-authenticate']).toBe(
+      'Bearer realm="arkvory"',
+    );
     expect(json(await call('GET', '/console/session', { cookie }))).toEqual({ signedIn: false });
   });
 

@@ -99,9 +99,27 @@ export function createAuthGate(
       if (p.disabledAtMs !== undefined && issuedAt < p.disabledAtMs) throw unauthorized();
       return admit(auth, ctx, p);
     };
-    const principal = auth.authenticateNow(given.authorization);
-    return isPromise(principal) ? principal.then(checked) : checked(principal);
+    try {
+      const principal = auth.authenticateNow(given.authorization);
+      return isPromise(principal) ? principal.then(checked, sessionEnded) : checked(principal);
+    } catch (err) {
+      return sessionEnded(err);
+    }
   };
+}
+
+/**
+ * A console session whose key no longer authenticates (revoked, its principal disabled) is asked
+ * to sign in again on the console's page, as one with no session is: a Bearer challenge only. The
+ * Basic challenge of other 401s would open the browser's own login prompt over the console, and a
+ * key typed there is a credential the browser then resends on its own (see cross-site.ts).
+ */
+function sessionEnded(err: unknown): never {
+  if ((err as { code?: unknown }).code === 'unauthorized')
+    throw new PolicyError('unauthorized', 'The console session ended (its key no longer works); sign in again.', {
+      headers: { 'www-authenticate': 'Bearer realm="arkvory"' },
+    });
+  throw err;
 }
 
 /**

@@ -2,7 +2,9 @@
  * State-changing requests a browser sends for another site are refused before authentication
  * (403 `cross_site_request`), on a real gateway: by the headers browsers send, and end to end in
  * Debian's chromium holding the admin key as Basic credentials (as after an operator typed it into
- * the browser's prompt) while a page of another site posts a form to an admin route.
+ * the browser's prompt) while a page of another site posts a form to an admin route. And what a
+ * page can make a browser send (no credential, or a link's parameters) never counts toward the
+ * address's ban.
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -119,5 +121,22 @@ describe('in a real browser holding the admin key as Basic credentials', () => {
     } finally {
       await browser.close();
     }
+  });
+});
+
+describe('failed authentications a page of another site can make a browser send', () => {
+  // Last in the file: it ends with this address banned.
+  it('never ban the address: no credential, or a link from another site; a bad key still does', async () => {
+    const path = `/api/v1/admin/principals/${target.name}`;
+    const link = `${path}?X-Arkvory-Key=ark_x&X-Arkvory-Date=1&X-Arkvory-Expires=60&X-Arkvory-Signature=00`;
+    // 21 failures start the shipped ban; 30 of each kind stay under it.
+    for (let i = 0; i < 30; i++) {
+      expect((await send('GET', path, {})).status).toBe(401);
+      expect((await send('GET', link, { 'sec-fetch-site': 'cross-site' })).status).toBe(401);
+    }
+    expect((await send('GET', path, bearer(admin.key))).status).toBe(200);
+    // A guessed key is a failed attempt, as before: the address is banned.
+    for (let i = 0; i < 21; i++) expect((await send('GET', path, bearer(`${admin.key}x`))).status).toBe(401);
+    expect((await send('GET', path, bearer(admin.key))).status).toBe(429);
   });
 });

@@ -13,6 +13,7 @@ import { addEarlyHeader } from '../server/gateway-response.ts';
 import type { Gate, RequestContext } from '../server/route-types.ts';
 import { CLIENT_FAULT_LOG, LogBudget } from '../../lib/log-budget.ts';
 import { isPromise } from '../../lib/maybe-promise.ts';
+import { hasPresignParams } from '../../policy/auth/presign-signature.ts';
 import type { TrustedProxies } from '../router/forwarded.ts';
 import { BanIdentities } from './ban-identity.ts';
 import { NO_TRUSTED_PROXIES, requestIdentifier } from './request-identity.ts';
@@ -135,10 +136,28 @@ export function createRateLimitGate(deps: {
 }
 
 /**
+ * Whether a refused request tried a credential that can be guessed: an `Authorization` header, or a
+ * pre-signed link's parameters sent by anything but a browser on behalf of another site. A request
+ * with none (a challenge-first client's first request, a console session that ended) is not a
+ * failed attempt; counting it let any web page get its visitors' address banned, all its users
+ * with it, with credential-less requests the browser sends for it. A browser cannot add an
+ * `Authorization` header to another site's request, and a link's HMAC is not guessed, so a
+ * cross-site link that fails (expired, say) is not counted either.
+ */
+function triedCredential(ctx: RequestContext): boolean {
+  const { headers } = ctx.req;
+  if (headers.authorization !== undefined) return true;
+  const site = headers['sec-fetch-site'];
+  if (site === 'cross-site' || site === 'same-site') return false;
+  return hasPresignParams(ctx.url.searchParams);
+}
+
+/**
  * Counts failed authentications by address in `auth_failure` (keyed by `banIdentity`: an IPv6
  * client by its prefix, a client behind an untrusted forwarding peer together with that peer, a
  * trusted proxy's own address never). A banned (or over-limit) address is refused with 429 before
- * authentication (Retry-After from the ban's end); a 401 counts one failure, and the failure that
+ * authentication (Retry-After from the ban's end); a 401 counts one failure when the request tried a
+ * credential (`triedCredential`), and the failure that
  * starts a ban (enforced or shadow) is logged, within `BAN_LINES`. A success clears the address's
  * counters and bans, shadow bans included (spec 1.5: a successful login discards the failures before
  * it); the clear is skipped when the peek saw no state at all, so a clean address costs no write.
@@ -161,7 +180,7 @@ export function guardAuthGate(
     err: unknown,
     forwarder: string | undefined,
   ) => {
-    if ((err as { code?: unknown }).code === 'unauthorized') {
+    if ((err as { code?: unknown }).code === 'unauthorized' && triedCredential(ctx)) {
       const result = await authFailure.check(identifier);
       // Log the failure that starts a ban, not every failure during a (shadow) ban.
       const wasBanned = new Set(before.evaluations.filter((e) => e.result === 'banned').map((e) => e.rule.name));
