@@ -79,7 +79,7 @@ describe('rate limiting over HTTP (real gateway process)', () => {
     }
     // Once the line of a request sent after them is in, every line they caused is too.
     await (await fetch(`${gw.url}/health/status`, { headers: { 'x-request-id': 'after-shadow' } })).arrayBuffer();
-    await expect.poll(() => gw.logLines().some((l) => l.reqId === 'after-shadow'), { timeout: 5000 }).toBe(true);
+    await expect.poll(() => gw.logLines().some((l) => l.clientReqId === 'after-shadow'), { timeout: 5000 }).toBe(true);
     const exceeded = gw
       .logLines()
       .slice(linesBefore)

@@ -127,7 +127,9 @@ describe('ban lines', () => {
     expect((await from('127.0.0.7', `${writer.url}${ADMIN_PATH}`, bearer(admin.key))).status).toBe(200);
     // Once the line of a request sent after them is in, every ban line is too.
     await from('127.0.0.1', `${writer.url}/health/live`, { 'x-request-id': 'after-bans' });
-    await expect.poll(() => writer.logLines().some((l) => l.reqId === 'after-bans'), { timeout: 5000 }).toBe(true);
+    await expect
+      .poll(() => writer.logLines().some((l) => l.clientReqId === 'after-bans'), { timeout: 5000 })
+      .toBe(true);
     const bans = writer.logLines().filter((l) => l.msg === 'address banned after failed authentications');
     expect(bans.map((l) => l.ip)).toEqual([
       ...claimed.slice(0, BAN_LINES.linesPerInterval).map((client) => `by=127.0.0.1;for=${client}`),

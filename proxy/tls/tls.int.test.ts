@@ -573,7 +573,7 @@ describe('refused client certificates under a flood', () => {
         })
       ).status,
     ).toBe(200);
-    await waitUntil(() => strict.logLines().some((l) => l.reqId === 'after-flood'), {
+    await waitUntil(() => strict.logLines().some((l) => l.clientReqId === 'after-flood'), {
       what: 'the line of the request after the flood',
       timeoutMs: 5000,
     });
