@@ -11,6 +11,7 @@ import { mkdir } from 'node:fs/promises';
 import http from 'node:http';
 import path from 'node:path';
 import { chromium, type Browser, type Page } from 'playwright-core';
+import { CHROMIUM, CHROMIUM_ARGS } from '../../test/support/chromium.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { randomContent, request } from '../../test/support/content.ts';
@@ -19,18 +20,6 @@ import { useTestRedis } from '../../test/support/redis.ts';
 import { ROOT, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { freeLoopbackPort, type SharedProfile, sharedProfileEnv } from '../../test/harness/index.ts';
 
-const CHROMIUM = '/usr/bin/chromium';
-/** Without the background-networking flags chromium keeps calling home on a closed network. */
-const CHROMIUM_ARGS = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-];
 const KiB = 1024;
 /** Two slots of 64 KiB/s each: a 2 MiB download stays live for ~30 s. */
 const SHARE = 64 * KiB;

@@ -11,6 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { chromium } from 'playwright-core';
+import { CHROMIUM, CHROMIUM_ARGS } from '../../test/support/chromium.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AdminStore } from '../../policy/auth/admin-store.ts';
 import { canonicalPath, presignQueryString, signPresign } from '../../policy/auth/presign-signature.ts';
@@ -20,17 +21,6 @@ import { useTestDatabase } from '../../test/support/database.ts';
 import { runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 
 const MiB = 1024 * 1024;
-const CHROMIUM = '/usr/bin/chromium';
-const CHROMIUM_ARGS = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-];
 const CHALLENGE = 'Bearer realm="arkvory", Basic realm="arkvory"';
 const UNAUTHORIZED = { code: 'unauthorized', message: 'A valid API key is required.' };
 

@@ -1,10 +1,11 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { ByteRange } from '../range.ts';
-import { type SliceDigests, sliceCount } from '../slice-digests.ts';
+import { digestsOf as digestsAt } from '../../test/support/slice-digests.ts';
+import type { SliceDigests } from '../slice-digests.ts';
 import type { ArtifactStore, BlobReader } from '../store.ts';
 import { withSliceCache } from './cached-store.ts';
 import type { DigestDirectory } from './digest-directory.ts';
@@ -13,16 +14,7 @@ import { type OriginRead, SliceCache, type SliceSource } from './slice-cache.ts'
 const SLICE = 64 * 1024;
 const SHA = 'c'.repeat(64);
 
-function digestsOf(blob: Buffer): SliceDigests {
-  const parts: Buffer[] = [];
-  for (let i = 0; i < sliceCount(blob.length, SLICE); i++)
-    parts.push(
-      createHash('sha256')
-        .update(blob.subarray(i * SLICE, (i + 1) * SLICE))
-        .digest(),
-    );
-  return { sizeBytes: blob.length, sliceBytes: SLICE, digests: Buffer.concat(parts) };
-}
+const digestsOf = (blob: Buffer): SliceDigests => digestsAt(blob, SLICE);
 
 /** Ranged reads of `served()`, each open recorded. */
 function originOf(served: () => Buffer) {
