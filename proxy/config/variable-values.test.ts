@@ -114,8 +114,16 @@ describe('what a problem line shows', () => {
     expect(shown(url, 'http://svc:pa/secret@rules:9000/')).toBe('"<unparseable URL>"');
     expect(shown(undefined, 'http://store/a/?X-Amz-Signature=secret')).toBe('"http://store/a/?<redacted>"');
     expect(shown(spec('ARKVORY_HOST'), 'http:svc:secret@rules')).toBe('"http://<redacted>@rules/"');
-    // Not a URL: a principal name with `@` is shown as it is.
+    // Not a URL: a principal name with `@` is shown as it is; so is text whose colon does not end a
+    // scheme at its start.
     expect(shown(undefined, 'ci bot@corp')).toBe('"ci bot@corp"');
+    expect(shown(undefined, 'one two:three x@y')).toBe('"one two:three x@y"');
+    expect(shown(undefined, '9pm:x@y')).toBe('"9pm:x@y"');
+    expect(shown(undefined, '  http://u:secret@h/')).toBe('"http://<redacted>@h/"');
+    // A list, entry by entry.
+    expect(shown(undefined, 'redis://:p1@h1:6379,redis://h2:6379/0?password=p2')).toBe(
+      '"redis://<redacted>@h1:6379,redis://h2:6379/0?<redacted>"',
+    );
   });
 
   it('what each kind allows, in words', () => {

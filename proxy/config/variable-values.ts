@@ -3,7 +3,7 @@
  * values of the wrong kind become problem lines; the rest are parsed into typed values.
  */
 import { CLIENT_VARIABLE_NAMES } from '../../client/environment.ts';
-import { redactUrl, redactUrlList } from '../../lib/redact-url.ts';
+import { redactUrl } from '../../lib/redact-url.ts';
 import { VARIABLES, type VariableKind, type VariableSpec } from './variables.ts';
 
 /** Variables the test harness reads; they configure the tests, never a gateway. */
@@ -87,12 +87,8 @@ function parseValue(spec: VariableSpec, raw: string): { ok: true; value: string 
  */
 export function shown(spec: VariableSpec | undefined, raw: string): string {
   if (spec?.secret) return '<redacted>';
-  const text =
-    spec?.kind.type === 'url-list'
-      ? redactUrlList(raw)
-      : spec?.kind.type === 'url' || /^\s*[A-Za-z][A-Za-z0-9+.-]*:|\/\//.test(raw)
-        ? redactUrl(raw)
-        : raw;
+  // A list of URLs is redacted entry by entry by redactUrl itself.
+  const text = spec?.kind.type === 'url' || /^\s*[A-Za-z][A-Za-z0-9+.-]*:|\/\//.test(raw) ? redactUrl(raw) : raw;
   // Cut after redacting: a cut URL does not parse, and its secret may lie past the cut.
   return JSON.stringify(text.length > 200 ? `${text.slice(0, 200)}…` : text);
 }
