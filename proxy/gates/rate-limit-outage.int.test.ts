@@ -89,7 +89,8 @@ describe('rate limiting during Redis outages (real redis-server)', () => {
       expect(hung.value).toMatchObject({ action: 'allow', exceeded: false, info: undefined });
       expect((hung.value.error as { code?: string }).code).toBe('store_timeout');
       expect(hung.ms).toBeGreaterThanOrEqual(95);
-      expect(hung.ms).toBeLessThan(400);
+      // Bounded, not hung: the 100 ms timeout plus what a loaded 2-core machine adds (seen 418 ms).
+      expect(hung.ms).toBeLessThan(1000);
       expect(await rules.refresh()).toBe(false);
       expect(rules.rules('api').map((r) => r.name)).toEqual(['published_rule', 'default_by_ip']);
       expect(rules.status().lastRefreshError).toContain('did not answer within 200 ms');
