@@ -2,7 +2,9 @@ import { readFile } from 'node:fs/promises';
 import { describe, expect, it } from 'vitest';
 import {
   auditActionsTable,
+  DEPLOY,
   errorsTable,
+  grantsTable,
   OBSERVABILITY,
   processErrorsTable,
   README,
@@ -25,6 +27,10 @@ describe('README contract', () => {
 
   it('docs/observability.md lists every audit action, both ways (npm run docs regenerates)', async () => {
     expect(section(await readFile(OBSERVABILITY, 'utf8'), 'audit-actions')).toBe(auditActionsTable());
+  });
+
+  it("docs/deploy.md shows every runtime role's grants as migrations/grants.ts gives them (npm run docs regenerates)", async () => {
+    expect(section(await readFile(DEPLOY, 'utf8'), 'grants')).toBe(grantsTable());
   });
 
   it('names the start and test commands near the top', async () => {

@@ -9,8 +9,38 @@ import type { ErrorEntry } from '../../lib/coded-error.ts';
 import { ERROR_CATALOGUE } from '../../proxy/server/http-errors.ts';
 import { REPO_ROOT } from '../harness/paths.ts';
 import { AUDIT_ACTIONS } from '../../proxy/audit/audit-event.ts';
+import { FUNCTION_GRANTS, RUNTIME_ROLES, SEQUENCE_GRANTS, TABLE_GRANTS } from '../../migrations/grants.ts';
 export const README = path.join(REPO_ROOT, 'README.md');
 export const OBSERVABILITY = path.join(REPO_ROOT, 'docs', 'observability.md');
+export const DEPLOY = path.join(REPO_ROOT, 'docs', 'deploy.md');
+
+const GRANT_ABBREVIATIONS: Readonly<Record<string, string>> = {
+  SELECT: 'S',
+  INSERT: 'I',
+  UPDATE: 'U',
+  DELETE: 'D',
+  USAGE: 'use',
+  EXECUTE: 'X',
+};
+
+/** One privilege as the grants table spells it: `S`, `U(a, b)`, `use`, `X`. */
+function abbreviated(privilege: string): string {
+  const columns = /^UPDATE\s*\((.*)\)$/.exec(privilege);
+  return columns ? `U(${columns[1]})` : (GRANT_ABBREVIATIONS[privilege] ?? privilege);
+}
+
+/** What each runtime role may do to every table, sequence and function (migrations/grants.ts), for docs/deploy.md. */
+export function grantsTable(): string {
+  const rows = [TABLE_GRANTS, SEQUENCE_GRANTS, FUNCTION_GRANTS].flatMap((decisions) =>
+    Object.entries(decisions as Readonly<Record<string, Readonly<Record<string, readonly string[]>>>>).map(
+      ([object, decision]) =>
+        `| \`${object}\` | ${RUNTIME_ROLES.map((role) => decision[role]?.map(abbreviated).join(', ') || '—').join(' | ')} |`,
+    ),
+  );
+  return [`| object | ${RUNTIME_ROLES.join(' | ')} |`, `| --- |${' --- |'.repeat(RUNTIME_ROLES.length)}`, ...rows].join(
+    '\n',
+  );
+}
 
 /** The audit trail's actions (proxy/audit/audit-event.ts), for docs/observability.md. */
 export function auditActionsTable(): string {
@@ -101,6 +131,7 @@ if (process.argv[1] && import.meta.url.endsWith(path.basename(process.argv[1])))
     OBSERVABILITY,
     replaceSection(await readFile(OBSERVABILITY, 'utf8'), 'audit-actions', auditActionsTable()),
   );
+  await writeFile(DEPLOY, replaceSection(await readFile(DEPLOY, 'utf8'), 'grants', grantsTable()));
   const component = await ruleComponent();
   for (const file of RULE_SCHEMA_DOCUMENTS)
     await writeFile(file, withRuleComponent(await readFile(file, 'utf8'), component));
