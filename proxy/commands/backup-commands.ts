@@ -2,6 +2,8 @@
  * `arkvory backup <destination>` and `arkvory restore [--verify] <source>` (storage-adapter/backup/).
  * Exit codes like scrub: 0 done and clean, 1 failed or found damage, 2 usage.
  */
+import { GatewayError } from '../server/errors.ts';
+import { redactRedisTarget } from '../../policy/rate-limit/redis-target.ts';
 import { recordCliAction } from './cli-audit.ts';
 import path from 'node:path';
 import { pino } from 'pino';
@@ -43,7 +45,15 @@ async function openRedisRuleDocuments(config: Config): Promise<{ documents: Rule
     retryStrategy: () => null,
   });
   redis.on('error', () => {});
-  await redis.connect();
+  try {
+    await redis.connect();
+  } catch (err) {
+    redis.disconnect();
+    throw new GatewayError(
+      'redis_unreachable',
+      `Redis at ${redactRedisTarget(config.redisUrl!)} did not answer: ${(err as Error).message}`,
+    );
+  }
   return {
     documents: createRedisRuleDocuments(redis, `${config.redisKeyPrefix}ratelimit:rules:`),
     close: () => redis.disconnect(),
@@ -149,8 +159,10 @@ otherwise); a JSON summary on stdout. Exit codes: 0 done, 1 failed (nothing left
                   'backup',
                 );
           const progress = progressReporter('backup');
-          const redisRules = config.redisUrl ? await openRedisRuleDocuments(config) : undefined;
+          let redisRules: Awaited<ReturnType<typeof openRedisRuleDocuments>> | undefined;
           try {
+            const rules = config.redisUrl ? await openRedisRuleDocuments(config) : undefined;
+            redisRules = rules;
             const summary = await abortableBySignals((signal) =>
               runBackup({
                 destination,
@@ -162,16 +174,18 @@ otherwise); a JSON summary on stdout. Exit codes: 0 done, 1 failed (nothing left
                 keep,
                 nowMs: () => systemClock.wallMs(),
                 onProgress: (done, total, bytes) => progress.update(progressText(done, total, bytes)),
-                ruleDocuments: redisRules
+                ruleDocuments: rules
                   ? async () => {
-                      const limiters = await redisRules.documents.listIndexed();
-                      return Object.fromEntries(await redisRules.documents.read(limiters));
+                      const limiters = await rules.documents.listIndexed();
+                      return Object.fromEntries(await rules.documents.read(limiters));
                     }
                   : undefined,
               }),
             );
             progress.done();
             process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
+            if (summary.pruneError !== undefined)
+              process.stderr.write(`warning: backup made; removing older backups failed: ${summary.pruneError}\n`);
             await recordCliAction(pool, {
               action: 'backup.create',
               target: { destination: path.resolve(destination) },

@@ -391,6 +391,11 @@ describe('an interrupted backup', () => {
     expect(foreign.code).toBe(1);
     expect(foreign.stderr).toMatch(/^arkvory backup: storage_mismatch: /);
     expect((await runCli(['backup', '--keep', '0', destination], env)).code).toBe(2);
+    // Redis (the rule documents) down at the start: one line, no stack.
+    const noRedis = await runCli(['backup', destination], { ...env, ARKVORY_REDIS_URL: 'redis://127.0.0.1:1' });
+    expect(noRedis.code).toBe(1);
+    expect(noRedis.stderr).toMatch(/^arkvory backup: redis_unreachable: Redis at redis:\/\/127.0.0.1:1 did not answer/);
+    expect(noRedis.stderr).not.toMatch(/\n\s+at /);
   }, 180_000);
 });
 

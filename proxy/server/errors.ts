@@ -80,6 +80,12 @@ export const GATEWAY_ERRORS = defineErrors('proxy/server/errors.ts', {
     message: 'The port cannot be bound.',
     advice: 'Stop the process that listens there, or choose another port; nothing was created.',
   },
+  redis_unreachable: {
+    status: null,
+    message: 'Redis (`ARKVORY_REDIS_URL`) did not answer.',
+    advice:
+      'Start Redis or fix `ARKVORY_REDIS_URL` (`arkvory doctor` checks it); a backup or restore reads or writes the published rule documents there.',
+  },
   data_dir_unusable: {
     status: null,
     message: 'The data directory cannot be created or written.',

@@ -36,22 +36,32 @@ function isAlive(pid: number): boolean {
   }
 }
 
-/** Removes what interrupted backups left (`<name>.<pid>.partial` of a process no longer running). */
+/**
+ * Removes what interrupted backups left (`<name>.<pid>.partial` of a process no longer running).
+ * Called before this process makes its own partial, so one named with this process's pid is not
+ * ours but a dead run's: in a container every run is the same pid (node under tini), and the
+ * partial of a run killed there would otherwise be kept for ever.
+ */
 export async function removeStalePartials(destination: string): Promise<string[]> {
   const removed: string[] = [];
   for (const entry of await readdir(destination)) {
     const match = PARTIAL_NAME.exec(entry);
-    if (!match || isAlive(Number(match[2]))) continue;
+    if (!match) continue;
+    const pid = Number(match[2]);
+    if (pid !== process.pid && isAlive(pid)) continue;
     await rm(path.join(destination, entry), { recursive: true, force: true });
     removed.push(entry);
   }
   return removed;
 }
 
-/** Keeps the newest `keep` complete backups; returns the removed ones. */
-export async function pruneBackups(destination: string, keep: number): Promise<string[]> {
-  const all = await completeBackups(destination);
-  const doomed = all.slice(0, Math.max(0, all.length - keep));
+/**
+ * Keeps the newest `keep` complete backups, `made` (the one just written) always among them, whatever
+ * its name says (a clock stepped back names it older than earlier ones); returns the removed ones.
+ */
+export async function pruneBackups(destination: string, keep: number, made: string): Promise<string[]> {
+  const others = (await completeBackups(destination)).filter((dir) => dir !== made);
+  const doomed = others.slice(0, Math.max(0, others.length - Math.max(0, keep - 1)));
   for (const dir of doomed) await rm(dir, { recursive: true, force: true });
   return doomed;
 }

@@ -46,6 +46,8 @@ export interface BackupSummary {
   blobs: { count: number; bytes: number } & Record<BlobOutcome, number>;
   removedPartials: string[];
   pruned: string[];
+  /** Why removing older backups (`keep`) failed; the backup itself was made. */
+  pruneError?: string;
 }
 
 async function writeFileDurably(file: string, text: string): Promise<void> {
@@ -119,7 +121,15 @@ export async function runBackup(options: BackupOptions): Promise<BackupSummary> 
     const final = path.join(destination, name);
     await rename(partial, final);
     await fsyncDirectory(destination);
-    const pruned = options.keep === undefined ? [] : await pruneBackups(destination, options.keep);
+    // The backup is made: failing to remove old ones is reported with it, never as a failed backup.
+    let pruned: string[] = [];
+    let pruneError: string | undefined;
+    if (options.keep !== undefined)
+      try {
+        pruned = await pruneBackups(destination, options.keep, final);
+      } catch (err) {
+        pruneError = (err as Error).message;
+      }
     return {
       backup: final,
       snapshotTime: dump.snapshotTime,
@@ -128,6 +138,7 @@ export async function runBackup(options: BackupOptions): Promise<BackupSummary> 
       blobs: { count: dump.blobs.length, bytes, ...outcomes },
       removedPartials,
       pruned,
+      ...(pruneError !== undefined ? { pruneError } : {}),
     };
   } catch (err) {
     await rm(partial, { recursive: true, force: true });

@@ -54,8 +54,16 @@ const quoteIdent = (name: string) => `"${name.replaceAll('"', '""')}"`;
 
 /** Writes the dump to `file` (created, fsynced); the snapshot is released before it returns. */
 export async function dumpDatabase(pool: pg.Pool, file: string, signal?: AbortSignal): Promise<DatabaseDump> {
-  const client = await pool.connect();
+  // The file first: a file that cannot be made (no descriptors, no inodes) must not leave a
+  // pooled connection checked out, which would keep pool.end() from ever returning.
   const out = await open(file, 'wx', 0o600);
+  let client: pg.PoolClient;
+  try {
+    client = await pool.connect();
+  } catch (err) {
+    await out.close();
+    throw err;
+  }
   const hash = createHash('sha256');
   let bytes = 0;
   const write = async (text: string) => {
