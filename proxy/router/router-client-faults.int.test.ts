@@ -152,7 +152,6 @@ describe('router: requests it cannot forward', () => {
     const counted = (await faultCounts()).duplicate_host ?? 0;
     const before = proxied;
     const linesBefore = router.logLines().length;
-    const bytesBefore = router.logs().length;
     const statuses = new Map<number, number>();
     let next = 0;
     const worker = async () => {
@@ -168,17 +167,20 @@ describe('router: requests it cannot forward', () => {
     expect((await faultCounts()).duplicate_host).toBe(counted + N);
     // A marked request after the flood: once its line is in, every line the flood caused is too.
     await markLog('after-flood');
-    const lines = router
+    const written = router
       .logLines()
       .slice(linesBefore)
       .filter((l) => l.reqId !== 'after-flood');
+    // A line of an earlier test (another kind) may still land in this window: only this flood's
+    // lines are bounded here, and every line in it is a client fault's.
+    const lines = written.filter((l) => l.kind === 'duplicate_host');
     expect(lines.length).toBeGreaterThan(0);
     expect(lines.length).toBeLessThanOrEqual(FAULT_LOG_LINES_PER_INTERVAL);
-    for (const line of lines) {
-      expect(line).toMatchObject({ level: 'info', kind: 'duplicate_host', code: 'malformed_request' });
+    for (const line of written) {
+      expect(line).toMatchObject({ level: 'info', code: 'malformed_request' });
       expect(line.err).toBeUndefined();
     }
-    expect(router.logs().length - bytesBefore).toBeLessThan(FAULT_LOG_LINES_PER_INTERVAL * 400);
+    expect(JSON.stringify(lines).length).toBeLessThan(FAULT_LOG_LINES_PER_INTERVAL * 400);
   }, 60_000);
 
   it('500 requests with two Authorization headers: 400 duplicate_authorization, none forwarded, all counted, a bounded number of lines', async () => {
