@@ -933,17 +933,23 @@ describe('HTTP/2 sessions, streams, idle GOAWAYs and resets sent are counted (/m
     session.on('error', () => {});
     const received = 'arkvory_http2_stream_resets_received_total';
     for (const code of [http2.constants.NGHTTP2_CANCEL, http2.constants.NGHTTP2_NO_ERROR]) {
-      const was = await scrape();
-      const download = session.request({ ':path': `${artifact}/content`, ...bearer(owner.key) });
-      download.on('error', () => {});
-      await new Promise((resolve) => download.once('data', resolve));
-      download.close(code);
-      let now = await scrape();
-      for (let i = 0; i < 20 && now(received) === was(received); i++) {
-        await sleep(50);
-        now = await scrape();
+      // A reset with NO_ERROR counts only when it arrives before the gateway ended its answer; on
+      // a loaded machine the 3 MiB may all be handed over first, so up to three downloads are tried.
+      let counted = 0;
+      for (let attempt = 0; attempt < 3 && counted === 0; attempt++) {
+        const was = await scrape();
+        const download = session.request({ ':path': `${artifact}/content`, ...bearer(owner.key) });
+        download.on('error', () => {});
+        await new Promise((resolve) => download.once('data', resolve));
+        download.close(code);
+        let now = await scrape();
+        for (let i = 0; i < 20 && now(received) === was(received); i++) {
+          await sleep(50);
+          now = await scrape();
+        }
+        counted = now(received) - was(received);
       }
-      expect(now(received) - was(received), `code ${code}`).toBe(1);
+      expect(counted, `code ${code}`).toBe(1);
     }
     session.destroy();
   });
