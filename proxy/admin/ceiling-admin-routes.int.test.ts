@@ -120,11 +120,9 @@ describe('repository ceilings', () => {
     expect((await call('GET', '/api/v1/admin/repository-ceilings')).body).toEqual({ repositories: [mirror] });
     const events = await audited('repository.ceiling');
     expect(events).toHaveLength(2);
-    // Each change once, with the ceiling it left (an audit row is written after its answer, so two
-    // changes in a row may be recorded in either order).
-    expect(events).toEqual(
-      expect.arrayContaining([expect.objectContaining({ target: { repository: 'mirror' }, details: mirror })]),
-    );
+    // Each change once, newest first, with the ceiling it left (a row is written before its answer ends).
+    expect(events.map((e) => e.details)).toEqual([mirror, { ...mirror, maxTransfers: 0 }]);
+    expect(events[0]).toMatchObject({ target: { repository: 'mirror' } });
   });
 
   it('answers 400 for a bad value and 404 for an unknown repository', async () => {

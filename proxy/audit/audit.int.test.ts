@@ -54,13 +54,17 @@ async function call(
   };
 }
 
-/** An API call that must succeed and be recorded as `action`. */
+/** An API call that must succeed and be recorded as `action`: its row is there when its answer ends. */
 async function apiAction(action: AuditAction, method: string, url: string, options: Parameters<typeof call>[2] = {}) {
   const res = await call(method, url, options);
   expect(res.status, `${method} ${url}: ${JSON.stringify(res.body)}`).toBeLessThan(300);
   expected.push({ action, kind: 'principal' });
-  await recordedSoFar();
+  expect(await rowCount(), `the audit row of ${action}, when its answer ended`).toBe(expected.length);
   return res;
+}
+
+async function rowCount(): Promise<number> {
+  return Number((await db.pool.query('SELECT count(*) AS n FROM arkvory_audit_events')).rows[0].n);
 }
 
 async function cli(action: AuditAction | null, args: string[], env: Record<string, string> = {}) {
@@ -74,22 +78,9 @@ async function rows(): Promise<Array<Record<string, unknown>>> {
   return (await db.pool.query('SELECT * FROM arkvory_audit_events ORDER BY id')).rows;
 }
 
-/**
- * Waits for the row of the action just answered. The API records just after it answers
- * (docs/observability.md), so without this wait the next action's row may be inserted first and
- * the trail's order would not be the order of the actions.
- */
-async function recordedSoFar(): Promise<void> {
-  const count = async () => Number((await db.pool.query('SELECT count(*) AS n FROM arkvory_audit_events')).rows[0].n);
-  await waitUntil(async () => (await count()) >= expected.length, {
-    what: `the audit row of ${expected.at(-1)?.action}`,
-    timeoutMs: 5000,
-  });
-}
-
-/** The recorded rows once all expected ones arrived (the API records just after it answers). */
+/** The recorded rows, all expected ones there (API rows before their answer ends, CLI rows before it exits). */
 async function settled(): Promise<Array<Record<string, unknown>>> {
-  await recordedSoFar();
+  expect(await rowCount()).toBe(expected.length);
   return rows();
 }
 
@@ -231,6 +222,30 @@ describe('every action leaves exactly one row', () => {
     expect(events[0]).toMatchObject({ requestId: b!.request_id, clientRequestId: firstId });
   });
 
+  it('the answer ends only once the row is written: a client that saw success finds it', async () => {
+    // The trail is held (inserts wait) while an action is made: its answer must wait with it.
+    const lock = await db.pool.connect();
+    let answered = false;
+    let pending: ReturnType<typeof call> | undefined;
+    try {
+      await lock.query('BEGIN');
+      await lock.query('LOCK TABLE arkvory_audit_events IN SHARE ROW EXCLUSIVE MODE');
+      pending = call('POST', '/api/v1/admin/repositories', { body: { name: 'au-held' } });
+      void pending.then(() => (answered = true));
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      expect(answered, 'answered while its audit row could not be written').toBe(false);
+    } finally {
+      await lock.query('COMMIT');
+      lock.release();
+    }
+    expect((await pending!).status).toBe(201);
+    expected.push({ action: 'repository.create', kind: 'principal' });
+    expect(await rowCount()).toBe(expected.length);
+    const last = (await rows()).at(-1)!;
+    expect(last.action).toBe('repository.create');
+    expect(JSON.stringify(last.details)).toContain('au-held');
+  });
+
   it('through the CLI, as the operator on this host', async () => {
     await cli('principal.create', ['principals', 'create', 'cli-sa']);
     await cli('principal.disable', ['principals', 'disable', 'cli-sa']);
@@ -317,7 +332,7 @@ describe('every action leaves exactly one row', () => {
       });
       expect(put.status, await put.text()).toBe(200);
       expected.push({ action: 'rule_override.set', kind: 'principal' });
-      await recordedSoFar();
+      expect(await rowCount()).toBe(expected.length);
       const removed = await fetch(url, { method: 'DELETE', headers: bearer(admin.key) });
       expect(removed.status).toBe(204);
       expected.push({ action: 'rule_override.remove', kind: 'principal' });

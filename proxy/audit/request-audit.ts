@@ -2,8 +2,9 @@
  * The gateway's audit sink: a route's action, once it succeeded, recorded with its principal, the
  * client address (through ARKVORY_TRUSTED_PROXIES), the gateway's request id (and the client's own
  * `X-Request-Id` apart from it), the route's parameters as the
- * target (or what the handler put in `ctx.auditTarget`) and what it put in `ctx.auditDetails`. A failed insert does not undo the action
- * already answered: it is logged at error with the whole entry, so the log keeps what the table missed.
+ * target (or what the handler put in `ctx.auditTarget`) and what it put in `ctx.auditDetails`. The server ends the action's answer only
+ * after this (proxy/server/http-server.ts). A failed insert does not undo the action: it is logged
+ * at error with the whole entry, so the log keeps what the table missed.
  */
 import type pg from 'pg';
 import type { Logger } from 'pino';

@@ -208,6 +208,9 @@ async function runRoute(
   gates: readonly Gate[],
   audit: AuditSink | undefined,
 ): Promise<void> {
+  // An audited action's answer ends only once its row is written (or its failure logged): a client
+  // that saw success finds the row, and one client's changes are recorded in the order it made them.
+  const held = route.audit && audit ? holdEnd(ctx.res) : undefined;
   try {
     for (const gate of gates) {
       const pending = gate(ctx);
@@ -229,7 +232,29 @@ async function runRoute(
       return;
     }
     answerError(ctx, err);
+  } finally {
+    held?.();
   }
+}
+
+/**
+ * Holds `res.end()` until the returned function is called, which ends the response as asked
+ * meanwhile (if it was). The head and body may leave before: only the end waits. For routes that
+ * answer with one `end` and never wait for their own response to finish (the audited JSON routes).
+ */
+function holdEnd(res: http.ServerResponse): () => void {
+  const end = res.end;
+  let asked: Parameters<typeof end> | undefined;
+  res.end = function (this: http.ServerResponse, ...args: Parameters<typeof end>) {
+    asked = args;
+    return this;
+  } as typeof end;
+  return () => {
+    // Back to the class's own method (this instance had none of its own).
+    Reflect.deleteProperty(res, 'end');
+    // A response cut meanwhile (a client gone, a failure after the head) has nothing left to end.
+    if (asked !== undefined && !res.destroyed) end.apply(res, asked);
+  };
 }
 
 /** The response closed before it finished, or the connection is gone (Node detaches it at the end: null). */
