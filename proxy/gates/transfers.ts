@@ -341,6 +341,9 @@ export function contentMeters(
       const repository = ctx.params.repo;
       const limits = repository === undefined ? undefined : repositoryCeilings(repository);
       if (repository !== undefined && limits !== undefined && limits.maxTransfers > 0 && !holding.has(ctx)) {
+        // The catalog, the store or a quota answered first: a client gone meanwhile had its 'close'
+        // already, and a hold released on it would never come back (the repository's bound, spent).
+        ctx.signal.throwIfAborted();
         const held = transfers.holdRepository(repository, limits.maxTransfers);
         holding.add(ctx);
         if (typeof held !== 'function')
