@@ -105,7 +105,8 @@ rate-limit rules kept in Redis), blobs/sha256/… (every blob that snapshot refe
 by sha256 as it is copied) and manifest.json (counts, bytes, snapshot time, its own sha256), written last.
 Runs beside a running writer; uploads published after the snapshot are not in it. Blobs already in an
 earlier backup under <destination> are hard-linked, as are the directory store's blobs when the
-destination is on the same filesystem. An interrupted backup leaves no manifest; the next run removes it.
+destination is on the same filesystem. An interrupted backup leaves no manifest; a later run removes it
+(a run on this host at once when its process is gone, one on another host after it was idle for 24 h).
 Uses ARKVORY_DATABASE_URL (or the embedded database of a running \`npm start\` on ARKVORY_DATA_DIR) and the
 store of ARKVORY_DATA_DIR / ARKVORY_STORAGE_URL. Progress on stderr (a bar on a terminal, JSON lines
 otherwise); a JSON summary on stdout. Exit codes: 0 done, 1 failed (nothing left under a backup's name),

@@ -7,10 +7,11 @@
  */
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rm, utimes, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, describe, expect, it } from 'vitest';
+import { localHostName, PARTIAL_STALE_MS } from '../../storage-adapter/backup/backup-dir.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { createTestDatabase, useTestDatabase, type TestDatabase } from '../../test/support/database.ts';
@@ -312,7 +313,11 @@ describe('an interrupted backup', () => {
     );
     child.kill('SIGKILL');
     await exited;
-    expect(await listPartials(destination)).toHaveLength(1);
+    expect(await listPartials(destination)).toEqual([
+      expect.stringMatching(
+        new RegExp(`^arkvory-\\w+\\.${localHostName().replaceAll('.', '\\.')}\\.${child.pid}\\.partial$`),
+      ),
+    ]);
     const entries = await readdir(destination, { recursive: true });
     expect(entries.filter((n) => String(n).endsWith('manifest.json'))).toEqual([]);
     const verify = await runCli(['restore', '--verify', destination], {});
@@ -338,10 +343,21 @@ describe('an interrupted backup', () => {
     expect(stderr).toContain('stopped by SIGTERM');
     expect(await listPartials(destination)).toEqual([]);
 
+    // Another host's partial bearing a pid that is dead here is that host's business until it is idle past the bound.
+    const foreignPartial = `arkvory-20261205T010000000Z.another-host.${child.pid}.partial`;
+    await mkdir(path.join(destination, foreignPartial));
     const first = await runCli(['backup', destination], env);
     expect(first.code, first.stderr).toBe(0);
-    const one = JSON.parse(first.stdout) as { backup: string; blobs: { count: number; reused: number } };
+    const one = JSON.parse(first.stdout) as {
+      backup: string;
+      blobs: { count: number; reused: number };
+      removedPartials: string[];
+    };
     expect(one.blobs).toMatchObject({ count: 8, reused: 0 });
+    expect(one.removedPartials).toEqual([]);
+    expect(await listPartials(destination)).toEqual([foreignPartial]);
+    const idle = new Date(Date.now() - PARTIAL_STALE_MS - 60_000);
+    await utimes(path.join(destination, foreignPartial), idle, idle);
     // A second backup reuses the first one's blobs; --keep 1 then removes the first.
     await put(gw, writer.key, 'later.bin', randomContent(1000));
     await sleep(5);
@@ -350,11 +366,14 @@ describe('an interrupted backup', () => {
     const two = JSON.parse(second.stdout) as {
       backup: string;
       pruned: string[];
+      removedPartials: string[];
       blobs: { count: number; reused: number; linked: number };
     };
     expect(two.blobs).toMatchObject({ count: 9, reused: 8, linked: 1 });
+    expect(two.removedPartials).toEqual([foreignPartial]);
     expect(two.pruned).toEqual([one.backup]);
     expect(existsSync(one.backup)).toBe(false);
+    expect(await readdir(destination)).toEqual([path.basename(two.backup)]);
     expect((await runCli(['restore', '--verify', destination], {})).code).toBe(0);
 
     // Restore onto the embedded default: a fresh data dir, no ARKVORY_DATABASE_URL; then `serve` on it.

@@ -1,15 +1,24 @@
-import { mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, rm, utimes, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import type pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
-import { pruneBackups, removeStalePartials } from './backup-dir.ts';
+import {
+  isPartialAbandoned,
+  localHostName,
+  PARTIAL_STALE_MS,
+  type ParsedPartial,
+  parsePartialName,
+  pruneBackups,
+  removeStalePartials,
+} from './backup-dir.ts';
 import { dumpDatabase } from './database-dump.ts';
-import { MANIFEST_FILE } from './manifest.ts';
+import { DATABASE_FILE, MANIFEST_FILE } from './manifest.ts';
 
-let dir: string;
+let dir: string | undefined;
 afterEach(async () => {
-  await rm(dir, { recursive: true, force: true });
+  if (dir !== undefined) await rm(dir, { recursive: true, force: true });
+  dir = undefined;
 });
 
 async function destination(): Promise<string> {
@@ -19,20 +28,77 @@ async function destination(): Promise<string> {
 
 async function completeBackup(at: string, name: string): Promise<string> {
   const backup = path.join(at, name);
-  await mkdir(backup);
+  await mkdir(path.join(backup, 'blobs'), { recursive: true });
+  await writeFile(path.join(backup, DATABASE_FILE), '');
+  await writeFile(path.join(backup, 'blobs', 'b1'), 'x');
   await writeFile(path.join(backup, MANIFEST_FILE), '{}');
   return backup;
 }
 
+const HOUR_MS = 3_600_000;
+const self = { host: 'this-host', pid: 4242 };
+
+describe('partial names', () => {
+  it.each([
+    ['arkvory-20261205T010000000Z.this-host.17.partial', { host: 'this-host', pid: 17 }],
+    ['arkvory-20261205T010000000Z.db1.example.org.17.partial', { host: 'db1.example.org', pid: 17 }],
+    ['arkvory-20261205T010000000Z-99.a.17.partial', { name: 'arkvory-20261205T010000000Z-99', host: 'a', pid: 17 }],
+    ['arkvory-20261205T010000000Z.17.partial', { host: undefined, pid: 17 }],
+  ])('%s', (entry, expected) => {
+    expect(parsePartialName(entry)).toMatchObject({ name: 'arkvory-20261205T010000000Z', ...expected });
+  });
+
+  it.each(['arkvory-20261205T010000000Z', 'arkvory-20261205T010000000Z.host.partial', 'other.1.partial'])(
+    '%s is no partial',
+    (entry) => expect(parsePartialName(entry)).toBeUndefined(),
+  );
+
+  it('carry a host name reduced to what a file name allows', () => {
+    expect(localHostName('db1.example.org')).toBe('db1.example.org');
+    expect(localHostName('a/b c')).toBe('a_b_c');
+    expect(localHostName('')).toBe('unknown-host');
+  });
+});
+
+describe('whether a partial is abandoned', () => {
+  const alive = new Set([1, 17]);
+  const partial = (host: string | undefined, pid: number): ParsedPartial => ({ name: 'arkvory-x', host, pid });
+  it.each([
+    ['this host, its process gone', partial('this-host', 99), HOUR_MS, true],
+    ['this host, its process running', partial('this-host', 17), HOUR_MS, false],
+    ['this host, our own pid (a dead run in a container)', partial('this-host', 4242), HOUR_MS, true],
+    [
+      'this host, process running but idle past the bound (a reused pid)',
+      partial('this-host', 17),
+      PARTIAL_STALE_MS + 1,
+      true,
+    ],
+    ['another host, a pid dead here', partial('other-host', 99), HOUR_MS, false],
+    ['another host, our own pid', partial('other-host', 4242), HOUR_MS, false],
+    ['another host, idle just up to the bound', partial('other-host', 99), PARTIAL_STALE_MS, false],
+    ['another host, idle past the bound', partial('other-host', 17), PARTIAL_STALE_MS + 1, true],
+    ['no host (named before hosts were), pid dead here', partial(undefined, 99), HOUR_MS, false],
+    ['no host, idle past the bound', partial(undefined, 17), PARTIAL_STALE_MS + 1, true],
+  ])('%s', (_, p, idleMs, expected) => {
+    expect(isPartialAbandoned(p, idleMs, self, (pid) => alive.has(pid))).toBe(expected);
+  });
+});
+
 describe('partials of interrupted backups', () => {
-  it("are removed when their process is gone, or named with this process's pid (a dead run in a container)", async () => {
+  it("of this host are removed when their process is gone or bears this process's pid; another host's only once idle past the bound", async () => {
     const at = await destination();
-    const own = `arkvory-20261205T010000000Z.${process.pid}.partial`;
-    const running = `arkvory-20261205T010000000Z.1.partial`;
-    const dead = `arkvory-20261205T010000000Z.999999999.partial`;
-    for (const name of [own, running, dead]) await mkdir(path.join(at, name));
-    expect((await removeStalePartials(at)).sort()).toEqual([dead, own].sort());
-    expect(await readdir(at)).toEqual([running]);
+    const here = { host: 'this-host', pid: process.pid };
+    const nowMs = Date.now();
+    const own = `arkvory-20261205T010000000Z.this-host.${process.pid}.partial`;
+    const running = 'arkvory-20261205T010000000Z.this-host.1.partial';
+    const dead = 'arkvory-20261205T010000000Z.this-host.999999999.partial';
+    const otherLive = 'arkvory-20261205T010000000Z.other-host.999999999.partial';
+    const otherStale = 'arkvory-20261205T010000000Z.other-host.1.partial';
+    for (const name of [own, running, dead, otherLive, otherStale]) await mkdir(path.join(at, name));
+    const idle = new Date(nowMs - PARTIAL_STALE_MS - HOUR_MS);
+    await utimes(path.join(at, otherStale), idle, idle);
+    expect((await removeStalePartials(at, here, nowMs)).sort()).toEqual([dead, otherStale, own].sort());
+    expect((await readdir(at)).sort()).toEqual([otherLive, running].sort());
   });
 });
 

@@ -1,15 +1,76 @@
 /** Names and listing of backups under a destination directory. */
 import { existsSync } from 'node:fs';
-import { readdir, rm } from 'node:fs/promises';
+import { readdir, rm, stat } from 'node:fs/promises';
+import os from 'node:os';
 import path from 'node:path';
 import { MANIFEST_FILE } from './manifest.ts';
 
 const BACKUP_NAME = /^arkvory-\d{8}T\d{6}\d{3}Z(-\d+)?$/;
-const PARTIAL_NAME = /^(arkvory-[0-9TZ-]+)\.(\d+)\.partial$/;
+// `<name>.<host>.<pid>.partial`; the host may hold dots (a domain name). Before hosts were named,
+// `<name>.<pid>.partial`: such a partial's host is unknown.
+const PARTIAL_NAME = /^(arkvory-[0-9TZ-]+)(?:\.([A-Za-z0-9._-]+))?\.(\d+)\.partial$/;
+
+/**
+ * A running backup refreshes its partial directory's mtime this often, so that a host which cannot
+ * ask the maker's pid (another host sharing the destination) can tell a live partial from a dead one.
+ */
+export const PARTIAL_HEARTBEAT_MS = 10 * 60_000;
+/**
+ * A partial whose mtime has not moved for this long is removed by any host. A live backup touches it
+ * every PARTIAL_HEARTBEAT_MS however long it runs (a paced backup has no upper bound; the systemd
+ * unit's TimeoutStartSec is 12 h), so only a stopped or dead one gets this old.
+ */
+export const PARTIAL_STALE_MS = 24 * 3_600_000;
+
+/** Who makes a partial: the host (as it names itself in file names) and the process on it. */
+export interface PartialMaker {
+  readonly host: string;
+  readonly pid: number;
+}
+
+/** `os.hostname()` reduced to the characters a partial's name allows. */
+export function localHostName(hostname = os.hostname()): string {
+  return hostname.replace(/[^A-Za-z0-9.-]/g, '_') || 'unknown-host';
+}
 
 /** `arkvory-20261201T120000123Z`: sorts by time as text. */
 export function backupName(nowMs: number): string {
   return `arkvory-${new Date(nowMs).toISOString().replace(/[-:.]/g, '')}`;
+}
+
+/** The directory a backup `name` is written in (or an old backup is removed from) by `maker`. */
+export function partialName(name: string, maker: PartialMaker): string {
+  return `${name}.${maker.host}.${maker.pid}.partial`;
+}
+
+export interface ParsedPartial {
+  readonly name: string;
+  /** Undefined for a partial named before partials carried their host. */
+  readonly host: string | undefined;
+  readonly pid: number;
+}
+
+export function parsePartialName(entry: string): ParsedPartial | undefined {
+  const match = PARTIAL_NAME.exec(entry);
+  if (!match) return undefined;
+  return { name: match[1]!, host: match[2], pid: Number(match[3]) };
+}
+
+/**
+ * Pure: whether a partial is left over from a run that will never finish it. Any partial idle for
+ * PARTIAL_STALE_MS is; a pid means something only on the host that made the partial, so before that
+ * only this host's partials are judged, by pid: one whose process is gone, or one named with our own
+ * pid (called before we make our own partial; in a container every run is the same pid).
+ */
+export function isPartialAbandoned(
+  partial: ParsedPartial,
+  idleMs: number,
+  self: PartialMaker,
+  isAlive: (pid: number) => boolean,
+): boolean {
+  if (idleMs > PARTIAL_STALE_MS) return true;
+  if (partial.host !== self.host) return false;
+  return partial.pid === self.pid || !isAlive(partial.pid);
 }
 
 /** Complete backups (a directory of our name holding a manifest), oldest first. */
@@ -37,19 +98,21 @@ function isAlive(pid: number): boolean {
 }
 
 /**
- * Removes what interrupted backups left (`<name>.<pid>.partial` of a process no longer running).
- * Called before this process makes its own partial, so one named with this process's pid is not
- * ours but a dead run's: in a container every run is the same pid (node under tini), and the
- * partial of a run killed there would otherwise be kept for ever.
+ * Removes what interrupted backups left (see isPartialAbandoned). Called before this
+ * process makes its own partial. A partial's idle time is measured from its directory's mtime.
  */
-export async function removeStalePartials(destination: string): Promise<string[]> {
+export async function removeStalePartials(destination: string, self: PartialMaker, nowMs: number): Promise<string[]> {
   const removed: string[] = [];
   for (const entry of await readdir(destination)) {
-    const match = PARTIAL_NAME.exec(entry);
-    if (!match) continue;
-    const pid = Number(match[2]);
-    if (pid !== process.pid && isAlive(pid)) continue;
-    await rm(path.join(destination, entry), { recursive: true, force: true });
+    const partial = parsePartialName(entry);
+    if (!partial) continue;
+    const dir = path.join(destination, entry);
+    const mtimeMs = await stat(dir).then(
+      (s) => s.mtimeMs,
+      () => undefined,
+    );
+    if (mtimeMs === undefined || !isPartialAbandoned(partial, nowMs - mtimeMs, self, isAlive)) continue;
+    await rm(dir, { recursive: true, force: true });
     removed.push(entry);
   }
   return removed;

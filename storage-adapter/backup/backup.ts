@@ -1,16 +1,25 @@
 /**
  * `arkvory backup`: one database snapshot plus every blob it references, into
- * `<destination>/<name>.<pid>.partial/`, renamed to `<destination>/<name>/` once the sealed manifest is
+ * `<destination>/<name>.<host>.<pid>.partial/`, renamed to `<destination>/<name>/` once the sealed manifest is
  * written. An interrupted backup therefore never has a manifest under a backup's name.
  */
 import { createHash } from 'node:crypto';
-import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
+import { mkdir, open, rename, rm, stat, utimes } from 'node:fs/promises';
 import path from 'node:path';
 import type pg from 'pg';
 import type { ByteMeter } from '../byte-meter.ts';
 import { fsyncDirectory } from '../../lib/fs-sync.ts';
 import type { ArtifactStore } from '../store.ts';
-import { backupName, completeBackups, pruneBackups, removeStalePartials } from './backup-dir.ts';
+import {
+  backupName,
+  completeBackups,
+  localHostName,
+  PARTIAL_HEARTBEAT_MS,
+  type PartialMaker,
+  partialName,
+  pruneBackups,
+  removeStalePartials,
+} from './backup-dir.ts';
 import { putBlob, type BlobOutcome } from './blob-copy.ts';
 import { dumpDatabase } from './database-dump.ts';
 import {
@@ -33,6 +42,8 @@ export interface BackupOptions {
   /** Keep only this many complete backups (the new one included); undefined keeps all. */
   readonly keep?: number | undefined;
   readonly nowMs: () => number;
+  /** Who makes this backup's partial directory; this host and process by default. */
+  readonly maker?: PartialMaker | undefined;
   readonly onProgress?: ((done: number, total: number, bytes: number) => void) | undefined;
   /** Rule documents kept outside the database (Redis), by limiter; read right after the snapshot. */
   readonly ruleDocuments?: (() => Promise<Record<string, unknown>>) | undefined;
@@ -63,12 +74,19 @@ async function writeFileDurably(file: string, text: string): Promise<void> {
 export async function runBackup(options: BackupOptions): Promise<BackupSummary> {
   const destination = path.resolve(options.destination);
   await mkdir(destination, { recursive: true });
-  const removedPartials = await removeStalePartials(destination);
+  const maker = options.maker ?? { host: localHostName(), pid: process.pid };
+  const removedPartials = await removeStalePartials(destination, maker, options.nowMs());
   const earlier = (await completeBackups(destination)).reverse();
   let name = backupName(options.nowMs());
-  if (earlier.some((dir) => path.basename(dir) === name)) name = `${name}-${process.pid}`;
-  const partial = path.join(destination, `${name}.${process.pid}.partial`);
+  if (earlier.some((dir) => path.basename(dir) === name)) name = `${name}-${maker.pid}`;
+  const partial = path.join(destination, partialName(name, maker));
   await mkdir(partial);
+  // Other hosts sharing the destination cannot ask our pid; a fresh mtime tells them we are alive.
+  const heartbeat = setInterval(() => {
+    const now = new Date(options.nowMs());
+    utimes(partial, now, now).catch(() => {});
+  }, PARTIAL_HEARTBEAT_MS);
+  heartbeat.unref();
   // Hard links only within one filesystem; across, a blob is copied in one pass (read, hash, write).
   const fsRoot =
     options.fsRoot !== undefined && (await stat(options.fsRoot)).dev === (await stat(partial)).dev
@@ -118,6 +136,7 @@ export async function runBackup(options: BackupOptions): Promise<BackupSummary> 
     options.signal?.throwIfAborted();
     await writeFileDurably(path.join(partial, MANIFEST_FILE), sealManifest(manifest));
     await fsyncDirectory(partial);
+    clearInterval(heartbeat);
     const final = path.join(destination, name);
     await rename(partial, final);
     await fsyncDirectory(destination);
@@ -141,6 +160,7 @@ export async function runBackup(options: BackupOptions): Promise<BackupSummary> 
       ...(pruneError !== undefined ? { pruneError } : {}),
     };
   } catch (err) {
+    clearInterval(heartbeat);
     await rm(partial, { recursive: true, force: true });
     throw err;
   }
