@@ -4,6 +4,7 @@ import path from 'node:path';
 import type pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
+  completeBackups,
   isPartialAbandoned,
   localHostName,
   PARTIAL_STALE_MS,
@@ -11,6 +12,7 @@ import {
   parsePartialName,
   pruneBackups,
   removeStalePartials,
+  resolveBackup,
 } from './backup-dir.ts';
 import { dumpDatabase } from './database-dump.ts';
 import { DATABASE_FILE, MANIFEST_FILE } from './manifest.ts';
@@ -107,7 +109,7 @@ describe('pruning', () => {
     const at = await destination();
     const later = await completeBackup(at, 'arkvory-20261205T020000000Z');
     const made = await completeBackup(at, 'arkvory-20261205T010000000Z');
-    expect(await pruneBackups(at, 1, made)).toEqual([later]);
+    expect(await pruneBackups(at, 1, made, self)).toEqual([later]);
     expect(await readdir(at)).toEqual([path.basename(made)]);
   });
 
@@ -115,8 +117,37 @@ describe('pruning', () => {
     const at = await destination();
     const names = ['arkvory-20261205T010000000Z', 'arkvory-20261205T020000000Z', 'arkvory-20261205T030000000Z'];
     const [oldest, middle, newest] = await Promise.all(names.map((n) => completeBackup(at, n)));
-    expect(await pruneBackups(at, 2, newest!)).toEqual([oldest]);
+    expect(await pruneBackups(at, 2, newest!, self)).toEqual([oldest]);
     expect((await readdir(at)).sort()).toEqual([path.basename(middle!), path.basename(newest!)]);
+  });
+
+  it('cut short, leaves no backup that looks complete with files missing, and the next backup removes the rest', async () => {
+    const at = await destination();
+    const old = await completeBackup(at, 'arkvory-20261205T010000000Z');
+    const made = await completeBackup(at, 'arkvory-20261205T020000000Z');
+    // Removal stops after one file, as when the process is killed.
+    const interrupted = async (dir: string) => {
+      await rm(path.join(dir, 'blobs', 'b1'));
+      throw new Error('killed');
+    };
+    await expect(pruneBackups(at, 1, made, self, interrupted)).rejects.toThrow('killed');
+    expect(await completeBackups(at)).toEqual([made]);
+    expect(await resolveBackup(at)).toBe(made);
+    const [left] = (await readdir(at)).filter((n) => n !== path.basename(made));
+    expect(left).toBe(`${path.basename(old)}.this-host.4242.partial`);
+    expect(await removeStalePartials(at, { host: 'this-host', pid: process.pid }, Date.now())).toEqual([left]);
+    expect(await readdir(at)).toEqual([path.basename(made)]);
+  });
+});
+
+describe('complete backups', () => {
+  it('are those holding a manifest and the database file: one half removed by an older version is not', async () => {
+    const at = await destination();
+    const whole = await completeBackup(at, 'arkvory-20261205T010000000Z');
+    const halfRemoved = await completeBackup(at, 'arkvory-20261205T020000000Z');
+    await rm(path.join(halfRemoved, DATABASE_FILE));
+    expect(await completeBackups(at)).toEqual([whole]);
+    expect(await resolveBackup(at)).toBe(whole);
   });
 });
 

@@ -1,9 +1,10 @@
 /** Names and listing of backups under a destination directory. */
 import { existsSync } from 'node:fs';
-import { readdir, rm, stat } from 'node:fs/promises';
+import { readdir, rename, rm, stat } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { MANIFEST_FILE } from './manifest.ts';
+import { fsyncDirectory } from '../../lib/fs-sync.ts';
+import { DATABASE_FILE, MANIFEST_FILE } from './manifest.ts';
 
 const BACKUP_NAME = /^arkvory-\d{8}T\d{6}\d{3}Z(-\d+)?$/;
 // `<name>.<host>.<pid>.partial`; the host may hold dots (a domain name). Before hosts were named,
@@ -73,19 +74,24 @@ export function isPartialAbandoned(
   return partial.pid === self.pid || !isAlive(partial.pid);
 }
 
-/** Complete backups (a directory of our name holding a manifest), oldest first. */
+/**
+ * Complete backups, oldest first: a directory of our name holding a manifest and the database file
+ * (a backup removed by an older version that was interrupted may keep its manifest and lose the rest).
+ */
 export async function completeBackups(destination: string): Promise<string[]> {
   const entries = await readdir(destination, { withFileTypes: true }).catch((err: NodeJS.ErrnoException) => {
     if (err.code === 'ENOENT') return [];
     throw err;
   });
   return entries
-    .filter(
-      (e) => e.isDirectory() && BACKUP_NAME.test(e.name) && existsSync(path.join(destination, e.name, MANIFEST_FILE)),
-    )
+    .filter((e) => e.isDirectory() && BACKUP_NAME.test(e.name) && looksComplete(path.join(destination, e.name)))
     .map((e) => e.name)
     .sort()
     .map((name) => path.join(destination, name));
+}
+
+function looksComplete(dir: string): boolean {
+  return existsSync(path.join(dir, MANIFEST_FILE)) && existsSync(path.join(dir, DATABASE_FILE));
 }
 
 function isAlive(pid: number): boolean {
@@ -98,7 +104,7 @@ function isAlive(pid: number): boolean {
 }
 
 /**
- * Removes what interrupted backups left (see isPartialAbandoned). Called before this
+ * Removes what interrupted backups and prunes left (see isPartialAbandoned). Called before this
  * process makes its own partial. A partial's idle time is measured from its directory's mtime.
  */
 export async function removeStalePartials(destination: string, self: PartialMaker, nowMs: number): Promise<string[]> {
@@ -121,11 +127,25 @@ export async function removeStalePartials(destination: string, self: PartialMake
 /**
  * Keeps the newest `keep` complete backups, `made` (the one just written) always among them, whatever
  * its name says (a clock stepped back names it older than earlier ones); returns the removed ones.
+ * Each is first renamed to a partial of `self`, in one step with its manifest, so a prune cut short
+ * never leaves a backup that looks complete with files missing; the next backup removes the rest.
+ * `remove` removes a directory tree (fs `rm`; tests cut it short).
  */
-export async function pruneBackups(destination: string, keep: number, made: string): Promise<string[]> {
+export async function pruneBackups(
+  destination: string,
+  keep: number,
+  made: string,
+  self: PartialMaker,
+  remove: (dir: string) => Promise<void> = (dir) => rm(dir, { recursive: true, force: true }),
+): Promise<string[]> {
   const others = (await completeBackups(destination)).filter((dir) => dir !== made);
   const doomed = others.slice(0, Math.max(0, others.length - Math.max(0, keep - 1)));
-  for (const dir of doomed) await rm(dir, { recursive: true, force: true });
+  for (const dir of doomed) {
+    const removing = path.join(destination, partialName(path.basename(dir), self));
+    await rename(dir, removing);
+    await fsyncDirectory(destination);
+    await remove(removing);
+  }
   return doomed;
 }
 

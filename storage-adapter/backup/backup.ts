@@ -145,7 +145,7 @@ export async function runBackup(options: BackupOptions): Promise<BackupSummary> 
     let pruneError: string | undefined;
     if (options.keep !== undefined)
       try {
-        pruned = await pruneBackups(destination, options.keep, final);
+        pruned = await pruneBackups(destination, options.keep, final, maker);
       } catch (err) {
         pruneError = (err as Error).message;
       }
