@@ -5,6 +5,13 @@ import { availableParallelism } from 'node:os';
 import { workerCount, type WorkersSetting } from './worker-count.ts';
 import type { SecretSource } from './secret-files.ts';
 
+/**
+ * The default ARKVORY_CACHE_MAX_FILES is one slice file per this many bytes of ARKVORY_CACHE_MAX_BYTES:
+ * ext4's default bytes-per-inode, so a cache filling a filesystem of its own made with defaults
+ * runs out of neither; with slices of 16 KiB or more (8 MiB by default) only the byte bound binds.
+ */
+const CACHE_BYTES_PER_FILE = 16384;
+
 /** What the cross-variable checks derived (see cross-checks.ts). */
 export interface Derived {
   shared: Config['shared'];
@@ -130,6 +137,8 @@ export function buildConfig(v: VariableValues, derived: Derived, cwd: string): C
         return dir === undefined ? undefined : path.resolve(cwd, dir);
       })(),
       maxBytes: v.num('ARKVORY_CACHE_MAX_BYTES'),
+      maxFiles:
+        v.optNum('ARKVORY_CACHE_MAX_FILES') ?? Math.floor(v.num('ARKVORY_CACHE_MAX_BYTES') / CACHE_BYTES_PER_FILE),
       minFreeBytes: v.num('ARKVORY_CACHE_MIN_FREE_BYTES'),
       sliceBytes: v.num('ARKVORY_CACHE_SLICE_BYTES'),
       readaheadSlices: v.num('ARKVORY_CACHE_READAHEAD_SLICES'),

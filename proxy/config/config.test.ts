@@ -30,6 +30,15 @@ describe('loadConfig', () => {
     expect(config.admission.maxDownloadsPerPrincipal).toBe(4);
   });
 
+  it('derives the slice cache file bound from its byte bound (one file per 16 KiB) unless set', () => {
+    expect(loadConfig({}).sliceCache.maxFiles).toBe(655360);
+    expect(loadConfig({ ARKVORY_CACHE_MAX_BYTES: '1048576' }).sliceCache.maxFiles).toBe(64);
+    expect(
+      loadConfig({ ARKVORY_CACHE_MAX_BYTES: '1048576', ARKVORY_CACHE_MAX_FILES: '1000' }).sliceCache.maxFiles,
+    ).toBe(1000);
+    expect(() => loadConfig({ ARKVORY_CACHE_MAX_FILES: '0' })).toThrow(/ARKVORY_CACHE_MAX_FILES/);
+  });
+
   it('derives the per-principal download cap as min(4, MAX_DOWNLOADS)', () => {
     expect(loadConfig({ ARKVORY_MAX_DOWNLOADS: '2' }).admission.maxDownloadsPerPrincipal).toBe(2);
     expect(

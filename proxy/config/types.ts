@@ -111,6 +111,8 @@ export interface Config {
     /** Undefined: no cache. */
     readonly dir: string | undefined;
     readonly maxBytes: number;
+    /** Slice files (each an inode, however small); by default one per 16 KiB of `maxBytes`. */
+    readonly maxFiles: number;
     readonly minFreeBytes: number;
     /** The slice size publish and scrub record digests with. */
     readonly sliceBytes: number;

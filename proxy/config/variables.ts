@@ -486,6 +486,11 @@ export const VARIABLES: readonly VariableSpec[] = [
     doc: "Upper bound on the disk the slice cache's slices take (each counted in whole 4 KiB blocks); least recently used slices are evicted first.",
   },
   {
+    name: 'ARKVORY_CACHE_MAX_FILES',
+    kind: { type: 'int', min: 1, max: 2 ** 32 },
+    doc: "Upper bound on the slice cache's files (slices held plus being written): a slice of a few bytes still takes an inode, which ARKVORY_CACHE_MAX_BYTES does not see; least recently used slices are evicted first. Default: ARKVORY_CACHE_MAX_BYTES / 16384 (ext4's default of one inode per 16 KiB), so it binds only when the average slice is smaller than 16 KiB.",
+  },
+  {
     name: 'ARKVORY_CACHE_MIN_FREE_BYTES',
     kind: { type: 'int', min: 0, max: 1024 * TiB },
     defaultValue: '1073741824',

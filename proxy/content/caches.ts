@@ -118,6 +118,7 @@ async function openSliceCache(services: Services, store: ArtifactStore, watcher:
   const cache = await SliceCache.open({
     dir: sliceCache.dir!,
     maxBytes: sliceCache.maxBytes,
+    maxFiles: sliceCache.maxFiles,
     minFreeBytes: sliceCache.minFreeBytes,
     log,
   });
@@ -159,7 +160,14 @@ async function openSliceCache(services: Services, store: ArtifactStore, watcher:
     await running;
   });
   log.info(
-    { dir: sliceCache.dir, maxBytes: sliceCache.maxBytes, heldBytes: cache.stats.heldBytes, store: store.kind },
+    {
+      dir: sliceCache.dir,
+      maxBytes: sliceCache.maxBytes,
+      maxFiles: sliceCache.maxFiles,
+      heldBytes: cache.stats.heldBytes,
+      heldSlices: cache.stats.heldSlices,
+      store: store.kind,
+    },
     'slice cache open',
   );
   return cache;

@@ -313,7 +313,7 @@ export const GATEWAY_METRICS = [
     name: 'arkvory_slice_cache_evictions_total',
     type: 'counter',
     labels: [],
-    help: 'Slices evicted (least recently used) to stay under `ARKVORY_CACHE_MAX_BYTES` and `ARKVORY_CACHE_MIN_FREE_BYTES`.',
+    help: 'Slices evicted (least recently used) to stay under `ARKVORY_CACHE_MAX_BYTES`, `ARKVORY_CACHE_MAX_FILES` and `ARKVORY_CACHE_MIN_FREE_BYTES`.',
   },
   {
     name: 'arkvory_slice_cache_relayed_fills_total',

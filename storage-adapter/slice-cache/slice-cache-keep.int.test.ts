@@ -26,7 +26,13 @@ describe('SliceCache: a slice over the write-behind bound', () => {
     };
     const sha256 = 'cd'.repeat(32);
     dir = await makeTempDir('arkvory-slice-keep-');
-    const cache = await SliceCache.open({ dir, maxBytes: 2 ** 40, minFreeBytes: 0, log: { info() {}, warn() {} } });
+    const cache = await SliceCache.open({
+      dir,
+      maxBytes: 2 ** 40,
+      maxFiles: 2 ** 32,
+      minFreeBytes: 0,
+      log: { info() {}, warn() {} },
+    });
     let originReads = 0;
     // The store's side of a fill: zeros, as the digest says.
     const origin = async (): Promise<BlobReader> => {

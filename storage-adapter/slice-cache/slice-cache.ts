@@ -21,9 +21,9 @@
  * its reads, not an open and a close per slice. A descriptor is closed when its slice leaves the
  * index, or at its last reader's release if it is being read then.
  *
- * Bounds: the bytes of slices on disk plus the slices being written stay under `maxBytes`, and
- * the filesystem keeps `minFreeBytes` free; the least recently used unpinned slices are evicted to
- * make room. When no room can be made (every slice in use, a fill larger than the bound, a full
+ * Bounds: the bytes of slices on disk plus the slices being written stay under `maxBytes`, their
+ * files under `maxFiles` (a tiny slice still costs an inode), and the filesystem keeps
+ * `minFreeBytes` free; the least recently used unpinned slices are evicted to make room. When no room can be made (every slice in use, a fill larger than the bound, a full
  * disk), the fill is relayed from memory to its readers and not kept: a degraded miss, never an
  * error. A missing or deleted directory is a cold start: it is made again.
  */
@@ -37,7 +37,7 @@ import { type SliceDigests, sliceDigest, sliceRange } from '../slice-digests.ts'
 import type { BlobReader } from '../store.ts';
 import { Fill } from './fill.ts';
 import { SliceBuffers } from './slice-buffers.ts';
-import { diskBytes, type IndexedSlice, SliceIndex } from './slice-index.ts';
+import { diskBytes, excessOver, type IndexedSlice, SliceIndex } from './slice-index.ts';
 
 export interface SliceCacheLog {
   info(obj: object, msg: string): void;
@@ -47,6 +47,8 @@ export interface SliceCacheLog {
 export interface SliceCacheOptions {
   readonly dir: string;
   readonly maxBytes: number;
+  /** Slice files held plus being written (ARKVORY_CACHE_MAX_FILES). */
+  readonly maxFiles: number;
   readonly minFreeBytes: number;
   readonly log: SliceCacheLog;
 }
@@ -130,12 +132,15 @@ export class SliceCache {
   /** Descriptors of slices whose file changed while others read through them (#retireFile). */
   readonly #retired = new Map<IndexedSlice, FileHandle[]>();
   #reserved = 0;
+  /** Slice files being written under a reservation (#makeRoom): one per reservation. */
+  #reservedFiles = 0;
   /** Bytes of verified slices queued for or being written to their files (WRITE_BEHIND_MAX_BYTES). */
   #behind = 0;
   /** The last slice file write queued (#keep): files are written one at a time. */
   #writes: Promise<void> = Promise.resolve();
   /** Bytes of evicted slices whose files are still being removed: still on disk, so still counted. */
   #unlinking = 0;
+  #unlinkingFiles = 0;
   #closed = false;
   readonly stats: SliceCacheStats = {
     hitRequests: 0,
@@ -651,6 +656,7 @@ export class SliceCache {
       if (!reserved) return;
       reserved = false;
       this.#reserved -= diskBytes(bytes);
+      this.#reservedFiles--;
     };
     const temp = path.join(this.#options.dir, 'tmp', `${key}.${randomUUID()}`);
     const target = this.#file(key);
@@ -708,15 +714,14 @@ export class SliceCache {
   }
 
   /**
-   * Evicts least recently used slices until `bytes` more fit under both bounds and reserves them;
-   * false (nothing reserved) when they cannot. The check, the choice of victims and the reservation
-   * happen in one synchronous step after the only wait (statfs), so concurrent fills cannot all
-   * pass on the same room; bytes of files being removed count until they are gone.
+   * Evicts least recently used slices until one more slice file of `sliceBytes` fits under every
+   * bound and reserves it; false (nothing reserved) when it cannot. The check, the choice of victims
+   * and the reservation happen in one synchronous step after the only wait (statfs), so concurrent
+   * fills cannot all pass on the same room; files being removed count until they are gone.
    */
   async #makeRoom(sliceBytes: number): Promise<boolean> {
-    const { maxBytes, minFreeBytes } = this.#options;
     const bytes = diskBytes(sliceBytes);
-    if (bytes > maxBytes) return false;
+    if (bytes > this.#options.maxBytes) return false;
     let free: number;
     try {
       const fs = await statfs(this.#options.dir);
@@ -724,14 +729,20 @@ export class SliceCache {
     } catch {
       return false;
     }
-    // Reserved fills have not written their bytes yet: statfs does not see them.
-    const over = Math.max(
-      this.#index.bytes + this.#reserved + this.#unlinking + bytes - maxBytes,
-      minFreeBytes + this.#reserved + bytes - free,
+    const excess = excessOver(
+      this.#options,
+      {
+        bytes: this.#index.bytes + this.#reserved + this.#unlinking,
+        files: this.#index.size + this.#reservedFiles + this.#unlinkingFiles,
+      },
+      { bytes: this.#reserved, files: this.#reservedFiles },
+      free,
+      sliceBytes,
     );
-    const victims = over <= 0 ? [] : this.#index.victims(over);
+    const victims = excess && this.#index.victims(excess.bytes, excess.files);
     if (!victims) return false;
     this.#reserved += bytes;
+    this.#reservedFiles++;
     if (victims.length === 0) return true;
     let freed = 0;
     for (const victim of victims) {
@@ -741,10 +752,12 @@ export class SliceCache {
       freed += diskBytes(victim.bytes);
     }
     this.#unlinking += freed;
+    this.#unlinkingFiles += victims.length;
     this.#updateHeld();
     for (const victim of victims) {
       await unlink(this.#file(victim.key)).catch(() => {});
       this.#unlinking -= diskBytes(victim.bytes);
+      this.#unlinkingFiles--;
     }
     return true;
   }

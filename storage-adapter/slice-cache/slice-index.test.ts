@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { diskBytes, type IndexedSlice, SliceIndex } from './slice-index.ts';
+import { diskBytes, excessOver, type IndexedSlice, SliceIndex } from './slice-index.ts';
 
 /** One filesystem block: sizes below are whole blocks, so what is counted is what is asked. */
 const B = 4096;
@@ -68,6 +68,16 @@ describe('SliceIndex', () => {
     expect(index.bytes).toBe(140 * B);
   });
 
+  it('frees files as well as bytes: enough slices for both, whatever their size', () => {
+    const index = indexOf(slice('a', 1), slice('b', 1), slice('c', 10 * B), slice('d', 1));
+    expect(keys(index.victims(0, 2))).toEqual(['a', 'b']);
+    expect(keys(index.victims(B, 2))).toEqual(['a', 'b']);
+    expect(keys(index.victims(3 * B, 2))).toEqual(['a', 'b', 'c']);
+    expect(keys(index.victims(0, 4))).toEqual(['a', 'b', 'c', 'd']);
+    expect(index.victims(0, 5)).toBeUndefined();
+    expect(keys(index.victims(-1, 0))).toEqual([]);
+  });
+
   it('asks for nothing when nothing needs freeing', () => {
     const index = indexOf({ ...slice('a', 10 * B), pins: 1 });
     expect(index.victims(0)).toEqual([]);
@@ -83,5 +93,47 @@ describe('SliceIndex', () => {
     expect(index.ofBlob('z'.repeat(64))).toEqual([]);
     expect(index.blobs()).toEqual(new Set([x, y]));
     expect(new SliceIndex().blobs()).toEqual(new Set());
+  });
+});
+
+describe('excessOver: what must be evicted before one more slice file fits', () => {
+  const bounds = { maxBytes: 100 * B, maxFiles: 10, minFreeBytes: 5 * B };
+  const none = { bytes: 0, files: 0 };
+  it.each([
+    ['room for both', { bytes: 50 * B, files: 5 }, none, 1000 * B, B, { bytes: -49 * B, files: -4 }],
+    ['the byte bound reached', { bytes: 100 * B, files: 5 }, none, 1000 * B, B, { bytes: B, files: -4 }],
+    // 9 files of a few bytes each: far under the byte bound, yet the tenth file is the last.
+    [
+      'the file bound reached by tiny slices',
+      { bytes: 9 * B, files: 9 },
+      none,
+      1000 * B,
+      1,
+      { bytes: -90 * B, files: 0 },
+    ],
+    ['past the file bound', { bytes: 10 * B, files: 10 }, none, 1000 * B, 1, { bytes: -89 * B, files: 1 }],
+    [
+      'reserved files count',
+      { bytes: 10 * B, files: 12 },
+      { bytes: 2 * B, files: 2 },
+      1000 * B,
+      1,
+      { bytes: -89 * B, files: 3 },
+    ],
+    // Reserved bytes are not written yet: statfs does not see them.
+    [
+      'the free-space floor',
+      { bytes: 10 * B, files: 1 },
+      { bytes: 2 * B, files: 1 },
+      7 * B,
+      B,
+      { bytes: B, files: -8 },
+    ],
+  ])('%s', (_, used, reserved, freeBytes, sliceBytes, expected) => {
+    expect(excessOver(bounds, used, reserved, freeBytes, sliceBytes)).toEqual(expected);
+  });
+
+  it('gives up on a slice larger than the byte bound', () => {
+    expect(excessOver(bounds, none, none, 1000 * B, 100 * B + 1)).toBeUndefined();
   });
 });

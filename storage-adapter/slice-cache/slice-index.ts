@@ -27,6 +27,39 @@ export function diskBytes(bytes: number): number {
   return Math.ceil(bytes / DISK_BLOCK_BYTES) * DISK_BLOCK_BYTES;
 }
 
+/** What the cache holds or has promised on disk, in disk bytes (diskBytes) and files. */
+export interface DiskUse {
+  readonly bytes: number;
+  readonly files: number;
+}
+
+export interface CacheBounds {
+  readonly maxBytes: number;
+  /** Slice files: each costs an inode whatever its size, which the byte bound does not see. */
+  readonly maxFiles: number;
+  readonly minFreeBytes: number;
+}
+
+/**
+ * How much must be evicted before one more slice file of `sliceBytes` fits: `used` counts the slices
+ * indexed, reserved and still being unlinked; `reserved` alone is what statfs's `freeBytes` does not
+ * see yet. Undefined when the slice can never fit (larger than a bound by itself). Pure.
+ */
+export function excessOver(
+  bounds: CacheBounds,
+  used: DiskUse,
+  reserved: DiskUse,
+  freeBytes: number,
+  sliceBytes: number,
+): DiskUse | undefined {
+  const bytes = diskBytes(sliceBytes);
+  if (bytes > bounds.maxBytes || bounds.maxFiles < 1) return undefined;
+  return {
+    bytes: Math.max(used.bytes + bytes - bounds.maxBytes, bounds.minFreeBytes + reserved.bytes + bytes - freeBytes),
+    files: used.files + 1 - bounds.maxFiles,
+  };
+}
+
 export class SliceIndex {
   readonly #slices = new Map<string, IndexedSlice>();
   #bytes = 0;
@@ -64,18 +97,18 @@ export class SliceIndex {
   }
 
   /**
-   * The oldest unpinned slices whose removal frees at least `bytes` of disk, or undefined when even all of
-   * them would not (then nothing should be removed for this purpose).
+   * The oldest unpinned slices whose removal frees at least `bytes` of disk and `files` files, or
+   * undefined when even all of them would not (then nothing should be removed for this purpose).
    */
-  victims(bytes: number): IndexedSlice[] | undefined {
-    if (bytes <= 0) return [];
+  victims(bytes: number, files = 0): IndexedSlice[] | undefined {
+    if (bytes <= 0 && files <= 0) return [];
     const chosen: IndexedSlice[] = [];
     let freed = 0;
     for (const slice of this.#slices.values()) {
       if (slice.pins > 0) continue;
       chosen.push(slice);
       freed += diskBytes(slice.bytes);
-      if (freed >= bytes) return chosen;
+      if (freed >= bytes && chosen.length >= files) return chosen;
     }
     return undefined;
   }

@@ -63,7 +63,13 @@ const origin = async (): Promise<BlobReader> => ({
 
 async function openCache(at?: string): Promise<SliceCache> {
   dir = at ?? (await fsPromises.mkdtemp(path.join(os.tmpdir(), 'arkvory-slice-open-')));
-  return SliceCache.open({ dir, maxBytes: 16 * SLICE, minFreeBytes: 0, log: { info() {}, warn() {} } });
+  return SliceCache.open({
+    dir,
+    maxBytes: 16 * SLICE,
+    maxFiles: 2 ** 32,
+    minFreeBytes: 0,
+    log: { info() {}, warn() {} },
+  });
 }
 
 /** The blob's one slice filled from the origin and kept on disk. */

@@ -69,7 +69,7 @@ afterEach(async () => {
 
 async function openCache(): Promise<SliceCache> {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'arkvory-slice-runs-'));
-  const cache = await SliceCache.open({ dir, maxBytes: 64 * SLICE, minFreeBytes: 0, log: quiet });
+  const cache = await SliceCache.open({ dir, maxBytes: 64 * SLICE, maxFiles: 2 ** 32, minFreeBytes: 0, log: quiet });
   opened.push({ dir, cache });
   return cache;
 }

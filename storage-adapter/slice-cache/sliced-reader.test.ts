@@ -47,7 +47,13 @@ afterEach(async () => {
 async function openCache(): Promise<SliceCache> {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'arkvory-sliced-reader-'));
   dirs.push(dir);
-  const cache = await SliceCache.open({ dir, maxBytes: 256 * SLICE, minFreeBytes: 0, log: { info() {}, warn() {} } });
+  const cache = await SliceCache.open({
+    dir,
+    maxBytes: 256 * SLICE,
+    maxFiles: 2 ** 32,
+    minFreeBytes: 0,
+    log: { info() {}, warn() {} },
+  });
   caches.push(cache);
   return cache;
 }
