@@ -1,18 +1,20 @@
-import { mkdir, mkdtemp, readdir, rm, utimes, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import type pg from 'pg';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import {
   completeBackups,
   isPartialAbandoned,
   localHostName,
+  PARTIAL_HEARTBEAT_MS,
   PARTIAL_STALE_MS,
   type ParsedPartial,
   parsePartialName,
   pruneBackups,
   removeStalePartials,
   resolveBackup,
+  startPartialHeartbeat,
 } from './backup-dir.ts';
 import { dumpDatabase } from './database-dump.ts';
 import { DATABASE_FILE, MANIFEST_FILE } from './manifest.ts';
@@ -101,6 +103,35 @@ describe('partials of interrupted backups', () => {
     await utimes(path.join(at, otherStale), idle, idle);
     expect((await removeStalePartials(at, here, nowMs)).sort()).toEqual([dead, otherStale, own].sort());
     expect((await readdir(at)).sort()).toEqual([otherLive, running].sort());
+  });
+});
+
+describe("a running backup's heartbeat", () => {
+  it("moves its partial's mtime every PARTIAL_HEARTBEAT_MS, and no more once stopped", async () => {
+    const at = await destination();
+    const partial = path.join(at, 'arkvory-20261205T010000000Z.this-host.1.partial');
+    await mkdir(partial);
+    const longAgo = new Date(Date.now() - 2 * PARTIAL_STALE_MS);
+    await utimes(partial, longAgo, longAgo);
+    const nowMs = Math.floor(Date.now() / 1000) * 1000;
+    const mtimeMs = async () => (await stat(partial)).mtimeMs;
+    vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval'] });
+    try {
+      const stop = startPartialHeartbeat(partial, () => nowMs);
+      vi.advanceTimersByTime(PARTIAL_HEARTBEAT_MS - 1);
+      await new Promise((r) => setTimeout(r, 50));
+      expect(await mtimeMs()).toBe(longAgo.getTime());
+      vi.advanceTimersByTime(1);
+      for (let i = 0; i < 100 && (await mtimeMs()) !== nowMs; i++) await new Promise((r) => setTimeout(r, 10));
+      expect(await mtimeMs()).toBe(nowMs);
+      stop();
+      await utimes(partial, longAgo, longAgo);
+      vi.advanceTimersByTime(2 * PARTIAL_HEARTBEAT_MS);
+      await new Promise((r) => setTimeout(r, 50));
+      expect(await mtimeMs()).toBe(longAgo.getTime());
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });
 

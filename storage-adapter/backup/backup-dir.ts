@@ -1,6 +1,6 @@
 /** Names and listing of backups under a destination directory. */
 import { existsSync } from 'node:fs';
-import { readdir, rename, rm, stat } from 'node:fs/promises';
+import { readdir, rename, rm, stat, utimes } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fsyncDirectory } from '../../lib/fs-sync.ts';
@@ -27,6 +27,20 @@ export const PARTIAL_STALE_MS = 24 * 3_600_000;
 export interface PartialMaker {
   readonly host: string;
   readonly pid: number;
+}
+
+/**
+ * Refreshes a partial's mtime every PARTIAL_HEARTBEAT_MS until the returned stop is called, so that
+ * other hosts sharing the destination see it live (isPartialAbandoned); a failed touch is ignored
+ * (the partial may be being removed on abort).
+ */
+export function startPartialHeartbeat(dir: string, nowMs: () => number): () => void {
+  const timer = setInterval(() => {
+    const now = new Date(nowMs());
+    utimes(dir, now, now).catch(() => {});
+  }, PARTIAL_HEARTBEAT_MS);
+  timer.unref();
+  return () => clearInterval(timer);
 }
 
 /** `os.hostname()` reduced to the characters a partial's name allows. */

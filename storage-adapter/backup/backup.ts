@@ -4,7 +4,7 @@
  * written. An interrupted backup therefore never has a manifest under a backup's name.
  */
 import { createHash } from 'node:crypto';
-import { mkdir, open, rename, rm, stat, utimes } from 'node:fs/promises';
+import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type pg from 'pg';
 import type { ByteMeter } from '../byte-meter.ts';
@@ -14,11 +14,11 @@ import {
   backupName,
   completeBackups,
   localHostName,
-  PARTIAL_HEARTBEAT_MS,
   type PartialMaker,
   partialName,
   pruneBackups,
   removeStalePartials,
+  startPartialHeartbeat,
 } from './backup-dir.ts';
 import { putBlob, type BlobOutcome } from './blob-copy.ts';
 import { dumpDatabase } from './database-dump.ts';
@@ -82,11 +82,7 @@ export async function runBackup(options: BackupOptions): Promise<BackupSummary> 
   const partial = path.join(destination, partialName(name, maker));
   await mkdir(partial);
   // Other hosts sharing the destination cannot ask our pid; a fresh mtime tells them we are alive.
-  const heartbeat = setInterval(() => {
-    const now = new Date(options.nowMs());
-    utimes(partial, now, now).catch(() => {});
-  }, PARTIAL_HEARTBEAT_MS);
-  heartbeat.unref();
+  const stopHeartbeat = startPartialHeartbeat(partial, options.nowMs);
   // Hard links only within one filesystem; across, a blob is copied in one pass (read, hash, write).
   const fsRoot =
     options.fsRoot !== undefined && (await stat(options.fsRoot)).dev === (await stat(partial)).dev
@@ -136,7 +132,7 @@ export async function runBackup(options: BackupOptions): Promise<BackupSummary> 
     options.signal?.throwIfAborted();
     await writeFileDurably(path.join(partial, MANIFEST_FILE), sealManifest(manifest));
     await fsyncDirectory(partial);
-    clearInterval(heartbeat);
+    stopHeartbeat();
     const final = path.join(destination, name);
     await rename(partial, final);
     await fsyncDirectory(destination);
@@ -160,7 +156,7 @@ export async function runBackup(options: BackupOptions): Promise<BackupSummary> 
       ...(pruneError !== undefined ? { pruneError } : {}),
     };
   } catch (err) {
-    clearInterval(heartbeat);
+    stopHeartbeat();
     await rm(partial, { recursive: true, force: true });
     throw err;
   }
