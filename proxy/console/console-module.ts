@@ -1,6 +1,6 @@
 /**
  * The operator console (writer only): static page and assets under `/console/`, sign-in with an
- * admin key into an in-memory session (HttpOnly, SameSite=Strict cookie, Path=/console), and the
+ * admin key into an in-memory session (HttpOnly, SameSite=Strict cookie; `__Host-`, Path=/ over https), and the
  * JSON the page polls under `/console/api/…`. Every `/console/api/` request is authenticated again
  * with the session's key by the ordinary auth gate (see `credentials`), so scopes, revocation and
  * the rate limiters apply exactly as on the admin API; every state change also needs the session's
@@ -16,18 +16,11 @@ import type { IssuedCredentials } from '../gates/auth-gate.ts';
 import type { Services } from '../server/services.ts';
 import { accessRoutes } from './access-routes.ts';
 import { assetRoutes } from './asset-routes.ts';
-import { API_PREFIX } from './console-http.ts';
+import { API_PREFIX, isHttps } from './console-http.ts';
 import { RateSamples } from './rate-samples.ts';
 import { ruleRoutes } from './rule-routes.ts';
 import { sessionRoutes } from './session-routes.ts';
-import {
-  ConsoleSessions,
-  CSRF_HEADER,
-  csrfMatches,
-  readCookie,
-  SESSION_COOKIE,
-  type ConsoleSession,
-} from './sessions.ts';
+import { ConsoleSessions, CSRF_HEADER, csrfMatches, readSessionId, type ConsoleSession } from './sessions.ts';
 import { statusRoute } from './status-route.ts';
 import { usageRoutes } from './usage-routes.ts';
 
@@ -74,7 +67,7 @@ export function createConsole(
   return {
     credentials(ctx) {
       if (!ctx.route.startsWith(API_PREFIX)) return ctx.req.headers.authorization;
-      const session = sessions.get(readCookie(ctx.req.headers.cookie, SESSION_COOKIE));
+      const session = sessions.get(readSessionId(ctx.req.headers.cookie, isHttps(ctx.req)));
       if (!session)
         throw new PolicyError(
           'unauthorized',

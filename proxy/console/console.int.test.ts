@@ -150,6 +150,11 @@ describe('sign-in and session', () => {
     expect(
       json(await call('GET', '/console/session', { cookie: 'arkvory_console=forged0000000000000000000000' })),
     ).toEqual({ signedIn: false });
+    // In clear only the plain name is read: a browser never sends a __Host- cookie over plain HTTP.
+    const id = cookie.slice(cookie.indexOf('=') + 1);
+    expect(json(await call('GET', '/console/session', { cookie: `__Host-arkvory_console=${id}` }))).toEqual({
+      signedIn: false,
+    });
   });
 
   it('refuses every console API call without a live session', async () => {

@@ -1,6 +1,7 @@
 /**
  * Console sessions: sign in with an admin key (in the Authorization header, never a URL or form),
- * resume after a reload, sign out. The session cookie is HttpOnly, SameSite=Strict, Path=/console.
+ * resume after a reload, sign out. The session cookie is HttpOnly, SameSite=Strict; over https it is
+ * `__Host-arkvory_console` (Secure, Path=/), over plain HTTP `arkvory_console` (Path=/console).
  */
 import type { Principal } from '../../policy/auth/principal.ts';
 import { PolicyError } from '../../policy/errors.ts';
@@ -11,8 +12,7 @@ import {
   clearedSessionCookie,
   type ConsoleSession,
   type ConsoleSessions,
-  readCookie,
-  SESSION_COOKIE,
+  readSessionId,
   sessionCookie,
 } from './sessions.ts';
 
@@ -49,7 +49,7 @@ export function sessionRoutes(deps: {
     // Resume after a reload: the page cannot read its HttpOnly cookie, so it asks. Public, so a
     // page opened before sign-in is not counted as a failed authentication.
     page(['GET'], '/console/session', async (ctx) => {
-      const session = sessions.get(readCookie(ctx.req.headers.cookie, SESSION_COOKIE));
+      const session = sessions.get(readSessionId(ctx.req.headers.cookie, isHttps(ctx.req)));
       let live = session !== undefined;
       if (session) {
         try {

@@ -1,6 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../../policy/clock.ts';
-import { ConsoleSessions, csrfMatches, readCookie, sessionCookie } from './sessions.ts';
+import {
+  ConsoleSessions,
+  clearedSessionCookie,
+  csrfMatches,
+  readCookie,
+  readSessionId,
+  sessionCookie,
+} from './sessions.ts';
 
 function sessions(clock: ManualClock, maxSessions = 10) {
   let n = 0;
@@ -71,10 +78,28 @@ describe('cookies', () => {
     expect(readCookie(undefined, 'arkvory_console')).toBeUndefined();
   });
 
-  it('sets HttpOnly, SameSite=Strict, Path=/console', () => {
+  it('sets HttpOnly, SameSite=Strict, Path=/console over plain HTTP', () => {
     expect(sessionCookie('id', 60, false)).toBe(
       'arkvory_console=id; Path=/console; HttpOnly; SameSite=Strict; Max-Age=60',
     );
-    expect(sessionCookie('id', 60, true)).toMatch(/; Secure$/);
+    expect(clearedSessionCookie(false)).toBe('arkvory_console=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0');
+  });
+
+  // A browser keeps a __Host- cookie only with Secure, Path=/ and no Domain (RFC 6265bis 4.1.3.2).
+  it('is __Host-arkvory_console with Secure, Path=/ and no Domain when Secure, set and cleared alike', () => {
+    expect(sessionCookie('id', 60, true)).toBe(
+      '__Host-arkvory_console=id; Path=/; HttpOnly; SameSite=Strict; Max-Age=60; Secure',
+    );
+    expect(clearedSessionCookie(true)).toBe(
+      '__Host-arkvory_console=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0; Secure',
+    );
+  });
+
+  it('reads only the name the transport allows: the plain one never over https, the prefixed one never in clear', () => {
+    const both = 'arkvory_console=tossed; __Host-arkvory_console=real';
+    expect(readSessionId(both, true)).toBe('real');
+    expect(readSessionId('arkvory_console=tossed', true)).toBeUndefined();
+    expect(readSessionId(both, false)).toBe('tossed');
+    expect(readSessionId('__Host-arkvory_console=real', false)).toBeUndefined();
   });
 });

@@ -1,6 +1,6 @@
 /**
  * Console sign-in sessions, held in the writer's memory only (a restart signs everyone out).
- * A session binds a random id (the HttpOnly cookie) to the admin key it was opened with and to a
+ * A session binds a random id (the HttpOnly cookie, `__Host-` prefixed over https) to the admin key it was opened with and to a
  * CSRF token the page sends back as `X-CSRF-Token` on every state change. The key is kept so every
  * console request is authenticated again with it: revoking or disabling the key ends the session
  * within the authenticator's 2 s revocation bound. Time comes from the injected clock.
@@ -8,7 +8,13 @@
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Clock } from '../../policy/clock.ts';
 
+/** The session cookie's name over plain HTTP (browsers refuse a `__Host-` cookie without `Secure`). */
 export const SESSION_COOKIE = 'arkvory_console';
+/**
+ * Its name when it is `Secure`: the browser keeps a `__Host-` cookie only if it came over https with
+ * Path=/ and no Domain, so a sibling subdomain or a plain-HTTP page cannot plant or overwrite it.
+ */
+export const SECURE_SESSION_COOKIE = `__Host-${SESSION_COOKIE}`;
 export const CSRF_HEADER = 'x-csrf-token';
 
 export interface ConsoleSession {
@@ -125,11 +131,32 @@ export function readCookie(header: string | undefined, name: string): string | u
   return undefined;
 }
 
-/** `Set-Cookie` for a session: HttpOnly, SameSite=Strict, only under /console. */
+/**
+ * The one name a session cookie has on a request: the `__Host-` one when the cookie is `Secure`
+ * (https), else the plain one. Never both: accepting the plain name over https would let a tossed
+ * cookie stand in for the prefixed one.
+ */
+export function sessionCookieName(secure: boolean): string {
+  return secure ? SECURE_SESSION_COOKIE : SESSION_COOKIE;
+}
+
+/** The session id a request carries under the name its transport allows (see `sessionCookieName`). */
+export function readSessionId(header: string | undefined, secure: boolean): string | undefined {
+  return readCookie(header, sessionCookieName(secure));
+}
+
+/**
+ * `Set-Cookie` for a session: HttpOnly, SameSite=Strict. Over https `__Host-…; Path=/; Secure` (the
+ * prefix demands Path=/); over plain HTTP the plain name, only under /console.
+ */
 export function sessionCookie(id: string, maxAgeSeconds: number, secure: boolean): string {
-  return `${SESSION_COOKIE}=${id}; Path=/console; HttpOnly; SameSite=Strict; Max-Age=${maxAgeSeconds}${secure ? '; Secure' : ''}`;
+  return `${sessionCookieName(secure)}=${id}; ${cookieScope(secure)}; HttpOnly; SameSite=Strict; Max-Age=${maxAgeSeconds}${secure ? '; Secure' : ''}`;
 }
 
 export function clearedSessionCookie(secure: boolean): string {
-  return `${SESSION_COOKIE}=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0${secure ? '; Secure' : ''}`;
+  return `${sessionCookieName(secure)}=; ${cookieScope(secure)}; HttpOnly; SameSite=Strict; Max-Age=0${secure ? '; Secure' : ''}`;
+}
+
+function cookieScope(secure: boolean): string {
+  return secure ? 'Path=/' : 'Path=/console';
 }

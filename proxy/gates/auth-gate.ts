@@ -14,7 +14,7 @@ import { GatewayError } from '../server/errors.ts';
 import { createTrustedProxies, normalizeAddress, type TrustedProxies } from '../router/forwarded.ts';
 import type { Config } from '../config/config.ts';
 import { isLoopbackAddress, peerCertificateOf } from '../tls/peer-certificate.ts';
-import { readCookie, SESSION_COOKIE } from '../console/sessions.ts';
+import { readCookie, SECURE_SESSION_COOKIE, SESSION_COOKIE } from '../console/sessions.ts';
 
 /** How the transport counts (docs/tls.md): client certificates, and credentials sent in clear. */
 export interface TransportPolicy {
@@ -70,11 +70,16 @@ export function createAuthGate(
     if (lifecycle.state === 'fenced') throw new PolicyError('lease_lost');
     const presigned =
       links !== undefined && ctx.req.headers.authorization === undefined && hasPresignParams(ctx.url.searchParams);
+    // Before the console's session lookup: a session cookie sent in clear is refused as such even
+    // when that transport does not read its name (a `__Host-` one reaching a plain-HTTP hop).
+    if (
+      transport?.refusePlainHttpCredentials &&
+      (presigned || carriesCredential(ctx)) &&
+      sentInClear(ctx, transport.trusted)
+    )
+      throw new GatewayError('tls_required');
     const given = presigned ? undefined : credentials(ctx);
     if (transport) {
-      const supplied = presigned || given !== undefined || carriesCredential(ctx);
-      if (supplied && transport.refusePlainHttpCredentials && sentInClear(ctx, transport.trusted))
-        throw new GatewayError('tls_required');
       if (transport.clientCert !== 'off') {
         const other = presigned ? 'link' : typeof given === 'object' ? given.authorization : given;
         const byCertificate = certificatePrincipal(auth, ctx, transport, other);
@@ -180,10 +185,14 @@ function checkPublic(ctx: RequestContext, transport: TransportPolicy): undefined
   return undefined;
 }
 
-/** An Authorization header (a key, Basic, a token) or the console's session cookie. */
+/** An Authorization header (a key, Basic, a token) or the console's session cookie under either name. */
 function carriesCredential(ctx: RequestContext): boolean {
   const { authorization, cookie } = ctx.req.headers;
-  return authorization !== undefined || readCookie(cookie, SESSION_COOKIE) !== undefined;
+  return (
+    authorization !== undefined ||
+    readCookie(cookie, SESSION_COOKIE) !== undefined ||
+    readCookie(cookie, SECURE_SESSION_COOKIE) !== undefined
+  );
 }
 
 /** Whether the client sent this request over plain HTTP across a network (a trusted proxy's X-Forwarded-Proto decides behind one). */

@@ -176,7 +176,7 @@ describe('over HTTP/2 (curl --http2)', () => {
     const signIn = await curl('/console/session', { method: 'POST', headers: bearer(adminKey) });
     expect(signIn.status, signIn.body.toString()).toBe(201);
     const cookie = signIn.headers['set-cookie']![0]!.split(';')[0]!;
-    expect(cookie).toMatch(/^arkvory_console=/);
+    expect(cookie).toMatch(/^__Host-arkvory_console=/);
     // Served over this listener's own TLS: a browser never sends the cookie over plain HTTP.
     expect(signIn.headers['set-cookie']![0]).toMatch(/; Secure(;|$)/);
     const csrf = String(json(signIn).csrfToken);

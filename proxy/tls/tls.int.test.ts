@@ -612,13 +612,18 @@ describe('credentials over plain HTTP', () => {
     ).toBe(200);
     expect((await list(bearer(owner.key))).status).toBe(200); // loopback client, no proxy
     // Credentials public routes read are refused in clear too: the /metrics token; and a console
-    // session (opened here by a loopback client, then sent by one behind the plain-HTTP proxy).
+    // session (opened here by a loopback client behind the https proxy, so its cookie is the
+    // __Host- one, then sent by one behind the plain-HTTP proxy).
     const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
-    const signIn = await fetch(`${gw.url}/console/session`, { method: 'POST', headers: bearer(admin.key) });
-    expect(signIn.status).toBe(201);
-    const cookie = signIn.headers.get('set-cookie')!.split(';')[0]!;
     const inClear = { 'x-forwarded-proto': 'http', 'x-forwarded-for': '192.0.2.7' };
     const overTls = { 'x-forwarded-proto': 'https', 'x-forwarded-for': '192.0.2.7' };
+    const signIn = await fetch(`${gw.url}/console/session`, {
+      method: 'POST',
+      headers: { ...bearer(admin.key), 'x-forwarded-proto': 'https' },
+    });
+    expect(signIn.status).toBe(201);
+    const cookie = signIn.headers.get('set-cookie')!.split(';')[0]!;
+    expect(cookie).toMatch(/^__Host-arkvory_console=/);
     for (const [route, credential] of [
       ['/metrics', { authorization: 'Bearer a-metrics-token' }],
       ['/console/session', { cookie }],

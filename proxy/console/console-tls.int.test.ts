@@ -1,0 +1,141 @@
+/**
+ * The console's session cookie on a gateway serving TLS itself: `__Host-arkvory_console` (Secure,
+ * Path=/, no Domain), so neither a sibling subdomain nor a plain-HTTP page can plant or overwrite it,
+ * and the plain `arkvory_console` name is not read there (a tossed cookie must not stand in for it).
+ * Checked over HTTP/1.1 with node's https client, then in Debian's chromium, which keeps a
+ * `__Host-` cookie only when its attributes obey the prefix's rules.
+ */
+import { existsSync } from 'node:fs';
+import type { IncomingHttpHeaders } from 'node:http';
+import https from 'node:https';
+import { chromium } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bearer, createServiceAccount } from '../../test/support/auth.ts';
+import { CHROMIUM, CHROMIUM_ARGS } from '../../test/support/chromium.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import {
+  type CertificateAuthority,
+  createCertificateAuthority,
+  issueServerCertificate,
+  waitUntil,
+} from '../../test/harness/index.ts';
+
+interface Answer {
+  status: number;
+  headers: IncomingHttpHeaders;
+  body: Buffer;
+}
+
+const db = useTestDatabase();
+let ca: CertificateAuthority;
+let gw: GatewayProcess;
+let origin: string;
+let adminKey: string;
+
+function httpsRequest(path: string, options: { method?: string; headers?: Record<string, string> } = {}) {
+  return new Promise<Answer>((resolve, reject) => {
+    const req = https.request(
+      `${origin}${path}`,
+      { method: options.method ?? 'GET', headers: options.headers, ca: ca.certPem, agent: false },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }),
+        );
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+const json = (a: Answer) => JSON.parse(a.body.toString()) as Record<string, unknown>;
+
+beforeAll(async () => {
+  if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: apt-get install chromium (.ci/run installs it)`);
+  const dir = await makeTempDir('arkvory-console-tls-');
+  ca = await createCertificateAuthority(dir);
+  const cert = await issueServerCertificate(ca, dir);
+  ({ key: adminKey } = await createServiceAccount(db.pool, { name: 'tls-console-admin', scopes: ['admin'] }));
+  gw = await startGateway({
+    env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_TLS_CERT_FILE: cert.certFile, ARKVORY_TLS_KEY_FILE: cert.keyFile },
+    waitFor: 'none',
+  });
+  origin = `https://127.0.0.1:${gw.port}`;
+  await waitUntil(async () => (await httpsRequest('/health/status')).status === 200, {
+    what: 'the gateway to serve HTTPS',
+    timeoutMs: 60_000,
+    retryOnError: true,
+    process: gw,
+  });
+}, 90_000);
+
+afterAll(() => gw?.stop());
+
+describe('the console session cookie over the gateway’s own TLS', () => {
+  it('is __Host-arkvory_console with Secure, Path=/ and no Domain; the same id under the plain name is not a session', async () => {
+    const signIn = await httpsRequest('/console/session', { method: 'POST', headers: bearer(adminKey) });
+    expect(signIn.status, signIn.body.toString()).toBe(201);
+    const setCookie = signIn.headers['set-cookie']![0]!;
+    expect(setCookie).toMatch(/^__Host-arkvory_console=[A-Za-z0-9_-]{40,}; Path=\/; HttpOnly; SameSite=Strict; /);
+    expect(setCookie).toMatch(/; Secure(;|$)/);
+    expect(setCookie).not.toMatch(/domain=/i);
+    const cookie = setCookie.split(';')[0]!;
+    const id = cookie.slice(cookie.indexOf('=') + 1);
+    const csrf = String(json(signIn).csrfToken);
+
+    expect(json(await httpsRequest('/console/session', { headers: { cookie } }))).toMatchObject({ signedIn: true });
+    expect((await httpsRequest('/console/api/status', { headers: { cookie } })).status).toBe(200);
+    // A cookie tossed under the plain name (by a sibling subdomain or over plain HTTP) is ignored.
+    const tossed = `arkvory_console=${id}`;
+    expect(json(await httpsRequest('/console/session', { headers: { cookie: tossed } }))).toEqual({ signedIn: false });
+    const refused = await httpsRequest('/console/api/status', { headers: { cookie: tossed } });
+    expect(refused.status).toBe(401);
+    expect(json(refused).code).toBe('unauthorized');
+
+    const out = await httpsRequest('/console/api/session', {
+      method: 'DELETE',
+      headers: { cookie, 'x-csrf-token': csrf },
+    });
+    expect(out.status).toBe(204);
+    // Cleared under the same name and path, or the browser would keep the live one.
+    expect(out.headers['set-cookie']![0]).toBe(
+      '__Host-arkvory_console=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0; Secure',
+    );
+  });
+
+  it('chromium keeps the __Host- cookie, sends it back after a reload, and drops it on sign-out', async () => {
+    const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
+    try {
+      // The test CA is not in chromium's store; the origin is still https, so Secure cookies apply.
+      const context = await browser.newContext({ ignoreHTTPSErrors: true });
+      const page = await context.newPage();
+      page.setDefaultTimeout(15_000);
+      await page.goto(`${origin}/console/`);
+      await page.fill('#admin-key', adminKey);
+      await page.click('#sign-in-form button[type=submit]');
+      await page.waitForSelector('#app', { state: 'visible' });
+      const kept = await context.cookies(origin);
+      expect(kept).toEqual([
+        expect.objectContaining({
+          name: '__Host-arkvory_console',
+          path: '/',
+          domain: '127.0.0.1',
+          secure: true,
+          httpOnly: true,
+          sameSite: 'Strict',
+        }),
+      ]);
+      await page.reload();
+      await page.waitForSelector('#app', { state: 'visible' });
+      await page.click('#sign-out');
+      await page.waitForSelector('#sign-in', { state: 'visible' });
+      expect(await context.cookies(origin)).toEqual([]);
+    } finally {
+      await browser.close();
+    }
+  }, 60_000);
+});
