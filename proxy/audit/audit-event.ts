@@ -3,6 +3,7 @@
  * written, an event as it is read back, and the filters of a listing. docs/observability.md lists
  * the actions; test/contract checks that list against this catalogue.
  */
+import { parseInstant } from '../../lib/calendar-date.ts';
 import { decodeCursor, pageLimit } from '../../policy/auth/page.ts';
 import { GatewayError } from '../server/errors.ts';
 
@@ -104,8 +105,8 @@ const NOUN = /^[a-z][a-z_]*$/;
 const INT8_MAX = 9223372036854775807n;
 
 function instant(raw: string, name: string): Date {
-  const at = /^\d{4}-\d{2}-\d{2}([T ][0-9:.]+(Z|[+-]\d{2}:?\d{2})?)?$/.test(raw) ? new Date(raw) : undefined;
-  if (!at || Number.isNaN(at.getTime()))
+  const at = parseInstant(raw);
+  if (!at)
     throw new GatewayError('invalid_request', `${name} must be a date or an ISO 8601 time, e.g. 2026-01-31T12:00:00Z`);
   return at;
 }

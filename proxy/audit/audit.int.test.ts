@@ -399,6 +399,25 @@ describe('reading the trail', () => {
     expect((await call('GET', '/api/v1/admin/audit', { key: writerAccount.key })).status).toBe(403);
   }, 60_000);
 
+  // Date rolled these over (2024-02-30 read as March 1st) and filtered by a day nobody asked for.
+  it('refuses a since or until that does not exist with the 400 of any malformed time', async () => {
+    gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url }, dataDir: gw.dataDir });
+    const malformed = await call('GET', '/api/v1/admin/audit?since=yesterday');
+    expect(malformed.status).toBe(400);
+    for (const name of ['since', 'until']) {
+      for (const raw of ['2024-02-30', '2023-02-29', '2024-04-31', '2024-02-30T12:00:00Z', '2024-01-01T24:00:00Z']) {
+        const res = await call('GET', `/api/v1/admin/audit?${name}=${encodeURIComponent(raw)}`);
+        expect(res.status, `${name}=${raw}`).toBe(400);
+        expect(res.body, `${name}=${raw}`).toEqual({
+          code: 'invalid_request',
+          message: String(malformed.body.message).replace(/^since/, name),
+        });
+      }
+      const leapDay = await call('GET', `/api/v1/admin/audit?${name}=2024-02-29T23:59:59%2B02:00`);
+      expect(leapDay.status, `${name} on a leap day`).toBe(200);
+    }
+  }, 60_000);
+
   it('`arkvory audit list` prints JSON lines with the same filters, one page or --all', async () => {
     const out = await cli(null, ['audit', 'list', '--action', 'principal.create']);
     const lines = out.stdout

@@ -1,4 +1,5 @@
 /** The filters of the usage statistics listings, checked (pure): admin API query and CLI options alike. */
+import { isCalendarDay } from '../../lib/calendar-date.ts';
 import { GatewayError } from '../server/errors.ts';
 
 export const STATS_DEFAULT_LIMIT = 100;
@@ -12,19 +13,10 @@ function whole(raw: string | undefined, name: string, min: number, max: number, 
   return n;
 }
 
-/**
- * A calendar day PostgreSQL takes as `::date`. Date rolls `2024-02-30` over to March 1st, so the
- * day must come back as written; year 0 does not exist for PostgreSQL (1 BC).
- */
+/** A calendar day PostgreSQL takes as `::date` (an impossible one would be a 500 there). */
 function day(raw: string | undefined, name: string): string | undefined {
   if (raw === undefined || raw === '') return undefined;
-  const parsed = new Date(`${raw}T00:00:00Z`);
-  if (
-    !/^\d{4}-\d{2}-\d{2}$/.test(raw) ||
-    Number.isNaN(parsed.getTime()) ||
-    parsed.toISOString().slice(0, 10) !== raw ||
-    parsed.getUTCFullYear() < 1
-  )
+  if (!isCalendarDay(raw))
     throw new GatewayError('invalid_request', `${name} must be a calendar day from 0001-01-01, YYYY-MM-DD`);
   return raw;
 }
