@@ -5,6 +5,8 @@ import {
   hasPresignParams,
   isOutdatedLink,
   linkLifetime,
+  outlivesMaxLifetime,
+  PRESIGN_CLOCK_SKEW_SECONDS,
   parsePresignQuery,
   presignQueryString,
   signatureMatches,
@@ -132,5 +134,22 @@ describe('pre-signed link signatures', () => {
       ok: false,
       problem: 'expiresInSeconds must be an integer from 1 to 600 (ARKVORY_PRESIGN_MAX_EXPIRES_SECONDS)',
     });
+  });
+});
+
+describe('outlivesMaxLifetime: the current maximum applies to links already made', () => {
+  const T = 1_800_000_000;
+  const MAX = 3600;
+  const SKEW = PRESIGN_CLOCK_SKEW_SECONDS;
+  it.each([
+    // [issuedAt, expiresAt, now (s), outlives?]
+    [T, T + MAX, T, false],
+    [T, T + MAX + 1, T, true],
+    [T, T + 7200, T + 5000, true], // made for 2 h under an older maximum, whatever is left
+    [T - 100, T + 600, T, false],
+    [T + SKEW, T + SKEW + MAX, T, false], // made on a host a minute ahead
+    [T + SKEW + 1, T + SKEW + 1 + MAX, T, true], // signed in the future beyond the slack
+  ])('issued %i, expires %i, checked at %i: %s', (issuedAt, expiresAt, nowS, expected) => {
+    expect(outlivesMaxLifetime({ issuedAt, expiresAt }, nowS * 1000, MAX)).toBe(expected);
   });
 });

@@ -129,6 +129,29 @@ export function presignQueryString(fields: PresignFields, signature: string): st
   return q.toString();
 }
 
+/**
+ * Slack for the clocks of the gateway that made a link and the one checking it: a link made for the
+ * whole maximum and checked on a host a few seconds behind still has no more than the maximum left.
+ */
+export const PRESIGN_CLOCK_SKEW_SECONDS = 60;
+
+/**
+ * True when a link outlives the current maximum (`ARKVORY_PRESIGN_MAX_EXPIRES_SECONDS`, which may
+ * have been lowered since it was made): made for longer (`expiresAt − issuedAt`, both signed), or
+ * with more than the maximum still to run at `nowMs` (beyond the clock slack). Lowering the maximum
+ * thus shortens links already issued.
+ */
+export function outlivesMaxLifetime(
+  link: Pick<PresignFields, 'issuedAt' | 'expiresAt'>,
+  nowMs: number,
+  maxSeconds: number,
+): boolean {
+  return (
+    link.expiresAt - link.issuedAt > maxSeconds ||
+    link.expiresAt * 1000 - nowMs > (maxSeconds + PRESIGN_CLOCK_SKEW_SECONDS) * 1000
+  );
+}
+
 /** A link's lifetime in seconds: the request's (default `defaultSeconds`), within 1..max; else the problem text. */
 export function linkLifetime(
   requested: unknown,

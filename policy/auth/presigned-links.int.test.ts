@@ -23,7 +23,7 @@ const SHA = 'ab'.repeat(32);
 beforeAll(async () => {
   auth = new Authenticator({ pool: db.pool, databaseUrl: db.url, clock, log: createLogger('silent') });
   await auth.start();
-  links = new PresignedLinks({ pool: db.pool, auth, clock });
+  links = new PresignedLinks({ pool: db.pool, auth, clock, maxLifetimeSeconds: 604800 });
   await createRepository(db.pool, 'libs');
 });
 afterAll(async () => {

@@ -21,6 +21,7 @@ import type { Principal } from './principal.ts';
 import {
   canonicalPath,
   isOutdatedLink,
+  outlivesMaxLifetime,
   parsePresignQuery,
   presignQueryString,
   signatureMatches,
@@ -89,12 +90,15 @@ export class PresignedLinks {
   readonly #pool: pg.Pool;
   readonly #auth: Authenticator;
   readonly #clock: Clock;
+  readonly #maxLifetimeSeconds: number;
   #cache: { generation: number; rows: SecretRow[] } | undefined;
 
-  constructor(options: { pool: pg.Pool; auth: Authenticator; clock: Clock }) {
+  /** `maxLifetimeSeconds`: ARKVORY_PRESIGN_MAX_EXPIRES_SECONDS now, checked again on every use. */
+  constructor(options: { pool: pg.Pool; auth: Authenticator; clock: Clock; maxLifetimeSeconds: number }) {
     this.#pool = options.pool;
     this.#auth = options.auth;
     this.#clock = options.clock;
+    this.#maxLifetimeSeconds = options.maxLifetimeSeconds;
   }
 
   async #secrets(options: { fresh?: boolean } = {}): Promise<SecretRow[]> {
@@ -173,7 +177,8 @@ export class PresignedLinks {
 
   /**
    * The principal a link acts for and the sha256 of the content it was made for; a bad, expired,
-   * rotated-out or revoked link is the same 401 as a bad key, a link of the first format 410
+   * rotated-out or revoked link, or one that outlives the current maximum lifetime, is the same 401
+   * as a bad key, a link of the first format 410
    * `link_outdated`, one made before its principal was last disabled 401.
    */
   async authenticate(pathname: string, query: URLSearchParams): Promise<{ principal: Principal; sha256: string }> {
@@ -187,6 +192,8 @@ export class PresignedLinks {
     if (!secret || (secret.retiresAtMs !== null && secret.retiresAtMs <= nowMs)) throw unauthorized();
     const { signature, ...signed } = link;
     if (!signatureMatches(secret.secret, { path, ...signed }, signature)) throw unauthorized();
+    // A maximum lowered since the link was made (after a leak, say) applies to it too.
+    if (outlivesMaxLifetime(link, nowMs, this.#maxLifetimeSeconds)) throw unauthorized();
     const principal = await this.#auth.authenticateKeyId(link.keyId);
     // Re-enabling a principal restores its keys, not the links made before it was disabled.
     if (principal.disabledAtMs !== undefined && link.issuedAt * 1000 < principal.disabledAtMs) throw unauthorized();

@@ -436,7 +436,7 @@ export const VARIABLES: readonly VariableSpec[] = [
     name: 'ARKVORY_PRESIGN_MAX_EXPIRES_SECONDS',
     kind: { type: 'int', min: 60, max: 31536000 },
     defaultValue: '604800',
-    doc: 'Longest lifetime a pre-signed link may ask for (`POST …/presign`, `arkvory presign --expires`); longer → 400 `invalid_request`. See docs/clients.md.',
+    doc: 'Longest lifetime a pre-signed link may ask for (`POST …/presign`, `arkvory presign --expires`); longer → 400 `invalid_request`. Checked again on every use: a link made for longer than the current value, or with more than it left (60 s clock slack), is 401 `unauthorized` like an expired one, so lowering it shortens links already issued. See docs/clients.md.',
   },
   {
     name: 'ARKVORY_CATALOG_CACHE_ENTRIES',

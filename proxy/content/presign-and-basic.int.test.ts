@@ -17,7 +17,7 @@ import { AdminStore } from '../../policy/auth/admin-store.ts';
 import { canonicalPath, presignQueryString, signPresign } from '../../policy/auth/presign-signature.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { contentDigest, randomContent, request, sha256 } from '../../test/support/content.ts';
-import { useTestDatabase } from '../../test/support/database.ts';
+import { createTestDatabase, useTestDatabase } from '../../test/support/database.ts';
 import { runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 
 const MiB = 1024 * 1024;
@@ -395,6 +395,63 @@ describe('pre-signed links', () => {
     expect((await request(at(now + 60), { method: 'HEAD' })).status).toBe(200);
     expect((await request(at(now - 1), { method: 'HEAD' })).status).toBe(401);
   });
+
+  it('made under a higher ARKVORY_PRESIGN_MAX_EXPIRES_SECONDS, die when the gateway restarts with a lower one', async () => {
+    // A database of its own: this test restarts its gateway, and the file's gateway keeps serving.
+    const own = await createTestDatabase();
+    try {
+      await createRepository(own.pool, 'dl');
+      const sa = await createServiceAccount(own.pool, { name: 'max-bot', grants: { dl: 'write' } });
+      const env = { ARKVORY_DATABASE_URL: own.url };
+      const before = await startGateway({ env });
+      const put = await request(`${before.url}${target}`, {
+        method: 'PUT',
+        headers: { ...bearer(sa.key), 'content-digest': contentDigest(small) },
+        body: small,
+      });
+      expect(put.status).toBe(201);
+      const presignOn = async (origin: string, expiresInSeconds: number) => {
+        const res = await request(`${origin}${target}/presign`, {
+          method: 'POST',
+          headers: { ...bearer(sa.key), 'content-type': 'application/json' },
+          body: Buffer.from(JSON.stringify({ expiresInSeconds })),
+        });
+        expect(res.status, res.body.toString()).toBe(201);
+        return (JSON.parse(res.body.toString()) as { path: string }).path;
+      };
+      const long = await presignOn(before.url, 7200);
+      const short = await presignOn(before.url, 600);
+      for (const link of [long, short]) expect((await request(`${before.url}${link}`)).status).toBe(200);
+      await before.stop();
+
+      const after = await startGateway({ env: { ...env, ARKVORY_PRESIGN_MAX_EXPIRES_SECONDS: '3600' } });
+      const refused = await request(`${after.url}${long}`);
+      expect(refused.status).toBe(401);
+      expect(JSON.parse(refused.body.toString())).toEqual(UNAUTHORIZED);
+      expect(refused.headers['www-authenticate']).toBe(CHALLENGE);
+      expect((await request(`${after.url}${long}`, { method: 'HEAD' })).status).toBe(401);
+      expect(sha256((await request(`${after.url}${short}`)).body)).toBe(sha256(small));
+      // A link made for the whole new maximum is fine; one signed as if made later has too much left.
+      expect((await request(`${after.url}${await presignOn(after.url, 3600)}`)).status).toBe(200);
+      const { rows } = await own.pool.query<{ id: string; secret: Buffer }>(
+        'SELECT id::text AS id, secret FROM arkvory_presign_secrets WHERE retires_at IS NULL ORDER BY id DESC LIMIT 1',
+      );
+      const issuedAt = Math.floor(Date.now() / 1000) + 600;
+      const fields = {
+        path: canonicalPath(`${target}/content`)!,
+        keyId: sa.keyId,
+        secretId: rows[0]!.id,
+        issuedAt,
+        expiresAt: issuedAt + 3600,
+        sha256: sha256(small),
+      };
+      const ahead = `${fields.path}?${presignQueryString(fields, signPresign(rows[0]!.secret, fields))}`;
+      expect((await request(`${after.url}${ahead}`)).status).toBe(401);
+      await after.stop();
+    } finally {
+      await own.drop();
+    }
+  }, 60_000);
 
   it('die within the auth bound when the key is revoked, the grant removed or the principal disabled', async () => {
     const store = new AdminStore(db.pool);

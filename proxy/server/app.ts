@@ -37,7 +37,12 @@ export async function buildApp(services: Services): Promise<{ routes: Route[]; g
   await auth.start();
   services.onClose.push(() => auth.stop());
   await bootstrapAdmin(services);
-  const links = new PresignedLinks({ pool: services.pool, auth, clock: services.clock });
+  const links = new PresignedLinks({
+    pool: services.pool,
+    auth,
+    clock: services.clock,
+    maxLifetimeSeconds: services.config.presignMaxExpiresSeconds,
+  });
 
   const content = await openContentModule(services, {
     readableRepositories: (id) => auth.readableRepositories(id),
