@@ -269,3 +269,133 @@ describe('coordinator barriers and stored policy (real PostgreSQL)', () => {
     expect(refused.stderr).toContain('refused');
   });
 });
+
+describe('leased download shares across a slot takeover (real PostgreSQL)', () => {
+  /** A gateway that takes `slot` on its own connection and asks for one share at most, then dies. */
+  async function deadOwner(db: TestDatabase, slot: number, reservationMs: number, weightSum?: number): Promise<void> {
+    const client = new pg.Client({ connectionString: db.url });
+    await client.connect();
+    try {
+      const owner = randomUUID();
+      const { rows } = await client.query<{ g: string }>(
+        `SELECT arkvory_lease_acquire($1, $2, 'reader', NULL, $3)::text AS g`,
+        [slot, owner, reservationMs],
+      );
+      if (weightSum !== undefined)
+        await client.query('SELECT arkvory_lease_share($1, $2, $3, $4, $5, 0)', [
+          slot,
+          owner,
+          rows[0]!.g,
+          reservationMs,
+          weightSum,
+        ]);
+    } finally {
+      await client.end();
+    }
+  }
+
+  it('a reader dying between its acquire and its first share request leaves every share ≥ 0 and fences no one', async () => {
+    const db = await freshDb();
+    const rate = 3_000_000;
+    const shared = { slots: 3, downloadBytesPerSec: rate, downloadBytesPerSecPerPrincipal: 0 };
+    await db.pool.query(
+      'INSERT INTO arkvory_download_policy (slots, download_bytes_per_second, download_bytes_per_second_per_principal) VALUES ($1, $2, 0)',
+      [shared.slots, rate],
+    );
+    // A, alone on slot 1 at the heaviest weight, holds almost the whole rate (floor(3e6 × 1000 / 1002)), then dies.
+    await deadOwner(db, 1, 1500, 1000);
+    const heldByA = await db.pool.query('SELECT held_bytes_per_second::text AS held FROM arkvory_gateway_leases');
+    expect(heldByA.rows).toEqual([{ held: '2994011' }]);
+    await sleep(1700);
+
+    const shares: Array<{ slot: number; share: number }> = [];
+    const outcomes: Array<{ slot: number; outcome: RenewalOutcome }> = [];
+    const fenced: string[] = [];
+    const gateway = async (slot: number, role: 'api' | 'reader') => {
+      const c = await coordinator(db, { role, shared: { slot, policy: shared } });
+      shares.push({ slot, share: c.shareBytesPerSec });
+      c.onShare((share) => shares.push({ slot, share }));
+      c.onRenewal((outcome) => outcomes.push({ slot, outcome }));
+      c.onFenced((reason) => fenced.push(`slot ${slot}: ${reason}`));
+      c.reportWeightSum(() => 1000);
+      return c;
+    };
+    const writer = await gateway(0, 'api');
+    const reader = await gateway(2, 'reader');
+    // Two heavy gateways and a free slot: floor(3e6 × 1000 / 2001) each, once the writer releases.
+    const even = Math.floor((rate * 1000) / 2001);
+    await until(() => writer.shareBytesPerSec === even && reader.shareBytesPerSec === even, 20_000);
+
+    // B takes the expired slot 1 and dies before it asks for a share.
+    await deadOwner(db, 1, 10_000);
+    // Two renewals of each gateway after the takeover (each 2 s after the previous one).
+    const after = outcomes.length;
+    const renewalsSince = (slot: number) => outcomes.slice(after).filter((o) => o.slot === slot).length;
+    await until(() => renewalsSince(0) >= 2 && renewalsSince(2) >= 2, 15_000);
+
+    expect(shares.filter((s) => s.share < 0)).toEqual([]);
+    expect(outcomes.filter((o) => o.outcome !== 'confirmed')).toEqual([]);
+    expect(fenced).toEqual([]);
+    expect(writer.isPermitted()).toBe(true);
+    expect(reader.isPermitted()).toBe(true);
+    expect([writer.shareBytesPerSec, reader.shareBytesPerSec]).toEqual([even, even]);
+    const { rows } = await db.pool.query<{ held: string }>(
+      'SELECT coalesce(sum(held_bytes_per_second), 0)::text AS held FROM arkvory_gateway_leases WHERE expires_at > clock_timestamp()',
+    );
+    expect(Number(rows[0]!.held)).toBeLessThanOrEqual(rate);
+    // B's row (unexpired, never renewed) holds nothing of A's: the neutral weight sum and no share.
+    const taken = await db.pool.query(
+      'SELECT weight_sum, held_bytes_per_second::text AS held FROM arkvory_gateway_leases WHERE slot = 1',
+    );
+    expect(taken.rows).toEqual([{ weight_sum: 1, held: '0' }]);
+  }, 60_000);
+
+  it('a share request that waited while its slot was taken over answers NULL and leaves the new owner’s row alone', async () => {
+    const db = await freshDb();
+    await db.pool.query(
+      'INSERT INTO arkvory_download_policy (slots, download_bytes_per_second, download_bytes_per_second_per_principal) VALUES (3, 3000000, 0)',
+    );
+    const old = new pg.Client({ connectionString: db.url });
+    const next = new pg.Client({ connectionString: db.url });
+    await old.connect();
+    await next.connect();
+    try {
+      const oldOwner = randomUUID();
+      const { rows } = await old.query<{ g: string; pid: number }>(
+        `SELECT arkvory_lease_acquire(1, $1, 'reader', NULL, 1500)::text AS g, pg_backend_pid() AS pid`,
+        [oldOwner],
+      );
+      const { g: generation, pid } = rows[0]!;
+      // The next owner's session locks the row first; the old owner's share request then waits on it.
+      await next.query('BEGIN');
+      await next.query('SELECT 1 FROM arkvory_gateway_leases WHERE slot = 1 FOR UPDATE');
+      const answer = old.query<{ share: string | null }>(
+        'SELECT arkvory_lease_share(1, $1, $2, 10000, 1000, 0)::text AS share',
+        [oldOwner, generation],
+      );
+      const waiting = async () =>
+        (await db.pool.query(`SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'`, [pid]))
+          .rowCount === 1;
+      const deadline = Date.now() + 5000;
+      while (!(await waiting())) {
+        if (Date.now() > deadline) throw new Error('the share request never waited on the lease row');
+        await sleep(10);
+      }
+      // The old reservation expires while the request waits; the next owner takes the slot over.
+      await sleep(1700);
+      const taken = await next.query<{ g: string }>(
+        `SELECT arkvory_lease_acquire(1, $1, 'reader', NULL, 10000)::text AS g`,
+        [randomUUID()],
+      );
+      expect(taken.rows[0]!.g).toBe(String(Number(generation) + 1));
+      const before = await next.query('SELECT * FROM arkvory_gateway_leases WHERE slot = 1');
+      await next.query('COMMIT');
+      expect((await answer).rows).toEqual([{ share: null }]);
+      const after = await db.pool.query('SELECT * FROM arkvory_gateway_leases WHERE slot = 1');
+      expect(after.rows).toEqual(before.rows);
+    } finally {
+      await old.end();
+      await next.end();
+    }
+  }, 30_000);
+});
