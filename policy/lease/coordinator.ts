@@ -213,13 +213,40 @@ export class Coordinator implements LeaseStanding {
       [shared.slot, this.owner, generation, RESERVATION_MS, weightSum, this.#share],
     );
     const share = r.rows[0]?.share;
-    return share === null || share === undefined ? null : Number(share);
+    return share === null || share === undefined ? null : this.#validShare(share);
+  }
+
+  /**
+   * A share answer as this gateway may use it: a whole number of bytes/s from 0 to the rate. Any
+   * other answer (negative, fractional, beyond the rate, not a number) pauses downloads (0) until
+   * the next one: it is never applied, stored or reported back as the share in use, which the
+   * database would refuse (held_bytes_per_second >= 0) on every renewal until the permit lapsed.
+   */
+  #validShare(answer: string): number {
+    const share = Number(answer);
+    const rate = this.#options.shared!.policy.downloadBytesPerSec;
+    if (Number.isSafeInteger(share) && share >= 0 && share <= rate) return share;
+    this.#options.log.error(
+      { answer, rateBytesPerSec: rate },
+      'the database answered a download share outside [0, rate]; pausing downloads until the next answer',
+    );
+    return 0;
   }
 
   #applyShare(share: number): void {
     if (share === this.#share) return;
     this.#share = share;
-    for (const listener of this.#shareListeners) listener(share);
+    for (const listener of this.#shareListeners) {
+      // A listener that throws must not cost the lease: the renewal already confirmed it.
+      try {
+        listener(share);
+      } catch (err) {
+        this.#options.log.error(
+          { err: { message: (err as Error).message }, share },
+          'a download share listener failed',
+        );
+      }
+    }
   }
 
   /** For /health/ready: `sharedDownloads` (null in standalone). */
