@@ -102,7 +102,11 @@ export const WEIGHT_WINDOW_MS = 4_000;
 export function followLeasedShare(config: Config, coordinator: Coordinator, governors: BandwidthGovernors): void {
   if (!config.shared) return;
   const local = config.bandwidth.downloadBytesPerSec;
-  const apply = (share: number) => governors.download.setRate(local > 0 ? Math.min(share, local) : share);
+  // The coordinator answers a whole share in [0, rate]; whatever else arrives pauses, never a negative rate.
+  const apply = (share: number) => {
+    const rate = Number.isFinite(share) && share > 0 ? Math.floor(share) : 0;
+    governors.download.setRate(local > 0 ? Math.min(rate, local) : rate);
+  };
   apply(coordinator.shareBytesPerSec);
   coordinator.onShare(apply);
   coordinator.reportWeightSum(() => governors.download.activeWeightSum(WEIGHT_WINDOW_MS));
