@@ -20,7 +20,8 @@
  *
  * Not undici's: a second `Authorization` (`duplicate_authorization`, answered 400
  * `duplicate_authorization` as the gateway answers it): the gateway would act on the first line, a
- * proxy beside it perhaps on another (proxy/server/authorization-header.ts).
+ * proxy beside it perhaps on another (proxy/server/authorization-header.ts). Nor is an HTTP/2
+ * `Host` that differs from `:authority` (`authority_mismatch`, found by http2-head.ts).
  */
 
 import { GATEWAY_ERRORS } from '../server/errors.ts';
@@ -35,6 +36,8 @@ export const CLIENT_FAULT_KINDS = [
   'invalid_target',
   'invalid_method',
   'duplicate_authorization',
+  /** HTTP/2: a `Host` naming another authority than `:authority` (http2-head.ts). */
+  'authority_mismatch',
   /** Refused by Node's HTTP parser before a request existed (the server's `clientError`). */
   'malformed_head',
 ] as const;

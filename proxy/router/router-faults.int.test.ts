@@ -405,6 +405,8 @@ describe('router over HTTP/2 with a gateway head node:http2 cannot carry', () =>
   let bad: http.Server;
   let tlsRouter: GatewayProcess;
   let ca: CertificateAuthority;
+  /** The Host lines each request for `/echo-host` reached the gateway with. */
+  const hostsSeen: string[][] = [];
 
   beforeAll(async () => {
     // Heads an HTTP/1.1 gateway (or a proxy in front of one) may send; raw lists, so nothing regroups them.
@@ -412,7 +414,10 @@ describe('router over HTTP/2 with a gateway head node:http2 cannot carry', () =>
       if (answerHealthProbe(req, res)) return;
       req.resume();
       const path = req.url ?? '';
-      if (path.endsWith('/two-types'))
+      if (path.endsWith('/echo-host')) {
+        hostsSeen.push(req.rawHeaders.filter((_, i) => i % 2 === 1 && req.rawHeaders[i - 1]!.toLowerCase() === 'host'));
+        res.writeHead(200, ['Content-Length', '2']).end('ok');
+      } else if (path.endsWith('/two-types'))
         res
           .writeHead(200, ['Content-Type', 'text/plain', 'Content-Type', 'text/html', 'Content-Length', '2'])
           .end('ok');
@@ -472,6 +477,43 @@ describe('router over HTTP/2 with a gateway head node:http2 cannot carry', () =>
     expect(await status('GET', '/api/v1/repositories/r/artifacts/h2-settings')).toBe(200);
     expect(await status('GET', '/health/live')).toBe(200);
     expect(tlsRouter.child.exitCode).toBeNull();
+    session.close();
+  });
+
+  it('forwards :authority as the Host (RFC 9113 §8.3.1) and refuses a Host that differs from it with 400', async () => {
+    const session = http2.connect(`https://127.0.0.1:${tlsRouter.port}`, { ca: ca.certPem });
+    session.on('error', () => {});
+    const send = (headers: http2.OutgoingHttpHeaders) =>
+      new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const stream = session.request({
+          ':method': 'GET',
+          ':path': '/api/v1/repositories/r/artifacts/echo-host',
+          ...headers,
+        });
+        let status = 0;
+        const chunks: Buffer[] = [];
+        stream.on('response', (h) => (status = Number(h[':status'])));
+        stream.on('data', (c: Buffer) => chunks.push(c));
+        stream.on('end', () => resolve({ status, body: Buffer.concat(chunks).toString() }));
+        stream.on('error', reject);
+        stream.end();
+      });
+    hostsSeen.length = 0;
+    // Both sent, naming one authority (host names compare case-insensitively): :authority's goes on, once.
+    expect((await send({ ':authority': 'a.example:8443', host: 'A.Example:8443' })).status).toBe(200);
+    // :authority alone: it becomes the Host an HTTP/1.1 gateway needs.
+    expect((await send({ ':authority': 'b.example' })).status).toBe(200);
+    expect(hostsSeen).toEqual([['a.example:8443'], ['b.example']]);
+    // A Host naming another authority: refused here, never forwarded.
+    const mismatch = await send({ ':authority': 'a.example', host: 'evil.example' });
+    expect(mismatch.status).toBe(400);
+    expect(JSON.parse(mismatch.body)).toMatchObject({ code: 'malformed_request' });
+    expect(JSON.parse(mismatch.body).message).toContain(':authority');
+    expect(hostsSeen).toHaveLength(2);
+    await waitUntil(
+      () => tlsRouter.logLines().some((l) => l.kind === 'authority_mismatch' && l.code === 'malformed_request'),
+      { what: 'the authority_mismatch fault line', timeoutMs: 5000, intervalMs: 50 },
+    );
     session.close();
   });
 });

@@ -66,13 +66,14 @@ export function createRouterServer(options: {
     const reqId = typeof incomingId === 'string' && REQUEST_ID.test(incomingId) ? incomingId : randomUUID();
     // x-request-id is set where an answer is made: the proxied head carries it (proxy-handler.ts),
     // local answers set it below.
-    // An HTTP/2 request is forwarded as the HTTP/1.1 head it stands for (no pseudo-headers).
-    asHttp1Head(req);
+    // An HTTP/2 request is forwarded as the HTTP/1.1 head it stands for (no pseudo-headers, its
+    // Host from :authority); one whose Host names another authority is not forwarded at all.
+    const authorityFault = asHttp1Head(req);
     const url = req.url ?? '/';
     // Before anything else (and without the per-request line: a flood of these would be a flood of
     // lines): what undici or RFC 9112 refuses is answered here, not by a 502 after dispatch, and a
     // second Authorization is never forwarded.
-    const fault = findClientFault(req.method ?? '', url, req.rawHeaders);
+    const fault = authorityFault ?? findClientFault(req.method ?? '', url, req.rawHeaders);
     if (fault) return faults.refuse(res, fault, reqId, knownMethod(req.method));
     const query = url.indexOf('?');
     const path = query === -1 ? url : url.slice(0, query);
