@@ -17,9 +17,15 @@ export const FAULT_LOG_INTERVAL_MS = CLIENT_FAULT_LOG.intervalMs;
 
 export interface ClientFaults {
   /** Answers 400 for `fault`, counts it, and logs it if the kind's budget allows. */
-  refuse(res: ServerResponse, fault: ClientFault, reqId: string, method: string | undefined): void;
+  refuse(res: ServerResponse, fault: ClientFault, ids: RequestIds, method: string | undefined): void;
   /** A head Node's parser refused (already answered by the server's clientError handler). */
   noteMalformedHead(parserCode: string | undefined): void;
+}
+
+/** The router's own id of a request, and the sane `X-Request-Id` its client sent (router-server.ts). */
+export interface RequestIds {
+  readonly reqId: string;
+  readonly clientReqId: string | undefined;
 }
 
 export function createClientFaults(options: {
@@ -46,16 +52,16 @@ export function createClientFaults(options: {
     );
   };
   return {
-    refuse(res, fault, reqId, method) {
+    refuse(res, fault, { reqId, clientReqId }, method) {
       const err = new GatewayError(fault.code ?? 'malformed_request', fault.message);
       sendJson(
         res,
         400,
         { code: err.code, message: err.message },
         // The connection may carry more of the same: close it, as Node does after a parse error.
-        { 'x-request-id': reqId, connection: 'close' },
+        { 'x-request-id': clientReqId ?? reqId, connection: 'close' },
       );
-      note(fault.kind, err.code, { reqId, method });
+      note(fault.kind, err.code, { reqId, clientReqId, method });
     },
     noteMalformedHead(parserCode) {
       note('malformed_head', 'malformed_request', { parserCode });

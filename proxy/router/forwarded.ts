@@ -138,6 +138,7 @@ export interface ForwardingInput {
   remoteAddress: string | undefined;
   encrypted: boolean;
   trusted: TrustedProxies;
+  /** The router's own id of the request (never the client's), sent as `x-request-id`. */
   requestId: string;
 }
 

@@ -107,8 +107,9 @@ export const isRequestId = (name: string): boolean => name.length === 12 && is(n
 /**
  * The end-to-end part of a response head, as a new raw list: hop-by-hop headers and those the
  * `Connection` header (`connection`, from the parsed head) names are dropped, everything else is
- * kept in order with its original spelling, duplicates (two `Set-Cookie`) included. `requestId` is
- * appended as `x-request-id` when the gateway sent none.
+ * kept in order with its original spelling, duplicates (two `Set-Cookie`) included. A `requestId`
+ * given replaces the gateway's `x-request-id` (which echoes the router's id, not the client's);
+ * undefined keeps the gateway's.
  */
 export function responseHeaderList(
   rawHeaders: readonly string[],
@@ -117,14 +118,14 @@ export function responseHeaderList(
 ): string[] {
   const named = connectionNamed(connection);
   const out: string[] = [];
-  let hasId = false;
+  const replaceId = requestId !== undefined;
   for (let i = 0; i < rawHeaders.length; i += 2) {
     const name = rawHeaders[i]!;
     if (isHopByHopResponse(name)) continue;
     if (named?.has(name.toLowerCase())) continue;
-    if (!hasId && isRequestId(name)) hasId = true;
+    if (replaceId && isRequestId(name)) continue;
     out.push(name, rawHeaders[i + 1]!);
   }
-  if (!hasId && requestId !== undefined) out.push('x-request-id', requestId);
+  if (replaceId) out.push('x-request-id', requestId);
   return out;
 }

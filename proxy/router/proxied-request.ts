@@ -79,8 +79,11 @@ export interface Upstream {
   readonly expectsContinue: boolean;
   /** The request announces a body (a non-zero Content-Length or Transfer-Encoding). */
   readonly hasBody: boolean;
-  /** The request's id: sent upstream, and returned to the client when the gateway's answer lacks it. */
-  readonly requestId: string;
+  /**
+   * The id the client's answer carries (its own sane `X-Request-Id`, else the router's), in place
+   * of the gateway's (which echoes the router's id it was sent: forwarded.ts).
+   */
+  readonly answerId: string;
 }
 
 /** What a request needs from the handler that owns the agents and the pool. */
@@ -164,7 +167,7 @@ export class ProxiedRequest {
   #fail(err: GatewayError): void {
     if (this.#clientGone) return;
     const res = this.#res;
-    if (!res.headersSent) res.setHeader('x-request-id', this.#upstream.requestId);
+    if (!res.headersSent) res.setHeader('x-request-id', this.#upstream.answerId);
     sendError(res, err, this.#logFor());
   }
 
@@ -228,7 +231,7 @@ export class ProxiedRequest {
     }
     // A raw list, with no header set on `res` before: node:http writes it without a header object.
     try {
-      res.writeHead(status, responseHeaderList(response.rawHeaders, response.connection, this.#upstream.requestId));
+      res.writeHead(status, responseHeaderList(response.rawHeaders, response.connection, this.#upstream.answerId));
     } catch (err) {
       // A head an HTTP/1.1 gateway may send but node:http2 refuses to carry (a single-value header
       // twice, a status over 599): a 502 for this request, never a throw out of the HTTP client's

@@ -52,12 +52,16 @@ export interface ProxyHandlerOptions {
 }
 
 export interface ProxyHandler {
-  /** `log` gives the request's logger (made on first use: most requests log nothing through it). */
-  /** `traceHeaders`: the router's own `traceparent`/`tracestate` (tracing on), replacing the client's. */
+  /**
+   * `ids.reqId` (the router's own) is forwarded as `x-request-id`; `ids.answerId` (the client's
+   * sane id, else the router's) is the one its answer carries. `log` gives the request's logger
+   * (made on first use: most requests log nothing through it). `traceHeaders`: the router's own
+   * `traceparent`/`tracestate` (tracing on), replacing the client's.
+   */
   handle(
     req: IncomingMessage,
     res: ServerResponse,
-    reqId: string,
+    ids: { readonly reqId: string; readonly answerId: string },
     log: () => Logger,
     traceHeaders?: readonly string[],
   ): RequestOutcome;
@@ -279,7 +283,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
   };
 
   return {
-    handle(req, res, reqId, log, traceHeaders) {
+    handle(req, res, { reqId, answerId }, log, traceHeaders) {
       const { headers, socket } = req;
       const expectsContinue = typeof headers.expect === 'string' && headers.expect.toLowerCase() === '100-continue';
       const list = buildUpstreamHeaders(
@@ -301,8 +305,8 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       // The id goes back with every answer; for a request with a body set now, so that an answer
       // the front door gives (408 for a stalled body) carries it too. Bodiless requests leave `res`
       // untouched: writeHead with a raw list and nothing set before is node:http's fast path.
-      if (hasBody) res.setHeader('x-request-id', reqId);
-      const upstream: Upstream = { headers: list, host, expectsContinue, hasBody, requestId: reqId };
+      if (hasBody) res.setHeader('x-request-id', answerId);
+      const upstream: Upstream = { headers: list, host, expectsContinue, hasBody, answerId };
       return new ProxiedRequest(relay, req, res, upstream, log).run();
     },
     close() {

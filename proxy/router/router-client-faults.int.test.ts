@@ -81,12 +81,12 @@ async function faultCounts(): Promise<Record<string, number>> {
   return counts;
 }
 
-/** A local request with a known id; resolves once the router's log holds its line. */
-async function markLog(reqId: string): Promise<void> {
-  await (await fetch(`${router.url}/health/live`, { headers: { 'x-request-id': reqId } })).arrayBuffer();
+/** A local request with a known client id (its line's `clientReqId`); resolves once the router's log holds its line. */
+async function markLog(clientReqId: string): Promise<void> {
+  await (await fetch(`${router.url}/health/live`, { headers: { 'x-request-id': clientReqId } })).arrayBuffer();
   const deadline = Date.now() + 10_000;
-  while (!router.logLines().some((l) => l.reqId === reqId)) {
-    if (Date.now() > deadline) throw new Error(`no log line for ${reqId}`);
+  while (!router.logLines().some((l) => l.clientReqId === clientReqId)) {
+    if (Date.now() > deadline) throw new Error(`no log line for ${clientReqId}`);
     await new Promise((r) => setTimeout(r, 20));
   }
 }
@@ -170,7 +170,7 @@ describe('router: requests it cannot forward', () => {
     const written = router
       .logLines()
       .slice(linesBefore)
-      .filter((l) => l.reqId !== 'after-flood');
+      .filter((l) => l.clientReqId !== 'after-flood');
     // A line of an earlier test (another kind) may still land in this window: only this flood's
     // lines are bounded here, and every line in it is a client fault's.
     const lines = written.filter((l) => l.kind === 'duplicate_host');
@@ -207,7 +207,7 @@ describe('router: requests it cannot forward', () => {
     const lines = router
       .logLines()
       .slice(linesBefore)
-      .filter((l) => String(l.reqId).startsWith('dup-auth-'));
+      .filter((l) => String(l.clientReqId).startsWith('dup-auth-'));
     expect(lines.length).toBeGreaterThan(0);
     expect(lines.length).toBeLessThanOrEqual(FAULT_LOG_LINES_PER_INTERVAL);
     for (const line of lines)

@@ -94,6 +94,19 @@ async function metric(line: RegExp): Promise<number> {
   return found ? Number(found.split(' ').at(-1)) : Number.NaN;
 }
 
+/**
+ * The router's own id of the request whose client sent `clientId` (its request line, written as
+ * the response ends): the id it forwards, and so the one the stand-in gateways saw.
+ */
+async function routerIdOf(clientId: string): Promise<string> {
+  let line: Record<string, unknown> | undefined;
+  await waitUntil(
+    () => (line = router.logLines().find((l) => l.msg === 'request' && l.clientReqId === clientId)) !== undefined,
+    { what: `the router's request line for ${clientId}`, timeoutMs: 5000, intervalMs: 20 },
+  );
+  return String(line!.reqId);
+}
+
 const routerStatus = async () =>
   JSON.parse((await request(`${router.url}/health/status`)).body.toString()) as {
     backends: { total: number; healthy: number; reads: number; storeUnreachable: number; ejected: number };
@@ -135,20 +148,21 @@ describe('router failover with stand-in gateways', () => {
     expect(res.status).toBe(206);
     expect(sha(res.body)).toBe(sha(BYTES.subarray(100, 65636)));
     expect(res.headers['content-range']).toBe(`bytes 100-65635/${BYTES.length}`);
-    const tries = gateways.flatMap((g) =>
-      g.seen.filter((s) => s.reqId === 'retry-504').map((s) => ({ g: g.name, ...s })),
-    );
+    expect(res.headers['x-request-id']).toBe('retry-504');
+    // Both attempts carried the router's own id for the request (one id), never the client's.
+    const routerId = await routerIdOf('retry-504');
+    const tries = gateways.flatMap((g) => g.seen.filter((s) => s.reqId === routerId).map((s) => ({ g: g.name, ...s })));
     expect(tries).toHaveLength(2);
     expect(tries[0]!.g).not.toBe(tries[1]!.g);
     for (const t of tries) expect(t).toMatchObject({ range, ifNoneMatch: '"old"' });
     expect(tries.map((t) => t.g)).toContain(res.headers['x-upstream']);
     expect(await metric(/^arkvory_router_retries_total\{reason="gateway_504"\}/)).toBe(retriesBefore + 1);
-    const line = router.logLines().find((l) => l.reqId === 'retry-504' && String(l.msg).includes('retrying once'));
-    expect(line).toMatchObject({ level: 'info', status: 504 });
-    // The request line is written as the response ends: it may reach the pipe after the client has the body.
-    await expect
-      .poll(() => router.logLines().find((l) => l.reqId === 'retry-504' && l.msg === 'request'))
-      .toMatchObject({ attempts: 2, status: 206 });
+    const line = router.logLines().find((l) => l.reqId === routerId && String(l.msg).includes('retrying once'));
+    expect(line).toMatchObject({ level: 'info', status: 504, clientReqId: 'retry-504' });
+    expect(router.logLines().find((l) => l.reqId === routerId && l.msg === 'request')).toMatchObject({
+      attempts: 2,
+      status: 206,
+    });
   });
 
   it('a gateway whose store is unreachable gets no reads within 2 probe intervals, and takes reads again once it reports the store back', async () => {
@@ -219,7 +233,8 @@ describe('router failover with stand-in gateways', () => {
       expect(res.status).toBe(503);
       expect(JSON.parse(res.body.toString())).toMatchObject({ code: 'store_unreachable' });
       expect(res.headers['retry-after']).toBe('2');
-      expect(gateways.flatMap((g) => g.seen.filter((s) => s.reqId === id))).toHaveLength(2);
+      const routerId = await routerIdOf(id);
+      expect(gateways.flatMap((g) => g.seen.filter((s) => s.reqId === routerId))).toHaveLength(2);
     }
     // Writes still go to the writer, which answers for its store itself.
     const before = gateways[0]!.seen.length;

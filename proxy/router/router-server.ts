@@ -62,10 +62,15 @@ export function createRouterServer(options: {
   // `100 Continue` is relayed from the gateway that made the checks (proxy-handler.ts), never sent here.
   const frontDoor = installFrontDoor(server, limits, log, (req, res) => {
     if (!frontDoor.admit(req, res)) return;
+    // As on a gateway (http-server.ts): the router's own id is what its lines carry and what it
+    // forwards, so a client cannot choose the id of any router line (nor make its request's lines
+    // share one with another's). A sane id the client sent is logged beside it and is what its
+    // answer carries back. x-request-id is set where an answer is made: the proxied head carries
+    // it (proxy-handler.ts), local answers set it below.
     const incomingId = req.headers['x-request-id'];
-    const reqId = typeof incomingId === 'string' && REQUEST_ID.test(incomingId) ? incomingId : randomUUID();
-    // x-request-id is set where an answer is made: the proxied head carries it (proxy-handler.ts),
-    // local answers set it below.
+    const clientReqId = typeof incomingId === 'string' && REQUEST_ID.test(incomingId) ? incomingId : undefined;
+    const reqId = randomUUID();
+    const answerId = clientReqId ?? reqId;
     // An HTTP/2 request is forwarded as the HTTP/1.1 head it stands for (no pseudo-headers, its
     // Host from :authority); one whose Host names another authority is not forwarded at all.
     const authorityFault = asHttp1Head(req);
@@ -74,7 +79,7 @@ export function createRouterServer(options: {
     // lines): what undici or RFC 9112 refuses is answered here, not by a 502 after dispatch, and a
     // second Authorization is never forwarded.
     const fault = authorityFault ?? findClientFault(req.method ?? '', url, req.rawHeaders);
-    if (fault) return faults.refuse(res, fault, reqId, knownMethod(req.method));
+    if (fault) return faults.refuse(res, fault, { reqId, clientReqId }, knownMethod(req.method));
     const query = url.indexOf('?');
     const path = query === -1 ? url : url.slice(0, query);
     let outcome: { kind: string; backend: string | undefined; attempts: number } = LOCAL;
@@ -86,6 +91,7 @@ export function createRouterServer(options: {
         log.info(
           {
             reqId,
+            clientReqId,
             traceId,
             // A method of the client's own (HTTP/2: any token, ~20 KB) is `_OTHER`, never copied here.
             method: knownMethod(req.method),
@@ -100,7 +106,7 @@ export function createRouterServer(options: {
         );
       });
     if ((path === '/health/live' || path === '/health/status') && (req.method === 'GET' || req.method === 'HEAD')) {
-      res.setHeader('x-request-id', reqId);
+      res.setHeader('x-request-id', answerId);
       if (path === '/health/live') return sendJson(res, 200, { status: 'live' });
       const answer = (workers: Record<string, unknown>) => {
         const backends = pool.snapshot();
@@ -128,7 +134,7 @@ export function createRouterServer(options: {
     let reqLog: Logger | undefined;
     const tracing = options.tracing;
     if (tracing === undefined) {
-      outcome = handler.handle(req, res, reqId, () => (reqLog ??= log.child({ reqId })));
+      outcome = handler.handle(req, res, { reqId, answerId }, () => (reqLog ??= log.child({ reqId, clientReqId })));
       return;
     }
     const traced = tracing.tracing.startServer(req, tracing.mayContinue);
@@ -136,8 +142,8 @@ export function createRouterServer(options: {
     const routed = handler.handle(
       req,
       res,
-      reqId,
-      () => (reqLog ??= log.child({ reqId, traceId: traced.traceId })),
+      { reqId, answerId },
+      () => (reqLog ??= log.child({ reqId, clientReqId, traceId: traced.traceId })),
       traced.isRecording ? tracing.tracing.headersOf(traced) : undefined,
     );
     outcome = routed;

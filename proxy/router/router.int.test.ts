@@ -251,14 +251,27 @@ describe('router: one writer, two readers', () => {
       5000,
     );
 
-  it('spreads content reads over all three gateways (counted from their request logs)', async () => {
-    // The router forwards the client's x-request-id; each gateway logs it with the request (`clientReqId`).
-    const tag = `spread-${randomBytes(3).toString('hex')}-`;
-    const tagged = (gw: GatewayProcess) =>
-      gw
+  /**
+   * The router's own ids of the requests whose client sent an x-request-id starting with `tag`
+   * (its `request` lines: `clientReqId` the client's, `reqId` its own, which it forwards).
+   */
+  const routerIdsTagged = (tag: string) =>
+    new Set(
+      router
         .logLines()
-        .filter((l) => l.msg === 'request' && l.route === CONTENT_ROUTE && String(l.clientReqId).startsWith(tag))
-        .length;
+        .filter((l) => l.msg === 'request' && String(l.clientReqId).startsWith(tag))
+        .map((l) => String(l.reqId)),
+    );
+
+  it('spreads content reads over all three gateways (counted from their request logs)', async () => {
+    // The router forwards its own id as x-request-id; each gateway logs it with the request (`clientReqId`).
+    const tag = `spread-${randomBytes(3).toString('hex')}-`;
+    const tagged = (gw: GatewayProcess) => {
+      const ids = routerIdsTagged(tag);
+      return gw
+        .logLines()
+        .filter((l) => l.msg === 'request' && l.route === CONTENT_ROUTE && ids.has(String(l.clientReqId))).length;
+    };
     for (let i = 0; i < 9; i++) {
       const res = await request(`${router.url}${filePath}`, {
         headers: { ...bearer(key), range: `bytes=${i * 100}-${i * 100 + 99}`, 'x-request-id': `${tag}${i}` },
@@ -281,10 +294,12 @@ describe('router: one writer, two readers', () => {
     });
     expect(put.status).toBe(201);
     const tag = `apt-${randomBytes(3).toString('hex')}-`;
-    const tagged = (gw: GatewayProcess) =>
-      gw
+    const tagged = (gw: GatewayProcess) => {
+      const ids = routerIdsTagged(tag);
+      return gw
         .logLines()
-        .filter((l) => l.msg === 'request' && l.route === APT_TEMPLATE && String(l.clientReqId).startsWith(tag)).length;
+        .filter((l) => l.msg === 'request' && l.route === APT_TEMPLATE && ids.has(String(l.clientReqId))).length;
+    };
     for (let i = 0; i < 9; i++) {
       const dot = i % 2 === 0 ? './' : '';
       const res = await request(`${router.url}/api/v1/repositories/shared/packages/apt/stable/apt/${dot}Packages`, {
@@ -294,6 +309,66 @@ describe('router: one writer, two readers', () => {
       expect(res.body.equals(index)).toBe(true);
     }
     expect(await loggedPerGateway('nine logged apt reads', tagged)).toEqual([3, 3, 3]);
+  });
+
+  it("logs its own reqId, never the client's: the client's sane id is clientReqId and echoed, the router's is forwarded", async () => {
+    const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+    const requestLine = (match: (l: Record<string, unknown>) => boolean) =>
+      waitFor(
+        'the router request line',
+        async () => router.logLines().find((l) => l.msg === 'request' && match(l)),
+        5000,
+      );
+    // A first request without an id: its answer carries the router's own id for it.
+    const first = await request(`${router.url}${filePath}`, { headers: { ...bearer(key), range: 'bytes=0-9' } });
+    expect(first.status).toBe(206);
+    const firstId = String(first.headers['x-request-id']);
+    expect(firstId).toMatch(UUID);
+    const firstLine = await requestLine((l) => l.reqId === firstId);
+    expect(firstLine.clientReqId).toBeUndefined();
+    // A second client names that id: it is echoed back to it, but no router line of its request carries it as reqId.
+    for (const target of [filePath, '/health/live']) {
+      const replay = await request(`${router.url}${target}`, {
+        headers: { ...bearer(key), range: 'bytes=0-9', 'x-request-id': firstId },
+      });
+      expect(replay.status).toBeLessThan(300);
+      expect(replay.headers['x-request-id']).toBe(firstId);
+    }
+    const replayLines = await waitFor(
+      'both replayed request lines',
+      async () => {
+        const lines = router.logLines().filter((l) => l.msg === 'request' && l.clientReqId === firstId);
+        return lines.length === 2 ? lines : undefined;
+      },
+      5000,
+    );
+    for (const line of replayLines) {
+      expect(String(line.reqId)).toMatch(UUID);
+      expect(line.reqId).not.toBe(firstId);
+    }
+    expect(router.logLines().filter((l) => l.reqId === firstId)).toEqual([firstLine]);
+    // What went to the gateway is the router's own id: the gateway's line for the proxied replay
+    // names it as clientReqId, so router and gateway lines pair up one to one.
+    const proxied = replayLines.find((l) => l.kind === 'content-read')!;
+    const gatewayLine = await waitFor(
+      "the gateway's line of the replay",
+      async () =>
+        [writer, ...readers]
+          .flatMap((g) => g.logLines())
+          .find((l) => l.msg === 'request' && l.clientReqId === proxied.reqId),
+      5000,
+    );
+    expect(gatewayLine.status).toBe(206);
+    expect(
+      [writer, ...readers].flatMap((g) => g.logLines()).filter((l) => l.clientReqId === firstId && l.msg === 'request'),
+    ).toHaveLength(1);
+    // An id that is not sane (too long) is neither logged nor echoed: the answer carries the router's own.
+    const insane = 'x'.repeat(65);
+    const odd = await request(`${router.url}/health/live`, { headers: { 'x-request-id': insane } });
+    const oddId = String(odd.headers['x-request-id']);
+    expect(oddId).toMatch(UUID);
+    expect((await requestLine((l) => l.reqId === oddId)).clientReqId).toBeUndefined();
+    expect(router.logs()).not.toContain(insane);
   });
 
   it('passes a 405 and a 429 through unchanged', async () => {

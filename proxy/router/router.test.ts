@@ -687,10 +687,10 @@ describe('buildUpstreamHeaders', () => {
       'x-request-id',
       'id-1',
     ]);
-    // The gateway's own x-request-id is relayed, not doubled.
+    // The gateway's x-request-id (the router's id it was sent) is replaced by the client's, not doubled.
     expect(responseHeaderList(['X-Request-Id', 'g', 'Connection', 'keep-alive'], 'keep-alive', 'id-1')).toEqual([
-      'X-Request-Id',
-      'g',
+      'x-request-id',
+      'id-1',
     ]);
   });
 
@@ -773,7 +773,7 @@ describe('buildUpstreamHeaders', () => {
     expect(connectionNamed('content-length, Transfer-Encoding, x-z')).toEqual(new Set(['x-z']));
   });
 
-  it('adds the request id to a response only when the gateway sent none, whatever the length of the other names', () => {
+  it("puts the request id in place of the gateway's, whatever the length of the other names; none given keeps the gateway's", () => {
     // Content-Type has the length of x-request-id.
     expect(responseHeaderList(['Content-Type', 'text/plain'], undefined, 'r1')).toEqual([
       'Content-Type',
@@ -782,15 +782,16 @@ describe('buildUpstreamHeaders', () => {
       'r1',
     ]);
     expect(responseHeaderList(['X-Request-ID', 'g1', 'Content-Type', 'text/plain'], undefined, 'r1')).toEqual([
-      'X-Request-ID',
-      'g1',
       'Content-Type',
       'text/plain',
+      'x-request-id',
+      'r1',
     ]);
     expect(responseHeaderList(['Content-Type', 'text/plain'], undefined, undefined)).toEqual([
       'Content-Type',
       'text/plain',
     ]);
+    expect(responseHeaderList(['X-Request-ID', 'g1'], undefined, undefined)).toEqual(['X-Request-ID', 'g1']);
   });
 });
 

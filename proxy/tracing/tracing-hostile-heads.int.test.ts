@@ -123,11 +123,10 @@ async function serverSpan(traceId: string, serviceName: string): Promise<JaegerS
   return span!;
 }
 
-/** The `request` line of `reqId` (the router's id, or a gateway's `clientReqId`), once `process` wrote it. */
-async function requestLine(process: GatewayProcess, reqId: string): Promise<Record<string, unknown>> {
-  const line = () =>
-    process.logLines().find((l) => l.msg === 'request' && (l.reqId === reqId || l.clientReqId === reqId));
-  await waitUntil(() => line() !== undefined, { what: `the request line of ${reqId}`, timeoutMs: 5000 });
+/** The `request` line of the request whose client sent `clientReqId` (router and gateway log it so), once `process` wrote it. */
+async function requestLine(process: GatewayProcess, clientReqId: string): Promise<Record<string, unknown>> {
+  const line = () => process.logLines().find((l) => l.msg === 'request' && l.clientReqId === clientReqId);
+  await waitUntil(() => line() !== undefined, { what: `the request line of ${clientReqId}`, timeoutMs: 5000 });
   return line()!;
 }
 

@@ -217,9 +217,9 @@ export function readDownload(d: Deployment, name: string): Buffer {
 }
 
 /**
- * The router's `request` log line for a request id the client sent (`X-Request-Id`, which the
- * router keeps and forwards): which gateway served it, the status, whether the body completed.
- * The line is written when the response closes, so it is awaited.
+ * The router's `request` log line for a request id the client sent (`X-Request-Id`, the line's
+ * `clientReqId`): which gateway served it, the status, whether the body completed. The line is
+ * written when the response closes, so it is awaited.
  */
 export async function routerLineFor(
   d: Deployment,
@@ -228,13 +228,19 @@ export async function routerLineFor(
 ): Promise<Record<string, unknown>> {
   let line: Record<string, unknown> | undefined;
   await waitUntil(
-    () => (line = d.router.logLines().find((l) => l.msg === 'request' && l.reqId === requestId)) !== undefined,
+    () => (line = d.router.logLines().find((l) => l.msg === 'request' && l.clientReqId === requestId)) !== undefined,
     { what: `the router's log line for ${requestId}`, timeoutMs, intervalMs: 50 },
   );
   return line!;
 }
 
-/** Which gateway served each of these request ids, by its logged `request` line (where it is the client's, `clientReqId`). */
-export function gatewayServing(_d: Deployment, gateways: readonly Gateway[], requestId: string): Gateway | undefined {
-  return gateways.find((g) => g.logLines().some((l) => l.msg === 'request' && l.clientReqId === requestId));
+/**
+ * Which gateway served the request the client tagged `requestId`, by the log lines as an operator
+ * pairs them: the router's line names it `clientReqId` beside the router's own `reqId`, which the
+ * router forwarded and the gateway's `request` line names `clientReqId`. Undefined until both are written.
+ */
+export function gatewayServing(d: Deployment, gateways: readonly Gateway[], requestId: string): Gateway | undefined {
+  const routed = d.router.logLines().find((l) => l.msg === 'request' && l.clientReqId === requestId);
+  if (routed === undefined) return undefined;
+  return gateways.find((g) => g.logLines().some((l) => l.msg === 'request' && l.clientReqId === routed.reqId));
 }

@@ -179,19 +179,19 @@ describe('scenario 3: reader2 partitioned from the store host mid-download', () 
       expect(resumed.code, resumed.stderr).toBe(0);
       expect(sha256(readDownload(d, cut))).toBe(sha256(d.file));
       await waitUntil(
-        () => d.router.logLines().some((l) => l.msg === 'request' && l.reqId === 's3-resume' && l.status === 206),
+        () => d.router.logLines().some((l) => l.msg === 'request' && l.clientReqId === 's3-resume' && l.status === 206),
         { what: 'the resume to be logged', timeoutMs: 5000, intervalMs: 50 },
       );
       const served = d.router
         .logLines()
-        .filter((l) => l.msg === 'request' && l.reqId === 's3-resume' && l.status === 206);
+        .filter((l) => l.msg === 'request' && l.clientReqId === 's3-resume' && l.status === 206);
       expect(served).toHaveLength(1);
       expect(served[0]).toMatchObject({ completed: true });
       expect(served[0]!.backend).not.toBe(reader2.url);
       // Whatever reached reader2 meanwhile was refused as the store's fault, never served short.
       for (const line of d.router
         .logLines()
-        .filter((l) => l.msg === 'request' && l.reqId === 's3-resume' && l.backend === reader2.url))
+        .filter((l) => l.msg === 'request' && l.clientReqId === 's3-resume' && l.backend === reader2.url))
         expect(line.status).toBe(504);
     } finally {
       heal(topology.hosts.reader2, topology.hosts.store);

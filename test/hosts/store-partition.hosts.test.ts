@@ -195,13 +195,13 @@ describe('reader1 partitioned from the store host while clients download through
     // No client read got a 5xx, not even before the bound (the retry took those elsewhere); after the
     // router's detection and until it took reader1 back, none went to reader1.
     const routerLines = d.router.logLines().filter((l) => l.msg === 'request');
-    const lineOf = (id: string) => routerLines.find((l) => l.reqId === id);
+    const lineOf = (id: string) => routerLines.find((l) => l.clientReqId === id);
     // Each failed read with the router's line for it (its backend and attempts), to say where it broke.
     const fives = loop.reads
       .filter((r) => r.status >= 500 || r.status === 0)
       .map((r) => ({ ...r, router: lineOf(r.id) ?? 'no router line' }));
     console.log(
-      `[measured] ${loop.reads.length} client reads during the run; 5xx: ${fives.length}; retried: ${routerLines.filter((l) => String(l.reqId).startsWith('sp-read') && l.attempts === 2).length}`,
+      `[measured] ${loop.reads.length} client reads during the run; 5xx: ${fives.length}; retried: ${routerLines.filter((l) => String(l.clientReqId).startsWith('sp-read') && l.attempts === 2).length}`,
     );
     expect(fives.filter((r) => r.startedAtMs > partitionedAt + BOUND_MS + SLACK_MS)).toEqual([]);
     expect(fives).toEqual([]);
