@@ -995,6 +995,36 @@ describe('HTTP/2 sessions, streams, idle GOAWAYs and resets sent are counted (/m
     session.destroy();
   });
 
+  it('a body that stalls after the answer began is cut (CANCEL) at the body timeout and counted as body_timeout, not send_timeout', async () => {
+    const was = await scrape();
+    const session = http2.connect(gw.https, { ca: ca.certPem });
+    session.on('error', () => {});
+    // A download that announces a body it never finishes: the gateway answers without reading it,
+    // so the answer is under way (its head out, its window full: the client reads nothing) while
+    // the armed timeout is still the body's.
+    const stalled = session.request(
+      { ':path': `${artifact}/content`, 'content-length': '1000', ...bearer(owner.key) },
+      { endStream: false },
+    );
+    stalled.on('error', () => {});
+    stalled.pause();
+    stalled.write(Buffer.alloc(10));
+    const status = statusOf(stalled);
+    const closeCode = closeCodeOf(stalled);
+    expect(await status).toBe(200);
+    expect(await closeCode).toBe(http2.constants.NGHTTP2_CANCEL);
+    const now = await scrape();
+    const delta = (series: string) => now(series) - was(series);
+    expect(delta('arkvory_http_client_timeouts_total{phase="body"}')).toBe(1);
+    expect(delta('arkvory_http_client_timeouts_total{phase="send"}')).toBe(0);
+    expect(delta('arkvory_http2_stream_resets_sent_total{reason="body_timeout"}')).toBe(1);
+    expect(delta('arkvory_http2_stream_resets_sent_total{reason="send_timeout"}')).toBe(0);
+    expect(
+      gw.logLines().some((l) => l.code === 'client_timeout' && l.phase === 'request_body' && l.protocol === 'h2'),
+    ).toBe(true);
+    session.destroy();
+  });
+
   it('streams node:http2 answers itself (CONNECT 405, an unknown Expect 417) are reset after the answer; the session still idles out', async () => {
     const session = http2.connect(gw.https, { ca: ca.certPem });
     session.on('error', () => {});

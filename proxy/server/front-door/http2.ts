@@ -6,8 +6,8 @@
  *    the keep-alive timeout (between streams), whatever PINGs it sends (http2-session-watch.ts, on
  *    an injected clock, decides when);
  *  - each stream has the body-idle and send-idle timeouts of a request: a stalled upload gets 408 and
- *    its stream is reset (RST_STREAM NO_ERROR after the answer), a stalled download is reset (CANCEL);
- *    the other streams of the connection go on;
+ *    its stream is reset (RST_STREAM NO_ERROR after the answer), or CANCEL when its answer had begun;
+ *    a stalled download is reset (CANCEL); the other streams of the connection go on;
  *  - an answer sent before the request body was read ends with RST_STREAM NO_ERROR (RFC 9113 §8.1),
  *    where HTTP/1.1 lingers and closes the connection;
  *  - a stream the client resets fails its request body (never a silent end of a truncated upload) and
@@ -287,7 +287,9 @@ export class Http2Front {
         },
         'client idle past its timeout; stream reset',
       );
-      this.#reset(stream, NGHTTP2_CANCEL, 'send_timeout');
+      // The timeout that fired names the reset: a body stalled after the answer began is the
+      // body's, whoever else was idle (the send timeout is armed only once the body ended).
+      this.#reset(stream, NGHTTP2_CANCEL, counter === 'body' ? 'body_timeout' : 'send_timeout');
     });
   }
 
