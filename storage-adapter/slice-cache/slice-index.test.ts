@@ -133,7 +133,13 @@ describe('excessOver: what must be evicted before one more slice file fits', () 
     expect(excessOver(bounds, used, reserved, freeBytes, sliceBytes)).toEqual(expected);
   });
 
-  it('gives up on a slice larger than the byte bound', () => {
+  it('gives up on a slice larger than the byte bound, not on one exactly as large', () => {
     expect(excessOver(bounds, none, none, 1000 * B, 100 * B + 1)).toBeUndefined();
+    expect(excessOver(bounds, none, none, 1000 * B, 100 * B)).toEqual({ bytes: 0, files: -9 });
+  });
+
+  it('gives up when no file may be kept at all, not when one may', () => {
+    expect(excessOver({ ...bounds, maxFiles: 0 }, none, none, 1000 * B, B)).toBeUndefined();
+    expect(excessOver({ ...bounds, maxFiles: 1 }, none, none, 1000 * B, B)).toEqual({ bytes: -99 * B, files: 0 });
   });
 });
