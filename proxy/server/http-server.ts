@@ -238,14 +238,17 @@ async function runRoute(
 }
 
 /**
- * Holds `res.end()` until the returned function is called, which ends the response as asked
- * meanwhile (if it was). The head and body may leave before: only the end waits. For routes that
- * answer with one `end` and never wait for their own response to finish (the audited JSON routes).
+ * Holds a successful answer's `res.end()` until the returned function is called, which ends the
+ * response as asked meanwhile (if it was). The head may leave before: only the end waits. For routes
+ * that answer with one `end` and never wait for their own response to finish (the audited JSON routes).
  */
 function holdEnd(res: http.ServerResponse): () => void {
   const end = res.end;
   let asked: Parameters<typeof end> | undefined;
   res.end = function (this: http.ServerResponse, ...args: Parameters<typeof end>) {
+    // A refusal records nothing, so nothing to wait for; the front door's own answers (a 408 for a
+    // stalled body) must leave at once.
+    if (this.statusCode >= 400) return end.apply(this, args);
     asked = args;
     return this;
   } as typeof end;
