@@ -1,8 +1,10 @@
 /**
  * Keeps the pool current: every probe interval it re-reads discovery and probes each gateway's
- * public `/health/status` (200 = in the pool). A probe times out after 0.9 interval, so a gateway
- * that dies or hangs right after a passing probe is out of the pool within 2 intervals; it returns
- * with its first passing probe. The answer's `store.state` (the gateway's own store health, with its
+ * public `/health/status` (200 = in the pool). A probe has 0.9 interval for everything (connect,
+ * head, body): a gateway that dies or hangs right after a passing probe is out of the pool within 2
+ * intervals, and one whose host drops connection attempts, or that trickles its answer, cannot hold
+ * up a round (which waits for every probe), the other gateways' probes, discovery, startup or stop.
+ * It returns with its first passing probe. The answer's `store.state` (the gateway's own store health, with its
  * hysteresis: proxy/store-health/store-health.ts) is recorded too: `unreachable` takes the gateway
  * out of reads, anything else puts it back. A failed discovery keeps the last known list (the cache).
  */
@@ -39,20 +41,33 @@ export async function probeBackend(
   url: string,
   timeoutMs: number,
   agents: { http: Agent; https: https.Agent },
+  signal?: AbortSignal,
 ): Promise<ProbeResult> {
-  const first = await probeOnce(url, timeoutMs, agents);
-  return first.staleSocket ? (await probeOnce(url, timeoutMs, agents)).result : first.result;
+  // One deadline for the probe, its one more try included.
+  const deadline = performance.now() + timeoutMs;
+  const first = await probeOnce(url, timeoutMs, timeoutMs, agents, signal);
+  if (!first.staleSocket) return first.result;
+  return (await probeOnce(url, Math.max(1, deadline - performance.now()), timeoutMs, agents, signal)).result;
 }
 
 function probeOnce(
   url: string,
+  leftMs: number,
   timeoutMs: number,
   agents: { http: Agent; https: https.Agent },
+  signal: AbortSignal | undefined,
 ): Promise<{ result: ProbeResult; staleSocket: boolean }> {
   return new Promise((resolve) => {
     const isHttps = url.startsWith('https:');
     const client = isHttps ? https : http;
-    const done = (result: ProbeResult, staleSocket = false) => resolve({ result, staleSocket });
+    let settled = false;
+    const done = (result: ProbeResult, staleSocket = false) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', stop);
+      resolve({ result, staleSocket });
+    };
     let answered = false;
     const req = client.request(
       `${url}/health/status`,
@@ -72,9 +87,20 @@ function probeOnce(
           ),
         );
         res.on('error', (err) => done({ ok: false, reason: err.message, store: 'unknown' }));
+        // A body cut without an error event (destroyed here at the deadline) still settles.
+        res.on('close', () => done({ ok: false, reason: 'the probe answer was cut', store: 'unknown' }));
       },
     );
-    req.setTimeout(timeoutMs, () => req.destroy(new Error(`no answer to the probe within ${timeoutMs} ms`)));
+    // Not req.setTimeout: that one starts once a socket is connected and restarts at every byte, so
+    // a host that drops SYNs (the kernel's ~2 min connect) or a trickled body would hold the probe.
+    const fail = (reason: string) => {
+      done({ ok: false, reason, store: 'unknown' });
+      req.destroy(new Error(reason));
+    };
+    const timer = setTimeout(() => fail(`no answer to the probe within ${timeoutMs} ms`), leftMs);
+    const stop = () => fail('the router is stopping');
+    if (signal?.aborted) stop();
+    else signal?.addEventListener('abort', stop, { once: true });
     req.on('error', (err: NodeJS.ErrnoException) =>
       done(
         { ok: false, reason: err.message, store: 'unknown' },
@@ -86,7 +112,7 @@ function probeOnce(
 }
 
 export interface HealthMonitor {
-  /** One discovery + probe round; resolves when every probe finished. */
+  /** One discovery + probe round; resolves when every probe finished (each within its deadline). */
   runRound(): Promise<void>;
   start(): void;
   stop(): Promise<void>;
@@ -109,6 +135,8 @@ export function createHealthMonitor(options: {
   let stopped = false;
   let current: Promise<void> | undefined;
   let discoveryFailing = false;
+  // Ends the probes in flight when the router stops.
+  const halt = new AbortController();
 
   const report = (change: PoolChange | undefined) => {
     if (!change) return;
@@ -118,7 +146,7 @@ export function createHealthMonitor(options: {
   };
 
   const probe = async (url: string) => {
-    const result = await probeBackend(url, probeTimeoutMs, agents);
+    const result = await probeBackend(url, probeTimeoutMs, agents, halt.signal);
     if (stopped) return;
     report(pool.recordProbe(url, result.ok, result.reason));
     if (!result.ok) return;
@@ -164,6 +192,7 @@ export function createHealthMonitor(options: {
     async stop() {
       stopped = true;
       clearTimeout(timer);
+      halt.abort();
       await current?.catch(() => {});
       agents.http.destroy();
       agents.https.destroy();
