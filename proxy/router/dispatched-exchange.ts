@@ -76,6 +76,9 @@ export class DispatchedExchange implements Dispatcher.DispatchHandler, UpstreamC
     statusCode: number,
     headers: Record<string, string | string[] | undefined>,
   ): void {
+    // undici reports a 1xx (a 103 Early Hints) here too; the final head follows on the same request.
+    // Not relayed: the client's connection may be HTTP/2, and hints are an optimisation.
+    if (statusCode < 200) return;
     this.status = statusCode;
     this.rawHeaders = headerStrings(controller.rawHeaders);
     this.connection = headers.connection;

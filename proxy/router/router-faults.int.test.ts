@@ -97,6 +97,11 @@ const writerBehaviour: Behaviour = (req, res, up) => {
         '2',
       ])
       .end('ok');
+  } else if (path === '/early-hints') {
+    // A 103 before the answer (Early Hints): undici reports it like a final head.
+    res.writeEarlyHints({ link: '</style.css>; rel=preload; as=style' }, () =>
+      res.writeHead(200, { 'content-length': '6' }).end('hinted'),
+    );
   } else if (path === '/hang') {
     // Never answers.
   } else if (req.method === 'PUT' && path.endsWith('/drop')) {
@@ -188,6 +193,13 @@ describe('router edges with stand-in gateways', () => {
     expect(seen['x-request-id']).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
     expect(seen.forwarded).toMatch(/^for=127\.0\.0\.1;proto=http;host=/);
     expect(seen['x-client-hop']).toBeUndefined();
+  });
+
+  it("a gateway's 103 Early Hints before its answer: the GET gets the final answer", async () => {
+    const res = await request(`${router.url}/early-hints`, { headers: { 'x-request-id': 'hints-1' } });
+    expect(res.status).toBe(200);
+    expect(res.body.toString()).toBe('hinted');
+    expect(res.headers['x-upstream']).toBe('writer');
   });
 
   it('passes repeated headers both ways in order and as spelled, nothing joined; planted X-Forwarded-For lines replaced', async () => {
