@@ -37,6 +37,8 @@ export class DispatchedExchange implements Dispatcher.DispatchHandler, UpstreamC
   #sink: ServerResponse | undefined;
   #done: ((err?: Error) => void) | undefined;
   #drainHooked = false;
+  /** Told when a discarded body ended or was cut. */
+  #discarded: (() => void) | undefined;
 
   constructor(listener: ExchangeListener) {
     this.#listener = listener;
@@ -57,9 +59,10 @@ export class DispatchedExchange implements Dispatcher.DispatchHandler, UpstreamC
     this.#done = done;
   }
 
-  discard(): void {
+  discard(done: () => void): void {
     // Data keeps flowing into onResponseData with no sink: read and dropped, the connection stays.
     this.#sink = undefined;
+    this.#discarded = done;
   }
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
@@ -99,7 +102,10 @@ export class DispatchedExchange implements Dispatcher.DispatchHandler, UpstreamC
 
   onResponseEnd(): void {
     const res = this.#sink;
-    if (res === undefined) return;
+    if (res === undefined) {
+      this.#discarded?.();
+      return;
+    }
     res.end();
     this.#done?.();
   }
@@ -107,7 +113,8 @@ export class DispatchedExchange implements Dispatcher.DispatchHandler, UpstreamC
   onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
     if (this.#done) this.#done(error);
     else if (this.status === 0) this.#listener.onError(error);
-    // Headed but neither relayed nor being discarded: the attempt chose to drop it.
+    // Headed and not relayed: a discarded body cut (by the idle sweep), or one the attempt dropped.
+    else this.#discarded?.();
   }
 }
 

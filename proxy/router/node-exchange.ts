@@ -56,8 +56,12 @@ class NodeResponse implements UpstreamResponse {
       done();
     });
   }
-  discard(): void {
-    this.#message.resume();
+  discard(done: () => void): void {
+    const message = this.#message;
+    // 'close' follows the end of the body, or its cut (the idle sweep destroys the request).
+    if (message.destroyed) done();
+    else message.once('close', done);
+    message.resume();
   }
   destroy(): void {
     this.#message.destroy();

@@ -30,7 +30,10 @@ export interface Attempt {
   idleSince: number;
   /** Its place in the idle sweep's list (-1: not watched). */
   slot: number;
+  /** The attempt is over: it no longer counts against its gateway nor is watched for silence. */
   release(): void;
+  /** It no longer counts against its gateway (least-active choice); the idle watch goes on. */
+  releaseSlot(): void;
   onResponse(response: UpstreamResponse): void;
 }
 
@@ -57,8 +60,11 @@ export interface UpstreamResponse {
    * error when the body was cut (then `res` is not ended).
    */
   relayTo(res: ServerResponse, done: (err?: Error) => void): void;
-  /** Reads the body and drops it: the connection stays reusable. */
-  discard(): void;
+  /**
+   * Reads the body and drops it, so the connection stays reusable; `done` is called once, when the
+   * body ended or was cut (until then the attempt stays under the idle timeout).
+   */
+  discard(done: () => void): void;
   /** Drops the body and the connection. */
   destroy(): void;
 }
@@ -189,6 +195,7 @@ export class ProxiedRequest {
       idleBytes: -1,
       idleSince: 0,
       slot: -1,
+      releaseSlot,
       release: () => {
         releaseSlot();
         this.#relay.settled(attempt);
@@ -218,8 +225,10 @@ export class ProxiedRequest {
       const other = this.#relay.pool.pick(this.outcome.kind, next);
       if (other) {
         attempt.done = true;
-        response.discard();
-        attempt.release();
+        attempt.releaseSlot();
+        // Watched until the dropped body is in: a gateway that stalls it is cut by the idle sweep,
+        // never left holding a connection.
+        response.discard(() => attempt.release());
         this.#relay.countRetry(reason);
         this.#logFor().info(
           { backend: backend.url, status, next: other.url },

@@ -7,7 +7,7 @@
 import http from 'node:http';
 import http2 from 'node:http2';
 import https from 'node:https';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { request } from '../../test/support/content.ts';
 import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
@@ -528,5 +528,61 @@ describe('router over HTTP/2 with a gateway head node:http2 cannot carry', () =>
       { what: 'the authority_mismatch fault line', timeoutMs: 5000, intervalMs: 50 },
     );
     session.close();
+  });
+});
+
+describe('router with a gateway that stalls the body of the 5xx it retries past', () => {
+  let stalling: Upstream;
+  let good: Upstream;
+  let retryRouter: GatewayProcess;
+  /** Connections of `stalling` that carried a read (the probe's keep-alive connection is not one). */
+  const readSockets = new Set<Socket>();
+
+  beforeAll(async () => {
+    // A 503 head announcing 100 bytes, 10 of them, then silence: the router retries elsewhere and drops this body.
+    stalling = await startUpstream('stalling', (req, res) => {
+      readSockets.add(req.socket);
+      req.socket.once('close', () => readSockets.delete(req.socket));
+      res.writeHead(503, { 'content-type': 'application/json', 'content-length': '100' });
+      res.write('0123456789');
+    });
+    good = await startUpstream('good', (_req, res) => res.writeHead(200, { 'content-length': '4' }).end('good'));
+    retryRouter = await startGateway({
+      env: {
+        ARKVORY_ROLE: 'router',
+        ARKVORY_ROUTER_BACKENDS: `${stalling.url},${good.url}`,
+        ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: '60000',
+        ARKVORY_ROUTER_IDLE_TIMEOUT_SECONDS: '1',
+        // Reads keep visiting the stalling gateway.
+        ARKVORY_ROUTER_OUTLIER_CONSECUTIVE_5XX: '0',
+      },
+      timeoutMs: 90_000,
+    });
+  }, 120_000);
+
+  afterAll(async () => {
+    await retryRouter?.stop('SIGTERM');
+    for (const up of [stalling, good]) {
+      up?.server.closeAllConnections();
+      await new Promise((r) => up?.server.close(r));
+    }
+  });
+
+  it('the dropped body stays under the idle timeout: its connection is cut once silent, none stays open', async () => {
+    // Over undici, and over node:http (a GET asking for `100 Continue` goes there).
+    for (const headers of [{}, { expect: '100-continue' }] as Record<string, string>[])
+      for (let i = 0; i < 6; i++) {
+        const res = await request(`${retryRouter.url}${contentPath('stall')}`, { headers });
+        expect(res.status).toBe(200);
+        expect(res.body.toString()).toBe('good');
+      }
+    expect(stalling.seen.filter((s) => s.headers.expect === undefined).length).toBeGreaterThanOrEqual(1);
+    expect(stalling.seen.filter((s) => s.headers.expect === '100-continue').length).toBeGreaterThanOrEqual(1);
+    // Idle timeout 1 s, swept every 250 ms: cut within 1.5 s of the last byte.
+    await waitUntil(() => readSockets.size === 0, {
+      what: "the router to close its connections to the stalling gateway's dropped bodies",
+      timeoutMs: 4000,
+      intervalMs: 50,
+    });
   });
 });
