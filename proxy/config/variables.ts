@@ -342,7 +342,7 @@ export const VARIABLES: readonly VariableSpec[] = [
     name: 'ARKVORY_ROUTER_OUTLIER_CONSECUTIVE_5XX',
     kind: { type: 'int', min: 0, max: 1000 },
     defaultValue: '5',
-    doc: 'Router: consecutive 5xx answers (or failed connections) to reads after which a gateway is ejected from reads for a backoff period, before its probe notices (docs/router.md, "Outlier detection"); 0 = off.',
+    doc: 'Router: failures of its own in a row on reads (no answer, or a 502/503/504 another gateway did not give for the same read) after which a gateway is ejected from reads for a backoff period, before its probe notices (docs/router.md, "Outlier detection"); 0 = off.',
   },
   {
     name: 'ARKVORY_ROUTER_OUTLIER_BASE_EJECTION_SECONDS',

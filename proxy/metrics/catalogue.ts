@@ -533,7 +533,7 @@ export const ROUTER_METRICS = [
     name: 'arkvory_router_ejections_total',
     type: 'counter',
     labels: [],
-    help: 'Gateways ejected from reads by outlier detection (consecutive 5xx or failed connections).',
+    help: 'Gateways ejected from reads by outlier detection (consecutive failures of their own: no answer, or a 5xx another gateway did not give).',
   },
   {
     name: 'arkvory_router_gateways',

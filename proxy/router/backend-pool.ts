@@ -126,8 +126,8 @@ export class BackendPool {
   }
 
   /**
-   * A content read's outcome at `url` for outlier detection (`failed`: a 5xx before the body or no
-   * connection); returns the ejection it caused.
+   * A content read's outcome at `url` for outlier detection (`failed`: a failure of the gateway's own,
+   * as proxied-request.ts judges it); returns the ejection it caused.
    */
   recordRead(url: string, failed: boolean): Ejection | undefined {
     if (!this.#outliers.enabled) return undefined;

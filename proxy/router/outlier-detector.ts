@@ -1,7 +1,7 @@
 /**
  * Outlier detection on reads, after Envoy's (`consecutive_5xx`, `base_ejection_time`,
- * `max_ejection_percent`): a gateway whose reads end `consecutive5xx` times in a row in a 5xx answer
- * or a failed connection is ejected from reads for `baseEjectionMs` × its ejection multiplier, before
+ * `max_ejection_percent`): a gateway whose reads end `consecutive5xx` times in a row in a failure of
+ * its own (proxied-request.ts decides which: no answer, or a 5xx another gateway did not give) is ejected from reads for `baseEjectionMs` × its ejection multiplier, before
  * its probe notices anything. The multiplier grows by one per ejection (at most 10) and shrinks by one
  * per base period the gateway spends back in rotation, so a gateway that keeps failing stays out
  * longer each time and one that recovered starts short again. At most `maxEjectionPercent` of the
@@ -11,7 +11,7 @@
  */
 
 export interface OutlierOptions {
-  /** 5xx (or failed connections) in a row that eject; 0 turns detection off. */
+  /** The gateway's own failures (no answer, a 5xx others did not give) in a row that eject; 0 turns detection off. */
   readonly consecutive5xx: number;
   readonly baseEjectionMs: number;
   readonly maxEjectionPercent: number;
@@ -54,7 +54,7 @@ export class OutlierDetector {
   }
 
   /**
-   * A read's outcome at `url` (`failed`: a 5xx before the body, or no connection); `total` is how many
+   * A read's outcome at `url` (`failed`: a failure of the gateway's own); `total` is how many
    * gateways are known. Returns the ejection this outcome caused, if any.
    */
   record(url: string, failed: boolean, nowMs: number, total: number): Ejection | undefined {

@@ -5,7 +5,10 @@
  * failed, it is draining). Once, never after the response started, and only while the request is
  * younger than the idle timeout (the client's budget: it never waits for a head longer than about
  * twice the silence it would be cut for). The request goes again as it came (Range, conditionals).
- * Each content read's outcome also feeds outlier detection. Guarantees of proxy-handler.ts.
+ * Each content read's outcome also feeds outlier detection, with failures that are the gateway's
+ * own: no answer, or a 5xx head where another gateway answered the same read without one (every
+ * gateway shares the store, so the same 5xx from two is the object's or the store's, and a client
+ * could repeat it to get healthy gateways ejected). Guarantees of proxy-handler.ts.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
@@ -110,7 +113,7 @@ export interface Relay {
   /** The attempt is over (answered, failed, or its client went away): no more idle watch. */
   settled(attempt: Attempt): void;
   noteUnreachable(url: string, reason: string): void;
-  /** A content read's outcome at `url`, for outlier detection (`failed`: 5xx head or no answer). */
+  /** A content read's outcome at `url`, for outlier detection (`failed`: the gateway's own failure). */
   recordRead(url: string, failed: boolean, log: () => Logger): void;
   /** A retry is made (counted). */
   countRetry(reason: RetryReason): void;
@@ -131,6 +134,8 @@ export class ProxiedRequest {
   readonly #startedAt: number;
   #clientGone = false;
   #current: Attempt | undefined;
+  /** A gateway whose 5xx head to this content read waits for the retry's answer to be judged. */
+  #judging: string | undefined;
 
   constructor(relay: Relay, req: IncomingMessage, res: ServerResponse, upstream: Upstream, log: () => Logger) {
     this.#relay = relay;
@@ -216,7 +221,7 @@ export class ProxiedRequest {
     }
     attempt.responded = true;
     const { status } = response;
-    if (this.outcome.kind === 'content-read') this.#relay.recordRead(backend.url, status >= 500, this.#logFor);
+    const read = this.outcome.kind === 'content-read';
     // A gateway whose store failed (502/504), or that is draining or cut off from its store (503),
     // answers before any payload: another gateway may serve the same bytes.
     const reason = retryReasonOf(status);
@@ -224,6 +229,8 @@ export class ProxiedRequest {
       const next = new Set([...excluded, backend.url]);
       const other = this.#relay.pool.pick(this.outcome.kind, next);
       if (other) {
+        // Whose failure this is, the other gateway's answer says (#judgeHead).
+        if (read) this.#judging = backend.url;
         attempt.done = true;
         attempt.releaseSlot();
         // Watched until the dropped body is in: a gateway that stalls it is cut by the idle sweep,
@@ -238,6 +245,7 @@ export class ProxiedRequest {
         return;
       }
     }
+    if (read) this.#judgeHead(backend.url, status);
     // A raw list, with no header set on `res` before: node:http writes it without a header object.
     try {
       res.writeHead(status, responseHeaderList(response.rawHeaders, response.connection, this.#upstream.answerId));
@@ -271,6 +279,22 @@ export class ProxiedRequest {
     });
   }
 
+  /**
+   * Outlier detection's input from a content read's final head. Below 500 the gateway served, and a
+   * first gateway whose 5xx was retried here failed where another did not: that one counts. A 5xx
+   * (500 is never retried; the retry's own 5xx; no other gateway to ask) counts against nobody:
+   * what fails the same on every gateway (a damaged object: 502 `slice_digest_mismatch`; one slow
+   * object: 504 `upstream_timeout`; a store down for all: 503 `store_unreachable`) is no gateway's
+   * fault, and a 5xx compared with nothing cannot tell.
+   */
+  #judgeHead(url: string, status: number): void {
+    const judged = this.#judging;
+    this.#judging = undefined;
+    if (status >= 500) return;
+    if (judged !== undefined) this.#relay.recordRead(judged, true, this.#logFor);
+    this.#relay.recordRead(url, false, this.#logFor);
+  }
+
   /** The first attempt of a bodiless GET/HEAD whose client is still there, within its budget. */
   #mayRetry(attempt: Attempt): boolean {
     return (
@@ -301,6 +325,9 @@ export class ProxiedRequest {
       this.#fail(mapped);
       return;
     }
+    // No answer at all is the gateway's own failure (its process, its host, its link). A 5xx a
+    // first gateway gave stays uncounted: the one compared with it did not answer.
+    this.#judging = undefined;
     if (this.outcome.kind === 'content-read') this.#relay.recordRead(backend.url, true, this.#logFor);
     // Only a failed connect says the gateway is down; a reset or a silence may be one request's.
     if (CONNECT_FAILURES.has((err as NodeJS.ErrnoException).code ?? ''))

@@ -8,7 +8,8 @@
  *   body never looks complete (the client resumes with Range);
  * - a GET/HEAD without body whose gateway fails before any byte was relayed (connect error, reset,
  *   timeout, or a 502/503/504 head) is sent once more to another healthy gateway (proxied-request.ts);
- * - content reads feed outlier detection (backend-pool.ts, outlier-detector.ts);
+ * - content reads feed outlier detection with the gateway's own failures only (proxied-request.ts,
+ *   backend-pool.ts, outlier-detector.ts);
  * - redirects are passed through, never followed.
  *
  * Two clients, one per kind of request: a GET goes through undici's dispatcher
@@ -274,7 +275,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       options.stats.ejections++;
       log().warn(
         { backend: url, failuresInARow: ejection.failuresInARow, ejectedForMs: ejection.forMs },
-        'gateway ejected from reads: consecutive 5xx or failed connections',
+        'gateway ejected from reads: consecutive failures of its own (no answer, or a 5xx another gateway did not give)',
       );
     },
     countRetry(reason) {

@@ -3,7 +3,7 @@
  * for gateways (static ARKVORY_ROUTER_BACKENDS, writer first): a 504 from one gateway is retried on
  * another before any byte reaches the client, byte-exact and with the client's Range; a gateway whose
  * /health/status reports its store unreachable gets no reads; outlier detection ejects a gateway that
- * keeps answering 5xx; with every store down the router still tries the gateways (once, then once
+ * keeps answering 5xx where the others serve, and none for a read that fails on every gateway; with every store down the router still tries the gateways (once, then once
  * more) and answers their 503 `store_unreachable`.
  */
 import { createHash, randomBytes } from 'node:crypto';
@@ -33,9 +33,17 @@ interface StandIn {
 
 /** Per path: statuses the next requests answer, whichever gateway gets them. */
 const anyGateway = new Map<string, number[]>();
+/** Per path: the status every request answers on every gateway (a damaged object, say). */
+const everyGateway = new Map<string, number>();
 
 function errorCode(status: number): string {
-  return status === 503 ? 'store_unreachable' : status === 504 ? 'upstream_timeout' : 'internal';
+  return status === 502
+    ? 'slice_digest_mismatch'
+    : status === 503
+      ? 'store_unreachable'
+      : status === 504
+        ? 'upstream_timeout'
+        : 'internal';
 }
 
 async function startStandIn(name: string): Promise<StandIn> {
@@ -60,7 +68,7 @@ async function startStandIn(name: string): Promise<StandIn> {
       ifNoneMatch: req.headers['if-none-match'],
       reqId: String(req.headers['x-request-id']),
     });
-    const planned = up.failures.get(path)?.shift() ?? anyGateway.get(path)?.shift();
+    const planned = up.failures.get(path)?.shift() ?? anyGateway.get(path)?.shift() ?? everyGateway.get(path);
     const status = planned ?? (up.store === 'unreachable' ? 503 : undefined);
     if (status !== undefined) {
       const body = JSON.stringify({ code: errorCode(status), message: `${name} failed` });
@@ -165,6 +173,24 @@ describe('router failover with stand-in gateways', () => {
     });
   });
 
+  it('a read that fails the same on every gateway (a damaged object: 502 slice_digest_mismatch) ejects none; reads still spread over all', async () => {
+    const ejectionsBefore = await metric(/^arkvory_router_ejections_total/);
+    everyGateway.set(contentPath('damaged'), 502);
+    // Any client can ask again and again: 50 reads, each tried on two gateways, far past 3 in a row.
+    for (let i = 0; i < 50; i++) {
+      const res = await request(`${router.url}${contentPath('damaged')}`);
+      expect(res.status).toBe(502);
+      expect(JSON.parse(res.body.toString())).toMatchObject({ code: 'slice_digest_mismatch' });
+    }
+    everyGateway.delete(contentPath('damaged'));
+    expect(await metric(/^arkvory_router_ejections_total/)).toBe(ejectionsBefore);
+    expect((await routerStatus()).backends.ejected).toBe(0);
+    const served = new Set<string>();
+    for (let i = 0; i < 9; i++)
+      served.add(String((await request(`${router.url}${contentPath('a')}`)).headers['x-upstream']));
+    expect(served).toEqual(new Set(['writer', 'reader1', 'reader2']));
+  });
+
   it('a gateway whose store is unreachable gets no reads within 2 probe intervals, and takes reads again once it reports the store back', async () => {
     const reader1 = gateways[1]!;
     reader1.store = 'unreachable';
@@ -195,11 +221,12 @@ describe('router failover with stand-in gateways', () => {
     expect(served).toEqual(new Set(['writer', 'reader1', 'reader2']));
   });
 
-  it('outlier detection: 3 consecutive 5xx eject a gateway from reads for the base period; clients never see them', async () => {
+  it('outlier detection: 3 consecutive 5xx that another gateway did not give eject a gateway from reads for the base period; clients never see them', async () => {
     const reader2 = gateways[2]!;
     const ejectionsBefore = await metric(/^arkvory_router_ejections_total/);
     reader2.failures.set(contentPath('b'), [500, 502, 503, 504, 502, 503]);
-    // Sequential reads: reader2 answers 5xx; 502/503/504 are retried elsewhere, a 500 is relayed.
+    // Sequential reads: reader2 answers 5xx; 502/503/504 are retried elsewhere, where the read is
+    // served (so they count against reader2); a 500 is relayed (and compared with nothing, not counted).
     let fivehundreds = 0;
     for (let i = 0; i < 20 && (await metric(/^arkvory_router_ejections_total/)) === ejectionsBefore; i++) {
       const res = await request(`${router.url}${contentPath('b')}`);
