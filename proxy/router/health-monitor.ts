@@ -87,7 +87,7 @@ function probeOnce(
           ),
         );
         res.on('error', (err) => done({ ok: false, reason: err.message, store: 'unknown' }));
-        // A body cut without an error event (destroyed here at the deadline) still settles.
+        // Whatever ends the answer without 'end' or 'error' still settles the probe.
         res.on('close', () => done({ ok: false, reason: 'the probe answer was cut', store: 'unknown' }));
       },
     );
