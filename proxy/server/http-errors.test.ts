@@ -60,6 +60,19 @@ describe('toHttpError', () => {
     expect(toHttpError(new GatewayError('gateway_timeout')).status).toBe(504);
   });
 
+  it("answers a store's 5xx with the catalogue's words, never the store's own (addresses, bucket, its error text)", () => {
+    const quoted =
+      'The S3 server answered GET arkvory/blobs/ab with 416 InvalidRange: connect ECONNREFUSED 10.0.0.30:8333';
+    for (const code of ['upstream_unreachable', 'upstream_timeout', 'storage_full', 'slice_digest_mismatch'] as const)
+      expect(toHttpError(new StorageError(code, quoted)).message).toBe(ERROR_CATALOGUE.entries[code].message);
+    // A store's 4xx is about the request, and says so in its own words.
+    expect(toHttpError(new StorageError('not_found', 'No such artifact.')).message).toBe('No such artifact.');
+    // Other layers' 5xx keep theirs (written for the client: a drain, a lost lease).
+    expect(toHttpError(new GatewayError('unavailable', 'The gateway is shutting down.')).message).toBe(
+      'The gateway is shutting down.',
+    );
+  });
+
   it('never lets details replace the code or the message', () => {
     const mapped = toHttpError(new GatewayError('invalid_request', 'Bad.', { details: { code: 'x', message: 'y' } }));
     expect(mapped).toMatchObject({ code: 'invalid_request', message: 'Bad.', details: {} });

@@ -30,6 +30,13 @@ export const ERROR_CATALOGUE = mergeCatalogues('http', ...LAYER_CATALOGUES);
 
 export type ErrorCode = CodeOf<typeof ERROR_CATALOGUE>;
 
+/**
+ * The store layer's codes: their errors quote the store (its address, bucket, keys, its own error
+ * text, a filesystem path). A 5xx among them answers with the catalogue's words; the log line of the
+ * failure keeps the detail.
+ */
+const STORE_CODES: ReadonlySet<string> = new Set(Object.keys(STORAGE_ERRORS.entries));
+
 function entryOf(code: string): ErrorEntry | undefined {
   return Object.hasOwn(ERROR_CATALOGUE.entries, code) ? ERROR_CATALOGUE.entries[code as ErrorCode] : undefined;
 }
@@ -58,7 +65,7 @@ export function toHttpError(err: unknown): HttpError {
       return {
         status,
         code,
-        message: err.message,
+        message: status >= 500 && STORE_CODES.has(code) ? entryOf(code)!.message : err.message,
         headers: { ...((headers as Record<string, string | string[]> | undefined) ?? {}) },
         details: extra,
       };
