@@ -23,7 +23,7 @@ import {
   descriptorLimit,
   overloadRefusal,
 } from './front-door/connection-bound.ts';
-import { announcesBody, beginRequest, Connections, stateOf } from './front-door/connection-state.ts';
+import { announcesBody, beginRequest, Connections, inTurn, stateOf } from './front-door/connection-state.ts';
 import { closeIdleConnections, drainRefusal } from './front-door/drain.ts';
 import { closeEarlyAnswer } from './front-door/lingering-close.ts';
 import { boundPendingHandshakes } from './front-door/pending-handshakes.ts';
@@ -107,10 +107,17 @@ export function installFrontDoor(
 
   server.prependListener(connectionEvent(server), (socket) => bound.accept(socket, connections.add(socket)));
   boundPendingHandshakes(server, bound.maxConnections);
-  server.on('request', handler);
+  // HTTP/1.1 requests on one connection are handled one after the other (pipelining: inTurn says
+  // why); HTTP/2 streams are bounded per session instead (front-door/http2.ts).
+  const inOrder = (req: IncomingMessage, res: ServerResponse) => {
+    const state = isHttp2(req) ? undefined : stateOf(req.socket);
+    if (state === undefined) handler(req, res);
+    else inTurn(state, req.socket, () => handler(req, res));
+  };
+  server.on('request', inOrder);
   server.on('checkContinue', (req: TrackedRequest, res: ServerResponse) => {
     req[EXPECTS_CONTINUE] = true;
-    handler(req, res);
+    inOrder(req, res);
   });
   const timeouts = new Timeouts(server, limits, log);
   // A TLS listener speaks HTTP/2 too: sessions and streams get the same bounds (front-door/http2.ts).

@@ -16,6 +16,11 @@ export interface ConnectionState {
   res: ServerResponse | undefined;
   /** The HTTP/2 session on this connection (ALPN `h2`); its requests are streams, `active` counts them. */
   session: Http2Session | undefined;
+  /**
+   * Pipelined HTTP/1.1 requests parsed while one was in progress, each started when the one before
+   * it closes (`inTurn`); undefined when none waits.
+   */
+  waiting: Array<() => void> | undefined;
 }
 
 const STATE = Symbol('arkvory.connection');
@@ -39,10 +44,15 @@ export class Connections {
       req: undefined,
       res: undefined,
       session: undefined,
+      waiting: undefined,
     };
     tracked[STATE] = state;
     this.#sockets.add(tracked);
-    tracked.once('close', () => this.#sockets.delete(tracked));
+    tracked.once('close', () => {
+      this.#sockets.delete(tracked);
+      // Their client is gone: the requests still waiting are never started.
+      state.waiting = undefined;
+    });
     return state;
   }
 
@@ -66,7 +76,35 @@ export function beginRequest(state: ConnectionState, req: IncomingMessage, res: 
     state.active--;
     state.req = undefined;
     state.res = undefined;
+    const next = state.waiting?.shift();
+    if (next === undefined) return;
+    if (state.waiting!.length === 0) {
+      state.waiting = undefined;
+      req.socket.resume();
+    }
+    next();
   });
+}
+
+/**
+ * Runs `start` (the server's request handler) now, or, while a request is in progress on the
+ * connection (an HTTP/1.1 client pipelining), once every request before it has closed. Node's
+ * server emits pipelined requests at once and answers them in order: without this each would be
+ * handled at the same time (the router forwarding all of them upstream, the gateway reading all
+ * their files), holding a descriptor or an admission slot per request instead of one per
+ * connection. The socket is paused meanwhile, so Node parses no more than the bytes it holds.
+ */
+export function inTurn(state: ConnectionState, socket: Socket, start: () => void): void {
+  if (state.active === 0) {
+    start();
+    return;
+  }
+  if (socket.destroyed) return;
+  if (state.waiting === undefined) {
+    state.waiting = [];
+    socket.pause();
+  }
+  state.waiting.push(start);
 }
 
 /** A keep-alive connection between requests: it served one and has none in progress. */

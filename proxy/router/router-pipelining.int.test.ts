@@ -1,0 +1,116 @@
+/**
+ * What one client can make the router hold upstream, through real router processes: pipelined
+ * HTTP/1.1 requests are forwarded one after the other (never all at once), requests proxied at once
+ * are bounded with the descriptors (past it a counted 503), and the router's own shortage of
+ * descriptors is its 503, never held against the gateway. An in-test HTTP server stands in for the
+ * gateway (as in router-client-faults.int.test.ts), so its requests in flight can be counted exactly.
+ */
+import http from 'node:http';
+import net, { type AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { problemLines, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { freeLoopbackPort } from '../../test/harness/index.ts';
+import { answerHealthProbe } from '../../test/support/health-probe.ts';
+
+/** Requests the gateway is answering now, the most at once, and how long each answer waits. */
+const gatewayLoad = { inFlight: 0, peak: 0, delayMs: 2 };
+let gateway: http.Server;
+let gatewayUrl: string;
+
+beforeAll(async () => {
+  gateway = http.createServer((req, res) => {
+    if (answerHealthProbe(req, res)) return;
+    gatewayLoad.inFlight++;
+    gatewayLoad.peak = Math.max(gatewayLoad.peak, gatewayLoad.inFlight);
+    req.resume();
+    setTimeout(() => {
+      gatewayLoad.inFlight--;
+      // The body names the request, so the client can check the order of its answers.
+      const body = req.url ?? '';
+      res.writeHead(200, { 'content-type': 'text/plain', 'content-length': Buffer.byteLength(body) }).end(body);
+    }, gatewayLoad.delayMs);
+  });
+  await new Promise<void>((resolve) => gateway.listen(0, '127.0.0.1', resolve));
+  gatewayUrl = `http://127.0.0.1:${(gateway.address() as AddressInfo).port}`;
+});
+
+afterAll(async () => {
+  gateway?.closeAllConnections();
+  await new Promise((r) => gateway?.close(r));
+});
+
+async function startRouter(env: Record<string, string>, wrap?: string[]) {
+  const metricsPort = await freeLoopbackPort();
+  const router = await startGateway({
+    env: {
+      ARKVORY_ROLE: 'router',
+      ARKVORY_ROUTER_BACKENDS: gatewayUrl,
+      ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: '60000',
+      ARKVORY_METRICS_PORT: String(metricsPort),
+      ...env,
+    },
+    ...(wrap ? { wrap } : {}),
+    timeoutMs: 60_000,
+  });
+  const metric = async (line: RegExp): Promise<number> => {
+    const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+    return Number(line.exec(text)?.[1] ?? Number.NaN);
+  };
+  return { router, metric };
+}
+
+/** Answers read off one connection in order: status and body of each (bodies by Content-Length). */
+function readAnswers(socket: net.Socket, count: number): Promise<Array<{ status: number; body: string }>> {
+  return new Promise((resolve, reject) => {
+    const answers: Array<{ status: number; body: string }> = [];
+    let text = '';
+    socket.on('data', (d: Buffer) => {
+      text += d.toString('latin1');
+      for (;;) {
+        const end = text.indexOf('\r\n\r\n');
+        if (end === -1) break;
+        const head = text.slice(0, end);
+        const length = Number(/\r\ncontent-length: (\d+)/i.exec(head)?.[1] ?? 0);
+        if (text.length < end + 4 + length) break;
+        answers.push({ status: Number(head.slice(9, 12)), body: text.slice(end + 4, end + 4 + length) });
+        text = text.slice(end + 4 + length);
+      }
+      if (answers.length >= count) resolve(answers);
+    });
+    socket.on('error', reject);
+    socket.on('close', () => resolve(answers));
+  });
+}
+
+const content = (i: number) => `/api/v1/repositories/r/artifacts/a${i}/content`;
+
+describe('router: pipelined requests on one connection', () => {
+  let router: GatewayProcess;
+  let metric: (line: RegExp) => Promise<number>;
+  beforeAll(async () => {
+    ({ router, metric } = await startRouter({ ARKVORY_MAX_CONNECTIONS: '50' }));
+  }, 90_000);
+  afterAll(() => router?.stop('SIGTERM'));
+
+  it('500 pipelined GETs are forwarded one at a time and all answered in order, no gateway ejected', async () => {
+    gatewayLoad.peak = 0;
+    const N = 500;
+    const socket = net.connect(router.port, '127.0.0.1');
+    await new Promise((r) => socket.once('connect', r));
+    const answers = readAnswers(socket, N);
+    let bytes = '';
+    for (let i = 0; i < N; i++) bytes += `GET ${content(i)} HTTP/1.1\r\nHost: 127.0.0.1:${router.port}\r\n\r\n`;
+    socket.write(bytes);
+    const got = await answers;
+    socket.destroy();
+    expect(got.length).toBe(N);
+    expect(got.filter((a) => a.status !== 200)).toEqual([]);
+    expect(got.map((a) => a.body)).toEqual(Array.from({ length: N }, (_, i) => content(i)));
+    // HTTP/1.1 answers in order anyway: the router holds the next request until the one before is answered.
+    expect(gatewayLoad.peak).toBe(1);
+    expect(await metric(/^arkvory_router_ejections_total (\d+)$/m)).toBe(0);
+    expect(await metric(/^arkvory_router_gateways\{state="reads"\} (\d+)$/m)).toBe(1);
+    // One request line per request, nothing at warn or above.
+    expect(problemLines(router.logLines())).toEqual([]);
+  }, 60_000);
+});
