@@ -547,6 +547,18 @@ export const ROUTER_METRICS = [
     labels: ['kind'],
     help: 'Requests the router refused with 400 before forwarding (duplicate Host, invalid header value…; malformed_head: refused by the HTTP parser), by kind; every one is counted, their log lines are bounded.',
   },
+  {
+    name: 'arkvory_router_requests_in_flight',
+    type: 'gauge',
+    labels: [],
+    help: 'Client requests the router is proxying now (each holds at most one connection to a gateway).',
+  },
+  {
+    name: 'arkvory_router_overloaded_total',
+    type: 'counter',
+    labels: ['reason'],
+    help: 'Requests the router answered 503 itself, by reason: in_flight (its bound on requests proxied at once was reached) or descriptors (connecting to the gateway failed for want of its own descriptors or local ports: EMFILE, ENFILE, EADDRNOTAVAIL).',
+  },
 ] as const satisfies readonly MetricSpec[];
 
 export const ALL_METRICS: readonly MetricSpec[] = [...GATEWAY_METRICS, ...PROCESS_METRICS];

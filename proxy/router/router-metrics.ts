@@ -10,7 +10,7 @@ import type { MetricsServer } from '../metrics/metrics-endpoint.ts';
 import type { TracingStatus } from '../metrics/tracing-metrics.ts';
 import type { BackendPool } from './backend-pool.ts';
 import { CLIENT_FAULT_KINDS, type ClientFaultKind } from './forwardable.ts';
-import { RETRY_REASONS, type RouterStats } from './router-stats.ts';
+import { OVERLOAD_REASONS, RETRY_REASONS, type RouterStats } from './router-stats.ts';
 
 export interface RouterTally {
   countClientFault(kind: ClientFaultKind): void;
@@ -121,6 +121,26 @@ export async function createRouterRegistry(sources: RouterSources): Promise<Regi
     registers: [registry],
     collect() {
       for (const [state, count] of Object.entries(gatewayStates(pool.snapshot()))) this.set({ state }, count);
+    },
+  });
+  const inFlight = specOf('arkvory_router_requests_in_flight');
+  new Gauge({
+    name: inFlight.name,
+    help: inFlight.help,
+    registers: [registry],
+    collect() {
+      this.set(stats.inFlight);
+    },
+  });
+  const overloaded = specOf('arkvory_router_overloaded_total');
+  new Counter({
+    name: overloaded.name,
+    help: overloaded.help,
+    labelNames: overloaded.labels,
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const reason of OVERLOAD_REASONS) this.inc({ reason }, stats.overloaded[reason]);
     },
   });
   registerTracingMetrics(registry, sources.tracing);

@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { problemLines, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { freeLoopbackPort } from '../../test/harness/index.ts';
 import { answerHealthProbe } from '../../test/support/health-probe.ts';
+import { defaultMaxInFlight } from './router-server.ts';
 
 /** Requests the gateway is answering now, the most at once, and how long each answer waits. */
 const gatewayLoad = { inFlight: 0, peak: 0, delayMs: 2 };
@@ -111,6 +112,60 @@ describe('router: pipelined requests on one connection', () => {
     expect(await metric(/^arkvory_router_ejections_total (\d+)$/m)).toBe(0);
     expect(await metric(/^arkvory_router_gateways\{state="reads"\} (\d+)$/m)).toBe(1);
     // One request line per request, nothing at warn or above.
+    expect(problemLines(router.logLines())).toEqual([]);
+  }, 60_000);
+});
+
+describe('router: requests proxied at once are bounded with its descriptors', () => {
+  const DESCRIPTORS = 200;
+  const bound = defaultMaxInFlight(DESCRIPTORS);
+  let router: GatewayProcess;
+  let metric: (line: RegExp) => Promise<number>;
+  beforeAll(async () => {
+    // A connection bound far above the descriptors: the in-flight bound is what holds.
+    ({ router, metric } = await startRouter({ ARKVORY_MAX_CONNECTIONS: '1000' }, [
+      'prlimit',
+      `--nofile=${DESCRIPTORS}:${DESCRIPTORS}`,
+      '--',
+    ]));
+  }, 90_000);
+  afterAll(async () => {
+    gatewayLoad.delayMs = 2;
+    await router?.stop('SIGTERM');
+  });
+
+  it(`past ${bound} requests in flight the next gets a fast 503 with Retry-After, counted`, async () => {
+    gatewayLoad.delayMs = 1500;
+    const extra = 8;
+    const agent = new http.Agent({ keepAlive: false, maxSockets: Infinity });
+    const answers = await Promise.all(
+      Array.from(
+        { length: bound + extra },
+        (_, i) =>
+          new Promise<{ status: number; retryAfter: string | undefined; code: string }>((resolve, reject) => {
+            http
+              .get(`${router.url}${content(i)}`, { agent }, (res) => {
+                let body = '';
+                res.on('data', (d: Buffer) => (body += d.toString()));
+                res.on('end', () =>
+                  resolve({
+                    status: res.statusCode ?? 0,
+                    retryAfter: res.headers['retry-after'],
+                    code: res.statusCode === 503 ? (JSON.parse(body) as { code: string }).code : '',
+                  }),
+                );
+              })
+              .on('error', reject);
+          }),
+      ),
+    );
+    agent.destroy();
+    const refused = answers.filter((a) => a.status === 503);
+    expect(answers.filter((a) => a.status === 200).length).toBe(bound);
+    expect(refused.length).toBe(extra);
+    expect(refused.every((a) => a.retryAfter === '1' && a.code === 'unavailable')).toBe(true);
+    expect(await metric(/^arkvory_router_overloaded_total\{reason="in_flight"\} (\d+)$/m)).toBe(extra);
+    expect(await metric(/^arkvory_router_requests_in_flight (\d+)$/m)).toBe(0);
     expect(problemLines(router.logLines())).toEqual([]);
   }, 60_000);
 });

@@ -9,6 +9,7 @@ import type { ServedTls } from '../tls/served-tls.ts';
 import { makeGraceful } from '../server/graceful-server.ts';
 import {
   DEFAULT_FRONT_DOOR,
+  defaultMaxConnections,
   installFrontDoor,
   serverOptions,
   type FrontDoor,
@@ -18,15 +19,27 @@ import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { knownMethod } from '../../lib/http-method.ts';
-import { sendJson } from '../server/http-errors.ts';
+import { sendError, sendJson } from '../server/http-errors.ts';
 import type { BackendPool } from './backend-pool.ts';
 import type { ClientFaults } from './client-faults.ts';
 import { findClientFault } from './forwardable.ts';
 import { asHttp1Head } from './http2-head.ts';
 import type { ProxyHandler } from './proxy-handler.ts';
 import type { ServerTracing } from '../server/http-server.ts';
+import type { RouterStats } from './router-stats.ts';
+import { ROUTER_BUSY } from './upstream-errors.ts';
 
 const REQUEST_ID = /^[A-Za-z0-9._-]{1,64}$/;
+
+/**
+ * The default bound on requests proxied at once: each holds one upstream connection, so with the
+ * client connections bounded the same way (front door's `defaultMaxConnections`: half the
+ * descriptors past the reserve) the two together stay within the descriptor limit, however many
+ * requests an HTTP/2 connection carries.
+ */
+export function defaultMaxInFlight(descriptorLimit: number): number {
+  return defaultMaxConnections(descriptorLimit);
+}
 /** The outcome of a request answered here (health), never proxied. */
 const LOCAL = { kind: 'local', backend: undefined, attempts: 0 } as const;
 
@@ -53,8 +66,12 @@ export function createRouterServer(options: {
   tracing?: ServerTracing;
   /** One worker of several: the workers of the instance, for `/health/status`. */
   workers?: () => Promise<Record<string, unknown>>;
+  /** Counts requests in flight and those refused over `maxInFlight`. */
+  stats: RouterStats;
+  /** Requests proxied at once; past it a fast 503 (`defaultMaxInFlight`). */
+  maxInFlight: number;
 }): RouterServer {
-  const { pool, handler, log, faults } = options;
+  const { pool, handler, log, faults, stats, maxInFlight } = options;
   const limits = options.limits ?? DEFAULT_FRONT_DOOR;
   const server = createListener({ http: serverOptions(limits), tls: options.tls, log });
   // The per-request line is at info: below that level its fields are not even gathered.
@@ -130,6 +147,16 @@ export function createRouterServer(options: {
       void options.workers().then(answer, () => answer({}));
       return;
     }
+    // Each request proxied holds an upstream connection, an HTTP/2 connection up to 100 of them:
+    // bounded with the descriptors (defaultMaxInFlight), past it a 503 counted, not logged (the
+    // request line says it).
+    if (stats.inFlight >= maxInFlight) {
+      stats.overloaded.in_flight++;
+      res.setHeader('x-request-id', answerId);
+      return sendError(res, ROUTER_BUSY);
+    }
+    stats.inFlight++;
+    res.once('close', () => stats.inFlight--);
     // The request's child logger is made only when something is logged through it (a retry, a failure).
     let reqLog: Logger | undefined;
     const tracing = options.tracing;

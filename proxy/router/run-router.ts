@@ -17,7 +17,8 @@ import { SecretRotation, type StartSecrets } from '../config/secret-rotation.ts'
 import { createTrustedProxies } from './forwarded.ts';
 import { createHealthMonitor } from './health-monitor.ts';
 import { createProxyHandler } from './proxy-handler.ts';
-import { createRouterServer } from './router-server.ts';
+import { createRouterServer, defaultMaxInFlight } from './router-server.ts';
+import { descriptorLimit } from '../server/front-door.ts';
 import type { Tracing } from '../tracing/tracing.ts';
 import { traceContextFrom } from '../tracing/trace-context-from.ts';
 import { createClientFaults } from './client-faults.ts';
@@ -92,6 +93,8 @@ export async function runRouter(
       faults,
       isDraining: () => draining,
       limits: config.frontDoor,
+      stats,
+      maxInFlight: defaultMaxInFlight(descriptorLimit() ?? 1024),
       tls,
       tracing: tracing && { tracing, mayContinue: traceContextFrom(config) },
       ...(instance

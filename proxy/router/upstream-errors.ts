@@ -17,6 +17,13 @@ export const CONNECT_FAILURES = new Set([
   'EAI_AGAIN',
 ]);
 
+/** The answer when the router's bound on requests being proxied is reached (router-server.ts). */
+export const ROUTER_BUSY = new GatewayError(
+  'unavailable',
+  'The router has too many requests in progress; retry shortly.',
+  { headers: { 'retry-after': '1' } },
+);
+
 /**
  * A client's request the HTTP client refused to send (undici's request validation, node:http's
  * header checks). forwardable.ts finds these before dispatch; this is the net behind it, so a rule
