@@ -18,7 +18,7 @@ import type { BackendPool, BackendView } from './backend-pool.ts';
 import { responseHeaderList } from './hop-by-hop.ts';
 import { classifyRequest, isRetryable, type RequestClass } from './route-class.ts';
 import { type RetryReason, retryReasonOf } from './router-stats.ts';
-import { CONNECT_FAILURES, noGateway, unrelayableHead, upstreamFailure } from './upstream-errors.ts';
+import { CONNECT_FAILURES, noGateway, OWN_FAILURES, unrelayableHead, upstreamFailure } from './upstream-errors.ts';
 
 /** One try of a request against one gateway. */
 export interface Attempt {
@@ -117,6 +117,8 @@ export interface Relay {
   recordRead(url: string, failed: boolean, log: () => Logger): void;
   /** A retry is made (counted). */
   countRetry(reason: RetryReason): void;
+  /** Connecting failed for want of the router's own descriptors or ports (counted, logged within a budget). */
+  noteOwnFailure(err: Error, log: () => Logger): void;
 }
 
 /** The first attempt excludes no gateway. */
@@ -328,6 +330,14 @@ export class ProxiedRequest {
     // No answer at all is the gateway's own failure (its process, its host, its link). A 5xx a
     // first gateway gave stays uncounted: the one compared with it did not answer.
     this.#judging = undefined;
+    // The router's own shortage, not the gateway's: not held against it, not retried, a 503 not
+    // logged per request (a shortage fails thousands at once).
+    if (OWN_FAILURES.has((err as NodeJS.ErrnoException).code ?? '')) {
+      this.#relay.noteOwnFailure(err, this.#logFor);
+      this.#res.setHeader('x-request-id', this.#upstream.answerId);
+      sendError(this.#res, mapped);
+      return;
+    }
     if (this.outcome.kind === 'content-read') this.#relay.recordRead(backend.url, true, this.#logFor);
     // Only a failed connect says the gateway is down; a reset or a silence may be one request's.
     if (CONNECT_FAILURES.has((err as NodeJS.ErrnoException).code ?? ''))

@@ -39,6 +39,10 @@ import {
 } from './proxied-request.ts';
 import type { RouterStats } from './router-stats.ts';
 import { ConnectTimeout, UpstreamTimeout } from './upstream-errors.ts';
+import { LogBudget } from '../../lib/log-budget.ts';
+
+/** Lines per minute for the router's own shortage of descriptors or ports (docs/router.md). */
+export const OWN_FAILURE_LOG = { linesPerInterval: 5, intervalMs: 60_000 } as const;
 
 export type { RequestOutcome } from './proxied-request.ts';
 
@@ -244,6 +248,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     return target;
   };
 
+  const ownFailureLog = new LogBudget(OWN_FAILURE_LOG);
   const relay: Relay = {
     pool: options.pool,
     idleTimeoutMs,
@@ -280,6 +285,15 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     },
     countRetry(reason) {
       options.stats.retries[reason]++;
+    },
+    noteOwnFailure(err, log) {
+      options.stats.overloaded.descriptors++;
+      const turn = ownFailureLog.take('descriptors', performance.now());
+      if (!turn.write) return;
+      log().error(
+        { err: err.message, code: (err as NodeJS.ErrnoException).code, suppressed: turn.suppressed },
+        'router out of descriptors or local ports: requests answered 503 (raise its descriptor limit or lower its load)',
+      );
     },
   };
 

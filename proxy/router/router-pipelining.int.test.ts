@@ -7,10 +7,12 @@
  */
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
+import { readdirSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { problemLines, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
-import { freeLoopbackPort } from '../../test/harness/index.ts';
+import { freeLoopbackPort, waitUntil } from '../../test/harness/index.ts';
 import { answerHealthProbe } from '../../test/support/health-probe.ts';
+import { OWN_FAILURE_LOG } from './proxy-handler.ts';
 import { defaultMaxInFlight } from './router-server.ts';
 
 /** Requests the gateway is answering now, the most at once, and how long each answer waits. */
@@ -167,5 +169,52 @@ describe('router: requests proxied at once are bounded with its descriptors', ()
     expect(await metric(/^arkvory_router_overloaded_total\{reason="in_flight"\} (\d+)$/m)).toBe(extra);
     expect(await metric(/^arkvory_router_requests_in_flight (\d+)$/m)).toBe(0);
     expect(problemLines(router.logLines())).toEqual([]);
+  }, 60_000);
+});
+
+describe("router: its own shortage of descriptors is not the gateway's failure", () => {
+  const DESCRIPTORS = 150;
+  let router: GatewayProcess;
+  let metric: (line: RegExp) => Promise<number>;
+  beforeAll(async () => {
+    ({ router, metric } = await startRouter({ ARKVORY_MAX_CONNECTIONS: '1000' }, [
+      'prlimit',
+      `--nofile=${DESCRIPTORS}:${DESCRIPTORS}`,
+      '--',
+    ]));
+  }, 90_000);
+  afterAll(() => router?.stop('SIGTERM'));
+
+  it('a connect that fails with EMFILE is a 503 of the router: no ejection, no "gateway failed" line', async () => {
+    gatewayLoad.delayMs = 2;
+    const pid = router.child.pid!;
+    const open = () => readdirSync(`/proc/${pid}/fd`).length;
+    // One connection that asks, then idle ones until the router has no descriptor left.
+    const asker = net.connect(router.port, '127.0.0.1');
+    await new Promise((r) => asker.once('connect', r));
+    const fillers: net.Socket[] = [];
+    while (open() < DESCRIPTORS) {
+      const batch = DESCRIPTORS - open();
+      for (let i = 0; i < batch; i++) fillers.push(net.connect(router.port, '127.0.0.1').on('error', () => {}));
+      await waitUntil(() => open() >= DESCRIPTORS || fillers.every((s) => !s.connecting), { timeoutMs: 5000 });
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const answers = readAnswers(asker, 10);
+    for (let i = 0; i < 10; i++) asker.write(`GET ${content(i)} HTTP/1.1\r\nHost: 127.0.0.1:${router.port}\r\n\r\n`);
+    const got = await answers;
+    asker.destroy();
+    for (const s of fillers) s.destroy();
+    expect(got.map((a) => a.status)).toEqual(Array(10).fill(503));
+    expect(JSON.parse(got[0]!.body)).toMatchObject({ code: 'unavailable' });
+    await waitUntil(() => open() < DESCRIPTORS - 20, { timeoutMs: 5000 });
+    expect(await metric(/^arkvory_router_overloaded_total\{reason="descriptors"\} (\d+)$/m)).toBe(10);
+    expect(await metric(/^arkvory_router_ejections_total (\d+)$/m)).toBe(0);
+    expect(await metric(/^arkvory_router_gateways\{state="reads"\} (\d+)$/m)).toBe(1);
+    const lines = router.logLines();
+    expect(lines.filter((l) => /gateway failed|request failed|gateway left/.test(String(l.msg)))).toEqual([]);
+    // A bounded number of lines for the shortage, whatever the number of requests it failed.
+    expect(problemLines(lines).map((l) => l.msg)).toEqual(
+      Array(OWN_FAILURE_LOG.linesPerInterval).fill(expect.stringMatching(/^router out of descriptors or local ports/)),
+    );
   }, 60_000);
 });

@@ -17,6 +17,13 @@ export const CONNECT_FAILURES = new Set([
   'EAI_AGAIN',
 ]);
 
+/**
+ * Failures of the router's own resources when it connects to a gateway: out of descriptors
+ * (process, system) or of local ports. Not the gateway's fault: never recorded against it (no
+ * ejection, not unreachable) nor logged as its failure; the client gets a 503 to retry.
+ */
+export const OWN_FAILURES = new Set(['EMFILE', 'ENFILE', 'EADDRNOTAVAIL']);
+
 /** The answer when the router's bound on requests being proxied is reached (router-server.ts). */
 export const ROUTER_BUSY = new GatewayError(
   'unavailable',
@@ -56,6 +63,11 @@ export class ConnectTimeout extends Error {
 export function upstreamFailure(err: Error, idleTimeoutMs: number): GatewayError {
   if (REFUSED_AS_MALFORMED.has((err as NodeJS.ErrnoException).code ?? ''))
     return new GatewayError('malformed_request', 'The request cannot be forwarded as sent; fix its head.');
+  if (OWN_FAILURES.has((err as NodeJS.ErrnoException).code ?? ''))
+    return new GatewayError('unavailable', 'The router is out of connections to its gateways; retry shortly.', {
+      headers: { 'retry-after': '1' },
+      cause: err,
+    });
   if (err instanceof UpstreamTimeout)
     return new GatewayError(
       'gateway_timeout',
