@@ -14,7 +14,7 @@ import { ROUTER_METRICS } from '../metrics/catalogue.ts';
 import { ROOT } from '../../test/support/gateway.ts';
 import { FAULT_LOG_LINES_PER_INTERVAL } from './client-faults.ts';
 import { CLIENT_FAULT_KINDS } from './forwardable.ts';
-import { freeLoopbackPort } from '../../test/harness/index.ts';
+import { freeLoopbackPort, waitUntil } from '../../test/harness/index.ts';
 import { answerHealthProbe } from '../../test/support/health-probe.ts';
 
 const TRACE_SPAN_METRICS = [
@@ -228,6 +228,30 @@ describe('router: requests it cannot forward', () => {
     );
     expect(res.status).toBe(400);
     expect((await faultCounts()).malformed_head).toBe(counted + 1);
+  });
+
+  it('an upload its client aborts mid-body was forwarded: not counted nor logged as a client fault', async () => {
+    const counted = await faultCounts();
+    const faultLines = () => router.logLines().filter((l) => l.msg === 'client fault: request not forwarded').length;
+    const lines = faultLines();
+    const before = proxied;
+    for (let i = 0; i < 3; i++) {
+      const socket = net.connect(router.port, '127.0.0.1');
+      socket.on('error', () => {});
+      await new Promise((r) => socket.once('connect', r));
+      socket.write(
+        `PUT /api/v1/repositories/r/artifacts/aborted${i} HTTP/1.1\r\nHost: 127.0.0.1:${router.port}\r\n` +
+          `Content-Length: ${10 * 1024 * 1024}\r\n\r\n`,
+      );
+      socket.write(Buffer.alloc(64 * 1024));
+      // Forwarded: the upstream saw it before the client went away.
+      await waitUntil(() => proxied > before + i, { timeoutMs: 5000 });
+      // Closed (FIN) in the middle of the body: the router's parser ends in HPE_INVALID_EOF_STATE.
+      socket.destroy();
+    }
+    await markLog(`after-aborted-uploads-${Date.now()}`);
+    expect(await faultCounts()).toEqual(counted);
+    expect(faultLines()).toBe(lines);
   });
 
   it('docs/metrics.md lists the router families it exports, every kind declared', async () => {

@@ -16,7 +16,8 @@ import {
   type FrontDoorLimits,
 } from '../server/front-door.ts';
 import { randomUUID } from 'node:crypto';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
+import { stateOf } from '../server/front-door/connection-state.ts';
 import type { Logger } from 'pino';
 import { knownMethod } from '../../lib/http-method.ts';
 import { sendError, sendJson } from '../server/http-errors.ts';
@@ -192,9 +193,13 @@ export function createRouterServer(options: {
     });
   });
   // The front door answers a head the parser refused; the router also counts it (HPE_*) as a client
-  // fault like the ones found above. Resets and timeouts are not faults.
-  server.on('clientError', (err: NodeJS.ErrnoException) => {
-    if (err.code?.startsWith('HPE_')) faults.noteMalformedHead(err.code);
+  // fault like the ones found above. Resets and timeouts are not faults, nor is a client that closed
+  // in the middle of a body (HPE_INVALID_EOF_STATE) or any error while a request is in progress: that
+  // request was forwarded, its head was not refused.
+  server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
+    if (!err.code?.startsWith('HPE_') || err.code === 'HPE_INVALID_EOF_STATE') return;
+    if ((stateOf(socket)?.active ?? 0) > 0) return;
+    faults.noteMalformedHead(err.code);
   });
   const graceful = makeGraceful(server, frontDoor);
   return {
