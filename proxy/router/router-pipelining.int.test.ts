@@ -85,6 +85,14 @@ function readAnswers(socket: net.Socket, count: number): Promise<Array<{ status:
   });
 }
 
+/** A connection to `port`, once established; an error before that rejects. */
+function connect(port: number): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1', () => resolve(socket));
+    socket.once('error', reject);
+  });
+}
+
 const content = (i: number) => `/api/v1/repositories/r/artifacts/a${i}/content`;
 
 describe('router: pipelined requests on one connection', () => {
@@ -98,8 +106,7 @@ describe('router: pipelined requests on one connection', () => {
   it('500 pipelined GETs are forwarded one at a time and all answered in order, no gateway ejected', async () => {
     gatewayLoad.peak = 0;
     const N = 500;
-    const socket = net.connect(router.port, '127.0.0.1');
-    await new Promise((r) => socket.once('connect', r));
+    const socket = await connect(router.port);
     const answers = readAnswers(socket, N);
     let bytes = '';
     for (let i = 0; i < N; i++) bytes += `GET ${content(i)} HTTP/1.1\r\nHost: 127.0.0.1:${router.port}\r\n\r\n`;
@@ -190,8 +197,7 @@ describe("router: its own shortage of descriptors is not the gateway's failure",
     const pid = router.child.pid!;
     const open = () => readdirSync(`/proc/${pid}/fd`).length;
     // One connection that asks, then idle ones until the router has no descriptor left.
-    const asker = net.connect(router.port, '127.0.0.1');
-    await new Promise((r) => asker.once('connect', r));
+    const asker = await connect(router.port);
     const fillers: net.Socket[] = [];
     while (open() < DESCRIPTORS) {
       const batch = DESCRIPTORS - open();
