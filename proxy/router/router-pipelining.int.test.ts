@@ -123,6 +123,24 @@ describe('router: pipelined requests on one connection', () => {
     // One request line per request, nothing at warn or above.
     expect(problemLines(router.logLines())).toEqual([]);
   }, 60_000);
+  it('an upload pipelined between two GETs still gets its body through (the paused socket resumes for it)', async () => {
+    const socket = await connect(router.port);
+    const answers = readAnswers(socket, 3);
+    const host = `Host: 127.0.0.1:${router.port}\r\n`;
+    const body = 'x'.repeat(256 * 1024);
+    socket.write(
+      `GET ${content(0)} HTTP/1.1\r\n${host}\r\n` +
+        `PUT /api/v1/repositories/r/artifacts/up HTTP/1.1\r\n${host}Content-Length: ${body.length}\r\n\r\n${body}` +
+        `GET ${content(2)} HTTP/1.1\r\n${host}\r\n`,
+    );
+    const got = await answers;
+    socket.destroy();
+    expect(got.map((a) => [a.status, a.body])).toEqual([
+      [200, content(0)],
+      [200, '/api/v1/repositories/r/artifacts/up'],
+      [200, content(2)],
+    ]);
+  }, 30_000);
 });
 
 describe('router: requests proxied at once are bounded with its descriptors', () => {

@@ -100,11 +100,9 @@ export function inTurn(state: ConnectionState, socket: Socket, start: () => void
     return;
   }
   if (socket.destroyed) return;
-  if (state.waiting === undefined) {
-    state.waiting = [];
-    socket.pause();
-  }
-  state.waiting.push(start);
+  (state.waiting ??= []).push(start);
+  // Again with each one: Node resumes a socket it paused itself once its answers drain.
+  socket.pause();
 }
 
 /** A keep-alive connection between requests: it served one and has none in progress. */
