@@ -170,7 +170,8 @@ interface Waiter {
  * round-robin, ties go in arrival order). A principal waiting for its own bucket is skipped (it never
  * holds back global quota others could use); the first principal in that order that is ready but
  * finds the global bucket short holds a reservation: no one else takes global tokens until its take
- * passes, so smaller quanta cannot starve it. One timer.
+ * passes, so smaller quanta cannot starve it. A shared ceiling (group, repository) keeps the same way
+ * the bytes of the first principal in that order through it whose own bucket holds its take. One timer.
  */
 export class BandwidthGovernor {
   readonly quantumBytes: number;
@@ -199,6 +200,14 @@ export class BandwidthGovernor {
   #reserved: PrincipalState | null = null;
   /** What the reserved take waits for in the global bucket: its bytes and the headroom. */
   #reservedNeed = 0;
+  /**
+   * Buckets other than the global one, each holding the head take's bytes of the first waiting
+   * principal in fair order through it whose own bucket holds that take (`#holdCeilings`): no one
+   * after it takes those bytes until its take passes, or smaller takes through the same ceiling would
+   * find their bytes first every time. Empty whenever nothing waits, so a take that passes at once
+   * only reads the size.
+   */
+  readonly #ceilingHolds = new Map<LiveBucket, PrincipalState>();
   /** Global tokens a waiting take leaves while others are active (`#headroomFor`). */
   #headroomBytes: number;
   /** The principal granted last and when; the one granted last before it (another one) and when. */
@@ -529,9 +538,13 @@ export class BandwidthGovernor {
     // Stryker disable next-line ConditionalExpression,EqualityOperator: equivalent: with the ring empty #dispatch serves no one and finds no reservation or timer to clear; the condition only saves the call
     if (this.#ring.length > 0) this.#dispatch(nowMs);
     const reserved = this.#reserved;
+    // Only while a take waits can a bucket hold bytes for it; the check keeps `#ownHas` off the hot path.
+    // Stryker disable next-line ConditionalExpression,EqualityOperator: equivalent: with nothing held `#ownHas` only refills the buckets as `takeEachInPlace` does (→ false, ignoring holds, is killed)
+    const isHolding = this.#ceilingHolds.size > 0;
     if (
       principal.queue.length > 0 ||
       (reserved !== null && this.#startTag(principal) >= this.#startTag(reserved)) ||
+      (isHolding && !this.#ownHas(principal, buckets, bytes, nowMs)) ||
       !this.#globalHas(bytes + this.#headroomFor(principal, nowMs), nowMs) ||
       !takeEachInPlace(buckets, toMicros(nowMs), toMicroBytes(bytes))
     )
@@ -562,24 +575,42 @@ export class BandwidthGovernor {
   }
 
   /**
-   * Whether each of a take's buckets other than the global one holds `bytes`. Each checked bucket is
-   * kept refilled up to `nowMs`, so `#grant` at the same instant only spends.
+   * Whether each of a take's buckets other than the global one holds `bytes` beyond what it holds for
+   * a principal before `principal` (`#heldFor`). Each checked bucket is kept refilled up to `nowMs`,
+   * so `#grant` at the same instant only spends.
    */
-  #ownHas(buckets: readonly LiveBucket[], bytes: number, nowMs: number): boolean {
+  #ownHas(principal: PrincipalState, buckets: readonly LiveBucket[], bytes: number, nowMs: number): boolean {
     const nowUs = toMicros(nowMs);
     const microBytes = toMicroBytes(bytes);
-    for (const b of buckets) if (!refilledHolds(b, nowUs, microBytes)) return false;
+    for (const b of buckets) if (!refilledHolds(b, nowUs, microBytes + this.#heldFor(principal, b))) return false;
     return true;
   }
 
-  /** Milliseconds until the head take of a waiting principal has the bytes of its own buckets. */
+  /** Milliseconds until the head take of a waiting principal has the bytes of its own buckets (as `#ownHas`). */
   #msUntilOwn(principal: PrincipalState, nowMs: number): number {
     const head = principal.queue[0]!;
     const nowUs = toMicros(nowMs);
     const microBytes = toMicroBytes(head.bytes);
     let waitMs = 0;
-    for (const b of head.buckets) waitMs = Math.max(waitMs, msUntilHeld(b, nowUs, microBytes));
+    for (const b of head.buckets)
+      waitMs = Math.max(waitMs, msUntilHeld(b, nowUs, microBytes + this.#heldFor(principal, b)));
     return waitMs;
+  }
+
+  /**
+   * Micro-bytes `bucket` holds for a principal before `principal` in fair order: a lower start tag,
+   * or an equal one and earlier arrival (one with nothing waiting arrives last, as the global
+   * reservation's `>=` has it); 0 when none or when it holds them for `principal` itself.
+   */
+  #heldFor(principal: PrincipalState, bucket: LiveBucket): number {
+    const holder = this.#ceilingHolds.get(bucket);
+    if (holder === undefined) return 0;
+    const holderTag = this.#startTag(holder);
+    const tag = this.#startTag(principal);
+    const isBefore =
+      holderTag < tag ||
+      (holderTag === tag && (!principal.inRing || this.#ring.indexOf(holder) < this.#ring.indexOf(principal)));
+    return isBefore ? toMicroBytes(holder.queue[0]!.bytes) : 0;
   }
 
   /** Like `#ownHas`, for the global bucket (kept refilled up to `nowMs` unless paused). */
@@ -691,18 +722,51 @@ export class BandwidthGovernor {
     this.#arm(nowMs);
   }
 
-  /** The waiting principal with the smallest start tag whose own bucket holds its head take. */
+  /**
+   * The waiting principal with the smallest start tag whose buckets other than the global one hold its
+   * head take beyond what they hold for a principal before it (`#holdCeilings`, made anew first).
+   */
   #nextReady(nowMs: number): PrincipalState | undefined {
+    this.#holdCeilings(nowMs);
     let best: PrincipalState | undefined;
     let bestTag = Infinity;
     for (const principal of this.#ring) {
       const tag = this.#startTag(principal);
       const head = principal.queue[0]!;
-      if (tag >= bestTag || !this.#ownHas(head.buckets, head.bytes, nowMs)) continue;
+      if (tag >= bestTag || !this.#ownHas(principal, head.buckets, head.bytes, nowMs)) continue;
       best = principal;
       bestTag = tag;
     }
     return best;
+  }
+
+  /**
+   * Holds the head take's bytes in each bucket other than the global one for the first principal in
+   * fair order (smallest start tag, then arrival) through it whose own bucket holds that take: the
+   * counterpart of the global reservation for group and repository ceilings. In all its ceilings, not
+   * only a short one: else the others would be drained while it waits for that one, and it could wait
+   * in turn for each for ever. Only its bytes: what a ceiling holds beyond them still goes to those
+   * after it. A principal short in its own bucket holds nothing, as it reserves no global tokens
+   * either: it never holds back tokens for a take that could not pass anyway. (A ready one holds too;
+   * it is granted before anyone its hold could stop, or holds the global reservation that stops them.)
+   */
+  #holdCeilings(nowMs: number): void {
+    const holds = this.#ceilingHolds;
+    holds.clear();
+    // Stryker disable next-line ConditionalExpression: equivalent: without ceilings a principal holds only its own bucket, which no other principal's take passes; the check only spares the loop
+    if (this.#ceilings.size === 0) return;
+    const nowUs = toMicros(nowMs);
+    for (const principal of this.#ring) {
+      const head = principal.queue[0]!;
+      const own = principal.bucket;
+      if (own !== null && !refilledHolds(own, nowUs, toMicroBytes(head.bytes))) continue;
+      const tag = this.#startTag(principal);
+      for (const b of head.buckets) {
+        const holder = holds.get(b);
+        // In ring order: an equal start tag arrived later, so the holder stays.
+        if (holder === undefined || tag < this.#startTag(holder)) holds.set(b, principal);
+      }
+    }
   }
 
   /** One timer for the direction, due when the next waiting take can pass. */
@@ -720,7 +784,8 @@ export class BandwidthGovernor {
     if (this.#reserved !== null) {
       waitMs = msUntilHeld(this.#global!, toMicros(nowMs), toMicroBytes(this.#reservedNeed));
     } else {
-      // Nobody is ready, so every principal in the ring waits for its own or a ceiling's bucket.
+      // Nobody is ready, so every principal in the ring waits for its own or a ceiling's bucket (and
+      // what a ceiling holds for one before it: the first of those holders waits for no hold).
       waitMs = Infinity;
       for (const principal of this.#ring) waitMs = Math.min(waitMs, this.#msUntilOwn(principal, nowMs));
     }
@@ -800,6 +865,7 @@ export class BandwidthGovernor {
     const ring = this.#ring;
     this.#ring = [];
     this.#reserved = null;
+    this.#ceilingHolds.clear();
     this.#disarm();
     for (const principal of ring) {
       const queue = principal.queue.splice(0);

@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
+import { ManualClock } from '../clock.ts';
+import { ManualTimers } from '../timers.ts';
 import { type Grant, setupGovernor as setup } from './bandwidth-governor.test-support.ts';
-import type { ByteMeter } from './bandwidth-governor.ts';
+import { BandwidthGovernor, type ByteMeter } from './bandwidth-governor.ts';
 
 /** A stream that always asks for `bytes` until `running()` turns false. */
 async function saturate(meter: ByteMeter, bytes: number, running: () => boolean): Promise<void> {
@@ -413,6 +415,152 @@ describe('BandwidthGovernor shared ceilings (groups, repositories)', () => {
       expect(groupOnly.tryTake(1)).toBe(false);
       expect(governor.meter(`other ${order}`, 1, [repo]).tryTake(1)).toBe(false);
     }
+  });
+
+  // Smaller takes through one ceiling used to find their bytes first every time: a principal taking
+  // 64 KiB quanta through a 1 MiB/s repository got one quantum in 10 s beside one taking 60,000 bytes
+  // (a small file's last chunk, a Range read, a 16 KiB TLS read of an upload), which got the rest.
+  for (const smallBytes of [60_000, 1024]) {
+    it(`a repository ceiling is held for a waiting quantum: ${smallBytes}-byte takes through it do not starve 64 KiB ones`, async () => {
+      const { governor, timers, grants } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 0 });
+      const repo = [{ key: 'repo:r', rateBytesPerSec: MIB }];
+      let running = true;
+      const loops = [saturate(governor.meter('big', 1, repo), QUANTUM, () => running)];
+      for (let i = 0; i < 4; i++) loops.push(saturate(governor.meter('small', 1, repo), smallBytes, () => running));
+      await timers.advance(10_000);
+      running = false;
+      governor.close();
+      await Promise.allSettled(loops);
+      for (const p of ['big', 'small']) expect(bytesIn(grants, p, 0, 10_000)).toBeGreaterThanOrEqual(0.4 * MIB * 10);
+      expect(bytesOfAll(grants, ['big', 'small'], 0, 10_000)).toBeLessThanOrEqual(MIB * 10 + 104_857);
+    });
+  }
+
+  it('a group ceiling is held for a waiting quantum of one member while another takes smaller ones, under a global ceiling', async () => {
+    const { governor, timers, grants } = setup({ rateBytesPerSec: 100 * MIB, perPrincipalBytesPerSec: 0 });
+    const group = { key: 'group:g', rateBytesPerSec: MIB };
+    // Each also passes its own repository, far from its ceiling.
+    const through = (p: string) => [group, { key: `repo:${p}`, rateBytesPerSec: 8 * MIB }];
+    let running = true;
+    const loops = [
+      saturate(governor.meter('big', 1, through('big')), QUANTUM, () => running),
+      saturate(governor.meter('small', 1, through('small')), 16_384, () => running),
+    ];
+    await timers.advance(10_000);
+    running = false;
+    governor.close();
+    await Promise.allSettled(loops);
+    for (const p of ['big', 'small']) expect(bytesIn(grants, p, 0, 10_000)).toBeGreaterThanOrEqual(0.4 * MIB * 10);
+    expect(bytesOfAll(grants, ['big', 'small'], 0, 10_000)).toBeLessThanOrEqual(MIB * 10 + 104_857);
+  });
+
+  it('a principal through two busy ceilings is held both, not starved by small takes in either', async () => {
+    const { governor, timers, grants } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 0 });
+    const group = { key: 'group:g', rateBytesPerSec: MIB };
+    const repo = { key: 'repo:r', rateBytesPerSec: MIB };
+    let running = true;
+    const loops = [
+      saturate(governor.meter('both', 1, [group, repo]), QUANTUM, () => running),
+      saturate(governor.meter('in-group', 1, [group]), 4096, () => running),
+      saturate(governor.meter('in-repo', 1, [repo]), 4096, () => running),
+    ];
+    await timers.advance(10_000);
+    running = false;
+    governor.close();
+    await Promise.allSettled(loops);
+    for (const p of ['both', 'in-group', 'in-repo'])
+      expect(bytesIn(grants, p, 0, 10_000)).toBeGreaterThanOrEqual(0.4 * MIB * 10);
+  });
+
+  // Repository of 102,400 B/s: burst and quantum 10,240 bytes, 1,024 bytes refilled each 10 ms.
+  const slowRepo = [{ key: 'repo:slow', rateBytesPerSec: 102_400 }];
+  /** The repository drained by another principal, whose grant leaves the fair-queueing clock at 0. */
+  function drained(governor: BandwidthGovernor): void {
+    expect(governor.meter('drain', 1, slowRepo).tryTake(10_240)).toBe(true);
+  }
+
+  it('takes waiting on one ceiling pass in fair order: a small one never before an earlier larger one', async () => {
+    const clock = new ManualClock(1_700_000_000_000, 0);
+    const timers = new ManualTimers(clock);
+    let armed = 0;
+    const grants: Grant[] = [];
+    const governor = new BandwidthGovernor({
+      rateBytesPerSec: 0,
+      perPrincipalBytesPerSec: 0,
+      clock,
+      timers: {
+        setTimeout: (callback, delayMs) => {
+          armed++;
+          return timers.setTimeout(callback, delayMs);
+        },
+        clearTimeout: (handle) => timers.clearTimeout(handle),
+      },
+      onGrant: (principal, bytes, nowMs) => grants.push({ principal, bytes, atMs: nowMs }),
+    });
+    drained(governor);
+    const takes = [
+      governor.meter('p', 1, slowRepo).take(1024),
+      governor.meter('h', 1, slowRepo).take(10_240),
+      governor.meter('q', 1, slowRepo).take(512),
+    ];
+    await timers.advance(200);
+    await Promise.all(takes);
+    // All three start at the clock's 0, so arrival decides; q's 512 bytes wait behind h's 10,240.
+    expect(grants.slice(1).map((g) => [g.principal, g.atMs])).toEqual([
+      ['p', 10],
+      ['h', 110],
+      ['q', 115],
+    ]);
+    // One wake-up per grant: a take waiting behind bytes held for another is woken by no refill of its own.
+    expect(armed).toBe(3);
+  });
+
+  it('a new principal at the same start tag leaves a waiting quantum its bytes; one before it in fair order takes them', async () => {
+    const { governor, timers, grants } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 0 });
+    drained(governor);
+    const waiting = governor.meter('h', 1, slowRepo).take(10_240);
+    await timers.advance(10);
+    // 1,024 bytes are back, kept for h: a newcomer at the clock's 0 arrived after it.
+    const late = governor.meter('late', 1, slowRepo);
+    expect(late.tryTake(1024)).toBe(false);
+    const lateTake = late.take(1024);
+    await timers.advance(90);
+    await waiting;
+    await timers.advance(10);
+    await lateTake;
+    expect(grants.slice(1).map((g) => [g.principal, g.atMs])).toEqual([
+      ['h', 100],
+      ['late', 110],
+    ]);
+    // Now h, having taken a quantum, waits again behind one that has had less: that one goes first.
+    const again = governor.meter('h', 1, slowRepo).take(10_240);
+    await timers.advance(10);
+    expect(governor.meter('fresh', 1, slowRepo).tryTake(1024)).toBe(true);
+    await timers.advance(100);
+    await again;
+    expect(grants.slice(3).map((g) => [g.principal, g.atMs])).toEqual([
+      ['fresh', 120],
+      ['h', 220],
+    ]);
+  });
+
+  it('a principal waiting for its own bucket holds no ceiling: one after it in fair order takes the refill', async () => {
+    // Per principal 10,240 B/s (quantum 1,024, refilled in 100 ms); the repository refills 1,024 bytes in 10 ms.
+    const { governor, timers, grants } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 10_240 });
+    const a = governor.meter('a', 1000, slowRepo);
+    const b = governor.meter('b', 1, slowRepo);
+    expect(b.tryTake(512)).toBe(true);
+    expect(a.tryTake(1024)).toBe(true);
+    for (let i = 0; i < 8; i++) expect(governor.meter(`x${i}`, 1, slowRepo).tryTake(1024)).toBe(true);
+    expect(governor.meter('x', 1, slowRepo).tryTake(512)).toBe(true);
+    // a (weight 1000) is before b in fair order but waits for its own bucket until 100 ms.
+    const takes = [a.take(1024), b.take(512)];
+    await timers.advance(100);
+    await Promise.all(takes);
+    expect(grants.slice(-2).map((g) => [g.principal, g.atMs])).toEqual([
+      ['b', 5],
+      ['a', 100],
+    ]);
   });
 
   it('a principal held back by its group never stops one in another group (no starvation across groups)', async () => {
