@@ -129,6 +129,8 @@ interface PrincipalState {
   /** Its last grant was below its meter's quantum (a small response, or a transfer's end). */
   lastGrantShort: boolean;
   inRing: boolean;
+  /** Its place in `#ring` when holds were last made (`#holdCeilings`): arrival order among equal tags. */
+  ringAt: number;
 }
 
 interface MeterState {
@@ -447,6 +449,7 @@ export class BandwidthGovernor {
       // Stryker disable next-line BooleanLiteral: equivalent: read only for a principal granted last or last but one, whose grant set it
       lastGrantShort: false,
       inRing: false,
+      ringAt: 0,
     };
     this.#principals.set(principalId, principal);
     return principal;
@@ -607,9 +610,7 @@ export class BandwidthGovernor {
     if (holder === undefined) return 0;
     const holderTag = this.#startTag(holder);
     const tag = this.#startTag(principal);
-    const isBefore =
-      holderTag < tag ||
-      (holderTag === tag && (!principal.inRing || this.#ring.indexOf(holder) < this.#ring.indexOf(principal)));
+    const isBefore = holderTag < tag || (holderTag === tag && (!principal.inRing || holder.ringAt < principal.ringAt));
     return isBefore ? toMicroBytes(holder.queue[0]!.bytes) : 0;
   }
 
@@ -756,7 +757,11 @@ export class BandwidthGovernor {
     // Stryker disable next-line ConditionalExpression: equivalent: without ceilings a principal holds only its own bucket, which no other principal's take passes; the check only spares the loop
     if (this.#ceilings.size === 0) return;
     const nowUs = toMicros(nowMs);
-    for (const principal of this.#ring) {
+    const ring = this.#ring;
+    for (let at = 0; at < ring.length; at++) {
+      const principal = ring[at]!;
+      // The ring changes only before a dispatch, which makes the holds anew.
+      principal.ringAt = at;
       const head = principal.queue[0]!;
       const own = principal.bucket;
       if (own !== null && !refilledHolds(own, nowUs, toMicroBytes(head.bytes))) continue;
