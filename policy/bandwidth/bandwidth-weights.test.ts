@@ -563,6 +563,28 @@ describe('BandwidthGovernor shared ceilings (groups, repositories)', () => {
     ]);
   });
 
+  it('a principal before the holder in arrival, at the same start tag, is woken for its own bytes only', async () => {
+    // Per principal 1,024,000 B/s: 512 bytes of its own refill in 0.5 ms; the repository's in 5 ms.
+    const { governor, timers, grants } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 1_024_000 });
+    // a (weight 1000) empties its own bucket; y's two grants move the fair-queueing clock past a's
+    // finish tag, so a and a newcomer start at the same tag; x empties the repository.
+    const aFree = governor.meter('a', 1000);
+    expect(aFree.tryTake(QUANTUM)).toBe(true);
+    expect(aFree.tryTake(102_400 - QUANTUM)).toBe(true);
+    const y = governor.meter('y', 1, slowRepo);
+    expect(y.tryTake(512)).toBe(true);
+    expect(y.tryTake(512)).toBe(true);
+    expect(governor.meter('x', 1, slowRepo).tryTake(10_240 - 1024)).toBe(true);
+    const takes = [governor.meter('a', 1000, slowRepo).take(512), governor.meter('h', 1, slowRepo).take(10_240)];
+    await timers.advance(200);
+    await Promise.all(takes);
+    // a arrived first: the 10,240 bytes kept for h are not kept from it, so it wakes when its 512 are there.
+    expect(grants.slice(-2).map((g) => [g.principal, g.atMs])).toEqual([
+      ['a', 5],
+      ['h', 105],
+    ]);
+  });
+
   it('a principal held back by its group never stops one in another group (no starvation across groups)', async () => {
     const { governor, timers, grants } = setup({ rateBytesPerSec: MIB, perPrincipalBytesPerSec: 0 });
     let running = true;
