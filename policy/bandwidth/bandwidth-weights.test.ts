@@ -585,6 +585,38 @@ describe('BandwidthGovernor shared ceilings (groups, repositories)', () => {
     ]);
   });
 
+  it('a ceiling keeps the bytes of the lowest start tag waiting, not of the first to arrive', async () => {
+    const { governor, timers, grants } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 0 });
+    // h has had a quantum and waits for another; l and m, fresh, wait after it at lower tags.
+    const h = governor.meter('h', 1, slowRepo);
+    expect(h.tryTake(10_240)).toBe(true);
+    const takes = [
+      h.take(10_240),
+      governor.meter('l', 1, slowRepo).take(2048),
+      governor.meter('m', 1, slowRepo).take(512),
+    ];
+    await timers.advance(200);
+    await Promise.all(takes);
+    // l goes first (lowest tag, earliest of its equals), so m's 512 bytes do not pass before its 2,048.
+    expect(grants.slice(1).map((g) => [g.principal, g.atMs])).toEqual([
+      ['l', 20],
+      ['m', 25],
+      ['h', 125],
+    ]);
+  });
+
+  it('close() drops the holds with the takes it rejects: later takes through the ceiling pass as before', async () => {
+    const { governor, timers, grants } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 0 });
+    drained(governor);
+    const held = governor.meter('h', 1, slowRepo).take(10_240);
+    await timers.advance(10);
+    governor.close();
+    await expect(held).rejects.toMatchObject({ code: 'unavailable' });
+    // Nothing waits now: a newcomer takes the 1,024 bytes the refill brought.
+    await governor.meter('n', 1, slowRepo).take(1024);
+    expect(grants.at(-1)).toEqual({ principal: 'n', bytes: 1024, atMs: 10 });
+  });
+
   it('a principal held back by its group never stops one in another group (no starvation across groups)', async () => {
     const { governor, timers, grants } = setup({ rateBytesPerSec: MIB, perPrincipalBytesPerSec: 0 });
     let running = true;
