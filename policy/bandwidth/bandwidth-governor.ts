@@ -542,7 +542,7 @@ export class BandwidthGovernor {
     if (this.#ring.length > 0) this.#dispatch(nowMs);
     const reserved = this.#reserved;
     // Only while a take waits can a bucket hold bytes for it; the check keeps `#ownHas` off the hot path.
-    // Stryker disable next-line ConditionalExpression,EqualityOperator: equivalent: with nothing held `#ownHas` only refills the buckets as `takeEachInPlace` does (→ false, ignoring holds, is killed)
+    // Stryker disable next-line ConditionalExpression,EqualityOperator: equivalent where they call `#ownHas` with nothing held (→ true, `>=`): it only refills the buckets as `takeEachInPlace` does; → false and `<=`, ignoring holds, are killed
     const isHolding = this.#ceilingHolds.size > 0;
     if (
       principal.queue.length > 0 ||
@@ -754,7 +754,7 @@ export class BandwidthGovernor {
   #holdCeilings(nowMs: number): void {
     const holds = this.#ceilingHolds;
     holds.clear();
-    // Stryker disable next-line ConditionalExpression: equivalent: without ceilings a principal holds only its own bucket, which no other principal's take passes; the check only spares the loop
+    // Stryker disable next-line ConditionalExpression: equivalent: without ceilings a principal holds only its own bucket, which no other principal's take passes, so → false only runs the loop (→ true, holding nothing, is killed)
     if (this.#ceilings.size === 0) return;
     const nowUs = toMicros(nowMs);
     const ring = this.#ring;
