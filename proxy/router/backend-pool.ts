@@ -130,7 +130,9 @@ export class BackendPool {
    * as proxied-request.ts judges it); returns the ejection it caused.
    */
   recordRead(url: string, failed: boolean): Ejection | undefined {
-    if (!this.#outliers.enabled) return undefined;
+    // A read still in flight when its gateway left the pool: its state was forgotten and stays so
+    // (an orphan ejection would count against the bound for ever).
+    if (!this.#outliers.enabled || !this.#backends.has(url)) return undefined;
     return this.#outliers.record(url, failed, this.#now(), this.#backends.size);
   }
 

@@ -291,6 +291,29 @@ describe('backend selection', () => {
     expect(p.canServeReads).toBe(false);
   });
 
+  it('a late read of a gateway no longer known is not recorded: no orphan ejection counts against the bound', () => {
+    let now = 0;
+    const p = new BackendPool({
+      outlier: { consecutive5xx: 1, baseEjectionMs: 30_000, maxEjectionPercent: 50 },
+      now: () => now,
+    });
+    p.update([
+      { url: 'http://w:1', role: 'writer' },
+      { url: 'http://r1:1', role: 'reader' },
+      { url: 'http://gone:1', role: 'reader' },
+    ]);
+    for (const url of p.urls()) p.recordProbe(url, true, 'ok');
+    p.update([
+      { url: 'http://w:1', role: 'writer' },
+      { url: 'http://r1:1', role: 'reader' },
+    ]);
+    // A read that was in flight at the gateway that left fails after it left.
+    expect(p.recordRead('http://gone:1', true)).toBeUndefined();
+    now += 1;
+    // The bound (half of two) is still there for a known one.
+    expect(p.recordRead('http://r1:1', true)).toMatchObject({ url: 'http://r1:1' });
+  });
+
   it('takes roles from lease rows and skips rows without an advertised URL', () => {
     expect(
       backendsFromLeases([
