@@ -172,6 +172,33 @@ describe('putOverSocket against a misbehaving listener', () => {
     expect(got).toBeLessThan(200);
   });
 
+  it('an empty body is read to its end before the head (the whole request) goes; a body failing its checks sends nothing', async () => {
+    let connections = 0;
+    let headAt = 0;
+    const port = await listen((s) => {
+      connections++;
+      s.once('data', () => {
+        headAt = Date.now();
+        s.end('HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n');
+      });
+    });
+    const options = { host: '127.0.0.1', port, connectTimeoutMs: 2000, timeoutMs: 5000 };
+    let endedAt = 0;
+    async function* late(fail: boolean) {
+      await new Promise((r) => setTimeout(r, 200));
+      yield Buffer.alloc(0);
+      endedAt = Date.now();
+      if (fail) throw Object.assign(new Error('digest mismatch'), { code: 'invalid_request' });
+    }
+    await expect(putOverSocket(options, request, late(true), 0, {})).rejects.toThrow('digest mismatch');
+    await new Promise((r) => setTimeout(r, 50));
+    expect(connections).toBe(0);
+    expect((await putOverSocket(options, request, late(false), 0, {})).status).toBe(200);
+    expect(headAt).toBeGreaterThanOrEqual(endedAt);
+    await expect(putOverSocket(options, request, bytes(1), 0, {})).rejects.toMatchObject({ code: 'invalid_request' });
+    expect(connections).toBe(1);
+  });
+
   it('the caller’s abort wins and ends the upload at once', async () => {
     const port = await listen((s) => s.resume());
     const controller = new AbortController();

@@ -10,7 +10,8 @@
  *
  * The object comes into existence only when the server has the last byte, and the last slot is
  * written only after the body has ended cleanly (its final checks: length, digest), so a body that
- * fails them never completes an object. The connection is not reused (`connection: close`); the
+ * fails them never completes an object. An empty body has no last byte: its head alone is the whole
+ * request, so the body is read to its end before the connection is even opened. The connection is not reused (`connection: close`); the
  * answer is read whole (S3 PUT answers are a few headers and at most a small XML error).
  */
 import net from 'node:net';
@@ -93,6 +94,15 @@ export function completeAnswer(bytes: Buffer, what: string, closed: boolean): Pu
   return closed ? answer(body) : undefined;
 }
 
+/** Reads a body declared empty to its end (its checks run there); a byte in it is refused. */
+export async function readEmptyBody(body: AsyncIterable<Buffer>): Promise<void> {
+  for await (const chunk of body)
+    if (chunk.length > 0)
+      throw new StorageError('invalid_request', 'The body is longer than its Content-Length of 0 bytes.');
+}
+
+async function* noChunks(): AsyncGenerator<Buffer> {}
+
 interface Slot {
   readonly bytes: Buffer;
   /** Settles once the socket has taken the slot's write (never rejects; failures go to `fail`). */
@@ -115,6 +125,11 @@ export async function putOverSocket(
   const what = `PUT ${request.path}`;
   const { signal } = put;
   signal?.throwIfAborted();
+  if (length === 0) {
+    // The head would complete the object before the body's checks (at its end) ran.
+    await readEmptyBody(body);
+    signal?.throwIfAborted();
+  }
   let failure: Error | undefined;
   let received = Buffer.alloc(0);
   let answer: PutAnswer | undefined;
@@ -238,7 +253,7 @@ export async function putOverSocket(
   };
   const tookNothing = `the server took no byte for ${options.timeoutMs} ms`;
   let bodyError: unknown;
-  const chunks = body[Symbol.asyncIterator]();
+  const chunks = (length === 0 ? noChunks() : body)[Symbol.asyncIterator]();
   let ended = false;
   /** Body bytes received so far. */
   let taken = 0;
@@ -293,8 +308,9 @@ export async function putOverSocket(
       if (!answer && !failure) await fromServer(answered, `no answer within ${options.timeoutMs} ms of the last byte`);
     }
     if (answer) {
-      // A success before the server had every byte would be a broken server: never take it as stored.
-      if (answer.status >= 200 && answer.status < 300 && sent !== length)
+      // A success before the server had every byte, or before the body ended (and so passed its
+      // checks), is never taken as stored: the object may not be the body's.
+      if (answer.status >= 200 && answer.status < 300 && (!ended || sent !== length))
         throw new StorageError(
           'upstream_unreachable',
           `The S3 server answered ${what} with ${answer.status} before it had the whole body.`,

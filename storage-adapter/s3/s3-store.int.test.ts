@@ -20,6 +20,7 @@ import { openS3Store, type S3Store } from './s3-store.ts';
 import { createS3Client } from './s3-client.ts';
 import { abortMultipart, createMultipart, S3_DEFAULT_LIMITS, uploadObject, uploadPartCopy } from './s3-transfer.ts';
 import { freeLoopbackPort } from '../../test/harness/index.ts';
+import { checkedUpload } from '../streaming/checked-upload.ts';
 
 const MiB = 1024 * 1024;
 const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
@@ -272,6 +273,62 @@ describe.each(S3_STORE_KINDS)('S3 store on %s', (kind) => {
     );
     expect(store.commits).toMatchObject({ direct: 1 });
     expect(await listKeys(server, 'tmp/')).toEqual([]);
+  });
+
+  it("a zero-length body claiming another blob's sha256 plants nothing under that name (its end delayed, or an empty chunk read)", async () => {
+    const store = await writer();
+    const pooled = (await backing.open('writer', db.pool, { socketWrites: false })) as S3Store;
+    const claimed = sha256(Buffer.from('the real release, published later by someone else'));
+    const later = (yieldEmpty: boolean) =>
+      (async function* () {
+        await new Promise((r) => setTimeout(r, 300));
+        if (yieldEmpty) yield Buffer.alloc(0);
+      })();
+    // The transfer itself, straight to a blob name (as a direct stage would): nothing there after.
+    const client = server.client();
+    const endpoint = new URL(server.endpoint);
+    const socket = { host: endpoint.hostname, port: Number(endpoint.port), connectTimeoutMs: 2000, timeoutMs: 30_000 };
+    for (const via of [socket, undefined]) {
+      for (const yieldEmpty of [false, true]) {
+        const upload = checkedUpload(later(yieldEmpty), { maxBytes: 1e9, expectedLength: 0, expectedSha256: claimed });
+        await expect(
+          uploadObject(client, blobName(claimed), upload.chunks, S3_DEFAULT_LIMITS, {
+            expectedLength: 0,
+            timeoutMs: 30_000,
+            socket: via,
+          }),
+        ).rejects.toMatchObject({ code: 'invalid_request' });
+        expect(await client.head(blobName(claimed))).toBeUndefined();
+      }
+    }
+    try {
+      for (const s of [store, pooled]) {
+        for (const yieldEmpty of [false, true]) {
+          await expect(
+            s.stage(later(yieldEmpty), {
+              maxBytes: 1e9,
+              expectedLength: 0,
+              expectedSha256: claimed,
+              keyWasFree: true,
+            }),
+          ).rejects.toMatchObject({ code: 'invalid_request' });
+          expect(await s.hasBlob(claimed)).toBe(false);
+        }
+      }
+      expect(await listKeys(server, 'tmp/')).toEqual([]);
+      // A legitimate empty body (the sha256 of nothing), declared or not, stages and reads back empty.
+      const empty = sha256(Buffer.alloc(0));
+      for (const s of [store, pooled]) {
+        for (const stage of [{ expectedSha256: empty, keyWasFree: true }, {}]) {
+          const staged = await s.stage(later(true), { maxBytes: 1e9, expectedLength: 0, ...stage });
+          expect(staged).toMatchObject({ sha256: empty, sizeBytes: 0 });
+          await staged.commit();
+          expect(await s3Probe(server).read(blobName(empty))).toEqual(Buffer.alloc(0));
+        }
+      }
+    } finally {
+      await pooled.close();
+    }
   });
 
   it('a body that fails after some parts leaves no object and no open multipart upload', async () => {

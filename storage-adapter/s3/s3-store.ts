@@ -5,8 +5,8 @@
  *
  * Publish: the body streams (hashed, counted, paced) to `tmp/<uuid>.upload` (s3-transfer.ts); commit()
  * copies it server-side to its blob name unless that object already exists (content-addressed, so an
- * existing one has the same bytes), and discard() deletes the temporary. With a declared sha256 and
- * a key that was free, the body goes straight to its blob name and nothing is copied. The catalog row is written
+ * existing one has the same bytes), and discard() deletes the temporary. With a declared sha256, a key that was free and a
+ * non-empty body, the body goes straight to its blob name and nothing is copied. The catalog row is written
  * by the caller only after commit() returned, so no row ever names a missing blob.
  *
  * Multipart sessions: assembleParts() reads each part once (its sha256 re-checked, the whole's
@@ -192,11 +192,15 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
    * copy: half the server work for large uploads). Safe because the object only comes into existence
    * once the body passed every check (s3-transfer.ts), and S3 replaces an object atomically (an
    * identical blob already there has the same bytes; a failed upload leaves it as it was).
-   * Otherwise a temporary under tmp/.
+   * Otherwise a temporary under tmp/; always for an empty body (nothing to save, and its PUT is
+   * whole from its head: a blob name is never where a mistake there could land).
    */
   function stagingName(stageOptions: StageOptions): string {
     const declared =
-      stageOptions.keyWasFree && stageOptions.expectedSha256 !== undefined && isSha256Hex(stageOptions.expectedSha256)
+      stageOptions.keyWasFree &&
+      stageOptions.expectedLength !== 0 &&
+      stageOptions.expectedSha256 !== undefined &&
+      isSha256Hex(stageOptions.expectedSha256)
         ? stageOptions.expectedSha256
         : undefined;
     return declared ? blobName(declared) : `${TMP_DIR}/${randomUUID()}.upload`;
@@ -264,6 +268,10 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
           // checkedUpload never reads a chunk again once it has yielded it; the body's producer says.
           releaseChunks: stageOptions.chunksOwned === true,
         });
+        // The upload resolves only after the body ended (and so was checked); if it ever did not,
+        // the object is not known to be the body's: never commit it.
+        if (upload.result.sha256 === '')
+          throw new StorageError('upstream_unreachable', `The S3 server took ${tempName} before its body ended.`);
       } catch (err) {
         stats.failed++;
         // Normally nothing was stored; if the server did keep a temporary, gc lists it. A blob

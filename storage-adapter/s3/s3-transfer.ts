@@ -2,7 +2,8 @@
  * Writing objects to S3 with bounded memory:
  * - a body of known length up to the single-PUT limit streams in one PUT (Content-Length, unsigned
  *   payload); its last chunk is held back until the body has passed its final checks (length,
- *   digest), so the server never receives a complete object that failed them;
+ *   digest), so the server never receives a complete object that failed them; an empty body, whose
+ *   head alone is a complete PUT, is read to its end before the PUT is sent;
  * - any other body goes as a multipart upload, one part (`partBytes`, the memory an upload holds)
  *   at a time; the upload is completed only after the body ended cleanly, and aborted otherwise;
  * - server-side copy: CopyObject up to `copyBytes`, multipart copy (UploadPartCopy) above it; a
@@ -12,7 +13,7 @@ import { StorageError } from '../errors.ts';
 import { hasStableCode, sendStreamedBody, upstreamError } from '../streaming/http-upstream.ts';
 import { parseXml, s3ErrorOf, storageErrorOfS3, type S3Client } from './s3-client.ts';
 import { encodeRfc3986 } from './s3-location.ts';
-import { putOverSocket, type SocketWriteOptions } from './s3-socket-write.ts';
+import { putOverSocket, readEmptyBody, type SocketWriteOptions } from './s3-socket-write.ts';
 
 const MiB = 1024 * 1024;
 const GiB = 1024 * MiB;
@@ -107,6 +108,23 @@ async function putStreamed(
   length: number,
   options: UploadOptions,
 ): Promise<void> {
+  if (length === 0) {
+    // The head alone completes an empty PUT, so the body's checks (at its end) run first, whatever
+    // order undici would send the head and an empty stream in.
+    await readEmptyBody(body);
+    options.signal?.throwIfAborted();
+    await client.expectOk(
+      {
+        method: 'PUT',
+        key,
+        headers: { 'content-type': 'application/octet-stream' },
+        body: Buffer.alloc(0),
+        signal: options.signal,
+      },
+      `PUT ${key}`,
+    );
+    return;
+  }
   await sendStreamedBody(
     body,
     {
