@@ -331,6 +331,42 @@ describe.each(S3_STORE_KINDS)('S3 store on %s', (kind) => {
     }
   });
 
+  it('a wrong-size object already under a blob name is not taken as that blob: a verified publish replaces it', async () => {
+    const store = await writer();
+    const catalog = createCatalog(db.pool);
+    const bytes = randomBytes(MiB + 3);
+    const hex = sha256(bytes);
+    for (const [name, planted, stage] of [
+      ['no-digest', Buffer.alloc(0), { expectedLength: bytes.length }],
+      ['chunked', bytes.subarray(0, 10), {}],
+    ] as const) {
+      await s3Probe(server).write(blobName(hex), planted);
+      const published = await publishArtifact(
+        { store, catalog },
+        {
+          key: key(name),
+          body: chunked(bytes),
+          contentType: 'a/b',
+          publishedBy: null,
+          stage: { maxBytes: 1e9, ...stage },
+        },
+      );
+      expect(published.entry).toMatchObject({ sha256: hex, sizeBytes: bytes.length });
+      expect(sha256((await s3Probe(server).read(blobName(hex)))!)).toBe(hex);
+      const reader = await store.openBlob(hex, [{ start: 0, end: bytes.length - 1 }]);
+      expect(reader.sizeBytes).toBe(bytes.length);
+      await reader.close();
+    }
+    expect(store.commits).toMatchObject({ existing: 0, copy: 2 });
+    // The right object there: taken as it is, nothing copied.
+    await publishArtifact(
+      { store, catalog },
+      { key: key('again'), body: chunked(bytes), contentType: 'a/b', publishedBy: null, stage: { maxBytes: 1e9 } },
+    );
+    expect(store.commits).toMatchObject({ existing: 1, copy: 2 });
+    expect(await listKeys(server, 'tmp/')).toEqual([]);
+  });
+
   it('a body that fails after some parts leaves no object and no open multipart upload', async () => {
     const store = await writer({ partBytes: 5 * MiB });
     async function* broken() {

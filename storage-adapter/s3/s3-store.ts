@@ -4,8 +4,9 @@
  * (SeaweedFS, MinIO, Ceph RGW, Garage, AWS S3, R2). Reads are GET/HEAD with Range.
  *
  * Publish: the body streams (hashed, counted, paced) to `tmp/<uuid>.upload` (s3-transfer.ts); commit()
- * copies it server-side to its blob name unless that object already exists (content-addressed, so an
- * existing one has the same bytes), and discard() deletes the temporary. With a declared sha256, a key that was free and a
+ * copies it server-side to its blob name unless an object of the same size already exists there
+ * (content-addressed, so that one has the same bytes; one of another size is not that blob and is
+ * replaced), and discard() deletes the temporary. With a declared sha256, a key that was free and a
  * non-empty body, the body goes straight to its blob name and nothing is copied. The catalog row is written
  * by the caller only after commit() returned, so no row ever names a missing blob.
  *
@@ -222,7 +223,9 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
         async commit() {
           const target = keyOf(blobName(sha256));
           if (direct) commits.direct++;
-          else if (await client.head(target)) commits.existing++;
+          // An object of another size under the name is not this blob (planted by a flawed older
+          // write, or by hand): the verified bytes replace it rather than a row pointing at it.
+          else if ((await client.head(target))?.sizeBytes === sizeBytes) commits.existing++;
           else commits[await copyObject(client, keyOf(tempName), target, sizeBytes, limits, timeoutMs)]++;
         },
         // Best effort: the catalog decision is already made; a temporary left behind is gc's.
