@@ -132,6 +132,59 @@ describe.each(S3_STORE_KINDS)('a gateway on the S3 store (%s)', (kind) => {
     expect(completions(assembly)).toBe(before + 1);
   });
 
+  it("an empty artifact round-trips (with and without Content-Digest); an empty multipart session claiming another file's sha256 plants nothing, and that file then publishes and reads back", async () => {
+    const empty = Buffer.alloc(0);
+    for (const [name, digest] of [
+      ['empty-digest.bin', { 'content-digest': contentDigest(empty) }],
+      ['empty.bin', {}],
+    ] as const) {
+      const put = await request(`${repo()}/artifacts/${name}`, {
+        method: 'PUT',
+        headers: { ...bearer(key), ...digest },
+        body: empty,
+      });
+      expect(put.status, put.body.toString()).toBe(201);
+      const got = await request(`${repo()}/artifacts/${name}/content`, { headers: bearer(key) });
+      expect(got.status).toBe(200);
+      expect(got.body).toEqual(empty);
+    }
+    const real = randomContent(1000);
+    const hex = sha256(real);
+    const blobKey = `arkvory/blobs/sha256/${hex.slice(0, 2)}/${hex.slice(2, 4)}/${hex}`;
+    // Several: before the fix the plant raced the body's end (one try often lost it).
+    for (let i = 0; i < 5; i++) {
+      const opened = await request(`${repo()}/artifacts/claim-${i}/uploads`, {
+        method: 'POST',
+        headers: { ...bearer(key), 'content-type': 'application/json' },
+        body: Buffer.from(JSON.stringify({ size: 0, sha256: hex })),
+      });
+      expect(opened.status, opened.body.toString()).toBe(201);
+      const upload = json(opened).upload as string;
+      const part = await request(`${repo()}/uploads/${upload}/parts/1`, {
+        method: 'PUT',
+        headers: bearer(key),
+        body: empty,
+      });
+      const done = await request(`${repo()}/uploads/${upload}/complete`, {
+        method: 'POST',
+        headers: { ...bearer(key), 'content-type': 'application/json' },
+        body: Buffer.from(JSON.stringify({ parts: [{ partNumber: 1, sha256: json(part).sha256 }] })),
+      });
+      expect(done.status, done.body.toString()).toBe(202);
+      await expect
+        .poll(async () => json(await request(`${repo()}/uploads/${upload}`, { headers: bearer(key) })).state, {
+          timeout: 30_000,
+        })
+        .not.toBe('completing');
+      expect(await listKeys(server, 'arkvory/blobs/')).not.toContain(blobKey);
+    }
+    const put = await request(`${repo()}/artifacts/claimed.bin`, { method: 'PUT', headers: bearer(key), body: real });
+    expect(put.status, put.body.toString()).toBe(201);
+    const got = await request(`${repo()}/artifacts/claimed.bin/content`, { headers: bearer(key) });
+    expect(got.status).toBe(200);
+    expect(got.body).toEqual(real);
+  });
+
   it('arkvory doctor reads the storage-id object; the secret key is in no log line, health answer or metric', async () => {
     const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: gw.dataDir, ...server.env('arkvory/') };
     const ok = await runCli(['doctor'], env);
