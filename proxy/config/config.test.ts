@@ -169,6 +169,22 @@ describe('loadConfig', () => {
         ...creds,
       }).join('\n'),
     ).not.toContain('hunter2');
+    // A body past one S3 multipart upload (10 000 parts of 5 GiB) could never be stored.
+    expect(
+      problemsOf({
+        ARKVORY_STORAGE_URL: 's3://artifacts/',
+        ARKVORY_MAX_UPLOAD_BYTES: String(10_000 * 5 * 2 ** 30 + 1),
+        ...creds,
+      }),
+    ).toEqual([expect.stringMatching(/^ARKVORY_MAX_UPLOAD_BYTES: at most 53687091200000 \(10000 parts of 5 GiB/)]);
+    expect(
+      problemsOf({
+        ARKVORY_STORAGE_URL: 's3://artifacts/',
+        ARKVORY_MAX_UPLOAD_BYTES: String(10_000 * 5 * 2 ** 30),
+        ...creds,
+      }),
+    ).toEqual([]);
+    expect(problemsOf({ ARKVORY_MAX_UPLOAD_BYTES: String(2 ** 50) })).toEqual([]);
     for (const problems of [
       problemsOf({ ARKVORY_STORAGE_URL: 's3://Bad_Bucket/', ...creds }),
       problemsOf({ ARKVORY_STORAGE_URL: 's3://x', ...creds }),

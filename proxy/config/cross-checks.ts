@@ -6,6 +6,7 @@
 import { parseBackendList, parseOrigin } from '../router/backend-url.ts';
 import { LOOPBACK_PROXIES, parseTrustedProxies } from '../router/forwarded.ts';
 import { parseS3Url } from '../../storage-adapter/s3/s3-location.ts';
+import { S3_MAX_MULTIPART_BYTES } from '../../storage-adapter/s3/s3-transfer.ts';
 import { parseRedisTarget } from '../../policy/rate-limit/redis-target.ts';
 import type { Config, S3Config } from './types.ts';
 import { shown, type VariableValues } from './variable-values.ts';
@@ -127,6 +128,13 @@ export function checkEndpoints(
       if (!secretAccessKey)
         v.problems.push(
           'AWS_SECRET_ACCESS_KEY: required with an s3:// ARKVORY_STORAGE_URL (the S3 store signs every request)',
+        );
+      // The store could not take a body past one multipart upload's 10 000 parts of 5 GiB: it would
+      // fail only after the client sent it all.
+      const maxUpload = v.failed.has('ARKVORY_MAX_UPLOAD_BYTES') ? undefined : v.num('ARKVORY_MAX_UPLOAD_BYTES');
+      if (maxUpload !== undefined && maxUpload > S3_MAX_MULTIPART_BYTES)
+        v.problems.push(
+          `ARKVORY_MAX_UPLOAD_BYTES: at most ${S3_MAX_MULTIPART_BYTES} (10000 parts of 5 GiB, the most one S3 multipart upload holds) with an s3:// ARKVORY_STORAGE_URL, got "${maxUpload}"`,
         );
       const region = v.str('ARKVORY_S3_REGION');
       const endpoint = v.failed.has('ARKVORY_S3_ENDPOINT') ? undefined : v.optStr('ARKVORY_S3_ENDPOINT');

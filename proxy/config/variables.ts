@@ -154,7 +154,7 @@ export const VARIABLES: readonly VariableSpec[] = [
     name: 'ARKVORY_MAX_UPLOAD_BYTES',
     kind: { type: 'int', min: 1, max: 2 ** 50 },
     defaultValue: '10737418240',
-    doc: 'Largest accepted upload body; larger → 413 `payload_too_large`. Also bounds a multipart upload as a whole: a part that takes its parts past it, or a completion of more → 413 `upload_too_large`.',
+    doc: 'Largest accepted upload body; larger → 413 `payload_too_large`. Also bounds a multipart upload as a whole: a part that takes its parts past it, or a completion of more → 413 `upload_too_large`. With an s3:// store at most 53687091200000 (one S3 multipart upload: 10 000 parts of 5 GiB); there a body of unknown length (chunked) goes up in parts of max(8 MiB, this ÷ 10 000), one part in memory at a time.',
   },
   {
     name: 'ARKVORY_DOWNLOAD_BYTES_PER_SECOND',

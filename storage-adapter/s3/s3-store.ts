@@ -270,6 +270,8 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
           socket: socketWrites,
           // checkedUpload never reads a chunk again once it has yielded it; the body's producer says.
           releaseChunks: stageOptions.chunksOwned === true,
+          // Without a length, the parts are sized so that the largest body allowed fits in 10 000.
+          maxBytes: stageOptions.maxBytes,
         });
         // The upload resolves only after the body ended (and so was checked); if it ever did not,
         // the object is not known to be the body's: never commit it.

@@ -4,8 +4,8 @@
  *   payload); its last chunk is held back until the body has passed its final checks (length,
  *   digest), so the server never receives a complete object that failed them; an empty body, whose
  *   head alone is a complete PUT, is read to its end before the PUT is sent;
- * - any other body goes as a multipart upload, one part (`partBytes`, the memory an upload holds)
- *   at a time; the upload is completed only after the body ended cleanly, and aborted otherwise;
+ * - any other body goes as a multipart upload, one part (the memory an upload holds; see
+ *   multipartPartBytes) at a time; the upload is completed only after the body ended cleanly, and aborted otherwise;
  * - server-side copy: CopyObject up to `copyBytes`, multipart copy (UploadPartCopy) above it; a
  *   server without UploadPartCopy (501 NotImplemented) gets the bytes streamed through us instead.
  */
@@ -33,6 +33,26 @@ export const S3_DEFAULT_LIMITS: S3Limits = { singlePutBytes: 5 * GiB, partBytes:
 export const S3_MIN_PART_BYTES = 5 * MiB;
 /** S3's most parts in one multipart upload. */
 export const S3_MAX_PARTS = 10_000;
+/** S3's largest part of a multipart upload. */
+export const S3_MAX_PART_BYTES = 5 * GiB;
+/** The largest object one multipart upload can create: 10 000 parts of 5 GiB (about 48.8 TiB). */
+export const S3_MAX_MULTIPART_BYTES = S3_MAX_PARTS * S3_MAX_PART_BYTES;
+
+/**
+ * The part size of a multipart upload: `partBytes`, grown so that the body fits in S3's 10 000
+ * parts. The bound is the body's length when known, else the most it may have (`maxBytes`, the
+ * upload limit): a part is chosen before the first byte and S3 refuses part 10 001 only after every
+ * byte before it was sent. Undefined when even 5 GiB parts cannot hold the bound (or there is none).
+ */
+export function multipartPartBytes(
+  partBytes: number,
+  expectedLength: number | undefined,
+  maxBytes: number | undefined,
+): number | undefined {
+  const bound = expectedLength ?? maxBytes;
+  if (bound === undefined || bound > S3_MAX_MULTIPART_BYTES) return undefined;
+  return Math.max(partBytes, Math.ceil(bound / S3_MAX_PARTS));
+}
 
 /** One UploadPartCopy: bytes `start`..`end` (inclusive) of source object `source`. */
 export interface PartCopy {
@@ -79,6 +99,8 @@ export interface UploadOptions {
   readonly signal?: AbortSignal | undefined;
   /** Longest wait for the server's answer once the last byte was sent. */
   readonly timeoutMs: number;
+  /** The most bytes the body may have (the upload limit): sizes the parts of a body of unknown length. */
+  readonly maxBytes?: number | undefined;
 }
 
 /** Streams `body` to `key`; the object exists only if this resolves. */
@@ -224,13 +246,26 @@ async function uploadInParts(
   limits: S3Limits,
   options: UploadOptions,
 ): Promise<void> {
+  const partBytes = multipartPartBytes(limits.partBytes, options.expectedLength, options.maxBytes);
+  // Refused before a byte is read: S3 would refuse it only at part 10 001.
+  if (partBytes === undefined && options.expectedLength !== undefined)
+    throw new StorageError(
+      'payload_too_large',
+      `The upload of ${options.expectedLength} bytes is larger than an S3 multipart upload holds (${S3_MAX_PARTS} parts of at most 5 GiB).`,
+    );
   let pending: Buffer[] = [];
   let pendingBytes = 0;
   let uploadId: string | undefined;
   const etags: string[] = [];
   const sendPart = async (bytes: Buffer) => {
-    uploadId ??= await createMultipart(client, key);
     const partNumber = etags.length + 1;
+    // No bound to size the parts by (or a body past it): stop here rather than at S3's refusal.
+    if (partNumber > S3_MAX_PARTS)
+      throw new StorageError(
+        'payload_too_large',
+        `The upload is larger than an S3 multipart upload of ${S3_MAX_PARTS} parts of ${partBytes ?? limits.partBytes} bytes holds.`,
+      );
+    uploadId ??= await createMultipart(client, key);
     const { headers } = await client.expectOk(
       // Unsigned like the single PUT: a second SHA-256 of every byte only to sign it would double the hashing.
       {
@@ -255,7 +290,7 @@ async function uploadInParts(
     for await (const chunk of body) {
       pending.push(chunk);
       pendingBytes += chunk.length;
-      if (pendingBytes >= limits.partBytes) {
+      if (pendingBytes >= (partBytes ?? limits.partBytes)) {
         const part = Buffer.concat(pending, pendingBytes);
         pending = [];
         pendingBytes = 0;
