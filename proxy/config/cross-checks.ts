@@ -5,8 +5,7 @@
  */
 import { parseBackendList, parseOrigin } from '../router/backend-url.ts';
 import { LOOPBACK_PROXIES, parseTrustedProxies } from '../router/forwarded.ts';
-import { parseS3Url } from '../../storage-adapter/s3/s3-location.ts';
-import { S3_MAX_MULTIPART_BYTES } from '../../storage-adapter/s3/s3-transfer.ts';
+import { parseS3Url, S3_MAX_MULTIPART_BYTES } from '../../storage-adapter/s3/s3-location.ts';
 import { parseRedisTarget } from '../../policy/rate-limit/redis-target.ts';
 import type { Config, S3Config } from './types.ts';
 import { shown, type VariableValues } from './variable-values.ts';

@@ -10,6 +10,16 @@ export interface S3Location {
   readonly prefix: string;
 }
 
+/** S3's most parts in one multipart upload. */
+export const S3_MAX_PARTS = 10_000;
+/** S3's largest part of a multipart upload (5 GiB). */
+export const S3_MAX_PART_BYTES = 5 * 1024 ** 3;
+/**
+ * The largest object one multipart upload can create: 10 000 parts of 5 GiB (about 48.8 TiB). Here
+ * rather than in s3-transfer.ts: the configuration checks it without loading the S3 client.
+ */
+export const S3_MAX_MULTIPART_BYTES = S3_MAX_PARTS * S3_MAX_PART_BYTES;
+
 /** S3 bucket naming rules (3–63 characters, lowercase letters, digits, dots, hyphens). */
 const BUCKET = /^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/;
 

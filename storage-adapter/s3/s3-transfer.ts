@@ -12,7 +12,7 @@
 import { StorageError } from '../errors.ts';
 import { hasStableCode, sendStreamedBody, upstreamError } from '../streaming/http-upstream.ts';
 import { parseXml, s3ErrorOf, storageErrorOfS3, type S3Client } from './s3-client.ts';
-import { encodeRfc3986 } from './s3-location.ts';
+import { encodeRfc3986, S3_MAX_MULTIPART_BYTES, S3_MAX_PART_BYTES, S3_MAX_PARTS } from './s3-location.ts';
 import { putOverSocket, readEmptyBody, type SocketWriteOptions } from './s3-socket-write.ts';
 
 const MiB = 1024 * 1024;
@@ -31,12 +31,7 @@ export const S3_DEFAULT_LIMITS: S3Limits = { singlePutBytes: 5 * GiB, partBytes:
 
 /** S3's smallest part of a multipart upload, the last excepted (UploadPart and UploadPartCopy alike). */
 export const S3_MIN_PART_BYTES = 5 * MiB;
-/** S3's most parts in one multipart upload. */
-export const S3_MAX_PARTS = 10_000;
-/** S3's largest part of a multipart upload. */
-export const S3_MAX_PART_BYTES = 5 * GiB;
-/** The largest object one multipart upload can create: 10 000 parts of 5 GiB (about 48.8 TiB). */
-export const S3_MAX_MULTIPART_BYTES = S3_MAX_PARTS * S3_MAX_PART_BYTES;
+export { S3_MAX_MULTIPART_BYTES, S3_MAX_PART_BYTES, S3_MAX_PARTS };
 
 /**
  * The part size of a multipart upload: `partBytes`, grown so that the body fits in S3's 10 000
