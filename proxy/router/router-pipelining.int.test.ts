@@ -25,13 +25,17 @@ beforeAll(async () => {
     if (answerHealthProbe(req, res)) return;
     gatewayLoad.inFlight++;
     gatewayLoad.peak = Math.max(gatewayLoad.peak, gatewayLoad.inFlight);
+    // As a gateway does, an upload is answered once its body is in: an answer before would be an
+    // early one, after which the router rightly closes the client's connection.
     req.resume();
-    setTimeout(() => {
-      gatewayLoad.inFlight--;
-      // The body names the request, so the client can check the order of its answers.
-      const body = req.url ?? '';
-      res.writeHead(200, { 'content-type': 'text/plain', 'content-length': Buffer.byteLength(body) }).end(body);
-    }, gatewayLoad.delayMs);
+    req.once('end', () =>
+      setTimeout(() => {
+        gatewayLoad.inFlight--;
+        // The body names the request, so the client can check the order of its answers.
+        const body = req.url ?? '';
+        res.writeHead(200, { 'content-type': 'text/plain', 'content-length': Buffer.byteLength(body) }).end(body);
+      }, gatewayLoad.delayMs),
+    );
   });
   await new Promise<void>((resolve) => gateway.listen(0, '127.0.0.1', resolve));
   gatewayUrl = `http://127.0.0.1:${(gateway.address() as AddressInfo).port}`;
