@@ -9,10 +9,10 @@ import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomContent, sha256 } from '../test/support/content.ts';
-import { runCli, startGateway, type GatewayProcess } from '../test/support/gateway.ts';
-import { startStaticStore, type StaticStore } from '../test/support/static-store.ts';
+import { runCli, type GatewayProcess } from '../test/support/gateway.ts';
 import { call } from './support/gateways.ts';
 import { useToxiproxyAndDatabase } from './support/chaos-database.ts';
+import { gatewayBehindStoreLink, type StoreLink } from './support/static-store-link.ts';
 import { addLatency, type ProxiedUpstream } from './support/toxiproxy.ts';
 
 const LATENCY_MS = 600;
@@ -20,39 +20,21 @@ const file = randomContent(64 * 1024);
 const contentPath = '/api/v1/repositories/chaos/artifacts/bounded.bin/content';
 
 const chaos = useToxiproxyAndDatabase();
-let store: StaticStore;
+let setup: StoreLink;
 let link: ProxiedUpstream;
 let gateway: GatewayProcess;
 
 beforeAll(async () => {
-  store = await startStaticStore();
-  link = await chaos.toxiproxy.proxyTo(`127.0.0.1:${store.port}`);
   const ceiling = await runCli(['repos', 'ceiling', 'chaos', '--max-transfers', '1'], {
     ARKVORY_DATABASE_URL: chaos.db.url,
   });
   expect(ceiling.code, ceiling.stderr).toBe(0);
-  gateway = await startGateway({
-    env: {
-      ARKVORY_DATABASE_URL: chaos.db.url,
-      ARKVORY_STORAGE_URL: link.through(store.url),
-      // Every read goes to the store: no copy in memory answers before the link's latency.
-      ARKVORY_BLOB_CACHE_BYTES: '0',
-    },
-    timeoutMs: 60_000,
-  });
-  const put = await call(`${gateway.url}/api/v1/repositories/chaos/artifacts/bounded.bin`, {
-    method: 'PUT',
-    key: chaos.key,
-    headers: { 'content-type': 'application/octet-stream' },
-    body: file,
-  });
-  expect(put.status).toBe(201);
+  // Every read goes to the store: no copy in memory answers before the link's latency.
+  setup = await gatewayBehindStoreLink(chaos, { ARKVORY_BLOB_CACHE_BYTES: '0' }, { name: 'bounded.bin', file });
+  ({ link, gateway } = setup);
 }, 120_000);
 
-afterAll(async () => {
-  await gateway?.stop();
-  await store?.stop();
-});
+afterAll(() => setup?.stop());
 
 /** Sends a GET and resets the connection after `afterMs`, before the slow store answered. */
 async function resetDownload(afterMs: number): Promise<void> {

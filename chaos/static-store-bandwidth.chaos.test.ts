@@ -7,12 +7,11 @@
 import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomContent, sha256 } from '../test/support/content.ts';
-import { startGateway, type GatewayProcess } from '../test/support/gateway.ts';
-import { startStaticStore, type StaticStore } from '../test/support/static-store.ts';
-import { call } from './support/gateways.ts';
+import type { GatewayProcess } from '../test/support/gateway.ts';
 import { addToxic, type ProxiedUpstream } from './support/toxiproxy.ts';
 import { waitUntil } from '../test/harness/index.ts';
 import { useToxiproxyAndDatabase } from './support/chaos-database.ts';
+import { gatewayBehindStoreLink, type StoreLink } from './support/static-store-link.ts';
 
 const KiB = 1024;
 const RATE = 256 * KiB;
@@ -30,34 +29,20 @@ const file = randomContent(384 * KiB);
 const contentPath = '/api/v1/repositories/chaos/artifacts/slow-store.bin/content';
 
 const chaos = useToxiproxyAndDatabase();
-let store: StaticStore;
+let setup: StoreLink;
 let link: ProxiedUpstream;
 let gateway: GatewayProcess;
 
 beforeAll(async () => {
-  store = await startStaticStore();
-  link = await chaos.toxiproxy.proxyTo(`127.0.0.1:${store.port}`);
-  gateway = await startGateway({
-    env: {
-      ARKVORY_DATABASE_URL: chaos.db.url,
-      ARKVORY_STORAGE_URL: link.through(store.url),
-      ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(RATE),
-    },
-    timeoutMs: 60_000,
-  });
-  const put = await call(`${gateway.url}/api/v1/repositories/chaos/artifacts/slow-store.bin`, {
-    method: 'PUT',
-    key: chaos.key,
-    headers: { 'content-type': 'application/octet-stream' },
-    body: file,
-  });
-  expect(put.status).toBe(201);
+  setup = await gatewayBehindStoreLink(
+    chaos,
+    { ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(RATE) },
+    { name: 'slow-store.bin', file },
+  );
+  ({ link, gateway } = setup);
 }, 120_000);
 
-afterAll(async () => {
-  await gateway?.stop();
-  await store?.stop();
-});
+afterAll(() => setup?.stop());
 
 interface Arrival {
   /** ms since the request was sent (performance.now, the same monotonic clock the gateway paces by). */

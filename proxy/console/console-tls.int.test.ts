@@ -6,12 +6,11 @@
  * `__Host-` cookie only when its attributes obey the prefix's rules.
  */
 import { existsSync } from 'node:fs';
-import type { IncomingHttpHeaders } from 'node:http';
-import https from 'node:https';
 import { chromium } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createServiceAccount } from '../../test/support/auth.ts';
 import { CHROMIUM, CHROMIUM_ARGS } from '../../test/support/chromium.ts';
+import { type RawResponse, request } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import {
@@ -21,12 +20,6 @@ import {
   waitUntil,
 } from '../../test/harness/index.ts';
 
-interface Answer {
-  status: number;
-  headers: IncomingHttpHeaders;
-  body: Buffer;
-}
-
 const db = useTestDatabase();
 let ca: CertificateAuthority;
 let gw: GatewayProcess;
@@ -34,25 +27,10 @@ let origin: string;
 let adminKey: string;
 
 function httpsRequest(path: string, options: { method?: string; headers?: Record<string, string> } = {}) {
-  return new Promise<Answer>((resolve, reject) => {
-    const req = https.request(
-      `${origin}${path}`,
-      { method: options.method ?? 'GET', headers: options.headers, ca: ca.certPem, agent: false },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () =>
-          resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }),
-        );
-        res.on('error', reject);
-      },
-    );
-    req.on('error', reject);
-    req.end();
-  });
+  return request(`${origin}${path}`, { ...options, ca: ca.certPem });
 }
 
-const json = (a: Answer) => JSON.parse(a.body.toString()) as Record<string, unknown>;
+const json = (a: RawResponse) => JSON.parse(a.body.toString()) as Record<string, unknown>;
 
 beforeAll(async () => {
   if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: apt-get install chromium (.ci/run installs it)`);

@@ -46,7 +46,9 @@ afterAll(async () => {
   await new Promise((r) => gateway?.close(r));
 });
 
-async function startRouter(env: Record<string, string>, wrap?: string[]) {
+/** A router in front of the stand-in gateway; with `descriptors`, run under that descriptor limit. */
+async function startRouter(env: Record<string, string>, descriptors?: number) {
+  const wrap = descriptors === undefined ? undefined : ['prlimit', `--nofile=${descriptors}:${descriptors}`, '--'];
   const metricsPort = await freeLoopbackPort();
   const router = await startGateway({
     env: {
@@ -154,11 +156,7 @@ describe('router: requests proxied at once are bounded with its descriptors', ()
   let metric: (line: RegExp) => Promise<number>;
   beforeAll(async () => {
     // A connection bound far above the descriptors: the in-flight bound is what holds.
-    ({ router, metric } = await startRouter({ ARKVORY_MAX_CONNECTIONS: '1000' }, [
-      'prlimit',
-      `--nofile=${DESCRIPTORS}:${DESCRIPTORS}`,
-      '--',
-    ]));
+    ({ router, metric } = await startRouter({ ARKVORY_MAX_CONNECTIONS: '1000' }, DESCRIPTORS));
   }, 90_000);
   afterAll(async () => {
     gatewayLoad.delayMs = 2;
@@ -206,11 +204,7 @@ describe("router: its own shortage of descriptors is not the gateway's failure",
   let router: GatewayProcess;
   let metric: (line: RegExp) => Promise<number>;
   beforeAll(async () => {
-    ({ router, metric } = await startRouter({ ARKVORY_MAX_CONNECTIONS: '1000' }, [
-      'prlimit',
-      `--nofile=${DESCRIPTORS}:${DESCRIPTORS}`,
-      '--',
-    ]));
+    ({ router, metric } = await startRouter({ ARKVORY_MAX_CONNECTIONS: '1000' }, DESCRIPTORS));
   }, 90_000);
   afterAll(() => router?.stop('SIGTERM'));
 

@@ -1,6 +1,7 @@
 /** Helpers for content tests: deterministic bytes, digests, raw HTTP calls and multipart parsing. */
 import { createHash, randomBytes } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
+import https from 'node:https';
 import http from '../../lib/node-http.ts';
 
 export function sha256(data: Buffer): string {
@@ -21,15 +22,29 @@ export interface RawResponse {
   body: Buffer;
 }
 
-/** One HTTP request through node:http (no client-side decoding or header rewriting). */
+/**
+ * One HTTP request through node:http (no client-side decoding or header rewriting); over https
+ * (node:https) when `url` says so, trusting `ca` (PEM).
+ */
 export function request(
   url: string,
-  options: { method?: string; headers?: Record<string, string>; body?: Buffer | AsyncIterable<Buffer> } = {},
+  options: {
+    method?: string;
+    headers?: Record<string, string>;
+    body?: Buffer | AsyncIterable<Buffer>;
+    ca?: string | Buffer;
+  } = {},
 ): Promise<RawResponse> {
   return new Promise((resolve, reject) => {
-    const req = http.request(
+    const client = url.startsWith('https:') ? https : http;
+    const req = client.request(
       url,
-      { method: options.method ?? 'GET', headers: options.headers ?? {}, agent: false },
+      {
+        method: options.method ?? 'GET',
+        headers: options.headers ?? {},
+        agent: false,
+        ...(options.ca === undefined ? {} : { ca: options.ca }),
+      },
       (res) => {
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));
