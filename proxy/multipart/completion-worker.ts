@@ -1,8 +1,12 @@
 /**
  * The single multipart completion worker of a database. It holds the `worker` barrier on a
  * connection of its own; a second instance logs `worker.standby` once and tries the lock every 5 s,
- * taking over without a restart when the first stops. Jobs are claimed with FOR UPDATE SKIP LOCKED;
- * jobs left `running` by a worker that died are queued again when the lock is taken. When
+ * taking over without a restart when the first stops. A worker whose lock connection dies stops
+ * claiming, aborts its job and goes back to standby. A claimed job is held by a session advisory
+ * lock (class 'ARKJ') on the connection it runs with, and finishes only under its claim (state
+ * `running` with the attempt count it was claimed at): a `running` job is queued again only once no
+ * live connection holds its lock (at take-over, resume and every sweep), and a worker that lost it
+ * can neither run it beside the new one nor overwrite its outcome. When
  * PostgreSQL drops out of reach during a job (nothing is visible before the catalog insert commits),
  * the job is not failed: it is queued again once the database answers and retried (up to maxAttempts).
  * Queued jobs run in round robin across the principals that opened their sessions (fair-turns.ts),
@@ -20,6 +24,20 @@ import { FINISHED_SESSION_KEEP_DAYS, type UploadSessions } from '../../storage-a
 import { withTransaction } from '../../lib/transaction.ts';
 import { currentUrl, type ConnectionUrl } from '../../lib/connection-url.ts';
 import { FairTurns, type QueueHead } from './fair-turns.ts';
+
+/** Class id of the per-job claim locks (two-int4 form, a lock space of its own: 'ARKJ'). */
+const JOB_LOCK_CLASS = 0x41524b4a;
+/** The job's id folded into an int4 key (ids past 2^31 share keys: a collision only delays a requeue). */
+const JOB_KEY = (param: string) => `(${param}::bigint % 2147483648)::int`;
+/** Queues `running` jobs whose claim lock no live connection holds (the try-lock fails on a held one). */
+const REQUEUE_ORPHANS = `UPDATE arkvory_upload_jobs SET state = 'queued', updated_at = now()
+  WHERE state = 'running' AND pg_try_advisory_xact_lock(${JOB_LOCK_CLASS}, ${JOB_KEY('id')})`;
+
+interface Claim {
+  job: Job;
+  /** The pool connection that holds the job's claim lock while it runs. */
+  client: pg.PoolClient;
+}
 
 export interface CompletionWorkerOptions {
   pool: pg.Pool;
@@ -45,10 +63,11 @@ export class CompletionWorker {
   #stopped = false;
   #timer: NodeJS.Timeout | undefined;
   #running: Promise<void> | undefined;
-  #abort = new AbortController();
+  /** Aborts the job in progress: on stop after the grace, or at once when the worker lock is lost. */
+  #jobAbort: AbortController | undefined;
   #lastSweep = 0;
   /** A cycle lost PostgreSQL: a job may be left `running` by this worker; queue it again first. */
-  #requeueOwn = false;
+  #requeueOrphans = false;
   readonly #turns = new FairTurns();
 
   constructor(options: CompletionWorkerOptions) {
@@ -60,29 +79,75 @@ export class CompletionWorker {
   }
 
   async start(): Promise<void> {
-    this.#client = new pg.Client({
-      connectionString: currentUrl(this.#o.databaseUrl),
-      application_name: 'arkvory-worker-lock',
-      keepAlive: true,
-    });
-    this.#client.on('error', (err) =>
-      this.#o.log.error({ err: { message: err.message } }, 'worker lock connection failed; stopping work'),
-    );
-    await this.#client.connect();
-    if (this.#o.holdMaintenanceBarrier && !(await tryLockShared(this.#client, 'maintenance'))) {
+    await this.#connectLock();
+    if (this.#o.holdMaintenanceBarrier && !(await tryLockShared(this.#client!, 'maintenance'))) {
       throw new Error('offline maintenance holds the maintenance barrier; start the worker after it finishes');
     }
     await this.#tryTakeOver(true);
   }
 
-  async #tryTakeOver(first: boolean): Promise<void> {
+  async #connectLock(): Promise<void> {
+    const client = new pg.Client({
+      connectionString: currentUrl(this.#o.databaseUrl),
+      application_name: 'arkvory-worker-lock',
+      keepAlive: true,
+    });
+    client.on('error', (err) => this.#lockLost(client, err));
+    client.on('end', () => this.#lockLost(client, new Error('the connection ended')));
+    try {
+      await client.connect();
+    } catch (err) {
+      await client.end().catch(() => {});
+      throw err;
+    }
+    this.#client = client;
+  }
+
+  /**
+   * The lock connection died: PostgreSQL released the worker lock (and the maintenance barrier with
+   * it), so another worker may take over now. Stop claiming, abort the job, and try to become
+   * active again like a standby.
+   */
+  #lockLost(client: pg.Client, err: Error): void {
+    if (this.#client !== client || this.#stopped) return;
+    this.#client = undefined;
+    client.end().catch(() => {});
+    this.#o.log.error(
+      { event: 'worker.lock_lost', err: { message: err.message }, wasActive: this.#active },
+      'worker lock connection failed; stopping work until the lock is taken again',
+    );
+    this.#active = false;
+    clearTimeout(this.#timer);
+    this.#jobAbort?.abort(new Error('the worker lock was lost'));
+    this.#timer = setTimeout(() => void this.#reconnect(), this.#o.standbyRetryMs ?? 5000);
+  }
+
+  async #reconnect(): Promise<void> {
     if (this.#stopped) return;
+    try {
+      await this.#connectLock();
+      if (this.#o.holdMaintenanceBarrier && !(await tryLockShared(this.#client!, 'maintenance')))
+        throw new Error('offline maintenance holds the maintenance barrier');
+    } catch (err) {
+      this.#o.log.warn({ err: { message: (err as Error).message } }, 'worker lock reconnect failed; retrying');
+      const client = this.#client;
+      this.#client = undefined;
+      await client?.end().catch(() => {});
+      if (!this.#stopped) this.#timer = setTimeout(() => void this.#reconnect(), this.#o.standbyRetryMs ?? 5000);
+      return;
+    }
+    await this.#tryTakeOver(false);
+  }
+
+  async #tryTakeOver(first: boolean): Promise<void> {
+    if (this.#stopped || !this.#client) return;
     let got = false;
     try {
-      got = await tryLockExclusive(this.#client!, 'worker');
+      got = await tryLockExclusive(this.#client, 'worker');
     } catch (err) {
       this.#o.log.warn({ err: { message: (err as Error).message } }, 'worker lock attempt failed');
     }
+    if (this.#stopped || !this.#client) return; // stopped, or the connection died (#lockLost retries)
     if (!got) {
       if (first)
         this.#o.log.info(
@@ -92,16 +157,22 @@ export class CompletionWorker {
       this.#timer = setTimeout(() => void this.#tryTakeOver(false), this.#o.standbyRetryMs ?? 5000);
       return;
     }
+    // A cycle of this worker from before a lost lock may still be ending its aborted job.
+    await this.#running;
     this.#active = true;
-    const requeued = await this.#o.pool.query(
-      `UPDATE arkvory_upload_jobs SET state = 'queued', updated_at = now() WHERE state = 'running'`,
-    );
-    this.#o.log.info({ event: 'worker.active', requeued: requeued.rowCount }, 'completion worker active');
+    let requeued: number | null = null;
+    try {
+      requeued = (await this.#o.pool.query(REQUEUE_ORPHANS)).rowCount;
+    } catch (err) {
+      this.#requeueOrphans = true; // the first cycle tries again
+      this.#o.log.warn({ err: { message: (err as Error).message } }, 'queueing interrupted jobs again failed');
+    }
+    this.#o.log.info({ event: 'worker.active', requeued }, 'completion worker active');
     this.#schedule(0);
   }
 
   #schedule(delayMs: number): void {
-    if (this.#stopped) return;
+    if (this.#stopped || !this.#active) return;
     this.#timer = setTimeout(() => {
       this.#running = this.#tick().finally(() => {
         this.#running = undefined;
@@ -110,15 +181,14 @@ export class CompletionWorker {
   }
 
   async #tick(): Promise<void> {
+    if (!this.#active) return;
     let worked = false;
     let unreachable = false;
     try {
-      if (this.#requeueOwn) {
-        // This worker holds the exclusive worker lock and runs nothing now: every `running` job is its own.
-        const requeued = await this.#o.pool.query(
-          `UPDATE arkvory_upload_jobs SET state = 'queued', updated_at = now() WHERE state = 'running'`,
-        );
-        this.#requeueOwn = false;
+      if (this.#requeueOrphans) {
+        // Only jobs no live connection holds: one whose worker still runs it keeps its claim.
+        const requeued = await this.#o.pool.query(REQUEUE_ORPHANS);
+        this.#requeueOrphans = false;
         this.#o.log.info(
           { event: 'worker.resumed', requeued: requeued.rowCount },
           'PostgreSQL reachable again; interrupted jobs queued again',
@@ -126,6 +196,9 @@ export class CompletionWorker {
       }
       if (Date.now() - this.#lastSweep >= (this.#o.expirySweepMs ?? 30_000)) {
         this.#lastSweep = Date.now();
+        // A job whose worker died after this one took over (its claim lock went with it).
+        const orphans = await this.#o.pool.query(REQUEUE_ORPHANS);
+        if (orphans.rowCount) this.#o.log.info({ requeued: orphans.rowCount }, 'interrupted jobs queued again');
         const expired = await this.#o.sessions.expire();
         if (expired) this.#o.log.info({ expired }, 'expired upload sessions removed');
         const pruned = await this.#o.sessions.prune();
@@ -135,15 +208,15 @@ export class CompletionWorker {
             'upload sessions finished past their retention deleted',
           );
       }
-      const job = await this.#claim();
-      if (job) {
+      const claim = await this.#claim();
+      if (claim) {
         worked = true;
-        await this.#run(job);
+        await this.#runClaimed(claim);
       }
     } catch (err) {
       if (isUnreachable(err)) {
         unreachable = true;
-        if (!this.#requeueOwn)
+        if (!this.#requeueOrphans)
           this.#o.log.warn(
             {
               event: 'worker.db_unreachable',
@@ -151,7 +224,7 @@ export class CompletionWorker {
             },
             'a completion cycle lost its connection; the interrupted job is retried once PostgreSQL answers',
           );
-        this.#requeueOwn = true;
+        this.#requeueOrphans = true;
       } else {
         this.#o.log.error({ err }, 'completion worker cycle failed');
       }
@@ -159,9 +232,8 @@ export class CompletionWorker {
     this.#schedule(unreachable ? (this.#o.unreachableRetryMs ?? 1000) : worked ? 0 : (this.#o.pollMs ?? 250));
   }
 
-  async #claim(): Promise<Job | undefined> {
-    // Each principal's oldest queued job; the round robin picks among them. One active worker
-    // claims (the exclusive worker lock), so the head read here is still queued when claimed.
+  async #claim(): Promise<Claim | undefined> {
+    // Each principal's oldest queued job; the round robin picks among them.
     const heads = await this.#o.pool.query<QueueHead>(
       `SELECT DISTINCT ON (COALESCE(s.principal_id::text, '')) j.id::text AS "jobId", COALESCE(s.principal_id::text, '') AS principal
        FROM arkvory_upload_jobs j JOIN arkvory_upload_sessions s ON s.id = j.session_id
@@ -170,52 +242,121 @@ export class CompletionWorker {
     );
     const chosen = this.#turns.next(heads.rows);
     if (!chosen) return undefined;
-    const r = await this.#o.pool.query(
-      `UPDATE arkvory_upload_jobs SET state = 'running', attempts = attempts + 1, updated_at = now()
-       WHERE id = $1 AND state = 'queued'
-       RETURNING id::text, session_id, parts, attempts`,
-      [chosen.jobId],
-    );
-    const row = r.rows[0];
-    return row ? { id: row.id, sessionId: row.session_id, parts: row.parts, attempts: row.attempts } : undefined;
+    const client = await this.#o.pool.connect();
+    let claimed = false;
+    try {
+      // The claim lock first: a `running` job whose lock is free is then surely nobody's.
+      const locked = await client.query<{ ok: boolean }>(
+        `SELECT pg_try_advisory_lock(${JOB_LOCK_CLASS}, ${JOB_KEY('$1')}) AS ok`,
+        [chosen.jobId],
+      );
+      if (!locked.rows[0]!.ok) return undefined; // a worker that lost the lock is still ending it
+      const r = await client.query(
+        `UPDATE arkvory_upload_jobs SET state = 'running', attempts = attempts + 1, updated_at = now()
+         WHERE id = $1 AND state = 'queued'
+         RETURNING id::text, session_id, parts, attempts`,
+        [chosen.jobId],
+      );
+      const row = r.rows[0];
+      if (!row) return undefined;
+      claimed = true;
+      return {
+        job: { id: row.id, sessionId: row.session_id, parts: row.parts, attempts: row.attempts },
+        client,
+      };
+    } finally {
+      if (!claimed) await this.#release(client, chosen.jobId);
+    }
   }
 
-  async #run(job: Job): Promise<void> {
+  /** Ends a claim: unlocks the job; a connection that cannot say so is closed (which unlocks too). */
+  async #release(client: pg.PoolClient, jobId: string): Promise<void> {
+    try {
+      await client.query(`SELECT pg_advisory_unlock(${JOB_LOCK_CLASS}, ${JOB_KEY('$1')})`, [jobId]);
+      client.release();
+    } catch (err) {
+      client.release(err as Error);
+    }
+  }
+
+  async #runClaimed({ job, client }: Claim): Promise<void> {
+    const abort = new AbortController();
+    this.#jobAbort = abort;
+    try {
+      await this.#run(job, abort.signal);
+    } finally {
+      this.#jobAbort = undefined;
+      await this.#release(client, job.id);
+    }
+  }
+
+  async #run(job: Job, signal: AbortSignal): Promise<void> {
     const log = this.#o.log.child({ job: job.id });
     if (job.attempts > (this.#o.maxAttempts ?? 5)) {
       await this.#finish(job, 'failed', `gave up after ${job.attempts - 1} attempts`);
       return;
     }
+    let published: Awaited<ReturnType<typeof assembleJob>>;
     try {
-      const { entry, assembly } = await assembleJob(
+      published = await assembleJob(
         { pool: this.#o.pool, store: this.#o.store, catalog: this.#o.catalog },
         job,
-        this.#abort.signal,
+        signal,
       );
-      await this.#finish(job, 'done', null, { sha256: entry.sha256, size: entry.sizeBytes });
-      log.info({ event: 'upload.completed', sizeBytes: entry.sizeBytes, assembly }, 'multipart upload published');
     } catch (err) {
       if (this.#stopped) return; // left `running`; the next active worker queues it again
+      if (signal.aborted) {
+        // The worker lock was lost: hand the job back for whichever worker is active now.
+        await this.#requeue(job);
+        log.warn({ event: 'upload.interrupted' }, 'multipart upload interrupted: the worker lock was lost');
+        return;
+      }
       if (isUnreachable(err)) throw err; // not the upload's fault: #tick queues the job again
       const code = (err as { code?: string }).code;
       const reason = code ? `${code}: ${(err as Error).message}` : `internal: ${(err as Error).message}`;
-      await this.#finish(job, 'failed', reason);
-      log.warn({ event: 'upload.failed', code }, `multipart upload failed: ${reason}`);
+      if (await this.#finish(job, 'failed', reason))
+        log.warn({ event: 'upload.failed', code }, `multipart upload failed: ${reason}`);
+      return;
     }
+    const { entry, assembly } = published;
+    if (!(await this.#finish(job, 'done', null, { sha256: entry.sha256, size: entry.sizeBytes }))) {
+      log.warn({ event: 'upload.claim_lost' }, 'multipart upload published, but its job was claimed again meanwhile');
+      return;
+    }
+    log.info({ event: 'upload.completed', sizeBytes: entry.sizeBytes, assembly }, 'multipart upload published');
+    // Outside the outcome: the upload is published whatever removing its parts does (gc removes the rest).
+    await this.#o.sessions.removeParts(job.sessionId).catch((err: unknown) => {
+      log.warn(
+        { event: 'upload.parts_left', err: { message: (err as Error).message, code: (err as { code?: string }).code } },
+        'removing the parts of a published upload failed; gc removes them',
+      );
+    });
   }
 
+  /** Queues the job again if this claim still holds it. */
+  async #requeue(job: Job): Promise<void> {
+    await this.#o.pool.query(
+      `UPDATE arkvory_upload_jobs SET state = 'queued', updated_at = now() WHERE id = $1 AND state = 'running' AND attempts = $2`,
+      [job.id, job.attempts],
+    );
+  }
+
+  /**
+   * Records the outcome if this claim still holds the job (still `running` at the attempt it was
+   * claimed at), so neither a late worker nor a failure after `done` changes an outcome; returns whether it did.
+   */
   async #finish(
     job: Job,
     state: 'done' | 'failed',
     error: string | null,
     result?: { sha256: string; size: number },
-  ): Promise<void> {
-    await withTransaction(this.#o.pool, async (client) => {
-      await client.query('UPDATE arkvory_upload_jobs SET state = $2, error = $3, updated_at = now() WHERE id = $1', [
-        job.id,
-        state,
-        error,
-      ]);
+  ): Promise<boolean> {
+    return withTransaction(this.#o.pool, async (client) => {
+      const r = await client.query(
+        `UPDATE arkvory_upload_jobs SET state = $2, error = $3, updated_at = now() WHERE id = $1 AND state = 'running' AND attempts = $4`,
+        [job.id, state, error, job.attempts],
+      );
+      if (!r.rowCount) return false;
       await client.query(
         'UPDATE arkvory_upload_sessions SET state = $2, error = $3, result_sha256 = $4, result_size = $5, finished_at = now() WHERE id = $1',
         [job.sessionId, state, error, result?.sha256 ?? null, result?.size ?? null],
@@ -223,8 +364,8 @@ export class CompletionWorker {
       // The session's storage-quota reservation ends with it: the catalog insert settled it when
       // it published, but an unchanged re-upload or a failure inserts nothing.
       await client.query('DELETE FROM arkvory_quota_reservations WHERE id = $1', [job.sessionId]);
+      return true;
     });
-    if (state === 'done') await this.#o.sessions.removeParts(job.sessionId);
   }
 
   /** Stops taking jobs; a job in progress may finish within `graceMs`, else it is left for the next worker. */
@@ -232,10 +373,12 @@ export class CompletionWorker {
     this.#stopped = true;
     clearTimeout(this.#timer);
     if (this.#running) {
-      const timer = setTimeout(() => this.#abort.abort(), graceMs);
+      const timer = setTimeout(() => this.#jobAbort?.abort(), graceMs);
       await this.#running.catch(() => {});
       clearTimeout(timer);
     }
-    await this.#client?.end().catch(() => {});
+    const client = this.#client;
+    this.#client = undefined;
+    await client?.end().catch(() => {});
   }
 }

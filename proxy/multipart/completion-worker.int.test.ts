@@ -1,0 +1,159 @@
+/**
+ * The completion worker against a real PostgreSQL, with stores whose timing and failures the test
+ * sets: a worker that lost its lock connection, and a store failing after the upload was published.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import pino from 'pino';
+import { beforeAll, expect, it } from 'vitest';
+import { createRepository } from '../../test/support/auth.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { waitUntil } from '../../test/harness/index.ts';
+import { CompletionWorker } from './completion-worker.ts';
+import { UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
+import { StorageError } from '../../storage-adapter/errors.ts';
+import { createCatalog, type Catalog } from '../../storage-adapter/catalog/catalog.ts';
+import type { ArtifactStore, PartStore } from '../../storage-adapter/store.ts';
+
+const db = useTestDatabase();
+beforeAll(async () => {
+  await createRepository(db.pool, 'cw');
+});
+
+const EMPTY_SHA256 = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';
+
+function partStore(removeSession: () => Promise<void> = async () => {}): PartStore {
+  return { read: async function* () {}, write: async () => {}, remove: async () => {}, removeSession };
+}
+
+function sessionsOf(parts: PartStore): UploadSessions {
+  return new UploadSessions({
+    pool: db.pool,
+    parts,
+    ttlSeconds: 3600,
+    limits: { maxUploadBytes: 1e9, maxSessionsPerPrincipal: 10, maxPendingBytesPerPrincipal: 1e9 },
+  });
+}
+
+/** A session with a queued job of no parts (complete() wants parts; the worker does not). */
+async function queuedJob(sessions: UploadSessions, name: string): Promise<string> {
+  const s = await sessions.create(
+    { repository: 'cw', kind: 'artifact', name, version: '', asset: '' },
+    { contentType: 'application/octet-stream', principalId: null },
+  );
+  await db.pool.query(`INSERT INTO arkvory_upload_jobs (session_id, parts) VALUES ($1, '[]')`, [s.id]);
+  await db.pool.query(`UPDATE arkvory_upload_sessions SET state = 'completing' WHERE id = $1`, [s.id]);
+  return s.id;
+}
+
+it('a worker whose lock connection dies stops, and the job runs once, finishing done', async () => {
+  let stages = 0;
+  let concurrent = 0;
+  let maxConcurrent = 0;
+  const parts = partStore();
+  // Staging takes 3 s and does not heed the abort: the worst case for a worker that lost its lock.
+  const store = {
+    parts,
+    async stage(body: AsyncIterable<Uint8Array>) {
+      stages++;
+      concurrent++;
+      maxConcurrent = Math.max(maxConcurrent, concurrent);
+      for await (const _ of body);
+      await sleep(3000);
+      concurrent--;
+      return { sha256: EMPTY_SHA256, sizeBytes: 0, commit: async () => {}, discard: async () => {} };
+    },
+  } as unknown as ArtifactStore;
+  const catalog = createCatalog(db.pool);
+  const sessions = sessionsOf(parts);
+  const logs: string[] = [];
+  const log = pino({ level: 'info' }, { write: (s: string) => logs.push(s) });
+  const worker = () =>
+    new CompletionWorker({
+      pool: db.pool,
+      databaseUrl: db.url,
+      store,
+      catalog,
+      sessions,
+      log,
+      holdMaintenanceBarrier: false,
+      standbyRetryMs: 200,
+      pollMs: 50,
+      expirySweepMs: 300,
+    });
+  const w1 = worker();
+  await w1.start();
+  expect(w1.isActive).toBe(true);
+  const id = await queuedJob(sessions, 'lock-lost');
+  await waitUntil(() => stages === 1, { timeoutMs: 5000 });
+  const w2 = worker();
+  await w2.start();
+  expect(w2.isActive).toBe(false);
+  try {
+    // w1's lock connection dies (a network blip, a restarted pgbouncer, an administrator).
+    await db.pool.query(
+      `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND objid = 3 AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+    );
+    await waitUntil(() => w2.isActive, { timeoutMs: 5000 });
+    expect(w1.isActive).toBe(false);
+    await waitUntil(
+      async () =>
+        (await db.pool.query('SELECT state FROM arkvory_upload_sessions WHERE id = $1', [id])).rows[0].state === 'done',
+      { timeoutMs: 10_000 },
+    );
+    await sleep(1000); // time for a second run, were there one
+    expect(maxConcurrent).toBe(1);
+    expect(stages).toBe(1);
+    const job = (await db.pool.query('SELECT state, attempts FROM arkvory_upload_jobs WHERE session_id = $1', [id]))
+      .rows[0];
+    expect(job).toEqual({ state: 'done', attempts: 1 });
+    expect(logs.some((l) => l.includes('worker.lock_lost'))).toBe(true);
+  } finally {
+    await w1.stop(100);
+    await w2.stop(100);
+  }
+});
+
+it('a store failure while removing the parts of a published upload leaves it done', async () => {
+  const parts = partStore(async () => {
+    throw new StorageError('upstream_unreachable', 'The artifact store could not be reached (DELETE …: ECONNRESET).');
+  });
+  const store = {
+    parts,
+    async stage(body: AsyncIterable<Uint8Array>) {
+      for await (const _ of body);
+      return { sha256: EMPTY_SHA256, sizeBytes: 0, commit: async () => {}, discard: async () => {} };
+    },
+  } as unknown as ArtifactStore;
+  const catalog: Catalog = createCatalog(db.pool);
+  const sessions = sessionsOf(parts);
+  const w = new CompletionWorker({
+    pool: db.pool,
+    databaseUrl: db.url,
+    store,
+    catalog,
+    sessions,
+    log: pino({ level: 'silent' }),
+    holdMaintenanceBarrier: false,
+    pollMs: 50,
+  });
+  const id = await queuedJob(sessions, 'parts-left');
+  await w.start();
+  try {
+    await waitUntil(
+      async () =>
+        (await db.pool.query(`SELECT state FROM arkvory_upload_jobs WHERE session_id = $1`, [id])).rows[0].state !==
+        'queued',
+      { timeoutMs: 5000 },
+    );
+    await sleep(500);
+  } finally {
+    await w.stop(100);
+  }
+  const row = (
+    await db.pool.query('SELECT state, error, result_sha256 FROM arkvory_upload_sessions WHERE id = $1', [id])
+  ).rows[0];
+  expect(row).toEqual({ state: 'done', error: null, result_sha256: EMPTY_SHA256 });
+  expect(
+    (await catalog.get({ repository: 'cw', kind: 'artifact', name: 'parts-left', version: '', asset: '' }))?.sha256,
+  ).toBe(EMPTY_SHA256);
+});
