@@ -149,6 +149,11 @@ export interface ArtifactStore {
     options: StageOptions,
   ): Promise<StagedBlob | undefined>;
   readonly tree: StoreTree;
+  /**
+   * Optional (the directory store opened by a separate worker): removes what earlier workers left
+   * staged. Called by the worker that takes the worker lock, so nothing of its own is in progress.
+   */
+  clearStaging?(): Promise<void>;
   /** Releases connections (HTTP store); nothing to do for the filesystem store. */
   close(): Promise<void>;
 }

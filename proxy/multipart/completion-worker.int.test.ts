@@ -157,3 +157,64 @@ it('a store failure while removing the parts of a published upload leaves it don
     (await catalog.get({ repository: 'cw', kind: 'artifact', name: 'parts-left', version: '', asset: '' }))?.sha256,
   ).toBe(EMPTY_SHA256);
 });
+
+it('a failure of ours (a staged temporary gone) is retried, and its detail never reaches session.error', async () => {
+  const parts = partStore();
+  let commits = 0;
+  let failFirst = 0;
+  const lost = () =>
+    Object.assign(new Error("ENOENT: no such file or directory, link '/srv/arkvory/tmp/worker/x.upload'"), {
+      code: 'ENOENT',
+    });
+  const store = {
+    parts,
+    async stage(body: AsyncIterable<Uint8Array>) {
+      for await (const _ of body);
+      return {
+        sha256: EMPTY_SHA256,
+        sizeBytes: 0,
+        commit: async () => {
+          commits++;
+          if (failFirst-- > 0) throw lost();
+        },
+        discard: async () => {},
+      };
+    },
+  } as unknown as ArtifactStore;
+  const catalog = createCatalog(db.pool);
+  const sessions = sessionsOf(parts);
+  const w = new CompletionWorker({
+    pool: db.pool,
+    databaseUrl: db.url,
+    store,
+    catalog,
+    sessions,
+    log: pino({ level: 'silent' }),
+    holdMaintenanceBarrier: false,
+    pollMs: 50,
+  });
+  const finished = async (id: string) =>
+    (
+      await db.pool.query(
+        'SELECT s.state, s.error, j.attempts FROM arkvory_upload_sessions s JOIN arkvory_upload_jobs j ON j.session_id = s.id WHERE s.id = $1',
+        [id],
+      )
+    ).rows[0];
+  await w.start();
+  try {
+    failFirst = 1;
+    const retried = await queuedJob(sessions, 'lost-once');
+    await waitUntil(async () => (await finished(retried)).state === 'done', { timeoutMs: 5000 });
+    expect(await finished(retried)).toEqual({ state: 'done', error: null, attempts: 2 });
+    expect(commits).toBe(2);
+
+    failFirst = 100;
+    const failing = await queuedJob(sessions, 'lost-always');
+    await waitUntil(async () => (await finished(failing)).state === 'failed', { timeoutMs: 5000 });
+    const row = await finished(failing);
+    expect(row.error).toBe('gave up after 5 attempts');
+    expect(row.error).not.toMatch(/ENOENT|\//);
+  } finally {
+    await w.stop(100);
+  }
+});

@@ -23,6 +23,7 @@ import { assembleJob, type Job } from '../../storage-adapter/multipart/assemble.
 import { FINISHED_SESSION_KEEP_DAYS, type UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
 import { withTransaction } from '../../lib/transaction.ts';
 import { currentUrl, type ConnectionUrl } from '../../lib/connection-url.ts';
+import { CodedError } from '../../lib/coded-error.ts';
 import { FairTurns, type QueueHead } from './fair-turns.ts';
 
 /** Class id of the per-job claim locks (two-int4 form, a lock space of its own: 'ARKJ'). */
@@ -160,6 +161,13 @@ export class CompletionWorker {
     // A cycle of this worker from before a lost lock may still be ending its aborted job.
     await this.#running;
     this.#active = true;
+    // What an earlier worker left staged (a crash, or a lost lock: that job is aborted and handed back).
+    await this.#o.store.clearStaging?.().catch((err: unknown) => {
+      this.#o.log.warn(
+        { err: { message: (err as Error).message } },
+        'clearing the staging left by earlier workers failed',
+      );
+    });
     let requeued: number | null = null;
     try {
       requeued = (await this.#o.pool.query(REQUEUE_ORPHANS)).rowCount;
@@ -312,10 +320,16 @@ export class CompletionWorker {
         return;
       }
       if (isUnreachable(err)) throw err; // not the upload's fault: #tick queues the job again
-      const code = (err as { code?: string }).code;
-      const reason = code ? `${code}: ${(err as Error).message}` : `internal: ${(err as Error).message}`;
+      if (!(err instanceof CodedError)) {
+        // Ours, not the upload's (a staged temporary gone, an fs error): retried up to maxAttempts,
+        // its detail (paths, raw messages) kept in the log and out of the session the client reads.
+        log.error({ event: 'upload.retry', err }, 'multipart upload failed on the worker; queued again');
+        await this.#requeue(job);
+        return;
+      }
+      const reason = `${err.code}: ${err.message}`;
       if (await this.#finish(job, 'failed', reason))
-        log.warn({ event: 'upload.failed', code }, `multipart upload failed: ${reason}`);
+        log.warn({ event: 'upload.failed', code: err.code }, `multipart upload failed: ${reason}`);
       return;
     }
     const { entry, assembly } = published;

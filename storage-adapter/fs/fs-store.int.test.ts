@@ -9,7 +9,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { useTestDatabase } from '../../test/support/database.ts';
+import { waitUntil } from '../../test/harness/index.ts';
 import { openFsStore } from './fs-store.ts';
+import { blobRelativePath } from '../paths.ts';
 
 const dirs: string[] = [];
 async function tempRoot(): Promise<string> {
@@ -56,5 +58,42 @@ describe('directory store', () => {
     expect((await readdir(path.join(root, 'tmp'))).sort()).toEqual(['dir', 'left-over.upload']);
     await openFsStore({ root, role: 'writer', pool: db.pool });
     expect(await readdir(path.join(root, 'tmp'))).toEqual([]);
+  });
+
+  it('a writer (re)start leaves alone a separate worker staging in tmp/worker/, which the worker taking over empties', async () => {
+    await db.pool.query('DELETE FROM arkvory_storage');
+    const root = await tempRoot();
+    await openFsStore({ root, role: 'writer', pool: db.pool });
+    const worker = await openFsStore({ root, role: 'worker', pool: db.pool });
+    let release!: () => void;
+    const gate = new Promise<void>((r) => {
+      release = r;
+    });
+    const body = (async function* () {
+      yield Buffer.from('part one ');
+      await gate;
+      yield Buffer.from('part two');
+    })();
+    const staging = worker.stage(body, { maxBytes: 1e6, expectedLength: 17 });
+    await waitUntil(async () =>
+      (await readdir(path.join(root, 'tmp'), { recursive: true })).some((name) => name.endsWith('.upload')),
+    );
+    await writeFile(path.join(root, 'tmp', 'writer-left-over.upload'), 'x');
+    await openFsStore({ root, role: 'writer', pool: db.pool }); // the writer restarts (systemd Restart=on-failure)
+    release();
+    const staged = await staging;
+    await staged.commit(); // was ENOENT: the writer had removed the temporary
+    expect(await readdir(path.join(root, 'tmp'))).toEqual(['worker']);
+    await staged.discard();
+    expect(await readFile(path.join(root, blobRelativePath(staged.sha256)), 'utf8')).toBe('part one part two');
+
+    await writeFile(path.join(root, 'tmp', 'worker', 'crashed.upload'), 'x');
+    await writeFile(path.join(root, 'tmp', 'writer-upload.upload'), 'x');
+    await worker.clearStaging!();
+    expect((await readdir(path.join(root, 'tmp'))).sort()).toEqual(['worker', 'writer-upload.upload']);
+    expect(await readdir(path.join(root, 'tmp', 'worker'))).toEqual([]);
+    // The writer (and an embedded worker) stage in tmp/ itself, emptied when the writer starts.
+    const writer = await openFsStore({ root, role: 'writer', pool: db.pool });
+    expect(writer.clearStaging).toBeUndefined();
   });
 });

@@ -1,7 +1,9 @@
 /**
  * The filesystem store: content-addressed immutable blobs under `blobs/sha256/ab/cd/<hex>`,
  * uploads in progress under `tmp/` (same filesystem, so publishing is a link). Opening as writer
- * creates the layout and the storage identity and empties `tmp/`; a reader only verifies.
+ * creates the layout and the storage identity and empties `tmp/`; a reader only verifies. A
+ * separate completion worker stages under `tmp/worker/`, which the writer leaves alone: the
+ * worker that takes the worker lock empties it (clearStaging), and offline gc removes it.
  */
 import { randomUUID } from 'node:crypto';
 import { link, mkdir, open, readdir, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
@@ -23,6 +25,9 @@ import { trackedStagedBlob } from '../streaming/staged-blob.ts';
 export type { BlobReader, StagedBlob, StageOptions, ArtifactStore, UploadStats } from '../store.ts';
 /** The filesystem store is one implementation of `ArtifactStore`; the name stays for its callers. */
 export type FsStore = ArtifactStore;
+
+/** The separate completion worker's staging directory under tmp/ (see clearStaging). */
+const WORKER_STAGING = 'worker';
 
 /** Maps fs failures on the write path; ENOSPC/EDQUOT become `storage_full`, the rest pass through. */
 function mapWriteError(err: unknown): unknown {
@@ -53,7 +58,7 @@ async function mkdirDurable(dir: string, stopAt: string): Promise<void> {
 /**
  * `writer` creates and binds the root and empties tmp/; `reader` only verifies and never writes;
  * `worker` (the multipart completion worker beside a running writer) verifies like a reader but may
- * stage and publish — it never empties tmp/, where the writer's uploads are in progress.
+ * stage and publish — in tmp/worker/ of its own, since the writer empties tmp/ when it (re)starts.
  */
 export async function openFsStore(options: {
   root: string;
@@ -93,12 +98,17 @@ export async function openFsStore(options: {
     await mkdirDurable(blobsDir, root);
     await mkdirDurable(tmpDir, root);
     await mkdirDurable(resolveInsideRoot(root, UPLOADS_DIR), root);
-    // Whatever is in tmp/ belongs to uploads a previous process never finished.
+    // Whatever is in tmp/ belongs to uploads a previous process never finished; tmp/worker/ may
+    // hold the assembly a separate worker is running now.
     if (!options.keepTmp)
-      for (const entry of await readdir(tmpDir)) await rm(path.join(tmpDir, entry), { recursive: true, force: true });
+      for (const entry of await readdir(tmpDir))
+        if (entry !== WORKER_STAGING) await rm(path.join(tmpDir, entry), { recursive: true, force: true });
   } else if (!(await isDirectory(blobsDir))) {
     throw new StorageError('storage_mismatch', `${blobsDir} is missing; the storage root is incomplete`);
   }
+  const stagingRel = role === 'worker' ? path.join(TMP_DIR, WORKER_STAGING) : TMP_DIR;
+  const stagingDir = resolveInsideRoot(root, stagingRel);
+  if (role === 'worker') await mkdirDurable(stagingDir, root);
 
   const blobPath = (sha256: string) => resolveInsideRoot(root, blobRelativePath(sha256));
   const stats = { committed: 0, discarded: 0, failed: 0 };
@@ -113,10 +123,17 @@ export async function openFsStore(options: {
     parts: createFsPartStore(root),
     tree: createFsTree(root),
     close: async () => {},
+    // Only the separate worker's directory: the writer's own tmp/ is emptied when the writer starts.
+    ...(role === 'worker' && {
+      async clearStaging() {
+        for (const entry of await readdir(stagingDir))
+          await rm(path.join(stagingDir, entry), { recursive: true, force: true });
+      },
+    }),
 
     async stage(body, stageOptions) {
       if (role === 'reader') throw new Error('stage() on a read-only store');
-      const tempPath = resolveInsideRoot(root, path.join(TMP_DIR, `${randomUUID()}.upload`));
+      const tempPath = resolveInsideRoot(root, path.join(stagingRel, `${randomUUID()}.upload`));
       const upload = checkedUpload(body, stageOptions);
       let handle: FileHandle | undefined;
       try {
