@@ -89,6 +89,12 @@ function toSession(row: Record<string, unknown>, parts: ReceivedPart[]): UploadS
   };
 }
 
+/** Throws the error a part sent to a session in `state` gets, unless it is open and unexpired. */
+function checkTakesParts(state: SessionState, expiresAtMs: number): void {
+  if (state === 'expired' || (state === 'open' && expiresAtMs <= Date.now())) throw new StorageError('upload_expired');
+  if (state !== 'open') throw new StorageError('conflict', `The upload is ${state}; it takes no more parts.`);
+}
+
 export class UploadSessions {
   readonly #pool: pg.Pool;
   readonly #parts: PartStore;
@@ -185,11 +191,7 @@ export class UploadSessions {
   /** An open, unexpired session, or the error that says why not. */
   async #open(scope: SessionScope, id: string): Promise<UploadSession> {
     const session = await this.get(scope, id);
-    if (session.state === 'open' && Date.parse(session.expiresAt) <= Date.now())
-      throw new StorageError('upload_expired');
-    if (session.state === 'expired') throw new StorageError('upload_expired');
-    if (session.state !== 'open')
-      throw new StorageError('conflict', `The upload is ${session.state}; it takes no more parts.`);
+    checkTakesParts(session.state, Date.parse(session.expiresAt));
     return session;
   }
 
@@ -247,7 +249,14 @@ export class UploadSessions {
         );
       }
     }
-    await this.#parts.write(id, fileName, checked(), options.signal);
+    try {
+      await this.#parts.write(id, fileName, checked(), options.signal);
+    } catch (err) {
+      // An abort or expiry while the part streamed removes the session's parts under the write (an
+      // ENOENT of the store): the client is told what became of its session, not our 500.
+      if (!(err instanceof StorageError)) await this.#open(scope, id);
+      throw err;
+    }
     const sha256 = hash.digest('hex');
     const limits = this.#limits;
     const record = () =>
@@ -255,6 +264,14 @@ export class UploadSessions {
         // Parts sent in parallel were each checked against what was stored when they began: the
         // check is made again under the principal's lock, where it cannot race.
         await lockPrincipal(client, scope.principalId);
+        // Still open: an abort, expiry or completion since the write began wins (and waits for this
+        // share lock, so none of them misses the part recorded here).
+        const session = await client.query<{ state: SessionState; expires_at: Date }>(
+          'SELECT state, expires_at FROM arkvory_upload_sessions WHERE id = $1 FOR SHARE',
+          [id],
+        );
+        if (!session.rows[0]) throw new StorageError('not_found', 'No such upload.');
+        checkTakesParts(session.rows[0].state, session.rows[0].expires_at.getTime());
         const stored = await this.#storedBytes(client, id, partNumber, scope.principalId);
         const now = partBound(Number.MAX_SAFE_INTEGER, limits, stored);
         if (size > now.maxBytes) throw now.refuse(size);

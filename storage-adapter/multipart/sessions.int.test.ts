@@ -1,0 +1,99 @@
+/**
+ * Upload sessions against a real PostgreSQL and the directory part store: a part still streaming
+ * when its session is aborted or expires gets the session's documented error, never a 500.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { createRepository } from '../../test/support/auth.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { createFsPartStore } from '../fs/fs-parts.ts';
+import type { PartStore } from '../store.ts';
+import { UploadSessions } from './sessions.ts';
+import { toHttpError } from '../../proxy/server/http-errors.ts';
+
+const db = useTestDatabase();
+let root: string;
+beforeAll(async () => {
+  await createRepository(db.pool, 'ss');
+  root = await mkdtemp(path.join(os.tmpdir(), 'arkvory-sessions-'));
+});
+afterAll(async () => {
+  await rm(root, { recursive: true, force: true });
+});
+
+const scope = { repository: 'ss', principalId: null };
+const limits = { maxUploadBytes: 1e9, maxSessionsPerPrincipal: 100, maxPendingBytesPerPrincipal: 1e9 };
+
+/** Sends part 1 in two halves, and runs `meanwhile` between them; resolves with the outcome. */
+async function partAcross(sessions: UploadSessions, name: string, meanwhile: (id: string) => Promise<void>) {
+  const s = await sessions.create(
+    { repository: 'ss', kind: 'artifact', name, version: '', asset: '' },
+    { contentType: 'application/octet-stream', principalId: null },
+  );
+  let release!: () => void;
+  const gate = new Promise<void>((r) => {
+    release = r;
+  });
+  const body = (async function* () {
+    yield Buffer.from('abc');
+    await gate;
+    yield Buffer.from('def');
+  })();
+  const put = sessions.putPart(scope, s.id, 1, body, { maxBytes: 1e6 }).then(
+    () => undefined,
+    (err: unknown) => err,
+  );
+  await sleep(100);
+  await meanwhile(s.id);
+  release();
+  const err = await put;
+  const rows = (
+    await db.pool.query('SELECT count(*)::int AS n FROM arkvory_upload_parts WHERE session_id = $1', [s.id])
+  ).rows[0].n;
+  return { id: s.id, err, rows };
+}
+
+const abort = (sessions: UploadSessions) => (id: string) => sessions.abort(scope, id);
+const expire = (sessions: UploadSessions) => async (id: string) => {
+  await db.pool.query('UPDATE arkvory_upload_sessions SET expires_at = now() WHERE id = $1', [id]);
+  await sessions.expire();
+};
+
+it('a part streaming to disk when its session is aborted gets 409 conflict, when it expires 410 upload_expired', async () => {
+  const sessions = new UploadSessions({ pool: db.pool, parts: createFsPartStore(root), ttlSeconds: 3600, limits });
+  const aborted = await partAcross(sessions, 'fs-abort', abort(sessions));
+  expect(toHttpError(aborted.err)).toMatchObject({ status: 409, code: 'conflict' });
+  expect(aborted.rows).toBe(0);
+  const expired = await partAcross(sessions, 'fs-expire', expire(sessions));
+  expect(toHttpError(expired.err)).toMatchObject({ status: 410, code: 'upload_expired' });
+  expect(expired.rows).toBe(0);
+});
+
+it('a part whose write outlived its session is not recorded, and its file is removed', async () => {
+  // A store whose write survives the abort (the static-HTTP and S3 stores, or a directory created again).
+  const files = new Set<string>();
+  const parts: PartStore = {
+    async write(sessionId, fileName, body) {
+      for await (const _ of body);
+      files.add(`${sessionId}/${fileName}`);
+    },
+    read: async function* () {},
+    async remove(sessionId, fileName) {
+      files.delete(`${sessionId}/${fileName}`);
+    },
+    async removeSession(sessionId) {
+      for (const f of files) if (f.startsWith(`${sessionId}/`)) files.delete(f);
+    },
+  };
+  const sessions = new UploadSessions({ pool: db.pool, parts, ttlSeconds: 3600, limits });
+  const aborted = await partAcross(sessions, 'mem-abort', abort(sessions));
+  expect(toHttpError(aborted.err)).toMatchObject({ status: 409, code: 'conflict' });
+  expect(aborted.rows).toBe(0);
+  const expired = await partAcross(sessions, 'mem-expire', expire(sessions));
+  expect(toHttpError(expired.err)).toMatchObject({ status: 410, code: 'upload_expired' });
+  expect(expired.rows).toBe(0);
+  expect(files.size).toBe(0);
+});
