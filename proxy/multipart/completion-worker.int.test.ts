@@ -2,7 +2,9 @@
  * The completion worker against a real PostgreSQL, with stores whose timing and failures the test
  * sets: a worker that lost its lock connection, and a store failing after the upload was published.
  */
+import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
 import pino from 'pino';
 import { beforeAll, expect, it } from 'vitest';
 import { createRepository } from '../../test/support/auth.ts';
@@ -216,5 +218,119 @@ it('a failure of ours (a staged temporary gone) is retried, and its detail never
     expect(row.error).not.toMatch(/ENOENT|\//);
   } finally {
     await w.stop(100);
+  }
+});
+
+/** A TCP relay to PostgreSQL that can drop its client sides while keeping the server sides open. */
+async function halfOpenRelay(url: string) {
+  const target = new URL(url);
+  const pairs: Array<{ client: net.Socket; server: net.Socket }> = [];
+  const relay = net.createServer((client) => {
+    const server = net.connect(Number(target.port), target.hostname);
+    client.pipe(server);
+    server.pipe(client);
+    client.on('error', () => {});
+    server.on('error', () => {});
+    pairs.push({ client, server });
+  });
+  await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', resolve));
+  const { port } = relay.address() as net.AddressInfo;
+  return {
+    url: Object.assign(new URL(url), { hostname: '127.0.0.1', port: String(port) }).toString(),
+    /** The client sees its connections closed; PostgreSQL sees nothing (a peer gone without a FIN). */
+    dropClientSides() {
+      for (const { client, server } of pairs.splice(0)) {
+        server.unpipe(client);
+        client.unpipe(server);
+        client.destroy();
+      }
+    },
+    async close() {
+      for (const { client, server } of pairs.splice(0)) {
+        client.destroy();
+        server.destroy();
+      }
+      await new Promise((resolve) => relay.close(resolve));
+    },
+  };
+}
+
+it('a worker whose lock connection is cut ends the backend PostgreSQL kept, takes the lock again and works', async () => {
+  const relay = await halfOpenRelay(db.url);
+  const parts = partStore();
+  const store = {
+    parts,
+    async stage(body: AsyncIterable<Uint8Array>) {
+      for await (const _ of body);
+      return { sha256: EMPTY_SHA256, sizeBytes: 0, commit: async () => {}, discard: async () => {} };
+    },
+  } as unknown as ArtifactStore;
+  const sessions = sessionsOf(parts);
+  const w = new CompletionWorker({
+    pool: db.pool,
+    databaseUrl: relay.url,
+    store,
+    catalog: createCatalog(db.pool),
+    sessions,
+    log: pino({ level: 'silent' }),
+    holdMaintenanceBarrier: false,
+    standbyRetryMs: 100,
+    pollMs: 50,
+  });
+  await w.start();
+  try {
+    relay.dropClientSides();
+    await waitUntil(() => !w.isActive, { timeoutMs: 5000 });
+    await waitUntil(() => w.isActive, { timeoutMs: 5000, what: 'the worker to take the lock again' });
+    const id = await queuedJob(sessions, 'after-cut');
+    await waitUntil(
+      async () =>
+        (await db.pool.query('SELECT state FROM arkvory_upload_sessions WHERE id = $1', [id])).rows[0].state === 'done',
+      { timeoutMs: 5000 },
+    );
+  } finally {
+    await w.stop(100);
+    await relay.close();
+  }
+});
+
+it('works with a pool of one connection (the claim lock is held elsewhere)', async () => {
+  const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+  const parts = partStore();
+  const store = {
+    parts,
+    async stage(body: AsyncIterable<Uint8Array>) {
+      for await (const _ of body);
+      return { sha256: EMPTY_SHA256, sizeBytes: 0, commit: async () => {}, discard: async () => {} };
+    },
+  } as unknown as ArtifactStore;
+  const sessions = new UploadSessions({
+    pool,
+    parts,
+    ttlSeconds: 3600,
+    limits: { maxUploadBytes: 1e9, maxSessionsPerPrincipal: 10, maxPendingBytesPerPrincipal: 1e9 },
+  });
+  const w = new CompletionWorker({
+    pool,
+    databaseUrl: db.url,
+    store,
+    catalog: createCatalog(pool),
+    sessions,
+    log: pino({ level: 'silent' }),
+    holdMaintenanceBarrier: false,
+    standbyRetryMs: 100,
+    pollMs: 50,
+  });
+  const id = await queuedJob(sessions, 'pool-of-one');
+  await w.start();
+  try {
+    await waitUntil(
+      async () =>
+        (await db.pool.query('SELECT state FROM arkvory_upload_sessions WHERE id = $1', [id])).rows[0].state === 'done',
+      { timeoutMs: 5000 },
+    );
+  } finally {
+    await w.stop(100);
+    await pool.end();
   }
 });

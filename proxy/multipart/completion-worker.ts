@@ -30,14 +30,20 @@ import { FairTurns, type QueueHead } from './fair-turns.ts';
 const JOB_LOCK_CLASS = 0x41524b4a;
 /** The job's id folded into an int4 key (ids past 2^31 share keys: a collision only delays a requeue). */
 const JOB_KEY = (param: string) => `(${param}::bigint % 2147483648)::int`;
-/** Queues `running` jobs whose claim lock no live connection holds (the try-lock fails on a held one). */
-const REQUEUE_ORPHANS = `UPDATE arkvory_upload_jobs SET state = 'queued', updated_at = now()
-  WHERE state = 'running' AND pg_try_advisory_xact_lock(${JOB_LOCK_CLASS}, ${JOB_KEY('id')})`;
+/**
+ * Queues `running` jobs whose claim lock no live connection holds (the try-lock fails on a held one).
+ * Only the `running` rows are tried (the CTE is materialized first): the table keeps a week of
+ * finished jobs, and a lock taken for each would fill the lock table.
+ */
+const REQUEUE_ORPHANS = `WITH running AS MATERIALIZED (SELECT id FROM arkvory_upload_jobs WHERE state = 'running'),
+  orphans AS MATERIALIZED (SELECT id FROM running WHERE pg_try_advisory_xact_lock(${JOB_LOCK_CLASS}, ${JOB_KEY('id')}))
+  UPDATE arkvory_upload_jobs j SET state = 'queued', updated_at = now()
+  FROM orphans o WHERE j.id = o.id AND j.state = 'running'`;
 
 interface Claim {
   job: Job;
-  /** The pool connection that holds the job's claim lock while it runs. */
-  client: pg.PoolClient;
+  /** The connection that holds the job's claim lock while it runs. */
+  client: pg.Client;
 }
 
 export interface CompletionWorkerOptions {
@@ -60,6 +66,13 @@ export interface CompletionWorkerOptions {
 export class CompletionWorker {
   readonly #o: CompletionWorkerOptions;
   #client: pg.Client | undefined;
+  /** The lock connection's backend (pid and start), ended by this worker if it outlives its client. */
+  #lockBackend: { pid: number; start: string } | undefined;
+  /**
+   * A connection of its own for the claim locks: not from the pool, which assembleJob needs while
+   * the lock is held (ARKVORY_DATABASE_POOL_SIZE may be 1).
+   */
+  #claimClient: pg.Client | undefined;
   #active = false;
   #stopped = false;
   #timer: NodeJS.Timeout | undefined;
@@ -97,11 +110,33 @@ export class CompletionWorker {
     client.on('end', () => this.#lockLost(client, new Error('the connection ended')));
     try {
       await client.connect();
+      const me = await client.query<{ pid: number; start: string }>(
+        'SELECT pid, backend_start::text AS start FROM pg_stat_activity WHERE pid = pg_backend_pid()',
+      );
+      this.#lockBackend = me.rows[0];
     } catch (err) {
       await client.end().catch(() => {});
       throw err;
     }
     this.#client = client;
+  }
+
+  /**
+   * After a lost lock connection, the server may keep its backend (and the worker lock) until it
+   * notices the peer is gone: end it, so that this or another worker can take the lock over. The
+   * start time (as text: a Date would lose its microseconds) makes sure it is that backend and not a later one given the same pid.
+   */
+  async #endStaleBackend(stale: { pid: number; start: string }): Promise<void> {
+    try {
+      const r = await this.#o.pool.query<{ ended: boolean }>(
+        `SELECT pg_terminate_backend(pid) AS ended FROM pg_stat_activity WHERE pid = $1 AND backend_start::text = $2`,
+        [stale.pid, stale.start],
+      );
+      if (r.rows[0]?.ended)
+        this.#o.log.warn({ pid: stale.pid }, 'ended the lingering backend of the lost worker lock connection');
+    } catch (err) {
+      this.#o.log.warn({ err: { message: (err as Error).message } }, 'ending the lost lock connection failed');
+    }
   }
 
   /**
@@ -125,6 +160,8 @@ export class CompletionWorker {
 
   async #reconnect(): Promise<void> {
     if (this.#stopped) return;
+    const stale = this.#lockBackend;
+    if (stale) await this.#endStaleBackend(stale);
     try {
       await this.#connectLock();
       if (this.#o.holdMaintenanceBarrier && !(await tryLockShared(this.#client!, 'maintenance')))
@@ -250,7 +287,7 @@ export class CompletionWorker {
     );
     const chosen = this.#turns.next(heads.rows);
     if (!chosen) return undefined;
-    const client = await this.#o.pool.connect();
+    const client = await this.#claimConnection();
     let claimed = false;
     try {
       // The claim lock first: a `running` job whose lock is free is then surely nobody's.
@@ -277,13 +314,38 @@ export class CompletionWorker {
     }
   }
 
+  async #claimConnection(): Promise<pg.Client> {
+    if (this.#claimClient) return this.#claimClient;
+    const client = new pg.Client({
+      connectionString: currentUrl(this.#o.databaseUrl),
+      application_name: 'arkvory-worker-claim',
+      keepAlive: true,
+    });
+    // Its death releases the claim of a job in progress: that job still finishes only under its claim.
+    client.on('error', () => this.#dropClaimConnection(client));
+    client.on('end', () => this.#dropClaimConnection(client));
+    try {
+      await client.connect();
+    } catch (err) {
+      await client.end().catch(() => {});
+      throw err;
+    }
+    this.#claimClient = client;
+    return client;
+  }
+
+  #dropClaimConnection(client: pg.Client): void {
+    if (this.#claimClient !== client) return;
+    this.#claimClient = undefined;
+    client.end().catch(() => {});
+  }
+
   /** Ends a claim: unlocks the job; a connection that cannot say so is closed (which unlocks too). */
-  async #release(client: pg.PoolClient, jobId: string): Promise<void> {
+  async #release(client: pg.Client, jobId: string): Promise<void> {
     try {
       await client.query(`SELECT pg_advisory_unlock(${JOB_LOCK_CLASS}, ${JOB_KEY('$1')})`, [jobId]);
-      client.release();
-    } catch (err) {
-      client.release(err as Error);
+    } catch {
+      this.#dropClaimConnection(client);
     }
   }
 
@@ -394,5 +456,8 @@ export class CompletionWorker {
     const client = this.#client;
     this.#client = undefined;
     await client?.end().catch(() => {});
+    const claims = this.#claimClient;
+    this.#claimClient = undefined;
+    await claims?.end().catch(() => {});
   }
 }
