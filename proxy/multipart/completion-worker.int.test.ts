@@ -4,12 +4,11 @@
  */
 import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
-import pg from 'pg';
 import pino from 'pino';
 import { beforeAll, expect, it } from 'vitest';
 import { createRepository } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
-import { waitUntil } from '../../test/harness/index.ts';
+import { openPool, waitUntil } from '../../test/harness/index.ts';
 import { CompletionWorker } from './completion-worker.ts';
 import { UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
 import { StorageError } from '../../storage-adapter/errors.ts';
@@ -295,7 +294,7 @@ it('a worker whose lock connection is cut ends the backend PostgreSQL kept, take
 });
 
 it('works with a pool of one connection (the claim lock is held elsewhere)', async () => {
-  const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+  const pool = openPool(db.url, 1);
   const parts = partStore();
   const store = {
     parts,

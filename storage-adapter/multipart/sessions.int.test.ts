@@ -9,7 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createRepository } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
-import { createFsPartStore } from '../fs/fs-parts.ts';
+import { openFsStore } from '../fs/index.ts';
 import type { PartStore } from '../store.ts';
 import { UploadSessions } from './sessions.ts';
 import { toHttpError } from '../../proxy/server/http-errors.ts';
@@ -63,7 +63,8 @@ const expire = (sessions: UploadSessions) => async (id: string) => {
 };
 
 it('a part streaming to disk when its session is aborted gets 409 conflict, when it expires 410 upload_expired', async () => {
-  const sessions = new UploadSessions({ pool: db.pool, parts: createFsPartStore(root), ttlSeconds: 3600, limits });
+  const { parts } = await openFsStore({ root, role: 'writer', pool: db.pool });
+  const sessions = new UploadSessions({ pool: db.pool, parts, ttlSeconds: 3600, limits });
   const aborted = await partAcross(sessions, 'fs-abort', abort(sessions));
   expect(toHttpError(aborted.err)).toMatchObject({ status: 409, code: 'conflict' });
   expect(aborted.rows).toBe(0);
