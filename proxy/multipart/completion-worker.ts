@@ -124,7 +124,8 @@ export class CompletionWorker {
   /**
    * After a lost lock connection, the server may keep its backend (and the worker lock) until it
    * notices the peer is gone: end it, so that this or another worker can take the lock over. The
-   * start time (as text: a Date would lose its microseconds) makes sure it is that backend and not a later one given the same pid.
+   * start time (as text: a Date would lose its microseconds) makes sure it is that backend and not
+   * a later one given the same pid.
    */
   async #endStaleBackend(stale: { pid: number; start: string }): Promise<void> {
     try {
@@ -197,6 +198,7 @@ export class CompletionWorker {
     }
     // A cycle of this worker from before a lost lock may still be ending its aborted job.
     await this.#running;
+    if (this.#stopped || !this.#client) return;
     this.#active = true;
     // What an earlier worker left staged (a crash, or a lost lock: that job is aborted and handed back).
     await this.#o.store.clearStaging?.().catch((err: unknown) => {
@@ -353,6 +355,8 @@ export class CompletionWorker {
     const abort = new AbortController();
     this.#jobAbort = abort;
     try {
+      // The lock was lost while this cycle claimed: the job is for whichever worker is active now.
+      if (!this.#active) return await this.#requeue(job);
       await this.#run(job, abort.signal);
     } finally {
       this.#jobAbort = undefined;
