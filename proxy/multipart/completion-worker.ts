@@ -451,6 +451,7 @@ export class CompletionWorker {
   /** Stops taking jobs; a job in progress may finish within `graceMs`, else it is left for the next worker. */
   async stop(graceMs: number): Promise<void> {
     this.#stopped = true;
+    this.#active = false;
     clearTimeout(this.#timer);
     if (this.#running) {
       const timer = setTimeout(() => this.#jobAbort?.abort(), graceMs);

@@ -395,6 +395,28 @@ describe('a separate completion worker', () => {
     expect((await waitForState(writer, two, ['done', 'failed'])).state).toBe('done');
     await waitForLog(second, 'upload.completed');
   }, 120_000);
+
+  it('a worker process whose lease connection dies (the maintenance barrier with it) stops completing jobs', async () => {
+    const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_EMBEDDED_WORKER: '0' } });
+    const worker = await startGateway({
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_ROLE: 'worker' },
+      dataDir: writer.dataDir,
+    });
+    await waitForLog(worker, 'worker.active');
+    // Its shared maintenance barrier goes with the connection: offline gc could start now.
+    await db.pool.query(
+      `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'arkvory-worker-lease' AND datname = current_database()`,
+    );
+    await sleep(1000);
+    const upload = await uploadInParts(writer, 'fenced.bin', [randomContent(2000)]);
+    await sleep(1500);
+    const session = json(
+      await request(`${writer.url}/api/v1/repositories/mp/uploads/${upload}`, { headers: bearer(key) }),
+    );
+    expect(session.state).toBe('completing');
+    expect(worker.logs()).not.toContain('upload.completed');
+    expect(worker.logs()).toContain('worker.fenced');
+  }, 120_000);
 });
 
 async function waitForLog(gw: GatewayProcess, text: string, timeoutMs = 15_000): Promise<void> {

@@ -29,6 +29,12 @@ function startWorker(services: Services, store: ArtifactStore, sessions: UploadS
   });
   // An assembly already running may finish during the shutdown grace; otherwise it is retried.
   services.onClose.push(() => worker.stop(services.config.shutdownTimeoutMs));
+  // Fenced, the process holds the shared maintenance barrier no more (its lease connection holds it),
+  // so offline gc may start: stop at once; the job is queued again by the worker active next.
+  services.coordinator.onFenced(() => {
+    services.log.warn({ event: 'worker.fenced' }, 'completion worker stopped: this process is fenced');
+    void worker.stop(0);
+  });
   services.readiness.push(() => ({ worker: { active: worker.isActive } }));
   return worker;
 }
