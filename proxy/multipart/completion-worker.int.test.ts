@@ -257,11 +257,16 @@ async function halfOpenRelay(url: string) {
 it('a worker whose lock connection is cut ends the backend PostgreSQL kept, takes the lock again and works', async () => {
   const relay = await halfOpenRelay(db.url);
   const parts = partStore();
+  let cleared = 0;
   const store = {
     parts,
     async stage(body: AsyncIterable<Uint8Array>) {
       for await (const _ of body);
       return { sha256: EMPTY_SHA256, sizeBytes: 0, commit: async () => {}, discard: async () => {} };
+    },
+    // What an earlier worker left staged goes each time this one takes the lock.
+    async clearStaging() {
+      cleared++;
     },
   } as unknown as ArtifactStore;
   const sessions = sessionsOf(parts);
@@ -278,9 +283,11 @@ it('a worker whose lock connection is cut ends the backend PostgreSQL kept, take
   });
   await w.start();
   try {
+    expect(cleared).toBe(1);
     relay.dropClientSides();
     await waitUntil(() => !w.isActive, { timeoutMs: 5000 });
     await waitUntil(() => w.isActive, { timeoutMs: 5000, what: 'the worker to take the lock again' });
+    expect(cleared).toBe(2);
     const id = await queuedJob(sessions, 'after-cut');
     await waitUntil(
       async () =>
