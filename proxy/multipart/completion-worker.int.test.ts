@@ -159,6 +159,44 @@ it('a store failure while removing the parts of a published upload leaves it don
   ).toBe(EMPTY_SHA256);
 });
 
+it("a store's failure fails the upload in the catalogue's words: the store's own never reach session.error", async () => {
+  const parts = partStore();
+  const quoted = 'The S3 server answered PUT arkvory/tmp/x with 500 InternalError: connect ECONNREFUSED 10.0.0.30:8333';
+  const store = {
+    parts,
+    async stage(body: AsyncIterable<Uint8Array>) {
+      for await (const _ of body);
+      throw new StorageError('upstream_timeout', quoted);
+    },
+  } as unknown as ArtifactStore;
+  const sessions = sessionsOf(parts);
+  const w = new CompletionWorker({
+    pool: db.pool,
+    databaseUrl: db.url,
+    store,
+    catalog: createCatalog(db.pool),
+    sessions,
+    log: pino({ level: 'silent' }),
+    holdMaintenanceBarrier: false,
+    pollMs: 50,
+  });
+  const id = await queuedJob(sessions, 'store-fails');
+  await w.start();
+  try {
+    await waitUntil(
+      async () =>
+        (await db.pool.query('SELECT state FROM arkvory_upload_sessions WHERE id = $1', [id])).rows[0].state ===
+        'failed',
+      { timeoutMs: 5000 },
+    );
+  } finally {
+    await w.stop(100);
+  }
+  const { error } = (await db.pool.query('SELECT error FROM arkvory_upload_sessions WHERE id = $1', [id])).rows[0];
+  expect(error).toBe(`upstream_timeout: ${new StorageError('upstream_timeout').message}`);
+  expect(error).not.toContain('10.0.0.30');
+});
+
 it('a failure of ours (a staged temporary gone) is retried, and its detail never reaches session.error', async () => {
   const parts = partStore();
   let commits = 0;

@@ -16,6 +16,7 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
 import { isUnreachable } from '../server/database.ts';
+import { toHttpError } from '../server/http-errors.ts';
 import { tryLockExclusive, tryLockShared } from '../../policy/lease/barriers.ts';
 import type { Catalog } from '../../storage-adapter/catalog/catalog.ts';
 import type { ArtifactStore } from '../../storage-adapter/store.ts';
@@ -393,9 +394,12 @@ export class CompletionWorker {
         await this.#requeue(job);
         return;
       }
-      const reason = `${err.code}: ${err.message}`;
+      // What the uploader reads (session.error): a store's failure in the catalogue's words, as
+      // its HTTP answers are (http-errors.ts); the store's own (address, bucket, keys) in the log.
+      const mapped = toHttpError(err);
+      const reason = `${err.code}: ${mapped.code === err.code ? mapped.message : err.message}`;
       if (await this.#finish(job, 'failed', reason))
-        log.warn({ event: 'upload.failed', code: err.code }, `multipart upload failed: ${reason}`);
+        log.warn({ event: 'upload.failed', code: err.code, err }, `multipart upload failed: ${reason}`);
       return;
     }
     const { entry, assembly } = published;
