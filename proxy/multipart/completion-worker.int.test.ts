@@ -9,7 +9,7 @@ import { beforeAll, expect, it } from 'vitest';
 import { createRepository } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { openPool, waitUntil } from '../../test/harness/index.ts';
-import { CompletionWorker } from './completion-worker.ts';
+import { CompletionWorker, type CompletionWorkerOptions } from './completion-worker.ts';
 import { UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
 import { StorageError } from '../../storage-adapter/errors.ts';
 import { createCatalog, type Catalog } from '../../storage-adapter/catalog/catalog.ts';
@@ -44,6 +44,25 @@ async function queuedJob(sessions: UploadSessions, name: string): Promise<string
   await db.pool.query(`INSERT INTO arkvory_upload_jobs (session_id, parts) VALUES ($1, '[]')`, [s.id]);
   await db.pool.query(`UPDATE arkvory_upload_sessions SET state = 'completing' WHERE id = $1`, [s.id]);
   return s.id;
+}
+
+/** A worker over the test's database (or `options`' own), polling every 50 ms, logging nothing. */
+function workerOf(
+  store: ArtifactStore,
+  sessions: UploadSessions,
+  options: Partial<CompletionWorkerOptions> = {},
+): CompletionWorker {
+  return new CompletionWorker({
+    pool: db.pool,
+    databaseUrl: db.url,
+    store,
+    catalog: createCatalog(options.pool ?? db.pool),
+    sessions,
+    log: pino({ level: 'silent' }),
+    holdMaintenanceBarrier: false,
+    pollMs: 50,
+    ...options,
+  });
 }
 
 it('a worker whose lock connection dies stops, and the job runs once, finishing done', async () => {
@@ -127,16 +146,7 @@ it('a store failure while removing the parts of a published upload leaves it don
   } as unknown as ArtifactStore;
   const catalog: Catalog = createCatalog(db.pool);
   const sessions = sessionsOf(parts);
-  const w = new CompletionWorker({
-    pool: db.pool,
-    databaseUrl: db.url,
-    store,
-    catalog,
-    sessions,
-    log: pino({ level: 'silent' }),
-    holdMaintenanceBarrier: false,
-    pollMs: 50,
-  });
+  const w = workerOf(store, sessions, { catalog });
   const id = await queuedJob(sessions, 'parts-left');
   await w.start();
   try {
@@ -170,16 +180,7 @@ it("a store's failure fails the upload in the catalogue's words: the store's own
     },
   } as unknown as ArtifactStore;
   const sessions = sessionsOf(parts);
-  const w = new CompletionWorker({
-    pool: db.pool,
-    databaseUrl: db.url,
-    store,
-    catalog: createCatalog(db.pool),
-    sessions,
-    log: pino({ level: 'silent' }),
-    holdMaintenanceBarrier: false,
-    pollMs: 50,
-  });
+  const w = workerOf(store, sessions);
   const id = await queuedJob(sessions, 'store-fails');
   await w.start();
   try {
@@ -222,16 +223,7 @@ it('a failure of ours (a staged temporary gone) is retried, and its detail never
   } as unknown as ArtifactStore;
   const catalog = createCatalog(db.pool);
   const sessions = sessionsOf(parts);
-  const w = new CompletionWorker({
-    pool: db.pool,
-    databaseUrl: db.url,
-    store,
-    catalog,
-    sessions,
-    log: pino({ level: 'silent' }),
-    holdMaintenanceBarrier: false,
-    pollMs: 50,
-  });
+  const w = workerOf(store, sessions, { catalog });
   const finished = async (id: string) =>
     (
       await db.pool.query(
@@ -308,17 +300,7 @@ it('a worker whose lock connection is cut ends the backend PostgreSQL kept, take
     },
   } as unknown as ArtifactStore;
   const sessions = sessionsOf(parts);
-  const w = new CompletionWorker({
-    pool: db.pool,
-    databaseUrl: relay.url,
-    store,
-    catalog: createCatalog(db.pool),
-    sessions,
-    log: pino({ level: 'silent' }),
-    holdMaintenanceBarrier: false,
-    standbyRetryMs: 100,
-    pollMs: 50,
-  });
+  const w = workerOf(store, sessions, { databaseUrl: relay.url, standbyRetryMs: 100 });
   await w.start();
   try {
     expect(cleared).toBe(1);
@@ -354,17 +336,7 @@ it('works with a pool of one connection (the claim lock is held elsewhere)', asy
     ttlSeconds: 3600,
     limits: { maxUploadBytes: 1e9, maxSessionsPerPrincipal: 10, maxPendingBytesPerPrincipal: 1e9 },
   });
-  const w = new CompletionWorker({
-    pool,
-    databaseUrl: db.url,
-    store,
-    catalog: createCatalog(pool),
-    sessions,
-    log: pino({ level: 'silent' }),
-    holdMaintenanceBarrier: false,
-    standbyRetryMs: 100,
-    pollMs: 50,
-  });
+  const w = workerOf(store, sessions, { pool, standbyRetryMs: 100 });
   const id = await queuedJob(sessions, 'pool-of-one');
   await w.start();
   try {
