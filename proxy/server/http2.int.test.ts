@@ -18,7 +18,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { randomContent, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
-import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { makeTempDir, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import {
   type CertificateAuthority,
   createCertificateAuthority,
@@ -853,7 +853,17 @@ describe('HTTP/2 streams are transfers: admission, reset, flow control', () => {
 
 describe('HTTP/2 sessions, streams, idle GOAWAYs and resets sent are counted (/metrics)', () => {
   let gw: GatewayProcess & { https: string };
+  /** A reader whose downloads a group ceiling paces at 256 KiB/s: its 3 MiB answer lasts about 12 s. */
+  let paced: { key: string };
   beforeAll(async () => {
+    paced = await createServiceAccount(db.pool, { name: 'h2-paced', grants: { [REPO]: 'read' } });
+    for (const args of [
+      ['groups', 'set', 'h2-paced-group', '--download', String(256 * KiB)],
+      ['groups', 'add', 'h2-paced-group', 'h2-paced'],
+    ]) {
+      const out = await runCli(args, { ARKVORY_DATABASE_URL: db.url });
+      expect(out.code, out.stderr).toBe(0);
+    }
     gw = await startH2Gateway({
       ARKVORY_KEEPALIVE_TIMEOUT_SECONDS: '1',
       ARKVORY_SEND_TIMEOUT_SECONDS: '2',
@@ -933,12 +943,13 @@ describe('HTTP/2 sessions, streams, idle GOAWAYs and resets sent are counted (/m
     session.on('error', () => {});
     const received = 'arkvory_http2_stream_resets_received_total';
     for (const code of [http2.constants.NGHTTP2_CANCEL, http2.constants.NGHTTP2_NO_ERROR]) {
-      // A reset with NO_ERROR counts only when it arrives before the gateway ended its answer; on
-      // a loaded machine the 3 MiB may all be handed over first, so up to three downloads are tried.
+      // A reset with NO_ERROR counts only when it arrives before the gateway ended its answer: the
+      // paced reader's answer lasts seconds, so it always does (an unpaced 3 MiB could all be handed
+      // over first on a loaded machine).
       let counted = 0;
       for (let attempt = 0; attempt < 3 && counted === 0; attempt++) {
         const was = await scrape();
-        const download = session.request({ ':path': `${artifact}/content`, ...bearer(owner.key) });
+        const download = session.request({ ':path': `${artifact}/content`, ...bearer(paced.key) });
         download.on('error', () => {});
         await new Promise((resolve) => download.once('data', resolve));
         download.close(code);
