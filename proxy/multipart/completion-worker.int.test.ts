@@ -5,6 +5,7 @@
 import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
+import type pg from 'pg';
 import { beforeAll, expect, it } from 'vitest';
 import { createRepository } from '../../test/support/auth.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
@@ -26,9 +27,9 @@ function partStore(removeSession: () => Promise<void> = async () => {}): PartSto
   return { read: async function* () {}, write: async () => {}, remove: async () => {}, removeSession };
 }
 
-function sessionsOf(parts: PartStore): UploadSessions {
+function sessionsOf(parts: PartStore, pool: pg.Pool = db.pool): UploadSessions {
   return new UploadSessions({
-    pool: db.pool,
+    pool,
     parts,
     ttlSeconds: 3600,
     limits: { maxUploadBytes: 1e9, maxSessionsPerPrincipal: 10, maxPendingBytesPerPrincipal: 1e9 },
@@ -44,6 +45,30 @@ async function queuedJob(sessions: UploadSessions, name: string): Promise<string
   await db.pool.query(`INSERT INTO arkvory_upload_jobs (session_id, parts) VALUES ($1, '[]')`, [s.id]);
   await db.pool.query(`UPDATE arkvory_upload_sessions SET state = 'completing' WHERE id = $1`, [s.id]);
   return s.id;
+}
+
+/** A staged upload of nothing, committed and discarded without a store. */
+const EMPTY_STAGED = () => ({ sha256: EMPTY_SHA256, sizeBytes: 0, commit: async () => {}, discard: async () => {} });
+
+/** A store over `parts` that stages every body as nothing (its bytes read and dropped), plus `extra`. */
+function emptyStagingStore(parts: PartStore, extra: Record<string, unknown> = {}): ArtifactStore {
+  return {
+    parts,
+    async stage(body: AsyncIterable<Uint8Array>) {
+      for await (const _ of body);
+      return EMPTY_STAGED();
+    },
+    ...extra,
+  } as unknown as ArtifactStore;
+}
+
+/** Until session `id` is in `state`. */
+async function untilSession(id: string, state: string, timeoutMs = 5000): Promise<void> {
+  await waitUntil(
+    async () =>
+      (await db.pool.query('SELECT state FROM arkvory_upload_sessions WHERE id = $1', [id])).rows[0].state === state,
+    { timeoutMs, what: `session ${id} ${state}` },
+  );
 }
 
 /** A worker over the test's database (or `options`' own), polling every 50 ms, logging nothing. */
@@ -80,7 +105,7 @@ it('a worker whose lock connection dies stops, and the job runs once, finishing 
       for await (const _ of body);
       await sleep(3000);
       concurrent--;
-      return { sha256: EMPTY_SHA256, sizeBytes: 0, commit: async () => {}, discard: async () => {} };
+      return EMPTY_STAGED();
     },
   } as unknown as ArtifactStore;
   const catalog = createCatalog(db.pool);
@@ -115,11 +140,7 @@ it('a worker whose lock connection dies stops, and the job runs once, finishing 
     );
     await waitUntil(() => w2.isActive, { timeoutMs: 5000 });
     expect(w1.isActive).toBe(false);
-    await waitUntil(
-      async () =>
-        (await db.pool.query('SELECT state FROM arkvory_upload_sessions WHERE id = $1', [id])).rows[0].state === 'done',
-      { timeoutMs: 10_000 },
-    );
+    await untilSession(id, 'done', 10_000);
     await sleep(1000); // time for a second run, were there one
     expect(maxConcurrent).toBe(1);
     expect(stages).toBe(1);
@@ -137,13 +158,7 @@ it('a store failure while removing the parts of a published upload leaves it don
   const parts = partStore(async () => {
     throw new StorageError('upstream_unreachable', 'The artifact store could not be reached (DELETE …: ECONNRESET).');
   });
-  const store = {
-    parts,
-    async stage(body: AsyncIterable<Uint8Array>) {
-      for await (const _ of body);
-      return { sha256: EMPTY_SHA256, sizeBytes: 0, commit: async () => {}, discard: async () => {} };
-    },
-  } as unknown as ArtifactStore;
+  const store = emptyStagingStore(parts);
   const catalog: Catalog = createCatalog(db.pool);
   const sessions = sessionsOf(parts);
   const w = workerOf(store, sessions, { catalog });
@@ -184,12 +199,7 @@ it("a store's failure fails the upload in the catalogue's words: the store's own
   const id = await queuedJob(sessions, 'store-fails');
   await w.start();
   try {
-    await waitUntil(
-      async () =>
-        (await db.pool.query('SELECT state FROM arkvory_upload_sessions WHERE id = $1', [id])).rows[0].state ===
-        'failed',
-      { timeoutMs: 5000 },
-    );
+    await untilSession(id, 'failed');
   } finally {
     await w.stop(100);
   }
@@ -288,17 +298,12 @@ it('a worker whose lock connection is cut ends the backend PostgreSQL kept, take
   const relay = await halfOpenRelay(db.url);
   const parts = partStore();
   let cleared = 0;
-  const store = {
-    parts,
-    async stage(body: AsyncIterable<Uint8Array>) {
-      for await (const _ of body);
-      return { sha256: EMPTY_SHA256, sizeBytes: 0, commit: async () => {}, discard: async () => {} };
-    },
+  const store = emptyStagingStore(parts, {
     // What an earlier worker left staged goes each time this one takes the lock.
     async clearStaging() {
       cleared++;
     },
-  } as unknown as ArtifactStore;
+  });
   const sessions = sessionsOf(parts);
   const w = workerOf(store, sessions, { databaseUrl: relay.url, standbyRetryMs: 100 });
   await w.start();
@@ -309,11 +314,7 @@ it('a worker whose lock connection is cut ends the backend PostgreSQL kept, take
     await waitUntil(() => w.isActive, { timeoutMs: 5000, what: 'the worker to take the lock again' });
     expect(cleared).toBe(2);
     const id = await queuedJob(sessions, 'after-cut');
-    await waitUntil(
-      async () =>
-        (await db.pool.query('SELECT state FROM arkvory_upload_sessions WHERE id = $1', [id])).rows[0].state === 'done',
-      { timeoutMs: 5000 },
-    );
+    await untilSession(id, 'done');
   } finally {
     await w.stop(100);
     await relay.close();
@@ -323,28 +324,13 @@ it('a worker whose lock connection is cut ends the backend PostgreSQL kept, take
 it('works with a pool of one connection (the claim lock is held elsewhere)', async () => {
   const pool = openPool(db.url, 1);
   const parts = partStore();
-  const store = {
-    parts,
-    async stage(body: AsyncIterable<Uint8Array>) {
-      for await (const _ of body);
-      return { sha256: EMPTY_SHA256, sizeBytes: 0, commit: async () => {}, discard: async () => {} };
-    },
-  } as unknown as ArtifactStore;
-  const sessions = new UploadSessions({
-    pool,
-    parts,
-    ttlSeconds: 3600,
-    limits: { maxUploadBytes: 1e9, maxSessionsPerPrincipal: 10, maxPendingBytesPerPrincipal: 1e9 },
-  });
+  const store = emptyStagingStore(parts);
+  const sessions = sessionsOf(parts, pool);
   const w = workerOf(store, sessions, { pool, standbyRetryMs: 100 });
   const id = await queuedJob(sessions, 'pool-of-one');
   await w.start();
   try {
-    await waitUntil(
-      async () =>
-        (await db.pool.query('SELECT state FROM arkvory_upload_sessions WHERE id = $1', [id])).rows[0].state === 'done',
-      { timeoutMs: 5000 },
-    );
+    await untilSession(id, 'done');
   } finally {
     await w.stop(100);
     await pool.end();
