@@ -62,15 +62,20 @@ const expire = (sessions: UploadSessions) => async (id: string) => {
   await sessions.expire();
 };
 
+/** A part racing its session's abort gets 409 `conflict`, its expiry 410 `upload_expired`; neither is recorded. */
+async function expectEndedSessionRefusesParts(sessions: UploadSessions, name: string): Promise<void> {
+  const aborted = await partAcross(sessions, `${name}-abort`, abort(sessions));
+  expect(toHttpError(aborted.err)).toMatchObject({ status: 409, code: 'conflict' });
+  expect(aborted.rows).toBe(0);
+  const expired = await partAcross(sessions, `${name}-expire`, expire(sessions));
+  expect(toHttpError(expired.err)).toMatchObject({ status: 410, code: 'upload_expired' });
+  expect(expired.rows).toBe(0);
+}
+
 it('a part streaming to disk when its session is aborted gets 409 conflict, when it expires 410 upload_expired', async () => {
   const { parts } = await openFsStore({ root, role: 'writer', pool: db.pool });
   const sessions = new UploadSessions({ pool: db.pool, parts, ttlSeconds: 3600, limits });
-  const aborted = await partAcross(sessions, 'fs-abort', abort(sessions));
-  expect(toHttpError(aborted.err)).toMatchObject({ status: 409, code: 'conflict' });
-  expect(aborted.rows).toBe(0);
-  const expired = await partAcross(sessions, 'fs-expire', expire(sessions));
-  expect(toHttpError(expired.err)).toMatchObject({ status: 410, code: 'upload_expired' });
-  expect(expired.rows).toBe(0);
+  await expectEndedSessionRefusesParts(sessions, 'fs');
 });
 
 it('a part whose write outlived its session is not recorded, and its file is removed', async () => {
@@ -90,11 +95,6 @@ it('a part whose write outlived its session is not recorded, and its file is rem
     },
   };
   const sessions = new UploadSessions({ pool: db.pool, parts, ttlSeconds: 3600, limits });
-  const aborted = await partAcross(sessions, 'mem-abort', abort(sessions));
-  expect(toHttpError(aborted.err)).toMatchObject({ status: 409, code: 'conflict' });
-  expect(aborted.rows).toBe(0);
-  const expired = await partAcross(sessions, 'mem-expire', expire(sessions));
-  expect(toHttpError(expired.err)).toMatchObject({ status: 410, code: 'upload_expired' });
-  expect(expired.rows).toBe(0);
+  await expectEndedSessionRefusesParts(sessions, 'mem');
   expect(files.size).toBe(0);
 });
