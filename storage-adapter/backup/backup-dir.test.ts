@@ -156,16 +156,18 @@ describe('pruning', () => {
     const at = await destination();
     const old = await completeBackup(at, 'arkvory-20261205T010000000Z');
     const made = await completeBackup(at, 'arkvory-20261205T020000000Z');
-    // Removal stops after one file, as when the process is killed.
+    // Removal stops after one file, as when the process is killed; that run's pid is above Linux's
+    // pid_max, so no live process bears it when the next backup looks.
+    const killed = { host: 'this-host', pid: 999_999_999 };
     const interrupted = async (dir: string) => {
       await rm(path.join(dir, 'blobs', 'b1'));
       throw new Error('killed');
     };
-    await expect(pruneBackups(at, 1, made, self, interrupted)).rejects.toThrow('killed');
+    await expect(pruneBackups(at, 1, made, killed, interrupted)).rejects.toThrow('killed');
     expect(await completeBackups(at)).toEqual([made]);
     expect(await resolveBackup(at)).toBe(made);
     const [left] = (await readdir(at)).filter((n) => n !== path.basename(made));
-    expect(left).toBe(`${path.basename(old)}.this-host.4242.partial`);
+    expect(left).toBe(`${path.basename(old)}.this-host.999999999.partial`);
     expect(await removeStalePartials(at, { host: 'this-host', pid: process.pid }, Date.now())).toEqual([left]);
     expect(await readdir(at)).toEqual([path.basename(made)]);
   });
