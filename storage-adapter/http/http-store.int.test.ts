@@ -4,8 +4,11 @@
  * included, is the conformance suite (test/conformance/artifact-store.ts).
  */
 import { readdir } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
+import { freeLoopbackPort, startProcess, waitForHttp, writeNginxConf } from '../../test/harness/index.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
+import { makeTempDir } from '../../test/support/gateway.ts';
 import { startStaticStore } from '../../test/support/static-store.ts';
 import { openHttpStore } from './http-store.ts';
 
@@ -31,6 +34,57 @@ describe('static-HTTP store (nginx)', () => {
       await nginx.stop();
       await expect(open('reader')).rejects.toMatchObject({ code: 'upstream_unreachable' });
     } finally {
+      await nginx.stop();
+    }
+  });
+
+  it('a store that answers an upload before it had the whole body (nginx `return 201`) is a failure, never a staged blob', async () => {
+    const nginx = await startStaticStore();
+    // A second nginx in front of the store answers every PUT under tmp/ at once, reading nothing;
+    // everything else goes through to the store.
+    const dir = await makeTempDir('arkvory-early-answer-');
+    const port = await freeLoopbackPort();
+    const upstream = `http://127.0.0.1:${nginx.port}`;
+    const conf = await writeNginxConf(dir, {
+      http: `server {
+  listen 127.0.0.1:${port};
+  location /arkvory/tmp/ { if ($request_method = PUT) { return 201; } proxy_pass ${upstream}; }
+  location / { proxy_pass ${upstream}; }
+}`,
+    });
+    const front = startProcess('/usr/sbin/nginx', ['-p', dir, '-c', conf], { name: 'nginx (answers early)' });
+    try {
+      await waitForHttp(`http://127.0.0.1:${port}/arkvory/`, { process: front, isReady: (status) => status < 500 });
+      await db.pool.query('DELETE FROM arkvory_storage');
+      const store = await openHttpStore({
+        url: `http://127.0.0.1:${port}/arkvory/`,
+        role: 'writer',
+        pool: db.pool,
+        connectTimeoutMs: 1000,
+        timeoutMs: 5000,
+      });
+      let closed = false;
+      async function* body(): AsyncGenerator<Buffer> {
+        try {
+          yield Buffer.alloc(64 * 1024, 1);
+          await sleep(500);
+          yield Buffer.alloc(64 * 1024, 2);
+        } finally {
+          closed = true;
+        }
+      }
+      try {
+        await expect(store.stage(body(), { maxBytes: 1024 * 1024, expectedLength: 128 * 1024 })).rejects.toMatchObject({
+          code: 'upstream_unreachable',
+          message: expect.stringContaining('before it had received the whole body'),
+        });
+        await expect.poll(() => closed, { timeout: 2000 }).toBe(true);
+        expect(await readdir(nginx.root)).toEqual(['storage-id']);
+      } finally {
+        await store.close();
+      }
+    } finally {
+      await front.stop();
       await nginx.stop();
     }
   });

@@ -71,7 +71,8 @@ export function hasStableCode(err: unknown): boolean {
  * own timer (`timeoutMs`, then `timeoutMessage` as 504 `upstream_timeout`) starts once the last byte
  * is handed over. The error that wins says what really happened: the caller's abort, then a body that
  * failed with one of our stable codes (size, digest, a policy refusal), then the store's failure (a
- * raw stream error from the body is only the echo of the store failing under it).
+ * raw stream error from the body is only the echo of the store failing under it). A success that
+ * comes before the body ended is a failure (`upstream_unreachable`).
  */
 export async function sendStreamedBody(
   body: AsyncIterable<Buffer>,
@@ -84,6 +85,7 @@ export async function sendStreamedBody(
   signal?.addEventListener('abort', onAbort, { once: true });
   let timer: NodeJS.Timeout | undefined;
   let bodyError: unknown;
+  let bodyEnded = false;
   async function* watched(): AsyncGenerator<Buffer> {
     try {
       yield* body;
@@ -91,13 +93,25 @@ export async function sendStreamedBody(
       bodyError = err;
       throw err;
     }
+    bodyEnded = true;
     timer = setTimeout(
       () => controller.abort(new StorageError('upstream_timeout', options.timeoutMessage)),
       options.timeoutMs,
     );
   }
+  const sent = watched();
   try {
-    await send(watched(), controller.signal);
+    await send(sent, controller.signal);
+    if (!bodyEnded) {
+      // A success before the body ended (a store or proxy that answers without reading it) says
+      // nothing about bytes the body's checks never saw: never taken as stored.
+      controller.abort();
+      void sent.return(undefined).catch(() => {});
+      throw new StorageError(
+        'upstream_unreachable',
+        'The artifact store answered the upload before it had received the whole body.',
+      );
+    }
   } catch (err) {
     if (bodyError === undefined && signal?.aborted) throw signal.reason;
     throw hasStableCode(bodyError) ? bodyError : err;
