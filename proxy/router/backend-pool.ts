@@ -190,6 +190,10 @@ export class BackendPool {
     return [...this.#backends.keys()];
   }
 
+  has(url: string): boolean {
+    return this.#backends.has(url);
+  }
+
   snapshot(): Array<BackendView & { lastError: string | undefined; ejected: boolean }> {
     const now = this.#now();
     return [...this.#backends.values()]

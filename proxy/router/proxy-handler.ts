@@ -39,6 +39,7 @@ import {
 } from './proxied-request.ts';
 import type { RouterStats } from './router-stats.ts';
 import { ConnectTimeout, UpstreamTimeout } from './upstream-errors.ts';
+import { type ClosableTarget, createUpstreamTargets } from './upstream-targets.ts';
 import { LogBudget } from '../../lib/log-budget.ts';
 
 /** Lines per minute for the router's own shortage of descriptors or ports (docs/router.md). */
@@ -74,7 +75,7 @@ export interface ProxyHandler {
 }
 
 /** One gateway as the router reaches it, parsed once. */
-interface Target extends NodeTarget {
+interface Target extends NodeTarget, ClosableTarget {
   /** GETs go through it (dispatched-exchange.ts). */
   readonly dispatcher: Pool;
 }
@@ -221,39 +222,38 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     attempt.upstream?.destroy(new UpstreamTimeout(`no byte from ${attempt.backend.url} for ${idleTimeoutMs} ms`)),
   );
   // Parsed once per gateway instead of once per request.
-  const targets = new Map<string, Target>();
-  const targetOf = (url: string): Target => {
-    let target = targets.get(url);
-    if (!target) {
+  const targets = createUpstreamTargets<Target>(
+    (url) => options.pool.has(url),
+    (url) => {
       const parsed = new URL(url);
       const secure = parsed.protocol === 'https:';
       const port = Number(parsed.port) || (secure ? 443 : 80);
       // WHATWG URLs keep IPv6 brackets in `hostname`; a socket address has none.
       const hostname = parsed.hostname.replace(/^\[(.*)\]$/, '$1');
-      target = {
+      const dispatcher = new Pool(parsed.origin, {
+        connectTimeout: options.connectTimeoutMs,
+        headersTimeout: 0,
+        bodyTimeout: 0,
+      });
+      return {
         request: secure ? https.request : http.request,
         agent: secure ? agents.https : agents.http,
         hostname,
         port,
         host: parsed.host,
         // No undici timeouts but the connect's: silence is the idle sweep's (it also sees uploads).
-        dispatcher: new Pool(parsed.origin, {
-          connectTimeout: options.connectTimeoutMs,
-          headersTimeout: 0,
-          bodyTimeout: 0,
-        }),
+        dispatcher,
+        close: () => dispatcher.close(),
       };
-      targets.set(url, target);
-    }
-    return target;
-  };
+    },
+  );
 
   const ownFailureLog = new LogBudget(OWN_FAILURE_LOG);
   const relay: Relay = {
     pool: options.pool,
     idleTimeoutMs,
     forward(req, res, upstream, attempt, onError) {
-      const target = targetOf(attempt.backend.url);
+      const target = targets.of(attempt.backend.url);
       // Watched before it starts: a request refused at once settles (and is unwatched) right away.
       idle.watch(attempt);
       if (viaDispatcher(req, upstream)) {
@@ -328,7 +328,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       idle.close();
       agents.http.destroy();
       agents.https.destroy();
-      for (const target of targets.values()) void target.dispatcher.destroy().catch(() => {});
+      targets.destroyAll((target) => void target.dispatcher.destroy().catch(() => {}));
     },
   };
 }
