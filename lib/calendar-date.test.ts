@@ -32,7 +32,26 @@ describe('parseInstant', () => {
     ['2026-01-31T23:59:59.999Z', '2026-01-31T23:59:59.999Z'],
     ['2026-01-31T12:00:00+02:00', '2026-01-31T10:00:00.000Z'],
     ['2026-01-31T12:00:00-0130', '2026-01-31T13:30:00.000Z'],
+    ['2026-01-31T12:00:00.123456789+00:00', '2026-01-31T12:00:00.123Z'],
+    ['2026-01-31T12:00:00.5Z', '2026-01-31T12:00:00.500Z'],
+    ['0050-06-01T00:00Z', '0050-06-01T00:00:00.000Z'],
+    ['2026-01-31T12:00:00', '2026-01-31T12:00:00.000Z'],
+    ['2026-01-31 12:00', '2026-01-31T12:00:00.000Z'],
   ])('reads %s as %s', (raw, iso) => expect(parseInstant(raw)?.toISOString()).toBe(iso));
+
+  it("reads a time without an offset as UTC, like a day, whatever the process's time zone", () => {
+    const zone = process.env.TZ;
+    try {
+      for (const tz of ['Asia/Kolkata', 'America/Los_Angeles', 'UTC']) {
+        process.env.TZ = tz;
+        expect(parseInstant('2026-07-01T12:30:00')?.toISOString(), tz).toBe('2026-07-01T12:30:00.000Z');
+        expect(parseInstant('2026-07-01')?.toISOString(), tz).toBe('2026-07-01T00:00:00.000Z');
+      }
+    } finally {
+      if (zone === undefined) delete process.env.TZ;
+      else process.env.TZ = zone;
+    }
+  });
 
   it.each([
     '2024-02-30',

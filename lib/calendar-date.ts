@@ -6,7 +6,8 @@
 
 const DAY = /^(\d{4})-(\d{2})-(\d{2})$/;
 /** A day, optionally a time (minutes at least, seconds and a fraction optional) and a UTC offset. */
-const INSTANT = /^(\d{4}-\d{2}-\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,9})?)?(?:Z|[+-](\d{2}):?(\d{2}))?)?$/;
+const INSTANT =
+  /^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?(?:Z|([+-])(\d{2}):?(\d{2}))?)?$/;
 
 function isLeapYear(year: number): boolean {
   return (year % 4 === 0 && year % 100 !== 0) || year % 400 === 0;
@@ -27,16 +28,23 @@ export function isCalendarDay(raw: string): boolean {
 
 /**
  * The instant `raw` names: a calendar day (its midnight UTC) or an ISO 8601 time on one, hours
- * 00–23, minutes and seconds 00–59, offset up to ±23:59 (none: local time, as `Date` reads it);
- * undefined for anything else.
+ * 00–23, minutes and seconds 00–59, offset up to ±23:59; a time without an offset is UTC, like a
+ * day, so every gateway and the CLI read a value the same way whatever their time zone. Undefined
+ * for anything else.
  */
 export function parseInstant(raw: string): Date | undefined {
   const m = INSTANT.exec(raw);
-  if (!m || !isCalendarDay(m[1]!)) return undefined;
-  const [hour, minute, second, offsetHours, offsetMinutes] = [m[2], m[3], m[4], m[5], m[6]].map((f) =>
+  if (!m || !isCalendarDay(`${m[1]}-${m[2]}-${m[3]}`)) return undefined;
+  const [year, month, day, hour, minute, second] = [m[1], m[2], m[3], m[4], m[5], m[6]].map((f) =>
     f === undefined ? 0 : Number(f),
-  ) as [number, number, number, number, number];
+  ) as [number, number, number, number, number, number];
+  const [offsetHours, offsetMinutes] = [m[9], m[10]].map((f) => (f === undefined ? 0 : Number(f))) as [number, number];
   if (hour > 23 || minute > 59 || second > 59 || offsetHours > 23 || offsetMinutes > 59) return undefined;
-  const at = new Date(raw);
-  return Number.isNaN(at.getTime()) ? undefined : at;
+  const millis = m[7] === undefined ? 0 : Number(m[7].slice(0, 3).padEnd(3, '0'));
+  const offsetMs = (m[8] === '-' ? -1 : 1) * (offsetHours * 60 + offsetMinutes) * 60_000;
+  const at = new Date(0);
+  // setUTCFullYear, not Date.UTC: Date.UTC maps years 0–99 to 1900–1999.
+  at.setUTCFullYear(year, month - 1, day);
+  at.setUTCHours(hour, minute, second, millis);
+  return new Date(at.getTime() - offsetMs);
 }

@@ -13,7 +13,7 @@ export const auditCommand: Command = defineCommand({
 ({kind: principal, principalId, principalName} or {kind: operator, operator, host}), source (the client
 address, or cli), requestId (the gateway's id of the request, or the CLI run's), clientRequestId (the
 X-Request-Id the client sent, if any), target and details. Without --all it prints one page; when more remain, the
---cursor for the next page goes to stderr. Times are ISO 8601 (2026-01-31 or 2026-01-31T12:00:00Z);
+--cursor for the next page goes to stderr. Times are ISO 8601 (2026-01-31 or 2026-01-31T12:00:00Z; UTC without an offset);
 --since is inclusive, --until exclusive. The actions are listed in docs/observability.md. The database is
 ARKVORY_DATABASE_URL (a login that may read the trail: the writer's or maintenance's), or the embedded
 one of a running \`npm start\` on the same ARKVORY_DATA_DIR.`,
