@@ -4,8 +4,11 @@
  * for the catalog).
  * `invalidate` listeners run on every notification, whenever the polled epoch moves, and whenever
  * the LISTEN connection is (re)established or lost. `trusted` is false while the last successful
- * poll is older than `freshnessMs`: callers must then ask the database, so a change is never
- * ignored for longer than `freshnessMs` plus one poll, even when notifications are lost.
+ * poll was *sent* more than `freshnessMs` ago (its answer says nothing newer than the moment the
+ * query left): callers must then ask the database, so a change is never ignored for longer than
+ * `freshnessMs` plus one poll, even when notifications are lost or the database answers slowly.
+ * One poll runs at a time (a poll asked for meanwhile joins it), so a late answer never replaces a
+ * newer one and a slow database is not sent a query per interval on top.
  * `generation` counts invalidations, so a loader can tell that one happened while it was querying.
  */
 import pg from 'pg';
@@ -46,6 +49,7 @@ export class EpochWatcher {
   #listener: pg.Client | undefined;
   #stopped = false;
   #pollWarned = false;
+  #polling: Promise<void> | undefined;
 
   constructor(options: EpochWatcherOptions) {
     if (!/^[a-z_][a-z0-9_]*$/.test(options.table) || !/^[a-z_][a-z0-9_]*$/.test(options.channel))
@@ -94,8 +98,15 @@ export class EpochWatcher {
     for (const listener of this.#listeners) listener();
   }
 
-  /** One poll now (also run by the timer). */
-  async poll(): Promise<void> {
+  /** One poll now (also run by the timer); joins the poll in flight, if any. */
+  poll(): Promise<void> {
+    this.#polling ??= this.#pollOnce().finally(() => (this.#polling = undefined));
+    return this.#polling;
+  }
+
+  async #pollOnce(): Promise<void> {
+    // Taken before the query leaves: the answer is at most this fresh, however late it arrives.
+    const sentAtMs = this.#options.clock.monotonicMs();
     try {
       const r = await this.#options.pool.query<{ epoch: string }>(
         `SELECT epoch::text AS epoch FROM ${this.#options.table}`,
@@ -106,7 +117,7 @@ export class EpochWatcher {
         this.#epoch = epoch;
       }
       await this.#options.afterPoll?.();
-      this.#checkedAtMs = this.#options.clock.monotonicMs();
+      this.#checkedAtMs = Math.max(this.#checkedAtMs, sentAtMs);
       if (this.#pollWarned)
         this.#options.log.info(
           { table: this.#options.table },
