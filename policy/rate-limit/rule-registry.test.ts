@@ -1,5 +1,5 @@
 import { pino } from 'pino';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { ManualClock } from '../clock.ts';
 import { createLimiter } from './limiter.ts';
 import { createMemoryCounterStore } from './memory-counter-store.ts';
@@ -207,5 +207,73 @@ describe('rule registry (tiers, publish, replica, orphans)', () => {
     });
     expect(await registry.collectOrphans()).toEqual({ marked: [], swept: [] });
     expect(await documents.listIndexed()).toEqual(['x']);
+  });
+
+  describe('a publish answers only once this process serves it', () => {
+    /** Reads take their snapshot at once and answer when the test opens the gate (a slow link). */
+    function gatedReads() {
+      const inner = createMemoryRuleDocuments();
+      const state = { gated: false, reads: 0, open: () => {} };
+      const documents = {
+        ...inner,
+        async read(limiters: readonly string[]) {
+          state.reads++;
+          const snapshot = await inner.read(limiters);
+          if (state.gated) await new Promise<void>((resolve) => (state.open = resolve));
+          return snapshot;
+        },
+      };
+      return { documents, state, inner };
+    }
+
+    it('a refresh in flight that read before the write is not taken for one after it', async () => {
+      const { documents, state, inner } = gatedReads();
+      const { registry } = setup({ documents: documents as ReturnType<typeof createMemoryRuleDocuments> });
+      await registry.start();
+      registry.stop();
+      state.gated = true;
+      const timerRefresh = registry.refresh(); // the interval fired just before the publish: old documents
+      state.gated = false;
+      let answered = false;
+      const published = registry
+        .publish({ rate_limits: { api: [{ name: 'new_rule', action: 'limit', limit: 1, period_s: 60 }] } })
+        .then(() => (answered = true));
+      await vi.waitFor(async () => expect((await inner.read(['api'])).has('api')).toBe(true)); // written
+      expect(answered).toBe(false); // held while only the stale read is out
+      state.open();
+      await published;
+      expect(names(registry.rules('api'))).toEqual(['new_rule']);
+      await timerRefresh;
+    });
+
+    it('concurrent publishes behind a refresh in flight share one fresh read, and each sees its rules', async () => {
+      const { documents, state, inner } = gatedReads();
+      const { registry } = setup({ documents: documents as ReturnType<typeof createMemoryRuleDocuments> });
+      await registry.start();
+      registry.stop();
+      state.gated = true;
+      const timerRefresh = registry.refresh();
+      state.gated = false;
+      const readsBefore = state.reads;
+      const rules = ['p1', 'p2', 'p3', 'p4', 'p5'];
+      const seen = new Map<string, string[]>();
+      const publishes = rules.map((name) =>
+        registry
+          .publish({ rate_limits: { api: [{ name, action: 'limit', limit: 1, period_s: 60 }] } })
+          .then(() => seen.set(name, names(registry.rules('api')))),
+      );
+      // Every write lands while the stale read is still out.
+      await vi.waitFor(async () => {
+        const doc = (await inner.read(['api'])).get('api') as { published_rules: { rules: unknown[] } } | undefined;
+        expect(doc?.published_rules.rules).toHaveLength(rules.length);
+      });
+      expect(state.reads).toBe(readsBefore);
+      state.open();
+      await Promise.all(publishes);
+      await timerRefresh;
+      for (const name of rules) expect(seen.get(name)).toEqual(rules);
+      // One read queued behind the one in flight, whatever the number of publishes.
+      expect(state.reads - readsBefore).toBe(1);
+    });
   });
 });

@@ -114,6 +114,7 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
   let lastRefreshOkMs: number | undefined;
   let lastRefreshError: string | undefined;
   let refreshing: Promise<boolean> | undefined;
+  let queuedRefresh: Promise<boolean> | undefined;
 
   const compiled = (limiter: string) => compiledDocument(limiter, fileRules, available);
   for (const l of limiters) replica.install(l, 'compiled', compiled(l));
@@ -195,9 +196,30 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
     }
   };
 
-  const refresh = (): Promise<boolean> => {
-    refreshing ??= doRefresh().finally(() => (refreshing = undefined));
-    return refreshing;
+  const startRefresh = (): Promise<boolean> => {
+    const run: Promise<boolean> = doRefresh().finally(() => {
+      if (refreshing === run) refreshing = undefined;
+    });
+    refreshing = run;
+    return run;
+  };
+
+  /** Single-flight: joins the refresh in flight, whenever it began. */
+  const refresh = (): Promise<boolean> => refreshing ?? startRefresh();
+
+  /**
+   * A refresh whose read begins after this call, so it sees a write that just finished: the one in
+   * flight may have read before the write. Callers meanwhile share one refresh queued behind it, so
+   * a burst of publishes costs at most two reads.
+   */
+  const refreshFromNow = (): Promise<boolean> => {
+    if (!refreshing) return startRefresh();
+    queuedRefresh ??= refreshing.then(() => {
+      queuedRefresh = undefined;
+      // Anything in flight now began after the call above.
+      return refresh();
+    });
+    return queuedRefresh;
   };
 
   const collectOrphans = () =>
@@ -266,7 +288,7 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
       );
       const count = names.reduce((n, l) => n + batchByLimiter.get(l)!.length, 0);
       log.info({ limiters: names, rules: count }, 'rate-limit rules published');
-      await refresh();
+      await refreshFromNow();
       return { limiters: names, rules: count };
     },
     async unpublish(limiter, rule) {
@@ -274,7 +296,7 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
       const store = requireDocuments();
       await withStore(store.update([limiter], (current) => withoutPublished(current, limiter, rule, stored)));
       log.info({ limiter, rule }, 'rate-limit rule unpublished');
-      await refresh();
+      await refreshFromNow();
     },
     async show(limiter) {
       if (limiter !== undefined && !available.has(limiter))
