@@ -58,6 +58,13 @@ export const POLICY_ERRORS = defineErrors('policy/errors.ts', {
     advice:
       'Publish fewer rules per limiter (at most 100), fewer or simpler regexes (32, 4000 instructions together); delete rules no longer needed (docs/rate-limits.md, "Bounds on published rules").',
   },
+  rules_outcome_unknown: {
+    status: 503,
+    message:
+      'The rate-limit rule store did not confirm the change in time: it may or may not have been applied. Read the rules before sending it again.',
+    advice:
+      'Read the rules (`GET /api/v1/admin/rate-limits`) to see whether it landed; publishing the same batch again is harmless (rules are replaced by name), a delete that landed answers 404. Check the rule store (Redis or PostgreSQL): it is very slow or hung.',
+  },
   reset_refused: {
     status: null,
     message: '`arkvory policy reset` refused: something still runs.',

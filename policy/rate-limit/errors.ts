@@ -49,6 +49,13 @@ export const RATE_LIMIT_ERRORS = defineErrors('policy/rate-limit/errors.ts', {
     message: 'The rate-limit store did not answer in time.',
     advice: 'Redis is slow or overloaded; check it. Checks fail open meanwhile.',
   },
+  store_outcome_unknown: {
+    status: null,
+    message:
+      'The rate-limit rule store did not answer a write, even after it was told to stop; the write may or may not have landed.',
+    advice:
+      'Read the rules (`arkvory ratelimit show`) before publishing again; the log says later whether the write landed. Check the rule store (Redis or PostgreSQL): it is very slow or hung.',
+  },
 });
 
 export type RateLimitErrorCode = CodeOf<typeof RATE_LIMIT_ERRORS>;

@@ -1,6 +1,7 @@
 /**
  * Rule documents in PostgreSQL (migration 0005), for installations without Redis. The table is the
- * index; `update` serialises writers with a transaction-scoped advisory lock.
+ * index; `update` serialises writers with a transaction-scoped advisory lock, and an aborted
+ * signal rolls it back up to the COMMIT.
  */
 import type pg from 'pg';
 import type { RuleDocumentStore } from './rule-documents.ts';
@@ -34,14 +35,19 @@ export function createPgRuleDocuments(pool: pg.Pool): RuleDocumentStore {
       );
       return new Map(rows.map((r) => [r.limiter, r.document]));
     },
-    async update(limiters, change: (current: Map<string, unknown>) => Map<string, LimiterRules>) {
+    async update(limiters, change: (current: Map<string, unknown>) => Map<string, LimiterRules>, signal) {
+      signal?.throwIfAborted();
       await withTransaction(pool, async (client) => {
         await client.query('SELECT pg_advisory_xact_lock($1)', [LOCK_KEY]);
         const { rows } = await client.query<{ limiter: string; document: unknown }>(
           'SELECT limiter, document FROM arkvory_rate_limit_rules WHERE limiter = ANY($1)',
           [limiters],
         );
-        await upsertPgRuleDocuments(client, change(new Map(rows.map((r) => [r.limiter, r.document]))));
+        const next = change(new Map(rows.map((r) => [r.limiter, r.document])));
+        signal?.throwIfAborted();
+        await upsertPgRuleDocuments(client, next);
+        // A throw here rolls the transaction back; once COMMIT is sent, its answer decides.
+        signal?.throwIfAborted();
       });
     },
     async listIndexed() {

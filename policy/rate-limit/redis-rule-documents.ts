@@ -4,7 +4,7 @@
  *   <prefix>:index      set of limiters that have a document, written in the same step
  *   <prefix>:orphans    hash limiter → first-seen ms of documents no longer in available_limiters
  * `update` is optimistic: read, compute, then one Lua compare-and-set over all documents of the
- * batch (atomic); a concurrent writer makes it retry.
+ * batch (atomic); a concurrent writer makes it retry, until the caller's signal stops it.
  */
 import type { Cluster, Redis } from 'ioredis';
 import { RateLimitError } from './errors.ts';
@@ -56,8 +56,9 @@ export function createRedisRuleDocuments(redis: Redis | Cluster, prefix = DEFAUL
       });
       return out;
     },
-    async update(limiters, change: (current: Map<string, unknown>) => Map<string, LimiterRules>) {
+    async update(limiters, change: (current: Map<string, unknown>) => Map<string, LimiterRules>, signal) {
       for (let attempt = 0; attempt < 20; attempt++) {
+        signal?.throwIfAborted();
         const raw = await readRaw(limiters);
         const current = new Map<string, unknown>();
         raw.forEach((text, i) => {
@@ -73,6 +74,8 @@ export function createRedisRuleDocuments(redis: Redis | Cluster, prefix = DEFAUL
         if (names.length === 0) return;
         const expected = names.map((l) => raw[limiters.indexOf(l)] ?? MISSING);
         const values = names.map((l) => JSON.stringify(next.get(l)));
+        // The last moment to stop: once the script is sent, only its answer says whether it wrote.
+        signal?.throwIfAborted();
         const ok = await client.arkvoryRulesCas(
           names.length + 1,
           indexKey,

@@ -79,6 +79,43 @@ function conformance(name: string, open: () => Promise<RuleDocumentStore> | Rule
       ]);
     });
 
+    it('an update stopped before it writes (its signal aborted) writes nothing and rejects with the reason', async () => {
+      const store = await open();
+      await store.update(['a'], () => new Map([['a', doc(['x'])]]));
+      const stop = new AbortController();
+      const deadline = new Error('deadline passed');
+      // Aborted while computing, i.e. after the read: the last moment before anything is sent.
+      const stopped = store.update(
+        ['a', 'b'],
+        () => {
+          stop.abort(deadline);
+          return new Map([
+            ['a', doc(['y'])],
+            ['b', doc(['z'])],
+          ]);
+        },
+        stop.signal,
+      );
+      await expect(stopped).rejects.toBe(deadline);
+      const read = await store.read(['a', 'b']);
+      expect([...read.keys()]).toEqual(['a']);
+      expect(read.get('a')).toEqual(doc(['x']));
+      expect(await store.listIndexed()).toEqual(['a']);
+      // Already aborted: not even a read.
+      let called = false;
+      await expect(
+        store.update(
+          ['a'],
+          () => {
+            called = true;
+            return new Map([['a', doc(['w'])]]);
+          },
+          stop.signal,
+        ),
+      ).rejects.toBe(deadline);
+      expect(called).toBe(false);
+    });
+
     it('keeps orphan marks (first seen wins) and removes documents with their index entries and marks', async () => {
       const store = await open();
       await store.update(['old'], () => new Map([['old', doc([])]]));

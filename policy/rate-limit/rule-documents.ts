@@ -13,11 +13,14 @@ export interface RuleDocumentStore {
   read(limiters: readonly string[]): Promise<Map<string, unknown>>;
   /**
    * Atomically reads these limiters' documents, lets `change` compute replacements and writes them
-   * all together with their index entries, or writes nothing when `change` throws.
+   * all together with their index entries, or writes nothing when `change` throws. Once `signal` is
+   * aborted it starts no further attempt and commits nothing more: it rejects with the signal's
+   * reason only when nothing was written, and resolves when a write already sent landed.
    */
   update(
     limiters: readonly string[],
     change: (current: Map<string, unknown>) => Map<string, LimiterRules>,
+    signal?: AbortSignal,
   ): Promise<void>;
   /** Limiters that have a document (the index the orphan collector diffs against). */
   listIndexed(): Promise<string[]>;
@@ -44,11 +47,17 @@ export function createMemoryRuleDocuments(): RuleDocumentStore & { failing: bool
       for (const l of limiters) if (docs.has(l)) out.set(l, JSON.parse(docs.get(l)!));
       return out;
     },
-    async update(limiters: readonly string[], change: (current: Map<string, unknown>) => Map<string, LimiterRules>) {
+    async update(
+      limiters: readonly string[],
+      change: (current: Map<string, unknown>) => Map<string, LimiterRules>,
+      signal?: AbortSignal,
+    ) {
+      signal?.throwIfAborted();
       store.check();
       const current = new Map<string, unknown>();
       for (const l of limiters) if (docs.has(l)) current.set(l, JSON.parse(docs.get(l)!));
       const next = change(current);
+      signal?.throwIfAborted();
       for (const [l, d] of next) docs.set(l, JSON.stringify(d));
     },
     async listIndexed() {

@@ -276,4 +276,82 @@ describe('rule registry (tiers, publish, replica, orphans)', () => {
       expect(state.reads - readsBefore).toBe(1);
     });
   });
+
+  describe('a write slower than the timeout answers what it did', () => {
+    type Change = Parameters<ReturnType<typeof createMemoryRuleDocuments>['update']>[1];
+    const rule = { name: 'late_rule', action: 'limit', limit: 1, period_s: 60 } as const;
+    const stored = async (documents: ReturnType<typeof createMemoryRuleDocuments>) =>
+      names(
+        ((await documents.read(['api'])).get('api') as { published_rules: { rules: { name: string }[] } } | undefined)
+          ?.published_rules.rules ?? [],
+      );
+
+    /**
+     * Writes whose slow step (a read, a lock wait) ends when the caller stops them, or when the test
+     * says so for a caller that cannot: `then` decides what the store does next.
+     */
+    async function slowWrites(
+      then: (
+        inner: ReturnType<typeof createMemoryRuleDocuments>,
+        limiters: readonly string[],
+        change: Change,
+        signal?: AbortSignal,
+      ) => Promise<void>,
+    ) {
+      const inner = createMemoryRuleDocuments();
+      const state = { slow: false, resume: () => {} };
+      const documents = {
+        ...inner,
+        async update(limiters: readonly string[], change: Change, signal?: AbortSignal) {
+          if (!state.slow) return inner.update(limiters, change, signal);
+          await new Promise<void>((resolve) => {
+            state.resume = resolve;
+            signal?.addEventListener('abort', () => resolve(), { once: true });
+          });
+          return then(inner, limiters, change, signal);
+        },
+      } as ReturnType<typeof createMemoryRuleDocuments>;
+      const registry = createRuleRegistry({
+        documents,
+        available,
+        fileRules: new Map(),
+        clock: new ManualClock(),
+        log,
+        timeoutMs: 20,
+      });
+      await registry.start();
+      registry.stop();
+      state.slow = true;
+      return { inner, state, registry };
+    }
+
+    it('stopped before it wrote: store_timeout, and nothing lands afterwards', async () => {
+      const { inner, state, registry } = await slowWrites((store, limiters, change, signal) =>
+        store.update(limiters, change, signal),
+      );
+      await expect(registry.publish({ rate_limits: { api: [rule] } })).rejects.toMatchObject({ code: 'store_timeout' });
+      state.resume(); // a store that was never told to stop would write now
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(await stored(inner)).toEqual([]);
+      expect(names(registry.rules('api'))).toEqual([]);
+    });
+
+    it('landed after the timeout (its write already sent): the publish succeeds and is served', async () => {
+      const { inner, registry } = await slowWrites((store, limiters, change) => store.update(limiters, change));
+      await expect(registry.publish({ rate_limits: { api: [rule] } })).resolves.toEqual({
+        limiters: ['api'],
+        rules: 1,
+      });
+      expect(await stored(inner)).toEqual(['late_rule']);
+      expect(names(registry.rules('api'))).toEqual(['late_rule']);
+    });
+
+    it('no answer even after it was stopped: store_outcome_unknown, never a plain failure', async () => {
+      const { registry } = await slowWrites(() => new Promise<void>(() => {}));
+      await expect(registry.publish({ rate_limits: { api: [rule] } })).rejects.toMatchObject({
+        code: 'store_outcome_unknown',
+      });
+      await expect(registry.unpublish('api', 'late_rule')).rejects.toMatchObject({ code: 'store_outcome_unknown' });
+    });
+  });
 });

@@ -26,6 +26,7 @@ import {
   type TieredRule,
 } from './rules.ts';
 import { withTimeout } from './timeout.ts';
+import { writeWithin } from './bounded-write.ts';
 import { decodeCursor, encodeCursor, type Page, type PageRequest, pageLimit } from '../auth/page.ts';
 import { refuseBypassRules, seededDocuments, withoutPublished, withPublished } from './document-changes.ts';
 import { documentBoundProblems } from './document-bounds.ts';
@@ -51,7 +52,10 @@ export interface RuleRegistryDeps {
   refreshIntervalMs?: number;
   /** Orphaned documents are deleted only this long after first seen. Default 7 days. */
   orphanGraceMs?: number;
-  /** Longest one document-store call may take. Default 2 s. */
+  /**
+   * Longest one document-store read may take. Default 2 s. A write is stopped then, and its answer
+   * awaited as long again (bounded-write.ts).
+   */
   timeoutMs?: number;
 }
 
@@ -120,6 +124,12 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
   for (const l of limiters) replica.install(l, 'compiled', compiled(l));
   const stored = (limiter: string, raw: unknown) => validateLimiterDocument(raw, limiter, available).document;
   const withStore = <T>(work: Promise<T>) => withTimeout(work, timeoutMs, 'the rule store');
+  /** Writes stop at the timeout and say what they did (bounded-write.ts), at most twice as late. */
+  const write = (
+    store: RuleDocumentStore,
+    names: readonly string[],
+    change: (current: Map<string, unknown>) => Map<string, LimiterRules>,
+  ) => writeWithin((signal) => store.update(names, change, signal), timeoutMs, log);
 
   const requireDocuments = (): RuleDocumentStore => {
     if (!documents)
@@ -143,16 +153,14 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
 
   const seed = async (): Promise<void> => {
     const store = requireDocuments();
-    await withStore(
-      store.update(limiters, (current) =>
-        seededDocuments(current, {
-          limiters,
-          fileRules,
-          defaults: (limiter) => available.get(limiter)?.default_rules ?? [],
-          replaceFileTier: deps.replaceFileTier !== false,
-          accept,
-        }),
-      ),
+    await write(store, limiters, (current) =>
+      seededDocuments(current, {
+        limiters,
+        fileRules,
+        defaults: (limiter) => available.get(limiter)?.default_rules ?? [],
+        replaceFileTier: deps.replaceFileTier !== false,
+        accept,
+      }),
     );
     seeded = true;
     log.info(
@@ -269,23 +277,21 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
       const store = requireDocuments();
       const batchByLimiter = new Map([...rateLimits].filter(([, rules]) => rules.length > 0));
       const names = [...batchByLimiter.keys()];
-      await withStore(
-        store.update(names, (current) => {
-          const next = withPublished(current, batchByLimiter, {
-            base: compiled,
-            read: stored,
-            onUnreadable: (limiter) =>
-              log.warn({ limiter }, 'replacing an invalid stored rate-limit document while publishing'),
+      await write(store, names, (current) => {
+        const next = withPublished(current, batchByLimiter, {
+          base: compiled,
+          read: stored,
+          onUnreadable: (limiter) =>
+            log.warn({ limiter }, 'replacing an invalid stored rate-limit document while publishing'),
+        });
+        // Bounded as stored (this batch on top of what was published before), inside the update.
+        const tooLarge = [...next].flatMap(([limiter, doc]) => documentBoundProblems(limiter, doc));
+        if (tooLarge.length)
+          throw new RateLimitError('rules_over_bounds', 'Refused: the published rules would exceed a bound', {
+            problems: tooLarge,
           });
-          // Bounded as stored (this batch on top of what was published before), inside the update.
-          const tooLarge = [...next].flatMap(([limiter, doc]) => documentBoundProblems(limiter, doc));
-          if (tooLarge.length)
-            throw new RateLimitError('rules_over_bounds', 'Refused: the published rules would exceed a bound', {
-              problems: tooLarge,
-            });
-          return next;
-        }),
-      );
+        return next;
+      });
       const count = names.reduce((n, l) => n + batchByLimiter.get(l)!.length, 0);
       log.info({ limiters: names, rules: count }, 'rate-limit rules published');
       await refreshFromNow();
@@ -294,7 +300,7 @@ export function createRuleRegistry(deps: RuleRegistryDeps): RuleRegistry {
     async unpublish(limiter, rule) {
       if (!available.has(limiter)) throw new RateLimitError('unknown_limiter', `unknown limiter "${limiter}"`);
       const store = requireDocuments();
-      await withStore(store.update([limiter], (current) => withoutPublished(current, limiter, rule, stored)));
+      await write(store, [limiter], (current) => withoutPublished(current, limiter, rule, stored));
       log.info({ limiter, rule }, 'rate-limit rule unpublished');
       await refreshFromNow();
     },

@@ -35,8 +35,16 @@ export function toPolicyError(err: unknown): unknown {
         cause: err,
       });
     case 'store_unavailable':
-    case 'store_timeout':
       return new PolicyError('unavailable', 'The rate-limit rule store is unavailable; retry later.', { cause: err });
+    case 'store_timeout':
+      // Writes stop at the timeout and only fail so when nothing was written (bounded-write.ts).
+      return new PolicyError(
+        'unavailable',
+        'The rate-limit rule store did not answer in time; nothing was changed. Retry later.',
+        { cause: err },
+      );
+    case 'store_outcome_unknown':
+      return new PolicyError('rules_outcome_unknown', undefined, { cause: err });
   }
 }
 
