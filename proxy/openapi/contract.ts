@@ -8,6 +8,7 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse } from 'yaml';
+import { CLIENT_CLOSED_REQUEST } from '../server/recorded-status.ts';
 
 export const OPENAPI_PATH = path.join(path.dirname(fileURLToPath(import.meta.url)), 'openapi.yaml');
 
@@ -67,11 +68,14 @@ export interface ObservedResponse {
 }
 
 /**
- * Why the document does not describe this response, or undefined when it does. A matched route
- * must have the operation and the status; `unmatched` and a known path's missing method follow the
- * document's `x-arkvory-any-request` rules.
+ * Why the document does not describe this response, or undefined when it does (or when there was
+ * none: a 499 is a request whose client left before the answer). A matched route must have the
+ * operation and the status; `unmatched` and a known path's missing method follow the document's
+ * `x-arkvory-any-request` rules.
  */
 export function whyUndescribed(doc: OpenApiDocument, observed: ObservedResponse): string | undefined {
+  // The client left before any answer: nothing was sent for the document to describe.
+  if (observed.status === CLIENT_CLOSED_REQUEST) return undefined;
   const status = String(observed.status);
   const any = doc['x-arkvory-any-request'];
   if (observed.route === 'unmatched')

@@ -382,6 +382,24 @@ describe('router edges with stand-in gateways', () => {
     await expect(writer.aborted.get(contentPath('endless'))).resolves.toBeUndefined();
   });
 
+  it('logs a request whose client left before the gateway answered as 499, not completed', async () => {
+    const seen = writer.seen.length;
+    const req = http.get(`${router.url}/hang`, { agent: false, headers: { 'x-request-id': 'left-early' } });
+    req.on('error', () => {});
+    let head = false;
+    req.on('response', () => (head = true));
+    // Gone once the gateway holds the request, before its silence reaches the idle timeout (1 s).
+    await waitUntil(() => writer.seen.slice(seen).some((s) => s.url === '/hang'), { intervalMs: 5 });
+    req.destroy();
+    let line: Record<string, unknown> | undefined;
+    await waitUntil(
+      () => (line = router.logLines().find((l) => l.msg === 'request' && l.clientReqId === 'left-early')) !== undefined,
+      { what: 'the request line' },
+    );
+    expect(head).toBe(false);
+    expect(line).toMatchObject({ status: 499, completed: false });
+  });
+
   it('aborts the upstream upload when the client goes away mid-body', async () => {
     const path = '/api/v1/repositories/r/artifacts/slow';
     const req = http.request(`${router.url}${path}`, {

@@ -21,6 +21,7 @@ import { stateOf } from '../server/front-door/connection-state.ts';
 import type { Logger } from 'pino';
 import { knownMethod } from '../../lib/http-method.ts';
 import { sendError, sendJson } from '../server/http-errors.ts';
+import { recordedStatus } from '../server/recorded-status.ts';
 import type { BackendPool } from './backend-pool.ts';
 import type { ClientFaults } from './client-faults.ts';
 import { findClientFault } from './forwardable.ts';
@@ -116,7 +117,7 @@ export function createRouterServer(options: {
             kind: outcome.kind,
             backend: outcome.backend,
             attempts: outcome.attempts,
-            status: res.statusCode,
+            status: recordedStatus(res),
             ms: Math.round((performance.now() - started) * 10) / 10,
             completed: res.writableFinished,
           },
@@ -184,7 +185,7 @@ export function createRouterServer(options: {
       traced.finish({
         method: req.method ?? 'GET',
         route: undefined,
-        status: res.statusCode,
+        status: recordedStatus(res),
         bytesIn: 0,
         bytesOut: 0,
         completed: res.writableFinished,

@@ -13,6 +13,7 @@ import type { LogBudget } from '../../lib/log-budget.ts';
 import type { Access } from '../../policy/auth/authorize.ts';
 import type { Principal } from '../../policy/auth/principal.ts';
 import { GatewayError } from './errors.ts';
+import { CLIENT_CLOSED_REQUEST, recordedStatus } from './recorded-status.ts';
 import type { GatewayResponse } from './gateway-response.ts';
 import type { RequestContext, RequestObservation } from './route-types.ts';
 import type { RequestTrace } from '../tracing/request-trace.ts';
@@ -153,12 +154,15 @@ export class RequestExchange implements RequestContext {
     const bytesOut = this.#bytes.written();
     const bytesIn = this.#bytes.read();
     const server = this.#server;
-    // A 4xx written without an error (a route's own answer) is a client fault all the same.
-    if (this.fault === undefined) this.noteFault(res.statusCode, String(res.statusCode));
+    const status = recordedStatus(res);
+    // A 4xx written without an error (a route's own answer) is a client fault all the same, and so is
+    // a client gone before any answer (its route's own line, if any, follows with the same code).
+    if (this.fault === undefined)
+      this.noteFault(status, status === CLIENT_CLOSED_REQUEST ? 'client_aborted' : String(status));
     const observation: RequestObservation = {
       method: req.method ?? 'GET',
       route: this.route,
-      status: res.statusCode,
+      status,
       seconds: ms / 1000,
       bytesIn,
       bytesOut,
@@ -169,7 +173,7 @@ export class RequestExchange implements RequestContext {
     this.trace?.finish({
       method: req.method ?? 'GET',
       route: this.route,
-      status: res.statusCode,
+      status,
       bytesIn,
       bytesOut,
       completed: res.writableFinished,
@@ -186,7 +190,7 @@ export class RequestExchange implements RequestContext {
         // A method of the client's own (HTTP/2: any token, ~20 KB) is `_OTHER`, never copied here.
         method: knownMethod(req.method),
         route: this.route,
-        status: res.statusCode,
+        status,
         bytesOut,
         bytesIn,
         ms: Math.round(ms * 10) / 10,
