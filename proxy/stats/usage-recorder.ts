@@ -1,10 +1,10 @@
 /**
- * Usage statistics on a gateway: each request's principal and bytes, and each completed download,
- * counted in memory (usage-tally.ts) and added to the database every flush interval in one batch,
- * and once more on a graceful stop. A crash (kill -9) loses at most what was counted since the last
- * flush: one ARKVORY_USAGE_STATS_FLUSH_SECONDS (docs/observability.md). Past MAX_ROWS distinct rows a
- * flush starts early; a batch whose flush failed is kept for the next one, up to twice that, beyond
- * which it is dropped with an error line.
+ * Usage statistics on a gateway: each request's principal and bytes, and each download (an answer
+ * of which some body went out), counted in memory (usage-tally.ts) and added to the database every
+ * flush interval in one batch, and once more on a graceful stop. A crash (kill -9) loses at most
+ * what was counted since the last flush: one ARKVORY_USAGE_STATS_FLUSH_SECONDS
+ * (docs/observability.md). Past MAX_ROWS distinct rows a flush starts early; a batch whose flush
+ * failed is kept for the next one, up to twice that, beyond which it is dropped with an error line.
  */
 import { isHttp2 } from '../server/http2-messages.ts';
 import type pg from 'pg';
@@ -80,7 +80,11 @@ export function startUsageRecorder(deps: { pool: pg.Pool; log: Logger; clock: Cl
             : o.bytesIn;
         tally.request(principal, o.bytesOut, up, now);
       }
+      // A download is an answer of 200 or 206 of which some body went out: a client gone before the
+      // answer (499) or before its first body byte (a paced download still waiting) took nothing.
+      // HTTP/1.1 sends the head with the first body bytes, so bytes out count them both.
       if (o.method !== 'GET' || (o.status !== 200 && o.status !== 206)) return;
+      if (o.bytesOut === 0 && !ctx.res.writableFinished) return;
       let key: ArtifactKey | undefined;
       try {
         key = downloadedKey(o.route, ctx.params);
