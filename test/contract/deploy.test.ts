@@ -12,9 +12,17 @@ import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { loadConfig, VARIABLES } from '../../proxy/config/config.ts';
+import {
+  DEPLOY,
+  documentedLogins,
+  parseEnvFile,
+  parseUnit,
+  service,
+  unit,
+  unitEnvironment,
+} from '../support/deploy-files.ts';
 import { ROOT } from '../support/gateway.ts';
 
-const DEPLOY = path.join(ROOT, 'deploy');
 const KNOWN = new Set(VARIABLES.map((v) => v.name));
 const DATA_DIR = '/var/lib/arkvory';
 const run = promisify(execFile);
@@ -30,69 +38,6 @@ async function filesUnder(dir: string): Promise<string[]> {
     else out.push(full);
   }
   return out;
-}
-
-/** `KEY=value` lines of an env file (systemd EnvironmentFile syntax without quotes). */
-function parseEnvFile(text: string): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const line of text.split('\n')) {
-    const t = line.trim();
-    if (t === '' || t.startsWith('#')) continue;
-    const eq = t.indexOf('=');
-    expect(eq, `env line without "=": ${t}`).toBeGreaterThan(0);
-    env[t.slice(0, eq)] = t.slice(eq + 1);
-  }
-  return env;
-}
-
-interface Unit {
-  file: string;
-  text: string;
-  /** Section → key → values (a key may repeat). */
-  sections: Map<string, Map<string, string[]>>;
-}
-
-function parseUnit(file: string, text: string): Unit {
-  const sections = new Map<string, Map<string, string[]>>();
-  let current: Map<string, string[]> | undefined;
-  for (const line of text.split('\n')) {
-    const t = line.trim();
-    if (t === '' || t.startsWith('#') || t.startsWith(';')) continue;
-    const header = /^\[(.+)\]$/.exec(t);
-    if (header) {
-      current = new Map();
-      sections.set(header[1]!, current);
-      continue;
-    }
-    const eq = t.indexOf('=');
-    if (!current || eq < 0) throw new Error(`${file}: unexpected line ${t}`);
-    const key = t.slice(0, eq);
-    current.set(key, [...(current.get(key) ?? []), t.slice(eq + 1)]);
-  }
-  return { file, text, sections };
-}
-
-async function unit(name: string): Promise<Unit> {
-  const file = path.join(DEPLOY, 'systemd', name);
-  return parseUnit(file, await readFile(file, 'utf8'));
-}
-
-function service(u: Unit, key: string): string[] {
-  return u.sections.get('Service')?.get(key) ?? [];
-}
-
-/** The environment a unit gives its process: its EnvironmentFile examples, then Environment= lines. */
-async function unitEnvironment(u: Unit, slot: string): Promise<Record<string, string>> {
-  const env: Record<string, string> = {};
-  for (const envFile of service(u, 'EnvironmentFile')) {
-    const example = path.join(DEPLOY, 'env', path.basename(envFile.replace(/^-/, '')).replace('%i', slot));
-    Object.assign(env, parseEnvFile(await readFile(example, 'utf8')));
-  }
-  for (const line of service(u, 'Environment')) {
-    const [key, ...rest] = line.split('=');
-    env[key!] = rest.join('=').replace('%i', slot);
-  }
-  return env;
 }
 
 const ROLES = [
@@ -328,7 +273,7 @@ describe('PostgreSQL snippet', () => {
 describe('backup service, timer and CronJob', () => {
   const BACKUP_DIR = '/var/backups/arkvory';
 
-  it('arkvory-backup.service: a hardened oneshot running `arkvory backup --keep ${BACKUP_KEEP} ${BACKUP_DIR}` with the writer settings', async () => {
+  it('arkvory-backup.service: a hardened oneshot running `arkvory backup --keep ${BACKUP_KEEP} ${BACKUP_DIR}` as the maintenance login', async () => {
     const u = await unit('arkvory-backup.service');
     expect(service(u, 'Type')).toEqual(['oneshot']);
     expect(service(u, 'User')).toEqual(['arkvory']);
@@ -340,12 +285,16 @@ describe('backup service, timer and CronJob', () => {
     expect(service(u, 'ExecStart')).toEqual([
       '/opt/arkvory/node_modules/.bin/node /opt/arkvory/bin/arkvory.js backup --keep ${BACKUP_KEEP} ${BACKUP_DIR}',
     ]);
-    expect(service(u, 'EnvironmentFile')).toEqual(['/etc/arkvory/writer.env', '/etc/arkvory/backup.env']);
+    // Its own env file: not the writer's, whose login may not read every table (test/contract/backup-unit.test.ts runs it).
+    expect(service(u, 'EnvironmentFile')).toEqual(['/etc/arkvory/backup.env']);
     const env = await unitEnvironment(u, '1');
-    // The database and store are the writer's; the retention is a positive count; the directory is the writable one.
     const config = loadConfig(env, '/', deploySecret);
-    expect(config.databaseUrl).toBeDefined();
-    expect(config.dataDir.startsWith(`${DATA_DIR}/`)).toBe(true);
+    expect((await documentedLogins()).get(new URL(config.databaseUrl!).username)).toBe('arkvory_maintenance');
+    expect(config.secretSources.ARKVORY_DATABASE_PASSWORD).toBe('file');
+    // The writer's store; the retention is a positive count; the directory is the writable one.
+    const writer = loadConfig(await unitEnvironment(await unit('arkvory-writer.service'), '1'), '/', deploySecret);
+    expect(config.dataDir).toBe(writer.dataDir);
+    expect(config.redisUrl).toBe(writer.redisUrl);
     expect(Number(env.BACKUP_KEEP)).toBeGreaterThanOrEqual(1);
     expect(Number.isInteger(Number(env.BACKUP_KEEP))).toBe(true);
     expect(env.BACKUP_DIR).toBe(BACKUP_DIR);
