@@ -12,12 +12,15 @@ import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { loadConfig, VARIABLES } from '../../proxy/config/config.ts';
+import { SECRET_FILE_VARIABLES } from '../../proxy/config/secret-files.ts';
 import {
   DEPLOY,
   documentedLogins,
   parseEnvFile,
+  loadCredentials,
   parseUnit,
   service,
+  type Unit,
   unit,
   unitEnvironment,
 } from '../support/deploy-files.ts';
@@ -40,13 +43,46 @@ async function filesUnder(dir: string): Promise<string[]> {
   return out;
 }
 
+/** Each serving unit, its role, whether it writes the storage root, and the group role of its login (docs/deploy.md). */
 const ROLES = [
-  { unit: 'arkvory-writer.service', role: 'api', writes: true },
-  { unit: 'arkvory-reader@.service', role: 'reader', writes: false },
-  { unit: 'arkvory-worker.service', role: 'worker', writes: true },
-  { unit: 'arkvory-router.service', role: 'router', writes: false },
-  { unit: 'arkvory-rules-service.service', role: 'rules-service', writes: false },
+  { unit: 'arkvory-writer.service', role: 'api', writes: true, group: 'arkvory_writer' },
+  { unit: 'arkvory-reader@.service', role: 'reader', writes: false, group: 'arkvory_reader' },
+  { unit: 'arkvory-worker.service', role: 'worker', writes: true, group: 'arkvory_worker' },
+  { unit: 'arkvory-router.service', role: 'router', writes: false, group: 'arkvory_reader' },
+  { unit: 'arkvory-rules-service.service', role: 'rules-service', writes: false, group: 'arkvory_rules' },
 ] as const;
+const UNITS = [...ROLES.map((r) => r.unit), 'arkvory-backup.service'];
+
+/** Secrets a file under deploy/env must never hold (they come from …_FILE credentials). */
+const SECRET_VALUES = new Set([
+  ...VARIABLES.filter((v) => v.secret && v.kind.type !== 'url' && v.kind.type !== 'url-list').map((v) => v.name),
+  ...SECRET_FILE_VARIABLES.map((v) => v.fills).filter((name) => !name.endsWith('_URL')),
+]);
+/** Secret-bearing URLs: set, but without a password in their user info. */
+const SECRET_URLS = new Set(
+  VARIABLES.filter((v) => v.secret && (v.kind.type === 'url' || v.kind.type === 'url-list')).map((v) => v.name),
+);
+
+/** The secrets written into an env text: a secret variable set, or a URL carrying a password. */
+function inlineSecrets(env: Record<string, string>): string[] {
+  const found: string[] = [];
+  for (const [name, value] of Object.entries(env)) {
+    if (SECRET_VALUES.has(name) && value !== '') found.push(name);
+    if (SECRET_URLS.has(name))
+      for (const entry of value.split(','))
+        if (URL.canParse(entry) && new URL(entry).password !== '') found.push(`${name} (password in the URL)`);
+  }
+  return found;
+}
+
+/** Whether a unit can bind a port below 1024: as root, or with CAP_NET_BIND_SERVICE bounded and ambient. */
+function mayBindPrivileged(u: Unit): boolean {
+  const caps = (key: string) => service(u, key).join(' ').split(/\s+/);
+  const root = (service(u, 'User')[0] ?? 'root') === 'root';
+  const bounded =
+    service(u, 'CapabilityBoundingSet').length === 0 || caps('CapabilityBoundingSet').includes('CAP_NET_BIND_SERVICE');
+  return bounded && (root || caps('AmbientCapabilities').includes('CAP_NET_BIND_SERVICE'));
+}
 
 /** The examples' secret files (LoadCredential=, Secret volumes) exist only where they are deployed. */
 const deploySecret = (file: string) => `secret-of-${path.basename(file)}`;
@@ -171,6 +207,67 @@ describe('systemd units', () => {
       expect(u.sections.get('Install')?.get('WantedBy')).toEqual(['multi-user.target']);
     },
   );
+
+  it.each(ROLES)(
+    '$unit listens only where it may: no port below 1024 without CAP_NET_BIND_SERVICE',
+    async ({ unit: name }) => {
+      const u = await unit(name);
+      const config = loadConfig(await unitEnvironment(u, '1'), '/', deploySecret);
+      const ports = [config.port, config.metrics.port].filter((p): p is number => p !== undefined);
+      expect(ports.length).toBeGreaterThan(0);
+      if (!mayBindPrivileged(u)) for (const port of ports) expect(port, `${name} port`).toBeGreaterThanOrEqual(1024);
+    },
+  );
+
+  it('the router listens on the port docs/deploy.md gives clients and the firewall opens', async () => {
+    const config = loadConfig(await unitEnvironment(await unit('arkvory-router.service'), '1'), '/', deploySecret);
+    const docs = await readFile(path.join(ROOT, 'docs/deploy.md'), 'utf8');
+    expect(docs).toContain(`| router | 10.213.24.30 | \`ARKVORY_ROLE=router\` | ${config.port} |`);
+    expect(docs).toContain(`| clients | router | ${config.port} | the single entry address |`);
+  });
+
+  it.each(UNITS)(
+    '%s: its database login is the documented one of its role, its secrets come from its own credentials',
+    async (name) => {
+      const u = await unit(name);
+      const env = await unitEnvironment(u, '1');
+      const group = ROLES.find((r) => r.unit === name)?.group ?? 'arkvory_maintenance';
+      const login = new URL(env.ARKVORY_DATABASE_URL!).username;
+      expect((await documentedLogins()).get(login), login).toBe(group);
+      expect(inlineSecrets(env)).toEqual([]);
+      // Every %d/… file named is a credential the unit loads, each from /etc/arkvory/credentials.
+      const loaded = loadCredentials(u);
+      for (const line of service(u, 'Environment')) {
+        const file = /=%d\/(.+)$/.exec(line)?.[1];
+        if (file !== undefined)
+          expect(
+            loaded.map((c) => c.name),
+            line,
+          ).toContain(file);
+      }
+      for (const { source } of loaded) expect(source).toMatch(/^\/etc\/arkvory\/credentials\/[\w-]+$/);
+      const config = loadConfig(env, '/', deploySecret);
+      expect(config.secretSources.ARKVORY_DATABASE_PASSWORD).toBe('file');
+    },
+  );
+
+  it('no env file under deploy/env holds a secret: no password, token or password in a URL', async () => {
+    const files = (await readdir(path.join(DEPLOY, 'env'))).filter((f) => f.endsWith('.env'));
+    expect(files.length).toBeGreaterThan(5);
+    for (const file of files) {
+      const env = parseEnvFile(await readFile(path.join(DEPLOY, 'env', file), 'utf8'));
+      expect(inlineSecrets(env), file).toEqual([]);
+    }
+    // The check sees what it must refuse.
+    expect(
+      inlineSecrets({
+        ARKVORY_DATABASE_URL: 'postgres://u:pw@db/arkvory',
+        ARKVORY_REDIS_URL: 'redis://a@r1:6379,redis://b:pw@r2:6379',
+        ARKVORY_RULES_SERVICE_TOKEN: 't',
+        AWS_SECRET_ACCESS_KEY: 's',
+      }),
+    ).toHaveLength(4);
+  });
 
   it('the reader unit is a template: the instance is the slot and picks its own env file', async () => {
     const u = await unit('arkvory-reader@.service');
