@@ -16,6 +16,8 @@ import { SECRET_FILE_VARIABLES } from '../../proxy/config/secret-files.ts';
 import {
   DEPLOY,
   documentedLogins,
+  envExample,
+  environmentLine,
   parseEnvFile,
   loadCredentials,
   parseUnit,
@@ -477,6 +479,60 @@ describe('backup service, timer and CronJob', () => {
   });
 });
 
+/** What a container mounts: volumes (host:target[:options]), secrets (name,target=…,uid=…,mode=…), tmpfs. */
+interface ContainerMounts {
+  volumes: string[];
+  secrets: Array<{ name: string; target: string; options: Record<string, string> }>;
+}
+
+/** A podman `--secret`/Quadlet `Secret=` spec: a relative target is under /run/secrets. */
+function parseSecret(spec: string): ContainerMounts['secrets'][number] {
+  const [name, ...rest] = spec.split(',');
+  const options = Object.fromEntries(rest.map((o) => o.split('=') as [string, string]));
+  const target = options.target ?? name!;
+  return { name: name!, target: target.startsWith('/') ? target : `/run/secrets/${target}`, options };
+}
+
+/**
+ * The files and directories a container's environment names that no volume or secret of it provides,
+ * and the secret files the gateway would refuse or fail to read as the image's user (readSecretFile:
+ * owned by it, no world bits, group bits only for its own group).
+ */
+function containerFileProblems(env: Record<string, string>, mounts: ContainerMounts, uid: number): string[] {
+  const problems: string[] = [];
+  const targets = mounts.volumes.map((v) => v.split(':')[1]!);
+  const secretFiles = new Set(SECRET_FILE_VARIABLES.map((v) => v.file));
+  for (const [name, value] of Object.entries(env)) {
+    if (!(name.endsWith('_FILE') || name === 'ARKVORY_DATA_DIR') || !value.startsWith('/')) continue;
+    const secret = mounts.secrets.find((s) => s.target === value);
+    if (secretFiles.has(name)) {
+      if (secret === undefined) problems.push(`${name}=${value}: not a mounted secret`);
+      else {
+        const mode = Number.parseInt(secret.options.mode ?? '0444', 8);
+        const owner = Number(secret.options.uid ?? 0);
+        const group = Number(secret.options.gid ?? 0);
+        if (owner !== uid)
+          problems.push(`${name}: secret ${secret.name} is owned by uid ${owner}, not the image's ${uid}`);
+        if ((mode & 0o007) !== 0 || ((mode & 0o070) !== 0 && group !== uid))
+          problems.push(`${name}: secret ${secret.name} has mode ${secret.options.mode ?? '0444'}`);
+      }
+    } else if (secret === undefined && !targets.some((t) => value === t || value.startsWith(`${t}/`)))
+      problems.push(`${name}=${value}: under no volume or secret`);
+  }
+  return problems;
+}
+
+/** `podman run` commands of a markdown text, continuation lines joined, split into words. */
+function podmanRuns(markdown: string): string[][] {
+  const joined = markdown.replaceAll('\\\n', ' ');
+  return [...joined.matchAll(/^podman run (.+)$/gm)].map((m) =>
+    m[1]!
+      .replace(/\s+#.*$/, '')
+      .trim()
+      .split(/\s+/),
+  );
+}
+
 describe('the container image in the examples', () => {
   /** What deploy/container/build.sh gives the image: its name, user and volumes (its config lines). */
   async function imageFacts() {
@@ -515,7 +571,7 @@ describe('the container image in the examples', () => {
   });
 
   it("the podman Quadlet unit runs the built image with the writer's env file, read-only, with the data dir as its only volume to write", async () => {
-    const { image } = await imageFacts();
+    const { image, uid } = await imageFacts();
     const file = path.join(DEPLOY, 'podman/arkvory-writer.container');
     const u = parseUnit(file, await readFile(file, 'utf8'));
     const container = u.sections.get('Container')!;
@@ -527,16 +583,61 @@ describe('the container image in the examples', () => {
     expect(container.get('NoNewPrivileges')).toEqual(['true']);
     const env: Record<string, string> = {};
     for (const envFile of container.get('EnvironmentFile') ?? [])
-      Object.assign(env, parseEnvFile(await readFile(path.join(DEPLOY, 'env', path.basename(envFile)), 'utf8')));
+      Object.assign(env, parseEnvFile(await readFile(envExample(envFile), 'utf8')));
     for (const line of container.get('Environment') ?? []) {
-      const [key, ...rest] = line.split('=');
-      env[key!] = rest.join('=');
+      const [key, value] = environmentLine(line);
+      env[key] = value;
     }
-    const config = loadConfig(env, '/');
+    const config = loadConfig(env, '/', deploySecret);
     expect(config.role).toBe('api');
     expect(config.shared?.slot).toBe(0);
-    const writable = (container.get('Volume') ?? []).filter((v) => !v.endsWith(':ro')).map((v) => v.split(':')[1]);
+    // Without capabilities it cannot bind below 1024.
+    expect(config.port).toBeGreaterThanOrEqual(1024);
+    const volumes = container.get('Volume') ?? [];
+    const writable = volumes.filter((v) => !v.endsWith(':ro')).map((v) => v.split(':')[1]);
     expect(writable).toEqual([config.dataDir]);
+    // Every file its environment names is mounted; each secret is a private file of the image's user.
+    const mounts = { volumes, secrets: (container.get('Secret') ?? []).map(parseSecret) };
+    expect(containerFileProblems(env, mounts, uid)).toEqual([]);
+    // Every secret the host unit takes from a credential file, the container takes from a file too.
+    const host = loadConfig(await unitEnvironment(await unit('arkvory-writer.service'), '1'), '/', deploySecret);
+    for (const [secret, source] of Object.entries(host.secretSources))
+      if (source === 'file') expect(config.secretSources[secret], secret).toBe('file');
     expect(u.sections.get('Service')?.get('RestartPreventExitStatus')).toEqual(['2']);
+  });
+
+  it("docs/deploy.md's `podman run` lines mount every file their environment names, secrets as private files", async () => {
+    const { image, uid } = await imageFacts();
+    const runs = podmanRuns(await readFile(path.join(ROOT, 'docs/deploy.md'), 'utf8'));
+    expect(runs.length).toBeGreaterThanOrEqual(3);
+    const logins = await documentedLogins();
+    let configured = 0;
+    for (const words of runs) {
+      const env: Record<string, string> = {};
+      const mounts: ContainerMounts = { volumes: [], secrets: [] };
+      let i = 0;
+      for (; i < words.length && words[i] !== image; i++) {
+        const [flag, value] = [words[i]!, words[i + 1] ?? ''];
+        if (flag === '-v' || flag === '--volume') mounts.volumes.push(value);
+        else if (flag === '--secret') mounts.secrets.push(parseSecret(value));
+        else if (flag === '--env-file') Object.assign(env, parseEnvFile(await readFile(envExample(value), 'utf8')));
+        else if (flag === '-e' || flag === '--env') {
+          const [key, v] = environmentLine(value);
+          env[key] = v;
+        } else continue;
+        i++;
+      }
+      expect(words[i], words.join(' ')).toBe(image);
+      const command = words[i + 1] ?? 'serve';
+      if (env.ARKVORY_DATABASE_URL === undefined) continue;
+      configured++;
+      expect(containerFileProblems(env, mounts, uid), words.join(' ')).toEqual([]);
+      const config = loadConfig(env, '/', deploySecret);
+      expect(config.secretSources.ARKVORY_DATABASE_PASSWORD).toBe('file');
+      // Migrations need the migrator's login; a gateway its role's.
+      const group = logins.get(new URL(config.databaseUrl!).username);
+      expect(group).toBe(command === 'migrate' ? 'arkvory_migrator' : 'arkvory_writer');
+    }
+    expect(configured).toBeGreaterThanOrEqual(2);
   });
 });
