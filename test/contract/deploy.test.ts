@@ -355,6 +355,73 @@ describe('Kubernetes sidecar example', () => {
   });
 });
 
+describe('Kubernetes containers run unprivileged', () => {
+  async function manifest() {
+    const objects = parseAllDocuments(await readFile(path.join(DEPLOY, 'k8s/arkvory-sidecar.yaml'), 'utf8')).map(
+      (d) => d.toJS() as { kind: string; metadata: { name: string }; spec: any; data?: Record<string, string> },
+    );
+    const deployment = objects.find((o) => o.kind === 'Deployment')!.spec.template.spec;
+    const cron = objects.find((o) => o.kind === 'CronJob')!.spec.jobTemplate.spec.template.spec;
+    return { objects, pods: [deployment, cron], deployment };
+  }
+
+  it('every container: non-root, every capability dropped, no escalation, a read-only root, no port below 1024', async () => {
+    const { pods } = await manifest();
+    for (const pod of pods) {
+      const ports: number[] = [];
+      for (const c of pod.containers as Array<any>) {
+        const sc = c.securityContext ?? {};
+        expect(sc.runAsNonRoot ?? pod.securityContext?.runAsNonRoot, c.name).toBe(true);
+        expect(sc.runAsUser ?? pod.securityContext?.runAsUser, c.name).toBeGreaterThan(0);
+        expect(sc.allowPrivilegeEscalation, c.name).toBe(false);
+        expect(sc.readOnlyRootFilesystem, c.name).toBe(true);
+        expect(sc.capabilities?.drop, c.name).toEqual(['ALL']);
+        expect(sc.capabilities?.add ?? [], c.name).toEqual([]);
+        for (const { containerPort } of c.ports ?? []) {
+          expect(containerPort, c.name).toBeGreaterThanOrEqual(1024);
+          ports.push(containerPort);
+        }
+      }
+      // The containers of a pod share one network namespace.
+      expect(new Set(ports).size).toBe(ports.length);
+    }
+  });
+
+  it('the storage nginx listens on its containerPort, serves the shared volume and writes only to its writable volume', async () => {
+    const { objects, deployment } = await manifest();
+    const storage = (deployment.containers as Array<any>).find((c) => c.name === 'storage')!;
+    const mounts = storage.volumeMounts as Array<{ name: string; mountPath: string; readOnly?: boolean }>;
+    const command = storage.command as string[];
+    expect(command[0]).toBe('nginx');
+    const confPath = command[command.indexOf('-c') + 1]!;
+    const confMount = mounts.find((m) => confPath.startsWith(`${m.mountPath}/`))!;
+    const volume = (deployment.volumes as Array<any>).find((v) => v.name === confMount.name)!;
+    const configMap = objects.find((o) => o.kind === 'ConfigMap' && o.metadata.name === volume.configMap.name)!;
+    const conf = configMap.data![path.basename(confPath)]!;
+    expect(conf).toMatch(/^daemon off;$/m);
+    expect(conf).not.toMatch(/^\s*user\s/m);
+    const writable = mounts.filter((m) => !m.readOnly).map((m) => m.mountPath);
+    const written = [
+      /^pid (\S+);$/m.exec(conf)?.[1],
+      ...[...conf.matchAll(/^\s*(?:client_body|proxy|fastcgi|uwsgi|scgi)_temp_path (\S+);$/gm)].map((m) => m[1]),
+    ];
+    expect(written).toHaveLength(6);
+    for (const file of written) {
+      expect(file, 'the pid file and every temporary path are set').toBeDefined();
+      expect(
+        writable.some((dir) => file!.startsWith(`${dir}/`)),
+        file,
+      ).toBe(true);
+    }
+    expect(Number(/^\s*listen (\d+);$/m.exec(conf)?.[1])).toBe(storage.ports[0].containerPort);
+    const root = /^\s*root (\S+);$/m.exec(conf)?.[1];
+    const arkvory = (deployment.containers as Array<any>).find((c) => c.name === 'arkvory')!;
+    const shared = mounts.find((m) => m.mountPath === root)!;
+    expect(shared.readOnly).toBe(true);
+    expect(arkvory.volumeMounts.map((m: { name: string }) => m.name)).toContain(shared.name);
+  });
+});
+
 describe('PostgreSQL snippet', () => {
   it('sets TCP keepalives so a gateway cut off without a FIN loses its barriers in seconds', async () => {
     const text = await readFile(path.join(DEPLOY, 'postgresql/arkvory.conf'), 'utf8');
