@@ -1,8 +1,10 @@
 /**
  * The files under deploy/ against the code: every ARKVORY_* name exists in the config table, each
  * role's env example (plus what its unit sets) passes the real config validation, the units carry
- * the hardening docs/deploy.md promises and pass `systemd-analyze verify`, and the Kubernetes
- * manifest parses, shares the volume and probes the health routes.
+ * the hardening docs/deploy.md promises, listen where they may and take their secrets from
+ * credentials, and pass `systemd-analyze verify`; the Kubernetes manifest parses, shares the volume,
+ * probes the health routes and runs every container unprivileged; the container examples mount
+ * every file their environment names.
  */
 import { execFile } from 'node:child_process';
 import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
