@@ -59,6 +59,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await db?.drop();
+  if (redisUser === undefined) return;
   const redis = new Redis(inject('redisUrl'), { lazyConnect: true });
   await redis.connect();
   await redis.call('ACL', 'DELUSER', redisUser.name).catch(() => {});
