@@ -25,6 +25,28 @@ describe('banIdentity', () => {
     });
   });
 
+  it('reads the client from Forwarded behind a trusted proxy that sends no X-Forwarded-For, never keying the proxy', () => {
+    const proxy = createTrustedProxies(['127.0.0.2']);
+    expect(banIdentity('127.0.0.2', { forwarded: 'for=198.51.100.7;proto=http' }, proxy, 64).key).toBe('198.51.100.7');
+    expect(banIdentity('127.0.0.2', { forwarded: 'for="[2001:db8:1:2::9]:4711"' }, proxy, 64).key).toBe(
+      '2001:db8:1:2::/64',
+    );
+    // A client's own node further left is skipped; a trusted hop is walked past.
+    expect(banIdentity('127.0.0.1', { forwarded: 'for=6.6.6.6, for=198.51.100.7, for=::1' }, loopback, 64).key).toBe(
+      '198.51.100.7',
+    );
+    // An obfuscated or unknown node stops the walk at the trusted proxy: nobody is counted.
+    for (const forwarded of ['for=_hidden', 'for=unknown', 'proto=https', 'for=::1'])
+      expect(banIdentity('127.0.0.1', { forwarded }, loopback, 64), forwarded).toEqual({
+        key: undefined,
+        untrustedForwarder: undefined,
+      });
+    // X-Forwarded-For wins when both are sent.
+    expect(
+      banIdentity('127.0.0.1', { 'x-forwarded-for': '198.51.100.8', forwarded: 'for=198.51.100.7' }, loopback, 64).key,
+    ).toBe('198.51.100.8');
+  });
+
   it('keys a client named by an untrusted forwarding peer together with that peer, and reports the peer', () => {
     expect(banIdentity('10.0.0.2', { 'x-forwarded-for': '6.6.6.6, 198.51.100.1' }, none, 64)).toEqual({
       key: 'by=10.0.0.2;for=198.51.100.1',
@@ -49,6 +71,7 @@ describe('banIdentity', () => {
       ['127.0.0.1', { 'x-forwarded-for': '198.51.100.1' }],
       ['127.0.0.1', { 'x-forwarded-for': '::1' }],
       ['127.0.0.1', { forwarded: 'for=198.51.100.7' }],
+      ['127.0.0.1', { forwarded: 'for=_hidden' }],
       ['10.0.0.2', { 'x-forwarded-for': '6.6.6.6, 198.51.100.1' }],
       ['10.0.0.2', { forwarded: 'for=1.1.1.1, for="[2001:db8::9]:80";proto=http' }],
       ['10.0.0.2', { 'x-forwarded-for': 'garbage' }],

@@ -1,11 +1,13 @@
 /**
  * Whom an `auth_failure` ban is keyed by, pure (docs/rate-limits.md, "Bans behind proxies"):
  *  - a client reached directly: its address (IPv6: its prefix, ARKVORY_BAN_IPV6_PREFIX_LENGTH);
- *  - behind trusted proxies: the forwarded client, the same way;
- *  - a request whose forwarding chain holds trusted proxies only (no client beyond them): nobody. A
- *    ban on a trusted proxy's own address would refuse every client behind it, which is exactly the
- *    lockout bans must never cause. A trusted address sending no `X-Forwarded-For` at all is a
- *    client itself (a router always forwards one) and is keyed by its address;
+ *  - behind trusted proxies: the forwarded client, the same way, read from `X-Forwarded-For` or,
+ *    without it, from `Forwarded` (forwarded.ts, `forwardingHops`);
+ *  - a request whose forwarding chain holds trusted proxies only (no client beyond them, or a hop
+ *    named `unknown` or obfuscated): nobody. A ban on a trusted proxy's own address would refuse
+ *    every client behind it, which is exactly the lockout bans must never cause. A trusted address
+ *    sending neither header is a client itself (a proxy always forwards one) and is keyed by its
+ *    address;
  *  - an untrusted peer that sends `X-Forwarded-For`/`Forwarded` (a router or proxy the operator has
  *    not listed): the pair of that peer and the client it names. The header cannot be believed, so
  *    the client alone is not the key; the peer alone would let one client behind it lock out all
@@ -14,27 +16,13 @@
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import { banKey } from '../../lib/ip-address.ts';
-import { clientAddressFrom, normalizeAddress, type TrustedProxies } from '../router/forwarded.ts';
+import { clientAddressAlong, forwardingHops, normalizeAddress, type TrustedProxies } from '../router/forwarded.ts';
 
 export interface BanIdentity {
   /** The ban key, or undefined when the request must never count (a trusted proxy's own address). */
   readonly key: string | undefined;
   /** An untrusted peer that sent forwarding headers. */
   readonly untrustedForwarder: string | undefined;
-}
-
-function lastForwardedFor(headers: IncomingHttpHeaders): string | undefined {
-  const xff = headers['x-forwarded-for'];
-  const xffText = Array.isArray(xff) ? xff.join(',') : xff;
-  if (xffText !== undefined) {
-    const hops = xffText.split(',');
-    return normalizeAddress(hops[hops.length - 1]!);
-  }
-  const forwarded = headers.forwarded;
-  if (forwarded === undefined) return undefined;
-  const nodes = [...forwarded.matchAll(/for=("[^"]*"|[^;,\s]+)/gi)];
-  const last = nodes.at(-1)?.[1];
-  return normalizeAddress(last);
 }
 
 /** What a peer address alone decides (its canonical text, trust, and its key as a direct client). */
@@ -60,15 +48,14 @@ function identify(
   trusted: TrustedProxies,
   ipv6PrefixLength: number,
 ): BanIdentity {
-  const forwardedFor = headers['x-forwarded-for'];
-  if (forwardedFor === undefined && headers.forwarded === undefined) return peer.direct;
+  const hops = forwardingHops(headers);
+  if (hops === undefined) return peer.direct;
   const keyOf = (address: string) => banKey(address, ipv6PrefixLength) ?? address;
   if (peer.isTrusted) {
-    if (forwardedFor === undefined) return peer.direct;
-    const client = clientAddressFrom(remoteAddress, forwardedFor, trusted);
+    const client = clientAddressAlong(remoteAddress, hops, trusted);
     return { key: trusted.isTrusted(client) ? undefined : keyOf(client), untrustedForwarder: undefined };
   }
-  const claimed = lastForwardedFor(headers);
+  const claimed = hops.length === 0 ? undefined : normalizeAddress(hops[hops.length - 1]);
   return {
     key: claimed === undefined ? peer.direct.key : `by=${peer.direct.key};for=${keyOf(claimed)}`,
     untrustedForwarder: peer.address,

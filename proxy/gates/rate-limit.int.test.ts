@@ -1,4 +1,5 @@
 import { rm, writeFile } from 'node:fs/promises';
+import http from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -12,6 +13,18 @@ import { useTestRedis } from '../../test/support/redis.ts';
 const db = useTestDatabase();
 const redis = useTestRedis();
 let n = 0;
+
+/** The status of one GET from `localAddress` (a loopback address of its own), no agent. */
+function statusFrom(localAddress: string, url: string, headers: Record<string, string>): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(url, { localAddress, headers, agent: false }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode ?? 0));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
 
 async function rulesFile(text: string): Promise<string> {
   const dir = await makeTempDir('arkvory-rules-');
@@ -63,6 +76,23 @@ describe('rate limiting over HTTP (real gateway process)', () => {
     expect(status.headers.get('ratelimit')).toBeNull();
     const keys = await redis.client.keys(`${redis.prefix}g${n}:rl:gateway_request:*`);
     expect(keys).toHaveLength(1);
+    expect(await gw.stop()).toBe(0);
+  });
+
+  it('counts by the client a trusted proxy names in Forwarded alone, not by the proxy', async () => {
+    const gw = await startGateway({
+      env: {
+        ...redisEnv(),
+        ARKVORY_TRUSTED_PROXIES: '127.0.0.2',
+        ARKVORY_RATE_LIMITS_FILE: await rulesFile(HEALTH_LIVE_LIMIT),
+      },
+    });
+    const via = (forwarded: string) => statusFrom('127.0.0.2', `${gw.url}/health/live`, { forwarded });
+    expect(await via('for=198.51.100.7;proto=http')).toBe(200);
+    expect(await via('for=198.51.100.7;proto=http')).toBe(200);
+    expect(await via('for=198.51.100.7;proto=http')).toBe(429);
+    expect(await via('for="[2001:db8::8]:4711";proto=http')).toBe(200);
+    expect(await via('for=198.51.100.9, for=198.51.100.8')).toBe(200);
     expect(await gw.stop()).toBe(0);
   });
 

@@ -25,11 +25,13 @@ function peerAddress(remoteAddress: string | undefined): string {
 }
 
 /**
- * The client address: the socket peer, or behind ARKVORY_TRUSTED_PROXIES the forwarded client. A
- * request without `X-Forwarded-For` (or with no proxy trusted to have sent it) is its peer's.
+ * The client address: the socket peer, or behind ARKVORY_TRUSTED_PROXIES the forwarded client
+ * (`X-Forwarded-For`, else `Forwarded`: forwarded.ts). A request with neither header (or with no
+ * proxy trusted to have sent it) is its peer's.
  */
 export function clientIp(ctx: RequestContext, trusted: TrustedProxies = NO_TRUSTED_PROXIES): string {
-  if (trusted.entries.length > 0 && ctx.req.headers['x-forwarded-for'] !== undefined)
+  const { headers } = ctx.req;
+  if (trusted.entries.length > 0 && (headers['x-forwarded-for'] !== undefined || headers.forwarded !== undefined))
     return clientAddress(ctx.req, trusted);
   return peerAddress(ctx.req.socket.remoteAddress);
 }

@@ -2,9 +2,10 @@
  * Forwarded client addresses, pure (no I/O): which peers are trusted proxies, what a router adds
  * to `X-Forwarded-For`/`Forwarded`, and which address a gateway should use as the client's.
  *
- * Trust model: only the right end of `X-Forwarded-For` can be believed, and only as far as every
- * hop that appended to it is a configured proxy (ARKVORY_TRUSTED_PROXIES). Anything a client sends
- * itself sits further left and is never read past the first untrusted hop.
+ * Trust model: only the right end of `X-Forwarded-For` (or, without it, of `Forwarded`'s `for=`
+ * nodes) can be believed, and only as far as every hop that appended to it is a configured proxy
+ * (ARKVORY_TRUSTED_PROXIES). Anything a client sends itself sits further left and is never read
+ * past the first untrusted hop.
  */
 import { BlockList, isIP } from 'node:net';
 import { canonicalIp } from '../../lib/ip-address.ts';
@@ -89,24 +90,92 @@ function headerText(value: string | string[] | undefined): string | undefined {
   return Array.isArray(value) ? value.join(', ') : value;
 }
 
+/** `X-Forwarded-For`'s entries in order; empty list elements are no hops (RFC 9110, section 5.6.1). */
+function forwardedForHops(value: string | string[] | undefined): string[] {
+  // Stryker disable next-line StringLiteral: equivalent: a hop that is no address stops the walk where no header would
+  return (headerText(value) ?? '')
+    .split(',')
+    .map((h) => h.trim())
+    .filter((h) => h.length > 0);
+}
+
+/** `text` split at each `separator` outside a quoted string (RFC 9110 `quoted-string`, `\` escapes). */
+function splitOutsideQuotes(text: string, separator: ',' | ';'): string[] {
+  const parts: string[] = [];
+  let start = 0;
+  let quoted = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (quoted) {
+      if (c === '\\') i++;
+      else if (c === '"') quoted = false;
+    } else if (c === '"') quoted = true;
+    else if (c === separator) {
+      parts.push(text.slice(start, i));
+      start = i + 1;
+    }
+  }
+  parts.push(text.slice(start));
+  return parts;
+}
+
+/** A parameter value as sent: a token, or a quoted string unquoted; undefined for an unclosed quote. */
+function parameterValue(raw: string): string | undefined {
+  if (!raw.startsWith('"')) return raw;
+  if (raw.length < 2 || !raw.endsWith('"')) return undefined;
+  return raw.slice(1, -1).replace(/\\(.)/g, '$1');
+}
+
 /**
- * The client address from the gateway's point of view, for rate limits and logs. Starts at the
- * socket peer; while that hop is a trusted proxy, steps one entry left in `X-Forwarded-For`. The
- * first untrusted hop is the client. With no trusted proxies this is the socket peer, whatever the
- * headers say. A malformed entry stops the walk at the proxy that passed it on.
+ * The `for=` node of each element of `Forwarded` (RFC 7239), in order, unquoted
+ * (`for="[2001:db8::1]:4711"` gives `[2001:db8::1]:4711`). An element that names no node, names
+ * two or does not parse gives `unknown` (the RFC's word for a hop it cannot name); like an
+ * obfuscated node (`_hidden`) it reads as no address, so a walk stops there, as at a malformed
+ * `X-Forwarded-For` entry.
  */
-export function clientAddressFrom(
+export function forwardedForNodes(value: string | string[] | undefined): string[] {
+  const nodes: string[] = [];
+  for (const element of splitOutsideQuotes(headerText(value) ?? '', ',')) {
+    if (element.trim() === '') continue;
+    const found: Array<string | undefined> = [];
+    for (const pair of splitOutsideQuotes(element, ';')) {
+      const eq = pair.indexOf('=');
+      if (eq >= 0 && pair.slice(0, eq).trim().toLowerCase() === 'for')
+        found.push(parameterValue(pair.slice(eq + 1).trim()));
+    }
+    nodes.push(found.length === 1 && found[0] !== undefined ? found[0] : 'unknown');
+  }
+  return nodes;
+}
+
+/**
+ * The hops a request's forwarding headers name, nearest last: the entries of `X-Forwarded-For`, or,
+ * from a request without it, the `for=` nodes of `Forwarded`; undefined when it sends neither.
+ * `X-Forwarded-For` wins when both are present: every proxy shipped or documented here sets it (the
+ * router sets both, naming the same hops), while a proxy that sets only one of them passes the
+ * other on as its client wrote it, so a proxy that sets only `Forwarded` must drop the client's
+ * `X-Forwarded-For` (docs/router.md).
+ */
+export function forwardingHops(headers: IncomingHttpHeaders): string[] | undefined {
+  const xff = headers['x-forwarded-for'];
+  if (xff !== undefined) return forwardedForHops(xff);
+  const forwarded = headers.forwarded;
+  return forwarded === undefined ? undefined : forwardedForNodes(forwarded);
+}
+
+/**
+ * The client address along `hops` (nearest last): starts at the socket peer; while that hop is a
+ * trusted proxy, steps one hop left. The first untrusted hop is the client. From an untrusted peer
+ * this is the peer, whatever the hops say. A hop that is no address (malformed, obfuscated,
+ * `unknown`) stops the walk at the proxy that passed it on.
+ */
+export function clientAddressAlong(
   remoteAddress: string | undefined,
-  forwardedFor: string | string[] | undefined,
+  hops: readonly string[],
   trusted: TrustedProxies,
 ): string {
   const peer = normalizeAddress(remoteAddress) ?? remoteAddress ?? '';
   if (!trusted.isTrusted(peer)) return peer;
-  // Stryker disable next-line StringLiteral: equivalent: a hop that is no address stops the walk where no header would
-  const hops = (headerText(forwardedFor) ?? '')
-    .split(',')
-    .map((h) => h.trim())
-    .filter((h) => h.length > 0);
   let current = peer;
   for (let i = hops.length - 1; i >= 0; i--) {
     const hop = normalizeAddress(hops[i]!);
@@ -117,9 +186,22 @@ export function clientAddressFrom(
   return current;
 }
 
-/** `clientAddressFrom` on a request: the helper gateways use for the rate-limit `ip`. */
+/** `clientAddressAlong` the entries of `X-Forwarded-For` alone. */
+export function clientAddressFrom(
+  remoteAddress: string | undefined,
+  forwardedFor: string | string[] | undefined,
+  trusted: TrustedProxies,
+): string {
+  return clientAddressAlong(remoteAddress, forwardedForHops(forwardedFor), trusted);
+}
+
+/**
+ * The client address from the gateway's point of view, for rate limits and logs:
+ * `clientAddressAlong` the request's `forwardingHops` (`X-Forwarded-For`, else `Forwarded`). With
+ * no trusted proxies this is the socket peer, whatever the headers say.
+ */
 export function clientAddress(req: Pick<IncomingMessage, 'socket' | 'headers'>, trusted: TrustedProxies): string {
-  return clientAddressFrom(req.socket.remoteAddress, req.headers['x-forwarded-for'], trusted);
+  return clientAddressAlong(req.socket.remoteAddress, forwardingHops(req.headers) ?? [], trusted);
 }
 
 function forwardedNode(address: string): string {

@@ -109,6 +109,31 @@ describe('no lockout through the router', () => {
   });
 });
 
+describe('a trusted proxy that names its clients with Forwarded alone (RFC 7239, no X-Forwarded-For)', () => {
+  it("one client's failed keys ban that client, by address or /64, never the proxy or the proxy's other clients", async () => {
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+    const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_TRUSTED_PROXIES: '127.0.0.2' } });
+    const via = (forwarded: string | undefined, key: string) =>
+      from('127.0.0.2', `${writer.url}${ADMIN_PATH}`, { ...bearer(key), ...(forwarded ? { forwarded } : {}) });
+    await oneMinute();
+    for (let i = 0; i < 21; i++)
+      expect((await via('for=198.51.100.7;proto=http', badKey(admin.keyId))).status).toBe(401);
+    expect((await via('for=198.51.100.7;proto=http', admin.key)).status).toBe(429);
+    // A node the client wrote further left is not believed: the proxy's own node names the client.
+    expect((await via('for=198.51.100.8, for=198.51.100.7', admin.key)).status).toBe(429);
+    expect((await via('for=198.51.100.8;proto=http', admin.key)).status).toBe(200);
+    expect((await via(undefined, admin.key)).status).toBe(200);
+    await oneMinute();
+    for (let i = 0; i < 21; i++)
+      expect((await via('for="[2001:db8:5::1]:4711"', badKey(admin.keyId))).status).toBe(401);
+    expect((await via('for="[2001:db8:5::2]:80"', admin.key)).status).toBe(429);
+    expect((await via('for="[2001:db8:6::1]"', admin.key)).status).toBe(200);
+    const bans = writer.logLines().filter((l) => l.msg === 'address banned after failed authentications');
+    expect(bans.map((l) => l.ip)).toEqual(['198.51.100.7', '2001:db8:5::/64']);
+    expect(writer.logLines().filter((l) => l.code === 'untrusted_forwarder')).toEqual([]);
+  });
+});
+
 describe('ban lines', () => {
   it('bans minted by an untrusted peer naming 8 clients: all enforced, at most 5 lines, and a real address still gets its own', async () => {
     const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });

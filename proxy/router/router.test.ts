@@ -10,6 +10,8 @@ import {
   clientAddress,
   clientAddressFrom,
   createTrustedProxies,
+  forwardedForNodes,
+  forwardingHops,
   normalizeAddress,
   parseTrustedProxies,
 } from './forwarded.ts';
@@ -444,6 +446,78 @@ describe('trusted proxies and the client address', () => {
     } as unknown as Parameters<typeof clientAddress>[0];
     expect(clientAddress(req, trusted)).toBe('198.51.100.7');
     expect(clientAddress(req, createTrustedProxies([]))).toBe('127.0.0.1');
+  });
+
+  it('reads the for= nodes of Forwarded: quoted, with ports, any case, one per element, unknown where none can be read', () => {
+    expect(
+      forwardedForNodes(
+        'for=192.0.2.60;proto=http;by=203.0.113.43, For="[2001:db8:cafe::17]:4711", for=unknown, proto=https',
+      ),
+    ).toEqual(['192.0.2.60', '[2001:db8:cafe::17]:4711', 'unknown', 'unknown']);
+    // A quoted value may hold the separators; two lines of the header are one list.
+    expect(forwardedForNodes('host="a,b;c";for=198.51.100.7, for="x\\"y"')).toEqual(['198.51.100.7', 'x"y']);
+    expect(forwardedForNodes(['for=198.51.100.1', 'for=198.51.100.2'])).toEqual(['198.51.100.1', '198.51.100.2']);
+    // Two for= in an element, an unclosed quote: nothing to believe. Empty elements are no hops.
+    expect(forwardedForNodes('for=1.1.1.1;for=2.2.2.2, for="3.3.3.3')).toEqual(['unknown', 'unknown']);
+    expect(forwardedForNodes(' , for=198.51.100.7,')).toEqual(['198.51.100.7']);
+    expect(forwardedForNodes('')).toEqual([]);
+  });
+
+  it('reads X-Forwarded-For when a request has it, else Forwarded, else nothing', () => {
+    expect(forwardingHops({ 'x-forwarded-for': '198.51.100.7', forwarded: 'for=6.6.6.6' })).toEqual(['198.51.100.7']);
+    expect(forwardingHops({ forwarded: 'for=6.6.6.6, for=198.51.100.7' })).toEqual(['6.6.6.6', '198.51.100.7']);
+    expect(forwardingHops({ 'x-forwarded-for': '' })).toEqual([]);
+    expect(forwardingHops({})).toBeUndefined();
+  });
+
+  it.each([
+    ['one trusted hop', '127.0.0.1', 'for=198.51.100.7;proto=http', '198.51.100.7'],
+    ['spoofed left part is skipped', '127.0.0.1', 'for=6.6.6.6, for=198.51.100.7', '198.51.100.7'],
+    ['two trusted hops', '127.0.0.1', 'for=198.51.100.7, for=10.1.2.3', '198.51.100.7'],
+    ['quoted IPv6 with a port', '127.0.0.1', 'for="[2001:db8::1]:4711"', '2001:db8::1'],
+    ['IPv4 with a port', '127.0.0.1', 'for="198.51.100.7:4711"', '198.51.100.7'],
+    ['obfuscated node stops at the proxy', '127.0.0.1', 'for=198.51.100.7, for=_hidden', '127.0.0.1'],
+    ['unknown stops at the proxy', '127.0.0.1', 'for=198.51.100.7, for=unknown', '127.0.0.1'],
+    ['element without for= stops at the proxy', '127.0.0.1', 'for=198.51.100.7, proto=https', '127.0.0.1'],
+    ['peer not trusted: header ignored', '203.0.113.9', 'for=1.2.3.4', '203.0.113.9'],
+  ] as const)('Forwarded alone: %s', (_name, peer, forwarded, expected) => {
+    const req = { socket: { remoteAddress: peer }, headers: { forwarded } } as unknown as Parameters<
+      typeof clientAddress
+    >[0];
+    expect(clientAddress(req, trusted)).toBe(expected);
+  });
+
+  it('reads from the Forwarded a router writes the hops of its X-Forwarded-For, whatever the Host', () => {
+    const everyone = createTrustedProxies(['0.0.0.0/0', '::/0']);
+    const node = (a: string) => (a.includes(':') ? `"[${a}]:443"` : a);
+    fc.assert(
+      fc.property(
+        fc.array(fc.oneof(fc.ipV4(), fc.ipV6()), { minLength: 1, maxLength: 4 }),
+        fc.string({ minLength: 1 }),
+        (chain, host) => {
+          const prior = chain.slice(0, -1);
+          const raw = ['host', host.replace(/[\r\n\0]/g, 'h')];
+          if (prior.length > 0)
+            raw.push('x-forwarded-for', prior.join(', '), 'forwarded', prior.map((a) => `for=${node(a)}`).join(', '));
+          const headers: IncomingHttpHeaders = {};
+          for (let i = 0; i < raw.length; i += 2) headers[raw[i]!] = raw[i + 1]!;
+          const out = buildUpstreamHeaders({
+            rawHeaders: raw,
+            headers,
+            remoteAddress: chain.at(-1)!,
+            encrypted: false,
+            trusted: everyone,
+            requestId: 'r',
+          });
+          const sent = (name: string) => out[out.indexOf(name) + 1];
+          const viaForwarded = forwardingHops({ forwarded: sent('forwarded') })!;
+          expect(viaForwarded.map(normalizeAddress)).toEqual(chain.map(normalizeAddress));
+          expect(viaForwarded.map(normalizeAddress)).toEqual(
+            forwardingHops({ 'x-forwarded-for': sent('x-forwarded-for') })!.map(normalizeAddress),
+          );
+        },
+      ),
+    );
   });
 });
 
