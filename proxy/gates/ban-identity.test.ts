@@ -7,7 +7,11 @@ const none = createTrustedProxies([]);
 
 describe('banIdentity', () => {
   it('keys a direct client by its address, an IPv6 one by its /64, every spelling alike', () => {
-    expect(banIdentity('203.0.113.9', {}, loopback, 64)).toEqual({ key: '203.0.113.9', untrustedForwarder: undefined });
+    expect(banIdentity('203.0.113.9', {}, loopback, 64)).toStrictEqual({
+      key: '203.0.113.9',
+      untrustedForwarder: undefined,
+      forwarderKey: undefined,
+    });
     expect(banIdentity('::ffff:203.0.113.9', {}, loopback, 64).key).toBe('203.0.113.9');
     expect(banIdentity('2001:DB8:0:1::5', {}, loopback, 64).key).toBe('2001:db8:0:1::/64');
     // A trusted address without forwarding headers is a client itself.
@@ -47,18 +51,28 @@ describe('banIdentity', () => {
     ).toBe('198.51.100.8');
   });
 
-  it('keys a client named by an untrusted forwarding peer together with that peer, and reports the peer', () => {
+  it('keys a client named by an untrusted forwarding peer together with that peer, charges the peer, and reports it', () => {
     expect(banIdentity('10.0.0.2', { 'x-forwarded-for': '6.6.6.6, 198.51.100.1' }, none, 64)).toEqual({
       key: 'by=10.0.0.2;for=198.51.100.1',
       untrustedForwarder: '10.0.0.2',
+      forwarderKey: '10.0.0.2',
     });
     expect(banIdentity('10.0.0.2', { forwarded: 'for=1.1.1.1, for="[2001:db8::9]:80";proto=http' }, none, 64)).toEqual({
       key: 'by=10.0.0.2;for=2001:db8::/64',
       untrustedForwarder: '10.0.0.2',
+      forwarderKey: '10.0.0.2',
     });
-    expect(banIdentity('10.0.0.2', { 'x-forwarded-for': 'garbage' }, none, 64)).toEqual({
+    // The peer's own key is the one it has as a direct client: an IPv6 peer's prefix.
+    expect(banIdentity('2001:DB8:9::5', { 'x-forwarded-for': '198.51.100.1' }, loopback, 64)).toEqual({
+      key: 'by=2001:db8:9::/64;for=198.51.100.1',
+      untrustedForwarder: '2001:db8:9::5',
+      forwarderKey: '2001:db8:9::/64',
+    });
+    // Naming no client, the peer is keyed (and charged) as itself, once.
+    expect(banIdentity('10.0.0.2', { 'x-forwarded-for': 'garbage' }, none, 64)).toStrictEqual({
       key: '10.0.0.2',
       untrustedForwarder: '10.0.0.2',
+      forwarderKey: undefined,
     });
   });
 

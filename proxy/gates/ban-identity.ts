@@ -11,8 +11,11 @@
  *  - an untrusted peer that sends `X-Forwarded-For`/`Forwarded` (a router or proxy the operator has
  *    not listed): the pair of that peer and the client it names. The header cannot be believed, so
  *    the client alone is not the key; the peer alone would let one client behind it lock out all
- *    the others. The peer is reported (`untrustedForwarder`) so the gateway can warn and `arkvory
- *    doctor` can say which address to trust.
+ *    the others. But the peer chooses the client it names, so a client reached directly could name
+ *    a new one with each bad key and never be banned: each such failure also charges the peer's own
+ *    key `FORWARDER_SHARE` of a failure (`forwarderKey`), and a peer banned that way is refused
+ *    whatever client it names. The peer is reported (`untrustedForwarder`) so the gateway can warn
+ *    and `arkvory doctor` can say which address to trust.
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import { banKey } from '../../lib/ip-address.ts';
@@ -23,7 +26,20 @@ export interface BanIdentity {
   readonly key: string | undefined;
   /** An untrusted peer that sent forwarding headers. */
   readonly untrustedForwarder: string | undefined;
+  /**
+   * The ban key of the untrusted peer itself, when `key` is a client it names: charged
+   * `FORWARDER_SHARE` of each failure counted against `key`, and checked before it.
+   */
+  readonly forwarderKey: string | undefined;
 }
+
+/**
+ * What the key of an untrusted forwarding peer is charged for each failure of a client it names:
+ * with the shipped rule (20 failures in a minute) the peer itself is banned after 160 in a minute,
+ * which takes 8 or more of its clients failing 20 times each, or one client naming a new address
+ * each time. A binary fraction, so that the counts add up exactly.
+ */
+export const FORWARDER_SHARE = 1 / 8;
 
 /** What a peer address alone decides (its canonical text, trust, and its key as a direct client). */
 interface Peer {
@@ -37,7 +53,11 @@ function peerOf(remoteAddress: string | undefined, trusted: TrustedProxies, ipv6
   return {
     address,
     isTrusted: trusted.isTrusted(address),
-    direct: { key: banKey(address, ipv6PrefixLength) ?? address, untrustedForwarder: undefined },
+    direct: {
+      key: banKey(address, ipv6PrefixLength) ?? address,
+      untrustedForwarder: undefined,
+      forwarderKey: undefined,
+    },
   };
 }
 
@@ -53,12 +73,18 @@ function identify(
   const keyOf = (address: string) => banKey(address, ipv6PrefixLength) ?? address;
   if (peer.isTrusted) {
     const client = clientAddressAlong(remoteAddress, hops, trusted);
-    return { key: trusted.isTrusted(client) ? undefined : keyOf(client), untrustedForwarder: undefined };
+    return {
+      key: trusted.isTrusted(client) ? undefined : keyOf(client),
+      untrustedForwarder: undefined,
+      forwarderKey: undefined,
+    };
   }
   const claimed = hops.length === 0 ? undefined : normalizeAddress(hops[hops.length - 1]);
+  if (claimed === undefined) return { ...peer.direct, untrustedForwarder: peer.address };
   return {
-    key: claimed === undefined ? peer.direct.key : `by=${peer.direct.key};for=${keyOf(claimed)}`,
+    key: `by=${peer.direct.key};for=${keyOf(claimed)}`,
     untrustedForwarder: peer.address,
+    forwarderKey: peer.direct.key,
   };
 }
 

@@ -15,7 +15,7 @@ import { CLIENT_FAULT_LOG, LogBudget } from '../../lib/log-budget.ts';
 import { isPromise } from '../../lib/maybe-promise.ts';
 import { hasPresignParams } from '../../policy/auth/presign-signature.ts';
 import type { TrustedProxies } from '../router/forwarded.ts';
-import { BanIdentities } from './ban-identity.ts';
+import { BanIdentities, FORWARDER_SHARE } from './ban-identity.ts';
 import { NO_TRUSTED_PROXIES, requestIdentifier } from './request-identity.ts';
 
 /**
@@ -50,8 +50,8 @@ function policyHeader(rule: { readonly name: string }, limit: number, periodS: n
  * Lines of bans (enforced or shadow): 5 a minute for the bans of addresses reached directly or
  * named by a trusted proxy, and 5 for each untrusted peer that names clients itself (64 such peers
  * at most, any beyond them share one budget): each address it claims in `X-Forwarded-For` is a ban
- * key of its own, so it could mint a ban, and its line, every 21 bad requests (the shipped rule) for
- * as long as it likes. Past that a ban's line goes to debug and the next one written says how many
+ * key of its own, so it could mint a ban, and its line, every 21 bad requests (the shipped rule)
+ * until its own key is banned (`FORWARDER_SHARE`), and again after each such ban. Past that a ban's line goes to debug and the next one written says how many
  * were left out (`suppressed`); the bans themselves are unchanged.
  */
 export const BAN_LINES = CLIENT_FAULT_LOG;
@@ -152,15 +152,30 @@ function triedCredential(ctx: RequestContext): boolean {
   return hasPresignParams(ctx.url.searchParams);
 }
 
+/** One ban key and what `auth_failure` said of it before authentication. */
+interface Judged {
+  readonly identifier: Identifier;
+  readonly before: RateLimitResult;
+}
+
+/** The key a request is judged by, and behind an untrusted forwarding peer that peer's own key too. */
+interface Subject {
+  readonly client: Judged;
+  readonly forwarder: Judged | undefined;
+}
+
 /**
  * Counts failed authentications by address in `auth_failure` (keyed by `banIdentity`: an IPv6
  * client by its prefix, a client behind an untrusted forwarding peer together with that peer, a
  * trusted proxy's own address never). A banned (or over-limit) address is refused with 429 before
  * authentication (Retry-After from the ban's end); a 401 counts one failure when the request tried a
- * credential (`triedCredential`), and the failure that
- * starts a ban (enforced or shadow) is logged, within `BAN_LINES`. A success clears the address's
- * counters and bans, shadow bans included (spec 1.5: a successful login discards the failures before
- * it); the clear is skipped when the peek saw no state at all, so a clean address costs no write.
+ * credential (`triedCredential`), and the failure that starts a ban (enforced or shadow) is logged,
+ * within `BAN_LINES`. Behind an untrusted forwarding peer the peer's own key is charged
+ * `FORWARDER_SHARE` of each failure too, and a request is refused while either key is banned. A
+ * success clears the client's counters and bans, shadow bans included (spec 1.5: a successful login
+ * discards the failures before it), never its peer's (one client's success does not absolve the
+ * others the peer named); the clear is skipped when the peek saw no state at all, so a clean address
+ * costs no write.
  */
 export function guardAuthGate(
   authGate: Gate,
@@ -173,78 +188,92 @@ export function guardAuthGate(
   // Two budgets: the peers' kinds can never crowd the real addresses' one out of its slot.
   const banLines = new LogBudget(BAN_LINES);
   const forwardedBanLines = new LogBudget(BAN_LINES);
-  const failed = async (
-    ctx: RequestContext,
-    identifier: Identifier,
-    before: RateLimitResult,
-    err: unknown,
-    forwarder: string | undefined,
-  ) => {
+  /** Logs the bans (enforced or shadow) that `result` starts, not every failure during one. */
+  const logNewBans = (ctx: RequestContext, judged: Judged, result: RateLimitResult, peer: string | undefined) => {
+    const wasBanned = new Set(judged.before.evaluations.filter((e) => e.result === 'banned').map((e) => e.rule.name));
+    const banned = result.evaluations.filter((e) => e.result === 'banned' && !wasBanned.has(e.rule.name));
+    if (banned.length === 0) return;
+    const shadow = banned.every((e) => e.rule.action === 'log');
+    const fields = {
+      limiter: authFailure.name,
+      rules: banned.map((e) => e.rule.name),
+      ip: judged.identifier.ip,
+      shadow,
+      code: 'rate_limited',
+      retryAfterS: Math.max(1, Math.ceil(((result.info?.resetAtMs ?? clock.wallMs()) - clock.wallMs()) / 1000)),
+    };
+    const msg = shadow
+      ? 'address would be banned after failed authentications (shadow rule)'
+      : 'address banned after failed authentications';
+    const nowMs = clock.monotonicMs();
+    const turn = peer === undefined ? banLines.take('ban', nowMs) : forwardedBanLines.take(peer, nowMs);
+    if (turn.write) ctx.log.warn(turn.suppressed > 0 ? { ...fields, suppressed: turn.suppressed } : fields, msg);
+    else if (ctx.log.isLevelEnabled('debug')) ctx.log.debug(fields, msg);
+  };
+  const failed = async (ctx: RequestContext, subject: Subject, err: unknown, peer: string | undefined) => {
     if ((err as { code?: unknown }).code === 'unauthorized' && triedCredential(ctx)) {
-      const result = await authFailure.check(identifier);
-      // Log the failure that starts a ban, not every failure during a (shadow) ban.
-      const wasBanned = new Set(before.evaluations.filter((e) => e.result === 'banned').map((e) => e.rule.name));
-      const banned = result.evaluations.filter((e) => e.result === 'banned' && !wasBanned.has(e.rule.name));
-      if (banned.length > 0) {
-        const shadow = banned.every((e) => e.rule.action === 'log');
-        const fields = {
-          limiter: authFailure.name,
-          rules: banned.map((e) => e.rule.name),
-          ip: identifier.ip,
-          shadow,
-          code: 'rate_limited',
-          retryAfterS: Math.max(1, Math.ceil(((result.info?.resetAtMs ?? clock.wallMs()) - clock.wallMs()) / 1000)),
-        };
-        const msg = shadow
-          ? 'address would be banned after failed authentications (shadow rule)'
-          : 'address banned after failed authentications';
-        const nowMs = clock.monotonicMs();
-        const turn = forwarder === undefined ? banLines.take('ban', nowMs) : forwardedBanLines.take(forwarder, nowMs);
-        if (turn.write) ctx.log.warn(turn.suppressed > 0 ? { ...fields, suppressed: turn.suppressed } : fields, msg);
-        else if (ctx.log.isLevelEnabled('debug')) ctx.log.debug(fields, msg);
-      }
+      const { client, forwarder } = subject;
+      const [result, forwarderResult] = await Promise.all([
+        authFailure.check(client.identifier),
+        forwarder && authFailure.check(forwarder.identifier, { cost: FORWARDER_SHARE }),
+      ]);
+      logNewBans(ctx, client, result, peer);
+      if (forwarder && forwarderResult) logNewBans(ctx, forwarder, forwarderResult, peer);
     }
     throw err;
   };
-  const passed = (ctx: RequestContext, identifier: Identifier, before: RateLimitResult): undefined | Promise<void> => {
-    const hadState = before.evaluations.some((e) => e.result !== 'allow' || e.count > 0);
-    if (ctx.principal && hadState) return authFailure.clear(identifier);
+  const passed = (ctx: RequestContext, { client }: Subject): undefined | Promise<void> => {
+    const hadState = client.before.evaluations.some((e) => e.result !== 'allow' || e.count > 0);
+    if (ctx.principal && hadState) return authFailure.clear(client.identifier);
     return undefined;
   };
-  const guarded = (
-    ctx: RequestContext,
-    identifier: Identifier,
-    before: RateLimitResult,
-    forwarder: string | undefined,
-  ): undefined | Promise<void> => {
-    if (before.action === 'block')
-      throw blocked(before, clock.wallMs(), 'Too many failed authentications from this address; retry later.');
+  const guarded = (ctx: RequestContext, subject: Subject, peer: string | undefined): undefined | Promise<void> => {
+    for (const judged of [subject.client, subject.forwarder])
+      if (judged?.before.action === 'block')
+        throw blocked(judged.before, clock.wallMs(), 'Too many failed authentications from this address; retry later.');
     let pending: undefined | Promise<void>;
     try {
       pending = authGate(ctx);
     } catch (err) {
-      return failed(ctx, identifier, before, err, forwarder);
+      return failed(ctx, subject, err, peer);
     }
     if (pending)
       return pending.then(
-        () => passed(ctx, identifier, before),
-        (err: unknown) => failed(ctx, identifier, before, err, forwarder),
+        () => passed(ctx, subject),
+        (err: unknown) => failed(ctx, subject, err, peer),
       );
-    return passed(ctx, identifier, before);
+    return passed(ctx, subject);
   };
+  const peek = (identifier: Identifier) => authFailure.peekNow(identifier, { cost: 0 });
   return (ctx) => {
     if (ctx.access === 'public') return authGate(ctx);
     // Keyed as ban-identity.ts says: IPv6 by prefix, never a trusted proxy's own address.
     const who = identities.of(ctx.req.socket.remoteAddress, ctx.req.headers);
     if (who.untrustedForwarder !== undefined) options.onUntrustedForwarder?.(who.untrustedForwarder);
     if (who.key === undefined) return authGate(ctx);
-    const identifier: Identifier = { ip: who.key };
     // Behind an untrusted forwarder the client named is the sender's to choose, and so is each ban's
     // line: such a peer spends a budget of its own, never the one of the bans of real addresses.
-    const forwarder = who.untrustedForwarder;
-    const before = authFailure.peekNow(identifier, { cost: 0 });
-    return isPromise(before)
-      ? before.then((b) => guarded(ctx, identifier, b, forwarder))
-      : guarded(ctx, identifier, before, forwarder);
+    const peer = who.untrustedForwarder;
+    const identifier: Identifier = { ip: who.key };
+    const before = peek(identifier);
+    if (who.forwarderKey === undefined) {
+      const judge = (b: RateLimitResult) =>
+        guarded(ctx, { client: { identifier, before: b }, forwarder: undefined }, peer);
+      return isPromise(before) ? before.then(judge) : judge(before);
+    }
+    const forwarderIdentifier: Identifier = { ip: who.forwarderKey };
+    const forwarderBefore = peek(forwarderIdentifier);
+    const judge = (b: RateLimitResult, fb: RateLimitResult) =>
+      guarded(
+        ctx,
+        {
+          client: { identifier, before: b },
+          forwarder: { identifier: forwarderIdentifier, before: fb },
+        },
+        peer,
+      );
+    return isPromise(before) || isPromise(forwarderBefore)
+      ? Promise.all([before, forwarderBefore]).then(([b, fb]) => judge(b, fb))
+      : judge(before, forwarderBefore);
   };
 }

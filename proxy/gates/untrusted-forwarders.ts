@@ -27,7 +27,7 @@ export function createUntrustedForwarderReport(deps: {
       if (recordedAtMs.size >= maxPeers) return;
       deps.log.warn(
         { peer, code: 'untrusted_forwarder' },
-        'a peer that is not in ARKVORY_TRUSTED_PROXIES sends X-Forwarded-For/Forwarded: its client addresses are not believed (bans from it are keyed per peer and claimed client); if it is your router or proxy, add it to ARKVORY_TRUSTED_PROXIES (docs/router.md)',
+        'a peer that is not in ARKVORY_TRUSTED_PROXIES sends X-Forwarded-For/Forwarded: its client addresses are not believed (bans from it are keyed per peer and claimed client, and charge the peer an eighth of each failure); if it is your router or proxy, add it to ARKVORY_TRUSTED_PROXIES (docs/router.md)',
       );
     }
     recordedAtMs.set(peer, now);

@@ -2,8 +2,9 @@
  * Bans and headers behind a router (issue #35), with real gateway and router processes on loopback
  * and clients bound to their own loopback addresses (127.0.0.2, 127.0.0.3, …; Linux routes all of
  * 127/8): one client's failed keys through the router never lock out another, with the default
- * settings and with a gateway that does not trust the router; IPv6 clients are banned by prefix and
- * by canonical address; the ban lines a peer forging X-Forwarded-For can mint are bounded; two
+ * settings, with a gateway that does not trust the router, and behind a trusted proxy that sends
+ * `Forwarded` alone; a direct client naming a new X-Forwarded-For with each bad key is banned all
+ * the same; IPv6 clients are banned by prefix and by canonical address; the ban lines a peer forging X-Forwarded-For can mint are bounded; two
  * Authorization headers are refused by gateway and router alike; every answer carries
  * `X-Content-Type-Options: nosniff`.
  */
@@ -15,6 +16,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { useTestDatabase } from '../../test/support/database.ts';
 import { runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { roomInWindow } from '../../test/harness/index.ts';
+import { FORWARDER_SHARE } from '../gates/ban-identity.ts';
 import { BAN_LINES } from '../gates/rate-limit-gate.ts';
 
 const db = useTestDatabase();
@@ -134,13 +136,55 @@ describe('a trusted proxy that names its clients with Forwarded alone (RFC 7239,
   });
 });
 
+describe('a client naming a new X-Forwarded-For with each bad key', () => {
+  it('from an untrusted address: its claimed clients charge it, and it is banned after 160 failures, whatever it names', async () => {
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+    const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const as = (client: string | undefined, key: string) =>
+      from('127.0.0.9', `${writer.url}${ADMIN_PATH}`, {
+        ...bearer(key),
+        ...(client ? { 'x-forwarded-for': client } : {}),
+      });
+    const failures = 20 / FORWARDER_SHARE;
+    const statuses: number[] = [];
+    // Every failure of this run must fall in one window of the shipped rule.
+    await roomInWindow(60_000, 30_000);
+    for (let i = 0; i < failures + 4; i++)
+      statuses.push((await as(`10.${(i >> 8) & 255}.${i & 255}.1`, badKey(admin.keyId))).status);
+    // The failure past 160 starts the peer's ban; each claimed client failed once only.
+    expect(statuses.slice(0, failures + 1)).toEqual(new Array(failures + 1).fill(401));
+    expect(statuses.slice(failures + 1)).toEqual([429, 429, 429]);
+    expect((await as('10.9.9.1', admin.key)).status).toBe(429);
+    expect((await as(undefined, admin.key)).status).toBe(429);
+    expect((await from('127.0.0.10', `${writer.url}${ADMIN_PATH}`, bearer(admin.key))).status).toBe(200);
+    const bans = writer.logLines().filter((l) => l.msg === 'address banned after failed authentications');
+    expect(bans.map((l) => l.ip)).toEqual(['127.0.0.9']);
+  });
+
+  it('through a trusted router: 9 clients failing 20 times each (180 failures) ban nobody, and the router keeps serving', async () => {
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+    const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const router = await startRouter(writer);
+    const get = (address: string, key: string) => from(address, `${router.url}${ADMIN_PATH}`, bearer(key));
+    const clients = Array.from({ length: 9 }, (_, i) => `127.0.0.${i + 11}`);
+    expect(clients.length * 20).toBeGreaterThan(20 / FORWARDER_SHARE);
+    await roomInWindow(60_000, 30_000);
+    for (const client of clients)
+      for (let i = 0; i < 20; i++) expect((await get(client, badKey(admin.keyId))).status, client).toBe(401);
+    for (const client of clients) expect((await get(client, admin.key)).status, client).toBe(200);
+    expect((await get('127.0.0.20', admin.key)).status).toBe(200);
+    expect(writer.logLines().filter((l) => l.msg === 'address banned after failed authentications')).toEqual([]);
+  });
+});
+
 describe('ban lines', () => {
-  it('bans minted by an untrusted peer naming 8 clients: all enforced, at most 5 lines, and a real address still gets its own', async () => {
+  it('bans minted by an untrusted peer naming 7 clients: all enforced, at most 5 lines, and a real address still gets its own', async () => {
     const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
     const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_TRUSTED_PROXIES: 'none' } });
     const as = (client: string, key: string) =>
       from('127.0.0.1', `${writer.url}${ADMIN_PATH}`, { ...bearer(key), 'x-forwarded-for': client });
-    const claimed = Array.from({ length: 8 }, (_, i) => `198.51.100.${i + 1}`);
+    // 7 × 21 failures: short of the 160 that would ban the peer itself (FORWARDER_SHARE).
+    const claimed = Array.from({ length: 7 }, (_, i) => `198.51.100.${i + 1}`);
     await oneMinute();
     for (const client of claimed)
       for (let i = 0; i < 21; i++) expect((await as(client, badKey(admin.keyId))).status).toBe(401);
