@@ -362,7 +362,7 @@ export const GATEWAY_METRICS = [
     name: 'arkvory_trace_spans_dropped_total',
     type: 'counter',
     labels: ['reason'],
-    help: 'Spans lost instead of slowing a request, by reason: queue_full (OTEL_BSP_MAX_QUEUE_SIZE spans were already waiting or being sent) or export_failed (the collector refused, was unreachable or did not answer within OTEL_EXPORTER_OTLP_TIMEOUT).',
+    help: 'Spans lost instead of slowing a request, by reason: queue_full (OTEL_BSP_MAX_QUEUE_SIZE spans were already waiting or being sent) or export_failed (the collector refused, was unreachable or had not finished answering within OTEL_EXPORTER_OTLP_TIMEOUT).',
   },
   {
     name: 'arkvory_trace_spans_pending',

@@ -15,33 +15,89 @@ export interface ExportCounts {
   droppedExportFailed: number;
 }
 
-/** Counts what `inner` exported or failed to, and tells `settled` how many spans it answered for. */
+/** The timers an export's deadline runs on; tests pass their own. */
+export interface ExportTimers {
+  setTimeout(fn: () => void, ms: number): unknown;
+  clearTimeout(handle: unknown): void;
+}
+
+/** Node's timers, unreferenced: a pending deadline never keeps the process up. */
+export const systemTimers: ExportTimers = {
+  setTimeout: (fn, ms) => setTimeout(fn, ms).unref(),
+  clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout),
+};
+
+/** An export the collector did not finish answering within the export timeout. */
+export class ExportTimeoutError extends Error {
+  readonly code = 'export_timeout';
+  constructor(timeoutMs: number) {
+    super(`OTLP export not answered within ${timeoutMs} ms`);
+    this.name = 'ExportTimeoutError';
+  }
+}
+
+/**
+ * Counts what `inner` exported or failed to, and tells `settled` how many spans it answered for.
+ * Every export is answered within `timeoutMs`: the OTLP transport's own timeout is an idle one, so a
+ * collector that trickles its answer would hold an export, and its spans' room in the bound, for as
+ * long as it trickles. Past the deadline the export counts as failed and a late answer is ignored.
+ */
 export class CountingExporter implements SpanExporter {
   readonly #inner: SpanExporter;
   readonly #counts: ExportCounts;
   readonly #settled: (spans: number) => void;
+  readonly #timeoutMs: number;
+  readonly #timers: ExportTimers;
 
-  constructor(inner: SpanExporter, counts: ExportCounts, settled: (spans: number) => void) {
+  constructor(
+    inner: SpanExporter,
+    counts: ExportCounts,
+    settled: (spans: number) => void,
+    options: { timeoutMs: number; timers?: ExportTimers },
+  ) {
     this.#inner = inner;
     this.#counts = counts;
     this.#settled = settled;
+    this.#timeoutMs = options.timeoutMs;
+    this.#timers = options.timers ?? systemTimers;
   }
 
   export(spans: ReadableSpan[], resultCallback: (result: ExportResult) => void): void {
-    this.#inner.export(spans, (result) => {
+    let answered = false;
+    const answer = (result: ExportResult) => {
+      if (answered) return;
+      answered = true;
+      this.#timers.clearTimeout(timer);
       if (result.code === ExportResultCode.SUCCESS) this.#counts.exported += spans.length;
       else this.#counts.droppedExportFailed += spans.length;
       this.#settled(spans.length);
       resultCallback(result);
-    });
+    };
+    const timer = this.#timers.setTimeout(
+      () => answer({ code: ExportResultCode.FAILED, error: new ExportTimeoutError(this.#timeoutMs) }),
+      this.#timeoutMs,
+    );
+    this.#inner.export(spans, answer);
   }
 
+  /** The inner exporter's, bounded by the export timeout: it waits for exports a trickle holds. */
   shutdown(): Promise<void> {
-    return this.#inner.shutdown();
+    return this.#bounded(this.#inner.shutdown());
   }
 
   forceFlush(): Promise<void> {
-    return this.#inner.forceFlush?.() ?? Promise.resolve();
+    return this.#bounded(this.#inner.forceFlush?.() ?? Promise.resolve());
+  }
+
+  #bounded(work: Promise<void>): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = this.#timers.setTimeout(resolve, this.#timeoutMs);
+      const done = () => {
+        this.#timers.clearTimeout(timer);
+        resolve();
+      };
+      work.then(done, done);
+    });
   }
 }
 

@@ -109,7 +109,9 @@ export function openTracing(config: TracingConfig, options: { role: string; log:
     timeoutMillis: config.exportTimeoutMs,
   });
   let bounded: BoundedProcessor | undefined;
-  const counting = new CountingExporter(exporter, counts, (n) => bounded?.settled(n));
+  const counting = new CountingExporter(exporter, counts, (n) => bounded?.settled(n), {
+    timeoutMs: config.exportTimeoutMs,
+  });
   const batch = new BatchSpanProcessor({
     exporter: counting,
     maxQueueSize: config.maxQueueSize,
