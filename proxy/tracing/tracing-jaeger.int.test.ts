@@ -3,8 +3,10 @@
  * gateway whose store is a static-HTTP store (nginx), and its query API gives the trace back. A
  * download through the router is one trace: router span → gateway span → auth, rate-limit,
  * admission and store spans and the client span to the store, attributes as docs/tracing.md lists
- * them, no key, token or query string anywhere. A client's `traceparent` is continued.
+ * them, no key, token or query string anywhere. A client's `traceparent` is continued. An
+ * absolute-form target's user info is in no span.
  */
+import net from 'node:net';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { KEY_PATTERN } from '../../policy/auth/key-format.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
@@ -203,4 +205,46 @@ it('follows an unsampled client trace (flag 00): answered, its id in both reques
   expect((await request(`${router.url}${artifact}/content`, { headers: bearer(key) })).status).toBe(200);
   await traceWith(await routerTraceId(linesBefore), [CONTENT_SPAN]);
   expect(await jaeger.trace(unsampled)).toBeUndefined();
+}, 60_000);
+
+/** A GET of `target` as written, over a socket of its own; the status line's code. */
+function rawGet(url: string, target: string, headers: Record<string, string>): Promise<number> {
+  const { hostname, port, host } = new URL(url);
+  const head = [`GET ${target} HTTP/1.1`, `Host: ${host}`, ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`)];
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(Number(port), hostname, () =>
+      socket.write(`${head.join('\r\n')}\r\nConnection: close\r\n\r\n`),
+    );
+    let data = '';
+    socket.setEncoding('latin1');
+    socket.on('data', (chunk: string) => (data += chunk));
+    socket.on('end', () => resolve(Number(/^HTTP\/1\.1 (\d{3})/.exec(data)?.[1])));
+    socket.on('error', reject);
+  });
+}
+
+it("records an absolute-form target's path without its user info, on the router and on the gateway", async () => {
+  const password = 'S3cretPassw0rd-91c2';
+  for (const [origin, traceId] of [
+    [router.url, 'feedfacefeedfacefeedfacefeed0001'],
+    [gateway.url, 'feedfacefeedfacefeedfacefeed0002'],
+  ] as const) {
+    const target = `http://alice:${password}@${new URL(origin).host}${artifact}/content?x-sig=${QUERY_SECRET}`;
+    const status = await rawGet(origin, target, {
+      authorization: bearer(key).authorization!,
+      traceparent: `00-${traceId}-${CLIENT_SPAN_ID}-01`,
+    });
+    expect(status).toBe(200);
+    const trace =
+      origin === router.url
+        ? await traceWith(traceId, [CONTENT_SPAN])
+        : await jaeger.traceWith(traceId, [CONTENT_SPAN, 'arkvory.auth']);
+    const servers = trace.spans.filter((s) => tag(s, 'span.kind') === 'server');
+    expect(servers).toHaveLength(origin === router.url ? 2 : 1);
+    for (const span of servers) expect(tag(span, 'url.path')).toBe(`${artifact}/content`);
+    const text = JSON.stringify(trace);
+    expect(text).not.toContain(password);
+    expect(text).not.toContain('alice');
+    expect(text).not.toContain(QUERY_SECRET);
+  }
 }, 60_000);

@@ -30,6 +30,7 @@ import type { TracingConfig } from '../config/config.ts';
 import { BoundedProcessor, CountingExporter, type ExportCounts } from './bounded-export.ts';
 import { RequestTrace } from './request-trace.ts';
 import { createSampler } from './sampler.ts';
+import { spanPath } from './span-path.ts';
 import { traceUndiciRequests } from './undici-spans.ts';
 
 export interface Tracing {
@@ -72,22 +73,21 @@ function hostOf(req: IncomingMessage): { address: string; port: number | undefin
 }
 
 /**
- * The server span's HTTP semantic-convention attributes: the path only, never the query (a
- * pre-signed link's signature is in it); the method `_OTHER` unless a known one, the Host and the
- * user agent cut short (a client's to size). `http.request.method_original` is left out: it would
- * be the unbounded method again.
+ * The server span's HTTP semantic-convention attributes: the routed path only (span-path.ts), never
+ * the query (a pre-signed link's signature is in it) nor an absolute-form target's user info; the
+ * method `_OTHER` unless a known one, the Host and the user agent cut short (a client's to size).
+ * `http.request.method_original` is left out: it would be the unbounded method again.
  */
 function serverAttributes(req: IncomingMessage, method: string, peer: string | undefined): Attributes {
-  const target = req.url ?? '/';
-  const query = target.indexOf('?');
+  const path = spanPath(req.url ?? '/');
   const host = hostOf(req);
   const encrypted = (req.socket as { encrypted?: boolean } | null)?.encrypted === true;
   const attributes: Attributes = {
     [ATTR_HTTP_REQUEST_METHOD]: method,
-    [ATTR_URL_PATH]: query === -1 ? target : target.slice(0, query),
     [ATTR_URL_SCHEME]: encrypted ? 'https' : 'http',
     [ATTR_NETWORK_PROTOCOL_VERSION]: req.httpVersion,
   };
+  if (path !== undefined) attributes[ATTR_URL_PATH] = path;
   if (host) attributes[ATTR_SERVER_ADDRESS] = host.address.slice(0, SERVER_ADDRESS_LENGTH_LIMIT);
   if (host?.port !== undefined) attributes[ATTR_SERVER_PORT] = host.port;
   if (peer) attributes[ATTR_NETWORK_PEER_ADDRESS] = peer;
