@@ -152,6 +152,7 @@ export function buildConfig(v: VariableValues, derived: Derived, cwd: string): C
     },
     tls: derived.tls,
     tracing: derived.tracing,
+    traceContextFrom: v.str('ARKVORY_TRACE_CONTEXT_FROM') as Config['traceContextFrom'],
     outboundCaFile:
       v.optStr('ARKVORY_TLS_CA_FILE') === undefined ? undefined : path.resolve(cwd, v.str('ARKVORY_TLS_CA_FILE')),
     refusePlainHttpCredentials: v.values.get('ARKVORY_REFUSE_PLAIN_HTTP_CREDENTIALS') as boolean,

@@ -375,6 +375,9 @@ describe('loadConfig', () => {
 
   it('tracing: off unless an OTLP endpoint is set; OTEL_SDK_DISABLED and OTEL_TRACES_EXPORTER=none turn it off', () => {
     expect(loadConfig({}).tracing).toBeUndefined();
+    // Read with tracing off too: a router then passes on only the contexts it would continue.
+    expect(loadConfig({}).traceContextFrom).toBe('any');
+    expect(loadConfig({ ARKVORY_TRACE_CONTEXT_FROM: 'none' }).traceContextFrom).toBe('none');
     const on = loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318/' }).tracing;
     expect(on).toMatchObject({
       url: 'http://collector:4318/v1/traces',
@@ -382,7 +385,6 @@ describe('loadConfig', () => {
       samplerRatio: 1,
       maxQueueSize: 2048,
       maxExportBatchSize: 512,
-      contextFrom: 'any',
       recordPrincipal: false,
       serviceName: 'arkvory',
     });

@@ -71,7 +71,6 @@ export function checkTracing(v: VariableValues): TracingConfig | undefined {
     batchTimeoutMs: v.num('OTEL_BSP_EXPORT_TIMEOUT'),
     maxQueueSize: queue,
     maxExportBatchSize: batch,
-    contextFrom: v.str('ARKVORY_TRACE_CONTEXT_FROM') as TracingConfig['contextFrom'],
     recordPrincipal: v.values.get('ARKVORY_TRACE_PRINCIPAL') === true,
   };
 }

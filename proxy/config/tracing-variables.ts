@@ -113,7 +113,7 @@ export const TRACING_VARIABLES = [
     name: 'ARKVORY_TRACE_CONTEXT_FROM',
     kind: { type: 'enum', values: ['any', 'trusted-proxies', 'none'] },
     defaultValue: 'any',
-    doc: 'Whose W3C `traceparent`/`tracestate` a request may continue: `any` client, only peers in ARKVORY_TRUSTED_PROXIES (`trusted-proxies`; others start a new trace), or `none`.',
+    doc: "Whose W3C `traceparent`/`tracestate` a request may continue: `any` client, only peers in ARKVORY_TRUSTED_PROXIES (`trusted-proxies`; others start a new trace), or `none`. A router with tracing off passes a client's on to the gateway only when this would continue it, and strips it otherwise.",
   },
   {
     name: 'ARKVORY_TRACE_PRINCIPAL',

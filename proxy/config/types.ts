@@ -139,6 +139,11 @@ export interface Config {
     | undefined;
   /** OpenTelemetry tracing (OTEL_* variables, docs/tracing.md); undefined = off. */
   readonly tracing: TracingConfig | undefined;
+  /**
+   * Whose `traceparent`/`tracestate` a request may continue; a router with tracing off passes on
+   * only those it would continue (docs/tracing.md).
+   */
+  readonly traceContextFrom: 'any' | 'trusted-proxies' | 'none';
   /** Extra CAs trusted for every outgoing TLS connection (ARKVORY_TLS_CA_FILE). */
   readonly outboundCaFile: string | undefined;
   /** A gateway refuses credentials over plain HTTP from non-loopback peers (403 `tls_required`). */
@@ -172,8 +177,6 @@ export interface TracingConfig {
   readonly batchTimeoutMs: number;
   readonly maxQueueSize: number;
   readonly maxExportBatchSize: number;
-  /** Whose `traceparent` a request may continue. */
-  readonly contextFrom: 'any' | 'trusted-proxies' | 'none';
   /** `enduser.id` on server spans. */
   readonly recordPrincipal: boolean;
 }

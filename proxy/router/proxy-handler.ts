@@ -61,8 +61,9 @@ export interface ProxyHandler {
   /**
    * `ids.reqId` (the router's own) is forwarded as `x-request-id`; `ids.answerId` (the client's
    * sane id, else the router's) is the one its answer carries. `log` gives the request's logger
-   * (made on first use: most requests log nothing through it). `traceHeaders`: the router's own
-   * `traceparent`/`tracestate` (tracing on), replacing the client's.
+   * (made on first use: most requests log nothing through it). `traceHeaders`: the trace context
+   * that replaces the client's `traceparent`/`tracestate` (the router's own span's, or none);
+   * undefined passes the client's on as they are.
    */
   handle(
     req: IncomingMessage,
@@ -333,7 +334,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
   };
 }
 
-/** The client's trace context out of `list`, the router's span's in: the gateway continues the router's span. */
+/** The client's trace context out of `list`, `traceHeaders` (the router span's, or none) in. */
 function replaceTraceContext(list: string[], traceHeaders: readonly string[]): void {
   for (let i = list.length - 2; i >= 0; i -= 2) {
     const name = list[i]!.toLowerCase();

@@ -27,7 +27,7 @@ import type { ClientFaults } from './client-faults.ts';
 import { findClientFault } from './forwardable.ts';
 import { asHttp1Head } from './http2-head.ts';
 import type { ProxyHandler } from './proxy-handler.ts';
-import type { ServerTracing } from '../server/http-server.ts';
+import type { Tracing } from '../tracing/tracing.ts';
 import type { RouterStats } from './router-stats.ts';
 import { ROUTER_BUSY } from './upstream-errors.ts';
 
@@ -54,6 +54,9 @@ export interface RouterServer {
   readonly frontDoor: FrontDoor;
 }
 
+/** No trace context for the gateway: the client's is taken out and none put in. */
+const NO_TRACE_CONTEXT: readonly string[] = [];
+
 export function createRouterServer(options: {
   pool: BackendPool;
   handler: ProxyHandler;
@@ -65,7 +68,12 @@ export function createRouterServer(options: {
   /** The certificate to serve; undefined = plain HTTP. */
   tls?: ServedTls;
   /** A server span per forwarded request, its context sent on to the gateway; undefined = off. */
-  tracing?: ServerTracing;
+  tracing?: Tracing;
+  /**
+   * Whether a peer's `traceparent`/`tracestate` may be continued (ARKVORY_TRACE_CONTEXT_FROM). With
+   * tracing off the router passes them on only then: a gateway trusting the router trusts them.
+   */
+  mayContinue: (peer: string | undefined) => boolean;
   /** One worker of several: the workers of the instance, for `/health/status`. */
   workers?: () => Promise<Record<string, unknown>>;
   /** Counts requests in flight and those refused over `maxInFlight`. */
@@ -163,17 +171,29 @@ export function createRouterServer(options: {
     let reqLog: Logger | undefined;
     const tracing = options.tracing;
     if (tracing === undefined) {
-      outcome = handler.handle(req, res, { reqId, answerId }, () => (reqLog ??= log.child({ reqId, clientReqId })));
+      const foreign =
+        (req.headers.traceparent !== undefined || req.headers.tracestate !== undefined) &&
+        !options.mayContinue(req.socket.remoteAddress);
+      outcome = handler.handle(
+        req,
+        res,
+        { reqId, answerId },
+        () => (reqLog ??= log.child({ reqId, clientReqId })),
+        foreign ? NO_TRACE_CONTEXT : undefined,
+      );
       return;
     }
-    const traced = tracing.tracing.startServer(req, tracing.mayContinue);
+    const traced = tracing.startServer(req, options.mayContinue);
     traceId = traced.traceId;
+    // Always the router's own context, sampled or not (an unsampled span's says so, flags 00): the
+    // gateway continues what the router decided, never a client's trace id or sampled flag that the
+    // router did not take.
     const routed = handler.handle(
       req,
       res,
       { reqId, answerId },
       () => (reqLog ??= log.child({ reqId, clientReqId, traceId: traced.traceId })),
-      traced.isRecording ? tracing.tracing.headersOf(traced) : undefined,
+      tracing.headersOf(traced),
     );
     outcome = routed;
     res.once('close', () => {

@@ -96,7 +96,8 @@ export async function runRouter(
       stats,
       maxInFlight: defaultMaxInFlight(descriptorLimit() ?? 1024),
       tls,
-      tracing: tracing && { tracing, mayContinue: traceContextFrom(config) },
+      tracing,
+      mayContinue: traceContextFrom(config),
       ...(instance
         ? {
             workers: async () => {
