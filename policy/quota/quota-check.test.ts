@@ -35,6 +35,17 @@ describe('quota checks', () => {
     expect(quotaRefusal([], 11)).toBeUndefined();
   });
 
+  it('a reservation pinned to a blob asks for what it adds: nothing fits even a quota over its usage', () => {
+    expect(quotaRefusal([{ ...repo(50, 70, 30), addedBytes: 0 }], 1000)).toBeUndefined();
+    expect(quotaRefusal([{ ...repo(100, 60, 30), addedBytes: 10 }], 1000)).toBeUndefined();
+    expect(quotaRefusal([{ ...repo(100, 60, 30), addedBytes: 11 }], 1000)).toMatchObject({
+      requestedBytes: 11,
+      remainingBytes: 10,
+    });
+    // Unpinned, an empty reservation still does not fit a quota over its usage.
+    expect(quotaRefusal([repo(50, 70, 30)], 0)).toMatchObject({ requestedBytes: 0, remainingBytes: 0 });
+  });
+
   it('the error carries the numbers in its body fields', () => {
     const err = quotaExceeded(quotaRefusal([repo(100, 60, 30)], 25)!);
     expect(err.code).toBe('quota_exceeded');

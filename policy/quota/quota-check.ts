@@ -18,6 +18,12 @@ export interface QuotaState {
   readonly storedBytes: number;
   /** Bytes live reservations of other uploads hold. */
   readonly reservedBytes: number;
+  /**
+   * What the reservation being decided adds to the usage when it is pinned to a blob: 0 when the
+   * subject already counts that blob (stored, or reserved by another upload of it); undefined for
+   * an ordinary reservation, which adds all its bytes.
+   */
+  readonly addedBytes?: number | undefined;
 }
 
 export interface QuotaRefusal {
@@ -29,12 +35,23 @@ export interface QuotaRefusal {
   readonly remainingBytes: number;
 }
 
-/** The first quota that `requestedBytes` more would exceed (usage + requested > limit), or undefined. */
+/**
+ * The first quota that `requestedBytes` more (a state's `addedBytes` when set) would exceed (usage +
+ * requested > limit), or undefined. A pinned reservation that adds nothing fits every quota, even
+ * one lowered below its usage: bytes already counted are no further use of it.
+ */
 export function quotaRefusal(states: readonly QuotaState[], requestedBytes: number): QuotaRefusal | undefined {
   for (const state of states) {
+    if (state.addedBytes === 0) continue;
+    const added = state.addedBytes ?? requestedBytes;
     const usageBytes = state.storedBytes + state.reservedBytes;
-    if (usageBytes + requestedBytes > state.limitBytes)
-      return { state, requestedBytes, usageBytes, remainingBytes: Math.max(0, state.limitBytes - usageBytes) };
+    if (usageBytes + added > state.limitBytes)
+      return {
+        state,
+        requestedBytes: added,
+        usageBytes,
+        remainingBytes: Math.max(0, state.limitBytes - usageBytes),
+      };
   }
   return undefined;
 }

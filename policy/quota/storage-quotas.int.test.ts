@@ -182,6 +182,82 @@ describe('storage quotas (real PostgreSQL)', () => {
     expect((await quotas.show('repository', repository)).reservedBytes).toBe(0);
   });
 
+  it('a reservation pinned to a blob the subject counts costs nothing, counts again if its last row goes, and counts once with others of the same blob', async () => {
+    const repository = await freshRepository();
+    const { principalId } = await createServiceAccount(db.pool);
+    const catalog = createCatalog(db.pool);
+    const quotas = createStorageQuotas(db.pool);
+    await catalog.insertOrGet(entry(repository, 'held', sha(31), 1000, principalId));
+    await quotas.set('repository', repository, 1000); // full
+    const pinned = (await quotas.reserve({ repository, principalId, bytes: 1000, sha256: sha(31) }))!;
+    expect(await quotas.show('repository', repository)).toMatchObject({ storedBytes: 1000, reservedBytes: 0 });
+    // The same bytes unpinned, or new bytes pinned, still need room.
+    await expect(quotas.reserve({ repository, principalId, bytes: 1000 })).rejects.toMatchObject({
+      code: 'quota_exceeded',
+      details: { requestedBytes: 1000, remainingBytes: 0 },
+    });
+    await expect(quotas.reserve({ repository, principalId, bytes: 1, sha256: sha(32) })).rejects.toMatchObject({
+      code: 'quota_exceeded',
+      details: { requestedBytes: 1 },
+    });
+    // The last row holding the blob goes while the upload runs: the delete frees no room the
+    // upload will take back, the reservation counts the bytes now.
+    await catalog.remove({ repository, kind: 'artifact', name: 'held', version: '', asset: '' });
+    expect(await quotas.show('repository', repository)).toMatchObject({
+      storedBytes: 0,
+      reservedBytes: 1000,
+      remainingBytes: 0,
+    });
+    await expect(quotas.reserve({ repository, principalId, bytes: 1 })).rejects.toMatchObject({
+      code: 'quota_exceeded',
+    });
+    // Another upload of the same blob shares them: counted once.
+    const second = (await quotas.reserve({ repository, principalId, bytes: 1000, sha256: sha(31) }))!;
+    expect(await quotas.show('repository', repository)).toMatchObject({ reservedBytes: 1000 });
+    // Publishing settles one; the other counts nothing again, the blob being stored.
+    await catalog.insertOrGet(entry(repository, 'again', sha(31), 1000, principalId), {
+      settleReservation: pinned.id,
+    });
+    expect(await quotas.show('repository', repository)).toMatchObject({ storedBytes: 1000, reservedBytes: 0 });
+    await second.release();
+    // A quota lowered below its usage still takes bytes it already counts, and no new ones.
+    await quotas.set('repository', repository, 10);
+    const over = await quotas.reserve({ repository, principalId, bytes: 1000, sha256: sha(31) });
+    expect(over).toBeDefined();
+    await over!.release();
+    await expect(quotas.reserve({ repository, principalId, bytes: 0 })).rejects.toMatchObject({
+      code: 'quota_exceeded',
+    });
+    expect(await reservationRows(repository)).toBe('0');
+  });
+
+  it('a pinned reservation costs a principal the blob unless it published it in that repository', async () => {
+    const repository = await freshRepository();
+    const other = await freshRepository();
+    const publisher = await createServiceAccount(db.pool);
+    const uploader = await createServiceAccount(db.pool);
+    const catalog = createCatalog(db.pool);
+    const quotas = createStorageQuotas(db.pool);
+    await catalog.insertOrGet(entry(repository, 'by-publisher', sha(41), 700, publisher.principalId));
+    await catalog.insertOrGet(entry(repository, 'by-uploader', sha(42), 300, uploader.principalId));
+    await catalog.insertOrGet(entry(other, 'by-uploader', sha(41), 700, uploader.principalId));
+    await quotas.set('repository', repository, 1000); // full
+    const request = { repository, principalId: uploader.principalId };
+    // Only the repository's quota: every blob it holds is free again.
+    await (await quotas.reserve({ ...request, bytes: 700, sha256: sha(41) }))!.release();
+    // The uploader's quota counts what it published in each repository: the blob it published in
+    // `other` is new to it in `repository`.
+    await quotas.set('principal', uploader.principalId, 1000); // 300 + 700 used
+    await expect(quotas.reserve({ ...request, bytes: 700, sha256: sha(41) })).rejects.toMatchObject({
+      code: 'quota_exceeded',
+      details: { scope: 'principal', requestedBytes: 700, remainingBytes: 0 },
+    });
+    const free = (await quotas.reserve({ ...request, bytes: 300, sha256: sha(42) }))!;
+    expect(free).toBeDefined();
+    await free.release();
+    expect(await reservationRows(repository)).toBe('0');
+  });
+
   it("a principal's quota applies to its uploads in every repository; no quota, no reservation", async () => {
     const a = await freshRepository();
     const b = await freshRepository();

@@ -21,35 +21,55 @@ export const DEFAULT_RESERVATION_TTL_MS = 60_000;
 /** A chunked upload's reservation grows by this much at a time (one round trip per step). */
 export const DEFAULT_RESERVATION_STEP_BYTES = 8 * 1024 * 1024;
 
-/** Usage as the catalog counts it: each blob once per repository (`sha256` is the blob). */
-const STORED_SQL: Record<QuotaScope, string> = {
-  repository: `SELECT coalesce(sum(size_bytes), 0)
-                 FROM (SELECT DISTINCT sha256, size_bytes FROM arkvory_artifacts WHERE repository = $1) b`,
-  principal: `SELECT coalesce(sum(size_bytes), 0)
-                FROM (SELECT DISTINCT repository, sha256, size_bytes FROM arkvory_artifacts
-                       WHERE published_by = $1::uuid) b`,
-};
-const RESERVED_SQL: Record<QuotaScope, string> = {
-  repository: `SELECT coalesce(sum(bytes), 0) FROM arkvory_quota_reservations
-                WHERE repository = $1 AND expires_at > now() AND id IS DISTINCT FROM $2::uuid`,
-  principal: `SELECT coalesce(sum(bytes), 0) FROM arkvory_quota_reservations
-               WHERE principal_id = $1::uuid AND expires_at > now() AND id IS DISTINCT FROM $2::uuid`,
+/** Which catalog rows and reservations count against a subject ($1). */
+const FILTERS: Record<QuotaScope, { readonly artifacts: string; readonly reservations: string }> = {
+  repository: { artifacts: 'repository = $1', reservations: 'repository = $1' },
+  principal: { artifacts: 'published_by = $1::uuid', reservations: 'principal_id = $1::uuid' },
 };
 /**
  * Stored and reserved bytes in one statement, so in one snapshot: a publish that commits between two
  * statements (read committed) would be counted in neither, its row not yet seen and its reservation
  * already gone, and a concurrent reservation could take the same room twice.
+ *
+ * Stored: each blob once per repository (`sha256` is the blob). Reserved: an ordinary reservation
+ * counts its bytes; one pinned to a blob (`sha256`) counts nothing while the subject's catalog rows
+ * in its repository hold that blob, and those pinned to the same blob count once, the largest (they
+ * publish one blob). Reservation `$2` is left out; `$3, $4, $5` (repository, sha256, bytes; bytes
+ * null for none) is the one being decided, and `with_candidate` is the reserved bytes with it.
  */
 const USAGE_SQL: Record<QuotaScope, string> = {
-  repository: `SELECT (${STORED_SQL.repository})::text AS stored, (${RESERVED_SQL.repository})::text AS reserved`,
-  principal: `SELECT (${STORED_SQL.principal})::text AS stored, (${RESERVED_SQL.principal})::text AS reserved`,
+  repository: usageSql(FILTERS.repository),
+  principal: usageSql(FILTERS.principal),
 };
+
+function usageSql(filter: (typeof FILTERS)[QuotaScope]): string {
+  return `WITH stored AS (SELECT DISTINCT repository, sha256, size_bytes FROM arkvory_artifacts WHERE ${filter.artifacts}),
+     held AS (SELECT repository, sha256, bytes, false AS candidate FROM arkvory_quota_reservations
+               WHERE ${filter.reservations} AND expires_at > now() AND id IS DISTINCT FROM $2::uuid
+              UNION ALL
+              SELECT $3::text, $4::text, $5::bigint, true WHERE $5::bigint IS NOT NULL),
+     counted AS (SELECT * FROM held h
+                  WHERE h.sha256 IS NULL
+                     OR NOT EXISTS (SELECT 1 FROM stored s WHERE s.repository = h.repository AND s.sha256 = h.sha256)),
+     pinned AS (SELECT max(bytes) FILTER (WHERE NOT candidate) AS without_candidate, max(bytes) AS with_candidate
+                  FROM counted WHERE sha256 IS NOT NULL GROUP BY repository, sha256)
+SELECT (SELECT coalesce(sum(size_bytes), 0) FROM stored)::text AS stored,
+       ((SELECT coalesce(sum(bytes) FILTER (WHERE NOT candidate), 0) FROM counted WHERE sha256 IS NULL)
+        + (SELECT coalesce(sum(without_candidate), 0) FROM pinned))::text AS reserved,
+       ((SELECT coalesce(sum(bytes), 0) FROM counted WHERE sha256 IS NULL)
+        + (SELECT coalesce(sum(with_candidate), 0) FROM pinned))::text AS with_candidate`;
+}
 
 export interface ReservationRequest {
   readonly repository: string;
   /** The uploading principal; null for none (then only the repository's quota applies). */
   readonly principalId: string | null;
   readonly bytes: number;
+  /**
+   * The blob the bytes are declared to be (lowercase hex): the reservation is pinned to it and costs
+   * nothing to a quota that already counts it in `repository`. Undefined: the bytes count.
+   */
+  readonly sha256?: string | undefined;
 }
 
 /** An upload's claim on its quotas, from before its body is read until it is published or fails. */
@@ -111,15 +131,29 @@ export interface StorageQuotaOptions {
 
 type Queryable = Pick<pg.ClientBase, 'query'>;
 
-/** A subject's stored and reserved bytes, read at one instant (`USAGE_SQL`); `except` is left out of the reserved. */
+/**
+ * A subject's stored and reserved bytes, read at one instant (`USAGE_SQL`); `except` is left out of
+ * the reserved, and `withCandidateBytes` is the reserved with `candidate` too.
+ */
 async function usageBytes(
   client: Queryable,
   scope: QuotaScope,
   subject: string,
   except: string | null,
-): Promise<{ storedBytes: number; reservedBytes: number }> {
-  const { rows } = await client.query<{ stored: string; reserved: string }>(USAGE_SQL[scope], [subject, except]);
-  return { storedBytes: Number(rows[0]!.stored), reservedBytes: Number(rows[0]!.reserved) };
+  candidate?: ReservationRequest,
+): Promise<{ storedBytes: number; reservedBytes: number; withCandidateBytes: number }> {
+  const { rows } = await client.query<{ stored: string; reserved: string; with_candidate: string }>(USAGE_SQL[scope], [
+    subject,
+    except,
+    candidate?.repository ?? null,
+    candidate?.sha256 ?? null,
+    candidate?.bytes ?? null,
+  ]);
+  return {
+    storedBytes: Number(rows[0]!.stored),
+    reservedBytes: Number(rows[0]!.reserved),
+    withCandidateBytes: Number(rows[0]!.with_candidate),
+  };
 }
 
 /** As arkvory_repositories.name (0002): a quota may name a repository before it exists. */
@@ -140,7 +174,7 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
   /** The quotas that apply, locked in a fixed order (repository, then principal) for this transaction. */
   const lockedStates = async (
     client: pg.PoolClient,
-    request: Omit<ReservationRequest, 'bytes'>,
+    request: ReservationRequest,
     except: string | null,
   ): Promise<QuotaState[]> => {
     const { rows } = await client.query<{ scope: QuotaScope; subject: string; limit_bytes: string }>(
@@ -155,11 +189,15 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
         QUOTA_LOCK_CLASS,
         `${row.scope}:${row.subject}`,
       ]);
+      const usage = await usageBytes(client, row.scope, row.subject, except, request);
       states.push({
         scope: row.scope,
         subject: row.subject,
         limitBytes: Number(row.limit_bytes),
-        ...(await usageBytes(client, row.scope, row.subject, except)),
+        storedBytes: usage.storedBytes,
+        reservedBytes: usage.reservedBytes,
+        // Pinned to a blob, it adds what the subject does not already count (or hold reserved).
+        ...(request.sha256 !== undefined ? { addedBytes: usage.withCandidateBytes - usage.reservedBytes } : {}),
       });
     }
     return states;
@@ -179,10 +217,10 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
           [request.repository, request.principalId],
         );
       await client.query(
-        `INSERT INTO arkvory_quota_reservations (id, repository, principal_id, bytes, expires_at)
-         VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5::double precision / 1000))
+        `INSERT INTO arkvory_quota_reservations (id, repository, principal_id, bytes, expires_at, sha256)
+         VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5::double precision / 1000), $6)
          ON CONFLICT (id) DO UPDATE SET bytes = EXCLUDED.bytes, expires_at = EXCLUDED.expires_at`,
-        [id, request.repository, request.principalId, request.bytes, ttlMs],
+        [id, request.repository, request.principalId, request.bytes, ttlMs, request.sha256 ?? null],
       );
       return true;
     });

@@ -15,7 +15,8 @@ import { APT_TEMPLATE, aptAssetKey, CONTENT_TEMPLATES, keyFromParams, pathOfKey 
 import { type ContentPlan, planContentResponse } from './response.ts';
 import { sendSegments } from './stream.ts';
 import { PolicyError } from '../../policy/errors.ts';
-import type { QuotaReservation, StorageQuotas } from '../../policy/quota/storage-quotas.ts';
+import type { StorageQuotas } from '../../policy/quota/storage-quotas.ts';
+import { UploadQuota } from '../../policy/quota/upload-quota.ts';
 import { GatewayError } from '../server/errors.ts';
 import { sendError, sendJson } from '../server/http-errors.ts';
 import type { RequestContext, Route } from '../server/route-types.ts';
@@ -171,25 +172,9 @@ function declaredContentType(ctx: RequestContext): string {
   return raw;
 }
 
-/**
- * A body without Content-Length, counted against its reservation: the reservation grows as bytes
- * arrive and the upload fails with `quota_exceeded` (nothing published) at the chunk that would not fit.
- */
-async function* withinReservation(
-  body: AsyncIterable<Uint8Array>,
-  reservation: QuotaReservation,
-): AsyncGenerator<Uint8Array> {
-  let receivedBytes = 0;
-  for await (const chunk of body) {
-    receivedBytes += chunk.byteLength;
-    if (receivedBytes > reservation.bytes) await reservation.ensure(receivedBytes);
-    yield chunk;
-  }
-}
-
 async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext): Promise<void> {
   const { req, res } = ctx;
-  let reservation: QuotaReservation | undefined;
+  let quota: UploadQuota | undefined;
   try {
     if (!deps.store.writable) throw readOnlyError();
     const key = keyFromParams(kind, ctx.params);
@@ -202,12 +187,18 @@ async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext
     }
     const expectedSha256 = parseContentDigestSha256(header(ctx, 'content-digest'));
     const contentType = declaredContentType(ctx);
-    // Before 100 Continue: a declared size that does not fit is refused before a body byte is read.
-    reservation = await deps.quotas?.reserve({
-      repository: key.repository,
-      principalId: ctx.principal?.id ?? null,
-      bytes: length ?? 0,
-    });
+    // Before 100 Continue: a declared size that does not fit is refused before a body byte is read,
+    // unless the body may be bytes the quotas already count (then it is admitted by its digest).
+    const held =
+      deps.quotas &&
+      (await UploadQuota.open(deps.quotas, {
+        repository: key.repository,
+        principalId: ctx.principal?.id ?? null,
+        declaredBytes: length,
+        declaredSha256: expectedSha256,
+        current: () => deps.catalog.get(key),
+      }));
+    quota = held;
     // Before 100 Continue too: a repository's transfer bound may refuse the upload (429 busy).
     const metered = deps.meters?.upload?.(ctx);
     const meter = metered instanceof Promise ? await metered : metered;
@@ -217,8 +208,8 @@ async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext
     const body = req.iterator({ destroyOnReturn: false });
     const result = await publishArtifact(deps, {
       key,
-      body: reservation && length === undefined ? withinReservation(body, reservation) : body,
-      settleReservation: reservation?.id,
+      body: held && length === undefined ? held.meter(body) : body,
+      admit: held && ((staged) => held.admit(staged)),
       contentType,
       publishedBy: ctx.principal?.id ?? null,
       stage: {
@@ -242,7 +233,7 @@ async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext
     throw err;
   } finally {
     // Settled by the publish already, or given back now; if PostgreSQL fails here it expires by itself.
-    await reservation?.release().catch((err: unknown) => ctx.log.warn({ err }, 'quota reservation not released'));
+    await quota?.release().catch((err: unknown) => ctx.log.warn({ err }, 'quota reservation not released'));
   }
 }
 

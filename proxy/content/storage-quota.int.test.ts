@@ -6,11 +6,12 @@
  * published and its reservation given back.
  */
 import { createHash } from 'node:crypto';
-import { readdir } from 'node:fs/promises';
+import { readdir, stat } from 'node:fs/promises';
 import http from 'node:http';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { formatContentDigest } from './digest.ts';
 import { createTestDatabase, useTestDatabase } from '../../test/support/database.ts';
 import { startGateway } from '../../test/support/gateway.ts';
 import { waitUntil } from '../../test/harness/index.ts';
@@ -32,10 +33,21 @@ interface Answer {
  * A PUT that sends its body only after 100 Continue (`Expect: 100-continue`), or at once in chunks
  * (no Content-Length) when `chunked`.
  */
-function put(url: string, key: string, body: Buffer, chunked = false, agent?: http.Agent): Promise<Answer> {
+function put(
+  url: string,
+  key: string,
+  body: Buffer,
+  chunked = false,
+  agent?: http.Agent,
+  extraHeaders: Record<string, string> = {},
+): Promise<Answer> {
   return new Promise((resolve, reject) => {
     let continued = false;
-    const headers: Record<string, string> = { ...bearer(key), 'content-type': 'application/octet-stream' };
+    const headers: Record<string, string> = {
+      ...bearer(key),
+      'content-type': 'application/octet-stream',
+      ...extraHeaders,
+    };
     if (chunked) headers['transfer-encoding'] = 'chunked';
     else Object.assign(headers, { 'content-length': String(body.length), expect: '100-continue' });
     const req = http.request(url, { method: 'PUT', headers, agent: agent ?? false });
@@ -173,6 +185,183 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
     expect((await quota()).body).toMatchObject({ storedBytes: limit, remainingBytes: 0 });
 
     expect((await quota('DELETE')).status).toBe(204);
+    expect(await gw.stop()).toBe(0);
+  });
+
+  it('bytes the repository already holds cost nothing more: into a full quota, the same bytes again are answered unchanged, under another name published; new bytes are still refused', async () => {
+    const repository = 'quota-held';
+    await createRepository(db.pool, repository);
+    const writer = await createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
+    // Principal quotas: `other` has room for one copy of the bytes, `full` for none.
+    const other = await createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
+    const full = await createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const artifact = (name: string) => `${gw.url}/api/v1/repositories/${repository}/artifacts/${name}`;
+    const setQuota = (scope: string, subject: string, bytes: number) =>
+      db.pool.query(`INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ($1, $2, $3)`, [
+        scope,
+        subject,
+        bytes,
+      ]);
+    const bytes = payload(500, MiB);
+    const digest = { 'content-digest': formatContentDigest(createHash('sha256').update(bytes).digest('hex')) };
+    // Every row's size: the repository's usage counts the one blob once.
+    const stored = async () =>
+      (
+        await db.pool.query<{ n: string; rows: string }>(
+          `SELECT coalesce(sum(size_bytes), 0)::text AS n, count(*)::text AS rows FROM arkvory_artifacts WHERE repository = $1`,
+          [repository],
+        )
+      ).rows[0]!;
+
+    await setQuota('repository', repository, MiB);
+    expect((await put(artifact('a'), writer.key, bytes)).status).toBe(201);
+    await setQuota('principal', other.principalId, MiB);
+    await setQuota('principal', full.principalId, MiB - 1);
+
+    // The same name, the same bytes: unchanged (an idempotent retry), declared digest or not, chunked or not.
+    for (const [how, chunked, headers] of [
+      ['Content-Length', false, {}],
+      ['Content-Length and Content-Digest', false, digest],
+      ['chunked', true, {}],
+      ['chunked with Content-Digest', true, digest],
+    ] as const) {
+      const again = await put(artifact('a'), writer.key, bytes, chunked, undefined, headers);
+      expect({ how, status: again.status, sha256: again.body.sha256 }).toEqual({
+        how,
+        status: 200,
+        sha256: createHash('sha256').update(bytes).digest('hex'),
+      });
+    }
+    // Another principal's retry of the same name is unchanged too, even with no room of its own.
+    expect((await put(artifact('a'), full.key, bytes)).status).toBe(200);
+
+    // Another name, the same bytes with their digest declared: published, costing the repository
+    // nothing more, decided before the body as every upload is.
+    for (const [name, chunked] of [
+      ['b', false],
+      ['c', true],
+    ] as const) {
+      const answer = await put(artifact(name), writer.key, bytes, chunked, undefined, digest);
+      expect({ name, status: answer.status }).toEqual({ name, status: 201 });
+    }
+    // Without a declared digest the bytes are unknown until read: refused before the body (chunked,
+    // where it crosses the quota), as any upload that does not fit.
+    expect(await put(artifact('b2'), writer.key, bytes)).toMatchObject({
+      status: 507,
+      continued: false,
+      body: { code: 'quota_exceeded', scope: 'repository', requestedBytes: MiB },
+    });
+    expect(await put(artifact('c2'), writer.key, bytes, true)).toMatchObject({
+      status: 507,
+      body: { code: 'quota_exceeded', scope: 'repository' },
+    });
+    // A principal that had not published them is charged them (once), within its own quota...
+    expect((await put(artifact('d'), other.key, bytes, false, undefined, digest)).status).toBe(201);
+    expect((await put(artifact('e'), other.key, bytes, true, undefined, digest)).status).toBe(201);
+    // ...and refused past it, though the repository would take them.
+    expect(await put(artifact('f'), full.key, bytes, false, undefined, digest)).toMatchObject({
+      status: 507,
+      continued: false,
+      body: { code: 'quota_exceeded', scope: 'principal', subject: full.principalId, requestedBytes: MiB },
+    });
+    expect(await stored()).toEqual({ n: String(5 * MiB), rows: '5' });
+
+    // New bytes are still refused: before their body, or chunked where they cross the quota.
+    const fresh = payload(501, MiB);
+    const freshDigest = { 'content-digest': formatContentDigest(createHash('sha256').update(fresh).digest('hex')) };
+    const refusals = [
+      await put(artifact('new-1'), writer.key, fresh),
+      await put(artifact('new-2'), writer.key, fresh, false, undefined, freshDigest),
+      await put(artifact('new-3'), writer.key, fresh, true),
+      await put(artifact('new-4'), writer.key, fresh, true, undefined, freshDigest),
+      // Under the name of held bytes, more bytes than it holds: cut where they pass its size.
+      await put(artifact('a'), writer.key, payload(502, 2 * MiB), true),
+    ];
+    expect(refusals.map((r) => [r.status, r.body.code, r.body.scope])).toEqual(
+      Array.from({ length: 5 }, () => [507, 'quota_exceeded', 'repository']),
+    );
+    expect(refusals.slice(0, 2).map((r) => r.continued)).toEqual([false, false]);
+    // Under the name of held bytes, other bytes of its size: read (they might have been the same),
+    // then the conflict any other bytes under a published name get.
+    expect((await put(artifact('a'), writer.key, fresh)).body.code).toBe('conflict');
+    expect(await stored()).toEqual({ n: String(5 * MiB), rows: '5' });
+    // Nothing of them kept: the held blob only, nothing staged, no reservation left.
+    const blobs = (await filesUnder(path.join(gw.dataDir, 'blobs'))).map((f) => path.basename(f));
+    expect(blobs).not.toContain(createHash('sha256').update(fresh).digest('hex'));
+    expect(blobs).toContain(createHash('sha256').update(bytes).digest('hex'));
+    expect(await filesUnder(path.join(gw.dataDir, 'tmp'))).toEqual([]);
+    expect((await db.pool.query('SELECT id FROM arkvory_quota_reservations')).rows).toEqual([]);
+    expect(await gw.stop()).toBe(0);
+  });
+
+  it('a retry read on probation whose name is deleted meanwhile is decided by its digest: new bytes to the repository are refused, nothing kept', async () => {
+    const repository = 'quota-retry-race';
+    await createRepository(db.pool, repository);
+    const writer = await createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
+    // The retry and the upload that takes its room run at once.
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_MAX_UPLOADS_PER_PRINCIPAL: '2' } });
+    const artifact = (name: string) => `${gw.url}/api/v1/repositories/${repository}/artifacts/${name}`;
+    await db.pool.query(
+      `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ('repository', $1, $2)`,
+      [repository, 2 * MiB],
+    );
+    const held = payload(600, 2 * MiB);
+    expect((await put(artifact('a'), writer.key, held)).status).toBe(201); // the quota is full
+
+    // The same bytes again, chunked and without a digest: its first chunk cannot be reserved, so the
+    // body is read on probation (the name holds a blob that large). It stops halfway.
+    let answer: Answer | Error | undefined;
+    const retry = http.request(artifact('a'), {
+      method: 'PUT',
+      headers: { ...bearer(writer.key), 'transfer-encoding': 'chunked' },
+      agent: false,
+    });
+    retry.on('response', (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => {
+        answer = {
+          status: res.statusCode!,
+          body: JSON.parse(Buffer.concat(chunks).toString() || '{}'),
+          continued: false,
+        };
+      });
+    });
+    retry.on('error', (err) => {
+      answer ??= err;
+    });
+    retry.write(held.subarray(0, MiB + 64 * 1024));
+    const staged = async () => {
+      for (const file of await filesUnder(path.join(gw.dataDir, 'tmp')))
+        if (((await stat(file).catch(() => undefined))?.size ?? 0) >= MiB) return true;
+      return false;
+    };
+    await waitUntil(async () => answer !== undefined || (await staged()), {
+      what: 'the retry to be staged or answered',
+      timeoutMs: 30_000,
+    });
+    expect(answer).toBeUndefined(); // still reading, not refused
+
+    // Meanwhile its name goes, and new bytes take the room it gave back.
+    expect((await fetch(artifact('a'), { method: 'DELETE', headers: bearer(writer.key) })).status).toBe(204);
+    expect((await put(artifact('other'), writer.key, payload(601, 2 * MiB))).status).toBe(201);
+
+    // The retry ends: no longer unchanged, its bytes are new to the repository again, and do not fit.
+    retry.end(held.subarray(MiB + 64 * 1024));
+    await waitUntil(() => answer !== undefined, { what: 'the retry to be answered', timeoutMs: 30_000 });
+    expect(answer).toMatchObject({
+      status: 507,
+      body: { code: 'quota_exceeded', scope: 'repository', requestedBytes: 2 * MiB, remainingBytes: 0 },
+    });
+    expect((await fetch(`${artifact('a')}/content`, { headers: bearer(writer.key) })).status).toBe(404);
+    expect(await filesUnder(path.join(gw.dataDir, 'tmp'))).toEqual([]);
+    expect((await db.pool.query('SELECT id FROM arkvory_quota_reservations')).rows).toEqual([]);
+    const stored = await db.pool.query<{ n: string }>(
+      `SELECT sum(size_bytes)::text AS n FROM arkvory_artifacts WHERE repository = $1`,
+      [repository],
+    );
+    expect(stored.rows[0]!.n).toBe(String(2 * MiB));
     expect(await gw.stop()).toBe(0);
   });
 

@@ -17,6 +17,14 @@ export interface PublishRequest {
   readonly stager?: ((options: StageOptions) => Promise<StagedBlob | undefined>) | undefined;
   /** A storage-quota reservation the catalog insert settles (deletes) in the same statement. */
   readonly settleReservation?: string | undefined;
+  /**
+   * Decides on the staged bytes, once known and unless already published under the key, before
+   * they are committed: returns the storage-quota reservation to settle (instead of
+   * `settleReservation`), or rejects to publish nothing.
+   */
+  readonly admit?:
+    | ((staged: { readonly sha256: string; readonly sizeBytes: number }) => Promise<string | undefined>)
+    | undefined;
 }
 
 /** `created`: a new row; `unchanged`: the same bytes were already published under the key. */
@@ -40,6 +48,7 @@ export async function publishArtifact(
   try {
     const existing = await deps.catalog.get(request.key);
     if (existing) return compare(existing, staged.sha256);
+    const settleReservation = request.admit ? await request.admit(staged) : request.settleReservation;
     await staged.commit();
     // Digests before the row: a reader that finds the row can verify every slice it fills.
     if (staged.sliceDigests) await deps.catalog.recordSlices?.(staged.sha256, staged.sliceDigests);
@@ -51,7 +60,7 @@ export async function publishArtifact(
         contentType: request.contentType,
         publishedBy: request.publishedBy,
       },
-      { settleReservation: request.settleReservation },
+      { settleReservation },
     );
     return inserted ? { outcome: 'created', entry } : compare(entry, staged.sha256);
   } finally {
