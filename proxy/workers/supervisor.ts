@@ -9,32 +9,20 @@
 import cluster, { type Worker } from 'node:cluster';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
-import { AggregatorRegistry, type Registry } from 'prom-client';
+import type { Registry } from 'prom-client';
 import type { Clock } from '../../policy/clock.ts';
 import type { Config } from '../config/config.ts';
 import { type MetricsServer, startMetricsServer } from '../metrics/metrics-endpoint.ts';
 import { registerWorkerMetrics } from '../metrics/worker-metrics.ts';
 import { EXIT, logStartupFailure } from '../server/startup-failure.ts';
 import { type StopSignals, watchStopSignals } from '../server/stop-signals.ts';
+import { type Family, sumInstance } from './instance-metrics.ts';
 import { Link } from './link.ts';
 import type { Hello, WorkerView } from './worker-instance.ts';
 
 /** A worker that dies this soon after its start is waited for this long before the next one (a crash loop). */
 const QUICK_DEATH_MS = 5000;
 const RESTART_BACKOFF_MS = 1000;
-
-/**
- * Families whose workers all report the same setting or state: the scrape shows one value (the
- * smallest for an expiry, the largest otherwise) rather than their sum.
- */
-const NOT_SUMMED: Readonly<Record<string, 'max' | 'min'>> = {
-  arkvory_bandwidth_limit_bytes_per_second: 'max',
-  arkvory_store_state: 'max',
-  arkvory_lease_state: 'max',
-  arkvory_tls_certificate_expiry_timestamp_seconds: 'min',
-  arkvory_database_login_privileged: 'max',
-  arkvory_router_gateways: 'max',
-};
 
 /** What the role keeps for the whole instance in the coordinating process. */
 export interface InstanceParts {
@@ -108,20 +96,13 @@ export class WorkerSupervisor {
     const exitCodes: number[] = [];
 
     const metricsText = async () => {
-      type Family = { name: string; aggregator?: string };
-      const lists: Family[][] = [await parts.registry.getMetricsAsJSON()];
+      const lists: Family[][] = [(await parts.registry.getMetricsAsJSON()) as Family[]];
       const answers = await Promise.allSettled(
         slots.filter((s) => s.state !== 'starting').map((s) => s.link.call<Family[]>('metrics.json')),
       );
       for (const a of answers) if (a.status === 'fulfilled') lists.push(a.value);
-      // prom-client aggregates a family as its first list says: say it in each.
-      for (const list of lists)
-        for (const m of list) {
-          const how = NOT_SUMMED[m.name];
-          if (how) m.aggregator = how;
-        }
-      const summed = AggregatorRegistry.aggregate(lists);
-      return { contentType: summed.contentType, body: await summed.metrics() };
+      const summed = sumInstance(lists);
+      return { contentType: summed.contentType, body: await summed.body };
     };
 
     const views = (): WorkerView[] => slots.map((s) => ({ index: s.index, state: s.state, restarts: s.restarts }));
