@@ -11,11 +11,13 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { Clock } from '../../policy/clock.ts';
+import { systemTimers } from '../../policy/timers.ts';
 import type { Config } from '../config/config.ts';
 import { type MetricsServer, startMetricsServer } from '../metrics/metrics-endpoint.ts';
 import { registerWorkerMetrics } from '../metrics/worker-metrics.ts';
 import { EXIT, logStartupFailure } from '../server/startup-failure.ts';
 import { type StopSignals, watchStopSignals } from '../server/stop-signals.ts';
+import { FreshRuns } from './fresh-runs.ts';
 import { type Family, sumInstance } from './instance-metrics.ts';
 import { Link } from './link.ts';
 import type { Hello, WorkerView } from './worker-instance.ts';
@@ -23,6 +25,13 @@ import type { Hello, WorkerView } from './worker-instance.ts';
 /** A worker that dies this soon after its start is waited for this long before the next one (a crash loop). */
 const QUICK_DEATH_MS = 5000;
 const RESTART_BACKOFF_MS = 1000;
+
+/**
+ * Sums of the instance's families begin at least this far apart (docs/metrics.md): a flood of
+ * scrapes costs this process at most four sums a second, which keeps it answering the workers'
+ * policy calls (rate-limit counters, admission) well within their timeout.
+ */
+const SCRAPE_SPACING_MS = 250;
 
 /** What the role keeps for the whole instance in the coordinating process. */
 export interface InstanceParts {
@@ -95,15 +104,19 @@ export class WorkerSupervisor {
     const done = new Promise<void>((resolve) => (allExited = resolve));
     const exitCodes: number[] = [];
 
-    const metricsText = async () => {
-      const lists: Family[][] = [(await parts.registry.getMetricsAsJSON()) as Family[]];
+    const sumFamilies = async () => {
       const answers = await Promise.allSettled(
         slots.filter((s) => s.state !== 'starting').map((s) => s.link.call<Family[]>('metrics.json')),
       );
+      const lists: Family[][] = [];
       for (const a of answers) if (a.status === 'fulfilled') lists.push(a.value);
+      lists.unshift((await parts.registry.getMetricsAsJSON()) as Family[]);
       const summed = sumInstance(lists);
       return { contentType: summed.contentType, body: await summed.body };
     };
+    // Every scrape of the instance, from any worker or the metrics port, shares these sums.
+    const sums = new FreshRuns(sumFamilies, clock, systemTimers, SCRAPE_SPACING_MS);
+    const metricsText = () => sums.get();
 
     const views = (): WorkerView[] => slots.map((s) => ({ index: s.index, state: s.state, restarts: s.restarts }));
 

@@ -2,6 +2,9 @@
  * The worker side of a gateway instance with several workers: its link to the coordinating process
  * (run-primary.ts), its index, and what it reads of the instance (the workers, the metrics sum).
  */
+import { systemClock } from '../../policy/clock.ts';
+import { systemTimers } from '../../policy/timers.ts';
+import { FreshRuns } from './fresh-runs.ts';
 import { Link } from './link.ts';
 
 export interface WorkerView {
@@ -52,6 +55,14 @@ export async function joinInstance(): Promise<WorkerInstance> {
   });
   const hello = await link.call<Hello>('hello');
   let workerViews: readonly WorkerView[] = [];
+  // This worker's scrapes waiting at once make one call: the coordinating process's work stays one
+  // call per worker however many scrapes arrive (it spaces its sums itself).
+  const metrics = new FreshRuns(
+    () => link.call<{ contentType: string; body: string }>('metrics'),
+    systemClock,
+    systemTimers,
+    0,
+  );
   return {
     ...hello,
     link,
@@ -61,7 +72,7 @@ export async function joinInstance(): Promise<WorkerInstance> {
     async refresh() {
       workerViews = await link.call<WorkerView[]>('workers');
     },
-    metrics: () => link.call('metrics'),
+    metrics: () => metrics.get(),
     ready: () => link.call('ready'),
     serving: () => link.note('serving'),
   };
