@@ -195,6 +195,12 @@ export const GATEWAY_METRICS = [
     help: 'Workers of this instance replaced after their process died (ARKVORY_WORKERS above 1).',
   },
   {
+    name: 'arkvory_workers_unanswered',
+    type: 'gauge',
+    labels: [],
+    help: 'Workers whose families this scrape lacks: they did not answer the coordinating process within 2 s (stopped, hung or just died; ARKVORY_WORKERS above 1); 0 when every worker is in it.',
+  },
+  {
     name: 'arkvory_admission_active',
     type: 'gauge',
     labels: ['kind'],

@@ -169,6 +169,7 @@ export async function serveGateway(
         metrics.registry,
         () => [workerState(lifecycle)],
         () => 0,
+        () => 0,
       );
     }
     built = {

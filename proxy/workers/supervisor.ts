@@ -27,6 +27,11 @@ const QUICK_DEATH_MS = 5000;
 const RESTART_BACKOFF_MS = 1000;
 
 /**
+ * How long a scrape waits for a worker's families: one stopped or hung leaves the scrape without
+ * them (counted in `arkvory_workers_unanswered`) rather than holding every scrape of the instance.
+ */
+const SCRAPE_WORKER_DEADLINE_MS = 2000;
+/**
  * Sums of the instance's families begin at least this far apart (docs/metrics.md): a flood of
  * scrapes costs this process at most four sums a second, which keeps it answering the workers'
  * policy calls (rate-limit counters, admission) well within their timeout.
@@ -86,10 +91,12 @@ export class WorkerSupervisor {
     const clock = this.#clock;
     const slots: Slot[] = [];
     let restartsTotal = 0;
+    let unanswered = 0;
     registerWorkerMetrics(
       parts.registry,
       () => slots.map((s) => s.state),
       () => restartsTotal,
+      () => unanswered,
     );
 
     let stopping = false;
@@ -106,10 +113,14 @@ export class WorkerSupervisor {
 
     const sumFamilies = async () => {
       const answers = await Promise.allSettled(
-        slots.filter((s) => s.state !== 'starting').map((s) => s.link.call<Family[]>('metrics.json')),
+        slots
+          .filter((s) => s.state !== 'starting')
+          .map((s) => s.link.call<Family[]>('metrics.json', undefined, AbortSignal.timeout(SCRAPE_WORKER_DEADLINE_MS))),
       );
       const lists: Family[][] = [];
       for (const a of answers) if (a.status === 'fulfilled') lists.push(a.value);
+      // Read after the workers answered: this sum's own count of the ones left out.
+      unanswered = answers.length - lists.length;
       lists.unshift((await parts.registry.getMetricsAsJSON()) as Family[]);
       const summed = sumInstance(lists);
       return { contentType: summed.contentType, body: await summed.body };

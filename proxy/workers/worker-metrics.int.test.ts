@@ -1,25 +1,36 @@
 /**
  * /metrics of an instance of two worker processes (ARKVORY_WORKERS=2) over real sockets: a flood
  * of anonymous scrapes leaves the coordinating process answering the workers' rate-limit calls in
- * time (no limit fails open).
+ * time (no limit fails open), and a stopped worker leaves the scrape without its families, counted,
+ * instead of hanging every scrape.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Agent, request as undiciRequest } from 'undici';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { Agent, type Client, request as undiciRequest } from 'undici';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { readsByPrincipal, writeRateLimitsFile } from '../../test/harness/index.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { request } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { startGateway } from '../../test/support/gateway.ts';
-import { waitForWorkers } from '../../test/support/worker-instance.ts';
+import { connectionsOnBothWorkers, waitForWorkers, workerPid } from '../../test/support/worker-instance.ts';
 
 const db = useTestDatabase();
+const clients: Client[] = [];
 let reader: string;
 
 beforeAll(async () => {
   await createRepository(db.pool, 'wm');
   ({ key: reader } = await createServiceAccount(db.pool, { grants: { wm: 'read' }, scopes: ['read'] }));
 });
+
+afterEach(async () => {
+  await Promise.all(clients.splice(0).map((c) => c.destroy()));
+});
+
+function sample(text: string, name: string): number | undefined {
+  const line = new RegExp(`^${name} (\\S+)$`, 'm').exec(text);
+  return line ? Number(line[1]) : undefined;
+}
 
 describe('/metrics of an instance of workers', () => {
   it('a flood of anonymous scrapes: the rate limit of a principal still holds, none fails open', async () => {
@@ -61,5 +72,31 @@ describe('/metrics of an instance of workers', () => {
       await agent.close();
       await gw.stop();
     }
+  });
+
+  it('a stopped worker: the scrape answers without its families and counts it unanswered', async () => {
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_WORKERS: '2' } });
+    await waitForWorkers(gw, (s) => s.workers.filter((w) => w.state === 'serving').length === 2);
+    const [onZero] = await connectionsOnBothWorkers(gw.url, clients, 1);
+    const scrape = async () => {
+      const res = await onZero!.client.request({ path: '/metrics', method: 'GET' });
+      expect(res.statusCode).toBe(200);
+      return res.body.text();
+    };
+    expect(sample(await scrape(), 'arkvory_workers_unanswered')).toBe(0);
+    const victim = await workerPid(gw, 1);
+    process.kill(victim, 'SIGSTOP');
+    try {
+      // The coordinating process waits 2 s for the stopped worker; far less than this bound.
+      const text = await Promise.race([scrape(), sleep(15_000).then(() => 'no answer within 15 s')]);
+      expect(text).not.toBe('no answer within 15 s');
+      expect(sample(text, 'arkvory_workers_unanswered')).toBe(1);
+      // Worker 0's families (the store state is a worker's) are in it still.
+      expect(sample(text, 'arkvory_store_state\\{state="ok"\\}')).toBe(1);
+    } finally {
+      process.kill(victim, 'SIGCONT');
+    }
+    expect(sample(await scrape(), 'arkvory_workers_unanswered')).toBe(0);
+    await gw.stop();
   });
 });
