@@ -1,9 +1,10 @@
 /**
  * ARKVORY_CACHE_MAX_FILES through the real cache on a real directory: tiny slices far under the
- * byte bound still evict the least recently used once the file bound is reached.
+ * byte bound still evict the least recently used once the file bound is reached; slices left on disk
+ * beyond lower bounds (a smaller ARKVORY_CACHE_MAX_BYTES, more workers sharing it) are evicted at open.
  */
 import { createHash } from 'node:crypto';
-import { readdir, rm } from 'node:fs/promises';
+import { mkdir, readdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { makeTempDir } from '../../test/harness/index.ts';
@@ -70,5 +71,27 @@ describe('SliceCache: the file bound', () => {
     } finally {
       cache.close();
     }
+  });
+
+  it('evicts at open what is held beyond the bounds it opens with', async () => {
+    dir = await makeTempDir('arkvory-slice-files-');
+    const slices = ['a', 'b', 'c', 'd'].map((c) => path.join(dir!, 'slices', `${c}${c}`, `${c.repeat(64)}-65536-0`));
+    for (const file of slices) {
+      await mkdir(path.dirname(file), { recursive: true });
+      await writeFile(file, Buffer.alloc(65536));
+    }
+    const onDisk = async () =>
+      (await readdir(path.join(dir!, 'slices'), { recursive: true, withFileTypes: true })).filter((e) => e.isFile())
+        .length;
+    const open = (maxBytes: number, maxFiles: number) =>
+      SliceCache.open({ dir: dir!, maxBytes, maxFiles, minFreeBytes: 0, log: { info() {}, warn() {} } });
+    const byBytes = await open(3 * 65536, 100);
+    byBytes.close();
+    expect(byBytes.stats).toMatchObject({ heldSlices: 3, heldBytes: 3 * 65536, evictions: 1 });
+    expect(await onDisk()).toBe(3);
+    const byFiles = await open(2 ** 30, 1);
+    byFiles.close();
+    expect(byFiles.stats).toMatchObject({ heldSlices: 1, heldBytes: 65536, evictions: 2 });
+    expect(await onDisk()).toBe(1);
   });
 });

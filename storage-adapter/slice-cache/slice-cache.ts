@@ -164,10 +164,15 @@ export class SliceCache {
     this.#options = options;
   }
 
-  /** Makes the directory (a missing one is a cold start), empties tmp/ and indexes the slices there. */
+  /**
+   * Makes the directory (a missing one is a cold start), empties tmp/, indexes the slices there and
+   * evicts down to the bounds (they may be lower than when the slices were kept: a smaller
+   * ARKVORY_CACHE_MAX_BYTES, or more workers sharing it).
+   */
   static async open(options: SliceCacheOptions): Promise<SliceCache> {
     const cache = new SliceCache(options);
     await cache.#scan();
+    await cache.#evictOverBounds();
     return cache;
   }
 
@@ -200,6 +205,20 @@ export class SliceCache {
           handle: undefined,
         });
       }
+    }
+    this.#updateHeld();
+  }
+
+  /** At open, nothing pinned: the least recently indexed slices go until the held ones fit. */
+  async #evictOverBounds(): Promise<void> {
+    const { maxBytes, maxFiles } = this.#options;
+    const bytes = this.#index.bytes - maxBytes;
+    const files = this.#index.size - maxFiles;
+    const victims = this.#index.victims(bytes, files) ?? this.#index.all();
+    for (const victim of victims) {
+      this.#index.remove(victim.key);
+      this.stats.evictions++;
+      await unlink(this.#file(victim.key)).catch(() => {});
     }
     this.#updateHeld();
   }
