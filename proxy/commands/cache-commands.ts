@@ -7,19 +7,24 @@ import { recordCliAction } from './cli-audit.ts';
 import { loadCliConfig, openCliPool } from './cli-database.ts';
 import { defineCommand, form, UsageError, type Command } from './command.ts';
 
-/** What the slice cache directory holds (read from the directory: works with the gateway stopped). */
+/**
+ * What the slice cache directory holds (read from the directory: works with the gateway stopped):
+ * a single process's slices/ and every worker's w<index>/slices/ together.
+ */
 async function diskStats(dir: string): Promise<{ dir: string; slices: number; bytes: number; blobs: number }> {
   let slices = 0;
   let bytes = 0;
   const blobs = new Set<string>();
-  const root = path.join(dir, 'slices');
-  for (const shard of await readdir(root).catch(() => [])) {
-    for (const name of await readdir(path.join(root, shard)).catch(() => [])) {
-      const parsed = /^([0-9a-f]{64})-\d+-\d+$/.exec(name);
-      if (!parsed) continue;
-      slices++;
-      bytes += (await stat(path.join(root, shard, name)).catch(() => ({ size: 0 }))).size;
-      blobs.add(parsed[1]!);
+  const workers = (await readdir(dir).catch(() => [])).filter((name) => /^w\d+$/.test(name));
+  for (const root of [dir, ...workers.map((w) => path.join(dir, w))].map((d) => path.join(d, 'slices'))) {
+    for (const shard of await readdir(root).catch(() => [])) {
+      for (const name of await readdir(path.join(root, shard)).catch(() => [])) {
+        const parsed = /^([0-9a-f]{64})-\d+-\d+$/.exec(name);
+        if (!parsed) continue;
+        slices++;
+        bytes += (await stat(path.join(root, shard, name)).catch(() => ({ size: 0 }))).size;
+        blobs.add(parsed[1]!);
+      }
     }
   }
   return { dir, slices, bytes, blobs: blobs.size };
@@ -31,8 +36,8 @@ export const cacheCommand: Command = defineCommand({
   description: `purge: asks every gateway to drop its cached slices of a blob (by --sha256, or by --repository and
 --artifact); each does within the catalog cache's bound (2 s), through the database (ARKVORY_DATABASE_URL, or the
 embedded one on the same ARKVORY_DATA_DIR). The store is not touched: the next read fetches and verifies again.
-stats: what the cache directory (ARKVORY_CACHE_DIR) holds, read from disk; live counters are
-GET /api/v1/admin/cache on a gateway and its /metrics. Output is JSON on stdout.`,
+stats: what the cache directory (ARKVORY_CACHE_DIR) holds, every worker's part together, read from disk; live
+counters are GET /api/v1/admin/cache on a gateway and its /metrics. Output is JSON on stdout.`,
   forms: [
     form({
       name: 'purge',

@@ -477,18 +477,18 @@ export const VARIABLES: readonly VariableSpec[] = [
   {
     name: 'ARKVORY_CACHE_DIR',
     kind: { type: 'string' },
-    doc: 'Static-HTTP and S3 stores: a local directory for the slice cache (verified slices of blobs on disk; unset = no cache). Deleting it while the gateway is stopped is a cold start. See docs/storage-and-content.md, "Cache".',
+    doc: 'Static-HTTP and S3 stores: a local directory for the slice cache (verified slices of blobs on disk; unset = no cache). With `ARKVORY_WORKERS` N above 1 each worker keeps its own part in `w0/` … `w<N-1>/` under it (a slice read through two workers may be kept by both), and at start the instance removes what another layout or worker count left there. Deleting it while the gateway is stopped is a cold start. See docs/storage-and-content.md, "Cache".',
   },
   {
     name: 'ARKVORY_CACHE_MAX_BYTES',
     kind: { type: 'int', min: 1048576, max: 1024 * TiB },
     defaultValue: '10737418240',
-    doc: "Upper bound on the disk the slice cache's slices take (each counted in whole 4 KiB blocks); least recently used slices are evicted first.",
+    doc: "Upper bound on the disk the slice cache's slices take (each counted in whole 4 KiB blocks); least recently used slices are evicted first. It is the instance's: with `ARKVORY_WORKERS` N, each worker keeps at most floor(bound / N).",
   },
   {
     name: 'ARKVORY_CACHE_MAX_FILES',
     kind: { type: 'int', min: 1, max: 2 ** 32 },
-    doc: "Upper bound on the slice cache's files (slices held plus being written): a slice of a few bytes still takes an inode, which ARKVORY_CACHE_MAX_BYTES does not see; least recently used slices are evicted first. Default: ARKVORY_CACHE_MAX_BYTES / 16384 (ext4's default of one inode per 16 KiB), so it binds only when the average slice is smaller than 16 KiB.",
+    doc: "Upper bound on the slice cache's files (slices held plus being written): a slice of a few bytes still takes an inode, which ARKVORY_CACHE_MAX_BYTES does not see; least recently used slices are evicted first. Default: ARKVORY_CACHE_MAX_BYTES / 16384 (ext4's default of one inode per 16 KiB), so it binds only when the average slice is smaller than 16 KiB. It is the instance's: with `ARKVORY_WORKERS` N, each worker keeps at most floor(bound / N) files.",
   },
   {
     name: 'ARKVORY_CACHE_MIN_FREE_BYTES',

@@ -5,6 +5,7 @@
  * their usage (docs/storage-quotas.md).
  */
 import { createStorageQuotas } from '../../policy/quota/storage-quotas.ts';
+import { workerShare } from '../../storage-adapter/slice-cache/index.ts';
 import { quotaBody } from '../admin/quota-admin-routes.ts';
 import { sendJson } from '../server/http-errors.ts';
 import type { Route } from '../server/route-types.ts';
@@ -68,8 +69,14 @@ export function statusRoute(services: Services, samples: RateSamples): Route {
         samples: samples.samples(),
       },
       rateLimits: { blocks: await rateLimitBlocks() },
-      sliceCache: services.metrics ? await sliceCacheView(services.metrics.registry, config.sliceCache.maxBytes) : null,
+      sliceCache: services.metrics ? await sliceCacheView(services.metrics.registry, sliceCacheBound(services)) : null,
       quotas: (await quotas.list()).map(quotaBody),
     });
   });
+}
+
+/** The bound the answering process's slice cache holds against: a worker's share with several workers. */
+function sliceCacheBound({ config, instance }: Services): number {
+  const { maxBytes } = config.sliceCache;
+  return instance ? workerShare(maxBytes, instance.workers) : maxBytes;
 }

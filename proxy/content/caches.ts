@@ -16,9 +16,11 @@ import type { Catalog } from '../../storage-adapter/catalog/catalog.ts';
 import { blobsWithSliceDigests, purgesSince, readSliceDigests } from '../../storage-adapter/catalog/slice-rows.ts';
 import {
   DigestDirectory,
+  removeStrayLayout,
   SliceCache,
   type SliceCacheStats,
   withSliceCache,
+  workerSliceCache,
 } from '../../storage-adapter/slice-cache/index.ts';
 import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import type { Services } from '../server/services.ts';
@@ -115,13 +117,13 @@ function sliceCacheStats(s: SliceCacheStats): CacheStats {
 async function openSliceCache(services: Services, store: ArtifactStore, watcher: EpochWatcher): Promise<SliceCache> {
   const { sliceCache } = services.config;
   const log = services.log.child({ component: 'slice-cache' });
-  const cache = await SliceCache.open({
-    dir: sliceCache.dir!,
-    maxBytes: sliceCache.maxBytes,
-    maxFiles: sliceCache.maxFiles,
-    minFreeBytes: sliceCache.minFreeBytes,
-    log,
-  });
+  const { instance } = services;
+  const configured = { dir: sliceCache.dir!, maxBytes: sliceCache.maxBytes, maxFiles: sliceCache.maxFiles };
+  // A worker owns its part of the directory and of the bounds; the coordinating process removed
+  // what belongs to no worker before it started them (run-primary.ts).
+  if (!instance) await removeStrayLayout(configured.dir, 1, log);
+  const own = instance ? workerSliceCache(configured, instance.index, instance.workers) : configured;
+  const cache = await SliceCache.open({ ...own, minFreeBytes: sliceCache.minFreeBytes, log });
   let purgeId: string | undefined;
   let running: Promise<void> | undefined;
   let again = false;
@@ -161,9 +163,9 @@ async function openSliceCache(services: Services, store: ArtifactStore, watcher:
   });
   log.info(
     {
-      dir: sliceCache.dir,
-      maxBytes: sliceCache.maxBytes,
-      maxFiles: sliceCache.maxFiles,
+      dir: own.dir,
+      maxBytes: own.maxBytes,
+      maxFiles: own.maxFiles,
       heldBytes: cache.stats.heldBytes,
       heldSlices: cache.stats.heldSlices,
       store: store.kind,

@@ -13,6 +13,7 @@ import { createBandwidthGovernors } from '../../policy/bandwidth/index.ts';
 import { systemClock } from '../../policy/clock.ts';
 import type { Coordinator } from '../../policy/lease/coordinator.ts';
 import { createMemoryCounterStore } from '../../policy/rate-limit/index.ts';
+import { removeStrayLayout } from '../../storage-adapter/slice-cache/index.ts';
 import type { Config } from '../config/config.ts';
 import { admissionOptions, followLeasedShare, governorCeilings } from '../gates/transfers.ts';
 import { registerAdmissionMetrics } from '../metrics/admission-metrics.ts';
@@ -33,6 +34,10 @@ export async function runPrimary(config: Config, log: Logger): Promise<number> {
   try {
     await checkPortFree(config.host, config.port);
     await prepareDataDir(config.dataDir);
+    // Each worker keeps its slice cache under its own w<index>/ (worker-layout.ts): what a single
+    // process or more workers left there is nobody's, so it goes before any worker starts.
+    if (config.sliceCache.dir !== undefined && config.storage.url !== undefined)
+      await removeStrayLayout(config.sliceCache.dir, config.workers, log.child({ component: 'slice-cache' }));
     const databaseUrl = config.databaseUrl!;
     const reached = await waitForDatabase(
       async () => {

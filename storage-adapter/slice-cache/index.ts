@@ -2,3 +2,10 @@
 export { withSliceCache, type SliceCachedStoreOptions } from './cached-store.ts';
 export { DigestDirectory, type DigestValidity } from './digest-directory.ts';
 export { SliceCache, type SliceCacheOptions, type SliceCacheStats } from './slice-cache.ts';
+export {
+  removeStrayLayout,
+  type SliceCacheBounds,
+  strayLayoutEntries,
+  workerShare,
+  workerSliceCache,
+} from './worker-layout.ts';
