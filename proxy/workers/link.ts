@@ -111,7 +111,10 @@ export class Link {
     this.#send({ arkvory: 'note', op, args });
   }
 
-  /** The other side is gone: every call waiting for it fails with `unavailable`, and so does every new one. */
+  /**
+   * The other side is gone: every call waiting for it fails with `unavailable`, and so does every new
+   * one; what it sent and this side had not yet read is dropped.
+   */
   close(): void {
     this.#closed = true;
     for (const pending of this.#pending.values()) pending.reject(new PolicyError('unavailable'));
@@ -133,6 +136,9 @@ export class Link {
   }
 
   #receive(raw: unknown): void {
+    // The other side is gone: a call it sent just before (still in the pipe) must grant nothing,
+    // since nothing would ever release it.
+    if (this.#closed) return;
     const message = raw as Message;
     if (typeof message !== 'object' || message === null || !('arkvory' in message)) return;
     switch (message.arkvory) {

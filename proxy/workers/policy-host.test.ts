@@ -1,0 +1,73 @@
+/**
+ * What the coordinating process holds for a worker that is gone: a call the worker sent just before
+ * it died may still be read from the IPC pipe after its exit was handled (`detach`); it must grant
+ * nothing, or the slot stays taken with nobody to release it.
+ */
+import { EventEmitter } from 'node:events';
+import { setImmediate as nextTurn } from 'node:timers/promises';
+import { describe, expect, it } from 'vitest';
+import { AdmissionQueue } from '../../policy/admission/index.ts';
+import type { BandwidthGovernors } from '../../policy/bandwidth/index.ts';
+import type { LeaseStanding } from '../../policy/lease/coordinator.ts';
+import { Link } from './link.ts';
+import { PolicyHost } from './policy-host.ts';
+
+/** The coordinating process's end of a worker's channel: messages in by `emit`, sends recorded. */
+class FakeChannel extends EventEmitter {
+  readonly sent: unknown[] = [];
+  send(message: unknown, callback: (err: Error | null) => void): boolean {
+    this.sent.push(message);
+    callback(null);
+    return true;
+  }
+}
+
+const lease = {
+  owner: 'test',
+  fencedReason: undefined,
+  isPermitted: () => true,
+  onFenced: () => {},
+  snapshot: () => null,
+} as unknown as LeaseStanding;
+const governors = {
+  download: { close() {}, snapshot: () => ({}) },
+  upload: { close() {}, snapshot: () => ({}) },
+} as unknown as BandwidthGovernors;
+
+async function settle(): Promise<void> {
+  for (let i = 0; i < 5; i++) await nextTurn();
+}
+
+function setup() {
+  const admission = new AdmissionQueue({ maxDownloads: 4, maxDownloadsPerPrincipal: 1 });
+  const host = new PolicyHost({ admission, governors, lease });
+  const channel = new FakeChannel();
+  const link = new Link(channel);
+  host.attach(link);
+  return { admission, host, channel, link };
+}
+
+const admit = { arkvory: 'call', id: 1, op: 'admit', args: { principalId: 'p', kind: 'download' } };
+
+describe('PolicyHost and a worker that is gone', () => {
+  it('grants a live worker its admission and counts it held', async () => {
+    const { admission, host, channel } = setup();
+    channel.emit('message', admit);
+    await settle();
+    expect(admission.snapshot().downloads.active).toBe(1);
+    expect(host.heldSlots).toBe(1);
+    expect(channel.sent).toEqual([{ arkvory: 'answer', id: 1, value: expect.any(Number) }]);
+  });
+
+  it('grants nothing for a call read after the worker was detached', async () => {
+    const { admission, host, channel, link } = setup();
+    host.detach(link);
+    channel.emit('message', admit);
+    await settle();
+    expect(admission.snapshot().downloads.active).toBe(0);
+    expect(host.heldSlots).toBe(0);
+    expect(channel.sent).toEqual([]);
+    // Another worker's request of the same principal finds the slot free.
+    expect(admission.tryAcquire('p', 'download')).toBeDefined();
+  });
+});
