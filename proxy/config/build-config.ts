@@ -85,6 +85,7 @@ export function buildConfig(v: VariableValues, derived: Derived, cwd: string): C
       v.optStr('ARKVORY_DATABASE_URL') !== undefined,
       // The smaller of the CPU affinity and the cgroup CPU quota (libuv reads cpu.max).
       availableParallelism(),
+      v.optNum('ARKVORY_MAX_CONNECTIONS'),
     ),
     uploadSessionTtlSeconds: v.num('ARKVORY_UPLOAD_SESSION_TTL_SECONDS'),
     auditRetentionDays: v.num('ARKVORY_AUDIT_RETENTION_DAYS'),

@@ -253,6 +253,10 @@ describe('loadConfig', () => {
     });
     it.each([
       [{ ARKVORY_WORKERS: '2' }, 'ARKVORY_WORKERS: above 1 needs ARKVORY_DATABASE_URL'],
+      [
+        { ...db, ARKVORY_WORKERS: '12', ARKVORY_MAX_CONNECTIONS: '8' },
+        "ARKVORY_MAX_CONNECTIONS: the instance's bound, shared by its workers, must be at least ARKVORY_WORKERS (12); got 8",
+      ],
       [{ ARKVORY_WORKERS: 'Auto' }, 'ARKVORY_WORKERS: expected `auto` or an integer from 1 to 256, got "Auto"'],
       [{ ARKVORY_WORKERS: '0' }, 'ARKVORY_WORKERS: expected `auto` or an integer from 1 to 256, got "0"'],
       [{ ...db, ARKVORY_WORKERS: '2', ARKVORY_ROLE: 'worker' }, 'ARKVORY_WORKERS: above 1 only for ARKVORY_ROLE=api'],

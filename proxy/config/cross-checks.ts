@@ -242,13 +242,22 @@ export function checkIdleTimeouts(v: VariableValues): void {
  * ARKVORY_WORKERS above 1 where the instance's limits stay exact (proxy/workers/, worker-count.ts):
  * a writer or a reader (standalone or in the shared profile) on a PostgreSQL of its own choosing,
  * since the embedded database is one process's; or a router. `auto` never asks for more than that.
+ * A connection bound (ARKVORY_MAX_CONNECTIONS) is split between the workers, so it must cover them.
  */
 export function checkWorkers(v: VariableValues): void {
-  if (v.anyFailed('ARKVORY_WORKERS', 'ARKVORY_ROLE', 'ARKVORY_DATABASE_URL')) return;
+  if (v.anyFailed('ARKVORY_WORKERS', 'ARKVORY_ROLE', 'ARKVORY_DATABASE_URL', 'ARKVORY_MAX_CONNECTIONS')) return;
   const workers = v.values.get('ARKVORY_WORKERS') as WorkersSetting;
   if (workers === 'auto' || workers === 1) return;
   const role = v.str('ARKVORY_ROLE');
-  if (runsOnWorkers(role, v.optStr('ARKVORY_DATABASE_URL') !== undefined)) return;
+  if (runsOnWorkers(role, v.optStr('ARKVORY_DATABASE_URL') !== undefined)) {
+    // Each worker serves floor(bound / N) of the instance's bound: below N some would serve none.
+    const maxConnections = v.optNum('ARKVORY_MAX_CONNECTIONS');
+    if (maxConnections !== undefined && maxConnections < workers)
+      v.problems.push(
+        `ARKVORY_MAX_CONNECTIONS: the instance's bound, shared by its workers, must be at least ARKVORY_WORKERS (${workers}); got ${maxConnections}`,
+      );
+    return;
+  }
   v.problems.push(
     role === 'api' || role === 'reader'
       ? `ARKVORY_WORKERS: above 1 needs ARKVORY_DATABASE_URL (the embedded PostgreSQL belongs to one process); got ${workers}`

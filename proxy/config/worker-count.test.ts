@@ -19,6 +19,11 @@ describe('workerCount', () => {
     expect(workerCount('auto', 'api', true, 512)).toBe(256);
   });
 
+  it('auto stays within an explicit connection bound, which the workers share', () => {
+    expect(workerCount('auto', 'api', true, 16, 8)).toBe(8);
+    expect(workerCount('auto', 'router', false, 4, 8)).toBe(4);
+  });
+
   it('a number is taken as given (the configuration refuses one the role cannot run)', () => {
     expect(workerCount(3, 'api', true, 8)).toBe(3);
     expect(workerCount(1, 'router', false, 8)).toBe(1);

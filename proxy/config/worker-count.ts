@@ -13,8 +13,17 @@ export function runsOnWorkers(role: string, hasDatabaseUrl: boolean): boolean {
   return (role === 'api' || role === 'reader') && hasDatabaseUrl;
 }
 
-/** The number of workers for `setting`; `cores` is what this process may use (`os.availableParallelism()`). */
-export function workerCount(setting: WorkersSetting, role: string, hasDatabaseUrl: boolean, cores: number): number {
+/**
+ * The number of workers for `setting`; `cores` is what this process may use (`os.availableParallelism()`).
+ * `auto` stays within an explicit connection bound (`maxConnections`), which the workers share.
+ */
+export function workerCount(
+  setting: WorkersSetting,
+  role: string,
+  hasDatabaseUrl: boolean,
+  cores: number,
+  maxConnections?: number,
+): number {
   if (setting !== 'auto') return setting;
-  return runsOnWorkers(role, hasDatabaseUrl) ? Math.max(1, Math.min(256, cores)) : 1;
+  return runsOnWorkers(role, hasDatabaseUrl) ? Math.max(1, Math.min(256, cores, maxConnections ?? 256)) : 1;
 }

@@ -2,13 +2,14 @@
  * The connection bound of an instance of two workers: ARKVORY_MAX_CONNECTIONS is the instance's,
  * each worker serving its share (connectionShare), so silent connections past the bound are refused
  * wherever the kernel puts them, and /metrics reports the bound once (the workers' shares summed).
+ * A bound smaller than the number of workers cannot be split so: the start is refused.
  */
 import net from 'node:net';
 import { expect, it } from 'vitest';
 import { freeLoopbackPort, waitUntil } from '../../test/harness/index.ts';
 import { request } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
-import { startGateway } from '../../test/support/gateway.ts';
+import { runCli, startGateway } from '../../test/support/gateway.ts';
 import { connectionShare } from './worker-instance.ts';
 
 const db = useTestDatabase();
@@ -32,7 +33,19 @@ it('a worker serves its share: never more than the bound together, however the k
   expect(connectionShare(16, 2)).toBe(8);
   expect(connectionShare(17, 2)).toBe(8);
   expect(connectionShare(8, 4)).toBe(2);
-  expect(connectionShare(8, 16)).toBe(1);
+  expect(connectionShare(8, 8)).toBe(1);
+});
+
+it('a bound below the number of workers is refused at start (exit 2), before any worker serves past it', async () => {
+  const result = await runCli(['serve'], {
+    ARKVORY_DATABASE_URL: db.url,
+    ARKVORY_WORKERS: '12',
+    ARKVORY_MAX_CONNECTIONS: '8',
+  });
+  expect(result.code).toBe(2);
+  expect(result.stderr.trim().split('\n')).toEqual([
+    "arkvory: invalid configuration: ARKVORY_MAX_CONNECTIONS: the instance's bound, shared by its workers, must be at least ARKVORY_WORKERS (12); got 8",
+  ]);
 });
 
 it('two workers hold ARKVORY_MAX_CONNECTIONS for the instance: past it silent connections are refused, and the scrape shows the bound once', async () => {

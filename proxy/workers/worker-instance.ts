@@ -38,10 +38,11 @@ export interface WorkerInstance extends Hello {
 /**
  * A worker's part of the instance's bound on open connections: never more than the bound together,
  * whichever worker the kernel gives a connection (SO_REUSEPORT spreads them about evenly by their
- * addresses, so a worker may refuse while another has room: the bound errs on the safe side).
+ * addresses, so a worker may refuse while another has room: the bound errs on the safe side). The
+ * configuration refuses a bound below the number of workers (cross-checks.ts), so each gets one at least.
  */
 export function connectionShare(maxConnections: number, workers: number): number {
-  return Math.max(1, Math.floor(maxConnections / workers));
+  return Math.floor(maxConnections / workers);
 }
 
 /** In a cluster worker: the link over the IPC channel and this worker's place in the instance. */
