@@ -61,6 +61,8 @@ interface Slot {
   restarts: number;
   /** Served once: a later death is a crash to replace, an earlier one a failed start. */
   everServed: boolean;
+  /** A SIGHUP came while it started: passed on once it serves (its handler is installed by then). */
+  hangupPending: boolean;
 }
 
 export class WorkerSupervisor {
@@ -142,12 +144,17 @@ export class WorkerSupervisor {
         startedMs: clock.monotonicMs(),
         restarts,
         everServed: false,
+        hangupPending: false,
       };
       parts.attach?.(link);
       link.handle('hello', (): Hello => ({ index, workers: config.workers, joinsServing }));
       link.handle('serving', () => {
         slot.state = stopping ? 'draining' : 'serving';
         slot.everServed = true;
+        if (slot.hangupPending) {
+          slot.hangupPending = false;
+          slot.worker.process.kill('SIGHUP');
+        }
       });
       link.handle('workers', () => views());
       // At the start every worker listens once all are ready (a request then finds any of them, and
@@ -226,9 +233,13 @@ export class WorkerSupervisor {
       if (slots.length > 0 && exited.size === slots.length) allExited();
     };
     this.#stop = stop;
-    // Secret rotation: every worker reads its secret files again.
+    // Secret rotation: every worker reads its secret files again. One still starting would die of
+    // SIGHUP's default action before its handler is installed: it gets the signal once it serves.
     const onHangup = () => {
-      for (const slot of slots) slot.worker.process.kill('SIGHUP');
+      for (const slot of slots) {
+        if (slot.everServed) slot.worker.process.kill('SIGHUP');
+        else slot.hangupPending = true;
+      }
     };
     process.on('SIGHUP', onHangup);
 
