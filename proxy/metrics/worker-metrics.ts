@@ -5,7 +5,7 @@
 import type { Registry } from 'prom-client';
 import { counter, gauge } from './families.ts';
 
-const STATES = ['starting', 'serving', 'draining'] as const;
+const STATES = ['starting', 'serving', 'draining', 'fenced'] as const;
 export type WorkerState = (typeof STATES)[number];
 
 /**

@@ -82,6 +82,7 @@ export async function serveGateway(
   let database: Database | undefined;
   let server: GatewayServer | undefined;
   const stopping = new AbortController();
+  const leaving = Promise.withResolvers<'fenced'>();
   const signals = watchStopSignals(log, () => {
     lifecycle.set('draining', 'shutdown');
     stopping.abort();
@@ -141,6 +142,12 @@ export async function serveGateway(
     const ofInstance = instance && (await joinInstanceParts(config, instance, coordinator));
     const standing: LeaseStanding = ofInstance?.lease ?? coordinator;
     standing.onFenced(() => lifecycle.set('fenced', 'lease lost'));
+    // A worker fenced alone cannot serve again, but a new one can: it leaves, to be replaced. A fenced
+    // instance (or a single process) stays, answering 503, until it is restarted.
+    ofInstance?.lease.onFencedAlone(() => {
+      instance?.fenced();
+      leaving.resolve('fenced');
+    });
     if (!instance) registerLeaseMetrics(metrics.registry, coordinator);
     let transfers: ReturnType<typeof createTransfers> | RemoteTransfers;
     if (ofInstance) transfers = ofInstance.transfers;
@@ -268,9 +275,21 @@ export async function serveGateway(
     rotation.close();
     return await finish(log, built, server, database, config, EXIT.failure, coordinator);
   }
-  await signals.stopped;
+  const ended = await Promise.race([signals.stopped.then(() => 'stopped' as const), leaving.promise]);
+  if (ended === 'fenced') {
+    const drainMs = Math.min(config.shutdownTimeoutMs, FENCED_DRAIN_MS);
+    log.warn({ drainMs }, 'this worker is fenced alone; it drains and exits for its instance to start a new one');
+    const brief = { ...config, shutdownTimeoutMs: drainMs };
+    return await finish(log, built, server, database, brief, EXIT.fenced, coordinator);
+  }
   return await finish(log, built, server, database, config, EXIT.ok, coordinator);
 }
+
+/**
+ * Longest drain of a worker fenced alone: its streams get no quantum any more and new requests are
+ * refused, so waiting longer only delays its replacement.
+ */
+const FENCED_DRAIN_MS = 5000;
 
 /** A worker's lease and transfers: its instance's, over its link to the coordinating process. */
 async function joinInstanceParts(

@@ -5,8 +5,11 @@
 import type { Logger } from 'pino';
 import { GatewayError } from './errors.ts';
 
-/** Exit codes: 0 clean stop, 1 startup or runtime failure, 2 invalid configuration. */
-export const EXIT = { ok: 0, failure: 1, config: 2 } as const;
+/**
+ * Exit codes: 0 clean stop, 1 startup or runtime failure, 2 invalid configuration, 3 a worker of an
+ * instance fenced by the loss of its own database connection (its coordinating process replaces it).
+ */
+export const EXIT = { ok: 0, failure: 1, config: 2, fenced: 3 } as const;
 
 export class StartupError extends GatewayError {
   override readonly name = 'StartupError';

@@ -2,7 +2,8 @@
  * A worker's standing (proxy/workers/): the barriers and the slot lease of the shared profile are
  * its instance's, held by the coordinating process (policy-host.ts serves them). The worker is
  * fenced when the instance is (told at once) or when its own connection, which holds its
- * maintenance barrier, fails.
+ * maintenance barrier, fails. Fenced alone, while its instance serves, it cannot serve again but a
+ * new worker can: it leaves (`onFencedAlone`) and its coordinating process starts another.
  */
 import type { LeaseStanding, SharedDownloads } from '../../policy/lease/coordinator.ts';
 import type { Link } from './link.ts';
@@ -17,6 +18,8 @@ export interface LeaseView {
 export interface InstanceLease extends LeaseStanding {
   /** Reads the instance's lease again (what `snapshot()` shows). */
   refresh(): Promise<void>;
+  /** Its own connection failed while the instance was not fenced: this worker alone is. */
+  onFencedAlone(listener: (reason: string) => void): void;
 }
 
 export async function joinInstanceLease(link: Link, own: LeaseStanding): Promise<InstanceLease> {
@@ -34,6 +37,10 @@ export async function joinInstanceLease(link: Link, own: LeaseStanding): Promise
     fenced(instanceFenced);
   });
   own.onFenced(fenced);
+  const alone: Array<(reason: string) => void> = [];
+  own.onFenced((reason) => {
+    if (instanceFenced === undefined) for (const listener of alone) listener(reason);
+  });
   const fencedReason = () => instanceFenced ?? own.fencedReason;
   return {
     owner: view.owner,
@@ -51,6 +58,9 @@ export async function joinInstanceLease(link: Link, own: LeaseStanding): Promise
     snapshot() {
       const shared = view.sharedDownloads;
       return shared && { ...shared, active: shared.active && fencedReason() === undefined };
+    },
+    onFencedAlone(listener) {
+      alone.push(listener);
     },
     async refresh() {
       view = await link.call<LeaseView>('lease');

@@ -149,12 +149,16 @@ export class WorkerSupervisor {
       parts.attach?.(link);
       link.handle('hello', (): Hello => ({ index, workers: config.workers, joinsServing }));
       link.handle('serving', () => {
-        slot.state = stopping ? 'draining' : 'serving';
+        if (slot.state !== 'fenced') slot.state = stopping ? 'draining' : 'serving';
         slot.everServed = true;
         if (slot.hangupPending) {
           slot.hangupPending = false;
           slot.worker.process.kill('SIGHUP');
         }
+      });
+      // Fenced alone (its own database connection failed): it drains and exits EXIT.fenced, to be replaced.
+      link.handle('fenced', () => {
+        if (!stopping) slot.state = 'fenced';
       });
       link.handle('workers', () => views());
       // At the start every worker listens once all are ready (a request then finds any of them, and
@@ -202,7 +206,9 @@ export class WorkerSupervisor {
       const quick = clock.monotonicMs() - slot.startedMs < QUICK_DEATH_MS;
       plog.warn(
         { worker: slot.index, pid: slot.worker.process.pid, code, signal, ...parts.describe?.() },
-        'a worker died; what it held is released; starting a new one',
+        code === EXIT.fenced
+          ? 'a worker left, fenced by the loss of its own database connection; what it held is released; starting a new one'
+          : 'a worker died; what it held is released; starting a new one',
       );
       const start = () => {
         if (!stopping) fork(slot.index, true, slot.restarts + 1);

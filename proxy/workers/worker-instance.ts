@@ -9,8 +9,11 @@ import { Link } from './link.ts';
 
 export interface WorkerView {
   readonly index: number;
-  /** `starting` until the worker listens, then `serving`; `draining` once the instance stops. */
-  readonly state: 'starting' | 'serving' | 'draining';
+  /**
+   * `starting` until the worker listens, then `serving`; `draining` once the instance stops;
+   * `fenced` while a worker that lost its own database connection drains before it is replaced.
+   */
+  readonly state: 'starting' | 'serving' | 'draining' | 'fenced';
   /** How many times this index was replaced after its process died. */
   readonly restarts: number;
 }
@@ -33,6 +36,8 @@ export interface WorkerInstance extends Hello {
   ready(): Promise<void>;
   /** Tells the coordinating process this worker listens. */
   serving(): void;
+  /** Tells the coordinating process this worker is fenced alone and leaves (exit code EXIT.fenced). */
+  fenced(): void;
 }
 
 /**
@@ -76,5 +81,6 @@ export async function joinInstance(): Promise<WorkerInstance> {
     metrics: () => metrics.get(),
     ready: () => link.call('ready'),
     serving: () => link.note('serving'),
+    fenced: () => link.note('fenced'),
   };
 }
