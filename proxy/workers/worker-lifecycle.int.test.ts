@@ -4,15 +4,26 @@
  * replaced, so the instance serves on every worker again; a SIGHUP while the workers start kills
  * none of them, and the worker that was starting reloads its secrets once it serves.
  */
-import { beforeAll, describe, expect, it } from 'vitest';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Client } from 'undici';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { waitUntil } from '../../test/harness/index.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { randomContent, request } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { startGateway } from '../../test/support/gateway.ts';
-import { requestRetried, waitForWorkers } from '../../test/support/worker-instance.ts';
+import {
+  connectionsOnBothWorkers,
+  requestRetried,
+  statusOver,
+  waitForWorkers,
+} from '../../test/support/worker-instance.ts';
 
+const KiB = 1024;
+const PER_PRINCIPAL = 64 * KiB;
+const SIZE = 16 * PER_PRINCIPAL;
 const db = useTestDatabase();
+const clients: Client[] = [];
 let key: string;
 
 beforeAll(async () => {
@@ -20,16 +31,37 @@ beforeAll(async () => {
   ({ key } = await createServiceAccount(db.pool, { grants: { wl: 'write' } }));
 });
 
+afterEach(async () => {
+  await Promise.all(clients.splice(0).map((c) => c.destroy()));
+});
+
 describe('a worker of an instance', () => {
-  it('fenced by the loss of its own database connection leaves with exit code 3 and is replaced', async () => {
-    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_WORKERS: '2' } });
+  it('fenced by the loss of its own database connection shows fenced while it drains, leaves with exit code 3 and is replaced', async () => {
+    const gw = await startGateway({
+      env: {
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_WORKERS: '2',
+        // Paced downloads (the instance's governor) keep the fenced worker draining for its whole bound.
+        ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(PER_PRINCIPAL),
+      },
+    });
     await waitForWorkers(gw, (s) => s.workers.filter((w) => w.state === 'serving').length === 2);
     const put = await request(`${gw.url}/api/v1/repositories/wl/artifacts/a.bin`, {
       method: 'PUT',
       headers: bearer(key),
-      body: randomContent(1000),
+      body: randomContent(SIZE),
     });
     expect(put.status).toBe(201);
+    const connections = await connectionsOnBothWorkers(gw.url, clients, 1);
+    // One download on each worker, running when the connection is cut (it lasts about 16 s).
+    const downloads = connections.map(({ client }) =>
+      client
+        .request({ path: '/api/v1/repositories/wl/artifacts/a.bin/content', method: 'GET', headers: bearer(key) })
+        .then(async (res) => {
+          for await (const _ of res.body);
+        })
+        .catch(() => undefined),
+    );
     const leases = await db.pool.query<{ pid: number }>(
       `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'arkvory-worker-lease'`,
     );
@@ -37,7 +69,18 @@ describe('a worker of an instance', () => {
     expect(leases.rows).toHaveLength(2);
     await db.pool.query('SELECT pg_terminate_backend($1)', [leases.rows[0]!.pid]);
 
+    // While it drains, the instance's worker list (asked of either worker) shows it fenced.
     const left = () => gw.logLines().find((l) => String(l.msg).startsWith('a worker left, fenced'));
+    const states = new Set<string>();
+    const giveUpAt = performance.now() + 30_000;
+    while (!states.has('fenced') && left() === undefined && performance.now() < giveUpAt) {
+      for (const { client } of connections) {
+        const view = await statusOver(client).catch(() => undefined);
+        for (const w of view?.workers ?? []) states.add(w.state);
+      }
+      await sleep(50);
+    }
+    expect(states).toContain('fenced');
     await waitUntil(() => left() !== undefined, { what: 'the fenced worker to leave', timeoutMs: 30_000 });
     expect(left()).toMatchObject({ code: 3 });
     const status = await waitForWorkers(
@@ -48,16 +91,20 @@ describe('a worker of an instance', () => {
     // Every worker serves again: new connections, wherever the kernel puts them, are answered.
     for (let i = 0; i < 20; i++) {
       expect((await requestRetried(gw, `${gw.url}/health/status`)).status).toBe(200);
-      const get = await requestRetried(gw, `${gw.url}/api/v1/repositories/wl/artifacts/a.bin/content`, {
+      const head = await requestRetried(gw, `${gw.url}/api/v1/repositories/wl/artifacts/a.bin/content`, {
+        method: 'HEAD',
         headers: bearer(key),
       });
-      expect(get.status).toBe(200);
+      expect(head.status).toBe(200);
     }
     // The replacement holds its own barrier again.
     const after = await db.pool.query(
       `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'arkvory-worker-lease'`,
     );
     expect(after.rows).toHaveLength(2);
+    // The other worker's download would hold the stop's drain: it is cut here.
+    await Promise.all(clients.splice(0).map((c) => c.destroy()));
+    await Promise.all(downloads);
     expect(await gw.stop()).toBe(0);
   });
 
