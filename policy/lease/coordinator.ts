@@ -44,6 +44,8 @@ export interface CoordinatorOptions {
   /** How long to watch a holder before calling it live (it renews every 2 s). */
   liveCheckMs?: number;
   retryAfterErrorMs?: number;
+  /** The line logged once when fenced, where a restart is not the operator's to do (a worker of several). */
+  fencedMessage?: string;
 }
 
 export class SlotBusy extends PolicyRefusal {}
@@ -339,7 +341,8 @@ export class Coordinator implements LeaseStanding {
     this.#clearTimers();
     this.#options.log.error(
       { reason, owner: this.owner },
-      'fenced: this gateway lost its lease or database ownership and will not serve again; restart it',
+      this.#options.fencedMessage ??
+        'fenced: this gateway lost its lease or database ownership and will not serve again; restart it',
     );
     for (const listener of this.#fenceListeners) listener(reason);
   }

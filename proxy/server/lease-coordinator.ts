@@ -25,6 +25,13 @@ export function openCoordinator(
     role,
     clock: systemClock,
     log: log.child({ component: 'lease' }),
+    // A worker fenced alone leaves and is replaced (proxy/workers/instance-lease.ts).
+    ...(part === 'worker'
+      ? {
+          fencedMessage:
+            'fenced: this worker lost its database connection and will not serve again; it leaves and its instance starts a new one, unless the instance is fenced too',
+        }
+      : {}),
     ...(config.shared && part === 'instance'
       ? {
           shared: {

@@ -83,6 +83,10 @@ describe('a worker of an instance', () => {
     expect(states).toContain('fenced');
     await waitUntil(() => left() !== undefined, { what: 'the fenced worker to leave', timeoutMs: 30_000 });
     expect(left()).toMatchObject({ code: 3 });
+    // Its own line says it is replaced, not that an operator must restart it.
+    expect(gw.logLines().filter((l) => String(l.msg).startsWith('fenced:'))).toEqual([
+      expect.objectContaining({ msg: expect.stringContaining('it leaves and its instance starts a new one') }),
+    ]);
     const status = await waitForWorkers(
       gw,
       (s) => s.workers.every((w) => w.state === 'serving') && s.workers.some((w) => w.restarts === 1),
