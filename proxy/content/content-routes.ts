@@ -18,6 +18,7 @@ import { PolicyError } from '../../policy/errors.ts';
 import type { StorageQuotas } from '../../policy/quota/storage-quotas.ts';
 import { UploadQuota } from '../../policy/quota/upload-quota.ts';
 import { GatewayError } from '../server/errors.ts';
+import { ClientBody } from '../store-health/client-body.ts';
 import { sendError, sendJson } from '../server/http-errors.ts';
 import type { RequestContext, Route } from '../server/route-types.ts';
 
@@ -203,12 +204,14 @@ async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext
     const metered = deps.meters?.upload?.(ctx);
     const meter = metered instanceof Promise ? await metered : metered;
     ctx.continueBody();
-    // A refused body (too large, bad digest) must not destroy the request: that resets the
-    // connection before the client can read the answer; the front door lingers instead.
-    const body = req.iterator({ destroyOnReturn: false });
+    // The body's failures are the client's, not the store's (client-body.ts).
+    const body = new ClientBody(
+      req,
+      held && length === undefined ? held.meter(req.iterator({ destroyOnReturn: false })) : undefined,
+    );
     const result = await publishArtifact(deps, {
       key,
-      body: held && length === undefined ? held.meter(body) : body,
+      body,
       admit: held && ((staged) => held.admit(staged)),
       contentType,
       publishedBy: ctx.principal?.id ?? null,

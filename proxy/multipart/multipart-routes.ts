@@ -12,6 +12,7 @@ import { GatewayError } from '../server/errors.ts';
 import { sendJson } from '../server/http-errors.ts';
 import type { RequestContext, Route } from '../server/route-types.ts';
 import { readJsonBody } from '../server/request-body.ts';
+import { ClientBody } from '../store-health/client-body.ts';
 import type { ContentMeters } from '../content/content-routes.ts';
 
 const SESSION = '/api/v1/repositories/:repo/uploads/:upload';
@@ -140,7 +141,7 @@ export function multipartRoutes(deps: {
           const metered = deps.meters?.upload?.(ctx);
           const meter = metered instanceof Promise ? await metered : metered;
           ctx.continueBody();
-          const part = await sessions.putPart(scope, upload, partNumber, ctx.req.iterator({ destroyOnReturn: false }), {
+          const part = await sessions.putPart(scope, upload, partNumber, new ClientBody(ctx.req), {
             maxBytes: deps.maxPartBytes,
             ...(length !== undefined ? { expectedLength: length } : {}),
             ...(meter ? { meter } : {}),

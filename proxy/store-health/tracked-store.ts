@@ -4,9 +4,13 @@
  * be reached, did not answer, or an I/O error; `not_found` and client faults are successes here), and
  * while the store is unreachable those calls fail at once with 503 `store_unreachable` instead of
  * waiting out the storage timeouts. Blobs held in memory (`cachedBlob`) are still served.
+ * A stage whose body failed (a `ClientBody` that the client cut, let time out or a check refused) or
+ * whose caller gave up (its signal aborted) reports nothing: the store may then fail in any way
+ * (a reset upstream PUT, an errno), and none of it says anything about the store.
  */
 import { StorageError } from '../../storage-adapter/errors.ts';
-import type { ArtifactStore } from '../../storage-adapter/store.ts';
+import type { ArtifactStore, StageOptions } from '../../storage-adapter/store.ts';
+import { ClientBody } from './client-body.ts';
 import type { StoreHealth } from './store-health.ts';
 
 /** Codes that say the store itself failed. */
@@ -41,20 +45,26 @@ export function trackStoreHealth<S extends ArtifactStore>(store: S, health: Stor
     throw err;
   };
   // One `.then` per call (no async wrapper): these are on every read that is not served from memory.
-  const track = <T>(call: () => Promise<T>): Promise<T> => {
+  const track = <T>(call: () => Promise<T>, onFailure: (err: unknown) => never = failed): Promise<T> => {
     if (health.isUnreachable) return Promise.reject(refusal(health));
     try {
-      return call().then(succeeded, failed);
+      return call().then(succeeded, onFailure);
     } catch (err) {
-      return Promise.reject(err).catch(failed);
+      return Promise.reject(err).catch(onFailure);
     }
   };
+  const stageFailed =
+    (body: AsyncIterable<Uint8Array>, options: StageOptions) =>
+    (err: unknown): never => {
+      if ((body instanceof ClientBody && body.failed) || options.signal?.aborted) throw err;
+      return failed(err);
+    };
   const wrapped: Partial<Record<PropertyKey, unknown>> = {
     openBlob: (sha256: string, ranges?: Parameters<ArtifactStore['openBlob']>[1]) =>
       track(() => store.openBlob(sha256, ranges)),
     hasBlob: (sha256: string) => track(() => store.hasBlob(sha256)),
-    stage: (body: Parameters<ArtifactStore['stage']>[0], options: Parameters<ArtifactStore['stage']>[1]) =>
-      track(() => store.stage(body, options)),
+    stage: (body: AsyncIterable<Uint8Array>, options: StageOptions) =>
+      track(() => store.stage(body, options), stageFailed(body, options)),
   };
   // The same store with three calls wrapped; its other methods are bound to it once (a store may
   // keep #private fields, which a call through another `this` could not reach).

@@ -1,0 +1,114 @@
+/**
+ * A client that cuts its uploads is its own fault, not the store's: on a real gateway (directory
+ * store, and nginx behind the static-HTTP store) PUTs and multipart parts whose connection is reset
+ * mid-body leave the store `ok` (/health/status), count no store failure, log no warning or error and
+ * no 5xx; the next GET and PUT of everyone else succeed.
+ */
+import net from 'node:net';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { randomContent, request, sha256 } from '../../test/support/content.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { startGateway } from '../../test/support/gateway.ts';
+import { FILE_STORE_KINDS, startStoreBacking } from '../../test/support/store-kinds.ts';
+
+let writer: string;
+let reader: string;
+
+/**
+ * A PUT that declares 1 MiB, waits for 100 Continue (the gateway is then reading the body into the
+ * store), sends 64 KiB and resets the connection; resolves once the socket is closed.
+ */
+async function abortedPut(baseUrl: string, target: string): Promise<void> {
+  const url = new URL(baseUrl);
+  const socket = net.connect(Number(url.port), url.hostname);
+  socket.on('error', () => {});
+  await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+  const continued = new Promise<void>((resolve, reject) => {
+    let head = '';
+    const onData = (chunk: Buffer) => {
+      head += chunk.toString('latin1');
+      if (!head.includes('\r\n\r\n')) return;
+      socket.off('data', onData);
+      if (head.startsWith('HTTP/1.1 100')) resolve();
+      else reject(new Error(`expected 100 Continue, got ${head.split('\r\n')[0]}`));
+    };
+    socket.on('data', onData);
+  });
+  socket.write(
+    `PUT ${target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${writer}\r\n` +
+      'Content-Length: 1048576\r\nExpect: 100-continue\r\n\r\n',
+  );
+  await continued;
+  await new Promise<void>((resolve) => socket.write(Buffer.alloc(65_536, 1), () => resolve()));
+  const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+  socket.resetAndDestroy();
+  await closed;
+}
+
+describe.each(FILE_STORE_KINDS)('uploads cut by the client (%s store)', (kind) => {
+  // A database per store: a database is bound to the one store it first saw.
+  const db = useTestDatabase();
+  beforeAll(async () => {
+    await createRepository(db.pool, 'ab');
+    ({ key: writer } = await createServiceAccount(db.pool, { grants: { ab: 'write' } }));
+    ({ key: reader } = await createServiceAccount(db.pool, { scopes: ['read'], grants: { ab: 'read' } }));
+  });
+
+  it('leave the store ok and everyone else served; logged and counted as the client’s', async () => {
+    const backing = await startStoreBacking(kind);
+    const gw = await startGateway({
+      env: {
+        ARKVORY_DATABASE_URL: db.url,
+        ...backing.env,
+        // Probes far apart: the state here is what the uploads themselves report.
+        ARKVORY_STORE_PROBE_INTERVAL_MILLISECONDS: '60000',
+        ARKVORY_BLOB_CACHE_BYTES: '0',
+        ARKVORY_OPEN_FILE_CACHE_ENTRIES: '0',
+      },
+    });
+    const file = randomContent(4096);
+    const contentUrl = `${gw.url}/api/v1/repositories/ab/artifacts/${kind}-kept.bin/content`;
+    const put = await request(`${gw.url}/api/v1/repositories/ab/artifacts/${kind}-kept.bin`, {
+      method: 'PUT',
+      headers: bearer(writer),
+      body: file,
+    });
+    expect(put.status).toBe(201);
+
+    // Twice the failures in a row that make a store unreachable (fall is 2), PUTs and parts.
+    for (let i = 0; i < 4; i++) await abortedPut(gw.url, `/api/v1/repositories/ab/artifacts/${kind}-cut-${i}.bin`);
+    const session = await request(`${gw.url}/api/v1/repositories/ab/artifacts/${kind}-parts.bin/uploads`, {
+      method: 'POST',
+      headers: { ...bearer(writer), 'content-type': 'application/json' },
+      body: Buffer.from('{}'),
+    });
+    expect(session.status).toBe(201);
+    const upload = (JSON.parse(session.body.toString()) as { upload: string }).upload;
+    for (let i = 0; i < 2; i++) await abortedPut(gw.url, `/api/v1/repositories/ab/uploads/${upload}/parts/${i + 1}`);
+
+    const status = JSON.parse((await request(`${gw.url}/health/status`)).body.toString()) as {
+      store: { state: string; lastError: unknown };
+    };
+    expect(status.store).toMatchObject({ state: 'ok', lastError: null });
+    const read = await request(contentUrl, { headers: bearer(reader) });
+    expect(read.status, read.body.toString()).toBe(200);
+    expect(sha256(read.body)).toBe(sha256(file));
+    const again = await request(`${gw.url}/api/v1/repositories/ab/artifacts/${kind}-after.bin`, {
+      method: 'PUT',
+      headers: bearer(writer),
+      body: randomContent(4096),
+    });
+    expect(again.status, again.body.toString()).toBe(201);
+
+    const metrics = (await request(`${gw.url}/metrics`)).body.toString();
+    expect(metrics).toContain('arkvory_store_state{state="ok"} 1');
+    expect(metrics).not.toMatch(/arkvory_store_failures_total\{source="request"\} [1-9]/);
+    expect(metrics).not.toMatch(/arkvory_http_requests_total\{[^}]*status="5\d\d"[^}]*\} [1-9]/);
+    expect(await gw.stop()).toBe(0);
+    const loud = gw.logLines().filter((l) => Number(l.level) >= 40);
+    expect(loud).toEqual([]);
+    const gone = gw.logLines().filter((l) => l.code === 'client_aborted');
+    expect(gone.length).toBeGreaterThanOrEqual(6);
+  });
+});
