@@ -234,7 +234,7 @@ export const GATEWAY_METRICS = [
     name: 'arkvory_store_failures_total',
     type: 'counter',
     labels: ['source'],
-    help: 'Store failures seen, by source: probe (the periodic storage-id read) or request (a store call of a client request).',
+    help: "Store failures seen, by source: probe (the periodic storage-id read) or request (a store call of a client request; not an upload whose request body failed, the client's fault).",
   },
   {
     name: 'arkvory_lease_renewals_total',
