@@ -1,8 +1,9 @@
 /**
  * A client that cuts its uploads is its own fault, not the store's: on a real gateway (directory
- * store, and nginx behind the static-HTTP store) PUTs and multipart parts whose connection is reset
- * mid-body leave the store `ok` (/health/status), count no store failure, log no warning or error and
- * no 5xx; the next GET and PUT of everyone else succeed.
+ * store, nginx behind the static-HTTP store, MinIO behind the S3 store) PUTs of a declared length
+ * or chunked, and multipart parts, whose connection is reset mid-body leave the store `ok`
+ * (/health/status), count no store failure, log no warning or error and no 5xx; the next GET and
+ * PUT of everyone else succeed.
  */
 import net from 'node:net';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -16,10 +17,10 @@ let writer: string;
 let reader: string;
 
 /**
- * A PUT that declares 1 MiB, waits for 100 Continue (the gateway is then reading the body into the
- * store), sends 64 KiB and resets the connection; resolves once the socket is closed.
+ * A PUT that declares 1 MiB (or is chunked), waits for 100 Continue (the gateway is then reading the
+ * body into the store), sends 64 KiB and resets the connection; resolves once the socket is closed.
  */
-async function abortedPut(baseUrl: string, target: string): Promise<void> {
+async function abortedPut(baseUrl: string, target: string, chunked = false): Promise<void> {
   const url = new URL(baseUrl);
   const socket = net.connect(Number(url.port), url.hostname);
   socket.on('error', () => {});
@@ -37,16 +38,18 @@ async function abortedPut(baseUrl: string, target: string): Promise<void> {
   });
   socket.write(
     `PUT ${target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${writer}\r\n` +
-      'Content-Length: 1048576\r\nExpect: 100-continue\r\n\r\n',
+      `${chunked ? 'Transfer-Encoding: chunked' : 'Content-Length: 1048576'}\r\nExpect: 100-continue\r\n\r\n`,
   );
   await continued;
-  await new Promise<void>((resolve) => socket.write(Buffer.alloc(65_536, 1), () => resolve()));
+  const bytes = Buffer.alloc(65_536, 1);
+  const sent = chunked ? Buffer.concat([Buffer.from('10000\r\n'), bytes, Buffer.from('\r\n')]) : bytes;
+  await new Promise<void>((resolve) => socket.write(sent, () => resolve()));
   const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
   socket.resetAndDestroy();
   await closed;
 }
 
-describe.each(FILE_STORE_KINDS)('uploads cut by the client (%s store)', (kind) => {
+describe.each([...FILE_STORE_KINDS, 'minio' as const])('uploads cut by the client (%s store)', (kind) => {
   // A database per store: a database is bound to the one store it first saw.
   const db = useTestDatabase();
   beforeAll(async () => {
@@ -77,7 +80,8 @@ describe.each(FILE_STORE_KINDS)('uploads cut by the client (%s store)', (kind) =
     expect(put.status).toBe(201);
 
     // Twice the failures in a row that make a store unreachable (fall is 2), PUTs and parts.
-    for (let i = 0; i < 4; i++) await abortedPut(gw.url, `/api/v1/repositories/ab/artifacts/${kind}-cut-${i}.bin`);
+    for (let i = 0; i < 4; i++)
+      await abortedPut(gw.url, `/api/v1/repositories/ab/artifacts/${kind}-cut-${i}.bin`, i % 2 === 1);
     const session = await request(`${gw.url}/api/v1/repositories/ab/artifacts/${kind}-parts.bin/uploads`, {
       method: 'POST',
       headers: { ...bearer(writer), 'content-type': 'application/json' },
