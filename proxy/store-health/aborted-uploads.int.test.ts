@@ -3,14 +3,20 @@
  * store, nginx behind the static-HTTP store, MinIO behind the S3 store) PUTs of a declared length
  * or chunked, and multipart parts, whose connection is reset mid-body leave the store `ok`
  * (/health/status), count no store failure, log no warning or error and no 5xx; the next GET and
- * PUT of everyone else succeed.
+ * PUT of everyone else succeed. Over HTTP/2 the same holds for streams cancelled mid-body and for
+ * bodies that stall past the body timeout (the gateway answers 408 and fails the body it read).
  */
+import { randomUUID } from 'node:crypto';
+import { once } from 'node:events';
+import { readFile } from 'node:fs/promises';
+import http2 from 'node:http2';
 import net from 'node:net';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
-import { startGateway } from '../../test/support/gateway.ts';
+import { makeTempDir, startGateway } from '../../test/support/gateway.ts';
+import { createCertificateAuthority, issueServerCertificate, waitUntil } from '../../test/harness/index.ts';
 import { FILE_STORE_KINDS, startStoreBacking } from '../../test/support/store-kinds.ts';
 
 let writer: string;
@@ -47,6 +53,41 @@ async function abortedPut(baseUrl: string, target: string, chunked = false): Pro
   const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
   socket.resetAndDestroy();
   await closed;
+}
+
+/**
+ * The same over HTTP/2: after 64 KiB of its 1 MiB the stream is cancelled (RST_STREAM), or stalls
+ * until the gateway answers 408 for its body timeout (which fails the body it was reading).
+ */
+async function abortedH2Put(origin: string, ca: Buffer, target: string, how: 'cancel' | 'stall'): Promise<void> {
+  const session = http2.connect(origin, { ca });
+  session.on('error', () => {});
+  try {
+    const stream = session.request({
+      ':method': 'PUT',
+      ':path': target,
+      authorization: `Bearer ${writer}`,
+      'content-length': '1048576',
+      expect: '100-continue',
+    });
+    stream.on('error', () => {});
+    const early = await Promise.race([
+      once(stream, 'continue').then(() => undefined),
+      once(stream, 'response').then(([headers]) => headers as http2.IncomingHttpHeaders),
+    ]);
+    if (early) throw new Error(`answered ${early[':status']} before 100 Continue`);
+    await new Promise<void>((resolve) => stream.write(Buffer.alloc(65_536, 1), () => resolve()));
+    const closed = once(stream, 'close');
+    if (how === 'cancel') stream.close(http2.constants.NGHTTP2_CANCEL);
+    else {
+      const [response] = (await once(stream, 'response')) as [http2.IncomingHttpHeaders];
+      expect(response[':status']).toBe(408);
+      stream.resume();
+    }
+    await closed;
+  } finally {
+    session.close();
+  }
 }
 
 describe.each([...FILE_STORE_KINDS, 'minio' as const])('uploads cut by the client (%s store)', (kind) => {
@@ -114,5 +155,82 @@ describe.each([...FILE_STORE_KINDS, 'minio' as const])('uploads cut by the clien
     expect(loud).toEqual([]);
     const gone = gw.logLines().filter((l) => l.code === 'client_aborted');
     expect(gone.length).toBeGreaterThanOrEqual(6);
+  });
+});
+
+async function ask(
+  session: http2.ClientHttp2Session,
+  headers: http2.OutgoingHttpHeaders,
+  body?: Buffer,
+): Promise<{ status: number; body: string }> {
+  const stream = session.request(headers);
+  stream.end(body);
+  const [response] = (await once(stream, 'response')) as [http2.IncomingHttpHeaders];
+  const chunks: Buffer[] = [];
+  for await (const chunk of stream) chunks.push(chunk as Buffer);
+  return { status: Number(response[':status']), body: Buffer.concat(chunks).toString() };
+}
+
+describe('uploads cut or stalled by the client over HTTP/2 (fs store)', () => {
+  const db = useTestDatabase();
+  beforeAll(async () => {
+    await createRepository(db.pool, 'ab');
+    ({ key: writer } = await createServiceAccount(db.pool, { grants: { ab: 'write' } }));
+  });
+
+  it('leave the store ok; the next upload succeeds', async () => {
+    const dir = await makeTempDir('arkvory-h2-abort-');
+    const authority = await createCertificateAuthority(dir);
+    const cert = await issueServerCertificate(authority, dir);
+    const gw = await startGateway({
+      env: {
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_TLS_CERT_FILE: cert.certFile,
+        ARKVORY_TLS_KEY_FILE: cert.keyFile,
+        ARKVORY_STORE_PROBE_INTERVAL_MILLISECONDS: '60000',
+        // A stalled body is dropped after a second (the admission wait must be shorter).
+        ARKVORY_BODY_TIMEOUT_SECONDS: '1',
+        ARKVORY_ADMISSION_WAIT_SECONDS: '0',
+      },
+      waitFor: 'none',
+    });
+    const origin = `https://127.0.0.1:${gw.port}`;
+    const ca = await readFile(authority.certFile);
+    await waitUntil(
+      async () => {
+        const probe = http2.connect(origin, { ca });
+        probe.on('error', () => {});
+        try {
+          return (await ask(probe, { ':path': '/health/status' })).status === 200;
+        } finally {
+          probe.close();
+        }
+      },
+      { what: 'the gateway to serve HTTPS', timeoutMs: 60_000, retryOnError: true, process: gw },
+    );
+    for (const how of ['cancel', 'cancel', 'stall', 'stall'] as const)
+      await abortedH2Put(origin, ca, `/api/v1/repositories/ab/artifacts/h2-${how}-${randomUUID()}.bin`, how);
+
+    const session = http2.connect(origin, { ca });
+    try {
+      const status = JSON.parse((await ask(session, { ':path': '/health/status' })).body) as {
+        store: { state: string };
+      };
+      expect(status.store.state).toBe('ok');
+      const put = await ask(
+        session,
+        {
+          ':method': 'PUT',
+          ':path': '/api/v1/repositories/ab/artifacts/h2-after.bin',
+          authorization: `Bearer ${writer}`,
+        },
+        randomContent(4096),
+      );
+      expect(put.status, put.body).toBe(201);
+    } finally {
+      session.close();
+    }
+    expect(await gw.stop()).toBe(0);
+    expect(gw.logLines().filter((l) => Number(l.level) >= 40)).toEqual([]);
   });
 });
