@@ -1,6 +1,6 @@
 /**
  * The operator console (writer only): static page and assets under `/console/`, sign-in with an
- * admin key into an in-memory session (HttpOnly, SameSite=Strict cookie; `__Host-`, Path=/ over https), and the
+ * admin key into a session of the instance (sessions.ts) (HttpOnly, SameSite=Strict cookie; `__Host-`, Path=/ over https), and the
  * JSON the page polls under `/console/api/…`. Every `/console/api/` request is authenticated again
  * with the session's key by the ordinary auth gate (see `credentials`), so scopes, revocation and
  * the rate limiters apply exactly as on the admin API; every state change also needs the session's
@@ -20,13 +20,19 @@ import { API_PREFIX, isHttps } from './console-http.ts';
 import { RateSamples } from './rate-samples.ts';
 import { ruleRoutes } from './rule-routes.ts';
 import { sessionRoutes } from './session-routes.ts';
-import { ConsoleSessions, CSRF_HEADER, csrfMatches, readSessionId, type ConsoleSession } from './sessions.ts';
+import {
+  type ConsoleSession,
+  ConsoleSessions,
+  CSRF_HEADER,
+  consoleSessionOptions,
+  csrfMatches,
+  localSessionStore,
+  readSessionId,
+  SESSION_TTL_MS,
+} from './sessions.ts';
 import { statusRoute } from './status-route.ts';
 import { usageRoutes } from './usage-routes.ts';
 
-/** Sessions last at most 8 hours and end after 30 minutes without a request. */
-export const SESSION_TTL_MS = 8 * 3600_000;
-export const SESSION_IDLE_MS = 30 * 60_000;
 /** Five minutes of one-second samples for the bandwidth chart. */
 export const SAMPLE_SECONDS = 300;
 
@@ -37,7 +43,7 @@ export interface ConsoleModule {
    * The credentials the auth gate checks: for `/console/api/…` the key of the request's session
    * (no session → 401, a state change without its CSRF token → 403), else the Authorization header.
    */
-  credentials(ctx: RequestContext): string | IssuedCredentials | undefined;
+  credentials(ctx: RequestContext): string | IssuedCredentials | undefined | Promise<IssuedCredentials>;
   /** The routes; the rule registry exists only once rate limiting is open. No side effect. */
   routes(deps: { registry: RuleRegistry }): Promise<Route[]>;
   /** Starts the one-second bandwidth sampler (stopped on close). */
@@ -50,7 +56,7 @@ export function createConsole(
   deps: { authenticate(authorization: string): Promise<Principal> },
 ): ConsoleModule {
   const { clock, transfers, config } = services;
-  const sessions = new ConsoleSessions({ clock, ttlMs: SESSION_TTL_MS, idleMs: SESSION_IDLE_MS, maxSessions: 1000 });
+  const sessions = localSessionStore(new ConsoleSessions(consoleSessionOptions(clock)));
   const sessionOf = new WeakMap<RequestContext, ConsoleSession>();
   const samples = new RateSamples(SAMPLE_SECONDS);
   const sample = () => {
@@ -64,22 +70,22 @@ export function createConsole(
     });
   };
 
+  const sessionCredentials = async (ctx: RequestContext): Promise<IssuedCredentials> => {
+    const session = await sessions.get(readSessionId(ctx.req.headers.cookie, isHttps(ctx.req)));
+    if (!session)
+      throw new PolicyError('unauthorized', 'No console session (signed out or expired); sign in with an admin key.', {
+        headers: { 'www-authenticate': 'Bearer realm="arkvory"' },
+      });
+    if (!SAFE_METHODS.has(ctx.req.method ?? 'GET') && !csrfMatches(session, ctx.req.headers[CSRF_HEADER]))
+      throw new PolicyError('forbidden', 'A console change needs the X-CSRF-Token header of its session.');
+    sessionOf.set(ctx, session);
+    return { authorization: session.authorization, issuedAtWallMs: session.issuedAtWallMs };
+  };
+
   return {
     credentials(ctx) {
       if (!ctx.route.startsWith(API_PREFIX)) return ctx.req.headers.authorization;
-      const session = sessions.get(readSessionId(ctx.req.headers.cookie, isHttps(ctx.req)));
-      if (!session)
-        throw new PolicyError(
-          'unauthorized',
-          'No console session (signed out or expired); sign in with an admin key.',
-          {
-            headers: { 'www-authenticate': 'Bearer realm="arkvory"' },
-          },
-        );
-      if (!SAFE_METHODS.has(ctx.req.method ?? 'GET') && !csrfMatches(session, ctx.req.headers[CSRF_HEADER]))
-        throw new PolicyError('forbidden', 'A console change needs the X-CSRF-Token header of its session.');
-      sessionOf.set(ctx, session);
-      return { authorization: session.authorization, issuedAtWallMs: session.issuedAtWallMs };
+      return sessionCredentials(ctx);
     },
     start() {
       sample();

@@ -11,13 +11,13 @@ import { audited, isHttps, page } from './console-http.ts';
 import {
   clearedSessionCookie,
   type ConsoleSession,
-  type ConsoleSessions,
   readSessionId,
+  type SessionStore,
   sessionCookie,
 } from './sessions.ts';
 
 export function sessionRoutes(deps: {
-  sessions: ConsoleSessions;
+  sessions: SessionStore;
   ttlMs: number;
   /** The session a `/console/api/` request was authenticated with. */
   sessionOf(ctx: RequestContext): ConsoleSession | undefined;
@@ -28,7 +28,7 @@ export function sessionRoutes(deps: {
   const sessionBody = (session: ConsoleSession) => ({
     principal: { id: session.principalId, name: session.principalName },
     csrfToken: session.csrfToken,
-    expiresInSeconds: sessions.remainingSeconds(session),
+    expiresInSeconds: session.expiresInSeconds,
   });
   return [
     // Sign-in: the key comes in the Authorization header (the auth gate checks it and the admin
@@ -37,7 +37,7 @@ export function sessionRoutes(deps: {
       const { principal } = ctx;
       const authorization = ctx.req.headers.authorization;
       if (!principal || !authorization) throw new PolicyError('unauthorized');
-      const session = sessions.create(principal, authorization);
+      const session = await sessions.create(principal, authorization);
       ctx.log.info({ principal: principal.id, code: 'console_sign_in' }, 'console session opened');
       sendJson(
         ctx.res,
@@ -49,7 +49,7 @@ export function sessionRoutes(deps: {
     // Resume after a reload: the page cannot read its HttpOnly cookie, so it asks. Public, so a
     // page opened before sign-in is not counted as a failed authentication.
     page(['GET'], '/console/session', async (ctx) => {
-      const session = sessions.get(readSessionId(ctx.req.headers.cookie, isHttps(ctx.req)));
+      const session = await sessions.get(readSessionId(ctx.req.headers.cookie, isHttps(ctx.req)));
       let live = session !== undefined;
       if (session) {
         try {
@@ -59,14 +59,14 @@ export function sessionRoutes(deps: {
             throw new PolicyError('unauthorized');
         } catch (err) {
           if ((err as { code?: unknown }).code !== 'unauthorized') throw err;
-          sessions.delete(session.id);
+          await sessions.delete(session.id);
           live = false;
         }
       }
       sendJson(ctx.res, 200, live && session ? { signedIn: true, ...sessionBody(session) } : { signedIn: false });
     }),
     audited('console.sign_out', ['DELETE'], 'session', async (ctx) => {
-      sessions.delete(deps.sessionOf(ctx)!.id);
+      await sessions.delete(deps.sessionOf(ctx)!.id);
       ctx.res
         .writeHead(204, { 'set-cookie': clearedSessionCookie(isHttps(ctx.req)), 'cache-control': 'no-store' })
         .end();

@@ -35,11 +35,12 @@ describe('ConsoleSessions', () => {
     const clock = new ManualClock();
     const s = sessions(clock);
     const created = s.create(admin, 'Bearer ark_x');
+    expect(created.expiresInSeconds).toBe(60);
     for (let i = 0; i < 5; i++) {
       clock.advance(9_000);
       expect(s.get(created.id)).toBeDefined();
     }
-    expect(s.remainingSeconds(created)).toBe(15);
+    expect(s.get(created.id)?.expiresInSeconds).toBe(15);
     clock.advance(15_000);
     expect(s.get(created.id)).toBeUndefined();
   });
@@ -56,8 +57,27 @@ describe('ConsoleSessions', () => {
     expect(s.get(c.id)).toBeDefined();
     expect(s.get('nope')).toBeUndefined();
     expect(s.get(undefined)).toBeUndefined();
+    expect(s.get({ id: a.id })).toBeUndefined();
     s.delete(a.id);
     expect(s.get(a.id)).toBeUndefined();
+  });
+
+  it('hands out plain data: no clock state, and a copy that a caller cannot use to extend the session', () => {
+    const clock = new ManualClock();
+    const s = sessions(clock);
+    const created = s.create(admin, 'Bearer ark_x');
+    expect(Object.keys(created).sort()).toEqual([
+      'authorization',
+      'csrfToken',
+      'expiresInSeconds',
+      'id',
+      'issuedAtWallMs',
+      'principalId',
+      'principalName',
+    ]);
+    (created as { expiresInSeconds: number }).expiresInSeconds = 1e9;
+    clock.advance(60_000);
+    expect(s.get(created.id)).toBeUndefined();
   });
 
   it('compares the CSRF token exactly', () => {

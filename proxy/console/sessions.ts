@@ -1,9 +1,12 @@
 /**
- * Console sign-in sessions, held in the writer's memory only (a restart signs everyone out).
- * A session binds a random id (the HttpOnly cookie, `__Host-` prefixed over https) to the admin key it was opened with and to a
- * CSRF token the page sends back as `X-CSRF-Token` on every state change. The key is kept so every
- * console request is authenticated again with it: revoking or disabling the key ends the session
- * within the authenticator's 2 s revocation bound. Time comes from the injected clock.
+ * Console sign-in sessions. They are the instance's: one table in memory (a restart signs everyone
+ * out), this process's, or with several workers the coordinating process's, which the workers reach
+ * over their link (proxy/workers/remote-sessions.ts), so a request is signed in whichever worker the
+ * kernel gives its connection. A session binds a random id (the HttpOnly cookie, `__Host-` prefixed
+ * over https) to the admin key it was opened with and to a CSRF token the page sends back as
+ * `X-CSRF-Token` on every state change. The key is kept so every console request is authenticated
+ * again with it: revoking or disabling the key ends the session within the authenticator's 2 s
+ * revocation bound. Time comes from the injected clock of the process that holds the table.
  */
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Clock } from '../../policy/clock.ts';
@@ -17,6 +20,13 @@ export const SESSION_COOKIE = 'arkvory_console';
 export const SECURE_SESSION_COOKIE = `__Host-${SESSION_COOKIE}`;
 export const CSRF_HEADER = 'x-csrf-token';
 
+/** Sessions last at most 8 hours and end after 30 minutes without a request. */
+export const SESSION_TTL_MS = 8 * 3600_000;
+export const SESSION_IDLE_MS = 30 * 60_000;
+/** The instance keeps at most this many; beyond, the least recently used one is dropped. */
+export const MAX_SESSIONS = 1000;
+
+/** A live session as a lookup found it (plain data: it crosses the workers' link). */
 export interface ConsoleSession {
   readonly id: string;
   readonly csrfToken: string;
@@ -26,9 +36,19 @@ export interface ConsoleSession {
   readonly authorization: string;
   /** Wall time it was opened: a session older than its principal's last disable is void. */
   readonly issuedAtWallMs: number;
-  /** Monotonic deadline; the session also ends after `idleMs` without a request. */
-  readonly expiresAtMonotonicMs: number;
-  lastSeenMonotonicMs: number;
+  /** Seconds until it ends if it stays in use, as of the lookup (for the page). */
+  readonly expiresInSeconds: number;
+}
+
+/**
+ * The instance's sessions as one process reaches them: its own table, or the coordinating process's
+ * over the link (a call that fails or misses its deadline rejects with 503 `unavailable`).
+ */
+export interface SessionStore {
+  create(principal: { id: string; name: string }, authorization: string): Promise<ConsoleSession>;
+  /** The live session with this id (and marks it used), or undefined. */
+  get(id: string | undefined): Promise<ConsoleSession | undefined>;
+  delete(id: string): Promise<void>;
 }
 
 export interface SessionOptions {
@@ -43,11 +63,28 @@ export interface SessionOptions {
   randomToken?: () => string;
 }
 
+/** The console's bounds on the clock of the process that holds the table. */
+export function consoleSessionOptions(clock: Clock): SessionOptions {
+  return { clock, ttlMs: SESSION_TTL_MS, idleMs: SESSION_IDLE_MS, maxSessions: MAX_SESSIONS };
+}
+
 const TOKEN = /^[A-Za-z0-9_-]{20,128}$/;
 
+/** Whether `id` has the form of a session id (anything else is looked up nowhere). */
+export function isSessionId(id: unknown): id is string {
+  return typeof id === 'string' && TOKEN.test(id);
+}
+
+interface Held extends Omit<ConsoleSession, 'expiresInSeconds'> {
+  /** Monotonic deadline; the session also ends after `idleMs` without a request. */
+  readonly expiresAtMonotonicMs: number;
+  lastSeenMonotonicMs: number;
+}
+
+/** The table itself: held by exactly one process of an instance. */
 export class ConsoleSessions {
   readonly #options: SessionOptions;
-  readonly #byId = new Map<string, ConsoleSession>();
+  readonly #byId = new Map<string, Held>();
   readonly #token: () => string;
 
   constructor(options: SessionOptions) {
@@ -58,7 +95,7 @@ export class ConsoleSessions {
   create(principal: { id: string; name: string }, authorization: string): ConsoleSession {
     const now = this.#options.clock.monotonicMs();
     this.#sweep(now);
-    const session: ConsoleSession = {
+    const held: Held = {
       id: this.#token(),
       csrfToken: this.#token(),
       principalId: principal.id,
@@ -68,48 +105,57 @@ export class ConsoleSessions {
       expiresAtMonotonicMs: now + this.#options.ttlMs,
       lastSeenMonotonicMs: now,
     };
-    this.#byId.set(session.id, session);
+    this.#byId.set(held.id, held);
     while (this.#byId.size > this.#options.maxSessions) this.#byId.delete(this.#byId.keys().next().value!);
-    return session;
+    return this.#view(held, now);
   }
 
-  /** The live session with this id (and marks it used), or undefined. */
-  get(id: string | undefined): ConsoleSession | undefined {
-    if (id === undefined || !TOKEN.test(id)) return undefined;
-    const session = this.#byId.get(id);
-    if (!session) return undefined;
+  /** The live session with this id (and marks it used), or undefined; any other value finds nothing. */
+  get(id: unknown): ConsoleSession | undefined {
+    if (!isSessionId(id)) return undefined;
+    const held = this.#byId.get(id);
+    if (!held) return undefined;
     const now = this.#options.clock.monotonicMs();
-    if (!this.#isLive(session, now)) {
+    if (!this.#isLive(held, now)) {
       this.#byId.delete(id);
       return undefined;
     }
-    session.lastSeenMonotonicMs = now;
+    held.lastSeenMonotonicMs = now;
     // Re-insert: the Map's order is least recently used first.
     this.#byId.delete(id);
-    this.#byId.set(id, session);
-    return session;
+    this.#byId.set(id, held);
+    return this.#view(held, now);
   }
 
-  delete(id: string): void {
-    this.#byId.delete(id);
-  }
-
-  /** Seconds until the session ends if it stays in use (for the page). */
-  remainingSeconds(session: ConsoleSession): number {
-    return Math.max(0, Math.floor((session.expiresAtMonotonicMs - this.#options.clock.monotonicMs()) / 1000));
+  delete(id: unknown): void {
+    if (typeof id === 'string') this.#byId.delete(id);
   }
 
   get size(): number {
     return this.#byId.size;
   }
 
-  #isLive(session: ConsoleSession, now: number): boolean {
-    return now < session.expiresAtMonotonicMs && now - session.lastSeenMonotonicMs < this.#options.idleMs;
+  #view(held: Held, now: number): ConsoleSession {
+    const { expiresAtMonotonicMs, lastSeenMonotonicMs: _, ...session } = held;
+    return { ...session, expiresInSeconds: Math.max(0, Math.floor((expiresAtMonotonicMs - now) / 1000)) };
+  }
+
+  #isLive(held: Held, now: number): boolean {
+    return now < held.expiresAtMonotonicMs && now - held.lastSeenMonotonicMs < this.#options.idleMs;
   }
 
   #sweep(now: number): void {
-    for (const [id, session] of this.#byId) if (!this.#isLive(session, now)) this.#byId.delete(id);
+    for (const [id, held] of this.#byId) if (!this.#isLive(held, now)) this.#byId.delete(id);
   }
+}
+
+/** A single process's sessions: its own table, no link. */
+export function localSessionStore(table: ConsoleSessions): SessionStore {
+  return {
+    create: async (principal, authorization) => table.create(principal, authorization),
+    get: async (id) => table.get(id),
+    delete: async (id) => table.delete(id),
+  };
 }
 
 /** Constant-time comparison of the header a request sent with the session's token. */

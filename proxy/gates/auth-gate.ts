@@ -61,7 +61,8 @@ export interface IssuedCredentials {
 export function createAuthGate(
   auth: Authenticator,
   lifecycle: Lifecycle,
-  credentials: (ctx: RequestContext) => string | IssuedCredentials | undefined = (ctx) => ctx.req.headers.authorization,
+  credentials: (ctx: RequestContext) => string | IssuedCredentials | undefined | Promise<IssuedCredentials> = (ctx) =>
+    ctx.req.headers.authorization,
   links?: PresignedLinks,
   transport?: TransportPolicy,
 ): Gate {
@@ -79,6 +80,13 @@ export function createAuthGate(
     )
       throw new GatewayError('tls_required');
     const given = presigned ? undefined : credentials(ctx);
+    // A console session is looked up in the instance's table, over a worker's link.
+    const check = (given: string | IssuedCredentials | undefined) => decide(ctx, presigned, given);
+    return isPromise(given) ? given.then(check) : check(given);
+  };
+
+  /** Who the request is, from the credential it carries (`given`) or the one it does not need. */
+  function decide(ctx: RequestContext, presigned: boolean, given: string | IssuedCredentials | undefined) {
     if (transport) {
       if (transport.clientCert !== 'off') {
         const other = presigned ? 'link' : typeof given === 'object' ? given.authorization : given;
@@ -110,7 +118,7 @@ export function createAuthGate(
     } catch (err) {
       return sessionEnded(err);
     }
-  };
+  }
 }
 
 /**
