@@ -32,6 +32,7 @@ import {
 } from './sessions.ts';
 import { statusRoute } from './status-route.ts';
 import { usageRoutes } from './usage-routes.ts';
+import { remoteSessionStore } from '../workers/remote-sessions.ts';
 
 /** Five minutes of one-second samples for the bandwidth chart. */
 export const SAMPLE_SECONDS = 300;
@@ -56,7 +57,10 @@ export function createConsole(
   deps: { authenticate(authorization: string): Promise<Principal> },
 ): ConsoleModule {
   const { clock, transfers, config } = services;
-  const sessions = localSessionStore(new ConsoleSessions(consoleSessionOptions(clock)));
+  // The instance's sessions: a worker's are the coordinating process's, over its link.
+  const sessions = services.instance
+    ? remoteSessionStore(services.instance.link)
+    : localSessionStore(new ConsoleSessions(consoleSessionOptions(clock)));
   const sessionOf = new WeakMap<RequestContext, ConsoleSession>();
   const samples = new RateSamples(SAMPLE_SECONDS);
   const sample = () => {

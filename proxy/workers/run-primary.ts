@@ -2,7 +2,8 @@
  * `arkvory serve` for a writer or reader with ARKVORY_WORKERS above 1: the coordinating process of
  * one gateway instance. It checks the port and the data directory once, holds the instance's
  * standing (barriers, policy check, the shared profile's lease) and its policy state
- * (policy-host.ts), and runs the workers (supervisor.ts; docs/architecture.md, "Workers").
+ * (policy-host.ts) and the console's sessions (remote-sessions.ts), and runs the workers
+ * (supervisor.ts; docs/architecture.md, "Workers").
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
@@ -24,7 +25,9 @@ import { databaseTarget, waitForDatabase } from '../server/database.ts';
 import { openCoordinator } from '../server/lease-coordinator.ts';
 import { checkPortFree, prepareDataDir } from '../server/startup-checks.ts';
 import { EXIT, logStartupFailure } from '../server/startup-failure.ts';
+import { ConsoleSessions, consoleSessionOptions } from '../console/sessions.ts';
 import { PolicyHost } from './policy-host.ts';
+import { serveSessions } from './remote-sessions.ts';
 import { WorkerSupervisor } from './supervisor.ts';
 
 export async function runPrimary(config: Config, log: Logger): Promise<number> {
@@ -83,6 +86,8 @@ export async function runPrimary(config: Config, log: Logger): Promise<number> {
     lease: coordinator,
     ...(config.redisUrl ? {} : { counters: createMemoryCounterStore() }),
   });
+  // The console's sign-in sessions are the instance's (the writer serves the console).
+  const sessions = config.role === 'api' ? new ConsoleSessions(consoleSessionOptions(clock)) : undefined;
   const registry = new Registry();
   createGatewayMetrics({ registry });
   registerLeaseMetrics(registry, coordinator);
@@ -90,7 +95,10 @@ export async function runPrimary(config: Config, log: Logger): Promise<number> {
   registerAdmissionMetrics(registry, admission);
   const code = await supervisor.run({
     registry,
-    attach: (link) => host.attach(link),
+    attach: (link) => {
+      host.attach(link);
+      if (sessions) serveSessions(link, sessions);
+    },
     detach: (link) => host.detach(link),
     closing: () => host.close(),
     describe: () => ({ heldSlotsLeft: host.heldSlots }),

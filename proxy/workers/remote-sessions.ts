@@ -1,0 +1,61 @@
+/**
+ * The console's sign-in sessions with several workers: the instance's one table is the coordinating
+ * process's (`serveSessions`), and each worker creates, looks up (which marks used) and deletes over
+ * its link (`remoteSessionStore`), so a browser stays signed in whichever worker the kernel gives
+ * each of its connections, and a sign-out ends the session on every worker. Each call has a
+ * deadline; a call that fails or misses it is 503 `unavailable`, never a session.
+ */
+import { PolicyError } from '../../policy/errors.ts';
+import { type ConsoleSession, type ConsoleSessions, isSessionId, type SessionStore } from '../console/sessions.ts';
+import type { Link } from './link.ts';
+
+/** How long a worker waits for the coordinating process to answer a session call. */
+export const SESSION_CALL_DEADLINE_MS = 2000;
+
+export interface CreateSessionRequest {
+  principal: { id: string; name: string };
+  authorization: string;
+}
+
+/** Serves one worker's session calls on its link from the instance's table. */
+export function serveSessions(link: Link, table: ConsoleSessions): void {
+  link.handle('sessions.create', (args) => {
+    const { principal, authorization } = args as CreateSessionRequest;
+    return table.create({ id: principal.id, name: principal.name }, authorization);
+  });
+  // null, not undefined: the answer is a message field.
+  link.handle('sessions.get', (args) => table.get(args) ?? null);
+  link.handle('sessions.delete', (args) => table.delete(args));
+}
+
+/** A worker's view of the instance's sessions, over its link. */
+export function remoteSessionStore(link: Link, deadlineMs = SESSION_CALL_DEADLINE_MS): SessionStore {
+  const ask = async <T>(op: string, args: unknown, onLate?: (value: T) => void): Promise<T> => {
+    try {
+      return await link.call<T>(op, args, AbortSignal.timeout(deadlineMs), onLate);
+    } catch (err) {
+      throw unavailable(err);
+    }
+  };
+  return {
+    create: (principal, authorization) => {
+      const request: CreateSessionRequest = { principal: { id: principal.id, name: principal.name }, authorization };
+      // A session made after this worker gave up is nobody's: it goes at once.
+      return ask<ConsoleSession>('sessions.create', request, (late) => link.note('sessions.delete', late.id));
+    },
+    get: async (id) => {
+      if (!isSessionId(id)) return undefined;
+      return (await ask<ConsoleSession | null>('sessions.get', id)) ?? undefined;
+    },
+    delete: async (id) => {
+      await ask<void>('sessions.delete', id);
+    },
+  };
+}
+
+function unavailable(cause: unknown): PolicyError {
+  return new PolicyError('unavailable', 'The console sessions could not be reached; retry shortly.', {
+    cause,
+    headers: { 'retry-after': '1' },
+  });
+}
