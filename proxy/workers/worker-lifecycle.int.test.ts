@@ -71,15 +71,18 @@ describe('a worker of an instance', () => {
 
     // While it drains, the instance's worker list (asked of either worker) shows it fenced.
     const left = () => gw.logLines().find((l) => String(l.msg).startsWith('a worker left, fenced'));
+    // Each connection is polled on its own: the draining worker's may hold a request until it leaves.
     const states = new Set<string>();
     const giveUpAt = performance.now() + 30_000;
-    while (!states.has('fenced') && left() === undefined && performance.now() < giveUpAt) {
-      for (const { client } of connections) {
-        const view = await statusOver(client).catch(() => undefined);
-        for (const w of view?.workers ?? []) states.add(w.state);
-      }
-      await sleep(50);
-    }
+    await Promise.all(
+      connections.map(async ({ client }) => {
+        while (!states.has('fenced') && left() === undefined && performance.now() < giveUpAt) {
+          const view = await statusOver(client).catch(() => undefined);
+          for (const w of view?.workers ?? []) states.add(w.state);
+          await sleep(50);
+        }
+      }),
+    );
     expect(states).toContain('fenced');
     await waitUntil(() => left() !== undefined, { what: 'the fenced worker to leave', timeoutMs: 30_000 });
     expect(left()).toMatchObject({ code: 3 });
