@@ -461,6 +461,15 @@ describe('trusted proxies and the client address', () => {
     expect(forwardedForNodes('for=1.1.1.1;for=2.2.2.2, for="3.3.3.3')).toEqual(['unknown', 'unknown']);
     expect(forwardedForNodes(' , for=198.51.100.7,')).toEqual(['198.51.100.7']);
     expect(forwardedForNodes('')).toEqual([]);
+    expect(forwardedForNodes(undefined)).toEqual([]);
+    // An escaped quote does not end the quoted string: the comma after it is inside.
+    expect(forwardedForNodes('for="a\\",b";by=x')).toEqual(['a",b']);
+    // A lone quote is unclosed; an empty quoted string is an empty value (no address either).
+    expect(forwardedForNodes('for="')).toEqual(['unknown']);
+    expect(forwardedForNodes('for=""')).toEqual(['']);
+    // Spaces around `=` are dropped before a quoted value is read; a pair without `=` names nothing.
+    expect(forwardedForNodes('for= "192.0.2.1"')).toEqual(['192.0.2.1']);
+    expect(forwardedForNodes('forx;for=192.0.2.2')).toEqual(['192.0.2.2']);
   });
 
   it('reads X-Forwarded-For when a request has it, else Forwarded, else nothing', () => {
