@@ -6,6 +6,7 @@ export { download, type DownloadOptions, type DownloadResult } from './download.
 export { upload, contentDigestHeader, type UploadOptions, type UploadResult } from './upload.ts';
 export { presign, type PresignedLink } from './presign.ts';
 export { ArkvoryClientError, CLIENT_ERRORS, type ClientErrorCode } from './errors.ts';
+export { KeyScope, normalizedOrigin } from './credential-scope.ts';
 export { baseUrlOf, contentUrl, parseShortTarget, targetOf, type Target } from './target.ts';
 export { progressBar, progressJson, type Progress } from './progress.ts';
 export { CLIENT_VARIABLE_NAMES, CLIENT_VARIABLES } from './environment.ts';
