@@ -18,6 +18,7 @@ import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleepFor } from 'node:timers/promises';
 import { request, type Dispatcher } from 'undici';
+import { KeyScope } from './credential-scope.ts';
 import { ArkvoryClientError, gatewayError } from './errors.ts';
 import type { Progress } from './progress.ts';
 import { backoffMs, decide, mirrorUrl, retryAfterMs } from './retry-decision.ts';
@@ -30,6 +31,12 @@ export interface DownloadOptions {
   readonly output: string;
   /** API key, sent as Bearer; omit for a pre-signed link. */
   readonly key?: string | undefined;
+  /**
+   * The gateways (URLs or origins) the key may go to; a request to any other origin carries no
+   * credentials. Default: the origins of `url` and `mirrors`, which the caller named. Redirects are
+   * never followed (a 3xx fails the transfer), so the key cannot travel on with one.
+   */
+  readonly keyOrigins?: readonly string[];
   readonly signal?: AbortSignal;
   /** Called at most every `progressIntervalMs` and once at the end. */
   readonly onProgress?: (progress: Progress) => void;
@@ -104,6 +111,7 @@ async function readState(file: string): Promise<PartialState | undefined> {
 
 export async function download(options: DownloadOptions): Promise<DownloadResult> {
   const urls = [options.url, ...(options.mirrors ?? []).map((m) => mirrorUrl(options.url, m))];
+  const keyScope = new KeyScope(options.keyOrigins ?? urls);
   const now = options.now ?? Date.now;
   const sleep = options.sleep ?? defaultSleep;
   const partial = `${options.output}.partial`;
@@ -152,7 +160,7 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
       );
     const url = urls[which]!;
     const headers: Record<string, string> = {};
-    if (options.key) headers.authorization = `Bearer ${options.key}`;
+    if (options.key && keyScope.allows(url)) headers.authorization = `Bearer ${options.key}`;
     if (held > 0 && state) {
       headers.range = `bytes=${held}-`;
       headers['if-range'] = state.etag;

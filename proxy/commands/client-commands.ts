@@ -95,8 +95,10 @@ export const getCommand: Command = defineCommand({
 If-Range after any cut (also after a restart of this command), moving to the next --mirror (another
 gateway's origin, or a full URL) when a gateway answers 502/503/504 or the connection drops, waiting
 Retry-After on 429, and verifying the whole file against the digest the gateway publishes before it
-takes the final name. A pre-signed link needs no key. Progress goes to stderr (a bar on a terminal,
-JSON lines otherwise); the result is JSON on stdout.
+takes the final name. The key goes only to the origin of --url/ARKVORY_URL and of each --mirror: a
+URL on any other origin is fetched without credentials (a public object works, else 401), a
+pre-signed link never gets it, and redirects are not followed. Progress goes to stderr (a bar on a
+terminal, JSON lines otherwise); the result is JSON on stdout.
 ${CONNECTION_NOTE}`,
   forms: [
     form({
@@ -119,26 +121,41 @@ ${CONNECTION_NOTE}`,
       async run(input, env) {
         const key = await keyFrom(input.string('key-file'), env, false);
         const printer = await progressPrinter();
-        const { contentUrl, download } = await sdk();
+        const { ArkvoryClientError, contentUrl, download, KeyScope } = await sdk();
         return reporting(async () => {
-          const url = contentUrl(input.positionals[0]!, gatewayUrl(input.string('url'), env));
+          const base = gatewayUrl(input.string('url'), env);
+          const mirrors = input.strings('mirror');
+          const url = contentUrl(input.positionals[0]!, base);
           const output = input.string('output') ?? outputNameOf(url);
           // A pre-signed link is its own credential, and may come from anyone: ARKVORY_KEY is not
           // sent to the host it names (nor would the gateway then hold the link to its content).
           const isLink = hasPresignParams(new URL(url).searchParams);
+          // Any other URL may come from anyone too: the key goes only to the gateways named by the
+          // operator, and a URL on another origin is fetched without credentials (a public object works).
+          const keyOrigins = [...(base === undefined ? [] : [base]), ...mirrors];
+          const withheld = key !== undefined && !isLink && !new KeyScope(keyOrigins).allows(url);
           const controller = new AbortController();
           const stop = () => controller.abort(new Error('interrupted'));
           process.once('SIGINT', stop);
           try {
             return await download({
               url,
-              mirrors: input.strings('mirror'),
+              mirrors,
               output: path.resolve(output),
               key: isLink ? undefined : key,
+              keyOrigins,
               signal: controller.signal,
               onProgress: printer.onProgress,
               progressIntervalMs: printer.intervalMs,
             });
+          } catch (err) {
+            if (withheld && err instanceof ArkvoryClientError && err.status === 401)
+              throw new ArkvoryClientError(
+                err.code,
+                `${err.message} (${keyWithheldNote(url, 'the --url or ARKVORY_URL and --mirror origins')})`,
+                { status: 401 },
+              );
+            throw err;
           } finally {
             process.off('SIGINT', stop);
           }
@@ -148,13 +165,20 @@ ${CONNECTION_NOTE}`,
   ],
 });
 
+/** Why a URL on a foreign origin got no key, and how to send it there if that origin is a gateway of yours. */
+function keyWithheldNote(url: string, trusted: string): string {
+  const { origin } = new URL(url);
+  return `the API key is sent only to ${trusted}, not to ${origin}; if it is your gateway, give --url ${origin}`;
+}
+
 export const putCommand: Command = defineCommand({
   name: 'put',
   summary: 'upload a file with Content-Digest; large files in parallel parts, resuming a killed upload',
   description: `Files up to --threshold are sent in one streamed PUT with Content-Digest. Larger files use the multipart
 API: --part-size parts, at most --concurrency in flight; the session is remembered under
 ~/.cache/arkvory/uploads, so running the same command again after a kill sends only the parts the gateway
-does not hold yet, then waits for the completion job. The result is JSON on stdout.
+does not hold yet, then waits for the completion job. A full URL must be on the origin of --url or
+ARKVORY_URL (the only place the key is sent): any other is refused, exit 2. The result is JSON on stdout.
 ${CONNECTION_NOTE}`,
   forms: [
     form({
@@ -184,19 +208,25 @@ ${CONNECTION_NOTE}`,
           throw new UsageError('--concurrency must be 1 to 99');
         const contentType = input.string('content-type');
         const stateDir = env[CLIENT_VARIABLES.uploadStateDir];
-        const { baseUrlOf, upload } = await sdk();
-        return reporting(() =>
-          upload({
+        const { baseUrlOf, KeyScope, upload } = await sdk();
+        return reporting(() => {
+          const base = gatewayUrl(input.string('url'), env);
+          const url = baseUrlOf(target!, base);
+          // An upload cannot work without the key, and a URL may come from anyone: refuse rather
+          // than send the key to a host that is not the gateway.
+          if (!new KeyScope(base === undefined ? [] : [base]).allows(url))
+            throw new UsageError(keyWithheldNote(url, 'the --url or ARKVORY_URL origin'));
+          return upload({
             file: file!,
-            url: baseUrlOf(target!, gatewayUrl(input.string('url'), env)),
+            url,
             key,
             ...(contentType !== undefined ? { contentType } : {}),
             ...(threshold !== undefined ? { multipartThreshold: parseSize(threshold) } : {}),
             ...(partSize !== undefined ? { partSize: parseSize(partSize) } : {}),
             ...(concurrency !== undefined ? { concurrency: Number(concurrency) } : {}),
             ...(stateDir ? { stateDir } : {}),
-          }),
-        );
+          });
+        });
       },
     }),
   ],
