@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { KeyScope, normalizedOrigin } from './credential-scope.ts';
+import { KeyScope, normalizedOrigin, pathOnOrigin } from './credential-scope.ts';
 
 describe('normalizedOrigin', () => {
   it('lowercases scheme and host and always writes the effective port', () => {
@@ -46,5 +46,17 @@ describe('KeyScope', () => {
   it('allows nothing when no gateway is named', () => {
     expect(new KeyScope([]).allows('http://gw:8080/x')).toBe(false);
     expect(new KeyScope([undefined]).allows('http://gw:8080/x')).toBe(false);
+  });
+});
+
+describe('pathOnOrigin: a path the gateway answered, joined to its origin', () => {
+  it('joins an absolute path', () => {
+    expect(pathOnOrigin('http://gw:8080', '/api/v1/uploads/u1')).toBe('http://gw:8080/api/v1/uploads/u1');
+  });
+
+  it('refuses what would lead off the origin, or is no path', () => {
+    // `http://gw:8080@evil/x` names the host evil, gw:8080 its user info: the key would go there.
+    for (const path of ['@evil/x', ':1@evil/x', 'evil/x', '', undefined, 42, { url: '/x' }])
+      expect(pathOnOrigin('http://gw:8080', path)).toBeUndefined();
   });
 });

@@ -41,3 +41,15 @@ export class KeyScope {
     return origin !== undefined && this.#origins.has(origin);
   }
 }
+
+/**
+ * `path` (an absolute path the gateway answered, such as an upload session's `url`) on `origin`, or
+ * undefined when joining them would lead anywhere else (`@evil/x` reads as user info before another
+ * host): every request to it carries the key.
+ */
+export function pathOnOrigin(origin: string, path: unknown): string | undefined {
+  if (typeof path !== 'string' || !path.startsWith('/')) return undefined;
+  const url = `${origin}${path}`;
+  const expected = normalizedOrigin(origin);
+  return expected !== undefined && normalizedOrigin(url) === expected ? url : undefined;
+}

@@ -13,6 +13,7 @@ import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleepFor } from 'node:timers/promises';
 import { request, type Dispatcher } from 'undici';
+import { pathOnOrigin } from './credential-scope.ts';
 import { ArkvoryClientError, gatewayError } from './errors.ts';
 import { backoffMs, retryAfterMs } from './retry-decision.ts';
 
@@ -132,10 +133,15 @@ async function uploadMultipart(
       json: { size, sha256, contentType: options.contentType ?? 'application/octet-stream' },
     });
     session = JSON.parse(res.body) as SessionBody;
-    await mkdir(stateDir, { recursive: true });
-    await writeFile(stateFile, JSON.stringify({ url: `${origin}${session.url}` }));
   }
-  const sessionUrl = `${origin}${session.url}`;
+  const sessionUrl = pathOnOrigin(origin, session.url);
+  if (sessionUrl === undefined)
+    throw new ArkvoryClientError(
+      'protocol',
+      `The gateway named an upload session off its own origin: ${String(session.url)}.`,
+    );
+  await mkdir(stateDir, { recursive: true });
+  await writeFile(stateFile, JSON.stringify({ url: sessionUrl }));
 
   const parts: Part[] = [];
   for (let start = 0, n = 1; start < size; start += partSize, n++) {
