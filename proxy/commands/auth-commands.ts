@@ -1,8 +1,7 @@
 import { AdminStore, parseScopes } from '../../policy/auth/admin-store.ts';
 import type { Permission } from '../../policy/auth/authorize.ts';
-import { PolicyError } from '../../policy/errors.ts';
 import { certificateDetails, grantDetails, keyDetails, principalDetails } from '../audit/admin-details.ts';
-import { AuditNotRecorded, type CliAction, recordCliAction } from './cli-audit.ts';
+import { type CliAction, recordCliAction } from './cli-audit.ts';
 import { openCliPool } from './cli-database.ts';
 import { defineCommand, form, UsageError, type Command } from './command.ts';
 import { PAGE_OPTIONS, pageInput, printed } from './page-options.ts';
@@ -22,7 +21,8 @@ export function parseDuration(text: string): number {
 
 /**
  * Runs an admin action against the database and prints its JSON result; a change (`audit` given)
- * is recorded in the audit trail as the operator's.
+ * is recorded in the audit trail as the operator's, after its result is printed. A refusal or an
+ * audit entry not recorded is the one line cli.ts prints for every command (cli-failure.ts).
  */
 async function withStore<T>(
   env: NodeJS.ProcessEnv,
@@ -35,16 +35,6 @@ async function withStore<T>(
     process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
     if (audit) await recordCliAction(pool, audit(result));
     return 0;
-  } catch (err) {
-    if (err instanceof PolicyError) {
-      process.stderr.write(`arkvory: ${err.code}: ${err.message}\n`);
-      return 1;
-    }
-    if (err instanceof AuditNotRecorded) {
-      process.stderr.write(`arkvory: ${err.message}\n`);
-      return 1;
-    }
-    throw err;
   } finally {
     await pool.end();
   }

@@ -30,7 +30,7 @@ export interface CliAction {
 
 export class AuditNotRecorded extends Error {
   override readonly name = 'AuditNotRecorded';
-  /** Printed by the commands as `arkvory <command>: audit_not_recorded: …` (exit 1). */
+  /** Printed as `arkvory: audit_not_recorded: …` (exit 1, cli-failure.ts). */
   readonly code = 'audit_not_recorded';
 }
 

@@ -1,3 +1,4 @@
+import { cliFailureLine, cliFailureOf } from './cli-failure.ts';
 import { type Command, invoke, UsageError, usageErrorLine } from './command.ts';
 
 /**
@@ -17,7 +18,8 @@ async function topUsage(): Promise<string> {
 
 /**
  * Runs one command line. Results go to stdout; a usage error (unknown command, subcommand or
- * option, a missing value or argument) is one line on stderr, nothing on stdout, exit 2.
+ * option, a missing value or argument) is one line on stderr, nothing on stdout, exit 2; an expected
+ * failure (cli-failure.ts) is one line `arkvory: <code>: <message>`, exit 1. Only a bug shows a stack.
  */
 async function main(argv: string[]): Promise<number> {
   const [name, ...rest] = argv;
@@ -50,7 +52,10 @@ async function main(argv: string[]): Promise<number> {
           process.stderr.write(usageErrorLine(invocation.prog, err.message, err.seeHelp));
           return 2;
         }
-        throw err;
+        const failure = cliFailureOf(err);
+        if (failure === undefined) throw err;
+        process.stderr.write(cliFailureLine(failure));
+        return 1;
       }
   }
 }

@@ -1,10 +1,10 @@
-import type pg from 'pg';
 import { parseSize } from './client-commands.ts';
 import { quotaBody } from '../admin/quota-admin-routes.ts';
 import type { QuotaScope } from '../../policy/quota/quota-check.ts';
 import { createStorageQuotas, type StorageQuotas } from '../../policy/quota/storage-quotas.ts';
 import { openCliPool } from './cli-database.ts';
-import { recordCliAction } from './cli-audit.ts';
+import { type CliAction, recordCliAction } from './cli-audit.ts';
+import { GatewayError } from '../server/errors.ts';
 import { defineCommand, form, type Input, UsageError, type Command } from './command.ts';
 
 const SUBJECT_OPTIONS = {
@@ -23,28 +23,32 @@ function scopeOf(input: Pick<Input<typeof SUBJECT_OPTIONS>, 'string'>): { scope:
     : { scope: 'principal', named: principal! };
 }
 
-async function withQuotas(
-  env: NodeJS.ProcessEnv,
-  work: (quotas: StorageQuotas, pool: pg.Pool) => Promise<unknown | undefined>,
-): Promise<number> {
+/** What a quota form prints (JSON on stdout) and, for a change, records after printing it. */
+interface Outcome {
+  readonly out: unknown;
+  readonly audit?: CliAction;
+}
+
+async function withQuotas(env: NodeJS.ProcessEnv, work: (quotas: StorageQuotas) => Promise<Outcome>): Promise<number> {
   const pool = await openCliPool(env);
   try {
-    const out = await work(createStorageQuotas(pool), pool);
-    if (out === undefined) return 1;
+    const { out, audit } = await work(createStorageQuotas(pool));
     process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);
+    // The change is made and printed: a failed record is reported on its own (cli-failure.ts).
+    if (audit) await recordCliAction(pool, audit);
     return 0;
   } finally {
     await pool.end();
   }
 }
 
-async function subject(quotas: StorageQuotas, scope: QuotaScope, named: string): Promise<string | undefined> {
+/** The subject's key: the repository's name, the principal's id; a refusal when there is none. */
+async function subject(quotas: StorageQuotas, scope: QuotaScope, named: string): Promise<string> {
   const found = await quotas.subjectOf(scope, named);
-  if (found === undefined)
-    process.stderr.write(
-      `arkvory quota: ${scope === 'repository' ? `"${named}" is not a repository name` : `no principal ${named}`}\n`,
-    );
-  return found;
+  if (found !== undefined) return found;
+  throw scope === 'repository'
+    ? new GatewayError('invalid_request', `"${named}" is not a repository name`)
+    : new GatewayError('not_found', `no principal ${named}`);
 }
 
 export const quotaCommand: Command = defineCommand({
@@ -60,7 +64,7 @@ ARKVORY_DATA_DIR), as /api/v1/admin/quotas does on the writer.`,
     form({
       name: 'list',
       summary: 'every quota set, with its usage',
-      run: (_input, env) => withQuotas(env, async (q) => ({ quotas: (await q.list()).map(quotaBody) })),
+      run: (_input, env) => withQuotas(env, async (q) => ({ out: { quotas: (await q.list()).map(quotaBody) } })),
     }),
     form({
       name: 'show',
@@ -68,10 +72,7 @@ ARKVORY_DATA_DIR), as /api/v1/admin/quotas does on the writer.`,
       options: SUBJECT_OPTIONS,
       run: (input, env) => {
         const { scope, named } = scopeOf(input);
-        return withQuotas(env, async (q) => {
-          const id = await subject(q, scope, named);
-          return id === undefined ? undefined : quotaBody(await q.show(scope, id));
-        });
+        return withQuotas(env, async (q) => ({ out: quotaBody(await q.show(scope, await subject(q, scope, named))) }));
       },
     }),
     form({
@@ -87,12 +88,13 @@ ARKVORY_DATA_DIR), as /api/v1/admin/quotas does on the writer.`,
         if (raw === undefined) throw new UsageError('give --bytes');
         // 0 is a quota too (nothing more may be stored); parseSize takes positive sizes only.
         const limitBytes = raw === '0' ? 0 : parseSize(raw);
-        return withQuotas(env, async (q, pool) => {
+        return withQuotas(env, async (q) => {
           const id = await subject(q, scope, named);
-          if (id === undefined) return undefined;
           await q.set(scope, id, limitBytes);
-          await recordCliAction(pool, { action: 'quota.set', target: { scope, subject: id }, details: { limitBytes } });
-          return quotaBody(await q.show(scope, id));
+          return {
+            out: quotaBody(await q.show(scope, id)),
+            audit: { action: 'quota.set', target: { scope, subject: id }, details: { limitBytes } },
+          };
         });
       },
     }),
@@ -102,15 +104,14 @@ ARKVORY_DATA_DIR), as /api/v1/admin/quotas does on the writer.`,
       options: SUBJECT_OPTIONS,
       run: (input, env) => {
         const { scope, named } = scopeOf(input);
-        return withQuotas(env, async (q, pool) => {
+        return withQuotas(env, async (q) => {
           const id = await subject(q, scope, named);
-          if (id === undefined) return undefined;
-          if (!(await q.remove(scope, id))) {
-            process.stderr.write(`arkvory quota unset: no ${scope} quota is set for ${named}\n`);
-            return undefined;
-          }
-          await recordCliAction(pool, { action: 'quota.remove', target: { scope, subject: id } });
-          return { removed: { scope, subject: id } };
+          if (!(await q.remove(scope, id)))
+            throw new GatewayError('not_found', `no ${scope} quota is set for ${named}`);
+          return {
+            out: { removed: { scope, subject: id } },
+            audit: { action: 'quota.remove', target: { scope, subject: id } },
+          };
         });
       },
     }),

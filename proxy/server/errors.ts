@@ -96,6 +96,24 @@ export const GATEWAY_ERRORS = defineErrors('proxy/server/errors.ts', {
     message: 'The command line is not valid.',
     advice: 'Read `arkvory <command> --help`; the CLI exits 2.',
   },
+  io: {
+    status: null,
+    message: 'A local file the command names cannot be read or written.',
+    advice:
+      'The message names the file and the system error (ENOENT, EACCES); fix the path or its permissions. The CLI exits 1.',
+  },
+  database_permission: {
+    status: null,
+    message: 'The database login lacks a privilege this command needs.',
+    advice:
+      'Run the command with the login of the role it belongs to: admin commands (`principals`, `keys`, `grants`, `repos`, `quota`, `cache`) use the writer\'s (docs/deploy.md, "Least privilege"). The CLI exits 1.',
+  },
+  audit_not_recorded: {
+    status: null,
+    message: 'The change was made, but its audit entry was not recorded.',
+    advice:
+      'The change stands (its result is on stdout); the message says why the insert failed (the database gone, the login without INSERT on `arkvory_audit_events`). Fix that and record the change by other means if the trail must hold it. The CLI exits 1.',
+  },
 });
 
 /** What proxy/ may raise: its own codes and the common ones. */

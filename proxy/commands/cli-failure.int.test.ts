@@ -1,0 +1,80 @@
+/**
+ * Expected failures of real CLI processes are the one line `arkvory: <code>: <message>` on stderr
+ * and exit 1, never a stack: a key file that cannot be read, a database login without the
+ * privilege, a change whose audit entry cannot be recorded (its result is printed all the same).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
+import { installRoleLogins } from '../../test/support/database-roles.ts';
+import { makeTempDir, runCli } from '../../test/support/gateway.ts';
+import type { DatabaseRole } from '../../migrations/grants.ts';
+
+let db: TestDatabase & { drop(): Promise<void> };
+let urls: Record<DatabaseRole, string>;
+
+beforeAll(async () => {
+  db = await createTestDatabase({ migrated: false });
+  urls = await installRoleLogins(db.url);
+}, 90_000);
+
+afterAll(async () => {
+  await db?.drop();
+});
+
+/** stderr is exactly one line of the documented form, with this code. */
+function expectOneLine(stderr: string, code: string): void {
+  expect(stderr).toMatch(new RegExp(`^arkvory: ${code}: [^\\n]+\\n$`));
+  expect(stderr).not.toContain('    at ');
+}
+
+describe('CLI failures as one line', () => {
+  it('a --key-file that does not exist is `io`, exit 1', async () => {
+    const dir = await makeTempDir();
+    const r = await runCli(['get', 'libs/x', '--key-file', '/nonexistent/key', '-o', `${dir}/x`], {
+      ARKVORY_URL: 'http://127.0.0.1:1',
+      ARKVORY_DATA_DIR: dir,
+    });
+    expect(r.code, r.stderr).toBe(1);
+    expectOneLine(r.stderr, 'io');
+    expect(r.stderr).toContain("ENOENT: no such file or directory, open '/nonexistent/key'");
+  });
+
+  it("an admin command with the reader's login is `database_permission`, exit 1", async () => {
+    const r = await runCli(['principals', 'create', 'bob'], {
+      ARKVORY_DATABASE_URL: urls.reader,
+      ARKVORY_DATA_DIR: await makeTempDir(),
+    });
+    expect(r.code, r.stderr).toBe(1);
+    expect(r.stdout).toBe('');
+    expectOneLine(r.stderr, 'database_permission');
+    expect(r.stderr).toContain('permission denied for table arkvory_principals');
+  });
+
+  it('a change whose audit entry fails is printed, then `audit_not_recorded`, exit 1', async () => {
+    const env = { ARKVORY_DATABASE_URL: urls.writer, ARKVORY_DATA_DIR: await makeTempDir() };
+    expect((await runCli(['repos', 'create', 'r1'], env)).code).toBe(0);
+    // Local to this database (a revoked grant would be the cluster-wide group role's).
+    await db.pool.query(`CREATE FUNCTION test_refuse_audit() RETURNS trigger LANGUAGE plpgsql AS
+      $$ BEGIN RAISE EXCEPTION 'audit refused by the test'; END $$`);
+    await db.pool.query(`CREATE TRIGGER test_refuse_audit BEFORE INSERT ON arkvory_audit_events
+      FOR EACH ROW EXECUTE FUNCTION test_refuse_audit()`);
+
+    const quota = await runCli(['quota', 'set', '--repository', 'r1', '--bytes', '1M'], env);
+    expect(quota.code, quota.stderr).toBe(1);
+    expect(JSON.parse(quota.stdout)).toMatchObject({ scope: 'repository', subject: 'r1', limitBytes: 1024 ** 2 });
+    expectOneLine(quota.stderr, 'audit_not_recorded');
+    expect(quota.stderr).toContain(
+      'quota.set was done, but its audit entry was not recorded: audit refused by the test',
+    );
+
+    const purge = await runCli(['cache', 'purge', '--sha256', 'a'.repeat(64)], env);
+    expect(purge.code, purge.stderr).toBe(1);
+    expect(JSON.parse(purge.stdout)).toEqual({ purged: ['a'.repeat(64)] });
+    expectOneLine(purge.stderr, 'audit_not_recorded');
+
+    const principal = await runCli(['principals', 'create', 'carol'], env);
+    expect(principal.code, principal.stderr).toBe(1);
+    expect(JSON.parse(principal.stdout)).toMatchObject({ name: 'carol' });
+    expectOneLine(principal.stderr, 'audit_not_recorded');
+  });
+});

@@ -1,0 +1,36 @@
+/**
+ * A command's failure as the one line the CLI documents, `arkvory: <code>: <message>` (exit 1):
+ * a coded error, a local file error, a database login without the privilege, an audit entry not
+ * recorded. Anything else is a bug and keeps its stack.
+ */
+import { CodedError } from '../../lib/coded-error.ts';
+import { AuditNotRecorded } from './cli-audit.ts';
+
+export interface CliFailure {
+  readonly code: string;
+  readonly message: string;
+}
+
+/** PostgreSQL's SQLSTATE for a missing privilege (insufficient_privilege). */
+const INSUFFICIENT_PRIVILEGE = '42501';
+
+/** The line's code and message for `err`, or undefined when it is not an expected failure. */
+export function cliFailureOf(err: unknown): CliFailure | undefined {
+  if (err instanceof AuditNotRecorded) return { code: err.code, message: err.message };
+  if (err instanceof CodedError) return { code: err.code, message: err.message };
+  if (!(err instanceof Error)) return undefined;
+  const { code, syscall } = err as NodeJS.ErrnoException;
+  if (typeof code !== 'string') return undefined;
+  if (typeof syscall === 'string') return { code: 'io', message: err.message };
+  if (code === INSUFFICIENT_PRIVILEGE)
+    return {
+      code: 'database_permission',
+      message: `the database login lacks a privilege this command needs (${err.message}); admin commands use the writer's login (docs/deploy.md, "Least privilege")`,
+    };
+  return undefined;
+}
+
+/** The line printed for a failure. */
+export function cliFailureLine(failure: CliFailure): string {
+  return `arkvory: ${failure.code}: ${failure.message.replace(/\s*\n\s*/g, ' ')}\n`;
+}
