@@ -114,7 +114,8 @@ export interface StorageQuotas {
   list(): Promise<QuotaUsage[]>;
   /** One subject's usage, and its limit if one is set. */
   show(scope: QuotaScope, subject: string): Promise<QuotaUsage>;
-  set(scope: QuotaScope, subject: string, limitBytes: number): Promise<void>;
+  /** Sets the limit; false when the repository (by name) or principal (by id) does not exist. */
+  set(scope: QuotaScope, subject: string, limitBytes: number): Promise<boolean>;
   /** Removes the limit; false when none was set. */
   remove(scope: QuotaScope, subject: string): Promise<boolean>;
   /** The subject a quota of `scope` is kept under: the repository name, or a principal's id (by name or id); undefined when there is none. */
@@ -324,11 +325,17 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
       return usageOf(scope, subject, rows[0] ? Number(rows[0].limit_bytes) : null);
     },
     async set(scope, subject, limitBytes) {
-      await pool.query(
-        `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ($1, $2, $3)
+      // In one statement: a subject deleted meanwhile gets no quota either.
+      const exists =
+        scope === 'repository'
+          ? 'SELECT 1 FROM arkvory_repositories WHERE name = $2::text'
+          : 'SELECT 1 FROM arkvory_principals WHERE id = $2::text::uuid';
+      const result = await pool.query(
+        `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) SELECT $1::text, $2::text, $3::bigint WHERE EXISTS (${exists})
          ON CONFLICT (scope, subject) DO UPDATE SET limit_bytes = EXCLUDED.limit_bytes, updated_at = now()`,
         [scope, subject, limitBytes],
       );
+      return (result.rowCount ?? 0) > 0;
     },
     async subjectOf(scope, nameOrId) {
       if (scope === 'repository') return REPOSITORY_NAME.test(nameOrId) ? nameOrId : undefined;

@@ -80,7 +80,8 @@ export function quotaAdminRoutes(quotas: StorageQuotas): Route[] {
         async handle(ctx) {
           const limitBytes = limitOf(await readJsonBody(ctx.req, 4096));
           const id = await subject(scope, ctx);
-          await quotas.set(scope, id, limitBytes);
+          if (!(await quotas.set(scope, id, limitBytes)))
+            throw new GatewayError('not_found', `No ${scope} ${ctx.params.subject}.`);
           ctx.auditTarget = { scope, subject: id };
           ctx.auditDetails = { limitBytes };
           sendJson(ctx.res, 200, quotaBody(await quotas.show(scope, id)));

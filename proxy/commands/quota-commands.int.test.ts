@@ -61,6 +61,13 @@ describe('arkvory quota', () => {
     const both = await runCli(['quota', 'show', '--principal', name, '--repository', 'cli-quota'], env);
     expect(both.code).toBe(2);
     expect(both.stderr).toContain('give either --repository or --principal');
+    const typo = await runCli(['quota', 'set', '--repository', 'cli-quotas', '--bytes', '1M'], env);
+    expect({ code: typo.code, stdout: typo.stdout, stderr: typo.stderr }).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: 'arkvory: not_found: no repository cli-quotas\n',
+    });
+    expect((await db.pool.query(`SELECT 1 FROM arkvory_storage_quotas WHERE subject = 'cli-quotas'`)).rowCount).toBe(0);
     const badSize = await runCli(['quota', 'set', '--repository', 'cli-quota', '--bytes', 'lots'], env);
     expect(badSize.code).toBe(2);
     expect(badSize.stderr).toContain('is not a size');

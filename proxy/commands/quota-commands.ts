@@ -90,7 +90,7 @@ ARKVORY_DATA_DIR), as /api/v1/admin/quotas does on the writer.`,
         const limitBytes = raw === '0' ? 0 : parseSize(raw);
         return withQuotas(env, async (q) => {
           const id = await subject(q, scope, named);
-          await q.set(scope, id, limitBytes);
+          if (!(await q.set(scope, id, limitBytes))) throw new GatewayError('not_found', `no ${scope} ${named}`);
           return {
             out: quotaBody(await q.show(scope, id)),
             audit: { action: 'quota.set', target: { scope, subject: id }, details: { limitBytes } },

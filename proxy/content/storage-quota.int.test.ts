@@ -130,6 +130,15 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
         remainingBytes: 100 * MiB,
       },
     });
+    // A mistyped repository is refused: it would leave the intended one without a limit.
+    const typo = await fetch(`${gw.url}/api/v1/admin/quotas/repositories/quota-racr`, {
+      method: 'PUT',
+      headers: { ...bearer(admin.key), 'content-type': 'application/json' },
+      body: JSON.stringify({ limitBytes: limit }),
+    });
+    expect(typo.status).toBe(404);
+    expect(await typo.json()).toMatchObject({ code: 'not_found', message: 'No repository quota-racr.' });
+    expect((await db.pool.query(`SELECT 1 FROM arkvory_storage_quotas WHERE subject = 'quota-racr'`)).rowCount).toBe(0);
 
     const answers = await Promise.all(
       Array.from({ length: 20 }, (_, i) => put(artifact(`race-${i}`), writer.key, payload(i))),
