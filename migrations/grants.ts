@@ -242,6 +242,10 @@ export const FUNCTION_GRANTS: Readonly<Record<string, Decision<'EXECUTE'>>> = {
     reader: ['EXECUTE'],
   },
   'arkvory_lease_renew(integer,uuid,bigint,double precision)': { writer: ['EXECUTE'], reader: ['EXECUTE'] },
+  // Called only inside the lease functions, as their owner (0074): who may take the writer's slot,
+  // and the reservation clamped to a minute.
+  'arkvory_lease_may_take(integer,text)': {},
+  'arkvory_lease_reservation(double precision)': {},
   // Retention of the audit trail (ARKVORY_AUDIT_RETENTION_DAYS), run by the writer.
   'arkvory_audit_prune(integer)': { writer: ['EXECUTE'] },
   // Deletes finished multipart sessions past their retention (0071): the completion worker's sweep,

@@ -208,8 +208,8 @@ describe('the reader login', () => {
       slot0.generation,
     ]);
     expect(renewed.rows[0]!.ok).toBe(false);
-    // Nor can it take a live lease.
-    const taken = await r.query('SELECT arkvory_lease_acquire(0, $1, $2, NULL, 60000) AS g', [randomUUID(), 'reader']);
+    // Nor can it take a live lease (its own slot, held by another session).
+    const taken = await r.query('SELECT arkvory_lease_acquire(1, $1, $2, NULL, 60000) AS g', [randomUUID(), 'reader']);
     expect(taken.rows[0]!.g).toBeNull();
     // Roles without a lease get no EXECUTE at all.
     await denied(pools.worker, 'SELECT arkvory_lease_acquire(9, $1, $2, NULL, 1000)', [randomUUID(), 'reader']);
