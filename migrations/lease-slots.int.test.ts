@@ -5,6 +5,8 @@
  * answered. Logins as `arkvory db roles` and docs/deploy.md make them.
  */
 import { randomUUID } from 'node:crypto';
+import { copyFile } from 'node:fs/promises';
+import path from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { systemClock } from '../policy/clock.ts';
@@ -13,7 +15,9 @@ import { backendsFromLeases } from '../proxy/router/discovery.ts';
 import { createLogger } from '../proxy/server/logger.ts';
 import { createTestDatabase, type TestDatabase } from '../test/support/database.ts';
 import { installRoleLogins } from '../test/support/database-roles.ts';
+import { makeTempDir } from '../test/support/gateway.ts';
 import type { DatabaseRole } from './grants.ts';
+import { listMigrations, migrate } from './runner.ts';
 
 const log = createLogger('silent');
 const policy = { slots: 3, downloadBytesPerSec: 3_000_000, downloadBytesPerSecPerPrincipal: 0 };
@@ -164,5 +168,29 @@ describe('lease slots by login (real PostgreSQL, least-privilege logins)', () =>
       [owner, g],
     );
     expect(share.rows[0]!.share).toBeNull();
+  });
+});
+
+describe('migrating to 0074 (real PostgreSQL)', () => {
+  it('cuts a lease reserved far ahead to a minute from now', async () => {
+    const fresh = await createTestDatabase({ migrated: false });
+    try {
+      const before = await makeTempDir();
+      for (const m of await listMigrations())
+        if (m.version < 74) await copyFile(m.file, path.join(before, path.basename(m.file)));
+      await migrate(fresh.pool, { dir: before });
+      await fresh.pool.query(
+        `INSERT INTO arkvory_gateway_leases (slot, owner, generation, role, advertise_url, acquired_at, renewed_at, expires_at)
+         VALUES (0, $1, 1, 'api', 'http://attacker.example:9', now(), now(), now() + interval '10 years')`,
+        [randomUUID()],
+      );
+      await migrate(fresh.pool);
+      const r = await fresh.pool.query<{ s: number }>(
+        'SELECT extract(epoch FROM expires_at - clock_timestamp())::float8 AS s FROM arkvory_gateway_leases WHERE slot = 0',
+      );
+      expect(r.rows[0]!.s).toBeLessThanOrEqual(60);
+    } finally {
+      await fresh.drop();
+    }
   });
 });
