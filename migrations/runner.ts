@@ -15,6 +15,20 @@ export const MIGRATIONS_DIR = path.dirname(fileURLToPath(import.meta.url));
 /** Arbitrary constant shared by every Arkvory process: "arkvory-migrate". */
 const MIGRATION_LOCK_KEY = 0x61726b76_6d67n;
 
+/**
+ * Runs `fn` holding the session advisory lock every schema change takes (migrations, `db roles`),
+ * so concurrent runs wait for each other instead of colliding on the same catalog rows ("tuple
+ * concurrently updated"). The lock outlives any transaction `fn` commits.
+ */
+export async function withMigrationLock<T>(client: pg.ClientBase, fn: () => Promise<T>): Promise<T> {
+  await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_KEY.toString()]);
+  try {
+    return await fn();
+  } finally {
+    await client.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK_KEY.toString()]);
+  }
+}
+
 export interface Migration {
   version: number;
   name: string;
@@ -51,40 +65,40 @@ export async function migrate(
   const client = await pool.connect();
   const applied: Migration[] = [];
   try {
-    await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_KEY.toString()]);
-    // Once `db roles` has run, migrations run as the migrator, so it owns what they create, and the
-    // grants follow: a new table gets its decision from grants.ts, never the default privileges.
-    const asMigrator = (await rolesInstalled(client)) && (await memberOfMigrator(client));
-    if (asMigrator) await client.query(`SET ROLE ${quoteIdent(groupRoleName('migrator'))}`);
-    try {
-      await client.query(`CREATE TABLE IF NOT EXISTS arkvory_schema_migrations (
+    await withMigrationLock(client, async () => {
+      // Once `db roles` has run, migrations run as the migrator, so it owns what they create, and the
+      // grants follow: a new table gets its decision from grants.ts, never the default privileges.
+      const asMigrator = (await rolesInstalled(client)) && (await memberOfMigrator(client));
+      if (asMigrator) await client.query(`SET ROLE ${quoteIdent(groupRoleName('migrator'))}`);
+      try {
+        await client.query(`CREATE TABLE IF NOT EXISTS arkvory_schema_migrations (
         version integer PRIMARY KEY,
         name text NOT NULL,
         applied_at timestamptz NOT NULL DEFAULT now()
       )`);
-      const done = await appliedVersions(client);
-      for (const m of all) {
-        if (done.has(m.version)) continue;
-        const sql = await readFile(m.file, 'utf8');
-        try {
-          await inTransaction(client, async () => {
-            await client.query(sql);
-            await client.query('INSERT INTO arkvory_schema_migrations (version, name) VALUES ($1, $2)', [
-              m.version,
-              m.name,
-            ]);
-          });
-        } catch (err) {
-          throw new Error(`migration ${path.basename(m.file)} failed: ${(err as Error).message}`, { cause: err });
+        const done = await appliedVersions(client);
+        for (const m of all) {
+          if (done.has(m.version)) continue;
+          const sql = await readFile(m.file, 'utf8');
+          try {
+            await inTransaction(client, async () => {
+              await client.query(sql);
+              await client.query('INSERT INTO arkvory_schema_migrations (version, name) VALUES ($1, $2)', [
+                m.version,
+                m.name,
+              ]);
+            });
+          } catch (err) {
+            throw new Error(`migration ${path.basename(m.file)} failed: ${(err as Error).message}`, { cause: err });
+          }
+          applied.push(m);
+          options.onApply?.(m);
         }
-        applied.push(m);
-        options.onApply?.(m);
+        if (asMigrator && applied.length > 0) await inTransaction(client, () => applyGrants(client));
+      } finally {
+        if (asMigrator) await client.query('RESET ROLE');
       }
-      if (asMigrator && applied.length > 0) await inTransaction(client, () => applyGrants(client));
-    } finally {
-      if (asMigrator) await client.query('RESET ROLE');
-      await client.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK_KEY.toString()]);
-    }
+    });
   } finally {
     client.release();
   }

@@ -1,5 +1,5 @@
 import { pino } from 'pino';
-import { migrate } from '../../migrations/runner.ts';
+import { migrate, withMigrationLock } from '../../migrations/runner.ts';
 import { installRoles } from '../../migrations/roles.ts';
 import { inTransaction } from '../../lib/transaction.ts';
 import { createPool } from '../server/database.ts';
@@ -34,7 +34,9 @@ async function roles(env: NodeJS.ProcessEnv): Promise<number> {
     const applied = await migrate(pool);
     const client = await pool.connect();
     try {
-      const result = await inTransaction(client, () => installRoles(client));
+      // Under the migration lock: two `db roles` (or one and a `migrate`) at once would otherwise
+      // update the same role and grant rows together and one fail.
+      const result = await withMigrationLock(client, () => inTransaction(client, () => installRoles(client)));
       process.stdout.write(
         `${JSON.stringify({ migrationsApplied: applied.map((m) => m.version), ...result }, null, 2)}\n`,
       );
