@@ -7,7 +7,7 @@ import { pendingMigrations } from '../../migrations/runner.ts';
 import { createPool, databaseTarget, describeDatabaseTlsRefusal } from '../server/database.ts';
 import { createLogger } from '../server/logger.ts';
 import type { Config } from '../config/config.ts';
-import { UsageError } from './command.ts';
+import { CommandFailure } from './command.ts';
 import { EXIT } from '../server/startup-failure.ts';
 
 /** The URL of the embedded PostgreSQL a running `npm start` keeps under `dataDir` (its port is in postmaster.pid), if any. */
@@ -45,29 +45,31 @@ export async function loadCliConfig(env: NodeJS.ProcessEnv): Promise<Config> {
 
 /**
  * The database an admin command works on: ARKVORY_DATABASE_URL, or else the embedded PostgreSQL of
- * a running `npm start` on the same ARKVORY_DATA_DIR (its port is in postmaster.pid).
+ * a running `npm start` on the same ARKVORY_DATA_DIR (its port is in postmaster.pid). No database
+ * answering, or a schema behind the code, is a CommandFailure (exit 1), not a usage error.
  */
 export async function openCliPool(env: NodeJS.ProcessEnv): Promise<pg.Pool> {
   const config = await loadCliConfig(env);
   const log = createLogger(config.logLevel === 'info' ? 'warn' : config.logLevel, pino.destination(2));
   const url = config.databaseUrl ?? (await runningEmbeddedDatabaseUrl(config.dataDir));
   if (!url) {
-    throw new UsageError(
+    throw new CommandFailure(
+      'database_unreachable',
       `ARKVORY_DATABASE_URL is not set and no embedded database is running under ${config.dataDir}; start the gateway (npm start) or set ARKVORY_DATABASE_URL`,
-      { seeHelp: false },
     );
   }
   const pool = createPool(url, 2, log, 'arkvory-cli');
   const pending = await pendingMigrations(pool).catch(async (err: unknown) => {
     await pool.end();
     const refusal = describeDatabaseTlsRefusal(err, databaseTarget(url));
-    throw new UsageError(refusal?.message ?? `cannot reach the database: ${(err as Error).message}`, {
-      seeHelp: false,
-    });
+    throw new CommandFailure(
+      'database_unreachable',
+      refusal?.message ?? `cannot reach the database: ${(err as Error).message}`,
+    );
   });
   if (pending.length) {
     await pool.end();
-    throw new UsageError('the database schema is behind this code; run `npm run migrate` first', { seeHelp: false });
+    throw new CommandFailure('schema_behind', 'the database schema is behind this code; run `npm run migrate` first');
   }
   return pool;
 }

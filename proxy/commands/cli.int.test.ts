@@ -2,7 +2,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { useTestDatabase } from '../../test/support/database.ts';
-import { ROOT, runCli } from '../../test/support/gateway.ts';
+import { makeTempDir, ROOT, runCli } from '../../test/support/gateway.ts';
 import type { Form, OptionSpecs } from './command.ts';
 import { COMMANDS } from './index.ts';
 import { runProcess, type ProcessResult } from '../../test/harness/index.ts';
@@ -138,6 +138,33 @@ describe('arkvory commands as real processes (proxy/commands/command.test.ts doe
 
 /** Options the docs show because they are refused (the typo example). */
 const WRONG_ON_PURPOSE = new Set(['keys --scope']);
+
+describe('an admin command whose database cannot serve it', () => {
+  const unmigrated = useTestDatabase({ migrated: false });
+
+  it('exits 1 (a runtime failure, not usage) with one line naming the cause: a database that does not answer, a schema behind', async () => {
+    const dataDir = await makeTempDir();
+    // Port 1 on loopback: nothing listens there, the connection is refused at once.
+    const dead = await runCli(['principals', 'list'], {
+      ARKVORY_DATABASE_URL: 'postgres://u:hunter2pw@127.0.0.1:1/db',
+      ARKVORY_DATA_DIR: dataDir,
+    });
+    expect({ code: dead.code, stdout: dead.stdout }).toEqual({ code: 1, stdout: '' });
+    expect(dead.stderr).toMatch(/^arkvory principals list: cannot reach the database: .*\n$/);
+    expect(dead.stderr).not.toContain('hunter2pw');
+    expect(dead.stderr).not.toContain('--help');
+
+    const behind = await runCli(['principals', 'list'], {
+      ARKVORY_DATABASE_URL: unmigrated.url,
+      ARKVORY_DATA_DIR: dataDir,
+    });
+    expect({ code: behind.code, stdout: behind.stdout, stderr: behind.stderr }).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: 'arkvory principals list: the database schema is behind this code; run `npm run migrate` first\n',
+    });
+  });
+});
 
 describe('README and docs/', () => {
   it('show only options that the command they belong to declares', async () => {

@@ -1,5 +1,5 @@
 import { cliFailureLine, cliFailureOf } from './cli-failure.ts';
-import { type Command, invoke, UsageError, usageErrorLine } from './command.ts';
+import { type Command, CommandFailure, invoke, UsageError, usageErrorLine } from './command.ts';
 
 /**
  * The command named `name`. `serve` is loaded alone: the other commands' modules (database
@@ -51,6 +51,10 @@ async function main(argv: string[]): Promise<number> {
         if (err instanceof UsageError) {
           process.stderr.write(usageErrorLine(invocation.prog, err.message, err.seeHelp));
           return 2;
+        }
+        if (err instanceof CommandFailure) {
+          process.stderr.write(usageErrorLine(invocation.prog, err.message, false));
+          return 1;
         }
         const failure = cliFailureOf(err);
         if (failure === undefined) throw err;

@@ -112,6 +112,19 @@ export class UsageError extends GatewayError {
   }
 }
 
+/**
+ * A command that could not do its work for a reason outside its command line (its database does not
+ * answer, or its schema is behind the code): one line on stderr, exit 1, as any runtime failure.
+ */
+export class CommandFailure extends GatewayError {
+  override readonly name = 'CommandFailure';
+  declare readonly code: 'database_unreachable' | 'schema_behind';
+
+  constructor(code: 'database_unreachable' | 'schema_behind', message: string) {
+    super(code, message);
+  }
+}
+
 const WIDTH = 100;
 
 function formOptions(f: Form): OptionSpecs {

@@ -91,6 +91,17 @@ export const GATEWAY_ERRORS = defineErrors('proxy/server/errors.ts', {
     message: 'The data directory cannot be created or written.',
     advice: 'Fix the permissions or the path of `ARKVORY_DATA_DIR`; nothing was created.',
   },
+  database_unreachable: {
+    status: null,
+    message: 'The database did not answer an admin command.',
+    advice:
+      'Start the gateway (`npm start`, for its embedded database) or fix `ARKVORY_DATABASE_URL` (`arkvory doctor` checks it); the command exits 1.',
+  },
+  schema_behind: {
+    status: null,
+    message: 'The database schema is behind this code.',
+    advice: 'Run `arkvory migrate` with the same `ARKVORY_DATABASE_URL`, then the command again; it exits 1.',
+  },
   usage: {
     status: null,
     message: 'The command line is not valid.',
