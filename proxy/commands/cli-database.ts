@@ -3,8 +3,9 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { pino } from 'pino';
 import type pg from 'pg';
-import { pendingMigrations } from '../../migrations/runner.ts';
+import { migrate, pendingMigrations } from '../../migrations/runner.ts';
 import { createPool, databaseTarget, describeDatabaseTlsRefusal } from '../server/database.ts';
+import { isAlive, startEmbeddedDatabase } from '../server/embedded-database.ts';
 import { createLogger } from '../server/logger.ts';
 import type { Config } from '../config/config.ts';
 import { CommandFailure } from './command.ts';
@@ -72,4 +73,52 @@ export async function openCliPool(env: NodeJS.ProcessEnv): Promise<pg.Pool> {
     throw new CommandFailure('schema_behind', 'the database schema is behind this code; run `npm run migrate` first');
   }
   return pool;
+}
+
+/** Whether the postgres named in the embedded cluster's postmaster.pid under `dataDir` is alive (a gateway runs it). */
+async function embeddedDatabaseRunning(dataDir: string): Promise<boolean> {
+  const pidFile = path.join(dataDir, '.pg', 'postmaster.pid');
+  if (!existsSync(pidFile)) return false;
+  const pid = Number((await readFile(pidFile, 'utf8')).split('\n')[0]);
+  return Number.isInteger(pid) && pid > 0 && isAlive(pid);
+}
+
+/**
+ * openCliPool for offline commands (gc, scrub), which run while no gateway does: on the embedded
+ * default with no gateway running its PostgreSQL, this process starts it (migrations applied, as
+ * `serve` does) and `close` stops it again. A gateway starting meanwhile is refused by the
+ * embedded database itself (another process uses the data dir).
+ */
+export async function openOfflineCliPool(env: NodeJS.ProcessEnv): Promise<{ pool: pg.Pool; close(): Promise<void> }> {
+  const config = await loadCliConfig(env);
+  if (config.databaseUrl !== undefined || (await embeddedDatabaseRunning(config.dataDir))) {
+    const pool = await openCliPool(env);
+    return { pool, close: () => pool.end() };
+  }
+  // No cluster yet: the gateway creates it at its first start; there is nothing to maintain.
+  if (!existsSync(path.join(config.dataDir, '.pg', 'PG_VERSION'))) {
+    throw new CommandFailure(
+      'database_unreachable',
+      `ARKVORY_DATABASE_URL is not set and there is no embedded database under ${config.dataDir} (the gateway creates it at its first start)`,
+    );
+  }
+  const log = createLogger(config.logLevel === 'info' ? 'warn' : config.logLevel, pino.destination(2));
+  let embedded: Awaited<ReturnType<typeof startEmbeddedDatabase>>;
+  try {
+    embedded = await startEmbeddedDatabase(config.dataDir, log);
+  } catch (err) {
+    throw new CommandFailure('database_unreachable', `cannot start the embedded database: ${(err as Error).message}`);
+  }
+  const pool = createPool(embedded.url, 2, log, 'arkvory-cli');
+  const close = async () => {
+    await pool.end();
+    await embedded.stop();
+  };
+  try {
+    await migrate(pool);
+  } catch (err) {
+    await close();
+    throw new CommandFailure('schema_behind', `cannot migrate the embedded database: ${(err as Error).message}`);
+  }
+  return { pool, close };
 }

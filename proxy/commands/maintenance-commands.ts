@@ -6,7 +6,7 @@ import { scrubBlobs } from '../../storage-adapter/maintenance/scrub.ts';
 import { deleteSliceDigests, recordSliceDigests } from '../../storage-adapter/catalog/slice-rows.ts';
 import type { StoreTree } from '../../storage-adapter/store.ts';
 import { openStore } from '../content/storage.ts';
-import { loadCliConfig, openCliPool } from './cli-database.ts';
+import { loadCliConfig, openOfflineCliPool } from './cli-database.ts';
 import { defineCommand, form, type Command } from './command.ts';
 import { recordCliAction } from './cli-audit.ts';
 
@@ -41,7 +41,7 @@ async function underMaintenanceBarrier(
   work: (pool: pg.Pool, root: string | StoreTree) => Promise<number>,
 ): Promise<number> {
   const config = await loadCliConfig(env);
-  const pool = await openCliPool(env);
+  const { pool, close } = await openOfflineCliPool(env);
   const client = await pool.connect();
   try {
     if (!(await tryLockExclusive(client, 'maintenance'))) {
@@ -63,7 +63,7 @@ async function underMaintenanceBarrier(
     }
   } finally {
     client.release();
-    await pool.end();
+    await close();
   }
 }
 
@@ -87,6 +87,7 @@ and moves any whose bytes do not match its sha256 name into quarantine/ (nothing
 per-slice digests the slice cache checks against (ARKVORY_CACHE_SLICE_BYTES) for blobs published before they
 were, and forgets those of quarantined blobs. Prints a JSON
 summary; exits 1 when any blob was corrupt. Refuses while any gateway or worker of the database runs.
+Without ARKVORY_DATABASE_URL it starts the embedded database of the stopped gateway itself, and stops it after.
 Progress: a bar on a terminal, a log line every 5 s otherwise.`,
   forms: [
     form({
@@ -124,7 +125,8 @@ export const gcCommand: Command = defineCommand({
   description: `Offline maintenance. Removes blobs that no catalog row references, every file in tmp/ (stray
 temporaries), and upload part files or session folders that no open upload session owns; on the
 directory store or, with ARKVORY_STORAGE_URL, on the static-HTTP store. --dry-run lists them and removes
-nothing. Prints a JSON summary. Refuses while any gateway or worker of the database runs.`,
+nothing. Prints a JSON summary. Refuses while any gateway or worker of the database runs. Without
+ARKVORY_DATABASE_URL it starts the embedded database of the stopped gateway itself, and stops it after.`,
   forms: [
     form({
       options: { 'dry-run': { type: 'boolean', description: 'list what would be removed and remove nothing' } },

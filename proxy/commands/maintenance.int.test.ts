@@ -1,5 +1,7 @@
 /** Offline scrub and gc under the maintenance barrier, with a real writer process and real files. */
 import { createHash } from 'node:crypto';
+import { mkdir, writeFile } from 'node:fs/promises';
+import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
@@ -77,4 +79,32 @@ describe.each(ALL_STORE_KINDS)('offline maintenance (%s store)', (kind) => {
     // A clean scrub exits 0.
     expect((await runCli(['scrub'], env)).code).toBe(0);
   }, 120_000);
+});
+
+describe('offline maintenance on the embedded default (no ARKVORY_DATABASE_URL)', () => {
+  it('gc and scrub start the embedded database themselves once the gateway is stopped, and stop it again', async () => {
+    const gw = await startGateway({ timeoutMs: 90_000 });
+    const env = { ARKVORY_DATA_DIR: gw.dataDir };
+    const refused = await runCli(['gc', '--dry-run'], env);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain('a gateway or worker');
+    expect(await gw.stop('SIGTERM', 20_000)).toBe(0);
+
+    // An orphan (no catalog row): gc --dry-run lists it, proving it read this data dir's database.
+    const orphan = randomContent(1000);
+    const orphanHex = sha256(orphan);
+    await mkdir(path.dirname(path.join(gw.dataDir, blobPath(orphanHex))), { recursive: true });
+    await writeFile(path.join(gw.dataDir, blobPath(orphanHex)), orphan);
+    const gc = await runCli(['gc', '--dry-run'], env);
+    expect(gc.code, gc.stderr).toBe(0);
+    expect(JSON.parse(gc.stdout).orphanBlobs).toEqual([orphanHex]);
+    const scrub = await runCli(['scrub'], env);
+    expect(scrub.code, scrub.stderr).toBe(0);
+    expect(JSON.parse(scrub.stdout).corrupt).toEqual([]);
+
+    // The embedded PostgreSQL they started is stopped: a gateway takes the data dir again.
+    const again = await startGateway({ dataDir: gw.dataDir, timeoutMs: 90_000 });
+    expect((await request(`${again.url}/health/status`)).status).toBe(200);
+    expect(await again.stop('SIGTERM', 20_000)).toBe(0);
+  });
 });
