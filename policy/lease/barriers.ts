@@ -46,3 +46,15 @@ export async function barrierHolders(client: pg.ClientBase | pg.Pool, barrier: B
   );
   return r.rows[0]!.n;
 }
+
+/** The application_name of each session holding a barrier now (null where a session set none). */
+export async function barrierHolderNames(
+  client: pg.ClientBase | pg.Pool,
+  barrier: Barrier,
+): Promise<(string | null)[]> {
+  const r = await client.query<{ name: string | null }>(
+    `SELECT a.application_name AS name FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $1::bigint::oid AND l.objid = $2::bigint::oid AND l.objsubid = 2 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY l.pid`,
+    [LOCK_CLASS, BARRIERS[barrier]],
+  );
+  return r.rows.map((row) => (row.name === '' ? null : row.name));
+}

@@ -31,6 +31,7 @@ import { prepareDataDir } from '../server/startup-checks.ts';
 import { openStore } from '../content/storage.ts';
 import { loadCliConfig, openCliPool, runningEmbeddedDatabaseUrl } from './cli-database.ts';
 import { defineCommand, form, UsageError, type Command } from './command.ts';
+import { BACKUP_APPLICATION_NAME } from './maintenance-barrier.ts';
 import { progressReporter } from './maintenance-commands.ts';
 
 const MiB = 1048576;
@@ -137,7 +138,8 @@ otherwise); a JSON summary on stdout. Exit codes: 0 done, 1 failed (nothing left
         } catch (err) {
           return failed('backup', err);
         }
-        const pool = await openCliPool(env);
+        // Named so that a refused gc or scrub can say a backup holds the barrier.
+        const pool = await openCliPool(env, BACKUP_APPLICATION_NAME);
         const barrier = await pool.connect();
         try {
           // Shared like a gateway's: gc (which deletes unreferenced blobs) cannot run while blobs are copied.

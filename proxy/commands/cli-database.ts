@@ -49,7 +49,7 @@ export async function loadCliConfig(env: NodeJS.ProcessEnv): Promise<Config> {
  * a running `npm start` on the same ARKVORY_DATA_DIR (its port is in postmaster.pid). No database
  * answering, or a schema behind the code, is a CommandFailure (exit 1), not a usage error.
  */
-export async function openCliPool(env: NodeJS.ProcessEnv): Promise<pg.Pool> {
+export async function openCliPool(env: NodeJS.ProcessEnv, applicationName = 'arkvory-cli'): Promise<pg.Pool> {
   const config = await loadCliConfig(env);
   const log = createLogger(config.logLevel === 'info' ? 'warn' : config.logLevel, pino.destination(2));
   const url = config.databaseUrl ?? (await runningEmbeddedDatabaseUrl(config.dataDir));
@@ -59,7 +59,7 @@ export async function openCliPool(env: NodeJS.ProcessEnv): Promise<pg.Pool> {
       `ARKVORY_DATABASE_URL is not set and no embedded database is running under ${config.dataDir}; start the gateway (npm start) or set ARKVORY_DATABASE_URL`,
     );
   }
-  const pool = createPool(url, 2, log, 'arkvory-cli');
+  const pool = createPool(url, 2, log, applicationName);
   const pending = await pendingMigrations(pool).catch(async (err: unknown) => {
     await pool.end();
     const refusal = describeDatabaseTlsRefusal(err, databaseTarget(url));

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { tryLockExclusive } from '../../policy/lease/barriers.ts';
+import { barrierHolderNames, tryLockExclusive } from '../../policy/lease/barriers.ts';
 import { ensureStorageIdentity } from '../../storage-adapter/identity.ts';
 import { collectGarbage, type GcReport } from '../../storage-adapter/maintenance/gc.ts';
 import { scrubBlobs } from '../../storage-adapter/maintenance/scrub.ts';
@@ -9,6 +9,7 @@ import { openStore } from '../content/storage.ts';
 import { loadCliConfig, openOfflineCliPool } from './cli-database.ts';
 import { defineCommand, form, type Command } from './command.ts';
 import { recordCliAction } from './cli-audit.ts';
+import { maintenanceRefusal } from './maintenance-barrier.ts';
 
 /** A bar on a terminal, a JSON line every 5 s otherwise. */
 export function progressReporter(label: string): { update(text: string): void; done(): void } {
@@ -33,7 +34,7 @@ export function progressReporter(label: string): { update(text: string): void; d
 
 /**
  * Runs `work` while holding the maintenance barrier exclusively on a connection of its own: refused
- * while any gateway or worker of this database is alive (each holds the barrier shared).
+ * while any gateway, worker or backup of this database is alive (each holds the barrier shared).
  */
 async function underMaintenanceBarrier(
   env: NodeJS.ProcessEnv,
@@ -45,8 +46,9 @@ async function underMaintenanceBarrier(
   const client = await pool.connect();
   try {
     if (!(await tryLockExclusive(client, 'maintenance'))) {
+      // Refused at once, never waiting: a gateway holds the barrier until it is stopped.
       process.stderr.write(
-        `arkvory ${name}: refused: a gateway or worker is running on this database (it holds the maintenance barrier); stop the writer, every reader and the worker first\n`,
+        `arkvory ${name}: refused: ${maintenanceRefusal(await barrierHolderNames(client, 'maintenance'))}\n`,
       );
       return 1;
     }
@@ -86,8 +88,9 @@ export const scrubCommand: Command = defineCommand({
 and moves any whose bytes do not match its sha256 name into quarantine/ (nothing is deleted). Records the
 per-slice digests the slice cache checks against (ARKVORY_CACHE_SLICE_BYTES) for blobs published before they
 were, and forgets those of quarantined blobs. Prints a JSON
-summary; exits 1 when any blob was corrupt. Refuses while any gateway or worker of the database runs.
-Without ARKVORY_DATABASE_URL it starts the embedded database of the stopped gateway itself, and stops it after.
+summary; exits 1 when any blob was corrupt. Refuses at once while a gateway, worker or backup of the
+database runs. Without ARKVORY_DATABASE_URL it starts the embedded database of the stopped gateway
+itself, and stops it after.
 Progress: a bar on a terminal, a log line every 5 s otherwise.`,
   forms: [
     form({
@@ -125,8 +128,9 @@ export const gcCommand: Command = defineCommand({
   description: `Offline maintenance. Removes blobs that no catalog row references, every file in tmp/ (stray
 temporaries), and upload part files or session folders that no open upload session owns; on the
 directory store or, with ARKVORY_STORAGE_URL, on the static-HTTP store. --dry-run lists them and removes
-nothing. Prints a JSON summary. Refuses while any gateway or worker of the database runs. Without
-ARKVORY_DATABASE_URL it starts the embedded database of the stopped gateway itself, and stops it after.`,
+nothing. Prints a JSON summary. Refuses at once while a gateway, worker or backup of the database
+runs. Without ARKVORY_DATABASE_URL it starts the embedded database of the stopped gateway itself, and
+stops it after.`,
   forms: [
     form({
       options: { 'dry-run': { type: 'boolean', description: 'list what would be removed and remove nothing' } },

@@ -2,12 +2,15 @@
 import { createHash } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import pg from 'pg';
 import { describe, expect, it } from 'vitest';
+import { tryLockShared } from '../../policy/lease/barriers.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { runCli, startGateway } from '../../test/support/gateway.ts';
 import { ALL_STORE_KINDS, startStoreBacking } from '../../test/support/store-kinds.ts';
+import { BACKUP_APPLICATION_NAME } from './maintenance-barrier.ts';
 
 const blobPath = (hex: string) => `blobs/sha256/${hex.slice(0, 2)}/${hex.slice(2, 4)}/${hex}`;
 
@@ -106,5 +109,26 @@ describe('offline maintenance on the embedded default (no ARKVORY_DATABASE_URL)'
     const again = await startGateway({ dataDir: gw.dataDir, timeoutMs: 90_000 });
     expect((await request(`${again.url}/health/status`)).status).toBe(200);
     expect(await again.stop('SIGTERM', 20_000)).toBe(0);
+  });
+});
+
+describe('offline maintenance refused by a backup', () => {
+  const db = useTestDatabase();
+  it('gc and scrub refuse at once, naming the backup that holds the barrier (not a gateway)', async () => {
+    // A session as `arkvory backup` opens it, holding the barrier shared as a backup does while it copies.
+    const backup = new pg.Client({ connectionString: db.url, application_name: BACKUP_APPLICATION_NAME });
+    await backup.connect();
+    try {
+      expect(await tryLockShared(backup, 'maintenance')).toBe(true);
+      for (const cmd of [['scrub'], ['gc', '--dry-run']]) {
+        const refused = await runCli(cmd, { ARKVORY_DATABASE_URL: db.url });
+        expect({ code: refused.code, stderr: refused.stderr }).toEqual({
+          code: 1,
+          stderr: `arkvory ${cmd[0]}: refused: a backup (arkvory backup) is running on this database (holding the maintenance barrier); run it again when the backup is done\n`,
+        });
+      }
+    } finally {
+      await backup.end();
+    }
   });
 });
