@@ -38,6 +38,19 @@ afterAll(async () => {
   await db?.drop();
 });
 
+/** A coordinator on `login`'s own database login, advertising http://<login>.example:8080. */
+async function openCoordinator(login: 'writer' | 'reader', role: 'api' | 'reader', slot: number): Promise<Coordinator> {
+  const coordinator = await Coordinator.open({
+    databaseUrl: urls[login],
+    role,
+    shared: { slot, policy, advertiseUrl: `http://${login}.example:8080` },
+    clock: systemClock,
+    log,
+  });
+  coordinators.push(coordinator);
+  return coordinator;
+}
+
 async function session(role: DatabaseRole): Promise<pg.Client> {
   const client = new pg.Client({ connectionString: urls[role] });
   await client.connect();
@@ -75,22 +88,8 @@ describe('lease slots by login (real PostgreSQL, least-privilege logins)', () =>
   });
 
   it('the writer and a reader still take their own slots with their own logins', async () => {
-    const writer = await Coordinator.open({
-      databaseUrl: urls.writer,
-      role: 'api',
-      shared: { slot: 0, policy, advertiseUrl: 'http://writer.example:8080' },
-      clock: systemClock,
-      log,
-    });
-    coordinators.push(writer);
-    const reader = await Coordinator.open({
-      databaseUrl: urls.reader,
-      role: 'reader',
-      shared: { slot: 1, policy, advertiseUrl: 'http://reader.example:8080' },
-      clock: systemClock,
-      log,
-    });
-    coordinators.push(reader);
+    const writer = await openCoordinator('writer', 'api', 0);
+    const reader = await openCoordinator('reader', 'reader', 1);
     expect(writer.isPermitted()).toBe(true);
     expect(reader.isPermitted()).toBe(true);
     const live = await db.pool.query('SELECT slot, role, advertise_url FROM arkvory_gateway_leases ORDER BY slot');
