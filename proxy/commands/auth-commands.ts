@@ -11,11 +11,12 @@ ARKVORY_DATA_DIR. Output is JSON on stdout. A list prints one page, { "<items>":
 pass nextCursor to --cursor for the next page (null: the last).`;
 
 /** Parses `90`, `90s`, `15m`, `12h`, `30d` into seconds. */
-export function parseDuration(text: string): number {
+export function parseDuration(text: string, options: { zero?: boolean } = {}): number {
   const m = /^(\d+)([smhd]?)$/.exec(text);
   if (!m) throw new UsageError(`"${text}" is not a duration (e.g. 3600, 90m, 12h, 30d)`);
   const n = Number(m[1]) * ({ '': 1, s: 1, m: 60, h: 3600, d: 86400 } as const)[m[2] as '' | 's' | 'm' | 'h' | 'd'];
-  if (!Number.isSafeInteger(n) || n <= 0) throw new UsageError(`"${text}" must be a positive duration`);
+  if (!Number.isSafeInteger(n) || n < 0 || (n === 0 && !options.zero))
+    throw new UsageError(`"${text}" must be a positive duration`);
   return n;
 }
 

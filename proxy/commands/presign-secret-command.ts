@@ -18,12 +18,13 @@ embedded one of a running \`npm start\` on the same ARKVORY_DATA_DIR. Output is 
         grace: {
           type: 'string',
           value: '10m',
-          description: 'links signed by the old secret keep working this long (default: they stop at once)',
+          description: 'links signed by the old secret keep working this long (default, or 0: they stop at once)',
         },
       },
       async run(input, env) {
         const grace = input.string('grace');
-        const graceSeconds = grace === undefined ? 0 : parseDuration(grace);
+        // 0 is the default's own value: old links stop at once.
+        const graceSeconds = grace === undefined ? 0 : parseDuration(grace, { zero: true });
         const pool = await openCliPool(env);
         try {
           const rotated = await rotatePresignSecret(pool, graceSeconds);

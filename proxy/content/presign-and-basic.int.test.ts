@@ -511,6 +511,10 @@ describe('pre-signed links', () => {
     );
     const after = await presign(owner.key, target);
     expect((await request(after.url, { method: 'HEAD' })).status).toBe(200);
+    // An explicit grace of 0 is the default's: old links stop at once.
+    const zero = await runCli(['presign-secret', 'rotate', '--grace', '0m'], env);
+    expect(zero.code, zero.stderr).toBe(0);
+    await eventually(async () => (await request(after.url, { method: 'HEAD' })).status === 401);
     const usage = await runCli(['presign-secret', 'rotate', '--grace', 'soon'], env);
     expect(usage.code).toBe(2);
   });
