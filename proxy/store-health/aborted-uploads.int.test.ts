@@ -208,8 +208,24 @@ describe('uploads cut or stalled by the client over HTTP/2 (fs store)', () => {
       },
       { what: 'the gateway to serve HTTPS', timeoutMs: 60_000, retryOnError: true, process: gw },
     );
-    for (const how of ['cancel', 'cancel', 'stall', 'stall'] as const)
+    for (const how of ['cancel', 'cancel', 'stall', 'stall'] as const) {
       await abortedH2Put(origin, ca, `/api/v1/repositories/ab/artifacts/h2-${how}-${randomUUID()}.bin`, how);
+      // The client sees its stream closed before the gateway has let go of the upload's slot; with
+      // one upload per principal and no admission wait, the next PUT would rightly get 429 busy.
+      await waitUntil(
+        async () => {
+          const probe = http2.connect(origin, { ca });
+          probe.on('error', () => {});
+          try {
+            const metrics = (await ask(probe, { ':path': '/metrics' })).body;
+            return /^arkvory_admission_active\{kind="upload"\} 0$/m.test(metrics);
+          } finally {
+            probe.close();
+          }
+        },
+        { what: 'the aborted upload to free its slot', timeoutMs: 10_000, process: gw },
+      );
+    }
 
     const session = http2.connect(origin, { ca });
     session.on('error', () => {}); // a reset is a failed request below, not an uncaught exception
