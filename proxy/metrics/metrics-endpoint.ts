@@ -13,12 +13,27 @@ import { GatewayError } from '../server/errors.ts';
 import { sendError } from '../server/http-errors.ts';
 import type { Route } from '../server/route-types.ts';
 import type { GatewayMetrics } from './gateway-metrics.ts';
+import { FreshRuns } from './fresh-runs.ts';
+import type { Clock } from '../../policy/clock.ts';
+import type { Timers } from '../../policy/timers.ts';
 
 /** What serving needs: the exposition text (a gateway's or the router's metrics). */
 type Rendered = Pick<GatewayMetrics, 'render'>;
 
 export const METRICS_PATH = '/metrics';
+/**
+ * Renders of the exposition begin at least this far apart (docs/metrics.md): a flood of scrapes,
+ * which on the main port may be anonymous, costs at most four renders a second. In an instance of
+ * workers this also keeps the coordinating process answering their policy calls in time.
+ */
+export const SCRAPE_SPACING_MS = 250;
 const UNAUTHORIZED_HEADERS = { 'www-authenticate': 'Bearer realm="arkvory-metrics"' };
+
+/** `metrics` rendered in shared runs begun at least SCRAPE_SPACING_MS apart, each after its callers arrived. */
+export function spacedRenders(metrics: Rendered, clock: Clock, timers: Timers): Rendered {
+  const runs = new FreshRuns(() => metrics.render(), clock, timers, SCRAPE_SPACING_MS);
+  return { render: () => runs.get() };
+}
 
 /** Constant-time comparison of `Authorization: Bearer <token>` with the configured token. */
 export function bearerMatches(header: string | undefined, token: string): boolean {

@@ -171,6 +171,21 @@ describe('/metrics access', () => {
     expect(res.status).toBe(200);
     expect((await request(`http://127.0.0.1:${readerMetricsPort}/other`)).status).toBe(404);
   });
+
+  it.each([
+    ['the main port', () => `${writer.url}/metrics`, bearer(TOKEN)],
+    ['the metrics port', () => `http://127.0.0.1:${readerMetricsPort}/metrics`, {}],
+  ])('on %s a flood of scrapes shares renderings begun at least 250 ms apart', async (_, url, headers) => {
+    // Scrapes at once share renderings (the first may start one alone, the rest wait for the next):
+    // the same figures, though each scrape finished adds a request to them.
+    const together = await Promise.all(Array.from({ length: 20 }, () => request(url(), { headers })));
+    expect(together.map((res) => res.status)).toEqual(Array(20).fill(200));
+    expect(new Set(together.map((res) => res.body.toString())).size).toBeLessThanOrEqual(2);
+    // One after another, each waits for a rendering begun 250 ms after the previous one's start.
+    const startedMs = performance.now();
+    for (let i = 0; i < 5; i++) expect((await request(url(), { headers })).status).toBe(200);
+    expect(performance.now() - startedMs).toBeGreaterThanOrEqual(4 * 250 - 5);
+  });
 });
 
 describe('metric families after traffic', () => {

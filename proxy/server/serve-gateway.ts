@@ -3,6 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { pendingMigrations, migrate } from '../../migrations/runner.ts';
 import { systemClock } from '../../policy/clock.ts';
+import { systemTimers } from '../../policy/timers.ts';
 import type { Coordinator, LeaseStanding } from '../../policy/lease/coordinator.ts';
 import { openCoordinator } from './lease-coordinator.ts';
 import { buildApp } from './app.ts';
@@ -26,7 +27,7 @@ import { registerTlsMetrics } from '../metrics/tls-metrics.ts';
 import { registerTracingMetrics } from '../metrics/tracing-metrics.ts';
 import { traceContextFrom } from '../tracing/trace-context-from.ts';
 import { registerFrontDoorMetrics } from '../metrics/front-door-metrics.ts';
-import { metricsRoute, startMetricsServer, type MetricsServer } from '../metrics/metrics-endpoint.ts';
+import { metricsRoute, spacedRenders, startMetricsServer, type MetricsServer } from '../metrics/metrics-endpoint.ts';
 import type { Services } from './services.ts';
 import { redisCredentialsVerifier } from '../gates/rate-limit-redis.ts';
 import { createTransfers, followLeasedShare } from '../gates/transfers.ts';
@@ -217,10 +218,12 @@ export async function serveGateway(
     const app = await buildApp(built);
     let metricsServer: MetricsServer | undefined;
     // A worker's scrape is the instance's; the coordinating process serves ARKVORY_METRICS_PORT.
-    const rendered = instance ? { render: () => instance.metrics() } : metrics;
+    const rendered = instance
+      ? { render: () => instance.metrics() }
+      : spacedRenders(metrics, systemClock, systemTimers);
     if (config.metrics.port === undefined) app.routes.push(metricsRoute(rendered, () => rotation.config.metrics.token));
     else if (!instance) {
-      metricsServer = await startMetricsServer(metrics, config.metrics.port, log);
+      metricsServer = await startMetricsServer(rendered, config.metrics.port, log);
       built.onClose.push(() => metricsServer?.close());
     }
     // Gateways that serve (not the worker) count usage; the last counts are flushed after the server closed.

@@ -13,11 +13,11 @@ import type { Registry } from 'prom-client';
 import type { Clock } from '../../policy/clock.ts';
 import { systemTimers } from '../../policy/timers.ts';
 import type { Config } from '../config/config.ts';
-import { type MetricsServer, startMetricsServer } from '../metrics/metrics-endpoint.ts';
+import { type MetricsServer, SCRAPE_SPACING_MS, startMetricsServer } from '../metrics/metrics-endpoint.ts';
 import { registerWorkerMetrics } from '../metrics/worker-metrics.ts';
 import { EXIT, logStartupFailure } from '../server/startup-failure.ts';
 import { type StopSignals, watchStopSignals } from '../server/stop-signals.ts';
-import { FreshRuns } from './fresh-runs.ts';
+import { FreshRuns } from '../metrics/fresh-runs.ts';
 import { type Family, sumInstance } from './instance-metrics.ts';
 import { Link } from './link.ts';
 import type { Hello, WorkerView } from './worker-instance.ts';
@@ -31,12 +31,6 @@ const RESTART_BACKOFF_MS = 1000;
  * them (counted in `arkvory_workers_unanswered`) rather than holding every scrape of the instance.
  */
 const SCRAPE_WORKER_DEADLINE_MS = 2000;
-/**
- * Sums of the instance's families begin at least this far apart (docs/metrics.md): a flood of
- * scrapes costs this process at most four sums a second, which keeps it answering the workers'
- * policy calls (rate-limit counters, admission) well within their timeout.
- */
-const SCRAPE_SPACING_MS = 250;
 
 /** What the role keeps for the whole instance in the coordinating process. */
 export interface InstanceParts {

@@ -4,7 +4,7 @@
  */
 import { systemClock } from '../../policy/clock.ts';
 import { systemTimers } from '../../policy/timers.ts';
-import { FreshRuns } from './fresh-runs.ts';
+import { FreshRuns } from '../metrics/fresh-runs.ts';
 import { Link } from './link.ts';
 
 export interface WorkerView {
