@@ -1,4 +1,5 @@
 import { AdminStore, parseScopes } from '../../policy/auth/admin-store.ts';
+import { PolicyError } from '../../policy/errors.ts';
 import type { Permission } from '../../policy/auth/authorize.ts';
 import { certificateDetails, grantDetails, keyDetails, principalDetails } from '../audit/admin-details.ts';
 import { type CliAction, recordCliAction } from './cli-audit.ts';
@@ -18,6 +19,22 @@ export function parseDuration(text: string, options: { zero?: boolean } = {}): n
   if (!Number.isSafeInteger(n) || n < 0 || (n === 0 && !options.zero))
     throw new UsageError(`"${text}" must be a positive duration`);
   return n;
+}
+
+/** `--scopes` read before anything is opened: a mistyped scope is a usage error (exit 2), like an option. */
+function scopesOption(text: string | undefined): ReturnType<typeof parseScopes> {
+  try {
+    return parseScopes(text ?? 'read');
+  } catch (err) {
+    if (err instanceof PolicyError) throw new UsageError(`--scopes: ${err.message}`);
+    throw err;
+  }
+}
+
+/** `--kind`, checked like `--scopes`. */
+function kindOption(text: string | undefined): 'service' | 'personal' | undefined {
+  if (text === undefined || text === 'service' || text === 'personal') return text;
+  throw new UsageError(`--kind must be service or personal (got ${text})`);
 }
 
 /**
@@ -144,21 +161,18 @@ ${DATABASE_NOTE}`,
           description: 'what the certificate may do, comma-separated (default: read)',
         },
       },
-      run: (input, env) =>
-        withStore(
+      run(input, env) {
+        const scopes = scopesOption(input.string('scopes'));
+        return withStore(
           env,
-          (s) =>
-            s.bindCertificate(
-              input.positionals[0]!,
-              input.positionals[1]!,
-              parseScopes(input.string('scopes') ?? 'read'),
-            ),
+          (s) => s.bindCertificate(input.positionals[0]!, input.positionals[1]!, scopes),
           (c) => ({
             action: 'certificate.bind',
             target: { principal: input.positionals[0] },
             details: certificateDetails(c),
           }),
-        ),
+        );
+      },
     }),
     form({
       name: 'unbind-cert',
@@ -214,15 +228,16 @@ ${DATABASE_NOTE}`,
       run(input, env) {
         const expires = input.string('expires-in');
         const expiresInSeconds = expires === undefined ? undefined : parseDuration(expires);
-        const kind = input.string('kind');
+        const scopes = scopesOption(input.string('scopes'));
+        const kind = kindOption(input.string('kind'));
         const description = input.string('description');
         return withStore(
           env,
           (s) =>
             s.createKey(input.positionals[0]!, {
-              scopes: parseScopes(input.string('scopes') ?? 'read'),
+              scopes,
               ...(expiresInSeconds ? { expiresInSeconds } : {}),
-              ...(kind !== undefined ? { kind: kind as 'service' | 'personal' } : {}),
+              ...(kind !== undefined ? { kind } : {}),
               ...(description !== undefined ? { description } : {}),
             }),
           (k) => ({ action: 'key.create', target: { principal: input.positionals[0] }, details: keyDetails(k) }),

@@ -53,6 +53,18 @@ describe('arkvory keys create with a mistyped option', () => {
       '',
       'arkvory keys create: --scopes needs a value (see arkvory keys create --help)\n',
     ]);
+    // A mistyped scope or kind is a usage error too (exit 2), found before the database is touched.
+    for (const [option, value, said] of [
+      ['--scopes', 'admn', '--scopes: scopes must be a non-empty list of read, write, admin'],
+      ['--kind', 'servce', '--kind must be service or personal (got servce)'],
+    ] as const) {
+      const wrong = await runCli(['keys', 'create', 'bob', option, value], env);
+      expect([wrong.code, wrong.stdout, wrong.stderr]).toEqual([
+        2,
+        '',
+        `arkvory keys create: ${said} (see arkvory keys create --help)\n`,
+      ]);
+    }
     const made = await runCli(['keys', 'create', 'bob', '--scopes', 'admin'], env);
     expect(made.code, made.stderr).toBe(0);
     expect((JSON.parse(made.stdout) as { scopes: string[] }).scopes).toEqual(['admin']);
