@@ -7,7 +7,10 @@
  * the fewest bytes (the oldest among equals). A real client sends its whole ClientHello (hundreds of
  * bytes) at once and finishes within a round trip or two, so it outlives sockets that sent nothing
  * or a fragment, however fast they arrive; and a silent flood rotates through the bound instead of
- * holding it for the handshake timeout.
+ * holding it for the handshake timeout. The oldest few are at most half the bound: bytes are the
+ * client's to choose, so a flood that sends more than a real client must still open half the bound
+ * of new connections during that client's handshake before it can be picked (and the connection
+ * just accepted, which has sent nothing yet, is never among them).
  */
 import type http from 'node:http';
 import type { Socket } from 'node:net';
@@ -18,8 +21,17 @@ export const MIN_PENDING_HANDSHAKES = 16;
 /**
  * How many of the oldest handshakes are weighed when one must go: enough to look past a few
  * real clients in the middle of their handshake, few enough that a flood costs O(1) per socket.
+ * Never more than half the bound (`evictionWindow`).
  */
 export const EVICTION_WINDOW = 64;
+
+/**
+ * The oldest handshakes weighed under a bound of `maxPending`: at most half of it, so the newest
+ * half (real clients just arrived, which cannot have sent more than a stalled flood) is never weighed.
+ */
+export function evictionWindow(maxPending: number): number {
+  return Math.max(1, Math.min(EVICTION_WINDOW, Math.floor(maxPending / 2)));
+}
 
 /**
  * The default bound: an eighth of the connection bound (a handshake in progress holds one
@@ -42,6 +54,7 @@ export function pickEviction(candidates: readonly { readonly bytesRead: number }
 /** Sockets between their TCP accept and the end of their TLS handshake (or their close). */
 export class PendingHandshakes {
   readonly maxPending: number;
+  readonly #window: number;
   /** Handshakes closed to make room for newer ones. */
   evicted = 0;
   /** In accept order (a Map iterates in insertion order), keyed by the peer's address and port. */
@@ -49,6 +62,7 @@ export class PendingHandshakes {
 
   constructor(maxPending: number) {
     this.maxPending = maxPending;
+    this.#window = evictionWindow(maxPending);
   }
 
   get size(): number {
@@ -67,7 +81,7 @@ export class PendingHandshakes {
       const window: Array<[string, Socket]> = [];
       for (const entry of this.#pending) {
         window.push(entry);
-        if (window.length === EVICTION_WINDOW) break;
+        if (window.length === this.#window) break;
       }
       const [victimKey, victim] = window[pickEviction(window.map(([, s]) => s))]!;
       this.#pending.delete(victimKey);
