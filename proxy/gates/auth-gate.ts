@@ -203,14 +203,18 @@ function carriesCredential(ctx: RequestContext): boolean {
   );
 }
 
-/** Whether the client sent this request over plain HTTP across a network (a trusted proxy's X-Forwarded-Proto decides behind one). */
+/**
+ * Whether the client sent this request over plain HTTP across a network. Behind a trusted proxy its
+ * X-Forwarded-Proto decides, also when the proxy reaches us over TLS (the router to an https
+ * gateway): the hop that matters is the client's, not the proxy's.
+ */
 function sentInClear(ctx: RequestContext, trusted: TrustedProxies): boolean {
   const socket = ctx.req.socket as (typeof ctx.req.socket & { encrypted?: boolean }) | null;
-  if (socket?.encrypted) return false;
   const peer = normalizeAddress(socket?.remoteAddress) ?? '';
   const proto = ctx.req.headers['x-forwarded-proto'];
-  if (trusted.isTrusted(peer) && typeof proto === 'string')
+  if (typeof proto === 'string' && trusted.isTrusted(peer))
     return proto.split(',').pop()?.trim().toLowerCase() !== 'https';
+  if (socket?.encrypted) return false;
   return !isLoopbackAddress(peer);
 }
 

@@ -636,6 +636,34 @@ describe('credentials over plain HTTP', () => {
     }
     await gw.stop();
   });
+  it('behind a trusted proxy that reaches the gateway over TLS (the router to an https gateway), its X-Forwarded-Proto still decides', async () => {
+    const gw = await startTlsGateway(
+      tlsEnv({ ARKVORY_REFUSE_PLAIN_HTTP_CREDENTIALS: '1', ARKVORY_TRUSTED_PROXIES: '127.0.0.1' }),
+    );
+    const router = await startGateway({
+      env: {
+        ARKVORY_ROLE: 'router',
+        ARKVORY_ROUTER_BACKENDS: gw.https,
+        ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: '200',
+        ARKVORY_TLS_CA_FILE: ca.certFile,
+      },
+    });
+    // The client's key reached the router in clear: the router says so (X-Forwarded-Proto: http).
+    const viaRouter = await fetch(`${router.url}/api/v1/repositories`, { headers: bearer(owner.key) });
+    expect(viaRouter.status).toBe(403);
+    expect(((await viaRouter.json()) as { code: string }).code).toBe('tls_required');
+    // The same from any TLS-speaking proxy in front; one that says https, or none, is served.
+    const overTls = (headers: Record<string, string>) =>
+      httpsRequest(`${gw.https}/api/v1/repositories`, {
+        ca: ca.certPem,
+        headers: { ...bearer(owner.key), ...headers },
+      });
+    expect((await overTls({ 'x-forwarded-proto': 'http', 'x-forwarded-for': '192.0.2.7' })).status).toBe(403);
+    expect((await overTls({ 'x-forwarded-proto': 'https', 'x-forwarded-for': '192.0.2.7' })).status).toBe(200);
+    expect((await overTls({})).status).toBe(200);
+    await router.stop();
+    await gw.stop();
+  });
 });
 
 describe('TLS to other roles and to Redis (ARKVORY_TLS_CA_FILE)', () => {
