@@ -11,7 +11,7 @@ import path from 'node:path';
 import tls from 'node:tls';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { systemClock } from '../../policy/clock.ts';
+import { ManualClock, systemClock } from '../../policy/clock.ts';
 import {
   type CertificateAuthority,
   createCertificateAuthority,
@@ -23,7 +23,7 @@ import {
 import { createListener } from '../server/listener.ts';
 import { splitPemChain } from './certificate-pair.ts';
 import { peerCertificateOf } from './peer-certificate.ts';
-import { ServedTls, type TlsListenerConfig } from './served-tls.ts';
+import { ServedTls, type ServedTlsOptions, type TlsListenerConfig } from './served-tls.ts';
 
 interface Listening {
   served: ServedTls;
@@ -34,11 +34,11 @@ interface Listening {
   close(): Promise<void>;
 }
 
-async function listen(config: TlsListenerConfig): Promise<Listening> {
+async function listen(config: TlsListenerConfig, options: Partial<ServedTlsOptions> = {}): Promise<Listening> {
   const lines: Array<Record<string, unknown>> = [];
   const log = pino({ level: 'info' }, { write: (s: string) => lines.push(JSON.parse(s) as Record<string, unknown>) });
-  // No watch or poll (start() is not called): each test reloads when it means to.
-  const served = await ServedTls.open(config, { clock: systemClock, log });
+  // No watch or poll unless a test calls start(): each test reloads when it means to.
+  const served = await ServedTls.open(config, { clock: systemClock, log, ...options });
   const server = createListener({ http: {}, tls: served, log });
   const sockets: tls.TLSSocket[] = [];
   server.on('secureConnection', (socket: tls.TLSSocket) => sockets.push(socket));
@@ -50,6 +50,7 @@ async function listen(config: TlsListenerConfig): Promise<Listening> {
     sockets,
     lines,
     close: async () => {
+      served.close();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
@@ -112,8 +113,11 @@ afterEach(async () => {
   open = [];
 });
 
-async function started(config: Partial<TlsListenerConfig> = {}): Promise<Listening> {
-  const l = await listen({ certFile, keyFile, clientCaFile: undefined, clientCert: 'optional', ...config });
+async function started(
+  config: Partial<TlsListenerConfig> = {},
+  options: Partial<ServedTlsOptions> = {},
+): Promise<Listening> {
+  const l = await listen({ certFile, keyFile, clientCaFile: undefined, clientCert: 'optional', ...config }, options);
   open.push(l);
   return l;
 }
@@ -176,6 +180,27 @@ describe('ServedTls reload', () => {
     const { socket } = await connect(l.port, ca);
     clients.push(socket);
     expect(socket.getPeerCertificate().serialNumber).toBe(first.serial);
+  });
+
+  it('a renewed pair not yet valid by this host clock is served once it is, with no further change to the files', async () => {
+    // This host's clock a little behind the CA's: frozen now, and the renewal issued in a later second.
+    const clock = new ManualClock(Date.now(), 0);
+    const l = await started({}, { clock, pollIntervalMs: 50 });
+    await new Promise((resolve) => setTimeout(resolve, 1050 - (clock.wallMs() % 1000)));
+    const renewal = await issueServerCertificate(ca, dir, 'renewal');
+    await writeFile(keyFile, renewal.keyPem);
+    await writeFile(certFile, renewal.certPem);
+    expect(await l.served.reload('test')).toBe('rejected');
+    expect(failures(l)[0]!.reason).toMatch(/the certificate is not valid before/);
+    l.served.start();
+    clock.advance(60_000);
+    // The files stay as they are: the poll tries the standing failure again.
+    for (let i = 0; i < 200 && l.served.certificate.serial !== renewal.serial; i++)
+      await new Promise((resolve) => setTimeout(resolve, 25));
+    expect(l.served.certificate.serial).toBe(renewal.serial);
+    expect(await servedSerial(l.port)).toBe(renewal.serial);
+    // Reported once, however many polls tried it.
+    expect(failures(l)).toHaveLength(1);
   });
 
   it('takes a new client CA while the pair is broken; resumed sessions and open connections follow it', async () => {

@@ -109,6 +109,9 @@ export class ServedTls {
       files: [config.certFile, config.keyFile, config.clientCaFile].filter((f): f is string => f !== undefined),
       signature: () => statSignature(config),
       reload: (trigger) => this.reload(trigger),
+      // A standing failure is tried again on each poll: a renewal not yet valid by this host's clock
+      // (a CA's clock a little ahead) becomes valid with no further change to its files.
+      onQuietPoll: () => (this.#lastError === undefined ? undefined : this.reload('retry')),
       messages: {
         hangup: 'reloading the TLS certificate',
         watchFailed: 'TLS file watch failed; polling only',
