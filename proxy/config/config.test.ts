@@ -65,6 +65,30 @@ describe('loadConfig', () => {
     expect(problems[0]).toContain(expected);
   });
 
+  it.each([
+    ['sslmode=no-verify', false],
+    ['sslmode=require&uselibpqcompat=true', false],
+    ['sslmode=verify-ca&uselibpqcompat=true', false],
+    ['sslmode=prefer&uselibpqcompat=true', false],
+    ['sslmode=verify-full&uselibpqcompat=true', true],
+    ['sslmode=verify-full', true],
+    ['sslmode=require', true], // node-postgres verifies it like verify-full
+    ['sslmode=disable', true],
+    ['sslrootcert=/etc/ca.pem', true],
+  ])('ARKVORY_DATABASE_URL with %s: accepted %s (no setting turns certificate checks off)', (query, accepted) => {
+    const problems = problemsOf({ ARKVORY_DATABASE_URL: `postgres://arkvory:hunter2@db/arkvory?${query}` });
+    expect(problems).toEqual(
+      accepted
+        ? []
+        : [
+            expect.stringMatching(
+              /^ARKVORY_DATABASE_URL: sslmode=\S+.* does not verify the server's certificate; use sslmode=verify-full/,
+            ),
+          ],
+    );
+    expect(problems.join('\n')).not.toContain('hunter2');
+  });
+
   it('never echoes a secret value', () => {
     const problems = problemsOf({ ARKVORY_DATABASE_URL: 'ftp://user:hunter2@db' });
     expect(problems.join('\n')).not.toContain('hunter2');

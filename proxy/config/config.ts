@@ -14,7 +14,7 @@ import {
   checkWorkers,
   checkSharedProfile,
 } from './cross-checks.ts';
-import { checkTls } from './tls-checks.ts';
+import { checkDatabaseTls, checkTls } from './tls-checks.ts';
 import { checkTracing } from './tracing-config.ts';
 import type { Config } from './types.ts';
 import { VariableValues } from './variable-values.ts';
@@ -62,6 +62,7 @@ export function loadConfig(
     if (v.optStr(password) !== undefined && v.optStr(url) === undefined && !v.anyFailed(url))
       v.problems.push(`${password}: only used with ${url} (the password of the server it names)`);
   const tls = checkTls(v, cwd);
+  checkDatabaseTls(v);
   const tracing = checkTracing(v);
   if (v.problems.length === 0) checkIdleTimeouts(v);
   if (v.problems.length > 0) {

@@ -40,3 +40,26 @@ export function checkTls(v: VariableValues, cwd: string): Config['tls'] {
     clientCert: clientCa === undefined ? 'off' : (v.str('ARKVORY_TLS_CLIENT_CERT') as 'optional' | 'require'),
   };
 }
+
+/**
+ * Refuses an `ARKVORY_DATABASE_URL` whose TLS settings turn certificate verification off:
+ * node-postgres reads `sslmode=no-verify` (and, with `uselibpqcompat=true`, libpq's `require`,
+ * `prefer` and `verify-ca`) as "encrypt, but believe any certificate", which no Arkvory setting
+ * may do (docs/tls.md). `verify-full`, or `sslrootcert=` naming a private CA, verifies.
+ */
+export function checkDatabaseTls(v: VariableValues): void {
+  if (v.failed.has('ARKVORY_DATABASE_URL')) return;
+  const url = v.optStr('ARKVORY_DATABASE_URL');
+  if (url === undefined) return;
+  const problem = unverifiedDatabaseTls(new URL(url).searchParams);
+  if (problem) v.problems.push(`ARKVORY_DATABASE_URL: ${problem}`);
+}
+
+/** Why these connection-URL parameters leave the server's certificate unverified, or undefined. Pure. */
+export function unverifiedDatabaseTls(params: URLSearchParams): string | undefined {
+  const mode = params.get('sslmode');
+  const libpq = params.get('uselibpqcompat') === 'true';
+  if (mode === 'no-verify' || (libpq && mode !== null && ['require', 'prefer', 'verify-ca'].includes(mode)))
+    return `sslmode=${mode}${libpq ? ' with uselibpqcompat=true' : ''} does not verify the server's certificate; use sslmode=verify-full (with the CA in ARKVORY_TLS_CA_FILE or sslrootcert=), or sslmode=disable for a connection in clear`;
+  return undefined;
+}

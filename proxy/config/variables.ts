@@ -59,7 +59,7 @@ export const VARIABLES: readonly VariableSpec[] = [
     name: 'ARKVORY_DATABASE_URL',
     kind: { type: 'url', protocols: ['postgres:', 'postgresql:'] },
     secret: true,
-    doc: 'PostgreSQL connection URL. Unset: an embedded PostgreSQL under `<DATA_DIR>/.pg` (standalone only).',
+    doc: 'PostgreSQL connection URL. Unset: an embedded PostgreSQL under `<DATA_DIR>/.pg` (standalone only). TLS: `sslmode=verify-full`; a mode that does not verify the certificate (`no-verify`, or libpq’s with `uselibpqcompat=true`) is refused (docs/tls.md).',
   },
   {
     name: 'ARKVORY_DATABASE_PASSWORD',
