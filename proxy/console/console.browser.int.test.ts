@@ -362,6 +362,32 @@ describe('the console in chromium', () => {
     await page.waitForSelector('#sign-in', { state: 'visible' });
     expect(await page.isHidden('#app')).toBe(true);
   });
+
+  it('refuses a mistyped key on the page itself, never through the browser own login prompt', async () => {
+    const fresh = await browser.newPage();
+    try {
+      // Chromium raises Fetch.authRequired exactly where a headed browser opens its login prompt.
+      const cdp = await fresh.context().newCDPSession(fresh);
+      const prompts: string[] = [];
+      cdp.on('Fetch.requestPaused', (e) => void cdp.send('Fetch.continueRequest', { requestId: e.requestId }));
+      cdp.on('Fetch.authRequired', (e) => {
+        prompts.push(`${e.request.url} ${e.authChallenge.scheme}`);
+        void cdp.send('Fetch.continueWithAuth', {
+          requestId: e.requestId,
+          authChallengeResponse: { response: 'CancelAuth' },
+        });
+      });
+      await cdp.send('Fetch.enable', { handleAuthRequests: true, patterns: [{ urlPattern: '*' }] });
+      await fresh.goto(`${writer.url}/console/`);
+      await fresh.fill('#admin-key', `${adminKey}x`);
+      await fresh.click('#sign-in-form button[type=submit]');
+      await expect.poll(() => fresh.textContent('#sign-in-error'), POLL).not.toBe('');
+      expect(prompts).toEqual([]);
+      expect(await fresh.isHidden('#app')).toBe(true);
+    } finally {
+      await fresh.close();
+    }
+  });
 });
 
 async function screenshotPath(name: string): Promise<string> {

@@ -129,7 +129,10 @@ describe('through the router', () => {
 
 describe('sign-in and session', () => {
   it('needs an admin key; sets an HttpOnly, SameSite=Strict cookie under /console and returns the CSRF token', async () => {
-    expect((await signIn('ark_0000000000000000_nope')).res.status).toBe(401);
+    const refused = (await signIn('ark_0000000000000000_nope')).res;
+    expect(refused.status).toBe(401);
+    // The page's own answer to a mistyped key: a Basic challenge would open the browser's prompt over it.
+    expect(refused.headers['www-authenticate']).toBe('Bearer realm="arkvory"');
     expect((await signIn(userKey)).res.status).toBe(403);
     const { res, csrf } = await signIn(adminKey);
     expect(res.status).toBe(201);
