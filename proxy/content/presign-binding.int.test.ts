@@ -1,9 +1,9 @@
 /**
  * Pre-signed links under hostile use (issue #35), over real sockets against real gateway processes
- * and PostgreSQL: a link serves only the bytes it was made for; a link of the first format is
- * refused with its own code; numbers in a link have one spelling; a link's parameters on PUT,
- * DELETE or POST are the documented 401; a flood of links naming unknown secrets costs PostgreSQL
- * no query per request.
+ * and PostgreSQL: a link serves only the bytes it was made for, also with a key sent beside it; a
+ * link of the first format is refused with its own code; numbers in a link have one spelling; a
+ * link's parameters on PUT, DELETE or POST are the documented 401; a flood of links naming unknown
+ * secrets costs PostgreSQL no query per request.
  */
 import { createHmac } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
@@ -92,6 +92,48 @@ describe('a pre-signed link is bound to the bytes it was made for', () => {
     expect(again.status).toBe(200);
     expect(sha256(again.body)).toBe(sha256(first));
     expect((await request(renewed)).status).toBe(410);
+  });
+
+  it('sent with a key as well (pip or curl from .netrc, a browser that cached Basic credentials), is still that link', async () => {
+    const reader = await createServiceAccount(db.pool, { scopes: ['read'], grants: { bind: 'read' } });
+    const basic = { authorization: `Basic ${Buffer.from(`bob:${reader.key}`).toString('base64')}` };
+    const first = randomContent(2048);
+    const other = randomContent(2048);
+    expect(await put(gw, owner.key, 'vetted.tar', first)).toBe(201);
+    const link = await presign(gw, owner.key, 'vetted.tar');
+    expect(sha256((await request(link, { headers: basic })).body)).toBe(sha256(first));
+    expect(
+      (await request(`${gw.url}${base}/vetted.tar`, { method: 'DELETE', headers: bearer(owner.key) })).status,
+    ).toBe(204);
+    expect(await put(gw, owner.key, 'vetted.tar', other)).toBe(201);
+    for (const [method, headers] of [
+      ['GET', basic],
+      ['GET', bearer(reader.key)],
+      ['HEAD', basic],
+      ['GET', { ...basic, range: 'bytes=0-99' }],
+    ] as const) {
+      const res = await request(link, { method, headers });
+      expect(res.status, `${method} ${JSON.stringify(headers)}`).toBe(410);
+      if (method === 'GET') expect(codeOf(res.body)).toBe('link_content_changed');
+    }
+    // The key alone, without the link's parameters, reads what the name holds now.
+    const direct = await request(`${gw.url}${base}/vetted.tar/content`, { headers: basic });
+    expect(sha256(direct.body)).toBe(sha256(other));
+    // A link's parameters on another method are refused even beside a key that could write.
+    const query = new URL(link).search;
+    for (const [method, target] of [
+      ['PUT', `${gw.url}${base}/vetted.tar${query}`],
+      ['DELETE', `${gw.url}${base}/vetted.tar${query}`],
+      ['PUT', link],
+    ] as const) {
+      const res = await request(target, {
+        method,
+        headers: bearer(owner.key),
+        body: method === 'DELETE' ? undefined : randomContent(10),
+      });
+      expect(res.status, `${method} ${new URL(target).pathname}`).toBe(401);
+    }
+    expect(sha256((await request(`${gw.url}${base}/vetted.tar/content`, { headers: basic })).body)).toBe(sha256(other));
   });
 
   it('a link of the first format (name only, no digest) is refused with 410 link_outdated', async () => {

@@ -52,8 +52,9 @@ export interface IssuedCredentials {
  * against the key's scopes and the principal's grant on `:repo`. A fenced gateway refuses every
  * request subject to authorization with 503 `lease_lost`. `credentials` picks what is checked
  * (default the Authorization header; the console supplies its session's key for its own routes).
- * A request with no Authorization header but a pre-signed link's query parameters is the link's
- * principal (`links`), still subject to the grant and scope checks of its key. With `transport`,
+ * A request with a pre-signed link's query parameters is the link's principal (`links`), whatever
+ * Authorization header it also carries (`carriesLink`), still subject to the grant and scope checks
+ * of its key. With `transport`,
  * a request carrying no other credential is the principal its verified client certificate is bound
  * to (checked per request: an unbinding reaches open connections too), and credentials sent in clear
  * may be refused.
@@ -69,8 +70,7 @@ export function createAuthGate(
   return (ctx) => {
     if (ctx.access === 'public') return transport ? checkPublic(ctx, transport) : undefined;
     if (lifecycle.state === 'fenced') throw new PolicyError('lease_lost');
-    const presigned =
-      links !== undefined && ctx.req.headers.authorization === undefined && hasPresignParams(ctx.url.searchParams);
+    const presigned = links !== undefined && carriesLink(ctx);
     // Before the console's session lookup: a session cookie sent in clear is refused as such even
     // when that transport does not read its name (a `__Host-` one reaching a plain-HTTP hop).
     if (
@@ -191,6 +191,17 @@ function checkPublic(ctx: RequestContext, transport: TransportPolicy): undefined
   const problem = certificateProblem(peerCertificateOf(ctx.req.socket), transport);
   if (problem !== undefined) refuseCertificate(ctx, problem);
   return undefined;
+}
+
+/**
+ * Whether the request carries a link's parameters: it is then judged as that link alone, even with a
+ * key beside it (pip or curl sending a `.netrc` entry, a browser its cached Basic credentials), so
+ * a link serves the bytes it was made for or nothing, never what that key may read under the name now.
+ */
+export function carriesLink(ctx: Pick<RequestContext, 'req' | 'url'>): boolean {
+  // A request with a key and no query (the common case) builds no URL.
+  if (ctx.req.headers.authorization !== undefined && !(ctx.req.url ?? '').includes('?')) return false;
+  return hasPresignParams(ctx.url.searchParams);
 }
 
 /** An Authorization header (a key, Basic, a token) or the console's session cookie under either name. */

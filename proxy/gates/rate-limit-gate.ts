@@ -13,7 +13,7 @@ import { addEarlyHeader } from '../server/gateway-response.ts';
 import type { Gate, RequestContext } from '../server/route-types.ts';
 import { CLIENT_FAULT_LOG, LogBudget } from '../../lib/log-budget.ts';
 import { isPromise } from '../../lib/maybe-promise.ts';
-import { hasPresignParams } from '../../policy/auth/presign-signature.ts';
+import { carriesLink } from './auth-gate.ts';
 import type { TrustedProxies } from '../router/forwarded.ts';
 import { BanIdentities, FORWARDER_SHARE } from './ban-identity.ts';
 import { NO_TRUSTED_PROXIES, requestIdentifier } from './request-identity.ts';
@@ -140,16 +140,18 @@ export function createRateLimitGate(deps: {
  * pre-signed link's parameters sent by anything but a browser on behalf of another site. A request
  * with none (a challenge-first client's first request, a console session that ended) is not a
  * failed attempt; counting it let any web page get its visitors' address banned, all its users
- * with it, with credential-less requests the browser sends for it. A browser cannot add an
- * `Authorization` header to another site's request, and a link's HMAC is not guessed, so a
- * cross-site link that fails (expired, say) is not counted either.
+ * with it, with credential-less requests the browser sends for it. A page cannot choose the
+ * `Authorization` header of another site's request, and a link's HMAC is not guessed, so a
+ * cross-site link that fails (expired, say) is not counted either, even when the browser adds Basic
+ * credentials it cached: a request with a link's parameters is judged as the link (`carriesLink`).
  */
 function triedCredential(ctx: RequestContext): boolean {
   const { headers } = ctx.req;
-  if (headers.authorization !== undefined) return true;
+  const link = carriesLink(ctx);
+  if (headers.authorization !== undefined && !link) return true;
   const site = headers['sec-fetch-site'];
   if (site === 'cross-site' || site === 'same-site') return false;
-  return hasPresignParams(ctx.url.searchParams);
+  return link;
 }
 
 /** One ban key and what `auth_failure` said of it before authentication. */

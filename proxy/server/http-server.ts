@@ -148,11 +148,7 @@ export function createGatewayServer(options: {
     if (match.kind === 'method_not_allowed') {
       exchange.route = match.template;
       // A link's parameters on another method are a link misused: the same 401 as a bad key (docs/clients.md).
-      if (
-        req.headers.authorization === undefined &&
-        target.includes('X-Arkvory-') &&
-        hasPresignParams(exchange.url.searchParams)
-      ) {
+      if (target.includes('X-Arkvory-') && hasPresignParams(exchange.url.searchParams)) {
         answerError(exchange, unauthorized());
         return;
       }
