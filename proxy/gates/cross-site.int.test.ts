@@ -4,7 +4,8 @@
  * Debian's chromium holding the admin key as Basic credentials (as after an operator typed it into
  * the browser's prompt) while a page of another site posts a form to an admin route. And what a
  * page can make a browser send (no credential, or a link's parameters, with cached Basic credentials
- * or without) never counts toward the address's ban.
+ * or without, or a window sent to the gateway with a key in its URL) never counts toward the
+ * address's ban.
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -107,6 +108,46 @@ describe('in a real browser holding the admin key as Basic credentials', () => {
       expect(posted.status()).toBe(403);
       expect(await posted.json()).toMatchObject({ code: 'cross_site_request' });
       expect(await disabled()).toBe(false);
+    } finally {
+      await browser.close();
+    }
+  });
+});
+
+describe('a page of another site sending a window to the gateway with a key in the URL', () => {
+  let site: http.Server;
+  afterAll(() => site?.close());
+
+  it('never gets its visitor banned: the browser is offered no Basic challenge to answer with it', async () => {
+    // One click opens a window; the page then sends it to the gateway as often as it likes.
+    site = http.createServer((_req, res) => {
+      res.setHeader('content-type', 'text/html');
+      res.end(
+        `<button id="b">continue</button><script>let w;` +
+          `document.getElementById('b').onclick = () => { w = window.open('about:blank', 'victim'); };` +
+          `window.go = (u) => { w.location = u; };</script>`,
+      );
+    });
+    await new Promise<void>((resolve) => site.listen(0, 'localhost', resolve));
+    const bad = new URL(`${gw.url}/api/v1/admin/principals/${target.name}`);
+    bad.username = 'ops';
+    bad.password = `ark_zzzzzzzzzzzzzzzz_${'a'.repeat(43)}`;
+    const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
+    try {
+      const tab = await (await browser.newContext()).newPage();
+      await tab.goto(`http://localhost:${(site.address() as AddressInfo).port}/`);
+      const [popup] = await Promise.all([tab.context().waitForEvent('page'), tab.click('#b')]);
+      const statuses: number[] = [];
+      // 21 counted failures start the shipped ban.
+      for (let i = 0; i < 25; i++) {
+        const answered = popup.waitForResponse((res) => res.url().endsWith(`?i=${i}`));
+        await tab.evaluate(`window.go(${JSON.stringify(`${bad.href}?i=${i}`)})`);
+        const res = await answered;
+        statuses.push(res.status());
+        expect(res.headers()['www-authenticate']).toBe('Bearer realm="arkvory"');
+      }
+      expect(statuses).toEqual(Array(25).fill(401));
+      expect((await send('GET', `/api/v1/admin/principals/${target.name}`, bearer(admin.key))).status).toBe(200);
     } finally {
       await browser.close();
     }

@@ -2,7 +2,7 @@ import { Authenticator } from '../../policy/auth/authenticator.ts';
 import { PresignedLinks } from '../../policy/auth/presigned-links.ts';
 import { createAuthGate, transportPolicy } from '../gates/auth-gate.ts';
 import { refuseCrossSiteWrites } from '../gates/cross-site.ts';
-import { withConsoleChallenge } from '../console/console-challenge.ts';
+import { withBrowserSafeChallenge } from '../gates/challenge.ts';
 import { createConsole, readerConsoleRoutes } from '../console/console-module.ts';
 import { bootstrapAdmin } from '../admin/bootstrap-admin.ts';
 import { openContentModule } from '../content/content-module.ts';
@@ -96,7 +96,7 @@ export async function buildApp(services: Services): Promise<{ routes: Route[]; g
   routes.push(...rateLimitAdminRoutes(rateLimiting.registry, services.config.rateLimitBypassPublishers));
   routes.push(...(consoleUi ? await consoleUi.routes({ registry: rateLimiting.registry }) : readerConsoleRoutes()));
   consoleUi?.start();
-  gates[0] = withConsoleChallenge(rateLimiting.guardAuth(gates[0]!));
+  gates[0] = withBrowserSafeChallenge(rateLimiting.guardAuth(gates[0]!));
   gates.push(rateLimiting.gate);
   if (services.tracing) {
     gates[0] = tracedGate('arkvory.auth', gates[0]!);
