@@ -141,9 +141,11 @@ export function createRateLimitGate(deps: {
  * with none (a challenge-first client's first request, a console session that ended) is not a
  * failed attempt; counting it let any web page get its visitors' address banned, all its users
  * with it, with credential-less requests the browser sends for it. A page cannot choose the
- * `Authorization` header of another site's request, and a link's HMAC is not guessed, so a
- * cross-site link that fails (expired, say) is not counted either, even when the browser adds Basic
- * credentials it cached: a request with a link's parameters is judged as the link (`carriesLink`).
+ * `Authorization` header of another site's request (no 401 offers such a request the Basic
+ * challenge a browser would answer with a URL's credentials: challenge.ts), and a link's HMAC is
+ * not guessed, so a cross-site link that fails (expired, say) is not counted either, even when the
+ * browser adds Basic credentials it cached: a request with a link's parameters is judged as the
+ * link (`carriesLink`).
  */
 function triedCredential(ctx: RequestContext): boolean {
   const { headers } = ctx.req;
