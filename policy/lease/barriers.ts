@@ -3,20 +3,10 @@
  * gateway holds from start to stop, so PostgreSQL releases them only when that process's session
  * ends (or its TCP keepalive gives up on it).
  *
- * Keys use the two-int4 form (class 'ARKV', object id): a separate lock space from the migration lock.
+ * Their keys are in lib/advisory-barriers.ts.
  */
 import type pg from 'pg';
-
-const LOCK_CLASS = 0x41524b56; // 'ARKV'
-export const BARRIERS = {
-  /** Exclusive: one writer per database. */
-  writer: 1,
-  /** Shared by every running gateway and worker; offline maintenance takes it exclusively. */
-  maintenance: 2,
-  /** Exclusive: one active completion worker per database. */
-  worker: 3,
-} as const;
-export type Barrier = keyof typeof BARRIERS;
+import { BARRIER_LOCK_CLASS as LOCK_CLASS, BARRIERS, type Barrier } from '../../lib/advisory-barriers.ts';
 
 export async function tryLockExclusive(client: pg.ClientBase, barrier: Barrier): Promise<boolean> {
   const r = await client.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1, $2) AS ok', [

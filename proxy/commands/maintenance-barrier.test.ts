@@ -6,6 +6,10 @@ describe('who holds the maintenance barrier', () => {
     expect(holderKind('arkvory-api-lease')).toBe('gateway');
     expect(holderKind('arkvory-reader-lease')).toBe('gateway');
     expect(holderKind('arkvory-worker-lock')).toBe('gateway');
+    // A gateway's pool holds it for the length of a catalog insert.
+    expect(holderKind('arkvory-api')).toBe('gateway');
+    expect(holderKind('arkvory-worker')).toBe('gateway');
+    expect(holderKind('arkvory-rules-service')).toBe('unknown');
     expect(holderKind(BACKUP_APPLICATION_NAME)).toBe('backup');
     expect(holderKind('arkvory-cli')).toBe('offline');
     expect(holderKind('arkvory-restore')).toBe('offline');

@@ -22,7 +22,11 @@ const KINDS: Record<HolderKind, { who: string; advice: string }> = {
 export function holderKind(applicationName: string | null): HolderKind {
   if (applicationName === BACKUP_APPLICATION_NAME) return 'backup';
   if (applicationName === 'arkvory-cli' || applicationName === 'arkvory-restore') return 'offline';
-  if (applicationName === 'arkvory-worker-lock' || /^arkvory-[a-z]+-lease$/.test(applicationName ?? ''))
+  // `arkvory-<role>`: a gateway's pool, holding the barrier for a catalog insert (storage-adapter/catalog/catalog.ts).
+  if (
+    applicationName === 'arkvory-worker-lock' ||
+    /^arkvory-(api|reader|worker|[a-z]+-lease)$/.test(applicationName ?? '')
+  )
     return 'gateway';
   return 'unknown';
 }

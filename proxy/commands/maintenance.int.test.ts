@@ -1,15 +1,17 @@
 /** Offline scrub and gc under the maintenance barrier, with a real writer process and real files. */
 import { createHash } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { tryLockShared } from '../../policy/lease/barriers.ts';
+import { barrierHolderNames, tryLockExclusive, tryLockShared } from '../../policy/lease/barriers.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { runCli, startGateway } from '../../test/support/gateway.ts';
 import { ALL_STORE_KINDS, startStoreBacking } from '../../test/support/store-kinds.ts';
+import { waitUntil } from '../../test/harness/index.ts';
 import { BACKUP_APPLICATION_NAME } from './maintenance-barrier.ts';
 
 const blobPath = (hex: string) => `blobs/sha256/${hex.slice(0, 2)}/${hex.slice(2, 4)}/${hex}`;
@@ -131,4 +133,109 @@ describe('offline maintenance refused by a backup', () => {
       await backup.end();
     }
   });
+});
+
+describe('gc beside a writer whose lease connection died', () => {
+  const db = useTestDatabase();
+  let repo = 0;
+
+  /**
+   * A writer whose upload of a new blob is held, its blob linked into blobs/ already, at the insert
+   * into `table` (a row that statement conflicts with, inserted by `blocker` and not committed);
+   * then its lease connection is ended (as after a password rotation): the writer is fenced, and
+   * the barrier it held on that connection is free.
+   */
+  async function fencedMidPublish(blocker: pg.PoolClient, table: 'arkvory_artifacts' | 'arkvory_blob_slices') {
+    const name = `r${++repo}`;
+    await createRepository(db.pool, name);
+    const { key } = await createServiceAccount(db.pool, { grants: { [name]: 'write' } });
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const body = randomContent(64_000);
+    const hex = sha256(body);
+    await blocker.query('BEGIN');
+    if (table === 'arkvory_artifacts')
+      await blocker.query(
+        `INSERT INTO arkvory_artifacts (repository, kind, name, version, asset, sha256, size_bytes, content_type)
+         VALUES ($1, 'artifact', 'held.bin', '', '', $2, 1, 'application/octet-stream')`,
+        [name, '0'.repeat(64)],
+      );
+    else
+      await blocker.query(
+        'INSERT INTO arkvory_blob_slices (sha256, size_bytes, slice_bytes, digests) VALUES ($1, 1, 1, $2)',
+        [hex, Buffer.alloc(32)],
+      );
+    const put = request(`${gw.url}/api/v1/repositories/${name}/artifacts/held.bin`, {
+      method: 'PUT',
+      headers: bearer(key),
+      body,
+    });
+    const waiting = async () =>
+      (
+        await db.pool.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM pg_stat_activity
+            WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1`,
+          [`%INSERT INTO ${table}%`],
+        )
+      ).rows[0]!.n > 0;
+    await waitUntil(waiting, { what: `the upload's insert into ${table} to wait`, timeoutMs: 30_000, intervalMs: 25 });
+    expect(existsSync(path.join(gw.dataDir, blobPath(hex)))).toBe(true);
+    await db.pool.query(
+      `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'arkvory-api-lease'`,
+    );
+    await waitUntil(async () => !(await barrierHolderNames(db.pool, 'maintenance')).includes('arkvory-api-lease'), {
+      what: 'the lease session to end',
+      timeoutMs: 10_000,
+      intervalMs: 25,
+    });
+    return { gw, name, hex, put };
+  }
+
+  /** Catalog rows whose blob is not in the directory store. */
+  async function rowsWithoutBlob(dataDir: string): Promise<string[]> {
+    const { rows } = await db.pool.query<{ sha256: string }>('SELECT DISTINCT sha256 FROM arkvory_artifacts');
+    return rows.map((r) => r.sha256).filter((s) => !existsSync(path.join(dataDir, blobPath(s))));
+  }
+
+  it('gc refuses while the fenced writer is inserting the row of an upload; the upload completes whole', async () => {
+    const blocker = await db.pool.connect();
+    try {
+      const { gw, hex, put } = await fencedMidPublish(blocker, 'arkvory_artifacts');
+      const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: gw.dataDir };
+      const gc = await runCli(['gc'], env);
+      expect({ code: gc.code, refused: gc.stderr.includes('refused: a gateway or worker is running') }).toEqual({
+        code: 1,
+        refused: true,
+      });
+      await blocker.query('ROLLBACK');
+      expect((await put).status).toBe(201);
+      expect(existsSync(path.join(gw.dataDir, blobPath(hex)))).toBe(true);
+      expect(await rowsWithoutBlob(gw.dataDir)).toEqual([]);
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => {});
+      blocker.release();
+    }
+  }, 120_000);
+
+  it('an upload of the fenced writer whose insert comes while gc holds the barrier is refused: no row', async () => {
+    const blocker = await db.pool.connect();
+    // gc's hold on the barrier, as `arkvory gc` takes it.
+    const maintenance = new pg.Client({ connectionString: db.url, application_name: 'arkvory-cli' });
+    await maintenance.connect();
+    try {
+      const { name, put } = await fencedMidPublish(blocker, 'arkvory_blob_slices');
+      expect(await tryLockExclusive(maintenance, 'maintenance')).toBe(true);
+      await blocker.query('ROLLBACK');
+      const answered = await put;
+      expect({ status: answered.status, code: JSON.parse(answered.body.toString()).code }).toEqual({
+        status: 503,
+        code: 'unavailable',
+      });
+      const row = await db.pool.query('SELECT 1 FROM arkvory_artifacts WHERE repository = $1', [name]);
+      expect(row.rowCount).toBe(0);
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => {});
+      blocker.release();
+      await maintenance.end();
+    }
+  }, 120_000);
 });

@@ -3,6 +3,8 @@
  * is inserted only after its blob is durable, so a reader that finds a row finds whole bytes.
  */
 import type pg from 'pg';
+import { BARRIER_LOCK_CLASS, BARRIERS } from '../../lib/advisory-barriers.ts';
+import { StorageError } from '../errors.ts';
 import { DEFAULT_SLICE_BYTES, type SliceDigests } from '../slice-digests.ts';
 import { recordSliceDigests } from './slice-rows.ts';
 
@@ -76,6 +78,8 @@ export interface Catalog {
    * Inserts in one statement; returns the row now stored under the key (ours or an earlier one).
    * `settleReservation`: the storage-quota reservation (migrations/0050) the same statement deletes,
    * so the bytes count once, as the reservation or as the row, to every concurrent reader.
+   * Refused (503 `unavailable`, nothing inserted or settled) while offline maintenance holds the
+   * maintenance barrier: gc may have removed the blob the row would name.
    */
   insertOrGet(
     entry: NewCatalogEntry,
@@ -110,25 +114,39 @@ export function createCatalog(pool: pg.Pool, options: { sliceBytes?: number } = 
         entry.contentType,
         entry.publishedBy,
       ];
+      // The maintenance barrier, shared, for this statement's transaction. A gateway holds it on its
+      // lease connection, but a fenced one (that connection ended) may still be committing an
+      // upload whose blob is linked already: the row goes in only while no gc or scrub holds the
+      // barrier, and holding it here keeps them out until the row is committed, so gc either sees
+      // the row or ran before it and the insert is refused. A try, never a wait: once gc is done
+      // the blob may be gone.
+      params.push(BARRIER_LOCK_CLASS, BARRIERS.maintenance);
+      const barrier = `barrier AS (SELECT pg_try_advisory_xact_lock_shared($${params.length - 1}, $${params.length}) AS held)`;
       // A data-modifying WITH runs to completion whether or not the query reads it: the reservation
       // goes in the same transaction as the row.
       let settle = '';
       if (options?.settleReservation !== undefined) {
         params.push(options.settleReservation);
-        settle = `, settled AS (DELETE FROM arkvory_quota_reservations WHERE id = $${params.length})`;
+        settle = `, settled AS (DELETE FROM arkvory_quota_reservations WHERE id = $${params.length} AND (SELECT held FROM barrier))`;
       }
       // One statement is one transaction: either our row is inserted, or we read the winner's.
-      const { rows } = await pool.query<Row & { inserted: boolean }>(
-        `WITH ins AS (
+      const { rows } = await pool.query<Row & { inserted: boolean; held: boolean }>(
+        `WITH ${barrier},
+         ins AS (
            INSERT INTO arkvory_artifacts (repository, kind, name, version, asset, sha256, size_bytes, content_type, published_by)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+           SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9 WHERE (SELECT held FROM barrier)
            ON CONFLICT (repository, kind, name, version, asset) DO NOTHING
            RETURNING ${COLUMNS}
          )${settle}
-         SELECT ${COLUMNS}, true AS inserted FROM ins`,
+         SELECT ins.*, ins.sha256 IS NOT NULL AS inserted, barrier.held FROM barrier LEFT JOIN ins ON true`,
         params,
       );
-      if (rows[0]) return { inserted: true, entry: toEntry(rows[0]) };
+      if (!rows[0]!.held)
+        throw new StorageError(
+          'unavailable',
+          'Offline maintenance (gc or scrub) holds the store; nothing was published. Retry once it is done.',
+        );
+      if (rows[0]!.inserted) return { inserted: true, entry: toEntry(rows[0]!) };
       const existing = await this.get(entry);
       if (!existing) throw new Error('catalog row vanished between insert and read');
       return { inserted: false, entry: existing };

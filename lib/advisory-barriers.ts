@@ -1,0 +1,17 @@
+/**
+ * The keys of the session advisory locks that keep roles exclusive (policy/lease/barriers.ts takes
+ * them), here so that a statement of another layer can take one too: the catalog's insert takes
+ * the maintenance barrier shared for its own transaction (storage-adapter/catalog/catalog.ts).
+ * Two-int4 form (class 'ARKV', object id): a separate lock space from the migration lock.
+ */
+export const BARRIER_LOCK_CLASS = 0x41524b56; // 'ARKV'
+
+export const BARRIERS = {
+  /** Exclusive: one writer per database. */
+  writer: 1,
+  /** Shared by every running gateway and worker; offline maintenance takes it exclusively. */
+  maintenance: 2,
+  /** Exclusive: one active completion worker per database. */
+  worker: 3,
+} as const;
+export type Barrier = keyof typeof BARRIERS;
