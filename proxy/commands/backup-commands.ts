@@ -370,9 +370,10 @@ Exit codes: 0 restored and clean, 1 refused, failed or the scrub found damage, 2
               storageId: summary.storageId,
               blobs: summary.blobs,
               corrupt: summary.scrub.corrupt.length,
+              missing: summary.scrub.missing.length,
             },
           });
-          return summary.scrub.corrupt.length ? 1 : 0;
+          return summary.scrub.corrupt.length || summary.scrub.missing.length ? 1 : 0;
         } catch (err) {
           progress.done();
           return failed('restore', err);

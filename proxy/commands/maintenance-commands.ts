@@ -3,6 +3,7 @@ import { barrierHolderNames, tryLockExclusive } from '../../policy/lease/barrier
 import { ensureStorageIdentity } from '../../storage-adapter/identity.ts';
 import { collectGarbage, type GcReport } from '../../storage-adapter/maintenance/gc.ts';
 import { scrubBlobs } from '../../storage-adapter/maintenance/scrub.ts';
+import { createCatalog } from '../../storage-adapter/catalog/catalog.ts';
 import { deleteSliceDigests, recordSliceDigests } from '../../storage-adapter/catalog/slice-rows.ts';
 import type { StoreTree } from '../../storage-adapter/store.ts';
 import { openStore } from '../content/storage.ts';
@@ -83,12 +84,13 @@ function gcSummary(report: GcReport): Record<string, number> {
 
 export const scrubCommand: Command = defineCommand({
   name: 'scrub',
-  summary: 'offline: re-hash every blob, quarantine mismatches (exit 1 if any)',
+  summary: 'offline: re-hash every blob, quarantine mismatches, name referenced blobs missing (exit 1 if any)',
   description: `Offline maintenance. Re-hashes every blob under <ARKVORY_DATA_DIR>/blobs (or <ARKVORY_STORAGE_URL>/blobs)
 and moves any whose bytes do not match its sha256 name into quarantine/ (nothing is deleted). Records the
 per-slice digests the slice cache checks against (ARKVORY_CACHE_SLICE_BYTES) for blobs published before they
-were, and forgets those of quarantined blobs. Prints a JSON
-summary; exits 1 when any blob was corrupt. Refuses at once while a gateway, worker or backup of the
+were, and forgets those of quarantined blobs. Lists as missing every blob a catalog row references that
+the store does not hold (lost, or quarantined by an earlier scrub). Prints a JSON
+summary; exits 1 when any blob was corrupt or missing. Refuses at once while a gateway, worker or backup of the
 database runs. Without ARKVORY_DATABASE_URL it starts the embedded database of the stopped gateway
 itself, and stops it after.
 Progress: a bar on a terminal, a log line every 5 s otherwise.`,
@@ -98,7 +100,9 @@ Progress: a bar on a terminal, a log line every 5 s otherwise.`,
         return underMaintenanceBarrier(env, 'scrub', async (pool, root) => {
           const progress = progressReporter('scrub');
           const { sliceBytes } = (await loadCliConfig(env)).sliceCache;
+          const referenced = await createCatalog(pool).referencedBlobs();
           const report = await scrubBlobs(root, {
+            referenced,
             onProgress: (n, bytes) => progress.update(`${n} blobs, ${(bytes / 1048576).toFixed(1)} MiB`),
             // Backfill: blobs published before slice digests were recorded get them now; a
             // quarantined blob loses them, so no gateway's slice cache serves it again.
@@ -113,9 +117,14 @@ Progress: a bar on a terminal, a log line every 5 s otherwise.`,
           await recordCliAction(pool, {
             action: 'maintenance.scrub',
             target: {},
-            details: { corrupt: report.corrupt.length, first: report.corrupt.slice(0, 100) },
+            details: {
+              corrupt: report.corrupt.length,
+              first: report.corrupt.slice(0, 100),
+              missing: report.missing.length,
+              firstMissing: report.missing.slice(0, 100),
+            },
           });
-          return report.corrupt.length ? 1 : 0;
+          return report.corrupt.length || report.missing.length ? 1 : 0;
         });
       },
     }),

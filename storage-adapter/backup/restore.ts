@@ -437,7 +437,8 @@ export async function runRestore(options: RestoreOptions): Promise<RestoreSummar
     // Every kind, before the first write: opening a restore target reads and writes nothing.
     await refuseOccupiedRoot(store.tree, store.location, (await store.identity.read()) !== undefined);
     const restored = await restoreAllOrNothing(store, options, manifest);
-    const scrub = await scrubBlobs(store.tree);
+    const referenced = new Set((await referencedBlobs(path.join(options.backup, DATABASE_FILE))).map((b) => b.sha256));
+    const scrub = await scrubBlobs(store.tree, { referenced });
     return {
       backup: options.backup,
       snapshotTime: manifest.snapshotTime,

@@ -1,7 +1,8 @@
 /**
  * Offline scrub: re-hashes every blob and moves any whose bytes no longer match its name into
- * `quarantine/` (never deletes). Run only under the exclusive maintenance barrier. Works on either
- * store through its `StoreTree` (the static-HTTP store needs `autoindex_format json` for listing).
+ * `quarantine/` (never deletes), and names the blobs the catalog references that are not there.
+ * Run only under the exclusive maintenance barrier. Works on either store through its `StoreTree`
+ * (the static-HTTP store needs `autoindex_format json` for listing).
  */
 import { createHash } from 'node:crypto';
 import { createFsTree } from '../fs/index.ts';
@@ -13,6 +14,12 @@ export interface ScrubReport {
   checked: number;
   bytes: number;
   corrupt: Array<{ blob: string; actualSha256: string; quarantinedAs: string }>;
+  /**
+   * Blobs `referenced` names that the store does not hold (lost, or quarantined by an earlier scrub):
+   * their artifacts cannot be read until the blob is put back or they are deleted. A blob
+   * quarantined by this run is in `corrupt` only.
+   */
+  missing: string[];
 }
 
 /** `root` is a filesystem store root or any store's tree. */
@@ -28,11 +35,15 @@ export async function scrubBlobs(
      */
     sliceBytes?: number;
     onChecked?: (blob: string, digests: SliceDigests | undefined) => Promise<void>;
+    /** The blobs the catalog references (read under the barrier, so nothing adds to them meanwhile). */
+    referenced?: ReadonlySet<string>;
   } = {},
 ): Promise<ScrubReport> {
   const tree = typeof root === 'string' ? createFsTree(root) : root;
-  const report: ScrubReport = { checked: 0, bytes: 0, corrupt: [] };
+  const report: ScrubReport = { checked: 0, bytes: 0, corrupt: [], missing: [] };
+  const seen = new Set<string>();
   for await (const blob of walkBlobs(tree)) {
+    if (blob.isWellNamed) seen.add(blob.name);
     const hash = createHash('sha256');
     const slices = options.sliceBytes !== undefined ? new SliceHasher(options.sliceBytes) : undefined;
     for await (const chunk of tree.read(blob.file)) {
@@ -50,5 +61,7 @@ export async function scrubBlobs(
     } else if (slices) await options.onChecked?.(blob.name, slices.finish());
     options.onProgress?.(report.checked, report.bytes);
   }
+  for (const blob of options.referenced ?? []) if (!seen.has(blob)) report.missing.push(blob);
+  report.missing.sort();
   return report;
 }
