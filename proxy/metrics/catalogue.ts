@@ -72,7 +72,7 @@ export const GATEWAY_METRICS = [
     name: 'arkvory_http_idle_connections_closed_total',
     type: 'counter',
     labels: [],
-    help: 'Idle keep-alive connections closed to make room for new ones at the bound.',
+    help: 'Idle connections closed to make room for new ones at the bound: kept-alive ones between requests, then ones that have not sent a request yet (oldest first).',
   },
   {
     name: 'arkvory_http_client_timeouts_total',

@@ -240,3 +240,50 @@ describe("router: its own shortage of descriptors is not the gateway's failure",
     );
   }, 60_000);
 });
+
+describe('router: connections that never send a request cannot hold its connection bound', () => {
+  const BOUND = 8;
+  let router: GatewayProcess;
+  beforeAll(async () => {
+    ({ router } = await startRouter({ ARKVORY_MAX_CONNECTIONS: String(BOUND) }));
+  }, 90_000);
+  afterAll(async () => {
+    gatewayLoad.delayMs = 2;
+    await router?.stop('SIGTERM');
+  });
+
+  /** A GET on a connection of its own: its status and Connection header. */
+  const get = (path: string) =>
+    new Promise<{ status: number; connection: string | undefined }>((resolve, reject) => {
+      http
+        .get(`${router.url}${path}`, { agent: false }, (res) => {
+          res.resume();
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, connection: res.headers.connection }));
+        })
+        .on('error', reject);
+    });
+
+  it('one client holding every connection without a request loses the oldest to the next client', async () => {
+    // Accepted in the order they connected: every one of them before the client below.
+    const silent = await Promise.all(Array.from({ length: BOUND }, () => connect(router.port)));
+    try {
+      const closed = silent.map((s) => new Promise<void>((r) => s.once('close', () => r())));
+      expect(await get(content(1))).toMatchObject({ status: 200 });
+      // The oldest silent connection made room; the others stay until their head timeout.
+      await closed[0];
+      expect(silent.filter((s) => !s.destroyed).length).toBe(BOUND - 1);
+    } finally {
+      for (const s of silent) s.destroy();
+    }
+  }, 30_000);
+
+  it('with every connection in a request, the next still gets the fast 503 (health answered)', async () => {
+    gatewayLoad.delayMs = 3000;
+    gatewayLoad.inFlight = 0;
+    const busy = Array.from({ length: BOUND }, (_, i) => get(content(i)));
+    await waitUntil(() => gatewayLoad.inFlight === BOUND, { what: 'every connection in a request', timeoutMs: 10_000 });
+    expect(await get(content(99))).toEqual({ status: 503, connection: 'close' });
+    expect((await get('/health/status')).status).toBe(200);
+    expect((await Promise.all(busy)).map((a) => a.status)).toEqual(Array(BOUND).fill(200));
+  }, 30_000);
+});

@@ -353,7 +353,7 @@ function hostileSuite(front: () => Front): void {
     );
   });
 
-  it('300 trickling unauthenticated uploads and a burst past the bound: health and a real download keep working, refusals are counted', async () => {
+  it('300 trickling unauthenticated uploads and a burst past the bound: health and a real download keep working, the bound is kept (counted)', async () => {
     const hostile = await Promise.all(
       Array.from({ length: 300 }, () => connect(front().process.url, true).catch(() => undefined)),
     );
@@ -373,14 +373,18 @@ function hostileSuite(front: () => Front): void {
     if (front().metrics) {
       const metrics = (await request(`${front().process.url}/metrics`)).body.toString();
       expect(metrics).toMatch(/^arkvory_http_open_connections \d+/m);
-      expect(metrics).toMatch(/^arkvory_http_connections_refused_total [1-9]\d*/m);
+      // Past the bound, a connection still without a request made room, or a new one was refused.
+      const count = (name: string) => Number(new RegExp(`^${name} (\\d+)`, 'm').exec(metrics)?.[1] ?? 0);
+      expect(
+        count('arkvory_http_connections_refused_total') + count('arkvory_http_idle_connections_closed_total'),
+      ).toBeGreaterThan(0);
     }
     // Every hostile connection is closed by the server: answered and lingered, or refused.
     const closed = await Promise.all(open.map((raw) => raw.closed));
     expect(Math.max(...closed)).toBeLessThan(LINGER.ms + 10_000);
   }, 60_000);
 
-  it('past the bound a new connection gets a fast 503, while /health/status still answers 200', async () => {
+  it('past the bound, connections that never sent a request make room: they cannot lock other clients out', async () => {
     const max = front().maxConnections;
     if (front().metrics)
       expect(
@@ -391,21 +395,17 @@ function hostileSuite(front: () => Front): void {
         ),
       ).toBe(max);
     expect(max).toBeLessThan(DESCRIPTORS / 2);
+    // One client holds every place without sending anything (until the head timeout, 2 s here).
     const idle = await Promise.all(Array.from({ length: max }, () => connect(front().process.url)));
-    await sleep(200);
-    const refused = await request(contentUrl(front().process.url, 'small.bin'), { headers: bearer(other.key) });
-    expect(refused.status).toBe(503);
-    expect(refused.headers.connection).toBe('close');
+    const served = await request(contentUrl(front().process.url, 'small.bin'), { headers: bearer(other.key) });
+    expect(served.status).toBe(200);
+    expect(sha256(served.body)).toBe(sha256(small));
     expect((await request(`${front().process.url}/health/status`)).status).toBe(200);
-    expect((await request(`${front().process.url}/health/live`)).status).toBe(200);
-    // The silent ones go at the head timeout; then everything works again.
+    // The oldest silent ones made room (each new connection one), the rest go at the head timeout.
     await Promise.all(idle.map((raw) => raw.closed));
-    expect((await request(contentUrl(front().process.url, 'small.bin'), { headers: bearer(other.key) })).status).toBe(
-      200,
-    );
     if (front().metrics) {
       const metrics = (await request(`${front().process.url}/metrics`)).body.toString();
-      expect(Number(/^arkvory_http_connections_refused_total (\d+)/m.exec(metrics)?.[1])).toBeGreaterThan(0);
+      expect(Number(/^arkvory_http_idle_connections_closed_total (\d+)/m.exec(metrics)?.[1])).toBeGreaterThan(0);
     }
   }, 30_000);
 }

@@ -1,8 +1,8 @@
 /**
  * The front door of an HTTP server (the gateway's and the router's), modelled on nginx: what a
  * client it does not control may hold, and for how long. One job per module under front-door/:
- *  - connection-bound.ts: a bound on open connections (idle keep-alive closed first, then a fast
- *    503, far past it closed at once);
+ *  - connection-bound.ts: a bound on open connections (idle keep-alive closed first, then those
+ *    without a request yet, then a fast 503, far past it closed at once);
  *  - timeouts.ts: the head, body-idle, send-idle and keep-alive timeouts;
  *  - lingering-close.ts: an answer sent before its request body was read closes the connection,
  *    lingering so the client reads the answer;

@@ -1,7 +1,7 @@
 /**
- * The bound on open client connections: past it, idle keep-alive connections are closed first,
- * then a new connection gets a fast 503 (health checks still answered), and far past it is closed
- * at once.
+ * The bound on open client connections: past it, idle keep-alive connections are closed first, then
+ * the oldest that have not sent a request yet, then a new connection gets a fast 503 (health checks
+ * still answered), and far past it is closed at once.
  */
 import { readFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
@@ -53,10 +53,18 @@ export function overloadRefusal(method: string | undefined, path: string): Gatew
   return HEALTH_PATHS.has(path) && (method === 'GET' || method === 'HEAD') ? undefined : OVERLOADED;
 }
 
+/**
+ * A connection that has not sent a whole request head yet (no request served or in progress), and
+ * was not itself accepted past the bound.
+ */
+function awaitsFirstRequest(state: ConnectionState): boolean {
+  return state.served === 0 && state.active === 0 && !state.overflow;
+}
+
 export class ConnectionBound {
   /** Connections answered 503 or closed because the bound was reached. */
   refused = 0;
-  /** Idle keep-alive connections closed to make room. */
+  /** Idle connections closed to make room: kept-alive ones between requests, and ones that never sent a request. */
   idleClosed = 0;
   readonly maxConnections: number;
   readonly #connections: Connections;
@@ -78,6 +86,17 @@ export class ConnectionBound {
     }
     let live = 0;
     for (const other of this.#connections) if (!other.destroyed && !other.writableEnded) live++;
+    // Then those that have sent no request yet, the oldest first (the set keeps accept order): one
+    // client opening connections and sending nothing would otherwise hold the bound for the whole
+    // head timeout and every other client would get 503s. A client whose head follows its connect
+    // within bound ÷ the rate of new connections keeps its place.
+    for (const other of this.#connections) {
+      if (live <= this.maxConnections) break;
+      if (other === socket || other.destroyed || other.writableEnded || !awaitsFirstRequest(stateOf(other)!)) continue;
+      closeIdle(other);
+      this.idleClosed++;
+      live--;
+    }
     const verdict = judgeConnection(live, this.maxConnections);
     if (verdict === 'serve') return;
     this.refused++;
