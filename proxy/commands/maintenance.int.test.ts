@@ -155,7 +155,11 @@ describe('gc beside a writer whose lease connection died', () => {
    * then its lease connection is ended (as after a password rotation): the writer is fenced, and
    * the barrier it held on that connection is free.
    */
-  async function fencedMidPublish(blocker: pg.PoolClient, table: 'arkvory_artifacts' | 'arkvory_blob_slices') {
+  async function fencedMidPublish(
+    blocker: pg.PoolClient,
+    table: 'arkvory_artifacts' | 'arkvory_blob_slices',
+    how: 'row' | 'table' = 'row',
+  ) {
     const name = `r${++repo}`;
     await createRepository(db.pool, name);
     const { key } = await createServiceAccount(db.pool, { grants: { [name]: 'write' } });
@@ -163,7 +167,9 @@ describe('gc beside a writer whose lease connection died', () => {
     const body = randomContent(64_000);
     const hex = sha256(body);
     await blocker.query('BEGIN');
-    if (table === 'arkvory_artifacts')
+    // The table itself: the insert waits before its statement runs (gc only reads that table).
+    if (how === 'table') await blocker.query(`LOCK TABLE ${table} IN SHARE MODE`);
+    else if (table === 'arkvory_artifacts')
       await blocker.query(
         `INSERT INTO arkvory_artifacts (repository, kind, name, version, asset, sha256, size_bytes, content_type)
          VALUES ($1, 'artifact', 'held.bin', '', '', $2, 1, 'application/octet-stream')`,
@@ -219,6 +225,28 @@ describe('gc beside a writer whose lease connection died', () => {
       await blocker.query('ROLLBACK');
       expect((await put).status).toBe(201);
       expect(existsSync(path.join(gw.dataDir, blobPath(hex)))).toBe(true);
+      expect(await rowsWithoutBlob(gw.dataDir)).toEqual([]);
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => {});
+      blocker.release();
+    }
+  }, 120_000);
+
+  it('an upload of the fenced writer whose insert comes after a whole gc removed its blob is refused: no row', async () => {
+    const blocker = await db.pool.connect();
+    try {
+      const { gw, name, hex, put } = await fencedMidPublish(blocker, 'arkvory_artifacts', 'table');
+      const gc = await runCli(['gc'], { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: gw.dataDir });
+      expect(gc.code, gc.stderr).toBe(0);
+      expect(JSON.parse(gc.stdout).orphanBlobs).toEqual([hex]);
+      await blocker.query('ROLLBACK');
+      const answered = await put;
+      expect({ status: answered.status, code: JSON.parse(answered.body.toString()).code }).toEqual({
+        status: 503,
+        code: 'unavailable',
+      });
+      const row = await db.pool.query('SELECT 1 FROM arkvory_artifacts WHERE repository = $1', [name]);
+      expect(row.rowCount).toBe(0);
       expect(await rowsWithoutBlob(gw.dataDir)).toEqual([]);
     } finally {
       await blocker.query('ROLLBACK').catch(() => {});

@@ -62,6 +62,17 @@ export async function publishArtifact(
       },
       { settleReservation },
     );
+    if (inserted && !(await deps.store.hasBlob(staged.sha256).catch(() => true))) {
+      // The insert holds the maintenance barrier, so no gc runs now and none later removes the blob
+      // of a row it sees. But a process whose lease connection ended holds the barrier no more, and
+      // a whole gc may have run between the commit and the insert, removing the blob then: the row
+      // is taken back. (A store that cannot answer now is taken as holding it: the usual case.)
+      await deps.catalog.remove(request.key);
+      throw new StorageError(
+        'unavailable',
+        'Offline maintenance removed the bytes before they were published; nothing was published. Send them again.',
+      );
+    }
     return inserted ? { outcome: 'created', entry } : compare(entry, staged.sha256);
   } finally {
     await staged.discard();
