@@ -85,14 +85,23 @@ async function abortableBySignals<T>(work: (signal: AbortSignal) => Promise<T>):
   }
 }
 
-/** Our errors and the file system's (EACCES, ENOSPC, …) as one line on stderr, exit 1; anything else is a bug and keeps its stack. */
-function failed(name: string, err: unknown): number {
+/**
+ * The one line for our errors and the file system's (EACCES, ENOSPC, …), or undefined for anything
+ * else (a bug, which keeps its stack). A file-system message already starts with its code.
+ */
+export function backupFailureLine(name: string, err: unknown): string | undefined {
   const code = (err as { code?: unknown } | undefined)?.code;
-  if (err instanceof Error && (typeof code === 'string' || err.message.startsWith('stopped by SIG'))) {
-    process.stderr.write(`arkvory ${name}: ${typeof code === 'string' ? `${code}: ` : ''}${err.message}\n`);
-    return 1;
-  }
-  throw err;
+  if (!(err instanceof Error) || (typeof code !== 'string' && !err.message.startsWith('stopped by SIG'))) return;
+  const prefix = typeof code === 'string' && !err.message.startsWith(`${code}:`) ? `${code}: ` : '';
+  return `arkvory ${name}: ${prefix}${err.message}\n`;
+}
+
+/** A failure as one line on stderr, exit 1; anything else is a bug and keeps its stack. */
+function failed(name: string, err: unknown): number {
+  const line = backupFailureLine(name, err);
+  if (line === undefined) throw err;
+  process.stderr.write(line);
+  return 1;
 }
 
 export const backupCommand: Command = defineCommand({
