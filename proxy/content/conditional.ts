@@ -76,16 +76,13 @@ export function evaluateReadPreconditions(
 
 /**
  * `If-Range`: the Range applies only when the validator still matches. An entity tag must match
- * strongly (a weak tag never does); a date must equal Last-Modified exactly. Absent → true.
+ * strongly (a weak tag never does). A date never matches: Last-Modified has whole seconds, and a
+ * name deleted and published again within one second keeps it, so it is not a strong validator
+ * (RFC 9110 §8.8.2.2) and a resume on it could splice two versions. Absent → true.
  */
 export function isIfRangeSatisfied(ifRange: string | undefined, validators: Validators): boolean {
   if (ifRange === undefined) return true;
-  const value = ifRange.trim();
-  if (value.startsWith('"') || value.startsWith('W/')) {
-    const tags = parseEntityTags(value);
-    if (tags === undefined || tags === '*' || tags.length !== 1) return false;
-    return !tags[0]!.weak && tags[0]!.opaque === validators.etag;
-  }
-  const date = parseHttpDate(value);
-  return date !== undefined && seconds(date) === seconds(validators.lastModifiedMs) && date % 1000 === 0;
+  const tags = parseEntityTags(ifRange);
+  if (tags === undefined || tags === '*' || tags.length !== 1) return false;
+  return !tags[0]!.weak && tags[0]!.opaque === validators.etag;
 }
