@@ -43,10 +43,50 @@ export function parseEntityTags(value: string): EntityTag[] | '*' | undefined {
   return tags.length > 0 ? tags : undefined;
 }
 
-/** An HTTP-date → ms, or undefined when it does not parse. */
+const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
+const MONTH = MONTHS.join('|');
+const TIME = '(\\d{2}):(\\d{2}):(\\d{2})';
+/** `Sun, 06 Nov 1994 08:49:37 GMT` */
+const IMF_FIXDATE = new RegExp(`^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), (\\d{2}) (${MONTH}) (\\d{4}) ${TIME} GMT$`);
+/** `Sunday, 06-Nov-94 08:49:37 GMT` (obsolete) */
+const RFC850_DATE = new RegExp(
+  `^(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday), (\\d{2})-(${MONTH})-(\\d{2}) ${TIME} GMT$`,
+);
+/** `Sun Nov  6 08:49:37 1994` (obsolete) */
+const ASCTIME_DATE = new RegExp(`^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (${MONTH}) ( \\d|\\d{2}) ${TIME} (\\d{4})$`);
+
+function utc(
+  year: number,
+  month: string,
+  day: string,
+  hour: string,
+  minute: string,
+  second: string,
+): number | undefined {
+  const m = MONTHS.indexOf(month);
+  const d = Number(day);
+  const ms = Date.UTC(year, m, d, Number(hour), Number(minute), Number(second));
+  const date = new Date(ms);
+  // 31 Feb or 25:00 are not dates (Date.UTC would roll them over).
+  if (date.getUTCDate() !== d || Number(hour) > 23 || Number(minute) > 59 || Number(second) > 59) return undefined;
+  return ms;
+}
+
+/**
+ * An HTTP-date (RFC 9110 §5.6.7: IMF-fixdate, or the obsolete RFC 850 and asctime forms) → ms, or
+ * undefined for anything else. Not `Date.parse`: it takes `2030`, `tomorrow 2030` or a date
+ * without a zone, and a precondition on such a value must be ignored, not evaluated.
+ */
 export function parseHttpDate(value: string): number | undefined {
-  const ms = Date.parse(value);
-  return Number.isFinite(ms) ? ms : undefined;
+  const text = value.trim();
+  let m = IMF_FIXDATE.exec(text);
+  if (m) return utc(Number(m[3]), m[2]!, m[1]!, m[4]!, m[5]!, m[6]!);
+  m = RFC850_DATE.exec(text);
+  // A two-digit year: 00-49 is 20xx, 50-99 19xx (a fixed pivot; nothing here reads a clock).
+  if (m) return utc(Number(m[3]) + (Number(m[3]) < 50 ? 2000 : 1900), m[2]!, m[1]!, m[4]!, m[5]!, m[6]!);
+  m = ASCTIME_DATE.exec(text);
+  if (m) return utc(Number(m[6]), m[1]!, m[2]!.trim(), m[3]!, m[4]!, m[5]!);
+  return undefined;
 }
 
 function seconds(ms: number): number {
