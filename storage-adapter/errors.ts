@@ -21,6 +21,13 @@ export const STORAGE_ERRORS = defineErrors('storage-adapter/errors.ts', {
     advice:
       'Complete or abort an open upload (`ARKVORY_MULTIPART_MAX_SESSIONS_PER_PRINCIPAL`); sessions also expire after `ARKVORY_UPLOAD_SESSION_TTL_SECONDS`.',
   },
+  precondition_failed: {
+    status: 412,
+    message:
+      'A precondition of the request (If-Match, If-None-Match, If-Unmodified-Since) does not hold; nothing was changed.',
+    advice:
+      'The name holds another version than the one the condition names (or none, or one for `If-None-Match: *`): read its current `ETag` (HEAD) and decide again.',
+  },
   range_not_satisfiable: {
     status: 416,
     message: 'None of the requested ranges can be satisfied.',

@@ -10,7 +10,7 @@ import { metadataOf } from './metadata.ts';
 import { CONTENT_TEMPLATES, keyFromParams } from './paths.ts';
 import { sendJson } from '../server/http-errors.ts';
 import type { Route } from '../server/route-types.ts';
-import { readOnlyError } from './content-routes.ts';
+import { readOnlyError, writePreconditions } from './content-routes.ts';
 
 export interface ArtifactDeps {
   readonly catalog: Catalog;
@@ -64,7 +64,7 @@ export function artifactRoutes(deps: ArtifactDeps): Route[] {
         audit: 'artifact.delete',
         async handle(ctx) {
           if (!deps.writable) throw readOnlyError();
-          const removed = await deps.catalog.remove(keyFromParams(kind, ctx.params));
+          const removed = await deps.catalog.remove(keyFromParams(kind, ctx.params), writePreconditions(ctx));
           if (!removed) throw new StorageError('not_found', 'No such artifact.');
           ctx.res.writeHead(204);
           ctx.res.end();

@@ -1,5 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { evaluateReadPreconditions, isIfRangeSatisfied, parseEntityTags } from './conditional.ts';
+import {
+  evaluateReadPreconditions,
+  evaluateWritePreconditions,
+  isIfRangeSatisfied,
+  parseEntityTags,
+} from './conditional.ts';
 
 const etag = '"abc"';
 const lastModifiedMs = Date.parse('Sun, 29 Nov 2026 10:00:00 GMT');
@@ -116,5 +121,39 @@ describe('isIfRangeSatisfied', () => {
     ['exact second but with milliseconds', new Date(lastModifiedMs + 500).toISOString(), false],
   ] as const)('%s', (_name, header, expected) => {
     expect(isIfRangeSatisfied(header, v)).toBe(expected);
+  });
+});
+
+describe('evaluateWritePreconditions', () => {
+  it.each([
+    ['nothing', {}, v, 'proceed'],
+    ['nothing, no current version', {}, undefined, 'proceed'],
+    ['If-Match equal', { ifMatch: etag }, v, 'proceed'],
+    ['If-Match in a list', { ifMatch: `"x", ${etag}` }, v, 'proceed'],
+    ['If-Match star', { ifMatch: '*' }, v, 'proceed'],
+    ['If-Match other', { ifMatch: '"other"' }, v, 'precondition_failed'],
+    ['If-Match weak equal (strong comparison)', { ifMatch: `W/${etag}` }, v, 'precondition_failed'],
+    ['If-Match malformed', { ifMatch: 'abc' }, v, 'precondition_failed'],
+    ['If-Match star, no current version', { ifMatch: '*' }, undefined, 'precondition_failed'],
+    ['If-Match equal, no current version', { ifMatch: etag }, undefined, 'precondition_failed'],
+    ['If-Unmodified-Since equal', { ifUnmodifiedSince: http(lastModifiedMs) }, v, 'proceed'],
+    ['If-Unmodified-Since later', { ifUnmodifiedSince: http(lastModifiedMs + 1000) }, v, 'proceed'],
+    ['If-Unmodified-Since earlier', { ifUnmodifiedSince: http(lastModifiedMs - 1000) }, v, 'precondition_failed'],
+    ['If-Unmodified-Since not a date', { ifUnmodifiedSince: '1999' }, v, 'proceed'],
+    ['If-Unmodified-Since, no current version', { ifUnmodifiedSince: http(0) }, undefined, 'proceed'],
+    [
+      'If-Match holds: If-Unmodified-Since ignored',
+      { ifMatch: etag, ifUnmodifiedSince: http(lastModifiedMs - 1000) },
+      v,
+      'proceed',
+    ],
+    ['If-None-Match star', { ifNoneMatch: '*' }, v, 'precondition_failed'],
+    ['If-None-Match star, no current version', { ifNoneMatch: '*' }, undefined, 'proceed'],
+    ['If-None-Match weak equal (weak comparison)', { ifNoneMatch: `W/${etag}` }, v, 'precondition_failed'],
+    ['If-None-Match other', { ifNoneMatch: '"other"' }, v, 'proceed'],
+    ['If-None-Match malformed', { ifNoneMatch: 'abc' }, undefined, 'precondition_failed'],
+    ['If-Match holds, If-None-Match does not', { ifMatch: etag, ifNoneMatch: etag }, v, 'precondition_failed'],
+  ] as const)('%s', (_name, headers, current, expected) => {
+    expect(evaluateWritePreconditions(headers, current)).toBe(expected);
   });
 });

@@ -1,6 +1,7 @@
 /**
  * Pure conditional-request evaluation (RFC 9110 §13) for immutable content with a strong ETag and
- * a Last-Modified time. Times are arguments; nothing here reads a clock.
+ * a Last-Modified time: reads (GET, HEAD) and writes (PUT, DELETE). Times are arguments; nothing
+ * here reads a clock.
  */
 export interface Validators {
   /** Strong entity tag including the quotes, e.g. `"9f86d0…"`. */
@@ -110,6 +111,38 @@ export function evaluateReadPreconditions(
   if (headers.ifModifiedSince !== undefined) {
     const since = parseHttpDate(headers.ifModifiedSince);
     if (since !== undefined && seconds(validators.lastModifiedMs) <= seconds(since)) return 'not_modified';
+  }
+  return 'proceed';
+}
+
+/**
+ * PUT/DELETE preconditions (RFC 9110 §13.2.2, steps 1 to 3) against the name's current version,
+ * `current` undefined when it has none: `If-Match` (strong comparison; `*` matches any current
+ * version), only without it `If-Unmodified-Since`, then `If-None-Match` (weak comparison; `*`
+ * matches any current version). A malformed `If-Match` or `If-None-Match` refuses the write: the
+ * client asked for a condition, and a write done without it (a DELETE of a version it never saw)
+ * cannot be taken back. A value of `If-Unmodified-Since` that is not an HTTP-date is ignored (§13.1.4).
+ */
+export function evaluateWritePreconditions(
+  headers: { ifMatch?: string | undefined; ifUnmodifiedSince?: string | undefined; ifNoneMatch?: string | undefined },
+  current: Validators | undefined,
+): 'proceed' | 'precondition_failed' {
+  if (headers.ifMatch !== undefined) {
+    const tags = parseEntityTags(headers.ifMatch);
+    const holds =
+      tags !== undefined &&
+      current !== undefined &&
+      (tags === '*' || tags.some((t) => !t.weak && t.opaque === current.etag));
+    if (!holds) return 'precondition_failed';
+  } else if (headers.ifUnmodifiedSince !== undefined && current !== undefined) {
+    const since = parseHttpDate(headers.ifUnmodifiedSince);
+    if (since !== undefined && seconds(current.lastModifiedMs) > seconds(since)) return 'precondition_failed';
+  }
+  if (headers.ifNoneMatch !== undefined) {
+    const tags = parseEntityTags(headers.ifNoneMatch);
+    if (tags === undefined) return 'precondition_failed';
+    if (current !== undefined && (tags === '*' || tags.some((t) => t.opaque === current.etag)))
+      return 'precondition_failed';
   }
   return 'proceed';
 }

@@ -12,7 +12,8 @@ import { publishArtifact } from '../../storage-adapter/catalog/publish.ts';
 import { parseContentDigestSha256 } from './digest.ts';
 import { metadataOf } from './metadata.ts';
 import { APT_TEMPLATE, aptAssetKey, CONTENT_TEMPLATES, keyFromParams, pathOfKey } from './paths.ts';
-import { type ContentPlan, planContentResponse } from './response.ts';
+import { evaluateWritePreconditions } from './conditional.ts';
+import { type ContentPlan, planContentResponse, validatorsOf } from './response.ts';
 import { sendSegments } from './stream.ts';
 import { PolicyError } from '../../policy/errors.ts';
 import type { StorageQuotas } from '../../policy/quota/storage-quotas.ts';
@@ -47,6 +48,24 @@ const MEDIA_TYPE =
 function header(ctx: RequestContext, name: string): string | undefined {
   const value = ctx.req.headers[name];
   return Array.isArray(value) ? value.join(', ') : value;
+}
+
+/**
+ * The request's PUT/DELETE preconditions as a check of the name's current version (throws 412
+ * `precondition_failed`), or undefined when it sends none.
+ */
+export function writePreconditions(ctx: RequestContext): ((current: CatalogEntry | undefined) => void) | undefined {
+  const headers = {
+    ifMatch: header(ctx, 'if-match'),
+    ifUnmodifiedSince: header(ctx, 'if-unmodified-since'),
+    ifNoneMatch: header(ctx, 'if-none-match'),
+  };
+  if (headers.ifMatch === undefined && headers.ifUnmodifiedSince === undefined && headers.ifNoneMatch === undefined)
+    return undefined;
+  return (current) => {
+    if (evaluateWritePreconditions(headers, current && validatorsOf(current)) === 'precondition_failed')
+      throw new StorageError('precondition_failed');
+  };
 }
 
 export function readOnlyError(): GatewayError {
@@ -188,6 +207,9 @@ async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext
     }
     const expectedSha256 = parseContentDigestSha256(header(ctx, 'content-digest'));
     const contentType = declaredContentType(ctx);
+    // Before 100 Continue: a precondition that fails costs no body byte.
+    const precondition = writePreconditions(ctx);
+    precondition?.(await deps.catalog.get(key));
     // Before 100 Continue: a declared size that does not fit is refused before a body byte is read,
     // unless the body may be bytes the quotas already count (then it is admitted by its digest).
     const held =
@@ -225,6 +247,9 @@ async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext
         chunksOwned: true,
       },
     });
+    // Not ours: the row was there all along (or a concurrent publisher's won), and holds for it too
+    // (If-None-Match: * from two clients at once gives one 201 and one 412).
+    if (result.outcome !== 'created') precondition?.(result.entry);
     const status = result.outcome === 'created' ? 201 : 200;
     ctx.auditDetails = { outcome: result.outcome, sha256: result.entry.sha256, sizeBytes: result.entry.sizeBytes };
     const headers: Record<string, string> = { etag: `"${result.entry.sha256}"` };

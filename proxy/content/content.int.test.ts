@@ -280,6 +280,46 @@ describe.each(ALL_STORE_KINDS)('content API over real HTTP (%s store)', (kind) =
     expect(res.body.equals(second)).toBe(true);
   });
 
+  it('DELETE and PUT evaluate If-Match, If-Unmodified-Since and If-None-Match: 412 changes nothing', async () => {
+    const first = randomContent(1000);
+    const second = randomContent(1000);
+    const path = `${base()}/artifacts/conditional-write`;
+    const remove = (headers: Record<string, string>) =>
+      request(path, { method: 'DELETE', headers: { ...auth(), ...headers } });
+    expect((await upload('conditional-write', first)).status).toBe(201);
+    const seen = (await get('conditional-write', {}, 'HEAD')).headers.etag!;
+    // Another client replaces it: the name now holds other bytes.
+    expect((await remove({})).status).toBe(204);
+    expect((await upload('conditional-write', second)).status).toBe(201);
+    const current = (await get('conditional-write', {}, 'HEAD')).headers;
+    const earlier = new Date(Date.parse(current['last-modified']!) - 1000).toUTCString();
+    for (const headers of [
+      // The version this client saw is gone: deleting "it" must not delete the new one.
+      { 'if-match': seen },
+      { 'if-match': `W/${current.etag}` },
+      { 'if-none-match': '*' },
+      { 'if-none-match': `"x", W/${current.etag}` },
+      { 'if-unmodified-since': earlier },
+    ] as Record<string, string>[]) {
+      const refused = await remove(headers);
+      expect(refused.status, JSON.stringify(headers)).toBe(412);
+      expect(JSON.parse(refused.body.toString())).toMatchObject({ code: 'precondition_failed' });
+    }
+    expect((await get('conditional-write')).body.equals(second)).toBe(true);
+    // Create-only: the name is taken (even by the same bytes), and If-Match needs a current version.
+    const taken = await upload('conditional-write', second, { 'if-none-match': '*' });
+    expect(taken.status).toBe(412);
+    const absent = await upload('conditional-absent', first, { 'if-match': '*' });
+    expect(absent.status).toBe(412);
+    expect((await get('conditional-absent')).status).toBe(404);
+    expect((await upload('conditional-absent', first, { 'if-none-match': '*' })).status).toBe(201);
+    expect((await upload('conditional-absent', first, { 'if-match': `"x", ${seen}` })).status).toBe(200);
+    // Preconditions that hold: deleted.
+    expect((await remove({ 'if-match': `"x", ${current.etag}`, 'if-unmodified-since': earlier })).status).toBe(204);
+    expect((await get('conditional-write')).status).toBe(404);
+    expect((await remove({ 'if-match': '*' })).status).toBe(404);
+  });
+
   it('publishing is immutable: same bytes 200, other bytes 409, digest or length mismatch 400 and nothing published', async () => {
     const data = randomContent(3000);
     expect((await upload('immutable', data)).status).toBe(201);

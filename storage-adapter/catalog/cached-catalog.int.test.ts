@@ -173,3 +173,34 @@ describe('cached catalog (real PostgreSQL)', () => {
     expect(catalog.stats().entries).toBeGreaterThan(0);
   });
 });
+
+describe('catalog remove with a precondition (real PostgreSQL)', () => {
+  it('deletes only the row it checked: one replaced between the check and the delete is checked again', async () => {
+    await createRepository(db.pool, 'cr');
+    const raced = { ...key('raced'), repository: 'cr' };
+    const other = 'cd'.repeat(32);
+    const plain = createCatalog(db.pool);
+    await plain.insertOrGet({ ...raced, sha256: SHA, sizeBytes: 3, contentType: 'x/y', publishedBy: null });
+    // Another client deletes the row and publishes other bytes under the name just before the
+    // conditional DELETE reaches PostgreSQL, after its precondition passed on the first row.
+    let replaceFirst = true;
+    const racing = Object.create(db.pool) as pg.Pool;
+    racing.query = (async (text: string, params?: unknown[]) => {
+      if (replaceFirst && text.startsWith('DELETE') && text.includes('sha256 = $6')) {
+        replaceFirst = false;
+        await plain.remove(raced);
+        await plain.insertOrGet({ ...raced, sha256: other, sizeBytes: 3, contentType: 'x/y', publishedBy: null });
+      }
+      return db.pool.query(text, params);
+    }) as typeof db.pool.query;
+    const seen: string[] = [];
+    const refused = new Error('not the version this client saw');
+    const removing = createCatalog(racing).remove(raced, (current) => {
+      seen.push(current.sha256);
+      if (current.sha256 !== SHA) throw refused;
+    });
+    await expect(removing).rejects.toBe(refused);
+    expect(seen).toEqual([SHA, other]);
+    expect((await plain.get(raced))?.sha256).toBe(other);
+  });
+});

@@ -97,10 +97,10 @@ export function createCachedCatalog(inner: Catalog, validity: CacheValidity, bou
     async insertOrGet(entry, options) {
       return inner.insertOrGet(entry, options);
     },
-    async remove(key) {
+    async remove(key, precondition) {
       // This process forgets at once; the epoch bump tells every other gateway.
       rows.delete(keyString(key));
-      const removed = await inner.remove(key);
+      const removed = await inner.remove(key, precondition);
       rows.delete(keyString(key));
       return removed;
     },

@@ -85,8 +85,12 @@ export interface Catalog {
     entry: NewCatalogEntry,
     options?: { settleReservation?: string | undefined },
   ): Promise<{ inserted: boolean; entry: CatalogEntry }>;
-  /** Removes the catalog row only; the blob stays until offline gc. */
-  remove(key: ArtifactKey): Promise<boolean>;
+  /**
+   * Removes the catalog row only; the blob stays until offline gc. With `precondition`, it is
+   * called with the row read from the database (never a cache) and may throw to refuse, and only
+   * that very row is deleted: a row replaced meanwhile is read and checked again.
+   */
+  remove(key: ArtifactKey, precondition?: (current: CatalogEntry) => void): Promise<boolean>;
   /** Every sha256 some row references (for gc and tests). */
   referencedBlobs(): Promise<Set<string>>;
   /** Records a blob's slice digests (slice-rows.ts) before its first catalog row is inserted. */
@@ -151,9 +155,22 @@ export function createCatalog(pool: pg.Pool, options: { sliceBytes?: number } = 
       if (!existing) throw new Error('catalog row vanished between insert and read');
       return { inserted: false, entry: existing };
     },
-    async remove(key) {
-      const result = await pool.query(`DELETE FROM arkvory_artifacts WHERE ${KEY_WHERE}`, keyParams(key));
-      return (result.rowCount ?? 0) > 0;
+    async remove(key, precondition) {
+      if (!precondition) {
+        const result = await pool.query(`DELETE FROM arkvory_artifacts WHERE ${KEY_WHERE}`, keyParams(key));
+        return (result.rowCount ?? 0) > 0;
+      }
+      // Compare and delete: the writer may delete rows but not lock them (FOR UPDATE needs UPDATE).
+      for (;;) {
+        const current = await this.get(key);
+        if (!current) return false;
+        precondition(current);
+        const result = await pool.query(
+          `DELETE FROM arkvory_artifacts WHERE ${KEY_WHERE} AND sha256 = $6 AND created_at = $7`,
+          [...keyParams(key), current.sha256, new Date(current.createdAtMs)],
+        );
+        if ((result.rowCount ?? 0) > 0) return true;
+      }
     },
     recordSlices: (sha256, digests) => recordSliceDigests(pool, sha256, digests),
     async referencedBlobs() {
