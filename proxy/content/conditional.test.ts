@@ -4,6 +4,7 @@ import {
   evaluateWritePreconditions,
   isIfRangeSatisfied,
   parseEntityTags,
+  parseHttpDate,
 } from './conditional.ts';
 
 const etag = '"abc"';
@@ -87,6 +88,18 @@ describe('evaluateReadPreconditions', () => {
     ['If-Modified-Since asctime, one-digit day', { ifModifiedSince: 'Sun Dec  6 10:00:00 2026' }, 'not_modified'],
     ['If-Modified-Since asctime a second before', { ifModifiedSince: 'Sun Nov 29 09:59:59 2026' }, 'proceed'],
     [
+      'If-Modified-Since the last minute and second of an hour',
+      { ifModifiedSince: 'Sun, 29 Nov 2026 10:59:59 GMT' },
+      'not_modified',
+    ],
+    ['If-Modified-Since with spaces around', { ifModifiedSince: ' Sun, 29 Nov 2026 10:00:00 GMT ' }, 'not_modified'],
+    [
+      'If-Modified-Since RFC 850, year 49 is 2049',
+      { ifModifiedSince: 'Monday, 01-Jan-49 00:00:00 GMT' },
+      'not_modified',
+    ],
+    ['If-Modified-Since RFC 850, year 50 is 1950', { ifModifiedSince: 'Sunday, 01-Jan-50 00:00:00 GMT' }, 'proceed'],
+    [
       'If-None-Match wins over If-Modified-Since',
       { ifNoneMatch: '"other"', ifModifiedSince: http(lastModifiedMs) },
       'proceed',
@@ -99,6 +112,16 @@ describe('evaluateReadPreconditions', () => {
     const withMs = { etag, lastModifiedMs: lastModifiedMs + 999 };
     expect(evaluateReadPreconditions({ ifModifiedSince: http(lastModifiedMs) }, withMs)).toBe('not_modified');
     expect(evaluateReadPreconditions({ ifModifiedSince: http(lastModifiedMs - 1000) }, withMs)).toBe('proceed');
+  });
+});
+
+describe('parseHttpDate', () => {
+  const months = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
+  it.each(months.map((month, index) => [month, index]))('reads %s as month %i of every form', (month, index) => {
+    const ms = Date.UTC(2026, index, 9, 1, 2, 3);
+    expect(parseHttpDate(`Mon, 09 ${month} 2026 01:02:03 GMT`)).toBe(ms);
+    expect(parseHttpDate(`Monday, 09-${month}-26 01:02:03 GMT`)).toBe(ms);
+    expect(parseHttpDate(`Mon ${month}  9 01:02:03 2026`)).toBe(ms);
   });
 });
 
@@ -151,6 +174,7 @@ describe('evaluateWritePreconditions', () => {
     ['If-None-Match star, no current version', { ifNoneMatch: '*' }, undefined, 'proceed'],
     ['If-None-Match weak equal (weak comparison)', { ifNoneMatch: `W/${etag}` }, v, 'precondition_failed'],
     ['If-None-Match other', { ifNoneMatch: '"other"' }, v, 'proceed'],
+    ['If-None-Match in a list', { ifNoneMatch: `"other", ${etag}` }, v, 'precondition_failed'],
     ['If-None-Match malformed', { ifNoneMatch: 'abc' }, undefined, 'precondition_failed'],
     ['If-Match holds, If-None-Match does not', { ifMatch: etag, ifNoneMatch: etag }, v, 'precondition_failed'],
   ] as const)('%s', (_name, headers, current, expected) => {

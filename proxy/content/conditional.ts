@@ -68,8 +68,8 @@ function utc(
   const d = Number(day);
   const ms = Date.UTC(year, m, d, Number(hour), Number(minute), Number(second));
   const date = new Date(ms);
-  // 31 Feb or 25:00 are not dates (Date.UTC would roll them over).
-  if (date.getUTCDate() !== d || Number(hour) > 23 || Number(minute) > 59 || Number(second) > 59) return undefined;
+  // 31 Feb, 24:00 or 00:60 are not dates (Date.UTC would roll them over; an hour past 23 moves the day).
+  if (date.getUTCDate() !== d || Number(minute) > 59 || Number(second) > 59) return undefined;
   return ms;
 }
 
@@ -86,7 +86,7 @@ export function parseHttpDate(value: string): number | undefined {
   // A two-digit year: 00-49 is 20xx, 50-99 19xx (a fixed pivot; nothing here reads a clock).
   if (m) return utc(Number(m[3]) + (Number(m[3]) < 50 ? 2000 : 1900), m[2]!, m[1]!, m[4]!, m[5]!, m[6]!);
   m = ASCTIME_DATE.exec(text);
-  if (m) return utc(Number(m[6]), m[1]!, m[2]!.trim(), m[3]!, m[4]!, m[5]!);
+  if (m) return utc(Number(m[6]), m[1]!, m[2]!, m[3]!, m[4]!, m[5]!);
   return undefined;
 }
 
