@@ -93,6 +93,14 @@ export class EpochWatcher {
     await listener?.end().catch(() => {});
   }
 
+  /**
+   * Forget now: a sibling process of the same instance changed the table and says so before its
+   * answer leaves, which its notification does not wait for.
+   */
+  invalidate(): void {
+    this.#invalidate();
+  }
+
   #invalidate(): void {
     this.#generation++;
     for (const listener of this.#listeners) listener();

@@ -24,6 +24,7 @@ import {
 } from '../../storage-adapter/slice-cache/index.ts';
 import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import type { Services } from '../server/services.ts';
+import { CATALOG_CHANGED, CATALOG_INVALIDATE, INVALIDATE_DEADLINE_MS } from '../workers/catalog-coherence.ts';
 
 export interface ContentCaches {
   readonly openFiles: OpenFileCache | undefined;
@@ -74,10 +75,30 @@ export function createContentCaches(services: Services): ContentCaches {
     openFiles,
     async catalog(inner) {
       if (caches.catalogEntries === 0 || caches.catalogBytes === 0) return inner;
-      const cached = createCachedCatalog(inner, await catalogWatcher(), {
-        maxEntries: caches.catalogEntries,
-        maxBytes: caches.catalogBytes,
-      });
+      const watcher = await catalogWatcher();
+      const { instance } = services;
+      // With workers, a DELETE one of them answers must not be served by another from its cache
+      // until PostgreSQL's notification reaches it: the coordinating process tells them first.
+      instance?.link.handle(CATALOG_INVALIDATE, () => watcher.invalidate());
+      const cached = createCachedCatalog(
+        inner,
+        watcher,
+        { maxEntries: caches.catalogEntries, maxBytes: caches.catalogBytes },
+        {
+          announceRemoval:
+            instance &&
+            (() =>
+              instance.link
+                // The coordinating process waits INVALIDATE_DEADLINE_MS at most for the others.
+                .call<void>(CATALOG_CHANGED, undefined, AbortSignal.timeout(2 * INVALIDATE_DEADLINE_MS))
+                .catch((err: unknown) =>
+                  services.log.warn(
+                    { err: { message: (err as Error).message } },
+                    'the other workers were not told of a removed catalog row; they drop it at its notification',
+                  ),
+                )),
+        },
+      );
       sources.push(() => cached.stats());
       return cached;
     },

@@ -20,6 +20,7 @@ import { type StopSignals, watchStopSignals } from '../server/stop-signals.ts';
 import { FreshRuns } from '../metrics/fresh-runs.ts';
 import { type Family, sumInstance } from './instance-metrics.ts';
 import { Link } from './link.ts';
+import { CATALOG_CHANGED, invalidateOthers } from './catalog-coherence.ts';
 import type { Hello, WorkerView } from './worker-instance.ts';
 
 /** A worker that dies this soon after its start is waited for this long before the next one (a crash loop). */
@@ -167,6 +168,10 @@ export class WorkerSupervisor {
         return allReady.promise;
       });
       link.handle('metrics', () => metricsText());
+      // A worker removed a catalog row: the others forget theirs before it answers (catalog-coherence.ts).
+      link.handle(CATALOG_CHANGED, () =>
+        invalidateOthers(slots.filter((s) => s !== slot && s.state !== 'starting').map((s) => s.link)),
+      );
       worker.on('exit', (code, signal) => onExit(slot, code, signal));
       // Its channel failing is its exit's business (handled there), never this process's end.
       worker.on('error', (err) => plog.warn({ worker: index, err }, 'the channel to a worker failed'));

@@ -44,7 +44,21 @@ export interface CachedCatalog extends Catalog {
   stats(): CacheStats;
 }
 
-export function createCachedCatalog(inner: Catalog, validity: CacheValidity, bounds: LruBounds): CachedCatalog {
+export interface CachedCatalogOptions {
+  /**
+   * Awaited after a row was removed, before `remove` resolves: the other processes of the instance
+   * (ARKVORY_WORKERS) drop their cached rows too, so a DELETE answered by one worker is not served
+   * by another from its cache until the notification arrives there.
+   */
+  readonly announceRemoval?: (() => Promise<void>) | undefined;
+}
+
+export function createCachedCatalog(
+  inner: Catalog,
+  validity: CacheValidity,
+  bounds: LruBounds,
+  options: CachedCatalogOptions = {},
+): CachedCatalog {
   const rows = new BoundedLru<string, CatalogEntry>(bounds);
   let inflight = new Map<string, Promise<CatalogEntry | undefined>>();
   let hits = 0;
@@ -102,6 +116,7 @@ export function createCachedCatalog(inner: Catalog, validity: CacheValidity, bou
       rows.delete(keyString(key));
       const removed = await inner.remove(key, precondition);
       rows.delete(keyString(key));
+      if (removed) await options.announceRemoval?.();
       return removed;
     },
     referencedBlobs: () => inner.referencedBlobs(),
