@@ -6,7 +6,7 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { chmod, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { chmod, chown, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -178,7 +178,7 @@ export async function startEmbeddedDatabase(
   });
   if (!existsSync(path.join(pgDir, 'PG_VERSION'))) {
     log.info({ dir: pgDir }, 'initialising the embedded PostgreSQL cluster');
-    await server.initialise();
+    await initialisePrivately(server, dataDir, isRoot);
   }
   let postgres: RunningPostgres;
   try {
@@ -201,6 +201,41 @@ export async function startEmbeddedDatabase(
     dir: pgDir,
     stop: () => postgres.stop(),
   };
+}
+
+/**
+ * `server.initialise()` (initdb) with the superuser password kept private. The package hands initdb
+ * the password in a file it writes to `os.tmpdir()` with the default mode (0644 under the usual
+ * umask): while initdb runs, any local account could read it from /tmp and log in to the cluster on
+ * 127.0.0.1 as its superuser. So its temp directory is, for that call, a 0700 one under the data
+ * dir, owned by the `postgres` account when initdb runs as it (we are root). Where that account does
+ * not exist yet (the package creates it) the directory is 0711: it cannot be listed, and the file's
+ * name is random.
+ */
+async function initialisePrivately(
+  server: { initialise(): Promise<void> },
+  dataDir: string,
+  isRoot: boolean,
+): Promise<void> {
+  const dir = await mkdtemp(path.join(dataDir, '.pg-init-'));
+  try {
+    if (isRoot) {
+      const ids = await postgresIds();
+      if (ids) await chown(dir, ids.uid, ids.gid);
+      else await chmod(dir, 0o711);
+    }
+    // os.tmpdir() reads TMPDIR on every call (POSIX); whatever else asks meanwhile gets a private directory too.
+    const previous = process.env.TMPDIR;
+    process.env.TMPDIR = dir;
+    try {
+      await server.initialise();
+    } finally {
+      if (previous === undefined) delete process.env.TMPDIR;
+      else process.env.TMPDIR = previous;
+    }
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
 }
 
 const POSTGRES_FLAGS = [

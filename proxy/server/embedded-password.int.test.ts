@@ -1,0 +1,41 @@
+/**
+ * The embedded PostgreSQL's superuser password, on a first start: initdb reads it from a file, and
+ * that file must never be readable by anyone but the gateway (and PostgreSQL's own user). A
+ * superuser password any local account could read opens the whole database on 127.0.0.1 to it.
+ */
+import { watch } from 'node:fs';
+import { readdir, readFile, stat } from 'node:fs/promises';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { makeTempDir, startGateway } from '../../test/support/gateway.ts';
+
+describe('a first start on the embedded default', () => {
+  it('hands initdb its password in no file that group or others can reach', async () => {
+    // The temp directory the gateway's process sees (os.tmpdir()), watched for whatever lands there.
+    const tmp = await makeTempDir('arkvory-tmpdir-');
+    const dataDir = await makeTempDir();
+    const seen: Array<{ name: string; mode: number }> = [];
+    const watchers = [tmp, dataDir].map((dir) =>
+      watch(dir, (_event, name) => {
+        if (name === null) return;
+        stat(path.join(dir, name)).then(
+          (s) => seen.push({ name, mode: s.mode & 0o777 }),
+          () => {},
+        );
+      }),
+    );
+    try {
+      const gw = await startGateway({ env: { TMPDIR: tmp }, dataDir, timeoutMs: 60_000 });
+      expect((await fetch(`${gw.url}/health/live`)).status).toBe(200);
+      const password = (await readFile(path.join(gw.dataDir, '.pg.password'), 'utf8')).trim();
+      expect(password.length).toBeGreaterThan(20);
+      // What reached the shared temp directory while initdb ran: nothing anyone else may read.
+      expect(seen.filter((f) => f.name.startsWith('pg-password-') && (f.mode & 0o077) !== 0)).toEqual([]);
+      // Where it went instead: a directory of the data dir that no one else can list, gone after.
+      expect(seen.filter((f) => f.name.startsWith('.pg-init-') && (f.mode & 0o066) !== 0)).toEqual([]);
+      expect((await readdir(dataDir)).filter((name) => name.startsWith('.pg-init-'))).toEqual([]);
+    } finally {
+      for (const watcher of watchers) watcher.close();
+    }
+  });
+});
