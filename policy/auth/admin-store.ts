@@ -100,6 +100,19 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const PRINCIPAL_NAME = /^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$/;
 const REPOSITORY_NAME = /^[a-z0-9][a-z0-9._-]{0,63}$/;
 const KEY_ID = /^[a-z0-9]{16}$/;
+
+/**
+ * 404 for a key id. Only a well-formed id is quoted: what stands where an id belongs may be a whole
+ * key (an admin revoking a leaked key by pasting it), and this message is answered and logged.
+ */
+function noSuchKey(keyId: string): PolicyError {
+  return new PolicyError(
+    'not_found',
+    KEY_ID.test(keyId)
+      ? `no key "${keyId}"`
+      : 'no key with that key id (16 lowercase letters and digits: the part of a key between ark_ and the second _)',
+  );
+}
 /** A key lives at most ten years: longer ones are no expiry at all, and past ~2^53 s PostgreSQL overflows. */
 export const MAX_KEY_LIFETIME_SECONDS = 10 * 365 * 24 * 3600;
 /** Longest key description kept. */
@@ -326,20 +339,20 @@ export class AdminStore {
   }
 
   async revokeKey(keyId: string): Promise<KeyRow> {
-    if (!KEY_ID.test(keyId)) throw new PolicyError('not_found', `no key "${keyId}"`);
+    if (!KEY_ID.test(keyId)) throw noSuchKey(keyId);
     const r = await this.#pool.query(
       'UPDATE arkvory_api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE key_id = $1 RETURNING *',
       [keyId],
     );
-    if (!r.rows[0]) throw new PolicyError('not_found', `no key "${keyId}"`);
+    if (!r.rows[0]) throw noSuchKey(keyId);
     return toKey(r.rows[0]);
   }
 
   /** The key `keyId` (no secret), or 404. */
   async findKey(keyId: string): Promise<KeyRow> {
-    if (!KEY_ID.test(keyId)) throw new PolicyError('not_found', `no key "${keyId}"`);
+    if (!KEY_ID.test(keyId)) throw noSuchKey(keyId);
     const r = await this.#pool.query('SELECT * FROM arkvory_api_keys WHERE key_id = $1', [keyId]);
-    if (!r.rows[0]) throw new PolicyError('not_found', `no key "${keyId}"`);
+    if (!r.rows[0]) throw noSuchKey(keyId);
     return toKey(r.rows[0]);
   }
 

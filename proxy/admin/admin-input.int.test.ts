@@ -175,6 +175,26 @@ describe('principal names and key rotation', () => {
     expect(expired.status).toBe(409);
     expect(expired.body.message).toMatch(/has expired/);
   });
+
+  it('a whole key where its id belongs (revoking a leaked key by pasting it) is 404 and echoed nowhere', async () => {
+    const leaked = await createServiceAccount(db.pool, { scopes: ['read'] });
+    const secret = leaked.key.slice(`ark_${leaked.keyId}_`.length);
+    for (const action of ['revoke', 'rotate']) {
+      const res = await call(
+        'POST',
+        `/api/v1/admin/keys/${leaked.key}/${action}`,
+        action === 'rotate' ? {} : undefined,
+      );
+      expect(res.status).toBe(404);
+      expect(res.body.message).toMatch(/key id/);
+      expect(JSON.stringify(res.body)).not.toContain(secret);
+    }
+    // The 404s' info lines are written once the answers are.
+    await expect.poll(() => gw.logLines().filter((l) => l.code === 'not_found').length).toBeGreaterThanOrEqual(2);
+    expect(gw.logs()).not.toContain(secret);
+    // The key still works: nothing was revoked.
+    expect((await fetch(`${gw.url}/api/v1/repositories`, { headers: bearer(leaked.key) })).status).not.toBe(401);
+  });
 });
 
 describe("a forged cursor or a NUL in a filter is the client's fault: 400, never 500", () => {
