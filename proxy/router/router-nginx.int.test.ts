@@ -25,6 +25,7 @@ let writer: GatewayProcess;
 let reader: GatewayProcess;
 let nginx: ChildProcess | undefined;
 let nginxUrl: string;
+let accessLog: string;
 let key: string;
 let writeKey: string;
 const file = randomContent(2 * MiB + 99);
@@ -34,11 +35,19 @@ function contentReads(gw: GatewayProcess): number {
   return gw.logLines().filter((l) => l.msg === 'request' && l.route === CONTENT_ROUTE && l.method === 'GET').length;
 }
 
-/** The shipped example with the example addresses and listen port replaced; nothing else changes. */
-async function nginxConfigFor(writerAddress: string, readerAddresses: string[], port: number): Promise<string> {
+/** The shipped example with the example addresses, listen port and log file replaced; nothing else changes. */
+async function nginxConfigFor(
+  writerAddress: string,
+  readerAddresses: string[],
+  port: number,
+  accessLog: string,
+): Promise<string> {
   const example = await readFile(path.join(ROOT, 'deploy/nginx/arkvory.conf'), 'utf8');
   const readers = ['10.0.0.11:8080', '10.0.0.12:8080'];
-  let text = example.replaceAll('10.0.0.10:8080', writerAddress).replace('listen 80;', `listen 127.0.0.1:${port};`);
+  let text = example
+    .replaceAll('10.0.0.10:8080', writerAddress)
+    .replace('listen 80;', `listen 127.0.0.1:${port};`)
+    .replace('/var/log/nginx/arkvory-access.log', accessLog);
   readers.forEach((example, i) => {
     const address = readerAddresses[i];
     text = address
@@ -73,7 +82,11 @@ beforeAll(async () => {
   const port = await freeLoopbackPort();
   nginxUrl = `http://127.0.0.1:${port}`;
   const site = path.join(dir, 'arkvory.conf');
-  await writeFile(site, await nginxConfigFor(`127.0.0.1:${writer.port}`, [`127.0.0.1:${reader.port}`], port));
+  accessLog = path.join(dir, 'access.log');
+  await writeFile(
+    site,
+    await nginxConfigFor(`127.0.0.1:${writer.port}`, [`127.0.0.1:${reader.port}`], port, accessLog),
+  );
   await writeFile(
     path.join(dir, 'nginx.conf'),
     nginxMainConfig({
@@ -82,7 +95,8 @@ beforeAll(async () => {
       workerProcesses: 1,
       workerConnections: 256,
       errorLogLevel: 'warn',
-      http: `access_log ${dir}/access.log;\ninclude ${site};`,
+      // What an operator's nginx.conf has: nginx's default `combined` log, which the site's replaces.
+      http: `access_log ${accessLog};\ninclude ${site};`,
     }),
   );
   nginx = spawn(NGINX, ['-p', dir, '-c', path.join(dir, 'nginx.conf')], { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -228,5 +242,36 @@ describe('deploy/nginx/arkvory.conf with real nginx', () => {
     for (let i = 0; i < 100 && metadataReads(writer) < 3; i++) await new Promise((r) => setTimeout(r, 25));
     expect(metadataReads(writer)).toBe(3);
     expect(metadataReads(reader)).toBe(0);
+  });
+
+  it('logs each request with no credential: not the query of a pre-signed link, not a key sent as the Basic user', async () => {
+    const name = `logged-${Date.now()}.bin`;
+    const content = `/api/v1/repositories/shared/artifacts/${name}/content`;
+    const put = await request(`${nginxUrl}/api/v1/repositories/shared/artifacts/${name}`, {
+      method: 'PUT',
+      headers: bearer(writeKey),
+      body: Buffer.from('logged'),
+    });
+    expect(put.status).toBe(201);
+    const made = await request(`${nginxUrl}/api/v1/repositories/shared/artifacts/${name}/presign`, {
+      method: 'POST',
+      headers: { ...bearer(key), 'content-type': 'application/json' },
+      body: Buffer.from('{}'),
+    });
+    expect(made.status).toBe(201);
+    const link = JSON.parse(made.body.toString()) as { path: string };
+    const query = link.path.slice(link.path.indexOf('?') + 1);
+    expect((await request(`${nginxUrl}${link.path}`)).status).toBe(200);
+    // Token-as-user tools (`https://<key>@host/…`) send the key as the Basic user name.
+    const basicUser = { authorization: `Basic ${Buffer.from(`${key}:`).toString('base64')}` };
+    expect((await request(`${nginxUrl}${content}`, { headers: basicUser })).status).toBe(200);
+    // nginx writes a request's line when it ends, before the next one is read.
+    const logged = await readFile(accessLog, 'utf8');
+    expect(logged.split('\n').filter((l) => l.includes(content)).length).toBeGreaterThanOrEqual(2);
+    const signature = new URLSearchParams(query).get('X-Arkvory-Signature');
+    expect(signature).toBeTruthy();
+    expect(logged).not.toContain(signature!);
+    expect(logged).not.toContain(query);
+    expect(logged).not.toContain(key.slice(`ark_`.length + 17));
   });
 });
