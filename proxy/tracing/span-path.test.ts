@@ -18,6 +18,17 @@ it.each([
   expect(spanPath(target)).toBe(path);
 });
 
+it('records a key in the path (pasted where its id belongs) without its secret', () => {
+  const secret = 'Apzgec3B74bIkGyVImqmYdr8l_RGSVotdfkskeg_-1c';
+  expect(spanPath(`/api/v1/admin/keys/ark_bakpn10js1uf7lu3_${secret}/revoke`)).toBe(
+    '/api/v1/admin/keys/ark_bakpn10js1uf7lu3_<redacted>/revoke',
+  );
+  expect(spanPath(`/a/%2e%2e/keys/ark_bakpn10js1uf7lu3_${secret}`)).toBe('/keys/ark_bakpn10js1uf7lu3_<redacted>');
+  expect(spanPath('/api/v1/repositories/r/artifacts/ark_notakey/content')).toBe(
+    '/api/v1/repositories/r/artifacts/ark_notakey/content',
+  );
+});
+
 it('records no path for a target that is no URL', () => {
   expect(spanPath('http://alice:pw@[::1')).toBeUndefined();
   expect(spanPath('http://alice:S3cret/x@gw/p')).toBeUndefined();

@@ -1,6 +1,6 @@
 /**
  * `url.path` of a server span: the path the request is routed by, never anything else its target
- * may carry. An absolute-form (`http://user:password@host/p`) or scheme-relative (`//user:pw@host/p`)
+ * may carry, nor a key a client put in it. An absolute-form (`http://user:password@host/p`) or scheme-relative (`//user:pw@host/p`)
  * target brings user info, and any target may bring a query (a pre-signed link's signature).
  */
 import { REDACTED } from '../../lib/redact-url.ts';
@@ -9,8 +9,20 @@ import { simplePathname } from '../server/request-path.ts';
 // Not an authority's: `/` then neither `/` nor `\` (which the WHATWG parser reads as `/`).
 const ORIGIN_FORM = /^\/(?![/\\])/;
 
-/** The pathname `new URL(target, base)` gives; undefined when the target is no URL at all. */
+// An API key (policy/auth/key-format.ts) anywhere in a path: its id is kept, its secret is not.
+const KEY_IN_PATH = /(ark_[a-z0-9]{16}_)[A-Za-z0-9_-]{43}/g;
+
+/**
+ * The pathname `new URL(target, base)` gives, with the secret of any API key in it taken out (an
+ * admin revoking a leaked key by pasting it where its id belongs); undefined when the target is no
+ * URL at all.
+ */
 export function spanPath(target: string): string | undefined {
+  const path = routedPath(target);
+  return path?.includes('ark_') ? path.replace(KEY_IN_PATH, `$1${REDACTED}`) : path;
+}
+
+function routedPath(target: string): string | undefined {
   // `OPTIONS *`: the asterisk form names no path.
   if (target === '*') return target;
   const simple = simplePathname(target);
