@@ -251,6 +251,19 @@ const POSTGRES_FLAGS = [
 /** A fast shutdown normally takes well under a second; past this the server is told to quit. */
 const STOP_WAIT_MS = 20_000;
 
+/** What the server may see of our environment: how to find and name things, never a variable of ours. */
+const POSTGRES_VARIABLES = /^(PATH|HOME|LANG|LC_[A-Z]+|TZ|TMPDIR|LD_LIBRARY_PATH)$/;
+
+/**
+ * The environment of the PostgreSQL server: ours, less everything but locale, time zone and paths.
+ * Ours holds the gateway's secrets (ARKVORY_METRICS_TOKEN, AWS_SECRET_ACCESS_KEY, a Redis URL with
+ * its password, …), and the server runs as another account when we are root: whatever runs as that
+ * account (or a superuser of any cluster it runs, with COPY … FROM PROGRAM) reads /proc/<pid>/environ.
+ */
+export function postgresEnvironment(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  return Object.fromEntries(Object.entries(env).filter(([name]) => POSTGRES_VARIABLES.test(name)));
+}
+
 interface RunningPostgres {
   readonly pid: number;
   stop(): Promise<void>;
@@ -274,7 +287,7 @@ async function startPostgres(options: {
     detached: true,
     stdio: ['ignore', 'ignore', 'pipe'],
     // English messages: readiness is read from the log.
-    env: { ...process.env, LC_MESSAGES: 'C' },
+    env: { ...postgresEnvironment(process.env), LC_MESSAGES: 'C' },
     ...(options.ids ?? {}),
   });
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));

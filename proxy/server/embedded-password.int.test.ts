@@ -39,3 +39,20 @@ describe('a first start on the embedded default', () => {
     }
   });
 });
+
+describe('the embedded PostgreSQL server process', () => {
+  it("is given none of the gateway's secrets in its environment (it runs as another account when we are root)", async () => {
+    const token = `metrics-token-${Date.now()}`;
+    const s3Secret = `s3-secret-${Date.now()}`;
+    const gw = await startGateway({
+      env: { ARKVORY_METRICS_TOKEN: token, AWS_SECRET_ACCESS_KEY: s3Secret },
+      timeoutMs: 60_000,
+    });
+    const pid = Number((await readFile(path.join(gw.dataDir, '.pg', 'postmaster.pid'), 'utf8')).split('\n')[0]);
+    const environ = await readFile(`/proc/${pid}/environ`, 'utf8');
+    // The server itself runs with what it needs (its messages in English: readiness is read from them).
+    expect(environ.split('\0')).toContain('LC_MESSAGES=C');
+    expect(environ).not.toContain(token);
+    expect(environ).not.toContain(s3Secret);
+  });
+});
