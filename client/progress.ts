@@ -68,6 +68,22 @@ export function progressJson(p: Progress): string {
     bytesPerSecond: Math.round(rateBytesPerSecond(p)),
     etaSeconds: etaSeconds(p) ?? null,
     attempt: p.attempt,
-    url: p.url.replace(/\?.*$/, ''),
+    url: shownUrl(p.url),
   });
+}
+
+/**
+ * The URL as a line shows it: without the query (a pre-signed link's signature) and without user
+ * info (`https://ci:<key>@gw/…`, which is never sent but would be printed). The parser decides what
+ * is user info: a password may hold `?`, so the query is not cut first.
+ */
+function shownUrl(url: string): string {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return '<unparseable URL>';
+  }
+  if (parsed.username === '' && parsed.password === '') return url.replace(/\?.*$/, '');
+  return `${parsed.protocol}//${parsed.host}${parsed.pathname}`;
 }

@@ -62,4 +62,17 @@ describe('progress', () => {
       url: 'http://gw/x/content',
     });
   });
+
+  it('writes JSON lines without user info (a key given as https://ci:<key>@gw/…, which is never sent)', () => {
+    const key = 'ark_bakpn10js1uf7lu3_Apzgec3B74bIkGyVImqmYdr8l_RGSVotdfkskeg_-1c';
+    for (const url of [
+      `https://ci:${key}@gw:8443/x/content`,
+      `https://${key}@gw:8443/x/content?X-Arkvory-Signature=s`,
+    ]) {
+      const line = JSON.parse(progressJson({ ...p, url })) as Record<string, unknown>;
+      expect(line.url).toBe('https://gw:8443/x/content');
+    }
+    // A password holding `?`: the query is not cut out of it before the user info is known.
+    expect(progressJson({ ...p, url: 'https://ci:s3cr?et@gw/x/content' })).not.toContain('s3cr');
+  });
 });
