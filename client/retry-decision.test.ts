@@ -23,6 +23,14 @@ describe('resuming client decisions', () => {
     });
   });
 
+  it('restarts on a 206 of another representation than the If-Range asked to continue', () => {
+    const other = `"${'cd'.repeat(32)}"`;
+    const headers = { 'content-range': 'bytes 100-999/1000', etag: other };
+    expect(decide(206, headers, 100, `"${SHA}"`)).toEqual({ kind: 'restart' });
+    expect(decide(206, { 'content-range': 'bytes 100-999/1000' }, 100, `"${SHA}"`)).toEqual({ kind: 'restart' });
+    expect(decide(206, headers, 100, other).kind).toBe('body');
+  });
+
   it('treats 416 at the end as complete and before it as a restart', () => {
     expect(decide(416, { 'content-range': 'bytes */1000' }, 1000)).toEqual({ kind: 'complete' });
     expect(decide(416, { 'content-range': 'bytes */500' }, 1000)).toEqual({ kind: 'restart' });

@@ -17,7 +17,7 @@ export type Decision =
     }
   /** Nothing left to fetch: the range starts at the end. */
   | { readonly kind: 'complete' }
-  /** What we hold cannot be part of the representation (416 before its end): drop it and start over. */
+  /** What we hold cannot be part of the representation (416 before its end, a 206 of another one): drop it and start over. */
   | { readonly kind: 'restart' }
   /** The same gateway asked us to come back later (429). */
   | { readonly kind: 'wait'; readonly ms: number }
@@ -55,11 +55,12 @@ export function retryAfterMs(headers: Headers, nowMs: number, fallbackMs: number
 }
 
 /**
- * What to do with an answer to `GET` sent at `offset` (with `Range: bytes=offset-` and `If-Range`
- * when offset > 0). A 200 to a ranged request means the representation changed (If-Range failed)
- * or the server ignores ranges: start over from 0.
+ * What to do with an answer to `GET` sent at `offset` (with `Range: bytes=offset-` and `If-Range:
+ * ifRange` when offset > 0). A 200 to a ranged request means the representation changed (If-Range
+ * failed) or the server ignores ranges: start over from 0. A 206 of another representation than
+ * `ifRange` (a server or mirror that ignores If-Range) cannot continue the bytes held: start over.
  */
-export function decide(status: number, headers: Headers, offset: number): Decision {
+export function decide(status: number, headers: Headers, offset: number, ifRange?: string): Decision {
   if (status === 200) {
     const total = Number(one(headers, 'content-length'));
     return {
@@ -73,11 +74,13 @@ export function decide(status: number, headers: Headers, offset: number): Decisi
   if (status === 206) {
     const range = /^bytes (\d+)-(\d+)\/(\d+)$/.exec(one(headers, 'content-range') ?? '');
     if (!range || Number(range[1]) !== offset) return { kind: 'fail' };
+    const etag = strongEtag(headers);
+    if (offset > 0 && ifRange !== undefined && etag !== ifRange) return { kind: 'restart' };
     return {
       kind: 'body',
       offset,
       total: Number(range[3]),
-      etag: strongEtag(headers),
+      etag,
       digestHex: publishedSha256(headers),
     };
   }

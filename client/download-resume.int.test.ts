@@ -1,0 +1,87 @@
+/**
+ * The resuming client against servers that do not keep the HTTP rules a resume relies on: a mirror
+ * that ignores `If-Range` and answers a resume of a changed object with a `206` of its new bytes.
+ * Plain Node servers stand in for them (no gateway would answer so).
+ */
+import { createHash } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { download } from './index.ts';
+
+const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+const reprDigest = (b: Buffer) => `sha-256=:${createHash('sha256').update(b).digest('base64')}:`;
+
+let dir: string;
+beforeAll(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'arkvory-resume-'));
+});
+afterAll(async () => {
+  if (dir) await rm(dir, { recursive: true, force: true });
+});
+
+async function listen(handler: http.RequestListener): Promise<{ url: string; close(): Promise<void> }> {
+  const server = http.createServer(handler);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+/** Serves `body` with the gateway's validators; a Range is honoured whatever `If-Range` says. */
+function serveIgnoringIfRange(res: http.ServerResponse, req: http.IncomingMessage, body: Buffer): void {
+  const headers = { etag: `"${sha(body)}"`, 'repr-digest': reprDigest(body), 'accept-ranges': 'bytes' };
+  const range = /^bytes=(\d+)-$/.exec(req.headers.range ?? '');
+  if (!range) {
+    res.writeHead(200, { ...headers, 'content-length': String(body.length) });
+    res.end(body);
+    return;
+  }
+  const start = Number(range[1]);
+  res.writeHead(206, {
+    ...headers,
+    'content-length': String(body.length - start),
+    'content-range': `bytes ${start}-${body.length - 1}/${body.length}`,
+  });
+  res.end(body.subarray(start));
+}
+
+describe('arkvory get against a mirror that ignores If-Range', () => {
+  it('starts over when a resumed 206 belongs to another representation than the bytes held', async () => {
+    const before = Buffer.alloc(256 * 1024, 1);
+    const after = Buffer.alloc(256 * 1024, 2);
+    // An earlier run, killed, holds half of the old bytes; the object has changed since.
+    const output = path.join(dir, 'changed.bin');
+    await writeFile(`${output}.partial`, before.subarray(0, before.length / 2));
+    await writeFile(
+      `${output}.partial.json`,
+      JSON.stringify({ etag: `"${sha(before)}"`, total: before.length, digestHex: sha(before) }),
+    );
+    const asked: Array<{ range?: string | undefined; ifRange?: string | undefined }> = [];
+    const mirror = await listen((req, res) => {
+      asked.push({ range: req.headers.range, ifRange: req.headers['if-range'] as string | undefined });
+      serveIgnoringIfRange(res, req, after);
+    });
+    try {
+      const result = await download({ url: `${mirror.url}/f/content`, output, sleep: async () => {} });
+      expect(result.sha256).toBe(sha(after));
+      expect(sha(await readFile(output))).toBe(sha(after));
+      expect(existsSync(`${output}.partial`)).toBe(false);
+      // It did try to resume the old bytes, then fetched the new representation whole.
+      expect(asked[0]).toEqual({ range: `bytes=${before.length / 2}-`, ifRange: `"${sha(before)}"` });
+      expect(asked.at(-1)?.range).toBeUndefined();
+    } finally {
+      await mirror.close();
+    }
+  });
+});
