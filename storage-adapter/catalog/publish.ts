@@ -47,11 +47,15 @@ export async function publishArtifact(
   const staged = (await request.stager?.(options)) ?? (await deps.store.stage(request.body, options));
   try {
     const existing = await deps.catalog.get(request.key);
-    if (existing) return compare(existing, staged.sha256);
+    if (existing) {
+      const unchanged = compare(existing, staged.sha256);
+      // The row names these very bytes: should its blob be gone (quarantined by scrub, lost by the
+      // store), they are put back, so a 200 always means the artifact can be read.
+      if (!(await deps.store.hasBlob(staged.sha256))) await commitWithDigests(deps.catalog, staged);
+      return unchanged;
+    }
     const settleReservation = request.admit ? await request.admit(staged) : request.settleReservation;
-    await staged.commit();
-    // Digests before the row: a reader that finds the row can verify every slice it fills.
-    if (staged.sliceDigests) await deps.catalog.recordSlices?.(staged.sha256, staged.sliceDigests);
+    await commitWithDigests(deps.catalog, staged);
     const { inserted, entry } = await deps.catalog.insertOrGet(
       {
         ...request.key,
@@ -77,4 +81,10 @@ export async function publishArtifact(
   } finally {
     await staged.discard();
   }
+}
+
+/** Places the blob under its name, then its slice digests: a reader that finds a row can verify every slice it fills. */
+async function commitWithDigests(catalog: Catalog, staged: StagedBlob): Promise<void> {
+  await staged.commit();
+  if (staged.sliceDigests) await catalog.recordSlices?.(staged.sha256, staged.sliceDigests);
 }
