@@ -1,7 +1,9 @@
 /**
  * The resuming client against servers that do not keep the HTTP rules a resume relies on: a mirror
- * that ignores `If-Range` and answers a resume of a changed object with a `206` of its new bytes.
- * Plain Node servers stand in for them (no gateway would answer so).
+ * that ignores `If-Range` and answers a resume of a changed object with a `206` of its new bytes, or
+ * with a `416` when the new object is exactly as long as the bytes held.
+ * Plain Node servers stand in for them (no gateway would answer so). A `416` whose size is where
+ * the resume starts is the end only while the object is the one the bytes belong to.
  */
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
@@ -48,6 +50,11 @@ function serveIgnoringIfRange(res: http.ServerResponse, req: http.IncomingMessag
     return;
   }
   const start = Number(range[1]);
+  if (start >= body.length) {
+    res.writeHead(416, { 'content-range': `bytes */${body.length}`, 'content-length': '0' });
+    res.end();
+    return;
+  }
   res.writeHead(206, {
     ...headers,
     'content-length': String(body.length - start),
@@ -57,11 +64,14 @@ function serveIgnoringIfRange(res: http.ServerResponse, req: http.IncomingMessag
 }
 
 describe('arkvory get against a mirror that ignores If-Range', () => {
-  it('starts over when a resumed 206 belongs to another representation than the bytes held', async () => {
+  it.each([
+    ['a 206 of another representation', 256 * 1024],
+    ['a 416 saying the changed object ends where the bytes held do', 128 * 1024],
+  ])('starts over when a resume is answered with %s', async (_what, newSize) => {
     const before = Buffer.alloc(256 * 1024, 1);
-    const after = Buffer.alloc(256 * 1024, 2);
+    const after = Buffer.alloc(newSize, 2);
     // An earlier run, killed, holds half of the old bytes; the object has changed since.
-    const output = path.join(dir, 'changed.bin');
+    const output = path.join(dir, `changed-${newSize}.bin`);
     await writeFile(`${output}.partial`, before.subarray(0, before.length / 2));
     await writeFile(
       `${output}.partial.json`,

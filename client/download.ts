@@ -178,7 +178,7 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
         headersTimeout: options.bodyTimeoutMs ?? 30_000,
         bodyTimeout: options.bodyTimeoutMs ?? 30_000,
       });
-      const decision = decide(res.statusCode, res.headers, held, headers['if-range']);
+      const decision = decide(res.statusCode, res.headers, held, headers.range ? state : undefined);
       switch (decision.kind) {
         case 'body': {
           if (!decision.etag) {

@@ -26,9 +26,16 @@ describe('resuming client decisions', () => {
   it('restarts on a 206 of another representation than the If-Range asked to continue', () => {
     const other = `"${'cd'.repeat(32)}"`;
     const headers = { 'content-range': 'bytes 100-999/1000', etag: other };
-    expect(decide(206, headers, 100, `"${SHA}"`)).toEqual({ kind: 'restart' });
-    expect(decide(206, { 'content-range': 'bytes 100-999/1000' }, 100, `"${SHA}"`)).toEqual({ kind: 'restart' });
-    expect(decide(206, headers, 100, other).kind).toBe('body');
+    const held = { etag: `"${SHA}"`, total: 1000 };
+    expect(decide(206, headers, 100, held)).toEqual({ kind: 'restart' });
+    expect(decide(206, { 'content-range': 'bytes 100-999/1000' }, 100, held)).toEqual({ kind: 'restart' });
+    expect(decide(206, headers, 100, { etag: other, total: 1000 }).kind).toBe('body');
+  });
+
+  it('takes a 416 at the offset as the end only when the bytes held may be the whole', () => {
+    const range = { 'content-range': 'bytes */500' };
+    expect(decide(416, range, 500, { etag: `"${SHA}"`, total: 1000 })).toEqual({ kind: 'restart' });
+    expect(decide(416, range, 500, { etag: `"${SHA}"`, total: -1 })).toEqual({ kind: 'complete' });
   });
 
   it('treats 416 at the end as complete and before it as a restart', () => {

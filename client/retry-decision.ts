@@ -54,13 +54,20 @@ export function retryAfterMs(headers: Headers, nowMs: number, fallbackMs: number
   return Math.min(Math.max(ms, 0), capMs);
 }
 
+/** The representation the bytes held belong to: its strong ETag (sent as If-Range) and length (-1: unknown). */
+export interface HeldRepresentation {
+  readonly etag: string;
+  readonly total: number;
+}
+
 /**
- * What to do with an answer to `GET` sent at `offset` (with `Range: bytes=offset-` and `If-Range:
- * ifRange` when offset > 0). A 200 to a ranged request means the representation changed (If-Range
- * failed) or the server ignores ranges: start over from 0. A 206 of another representation than
- * `ifRange` (a server or mirror that ignores If-Range) cannot continue the bytes held: start over.
+ * What to do with an answer to `GET` sent at `offset` (with `Range: bytes=offset-` and `If-Range`
+ * when bytes of `held` are kept). A 200 to a ranged request means the representation changed
+ * (If-Range failed) or the server ignores ranges: start over from 0. A server or mirror that
+ * ignores If-Range answers for whatever it holds now, so a 206 of another ETag, or a 416 saying
+ * the object ends at `offset` when `held` is longer, cannot continue the bytes held: start over.
  */
-export function decide(status: number, headers: Headers, offset: number, ifRange?: string): Decision {
+export function decide(status: number, headers: Headers, offset: number, held?: HeldRepresentation): Decision {
   if (status === 200) {
     const total = Number(one(headers, 'content-length'));
     return {
@@ -75,7 +82,7 @@ export function decide(status: number, headers: Headers, offset: number, ifRange
     const range = /^bytes (\d+)-(\d+)\/(\d+)$/.exec(one(headers, 'content-range') ?? '');
     if (!range || Number(range[1]) !== offset) return { kind: 'fail' };
     const etag = strongEtag(headers);
-    if (offset > 0 && ifRange !== undefined && etag !== ifRange) return { kind: 'restart' };
+    if (held && etag !== held.etag) return { kind: 'restart' };
     return {
       kind: 'body',
       offset,
@@ -86,7 +93,8 @@ export function decide(status: number, headers: Headers, offset: number, ifRange
   }
   if (status === 416) {
     const total = /^bytes \*\/(\d+)$/.exec(one(headers, 'content-range') ?? '');
-    return total && Number(total[1]) === offset ? { kind: 'complete' } : { kind: 'restart' };
+    const ends = total !== null && Number(total[1]) === offset;
+    return ends && (!held || held.total < 0 || held.total === offset) ? { kind: 'complete' } : { kind: 'restart' };
   }
   if (status === 429) return { kind: 'wait', ms: 0 };
   if (status === 502 || status === 503 || status === 504) return { kind: 'failover' };
