@@ -3,7 +3,7 @@
  * that does not belong to the database. Each must leave no catalog row and no partial blob.
  */
 import { execFile } from 'node:child_process';
-import { chmod, readdir, stat } from 'node:fs/promises';
+import { chmod, mkdir, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it, onTestFinished } from 'vitest';
@@ -141,5 +141,57 @@ describe('disk full', () => {
     const back = await request(`${gw.url}/api/v1/repositories/full/artifacts/fits/content`, { headers: bearer(key) });
     expect(sha256(back.body)).toBe(sha256(fits));
     await gw.stop('SIGTERM');
+  }, 180_000);
+
+  it('a multipart part that finds no inode left answers 507 storage_full, as a PUT does; with room again it is stored', async () => {
+    const db = await createTestDatabase();
+    onTestFinished(() => db.drop());
+    const mountPoint = await makeTempDir('arkvory-tmpfs-');
+    await exec('mount', ['-t', 'tmpfs', '-o', 'size=16m,nr_inodes=64,mode=0755', 'tmpfs', mountPoint]);
+    onTestFinished(async () => {
+      await exec('umount', ['-l', mountPoint]).catch(() => {});
+    });
+    await chmod(mountPoint, 0o755);
+    await createRepository(db.pool, 'inodes');
+    const { key } = await createServiceAccount(db.pool, { grants: { inodes: 'write' } });
+    const gw = await startGateway({
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_LOG_LEVEL: 'warn' },
+      dataDir: mountPoint,
+      timeoutMs: 60_000,
+    });
+    try {
+      const base = `${gw.url}/api/v1/repositories/inodes`;
+      const opened = await request(`${base}/artifacts/parted/uploads`, {
+        method: 'POST',
+        headers: { ...bearer(key), 'content-type': 'application/json' },
+        body: Buffer.from('{}'),
+      });
+      expect(opened.status, opened.body.toString()).toBe(201);
+      const upload = (JSON.parse(opened.body.toString()) as { upload: string }).upload;
+      // Every inode left taken by files outside the storage root's layout.
+      const filler = path.join(mountPoint, 'filler');
+      await mkdir(filler);
+      for (let i = 0; ; i++) {
+        const full = await writeFile(path.join(filler, String(i)), '').then(
+          () => false,
+          (err: NodeJS.ErrnoException) => err.code === 'ENOSPC',
+        );
+        if (full) break;
+      }
+      const part = randomContent(64 * 1024);
+      const putPart = () =>
+        request(`${base}/uploads/${upload}/parts/1`, { method: 'PUT', headers: bearer(key), body: part });
+      const refused = await putPart();
+      expect(refused.status, refused.body.toString()).toBe(507);
+      expect(JSON.parse(refused.body.toString())).toMatchObject({ code: 'storage_full' });
+      const whole = await request(`${base}/artifacts/whole`, { method: 'PUT', headers: bearer(key), body: part });
+      expect(whole.status, whole.body.toString()).toBe(507);
+
+      await rm(filler, { recursive: true });
+      const stored = await putPart();
+      expect(stored.status, stored.body.toString()).toBe(200);
+    } finally {
+      await gw.stop('SIGTERM');
+    }
   }, 180_000);
 });

@@ -15,10 +15,11 @@ export function createFsPartStore(root: string): PartStore {
   return {
     async write(sessionId, fileName, body) {
       const dir = sessionDir(root, sessionId);
-      await mkdir(dir, { recursive: true });
       const file = path.join(dir, fileName);
       let handle: FileHandle | undefined;
       try {
+        // Inside: a filesystem out of inodes refuses the session's directory as `storage_full` too.
+        await mkdir(dir, { recursive: true });
         handle = await open(file, 'wx', 0o644);
         // Overlapped like a blob's: one awaited write per slice held up the part's next bandwidth
         // take behind the disk, and a loaded machine then left the upload ceiling partly unused.
