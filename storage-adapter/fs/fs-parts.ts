@@ -1,17 +1,20 @@
 /**
  * Part files of the filesystem store under `uploads/<session>/`: written to a new file, fsynced
- * with their directory before `write` resolves; a failed write removes the file.
+ * with their directory (and a new session directory with `uploads/`) before `write` resolves, so a
+ * part once acknowledged survives a power cut; a failed write removes the file.
  */
 import { createReadStream } from 'node:fs';
-import { mkdir, open, rm, type FileHandle } from 'node:fs/promises';
+import { open, rm, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { storageErrorFromErrno } from '../errors.ts';
-import { fsyncDirectory } from '../../lib/fs-sync.ts';
+import { fsyncDirectory, mkdirDurable } from '../../lib/fs-sync.ts';
 import { writeOverlapped } from './overlapped-writer.ts';
 import type { PartStore } from '../store.ts';
-import { sessionDir } from '../paths.ts';
+import { resolveInsideRoot, sessionDir, UPLOADS_DIR } from '../paths.ts';
 
-export function createFsPartStore(root: string): PartStore {
+/** `sync` fsyncs a directory (injectable for tests). */
+export function createFsPartStore(root: string, sync: (dir: string) => Promise<void> = fsyncDirectory): PartStore {
+  const uploadsDir = resolveInsideRoot(root, UPLOADS_DIR);
   return {
     async write(sessionId, fileName, body) {
       const dir = sessionDir(root, sessionId);
@@ -19,14 +22,14 @@ export function createFsPartStore(root: string): PartStore {
       let handle: FileHandle | undefined;
       try {
         // Inside: a filesystem out of inodes refuses the session's directory as `storage_full` too.
-        await mkdir(dir, { recursive: true });
+        await mkdirDurable(dir, uploadsDir, sync);
         handle = await open(file, 'wx', 0o644);
         // Overlapped like a blob's: one awaited write per slice held up the part's next bandwidth
         // take behind the disk, and a loaded machine then left the upload ceiling partly unused.
         await writeOverlapped(handle, body);
         await handle.close();
         handle = undefined;
-        await fsyncDirectory(dir);
+        await sync(dir);
       } catch (err) {
         await handle?.close().catch(() => {});
         await rm(file, { force: true });

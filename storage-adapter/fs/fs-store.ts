@@ -12,7 +12,7 @@ import type pg from 'pg';
 import type { OpenFileCache } from './open-file-cache.ts';
 import { checkedUpload } from '../streaming/checked-upload.ts';
 import { StorageError, storageErrorFromErrno } from '../errors.ts';
-import { fsyncDirectory } from '../../lib/fs-sync.ts';
+import { fsyncDirectory, mkdirDurable } from '../../lib/fs-sync.ts';
 import { fsIdentityObject, openingStorageId, type StorageRole } from '../identity.ts';
 import { createFsTree } from './fs-tree.ts';
 import { createFsPartStore } from './fs-parts.ts';
@@ -42,16 +42,6 @@ async function isDirectory(p: string): Promise<boolean> {
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
     throw err;
-  }
-}
-
-/** Creates `dir` with parents; fsyncs each new directory's parent so the entries are durable. */
-async function mkdirDurable(dir: string, stopAt: string): Promise<void> {
-  const first = await mkdir(dir, { recursive: true });
-  if (first === undefined) return;
-  for (let d = dir; ; d = path.dirname(d)) {
-    await fsyncDirectory(path.dirname(d));
-    if (d === first || path.dirname(d) === stopAt || d === path.dirname(d)) break;
   }
 }
 
