@@ -1,5 +1,6 @@
 import { readdir } from 'node:fs/promises';
 import net from 'node:net';
+import { gzipSync } from 'node:zlib';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import {
@@ -353,6 +354,22 @@ describe.each(ALL_STORE_KINDS)('content API over real HTTP (%s store)', (kind) =
     );
     expect(truncated).not.toMatch(/^HTTP\/1\.1 20/);
     expect((await request(`${base()}/artifacts/truncated`, { headers: auth() })).status).toBe(404);
+  });
+
+  it('a body with a content coding is refused with 415 and nothing published: the encoded bytes would be served as the artifact', async () => {
+    const data = randomContent(3000);
+    const encoded = gzipSync(data);
+    for (const coding of ['gzip', 'br', 'identity, gzip']) {
+      const refused = await upload('encoded', encoded, { 'content-encoding': coding });
+      expect(refused.status, coding).toBe(415);
+      expect(refused.headers['accept-encoding']).toBe('identity');
+      expect(JSON.parse(refused.body.toString())).toMatchObject({ code: 'unsupported_content_encoding' });
+    }
+    expect((await request(`${base()}/artifacts/encoded`, { headers: auth() })).status).toBe(404);
+    expect(await listBlobs(probe())).not.toContain(sha256(encoded));
+    // `identity` is no coding at all.
+    expect((await upload('plain', data, { 'content-encoding': 'identity' })).status).toBe(201);
+    expect(sha256((await get('plain')).body)).toBe(sha256(data));
   });
 
   it('413 before reading when Content-Length is over the limit, and while reading a chunked body', async () => {

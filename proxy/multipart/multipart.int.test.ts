@@ -2,6 +2,7 @@
  * Multipart uploads with real processes: sessions on the writer, parts streamed to disk, the
  * completion worker (embedded or a separate, single active process) publishing atomically.
  */
+import { gzipSync } from 'node:zlib';
 import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -199,6 +200,19 @@ describe('multipart uploads (embedded worker)', () => {
       json(await request(`${gw.url}/api/v1/repositories/mp/uploads/${other}`, { headers: bearer(key) })).state,
     ).toBe('aborted');
   });
+  it('a part with a content coding is refused with 415 and not recorded: it would be assembled as its coded bytes', async () => {
+    const upload = await openSession(gw, 'coded.bin');
+    const r = await request(`${gw.url}/api/v1/repositories/mp/uploads/${upload}/parts/1`, {
+      method: 'PUT',
+      headers: { ...bearer(key), 'content-encoding': 'gzip' },
+      body: gzipSync(randomContent(1000)),
+    });
+    expect(r.status, r.body.toString()).toBe(415);
+    expect(json(r)).toMatchObject({ code: 'unsupported_content_encoding' });
+    const session = json(await request(`${gw.url}/api/v1/repositories/mp/uploads/${upload}`, { headers: bearer(key) }));
+    expect(session.parts).toEqual([]);
+  });
+
   it('opening an upload needs a write grant and the write scope: a read grant (or a read-only key) gets 403 and no session', async () => {
     const readGrant = await createServiceAccount(db.pool, { grants: { mp: 'read' } });
     const readScope = await createServiceAccount(db.pool, { scopes: ['read'], grants: { mp: 'write' } });

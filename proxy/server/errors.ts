@@ -47,6 +47,13 @@ export const GATEWAY_ERRORS = defineErrors('proxy/server/errors.ts', {
     message: 'This gateway is read-only; send writes to the writer.',
     advice: 'Send writes to the writer (slot 0), e.g. through the router.',
   },
+  unsupported_content_encoding: {
+    status: 415,
+    message:
+      'The upload has a content coding (Content-Encoding); artifacts are published as the bytes sent, so an encoded body would be served as its encoded bytes.',
+    advice:
+      'Send the body without `Content-Encoding` (`Accept-Encoding: identity` in the answer): decode it first, or publish the compressed file itself as the artifact, without the header.',
+  },
   request_timeout: {
     status: 408,
     message: 'The request (its head, or its body) stopped arriving past its timeout.',
