@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { hasContentCoding, refuseContentCoding } from './content-coding.ts';
+import { hasContentCoding, refuseContentCoding, refuseTransferCoding } from './content-coding.ts';
 
 describe('upload content codings', () => {
   it('takes no header, empty members and identity as the bytes themselves', () => {
@@ -17,5 +17,11 @@ describe('upload content codings', () => {
       expect.objectContaining({ code: 'unsupported_content_encoding', headers: { 'accept-encoding': 'identity' } }),
     );
     expect(() => refuseContentCoding('identity')).not.toThrow();
+  });
+
+  it('takes chunked as the only transfer coding; any other is refused with 400', () => {
+    for (const h of [undefined, 'chunked', 'Chunked']) expect(() => refuseTransferCoding(h)).not.toThrow();
+    for (const h of ['gzip, chunked', 'deflate,chunked', 'x-custom, chunked'])
+      expect(() => refuseTransferCoding(h)).toThrow(expect.objectContaining({ code: 'invalid_request' }));
   });
 });

@@ -9,7 +9,7 @@ import type { ByteMeter } from '../../storage-adapter/byte-meter.ts';
 import { StorageError } from '../../storage-adapter/errors.ts';
 import type { ArtifactStore, BlobReader } from '../../storage-adapter/store.ts';
 import { publishArtifact } from '../../storage-adapter/catalog/publish.ts';
-import { refuseContentCoding } from './content-coding.ts';
+import { refuseContentCoding, refuseTransferCoding } from './content-coding.ts';
 import { parseContentDigestSha256 } from './digest.ts';
 import { metadataOf } from './metadata.ts';
 import { APT_TEMPLATE, aptAssetKey, CONTENT_TEMPLATES, keyFromParams, pathOfKey } from './paths.ts';
@@ -207,6 +207,7 @@ async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext
       );
     }
     refuseContentCoding(ctx.req.headers['content-encoding']);
+    refuseTransferCoding(ctx.req.headers['transfer-encoding']);
     const expectedSha256 = parseContentDigestSha256(header(ctx, 'content-digest'));
     const contentType = declaredContentType(ctx);
     // Before 100 Continue: a precondition that fails costs no body byte.

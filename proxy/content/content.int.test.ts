@@ -370,6 +370,16 @@ describe.each(ALL_STORE_KINDS)('content API over real HTTP (%s store)', (kind) =
     // `identity` is no coding at all.
     expect((await upload('plain', data, { 'content-encoding': 'identity' })).status).toBe(201);
     expect(sha256((await get('plain')).body)).toBe(sha256(data));
+    // A transfer coding before `chunked` is left in the body by Node's parser: refused too (400).
+    const chunk = `${encoded.length.toString(16)}\r\n`;
+    const transferCoded = await rawExchange(
+      gw.port,
+      `PUT /api/v1/repositories/files/artifacts/transfer-coded HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${writer.key}\r\ntransfer-encoding: gzip, chunked\r\n\r\n${chunk}`,
+      Buffer.concat([encoded, Buffer.from('\r\n0\r\n\r\n')]),
+    );
+    expect(transferCoded).toMatch(/^HTTP\/1\.1 400/);
+    expect(transferCoded).toContain('"code":"invalid_request"');
+    expect((await request(`${base()}/artifacts/transfer-coded`, { headers: auth() })).status).toBe(404);
   });
 
   it('413 before reading when Content-Length is over the limit, and while reading a chunked body', async () => {

@@ -7,7 +7,7 @@ import { ARTIFACT_KINDS } from '../../storage-adapter/catalog/catalog.ts';
 import { StorageError } from '../../storage-adapter/errors.ts';
 import type { SessionScope, UploadSession, UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
 import type { QuotaReservation, StorageQuotas } from '../../policy/quota/storage-quotas.ts';
-import { refuseContentCoding } from '../content/content-coding.ts';
+import { refuseContentCoding, refuseTransferCoding } from '../content/content-coding.ts';
 import { CONTENT_TEMPLATES, keyFromParams, pathOfKey } from '../content/paths.ts';
 import { GatewayError } from '../server/errors.ts';
 import { sendJson } from '../server/http-errors.ts';
@@ -130,6 +130,7 @@ export function multipartRoutes(deps: {
         const partNumber = /^[0-9]{1,5}$/.test(ctx.params.part!) ? Number(ctx.params.part) : Number.NaN;
         const length = declaredLength(ctx);
         refuseContentCoding(ctx.req.headers['content-encoding']);
+        refuseTransferCoding(ctx.req.headers['transfer-encoding']);
         if (length !== undefined && length > deps.maxPartBytes)
           throw new StorageError('payload_too_large', `A part may hold at most ${deps.maxPartBytes} bytes.`);
         const scope = scopeOf(ctx);
