@@ -5,18 +5,13 @@
  * client is served throughout, also while the flood keeps coming.
  */
 import { readdir, readlink } from 'node:fs/promises';
-import https from 'node:https';
 import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { beforeAll, describe, expect, it } from 'vitest';
-import {
-  type CertificateAuthority,
-  createCertificateAuthority,
-  issueServerCertificate,
-  waitUntil,
-} from '../../../test/harness/index.ts';
+import { waitUntil } from '../../../test/harness/index.ts';
 import { useTestDatabase } from '../../../test/support/database.ts';
-import { makeTempDir, startGateway, type GatewayProcess } from '../../../test/support/gateway.ts';
+import type { GatewayProcess } from '../../../test/support/gateway.ts';
+import { PARTIAL_CLIENT_HELLO, startTlsHandshakeGateway } from '../../../test/support/tls-handshake-gateway.ts';
 import { defaultMaxPendingHandshakes } from './pending-handshakes.ts';
 
 /**
@@ -25,45 +20,17 @@ import { defaultMaxPendingHandshakes } from './pending-handshakes.ts';
  */
 const MAX_CONNECTIONS = 4096;
 const MAX_PENDING = defaultMaxPendingHandshakes(MAX_CONNECTIONS);
-/** The first bytes of a TLS record carrying a ClientHello, and nothing more: a handshake begun, never finished. */
-const PARTIAL_CLIENT_HELLO = Buffer.from([0x16, 0x03, 0x01, 0x02, 0x00, 0x01]);
 
 const db = useTestDatabase();
-let ca: CertificateAuthority;
 let gw: GatewayProcess;
+let healthStatus: () => Promise<number | string>;
 
 beforeAll(async () => {
-  const dir = await makeTempDir('arkvory-handshake-flood-');
-  ca = await createCertificateAuthority(dir);
-  const certificate = await issueServerCertificate(ca, dir);
-  gw = await startGateway({
-    env: {
-      ARKVORY_DATABASE_URL: db.url,
-      ARKVORY_TLS_CERT_FILE: certificate.certFile,
-      ARKVORY_TLS_KEY_FILE: certificate.keyFile,
-      ARKVORY_MAX_CONNECTIONS: String(MAX_CONNECTIONS),
-    },
-    waitFor: 'none',
-  });
-  await waitUntil(async () => (await healthStatus()) === 200, {
-    what: 'the TLS gateway to serve',
-    timeoutMs: 30_000,
-    process: gw,
-  });
+  ({ gw, healthStatus } = await startTlsHandshakeGateway({
+    databaseUrl: db.url,
+    env: { ARKVORY_MAX_CONNECTIONS: String(MAX_CONNECTIONS) },
+  }));
 });
-
-/** One HTTPS request on a new connection (a new handshake); its status, or the error's code. */
-function healthStatus(): Promise<number | string> {
-  return new Promise((resolve) => {
-    const req = https.get(
-      `https://127.0.0.1:${gw.port}/health/status`,
-      { ca: ca.certPem, agent: false, timeout: 5000 },
-      (res) => res.resume().on('end', () => resolve(res.statusCode ?? 0)),
-    );
-    req.on('timeout', () => req.destroy(Object.assign(new Error('timeout'), { code: 'ETIMEDOUT' })));
-    req.on('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? err.message));
-  });
-}
 
 /** Raw TCP connections that never complete a handshake; `open()` counts those the gateway has not closed. */
 class Flood {
