@@ -245,67 +245,72 @@ describe('gc beside a writer whose lease connection died', () => {
     return rows.map((r) => r.sha256).filter((s) => !existsSync(path.join(dataDir, blobPath(s))));
   }
 
-  it('gc refuses while the fenced writer is inserting the row of an upload; the upload completes whole', async () => {
+  /**
+   * `work` beside a fenced writer held mid-publish (fencedMidPublish) by a connection of the test's,
+   * which `release()` lets go (its transaction rolled back); released and returned to the pool after.
+   */
+  async function besideFencedPublish(
+    table: 'arkvory_artifacts' | 'arkvory_blob_slices',
+    how: 'row' | 'table',
+    work: (held: Awaited<ReturnType<typeof fencedMidPublish>> & { release(): Promise<unknown> }) => Promise<void>,
+  ): Promise<void> {
     const blocker = await db.pool.connect();
     try {
-      const { gw, hex, put } = await fencedMidPublish(blocker, 'arkvory_artifacts');
+      await work({ ...(await fencedMidPublish(blocker, table, how)), release: () => blocker.query('ROLLBACK') });
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => {});
+      blocker.release();
+    }
+  }
+
+  /** The held upload was refused as offline maintenance's (503 `unavailable`) and left no row. */
+  async function expectRefusedUnpublished(put: ReturnType<typeof request>, repository: string): Promise<void> {
+    const answered = await put;
+    expect({ status: answered.status, code: JSON.parse(answered.body.toString()).code }).toEqual({
+      status: 503,
+      code: 'unavailable',
+    });
+    const row = await db.pool.query('SELECT 1 FROM arkvory_artifacts WHERE repository = $1', [repository]);
+    expect(row.rowCount).toBe(0);
+  }
+
+  it('gc refuses while the fenced writer is inserting the row of an upload; the upload completes whole', async () => {
+    await besideFencedPublish('arkvory_artifacts', 'row', async ({ gw, hex, put, release }) => {
       const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: gw.dataDir };
       const gc = await runCli(['gc'], env);
       expect({ code: gc.code, refused: gc.stderr.includes('refused: a gateway or worker is running') }).toEqual({
         code: 1,
         refused: true,
       });
-      await blocker.query('ROLLBACK');
+      await release();
       expect((await put).status).toBe(201);
       expect(existsSync(path.join(gw.dataDir, blobPath(hex)))).toBe(true);
       expect(await rowsWithoutBlob(gw.dataDir)).toEqual([]);
-    } finally {
-      await blocker.query('ROLLBACK').catch(() => {});
-      blocker.release();
-    }
+    });
   }, 120_000);
 
   it('an upload of the fenced writer whose insert comes after a whole gc removed its blob is refused: no row', async () => {
-    const blocker = await db.pool.connect();
-    try {
-      const { gw, name, hex, put } = await fencedMidPublish(blocker, 'arkvory_artifacts', 'table');
+    await besideFencedPublish('arkvory_artifacts', 'table', async ({ gw, name, hex, put, release }) => {
       const gc = await runCli(['gc'], { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: gw.dataDir });
       expect(gc.code, gc.stderr).toBe(0);
       expect(JSON.parse(gc.stdout).orphanBlobs).toEqual([hex]);
-      await blocker.query('ROLLBACK');
-      const answered = await put;
-      expect({ status: answered.status, code: JSON.parse(answered.body.toString()).code }).toEqual({
-        status: 503,
-        code: 'unavailable',
-      });
-      const row = await db.pool.query('SELECT 1 FROM arkvory_artifacts WHERE repository = $1', [name]);
-      expect(row.rowCount).toBe(0);
+      await release();
+      await expectRefusedUnpublished(put, name);
       expect(await rowsWithoutBlob(gw.dataDir)).toEqual([]);
-    } finally {
-      await blocker.query('ROLLBACK').catch(() => {});
-      blocker.release();
-    }
+    });
   }, 120_000);
 
   it('an upload of the fenced writer whose insert comes while gc holds the barrier is refused: no row', async () => {
-    const blocker = await db.pool.connect();
     // gc's hold on the barrier, as `arkvory gc` takes it.
     const maintenance = new pg.Client({ connectionString: db.url, application_name: 'arkvory-cli' });
     await maintenance.connect();
     try {
-      const { name, put } = await fencedMidPublish(blocker, 'arkvory_blob_slices');
-      expect(await tryLockExclusive(maintenance, 'maintenance')).toBe(true);
-      await blocker.query('ROLLBACK');
-      const answered = await put;
-      expect({ status: answered.status, code: JSON.parse(answered.body.toString()).code }).toEqual({
-        status: 503,
-        code: 'unavailable',
+      await besideFencedPublish('arkvory_blob_slices', 'row', async ({ name, put, release }) => {
+        expect(await tryLockExclusive(maintenance, 'maintenance')).toBe(true);
+        await release();
+        await expectRefusedUnpublished(put, name);
       });
-      const row = await db.pool.query('SELECT 1 FROM arkvory_artifacts WHERE repository = $1', [name]);
-      expect(row.rowCount).toBe(0);
     } finally {
-      await blocker.query('ROLLBACK').catch(() => {});
-      blocker.release();
       await maintenance.end();
     }
   }, 120_000);
