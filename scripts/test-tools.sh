@@ -50,6 +50,7 @@ need wget wget
 need aria2c aria2
 need systemd-analyze systemd          # test/contract/deploy.test.ts verifies the units
 need nginx nginx-light                # the router test boots the shipped nginx example
+need haproxy haproxy                  # the router test boots the shipped HAProxy example
 need chromium chromium                # the console browser test (playwright-core drives /usr/bin/chromium)
 need mvn maven                        # proxy/content/presign-and-basic.int.test.ts runs the documented Maven example
 need dpkg-deb dpkg                    # proxy/content/apt.int.test.ts builds a .deb,

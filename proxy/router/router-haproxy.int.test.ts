@@ -1,0 +1,138 @@
+/**
+ * The shipped deploy/haproxy/haproxy.cfg in front of a real writer and reader (shared profile): real
+ * HAProxy (Debian package haproxy) with only the addresses and the port replaced. Checks write
+ * routing, read spreading over both, and that its log of each request holds no credential. Needs
+ * `haproxy` on PATH (or /usr/sbin/haproxy).
+ */
+import { existsSync } from 'node:fs';
+import { readFile, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { randomContent, request, sha256 } from '../../test/support/content.ts';
+import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
+import { makeTempDir, ROOT, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { freeLoopbackPort, startProcess, type ManagedProcess, waitUntil } from '../../test/harness/index.ts';
+
+const HAPROXY = ['/usr/sbin/haproxy', '/usr/bin/haproxy'].find((p) => existsSync(p));
+const CONTENT_ROUTE = '/api/v1/repositories/:repo/artifacts/:id/content';
+
+let db: TestDatabase & { drop(): Promise<void> };
+let writer: GatewayProcess;
+let reader: GatewayProcess;
+let haproxy: ManagedProcess | undefined;
+let haproxyUrl: string;
+let key: string;
+let writeKey: string;
+
+const requestLines = (gw: GatewayProcess, keep: (line: Record<string, unknown>) => boolean) =>
+  gw.logLines().filter((l) => l.msg === 'request' && keep(l));
+
+/** The shipped example with the example addresses and the bound port replaced; nothing else changes. */
+async function haproxyConfigFor(writerAddress: string, readerAddress: string, port: number): Promise<string> {
+  const example = await readFile(path.join(ROOT, 'deploy/haproxy/haproxy.cfg'), 'utf8');
+  return example
+    .replaceAll('10.0.0.10:8080', writerAddress)
+    .replace('10.0.0.11:8080', readerAddress)
+    .replace(/\n\s*server reader2 [^\n]*/, '')
+    .replace('bind :80', `bind 127.0.0.1:${port}`);
+}
+
+beforeAll(async () => {
+  if (!HAPROXY) throw new Error('haproxy is not installed; on Debian: apt-get install -y haproxy');
+  db = await createTestDatabase();
+  const dataDir = await makeTempDir();
+  await createRepository(db.pool, 'shared');
+  ({ key } = await createServiceAccount(db.pool, { scopes: ['read'], grants: { shared: 'read' } }));
+  ({ key: writeKey } = await createServiceAccount(db.pool, { scopes: ['read', 'write'], grants: { shared: 'write' } }));
+  const shared = (role: string, slot: number) => ({
+    ARKVORY_DATABASE_URL: db.url,
+    ARKVORY_REDIS_URL: inject('redisUrl'),
+    ARKVORY_ROLE: role,
+    ARKVORY_GATEWAY_SLOTS: '2',
+    ARKVORY_GATEWAY_SLOT: String(slot),
+    ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(512 * 1024 * 1024),
+    ARKVORY_TRUSTED_PROXIES: '127.0.0.1',
+  });
+  writer = await startGateway({ env: shared('api', 0), dataDir, timeoutMs: 90_000 });
+  reader = await startGateway({ env: shared('reader', 1), dataDir, timeoutMs: 90_000 });
+
+  const dir = await makeTempDir('arkvory-haproxy-');
+  const port = await freeLoopbackPort();
+  haproxyUrl = `http://127.0.0.1:${port}`;
+  const config = path.join(dir, 'haproxy.cfg');
+  await writeFile(config, await haproxyConfigFor(`127.0.0.1:${writer.port}`, `127.0.0.1:${reader.port}`, port));
+  // -db: in the foreground, its log (`log stdout`) on this process's pipe.
+  haproxy = startProcess(HAPROXY, ['-db', '-f', config], { name: 'haproxy' });
+  // Both servers of the readers' backend up: a read then reaches either.
+  await waitUntil(
+    async () => {
+      for (let i = 0; i < 4; i++) if ((await request(`${haproxyUrl}/health/live`)).status !== 200) return false;
+      return true;
+    },
+    { what: 'haproxy to serve', timeoutMs: 20_000, retryOnError: true, process: haproxy },
+  );
+}, 300_000);
+
+afterAll(async () => {
+  await haproxy?.stop('SIGTERM');
+  await Promise.all([writer, reader].filter(Boolean).map((g) => g.stop('SIGTERM')));
+  await db?.drop();
+});
+
+describe('deploy/haproxy/haproxy.cfg with real HAProxy', () => {
+  it('sends writes to the writer only and spreads content reads over both, byte-exact', async () => {
+    const file = randomContent(300_000);
+    const put = await request(`${haproxyUrl}/api/v1/repositories/shared/artifacts/h.bin`, {
+      method: 'PUT',
+      headers: bearer(writeKey),
+      body: file,
+    });
+    expect(put.status).toBe(201);
+    const writes = (gw: GatewayProcess) => requestLines(gw, (l) => l.method === 'PUT').length;
+    await waitUntil(async () => writes(writer) === 1, { what: 'the writer to log the PUT', timeoutMs: 5000 });
+    expect(writes(reader)).toBe(0);
+
+    const reads = (gw: GatewayProcess) =>
+      requestLines(gw, (l) => l.route === CONTENT_ROUTE && l.method === 'GET').length;
+    // Health checks may have taken a server out for a moment (fall 1): reads until both served some.
+    await waitUntil(
+      async () => {
+        const res = await request(`${haproxyUrl}/api/v1/repositories/shared/artifacts/h.bin/content`, {
+          headers: bearer(key),
+        });
+        expect(res.status).toBe(200);
+        expect(sha256(res.body)).toBe(sha256(file));
+        return reads(writer) > 0 && reads(reader) > 0;
+      },
+      { what: 'reads on the writer and on the reader', timeoutMs: 20_000 },
+    );
+  });
+
+  it('logs each request with no credential: not the query of a pre-signed link', async () => {
+    const name = `logged-${Date.now()}.bin`;
+    const put = await request(`${haproxyUrl}/api/v1/repositories/shared/artifacts/${name}`, {
+      method: 'PUT',
+      headers: bearer(writeKey),
+      body: Buffer.from('logged'),
+    });
+    expect(put.status).toBe(201);
+    const made = await request(`${haproxyUrl}/api/v1/repositories/shared/artifacts/${name}/presign`, {
+      method: 'POST',
+      headers: { ...bearer(key), 'content-type': 'application/json' },
+      body: Buffer.from('{}'),
+    });
+    expect(made.status).toBe(201);
+    const link = JSON.parse(made.body.toString()) as { path: string };
+    expect((await request(`${haproxyUrl}${link.path}`)).status).toBe(200);
+    const content = `/api/v1/repositories/shared/artifacts/${name}/content`;
+    // HAProxy logs a request when it ends.
+    await waitUntil(async () => haproxy!.stdout().includes(content), {
+      what: 'haproxy to log the link',
+      timeoutMs: 5000,
+    });
+    const signature = new URLSearchParams(link.path.slice(link.path.indexOf('?') + 1)).get('X-Arkvory-Signature');
+    expect(signature).toBeTruthy();
+    expect(haproxy!.logs()).not.toContain(signature!);
+  });
+});
