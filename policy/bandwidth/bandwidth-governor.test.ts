@@ -317,6 +317,52 @@ describe('BandwidthGovernor', () => {
     expect(governor.snapshot().fenced).toBe(true);
   });
 
+  // The permit is read again when a take first serves those waiting before it: a lapse between the
+  // take's own check and that one must neither grant it nor leave it waiting on a fenced governor.
+  for (const rateBytesPerSec of [10 * 1_048_576, 1_048_576])
+    it(`a permit that lapses during a take fences that take too (global ${rateBytesPerSec} B/s)`, async () => {
+      let checks = 0;
+      let lapseAfter = Infinity;
+      const { governor, timers, grants } = setup({
+        rateBytesPerSec,
+        perPrincipalBytesPerSec: 655_360,
+        isPermitted: () => ++checks <= lapseAfter,
+      });
+      const a = governor.meter('a');
+      while (a.tryTake(a.quantumBytes)) await settle();
+      const waiting = code(a.take(a.quantumBytes)); // waits for a's own bucket
+      const b = governor.meter('b');
+      const grantedBefore = grants.length;
+      lapseAfter = checks + 1; // b's first check passes; the next one finds the permit gone
+      const taken = track(b.take(b.quantumBytes));
+      await timers.advance(5_000);
+      expect(await waiting).toBe('lease_lost');
+      expect(taken).toEqual({ done: true, error: expect.objectContaining({ code: 'lease_lost' }) });
+      expect(grants).toHaveLength(grantedBefore);
+      expect(governor.snapshot()).toMatchObject({ fenced: true, waitingQuanta: 0 });
+      expect(timers.size).toBe(0);
+    });
+
+  it('a permit that lapses during a tryTake grants nothing', async () => {
+    let checks = 0;
+    let lapseAfter = Infinity;
+    const { governor, grants } = setup({
+      rateBytesPerSec: 10 * 1_048_576,
+      perPrincipalBytesPerSec: 655_360,
+      isPermitted: () => ++checks <= lapseAfter,
+    });
+    const a = governor.meter('a');
+    while (a.tryTake(a.quantumBytes)) await settle();
+    const waiting = code(a.take(a.quantumBytes));
+    const b = governor.meter('b');
+    const grantedBefore = grants.length;
+    lapseAfter = checks + 1;
+    expect(b.tryTake(b.quantumBytes)).toBe(false);
+    expect(await waiting).toBe('lease_lost');
+    expect(grants).toHaveLength(grantedBefore);
+    expect(governor.snapshot().fenced).toBe(true);
+  });
+
   it('fences an unlimited governor too', async () => {
     const { governor } = setup({ rateBytesPerSec: 0, perPrincipalBytesPerSec: 0 });
     const meter = governor.meter('p');

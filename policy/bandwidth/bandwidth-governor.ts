@@ -490,6 +490,8 @@ export class BandwidthGovernor {
     if (refused) return refused;
     const nowMs = this.#clock.monotonicMs();
     if (this.#grantNow(principal, meter, buckets, bytes, nowMs)) return RESOLVED;
+    // Fenced by the permit check in #grantNow: waiting now would never end.
+    if (this.#fenced) return Promise.reject(new PolicyError('lease_lost'));
     if (this.#waiting >= this.#maxWaiting) {
       this.#rejectedBusy++;
       return Promise.reject(
@@ -539,7 +541,11 @@ export class BandwidthGovernor {
     if (bytes === 0) return true;
     // With nothing waiting there is nothing to serve first, no reservation and no timer.
     // Stryker disable next-line ConditionalExpression,EqualityOperator: equivalent: with the ring empty #dispatch serves no one and finds no reservation or timer to clear; the condition only saves the call
-    if (this.#ring.length > 0) this.#dispatch(nowMs);
+    if (this.#ring.length > 0) {
+      this.#dispatch(nowMs);
+      // That dispatch asked for the permit again: lapsed since this take's own check, it fenced.
+      if (this.#fenced) return false;
+    }
     const reserved = this.#reserved;
     // Only while a take waits can a bucket hold bytes for it; the check keeps `#ownHas` off the hot path.
     // Stryker disable next-line ConditionalExpression,EqualityOperator: equivalent where they call `#ownHas` with nothing held (→ true, `>=`): it only refills the buckets as `takeEachInPlace` does; → false and `<=`, ignoring holds, are killed
