@@ -183,6 +183,26 @@ describe('AdmissionQueue', () => {
     });
   });
 
+  it('fence(): waiting requests get lease_lost at once, new ones too, tryAcquire admits none; held slots still release', async () => {
+    const { queue, timers } = setup({ maxDownloadsPerPrincipal: 1 });
+    const download = await queue.acquire('p', 'download');
+    const upload = await queue.acquire('p', 'upload');
+    const waiting = [queue.acquire('p', 'download'), queue.acquire('p', 'upload')];
+    queue.fence();
+    for (const w of waiting) await expect(w).rejects.toMatchObject({ code: 'lease_lost' });
+    await expect(queue.acquire('q', 'download')).rejects.toMatchObject({ code: 'lease_lost' });
+    expect(queue.tryAcquire('q', 'download')).toBeUndefined();
+    expect(timers.size).toBe(0);
+    download();
+    upload();
+    expect(queue.snapshot()).toEqual({
+      downloads: { active: 0, queued: 0, rejected: 0 },
+      uploads: { active: 0, queued: 0, rejected: 0 },
+      closed: false,
+    });
+    expect(queue.lanes).toBe(0);
+  });
+
   it('the snapshot holds aggregates only, never a principal id', async () => {
     const { queue } = setup();
     await queue.acquire('principal-secret-id', 'download');

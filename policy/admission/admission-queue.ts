@@ -77,6 +77,7 @@ export class AdmissionQueue {
   /** Per kind, by principal id (the principal's own string: no key is built per request). */
   readonly #lanes: Record<TransferKind, Map<string, Lane>> = { download: new Map(), upload: new Map() };
   #closed = false;
+  #fenced = false;
 
   constructor(options: AdmissionQueueOptions) {
     const maxDownloads = count(options.maxDownloads, 'maxDownloads', 1);
@@ -97,7 +98,7 @@ export class AdmissionQueue {
    * waiting, a slot free); otherwise undefined and nothing changed (then `acquire`, which waits or refuses).
    */
   tryAcquire(principalId: string, kind: TransferKind): Release | undefined {
-    if (this.#closed || this.#kinds[kind] === undefined) return undefined;
+    if (this.#closed || this.#fenced || this.#kinds[kind] === undefined) return undefined;
     const lane = this.#lane(principalId, kind);
     // Stryker disable next-line ConditionalExpression: equivalent: a lane with a waiting request has no room (a release hands its slot to a waiting lane at once), so the queue check cannot change the outcome; the line's other ConditionalExpression mutants are killed
     if (lane.queue.length === 0 && this.#hasRoom(lane)) return this.#admit(lane);
@@ -107,9 +108,11 @@ export class AdmissionQueue {
 
   /**
    * Resolves with a Release once `principalId` may start a transfer of `kind`. Rejects with
-   * PolicyError `busy` (queue full or the wait bound passed), `unavailable` (closed), or the signal's reason.
+   * PolicyError `busy` (queue full or the wait bound passed), `lease_lost` (fenced), `unavailable`
+   * (closed), or the signal's reason.
    */
   acquire(principalId: string, kind: TransferKind, signal?: AbortSignal): Promise<Release> {
+    if (this.#fenced) return Promise.reject(new PolicyError('lease_lost'));
     if (this.#closed) return Promise.reject(new PolicyError('unavailable'));
     if (signal?.aborted) return Promise.reject(signal.reason);
     const state = this.#kinds[kind];
@@ -148,7 +151,20 @@ export class AdmissionQueue {
   /** Shutdown (preClose): waiting requests reject with `unavailable`, and so does every new one. */
   close(): void {
     this.#closed = true;
-    const err = new PolicyError('unavailable');
+    this.#abandonAll(new PolicyError('unavailable'));
+  }
+
+  /**
+   * Lost database ownership or lease: waiting requests reject with `lease_lost` at once (a slot
+   * could free late, or to a request this gateway may no longer serve), and so does every new one.
+   * Held slots still release.
+   */
+  fence(): void {
+    this.#fenced = true;
+    this.#abandonAll(new PolicyError('lease_lost'));
+  }
+
+  #abandonAll(err: PolicyError): void {
     for (const state of Object.values(this.#kinds)) {
       for (const lane of [...state.turns]) {
         for (const waiter of [...lane.queue]) this.#abandon(waiter, err);

@@ -175,6 +175,7 @@ export function createTransfers(config: Config, clock: Clock, standing: LeaseSta
   standing.onFenced(() => {
     governors.download.fence();
     governors.upload.fence();
+    admission.fence();
   });
   return {
     governors,

@@ -59,6 +59,28 @@ describe('PolicyHost and a worker that is gone', () => {
     expect(channel.sent).toEqual([{ arkvory: 'answer', id: 1, value: expect.any(Number) }]);
   });
 
+  it('a fenced instance refuses the admission a worker waits for with lease_lost, at once', async () => {
+    const fenced: Array<(reason: string) => void> = [];
+    const standing = { ...lease, onFenced: (l: (reason: string) => void) => fenced.push(l) } as LeaseStanding;
+    const admission = new AdmissionQueue({ maxDownloads: 4, maxDownloadsPerPrincipal: 1 });
+    const host = new PolicyHost({ admission, governors, lease: standing });
+    const channel = new FakeChannel();
+    host.attach(new Link(channel));
+    channel.emit('message', admit);
+    channel.emit('message', { ...admit, id: 2 });
+    await settle();
+    expect(admission.snapshot().downloads).toMatchObject({ active: 1, queued: 1 });
+    for (const l of fenced) l('the lease permit expired before a renewal was confirmed');
+    await settle();
+    expect(channel.sent).toContainEqual({
+      arkvory: 'failure',
+      id: 2,
+      error: expect.objectContaining({ code: 'lease_lost' }),
+    });
+    expect(admission.snapshot().downloads).toMatchObject({ active: 1, queued: 0 });
+    admission.close();
+  });
+
   it('grants nothing for a call read after the worker was detached', async () => {
     const { admission, host, channel, link } = setup();
     host.detach(link);

@@ -67,8 +67,10 @@ export class PolicyHost {
     this.#governors = deps.governors;
     this.#counters = deps.counters;
     this.#lease = deps.lease;
-    // Every worker stops serving with the instance (a worker that starts later reads it in `lease`).
+    // Every worker stops serving with the instance (a worker that starts later reads it in `lease`),
+    // and the requests waiting for a slot are refused now rather than admitted to a fenced instance.
     this.#lease.onFenced((reason) => {
+      this.#admission.fence();
       for (const link of this.#slots.keys()) link.note('lease.fenced', reason);
     });
   }

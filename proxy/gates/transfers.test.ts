@@ -1,0 +1,80 @@
+import { describe, expect, it } from 'vitest';
+import { ManualClock } from '../../policy/clock.ts';
+import type { LeaseStanding } from '../../policy/lease/coordinator.ts';
+import { settle } from '../../policy/timers.ts';
+import type { Config } from '../config/config.ts';
+import { createTransfers } from './transfers.ts';
+
+/** A standing the test fences by hand, as the lease coordinator does when its permit lapses. */
+function fenceableStanding() {
+  let fencedReason: string | undefined;
+  const listeners: Array<(reason: string) => void> = [];
+  const standing: LeaseStanding = {
+    owner: 'test',
+    get fencedReason() {
+      return fencedReason;
+    },
+    isPermitted: () => fencedReason === undefined,
+    onFenced: (listener) => listeners.push(listener),
+    snapshot: () => null,
+  };
+  const fence = () => {
+    fencedReason = 'the lease permit expired before a renewal was confirmed';
+    for (const listener of listeners) listener(fencedReason);
+  };
+  return { standing, fence };
+}
+
+const config = {
+  bandwidth: {
+    downloadBytesPerSec: 0,
+    downloadBytesPerSecPerPrincipal: 0,
+    uploadBytesPerSec: 0,
+    uploadBytesPerSecPerPrincipal: 0,
+  },
+  admission: {
+    maxDownloads: 256,
+    maxDownloadsPerPrincipal: 1,
+    maxUploadsPerPrincipal: 1,
+    queueLength: 64,
+    waitMs: 30_000,
+  },
+} as unknown as Config;
+
+async function outcome(promise: Promise<unknown>): Promise<string> {
+  let seen = 'waiting';
+  promise.then(
+    () => (seen = 'admitted'),
+    (err: unknown) => (seen = (err as { code?: string }).code ?? String(err)),
+  );
+  await settle();
+  return seen;
+}
+
+describe('createTransfers', () => {
+  it('a lost lease refuses the requests waiting for a slot with lease_lost at once, not when a slot frees', async () => {
+    const { standing, fence } = fenceableStanding();
+    const transfers = createTransfers(config, new ManualClock(), standing);
+    const download = transfers.tryAdmit('p', 'download');
+    const upload = transfers.tryAdmit('p', 'upload');
+    expect(download).toBeDefined();
+    expect(upload).toBeDefined();
+    const waitingDownload = transfers.admit('p', 'download');
+    const waitingUpload = transfers.admit('p', 'upload');
+    expect(await outcome(waitingDownload)).toBe('waiting');
+    fence();
+    // Their holders' transfers are cut at their next quantum, but a holder not asking for one (a
+    // slow client, a store read) would keep them waiting for a slot this gateway can no longer serve.
+    expect(await outcome(waitingDownload)).toBe('lease_lost');
+    expect(await outcome(waitingUpload)).toBe('lease_lost');
+    expect(transfers.admission.snapshot()).toMatchObject({
+      downloads: { active: 1, queued: 0 },
+      uploads: { queued: 0 },
+    });
+    expect(await outcome(transfers.admit('q', 'download'))).toBe('lease_lost');
+    download!();
+    upload!();
+    expect(transfers.admission.snapshot()).toMatchObject({ downloads: { active: 0 }, uploads: { active: 0 } });
+    transfers.close();
+  });
+});
