@@ -261,8 +261,9 @@ export class BandwidthGovernor {
    * which also belongs to `ceilings` (its groups', its repository's): every take then needs bytes in
    * each of their buckets too. The meter's quantum is at most each of their bursts (at least 1 byte),
    * so the ADR's rate × t + burst bound holds for every bucket.
-   * Throws PolicyError `lease_lost` when fenced, `unavailable` when closed, `busy` when the principal
-   * table is full of states that cannot be evicted (waiting, or a bucket not yet refilled).
+   * Throws PolicyError `lease_lost` when fenced, `busy` when the principal table is full of states
+   * that cannot be evicted (waiting, or a bucket not yet refilled). A closed governor still meters:
+   * `close()` cuts only the takes waiting then (admission refuses new transfers).
    */
   meter(principalId: string, weight = 1, ceilings: readonly Ceiling[] = []): ByteMeter {
     this.#checkOpen();
