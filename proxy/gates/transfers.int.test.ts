@@ -3,6 +3,7 @@
  * real downloads. Rates are small so the bounds are measurable in a few seconds.
  */
 import http from 'node:http';
+import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { AdminStore } from '../../policy/auth/admin-store.ts';
@@ -166,4 +167,52 @@ describe.each(WORKER_COUNTS)('governors over HTTP, %i worker(s)', (workers) => {
     expect(await gw.exited).toBe(0);
     await Promise.all(active);
   });
+
+  it('a lost lease answers the request waiting for a slot 503 lease_lost at once, though its holder asks for no quantum', async () => {
+    const waitSeconds = 20;
+    const gw = await startWith({ ARKVORY_ADMISSION_WAIT_SECONDS: String(waitSeconds) }, workers);
+    const sa = await createServiceAccount(db.pool, { scopes: ['read', 'write'], grants: { bw: 'write' } });
+    const uploads = async () => {
+      const ready = await request(`${gw.url}/health/ready`, { headers: bearer(sa.key) });
+      return JSON.parse(ready.body.toString()).transfers.uploads as { active: number; queued: number };
+    };
+    // The holder of the principal's one upload slot: admitted, told to continue, then sends no body
+    // byte, so it asks the governor for nothing and a fence does not cut it.
+    const { hostname, port } = new URL(gw.url);
+    const holder = net.connect(Number(port), hostname);
+    holder.on('error', () => {});
+    holder.write(
+      `PUT /api/v1/repositories/bw/artifacts/held-${workers}.bin HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer ${sa.key}\r\nContent-Length: 1000\r\nExpect: 100-continue\r\n\r\n`,
+    );
+    try {
+      const continued = await new Promise<string>((resolve) =>
+        holder.once('data', (d: Buffer) => resolve(d.toString())),
+      );
+      expect(continued).toMatch(/^HTTP\/1\.1 100 /);
+      const waiting = request(`${gw.url}/api/v1/repositories/bw/artifacts/waiting-${workers}.bin`, {
+        method: 'PUT',
+        headers: bearer(sa.key),
+        body: randomContent(1000),
+      });
+      let state = await uploads();
+      for (let i = 0; i < 100 && state.queued === 0; i++) {
+        await sleep(50);
+        state = await uploads();
+      }
+      expect(state).toEqual({ ...state, active: 1, queued: 1 });
+      // Losing the lease connection fences the gateway (docs/shared-profile.md, "Leases and fencing").
+      const fencedAt = performance.now();
+      const killed = await db.pool.query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'arkvory-api-lease'",
+      );
+      expect(killed.rowCount).toBe(1);
+      const answer = await waiting;
+      const waitedMs = performance.now() - fencedAt;
+      expect([answer.status, JSON.parse(answer.body.toString()).code]).toEqual([503, 'lease_lost']);
+      // Not when the wait bound ends (429 busy), nor when the holder's body times out: well before.
+      expect(waitedMs).toBeLessThan((waitSeconds * 1000) / 2);
+    } finally {
+      holder.destroy();
+    }
+  }, 60_000);
 });
