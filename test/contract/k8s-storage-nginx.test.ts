@@ -3,11 +3,13 @@
  * ConfigMap's nginx.conf and the container's command, as the pod's user with every capability
  * dropped and no new privileges (setpriv), its volumes at directories of the test (each mount path
  * moved there, the listen port a free one). It must start and serve a file the gateway wrote (owned
- * by the pod's user, mode 0640) with nothing writable but its own writable volume.
+ * by the pod's user, mode 0640) with nothing writable but its own writable volume, and to the pod
+ * alone: on loopback, never on an address other pods reach.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { closeSync, existsSync, openSync, readFileSync } from 'node:fs';
 import { chmod, chown, mkdir, readFile, writeFile } from 'node:fs/promises';
+import { networkInterfaces } from 'node:os';
 import path from 'node:path';
 import { afterEach, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
@@ -68,7 +70,7 @@ it('the storage container nginx starts as the pod user without capabilities and 
   const confFile = at(args[confArg]!);
   const conf = (await readFile(confFile, 'utf8'))
     .replace(/(\s)(\/\S+);/g, (_, space: string, p: string) => `${space}${at(p)};`)
-    .replace(/listen \d+;/, `listen 127.0.0.1:${port};`);
+    .replace(/listen ((?:\S+:)?)\d+;/, (_, address: string) => `listen ${address}${port};`);
   await writeFile(confFile, conf);
 
   // A blob as the gateway leaves it: owned by the pod user, not readable by others.
@@ -117,5 +119,16 @@ it('the storage container nginx starts as the pod user without capabilities and 
     expect(Date.now(), `nginx did not answer: ${output()}`).toBeLessThan(deadline);
     await new Promise((r) => setTimeout(r, 50));
   }
+  // Nothing but the pod reaches it: it serves every blob without a key, and every pod of the
+  // cluster reaches the pod's own address (here: one of this host's that is not loopback).
+  const elsewhere =
+    Object.values(networkInterfaces())
+      .flat()
+      .find((a) => a !== undefined && !a.internal && a.family === 'IPv4')?.address ?? '127.0.0.2';
+  const outside = await request(`http://${elsewhere}:${port}/blobs/b1`).then(
+    (r) => `answered ${r.status}`,
+    (err: NodeJS.ErrnoException) => err.code,
+  );
+  expect(outside, `${elsewhere}:${port}`).toBe('ECONNREFUSED');
   expect(output()).not.toMatch(/\[(emerg|alert|crit)\]/);
 });
