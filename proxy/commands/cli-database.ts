@@ -5,20 +5,26 @@ import { pino } from 'pino';
 import type pg from 'pg';
 import { migrate, pendingMigrations } from '../../migrations/runner.ts';
 import { createPool, databaseTarget, describeDatabaseTlsRefusal } from '../server/database.ts';
-import { isAlive, startEmbeddedDatabase } from '../server/embedded-database.ts';
+import { isPostmasterOf, startEmbeddedDatabase } from '../server/embedded-database.ts';
 import { createLogger } from '../server/logger.ts';
 import type { Config } from '../config/config.ts';
 import { CommandFailure } from './command.ts';
 import { EXIT } from '../server/startup-failure.ts';
 
-/** The URL of the embedded PostgreSQL a running `npm start` keeps under `dataDir` (its port is in postmaster.pid), if any. */
+/**
+ * The URL of the embedded PostgreSQL a running `npm start` keeps under `dataDir` (its port is in
+ * postmaster.pid), if any: only while the process that file names is that cluster's postmaster,
+ * since the superuser password goes to whatever listens on the port.
+ */
 export async function runningEmbeddedDatabaseUrl(dataDir: string): Promise<string | undefined> {
-  const pidFile = path.join(dataDir, '.pg', 'postmaster.pid');
+  const pgDir = path.join(dataDir, '.pg');
+  const pidFile = path.join(pgDir, 'postmaster.pid');
   const passwordFile = path.join(dataDir, '.pg.password');
   if (!existsSync(pidFile) || !existsSync(passwordFile)) return undefined;
-  const port = Number((await readFile(pidFile, 'utf8')).split('\n')[3]);
+  const lines = (await readFile(pidFile, 'utf8')).split('\n');
+  const port = Number(lines[3]);
+  if (!Number.isInteger(port) || port <= 0 || !(await isPostmasterOf(Number(lines[0]), pgDir))) return undefined;
   const password = (await readFile(passwordFile, 'utf8')).trim();
-  if (!Number.isInteger(port) || port <= 0) return undefined;
   return `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`;
 }
 
@@ -75,12 +81,12 @@ export async function openCliPool(env: NodeJS.ProcessEnv, applicationName = 'ark
   return pool;
 }
 
-/** Whether the postgres named in the embedded cluster's postmaster.pid under `dataDir` is alive (a gateway runs it). */
+/** Whether the postgres named in the embedded cluster's postmaster.pid under `dataDir` runs it (a gateway does). */
 async function embeddedDatabaseRunning(dataDir: string): Promise<boolean> {
-  const pidFile = path.join(dataDir, '.pg', 'postmaster.pid');
+  const pgDir = path.join(dataDir, '.pg');
+  const pidFile = path.join(pgDir, 'postmaster.pid');
   if (!existsSync(pidFile)) return false;
-  const pid = Number((await readFile(pidFile, 'utf8')).split('\n')[0]);
-  return Number.isInteger(pid) && pid > 0 && isAlive(pid);
+  return isPostmasterOf(Number((await readFile(pidFile, 'utf8')).split('\n')[0]), pgDir);
 }
 
 /**

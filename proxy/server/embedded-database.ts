@@ -6,7 +6,7 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { chmod, chown, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, chown, mkdir, mkdtemp, readFile, readlink, realpath, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -27,6 +27,21 @@ export function isAlive(pid: number): boolean {
   } catch {
     return false;
   }
+}
+
+/**
+ * Whether `pid` is the running postmaster of the cluster in `pgDir`: a live process working in that
+ * directory (PostgreSQL changes into its data directory). A postmaster.pid outlives a server that
+ * did not stop (a power cut, SIGKILL); the id it names may since belong to any program, and its port
+ * to any local account, which would ask a client logging in there for the password in clear text.
+ */
+export async function isPostmasterOf(pid: number, pgDir: string): Promise<boolean> {
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  const [cwd, dir] = await Promise.all([
+    readlink(`/proc/${pid}/cwd`).catch(() => undefined),
+    realpath(pgDir).catch(() => undefined),
+  ]);
+  return cwd !== undefined && cwd === dir;
 }
 
 async function parentPid(pid: number): Promise<number | undefined> {

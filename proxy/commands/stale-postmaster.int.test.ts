@@ -1,0 +1,94 @@
+/**
+ * The admin commands find the embedded PostgreSQL of a running `npm start` by the port in its
+ * postmaster.pid and log in with the superuser password. A postmaster.pid outlives a server that
+ * did not stop (a power cut, SIGKILL): its port is then anyone's to listen on, and its process id
+ * the system's to give to anything. A command must not send the password there: any local
+ * account listening on that port asks for it in clear text (PostgreSQL's password message).
+ */
+import { spawnSync } from 'node:child_process';
+import { mkdir, writeFile } from 'node:fs/promises';
+import net from 'node:net';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { makeTempDir, runCli } from '../../test/support/gateway.ts';
+
+const PASSWORD = 'stale-cluster-superuser-password-0123456789';
+
+/** A server on a free loopback port that asks every client for its password in clear text. */
+async function passwordCatcher(): Promise<{ port: number; received: () => string; close(): Promise<void> }> {
+  const chunks: Buffer[] = [];
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((socket) => {
+    sockets.add(socket);
+    socket.on('error', () => {});
+    socket.on('close', () => sockets.delete(socket));
+    let asked = false;
+    socket.on('data', (chunk: Buffer) => {
+      chunks.push(chunk);
+      if (asked) return;
+      asked = true;
+      // AuthenticationCleartextPassword: 'R', length 8, code 3.
+      const message = Buffer.alloc(9);
+      message.write('R', 0);
+      message.writeInt32BE(8, 1);
+      message.writeInt32BE(3, 5);
+      socket.write(message);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    port: (server.address() as net.AddressInfo).port,
+    received: () => Buffer.concat(chunks).toString('latin1'),
+    close: () =>
+      new Promise((resolve) => {
+        for (const socket of sockets) socket.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+/** A data dir whose cluster left a postmaster.pid naming `pid` and `port` (PostgreSQL's layout). */
+async function dataDirWithStalePid(pid: number, port: number): Promise<string> {
+  const dataDir = await makeTempDir();
+  const pgDir = path.join(dataDir, '.pg');
+  await mkdir(pgDir, { mode: 0o700 });
+  await writeFile(path.join(pgDir, 'PG_VERSION'), '18\n');
+  await writeFile(
+    path.join(pgDir, 'postmaster.pid'),
+    [pid, pgDir, Math.floor(Date.now() / 1000) - 3600, port, '', '127.0.0.1', '  1234567  1', 'ready', ''].join('\n'),
+  );
+  await writeFile(path.join(dataDir, '.pg.password'), `${PASSWORD}\n`, { mode: 0o600 });
+  return dataDir;
+}
+
+let catcher: Awaited<ReturnType<typeof passwordCatcher>> | undefined;
+afterEach(async () => {
+  await catcher?.close();
+  catcher = undefined;
+});
+
+describe('a postmaster.pid left by a cluster that is not running', () => {
+  const exitedPid = () => {
+    const child = spawnSync('true');
+    return child.pid!;
+  };
+  // A process id no one holds any more, and one the system gave to another program (this test's).
+  for (const [what, pid] of [
+    ['names a process that is gone', exitedPid],
+    ['names a process that is not the cluster', () => process.pid],
+  ] as const) {
+    it(`${what}: admin commands and doctor never send the password to its port`, async () => {
+      catcher = await passwordCatcher();
+      const dataDir = await dataDirWithStalePid(pid(), catcher.port);
+      const env = { ARKVORY_DATA_DIR: dataDir, ARKVORY_LOG_LEVEL: 'warn' };
+
+      const list = await runCli(['principals', 'list'], env);
+      const doctor = await runCli(['doctor'], env);
+      expect(catcher.received()).not.toContain(PASSWORD);
+      // Both say what is true: no gateway runs the embedded database.
+      expect(list.code, list.stderr).toBe(1);
+      expect(list.stderr).toContain('no embedded database is running');
+      expect(doctor.stdout).toMatch(/^skip\s+database/m);
+    });
+  }
+});
