@@ -58,13 +58,15 @@ async function parentPid(pid: number): Promise<number | undefined> {
 /**
  * A gateway killed with SIGKILL leaves its postgres running, re-parented to init. Such an orphan
  * is stopped (fast shutdown) so this start can take the cluster; a postgres whose gateway is still
- * alive means another process uses this data dir, and that is refused.
+ * alive means another process uses this data dir, and that is refused. A postmaster.pid naming a
+ * process that is not this cluster's postmaster is stale (PostgreSQL itself judges it on start):
+ * that process is neither signalled nor a reason to refuse.
  */
 async function stopOrphan(pgDir: string, log: Logger): Promise<void> {
   const pidFile = path.join(pgDir, 'postmaster.pid');
   if (!existsSync(pidFile)) return;
   const pid = Number((await readFile(pidFile, 'utf8')).split('\n')[0]);
-  if (!Number.isInteger(pid) || pid <= 0 || !isAlive(pid)) return;
+  if (!(await isPostmasterOf(pid, pgDir))) return;
   const ppid = await parentPid(pid);
   if (ppid !== undefined && ppid > 1 && isAlive(ppid)) {
     const owner = await readFile(`/proc/${ppid}/cmdline`, 'utf8').catch(() => '');

@@ -1,4 +1,5 @@
-import { readFile } from 'node:fs/promises';
+import { spawn } from 'node:child_process';
+import { readFile, writeFile } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -114,5 +115,31 @@ describe('arkvory serve', () => {
       }
     }
     expect(alive).toBe(false);
+  });
+
+  it('starts again on the embedded defaults when postmaster.pid names a process that is not the cluster, and leaves it alone', async () => {
+    const first = await startGateway({ timeoutMs: 60_000 });
+    expect(await first.stop('SIGTERM')).toBe(0);
+    // A postmaster.pid left by a server that did not stop (a power cut), whose id the system has
+    // since given to another program: one of this user's, whose parent is alive.
+    const bystander = spawn('sleep', ['120'], { stdio: 'ignore' });
+    const exited = new Promise((resolve) => bystander.once('exit', (code, signal) => resolve(signal ?? code)));
+    try {
+      const pidFile = path.join(first.dataDir, '.pg', 'postmaster.pid');
+      const pgDir = path.join(first.dataDir, '.pg');
+      await writeFile(
+        pidFile,
+        [bystander.pid, pgDir, Math.floor(Date.now() / 1000), 1, '', '127.0.0.1', '', 'ready', ''].join('\n'),
+      );
+      // Fails with the gateway's log if it exits instead of serving.
+      const again = await startGateway({ dataDir: first.dataDir, timeoutMs: 60_000 });
+      expect((await fetch(`${again.url}/health/status`)).status).toBe(200);
+      expect(bystander.exitCode, 'the other program was not signalled').toBeNull();
+      expect(bystander.signalCode).toBeNull();
+      expect(await again.stop('SIGTERM')).toBe(0);
+    } finally {
+      bystander.kill('SIGKILL');
+      await exited;
+    }
   });
 });
