@@ -27,7 +27,7 @@ import type { Config } from '../config/config.ts';
 import { createPool } from '../server/database.ts';
 import { startEmbeddedDatabase, type EmbeddedDatabase } from '../server/embedded-database.ts';
 import { createLogger } from '../server/logger.ts';
-import { prepareDataDir } from '../server/startup-checks.ts';
+import { prepareDataDir, restrictCreatedFileModes } from '../server/startup-checks.ts';
 import { openStore } from '../content/storage.ts';
 import { loadCliConfig, openCliPool, runningEmbeddedDatabaseUrl } from './cli-database.ts';
 import { defineCommand, form, UsageError, type Command } from './command.ts';
@@ -147,6 +147,8 @@ otherwise); a JSON summary on stdout. Exit codes: 0 done, 1 failed (nothing left
         } catch (err) {
           return failed('backup', err);
         }
+        // The backup holds every repository's bytes: nothing of it readable by other accounts.
+        restrictCreatedFileModes();
         // Named so that a refused gc or scrub can say a backup holds the barrier.
         const pool = await openCliPool(env, BACKUP_APPLICATION_NAME);
         const barrier = await pool.connect();
@@ -236,6 +238,8 @@ async function openRestoreDatabase(env: NodeJS.ProcessEnv): Promise<{ pool: pg.P
     embedded = await startEmbeddedDatabase(config.dataDir, log);
     url = embedded.url;
   }
+  // Before the storage root is made and filled: like the gateway's, closed to other accounts.
+  restrictCreatedFileModes();
   const pool = createPool(url, 3, log, 'arkvory-restore');
   try {
     // An occupied database is refused before it is migrated: restore writes nothing into it.

@@ -14,7 +14,7 @@ import { createRequestAudit } from '../audit/request-audit.ts';
 import { startUsageRecorder } from '../stats/usage-recorder.ts';
 import { createTrustedProxies } from '../router/forwarded.ts';
 import { logStartupFailure } from './startup-failure.ts';
-import { checkPortFree, prepareDataDir } from './startup-checks.ts';
+import { checkPortFree, prepareDataDir, restrictCreatedFileModes } from './startup-checks.ts';
 import { configuredCeilings, describeCeilings } from './ceilings.ts';
 import { watchStopSignals } from './stop-signals.ts';
 import { Lifecycle } from './lifecycle.ts';
@@ -108,6 +108,8 @@ export async function serveGateway(
       await prepareDataDir(config.dataDir);
     }
     database = await openDatabase(config, log, () => rotation.config.databaseUrl);
+    // Once the embedded cluster exists: its initdb reads a file the package writes with the umask's mode.
+    restrictCreatedFileModes();
     if (database.embedded) {
       const applied = await migrate(database.pool);
       if (applied.length)

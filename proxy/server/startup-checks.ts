@@ -96,3 +96,18 @@ export async function prepareDataDir(dir: string, variable = 'ARKVORY_DATA_DIR')
     );
   }
 }
+
+/**
+ * From here on, whatever this process creates is closed to other accounts and to group writes
+ * (what the shipped units' `UMask=0027` gives): the filesystem store keeps every repository's bytes
+ * and uploads in progress under the data dir, and `npm start` runs under the user's umask, usually
+ * 022. Called once the data dir and its parents exist (and the embedded cluster, whose initdb runs
+ * as the `postgres` account when we are root), so those keep the caller's modes and that account
+ * can still reach them.
+ */
+export function restrictCreatedFileModes(): void {
+  const previous = process.umask(PRIVATE_UMASK);
+  process.umask(previous | PRIVATE_UMASK);
+}
+
+const PRIVATE_UMASK = 0o027;
