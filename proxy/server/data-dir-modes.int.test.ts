@@ -13,6 +13,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { randomContent, request } from '../../test/support/content.ts';
 import { createTestDatabase, useTestDatabase } from '../../test/support/database.ts';
 import { CLI, makeTempDir, ROOT, startGateway } from '../../test/support/gateway.ts';
+import { startStaticStore } from '../../test/support/static-store.ts';
 
 const NOBODY = 65534;
 /** Under the umask most shells give `npm start` and the CLI. */
@@ -141,6 +142,25 @@ describe('what the gateway and its backup and restore write under a permissive u
     expect(put.status).toBe(201);
     const files = await filesUnder(dataDir);
     expect(files.some((f) => f.startsWith(path.join(dataDir, 'blobs') + path.sep))).toBe(true);
+    expect(readableByNobody(files)).toEqual([]);
+  });
+
+  it('the static-HTTP store of deploy/static-store keeps what it is sent from other accounts of its host', async () => {
+    const store = await startStaticStore();
+    cleanups.push(() => store.stop());
+    const database = await createTestDatabase();
+    cleanups.push(database.drop);
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: database.url, ARKVORY_STORAGE_URL: store.url } });
+    await createRepository(database.pool, 'private');
+    const writer = await createServiceAccount(database.pool, { grants: { private: 'write' } });
+    const put = await request(`${gw.url}/api/v1/repositories/private/artifacts/secret.bin`, {
+      method: 'PUT',
+      headers: bearer(writer.key),
+      body: randomContent(64 * 1024),
+    });
+    expect(put.status).toBe(201);
+    const files = await filesUnder(store.root);
+    expect(files.some((f) => f.startsWith(path.join(store.root, 'blobs') + path.sep))).toBe(true);
     expect(readableByNobody(files)).toEqual([]);
   });
 });
