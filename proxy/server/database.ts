@@ -1,4 +1,5 @@
 import pg from 'pg';
+import path from 'node:path';
 import type { Logger } from 'pino';
 import { clientClassFor, type ConnectionUrl } from '../../lib/connection-url.ts';
 import { ResilientPool } from '../../lib/resilient-pool.ts';
@@ -53,8 +54,16 @@ export async function openDatabase(
   if (config.databaseUrl) url = () => rotatedUrl() ?? config.databaseUrl!;
   else {
     const ports = [config.port, config.metrics.port].filter((p): p is number => p !== undefined && p > 0);
-    embedded = await startEmbeddedDatabase(config.dataDir, log, { avoidPorts: ports });
-    url = embedded.url;
+    const started = await startEmbeddedDatabase(config.dataDir, log, { avoidPorts: ports });
+    embedded = started;
+    // Once the server is gone its port is any local account's to listen on, and pg sends the
+    // superuser password in clear to a server that asks for it (or takes a stand-in's answers):
+    // new connections then go to a socket in the cluster's own directory, which no one else can
+    // create, and fail.
+    let gone = false;
+    void started.lost.then(() => (gone = true));
+    const nowhere = `postgres://postgres@localhost/postgres?host=${encodeURIComponent(path.resolve(started.dir))}`;
+    url = () => (gone ? nowhere : started.url);
   }
   const pool = createPool(url, config.databasePoolSize, log, `arkvory-${config.role}`);
   // pool.end() resolves once it has asked each connection to end, not once they have: an embedded

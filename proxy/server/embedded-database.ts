@@ -16,6 +16,8 @@ import { freeLoopbackPort } from '../../lib/free-port.ts';
 export interface EmbeddedDatabase {
   readonly url: string;
   readonly dir: string;
+  /** Resolves if the server exits without having been asked to stop (killed, crashed). */
+  readonly lost: Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -216,6 +218,7 @@ export async function startEmbeddedDatabase(
   return {
     url,
     dir: pgDir,
+    lost: postgres.lost,
     stop: () => postgres.stop(),
   };
 }
@@ -283,6 +286,8 @@ export function postgresEnvironment(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
 
 interface RunningPostgres {
   readonly pid: number;
+  /** Resolves if the server exits before stop() was called. */
+  readonly lost: Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -322,8 +327,10 @@ async function startPostgres(options: {
     });
   });
   let stopping: Promise<void> | undefined;
+  const lost = new Promise<void>((resolve) => void exited.then(() => stopping === undefined && resolve()));
   return {
     pid: child.pid!,
+    lost,
     stop() {
       stopping ??= (async () => {
         if (child.exitCode !== null || child.signalCode !== null) return;

@@ -93,6 +93,12 @@ export const GATEWAY_ERRORS = defineErrors('proxy/server/errors.ts', {
     advice:
       'Start Redis or fix `ARKVORY_REDIS_URL` (`arkvory doctor` checks it); a backup or restore reads or writes the published rule documents there.',
   },
+  embedded_database_lost: {
+    status: null,
+    message: 'The embedded PostgreSQL exited on its own (killed or crashed) while the gateway ran.',
+    advice:
+      "The gateway stopped (exit 1) and made no connection meanwhile (the port it left could be any local account's); start it again, and see why the server died (the OOM killer: `journalctl -k`).",
+  },
   data_dir_unusable: {
     status: null,
     message: 'The data directory cannot be created or written.',

@@ -14,6 +14,7 @@ import { createRequestAudit } from '../audit/request-audit.ts';
 import { startUsageRecorder } from '../stats/usage-recorder.ts';
 import { createTrustedProxies } from '../router/forwarded.ts';
 import { logStartupFailure } from './startup-failure.ts';
+import { GatewayError } from './errors.ts';
 import { checkPortFree, prepareDataDir, restrictCreatedFileModes } from './startup-checks.ts';
 import { configuredCeilings, describeCeilings } from './ceilings.ts';
 import { watchStopSignals } from './stop-signals.ts';
@@ -83,7 +84,7 @@ export async function serveGateway(
   let database: Database | undefined;
   let server: GatewayServer | undefined;
   const stopping = new AbortController();
-  const leaving = Promise.withResolvers<'fenced'>();
+  const leaving = Promise.withResolvers<'fenced' | 'database_lost'>();
   const signals = watchStopSignals(log, () => {
     lifecycle.set('draining', 'shutdown');
     stopping.abort();
@@ -108,6 +109,7 @@ export async function serveGateway(
       await prepareDataDir(config.dataDir);
     }
     database = await openDatabase(config, log, () => rotation.config.databaseUrl);
+    void database.embedded?.lost.then(() => leaving.resolve('database_lost'));
     // Once the embedded cluster exists: its initdb reads a file the package writes with the umask's mode.
     restrictCreatedFileModes();
     if (database.embedded) {
@@ -281,6 +283,14 @@ export async function serveGateway(
     return await finish(log, built, server, database, config, EXIT.failure, coordinator);
   }
   const ended = await Promise.race([signals.stopped.then(() => 'stopped' as const), leaving.promise]);
+  if (ended === 'database_lost') {
+    const lost = new GatewayError(
+      'embedded_database_lost',
+      'the embedded PostgreSQL exited on its own; this gateway stops (start it again to restart its database)',
+    );
+    log.fatal({ code: lost.code }, lost.message);
+    return await finish(log, built, server, database, config, EXIT.failure, coordinator);
+  }
   if (ended === 'fenced') {
     const drainMs = Math.min(config.shutdownTimeoutMs, FENCED_DRAIN_MS);
     log.warn({ drainMs }, 'this worker is fenced alone; it drains and exits for its instance to start a new one');
