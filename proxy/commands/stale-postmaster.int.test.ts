@@ -7,45 +7,12 @@
  */
 import { spawnSync } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
-import net from 'node:net';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { makeTempDir, runCli } from '../../test/support/gateway.ts';
+import { catchPasswords, type PasswordCatcher } from '../../test/support/password-catcher.ts';
 
 const PASSWORD = 'stale-cluster-superuser-password-0123456789';
-
-/** A server on a free loopback port that asks every client for its password in clear text. */
-async function passwordCatcher(): Promise<{ port: number; received: () => string; close(): Promise<void> }> {
-  const chunks: Buffer[] = [];
-  const sockets = new Set<net.Socket>();
-  const server = net.createServer((socket) => {
-    sockets.add(socket);
-    socket.on('error', () => {});
-    socket.on('close', () => sockets.delete(socket));
-    let asked = false;
-    socket.on('data', (chunk: Buffer) => {
-      chunks.push(chunk);
-      if (asked) return;
-      asked = true;
-      // AuthenticationCleartextPassword: 'R', length 8, code 3.
-      const message = Buffer.alloc(9);
-      message.write('R', 0);
-      message.writeInt32BE(8, 1);
-      message.writeInt32BE(3, 5);
-      socket.write(message);
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    port: (server.address() as net.AddressInfo).port,
-    received: () => Buffer.concat(chunks).toString('latin1'),
-    close: () =>
-      new Promise((resolve) => {
-        for (const socket of sockets) socket.destroy();
-        server.close(() => resolve());
-      }),
-  };
-}
 
 /** A data dir whose cluster left a postmaster.pid naming `pid` and `port` (PostgreSQL's layout). */
 async function dataDirWithStalePid(pid: number, port: number): Promise<string> {
@@ -61,7 +28,7 @@ async function dataDirWithStalePid(pid: number, port: number): Promise<string> {
   return dataDir;
 }
 
-let catcher: Awaited<ReturnType<typeof passwordCatcher>> | undefined;
+let catcher: PasswordCatcher | undefined;
 afterEach(async () => {
   await catcher?.close();
   catcher = undefined;
@@ -78,7 +45,7 @@ describe('a postmaster.pid left by a cluster that is not running', () => {
     ['names a process that is not the cluster', () => process.pid],
   ] as const) {
     it(`${what}: admin commands and doctor never send the password to its port`, async () => {
-      catcher = await passwordCatcher();
+      catcher = await catchPasswords();
       const dataDir = await dataDirWithStalePid(pid(), catcher.port);
       const env = { ARKVORY_DATA_DIR: dataDir, ARKVORY_LOG_LEVEL: 'warn' };
 

@@ -5,11 +5,11 @@
  */
 import { watch } from 'node:fs';
 import { readdir, readFile, stat } from 'node:fs/promises';
-import net from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { makeTempDir, startGateway } from '../../test/support/gateway.ts';
+import { catchPasswords } from '../../test/support/password-catcher.ts';
 
 describe('a first start on the embedded default', () => {
   it('hands initdb its password in no file that group or others can reach', async () => {
@@ -59,37 +59,6 @@ describe('the embedded PostgreSQL server process', () => {
   });
 });
 
-/** Listens on 127.0.0.1:`port` once it is free and asks every client for its password in clear text. */
-async function passwordCatcher(port: number, boundMs: number): Promise<{ received: () => string; close(): void }> {
-  const chunks: Buffer[] = [];
-  const server = net.createServer((socket) => {
-    socket.on('error', () => {});
-    let asked = false;
-    socket.on('data', (chunk: Buffer) => {
-      chunks.push(chunk);
-      if (asked) return;
-      asked = true;
-      // AuthenticationCleartextPassword: 'R', length 8, code 3.
-      const message = Buffer.alloc(9);
-      message.write('R', 0);
-      message.writeInt32BE(8, 1);
-      message.writeInt32BE(3, 5);
-      socket.write(message);
-    });
-  });
-  const deadline = performance.now() + boundMs;
-  for (;;) {
-    const bound = await new Promise<boolean>((resolve) => {
-      server.once('error', () => resolve(false));
-      server.listen(port, '127.0.0.1', () => resolve(true));
-    });
-    if (bound) break;
-    expect(performance.now(), `port ${port} did not become free`).toBeLessThan(deadline);
-    await sleep(20);
-  }
-  return { received: () => Buffer.concat(chunks).toString('latin1'), close: () => server.close() };
-}
-
 describe('an embedded PostgreSQL that exits while the gateway runs', () => {
   it('gets the gateway to stop, and its port, taken by another account, never the password', async () => {
     const gw = await startGateway({ timeoutMs: 60_000 });
@@ -104,7 +73,7 @@ describe('an embedded PostgreSQL that exits while the gateway runs', () => {
     expect(await principals()).toBe(200);
     // Killed (the OOM killer, a crash): its port is free for anyone to listen on.
     process.kill(Number(pid), 'SIGKILL');
-    const catcher = await passwordCatcher(Number(port), 10_000);
+    const catcher = await catchPasswords(Number(port), 10_000);
     try {
       // Requests that need the database, while the gateway still answers.
       for (let i = 0; i < 10 && gw.isRunning(); i++) {
@@ -116,7 +85,7 @@ describe('an embedded PostgreSQL that exits while the gateway runs', () => {
       expect(code).toBe(1);
       expect(gw.logs()).toContain('"code":"embedded_database_lost"');
     } finally {
-      catcher.close();
+      await catcher.close();
     }
   });
 });

@@ -1,0 +1,56 @@
+/**
+ * What another local account could run on a port a PostgreSQL client is sent to: a server that asks
+ * every client for its password in clear text (PostgreSQL's AuthenticationCleartextPassword) and
+ * keeps whatever it receives.
+ */
+import net from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+export interface PasswordCatcher {
+  readonly port: number;
+  /** Every byte clients sent, as text. */
+  received(): string;
+  close(): Promise<void>;
+}
+
+/** Listens on 127.0.0.1:`port` (0: a free one), waiting up to `boundMs` for a taken port to be freed. */
+export async function catchPasswords(port = 0, boundMs = 0): Promise<PasswordCatcher> {
+  const chunks: Buffer[] = [];
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((socket) => {
+    sockets.add(socket);
+    socket.on('error', () => {});
+    socket.on('close', () => sockets.delete(socket));
+    let asked = false;
+    socket.on('data', (chunk: Buffer) => {
+      chunks.push(chunk);
+      if (asked) return;
+      asked = true;
+      // AuthenticationCleartextPassword: 'R', length 8, code 3.
+      const message = Buffer.alloc(9);
+      message.write('R', 0);
+      message.writeInt32BE(8, 1);
+      message.writeInt32BE(3, 5);
+      socket.write(message);
+    });
+  });
+  const deadline = performance.now() + boundMs;
+  for (;;) {
+    const bound = await new Promise<boolean>((resolve) => {
+      server.once('error', () => resolve(false));
+      server.listen(port, '127.0.0.1', () => resolve(true));
+    });
+    if (bound) break;
+    if (performance.now() > deadline) throw new Error(`port ${port} did not become free within ${boundMs} ms`);
+    await sleep(20);
+  }
+  return {
+    port: (server.address() as net.AddressInfo).port,
+    received: () => Buffer.concat(chunks).toString('latin1'),
+    close: () =>
+      new Promise((resolve) => {
+        for (const socket of sockets) socket.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
