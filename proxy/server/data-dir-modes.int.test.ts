@@ -7,6 +7,7 @@
 import { spawnSync } from 'node:child_process';
 import { chmod, mkdtemp, readdir, rm } from 'node:fs/promises';
 import path from 'node:path';
+import type pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { processEnv, runProcess } from '../../test/harness/index.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
@@ -54,6 +55,25 @@ function readableByNobody(files: readonly string[]): string[] {
   );
   expect(run.status, run.stderr).toBe(0);
   return run.stdout.split('\n').filter(Boolean);
+}
+
+/** A new repository `private` and one 64 KiB artifact published in it through the gateway at `url`. */
+async function publishOne(url: string, pool: pg.Pool): Promise<void> {
+  await createRepository(pool, 'private');
+  const writer = await createServiceAccount(pool, { grants: { private: 'write' } });
+  const put = await request(`${url}/api/v1/repositories/private/artifacts/secret.bin`, {
+    method: 'PUT',
+    headers: bearer(writer.key),
+    body: randomContent(64 * 1024),
+  });
+  expect(put.status).toBe(201);
+}
+
+/** `root` holds a blob, and no file under it that the `nobody` account can read. */
+async function expectUnreadableByOthers(root: string): Promise<void> {
+  const files = await filesUnder(root);
+  expect(files.some((f) => f.startsWith(path.join(root, 'blobs') + path.sep))).toBe(true);
+  expect(readableByNobody(files)).toEqual([]);
 }
 
 describe('what the gateway and its backup and restore write under a permissive umask', () => {
@@ -132,17 +152,8 @@ describe('what the gateway and its backup and restore write under a permissive u
       env: { ARKVORY_DATABASE_URL: database.url, ARKVORY_WORKERS: '2' },
       wrap: PERMISSIVE_UMASK,
     });
-    await createRepository(database.pool, 'private');
-    const writer = await createServiceAccount(database.pool, { grants: { private: 'write' } });
-    const put = await request(`${gw.url}/api/v1/repositories/private/artifacts/secret.bin`, {
-      method: 'PUT',
-      headers: bearer(writer.key),
-      body: randomContent(64 * 1024),
-    });
-    expect(put.status).toBe(201);
-    const files = await filesUnder(dataDir);
-    expect(files.some((f) => f.startsWith(path.join(dataDir, 'blobs') + path.sep))).toBe(true);
-    expect(readableByNobody(files)).toEqual([]);
+    await publishOne(gw.url, database.pool);
+    await expectUnreadableByOthers(dataDir);
   });
 
   it('the static-HTTP store of deploy/static-store keeps what it is sent from other accounts of its host', async () => {
@@ -151,16 +162,7 @@ describe('what the gateway and its backup and restore write under a permissive u
     const database = await createTestDatabase();
     cleanups.push(database.drop);
     const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: database.url, ARKVORY_STORAGE_URL: store.url } });
-    await createRepository(database.pool, 'private');
-    const writer = await createServiceAccount(database.pool, { grants: { private: 'write' } });
-    const put = await request(`${gw.url}/api/v1/repositories/private/artifacts/secret.bin`, {
-      method: 'PUT',
-      headers: bearer(writer.key),
-      body: randomContent(64 * 1024),
-    });
-    expect(put.status).toBe(201);
-    const files = await filesUnder(store.root);
-    expect(files.some((f) => f.startsWith(path.join(store.root, 'blobs') + path.sep))).toBe(true);
-    expect(readableByNobody(files)).toEqual([]);
+    await publishOne(gw.url, database.pool);
+    await expectUnreadableByOthers(store.root);
   });
 });
