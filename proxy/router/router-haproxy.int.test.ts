@@ -7,17 +7,17 @@
 import { existsSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bearer } from '../../test/support/auth.ts';
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
-import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
-import { makeTempDir, ROOT, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { makeTempDir, ROOT, type GatewayProcess } from '../../test/support/gateway.ts';
+import { startWriterAndReader, type WriterAndReader } from '../../test/support/writer-and-reader.ts';
 import { freeLoopbackPort, startProcess, type ManagedProcess, waitUntil } from '../../test/harness/index.ts';
 
 const HAPROXY = ['/usr/sbin/haproxy', '/usr/bin/haproxy'].find((p) => existsSync(p));
 const CONTENT_ROUTE = '/api/v1/repositories/:repo/artifacts/:id/content';
 
-let db: TestDatabase & { drop(): Promise<void> };
+let gateways: WriterAndReader | undefined;
 let writer: GatewayProcess;
 let reader: GatewayProcess;
 let haproxy: ManagedProcess | undefined;
@@ -40,22 +40,8 @@ async function haproxyConfigFor(writerAddress: string, readerAddress: string, po
 
 beforeAll(async () => {
   if (!HAPROXY) throw new Error('haproxy is not installed; on Debian: apt-get install -y haproxy');
-  db = await createTestDatabase();
-  const dataDir = await makeTempDir();
-  await createRepository(db.pool, 'shared');
-  ({ key } = await createServiceAccount(db.pool, { scopes: ['read'], grants: { shared: 'read' } }));
-  ({ key: writeKey } = await createServiceAccount(db.pool, { scopes: ['read', 'write'], grants: { shared: 'write' } }));
-  const shared = (role: string, slot: number) => ({
-    ARKVORY_DATABASE_URL: db.url,
-    ARKVORY_REDIS_URL: inject('redisUrl'),
-    ARKVORY_ROLE: role,
-    ARKVORY_GATEWAY_SLOTS: '2',
-    ARKVORY_GATEWAY_SLOT: String(slot),
-    ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(512 * 1024 * 1024),
-    ARKVORY_TRUSTED_PROXIES: '127.0.0.1',
-  });
-  writer = await startGateway({ env: shared('api', 0), dataDir, timeoutMs: 90_000 });
-  reader = await startGateway({ env: shared('reader', 1), dataDir, timeoutMs: 90_000 });
+  gateways = await startWriterAndReader();
+  ({ writer, reader, key, writeKey } = gateways);
 
   const dir = await makeTempDir('arkvory-haproxy-');
   const port = await freeLoopbackPort();
@@ -76,8 +62,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await haproxy?.stop('SIGTERM');
-  await Promise.all([writer, reader].filter(Boolean).map((g) => g.stop('SIGTERM')));
-  await db?.drop();
+  await gateways?.stop();
 });
 
 describe('deploy/haproxy/haproxy.cfg with real HAProxy', () => {
