@@ -203,7 +203,7 @@ describe.each(WORKER_COUNTS)('governors over HTTP, %i worker(s)', (workers) => {
       // Losing the lease connection fences the gateway (docs/shared-profile.md, "Leases and fencing").
       const fencedAt = performance.now();
       const killed = await db.pool.query(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'arkvory-api-lease'",
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'arkvory-api-lease'",
       );
       expect(killed.rowCount).toBe(1);
       const answer = await waiting;
