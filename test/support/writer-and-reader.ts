@@ -2,9 +2,10 @@
  * A writer and a reader of the shared profile on one data dir, behind a proxy under test (the
  * shipped nginx and HAProxy examples), with a repository `shared`, a read key and a write key.
  */
-import { inject } from 'vitest';
+import { expect, inject } from 'vitest';
 import { sharedProfileEnv } from '../harness/index.ts';
-import { createRepository, createServiceAccount } from './auth.ts';
+import { bearer, createRepository, createServiceAccount } from './auth.ts';
+import { request } from './content.ts';
 import { createTestDatabase, type TestDatabase } from './database.ts';
 import { makeTempDir, startGateway, type GatewayProcess } from './gateway.ts';
 
@@ -16,6 +17,11 @@ export interface WriterAndReader {
   readonly key: string;
   /** Writes `shared`. */
   readonly writeKey: string;
+  /**
+   * A new artifact published through the proxy at `origin` and a pre-signed link to it, made there
+   * too: its content path, the link's path with its query, and the link's signature.
+   */
+  linkThrough(origin: string): Promise<{ content: string; link: string; signature: string }>;
   stop(): Promise<void>;
 }
 
@@ -48,6 +54,25 @@ export async function startWriterAndReader(): Promise<WriterAndReader> {
     reader,
     key,
     writeKey,
+    async linkThrough(origin) {
+      const artifact = `/api/v1/repositories/shared/artifacts/logged-${Date.now()}.bin`;
+      const put = await request(`${origin}${artifact}`, {
+        method: 'PUT',
+        headers: bearer(writeKey),
+        body: Buffer.from('logged'),
+      });
+      expect(put.status).toBe(201);
+      const made = await request(`${origin}${artifact}/presign`, {
+        method: 'POST',
+        headers: { ...bearer(key), 'content-type': 'application/json' },
+        body: Buffer.from('{}'),
+      });
+      expect(made.status).toBe(201);
+      const link = (JSON.parse(made.body.toString()) as { path: string }).path;
+      const signature = new URL(link, origin).searchParams.get('X-Arkvory-Signature');
+      expect(signature).toBeTruthy();
+      return { content: `${artifact}/content`, link, signature: signature! };
+    },
     async stop() {
       await Promise.all([writer.stop('SIGTERM'), reader.stop('SIGTERM')]);
       await db.drop();
