@@ -12,11 +12,12 @@ import type { LeaseStanding } from '../../policy/lease/coordinator.ts';
 import { Link } from './link.ts';
 import { PolicyHost } from './policy-host.ts';
 
-/** The coordinating process's end of a worker's channel: messages in by `emit`, sends recorded. */
+/** The coordinating process's end of a worker's channel: messages in by `emit`, sends recorded (a batch's one by one). */
 class FakeChannel extends EventEmitter {
   readonly sent: unknown[] = [];
   send(message: unknown, callback: (err: Error | null) => void): boolean {
-    this.sent.push(message);
+    const { arkvory, messages } = message as { arkvory: string; messages?: unknown[] };
+    this.sent.push(...(arkvory === 'batch' ? messages! : [message]));
     callback(null);
     return true;
   }
