@@ -113,7 +113,7 @@ export const VARIABLES: readonly VariableSpec[] = [
   {
     name: 'ARKVORY_METRICS_PORT',
     kind: { type: 'int', min: 1, max: 65535 },
-    doc: 'Serve `/metrics` on this port on 127.0.0.1 only, instead of the main port. Unset: `/metrics` on the main port. Router: its own metrics are served only here (the main port proxies `/metrics` to the writer).',
+    doc: "Serve `/metrics` on this port on 127.0.0.1 only, instead of the main port. Unset: `/metrics` on the main port. Router: its own metrics are served only here (the main port proxies `/metrics` to the writer). Rules service: its listener's metrics (connections, the served certificate) are served only here (docs/metrics.md).",
   },
   {
     name: 'ARKVORY_SHUTDOWN_TIMEOUT_SECONDS',

@@ -22,6 +22,18 @@ const TRACE_SPAN_METRICS = [
   'arkvory_trace_spans_dropped_total',
   'arkvory_trace_spans_pending',
 ];
+/** The gateway table's families the router's listener shares: its front door and served certificate. */
+const LISTENER_METRICS = [
+  'arkvory_http_open_connections',
+  'arkvory_http_max_connections',
+  'arkvory_http_connections_refused_total',
+  'arkvory_http_idle_connections_closed_total',
+  'arkvory_http_client_timeouts_total',
+  'arkvory_http2_open_sessions',
+  'arkvory_http2_sessions_total',
+  'arkvory_tls_certificate_expiry_timestamp_seconds',
+  'arkvory_tls_reload_failures_total',
+];
 
 let upstream: http.Server;
 let upstreamUrl: string;
@@ -265,8 +277,9 @@ describe('router: requests it cannot forward', () => {
     }
     for (const kind of CLIENT_FAULT_KINDS) expect(doc).toContain(`\`${kind}\``);
     // The span export counts too, zero with tracing off (the gateway table documents them).
-    for (const name of TRACE_SPAN_METRICS) {
-      expect(doc).toContain(`\`${name}\``);
+    for (const name of [...TRACE_SPAN_METRICS, ...LISTENER_METRICS]) {
+      // The HTTP/2 families are named together there (the gateway table lists each).
+      expect(doc).toContain(name.startsWith('arkvory_http2_') ? '`arkvory_http2_*`' : `\`${name}\``);
       expect(text).toContain(`# TYPE ${name} ${name.endsWith('_total') ? 'counter' : 'gauge'}`);
     }
     expect(text).toMatch(/^arkvory_trace_spans_dropped_total\{reason="export_failed"\} 0$/m);

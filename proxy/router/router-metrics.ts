@@ -7,7 +7,9 @@
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { MetricsServer } from '../metrics/metrics-endpoint.ts';
+import type { TlsStatus } from '../metrics/tls-metrics.ts';
 import type { TracingStatus } from '../metrics/tracing-metrics.ts';
+import type { FrontDoorCounters } from '../server/front-door.ts';
 import type { BackendPool } from './backend-pool.ts';
 import { CLIENT_FAULT_KINDS, type ClientFaultKind } from './forwardable.ts';
 import { OVERLOAD_REASONS, RETRY_REASONS, type RouterStats } from './router-stats.ts';
@@ -46,11 +48,17 @@ export interface RouterSources {
   pool: BackendPool;
   stats: RouterStats;
   tracing: TracingStatus | undefined;
+  /** The client listener's connections, timeouts and HTTP/2 counts (the gateway's `arkvory_http_*connections*`, `arkvory_http2_*`). */
+  frontDoor: { counters(): FrontDoorCounters };
+  /** The served certificate (`arkvory_tls_*`); undefined on plain HTTP. */
+  tls: TlsStatus | undefined;
 }
 
 /**
- * The loopback `/metrics` server of a router: its counts read at scrape time, the span export counts
- * (`arkvory_trace_spans_*`, as on a gateway; zero with tracing off), plus process metrics.
+ * The loopback `/metrics` server of a router: its counts read at scrape time, and families of the
+ * gateway's table for what the router shares with it: the span export counts (`arkvory_trace_spans_*`;
+ * zero with tracing off), the front door's connections and HTTP/2 streams, the served certificate;
+ * plus process metrics.
  */
 export async function startRouterMetricsServer(
   port: number,
@@ -70,12 +78,19 @@ export async function startRouterMetricsServer(
 
 /** The router's families and process metrics (a router worker's, summed by its coordinating process). */
 export async function createRouterRegistry(sources: RouterSources): Promise<Registry> {
-  const [{ Counter, Gauge, Registry, collectDefaultMetrics }, { ROUTER_METRICS }, { registerTracingMetrics }] =
-    await Promise.all([
-      import('prom-client'),
-      import('../metrics/catalogue.ts'),
-      import('../metrics/tracing-metrics.ts'),
-    ]);
+  const [
+    { Counter, Gauge, Registry, collectDefaultMetrics },
+    { ROUTER_METRICS },
+    { registerTracingMetrics },
+    { registerFrontDoorMetrics },
+    { registerTlsMetrics },
+  ] = await Promise.all([
+    import('prom-client'),
+    import('../metrics/catalogue.ts'),
+    import('../metrics/tracing-metrics.ts'),
+    import('../metrics/front-door-metrics.ts'),
+    import('../metrics/tls-metrics.ts'),
+  ]);
   const specOf = (name: (typeof ROUTER_METRICS)[number]['name']) => ROUTER_METRICS.find((m) => m.name === name)!;
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
@@ -144,5 +159,7 @@ export async function createRouterRegistry(sources: RouterSources): Promise<Regi
     },
   });
   registerTracingMetrics(registry, sources.tracing);
+  registerFrontDoorMetrics(registry, sources.frontDoor);
+  registerTlsMetrics(registry, sources.tls);
   return registry;
 }

@@ -133,7 +133,7 @@ export async function runRouter(
     await monitor.runRound();
     monitor.start();
     if (config.metrics.port !== undefined) {
-      const sources = { tally, pool, stats, tracing };
+      const sources = { tally, pool, stats, tracing, frontDoor: server.frontDoor, tls };
       // A worker's families are summed by its coordinating process, which serves the metrics port.
       if (instance) {
         const registry = await createRouterRegistry(sources);

@@ -27,6 +27,8 @@ import { loadRuleFiles } from '../gates/rate-limit-rule-files.ts';
 import { rulesServiceRoutes } from './rules-service-routes.ts';
 import { schemeOf } from '../server/listener.ts';
 import { openListenerTls, type ServedTls } from '../tls/served-tls.ts';
+import type { MetricsServer } from '../metrics/metrics-endpoint.ts';
+import { startRulesServiceMetricsServer } from './rules-service-metrics.ts';
 
 const EXIT_OK = 0;
 const EXIT_FAILURE = 1;
@@ -61,6 +63,7 @@ export async function runRulesService(
   let server: ReturnType<typeof createGatewayServer> | undefined;
   let code = EXIT_OK;
   let tls: ServedTls | undefined;
+  let metricsServer: MetricsServer | undefined;
   try {
     await checkDatabasePrivileges(config, pool, log);
     tls = await openListenerTls(config.tls, { clock: systemClock, log: log.child({ component: 'tls' }) });
@@ -93,6 +96,12 @@ export async function runRulesService(
         trusted: createTrustedProxies(config.trustedProxies),
       }),
     });
+    if (config.metrics.port !== undefined)
+      metricsServer = await startRulesServiceMetricsServer(
+        config.metrics.port,
+        { frontDoor: server.frontDoor, tls },
+        log.child({ component: 'metrics' }),
+      );
     const address = await server.listen(config.port, config.host);
     tls?.start();
     await rotation.start();
@@ -117,6 +126,7 @@ export async function runRulesService(
   } catch (err) {
     log.error({ err }, 'shutdown step failed');
   }
+  await metricsServer?.close();
   tls?.close();
   rotation.close();
   if (authStarted) await auth.stop().catch(() => {});

@@ -11,6 +11,7 @@ import { readFile, writeFile } from 'node:fs/promises';
 import https from 'node:https';
 import path from 'node:path';
 import type { TLSSocket } from 'node:tls';
+import { X509Certificate } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -345,6 +346,58 @@ describe('certificate reload', () => {
     await writeFile(certFile, server.certPem);
     await writeFile(keyFile, server.keyPem);
   });
+
+  it('the router and the rules service give their certificate and failed reloads on ARKVORY_METRICS_PORT', async () => {
+    const notAfter = (pem: string) => Math.floor(new X509Certificate(pem).validToDate.getTime() / 1000);
+    for (const [role, extra] of [
+      [
+        'router',
+        { ARKVORY_ROUTER_BACKENDS: 'http://127.0.0.1:9', ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: '60000' },
+      ],
+      ['rules-service', { ARKVORY_DATABASE_URL: db.url }],
+    ] as const) {
+      // Files of its own: breaking them must not touch the other tests' pair.
+      const ownCert = path.join(dir, `${role}.crt`);
+      const ownKey = path.join(dir, `${role}.key`);
+      await writeFile(ownCert, server.certPem);
+      await writeFile(ownKey, server.keyPem);
+      const metricsPort = await freeLoopbackPort();
+      const proc = await startGateway({
+        env: {
+          ARKVORY_ROLE: role,
+          ARKVORY_TLS_CERT_FILE: ownCert,
+          ARKVORY_TLS_KEY_FILE: ownKey,
+          ARKVORY_METRICS_PORT: String(metricsPort),
+          ...extra,
+        },
+        waitFor: 'none',
+      });
+      const scrape = async () => (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+      await waitUntil(async () => (await scrape()).includes('arkvory_tls_certificate_expiry_timestamp_seconds{'), {
+        what: `the ${role}'s metrics port`,
+        timeoutMs: 45_000,
+        intervalMs: 100,
+        retryOnError: true,
+        process: proc,
+      });
+      const before = await scrape();
+      expect(before).toContain(
+        `arkvory_tls_certificate_expiry_timestamp_seconds{serial="${server.serial}"} ${notAfter(server.certPem)}`,
+      );
+      expect(before).toMatch(/^arkvory_tls_reload_failures_total 0$/m);
+      expect(before).toMatch(/^arkvory_http_open_connections \d+$/m);
+      expect(before).toMatch(/^arkvory_http2_sessions_total \d+$/m);
+      // A broken key: the old pair stays served, and the failure is counted where an alert sees it.
+      await replaceFileAtomically(ownKey, 'not a key\n');
+      await waitUntil(async () => /^arkvory_tls_reload_failures_total 1$/m.test(await scrape()), {
+        what: `the ${role}'s failed reload to be counted`,
+        timeoutMs: 15_000,
+        intervalMs: 100,
+      });
+      expect(await scrape()).toContain(`arkvory_tls_certificate_expiry_timestamp_seconds{serial="${server.serial}"}`);
+      await proc.stop();
+    }
+  }, 150_000);
 
   it('rotation under load: 1,000 requests over 20 s, files swapped twice, zero failures, new handshakes see the new serial', async () => {
     const gw = await startTlsGateway(tlsEnv());
