@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { banKey, canonicalIp, formatIpv6, ipv6Groups } from './ip-address.ts';
+import { addressKey, canonicalIp, formatIpv6, ipv6Groups } from './ip-address.ts';
 
 describe('canonicalIp', () => {
   it.each([
@@ -36,17 +36,17 @@ describe('canonicalIp', () => {
   });
 });
 
-describe('banKey', () => {
+describe('addressKey', () => {
   it('keys IPv4 by the address and IPv6 by its prefix, every spelling alike', () => {
-    expect(banKey('1.2.3.4', 64)).toBe('1.2.3.4');
-    expect(banKey('::ffff:1.2.3.4', 64)).toBe('1.2.3.4');
-    expect(banKey('2001:db8:1:2:aaaa:bbbb:cccc:dddd', 64)).toBe('2001:db8:1:2::/64');
-    expect(banKey('2001:0DB8:0001:0002::7', 64)).toBe('2001:db8:1:2::/64');
-    expect(banKey('2001:db8:1:3::7', 64)).toBe('2001:db8:1:3::/64');
-    expect(banKey('2001:db8:1:2:aaaa::1', 56)).toBe('2001:db8:1::/56');
-    expect(banKey('2001:db8:1:2ff::1', 56)).toBe('2001:db8:1:200::/56');
-    expect(banKey('2001:db8:1:2::7', 128)).toBe('2001:db8:1:2::7');
-    expect(banKey('2001:db8:1:2::7', 0)).toBe('::/0');
-    expect(banKey('not an address', 64)).toBeUndefined();
+    expect(addressKey('1.2.3.4', 64)).toBe('1.2.3.4');
+    expect(addressKey('::ffff:1.2.3.4', 64)).toBe('1.2.3.4');
+    expect(addressKey('2001:db8:1:2:aaaa:bbbb:cccc:dddd', 64)).toBe('2001:db8:1:2::/64');
+    expect(addressKey('2001:0DB8:0001:0002::7', 64)).toBe('2001:db8:1:2::/64');
+    expect(addressKey('2001:db8:1:3::7', 64)).toBe('2001:db8:1:3::/64');
+    expect(addressKey('2001:db8:1:2:aaaa::1', 56)).toBe('2001:db8:1::/56');
+    expect(addressKey('2001:db8:1:2ff::1', 56)).toBe('2001:db8:1:200::/56');
+    expect(addressKey('2001:db8:1:2::7', 128)).toBe('2001:db8:1:2::7');
+    expect(addressKey('2001:db8:1:2::7', 0)).toBe('::/0');
+    expect(addressKey('not an address', 64)).toBeUndefined();
   });
 });

@@ -1,7 +1,7 @@
 /**
  * IP address text, pure: one canonical spelling per address (so a ban on an address is a ban on
- * every way of writing it) and the IPv6 prefix a ban is keyed by (one host usually owns a whole
- * /64, so banning single IPv6 addresses bans nothing).
+ * every way of writing it) and the IPv6 prefix per-address counters and bans are keyed by (one host
+ * usually owns a whole /64, so counting or banning single IPv6 addresses limits nothing).
  *
  * Canonical text: IPv4 dotted decimal; IPv6 as RFC 5952 says (lower case, no leading zeros in a
  * group, the longest run of two or more zero groups compressed to `::`, the first on a tie); an
@@ -73,10 +73,11 @@ export function canonicalIp(text: string): string | undefined {
 }
 
 /**
- * What a ban is keyed by: an IPv4 address itself; an IPv6 address's first `ipv6PrefixLength` bits
- * as a CIDR block (`2001:db8:1:2::/64`), or the address itself at 128. Undefined for a non-address.
+ * What per-address rate-limit counters and bans are keyed by: an IPv4 address (an IPv4-mapped IPv6
+ * one too) itself; an IPv6 address's first `ipv6PrefixLength` bits as a CIDR block
+ * (`2001:db8:1:2::/64`), or the address itself at 128. Undefined for a non-address.
  */
-export function banKey(text: string, ipv6PrefixLength: number): string | undefined {
+export function addressKey(text: string, ipv6PrefixLength: number): string | undefined {
   const canonical = canonicalIp(text);
   if (canonical === undefined || isIP(canonical) === 4 || ipv6PrefixLength >= 128) return canonical;
   const groups = ipv6Groups(canonical)!;

@@ -104,6 +104,7 @@ export function buildConfig(v: VariableValues, derived: Derived, cwd: string): C
     advertiseUrl,
     trustedProxies,
     banIpv6PrefixLength: v.num('ARKVORY_BAN_IPV6_PREFIX_LENGTH'),
+    rateLimitIpv6PrefixLength: v.num('ARKVORY_RATE_LIMIT_IPV6_PREFIX_LENGTH'),
     router: {
       backends: routerBackends,
       probeIntervalMs: v.num('ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS'),

@@ -69,6 +69,8 @@ export interface Config {
   readonly trustedProxies: readonly string[];
   /** ARKVORY_BAN_IPV6_PREFIX_LENGTH: the IPv6 prefix an `auth_failure` ban covers. */
   readonly banIpv6PrefixLength: number;
+  /** ARKVORY_RATE_LIMIT_IPV6_PREFIX_LENGTH: the IPv6 prefix the `ip` of request and transfer rate limits is. */
+  readonly rateLimitIpv6PrefixLength: number;
   readonly router: {
     /** Static gateways, writer first; undefined = discovered from the leases. */
     readonly backends: readonly string[] | undefined;

@@ -316,6 +316,12 @@ export const VARIABLES: readonly VariableSpec[] = [
     doc: 'How much of an IPv6 client address the `auth_failure` ban is keyed by (one host usually owns a whole /64); 128 = the exact address. IPv4 addresses are keyed whole.',
   },
   {
+    name: 'ARKVORY_RATE_LIMIT_IPV6_PREFIX_LENGTH',
+    kind: { type: 'int', min: 1, max: 128 },
+    defaultValue: '64',
+    doc: 'How much of an IPv6 client address the `ip` of the `gateway_request` and `transfer_bytes` rate limits is (`2001:db8:1:2::/64`: one host usually owns a whole /64 and could otherwise walk through 2^64 addresses past every per-address limit); 128 = the exact address. IPv4 addresses, IPv4-mapped IPv6 ones too, are keyed whole. Logs and the audit keep the full address.',
+  },
+  {
     name: 'ARKVORY_ROUTER_BACKENDS',
     kind: { type: 'string' },
     doc: 'Router: a static list of gateway origins, comma-separated, the writer first. Unset: discovered from the live leases (needs ARKVORY_DATABASE_URL).',

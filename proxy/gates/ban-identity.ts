@@ -18,7 +18,7 @@
  *    and `arkvory doctor` can say which address to trust.
  */
 import type { IncomingHttpHeaders } from 'node:http';
-import { banKey } from '../../lib/ip-address.ts';
+import { addressKey } from '../../lib/ip-address.ts';
 import { clientAddressAlong, forwardingHops, normalizeAddress, type TrustedProxies } from '../router/forwarded.ts';
 
 export interface BanIdentity {
@@ -54,7 +54,7 @@ function peerOf(remoteAddress: string | undefined, trusted: TrustedProxies, ipv6
     address,
     isTrusted: trusted.isTrusted(address),
     direct: {
-      key: banKey(address, ipv6PrefixLength) ?? address,
+      key: addressKey(address, ipv6PrefixLength) ?? address,
       untrustedForwarder: undefined,
       forwarderKey: undefined,
     },
@@ -70,7 +70,7 @@ function identify(
 ): BanIdentity {
   const hops = forwardingHops(headers);
   if (hops === undefined) return peer.direct;
-  const keyOf = (address: string) => banKey(address, ipv6PrefixLength) ?? address;
+  const keyOf = (address: string) => addressKey(address, ipv6PrefixLength) ?? address;
   if (peer.isTrusted) {
     const client = clientAddressAlong(remoteAddress, hops, trusted);
     return {

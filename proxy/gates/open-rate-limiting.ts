@@ -146,7 +146,13 @@ export async function openRateLimiting(
     authFailure,
     transferBytes,
     counters: store.kind,
-    gate: createRateLimitGate({ request, transferBytes, clock, trusted }),
+    gate: createRateLimitGate({
+      request,
+      transferBytes,
+      clock,
+      trusted,
+      ipv6PrefixLength: config.rateLimitIpv6PrefixLength,
+    }),
     guardAuth: (authGate) =>
       guardAuthGate(authGate, authFailure, clock, trusted, {
         ipv6PrefixLength: config.banIpv6PrefixLength,

@@ -16,7 +16,7 @@ import { isPromise } from '../../lib/maybe-promise.ts';
 import { carriesLink } from './auth-gate.ts';
 import type { TrustedProxies } from '../router/forwarded.ts';
 import { BanIdentities, FORWARDER_SHARE } from './ban-identity.ts';
-import { NO_TRUSTED_PROXIES, requestIdentifier } from './request-identity.ts';
+import { DEFAULT_IPV6_PREFIX_LENGTH, NO_TRUSTED_PROXIES, requestIdentifier } from './request-identity.ts';
 
 /**
  * IETF RateLimit header fields (draft-ietf-httpapi-ratelimit-headers): `RateLimit-Policy` names the
@@ -86,9 +86,12 @@ export function createRateLimitGate(deps: {
   transferBytes: Limiter;
   clock: Clock;
   trusted?: TrustedProxies;
+  /** How much of an IPv6 client address its `ip` is (ARKVORY_RATE_LIMIT_IPV6_PREFIX_LENGTH). */
+  ipv6PrefixLength?: number;
 }): Gate {
   const { request, transferBytes, clock } = deps;
   const trusted = deps.trusted ?? NO_TRUSTED_PROXIES;
+  const ipv6PrefixLength = deps.ipv6PrefixLength ?? DEFAULT_IPV6_PREFIX_LENGTH;
   // Per rule: once a shadow rule is exceeded, every request it matches exceeds it again.
   const shadowLines = new LogBudget(SHADOW_LINES);
   const counted = (ctx: RequestContext, identifier: Identifier, result: RateLimitResult): undefined | Promise<void> => {
@@ -129,7 +132,7 @@ export function createRateLimitGate(deps: {
     });
   };
   return (ctx) => {
-    const identifier = requestIdentifier(ctx, trusted);
+    const identifier = requestIdentifier(ctx, trusted, ipv6PrefixLength);
     const result = request.checkNow(identifier);
     return isPromise(result) ? result.then((r) => counted(ctx, identifier, r)) : counted(ctx, identifier, result);
   };

@@ -96,6 +96,29 @@ describe('rate limiting over HTTP (real gateway process)', () => {
     expect(await gw.stop()).toBe(0);
   });
 
+  it('counts an IPv6 client by its /64 and an IPv4-mapped one as its IPv4 address', async () => {
+    const gw = await startGateway({
+      env: {
+        ...redisEnv(),
+        ARKVORY_TRUSTED_PROXIES: '127.0.0.2',
+        ARKVORY_RATE_LIMITS_FILE: await rulesFile(HEALTH_LIVE_LIMIT),
+      },
+    });
+    const as = (client: string) => statusFrom('127.0.0.2', `${gw.url}/health/live`, { 'x-forwarded-for': client });
+    // Three addresses of 2001:db8:1:2::/64, one request each: one client, over its limit of 2.
+    expect(await as('2001:db8:1:2::1')).toBe(200);
+    expect(await as('2001:db8:1:2:aaaa:bbbb:cccc:dddd')).toBe(200);
+    expect(await as('2001:db8:1:2::3')).toBe(429);
+    expect(await as('2001:db8:1:3::1')).toBe(200);
+    expect(await as('198.51.100.7')).toBe(200);
+    expect(await as('::ffff:198.51.100.7')).toBe(200);
+    expect(await as('::ffff:c633:6407')).toBe(429);
+    const keys = await redis.client.keys(`${redis.prefix}g${n}:rl:gateway_request:*`);
+    const ipOf = (key: string) => decodeURIComponent(/\|ip=([^}]*)\}/.exec(key)?.[1] ?? '');
+    expect(new Set(keys.map(ipOf))).toEqual(new Set(['2001:db8:1:2::/64', '2001:db8:1:3::/64', '198.51.100.7']));
+    expect(await gw.stop()).toBe(0);
+  });
+
   it('a shadow rule exceeded by 100 requests: all answered, 5 lines', async () => {
     const shadow = HEALTH_LIVE_LIMIT.replace('name: health_live_by_ip', 'name: health_live_shadow')
       .replace('action: limit', 'action: log')

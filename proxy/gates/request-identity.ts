@@ -1,7 +1,9 @@
 /**
  * Who and what a request is, in rate-limit terms: the client address (through trusted proxies), the
- * request type, and the `gateway_request` identifier.
+ * key per-address limits count it by (an IPv6 client by its prefix), the request type, and the
+ * `gateway_request` identifier.
  */
+import { addressKey } from '../../lib/ip-address.ts';
 import { ANONYMOUS, type Identifier } from '../../policy/rate-limit/index.ts';
 import type { RequestContext } from '../server/route-types.ts';
 import { clientAddress, createTrustedProxies, normalizeAddress, type TrustedProxies } from '../router/forwarded.ts';
@@ -36,6 +38,35 @@ export function clientIp(ctx: RequestContext, trusted: TrustedProxies = NO_TRUST
   return peerAddress(ctx.req.socket.remoteAddress);
 }
 
+/** The IPv6 prefix length per-address limits use unless told (ARKVORY_RATE_LIMIT_IPV6_PREFIX_LENGTH). */
+export const DEFAULT_IPV6_PREFIX_LENGTH = 64;
+
+/** Keys remembered by `clientKey`; past this many the memo starts afresh. */
+const MAX_KEYS = 4096;
+const keys = new Map<string, string>();
+
+/**
+ * What per-address limits count a client by: its address, IPv6 by its first `ipv6PrefixLength`
+ * bits (lib/ip-address.ts, `addressKey`). One host usually holds a whole IPv6 /64 (SLAAC, privacy
+ * addresses): keyed by its full address, it would walk past every per-address limit by changing
+ * address. A bounded memo: a keep-alive client or a router's clients ask again and again.
+ */
+export function clientKey(
+  ctx: RequestContext,
+  trusted: TrustedProxies = NO_TRUSTED_PROXIES,
+  ipv6PrefixLength = DEFAULT_IPV6_PREFIX_LENGTH,
+): string {
+  const ip = clientIp(ctx, trusted);
+  const memo = `${ipv6PrefixLength}/${ip}`;
+  let key = keys.get(memo);
+  if (key === undefined) {
+    if (keys.size >= MAX_KEYS) keys.clear();
+    key = addressKey(ip, ipv6PrefixLength) ?? ip;
+    keys.set(memo, key);
+  }
+  return key;
+}
+
 export function requestType(
   ctx: Pick<RequestContext, 'route' | 'access' | 'req'>,
 ): 'read' | 'write' | 'admin' | 'health' {
@@ -45,11 +76,18 @@ export function requestType(
   return method === 'GET' || method === 'HEAD' || method === 'OPTIONS' ? 'read' : 'write';
 }
 
-/** The `gateway_request` identifier: exactly the properties declared in available_limiters.yaml. */
-export function requestIdentifier(ctx: RequestContext, trusted: TrustedProxies = NO_TRUSTED_PROXIES): Identifier {
+/**
+ * The `gateway_request` identifier: exactly the properties declared in available_limiters.yaml;
+ * its `ip` is the client's key (`clientKey`), not its full address.
+ */
+export function requestIdentifier(
+  ctx: RequestContext,
+  trusted: TrustedProxies = NO_TRUSTED_PROXIES,
+  ipv6PrefixLength = DEFAULT_IPV6_PREFIX_LENGTH,
+): Identifier {
   return {
     principal: ctx.principal?.id ?? ANONYMOUS,
-    ip: clientIp(ctx, trusted),
+    ip: clientKey(ctx, trusted, ipv6PrefixLength),
     method: ctx.req.method ?? 'GET',
     repository: ctx.params.repo,
     route: ctx.route,
