@@ -108,6 +108,8 @@ async function main(): Promise<void> {
       ARKVORY_MAX_UPLOAD_BYTES: String(BIG_BYTES * 2),
       ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: String(CONCURRENCY * 2),
       ARKVORY_RATE_LIMITS_FILE: path.join(work, 'rules.yaml'),
+      // The router, the bare proxy and nginx are on loopback: listed, as the shipped examples list theirs.
+      ARKVORY_TRUSTED_PROXIES: '127.0.0.1',
       ...BENCH_NODE_OPTIONS,
     });
     const [key] = gateway.keys as [string];

@@ -4,7 +4,7 @@
  * reader's list and skips what depends on a variable whose own value already failed.
  */
 import { parseBackendList, parseOrigin } from '../router/backend-url.ts';
-import { LOOPBACK_PROXIES, parseTrustedProxies } from '../router/forwarded.ts';
+import { parseTrustedProxies } from '../router/forwarded.ts';
 import { parseS3Url, S3_MAX_MULTIPART_BYTES } from '../../storage-adapter/s3/s3-location.ts';
 import { parseRedisTarget } from '../../policy/rate-limit/redis-target.ts';
 import type { Config, S3Config } from './types.ts';
@@ -172,11 +172,11 @@ export function checkEndpoints(
         `ARKVORY_REDIS_KEY_PREFIX: must not contain { or } with a Redis Cluster (keys carry their own hash tags), got ${JSON.stringify(v.str('ARKVORY_REDIS_KEY_PREFIX'))}`,
       );
   }
+  // Unset: nobody, in every role. A peer is trusted to name the client only when listed: loopback is
+  // not a proxy by itself (any local process, SSH or kubectl port-forward, a TCP tunnel or TLS
+  // terminator passes a client's own X-Forwarded-For on from there).
   const trusted = parseTrustedProxies(v.optStr('ARKVORY_TRUSTED_PROXIES'));
-  // Unset: a gateway trusts its own host (a router or nginx beside it); the router, the edge, trusts nobody.
-  if (trusted.ok)
-    trustedProxies =
-      v.optStr('ARKVORY_TRUSTED_PROXIES') === undefined && role !== 'router' ? [...LOOPBACK_PROXIES] : trusted.value;
+  if (trusted.ok) trustedProxies = trusted.value;
   else v.problems.push(`ARKVORY_TRUSTED_PROXIES: ${trusted.problem}`);
   const backends = v.optStr('ARKVORY_ROUTER_BACKENDS');
   if (backends !== undefined) {

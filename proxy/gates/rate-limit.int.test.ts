@@ -96,6 +96,19 @@ describe('rate limiting over HTTP (real gateway process)', () => {
     expect(await gw.stop()).toBe(0);
   });
 
+  it('by default trusts no proxy: a loopback client naming a new X-Forwarded-For each time is still counted as itself', async () => {
+    const gw = await startGateway({
+      env: { ...redisEnv(), ARKVORY_RATE_LIMITS_FILE: await rulesFile(HEALTH_LIVE_LIMIT) },
+    });
+    const forged = (client: string) =>
+      statusFrom('127.0.0.1', `${gw.url}/health/live`, { 'x-forwarded-for': client, forwarded: `for=${client}` });
+    expect(await forged('198.51.100.1')).toBe(200);
+    expect(await forged('198.51.100.2')).toBe(200);
+    expect(await forged('198.51.100.3')).toBe(429);
+    expect(await statusFrom('127.0.0.3', `${gw.url}/health/live`, {})).toBe(200);
+    expect(await gw.stop()).toBe(0);
+  });
+
   it('counts an IPv6 client by its /64 and an IPv4-mapped one as its IPv4 address', async () => {
     const gw = await startGateway({
       env: {

@@ -20,9 +20,6 @@ export interface TrustedProxies {
 
 const NONE: TrustedProxies = { entries: [], isTrusted: () => false };
 
-/** What a gateway trusts when ARKVORY_TRUSTED_PROXIES is unset: its own host (docs/router.md). */
-export const LOOPBACK_PROXIES = ['127.0.0.1', '::1'] as const;
-
 /**
  * The canonical text of an address (lib/ip-address.ts: `::ffff:10.0.0.1` → `10.0.0.1`,
  * `2001:DB8:0::1` → `2001:db8::1`), also from `[::1]`, `[::1]:80`, `10.0.0.1:5000` or a quoted

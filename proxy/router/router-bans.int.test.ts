@@ -1,10 +1,11 @@
 /**
  * Bans and headers behind a router (issue #35), with real gateway and router processes on loopback
  * and clients bound to their own loopback addresses (127.0.0.2, 127.0.0.3, …; Linux routes all of
- * 127/8): one client's failed keys through the router never lock out another, with the default
- * settings, with a gateway that does not trust the router, and behind a trusted proxy that sends
- * `Forwarded` alone; a direct client naming a new X-Forwarded-For with each bad key is banned all
- * the same; IPv6 clients are banned by prefix and by canonical address; the ban lines a peer forging X-Forwarded-For can mint are bounded; two
+ * 127/8): one client's failed keys through the router never lock out another, with the router
+ * listed in ARKVORY_TRUSTED_PROXIES, with the default (no proxy trusted, loopback included), and
+ * behind a trusted proxy that sends `Forwarded` alone; a direct client naming a new
+ * X-Forwarded-For with each bad key is banned all the same, and a local client cannot get another
+ * address banned by naming it; IPv6 clients are banned by prefix and by canonical address; the ban lines a peer forging X-Forwarded-For can mint are bounded; two
  * Authorization headers are refused by gateway and router alike; every answer carries
  * `X-Content-Type-Options: nosniff`.
  */
@@ -65,9 +66,9 @@ const badKey = (keyId: string) => `ark_${keyId}_${'A'.repeat(43)}`;
 const oneMinute = () => roomInWindow(60_000, 10_000);
 
 describe('no lockout through the router', () => {
-  it('with the default settings: 25 bad keys from client A ban A only; client B still gets 200', async () => {
+  it('with the router listed: 25 bad keys from client A ban A only; client B still gets 200', async () => {
     const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
-    const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_TRUSTED_PROXIES: '127.0.0.1' } });
     const router = await startRouter(writer);
     const get = (address: string, key: string) => from(address, `${router.url}${ADMIN_PATH}`, bearer(key));
     const statuses: number[] = [];
@@ -81,13 +82,13 @@ describe('no lockout through the router', () => {
     expect((await get('127.0.0.2', admin.key)).status).toBe(429);
     const bans = writer.logLines().filter((l) => l.msg === 'address banned after failed authentications');
     expect(bans.map((l) => l.ip)).toEqual(['127.0.0.2']);
-    // The router is on loopback: trusted by default, so nothing to warn about.
+    // The router is listed: nothing to warn about.
     expect(writer.logLines().filter((l) => l.code === 'untrusted_forwarder')).toEqual([]);
   });
 
-  it('a gateway that does not trust the router keys bans per router and client, warns once, and doctor reports it', async () => {
+  it('a gateway that does not trust the router (the default, even on one host) keys bans per router and client, warns once, and doctor reports it', async () => {
     const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
-    const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_TRUSTED_PROXIES: 'none' };
+    const env = { ARKVORY_DATABASE_URL: db.url };
     const writer = await startGateway({ env });
     const router = await startRouter(writer);
     const get = (address: string, key: string) => from(address, `${router.url}${ADMIN_PATH}`, bearer(key));
@@ -105,9 +106,32 @@ describe('no lockout through the router', () => {
     expect(doctor.stdout).toMatch(
       /^FAIL proxies: 127\.0\.0\.1 sent X-Forwarded-For\/Forwarded .*not in ARKVORY_TRUSTED_PROXIES \(none\)/m,
     );
-    // With the router trusted (the default on one host), doctor has nothing to report.
-    const trusted = await runCli(['doctor'], { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: writer.dataDir });
+    // With the router listed, doctor has nothing to report.
+    const trusted = await runCli(['doctor'], {
+      ...env,
+      ARKVORY_TRUSTED_PROXIES: '127.0.0.1',
+      ARKVORY_DATA_DIR: writer.dataDir,
+    });
     expect(trusted.stdout).toMatch(/^ok {3}proxies: no untrusted peer/m);
+  });
+});
+
+describe('a local client that is no configured proxy (the default trusts none, loopback included)', () => {
+  it('cannot get the address it names in X-Forwarded-For or Forwarded banned: that address still gets 200', async () => {
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
+    const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const forged = (headers: Record<string, string>, key: string) =>
+      from('127.0.0.1', `${writer.url}${ADMIN_PATH}`, { ...bearer(key), ...headers });
+    await oneMinute();
+    for (let i = 0; i < 21; i++)
+      expect((await forged({ 'x-forwarded-for': '127.0.0.21' }, badKey(admin.keyId))).status).toBe(401);
+    for (let i = 0; i < 21; i++)
+      expect((await forged({ forwarded: 'for=127.0.0.22' }, badKey(admin.keyId))).status).toBe(401);
+    // The victims, reaching the gateway themselves, are not banned.
+    for (const victim of ['127.0.0.21', '127.0.0.22'])
+      expect((await from(victim, `${writer.url}${ADMIN_PATH}`, bearer(admin.key))).status, victim).toBe(200);
+    const bans = writer.logLines().filter((l) => l.msg === 'address banned after failed authentications');
+    expect(bans.map((l) => l.ip)).toEqual(['by=127.0.0.1;for=127.0.0.21', 'by=127.0.0.1;for=127.0.0.22']);
   });
 });
 
@@ -163,7 +187,7 @@ describe('a client naming a new X-Forwarded-For with each bad key', () => {
 
   it('through a trusted router: 9 clients failing 20 times each (180 failures) ban nobody, and the router keeps serving', async () => {
     const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
-    const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_TRUSTED_PROXIES: '127.0.0.1' } });
     const router = await startRouter(writer);
     const get = (address: string, key: string) => from(address, `${router.url}${ADMIN_PATH}`, bearer(key));
     const clients = Array.from({ length: 9 }, (_, i) => `127.0.0.${i + 11}`);
@@ -210,7 +234,7 @@ describe('ban lines', () => {
 describe('IPv6 bans (through X-Forwarded-For from a trusted proxy: the test client on loopback)', () => {
   it('40 failures across one /64 ban the /64, spelled any way; another /64 and a mapped IPv4 spelling follow the same rule', async () => {
     const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
-    const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_TRUSTED_PROXIES: '127.0.0.1' } });
     const as = (client: string, key: string) =>
       from('127.0.0.1', `${writer.url}${ADMIN_PATH}`, { ...bearer(key), 'x-forwarded-for': client });
     const statuses: number[] = [];
@@ -241,7 +265,11 @@ describe('IPv6 bans (through X-Forwarded-For from a trusted proxy: the test clie
   it('ARKVORY_BAN_IPV6_PREFIX_LENGTH=128 keys bans by the exact address', async () => {
     const admin = await createServiceAccount(db.pool, { scopes: ['read', 'admin'] });
     const writer = await startGateway({
-      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_BAN_IPV6_PREFIX_LENGTH: '128' },
+      env: {
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_TRUSTED_PROXIES: '127.0.0.1',
+        ARKVORY_BAN_IPV6_PREFIX_LENGTH: '128',
+      },
     });
     const as = (client: string, key: string) =>
       from('127.0.0.1', `${writer.url}${ADMIN_PATH}`, { ...bearer(key), 'x-forwarded-for': client });

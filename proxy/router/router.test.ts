@@ -1064,6 +1064,17 @@ describe('router configuration', async () => {
     );
   });
 
+  it('trusts no proxy unless ARKVORY_TRUSTED_PROXIES lists it, in every role: loopback is no proxy by itself', () => {
+    for (const env of [
+      {},
+      shared,
+      { ARKVORY_ROLE: 'router', ARKVORY_ROUTER_BACKENDS: 'http://127.0.0.1:1' },
+      { ARKVORY_TRUSTED_PROXIES: 'none' },
+    ])
+      expect(loadConfig(env).trustedProxies, JSON.stringify(env)).toEqual([]);
+    expect(loadConfig({ ARKVORY_TRUSTED_PROXIES: '127.0.0.1, ::1' }).trustedProxies).toEqual(['127.0.0.1', '::1']);
+  });
+
   it('names each wrong router variable', () => {
     expect(problems({ ARKVORY_ROLE: 'router' })).toEqual([
       expect.stringContaining('ARKVORY_ROLE: "router" finds its gateways'),

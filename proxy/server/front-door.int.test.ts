@@ -168,7 +168,13 @@ beforeAll(async () => {
   reader = await createServiceAccount(db.pool, { scopes: ['read'], grants: { hostile: 'read' } });
   other = await createServiceAccount(db.pool, { scopes: ['read'], grants: { hostile: 'read' } });
   gw = await startGateway({
-    env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_RATE_LIMITS_FILE: RULES_FILE, ...ENV },
+    // The router below is on loopback: listed, as on every gateway behind a router.
+    env: {
+      ARKVORY_DATABASE_URL: db.url,
+      ARKVORY_RATE_LIMITS_FILE: RULES_FILE,
+      ARKVORY_TRUSTED_PROXIES: '127.0.0.1',
+      ...ENV,
+    },
     wrap: ['prlimit', `--nofile=${DESCRIPTORS}:${DESCRIPTORS}`, '--'],
   });
   for (const [id, body] of [

@@ -1,6 +1,6 @@
 /**
  * What trace context a router hands the gateway (docs/tracing.md). The gateway continues only the
- * router's context (ARKVORY_TRACE_CONTEXT_FROM=trusted-proxies, the router on loopback is trusted)
+ * router's context (ARKVORY_TRACE_CONTEXT_FROM=trusted-proxies, the router on loopback listed as trusted)
  * and samples no new trace (parentbased_always_off), so a trace id in its request line and any span
  * it ends come from what the router sent:
  * - a router with tracing on that continues no client context and samples nothing sends its own
@@ -42,7 +42,12 @@ beforeAll(async () => {
     OTEL_TRACES_SAMPLER: 'parentbased_always_off',
   };
   gateway = await startGateway({
-    env: { ...otel, ARKVORY_DATABASE_URL: db.url, ARKVORY_TRACE_CONTEXT_FROM: 'trusted-proxies' },
+    env: {
+      ...otel,
+      ARKVORY_DATABASE_URL: db.url,
+      ARKVORY_TRACE_CONTEXT_FROM: 'trusted-proxies',
+      ARKVORY_TRUSTED_PROXIES: '127.0.0.1',
+    },
     timeoutMs: 90_000,
   });
   const router = { ARKVORY_ROLE: 'router', ARKVORY_ROUTER_BACKENDS: gateway.url };
