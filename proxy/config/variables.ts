@@ -483,7 +483,7 @@ export const VARIABLES: readonly VariableSpec[] = [
   {
     name: 'ARKVORY_CACHE_DIR',
     kind: { type: 'string' },
-    doc: 'Static-HTTP and S3 stores: a local directory for the slice cache (verified slices of blobs on disk; unset = no cache). With `ARKVORY_WORKERS` N above 1 each worker keeps its own part in `w0/` … `w<N-1>/` under it (a slice read through two workers may be kept by both), and at start the instance removes what another layout or worker count left there. Deleting it while the gateway is stopped is a cold start. See docs/storage-and-content.md, "Cache".',
+    doc: 'Static-HTTP and S3 stores: a local directory for the slice cache (verified slices of blobs on disk; unset = no cache). With `ARKVORY_WORKERS` N above 1 each worker keeps its own part in `w0/` … `w<N-1>/` under it (a slice read through two workers may be kept by both), and at start the instance removes what another layout or worker count left there. Deleting it while the gateway is stopped is a cold start. One instance per directory: two gateways must never share one (each bounds and evicts only its own slices and clears the rest of its layout at start); the shipped systemd units give the writer and each reader their own under /var/cache/arkvory. See docs/storage-and-content.md, "Cache".',
   },
   {
     name: 'ARKVORY_CACHE_MAX_BYTES',

@@ -88,6 +88,59 @@ function mayBindPrivileged(u: Unit): boolean {
   return bounded && (root || caps('AmbientCapabilities').includes('CAP_NET_BIND_SERVICE'));
 }
 
+/**
+ * Where a unit's process may write under ProtectSystem=strict: ReadWritePaths=, the directories
+ * systemd makes for it (StateDirectory= under /var/lib, CacheDirectory= under /var/cache,
+ * LogsDirectory= under /var/log, RuntimeDirectory= under /run) and, with PrivateTmp=, /tmp; a
+ * deeper ReadOnlyPaths= entry wins (systemd mounts the more specific path last).
+ */
+function unitSandbox(u: Unit, slot: string): { writable: string[]; writes: (file: string) => boolean } {
+  const paths = (key: string, base = '') =>
+    service(u, key)
+      .flatMap((line) => line.replaceAll('%i', slot).split(/\s+/))
+      .filter((p) => p !== '')
+      .map((p) => path.posix.join(base, p.replace(/^[-+]+/, '')));
+  const writable = [
+    ...paths('ReadWritePaths'),
+    ...paths('StateDirectory', '/var/lib'),
+    ...paths('CacheDirectory', '/var/cache'),
+    ...paths('LogsDirectory', '/var/log'),
+    ...paths('RuntimeDirectory', '/run'),
+    ...(service(u, 'PrivateTmp')[0] === 'yes' ? ['/tmp'] : []),
+  ];
+  const readOnly = [...paths('ReadOnlyPaths'), ...paths('InaccessiblePaths')];
+  const deepest = (list: string[], file: string) =>
+    Math.max(-1, ...list.filter((dir) => file === dir || file.startsWith(`${dir}/`)).map((dir) => dir.length));
+  const strict = service(u, 'ProtectSystem')[0] === 'strict';
+  return {
+    writable,
+    writes: (file) => {
+      const w = deepest(writable, file);
+      return (w >= 0 || !strict) && w > deepest(readOnly, file);
+    },
+  };
+}
+
+/** The stores a gateway's env file may gain lines for (docs/deploy.md, docs/storage-and-content.md). */
+const STORES = [
+  { name: 'directory store', files: [] as string[], remote: false },
+  { name: 'static-HTTP store', files: ['static-store/static-store.env'], remote: true },
+  { name: 'S3 store', files: ['s3-store/s3-store.env', 's3-store/s3-credentials.env.example'], remote: true },
+] as const;
+
+/** A unit's environment with a store's lines appended to its own env file (the first it names). */
+async function storeEnvironment(
+  u: Unit,
+  slot: string,
+  store: (typeof STORES)[number],
+): Promise<Record<string, string>> {
+  const added: Record<string, string> = {};
+  for (const file of store.files) Object.assign(added, parseEnvFile(await readFile(path.join(DEPLOY, file), 'utf8')));
+  const own = service(u, 'EnvironmentFile')[0];
+  // Every slot's own env file is shaped like the example of slot 1 (reader-1.env).
+  return unitEnvironment(u, slot, '%d', { added: (installed) => (installed === own ? added : {}), exampleSlot: '1' });
+}
+
 /** The examples' secret files (LoadCredential=, Secret volumes) exist only where they are deployed. */
 const deploySecret = (file: string) => `secret-of-${path.basename(file)}`;
 
@@ -271,6 +324,59 @@ describe('systemd units', () => {
         AWS_SECRET_ACCESS_KEY: 's',
       }),
     ).toHaveLength(4);
+  });
+
+  it.each(UNITS.flatMap((name) => STORES.map((store) => ({ name, store: store.name }))))(
+    "$name with the $store: every path its process writes is writable under the unit's sandboxing",
+    async ({ name, store }) => {
+      const u = await unit(name);
+      for (const slot of name.includes('@') ? ['1', '2'] : ['1']) {
+        const env = await storeEnvironment(u, slot, STORES.find((s) => s.name === store)!);
+        const config = loadConfig(env, '/', deploySecret);
+        const written = [
+          ...(ROLES.find((r) => r.unit === name)?.writes ? [config.dataDir] : []),
+          ...(config.sliceCache.dir === undefined ? [] : [config.sliceCache.dir]),
+          ...(env.BACKUP_DIR === undefined ? [] : [env.BACKUP_DIR]),
+        ];
+        const sandbox = unitSandbox(u, slot);
+        expect(
+          written.filter((file) => !sandbox.writes(file)),
+          `${name} (slot ${slot}) may write only ${sandbox.writable.join(', ')}`,
+        ).toEqual([]);
+      }
+    },
+  );
+
+  it.each(STORES)('with the $name no two processes of one host share a slice cache directory', async (store) => {
+    const dirs: Array<[string, string]> = [];
+    for (const { unit: name, role } of ROLES)
+      for (const slot of name.includes('@') ? ['1', '2'] : ['1']) {
+        const config = loadConfig(await storeEnvironment(await unit(name), slot, store), '/', deploySecret);
+        if (store.remote && (role === 'api' || role === 'reader'))
+          expect(config.sliceCache.dir, `${name} ${slot}: the cache is on`).toBeDefined();
+        if (config.sliceCache.dir !== undefined) dirs.push([`${name} ${slot}`, config.sliceCache.dir]);
+      }
+    for (const [a, dirA] of dirs)
+      for (const [b, dirB] of dirs)
+        if (a !== b)
+          expect(dirA === dirB || dirB.startsWith(`${dirA}/`), `${a} and ${b}: ${dirA}, ${dirB}`).toBe(false);
+  });
+
+  it('the sandbox check refuses what systemd would refuse', () => {
+    const u = parseUnit(
+      'x.service',
+      '[Service]\nProtectSystem=strict\nReadWritePaths=/var/lib/x -/srv/y\nReadOnlyPaths=/var/lib/x/ro\nCacheDirectory=x/%i\nStateDirectory=s\n',
+    );
+    const sandbox = unitSandbox(u, '3');
+    expect(['/var/lib/x/a', '/srv/y', '/var/cache/x/3/z', '/var/lib/s', '/tmp/t'].filter(sandbox.writes)).toEqual([
+      '/var/lib/x/a',
+      '/srv/y',
+      '/var/cache/x/3/z',
+      '/var/lib/s',
+    ]);
+    expect(
+      ['/var/lib/x/ro/a', '/var/cache/x', '/var/cache/x/4', '/var/lib/xy', '/etc/x'].filter(sandbox.writes),
+    ).toEqual([]);
   });
 
   it('the reader unit is a template: the instance is the slot and picks its own env file', async () => {

@@ -72,21 +72,29 @@ export function environmentLine(line: string): [string, string] {
 }
 
 /**
- * The environment a unit gives its process: its EnvironmentFile examples, then Environment= lines,
- * with `%i` the slot and `%d` the credentials directory (systemd's $CREDENTIALS_DIRECTORY).
+ * The environment a unit gives its process, with `%i` the slot and `%d` the credentials directory
+ * (systemd's $CREDENTIALS_DIRECTORY): its Environment= lines, overridden by its EnvironmentFile
+ * examples in order (systemd.exec: settings from these files override Environment=). `added` gives
+ * the lines appended to an installed env file (what docs/deploy.md tells the operator to add, such
+ * as deploy/static-store/static-store.env); `exampleSlot` is the slot whose per-slot example
+ * (reader-1.env) stands for the slot's own file.
  */
 export async function unitEnvironment(
   u: Unit,
   slot: string,
   credentialsDirectory = '%d',
+  {
+    added = () => ({}),
+    exampleSlot = slot,
+  }: { added?: (installed: string) => Record<string, string>; exampleSlot?: string } = {},
 ): Promise<Record<string, string>> {
   const env: Record<string, string> = {};
-  for (const envFile of service(u, 'EnvironmentFile'))
-    Object.assign(env, parseEnvFile(await readFile(envExample(envFile, slot), 'utf8')));
   for (const line of service(u, 'Environment')) {
     const [key, value] = environmentLine(line);
     env[key] = value.replaceAll('%i', slot).replaceAll('%d', credentialsDirectory);
   }
+  for (const envFile of service(u, 'EnvironmentFile'))
+    Object.assign(env, parseEnvFile(await readFile(envExample(envFile, exampleSlot), 'utf8')), added(envFile));
   return env;
 }
 
