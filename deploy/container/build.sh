@@ -4,8 +4,8 @@
 #     embedded PostgreSQL link against, CA certificates, tzdata, tini (PID 1) and dash (/bin/sh,
 #     which the embedded PostgreSQL's initdb runs);
 #   - the pinned Node 24 (the `node` package of package-lock.json), its symbols stripped (-15 MB);
-#   - the app (bin/, lib/, proxy/, policy/, storage-adapter/, migrations/, client/; no tests) with its
-#     production dependencies only (`npm ci --omit=dev`);
+#   - the app (the files git tracks under bin/, lib/, proxy/, policy/, storage-adapter/, migrations/,
+#     client/; no tests: app-files.sh) with its production dependencies only (`npm ci --omit=dev`);
 #   - packed as one layer with umoci, every file dated SOURCE_DATE_EPOCH (default: the commit's
 #     date), owned by root and readable by all, so two builds of the same inputs give the same digest.
 # Beside the image archive: an SPDX SBOM made by syft, and build-info.json (digest, sizes).
@@ -13,7 +13,7 @@
 # Usage: deploy/container/build.sh [--out DIR]      (npm run image; as root: umoci keeps ownership)
 # Output: DIR (default dist/container)/arkvory-<version>.oci.tar, .spdx.json, build-info.json.
 # A build is kept in ${ARKVORY_IMAGE_CACHE_DIR:-${ARKVORY_TOOLS_DIR:-/root/.cache/arkvory-tools}/image}/
-# <hash of its inputs>/ and reused while no input changed: this script and the rootfs files beside it, the app's files,
+# <hash of its inputs>/ and reused while no input changed: this script, app-files.sh and the rootfs files beside it, the app's files (the tracked ones: app-files.sh),
 # package-lock.json, the Node binary, the Debian package versions apt would fetch (and the release
 # they come from), the version, revision, image name and SOURCE_DATE_EPOCH.
 set -euo pipefail
@@ -47,7 +47,8 @@ IMAGE_NAME=${ARKVORY_IMAGE_NAME:-localhost/arkvory}
 VERSION=$("$NODE" -p 'require(process.argv[1]).version' "$ROOT/package.json")
 # ARKVORY_IMAGE_NAME, ARKVORY_IMAGE_SOURCE: the image's name and its source label.
 REVISION=$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)
-[ -z "$(git -C "$ROOT" status --porcelain 2>/dev/null)" ] || REVISION="$REVISION-dirty"
+# -dirty when a tracked file differs from the commit: untracked files are not in the image.
+[ -z "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ] || REVISION="$REVISION-dirty"
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$ROOT" log -1 --format=%ct 2>/dev/null || echo 0)}
 CREATED=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)
 SOURCE_URL=${ARKVORY_IMAGE_SOURCE:-https://github.com/arkvory/arkvory}
@@ -68,15 +69,15 @@ if [ ${#deb_versions[@]} -ne ${#DEBS[@]} ]; then
   [ ${#deb_versions[@]} -eq ${#DEBS[@]} ] || fail "apt knows only ${deb_versions[*]} of ${DEBS[*]} (check /etc/apt/sources.list*)"
 fi
 
-APP_DIRS=(bin lib proxy policy storage-adapter migrations client)
-mapfile -t APP_FILES < <(cd "$ROOT" && git ls-files --cached --others --exclude-standard -- "${APP_DIRS[@]}" |
-  grep -v -E '\.test\.ts$' | sort -u | while read -r f; do [ -f "$f" ] && echo "$f"; done)
-[ ${#APP_FILES[@]} -gt 0 ] || fail "no app files found under ${APP_DIRS[*]}"
+# The files git tracks under the app's directories, no tests (app-files.sh): an untracked or ignored
+# file of the checkout (a stray .env, a key) never reaches the image.
+app_list=$(bash "$HERE/app-files.sh" "$ROOT") || fail "cannot list the app's files"
+mapfile -t APP_FILES <<<"$app_list"
 
 HASH=$( {
   echo "image=$REF revision=$REVISION epoch=$SOURCE_DATE_EPOCH source=$SOURCE_URL uid=$IMAGE_UID"
   printf '%s\n' "${deb_versions[@]}"
-  (cd "$HERE" && sha256sum build.sh rootfs/*)
+  (cd "$HERE" && sha256sum build.sh app-files.sh rootfs/*)
   sha256sum /usr/lib/os-release
   sha256sum "$NODE" | cut -d' ' -f1
   (cd "$ROOT" && sha256sum package.json package-lock.json "${APP_FILES[@]}")
@@ -151,7 +152,7 @@ find "$R/usr/share/ca-certificates" -name '*.crt' | sort | xargs cat >"$R/etc/ss
 mkdir -p "$R/usr/local/bin"
 strip --strip-all -o "$R/usr/local/bin/node" "$NODE"
 mkdir -p "$R/app"
-(cd "$ROOT" && cp --parents -t "$R/app" package.json package-lock.json "${APP_FILES[@]}")
+bash "$HERE/app-files.sh" "$ROOT" "$R/app" || fail "cannot copy the app's files"
 mkdir -p "$WORK/npm"
 cp "$ROOT/package.json" "$ROOT/package-lock.json" "$WORK/npm/"
 # npm runs on the pinned Node (the dependencies' install scripts too).

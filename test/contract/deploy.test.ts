@@ -7,7 +7,7 @@
  * every file their environment names.
  */
 import { execFile } from 'node:child_process';
-import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -724,6 +724,37 @@ describe('the container image in the examples', () => {
     expect(volumes.length).toBeGreaterThan(0);
     return { image: `${name}:${version}`, uid, volumes };
   }
+
+  it('the image holds the tracked app files only: an untracked or ignored file of the checkout stays out', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'arkvory-app-files-'));
+    try {
+      const clone = path.join(dir, 'checkout');
+      await run('git', ['clone', '--quiet', '--shared', ROOT, clone]);
+      const appDirs = ['bin', 'lib', 'proxy', 'policy', 'storage-adapter', 'migrations', 'client'];
+      const tracked = (await run('git', ['ls-files', '--', ...appDirs], { cwd: clone })).stdout
+        .split('\n')
+        .filter((f) => f !== '' && !f.endsWith('.test.ts'))
+        .sort();
+      expect(tracked).toContain('bin/arkvory.js');
+      // What a working tree may hold beside the sources: untracked files, and ignored ones (data/, *.log).
+      const stray = ['proxy/.env', 'lib/server.key', 'bin/scratch.js', 'proxy/data/blob', 'storage-adapter/debug.log'];
+      for (const file of stray) {
+        await mkdir(path.dirname(path.join(clone, file)), { recursive: true });
+        await writeFile(path.join(clone, file), 'not for the image');
+      }
+      const script = path.join(DEPLOY, 'container/app-files.sh');
+      // What build.sh hashes, and what it copies into the rootfs's /app.
+      const listed = (await run('bash', [script, clone])).stdout.split('\n').filter((f) => f !== '');
+      const staged = path.join(dir, 'rootfs/app');
+      await run('bash', [script, clone, staged]);
+      const copied = (await filesUnder(staged)).map((f) => path.relative(staged, f));
+      expect(copied.filter((f) => stray.includes(f))).toEqual([]);
+      expect(copied.sort()).toEqual([...tracked, 'package-lock.json', 'package.json'].sort());
+      expect(listed.sort()).toEqual(tracked);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
 
   it('the Kubernetes gateway and backup run the built image as its user, with its entrypoint, a read-only root and every image volume mounted', async () => {
     const { image, uid, volumes } = await imageFacts();
