@@ -377,6 +377,19 @@ describe('loadConfig', () => {
     expect(loadConfig({}).metrics.token).toBeUndefined();
   });
 
+  it("refuses an example's placeholder as the metrics or rules-service token, from the variable or its file", () => {
+    const refusal = (name: string) =>
+      `${name}: an example's placeholder (change-me…, replace-with…, <…>), which anyone who read the example could send; give a random secret (e.g. openssl rand -hex 32)`;
+    expect(
+      problemsOf({ ARKVORY_METRICS_TOKEN: 'change-me-metrics-token', ARKVORY_RULES_SERVICE_TOKEN: '<token>' }),
+    ).toEqual([refusal('ARKVORY_METRICS_TOKEN'), refusal('ARKVORY_RULES_SERVICE_TOKEN')]);
+    // A Kubernetes Secret or credential file holding the placeholder (one trailing newline dropped).
+    const fromFile = (text: string) => () =>
+      loadConfig({ ARKVORY_METRICS_TOKEN_FILE: '/run/secrets/metrics-token' }, '/', () => text.replace(/\n$/, ''));
+    expect(fromFile('change-me-metrics-token\n')).toThrow(refusal('ARKVORY_METRICS_TOKEN'));
+    expect(fromFile('9f86d081884c7d659a2feaa0c55ad015')().metrics.token).toBe('9f86d081884c7d659a2feaa0c55ad015');
+  });
+
   it('reports every configuration problem in one pass: bad values and cross-variable checks together', () => {
     const problems = problemsOf({
       ARKVORY_PORT: 'abc',

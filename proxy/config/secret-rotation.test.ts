@@ -138,6 +138,19 @@ describe('secret rotation', () => {
     expect(r.config.rulesService.token).toBe('fixed-token');
   });
 
+  it("a metrics token file rewritten with an example's placeholder keeps the token in use", async () => {
+    const token = secretFile('9f86d081884c7d659a2feaa0c55ad015');
+    const { rotationOf } = start({ ARKVORY_METRICS_TOKEN_FILE: token });
+    const r = rotationOf();
+    writeSecret(token, 'change-me-metrics-token\n');
+    const outcome = await r.reload('SIGHUP');
+    expect(outcome.rotated).toEqual([]);
+    expect(outcome.failed.map((f) => f.reason)).toEqual([
+      expect.stringMatching(/^ARKVORY_METRICS_TOKEN: an example's placeholder/),
+    ]);
+    expect(r.config.metrics.token).toBe('9f86d081884c7d659a2feaa0c55ad015');
+  });
+
   it('a credential its server refuses is kept out; the poll retries it quietly and takes it once accepted', async () => {
     const pw = secretFile('pw-1');
     const { rotationOf, logs } = start({ ARKVORY_DATABASE_URL: URL_BASE, ARKVORY_DATABASE_PASSWORD_FILE: pw });

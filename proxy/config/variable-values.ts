@@ -4,6 +4,7 @@
  */
 import { CLIENT_VARIABLE_NAMES } from '../../client/environment.ts';
 import { redactUrl } from '../../lib/redact-url.ts';
+import { isPlaceholderSecret } from './placeholder-secrets.ts';
 import { VARIABLES, type VariableKind, type VariableSpec } from './variables.ts';
 
 /** Variables the test harness reads; they configure the tests, never a gateway. */
@@ -115,6 +116,13 @@ export class VariableValues {
         this.failed.add(spec.name);
         this.problems.push(
           `${spec.name}: set but empty; give a non-empty secret, or unset the variable to leave it open on purpose`,
+        );
+        continue;
+      }
+      if (raw !== undefined && spec.refusePlaceholder && isPlaceholderSecret(raw)) {
+        this.failed.add(spec.name);
+        this.problems.push(
+          `${spec.name}: an example's placeholder (change-me…, replace-with…, <…>), which anyone who read the example could send; give a random secret (e.g. openssl rand -hex 32)`,
         );
         continue;
       }

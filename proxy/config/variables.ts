@@ -20,6 +20,8 @@ export interface VariableSpec {
   secret?: boolean;
   /** A secret whose absence means "open": set but empty is refused rather than read as unset. */
   refuseEmpty?: boolean;
+  /** A secret callers are checked against: an example's placeholder (placeholder-secrets.ts) is refused. */
+  refusePlaceholder?: boolean;
   doc: string;
 }
 
@@ -108,7 +110,8 @@ export const VARIABLES: readonly VariableSpec[] = [
     kind: { type: 'string' },
     secret: true,
     refuseEmpty: true,
-    doc: 'Bearer token `/metrics` on the main port requires (`Authorization: Bearer <token>`). Unset: `/metrics` on the main port is public. Set but empty: refused at start (an empty token would silently mean public). See docs/metrics.md.',
+    refusePlaceholder: true,
+    doc: "Bearer token `/metrics` on the main port requires (`Authorization: Bearer <token>`). Unset: `/metrics` on the main port is public. Set but empty: refused at start (an empty token would silently mean public). An example's placeholder (`change-me…`, `changeme…`, `replace-with…`, `replace-me…`, `<…>`) is refused at start too: anyone who read the example could send it. See docs/metrics.md.",
   },
   {
     name: 'ARKVORY_METRICS_PORT',
@@ -390,7 +393,8 @@ export const VARIABLES: readonly VariableSpec[] = [
     kind: { type: 'string' },
     secret: true,
     refuseEmpty: true,
-    doc: 'Shared bearer token for `POST /api/v1/rules/query`: the gateway sends it, the rules-service role requires it. Unset: the query route is open (bind the service to a private address). Set but empty: refused at start.',
+    refusePlaceholder: true,
+    doc: "Shared bearer token for `POST /api/v1/rules/query`: the gateway sends it, the rules-service role requires it. Unset: the query route is open (bind the service to a private address). Set but empty, or an example's placeholder (`change-me…`, `replace-with…`, `<…>`, as for ARKVORY_METRICS_TOKEN): refused at start.",
   },
   {
     name: 'ARKVORY_RULES_SERVICE_TOKEN_GRACE_SECONDS',

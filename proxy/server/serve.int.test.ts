@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
-import { readFile, writeFile } from 'node:fs/promises';
-import { availableParallelism } from 'node:os';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { availableParallelism, tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
@@ -60,6 +60,26 @@ describe('arkvory serve', () => {
     const lines = result.stderr.trim().split('\n');
     expect(lines).toHaveLength(1);
     expect(lines[0]).toContain(name);
+  });
+
+  it("exits 2 when the metrics token file holds an example's placeholder, naming the variable, never the value", async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'arkvory-placeholder-'));
+    try {
+      // What a Kubernetes Secret copied from an example, or a credential written from one, hands over.
+      const file = path.join(dir, 'metrics-token');
+      await writeFile(file, 'change-me-metrics-token\n', { mode: 0o600 });
+      const gw = await startGateway({
+        env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_METRICS_TOKEN_FILE: file },
+        waitFor: 'none',
+      });
+      // A configuration refusal comes before any connection; the bound only keeps a gateway that
+      // took the token from serving until the test times out.
+      expect(await Promise.race([gw.exited, sleep(30_000).then(() => 'still running')])).toBe(2);
+      expect(gw.logs()).toContain("ARKVORY_METRICS_TOKEN: an example's placeholder");
+      expect(gw.logs()).not.toContain('change-me-metrics-token');
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   it('refuses to start on a schema that is behind and says to run npm run migrate', async () => {
