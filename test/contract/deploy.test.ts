@@ -495,6 +495,46 @@ describe('Kubernetes containers run unprivileged', () => {
     }
   });
 
+  it('the manifest carries no usable secret: the Secret its pods mount is made by the command its header gives, from new values', async () => {
+    const { objects, pods } = await manifest();
+    const text = await readFile(path.join(DEPLOY, 'k8s/arkvory-sidecar.yaml'), 'utf8');
+    // Applied unchanged, nothing of it may open what a secret guards.
+    const withValues = objects.filter(
+      (o) => o.kind === 'Secret' && Object.keys({ ...o.data, ...(o as { stringData?: object }).stringData }).length > 0,
+    );
+    expect(withValues.map((o) => o.metadata.name)).toEqual([]);
+    const command = /^# +kubectl create secret generic (\S+) \\\n((?:# +--from-.*\n)+)/m.exec(text);
+    expect(command, 'the header gives the kubectl command').not.toBeNull();
+    const sources = new Map(
+      [...command![2]!.matchAll(/--from-(file|literal)=([\w-]+)=(.+?)(?: \\)?$/gm)].map((m) => [
+        m[2]!,
+        `${m[1]}=${m[3]}`,
+      ]),
+    );
+    // Every key a container reads is in it, a literal only from a generator, never a value written here.
+    const env: Record<string, string> = {};
+    for (const o of objects)
+      if (o.kind === 'ConfigMap' && o.metadata.name === 'arkvory-config') Object.assign(env, o.data);
+    let keys = 0;
+    for (const pod of pods) {
+      const secretVolumes = (pod.volumes as Array<any>).filter((v) => v.secret?.secretName === command![1]);
+      expect(secretVolumes).toHaveLength(1);
+      for (const c of pod.containers as Array<any>) {
+        const own = { ...env, ...Object.fromEntries((c.env ?? []).map((e: any) => [e.name, e.value])) };
+        const mount = (c.volumeMounts as Array<any>).find((m) => m.name === secretVolumes[0].name);
+        if (mount === undefined) continue;
+        for (const [name, file] of Object.entries(own))
+          if (name.endsWith('_FILE') && file.startsWith(`${mount.mountPath}/`)) {
+            const key = path.basename(file);
+            expect(sources.get(key), `${c.name}: ${name}`).toMatch(/^file=\.\/|^literal="\$\(openssl rand /);
+            keys++;
+          }
+      }
+    }
+    expect(keys).toBeGreaterThanOrEqual(4);
+    expect(sources.get('metrics-token')).toMatch(/^literal=/);
+  });
+
   it('the storage nginx listens on loopback only, serves the shared volume and writes only to its writable volume', async () => {
     const { objects, deployment } = await manifest();
     const storage = (deployment.containers as Array<any>).find((c) => c.name === 'storage')!;
