@@ -7,6 +7,7 @@ import { parseBackendList, parseOrigin } from '../router/backend-url.ts';
 import { parseTrustedProxies } from '../router/forwarded.ts';
 import { parseS3Url, S3_MAX_MULTIPART_BYTES } from '../../storage-adapter/s3/s3-location.ts';
 import { parseRedisTarget } from '../../policy/rate-limit/redis-target.ts';
+import { isPlaceholderSecret } from './placeholder-secrets.ts';
 import type { Config, S3Config } from './types.ts';
 import { shown, type VariableValues } from './variable-values.ts';
 import { TiB } from './variables.ts';
@@ -128,6 +129,16 @@ export function checkEndpoints(
         v.problems.push(
           'AWS_SECRET_ACCESS_KEY: required with an s3:// ARKVORY_STORAGE_URL (the S3 store signs every request)',
         );
+      // The S3 server of the example (deploy/s3-store/s3.json) holds the same placeholder pair: taken
+      // as typed, its bucket would answer whoever read the example.
+      const placeholders = [
+        ['AWS_ACCESS_KEY_ID', accessKeyId],
+        ['AWS_SECRET_ACCESS_KEY', secretAccessKey],
+      ].filter(([, value]) => value && isPlaceholderSecret(value));
+      for (const [name] of placeholders)
+        v.problems.push(
+          `${name}: an example's placeholder (change-me…, replace-with…, <…>); give the key of an S3 identity made for the gateways, and replace the example's keys on the S3 server too`,
+        );
       // The store could not take a body past one multipart upload's 10 000 parts of 5 GiB: it would
       // fail only after the client sent it all.
       const maxUpload = v.failed.has('ARKVORY_MAX_UPLOAD_BYTES') ? undefined : v.num('ARKVORY_MAX_UPLOAD_BYTES');
@@ -146,7 +157,7 @@ export function checkEndpoints(
           `ARKVORY_S3_ENDPOINT: expected an origin such as http://10.0.0.30:8333 (no path, query or credentials), got "${new URL(endpoint).origin}…"`,
         );
       }
-      if (parsed.ok && accessKeyId && secretAccessKey) {
+      if (parsed.ok && accessKeyId && secretAccessKey && placeholders.length === 0) {
         s3 = {
           location: parsed.value,
           endpoint: v.optStr('ARKVORY_S3_ENDPOINT') ?? `https://s3.${region}.amazonaws.com`,

@@ -14,6 +14,7 @@ import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { loadConfig, VARIABLES } from '../../proxy/config/config.ts';
+import { isPlaceholderSecret } from '../../proxy/config/placeholder-secrets.ts';
 import { SECRET_FILE_VARIABLES } from '../../proxy/config/secret-files.ts';
 import {
   DEPLOY,
@@ -121,11 +122,19 @@ function unitSandbox(u: Unit, slot: string): { writable: string[]; writes: (file
   };
 }
 
+/** What an operator writes over the S3 credentials example's placeholders (the gateway refuses those). */
+const S3_KEYS = { AWS_ACCESS_KEY_ID: 'arkvory-gateways-key', AWS_SECRET_ACCESS_KEY: 'a-secret-made-for-the-gateways' };
+
 /** The stores a gateway's env file may gain lines for (docs/deploy.md, docs/storage-and-content.md). */
 const STORES = [
-  { name: 'directory store', files: [] as string[], remote: false },
-  { name: 'static-HTTP store', files: ['static-store/static-store.env'], remote: true },
-  { name: 'S3 store', files: ['s3-store/s3-store.env', 's3-store/s3-credentials.env.example'], remote: true },
+  { name: 'directory store', files: [] as string[], set: {}, remote: false },
+  { name: 'static-HTTP store', files: ['static-store/static-store.env'], set: {}, remote: true },
+  {
+    name: 'S3 store',
+    files: ['s3-store/s3-store.env', 's3-store/s3-credentials.env.example'],
+    set: S3_KEYS,
+    remote: true,
+  },
 ] as const;
 
 /** A unit's environment with a store's lines appended to its own env file (the first it names). */
@@ -136,6 +145,7 @@ async function storeEnvironment(
 ): Promise<Record<string, string>> {
   const added: Record<string, string> = {};
   for (const file of store.files) Object.assign(added, parseEnvFile(await readFile(path.join(DEPLOY, file), 'utf8')));
+  Object.assign(added, store.set);
   const own = service(u, 'EnvironmentFile')[0];
   // Every slot's own env file is shaped like the example of slot 1 (reader-1.env).
   return unitEnvironment(u, slot, '%d', { added: (installed) => (installed === own ? added : {}), exampleSlot: '1' });
@@ -199,19 +209,24 @@ describe('deploy/ names and env examples', () => {
   );
 
   it.each(ROLES.filter((r) => r.role !== 'router' && r.role !== 'rules-service'))(
-    '$unit: with deploy/s3-store/s3-store.env and the credentials example added it uses the S3 store of the SeaweedFS example',
+    '$unit: with deploy/s3-store/s3-store.env and the credentials example added, its placeholder keys refused, it uses the S3 store of the SeaweedFS example',
     async ({ unit: name }) => {
       const read = (file: string) => readFile(path.join(DEPLOY, 's3-store', file), 'utf8');
-      const env = {
+      const example = {
         ...(await unitEnvironment(await unit(name), '1')),
         ...parseEnvFile(await read('s3-store.env')),
         ...parseEnvFile(await read('s3-credentials.env.example')),
       };
+      // Copied unchanged, the example's keys are refused: the SeaweedFS example's s3.json holds the same pair.
+      expect(() => loadConfig(example, '/', deploySecret)).toThrow(
+        /AWS_ACCESS_KEY_ID: an example's placeholder[\s\S]*AWS_SECRET_ACCESS_KEY: an example's placeholder/,
+      );
+      const env = { ...example, ...S3_KEYS };
       const config = loadConfig(env, '/', deploySecret);
       expect(config.storage.s3).toMatchObject({
         location: { bucket: 'arkvory-artifacts', prefix: 'prod/' },
         endpoint: 'http://10.0.0.30:8333',
-        credentials: { accessKeyId: 'replace-with-the-access-key' },
+        credentials: { accessKeyId: S3_KEYS.AWS_ACCESS_KEY_ID },
       });
       // Without the credentials file the configuration is refused, naming both variables.
       expect(() =>
@@ -225,10 +240,20 @@ describe('deploy/ names and env examples', () => {
       expect(await read('seaweedfs-s3.service')).toContain('-ip=10.0.0.30 ');
       expect(await read('seaweedfs-s3.service')).toContain('-s3.port=8333 ');
       const identities = JSON.parse(await read('s3.json')) as {
-        identities: Array<{ name: string; credentials: Array<{ accessKey: string }>; actions: string[] }>;
+        identities: Array<{
+          name: string;
+          credentials: Array<{ accessKey: string; secretKey: string }>;
+          actions: string[];
+        }>;
       };
       const arkvory = identities.identities.find((i) => i.name === 'arkvory')!;
-      expect(arkvory.credentials[0]!.accessKey).toBe('replace-with-the-access-key');
+      expect(arkvory.credentials[0]).toEqual({
+        accessKey: example.AWS_ACCESS_KEY_ID,
+        secretKey: example.AWS_SECRET_ACCESS_KEY,
+      });
+      // No key of the S3 server's example is one a gateway would take as it is.
+      for (const { accessKey, secretKey } of identities.identities.flatMap((i) => i.credentials))
+        expect([accessKey, secretKey].filter((k) => !isPlaceholderSecret(k))).toEqual([]);
       expect(arkvory.actions).toEqual(['Read:arkvory-artifacts', 'Write:arkvory-artifacts', 'List:arkvory-artifacts']);
     },
   );
