@@ -357,12 +357,16 @@ describe('systemd units', () => {
       const u = await unit(name);
       for (const slot of name.includes('@') ? ['1', '2'] : ['1']) {
         const env = await storeEnvironment(u, slot, STORES.find((s) => s.name === store)!);
-        const config = loadConfig(env, '/', deploySecret);
-        const written = [
-          ...(ROLES.find((r) => r.unit === name)?.writes ? [config.dataDir] : []),
-          ...(config.sliceCache.dir === undefined ? [] : [config.sliceCache.dir]),
-          ...(env.BACKUP_DIR === undefined ? [] : [env.BACKUP_DIR]),
-        ];
+        loadConfig(env, '/', deploySecret);
+        // Every directory variable set (a new one included) is written, but the storage root of a
+        // process that only reads it; and the backup unit's BACKUP_DIR.
+        const readsOnly = (variable: string) =>
+          variable === 'ARKVORY_DATA_DIR' && ROLES.find((r) => r.unit === name)?.writes !== true;
+        const written = Object.entries(env)
+          .filter(([variable, value]) => value !== '' && /^(?:ARKVORY_\w+|BACKUP)_DIR$/.test(variable))
+          .filter(([variable]) => !readsOnly(variable))
+          .map(([, value]) => path.posix.resolve('/', value));
+        if (name === 'arkvory-writer.service') expect(written).toContain(`${DATA_DIR}/storage`);
         const sandbox = unitSandbox(u, slot);
         expect(
           written.filter((file) => !sandbox.writes(file)),
