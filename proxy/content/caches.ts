@@ -8,12 +8,19 @@
  * the watcher and closes the idle descriptors.
  */
 import { EpochWatcher } from '../../lib/epoch-watcher.ts';
+import { serialTask } from '../../lib/serial-task.ts';
 import { createCachedCatalog } from '../../storage-adapter/catalog/cached-catalog.ts';
 import type { CacheStats } from '../../lib/cache-stats.ts';
 import { OpenFileCache } from '../../storage-adapter/fs/index.ts';
 import { SmallBlobCache, withSmallBlobCache } from '../../storage-adapter/cache/small-blob-cache.ts';
 import type { Catalog } from '../../storage-adapter/catalog/catalog.ts';
-import { blobsWithSliceDigests, purgesSince, readSliceDigests } from '../../storage-adapter/catalog/slice-rows.ts';
+import {
+  blobsWithSliceDigests,
+  purgesAtStart,
+  purgesSince,
+  readSliceDigests,
+} from '../../storage-adapter/catalog/slice-rows.ts';
+import { readPurgeMark, writePurgeMark } from '../../storage-adapter/slice-cache/purge-mark.ts';
 import {
   DigestDirectory,
   removeStrayLayout,
@@ -130,10 +137,18 @@ function sliceCacheStats(s: SliceCacheStats): CacheStats {
   return { cache: 'slice', hits: s.hitRequests, misses: s.missRequests, entries: s.heldSlices, bytes: s.heldBytes };
 }
 
+/** A failed sweep is tried again after this long, so a purge does not wait for the next change. */
+const SWEEP_RETRY_MS = 1000;
+/** Sweeps run at least this often, so the directory's purge note stays well within the retention. */
+const SWEEP_REFRESH_MS = 10 * 60_000;
+
 /**
  * Opens the slice cache and keeps it coherent: on every catalog epoch change (a DELETE, gc or scrub
  * removing a blob's digests, a purge request) the slices of blobs that lost their digests, and of
- * purged blobs, are removed. Once at start too: what changed while the gateway was stopped.
+ * purged blobs, are removed; a sweep that fails is tried again a second later. Once at start too:
+ * what changed while the gateway (or this worker) was stopped, purges included, read from the time
+ * its directory notes as swept last (storage-adapter/slice-cache/purge-mark.ts); a note older than
+ * the requests' retention drops every slice.
  */
 async function openSliceCache(services: Services, store: ArtifactStore, watcher: EpochWatcher): Promise<SliceCache> {
   const { sliceCache } = services.config;
@@ -145,15 +160,7 @@ async function openSliceCache(services: Services, store: ArtifactStore, watcher:
   if (!instance) await removeStrayLayout(configured.dir, 1, log);
   const own = instance ? workerSliceCache(configured, instance.index, instance.workers) : configured;
   const cache = await SliceCache.open({ ...own, minFreeBytes: sliceCache.minFreeBytes, log });
-  let purgeId: string | undefined;
-  let running: Promise<void> | undefined;
-  let again = false;
-  const sweep = async (): Promise<void> => {
-    const held = cache.heldBlobs();
-    const present = await blobsWithSliceDigests(services.pool, held);
-    const purges = await purgesSince(services.pool, purgeId);
-    purgeId = purges.lastId;
-    const gone = new Set([...held.filter((b) => !present.has(b)), ...purges.blobs]);
+  const remove = async (gone: Set<string>): Promise<void> => {
     if (gone.size === 0) return;
     const removed = await cache.removeBlobs(gone);
     log.info(
@@ -161,26 +168,37 @@ async function openSliceCache(services: Services, store: ArtifactStore, watcher:
       'slice cache: removed the slices of deleted, quarantined or purged blobs',
     );
   };
-  const schedule = () => {
-    if (running) {
-      again = true;
-      return;
-    }
-    running = sweep()
-      .catch((err: unknown) => log.warn({ err: { message: (err as Error).message } }, 'slice cache sweep failed'))
-      .finally(() => {
-        running = undefined;
-        if (again) {
-          again = false;
-          schedule();
-        }
-      });
+  const withoutDigests = async (held: string[]): Promise<string[]> => {
+    const present = await blobsWithSliceDigests(services.pool, held);
+    return held.filter((b) => !present.has(b));
   };
-  await sweep();
-  watcher.onInvalidate(schedule);
+
+  const held = cache.heldBlobs();
+  const atStart = await purgesAtStart(services.pool, await readPurgeMark(own.dir));
+  if (atStart.blobs === 'all' && held.length > 0)
+    log.info({ dir: own.dir }, 'slice cache: not swept within the purge retention; its slices are dropped');
+  await remove(new Set([...(await withoutDigests(held)), ...(atStart.blobs === 'all' ? held : atStart.blobs)]));
+  await writePurgeMark(own.dir, atStart.now);
+  let purgeId = atStart.lastId;
+
+  const sweeps = serialTask({
+    async run() {
+      const gone = await withoutDigests(cache.heldBlobs());
+      const purges = await purgesSince(services.pool, purgeId);
+      await remove(new Set([...gone, ...purges.blobs]));
+      purgeId = purges.lastId;
+      await writePurgeMark(own.dir, purges.now);
+    },
+    retryMs: SWEEP_RETRY_MS,
+    everyMs: SWEEP_REFRESH_MS,
+    onFailure: (err) =>
+      log.warn({ err: { message: (err as Error).message } }, 'slice cache sweep failed; trying again'),
+    onRecovery: () => log.info('slice cache sweep works again'),
+  });
+  watcher.onInvalidate(() => sweeps.schedule());
   services.onClose.push(async () => {
     cache.close();
-    await running;
+    await sweeps.close();
   });
   log.info(
     {

@@ -163,6 +163,35 @@ describe('slice cache coherence and policy (nginx WebDAV)', () => {
     expect((await heldBlobs(cacheDir)).has(sha256(old))).toBe(true);
   });
 
+  it('a purge made while the gateway is stopped is applied when it starts; a directory not swept within the purge retention starts empty', async () => {
+    const dir = await makeTempDir('arkvory-slice-purge-start-');
+    let gw = await startGateway({ env: env({ ARKVORY_CACHE_DIR: dir }) });
+    const a = randomContent(MiB + 11);
+    const b = randomContent(MiB + 13);
+    const pathA = await upload(gw, 'stopped-a.bin', a);
+    const pathB = await upload(gw, 'stopped-b.bin', b);
+    for (const p of [pathA, pathB]) await request(`${gw.url}${p}`, { headers: auth(writerKey) });
+    await waitForSliceFills(gw.url);
+    expect(await heldBlobs(dir)).toEqual(new Set([sha256(a), sha256(b)]));
+    await gw.stop();
+
+    // No gateway runs to hear it: the request waits in arkvory_cache_purges.
+    expect((await runCli(['cache', 'purge', '--sha256', sha256(a)], { ARKVORY_DATABASE_URL: db.url })).code).toBe(0);
+    gw = await startGateway({ env: env({ ARKVORY_CACHE_DIR: dir }) });
+    expect(await heldBlobs(dir)).toEqual(new Set([sha256(b)]));
+    expect(sha256((await request(`${gw.url}${pathA}`, { headers: auth(writerKey) })).body)).toBe(sha256(a));
+    await waitForSliceFills(gw.url);
+    expect(await heldBlobs(dir)).toEqual(new Set([sha256(a), sha256(b)]));
+    await gw.stop();
+
+    // Swept last two days ago: requests it never applied may have been cleared since.
+    await writeFile(path.join(dir, 'purges'), `${new Date(Date.now() - 2 * 86_400_000).toISOString()}\n`);
+    gw = await startGateway({ env: env({ ARKVORY_CACHE_DIR: dir }) });
+    expect(await heldBlobs(dir)).toEqual(new Set());
+    expect(gw.logs()).toContain('not swept within the purge retention');
+    await gw.stop();
+  });
+
   it('policy is unchanged on a hit: a cached blob is refused without a grant (404) or a key (401); Range answers are the same', async () => {
     const gw = await startGateway({ env: env() });
     const blob = randomContent(MiB + 11);

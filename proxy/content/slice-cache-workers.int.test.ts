@@ -2,15 +2,16 @@
  * The slice cache of an instance with several workers (ARKVORY_WORKERS=2) in front of a real static
  * store (nginx), through real gateway processes: the bounds are the instance's, each worker keeping
  * its share under its own w<index>/ (storage-adapter/slice-cache/worker-layout.ts).
- * - Reads spread over both workers leave at most ARKVORY_CACHE_MAX_BYTES on disk, all of it under
+ * - Reads spread over both workers leave at most ARKVORY_CACHE_MAX_BYTES of slices on disk, all under
  *   the workers' directories; what an earlier single process (slices/, tmp/) or a third worker (w2/)
  *   left is removed at the start, anything else in the directory left alone.
  *   `arkvory cache stats` counts every worker's slices; the console shows the answering worker's
  *   bytes against its share.
  * - A worker killed and replaced reuses its predecessor's directory: the other worker's slices stay,
  *   and the instance's held bytes are the bytes on disk (no worker counts another's files).
- * - A single process (its slices/ and tmp/ directly under the directory) removes the workers'
- *   directories an earlier instance left.
+ * - A purge made while the instance is stopped is applied by each worker to its directory at start.
+ * - A single process (its slices/, tmp/ and purge note directly under the directory) removes the
+ *   workers' directories an earlier instance left.
  */
 import { mkdir, readdir, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -43,7 +44,9 @@ async function filesUnder(dir: string): Promise<Map<string, number>> {
   return files;
 }
 
-const total = (files: Map<string, number>) => [...files.values()].reduce((a, b) => a + b, 0);
+/** Bytes of the slices among `files`: each directory's purge note (`purges`, a few bytes) is no slice. */
+const total = (files: Map<string, number>) =>
+  [...files].filter(([file]) => path.basename(file) !== 'purges').reduce((a, [, size]) => a + size, 0);
 
 async function metric(gw: GatewayProcess, name: string): Promise<number> {
   const text = await (await fetch(`${gw.url}/metrics`)).text();
@@ -145,6 +148,41 @@ describe('slice cache with ARKVORY_WORKERS=2: the bounds are the instance’s', 
     await gw.stop();
   });
 
+  it('a purge made while the instance is stopped is applied by each worker when it starts', async () => {
+    const cacheDir = await makeTempDir('arkvory-slices-workers-purge-');
+    let gw = await startGateway({ env: env(cacheDir, { ARKVORY_WORKERS: '2' }) });
+    await waitForWorkers(gw, (s) => s.workers.filter((w) => w.state === 'serving').length === 2);
+    const conns = await connectionsOnBothWorkers(gw.url, clients, 1);
+    for (const [i, { client }] of conns.entries()) {
+      const body = randomContent(MiB);
+      const put = await request(`${gw.url}/api/v1/repositories/sc/artifacts/p${i}.bin`, {
+        method: 'PUT',
+        headers: bearer(key),
+        body,
+      });
+      expect(put.status).toBe(201);
+      const res = await client.request({
+        path: `/api/v1/repositories/sc/artifacts/p${i}.bin/content`,
+        method: 'GET',
+        headers: bearer(key),
+      });
+      await res.body.dump();
+      await waitForSliceFills(gw.url);
+    }
+    const slicesOf = async (worker: string) => total(await filesUnder(path.join(cacheDir, worker, 'slices')));
+    expect([await slicesOf('w0'), await slicesOf('w1')]).toEqual([MiB, MiB]);
+    await gw.stop();
+
+    for (const i of [0, 1]) {
+      const purge = ['cache', 'purge', '--repository', 'sc', '--artifact', `p${i}.bin`];
+      expect((await runCli(purge, { ARKVORY_DATABASE_URL: db.url })).code).toBe(0);
+    }
+    gw = await startGateway({ env: env(cacheDir, { ARKVORY_WORKERS: '2' }) });
+    await waitForWorkers(gw, (s) => s.workers.filter((w) => w.state === 'serving').length === 2);
+    expect([await slicesOf('w0'), await slicesOf('w1')]).toEqual([0, 0]);
+    await gw.stop();
+  });
+
   it('at the start, what a single process or a third worker left is removed, anything else kept', async () => {
     const cacheDir = await makeTempDir('arkvory-slices-stray-');
     await plant(cacheDir, path.join('slices', 'aa', sliceName('a')), MiB);
@@ -162,7 +200,7 @@ describe('slice cache with ARKVORY_WORKERS=2: the bounds are the instance’s', 
     await plant(cacheDir, path.join('w0', 'slices', 'aa', sliceName('a')), MiB);
     await plant(cacheDir, path.join('w1', 'tmp', 'half-written'), MiB);
     const gw = await startGateway({ env: env(cacheDir) });
-    expect((await readdir(cacheDir)).sort()).toEqual(['slices', 'tmp']);
+    expect((await readdir(cacheDir)).sort()).toEqual(['purges', 'slices', 'tmp']);
     await gw.stop();
   });
 });

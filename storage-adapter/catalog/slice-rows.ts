@@ -53,25 +53,68 @@ export async function deleteSliceDigests(db: Queryable, blobs: readonly string[]
   return result.rowCount ?? 0;
 }
 
-/** Asks every gateway to drop its cached slices of `blobs`; old requests (a day) are cleared. */
+/** How long purge requests are kept: a cache that applied none for longer may have missed some. */
+export const PURGE_RETENTION_SECONDS = 24 * 3600;
+/**
+ * How far before its last sweep a cache looks again at start: a request is timed at its
+ * transaction's start, so one committed just after a sweep's snapshot may carry an earlier time.
+ */
+export const PURGE_LOOKBACK_SECONDS = 60;
+
+/** Asks every gateway to drop its cached slices of `blobs`; requests older than the retention are cleared. */
 export async function requestCachePurge(db: Queryable, blobs: readonly string[]): Promise<void> {
   if (blobs.length === 0) return;
-  await db.query(`DELETE FROM arkvory_cache_purges WHERE requested_at < now() - interval '1 day'`);
+  await db.query(
+    `DELETE FROM arkvory_cache_purges WHERE requested_at < now() - make_interval(secs => ${PURGE_RETENTION_SECONDS})`,
+  );
   await db.query('INSERT INTO arkvory_cache_purges (sha256) SELECT unnest($1::text[])', [blobs]);
 }
 
-/** Purge requests after id `afterId` (all of them, from the newest id, when `afterId` is undefined). */
-export async function purgesSince(
-  db: Queryable,
-  afterId: string | undefined,
-): Promise<{ lastId: string | undefined; blobs: string[] }> {
-  if (afterId === undefined) {
-    const { rows } = await db.query<{ id: string | null }>('SELECT max(id)::text AS id FROM arkvory_cache_purges');
-    return { lastId: rows[0]?.id ?? '0', blobs: [] };
-  }
-  const { rows } = await db.query<{ id: string; sha256: string }>(
-    'SELECT id::text AS id, sha256 FROM arkvory_cache_purges WHERE id > $1::bigint ORDER BY id',
+export interface Purges {
+  /** PostgreSQL's time of the read: every request before it (less the lookback) is in `blobs`. */
+  readonly now: Date;
+  /** The newest request id seen, for the next `purgesSince`. */
+  readonly lastId: string;
+  readonly blobs: string[];
+}
+
+/** Purge requests after id `afterId`. */
+export async function purgesSince(db: Queryable, afterId: string): Promise<Purges> {
+  const { rows } = await db.query<{ now: Date; id: string | null; sha256: string | null }>(
+    `SELECT now() AS now, p.id::text AS id, p.sha256 FROM (SELECT 1) AS one
+     LEFT JOIN arkvory_cache_purges p ON p.id > $1::bigint ORDER BY p.id`,
     [afterId],
   );
-  return { lastId: rows.at(-1)?.id ?? afterId, blobs: rows.map((r) => r.sha256) };
+  const found = rows.filter((r) => r.id !== null);
+  return {
+    now: rows[0]!.now,
+    lastId: found.at(-1)?.id ?? afterId,
+    blobs: found.map((r) => r.sha256!),
+  };
+}
+
+/**
+ * What a slice cache opening on disk must drop: the blobs purged since `appliedBefore` (its last
+ * sweep's `now`, less the lookback), every retained request when it has no such time, or `all` when
+ * that time is older than the retention (requests it never applied may have been cleared).
+ */
+export async function purgesAtStart(
+  db: Queryable,
+  appliedBefore: Date | undefined,
+): Promise<Omit<Purges, 'blobs'> & { blobs: string[] | 'all' }> {
+  const { rows } = await db.query<{ now: Date; last_id: string | null; too_old: boolean }>(
+    `SELECT now() AS now, (SELECT max(id)::text FROM arkvory_cache_purges) AS last_id,
+       coalesce($1::timestamptz - make_interval(secs => ${PURGE_LOOKBACK_SECONDS})
+         < now() - make_interval(secs => ${PURGE_RETENTION_SECONDS}), false) AS too_old`,
+    [appliedBefore ?? null],
+  );
+  const head = rows[0]!;
+  const lastId = head.last_id ?? '0';
+  if (head.too_old) return { now: head.now, lastId, blobs: 'all' };
+  const purged = await db.query<{ sha256: string }>(
+    `SELECT DISTINCT sha256 FROM arkvory_cache_purges
+     WHERE id <= $1::bigint AND ($2::timestamptz IS NULL OR requested_at >= $2::timestamptz - make_interval(secs => ${PURGE_LOOKBACK_SECONDS}))`,
+    [lastId, appliedBefore ?? null],
+  );
+  return { now: head.now, lastId, blobs: purged.rows.map((r) => r.sha256) };
 }

@@ -31,15 +31,15 @@ describe('workerSliceCache', () => {
 });
 
 describe('strayLayoutEntries', () => {
-  const names = ['slices', 'tmp', 'w0', 'w1', 'w2', 'w10', 'w01', 'wx', 'lost+found', 'notes.txt'];
+  const names = ['slices', 'tmp', 'purges', 'w0', 'w1', 'w2', 'w10', 'w01', 'wx', 'lost+found', 'notes.txt'];
 
   it('for a single process: every worker directory', () => {
     expect(strayLayoutEntries(names, 1)).toEqual(['w0', 'w1', 'w2', 'w10']);
   });
 
   it('for N workers: the single process layout and workers at index N and beyond', () => {
-    expect(strayLayoutEntries(names, 2)).toEqual(['slices', 'tmp', 'w2', 'w10']);
-    expect(strayLayoutEntries(names, 11)).toEqual(['slices', 'tmp']);
+    expect(strayLayoutEntries(names, 2)).toEqual(['slices', 'tmp', 'purges', 'w2', 'w10']);
+    expect(strayLayoutEntries(names, 11)).toEqual(['slices', 'tmp', 'purges']);
   });
 
   it('leaves what is not the cache’s alone', () => {

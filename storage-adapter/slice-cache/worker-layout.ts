@@ -1,10 +1,10 @@
 /**
  * Where the slice cache lives when an instance has several workers (ARKVORY_WORKERS above 1): each
- * worker owns `w<index>/` under the cache directory (its own index, tmp/ and slices/), with
- * floor(bound / N) bytes and files, so the instance stays within the configured bounds whichever
- * worker fills. A single process keeps `slices/` and `tmp/` directly under the directory. At the
- * instance's start, what belongs to the other layout (or to workers beyond N) is removed: nobody
- * would index it, so it would take disk the bounds never count.
+ * worker owns `w<index>/` under the cache directory (its own index, tmp/, slices/ and purge note),
+ * with floor(bound / N) bytes and files, so the instance stays within the configured bounds whichever
+ * worker fills. A single process keeps `slices/`, `tmp/` and `purges` directly under the directory.
+ * At the instance's start, what belongs to the other layout (or to workers beyond N) is removed:
+ * nobody would index it, so it would take disk the bounds never count.
  */
 import { readdir, rm } from 'node:fs/promises';
 import path from 'node:path';
@@ -37,7 +37,7 @@ function workerDirName(index: number): string {
 }
 
 const WORKER_DIR = /^w(0|[1-9]\d*)$/;
-const SINGLE_PROCESS_ENTRIES = new Set(['slices', 'tmp']);
+const SINGLE_PROCESS_ENTRIES = new Set(['slices', 'tmp', 'purges']);
 
 /**
  * The entries of the cache directory that the layout of `workers` (1: a single process) does not
