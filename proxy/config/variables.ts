@@ -274,7 +274,7 @@ export const VARIABLES: readonly VariableSpec[] = [
     name: 'ARKVORY_RATE_LIMIT_TIMEOUT_MILLISECONDS',
     kind: { type: 'int', min: 1, max: 60000 },
     defaultValue: '250',
-    doc: 'Longest a rate-limit check waits for Redis; slower (or Redis down) → the check fails open (allowed, counted, logged), or 503 `rate_limit_unavailable` when an applicable rule says `on_store_error: deny`.',
+    doc: 'Longest a rate-limit check waits for Redis (without Redis, for the coordinating process of an instance with `ARKVORY_WORKERS`); slower (or Redis down) → the check fails open (allowed, counted, logged), or 503 `rate_limit_unavailable` when an applicable rule says `on_store_error: deny`.',
   },
   {
     name: 'ARKVORY_REDIS_KEY_PREFIX',
