@@ -173,12 +173,26 @@ async function openSliceCache(services: Services, store: ArtifactStore, watcher:
     return held.filter((b) => !present.has(b));
   };
 
+  // A note that cannot be written (a full disk) only makes the next start drop more: not a failure.
+  let noteWarned = false;
+  const noteSwept = (now: Date): Promise<void> =>
+    writePurgeMark(own.dir, now).then(
+      () => {
+        noteWarned = false;
+      },
+      (err: unknown) => {
+        if (!noteWarned)
+          log.warn({ err: { message: (err as Error).message } }, 'slice cache: its purge note could not be written');
+        noteWarned = true;
+      },
+    );
+
   const held = cache.heldBlobs();
   const atStart = await purgesAtStart(services.pool, await readPurgeMark(own.dir));
   if (atStart.blobs === 'all' && held.length > 0)
     log.info({ dir: own.dir }, 'slice cache: not swept within the purge retention; its slices are dropped');
   await remove(new Set([...(await withoutDigests(held)), ...(atStart.blobs === 'all' ? held : atStart.blobs)]));
-  await writePurgeMark(own.dir, atStart.now);
+  await noteSwept(atStart.now);
   let purgeId = atStart.lastId;
 
   const sweeps = serialTask({
@@ -187,7 +201,7 @@ async function openSliceCache(services: Services, store: ArtifactStore, watcher:
       const purges = await purgesSince(services.pool, purgeId);
       await remove(new Set([...gone, ...purges.blobs]));
       purgeId = purges.lastId;
-      await writePurgeMark(own.dir, purges.now);
+      await noteSwept(purges.now);
     },
     retryMs: SWEEP_RETRY_MS,
     everyMs: SWEEP_REFRESH_MS,

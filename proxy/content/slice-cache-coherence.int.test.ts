@@ -6,7 +6,7 @@
  * principal without a grant; rate limits, admission and the bandwidth governor count the same
  * request sequence identically with the cache on and off (their metrics compared).
  */
-import { readdir, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, rm, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -189,6 +189,14 @@ describe('slice cache coherence and policy (nginx WebDAV)', () => {
     gw = await startGateway({ env: env({ ARKVORY_CACHE_DIR: dir }) });
     expect(await heldBlobs(dir)).toEqual(new Set());
     expect(gw.logs()).toContain('not swept within the purge retention');
+    await gw.stop();
+
+    // A note that cannot be written (here a directory in its place) costs a warning, not the start.
+    await rm(path.join(dir, 'purges'));
+    await mkdir(path.join(dir, 'purges', 'in-the-way'), { recursive: true });
+    gw = await startGateway({ env: env({ ARKVORY_CACHE_DIR: dir }) });
+    expect(gw.logs()).toContain('its purge note could not be written');
+    expect(sha256((await request(`${gw.url}${pathB}`, { headers: auth(writerKey) })).body)).toBe(sha256(b));
     await gw.stop();
   });
 
