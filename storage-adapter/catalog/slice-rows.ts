@@ -95,8 +95,9 @@ export async function purgesSince(db: Queryable, afterId: string): Promise<Purge
 
 /**
  * What a slice cache opening on disk must drop: the blobs purged since `appliedBefore` (its last
- * sweep's `now`, less the lookback), every retained request when it has no such time, or `all` when
- * that time is older than the retention (requests it never applied may have been cleared).
+ * sweep's `now`, less the lookback), every retained request when it has no such time (or one later
+ * than now), or `all` when that time is older than the retention (requests it never applied may have
+ * been cleared).
  */
 export async function purgesAtStart(
   db: Queryable,
@@ -111,10 +112,12 @@ export async function purgesAtStart(
   const head = rows[0]!;
   const lastId = head.last_id ?? '0';
   if (head.too_old) return { now: head.now, lastId, blobs: 'all' };
+  // A note later than this server's clock (another server, a clock set back) says nothing.
+  const since = appliedBefore !== undefined && appliedBefore <= head.now ? appliedBefore : null;
   const purged = await db.query<{ sha256: string }>(
     `SELECT DISTINCT sha256 FROM arkvory_cache_purges
      WHERE id <= $1::bigint AND ($2::timestamptz IS NULL OR requested_at >= $2::timestamptz - make_interval(secs => ${PURGE_LOOKBACK_SECONDS}))`,
-    [lastId, appliedBefore ?? null],
+    [lastId, since],
   );
   return { now: head.now, lastId, blobs: purged.rows.map((r) => r.sha256) };
 }
