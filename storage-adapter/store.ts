@@ -78,6 +78,8 @@ export interface PartStore {
   /** Stores `body` under the name; durable (as far as the store offers) when it resolves, absent when it throws. */
   write(sessionId: string, fileName: string, body: AsyncIterable<Buffer>, signal?: AbortSignal): Promise<void>;
   read(sessionId: string, fileName: string, signal?: AbortSignal): AsyncIterable<Buffer>;
+  /** Whether the part is there now (a part written may be removed by offline gc before it is recorded). */
+  has(sessionId: string, fileName: string): Promise<boolean>;
   remove(sessionId: string, fileName: string): Promise<void>;
   removeSession(sessionId: string): Promise<void>;
 }

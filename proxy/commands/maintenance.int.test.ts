@@ -1,6 +1,6 @@
 /** Offline scrub and gc under the maintenance barrier, with a real writer process and real files. */
 import { createHash } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import pg from 'pg';
@@ -13,6 +13,7 @@ import { runCli, startGateway } from '../../test/support/gateway.ts';
 import { ALL_STORE_KINDS, startStoreBacking } from '../../test/support/store-kinds.ts';
 import { waitUntil } from '../../test/harness/index.ts';
 import { BACKUP_APPLICATION_NAME } from './maintenance-barrier.ts';
+import { PRINCIPAL_LOCK_CLASS } from '../../storage-adapter/multipart/sessions.ts';
 
 const blobPath = (hex: string) => `blobs/sha256/${hex.slice(0, 2)}/${hex.slice(2, 4)}/${hex}`;
 
@@ -228,6 +229,12 @@ describe('gc beside a writer whose lease connection died', () => {
       ).rows[0]!.n > 0;
     await waitUntil(waiting, { what: `the upload's insert into ${table} to wait`, timeoutMs: 30_000, intervalMs: 25 });
     expect(existsSync(path.join(gw.dataDir, blobPath(hex)))).toBe(true);
+    await endLease();
+    return { gw, name, hex, put };
+  }
+
+  /** Ends the writer's lease connection (as after a password rotation): fenced, it holds the barrier no more. */
+  async function endLease(): Promise<void> {
     await db.pool.query(
       `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'arkvory-api-lease'`,
     );
@@ -236,7 +243,6 @@ describe('gc beside a writer whose lease connection died', () => {
       timeoutMs: 10_000,
       intervalMs: 25,
     });
-    return { gw, name, hex, put };
   }
 
   /** Catalog rows whose blob is not in the directory store. */
@@ -310,6 +316,90 @@ describe('gc beside a writer whose lease connection died', () => {
         await release();
         await expectRefusedUnpublished(put, name);
       });
+    } finally {
+      await maintenance.end();
+    }
+  }, 120_000);
+
+  /**
+   * A writer receiving a multipart part, its file written and its row held back (a connection of
+   * the test's holds the principal's lock, which recording a part takes first); then fenced. `work`
+   * runs meanwhile and lets the row go with `release()`; the part's answer is returned.
+   */
+  async function fencedMidPart(
+    work: (held: { dataDir: string; session: string; release(): Promise<unknown> }) => Promise<void>,
+  ): Promise<{ status: number; code: unknown; parts: unknown[]; files: string[] }> {
+    const name = `r${++repo}`;
+    await createRepository(db.pool, name);
+    const { key, principalId } = await createServiceAccount(db.pool, { grants: { [name]: 'write' } });
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const opened = await request(`${gw.url}/api/v1/repositories/${name}/artifacts/parted.bin/uploads`, {
+      method: 'POST',
+      headers: { ...bearer(key), 'content-type': 'application/json' },
+      body: Buffer.from('{}'),
+    });
+    expect(opened.status, opened.body.toString()).toBe(201);
+    const session = JSON.parse(opened.body.toString()).upload as string;
+    const sessionDir = path.join(gw.dataDir, 'uploads', session);
+    const blocker = await db.pool.connect();
+    try {
+      await blocker.query('BEGIN');
+      await blocker.query('SELECT pg_advisory_xact_lock($1, hashtext($2))', [PRINCIPAL_LOCK_CLASS, principalId]);
+      const put = request(`${gw.url}/api/v1/repositories/${name}/uploads/${session}/parts/1`, {
+        method: 'PUT',
+        headers: bearer(key),
+        body: randomContent(64_000),
+      });
+      await waitUntil(
+        async () =>
+          (
+            await db.pool.query<{ n: number }>(
+              `SELECT count(*)::int AS n FROM pg_stat_activity
+                WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%pg_advisory_xact_lock%'`,
+            )
+          ).rows[0]!.n > 0,
+        { what: "the part's record to wait for the principal's lock", timeoutMs: 30_000, intervalMs: 25 },
+      );
+      expect(readdirSync(sessionDir)).toHaveLength(1);
+      await endLease();
+      await work({ dataDir: gw.dataDir, session, release: () => blocker.query('ROLLBACK') });
+      const answered = await put;
+      // From the database: the fenced writer serves nothing more.
+      const recorded = await db.pool.query('SELECT part_number FROM arkvory_upload_parts WHERE session_id = $1', [
+        session,
+      ]);
+      return {
+        status: answered.status,
+        code: JSON.parse(answered.body.toString()).code,
+        parts: recorded.rows,
+        files: existsSync(sessionDir) ? readdirSync(sessionDir) : [],
+      };
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => {});
+      blocker.release();
+    }
+  }
+
+  it('a part of the fenced writer whose file a whole gc removed before its row is refused: no 200 for a part that is gone', async () => {
+    const answer = await fencedMidPart(async ({ dataDir, session, release }) => {
+      const gc = await runCli(['gc'], { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: dataDir });
+      expect(gc.code, gc.stderr).toBe(0);
+      expect(JSON.parse(gc.stdout).staleUploads).toEqual([expect.stringMatching(new RegExp(`^${session}/00001-`))]);
+      await release();
+    });
+    expect(answer).toEqual({ status: 503, code: 'unavailable', parts: [], files: [] });
+  }, 120_000);
+
+  it('a part of the fenced writer whose row comes while gc holds the barrier is refused: no row', async () => {
+    const maintenance = new pg.Client({ connectionString: db.url, application_name: 'arkvory-cli' });
+    await maintenance.connect();
+    try {
+      const answer = await fencedMidPart(async ({ release }) => {
+        expect(await tryLockExclusive(maintenance, 'maintenance')).toBe(true);
+        await release();
+      });
+      // Refused: its file is removed too, as for any part not recorded.
+      expect(answer).toEqual({ status: 503, code: 'unavailable', parts: [], files: [] });
     } finally {
       await maintenance.end();
     }

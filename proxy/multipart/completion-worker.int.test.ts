@@ -24,7 +24,13 @@ beforeAll(async () => {
 const EMPTY_SHA256 = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855';
 
 function partStore(removeSession: () => Promise<void> = async () => {}): PartStore {
-  return { read: async function* () {}, write: async () => {}, remove: async () => {}, removeSession };
+  return {
+    read: async function* () {},
+    write: async () => {},
+    has: async () => true,
+    remove: async () => {},
+    removeSession,
+  };
 }
 
 function sessionsOf(parts: PartStore, pool: pg.Pool = db.pool): UploadSessions {

@@ -4,7 +4,7 @@
  * part once acknowledged survives a power cut; a failed write removes the file.
  */
 import { createReadStream } from 'node:fs';
-import { open, rm, type FileHandle } from 'node:fs/promises';
+import { open, rm, stat, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { storageErrorFromErrno } from '../errors.ts';
 import { fsyncDirectory, mkdirDurable } from '../../lib/fs-sync.ts';
@@ -47,6 +47,14 @@ export function createFsPartStore(root: string, sync: (dir: string) => Promise<v
       } catch (err) {
         // A missing part is `not_found`, as on the other stores.
         throw storageErrorFromErrno(err) ?? err;
+      }
+    },
+    async has(sessionId, fileName) {
+      try {
+        return (await stat(path.join(sessionDir(root, sessionId), fileName))).isFile();
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
+        throw err;
       }
     },
     async remove(sessionId, fileName) {

@@ -58,6 +58,13 @@ export function httpParts(dav: WebDavClient): PartStore {
       }
     },
     read: (sessionId, fileName, signal) => dav.get(`${sessionRelativeDir(sessionId)}/${fileName}`, signal),
+    async has(sessionId, fileName) {
+      const path = dav.pathOf(`${sessionRelativeDir(sessionId)}/${fileName}`);
+      const code = await dav.status({ method: 'HEAD', path });
+      if (code === 200) return true;
+      if (code === 404) return false;
+      throw unexpectedStatus(code, `HEAD ${path}`);
+    },
     remove: (sessionId, fileName) => dav.remove(`${sessionRelativeDir(sessionId)}/${fileName}`),
     removeSession: (sessionId) => dav.remove(sessionRelativeDir(sessionId)),
   };

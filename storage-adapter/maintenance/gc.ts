@@ -71,7 +71,11 @@ export async function collectGarbage(
     `SELECT p.session_id, p.file_name FROM arkvory_upload_parts p JOIN arkvory_upload_sessions s ON s.id = p.session_id WHERE s.state IN ('open', 'completing')`,
   );
   const liveFiles = new Set(live.rows.map((r) => `${r.session_id}/${r.file_name}`));
-  const liveSessions = new Set(live.rows.map((r) => r.session_id));
+  // Every open session, with parts recorded or not yet: only its files that no row names are stale.
+  const open = await pool.query<{ id: string }>(
+    `SELECT id::text FROM arkvory_upload_sessions WHERE state IN ('open', 'completing')`,
+  );
+  const liveSessions = new Set(open.rows.map((r) => r.id));
   for (const session of await tree.list(UPLOADS_DIR)) {
     const dir = `${UPLOADS_DIR}/${session.name}`;
     const files = session.isDirectory ? await tree.list(dir) : [];

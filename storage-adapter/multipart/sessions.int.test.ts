@@ -87,6 +87,7 @@ it('a part whose write outlived its session is not recorded, and its file is rem
       files.add(`${sessionId}/${fileName}`);
     },
     read: async function* () {},
+    has: async (sessionId, fileName) => files.has(`${sessionId}/${fileName}`),
     async remove(sessionId, fileName) {
       files.delete(`${sessionId}/${fileName}`);
     },

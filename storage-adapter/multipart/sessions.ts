@@ -12,10 +12,11 @@ import type { ByteMeter } from '../byte-meter.ts';
 import type { PartStore } from '../store.ts';
 import { parseListedParts, planCompletion, type ReceivedPart } from './completion-plan.ts';
 import { withTransaction } from '../../lib/transaction.ts';
+import { BARRIER_LOCK_CLASS, BARRIERS } from '../../lib/advisory-barriers.ts';
 import { checkAssembledSize, checkSessionCount, partBound, type MultipartLimits, type StoredBytes } from './bounds.ts';
 
 /** Class id of the per-principal advisory locks (two-int4 form, a lock space of its own: 'ARKM'). */
-const PRINCIPAL_LOCK_CLASS = 0x41524b4d;
+export const PRINCIPAL_LOCK_CLASS = 0x41524b4d;
 /**
  * Days a finished session (done, failed, aborted, expired) is kept, so a client polling for its
  * outcome still finds it; then it goes with its parts' rows and job (docs/multipart-and-maintenance.md).
@@ -272,6 +273,7 @@ export class UploadSessions {
         );
         if (!session.rows[0]) throw new StorageError('not_found', 'No such upload.');
         checkTakesParts(session.rows[0].state, session.rows[0].expires_at.getTime());
+        await this.#checkPartKept(client, id, fileName);
         const stored = await this.#storedBytes(client, id, partNumber, scope.principalId);
         const now = partBound(Number.MAX_SAFE_INTEGER, limits, stored);
         if (size > now.maxBytes) throw now.refuse(size);
@@ -294,6 +296,31 @@ export class UploadSessions {
     const replaced = previous.rows[0]?.file_name;
     if (replaced && replaced !== fileName) await this.#parts.remove(id, replaced);
     return { partNumber, sizeBytes: size, sha256 };
+  }
+
+  /**
+   * Offline gc removes every part file no row names, and the row of a part is written only after
+   * its file. A gateway holds the maintenance barrier on its lease connection, but one whose lease
+   * connection ended (fenced) still finishes the parts it is receiving, and gc may run meanwhile.
+   * So the row goes in only while this transaction holds the barrier shared (gc then waits for the
+   * commit and sees the row), and only if the file is still there (no gc ran since it was written):
+   * otherwise 503 `unavailable`, nothing recorded, rather than a 200 for a part that is gone.
+   */
+  async #checkPartKept(client: pg.PoolClient, id: string, fileName: string): Promise<void> {
+    const barrier = await client.query<{ held: boolean }>('SELECT pg_try_advisory_xact_lock_shared($1, $2) AS held', [
+      BARRIER_LOCK_CLASS,
+      BARRIERS.maintenance,
+    ]);
+    if (!barrier.rows[0]!.held)
+      throw new StorageError(
+        'unavailable',
+        'Offline maintenance (gc or scrub) holds the store; the part was not recorded. Send it again once it is done.',
+      );
+    if (!(await this.#parts.has(id, fileName)))
+      throw new StorageError(
+        'unavailable',
+        'Offline maintenance removed the part before it was recorded; the part was not recorded. Send it again.',
+      );
   }
 
   /** Validates the ordered part list and queues one completion job (state `completing`). */

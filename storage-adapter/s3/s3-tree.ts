@@ -90,6 +90,7 @@ export function s3Parts(bucket: S3Bucket): PartStore {
       });
     },
     read: (sessionId, fileName, signal) => readObject(client, partKey(sessionId, fileName), signal),
+    has: async (sessionId, fileName) => (await client.head(partKey(sessionId, fileName))) !== undefined,
     remove: (sessionId, fileName) => client.delete(partKey(sessionId, fileName)),
     removeSession: (sessionId) => removeTree(bucket, sessionRelativeDir(sessionId)),
   };
