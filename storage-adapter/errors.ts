@@ -74,6 +74,12 @@ export const STORAGE_ERRORS = defineErrors('storage-adapter/errors.ts', {
     advice:
       'The object on the store changed behind the gateway (overwritten or damaged); nothing was served or cached. Run `arkvory scrub` and restore the blob from a backup.',
   },
+  stored_bytes_mismatch: {
+    status: 502,
+    message: 'The artifact store did not keep the bytes it was sent; nothing was published.',
+    advice:
+      'The S3 store answered the copy of an upload into its blob name with another object than the one uploaded (replaced or damaged on the server); nothing was published. Send the upload again; if it recurs, check the store and run `arkvory scrub`.',
+  },
   store_unreachable: {
     status: 503,
     message: 'This gateway cannot reach its artifact store right now; retry shortly (another gateway may serve it).',

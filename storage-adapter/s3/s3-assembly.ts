@@ -14,7 +14,9 @@ import type { S3Bucket } from './s3-tree.ts';
 import type { AssemblyPart, StageOptions } from '../store.ts';
 import { SliceHasher, type SliceDigests } from '../slice-digests.ts';
 
-export type Assembly = { sha256: string; sizeBytes: number; sliceDigests: SliceDigests | undefined } | 'declined';
+export type Assembly =
+  | { sha256: string; sizeBytes: number; sliceDigests: SliceDigests | undefined; etag: string | undefined }
+  | 'declined';
 
 /** Assembles the session's parts as the object `target` (a key); on failure nothing is left open. */
 export async function assembleOnServer(
@@ -108,7 +110,7 @@ export async function assembleOnServer(
         'upstream_unreachable',
         `The S3 server assembled ${target} with ${head?.sizeBytes ?? 'no'} bytes, not ${sizeBytes}.`,
       );
-    return { sha256, sizeBytes, sliceDigests: slices?.finish() };
+    return { sha256, sizeBytes, sliceDigests: slices?.finish(), etag: head.etag };
   } catch (err) {
     await previous.catch(() => {});
     await abortMultipart(client, target, uploadId).catch(() => {});

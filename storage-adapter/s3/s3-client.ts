@@ -69,7 +69,8 @@ export interface S3Client {
   failure(res: Dispatcher.ResponseData, what: string): Promise<StorageError>;
   /** A request whose answer must be 2xx; returns the body text (XML) or '' . */
   expectOk(r: S3Request, what: string): Promise<{ text: string; headers: Dispatcher.ResponseData['headers'] }>;
-  head(key: string): Promise<{ sizeBytes: number } | undefined>;
+  /** Size and ETag (as `etagOf` reads it) of an object; undefined when it is absent. */
+  head(key: string): Promise<{ sizeBytes: number; etag: string | undefined } | undefined>;
   delete(key: string): Promise<void>;
   /** Every object under `prefix` (ListObjectsV2, paged); with `delimiter` also the common prefixes. */
   list(prefix: string, delimiter?: string): AsyncGenerator<{ object?: ListedObject; commonPrefix?: string }>;
@@ -134,6 +135,15 @@ export function storageErrorOfS3(
   if (code === 'EntityTooLarge' || code === 'QuotaExceeded' || code === 'XMinioStorageFull' || status === 507)
     return new StorageError('storage_full', `The S3 server has no space left (${what}: ${detail}).`);
   return new StorageError('upstream_unreachable', `The S3 server answered ${what} with ${detail}.`);
+}
+
+/**
+ * An ETag as compared here: without quotes (servers quote it, XML answers too once unescaped) or a
+ * weak prefix; undefined when the server sent none.
+ */
+export function etagOf(value: unknown): string | undefined {
+  if (typeof value !== 'string' || value === '') return undefined;
+  return value.replace(/^W\//, '').replace(/^"(.*)"$/, '$1');
 }
 
 const EMPTY_SHA256 = createHash('sha256').update('').digest('hex');
@@ -230,7 +240,7 @@ export function createS3Client(options: S3ClientOptions): S3Client {
       await res.body.dump().catch(() => {});
       if (res.statusCode === 404) return undefined;
       if (res.statusCode !== 200) throw storageErrorOfS3(res.statusCode, undefined, `HEAD ${key}`, bucket);
-      return { sizeBytes: Number(res.headers['content-length']) };
+      return { sizeBytes: Number(res.headers['content-length']), etag: etagOf(res.headers.etag) };
     },
     async delete(key) {
       const res = await request({ method: 'DELETE', key });

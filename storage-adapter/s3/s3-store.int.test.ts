@@ -367,6 +367,55 @@ describe.each(S3_STORE_KINDS)('S3 store on %s', (kind) => {
     expect(await listKeys(server, 'tmp/')).toEqual([]);
   });
 
+  it('an object of the same size but other bytes under a blob name is not taken as that blob: a verified publish replaces it', async () => {
+    const store = await writer();
+    const catalog = createCatalog(db.pool);
+    const bytes = randomBytes(MiB + 3);
+    const hex = sha256(bytes);
+    // Damaged on the server, or written there by hand: the same length, other bytes.
+    await s3Probe(server).write(blobName(hex), randomBytes(bytes.length));
+    const published = await publishArtifact(
+      { store, catalog },
+      {
+        key: key('same-size'),
+        body: chunked(bytes),
+        contentType: 'a/b',
+        publishedBy: null,
+        stage: { maxBytes: 1e9, expectedLength: bytes.length },
+      },
+    );
+    expect(published.entry).toMatchObject({ sha256: hex, sizeBytes: bytes.length });
+    expect(store.commits).toMatchObject({ existing: 0, copy: 1 });
+    expect(sha256((await s3Probe(server).read(blobName(hex)))!)).toBe(hex);
+    // The blob now there is the one uploaded (the server's ETag of both): taken as it is.
+    await publishArtifact(
+      { store, catalog },
+      {
+        key: key('same-size-2'),
+        body: chunked(bytes),
+        contentType: 'a/b',
+        publishedBy: null,
+        stage: { maxBytes: 1e9, expectedLength: bytes.length },
+      },
+    );
+    expect(store.commits).toMatchObject({ existing: 1, copy: 1 });
+  });
+
+  it('a temporary replaced between its upload and its commit is not copied under the blob name', async () => {
+    const store = await writer();
+    const bytes = randomBytes(MiB + 3);
+    const staged = await store.stage(chunked(bytes), { maxBytes: 1e9, expectedLength: bytes.length });
+    try {
+      const [temporary] = await listKeys(server, 'tmp/');
+      // Another writer of the same name, or the server's own damage: same length, other bytes.
+      await s3Probe(server).write(temporary!, randomBytes(bytes.length));
+      await expect(staged.commit()).rejects.toMatchObject({ code: 'stored_bytes_mismatch' });
+      expect(await s3Probe(server).read(blobName(staged.sha256))).toBeUndefined();
+    } finally {
+      await staged.discard();
+    }
+  });
+
   it('a body that fails after some parts leaves no object and no open multipart upload', async () => {
     const store = await writer({ partBytes: 5 * MiB });
     async function* broken() {

@@ -4,9 +4,10 @@
  * (SeaweedFS, MinIO, Ceph RGW, Garage, AWS S3, R2). Reads are GET/HEAD with Range.
  *
  * Publish: the body streams (hashed, counted, paced) to `tmp/<uuid>.upload` (s3-transfer.ts); commit()
- * copies it server-side to its blob name unless an object of the same size already exists there
- * (content-addressed, so that one has the same bytes; one of another size is not that blob and is
- * replaced), and discard() deletes the temporary. With a declared sha256, a key that was free and a
+ * copies it server-side to its blob name unless the object already there has the ETag the server
+ * gave the temporary (anything else there is not known to be that blob and is replaced). The copy is
+ * tied to the temporary by its ETag, and one whose ETag differs from it is read back and hashed
+ * before commit() returns. discard() deletes the temporary. With a declared sha256, a key that was free and a
  * non-empty body, the body goes straight to its blob name and nothing is copied. The catalog row is written
  * by the caller only after commit() returned, so no row ever names a missing blob.
  *
@@ -15,7 +16,7 @@
  * the multipart upload is completed only after every check passed. Parts below S3's 5 MiB minimum
  * (or a server without UploadPartCopy): undefined, and the worker streams them through stage().
  */
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { StorageError } from '../errors.ts';
 import { checkedUpload } from '../streaming/checked-upload.ts';
@@ -25,7 +26,14 @@ import { openRangeStream, rangeStreamReader, type RangeStream } from '../streami
 import { createS3Client, type S3Client, type S3ClientOptions } from './s3-client.ts';
 import { formatS3Location, type S3Location } from './s3-location.ts';
 import { openSocketRange, SOCKET_READ_MIN_BYTES } from './s3-socket-read.ts';
-import { copyObject, S3_DEFAULT_LIMITS, uploadObject, type S3Limits } from './s3-transfer.ts';
+import {
+  copyObject,
+  readObject,
+  S3_DEFAULT_LIMITS,
+  uploadObject,
+  type S3Limits,
+  type UploadedObject,
+} from './s3-transfer.ts';
 import type { OpenedArtifactStore, StagedBlob, StageOptions } from '../store.ts';
 import type { SliceDigests } from '../slice-digests.ts';
 import { assembleOnServer, type Assembly } from './s3-assembly.ts';
@@ -57,6 +65,8 @@ export interface S3CommitStats {
   existing: number;
   /** Staged under its blob name (sha256 declared, key free): nothing to copy. */
   direct: number;
+  /** Copies read back whole to check them: the server gave the copy another ETag than its source. */
+  'read-back': number;
 }
 
 /** How assembleParts() put multipart sessions together (tests check which path a server took). */
@@ -126,7 +136,14 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
   const keyOf = (relative: string) => `${location.prefix}${relative}`;
   const locationText = `${formatS3Location(location)} on ${client.endpoint}`;
   const stats = { committed: 0, discarded: 0, failed: 0 };
-  const commits: S3CommitStats = { copy: 0, 'multipart-copy': 0, streamed: 0, existing: 0, direct: 0 };
+  const commits: S3CommitStats = {
+    copy: 0,
+    'multipart-copy': 0,
+    streamed: 0,
+    existing: 0,
+    direct: 0,
+    'read-back': 0,
+  };
   const assemblies: S3AssemblyStats = { 'server-copy': 0, streamed: 0 };
   const reads: S3ReadStats = { socket: 0, pool: 0 };
   const puts: S3PutStats = { socket: 0, pool: 0 };
@@ -207,9 +224,34 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
     return declared ? blobName(declared) : `${TMP_DIR}/${randomUUID()}.upload`;
   }
 
-  /** A fully written, verified object at `tempName` (a tmp/ temporary or already its blob name). */
+  /**
+   * Reads `key` back whole: its bytes must be the blob's. For a copy the server gave another ETag
+   * than the object it copied (encryption with its own keys, a recomputed ETag): then nothing but
+   * the bytes themselves says the copy holds what was uploaded.
+   */
+  async function verifyCopied(key: string, sha256: string, sizeBytes: number): Promise<void> {
+    const hash = createHash('sha256');
+    let read = 0;
+    for await (const chunk of readObject(client, key)) {
+      hash.update(chunk);
+      read += chunk.length;
+    }
+    const got = hash.digest('hex');
+    if (read !== sizeBytes || got !== sha256)
+      throw new StorageError(
+        'stored_bytes_mismatch',
+        `The S3 server holds ${read} bytes of sha256 ${got} under ${key} after the copy, not the ${sizeBytes} uploaded of ${sha256}.`,
+      );
+    commits['read-back']++;
+  }
+
+  /**
+   * A fully written, verified object at `tempName` (a tmp/ temporary or already its blob name),
+   * `etag` as the server answered its upload.
+   */
   function stagedBlob(
     tempName: string,
+    etag: string | undefined,
     sha256: string,
     sizeBytes: number,
     sliceDigests: SliceDigests | undefined,
@@ -222,11 +264,22 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
       {
         async commit() {
           const target = keyOf(blobName(sha256));
-          if (direct) commits.direct++;
-          // An object of another size under the name is not this blob (planted by a flawed older
-          // write, or by hand): the verified bytes replace it rather than a row pointing at it.
-          else if ((await client.head(target))?.sizeBytes === sizeBytes) commits.existing++;
-          else commits[await copyObject(client, keyOf(tempName), target, sizeBytes, limits, timeoutMs)]++;
+          if (direct) {
+            commits.direct++;
+            return;
+          }
+          // An object already under the name is taken as this blob only when the server gives it
+          // the ETag of the object just uploaded (its own digest of both): another size or the
+          // same size with other bytes (planted by hand or by a flawed older write, damaged) is
+          // replaced by the verified bytes rather than published under their name.
+          const there = await client.head(target);
+          if (etag !== undefined && there?.sizeBytes === sizeBytes && there.etag === etag) {
+            commits.existing++;
+            return;
+          }
+          const copied = await copyObject(client, keyOf(tempName), target, sizeBytes, limits, timeoutMs, etag);
+          commits[copied.how]++;
+          if (etag === undefined || copied.etag !== etag) await verifyCopied(target, sha256, sizeBytes);
         },
         // Best effort: the catalog decision is already made; a temporary left behind is gc's.
         // A blob staged under its own name and not committed (a racing publish of the key) is
@@ -259,11 +312,12 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
       const tempName = stagingName(stageOptions);
       // Every check throws inside the body, so the server never completes the object.
       const upload = checkedUpload(body, stageOptions);
+      let uploaded: UploadedObject;
       try {
         const single =
           stageOptions.expectedLength !== undefined && stageOptions.expectedLength <= limits.singlePutBytes;
         if (single) puts[socketWrites ? 'socket' : 'pool']++;
-        await uploadObject(client, keyOf(tempName), upload.chunks, limits, {
+        uploaded = await uploadObject(client, keyOf(tempName), upload.chunks, limits, {
           expectedLength: stageOptions.expectedLength,
           signal: stageOptions.signal,
           timeoutMs,
@@ -284,7 +338,13 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
         if (tempName.startsWith(TMP_DIR)) await client.delete(keyOf(tempName)).catch(() => {});
         throw err;
       }
-      return stagedBlob(tempName, upload.result.sha256, upload.result.sizeBytes, upload.result.sliceDigests);
+      return stagedBlob(
+        tempName,
+        uploaded.etag,
+        upload.result.sha256,
+        upload.result.sizeBytes,
+        upload.result.sliceDigests,
+      );
     },
 
     async assembleParts(sessionId, parts, stageOptions): Promise<StagedBlob | undefined> {
@@ -303,7 +363,7 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
         return undefined;
       }
       assemblies['server-copy']++;
-      return stagedBlob(tempName, assembled.sha256, assembled.sizeBytes, assembled.sliceDigests);
+      return stagedBlob(tempName, assembled.etag, assembled.sha256, assembled.sizeBytes, assembled.sliceDigests);
     },
 
     async openBlob(sha256, ranges = []) {

@@ -11,7 +11,7 @@
  */
 import { StorageError } from '../errors.ts';
 import { hasStableCode, sendStreamedBody, upstreamError } from '../streaming/http-upstream.ts';
-import { parseXml, s3ErrorOf, storageErrorOfS3, type S3Client } from './s3-client.ts';
+import { etagOf, parseXml, s3ErrorOf, storageErrorOfS3, type S3Client } from './s3-client.ts';
 import { encodeRfc3986, S3_MAX_MULTIPART_BYTES, S3_MAX_PART_BYTES, S3_MAX_PARTS } from './s3-location.ts';
 import { putOverSocket, readEmptyBody, type SocketWriteOptions } from './s3-socket-write.ts';
 
@@ -98,6 +98,11 @@ export interface UploadOptions {
   readonly maxBytes?: number | undefined;
 }
 
+/** The object an upload created, as the server answered: its ETag (`etagOf`), undefined when it sent none. */
+export interface UploadedObject {
+  readonly etag: string | undefined;
+}
+
 /** Streams `body` to `key`; the object exists only if this resolves. */
 export async function uploadObject(
   client: S3Client,
@@ -105,16 +110,12 @@ export async function uploadObject(
   body: AsyncIterable<Buffer>,
   limits: S3Limits,
   options: UploadOptions,
-): Promise<void> {
+): Promise<UploadedObject> {
   if (options.expectedLength !== undefined && options.expectedLength <= limits.singlePutBytes) {
-    if (options.socket) {
-      await putSocket(client, key, body, options.expectedLength, options.socket, options);
-      return;
-    }
-    await putStreamed(client, key, holdingLastChunk(body), options.expectedLength, options);
-    return;
+    if (options.socket) return putSocket(client, key, body, options.expectedLength, options.socket, options);
+    return putStreamed(client, key, holdingLastChunk(body), options.expectedLength, options);
   }
-  await uploadInParts(client, key, body, limits, options);
+  return uploadInParts(client, key, body, limits, options);
 }
 
 /** A streamed PUT with the confirmation deadline of `sendStreamedBody`. */
@@ -124,13 +125,13 @@ async function putStreamed(
   body: AsyncIterable<Buffer>,
   length: number,
   options: UploadOptions,
-): Promise<void> {
+): Promise<UploadedObject> {
   if (length === 0) {
     // The head alone completes an empty PUT, so the body's checks (at its end) run first, whatever
     // order undici would send the head and an empty stream in.
     await readEmptyBody(body);
     options.signal?.throwIfAborted();
-    await client.expectOk(
+    const { headers } = await client.expectOk(
       {
         method: 'PUT',
         key,
@@ -140,8 +141,9 @@ async function putStreamed(
       },
       `PUT ${key}`,
     );
-    return;
+    return { etag: etagOf(headers.etag) };
   }
+  let etag: string | undefined;
   await sendStreamedBody(
     body,
     {
@@ -149,8 +151,8 @@ async function putStreamed(
       timeoutMs: options.timeoutMs,
       timeoutMessage: `The S3 server did not confirm PUT ${key} within ${options.timeoutMs} ms.`,
     },
-    (watched, signal) =>
-      client.expectOk(
+    async (watched, signal) => {
+      const { headers } = await client.expectOk(
         {
           method: 'PUT',
           key,
@@ -160,8 +162,11 @@ async function putStreamed(
           headersTimeout: 0,
         },
         `PUT ${key}`,
-      ),
+      );
+      etag = etagOf(headers.etag);
+    },
   );
+  return { etag };
 }
 
 /** A single PUT over a socket of its own: the ring holds the last bytes back until the body passed its checks. */
@@ -172,7 +177,7 @@ async function putSocket(
   length: number,
   socket: SocketWriteOptions,
   options: UploadOptions,
-): Promise<void> {
+): Promise<UploadedObject> {
   const what = `PUT ${key}`;
   const request = client.signedHead(
     {
@@ -189,6 +194,7 @@ async function putSocket(
   const error = s3ErrorOf(answer.text);
   if (answer.status < 200 || answer.status > 299) throw storageErrorOfS3(answer.status, error, what, client.bucket);
   if (error) throw storageErrorOfS3(500, error, what, client.bucket);
+  return { etag: etagOf(answer.headers.get('etag')) };
 }
 
 export async function createMultipart(client: S3Client, key: string): Promise<string> {
@@ -207,12 +213,13 @@ export async function createMultipart(client: S3Client, key: string): Promise<st
   return String(doc.UploadId);
 }
 
+/** Completes a multipart upload; the completed object's ETag (`etagOf`) when the answer names one. */
 export async function completeMultipart(
   client: S3Client,
   key: string,
   uploadId: string,
   etags: readonly string[],
-): Promise<void> {
+): Promise<string | undefined> {
   const parts = etags
     .map(
       (etag, i) =>
@@ -222,10 +229,13 @@ export async function completeMultipart(
   const body = Buffer.from(
     `<?xml version="1.0" encoding="UTF-8"?><CompleteMultipartUpload xmlns="http://s3.amazonaws.com/doc/2006-03-01/">${parts}</CompleteMultipartUpload>`,
   );
-  await client.expectOk(
+  const what = `CompleteMultipartUpload ${key}`;
+  const { text } = await client.expectOk(
     { method: 'POST', key, query: { uploadId }, headers: { 'content-type': 'application/xml' }, body },
-    `CompleteMultipartUpload ${key}`,
+    what,
   );
+  const doc = text === '' ? undefined : (parseXml(text, what).CompleteMultipartUploadResult as { ETag?: unknown });
+  return etagOf(doc?.ETag);
 }
 
 /** Best effort: an upload left open is invisible to readers; `arkvory gc` aborts what is left. */
@@ -240,7 +250,7 @@ async function uploadInParts(
   body: AsyncIterable<Buffer>,
   limits: S3Limits,
   options: UploadOptions,
-): Promise<void> {
+): Promise<UploadedObject> {
   const partBytes = multipartPartBytes(limits.partBytes, options.expectedLength, options.maxBytes);
   // Refused before a byte is read: S3 would refuse it only at part 10 001.
   if (partBytes === undefined && options.expectedLength !== undefined)
@@ -296,7 +306,7 @@ async function uploadInParts(
     const rest = Buffer.concat(pending, pendingBytes);
     pending = [];
     if (uploadId === undefined) {
-      await client.expectOk(
+      const { headers } = await client.expectOk(
         {
           method: 'PUT',
           key,
@@ -306,10 +316,10 @@ async function uploadInParts(
         },
         `PUT ${key}`,
       );
-      return;
+      return { etag: etagOf(headers.etag) };
     }
     if (rest.length > 0) await sendPart(rest);
-    await completeMultipart(client, key, uploadId, etags);
+    return { etag: await completeMultipart(client, key, uploadId, etags) };
   } catch (err) {
     if (uploadId !== undefined) await abortMultipart(client, key, uploadId).catch(() => {});
     if (options.signal?.aborted && !hasStableCode(err)) throw options.signal.reason;
@@ -322,7 +332,19 @@ export function copySource(client: S3Client, key: string): string {
   return `/${client.bucket}/${key.split('/').map(encodeRfc3986).join('/')}`;
 }
 
-/** Server-side copy of `from` (of `sizeBytes`) to `to`; returns how it was done (for tests and logs). */
+/** How a copy was made (for tests and logs), and the ETag the server gave the new object. */
+export interface CopiedObject {
+  readonly how: 'copy' | 'multipart-copy' | 'streamed';
+  readonly etag: string | undefined;
+}
+
+/**
+ * Server-side copy of `from` (of `sizeBytes`) to `to`. With `sourceEtag` (as its upload was
+ * answered) the server copies only while `from` is still that object (`x-amz-copy-source-if-match`,
+ * every range of a multipart copy too): 412 → `stored_bytes_mismatch`. A CopyObject answered 200
+ * must carry a CopyObjectResult with an ETag: S3 reports a copy that failed after its status line
+ * in the body (an `<Error>`, or a body cut short), so anything else is not a completed copy.
+ */
 export async function copyObject(
   client: S3Client,
   from: string,
@@ -330,13 +352,23 @@ export async function copyObject(
   sizeBytes: number,
   limits: S3Limits,
   timeoutMs: number,
-): Promise<'copy' | 'multipart-copy' | 'streamed'> {
+  sourceEtag?: string,
+): Promise<CopiedObject> {
+  const ifMatch = sourceEtag === undefined ? undefined : `"${sourceEtag}"`;
   if (sizeBytes <= limits.copyBytes) {
-    await client.expectOk(
-      { method: 'PUT', key: to, headers: { 'x-amz-copy-source': copySource(client, from) } },
-      `CopyObject ${from} → ${to}`,
-    );
-    return 'copy';
+    const what = `CopyObject ${from} → ${to}`;
+    const headers: Record<string, string> = { 'x-amz-copy-source': copySource(client, from) };
+    if (ifMatch) headers['x-amz-copy-source-if-match'] = ifMatch;
+    const res = await client.request({ method: 'PUT', key: to, headers });
+    if (res.statusCode === 412) {
+      await res.body.dump().catch(() => {});
+      throw new StorageError('stored_bytes_mismatch', `${from} is no longer the object uploaded (${what}: 412).`);
+    }
+    if (res.statusCode < 200 || res.statusCode > 299) throw await client.failure(res, what);
+    const text = await res.body.text().catch((err: unknown) => {
+      throw upstreamError(err, what);
+    });
+    return { how: 'copy', etag: copyResultEtag(text, 'CopyObjectResult', what, client.bucket) };
   }
   const uploadId = await createMultipart(client, to);
   const etags: string[] = [];
@@ -344,40 +376,57 @@ export async function copyObject(
     for (let start = 0; start < sizeBytes; start += limits.copyBytes) {
       const end = Math.min(sizeBytes, start + limits.copyBytes) - 1;
       const partNumber = etags.length + 1;
-      const res = await client.request({
-        method: 'PUT',
-        key: to,
-        query: { partNumber: String(partNumber), uploadId },
-        headers: { 'x-amz-copy-source': copySource(client, from), 'x-amz-copy-source-range': `bytes=${start}-${end}` },
-      });
-      if (res.statusCode === 501) {
+      const etag = await uploadPartCopy(client, from, to, uploadId, partNumber, { start, end }, ifMatch).catch(
+        (err: unknown) => {
+          if ((err as StorageError).code === 'part_mismatch')
+            throw new StorageError('stored_bytes_mismatch', `${from} is no longer the object uploaded.`, {
+              cause: err,
+            });
+          throw err;
+        },
+      );
+      if (etag === 'not-implemented') {
         // No UploadPartCopy on this server: fall back to streaming the bytes through us.
-        await res.body.dump().catch(() => {});
         await abortMultipart(client, to, uploadId).catch(() => {});
-        await uploadObject(client, to, readObject(client, from), limits, { expectedLength: sizeBytes, timeoutMs });
-        return 'streamed';
+        const streamed = await uploadObject(client, to, readObject(client, from, undefined, ifMatch), limits, {
+          expectedLength: sizeBytes,
+          timeoutMs,
+        });
+        return { how: 'streamed', etag: streamed.etag };
       }
-      if (res.statusCode !== 200) throw await client.failure(res, `UploadPartCopy ${partNumber} ${from} → ${to}`);
-      const text = await res.body.text();
-      const doc = parseXml(text, `UploadPartCopy ${partNumber}`).CopyPartResult as { ETag?: string } | undefined;
-      if (!doc?.ETag)
-        throw new StorageError(
-          'upstream_unreachable',
-          `The S3 server answered UploadPartCopy ${partNumber} ${from} → ${to} without an ETag.`,
-        );
-      etags.push(String(doc.ETag));
+      etags.push(etag);
     }
-    await completeMultipart(client, to, uploadId, etags);
-    return 'multipart-copy';
+    return { how: 'multipart-copy', etag: await completeMultipart(client, to, uploadId, etags) };
   } catch (err) {
     await abortMultipart(client, to, uploadId).catch(() => {});
     throw err;
   }
 }
 
+/** The ETag of a copy's 200 answer (`CopyObjectResult`, `CopyPartResult`); a body without one is not a completed copy. */
+export function copyResultEtag(text: string, element: string, what: string, bucket: string): string {
+  const error = s3ErrorOf(text);
+  if (error) throw storageErrorOfS3(500, error, what, bucket);
+  const doc = text === '' ? undefined : (parseXml(text, what)[element] as { ETag?: unknown } | undefined);
+  const etag = etagOf(doc?.ETag);
+  if (etag === undefined)
+    throw new StorageError('upstream_unreachable', `The S3 server answered ${what} with 200 but no ${element} ETag.`);
+  return etag;
+}
+
 /** The whole object, streamed; `not_found` when it is absent. */
-export async function* readObject(client: S3Client, key: string, signal?: AbortSignal): AsyncGenerator<Buffer> {
-  const res = await client.request({ method: 'GET', key, signal, highWaterMark: 256 * 1024 });
+export async function* readObject(
+  client: S3Client,
+  key: string,
+  signal?: AbortSignal,
+  ifMatch?: string,
+): AsyncGenerator<Buffer> {
+  const headers = ifMatch ? { 'if-match': ifMatch } : undefined;
+  const res = await client.request({ method: 'GET', key, headers, signal, highWaterMark: 256 * 1024 });
+  if (res.statusCode === 412) {
+    await res.body.dump().catch(() => {});
+    throw new StorageError('stored_bytes_mismatch', `${key} is no longer the object uploaded (GET: 412).`);
+  }
   if (res.statusCode !== 200) throw await client.failure(res, `GET ${key}`);
   try {
     for await (const chunk of res.body) yield chunk as Buffer;
@@ -426,10 +475,9 @@ export async function uploadPartCopy(
     );
   }
   if (res.statusCode !== 200) throw await client.failure(res, what);
-  const text = await res.body.text();
-  const error = s3ErrorOf(text);
-  if (error) throw storageErrorOfS3(500, error, what, client.bucket);
-  const doc = parseXml(text, what).CopyPartResult as { ETag?: string } | undefined;
-  if (!doc?.ETag) throw new StorageError('upstream_unreachable', `The S3 server answered ${what} without an ETag.`);
-  return String(doc.ETag);
+  const text = await res.body.text().catch((err: unknown) => {
+    throw upstreamError(err, what);
+  });
+  // Quoted again: CompleteMultipartUpload lists each part's ETag as the server gave it.
+  return `"${copyResultEtag(text, 'CopyPartResult', what, client.bucket)}"`;
 }
