@@ -219,14 +219,17 @@ it("a store's failure fails the upload in the catalogue's words: the store's own
   expect(error).not.toContain('10.0.0.30');
 });
 
-it('a failure of ours (a staged temporary gone) is retried, and its detail never reaches session.error', async () => {
+it('a failure of ours (a staged temporary gone, raw or as unavailable) is retried, and its detail never reaches session.error', async () => {
   const parts = partStore();
   let commits = 0;
   let failFirst = 0;
-  const lost = () =>
+  const raw = () =>
     Object.assign(new Error("ENOENT: no such file or directory, link '/srv/arkvory/tmp/worker/x.upload'"), {
       code: 'ENOENT',
     });
+  // As a store's staged blob reports its temporary gone (storage-adapter/streaming/staged-blob.ts).
+  const gone = () => new StorageError('unavailable', 'The staged bytes were removed before they were published.');
+  let lost: () => Error = raw;
   const store = {
     parts,
     hasBlob: holdsEveryBlob,
@@ -260,6 +263,13 @@ it('a failure of ours (a staged temporary gone) is retried, and its detail never
     await waitUntil(async () => (await finished(retried)).state === 'done', { timeoutMs: 5000 });
     expect(await finished(retried)).toEqual({ state: 'done', error: null, attempts: 2 });
     expect(commits).toBe(2);
+
+    lost = gone;
+    failFirst = 1;
+    const removed = await queuedJob(sessions, 'removed-once');
+    await waitUntil(async () => (await finished(removed)).state !== 'completing', { timeoutMs: 5000 });
+    expect(await finished(removed)).toEqual({ state: 'done', error: null, attempts: 2 });
+    lost = raw;
 
     failFirst = 100;
     const failing = await queuedJob(sessions, 'lost-always');

@@ -387,9 +387,10 @@ export class CompletionWorker {
         return;
       }
       if (isUnreachable(err)) throw err; // not the upload's fault: #tick queues the job again
-      if (!(err instanceof CodedError)) {
-        // Ours, not the upload's (a staged temporary gone, an fs error): retried up to maxAttempts,
-        // its detail (paths, raw messages) kept in the log and out of the session the client reads.
+      if (!(err instanceof CodedError) || err.code === 'unavailable') {
+        // Ours, not the upload's (a staged temporary gone, offline maintenance holding the store,
+        // an fs error): retried up to maxAttempts, its detail (paths, raw messages) kept in the log
+        // and out of the session the client reads.
         log.error({ event: 'upload.retry', err }, 'multipart upload failed on the worker; queued again');
         await this.#requeue(job);
         return;

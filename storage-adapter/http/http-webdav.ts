@@ -141,6 +141,7 @@ export class WebDavClient {
         return true;
       }
       if (code === 412) return false;
+      if (code === 404) throw new StorageError('not_found', `${from} is not on the artifact store.`);
       if (code !== 405 && code !== 501) throw unexpectedStatus(code, `MOVE ${this.pathOf(from)}`);
       this.#hasMove = false;
     }

@@ -223,6 +223,19 @@ export function artifactStoreConformance(entry: StoreKindEntry, start: () => Pro
         expect(store.uploadStats()).toEqual({ committed: 2, discarded: 1, failed: 0 });
       });
 
+      it('should refuse with unavailable a commit whose temporary was removed meanwhile (gc beside a fenced gateway), publishing nothing', async () => {
+        const { probe, store } = await fresh();
+        const bytes = randomBytes(50_000);
+        const staged = await store.stage(body(bytes), { maxBytes: 1e6 });
+        const temporaries = await store.tree.list('tmp');
+        expect(temporaries).toHaveLength(1);
+        await store.tree.remove(`tmp/${temporaries[0]!.name}`);
+        await expect(staged.commit()).rejects.toMatchObject({ code: 'unavailable' });
+        await staged.discard();
+        expect(await probe.read(blobName(sha256(bytes)))).toBeUndefined();
+        expect(await store.hasBlob(sha256(bytes))).toBe(false);
+      });
+
       it(`should ${entry.capabilities.freesOwnedChunks ? 'free' : 'leave alone'} chunks declared owned once used, and never touch others`, async () => {
         const { probe, store, catalog, key } = await fresh();
         const bytes = randomBytes(300_000);
@@ -620,6 +633,8 @@ export function artifactStoreConformance(entry: StoreKindEntry, start: () => Pro
         await store.parts.write(session, '00001-a.part', Readable.from([part]));
         await store.parts.write(session, '00002-b.part', Readable.from([Buffer.from('x')]));
         expect((await collect(store.parts.read(session, '00001-a.part'))).equals(part)).toBe(true);
+        expect(await store.parts.has(session, '00001-a.part')).toBe(true);
+        expect(await store.parts.has(session, '00009-z.part')).toBe(false);
         expect((await store.tree.list('uploads')).map((e) => [e.name, e.isDirectory])).toEqual([[session, true]]);
         expect((await store.tree.list(`uploads/${session}`)).map((e) => [e.name, e.sizeBytes]).sort()).toEqual([
           ['00001-a.part', 100_000],
@@ -628,6 +643,7 @@ export function artifactStoreConformance(entry: StoreKindEntry, start: () => Pro
         await store.tree.move(`uploads/${session}/00002-b.part`, 'quarantine/b');
         expect(await probe.read('quarantine/b')).toEqual(Buffer.from('x'));
         await store.parts.remove(session, '00001-a.part');
+        expect(await store.parts.has(session, '00001-a.part')).toBe(false);
         expect(await store.tree.list(`uploads/${session}`)).toEqual([]);
         await store.parts.write(session, '00003-c.part', Readable.from([Buffer.from('y')]));
         await store.parts.removeSession(session);
