@@ -1,0 +1,207 @@
+import { describe, expect, it } from 'vitest';
+import { ManualClock } from '../../../policy/clock.ts';
+import { ManualTimers } from '../../../policy/timers.ts';
+import { SEND_BUDGET, SendBudget, StallWatch } from './http2-send-budget.ts';
+
+const LIMITS = { bytes: 1000, answerBytes: 100 };
+
+/** A budget over a held amount the test sets by hand. */
+function budgeted() {
+  const state = { held: 0 };
+  const budget = new SendBudget(LIMITS, () => state.held);
+  const resumed: string[] = [];
+  const waiter = (name: string) => () => resumed.push(name);
+  return { state, budget, resumed, waiter };
+}
+
+describe('SendBudget: room', () => {
+  it('has room below the budget, none at it', () => {
+    const { state, budget } = budgeted();
+    state.held = LIMITS.bytes - 1;
+    expect(budget.hasRoom()).toBe(true);
+    state.held = LIMITS.bytes;
+    expect(budget.hasRoom()).toBe(false);
+  });
+
+  it('has no room while anything waits, whatever is held: first come, first served', () => {
+    const { state, budget, waiter } = budgeted();
+    state.held = LIMITS.bytes;
+    budget.wait(waiter('a'));
+    state.held = 0;
+    expect(budget.hasRoom()).toBe(false);
+    expect(budget.waiting).toBe(1);
+    expect(budget.waited).toBe(1);
+  });
+
+  it('the shipped budget lets 64 answers of a zero-window client in progress, then the next waits', () => {
+    expect(SEND_BUDGET.bytes / SEND_BUDGET.answerBytes).toBe(64);
+  });
+});
+
+describe('SendBudget: waiters resume as bytes go out', () => {
+  it('resumes waiters in arrival order, each counted as one answer until it holds something', () => {
+    const { state, budget, resumed, waiter } = budgeted();
+    state.held = LIMITS.bytes;
+    for (const name of ['a', 'b', 'c', 'd']) budget.wait(waiter(name));
+    budget.sent();
+    expect(resumed, 'still at the budget').toEqual([]);
+    // Room for two answers' shares: two resume, the third would reach the budget.
+    state.held = LIMITS.bytes - 2 * LIMITS.answerBytes;
+    budget.sent();
+    expect(resumed).toEqual(['a', 'b']);
+    expect(budget.waiting).toBe(2);
+    state.held = 0;
+    budget.sent();
+    expect(resumed).toEqual(['a', 'b', 'c', 'd']);
+    expect(budget.hasRoom()).toBe(true);
+  });
+
+  it('a chunk reserved before it is read counts as held until unreserved', () => {
+    const { state, budget, resumed, waiter } = budgeted();
+    state.held = LIMITS.bytes - 300;
+    budget.reserve(300);
+    expect(budget.hasRoom()).toBe(false);
+    budget.wait(waiter('a'));
+    // Written: its bytes are now measured as held; the reservation goes.
+    state.held = LIMITS.bytes;
+    budget.unreserve(300);
+    budget.sent();
+    expect(resumed).toEqual([]);
+    state.held = LIMITS.bytes - 300;
+    budget.sent();
+    expect(resumed).toEqual(['a']);
+  });
+
+  it('a cancelled waiter is never resumed', () => {
+    const { state, budget, resumed, waiter } = budgeted();
+    state.held = LIMITS.bytes;
+    const a = waiter('a');
+    budget.wait(a);
+    budget.wait(waiter('b'));
+    budget.cancel(a);
+    state.held = 0;
+    budget.sent();
+    expect(resumed).toEqual(['b']);
+  });
+
+  it('room() resolves on resume and rejects when its signal aborts first', async () => {
+    const { state, budget } = budgeted();
+    state.held = LIMITS.bytes;
+    const aborter = new AbortController();
+    const aborted = budget.room(aborter.signal);
+    const kept = budget.room(new AbortController().signal);
+    aborter.abort(new Error('client gone'));
+    await expect(aborted).rejects.toThrow('client gone');
+    expect(budget.waiting).toBe(1);
+    state.held = 0;
+    budget.sent();
+    await expect(kept).resolves.toBeUndefined();
+    expect(() => budget.room(aborter.signal)).toThrow('client gone');
+  });
+});
+
+describe('SendBudget: end', () => {
+  it('end() drops the waiters: none resumes, none is taken', () => {
+    const { state, budget, resumed, waiter } = budgeted();
+    state.held = LIMITS.bytes;
+    budget.wait(waiter('a'));
+    budget.end();
+    state.held = 0;
+    budget.sent();
+    budget.wait(waiter('b'));
+    budget.sent();
+    expect(resumed).toEqual([]);
+    expect(budget.waiting).toBe(0);
+  });
+});
+
+const PERIOD_MS = 60_000;
+
+/** A watch over answers whose sent and unsent bytes the test sets by hand. */
+function watched() {
+  const clock = new ManualClock();
+  const timers = new ManualTimers(clock);
+  const answers = new Map<string, { sent: number; unsent: number }>();
+  const cuts: string[][] = [];
+  const watch = new StallWatch<string>(
+    PERIOD_MS,
+    timers,
+    { answers: () => answers.keys(), sentOf: (a) => answers.get(a)!.sent, unsentOf: (a) => answers.get(a)!.unsent },
+    (stalled) => {
+      cuts.push(stalled);
+      for (const a of stalled) answers.delete(a);
+    },
+  );
+  return { timers, answers, cuts, watch };
+}
+
+describe('StallWatch: an answer that sends nothing for the send timeout is stalled', () => {
+  it('an answer with unsent bytes and no progress is stalled at the second check, one to two periods after it stalled', async () => {
+    const { timers, answers, cuts, watch } = watched();
+    answers.set('a', { sent: 0, unsent: 500 });
+    watch.answering();
+    await timers.advance(PERIOD_MS);
+    expect(cuts, 'first seen with unsent bytes').toEqual([]);
+    await timers.advance(PERIOD_MS - 1);
+    expect(cuts).toEqual([]);
+    await timers.advance(1);
+    expect(cuts).toEqual([['a']]);
+  });
+
+  it('an answer whose bytes go out, however slowly, is never stalled; one that stops is', async () => {
+    const { timers, answers, cuts, watch } = watched();
+    answers.set('slow', { sent: 0, unsent: 10_000 });
+    answers.set('stopped', { sent: 100, unsent: 10_000 });
+    watch.answering();
+    for (let i = 1; i <= 10; i++) {
+      answers.get('slow')!.sent = i;
+      await timers.advance(PERIOD_MS);
+    }
+    expect(cuts).toEqual([['stopped']]);
+    expect(answers.has('slow')).toBe(true);
+  });
+
+  it('more bytes written while none went out is no progress', async () => {
+    const { timers, answers, cuts, watch } = watched();
+    answers.set('a', { sent: 0, unsent: 100 });
+    watch.answering();
+    await timers.advance(PERIOD_MS);
+    answers.get('a')!.unsent = 900;
+    await timers.advance(PERIOD_MS);
+    expect(cuts).toEqual([['a']]);
+  });
+
+  it('an answer with nothing unsent (all out, or still being prepared) is never stalled', async () => {
+    const { timers, answers, cuts, watch } = watched();
+    answers.set('a', { sent: 0, unsent: 0 });
+    watch.answering();
+    await timers.advance(10 * PERIOD_MS);
+    expect(cuts).toEqual([]);
+    // Its first bytes then stall: counted from the check that first saw them.
+    answers.get('a')!.unsent = 100;
+    await timers.advance(PERIOD_MS);
+    expect(cuts).toEqual([]);
+    await timers.advance(PERIOD_MS);
+    expect(cuts).toEqual([['a']]);
+  });
+
+  it('the checks stop when the session has no answer left and start again with the next; end() stops them', async () => {
+    const { timers, answers, cuts, watch } = watched();
+    answers.set('a', { sent: 0, unsent: 100 });
+    watch.answering();
+    await timers.advance(PERIOD_MS / 2);
+    answers.delete('a');
+    await timers.advance(PERIOD_MS);
+    answers.set('b', { sent: 0, unsent: 100 });
+    await timers.advance(10 * PERIOD_MS);
+    expect(cuts, 'no check runs without answering()').toEqual([]);
+    watch.answering();
+    await timers.advance(2 * PERIOD_MS);
+    expect(cuts).toEqual([['b']]);
+    answers.set('c', { sent: 0, unsent: 100 });
+    watch.answering();
+    watch.end();
+    await timers.advance(10 * PERIOD_MS);
+    expect(cuts).toEqual([['b']]);
+  });
+});

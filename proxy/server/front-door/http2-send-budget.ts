@@ -1,0 +1,205 @@
+/**
+ * What one HTTP/2 session's answers may hold toward a client that does not read. node:http2 keeps
+ * every byte an answer wrote until the client's flow-control window lets it out, so a client that
+ * announces a zero window and opens its 100 streams would have each of them hold its whole answer
+ * (a small body, a streamed body's buffers) and its request's state. Past `SEND_BUDGET.bytes` held
+ * by the session's answers in progress, a new stream's handler and a streamed body's next chunk wait
+ * here, first come first served, until some of it went out or was let go.
+ *
+ * What lets it go is `StallWatch`: an answer holding unsent bytes that sent none for the send
+ * timeout is stalled, and the front door resets it. node:http2's own send timeout of a stream cannot
+ * be that bound: it is pushed back whenever its session sends anything (another stream's reset, a
+ * PING's ack), so a client that pings keeps a stalled answer forever, and 100 stalled streams
+ * time out one per timeout, each reset pushing back the others.
+ *
+ * The budget and the answers' progress are read by the caller (front-door/http2.ts); time comes
+ * from the injected timers, so this is tested without a socket (http2-send-budget.test.ts).
+ */
+import type { TimerHandle, Timers } from '../../../policy/timers.ts';
+
+export const SEND_BUDGET = {
+  /** Bytes a session's answers in progress may hold (their queued bytes plus `answerBytes` each) before more wait. */
+  bytes: 1024 * 1024,
+  /**
+   * What an answer in progress holds besides its queued bytes (its stream, request, response and
+   * handler state; about 18 KiB measured on a zero-window client): 64 such answers fill the budget.
+   */
+  answerBytes: 16 * 1024,
+} as const;
+
+/** What an answer being written sees of its session's budget (proxy/content/stream.ts). */
+export interface AnswerBudget {
+  /** True when a chunk may be written now: nothing waits and the session holds less than its budget. */
+  hasRoom(): boolean;
+  /** Resolves once there is room; rejects with the signal's reason if it aborts first. */
+  room(signal: AbortSignal): Promise<void>;
+  /**
+   * Counts `bytes` as held before they are written: a chunk about to be read, so the streams of a
+   * session that all find room at once do not each read a chunk past the budget. `unreserve` once
+   * the chunk was written (its bytes are then queued, and measured) or dropped.
+   */
+  reserve(bytes: number): void;
+  unreserve(bytes: number): void;
+  /** Some bytes of an answer went out to the client. */
+  sent(): void;
+}
+
+export interface SendBudgetLimits {
+  readonly bytes: number;
+  readonly answerBytes: number;
+}
+
+/** One session's budget: `held` measures what its answers in progress hold now. */
+export class SendBudget implements AnswerBudget {
+  readonly #limits: SendBudgetLimits;
+  readonly #held: () => number;
+  /** In arrival order (a Set keeps it): handlers of new streams and chunks of streamed bodies. */
+  readonly #waiters = new Set<() => void>();
+  #reserved = 0;
+  #ended = false;
+  /** Answers that waited here (`arkvory_http2_answers_waited_total`). */
+  waited = 0;
+
+  constructor(limits: SendBudgetLimits, held: () => number) {
+    this.#limits = limits;
+    this.#held = held;
+  }
+
+  /** Waiting now. */
+  get waiting(): number {
+    return this.#waiters.size;
+  }
+
+  hasRoom(): boolean {
+    return this.#waiters.size === 0 && this.#held() + this.#reserved < this.#limits.bytes;
+  }
+
+  reserve(bytes: number): void {
+    this.#reserved += bytes;
+  }
+
+  unreserve(bytes: number): void {
+    this.#reserved -= bytes;
+  }
+
+  /** `resume` is called once there is room (never after `end`); `cancel(resume)` takes it back. */
+  wait(resume: () => void): void {
+    if (this.#ended) return;
+    this.waited++;
+    this.#waiters.add(resume);
+  }
+
+  cancel(resume: () => void): void {
+    this.#waiters.delete(resume);
+  }
+
+  room(signal: AbortSignal): Promise<void> {
+    signal.throwIfAborted();
+    return new Promise<void>((resolve, reject) => {
+      const onAbort = () => {
+        this.cancel(resume);
+        reject(signal.reason);
+      };
+      const resume = () => {
+        signal.removeEventListener('abort', onAbort);
+        resolve();
+      };
+      signal.addEventListener('abort', onAbort, { once: true });
+      this.wait(resume);
+    });
+  }
+
+  /** Bytes went out (a chunk's write completed, an answer ended) or were let go (a stream reset): waiters resume while there is room. */
+  sent(): void {
+    if (this.#waiters.size > 0) this.#resume();
+  }
+
+  /** The session is gone: nothing waits. */
+  end(): void {
+    this.#ended = true;
+    this.#waiters.clear();
+  }
+
+  #resume(): void {
+    // A resumed waiter holds nothing yet when the next is considered: each is counted as one
+    // answer's share, so a release never lets through more than the budget's room.
+    let promised = this.#reserved;
+    while (!this.#ended && this.#waiters.size > 0 && this.#held() + promised < this.#limits.bytes) {
+      const next = this.#waiters.values().next().value!;
+      this.#waiters.delete(next);
+      promised += this.#limits.answerBytes;
+      next();
+    }
+  }
+}
+
+/**
+ * Finds a session's stalled answers: every `periodMs` (the send timeout) while it has answers, an
+ * answer that had unsent bytes at the previous check and has sent no byte since is stalled. So an
+ * answer is cut after one to two send timeouts without progress, whatever else its session sends.
+ * One timer per session, armed by the first answer and kept while there are any.
+ */
+export class StallWatch<K> {
+  readonly #periodMs: number;
+  readonly #timers: Timers;
+  readonly #answers: () => Iterable<K>;
+  readonly #sentOf: (answer: K) => number;
+  readonly #unsentOf: (answer: K) => number;
+  readonly #stalled: (answers: K[]) => void;
+  /** Bytes sent by each answer that had unsent bytes at the last check. */
+  #seen = new Map<K, number>();
+  #timer: TimerHandle | undefined;
+  #ended = false;
+
+  constructor(
+    periodMs: number,
+    timers: Timers,
+    progress: {
+      readonly answers: () => Iterable<K>;
+      readonly sentOf: (answer: K) => number;
+      readonly unsentOf: (answer: K) => number;
+    },
+    stalled: (answers: K[]) => void,
+  ) {
+    this.#periodMs = periodMs;
+    this.#timers = timers;
+    this.#answers = progress.answers;
+    this.#sentOf = progress.sentOf;
+    this.#unsentOf = progress.unsentOf;
+    this.#stalled = stalled;
+  }
+
+  /** An answer began: the checks run (cheap when they already do). */
+  answering(): void {
+    if (this.#timer === undefined && !this.#ended) this.#arm();
+  }
+
+  end(): void {
+    this.#ended = true;
+    if (this.#timer !== undefined) this.#timers.clearTimeout(this.#timer);
+    this.#timer = undefined;
+    this.#seen.clear();
+  }
+
+  #arm(): void {
+    this.#timer = this.#timers.setTimeout(() => this.#check(), this.#periodMs);
+  }
+
+  #check(): void {
+    this.#timer = undefined;
+    if (this.#ended) return;
+    const seen = new Map<K, number>();
+    const stalled: K[] = [];
+    let answering = false;
+    for (const answer of this.#answers()) {
+      answering = true;
+      if (this.#unsentOf(answer) === 0) continue;
+      const sent = this.#sentOf(answer);
+      if (this.#seen.get(answer) === sent) stalled.push(answer);
+      else seen.set(answer, sent);
+    }
+    this.#seen = seen;
+    if (answering) this.#arm();
+    if (stalled.length > 0) this.#stalled(stalled);
+  }
+}
