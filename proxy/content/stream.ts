@@ -4,6 +4,9 @@
  * fixed set of reused buffers: a buffer is read into again only after the socket has taken its
  * bytes (the write callback), so a slow client stalls the reads instead of growing memory, and a
  * fast one produces no garbage per chunk. With a meter every chunk is charged before it is written.
+ * Over HTTP/2 a chunk also waits while the answers of its connection hold their session's send
+ * budget (proxy/server/front-door/http2-send-budget.ts): 100 streams of one client that does not
+ * read hold that budget, not 100 rings.
  * A client disconnect rejects the pending step; the caller closes the file in `finally`.
  */
 import type { ServerResponse } from 'node:http';
@@ -12,6 +15,7 @@ import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { ByteMeter } from '../../storage-adapter/byte-meter.ts';
 import type { BlobReader } from '../../storage-adapter/store.ts';
 import type { ByteRange } from '../../storage-adapter/range.ts';
+import type { AnswerBudget } from '../server/front-door/http2-send-budget.ts';
 import type { Segment } from './response.ts';
 
 /** Per response: BUFFER_COUNT × CHUNK_BYTES in flight at most (512 KiB). */
@@ -53,16 +57,31 @@ class BufferRing {
         this.#allocated++;
         return Buffer.allocUnsafe(this.#size);
       }
-      await new Promise<void>((resolve) => {
-        const onAbort = () => resolve();
-        signal.addEventListener('abort', onAbort, { once: true });
-        this.#waiter = () => {
-          signal.removeEventListener('abort', onAbort);
-          resolve();
-        };
-      });
-      this.#waiter = undefined;
+      await this.#returned(signal);
     }
+  }
+
+  /** Resolves once `acquire` would not wait: a buffer is free or may still be allocated. */
+  async ready(signal: AbortSignal): Promise<void> {
+    for (;;) {
+      if (this.#failure) throw this.#failure;
+      signal.throwIfAborted();
+      if (this.#free.length > 0 || this.#allocated < this.#count) return;
+      await this.#returned(signal);
+    }
+  }
+
+  /** Resolves when the socket returns a buffer, or the signal aborts. */
+  async #returned(signal: AbortSignal): Promise<void> {
+    await new Promise<void>((resolve) => {
+      const onAbort = () => resolve();
+      signal.addEventListener('abort', onAbort, { once: true });
+      this.#waiter = () => {
+        signal.removeEventListener('abort', onAbort);
+        resolve();
+      };
+    });
+    this.#waiter = undefined;
   }
 
   release(buffer: Buffer, err?: Error | null): void {
@@ -70,6 +89,11 @@ class BufferRing {
     else this.#free.push(buffer);
     this.#waiter?.();
   }
+}
+
+/** The send budget of the HTTP/2 session a response is on; undefined over HTTP/1.1. */
+function budgetOf(res: ServerResponse): AnswerBudget | undefined {
+  return (res as { sendBudget?: AnswerBudget }).sendBudget;
 }
 
 async function streamRange(
@@ -82,22 +106,39 @@ async function streamRange(
   signal: AbortSignal,
 ): Promise<void> {
   let turnedAt = performance.now();
+  const budget = budgetOf(res);
   for (let position = range.start; position <= range.end; ) {
     if (performance.now() - turnedAt >= MAX_MS_WITHOUT_TURN) {
       await nextTurn();
       turnedAt = performance.now();
     }
-    const buffer = await ring.acquire(signal);
-    const want = Math.min(chunkBytes, range.end - position + 1);
-    const { bytesRead } = await handle.read(buffer, 0, want, position);
-    if (bytesRead === 0) {
-      ring.release(buffer);
-      throw new Error(`blob ended at byte ${position}, before the ${range.end + 1} bytes the catalog promised`);
+    // Over HTTP/2, room in the session's budget is taken once the ring has a buffer for the chunk
+    // (a stream waiting for its own writes holds no room) and before the buffer is allocated (a
+    // stream waiting for room holds no buffer).
+    if (budget !== undefined) {
+      await ring.ready(signal);
+      if (!budget.hasRoom()) await budget.room(signal);
+      budget.reserve(chunkBytes);
     }
-    position += bytesRead;
-    if (meter) await meter.take(bytesRead, signal);
-    signal.throwIfAborted();
-    res.write(buffer.subarray(0, bytesRead), (err) => ring.release(buffer, err));
+    try {
+      const buffer = await ring.acquire(signal);
+      const want = Math.min(chunkBytes, range.end - position + 1);
+      const { bytesRead } = await handle.read(buffer, 0, want, position);
+      if (bytesRead === 0) {
+        ring.release(buffer);
+        throw new Error(`blob ended at byte ${position}, before the ${range.end + 1} bytes the catalog promised`);
+      }
+      position += bytesRead;
+      if (meter) await meter.take(bytesRead, signal);
+      signal.throwIfAborted();
+      res.write(buffer.subarray(0, bytesRead), (err) => {
+        ring.release(buffer, err);
+        if (!err) budget?.sent();
+      });
+    } finally {
+      // Written (its bytes are now measured as queued) or dropped.
+      budget?.unreserve(chunkBytes);
+    }
   }
 }
 
@@ -111,10 +152,13 @@ async function streamChunks(
   meter: ByteMeter | undefined,
   signal: AbortSignal,
 ): Promise<void> {
+  const budget = budgetOf(res);
+  const sent = budget && ((err?: Error | null) => err || budget.sent());
   for await (const chunk of chunks) {
     if (meter) await charge(meter, chunk.length, signal);
+    if (budget !== undefined && !budget.hasRoom()) await budget.room(signal);
     signal.throwIfAborted();
-    if (!res.write(chunk) && res.writableLength >= MAX_QUEUED_BYTES) {
+    if (!res.write(chunk, sent) && res.writableLength >= MAX_QUEUED_BYTES) {
       await new Promise<void>((resolve, reject) => {
         const done = () => {
           signal.removeEventListener('abort', onAbort);

@@ -123,6 +123,18 @@ export const GATEWAY_METRICS = [
     help: 'Streams a client ended with RST_STREAM before their answer ended, whatever the code (a cancelled download, or a rapid-reset attack).',
   },
   {
+    name: 'arkvory_http2_send_budget_waits_total',
+    type: 'counter',
+    labels: [],
+    help: "HTTP/2 answers (a new stream's handler, a streamed body's next chunk) that waited because the answers in progress on their connection held its 1 MiB send budget (a client reading slower than it asks, or not at all).",
+  },
+  {
+    name: 'arkvory_http2_send_budget_waiting',
+    type: 'gauge',
+    labels: [],
+    help: "HTTP/2 answers waiting now for their connection's send budget, over all sessions.",
+  },
+  {
     name: 'arkvory_http2_session_errors_total',
     type: 'counter',
     labels: [],

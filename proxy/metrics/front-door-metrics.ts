@@ -62,6 +62,13 @@ function registerHttp2Metrics(registry: Registry, frontDoor: { counters(): Front
     this.reset();
     this.inc(h2().resetsReceived);
   });
+  counter(registry, 'arkvory_http2_send_budget_waits_total', function () {
+    this.reset();
+    this.inc(h2().sendBudgetWaits);
+  });
+  gauge(registry, 'arkvory_http2_send_budget_waiting', function () {
+    this.set(h2().sendBudgetWaiting);
+  });
   counter(registry, 'arkvory_http2_session_errors_total', function () {
     this.reset();
     this.inc(h2().sessionErrors);

@@ -108,9 +108,14 @@ export function installFrontDoor(
   server.prependListener(connectionEvent(server), (socket) => bound.accept(socket, connections.add(socket)));
   boundPendingHandshakes(server, bound.maxConnections);
   // HTTP/1.1 requests on one connection are handled one after the other (pipelining: inTurn says
-  // why); HTTP/2 streams are bounded per session instead (front-door/http2.ts).
+  // why); HTTP/2 streams are bounded per session instead, and wait while their session's answers
+  // hold their send budget (front-door/http2.ts).
   const inOrder = (req: IncomingMessage, res: ServerResponse) => {
-    const state = isHttp2(req) ? undefined : stateOf(req.socket);
+    if (isHttp2(req)) {
+      h2.dispatch(req, res, handler);
+      return;
+    }
+    const state = stateOf(req.socket);
     if (state === undefined) handler(req, res);
     else inTurn(state, req.socket, () => handler(req, res));
   };

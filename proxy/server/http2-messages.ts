@@ -7,6 +7,7 @@
 import http2 from 'node:http2';
 import type { IncomingMessage, OutgoingHttpHeader, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
+import type { AnswerBudget } from './front-door/http2-send-budget.ts';
 
 /** Connection-specific headers HTTP/2 forbids (RFC 9113 §8.2.2): dropped from an answer, never sent. */
 const { NGHTTP2_NO_ERROR } = http2.constants;
@@ -44,6 +45,8 @@ export class Http2Response extends http2.Http2ServerResponse {
   exchange: { closed(): void } | undefined = undefined;
   /** Response body bytes written to this stream. */
   bodyBytesWritten = 0;
+  /** Its session's send budget (front-door/http2-send-budget.ts), which a streamed body waits on: set when admitted. */
+  sendBudget: AnswerBudget | undefined = undefined;
 
   /** node:http's `shouldKeepAlive`: the connection is shared by other streams, so it stays open. */
   shouldKeepAlive = true;

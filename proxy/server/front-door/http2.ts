@@ -15,6 +15,11 @@
  *  - floods: more than `CONTROL_FRAME_BUDGET` PING/SETTINGS frames or `RESET_BUDGET` streams reset
  *    by the client per window end the session with GOAWAY ENHANCE_YOUR_CALM (rapid reset,
  *    CVE-2023-44487; nghttp2 has a reset rate limit of its own, this one is tighter);
+ *  - what a session's answers in progress hold toward a client that does not read is bounded
+ *    (http2-send-budget.ts): past the budget a new stream's handler and a streamed body's next
+ *    chunk wait for bytes to go out; an answer holding unsent bytes that sent none for the send
+ *    timeout is reset (CANCEL, counted as `send_timeout`) by the session's `StallWatch`, since
+ *    node:http2's own send timeout of a stream is pushed back by any frame its session sends;
  *  - the drain sends GOAWAY to every session: open streams finish, no new one starts;
  *  - sessions, streams, and every GOAWAY and RST_STREAM the front door sends are counted
  *    (`Http2Counters`, the `arkvory_http2_*` metrics).
@@ -30,10 +35,13 @@ import { sendError } from '../http-errors.ts';
 import { announcesBody, stateOf } from './connection-state.ts';
 import { type FrontDoorTimeouts, idleAction } from './timeouts.ts';
 import { type FloodKind, SessionWatch, type SessionWatchDeps } from './http2-session-watch.ts';
+import { SEND_BUDGET, SendBudget, StallWatch } from './http2-send-budget.ts';
+import type { Http2Response } from '../http2-messages.ts';
 import { type Clock, systemClock } from '../../../policy/clock.ts';
 import type { Timers } from '../../../policy/timers.ts';
 
 export { CONTROL_FRAME_BUDGET, RESET_BUDGET } from './http2-session-watch.ts';
+export { SEND_BUDGET } from './http2-send-budget.ts';
 
 const { NGHTTP2_NO_ERROR, NGHTTP2_CANCEL, NGHTTP2_ENHANCE_YOUR_CALM } = http2.constants;
 
@@ -92,6 +100,8 @@ export interface Http2Counters {
   resetsReceived: number;
   /** Sessions ended by a protocol error node:http2 caught (malformed or invalid frames, a header list past its bound, an unacknowledged PING flood). */
   sessionErrors: number;
+  /** Answers (a new stream's handler, a streamed body's chunk) that waited for their session's send budget. */
+  sendBudgetWaits: number;
   readonly goaways: Record<GoawayReason, number>;
   readonly resetsSent: Record<StreamResetReason, number>;
 }
@@ -100,6 +110,17 @@ export interface Http2Counters {
 export interface Http2Snapshot extends Http2Counters {
   readonly openSessions: number;
   readonly openStreams: number;
+  /** Answers waiting for their session's send budget now. */
+  readonly sendBudgetWaiting: number;
+}
+
+/** The front door's part of one session. */
+interface SessionFront {
+  readonly watch: SessionWatch;
+  readonly budget: SendBudget;
+  readonly stalls: StallWatch<ServerHttp2Stream>;
+  /** Streams handed to the request handler and still open, with their responses: what `budget` measures. */
+  readonly answers: Map<ServerHttp2Stream, Http2Response>;
 }
 
 const ABORTED = 'the client reset the stream';
@@ -127,10 +148,11 @@ export class Http2Front {
     streams: 0,
     resetsReceived: 0,
     sessionErrors: 0,
+    sendBudgetWaits: 0,
     goaways: { idle: 0, drain: 0, ping_flood: 0, settings_flood: 0, rapid_reset: 0 },
     resetsSent: { send_timeout: 0, body_timeout: 0, early_answer: 0 },
   };
-  readonly #sessions = new Map<Http2Session, SessionWatch>();
+  readonly #sessions = new Map<Http2Session, SessionFront>();
   readonly #limits: FrontDoorTimeouts;
   readonly #log: Logger;
   readonly #timeoutCounts: { body: number; send: number };
@@ -153,10 +175,18 @@ export class Http2Front {
   /** The counters, and the sessions and streams open now. */
   snapshot(): Http2Snapshot {
     let openStreams = 0;
-    for (const watch of this.#sessions.values()) openStreams += watch.openStreams;
+    let waits = 0;
+    let waiting = 0;
+    for (const { watch, budget } of this.#sessions.values()) {
+      openStreams += watch.openStreams;
+      waits += budget.waited;
+      waiting += budget.waiting;
+    }
     const c = this.#counts;
     return {
       ...c,
+      sendBudgetWaits: c.sendBudgetWaits + waits,
+      sendBudgetWaiting: waiting,
       goaways: { ...c.goaways },
       resetsSent: { ...c.resetsSent },
       openSessions: this.#sessions.size,
@@ -176,7 +206,15 @@ export class Http2Front {
       },
       flood: (kind) => this.#flood(session, kind),
     });
-    this.#sessions.set(session, watch);
+    const answers = new Map<ServerHttp2Stream, Http2Response>();
+    const budget = new SendBudget(SEND_BUDGET, () => heldBy(answers));
+    const stalls = new StallWatch(
+      this.#limits.sendIdleTimeoutMs,
+      this.#watch.timers,
+      { answers: () => answers.keys(), sentOf: (s) => answers.get(s)!.bodyBytesWritten - s.writableLength, unsentOf },
+      (stalled) => this.#stalled(stalled),
+    );
+    this.#sessions.set(session, { watch, budget, stalls, answers });
     session.on('ping', () => watch.controlFrame('ping'));
     session.on('remoteSettings', () => watch.controlFrame('settings'));
     // One listener per session, not a closure (and a `once` wrapper) per stream: 'close' is emitted once.
@@ -186,6 +224,8 @@ export class Http2Front {
       const resetByClient = !sentReset.has(this) && (this.rstCode !== NGHTTP2_NO_ERROR || this.aborted);
       if (resetByClient) counts.resetsReceived++;
       watch.streamClosed(resetByClient);
+      // What it held is let go, sent or not: answers waiting for the budget may go on.
+      if (answers.delete(this)) budget.sent();
     };
     // Before node:http2's own listener hands the stream to the request handler: a stream is counted
     // open before its request runs (a `/metrics` scrape counts itself).
@@ -208,6 +248,9 @@ export class Http2Front {
     });
     session.once('close', () => {
       watch.end();
+      budget.end();
+      stalls.end();
+      counts.sendBudgetWaits += budget.waited;
       this.#sessions.delete(session);
     });
   }
@@ -223,6 +266,28 @@ export class Http2Front {
     session.once('close', () => clearTimeout(cut));
   }
 
+  /** Answers that sent no byte for the send timeout while holding unsent ones: cut as the send timeout cuts one. */
+  #stalled(stalled: readonly ServerHttp2Stream[]): void {
+    let cut = 0;
+    for (const stream of stalled) {
+      if (stream.closed) continue;
+      this.#reset(stream, NGHTTP2_CANCEL, 'send_timeout');
+      cut++;
+    }
+    if (cut === 0) return;
+    this.#timeoutCounts.send += cut;
+    this.#log.info(
+      {
+        code: 'client_timeout',
+        phase: 'response',
+        idleMs: this.#limits.sendIdleTimeoutMs,
+        protocol: 'h2',
+        streams: cut,
+      },
+      'client took no byte of its answers in time; streams reset',
+    );
+  }
+
   /** Drain: GOAWAY to every session; streams in progress finish, no new one is accepted. */
   drain(): void {
     for (const session of this.#sessions.keys()) if (closeSession(session)) this.#counts.goaways.drain++;
@@ -234,12 +299,46 @@ export class Http2Front {
   }
 
   /**
+   * Hands an HTTP/2 request to `handler` now, or once its session's answers hold less than their
+   * send budget (http2-send-budget.ts). A stream reset while it waits is never handled.
+   */
+  dispatch(
+    req: IncomingMessage & { stream: ServerHttp2Stream },
+    res: ServerResponse,
+    handler: (req: IncomingMessage, res: ServerResponse) => void,
+  ): void {
+    const stream = req.stream;
+    const front = this.#sessions.get(stream.session!);
+    if (front === undefined || front.budget.hasRoom()) {
+      handler(req, res);
+      return;
+    }
+    // The waiting stream is the handler's, not one node:http2 answered itself.
+    admitted.add(stream);
+    const { budget } = front;
+    const resume = () => {
+      stream.off('close', cancel);
+      if (!stream.closed && !stream.destroyed) handler(req, res);
+    };
+    const cancel = () => budget.cancel(resume);
+    stream.once('close', cancel);
+    budget.wait(resume);
+  }
+
+  /**
    * Per-stream part of admitting a request: its timeouts, an early answer's reset, a client's
    * reset failing the request body.
    */
   admitStream(req: IncomingMessage & { stream: ServerHttp2Stream }, res: ServerResponse): void {
     const stream = req.stream;
     admitted.add(stream);
+    const front = this.#sessions.get(stream.session!);
+    if (front !== undefined) {
+      const answer = res as unknown as Http2Response;
+      front.answers.set(stream, answer);
+      answer.sendBudget = front.budget;
+      front.stalls.answering();
+    }
     const hasBody = announcesBody(req) || !stream.endAfterHeaders;
     // Before node:http2's own listener ends the request body: a reset body fails, never ends.
     stream.prependListener('close', () => {
@@ -312,6 +411,25 @@ export class Http2Front {
       this.#reset(stream, NGHTTP2_NO_ERROR, bodyTimedOut.has(stream) ? 'body_timeout' : 'early_answer');
     });
   }
+}
+
+/**
+ * What the answers in progress of a session hold: each begun and not yet all out counts its queued
+ * bytes (written, not yet taken by the client's flow-control window) and an answer's share.
+ */
+function heldBy(answers: ReadonlyMap<ServerHttp2Stream, unknown>): number {
+  let held = 0;
+  for (const stream of answers.keys())
+    if (stream.headersSent && !stream.writableFinished) held += SEND_BUDGET.answerBytes + stream.writableLength;
+  return held;
+}
+
+/**
+ * Bytes an answer wrote that the client has not taken yet, as `StallWatch` judges them: none while
+ * the request body is still due, since the body timeout armed on the stream names that stall.
+ */
+function unsentOf(stream: ServerHttp2Stream): number {
+  return stream.writableFinished || !remoteClosed(stream) ? 0 : stream.writableLength;
 }
 
 /** Streams the front door reset itself: their close is not a client's reset. */
