@@ -4,6 +4,14 @@
  * shared state stays here: with both ceilings of a direction off and no group or repository
  * ceiling, a stream's takes pass at once on this worker's own governor (nothing to share; it still
  * counts the bytes for /metrics).
+ *
+ * A coordinating process that does not answer (stopped, stuck in a long synchronous task) must not
+ * hold a worker's requests without bound: an admission waits at most the instance's own wait bound
+ * plus `ADMISSION_DEADLINE_MARGIN_MS`, and a repository's transfer, answered at once there, at most
+ * `HOLD_DEADLINE_MS`; either is then 503 `unavailable`, and what is granted after that goes back at
+ * once. A paced take has no deadline of its own: a healthy governor may hold it as long as its
+ * ceilings say, and the client's idle timeout (send or body) already cuts a stream that moves no byte,
+ * which aborts the take.
  */
 import type { Release, TransferKind } from '../../policy/admission/index.ts';
 import {
@@ -14,6 +22,7 @@ import {
 } from '../../policy/bandwidth/index.ts';
 import type { Clock } from '../../policy/clock.ts';
 import { PolicyError } from '../../policy/errors.ts';
+import { systemTimers, type Timers } from '../../policy/timers.ts';
 import type { Config } from '../config/config.ts';
 import { createTransfers, governorCeilings, type Transfers, transfersReadiness } from '../gates/transfers.ts';
 import type { LeaseStanding } from '../../policy/lease/coordinator.ts';
@@ -27,11 +36,23 @@ export interface RemoteTransfers extends Transfers {
   refresh(): Promise<void>;
 }
 
+/**
+ * How much longer than ARKVORY_ADMISSION_WAIT_SECONDS a worker waits for its admission: the way there
+ * and back and a busy event loop on each side, so a healthy instance's own answer (a slot, or 429
+ * `busy` at its wait bound) comes first. Below one second, the least an idle timeout must exceed that
+ * wait by, so the request is answered rather than cut.
+ */
+export const ADMISSION_DEADLINE_MARGIN_MS = 500;
+
+/** How long a worker waits for a repository's transfer, which the coordinating process answers at once. */
+export const HOLD_DEADLINE_MS = 2000;
+
 export function createRemoteTransfers(
   config: Config,
   clock: Clock,
   standing: LeaseStanding,
   link: Link,
+  timers: Timers = systemTimers,
 ): RemoteTransfers {
   // Everything a Transfers does that needs no shared state (ceilings, the live list) is the local
   // implementation's; its admission queue and repository bounds are never used.
@@ -76,11 +97,16 @@ export function createRemoteTransfers(
       const onAbort = () => waiting.abort(signal?.reason);
       signal?.addEventListener('abort', onAbort, { once: true });
       waits.add(waiting);
+      const deadline = timers.setTimeout(
+        () => waiting.abort(unanswered('admission')),
+        config.admission.waitMs + ADMISSION_DEADLINE_MARGIN_MS,
+      );
       try {
         // A slot granted while this request gave up is handed back at once.
         const id = await link.call<number>('admit', request, waiting.signal, (late) => link.note('release', late));
         return release(id);
       } finally {
+        timers.clearTimeout(deadline);
         waits.delete(waiting);
         signal?.removeEventListener('abort', onAbort);
       }
@@ -90,9 +116,18 @@ export function createRemoteTransfers(
     },
     async holdRepository(repository, max) {
       if (closed) throw new PolicyError('unavailable');
-      // Answered at once (granted or busy), so the request needs no way to give up waiting.
+      // Answered at once (granted or busy): a longer silence is a coordinating process that cannot answer.
       const request: HoldRequest = { repository, max };
-      return release(await link.call<number>('repository.hold', request), 'repository.release');
+      const waiting = new AbortController();
+      const deadline = timers.setTimeout(() => waiting.abort(unanswered('repository transfer')), HOLD_DEADLINE_MS);
+      try {
+        const id = await link.call<number>('repository.hold', request, waiting.signal, (late) =>
+          link.note('repository.release', late),
+        );
+        return release(id, 'repository.release');
+      } finally {
+        timers.clearTimeout(deadline);
+      }
     },
     meter(direction, principalId, weight = 1, ceilings = []): ByteMeter {
       if (unlimited[direction] && ceilings.length === 0) return local[direction].meter(principalId, weight);
@@ -119,4 +154,11 @@ export function createRemoteTransfers(
       base.close();
     },
   };
+}
+
+/** A call the coordinating process did not answer in time: retryable, like a closed queue's. */
+function unanswered(what: string): PolicyError {
+  return new PolicyError('unavailable', `The instance's ${what} state did not answer in time; retry shortly.`, {
+    headers: { 'retry-after': '1' },
+  });
 }

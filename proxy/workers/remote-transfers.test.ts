@@ -1,0 +1,164 @@
+/**
+ * A worker's admission and repository transfers over its link, on an in-memory channel pair and a
+ * hand-moved clock shared by both sides: a coordinating process that does not answer (stopped, busy)
+ * holds a request no longer than the instance's wait bound plus a margin (an admission) or a short
+ * deadline (a repository transfer), then the request is 503 `unavailable`, and what the coordinating
+ * process grants once it answers again goes back at once.
+ */
+import { EventEmitter } from 'node:events';
+import { describe, expect, it } from 'vitest';
+import { AdmissionQueue } from '../../policy/admission/index.ts';
+import type { BandwidthGovernors } from '../../policy/bandwidth/index.ts';
+import { ManualClock } from '../../policy/clock.ts';
+import type { LeaseStanding } from '../../policy/lease/coordinator.ts';
+import { ManualTimers, settle } from '../../policy/timers.ts';
+import type { Config } from '../config/config.ts';
+import { admissionOptions } from '../gates/transfers.ts';
+import { type Channel, Link } from './link.ts';
+import { PolicyHost } from './policy-host.ts';
+import { ADMISSION_DEADLINE_MARGIN_MS, createRemoteTransfers, HOLD_DEADLINE_MS } from './remote-transfers.ts';
+
+/**
+ * Two ends of a channel delivered as IPC does (a copy, on a later turn). While the coordinating
+ * process is `stopped`, what the worker sends waits in the pipe; `resume` delivers it in order.
+ */
+function channelPair() {
+  const a = new EventEmitter();
+  const b = new EventEmitter();
+  const pipe: unknown[] = [];
+  let stopped = false;
+  const end = (self: EventEmitter, other: EventEmitter, held: boolean): Channel => ({
+    send(message, callback) {
+      const copy = structuredClone(message);
+      if (held && stopped) pipe.push(copy);
+      else setImmediate(() => other.emit('message', copy));
+      callback(null);
+      return true;
+    },
+    on(event, listener) {
+      self.on(event, listener);
+      return self;
+    },
+  });
+  return {
+    worker: end(a, b, true),
+    primary: end(b, a, false),
+    stop: () => (stopped = true),
+    resume: () => {
+      stopped = false;
+      for (const message of pipe.splice(0)) setImmediate(() => b.emit('message', message));
+    },
+  };
+}
+
+const lease = {
+  owner: 'test',
+  fencedReason: undefined,
+  isPermitted: () => true,
+  onFenced: () => {},
+  snapshot: () => null,
+} as unknown as LeaseStanding;
+
+const config = {
+  bandwidth: {
+    downloadBytesPerSec: 0,
+    downloadBytesPerSecPerPrincipal: 0,
+    uploadBytesPerSec: 0,
+    uploadBytesPerSecPerPrincipal: 0,
+  },
+  admission: {
+    maxDownloads: 256,
+    maxDownloadsPerPrincipal: 1,
+    maxUploadsPerPrincipal: 1,
+    queueLength: 64,
+    waitMs: 30_000,
+  },
+} as unknown as Config;
+
+const governors = {
+  download: { close() {}, snapshot: () => ({}) },
+  upload: { close() {}, snapshot: () => ({}) },
+} as unknown as BandwidthGovernors;
+
+/** An instance of one worker: the coordinating process's host and the worker's transfers, on one clock. */
+function instance() {
+  const clock = new ManualClock();
+  const timers = new ManualTimers(clock);
+  const channels = channelPair();
+  const admission = new AdmissionQueue({ ...admissionOptions(config), timers });
+  const host = new PolicyHost({ admission, governors, lease });
+  host.attach(new Link(channels.primary));
+  const transfers = createRemoteTransfers(config, clock, lease, new Link(channels.worker), timers);
+  return { timers, channels, admission, host, transfers };
+}
+
+/** Lets a round trip over the link run: each side's write and its delivery are turns of their own. */
+async function roundTrip(): Promise<void> {
+  for (let i = 0; i < 6; i++) await settle();
+}
+
+/** What became of a call so far, its rejection handled from the start (none goes unhandled). */
+function track(promise: Promise<unknown>): { seen: string; error?: unknown; value?: unknown } {
+  const state: { seen: string; error?: unknown; value?: unknown } = { seen: 'waiting' };
+  promise.then(
+    (value) => Object.assign(state, { seen: 'granted', value }),
+    (error: unknown) => Object.assign(state, { seen: (error as { code?: string }).code ?? String(error), error }),
+  );
+  return state;
+}
+
+describe('a worker’s transfers when the coordinating process does not answer', () => {
+  it('an admission is 503 unavailable at the wait bound plus the margin, and the slot granted later goes back at once', async () => {
+    const { timers, channels, admission, host, transfers } = instance();
+    channels.stop();
+    const asked = track(transfers.admit('p', 'download'));
+    await timers.advance(config.admission.waitMs + ADMISSION_DEADLINE_MARGIN_MS - 1);
+    expect(asked.seen).toBe('waiting');
+    await timers.advance(1);
+    expect(asked.seen).toBe('unavailable');
+    expect(asked.error).toMatchObject({ headers: { 'retry-after': '1' } });
+    expect(timers.size).toBe(0);
+
+    // The coordinating process goes on: it grants the call it reads first, then reads the cancel.
+    channels.resume();
+    await roundTrip();
+    expect(admission.snapshot().downloads).toMatchObject({ active: 0, queued: 0 });
+    expect(host.heldSlots).toBe(0);
+    const again = track(transfers.admit('p', 'download'));
+    await roundTrip();
+    expect(again.seen).toBe('granted');
+  });
+
+  it('an admission the instance keeps waiting gets its own 429 busy at its wait bound, before the worker’s deadline', async () => {
+    const { timers, admission, transfers } = instance();
+    const first = track(transfers.admit('p', 'download'));
+    await roundTrip();
+    expect(first.seen).toBe('granted');
+    const second = track(transfers.admit('p', 'download'));
+    await roundTrip();
+    expect(admission.snapshot().downloads.queued).toBe(1);
+    await timers.advance(config.admission.waitMs);
+    await roundTrip();
+    expect(second.seen).toBe('busy');
+    expect(timers.size).toBe(0);
+  });
+
+  it('a repository transfer is 503 unavailable after its deadline, and the one granted later goes back at once', async () => {
+    const { timers, channels, transfers } = instance();
+    channels.stop();
+    const asked = track(Promise.resolve(transfers.holdRepository('r', 1)));
+    await timers.advance(HOLD_DEADLINE_MS - 1);
+    expect(asked.seen).toBe('waiting');
+    await timers.advance(1);
+    expect(asked.seen).toBe('unavailable');
+    expect(asked.error).toMatchObject({ headers: { 'retry-after': '1' } });
+    expect(timers.size).toBe(0);
+
+    channels.resume();
+    await roundTrip();
+    // The repository's one transfer is free again: a leaked hold would make this busy.
+    const again = track(Promise.resolve(transfers.holdRepository('r', 1)));
+    await roundTrip();
+    expect(again.seen).toBe('granted');
+  });
+});
