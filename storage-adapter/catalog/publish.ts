@@ -1,5 +1,5 @@
 /**
- * Atomic immutable publish: stream to tmp/ while hashing → fsync → link into blobs/ → fsync dir →
+ * Atomic immutable publish: stream to tmp/ while hashing → fsync → rename into blobs/ (over any file there) → fsync dir →
  * one catalog insert (the static-HTTP store: PUT to tmp/ → verify → MOVE into blobs/ → insert). Until the insert commits nothing is visible; any failure before it leaves at
  * most an unreferenced blob (offline gc) and never a row without whole bytes.
  */

@@ -1,12 +1,12 @@
 /**
  * The filesystem store: content-addressed immutable blobs under `blobs/sha256/ab/cd/<hex>`,
- * uploads in progress under `tmp/` (same filesystem, so publishing is a link). Opening as writer
+ * uploads in progress under `tmp/` (same filesystem, so publishing is a rename over the blob name). Opening as writer
  * creates the layout and the storage identity and empties `tmp/`; a reader only verifies. A
  * separate completion worker stages under `tmp/worker/`, which the writer leaves alone: the
  * worker that takes the worker lock empties it (clearStaging), and offline gc removes it.
  */
 import { randomUUID } from 'node:crypto';
-import { link, mkdir, open, readdir, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
+import { mkdir, open, readdir, rename, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import type pg from 'pg';
 import type { OpenFileCache } from './open-file-cache.ts';
@@ -148,12 +148,11 @@ export async function openFsStore(options: {
               const dir = path.dirname(target);
               try {
                 await mkdirDurable(dir, blobsDir);
-                try {
-                  await link(tempPath, target);
-                } catch (err) {
-                  // Content-addressed: an existing blob with this name has these exact bytes; keep it.
-                  if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-                }
+                // The verified bytes take the name even when a file is already there: that file was
+                // never checked here (damaged, cut short by a crash, replaced on the host) and would
+                // otherwise be served under this sha256. rename() swaps it atomically: a reader sees
+                // the old file or the new one, and one holding the old descriptor reads it to the end.
+                await rename(tempPath, target);
                 await fsyncDirectory(dir);
               } catch (err) {
                 throw mapWriteError(err);

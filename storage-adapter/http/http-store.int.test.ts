@@ -1,9 +1,13 @@
 /**
- * What only the static-HTTP store does: its refusals name ARKVORY_STORAGE_URL, and a store that is
- * down (nginx stopped) refuses with `upstream_unreachable`. Everything every store must do, this one
+ * What only the static-HTTP store does: its refusals name ARKVORY_STORAGE_URL, a store that is
+ * down (nginx stopped) refuses with `upstream_unreachable`, and a store without MOVE still puts the
+ * verified bytes in place of damaged ones under the blob name. Everything every store must do, this one
  * included, is the conformance suite (test/conformance/artifact-store.ts).
  */
-import { readdir } from 'node:fs/promises';
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { freeLoopbackPort, startProcess, waitForHttp, writeNginxConf } from '../../test/harness/index.ts';
@@ -11,6 +15,7 @@ import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir } from '../../test/support/gateway.ts';
 import { startStaticStore } from '../../test/support/static-store.ts';
 import { openHttpStore } from './http-store.ts';
+import { blobRelativePath } from '../paths.ts';
 
 describe('static-HTTP store (nginx)', () => {
   const db = useTestDatabase();
@@ -33,6 +38,41 @@ describe('static-HTTP store (nginx)', () => {
 
       await nginx.stop();
       await expect(open('reader')).rejects.toMatchObject({ code: 'upstream_unreachable' });
+    } finally {
+      await nginx.stop();
+    }
+  });
+
+  it('without MOVE (the GET+PUT fallback), a damaged file under the blob name is replaced by the verified bytes', async () => {
+    const nginx = await startStaticStore({ move: false });
+    try {
+      await db.pool.query('DELETE FROM arkvory_storage');
+      const store = await openHttpStore({
+        url: nginx.url,
+        role: 'writer',
+        pool: db.pool,
+        connectTimeoutMs: 1000,
+        timeoutMs: 5000,
+      });
+      try {
+        const bytes = randomBytes(70_000);
+        const hex = createHash('sha256').update(bytes).digest('hex');
+        const file = path.join(nginx.root, blobRelativePath(hex));
+        await mkdir(path.dirname(file), { recursive: true });
+        // Other bytes of the same size: damaged on the storage host.
+        await writeFile(file, randomBytes(bytes.length));
+        const staged = await store.stage(Readable.from([bytes]), { maxBytes: 1e6 });
+        await staged.commit();
+        await staged.discard();
+        expect(
+          createHash('sha256')
+            .update(await readFile(file))
+            .digest('hex'),
+        ).toBe(hex);
+        expect(await readdir(path.join(nginx.root, 'tmp'))).toEqual([]);
+      } finally {
+        await store.close();
+      }
     } finally {
       await nginx.stop();
     }

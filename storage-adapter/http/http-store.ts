@@ -6,8 +6,9 @@
  *
  * Publish: the body streams (hashed, counted, paced) as a chunked PUT to `tmp/<uuid>.upload`; a
  * length or digest mismatch throws inside the body, so the store never completes the temporary.
- * commit() MOVEs it to the blob name (`Overwrite: F`: an existing blob has the same bytes). A store
- * without MOVE (405/501) gets a GET of the temporary piped into a PUT of the final name instead.
+ * commit() MOVEs it to the blob name with `Overwrite: T`: whatever is there already is replaced by the
+ * verified bytes, never taken as them. A store without MOVE (405/501) gets a GET of the temporary
+ * piped into a PUT of the final name instead.
  * Durability is the store's: nginx does not fsync, so a power loss on the storage host can lose or
  * truncate a blob whose catalog row exists (scrub finds a truncated one; see the docs).
  */
@@ -103,9 +104,11 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<OpenedAr
         sha256,
         sizeBytes,
         {
-          // false: an identical blob (same name, so same bytes) is already there; discard() drops ours.
+          // Overwrite: an object already under the name was never checked here (damaged, cut short,
+          // replaced on the host) and would otherwise be served under this sha256; the verified
+          // bytes replace it (nginx renames over it: a reader sees the old file or the new one).
           commit: async () => {
-            await dav.move(tempName, blobName(sha256), false);
+            await dav.move(tempName, blobName(sha256), true);
           },
           // Best effort: the catalog decision is already made; a temporary left behind is gc's.
           discard: () => dav.remove(tempName).catch(() => {}),

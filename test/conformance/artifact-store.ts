@@ -223,6 +223,33 @@ export function artifactStoreConformance(entry: StoreKindEntry, start: () => Pro
         expect(store.uploadStats()).toEqual({ committed: 2, discarded: 1, failed: 0 });
       });
 
+      it('should put the verified bytes in place of damaged ones already under the blob name (other bytes of the same size, a cut file)', async () => {
+        const { probe, store, publish } = await fresh();
+        const bytes = randomBytes(70_000);
+        const hex = sha256(bytes);
+        const damaged = [
+          ['same-size', randomBytes(bytes.length)],
+          ['cut', bytes.subarray(0, 30_000)],
+        ] as const;
+        for (const [name, planted] of damaged) {
+          // Bit rot, a file cut short by a crash, or one replaced on the storage host.
+          await probe.write(blobName(hex), planted);
+          expect((await publish(name, bytes)).outcome).toBe('created');
+          expectBytes(await probe.read(blobName(hex)), bytes);
+          const reader = await store.openBlob(hex);
+          try {
+            expect(reader.sizeBytes).toBe(bytes.length);
+            expectBytes(await readRange(reader, { start: 0, end: bytes.length - 1 }), bytes);
+          } finally {
+            await reader.close();
+          }
+        }
+        // The same bytes once more find the verified blob and replace it with its equal.
+        await publish('again', bytes);
+        expectBytes(await probe.read(blobName(hex)), bytes);
+        expect(await probe.list('tmp')).toEqual([]);
+      });
+
       it('should refuse with unavailable a commit whose temporary was removed meanwhile (gc beside a fenced gateway), publishing nothing', async () => {
         const { probe, store } = await fresh();
         const bytes = randomBytes(50_000);
