@@ -470,7 +470,7 @@ export const VARIABLES: readonly VariableSpec[] = [
     name: 'ARKVORY_OPEN_FILE_CACHE_IDLE_SECONDS',
     kind: { type: 'int', min: 1, max: 86400 },
     defaultValue: '60',
-    doc: 'A cached blob descriptor unused this long is closed.',
+    doc: 'A cached blob descriptor unused this long is closed; every half of it, descriptors of blob files an upload has since replaced are dropped.',
   },
   {
     name: 'ARKVORY_BLOB_CACHE_BYTES',

@@ -1,8 +1,10 @@
 /**
- * What only the directory store does: it creates its root (parents too) and layout, and the writer
- * empties tmp/ at start. Everything every store must do, this one included, is the conformance suite
+ * What only the directory store does: it creates its root (parents too) and layout, the writer
+ * empties tmp/ at start, and a blob file replaced by an upload is not read through a descriptor kept
+ * open for the file it replaced. Everything every store must do, this one included, is the conformance suite
  * (test/conformance/artifact-store.ts).
  */
+import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import os from 'node:os';
@@ -10,7 +12,9 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { waitUntil } from '../../test/harness/index.ts';
+import { Readable } from 'node:stream';
 import { openFsStore } from './fs-store.ts';
+import { OpenFileCache } from './open-file-cache.ts';
 import { blobRelativePath } from '../paths.ts';
 
 const dirs: string[] = [];
@@ -95,5 +99,51 @@ describe('directory store', () => {
     // The writer (and an embedded worker) stage in tmp/ itself, emptied when the writer starts.
     const writer = await openFsStore({ root, role: 'writer', pool: db.pool });
     expect(writer.clearStaging).toBeUndefined();
+  });
+
+  it('an upload that replaces a damaged blob file drops the descriptors kept open for it: this process at once, another at its recheck', async () => {
+    await db.pool.query('DELETE FROM arkvory_storage');
+    const root = await tempRoot();
+    // Never idle on this clock: only forgetting or rechecking lets the old descriptor go.
+    const cache = () => new OpenFileCache({ maxEntries: 8, idleMs: 60_000, clock: { monotonicMs: () => 0 } });
+    const [own, others] = [cache(), cache()];
+    const store = await openFsStore({ root, role: 'writer', pool: db.pool, openFiles: own });
+    // Another worker process of the instance, with a cache of its own.
+    const other = await openFsStore({ root, role: 'worker', pool: db.pool, openFiles: others });
+    const bytes = randomBytes(70_000);
+    const hex = createHash('sha256').update(bytes).digest('hex');
+    const file = path.join(root, blobRelativePath(hex));
+    await mkdir(path.dirname(file), { recursive: true });
+    await writeFile(file, randomBytes(bytes.length)); // damaged: other bytes of the same size
+    const readAll = async (from: typeof store) => {
+      const reader = await from.openBlob(hex);
+      try {
+        const buffer = Buffer.alloc(reader.sizeBytes);
+        let filled = 0;
+        while (filled < buffer.length) {
+          const { bytesRead } = await reader.read(buffer, filled, buffer.length - filled, filled);
+          if (bytesRead === 0) break;
+          filled += bytesRead;
+        }
+        return createHash('sha256').update(buffer.subarray(0, filled)).digest('hex');
+      } finally {
+        await reader.close();
+      }
+    };
+    // Served once by each: their descriptors are kept.
+    const damaged = await readAll(store);
+    expect(damaged).not.toBe(hex);
+    expect(await readAll(other)).toBe(damaged);
+    const staged = await store.stage(Readable.from([bytes]), { maxBytes: 1e6 });
+    await staged.commit();
+    await staged.discard();
+    expect(await readAll(store)).toBe(hex);
+    await others.recheck();
+    expect(await readAll(other)).toBe(hex);
+    // A descriptor of the file under the name is kept by a recheck.
+    await others.recheck();
+    expect(await readAll(other)).toBe(hex);
+    expect(others.stats()).toMatchObject({ entries: 1, misses: 2, hits: 1 });
+    await Promise.all([own.close(), others.close()]);
   });
 });

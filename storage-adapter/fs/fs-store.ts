@@ -154,6 +154,7 @@ export async function openFsStore(options: {
                 // the old file or the new one, and one holding the old descriptor reads it to the end.
                 await rename(tempPath, target);
                 await fsyncDirectory(dir);
+                options.openFiles?.forget(sha256);
               } catch (err) {
                 throw mapWriteError(err);
               }
@@ -183,7 +184,18 @@ export async function openFsStore(options: {
           throw storageErrorFromErrno(err) ?? err;
         }
         try {
-          return { handle, sizeBytes: (await handle.stat()).size };
+          const { size, ino, dev } = await handle.stat();
+          // An upload may put verified bytes in place of this file (see commit): the cache drops it then.
+          const isCurrent = async () => {
+            try {
+              const now = await stat(blobPath(sha256));
+              return now.ino === ino && now.dev === dev;
+            } catch (err) {
+              if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
+              throw err;
+            }
+          };
+          return { handle, sizeBytes: size, isCurrent };
         } catch (err) {
           await handle.close().catch(() => {});
           throw err;

@@ -107,6 +107,36 @@ describe('OpenFileCache', () => {
     await cache.close();
   });
 
+  it('drops on forget or recheck a descriptor whose name leads elsewhere; one in use closes on release, one whose check fails is kept', async () => {
+    const cache = new OpenFileCache({ maxEntries: 10, idleMs: 1000, clock: new Clock() });
+    const counter = { opens: 0 };
+    const current = new Map<string, () => Promise<boolean>>([
+      ['f4', async () => true],
+      ['f5', async () => false],
+      ['f6', () => Promise.reject(new Error('EIO'))],
+    ]);
+    const checked = (name: string) => async () => ({
+      ...(await opener(name, counter)()),
+      isCurrent: current.get(name),
+    });
+    for (const name of ['f4', 'f6', 'f7']) await (await cache.acquire(name, checked(name))).release();
+    const held = await cache.acquire('f5', checked('f5'));
+    expect(await openInDir()).toBe(4);
+    await cache.recheck();
+    // f5 no longer the file under its name: out of the table, but open for the reader holding it.
+    expect(cache.stats().entries).toBe(3);
+    expect(await openInDir()).toBe(4);
+    await held.release();
+    await settled(openInDir).toBe(3);
+    cache.forget('f7');
+    await settled(openInDir).toBe(2);
+    for (const name of ['f4', 'f5', 'f6', 'f7']) await (await cache.acquire(name, checked(name))).release();
+    // f4 and f6 were kept (hits); f5 and f7 opened again.
+    expect(counter.opens).toBe(6);
+    await cache.close();
+    expect(await openInDir()).toBe(0);
+  });
+
   it('with 0 entries it still works and leaves nothing open', async () => {
     const cache = new OpenFileCache({ maxEntries: 0, idleMs: 1000, clock: new Clock() });
     const counter = { opens: 0 };

@@ -2,7 +2,9 @@
  * Open descriptors of published blobs, kept for reuse (the idea of nginx's `open_file_cache`): a
  * hot blob costs no open/fstat/close per request. Blobs are content-addressed and immutable, so a
  * descriptor and the size read at open stay right for as long as the file is held; scrub and gc run
- * only while no gateway does, and a restarted gateway starts empty.
+ * only while no gateway does, and a restarted gateway starts empty. An upload puts its verified bytes
+ * in place of a blob file already there (damaged, or the same bytes): its own process forgets that
+ * descriptor at once, the others when their periodic recheck finds the name leads to another file.
  *
  * Bounded by `maxEntries`; the least recently used entry is evicted first. A descriptor is closed
  * when it is evicted or idle for `idleMs` and no reader holds it; one still being read is closed
@@ -16,6 +18,8 @@ import type { MonotonicClock } from '../../lib/epoch-watcher.ts';
 export interface OpenFile {
   readonly handle: FileHandle;
   readonly sizeBytes: number;
+  /** Whether the name still leads to this file (false: replaced or removed; the descriptor is dropped). */
+  readonly isCurrent?: (() => Promise<boolean>) | undefined;
 }
 
 interface Slot {
@@ -45,6 +49,7 @@ export class OpenFileCache {
   readonly #options: OpenFileCacheOptions;
   readonly #closing = new Set<Promise<void>>();
   #timer: NodeJS.Timeout | undefined;
+  #rechecking: Promise<void> | undefined;
   #hits = 0;
   #misses = 0;
 
@@ -59,10 +64,33 @@ export class OpenFileCache {
     );
   }
 
-  /** Starts the idle sweep (every half idle period, at least once a second). */
+  /** Starts the idle sweep and the recheck (every half idle period, at least once a second). */
   start(): void {
-    this.#timer = setInterval(() => this.sweep(), Math.max(1000, this.#options.idleMs / 2));
+    this.#timer = setInterval(
+      () => {
+        this.sweep();
+        void this.recheck();
+      },
+      Math.max(1000, this.#options.idleMs / 2),
+    );
     this.#timer.unref();
+  }
+
+  /**
+   * Drops every descriptor whose name leads to another file now (an upload in another process put
+   * verified bytes in place of a damaged file; `forget` covers this process at once). Kept: an entry
+   * whose check fails. One recheck runs at a time; a call during one waits for it.
+   */
+  recheck(): Promise<void> {
+    this.#rechecking ??= (async () => {
+      for (const [key, slot] of this.#slots.entries()) {
+        const current = await slot.file.isCurrent?.().catch(() => true);
+        if (current === false && this.#slots.peek(key) === slot) this.#slots.delete(key);
+      }
+    })().finally(() => {
+      this.#rechecking = undefined;
+    });
+    return this.#rechecking;
   }
 
   /** Closes every idle descriptor unused for `idleMs` (run by the timer; tests call it with their clock). */
@@ -71,6 +99,14 @@ export class OpenFileCache {
     for (const [key, slot] of this.#slots.entries()) {
       if (slot.refs === 0 && now - slot.lastUsedMs >= this.#options.idleMs) this.#slots.delete(key);
     }
+  }
+
+  /**
+   * Drops the descriptor of `key` (a file just put in its place under the name): the next reader
+   * opens the new file; readers holding the old descriptor finish on it, and it closes after them.
+   */
+  forget(key: string): void {
+    this.#slots.delete(key);
   }
 
   /** The open file for `key`, opening it with `open` on a miss. */
