@@ -20,7 +20,6 @@ import {
   purgesSince,
   readSliceDigests,
 } from '../../storage-adapter/catalog/slice-rows.ts';
-import { readPurgeMark, writePurgeMark } from '../../storage-adapter/slice-cache/purge-mark.ts';
 import {
   DigestDirectory,
   removeStrayLayout,
@@ -28,6 +27,8 @@ import {
   type SliceCacheStats,
   withSliceCache,
   workerSliceCache,
+  readPurgeMark,
+  writePurgeMark,
 } from '../../storage-adapter/slice-cache/index.ts';
 import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import type { Services } from '../server/services.ts';

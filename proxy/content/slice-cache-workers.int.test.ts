@@ -24,6 +24,7 @@ import { useTestDatabase } from '../../test/support/database.ts';
 import { type GatewayProcess, makeTempDir, runCli, startGateway } from '../../test/support/gateway.ts';
 import { startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
 import { connectionsOnBothWorkers, waitForWorkers, workerPid } from '../../test/support/worker-instance.ts';
+import { PURGE_MARK_FILE } from '../../storage-adapter/slice-cache/index.ts';
 
 const MiB = 1024 * 1024;
 const BOUND = 4 * MiB;
@@ -46,7 +47,7 @@ async function filesUnder(dir: string): Promise<Map<string, number>> {
 
 /** Bytes of the slices among `files`: each directory's purge note (`purges`, a few bytes) is no slice. */
 const total = (files: Map<string, number>) =>
-  [...files].filter(([file]) => path.basename(file) !== 'purges').reduce((a, [, size]) => a + size, 0);
+  [...files].filter(([file]) => path.basename(file) !== PURGE_MARK_FILE).reduce((a, [, size]) => a + size, 0);
 
 async function metric(gw: GatewayProcess, name: string): Promise<number> {
   const text = await (await fetch(`${gw.url}/metrics`)).text();

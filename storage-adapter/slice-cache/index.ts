@@ -9,3 +9,4 @@ export {
   workerShare,
   workerSliceCache,
 } from './worker-layout.ts';
+export { PURGE_MARK_FILE, readPurgeMark, writePurgeMark } from './purge-mark.ts';
