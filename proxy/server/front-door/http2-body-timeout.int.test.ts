@@ -4,7 +4,8 @@
  * body stalls: the stalled stream is answered 408 and reset, or cut when its answer had begun,
  * within about two body timeouts of its last byte, and what it held (its admission slot, an
  * upload's temporary) is let go. node:http2's own stream timeout is pushed back by the session's
- * frames only when the stream has an answer queued: with none, it is the bound.
+ * frames whenever the stream has an answer queued, so the stalls whose answer the client does not
+ * take are the session's `StallWatch`'s to find.
  */
 import { readdir } from 'node:fs/promises';
 import http2 from 'node:http2';
@@ -114,6 +115,7 @@ async function temporaries(): Promise<string[]> {
 }
 
 const UPLOADS = 'arkvory_admission_active{kind="upload"}';
+const DOWNLOADS = 'arkvory_admission_active{kind="download"}';
 
 /** A session that sends a PING every 200 ms (each acked by the gateway) until it closes. */
 function pingingSession(settings: http2.Settings = {}): http2.ClientHttp2Session {
@@ -227,6 +229,73 @@ describe('HTTP/2: a stalled request body is timed out whatever else its connecti
     } finally {
       downloading = false;
       await loop.catch(() => {});
+      session.destroy();
+    }
+  });
+
+  it('an upload stalled mid-body whose client takes no byte of the 408 and PINGs is cut (CANCEL, body_timeout) within three body timeouts; its slot and temporary are let go', async () => {
+    const key = await uploader('h2-body-zero-window');
+    const was = await scrape();
+    // A zero stream window: the 408's head arrives, its body stays queued in the gateway.
+    const session = pingingSession({ initialWindowSize: 0 });
+    try {
+      const upload = stalledRequest(session, {
+        ':method': 'PUT',
+        ':path': `/api/v1/repositories/${REPO}/artifacts/zero-window.bin`,
+        ...bearer(key),
+      });
+      const stalledAt = performance.now();
+      expect(await upload.status).toBe(408);
+      const closed = await upload.closed;
+      expect(closed, 'the stream whose 408 the client does not take was still open').toBeDefined();
+      expect(closed!.code).toBe(http2.constants.NGHTTP2_CANCEL);
+      // One body timeout to the 408, one to two more to the cut.
+      expect(closed!.at - stalledAt).toBeLessThan(CUT_WITHIN_MS + BODY_TIMEOUT_MS);
+      await waitUntil(async () => (await scrape())(UPLOADS) === 0 && (await temporaries()).length === 0, {
+        what: 'the upload slot and temporary to be let go',
+        timeoutMs: BODY_TIMEOUT_MS,
+      });
+      const now = await scrape();
+      const delta = (series: string) => now(series) - was(series);
+      // The 408 and the cut: both the body's.
+      expect(delta('arkvory_http_client_timeouts_total{phase="body"}')).toBe(2);
+      expect(delta('arkvory_http_client_timeouts_total{phase="send"}')).toBe(0);
+      expect(delta('arkvory_http2_stream_resets_sent_total{reason="body_timeout"}')).toBe(1);
+      expect(delta('arkvory_http2_stream_resets_sent_total{reason="send_timeout"}')).toBe(0);
+      expect(session.destroyed).toBe(false);
+    } finally {
+      session.destroy();
+    }
+  });
+
+  it('a download whose announced body stalls, to a client that takes no byte and PINGs, is cut (CANCEL, body_timeout) within two body timeouts; its slot is let go', async () => {
+    const was = await scrape();
+    const session = pingingSession({ initialWindowSize: 0 });
+    try {
+      // The gateway answers a GET without reading its body: the answer is under way, queued toward a
+      // client that takes none of it, while the request body is still due.
+      const download = stalledRequest(session, { ':path': content, ...bearer(owner.key) });
+      const stalledAt = performance.now();
+      expect(await download.status).toBe(200);
+      expect((await scrape())(DOWNLOADS)).toBe(1);
+      const closed = await download.closed;
+      expect(closed, 'the stalled download was still open').toBeDefined();
+      expect(closed!.code).toBe(http2.constants.NGHTTP2_CANCEL);
+      expect(closed!.at - stalledAt).toBeGreaterThanOrEqual(BODY_TIMEOUT_MS - 100);
+      expect(closed!.at - stalledAt).toBeLessThan(CUT_WITHIN_MS);
+      await waitUntil(async () => (await scrape())(DOWNLOADS) === 0, {
+        what: 'the download slot to be let go',
+        timeoutMs: BODY_TIMEOUT_MS,
+      });
+      const now = await scrape();
+      const delta = (series: string) => now(series) - was(series);
+      expect(delta('arkvory_http_client_timeouts_total{phase="body"}')).toBe(1);
+      expect(delta('arkvory_http_client_timeouts_total{phase="send"}')).toBe(0);
+      expect(delta('arkvory_http2_stream_resets_sent_total{reason="body_timeout"}')).toBe(1);
+      expect(delta('arkvory_http2_stream_resets_sent_total{reason="send_timeout"}')).toBe(0);
+      expect(session.destroyed).toBe(false);
+      expect(gw.logLines().some((l) => l.code === 'client_timeout' && l.phase === 'request_body')).toBe(true);
+    } finally {
       session.destroy();
     }
   });

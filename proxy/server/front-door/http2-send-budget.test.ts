@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../../../policy/clock.ts';
 import { ManualTimers } from '../../../policy/timers.ts';
-import { SEND_BUDGET, SendBudget, StallWatch } from './http2-send-budget.ts';
+import { SEND_BUDGET, SendBudget, type StallLimits, StallWatch } from './http2-send-budget.ts';
 
 const LIMITS = { bytes: 1000, answerBytes: 100 };
 
@@ -117,22 +117,37 @@ describe('SendBudget: end', () => {
 
 const PERIOD_MS = 60_000;
 
-/** A watch over answers whose sent and unsent bytes the test sets by hand. */
-function watched() {
+interface Answer {
+  sent: number;
+  unsent: number;
+  /** Request body bytes received. */
+  read?: number;
+  /** Its request body is still due. */
+  bodyDue?: boolean;
+}
+
+/** A watch over answers whose progress the test sets by hand; `cuts` lists the send stalls, `bodyCuts` the body's. */
+function watched(limits: StallLimits = { sendMs: PERIOD_MS, bodyMs: PERIOD_MS }) {
   const clock = new ManualClock();
   const timers = new ManualTimers(clock);
-  const answers = new Map<string, { sent: number; unsent: number }>();
+  const answers = new Map<string, Answer>();
   const cuts: string[][] = [];
+  const bodyCuts: string[][] = [];
   const watch = new StallWatch<string>(
-    PERIOD_MS,
+    limits,
     timers,
-    { answers: () => answers.keys(), sentOf: (a) => answers.get(a)!.sent, unsentOf: (a) => answers.get(a)!.unsent },
-    (stalled) => {
-      cuts.push(stalled);
+    {
+      answers: () => answers.keys(),
+      progressOf: (a) => answers.get(a)!.sent + (answers.get(a)!.read ?? 0),
+      unsentOf: (a) => answers.get(a)!.unsent,
+      bodyDue: (a) => answers.get(a)!.bodyDue ?? false,
+    },
+    (stalled, phase) => {
+      (phase === 'body' ? bodyCuts : cuts).push(stalled);
       for (const a of stalled) answers.delete(a);
     },
   );
-  return { timers, answers, cuts, watch };
+  return { timers, answers, cuts, bodyCuts, watch };
 }
 
 describe('StallWatch: an answer that sends nothing for the send timeout is stalled', () => {
@@ -203,5 +218,72 @@ describe('StallWatch: an answer that sends nothing for the send timeout is stall
     watch.end();
     await timers.advance(10 * PERIOD_MS);
     expect(cuts).toEqual([['b']]);
+  });
+});
+
+describe('StallWatch: an answer whose request body is still due is judged by the body timeout', () => {
+  it('a queued answer (an early answer, a 408) whose body receives nothing is a body stall, one to two periods after it stalled', async () => {
+    const { timers, answers, cuts, bodyCuts, watch } = watched();
+    answers.set('a', { sent: 0, unsent: 300, bodyDue: true });
+    watch.answering();
+    await timers.advance(2 * PERIOD_MS - 1);
+    expect(bodyCuts).toEqual([]);
+    await timers.advance(1);
+    expect(bodyCuts).toEqual([['a']]);
+    expect(cuts).toEqual([]);
+  });
+
+  it('body bytes received are progress, as answer bytes sent are; when both stop it is stalled', async () => {
+    const { timers, answers, bodyCuts, watch } = watched();
+    answers.set('uploading', { sent: 0, unsent: 300, read: 0, bodyDue: true });
+    answers.set('taking', { sent: 0, unsent: 300, read: 0, bodyDue: true });
+    watch.answering();
+    for (let i = 1; i <= 10; i++) {
+      answers.get('uploading')!.read = i;
+      answers.get('taking')!.sent = i;
+      await timers.advance(PERIOD_MS);
+    }
+    expect(bodyCuts).toEqual([]);
+    await timers.advance(2 * PERIOD_MS);
+    expect(bodyCuts).toEqual([['uploading', 'taking']]);
+  });
+
+  it('each stall waits for its own timeout: checks every shorter one, a body stall at the body timeout, a send stall at the send timeout', async () => {
+    const bodyMs = PERIOD_MS;
+    const sendMs = 3 * PERIOD_MS;
+    const { timers, answers, cuts, bodyCuts, watch } = watched({ sendMs, bodyMs });
+    answers.set('body', { sent: 0, unsent: 100, bodyDue: true });
+    answers.set('send', { sent: 0, unsent: 100 });
+    watch.answering();
+    // First seen at the first check (one period); stalled once its timeout passed since.
+    await timers.advance(PERIOD_MS + bodyMs);
+    expect(bodyCuts).toEqual([['body']]);
+    expect(cuts).toEqual([]);
+    await timers.advance(sendMs - bodyMs - 1);
+    expect(cuts).toEqual([]);
+    await timers.advance(1);
+    expect(cuts).toEqual([['send']]);
+  });
+
+  it('a longer body timeout leaves a body stall alone until it passed', async () => {
+    const { timers, answers, cuts, bodyCuts, watch } = watched({ sendMs: PERIOD_MS, bodyMs: 4 * PERIOD_MS });
+    answers.set('a', { sent: 0, unsent: 100, bodyDue: true });
+    watch.answering();
+    await timers.advance(5 * PERIOD_MS - 1);
+    expect(bodyCuts).toEqual([]);
+    await timers.advance(1);
+    expect(bodyCuts).toEqual([['a']]);
+    expect(cuts).toEqual([]);
+  });
+
+  it('an answer whose body ends while it stalls is judged by the send timeout from then on, its stall counted from when it stopped', async () => {
+    const { timers, answers, cuts, bodyCuts, watch } = watched({ sendMs: PERIOD_MS, bodyMs: 4 * PERIOD_MS });
+    answers.set('a', { sent: 0, unsent: 100, bodyDue: true });
+    watch.answering();
+    await timers.advance(2 * PERIOD_MS);
+    answers.get('a')!.bodyDue = false;
+    await timers.advance(PERIOD_MS);
+    expect(cuts).toEqual([['a']]);
+    expect(bodyCuts).toEqual([]);
   });
 });

@@ -10,7 +10,9 @@
  * timeout is stalled, and the front door resets it. node:http2's own send timeout of a stream cannot
  * be that bound: it is pushed back whenever its session sends anything (another stream's reset, a
  * PING's ack), so a client that pings keeps a stalled answer forever, and 100 stalled streams
- * time out one per timeout, each reset pushing back the others.
+ * time out one per timeout, each reset pushing back the others. The same holds for the body timeout
+ * of a stream whose answer began before its request body ended: the watch judges those by the
+ * body timeout.
  *
  * The budget and the answers' progress are read by the caller (front-door/http2.ts); time comes
  * from the injected timers, so this is tested without a socket (http2-send-budget.test.ts).
@@ -133,39 +135,51 @@ export class SendBudget implements AnswerBudget {
   }
 }
 
+/** The timeout a stalled answer is judged by: its request body's while that is still due, else the send timeout. */
+export type StallPhase = 'send' | 'body';
+
+export interface StallLimits {
+  /** No progress for this while the request body is complete: the answer is stalled (send timeout). */
+  readonly sendMs: number;
+  /** No progress for this while the request body is still due: the body is stalled (body timeout). */
+  readonly bodyMs: number;
+}
+
 /**
- * Finds a session's stalled answers: every `periodMs` (the send timeout) while it has answers, an
- * answer that had unsent bytes at the previous check and has sent no byte since is stalled. So an
- * answer is cut after one to two send timeouts without progress, whatever else its session sends.
- * One timer per session, armed by the first answer and kept while there are any.
+ * Finds a session's stalled answers: every period (the shorter of the two timeouts) while it has
+ * answers, an answer holding unsent bytes whose progress (bytes sent, and request body bytes
+ * received) has not moved since a check at least its timeout ago is stalled. So an answer is cut
+ * once it made no progress for its timeout, at most two periods later (one to two timeouts when
+ * both are equal), whatever else its session sends.
+ * An answer whose request body is still due is judged by the body timeout and reported as the
+ * body's stall: node:http2's own body timeout of a stream is pushed back by the session's frames as
+ * soon as the stream has bytes queued (an early answer, a 408, a download that announced a body,
+ * toward a client that takes none of it). One timer per session, armed by the first answer and
+ * kept while there are any.
  */
 export class StallWatch<K> {
+  readonly #limits: StallLimits;
   readonly #periodMs: number;
   readonly #timers: Timers;
-  readonly #answers: () => Iterable<K>;
-  readonly #sentOf: (answer: K) => number;
-  readonly #unsentOf: (answer: K) => number;
-  readonly #stalled: (answers: K[]) => void;
-  /** Bytes sent by each answer that had unsent bytes at the last check. */
-  #seen = new Map<K, number>();
+  readonly #progress: StallProgress<K>;
+  readonly #stalled: (answers: K[], phase: StallPhase) => void;
+  /** Each answer that had unsent bytes at the last check: its progress then, and the check since which it has not moved. */
+  #seen = new Map<K, { readonly progress: number; readonly since: number }>();
+  /** Checks run so far: time in periods. */
+  #checks = 0;
   #timer: TimerHandle | undefined;
   #ended = false;
 
   constructor(
-    periodMs: number,
+    limits: StallLimits,
     timers: Timers,
-    progress: {
-      readonly answers: () => Iterable<K>;
-      readonly sentOf: (answer: K) => number;
-      readonly unsentOf: (answer: K) => number;
-    },
-    stalled: (answers: K[]) => void,
+    progress: StallProgress<K>,
+    stalled: (answers: K[], phase: StallPhase) => void,
   ) {
-    this.#periodMs = periodMs;
+    this.#limits = limits;
+    this.#periodMs = Math.min(limits.sendMs, limits.bodyMs);
     this.#timers = timers;
-    this.#answers = progress.answers;
-    this.#sentOf = progress.sentOf;
-    this.#unsentOf = progress.unsentOf;
+    this.#progress = progress;
     this.#stalled = stalled;
   }
 
@@ -188,18 +202,36 @@ export class StallWatch<K> {
   #check(): void {
     this.#timer = undefined;
     if (this.#ended) return;
-    const seen = new Map<K, number>();
-    const stalled: K[] = [];
+    const check = ++this.#checks;
+    const { answers, progressOf, unsentOf, bodyDue } = this.#progress;
+    const seen = new Map<K, { readonly progress: number; readonly since: number }>();
+    const stalled: Record<StallPhase, K[]> = { send: [], body: [] };
     let answering = false;
-    for (const answer of this.#answers()) {
+    for (const answer of answers()) {
       answering = true;
-      if (this.#unsentOf(answer) === 0) continue;
-      const sent = this.#sentOf(answer);
-      if (this.#seen.get(answer) === sent) stalled.push(answer);
-      else seen.set(answer, sent);
+      if (unsentOf(answer) === 0) continue;
+      const progress = progressOf(answer);
+      const was = this.#seen.get(answer);
+      const since = was !== undefined && was.progress === progress ? was.since : check;
+      const phase: StallPhase = bodyDue(answer) ? 'body' : 'send';
+      const limitMs = phase === 'body' ? this.#limits.bodyMs : this.#limits.sendMs;
+      if ((check - since) * this.#periodMs >= limitMs) stalled[phase].push(answer);
+      else seen.set(answer, { progress, since });
     }
     this.#seen = seen;
     if (answering) this.#arm();
-    if (stalled.length > 0) this.#stalled(stalled);
+    if (stalled.send.length > 0) this.#stalled(stalled.send, 'send');
+    if (stalled.body.length > 0) this.#stalled(stalled.body, 'body');
   }
+}
+
+/** What `StallWatch` reads of a session's answers. */
+export interface StallProgress<K> {
+  readonly answers: () => Iterable<K>;
+  /** Grows with each byte the answer sent and each request body byte received: unchanged, no progress. */
+  readonly progressOf: (answer: K) => number;
+  /** Bytes the answer wrote that the client has not taken yet: none, nothing to judge. */
+  readonly unsentOf: (answer: K) => number;
+  /** Its request body is still due (not all received). */
+  readonly bodyDue: (answer: K) => boolean;
 }

@@ -7,7 +7,8 @@
  *    an injected clock, decides when);
  *  - each stream has the body-idle and send-idle timeouts of a request: a stalled upload gets 408 and
  *    its stream is reset (RST_STREAM NO_ERROR after the answer), or CANCEL when its answer had begun;
- *    a stalled download is reset (CANCEL); the other streams of the connection go on;
+ *    a stalled download is reset (CANCEL); the other streams of the connection go on (node:http2's
+ *    stream timeout, and the session's `StallWatch` for a stream with bytes queued, see below);
  *  - an answer sent before the request body was read ends with RST_STREAM NO_ERROR (RFC 9113 §8.1),
  *    where HTTP/1.1 lingers and closes the connection;
  *  - a stream the client resets fails its request body (never a silent end of a truncated upload) and
@@ -18,8 +19,10 @@
  *  - what a session's answers in progress hold toward a client that does not read is bounded
  *    (http2-send-budget.ts): past the budget a new stream's handler and a streamed body's next
  *    chunk wait for bytes to go out; an answer holding unsent bytes that sent none for the send
- *    timeout is reset (CANCEL, counted as `send_timeout`) by the session's `StallWatch`, since
- *    node:http2's own send timeout of a stream is pushed back by any frame its session sends;
+ *    timeout is reset (CANCEL, counted as `send_timeout`; while its request body is due and
+ *    receives nothing, at the body timeout, counted as `body_timeout`) by the session's
+ *    `StallWatch`, since node:http2's own timeout of a stream with bytes queued is pushed back by
+ *    any frame its session sends;
  *  - the drain sends GOAWAY to every session: open streams finish, no new one starts;
  *  - sessions, streams, and every GOAWAY and RST_STREAM the front door sends are counted
  *    (`Http2Counters`, the `arkvory_http2_*` metrics).
@@ -35,8 +38,8 @@ import { sendError } from '../http-errors.ts';
 import { announcesBody, stateOf } from './connection-state.ts';
 import { type FrontDoorTimeouts, idleAction } from './timeouts.ts';
 import { type FloodKind, SessionWatch, type SessionWatchDeps } from './http2-session-watch.ts';
-import { SEND_BUDGET, SendBudget, StallWatch } from './http2-send-budget.ts';
-import type { Http2Response } from '../http2-messages.ts';
+import { SEND_BUDGET, SendBudget, type StallPhase, StallWatch } from './http2-send-budget.ts';
+import type { Http2Request, Http2Response } from '../http2-messages.ts';
 import { type Clock, systemClock } from '../../../policy/clock.ts';
 import type { Timers } from '../../../policy/timers.ts';
 
@@ -209,10 +212,15 @@ export class Http2Front {
     const answers = new Map<ServerHttp2Stream, Http2Response>();
     const budget = new SendBudget(SEND_BUDGET, () => heldBy(answers));
     const stalls = new StallWatch(
-      this.#limits.sendIdleTimeoutMs,
+      { sendMs: this.#limits.sendIdleTimeoutMs, bodyMs: this.#limits.bodyIdleTimeoutMs },
       this.#watch.timers,
-      { answers: () => answers.keys(), sentOf: (s) => answers.get(s)!.bodyBytesWritten - s.writableLength, unsentOf },
-      (stalled) => this.#stalled(stalled),
+      {
+        answers: () => answers.keys(),
+        progressOf: (s) => progressOf(s, answers.get(s)!),
+        unsentOf,
+        bodyDue: (s) => !remoteClosed(s),
+      },
+      (stalled, phase) => this.#stalled(stalled, phase),
     );
     this.#sessions.set(session, { watch, budget, stalls, answers });
     session.on('ping', () => watch.controlFrame('ping'));
@@ -266,25 +274,31 @@ export class Http2Front {
     session.once('close', () => clearTimeout(cut));
   }
 
-  /** Answers that sent no byte for the send timeout while holding unsent ones: cut as the send timeout cuts one. */
-  #stalled(stalled: readonly ServerHttp2Stream[]): void {
+  /**
+   * Answers holding unsent bytes that made no progress for their timeout: cut as node:http2's
+   * timeout of the stream would cut them, the send timeout's or, while the body is due, the body's.
+   */
+  #stalled(stalled: readonly ServerHttp2Stream[], phase: StallPhase): void {
+    const body = phase === 'body';
     let cut = 0;
     for (const stream of stalled) {
       if (stream.closed) continue;
-      this.#reset(stream, NGHTTP2_CANCEL, 'send_timeout');
+      this.#reset(stream, NGHTTP2_CANCEL, body ? 'body_timeout' : 'send_timeout');
       cut++;
     }
     if (cut === 0) return;
-    this.#timeoutCounts.send += cut;
+    this.#timeoutCounts[phase] += cut;
     this.#log.info(
       {
         code: 'client_timeout',
-        phase: 'response',
-        idleMs: this.#limits.sendIdleTimeoutMs,
+        phase: body ? 'request_body' : 'response',
+        idleMs: body ? this.#limits.bodyIdleTimeoutMs : this.#limits.sendIdleTimeoutMs,
         protocol: 'h2',
         streams: cut,
       },
-      'client took no byte of its answers in time; streams reset',
+      body
+        ? 'client sent no body byte and took no byte of its answers in time; streams reset'
+        : 'client took no byte of its answers in time; streams reset',
     );
   }
 
@@ -424,12 +438,14 @@ function heldBy(answers: ReadonlyMap<ServerHttp2Stream, unknown>): number {
   return held;
 }
 
-/**
- * Bytes an answer wrote that the client has not taken yet, as `StallWatch` judges them: none while
- * the request body is still due, since the body timeout armed on the stream names that stall.
- */
+/** Bytes an answer wrote that the client has not taken yet, as `StallWatch` judges them. */
 function unsentOf(stream: ServerHttp2Stream): number {
-  return stream.writableFinished || !remoteClosed(stream) ? 0 : stream.writableLength;
+  return stream.writableFinished ? 0 : stream.writableLength;
+}
+
+/** What `StallWatch` counts as progress: answer bytes the client took, and request body bytes received. */
+function progressOf(stream: ServerHttp2Stream, answer: Http2Response): number {
+  return answer.bodyBytesWritten - stream.writableLength + (answer.req as Http2Request).bodyBytesRead;
 }
 
 /** Streams the front door reset itself: their close is not a client's reset. */
