@@ -43,7 +43,10 @@ export interface StagedBlob {
   readonly sizeBytes: number;
   /** Per-slice digests, computed in the same pass as the sha256 when `StageOptions.sliceBytes` asked. */
   readonly sliceDigests?: SliceDigests | undefined;
-  /** Moves the bytes to `blobs/sha256/ab/cd/<hex>` (an identical blob already there is kept). */
+  /**
+   * Moves the bytes to `blobs/sha256/ab/cd/<hex>`, in place of whatever is there (never checked, so
+   * maybe damaged); the S3 store keeps an object the server gives the temporary's ETag.
+   */
   commit(): Promise<void>;
   /** Removes the temporary; safe to call after commit and more than once. */
   discard(): Promise<void>;
