@@ -128,6 +128,39 @@ describe.each(ALL_STORE_KINDS)('offline maintenance (%s store)', (kind) => {
       await gw.stop('SIGTERM');
     }
   }, 120_000);
+
+  it('the same bytes uploaded again under their name put the verified bytes in place of a damaged blob, answered 200', async () => {
+    const own = await createTestDatabase();
+    onTestFinished(() => own.drop());
+    await createRepository(own.pool, 'r');
+    const { key } = await createServiceAccount(own.pool, { grants: { r: 'write' } });
+    const backing = await startStoreBacking(kind);
+    const body = randomContent(300_000);
+    const target = '/api/v1/repositories/r/artifacts/rotted.bin';
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: own.url, ...backing.env } });
+    try {
+      const put = () => request(`${gw.url}${target}`, { method: 'PUT', headers: bearer(key), body });
+      const created = await put();
+      expect(created.status, created.body.toString()).toBe(201);
+      const store = backing.probe(gw.dataDir);
+      for (const [how, damaged] of [
+        ['same size, other bytes', randomContent(body.length)],
+        ['cut short', body.subarray(0, 100_000)],
+      ] as const) {
+        // Damaged on the storage host while the gateway runs: no scrub has looked at it yet.
+        await store.write(blobPath(sha256(body)), damaged);
+        const again = await put();
+        expect([how, again.status], again.body.toString()).toEqual([how, 200]);
+        expect(JSON.parse(again.body.toString())).toEqual(JSON.parse(created.body.toString()));
+        const back = await request(`${gw.url}${target}/content`, { headers: bearer(key) });
+        expect([how, back.status], back.body.toString()).toEqual([how, 200]);
+        expect(sha256(back.body), how).toBe(sha256(body));
+        expect(sha256((await store.read(blobPath(sha256(body))))!), how).toBe(sha256(body));
+      }
+    } finally {
+      await gw.stop('SIGTERM');
+    }
+  }, 120_000);
 });
 
 describe('offline maintenance on the embedded default (no ARKVORY_DATABASE_URL)', () => {

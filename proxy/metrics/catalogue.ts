@@ -270,7 +270,7 @@ export const GATEWAY_METRICS = [
     name: 'arkvory_storage_uploads_total',
     type: 'counter',
     labels: ['outcome'],
-    help: 'Upload stagings by outcome: committed (published bytes), discarded (same bytes already there, or a conflict), failed (aborted: client gone, too large, digest mismatch, disk full).',
+    help: 'Upload stagings by outcome: committed (put under their blob name: published, or the same bytes again under their name, in place of what is there), discarded (a conflict, or refused by a storage quota), failed (aborted: client gone, too large, digest mismatch, disk full).',
   },
   {
     name: 'arkvory_cache_hits_total',

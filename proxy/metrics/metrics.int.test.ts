@@ -281,9 +281,9 @@ describe('metric families after traffic', () => {
     }
   });
 
-  it('storage: one committed publish, one discarded (same bytes or conflict) per repeat, one failed staging', () => {
-    expect(value(w, 'arkvory_storage_uploads_total', { outcome: 'committed' })).toBe(1);
-    expect(value(w, 'arkvory_storage_uploads_total', { outcome: 'discarded' })).toBe(2);
+  it('storage: the publish and the same bytes again committed, the conflict discarded, one failed staging', () => {
+    expect(value(w, 'arkvory_storage_uploads_total', { outcome: 'committed' })).toBe(2);
+    expect(value(w, 'arkvory_storage_uploads_total', { outcome: 'discarded' })).toBe(1);
     expect(value(w, 'arkvory_storage_uploads_total', { outcome: 'failed' })).toBe(1);
     expect(value(r, 'arkvory_storage_uploads_total')).toBe(0);
   });

@@ -49,9 +49,13 @@ export async function publishArtifact(
     const existing = await deps.catalog.get(request.key);
     if (existing) {
       const unchanged = compare(existing, staged.sha256);
-      // The row names these very bytes: should its blob be gone (quarantined by scrub, lost by the
-      // store), they are put back, so a 200 always means the artifact can be read.
-      if (!(await deps.store.hasBlob(staged.sha256))) await commitWithDigests(deps.catalog, staged);
+      // The row names these very bytes, and what is under the blob name was never checked here: gone
+      // (quarantined by scrub, lost by the store) or damaged (bit rot, cut short, replaced on the
+      // host, even of the right size). The verified bytes take its place, so a 200 always means the
+      // artifact reads back as its sha256. Every re-upload pays the commit: a rename, one MOVE, or an
+      // S3 HEAD whose ETag match spares the copy. No row is written, and gc never removes the blob of
+      // a row, so unlike the insert below this needs no maintenance barrier.
+      await commitWithDigests(deps.catalog, staged);
       return unchanged;
     }
     const settleReservation = request.admit ? await request.admit(staged) : request.settleReservation;

@@ -195,7 +195,8 @@ export function artifactStoreConformance(entry: StoreKindEntry, start: () => Pro
         expect(await catalog.referencedBlobs()).toEqual(new Set([sha256(bytes)]));
         expect(await probe.list(`blobs/sha256/${sha256(bytes).slice(0, 2)}`)).toEqual([sha256(bytes).slice(2, 4)]);
         expect(await probe.list('tmp')).toEqual([]);
-        expect(store.uploadStats()).toEqual({ committed: 2, discarded: 2, failed: 0 });
+        // The same bytes again are committed too (in place of what is under the blob name).
+        expect(store.uploadStats()).toEqual({ committed: 3, discarded: 1, failed: 0 });
       });
 
       it('should show nothing before commit, keep nothing after discard, and keep one blob for identical commits', async () => {
@@ -248,6 +249,40 @@ export function artifactStoreConformance(entry: StoreKindEntry, start: () => Pro
         await publish('again', bytes);
         expectBytes(await probe.read(blobName(hex)), bytes);
         expect(await probe.list('tmp')).toEqual([]);
+      });
+
+      it('should put the same bytes published again under their name in place of a damaged blob, answering unchanged', async () => {
+        const { probe, store, catalog, key, publish } = await fresh();
+        const bytes = randomBytes(70_000);
+        const hex = sha256(bytes);
+        const first = await publish('a', bytes);
+        expect(first.outcome).toBe('created');
+        const damaged = [
+          ['same-size', randomBytes(bytes.length)],
+          ['cut', bytes.subarray(0, 30_000)],
+        ] as const;
+        for (const [how, planted] of damaged) {
+          // Bit rot, a file cut short by a crash, or one replaced on the storage host.
+          await probe.write(blobName(hex), planted);
+          const again = await publish('a', bytes);
+          expect({ how, outcome: again.outcome, entry: again.entry }).toEqual({
+            how,
+            outcome: 'unchanged',
+            entry: first.entry,
+          });
+          expectBytes(await probe.read(blobName(hex)), bytes);
+          const reader = await store.openBlob(hex);
+          try {
+            expect(reader.sizeBytes).toBe(bytes.length);
+            expectBytes(await readRange(reader, { start: 0, end: bytes.length - 1 }), bytes);
+          } finally {
+            await reader.close();
+          }
+        }
+        // The row is the first publish's, untouched; nothing is left staged.
+        expect(await catalog.get(key('a'))).toEqual(first.entry);
+        expect(await probe.list('tmp')).toEqual([]);
+        expect(store.uploadStats()).toEqual({ committed: 3, discarded: 0, failed: 0 });
       });
 
       it('should refuse with unavailable a commit whose temporary was removed meanwhile (gc beside a fenced gateway), publishing nothing', async () => {
