@@ -110,6 +110,16 @@ export function s3ErrorOf(text: string): { code: string; message: string } | und
   }
 }
 
+/**
+ * An S3 answer the server asks to be sent again (AWS: "please try again"): a 500 InternalError or a
+ * 503 SlowDown / ServiceUnavailable, also as the body of a 200 (copies and completions). SeaweedFS
+ * answers a copy so now and then under load.
+ */
+export function isTransientS3Answer(status: number, code: string | undefined): boolean {
+  if (code === 'InternalError' || code === 'SlowDown' || code === 'ServiceUnavailable') return true;
+  return (status === 500 || status === 503) && (code === undefined || code === '');
+}
+
 /** Maps an S3 error answer: credentials and a missing bucket name the variable to fix. */
 export function storageErrorOfS3(
   status: number,

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { S3Client } from './s3-client.ts';
+import { isTransientS3Answer, type S3Client } from './s3-client.ts';
 import {
   copyResultEtag,
   multipartPartBytes,
@@ -164,5 +164,28 @@ describe('copyResultEtag (what a 200 answer to a copy must hold)', () => {
     ).toThrow(expect.objectContaining({ code: 'upstream_unreachable' }));
     for (const body of ['<?xml version="1.0"?><Other/>', '', '<?xml version="1.0"?><CopyObjectResult/>'])
       expect(etagOf(body), body).toThrow(expect.objectContaining({ code: 'upstream_unreachable' }));
+  });
+});
+
+describe('isTransientS3Answer (a copy the server asks to be sent again)', () => {
+  it('is a 500 InternalError or a 503 SlowDown / ServiceUnavailable, also in the body of a 200', () => {
+    expect(isTransientS3Answer(500, 'InternalError')).toBe(true);
+    expect(isTransientS3Answer(503, 'SlowDown')).toBe(true);
+    expect(isTransientS3Answer(503, 'ServiceUnavailable')).toBe(true);
+    expect(isTransientS3Answer(500, undefined)).toBe(true);
+    expect(isTransientS3Answer(503, '')).toBe(true);
+  });
+
+  it('is not a refusal that would only be refused again', () => {
+    for (const [status, code] of [
+      [403, 'AccessDenied'],
+      [404, 'NoSuchKey'],
+      [404, 'NoSuchBucket'],
+      [400, 'EntityTooLarge'],
+      [500, 'XMinioStorageFull'],
+      [502, undefined],
+      [404, undefined],
+    ] as const)
+      expect(isTransientS3Answer(status, code), `${status} ${code}`).toBe(false);
   });
 });

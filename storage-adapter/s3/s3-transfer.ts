@@ -9,9 +9,10 @@
  * - server-side copy: CopyObject up to `copyBytes`, multipart copy (UploadPartCopy) above it; a
  *   server without UploadPartCopy (501 NotImplemented) gets the bytes streamed through us instead.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { StorageError } from '../errors.ts';
 import { hasStableCode, sendStreamedBody, upstreamError } from '../streaming/http-upstream.ts';
-import { etagOf, parseXml, s3ErrorOf, storageErrorOfS3, type S3Client } from './s3-client.ts';
+import { etagOf, isTransientS3Answer, parseXml, s3ErrorOf, storageErrorOfS3, type S3Client } from './s3-client.ts';
 import { encodeRfc3986, S3_MAX_MULTIPART_BYTES, S3_MAX_PART_BYTES, S3_MAX_PARTS } from './s3-location.ts';
 import { putOverSocket, readEmptyBody, type SocketWriteOptions } from './s3-socket-write.ts';
 
@@ -338,6 +339,11 @@ export interface CopiedObject {
   readonly etag: string | undefined;
 }
 
+/** Attempts of one CopyObject the server answers with a transient error (isTransientS3Answer). */
+export const COPY_ATTEMPTS = 3;
+/** Wait before the n-th retry: n × this. */
+const COPY_RETRY_MS = 100;
+
 /**
  * Server-side copy of `from` (of `sizeBytes`) to `to`. With `sourceEtag` (as its upload was
  * answered) the server copies only while `from` is still that object (`x-amz-copy-source-if-match`,
@@ -359,16 +365,26 @@ export async function copyObject(
     const what = `CopyObject ${from} → ${to}`;
     const headers: Record<string, string> = { 'x-amz-copy-source': copySource(client, from) };
     if (ifMatch) headers['x-amz-copy-source-if-match'] = ifMatch;
-    const res = await client.request({ method: 'PUT', key: to, headers });
-    if (res.statusCode === 412) {
-      await res.body.dump().catch(() => {});
-      throw new StorageError('stored_bytes_mismatch', `${from} is no longer the object uploaded (${what}: 412).`);
+    // A copy is tied to its source (If-Match) and writes the same bytes each time: sent again when the
+    // server asks for it, as S3 clients do.
+    for (let attempt = 1; ; attempt++) {
+      const res = await client.request({ method: 'PUT', key: to, headers });
+      if (res.statusCode === 412) {
+        await res.body.dump().catch(() => {});
+        throw new StorageError('stored_bytes_mismatch', `${from} is no longer the object uploaded (${what}: 412).`);
+      }
+      const text = await res.body.text().catch((err: unknown) => {
+        throw upstreamError(err, what);
+      });
+      const ok = res.statusCode >= 200 && res.statusCode <= 299;
+      const error = s3ErrorOf(text);
+      if (attempt < COPY_ATTEMPTS && (!ok || error) && isTransientS3Answer(ok ? 500 : res.statusCode, error?.code)) {
+        await sleep(COPY_RETRY_MS * attempt);
+        continue;
+      }
+      if (!ok) throw storageErrorOfS3(res.statusCode, error, what, client.bucket);
+      return { how: 'copy', etag: copyResultEtag(text, 'CopyObjectResult', what, client.bucket) };
     }
-    if (res.statusCode < 200 || res.statusCode > 299) throw await client.failure(res, what);
-    const text = await res.body.text().catch((err: unknown) => {
-      throw upstreamError(err, what);
-    });
-    return { how: 'copy', etag: copyResultEtag(text, 'CopyObjectResult', what, client.bucket) };
   }
   const uploadId = await createMultipart(client, to);
   const etags: string[] = [];
