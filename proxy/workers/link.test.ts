@@ -2,36 +2,16 @@
  * The link's writes: what one turn of the event loop sends leaves in one channel write, in order,
  * and the other side handles each message of it as if it had come alone.
  */
-import { EventEmitter } from 'node:events';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
-import { type Channel, Link } from './link.ts';
-
-/** Two ends of a channel that count their writes; delivered as IPC does, a copy on a later turn. */
-function channelPair(): { ends: [Channel, Channel]; writes: unknown[][] } {
-  const emitters = [new EventEmitter(), new EventEmitter()] as const;
-  const writes: unknown[][] = [[], []];
-  const end = (self: 0 | 1): Channel => ({
-    send(message, callback) {
-      writes[self]!.push(message);
-      const copy = structuredClone(message);
-      setImmediate(() => emitters[1 - self]!.emit('message', copy));
-      callback(null);
-      return true;
-    },
-    on(event, listener) {
-      emitters[self].on(event, listener);
-      return emitters[self];
-    },
-  });
-  return { ends: [end(0), end(1)], writes };
-}
+import { Link } from './link.ts';
+import { channelPair } from '../../test/support/ipc-channel.ts';
 
 describe('Link', () => {
   it('sends the calls and notes of one turn in one write, handled in order on the other side', async () => {
-    const { ends, writes } = channelPair();
-    const worker = new Link(ends[0]);
-    const primary = new Link(ends[1]);
+    const { worker: workerEnd, primary: primaryEnd, writes } = channelPair();
+    const worker = new Link(workerEnd);
+    const primary = new Link(primaryEnd);
     const seen: string[] = [];
     primary.handle('echo', (args) => {
       seen.push(`echo ${String(args)}`);
@@ -46,32 +26,35 @@ describe('Link', () => {
     await expect(answers).resolves.toEqual(['a!', 'b!']);
     expect(seen).toEqual(['echo a', 'echo b', 'tell c']);
     // One write each way: the three messages, and the two answers.
-    expect(writes[0]).toHaveLength(1);
-    expect(writes[0]![0]).toMatchObject({
+    expect(writes.worker).toHaveLength(1);
+    expect(writes.worker[0]).toMatchObject({
       arkvory: 'batch',
       messages: [{ op: 'echo' }, { op: 'echo' }, { op: 'tell' }],
     });
-    expect(writes[1]).toHaveLength(1);
-    expect(writes[1]![0]).toMatchObject({ arkvory: 'batch', messages: [{ arkvory: 'answer' }, { arkvory: 'answer' }] });
+    expect(writes.primary).toHaveLength(1);
+    expect(writes.primary[0]).toMatchObject({
+      arkvory: 'batch',
+      messages: [{ arkvory: 'answer' }, { arkvory: 'answer' }],
+    });
   });
 
   it('sends a message alone when the turn has no other, and a later turn in a write of its own', async () => {
-    const { ends, writes } = channelPair();
-    const worker = new Link(ends[0]);
-    const primary = new Link(ends[1]);
+    const { worker: workerEnd, primary: primaryEnd, writes } = channelPair();
+    const worker = new Link(workerEnd);
+    const primary = new Link(primaryEnd);
     primary.handle('echo', (args) => args);
     await expect(worker.call('echo', 1)).resolves.toBe(1);
     await expect(worker.call('echo', 2)).resolves.toBe(2);
-    expect(writes[0]).toEqual([
+    expect(writes.worker).toEqual([
       { arkvory: 'call', id: 1, op: 'echo', args: 1 },
       { arkvory: 'call', id: 2, op: 'echo', args: 2 },
     ]);
   });
 
   it('grants nothing from a batch that arrives after the link closed, and answers nothing', async () => {
-    const { ends, writes } = channelPair();
-    const worker = new Link(ends[0]);
-    const primary = new Link(ends[1]);
+    const { worker: workerEnd, primary: primaryEnd, writes } = channelPair();
+    const worker = new Link(workerEnd);
+    const primary = new Link(primaryEnd);
     let handled = 0;
     primary.handle('admit', () => ++handled);
     // Two calls in one write, read after the coordinating side learnt the other is gone.
@@ -79,8 +62,8 @@ describe('Link', () => {
     void worker.call('admit');
     primary.close();
     for (let i = 0; i < 3; i++) await nextTurn();
-    expect(writes[0]).toHaveLength(1);
+    expect(writes.worker).toHaveLength(1);
     expect(handled).toBe(0);
-    expect(writes[1]).toEqual([]);
+    expect(writes.primary).toEqual([]);
   });
 });

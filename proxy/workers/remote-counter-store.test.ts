@@ -4,35 +4,16 @@
  * limiter's store timeout, and the check then fails open, or closed for a rule that says
  * `on_store_error: deny`, exactly as a hung Redis does (docs/rate-limits.md).
  */
-import { EventEmitter } from 'node:events';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ManualClock } from '../../policy/clock.ts';
 import { createLimiter } from '../../policy/rate-limit/limiter.ts';
 import { createMemoryCounterStore } from '../../policy/rate-limit/memory-counter-store.ts';
 import { defineRule } from '../../policy/rate-limit/rules.ts';
-import { type Channel, Link } from './link.ts';
+import { Link } from './link.ts';
+import { channelPair } from '../../test/support/ipc-channel.ts';
 import { remoteCounterStore } from './remote-counter-store.ts';
 import type { CounterStore } from '../../policy/rate-limit/counter-store.ts';
-
-/** Two ends of a channel; with `deaf`, what the worker sends never arrives. */
-function channelPair(deaf: boolean): [Channel, Channel] {
-  const a = new EventEmitter();
-  const b = new EventEmitter();
-  const end = (self: EventEmitter, other: EventEmitter, drop: boolean): Channel => ({
-    send(message, callback) {
-      const copy = structuredClone(message);
-      if (!drop) setImmediate(() => other.emit('message', copy));
-      callback(null);
-      return true;
-    },
-    on(event, listener) {
-      self.on(event, listener);
-      return self;
-    },
-  });
-  return [end(a, b, deaf), end(b, a, false)];
-}
 
 const open = defineRule({ name: 'open', action: 'limit', characteristics: ['ip'], limit: 1, periodS: 60 });
 const closed = defineRule({
@@ -46,7 +27,8 @@ const closed = defineRule({
 });
 
 function workerLimiter(deaf: boolean) {
-  const [worker, primary] = channelPair(deaf);
+  const { worker, primary, stop } = channelPair();
+  if (deaf) stop();
   const counters = createMemoryCounterStore();
   new Link(primary).handle('counters.run', (args) => counters.run(...(args as Parameters<CounterStore['run']>)));
   return createLimiter(

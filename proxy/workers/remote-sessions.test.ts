@@ -4,32 +4,12 @@
  * all; a call the other side does not answer in time, or a closed link, is 503 `unavailable`,
  * never a session.
  */
-import { EventEmitter } from 'node:events';
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../../policy/clock.ts';
 import { ConsoleSessions } from '../console/sessions.ts';
-import { type Channel, Link } from './link.ts';
+import { Link } from './link.ts';
+import { channelPair } from '../../test/support/ipc-channel.ts';
 import { remoteSessionStore, serveSessions } from './remote-sessions.ts';
-
-/** Two ends of a channel; with `deaf`, what the worker sends never arrives. */
-function channelPair(deaf = false): [Channel, Channel] {
-  const a = new EventEmitter();
-  const b = new EventEmitter();
-  const end = (self: EventEmitter, other: EventEmitter, drop: boolean): Channel => ({
-    send(message, callback) {
-      // As IPC does: a copy, delivered on a later turn.
-      const copy = structuredClone(message);
-      if (!drop) setImmediate(() => other.emit('message', copy));
-      callback(null);
-      return true;
-    },
-    on(event, listener) {
-      self.on(event, listener);
-      return self;
-    },
-  });
-  return [end(a, b, deaf), end(b, a, false)];
-}
 
 const admin = { id: 'p1', name: 'admin' };
 
@@ -43,7 +23,7 @@ function instance(clock: ManualClock) {
     randomToken: () => `token_${String(n++).padStart(20, '0')}`,
   });
   const workers = [0, 1].map(() => {
-    const [worker, primary] = channelPair();
+    const { worker, primary } = channelPair();
     serveSessions(new Link(primary), table);
     return remoteSessionStore(new Link(worker));
   });
@@ -81,7 +61,8 @@ describe('sessions over the link', () => {
   it('is 503 unavailable, not a session, when the coordinating process does not answer in time', async () => {
     const clock = new ManualClock();
     const table = new ConsoleSessions({ clock, ttlMs: 60_000, idleMs: 10_000, maxSessions: 10 });
-    const [worker, primary] = channelPair(true);
+    const { worker, primary, stop } = channelPair();
+    stop();
     serveSessions(new Link(primary), table);
     const store = remoteSessionStore(new Link(worker), 20);
     const created = table.create(admin, 'Bearer ark_x');
@@ -92,7 +73,7 @@ describe('sessions over the link', () => {
   });
 
   it('is 503 unavailable once the link is closed (the coordinating process is gone)', async () => {
-    const [worker] = channelPair();
+    const { worker } = channelPair();
     const link = new Link(worker);
     link.close();
     const store = remoteSessionStore(link);
@@ -102,7 +83,7 @@ describe('sessions over the link', () => {
   it('drops a session whose creation answered after the worker gave up', async () => {
     const clock = new ManualClock();
     const table = new ConsoleSessions({ clock, ttlMs: 60_000, idleMs: 10_000, maxSessions: 10 });
-    const [worker, primary] = channelPair();
+    const { worker, primary } = channelPair();
     const primaryLink = new Link(primary);
     serveSessions(primaryLink, table);
     // The create is answered only after the worker's deadline.

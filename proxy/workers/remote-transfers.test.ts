@@ -5,7 +5,6 @@
  * deadline (a repository transfer), then the request is 503 `unavailable`, and what the coordinating
  * process grants once it answers again goes back at once.
  */
-import { EventEmitter } from 'node:events';
 import { describe, expect, it } from 'vitest';
 import { AdmissionQueue } from '../../policy/admission/index.ts';
 import type { BandwidthGovernors } from '../../policy/bandwidth/index.ts';
@@ -14,42 +13,10 @@ import type { LeaseStanding } from '../../policy/lease/coordinator.ts';
 import { ManualTimers, settle } from '../../policy/timers.ts';
 import type { Config } from '../config/config.ts';
 import { admissionOptions } from '../gates/transfers.ts';
-import { type Channel, Link } from './link.ts';
+import { Link } from './link.ts';
+import { channelPair } from '../../test/support/ipc-channel.ts';
 import { PolicyHost } from './policy-host.ts';
 import { ADMISSION_DEADLINE_MARGIN_MS, createRemoteTransfers, HOLD_DEADLINE_MS } from './remote-transfers.ts';
-
-/**
- * Two ends of a channel delivered as IPC does (a copy, on a later turn). While the coordinating
- * process is `stopped`, what the worker sends waits in the pipe; `resume` delivers it in order.
- */
-function channelPair() {
-  const a = new EventEmitter();
-  const b = new EventEmitter();
-  const pipe: unknown[] = [];
-  let stopped = false;
-  const end = (self: EventEmitter, other: EventEmitter, held: boolean): Channel => ({
-    send(message, callback) {
-      const copy = structuredClone(message);
-      if (held && stopped) pipe.push(copy);
-      else setImmediate(() => other.emit('message', copy));
-      callback(null);
-      return true;
-    },
-    on(event, listener) {
-      self.on(event, listener);
-      return self;
-    },
-  });
-  return {
-    worker: end(a, b, true),
-    primary: end(b, a, false),
-    stop: () => (stopped = true),
-    resume: () => {
-      stopped = false;
-      for (const message of pipe.splice(0)) setImmediate(() => b.emit('message', message));
-    },
-  };
-}
 
 const lease = {
   owner: 'test',

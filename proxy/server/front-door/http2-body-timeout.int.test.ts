@@ -22,6 +22,7 @@ import {
   issueServerCertificate,
   waitUntil,
 } from '../../../test/harness/index.ts';
+import { type Http2Answer, http2Request } from '../../../test/support/http2-request.ts';
 
 const MiB = 1024 * 1024;
 const REPO = 'h2bodytimeout';
@@ -73,29 +74,8 @@ beforeAll(async () => {
 afterAll(() => gw.stop());
 
 /** One request, read to its end, on `session` or a new connection. */
-function request(
-  target: string,
-  options: {
-    method?: string;
-    headers?: Record<string, string>;
-    body?: Buffer;
-    session?: http2.ClientHttp2Session;
-  } = {},
-): Promise<{ status: number; body: Buffer }> {
-  const session = options.session ?? http2.connect(gw.https, { ca: ca.certPem });
-  if (!options.session) session.on('error', () => {});
-  return new Promise<{ status: number; body: Buffer }>((resolve, reject) => {
-    const stream = session.request({ ':method': options.method ?? 'GET', ':path': target, ...options.headers });
-    let status = 0;
-    const chunks: Buffer[] = [];
-    stream.on('response', (h) => (status = Number(h[':status'])));
-    stream.on('data', (c: Buffer) => chunks.push(c));
-    stream.on('end', () => resolve({ status, body: Buffer.concat(chunks) }));
-    stream.on('error', reject);
-    stream.end(options.body);
-  }).finally(() => {
-    if (!options.session) session.close();
-  });
+function request(target: string, options: Parameters<typeof http2Request>[3] = {}): Promise<Http2Answer> {
+  return http2Request(gw.https, ca.certPem, target, options);
 }
 
 /** A scrape of `/metrics`: series → value (0 when absent). */

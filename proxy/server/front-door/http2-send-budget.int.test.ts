@@ -21,6 +21,7 @@ import {
   samplePeak,
   waitUntil,
 } from '../../../test/harness/index.ts';
+import { type Http2Answer, http2Request } from '../../../test/support/http2-request.ts';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -68,27 +69,9 @@ async function startH2Gateway(env: Record<string, string>): Promise<H2Gateway> {
 function request(
   origin: string,
   target: string,
-  options: {
-    method?: string;
-    headers?: Record<string, string>;
-    body?: Buffer;
-    session?: http2.ClientHttp2Session;
-  } = {},
-): Promise<{ status: number; body: Buffer }> {
-  const session = options.session ?? http2.connect(origin, { ca: ca.certPem });
-  if (!options.session) session.on('error', () => {});
-  return new Promise<{ status: number; body: Buffer }>((resolve, reject) => {
-    const stream = session.request({ ':method': options.method ?? 'GET', ':path': target, ...options.headers });
-    let status = 0;
-    const chunks: Buffer[] = [];
-    stream.on('response', (h) => (status = Number(h[':status'])));
-    stream.on('data', (c: Buffer) => chunks.push(c));
-    stream.on('end', () => resolve({ status, body: Buffer.concat(chunks) }));
-    stream.on('error', reject);
-    stream.end(options.body);
-  }).finally(() => {
-    if (!options.session) session.close();
-  });
+  options: Parameters<typeof http2Request>[3] = {},
+): Promise<Http2Answer> {
+  return http2Request(origin, ca.certPem, target, options);
 }
 
 /** A scrape of `/metrics`: series → value (0 when absent). */
