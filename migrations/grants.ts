@@ -109,6 +109,11 @@ export const TABLE_GRANTS: Readonly<Record<string, Decision<TablePrivilege>>> = 
     worker: ['SELECT', 'INSERT'],
     maintenance: ALL_DATA,
   },
+  // When recently deleted names were published (0075): written and read only by the catalog's
+  // triggers, as the schema owner; maintenance backs it up and restores it like every table.
+  arkvory_artifact_tombstones: {
+    maintenance: ALL_DATA,
+  },
   // The writer records the shared policy on first start; `policy reset` (maintenance) removes it.
   arkvory_download_policy: {
     writer: ['SELECT', 'INSERT'],
@@ -237,6 +242,8 @@ export const FUNCTION_GRANTS: Readonly<Record<string, Decision<'EXECUTE'>>> = {
   'arkvory_catalog_changed()': {},
   'arkvory_principal_disabled_at()': {},
   'arkvory_blob_slices_backfilled()': {},
+  'arkvory_artifact_deleted()': {},
+  'arkvory_artifact_created_at()': {},
   'arkvory_lease_acquire(integer,uuid,text,text,double precision)': {
     writer: ['EXECUTE'],
     reader: ['EXECUTE'],

@@ -299,6 +299,32 @@ describe('the writer, worker, maintenance and rules logins', () => {
     await denied(w, 'DELETE FROM arkvory_schema_migrations');
   });
 
+  it("the writer's delete and the worker's publish date a name again through the owner's triggers; neither reads their table", async () => {
+    await new AdminStore(pools.writer).createRepository('republish');
+    const entry = (digit: string) => ({
+      repository: 'republish',
+      kind: 'artifact' as const,
+      name: 'again',
+      version: '',
+      asset: '',
+      sha256: digit.repeat(64),
+      sizeBytes: 1,
+      contentType: 'application/octet-stream',
+      publishedBy: null,
+    });
+    await createCatalog(pools.writer).insertOrGet(entry('a'));
+    // Dated ahead of the clock: as if published within the current second.
+    const { rows } = await db.pool.query<{ created_at: Date }>(
+      `UPDATE arkvory_artifacts SET created_at = date_trunc('second', now()) + interval '5 seconds'
+       WHERE repository = 'republish' RETURNING created_at`,
+    );
+    expect(await createCatalog(pools.writer).remove(entry('a'))).toBe(true);
+    const again = await createCatalog(pools.worker).insertOrGet(entry('b'));
+    expect(again.entry.createdAtMs).toBe(rows[0]!.created_at.getTime() + 1000);
+    for (const role of ['writer', 'reader', 'worker'] as const)
+      await denied(pools[role], 'SELECT * FROM arkvory_artifact_tombstones');
+  });
+
   it('the worker may not touch keys, grants or delete artifacts', async () => {
     const k = pools.worker;
     await denied(k, 'SELECT * FROM arkvory_api_keys');

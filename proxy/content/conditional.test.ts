@@ -131,7 +131,7 @@ describe('isIfRangeSatisfied', () => {
     ['same strong etag', etag, true],
     ['weak etag never matches', `W/${etag}`, false],
     ['other etag', '"other"', false],
-    // Last-Modified is not a strong validator (a name published again within its second keeps it).
+    // Last-Modified is not a strong validator (versions from before migrations/0075 may share a second).
     ['exact date', http(lastModifiedMs), false],
     ['later date', http(lastModifiedMs + 1000), false],
     ['earlier date', http(lastModifiedMs - 1000), false],

@@ -149,9 +149,10 @@ export function evaluateWritePreconditions(
 
 /**
  * `If-Range`: the Range applies only when the validator still matches. An entity tag must match
- * strongly (a weak tag never does). A date never matches: Last-Modified has whole seconds, and a
- * name deleted and published again within one second keeps it, so it is not a strong validator
- * (RFC 9110 §8.8.2.2) and a resume on it could splice two versions. Absent → true.
+ * strongly (a weak tag never does). A date never matches: Last-Modified has whole seconds, and
+ * versions of a name published before migrations/0075 (which dates a name published again a second
+ * after the deleted version) may share one, so it is not a strong validator (RFC 9110 §8.8.2.2) and
+ * a resume on it could splice two versions. Absent → true.
  */
 export function isIfRangeSatisfied(ifRange: string | undefined, validators: Validators): boolean {
   if (ifRange === undefined) return true;

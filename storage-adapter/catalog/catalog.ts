@@ -25,7 +25,11 @@ export interface CatalogEntry extends ArtifactKey {
   readonly sizeBytes: number;
   readonly contentType: string;
   readonly publishedBy: string | null;
-  /** Whole seconds (the column is truncated), so Last-Modified round-trips exactly. */
+  /**
+   * Whole seconds (the column is truncated), so Last-Modified round-trips exactly. Later than every
+   * earlier version of the name (migrations/0075): one published again within the second of the
+   * version it replaces is dated a second later, so a date alone never validates the old bytes.
+   */
   readonly createdAtMs: number;
 }
 
