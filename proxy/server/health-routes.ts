@@ -1,3 +1,4 @@
+import { PolicyError } from '../../policy/errors.ts';
 import type { Route } from './route-types.ts';
 import { sendJson } from './http-errors.ts';
 import type { Lifecycle } from './lifecycle.ts';
@@ -29,10 +30,11 @@ export function liveAndStatusRoutes(
       template: '/health/status',
       access: 'public',
       async handle({ res }) {
-        for (const step of before) await step();
+        const unanswered = await readInstance(before);
         // Only whether this process can serve.
-        const serving = lifecycle.isServing;
-        const body: Record<string, unknown> = { status: serving ? 'serving' : lifecycle.state };
+        const serving = lifecycle.isServing && unanswered === undefined;
+        const body: Record<string, unknown> = { status: healthState(lifecycle, 'serving', unanswered) };
+        if (unanswered !== undefined) body.reason = unanswered;
         for (const provider of status) Object.assign(body, provider());
         sendJson(res, serving ? 200 : 503, body);
       },
@@ -49,16 +51,39 @@ export function healthRoutes(services: Services): Route[] {
       template: '/health/ready',
       access: 'service',
       async handle({ res }) {
-        for (const step of services.beforeHealth ?? []) await step();
+        const unanswered = await readInstance(services.beforeHealth ?? []);
+        const serving = lifecycle.isServing && unanswered === undefined;
         const body: Record<string, unknown> = {
-          status: lifecycle.isServing ? 'ready' : lifecycle.state,
+          status: healthState(lifecycle, 'ready', unanswered),
+          ...(unanswered === undefined ? {} : { reason: unanswered }),
           role: config.role,
           writable: config.role === 'api',
           sharedDownloads: services.coordinator.snapshot(),
         };
         for (const provider of [...services.status, ...services.readiness]) Object.assign(body, provider());
-        sendJson(res, lifecycle.isServing ? 200 : 503, body);
+        sendJson(res, serving ? 200 : 503, body);
       },
     },
   ];
+}
+
+/**
+ * Runs the reads a worker's health answer needs from its coordinating process, at once (each has its
+ * own deadline, instance-reads.ts); the message of one that was `unavailable` (not answered in time,
+ * or the coordinating process gone), else undefined. The answer then shows what was read last.
+ */
+async function readInstance(before: ReadonlyArray<() => Promise<void>>): Promise<string | undefined> {
+  const outcomes = await Promise.allSettled(before.map((step) => step()));
+  for (const outcome of outcomes) {
+    if (outcome.status === 'fulfilled') continue;
+    if (outcome.reason instanceof PolicyError && outcome.reason.code === 'unavailable') return outcome.reason.message;
+    throw outcome.reason;
+  }
+  return undefined;
+}
+
+/** A process not serving says why (starting, draining, fenced); one serving whose instance did not answer, `unavailable`. */
+function healthState(lifecycle: Lifecycle, serving: string, unanswered: string | undefined): string {
+  if (!lifecycle.isServing) return lifecycle.state;
+  return unanswered === undefined ? serving : 'unavailable';
 }

@@ -6,6 +6,8 @@
  * new worker can: it leaves (`onFencedAlone`) and its coordinating process starts another.
  */
 import type { LeaseStanding, SharedDownloads } from '../../policy/lease/coordinator.ts';
+import { systemTimers, type Timers } from '../../policy/timers.ts';
+import { askInstance } from './instance-reads.ts';
 import type { Link } from './link.ts';
 
 /** The instance's lease as the coordinating process answers `lease`. */
@@ -16,13 +18,17 @@ export interface LeaseView {
 }
 
 export interface InstanceLease extends LeaseStanding {
-  /** Reads the instance's lease again (what `snapshot()` shows). */
+  /** Reads the instance's lease again (what `snapshot()` shows); `unavailable` past `READ_DEADLINE_MS`. */
   refresh(): Promise<void>;
   /** Its own connection failed while the instance was not fenced: this worker alone is. */
   onFencedAlone(listener: (reason: string) => void): void;
 }
 
-export async function joinInstanceLease(link: Link, own: LeaseStanding): Promise<InstanceLease> {
+export async function joinInstanceLease(
+  link: Link,
+  own: LeaseStanding,
+  timers: Timers = systemTimers,
+): Promise<InstanceLease> {
   let view = await link.call<LeaseView>('lease');
   let instanceFenced = view.fencedReason;
   const listeners: Array<(reason: string) => void> = [];
@@ -63,7 +69,7 @@ export async function joinInstanceLease(link: Link, own: LeaseStanding): Promise
       alone.push(listener);
     },
     async refresh() {
-      view = await link.call<LeaseView>('lease');
+      view = await askInstance<LeaseView>(link, 'lease', timers);
       instanceFenced ??= view.fencedReason;
       if (instanceFenced !== undefined) fenced(instanceFenced);
     },

@@ -26,13 +26,17 @@ import { systemTimers, type Timers } from '../../policy/timers.ts';
 import type { Config } from '../config/config.ts';
 import { createTransfers, governorCeilings, type Transfers, transfersReadiness } from '../gates/transfers.ts';
 import type { LeaseStanding } from '../../policy/lease/coordinator.ts';
+import { askInstance } from './instance-reads.ts';
 import type { Link } from './link.ts';
 import type { AdmitRequest, HoldRequest, PolicySnapshot, TakeRequest } from './policy-host.ts';
 
 export interface RemoteTransfers extends Transfers {
   /** This worker's own governors: the unlimited streams' counts, for the instance's /metrics sum. */
   readonly local: BandwidthGovernors;
-  /** Reads the coordinating process's snapshot (what `governors`, `admission` and `snapshot()` show). */
+  /**
+   * Reads the coordinating process's snapshot (what `governors`, `admission` and `snapshot()` show);
+   * `unavailable` past `READ_DEADLINE_MS` (instance-reads.ts), the last one read staying shown.
+   */
   refresh(): Promise<void>;
 }
 
@@ -87,7 +91,7 @@ export function createRemoteTransfers(
     },
     admission: { snapshot: () => latest.admission },
     async refresh() {
-      latest = await link.call<PolicySnapshot>('snapshot');
+      latest = await askInstance<PolicySnapshot>(link, 'snapshot', timers);
     },
     async admit(principalId: string, kind: TransferKind, signal?: AbortSignal) {
       if (closed) throw new PolicyError('unavailable');

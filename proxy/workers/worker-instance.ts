@@ -2,9 +2,10 @@
  * The worker side of a gateway instance with several workers: its link to the coordinating process
  * (run-primary.ts), its index, and what it reads of the instance (the workers, the metrics sum).
  */
-import { systemClock } from '../../policy/clock.ts';
-import { systemTimers } from '../../policy/timers.ts';
+import { type Clock, systemClock } from '../../policy/clock.ts';
+import { systemTimers, type Timers } from '../../policy/timers.ts';
 import { FreshRuns } from '../metrics/fresh-runs.ts';
+import { askInstance, METRICS_DEADLINE_MS } from './instance-reads.ts';
 import { Link } from './link.ts';
 
 export interface WorkerView {
@@ -59,14 +60,21 @@ export async function joinInstance(): Promise<WorkerInstance> {
     link.close();
     process.kill(process.pid, 'SIGTERM');
   });
-  const hello = await link.call<Hello>('hello');
+  return workerInstance(link, await link.call<Hello>('hello'), systemClock, systemTimers);
+}
+
+/**
+ * What a worker reads of its instance over `link`. The worker list and the /metrics sum have
+ * deadlines (instance-reads.ts): past one the read is 503 `unavailable`, the last list staying shown.
+ */
+export function workerInstance(link: Link, hello: Hello, clock: Clock, timers: Timers): WorkerInstance {
   let workerViews: readonly WorkerView[] = [];
   // This worker's scrapes waiting at once make one call: the coordinating process's work stays one
   // call per worker however many scrapes arrive (it spaces its sums itself).
   const metrics = new FreshRuns(
-    () => link.call<{ contentType: string; body: string }>('metrics'),
-    systemClock,
-    systemTimers,
+    () => askInstance<{ contentType: string; body: string }>(link, 'metrics', timers, METRICS_DEADLINE_MS),
+    clock,
+    timers,
     0,
   );
   return {
@@ -76,7 +84,7 @@ export async function joinInstance(): Promise<WorkerInstance> {
       return workerViews;
     },
     async refresh() {
-      workerViews = await link.call<WorkerView[]>('workers');
+      workerViews = await askInstance<WorkerView[]>(link, 'workers', timers);
     },
     metrics: () => metrics.get(),
     ready: () => link.call('ready'),
