@@ -2,8 +2,10 @@ import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../../policy/clock.ts';
 import type { LeaseStanding } from '../../policy/lease/coordinator.ts';
 import { settle } from '../../policy/timers.ts';
-import type { Config } from '../config/config.ts';
 import { createTransfers } from './transfers.ts';
+import { track, unpacedConfig } from '../../test/support/worker-fixtures.ts';
+
+const config = unpacedConfig();
 
 /** A standing the test fences by hand, as the lease coordinator does when its permit lapses. */
 function fenceableStanding() {
@@ -23,32 +25,6 @@ function fenceableStanding() {
     for (const listener of listeners) listener(fencedReason);
   };
   return { standing, fence };
-}
-
-const config = {
-  bandwidth: {
-    downloadBytesPerSec: 0,
-    downloadBytesPerSecPerPrincipal: 0,
-    uploadBytesPerSec: 0,
-    uploadBytesPerSecPerPrincipal: 0,
-  },
-  admission: {
-    maxDownloads: 256,
-    maxDownloadsPerPrincipal: 1,
-    maxUploadsPerPrincipal: 1,
-    queueLength: 64,
-    waitMs: 30_000,
-  },
-} as unknown as Config;
-
-/** What became of an admission so far, its rejection handled from the start (none goes unhandled). */
-function track(promise: Promise<unknown>): { seen: string } {
-  const state = { seen: 'waiting' };
-  promise.then(
-    () => (state.seen = 'admitted'),
-    (err: unknown) => (state.seen = (err as { code?: string }).code ?? String(err)),
-  );
-  return state;
 }
 
 describe('createTransfers', () => {

@@ -4,69 +4,19 @@
  * that does not answer fails each read `unavailable` at its deadline, the worker keeps showing what
  * it read last, and the answer that arrives once the coordinating process runs again is ignored.
  */
-import { EventEmitter } from 'node:events';
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../../policy/clock.ts';
-import type { LeaseStanding } from '../../policy/lease/coordinator.ts';
-import { ManualTimers, settle } from '../../policy/timers.ts';
-import type { Config } from '../config/config.ts';
+import { ManualTimers } from '../../policy/timers.ts';
 import { joinInstanceLease, type LeaseView } from './instance-lease.ts';
 import { METRICS_DEADLINE_MS, READ_DEADLINE_MS } from './instance-reads.ts';
-import { type Channel, Link } from './link.ts';
+import { Link } from './link.ts';
+import { channelPair } from '../../test/support/ipc-channel.ts';
+import { PERMITTED_LEASE as own, roundTrip, track, unpacedConfig } from '../../test/support/worker-fixtures.ts';
 import type { PolicySnapshot } from './policy-host.ts';
 import { createRemoteTransfers } from './remote-transfers.ts';
 import { type WorkerView, workerInstance } from './worker-instance.ts';
 
-/**
- * Two ends of a channel delivered as IPC does (a copy, on a later turn). While the coordinating
- * process is `stopped`, what the worker sends waits in the pipe; `resume` delivers it in order.
- */
-function channelPair() {
-  const a = new EventEmitter();
-  const b = new EventEmitter();
-  const pipe: unknown[] = [];
-  let stopped = false;
-  const end = (self: EventEmitter, other: EventEmitter, held: boolean): Channel => ({
-    send(message, callback) {
-      const copy = structuredClone(message);
-      if (held && stopped) pipe.push(copy);
-      else setImmediate(() => other.emit('message', copy));
-      callback(null);
-      return true;
-    },
-    on(event, listener) {
-      self.on(event, listener);
-      return self;
-    },
-  });
-  return {
-    worker: end(a, b, true),
-    primary: end(b, a, false),
-    stop: () => (stopped = true),
-    resume: () => {
-      stopped = false;
-      for (const message of pipe.splice(0)) setImmediate(() => b.emit('message', message));
-    },
-  };
-}
-
-const own = {
-  owner: 'test',
-  fencedReason: undefined,
-  isPermitted: () => true,
-  onFenced: () => {},
-  snapshot: () => null,
-} as unknown as LeaseStanding;
-
-const config = {
-  bandwidth: {
-    downloadBytesPerSec: 0,
-    downloadBytesPerSecPerPrincipal: 0,
-    uploadBytesPerSec: 0,
-    uploadBytesPerSecPerPrincipal: 0,
-  },
-  admission: { maxDownloads: 8, maxDownloadsPerPrincipal: 1, maxUploadsPerPrincipal: 1, queueLength: 4, waitMs: 1000 },
-} as unknown as Config;
+const config = unpacedConfig({ maxDownloads: 8, queueLength: 4, waitMs: 1000 });
 
 /** What the coordinating process answers; a test changes it to tell a late answer from an early one. */
 interface Answers {
@@ -117,25 +67,10 @@ async function instance() {
   return { timers, channels, answers, worker, lease, transfers };
 }
 
-/** Lets a round trip over the link run: each side's write and its delivery are turns of their own. */
-async function roundTrip(): Promise<void> {
-  for (let i = 0; i < 6; i++) await settle();
-}
-
-/** What became of a call so far, its rejection handled from the start (none goes unhandled). */
-function track(promise: Promise<unknown>): { seen: string; error?: unknown; value?: unknown } {
-  const state: { seen: string; error?: unknown; value?: unknown } = { seen: 'waiting' };
-  promise.then(
-    (value) => Object.assign(state, { seen: 'answered', value }),
-    (error: unknown) => Object.assign(state, { seen: (error as { code?: string }).code ?? String(error), error }),
-  );
-  return state;
-}
-
 describe('a worker’s reads of its instance when the coordinating process does not answer', () => {
   it('the worker list, the lease and the transfer counters are unavailable at the read deadline; what was read last stays, a late answer is ignored', async () => {
     const { timers, channels, answers, worker, lease, transfers } = await instance();
-    const refreshAll = () => [worker.refresh(), lease.refresh(), transfers.refresh()].map(track);
+    const refreshAll = () => [worker.refresh(), lease.refresh(), transfers.refresh()].map((p) => track(p, 'answered'));
     const first = refreshAll();
     await roundTrip();
     expect(first.map((r) => r.seen)).toEqual(['answered', 'answered', 'answered']);
@@ -173,7 +108,7 @@ describe('a worker’s reads of its instance when the coordinating process does 
   it('the /metrics sum is unavailable at its own deadline, which leaves the coordinating process its 2 s per worker', async () => {
     const { timers, channels, answers, worker } = await instance();
     channels.stop();
-    const asked = track(worker.metrics());
+    const asked = track(worker.metrics(), 'answered');
     await timers.advance(METRICS_DEADLINE_MS - 1);
     expect(asked.seen).toBe('waiting');
     await timers.advance(1);
@@ -185,7 +120,7 @@ describe('a worker’s reads of its instance when the coordinating process does 
     channels.resume();
     await roundTrip();
     // The next scrape is a call of its own, answered with the figures of now.
-    const again = track(worker.metrics());
+    const again = track(worker.metrics(), 'answered');
     await roundTrip();
     expect(again).toMatchObject({ seen: 'answered', value: { body: 'second' } });
   });

@@ -7,9 +7,9 @@ import { EventEmitter } from 'node:events';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { AdmissionQueue } from '../../policy/admission/index.ts';
-import type { BandwidthGovernors } from '../../policy/bandwidth/index.ts';
 import type { LeaseStanding } from '../../policy/lease/coordinator.ts';
 import { Link } from './link.ts';
+import { IDLE_GOVERNORS as governors, PERMITTED_LEASE as lease } from '../../test/support/worker-fixtures.ts';
 import { PolicyHost } from './policy-host.ts';
 
 /** The coordinating process's end of a worker's channel: messages in by `emit`, sends recorded (a batch's one by one). */
@@ -22,18 +22,6 @@ class FakeChannel extends EventEmitter {
     return true;
   }
 }
-
-const lease = {
-  owner: 'test',
-  fencedReason: undefined,
-  isPermitted: () => true,
-  onFenced: () => {},
-  snapshot: () => null,
-} as unknown as LeaseStanding;
-const governors = {
-  download: { close() {}, snapshot: () => ({}) },
-  upload: { close() {}, snapshot: () => ({}) },
-} as unknown as BandwidthGovernors;
 
 async function settle(): Promise<void> {
   for (let i = 0; i < 5; i++) await nextTurn();

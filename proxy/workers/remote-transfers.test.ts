@@ -7,45 +7,22 @@
  */
 import { describe, expect, it } from 'vitest';
 import { AdmissionQueue } from '../../policy/admission/index.ts';
-import type { BandwidthGovernors } from '../../policy/bandwidth/index.ts';
 import { ManualClock } from '../../policy/clock.ts';
-import type { LeaseStanding } from '../../policy/lease/coordinator.ts';
-import { ManualTimers, settle } from '../../policy/timers.ts';
-import type { Config } from '../config/config.ts';
+import { ManualTimers } from '../../policy/timers.ts';
 import { admissionOptions } from '../gates/transfers.ts';
 import { Link } from './link.ts';
+import {
+  IDLE_GOVERNORS as governors,
+  PERMITTED_LEASE as lease,
+  roundTrip,
+  track,
+  unpacedConfig,
+} from '../../test/support/worker-fixtures.ts';
 import { channelPair } from '../../test/support/ipc-channel.ts';
 import { PolicyHost } from './policy-host.ts';
 import { ADMISSION_DEADLINE_MARGIN_MS, createRemoteTransfers, HOLD_DEADLINE_MS } from './remote-transfers.ts';
 
-const lease = {
-  owner: 'test',
-  fencedReason: undefined,
-  isPermitted: () => true,
-  onFenced: () => {},
-  snapshot: () => null,
-} as unknown as LeaseStanding;
-
-const config = {
-  bandwidth: {
-    downloadBytesPerSec: 0,
-    downloadBytesPerSecPerPrincipal: 0,
-    uploadBytesPerSec: 0,
-    uploadBytesPerSecPerPrincipal: 0,
-  },
-  admission: {
-    maxDownloads: 256,
-    maxDownloadsPerPrincipal: 1,
-    maxUploadsPerPrincipal: 1,
-    queueLength: 64,
-    waitMs: 30_000,
-  },
-} as unknown as Config;
-
-const governors = {
-  download: { close() {}, snapshot: () => ({}) },
-  upload: { close() {}, snapshot: () => ({}) },
-} as unknown as BandwidthGovernors;
+const config = unpacedConfig();
 
 /** An instance of one worker: the coordinating process's host and the worker's transfers, on one clock. */
 function instance() {
@@ -57,21 +34,6 @@ function instance() {
   host.attach(new Link(channels.primary));
   const transfers = createRemoteTransfers(config, clock, lease, new Link(channels.worker), timers);
   return { timers, channels, admission, host, transfers };
-}
-
-/** Lets a round trip over the link run: each side's write and its delivery are turns of their own. */
-async function roundTrip(): Promise<void> {
-  for (let i = 0; i < 6; i++) await settle();
-}
-
-/** What became of a call so far, its rejection handled from the start (none goes unhandled). */
-function track(promise: Promise<unknown>): { seen: string; error?: unknown; value?: unknown } {
-  const state: { seen: string; error?: unknown; value?: unknown } = { seen: 'waiting' };
-  promise.then(
-    (value) => Object.assign(state, { seen: 'granted', value }),
-    (error: unknown) => Object.assign(state, { seen: (error as { code?: string }).code ?? String(error), error }),
-  );
-  return state;
 }
 
 describe('a worker’s transfers when the coordinating process does not answer', () => {
