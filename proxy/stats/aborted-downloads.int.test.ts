@@ -18,6 +18,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { randomContent } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { http2Request } from '../../test/support/http2-request.ts';
 
 const REPO = 'aborts';
 const SIZE = 2 * 1024 * 1024;
@@ -31,29 +32,9 @@ let gateway: GatewayProcess;
 let origin: string;
 let key: string;
 
-interface Answer {
-  status: number;
-  body: Buffer;
-}
-
 /** One whole request on its own HTTP/2 connection. */
-async function h2(target: string, options: { method?: string; body?: Buffer; headers?: Record<string, string> } = {}) {
-  const session = http2.connect(origin, { ca: ca.certPem });
-  try {
-    return await new Promise<Answer>((resolve, reject) => {
-      session.once('error', reject);
-      const stream = session.request({ ':method': options.method ?? 'GET', ':path': target, ...options.headers });
-      let status = 0;
-      const chunks: Buffer[] = [];
-      stream.on('response', (h) => (status = Number(h[':status'])));
-      stream.on('data', (c: Buffer) => chunks.push(c));
-      stream.on('end', () => resolve({ status, body: Buffer.concat(chunks) }));
-      stream.on('error', reject);
-      stream.end(options.body);
-    });
-  } finally {
-    session.close();
-  }
+function h2(target: string, options: { method?: string; body?: Buffer; headers?: Record<string, string> } = {}) {
+  return http2Request(origin, ca.certPem, target, options);
 }
 
 /** `name{labels…}` samples of the gateway's /metrics whose line contains every one of `parts`. */
