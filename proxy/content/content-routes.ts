@@ -107,6 +107,8 @@ function respond(deps: ContentDeps, ctx: RequestContext, entry: CatalogEntry): P
       ifModifiedSince: header(ctx, 'if-modified-since'),
     },
     () => `arkvory-${randomBytes(12).toString('hex')}`,
+    // The clock Node dates the answer by (its Date header).
+    Date.now(),
   );
   if (plan.status === 304) {
     res.writeHead(304, plan.headers);

@@ -141,4 +141,27 @@ describe('planContentResponse', () => {
     // A new entry object (another blob, or the same one read again from the catalog) gets its own.
     expect(planContentResponse({ ...entry }, {}, 'B').headers).not.toBe(first.headers);
   });
+
+  it('Last-Modified is never later than the answer (a version dated a second on), yet preconditions use the stored time', () => {
+    const stored = entry.createdAtMs;
+    const before = stored - 400;
+    const ahead = { ...entry };
+    for (const plan of [
+      planContentResponse(ahead, {}, 'B', before),
+      planContentResponse(ahead, { range: 'bytes=0-1' }, 'B', before),
+      planContentResponse(ahead, { range: 'bytes=1000-' }, 'B', before),
+    ])
+      expect(plan.headers['last-modified'], String(plan.status)).toBe(new Date(before).toUTCString());
+    // The client's date for the clamped value is earlier than the stored time: modified since, 200.
+    expect(planContentResponse(ahead, { ifModifiedSince: new Date(before).toUTCString() }, 'B', before).status).toBe(
+      200,
+    );
+    expect(planContentResponse(ahead, { ifModifiedSince: new Date(stored).toUTCString() }, 'B', before).status).toBe(
+      304,
+    );
+    // Not ahead: the stored date, and the headers built once.
+    const now = planContentResponse(ahead, {}, 'B', stored + 5000);
+    expect(now.headers['last-modified']).toBe(new Date(stored).toUTCString());
+    expect(planContentResponse(ahead, {}, 'B', stored).headers).toBe(now.headers);
+  });
 });

@@ -89,16 +89,36 @@ function headersOf(entry: ContentEntry): EntryHeaders {
 }
 
 /**
+ * The entry's headers with `Last-Modified` no later than `nowMs`: RFC 9110 §8.8.2.1 forbids a date
+ * after the answer's own. A version published again within its predecessor's second is dated a
+ * second on (migration 0075), so for up to that second it is ahead of the clock (or a database's
+ * clock is ahead of ours). Preconditions still compare the stored time (`validators`).
+ */
+function headersAt(entry: ContentEntry, nowMs: number | undefined): EntryHeaders {
+  const h = headersOf(entry);
+  if (nowMs === undefined || entry.createdAtMs <= nowMs) return h;
+  const lastModified = new Date(nowMs).toUTCString();
+  return {
+    ...h,
+    lastModified,
+    common: { ...h.common, 'last-modified': lastModified },
+    full: { ...h.full, 'last-modified': lastModified },
+  };
+}
+
+/**
  * Decides 200, 206 (one range, or multipart/byteranges for several), 304 or 416 and the exact
  * headers. `boundary` is passed in so the function stays deterministic; as a function it is called
  * only when a multipart answer is planned (random bytes cost more than a small response's headers).
+ * `nowMs` is the answer's time: `Last-Modified` is never later.
  */
 export function planContentResponse(
   entry: ContentEntry,
   request: ContentRequestHeaders,
   makeBoundary: string | (() => string),
+  nowMs?: number,
 ): ContentPlan {
-  const { validators, reprDigest, common, full: fullHeaders } = headersOf(entry);
+  const { validators, reprDigest, common, full: fullHeaders } = headersAt(entry, nowMs);
   if (
     evaluateReadPreconditions(
       { ifNoneMatch: request.ifNoneMatch, ifModifiedSince: request.ifModifiedSince },
