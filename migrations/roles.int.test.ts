@@ -16,6 +16,7 @@ import { installRoleLogins, poolFor } from '../test/support/database-roles.ts';
 import { runCli } from '../test/support/gateway.ts';
 import { DATABASE_ROLES, type DatabaseRole, groupRoleName, grantsOf, RUNTIME_ROLES } from './grants.ts';
 import { schemaObjects, undecidedObjects } from './roles.ts';
+import { artifactEntry } from '../test/support/catalog-entries.ts';
 
 const log = createLogger('silent');
 const policy = { slots: 2, downloadBytesPerSec: 1_000_000, downloadBytesPerSecPerPrincipal: 0 };
@@ -301,17 +302,7 @@ describe('the writer, worker, maintenance and rules logins', () => {
 
   it("the writer's delete and the worker's publish date a name again through the owner's triggers; neither reads their table", async () => {
     await new AdminStore(pools.writer).createRepository('republish');
-    const entry = (digit: string) => ({
-      repository: 'republish',
-      kind: 'artifact' as const,
-      name: 'again',
-      version: '',
-      asset: '',
-      sha256: digit.repeat(64),
-      sizeBytes: 1,
-      contentType: 'application/octet-stream',
-      publishedBy: null,
-    });
+    const entry = (digit: string) => artifactEntry('republish', 'again', digit);
     await createCatalog(pools.writer).insertOrGet(entry('a'));
     // Dated ahead of the clock: as if published within the current second.
     const { rows } = await db.pool.query<{ created_at: Date }>(

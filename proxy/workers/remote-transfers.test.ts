@@ -15,6 +15,7 @@ import {
   IDLE_GOVERNORS as governors,
   PERMITTED_LEASE as lease,
   roundTrip,
+  type Tracked,
   track,
   unpacedConfig,
 } from '../../test/support/worker-fixtures.ts';
@@ -36,17 +37,25 @@ function instance() {
   return { timers, channels, admission, host, transfers };
 }
 
+/** The call still waits 1 ms before `deadlineMs`, and is 503 `unavailable` (retry after 1 s) at it, no timer left. */
+async function expectUnavailableAt(timers: ManualTimers, asked: Tracked, deadlineMs: number): Promise<void> {
+  await timers.advance(deadlineMs - 1);
+  expect(asked.seen).toBe('waiting');
+  await timers.advance(1);
+  expect(asked.seen).toBe('unavailable');
+  expect(asked.error).toMatchObject({ headers: { 'retry-after': '1' } });
+  expect(timers.size).toBe(0);
+}
+
 describe('a worker’s transfers when the coordinating process does not answer', () => {
   it('an admission is 503 unavailable at the wait bound plus the margin, and the slot granted later goes back at once', async () => {
     const { timers, channels, admission, host, transfers } = instance();
     channels.stop();
-    const asked = track(transfers.admit('p', 'download'));
-    await timers.advance(config.admission.waitMs + ADMISSION_DEADLINE_MARGIN_MS - 1);
-    expect(asked.seen).toBe('waiting');
-    await timers.advance(1);
-    expect(asked.seen).toBe('unavailable');
-    expect(asked.error).toMatchObject({ headers: { 'retry-after': '1' } });
-    expect(timers.size).toBe(0);
+    await expectUnavailableAt(
+      timers,
+      track(transfers.admit('p', 'download')),
+      config.admission.waitMs + ADMISSION_DEADLINE_MARGIN_MS,
+    );
 
     // The coordinating process goes on: it grants the call it reads first, then reads the cancel.
     channels.resume();
@@ -75,13 +84,7 @@ describe('a worker’s transfers when the coordinating process does not answer',
   it('a repository transfer is 503 unavailable after its deadline, and the one granted later goes back at once', async () => {
     const { timers, channels, transfers } = instance();
     channels.stop();
-    const asked = track(Promise.resolve(transfers.holdRepository('r', 1)));
-    await timers.advance(HOLD_DEADLINE_MS - 1);
-    expect(asked.seen).toBe('waiting');
-    await timers.advance(1);
-    expect(asked.seen).toBe('unavailable');
-    expect(asked.error).toMatchObject({ headers: { 'retry-after': '1' } });
-    expect(timers.size).toBe(0);
+    await expectUnavailableAt(timers, track(Promise.resolve(transfers.holdRepository('r', 1))), HOLD_DEADLINE_MS);
 
     channels.resume();
     await roundTrip();

@@ -8,22 +8,13 @@ import { useTestDatabase } from '../../test/support/database.ts';
 import { createRepository } from '../../test/support/auth.ts';
 import { waitUntil } from '../../test/harness/index.ts';
 import { createCatalog, type ArtifactKey, type NewCatalogEntry } from './catalog.ts';
+import { artifactEntry } from '../../test/support/catalog-entries.ts';
 
 const db = useTestDatabase();
 const SECOND = 1000;
 
 function entry(name: string, digit: string, repository = 'times'): NewCatalogEntry {
-  return {
-    repository,
-    kind: 'artifact',
-    name,
-    version: '',
-    asset: '',
-    sha256: digit.repeat(64),
-    sizeBytes: 1,
-    contentType: 'application/octet-stream',
-    publishedBy: null,
-  };
+  return artifactEntry(repository, name, digit);
 }
 
 /** Publishes `name` and dates its row `aheadSeconds` past the database's current second. */

@@ -70,6 +70,26 @@ async function readRange(reader: BlobReader, range: ByteRange): Promise<Buffer> 
   return buffer;
 }
 
+/** The blob under `hex` holds `bytes`: seen from outside, and read through the store. */
+async function expectBlobHolds(probe: StoreProbe, store: ArtifactStore, hex: string, bytes: Buffer): Promise<void> {
+  expectBytes(await probe.read(blobName(hex)), bytes);
+  const reader = await store.openBlob(hex);
+  try {
+    expect(reader.sizeBytes).toBe(bytes.length);
+    expectBytes(await readRange(reader, { start: 0, end: bytes.length - 1 }), bytes);
+  } finally {
+    await reader.close();
+  }
+}
+
+/** Damaged bytes under a blob name, as bit rot, a file cut short by a crash, or one replaced on the storage host leave them. */
+function damagesOf(bytes: Buffer): ReadonlyArray<readonly [string, Buffer]> {
+  return [
+    ['same-size', randomBytes(bytes.length)],
+    ['cut', bytes.subarray(0, 30_000)],
+  ];
+}
+
 /** The bytes of `ranges`, in order, through one reader opened for them. */
 async function readRanges(store: ArtifactStore, hex: string, ranges: readonly ByteRange[]): Promise<Buffer[]> {
   const reader = await store.openBlob(hex, ranges);
@@ -228,22 +248,10 @@ export function artifactStoreConformance(entry: StoreKindEntry, start: () => Pro
         const { probe, store, publish } = await fresh();
         const bytes = randomBytes(70_000);
         const hex = sha256(bytes);
-        const damaged = [
-          ['same-size', randomBytes(bytes.length)],
-          ['cut', bytes.subarray(0, 30_000)],
-        ] as const;
-        for (const [name, planted] of damaged) {
-          // Bit rot, a file cut short by a crash, or one replaced on the storage host.
+        for (const [name, planted] of damagesOf(bytes)) {
           await probe.write(blobName(hex), planted);
           expect((await publish(name, bytes)).outcome).toBe('created');
-          expectBytes(await probe.read(blobName(hex)), bytes);
-          const reader = await store.openBlob(hex);
-          try {
-            expect(reader.sizeBytes).toBe(bytes.length);
-            expectBytes(await readRange(reader, { start: 0, end: bytes.length - 1 }), bytes);
-          } finally {
-            await reader.close();
-          }
+          await expectBlobHolds(probe, store, hex, bytes);
         }
         // The same bytes once more find the verified blob and replace it with its equal.
         await publish('again', bytes);
@@ -257,12 +265,7 @@ export function artifactStoreConformance(entry: StoreKindEntry, start: () => Pro
         const hex = sha256(bytes);
         const first = await publish('a', bytes);
         expect(first.outcome).toBe('created');
-        const damaged = [
-          ['same-size', randomBytes(bytes.length)],
-          ['cut', bytes.subarray(0, 30_000)],
-        ] as const;
-        for (const [how, planted] of damaged) {
-          // Bit rot, a file cut short by a crash, or one replaced on the storage host.
+        for (const [how, planted] of damagesOf(bytes)) {
           await probe.write(blobName(hex), planted);
           const again = await publish('a', bytes);
           expect({ how, outcome: again.outcome, entry: again.entry }).toEqual({
@@ -270,14 +273,7 @@ export function artifactStoreConformance(entry: StoreKindEntry, start: () => Pro
             outcome: 'unchanged',
             entry: first.entry,
           });
-          expectBytes(await probe.read(blobName(hex)), bytes);
-          const reader = await store.openBlob(hex);
-          try {
-            expect(reader.sizeBytes).toBe(bytes.length);
-            expectBytes(await readRange(reader, { start: 0, end: bytes.length - 1 }), bytes);
-          } finally {
-            await reader.close();
-          }
+          await expectBlobHolds(probe, store, hex, bytes);
         }
         // The row is the first publish's, untouched; nothing is left staged.
         expect(await catalog.get(key('a'))).toEqual(first.entry);
