@@ -3,11 +3,13 @@
  * real clients (curl, wget, aria2c) with a custom CA, byte-exact GET, Range and upload; the start
  * refused on a broken pair; reload on file change and SIGHUP (a broken new pair keeps the old one
  * and is counted); rotation under load with zero failed requests; client certificates as
- * principals, an unbinding reaching an open keep-alive connection within the 2 s bound, a flood of
- * refused certificates logged within the client-fault budget; and credentials refused over plain HTTP.
+ * principals, an unbinding, a disabled principal and a certificate's expiry reaching open keep-alive
+ * and HTTP/2 connections within the 2 s bound, a flood of refused certificates logged within the
+ * client-fault budget; and credentials refused over plain HTTP.
  */
 import { execFile, spawn } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
+import http2 from 'node:http2';
 import https from 'node:https';
 import path from 'node:path';
 import type { TLSSocket } from 'node:tls';
@@ -19,6 +21,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { contentDigest, randomContent, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { freeLoopbackPort } from '../../test/harness/index.ts';
+import { http2Request } from '../../test/support/http2-request.ts';
 import { CLIENT_FAULT_LOG } from '../../lib/log-budget.ts';
 import { makeTempDir, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import {
@@ -553,6 +556,115 @@ describe('client certificates (mutual TLS)', () => {
     expect(tookMs).toBeLessThan(2000 + 100);
     const rebind = await runCli(['principals', 'bind-cert', 'mtls-ci', SAN], { ARKVORY_DATABASE_URL: db.url });
     expect(rebind.code, rebind.stderr).toBe(0);
+  });
+
+  /**
+   * HEAD of the artifact on `session` until it is no longer 200 (at most 5 s): its status and how long
+   * after `sinceMs` that was. The session must stay the same connection throughout.
+   */
+  const untilRefusedOnHttp2 = async (session: http2.ClientHttp2Session, sinceMs: number) => {
+    let status = 200;
+    while (status === 200 && performance.now() - sinceMs < 5000) {
+      await sleep(50);
+      status = (await http2Request(gw.https, ca.certPem, mtlsTarget, { method: 'HEAD', session })).status;
+      expect(session.closed || session.destroyed).toBe(false);
+    }
+    return { status, tookMs: performance.now() - sinceMs };
+  };
+  const http2SessionFor = (cert: IssuedCertificate) => {
+    const session = http2.connect(gw.https, { ca: ca.certPem, cert: cert.certPem, key: cert.keyPem });
+    session.on('error', () => {});
+    return session;
+  };
+
+  it('on an open HTTP/2 connection, disabling the principal and unbinding its certificate each refuse the next request within 2 s', async () => {
+    const session = http2SessionFor(bound);
+    try {
+      const head = () => http2Request(gw.https, ca.certPem, mtlsTarget, { method: 'HEAD', session });
+      expect((await head()).status).toBe(200);
+      const disable = await runCli(['principals', 'disable', 'mtls-ci'], { ARKVORY_DATABASE_URL: db.url });
+      expect(disable.code, disable.stderr).toBe(0);
+      const disabled = await untilRefusedOnHttp2(session, performance.now());
+      expect(disabled.status).toBe(401);
+      // The bound of key revocation (policy/auth/authenticator.ts), plus one polling step.
+      expect(disabled.tookMs).toBeLessThan(2000 + 100);
+      const enable = await runCli(['principals', 'enable', 'mtls-ci'], { ARKVORY_DATABASE_URL: db.url });
+      expect(enable.code, enable.stderr).toBe(0);
+      await waitUntil(async () => (await head()).status === 200, { what: 'the enabled principal', timeoutMs: 5000 });
+
+      const unbind = await runCli(['principals', 'unbind-cert', 'mtls-ci', SAN], { ARKVORY_DATABASE_URL: db.url });
+      expect(unbind.code, unbind.stderr).toBe(0);
+      const unbound = await untilRefusedOnHttp2(session, performance.now());
+      expect(unbound.status).toBe(401);
+      expect(unbound.tookMs).toBeLessThan(2000 + 100);
+    } finally {
+      session.close();
+      const rebind = await runCli(['principals', 'bind-cert', 'mtls-ci', SAN, '--scopes', 'read'], {
+        ARKVORY_DATABASE_URL: db.url,
+      });
+      expect(rebind.code, rebind.stderr).toBe(0);
+    }
+  });
+
+  it('a certificate that expires while its connections stay open is refused at their next request, HTTP/1.1 and HTTP/2', async () => {
+    const shortSan = 'URI:spiffe://example.org/short-lived';
+    // Whole seconds: a certificate's validity has no finer grain.
+    const notAfterMs = Math.ceil((Date.now() + 10_000) / 1000) * 1000;
+    const short = await issueClientCertificate(ca, dir, 'client-short', shortSan, { notAfter: new Date(notAfterMs) });
+    expect(Date.parse(new X509Certificate(short.certPem).validTo)).toBe(notAfterMs);
+    const bind = await runCli(['principals', 'bind-cert', 'mtls-ci', shortSan, '--scopes', 'read'], {
+      ARKVORY_DATABASE_URL: db.url,
+    });
+    expect(bind.code, bind.stderr).toBe(0);
+    const agent = agentFor(short);
+    const session = http2SessionFor(short);
+    try {
+      const overHttp1 = () => httpsRequest(`${gw.https}${mtlsTarget}`, { ca: ca.certPem, agent, method: 'HEAD' });
+      await waitUntil(async () => (await overHttp1()).status === 200, {
+        what: 'the bound certificate',
+        timeoutMs: 5000,
+      });
+      const first = await overHttp1();
+      expect(first.status).toBe(200);
+      expect((await http2Request(gw.https, ca.certPem, mtlsTarget, { method: 'HEAD', session })).status).toBe(200);
+      expect(Date.now()).toBeLessThan(notAfterMs);
+
+      // Both asked every 200 ms until refused: an idle keep-alive connection would be closed meanwhile,
+      // and a new one refused at its handshake, not by the check of an open connection's certificate.
+      const http2Head = () => http2Request(gw.https, ca.certPem, mtlsTarget, { method: 'HEAD', session });
+      const refusedAfterMs: { http1?: number; http2?: number } = {};
+      while (
+        (refusedAfterMs.http1 === undefined || refusedAfterMs.http2 === undefined) &&
+        Date.now() < notAfterMs + 5000
+      ) {
+        await sleep(200);
+        const [h1, h2] = await Promise.all([overHttp1(), http2Head()]);
+        expect(h1.localPort).toBe(first.localPort); // the same connections throughout
+        expect(session.closed || session.destroyed).toBe(false);
+        if (h1.status !== 200) {
+          expect(h1.status).toBe(401);
+          refusedAfterMs.http1 ??= Date.now() - notAfterMs;
+        }
+        if (h2.status !== 200) {
+          expect(h2.status).toBe(401);
+          refusedAfterMs.http2 ??= Date.now() - notAfterMs;
+        }
+      }
+      // Served until it expired, refused within the bound of key revocation after (plus a polling step).
+      expect(refusedAfterMs.http1).toBeGreaterThanOrEqual(0);
+      expect(refusedAfterMs.http1).toBeLessThan(2000 + 300);
+      expect(refusedAfterMs.http2).toBeGreaterThanOrEqual(0);
+      expect(refusedAfterMs.http2).toBeLessThan(2000 + 300);
+      await waitUntil(() => gw.logs().includes('the client certificate expired at'), {
+        what: 'the log to give the reason',
+        timeoutMs: 5000,
+      });
+    } finally {
+      agent.destroy();
+      session.close();
+      const unbind = await runCli(['principals', 'unbind-cert', 'mtls-ci', shortSan], { ARKVORY_DATABASE_URL: db.url });
+      expect(unbind.code, unbind.stderr).toBe(0);
+    }
   });
 
   it('ARKVORY_TLS_CLIENT_CERT=require: a key alone is not enough; health checks still answer', async () => {

@@ -36,6 +36,8 @@ export interface IssueOptions {
   readonly days?: number;
   /** Valid only on 2020-01-01: a certificate that has expired. */
   readonly expired?: boolean;
+  /** Valid from an hour ago until this moment (whole seconds): a certificate that expires during a test. */
+  readonly notAfter?: Date;
   readonly usage?: 'server' | 'client';
   /** Key type: RSA 2048 (default) or EC P-256. */
   readonly keyType?: 'rsa' | 'ec';
@@ -116,10 +118,15 @@ export async function issueCertificate(
     ].join('\n'),
   );
   const serial = newSerial();
-  // An expired leaf: OpenSSL 3.4+ backdates with `x509 -not_before/-not_after`; older ones only
-  // through `openssl ca` (signExpiredWithCa).
-  const validity = options.expired
-    ? ['-not_before', '20200101000000Z', '-not_after', '20200102000000Z']
+  // A validity chosen to the second: OpenSSL 3.4+ sets it with `x509 -not_before/-not_after`; older
+  // ones only through `openssl ca` (signWithCaBetween).
+  const window = options.expired
+    ? { start: '20200101000000Z', end: '20200102000000Z' }
+    : options.notAfter
+      ? { start: opensslTime(new Date(options.notAfter.getTime() - 3600_000)), end: opensslTime(options.notAfter) }
+      : undefined;
+  const validity = window
+    ? ['-not_before', window.start, '-not_after', window.end]
     : ['-days', String(options.days ?? 2)];
   const args = [
     'x509',
@@ -140,17 +147,21 @@ export async function issueCertificate(
   try {
     await openssl([...args, ...validity], dir);
   } catch (err) {
-    if (!options.expired) throw err;
-    // OpenSSL before 3.4 has no -not_before/-not_after on x509: sign through `openssl ca` instead.
-    await signExpiredWithCa(ca, dir, name, csrFile, extFile, serial, leafFile);
+    if (!window) throw err;
+    await signWithCaBetween(ca, dir, name, csrFile, extFile, serial, leafFile, window);
   }
   const leafPem = await readFile(leafFile, 'utf8');
   await writeFile(certFile, leafPem + ca.certPem);
   return { certFile, keyFile, certPem: leafPem + ca.certPem, keyPem: await readFile(keyFile, 'utf8'), serial };
 }
 
-/** `openssl ca` with explicit -startdate/-enddate in the past (the one way older OpenSSL backdates). */
-async function signExpiredWithCa(
+/** A moment as OpenSSL's validity options take it: `YYYYMMDDHHMMSSZ`, UTC. */
+function opensslTime(at: Date): string {
+  return `${at.toISOString().slice(0, 19).replace(/[-T:]/g, '')}Z`;
+}
+
+/** `openssl ca` with an explicit -startdate/-enddate (the one way older OpenSSL sets a validity to the second). */
+async function signWithCaBetween(
   ca: CertificateAuthority,
   dir: string,
   name: string,
@@ -158,6 +169,7 @@ async function signExpiredWithCa(
   extFile: string,
   serial: string,
   outFile: string,
+  window: { start: string; end: string },
 ): Promise<void> {
   const caDir = path.join(dir, `${name}.ca-db`);
   await mkdir(caDir, { recursive: true });
@@ -199,9 +211,9 @@ async function signExpiredWithCa(
       '-extfile',
       extFile,
       '-startdate',
-      '20200101000000Z',
+      window.start,
       '-enddate',
-      '20200102000000Z',
+      window.end,
       '-notext',
     ],
     dir,
@@ -224,8 +236,9 @@ export function issueClientCertificate(
   dir: string,
   name: string,
   san: string,
+  options: Pick<IssueOptions, 'notAfter'> = {},
 ): Promise<IssuedCertificate> {
-  return issueCertificate(ca, dir, name, { sans: [san], usage: 'client', keyType: 'ec' });
+  return issueCertificate(ca, dir, name, { sans: [san], usage: 'client', keyType: 'ec', ...options });
 }
 
 /**
