@@ -12,6 +12,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { freeLoopbackPort } from '../../lib/free-port.ts';
+import { postgresEnvironment, postgresIds } from './postgres-account.ts';
 
 export interface EmbeddedDatabase {
   readonly url: string;
@@ -98,15 +99,6 @@ async function isTraversable(dir: string, uid: number, gid: number): Promise<boo
     if (parent === current) return true;
     current = parent;
   }
-}
-
-/** The `postgres` account's ids, which the server runs as when we are root (it refuses to run as root). */
-export async function postgresIds(): Promise<{ uid: number; gid: number } | undefined> {
-  const passwd = await readFile('/etc/passwd', 'utf8').catch(() => '');
-  const line = passwd.split('\n').find((l) => l.startsWith('postgres:'));
-  if (!line) return undefined;
-  const [, , uid, gid] = line.split(':');
-  return { uid: Number(uid), gid: Number(gid) };
 }
 
 /**
@@ -270,19 +262,6 @@ const POSTGRES_FLAGS = [
 ];
 /** A fast shutdown normally takes well under a second; past this the server is told to quit. */
 const STOP_WAIT_MS = 20_000;
-
-/** What the server may see of our environment: how to find and name things, never a variable of ours. */
-const POSTGRES_VARIABLES = /^(PATH|HOME|LANG|LC_[A-Z]+|TZ|TMPDIR|LD_LIBRARY_PATH)$/;
-
-/**
- * The environment of the PostgreSQL server: ours, less everything but locale, time zone and paths.
- * Ours holds the gateway's secrets (ARKVORY_METRICS_TOKEN, AWS_SECRET_ACCESS_KEY, a Redis URL with
- * its password, …), and the server runs as another account when we are root: whatever runs as that
- * account (or a superuser of any cluster it runs, with COPY … FROM PROGRAM) reads /proc/<pid>/environ.
- */
-export function postgresEnvironment(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
-  return Object.fromEntries(Object.entries(env).filter(([name]) => POSTGRES_VARIABLES.test(name)));
-}
 
 interface RunningPostgres {
   readonly pid: number;

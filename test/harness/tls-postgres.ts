@@ -8,7 +8,8 @@ import { chmod, chown, copyFile, mkdir, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
-import { postgresIds, startEmbeddedDatabase } from '../../proxy/server/embedded-database.ts';
+import { startEmbeddedDatabase } from '../../proxy/server/embedded-database.ts';
+import { postgresIds } from '../../proxy/server/postgres-account.ts';
 import { postgresSettings } from './postgres-settings.ts';
 import type { IssuedCertificate } from './tls-certs.ts';
 

@@ -19,7 +19,7 @@ import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import { migrate } from '../../migrations/runner.ts';
-import { postgresIds } from '../../proxy/server/embedded-database.ts';
+import { postgresIds } from '../../proxy/server/postgres-account.ts';
 import { loadOpenApiDocument, undescribedResponses } from '../../proxy/openapi/contract.ts';
 import {
   nginxMainConfig,
