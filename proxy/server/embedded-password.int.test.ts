@@ -1,10 +1,13 @@
 /**
  * The embedded PostgreSQL's superuser password, on a first start: initdb reads it from a file, and
  * that file must never be readable by anyone but the gateway (and PostgreSQL's own user). A
- * superuser password any local account could read opens the whole database on 127.0.0.1 to it.
+ * superuser password any local account could read opens the whole database on 127.0.0.1 to it. The
+ * processes run for it (initdb, the server) get none of the gateway's variables: they run as another
+ * account when the gateway is root, which could read them in /proc/<pid>/environ.
  */
+import { execFileSync } from 'node:child_process';
 import { watch } from 'node:fs';
-import { readdir, readFile, stat } from 'node:fs/promises';
+import { readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
@@ -56,6 +59,92 @@ describe('the embedded PostgreSQL server process', () => {
     expect(environ.split('\0')).toContain('LC_MESSAGES=C');
     expect(environ).not.toContain(token);
     expect(environ).not.toContain(s3Secret);
+  });
+});
+
+interface SeenProcess {
+  readonly command: string;
+  readonly environ: readonly string[];
+}
+
+/**
+ * Watches /proc, until stopped, for the processes creating the cluster in `pgDir`: initdb (named by
+ * its --pgdata) and what it runs (the bootstrap postgres, through a shell), each environment read
+ * while the process ran. initdb runs for half a second or more, many times this loop's round.
+ */
+function watchClusterCreation(pgDir: string): { stop(): Promise<SeenProcess[]> } {
+  const tree = new Set<number>();
+  const seen = new Map<number, SeenProcess>();
+  let stopped = false;
+  const loop = (async () => {
+    while (!stopped) {
+      for (const name of await readdir('/proc')) {
+        const pid = Number(name);
+        if (!Number.isInteger(pid) || seen.has(pid)) continue;
+        const [cmdline, statLine] = await Promise.all([
+          readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => ''),
+          readFile(`/proc/${pid}/stat`, 'utf8').catch(() => ''),
+        ]);
+        const ppid = Number(statLine.slice(statLine.lastIndexOf(')') + 2).split(' ')[1]);
+        const args = cmdline.split('\0');
+        if (!args.includes(`--pgdata=${pgDir}`) && !tree.has(ppid)) continue;
+        const environ = await readFile(`/proc/${pid}/environ`, 'utf8').catch(() => '');
+        if (environ === '') continue; // gone, or not yet readable: looked at again next round
+        tree.add(pid);
+        seen.set(pid, { command: path.basename(args[0] ?? ''), environ: environ.split('\0') });
+      }
+      await sleep(2);
+    }
+  })();
+  return {
+    async stop() {
+      stopped = true;
+      await loop;
+      return [...seen.values()];
+    },
+  };
+}
+
+describe('creating the embedded PostgreSQL cluster', () => {
+  it("runs initdb, what initdb runs and `locale` with none of the gateway's secrets in their environment", async () => {
+    const token = `metrics-token-${Date.now()}`;
+    const s3Secret = `s3-secret-${Date.now()}`;
+    // `locale -a` (the message locale's choice) runs through PATH: a `locale` first on it records its environment.
+    const bin = await makeTempDir('arkvory-locale-');
+    const localeEnv = path.join(bin, 'locale.env');
+    const realLocale = execFileSync('sh', ['-c', 'command -v locale || true'], { encoding: 'utf8' }).trim();
+    await writeFile(
+      path.join(bin, 'locale'),
+      `#!/bin/sh\nenv > '${localeEnv}'\n${realLocale ? `exec '${realLocale}' "$@"` : 'exit 1'}\n`,
+      { mode: 0o755 },
+    );
+    const dataDir = await makeTempDir();
+    const watcher = watchClusterCreation(path.join(dataDir, '.pg'));
+    let seen: SeenProcess[];
+    try {
+      await startGateway({
+        env: { ARKVORY_METRICS_TOKEN: token, AWS_SECRET_ACCESS_KEY: s3Secret, PATH: `${bin}:${process.env.PATH}` },
+        dataDir,
+        timeoutMs: 60_000,
+      });
+    } finally {
+      seen = await watcher.stop();
+    }
+    const recorded = await readFile(localeEnv, 'utf8');
+    expect(recorded).toContain(`PATH=${bin}:`);
+    expect(recorded).not.toContain(token);
+    expect(recorded).not.toContain(s3Secret);
+    // initdb was seen running, with what it needs (its messages' locale).
+    // (A child caught between its fork and its exec still shows initdb's command line: more than one may be seen.)
+    const initdb = seen.filter((p) => p.command === 'initdb');
+    expect(initdb.length).toBeGreaterThan(0);
+    expect(initdb[0]!.environ.some((v) => v.startsWith('LC_MESSAGES='))).toBe(true);
+    for (const p of seen) {
+      expect(
+        p.environ.filter((v) => v.includes(token) || v.includes(s3Secret)),
+        p.command,
+      ).toEqual([]);
+    }
   });
 });
 
