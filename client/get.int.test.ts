@@ -1,13 +1,14 @@
 /**
  * The resuming client (SDK and `arkvory get`) against real gateways: it waits out a 429 `busy`,
  * refuses a file that does not match the published digest, resumes after the CLI itself was
- * killed, fetches a pre-signed link made by `arkvory presign`, and — in the shared profile with a
- * router in front of a writer and a reader — survives the gateway serving it being killed, both
- * through the router and through `--mirror`. Every download is compared byte for byte.
+ * killed, fetches a pre-signed link made by `arkvory presign` (also read with `--link-file`), and —
+ * in the shared profile with a router in front of a writer and a reader — survives the gateway
+ * serving it being killed, both through the router and through `--mirror`. Every download is
+ * compared byte for byte.
  */
 import { spawn } from 'node:child_process';
 import { existsSync, statSync } from 'node:fs';
-import { mkdtemp, open, readFile, rm, stat } from 'node:fs/promises';
+import { mkdtemp, open, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
@@ -262,6 +263,37 @@ describe('arkvory get against one gateway', () => {
     });
     expect(refused.code).toBe(1);
     expect(refused.stderr).toMatch(/^arkvory: invalid_request: /);
+  });
+
+  it('`--link-file`: reads the link from a file or standard input, off the command line; with no link or two, exit 2', async () => {
+    const made = await runCli(['presign', 'dl', 'file.bin', '--expires', '10m'], {
+      ARKVORY_URL: gw.url,
+      ARKVORY_KEY: key,
+    });
+    expect(made.code, made.stderr).toBe(0);
+    const link = (JSON.parse(made.stdout) as { url: string }).url;
+    const fromStdin = path.join(dir, 'link-stdin.bin');
+    const piped = await runCli(['get', '--link-file', '-', '-o', fromStdin], {}, `${link}\n`);
+    expect(piped.code, piped.stderr).toBe(0);
+    expect(sha256(await readFile(fromStdin))).toBe(sha256(file));
+    // A file written on Windows (CRLF).
+    const linkFile = path.join(dir, 'link.txt');
+    await writeFile(linkFile, `  ${link}\r\n`, { mode: 0o600 });
+    const fromFile = path.join(dir, 'link-file.bin');
+    const named = await runCli(['get', '--link-file', linkFile, '-o', fromFile], {});
+    expect(named.code, named.stderr).toBe(0);
+    expect(sha256(await readFile(fromFile))).toBe(sha256(file));
+
+    const twoLinks = await runCli(['get', '--link-file', '-', '-o', fromStdin], {}, `${link}\n${link}\n`);
+    expect(twoLinks.code).toBe(2);
+    expect(twoLinks.stderr).toMatch(/standard input holds 2 lines/);
+    expect(twoLinks.stderr).not.toContain('X-Arkvory-Signature');
+    const both = await runCli(['get', 'dl/file.bin', '--link-file', linkFile], { ARKVORY_URL: gw.url });
+    expect(both.code).toBe(2);
+    expect(both.stderr).toMatch(/not both/);
+    const none = await runCli(['get'], {});
+    expect(none.code).toBe(2);
+    expect(none.stderr).toMatch(/missing <url.*--link-file FILE/);
   });
 });
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { outputNameOf } from './client-commands.ts';
+import { oneLine, outputNameOf } from './client-commands.ts';
 
 describe('outputNameOf: the file `arkvory get` writes without -o', () => {
   const base = 'https://gw.example/api/v1/repositories/r/artifacts';
@@ -18,4 +18,17 @@ describe('outputNameOf: the file `arkvory get` writes without -o', () => {
     '%s names no file: a usage error',
     (url) => expect(() => outputNameOf(url)).toThrow(/names no file to write/),
   );
+});
+
+describe('oneLine: the link `arkvory get --link-file` reads', () => {
+  it.each([
+    ['https://gw/x?s=1\n', 'https://gw/x?s=1'],
+    ['  https://gw/x?s=1 \r\n\n', 'https://gw/x?s=1'],
+    ['libs/app.tar.gz', 'libs/app.tar.gz'],
+  ])('%j → %s', (held, line) => expect(oneLine(held, 'standard input')).toBe(line));
+
+  it('refuses an empty file and one of two lines, naming where it read', () => {
+    expect(() => oneLine(' \n', '--link-file l.txt')).toThrow('--link-file l.txt is empty');
+    expect(() => oneLine('a\r\nb\n', 'standard input')).toThrow('standard input holds 2 lines');
+  });
 });

@@ -7,6 +7,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
+import { text } from 'node:stream/consumers';
 import { CLIENT_VARIABLES } from '../../client/environment.ts';
 import type { Progress } from '../../client/index.ts';
 import { hasPresignParams } from '../../policy/auth/presign-signature.ts';
@@ -98,12 +99,20 @@ Retry-After on 429, and verifying the whole file against the digest the gateway 
 takes the final name. The key goes only to the origin of --url/ARKVORY_URL and of each --mirror: a
 URL on any other origin is fetched without credentials (a public object works, else 401), a
 pre-signed link never gets it, and redirects are not followed. Progress goes to stderr (a bar on a
-terminal, JSON lines otherwise); the result is JSON on stdout.
+terminal, JSON lines otherwise); the result is JSON on stdout. A pre-signed link is a credential,
+and an argument is readable by every local user (ps, /proc/<pid>/cmdline) and kept in shell history:
+give a link with --link-file FILE, or --link-file - to read it from standard input.
 ${CONNECTION_NOTE}`,
   forms: [
     form({
-      args: '<url|repo/id|repo/name/version[/asset]>',
+      args: '[url|repo/id|repo/name/version[/asset]]',
       options: {
+        'link-file': {
+          type: 'string',
+          value: 'FILE',
+          description:
+            'read the URL (a pre-signed link) from FILE, or from standard input for "-", instead of the command line',
+        },
         output: {
           type: 'string',
           short: 'o',
@@ -125,7 +134,7 @@ ${CONNECTION_NOTE}`,
         return reporting(async () => {
           const base = gatewayUrl(input.string('url'), env);
           const mirrors = input.strings('mirror');
-          const url = contentUrl(input.positionals[0]!, base);
+          const url = contentUrl(await whatToGet(input.positionals[0], input.string('link-file')), base);
           const output = input.string('output') ?? outputNameOf(url);
           // A pre-signed link is its own credential, and may come from anyone: ARKVORY_KEY is not
           // sent to the host it names (nor would the gateway then hold the link to its content).
@@ -164,6 +173,29 @@ ${CONNECTION_NOTE}`,
     }),
   ],
 });
+
+/**
+ * What `get` downloads: its argument, or the one line of --link-file (`-`: standard input), which
+ * keeps a link off the command line that every local user can read.
+ */
+async function whatToGet(argument: string | undefined, linkFile: string | undefined): Promise<string> {
+  if (linkFile === undefined) {
+    if (argument === undefined) throw new UsageError('missing <url|repo/id|…>, or --link-file FILE');
+    return argument;
+  }
+  if (argument !== undefined) throw new UsageError('give the URL as an argument or with --link-file, not both');
+  const held = linkFile === '-' ? await text(process.stdin) : await readFile(linkFile, 'utf8');
+  return oneLine(held, linkFile === '-' ? 'standard input' : `--link-file ${linkFile}`);
+}
+
+/** The one line `source` holds, without surrounding blanks; anything else (empty, two links) is a usage error. */
+export function oneLine(held: string, source: string): string {
+  const lines = held.trim().split(/\r?\n/);
+  if (lines[0] === '') throw new UsageError(`${source} is empty: it must hold the URL, on one line`);
+  if (lines.length > 1)
+    throw new UsageError(`${source} holds ${lines.length} lines: it must hold one URL, on one line`);
+  return lines[0]!.trim();
+}
 
 /** Why a URL on a foreign origin got no key, and how to send it there if that origin is a gateway of yours. */
 function keyWithheldNote(url: string, trusted: string): string {
