@@ -7,7 +7,8 @@
  * (`lease_lost`, `unavailable`) or a dropped connection moves to the next URL (mirrors, or a router
  * that picks another gateway); a 429 waits `Retry-After` on the same one. When the last byte is in,
  * the whole file is hashed against the digest the gateway published and only then renamed to
- * `output`: a corrupt file never appears under the final name.
+ * `output`: a corrupt file never appears under the final name. A file already under `output` keeps
+ * its permission bits and owner (replaced-file.ts); the partial file is created with its bits too.
  */
 import { createHash, type Hash } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
@@ -21,6 +22,7 @@ import { request, type Dispatcher } from 'undici';
 import { KeyScope } from './credential-scope.ts';
 import { ArkvoryClientError, gatewayError } from './errors.ts';
 import type { Progress } from './progress.ts';
+import { replacedFileOf, takeOver } from './replaced-file.ts';
 import { backoffMs, decide, mirrorUrl, retryAfterMs } from './retry-decision.ts';
 
 export interface DownloadOptions {
@@ -119,6 +121,10 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
   const maxStalled = options.maxStalledAttempts ?? 12;
   const started = now();
   await access(path.dirname(path.resolve(options.output)), constants.W_OK);
+  // The new bytes of a file kept private are not readable by others while they arrive either; the
+  // owner may always read and write the partial file (a resume opens and hashes it again).
+  const replacing = await replacedFileOf(options.output);
+  const partialMode = replacing === undefined ? 0o666 : replacing.mode | 0o600;
 
   let state = await readState(stateFile);
   let held = state ? await sizeOf(partial) : 0;
@@ -212,7 +218,7 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
               counter,
               createWriteStream(
                 partial,
-                decision.offset === 0 ? { flags: 'w' } : { flags: 'r+', start: decision.offset },
+                decision.offset === 0 ? { flags: 'w', mode: partialMode } : { flags: 'r+', start: decision.offset },
               ),
             );
           } finally {
@@ -274,6 +280,8 @@ export async function download(options: DownloadOptions): Promise<DownloadResult
   }
   if (!state.digestHex)
     throw new ArkvoryClientError('protocol', 'The gateway published no digest to verify the file against.');
+  const replaced = await replacedFileOf(options.output);
+  if (replaced) await takeOver(partial, replaced);
   await rename(partial, options.output);
   await rm(stateFile, { force: true });
   report(true, true);

@@ -1,14 +1,14 @@
 /**
  * The resuming client (SDK and `arkvory get`) against real gateways: it waits out a 429 `busy`,
  * refuses a file that does not match the published digest, resumes after the CLI itself was
- * killed, fetches a pre-signed link made by `arkvory presign` (also read with `--link-file`), and —
- * in the shared profile with a router in front of a writer and a reader — survives the gateway
- * serving it being killed, both through the router and through `--mirror`. Every download is
- * compared byte for byte.
+ * killed, fetches a pre-signed link made by `arkvory presign` (also read with `--link-file`), keeps
+ * the mode and owner of a file it replaces, and — in the shared profile with a router in front of a
+ * writer and a reader — survives the gateway serving it being killed, both through the router and
+ * through `--mirror`. Every download is compared byte for byte.
  */
 import { spawn } from 'node:child_process';
 import { existsSync, statSync } from 'node:fs';
-import { mkdtemp, open, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, chown, mkdtemp, open, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
@@ -294,6 +294,115 @@ describe('arkvory get against one gateway', () => {
     const none = await runCli(['get'], {});
     expect(none.code).toBe(2);
     expect(none.stderr).toMatch(/missing <url.*--link-file FILE/);
+  });
+
+  it('keeps the permission bits and owner of a file it replaces; a new file gets the umask default', async () => {
+    expect(process.getuid?.(), 'runs as root: it gives the replaced file to user nobody').toBe(0);
+    const env = { ARKVORY_URL: gw.url, ARKVORY_KEY: key };
+    const kept = path.join(dir, 'kept-private.bin');
+    await writeFile(kept, 'old secret', { mode: 0o600 });
+    await chmod(kept, 0o600);
+    const shared = path.join(dir, 'kept-owner.bin');
+    await writeFile(shared, 'old');
+    await chown(shared, 65534, 65534);
+    await chmod(shared, 0o640);
+    for (const output of [kept, shared]) {
+      const got = await runCli(['get', 'dl/file.bin', '-o', output], env);
+      expect(got.code, got.stderr).toBe(0);
+      expect(sha256(await readFile(output))).toBe(sha256(file));
+    }
+    expect((await stat(kept)).mode & 0o7777).toBe(0o600);
+    expect(await stat(shared)).toMatchObject({ uid: 65534, gid: 65534 });
+    expect((await stat(shared)).mode & 0o7777).toBe(0o640);
+    // A new file: the mode any new file of this umask gets.
+    const fresh = path.join(dir, 'fresh.bin');
+    const reference = path.join(dir, 'reference');
+    await writeFile(reference, '');
+    const got = await runCli(['get', 'dl/file.bin', '-o', fresh], env);
+    expect(got.code, got.stderr).toBe(0);
+    expect((await stat(fresh)).mode & 0o7777).toBe((await stat(reference)).mode & 0o7777);
+    expect((await stat(fresh)).uid).toBe(0);
+  });
+
+  /** `arkvory get dl/file.bin -o output` as user nobody, also in group `users` (100). */
+  function getAsNobody(output: string): { exited: Promise<{ code: number | null; stderr: string }>; kill(): void } {
+    const command = [process.execPath, CLI, 'get', 'dl/file.bin', '-o', output];
+    const child = spawn(
+      'setpriv',
+      ['--reuid=65534', '--regid=65534', '--groups=65534,100', '--inh-caps=-all', '--', ...command],
+      {
+        env: { PATH: process.env.PATH, ARKVORY_URL: gw.url, ARKVORY_KEY: key },
+        cwd: ROOT,
+        stdio: ['ignore', 'ignore', 'pipe'],
+      },
+    );
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const exited = new Promise<{ code: number | null; stderr: string }>((resolve, reject) => {
+      child.on('error', reject);
+      child.on('close', (code) => resolve({ code, stderr }));
+    });
+    return { exited, kill: () => child.kill('SIGKILL') };
+  }
+
+  it('run by another user than the owner, keeps the group and bits of a file it replaces (only root gives a file away), and resumes over a read-only one', async () => {
+    expect(process.getuid?.(), 'runs as root: it runs the CLI as user nobody with setpriv').toBe(0);
+    // A directory of group `users` (100) that its members may write.
+    const shared = await mkdtemp(path.join(os.tmpdir(), 'arkvory-get-shared-'));
+    try {
+      await chown(shared, 0, 100);
+      await chmod(shared, 0o775);
+      const team = path.join(shared, 'team.bin');
+      await writeFile(team, 'old');
+      await chown(team, 0, 100);
+      await chmod(team, 0o664);
+      const got = await getAsNobody(team).exited;
+      expect(got.code, got.stderr).toBe(0);
+      expect(sha256(await readFile(team))).toBe(sha256(file));
+      expect(await stat(team)).toMatchObject({ uid: 65534, gid: 100 });
+      expect((await stat(team)).mode & 0o7777).toBe(0o664);
+
+      // A read-only file of nobody's: the partial file stays writable by its owner, so a run
+      // killed midway resumes.
+      const readOnly = path.join(shared, 'read-only.bin');
+      await writeFile(readOnly, 'old');
+      await chown(readOnly, 65534, 65534);
+      await chmod(readOnly, 0o444);
+      const killed = getAsNobody(readOnly);
+      const deadline = Date.now() + 30_000;
+      while (((await stat(`${readOnly}.partial`).catch(() => undefined))?.size ?? 0) < MiB) {
+        if (Date.now() > deadline) throw new Error('no partial file appeared');
+        await sleep(50);
+      }
+      killed.kill();
+      await killed.exited;
+      expect((await stat(`${readOnly}.partial`)).size).toBeLessThan(file.length);
+      const resumed = await getAsNobody(readOnly).exited;
+      expect(resumed.code, resumed.stderr).toBe(0);
+      expect(sha256(await readFile(readOnly))).toBe(sha256(file));
+      expect((await stat(readOnly)).mode & 0o7777).toBe(0o444);
+    } finally {
+      await rm(shared, { recursive: true, force: true });
+    }
+  });
+
+  it('writes the new bytes of a private file to a partial file no other user can read', async () => {
+    const output = path.join(dir, 'private-partial.bin');
+    await writeFile(output, 'old secret', { mode: 0o600 });
+    await chmod(output, 0o600);
+    const modes: number[] = [];
+    await download({
+      url: `${gw.url}${target}/content`,
+      output,
+      key,
+      progressIntervalMs: 0,
+      onProgress: (p) => {
+        if (p.bytes >= MiB && !p.done) modes.push(statSync(`${output}.partial`).mode & 0o7777);
+      },
+    });
+    expect(modes.length).toBeGreaterThan(0);
+    expect(new Set(modes)).toEqual(new Set([0o600]));
+    expect((await stat(output)).mode & 0o7777).toBe(0o600);
   });
 });
 

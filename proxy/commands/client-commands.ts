@@ -96,12 +96,13 @@ export const getCommand: Command = defineCommand({
 If-Range after any cut (also after a restart of this command), moving to the next --mirror (another
 gateway's origin, or a full URL) when a gateway answers 502/503/504 or the connection drops, waiting
 Retry-After on 429, and verifying the whole file against the digest the gateway publishes before it
-takes the final name. The key goes only to the origin of --url/ARKVORY_URL and of each --mirror: a
-URL on any other origin is fetched without credentials (a public object works, else 401), a
-pre-signed link never gets it, and redirects are not followed. Progress goes to stderr (a bar on a
-terminal, JSON lines otherwise); the result is JSON on stdout. A pre-signed link is a credential,
-and an argument is readable by every local user (ps, /proc/<pid>/cmdline) and kept in shell history:
-give a link with --link-file FILE, or --link-file - to read it from standard input.
+takes the final name; a file already there keeps its permission bits (and, run as root, its owner).
+The key goes only to the origin of --url/ARKVORY_URL and of each --mirror: a URL on any other origin
+is fetched without credentials (a public object works, else 401), a pre-signed link never gets it,
+and redirects are not followed. Progress goes to stderr (a bar on a terminal, JSON lines otherwise);
+the result is JSON on stdout. A pre-signed link is a credential, and an argument is readable by
+every local user (ps, /proc/<pid>/cmdline) and kept in shell history: give a link with --link-file
+FILE, or --link-file - to read it from standard input.
 ${CONNECTION_NOTE}`,
   forms: [
     form({
