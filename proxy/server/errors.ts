@@ -99,6 +99,13 @@ export const GATEWAY_ERRORS = defineErrors('proxy/server/errors.ts', {
     advice:
       "The gateway stopped (exit 1) and made no connection meanwhile (the port it left could be any local account's); start it again, and see why the server died (the OOM killer: `journalctl -k`).",
   },
+  coordinator_unanswered: {
+    status: null,
+    message:
+      'A starting worker of an instance (`ARKVORY_WORKERS`) got no answer from its coordinating process in time.',
+    advice:
+      "The worker exits 1: at the instance's start the instance stops with it, later its coordinating process starts another once it runs again. See why the coordinating process stood still (stopped with SIGSTOP, swapped out, a long synchronous task; its pid is the worker's parent's).",
+  },
   data_dir_unusable: {
     status: null,
     message: 'The data directory cannot be created or written.',

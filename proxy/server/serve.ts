@@ -79,6 +79,13 @@ async function onWorkers(
   if (config.workers === 1) return serveRole(log);
   const cluster = (await import('node:cluster')).default;
   if (cluster.isPrimary) return coordinate();
-  const instance = await (await import('../workers/worker-instance.ts')).joinInstance();
+  let instance: WorkerInstance;
+  try {
+    instance = await (await import('../workers/worker-instance.ts')).joinInstance();
+  } catch (err) {
+    // Its coordinating process did not answer (`coordinator_unanswered`): a failed start, exit 1.
+    logStartupFailure(log, err);
+    return EXIT.failure;
+  }
   return serveRole(log.child({ worker: instance.index }), instance);
 }

@@ -9,6 +9,7 @@ import type { LeaseStanding, SharedDownloads } from '../../policy/lease/coordina
 import { systemTimers, type Timers } from '../../policy/timers.ts';
 import { askInstance } from './instance-reads.ts';
 import type { Link } from './link.ts';
+import { askAtStart } from './start-calls.ts';
 
 /** The instance's lease as the coordinating process answers `lease`. */
 export interface LeaseView {
@@ -29,7 +30,8 @@ export async function joinInstanceLease(
   own: LeaseStanding,
   timers: Timers = systemTimers,
 ): Promise<InstanceLease> {
-  let view = await link.call<LeaseView>('lease');
+  // At the worker's start: a coordinating process that does not answer fails it (start-calls.ts).
+  let view = await askAtStart<LeaseView>(link, 'lease', timers);
   let instanceFenced = view.fencedReason;
   const listeners: Array<(reason: string) => void> = [];
   let told = false;

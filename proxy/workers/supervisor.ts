@@ -21,6 +21,7 @@ import { FreshRuns } from '../metrics/fresh-runs.ts';
 import { type Family, sumInstance } from './instance-metrics.ts';
 import { Link } from './link.ts';
 import { CATALOG_CHANGED, invalidateOthers } from './catalog-coherence.ts';
+import { PING } from './start-calls.ts';
 import type { Hello, WorkerView } from './worker-instance.ts';
 
 /** A worker that dies this soon after its start is waited for this long before the next one (a crash loop). */
@@ -167,6 +168,8 @@ export class WorkerSupervisor {
         }
         return allReady.promise;
       });
+      // A worker waiting to listen checks this process still runs (start-calls.ts).
+      link.handle(PING, () => undefined);
       link.handle('metrics', () => metricsText());
       // A worker removed a catalog row: the others forget theirs before it answers (catalog-coherence.ts).
       link.handle(CATALOG_CHANGED, () =>

@@ -6,7 +6,8 @@ import { type Clock, systemClock } from '../../policy/clock.ts';
 import { systemTimers, type Timers } from '../../policy/timers.ts';
 import { FreshRuns } from '../metrics/fresh-runs.ts';
 import { askInstance, METRICS_DEADLINE_MS } from './instance-reads.ts';
-import { Link } from './link.ts';
+import { type Channel, Link } from './link.ts';
+import { askAtStart, awaitAtStart } from './start-calls.ts';
 
 export interface WorkerView {
   readonly index: number;
@@ -33,7 +34,10 @@ export interface WorkerInstance extends Hello {
   refresh(): Promise<void>;
   /** The instance's /metrics text: every worker's families and the coordinating process's, summed. */
   metrics(): Promise<{ contentType: string; body: string }>;
-  /** Resolves when this worker may listen (at the start: once every worker of the instance is ready). */
+  /**
+   * Resolves when this worker may listen (at the start: once every worker of the instance is ready);
+   * `coordinator_unanswered` when the coordinating process stops answering meanwhile.
+   */
   ready(): Promise<void>;
   /** Tells the coordinating process this worker listens. */
   serving(): void;
@@ -53,19 +57,25 @@ export function connectionShare(maxConnections: number, workers: number): number
 
 /** In a cluster worker: the link over the IPC channel and this worker's place in the instance. */
 export async function joinInstance(): Promise<WorkerInstance> {
-  const link = new Link(process as unknown as ConstructorParameters<typeof Link>[0]);
+  const link = new Link(process as unknown as Channel);
   // The coordinating process is gone (killed with SIGKILL): nothing holds this worker's limits any
   // more, so it drains and stops like on SIGTERM.
   process.once('disconnect', () => {
     link.close();
     process.kill(process.pid, 'SIGTERM');
   });
-  return workerInstance(link, await link.call<Hello>('hello'), systemClock, systemTimers);
+  return joinOver(link, systemClock, systemTimers);
+}
+
+/** This worker's place in the instance, asked over `link`: `coordinator_unanswered` past the start deadline. */
+export async function joinOver(link: Link, clock: Clock, timers: Timers): Promise<WorkerInstance> {
+  return workerInstance(link, await askAtStart<Hello>(link, 'hello', timers), clock, timers);
 }
 
 /**
  * What a worker reads of its instance over `link`. The worker list and the /metrics sum have
  * deadlines (instance-reads.ts): past one the read is 503 `unavailable`, the last list staying shown.
+ * The wait to listen fails the start when the coordinating process stops answering (start-calls.ts).
  */
 export function workerInstance(link: Link, hello: Hello, clock: Clock, timers: Timers): WorkerInstance {
   let workerViews: readonly WorkerView[] = [];
@@ -87,7 +97,7 @@ export function workerInstance(link: Link, hello: Hello, clock: Clock, timers: T
       workerViews = await askInstance<WorkerView[]>(link, 'workers', timers);
     },
     metrics: () => metrics.get(),
-    ready: () => link.call('ready'),
+    ready: () => awaitAtStart(link, 'ready', timers),
     serving: () => link.note('serving'),
     fenced: () => link.note('fenced'),
   };
