@@ -205,7 +205,7 @@ export async function serveGateway(
       ...(instance
         ? {
             instance,
-            ...(config.redisUrl ? {} : { counters: remoteCounterStore(instance.link) }),
+            ...(config.redisUrl ? {} : { counters: remoteCounterStore(instance.link, config.rateLimitTimeoutMs) }),
             beforeHealth: [
               () => instance.refresh(),
               () => ofInstance!.lease.refresh(),

@@ -75,6 +75,11 @@ export class Link {
     channel.on('message', (message) => this.#receive(message));
   }
 
+  /** Calls this side made that still wait for their answer (one given up on no longer does). */
+  get waiting(): number {
+    return this.#pending.size;
+  }
+
   /** What a call or note named `op` from the other side runs; its value (or promise) is the answer. */
   handle(op: string, handler: Handler): void {
     this.#handlers.set(op, handler);

@@ -26,20 +26,40 @@ const closed = defineRule({
   onStoreError: 'deny',
 });
 
-function workerLimiter(deaf: boolean) {
-  const { worker, primary, stop } = channelPair();
-  if (deaf) stop();
+const TIMEOUT_MS = 250;
+
+function deafInstance() {
+  const channels = channelPair();
+  channels.stop();
   const counters = createMemoryCounterStore();
-  new Link(primary).handle('counters.run', (args) => counters.run(...(args as Parameters<CounterStore['run']>)));
-  return createLimiter(
+  const primary = new Link(channels.primary);
+  primary.handle('counters.run', (args) => counters.run(...(args as Parameters<CounterStore['run']>)));
+  primary.handle('counters.clear', (args) => counters.clear(args as string[]));
+  const link = new Link(channels.worker);
+  const limiter = createLimiter(
     {
-      store: remoteCounterStore(new Link(worker)),
+      store: remoteCounterStore(link, TIMEOUT_MS),
       clock: new ManualClock(),
       log: pino({ level: 'silent' }),
-      timeoutMs: 250,
+      timeoutMs: TIMEOUT_MS,
     },
     { name: 'gateway_request', rules: [open, closed] },
   );
+  return { channels, link, limiter };
+}
+
+function workerLimiter(deaf: boolean) {
+  const instance = deafInstance();
+  if (!deaf) instance.channels.resume();
+  return instance.limiter;
+}
+
+/** Every message a channel end wrote, batches unpacked. */
+function messages(writes: unknown[]): Array<{ arkvory: string; id?: number; op?: string }> {
+  return writes.flatMap((w) => {
+    const envelope = w as { arkvory: string; messages?: unknown[] };
+    return (envelope.arkvory === 'batch' ? envelope.messages! : [envelope]) as Array<{ arkvory: string }>;
+  });
 }
 
 afterEach(() => vi.useRealTimers());
@@ -57,7 +77,7 @@ describe('remote counter store', () => {
     const settled: string[] = [];
     const openCheck = limiter.check({ ip: 'a' }).then((r) => (settled.push('open'), r));
     const deniedCheck = limiter.check({ ip: 'deny' }).then((r) => (settled.push('closed'), r));
-    await vi.advanceTimersByTimeAsync(249);
+    await vi.advanceTimersByTimeAsync(TIMEOUT_MS - 1);
     expect(settled).toEqual([]);
     await vi.advanceTimersByTimeAsync(1);
     expect(settled.sort()).toEqual(['closed', 'open']);
@@ -66,5 +86,32 @@ describe('remote counter store', () => {
       error: expect.objectContaining({ code: 'store_timeout' }),
     });
     expect(await deniedCheck).toMatchObject({ action: 'block', exceeded: false, rule: { name: 'closed' } });
+  });
+
+  it('gives a call up at the store timeout: it is cancelled on the coordinating process and nothing of it stays on the worker’s link', async () => {
+    vi.useFakeTimers();
+    const { channels, link, limiter } = deafInstance();
+    const checks = Array.from({ length: 50 }, (_, i) => limiter.check({ ip: `c${i}` }));
+    const cleared = limiter.clear({ ip: 'c0' });
+    await vi.advanceTimersByTimeAsync(1);
+    expect(link.waiting).toBe(51);
+    await vi.advanceTimersByTimeAsync(TIMEOUT_MS - 1);
+    for (const result of await Promise.all(checks))
+      expect(result).toMatchObject({ action: 'allow', error: { code: 'store_timeout' } });
+    await cleared;
+    // The cancels leave in the next turn's write.
+    await vi.advanceTimersByTimeAsync(1);
+    // A coordinating process stopped for long leaves no call behind on the worker for each request.
+    expect(link.waiting).toBe(0);
+    const sent = messages(channels.writes.worker);
+    const calls = sent.filter((m) => m.arkvory === 'call').map((m) => m.id);
+    expect(calls).toHaveLength(51);
+    expect(sent.filter((m) => m.arkvory === 'cancel').map((m) => m.id)).toEqual(calls);
+
+    // Running again, it answers what was asked meanwhile: the answers find nothing waiting.
+    channels.resume();
+    for (let turn = 0; turn < 10; turn++) await vi.advanceTimersByTimeAsync(1);
+    expect(messages(channels.writes.primary).filter((m) => m.arkvory === 'answer')).toHaveLength(51);
+    expect(link.waiting).toBe(0);
   });
 });
