@@ -4,7 +4,8 @@
  */
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
-import { Link } from './link.ts';
+import { Link, MAX_UNSENT_MESSAGES } from './link.ts';
+import type { Channel } from './link.ts';
 import { channelPair } from '../../test/support/ipc-channel.ts';
 
 describe('Link', () => {
@@ -65,5 +66,37 @@ describe('Link', () => {
     expect(writes.worker).toHaveLength(1);
     expect(handled).toBe(0);
     expect(writes.primary).toEqual([]);
+  });
+
+  it('refuses new calls at once while the channel holds MAX_UNSENT_MESSAGES unwritten; notes still go; writes taken end it', async () => {
+    // A channel whose other side stopped reading: it keeps each write, taking none until told.
+    const held: Array<{ message: unknown; taken: (err: Error | null) => void }> = [];
+    const stuck: Channel = {
+      send: (message, taken) => held.push({ message, taken }),
+      on: () => stuck,
+    };
+    const link = new Link(stuck);
+    const calls: Array<Promise<unknown>> = [];
+    for (let i = 0; i < MAX_UNSENT_MESSAGES; i++) calls.push(link.call('admit', i).catch(() => undefined));
+    await nextTurn();
+    expect(held).toHaveLength(1); // one turn, one write of all of them
+    await expect(link.call('admit', 'one more')).rejects.toMatchObject({
+      code: 'unavailable',
+      headers: { 'retry-after': '1' },
+    });
+    // A release must still reach the other side once it reads: it is written, not refused.
+    link.note('release', 7);
+    await nextTurn();
+    expect(held).toHaveLength(2);
+    expect(held[1]!.message).toEqual({ arkvory: 'note', op: 'release', args: 7 });
+    // The other side reads again: the channel takes the writes, and calls go out again.
+    for (const write of held) write.taken(null);
+    const again = link.call('admit', 'again');
+    await nextTurn();
+    expect(held).toHaveLength(3);
+    expect(held[2]!.message).toMatchObject({ arkvory: 'call', op: 'admit', args: 'again' });
+    link.close();
+    await expect(again).rejects.toMatchObject({ code: 'unavailable' });
+    await Promise.all(calls);
   });
 });

@@ -54,8 +54,14 @@ function toWire(err: unknown): WireError {
   };
 }
 
-/** A send that failed because the other side is gone: its exit (or the worker's) closes the link. */
-function ignoreClosed(): void {}
+/**
+ * Messages written to the channel and not yet taken by it past which a new call is refused at once
+ * (`unavailable`, retry in a second). The channel takes a write once the other side reads: one that
+ * stands still (stopped, stuck in a synchronous task) would otherwise hold every request's call, and
+ * its serialised bytes, for as long as it stands still. A healthy side keeps this in the tens.
+ * Answers, notes and cancels are still sent past it: a release or a cancel dropped would hold a slot.
+ */
+export const MAX_UNSENT_MESSAGES = 10_000;
 
 export class Link {
   readonly #channel: Channel;
@@ -69,6 +75,8 @@ export class Link {
   #closed = false;
   /** Messages of this turn of the event loop, sent together once it has run (see `#send`). */
   #outbox: Message[] = [];
+  /** Messages handed to the channel that it has not yet written (`MAX_UNSENT_MESSAGES`). */
+  #unsent = 0;
 
   constructor(channel: Channel) {
     this.#channel = channel;
@@ -93,6 +101,12 @@ export class Link {
   call<T>(op: string, args?: unknown, signal?: AbortSignal, onLate?: (value: T) => void): Promise<T> {
     if (this.#closed) return Promise.reject(new PolicyError('unavailable'));
     if (signal?.aborted) return Promise.reject(signal.reason);
+    if (this.#unsent >= MAX_UNSENT_MESSAGES)
+      return Promise.reject(
+        new PolicyError('unavailable', "The instance's coordinating process is not reading; retry shortly.", {
+          headers: { 'retry-after': '1' },
+        }),
+      );
     const id = this.#nextId++;
     return new Promise<T>((resolve, reject) => {
       const onAbort = () => {
@@ -150,12 +164,17 @@ export class Link {
     this.#outbox = [];
     if (this.#closed) return;
     const envelope: Envelope = batch.length === 1 ? batch[0]! : { arkvory: 'batch', messages: batch };
+    this.#unsent += batch.length;
     try {
       // The callback is what keeps a send to a process that just died (its exit not yet seen here)
-      // from becoming an unhandled 'error' event, which would take this process down with it.
-      this.#channel.send(envelope, ignoreClosed);
+      // from becoming an unhandled 'error' event, which would take this process down with it; an
+      // error there is that closed channel, whose exit handler closes this link.
+      this.#channel.send(envelope, () => {
+        this.#unsent -= batch.length;
+      });
     } catch {
       // The channel closed under us: the exit handler closes this link.
+      this.#unsent -= batch.length;
     }
   };
 
