@@ -1,0 +1,88 @@
+/**
+ * One gateway instance per slice cache directory: each instance bounds and evicts only its own
+ * slices and clears what its layout does not use at start (worker-layout.ts), so two sharing one
+ * would undo each other. The instance (a single process, or the coordinating process of several
+ * workers) holds `instance.lock` in the directory from before it touches anything there until it
+ * stops; another instance finds it held and refuses to start.
+ *
+ * The lock is a POSIX record lock, which the kernel drops when its process dies however it dies
+ * (SIGKILL, the OOM killer), so a crash never leaves a lock to judge stale: SQLite's exclusive
+ * transaction (node:sqlite) on an empty database file, the only such lock Node offers (it has no
+ * flock). A file created with O_EXCL naming a pid must be judged stale by its pid and start time,
+ * and two starts after a crash may both find it stale, both remove it and both hold it; a lock
+ * kept fresh by its mtime (proper-lockfile) blocks a restart until it goes stale and is lost when
+ * the event loop stalls past that. Beside the lock, `instance.lock.holder` names the holding
+ * process for the message of a refused start; it is never what decides.
+ */
+import { hostname } from 'node:os';
+import { rename, rm, readFile, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import type { DatabaseSync } from 'node:sqlite';
+
+export const LOCK_FILE = 'instance.lock';
+export const HOLDER_FILE = 'instance.lock.holder';
+
+/** The process holding a directory, as its holder note says. */
+export interface LockHolder {
+  readonly pid: number;
+  readonly host: string;
+  /** When it took the lock (ISO 8601). */
+  readonly since: string;
+}
+
+export type DirectoryLock =
+  | { readonly held: true; release(): Promise<void> }
+  /** Another process holds it; `holder` when its note could be read. */
+  | { readonly held: false; readonly holder: LockHolder | undefined };
+
+/** SQLITE_BUSY and SQLITE_LOCKED: another connection holds a lock that conflicts. */
+const BUSY = new Set([5, 6]);
+
+/**
+ * Takes the directory's lock for this process (`dir` must exist). Errors other than a lock held
+ * elsewhere (a lock file that is not an empty database, a directory this user cannot write) are
+ * thrown, naming the file.
+ */
+export async function lockDirectory(dir: string, now: () => Date = () => new Date()): Promise<DirectoryLock> {
+  const file = path.join(dir, LOCK_FILE);
+  // Loaded here, not at the module's import: Node 22 warns that node:sqlite is experimental.
+  const { DatabaseSync } = await import('node:sqlite');
+  let db: DatabaseSync | undefined;
+  try {
+    db = new DatabaseSync(file, { timeout: 0 });
+    // No journal file beside the lock: nothing is ever written.
+    db.exec('PRAGMA journal_mode = MEMORY');
+    db.exec('BEGIN EXCLUSIVE');
+  } catch (err) {
+    db?.close();
+    if (BUSY.has((err as { errcode?: number }).errcode ?? -1)) return { held: false, holder: await readHolder(dir) };
+    throw new Error(`cannot lock ${file}: ${(err as Error).message}`, { cause: err });
+  }
+  const held = db;
+  await writeHolder(dir, { pid: process.pid, host: hostname(), since: now().toISOString() }).catch(() => {});
+  return {
+    held: true,
+    async release() {
+      // The note goes first: once the lock is let go, the note may be the next holder's.
+      await rm(path.join(dir, HOLDER_FILE), { force: true }).catch(() => {});
+      held.close();
+    },
+  };
+}
+
+async function writeHolder(dir: string, holder: LockHolder): Promise<void> {
+  const temp = path.join(dir, `${HOLDER_FILE}.${process.pid}`);
+  await writeFile(temp, `${JSON.stringify(holder)}\n`);
+  await rename(temp, path.join(dir, HOLDER_FILE));
+}
+
+async function readHolder(dir: string): Promise<LockHolder | undefined> {
+  try {
+    const parsed = JSON.parse(await readFile(path.join(dir, HOLDER_FILE), 'utf8')) as Partial<LockHolder>;
+    if (typeof parsed.pid !== 'number' || typeof parsed.host !== 'string' || typeof parsed.since !== 'string')
+      return undefined;
+    return { pid: parsed.pid, host: parsed.host, since: parsed.since };
+  } catch {
+    return undefined;
+  }
+}
