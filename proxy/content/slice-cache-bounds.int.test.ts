@@ -20,17 +20,20 @@ import { useTestDatabase } from '../../test/support/database.ts';
 import { type GatewayProcess, makeTempDir, runCli, startGateway } from '../../test/support/gateway.ts';
 import { startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
 import { runProcess, samplePeak, waitForSliceFills } from '../../test/harness/index.ts';
-import { PURGE_MARK_FILE } from '../../storage-adapter/slice-cache/index.ts';
+import { HOLDER_FILE, LOCK_FILE, PURGE_MARK_FILE } from '../../storage-adapter/slice-cache/index.ts';
 
 const MiB = 1024 * 1024;
 const SLICE = MiB;
+const BOOKKEEPING = new Set([PURGE_MARK_FILE, LOCK_FILE, HOLDER_FILE]);
 
-/** Bytes of every file under the cache directory (slices and temporaries). */
-/** Bytes of the slices under `dir`: its purge note (`purges`, a few bytes) is no slice and not bounded. */
+/**
+ * Bytes of the slices under `dir`: its purge note (`purges`) and the instance's lock and its note (a
+ * few bytes) are no slices and not bounded.
+ */
 async function bytesOnDisk(dir: string): Promise<number> {
   let total = 0;
   for (const entry of await readdir(dir, { recursive: true, withFileTypes: true }).catch(() => [])) {
-    if (!entry.isFile() || entry.name === PURGE_MARK_FILE) continue;
+    if (!entry.isFile() || BOOKKEEPING.has(entry.name)) continue;
     total += await stat(path.join(entry.parentPath, entry.name)).then(
       (s) => s.size,
       () => 0,

@@ -87,6 +87,12 @@ export const GATEWAY_ERRORS = defineErrors('proxy/server/errors.ts', {
     message: 'The port cannot be bound.',
     advice: 'Stop the process that listens there, or choose another port; nothing was created.',
   },
+  cache_dir_in_use: {
+    status: null,
+    message: 'Another gateway instance holds the slice cache directory (`ARKVORY_CACHE_DIR`).',
+    advice:
+      'Give each gateway instance its own `ARKVORY_CACHE_DIR` (the message names the process holding this one); nothing in the directory was touched. The workers of one instance share it through their coordinating process.',
+  },
   redis_unreachable: {
     status: null,
     message: 'Redis (`ARKVORY_REDIS_URL`) did not answer.',

@@ -16,6 +16,7 @@ import { createTrustedProxies } from '../router/forwarded.ts';
 import { logStartupFailure } from './startup-failure.ts';
 import { GatewayError } from './errors.ts';
 import { checkPortFree, prepareDataDir, restrictCreatedFileModes } from './startup-checks.ts';
+import { CacheDirClaim } from './cache-dir-claim.ts';
 import { configuredCeilings, describeCeilings } from './ceilings.ts';
 import { watchStopSignals } from './stop-signals.ts';
 import { Lifecycle } from './lifecycle.ts';
@@ -70,6 +71,22 @@ export async function serveGateway(
   secrets: StartSecrets = { env: {}, reads: new Map() },
   instance?: WorkerInstance,
 ): Promise<number> {
+  // Held until everything that uses the slice cache directory has closed.
+  const cacheDir = new CacheDirClaim();
+  try {
+    return await runGateway(config, log, secrets, instance, cacheDir);
+  } finally {
+    await cacheDir.release();
+  }
+}
+
+async function runGateway(
+  config: Config,
+  log: Logger,
+  secrets: StartSecrets,
+  instance: WorkerInstance | undefined,
+  cacheDir: CacheDirClaim,
+): Promise<number> {
   const lifecycle = new Lifecycle();
   // One worker of several: the completion worker runs in the first one only (the instance has one).
   if (instance && instance.index > 0 && config.embeddedWorker) config = { ...config, embeddedWorker: false };
@@ -103,10 +120,12 @@ export async function serveGateway(
     // Before anything else is opened: a broken certificate pair refuses the start with its reason.
     tls = await openListenerTls(config.tls, { clock: systemClock, log: log.child({ component: 'tls' }) });
     // Before any state exists: a busy port or an unusable data dir must not leave a new cluster behind.
-    // A worker's port is shared with the others (SO_REUSEPORT); the coordinating process checked both.
+    // A worker's port is shared with the others (SO_REUSEPORT); the coordinating process checked both,
+    // and holds the slice cache directory for the instance.
     if (!instance) {
       await checkPortFree(config.host, config.port);
       await prepareDataDir(config.dataDir);
+      await cacheDir.take(config);
     }
     database = await openDatabase(config, log, () => rotation.config.databaseUrl);
     void database.embedded?.lost.then(() => leaving.resolve('database_lost'));

@@ -8,10 +8,12 @@ import net from 'node:net';
 import path from 'node:path';
 import { GatewayError } from './errors.ts';
 
+type StartupCheckCode = 'port_in_use' | 'data_dir_unusable' | 'cache_dir_in_use';
+
 export class StartupCheckError extends GatewayError {
   override readonly name = 'StartupCheckError';
-  declare readonly code: 'port_in_use' | 'data_dir_unusable';
-  constructor(code: 'port_in_use' | 'data_dir_unusable', message: string, options?: { cause?: unknown }) {
+  declare readonly code: StartupCheckCode;
+  constructor(code: StartupCheckCode, message: string, options?: { cause?: unknown }) {
     super(code, message, options);
   }
 }

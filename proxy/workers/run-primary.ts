@@ -23,6 +23,7 @@ import { createGatewayMetrics } from '../metrics/gateway-metrics.ts';
 import { registerLeaseMetrics } from '../metrics/lease-metrics.ts';
 import { databaseTarget, waitForDatabase } from '../server/database.ts';
 import { openCoordinator } from '../server/lease-coordinator.ts';
+import { CacheDirClaim, usesSliceCache } from '../server/cache-dir-claim.ts';
 import { checkPortFree, prepareDataDir } from '../server/startup-checks.ts';
 import { EXIT, logStartupFailure } from '../server/startup-failure.ts';
 import { ConsoleSessions, consoleSessionOptions } from '../console/sessions.ts';
@@ -31,16 +32,28 @@ import { serveSessions } from './remote-sessions.ts';
 import { WorkerSupervisor } from './supervisor.ts';
 
 export async function runPrimary(config: Config, log: Logger): Promise<number> {
+  // Held until every worker has stopped.
+  const cacheDir = new CacheDirClaim();
+  try {
+    return await runInstance(config, log, cacheDir);
+  } finally {
+    await cacheDir.release();
+  }
+}
+
+async function runInstance(config: Config, log: Logger, cacheDir: CacheDirClaim): Promise<number> {
   const clock = systemClock;
   const supervisor = new WorkerSupervisor(config, log, clock);
   let coordinator: Coordinator;
   try {
     await checkPortFree(config.host, config.port);
     await prepareDataDir(config.dataDir);
-    // Each worker keeps its slice cache under its own w<index>/ (worker-layout.ts): what a single
-    // process or more workers left there is nobody's, so it goes before any worker starts.
-    if (config.sliceCache.dir !== undefined && config.storage.url !== undefined)
-      await removeStrayLayout(config.sliceCache.dir, config.workers, log.child({ component: 'slice-cache' }));
+    // The instance's slice cache directory is this process's to hold, for its workers too. Each
+    // worker keeps its part under its own w<index>/ (worker-layout.ts): what a single process or
+    // more workers left there is nobody's, so it goes before any worker starts.
+    await cacheDir.take(config);
+    if (usesSliceCache(config))
+      await removeStrayLayout(config.sliceCache.dir!, config.workers, log.child({ component: 'slice-cache' }));
     const databaseUrl = config.databaseUrl!;
     const reached = await waitForDatabase(
       async () => {

@@ -10,3 +10,4 @@ export {
   workerSliceCache,
 } from './worker-layout.ts';
 export { PURGE_MARK_FILE, readPurgeMark, writePurgeMark } from './purge-mark.ts';
+export { type DirectoryLock, HOLDER_FILE, LOCK_FILE, type LockHolder, lockDirectory } from './directory-lock.ts';

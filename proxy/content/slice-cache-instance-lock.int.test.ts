@@ -1,0 +1,165 @@
+/**
+ * One gateway instance per slice cache directory (storage-adapter/slice-cache/directory-lock.ts),
+ * with real gateway processes in front of a real static store (nginx):
+ * - a second instance given the directory of a running one refuses to start (exit 1,
+ *   `cache_dir_in_use`, naming the holder) before it touches anything there: the first keeps its
+ *   slices, which another layout's start would have removed;
+ * - the workers of one instance (ARKVORY_WORKERS=2) each fill their part under the instance's hold,
+ *   and a single process given that directory is refused;
+ * - a holder killed with SIGKILL leaves no lock behind: the next start takes the directory, its
+ *   slices included, and holds it against another.
+ */
+import { readdir } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Client } from 'undici';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { waitForSliceFills } from '../../test/harness/index.ts';
+import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { randomContent, request, sha256 } from '../../test/support/content.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { type GatewayProcess, makeTempDir, startGateway } from '../../test/support/gateway.ts';
+import { startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
+import { connectionsOnBothWorkers, waitForWorkers } from '../../test/support/worker-instance.ts';
+
+const MiB = 1024 * 1024;
+/** A refused start exits within this; one that is not refused would still be running. */
+const REFUSAL_BOUND_MS = 30_000;
+
+/** The slice files under `dir` (relative paths), every layout's. */
+async function slicesUnder(dir: string): Promise<string[]> {
+  const entries = await readdir(dir, { recursive: true }).catch(() => []);
+  return entries.filter((f) => /(^|\/)slices\/[0-9a-f]{2}\/[0-9a-f]{64}-\d+-\d+$/.test(f)).sort();
+}
+
+/** The exit code of a start expected to be refused, or 'still running' past the bound. */
+async function refusal(gw: GatewayProcess): Promise<number | string> {
+  return Promise.race([gw.exited, sleep(REFUSAL_BOUND_MS).then(() => 'still running')]);
+}
+
+function expectRefusedFor(gw: GatewayProcess, dir: string, holder: GatewayProcess): void {
+  expect(gw.logs()).toContain('"code":"cache_dir_in_use"');
+  expect(gw.stderr()).toContain(
+    `arkvory: cannot start: ARKVORY_CACHE_DIR=${dir} is held by another gateway instance (process ${holder.child.pid} on `,
+  );
+}
+
+describe('one gateway instance per slice cache directory', () => {
+  const db = useTestDatabase();
+  let backing: StoreBacking;
+  let key: string;
+  const clients: Client[] = [];
+  // The shared profile: a writer (slot 0) and readers on one host, each in its own slot.
+  const env = (cacheDir: string, slot: number, extra: Record<string, string> = {}) => ({
+    ARKVORY_DATABASE_URL: db.url,
+    ...backing.env,
+    ARKVORY_REDIS_URL: inject('redisUrl'),
+    ARKVORY_GATEWAY_SLOTS: '4',
+    ARKVORY_GATEWAY_SLOT: String(slot),
+    ARKVORY_SHARED_DOWNLOAD_BYTES_PER_SECOND: String(1024 * MiB),
+    ...(slot > 0 ? { ARKVORY_ROLE: 'reader' } : {}),
+    ARKVORY_CACHE_DIR: cacheDir,
+    ARKVORY_CACHE_SLICE_BYTES: String(MiB),
+    ARKVORY_CACHE_MIN_FREE_BYTES: '0',
+    ARKVORY_CACHE_READAHEAD_SLICES: '0',
+    ARKVORY_BLOB_CACHE_BYTES: '0',
+    ...extra,
+  });
+
+  beforeAll(async () => {
+    backing = await startStoreBacking('http');
+    await createRepository(db.pool, 'lk');
+    ({ key } = await createServiceAccount(db.pool, { grants: { lk: 'write' } }));
+  });
+  afterAll(async () => {
+    await Promise.all(clients.map((c) => c.destroy()));
+    await backing?.stop();
+  });
+
+  /** Uploads `name` through `gw` and reads it once, so its slice is kept; returns its bytes. */
+  async function cached(gw: GatewayProcess, name: string): Promise<Buffer> {
+    const body = randomContent(MiB);
+    const url = `${gw.url}/api/v1/repositories/lk/artifacts/${name}`;
+    expect((await request(url, { method: 'PUT', headers: bearer(key), body })).status).toBe(201);
+    expect(sha256((await request(`${url}/content`, { headers: bearer(key) })).body)).toBe(sha256(body));
+    await waitForSliceFills(gw.url);
+    return body;
+  }
+
+  it('a second instance on the directory of a running one is refused before it touches it', async () => {
+    const dir = await makeTempDir('arkvory-lock-second-');
+    const first = await startGateway({ env: env(dir, 0) });
+    await cached(first, 'second.bin');
+    const held = await slicesUnder(dir);
+    expect(held).toHaveLength(1);
+
+    // With workers its layout differs: had it started, it would have removed the first one's slices/.
+    const second = await startGateway({ env: env(dir, 1, { ARKVORY_WORKERS: '2' }), waitFor: 'none' });
+    expect(await refusal(second)).toBe(1);
+    expectRefusedFor(second, dir, first);
+    expect(await slicesUnder(dir)).toEqual(held);
+    // The same layout is refused as well.
+    const third = await startGateway({ env: env(dir, 2), waitFor: 'none' });
+    expect(await refusal(third)).toBe(1);
+    expectRefusedFor(third, dir, first);
+    expect(await slicesUnder(dir)).toEqual(held);
+    expect(first.isRunning()).toBe(true);
+  }, 120_000);
+
+  it('the workers of one instance fill their parts under its hold; a single process on that directory is refused', async () => {
+    const dir = await makeTempDir('arkvory-lock-workers-');
+    const instance = await startGateway({ env: env(dir, 0, { ARKVORY_WORKERS: '2' }) });
+    await waitForWorkers(instance, (s) => s.workers.filter((w) => w.state === 'serving').length === 2);
+    const names = ['w-a.bin', 'w-b.bin'];
+    for (const name of names) {
+      const put = await request(`${instance.url}/api/v1/repositories/lk/artifacts/${name}`, {
+        method: 'PUT',
+        headers: bearer(key),
+        body: randomContent(MiB),
+      });
+      expect(put.status).toBe(201);
+    }
+    const conns = await connectionsOnBothWorkers(instance.url, clients, 1);
+    for (const [i, { client }] of conns.entries()) {
+      const res = await client.request({
+        path: `/api/v1/repositories/lk/artifacts/${names[i]}/content`,
+        method: 'GET',
+        headers: bearer(key),
+      });
+      expect(res.statusCode).toBe(200);
+      await res.body.dump();
+      await waitForSliceFills(instance.url);
+    }
+    const held = await slicesUnder(dir);
+    expect(held.map((f) => f.split('/')[0])).toEqual(['w0', 'w1']);
+
+    // Its start would have removed w0/ and w1/, which a single process does not use.
+    const single = await startGateway({ env: env(dir, 1), waitFor: 'none' });
+    expect(await refusal(single)).toBe(1);
+    expectRefusedFor(single, dir, instance);
+    expect(await slicesUnder(dir)).toEqual(held);
+    await waitForWorkers(instance, (s) => s.workers.filter((w) => w.state === 'serving').length === 2);
+  }, 120_000);
+
+  it('a holder killed with SIGKILL does not block the next start, which holds the directory in turn', async () => {
+    const dir = await makeTempDir('arkvory-lock-killed-');
+    const killed = await startGateway({ env: env(dir, 0) });
+    const body = await cached(killed, 'killed.bin');
+    const held = await slicesUnder(dir);
+    expect(held).toHaveLength(1);
+    expect(await killed.stop('SIGKILL')).toBe('SIGKILL');
+
+    const next = await startGateway({ env: env(dir, 1) });
+    // The slice the killed one kept is served from disk: the directory was taken over, not cleared.
+    const res = await request(`${next.url}/api/v1/repositories/lk/artifacts/killed.bin/content`, {
+      headers: bearer(key),
+    });
+    expect(sha256(res.body)).toBe(sha256(body));
+    const metrics = await (await fetch(`${next.url}/metrics`)).text();
+    expect(metrics).toMatch(/arkvory_slice_cache_requests_total\{result="hit"\} 1\n/);
+    expect(await slicesUnder(dir)).toEqual(held);
+
+    const another = await startGateway({ env: env(dir, 2), waitFor: 'none' });
+    expect(await refusal(another)).toBe(1);
+    expectRefusedFor(another, dir, next);
+  }, 120_000);
+});

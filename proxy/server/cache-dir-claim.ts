@@ -1,0 +1,46 @@
+/**
+ * A gateway instance's hold on its slice cache directory (storage-adapter/slice-cache/directory-lock.ts),
+ * taken at start before anything there is touched and kept until the instance stops. The single
+ * process, or the coordinating process of several workers, takes it; the workers use their parts
+ * under it on their instance's hold.
+ */
+import { mkdir } from 'node:fs/promises';
+import { lockDirectory } from '../../storage-adapter/slice-cache/index.ts';
+import type { Config } from '../config/config.ts';
+import { StartupCheckError } from './startup-checks.ts';
+
+/** The slice cache is used: a directory is set and the store is remote (the directory store needs none). */
+export function usesSliceCache(config: Pick<Config, 'sliceCache' | 'storage'>): boolean {
+  return config.sliceCache.dir !== undefined && config.storage.url !== undefined;
+}
+
+export class CacheDirClaim {
+  #release: (() => Promise<void>) | undefined;
+
+  /**
+   * Takes the directory when this configuration uses one; throws `cache_dir_in_use`, naming the
+   * holder, when another instance has it.
+   */
+  async take(config: Pick<Config, 'sliceCache' | 'storage'>): Promise<void> {
+    if (!usesSliceCache(config)) return;
+    const dir = config.sliceCache.dir!;
+    await mkdir(dir, { recursive: true });
+    const lock = await lockDirectory(dir);
+    if (!lock.held) {
+      const by = lock.holder
+        ? `process ${lock.holder.pid} on ${lock.holder.host}, since ${lock.holder.since}`
+        : 'a process that has not named itself yet';
+      throw new StartupCheckError(
+        'cache_dir_in_use',
+        `ARKVORY_CACHE_DIR=${dir} is held by another gateway instance (${by}); two instances must never share one, as each bounds, evicts and clears only its own slices: give this one its own directory. Nothing there was touched.`,
+      );
+    }
+    this.#release = lock.release;
+  }
+
+  async release(): Promise<void> {
+    const release = this.#release;
+    this.#release = undefined;
+    await release?.();
+  }
+}
