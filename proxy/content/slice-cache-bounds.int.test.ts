@@ -20,15 +20,15 @@ import { useTestDatabase } from '../../test/support/database.ts';
 import { type GatewayProcess, makeTempDir, runCli, startGateway } from '../../test/support/gateway.ts';
 import { startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
 import { runProcess, samplePeak, waitForSliceFills } from '../../test/harness/index.ts';
-import { HOLDER_FILE, LOCK_FILE, PURGE_MARK_FILE } from '../../storage-adapter/slice-cache/index.ts';
+import { HOLDER_FILE, LOCK_FILE, PURGE_MARK_FILE, WORKERS_LOCK_FILE } from '../../storage-adapter/slice-cache/index.ts';
 
 const MiB = 1024 * 1024;
 const SLICE = MiB;
-const BOOKKEEPING = new Set([PURGE_MARK_FILE, LOCK_FILE, HOLDER_FILE]);
+const BOOKKEEPING = new Set([PURGE_MARK_FILE, LOCK_FILE, HOLDER_FILE, WORKERS_LOCK_FILE]);
 
 /**
- * Bytes of the slices under `dir`: its purge note (`purges`) and the instance's lock and its note (a
- * few bytes) are no slices and not bounded.
+ * Bytes of the slices under `dir`: its purge note (`purges`), the instance's locks and its note (a few
+ * bytes) are no slices and not bounded.
  */
 async function bytesOnDisk(dir: string): Promise<number> {
   let total = 0;

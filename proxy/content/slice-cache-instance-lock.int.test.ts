@@ -6,20 +6,22 @@
  *   slices, which another layout's start would have removed;
  * - the workers of one instance (ARKVORY_WORKERS=2) each fill their part under the instance's hold,
  *   and a single process given that directory is refused;
+ * - workers left running by a coordinating process killed with SIGKILL hold off the next start
+ *   until they have exited;
  * - a holder killed with SIGKILL leaves no lock behind: the next start takes the directory, its
  *   slices included, and holds it against another.
  */
-import { readdir } from 'node:fs/promises';
+import { readdir, readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Client } from 'undici';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { waitForSliceFills } from '../../test/harness/index.ts';
+import { waitForSliceFills, waitUntil } from '../../test/harness/index.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { type GatewayProcess, makeTempDir, startGateway } from '../../test/support/gateway.ts';
 import { startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
-import { connectionsOnBothWorkers, waitForWorkers } from '../../test/support/worker-instance.ts';
+import { connectionsOnBothWorkers, waitForWorkers, workerPid } from '../../test/support/worker-instance.ts';
 
 const MiB = 1024 * 1024;
 /** A refused start exits within this; one that is not refused would still be running. */
@@ -29,6 +31,12 @@ const REFUSAL_BOUND_MS = 30_000;
 async function slicesUnder(dir: string): Promise<string[]> {
   const entries = await readdir(dir, { recursive: true }).catch(() => []);
   return entries.filter((f) => /(^|\/)slices\/[0-9a-f]{2}\/[0-9a-f]{64}-\d+-\d+$/.test(f)).sort();
+}
+
+/** The process has exited (gone, or a zombie no one has reaped yet: its locks are let go either way). */
+async function gone(pid: number): Promise<boolean> {
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => undefined);
+  return stat === undefined || stat.slice(stat.lastIndexOf(')') + 2).startsWith('Z');
 }
 
 /** The exit code of a start expected to be refused, or 'still running' past the bound. */
@@ -69,6 +77,8 @@ describe('one gateway instance per slice cache directory', () => {
     backing = await startStoreBacking('http');
     await createRepository(db.pool, 'lk');
     ({ key } = await createServiceAccount(db.pool, { grants: { lk: 'write' } }));
+    // Readers start once a writer has stored the shared download policy, whichever test runs first.
+    await (await startGateway({ env: env(await makeTempDir('arkvory-lock-policy-'), 0) })).stop();
   });
   afterAll(async () => {
     await Promise.all(clients.map((c) => c.destroy()));
@@ -138,6 +148,34 @@ describe('one gateway instance per slice cache directory', () => {
     expectRefusedFor(single, dir, instance);
     expect(await slicesUnder(dir)).toEqual(held);
     await waitForWorkers(instance, (s) => s.workers.filter((w) => w.state === 'serving').length === 2);
+  }, 120_000);
+
+  it('workers left running by a coordinating process killed with SIGKILL hold off the next start until they are gone', async () => {
+    const dir = await makeTempDir('arkvory-lock-orphans-');
+    // A reader's slot: the slot of a killed gateway stays reserved for a while, and later tests use the writer's.
+    const instance = await startGateway({ env: env(dir, 3, { ARKVORY_WORKERS: '2' }) });
+    await waitForWorkers(instance, (s) => s.workers.filter((w) => w.state === 'serving').length === 2);
+    const workers = [await workerPid(instance, 0), await workerPid(instance, 1)];
+    // Stopped, they outlive their coordinating process for as long as the test needs (on their own
+    // they would drain for up to the shutdown timeout, still using their parts).
+    for (const pid of workers) process.kill(pid, 'SIGSTOP');
+    try {
+      expect(await instance.stop('SIGKILL')).toBe('SIGKILL');
+      const early = await startGateway({ env: env(dir, 1), waitFor: 'none' });
+      expect(await refusal(early)).toBe(1);
+      expect(early.logs()).toContain('"code":"cache_dir_in_use"');
+      expect(early.stderr()).toContain(
+        `arkvory: cannot start: ARKVORY_CACHE_DIR=${dir} is still used by the workers of a gateway instance whose coordinating process is gone`,
+      );
+    } finally {
+      for (const pid of workers) process.kill(pid, 'SIGKILL');
+    }
+    await waitUntil(async () => (await Promise.all(workers.map(gone))).every(Boolean), {
+      what: 'the stopped workers to exit',
+      timeoutMs: 10_000,
+    });
+    const next = await startGateway({ env: env(dir, 2) });
+    expect(next.isRunning()).toBe(true);
   }, 120_000);
 
   it('a holder killed with SIGKILL does not block the next start, which holds the directory in turn', async () => {

@@ -24,7 +24,7 @@ import { useTestDatabase } from '../../test/support/database.ts';
 import { type GatewayProcess, makeTempDir, runCli, startGateway } from '../../test/support/gateway.ts';
 import { startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
 import { connectionsOnBothWorkers, waitForWorkers, workerPid } from '../../test/support/worker-instance.ts';
-import { HOLDER_FILE, LOCK_FILE, PURGE_MARK_FILE } from '../../storage-adapter/slice-cache/index.ts';
+import { HOLDER_FILE, LOCK_FILE, PURGE_MARK_FILE, WORKERS_LOCK_FILE } from '../../storage-adapter/slice-cache/index.ts';
 
 const MiB = 1024 * 1024;
 const BOUND = 4 * MiB;
@@ -45,8 +45,8 @@ async function filesUnder(dir: string): Promise<Map<string, number>> {
   return files;
 }
 
-/** The cache's bookkeeping files: each directory's purge note (`purges`) and the instance's lock and its note. */
-const BOOKKEEPING = new Set([PURGE_MARK_FILE, LOCK_FILE, HOLDER_FILE]);
+/** The cache's bookkeeping files: each directory's purge note (`purges`), the instance's locks and its note. */
+const BOOKKEEPING = new Set([PURGE_MARK_FILE, LOCK_FILE, HOLDER_FILE, WORKERS_LOCK_FILE]);
 
 /** Bytes of the slices among `files`: the bookkeeping files (a few bytes) are no slices. */
 const total = (files: Map<string, number>) =>
@@ -195,7 +195,14 @@ describe('slice cache with ARKVORY_WORKERS=2: the bounds are the instance’s', 
     await plant(cacheDir, 'operator-notes.txt', 10);
     const gw = await startGateway({ env: env(cacheDir, { ARKVORY_WORKERS: '2' }) });
     await waitForWorkers(gw, (s) => s.workers.filter((w) => w.state === 'serving').length === 2);
-    expect((await readdir(cacheDir)).sort()).toEqual([LOCK_FILE, HOLDER_FILE, 'operator-notes.txt', 'w0', 'w1']);
+    expect((await readdir(cacheDir)).sort()).toEqual([
+      LOCK_FILE,
+      HOLDER_FILE,
+      'operator-notes.txt',
+      'w0',
+      'w1',
+      WORKERS_LOCK_FILE,
+    ]);
     await gw.stop();
   });
 
@@ -204,7 +211,14 @@ describe('slice cache with ARKVORY_WORKERS=2: the bounds are the instance’s', 
     await plant(cacheDir, path.join('w0', 'slices', 'aa', sliceName('a')), MiB);
     await plant(cacheDir, path.join('w1', 'tmp', 'half-written'), MiB);
     const gw = await startGateway({ env: env(cacheDir) });
-    expect((await readdir(cacheDir)).sort()).toEqual([LOCK_FILE, HOLDER_FILE, 'purges', 'slices', 'tmp']);
+    expect((await readdir(cacheDir)).sort()).toEqual([
+      LOCK_FILE,
+      HOLDER_FILE,
+      'purges',
+      'slices',
+      'tmp',
+      WORKERS_LOCK_FILE,
+    ]);
     await gw.stop();
   });
 });

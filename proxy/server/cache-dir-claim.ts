@@ -1,11 +1,12 @@
 /**
  * A gateway instance's hold on its slice cache directory (storage-adapter/slice-cache/directory-lock.ts),
  * taken at start before anything there is touched and kept until the instance stops. The single
- * process, or the coordinating process of several workers, takes it; the workers use their parts
- * under it on their instance's hold.
+ * process, or the coordinating process of several workers, takes it, once no worker of an earlier
+ * instance is left; each worker joins it for its life, so workers left draining by a killed
+ * coordinating process still count.
  */
 import { mkdir } from 'node:fs/promises';
-import { lockDirectory } from '../../storage-adapter/slice-cache/index.ts';
+import { joinDirectory, lockDirectory, noWorkersLeft } from '../../storage-adapter/slice-cache/index.ts';
 import type { Config } from '../config/config.ts';
 import { StartupCheckError } from './startup-checks.ts';
 
@@ -35,7 +36,21 @@ export class CacheDirClaim {
         `ARKVORY_CACHE_DIR=${dir} is held by another gateway instance (${by}); two instances must never share one, as each bounds, evicts and clears only its own slices: give this one its own directory. Nothing there was touched.`,
       );
     }
+    if (!(await noWorkersLeft(dir))) {
+      await lock.release();
+      throw new StartupCheckError(
+        'cache_dir_in_use',
+        `ARKVORY_CACHE_DIR=${dir} is still used by the workers of a gateway instance whose coordinating process is gone; they stop on their own within its ARKVORY_SHUTDOWN_TIMEOUT_SECONDS: start this one again then. Nothing there was touched.`,
+      );
+    }
     this.#release = lock.release;
+  }
+
+  /** A worker's share of its instance's directory, which its coordinating process holds. */
+  async join(config: Pick<Config, 'sliceCache' | 'storage'>): Promise<void> {
+    if (!usesSliceCache(config)) return;
+    const share = await joinDirectory(config.sliceCache.dir!);
+    this.#release = async () => share.release();
   }
 
   async release(): Promise<void> {

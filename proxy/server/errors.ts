@@ -91,7 +91,7 @@ export const GATEWAY_ERRORS = defineErrors('proxy/server/errors.ts', {
     status: null,
     message: 'Another gateway instance holds the slice cache directory (`ARKVORY_CACHE_DIR`).',
     advice:
-      'Give each gateway instance its own `ARKVORY_CACHE_DIR` (the message names the process holding this one); nothing in the directory was touched. The workers of one instance share it through their coordinating process.',
+      'Give each gateway instance its own `ARKVORY_CACHE_DIR` (the message names the process holding this one); nothing in the directory was touched. The workers of one instance share it through their coordinating process; when the message names workers whose coordinating process is gone, start again once they have exited.',
   },
   redis_unreachable: {
     status: null,

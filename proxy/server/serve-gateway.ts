@@ -121,12 +121,12 @@ async function runGateway(
     tls = await openListenerTls(config.tls, { clock: systemClock, log: log.child({ component: 'tls' }) });
     // Before any state exists: a busy port or an unusable data dir must not leave a new cluster behind.
     // A worker's port is shared with the others (SO_REUSEPORT); the coordinating process checked both,
-    // and holds the slice cache directory for the instance.
+    // and holds the slice cache directory for the instance, which a worker joins.
     if (!instance) {
       await checkPortFree(config.host, config.port);
       await prepareDataDir(config.dataDir);
       await cacheDir.take(config);
-    }
+    } else await cacheDir.join(config);
     database = await openDatabase(config, log, () => rotation.config.databaseUrl);
     void database.embedded?.lost.then(() => leaving.resolve('database_lost'));
     // Once the embedded cluster exists: its initdb reads a file the package writes with the umask's mode.

@@ -2,7 +2,7 @@ import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { hostname, tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { HOLDER_FILE, LOCK_FILE, lockDirectory } from './directory-lock.ts';
+import { HOLDER_FILE, joinDirectory, LOCK_FILE, lockDirectory, noWorkersLeft } from './directory-lock.ts';
 
 describe('lockDirectory', () => {
   let dir: string;
@@ -36,6 +36,17 @@ describe('lockDirectory', () => {
     await writeFile(path.join(dir, HOLDER_FILE), 'not json');
     expect(await lockDirectory(dir)).toEqual({ held: false, holder: undefined });
     if (first.held) await first.release();
+  });
+
+  it('workers hold their shares until each is released; the holder of the lock sees whether any is left', async () => {
+    expect(await noWorkersLeft(dir)).toBe(true);
+    const one = await joinDirectory(dir);
+    const two = await joinDirectory(dir);
+    expect(await noWorkersLeft(dir)).toBe(false);
+    one.release();
+    expect(await noWorkersLeft(dir)).toBe(false);
+    two.release();
+    expect(await noWorkersLeft(dir)).toBe(true);
   });
 
   it('a lock file that is not an empty database is an error naming it, not a lock held elsewhere', async () => {

@@ -13,6 +13,10 @@
  * kept fresh by its mtime (proper-lockfile) blocks a restart until it goes stale and is lost when
  * the event loop stalls past that. Beside the lock, `instance.lock.holder` names the holding
  * process for the message of a refused start; it is never what decides.
+ *
+ * The workers of an instance (ARKVORY_WORKERS) each hold a shared lock on `workers.lock` for their
+ * lives, and whoever takes `instance.lock` checks that none is left: workers whose coordinating
+ * process was killed drain on their own for up to the shutdown timeout, still using their parts.
  */
 import { hostname } from 'node:os';
 import { rename, rm, readFile, writeFile } from 'node:fs/promises';
@@ -21,6 +25,7 @@ import type { DatabaseSync } from 'node:sqlite';
 
 export const LOCK_FILE = 'instance.lock';
 export const HOLDER_FILE = 'instance.lock.holder';
+export const WORKERS_LOCK_FILE = 'workers.lock';
 
 /** The process holding a directory, as its holder note says. */
 export interface LockHolder {
@@ -44,7 +49,41 @@ const BUSY = new Set([5, 6]);
  * thrown, naming the file.
  */
 export async function lockDirectory(dir: string, now: () => Date = () => new Date()): Promise<DirectoryLock> {
-  const file = path.join(dir, LOCK_FILE);
+  const db = await openLock(dir, LOCK_FILE, 'BEGIN EXCLUSIVE');
+  if (db === 'busy') return { held: false, holder: await readHolder(dir) };
+  await writeHolder(dir, { pid: process.pid, host: hostname(), since: now().toISOString() }).catch(() => {});
+  return {
+    held: true,
+    async release() {
+      // The note goes first: once the lock is let go, the note may be the next holder's.
+      await rm(path.join(dir, HOLDER_FILE), { force: true }).catch(() => {});
+      db.close();
+    },
+  };
+}
+
+/**
+ * Whether no worker holds its share of `dir` (joinDirectory): asked by the holder of the
+ * directory's lock before its own workers start.
+ */
+export async function noWorkersLeft(dir: string): Promise<boolean> {
+  const db = await openLock(dir, WORKERS_LOCK_FILE, 'BEGIN EXCLUSIVE');
+  if (db === 'busy') return false;
+  db.close();
+  return true;
+}
+
+/** A worker's share of its instance's directory, held until released or the worker dies. */
+export async function joinDirectory(dir: string): Promise<{ release(): void }> {
+  // Busy only while a holder of the directory's lock checks for workers, before it starts its own.
+  const db = await openLock(dir, WORKERS_LOCK_FILE, 'BEGIN; SELECT count(*) FROM sqlite_schema');
+  if (db === 'busy') throw new Error(`cannot share ${path.join(dir, WORKERS_LOCK_FILE)}: it is being checked`);
+  return { release: () => db.close() };
+}
+
+/** `begin` run on the lock file `name` of `dir`, its transaction left open: the lock it takes is held. */
+async function openLock(dir: string, name: string, begin: string): Promise<DatabaseSync | 'busy'> {
+  const file = path.join(dir, name);
   // Loaded here, not at the module's import: Node 22 warns that node:sqlite is experimental.
   const { DatabaseSync } = await import('node:sqlite');
   let db: DatabaseSync | undefined;
@@ -52,22 +91,13 @@ export async function lockDirectory(dir: string, now: () => Date = () => new Dat
     db = new DatabaseSync(file, { timeout: 0 });
     // No journal file beside the lock: nothing is ever written.
     db.exec('PRAGMA journal_mode = MEMORY');
-    db.exec('BEGIN EXCLUSIVE');
+    db.exec(begin);
+    return db;
   } catch (err) {
     db?.close();
-    if (BUSY.has((err as { errcode?: number }).errcode ?? -1)) return { held: false, holder: await readHolder(dir) };
+    if (BUSY.has((err as { errcode?: number }).errcode ?? -1)) return 'busy';
     throw new Error(`cannot lock ${file}: ${(err as Error).message}`, { cause: err });
   }
-  const held = db;
-  await writeHolder(dir, { pid: process.pid, host: hostname(), since: now().toISOString() }).catch(() => {});
-  return {
-    held: true,
-    async release() {
-      // The note goes first: once the lock is let go, the note may be the next holder's.
-      await rm(path.join(dir, HOLDER_FILE), { force: true }).catch(() => {});
-      held.close();
-    },
-  };
 }
 
 async function writeHolder(dir: string, holder: LockHolder): Promise<void> {

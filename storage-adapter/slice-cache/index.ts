@@ -10,4 +10,13 @@ export {
   workerSliceCache,
 } from './worker-layout.ts';
 export { PURGE_MARK_FILE, readPurgeMark, writePurgeMark } from './purge-mark.ts';
-export { type DirectoryLock, HOLDER_FILE, LOCK_FILE, type LockHolder, lockDirectory } from './directory-lock.ts';
+export {
+  type DirectoryLock,
+  HOLDER_FILE,
+  joinDirectory,
+  LOCK_FILE,
+  type LockHolder,
+  lockDirectory,
+  noWorkersLeft,
+  WORKERS_LOCK_FILE,
+} from './directory-lock.ts';
