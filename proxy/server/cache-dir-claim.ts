@@ -36,14 +36,14 @@ export class CacheDirClaim {
         `ARKVORY_CACHE_DIR=${dir} is held by another gateway instance (${by}); two instances must never share one, as each bounds, evicts and clears only its own slices: give this one its own directory. Nothing there was touched.`,
       );
     }
+    this.#release = lock.release;
     if (!(await noWorkersLeft(dir))) {
-      await lock.release();
+      await this.release();
       throw new StartupCheckError(
         'cache_dir_in_use',
         `ARKVORY_CACHE_DIR=${dir} is still used by the workers of a gateway instance whose coordinating process is gone; they stop on their own within its ARKVORY_SHUTDOWN_TIMEOUT_SECONDS: start this one again then. Nothing there was touched.`,
       );
     }
-    this.#release = lock.release;
   }
 
   /** A worker's share of its instance's directory, which its coordinating process holds. */
