@@ -26,14 +26,17 @@ function withSecurityHeaders(ctx: RequestContext): void {
   for (const [name, value] of Object.entries(SECURITY_HEADERS)) ctx.res.setHeader(name, value);
 }
 
-/** The cookie gets `Secure` when the page came over https: to this listener's TLS, or to a TLS proxy in front. */
+/**
+ * Whether the browser reached us over https, so its cookie is `Secure`: a proxy in front says so in
+ * `X-Forwarded-Proto` (its first entry, the client's hop), also when that proxy reaches this listener
+ * over TLS (a plain-HTTP router in front of an https writer: a browser drops a Secure cookie an http
+ * page sets); without one, this listener's own TLS decides. A browser cannot send the header itself.
+ */
 export function isHttps(req: IncomingMessage): boolean {
-  if ((req.socket as { encrypted?: boolean } | null)?.encrypted) return true;
-  return (
-    String(req.headers['x-forwarded-proto'] ?? '')
-      .split(',')[0]!
-      .trim() === 'https'
-  );
+  const forwarded = req.headers['x-forwarded-proto'];
+  if (typeof forwarded === 'string' && forwarded.trim() !== '')
+    return forwarded.split(',')[0]!.trim().toLowerCase() === 'https';
+  return (req.socket as { encrypted?: boolean } | null)?.encrypted === true;
 }
 
 /** A public console route (the page, its assets, the session probe). */

@@ -85,6 +85,35 @@ describe('the console session cookie over the gateway’s own TLS', () => {
     );
   });
 
+  it('through a plain-HTTP router in front, is the plain-HTTP cookie: the router says the browser came over http', async () => {
+    const router = await startGateway({
+      env: {
+        ARKVORY_ROLE: 'router',
+        ARKVORY_ROUTER_BACKENDS: origin,
+        ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: '200',
+        ARKVORY_TLS_CA_FILE: ca.certFile,
+      },
+    });
+    try {
+      const signIn = await request(`${router.url}/console/session`, { method: 'POST', headers: bearer(adminKey) });
+      expect(signIn.status, signIn.body.toString()).toBe(201);
+      // A browser drops a Secure (let alone __Host-) cookie set by an http page: the console would
+      // sign in and be signed out at its first call.
+      const setCookie = signIn.headers['set-cookie']![0]!;
+      expect(setCookie).toMatch(/^arkvory_console=[A-Za-z0-9_-]{40,}; Path=\/console; HttpOnly; SameSite=Strict; /);
+      expect(setCookie).not.toMatch(/; Secure/);
+      const cookie = setCookie.split(';')[0]!;
+      expect(json(await request(`${router.url}/console/session`, { headers: { cookie } }))).toMatchObject({
+        signedIn: true,
+      });
+      expect((await request(`${router.url}/console/api/status`, { headers: { cookie } })).status).toBe(200);
+      // Straight to the gateway's TLS listener the same id under the plain name is still no session.
+      expect((await httpsRequest('/console/api/status', { headers: { cookie } })).status).toBe(401);
+    } finally {
+      await router.stop();
+    }
+  });
+
   it('chromium keeps the __Host- cookie, sends it back after a reload, and drops it on sign-out', async () => {
     const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
     try {
