@@ -160,6 +160,21 @@ describe('sign-in and session', () => {
     });
   });
 
+  it('a sign-in ends the session whose cookie it carried: the browser keeps only the new one', async () => {
+    const before = await signIn(adminKey);
+    const again = await request(`${writer.url}/console/session`, {
+      method: 'POST',
+      headers: { ...bearer(adminKey), cookie: before.cookie },
+    });
+    expect(again.status).toBe(201);
+    const cookie = again.headers['set-cookie']![0]!.split(';')[0]!;
+    expect(cookie).not.toBe(before.cookie);
+    expect((await call('GET', '/console/api/status', { cookie })).status).toBe(200);
+    // A copy of the replaced id (taken over plain HTTP, say) is signed out with it.
+    expect((await call('GET', '/console/api/status', { cookie: before.cookie })).status).toBe(401);
+    expect(json(await call('GET', '/console/session', { cookie: before.cookie }))).toEqual({ signedIn: false });
+  });
+
   it('refuses every console API call without a live session', async () => {
     const res = await call('GET', '/console/api/status');
     expect(res.status).toBe(401);

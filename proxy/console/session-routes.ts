@@ -11,6 +11,7 @@ import { audited, isHttps, page } from './console-http.ts';
 import {
   clearedSessionCookie,
   type ConsoleSession,
+  isSessionId,
   readSessionId,
   type SessionStore,
   sessionCookie,
@@ -37,6 +38,10 @@ export function sessionRoutes(deps: {
       const { principal } = ctx;
       const authorization = ctx.req.headers.authorization;
       if (!principal || !authorization) throw new PolicyError('unauthorized');
+      // The session this browser held is ended, not only replaced in its cookie jar: a copy of its
+      // id (taken in clear, or left on a shared machine) must not outlive the sign-in that follows.
+      const previous = readSessionId(ctx.req.headers.cookie, isHttps(ctx.req));
+      if (isSessionId(previous)) await sessions.delete(previous);
       const session = await sessions.create(principal, authorization);
       ctx.log.info({ principal: principal.id, code: 'console_sign_in' }, 'console session opened');
       sendJson(
