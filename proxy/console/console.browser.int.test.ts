@@ -355,6 +355,24 @@ describe('the console in chromium', () => {
     await page.locator('#repository-ceiling-rows tr[data-repository-ceiling="libs"]').waitFor({ state: 'detached' });
   });
 
+  it('stays signed in and says so when the sign-out request fails: the session is still open', async () => {
+    // The connection drops on the way: the gateway never deletes the session.
+    await page.route('**/console/api/session', (route) =>
+      route.request().method() === 'DELETE' ? route.abort('connectionreset') : route.continue(),
+    );
+    try {
+      await page.click('#sign-out');
+      await expect.poll(() => page.textContent('#sign-out-error'), POLL).toContain('still open');
+      expect(await page.isVisible('#app')).toBe(true);
+      // Which is the truth: a reload (anyone's at this browser) is signed in again.
+      await page.reload();
+      await page.waitForSelector('#app', { state: 'visible' });
+      expect(await page.textContent('#sign-out-error')).toBe('');
+    } finally {
+      await page.unroute('**/console/api/session');
+    }
+  });
+
   it('signs out, and a reload then asks for the key again', async () => {
     await page.click('#sign-out');
     await page.waitForSelector('#sign-in', { state: 'visible' });

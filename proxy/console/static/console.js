@@ -91,6 +91,7 @@ const formatSeconds = (s) =>
 
 function signedIn(session) {
   csrfToken = session.csrfToken;
+  $('sign-out-error').textContent = '';
   $('principal-name').textContent = session.principal.name;
   $('whoami').hidden = false;
   $('sign-in').hidden = true;
@@ -135,10 +136,16 @@ async function signIn(event) {
 }
 
 async function signOut() {
+  $('sign-out-error').textContent = '';
   try {
     await api('DELETE', '/console/api/session');
-  } catch {
-    // signed out anyway
+  } catch (err) {
+    // A 401: the session had ended already. Anything else (a dropped connection, a 503) left it
+    // open on the gateway, and a reload here would be signed in: say so rather than pretend.
+    if (err.status !== 401) {
+      $('sign-out-error').textContent = `Sign-out failed (${err.message}); the session is still open. Try again.`;
+      return;
+    }
   }
   signedOut('Signed out.');
 }
