@@ -28,7 +28,6 @@ import {
   csrfMatches,
   localSessionStore,
   readSessionId,
-  SESSION_TTL_MS,
 } from './sessions.ts';
 import { statusRoute } from './status-route.ts';
 import { usageRoutes } from './usage-routes.ts';
@@ -102,7 +101,6 @@ export function createConsole(
         ...(await assetRoutes()),
         ...sessionRoutes({
           sessions,
-          ttlMs: SESSION_TTL_MS,
           sessionOf: (ctx) => sessionOf.get(ctx),
           authenticate: deps.authenticate,
         }),

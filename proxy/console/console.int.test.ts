@@ -141,6 +141,8 @@ describe('sign-in and session', () => {
     expect(cookie).toContain('HttpOnly');
     expect(cookie).toContain('SameSite=Strict');
     expect(cookie).toContain('Path=/console');
+    // Kept in the browser's memory only: closing it signs out.
+    expect(cookie).not.toMatch(/max-age|expires/i);
     expect(csrf).toMatch(/^[A-Za-z0-9_-]{40,}$/);
     expect(json(res)).toMatchObject({ signedIn: true, principal: { name: 'console-admin' } });
     expect(res.body.toString()).not.toContain(adminKey);

@@ -19,7 +19,6 @@ import {
 
 export function sessionRoutes(deps: {
   sessions: SessionStore;
-  ttlMs: number;
   /** The session a `/console/api/` request was authenticated with. */
   sessionOf(ctx: RequestContext): ConsoleSession | undefined;
   /** The auth gate's own check (the session's key is verified again on resume). */
@@ -48,7 +47,7 @@ export function sessionRoutes(deps: {
         ctx.res,
         201,
         { signedIn: true, ...sessionBody(session) },
-        { 'set-cookie': sessionCookie(session.id, deps.ttlMs / 1000, isHttps(ctx.req)) },
+        { 'set-cookie': sessionCookie(session.id, isHttps(ctx.req)) },
       );
     }),
     // Resume after a reload: the page cannot read its HttpOnly cookie, so it asks. Public, so a

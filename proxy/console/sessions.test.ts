@@ -98,18 +98,14 @@ describe('cookies', () => {
     expect(readCookie(undefined, 'arkvory_console')).toBeUndefined();
   });
 
-  it('sets HttpOnly, SameSite=Strict, Path=/console over plain HTTP', () => {
-    expect(sessionCookie('id', 60, false)).toBe(
-      'arkvory_console=id; Path=/console; HttpOnly; SameSite=Strict; Max-Age=60',
-    );
+  it('sets HttpOnly, SameSite=Strict, Path=/console over plain HTTP, and no Max-Age (kept in memory only)', () => {
+    expect(sessionCookie('id', false)).toBe('arkvory_console=id; Path=/console; HttpOnly; SameSite=Strict');
     expect(clearedSessionCookie(false)).toBe('arkvory_console=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0');
   });
 
   // A browser keeps a __Host- cookie only with Secure, Path=/ and no Domain (RFC 6265bis 4.1.3.2).
   it('is __Host-arkvory_console with Secure, Path=/ and no Domain when Secure, set and cleared alike', () => {
-    expect(sessionCookie('id', 60, true)).toBe(
-      '__Host-arkvory_console=id; Path=/; HttpOnly; SameSite=Strict; Max-Age=60; Secure',
-    );
+    expect(sessionCookie('id', true)).toBe('__Host-arkvory_console=id; Path=/; HttpOnly; SameSite=Strict; Secure');
     expect(clearedSessionCookie(true)).toBe(
       '__Host-arkvory_console=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0; Secure',
     );

@@ -193,10 +193,12 @@ export function readSessionId(header: string | undefined, secure: boolean): stri
 
 /**
  * `Set-Cookie` for a session: HttpOnly, SameSite=Strict. Over https `__Host-…; Path=/; Secure` (the
- * prefix demands Path=/); over plain HTTP the plain name, only under /console.
+ * prefix demands Path=/); over plain HTTP the plain name, only under /console. No Max-Age or Expires:
+ * the browser keeps it in memory only, so closing it signs out (a persistent cookie was written to the
+ * profile on disk and resumed by whoever opened the browser next); the table ends it at its bounds.
  */
-export function sessionCookie(id: string, maxAgeSeconds: number, secure: boolean): string {
-  return `${sessionCookieName(secure)}=${id}; ${cookieScope(secure)}; HttpOnly; SameSite=Strict; Max-Age=${maxAgeSeconds}${secure ? '; Secure' : ''}`;
+export function sessionCookie(id: string, secure: boolean): string {
+  return `${sessionCookieName(secure)}=${id}; ${cookieScope(secure)}; HttpOnly; SameSite=Strict${secure ? '; Secure' : ''}`;
 }
 
 export function clearedSessionCookie(secure: boolean): string {
