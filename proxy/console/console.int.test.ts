@@ -4,7 +4,7 @@
  * session's token, strict security headers, sign-out, revocation of the signing key ending the
  * session, structured rule problems, and the reader's pointer to the writer.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { bearer, createServiceAccount } from '../../test/support/auth.ts';
 import { request, type RawResponse } from '../../test/support/content.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
@@ -175,6 +175,30 @@ describe('sign-in and session', () => {
     // A copy of the replaced id (taken over plain HTTP, say) is signed out with it.
     expect((await call('GET', '/console/api/status', { cookie: before.cookie })).status).toBe(401);
     expect(json(await call('GET', '/console/session', { cookie: before.cookie }))).toEqual({ signedIn: false });
+  });
+
+  it('counts each mistyped key in the auth_failure limiter: guessing keys at the sign-in gets the address banned', async () => {
+    // Its own writer (and database), behind which the test names the guesser's address: the ban
+    // must not hit this file's other requests.
+    const own = await createTestDatabase();
+    const admin = await createServiceAccount(own.pool, { name: 'guessed-admin', scopes: ['admin'] });
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: own.url, ARKVORY_TRUSTED_PROXIES: '127.0.0.1' } });
+    onTestFinished(async () => {
+      await gw.stop();
+      await own.drop();
+    });
+    const from = (ip: string, key: string) =>
+      request(`${gw.url}/console/session`, { method: 'POST', headers: { ...bearer(key), 'x-forwarded-for': ip } });
+    let status = 401;
+    let guesses = 0;
+    while (status === 401 && guesses < 40)
+      status = (await from('192.0.2.66', `ark_0000000000000000_guess${guesses++}`)).status;
+    expect(status).toBe(429);
+    // The shipped rule: 20 failures in a minute.
+    expect(guesses).toBeLessThanOrEqual(22);
+    // Banned: even the right key is refused from there, before it is looked at; not from elsewhere.
+    expect((await from('192.0.2.66', admin.key)).status).toBe(429);
+    expect((await from('192.0.2.67', admin.key)).status).toBe(201);
   });
 
   it('refuses every console API call without a live session', async () => {
