@@ -105,11 +105,12 @@ export interface StorageQuotas {
   /** Rejects with `quota_exceeded` when `bytes` would not fit now; reserves nothing (a multipart session's declared size). */
   check(request: ReservationRequest): Promise<void>;
   /**
-   * Sets multipart session `sessionId`'s reservation to the bytes of the parts it holds, until
-   * `untilMs` (its expiry), while it is open. Its parts' own reservations decided the room; this
-   * only carries bytes already granted (a replaced part may lower it).
+   * Sets multipart session `sessionId`'s reservation to the bytes of the parts it holds, until its
+   * expiry, while it is open. Its parts' own reservations decided the room; this only carries bytes
+   * already granted (a replaced part may lower it). `on`: the transaction recording a part, so the
+   * part is held from the instant it is recorded (default: the pool).
    */
-  holdSessionParts(sessionId: string, request: Omit<ReservationRequest, 'bytes'>, untilMs: number): Promise<void>;
+  holdSessionParts(sessionId: string, request: Omit<ReservationRequest, 'bytes'>, on?: Queryable): Promise<void>;
   /** Every quota set, with its usage. */
   list(): Promise<QuotaUsage[]>;
   /** One subject's usage, and its limit if one is set. */
@@ -250,15 +251,15 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
         if (refusal) throw quotaExceeded(refusal);
       });
     },
-    async holdSessionParts(sessionId, request, untilMs) {
-      await pool.query(
+    async holdSessionParts(sessionId, request, on = pool) {
+      await on.query(
         `INSERT INTO arkvory_quota_reservations (id, repository, principal_id, bytes, expires_at)
          SELECT $1, $2, $3,
                 (SELECT coalesce(sum(size_bytes), 0) FROM arkvory_upload_parts WHERE session_id = $1),
-                to_timestamp($4::double precision / 1000)
-          WHERE EXISTS (SELECT 1 FROM arkvory_upload_sessions WHERE id = $1 AND state = 'open')
+                s.expires_at
+           FROM arkvory_upload_sessions s WHERE s.id = $1 AND s.state = 'open'
          ON CONFLICT (id) DO UPDATE SET bytes = EXCLUDED.bytes, expires_at = EXCLUDED.expires_at`,
-        [sessionId, request.repository, request.principalId, untilMs],
+        [sessionId, request.repository, request.principalId],
       );
     },
     async reserve(request) {

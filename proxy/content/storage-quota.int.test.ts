@@ -558,6 +558,107 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
     expect(await gw.stop()).toBe(0);
   });
 
+  it('a part recorded as its session is completed stays held until the completion publishes: no upload takes its room meanwhile', async () => {
+    const repository = 'quota-part-race';
+    await createRepository(db.pool, repository);
+    const writer = await createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
+    // No completion worker yet: the job waits, queued, while the part's bytes must stay held.
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_EMBEDDED_WORKER: '0' } });
+    await db.pool.query(
+      `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ('repository', $1, 1000)`,
+      [repository],
+    );
+    const base = `${gw.url}/api/v1/repositories/${repository}`;
+    const started = await fetch(`${base}/artifacts/assembled/uploads`, {
+      method: 'POST',
+      headers: { ...bearer(writer.key), 'content-type': 'application/json' },
+      body: '{}',
+    });
+    const upload = ((await started.json()) as { upload: string }).upload;
+    const part = Buffer.alloc(600, 5);
+    // The part's body stops halfway, its 600 bytes reserved, until every write to the reservations waits.
+    const partReq = http.request(`${base}/uploads/${upload}/parts/1`, {
+      method: 'PUT',
+      agent: false,
+      headers: { ...bearer(writer.key), 'content-type': 'application/octet-stream', 'content-length': '600' },
+    });
+    const partAnswer = new Promise<number>((resolve, reject) => {
+      partReq.on('response', (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode!));
+      });
+      partReq.on('error', reject);
+    });
+    partReq.write(part.subarray(0, 300));
+    const reserved = async () =>
+      (await db.pool.query<{ id: string; bytes: string }>('SELECT id, bytes::text FROM arkvory_quota_reservations'))
+        .rows;
+    await waitUntil(async () => (await reserved()).some((r) => r.bytes === '600'), { what: "the part's reservation" });
+    const locker = await db.pool.connect();
+    try {
+      await locker.query('BEGIN');
+      await locker.query('LOCK TABLE arkvory_quota_reservations IN EXCLUSIVE MODE');
+      partReq.end(part.subarray(300));
+      await waitUntil(
+        async () =>
+          ((
+            await db.pool.query(
+              `SELECT 1 FROM pg_locks WHERE relation = 'arkvory_quota_reservations'::regclass AND NOT granted`,
+            )
+          ).rowCount ?? 0) > 0,
+        { what: "the part's bytes waiting to be held for its session", timeoutMs: 20_000 },
+      );
+      // The completion is asked for while the part is being recorded, listing it (a client that
+      // sends it once its part's bytes went out).
+      let completed: number | undefined;
+      const completing = fetch(`${base}/uploads/${upload}/complete`, {
+        method: 'POST',
+        headers: { ...bearer(writer.key), 'content-type': 'application/json' },
+        body: JSON.stringify({ parts: [{ partNumber: 1, sha256: createHash('sha256').update(part).digest('hex') }] }),
+      }).then((res) => (completed = res.status));
+      // Answered at once, or waiting for the part's recording to end.
+      await waitUntil(
+        async () =>
+          completed !== undefined ||
+          ((
+            await db.pool.query(
+              `SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%FROM arkvory_upload_sessions%FOR UPDATE%'`,
+            )
+          ).rowCount ?? 0) > 0,
+        { what: 'the completion to be asked for', timeoutMs: 20_000 },
+      );
+      await locker.query('COMMIT');
+      expect(await partAnswer).toBe(200);
+      expect(await completing).toBe(202);
+    } finally {
+      locker.release();
+    }
+    // Queued, not yet published: the session holds its part's 600 bytes, so 600 more do not fit.
+    expect(await reserved()).toEqual([{ id: upload, bytes: '600' }]);
+    expect(await put(`${base}/artifacts/other`, writer.key, Buffer.alloc(600, 6))).toMatchObject({
+      status: 507,
+      body: { code: 'quota_exceeded', usageBytes: 600, remainingBytes: 400 },
+    });
+    const worker = await startGateway({
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_ROLE: 'worker' },
+      dataDir: gw.dataDir,
+    });
+    await waitUntil(
+      async () =>
+        (await db.pool.query(`SELECT 1 FROM arkvory_upload_sessions WHERE id = $1 AND state = 'done'`, [upload]))
+          .rowCount === 1,
+      { what: 'the completion', timeoutMs: 60_000 },
+    );
+    const stored = await db.pool.query<{ n: string }>(
+      'SELECT sum(size_bytes)::text AS n FROM arkvory_artifacts WHERE repository = $1',
+      [repository],
+    );
+    expect(stored.rows[0]!.n).toBe('600');
+    expect(await reserved()).toEqual([]);
+    expect(await worker.stop()).toBe(0);
+    expect(await gw.stop()).toBe(0);
+  });
+
   it('on a real S3 server (SeaweedFS): the refused uploads put nothing in the bucket, a cut one leaves nothing staged', async () => {
     // A database of its own: one is bound to one storage root, and the others here use a directory.
     const s3db = await createTestDatabase();

@@ -138,9 +138,11 @@ export function multipartRoutes(deps: {
         let reservation: QuotaReservation | undefined;
         try {
           // A part's bytes are reserved as a PUT's are: refused before its body past a quota,
-          // grown step by step while a chunked one arrives. Once recorded they move to the
-          // session's reservation, which its completion settles and its end gives back.
-          reservation = await deps.quotas?.reserve({ ...scope, bytes: length ?? 0 });
+          // grown step by step while a chunked one arrives. They move to the session's reservation
+          // in the transaction that records the part (a completion listing it may be queued as soon
+          // as that commits), which its completion settles and its end gives back.
+          const quotas = deps.quotas;
+          reservation = await quotas?.reserve({ ...scope, bytes: length ?? 0 });
           const metered = deps.meters?.upload?.(ctx);
           const meter = metered instanceof Promise ? await metered : metered;
           ctx.continueBody();
@@ -148,15 +150,16 @@ export function multipartRoutes(deps: {
             maxBytes: deps.maxPartBytes,
             ...(length !== undefined ? { expectedLength: length } : {}),
             ...(meter ? { meter } : {}),
-            ...(reservation ? { reserve: reservation.ensure } : {}),
+            ...(reservation && quotas
+              ? {
+                  reserve: reservation.ensure,
+                  recorded: (client) => quotas.holdSessionParts(upload, scope, client),
+                }
+              : {}),
             signal: ctx.signal,
           });
-          if (reservation) {
-            const session = await sessions.get(scope, upload);
-            await deps.quotas?.holdSessionParts(upload, scope, Date.parse(session.expiresAt));
-            // Before the answer: the client's next request sees the bytes once.
-            await reservation.release();
-          }
+          // Before the answer: the client's next request sees the bytes once.
+          await reservation?.release();
           sendJson(ctx.res, 200, part, { etag: `"${part.sha256}"` });
         } catch (err) {
           if (!ctx.req.complete && !ctx.res.headersSent) ctx.res.setHeader('connection', 'close');

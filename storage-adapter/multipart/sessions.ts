@@ -208,6 +208,12 @@ export class UploadSessions {
       meter?: ByteMeter;
       /** Called with the bytes received so far before they are written (a storage-quota reservation's growth). */
       reserve?: (totalBytes: number) => Promise<void>;
+      /**
+       * Called in the transaction that records the part, after its row, while the session is locked
+       * open: what must count the part from the instant it is recorded (its session's storage-quota
+       * hold), since a completion listing it may be queued the moment this commits.
+       */
+      recorded?: (client: pg.PoolClient) => Promise<void>;
       signal?: AbortSignal;
     },
   ): Promise<ReceivedPart> {
@@ -277,13 +283,15 @@ export class UploadSessions {
         const stored = await this.#storedBytes(client, id, partNumber, scope.principalId);
         const now = partBound(Number.MAX_SAFE_INTEGER, limits, stored);
         if (size > now.maxBytes) throw now.refuse(size);
-        return client.query<{ file_name: string }>(
+        const recorded = await client.query<{ file_name: string }>(
           `WITH old AS (SELECT file_name FROM arkvory_upload_parts WHERE session_id = $1 AND part_number = $2)
        INSERT INTO arkvory_upload_parts (session_id, part_number, size_bytes, sha256, file_name) VALUES ($1, $2, $3, $4, $5)
        ON CONFLICT (session_id, part_number) DO UPDATE SET size_bytes = EXCLUDED.size_bytes, sha256 = EXCLUDED.sha256, file_name = EXCLUDED.file_name, received_at = now()
        RETURNING (SELECT file_name FROM old) AS file_name`,
           [id, partNumber, size, sha256, fileName],
         );
+        await options.recorded?.(client);
+        return recorded;
       });
     let previous: Awaited<ReturnType<typeof record>>;
     try {
