@@ -102,6 +102,8 @@ export interface StorageQuotas {
   reserve(request: ReservationRequest): Promise<QuotaReservation | undefined>;
   /** Gives back reservation `id` if it exists (an aborted multipart session's). */
   release(id: string): Promise<void>;
+  /** Whether reservation `id` exists and counts (not past its expiry). */
+  holds(id: string): Promise<boolean>;
   /** Rejects with `quota_exceeded` when `bytes` would not fit now; reserves nothing (a multipart session's declared size). */
   check(request: ReservationRequest): Promise<void>;
   /**
@@ -245,6 +247,13 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
 
   return {
     release,
+    async holds(id) {
+      const { rowCount } = await pool.query(
+        'SELECT 1 FROM arkvory_quota_reservations WHERE id = $1 AND expires_at > now()',
+        [id],
+      );
+      return (rowCount ?? 0) > 0;
+    },
     async check(request) {
       await withTransaction(pool, async (client) => {
         const refusal = quotaRefusal(await lockedStates(client, request, null), request.bytes);

@@ -7,7 +7,9 @@
  * cut with the refusal past that size, and once staged and hashed is answered unchanged if it is
  * that blob, or else admitted only if a reservation pinned to its real digest fits, before it is
  * committed. So new bytes are never published past a quota, a refused body is discarded whole, and
- * a body for another name is refused before it is read unless its digest is declared.
+ * a body for another name is refused before it is read unless its digest is declared. An upload that
+ * met no quota before its body is decided the same way before it is committed: a quota set while it
+ * ran holds it too.
  */
 import type { QuotaReservation, StorageQuotas } from './storage-quotas.ts';
 
@@ -58,10 +60,10 @@ export class UploadQuota {
   }
 
   /**
-   * Reserves before the body is read; undefined when no quota applies. Rejects with
+   * Reserves before the body is read (nothing when no quota applies yet). Rejects with
    * `quota_exceeded` when the bytes cannot fit and cannot be the blob the name holds either.
    */
-  static async open(quotas: StorageQuotas, request: UploadQuotaRequest): Promise<UploadQuota | undefined> {
+  static async open(quotas: StorageQuotas, request: UploadQuotaRequest): Promise<UploadQuota> {
     const { repository, principalId, declaredBytes, declaredSha256 } = request;
     try {
       const reservation = await quotas.reserve({
@@ -70,13 +72,18 @@ export class UploadQuota {
         bytes: declaredBytes ?? 0,
         sha256: declaredSha256,
       });
-      return reservation && new UploadQuota(quotas, request, reservation, undefined);
+      return new UploadQuota(quotas, request, reservation, undefined);
     } catch (err) {
       if (!isQuotaExceeded(err)) throw err;
       const boundBytes = await sameNameBound(request, declaredBytes);
       if (boundBytes === undefined) throw err;
       return new UploadQuota(quotas, request, undefined, { refusal: err, boundBytes });
     }
+  }
+
+  /** Whether a chunked body must be counted as it arrives (`meter`): a quota applied when it began. */
+  get metering(): boolean {
+    return this.#reservation !== undefined || this.#probation !== undefined;
   }
 
   /**
@@ -105,11 +112,12 @@ export class UploadQuota {
 
   /**
    * Once the bytes are staged and known, before they are committed: the reservation the catalog
-   * insert settles. On probation (the name no longer holds them), a reservation pinned to their
+   * insert settles. On probation (the name no longer holds them), or holding nothing because no
+   * quota applied when the upload began (one may have been set since), a reservation pinned to their
    * digest is taken now, and rejects with `quota_exceeded` when they are not counted and do not fit.
    */
   async admit(staged: StagedBytes): Promise<string | undefined> {
-    if (this.#probation) {
+    if (this.#probation || !this.#reservation) {
       await this.#reservation?.release();
       this.#reservation = await this.#quotas.reserve({
         repository: this.#request.repository,

@@ -234,7 +234,7 @@ async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext
     // The body's failures are the client's, not the store's (client-body.ts).
     const body = new ClientBody(
       req,
-      held && length === undefined ? held.meter(req.iterator({ destroyOnReturn: false })) : undefined,
+      held?.metering && length === undefined ? held.meter(req.iterator({ destroyOnReturn: false })) : undefined,
     );
     const result = await publishArtifact(deps, {
       key,

@@ -659,6 +659,143 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
     expect(await gw.stop()).toBe(0);
   });
 
+  it('a quota set while uploads run that met none: their bytes are decided against it before they are published', async () => {
+    const repository = 'quota-set-midway';
+    await createRepository(db.pool, repository);
+    const writer = await createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_MAX_UPLOADS_PER_PRINCIPAL: '3' } });
+    const artifact = (name: string) => `${gw.url}/api/v1/repositories/${repository}/artifacts/${name}`;
+    /** A PUT whose body is sent in two halves, the second when the test says. */
+    const halves = (name: string, body: Buffer, chunked: boolean) => {
+      const req = http.request(artifact(name), {
+        method: 'PUT',
+        agent: false,
+        headers: {
+          ...bearer(writer.key),
+          'content-type': 'application/octet-stream',
+          ...(chunked ? { 'transfer-encoding': 'chunked' } : { 'content-length': String(body.length) }),
+        },
+      });
+      const answer = new Promise<Answer>((resolve, reject) => {
+        req.on('response', (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () =>
+            resolve({ status: res.statusCode!, body: JSON.parse(Buffer.concat(chunks).toString()), continued: false }),
+          );
+        });
+        req.on('error', reject);
+      });
+      req.write(body.subarray(0, body.length / 2));
+      return { answer, finish: () => req.end(body.subarray(body.length / 2)) };
+    };
+    // Both started with no quota in force: each reserved nothing and is staging its first half.
+    const sized = halves('sized', Buffer.alloc(600, 1), false);
+    const chunked = halves('chunked', Buffer.alloc(300, 2), true);
+    await waitUntil(async () => (await filesUnder(path.join(gw.dataDir, 'tmp'))).length === 2, {
+      what: 'both uploads staging',
+    });
+    await db.pool.query(
+      `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ('repository', $1, 1000)`,
+      [repository],
+    );
+    expect((await put(artifact('later'), writer.key, Buffer.alloc(600, 3))).status).toBe(201);
+    sized.finish();
+    expect(await sized.answer).toMatchObject({
+      status: 507,
+      body: { code: 'quota_exceeded', quotaBytes: 1000, usageBytes: 600, remainingBytes: 400, requestedBytes: 600 },
+    });
+    chunked.finish();
+    expect((await chunked.answer).status).toBe(201);
+    const stored = await db.pool.query<{ name: string; size_bytes: string }>(
+      'SELECT name, size_bytes::text FROM arkvory_artifacts WHERE repository = $1 ORDER BY name',
+      [repository],
+    );
+    expect(stored.rows).toEqual([
+      { name: 'chunked', size_bytes: '300' },
+      { name: 'later', size_bytes: '600' },
+    ]);
+    expect(await filesUnder(path.join(gw.dataDir, 'tmp'))).toEqual([]);
+    expect((await db.pool.query('SELECT id FROM arkvory_quota_reservations')).rows).toEqual([]);
+    expect(await gw.stop()).toBe(0);
+  });
+
+  it('a multipart completion whose session holds no reservation (its parts sent before the quota was set) is decided by its bytes before they are published', async () => {
+    const repository = 'quota-mp-unheld';
+    await createRepository(db.pool, repository);
+    const writer = await createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const base = `${gw.url}/api/v1/repositories/${repository}`;
+    const json = async (method: string, url: string, body?: unknown, raw?: Buffer) => {
+      const res = await fetch(url, {
+        method,
+        headers: { ...bearer(writer.key), 'content-type': raw ? 'application/octet-stream' : 'application/json' },
+        ...(raw ? { body: raw } : body ? { body: JSON.stringify(body) } : {}),
+      });
+      return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+    };
+    /** Completes a session of one part; its final state and error. */
+    const complete = async (upload: unknown, part: Buffer) => {
+      const sha256 = createHash('sha256').update(part).digest('hex');
+      const asked = await json('POST', `${base}/uploads/${String(upload)}/complete`, {
+        parts: [{ partNumber: 1, sha256 }],
+      });
+      expect(asked.status).toBe(202);
+      let session: Record<string, unknown> = {};
+      await waitUntil(
+        async () =>
+          ['done', 'failed'].includes(
+            String((session = (await json('GET', `${base}/uploads/${String(upload)}`)).body).state),
+          ),
+        { what: 'the multipart upload to end', timeoutMs: 60_000 },
+      );
+      return { state: session.state, error: session.error };
+    };
+    const first = await json('POST', `${base}/artifacts/first/uploads`, {});
+    const second = await json('POST', `${base}/artifacts/second/uploads`, {});
+    const held = await json('POST', `${base}/artifacts/held/uploads`, {});
+    const part = (fill: number) => Buffer.alloc(600, fill);
+    expect((await json('PUT', `${base}/uploads/${String(first.body.upload)}/parts/1`, undefined, part(1))).status).toBe(
+      200,
+    );
+    expect(
+      (await json('PUT', `${base}/uploads/${String(second.body.upload)}/parts/1`, undefined, part(2))).status,
+    ).toBe(200);
+    // Sent with no quota in force: no session holds anything.
+    expect((await db.pool.query('SELECT id FROM arkvory_quota_reservations')).rows).toEqual([]);
+    await db.pool.query(
+      `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ('repository', $1, 1000)`,
+      [repository],
+    );
+    expect(await complete(first.body.upload, part(1))).toEqual({ state: 'done', error: null });
+    expect(await complete(second.body.upload, part(2))).toEqual({
+      state: 'failed',
+      error: expect.stringMatching(
+        /^quota_exceeded: The repository quota of 1000 bytes has 400 bytes left; this upload needs 600\.$/,
+      ),
+    });
+    // Bytes the repository already holds cost nothing more.
+    expect((await json('PUT', `${base}/uploads/${String(held.body.upload)}/parts/1`, undefined, part(1))).status).toBe(
+      507,
+    );
+    await db.pool.query('DELETE FROM arkvory_storage_quotas WHERE subject = $1', [repository]);
+    expect((await json('PUT', `${base}/uploads/${String(held.body.upload)}/parts/1`, undefined, part(1))).status).toBe(
+      200,
+    );
+    await db.pool.query(
+      `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ('repository', $1, 600)`,
+      [repository],
+    );
+    expect(await complete(held.body.upload, part(1))).toEqual({ state: 'done', error: null });
+    const stored = await db.pool.query<{ name: string }>(
+      'SELECT name FROM arkvory_artifacts WHERE repository = $1 ORDER BY name',
+      [repository],
+    );
+    expect(stored.rows).toEqual([{ name: 'first' }, { name: 'held' }]);
+    expect((await db.pool.query('SELECT id FROM arkvory_quota_reservations')).rows).toEqual([]);
+    expect(await gw.stop()).toBe(0);
+  });
+
   it('on a real S3 server (SeaweedFS): the refused uploads put nothing in the bucket, a cut one leaves nothing staged', async () => {
     // A database of its own: one is bound to one storage root, and the others here use a directory.
     const s3db = await createTestDatabase();

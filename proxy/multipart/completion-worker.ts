@@ -26,6 +26,7 @@ import { withTransaction } from '../../lib/transaction.ts';
 import { currentUrl, type ConnectionUrl } from '../../lib/connection-url.ts';
 import { CodedError } from '../../lib/coded-error.ts';
 import { FairTurns, type QueueHead } from './fair-turns.ts';
+import type { QuotaReservation, StorageQuotas } from '../../policy/quota/storage-quotas.ts';
 
 /** Class id of the per-job claim locks (two-int4 form, a lock space of its own: 'ARKJ'). */
 const JOB_LOCK_CLASS = 0x41524b4a;
@@ -53,6 +54,12 @@ export interface CompletionWorkerOptions {
   store: ArtifactStore;
   catalog: Catalog;
   sessions: UploadSessions;
+  /**
+   * Storage quotas: a completion whose session holds no live reservation (no quota applied to its
+   * parts, or the session expired while it was queued) is decided by its assembled bytes before they
+   * are published. Absent: none checked.
+   */
+  quotas?: StorageQuotas | undefined;
   log: Logger;
   /** Also take the shared maintenance barrier (a separate worker process does; the writer already holds it). */
   holdMaintenanceBarrier: boolean;
@@ -372,12 +379,27 @@ export class CompletionWorker {
       return;
     }
     let published: Awaited<ReturnType<typeof assembleJob>>;
+    let taken: QuotaReservation | undefined;
+    const quotas = this.#o.quotas;
     try {
       published = await assembleJob(
-        { pool: this.#o.pool, store: this.#o.store, catalog: this.#o.catalog },
+        {
+          pool: this.#o.pool,
+          store: this.#o.store,
+          catalog: this.#o.catalog,
+          admit:
+            quotas &&
+            (async (session, staged) => {
+              if (await quotas.holds(job.sessionId)) return job.sessionId;
+              // Pinned to the assembled blob: bytes the quota already counts cost nothing more.
+              taken = await quotas.reserve({ ...session, bytes: staged.sizeBytes, sha256: staged.sha256 });
+              return taken?.id;
+            }),
+        },
         job,
         signal,
-      );
+        // Settled by the catalog insert, or given back: it outlives no outcome (else it expires by itself).
+      ).finally(() => taken?.release().catch(() => {}));
     } catch (err) {
       if (this.#stopped) return; // left `running`; the next active worker queues it again
       if (signal.aborted) {

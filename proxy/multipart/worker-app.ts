@@ -23,6 +23,7 @@ function startWorker(services: Services, store: ArtifactStore, sessions: UploadS
     store,
     catalog: createCatalog(services.pool, { sliceBytes: services.config.sliceCache.sliceBytes }),
     sessions,
+    quotas: store.writable ? createStorageQuotas(services.pool) : undefined,
     log: services.log.child({ component: 'worker' }),
     // The coordinator of this process already holds the shared maintenance barrier.
     holdMaintenanceBarrier: false,

@@ -49,7 +49,20 @@ async function* readParts(
  * (`server-copy`: by the store, `streamed`: through the worker), throws a StorageError to fail the job.
  */
 export async function assembleJob(
-  deps: { pool: pg.Pool; store: ArtifactStore; catalog: Catalog },
+  deps: {
+    pool: pg.Pool;
+    store: ArtifactStore;
+    catalog: Catalog;
+    /**
+     * Decides the assembled bytes, once known and before they are committed, for the session's
+     * repository and principal: returns the storage-quota reservation the catalog insert settles, or
+     * rejects to publish nothing. Undefined: the session's own reservation (its id) is settled.
+     */
+    admit?: (
+      session: { readonly repository: string; readonly principalId: string | null },
+      staged: { readonly sha256: string; readonly sizeBytes: number },
+    ) => Promise<string | undefined>;
+  },
   job: Job,
   signal?: AbortSignal,
 ): Promise<{ entry: CatalogEntry; assembly: 'server-copy' | 'streamed' }> {
@@ -85,6 +98,8 @@ export async function assembleJob(
       publishedBy: row.principal_id,
       // A session's parts are reserved against the storage quotas under the session's id.
       settleReservation: job.sessionId,
+      admit:
+        deps.admit && ((staged) => deps.admit!({ repository: row.repository, principalId: row.principal_id }, staged)),
       stage: {
         maxBytes: Number.MAX_SAFE_INTEGER,
         expectedLength: total,
