@@ -231,6 +231,29 @@ describe('storage quotas (real PostgreSQL)', () => {
     expect(await reservationRows(repository)).toBe('0');
   });
 
+  it("a pinned reservation larger than the held blob it names counts its bytes; a chunked one grows to the blob's size at no cost and is refused past it", async () => {
+    const repository = await freshRepository();
+    const catalog = createCatalog(db.pool);
+    const quotas = createStorageQuotas(db.pool, { stepBytes: 4096 });
+    await catalog.insertOrGet(entry(repository, 'held', sha(51), 1000));
+    await quotas.set('repository', repository, 1000); // full
+    // More bytes than the blob cannot be it, whatever they declare.
+    await expect(quotas.reserve({ repository, principalId: null, bytes: 1001, sha256: sha(51) })).rejects.toMatchObject(
+      { code: 'quota_exceeded', details: { requestedBytes: 1001, remainingBytes: 0 } },
+    );
+    const chunked = (await quotas.reserve({ repository, principalId: null, bytes: 0, sha256: sha(51) }))!;
+    await chunked.ensure(10); // the step (4096) passes the blob: its size instead, free
+    expect(chunked.bytes).toBe(1000);
+    expect(await quotas.show('repository', repository)).toMatchObject({ reservedBytes: 0, remainingBytes: 0 });
+    await expect(chunked.ensure(1001)).rejects.toMatchObject({
+      code: 'quota_exceeded',
+      details: { requestedBytes: 1001 },
+    });
+    expect(chunked.bytes).toBe(1000);
+    await chunked.release();
+    expect(await reservationRows(repository)).toBe('0');
+  });
+
   it('a pinned reservation costs a principal the blob unless it published it in that repository', async () => {
     const repository = await freshRepository();
     const other = await freshRepository();

@@ -33,8 +33,9 @@ const FILTERS: Record<QuotaScope, { readonly artifacts: string; readonly reserva
  *
  * Stored: each blob once per repository (`sha256` is the blob). Reserved: an ordinary reservation
  * counts its bytes; one pinned to a blob (`sha256`) counts nothing while the subject's catalog rows
- * in its repository hold that blob, and those pinned to the same blob count once, the largest (they
- * publish one blob). Reservation `$2` is left out; `$3, $4, $5` (repository, sha256, bytes; bytes
+ * in its repository hold that blob and it is no larger (more bytes cannot be that blob, whatever
+ * digest they declare), and those pinned to the same blob count once, the largest (they publish
+ * one blob). Reservation `$2` is left out; `$3, $4, $5` (repository, sha256, bytes; bytes
  * null for none) is the one being decided, and `with_candidate` is the reserved bytes with it.
  */
 const USAGE_SQL: Record<QuotaScope, string> = {
@@ -50,7 +51,8 @@ function usageSql(filter: (typeof FILTERS)[QuotaScope]): string {
               SELECT $3::text, $4::text, $5::bigint, true WHERE $5::bigint IS NOT NULL),
      counted AS (SELECT * FROM held h
                   WHERE h.sha256 IS NULL
-                     OR NOT EXISTS (SELECT 1 FROM stored s WHERE s.repository = h.repository AND s.sha256 = h.sha256)),
+                     OR NOT EXISTS (SELECT 1 FROM stored s
+                                     WHERE s.repository = h.repository AND s.sha256 = h.sha256 AND h.bytes <= s.size_bytes)),
      pinned AS (SELECT max(bytes) FILTER (WHERE NOT candidate) AS without_candidate, max(bytes) AS with_candidate
                   FROM counted WHERE sha256 IS NOT NULL GROUP BY repository, sha256)
 SELECT (SELECT coalesce(sum(size_bytes), 0) FROM stored)::text AS stored,
@@ -229,6 +231,15 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
       return true;
     });
 
+  /** The size of the blob `request` is pinned to, when its repository holds it. */
+  const heldBlobBytes = async (request: ReservationRequest): Promise<number | undefined> => {
+    const { rows } = await pool.query<{ size_bytes: string }>(
+      'SELECT size_bytes::text FROM arkvory_artifacts WHERE sha256 = $1 AND repository = $2 LIMIT 1',
+      [request.sha256, request.repository],
+    );
+    return rows[0] ? Number(rows[0].size_bytes) : undefined;
+  };
+
   const release = async (id: string): Promise<void> => {
     await pool.query('DELETE FROM arkvory_quota_reservations WHERE id = $1', [id]);
   };
@@ -294,6 +305,17 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
           .catch(() => {});
       }, ttlMs / 3);
       renewal.unref?.();
+      /** Sets the reservation to `to` if that fits; false when refused, unless `last` (then it rejects). */
+      const grow = async (to: number, last: boolean): Promise<boolean> => {
+        try {
+          await claim(id, { ...request, bytes: to }, false);
+          bytes = to;
+          return true;
+        } catch (err) {
+          if (last || (err as { code?: unknown }).code !== 'quota_exceeded') throw err;
+          return false;
+        }
+      };
       return {
         id,
         get bytes() {
@@ -302,14 +324,14 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
         async ensure(totalBytes) {
           if (totalBytes <= bytes) return;
           const step = nextReservationBytes(totalBytes, stepBytes);
-          try {
-            await claim(id, { ...request, bytes: step }, false);
-            bytes = step;
-          } catch (err) {
-            if (step === totalBytes || (err as { code?: unknown }).code !== 'quota_exceeded') throw err;
-            await claim(id, { ...request, bytes: totalBytes }, false);
-            bytes = totalBytes;
-          }
+          if (await grow(step, step === totalBytes)) return;
+          // The step does not fit. A pinned reservation grows to its blob's size when the repository
+          // holds it (free to a quota that counts it: one round trip for the rest of the blob), any
+          // other exactly to the bytes received.
+          const blobBytes = request.sha256 === undefined ? undefined : await heldBlobBytes(request);
+          if (blobBytes !== undefined && blobBytes > totalBytes && blobBytes < step && (await grow(blobBytes, false)))
+            return;
+          await grow(totalBytes, true);
         },
         async release() {
           if (released) return;

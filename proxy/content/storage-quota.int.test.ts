@@ -291,6 +291,19 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
       Array.from({ length: 5 }, () => [507, 'quota_exceeded', 'repository']),
     );
     expect(refusals.slice(0, 2).map((r) => r.continued)).toEqual([false, false]);
+    // More bytes than the held blob cannot be it, whatever digest they declare: refused before their
+    // body (chunked, where they pass its size), not read whole on the strength of the digest.
+    const posing = payload(503, 2 * MiB);
+    const posed = [
+      await put(artifact('posing-1'), writer.key, posing, false, undefined, digest),
+      await put(artifact('posing-2'), writer.key, posing, true, undefined, digest),
+    ];
+    expect(posed.map((r) => [r.status, r.continued, r.body.code, r.body.requestedBytes])).toEqual([
+      [507, false, 'quota_exceeded', 2 * MiB],
+      [507, false, 'quota_exceeded', expect.any(Number)],
+    ]);
+    expect(posed[1]!.body.requestedBytes).toBeGreaterThan(MiB);
+    expect(posed[1]!.body.requestedBytes).toBeLessThanOrEqual(MiB + 256 * 1024);
     // Under the name of held bytes, other bytes of its size: read (they might have been the same),
     // then the conflict any other bytes under a published name get.
     expect((await put(artifact('a'), writer.key, fresh)).body.code).toBe('conflict');
