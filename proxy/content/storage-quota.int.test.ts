@@ -194,6 +194,9 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
     expect((await quota()).body).toMatchObject({ storedBytes: limit, remainingBytes: 0 });
 
     expect((await quota('DELETE')).status).toBe(204);
+    // A refusal is the client's state of its quota, not a fault of ours: no line at the error level.
+    expect(gw.logs()).toMatch(/"code":"quota_exceeded"/);
+    expect(gw.logs()).not.toMatch(/"level":"error"/);
     expect(await gw.stop()).toBe(0);
   });
 

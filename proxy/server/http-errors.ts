@@ -95,9 +95,15 @@ function errorBody(mapped: HttpError): Record<string, unknown> {
   return { code: mapped.code, message: mapped.message, ...mapped.details };
 }
 
+/**
+ * 5xx answers that are states, not faults, so never at the error level (which is for ours): the
+ * gateway's `unavailable` (draining, a queue closed at shutdown), and `quota_exceeded`, the client's
+ * use of its storage quota (507 as RFC 4331 has it, but a client sending past it is no fault of ours).
+ */
+const NOT_FAULTS: ReadonlySet<string> = new Set(['unavailable', 'quota_exceeded']);
+
 function logError(log: Logger, err: unknown, mapped: HttpError): void {
-  // `unavailable` is a state (draining, a queue closed at shutdown), not a fault: the error level is for faults.
-  if (mapped.status >= 500 && mapped.code !== 'unavailable') log.error({ err, code: mapped.code }, 'request failed');
+  if (mapped.status >= 500 && !NOT_FAULTS.has(mapped.code)) log.error({ err, code: mapped.code }, 'request failed');
   else log.info({ code: mapped.code }, mapped.message);
 }
 
