@@ -104,17 +104,29 @@ export interface StorageQuotas {
   reserve(request: ReservationRequest): Promise<QuotaReservation | undefined>;
   /** Gives back reservation `id` if it exists (an aborted multipart session's). */
   release(id: string): Promise<void>;
-  /** Whether reservation `id` exists and counts (not past its expiry). */
-  holds(id: string): Promise<boolean>;
+  /** Whether reservation `id` exists, counts (not past its expiry) and holds at least `bytes`. */
+  holds(id: string, bytes: number): Promise<boolean>;
+  /**
+   * Sets reservation `id` to `request` if that fits every quota that applies, its own bytes left out
+   * (a multipart completion's decision on its assembled bytes, under its session's id); not renewed:
+   * it is settled or given back within its time to live. Rejects with `quota_exceeded`.
+   */
+  reserveAs(id: string, request: ReservationRequest): Promise<void>;
   /** Rejects with `quota_exceeded` when `bytes` would not fit now; reserves nothing (a multipart session's declared size). */
   check(request: ReservationRequest): Promise<void>;
   /**
-   * Sets multipart session `sessionId`'s reservation to the bytes of the parts it holds, until its
-   * expiry, while it is open. Its parts' own reservations decided the room; this only carries bytes
-   * already granted (a replaced part may lower it). `on`: the transaction recording a part, so the
-   * part is held from the instant it is recorded (default: the pool).
+   * Adds a part of `partBytes` just recorded to multipart session `sessionId`'s reservation, until
+   * the session's expiry, while it is open: at most the bytes of the parts it holds (a replaced part
+   * may lower it). The part's own reservation decided the room; this carries only bytes granted,
+   * never those of parts stored while no quota applied (its completion decides those). `on`: the
+   * transaction recording the part, so the part is held from the instant it is recorded.
    */
-  holdSessionParts(sessionId: string, request: Omit<ReservationRequest, 'bytes'>, on?: Queryable): Promise<void>;
+  holdSessionParts(
+    sessionId: string,
+    request: Omit<ReservationRequest, 'bytes'>,
+    partBytes: number,
+    on?: Queryable,
+  ): Promise<void>;
   /** Every quota set, with its usage. */
   list(): Promise<QuotaUsage[]>;
   /** One subject's usage, and its limit if one is set. */
@@ -225,7 +237,7 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
       await client.query(
         `INSERT INTO arkvory_quota_reservations (id, repository, principal_id, bytes, expires_at, sha256)
          VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5::double precision / 1000), $6)
-         ON CONFLICT (id) DO UPDATE SET bytes = EXCLUDED.bytes, expires_at = EXCLUDED.expires_at`,
+         ON CONFLICT (id) DO UPDATE SET bytes = EXCLUDED.bytes, expires_at = EXCLUDED.expires_at, sha256 = EXCLUDED.sha256`,
         [id, request.repository, request.principalId, request.bytes, ttlMs, request.sha256 ?? null],
       );
       return true;
@@ -258,12 +270,15 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
 
   return {
     release,
-    async holds(id) {
+    async holds(id, bytes) {
       const { rowCount } = await pool.query(
-        'SELECT 1 FROM arkvory_quota_reservations WHERE id = $1 AND expires_at > now()',
-        [id],
+        'SELECT 1 FROM arkvory_quota_reservations WHERE id = $1 AND expires_at > now() AND bytes >= $2',
+        [id, bytes],
       );
       return (rowCount ?? 0) > 0;
+    },
+    async reserveAs(id, request) {
+      await claim(id, request, true);
     },
     async check(request) {
       await withTransaction(pool, async (client) => {
@@ -271,15 +286,17 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
         if (refusal) throw quotaExceeded(refusal);
       });
     },
-    async holdSessionParts(sessionId, request, on = pool) {
+    async holdSessionParts(sessionId, request, partBytes, on = pool) {
       await on.query(
         `INSERT INTO arkvory_quota_reservations (id, repository, principal_id, bytes, expires_at)
          SELECT $1, $2, $3,
-                (SELECT coalesce(sum(size_bytes), 0) FROM arkvory_upload_parts WHERE session_id = $1),
+                least((SELECT coalesce(sum(size_bytes), 0) FROM arkvory_upload_parts WHERE session_id = $1),
+                      coalesce((SELECT bytes FROM arkvory_quota_reservations WHERE id = $1 AND expires_at > now()), 0)
+                        + $4::bigint),
                 s.expires_at
            FROM arkvory_upload_sessions s WHERE s.id = $1 AND s.state = 'open'
          ON CONFLICT (id) DO UPDATE SET bytes = EXCLUDED.bytes, expires_at = EXCLUDED.expires_at`,
-        [sessionId, request.repository, request.principalId],
+        [sessionId, request.repository, request.principalId, partBytes],
       );
     },
     async reserve(request) {

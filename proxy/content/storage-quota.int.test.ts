@@ -736,7 +736,7 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
     expect(await gw.stop()).toBe(0);
   });
 
-  it('a multipart completion whose session holds no reservation (its parts sent before the quota was set) is decided by its bytes before they are published', async () => {
+  it('a multipart completion whose session holds less than its whole (parts sent before the quota was set) is decided by its bytes before they are published', async () => {
     const repository = 'quota-mp-unheld';
     await createRepository(db.pool, repository);
     const writer = await createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
@@ -770,6 +770,7 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
     const first = await json('POST', `${base}/artifacts/first/uploads`, {});
     const second = await json('POST', `${base}/artifacts/second/uploads`, {});
     const held = await json('POST', `${base}/artifacts/held/uploads`, {});
+    const mixed = await json('POST', `${base}/artifacts/mixed/uploads`, {});
     const part = (fill: number) => Buffer.alloc(600, fill);
     expect((await json('PUT', `${base}/uploads/${String(first.body.upload)}/parts/1`, undefined, part(1))).status).toBe(
       200,
@@ -777,6 +778,9 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
     expect(
       (await json('PUT', `${base}/uploads/${String(second.body.upload)}/parts/1`, undefined, part(2))).status,
     ).toBe(200);
+    expect((await json('PUT', `${base}/uploads/${String(mixed.body.upload)}/parts/1`, undefined, part(3))).status).toBe(
+      200,
+    );
     // Sent with no quota in force: no session holds anything.
     expect((await db.pool.query('SELECT id FROM arkvory_quota_reservations')).rows).toEqual([]);
     await db.pool.query(
@@ -789,6 +793,39 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
       error: expect.stringMatching(
         /^quota_exceeded: The repository quota of 1000 bytes has 400 bytes left; this upload needs 600\.$/,
       ),
+    });
+    // A part sent under the quota holds its own bytes, not those of the parts sent before it; the
+    // completion is decided on the rest.
+    const last = Buffer.alloc(100, 4);
+    expect((await json('PUT', `${base}/uploads/${String(mixed.body.upload)}/parts/2`, undefined, last)).status).toBe(
+      200,
+    );
+    expect(
+      (await db.pool.query('SELECT bytes::text FROM arkvory_quota_reservations WHERE id = $1', [mixed.body.upload]))
+        .rows,
+    ).toEqual([{ bytes: '100' }]);
+    const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+    expect(
+      (
+        await json('POST', `${base}/uploads/${String(mixed.body.upload)}/complete`, {
+          parts: [
+            { partNumber: 1, sha256: sha(part(3)) },
+            { partNumber: 2, sha256: sha(last) },
+          ],
+        })
+      ).status,
+    ).toBe(202);
+    let mixedEnd: Record<string, unknown> = {};
+    await waitUntil(
+      async () =>
+        ['done', 'failed'].includes(
+          String((mixedEnd = (await json('GET', `${base}/uploads/${String(mixed.body.upload)}`)).body).state),
+        ),
+      { what: 'the mixed upload to end', timeoutMs: 60_000 },
+    );
+    expect({ state: mixedEnd.state, error: mixedEnd.error }).toEqual({
+      state: 'failed',
+      error: expect.stringMatching(/^quota_exceeded: .* this upload needs 700\.$/),
     });
     // Bytes the repository already holds cost nothing more.
     expect((await json('PUT', `${base}/uploads/${String(held.body.upload)}/parts/1`, undefined, part(1))).status).toBe(

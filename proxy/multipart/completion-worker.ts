@@ -26,7 +26,7 @@ import { withTransaction } from '../../lib/transaction.ts';
 import { currentUrl, type ConnectionUrl } from '../../lib/connection-url.ts';
 import { CodedError } from '../../lib/coded-error.ts';
 import { FairTurns, type QueueHead } from './fair-turns.ts';
-import type { QuotaReservation, StorageQuotas } from '../../policy/quota/storage-quotas.ts';
+import type { StorageQuotas } from '../../policy/quota/storage-quotas.ts';
 
 /** Class id of the per-job claim locks (two-int4 form, a lock space of its own: 'ARKJ'). */
 const JOB_LOCK_CLASS = 0x41524b4a;
@@ -379,7 +379,6 @@ export class CompletionWorker {
       return;
     }
     let published: Awaited<ReturnType<typeof assembleJob>>;
-    let taken: QuotaReservation | undefined;
     const quotas = this.#o.quotas;
     try {
       published = await assembleJob(
@@ -390,16 +389,17 @@ export class CompletionWorker {
           admit:
             quotas &&
             (async (session, staged) => {
-              if (await quotas.holds(job.sessionId)) return job.sessionId;
-              // Pinned to the assembled blob: bytes the quota already counts cost nothing more.
-              taken = await quotas.reserve({ ...session, bytes: staged.sizeBytes, sha256: staged.sha256 });
-              return taken?.id;
+              // The session holds the whole (its parts were all granted room): published as is.
+              // Otherwise (parts stored while no quota applied, or held past the session's expiry)
+              // the whole is decided now, pinned to its blob so bytes already counted cost nothing.
+              if (!(await quotas.holds(job.sessionId, staged.sizeBytes)))
+                await quotas.reserveAs(job.sessionId, { ...session, bytes: staged.sizeBytes, sha256: staged.sha256 });
+              return job.sessionId;
             }),
         },
         job,
         signal,
-        // Settled by the catalog insert, or given back: it outlives no outcome (else it expires by itself).
-      ).finally(() => taken?.release().catch(() => {}));
+      );
     } catch (err) {
       if (this.#stopped) return; // left `running`; the next active worker queues it again
       if (signal.aborted) {

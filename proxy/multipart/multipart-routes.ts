@@ -153,7 +153,7 @@ export function multipartRoutes(deps: {
             ...(reservation && quotas
               ? {
                   reserve: reservation.ensure,
-                  recorded: (client) => quotas.holdSessionParts(upload, scope, client),
+                  recorded: (client, sizeBytes) => quotas.holdSessionParts(upload, scope, sizeBytes, client),
                 }
               : {}),
             signal: ctx.signal,

@@ -213,7 +213,7 @@ export class UploadSessions {
        * open: what must count the part from the instant it is recorded (its session's storage-quota
        * hold), since a completion listing it may be queued the moment this commits.
        */
-      recorded?: (client: pg.PoolClient) => Promise<void>;
+      recorded?: (client: pg.PoolClient, sizeBytes: number) => Promise<void>;
       signal?: AbortSignal;
     },
   ): Promise<ReceivedPart> {
@@ -290,7 +290,7 @@ export class UploadSessions {
        RETURNING (SELECT file_name FROM old) AS file_name`,
           [id, partNumber, size, sha256, fileName],
         );
-        await options.recorded?.(client);
+        await options.recorded?.(client, size);
         return recorded;
       });
     let previous: Awaited<ReturnType<typeof record>>;
