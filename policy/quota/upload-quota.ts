@@ -112,20 +112,26 @@ export class UploadQuota {
 
   /**
    * Once the bytes are staged and known, before they are committed: the reservation the catalog
-   * insert settles. On probation (the name no longer holds them), or holding nothing because no
-   * quota applied when the upload began (one may have been set since), a reservation pinned to their
-   * digest is taken now, and rejects with `quota_exceeded` when they are not counted and do not fit.
+   * insert settles. On probation (the name no longer holds them), holding nothing because no quota
+   * applied when the upload began (one may have been set since), or holding a reservation that was
+   * lost, a reservation pinned to their digest is taken now, and rejects with `quota_exceeded` when
+   * they are not counted and do not fit.
    */
   async admit(staged: StagedBytes): Promise<string | undefined> {
+    const pinned = {
+      repository: this.#request.repository,
+      principalId: this.#request.principalId,
+      bytes: staged.sizeBytes,
+      sha256: staged.sha256,
+    };
     if (this.#probation || !this.#reservation) {
       await this.#reservation?.release();
-      this.#reservation = await this.#quotas.reserve({
-        repository: this.#request.repository,
-        principalId: this.#request.principalId,
-        bytes: staged.sizeBytes,
-        sha256: staged.sha256,
-      });
+      this.#reservation = await this.#quotas.reserve(pinned);
       this.#probation = undefined;
+    } else if (!(await this.#quotas.holds(this.#reservation.id, staged.sizeBytes))) {
+      // Lost while the body ran (renewals failing past its time to live, then deleted by another
+      // reservation): its room may be taken, so the bytes are decided again.
+      await this.#quotas.reserveAs(this.#reservation.id, pinned);
     }
     return this.#reservation?.id;
   }

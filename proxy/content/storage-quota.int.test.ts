@@ -675,7 +675,7 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
     expect(await gw.stop()).toBe(0);
   });
 
-  it('a quota set while uploads run that met none: their bytes are decided against it before they are published', async () => {
+  it('a quota set while uploads run that met none, or a reservation lost while its upload runs: the bytes are decided before they are published', async () => {
     const repository = 'quota-set-midway';
     await createRepository(db.pool, repository);
     const writer = await createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
@@ -723,6 +723,20 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
     });
     chunked.finish();
     expect((await chunked.answer).status).toBe(201);
+    // A reservation lost while its upload ran (its renewals failed past its time to live, and another
+    // reservation deleted it) is decided again before the bytes are published.
+    const lapsed = halves('lapsed', Buffer.alloc(100, 4), false);
+    await waitUntil(
+      async () => ((await db.pool.query('SELECT 1 FROM arkvory_quota_reservations')).rowCount ?? 0) === 1,
+      { what: "the upload's reservation" },
+    );
+    await db.pool.query('DELETE FROM arkvory_quota_reservations');
+    expect((await put(artifact('took-its-room'), writer.key, Buffer.alloc(100, 5))).status).toBe(201);
+    lapsed.finish();
+    expect(await lapsed.answer).toMatchObject({
+      status: 507,
+      body: { code: 'quota_exceeded', usageBytes: 1000, remainingBytes: 0, requestedBytes: 100 },
+    });
     const stored = await db.pool.query<{ name: string; size_bytes: string }>(
       'SELECT name, size_bytes::text FROM arkvory_artifacts WHERE repository = $1 ORDER BY name',
       [repository],
@@ -730,6 +744,7 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
     expect(stored.rows).toEqual([
       { name: 'chunked', size_bytes: '300' },
       { name: 'later', size_bytes: '600' },
+      { name: 'took-its-room', size_bytes: '100' },
     ]);
     expect(await filesUnder(path.join(gw.dataDir, 'tmp'))).toEqual([]);
     expect((await db.pool.query('SELECT id FROM arkvory_quota_reservations')).rows).toEqual([]);
