@@ -126,6 +126,28 @@ describe.each(FILE_STORE_KINDS)('backup and restore (%s store)', (kind) => {
       u.publishedAt = Date.now();
       uploads.push(u);
     }
+    // A session left open across the backup, its part held against the repository's storage quota
+    // until the session's expiry.
+    await db.pool.query(
+      `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ('repository', 'bk', 1099511627776)`,
+    );
+    const jsonHeaders = { ...bearer(writer.key), 'content-type': 'application/json' };
+    const open = json(
+      await request(`${gw.url}/api/v1/repositories/bk/artifacts/left-open.bin/uploads`, {
+        method: 'POST',
+        headers: jsonHeaders,
+        body: Buffer.from('{}'),
+      }),
+    ).upload as string;
+    const openPart = await request(`${gw.url}/api/v1/repositories/bk/uploads/${open}/parts/1`, {
+      method: 'PUT',
+      headers: { ...bearer(writer.key), 'content-type': 'application/octet-stream' },
+      body: randomContent(10 * KiB),
+    });
+    expect(openPart.status).toBe(200);
+    expect(
+      (await db.pool.query('SELECT bytes::int AS bytes FROM arkvory_quota_reservations WHERE id = $1', [open])).rows,
+    ).toEqual([{ bytes: 10 * KiB }]);
     const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: gw.dataDir, ARKVORY_STORAGE_URL: sourceStore?.url };
     const destination = await makeTempDir('arkvory-backups-');
     // Coordination state a shared-profile installation would have (read only at start, so the running standalone writer is unaffected).
@@ -203,6 +225,12 @@ describe.each(FILE_STORE_KINDS)('backup and restore (%s store)', (kind) => {
     expect(restored.scrub).toMatchObject({ checked: summary.blobs.count, corrupt: [] });
     const sourceId = (await db.pool.query<{ id: string }>('SELECT id::text AS id FROM arkvory_storage')).rows[0]!.id;
     expect(restored.storageId).toBe(sourceId);
+    // No upload runs across a restore: the open session comes back aborted, and nothing of it (nor
+    // of any upload in progress at the snapshot) holds the quota.
+    expect((await target.pool.query('SELECT state FROM arkvory_upload_sessions WHERE id = $1', [open])).rows).toEqual([
+      { state: 'aborted' },
+    ]);
+    expect((await target.pool.query('SELECT id FROM arkvory_quota_reservations')).rows).toEqual([]);
 
     const names = new Set(
       (

@@ -201,6 +201,9 @@ async function loadDatabase(client: pg.ClientBase, file: string, manifest: Seale
         `UPDATE arkvory_upload_jobs SET state = 'failed', error = 'interrupted by a restore from backup' WHERE state IN ('queued', 'running')`,
       );
   }
+  // The storage-quota reservations are those of uploads in progress at the snapshot, none of which
+  // goes on here (an open session's would hold its repository's quota until the session's expiry).
+  if (restorable.has('arkvory_quota_reservations')) await client.query('DELETE FROM arkvory_quota_reservations');
   return aborted;
 }
 
