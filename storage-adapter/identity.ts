@@ -16,6 +16,15 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 export type StorageRole = 'writer' | 'reader';
 
+/**
+ * What a restore puts in `storage-id` before its first blob and replaces with the backup's id just
+ * before its commit: a root a restore stopped part-way (SIGKILL, power cut) is never opened as an
+ * installation, and the next restore into it knows everything there is the stopped one's.
+ */
+const RESTORING = 'restoring ';
+export const restoreMarker = (id: string): string => `${RESTORING}${id}`;
+export const isRestoreMarker = (text: string | undefined): boolean => text?.trim().startsWith(RESTORING) === true;
+
 /** Where a store keeps its `storage-id`: a file in the root, or an object on the static-HTTP store. */
 export interface IdentityObject {
   /** The store root (a directory or a base URL), for messages. */
@@ -34,6 +43,11 @@ async function readStorageId(object: IdentityObject): Promise<string | undefined
   const text = await object.read();
   if (text === undefined) return undefined;
   const id = text.trim();
+  if (isRestoreMarker(id))
+    throw new StorageError(
+      'storage_mismatch',
+      `${object.name} marks a restore that did not finish (stopped before its commit): ${object.root} holds part of a backup and no installation; run the same \`arkvory restore\` again (it removes what the stopped one wrote first) or empty the root`,
+    );
   if (!UUID.test(id))
     throw new StorageError(
       'storage_mismatch',

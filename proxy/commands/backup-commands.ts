@@ -275,8 +275,9 @@ writes every blob through the store (each verified by hash), then in one transac
 backed-up Redis rule documents (into the target's Redis, ARKVORY_REDIS_URL, or else its database), writes
 the backup's storage-id last and commits; then scrubs what it restored. All or nothing: a restore that
 fails or is stopped (SIGINT/SIGTERM) before the commit rolls back and removes every blob and the storage-id
-it wrote, so the target is empty again and can be retried. Refused while a gateway or worker of the
-database runs.
+it wrote, so the target is empty again and can be retried. A restore killed outright leaves the root's
+storage-id marked as an unfinished restore: no gateway opens it, and the same restore run again empties
+it first. Refused while a gateway or worker of the database runs.
 Progress on stderr (a bar on a terminal, JSON lines otherwise); a JSON summary on stdout.
 Exit codes: 0 restored and clean, 1 refused, failed or the scrub found damage, 2 usage.`,
   forms: [

@@ -7,17 +7,20 @@
  * digests of every blob it writes (two were "published before digests were recorded": the backup
  * lacks theirs), so on a remote store the slice cache serves them at once, without a scrub.
  */
-import { cp, readdir, rm, writeFile } from 'node:fs/promises';
+import { execFile, spawn } from 'node:child_process';
+import { constants } from 'node:fs';
+import { cp, open, readdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { createTestDatabase, useTestDatabase, type TestDatabase } from '../../test/support/database.ts';
-import { makeTempDir, runCli, startGateway } from '../../test/support/gateway.ts';
+import { CLI, makeTempDir, ROOT, runCli, startGateway } from '../../test/support/gateway.ts';
 import { useTestRedis } from '../../test/support/redis.ts';
 import { listKeys } from '../../test/support/s3-server.ts';
 import { ALL_STORE_KINDS, startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
-import { waitForSliceFills } from '../../test/harness/index.ts';
+import { processEnv, waitForSliceFills } from '../../test/harness/index.ts';
 
 const KiB = 1024;
 const source = useTestDatabase();
@@ -142,6 +145,71 @@ describe.each(ALL_STORE_KINDS)('restore into the %s store', (kind) => {
     expect(await target.objects()).toEqual(['storage-id']);
     expect((await tableRows(target.db)).arkvory_storage).toBe(0);
   }, 90_000);
+
+  it('a restore killed partway leaves a root no gateway starts on; the same restore run again completes', async () => {
+    const target = await freshTarget();
+    // The backup's last blob as a named pipe: opening it for writing returns once the restore opens
+    // it to read, that is, with every other blob already in the store.
+    const held = path.join(await makeTempDir('arkvory-held-'), path.basename(backup));
+    await cp(backup, held, { recursive: true });
+    const pipe = path.join(held, blobName(lastBlob));
+    await rm(pipe);
+    await promisify(execFile)('mkfifo', [pipe]);
+    const child = spawn(process.execPath, [CLI, 'restore', held], {
+      cwd: ROOT,
+      env: processEnv(target.env),
+      stdio: 'ignore',
+    });
+    const exited = new Promise((resolve) => child.on('exit', resolve));
+    const writing = open(pipe, 'w');
+    const first = await Promise.race([writing.then(() => 'reading' as const), exited.then(() => 'exited' as const)]);
+    if (first === 'exited') {
+      // Let the pending open of the pipe finish, then fail.
+      await (await open(pipe, constants.O_RDONLY | constants.O_NONBLOCK)).close();
+      await (await writing).close();
+      expect.fail('the restore exited before it read the last blob');
+    }
+    child.kill('SIGKILL');
+    await exited;
+    await (await writing).close();
+    const written = (await target.objects()).filter((n) => n.startsWith('blobs/'));
+    expect(written).toHaveLength(bodies.length - 1);
+
+    // Part of a backup and no installation: a gateway refuses the root instead of starting a fresh one on it.
+    const started = await startGateway({ env: target.env, dataDir: target.env.ARKVORY_DATA_DIR }).then(
+      async (gw) => {
+        await gw.stop();
+        return undefined;
+      },
+      (err: Error) => err,
+    );
+    expect(started, 'a gateway started on a half-restored root').toBeInstanceOf(Error);
+    expect(started?.message).toContain('marks a restore that did not finish');
+    expect((await tableRows(target.db)).arkvory_storage).toBe(0);
+
+    // The same restore again, from the good backup: it removes what the killed one wrote and completes.
+    const again = await runCli(['restore', backup], target.env);
+    expect(again.code, again.stderr).toBe(0);
+    expect(JSON.parse(again.stdout)).toMatchObject({
+      storageId,
+      blobs: { count: bodies.length },
+      scrub: { corrupt: [] },
+    });
+    expect((await target.probe.read('storage-id'))?.toString().trim()).toBe(storageId);
+    expect((await target.objects()).filter((n) => n.startsWith('blobs/')).sort()).toEqual(
+      bodies.map((b) => blobName(sha256(b))).sort(),
+    );
+    const gw = await startGateway({ env: target.env, dataDir: target.env.ARKVORY_DATA_DIR });
+    try {
+      const res = await request(`${gw.url}/api/v1/repositories/rt/artifacts/a0.bin/content`, {
+        headers: bearer(readerKey),
+      });
+      expect(res.status).toBe(200);
+      expect(res.body.equals(bodies[0]!)).toBe(true);
+    } finally {
+      await gw.stop();
+    }
+  }, 120_000);
 
   it('a restore that fails partway leaves the database and the store empty; a retry succeeds', async () => {
     const target = await freshTarget();

@@ -1,21 +1,23 @@
 /**
  * `arkvory restore`: a backup into an empty database and an empty storage root, all or nothing.
  * Order: refuse a non-empty target before anything is written (the database, then the storage root
- * through a store opened without binding: no storage-id is read or written at open); put every blob
+ * through a store opened without binding: no storage-id is read or written at open); mark the root's
+ * storage-id as an unfinished restore (so a restore killed from here on leaves a root no gateway
+ * opens, and the next restore empties it first); put every blob
  * through the store (verified by hash as it is written, its slice digests computed in the same pass);
  * in one transaction load every restorable table, record every blob's slice digests (so a restored
  * remote store's slice cache serves it without waiting for a scrub), the backed-up rule documents and
- * the `arkvory_storage` row, write the `storage-id` object last and commit; scrub. A failure anywhere before the commit (a damaged backup, a full disk, a store
+ * the `arkvory_storage` row, write the backup's id over the mark last and commit; scrub. A failure anywhere before the commit (a damaged backup, a full disk, a store
  * or Redis that went away, SIGINT/SIGTERM) rolls the transaction back and removes every blob, temporary
  * and the storage-id the restore wrote, so the target is empty again and the restore can be retried.
  * Coordination state (leases, shared policy) is not restored; unfinished multipart sessions come
  * back aborted, since their parts are not in a backup.
  */
 import { createHash } from 'node:crypto';
-import { existsSync } from 'node:fs';
 import path from 'node:path';
 import type pg from 'pg';
 import { createFsTree } from '../fs/index.ts';
+import { fsIdentityObject, isRestoreMarker, restoreMarker } from '../identity.ts';
 import { blobRelativePath, BLOBS_DIR, STORAGE_ID_FILE, TMP_DIR } from '../paths.ts';
 import { scrubBlobs, type ScrubReport } from '../maintenance/scrub.ts';
 import { recordSliceDigests } from '../catalog/slice-rows.ts';
@@ -109,17 +111,24 @@ async function firstFileUnder(tree: ArtifactStore['tree'], dir: string): Promise
   return undefined;
 }
 
+/**
+ * Refuses a root that holds a storage-id or blobs, unless its storage-id is the marker of a restore
+ * stopped before its commit (identity.ts, restoreMarker): then everything there is that restore's
+ * and true is returned (to be removed before this restore writes). `storageId` is the object's text.
+ */
 async function refuseOccupiedRoot(
   tree: ArtifactStore['tree'],
   where: string,
-  storageIdPresent: boolean,
-): Promise<void> {
-  if (storageIdPresent || (await firstFileUnder(tree, BLOBS)) !== undefined) {
+  storageId: string | undefined,
+): Promise<boolean> {
+  if (isRestoreMarker(storageId)) return true;
+  if (storageId !== undefined || (await firstFileUnder(tree, BLOBS)) !== undefined) {
     throw new BackupError(
       'target_not_empty',
-      `the target storage root ${where} is not empty (${storageIdPresent ? 'it has a storage-id' : 'it holds blobs'}); restore needs an empty root`,
+      `the target storage root ${where} is not empty (${storageId !== undefined ? 'it has a storage-id' : 'it holds blobs'}); restore needs an empty root`,
     );
   }
+  return false;
 }
 
 async function tableColumns(client: pg.ClientBase, table: string): Promise<Set<string>> {
@@ -317,14 +326,29 @@ async function restoreAllOrNothing(
   store: OpenedArtifactStore,
   options: RestoreOptions,
   manifest: SealedManifest,
+  stoppedRestoreLeft: boolean,
 ): Promise<Restored> {
   const { pool, signal } = options;
   const file = path.join(options.backup, DATABASE_FILE);
+  if (stoppedRestoreLeft) {
+    // The database holds no installation (checked) and the root is marked by a restore stopped
+    // before its commit: what is there is that restore's.
+    const problems = await emptyTarget(store, true);
+    if (problems.length)
+      throw new BackupError(
+        'target_busy',
+        `${store.location} holds what a restore stopped before its commit wrote, and not all of it could be removed (${problems.join('; ')}); remove storage-id, blobs/ and tmp/ there before trying again`,
+      );
+  }
   let client: pg.PoolClient | undefined;
   let undoRuleDocuments: (() => Promise<void>) | undefined;
   let identityWritten = false;
   let committing: Restored | undefined;
   try {
+    // Before the first blob: a restore stopped from here on (SIGKILL, power cut) leaves a root no
+    // gateway opens and the next restore empties (identity.ts, restoreMarker).
+    identityWritten = true;
+    await store.identity.write(restoreMarker(manifest.storageId));
     const blobs = await referencedBlobs(file);
     const sliceDigests = new Map<string, SliceDigests>();
     let bytes = 0;
@@ -378,7 +402,6 @@ async function restoreAllOrNothing(
       // writer's first start does, identity.ts).
       await tx.query('INSERT INTO arkvory_storage (id) VALUES ($1)', [manifest.storageId]);
       signal?.throwIfAborted();
-      identityWritten = true;
       await store.identity.write(manifest.storageId);
       committing = {
         blobs: { count: blobs.length, bytes },
@@ -432,14 +455,14 @@ export async function runRestore(options: RestoreOptions): Promise<RestoreSummar
     await refuseOccupiedRoot(
       createFsTree(options.fsRoot),
       options.fsRoot,
-      existsSync(path.join(options.fsRoot, STORAGE_ID_FILE)),
+      await fsIdentityObject(options.fsRoot).read(),
     );
   }
   const store = await options.openTarget(manifest.storageId);
   try {
     // Every kind, before the first write: opening a restore target reads and writes nothing.
-    await refuseOccupiedRoot(store.tree, store.location, (await store.identity.read()) !== undefined);
-    const restored = await restoreAllOrNothing(store, options, manifest);
+    const stoppedRestoreLeft = await refuseOccupiedRoot(store.tree, store.location, await store.identity.read());
+    const restored = await restoreAllOrNothing(store, options, manifest, stoppedRestoreLeft);
     const referenced = new Set((await referencedBlobs(path.join(options.backup, DATABASE_FILE))).map((b) => b.sha256));
     const scrub = await scrubBlobs(store.tree, { referenced });
     return {
