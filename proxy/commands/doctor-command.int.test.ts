@@ -139,6 +139,22 @@ describe('arkvory doctor', () => {
     expect(r.stdout).toMatch(/FAIL migrations: \d+ pending .*arkvory migrate/);
   });
 
+  it('a root marked by a restore that did not finish: FAIL storage, naming it', async () => {
+    const db = await createTestDatabase();
+    try {
+      const dataDir = await makeTempDir();
+      await writeFile(path.join(dataDir, 'storage-id'), `restoring ${randomUUID()}\n`);
+      for (const env of [{ ARKVORY_DATABASE_URL: db.url }, {}]) {
+        const r = await runCli(['doctor'], { ...env, ARKVORY_DATA_DIR: dataDir });
+        expect(r.code).toBe(1);
+        expect(lines(r.stdout).get('storage')).toBe('FAIL');
+        expect(r.stdout).toMatch(/FAIL storage: .*storage-id marks a restore that did not finish/);
+      }
+    } finally {
+      await db.drop();
+    }
+  });
+
   it('a reader with a foreign storage root, a dead Redis, a different stored policy and a busy slot: four FAIL lines', async () => {
     const dataDir = await makeTempDir();
     await writeFile(path.join(dataDir, 'storage-id'), `${randomUUID()}\n`);

@@ -10,6 +10,7 @@ import { redactUrl } from '../../lib/redact-url.ts';
 import pg from 'pg';
 import { pendingMigrations } from '../../migrations/runner.ts';
 import { readPolicy, type DownloadPolicy } from '../../policy/lease/download-policy.ts';
+import { isRestoreMarker } from '../../storage-adapter/identity.ts';
 import { STORAGE_ID_FILE } from '../../storage-adapter/paths.ts';
 import { ConfigError, loadConfig, type Config } from '../config/config.ts';
 import { createTrustedProxies } from '../router/forwarded.ts';
@@ -88,6 +89,12 @@ async function checkStorage(config: Config, pool: pg.Pool | undefined): Promise<
   const variable = storageUrl === undefined ? 'ARKVORY_DATA_DIR' : 'ARKVORY_STORAGE_URL';
   const idName =
     storageUrl === undefined ? `${root}/${STORAGE_ID_FILE}` : `${root.replace(/\/?$/, '/')}${STORAGE_ID_FILE}`;
+  if (isRestoreMarker(fileId))
+    return {
+      check,
+      status: 'FAIL',
+      detail: `${idName} marks a restore that did not finish (stopped before its commit): ${root} holds part of a backup and no installation; run the same \`arkvory restore\` again (it removes what the stopped one wrote first) or empty the root`,
+    };
   if (!pool)
     return fileId
       ? {
