@@ -9,11 +9,12 @@
  */
 import { execFile, spawn } from 'node:child_process';
 import { constants } from 'node:fs';
-import { cp, open, readdir, rm, writeFile } from 'node:fs/promises';
+import { cp, open, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
+import { sealManifest, type BackupManifest } from '../../storage-adapter/backup/manifest.ts';
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { createTestDatabase, useTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { CLI, makeTempDir, ROOT, runCli, startGateway } from '../../test/support/gateway.ts';
@@ -78,6 +79,25 @@ beforeAll(async () => {
   backup = summary.backup;
   storageId = (await source.pool.query<{ id: string }>('SELECT id::text AS id FROM arkvory_storage')).rows[0]!.id;
 }, 120_000);
+
+/**
+ * A copy of the backup whose database file `edit` rewrote, its manifest resealed to match (as whoever
+ * edits a backup can do): only the contents can tell it is wrong.
+ */
+async function editedBackup(edit: (text: string) => string): Promise<string> {
+  const dir = path.join(await makeTempDir('arkvory-edited-'), path.basename(backup));
+  await cp(backup, dir, { recursive: true });
+  const database = Buffer.from(edit(await readFile(path.join(dir, 'database.jsonl'), 'utf8')));
+  await writeFile(path.join(dir, 'database.jsonl'), database);
+  const { sha256: _seal, ...fields } = JSON.parse(
+    await readFile(path.join(dir, 'manifest.json'), 'utf8'),
+  ) as BackupManifest & {
+    sha256: string;
+  };
+  const manifest = { ...fields, database: { ...fields.database, bytes: database.length, sha256: sha256(database) } };
+  await writeFile(path.join(dir, 'manifest.json'), sealManifest(manifest));
+  return dir;
+}
 
 /** Rows in every Arkvory table but the migrations' own. */
 async function tableRows(db: TestDatabase): Promise<Record<string, number>> {
@@ -144,6 +164,40 @@ describe.each(ALL_STORE_KINDS)('restore into the %s store', (kind) => {
     expect((await target.probe.read('storage-id'))?.toString()).toBe(foreignId);
     expect(await target.objects()).toEqual(['storage-id']);
     expect((await tableRows(target.db)).arkvory_storage).toBe(0);
+  }, 90_000);
+
+  it('refuses an edited backup (a blob named by a path, a line that is not JSON) before writing anything', async () => {
+    const target = await freshTarget();
+    const traversal = await editedBackup((text) =>
+      text
+        .split('\n')
+        .map((line) =>
+          line.includes('"arkvory_artifacts"') ? line.replace(lastBlob, '../../../../etc/cron.d/x') : line,
+        )
+        .join('\n'),
+    );
+    const cut = await editedBackup(
+      (text) => `${text.slice(0, text.lastIndexOf('{"table":"arkvory_artifacts"') + 40)}\n`,
+    );
+    for (const [edited, reason] of [
+      [
+        traversal,
+        /database\.jsonl line \d+ names blob "\.\.\/\.\.\/\.\.\/\.\.\/etc\/cron\.d\/x", which is not a sha256/,
+      ],
+      [cut, /database\.jsonl line \d+ is not JSON/],
+    ] as const) {
+      const checked = await runCli(['restore', '--verify', edited], {});
+      expect(checked.code).toBe(1);
+      expect(checked.stderr).toMatch(/^arkvory restore --verify: backup_invalid: /);
+      expect(checked.stderr).toMatch(reason);
+      const refused = await runCli(['restore', edited], target.env);
+      expect(refused.code).toBe(1);
+      expect(refused.stderr).toMatch(/^arkvory restore: backup_invalid: /);
+      expect(refused.stderr).toMatch(reason);
+      expect(refused.stderr).not.toContain('rolled back');
+      expect(await target.objects(), 'nothing written to the store').toEqual([]);
+      expect((await tableRows(target.db)).arkvory_storage ?? 0).toBe(0);
+    }
   }, 90_000);
 
   it('a restore killed partway leaves a root no gateway starts on; the same restore run again completes', async () => {

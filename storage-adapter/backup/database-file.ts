@@ -4,22 +4,40 @@ import { createInterface } from 'node:readline';
 import { BackupError } from './errors.ts';
 import { fileChunks, hashStream } from './blob-copy.ts';
 import type { SealedManifest } from './manifest.ts';
+import { isSha256Hex } from '../paths.ts';
 
 export interface DumpLine {
   table: string;
   row: Record<string, unknown>;
+  /** 1-based, for messages. */
+  line: number;
 }
 
+/**
+ * The rows of a database file. The file's sha256 was checked against the manifest, but a manifest
+ * can be resealed by whoever edits a backup: a line that is not a row is `backup_invalid`.
+ */
 export async function* dumpLines(file: string): AsyncGenerator<DumpLine> {
   const lines = createInterface({ input: createReadStream(file), crlfDelay: Infinity });
   let n = 0;
   for await (const line of lines) {
     n++;
     if (line === '') continue;
-    const parsed = JSON.parse(line) as Partial<DumpLine>;
-    if (typeof parsed.table !== 'string' || parsed.row === null || typeof parsed.row !== 'object')
+    let parsed: Partial<DumpLine>;
+    try {
+      parsed = JSON.parse(line) as Partial<DumpLine>;
+    } catch {
+      throw new BackupError('backup_invalid', `${file} line ${n} is not JSON`);
+    }
+    if (
+      parsed === null ||
+      typeof parsed !== 'object' ||
+      typeof parsed.table !== 'string' ||
+      parsed.row === null ||
+      typeof parsed.row !== 'object'
+    )
       throw new BackupError('backup_invalid', `${file} line ${n} is not a table row`);
-    yield parsed as DumpLine;
+    yield { table: parsed.table, row: parsed.row, line: n };
   }
 }
 
@@ -36,11 +54,28 @@ export async function checkDatabaseFile(file: string, manifest: SealedManifest):
   }
 }
 
-/** The blobs the backed-up catalog references, sorted. */
+/**
+ * The blobs the backed-up catalog references, sorted. A name that is not a sha256 (a path such as
+ * `../../etc/x` in an edited backup) or a size that is not a byte count is `backup_invalid`, found
+ * before a restore writes anything.
+ */
 export async function referencedBlobs(file: string): Promise<Array<{ sha256: string; sizeBytes: number }>> {
   const blobs = new Map<string, number>();
-  for await (const { table, row } of dumpLines(file)) {
-    if (table === 'arkvory_artifacts') blobs.set(String(row.sha256), Number(row.size_bytes));
+  for await (const { table, row, line } of dumpLines(file)) {
+    if (table !== 'arkvory_artifacts') continue;
+    const sha256 = row.sha256;
+    const size = Number(row.size_bytes);
+    if (typeof sha256 !== 'string' || !isSha256Hex(sha256))
+      throw new BackupError(
+        'backup_invalid',
+        `${file} line ${line} names blob ${JSON.stringify(String(sha256).slice(0, 80))}, which is not a sha256`,
+      );
+    if (!Number.isSafeInteger(size) || size < 0)
+      throw new BackupError(
+        'backup_invalid',
+        `${file} line ${line} gives blob ${sha256} the size ${JSON.stringify(row.size_bytes)}`,
+      );
+    blobs.set(sha256, size);
   }
   return [...blobs]
     .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))

@@ -326,6 +326,7 @@ async function restoreAllOrNothing(
   store: OpenedArtifactStore,
   options: RestoreOptions,
   manifest: SealedManifest,
+  blobs: ReadonlyArray<{ sha256: string; sizeBytes: number }>,
   stoppedRestoreLeft: boolean,
 ): Promise<Restored> {
   const { pool, signal } = options;
@@ -349,7 +350,6 @@ async function restoreAllOrNothing(
     // gateway opens and the next restore empties (identity.ts, restoreMarker).
     identityWritten = true;
     await store.identity.write(restoreMarker(manifest.storageId));
-    const blobs = await referencedBlobs(file);
     const sliceDigests = new Map<string, SliceDigests>();
     let bytes = 0;
     for (const [i, blob] of blobs.entries()) {
@@ -449,6 +449,8 @@ export async function runRestore(options: RestoreOptions): Promise<RestoreSummar
       `the backup was made at schema version ${manifest.schemaVersion}; this code knows up to ${options.codeSchemaVersion}: restore with the newer code`,
     );
   }
+  // Every line of the database file read and every blob name checked before anything is written.
+  const blobs = await referencedBlobs(path.join(options.backup, DATABASE_FILE));
   await refuseOccupiedDatabase(options.pool);
   // The directory store before it is opened (opening a writer creates the layout and empties tmp/).
   if (options.fsRoot !== undefined) {
@@ -462,8 +464,8 @@ export async function runRestore(options: RestoreOptions): Promise<RestoreSummar
   try {
     // Every kind, before the first write: opening a restore target reads and writes nothing.
     const stoppedRestoreLeft = await refuseOccupiedRoot(store.tree, store.location, await store.identity.read());
-    const restored = await restoreAllOrNothing(store, options, manifest, stoppedRestoreLeft);
-    const referenced = new Set((await referencedBlobs(path.join(options.backup, DATABASE_FILE))).map((b) => b.sha256));
+    const restored = await restoreAllOrNothing(store, options, manifest, blobs, stoppedRestoreLeft);
+    const referenced = new Set(blobs.map((b) => b.sha256));
     const scrub = await scrubBlobs(store.tree, { referenced });
     return {
       backup: options.backup,
