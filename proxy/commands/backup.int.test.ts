@@ -5,12 +5,13 @@
  * bucket (the directory and nginx); the S3 kinds' backup and restore round trip is in the conformance
  * suite (test/conformance/artifact-store.ts), their restore target in restore-target.int.test.ts.
  */
-import { spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdir, readdir, readFile, rm, utimes, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { afterAll, describe, expect, it } from 'vitest';
+import { promisify } from 'node:util';
+import { afterAll, describe, expect, it, onTestFinished } from 'vitest';
 import { localHostName, PARTIAL_STALE_MS } from '../../storage-adapter/backup/backup-dir.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
@@ -444,6 +445,30 @@ describe('an interrupted backup', () => {
     expect(noRedis.stderr).toMatch(/^arkvory backup: redis_unreachable: Redis at redis:\/\/127.0.0.1:1 did not answer/);
     expect(noRedis.stderr).not.toMatch(/\n\s+at /);
   }, 180_000);
+});
+
+describe('a backup onto a full disk', () => {
+  const db = useTestDatabase();
+
+  it('fails with ENOSPC and leaves nothing behind: no partial, no temporary, nothing --verify or restore takes', async () => {
+    await createRepository(db.pool, 'bk');
+    const writer = await createServiceAccount(db.pool, { grants: { bk: 'write' } });
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    for (let i = 0; i < 4; i++) await put(gw, writer.key, `a-${i}.bin`, randomContent(128 * KiB));
+    await gw.stop('SIGTERM');
+    // A filesystem of its own (so every blob is copied, not linked) with room for the database file and about two blobs.
+    const destination = await makeTempDir('arkvory-full-');
+    await promisify(execFile)('mount', ['-t', 'tmpfs', '-o', 'size=320k,mode=0755', 'tmpfs', destination]);
+    onTestFinished(() => promisify(execFile)('umount', ['-l', destination]).then(() => {}));
+    const made = await runCli(['backup', destination], { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: gw.dataDir });
+    expect(made.code).toBe(1);
+    expect(made.stderr).toMatch(/^arkvory backup: ENOSPC: no space left on device/m);
+    expect(made.stderr).not.toMatch(/\n\s+at /);
+    expect(await readdir(destination, { recursive: true })).toEqual([]);
+    const verify = await runCli(['restore', '--verify', destination], {});
+    expect(verify.code).toBe(1);
+    expect(verify.stderr).toContain('holds no complete backup');
+  }, 120_000);
 });
 
 describe('rule documents kept in Redis', () => {
