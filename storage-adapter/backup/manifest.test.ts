@@ -41,6 +41,9 @@ describe('backup manifest', () => {
     expect(() => openManifest(sealManifest(withoutBlobs as BackupManifest), 'm.json')).toThrow(
       /lacks a required field/,
     );
+    // Resealed by whoever edited it: the storage id the restore would bind the target to must still be a UUID.
+    for (const storageId of ['', '../../etc/x', 'restoring 6f1c1b1e-1111-4222-8333-944444444444'])
+      expect(() => openManifest(sealManifest({ ...manifest, storageId }), 'm.json')).toThrow(/which is not a UUID/);
     let caught: unknown;
     try {
       openManifest('{}', 'm.json');

@@ -46,6 +46,7 @@ export interface SealedManifest extends BackupManifest {
   readonly sha256: string;
 }
 
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const digest = (text: string) => createHash('sha256').update(text).digest('hex');
 const render = (value: unknown) => `${JSON.stringify(value, null, 2)}\n`;
 
@@ -92,5 +93,11 @@ export function openManifest(text: string, where: string): SealedManifest {
     (m.ruleDocuments === null ||
       (typeof m.ruleDocuments?.sha256 === 'string' && Number.isInteger(m.ruleDocuments.count)));
   if (!ok) throw new BackupError('backup_invalid', `${where} lacks a required field`);
+  // The restore writes it into the target's storage-id and arkvory_storage row.
+  if (!UUID.test(m.storageId))
+    throw new BackupError(
+      'backup_invalid',
+      `${where} gives the storage id ${JSON.stringify(m.storageId.slice(0, 80))}, which is not a UUID`,
+    );
   return m;
 }
