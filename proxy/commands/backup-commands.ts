@@ -114,7 +114,8 @@ the shared policy and the audit trail for the record only), rule-documents.json 
 rate-limit rules kept in Redis), blobs/sha256/… (every blob that snapshot references, verified
 by sha256 as it is copied) and manifest.json (counts, bytes, snapshot time, its own sha256), written last.
 Runs beside a running writer; uploads published after the snapshot are not in it. Blobs already in an
-earlier backup under <destination> are hard-linked, as are the directory store's blobs when the
+earlier backup under <destination> are hard-linked once they hash to their name again (a damaged one is
+copied afresh and named in the summary's damagedEarlier), as are the directory store's blobs when the
 destination is on the same filesystem. An interrupted backup leaves no manifest; a later run removes it
 (a run on this host at once when its process is gone, one on another host after it was idle for 24 h).
 Uses ARKVORY_DATABASE_URL (or the embedded database of a running \`npm start\` on ARKVORY_DATA_DIR) and the
@@ -198,6 +199,10 @@ otherwise); a JSON summary on stdout. Exit codes: 0 done, 1 failed (nothing left
             );
             progress.done();
             process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
+            if (summary.damagedEarlier.length)
+              process.stderr.write(
+                `warning: ${summary.damagedEarlier.length} blob file(s) of earlier backups do not match their sha256 (${summary.damagedEarlier[0]}${summary.damagedEarlier.length > 1 ? ', …' : ''}); this backup copied them afresh: the earlier backups holding them are damaged (arkvory restore --verify)\n`,
+              );
             if (summary.pruneError !== undefined)
               process.stderr.write(`warning: backup made; removing older backups failed: ${summary.pruneError}\n`);
             await recordCliAction(pool, {

@@ -56,6 +56,8 @@ export interface BackupSummary {
   ruleDocuments: number;
   blobs: { count: number; bytes: number } & Record<BlobOutcome, number>;
   removedPartials: string[];
+  /** Blob files of earlier backups that no longer match their sha256 (copied afresh instead of linked). */
+  damagedEarlier: string[];
   pruned: string[];
   /** Why removing older backups (`keep`) failed; the backup itself was made. */
   pruneError?: string;
@@ -104,6 +106,7 @@ export async function runBackup(options: BackupOptions): Promise<BackupSummary> 
     }
     const outcomes: Record<BlobOutcome, number> = { reused: 0, linked: 0, copied: 0 };
     let bytes = 0;
+    const damagedEarlier: string[] = [];
     for (const [i, blob] of dump.blobs.entries()) {
       options.signal?.throwIfAborted();
       outcomes[
@@ -112,6 +115,7 @@ export async function runBackup(options: BackupOptions): Promise<BackupSummary> 
           fsRoot,
           meter: options.meter,
           signal: options.signal,
+          onDamagedEarlier: (file) => damagedEarlier.push(file),
         })
       ]++;
       bytes += blob.sizeBytes;
@@ -152,6 +156,7 @@ export async function runBackup(options: BackupOptions): Promise<BackupSummary> 
       ruleDocuments: ruleDocuments?.count ?? 0,
       blobs: { count: dump.blobs.length, bytes, ...outcomes },
       removedPartials,
+      damagedEarlier,
       pruned,
       ...(pruneError !== undefined ? { pruneError } : {}),
     };

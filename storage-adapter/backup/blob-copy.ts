@@ -20,6 +20,8 @@ export interface BlobSource {
   readonly fsRoot?: string | undefined;
   readonly meter?: ByteMeter | undefined;
   readonly signal?: AbortSignal | undefined;
+  /** Told of an earlier backup's copy that does not match its name (it is passed over, not linked). */
+  readonly onDamagedEarlier?: ((file: string) => void) | undefined;
 }
 
 const CHUNK = 1024 * 1024;
@@ -96,14 +98,24 @@ export async function putBlob(
   const relative = blobRelativePath(blob.sha256);
   const target = path.join(backupDir, relative);
   await mkdir(path.dirname(target), { recursive: true });
-  // Content-addressed: the same name in an earlier complete backup holds the same bytes (checked when it was copied).
+  // Content-addressed: the same name in an earlier complete backup held the same bytes when it was
+  // copied; hashed again before it is linked, so a copy damaged since (bit rot on the backup disk, a
+  // file replaced) is copied afresh instead of spreading into every later backup.
   for (const earlier of earlierBackups) {
     const candidate = path.join(earlier, relative);
     const size = await stat(candidate).then(
       (s) => s.size,
       () => -1,
     );
-    if (size === blob.sizeBytes && (await tryLink(candidate, target))) return 'reused';
+    if (size !== blob.sizeBytes) continue;
+    source.signal?.throwIfAborted();
+    const seen = await hashStream(fileChunks(candidate)).catch(() => undefined);
+    if (seen === undefined) continue;
+    if (seen.sha256 !== blob.sha256) {
+      source.onDamagedEarlier?.(candidate);
+      continue;
+    }
+    if (await tryLink(candidate, target)) return 'reused';
   }
   if (source.fsRoot !== undefined) {
     const original = path.join(source.fsRoot, relative);
