@@ -9,7 +9,7 @@
  */
 import { execFile, spawn } from 'node:child_process';
 import { constants } from 'node:fs';
-import { cp, open, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, cp, open, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -21,7 +21,7 @@ import { CLI, makeTempDir, ROOT, runCli, startGateway } from '../../test/support
 import { useTestRedis } from '../../test/support/redis.ts';
 import { listKeys } from '../../test/support/s3-server.ts';
 import { ALL_STORE_KINDS, startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
-import { processEnv, waitForSliceFills } from '../../test/harness/index.ts';
+import { processEnv, runProcess, waitForSliceFills } from '../../test/harness/index.ts';
 
 const KiB = 1024;
 const source = useTestDatabase();
@@ -109,6 +109,51 @@ async function tableRows(db: TestDatabase): Promise<Record<string, number>> {
     counts[name] = (await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${name}"`)).rows[0]!.n;
   return counts;
 }
+
+describe('a backup the caller may not read', () => {
+  it('is said as EACCES, not called damaged (backup_invalid)', async () => {
+    expect(process.getuid?.(), 'runs as root: it runs the CLI as user nobody with setpriv').toBe(0);
+    // A copy whose directories anyone may enter, its files as a backup leaves them (0600 database file).
+    const parent = await makeTempDir('arkvory-unreadable-');
+    const copy = path.join(parent, path.basename(backup));
+    await cp(backup, copy, { recursive: true });
+    await chmod(parent, 0o755);
+    for (const entry of await readdir(copy, { recursive: true, withFileTypes: true }))
+      if (entry.isDirectory()) await chmod(path.join(entry.parentPath, entry.name), 0o755);
+    await chmod(copy, 0o755);
+    await chmod(path.join(copy, 'manifest.json'), 0o644);
+    const verifyAsNobody = () =>
+      runProcess(
+        'setpriv',
+        [
+          '--reuid=65534',
+          '--regid=65534',
+          '--clear-groups',
+          '--inh-caps=-all',
+          '--',
+          process.execPath,
+          CLI,
+          'restore',
+          '--verify',
+          copy,
+        ],
+        {
+          env: { PATH: process.env.PATH },
+          cwd: ROOT,
+        },
+      );
+    for (const unreadable of ['database.jsonl', 'rule-documents.json']) {
+      for (const file of ['database.jsonl', 'rule-documents.json'])
+        await chmod(path.join(copy, file), file === unreadable ? 0o600 : 0o644);
+      const refused = await verifyAsNobody();
+      expect(refused.code).toBe(1);
+      expect(refused.stderr).toMatch(
+        new RegExp(`^arkvory restore --verify: EACCES: permission denied, open '.*/${unreadable.replace('.', '\\.')}'`),
+      );
+      expect(refused.stderr).not.toContain('backup_invalid');
+    }
+  }, 60_000);
+});
 
 describe.each(ALL_STORE_KINDS)('restore into the %s store', (kind) => {
   let backing: StoreBacking;

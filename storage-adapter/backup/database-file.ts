@@ -44,7 +44,10 @@ export async function* dumpLines(file: string): AsyncGenerator<DumpLine> {
 /** Throws `backup_invalid` unless the file has the size and sha256 the manifest records. */
 export async function checkDatabaseFile(file: string, manifest: SealedManifest): Promise<void> {
   const seen = await hashStream(fileChunks(file)).catch((err: unknown) => {
-    throw new BackupError('backup_invalid', `${file} cannot be read: ${(err as Error).message}`);
+    // Missing is a damaged backup; anything else (EACCES: the backup is sound, the caller may not
+    // read it; EIO) is said as the file system said it, not as a reason to give up on the backup.
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    throw new BackupError('backup_invalid', `${file} is missing: ${(err as Error).message}`);
   });
   if (seen.sha256 !== manifest.database.sha256 || seen.bytes !== manifest.database.bytes) {
     throw new BackupError(

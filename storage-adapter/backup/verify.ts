@@ -39,10 +39,18 @@ export async function openBackup(dir: string): Promise<SealedManifest> {
 export async function readRuleDocuments(dir: string, manifest: SealedManifest): Promise<Record<string, unknown>> {
   if (!manifest.ruleDocuments) return {};
   const file = path.join(dir, RULE_DOCUMENTS_FILE);
-  const text = await readFile(file, 'utf8').catch(() => '');
+  // Missing is a damaged backup; EACCES and the like are the caller's, said as the file system said them.
+  const text = await readFile(file, 'utf8').catch((err: NodeJS.ErrnoException) => {
+    if (err.code !== 'ENOENT') throw err;
+    return '';
+  });
   if (createHash('sha256').update(text).digest('hex') !== manifest.ruleDocuments.sha256)
     throw new BackupError('backup_invalid', `${file} is missing or does not match the manifest`);
-  return JSON.parse(text) as Record<string, unknown>;
+  try {
+    return JSON.parse(text) as Record<string, unknown>;
+  } catch {
+    throw new BackupError('backup_invalid', `${file} is not JSON`);
+  }
 }
 
 export async function verifyBackup(
