@@ -25,11 +25,11 @@ import { verifyBackup } from '../../storage-adapter/backup/verify.ts';
 import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import type { Config } from '../config/config.ts';
 import { createPool } from '../server/database.ts';
-import { startEmbeddedDatabase, type EmbeddedDatabase } from '../server/embedded-database.ts';
+import { embeddedDatabaseOwner, startEmbeddedDatabase, type EmbeddedDatabase } from '../server/embedded-database.ts';
 import { createLogger } from '../server/logger.ts';
 import { prepareDataDir, restrictCreatedFileModes } from '../server/startup-checks.ts';
 import { openStore } from '../content/storage.ts';
-import { loadCliConfig, openCliPool, runningEmbeddedDatabaseUrl } from './cli-database.ts';
+import { loadCliConfig, openCliPool } from './cli-database.ts';
 import { defineCommand, form, UsageError, type Command } from './command.ts';
 import { BACKUP_APPLICATION_NAME } from './maintenance-barrier.ts';
 import { progressReporter } from './maintenance-commands.ts';
@@ -234,10 +234,12 @@ async function openRestoreDatabase(env: NodeJS.ProcessEnv): Promise<{ pool: pg.P
   let url = config.databaseUrl;
   let embedded: EmbeddedDatabase | undefined;
   if (!url) {
-    if (await runningEmbeddedDatabaseUrl(config.dataDir))
+    // An orphan (its gateway or restore was killed) is not in use: starting the cluster stops it.
+    const running = await embeddedDatabaseOwner(path.join(config.dataDir, '.pg'));
+    if (running !== undefined)
       throw new BackupError(
         'target_busy',
-        `a gateway is running the embedded database under ${config.dataDir}; stop it first (restore needs the target to itself)`,
+        `a gateway is running the embedded database under ${config.dataDir} (pid ${running.owner}); stop it first (restore needs the target to itself)`,
       );
     await prepareDataDir(config.dataDir);
     embedded = await startEmbeddedDatabase(config.dataDir, log);

@@ -6,8 +6,8 @@
  * suite (test/conformance/artifact-store.ts), their restore target in restore-target.int.test.ts.
  */
 import { execFile, spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { mkdir, readdir, readFile, rename, rm, utimes, writeFile } from 'node:fs/promises';
+import { constants, existsSync } from 'node:fs';
+import { cp, mkdir, open, readdir, readFile, rename, rm, utimes, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
@@ -483,6 +483,70 @@ describe('a blob damaged in an earlier backup', () => {
     const verified = await runCli(['restore', '--verify', two.backup], {});
     expect(verified.code, verified.stdout).toBe(0);
     expect((await runCli(['restore', '--verify', one], {})).code).toBe(1);
+  }, 120_000);
+});
+
+describe('a restore onto the embedded default killed partway', () => {
+  const db = useTestDatabase();
+
+  it('is taken up by the same restore run again, though its PostgreSQL outlived it', async () => {
+    await createRepository(db.pool, 'bk');
+    const writer = await createServiceAccount(db.pool, { grants: { bk: 'write' } });
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const bodies = [0, 1, 2].map((i) => randomContent(32 * KiB + i));
+    for (const [i, body] of bodies.entries()) await put(gw, writer.key, `a-${i}.bin`, body);
+    await gw.stop('SIGTERM');
+    const made = await runCli(['backup', await makeTempDir('arkvory-backups-')], {
+      ARKVORY_DATABASE_URL: db.url,
+      ARKVORY_DATA_DIR: gw.dataDir,
+    });
+    expect(made.code, made.stderr).toBe(0);
+    const backup = (JSON.parse(made.stdout) as { backup: string }).backup;
+    // The last blob as a named pipe: opening it for writing returns once the restore reads it.
+    const held = path.join(await makeTempDir('arkvory-held-'), path.basename(backup));
+    await cp(backup, held, { recursive: true });
+    const pipe = blobFile(held, bodies.map(sha256).sort().at(-1)!);
+    await rm(pipe);
+    await promisify(execFile)('mkfifo', [pipe]);
+    const dataDir = await makeTempDir();
+    const pidFile = path.join(dataDir, '.pg', 'postmaster.pid');
+    onTestFinished(async () => {
+      // The PostgreSQL the killed restore started, should the test end before a restore stops it.
+      const pid = Number((await readFile(pidFile, 'utf8').catch(() => '')).split('\n')[0]);
+      if (pid > 0) {
+        try {
+          process.kill(pid, 'SIGINT');
+        } catch {}
+      }
+    });
+    const child = spawn(process.execPath, [CLI, 'restore', held], {
+      cwd: ROOT,
+      env: processEnv({ ARKVORY_DATA_DIR: dataDir }),
+      stdio: 'ignore',
+    });
+    const exited = new Promise((resolve) => child.on('exit', resolve));
+    const writing = open(pipe, 'w');
+    const first = await Promise.race([writing.then(() => 'reading' as const), exited.then(() => 'exited' as const)]);
+    if (first === 'exited') {
+      await (await open(pipe, constants.O_RDONLY | constants.O_NONBLOCK)).close();
+      await (await writing).close();
+      expect.fail('the restore exited before it read the last blob');
+    }
+    child.kill('SIGKILL');
+    await exited;
+    await (await writing).close();
+    expect(existsSync(pidFile), 'the killed restore left its PostgreSQL running').toBe(true);
+
+    const again = await runCli(['restore', backup], { ARKVORY_DATA_DIR: dataDir });
+    expect(again.code, again.stderr).toBe(0);
+    expect(JSON.parse(again.stdout)).toMatchObject({ blobs: { count: 3 }, scrub: { corrupt: [] } });
+    const restored = await startGateway({ dataDir });
+    const got = await request(`${restored.url}/api/v1/repositories/bk/artifacts/a-2.bin/content`, {
+      headers: bearer(writer.key),
+    });
+    expect(got.status).toBe(200);
+    expect(got.body.equals(bodies[2]!)).toBe(true);
+    await restored.stop('SIGTERM');
   }, 120_000);
 });
 

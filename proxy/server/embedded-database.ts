@@ -60,27 +60,39 @@ async function parentPid(pid: number): Promise<number | undefined> {
 }
 
 /**
- * A gateway killed with SIGKILL leaves its postgres running, re-parented to init. Such an orphan
- * is stopped (fast shutdown) so this start can take the cluster; a postgres whose gateway is still
- * alive means another process uses this data dir, and that is refused. A postmaster.pid naming a
- * process that is not this cluster's postmaster is stale (PostgreSQL itself judges it on start):
- * that process is neither signalled nor a reason to refuse.
+ * The process that runs the embedded PostgreSQL of `pgDir` (a gateway, a restore), or undefined when
+ * none runs or its postmaster is an orphan: one whose starter was killed (SIGKILL) is re-parented to
+ * init, a container's shim or systemd. Also undefined for a postmaster.pid naming a process that is
+ * not this cluster's postmaster (stale: PostgreSQL itself judges it on start).
+ */
+export async function embeddedDatabaseOwner(pgDir: string): Promise<{ postmaster: number; owner: number } | undefined> {
+  const pidFile = path.join(pgDir, 'postmaster.pid');
+  if (!existsSync(pidFile)) return undefined;
+  const pid = Number((await readFile(pidFile, 'utf8')).split('\n')[0]);
+  if (!(await isPostmasterOf(pid, pgDir))) return undefined;
+  const ppid = await parentPid(pid);
+  if (ppid === undefined || ppid <= 1 || !isAlive(ppid)) return undefined;
+  const owner = await readFile(`/proc/${ppid}/cmdline`, 'utf8').catch(() => '');
+  if (owner.includes('containerd-shim') || owner.includes('systemd')) return undefined;
+  return { postmaster: pid, owner: ppid };
+}
+
+/**
+ * A gateway or restore killed with SIGKILL leaves its postgres running, re-parented to init. Such an
+ * orphan is stopped (fast shutdown) so this start can take the cluster; a postgres whose starter is
+ * still alive means another process uses this data dir, and that is refused.
  */
 async function stopOrphan(pgDir: string, log: Logger): Promise<void> {
   const pidFile = path.join(pgDir, 'postmaster.pid');
   if (!existsSync(pidFile)) return;
   const pid = Number((await readFile(pidFile, 'utf8')).split('\n')[0]);
   if (!(await isPostmasterOf(pid, pgDir))) return;
-  const ppid = await parentPid(pid);
-  if (ppid !== undefined && ppid > 1 && isAlive(ppid)) {
-    const owner = await readFile(`/proc/${ppid}/cmdline`, 'utf8').catch(() => '');
-    if (!owner.includes('containerd-shim') && !owner.includes('systemd')) {
-      throw new Error(
-        `the embedded PostgreSQL in ${pgDir} is already running (pid ${pid}, started by pid ${ppid}); another arkvory process uses this data dir`,
-      );
-    }
-  }
-  log.warn({ pid }, 'stopping an orphaned embedded PostgreSQL left by a killed gateway');
+  const running = await embeddedDatabaseOwner(pgDir);
+  if (running !== undefined)
+    throw new Error(
+      `the embedded PostgreSQL in ${pgDir} is already running (pid ${running.postmaster}, started by pid ${running.owner}); another arkvory process uses this data dir`,
+    );
+  log.warn({ pid }, 'stopping an orphaned embedded PostgreSQL left by a killed process');
   process.kill(pid, 'SIGINT');
   for (let i = 0; i < 200 && isAlive(pid); i++) await sleep(50);
   if (isAlive(pid)) throw new Error(`orphaned embedded PostgreSQL (pid ${pid}) did not stop`);
