@@ -37,6 +37,9 @@ interface Upload {
   startedAt: number;
   /** When the writer answered 201 (full upload) or reported `done` (multipart). */
   publishedAt?: number;
+  /** When its DELETE was sent, and when it was answered 204. */
+  deleteSentAt?: number;
+  deletedAt?: number;
 }
 
 async function put(gw: GatewayProcess, key: string, id: string, body: Buffer): Promise<void> {
@@ -89,7 +92,10 @@ async function putMultipart(gw: GatewayProcess, key: string, id: string, body: B
   }
 }
 
-/** Uploads one artifact after another (every third as multipart) until `stop` is set. */
+/**
+ * Uploads one artifact after another (every third as multipart) until `stop` is set; after every
+ * second one, deletes the one before it (a DELETE removes the catalog row, the blob stays for gc).
+ */
 async function uploadUntil(
   gw: GatewayProcess,
   key: string,
@@ -103,6 +109,16 @@ async function uploadUntil(
     if (i % 3 === 2) await putMultipart(gw, key, upload.id, upload.body);
     else await put(gw, key, upload.id, upload.body);
     upload.publishedAt = Date.now();
+    if (i % 2 === 1) {
+      const doomed = into.at(-2)!;
+      doomed.deleteSentAt = Date.now();
+      const r = await request(`${gw.url}/api/v1/repositories/bk/artifacts/${doomed.id}`, {
+        method: 'DELETE',
+        headers: bearer(key),
+      });
+      expect(r.status, r.body.toString()).toBe(204);
+      doomed.deletedAt = Date.now();
+    }
   }
 }
 
@@ -184,6 +200,11 @@ describe.each(FILE_STORE_KINDS)('backup and restore (%s store)', (kind) => {
         .length,
       'uploads published while the backup ran',
     ).toBeGreaterThan(0);
+    expect(
+      during.filter((u) => u.deleteSentAt !== undefined && u.deleteSentAt > backupStarted && u.deletedAt! < backupEnded)
+        .length,
+      'artifacts deleted while the backup ran',
+    ).toBeGreaterThan(0);
     const after: Upload[] = [];
     for (let i = 0; i < 2; i++) {
       const u: Upload = { id: `after-${i}.bin`, body: randomContent(10 * KiB), startedAt: Date.now() };
@@ -239,8 +260,12 @@ describe.each(FILE_STORE_KINDS)('backup and restore (%s store)', (kind) => {
       ).rows.map((r) => r.name),
     );
     for (const u of uploads) expect(names.has(u.id), `${u.id} published before the backup`).toBe(true);
-    for (const u of during.filter((d) => d.publishedAt !== undefined && d.publishedAt < backupStarted))
+    for (const u of during.filter(
+      (d) => d.publishedAt !== undefined && d.publishedAt < backupStarted && !(d.deleteSentAt! <= backupEnded),
+    ))
       expect(names.has(u.id), u.id).toBe(true);
+    for (const u of during.filter((d) => d.deletedAt !== undefined && d.deletedAt < backupStarted))
+      expect(names.has(u.id), `${u.id} deleted before the backup`).toBe(false);
     for (const u of [...after, ...during.filter((d) => d.startedAt > backupEnded)])
       expect(names.has(u.id), `${u.id} started after the backup`).toBe(false);
     const grants = (pool: TestDatabase['pool']) =>
@@ -253,7 +278,8 @@ describe.each(FILE_STORE_KINDS)('backup and restore (%s store)', (kind) => {
     expect((await target.pool.query('SELECT 1 FROM arkvory_gateway_leases')).rowCount).toBe(0);
     expect((await target.pool.query('SELECT 1 FROM arkvory_download_policy')).rowCount).toBe(0);
 
-    // A gateway on the restored pair serves every restored artifact byte-exact; keys and grants still hold.
+    // A gateway on the restored pair serves every restored artifact byte-exact (those deleted while the
+    // backup ran but in its snapshot too: their blobs are in it); keys and grants still hold.
     await gw.stop('SIGTERM');
     const restoredGw = await startGateway({
       env: { ARKVORY_DATABASE_URL: target.url, ARKVORY_STORAGE_URL: targetStore?.url },
