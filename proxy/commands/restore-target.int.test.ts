@@ -245,6 +245,33 @@ describe.each(ALL_STORE_KINDS)('restore into the %s store', (kind) => {
     }
   }, 90_000);
 
+  it('refuses a backup whose database file was cut short, and rolls back one whose blob was replaced by other bytes of its size', async () => {
+    const target = await freshTarget();
+    const cut = path.join(await makeTempDir('arkvory-cut-'), path.basename(backup));
+    await cp(backup, cut, { recursive: true });
+    const database = path.join(cut, 'database.jsonl');
+    const text = await readFile(database);
+    await writeFile(database, text.subarray(0, text.length - 100));
+    const refused = await runCli(['restore', cut], target.env);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/^arkvory restore: backup_invalid: .*database\.jsonl does not match the manifest/m);
+    expect(await target.objects()).toEqual([]);
+
+    const replaced = path.join(await makeTempDir('arkvory-replaced-'), path.basename(backup));
+    await cp(backup, replaced, { recursive: true });
+    const victim = bodies.map(sha256).sort()[2]!;
+    await writeFile(
+      path.join(replaced, blobName(victim)),
+      randomContent(bodies.find((b) => sha256(b) === victim)!.length),
+    );
+    const corrupt = await runCli(['restore', replaced], target.env);
+    expect(corrupt.code).toBe(1);
+    expect(corrupt.stderr).toContain(`blob_corrupt: blob ${victim} in the backup does not match its size or sha256`);
+    expect(corrupt.stderr).toContain('the restore was rolled back');
+    expect(await target.objects()).toEqual([]);
+    expect((await tableRows(target.db)).arkvory_artifacts).toBe(0);
+  }, 90_000);
+
   it('a restore killed partway leaves a root no gateway starts on; the same restore run again completes', async () => {
     const target = await freshTarget();
     // The backup's last blob as a named pipe: opening it for writing returns once the restore opens
