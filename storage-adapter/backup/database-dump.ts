@@ -89,6 +89,8 @@ export async function dumpDatabase(pool: pg.Pool, file: string, signal?: AbortSi
           );
           let rows = 0;
           for (;;) {
+            // Within a table too: a catalog of millions of rows takes minutes to read.
+            signal?.throwIfAborted();
             const batch = await client.query<{ row: string }>(`FETCH ${FETCH_ROWS} FROM dump`);
             if (!batch.rows.length) break;
             await write(batch.rows.map((r) => `{"table":${JSON.stringify(table)},"row":${r.row}}\n`).join(''));
