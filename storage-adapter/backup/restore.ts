@@ -3,13 +3,13 @@
  * Order: refuse a non-empty target before anything is written (the database, then the storage root
  * through a store opened without binding: no storage-id is read or written at open); mark the root's
  * storage-id as an unfinished restore (so a restore killed from here on leaves a root no gateway
- * opens, and the next restore empties it first); put every blob
- * through the store (verified by hash as it is written, its slice digests computed in the same pass);
- * in one transaction load every restorable table, record every blob's slice digests (so a restored
+ * opens, and the next restore empties it first); put every blob through the store (verified by hash
+ * as it is written, its slice digests computed in the same pass); in one transaction load every restorable table, record every blob's slice digests (so a restored
  * remote store's slice cache serves it without waiting for a scrub), the backed-up rule documents and
- * the `arkvory_storage` row, write the backup's id over the mark last and commit; scrub. A failure anywhere before the commit (a damaged backup, a full disk, a store
- * or Redis that went away, SIGINT/SIGTERM) rolls the transaction back and removes every blob, temporary
- * and the storage-id the restore wrote, so the target is empty again and the restore can be retried.
+ * the `arkvory_storage` row, write the backup's id over the mark last and commit; scrub. A failure
+ * anywhere before the commit (a damaged backup, a full disk, a store or Redis that went away,
+ * SIGINT/SIGTERM) rolls the transaction back and removes every blob, temporary and the storage-id the
+ * restore wrote, so the target is empty again and the restore can be retried.
  * Coordination state (leases, shared policy) is not restored; unfinished multipart sessions come
  * back aborted, since their parts are not in a backup.
  */
@@ -217,11 +217,13 @@ async function loadDatabase(client: pg.ClientBase, file: string, manifest: Seale
 }
 
 /**
- * Removes what a failed restore wrote to the store: the storage-id (if it got that far), every blob
- * and every temporary. The root held no storage-id and no blobs when the restore began (checked
- * under the exclusive maintenance barrier, and no gateway opens a root without a storage-id as
- * its writer without creating one), so everything there now is the restore's. Returns what could not
- * be removed; [] means the root is empty again (checked by listing it).
+ * Removes what a failed restore wrote to the store: the storage-id (its mark, or the backup's id if it
+ * got that far), every blob and every temporary. The root held no storage-id and no blobs when the
+ * restore began, or only what a restore stopped before its commit left under its mark (checked under
+ * the exclusive maintenance barrier; no gateway opens a marked root, nor a root without a storage-id
+ * as its writer without creating one), so everything there now is a restore's. Also empties such a
+ * stopped restore's leftovers. Returns what could not be removed; [] means the root is empty again
+ * (checked by listing it).
  */
 async function emptyTarget(store: OpenedArtifactStore, identityWritten: boolean): Promise<string[]> {
   const problems: string[] = [];
