@@ -335,6 +335,21 @@ describe.each(ALL_STORE_KINDS)('restore into the %s store', (kind) => {
     } finally {
       await gw.stop();
     }
+
+    // A backup of the restored installation writes none of its credentials (the database password,
+    // the S3 secret key) into its files or its output.
+    const made = await runCli(['backup', await makeTempDir('arkvory-backups-')], target.env);
+    expect(made.code, made.stderr).toBe(0);
+    const s3Secret = (target.env as Record<string, string | undefined>).AWS_SECRET_ACCESS_KEY;
+    const secrets = [new URL(target.env.ARKVORY_DATABASE_URL).password, s3Secret].filter(
+      (v): v is string => v !== undefined && v !== '',
+    );
+    if (backing.s3) expect(s3Secret, 'the S3 store is reached with a secret key').toBeTruthy();
+    const backupDir = (JSON.parse(made.stdout) as { backup: string }).backup;
+    const texts = [made.stdout, made.stderr];
+    for (const file of ['manifest.json', 'database.jsonl', 'rule-documents.json'])
+      texts.push(await readFile(path.join(backupDir, file), 'utf8').catch(() => ''));
+    for (const secret of secrets) for (const text of texts) expect(text).not.toContain(secret);
   }, 120_000);
 
   it('a restore that fails partway leaves the database and the store empty; a retry succeeds', async () => {
