@@ -126,7 +126,7 @@ export const GATEWAY_METRICS = [
     name: 'arkvory_http2_send_budget_waits_total',
     type: 'counter',
     labels: [],
-    help: "HTTP/2 answers (a new stream's handler, a streamed body's next chunk) that waited because the answers in progress on their connection held its 1 MiB send budget (a client reading slower than it asks, or not at all).",
+    help: "HTTP/2 answers that waited for their connection's send budget: a new stream's handler while 32 answers are in progress there (fewer while bytes are queued), a streamed body's next chunk while 1 MiB is queued toward the client (a client asking faster than it reads, or not reading at all).",
   },
   {
     name: 'arkvory_http2_send_budget_waiting',

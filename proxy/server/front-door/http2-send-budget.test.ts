@@ -5,52 +5,116 @@ import { SEND_BUDGET, SendBudget, type StallLimits, StallWatch } from './http2-s
 
 const LIMITS = { bytes: 1000, answerBytes: 100 };
 
-/** A budget over a held amount the test sets by hand. */
+/** A budget over what the test sets by hand: answers in progress and their queued bytes. */
 function budgeted() {
-  const state = { held: 0 };
-  const budget = new SendBudget(LIMITS, () => state.held);
+  const state = { answers: 0, queued: 0 };
+  const budget = new SendBudget(LIMITS, () => ({ ...state }));
   const resumed: string[] = [];
   const waiter = (name: string) => () => resumed.push(name);
-  return { state, budget, resumed, waiter };
+  /** A handler that begins its answer when resumed, as the front door's does. */
+  const starter = (name: string) => () => {
+    resumed.push(name);
+    state.answers++;
+  };
+  return { state, budget, resumed, waiter, starter };
 }
 
-describe('SendBudget: room', () => {
-  it('has room below the budget, none at it', () => {
+describe('SendBudget: room for a chunk', () => {
+  it('has room below the budget of queued bytes, none at it, whatever the answers in progress', () => {
     const { state, budget } = budgeted();
-    state.held = LIMITS.bytes - 1;
+    state.answers = 100;
+    state.queued = LIMITS.bytes - 1;
     expect(budget.hasRoom()).toBe(true);
-    state.held = LIMITS.bytes;
+    state.queued = LIMITS.bytes;
     expect(budget.hasRoom()).toBe(false);
   });
 
-  it('has no room while anything waits, whatever is held: first come, first served', () => {
+  it('has no room while a chunk waits, whatever is held: first come, first served', () => {
     const { state, budget, waiter } = budgeted();
-    state.held = LIMITS.bytes;
+    state.queued = LIMITS.bytes;
     budget.wait(waiter('a'));
-    state.held = 0;
+    state.queued = 0;
     expect(budget.hasRoom()).toBe(false);
     expect(budget.waiting).toBe(1);
     expect(budget.waited).toBe(1);
   });
+});
 
-  it('the shipped budget lets 64 answers of a zero-window client in progress, then the next waits', () => {
-    expect(SEND_BUDGET.bytes / SEND_BUDGET.answerBytes).toBe(64);
+describe('SendBudget: room for a new answer', () => {
+  it('a handler starts while the answers in progress, at their share each, and their queued bytes stay below the budget', () => {
+    const { state, budget } = budgeted();
+    state.answers = 9;
+    expect(budget.mayStart()).toBe(true);
+    state.answers = 10;
+    expect(budget.mayStart(), 'ten shares fill the budget').toBe(false);
+    state.answers = 5;
+    state.queued = 499;
+    expect(budget.mayStart()).toBe(true);
+    state.queued = 500;
+    expect(budget.mayStart()).toBe(false);
+    state.queued = 0;
+    budget.reserve(500);
+    expect(budget.mayStart(), 'a reserved chunk counts').toBe(false);
+  });
+
+  it('the shipped budget lets 32 answers of a zero-window client in progress, then the next waits', () => {
+    expect(SEND_BUDGET.bytes / SEND_BUDGET.answerBytes).toBe(32);
+  });
+
+  it('no handler starts while one waits, however much room there is', () => {
+    const { state, budget, starter } = budgeted();
+    state.answers = 10;
+    budget.waitToStart(starter('a'));
+    state.answers = 0;
+    expect(budget.mayStart()).toBe(false);
+    expect(budget.waiting).toBe(1);
+    expect(budget.waited).toBe(1);
+  });
+
+  it('waiting handlers start in arrival order as answers end, as many as there is room for', () => {
+    const { state, budget, resumed, starter } = budgeted();
+    state.answers = 10;
+    for (const name of ['a', 'b', 'c', 'd']) budget.waitToStart(starter(name));
+    budget.sent();
+    expect(resumed, 'still full').toEqual([]);
+    state.answers = 8;
+    budget.sent();
+    expect(resumed).toEqual(['a', 'b']);
+    expect(state.answers).toBe(10);
+    state.answers = 0;
+    budget.sent();
+    expect(resumed).toEqual(['a', 'b', 'c', 'd']);
+    expect(budget.mayStart()).toBe(true);
+  });
+
+  it('answers in progress never keep a chunk waiting: a waiting handler does not hold a chunk back', () => {
+    const { state, budget, resumed, waiter, starter } = budgeted();
+    state.answers = 10;
+    state.queued = LIMITS.bytes;
+    budget.waitToStart(starter('handler'));
+    budget.wait(waiter('chunk'));
+    // Bytes went out: the chunk goes on though the answers' shares still fill the budget.
+    state.queued = 0;
+    budget.sent();
+    expect(resumed).toEqual(['chunk']);
+    expect(budget.hasRoom()).toBe(true);
+    expect(budget.waiting).toBe(1);
   });
 });
 
-describe('SendBudget: waiters resume as bytes go out', () => {
-  it('resumes waiters in arrival order, each counted as one answer until it holds something', () => {
+describe('SendBudget: waiting chunks resume as bytes go out', () => {
+  it("resumes chunks in arrival order, each counted as one answer's share until it is reserved", () => {
     const { state, budget, resumed, waiter } = budgeted();
-    state.held = LIMITS.bytes;
+    state.queued = LIMITS.bytes;
     for (const name of ['a', 'b', 'c', 'd']) budget.wait(waiter(name));
     budget.sent();
     expect(resumed, 'still at the budget').toEqual([]);
-    // Room for two answers' shares: two resume, the third would reach the budget.
-    state.held = LIMITS.bytes - 2 * LIMITS.answerBytes;
+    // Room for two shares: two resume, the third would reach the budget.
+    state.queued = LIMITS.bytes - 2 * LIMITS.answerBytes;
     budget.sent();
     expect(resumed).toEqual(['a', 'b']);
     expect(budget.waiting).toBe(2);
-    state.held = 0;
+    state.queued = 0;
     budget.sent();
     expect(resumed).toEqual(['a', 'b', 'c', 'd']);
     expect(budget.hasRoom()).toBe(true);
@@ -58,42 +122,46 @@ describe('SendBudget: waiters resume as bytes go out', () => {
 
   it('a chunk reserved before it is read counts as held until unreserved', () => {
     const { state, budget, resumed, waiter } = budgeted();
-    state.held = LIMITS.bytes - 300;
+    state.queued = LIMITS.bytes - 300;
     budget.reserve(300);
     expect(budget.hasRoom()).toBe(false);
     budget.wait(waiter('a'));
-    // Written: its bytes are now measured as held; the reservation goes.
-    state.held = LIMITS.bytes;
+    // Written: its bytes are now measured as queued; the reservation goes.
+    state.queued = LIMITS.bytes;
     budget.unreserve(300);
     budget.sent();
     expect(resumed).toEqual([]);
-    state.held = LIMITS.bytes - 300;
+    state.queued = LIMITS.bytes - 300;
     budget.sent();
     expect(resumed).toEqual(['a']);
   });
 
   it('a cancelled waiter is never resumed', () => {
-    const { state, budget, resumed, waiter } = budgeted();
-    state.held = LIMITS.bytes;
+    const { state, budget, resumed, waiter, starter } = budgeted();
+    state.queued = LIMITS.bytes;
     const a = waiter('a');
+    const h = starter('h');
     budget.wait(a);
     budget.wait(waiter('b'));
+    budget.waitToStart(h);
+    budget.waitToStart(starter('i'));
     budget.cancel(a);
-    state.held = 0;
+    budget.cancel(h);
+    state.queued = 0;
     budget.sent();
-    expect(resumed).toEqual(['b']);
+    expect(resumed).toEqual(['b', 'i']);
   });
 
   it('room() resolves on resume and rejects when its signal aborts first', async () => {
     const { state, budget } = budgeted();
-    state.held = LIMITS.bytes;
+    state.queued = LIMITS.bytes;
     const aborter = new AbortController();
     const aborted = budget.room(aborter.signal);
     const kept = budget.room(new AbortController().signal);
     aborter.abort(new Error('client gone'));
     await expect(aborted).rejects.toThrow('client gone');
     expect(budget.waiting).toBe(1);
-    state.held = 0;
+    state.queued = 0;
     budget.sent();
     await expect(kept).resolves.toBeUndefined();
     expect(() => budget.room(aborter.signal)).toThrow('client gone');
@@ -102,13 +170,15 @@ describe('SendBudget: waiters resume as bytes go out', () => {
 
 describe('SendBudget: end', () => {
   it('end() drops the waiters: none resumes, none is taken', () => {
-    const { state, budget, resumed, waiter } = budgeted();
-    state.held = LIMITS.bytes;
+    const { state, budget, resumed, waiter, starter } = budgeted();
+    state.queued = LIMITS.bytes;
     budget.wait(waiter('a'));
+    budget.waitToStart(starter('h'));
     budget.end();
-    state.held = 0;
+    state.queued = 0;
     budget.sent();
     budget.wait(waiter('b'));
+    budget.waitToStart(starter('i'));
     budget.sent();
     expect(resumed).toEqual([]);
     expect(budget.waiting).toBe(0);

@@ -1,10 +1,19 @@
 /**
  * What one HTTP/2 session's answers may hold toward a client that does not read. node:http2 keeps
- * every byte an answer wrote until the client's flow-control window lets it out, so a client that
+ * every byte an answer wrote until the client's flow-control window lets it out, and an answer in
+ * progress keeps its stream, request, response and handler state until it ends, so a client that
  * announces a zero window and opens its 100 streams would have each of them hold its whole answer
- * (a small body, a streamed body's buffers) and its request's state. Past `SEND_BUDGET.bytes` held
- * by the session's answers in progress, a new stream's handler and a streamed body's next chunk wait
- * here, first come first served, until some of it went out or was let go.
+ * (a small body or a JSON error written in one go, a streamed body's buffers) and that state. Two
+ * bounds per session, both measured by the caller:
+ *  - answers in progress: a new stream's handler runs only while the answers in progress count
+ *    less than `SEND_BUDGET.bytes` with `answerBytes` each plus their queued bytes (32 at most), so
+ *    a burst of streams whose handlers all wait on I/O before writing is bounded as well as one
+ *    whose answers are already queued; past it, the stream waits before its handler runs;
+ *  - queued bytes: a streamed body's next chunk is read only while the bytes written and not yet
+ *    taken (and the chunks about to be) are less than `SEND_BUDGET.bytes`.
+ * A chunk never waits for answers' shares, only for bytes: the answers in progress are what makes
+ * them go out, so a session full of answers still streams. Each bound's waiters go on first come,
+ * first served, as bytes go out or answers end.
  *
  * What lets it go is `StallWatch`: an answer holding unsent bytes that sent none for the send
  * timeout is stalled, and the front door resets it. node:http2's own send timeout of a stream cannot
@@ -20,20 +29,21 @@
 import type { TimerHandle, Timers } from '../../../policy/timers.ts';
 
 export const SEND_BUDGET = {
-  /** Bytes a session's answers in progress may hold (their queued bytes plus `answerBytes` each) before more wait. */
+  /** Bytes a session's answers may hold queued, and with their shares, before more wait. */
   bytes: 1024 * 1024,
   /**
    * What an answer in progress holds besides its queued bytes (its stream, request, response and
-   * handler state; about 18 KiB measured on a zero-window client): 64 such answers fill the budget.
+   * handler state: about 20 KiB measured on a zero-window client, where a stream waiting for its
+   * handler holds about 3 KiB): 32 such answers fill the budget.
    */
-  answerBytes: 16 * 1024,
+  answerBytes: 32 * 1024,
 } as const;
 
 /** What an answer being written sees of its session's budget (proxy/content/stream.ts). */
 export interface AnswerBudget {
-  /** True when a chunk may be written now: nothing waits and the session holds less than its budget. */
+  /** True when a chunk may be written now: no chunk waits and the session's queued bytes are below its budget. */
   hasRoom(): boolean;
-  /** Resolves once there is room; rejects with the signal's reason if it aborts first. */
+  /** Resolves once there is room for a chunk; rejects with the signal's reason if it aborts first. */
   room(signal: AbortSignal): Promise<void>;
   /**
    * Counts `bytes` as held before they are written: a chunk about to be read, so the streams of a
@@ -51,29 +61,44 @@ export interface SendBudgetLimits {
   readonly answerBytes: number;
 }
 
+/** What a session's answers hold now. */
+export interface Held {
+  /** Answers in progress: handlers started whose bytes are not all out. */
+  readonly answers: number;
+  /** Bytes those answers wrote that the client has not taken yet. */
+  readonly queued: number;
+}
+
 /** One session's budget: `held` measures what its answers in progress hold now. */
 export class SendBudget implements AnswerBudget {
   readonly #limits: SendBudgetLimits;
-  readonly #held: () => number;
-  /** In arrival order (a Set keeps it): handlers of new streams and chunks of streamed bodies. */
-  readonly #waiters = new Set<() => void>();
+  readonly #held: () => Held;
+  /** In arrival order (a Set keeps it): chunks of streamed bodies. */
+  readonly #chunks = new Set<() => void>();
+  /** In arrival order: handlers of new streams. */
+  readonly #starts = new Set<() => void>();
   #reserved = 0;
   #ended = false;
-  /** Answers that waited here (`arkvory_http2_answers_waited_total`). */
+  /** Handlers and chunks that waited here (`arkvory_http2_send_budget_waits_total`). */
   waited = 0;
 
-  constructor(limits: SendBudgetLimits, held: () => number) {
+  constructor(limits: SendBudgetLimits, held: () => Held) {
     this.#limits = limits;
     this.#held = held;
   }
 
-  /** Waiting now. */
+  /** Waiting now: handlers and chunks. */
   get waiting(): number {
-    return this.#waiters.size;
+    return this.#chunks.size + this.#starts.size;
   }
 
   hasRoom(): boolean {
-    return this.#waiters.size === 0 && this.#held() + this.#reserved < this.#limits.bytes;
+    return this.#chunks.size === 0 && this.#chunkRoom(0);
+  }
+
+  /** True when a new stream's handler may run now: no handler waits and the answers in progress leave room for one more. */
+  mayStart(): boolean {
+    return this.#starts.size === 0 && this.#startRoom();
   }
 
   reserve(bytes: number): void {
@@ -84,15 +109,26 @@ export class SendBudget implements AnswerBudget {
     this.#reserved -= bytes;
   }
 
-  /** `resume` is called once there is room (never after `end`); `cancel(resume)` takes it back. */
+  /** A chunk: `resume` is called once there is room (never after `end`); `cancel(resume)` takes it back. */
   wait(resume: () => void): void {
     if (this.#ended) return;
     this.waited++;
-    this.#waiters.add(resume);
+    this.#chunks.add(resume);
+  }
+
+  /**
+   * A new stream's handler: `resume` is called once the answers in progress leave room, and must
+   * begin its answer at once (counted by the next `held`); `cancel(resume)` takes it back.
+   */
+  waitToStart(resume: () => void): void {
+    if (this.#ended) return;
+    this.waited++;
+    this.#starts.add(resume);
   }
 
   cancel(resume: () => void): void {
-    this.#waiters.delete(resume);
+    this.#chunks.delete(resume);
+    this.#starts.delete(resume);
   }
 
   room(signal: AbortSignal): Promise<void> {
@@ -113,23 +149,43 @@ export class SendBudget implements AnswerBudget {
 
   /** Bytes went out (a chunk's write completed, an answer ended) or were let go (a stream reset): waiters resume while there is room. */
   sent(): void {
-    if (this.#waiters.size > 0) this.#resume();
+    if (this.#chunks.size > 0) this.#resumeChunks();
+    if (this.#starts.size > 0) this.#resumeStarts();
   }
 
   /** The session is gone: nothing waits. */
   end(): void {
     this.#ended = true;
-    this.#waiters.clear();
+    this.#chunks.clear();
+    this.#starts.clear();
   }
 
-  #resume(): void {
-    // A resumed waiter holds nothing yet when the next is considered: each is counted as one
-    // answer's share, so a release never lets through more than the budget's room.
-    let promised = this.#reserved;
-    while (!this.#ended && this.#waiters.size > 0 && this.#held() + promised < this.#limits.bytes) {
-      const next = this.#waiters.values().next().value!;
-      this.#waiters.delete(next);
+  #chunkRoom(promised: number): boolean {
+    return this.#held().queued + this.#reserved + promised < this.#limits.bytes;
+  }
+
+  #startRoom(): boolean {
+    const { answers, queued } = this.#held();
+    return answers * this.#limits.answerBytes + queued + this.#reserved < this.#limits.bytes;
+  }
+
+  #resumeChunks(): void {
+    // A resumed chunk is reserved only once its stream runs again: each is counted as one answer's
+    // share meanwhile, so a release never lets through more than the budget's room.
+    let promised = 0;
+    while (!this.#ended && this.#chunks.size > 0 && this.#chunkRoom(promised)) {
+      const next = this.#chunks.values().next().value!;
+      this.#chunks.delete(next);
       promised += this.#limits.answerBytes;
+      next();
+    }
+  }
+
+  #resumeStarts(): void {
+    // A resumed handler begins its answer at once: the next `held` counts it.
+    while (!this.#ended && this.#starts.size > 0 && this.#startRoom()) {
+      const next = this.#starts.values().next().value!;
+      this.#starts.delete(next);
       next();
     }
   }

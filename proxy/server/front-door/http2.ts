@@ -16,9 +16,11 @@
  *  - floods: more than `CONTROL_FRAME_BUDGET` PING/SETTINGS frames or `RESET_BUDGET` streams reset
  *    by the client per window end the session with GOAWAY ENHANCE_YOUR_CALM (rapid reset,
  *    CVE-2023-44487; nghttp2 has a reset rate limit of its own, this one is tighter);
- *  - what a session's answers in progress hold toward a client that does not read is bounded
- *    (http2-send-budget.ts): past the budget a new stream's handler and a streamed body's next
- *    chunk wait for bytes to go out; an answer holding unsent bytes that sent none for the send
+ *  - what a session's answers hold toward a client that does not read is bounded
+ *    (http2-send-budget.ts): a new stream's handler waits while the answers in progress fill the
+ *    budget (32 at most, counted from the moment their handler runs, so a burst of streams whose
+ *    handlers wait on I/O counts before it writes), a streamed body's next chunk while their unsent
+ *    bytes do; an answer holding unsent bytes that sent none for the send
  *    timeout is reset (CANCEL, counted as `send_timeout`; while its request body is due and
  *    receives nothing, at the body timeout, counted as `body_timeout`) by the session's
  *    `StallWatch`, since node:http2's own timeout of a stream with bytes queued is pushed back by
@@ -38,7 +40,7 @@ import { sendError } from '../http-errors.ts';
 import { announcesBody, stateOf } from './connection-state.ts';
 import { type FrontDoorTimeouts, idleAction } from './timeouts.ts';
 import { type FloodKind, SessionWatch, type SessionWatchDeps } from './http2-session-watch.ts';
-import { SEND_BUDGET, SendBudget, type StallPhase, StallWatch } from './http2-send-budget.ts';
+import { type Held, SEND_BUDGET, SendBudget, type StallPhase, StallWatch } from './http2-send-budget.ts';
 import type { Http2Request, Http2Response } from '../http2-messages.ts';
 import { type Clock, systemClock } from '../../../policy/clock.ts';
 import type { Timers } from '../../../policy/timers.ts';
@@ -122,7 +124,7 @@ interface SessionFront {
   readonly watch: SessionWatch;
   readonly budget: SendBudget;
   readonly stalls: StallWatch<ServerHttp2Stream>;
-  /** Streams handed to the request handler and still open, with their responses: what `budget` measures. */
+  /** Streams whose handler ran and still open, with their responses: what `budget` measures. */
   readonly answers: Map<ServerHttp2Stream, Http2Response>;
 }
 
@@ -313,8 +315,9 @@ export class Http2Front {
   }
 
   /**
-   * Hands an HTTP/2 request to `handler` now, or once its session's answers hold less than their
-   * send budget (http2-send-budget.ts). A stream reset while it waits is never handled.
+   * Hands an HTTP/2 request to `handler` now, or once its session's answers in progress leave room
+   * in their send budget (http2-send-budget.ts): its answer counts from then on, whatever it does
+   * before writing. A stream reset while it waits is never handled.
    */
   dispatch(
     req: IncomingMessage & { stream: ServerHttp2Stream },
@@ -323,7 +326,12 @@ export class Http2Front {
   ): void {
     const stream = req.stream;
     const front = this.#sessions.get(stream.session!);
-    if (front === undefined || front.budget.hasRoom()) {
+    if (front === undefined) {
+      handler(req, res);
+      return;
+    }
+    if (front.budget.mayStart()) {
+      begin(front, stream, res);
       handler(req, res);
       return;
     }
@@ -332,11 +340,13 @@ export class Http2Front {
     const { budget } = front;
     const resume = () => {
       stream.off('close', cancel);
-      if (!stream.closed && !stream.destroyed) handler(req, res);
+      if (stream.closed || stream.destroyed) return;
+      begin(front, stream, res);
+      handler(req, res);
     };
     const cancel = () => budget.cancel(resume);
     stream.once('close', cancel);
-    budget.wait(resume);
+    budget.waitToStart(resume);
   }
 
   /**
@@ -346,13 +356,6 @@ export class Http2Front {
   admitStream(req: IncomingMessage & { stream: ServerHttp2Stream }, res: ServerResponse): void {
     const stream = req.stream;
     admitted.add(stream);
-    const front = this.#sessions.get(stream.session!);
-    if (front !== undefined) {
-      const answer = res as unknown as Http2Response;
-      front.answers.set(stream, answer);
-      answer.sendBudget = front.budget;
-      front.stalls.answering();
-    }
     const hasBody = announcesBody(req) || !stream.endAfterHeaders;
     // Before node:http2's own listener ends the request body: a reset body fails, never ends.
     stream.prependListener('close', () => {
@@ -427,15 +430,28 @@ export class Http2Front {
   }
 }
 
+/** An answer begins: its session's budget counts it, its streamed body waits on that budget, the stall watch judges it. */
+function begin(front: SessionFront, stream: ServerHttp2Stream, res: ServerResponse): void {
+  const answer = res as unknown as Http2Response;
+  front.answers.set(stream, answer);
+  answer.sendBudget = front.budget;
+  front.stalls.answering();
+}
+
 /**
- * What the answers in progress of a session hold: each begun and not yet all out counts its queued
- * bytes (written, not yet taken by the client's flow-control window) and an answer's share.
+ * What the answers in progress of a session hold: each whose handler ran and whose bytes are not
+ * yet all out (written or not), and their queued bytes (written, not yet taken by the client's
+ * flow-control window).
  */
-function heldBy(answers: ReadonlyMap<ServerHttp2Stream, unknown>): number {
-  let held = 0;
-  for (const stream of answers.keys())
-    if (stream.headersSent && !stream.writableFinished) held += SEND_BUDGET.answerBytes + stream.writableLength;
-  return held;
+function heldBy(answers: ReadonlyMap<ServerHttp2Stream, unknown>): Held {
+  let count = 0;
+  let queued = 0;
+  for (const stream of answers.keys()) {
+    if (stream.writableFinished) continue;
+    count++;
+    queued += stream.writableLength;
+  }
+  return { answers: count, queued };
 }
 
 /** Bytes an answer wrote that the client has not taken yet, as `StallWatch` judges them. */
