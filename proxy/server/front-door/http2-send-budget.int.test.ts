@@ -180,6 +180,31 @@ describe('HTTP/2 send budget: what a client that does not read holds', () => {
     }
   });
 
+  it('70 downloads at once on one connection that reads them all complete: the answers in progress never keep a chunk waiting', async () => {
+    const medium = randomContent(MiB + 17);
+    const put = await request(gw.https, `/api/v1/repositories/${REPO}/artifacts/medium.bin`, {
+      method: 'PUT',
+      headers: bearer(owner.key),
+      body: medium,
+    });
+    expect([200, 201]).toContain(put.status);
+    const session = http2.connect(gw.https, { ca: ca.certPem });
+    session.on('error', () => {});
+    try {
+      const target = `/api/v1/repositories/${REPO}/artifacts/medium.bin/content`;
+      const downloads = await Promise.race([
+        Promise.all(
+          Array.from({ length: 70 }, () => request(gw.https, target, { headers: bearer(owner.key), session })),
+        ),
+        sleep(30_000).then(() => undefined),
+      ]);
+      expect(downloads, 'the downloads stopped').toBeDefined();
+      for (const d of downloads!) expect(sha256(d.body)).toBe(sha256(medium));
+    } finally {
+      session.close();
+    }
+  });
+
   it('a stream the client does not read holds no more than the budget; the other streams of its connection go on', async () => {
     const session = http2.connect(gw.https, { ca: ca.certPem });
     session.on('error', () => {});
