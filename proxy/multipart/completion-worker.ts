@@ -375,7 +375,8 @@ export class CompletionWorker {
   async #run(job: Job, signal: AbortSignal): Promise<void> {
     const log = this.#o.log.child({ job: job.id });
     if (job.attempts > (this.#o.maxAttempts ?? 5)) {
-      await this.#finish(job, 'failed', `gave up after ${job.attempts - 1} attempts`);
+      if (await this.#finish(job, 'failed', `gave up after ${job.attempts - 1} attempts`))
+        await this.#removeParts(job, log);
       return;
     }
     let published: Awaited<ReturnType<typeof assembleJob>>;
@@ -421,8 +422,10 @@ export class CompletionWorker {
       // its HTTP answers are (http-errors.ts); the store's own (address, bucket, keys) in the log.
       const mapped = toHttpError(err);
       const reason = `${err.code}: ${mapped.code === err.code ? mapped.message : err.message}`;
-      if (await this.#finish(job, 'failed', reason))
+      if (await this.#finish(job, 'failed', reason)) {
         log.warn({ event: 'upload.failed', code: err.code, err }, `multipart upload failed: ${reason}`);
+        await this.#removeParts(job, log);
+      }
       return;
     }
     const { entry, assembly } = published;
@@ -431,11 +434,20 @@ export class CompletionWorker {
       return;
     }
     log.info({ event: 'upload.completed', sizeBytes: entry.sizeBytes, assembly }, 'multipart upload published');
-    // Outside the outcome: the upload is published whatever removing its parts does (gc removes the rest).
+    await this.#removeParts(job, log);
+  }
+
+  /**
+   * A finished session's parts are of no more use (a failed one cannot be completed again), and
+   * they no longer count against its principal's pending bytes: kept, a writer completing sessions
+   * bound to fail would fill the disk. Outside the outcome: it stands whatever removing them does
+   * (gc removes the rest).
+   */
+  async #removeParts(job: Job, log: Logger): Promise<void> {
     await this.#o.sessions.removeParts(job.sessionId).catch((err: unknown) => {
       log.warn(
         { event: 'upload.parts_left', err: { message: (err as Error).message, code: (err as { code?: string }).code } },
-        'removing the parts of a published upload failed; gc removes them',
+        'removing the parts of a finished upload failed; gc removes them',
       );
     });
   }

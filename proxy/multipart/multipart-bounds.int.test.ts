@@ -236,6 +236,41 @@ describe('per-principal multipart bounds', () => {
     await request(`${gw.url}/api/v1/repositories/mb/uploads/${first}`, { method: 'DELETE', headers: bearer(keyA) });
     expect((await putPart(gw, keyA, second, 1, bytes(600))).status).toBe(200);
   });
+
+  it('a session whose completion fails has its part files removed: its bytes stop counting, so they leave the disk too', async () => {
+    const gw = await startGateway({
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_MULTIPART_MAX_PENDING_BYTES_PER_PRINCIPAL: '2048' },
+    });
+    await db.pool.query(`UPDATE arkvory_upload_sessions SET state = 'aborted' WHERE state IN ('open', 'completing')`);
+    const uploads: string[] = [];
+    // Each round stores the whole pending bound and completes against a sha256 the bytes do not have.
+    for (let round = 0; round < 3; round++) {
+      const r = await request(`${gw.url}/api/v1/repositories/mb/artifacts/failing-${round}.bin/uploads`, {
+        method: 'POST',
+        headers: { ...bearer(keyA), 'content-type': 'application/json' },
+        body: Buffer.from(JSON.stringify({ sha256: '0'.repeat(64) })),
+      });
+      expect(r.status).toBe(201);
+      const upload = json(r).upload as string;
+      uploads.push(upload);
+      const part = bytes(2000, round + 1);
+      expect((await putPart(gw, keyA, upload, 1, part)).status).toBe(200);
+      expect((await complete(gw, keyA, upload, [part])).status).toBe(202);
+      await waitUntil(async () => (await state(gw, keyA, upload)) === 'failed', { timeoutMs: 30_000 });
+    }
+    expect(await published(gw, keyA, 'failing-0.bin')).toBe(404);
+    for (const upload of uploads) {
+      expect(await readdir(path.join(gw.dataDir, 'uploads', upload)).catch(() => 'gone')).toBe('gone');
+      const session = json(
+        await request(`${gw.url}/api/v1/repositories/mb/uploads/${upload}`, { headers: bearer(keyA) }),
+      );
+      expect(session.error).toMatch(/^[a-z_]+: /);
+    }
+    const rows = await db.pool.query('SELECT count(*)::int AS n FROM arkvory_upload_parts WHERE session_id = ANY($1)', [
+      uploads,
+    ]);
+    expect(rows.rows[0].n).toBe(0);
+  });
 });
 
 describe('completion jobs in round robin across principals', () => {
