@@ -80,6 +80,31 @@ function putChunked(gw: GatewayProcess, key: string, upload: string, n: number, 
   });
 }
 
+/** A part sent with `Expect: 100-continue`: its body goes out only after 100 Continue. */
+function putExpecting(gw: GatewayProcess, key: string, upload: string, n: number, data: Buffer) {
+  return new Promise<{ status: number; body: Record<string, unknown>; continued: boolean }>((resolve, reject) => {
+    let continued = false;
+    const req = http.request(`${gw.url}/api/v1/repositories/mb/uploads/${upload}/parts/${n}`, {
+      method: 'PUT',
+      headers: { ...bearer(key), 'content-length': String(data.length), expect: '100-continue' },
+      agent: false,
+    });
+    req.on('continue', () => {
+      continued = true;
+      req.end(data);
+    });
+    req.on('response', (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () =>
+        resolve({ status: res.statusCode!, body: JSON.parse(Buffer.concat(chunks).toString()), continued }),
+      );
+    });
+    req.on('error', reject);
+    req.flushHeaders();
+  });
+}
+
 async function complete(gw: GatewayProcess, key: string, upload: string, parts: Buffer[]) {
   const r = await request(`${gw.url}/api/v1/repositories/mb/uploads/${upload}/complete`, {
     method: 'POST',
@@ -118,6 +143,14 @@ describe('ARKVORY_MAX_UPLOAD_BYTES bounds a multipart upload as a whole', () => 
     // Re-sending a part replaces it: its old bytes do not count twice.
     expect((await putPart(gw, keyA, upload, 2, bytes(512, 2))).status).toBe(200);
     expect((await putPart(gw, keyA, upload, 3, bytes(1))).status).toBe(413);
+    // Asked with Expect: 100-continue, a part past the bound, or for a session not the sender's, is
+    // answered before its body is asked for, as a whole upload is.
+    const expecting = await putExpecting(gw, keyA, upload, 3, bytes(100));
+    expect(expecting).toMatchObject({ status: 413, continued: false, body: { code: 'upload_too_large' } });
+    const foreign = await putExpecting(gw, keyB, upload, 3, bytes(1));
+    expect(foreign).toMatchObject({ status: 404, continued: false, body: { code: 'not_found' } });
+    const fits = await putExpecting(gw, keyA, upload, 2, bytes(512, 3));
+    expect(fits).toMatchObject({ status: 200, continued: true, body: { partNumber: 2, sizeBytes: 512 } });
     const parts = await db.pool.query(
       'SELECT part_number, size_bytes::int AS size FROM arkvory_upload_parts WHERE session_id = $1 ORDER BY 1',
       [upload],

@@ -145,9 +145,10 @@ export function multipartRoutes(deps: {
           reservation = await quotas?.reserve({ ...scope, bytes: length ?? 0 });
           const metered = deps.meters?.upload?.(ctx);
           const meter = metered instanceof Promise ? await metered : metered;
-          ctx.continueBody();
+          // 100 Continue only once the session is the sender's, open, and has room for the part.
           const part = await sessions.putPart(scope, upload, partNumber, new ClientBody(ctx.req), {
             maxBytes: deps.maxPartBytes,
+            beforeBody: () => ctx.continueBody(),
             ...(length !== undefined ? { expectedLength: length } : {}),
             ...(meter ? { meter } : {}),
             ...(reservation && quotas

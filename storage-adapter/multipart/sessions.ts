@@ -214,6 +214,8 @@ export class UploadSessions {
        * hold), since a completion listing it may be queued the moment this commits.
        */
       recorded?: (client: pg.PoolClient, sizeBytes: number) => Promise<void>;
+      /** Called once the session and the bounds allow the part, before its body is read (100 Continue). */
+      beforeBody?: () => void;
       signal?: AbortSignal;
     },
   ): Promise<ReceivedPart> {
@@ -228,6 +230,7 @@ export class UploadSessions {
     );
     if (options.expectedLength !== undefined && options.expectedLength > bound.maxBytes)
       throw bound.refuse(options.expectedLength);
+    options.beforeBody?.();
     const fileName = `${String(partNumber).padStart(5, '0')}-${randomUUID()}.part`;
     const hash = createHash('sha256');
     let size = 0;
