@@ -104,6 +104,11 @@ describe('planCompletion', () => {
       [{ partNumber: 1, sha256: `x${h('a')}` }],
       [{ partNumber: 1, sha256: `${h('a')}x` }],
       [{ partNumber: 1, sha256: h('a').slice(1) }],
+      // Outside the numbers a part can be sent under (it was told parts_out_of_order or part_missing).
+      [{ partNumber: 0, sha256: h('a') }],
+      [{ partNumber: -1, sha256: h('a') }],
+      [{ partNumber: MAX_PARTS + 1, sha256: h('a') }],
+      [{ partNumber: 1e300, sha256: h('a') }],
     ]) {
       expect(
         codeOf(() => parseListedParts(bad)),
@@ -114,7 +119,10 @@ describe('planCompletion', () => {
       `parts must be a list of 1 to ${MAX_PARTS} { partNumber, sha256 } objects`,
     );
     expect(refusal(() => parseListedParts([{ partNumber: 1, sha256: h('a') }, null]))?.message).toBe(
-      'parts[1] must be { partNumber: integer, sha256: 64 lowercase hex }',
+      `parts[1] must be { partNumber: integer 1 to ${MAX_PARTS}, sha256: 64 lowercase hex }`,
+    );
+    expect(refusal(() => parseListedParts([{ partNumber: 0, sha256: h('a') }]))?.message).toBe(
+      `parts[0] must be { partNumber: integer 1 to ${MAX_PARTS}, sha256: 64 lowercase hex }`,
     );
   });
 

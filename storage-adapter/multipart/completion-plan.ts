@@ -15,6 +15,7 @@ export interface ListedPart {
   sha256: string;
 }
 
+/** The most parts a session takes, and so the highest part number (parts are numbered from 1). */
 export const MAX_PARTS = 10_000;
 
 /** Parses the `parts` field of a completion body; a malformed list is `invalid_request`. */
@@ -31,13 +32,16 @@ export function parseListedParts(value: unknown): ListedPart[] {
       // A number or string item has no partNumber: refused below.
       !p ||
       !Number.isInteger(p.partNumber) ||
+      // A number no part can be sent under is the list's fault, not a missing or misplaced part.
+      (p.partNumber as number) < 1 ||
+      (p.partNumber as number) > MAX_PARTS ||
       // Stryker disable next-line ConditionalExpression: equivalent: the pattern refuses what a non-string becomes as text
       typeof p.sha256 !== 'string' ||
       !/^[0-9a-f]{64}$/.test(p.sha256)
     ) {
       throw new StorageError(
         'invalid_request',
-        `parts[${i}] must be { partNumber: integer, sha256: 64 lowercase hex }`,
+        `parts[${i}] must be { partNumber: integer 1 to ${MAX_PARTS}, sha256: 64 lowercase hex }`,
       );
     }
     return { partNumber: p.partNumber as number, sha256: p.sha256 };

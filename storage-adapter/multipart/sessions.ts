@@ -10,7 +10,7 @@ import type { ArtifactKey } from '../catalog/catalog.ts';
 import { StorageError } from '../errors.ts';
 import type { ByteMeter } from '../byte-meter.ts';
 import type { PartStore } from '../store.ts';
-import { parseListedParts, planCompletion, type ReceivedPart } from './completion-plan.ts';
+import { MAX_PARTS, parseListedParts, planCompletion, type ReceivedPart } from './completion-plan.ts';
 import { withTransaction } from '../../lib/transaction.ts';
 import { BARRIER_LOCK_CLASS, BARRIERS } from '../../lib/advisory-barriers.ts';
 import { checkAssembledSize, checkSessionCount, partBound, type MultipartLimits, type StoredBytes } from './bounds.ts';
@@ -219,8 +219,8 @@ export class UploadSessions {
       signal?: AbortSignal;
     },
   ): Promise<ReceivedPart> {
-    if (!Number.isInteger(partNumber) || partNumber < 1 || partNumber > 10_000)
-      throw new StorageError('invalid_request', 'Part numbers run from 1 to 10000.');
+    if (!Number.isInteger(partNumber) || partNumber < 1 || partNumber > MAX_PARTS)
+      throw new StorageError('invalid_request', `Part numbers run from 1 to ${MAX_PARTS}.`);
     await this.#open(scope, id);
     // The part is bounded by what the session's and the principal's other parts already hold.
     const bound = partBound(
