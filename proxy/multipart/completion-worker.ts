@@ -11,7 +11,8 @@
  * the job is not failed: it is queued again once the database answers and retried (up to maxAttempts).
  * Queued jobs run in round robin across the principals that opened their sessions (fair-turns.ts),
  * not first in, first out. Every 30 s it also expires sessions past their TTL and deletes those
- * finished more than FINISHED_SESSION_KEEP_DAYS ago.
+ * finished more than FINISHED_SESSION_KEEP_DAYS ago, and removes the parts a finished session
+ * still has (its removal was cut short).
  */
 import pg from 'pg';
 import type { Logger } from 'pino';
@@ -256,6 +257,17 @@ export class CompletionWorker {
         if (orphans.rowCount) this.#o.log.info({ requeued: orphans.rowCount }, 'interrupted jobs queued again');
         const expired = await this.#o.sessions.expire();
         if (expired) this.#o.log.info({ expired }, 'expired upload sessions removed');
+        const left = await this.#o.sessions.removeLeftParts((upload, err) =>
+          this.#o.log.warn(
+            {
+              event: 'upload.parts_left',
+              upload,
+              err: { message: (err as Error).message, code: (err as { code?: string }).code },
+            },
+            'removing the parts of a finished upload failed; retried at the next sweep',
+          ),
+        );
+        if (left) this.#o.log.info({ sessions: left }, 'parts left by finished upload sessions removed');
         const pruned = await this.#o.sessions.prune();
         if (pruned)
           this.#o.log.info(
@@ -441,13 +453,13 @@ export class CompletionWorker {
    * A finished session's parts are of no more use (a failed one cannot be completed again), and
    * they no longer count against its principal's pending bytes: kept, a writer completing sessions
    * bound to fail would fill the disk. Outside the outcome: it stands whatever removing them does
-   * (gc removes the rest).
+   * (the sweep tries again while their rows remain).
    */
   async #removeParts(job: Job, log: Logger): Promise<void> {
     await this.#o.sessions.removeParts(job.sessionId).catch((err: unknown) => {
       log.warn(
         { event: 'upload.parts_left', err: { message: (err as Error).message, code: (err as { code?: string }).code } },
-        'removing the parts of a finished upload failed; gc removes them',
+        'removing the parts of a finished upload failed; retried at the next sweep',
       );
     });
   }

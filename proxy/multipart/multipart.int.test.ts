@@ -4,6 +4,8 @@
  */
 import { gzipSync } from 'node:zlib';
 import { createHash } from 'node:crypto';
+import { readdir } from 'node:fs/promises';
+import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
@@ -344,6 +346,43 @@ describe('finished sessions', () => {
     expect(
       (await request(`${gw.url}/api/v1/repositories/mp/artifacts/pruned.bin/content`, { headers: bearer(key) })).body,
     ).toEqual(a);
+    expect(await gw.stop()).toBe(0);
+  }, 60_000);
+});
+
+describe('parts left behind by a finished session', () => {
+  it('are removed by the worker: a worker killed between recording the outcome and removing them, an abort whose removal failed', async () => {
+    let gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const failed = await openSession(gw, 'left-failed.bin');
+    const aborted = await openSession(gw, 'left-aborted.bin');
+    const open = await openSession(gw, 'left-open.bin');
+    for (const upload of [failed, aborted, open])
+      for (const n of [1, 2]) expect((await putPart(gw, upload, n, randomContent(1000))).status).toBe(200);
+    expect(await gw.stop()).toBe(0);
+    // What such a crash or failure leaves: the session finished, its part rows and files still there.
+    await db.pool.query(
+      `UPDATE arkvory_upload_sessions SET state = CASE WHEN id = $1 THEN 'failed' ELSE 'aborted' END, finished_at = now()
+        WHERE id IN ($1, $2)`,
+      [failed, aborted],
+    );
+    const files = (upload: string) => readdir(path.join(gw.dataDir, 'uploads', upload)).catch(() => []);
+    const rows = async (upload: string) =>
+      (await db.pool.query('SELECT count(*)::int AS n FROM arkvory_upload_parts WHERE session_id = $1', [upload]))
+        .rows[0].n as number;
+    expect(await files(failed)).toHaveLength(2);
+
+    // The worker sweeps as soon as it is active, then every 30 s.
+    gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url }, dataDir: gw.dataDir });
+    await waitUntil(async () => (await files(failed)).length + (await files(aborted)).length === 0, {
+      what: 'the finished sessions’ part files removed',
+      timeoutMs: 15_000,
+    });
+    expect([await rows(failed), await rows(aborted)]).toEqual([0, 0]);
+    // An open session keeps its parts; the finished ones keep their state.
+    expect(await rows(open)).toBe(2);
+    expect(await files(open)).toHaveLength(2);
+    expect((await waitForState(gw, failed, ['failed'])).parts).toEqual([]);
+    expect((await waitForState(gw, aborted, ['aborted'])).parts).toEqual([]);
     expect(await gw.stop()).toBe(0);
   }, 60_000);
 });

@@ -390,9 +390,36 @@ export class UploadSessions {
     await this.removeParts(id);
   }
 
+  /**
+   * Removes a finished session's part files, then their rows: rows left by a removal cut short
+   * (a crash, a store failure) name the session to `removeLeftParts`, which tries again.
+   */
   async removeParts(id: string): Promise<void> {
-    await this.#pool.query('DELETE FROM arkvory_upload_parts WHERE session_id = $1', [id]);
     await this.#parts.removeSession(id);
+    await this.#pool.query('DELETE FROM arkvory_upload_parts WHERE session_id = $1', [id]);
+  }
+
+  /**
+   * Removes the parts still recorded for finished sessions (a worker killed between recording an
+   * outcome and removing them, an abort or expiry whose removal failed); returns how many sessions.
+   * A session whose removal fails again is told to `failed` and tried at the next sweep.
+   */
+  async removeLeftParts(failed: (id: string, err: unknown) => void): Promise<number> {
+    const r = await this.#pool.query<{ id: string }>(
+      `SELECT s.id FROM arkvory_upload_sessions s
+        WHERE s.state NOT IN ${PENDING_STATES} AND EXISTS (SELECT 1 FROM arkvory_upload_parts p WHERE p.session_id = s.id)
+        LIMIT ${PRUNE_BATCH}`,
+    );
+    let removed = 0;
+    for (const row of r.rows) {
+      try {
+        await this.removeParts(row.id);
+        removed++;
+      } catch (err) {
+        failed(row.id, err);
+      }
+    }
+    return removed;
   }
 
   /**
