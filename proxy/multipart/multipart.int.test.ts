@@ -297,7 +297,7 @@ describe('finished sessions', () => {
     const open = await openSession(gw, 'kept-open.bin');
     expect((await putPart(gw, open, 1, a)).status).toBe(200);
     expect(await gw.stop()).toBe(0);
-    // A part row whose removal did not happen (the store or the database failed then) goes with its session.
+    // A part row whose removal did not happen (the store or the database failed then) goes too.
     await db.pool.query(
       `INSERT INTO arkvory_upload_parts (session_id, part_number, size_bytes, sha256, file_name) VALUES ($1, 1, 1000, $2, 'left.part')`,
       [failed, '0'.repeat(64)],
