@@ -215,6 +215,34 @@ describe('multipart uploads (embedded worker)', () => {
     expect(session.parts).toEqual([]);
   });
 
+  it('a completion list over its 2 MiB bound is answered 413 payload_too_large, with or without Content-Length; the session stays open', async () => {
+    const upload = await openSession(gw, 'long-list.bin');
+    const item = `{"partNumber":1,"sha256":"${'a'.repeat(64)}"},`;
+    const list = Buffer.from(`{"parts":[${item.repeat(Math.ceil((3 * MiB) / item.length))}]}`);
+    const url = `${gw.url}/api/v1/repositories/mp/uploads/${upload}/complete`;
+    const headers = { ...bearer(key), 'content-type': 'application/json' };
+    async function* chunked() {
+      for (let at = 0; at < list.length; at += 64 * 1024) yield list.subarray(at, at + 64 * 1024);
+    }
+    for (const body of [list, chunked()]) {
+      // The answer, not a reset: the gateway stops reading but keeps the connection for it.
+      const r = await request(url, {
+        method: 'POST',
+        headers: body === list ? headers : { ...headers, 'transfer-encoding': 'chunked' },
+        body,
+      }).catch((err: Error) => ({ status: -1, body: Buffer.from(JSON.stringify({ error: err.message })) }));
+      expect({ status: r.status, body: json(r) }).toMatchObject({
+        status: 413,
+        body: { code: 'payload_too_large' },
+      });
+    }
+    expect(
+      json(await request(`${gw.url}/api/v1/repositories/mp/uploads/${upload}`, { headers: bearer(key) })),
+    ).toMatchObject({
+      state: 'open',
+    });
+  });
+
   it('opening an upload needs a write grant and the write scope: a read grant (or a read-only key) gets 403 and no session', async () => {
     const readGrant = await createServiceAccount(db.pool, { grants: { mp: 'read' } });
     const readScope = await createServiceAccount(db.pool, { scopes: ['read'], grants: { mp: 'write' } });

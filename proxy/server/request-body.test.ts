@@ -22,4 +22,17 @@ describe('readJsonBody', () => {
     await expect(readJsonBody(body('{"a":{"\\u0000":1}}'))).rejects.toMatchObject({ code: 'invalid_request' });
     await expect(readJsonBody(body('{"a":["ok","\\u0000"]}'))).rejects.toMatchObject({ code: 'invalid_request' });
   });
+
+  it('refuses a body past the bound with 413, by its Content-Length before reading, and never destroys the request (its 413 must reach the client)', async () => {
+    const declared = Object.assign(Readable.from([Buffer.alloc(10)]), {
+      headers: { 'content-type': 'application/json', 'content-length': '11' },
+    }) as unknown as IncomingMessage;
+    await expect(readJsonBody(declared, 10)).rejects.toMatchObject({ code: 'payload_too_large' });
+    expect(declared.readableDidRead).toBe(false);
+    const streamed = Object.assign(Readable.from([Buffer.alloc(6), Buffer.alloc(6), Buffer.alloc(6)]), {
+      headers: { 'content-type': 'application/json' },
+    }) as unknown as IncomingMessage;
+    await expect(readJsonBody(streamed, 10)).rejects.toMatchObject({ code: 'payload_too_large' });
+    expect(streamed.destroyed).toBe(false);
+  });
 });

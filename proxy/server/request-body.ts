@@ -1,14 +1,21 @@
 import type { IncomingMessage } from 'node:http';
 import { GatewayError } from './errors.ts';
 
-/** Reads a small JSON request body (admin routes); larger than `maxBytes` → 413, bad JSON → 400. */
+/**
+ * Reads a small JSON request body (admin routes, a multipart completion); larger than `maxBytes` →
+ * 413, bad JSON → 400. A body past the bound is refused by its Content-Length before it is read,
+ * else once it crosses; the request is left undestroyed either way, so the 413 reaches the client
+ * (the front door discards the rest and closes: lingering-close.ts) instead of a reset.
+ */
 export async function readJsonBody(req: IncomingMessage, maxBytes = 64 * 1024): Promise<Record<string, unknown>> {
   const type = req.headers['content-type'] ?? '';
+  const tooLarge = () => new GatewayError('payload_too_large', `JSON bodies are limited to ${maxBytes} bytes.`);
+  if (Number(req.headers['content-length']) > maxBytes) throw tooLarge();
   const chunks: Buffer[] = [];
   let size = 0;
-  for await (const chunk of req) {
+  for await (const chunk of req.iterator({ destroyOnReturn: false })) {
     size += (chunk as Buffer).length;
-    if (size > maxBytes) throw new GatewayError('payload_too_large', `JSON bodies are limited to ${maxBytes} bytes.`);
+    if (size > maxBytes) throw tooLarge();
     chunks.push(chunk as Buffer);
   }
   if (size === 0) return {};
