@@ -2,7 +2,7 @@
  * Upload sessions against a real PostgreSQL and the directory part store: a part still streaming
  * when its session is aborted or expires gets the session's documented error, never a 500.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -98,4 +98,29 @@ it('a part whose write outlived its session is not recorded, and its file is rem
   const sessions = new UploadSessions({ pool: db.pool, parts, ttlSeconds: 3600, limits });
   await expectEndedSessionRefusesParts(sessions, 'mem');
   expect(files.size).toBe(0);
+});
+
+it('a part whose session ended before its directory was made leaves no directory behind', async () => {
+  const fs = (await openFsStore({ root, role: 'writer', pool: db.pool })).parts;
+  // The directory store makes the session's directory when the part's write begins: held here
+  // until the session has ended (an abort or expiry between the part's open check and its write).
+  const parts: PartStore = {
+    ...fs,
+    async write(sessionId, fileName, body, signal) {
+      await writeGate;
+      return fs.write(sessionId, fileName, body, signal);
+    },
+  };
+  let release!: () => void;
+  const writeGate = new Promise<void>((r) => {
+    release = r;
+  });
+  const sessions = new UploadSessions({ pool: db.pool, parts, ttlSeconds: 3600, limits });
+  const ended = await partAcross(sessions, 'fs-late-dir', async (id) => {
+    await sessions.abort(scope, id);
+    release();
+  });
+  expect(toHttpError(ended.err)).toMatchObject({ status: 409, code: 'conflict' });
+  expect(ended.rows).toBe(0);
+  expect(await readdir(path.join(root, 'uploads')).catch(() => [])).not.toContain(ended.id);
 });

@@ -262,6 +262,7 @@ export class UploadSessions {
     try {
       await this.#parts.write(id, fileName, checked(), options.signal);
     } catch (err) {
+      await this.#dropRefused(id, fileName);
       // An abort or expiry while the part streamed removes the session's parts under the write (an
       // ENOENT of the store): the client is told what became of its session, not our 500.
       if (!(err instanceof StorageError)) await this.#open(scope, id);
@@ -301,12 +302,31 @@ export class UploadSessions {
       previous = await record();
     } catch (err) {
       // Refused (or not recorded): the part written for it is nobody's.
-      await this.#parts.remove(id, fileName).catch(() => {});
+      await this.#dropRefused(id, fileName);
       throw err;
     }
     const replaced = previous.rows[0]?.file_name;
     if (replaced && replaced !== fileName) await this.#parts.remove(id, replaced);
     return { partNumber, sizeBytes: size, sha256 };
+  }
+
+  /**
+   * Removes a part that was not recorded; once its session has ended, the session's folder too: the
+   * part's write may have made it again after the session's parts were removed (an abort or expiry
+   * between the part's open check and its write), and nothing else would remove it but offline gc.
+   */
+  async #dropRefused(id: string, fileName: string): Promise<void> {
+    try {
+      const r = await this.#pool.query<{ state: SessionState }>(
+        'SELECT state FROM arkvory_upload_sessions WHERE id = $1',
+        [id],
+      );
+      const state = r.rows[0]?.state;
+      if (state === 'open' || state === 'completing') await this.#parts.remove(id, fileName);
+      else await this.#parts.removeSession(id);
+    } catch {
+      // Left for the session's own removal (its end, or the sweep of its expiry) or offline gc.
+    }
   }
 
   /**
