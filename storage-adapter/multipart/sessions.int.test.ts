@@ -4,6 +4,7 @@
  */
 import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import os from 'node:os';
+import { Readable } from 'node:stream';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -123,4 +124,50 @@ it('a part whose session ended before its directory was made leaves no directory
   expect(toHttpError(ended.err)).toMatchObject({ status: 409, code: 'conflict' });
   expect(ended.rows).toBe(0);
   expect(await readdir(path.join(root, 'uploads')).catch(() => [])).not.toContain(ended.id);
+});
+
+it('an abort or expiry whose part removal fails still ends the session; the sweep removes the parts later', async () => {
+  const fs = (await openFsStore({ root, role: 'writer', pool: db.pool })).parts;
+  // What a part written into the folder while it is removed makes `rm -r` throw.
+  let failures = 0;
+  const parts: PartStore = {
+    ...fs,
+    async removeSession(sessionId) {
+      if (failures > 0) {
+        failures--;
+        throw Object.assign(new Error(`ENOTEMPTY: directory not empty, rmdir 'uploads/${sessionId}'`), {
+          code: 'ENOTEMPTY',
+        });
+      }
+      return fs.removeSession(sessionId);
+    },
+  };
+  const sessions = new UploadSessions({ pool: db.pool, parts, ttlSeconds: 3600, limits });
+  const open = async (name: string) => {
+    const s = await sessions.create(
+      { repository: 'ss', kind: 'artifact', name, version: '', asset: '' },
+      { contentType: 'application/octet-stream', principalId: null },
+    );
+    await sessions.putPart(scope, s.id, 1, Readable.from([Buffer.from('abc')]), { maxBytes: 1e6 });
+    return s.id;
+  };
+  const rows = async (id: string) =>
+    (await db.pool.query('SELECT count(*)::int AS n FROM arkvory_upload_parts WHERE session_id = $1', [id])).rows[0]
+      .n as number;
+  const folder = (id: string) => readdir(path.join(root, 'uploads', id)).catch(() => 'gone');
+
+  const aborted = await open('abort-fails');
+  failures = 1;
+  await sessions.abort(scope, aborted);
+  expect((await sessions.get(scope, aborted)).state).toBe('aborted');
+  const expired = await open('expiry-fails');
+  await db.pool.query('UPDATE arkvory_upload_sessions SET expires_at = now() WHERE id = $1', [expired]);
+  failures = 1;
+  await sessions.expire();
+  expect((await sessions.get(scope, expired)).state).toBe('expired');
+  // Their rows stay until their files are gone: they name the sessions to the sweep.
+  expect([await rows(aborted), await rows(expired)]).toEqual([1, 1]);
+  expect(await sessions.removeLeftParts(() => {})).toBeGreaterThanOrEqual(2);
+  expect([await rows(aborted), await rows(expired)]).toEqual([0, 0]);
+  expect([await folder(aborted), await folder(expired)]).toEqual(['gone', 'gone']);
 });

@@ -407,7 +407,16 @@ export class UploadSessions {
       await this.get(scope, id);
       throw new StorageError('conflict', 'Only an open upload can be aborted.');
     }
-    await this.removeParts(id);
+    await this.#removeEndedParts(id);
+  }
+
+  /**
+   * Removes the parts of a session just ended (aborted, expired). Its end stands whatever the
+   * store does: a removal that fails (the store unreachable, `rm -r` meeting a part written into
+   * the folder meanwhile) leaves the part rows, and the worker's sweep (`removeLeftParts`) tries again.
+   */
+  async #removeEndedParts(id: string): Promise<void> {
+    await this.removeParts(id).catch(() => {});
   }
 
   /**
@@ -465,7 +474,7 @@ export class UploadSessions {
     const r = await this.#pool.query<{ id: string }>(
       `UPDATE arkvory_upload_sessions SET state = 'expired', finished_at = now() WHERE state = 'open' AND expires_at <= now() RETURNING id`,
     );
-    for (const row of r.rows) await this.removeParts(row.id);
+    for (const row of r.rows) await this.#removeEndedParts(row.id);
     return r.rowCount ?? 0;
   }
 }
