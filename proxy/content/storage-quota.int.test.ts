@@ -532,6 +532,9 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
     expect(sizeless.status).toBe(201);
     expect((await putPart(aborted.body.upload, Buffer.alloc(600, 1))).status).toBe(200);
     expect(await usage()).toBe('600');
+    // A part sent again replaces the first: the bytes it replaces are not counted with it.
+    expect((await putPart(aborted.body.upload, Buffer.alloc(600, 5))).body).toMatchObject({ sizeBytes: 600 });
+    expect(await usage()).toBe('600');
     // A session that declared no size is held to the quota by its parts.
     expect((await putPart(sizeless.body.upload, Buffer.alloc(600, 2))).body).toMatchObject({
       code: 'quota_exceeded',

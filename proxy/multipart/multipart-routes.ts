@@ -140,9 +140,14 @@ export function multipartRoutes(deps: {
           // A part's bytes are reserved as a PUT's are: refused before its body past a quota,
           // grown step by step while a chunked one arrives. They move to the session's reservation
           // in the transaction that records the part (a completion listing it may be queued as soon
-          // as that commits), which its completion settles and its end gives back.
+          // as that commits), which its completion settles and its end gives back. A part sent
+          // again replaces the one the session holds: only what it adds is reserved, and only
+          // that is added to the session's hold (what was checked against the quotas).
           const quotas = deps.quotas;
-          reservation = await quotas?.reserve({ ...scope, bytes: length ?? 0 });
+          const replaced = quotas ? await sessions.partSize(scope, upload, partNumber) : 0;
+          const adds = (bytes: number) => Math.max(0, bytes - replaced);
+          reservation = await quotas?.reserve({ ...scope, bytes: adds(length ?? 0) });
+          const ensure = reservation?.ensure;
           const metered = deps.meters?.upload?.(ctx);
           const meter = metered instanceof Promise ? await metered : metered;
           // 100 Continue only once the session is the sender's, open, and has room for the part.
@@ -151,10 +156,10 @@ export function multipartRoutes(deps: {
             beforeBody: () => ctx.continueBody(),
             ...(length !== undefined ? { expectedLength: length } : {}),
             ...(meter ? { meter } : {}),
-            ...(reservation && quotas
+            ...(ensure && quotas
               ? {
-                  reserve: reservation.ensure,
-                  recorded: (client, sizeBytes) => quotas.holdSessionParts(upload, scope, sizeBytes, client),
+                  reserve: (bytes: number) => ensure(adds(bytes)),
+                  recorded: (client, sizeBytes) => quotas.holdSessionParts(upload, scope, adds(sizeBytes), client),
                 }
               : {}),
             signal: ctx.signal,

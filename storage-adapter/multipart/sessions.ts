@@ -189,6 +189,17 @@ export class UploadSessions {
     );
   }
 
+  /** The size of part `partNumber` as recorded now in the session in `scope`; 0 when there is none. */
+  async partSize(scope: SessionScope, id: string, partNumber: number): Promise<number> {
+    if (!UUID.test(id) || !Number.isInteger(partNumber) || partNumber < 1 || partNumber > MAX_PARTS) return 0;
+    const r = await this.#pool.query<{ size: string }>(
+      `SELECT p.size_bytes::text AS size FROM arkvory_upload_parts p JOIN arkvory_upload_sessions s ON s.id = p.session_id
+        WHERE s.id = $1 AND s.repository = $2 AND s.principal_id IS NOT DISTINCT FROM $3 AND p.part_number = $4`,
+      [id, scope.repository, scope.principalId, partNumber],
+    );
+    return r.rows[0] ? Number(r.rows[0].size) : 0;
+  }
+
   /** An open, unexpired session, or the error that says why not. */
   async #open(scope: SessionScope, id: string): Promise<UploadSession> {
     const session = await this.get(scope, id);
