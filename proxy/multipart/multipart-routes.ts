@@ -160,6 +160,7 @@ export function multipartRoutes(deps: {
               ? {
                   reserve: (bytes: number) => ensure(adds(bytes)),
                   recorded: (client, sizeBytes) => quotas.holdSessionParts(upload, scope, adds(sizeBytes), client),
+                  replacedBytes: replaced,
                 }
               : {}),
             signal: ctx.signal,

@@ -171,3 +171,27 @@ it('an abort or expiry whose part removal fails still ends the session; the swee
   expect([await rows(aborted), await rows(expired)]).toEqual([0, 0]);
   expect([await folder(aborted), await folder(expired)]).toEqual(['gone', 'gone']);
 });
+
+it('a part whose quota reservation left out the part it replaces is refused if that part shrank meanwhile', async () => {
+  const { parts } = await openFsStore({ root, role: 'writer', pool: db.pool });
+  const sessions = new UploadSessions({ pool: db.pool, parts, ttlSeconds: 3600, limits });
+  const s = await sessions.create(
+    { repository: 'ss', kind: 'artifact', name: 'replaced-part', version: '', asset: '' },
+    { contentType: 'application/octet-stream', principalId: null },
+  );
+  const send = (bytes: number, replacedBytes?: number) =>
+    sessions.putPart(scope, s.id, 1, Readable.from([Buffer.alloc(bytes, bytes % 251)]), {
+      maxBytes: 1e6,
+      ...(replacedBytes === undefined ? {} : { replacedBytes }),
+    });
+  await send(600);
+  expect(await sessions.partSize(scope, s.id, 1)).toBe(600);
+  // Began when part 1 held 600 bytes (its reservation counted 600 fewer); another send made it 100.
+  await send(100);
+  await expect(send(600, 600)).rejects.toMatchObject({ code: 'conflict' });
+  expect((await sessions.get(scope, s.id)).parts).toMatchObject([{ partNumber: 1, sizeBytes: 100 }]);
+  expect(await readdir(path.join(root, 'uploads', s.id))).toHaveLength(1);
+  // What it assumed is still there: recorded.
+  expect(await send(700, 100)).toMatchObject({ sizeBytes: 700 });
+  expect(await sessions.partSize({ ...scope, principalId: '00000000-0000-4000-8000-000000000000' }, s.id, 1)).toBe(0);
+});

@@ -225,6 +225,12 @@ export class UploadSessions {
        * hold), since a completion listing it may be queued the moment this commits.
        */
       recorded?: (client: pg.PoolClient, sizeBytes: number) => Promise<void>;
+      /**
+       * The size of the part this one replaces, as its storage-quota reservation left it out: the
+       * part is refused (409) if that part has meanwhile been replaced by a smaller one, whose
+       * bytes the reservation would then not cover.
+       */
+      replacedBytes?: number;
       /** Called once the session and the bounds allow the part, before its body is read (100 Continue). */
       beforeBody?: () => void;
       signal?: AbortSignal;
@@ -295,6 +301,18 @@ export class UploadSessions {
         if (!session.rows[0]) throw new StorageError('not_found', 'No such upload.');
         checkTakesParts(session.rows[0].state, session.rows[0].expires_at.getTime());
         await this.#checkPartKept(client, id, fileName);
+        if (options.replacedBytes) {
+          // Under the principal's lock: no other part of this session is recorded meanwhile.
+          const old = await client.query<{ size: string }>(
+            'SELECT size_bytes::text AS size FROM arkvory_upload_parts WHERE session_id = $1 AND part_number = $2',
+            [id, partNumber],
+          );
+          if (Number(old.rows[0]?.size ?? 0) < options.replacedBytes)
+            throw new StorageError(
+              'conflict',
+              `Part ${partNumber} was replaced by a smaller one while this one was sent; send it again.`,
+            );
+        }
         const stored = await this.#storedBytes(client, id, partNumber, scope.principalId);
         const now = partBound(Number.MAX_SAFE_INTEGER, limits, stored);
         if (size > now.maxBytes) throw now.refuse(size);
