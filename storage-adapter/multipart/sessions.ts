@@ -464,8 +464,10 @@ export class UploadSessions {
    */
   async removeLeftParts(failed: (id: string, err: unknown) => void): Promise<number> {
     const r = await this.#pool.query<{ id: string }>(
-      `SELECT s.id FROM arkvory_upload_sessions s
-        WHERE s.state NOT IN ${PENDING_STATES} AND EXISTS (SELECT 1 FROM arkvory_upload_parts p WHERE p.session_id = s.id)
+      // From the parts (only pending sessions' as a rule): the sessions kept a week are many more.
+      `SELECT s.id FROM (SELECT DISTINCT session_id FROM arkvory_upload_parts) p
+         JOIN arkvory_upload_sessions s ON s.id = p.session_id
+        WHERE s.state NOT IN ${PENDING_STATES}
         LIMIT ${PRUNE_BATCH}`,
     );
     let removed = 0;
