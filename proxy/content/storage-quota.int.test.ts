@@ -789,7 +789,11 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
     const second = await json('POST', `${base}/artifacts/second/uploads`, {});
     const held = await json('POST', `${base}/artifacts/held/uploads`, {});
     const mixed = await json('POST', `${base}/artifacts/mixed/uploads`, {});
+    const resent = await json('POST', `${base}/artifacts/resent/uploads`, {});
     const part = (fill: number) => Buffer.alloc(600, fill);
+    expect(
+      (await json('PUT', `${base}/uploads/${String(resent.body.upload)}/parts/1`, undefined, part(5))).status,
+    ).toBe(200);
     expect((await json('PUT', `${base}/uploads/${String(first.body.upload)}/parts/1`, undefined, part(1))).status).toBe(
       200,
     );
@@ -811,6 +815,19 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
       error: expect.stringMatching(
         /^quota_exceeded: The repository quota of 1000 bytes has 400 bytes left; this upload needs 600\.$/,
       ),
+    });
+    // A part sent again under the quota in place of one sent before it adds nothing to check, and
+    // so nothing to the session's hold: the completion is still decided on the whole.
+    expect(
+      (await json('PUT', `${base}/uploads/${String(resent.body.upload)}/parts/1`, undefined, part(6))).status,
+    ).toBe(200);
+    expect(
+      (await db.pool.query('SELECT bytes::text FROM arkvory_quota_reservations WHERE id = $1', [resent.body.upload]))
+        .rows,
+    ).toEqual([{ bytes: '0' }]);
+    expect(await complete(resent.body.upload, part(6))).toEqual({
+      state: 'failed',
+      error: expect.stringMatching(/^quota_exceeded: .* this upload needs 600\.$/),
     });
     // A part sent under the quota holds its own bytes, not those of the parts sent before it; the
     // completion is decided on the rest.
