@@ -6,8 +6,8 @@
  * suite (test/conformance/artifact-store.ts), their restore target in restore-target.int.test.ts.
  */
 import { execFile, spawn } from 'node:child_process';
-import { constants, existsSync } from 'node:fs';
-import { cp, mkdir, open, readdir, readFile, rename, rm, utimes, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { cp, mkdir, readdir, readFile, rename, rm, utimes, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
@@ -17,6 +17,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { createTestDatabase, useTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { CLI, makeTempDir, ROOT, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { killRestoreAtBlob } from '../../test/support/killed-restore.ts';
 import { useTestRedis } from '../../test/support/redis.ts';
 import { startStaticStore } from '../../test/support/static-store.ts';
 import { FILE_STORE_KINDS } from '../../test/support/store-kinds.ts';
@@ -531,9 +532,6 @@ describe('a restore onto the embedded default killed partway', () => {
     // The last blob as a named pipe: opening it for writing returns once the restore reads it.
     const held = path.join(await makeTempDir('arkvory-held-'), path.basename(backup));
     await cp(backup, held, { recursive: true });
-    const pipe = blobFile(held, bodies.map(sha256).sort().at(-1)!);
-    await rm(pipe);
-    await promisify(execFile)('mkfifo', [pipe]);
     const dataDir = await makeTempDir();
     const pidFile = path.join(dataDir, '.pg', 'postmaster.pid');
     onTestFinished(async () => {
@@ -545,22 +543,7 @@ describe('a restore onto the embedded default killed partway', () => {
         } catch {}
       }
     });
-    const child = spawn(process.execPath, [CLI, 'restore', held], {
-      cwd: ROOT,
-      env: processEnv({ ARKVORY_DATA_DIR: dataDir }),
-      stdio: 'ignore',
-    });
-    const exited = new Promise((resolve) => child.on('exit', resolve));
-    const writing = open(pipe, 'w');
-    const first = await Promise.race([writing.then(() => 'reading' as const), exited.then(() => 'exited' as const)]);
-    if (first === 'exited') {
-      await (await open(pipe, constants.O_RDONLY | constants.O_NONBLOCK)).close();
-      await (await writing).close();
-      expect.fail('the restore exited before it read the last blob');
-    }
-    child.kill('SIGKILL');
-    await exited;
-    await (await writing).close();
+    await killRestoreAtBlob(held, blobFile(held, bodies.map(sha256).sort().at(-1)!), { ARKVORY_DATA_DIR: dataDir });
     expect(existsSync(pidFile), 'the killed restore left its PostgreSQL running').toBe(true);
 
     const again = await runCli(['restore', backup], { ARKVORY_DATA_DIR: dataDir });

@@ -1,27 +1,16 @@
-/**
- * `arkvory restore` against the target on every kind of store (directory, static-HTTP on nginx, S3
- * on SeaweedFS and MinIO): a target that already holds something is refused before anything is
- * written, and a restore that fails partway (a blob gone from the backup after it was sealed; the
- * target's Redis down once every blob and table is in) leaves the database and the store as empty as
- * it found them, so the same restore of a good backup then succeeds. A restore records the slice
- * digests of every blob it writes (two were "published before digests were recorded": the backup
- * lacks theirs), so on a remote store the slice cache serves them at once, without a scrub.
- */
-import { execFile, spawn } from 'node:child_process';
-import { constants } from 'node:fs';
-import { chmod, cp, open, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, cp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { sealManifest, type BackupManifest } from '../../storage-adapter/backup/manifest.ts';
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { createTestDatabase, useTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { CLI, makeTempDir, ROOT, runCli, startGateway } from '../../test/support/gateway.ts';
+import { killRestoreAtBlob } from '../../test/support/killed-restore.ts';
 import { useTestRedis } from '../../test/support/redis.ts';
 import { listKeys } from '../../test/support/s3-server.ts';
 import { ALL_STORE_KINDS, startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
-import { processEnv, runProcess, waitForSliceFills } from '../../test/harness/index.ts';
+import { runProcess, waitForSliceFills } from '../../test/harness/index.ts';
 
 const KiB = 1024;
 const source = useTestDatabase();
@@ -278,26 +267,7 @@ describe.each(ALL_STORE_KINDS)('restore into the %s store', (kind) => {
     // it to read, that is, with every other blob already in the store.
     const held = path.join(await makeTempDir('arkvory-held-'), path.basename(backup));
     await cp(backup, held, { recursive: true });
-    const pipe = path.join(held, blobName(lastBlob));
-    await rm(pipe);
-    await promisify(execFile)('mkfifo', [pipe]);
-    const child = spawn(process.execPath, [CLI, 'restore', held], {
-      cwd: ROOT,
-      env: processEnv(target.env),
-      stdio: 'ignore',
-    });
-    const exited = new Promise((resolve) => child.on('exit', resolve));
-    const writing = open(pipe, 'w');
-    const first = await Promise.race([writing.then(() => 'reading' as const), exited.then(() => 'exited' as const)]);
-    if (first === 'exited') {
-      // Let the pending open of the pipe finish, then fail.
-      await (await open(pipe, constants.O_RDONLY | constants.O_NONBLOCK)).close();
-      await (await writing).close();
-      expect.fail('the restore exited before it read the last blob');
-    }
-    child.kill('SIGKILL');
-    await exited;
-    await (await writing).close();
+    await killRestoreAtBlob(held, path.join(held, blobName(lastBlob)), target.env);
     const written = (await target.objects()).filter((n) => n.startsWith('blobs/'));
     expect(written).toHaveLength(bodies.length - 1);
 

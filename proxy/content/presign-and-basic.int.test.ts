@@ -6,7 +6,7 @@
  */
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -18,6 +18,7 @@ import { canonicalPath, presignQueryString, signPresign } from '../../policy/aut
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { contentDigest, randomContent, request, sha256 } from '../../test/support/content.ts';
 import { createTestDatabase, useTestDatabase } from '../../test/support/database.ts';
+import { offlineSdist } from '../../test/support/python-sdist.ts';
 import { runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 
 const MiB = 1024 * 1024;
@@ -176,31 +177,7 @@ describe('Basic credentials', () => {
 
 describe('pip with credentials in the URL (Basic)', () => {
   it('downloads an sdist from the gateway, and fails with a wrong key', async () => {
-    // A source distribution with an in-tree PEP 517 backend that needs nothing installed (no network).
-    const src = path.join(dir, 'pkg26-1.0');
-    await mkdir(src, { recursive: true });
-    await writeFile(
-      path.join(src, 'pyproject.toml'),
-      '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n',
-    );
-    await writeFile(
-      path.join(src, 'backend.py'),
-      [
-        'import os',
-        'def get_requires_for_build_wheel(config_settings=None):',
-        '    return []',
-        'def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):',
-        '    d = os.path.join(metadata_directory, "pkg26-1.0.dist-info")',
-        '    os.makedirs(d)',
-        '    open(os.path.join(d, "METADATA"), "w").write("Metadata-Version: 2.1\\nName: pkg26\\nVersion: 1.0\\n")',
-        '    return "pkg26-1.0.dist-info"',
-        '',
-      ].join('\n'),
-    );
-    await writeFile(path.join(src, 'PKG-INFO'), 'Metadata-Version: 2.1\nName: pkg26\nVersion: 1.0\n');
-    const tarball = path.join(dir, 'pkg26-1.0.tar.gz');
-    expect((await run('tar', ['czf', tarball, '-C', dir, 'pkg26-1.0'])).code).toBe(0);
-    const sdist = await readFile(tarball);
+    const sdist = await offlineSdist(dir, 'pkg26');
     const asset = '/api/v1/repositories/dl/packages/pkg26/1.0/assets/pkg26-1.0.tar.gz';
     expect(
       (

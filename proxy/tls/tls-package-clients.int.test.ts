@@ -6,13 +6,14 @@
  */
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
-import https from 'node:https';
+import { readFile, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { contentDigest, randomContent } from '../../test/support/content.ts';
+import { httpsRequest } from '../../test/support/https-request.ts';
+import { offlineSdist } from '../../test/support/python-sdist.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import {
@@ -46,27 +47,6 @@ function runTool(
   });
 }
 
-/** One HTTPS request trusting `ca`: its status. */
-function httpsStatus(
-  url: string,
-  ca: string,
-  options: { method?: string; headers?: Record<string, string>; body?: Buffer } = {},
-): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const req = https.request(
-      url,
-      { method: options.method ?? 'GET', headers: options.headers, ca, agent: false },
-      (res) => {
-        res.resume();
-        res.on('end', () => resolve(res.statusCode ?? 0));
-        res.on('error', reject);
-      },
-    );
-    req.on('error', reject);
-    req.end(options.body);
-  });
-}
-
 const db = useTestDatabase();
 let dir: string;
 let ca: CertificateAuthority;
@@ -88,7 +68,7 @@ beforeAll(async () => {
     waitFor: 'none',
   });
   const origin = `https://127.0.0.1:${started.port}`;
-  await waitUntil(async () => (await httpsStatus(`${origin}/health/status`, ca.certPem)) === 200, {
+  await waitUntil(async () => (await httpsRequest(`${origin}/health/status`, { ca: ca.certPem })).status === 200, {
     what: 'the gateway to serve over https',
     timeoutMs: 60_000,
     intervalMs: 100,
@@ -102,39 +82,15 @@ afterAll(() => gw?.stop());
 
 describe('pip over HTTPS with a custom CA (--cert)', () => {
   it('downloads an sdist byte-exact; without the CA it refuses the certificate', async () => {
-    // A source distribution with an in-tree PEP 517 backend that needs nothing installed (no network).
-    const src = path.join(dir, 'pkg36-1.0');
-    await mkdir(src, { recursive: true });
-    await writeFile(
-      path.join(src, 'pyproject.toml'),
-      '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n',
-    );
-    await writeFile(
-      path.join(src, 'backend.py'),
-      [
-        'import os',
-        'def get_requires_for_build_wheel(config_settings=None):',
-        '    return []',
-        'def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):',
-        '    d = os.path.join(metadata_directory, "pkg36-1.0.dist-info")',
-        '    os.makedirs(d)',
-        '    open(os.path.join(d, "METADATA"), "w").write("Metadata-Version: 2.1\\nName: pkg36\\nVersion: 1.0\\n")',
-        '    return "pkg36-1.0.dist-info"',
-        '',
-      ].join('\n'),
-    );
-    await writeFile(path.join(src, 'PKG-INFO'), 'Metadata-Version: 2.1\nName: pkg36\nVersion: 1.0\n');
-    const tarball = path.join(dir, 'pkg36-1.0.tar.gz');
-    const tar = await runTool('tar', ['czf', tarball, '-C', dir, 'pkg36-1.0'], { missing: 'apt-get install tar' });
-    expect(tar.code, tar.output).toBe(0);
-    const sdist = await readFile(tarball);
+    const sdist = await offlineSdist(dir, 'pkg36');
     const asset = `/api/v1/repositories/${REPO}/packages/pkg36/1.0/assets/pkg36-1.0.tar.gz`;
-    const put = await httpsStatus(`${gw.https}${asset}`, ca.certPem, {
+    const put = await httpsRequest(`${gw.https}${asset}`, {
+      ca: ca.certPem,
       method: 'PUT',
       headers: { ...bearer(owner.key), 'content-digest': contentDigest(sdist) },
       body: sdist,
     });
-    expect(put).toBe(201);
+    expect(put.status).toBe(201);
     const url = `https://ci:${owner.key}@127.0.0.1:${new URL(gw.https).port}${asset}/content`;
     const pip = (out: string, trust: string[]) =>
       runTool(

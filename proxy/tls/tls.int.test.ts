@@ -12,7 +12,6 @@ import { readFile, writeFile } from 'node:fs/promises';
 import http2 from 'node:http2';
 import https from 'node:https';
 import path from 'node:path';
-import type { TLSSocket } from 'node:tls';
 import { X509Certificate } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
@@ -22,6 +21,7 @@ import { contentDigest, randomContent, sha256 } from '../../test/support/content
 import { useTestDatabase } from '../../test/support/database.ts';
 import { freeLoopbackPort } from '../../test/harness/index.ts';
 import { http2Request } from '../../test/support/http2-request.ts';
+import { httpsRequest } from '../../test/support/https-request.ts';
 import { CLIENT_FAULT_LOG } from '../../lib/log-budget.ts';
 import { makeTempDir, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import {
@@ -39,42 +39,6 @@ const run = promisify(execFile);
 const MiB = 1024 * 1024;
 const REPO = 'tlsrepo';
 const SAN = 'URI:spiffe://example.org/ci';
-
-interface Answer {
-  status: number;
-  body: Buffer;
-  serial: string | undefined;
-  localPort: number | undefined;
-}
-
-/** One HTTPS request trusting `ca`; `agent` for keep-alive and client certificates. */
-function httpsRequest(
-  url: string,
-  options: { ca: string; method?: string; headers?: Record<string, string>; body?: Buffer; agent?: https.Agent },
-): Promise<Answer> {
-  return new Promise((resolve, reject) => {
-    const req = https.request(
-      url,
-      {
-        method: options.method ?? 'GET',
-        headers: options.headers,
-        ca: options.ca,
-        agent: options.agent ?? false,
-      },
-      (res) => {
-        const socket = res.socket as TLSSocket;
-        const serial = socket.getPeerCertificate?.().serialNumber;
-        const localPort = socket.localPort;
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks), serial, localPort }));
-        res.on('error', reject);
-      },
-    );
-    req.on('error', reject);
-    req.end(options.body);
-  });
-}
 
 const db = useTestDatabase();
 let dir: string;
