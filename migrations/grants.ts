@@ -189,17 +189,19 @@ export const TABLE_GRANTS: Readonly<Record<string, Decision<TablePrivilege>>> = 
     reader: READ,
     maintenance: ALL_DATA,
   },
-  // Storage quotas: set through the admin API and CLI (writer), read by every upload's reservation.
+  // Storage quotas: set through the admin API and CLI (writer), read by every upload's reservation
+  // and by the worker's check of a multipart completion its session does not wholly hold.
   arkvory_storage_quotas: {
     writer: ALL_DATA,
+    worker: READ,
     maintenance: ALL_DATA,
   },
-  // Uploads in progress: reserved, extended, renewed and released by the writer, settled by its
-  // catalog insert (a multipart session's by the worker's); the writer's next reservation deletes
-  // expired ones.
+  // Uploads in progress: reserved (pinned to a blob or not), extended, renewed and released by the
+  // writer, settled by its catalog insert (a multipart session's by the worker's, which reserves the
+  // whole of a completion its session does not hold); a new reservation deletes expired ones.
   arkvory_quota_reservations: {
-    writer: ['SELECT', 'INSERT', 'UPDATE (bytes, expires_at)', 'DELETE'],
-    worker: ['SELECT', 'DELETE'],
+    writer: ['SELECT', 'INSERT', 'UPDATE (bytes, expires_at, sha256)', 'DELETE'],
+    worker: ['SELECT', 'INSERT', 'UPDATE (bytes, expires_at, sha256)', 'DELETE'],
     maintenance: ALL_DATA,
   },
   // The audit trail (0040) is append-only for every runtime role: the writer records admin API calls,

@@ -123,6 +123,13 @@ describe('each gateway role as its own login', () => {
     for (const gw of [writer, reader])
       expect(await metricsText(gw)).toMatch(/arkvory_database_login_privileged\{reason="superuser"\} 0/);
 
+    // A storage quota on the repository: the writer's reservations and the worker's check of a
+    // multipart completion run under their own logins too.
+    await db.pool.query(
+      `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ('repository', 'lp', $1)`,
+      [1024 * MiB],
+    );
+
     // Writer: a whole upload, a delete, a pre-signed link.
     const body = randomContent(300 * 1024);
     const put = await request(`${writer.url}/api/v1/repositories/lp/artifacts/a.bin`, {
@@ -177,13 +184,12 @@ describe('each gateway role as its own login', () => {
       body: Buffer.from(JSON.stringify({ parts: parts.map((p, i) => ({ partNumber: i + 1, sha256: digest(p) })) })),
     });
     expect(completed.status, completed.body.toString()).toBe(202);
-    let state = '';
-    for (let i = 0; i < 200 && state !== 'done' && state !== 'failed'; i++) {
-      state = json(await request(`${writer.url}/api/v1/repositories/lp/uploads/${upload}`, { headers: bearer(key) }))
-        .state as string;
-      if (state !== 'done') await sleep(50);
+    let session: Record<string, unknown> = {};
+    for (let i = 0; i < 200 && session.state !== 'done' && session.state !== 'failed'; i++) {
+      session = json(await request(`${writer.url}/api/v1/repositories/lp/uploads/${upload}`, { headers: bearer(key) }));
+      if (session.state !== 'done') await sleep(50);
     }
-    expect(state).toBe('done');
+    expect(session.state, String(session.error)).toBe('done');
 
     // Reader: the full read path (GET, HEAD, ranges, a pre-signed link), its lease renewed, last_used_at.
     const usedBefore = (
