@@ -56,7 +56,9 @@ export const quotaCommand: Command = defineCommand({
   summary: 'storage quotas per repository and per principal: list, show usage, set, unset',
   description: `A repository's usage counts each blob once however many of its names reference it; a principal's,
 each blob it published once per repository. Uploads in progress hold reservations, which count too. An upload
-that would exceed a quota is refused with 507 quota_exceeded before its body is read (docs/storage-quotas.md).
+that would exceed a quota is refused with 507 quota_exceeded: before its body when a quota applies as it starts
+(a chunked one as it crosses the quota), else once its bytes are in, before they are published
+(docs/storage-quotas.md).
 --bytes takes a byte count or a size with a binary unit (512K, 500M, 20G, 20GiB); 0 allows nothing more.
 Output is JSON on stdout. Works through the database (ARKVORY_DATABASE_URL, or the embedded one on the same
 ARKVORY_DATA_DIR), as /api/v1/admin/quotas does on the writer.`,
