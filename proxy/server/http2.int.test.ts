@@ -18,6 +18,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { randomContent, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
+import { type Http2Answer, http2Request } from '../../test/support/http2-request.ts';
 import { makeTempDir, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import {
   type CertificateAuthority,
@@ -74,53 +75,13 @@ async function startH2Gateway(extra: Record<string, string> = {}): Promise<Gatew
   }
 }
 
-interface H2Answer {
-  status: number;
-  headers: http2.IncomingHttpHeaders;
-  body: Buffer;
-}
-
-/** One request on a new HTTP/2 connection (or on `session`). */
-async function h2Request(
+/** One request on a new HTTP/2 connection (or on `session`), answered within 20 s. */
+function h2Request(
   origin: string,
   target: string,
-  options: {
-    method?: string;
-    headers?: Record<string, string>;
-    body?: Buffer;
-    session?: http2.ClientHttp2Session;
-  } = {},
-): Promise<H2Answer> {
-  const session = options.session ?? http2.connect(origin, { ca: ca.certPem });
-  let onSessionError: ((err: Error) => void) | undefined;
-  try {
-    return await new Promise<H2Answer>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`no answer to ${target} within 20 s`)), 20_000);
-      timer.unref();
-      onSessionError = reject;
-      session.once('error', onSessionError);
-      const stream = session.request({
-        ':method': options.method ?? 'GET',
-        ':path': target,
-        ...options.headers,
-      });
-      let status = 0;
-      let headers: http2.IncomingHttpHeaders = {};
-      const chunks: Buffer[] = [];
-      stream.on('response', (h) => {
-        headers = h;
-        status = Number(h[':status']);
-      });
-      stream.on('data', (c: Buffer) => chunks.push(c));
-      stream.on('end', () => resolve({ status, headers, body: Buffer.concat(chunks) }));
-      stream.on('error', reject);
-      stream.end(options.body);
-    });
-  } finally {
-    // A shared session serves many requests: each one's listener goes with it.
-    if (onSessionError) session.off('error', onSessionError);
-    if (!options.session) session.close();
-  }
+  options: Omit<NonNullable<Parameters<typeof http2Request>[3]>, 'timeoutMs'> = {},
+): Promise<Http2Answer> {
+  return http2Request(origin, ca.certPem, target, { ...options, timeoutMs: 20_000 });
 }
 
 /** Resident memory (bytes) and CPU time (ms, user + system) of a process, from /proc. */
