@@ -60,21 +60,29 @@ async function parentPid(pid: number): Promise<number | undefined> {
 }
 
 /**
- * The process that runs the embedded PostgreSQL of `pgDir` (a gateway, a restore), or undefined when
- * none runs or its postmaster is an orphan: one whose starter was killed (SIGKILL) is re-parented to
- * init, a container's shim or systemd. Also undefined for a postmaster.pid naming a process that is
- * not this cluster's postmaster (stale: PostgreSQL itself judges it on start).
+ * The running postmaster of `pgDir` and the process that started it (a gateway, a restore), or
+ * `owner` undefined when it is an orphan: one whose starter was killed (SIGKILL) is re-parented to
+ * init, a container's shim or systemd. Undefined when none runs, or for a postmaster.pid naming a
+ * process that is not this cluster's postmaster (stale: PostgreSQL itself judges it on start).
  */
-export async function embeddedDatabaseOwner(pgDir: string): Promise<{ postmaster: number; owner: number } | undefined> {
+async function runningPostmaster(
+  pgDir: string,
+): Promise<{ postmaster: number; owner: number | undefined } | undefined> {
   const pidFile = path.join(pgDir, 'postmaster.pid');
   if (!existsSync(pidFile)) return undefined;
   const pid = Number((await readFile(pidFile, 'utf8')).split('\n')[0]);
   if (!(await isPostmasterOf(pid, pgDir))) return undefined;
   const ppid = await parentPid(pid);
-  if (ppid === undefined || ppid <= 1 || !isAlive(ppid)) return undefined;
-  const owner = await readFile(`/proc/${ppid}/cmdline`, 'utf8').catch(() => '');
-  if (owner.includes('containerd-shim') || owner.includes('systemd')) return undefined;
+  if (ppid === undefined || ppid <= 1 || !isAlive(ppid)) return { postmaster: pid, owner: undefined };
+  const cmdline = await readFile(`/proc/${ppid}/cmdline`, 'utf8').catch(() => '');
+  if (cmdline.includes('containerd-shim') || cmdline.includes('systemd')) return { postmaster: pid, owner: undefined };
   return { postmaster: pid, owner: ppid };
+}
+
+/** The process that runs the embedded PostgreSQL of `pgDir`, or undefined when none does or it is an orphan. */
+export async function embeddedDatabaseOwner(pgDir: string): Promise<{ postmaster: number; owner: number } | undefined> {
+  const running = await runningPostmaster(pgDir);
+  return running?.owner === undefined ? undefined : { postmaster: running.postmaster, owner: running.owner };
 }
 
 /**
@@ -83,14 +91,12 @@ export async function embeddedDatabaseOwner(pgDir: string): Promise<{ postmaster
  * still alive means another process uses this data dir, and that is refused.
  */
 async function stopOrphan(pgDir: string, log: Logger): Promise<void> {
-  const pidFile = path.join(pgDir, 'postmaster.pid');
-  if (!existsSync(pidFile)) return;
-  const pid = Number((await readFile(pidFile, 'utf8')).split('\n')[0]);
-  if (!(await isPostmasterOf(pid, pgDir))) return;
-  const running = await embeddedDatabaseOwner(pgDir);
-  if (running !== undefined)
+  const running = await runningPostmaster(pgDir);
+  if (running === undefined) return;
+  const pid = running.postmaster;
+  if (running.owner !== undefined)
     throw new Error(
-      `the embedded PostgreSQL in ${pgDir} is already running (pid ${running.postmaster}, started by pid ${running.owner}); another arkvory process uses this data dir`,
+      `the embedded PostgreSQL in ${pgDir} is already running (pid ${pid}, started by pid ${running.owner}); another arkvory process uses this data dir`,
     );
   log.warn({ pid }, 'stopping an orphaned embedded PostgreSQL left by a killed process');
   process.kill(pid, 'SIGINT');
