@@ -25,24 +25,29 @@
  * the same interleaved rounds, and prints this checkout's ratios to it. `--workers` runs the
  * gateways with `ARKVORY_WORKERS` N (CPU time is then the primary's and its workers' together).
  *
+ * Every server runs with bench/gc-totals.ts preloaded: the table gives its garbage-collection pauses
+ * per request beside its CPU time.
+ *
  * Needs h2load (Debian: nghttp2-client) and redis-server; PostgreSQL is embedded unless given.
  */
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
-import { writeFile } from 'node:fs/promises';
+import { existsSync, readFileSync } from 'node:fs';
+import { mkdir, writeFile } from 'node:fs/promises';
 import http2 from 'node:http2';
 import path from 'node:path';
 import { setTimeout } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { createRedisCounterStore } from '../policy/rate-limit/index.ts';
 import type { Plan } from '../policy/rate-limit/evaluate.ts';
+import type { GcTotals } from './gc-totals.ts';
 import { benchArgs, BenchRun, median, writeUnreachedRequestRule } from './support.ts';
 import {
   createCertificateAuthority,
   freeLoopbackPort,
   issueServerCertificate,
   makeTempDir,
+  processEnv,
   REPO_ROOT,
   runProcess,
   startProcess,
@@ -137,10 +142,27 @@ function ownCpuMsOf(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) * 10;
 }
 
+/** Pids of a process and its children (a gateway's workers). */
+function processTree(pid: number): number[] {
+  const children = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').split(' ').filter(Boolean);
+  return [pid, ...children.map(Number)];
+}
+
 /** CPU time of a process and its children (a gateway's workers), in ms. */
 function cpuMsOf(pid: number): number {
-  const children = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').split(' ').filter(Boolean);
-  return ownCpuMsOf(pid) + children.reduce((sum, child) => sum + ownCpuMsOf(Number(child)), 0);
+  return processTree(pid).reduce((sum, each) => sum + ownCpuMsOf(each), 0);
+}
+
+/** Garbage-collection pause time so far of a gateway's processes, in ms (bench/gc-totals.ts). */
+function gcMsOf(pid: number, gcDir: string): number {
+  let ms = 0;
+  for (const each of processTree(pid)) {
+    const file = path.join(gcDir, `${each}.json`);
+    if (!existsSync(file)) continue;
+    const totals = JSON.parse(readFileSync(file, 'utf8')) as GcTotals;
+    ms += totals.minorMs + totals.majorMs;
+  }
+  return ms;
 }
 
 /** The main thread's time waiting for a core while runnable, in ms (/proc schedstat): the machine's other load. */
@@ -154,10 +176,12 @@ interface RunFigures {
   runQueueShare: number;
   /** The server's CPU time per request, in µs: less disturbed by the machine's other load than req/s. */
   cpuUsPerRequest: number;
+  /** The server's garbage-collection pauses per request, in µs. */
+  gcUsPerRequest: number;
 }
 
 /** One h2load run against the server `pid`: its figures, or a thrown error naming the failures. */
-async function h2load(target: Target, seconds: number, pid: number): Promise<RunFigures> {
+async function h2load(target: Target, seconds: number, pid: number, gcDir: string): Promise<RunFigures> {
   // Bounded: once, on this loaded machine, h2load went on sending past its -D for minutes.
   const running = runProcess('timeout', [
     String(seconds + WARM_UP_MS / 1000 + 60),
@@ -171,6 +195,7 @@ async function h2load(target: Target, seconds: number, pid: number): Promise<Run
   // h2load counts requests after its warm-up second: so does the CPU time.
   await setTimeout(WARM_UP_MS);
   const cpuBefore = cpuMsOf(pid);
+  const gcBefore = gcMsOf(pid, gcDir);
   const waitBefore = runQueueMsOf(pid);
   const startedMs = performance.now();
   const result = await running;
@@ -183,7 +208,16 @@ async function h2load(target: Target, seconds: number, pid: number): Promise<Run
   if (Number(counts[2]) + Number(counts[3]) > 0 || Number(codes[3]) + Number(codes[4]) > 0)
     throw new Error(`${target.name}: failed requests:\n${out}`);
   const cpuMs = cpuMsOf(pid) - cpuBefore;
-  return { rps: Number(rps[1]), runQueueShare, cpuUsPerRequest: (cpuMs * 1000) / Number(counts[1]) };
+  const done = Number(counts[1]);
+  // The totals are rewritten every 100 ms: wait for the last of the run.
+  await setTimeout(200);
+  const gcMs = gcMsOf(pid, gcDir) - gcBefore;
+  return {
+    rps: Number(rps[1]),
+    runQueueShare,
+    cpuUsPerRequest: (cpuMs * 1000) / done,
+    gcUsPerRequest: (gcMs * 1000) / done,
+  };
 }
 
 async function main(): Promise<void> {
@@ -195,6 +229,9 @@ async function main(): Promise<void> {
   const rounds = Number(args.rounds);
   const seconds = Number(args.seconds);
   const work = await makeTempDir('arkvory-bench-h2-');
+  const gcDir = path.join(work, 'gc');
+  await mkdir(gcDir);
+  const gcTotalsImport = `--import=${path.join(REPO_ROOT, 'bench/gc-totals.ts')}`;
   const bench = await BenchRun.open(work, args['database-url']);
   try {
     const ca = await createCertificateAuthority(work);
@@ -220,8 +257,10 @@ async function main(): Promise<void> {
           ARKVORY_MAX_DOWNLOADS_PER_PRINCIPAL: '512',
           ARKVORY_ADMISSION_QUEUE_LENGTH: '1024',
           ARKVORY_WORKERS: args.workers,
+          BENCH_GC_TOTALS_DIR: gcDir,
           NODE_OPTIONS: [
             '--max-semi-space-size=4',
+            gcTotalsImport,
             args['profile-dir'] ? `--cpu-prof --cpu-prof-dir=${args['profile-dir']}` : '',
             args['node-options'],
           ].join(' '),
@@ -260,6 +299,7 @@ async function main(): Promise<void> {
       const bare = startProcess(
         process.execPath,
         [
+          gcTotalsImport,
           path.join(REPO_ROOT, 'bench/h2.ts'),
           '--serve',
           file,
@@ -272,7 +312,7 @@ async function main(): Promise<void> {
           '--key',
           cert.keyFile,
         ],
-        { name: `bare node:http2 (${kind})` },
+        { name: `bare node:http2 (${kind})`, env: processEnv({ BENCH_GC_TOTALS_DIR: gcDir }) },
       );
       await waitUntil(() => bare.stdout().includes('ready'), { timeoutMs: 10_000, what: 'the bare server' });
       return bare;
@@ -316,23 +356,24 @@ async function main(): Promise<void> {
         const target = targets[(round + i) % targets.length]!;
         const bare = target.bare ? await startBare(target.bare) : undefined;
         const pid = bare ? bare.child.pid! : target.pid!;
-        const run = await h2load(target, seconds, pid).finally(() => bare?.stop('SIGKILL'));
+        const run = await h2load(target, seconds, pid, gcDir).finally(() => bare?.stop('SIGKILL'));
         figures.get(target.name)!.push(run);
         process.stderr.write(
-          `round ${round + 1} ${target.name}: ${run.rps.toFixed(0)} req/s, ${run.cpuUsPerRequest.toFixed(0)} µs CPU/request, waiting for a core ${(100 * run.runQueueShare).toFixed(0)} % of the time\n`,
+          `round ${round + 1} ${target.name}: ${run.rps.toFixed(0)} req/s, ${run.cpuUsPerRequest.toFixed(0)} µs CPU/request (GC pauses ${run.gcUsPerRequest.toFixed(0)} µs), waiting for a core ${(100 * run.runQueueShare).toFixed(0)} % of the time\n`,
         );
       }
     }
     const med = (name: string) => median(figures.get(name)!.map((f) => f.rps));
     const medCpu = (name: string) => median(figures.get(name)!.map((f) => f.cpuUsPerRequest));
+    const medGc = (name: string) => median(figures.get(name)!.map((f) => f.gcUsPerRequest));
     console.log(
       `4 KiB GET over TLS, h2load, ${rounds} interleaved rounds of ${seconds} s, medians; gateway workers: ${args.workers}`,
     );
-    console.log(`| server | req/s | server CPU µs/request |`);
-    console.log(`| --- | ---: | ---: |`);
+    console.log(`| server | req/s | server CPU µs/request | of which GC pauses µs/request |`);
+    console.log(`| --- | ---: | ---: | ---: |`);
     for (const t of targets)
       console.log(
-        `| ${t.name} (${t.h2loadArgs.filter((a) => a.startsWith('-') && a !== '-H').join(' ')}) | ${med(t.name).toFixed(0)} | ${medCpu(t.name).toFixed(0)} |`,
+        `| ${t.name} (${t.h2loadArgs.filter((a) => a.startsWith('-') && a !== '-H').join(' ')}) | ${med(t.name).toFixed(0)} | ${medCpu(t.name).toFixed(0)} | ${medGc(t.name).toFixed(0)} |`,
       );
     if (figures.has('bare node:http2') && figures.has('gateway h2'))
       console.log(
