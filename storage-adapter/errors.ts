@@ -15,6 +15,12 @@ export const STORAGE_ERRORS = defineErrors('storage-adapter/errors.ts', {
     advice:
       'Complete or abort open uploads first (`ARKVORY_MULTIPART_MAX_PENDING_BYTES_PER_PRINCIPAL`), then send the part again.',
   },
+  too_many_parts: {
+    status: 429,
+    message: 'This principal holds too many parts in multipart uploads not yet assembled.',
+    advice:
+      'Complete or abort an open upload (`ARKVORY_MULTIPART_MAX_PARTS_PER_PRINCIPAL`), then send the part again; send fewer, larger parts.',
+  },
   too_many_uploads: {
     status: 429,
     message: 'This principal has too many open multipart uploads; complete or abort one first.',

@@ -96,6 +96,7 @@ export function buildConfig(v: VariableValues, derived: Derived, cwd: string): C
     multipart: {
       maxSessionsPerPrincipal: v.num('ARKVORY_MULTIPART_MAX_SESSIONS_PER_PRINCIPAL'),
       maxPendingBytesPerPrincipal: v.num('ARKVORY_MULTIPART_MAX_PENDING_BYTES_PER_PRINCIPAL'),
+      maxPartsPerPrincipal: v.num('ARKVORY_MULTIPART_MAX_PARTS_PER_PRINCIPAL'),
     },
     presignMaxExpiresSeconds: v.num('ARKVORY_PRESIGN_MAX_EXPIRES_SECONDS'),
     redisKeyPrefix: v.str('ARKVORY_REDIS_KEY_PREFIX'),

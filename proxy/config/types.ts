@@ -58,7 +58,11 @@ export interface Config {
   /** Usage statistics (proxy/stats/): counted in memory, flushed every `flushMs`. */
   readonly usageStats: { readonly enabled: boolean; readonly flushMs: number };
   /** Per-principal bounds on multipart sessions (storage-adapter/multipart/sessions.ts). */
-  readonly multipart: { readonly maxSessionsPerPrincipal: number; readonly maxPendingBytesPerPrincipal: number };
+  readonly multipart: {
+    readonly maxSessionsPerPrincipal: number;
+    readonly maxPendingBytesPerPrincipal: number;
+    readonly maxPartsPerPrincipal: number;
+  };
   readonly redisKeyPrefix: string;
   readonly rateLimitTimeoutMs: number;
   /** Principal names that may publish `skip` rules over HTTP (spec 2.1); empty = nobody. */

@@ -261,6 +261,12 @@ export const VARIABLES: readonly VariableSpec[] = [
     doc: 'Part bytes one principal may have stored in sessions not yet assembled (open or completing); a part past it → 413 `upload_quota_exceeded`. A multipart upload larger than this cannot be completed.',
   },
   {
+    name: 'ARKVORY_MULTIPART_MAX_PARTS_PER_PRINCIPAL',
+    kind: { type: 'int', min: 1, max: 1000000000 },
+    defaultValue: '20000',
+    doc: 'Parts (each a file or object on the store, however small) one principal may hold in sessions not yet assembled (open or completing); one more → 429 `too_many_parts`, before its body. A part number sent again replaces its part and is not one more. The default holds two uploads of 10 000 parts (the most S3 allows in one) at once.',
+  },
+  {
     name: 'ARKVORY_RATE_LIMITS_FILE',
     kind: { type: 'string' },
     doc: 'YAML rate-limit rule file (the file tier). Unset: no file tier.',

@@ -38,7 +38,12 @@ function sessionsOf(parts: PartStore, pool: pg.Pool = db.pool): UploadSessions {
     pool,
     parts,
     ttlSeconds: 3600,
-    limits: { maxUploadBytes: 1e9, maxSessionsPerPrincipal: 10, maxPendingBytesPerPrincipal: 1e9 },
+    limits: {
+      maxUploadBytes: 1e9,
+      maxSessionsPerPrincipal: 10,
+      maxPendingBytesPerPrincipal: 1e9,
+      maxPartsPerPrincipal: 1e9,
+    },
   });
 }
 

@@ -1,7 +1,7 @@
 /**
  * Multipart bounds over real sockets: ARKVORY_MAX_UPLOAD_BYTES bounds the assembled artifact (at
- * each part and at completion), per-principal bounds on open sessions and on stored part bytes,
- * and completion jobs taken in round robin across principals by a real worker process.
+ * each part and at completion), per-principal bounds on open sessions, on stored part bytes and on
+ * stored parts, and completion jobs taken in round robin across principals by a real worker process.
  */
 import { createHash } from 'node:crypto';
 import { readdir } from 'node:fs/promises';
@@ -268,6 +268,74 @@ describe('per-principal multipart bounds', () => {
     // Aborting the first upload frees its bytes.
     await request(`${gw.url}/api/v1/repositories/mb/uploads/${first}`, { method: 'DELETE', headers: bearer(keyA) });
     expect((await putPart(gw, keyA, second, 1, bytes(600))).status).toBe(200);
+  });
+
+  it('refuses a part past ARKVORY_MULTIPART_MAX_PARTS_PER_PRINCIPAL with 429 too_many_parts before its body, empty parts too', async () => {
+    const gw = await startGateway({
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_MULTIPART_MAX_PARTS_PER_PRINCIPAL: '3' },
+    });
+    await db.pool.query(`UPDATE arkvory_upload_sessions SET state = 'aborted' WHERE state IN ('open', 'completing')`);
+    const first = await openOk(gw, keyA, 'n1');
+    const second = await openOk(gw, keyA, 'n2');
+    // Empty parts take no bytes but a file each: they count like any other.
+    expect((await putPart(gw, keyA, first, 1, bytes(0))).status).toBe(200);
+    expect((await putPart(gw, keyA, first, 2, bytes(0))).status).toBe(200);
+    expect((await putPart(gw, keyA, second, 1, bytes(1))).status).toBe(200);
+    // A fourth part, in either session: refused before 100 Continue, so its body is never sent.
+    const expecting = await putExpecting(gw, keyA, second, 2, bytes(10));
+    expect(expecting).toMatchObject({ status: 429, continued: false, body: { code: 'too_many_parts' } });
+    expect(expecting.body.message).toMatch(/hold 3 parts.*at most 3/);
+    expect(await putPart(gw, keyA, first, 3, bytes(0))).toMatchObject({
+      status: 429,
+      body: { code: 'too_many_parts' },
+    });
+    expect((await putChunked(gw, keyA, second, 2, bytes(10))).status).toBe(429);
+    // A part number sent again replaces its part: not one more.
+    expect((await putPart(gw, keyA, first, 2, bytes(5))).status).toBe(200);
+    // Another principal holds its own parts.
+    const other = await openOk(gw, keyB, 'n3');
+    for (const n of [1, 2, 3]) expect((await putPart(gw, keyB, other, n, bytes(0))).status).toBe(200);
+    // Nothing of the refused parts is on disk: one file per part held.
+    expect((await readdir(path.join(gw.dataDir, 'uploads', first))).length).toBe(2);
+    expect((await readdir(path.join(gw.dataDir, 'uploads', second))).length).toBe(1);
+    // Aborting the first upload frees its two parts.
+    await request(`${gw.url}/api/v1/repositories/mb/uploads/${first}`, { method: 'DELETE', headers: bearer(keyA) });
+    expect((await putPart(gw, keyA, second, 2, bytes(10))).status).toBe(200);
+    expect((await putPart(gw, keyA, second, 3, bytes(10))).status).toBe(200);
+    expect((await putPart(gw, keyA, second, 4, bytes(10))).status).toBe(429);
+    expect(await gw.stop()).toBe(0);
+  });
+
+  it('parts sent in parallel past ARKVORY_MULTIPART_MAX_PARTS_PER_PRINCIPAL: each began within it, one is kept', async () => {
+    const gw = await startGateway({
+      env: {
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_MULTIPART_MAX_PARTS_PER_PRINCIPAL: '2',
+        ARKVORY_MAX_UPLOADS_PER_PRINCIPAL: '4',
+      },
+    });
+    await db.pool.query(`UPDATE arkvory_upload_sessions SET state = 'aborted' WHERE state IN ('open', 'completing')`);
+    const upload = await openOk(gw, keyA, 'np.bin');
+    const partsDir = path.join(gw.dataDir, 'uploads', upload);
+    expect((await putPart(gw, keyA, upload, 1, bytes(10))).status).toBe(200);
+    let release!: () => void;
+    const rest = new Promise<void>((resolve) => (release = resolve));
+    const answers = [2, 3, 4].map((n) => putChunked(gw, keyA, upload, n, bytes(600, n), rest));
+    // Each new part's file exists once the gateway checked it (one part held: 2 allowed) and writes it.
+    await waitUntil(async () => (await readdir(partsDir).catch(() => [])).length === 4, {
+      what: 'the three parts to be checked and written at once',
+    });
+    release();
+    const statuses = await Promise.all(answers);
+    expect(statuses.filter((a) => a.status === 200)).toHaveLength(1);
+    for (const a of statuses.filter((x) => x.status !== 200))
+      expect(a).toMatchObject({ status: 429, body: { code: 'too_many_parts' } });
+    const rows = await db.pool.query('SELECT count(*)::int AS n FROM arkvory_upload_parts WHERE session_id = $1', [
+      upload,
+    ]);
+    expect(rows.rows[0].n).toBe(2);
+    expect(await readdir(partsDir)).toHaveLength(2);
+    expect(await gw.stop()).toBe(0);
   });
 
   it('a session whose completion fails has its part files removed: its bytes stop counting, so they leave the disk too', async () => {

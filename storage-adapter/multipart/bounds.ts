@@ -1,9 +1,9 @@
 /**
  * What bounds a multipart upload (pure): one part (`maxPartBytes`), the parts of one session
  * together (`maxUploadBytes`, the same bound as a single upload: the assembled artifact must not be
- * larger), and the part bytes a principal keeps stored in sessions not yet assembled
- * (`maxPendingBytesPerPrincipal`). A part is checked against what the others already hold, so the
- * part that crosses a bound is the one refused.
+ * larger), and the part bytes and part files a principal keeps stored in sessions not yet assembled
+ * (`maxPendingBytesPerPrincipal`, `maxPartsPerPrincipal`). A part is checked against what the others
+ * already hold, so the part that crosses a bound is the one refused.
  */
 import { StorageError } from '../errors.ts';
 
@@ -12,6 +12,11 @@ export interface MultipartLimits {
   readonly maxUploadBytes: number;
   readonly maxSessionsPerPrincipal: number;
   readonly maxPendingBytesPerPrincipal: number;
+  /**
+   * Parts (each a file or object on the store) a principal may hold in sessions not yet assembled:
+   * empty parts take no bytes, so without it one principal could fill the store's inodes.
+   */
+  readonly maxPartsPerPrincipal: number;
 }
 
 /** Bytes already stored, not counting the part number being (re)sent. */
@@ -20,6 +25,8 @@ export interface StoredBytes {
   readonly session: number;
   /** Every part of this principal's open or completing sessions (this session's included) but the part number being sent. */
   readonly principal: number;
+  /** How many parts those are: the parts the principal holds besides the one being sent. */
+  readonly principalParts: number;
 }
 
 /** The most bytes a part may hold now; `refuse(size)` is the error for a part of `size` past it. */
@@ -72,5 +79,17 @@ export function checkSessionCount(openSessions: number, limits: MultipartLimits)
     throw new StorageError(
       'too_many_uploads',
       `You have ${openSessions} open multipart uploads; at most ${limits.maxSessionsPerPrincipal} are allowed. Complete or abort one first.`,
+    );
+}
+
+/**
+ * Refuses a part that would be one more than the principal may hold; a part number sent again
+ * replaces its part, so it is not counted among `stored.principalParts`.
+ */
+export function checkPartCount(stored: StoredBytes, limits: MultipartLimits): void {
+  if (stored.principalParts >= limits.maxPartsPerPrincipal)
+    throw new StorageError(
+      'too_many_parts',
+      `You hold ${stored.principalParts} parts in uploads not yet assembled; at most ${limits.maxPartsPerPrincipal} are allowed. Complete or abort an upload first.`,
     );
 }

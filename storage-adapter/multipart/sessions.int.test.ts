@@ -26,7 +26,12 @@ afterAll(async () => {
 });
 
 const scope = { repository: 'ss', principalId: null };
-const limits = { maxUploadBytes: 1e9, maxSessionsPerPrincipal: 100, maxPendingBytesPerPrincipal: 1e9 };
+const limits = {
+  maxUploadBytes: 1e9,
+  maxSessionsPerPrincipal: 100,
+  maxPendingBytesPerPrincipal: 1e9,
+  maxPartsPerPrincipal: 1e9,
+};
 
 /** Sends part 1 in two halves, and runs `meanwhile` between them; resolves with the outcome. */
 async function partAcross(sessions: UploadSessions, name: string, meanwhile: (id: string) => Promise<void>) {

@@ -13,7 +13,14 @@ import type { PartStore } from '../store.ts';
 import { MAX_PARTS, parseListedParts, planCompletion, type ReceivedPart } from './completion-plan.ts';
 import { withTransaction } from '../../lib/transaction.ts';
 import { BARRIER_LOCK_CLASS, BARRIERS } from '../../lib/advisory-barriers.ts';
-import { checkAssembledSize, checkSessionCount, partBound, type MultipartLimits, type StoredBytes } from './bounds.ts';
+import {
+  checkAssembledSize,
+  checkPartCount,
+  checkSessionCount,
+  partBound,
+  type MultipartLimits,
+  type StoredBytes,
+} from './bounds.ts';
 
 /** Class id of the per-principal advisory locks (two-int4 form, a lock space of its own: 'ARKM'). */
 export const PRINCIPAL_LOCK_CLASS = 0x41524b4d;
@@ -109,22 +116,23 @@ export class UploadSessions {
     this.#limits = options.limits;
   }
 
-  /** Part bytes stored for `principalId`, and for session `id`, not counting part `partNumber`. */
+  /** Parts stored for `principalId` (bytes and count), and for session `id`, not counting part `partNumber`. */
   async #storedBytes(
     db: pg.Pool | pg.PoolClient,
     id: string,
     partNumber: number,
     principalId: string | null,
   ): Promise<StoredBytes> {
-    const r = await db.query<{ session: string; principal: string }>(
+    const r = await db.query<{ session: string; principal: string; parts: number }>(
       `SELECT COALESCE(SUM(p.size_bytes) FILTER (WHERE p.session_id = $1), 0)::text AS session,
-              COALESCE(SUM(p.size_bytes), 0)::text AS principal
+              COALESCE(SUM(p.size_bytes), 0)::text AS principal, count(*)::int AS parts
        FROM arkvory_upload_parts p JOIN arkvory_upload_sessions s ON s.id = p.session_id
        WHERE ${principalIs('s.principal_id', principalId, 3)} AND s.state IN ${PENDING_STATES}
          AND NOT (p.session_id = $1 AND p.part_number = $2)`,
       [id, partNumber, principalId],
     );
-    return { session: Number(r.rows[0]!.session), principal: Number(r.rows[0]!.principal) };
+    const row = r.rows[0]!;
+    return { session: Number(row.session), principal: Number(row.principal), principalParts: row.parts };
   }
 
   async create(
@@ -240,11 +248,9 @@ export class UploadSessions {
       throw new StorageError('invalid_request', `Part numbers run from 1 to ${MAX_PARTS}.`);
     await this.#open(scope, id);
     // The part is bounded by what the session's and the principal's other parts already hold.
-    const bound = partBound(
-      options.maxBytes,
-      this.#limits,
-      await this.#storedBytes(this.#pool, id, partNumber, scope.principalId),
-    );
+    const held = await this.#storedBytes(this.#pool, id, partNumber, scope.principalId);
+    checkPartCount(held, this.#limits);
+    const bound = partBound(options.maxBytes, this.#limits, held);
     if (options.expectedLength !== undefined && options.expectedLength > bound.maxBytes)
       throw bound.refuse(options.expectedLength);
     options.beforeBody?.();
@@ -314,6 +320,7 @@ export class UploadSessions {
             );
         }
         const stored = await this.#storedBytes(client, id, partNumber, scope.principalId);
+        checkPartCount(stored, limits);
         const now = partBound(Number.MAX_SAFE_INTEGER, limits, stored);
         if (size > now.maxBytes) throw now.refuse(size);
         const recorded = await client.query<{ file_name: string }>(

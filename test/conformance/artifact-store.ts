@@ -41,6 +41,7 @@ const UNBOUNDED: MultipartLimits = {
   maxUploadBytes: Number.MAX_SAFE_INTEGER,
   maxSessionsPerPrincipal: Number.MAX_SAFE_INTEGER,
   maxPendingBytesPerPrincipal: Number.MAX_SAFE_INTEGER,
+  maxPartsPerPrincipal: Number.MAX_SAFE_INTEGER,
 };
 const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 /** `blobs/sha256/ab/cd/<hex>`, as the probes name it. */
