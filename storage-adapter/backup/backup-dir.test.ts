@@ -4,6 +4,7 @@ import path from 'node:path';
 import type pg from 'pg';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import {
+  blobDirectories,
   completeBackups,
   isPartialAbandoned,
   localHostName,
@@ -198,5 +199,21 @@ describe('the database dump', () => {
       code: 'ENOENT',
     });
     expect(checkedOut).toBe(0);
+  });
+});
+
+describe('blobDirectories', () => {
+  it('names each directory holding a blob or one of those directories once, deepest first', () => {
+    const a = `abcd${'0'.repeat(60)}`;
+    const b = `abef${'1'.repeat(60)}`;
+    const c = `abcd${'2'.repeat(60)}`;
+    expect(blobDirectories([a, b, c])).toEqual([
+      path.join('blobs', 'sha256', 'ab', 'cd'),
+      path.join('blobs', 'sha256', 'ab', 'ef'),
+      path.join('blobs', 'sha256', 'ab'),
+      path.join('blobs', 'sha256'),
+      'blobs',
+    ]);
+    expect(blobDirectories([])).toEqual([]);
   });
 });

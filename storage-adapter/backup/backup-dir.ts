@@ -4,6 +4,7 @@ import { readdir, rename, rm, stat, utimes } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fsyncDirectory } from '../../lib/fs-sync.ts';
+import { blobRelativePath } from '../paths.ts';
 import { DATABASE_FILE, MANIFEST_FILE } from './manifest.ts';
 
 const BACKUP_NAME = /^arkvory-\d{8}T\d{6}\d{3}Z(-\d+)?$/;
@@ -167,4 +168,19 @@ export async function pruneBackups(
 export async function resolveBackup(source: string): Promise<string | undefined> {
   if (existsSync(path.join(source, MANIFEST_FILE))) return path.resolve(source);
   return (await completeBackups(source)).at(-1);
+}
+
+/**
+ * The directories under a backup that hold its blobs' entries (`blobs/sha256/ab/cd`) and those
+ * directories' own entries (`blobs/sha256/ab` … `blobs`), relative to the backup, deepest first:
+ * each is fsynced once before the manifest is written, so a manifest never outlives a crash that
+ * its blobs' names do not.
+ */
+export function blobDirectories(sha256s: Iterable<string>): string[] {
+  const dirs = new Set<string>();
+  for (const sha256 of sha256s)
+    for (let dir = path.dirname(blobRelativePath(sha256)); dir !== '.' && !dirs.has(dir); dir = path.dirname(dir))
+      dirs.add(dir);
+  const depth = (dir: string) => dir.split(path.sep).length;
+  return [...dirs].sort((a, b) => depth(b) - depth(a) || (a < b ? -1 : a > b ? 1 : 0));
 }

@@ -1,17 +1,20 @@
 /**
  * `arkvory backup`: one database snapshot plus every blob it references, into
  * `<destination>/<name>.<host>.<pid>.partial/`, renamed to `<destination>/<name>/` once the sealed manifest is
- * written. An interrupted backup therefore never has a manifest under a backup's name.
+ * written. An interrupted backup therefore never has a manifest under a backup's name. Every file is
+ * fsynced, then every directory holding one, before the manifest is written: a power cut cannot keep
+ * the manifest and lose the names of files it counts.
  */
 import { createHash } from 'node:crypto';
 import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type pg from 'pg';
 import type { ByteMeter } from '../byte-meter.ts';
-import { fsyncDirectory } from '../../lib/fs-sync.ts';
+import { fsyncDirectory, mkdirDurable } from '../../lib/fs-sync.ts';
 import type { ArtifactStore } from '../store.ts';
 import {
   backupName,
+  blobDirectories,
   completeBackups,
   localHostName,
   type PartialMaker,
@@ -47,6 +50,8 @@ export interface BackupOptions {
   readonly onProgress?: ((done: number, total: number, bytes: number) => void) | undefined;
   /** Rule documents kept outside the database (Redis), by limiter; read right after the snapshot. */
   readonly ruleDocuments?: (() => Promise<Record<string, unknown>>) | undefined;
+  /** fsync of a directory (`fsyncDirectory`); tests observe which are synced, and when. */
+  readonly syncDirectory?: ((dir: string) => Promise<void>) | undefined;
 }
 
 export interface BackupSummary {
@@ -75,7 +80,9 @@ async function writeFileDurably(file: string, text: string): Promise<void> {
 
 export async function runBackup(options: BackupOptions): Promise<BackupSummary> {
   const destination = path.resolve(options.destination);
-  await mkdir(destination, { recursive: true });
+  const syncDirectory = options.syncDirectory ?? fsyncDirectory;
+  // A destination made here must outlast a power cut as the backup inside it does.
+  await mkdirDurable(destination, path.parse(destination).root, syncDirectory);
   const maker = options.maker ?? { host: localHostName(), pid: process.pid };
   const removedPartials = await removeStalePartials(destination, maker, options.nowMs());
   const earlier = (await completeBackups(destination)).reverse();
@@ -134,12 +141,17 @@ export async function runBackup(options: BackupOptions): Promise<BackupSummary> 
       ruleDocuments,
     };
     options.signal?.throwIfAborted();
+    // The files are fsynced as they are written (a linked or reused blob is a durable file's second
+    // name); their names are durable once their directories are, the backup's own last (it holds
+    // the database file, the rule documents and `blobs/`).
+    for (const dir of blobDirectories(dump.blobs.map((b) => b.sha256))) await syncDirectory(path.join(partial, dir));
+    await syncDirectory(partial);
     await writeFileDurably(path.join(partial, MANIFEST_FILE), sealManifest(manifest));
-    await fsyncDirectory(partial);
+    await syncDirectory(partial);
     stopHeartbeat();
     const final = path.join(destination, name);
     await rename(partial, final);
-    await fsyncDirectory(destination);
+    await syncDirectory(destination);
     // The backup is made: failing to remove old ones is reported with it, never as a failed backup.
     let pruned: string[] = [];
     let pruneError: string | undefined;
