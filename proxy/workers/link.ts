@@ -63,6 +63,17 @@ function toWire(err: unknown): WireError {
  */
 export const MAX_UNSENT_MESSAGES = 10_000;
 
+/**
+ * Calls given up on whose answer has not come (`#late`) past which a new call that would have to wait
+ * for its late answer (one with `onLate`: an admission, a repository's transfer, a console session)
+ * is refused at once (`unavailable`, retry in a second). A side that stands still while its pipe
+ * takes writes (the socket buffers) answers none of them, and one is given up on per request. An
+ * entry is never dropped: its answer may carry a slot or a session that must be handed back, which
+ * only the answer names. So the map holds at most this many, plus the calls already on their way
+ * when it was reached (each given up on at its deadline); it empties as the late answers come.
+ */
+export const MAX_LATE_CALLS = 10_000;
+
 export class Link {
   readonly #channel: Channel;
   readonly #handlers = new Map<string, Handler>();
@@ -71,6 +82,7 @@ export class Link {
   readonly #answering = new Map<number, AbortController>();
   /** Calls the caller gave up on whose answer must still be seen (see `call`). */
   readonly #late = new Map<number, (value: unknown) => void>();
+  readonly #maxLateCalls: number;
   #nextId = 1;
   #closed = false;
   /** Messages of this turn of the event loop, sent together once it has run (see `#send`). */
@@ -78,14 +90,20 @@ export class Link {
   /** Messages handed to the channel that it has not yet written (`MAX_UNSENT_MESSAGES`). */
   #unsent = 0;
 
-  constructor(channel: Channel) {
+  constructor(channel: Channel, options: { maxLateCalls?: number } = {}) {
     this.#channel = channel;
+    this.#maxLateCalls = options.maxLateCalls ?? MAX_LATE_CALLS;
     channel.on('message', (message) => this.#receive(message));
   }
 
   /** Calls this side made that still wait for their answer (one given up on no longer does). */
   get waiting(): number {
     return this.#pending.size;
+  }
+
+  /** Calls given up on whose answer this side still waits for, to hand back what it grants (`MAX_LATE_CALLS`). */
+  get late(): number {
+    return this.#late.size;
   }
 
   /** What a call or note named `op` from the other side runs; its value (or promise) is the answer. */
@@ -96,7 +114,8 @@ export class Link {
   /**
    * Asks the other side; with `signal`, an abort rejects at once with its reason and cancels the call
    * there. An answer that was already on its way when the caller gave up goes to `onLate` (a slot
-   * granted in that instant is released there, not leaked).
+   * granted in that instant is released there, not leaked); a call with `onLate` is refused at once
+   * while `MAX_LATE_CALLS` answers given up on are still awaited.
    */
   call<T>(op: string, args?: unknown, signal?: AbortSignal, onLate?: (value: T) => void): Promise<T> {
     if (this.#closed) return Promise.reject(new PolicyError('unavailable'));
@@ -104,6 +123,12 @@ export class Link {
     if (this.#unsent >= MAX_UNSENT_MESSAGES)
       return Promise.reject(
         new PolicyError('unavailable', "The instance's coordinating process is not reading; retry shortly.", {
+          headers: { 'retry-after': '1' },
+        }),
+      );
+    if (onLate && this.#late.size >= this.#maxLateCalls)
+      return Promise.reject(
+        new PolicyError('unavailable', "The instance's coordinating process is not answering; retry shortly.", {
           headers: { 'retry-after': '1' },
         }),
       );

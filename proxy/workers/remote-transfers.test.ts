@@ -67,6 +67,44 @@ describe('a worker’s transfers when the coordinating process does not answer',
     expect(again.seen).toBe('granted');
   });
 
+  it('calls given up on are awaited up to a bound: past it an admission or a repository’s transfer is 503 unavailable at once, and the late answers free it', async () => {
+    const clock = new ManualClock();
+    const timers = new ManualTimers(clock);
+    const channels = channelPair();
+    const admission = new AdmissionQueue({ ...admissionOptions(config), timers });
+    const host = new PolicyHost({ admission, governors, lease });
+    host.attach(new Link(channels.primary));
+    const link = new Link(channels.worker, { maxLateCalls: 3 });
+    const transfers = createRemoteTransfers(config, clock, lease, link, timers);
+    // Stopped with its pipe taking writes (the socket buffers): no write waits, nothing is answered.
+    channels.stop();
+    const given = ['p1', 'p2', 'p3'].map((p) => track(transfers.admit(p, 'download')));
+    await timers.advance(config.admission.waitMs + ADMISSION_DEADLINE_MARGIN_MS);
+    expect(given.map((g) => g.seen)).toEqual(['unavailable', 'unavailable', 'unavailable']);
+    expect(link.late).toBe(3);
+
+    // Past the bound a call that would be awaited late is not sent: refused before any clock moves.
+    const sent = channels.writes.worker.length;
+    const admit = track(transfers.admit('p4', 'download'));
+    const hold = track(Promise.resolve(transfers.holdRepository('r', 1)));
+    await roundTrip();
+    expect(admit).toMatchObject({ seen: 'unavailable', error: { headers: { 'retry-after': '1' } } });
+    expect(hold).toMatchObject({ seen: 'unavailable', error: { headers: { 'retry-after': '1' } } });
+    expect(channels.writes.worker).toHaveLength(sent);
+    expect(timers.size).toBe(0);
+    expect(link.late).toBe(3);
+
+    // The coordinating process goes on: it grants the calls it reads, the worker hands each back.
+    channels.resume();
+    await roundTrip();
+    expect(link.late).toBe(0);
+    expect(host.heldSlots).toBe(0);
+    expect(admission.snapshot().downloads).toMatchObject({ active: 0, queued: 0 });
+    const again = track(transfers.admit('p4', 'download'));
+    await roundTrip();
+    expect(again.seen).toBe('granted');
+  });
+
   it('an admission the instance keeps waiting gets its own 429 busy at its wait bound, before the worker’s deadline', async () => {
     const { timers, admission, transfers } = instance();
     const first = track(transfers.admit('p', 'download'));
