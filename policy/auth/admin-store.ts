@@ -4,7 +4,7 @@
  */
 import type pg from 'pg';
 import { PolicyError } from '../errors.ts';
-import { generateKey } from './key-format.ts';
+import { generateKey, KEY_PATTERN } from './key-format.ts';
 import { SCOPES, type Scope } from './principal.ts';
 import type { Permission } from './authorize.ts';
 import { normalizeSan } from './client-certificate.ts';
@@ -113,6 +113,20 @@ function noSuchKey(keyId: string): PolicyError {
       : 'no key with that key id (16 lowercase letters and digits: the part of a key between ark_ and the second _)',
   );
 }
+/**
+ * 404 for a principal reference. One with the shape of a key is not quoted: an admin disabling the
+ * owner of a leaked key may paste the key where the principal belongs, and this message is answered
+ * and logged.
+ */
+function noSuchPrincipal(ref: string): PolicyError {
+  return new PolicyError(
+    'not_found',
+    KEY_PATTERN.test(ref)
+      ? 'no principal by that reference (a principal is named by its id or its name, not by one of its keys)'
+      : `no principal ${JSON.stringify(ref)}`,
+  );
+}
+
 /** A key lives at most ten years: longer ones are no expiry at all, and past ~2^53 s PostgreSQL overflows. */
 export const MAX_KEY_LIFETIME_SECONDS = 10 * 365 * 24 * 3600;
 /** Longest key description kept. */
@@ -267,12 +281,11 @@ export class AdminStore {
   /** Finds a principal by id or name. */
   async findPrincipal(ref: string): Promise<PrincipalRow> {
     // Neither an id nor a possible name (e.g. a NUL byte, which PostgreSQL refuses in text): no such principal.
-    if (!UUID.test(ref) && !PRINCIPAL_NAME.test(ref))
-      throw new PolicyError('not_found', `no principal ${JSON.stringify(ref)}`);
+    if (!UUID.test(ref) && !PRINCIPAL_NAME.test(ref)) throw noSuchPrincipal(ref);
     const r = UUID.test(ref)
       ? await this.#pool.query('SELECT * FROM arkvory_principals WHERE id = $1', [ref])
       : await this.#pool.query('SELECT * FROM arkvory_principals WHERE name = $1', [ref]);
-    if (!r.rows[0]) throw new PolicyError('not_found', `no principal "${ref}"`);
+    if (!r.rows[0]) throw noSuchPrincipal(ref);
     return toPrincipal(r.rows[0]);
   }
 

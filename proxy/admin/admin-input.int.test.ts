@@ -195,6 +195,29 @@ describe('principal names and key rotation', () => {
     // The key still works: nothing was revoked.
     expect((await fetch(`${gw.url}/api/v1/repositories`, { headers: bearer(leaked.key) })).status).not.toBe(401);
   });
+
+  it('a whole key where a principal belongs (disabling a leaked key’s owner by pasting it) is 404 and echoed nowhere', async () => {
+    const leaked = await createServiceAccount(db.pool, { scopes: ['read'] });
+    const secret = leaked.key.slice(`ark_${leaked.keyId}_`.length);
+    const before = gw.logLines().filter((l) => l.code === 'not_found').length;
+    const attempts: Array<[string, string, unknown?]> = [
+      ['GET', `/api/v1/admin/principals/${leaked.key}`],
+      ['POST', `/api/v1/admin/principals/${leaked.key}/disable`],
+      ['GET', `/api/v1/admin/principals/${leaked.key}/keys`],
+      ['POST', `/api/v1/admin/principals/${leaked.key}/keys`, { scopes: ['read'] }],
+      ['GET', `/api/v1/admin/grants?principal=${leaked.key}`],
+    ];
+    for (const [method, path, body] of attempts) {
+      const res = await call(method, path, body);
+      expect(res.status).toBe(404);
+      expect(JSON.stringify(res.body)).not.toContain(secret);
+    }
+    await expect
+      .poll(() => gw.logLines().filter((l) => l.code === 'not_found').length)
+      .toBeGreaterThanOrEqual(before + attempts.length);
+    expect(gw.logs()).not.toContain(secret);
+    expect((await fetch(`${gw.url}/api/v1/repositories`, { headers: bearer(leaked.key) })).status).not.toBe(401);
+  });
 });
 
 describe("a forged cursor or a NUL in a filter is the client's fault: 400, never 500", () => {
