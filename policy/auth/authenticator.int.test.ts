@@ -199,3 +199,41 @@ describe('the verified-secret memo of a cached key', () => {
     );
   });
 });
+
+describe('the repository listing of a principal', () => {
+  it('reads the database, not cached grants, once the cache is no longer trusted', async () => {
+    // Made before the authenticator starts, so no notification of theirs clears its cache later.
+    await createRepository(db.pool, 'lista');
+    await createRepository(db.pool, 'listb');
+    const account = await createServiceAccount(db.pool, { grants: { lista: 'read', listb: 'read' } });
+    const clock = new ManualClock(Date.now(), 0);
+    // No timer poll during the test: trust ends when the injected clock says so.
+    const auth = new Authenticator({
+      pool: db.pool,
+      databaseUrl: db.url,
+      clock,
+      log: createLogger('silent'),
+      pollIntervalMs: 3_600_000,
+    });
+    await auth.start();
+    cleanups.push(() => auth.stop());
+    expect(auth.isCacheTrusted).toBe(true);
+    expect(await auth.readableRepositories(account.principalId)).toEqual(['lista', 'listb']);
+    // The grant goes with neither a notification nor a moved epoch (both lost, as a stalled LISTEN
+    // connection and a slow poll lose them): only the end of trust can make the gateway see it.
+    const client = await db.pool.connect();
+    try {
+      await client.query("SET session_replication_role = 'replica'");
+      await client.query("DELETE FROM arkvory_grants WHERE principal_id = $1 AND repository = 'listb'", [
+        account.principalId,
+      ]);
+      await client.query('RESET session_replication_role');
+    } finally {
+      client.release();
+    }
+    clock.advance(2000);
+    expect(auth.isCacheTrusted).toBe(false);
+    expect(await auth.grant(account.principalId, 'listb')).toBeUndefined();
+    expect(await auth.readableRepositories(account.principalId)).toEqual(['lista']);
+  });
+});

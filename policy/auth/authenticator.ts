@@ -439,16 +439,12 @@ export class Authenticator {
     return this.#repositoryCeilings.get(repository);
   }
 
-  /** Every repository the principal may read, for listings. */
+  /** Every repository the principal may read, for listings: cached grants only while the cache is trusted, as for a grant check. */
   async readableRepositories(principalId: string): Promise<string[]> {
-    await this.grant(principalId, '');
-    const grants = this.#grants.get(principalId);
-    if (grants) return [...grants.keys()].sort();
-    const r = await this.#pool.query<{ repository: string }>(
-      'SELECT repository FROM arkvory_grants WHERE principal_id = $1 ORDER BY repository',
-      [principalId],
-    );
-    return r.rows.map((row) => row.repository);
+    const trusted = this.isCacheTrusted;
+    const grants =
+      (trusted ? this.#grants.get(principalId) : undefined) ?? (await this.#queryGrants(principalId, trusted));
+    return [...grants.keys()].sort();
   }
 
   /** last_used_at, written at most once a minute per key so a busy client does not write per request. */
