@@ -494,6 +494,11 @@ describe('pre-signed links', () => {
     await eventually(async () => (await request(after.url, { method: 'HEAD' })).status === 401);
     const usage = await runCli(['presign-secret', 'rotate', '--grace', 'soon'], env);
     expect(usage.code).toBe(2);
+    // A grace past PostgreSQL's last date is refused as the operator's mistake, not a crash.
+    const far = await runCli(['presign-secret', 'rotate', '--grace', '100000000d'], env);
+    expect(far.code, far.stderr).toBe(2);
+    expect(far.stderr).toMatch(/--grace "100000000d" is longer than 365d/);
+    expect(far.stderr).not.toContain('    at ');
   });
 
   it('resume through curl -C -, wget -c and aria2c -x 4 to the exact bytes', async () => {
