@@ -28,7 +28,7 @@ export interface PresignFields {
   /** Canonical path (see `canonicalPath`). */
   readonly path: string;
   readonly keyId: string;
-  /** When the link was made, whole seconds since the epoch (a re-enabled principal's older links die). */
+  /** When the link was made by the database's clock, whole seconds (a re-enabled principal's older links die). */
   readonly issuedAt: number;
   /** Expiry, whole seconds since the epoch. */
   readonly expiresAt: number;
@@ -130,8 +130,9 @@ export function presignQueryString(fields: PresignFields, signature: string): st
 }
 
 /**
- * Slack for the clocks of the gateway that made a link and the one checking it: a link made for the
- * whole maximum and checked on a host a few seconds behind still has no more than the maximum left.
+ * Slack for the clocks of the database, which dates a link, and the gateway checking it: a link made
+ * for the whole maximum and checked on a host a few seconds behind still has no more than the maximum
+ * left.
  */
 export const PRESIGN_CLOCK_SKEW_SECONDS = 60;
 

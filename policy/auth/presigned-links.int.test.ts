@@ -42,8 +42,11 @@ function verify(pathAndQuery: string) {
 describe('pre-signed links (injected clock, real PostgreSQL)', () => {
   it('verify until the expiry and not after it', async () => {
     const sa = await createServiceAccount(db.pool, { grants: { libs: 'read' } });
+    const before = Date.now();
     const link = await links.issue(await principalOf(sa), PATH, SHA, 600);
-    expect(link.expiresAt.getTime()).toBe(Math.floor(clock.wallMs() / 1000) * 1000 + 600_000);
+    // Dated by the database's clock (this host's), not by the injected one.
+    expect(link.expiresAt.getTime()).toBeGreaterThanOrEqual(Math.floor(before / 1000) * 1000 + 600_000);
+    expect(link.expiresAt.getTime()).toBeLessThanOrEqual(Date.now() + 600_000);
     expect((await verify(link.pathAndQuery)).id).toBe(sa.principalId);
     clock.advance(link.expiresAt.getTime() - clock.wallMs() - 1);
     expect((await verify(link.pathAndQuery)).keyId).toBe(sa.keyId);
@@ -53,7 +56,9 @@ describe('pre-signed links (injected clock, real PostgreSQL)', () => {
 
   it('refuse a tampered path, an unknown secret, and a key revoked or expired after the link was made', async () => {
     const sa = await createServiceAccount(db.pool, { grants: { libs: 'read' } });
-    const link = await links.issue(await principalOf(sa), PATH, SHA, 600);
+    // Longer than the lead the first test gave the injected clock over the database's.
+    const link = await links.issue(await principalOf(sa), PATH, SHA, 3600);
+    expect((await verify(link.pathAndQuery)).id).toBe(sa.principalId);
     await expect(verify(link.pathAndQuery.replace('a.bin', 'b.bin'))).rejects.toMatchObject({ code: 'unauthorized' });
     await expect(
       verify(link.pathAndQuery.replace(/X-Arkvory-Secret=\d+/, 'X-Arkvory-Secret=999999')),
@@ -64,10 +69,11 @@ describe('pre-signed links (injected clock, real PostgreSQL)', () => {
       clock.wallMs() + 60_000,
       expiring.keyId,
     ]);
-    const expiringLink = await links.issue(await principalOf(expiring), PATH, SHA, 600);
+    const expiringLink = await links.issue(await principalOf(expiring), PATH, SHA, 3600);
     expect((await verify(expiringLink.pathAndQuery)).id).toBe(expiring.principalId);
     clock.advance(61_000);
     await expect(verify(expiringLink.pathAndQuery)).rejects.toMatchObject({ code: 'unauthorized' });
+    expect((await verify(link.pathAndQuery)).id).toBe(sa.principalId);
     await new AdminStore(db.pool).revokeKey(sa.keyId);
     await expect(verify(link.pathAndQuery)).rejects.toMatchObject({ code: 'unauthorized' });
   });
@@ -98,5 +104,44 @@ describe('pre-signed links (injected clock, real PostgreSQL)', () => {
       await new Promise((r) => setTimeout(r, 20));
     }
     await expect(verify(fresh.pathAndQuery)).rejects.toMatchObject({ code: 'unauthorized' });
+  });
+});
+
+describe('a link and the disabling of its principal, on a gateway whose clock is off', () => {
+  it('made before the principal was disabled stays dead once it is enabled again, with the clock 30 s ahead', async () => {
+    // disabled_at is the database's time: a link dated by this gateway's clock would count as made after it.
+    const ahead = new ManualClock(Date.now() + 30_000, 0);
+    const aheadAuth = new Authenticator({
+      pool: db.pool,
+      databaseUrl: db.url,
+      clock: ahead,
+      log: createLogger('silent'),
+    });
+    await aheadAuth.start();
+    try {
+      const aheadLinks = new PresignedLinks({
+        pool: db.pool,
+        auth: aheadAuth,
+        clock: ahead,
+        maxLifetimeSeconds: 604800,
+      });
+      const check = (pathAndQuery: string) => {
+        const url = new URL(pathAndQuery, 'http://gw.invalid');
+        return aheadLinks.authenticate(url.pathname, url.searchParams).then((r) => r.principal);
+      };
+      const sa = await createServiceAccount(db.pool, { grants: { libs: 'read' } });
+      const principal = await principalOf(sa);
+      const before = await aheadLinks.issue(principal, PATH, SHA, 600);
+      const store = new AdminStore(db.pool);
+      await store.setPrincipalDisabled(sa.principalId, true);
+      await store.setPrincipalDisabled(sa.principalId, false);
+      await expect(check(before.pathAndQuery)).rejects.toMatchObject({ code: 'unauthorized' });
+      // A link made in a later second (of the database's clock) than the disable works.
+      await new Promise((r) => setTimeout(r, 1000 - (Date.now() % 1000) + 50));
+      const after = await aheadLinks.issue(principal, PATH, SHA, 600);
+      expect((await check(after.pathAndQuery)).id).toBe(sa.principalId);
+    } finally {
+      await aheadAuth.stop();
+    }
   });
 });

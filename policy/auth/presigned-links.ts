@@ -148,7 +148,9 @@ export class PresignedLinks {
     if (principal.keyId.startsWith('cert:'))
       throw new PolicyError('forbidden', 'Pre-signed links are made with an API key, not a client certificate.');
     const signing = await this.#signingSecret();
-    const nowS = Math.floor(this.#clock.wallMs() / 1000);
+    // The database's clock, which also stamps `disabled_at`: a link dated by a gateway clock running
+    // ahead would count as made after a disable that came just after it, and revive on enable.
+    const nowS = Math.floor((await this.#databaseNowMs()) / 1000);
     const fields: PresignFields = {
       path,
       keyId: principal.keyId,
@@ -161,6 +163,14 @@ export class PresignedLinks {
       pathAndQuery: `${path}?${presignQueryString(fields, signPresign(signing.secret, fields))}`,
       expiresAt: new Date(fields.expiresAt * 1000),
     };
+  }
+
+  async #databaseNowMs(): Promise<number> {
+    try {
+      return (await this.#pool.query<{ now: Date }>('SELECT now() AS now')).rows[0]!.now.getTime();
+    } catch (err) {
+      throw new PolicyError('unavailable', 'Cannot make the link right now; retry later.', { cause: err });
+    }
   }
 
   /** The secret a link names: from the cache, or read again only when it may be newer than the cache. */
