@@ -18,16 +18,28 @@ import type { Gate, RequestContext } from '../server/route-types.ts';
 
 const BEARER_ONLY = { 'www-authenticate': 'Bearer realm="arkvory"' };
 
-function bearerOnly(ctx: RequestContext): boolean {
+function bearerOnly(ctx: Pick<RequestContext, 'route' | 'req'>): boolean {
   if (ctx.route === '/console' || ctx.route.startsWith('/console/')) return true;
   const site = ctx.req.headers['sec-fetch-site'];
   return site === 'cross-site' || site === 'same-site';
 }
 
+/** A 401 as the same 401 with the Bearer challenge alone; any other error as it is. */
+function asBearerOnly(err: unknown): unknown {
+  if ((err as { code?: unknown }).code !== 'unauthorized') return err;
+  return new PolicyError('unauthorized', (err as Error).message, { cause: err, headers: BEARER_ONLY });
+}
+
 function withBearerOnly(err: unknown): never {
-  if ((err as { code?: unknown }).code === 'unauthorized')
-    throw new PolicyError('unauthorized', (err as Error).message, { cause: err, headers: BEARER_ONLY });
-  throw err;
+  throw asBearerOnly(err);
+}
+
+/**
+ * `err` with the Bearer challenge alone where `bearerOnly` says so, for a 401 answered before the
+ * gates run (a link's parameters on a method its route does not take).
+ */
+export function browserSafeChallenge(ctx: Pick<RequestContext, 'route' | 'req'>, err: unknown): unknown {
+  return bearerOnly(ctx) ? asBearerOnly(err) : err;
 }
 
 /** `gate`, with the 401s it raises answered with the Bearer challenge alone where `bearerOnly` says so. */

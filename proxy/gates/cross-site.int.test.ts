@@ -114,6 +114,31 @@ describe('in a real browser holding the admin key as Basic credentials', () => {
   });
 });
 
+describe("a link's parameters on a method its route does not take", () => {
+  it('are offered only the Bearer challenge when a browser sends them for another site, as every 401 is', async () => {
+    const link =
+      '/api/v1/repositories/libs/artifacts/a.bin/content?X-Arkvory-Key=zzzzzzzzzzzzzzzz&X-Arkvory-Date=1&X-Arkvory-Expires=60&X-Arkvory-Secret=1&X-Arkvory-Digest=00&X-Arkvory-Signature=00';
+    const challenges = (headers: Record<string, string>) =>
+      new Promise<{ status: number; challenge: string | string[] | undefined }>((resolve, reject) => {
+        const req = http.request(`${gw.url}${link}`, { method: 'POST', headers }, (res) => {
+          res.resume();
+          res.on('end', () => resolve({ status: res.statusCode!, challenge: res.headers['www-authenticate'] }));
+        });
+        req.on('error', reject);
+        req.end();
+      });
+    // A form of another site posting to the link: a Basic challenge would open the browser's login prompt.
+    expect(await challenges({ 'sec-fetch-site': 'cross-site' })).toEqual({
+      status: 401,
+      challenge: 'Bearer realm="arkvory"',
+    });
+    expect(await challenges({})).toEqual({
+      status: 401,
+      challenge: 'Bearer realm="arkvory", Basic realm="arkvory"',
+    });
+  });
+});
+
 describe('a page of another site sending a window to the gateway with a key in the URL', () => {
   let site: http.Server;
   afterAll(() => site?.close());

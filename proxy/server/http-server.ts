@@ -4,6 +4,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import type { Logger } from 'pino';
 import { unauthorized } from '../../policy/auth/authenticator.ts';
 import { hasPresignParams } from '../../policy/auth/presign-signature.ts';
+import { browserSafeChallenge } from '../gates/challenge.ts';
 import { hasDuplicateAuthorization } from './authorization-header.ts';
 import { GatewayError } from './errors.ts';
 import { sendError, toHttpError } from './http-errors.ts';
@@ -149,7 +150,7 @@ export function createGatewayServer(options: {
       exchange.route = match.template;
       // A link's parameters on another method are a link misused: the same 401 as a bad key (docs/clients.md).
       if (target.includes('X-Arkvory-') && hasPresignParams(exchange.url.searchParams)) {
-        answerError(exchange, unauthorized());
+        answerError(exchange, browserSafeChallenge(exchange, unauthorized()));
         return;
       }
       answerError(
