@@ -338,7 +338,8 @@ export class AdminStore {
   /** One page of a principal's keys, oldest first. */
   async listKeys(principalRef: string, page: PageRequest = {}): Promise<Page<KeyRow>> {
     const limit = pageLimit(page.limit);
-    const after = decodeCursor(page.cursor, 2, [/^[0-9]{1,19}$/]);
+    // Microseconds fit 18 digits until the year 33658; 19 may pass a bigint, which PostgreSQL refuses with a 500.
+    const after = decodeCursor(page.cursor, 2, [/^[0-9]{1,18}$/]);
     const p = await this.findPrincipal(principalRef);
     // The cursor keeps created_at in microseconds as text: a JS Date would round it to milliseconds.
     const r = await this.#pool.query(

@@ -226,6 +226,10 @@ describe("a forged cursor or a NUL in a filter is the client's fault: 400, never
       'a keys cursor that is no microsecond count',
       () => `/principals/${admin.principalId}/keys?cursor=${encodeCursor(['abc', 'x'])}`,
     ],
+    [
+      'a keys cursor past the largest bigint',
+      () => `/principals/${admin.principalId}/keys?cursor=${encodeCursor(['9999999999999999999', 'x'])}`,
+    ],
     ['a principals cursor holding a NUL', () => `/principals?cursor=${encodeCursor(['a\u0000'])}`],
     ['a grants cursor holding a NUL', () => `/grants?cursor=${encodeCursor(['a\u0000', 'b'])}`],
     ['an audit filter holding a NUL', () => '/audit?principal=a%00b'],
