@@ -82,7 +82,7 @@ export function createConsole(
     if (!SAFE_METHODS.has(ctx.req.method ?? 'GET') && !csrfMatches(session, ctx.req.headers[CSRF_HEADER]))
       throw new PolicyError('forbidden', 'A console change needs the X-CSRF-Token header of its session.');
     sessionOf.set(ctx, session);
-    return { authorization: session.authorization, issuedAtWallMs: session.issuedAtWallMs };
+    return { authorization: session.authorization, principalDisabledAtMs: session.principalDisabledAtMs };
   };
 
   return {

@@ -274,6 +274,38 @@ describe('sign-in and session', () => {
   });
 });
 
+describe('a console session and the clocks', () => {
+  it("stays ended after a disable the database stamped earlier than the gateway's clock read at sign-in", async () => {
+    const extra = await createServiceAccount(db.pool, { name: 'console-admin-skew', scopes: ['admin'] });
+    const old = await signIn(extra.key);
+    expect((await call('GET', '/console/api/status', { cookie: old.cookie })).status).toBe(200);
+    const keyStatus = async () =>
+      (await request(`${writer.url}/api/v1/repositories`, { headers: bearer(extra.key) })).status;
+    const until = async (status: number) => {
+      const deadline = Date.now() + 3000;
+      while (Date.now() < deadline && (await keyStatus()) !== status) await new Promise((r) => setTimeout(r, 100));
+      expect(await keyStatus()).toBe(status);
+    };
+    const toggle = (verb: 'disable' | 'enable') =>
+      request(`${writer.url}/api/v1/admin/principals/console-admin-skew/${verb}`, {
+        method: 'POST',
+        headers: bearer(adminKey),
+      });
+    // The session is not used while its principal is disabled: only its key is.
+    expect((await toggle('disable')).status).toBe(200);
+    await until(401);
+    // What a database clock 30 s behind the gateway's would have stamped (or a gateway 30 s ahead):
+    // the disable came after the sign-in, but is dated before the gateway's time of it.
+    await db.pool.query(
+      "UPDATE arkvory_principals SET disabled_at = disabled_at - interval '30 seconds' WHERE name = 'console-admin-skew'",
+    );
+    expect((await toggle('enable')).status).toBe(200);
+    await until(200);
+    expect((await call('GET', '/console/api/status', { cookie: old.cookie })).status).toBe(401);
+    expect(json(await call('GET', '/console/session', { cookie: old.cookie }))).toEqual({ signedIn: false });
+  });
+});
+
 describe('CSRF', () => {
   it('refuses a state-changing request without the session CSRF token, and with a wrong one', async () => {
     const { cookie, csrf } = await signIn(adminKey);

@@ -11,6 +11,7 @@ import { audited, isHttps, page } from './console-http.ts';
 import {
   clearedSessionCookie,
   type ConsoleSession,
+  disabledSince,
   isSessionId,
   readSessionId,
   type SessionStore,
@@ -59,8 +60,7 @@ export function sessionRoutes(deps: {
         try {
           const principal = await deps.authenticate(session.authorization);
           // Disabled (and enabled again) since it was opened: the session stays void (docs/auth.md).
-          if (principal.disabledAtMs !== undefined && session.issuedAtWallMs < principal.disabledAtMs)
-            throw new PolicyError('unauthorized');
+          if (disabledSince(session, principal.disabledAtMs)) throw new PolicyError('unauthorized');
         } catch (err) {
           if ((err as { code?: unknown }).code !== 'unauthorized') throw err;
           await sessions.delete(session.id);

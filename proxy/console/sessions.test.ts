@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../../policy/clock.ts';
 import {
+  disabledSince,
   ConsoleSessions,
   clearedSessionCookie,
   csrfMatches,
@@ -71,13 +72,31 @@ describe('ConsoleSessions', () => {
       'csrfToken',
       'expiresInSeconds',
       'id',
-      'issuedAtWallMs',
+      'principalDisabledAtMs',
       'principalId',
       'principalName',
     ]);
     (created as { expiresInSeconds: number }).expiresInSeconds = 1e9;
     clock.advance(60_000);
     expect(s.get(created.id)).toBeUndefined();
+  });
+
+  it('voids a session only for a disable later than the one its sign-in saw, whatever the clocks', () => {
+    const clock = new ManualClock();
+    const s = sessions(clock);
+    const never = s.create(admin, 'Bearer ark_x');
+    const once = s.create({ ...admin, disabledAtMs: 5_000 }, 'Bearer ark_x');
+    expect(never.principalDisabledAtMs).toBeNull();
+    expect(once.principalDisabledAtMs).toBe(5_000);
+    // The gateway's clock plays no part: far ahead of the database's, a later disable still voids.
+    clock.advance(3_600_000);
+    expect(disabledSince(never, undefined)).toBe(false);
+    expect(disabledSince(never, 1)).toBe(true);
+    expect(disabledSince(once, 5_000)).toBe(false);
+    expect(disabledSince(once, 5_001)).toBe(true);
+    // A cache a little behind the sign-in's read (an earlier disable, or none) voids nothing.
+    expect(disabledSince(once, 4_000)).toBe(false);
+    expect(disabledSince(once, undefined)).toBe(false);
   });
 
   it('compares the CSRF token exactly', () => {

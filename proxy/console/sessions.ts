@@ -34,10 +34,34 @@ export interface ConsoleSession {
   readonly principalName: string;
   /** The `Authorization` value the session was opened with; never logged, never sent back. */
   readonly authorization: string;
-  /** Wall time it was opened: a session older than its principal's last disable is void. */
-  readonly issuedAtWallMs: number;
+  /**
+   * Its principal's last disable as the sign-in saw it (the database's `disabled_at`, null when
+   * never): a later disable voids the session. Compared with the database's own later value, never
+   * with a gateway's clock, so a clock running ahead cannot let a session outlive a disable.
+   */
+  readonly principalDisabledAtMs: number | null;
   /** Seconds until it ends if it stays in use, as of the lookup (for the page). */
   readonly expiresInSeconds: number;
+}
+
+/** The principal a session is opened for, as the sign-in authenticated it. */
+export interface SessionPrincipal {
+  readonly id: string;
+  readonly name: string;
+  /** Its last disable (`disabled_at`), undefined when never. */
+  readonly disabledAtMs?: number | undefined;
+}
+
+/**
+ * Whether a principal as authenticated now was disabled since `session` was opened (re-enabling
+ * restores its keys, not its sessions). Only a later disable moves `disabled_at` forward; a cache a
+ * little behind the sign-in's read sees an earlier value and voids nothing.
+ */
+export function disabledSince(
+  session: Pick<ConsoleSession, 'principalDisabledAtMs'>,
+  disabledAtMs: number | undefined,
+): boolean {
+  return disabledAtMs !== undefined && disabledAtMs > (session.principalDisabledAtMs ?? Number.NEGATIVE_INFINITY);
 }
 
 /**
@@ -45,7 +69,7 @@ export interface ConsoleSession {
  * over the link (a call that fails or misses its deadline rejects with 503 `unavailable`).
  */
 export interface SessionStore {
-  create(principal: { id: string; name: string }, authorization: string): Promise<ConsoleSession>;
+  create(principal: SessionPrincipal, authorization: string): Promise<ConsoleSession>;
   /** The live session with this id (and marks it used), or undefined. */
   get(id: string | undefined): Promise<ConsoleSession | undefined>;
   delete(id: string): Promise<void>;
@@ -92,7 +116,7 @@ export class ConsoleSessions {
     this.#token = options.randomToken ?? (() => randomBytes(32).toString('base64url'));
   }
 
-  create(principal: { id: string; name: string }, authorization: string): ConsoleSession {
+  create(principal: SessionPrincipal, authorization: string): ConsoleSession {
     const now = this.#options.clock.monotonicMs();
     this.#sweep(now);
     const held: Held = {
@@ -101,7 +125,7 @@ export class ConsoleSessions {
       principalId: principal.id,
       principalName: principal.name,
       authorization,
-      issuedAtWallMs: this.#options.clock.wallMs(),
+      principalDisabledAtMs: principal.disabledAtMs ?? null,
       expiresAtMonotonicMs: now + this.#options.ttlMs,
       lastSeenMonotonicMs: now,
     };

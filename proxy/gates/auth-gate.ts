@@ -14,7 +14,7 @@ import { GatewayError } from '../server/errors.ts';
 import { createTrustedProxies, normalizeAddress, type TrustedProxies } from '../router/forwarded.ts';
 import type { Config } from '../config/config.ts';
 import { isLoopbackAddress, peerCertificateOf } from '../tls/peer-certificate.ts';
-import { readCookie, SECURE_SESSION_COOKIE, SESSION_COOKIE } from '../console/sessions.ts';
+import { disabledSince, readCookie, SECURE_SESSION_COOKIE, SESSION_COOKIE } from '../console/sessions.ts';
 
 /** How the transport counts (docs/tls.md): client certificates, and credentials sent in clear. */
 export interface TransportPolicy {
@@ -39,12 +39,13 @@ export function transportPolicy(config: Config, clock: Clock): TransportPolicy {
 }
 
 /**
- * Credentials that were issued at a known time (a console session): void when the principal was
- * disabled after `issuedAtWallMs`, even once it is enabled again.
+ * Credentials issued to a principal as it was then (a console session): void once the principal
+ * was disabled again after `principalDisabledAtMs` (console/sessions.ts `disabledSince`), even once
+ * it is enabled again.
  */
 export interface IssuedCredentials {
   readonly authorization: string;
-  readonly issuedAtWallMs: number;
+  readonly principalDisabledAtMs: number | null;
 }
 
 /**
@@ -106,10 +107,9 @@ export function createAuthGate(
       const principal = auth.authenticateNow(given);
       return isPromise(principal) ? principal.then((p) => admit(auth, ctx, p)) : admit(auth, ctx, principal);
     }
-    const issuedAt = given.issuedAtWallMs;
     const checked = (p: Principal) => {
       // Re-enabling a principal restores its keys, not sessions opened before it was disabled.
-      if (p.disabledAtMs !== undefined && issuedAt < p.disabledAtMs) throw unauthorized();
+      if (disabledSince(given, p.disabledAtMs)) throw unauthorized();
       return admit(auth, ctx, p);
     };
     try {

@@ -13,7 +13,7 @@ import type { Link } from './link.ts';
 export const SESSION_CALL_DEADLINE_MS = 2000;
 
 export interface CreateSessionRequest {
-  principal: { id: string; name: string };
+  principal: { id: string; name: string; disabledAtMs: number | null };
   authorization: string;
 }
 
@@ -21,7 +21,10 @@ export interface CreateSessionRequest {
 export function serveSessions(link: Link, table: ConsoleSessions): void {
   link.handle('sessions.create', (args) => {
     const { principal, authorization } = args as CreateSessionRequest;
-    return table.create({ id: principal.id, name: principal.name }, authorization);
+    return table.create(
+      { id: principal.id, name: principal.name, disabledAtMs: principal.disabledAtMs ?? undefined },
+      authorization,
+    );
   });
   // null, not undefined: the answer is a message field.
   link.handle('sessions.get', (args) => table.get(args) ?? null);
@@ -39,7 +42,11 @@ export function remoteSessionStore(link: Link, deadlineMs = SESSION_CALL_DEADLIN
   };
   return {
     create: (principal, authorization) => {
-      const request: CreateSessionRequest = { principal: { id: principal.id, name: principal.name }, authorization };
+      // null, not undefined: the answer is a message field.
+      const request: CreateSessionRequest = {
+        principal: { id: principal.id, name: principal.name, disabledAtMs: principal.disabledAtMs ?? null },
+        authorization,
+      };
       // A session made after this worker gave up is nobody's: it goes at once.
       return ask<ConsoleSession>('sessions.create', request, (late) => link.note('sessions.delete', late.id));
     },
