@@ -246,6 +246,27 @@ describe('every action leaves exactly one row', () => {
     expect(JSON.stringify(last.details)).toContain('au-held');
   });
 
+  it('an action whose JSON body holds a lone surrogate is recorded all the same, with U+FFFD for it', async () => {
+    // JSON may escape half a surrogate pair: JSON.parse takes it, PostgreSQL's text reads it as
+    // U+FFFD (so the artifact is found), but its jsonb refuses the escape.
+    const put = await apiAction('artifact.publish', 'PUT', '/api/v1/repositories/au/artifacts/x%EF%BF%BDy', {
+      key: writerAccount.key,
+      raw: Buffer.from('surrogate'),
+    });
+    expect(put.status).toBe(201);
+    const raw = Buffer.from('{"repository":"au","artifact":"x\\ud800y"}');
+    await apiAction('cache.purge', 'POST', '/api/v1/admin/cache/purge', {
+      raw,
+      headers: { 'content-type': 'application/json' },
+    });
+    expect((await settled()).at(-1)!.details).toEqual({
+      repository: 'au',
+      artifact: 'x\ufffdy',
+      purged: [sha256(Buffer.from('surrogate'))],
+    });
+    expect(gw.logLines().filter((l) => l.msg === 'audit entry not recorded')).toEqual([]);
+  });
+
   it('through the CLI, as the operator on this host', async () => {
     await cli('principal.create', ['principals', 'create', 'cli-sa']);
     await cli('principal.disable', ['principals', 'disable', 'cli-sa']);
@@ -386,6 +407,7 @@ describe('reading the trail', () => {
 
     const mine = await call('GET', `/api/v1/admin/audit?principal=${writerAccount.name}`);
     expect((mine.body.events as AuditEvent[]).map((e) => e.action)).toEqual([
+      'artifact.publish',
       'artifact.publish',
       'artifact.delete',
       'artifact.publish',
