@@ -42,7 +42,7 @@ export const GATEWAY_METRICS = [
     name: 'arkvory_http_bytes_total',
     type: 'counter',
     labels: ['direction'],
-    help: 'Bytes on the wire (headers included) per direction: in (received) or out (sent).',
+    help: "Bytes per direction, in (received) or out (sent): over HTTP/1.1 on the wire, request and response heads included; over HTTP/2 the streams' body bytes (header blocks and frames are their connection's).",
   },
   {
     name: 'arkvory_http_client_faults_total',

@@ -144,6 +144,22 @@ export function byteCounts(req: IncomingMessage, res: ServerResponse): ByteCount
   return new SocketByteCounts(req.socket as Socket);
 }
 
+/** How far an HTTP/1.1 connection's bytes in were counted for its requests (`requestByteCounts`). */
+const countedIn = new WeakMap<Socket, number>();
+
+/**
+ * What one whole request moves, for its request line, the request metrics and the usage statistics:
+ * `byteCounts`, except that over HTTP/1.1 bytes in are counted from where the connection's previous
+ * request stopped (0 on a new connection), not from now: Node has read the request's head by the time
+ * it starts, and the head is the request's too. Requests on a connection are handled one after the
+ * other (front-door.ts), so each head is counted once. `end()` marks where the next one starts.
+ */
+export function requestByteCounts(req: IncomingMessage, res: ServerResponse): ByteCounts & { end(): void } {
+  if (isHttp2(req) && res instanceof Http2Response) return new StreamByteCounts(req, res);
+  const socket = req.socket as Socket;
+  return new SocketByteCounts(socket, countedIn.get(socket) ?? 0, countedIn);
+}
+
 class StreamByteCounts implements ByteCounts {
   readonly #req: Http2Request;
   readonly #res: Http2Response;
@@ -164,17 +180,27 @@ class StreamByteCounts implements ByteCounts {
   written(): number {
     return this.#res.bodyBytesWritten - this.#writtenAtStart;
   }
+
+  /** Nothing to mark: a stream carries one request. */
+  end(): void {}
 }
 
 class SocketByteCounts implements ByteCounts {
   readonly #socket: Socket;
   readonly #readAtStart: number;
   readonly #writtenAtStart: number;
+  readonly #marks: WeakMap<Socket, number> | undefined;
 
-  constructor(socket: Socket) {
+  constructor(socket: Socket, readFrom = socket.bytesRead, marks?: WeakMap<Socket, number>) {
     this.#socket = socket;
-    this.#readAtStart = socket.bytesRead;
+    this.#readAtStart = readFrom;
     this.#writtenAtStart = socket.bytesWritten;
+    this.#marks = marks;
+  }
+
+  /** The request is over: the connection's next request counts its bytes in from here. */
+  end(): void {
+    this.#marks?.set(this.#socket, this.#socket.bytesRead);
   }
 
   read(): number {

@@ -5,7 +5,7 @@
  * object, and the lazily made parts (URL, child logger, abort signal) are made only when asked for.
  */
 import type { IncomingMessage } from 'node:http';
-import { byteCounts, type ByteCounts } from './http2-messages.ts';
+import { requestByteCounts } from './http2-messages.ts';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { knownMethod } from '../../lib/http-method.ts';
@@ -61,7 +61,7 @@ export class RequestExchange implements RequestContext {
   readonly #server: ExchangeServer;
   readonly #target: string;
   readonly #startedMs = performance.now();
-  readonly #bytes: ByteCounts;
+  readonly #bytes: ReturnType<typeof requestByteCounts>;
   #url: URL | undefined;
   #log: Logger | undefined;
   #controller: AbortController | undefined;
@@ -88,7 +88,7 @@ export class RequestExchange implements RequestContext {
     this.clientReqId = clientReqId;
     this.#target = req.url ?? '/';
     this.#url = url;
-    this.#bytes = byteCounts(req, res);
+    this.#bytes = requestByteCounts(req, res);
   }
 
   /** Built when a handler asks for it (the query of a pre-signed link). */
@@ -153,6 +153,7 @@ export class RequestExchange implements RequestContext {
     const ms = performance.now() - this.#startedMs;
     const bytesOut = this.#bytes.written();
     const bytesIn = this.#bytes.read();
+    this.#bytes.end();
     const server = this.#server;
     const status = recordedStatus(res);
     // A 4xx written without an error (a route's own answer) is a client fault all the same, and so is

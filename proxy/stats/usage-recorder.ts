@@ -70,9 +70,9 @@ export function startUsageRecorder(deps: { pool: pg.Pool; log: Logger; clock: Cl
       const principal = ctx.principal?.id ?? null;
       const now = deps.clock.wallMs();
       if (principal !== null) {
-        // HTTP/1.1: the socket's count misses a body that arrived with the head; a whole body's
-        // declared length does not. HTTP/2 counts the stream's own body bytes exactly, and says
-        // `complete` of a reset stream too: its declared length is never taken there.
+        // HTTP/1.1: at least a whole body's declared length, however its bytes fell between this
+        // request's count and the connection's next. HTTP/2 counts the stream's own body bytes
+        // exactly, and says `complete` of a reset stream too: its declared length is never taken there.
         const declaredUp = Number(ctx.req.headers['content-length']);
         const up =
           !isHttp2(ctx.req) && ctx.req.complete && Number.isSafeInteger(declaredUp)
