@@ -177,8 +177,13 @@ class StreamByteCounts implements ByteCounts {
     return this.#req.bodyBytesRead - this.#readAtStart;
   }
 
+  /**
+   * Body bytes the client was sent: those written less those the stream still queues, which a reset
+   * discards (a client with a zero window takes none; the send budget lets up to 1 MiB queue).
+   */
   written(): number {
-    return this.#res.bodyBytesWritten - this.#writtenAtStart;
+    const written = this.#res.bodyBytesWritten - this.#writtenAtStart;
+    return written - Math.min(written, this.#res.stream.bufferSize);
   }
 
   /** Nothing to mark: a stream carries one request. */

@@ -4,6 +4,8 @@
  * queues for the slot and its client leaves (an HTTP/1.1 connection closed, an HTTP/2 stream reset)
  * before any head. Each is recorded as 499 (request line, `arkvory_http_requests_total`) and is no
  * download in the usage statistics; the paced one, cut after its body began, is a 200 and a download.
+ * An HTTP/2 download whose zero-window client resets its stream took no body byte: no bytes out, no
+ * download, however many the gateway had queued.
  */
 import http2 from 'node:http2';
 import https from 'node:https';
@@ -154,3 +156,29 @@ it('a download whose client left before any answer is a 499 and no download, ove
   );
   expect(rows).toEqual([{ downloads: 1 }]);
 }, 120_000);
+
+it('an HTTP/2 download reset before the client took a byte of its body counts no bytes out and is no download', async () => {
+  // A zero window: the gateway queues the first chunks, none of which can go out.
+  const session = http2.connect(origin, { ca: ca.certPem, settings: { initialWindowSize: 0 } });
+  session.on('error', () => {});
+  const stream = session.request({ ':path': `${artifact}/content`, 'x-request-id': 'unread-h2', ...bearer(key) });
+  stream.on('error', () => {});
+  let got = 0;
+  stream.on('data', (c: Buffer) => (got += c.length));
+  const status = await new Promise<number>((resolve) => stream.once('response', (h) => resolve(Number(h[':status']))));
+  expect(status).toBe(200);
+  // The head left with the first chunk written; a moment more for the next ones to queue behind it.
+  await new Promise((resolve) => setTimeout(resolve, 1000));
+  stream.close(http2.constants.NGHTTP2_CANCEL);
+  const line = await requestLine('unread-h2');
+  session.close();
+  expect(got).toBe(0);
+  expect(line).toMatchObject({ status: 200, completed: false, bytesOut: 0 });
+  // The flush that has this request (the fifth of the key's) has its download, if it were one.
+  await waitUntil(
+    async () => (await db.pool.query('SELECT requests::int FROM arkvory_usage_principal_days')).rows[0]?.requests === 5,
+    { what: 'the flush of the reset download', timeoutMs: 20_000 },
+  );
+  const { rows } = await db.pool.query('SELECT downloads::int, bytes::int FROM arkvory_usage_artifacts');
+  expect(rows).toMatchObject([{ downloads: 1 }]);
+}, 60_000);
