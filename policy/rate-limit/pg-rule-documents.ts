@@ -6,6 +6,7 @@
 import type pg from 'pg';
 import type { RuleDocumentStore } from './rule-documents.ts';
 import type { LimiterRules } from './rules.ts';
+import { jsonbText } from '../../lib/jsonb-text.ts';
 import { withTransaction } from '../../lib/transaction.ts';
 
 /** "arkvory-rl-rules" */
@@ -20,7 +21,8 @@ export async function upsertPgRuleDocuments(
     await client.query(
       `INSERT INTO arkvory_rate_limit_rules (limiter, document) VALUES ($1, $2)
        ON CONFLICT (limiter) DO UPDATE SET document = EXCLUDED.document, updated_at = now()`,
-      [limiter, JSON.stringify(document)],
+      // A rule's description is an admin's free text: half a surrogate pair in it is no 500.
+      [limiter, jsonbText(document)],
     );
   }
 }

@@ -135,3 +135,15 @@ conformance('postgres', async () => {
   return createPgRuleDocuments(db.pool);
 });
 conformance('memory', () => createMemoryRuleDocuments());
+
+describe('RuleDocumentStore: postgres and free text', () => {
+  it('stores a rule whose description holds half a surrogate pair, with U+FFFD for it', async () => {
+    await db.pool.query('TRUNCATE arkvory_rate_limit_rules, arkvory_rate_limit_orphans');
+    const store = createPgRuleDocuments(db.pool);
+    const d = doc(['x']);
+    d.published_rules.rules[0]!.description = 'a\ud800b';
+    await store.update(['a'], () => new Map([['a', d]]));
+    const read = (await store.read(['a'])).get('a') as LimiterRules;
+    expect(read.published_rules.rules[0]!.description).toBe('a\ufffdb');
+  });
+});

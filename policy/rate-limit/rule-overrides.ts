@@ -4,6 +4,7 @@
  * the one rule schema (rules.ts) against the limiter's available properties; answers follow
  * rules-answer.ts. `answerFor` is pure; the store is the I/O edge.
  */
+import { jsonbText } from '../../lib/jsonb-text.ts';
 import type pg from 'pg';
 import { decodeCursor, type Page, type PageRequest, pageLimit, pageOf } from '../auth/page.ts';
 import { bypassesIn, describeBypass } from './document-changes.ts';
@@ -151,7 +152,8 @@ export function createOverrideStore(pool: pg.Pool): OverrideStore {
         `INSERT INTO arkvory_rule_overrides (service, limiter, subject_kind, subject, rules) VALUES ($1, $2, $3, $4, $5::jsonb)
          ON CONFLICT (service, limiter, subject_kind, subject) DO UPDATE SET rules = EXCLUDED.rules, updated_at = now()
          RETURNING *`,
-        [o.service, o.limiter, o.subjectKind, o.subject, JSON.stringify(o.rules)],
+        // The rules' descriptions are a caller's free text: half a surrogate pair in them is no 500.
+        [o.service, o.limiter, o.subjectKind, o.subject, jsonbText(o.rules)],
       );
       return fromRow(rows[0]!);
     },

@@ -5,21 +5,10 @@
  */
 import type pg from 'pg';
 import { encodeCursor, type Page } from '../../policy/auth/page.ts';
+import { jsonbText } from '../../lib/jsonb-text.ts';
 import type { AuditEntry, AuditEvent, AuditFilter } from './audit-event.ts';
 
 type Queryable = Pick<pg.Pool, 'query'> | pg.ClientBase;
-
-// An escaped backslash (skipped whole), or the escape JSON.stringify writes for half a surrogate pair.
-const BACKSLASH_OR_LONE_SURROGATE = /\\\\|\\ud[89a-f][0-9a-f]{2}/g;
-
-/**
- * `value` as JSON that jsonb takes (pure). A request body may hold half a surrogate pair (JSON can
- * escape one), which JSON.stringify writes as `\udXXX` and PostgreSQL refuses: the row would be lost
- * for the client's spelling. It becomes U+FFFD, as a text column reads it.
- */
-export function jsonbText(value: unknown): string {
-  return JSON.stringify(value).replace(BACKSLASH_OR_LONE_SURROGATE, (m) => (m === '\\\\' ? m : '\\ufffd'));
-}
 
 /** Appends one entry. */
 export async function recordAudit(db: Queryable, entry: AuditEntry): Promise<void> {

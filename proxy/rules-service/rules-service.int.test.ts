@@ -439,6 +439,24 @@ describe('overrides under hostile input (issue 35)', () => {
     return { seen, largest };
   }
 
+  it('stores an override whose description holds half a surrogate pair, with U+FFFD for it: not a 500', async () => {
+    const service = await startRulesService();
+    const admin = await createServiceAccount(db.pool, { scopes: ['admin'] });
+    const user = await createServiceAccount(db.pool);
+    const target = { service: 'alpha', limiter: 'gateway_request', kind: 'principal', subject: user.principalId };
+    // JSON.stringify writes the lone half as the escape "\ud800": valid JSON, refused by jsonb as is.
+    const put = await putOverride(service, admin.key, target, [
+      { ...capRule('lone_half', 5), description: 'a\ud800b' },
+    ]);
+    expect(put.status).toBe(200);
+    const { rows } = await db.pool.query<{ rules: Array<{ description: string }> }>(
+      'SELECT rules FROM arkvory_rule_overrides WHERE subject = $1',
+      [user.principalId],
+    );
+    expect(rows[0]!.rules[0]!.description).toBe('a\ufffdb');
+    await db.pool.query('DELETE FROM arkvory_rule_overrides WHERE subject = $1', [user.principalId]);
+  });
+
   it('lists overrides a bounded page at a time (route and CLI): the walk gives each once; a bad limit or forged cursor is 400', async () => {
     const service = await startRulesService();
     const admin = await createServiceAccount(db.pool, { scopes: ['admin'] });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { jsonbText } from './audit-log.ts';
+import { jsonbText } from './jsonb-text.ts';
 
 describe('jsonbText', () => {
   it('writes half a surrogate pair, in a value or a key, as U+FFFD', () => {
