@@ -351,7 +351,7 @@ export const VARIABLES: readonly VariableSpec[] = [
     name: 'ARKVORY_ROUTER_IDLE_TIMEOUT_SECONDS',
     kind: { type: 'int', min: 1, max: 3600 },
     defaultValue: '120',
-    doc: 'Router: longest silence on an upstream connection (no byte either way), checked by a sweep every quarter of it (at most 1 s): cut never earlier and at most two sweeps later (docs/router.md); before the response → 504 `gateway_timeout`, after → the response is cut.',
+    doc: 'Router: longest silence on an upstream connection (no byte either way), checked by a sweep every quarter of it (at most 1 s): cut never earlier and at most two sweeps later (docs/router.md); before the response → 504 `gateway_timeout`, after → the response is cut. A silence the client holds (its upload body still to come, or an answer it has not taken) does not count: ARKVORY_BODY_TIMEOUT_SECONDS and ARKVORY_SEND_TIMEOUT_SECONDS apply to it.',
   },
   {
     name: 'ARKVORY_ROUTER_OUTLIER_CONSECUTIVE_5XX',

@@ -37,6 +37,8 @@ export class DispatchedExchange implements Dispatcher.DispatchHandler, UpstreamC
   #sink: ServerResponse | undefined;
   #done: ((err?: Error) => void) | undefined;
   #drainHooked = false;
+  /** Paused until the client takes what was written (backpressure). */
+  #pausedForClient = false;
   /** Told when a discarded body ended or was cut. */
   #discarded: (() => void) | undefined;
 
@@ -46,6 +48,10 @@ export class DispatchedExchange implements Dispatcher.DispatchHandler, UpstreamC
 
   moved(): number {
     return this.#bytes;
+  }
+
+  waitsOnClient(): boolean {
+    return this.#pausedForClient;
   }
 
   destroy(err?: Error): void {
@@ -94,9 +100,13 @@ export class DispatchedExchange implements Dispatcher.DispatchHandler, UpstreamC
     if (res === undefined) return;
     if (writeFreeing(res, chunk)) return;
     controller.pause();
+    this.#pausedForClient = true;
     if (!this.#drainHooked) {
       this.#drainHooked = true;
-      res.on('drain', () => this.#controller?.resume());
+      res.on('drain', () => {
+        this.#pausedForClient = false;
+        this.#controller?.resume();
+      });
     }
   }
 

@@ -22,8 +22,14 @@ export interface NodeTarget {
 /** The request to the gateway; its socket's byte counters feed the idle sweep. */
 class NodeCall implements UpstreamCall {
   readonly #request: ClientRequest;
-  constructor(request: ClientRequest) {
+  readonly #client: IncomingMessage;
+  /** The gateway may have the client's body: it has one, sent at once or after the gateway's 100. */
+  bodyWanted = false;
+  /** The gateway's answer, once its head is in. */
+  message: IncomingMessage | undefined;
+  constructor(request: ClientRequest, client: IncomingMessage) {
     this.#request = request;
+    this.#client = client;
   }
   moved(): number {
     const socket = this.#request.socket as Socket | null;
@@ -31,6 +37,14 @@ class NodeCall implements UpstreamCall {
   }
   destroy(err?: Error): void {
     this.#request.destroy(err);
+  }
+  waitsOnClient(): boolean {
+    const message = this.message;
+    // The answer's relay is paused until the client takes what it was sent (relay-chunks.ts).
+    if (message !== undefined) return message.isPaused();
+    // The body's relay waits for the client's next bytes, not for the gateway to take the last.
+    const client = this.#client;
+    return this.bodyWanted && !client.complete && !client.isPaused();
   }
 }
 
@@ -90,12 +104,21 @@ export function sendOverNode(
     headers: request.host === undefined ? [...request.headers, 'host', target.host] : request.headers,
     agent: target.agent,
   });
+  const call = new NodeCall(proxyReq, req);
   proxyReq.on('error', onError);
-  proxyReq.on('response', (message) => onResponse(new NodeResponse(message)));
-  if (request.expectsContinue) proxyReq.once('continue', () => res.writeContinue());
+  proxyReq.on('response', (message) => {
+    call.message = message;
+    onResponse(new NodeResponse(message));
+  });
+  if (request.expectsContinue)
+    proxyReq.once('continue', () => {
+      call.bodyWanted = request.hasBody;
+      res.writeContinue();
+    });
+  else call.bodyWanted = request.hasBody;
   if (request.hasBody) {
     relayChunks(req, proxyReq);
     req.on('end', () => proxyReq.end());
   } else proxyReq.end();
-  return new NodeCall(proxyReq);
+  return call;
 }

@@ -49,6 +49,12 @@ export interface UpstreamCall {
   moved(): number;
   /** Cuts the exchange and its connection; the attempt's error callback hears `err` if nothing ended it before. */
   destroy(err?: Error): void;
+  /**
+   * The client, not the gateway, holds the exchange now: it has yet to send body bytes the router
+   * is ready to pass on, or it has not taken the answer's bytes already relayed. Such silence is
+   * the client's, bounded by the front door's body and send timeouts, never the idle sweep's.
+   */
+  waitsOnClient(): boolean;
 }
 
 /** A gateway's response head, its body still to come. */

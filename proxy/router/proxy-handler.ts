@@ -120,7 +120,9 @@ interface Watched {
  * exchange has moved with the last sweep's. A per-request socket timeout (`setTimeout`) would instead arm a
  * timer and two listeners per request and refresh the timer on every read and write. A silence is
  * never cut before `idleTimeoutMs`, and at most two sweeps after it. A connect in progress is not
- * silence: the connect timeout covers it.
+ * silence: the connect timeout covers it. Nor is a silence the client holds (`waitsOnClient`): cut
+ * here, a client stalling its upload or its reading would get a 504 or a cut answer blamed on the
+ * gateway (and count against it in outlier detection) whenever this timeout is the shorter one.
  *
  * The attempts are kept in an array (each knows its slot; the last one fills a removed one's slot),
  * not a `Set`: a long-lived Set with an add and a delete per request kept every request's objects
@@ -150,7 +152,9 @@ export function createIdleSweep(
     for (let i = watched.length - 1; i >= 0; i--) {
       const attempt = watched[i]!;
       const bytes = attempt.upstream?.moved() ?? -1;
-      if (bytes === -1 || bytes !== attempt.idleBytes) {
+      // A silence the client holds (its body still to come, or its answer not taken) is not the
+      // gateway's: the front door's body and send timeouts cut that client.
+      if (bytes === -1 || bytes !== attempt.idleBytes || attempt.upstream!.waitsOnClient()) {
         attempt.idleBytes = bytes;
         attempt.idleSince = at;
       } else if (at - attempt.idleSince! >= idleTimeoutMs) {

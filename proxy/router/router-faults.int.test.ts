@@ -7,7 +7,7 @@
 import http from 'node:http';
 import http2 from 'node:http2';
 import https from 'node:https';
-import type { AddressInfo, Socket } from 'node:net';
+import net, { type AddressInfo, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { request } from '../../test/support/content.ts';
 import { makeTempDir, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
@@ -422,6 +422,76 @@ describe('router edges with stand-in gateways', () => {
     req.destroy();
     await expect(writer.aborted.get(path)).resolves.toBeUndefined();
   });
+
+  it('a client that stalls its upload body past the idle timeout is not cut as a silent gateway: the upload completes once it resumes', async () => {
+    const path = '/api/v1/repositories/r/artifacts/stalled-body';
+    const { port } = new URL(router.url);
+    const answer = await new Promise<string>((resolve, reject) => {
+      const socket = net.connect(Number(port), '127.0.0.1', () => {
+        socket.write(
+          `PUT ${path} HTTP/1.1\r\nhost: x\r\ncontent-length: 20\r\nx-request-id: stalled-body\r\n\r\n0123456789`,
+        );
+      });
+      let text = '';
+      socket.setEncoding('latin1');
+      socket.on('data', (d: string) => {
+        text += d;
+        if (text.includes('"bytes"')) socket.end();
+      });
+      socket.on('close', () => resolve(text));
+      socket.on('error', reject);
+      // The gateway holds the request, the client is silent: three idle timeouts (1 s) pass.
+      void waitUntil(() => writer.aborted.has(path), { intervalMs: 5 }).then(() =>
+        setTimeout(() => socket.write('abcdefghij'), 3000),
+      );
+    });
+    expect(answer).toMatch(/^HTTP\/1\.1 201 /);
+    expect(answer).toContain('{"bytes":20}');
+    await waitUntil(() => router.logLines().some((l) => l.msg === 'request' && l.clientReqId === 'stalled-body'), {
+      what: 'the request line',
+    });
+    expect(router.logLines().filter((l) => l.clientReqId === 'stalled-body' && l.msg !== 'request')).toEqual([]);
+  });
+
+  it.each([
+    ['through undici', 'slow-reader-undici', {}],
+    ['over node:http (a GET with Expect)', 'slow-reader-node', { expect: '100-continue' }],
+  ])(
+    'a client that stops reading past the idle timeout is not cut as a silent gateway: it gets the whole body once it reads again (%s)',
+    async (_, id, extra) => {
+      let received = 0;
+      const outcome = await new Promise<{ complete: boolean }>((resolve, reject) => {
+        http
+          .get(
+            `${router.url}${contentPath('flood')}`,
+            { agent: false, headers: { 'x-request-id': id, ...extra } },
+            (res) => {
+              res.once('data', (c: Buffer) => {
+                received += c.length;
+                res.pause();
+                // Paused until the gateway has been held silent (by the full buffers) for three idle timeouts.
+                const check = setInterval(() => {
+                  if (performance.now() - flood.lastProgressAt < 3000) return;
+                  clearInterval(check);
+                  res.on('data', (d: Buffer) => (received += d.length));
+                  res.resume();
+                }, 50);
+              });
+              res.on('error', () => {});
+              res.on('close', () => resolve({ complete: res.complete }));
+            },
+          )
+          .on('error', reject);
+      });
+      expect(outcome.complete).toBe(true);
+      expect(received).toBe(FLOOD_BYTES);
+      await waitUntil(() => router.logLines().some((l) => l.msg === 'request' && l.clientReqId === id), {
+        what: 'the request line',
+      });
+      expect(router.logLines().filter((l) => l.clientReqId === id && l.msg !== 'request')).toEqual([]);
+    },
+    60_000,
+  );
 
   it('reports its pool on /health/status without addresses', async () => {
     const res = await request(`${router.url}/health/status`);

@@ -902,7 +902,7 @@ describe('buildUpstreamHeaders', () => {
 });
 
 describe('the idle sweep', () => {
-  type Socket = { connecting: boolean; bytesRead: number; bytesWritten: number };
+  type Socket = { connecting: boolean; bytesRead: number; bytesWritten: number; clientHolds?: boolean };
   function setup(idleMs: number) {
     let clock = 0;
     const fired: string[] = [];
@@ -917,6 +917,7 @@ describe('the idle sweep', () => {
       upstream: {
         moved: () => (socket && !socket.connecting ? socket.bytesRead + socket.bytesWritten : -1),
         destroy: () => {},
+        waitsOnClient: () => socket?.clientHolds === true,
       },
     });
     const at = (ms: number) => {
@@ -964,6 +965,23 @@ describe('the idle sweep', () => {
     reading.bytesRead += 1;
     at(6250);
     expect(fired).toEqual(['connecting']);
+    sweep.close();
+  });
+
+  it("does not count a silence the client holds (its body to come, its answer not taken); the gateway's silence after it counts", () => {
+    const { sweep, fired, attempt, at } = setup(1000);
+    const held = { connecting: false, bytesRead: 10, bytesWritten: 10, clientHolds: true };
+    sweep.watch(attempt('held by its client', held));
+    for (let t = 250; t <= 10_000; t += 250) at(t);
+    expect(fired).toEqual([]);
+    // The client sent its bytes (or took the answer's): the gateway's silence counts from the last
+    // sweep that saw the client holding it.
+    held.clientHolds = false;
+    at(10_250);
+    at(10_999);
+    expect(fired).toEqual([]);
+    at(11_000);
+    expect(fired).toEqual(['held by its client']);
     sweep.close();
   });
 
