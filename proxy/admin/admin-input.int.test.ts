@@ -272,4 +272,20 @@ describe('numeric admin input is range-checked', () => {
     expect(wordy.status).toBe(400);
     expect(gw.logs()).not.toMatch(/"level":"error"/);
   });
+
+  it.each([{ kind: null }, { kind: 1 }, { description: 5 }, { description: null }, { description: ['a'] }])(
+    'a key create with %o is 400 invalid_request, and makes no key',
+    async (field) => {
+      const before = await call('GET', `/api/v1/admin/principals/${admin.principalId}/keys?limit=500`);
+      const created = await call('POST', `/api/v1/admin/principals/${admin.principalId}/keys`, {
+        scopes: ['read'],
+        ...field,
+      });
+      expect(created.status).toBe(400);
+      expect(created.body).toMatchObject({ code: 'invalid_request' });
+      expect(created.body.message).toMatch(/must be a string when given/);
+      const after = await call('GET', `/api/v1/admin/principals/${admin.principalId}/keys?limit=500`);
+      expect((after.body.keys as unknown[]).length).toBe((before.body.keys as unknown[]).length);
+    },
+  );
 });

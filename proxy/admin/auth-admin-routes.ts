@@ -21,6 +21,14 @@ function requiredString(value: unknown, name: string): string {
   return value;
 }
 
+/** A field that may be left out, but when given must be a string (null or another type is a mistake, not "unset"). */
+function optionalString(body: Record<string, unknown>, name: string): string | undefined {
+  if (!(name in body)) return undefined;
+  const value = body[name];
+  if (typeof value !== 'string') throw new PolicyError('invalid_request', `${name} must be a string when given`);
+  return value;
+}
+
 /** `/api/v1/admin/…`: principals, keys, repositories, grants. Every route needs the admin scope. */
 export function authAdminRoutes(services: Services): Route[] {
   const store = new AdminStore(services.pool);
@@ -117,12 +125,15 @@ export function authAdminRoutes(services: Services): Route[] {
       async (ctx) => {
         const body = await readJsonBody(ctx.req);
         const expiresInSeconds = checkKeyLifetime(body.expiresInSeconds);
+        // A kind or description of the wrong type is refused, never quietly read as left out.
+        const kind = optionalString(body, 'kind');
+        const description = optionalString(body, 'description');
         await refusePublisherRef(ctx.params.principal!);
         const created = await store.createKey(ctx.params.principal!, {
           scopes: parseScopes(body.scopes ?? ['read']),
           ...(expiresInSeconds ? { expiresInSeconds } : {}),
-          ...(body.kind !== undefined ? { kind: body.kind as 'service' | 'personal' } : {}),
-          ...(typeof body.description === 'string' ? { description: body.description } : {}),
+          ...(kind !== undefined ? { kind: kind as 'service' | 'personal' } : {}),
+          ...(description !== undefined ? { description } : {}),
         });
         done(ctx, 201, created, keyDetails(created));
       },
