@@ -89,4 +89,26 @@ describe('openRangeStream against a misbehaving store', () => {
     await expect(read()).rejects.toMatchObject({ code: 'upstream_unreachable' });
     await reader.close();
   });
+
+  it('a body that ends before its range is upstream_unreachable from read() too, not the end of the blob', async () => {
+    // read() is what the response writer and the slice cache use with the S3 store's socket reads.
+    const reader = rangeStreamReader('a'.repeat(64), SIZE, [{ start: 0, end: 199 }], undefined, (start, end) =>
+      openRangeStream(getFrom('/short-body'), what('/short-body'), start, end),
+    );
+    const buffer = Buffer.alloc(200);
+    let position = 0;
+    const read = async () => {
+      for (;;) {
+        const { bytesRead } = await reader.read(buffer, position, 200 - position, position);
+        if (bytesRead === 0) return;
+        position += bytesRead;
+      }
+    };
+    await expect(read()).rejects.toMatchObject({
+      code: 'upstream_unreachable',
+      message: expect.stringContaining('at byte 100, before byte 199'),
+    });
+    expect(position).toBe(100);
+    await reader.close();
+  });
 });

@@ -47,6 +47,8 @@ export async function openRangeStream(
   // (fewer pause/resume turns); it is the per-download memory bound on the upstream side.
   const res = await get(`bytes=${start}-${end}`, UPSTREAM_BUFFER_BYTES);
   let sizeBytes: number;
+  /** The answer's last byte: a body that ends cleanly before it was cut short by the store. */
+  let lastByte: number;
   if (res.statusCode === 206) {
     const range = parseContentRange(res.headers['content-range']);
     // A range that starts elsewhere, or ends before what was asked (within the object), is not it.
@@ -58,8 +60,10 @@ export async function openRangeStream(
       );
     }
     sizeBytes = range.size;
+    lastByte = range.end;
   } else if (res.statusCode === 200 && start === 0) {
     sizeBytes = Number(res.headers['content-length']);
+    lastByte = sizeBytes - 1;
   } else if (res.statusCode === 200) {
     // The whole object for a range further on (a server or proxy that ignores Range): not read,
     // and not taken as an error answer either (its body is the object, perhaps gigabytes).
@@ -89,7 +93,15 @@ export async function openRangeStream(
         } catch (err) {
           throw upstreamError(err, `GET ${target}`);
         }
-        if (next.done) return undefined;
+        if (next.done) {
+          // read() callers take 0 bytes as the blob's end: a short answer is the store's failure.
+          if (stream.position <= lastByte)
+            throw new StorageError(
+              'upstream_unreachable',
+              `The artifact store ended blob ${sha256} at byte ${stream.position}, before byte ${lastByte} (GET ${target}).`,
+            );
+          return undefined;
+        }
         chunk = next.value;
       }
       if (chunk.length > maxBytes) {
