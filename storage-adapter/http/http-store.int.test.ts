@@ -5,7 +5,7 @@
  * included, is the conformance suite (test/conformance/artifact-store.ts).
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rename, utimes, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -125,6 +125,62 @@ describe('static-HTTP store (nginx)', () => {
       }
     } finally {
       await front.stop();
+      await nginx.stop();
+    }
+  });
+
+  it('a blob replaced on the store between two ranges of one read is upstream_unreachable, never the other bytes', async () => {
+    const nginx = await startStaticStore();
+    try {
+      await db.pool.query('DELETE FROM arkvory_storage');
+      const store = await openHttpStore({
+        url: nginx.url,
+        role: 'writer',
+        pool: db.pool,
+        connectTimeoutMs: 1000,
+        timeoutMs: 5000,
+      });
+      try {
+        const bytes = randomBytes(300_000);
+        const hex = createHash('sha256').update(bytes).digest('hex');
+        const staged = await store.stage(Readable.from([bytes]), { maxBytes: 1e6 });
+        await staged.commit();
+        const file = path.join(nginx.root, blobRelativePath(hex));
+        const ranges = [
+          { start: 0, end: 99 },
+          { start: 200_000, end: 200_099 },
+        ];
+        const readRange = async (reader: Awaited<ReturnType<typeof store.openBlob>>, index: number) => {
+          const got: Buffer[] = [];
+          for await (const chunk of reader.chunks!(ranges[index]!, new AbortController().signal)) got.push(chunk);
+          return Buffer.concat(got);
+        };
+        // Replaced on the storage host (renamed over, as a restore or a hand copy would) by other
+        // bytes: of another size, then of the same size (nginx's ETag is its mtime and size).
+        for (const size of [400_000, bytes.length]) {
+          for (const opened of [() => store.openBlob(hex, ranges), () => store.openBlob(hex)]) {
+            await writeFile(file, bytes);
+            const reader = await opened();
+            try {
+              expect(await readRange(reader, 0)).toEqual(bytes.subarray(0, 100));
+              const other = `${file}.other`;
+              await writeFile(other, randomBytes(size));
+              const later = new Date(Date.now() + 60_000);
+              await utimes(other, later, later);
+              await rename(other, file);
+              await expect(readRange(reader, 1)).rejects.toMatchObject({
+                code: 'upstream_unreachable',
+                message: expect.stringContaining('changed'),
+              });
+            } finally {
+              await reader.close();
+            }
+          }
+        }
+      } finally {
+        await store.close();
+      }
+    } finally {
       await nginx.stop();
     }
   });

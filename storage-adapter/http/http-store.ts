@@ -27,7 +27,13 @@ import { WebDavClient } from './http-webdav.ts';
 import { openingStorageId, type StorageRole } from '../identity.ts';
 import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, TMP_DIR } from '../paths.ts';
 import type { ByteRange } from '../range.ts';
-import { openRangeStream, rangeStreamReader, type RangeStream } from '../streaming/range-stream.ts';
+import {
+  type ObjectVersion,
+  openRangeStream,
+  type RangeStream,
+  rangeStreamReader,
+  strongEtag,
+} from '../streaming/range-stream.ts';
 import type { BlobReader, OpenedArtifactStore, StagedBlob, StageOptions } from '../store.ts';
 import { trackedStagedBlob } from '../streaming/staged-blob.ts';
 
@@ -55,11 +61,17 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<OpenedAr
     throw err;
   }
 
-  function openRange(sha256: string, start: number, end: number): Promise<RangeStream> {
+  function openRange(sha256: string, start: number, end: number, version?: ObjectVersion): Promise<RangeStream> {
     const target = dav.pathOf(blobName(sha256));
     return openRangeStream(
-      (range, highWaterMark) => dav.call({ method: 'GET', path: target, headers: { range }, highWaterMark }),
-      { sha256, target },
+      (range, highWaterMark, ifMatch) =>
+        dav.call({
+          method: 'GET',
+          path: target,
+          headers: ifMatch === undefined ? { range } : { range, 'if-match': ifMatch },
+          highWaterMark,
+        }),
+      { sha256, target, version },
       start,
       end,
     );
@@ -70,8 +82,16 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<OpenedAr
     sizeBytes: number,
     ranges: readonly ByteRange[],
     first: RangeStream | undefined,
+    etag?: unknown,
   ): BlobReader {
-    return rangeStreamReader(sha256, sizeBytes, ranges, first, (start, end) => openRange(sha256, start, end));
+    return rangeStreamReader(
+      sha256,
+      sizeBytes,
+      ranges,
+      first,
+      (start, end, version) => openRange(sha256, start, end, version),
+      { etag: strongEtag(etag) },
+    );
   }
 
   return {
@@ -124,7 +144,7 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<OpenedAr
         await res.body.dump().catch(() => {});
         if (res.statusCode === 404) throw new StorageError('not_found', `blob ${sha256} is not on the artifact store`);
         if (res.statusCode !== 200) throw unexpectedStatus(res.statusCode, `HEAD ${dav.pathOf(blobName(sha256))}`);
-        return openReader(sha256, Number(res.headers['content-length']), ranges, undefined);
+        return openReader(sha256, Number(res.headers['content-length']), ranges, undefined, res.headers.etag);
       }
       const first = await openRange(sha256, ranges[0]!.start, ranges[0]!.end);
       return openReader(sha256, first.sizeBytes, ranges, first);

@@ -17,7 +17,7 @@ import net from 'node:net';
 import { StorageError } from '../errors.ts';
 import { parseContentRange, upstreamError } from '../streaming/http-upstream.ts';
 import { announceSocketRequest } from '../streaming/socket-request-channels.ts';
-import type { RangeStream } from '../streaming/range-stream.ts';
+import { type RangeStream, strongEtag } from '../streaming/range-stream.ts';
 
 /** Ranges at least this long use a socket of their own; shorter ones the keep-alive undici pool (no connect). */
 export const SOCKET_READ_MIN_BYTES = 1024 * 1024;
@@ -134,6 +134,7 @@ export function openSocketRange(
   const stream: RangeStream = {
     position: start,
     sizeBytes: 0,
+    etag: undefined,
     async next(maxBytes) {
       const chunk = Buffer.allocUnsafe(Math.min(maxBytes, buffer.length));
       const n = await stream.readInto(chunk, 0, chunk.length);
@@ -199,6 +200,7 @@ export function openSocketRange(
       return false;
     }
     (stream as { sizeBytes: number }).sizeBytes = body.size;
+    (stream as { etag: string | undefined }).etag = strongEtag(parsed.headers.get('etag'));
     bodyLeft = body.length;
     rest.copy(buffer, 0);
     const keepReading = onBody(rest.length);

@@ -119,6 +119,54 @@ describe.each(S3_STORE_KINDS)('S3 store on %s', (kind) => {
     }
   });
 
+  it('a blob replaced on the server between two ranges of one read is upstream_unreachable, never the other bytes', async () => {
+    const store = await writer();
+    const pooled = (await backing.open('reader', db.pool, { socketReads: false })) as S3Store;
+    try {
+      const bytes = randomBytes(3 * MiB);
+      const hex = sha256(bytes);
+      const staged = await store.stage(chunked(bytes), { maxBytes: 1e9, expectedLength: bytes.length });
+      await staged.commit();
+      await staged.discard();
+      // A later range of 1 MiB and more goes over a socket of its own (the store); the pool's reads too.
+      const ranges = [
+        { start: 0, end: 99 },
+        { start: MiB, end: 2 * MiB },
+      ];
+      const buffer = Buffer.alloc(128 * 1024);
+      const readRange = async (reader: Awaited<ReturnType<S3Store['openBlob']>>, index: number) => {
+        const { start, end } = ranges[index]!;
+        for (let position = start; position <= end; ) {
+          const { bytesRead } = await reader.read(buffer, 0, Math.min(buffer.length, end - position + 1), position);
+          if (bytesRead === 0) throw new Error(`ended at ${position}`);
+          position += bytesRead;
+        }
+      };
+      for (const s of [store, pooled]) {
+        for (const size of [bytes.length + 1, bytes.length]) {
+          for (const opened of [() => s.openBlob(hex, ranges), () => s.openBlob(hex)]) {
+            await s3Probe(server).write(blobName(hex), bytes);
+            const reader = await opened();
+            try {
+              await readRange(reader, 0);
+              // Replaced on the server (by hand, a restore): other bytes, of another size or the same.
+              await s3Probe(server).write(blobName(hex), randomBytes(size));
+              await expect(readRange(reader, 1)).rejects.toMatchObject({
+                code: 'upstream_unreachable',
+                message: expect.stringContaining('changed'),
+              });
+            } finally {
+              await reader.close();
+            }
+          }
+        }
+      }
+      expect(store.reads.socket).toBeGreaterThan(0);
+    } finally {
+      await pooled.close();
+    }
+  });
+
   it('a body of unknown length goes up as a multipart upload, and is copied into blobs/ with multipart copy above the copy limit', async () => {
     const store = await writer({ partBytes: 5 * MiB, copyBytes: 5 * MiB });
     const catalog = createCatalog(db.pool);

@@ -22,7 +22,7 @@ import { StorageError } from '../errors.ts';
 import { checkedUpload } from '../streaming/checked-upload.ts';
 import { openingStorageId, type IdentityObject, type StorageRole } from '../identity.ts';
 import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, TMP_DIR } from '../paths.ts';
-import { openRangeStream, rangeStreamReader, type RangeStream } from '../streaming/range-stream.ts';
+import { type ObjectVersion, openRangeStream, type RangeStream, rangeStreamReader } from '../streaming/range-stream.ts';
 import { createS3Client, type S3Client, type S3ClientOptions } from './s3-client.ts';
 import { formatS3Location, type S3Location } from './s3-location.ts';
 import { openSocketRange, SOCKET_READ_MIN_BYTES } from './s3-socket-read.ts';
@@ -176,10 +176,16 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
     throw err;
   }
 
-  async function openRange(sha256: string, start: number, end: number): Promise<RangeStream> {
+  async function openRange(sha256: string, start: number, end: number, version?: ObjectVersion): Promise<RangeStream> {
     const key = keyOf(blobName(sha256));
+    const ifMatch = (etag: string | undefined): Record<string, string> =>
+      etag === undefined ? {} : { 'if-match': etag };
     if (socketReads && end - start + 1 >= SOCKET_READ_MIN_BYTES) {
-      const request = client.signedHead({ method: 'GET', key, headers: { range: `bytes=${start}-${end}` } });
+      const request = client.signedHead({
+        method: 'GET',
+        key,
+        headers: { range: `bytes=${start}-${end}`, ...ifMatch(version?.etag) },
+      });
       const opened = await openSocketRange(socketReads, request, start);
       if (opened !== 'fallback') {
         reads.socket++;
@@ -189,10 +195,12 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
     }
     reads.pool++;
     return openRangeStream(
-      (range, highWaterMark) => client.request({ method: 'GET', key, headers: { range }, highWaterMark }),
+      (range, highWaterMark, etag) =>
+        client.request({ method: 'GET', key, headers: { range, ...ifMatch(etag) }, highWaterMark }),
       {
         sha256,
         target: key,
+        version,
         onError: (res) =>
           client
             .failure(res, `GET ${key}`)
@@ -376,14 +384,20 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
           head.sizeBytes,
           ranges,
           undefined,
-          (start, end) => openRange(sha256, start, end),
-          { lendsChunks },
+          (start, end, version) => openRange(sha256, start, end, version),
+          // head() gives the ETag unquoted.
+          { lendsChunks, etag: head.etag === undefined ? undefined : `"${head.etag}"` },
         );
       }
       const first = await openRange(sha256, ranges[0]!.start, ranges[0]!.end);
-      return rangeStreamReader(sha256, first.sizeBytes, ranges, first, (start, end) => openRange(sha256, start, end), {
-        lendsChunks,
-      });
+      return rangeStreamReader(
+        sha256,
+        first.sizeBytes,
+        ranges,
+        first,
+        (start, end, version) => openRange(sha256, start, end, version),
+        { lendsChunks },
+      );
     },
 
     async hasBlob(sha256) {

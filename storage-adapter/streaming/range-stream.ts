@@ -17,6 +17,8 @@ export const UPSTREAM_BUFFER_BYTES = 256 * 1024;
 export interface RangeStream {
   position: number;
   readonly sizeBytes: number;
+  /** The answer's strong ETag, if it had one: the reader's later ranges are asked with If-Match on it. */
+  readonly etag: string | undefined;
   /** The next chunk as received, cut to at most `maxBytes`; undefined at the end. */
   next(maxBytes: number): Promise<Buffer | undefined>;
   readInto(buffer: Buffer, offset: number, length: number): Promise<number>;
@@ -29,23 +31,63 @@ function discard(res: Dispatcher.ResponseData): void {
   res.body.destroy();
 }
 
-/** Sends `GET <target>` with `Range: bytes=start-end` (and `highWaterMark` as the body buffer). */
-export type RangedGet = (range: string, highWaterMark: number) => Promise<Dispatcher.ResponseData>;
+/**
+ * Sends `GET <target>` with `Range: bytes=start-end` (and `highWaterMark` as the body buffer), and
+ * `If-Match: <ifMatch>` when given.
+ */
+export type RangedGet = (
+  range: string,
+  highWaterMark: number,
+  ifMatch: string | undefined,
+) => Promise<Dispatcher.ResponseData>;
+
+/**
+ * What one read has seen of its object so far (its size, its strong ETag if any): a later range of
+ * another object (replaced on the store meanwhile) is not the blob's.
+ */
+export interface ObjectVersion {
+  readonly sizeBytes: number;
+  readonly etag: string | undefined;
+}
+
+/** An ETag usable in If-Match (strong comparison): quoted, not weak. */
+export function strongEtag(value: unknown): string | undefined {
+  return typeof value === 'string' && /^"[^"]*"$/.test(value) ? value : undefined;
+}
+
+/** A later range of one read that came from another object than the earlier ones. */
+export function objectChanged(sha256: string, what: string, detail: string): StorageError {
+  return new StorageError(
+    'upstream_unreachable',
+    `Blob ${sha256} changed on the artifact store while it was read (${what}: ${detail}).`,
+  );
+}
 
 /**
  * Opens `bytes=start-end` of blob `sha256`. `onError` turns a non-2xx answer into the store's own
  * error (the S3 store reads its XML error body); by default 404 is `not_found`, the rest unexpected.
+ * With `version` (what earlier ranges of the same read saw) the range is asked with If-Match on its
+ * ETag, and an answer of another object (412, another size) is `upstream_unreachable`.
  */
 export async function openRangeStream(
   get: RangedGet,
-  what: { sha256: string; target: string; onError?: (res: Dispatcher.ResponseData) => Promise<StorageError> },
+  what: {
+    sha256: string;
+    target: string;
+    onError?: (res: Dispatcher.ResponseData) => Promise<StorageError>;
+    version?: ObjectVersion | undefined;
+  },
   start: number,
   end: number,
 ): Promise<RangeStream> {
-  const { sha256, target } = what;
+  const { sha256, target, version } = what;
   // A larger body buffer than undici's 64 KiB keeps the upstream socket flowing between our reads
   // (fewer pause/resume turns); it is the per-download memory bound on the upstream side.
-  const res = await get(`bytes=${start}-${end}`, UPSTREAM_BUFFER_BYTES);
+  const res = await get(`bytes=${start}-${end}`, UPSTREAM_BUFFER_BYTES, version?.etag);
+  if (res.statusCode === 412 && version?.etag !== undefined) {
+    discard(res);
+    throw objectChanged(sha256, `GET ${target}`, `412 to If-Match ${version.etag}`);
+  }
   let sizeBytes: number;
   /** The answer's last byte: a body that ends cleanly before it was cut short by the store. */
   let lastByte: number;
@@ -78,11 +120,16 @@ export async function openRangeStream(
     if (res.statusCode === 404) throw new StorageError('not_found', `blob ${sha256} is not on the artifact store`);
     throw unexpectedStatus(res.statusCode, `GET ${target}`);
   }
+  if (version && sizeBytes !== version.sizeBytes) {
+    discard(res);
+    throw objectChanged(sha256, `GET ${target}`, `${sizeBytes} bytes, not ${version.sizeBytes}`);
+  }
   const iterator = (res.body as AsyncIterable<Buffer>)[Symbol.asyncIterator]();
   let leftover: Buffer | undefined;
   const stream: RangeStream = {
     position: start,
     sizeBytes,
+    etag: strongEtag(res.headers.etag),
     async next(maxBytes) {
       let chunk = leftover;
       leftover = undefined;
@@ -129,16 +176,29 @@ export async function openRangeStream(
  * any response header) serves the first range; a read elsewhere opens a new range stream. With
  * `lendsChunks: false` (streams that read into a reused buffer, s3-socket-read.ts) the reader offers
  * only `read()`, which copies into the caller's buffers, never `chunks()`.
+ * Every range after the first is tied to the object the first answer (or `etag`, a HEAD's) came
+ * from: its size, and its ETag by If-Match, so bytes of an object replaced meanwhile are never mixed in.
  */
 export function rangeStreamReader(
   sha256: string,
   sizeBytes: number,
   ranges: readonly ByteRange[],
   first: RangeStream | undefined,
-  openRange: (start: number, end: number) => Promise<RangeStream>,
-  options: { lendsChunks?: boolean } = {},
+  openRange: (start: number, end: number, version: ObjectVersion) => Promise<RangeStream>,
+  options: { lendsChunks?: boolean; etag?: string | undefined } = {},
 ): BlobReader {
   let current = first;
+  let etag = first?.etag ?? strongEtag(options.etag);
+  const open = async (start: number, end: number): Promise<RangeStream> => {
+    const stream = await openRange(start, end, { sizeBytes, etag });
+    // The openers check the size too; a socket read (s3-socket-read.ts) only here.
+    if (stream.sizeBytes !== sizeBytes) {
+      stream.destroy();
+      throw objectChanged(sha256, `bytes=${start}-${end}`, `${stream.sizeBytes} bytes, not ${sizeBytes}`);
+    }
+    etag ??= stream.etag;
+    return stream;
+  };
   const endFor = (position: number) =>
     ranges.find((r) => r.start <= position && position <= r.end)?.end ?? sizeBytes - 1;
   const reader: BlobReader = {
@@ -148,7 +208,7 @@ export function rangeStreamReader(
         current?.destroy();
         current = undefined;
         if (position >= sizeBytes) return { bytesRead: 0 };
-        current = await openRange(position, endFor(position));
+        current = await open(position, endFor(position));
       }
       const bytesRead = await current.readInto(buffer, offset, length);
       return { bytesRead };
@@ -156,7 +216,7 @@ export function rangeStreamReader(
     async *chunks(range, signal) {
       if (!current || current.position !== range.start) {
         current?.destroy();
-        current = await openRange(range.start, range.end);
+        current = await open(range.start, range.end);
       }
       const stream = current;
       for (let position = range.start; position <= range.end; ) {
