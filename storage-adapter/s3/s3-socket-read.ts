@@ -7,8 +7,8 @@
  * store"). Reading into one buffer per download allocates nothing per chunk; the caller's read()
  * copies out of it (stream.ts' reused buffers).
  *
- * Only a success answer is read here: 206 whose Content-Range starts where asked (or 200 for a
- * range from byte 0), with a Content-Length and no Transfer-Encoding. Anything else (an error
+ * Only a success answer is read here: 206 whose Content-Range starts where asked and does not stop
+ * short (or 200 for a range from byte 0), with a Content-Length and no Transfer-Encoding. Anything else (an error
  * answer, a redirect, a chunked body) gives 'fallback': the caller repeats the request through
  * undici, which reads the answer and maps it. The connection is not reused (`connection: close`),
  * so no state outlives a download; the connect costs little next to the ≥ 1 MiB read.
@@ -62,10 +62,14 @@ export function parseResponseHead(bytes: Buffer, what: string): ResponseHead | u
 
 /**
  * The body length and object size of an answer the socket path reads, or undefined for every
- * other answer (left to undici): 206 starting at `start`, or 200 when `start` is 0, with one
- * Content-Length and no Transfer-Encoding.
+ * other answer (left to undici): 206 for `start` to `end` (or to the object's end before it), or
+ * 200 when `start` is 0, with one Content-Length and no Transfer-Encoding.
  */
-export function acceptedBody(head: ResponseHead, start: number): { length: number; size: number } | undefined {
+export function acceptedBody(
+  head: ResponseHead,
+  start: number,
+  end: number,
+): { length: number; size: number } | undefined {
   if (head.headers.has('transfer-encoding')) return undefined;
   const contentLength = head.headers.get('content-length');
   if (contentLength === undefined || !/^\d+$/.test(contentLength)) return undefined;
@@ -73,6 +77,8 @@ export function acceptedBody(head: ResponseHead, start: number): { length: numbe
   if (head.status === 206) {
     const range = parseContentRange(head.headers.get('content-range'));
     if (!range || range.start !== start || range.end - range.start + 1 !== length) return undefined;
+    // A range that stops short inside the object would end the read as if the blob ended there.
+    if (range.end < Math.min(end, range.size - 1)) return undefined;
     return { length, size: range.size };
   }
   if (head.status === 200 && start === 0) return { length, size: length };
@@ -89,14 +95,16 @@ export interface SocketReadOptions {
 }
 
 /**
- * Sends `GET path` with `headers` (signed, Host included) and resolves once the answer's head is
- * read: a RangeStream over its body, or 'fallback' (see above; the connection is closed).
+ * Sends `GET path` with `headers` (signed, Host included; their Range asks `start` to `end`) and
+ * resolves once the answer's head is read: a RangeStream over its body, or 'fallback' (see above;
+ * the connection is closed).
  * Failing to connect or a head that does not come in time reject as undici's would.
  */
 export function openSocketRange(
   options: SocketReadOptions,
   request: { readonly path: string; readonly headers: Readonly<Record<string, string>> },
   start: number,
+  end: number,
 ): Promise<RangeStream | 'fallback'> {
   const what = `GET ${request.path}`;
   const host = options.host.includes(':') ? `[${options.host}]` : options.host;
@@ -189,7 +197,7 @@ export function openSocketRange(
     }
     if (!parsed) return true;
     announced.answered(parsed.status);
-    const body = acceptedBody(parsed, start);
+    const body = acceptedBody(parsed, start, end);
     const rest = head.subarray(parsed.headBytes);
     head = undefined;
     if (!body) {

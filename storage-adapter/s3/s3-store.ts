@@ -186,7 +186,7 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
         key,
         headers: { range: `bytes=${start}-${end}`, ...ifMatch(version?.etag) },
       });
-      const opened = await openSocketRange(socketReads, request, start);
+      const opened = await openSocketRange(socketReads, request, start, end);
       if (opened !== 'fallback') {
         reads.socket++;
         return opened;
