@@ -96,7 +96,8 @@ describe('the static-HTTP store under faults', () => {
       env: {
         ARKVORY_DATABASE_URL: db.url,
         ARKVORY_STORAGE_URL: nginx.url,
-        ARKVORY_STORAGE_TIMEOUT_SECONDS: '2',
+        // Well above the stall test's 1.5 s freeze: a store that takes no byte for this long fails the upload.
+        ARKVORY_STORAGE_TIMEOUT_SECONDS: '5',
         ARKVORY_STORAGE_CONNECT_TIMEOUT_MILLISECONDS: '500',
       },
       timeoutMs: 60_000,

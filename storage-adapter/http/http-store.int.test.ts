@@ -184,4 +184,51 @@ describe('static-HTTP store (nginx)', () => {
       await nginx.stop();
     }
   });
+
+  it('an upload to a store that accepts it and then takes no byte for the storage timeout fails upstream_timeout', async () => {
+    const nginx = await startStaticStore();
+    try {
+      await db.pool.query('DELETE FROM arkvory_storage');
+      const timeoutMs = 1000;
+      const store = await openHttpStore({
+        url: nginx.url,
+        role: 'writer',
+        pool: db.pool,
+        connectTimeoutMs: 1000,
+        timeoutMs,
+      });
+      let closed = false;
+      const chunk = Buffer.alloc(1024 * 1024, 7);
+      // Far more than the socket buffers between the gateway and the store hold.
+      async function* body(): AsyncGenerator<Buffer> {
+        try {
+          for (let i = 0; i < 256; i++) yield chunk;
+        } finally {
+          closed = true;
+        }
+      }
+      try {
+        // Connected and its PUT begun, then the store hangs with its sockets open.
+        const staging = store.stage(
+          (async function* () {
+            let first = true;
+            for await (const c of body()) {
+              yield c;
+              if (first) await nginx.freeze();
+              first = false;
+            }
+          })(),
+          { maxBytes: 1024 ** 3 },
+        );
+        const bound = new Promise((resolve) => setTimeout(resolve, 30 * timeoutMs, 'still waiting'));
+        await expect(Promise.race([staging, bound])).rejects.toMatchObject({ code: 'upstream_timeout' });
+        await expect.poll(() => closed, { timeout: 5000 }).toBe(true);
+      } finally {
+        await nginx.thaw();
+        await store.close();
+      }
+    } finally {
+      await nginx.stop();
+    }
+  });
 });

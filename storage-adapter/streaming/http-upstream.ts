@@ -69,7 +69,9 @@ export function hasStableCode(err: unknown): boolean {
  * Sends a streamed request body through `send` (the static and S3 stores' PUTs). undici's header
  * timeout only refreshes while the socket is full, so a slowly paced upload would trip it; instead our
  * own timer (`timeoutMs`, then `timeoutMessage` as 504 `upstream_timeout`) starts once the last byte
- * is handed over. The error that wins says what really happened: the caller's abort, then a body that
+ * is handed over. While the body flows, a chunk handed over and not followed by a request for the
+ * next one within `timeoutMs` is a store that takes no bytes (504 `upstream_timeout` too): the
+ * wait for the body's own next chunk (a slow or paced client) is never counted. The error that wins says what really happened: the caller's abort, then a body that
  * failed with one of our stable codes (size, digest, a policy refusal), then the store's failure (a
  * raw stream error from the body is only the echo of the store failing under it). A success that
  * comes before the body ended is a failure (`upstream_unreachable`).
@@ -86,12 +88,39 @@ export async function sendStreamedBody(
   let timer: NodeJS.Timeout | undefined;
   let bodyError: unknown;
   let bodyEnded = false;
+  const stalled = () =>
+    controller.abort(
+      new StorageError(
+        'upstream_timeout',
+        `The artifact store took no byte of the upload for ${options.timeoutMs} ms.`,
+      ),
+    );
   async function* watched(): AsyncGenerator<Buffer> {
+    const chunks = body[Symbol.asyncIterator]();
+    /** The body ended or failed on its own: nothing to release. */
+    let over = false;
     try {
-      yield* body;
-    } catch (err) {
-      bodyError = err;
-      throw err;
+      for (;;) {
+        let next: IteratorResult<Buffer>;
+        try {
+          next = await chunks.next();
+        } catch (err) {
+          over = true;
+          bodyError = err;
+          throw err;
+        }
+        if (next.done) {
+          over = true;
+          break;
+        }
+        timer = setTimeout(stalled, options.timeoutMs);
+        yield next.value;
+        clearTimeout(timer);
+      }
+    } finally {
+      clearTimeout(timer);
+      // Left early (the store failed, or answered): the body's producer is released too.
+      if (!over) await chunks.return?.(undefined)?.catch(() => {});
     }
     bodyEnded = true;
     timer = setTimeout(
