@@ -27,13 +27,7 @@ import { WebDavClient } from './http-webdav.ts';
 import { openingStorageId, type StorageRole } from '../identity.ts';
 import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, TMP_DIR } from '../paths.ts';
 import type { ByteRange } from '../range.ts';
-import {
-  type ObjectVersion,
-  openRangeStream,
-  type RangeStream,
-  rangeStreamReader,
-  strongEtag,
-} from '../streaming/range-stream.ts';
+import { type ObjectVersion, openRangeStream, type RangeStream, rangeStreamReader } from '../streaming/range-stream.ts';
 import type { BlobReader, OpenedArtifactStore, StagedBlob, StageOptions } from '../store.ts';
 import { trackedStagedBlob } from '../streaming/staged-blob.ts';
 
@@ -82,15 +76,9 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<OpenedAr
     sizeBytes: number,
     ranges: readonly ByteRange[],
     first: RangeStream | undefined,
-    etag?: unknown,
   ): BlobReader {
-    return rangeStreamReader(
-      sha256,
-      sizeBytes,
-      ranges,
-      first,
-      (start, end, version) => openRange(sha256, start, end, version),
-      { etag: strongEtag(etag) },
+    return rangeStreamReader(sha256, sizeBytes, ranges, first, (start, end, version) =>
+      openRange(sha256, start, end, version),
     );
   }
 
@@ -144,7 +132,7 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<OpenedAr
         await res.body.dump().catch(() => {});
         if (res.statusCode === 404) throw new StorageError('not_found', `blob ${sha256} is not on the artifact store`);
         if (res.statusCode !== 200) throw unexpectedStatus(res.statusCode, `HEAD ${dav.pathOf(blobName(sha256))}`);
-        return openReader(sha256, Number(res.headers['content-length']), ranges, undefined, res.headers.etag);
+        return openReader(sha256, Number(res.headers['content-length']), ranges, undefined);
       }
       const first = await openRange(sha256, ranges[0]!.start, ranges[0]!.end);
       return openReader(sha256, first.sizeBytes, ranges, first);

@@ -385,8 +385,7 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
           ranges,
           undefined,
           (start, end, version) => openRange(sha256, start, end, version),
-          // head() gives the ETag unquoted.
-          { lendsChunks, etag: head.etag === undefined ? undefined : `"${head.etag}"` },
+          { lendsChunks },
         );
       }
       const first = await openRange(sha256, ranges[0]!.start, ranges[0]!.end);

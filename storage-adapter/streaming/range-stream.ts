@@ -176,8 +176,10 @@ export async function openRangeStream(
  * any response header) serves the first range; a read elsewhere opens a new range stream. With
  * `lendsChunks: false` (streams that read into a reused buffer, s3-socket-read.ts) the reader offers
  * only `read()`, which copies into the caller's buffers, never `chunks()`.
- * Every range after the first is tied to the object the first answer (or `etag`, a HEAD's) came
- * from: its size, and its ETag by If-Match, so bytes of an object replaced meanwhile are never mixed in.
+ * Every range after the first is tied to the object the first answer came from: its size (that of
+ * `first`, or a HEAD's), and its ETag by If-Match, so bytes of an object replaced meanwhile are never
+ * mixed in. A HEAD's ETag is not used: a read of one range (a backup's) is never refused for a file
+ * replaced by the same bytes between the HEAD and the GET (nginx's ETag is the file's mtime).
  */
 export function rangeStreamReader(
   sha256: string,
@@ -185,10 +187,10 @@ export function rangeStreamReader(
   ranges: readonly ByteRange[],
   first: RangeStream | undefined,
   openRange: (start: number, end: number, version: ObjectVersion) => Promise<RangeStream>,
-  options: { lendsChunks?: boolean; etag?: string | undefined } = {},
+  options: { lendsChunks?: boolean } = {},
 ): BlobReader {
   let current = first;
-  let etag = first?.etag ?? strongEtag(options.etag);
+  let etag = first?.etag;
   const open = async (start: number, end: number): Promise<RangeStream> => {
     const stream = await openRange(start, end, { sizeBytes, etag });
     // The openers check the size too; a socket read (s3-socket-read.ts) only here.
