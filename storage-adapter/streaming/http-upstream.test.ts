@@ -1,6 +1,6 @@
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { StorageError } from '../errors.ts';
-import { parseContentRange, unexpectedStatus, upstreamError } from './http-upstream.ts';
+import { parseContentRange, sendStreamedBody, unexpectedStatus, upstreamError } from './http-upstream.ts';
 
 const withCode = (code: string) => Object.assign(new Error(code), { code });
 
@@ -47,5 +47,42 @@ describe('parseContentRange', () => {
     [undefined, undefined],
   ])('%s', (value, expected) => {
     expect(parseContentRange(value)).toEqual(expected);
+  });
+});
+
+describe('sendStreamedBody: a store that takes no more of the body', () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+  const KiB = 1024;
+  const options = { timeoutMs: 1000, timeoutMessage: 'no answer' };
+  async function* oneLargeChunk(): AsyncGenerator<Buffer> {
+    yield Buffer.alloc(1024 * KiB);
+  }
+  /** A store taking 64 KiB per 300 ms of the fake clock: slow, never silent for the timeout. */
+  const slowStore = async (body: AsyncGenerator<Buffer>, signal: AbortSignal) => {
+    for await (const piece of body) {
+      for (let taken = 0; taken < piece.length; taken += 64 * KiB) {
+        await vi.advanceTimersByTimeAsync(300);
+        signal.throwIfAborted();
+      }
+    }
+  };
+
+  it('is not a slow one: a large chunk goes in pieces, each asked for once the one before was taken', async () => {
+    vi.useFakeTimers();
+    await expect(sendStreamedBody(oneLargeChunk(), options, slowStore)).resolves.toBeUndefined();
+  });
+
+  it('that stops taking it for the timeout fails upstream_timeout', async () => {
+    vi.useFakeTimers();
+    const stopped = async (body: AsyncGenerator<Buffer>, signal: AbortSignal) => {
+      await body.next();
+      await vi.advanceTimersByTimeAsync(options.timeoutMs);
+      signal.throwIfAborted();
+    };
+    await expect(sendStreamedBody(oneLargeChunk(), options, stopped)).rejects.toMatchObject({
+      code: 'upstream_timeout',
+    });
   });
 });

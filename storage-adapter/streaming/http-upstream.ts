@@ -65,16 +65,20 @@ export function hasStableCode(err: unknown): boolean {
   return typeof code === 'string' && /^[a-z][a-z0-9_]*$/.test(code);
 }
 
+/** The largest piece of an upload body handed to undici at once (a stream's default buffer). */
+const STALL_PIECE_BYTES = 64 * 1024;
+
 /**
  * Sends a streamed request body through `send` (the static and S3 stores' PUTs). undici's header
  * timeout only refreshes while the socket is full, so a slowly paced upload would trip it; instead our
  * own timer (`timeoutMs`, then `timeoutMessage` as 504 `upstream_timeout`) starts once the last byte
- * is handed over. While the body flows, a chunk handed over and not followed by a request for the
+ * is handed over. While the body flows, a piece handed over and not followed by a request for the
  * next one within `timeoutMs` is a store that takes no bytes (504 `upstream_timeout` too): the
- * wait for the body's own next chunk (a slow or paced client) is never counted. The error that wins says what really happened: the caller's abort, then a body that
- * failed with one of our stable codes (size, digest, a policy refusal), then the store's failure (a
- * raw stream error from the body is only the echo of the store failing under it). A success that
- * comes before the body ended is a failure (`upstream_unreachable`).
+ * wait for the body's own next chunk (a slow or paced client) is never counted. The error that
+ * wins says what really happened: the caller's abort, then a body that failed with one of our
+ * stable codes (size, digest, a policy refusal), then the store's failure (a raw stream error from
+ * the body is only the echo of the store failing under it). A success that comes before the body
+ * ended is a failure (`upstream_unreachable`).
  */
 export async function sendStreamedBody(
   body: AsyncIterable<Buffer>,
@@ -92,7 +96,7 @@ export async function sendStreamedBody(
     controller.abort(
       new StorageError(
         'upstream_timeout',
-        `The artifact store took no byte of the upload for ${options.timeoutMs} ms.`,
+        `The artifact store took no more of the upload for ${options.timeoutMs} ms.`,
       ),
     );
   async function* watched(): AsyncGenerator<Buffer> {
@@ -113,9 +117,13 @@ export async function sendStreamedBody(
           over = true;
           break;
         }
-        timer = setTimeout(stalled, options.timeoutMs);
-        yield next.value;
-        clearTimeout(timer);
+        // In pieces no larger than the request stream's buffer: a piece is asked for as soon as the
+        // socket took the one before, so a slow store (a long wait for a whole large chunk) is not a stalled one.
+        for (let at = 0; at < next.value.length; at += STALL_PIECE_BYTES) {
+          timer = setTimeout(stalled, options.timeoutMs);
+          yield next.value.subarray(at, at + STALL_PIECE_BYTES);
+          clearTimeout(timer);
+        }
       }
     } finally {
       clearTimeout(timer);
