@@ -28,22 +28,18 @@ export async function writeWithin(
     timeoutMs,
   );
   let giveUp: NodeJS.Timeout | undefined;
+  const unanswered = new RateLimitError(
+    'store_outcome_unknown',
+    `the rule store did not answer within ${2 * timeoutMs} ms; the change may or may not have been written`,
+  );
   const silent = new Promise<never>((_, reject) => {
-    giveUp = setTimeout(
-      () =>
-        reject(
-          new RateLimitError(
-            'store_outcome_unknown',
-            `the rule store did not answer within ${2 * timeoutMs} ms; the change may or may not have been written`,
-          ),
-        ),
-      2 * timeoutMs,
-    );
+    giveUp = setTimeout(() => reject(unanswered), 2 * timeoutMs);
   });
   try {
     await Promise.race([work, silent]);
   } catch (err) {
-    if (err instanceof RateLimitError && err.code === 'store_outcome_unknown')
+    // Only a write given up on answers later; the store's own outcome_unknown has answered already.
+    if (err === unanswered)
       // The answer still comes (or the connection fails) some time: say then what it was.
       work.then(
         () => log.warn({ code: 'store_outcome_unknown' }, 'a rule write answered late: it was written'),

@@ -4,7 +4,9 @@
  *   <prefix>:index      set of limiters that have a document, written in the same step
  *   <prefix>:orphans    hash limiter → first-seen ms of documents no longer in available_limiters
  * `update` is optimistic: read, compute, then one Lua compare-and-set over all documents of the
- * batch (atomic); a concurrent writer makes it retry, until the caller's signal stops it.
+ * batch (atomic); a concurrent writer makes it retry, until the caller's signal stops it. Its
+ * failures say what was written: `store_unavailable` when nothing was (Redis unreachable, or it
+ * refused the script), `store_outcome_unknown` when the connection failed while the script was sent.
  */
 import type { Cluster, Redis } from 'ioredis';
 import { RateLimitError } from './errors.ts';
@@ -27,6 +29,14 @@ for i = 1, n do
 end
 return 1
 `;
+
+/** Redis could not be asked, or refused: the update wrote nothing. */
+function notWritten(err: unknown): RateLimitError {
+  const why = err instanceof Error ? err.message : String(err);
+  return new RateLimitError('store_unavailable', `the rule store could not be written (${why}); nothing was written`, {
+    cause: err,
+  });
+}
 
 type WithCas = (Redis | Cluster) & { arkvoryRulesCas(numKeys: number, ...args: string[]): Promise<number> };
 
@@ -59,7 +69,9 @@ export function createRedisRuleDocuments(redis: Redis | Cluster, prefix = DEFAUL
     async update(limiters, change: (current: Map<string, unknown>) => Map<string, LimiterRules>, signal) {
       for (let attempt = 0; attempt < 20; attempt++) {
         signal?.throwIfAborted();
-        const raw = await readRaw(limiters);
+        const raw = await readRaw(limiters).catch((err: unknown) => {
+          throw notWritten(err);
+        });
         const current = new Map<string, unknown>();
         raw.forEach((text, i) => {
           if (text === null) return;
@@ -76,16 +88,30 @@ export function createRedisRuleDocuments(redis: Redis | Cluster, prefix = DEFAUL
         const values = names.map((l) => JSON.stringify(next.get(l)));
         // The last moment to stop: once the script is sent, only its answer says whether it wrote.
         signal?.throwIfAborted();
-        const ok = await client.arkvoryRulesCas(
-          names.length + 1,
-          indexKey,
-          ...names.map(docKey),
-          String(names.length),
-          ...expected,
-          ...values,
-          ...names,
-          MISSING,
-        );
+        // Not connected: the script would not be sent (no offline queue), so nothing is written.
+        if (redis.status !== 'ready') throw notWritten(new Error(`Redis connection ${redis.status}`));
+        let ok: number;
+        try {
+          ok = await client.arkvoryRulesCas(
+            names.length + 1,
+            indexKey,
+            ...names.map(docKey),
+            String(names.length),
+            ...expected,
+            ...values,
+            ...names,
+            MISSING,
+          );
+        } catch (err) {
+          // A reply error is Redis refusing the script before its first write (its writes come
+          // after every read); any other failure came after it was sent, and may follow a write.
+          if ((err as { name?: unknown }).name === 'ReplyError') throw notWritten(err);
+          throw new RateLimitError(
+            'store_outcome_unknown',
+            'the rule store failed while a write was under way; the change may or may not have been written',
+            { cause: err },
+          );
+        }
         if (ok === 1) return;
       }
       throw new RateLimitError('store_unavailable', 'rule documents kept changing under the update; try again');

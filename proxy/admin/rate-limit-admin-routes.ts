@@ -35,7 +35,11 @@ export function toPolicyError(err: unknown): unknown {
         cause: err,
       });
     case 'store_unavailable':
-      return new PolicyError('unavailable', 'The rate-limit rule store is unavailable; retry later.', { cause: err });
+      return new PolicyError(
+        'unavailable',
+        'The rate-limit rule store is unavailable; nothing was changed. Retry later.',
+        { cause: err },
+      );
     case 'store_timeout':
       // Writes stop at the timeout and only fail so when nothing was written (bounded-write.ts).
       return new PolicyError(

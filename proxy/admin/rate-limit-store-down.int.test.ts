@@ -1,0 +1,57 @@
+/**
+ * The rate-limit admin API while the rule store (Redis) is down, against a redis-server this test
+ * owns and stops: a publish or delete that could not reach the store changed nothing, and says so
+ * with 503 `unavailable`, not as an error of the gateway's own.
+ */
+import { afterAll, describe, expect, it } from 'vitest';
+import { bearer, createServiceAccount } from '../../test/support/auth.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { startGateway } from '../../test/support/gateway.ts';
+import { startRedisServer, waitUntil, type RedisServer } from '../../test/harness/index.ts';
+
+const db = useTestDatabase();
+const servers: RedisServer[] = [];
+afterAll(async () => {
+  for (const server of servers) await server.stop();
+});
+
+describe('rate-limit admin API with Redis down (real gateway, real redis-server stopped)', () => {
+  it('answers 503 unavailable to a publish and a delete, logs no error, and publishes once Redis is back', async () => {
+    const redis = await startRedisServer();
+    servers.push(redis);
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'write', 'admin'] });
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_REDIS_URL: redis.url } });
+    const rule = { name: 'store_down_rule', action: 'log', characteristics: ['ip'], limit: 1000, period_s: 60 };
+    const publish = () =>
+      fetch(`${gw.url}/api/v1/admin/rate-limits`, {
+        method: 'PUT',
+        headers: { ...bearer(admin.key), 'content-type': 'application/json' },
+        body: JSON.stringify({ rate_limits: { gateway_request: [rule] } }),
+      });
+    const remove = () =>
+      fetch(`${gw.url}/api/v1/admin/rate-limits/gateway_request/rules/store_down_rule`, {
+        method: 'DELETE',
+        headers: bearer(admin.key),
+      });
+    expect((await publish()).status).toBe(200);
+
+    await redis.stop();
+    const published = await publish();
+    expect(published.status).toBe(503);
+    expect(await published.json()).toEqual({ code: 'unavailable', message: expect.stringContaining('nothing') });
+    const removed = await remove();
+    expect(removed.status).toBe(503);
+    expect(await removed.json()).toEqual({ code: 'unavailable', message: expect.stringContaining('nothing') });
+    // The store's outage is no fault of the gateway's: no error line, no 500.
+    expect(gw.logLines().filter((l) => Number(l.level) >= 50)).toEqual([]);
+
+    servers.push(await startRedisServer({ port: redis.port }));
+    await waitUntil(async () => (await remove()).status !== 503, {
+      what: 'the admin API to reach the restarted Redis',
+      timeoutMs: 30_000,
+    });
+    expect((await publish()).status).toBe(200);
+    expect((await remove()).status).toBe(204);
+    expect(await gw.stop()).toBe(0);
+  });
+});
