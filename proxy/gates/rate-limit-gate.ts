@@ -124,7 +124,9 @@ export function createRateLimitGate(deps: {
   };
   const peeked = (ctx: RequestContext, transferId: Identifier, peek: RateLimitResult): undefined => {
     if (peek.action === 'block') throw blocked(peek, clock.wallMs(), 'Transfer volume quota exhausted; retry later.');
-    if (peek.evaluations.length === 0) return; // no transfer rule applies: nothing to count afterwards
+    // No transfer rule applies: nothing to count afterwards. A peek that failed open says nothing of
+    // the rules, so the bytes are still offered to the check at the end, when the store may be back.
+    if (peek.evaluations.length === 0 && peek.error === undefined) return;
     const moved = byteCounts(ctx.req, ctx.res);
     ctx.res.once('close', () => {
       const bytes = moved.written() + moved.read();
