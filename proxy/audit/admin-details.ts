@@ -22,14 +22,21 @@ export const certificateDetails = (c: CertificateBindingRow) => ({
 
 export const grantDetails = (g: GrantRow) => ({ ...g });
 
-/** The rule names a published batch (`{ rate_limits: { limiter: [rules] } }`) names, per limiter. */
+/**
+ * The rule names a published batch names, per limiter: each limiter's rules as a list
+ * (`{ rate_limits: { limiter: [rules] } }`) or as a rule list (`{ limiter: { rules: [...] } }`), the
+ * two forms a publish takes.
+ */
 export function publishedRuleNames(batch: unknown): Record<string, string[]> {
   const limits = (batch as { rate_limits?: unknown } | null)?.rate_limits;
   if (typeof limits !== 'object' || limits === null) return {};
   return Object.fromEntries(
-    Object.entries(limits).map(([limiter, rules]) => [
-      limiter,
-      Array.isArray(rules) ? rules.map((r) => String((r as { name?: unknown } | null)?.name ?? '')) : [],
-    ]),
+    Object.entries(limits).map(([limiter, list]) => {
+      const rules = Array.isArray(list) ? list : (list as { rules?: unknown } | null)?.rules;
+      return [
+        limiter,
+        Array.isArray(rules) ? rules.map((r) => String((r as { name?: unknown } | null)?.name ?? '')) : [],
+      ];
+    }),
   );
 }
