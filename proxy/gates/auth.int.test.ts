@@ -140,13 +140,14 @@ describe('auth gate (in-process server, real PostgreSQL)', () => {
   });
 });
 
+/** Checks at once, then every 25 ms until `ms` have passed; the time it took, or throws. */
 async function expectWithin(ms: number, check: () => Promise<boolean>): Promise<number> {
   const start = Date.now();
-  while (Date.now() - start < ms) {
+  for (;;) {
     if (await check()) return Date.now() - start;
+    if (Date.now() - start >= ms) throw new Error(`condition not met within ${ms} ms`);
     await sleep(25);
   }
-  throw new Error(`condition not met within ${ms} ms`);
 }
 
 describe('auth across real gateway processes', () => {
@@ -177,9 +178,12 @@ describe('auth across real gateway processes', () => {
       headers: bearer(admin.key),
     });
     expect(revoke.status).toBe(200);
+    const revokedAt = Date.now();
     const took = await expectWithin(2000, async () => (await ready(b, victim.key)) === 401);
     expect(took).toBeLessThan(2000);
-    expect(await ready(a, victim.key)).toBe(401);
+    // The gateway that made the revocation learns of it as the other does (its notification): both
+    // within the same 2 s of the revocation, in whichever order a loaded machine delivers them.
+    await expectWithin(2000 - (Date.now() - revokedAt), async () => (await ready(a, victim.key)) === 401);
     // No log line of either gateway carries a secret.
     for (const gw of [a, b]) {
       const logs = gw.logs();
