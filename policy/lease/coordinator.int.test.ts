@@ -138,6 +138,59 @@ describe('coordinator barriers and stored policy (real PostgreSQL)', () => {
     expect(waited).toBeLessThan(18_000);
   }, 40_000);
 
+  it('gives up after 15 s when the database leaves the slot’s acquire unanswered (injected clock)', async () => {
+    const db = await freshDb();
+    await coordinator(db, { role: 'api', shared: { slot: 0, policy } });
+    const first = await coordinator(db, { role: 'reader', shared: { slot: 1, policy } });
+    await first.close();
+    await db.pool.query(
+      `UPDATE arkvory_gateway_leases SET expires_at = clock_timestamp() - interval '1 second' WHERE slot = 1`,
+    );
+    // The acquire's upsert waits on the row: to the starting process, a database that does not answer.
+    const held = await holdLeaseRow(db, 1);
+    try {
+      const clock = new ManualClock();
+      const timers = new ManualTimers(clock);
+      let outcome: unknown;
+      const opening = Coordinator.open({
+        databaseUrl: db.url,
+        role: 'reader',
+        shared: { slot: 1, policy },
+        clock,
+        timers,
+        log,
+      }).then(
+        (c) => {
+          open.push(c);
+          outcome = 'opened';
+        },
+        (err: unknown) => {
+          outcome = err;
+        },
+      );
+      const waitingOnLock = async () =>
+        (
+          await db.pool.query(
+            `SELECT 1 FROM pg_stat_activity WHERE application_name = 'arkvory-reader-lease' AND wait_event_type = 'Lock'`,
+          )
+        ).rowCount === 1;
+      const deadline = Date.now() + 10_000;
+      while (!(await waitingOnLock())) {
+        if (Date.now() > deadline) throw new Error('the acquire never waited on the lease row');
+        await sleep(20);
+      }
+      await timers.advance(15_000 - 1);
+      expect(outcome).toBeUndefined();
+      await timers.advance(1);
+      await until(() => outcome !== undefined);
+      await opening;
+      expect(outcome).toBeInstanceOf(Error);
+      expect((outcome as Error).message).toMatch(/did not answer the lease of slot 1 within 15 s/);
+    } finally {
+      await held.release();
+    }
+  });
+
   it('fences when a newer generation takes the slot, and never revives (injected clock: nothing is left to run)', async () => {
     const db = await freshDb();
     await coordinator(db, { role: 'api', shared: { slot: 0, policy } });

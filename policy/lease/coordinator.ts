@@ -48,7 +48,13 @@ export interface CoordinatorOptions {
   fencedMessage?: string;
 }
 
+/** Longest wait to take the slot (spec: "the wait is limited to 15 seconds"). */
+const ACQUIRE_TIMEOUT_MS = 15_000;
+
 export class SlotBusy extends PolicyRefusal {}
+
+/** The database left a step of the start unanswered past the acquire bound. */
+export class StartUnanswered extends PolicyRefusal {}
 
 /** `confirmed`: the row was extended; `rejected`: no row matched (fenced); `failed`: the query failed. */
 export type RenewalOutcome = 'confirmed' | 'rejected' | 'failed';
@@ -129,18 +135,23 @@ export class Coordinator implements LeaseStanding {
     this.#client.on('end', () => {
       if (!this.#closed) this.#fence('the lease connection closed');
     });
-    if (role === 'api' && !(await tryLockExclusive(this.#client, 'writer'))) {
+    // Each step answered within the acquire bound: a database that stops answering (a link gone
+    // silent, a lock held, a commit waiting for a lost synchronous standby) must not hold a start
+    // forever, where no supervisor would restart it.
+    const timeoutMs = this.#options.acquireTimeoutMs ?? ACQUIRE_TIMEOUT_MS;
+    const step = <T>(what: string, work: Promise<T>) => this.#answerWithin(work, timeoutMs, what);
+    if (role === 'api' && !(await step('the writer barrier', tryLockExclusive(this.#client, 'writer')))) {
       throw new PolicyRefusal(
         'another writer (ARKVORY_ROLE=api) is running on this database; only one writer may run at a time',
       );
     }
-    if (!(await tryLockShared(this.#client, 'maintenance'))) {
+    if (!(await step('the maintenance barrier', tryLockShared(this.#client, 'maintenance')))) {
       throw new PolicyRefusal(
         'offline maintenance (scrub/gc) holds the maintenance barrier on this database; start the gateway after it finishes',
       );
     }
     if (role === 'worker') return;
-    await checkPolicy(this.#client, role, shared?.policy);
+    await step('the download policy check', checkPolicy(this.#client, role, shared?.policy));
     if (shared) {
       await this.#acquire(shared.slot);
       log.info(
@@ -277,26 +288,31 @@ export class Coordinator implements LeaseStanding {
 
   async #acquire(slot: number): Promise<void> {
     const { clock, log } = this.#options;
-    const timeoutMs = this.#options.acquireTimeoutMs ?? 15_000;
+    const timeoutMs = this.#options.acquireTimeoutMs ?? ACQUIRE_TIMEOUT_MS;
     const liveCheckMs = this.#options.liveCheckMs ?? 2_500;
     const startedMono = clock.monotonicMs();
+    // Each query answered within the bound from its own start: the last look, due when the wait
+    // ends, still gets its answer.
+    const answered = <T>(work: Promise<T>) => this.#answerWithin(work, timeoutMs, `the lease of slot ${slot}`);
     let firstSeen: { renewedAt: string; owner: string; atMono: number } | undefined;
     let waitingLogged = false;
     for (;;) {
       const requestStartedAt = this.#now();
-      const got = await this.#tryAcquire(slot);
+      const got = await answered(this.#tryAcquire(slot));
       if (got) {
         this.#apply(acquired(got.generation, requestStartedAt, this.#now()));
         // The first share before any byte: a new lease holds none until it asks.
-        const share = await this.#askShare(got.generation);
+        const share = await answered(this.#askShare(got.generation));
         if (share === null) throw new SlotBusy(`slot ${slot} was taken over while this process started`);
         this.#applyShare(share);
         this.#schedule();
         return;
       }
-      const holder = await this.#client.query<{ owner: string; renewed_at: string; remaining_ms: number }>(
-        `SELECT owner::text, renewed_at::text, greatest(0, extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8 AS remaining_ms FROM arkvory_gateway_leases WHERE slot = $1`,
-        [slot],
+      const holder = await answered(
+        this.#client.query<{ owner: string; renewed_at: string; remaining_ms: number }>(
+          `SELECT owner::text, renewed_at::text, greatest(0, extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8 AS remaining_ms FROM arkvory_gateway_leases WHERE slot = $1`,
+          [slot],
+        ),
       );
       const row = holder.rows[0];
       if (!row) continue;
@@ -328,6 +344,34 @@ export class Coordinator implements LeaseStanding {
       );
       await new Promise<void>((resolve) => this.#timers.setTimeout(resolve, wait));
     }
+  }
+
+  /**
+   * `work`'s answer, or StartUnanswered once `timeoutMs` has passed. The query may still be running:
+   * `open` then ends the connection, which pg does by closing its socket while a query is active.
+   */
+  #answerWithin<T>(work: Promise<T>, timeoutMs: number, what: string): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const timer = this.#timers.setTimeout(
+        () =>
+          reject(
+            new StartUnanswered(
+              `PostgreSQL did not answer ${what} within ${timeoutMs / 1000} s; check the database and its link, then start again`,
+            ),
+          ),
+        timeoutMs,
+      );
+      work.then(
+        (value) => {
+          this.#timers.clearTimeout(timer);
+          resolve(value);
+        },
+        (err: unknown) => {
+          this.#timers.clearTimeout(timer);
+          reject(err);
+        },
+      );
+    });
   }
 
   #apply(next: PermitState): void {
