@@ -165,7 +165,7 @@ async function runGateway(
     // One worker of several: what it reads of the instance, again before each health answer.
     const ofInstance = instance && (await joinInstanceParts(config, instance, coordinator));
     const standing: LeaseStanding = ofInstance?.lease ?? coordinator;
-    standing.onFenced(() => lifecycle.set('fenced', 'lease lost'));
+    lifecycle.follow(standing, 'lease lost');
     // A worker fenced alone cannot serve again, but a new one can: it leaves, to be replaced. A fenced
     // instance (or a single process) stays, answering 503, until it is restarted.
     ofInstance?.lease.onFencedAlone(() => {
