@@ -299,6 +299,32 @@ describe('coordinator barriers and stored policy (real PostgreSQL)', () => {
     expect(writer.isPermitted()).toBe(false);
   });
 
+  it('keeps its connection through the database’s idle_session_timeout: a standalone gateway’s is idle from start to stop', async () => {
+    const db = await freshDb();
+    await db.pool.query(`ALTER DATABASE "${db.name}" SET idle_session_timeout = '300ms'`);
+    const writer = await coordinator(db, { role: 'api' });
+    const fenced: string[] = [];
+    writer.onFenced((reason) => fenced.push(reason));
+    // Another idle session of the same database is ended by the server: the setting is in force.
+    const idle = new pg.Client({ connectionString: db.url });
+    let idleEnded = false;
+    idle.on('error', () => {});
+    idle.on('end', () => {
+      idleEnded = true;
+    });
+    await idle.connect();
+    try {
+      await until(() => idleEnded);
+      await sleep(600);
+      expect(fenced).toEqual([]);
+      expect(writer.isPermitted()).toBe(true);
+      // Its session still holds the writer barrier: a second writer is refused.
+      await expect(coordinator(db, { role: 'api' })).rejects.toThrow(/another writer/);
+    } finally {
+      await idle.end().catch(() => {});
+    }
+  });
+
   it('policy reset refuses while a gateway runs or a lease is unexpired, then resets in one transaction', async () => {
     const db = await freshDb();
     const writer = await coordinator(db, { role: 'api', shared: { slot: 0, policy } });

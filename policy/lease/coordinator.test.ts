@@ -24,6 +24,7 @@ async function coordinatorAnswering(answers: Array<string | null>) {
   vi.spyOn(pg.Client.prototype, 'connect').mockImplementation(async () => {});
   vi.spyOn(pg.Client.prototype, 'end').mockImplementation(async () => {});
   vi.spyOn(pg.Client.prototype, 'query').mockImplementation((async (sql: string, params?: unknown[]) => {
+    if (sql.startsWith('SET ')) return { rows: [] };
     if (sql.includes('pg_try_advisory_lock')) return { rows: [{ ok: true }] };
     if (sql.includes('FROM arkvory_download_policy'))
       return { rows: [{ slots: policy.slots, rate: String(RATE), per: '0' }] };

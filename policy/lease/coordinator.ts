@@ -82,6 +82,22 @@ export interface LeaseStanding {
   snapshot(): SharedDownloads | null;
 }
 
+/**
+ * Exempts this session from the database's idle_session_timeout: it is idle between renewals, and
+ * from start to stop in the standalone profile, yet ending it drops the barriers and fences the
+ * gateway for good. A server without the setting (before PostgreSQL 14) ends no idle session.
+ */
+async function keepIdleSession(client: pg.Client): Promise<void> {
+  try {
+    await client.query('SET idle_session_timeout = 0');
+  } catch (err) {
+    if ((err as { code?: string }).code !== UNDEFINED_SETTING) throw err;
+  }
+}
+
+/** SQLSTATE 42704 undefined_object: what SET answers for a setting the server does not know. */
+const UNDEFINED_SETTING = '42704';
+
 export class Coordinator implements LeaseStanding {
   readonly owner = randomUUID();
   readonly #options: CoordinatorOptions;
@@ -140,6 +156,7 @@ export class Coordinator implements LeaseStanding {
     // forever, where no supervisor would restart it.
     const timeoutMs = this.#options.acquireTimeoutMs ?? ACQUIRE_TIMEOUT_MS;
     const step = <T>(what: string, work: Promise<T>) => this.#answerWithin(work, timeoutMs, what);
+    await step('the session settings', keepIdleSession(this.#client));
     if (role === 'api' && !(await step('the writer barrier', tryLockExclusive(this.#client, 'writer')))) {
       throw new PolicyRefusal(
         'another writer (ARKVORY_ROLE=api) is running on this database; only one writer may run at a time',

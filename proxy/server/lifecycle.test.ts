@@ -16,6 +16,7 @@ async function readerLease(clock: ManualClock, timers: ManualTimers): Promise<Co
   vi.spyOn(pg.Client.prototype, 'connect').mockImplementation(async () => {});
   vi.spyOn(pg.Client.prototype, 'end').mockImplementation(async () => {});
   vi.spyOn(pg.Client.prototype, 'query').mockImplementation((async (sql: string) => {
+    if (sql.startsWith('SET ')) return { rows: [] };
     if (sql.includes('pg_try_advisory_lock')) return { rows: [{ ok: true }] };
     if (sql.includes('FROM arkvory_download_policy')) return { rows: [{ slots: 2, rate: '1000000', per: '0' }] };
     if (sql.includes('arkvory_lease_acquire')) return { rows: [{ generation: '1' }] };
