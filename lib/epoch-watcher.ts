@@ -13,6 +13,7 @@
  */
 import pg from 'pg';
 import type { Logger } from 'pino';
+import { keepIdleSession } from './idle-session.ts';
 import { currentUrl, type ConnectionUrl } from './connection-url.ts';
 
 export interface MonotonicClock {
@@ -166,6 +167,8 @@ export class EpochWatcher {
     this.#listener = client;
     try {
       await client.connect();
+      // Idle between notifications: ended, every cache it guards would be dropped and the LISTEN redone.
+      await keepIdleSession(client);
       await client.query(`LISTEN ${this.#options.channel}`);
       // Anything changed while we were not listening must not survive in the cache; poll at once
       // so the cache is usable again now rather than at the next interval.

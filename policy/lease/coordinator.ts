@@ -13,6 +13,7 @@ import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import type { Logger } from 'pino';
 import { currentUrl, type ConnectionUrl } from '../../lib/connection-url.ts';
+import { keepIdleSession } from '../../lib/idle-session.ts';
 import type { Clock } from '../clock.ts';
 import { systemTimers, type TimerHandle, type Timers } from '../timers.ts';
 import { tryLockExclusive, tryLockShared } from './barriers.ts';
@@ -81,22 +82,6 @@ export interface LeaseStanding {
   /** Null in the standalone profile. */
   snapshot(): SharedDownloads | null;
 }
-
-/**
- * Exempts this session from the database's idle_session_timeout: it is idle between renewals, and
- * from start to stop in the standalone profile, yet ending it drops the barriers and fences the
- * gateway for good. A server without the setting (before PostgreSQL 14) ends no idle session.
- */
-async function keepIdleSession(client: pg.Client): Promise<void> {
-  try {
-    await client.query('SET idle_session_timeout = 0');
-  } catch (err) {
-    if ((err as { code?: string }).code !== UNDEFINED_SETTING) throw err;
-  }
-}
-
-/** SQLSTATE 42704 undefined_object: what SET answers for a setting the server does not know. */
-const UNDEFINED_SETTING = '42704';
 
 export class Coordinator implements LeaseStanding {
   readonly owner = randomUUID();

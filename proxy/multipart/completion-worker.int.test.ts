@@ -5,10 +5,10 @@
 import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
-import type pg from 'pg';
-import { beforeAll, expect, it } from 'vitest';
+import pg from 'pg';
+import { beforeAll, expect, it, onTestFinished } from 'vitest';
 import { createRepository } from '../../test/support/auth.ts';
-import { useTestDatabase } from '../../test/support/database.ts';
+import { createTestDatabase, useTestDatabase } from '../../test/support/database.ts';
 import { openPool, waitUntil } from '../../test/harness/index.ts';
 import { CompletionWorker, type CompletionWorkerOptions } from './completion-worker.ts';
 import { UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
@@ -104,6 +104,53 @@ function workerOf(
     ...options,
   });
 }
+
+it("keeps its lock through the database's idle_session_timeout: no lock lost, and a job queued after the idle time runs", async () => {
+  const own = await createTestDatabase();
+  onTestFinished(() => own.drop());
+  await createRepository(own.pool, 'cw');
+  await own.pool.query(`ALTER DATABASE "${own.name}" SET idle_session_timeout = '300ms'`);
+  // A pool of its own made after the setting, whose idle clients the server ends (the pool replaces them).
+  const pool = openPool(own.url, 4);
+  onTestFinished(() => pool.end());
+  // Another idle session of the database is ended by the server: the setting is in force.
+  const idle = new pg.Client({ connectionString: own.url });
+  let idleEnded = false;
+  idle.on('error', () => {});
+  idle.on('end', () => {
+    idleEnded = true;
+  });
+  await idle.connect();
+  const parts = partStore();
+  const sessions = sessionsOf(parts, pool);
+  const logs: string[] = [];
+  const worker = workerOf(emptyStagingStore(parts), sessions, {
+    pool,
+    databaseUrl: own.url,
+    catalog: createCatalog(pool),
+    log: pino({ level: 'info' }, { write: (s: string) => logs.push(s) }),
+    standbyRetryMs: 200,
+  });
+  await worker.start();
+  onTestFinished(() => worker.stop(1000));
+  expect(worker.isActive).toBe(true);
+  await waitUntil(() => idleEnded, { timeoutMs: 5000, what: 'the idle session to be ended by the server' });
+  await sleep(700);
+  expect(worker.isActive).toBe(true);
+  expect(logs.filter((l) => l.includes('worker.lock_lost'))).toEqual([]);
+  const s = await sessions.create(
+    { repository: 'cw', kind: 'artifact', name: 'idle-kept', version: '', asset: '' },
+    { contentType: 'application/octet-stream', principalId: null },
+  );
+  await pool.query(`INSERT INTO arkvory_upload_jobs (session_id, parts) VALUES ($1, '[]')`, [s.id]);
+  await pool.query(`UPDATE arkvory_upload_sessions SET state = 'completing' WHERE id = $1`, [s.id]);
+  await waitUntil(
+    async () =>
+      (await pool.query('SELECT state FROM arkvory_upload_sessions WHERE id = $1', [s.id])).rows[0].state === 'done',
+    { timeoutMs: 5000, what: 'the job queued after the idle time to finish' },
+  );
+  expect(logs.filter((l) => l.includes('worker.lock_lost'))).toEqual([]);
+});
 
 it('a worker whose lock connection dies stops, and the job runs once, finishing done', async () => {
   let stages = 0;

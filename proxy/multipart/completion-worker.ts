@@ -24,6 +24,7 @@ import type { ArtifactStore } from '../../storage-adapter/store.ts';
 import { assembleJob, type Job } from '../../storage-adapter/multipart/assemble.ts';
 import { FINISHED_SESSION_KEEP_DAYS, type UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
 import { withTransaction } from '../../lib/transaction.ts';
+import { keepIdleSession } from '../../lib/idle-session.ts';
 import { currentUrl, type ConnectionUrl } from '../../lib/connection-url.ts';
 import { CodedError } from '../../lib/coded-error.ts';
 import { FairTurns, type QueueHead } from './fair-turns.ts';
@@ -119,6 +120,8 @@ export class CompletionWorker {
     client.on('end', () => this.#lockLost(client, new Error('the connection ended')));
     try {
       await client.connect();
+      // Idle between sweeps, yet its end gives up the worker lock (and aborts a job in progress).
+      await keepIdleSession(client);
       const me = await client.query<{ pid: number; start: string }>(
         'SELECT pid, backend_start::text AS start FROM pg_stat_activity WHERE pid = pg_backend_pid()',
       );
@@ -348,6 +351,8 @@ export class CompletionWorker {
     client.on('end', () => this.#dropClaimConnection(client));
     try {
       await client.connect();
+      // Idle while its job runs on the pool, yet its end gives the job's claim up.
+      await keepIdleSession(client);
     } catch (err) {
       await client.end().catch(() => {});
       throw err;
