@@ -77,15 +77,18 @@ export class ConnectionBound {
   /** Applies the bound to a connection just added to the tracked ones. */
   accept(socket: Socket, state: ConnectionState): void {
     if (this.#connections.size <= this.maxConnections) return;
-    // Past the bound: idle keep-alive connections go first.
+    // Past the bound: idle keep-alive connections go first. An idle HTTP/2 session is closed with
+    // GOAWAY, its socket a moment later: it makes room now all the same (it has no stream to finish).
+    const closed = new Set<Socket>();
     for (const other of this.#connections) {
       if (isIdleKeepAlive(stateOf(other)!) && !other.destroyed) {
         closeIdle(other);
+        closed.add(other);
         this.idleClosed++;
       }
     }
     let live = 0;
-    for (const other of this.#connections) if (!other.destroyed && !other.writableEnded) live++;
+    for (const other of this.#connections) if (!other.destroyed && !other.writableEnded && !closed.has(other)) live++;
     // Then those that have sent no request yet, the oldest first (the set keeps accept order): one
     // client opening connections and sending nothing would otherwise hold the bound for the whole
     // head timeout and every other client would get 503s. A client whose head follows its connect

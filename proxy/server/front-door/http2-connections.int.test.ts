@@ -1,0 +1,110 @@
+/**
+ * The connection bound and the drain on a TLS listener whose clients speak HTTP/2: a session is a
+ * connection, so an idle one makes room as an idle HTTP/1.1 keep-alive connection does, and a
+ * session that arrives while draining is told to go (GOAWAY) as an HTTP/1.1 connection is closed
+ * after its answer. A real TLS listener on port 0 (proxy/server/listener.ts), node:http2 clients.
+ */
+import http2 from 'node:http2';
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { rm } from 'node:fs/promises';
+import { pino } from 'pino';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { systemClock } from '../../../policy/clock.ts';
+import { makeTempDir } from '../../../test/harness/temp-dir.ts';
+import {
+  type CertificateAuthority,
+  createCertificateAuthority,
+  issueServerCertificate,
+} from '../../../test/harness/tls-certs.ts';
+import { ServedTls } from '../../tls/served-tls.ts';
+import { DEFAULT_FRONT_DOOR, type FrontDoor, installFrontDoor, serverOptions } from '../front-door.ts';
+import { createListener } from '../listener.ts';
+
+const MAX_CONNECTIONS = 3;
+const log = pino({ level: 'silent' });
+let dir: string;
+let ca: CertificateAuthority;
+let served: ServedTls;
+let server: Server;
+let door: FrontDoor;
+let origin: string;
+const clients = new Set<http2.ClientHttp2Session>();
+/** The GOAWAY code each client session received. */
+const goaways = new Map<http2.ClientHttp2Session, number>();
+
+beforeAll(async () => {
+  dir = await makeTempDir();
+  ca = await createCertificateAuthority(dir);
+  const pair = await issueServerCertificate(ca, dir);
+  served = await ServedTls.open(
+    { certFile: pair.certFile, keyFile: pair.keyFile, clientCaFile: undefined, clientCert: 'off' },
+    { clock: systemClock, log },
+  );
+});
+
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+async function listen(
+  limits: typeof DEFAULT_FRONT_DOOR = { ...DEFAULT_FRONT_DOOR, maxConnections: MAX_CONNECTIONS },
+): Promise<void> {
+  server = createListener({ http: serverOptions(limits), tls: served, log });
+  door = installFrontDoor(server, limits, log, (req, res) => {
+    if (door.admit(req, res)) res.end('ok');
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  origin = `https://localhost:${(server.address() as AddressInfo).port}`;
+}
+
+afterEach(async () => {
+  for (const c of clients) c.destroy();
+  clients.clear();
+  goaways.clear();
+  const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+  server.closeAllConnections();
+  await closed;
+});
+
+/** A new HTTP/2 connection, its handshake and SETTINGS done. */
+async function connect(): Promise<http2.ClientHttp2Session> {
+  const session = http2.connect(origin, { ca: ca.certPem });
+  clients.add(session);
+  session.on('error', () => {});
+  session.on('goaway', (code) => goaways.set(session, code));
+  await new Promise<void>((resolve, reject) => {
+    session.once('remoteSettings', () => resolve());
+    session.once('error', reject);
+  });
+  return session;
+}
+
+function get(session: http2.ClientHttp2Session, path: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const stream = session.request({ ':path': path });
+    let status = 0;
+    stream.on('response', (headers) => (status = Number(headers[':status'])));
+    stream.on('error', reject);
+    stream.resume();
+    stream.on('close', () => (status ? resolve(status) : reject(new Error(`no answer (rst ${stream.rstCode})`))));
+  });
+}
+
+describe('the connection bound counts HTTP/2 sessions', () => {
+  it('sessions idle after a request make room for a new connection, as idle HTTP/1.1 ones do', async () => {
+    await listen();
+    for (let i = 0; i < MAX_CONNECTIONS; i++) expect(await get(await connect(), '/api/x')).toBe(200);
+    const late = await connect();
+    expect(await get(late, '/api/x')).toBe(200);
+    expect(door.counters().refused).toBe(0);
+  });
+
+  it('sessions that never opened a stream make room for a new connection', async () => {
+    await listen();
+    for (let i = 0; i < MAX_CONNECTIONS; i++) await connect();
+    const late = await connect();
+    expect(await get(late, '/api/x')).toBe(200);
+    expect(door.counters().refused).toBe(0);
+  });
+});
