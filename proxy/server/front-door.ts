@@ -142,6 +142,7 @@ export function installFrontDoor(
       }
       if (state?.overflow || draining) {
         res.shouldKeepAlive = false;
+        if (draining && isHttp2(req)) h2.drainSessionOf(req.stream);
         const path = (req.url ?? '/').split('?', 1)[0]!;
         const refusal = draining ? drainRefusal(req.method, path) : overloadRefusal(req.method, path);
         if (refusal !== undefined) {

@@ -108,3 +108,42 @@ describe('the connection bound counts HTTP/2 sessions', () => {
     expect(door.counters().refused).toBe(0);
   });
 });
+
+describe('the drain reaches HTTP/2 sessions', () => {
+  /** Idle timeouts far past the test's deadline: only the drain may end a session here. */
+  const LONG_IDLE = {
+    ...DEFAULT_FRONT_DOOR,
+    headersTimeoutMs: 600_000,
+    keepAliveTimeoutMs: 600_000,
+    maxConnections: 10,
+  };
+
+  /** The GOAWAY code `session` got before the server closed it, or `open` when it was not closed within 10 s. */
+  function closedByServer(session: http2.ClientHttp2Session): Promise<number | 'open' | undefined> {
+    return new Promise((resolve) => {
+      const deadline = setTimeout(() => resolve('open'), 10_000);
+      const done = () => {
+        clearTimeout(deadline);
+        resolve(goaways.get(session));
+      };
+      if (session.closed || session.destroyed) done();
+      else session.once('close', done);
+    });
+  }
+
+  it('a session open at the drain gets GOAWAY', async () => {
+    await listen(LONG_IDLE);
+    const session = await connect();
+    expect(await get(session, '/api/x')).toBe(200);
+    door.drain();
+    expect(await closedByServer(session)).toBe(http2.constants.NGHTTP2_NO_ERROR);
+  });
+
+  it('a session that connects while draining is answered 503, then gets GOAWAY, as an HTTP/1.1 connection is closed', async () => {
+    await listen(LONG_IDLE);
+    door.drain();
+    const session = await connect();
+    expect(await get(session, '/api/x')).toBe(503);
+    expect(await closedByServer(session)).toBe(http2.constants.NGHTTP2_NO_ERROR);
+  }, 20_000);
+});

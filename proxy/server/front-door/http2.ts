@@ -309,6 +309,16 @@ export class Http2Front {
     for (const session of this.#sessions.keys()) if (closeSession(session)) this.#counts.goaways.drain++;
   }
 
+  /**
+   * A request that arrived while draining, on a session the drain's GOAWAY did not reach (its
+   * handshake ended after the drain began): GOAWAY now, so its answer is the last one, as an
+   * HTTP/1.1 connection closes after its answer.
+   */
+  drainSessionOf(stream: ServerHttp2Stream): void {
+    const session = stream.session;
+    if (session !== undefined && closeSession(session)) this.#counts.goaways.drain++;
+  }
+
   /** Destroys every session (the end of a graceful close). */
   destroyAll(): void {
     for (const session of this.#sessions.keys()) session.destroy();
