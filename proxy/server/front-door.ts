@@ -137,7 +137,7 @@ export function installFrontDoor(
       if (isHttp2(req)) h2.admitStream(req, res);
       else {
         const body = announcesBody(req);
-        timeouts.arm(socket, req, body);
+        timeouts.arm(socket, req, res, body);
         if (body) closeEarlyAnswer(socket, req, res);
       }
       if (state?.overflow || draining) {

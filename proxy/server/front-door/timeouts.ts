@@ -64,17 +64,49 @@ export class Timeouts {
   /** Connections closed because the client idled past the body or send timeout. */
   readonly counts = { body: 0, send: 0 };
   readonly #limits: FrontDoorTimeouts;
+  readonly #log: Logger;
 
   constructor(server: http.Server, limits: FrontDoorTimeouts, log: Logger) {
     this.#limits = limits;
+    this.#log = log;
     server.on('timeout', (socket: Socket) => this.#onIdle(socket, log));
   }
 
   /** Arms the idle timeout for a request just admitted: the body's first, then the response's. */
-  arm(socket: Socket, req: IncomingMessage, hasBody: boolean): void {
+  arm(socket: Socket, req: IncomingMessage, res: ServerResponse, hasBody: boolean): void {
     const limits = this.#limits;
     socket.setTimeout(hasBody ? limits.bodyIdleTimeoutMs : limits.sendIdleTimeoutMs);
-    if (hasBody) req.once('end', () => socket.setTimeout(limits.sendIdleTimeoutMs));
+    if (hasBody)
+      req.once('end', () => {
+        socket.setTimeout(limits.sendIdleTimeoutMs);
+        this.#watchSend(socket, res);
+      });
+    else this.#watchSend(socket, res);
+  }
+
+  /**
+   * The socket's idle timer is pushed back by any byte the client sends, and the parser skips blank
+   * lines between requests without starting a head (so the head timeout never starts): a client
+   * that takes none of its answer while it sends those would hold the connection, and what the
+   * request holds, for ever. So the send timeout is also judged on what the client took: an answer
+   * with bytes queued toward it and none taken for the timeout is handled as a send timeout (within
+   * one to two timeouts of its last byte taken).
+   */
+  #watchSend(socket: Socket, res: ServerResponse): void {
+    if (res.closed || socket.destroyed) return;
+    const ms = this.#limits.sendIdleTimeoutMs;
+    let timer: NodeJS.Timeout | undefined;
+    const check = (taken: number) => {
+      timer = setTimeout(() => {
+        if (res.closed || socket.destroyed) return;
+        const now = sentBytes(socket);
+        if (now !== taken || socket.writableLength === 0) check(now);
+        else this.#onIdle(socket, this.#log);
+      }, ms);
+      timer.unref();
+    };
+    check(sentBytes(socket));
+    res.once('close', () => clearTimeout(timer));
   }
 
   // A socket idle past its current timeout: which one depends on what the connection is doing.
@@ -113,6 +145,11 @@ export class Timeouts {
     );
     socket.destroy();
   }
+}
+
+/** Bytes the socket handed to the kernel: written, less those still queued. */
+function sentBytes(socket: Socket): number {
+  return socket.bytesWritten - socket.writableLength;
 }
 
 /** 408 to an upload whose body stalled before anything was answered, then the connection closes. */

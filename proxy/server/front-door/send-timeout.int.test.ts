@@ -1,0 +1,102 @@
+/**
+ * The send timeout of an HTTP/1.1 answer counts the client's silence as a reader, not as a writer:
+ * a client that takes no byte of its download is cut at the send timeout even while it keeps
+ * sending bytes that make no request (blank lines, which the HTTP parser skips between messages
+ * without starting a head, so the head timeout never starts either). Real servers on port 0, plain
+ * and TLS (proxy/server/listener.ts), and raw client sockets.
+ */
+import type http from 'node:http';
+import net from 'node:net';
+import type { AddressInfo } from 'node:net';
+import tls from 'node:tls';
+import { rm } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { systemClock } from '../../../policy/clock.ts';
+import { makeTempDir } from '../../../test/harness/temp-dir.ts';
+import {
+  type CertificateAuthority,
+  createCertificateAuthority,
+  issueServerCertificate,
+} from '../../../test/harness/tls-certs.ts';
+import { ServedTls } from '../../tls/served-tls.ts';
+import { DEFAULT_FRONT_DOOR, type FrontDoor, installFrontDoor, serverOptions } from '../front-door.ts';
+import { createListener } from '../listener.ts';
+
+const SEND_IDLE_MS = 1000;
+const LIMITS = { ...DEFAULT_FRONT_DOOR, sendIdleTimeoutMs: SEND_IDLE_MS, headersTimeoutMs: 2000 };
+const log = pino({ level: 'silent' });
+let dir: string;
+let ca: CertificateAuthority;
+const servers: Array<{ server: http.Server; door: FrontDoor; port: number }> = [];
+
+/** A server whose every answer is an endless download, written as fast as the client takes it. */
+async function start(served: ServedTls | undefined): Promise<{ server: http.Server; door: FrontDoor; port: number }> {
+  const server = createListener({ http: serverOptions(LIMITS), tls: served, log });
+  const door = installFrontDoor(server, LIMITS, log, (req, res) => {
+    if (!door.admit(req, res)) return;
+    const chunk = Buffer.alloc(64 * 1024, 0x61);
+    const pump = () => {
+      while (!res.destroyed && res.write(chunk));
+    };
+    res.on('drain', pump);
+    pump();
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const entry = { server, door, port: (server.address() as AddressInfo).port };
+  servers.push(entry);
+  return entry;
+}
+
+beforeAll(async () => {
+  dir = await makeTempDir();
+  ca = await createCertificateAuthority(dir);
+});
+
+afterAll(async () => {
+  for (const { server } of servers) {
+    const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+    server.closeAllConnections();
+    await closed;
+  }
+  await rm(dir, { recursive: true, force: true });
+});
+
+async function stalledDownload(connect: () => net.Socket, door: FrontDoor): Promise<number> {
+  const socket = connect();
+  socket.on('error', () => {});
+  let closed = false;
+  socket.on('close', () => (closed = true));
+  socket.write('GET /big HTTP/1.1\r\nHost: x\r\n\r\n');
+  // Takes the first bytes, then nothing more: the server's writes fill the socket buffers.
+  await new Promise((resolve) => socket.once('data', resolve));
+  socket.pause();
+  const before = door.counters().timeouts.send;
+  // A blank line every fifth of the send timeout, for up to 20 send timeouts.
+  for (let i = 0; i < 100 && !closed; i++) {
+    socket.write('\r\n');
+    await sleep(SEND_IDLE_MS / 5);
+  }
+  socket.destroy();
+  return door.counters().timeouts.send - before;
+}
+
+describe('the HTTP/1.1 send timeout', () => {
+  it('cuts a download the client stops reading while it keeps sending blank lines', async () => {
+    const { door, port } = await start(undefined);
+    expect(await stalledDownload(() => net.connect(port, '127.0.0.1'), door)).toBe(1);
+  }, 60_000);
+
+  it('so too over TLS', async () => {
+    const pair = await issueServerCertificate(ca, dir);
+    const served = await ServedTls.open(
+      { certFile: pair.certFile, keyFile: pair.keyFile, clientCaFile: undefined, clientCert: 'off' },
+      { clock: systemClock, log },
+    );
+    const { door, port } = await start(served);
+    const connect = () =>
+      tls.connect({ host: '127.0.0.1', port, ca: ca.certPem, servername: 'localhost', ALPNProtocols: ['http/1.1'] });
+    expect(await stalledDownload(connect, door)).toBe(1);
+  }, 60_000);
+});
