@@ -65,6 +65,8 @@ export class Timeouts {
   readonly counts = { body: 0, send: 0 };
   readonly #limits: FrontDoorTimeouts;
   readonly #log: Logger;
+  /** Each connection's keep-alive timer (#watchKeepAlive), one at a time. */
+  readonly #keepAlive = new WeakMap<Socket, NodeJS.Timeout>();
 
   constructor(server: http.Server, limits: FrontDoorTimeouts, log: Logger) {
     this.#limits = limits;
@@ -82,6 +84,39 @@ export class Timeouts {
         this.#watchSend(socket, res);
       });
     else this.#watchSend(socket, res);
+    // An answer that closes its connection (lingering after an early answer) is closed by its own end.
+    res.once('close', () => {
+      if (res.shouldKeepAlive) this.#watchKeepAlive(socket);
+    });
+  }
+
+  /**
+   * After an answer, Node closes the connection at the keep-alive timeout, on a socket timer any
+   * byte pushes back; the head timeout starts only with a head, and blank lines start none. So a
+   * connection that sends no request is closed here too: at the keep-alive timeout when it sent
+   * nothing, else at the head timeout after that (what it sent may be the start of a slow head).
+   */
+  #watchKeepAlive(socket: Socket): void {
+    const state = stateOf(socket);
+    if (state === undefined || socket.destroyed) return;
+    const served = state.served;
+    const noRequestSince = () => !socket.destroyed && state.served === served && state.active === 0;
+    const bytesRead = socket.bytesRead;
+    clearTimeout(this.#keepAlive.get(socket));
+    const timer = setTimeout(() => {
+      if (!noRequestSince()) return;
+      if (socket.bytesRead === bytesRead) {
+        socket.destroy();
+        return;
+      }
+      const head = setTimeout(() => {
+        if (noRequestSince()) socket.destroy();
+      }, this.#limits.headersTimeoutMs);
+      head.unref();
+      this.#keepAlive.set(socket, head);
+    }, this.#limits.keepAliveTimeoutMs);
+    timer.unref();
+    this.#keepAlive.set(socket, timer);
   }
 
   /**

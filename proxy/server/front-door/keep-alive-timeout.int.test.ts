@@ -1,0 +1,76 @@
+/**
+ * The keep-alive timeout closes a connection that sends no request, whatever else it sends: blank
+ * lines, which the HTTP parser skips between requests without starting a head (so the head timeout
+ * never starts), pushed the socket's idle timer back for ever. A real server on port 0, raw sockets.
+ */
+import http from 'node:http';
+import net from 'node:net';
+import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DEFAULT_FRONT_DOOR, type FrontDoor, installFrontDoor, serverOptions } from '../front-door.ts';
+
+const KEEP_ALIVE_MS = 500;
+const LIMITS = { ...DEFAULT_FRONT_DOOR, keepAliveTimeoutMs: KEEP_ALIVE_MS, headersTimeoutMs: 1000 };
+let server: http.Server;
+let door: FrontDoor;
+let port: number;
+
+beforeAll(async () => {
+  server = http.createServer(serverOptions(LIMITS));
+  door = installFrontDoor(server, LIMITS, pino({ level: 'silent' }), (req, res) => {
+    if (door.admit(req, res)) res.end('ok');
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  port = (server.address() as AddressInfo).port;
+});
+
+afterAll(async () => {
+  const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+  server.closeAllConnections();
+  await closed;
+});
+
+/** Whether the server closed a kept-alive connection within `forMs` while it was sent `filler` every 100 ms. */
+async function closedWhileSending(filler: string, forMs: number): Promise<boolean> {
+  const socket = net.connect(port, '127.0.0.1');
+  socket.on('error', () => {});
+  let closed = false;
+  socket.on('close', () => (closed = true));
+  socket.write('GET /a HTTP/1.1\r\nHost: x\r\n\r\n');
+  await new Promise((resolve) => socket.once('data', resolve));
+  socket.resume();
+  const deadline = performance.now() + forMs;
+  while (!closed && performance.now() < deadline) {
+    socket.write(filler);
+    await sleep(100);
+  }
+  socket.destroy();
+  return closed;
+}
+
+describe('the keep-alive timeout', () => {
+  it('closes a kept-alive connection that sends blank lines and no request', async () => {
+    // Keep-alive, then the head timeout for what the client sent: well within 20 keep-alive timeouts.
+    expect(await closedWhileSending('\r\n', 20 * KEEP_ALIVE_MS)).toBe(true);
+  }, 30_000);
+
+  it('serves a next request whose head began within the keep-alive timeout and ends past it, within the head timeout', async () => {
+    const socket = net.connect(port, '127.0.0.1');
+    socket.on('error', () => {});
+    let text = '';
+    socket.on('data', (d: Buffer) => (text += d.toString('latin1')));
+    socket.write('GET /a HTTP/1.1\r\nHost: x\r\n\r\n');
+    while (!text.includes('ok')) await sleep(10);
+    await sleep(KEEP_ALIVE_MS * 0.6);
+    const head = 'GET /b HTTP/1.1\r\nHost: x\r\n\r\n';
+    // Half the head now, the rest once the keep-alive timeout has passed (well within the head timeout).
+    socket.write(head.slice(0, 10));
+    await sleep(KEEP_ALIVE_MS);
+    socket.write(head.slice(10));
+    for (let i = 0; i < 200 && text.split('ok').length < 3; i++) await sleep(10);
+    socket.destroy();
+    expect(text.match(/HTTP\/1\.1 200/g)).toHaveLength(2);
+  });
+});
