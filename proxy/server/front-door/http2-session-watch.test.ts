@@ -137,6 +137,16 @@ describe('SessionWatch: floods', () => {
     watch.streamClosed(true);
     expect(verdicts.floods).toEqual(['reset']);
   });
+
+  it('streams refused before they were requests count with the resets, in the same window', () => {
+    const { watch, verdicts } = watched();
+    watch.streamsRefused(RESET_BUDGET.resets - 1);
+    watch.streamOpened();
+    watch.streamClosed(true);
+    expect(verdicts.floods).toEqual([]);
+    watch.streamsRefused(1);
+    expect(verdicts.floods).toEqual(['reset']);
+  });
 });
 
 describe('WindowCounter', () => {

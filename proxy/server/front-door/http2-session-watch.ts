@@ -94,6 +94,15 @@ export class SessionWatch {
     if (this.#open === 0 && !this.#ended) this.#armIdle(this.#limits.keepAliveTimeoutMs);
   }
 
+  /**
+   * Streams the client opened that node:http2 reset before any request (a header list past its
+   * bound, refused over the concurrency bound): resets all the same, which no stream event shows.
+   */
+  streamsRefused(count: number): void {
+    const nowMs = this.#deps.clock.monotonicMs();
+    for (let i = 0; i < count; i++) if (this.#resets.hit(nowMs)) this.#flood('reset');
+  }
+
   /** The client sent a PING or a SETTINGS frame. */
   controlFrame(kind: 'ping' | 'settings'): void {
     if (this.#control.hit(this.#deps.clock.monotonicMs())) this.#flood(kind);

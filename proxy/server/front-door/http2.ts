@@ -237,9 +237,14 @@ export class Http2Front {
       // What it held is let go, sent or not: answers waiting for the budget may go on.
       if (answers.delete(this)) budget.sent();
     };
+    // Streams node:http2 reset itself before they became requests (a header list past its bound,
+    // over the concurrency bound) emit nothing: they are the gaps in the client's stream ids, seen
+    // at the next stream and on a poll (a client may send nothing else), and count as resets.
+    const refused = new RefusedStreams(session, (n) => watch.streamsRefused(n), this.#watch.timers);
     // Before node:http2's own listener hands the stream to the request handler: a stream is counted
     // open before its request runs (a `/metrics` scrape counts itself).
     session.prependListener('stream', (stream: ServerHttp2Stream) => {
+      refused.opened(stream.id ?? 0);
       counts.streams++;
       watch.streamOpened();
       stream.on('close', onStreamClose);
@@ -257,6 +262,7 @@ export class Http2Front {
       this.#log.debug({ code: 'http2_session_error', reason: err.code ?? err.message }, 'HTTP/2 session error');
     });
     session.once('close', () => {
+      refused.end();
       watch.end();
       budget.end();
       stalls.end();
@@ -437,6 +443,59 @@ export class Http2Front {
       if (req) failBody(req);
       this.#reset(stream, NGHTTP2_NO_ERROR, bodyTimedOut.has(stream) ? 'body_timeout' : 'early_answer');
     });
+  }
+}
+
+/** How often a session's stream ids are checked for streams node:http2 reset before any request. */
+const REFUSED_POLL_MS = 1000;
+
+/** The client's stream ids (odd, increasing) that never became a stream event, reported as they are found. */
+class RefusedStreams {
+  readonly #session: Http2Session;
+  readonly #report: (count: number) => void;
+  readonly #timers: Timers;
+  /** The highest stream id accounted for, as a stream or as refused. */
+  #accounted = 0;
+  #poll: ReturnType<Timers['setTimeout']> | undefined;
+
+  constructor(session: Http2Session, report: (count: number) => void, timers: Timers) {
+    this.#session = session;
+    this.#report = report;
+    this.#timers = timers;
+    this.#schedule();
+  }
+
+  /** A stream event: the ids skipped since the last one accounted for were refused. */
+  opened(id: number): void {
+    if (id <= this.#accounted) return;
+    const skipped = (id - this.#accounted) / 2 - 1;
+    this.#accounted = id;
+    if (skipped > 0) this.#report(skipped);
+  }
+
+  end(): void {
+    if (this.#poll !== undefined) this.#timers.clearTimeout(this.#poll);
+    this.#poll = undefined;
+  }
+
+  #schedule(): void {
+    this.#poll = this.#timers.setTimeout(() => {
+      this.#check();
+      this.#schedule();
+    }, REFUSED_POLL_MS);
+  }
+
+  /**
+   * Ids nghttp2 processed past the last one accounted for, with no stream event: refused. Not once
+   * the session sent GOAWAY: streams the client opened before it read that are not its abuse.
+   */
+  #check(): void {
+    if (this.#session.destroyed || this.#session.closed) return;
+    const last = this.#session.state.lastProcStreamID ?? 0;
+    if (last <= this.#accounted) return;
+    const refused = (last - this.#accounted + 1) >> 1;
+    this.#accounted = last;
+    this.#report(refused);
   }
 }
 
