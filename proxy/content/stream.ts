@@ -3,7 +3,8 @@
  * range responses of the static-HTTP store) through a small,
  * fixed set of reused buffers: a buffer is read into again only after the socket has taken its
  * bytes (the write callback), so a slow client stalls the reads instead of growing memory, and a
- * fast one produces no garbage per chunk. With a meter every chunk is charged before it is written.
+ * fast one produces no garbage per chunk. With a meter every chunk is charged before it is written,
+ * the heads of a multipart/byteranges answer's parts included.
  * Over HTTP/2 a chunk also waits while the answers of its connection hold their session's send
  * budget (proxy/server/front-door/http2-send-budget.ts): 100 streams of one client that does not
  * read hold that budget, not 100 rings.
@@ -242,8 +243,12 @@ async function streamSegments(
   const ring = new BufferRing(BUFFER_COUNT, chunkBytes);
   for (const segment of segments) {
     signal.throwIfAborted();
-    if (segment.kind === 'bytes') res.write(segment.data);
-    else if (handle.chunks) await streamChunks(res, handle.chunks(segment.range, signal), meter, signal);
+    if (segment.kind === 'bytes') {
+      // A multipart part's head is body bytes too: unpaced, many small ranges would pass the ceiling.
+      if (meter) await charge(meter, segment.data.length, signal);
+      signal.throwIfAborted();
+      res.write(segment.data);
+    } else if (handle.chunks) await streamChunks(res, handle.chunks(segment.range, signal), meter, signal);
     else await streamRange(res, handle, segment.range, ring, chunkBytes, meter, signal);
   }
   signal.throwIfAborted();

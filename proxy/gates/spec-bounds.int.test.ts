@@ -3,7 +3,8 @@
  * per principal with 429 `busy` + Retry-After, upload pacing on the directory store and of
  * multipart parts (bounded by rate·t + burst, within a few percent of the rate) with independent
  * upload and download budgets, the rate-limit window (Retry-After is the window's end and exactly
- * `limit` requests pass in the next one), and readiness bodies free of ids, names and keys.
+ * `limit` requests pass in the next one), readiness bodies free of ids, names and keys, and a
+ * multi-range download paced as every body byte the client gets.
  */
 import { writeFile } from 'node:fs/promises';
 import http from 'node:http';
@@ -336,6 +337,46 @@ describe.each(WORKER_COUNTS)('rate-limit window over HTTP, %i worker(s)', (worke
     const next: number[] = [];
     for (let i = 0; i <= LIMIT; i++) next.push((await live()).status);
     expect(next).toEqual([200, 200, 200, 429]);
+    expect(await gw.stop()).toBe(0);
+  });
+});
+
+describe('a multi-range download over HTTP (ADR 0008)', () => {
+  it('is paced as the body bytes the client gets, part heads included: 100 one-byte ranges are not 100 bytes', async () => {
+    const repo = 'ranges';
+    await createRepository(db.pool, repo);
+    const sa = await createServiceAccount(db.pool, { grants: { [repo]: 'write' } });
+    const RATE = 10_000;
+    const BURST = RATE / 10;
+    const gw = await startGateway({
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(RATE) },
+    });
+    const base = `${gw.url}/api/v1/repositories/${repo}/artifacts/r.bin`;
+    const stored = await request(base, {
+      method: 'PUT',
+      headers: { ...bearer(sa.key), 'content-type': `application/vnd.arkvory.${'x'.repeat(100)}` },
+      body: randomContent(20_000),
+    });
+    expect(stored.status).toBe(201);
+    const ranges = `bytes=${Array.from({ length: 100 }, (_, i) => `${i * 200}-${i * 200}`).join(',')}`;
+    const startedMs = performance.now();
+    let received = 0;
+    for (let i = 0; i < 2; i++) {
+      const res = await request(`${base}/content`, { headers: { ...bearer(sa.key), range: ranges } });
+      expect(res.status).toBe(206);
+      expect(res.headers['content-type']).toMatch(/^multipart\/byteranges/);
+      received += res.body.length;
+    }
+    const seconds = (performance.now() - startedMs) / 1000;
+    // About 20 KB per answer for 100 bytes of content: the bound is on what the client gets.
+    expect(received).toBeGreaterThan(30_000);
+    expect(seconds, 'faster than rate·t + burst allows').toBeGreaterThanOrEqual((received - BURST) / RATE);
+    const ready = JSON.parse(
+      (await request(`${gw.url}/health/ready`, { headers: bearer(sa.key) })).body.toString(),
+    ) as {
+      transfers: { downloads: { bytesGranted: number } };
+    };
+    expect(ready.transfers.downloads.bytesGranted).toBe(received);
     expect(await gw.stop()).toBe(0);
   });
 });
