@@ -264,8 +264,10 @@ export class BandwidthGovernor {
    * Throws PolicyError `lease_lost` when fenced, `busy` when the principal table is full of states
    * that cannot be evicted (waiting, or a bucket not yet refilled). A closed governor still meters:
    * `close()` cuts only the takes waiting then (admission refuses new transfers).
+   * `opensStream` false: the meter goes on a stream metered before (a worker's take, asked of this
+   * process one meter per take), so it leaves a known principal's weight as its latest stream set it.
    */
-  meter(principalId: string, weight = 1, ceilings: readonly Ceiling[] = []): ByteMeter {
+  meter(principalId: string, weight = 1, ceilings: readonly Ceiling[] = [], opensStream = true): ByteMeter {
     this.#checkOpen();
     if (typeof principalId !== 'string' || principalId === '')
       throw new TypeError('principalId: expected a non-empty string');
@@ -273,7 +275,8 @@ export class BandwidthGovernor {
       throw new RangeError(`weight: expected an integer from 1 to ${this.#maxWeight}, got ${weight}`);
     const state: MeterState = { waiter: null, finishTag: 0, quantumBytes: this.quantumBytes };
     if (this.isUnlimited && ceilings.length === 0) return this.#unlimitedMeter(principalId, state);
-    this.#principalFor(principalId, weight).weight = weight;
+    const principal = this.#principalFor(principalId, weight);
+    if (opensStream) principal.weight = weight;
     const quantumBytes = Math.min(
       this.quantumBytes,
       quantumBytesFor(ceilings.map((c) => checkCeiling(c).rateBytesPerSec)),

@@ -23,6 +23,8 @@ export interface TakeRequest {
   weight: number;
   ceilings: Ceiling[];
   bytes: number;
+  /** The stream's first take: only that one sets the principal's weight, as a new meter does. */
+  opens: boolean;
 }
 
 export interface AdmitRequest {
@@ -96,7 +98,7 @@ export class PolicyHost {
     });
     link.handle('take', (args, signal) => {
       const t = args as TakeRequest;
-      const meter = this.#governors[t.direction].meter(t.principalId, t.weight, t.ceilings);
+      const meter = this.#governors[t.direction].meter(t.principalId, t.weight, t.ceilings, t.opens);
       return meter.tryTake(t.bytes) ? undefined : meter.take(t.bytes, signal);
     });
     link.handle('snapshot', (): PolicySnapshot => this.snapshot());

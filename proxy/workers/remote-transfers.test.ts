@@ -9,7 +9,8 @@ import { describe, expect, it } from 'vitest';
 import { AdmissionQueue } from '../../policy/admission/index.ts';
 import { ManualClock } from '../../policy/clock.ts';
 import { ManualTimers } from '../../policy/timers.ts';
-import { admissionOptions } from '../gates/transfers.ts';
+import { createBandwidthGovernors } from '../../policy/bandwidth/index.ts';
+import { admissionOptions, governorCeilings } from '../gates/transfers.ts';
 import { Link } from './link.ts';
 import {
   IDLE_GOVERNORS as governors,
@@ -130,5 +131,35 @@ describe('a worker’s transfers when the coordinating process does not answer',
     const again = track(Promise.resolve(transfers.holdRepository('r', 1)));
     await roundTrip();
     expect(again.seen).toBe('granted');
+  });
+});
+
+describe('a worker’s paced streams', () => {
+  it('a new weight holds from the next stream on: the takes of a stream opened before the change do not set the old one again', async () => {
+    const clock = new ManualClock();
+    const channels = channelPair();
+    const paced = { ...config, bandwidth: { ...config.bandwidth, downloadBytesPerSec: 1_048_576 } } as typeof config;
+    const instanceGovernors = createBandwidthGovernors({ clock }, governorCeilings(paced));
+    const host = new PolicyHost({
+      admission: new AdmissionQueue(admissionOptions(paced)),
+      governors: instanceGovernors,
+      lease,
+    });
+    host.attach(new Link(channels.primary));
+    const transfers = createRemoteTransfers(paced, clock, lease, new Link(channels.worker));
+    const weight = () => instanceGovernors.download.activeWeightSum(1000);
+
+    // A long download opened at weight 1; then an admin sets the principal's weight to 3.
+    const before = transfers.meter('download', 'p', 1);
+    await before.take(1000);
+    expect(weight()).toBe(1);
+    const after = transfers.meter('download', 'p', 3);
+    await after.take(1000);
+    expect(weight()).toBe(3);
+    // The older stream goes on, as on a gateway of one process, under the principal's weight now.
+    await before.take(1000);
+    expect(weight()).toBe(3);
+    await after.take(1000);
+    expect(weight()).toBe(3);
   });
 });

@@ -140,10 +140,14 @@ export function createRemoteTransfers(
         quantumBytesFor(ceilings.map((c) => c.rateBytesPerSec)),
       );
       const list = [...ceilings];
+      // The coordinating process makes a meter per take: only the first one sets the weight, so a
+      // stream begun before a weight change does not set the old weight again on each take.
+      let opens = true;
       return {
         quantumBytes,
         take(bytes, signal) {
-          const request: TakeRequest = { direction, principalId, weight, ceilings: list, bytes };
+          const request: TakeRequest = { direction, principalId, weight, ceilings: list, bytes, opens };
+          opens = false;
           return link.call<void>('take', request, signal);
         },
         tryTake: () => false,
