@@ -45,6 +45,12 @@ export interface ByteMeter {
   tryTake(bytes: number): boolean;
 }
 
+/** The governor's own meter: also tells where its stream stands in its principal's fair order. */
+export interface StreamMeter extends ByteMeter {
+  /** The stream's virtual finish tag so far (bytes); a later meter of the same stream starts from it. */
+  streamTag(): number;
+}
+
 export interface BandwidthGovernorOptions {
   /** The direction's ceiling for the whole process; 0 = off. */
   rateBytesPerSec: number;
@@ -264,19 +270,27 @@ export class BandwidthGovernor {
    * Throws PolicyError `lease_lost` when fenced, `busy` when the principal table is full of states
    * that cannot be evicted (waiting, or a bucket not yet refilled). A closed governor still meters:
    * `close()` cuts only the takes waiting then (admission refuses new transfers).
-   * `opensStream` false: the meter goes on a stream metered before (a worker's take, asked of this
-   * process one meter per take), so it leaves a known principal's weight as its latest stream set it.
+   * `stream` goes on a stream metered before (a worker's take, asked of this process one meter per
+   * take): `opens` false leaves a known principal's weight as its latest stream set it, and `tag`, the
+   * `streamTag()` of that stream's last meter, keeps its place in its principal's fair order.
    */
-  meter(principalId: string, weight = 1, ceilings: readonly Ceiling[] = [], opensStream = true): ByteMeter {
+  meter(
+    principalId: string,
+    weight = 1,
+    ceilings: readonly Ceiling[] = [],
+    stream: { readonly opens?: boolean; readonly tag?: number } = {},
+  ): StreamMeter {
     this.#checkOpen();
     if (typeof principalId !== 'string' || principalId === '')
       throw new TypeError('principalId: expected a non-empty string');
     if (!Number.isSafeInteger(weight) || weight < 1 || weight > this.#maxWeight)
       throw new RangeError(`weight: expected an integer from 1 to ${this.#maxWeight}, got ${weight}`);
-    const state: MeterState = { waiter: null, finishTag: 0, quantumBytes: this.quantumBytes };
+    const tag = stream.tag ?? 0;
+    if (!Number.isFinite(tag) || tag < 0) throw new RangeError(`stream tag: expected a number ≥ 0, got ${tag}`);
+    const state: MeterState = { waiter: null, finishTag: tag, quantumBytes: this.quantumBytes };
     if (this.isUnlimited && ceilings.length === 0) return this.#unlimitedMeter(principalId, state);
     const principal = this.#principalFor(principalId, weight);
-    if (opensStream) principal.weight = weight;
+    if (stream.opens !== false) principal.weight = weight;
     const quantumBytes = Math.min(
       this.quantumBytes,
       quantumBytesFor(ceilings.map((c) => checkCeiling(c).rateBytesPerSec)),
@@ -315,6 +329,7 @@ export class BandwidthGovernor {
           this.#grantNow(principal, state, bucketsOf(principal), bytes, this.#clock.monotonicMs())
         );
       },
+      streamTag: () => state.finishTag,
     };
   }
 
@@ -412,7 +427,7 @@ export class BandwidthGovernor {
     };
   }
 
-  #unlimitedMeter(principalId: string, state: MeterState): ByteMeter {
+  #unlimitedMeter(principalId: string, state: MeterState): StreamMeter {
     return {
       quantumBytes: this.quantumBytes,
       take: (bytes, signal) => {
@@ -426,6 +441,7 @@ export class BandwidthGovernor {
         this.#count(principalId, bytes, this.#onGrant ? this.#clock.monotonicMs() : 0);
         return true;
       },
+      streamTag: () => state.finishTag,
     };
   }
 

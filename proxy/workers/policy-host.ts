@@ -25,6 +25,8 @@ export interface TakeRequest {
   bytes: number;
   /** The stream's first take: only that one sets the principal's weight, as a new meter does. */
   opens: boolean;
+  /** The stream's place in its principal's fair order: the answer to its previous take (0 at first). */
+  tag: number;
 }
 
 export interface AdmitRequest {
@@ -98,8 +100,12 @@ export class PolicyHost {
     });
     link.handle('take', (args, signal) => {
       const t = args as TakeRequest;
-      const meter = this.#governors[t.direction].meter(t.principalId, t.weight, t.ceilings, t.opens);
-      return meter.tryTake(t.bytes) ? undefined : meter.take(t.bytes, signal);
+      // A meter per take, carrying its stream's place in fair order; the answer is the new place.
+      const meter = this.#governors[t.direction].meter(t.principalId, t.weight, t.ceilings, {
+        opens: t.opens,
+        tag: t.tag,
+      });
+      return meter.tryTake(t.bytes) ? meter.streamTag() : meter.take(t.bytes, signal).then(() => meter.streamTag());
     });
     link.handle('snapshot', (): PolicySnapshot => this.snapshot());
     const counters = this.#counters;

@@ -163,3 +163,35 @@ describe('a worker’s paced streams', () => {
     expect(weight()).toBe(3);
   });
 });
+
+describe('a worker’s paced streams in fair order', () => {
+  it('a small response goes before the waiting quantum of a big transfer of the same principal, as on a gateway of one process', async () => {
+    const clock = new ManualClock();
+    const timers = new ManualTimers(clock);
+    const channels = channelPair();
+    const paced = { ...config, bandwidth: { ...config.bandwidth, downloadBytesPerSec: 1_048_576 } } as typeof config;
+    const instanceGovernors = createBandwidthGovernors({ clock, timers }, governorCeilings(paced));
+    const host = new PolicyHost({
+      admission: new AdmissionQueue(admissionOptions(paced)),
+      governors: instanceGovernors,
+      lease,
+    });
+    host.attach(new Link(channels.primary));
+    const transfers = createRemoteTransfers(paced, clock, lease, new Link(channels.worker), timers);
+
+    // The big transfer spends the burst and waits for its next quantum.
+    const big = transfers.meter('download', 'p', 1);
+    await big.take(65_536);
+    const next = track(big.take(65_536));
+    await roundTrip();
+    expect(next.seen).toBe('waiting');
+    // A small response of the same principal has taken nothing: its 4 KiB are in the bucket now.
+    const small = track(transfers.meter('download', 'p', 1).take(4096));
+    await roundTrip();
+    expect(small.seen).toBe('granted');
+    expect(next.seen).toBe('waiting');
+    await timers.advance(1000);
+    await roundTrip();
+    expect(next.seen).toBe('granted');
+  });
+});

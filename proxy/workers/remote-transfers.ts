@@ -141,14 +141,17 @@ export function createRemoteTransfers(
       );
       const list = [...ceilings];
       // The coordinating process makes a meter per take: only the first one sets the weight, so a
-      // stream begun before a weight change does not set the old weight again on each take.
+      // stream begun before a weight change does not set the old weight again on each take, and each
+      // carries the stream's place in its principal's fair order (what the previous take answered),
+      // so a small response goes before a big transfer's next quantum as on a gateway of one process.
       let opens = true;
+      let tag = 0;
       return {
         quantumBytes,
-        take(bytes, signal) {
-          const request: TakeRequest = { direction, principalId, weight, ceilings: list, bytes, opens };
+        async take(bytes, signal) {
+          const request: TakeRequest = { direction, principalId, weight, ceilings: list, bytes, opens, tag };
           opens = false;
-          return link.call<void>('take', request, signal);
+          tag = await link.call<number>('take', request, signal);
         },
         tryTake: () => false,
       };
