@@ -271,7 +271,8 @@ export class BandwidthGovernor {
    * that cannot be evicted (waiting, or a bucket not yet refilled). A closed governor still meters:
    * `close()` cuts only the takes waiting then (admission refuses new transfers).
    * `stream` goes on a stream metered before (a worker's take, asked of this process one meter per
-   * take): `opens` false leaves a known principal's weight as its latest stream set it, and `tag`, the
+   * take): `opens` false leaves a known principal's weight and known ceilings' rates as its latest
+   * stream set them (an older stream would set back what an admin changed since), and `tag`, the
    * `streamTag()` of that stream's last meter, keeps its place in its principal's fair order.
    */
   meter(
@@ -289,13 +290,14 @@ export class BandwidthGovernor {
     if (!Number.isFinite(tag) || tag < 0) throw new RangeError(`stream tag: expected a number ≥ 0, got ${tag}`);
     const state: MeterState = { waiter: null, finishTag: tag, quantumBytes: this.quantumBytes };
     if (this.isUnlimited && ceilings.length === 0) return this.#unlimitedMeter(principalId, state);
+    const opens = stream.opens !== false;
     const principal = this.#principalFor(principalId, weight);
-    if (stream.opens !== false) principal.weight = weight;
+    if (opens) principal.weight = weight;
     const quantumBytes = Math.min(
       this.quantumBytes,
       quantumBytesFor(ceilings.map((c) => checkCeiling(c).rateBytesPerSec)),
     );
-    const through = ceilings.map((c) => this.#ceilingFor(c, quantumBytes).bucket);
+    const through = ceilings.map((c) => this.#ceilingFor(c, quantumBytes, opens).bucket);
     state.quantumBytes = quantumBytes;
     // The take's buckets other than the global one, made anew only when the principal's state is.
     let bucketsFor: PrincipalState | null = null;
@@ -339,10 +341,13 @@ export class BandwidthGovernor {
    * `setRate` does the global one; the same rate only refills it up to now. The largest quantum of
    * any meter through it is kept whether or not the capacity changed now: a lower rate later must
    * still leave room for a take of that quantum, or that stream would never be granted again.
+   * A meter that does not open a stream (`rerates` false) takes a known ceiling as it is: its stream's
+   * quantum was counted when it opened.
    */
-  #ceilingFor(ceiling: Ceiling, quantumBytes: number): CeilingState {
+  #ceilingFor(ceiling: Ceiling, quantumBytes: number, rerates: boolean): CeilingState {
     const nowMs = this.#clock.monotonicMs();
     const known = this.#ceilings.get(ceiling.key);
+    if (known !== undefined && !rerates && quantumBytes <= known.maxQuantum) return known;
     const maxQuantum = Math.max(known?.maxQuantum ?? 0, quantumBytes);
     const spec = rerateBucketSpec(ceiling.rateBytesPerSec, maxQuantum);
     if (known === undefined) {

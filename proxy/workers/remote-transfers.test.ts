@@ -195,3 +195,44 @@ describe('a worker’s paced streams in fair order', () => {
     expect(next.seen).toBe('granted');
   });
 });
+
+describe('a worker’s paced streams through a changed ceiling', () => {
+  it('a lowered repository ceiling holds every stream through it: one begun before the change does not raise it again', async () => {
+    const clock = new ManualClock();
+    const timers = new ManualTimers(clock);
+    const channels = channelPair();
+    const instanceGovernors = createBandwidthGovernors({ clock, timers }, governorCeilings(config));
+    const host = new PolicyHost({
+      admission: new AdmissionQueue(admissionOptions(config)),
+      governors: instanceGovernors,
+      lease,
+    });
+    host.attach(new Link(channels.primary));
+    const transfers = createRemoteTransfers(config, clock, lease, new Link(channels.worker), timers);
+    let granted = 0;
+    let running = true;
+    const saturate = async (rate: number) => {
+      const meter = transfers.meter('download', 'p', 1, [{ key: 'repository:r', rateBytesPerSec: rate }]);
+      while (running) {
+        await meter.take(meter.quantumBytes);
+        granted += meter.quantumBytes;
+      }
+    };
+    // A download at the old ceiling of 10 MiB/s; the admin lowers it to 1 MiB/s; another starts.
+    const old = saturate(10 * 1_048_576);
+    await timers.advance(1000);
+    await roundTrip();
+    const lowered = saturate(1_048_576);
+    await roundTrip();
+    const from = granted;
+    for (let ms = 0; ms < 10_000; ms += 10) {
+      await timers.advance(10);
+      await roundTrip();
+    }
+    // 10 s at 1 MiB/s and at most what the bucket held (capped at 1 MiB, the old burst, when lowered).
+    expect(granted - from).toBeLessThanOrEqual(10 * 1_048_576 + 1_048_576 + 2 * 65_536);
+    running = false;
+    instanceGovernors.download.close();
+    await Promise.allSettled([old, lowered]);
+  });
+});
