@@ -1,6 +1,6 @@
 import { Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
-import { gauge } from '../metrics/families.ts';
+import { counter, gauge } from '../metrics/families.ts';
 import { STORE_STATES, type StoreState } from '../store-health/store-health.ts';
 import { type Family, sumInstance } from './instance-metrics.ts';
 
@@ -37,6 +37,18 @@ describe('sumInstance', () => {
       'arkvory_store_state{state="ok"} 1',
       'arkvory_store_state{state="degraded"} 0',
       'arkvory_store_state{state="unreachable"} 0',
+    ]);
+  });
+
+  it('certificate reload failures count once per broken state, not once per worker that read it', async () => {
+    const reloads = async (failures: number): Promise<Family[]> => {
+      const registry = new Registry();
+      counter(registry, 'arkvory_tls_reload_failures_total').inc(failures);
+      return (await registry.getMetricsAsJSON()) as Family[];
+    };
+    const text = await sumInstance([await reloads(2), await reloads(2), await reloads(1)]).body;
+    expect(text.split('\n').filter((l) => l.startsWith('arkvory_tls_reload_failures_total '))).toEqual([
+      'arkvory_tls_reload_failures_total 2',
     ]);
   });
 

@@ -18,6 +18,8 @@ const NOT_SUMMED: Readonly<Record<string, 'max' | 'min'>> = {
   arkvory_bandwidth_limit_bytes_per_second: 'max',
   arkvory_lease_state: 'max',
   arkvory_tls_certificate_expiry_timestamp_seconds: 'min',
+  // Every worker reloads the same files and counts the same broken states: once each, as one process would.
+  arkvory_tls_reload_failures_total: 'max',
   arkvory_database_login_privileged: 'max',
   arkvory_router_gateways: 'max',
 };
