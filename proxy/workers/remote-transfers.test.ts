@@ -26,16 +26,27 @@ import { ADMISSION_DEADLINE_MARGIN_MS, createRemoteTransfers, HOLD_DEADLINE_MS }
 
 const config = unpacedConfig();
 
-/** An instance of one worker: the coordinating process's host and the worker's transfers, on one clock. */
-function instance() {
+/** A configuration whose download ceiling paces: 1 MiB/s, its burst 1 MiB. */
+const paced = { ...config, bandwidth: { ...config.bandwidth, downloadBytesPerSec: 1_048_576 } } as typeof config;
+
+/**
+ * An instance of one worker: the coordinating process's host and the worker's transfers, on one
+ * clock; with `configured`, governors of its own built from it (else the shared unpaced ones).
+ */
+function instance(options: { configured?: typeof config; maxLateCalls?: number } = {}) {
+  const cfg = options.configured ?? config;
   const clock = new ManualClock();
   const timers = new ManualTimers(clock);
   const channels = channelPair();
-  const admission = new AdmissionQueue({ ...admissionOptions(config), timers });
-  const host = new PolicyHost({ admission, governors, lease });
+  const admission = new AdmissionQueue({ ...admissionOptions(cfg), timers });
+  const instanceGovernors = options.configured
+    ? createBandwidthGovernors({ clock, timers }, governorCeilings(cfg))
+    : governors;
+  const host = new PolicyHost({ admission, governors: instanceGovernors, lease });
   host.attach(new Link(channels.primary));
-  const transfers = createRemoteTransfers(config, clock, lease, new Link(channels.worker), timers);
-  return { timers, channels, admission, host, transfers };
+  const link = new Link(channels.worker, options.maxLateCalls ? { maxLateCalls: options.maxLateCalls } : {});
+  const transfers = createRemoteTransfers(cfg, clock, lease, link, timers);
+  return { timers, channels, admission, host, link, transfers, governors: instanceGovernors };
 }
 
 /** The call still waits 1 ms before `deadlineMs`, and is 503 `unavailable` (retry after 1 s) at it, no timer left. */
@@ -69,14 +80,7 @@ describe('a worker’s transfers when the coordinating process does not answer',
   });
 
   it('calls given up on are awaited up to a bound: past it an admission or a repository’s transfer is 503 unavailable at once, and the late answers free it', async () => {
-    const clock = new ManualClock();
-    const timers = new ManualTimers(clock);
-    const channels = channelPair();
-    const admission = new AdmissionQueue({ ...admissionOptions(config), timers });
-    const host = new PolicyHost({ admission, governors, lease });
-    host.attach(new Link(channels.primary));
-    const link = new Link(channels.worker, { maxLateCalls: 3 });
-    const transfers = createRemoteTransfers(config, clock, lease, link, timers);
+    const { timers, channels, admission, host, link, transfers } = instance({ maxLateCalls: 3 });
     // Stopped with its pipe taking writes (the socket buffers): no write waits, nothing is answered.
     channels.stop();
     const given = ['p1', 'p2', 'p3'].map((p) => track(transfers.admit(p, 'download')));
@@ -136,17 +140,7 @@ describe('a worker’s transfers when the coordinating process does not answer',
 
 describe('a worker’s paced streams', () => {
   it('a new weight holds from the next stream on: the takes of a stream opened before the change do not set the old one again', async () => {
-    const clock = new ManualClock();
-    const channels = channelPair();
-    const paced = { ...config, bandwidth: { ...config.bandwidth, downloadBytesPerSec: 1_048_576 } } as typeof config;
-    const instanceGovernors = createBandwidthGovernors({ clock }, governorCeilings(paced));
-    const host = new PolicyHost({
-      admission: new AdmissionQueue(admissionOptions(paced)),
-      governors: instanceGovernors,
-      lease,
-    });
-    host.attach(new Link(channels.primary));
-    const transfers = createRemoteTransfers(paced, clock, lease, new Link(channels.worker));
+    const { transfers, governors: instanceGovernors } = instance({ configured: paced });
     const weight = () => instanceGovernors.download.activeWeightSum(1000);
 
     // A long download opened at weight 1; then an admin sets the principal's weight to 3.
@@ -166,18 +160,7 @@ describe('a worker’s paced streams', () => {
 
 describe('a worker’s paced streams in fair order', () => {
   it('a small response goes before the waiting quantum of a big transfer of the same principal, as on a gateway of one process', async () => {
-    const clock = new ManualClock();
-    const timers = new ManualTimers(clock);
-    const channels = channelPair();
-    const paced = { ...config, bandwidth: { ...config.bandwidth, downloadBytesPerSec: 1_048_576 } } as typeof config;
-    const instanceGovernors = createBandwidthGovernors({ clock, timers }, governorCeilings(paced));
-    const host = new PolicyHost({
-      admission: new AdmissionQueue(admissionOptions(paced)),
-      governors: instanceGovernors,
-      lease,
-    });
-    host.attach(new Link(channels.primary));
-    const transfers = createRemoteTransfers(paced, clock, lease, new Link(channels.worker), timers);
+    const { timers, transfers } = instance({ configured: paced });
 
     // The big transfer spends the burst and waits for its next quantum.
     const big = transfers.meter('download', 'p', 1);
@@ -198,17 +181,7 @@ describe('a worker’s paced streams in fair order', () => {
 
 describe('a worker’s paced streams through a changed ceiling', () => {
   it('a lowered repository ceiling holds every stream through it: one begun before the change does not raise it again', async () => {
-    const clock = new ManualClock();
-    const timers = new ManualTimers(clock);
-    const channels = channelPair();
-    const instanceGovernors = createBandwidthGovernors({ clock, timers }, governorCeilings(config));
-    const host = new PolicyHost({
-      admission: new AdmissionQueue(admissionOptions(config)),
-      governors: instanceGovernors,
-      lease,
-    });
-    host.attach(new Link(channels.primary));
-    const transfers = createRemoteTransfers(config, clock, lease, new Link(channels.worker), timers);
+    const { timers, transfers, governors: instanceGovernors } = instance({ configured: config });
     let granted = 0;
     let running = true;
     const saturate = async (rate: number) => {
