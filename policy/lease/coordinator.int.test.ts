@@ -3,7 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createLogger } from '../../proxy/server/logger.ts';
-import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
+import { createTestDatabase, endIdleSessions, type TestDatabase } from '../../test/support/database.ts';
 import { runCli } from '../../test/support/gateway.ts';
 import { ManualClock, systemClock } from '../clock.ts';
 import { ManualTimers, type Timers } from '../timers.ts';
@@ -301,28 +301,15 @@ describe('coordinator barriers and stored policy (real PostgreSQL)', () => {
 
   it('keeps its connection through the database’s idle_session_timeout: a standalone gateway’s is idle from start to stop', async () => {
     const db = await freshDb();
-    await db.pool.query(`ALTER DATABASE "${db.name}" SET idle_session_timeout = '300ms'`);
+    await endIdleSessions(db);
     const writer = await coordinator(db, { role: 'api' });
     const fenced: string[] = [];
     writer.onFenced((reason) => fenced.push(reason));
-    // Another idle session of the same database is ended by the server: the setting is in force.
-    const idle = new pg.Client({ connectionString: db.url });
-    let idleEnded = false;
-    idle.on('error', () => {});
-    idle.on('end', () => {
-      idleEnded = true;
-    });
-    await idle.connect();
-    try {
-      await until(() => idleEnded);
-      await sleep(600);
-      expect(fenced).toEqual([]);
-      expect(writer.isPermitted()).toBe(true);
-      // Its session still holds the writer barrier: a second writer is refused.
-      await expect(coordinator(db, { role: 'api' })).rejects.toThrow(/another writer/);
-    } finally {
-      await idle.end().catch(() => {});
-    }
+    await sleep(700);
+    expect(fenced).toEqual([]);
+    expect(writer.isPermitted()).toBe(true);
+    // Its session still holds the writer barrier: a second writer is refused.
+    await expect(coordinator(db, { role: 'api' })).rejects.toThrow(/another writer/);
   });
 
   it('policy reset refuses while a gateway runs or a lease is unexpired, then resets in one transaction', async () => {

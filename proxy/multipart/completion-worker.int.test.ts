@@ -5,10 +5,10 @@
 import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
-import pg from 'pg';
+import type pg from 'pg';
 import { beforeAll, expect, it, onTestFinished } from 'vitest';
 import { createRepository } from '../../test/support/auth.ts';
-import { createTestDatabase, useTestDatabase } from '../../test/support/database.ts';
+import { createTestDatabase, endIdleSessions, useTestDatabase } from '../../test/support/database.ts';
 import { openPool, waitUntil } from '../../test/harness/index.ts';
 import { CompletionWorker, type CompletionWorkerOptions } from './completion-worker.ts';
 import { UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
@@ -109,18 +109,10 @@ it("keeps its lock through the database's idle_session_timeout: no lock lost, an
   const own = await createTestDatabase();
   onTestFinished(() => own.drop());
   await createRepository(own.pool, 'cw');
-  await own.pool.query(`ALTER DATABASE "${own.name}" SET idle_session_timeout = '300ms'`);
+  await endIdleSessions(own);
   // A pool of its own made after the setting, whose idle clients the server ends (the pool replaces them).
   const pool = openPool(own.url, 4);
   onTestFinished(() => pool.end());
-  // Another idle session of the database is ended by the server: the setting is in force.
-  const idle = new pg.Client({ connectionString: own.url });
-  let idleEnded = false;
-  idle.on('error', () => {});
-  idle.on('end', () => {
-    idleEnded = true;
-  });
-  await idle.connect();
   const parts = partStore();
   const sessions = sessionsOf(parts, pool);
   const logs: string[] = [];
@@ -134,7 +126,6 @@ it("keeps its lock through the database's idle_session_timeout: no lock lost, an
   await worker.start();
   onTestFinished(() => worker.stop(1000));
   expect(worker.isActive).toBe(true);
-  await waitUntil(() => idleEnded, { timeoutMs: 5000, what: 'the idle session to be ended by the server' });
   await sleep(700);
   expect(worker.isActive).toBe(true);
   expect(logs.filter((l) => l.includes('worker.lock_lost'))).toEqual([]);
