@@ -19,6 +19,11 @@ import { blobRelativePath } from '../paths.ts';
 
 describe('static-HTTP store (nginx)', () => {
   const db = useTestDatabase();
+  /** The writer of the store at `url`, on a database that names no store yet. */
+  const freshWriterStore = async (url: string, timeoutMs = 5000) => {
+    await db.pool.query('DELETE FROM arkvory_storage');
+    return openHttpStore({ url, role: 'writer', pool: db.pool, connectTimeoutMs: 1000, timeoutMs });
+  };
 
   it('refusals name ARKVORY_STORAGE_URL; a store that is down refuses as unreachable', async () => {
     const nginx = await startStaticStore();
@@ -46,14 +51,7 @@ describe('static-HTTP store (nginx)', () => {
   it('without MOVE (the GET+PUT fallback), a damaged file under the blob name is replaced by the verified bytes', async () => {
     const nginx = await startStaticStore({ move: false });
     try {
-      await db.pool.query('DELETE FROM arkvory_storage');
-      const store = await openHttpStore({
-        url: nginx.url,
-        role: 'writer',
-        pool: db.pool,
-        connectTimeoutMs: 1000,
-        timeoutMs: 5000,
-      });
+      const store = await freshWriterStore(nginx.url);
       try {
         const bytes = randomBytes(70_000);
         const hex = createHash('sha256').update(bytes).digest('hex');
@@ -95,14 +93,7 @@ describe('static-HTTP store (nginx)', () => {
     const front = startProcess('/usr/sbin/nginx', ['-p', dir, '-c', conf], { name: 'nginx (answers early)' });
     try {
       await waitForHttp(`http://127.0.0.1:${port}/arkvory/`, { process: front, isReady: (status) => status < 500 });
-      await db.pool.query('DELETE FROM arkvory_storage');
-      const store = await openHttpStore({
-        url: `http://127.0.0.1:${port}/arkvory/`,
-        role: 'writer',
-        pool: db.pool,
-        connectTimeoutMs: 1000,
-        timeoutMs: 5000,
-      });
+      const store = await freshWriterStore(`http://127.0.0.1:${port}/arkvory/`);
       let closed = false;
       async function* body(): AsyncGenerator<Buffer> {
         try {
@@ -132,14 +123,7 @@ describe('static-HTTP store (nginx)', () => {
   it('a blob replaced on the store between two ranges of one read is upstream_unreachable, never the other bytes', async () => {
     const nginx = await startStaticStore();
     try {
-      await db.pool.query('DELETE FROM arkvory_storage');
-      const store = await openHttpStore({
-        url: nginx.url,
-        role: 'writer',
-        pool: db.pool,
-        connectTimeoutMs: 1000,
-        timeoutMs: 5000,
-      });
+      const store = await freshWriterStore(nginx.url);
       try {
         const bytes = randomBytes(300_000);
         const hex = createHash('sha256').update(bytes).digest('hex');
@@ -188,15 +172,8 @@ describe('static-HTTP store (nginx)', () => {
   it('an upload to a store that accepts it and then takes no byte for the storage timeout fails upstream_timeout', async () => {
     const nginx = await startStaticStore();
     try {
-      await db.pool.query('DELETE FROM arkvory_storage');
       const timeoutMs = 1000;
-      const store = await openHttpStore({
-        url: nginx.url,
-        role: 'writer',
-        pool: db.pool,
-        connectTimeoutMs: 1000,
-        timeoutMs,
-      });
+      const store = await freshWriterStore(nginx.url, timeoutMs);
       let closed = false;
       const chunk = Buffer.alloc(1024 * 1024, 7);
       // Far more than the socket buffers between the gateway and the store hold.
