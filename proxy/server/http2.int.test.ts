@@ -25,6 +25,7 @@ import {
   createCertificateAuthority,
   issueServerCertificate,
 } from '../../test/harness/index.ts';
+import { FRAME, frame, PREFACE } from '../../test/support/http2-frames.ts';
 import { RESET_BUDGET } from './front-door/http2.ts';
 
 const run = promisify(execFile);
@@ -379,18 +380,6 @@ describe('HTTP/2 conformance and load', () => {
     expect(stdout).toMatch(/:status: 200/);
   });
 });
-
-const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
-const FRAME = { DATA: 0, HEADERS: 1, RST_STREAM: 3, SETTINGS: 4, PING: 6, GOAWAY: 7, CONTINUATION: 9 } as const;
-
-function frame(type: number, flags: number, streamId: number, payload: Buffer = Buffer.alloc(0)): Buffer {
-  const head = Buffer.alloc(9);
-  head.writeUIntBE(payload.length, 0, 3);
-  head.writeUInt8(type, 3);
-  head.writeUInt8(flags, 4);
-  head.writeUInt32BE(streamId, 5);
-  return Buffer.concat([head, payload]);
-}
 
 /** An HPACK literal without indexing, its name from the static table (values under 127 bytes). */
 function literal(index: number, value: string): Buffer {

@@ -23,6 +23,7 @@ import {
 import { ServedTls } from '../../tls/served-tls.ts';
 import { DEFAULT_FRONT_DOOR, type FrontDoor, installFrontDoor, serverOptions } from '../front-door.ts';
 import { createListener } from '../listener.ts';
+import { frame, PREFACE } from '../../../test/support/http2-frames.ts';
 import { RESET_BUDGET } from './http2-session-watch.ts';
 
 const log = pino({ level: 'silent' });
@@ -56,15 +57,6 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-function frame(type: number, flags: number, streamId: number, payload: Buffer = Buffer.alloc(0)): Buffer {
-  const head = Buffer.alloc(9);
-  head.writeUIntBE(payload.length, 0, 3);
-  head.writeUInt8(type, 3);
-  head.writeUInt8(flags, 4);
-  head.writeUInt32BE(streamId, 5);
-  return Buffer.concat([head, payload]);
-}
-
 /** `GET /` for 127.0.0.1 in HPACK (static-table names, literal values, no indexing). */
 const GET = Buffer.concat([Buffer.from([0x82, 0x87, 0x84, 0x41, 9]), Buffer.from('127.0.0.1')]);
 /** A literal field `x` with an 11,000-byte value (HPACK integer 127 + 10,873): two are past the header list bound. */
@@ -96,7 +88,7 @@ describe('HTTP/2 streams refused before they were requests', () => {
       }
     });
     await new Promise((resolve) => socket.once('secureConnect', resolve));
-    socket.write(Buffer.concat([Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), frame(4, 0, 0)]));
+    socket.write(Buffer.concat([PREFACE, frame(4, 0, 0)]));
     // A request in progress keeps the session from idling out.
     const hold = Buffer.concat([Buffer.from([0x82, 0x87, 0x04, 5]), Buffer.from('/hold'), GET.subarray(3)]);
     socket.write(frame(1, 5, 1, hold));
