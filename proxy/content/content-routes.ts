@@ -103,6 +103,8 @@ function respond(deps: ContentDeps, ctx: RequestContext, entry: CatalogEntry): P
     {
       range: header(ctx, 'range'),
       ifRange: header(ctx, 'if-range'),
+      ifMatch: header(ctx, 'if-match'),
+      ifUnmodifiedSince: header(ctx, 'if-unmodified-since'),
       ifNoneMatch: header(ctx, 'if-none-match'),
       ifModifiedSince: header(ctx, 'if-modified-since'),
     },
@@ -113,6 +115,10 @@ function respond(deps: ContentDeps, ctx: RequestContext, entry: CatalogEntry): P
   if (plan.status === 304) {
     res.writeHead(304, plan.headers);
     res.end();
+    return DONE;
+  }
+  if (plan.status === 412) {
+    sendError(res, new StorageError('precondition_failed', undefined, { headers: plan.headers }), ctx.log);
     return DONE;
   }
   if (plan.status === 416) {

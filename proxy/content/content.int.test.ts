@@ -255,6 +255,50 @@ describe.each(ALL_STORE_KINDS)('content API over real HTTP (%s store)', (kind) =
     }
   });
 
+  it('a read evaluates If-Match and If-Unmodified-Since: a resume naming a replaced version is 412, never the new bytes', async () => {
+    const first = randomContent(4000);
+    const second = randomContent(4000);
+    expect((await upload('if-match-read', first)).status).toBe(201);
+    const held = await get('if-match-read', {}, 'HEAD');
+    const etag = held.headers.etag!;
+    const lastModified = held.headers['last-modified']!;
+    const earlier = new Date(Date.parse(lastModified) - 1000).toUTCString();
+    for (const method of ['GET', 'HEAD']) {
+      for (const headers of [
+        { 'if-match': etag },
+        { 'if-match': `"nope", ${etag}` },
+        { 'if-match': '*' },
+        { 'if-unmodified-since': lastModified },
+        // Only without If-Match (RFC 9110 §13.2.2), and only an HTTP-date.
+        { 'if-match': etag, 'if-unmodified-since': earlier },
+        { 'if-unmodified-since': 'yesterday' },
+      ] as Record<string, string>[]) {
+        const res = await get('if-match-read', { ...headers, range: 'bytes=1000-' }, method);
+        expect(res.status, `${method} ${JSON.stringify(headers)}`).toBe(206);
+        if (method === 'GET') expect(res.body.equals(first.subarray(1000))).toBe(true);
+      }
+      for (const headers of [
+        { 'if-match': '"nope"' },
+        // If-Match compares strongly.
+        { 'if-match': `W/${etag}` },
+        { 'if-unmodified-since': earlier },
+      ] as Record<string, string>[]) {
+        const res = await get('if-match-read', { ...headers, range: 'bytes=1000-' }, method);
+        expect(res.status, `${method} ${JSON.stringify(headers)}`).toBe(412);
+        if (method === 'HEAD') expect(res.body.length).toBe(0);
+        else expect(JSON.parse(res.body.toString()).code).toBe('precondition_failed');
+      }
+    }
+    // The client holds bytes 0-999 of the first version and resumes on its ETag (wget, rclone, a
+    // backup tool): the name now holds other bytes, which must not be spliced onto them.
+    const removed = await request(`${base()}/artifacts/if-match-read`, { method: 'DELETE', headers: auth() });
+    expect(removed.status).toBe(204);
+    expect((await upload('if-match-read', second)).status).toBe(201);
+    const resumed = await get('if-match-read', { range: 'bytes=1000-', 'if-match': etag });
+    expect(resumed.status).toBe(412);
+    expect(resumed.body.includes(second.subarray(1000, 1100))).toBe(false);
+  });
+
   it('a name deleted and published again within its second gets a later Last-Modified: If-Modified-Since with the old one is 200 with the new bytes', async () => {
     const first = randomContent(4000);
     const second = randomContent(4000);

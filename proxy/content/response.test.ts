@@ -33,6 +33,27 @@ describe('planContentResponse', () => {
     });
   });
 
+  it('412 when If-Match names another version or If-Unmodified-Since is before it, before If-None-Match and Range', () => {
+    const earlier = 'Sun, 29 Nov 2026 09:59:59 GMT';
+    for (const request of [
+      { ifMatch: '"other"', ifNoneMatch: etag, range: 'bytes=0-1' },
+      { ifMatch: `W/${etag}` },
+      { ifMatch: 'not a list' },
+      { ifUnmodifiedSince: earlier, range: 'bytes=0-1' },
+    ])
+      expect(planContentResponse(entry, request, 'B'), JSON.stringify(request)).toMatchObject({
+        status: 412,
+        headers: { etag },
+      });
+    for (const request of [
+      { ifMatch: etag, range: 'bytes=0-1' },
+      { ifMatch: '*', range: 'bytes=0-1' },
+      { ifMatch: etag, ifUnmodifiedSince: earlier, range: 'bytes=0-1' },
+      { ifUnmodifiedSince: 'Sun, 29 Nov 2026 10:00:00 GMT', range: 'bytes=0-1' },
+    ])
+      expect(planContentResponse(entry, request, 'B').status, JSON.stringify(request)).toBe(206);
+  });
+
   it('304 on a matching If-None-Match, even with a Range', () => {
     expect(planContentResponse(entry, { ifNoneMatch: etag, range: 'bytes=0-1' }, 'B')).toMatchObject({
       status: 304,

@@ -2,7 +2,12 @@
  * Pure planning of a content response: status, headers and the byte segments to send, from the
  * catalog entry and the request's Range/conditional headers. The handler only executes the plan.
  */
-import { evaluateReadPreconditions, isIfRangeSatisfied, type Validators } from './conditional.ts';
+import {
+  evaluateReadPreconditions,
+  evaluateWritePreconditions,
+  isIfRangeSatisfied,
+  type Validators,
+} from './conditional.ts';
 import {
   contentRangeHeader,
   decideRange,
@@ -23,6 +28,8 @@ export interface ContentEntry {
 export interface ContentRequestHeaders {
   readonly range?: string | undefined;
   readonly ifRange?: string | undefined;
+  readonly ifMatch?: string | undefined;
+  readonly ifUnmodifiedSince?: string | undefined;
   readonly ifNoneMatch?: string | undefined;
   readonly ifModifiedSince?: string | undefined;
 }
@@ -34,6 +41,7 @@ export type Segment =
 
 export type ContentPlan =
   | { readonly status: 304; readonly headers: Readonly<Record<string, string>> }
+  | { readonly status: 412; readonly headers: Readonly<Record<string, string>> }
   | { readonly status: 416; readonly headers: Readonly<Record<string, string>> }
   | {
       readonly status: 200 | 206;
@@ -107,7 +115,7 @@ function headersAt(entry: ContentEntry, nowMs: number | undefined): EntryHeaders
 }
 
 /**
- * Decides 200, 206 (one range, or multipart/byteranges for several), 304 or 416 and the exact
+ * Decides 200, 206 (one range, or multipart/byteranges for several), 304, 412 or 416 and the exact
  * headers. `boundary` is passed in so the function stays deterministic; as a function it is called
  * only when a multipart answer is planned (random bytes cost more than a small response's headers).
  * `nowMs` is the answer's time: `Last-Modified` is never later.
@@ -119,6 +127,17 @@ export function planContentResponse(
   nowMs?: number,
 ): ContentPlan {
   const { validators, reprDigest, common, full: fullHeaders } = headersAt(entry, nowMs);
+  // RFC 9110 §13.2.2 steps 1 and 2, as for a write (strong If-Match, then If-Unmodified-Since): a
+  // client resuming on the ETag of a version the name no longer holds must not get this one's bytes.
+  if (
+    (request.ifMatch !== undefined || request.ifUnmodifiedSince !== undefined) &&
+    evaluateWritePreconditions(
+      { ifMatch: request.ifMatch, ifUnmodifiedSince: request.ifUnmodifiedSince },
+      validators,
+    ) === 'precondition_failed'
+  ) {
+    return { status: 412, headers: common };
+  }
   if (
     evaluateReadPreconditions(
       { ifNoneMatch: request.ifNoneMatch, ifModifiedSince: request.ifModifiedSince },
