@@ -74,7 +74,11 @@ describe('decideRange', () => {
     ['first-pos at size', 'bytes=1000-', 1000, { kind: 'unsatisfiable' }],
     ['zero suffix', 'bytes=-0', 1000, { kind: 'unsatisfiable' }],
     ['any range of an empty file', 'bytes=0-', 0, { kind: 'unsatisfiable' }],
-    ['suffix of an empty file', 'bytes=-10', 0, { kind: 'unsatisfiable' }],
+    ['a range from a position of an empty file', 'bytes=0-5', 0, { kind: 'unsatisfiable' }],
+    ['a zero suffix of an empty file', 'bytes=-0', 0, { kind: 'unsatisfiable' }],
+    // Satisfiable (RFC 9110 §14.1.1), and no 206 can carry zero bytes.
+    ['a suffix of an empty file is the whole', 'bytes=-10', 0, { kind: 'full' }],
+    ['a suffix among others of an empty file is the whole', 'bytes=0-,-1', 0, { kind: 'full' }],
     ['huge first-pos', 'bytes=99999999999999999999999-', 1000, { kind: 'unsatisfiable' }],
     [
       'huge last-pos is clamped',

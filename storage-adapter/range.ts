@@ -13,7 +13,7 @@ export type RangeDecision =
   | { readonly kind: 'full' }
   /** One or more ranges to send with 206; several → multipart/byteranges. */
   | { readonly kind: 'partial'; readonly ranges: readonly ByteRange[] }
-  /** A valid byte range set of which no range overlaps the representation: 416. */
+  /** A valid byte range set that is not satisfiable (RFC 9110 §14.1.1): 416. */
   | { readonly kind: 'unsatisfiable' };
 
 /** More range specs than this is treated as absurd and the header is ignored (Apache's MaxRanges idea). */
@@ -64,7 +64,7 @@ function parseSpecs(header: string): Spec[] | undefined {
 
 function resolve(spec: Spec, sizeBytes: number): ByteRange | undefined {
   if (spec.kind === 'suffix') {
-    // A zero-length suffix, or any suffix of an empty representation, is unsatisfiable.
+    // A zero-length suffix is unsatisfiable; an empty representation has no bytes to name (see decideRange).
     if (spec.length === 0 || sizeBytes === 0) return undefined;
     return { start: Math.max(0, sizeBytes - spec.length), end: sizeBytes - 1 };
   }
@@ -103,7 +103,12 @@ export function decideRange(header: string | undefined, sizeBytes: number): Rang
   const specs = parseSpecs(header);
   if (!specs) return { kind: 'full' };
   const ranges = specs.map((s) => resolve(s, sizeBytes)).filter((r): r is ByteRange => r !== undefined);
-  if (ranges.length === 0) return { kind: 'unsatisfiable' };
+  if (ranges.length === 0) {
+    // A non-zero suffix is satisfiable at any size (RFC 9110 §14.1.1: of an empty representation, the
+    // only satisfiable form), yet of one no 206 can say which bytes it sends: the whole, empty, body.
+    if (sizeBytes === 0 && specs.some((s) => s.kind === 'suffix' && s.length > 0)) return { kind: 'full' };
+    return { kind: 'unsatisfiable' };
+  }
   return { kind: 'partial', ranges: needsCoalescing(ranges) ? coalesce(ranges) : ranges };
 }
 

@@ -201,8 +201,18 @@ describe.each(ALL_STORE_KINDS)('content API over real HTTP (%s store)', (kind) =
     expect(head.body.length).toBe(0);
   });
 
-  it('any range of an empty file is 416; a malformed or foreign Range is ignored (200)', async () => {
+  it('a range from a position of an empty file is 416, a suffix one 200 (RFC 9110 §14.1.1); a malformed or foreign Range is ignored (200)', async () => {
     expect((await get('size-0', { range: 'bytes=0-' })).headers['content-range']).toBe('bytes */0');
+    // A non-zero suffix is satisfiable whatever the size ("the last 10 bytes, or all if fewer"),
+    // and no 206 can carry zero bytes: the whole, empty, body.
+    for (const range of ['bytes=-10', 'bytes=0-,-1'])
+      for (const method of ['GET', 'HEAD']) {
+        const res = await get('size-0', { range }, method);
+        expect(res.status, `${method} ${range}`).toBe(200);
+        expect(res.headers['content-length']).toBe('0');
+        expect(res.headers['content-range']).toBeUndefined();
+      }
+    expect((await get('size-0', { range: 'bytes=-0' })).status).toBe(416);
     for (const range of ['bytes=5-1', 'bytes=x-y', 'lines=1-2']) {
       const res = await get(`size-${size}`, { range });
       expect(res.status).toBe(200);
