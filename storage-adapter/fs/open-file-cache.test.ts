@@ -137,6 +137,34 @@ describe('OpenFileCache', () => {
     expect(await openInDir()).toBe(0);
   });
 
+  it('an open in flight when its name is forgotten serves the reader that asked, and is not kept for later ones', async () => {
+    const cache = new OpenFileCache({ maxEntries: 4, idleMs: 1000, clock: new Clock() });
+    const counter = { opens: 0 };
+    let opened!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      opened = resolve;
+    });
+    const open = opener('f7', counter);
+    // The old file is opened, then an upload puts other bytes under the name and forgets it.
+    const first = cache.acquire('f7', async () => {
+      const file = await open();
+      await gate;
+      return file;
+    });
+    await expect.poll(() => counter.opens).toBe(1);
+    cache.forget('f7');
+    opened();
+    const lease = await first;
+    const later = await cache.acquire('f7', open);
+    expect(counter.opens).toBe(2);
+    expect(later.file.handle).not.toBe(lease.file.handle);
+    await later.release();
+    await lease.release();
+    expect(cache.stats().entries).toBe(1);
+    await cache.close();
+    await settled(openInDir).toBe(0);
+  });
+
   it('with 0 entries it still works and leaves nothing open', async () => {
     const cache = new OpenFileCache({ maxEntries: 0, idleMs: 1000, clock: new Clock() });
     const counter = { opens: 0 };

@@ -107,6 +107,8 @@ export class OpenFileCache {
    */
   forget(key: string): void {
     this.#slots.delete(key);
+    // An open in flight may have reached the file the name led to before: its readers take it, the table does not.
+    this.#opening.delete(key);
   }
 
   /** The open file for `key`, opening it with `open` on a miss. */
@@ -124,9 +126,9 @@ export class OpenFileCache {
   }
 
   #open(key: string, open: () => Promise<OpenFile>): Promise<Slot> {
-    let pending = this.#opening.get(key);
+    const pending = this.#opening.get(key);
     if (pending) return pending;
-    pending = open().then((file) => {
+    const opening: Promise<Slot> = open().then((file) => {
       const fresh: Slot = {
         file,
         refs: 0,
@@ -134,14 +136,17 @@ export class OpenFileCache {
         evicted: false,
         closed: false,
       };
-      // With maxEntries 0 the table refuses it: the slot then lives for its readers only.
-      if (!this.#slots.set(key, fresh, file.sizeBytes)) fresh.evicted = true;
+      // Forgotten meanwhile, or (maxEntries 0) refused by the table: the slot lives for its readers only.
+      const stale = this.#opening.get(key) !== opening;
+      if (stale || !this.#slots.set(key, fresh, file.sizeBytes)) fresh.evicted = true;
       return fresh;
     });
-    this.#opening.set(key, pending);
-    const forget = () => this.#opening.delete(key);
-    pending.then(forget, forget);
-    return pending;
+    this.#opening.set(key, opening);
+    const done = () => {
+      if (this.#opening.get(key) === opening) this.#opening.delete(key);
+    };
+    opening.then(done, done);
+    return opening;
   }
 
   #lease(held: Slot): OpenFileLease {
