@@ -246,6 +246,9 @@ async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext
       key,
       body,
       admit: held && ((staged) => held.admit(staged)),
+      // Not ours: the row was there all along (or a concurrent publisher's won), and holds for it too
+      // (If-None-Match: * from two clients at once gives one 201 and one 412, whatever the bytes).
+      precondition,
       contentType,
       publishedBy: ctx.principal?.id ?? null,
       stage: {
@@ -258,9 +261,6 @@ async function upload(deps: ContentDeps, kind: ArtifactKind, ctx: RequestContext
         chunksOwned: true,
       },
     });
-    // Not ours: the row was there all along (or a concurrent publisher's won), and holds for it too
-    // (If-None-Match: * from two clients at once gives one 201 and one 412).
-    if (result.outcome !== 'created') precondition?.(result.entry);
     const status = result.outcome === 'created' ? 201 : 200;
     ctx.auditDetails = { outcome: result.outcome, sha256: result.entry.sha256, sizeBytes: result.entry.sizeBytes };
     const headers: Record<string, string> = { etag: `"${result.entry.sha256}"` };

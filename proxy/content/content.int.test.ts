@@ -1,5 +1,6 @@
 import { readdir } from 'node:fs/promises';
 import net from 'node:net';
+import http from '../../lib/node-http.ts';
 import { gzipSync } from 'node:zlib';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
@@ -387,6 +388,44 @@ describe.each(ALL_STORE_KINDS)('content API over real HTTP (%s store)', (kind) =
     expect((await remove({ 'if-match': `"x", ${current.etag}`, 'if-unmodified-since': earlier })).status).toBe(204);
     expect((await get('conditional-write')).status).toBe(404);
     expect((await remove({ 'if-match': '*' })).status).toBe(404);
+  });
+
+  it('If-None-Match: * on two uploads of other bytes at once: one 201, the other 412 (not 409), whichever publishes first', async () => {
+    const first = randomContent(3000);
+    const second = randomContent(3000);
+    const target = new URL(`${base()}/artifacts/create-race`);
+    // The first upload's preconditions pass (its 100 Continue), then it holds its body back.
+    const held = http.request(target, {
+      method: 'PUT',
+      agent: false,
+      headers: {
+        ...auth(),
+        'content-type': 'application/x-test',
+        'content-length': String(first.length),
+        'if-none-match': '*',
+        expect: '100-continue',
+      },
+    });
+    const answer = new Promise<{ status: number; body: string }>((resolve, reject) => {
+      held.on('response', (res) => {
+        let body = '';
+        res.on('data', (c: Buffer) => {
+          body += c.toString();
+        });
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      });
+      held.on('error', reject);
+    });
+    await new Promise<void>((resolve) => held.once('continue', () => resolve()));
+    // Another writer (one upload at a time per principal).
+    const other = await createServiceAccount(db.pool, { grants: { files: 'write' } });
+    const won = await upload('create-race', second, { ...bearer(other.key), 'if-none-match': '*' });
+    expect(won.status).toBe(201);
+    held.end(first);
+    const late = await answer;
+    expect(late.status, late.body).toBe(412);
+    expect(JSON.parse(late.body)).toMatchObject({ code: 'precondition_failed' });
+    expect((await get('create-race')).body.equals(second)).toBe(true);
   });
 
   it('publishing is immutable: same bytes 200, other bytes 409, digest or length mismatch 400 and nothing published', async () => {

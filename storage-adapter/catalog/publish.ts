@@ -15,6 +15,12 @@ export interface PublishRequest {
   readonly stage: StageOptions;
   /** Stages the bytes another way than `store.stage(body)` (server-side assembly); undefined → `body` is staged. */
   readonly stager?: ((options: StageOptions) => Promise<StagedBlob | undefined>) | undefined;
+  /**
+   * The request's write preconditions, checked against a row found under the key (there before, or
+   * a concurrent publisher's that won) before its bytes are compared: one that fails throws (412)
+   * whatever the bytes, as it would have had that row been there when the request began.
+   */
+  readonly precondition?: ((current: CatalogEntry) => void) | undefined;
   /** A storage-quota reservation the catalog insert settles (deletes) in the same statement. */
   readonly settleReservation?: string | undefined;
   /**
@@ -48,6 +54,7 @@ export async function publishArtifact(
   try {
     const existing = await deps.catalog.get(request.key);
     if (existing) {
+      request.precondition?.(existing);
       const unchanged = compare(existing, staged.sha256);
       // The row names these very bytes, and what is under the blob name was never checked here: gone
       // (quarantined by scrub, lost by the store) or damaged (bit rot, cut short, replaced on the
@@ -81,7 +88,9 @@ export async function publishArtifact(
         'Offline maintenance removed the bytes before they were published; nothing was published. Send them again.',
       );
     }
-    return inserted ? { outcome: 'created', entry } : compare(entry, staged.sha256);
+    if (inserted) return { outcome: 'created', entry };
+    request.precondition?.(entry);
+    return compare(entry, staged.sha256);
   } finally {
     await staged.discard();
   }
