@@ -125,6 +125,38 @@ describe('cached catalog (real PostgreSQL)', () => {
     expect(await catalog.get(key('notified'))).toBeUndefined();
   });
 
+  it('a lookup that read a row before this process deleted it, and answers after, does not cache it', async () => {
+    const { inner, catalog } = await open();
+    await publish(createCatalog(db.pool), 'raced');
+    const read = inner.get.bind(inner);
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let reached!: () => void;
+    const readDone = new Promise<void>((resolve) => {
+      reached = resolve;
+    });
+    inner.get = async (k) => {
+      const row = await read(k);
+      reached();
+      await held;
+      return row;
+    };
+    const early = catalog.get(key('raced'));
+    await readDone;
+    expect(await catalog.remove(key('raced'))).toBe(true);
+    inner.get = read;
+    // A lookup after the DELETE does not join the one begun before it.
+    const late = catalog.get(key('raced'));
+    release();
+    expect(await late).toBeUndefined();
+    expect((await early)?.name).toBe('raced');
+    // No epoch poll has run: the cache alone must not bring the deleted row back.
+    expect(await catalog.get(key('raced'))).toBeUndefined();
+    expect(catalog.peek?.(key('raced'))).toBeUndefined();
+  });
+
   it('peek answers at once from a trusted cache only: nothing before the first get, nothing once deleted or stale', async () => {
     const { clock, watcher, inner, catalog } = await open();
     await publish(createCatalog(db.pool), 'peeked');

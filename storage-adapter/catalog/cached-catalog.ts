@@ -6,8 +6,8 @@
  * PostgreSQL cannot answer is 503 `unavailable`, never a possibly deleted row.
  *
  * Only rows that exist are cached (a name published later needs no invalidation). Concurrent misses
- * for one key share one query; a result that raced an invalidation is returned but not kept, and
- * requests arriving after the invalidation start a fresh query.
+ * for one key share one query; a result that raced an invalidation or a removal by this process is
+ * returned but not kept, and requests arriving after either start a fresh query.
  */
 import type { ArtifactKey, Catalog, CatalogEntry } from './catalog.ts';
 import { StorageError } from '../errors.ts';
@@ -63,6 +63,11 @@ export function createCachedCatalog(
   let inflight = new Map<string, Promise<CatalogEntry | undefined>>();
   let hits = 0;
   let misses = 0;
+  /**
+   * Removals by this process begun so far: a lookup that overlapped one may hold the row it
+   * deleted, and the epoch's generation moves only when the watcher hears of it.
+   */
+  let removals = 0;
   validity.onInvalidate(() => {
     rows.clear();
     inflight = new Map();
@@ -70,13 +75,15 @@ export function createCachedCatalog(
 
   async function load(id: string, key: ArtifactKey): Promise<CatalogEntry | undefined> {
     const generation = validity.generation;
+    const removalsBefore = removals;
     let entry: CatalogEntry | undefined;
     try {
       entry = await inner.get(key);
     } catch (err) {
       throw new StorageError('unavailable', 'The catalog cannot be read right now; retry later.', { cause: err });
     }
-    if (entry && validity.trusted && validity.generation === generation) rows.set(id, entry, entryBytes(entry));
+    if (entry && validity.trusted && validity.generation === generation && removals === removalsBefore)
+      rows.set(id, entry, entryBytes(entry));
     return entry;
   }
 
@@ -113,9 +120,12 @@ export function createCachedCatalog(
     },
     async remove(key, precondition) {
       // This process forgets at once; the epoch bump tells every other gateway.
+      removals++;
       rows.delete(keyString(key));
       const removed = await inner.remove(key, precondition);
+      // Nor do lookups from now on share one begun before: it may have read the row.
       rows.delete(keyString(key));
+      inflight.delete(keyString(key));
       if (removed) await options.announceRemoval?.();
       return removed;
     },
