@@ -163,3 +163,24 @@ describe('arkvory ratelimit publish / unpublish / show', () => {
     expect(refused.stderr).toContain(`${bad}:3:`);
   });
 });
+
+describe('arkvory ratelimit with Redis down', () => {
+  it('show, publish and unpublish fail with one redis_unreachable line naming Redis without its password, exit 1', async () => {
+    const p = await file('down.yaml', 'rate_limits:\n  gateway_request:\n    - name: r\n      action: skip\n');
+    const env = { ARKVORY_REDIS_URL: 'redis://:s3cret-pw@127.0.0.1:1', ARKVORY_DATABASE_URL: db.url };
+    for (const args of [['show'], ['publish', p], ['unpublish', 'gateway_request', 'r']]) {
+      const result = await runCli(['ratelimit', ...args], env);
+      const lines = result.stderr.split('\n').filter((l) => l && !l.startsWith('{'));
+      expect([result.code, result.stdout, lines], args.join(' ')).toEqual([
+        1,
+        '',
+        [
+          expect.stringMatching(
+            /^arkvory: redis_unreachable: Redis at redis:\/\/<redacted>@127\.0\.0\.1:1 did not answer: /,
+          ),
+        ],
+      ]);
+      expect(result.stderr).not.toContain('s3cret-pw');
+    }
+  });
+});

@@ -40,7 +40,18 @@ async function openRegistry(
   if (!config.redisUrl || audited) pool = await openCliPool(env);
   if (config.redisUrl) {
     redis = createRateLimitRedis(config.redisUrl, log, systemClock);
-    await redis.connect();
+    try {
+      await redis.connect();
+    } catch (err) {
+      redis.disconnect();
+      await pool?.end();
+      const { GatewayError } = await import('../server/errors.ts');
+      const { redactRedisTarget } = await import('../../policy/rate-limit/redis-target.ts');
+      throw new GatewayError(
+        'redis_unreachable',
+        `Redis at ${redactRedisTarget(config.redisUrl)} did not answer: ${(err as Error).message}`,
+      );
+    }
   }
   const documents = redis
     ? createRedisRuleDocuments(redis, ruleDocumentsPrefix(config.redisKeyPrefix, redis.isCluster))

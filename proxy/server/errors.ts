@@ -97,7 +97,7 @@ export const GATEWAY_ERRORS = defineErrors('proxy/server/errors.ts', {
     status: null,
     message: 'Redis (`ARKVORY_REDIS_URL`) did not answer.',
     advice:
-      'Start Redis or fix `ARKVORY_REDIS_URL` (`arkvory doctor` checks it); a backup or restore reads or writes the published rule documents there.',
+      'Start Redis or fix `ARKVORY_REDIS_URL` (`arkvory doctor` checks it); a backup or restore reads or writes the published rule documents there, and `arkvory ratelimit publish|unpublish|show` works on them there. The CLI exits 1.',
   },
   embedded_database_lost: {
     status: null,
