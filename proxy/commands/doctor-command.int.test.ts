@@ -4,6 +4,7 @@
  * is written to the database.
  */
 import { randomUUID } from 'node:crypto';
+import { type AddressInfo, createServer } from 'node:net';
 import { rename, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import path from 'node:path';
@@ -129,6 +130,24 @@ describe('arkvory doctor', () => {
     expect(r.stdout).toContain(`cannot reach redis://127.0.0.1:${redisPort}/0?<redacted>`);
     expect(r.stdout + r.stderr).not.toMatch(/S3cret/);
   });
+
+  it('a Redis that takes the connection and never answers: FAIL redis within its bound, not a hang', async () => {
+    const silent = createServer(() => {});
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    try {
+      const { port } = silent.address() as AddressInfo;
+      const r = await runCli(['doctor'], {
+        ARKVORY_DATABASE_URL: migrated.url,
+        ARKVORY_REDIS_URL: `redis://127.0.0.1:${port}`,
+        ARKVORY_DATA_DIR: await makeTempDir(),
+      });
+      expect(r.code, r.stderr).toBe(1);
+      expect(lines(r.stdout).get('redis')).toBe('FAIL');
+      expect(r.stdout).toContain(`FAIL redis: cannot reach redis://127.0.0.1:${port}: `);
+    } finally {
+      silent.close();
+    }
+  }, 120_000);
 
   it('a database without the migrations: FAIL migrations', async () => {
     const r = await runCli(['doctor'], { ARKVORY_DATABASE_URL: empty.url, ARKVORY_DATA_DIR: await makeTempDir() });

@@ -159,6 +159,9 @@ async function checkRedis(config: Config): Promise<CheckResult> {
   const { target } = parsed;
   const perConnection = {
     connectTimeout: TIMEOUT_MS,
+    // connectTimeout ends at the TCP connect: a Redis that takes the connection and never answers
+    // (stopped, or another service on its port) would hold the ready check and the PING forever.
+    commandTimeout: TIMEOUT_MS,
     maxRetriesPerRequest: 0,
     ...(target.kind === 'cluster' && target.username ? { username: target.username } : {}),
     ...(target.kind === 'cluster' && target.password ? { password: target.password } : {}),
