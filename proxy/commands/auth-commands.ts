@@ -1,4 +1,4 @@
-import { AdminStore, parseScopes } from '../../policy/auth/admin-store.ts';
+import { AdminStore, MAX_KEY_LIFETIME_SECONDS, parseScopes } from '../../policy/auth/admin-store.ts';
 import { PolicyError } from '../../policy/errors.ts';
 import type { Permission } from '../../policy/auth/authorize.ts';
 import { certificateDetails, grantDetails, keyDetails, principalDetails } from '../audit/admin-details.ts';
@@ -80,10 +80,21 @@ function ceilingOptions(input: { string(name: string): string | undefined }): {
   };
 }
 
+/** `--expires-in` in seconds, checked as an option: past the longest a key lives is a usage error (exit 2). */
+function expiresInOption(text: string | undefined): number | undefined {
+  if (text === undefined) return undefined;
+  const seconds = parseDuration(text);
+  if (seconds > MAX_KEY_LIFETIME_SECONDS)
+    throw new UsageError(
+      `--expires-in "${text}" is longer than ${MAX_KEY_LIFETIME_SECONDS / 86400}d (10 years), the longest a key lives; leave it out for a key that does not expire`,
+    );
+  return seconds;
+}
+
 const EXPIRES_IN = {
   type: 'string',
   value: '30d',
-  description: 'the key stops working after this long: seconds, or 90s, 15m, 12h, 30d (default: never)',
+  description: 'the key stops working after this long: seconds, or 90s, 15m, 12h, 30d; at most 3650d (default: never)',
 } as const;
 
 export const principalsCommand: Command = defineCommand({
@@ -226,8 +237,7 @@ ${DATABASE_NOTE}`,
         description: { type: 'string', value: 'TEXT', description: 'a note stored with the key' },
       },
       run(input, env) {
-        const expires = input.string('expires-in');
-        const expiresInSeconds = expires === undefined ? undefined : parseDuration(expires);
+        const expiresInSeconds = expiresInOption(input.string('expires-in'));
         const scopes = scopesOption(input.string('scopes'));
         const kind = kindOption(input.string('kind'));
         const description = input.string('description');
@@ -268,8 +278,7 @@ ${DATABASE_NOTE}`,
         'expires-in': { ...EXPIRES_IN, description: 'the new key stops working after this long (default: never)' },
       },
       run(input, env) {
-        const expires = input.string('expires-in');
-        const expiresInSeconds = expires === undefined ? undefined : parseDuration(expires);
+        const expiresInSeconds = expiresInOption(input.string('expires-in'));
         return withStore(
           env,
           (s) => s.rotateKey(input.positionals[0]!, expiresInSeconds ? { expiresInSeconds } : {}),

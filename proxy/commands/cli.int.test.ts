@@ -84,6 +84,30 @@ describe('arkvory keys create with a mistyped option', () => {
       ).toEqual(['bob']);
     }
   }, 120_000);
+
+  it('`keys create` and `keys rotate` with an --expires-in past 10 years exit 2 naming the option, before the database', async () => {
+    const env = { ARKVORY_DATABASE_URL: db.url };
+    expect((await runCli(['principals', 'create', 'eve'], env)).code).toBe(0);
+    const made = await runCli(['keys', 'create', 'eve'], env);
+    const { keyId } = JSON.parse(made.stdout) as { keyId: string };
+    for (const args of [
+      ['keys', 'create', 'eve', '--expires-in', '3651d'],
+      ['keys', 'rotate', keyId, '--expires-in', '100000000d'],
+    ]) {
+      const form = args.slice(0, 2).join(' ');
+      const long = await runCli(args, env);
+      expect([long.code, long.stdout, long.stderr]).toEqual([
+        2,
+        '',
+        `arkvory ${form}: --expires-in "${args[4]}" is longer than 3650d (10 years), the longest a key lives; leave it out for a key that does not expire (see arkvory ${form} --help)\n`,
+      ]);
+    }
+    const { rows } = await db.pool.query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM arkvory_api_keys k JOIN arkvory_principals p ON p.id = k.principal_id WHERE p.name = 'eve'",
+    );
+    expect(rows[0]!.n).toBe(1);
+    expect((await runCli(['keys', 'create', 'eve', '--expires-in', '3650d'], env)).code).toBe(0);
+  });
 });
 
 /** A command through npm (npx / npm run), with PATH so that the pinned node and npm are found. */
