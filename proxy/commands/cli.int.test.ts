@@ -1,4 +1,4 @@
-import { readdir, readFile } from 'node:fs/promises';
+import { readdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { useTestDatabase } from '../../test/support/database.ts';
@@ -238,5 +238,56 @@ describe('README and docs/', () => {
       }
     }
     expect(checked).toBeGreaterThan(10);
+  });
+});
+
+describe('arkvory get, put and presign with a URL that is not http(s)', () => {
+  it('is a usage error at once (exit 2, one line naming where it came from, no stack), the URL not quoted back', async () => {
+    const dir = await makeTempDir('arkvory-cli-url-');
+    const link = path.join(dir, 'link');
+    await writeFile(link, 'http://[bad/x?signature=S3cretSig\n');
+    const key = { ARKVORY_KEY: 'ark_abcdabcdabcdabcd_S3cretKey' };
+    const out = path.join(dir, 'out');
+    const cases: Array<[string[], Record<string, string>, string]> = [
+      [['get', '--link-file', link, '-o', out], {}, 'arkvory get: the URL to get is not an http:// or https:// URL'],
+      [
+        ['get', 'r/a', '-o', out],
+        { ...key, ARKVORY_URL: 'ftp://gw' },
+        'arkvory get: --url or ARKVORY_URL is not an http:// or https:// URL',
+      ],
+      [
+        ['get', 'http://127.0.0.1:1/r/a', '--mirror', 'garbage', '-o', out],
+        {},
+        'arkvory get: --mirror is not an http:// or https:// URL',
+      ],
+      [
+        ['put', '/etc/hostname', 'http://[bad/x'],
+        key,
+        'arkvory put: the URL to put to is not an http:// or https:// URL',
+      ],
+      [
+        ['put', '/etc/hostname', 'r/a', '--url', 'ftp://gw'],
+        key,
+        'arkvory put: --url or ARKVORY_URL is not an http:// or https:// URL',
+      ],
+      [
+        ['presign', 'r', 'a', '--url', 'ftp://gw'],
+        key,
+        'arkvory presign: --url or ARKVORY_URL is not an http:// or https:// URL',
+      ],
+      [
+        ['presign', 'r', 'a', '--url', 'not a url'],
+        key,
+        'arkvory presign: --url or ARKVORY_URL is not an http:// or https:// URL',
+      ],
+    ];
+    for (const [args, env, said] of cases) {
+      const r = await runCli(args, env);
+      expect([r.code, r.stdout, r.stderr], args.join(' ')).toEqual([
+        2,
+        '',
+        `${said} (see arkvory ${args[0]} --help)\n`,
+      ]);
+    }
   });
 });

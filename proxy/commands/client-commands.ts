@@ -52,8 +52,16 @@ async function keyFrom(
   return undefined;
 }
 
+/** `text` when it is an http(s) URL; else a usage error naming `what` (not quoting it: a link or user info is a credential). */
+export function httpUrl(text: string, what: string): string {
+  const protocol = URL.canParse(text) ? new URL(text).protocol : undefined;
+  if (protocol !== 'http:' && protocol !== 'https:') throw new UsageError(`${what} is not an http:// or https:// URL`);
+  return text;
+}
+
 function gatewayUrl(url: string | undefined, env: NodeJS.ProcessEnv): string | undefined {
-  return url ?? env[CLIENT_VARIABLES.url];
+  const base = url ?? env[CLIENT_VARIABLES.url];
+  return base === undefined ? undefined : httpUrl(base, '--url or ARKVORY_URL');
 }
 
 /** Runs a client action; a client or gateway refusal is one line on stderr and exit 1. */
@@ -134,8 +142,11 @@ ${CONNECTION_NOTE}`,
         const { ArkvoryClientError, contentUrl, download, KeyScope } = await sdk();
         return reporting(async () => {
           const base = gatewayUrl(input.string('url'), env);
-          const mirrors = input.strings('mirror');
-          const url = contentUrl(await whatToGet(input.positionals[0], input.string('link-file')), base);
+          const mirrors = input.strings('mirror').map((m) => httpUrl(m, '--mirror'));
+          const url = httpUrl(
+            contentUrl(await whatToGet(input.positionals[0], input.string('link-file')), base),
+            'the URL to get',
+          );
           const output = input.string('output') ?? outputNameOf(url);
           // A pre-signed link is its own credential, and may come from anyone: ARKVORY_KEY is not
           // sent to the host it names (nor would the gateway then hold the link to its content).
@@ -244,7 +255,7 @@ ${CONNECTION_NOTE}`,
         const { baseUrlOf, KeyScope, upload } = await sdk();
         return reporting(() => {
           const base = gatewayUrl(input.string('url'), env);
-          const url = baseUrlOf(target!, base);
+          const url = httpUrl(baseUrlOf(target!, base), 'the URL to put to');
           // An upload cannot work without the key, and a URL may come from anyone: refuse rather
           // than send the key to a host that is not the gateway.
           if (!new KeyScope(base === undefined ? [] : [base]).allows(url))
