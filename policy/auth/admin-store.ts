@@ -118,7 +118,7 @@ function noSuchKey(keyId: string): PolicyError {
  * owner of a leaked key may paste the key where the principal belongs, and this message is answered
  * and logged.
  */
-function noSuchPrincipal(ref: string): PolicyError {
+export function noSuchPrincipal(ref: string): PolicyError {
   return new PolicyError(
     'not_found',
     KEY_PATTERN.test(ref)

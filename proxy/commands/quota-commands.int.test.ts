@@ -57,7 +57,7 @@ describe('arkvory quota', () => {
     expect(again.stderr).toContain('no repository quota is set for cli-quota');
     const nobody = await runCli(['quota', 'show', '--principal', 'no-such-principal'], env);
     expect(nobody.code).toBe(1);
-    expect(nobody.stderr).toContain('no principal no-such-principal');
+    expect(nobody.stderr).toBe('arkvory: not_found: no principal "no-such-principal"\n');
     const both = await runCli(['quota', 'show', '--principal', name, '--repository', 'cli-quota'], env);
     expect(both.code).toBe(2);
     expect(both.stderr).toContain('give either --repository or --principal');
@@ -71,5 +71,24 @@ describe('arkvory quota', () => {
     const badSize = await runCli(['quota', 'set', '--repository', 'cli-quota', '--bytes', 'lots'], env);
     expect(badSize.code).toBe(2);
     expect(badSize.stderr).toContain('is not a size');
+  });
+
+  it('a whole key where --principal belongs (the owner of a leaked key) is not found and never quoted back', async () => {
+    const env = { ARKVORY_DATABASE_URL: db.url };
+    const leaked = await createServiceAccount(db.pool, { scopes: ['read'] });
+    const secret = leaked.key.slice(`ark_${leaked.keyId}_`.length);
+    for (const args of [
+      ['show', '--principal', leaked.key],
+      ['set', '--principal', leaked.key, '--bytes', '1G'],
+      ['unset', '--principal', leaked.key],
+    ]) {
+      const r = await runCli(['quota', ...args], env);
+      expect([r.code, r.stdout, r.stderr], args[0]).toEqual([
+        1,
+        '',
+        'arkvory: not_found: no principal by that reference (a principal is named by its id or its name, not by one of its keys)\n',
+      ]);
+      expect(r.stderr).not.toContain(secret);
+    }
   });
 });

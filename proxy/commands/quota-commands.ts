@@ -1,4 +1,5 @@
 import { parseSize } from './client-commands.ts';
+import { noSuchPrincipal } from '../../policy/auth/admin-store.ts';
 import { quotaBody } from '../admin/quota-admin-routes.ts';
 import type { QuotaScope } from '../../policy/quota/quota-check.ts';
 import { createStorageQuotas, type StorageQuotas } from '../../policy/quota/storage-quotas.ts';
@@ -48,7 +49,7 @@ async function subject(quotas: StorageQuotas, scope: QuotaScope, named: string):
   if (found !== undefined) return found;
   throw scope === 'repository'
     ? new GatewayError('invalid_request', `"${named}" is not a repository name`)
-    : new GatewayError('not_found', `no principal ${named}`);
+    : noSuchPrincipal(named);
 }
 
 export const quotaCommand: Command = defineCommand({
