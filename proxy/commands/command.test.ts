@@ -46,6 +46,20 @@ const demo: Command = defineCommand({
 });
 
 describe('parsing a form (node:util parseArgs, strict)', () => {
+  it('refuses an option that is not repeatable given twice, by either spelling, naming it: the later would silently win', () => {
+    for (const args of [
+      ['make', 'x', '--level', '3', '--level', '4'],
+      ['make', 'x', '--level=3', '--level', '3'],
+      ['make', 'x', '-o', 'a', '--output', 'b'],
+      ['make', 'x', '--force', '--force'],
+    ]) {
+      const name = args[2]!.startsWith('-o') || args[2] === '-o' ? 'output' : args[2]!.replace(/^--|=.*$/g, '');
+      expectUsageError(invoke(demo, args), 'arkvory demo make', `--${name} given twice; give it once`);
+    }
+    // A repeatable option stays repeatable.
+    expect(invoke(demo, ['make', 'x', '--mirror', 'a', '--mirror', 'b']).kind).toBe('run');
+  });
+
   it('gives run the declared options by name, repeated options in order, and the positionals', () => {
     const inv = invoke(demo, ['make', 'x', '--level', '3', '-o', 'f.bin', '--mirror=a', '--mirror', 'b', '--force']);
     expect(inv.kind).toBe('run');

@@ -42,7 +42,7 @@ export class Input<O extends OptionSpecs = OptionSpecs> {
     this.positionals = positionals;
   }
 
-  /** The value of a string option, if given (the last one when given twice). */
+  /** The value of a string option, if given (parseForm refuses one given twice). */
   string(name: OptionNames<O, 'string', false>): string | undefined {
     const v = this.#values[name];
     return typeof v === 'string' ? v : undefined;
@@ -235,6 +235,20 @@ function refusal(tokens: ReturnType<typeof tokensOf>, options: OptionSpecs): str
   return undefined;
 }
 
+/**
+ * An option that is not repeatable given twice: the later would silently win, so `--sha256 A
+ * --sha256 B` would purge B alone and `--scopes admin … --scopes read` make a read key.
+ */
+function repeated(tokens: ReturnType<typeof tokensOf>, options: OptionSpecs): string | undefined {
+  const seen = new Set<string>();
+  for (const token of tokens) {
+    if (token.kind !== 'option' || options[token.name]?.multiple) continue;
+    if (seen.has(token.name)) return `--${token.name} given twice; give it once`;
+    seen.add(token.name);
+  }
+  return undefined;
+}
+
 function positionalsProblem(args: string | undefined, positionals: readonly string[]): string | undefined {
   const declared = (args ?? '').split(/\s+/).filter(Boolean);
   const required = declared.filter((a) => !a.startsWith('['));
@@ -278,7 +292,7 @@ export function parseForm(command: CommandSpec, f: Form, args: string[]): Invoca
     const message = refusal(tokens, options) ?? (err as Error).message.split('\n')[0]!;
     return { kind: 'usage-error', prog, message };
   }
-  const problem = positionalsProblem(f.args, parsed.positionals);
+  const problem = repeated(tokens, options) ?? positionalsProblem(f.args, parsed.positionals);
   if (problem) return { kind: 'usage-error', prog, message: problem };
   return {
     kind: 'run',
