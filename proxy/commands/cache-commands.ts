@@ -50,7 +50,11 @@ counters are GET /api/v1/admin/cache on a gateway and its /metrics. Output is JS
         const sha256 = input.string('sha256');
         const repository = input.string('repository');
         const artifact = input.string('artifact');
-        if ((sha256 === undefined) === (repository === undefined || artifact === undefined))
+        const byArtifact = repository !== undefined || artifact !== undefined;
+        if (
+          (sha256 !== undefined) === byArtifact ||
+          (byArtifact && (repository === undefined || artifact === undefined))
+        )
           throw new UsageError('give --sha256, or --repository and --artifact');
         if (sha256 !== undefined && !isSha256Hex(sha256))
           throw new UsageError('--sha256 must be 64 lowercase hex digits');

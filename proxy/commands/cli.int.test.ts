@@ -291,3 +291,20 @@ describe('arkvory get, put and presign with a URL that is not http(s)', () => {
     }
   });
 });
+
+describe('arkvory cache purge names its blob one way', () => {
+  it('--sha256 with --repository or --artifact is a usage error, not a purge of the --sha256 alone', async () => {
+    const sha = 'a'.repeat(64);
+    for (const extra of [
+      ['--repository', 'libs'],
+      ['--artifact', 'app'],
+    ]) {
+      const r = await runCli(['cache', 'purge', '--sha256', sha, ...extra], {});
+      expect([r.code, r.stdout, r.stderr]).toEqual([
+        2,
+        '',
+        'arkvory cache purge: give --sha256, or --repository and --artifact (see arkvory cache purge --help)\n',
+      ]);
+    }
+  });
+});
