@@ -4,7 +4,6 @@
  * is written to the database.
  */
 import { randomUUID } from 'node:crypto';
-import { type AddressInfo, createServer } from 'node:net';
 import { rename, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import path from 'node:path';
@@ -12,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, runCli, startGateway } from '../../test/support/gateway.ts';
 import { CHECKS } from './doctor-command.ts';
-import { freeLoopbackPort } from '../../test/harness/index.ts';
+import { freeLoopbackPort, startRedisServer } from '../../test/harness/index.ts';
 
 type Db = TestDatabase & { drop(): Promise<void> };
 let migrated: Db;
@@ -132,10 +131,11 @@ describe('arkvory doctor', () => {
   });
 
   it('a Redis that takes the connection and never answers: FAIL redis within its bound, not a hang', async () => {
-    const silent = createServer(() => {});
-    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    // A stopped redis-server: the kernel still completes the connection, nothing answers on it.
+    const redis = await startRedisServer();
+    process.kill(redis.child.pid!, 'SIGSTOP');
     try {
-      const { port } = silent.address() as AddressInfo;
+      const { port } = redis;
       const r = await runCli(['doctor'], {
         ARKVORY_DATABASE_URL: migrated.url,
         ARKVORY_REDIS_URL: `redis://127.0.0.1:${port}`,
@@ -145,7 +145,8 @@ describe('arkvory doctor', () => {
       expect(lines(r.stdout).get('redis')).toBe('FAIL');
       expect(r.stdout).toContain(`FAIL redis: cannot reach redis://127.0.0.1:${port}: `);
     } finally {
-      silent.close();
+      process.kill(redis.child.pid!, 'SIGCONT');
+      await redis.stop('SIGKILL');
     }
   }, 120_000);
 
