@@ -3,7 +3,7 @@
  * Exit codes like scrub: 0 done and clean, 1 failed or found damage, 2 usage.
  */
 import { GatewayError } from '../server/errors.ts';
-import { redactRedisTarget } from '../../policy/rate-limit/redis-target.ts';
+import { redactRedisTarget, ruleDocumentsPrefix } from '../../policy/rate-limit/redis-target.ts';
 import { recordCliAction } from './cli-audit.ts';
 import path from 'node:path';
 import { pino } from 'pino';
@@ -36,16 +36,14 @@ import { progressReporter } from './maintenance-commands.ts';
 
 const MiB = 1048576;
 
-/** The rule document store of a configuration with Redis (documents live there, not in the database). */
+/**
+ * The rule document store of a configuration with Redis (documents live there, not in the database),
+ * opened as the gateways open it: a single Redis, or a Cluster from several seeds, whose documents
+ * share one hash tag (`ruleDocumentsPrefix`).
+ */
 async function openRedisRuleDocuments(config: Config): Promise<{ documents: RuleDocumentStore; close(): void }> {
-  const { Redis } = await import('ioredis');
-  const redis = new Redis(config.redisUrl!, {
-    lazyConnect: true,
-    maxRetriesPerRequest: 1,
-    connectTimeout: 5000,
-    retryStrategy: () => null,
-  });
-  redis.on('error', () => {});
+  const { createRateLimitRedis } = await import('../gates/rate-limit-redis.ts');
+  const redis = createRateLimitRedis(config.redisUrl!, pino({ level: 'silent' }), systemClock);
   try {
     await redis.connect();
   } catch (err) {
@@ -56,7 +54,7 @@ async function openRedisRuleDocuments(config: Config): Promise<{ documents: Rule
     );
   }
   return {
-    documents: createRedisRuleDocuments(redis, `${config.redisKeyPrefix}ratelimit:rules:`),
+    documents: createRedisRuleDocuments(redis, ruleDocumentsPrefix(config.redisKeyPrefix, redis.isCluster)),
     close: () => redis.disconnect(),
   };
 }

@@ -1,3 +1,5 @@
+import { writeFile } from 'node:fs/promises';
+import path from 'node:path';
 import { pino } from 'pino';
 import type { Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -13,7 +15,7 @@ import { systemClock } from '../../policy/clock.ts';
 import { createRateLimitRedis, type RateLimitRedis } from '../../proxy/gates/rate-limit-redis.ts';
 import { bearer, createRepository, createServiceAccount } from '../support/auth.ts';
 import { createTestDatabase } from '../support/database.ts';
-import { makeTempDir, startGateway } from '../support/gateway.ts';
+import { makeTempDir, runCli, startGateway } from '../support/gateway.ts';
 import { NODE_TIMEOUT_MS, startRedisCluster, type RedisClusterHandle } from './redis-cluster.ts';
 import { readsByPrincipal, waitUntil, writeRateLimitsFile } from '../harness/index.ts';
 
@@ -59,6 +61,57 @@ describe('rule documents on a cluster', () => {
     await docs.remove(['gateway_request', 'auth_failure']);
     expect(await docs.listIndexed()).toEqual([]);
   });
+});
+
+describe('backup and restore of rule documents on a cluster', () => {
+  it('a backup saves the rules published on the cluster, and a restore puts them back there', async () => {
+    const db = await createTestDatabase();
+    const drops = [db.drop];
+    try {
+      const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+      await writer.stop('SIGTERM');
+      const source = {
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_DATA_DIR: writer.dataDir,
+        ARKVORY_REDIS_URL: cluster.url,
+        ARKVORY_REDIS_KEY_PREFIX: 'arkvory:t:backup-a:',
+      };
+      const rules = path.join(await makeTempDir('arkvory-rules-'), 'publish.yaml');
+      await writeFile(
+        rules,
+        'rate_limits:\n  transfer_bytes:\n    - name: bytes_per_principal_per_day\n      action: limit\n      characteristics: [principal]\n      limit: 10000000000\n      period_s: 86400\n',
+      );
+      const publish = await runCli(['ratelimit', 'publish', rules], source);
+      expect(publish.code, publish.stderr).toBe(0);
+      const destination = await makeTempDir('arkvory-backups-');
+      const backup = await runCli(['backup', destination], source);
+      expect(backup.code, backup.stderr).toBe(0);
+      const saved = (JSON.parse(backup.stdout) as { ruleDocuments: number }).ruleDocuments;
+      expect(saved).toBeGreaterThanOrEqual(1);
+
+      const target = await createTestDatabase({ migrated: false });
+      drops.push(target.drop);
+      const env = {
+        ARKVORY_DATABASE_URL: target.url,
+        ARKVORY_DATA_DIR: await makeTempDir(),
+        ARKVORY_REDIS_URL: cluster.url,
+        ARKVORY_REDIS_KEY_PREFIX: 'arkvory:t:backup-b:',
+      };
+      const restore = await runCli(['restore', destination], env);
+      expect(restore.code, restore.stderr).toBe(0);
+      expect(JSON.parse(restore.stdout)).toMatchObject({ ruleDocuments: saved });
+      const shown = await runCli(['ratelimit', 'show', 'transfer_bytes'], env);
+      expect(shown.code, shown.stderr).toBe(0);
+      const limiter = (
+        JSON.parse(shown.stdout) as {
+          limiters: Array<{ tiers: { published_rules: { rules: Array<{ name: string }> } } }>;
+        }
+      ).limiters[0]!;
+      expect(limiter.tiers.published_rules.rules.map((r) => r.name)).toEqual(['bytes_per_principal_per_day']);
+    } finally {
+      for (const drop of drops) await drop();
+    }
+  }, 120_000);
 });
 
 describe('gateways on the cluster', () => {
