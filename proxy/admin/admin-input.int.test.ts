@@ -206,6 +206,8 @@ describe('principal names and key rotation', () => {
       ['GET', `/api/v1/admin/principals/${leaked.key}/keys`],
       ['POST', `/api/v1/admin/principals/${leaked.key}/keys`, { scopes: ['read'] }],
       ['GET', `/api/v1/admin/grants?principal=${leaked.key}`],
+      ['GET', `/api/v1/admin/quotas/principals/${leaked.key}`],
+      ['PUT', `/api/v1/admin/quotas/principals/${leaked.key}`, { limitBytes: 1024 }],
     ];
     for (const [method, path, body] of attempts) {
       const res = await call(method, path, body);

@@ -4,6 +4,7 @@
  * under its id. A change is audited as `arkvory quota` records it: the scope and the subject's id
  * (the route's parameter alone names neither the scope nor which principal a name meant).
  */
+import { noSuchPrincipal } from '../../policy/auth/admin-store.ts';
 import type { QuotaScope } from '../../policy/quota/quota-check.ts';
 import type { QuotaUsage, StorageQuotas } from '../../policy/quota/storage-quotas.ts';
 import { GatewayError } from '../server/errors.ts';
@@ -44,11 +45,11 @@ export function quotaAdminRoutes(quotas: StorageQuotas): Route[] {
   const subject = async (scope: QuotaScope, ctx: RequestContext): Promise<string> => {
     const named = ctx.params.subject!;
     const found = await quotas.subjectOf(scope, named);
-    if (found === undefined)
-      throw new GatewayError(
-        scope === 'repository' ? 'invalid_request' : 'not_found',
-        scope === 'repository' ? `"${named}" is not a repository name.` : `No principal ${named}.`,
-      );
+    if (found === undefined) {
+      // A key pasted where a principal belongs is not quoted back (into the answer and the log).
+      if (scope !== 'repository') throw noSuchPrincipal(named);
+      throw new GatewayError('invalid_request', `"${named}" is not a repository name.`);
+    }
     return found;
   };
   const routes: Route[] = [
