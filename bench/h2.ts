@@ -142,8 +142,9 @@ function ownCpuMsOf(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) * 10;
 }
 
-/** Pids of a process and its children (a gateway's workers). */
+/** Pids of a process and its children (a gateway's workers); the process alone once it is gone. */
 function processTree(pid: number): number[] {
+  if (!existsSync(`/proc/${pid}`)) return [pid];
   const children = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').split(' ').filter(Boolean);
   return [pid, ...children.map(Number)];
 }
@@ -209,7 +210,8 @@ async function h2load(target: Target, seconds: number, pid: number, gcDir: strin
     throw new Error(`${target.name}: failed requests:\n${out}`);
   const cpuMs = cpuMsOf(pid) - cpuBefore;
   const done = Number(counts[1]);
-  // The totals are rewritten every 100 ms: wait for the last of the run.
+  // The totals are rewritten every 100 ms: wait for the last of the run. (A bare server may be gone
+  // by then, crashed as h2load closed its streams: its file keeps what it last wrote.)
   await setTimeout(200);
   const gcMs = gcMsOf(pid, gcDir) - gcBefore;
   return {
