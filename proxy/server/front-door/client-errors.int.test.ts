@@ -1,30 +1,16 @@
-/**
- * The front door answers heads Node cannot parse on any server it is installed on (the gateway's
- * and the router's alike): 400 with a request id, 401 for bytes HTTP refuses in Authorization, and
- * the connection closes. A real server on port 0, raw sockets.
- */
-import http from 'node:http';
 import net from 'node:net';
-import type { AddressInfo } from 'node:net';
-import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DEFAULT_FRONT_DOOR, installFrontDoor, serverOptions } from '../front-door.ts';
+import { type FrontDoorServer, startFrontDoorServer } from '../../../test/support/front-door-server.ts';
 
-let server: http.Server;
+let listening: FrontDoorServer;
 let port: number;
 
 beforeAll(async () => {
-  server = http.createServer(serverOptions(DEFAULT_FRONT_DOOR));
-  const door = installFrontDoor(server, DEFAULT_FRONT_DOOR, pino({ level: 'silent' }), (req, res) => {
-    if (door.admit(req, res)) res.end('ok');
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  port = (server.address() as AddressInfo).port;
+  listening = await startFrontDoorServer();
+  port = listening.port;
 });
 
-afterAll(async () => {
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-});
+afterAll(() => listening.close());
 
 /** Sends `head` raw and returns everything the server wrote before it closed the connection. */
 function exchange(head: Buffer): Promise<string> {

@@ -5,11 +5,10 @@
  * after its answer. A real TLS listener on port 0 (proxy/server/listener.ts), node:http2 clients.
  */
 import http2 from 'node:http2';
-import type { Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { rm } from 'node:fs/promises';
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { type FrontDoorServer, startFrontDoorServer } from '../../../test/support/front-door-server.ts';
 import { systemClock } from '../../../policy/clock.ts';
 import { makeTempDir } from '../../../test/harness/temp-dir.ts';
 import {
@@ -18,15 +17,14 @@ import {
   issueServerCertificate,
 } from '../../../test/harness/tls-certs.ts';
 import { ServedTls } from '../../tls/served-tls.ts';
-import { DEFAULT_FRONT_DOOR, type FrontDoor, installFrontDoor, serverOptions } from '../front-door.ts';
-import { createListener } from '../listener.ts';
+import { DEFAULT_FRONT_DOOR, type FrontDoor } from '../front-door.ts';
 
 const MAX_CONNECTIONS = 3;
 const log = pino({ level: 'silent' });
 let dir: string;
 let ca: CertificateAuthority;
 let served: ServedTls;
-let server: Server;
+let listening: FrontDoorServer;
 let door: FrontDoor;
 let origin: string;
 const clients = new Set<http2.ClientHttp2Session>();
@@ -50,21 +48,16 @@ afterAll(async () => {
 async function listen(
   limits: typeof DEFAULT_FRONT_DOOR = { ...DEFAULT_FRONT_DOOR, maxConnections: MAX_CONNECTIONS },
 ): Promise<void> {
-  server = createListener({ http: serverOptions(limits), tls: served, log });
-  door = installFrontDoor(server, limits, log, (req, res) => {
-    if (door.admit(req, res)) res.end('ok');
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  origin = `https://localhost:${(server.address() as AddressInfo).port}`;
+  listening = await startFrontDoorServer({ limits, tls: served, log });
+  door = listening.door;
+  origin = `https://localhost:${listening.port}`;
 }
 
 afterEach(async () => {
   for (const c of clients) c.destroy();
   clients.clear();
   goaways.clear();
-  const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-  server.closeAllConnections();
-  await closed;
+  await listening.close();
 });
 
 /** A new HTTP/2 connection, its handshake and SETTINGS done. */

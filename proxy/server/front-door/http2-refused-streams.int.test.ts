@@ -6,13 +6,12 @@
  * (proxy/server/listener.ts), frames written by hand.
  */
 import http2 from 'node:http2';
-import type { Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import tls from 'node:tls';
 import { rm } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type FrontDoorServer, startFrontDoorServer } from '../../../test/support/front-door-server.ts';
 import { systemClock } from '../../../policy/clock.ts';
 import { makeTempDir } from '../../../test/harness/temp-dir.ts';
 import {
@@ -21,15 +20,14 @@ import {
   issueServerCertificate,
 } from '../../../test/harness/tls-certs.ts';
 import { ServedTls } from '../../tls/served-tls.ts';
-import { DEFAULT_FRONT_DOOR, type FrontDoor, installFrontDoor, serverOptions } from '../front-door.ts';
-import { createListener } from '../listener.ts';
+import type { FrontDoor } from '../front-door.ts';
 import { frame, PREFACE } from '../../../test/support/http2-frames.ts';
 import { RESET_BUDGET } from './http2-session-watch.ts';
 
 const log = pino({ level: 'silent' });
 let dir: string;
 let ca: CertificateAuthority;
-let server: Server;
+let listening: FrontDoorServer;
 let door: FrontDoor;
 let port: number;
 
@@ -41,19 +39,19 @@ beforeAll(async () => {
     { certFile: pair.certFile, keyFile: pair.keyFile, clientCaFile: undefined, clientCert: 'off' },
     { clock: systemClock, log },
   );
-  server = createListener({ http: serverOptions(DEFAULT_FRONT_DOOR), tls: served, log });
-  door = installFrontDoor(server, DEFAULT_FRONT_DOOR, log, (req, res) => {
+  listening = await startFrontDoorServer({
+    tls: served,
+    log,
     // `/hold` is answered only when its stream goes (at the send timeout, 60 s): a download in progress.
-    if (door.admit(req, res) && req.url !== '/hold') res.end('ok');
+    answer: (req, res) => {
+      if (req.url !== '/hold') res.end('ok');
+    },
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  port = (server.address() as AddressInfo).port;
+  ({ door, port } = listening);
 });
 
 afterAll(async () => {
-  const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-  server.closeAllConnections();
-  await closed;
+  await listening.close();
   await rm(dir, { recursive: true, force: true });
 });
 

@@ -1,36 +1,20 @@
-/**
- * The keep-alive timeout closes a connection that sends no request, whatever else it sends: blank
- * lines, which the HTTP parser skips between requests without starting a head (so the head timeout
- * never starts), pushed the socket's idle timer back for ever. A real server on port 0, raw sockets.
- */
-import http from 'node:http';
 import net from 'node:net';
-import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DEFAULT_FRONT_DOOR, type FrontDoor, installFrontDoor, serverOptions } from '../front-door.ts';
+import { type FrontDoorServer, startFrontDoorServer } from '../../../test/support/front-door-server.ts';
+import { DEFAULT_FRONT_DOOR } from '../front-door.ts';
 
 const KEEP_ALIVE_MS = 500;
 const LIMITS = { ...DEFAULT_FRONT_DOOR, keepAliveTimeoutMs: KEEP_ALIVE_MS, headersTimeoutMs: 1000 };
-let server: http.Server;
-let door: FrontDoor;
+let listening: FrontDoorServer;
 let port: number;
 
 beforeAll(async () => {
-  server = http.createServer(serverOptions(LIMITS));
-  door = installFrontDoor(server, LIMITS, pino({ level: 'silent' }), (req, res) => {
-    if (door.admit(req, res)) res.end('ok');
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  port = (server.address() as AddressInfo).port;
+  listening = await startFrontDoorServer({ limits: LIMITS });
+  port = listening.port;
 });
 
-afterAll(async () => {
-  const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-  server.closeAllConnections();
-  await closed;
-});
+afterAll(() => listening.close());
 
 /** Whether the server closed a kept-alive connection within `forMs` while it was sent `filler` every 100 ms. */
 async function closedWhileSending(filler: string, forMs: number): Promise<boolean> {

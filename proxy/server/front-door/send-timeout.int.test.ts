@@ -1,18 +1,10 @@
-/**
- * The send timeout of an HTTP/1.1 answer counts the client's silence as a reader, not as a writer:
- * a client that takes no byte of its download is cut at the send timeout even while it keeps
- * sending bytes that make no request (blank lines, which the HTTP parser skips between messages
- * without starting a head, so the head timeout never starts either). Real servers on port 0, plain
- * and TLS (proxy/server/listener.ts), and raw client sockets.
- */
-import type http from 'node:http';
 import net from 'node:net';
-import type { AddressInfo } from 'node:net';
 import tls from 'node:tls';
 import { rm } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type FrontDoorServer, startFrontDoorServer } from '../../../test/support/front-door-server.ts';
 import { systemClock } from '../../../policy/clock.ts';
 import { makeTempDir } from '../../../test/harness/temp-dir.ts';
 import {
@@ -21,30 +13,30 @@ import {
   issueServerCertificate,
 } from '../../../test/harness/tls-certs.ts';
 import { ServedTls } from '../../tls/served-tls.ts';
-import { DEFAULT_FRONT_DOOR, type FrontDoor, installFrontDoor, serverOptions } from '../front-door.ts';
-import { createListener } from '../listener.ts';
+import { DEFAULT_FRONT_DOOR, type FrontDoor } from '../front-door.ts';
 
 const SEND_IDLE_MS = 1000;
 const LIMITS = { ...DEFAULT_FRONT_DOOR, sendIdleTimeoutMs: SEND_IDLE_MS, headersTimeoutMs: 2000 };
 const log = pino({ level: 'silent' });
 let dir: string;
 let ca: CertificateAuthority;
-const servers: Array<{ server: http.Server; door: FrontDoor; port: number }> = [];
+const servers: FrontDoorServer[] = [];
 
 /** A server whose every answer is an endless download, written as fast as the client takes it. */
-async function start(served: ServedTls | undefined): Promise<{ server: http.Server; door: FrontDoor; port: number }> {
-  const server = createListener({ http: serverOptions(LIMITS), tls: served, log });
-  const door = installFrontDoor(server, LIMITS, log, (req, res) => {
-    if (!door.admit(req, res)) return;
-    const chunk = Buffer.alloc(64 * 1024, 0x61);
-    const pump = () => {
-      while (!res.destroyed && res.write(chunk));
-    };
-    res.on('drain', pump);
-    pump();
+async function start(served: ServedTls | undefined): Promise<FrontDoorServer> {
+  const entry = await startFrontDoorServer({
+    limits: LIMITS,
+    tls: served,
+    log,
+    answer: (_req, res) => {
+      const chunk = Buffer.alloc(64 * 1024, 0x61);
+      const pump = () => {
+        while (!res.destroyed && res.write(chunk));
+      };
+      res.on('drain', pump);
+      pump();
+    },
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const entry = { server, door, port: (server.address() as AddressInfo).port };
   servers.push(entry);
   return entry;
 }
@@ -55,11 +47,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  for (const { server } of servers) {
-    const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-    server.closeAllConnections();
-    await closed;
-  }
+  for (const entry of servers) await entry.close();
   await rm(dir, { recursive: true, force: true });
 });
 

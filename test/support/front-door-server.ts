@@ -1,0 +1,54 @@
+/**
+ * A listener with the gateway's front door and nothing behind it but a test's answer, on a free
+ * loopback port: plain HTTP, or HTTPS with HTTP/2 when given a certificate. For tests of the front
+ * door's own bounds and timeouts, without a gateway's routes and gates.
+ */
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { type Logger, pino } from 'pino';
+import {
+  DEFAULT_FRONT_DOOR,
+  type FrontDoor,
+  type FrontDoorLimits,
+  installFrontDoor,
+  serverOptions,
+} from '../../proxy/server/front-door.ts';
+import { createListener } from '../../proxy/server/listener.ts';
+import type { ServedTls } from '../../proxy/tls/served-tls.ts';
+
+export interface FrontDoorServer {
+  readonly server: Server;
+  readonly door: FrontDoor;
+  readonly port: number;
+  /** Stops listening and cuts every connection still open. */
+  close(): Promise<void>;
+}
+
+export async function startFrontDoorServer(
+  options: {
+    limits?: FrontDoorLimits;
+    tls?: ServedTls | undefined;
+    log?: Logger;
+    /** What an admitted request is answered; default `ok`. */
+    answer?: (req: IncomingMessage, res: ServerResponse) => void;
+  } = {},
+): Promise<FrontDoorServer> {
+  const limits = options.limits ?? DEFAULT_FRONT_DOOR;
+  const log = options.log ?? pino({ level: 'silent' });
+  const answer = options.answer ?? ((_req, res) => res.end('ok'));
+  const server = createListener({ http: serverOptions(limits), tls: options.tls, log });
+  const door = installFrontDoor(server, limits, log, (req, res) => {
+    if (door.admit(req, res)) answer(req, res);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    server,
+    door,
+    port: (server.address() as AddressInfo).port,
+    close: async () => {
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      server.closeAllConnections();
+      await closed;
+    },
+  };
+}
