@@ -9,7 +9,7 @@
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { chromium } from 'playwright-core';
+import { chromium, type Page, type Response } from 'playwright-core';
 import { CHROMIUM, CHROMIUM_ARGS } from '../../test/support/chromium.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createServiceAccount } from '../../test/support/auth.ts';
@@ -139,6 +139,23 @@ describe("a link's parameters on a method its route does not take", () => {
   });
 });
 
+/**
+ * Has the opener send its window to `url` and returns the gateway's answer. A loaded machine's
+ * Chromium now and then drops a navigation one page gives another window: it is given again (every
+ * one that reached the gateway still counts toward the ban this test expects never to start).
+ */
+async function sendPopup(opener: Page, popup: Page, url: string): Promise<Response> {
+  for (let attempt = 1; ; attempt++) {
+    const answered = popup.waitForResponse((res) => res.url().endsWith(new URL(url).search), { timeout: 10_000 });
+    await opener.evaluate(`window.go(${JSON.stringify(url)})`);
+    try {
+      return await answered;
+    } catch (err) {
+      if (attempt === 3) throw err;
+    }
+  }
+}
+
 describe('a page of another site sending a window to the gateway with a key in the URL', () => {
   let site: http.Server;
   afterAll(() => site?.close());
@@ -165,11 +182,11 @@ describe('a page of another site sending a window to the gateway with a key in t
       const statuses: number[] = [];
       // 21 counted failures start the shipped ban.
       for (let i = 0; i < 25; i++) {
-        const answered = popup.waitForResponse((res) => res.url().endsWith(`?i=${i}`));
-        await tab.evaluate(`window.go(${JSON.stringify(`${bad.href}?i=${i}`)})`);
-        const res = await answered;
+        const res = await sendPopup(tab, popup, `${bad.href}?i=${i}`);
         statuses.push(res.status());
         expect(res.headers()['www-authenticate']).toBe('Bearer realm="arkvory"');
+        // The next navigation starts once this one has committed, as a page's script would see it.
+        await popup.waitForURL((url) => url.search === `?i=${i}`);
       }
       expect(statuses).toEqual(Array(25).fill(401));
       expect((await send('GET', `/api/v1/admin/principals/${target.name}`, bearer(admin.key))).status).toBe(200);
