@@ -11,7 +11,8 @@
  * newer one and a slow database is not sent a query per interval on top.
  * `generation` counts invalidations, so a loader can tell that one happened while it was querying.
  */
-import pg from 'pg';
+import type pg from 'pg';
+import { PgClient } from './pg-client.ts';
 import type { Logger } from 'pino';
 import { keepIdleSession } from './idle-session.ts';
 import { currentUrl, type ConnectionUrl } from './connection-url.ts';
@@ -145,7 +146,7 @@ export class EpochWatcher {
 
   async #listen(): Promise<void> {
     if (this.#stopped) return;
-    const client = new pg.Client({
+    const client = new PgClient({
       connectionString: currentUrl(this.#options.databaseUrl),
       application_name: `arkvory-${this.#options.name}-listen`,
       keepAlive: true,

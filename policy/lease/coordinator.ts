@@ -10,7 +10,8 @@
  * Losing the connection loses the barriers, so it fences too.
  */
 import { randomUUID } from 'node:crypto';
-import pg from 'pg';
+import type pg from 'pg';
+import { PgClient } from '../../lib/pg-client.ts';
 import type { Logger } from 'pino';
 import { currentUrl, type ConnectionUrl } from '../../lib/connection-url.ts';
 import { keepIdleSession } from '../../lib/idle-session.ts';
@@ -104,7 +105,7 @@ export class Coordinator implements LeaseStanding {
   private constructor(options: CoordinatorOptions) {
     this.#options = options;
     this.#timers = options.timers ?? systemTimers;
-    this.#client = new pg.Client({
+    this.#client = new PgClient({
       connectionString: currentUrl(options.databaseUrl),
       application_name: `arkvory-${options.role}-lease`,
       keepAlive: true,

@@ -5,7 +5,7 @@ import { pino } from 'pino';
 import type pg from 'pg';
 import { migrate, pendingMigrations } from '../../migrations/runner.ts';
 import { createPool, databaseTarget, describeDatabaseTlsRefusal } from '../server/database.ts';
-import { isPostmasterOf, startEmbeddedDatabase } from '../server/embedded-database.ts';
+import { isPostmasterOf, SCRAM_ONLY, startEmbeddedDatabase } from '../server/embedded-database.ts';
 import { createLogger } from '../server/logger.ts';
 import type { Config } from '../config/config.ts';
 import { CommandFailure } from './command.ts';
@@ -25,7 +25,7 @@ export async function runningEmbeddedDatabaseUrl(dataDir: string): Promise<strin
   const port = Number(lines[3]);
   if (!Number.isInteger(port) || port <= 0 || !(await isPostmasterOf(Number(lines[0]), pgDir))) return undefined;
   const password = (await readFile(passwordFile, 'utf8')).trim();
-  return `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`;
+  return `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres?${SCRAM_ONLY}`;
 }
 
 /**

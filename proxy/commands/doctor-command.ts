@@ -8,6 +8,7 @@ import path from 'node:path';
 import { parseRedisTarget, redactRedisTarget } from '../../policy/rate-limit/redis-target.ts';
 import { redactUrl } from '../../lib/redact-url.ts';
 import pg from 'pg';
+import { PgClient } from '../../lib/pg-client.ts';
 import { pendingMigrations } from '../../migrations/runner.ts';
 import { readPolicy, type DownloadPolicy } from '../../policy/lease/download-policy.ts';
 import { isRestoreMarker } from '../../storage-adapter/identity.ts';
@@ -492,6 +493,7 @@ async function runChecks(env: NodeJS.ProcessEnv): Promise<CheckResult[]> {
       ? redactUrl(config.databaseUrl)
       : `the embedded PostgreSQL under ${config.dataDir}/.pg`;
     pool = new pg.Pool({
+      Client: PgClient,
       connectionString: databaseUrl,
       max: 1,
       connectionTimeoutMillis: TIMEOUT_MS,

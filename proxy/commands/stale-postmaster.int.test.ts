@@ -5,8 +5,8 @@
  * the system's to give to anything. A command must not send the password there: any local
  * account listening on that port asks for it in clear text (PostgreSQL's password message).
  */
-import { spawnSync } from 'node:child_process';
-import { mkdir, writeFile } from 'node:fs/promises';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { makeTempDir, runCli } from '../../test/support/gateway.ts';
@@ -58,4 +58,32 @@ describe('a postmaster.pid left by a cluster that is not running', () => {
       expect(doctor.stdout).toMatch(/^skip\s+database/m);
     });
   }
+});
+
+describe('a postmaster.pid naming a live process of the cluster whose port another account has taken', () => {
+  // The server died between the check and the login: its process looked right, its port is the catcher's.
+  it('admin commands and doctor refuse a server asking for the password in clear, and say so', async () => {
+    catcher = await catchPasswords();
+    const dataDir = await dataDirWithStalePid(0, catcher.port);
+    const pgDir = path.join(dataDir, '.pg');
+    // A process working in the cluster's directory, as its postmaster does.
+    const postmaster = spawn('sleep', ['60'], { cwd: pgDir, stdio: 'ignore' });
+    try {
+      const pidFile = path.join(pgDir, 'postmaster.pid');
+      const lines = (await readFile(pidFile, 'utf8')).split('\n');
+      lines[0] = String(postmaster.pid);
+      await writeFile(pidFile, lines.join('\n'));
+      const env = { ARKVORY_DATA_DIR: dataDir, ARKVORY_LOG_LEVEL: 'warn' };
+
+      const list = await runCli(['principals', 'list'], env);
+      const doctor = await runCli(['doctor'], env);
+      expect(catcher.received()).toContain('postgres'); // it was reached: the login began
+      expect(catcher.received()).not.toContain(PASSWORD);
+      expect(list.code, list.stderr).toBe(1);
+      expect(list.stderr).toContain('require_auth');
+      expect(doctor.stdout).toMatch(/^FAIL\s+database.*require_auth/m);
+    } finally {
+      postmaster.kill();
+    }
+  });
 });

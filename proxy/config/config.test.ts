@@ -89,6 +89,19 @@ describe('loadConfig', () => {
     expect(problems.join('\n')).not.toContain('hunter2');
   });
 
+  it.each([
+    ['require_auth=scram-sha-256', undefined],
+    ['require_auth=!password,!md5', undefined],
+    ['require_auth=scram', 'require_auth names an unknown method'],
+    ['require_auth=scram-sha-256,!password', 'require_auth cannot mix methods and !methods'],
+  ])('ARKVORY_DATABASE_URL with %s: refused %s (libpq meaning)', (query, refusal) => {
+    const problems = problemsOf({ ARKVORY_DATABASE_URL: `postgres://arkvory:hunter2@db/arkvory?${query}` });
+    expect(problems).toEqual(
+      refusal === undefined ? [] : [expect.stringContaining(`ARKVORY_DATABASE_URL: ${refusal}`)],
+    );
+    expect(problems.join('\n')).not.toContain('hunter2');
+  });
+
   it('never echoes a secret value', () => {
     const problems = problemsOf({ ARKVORY_DATABASE_URL: 'ftp://user:hunter2@db' });
     expect(problems.join('\n')).not.toContain('hunter2');

@@ -2,6 +2,7 @@
 import path from 'node:path';
 import type { Config } from './types.ts';
 import type { VariableValues } from './variable-values.ts';
+import { requirementOf } from '../../lib/pg-client.ts';
 
 /** The listener's certificate and client-certificate settings, or undefined for plain HTTP. */
 export function checkTls(v: VariableValues, cwd: string): Config['tls'] {
@@ -53,6 +54,11 @@ export function checkDatabaseTls(v: VariableValues): void {
   if (url === undefined) return;
   const problem = unverifiedDatabaseTls(new URL(url).searchParams);
   if (problem) v.problems.push(`ARKVORY_DATABASE_URL: ${problem}`);
+  try {
+    requirementOf(url);
+  } catch (err) {
+    v.problems.push(`ARKVORY_DATABASE_URL: ${(err as Error).message}`);
+  }
 }
 
 /** Why these connection-URL parameters leave the server's certificate unverified, or undefined. Pure. */

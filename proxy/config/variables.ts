@@ -61,7 +61,7 @@ export const VARIABLES: readonly VariableSpec[] = [
     name: 'ARKVORY_DATABASE_URL',
     kind: { type: 'url', protocols: ['postgres:', 'postgresql:'] },
     secret: true,
-    doc: 'PostgreSQL connection URL. Unset: an embedded PostgreSQL under `<DATA_DIR>/.pg` (standalone only). TLS: `sslmode=verify-full`; a mode that does not verify the certificate (`no-verify`, or libpq’s with `uselibpqcompat=true`) is refused (docs/tls.md).',
+    doc: 'PostgreSQL connection URL. Unset: an embedded PostgreSQL under `<DATA_DIR>/.pg` (standalone only). TLS: `sslmode=verify-full`; a mode that does not verify the certificate (`no-verify`, or libpq’s with `uselibpqcompat=true`) is refused (docs/tls.md). `require_auth=scram-sha-256` (libpq’s parameter, also `!password` and other methods) makes every connection refuse a server that asks for the password in clear text or for none; the embedded PostgreSQL’s connections always carry it.',
   },
   {
     name: 'ARKVORY_DATABASE_PASSWORD',

@@ -14,7 +14,8 @@
  * finished more than FINISHED_SESSION_KEEP_DAYS ago, and removes the parts a finished session
  * still has (its removal was cut short).
  */
-import pg from 'pg';
+import type pg from 'pg';
+import { PgClient } from '../../lib/pg-client.ts';
 import type { Logger } from 'pino';
 import { isUnreachable } from '../server/database.ts';
 import { toHttpError } from '../server/http-errors.ts';
@@ -111,7 +112,7 @@ export class CompletionWorker {
   }
 
   async #connectLock(): Promise<void> {
-    const client = new pg.Client({
+    const client = new PgClient({
       connectionString: currentUrl(this.#o.databaseUrl),
       application_name: 'arkvory-worker-lock',
       keepAlive: true,
@@ -341,7 +342,7 @@ export class CompletionWorker {
 
   async #claimConnection(): Promise<pg.Client> {
     if (this.#claimClient) return this.#claimClient;
-    const client = new pg.Client({
+    const client = new PgClient({
       connectionString: currentUrl(this.#o.databaseUrl),
       application_name: 'arkvory-worker-claim',
       keepAlive: true,

@@ -52,9 +52,9 @@ export async function leaseDiscovery(
   log: Logger,
   queryTimeoutMs: number,
 ): Promise<Discovery> {
-  const { default: pg } = await import('pg');
+  const [{ default: pg }, { PgClient }] = await Promise.all([import('pg'), import('../../lib/pg-client.ts')]);
   const pool = new pg.Pool({
-    Client: clientClassFor(pg.Client, databaseUrl),
+    Client: clientClassFor(PgClient, databaseUrl),
     max: 1,
     application_name: 'arkvory-router',
     connectionTimeoutMillis: queryTimeoutMs,
@@ -104,8 +104,8 @@ export function leaseLoginVerifier(queryTimeoutMs: number): SecretVerifier {
     changed: (current, next) => current.databaseUrl !== next.databaseUrl,
     async verify(next) {
       if (next.databaseUrl === undefined || next.router.backends) return;
-      const { default: pg } = await import('pg');
-      const client = new pg.Client({
+      const { PgClient } = await import('../../lib/pg-client.ts');
+      const client = new PgClient({
         connectionString: next.databaseUrl,
         application_name: 'arkvory-router-rotation',
         connectionTimeoutMillis: queryTimeoutMs,

@@ -1,7 +1,8 @@
-import pg from 'pg';
+import type pg from 'pg';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import { clientClassFor, type ConnectionUrl } from '../../lib/connection-url.ts';
+import { PgClient } from '../../lib/pg-client.ts';
 import { ResilientPool } from '../../lib/resilient-pool.ts';
 import type { Config } from '../config/config.ts';
 import { describeCertificateRefusal } from '../tls/peer-verification.ts';
@@ -23,7 +24,7 @@ export interface Database {
 export function createPool(url: ConnectionUrl, size: number, log: Logger, applicationName = 'arkvory'): pg.Pool {
   const pool = new ResilientPool(
     {
-      Client: clientClassFor(pg.Client, url),
+      Client: clientClassFor(PgClient, url),
       max: size,
       application_name: applicationName,
       connectionTimeoutMillis: 10_000,

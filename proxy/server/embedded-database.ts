@@ -185,7 +185,7 @@ export async function startEmbeddedDatabase(
     });
   }
   log.info({ port, pid: postgres.pid }, 'embedded PostgreSQL started');
-  const url = `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`;
+  const url = `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres?${SCRAM_ONLY}`;
   return {
     url,
     dir: pgDir,
@@ -193,6 +193,13 @@ export async function startEmbeddedDatabase(
     stop: () => postgres.stop(),
   };
 }
+
+/**
+ * The embedded cluster takes SCRAM only (embedded-initdb.ts), so its clients refuse a server asking
+ * for anything else (lib/pg-client.ts): one that does is not that cluster, and would be sent the
+ * password in clear.
+ */
+export const SCRAM_ONLY = 'require_auth=scram-sha-256';
 
 const POSTGRES_FLAGS = [
   '-c',

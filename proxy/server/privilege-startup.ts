@@ -1,5 +1,6 @@
 /** The start-time privilege check of a gateway role (database-privileges.ts), its log line and metric. */
-import pg from 'pg';
+import type pg from 'pg';
+import { PgClient } from '../../lib/pg-client.ts';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { Config } from '../config/types.ts';
@@ -55,7 +56,7 @@ export function databaseLoginVerifier(): SecretVerifier {
     variables: ['ARKVORY_DATABASE_URL', 'ARKVORY_DATABASE_PASSWORD'],
     changed: (current, next) => current.databaseUrl !== next.databaseUrl,
     async verify(next) {
-      const client = new pg.Client({
+      const client = new PgClient({
         connectionString: next.databaseUrl,
         application_name: `arkvory-${next.role}-rotation`,
         connectionTimeoutMillis: 10_000,

@@ -155,7 +155,7 @@ describe('the S3 store over https (MinIO with --certs-dir)', () => {
 describe('PostgreSQL with ssl=on and sslmode=verify-full', () => {
   let postgres: TlsPostgres;
   let pgDir: string;
-  const verifyFull = () => `${postgres.url}?sslmode=verify-full`;
+  const verifyFull = () => `${postgres.url}&sslmode=verify-full`;
 
   beforeAll(async () => {
     pgDir = await makeTempDir('arkvory-tls-pg-');
@@ -168,7 +168,7 @@ describe('PostgreSQL with ssl=on and sslmode=verify-full', () => {
   });
 
   it('the server takes TLS connections only: a plain one is refused by its hba', async () => {
-    const plain = new pg.Client({ connectionString: `${postgres.url}?sslmode=disable` });
+    const plain = new pg.Client({ connectionString: `${postgres.url}&sslmode=disable` });
     await expect(plain.connect()).rejects.toThrow(/no pg_hba.conf entry .* no encryption/);
     await plain.end().catch(() => {});
   });
@@ -209,7 +209,7 @@ describe('PostgreSQL with ssl=on and sslmode=verify-full', () => {
 
     const gw = await startGateway({ env: { ...env, ARKVORY_TLS_CA_FILE: ca.certFile } });
     // A principal and a grant made through the TLS connection of the CLI, used by the gateway.
-    const admin = openPool(`${postgres.url}?sslmode=verify-full&sslrootcert=${ca.certFile}`, 1);
+    const admin = openPool(`${postgres.url}&sslmode=verify-full&sslrootcert=${ca.certFile}`, 1);
     try {
       await createRepository(admin, REPO);
       const tlsOwner = await createServiceAccount(admin, { name: 'tls-pg-owner', grants: { [REPO]: 'write' } });

@@ -6,7 +6,7 @@
  * (supervisor.ts; docs/architecture.md, "Workers").
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import pg from 'pg';
+import { PgClient } from '../../lib/pg-client.ts';
 import type { Logger } from 'pino';
 import { Registry } from 'prom-client';
 import { AdmissionQueue } from '../../policy/admission/index.ts';
@@ -57,7 +57,7 @@ async function runInstance(config: Config, log: Logger, cacheDir: CacheDirClaim)
     const databaseUrl = config.databaseUrl!;
     const reached = await waitForDatabase(
       async () => {
-        const probe = new pg.Client({ connectionString: databaseUrl, connectionTimeoutMillis: 10_000 });
+        const probe = new PgClient({ connectionString: databaseUrl, connectionTimeoutMillis: 10_000 });
         probe.on('error', () => {});
         try {
           await probe.connect();

@@ -14,7 +14,7 @@ import { postgresSettings } from './postgres-settings.ts';
 import type { IssuedCertificate } from './tls-certs.ts';
 
 export interface TlsPostgres {
-  /** `postgres://…@127.0.0.1:<port>/postgres`, without sslmode: the caller adds the one it tests. */
+  /** `postgres://…@127.0.0.1:<port>/postgres?require_auth=scram-sha-256`, without sslmode: the caller adds the one it tests (`&sslmode=`). */
   readonly url: string;
   stop(): Promise<void>;
 }

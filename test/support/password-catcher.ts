@@ -13,8 +13,12 @@ export interface PasswordCatcher {
   close(): Promise<void>;
 }
 
-/** Listens on 127.0.0.1:`port` (0: a free one), waiting up to `boundMs` for a taken port to be freed. */
-export async function catchPasswords(port = 0, boundMs = 0): Promise<PasswordCatcher> {
+/**
+ * Listens on 127.0.0.1:`port` (0: a free one), waiting up to `boundMs` for a taken port to be freed.
+ * `letIn`: instead of asking for the password, lets every client in at once (AuthenticationOk,
+ * ReadyForQuery) and keeps what it sends next, its queries.
+ */
+export async function catchPasswords(port = 0, boundMs = 0, letIn = false): Promise<PasswordCatcher> {
   const chunks: Buffer[] = [];
   const sockets = new Set<net.Socket>();
   const server = net.createServer((socket) => {
@@ -26,11 +30,17 @@ export async function catchPasswords(port = 0, boundMs = 0): Promise<PasswordCat
       chunks.push(chunk);
       if (asked) return;
       asked = true;
-      // AuthenticationCleartextPassword: 'R', length 8, code 3.
-      const message = Buffer.alloc(9);
+      // AuthenticationCleartextPassword ('R', length 8, code 3), or AuthenticationOk (code 0)
+      // followed by ReadyForQuery ('Z', length 5, idle).
+      const message = Buffer.alloc(letIn ? 15 : 9);
       message.write('R', 0);
       message.writeInt32BE(8, 1);
-      message.writeInt32BE(3, 5);
+      message.writeInt32BE(letIn ? 0 : 3, 5);
+      if (letIn) {
+        message.write('Z', 9);
+        message.writeInt32BE(5, 10);
+        message.write('I', 14);
+      }
       socket.write(message);
     });
   });
