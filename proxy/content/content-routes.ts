@@ -11,6 +11,7 @@ import type { ArtifactStore, BlobReader } from '../../storage-adapter/store.ts';
 import { publishArtifact } from '../../storage-adapter/catalog/publish.ts';
 import { refuseContentCoding, refuseTransferCoding } from './content-coding.ts';
 import { parseContentDigestSha256 } from './digest.ts';
+import { isMediaType } from './media-type.ts';
 import { metadataOf } from './metadata.ts';
 import { APT_TEMPLATE, aptAssetKey, CONTENT_TEMPLATES, keyFromParams, pathOfKey } from './paths.ts';
 import { evaluateWritePreconditions } from './conditional.ts';
@@ -43,8 +44,6 @@ export interface ContentDeps {
 }
 
 const DEFAULT_CONTENT_TYPE = 'application/octet-stream';
-const MEDIA_TYPE =
-  /^[A-Za-z0-9!#$&^_.+-]+\/[A-Za-z0-9!#$&^_.+-]+(?:\s*;\s*[A-Za-z0-9!#$&^_.+-]+=(?:[A-Za-z0-9!#$&^_.+-]+|"[^"\\\r\n]*"))*$/;
 
 function header(ctx: RequestContext, name: string): string | undefined {
   const value = ctx.req.headers[name];
@@ -196,8 +195,7 @@ function declaredLength(ctx: RequestContext): number | undefined {
 function declaredContentType(ctx: RequestContext): string {
   const raw = header(ctx, 'content-type')?.trim();
   if (raw === undefined || raw === '') return DEFAULT_CONTENT_TYPE;
-  if (raw.length > 255 || !MEDIA_TYPE.test(raw))
-    throw new GatewayError('invalid_request', 'Content-Type is not a valid media type.');
+  if (!isMediaType(raw)) throw new GatewayError('invalid_request', 'Content-Type is not a valid media type.');
   return raw;
 }
 

@@ -8,6 +8,7 @@ import { StorageError } from '../../storage-adapter/errors.ts';
 import type { SessionScope, UploadSession, UploadSessions } from '../../storage-adapter/multipart/sessions.ts';
 import type { QuotaReservation, StorageQuotas } from '../../policy/quota/storage-quotas.ts';
 import { refuseContentCoding, refuseTransferCoding } from '../content/content-coding.ts';
+import { isMediaType, MAX_MEDIA_TYPE_LENGTH } from '../content/media-type.ts';
 import { CONTENT_TEMPLATES, keyFromParams, pathOfKey } from '../content/paths.ts';
 import { GatewayError } from '../server/errors.ts';
 import { sendJson } from '../server/http-errors.ts';
@@ -17,7 +18,6 @@ import { ClientBody } from '../store-health/client-body.ts';
 import type { ContentMeters } from '../content/content-routes.ts';
 
 const SESSION = '/api/v1/repositories/:repo/uploads/:upload';
-const MEDIA_TYPE = /^[A-Za-z0-9!#$&^_.+-]+\/[A-Za-z0-9!#$&^_.+-]+$/;
 
 function sessionBody(s: UploadSession): Record<string, unknown> {
   return {
@@ -81,8 +81,12 @@ export function multipartRoutes(deps: {
         throw new StorageError('invalid_request', 'size must be a non-negative integer');
       if (sha256 !== undefined && (typeof sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(sha256)))
         throw new StorageError('invalid_request', 'sha256 must be 64 lowercase hex characters');
-      if (typeof contentType !== 'string' || !MEDIA_TYPE.test(contentType))
-        throw new StorageError('invalid_request', 'contentType must be a media type such as application/octet-stream');
+      // As a whole upload's Content-Type: the artifact is served with it either way.
+      if (typeof contentType !== 'string' || !isMediaType(contentType))
+        throw new StorageError(
+          'invalid_request',
+          `contentType must be a media type such as application/octet-stream, at most ${MAX_MEDIA_TYPE_LENGTH} characters`,
+        );
       const principalId = ctx.principal?.id ?? null;
       // A declared size that does not fit now is refused up front; nothing is held for it: the
       // session holds what its parts hold (below), so a session that sends nothing holds nothing.
