@@ -102,8 +102,11 @@ export interface StorageQuotas {
    * `quota_exceeded`.
    */
   reserve(request: ReservationRequest): Promise<QuotaReservation | undefined>;
-  /** Gives back reservation `id` if it exists (an aborted multipart session's). */
-  release(id: string): Promise<void>;
+  /**
+   * Gives back reservation `id` if it exists (an aborted multipart session's); `on`: the transaction
+   * that aborts the session, so the two end together.
+   */
+  release(id: string, on?: Queryable): Promise<void>;
   /** Whether reservation `id` exists, counts (not past its expiry) and holds at least `bytes`. */
   holds(id: string, bytes: number): Promise<boolean>;
   /**
@@ -252,8 +255,8 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
     return rows[0] ? Number(rows[0].size_bytes) : undefined;
   };
 
-  const release = async (id: string): Promise<void> => {
-    await pool.query('DELETE FROM arkvory_quota_reservations WHERE id = $1', [id]);
+  const release = async (id: string, on: Queryable = pool): Promise<void> => {
+    await on.query('DELETE FROM arkvory_quota_reservations WHERE id = $1', [id]);
   };
 
   const usageOf = async (scope: QuotaScope, subject: string, limitBytes: number | null): Promise<QuotaUsage> => {

@@ -577,6 +577,67 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
     expect(await gw.stop()).toBe(0);
   });
 
+  it('a writer killed as it aborts a session leaves it open and held, or aborted and given back: never aborted and held', async () => {
+    const repository = 'quota-abort-killed';
+    await createRepository(db.pool, repository);
+    const writer = await createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
+    let gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    await db.pool.query(
+      `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ('repository', $1, 1000)`,
+      [repository],
+    );
+    const started = await fetch(`${gw.url}/api/v1/repositories/${repository}/artifacts/abandoned/uploads`, {
+      method: 'POST',
+      headers: { ...bearer(writer.key), 'content-type': 'application/json' },
+      body: '{}',
+    });
+    const upload = ((await started.json()) as { upload: string }).upload;
+    const session = () => `${gw.url}/api/v1/repositories/${repository}/uploads/${upload}`;
+    expect((await put(`${session()}/parts/1`, writer.key, Buffer.alloc(600, 1))).status).toBe(200);
+    const now = async () => ({
+      state: (
+        await db.pool.query<{ state: string }>('SELECT state FROM arkvory_upload_sessions WHERE id = $1', [upload])
+      ).rows[0]!.state,
+      held: (await db.pool.query<{ bytes: string }>('SELECT bytes::text FROM arkvory_quota_reservations')).rows,
+    });
+    expect(await now()).toEqual({ state: 'open', held: [{ bytes: '600' }] });
+    // The writer dies as its abort gives the session's hold back: held up there, then killed, its
+    // statement never run (its backend ended too: one waiting on a lock would not see it go).
+    const locker = await db.pool.connect();
+    try {
+      await locker.query('BEGIN');
+      await locker.query('LOCK TABLE arkvory_quota_reservations IN EXCLUSIVE MODE');
+      const aborting = fetch(session(), { method: 'DELETE', headers: bearer(writer.key) }).catch(() => undefined);
+      let waiting: number | undefined;
+      await waitUntil(
+        async () =>
+          (waiting = (
+            await db.pool.query<{ pid: number }>(
+              `SELECT pid FROM pg_locks WHERE relation = 'arkvory_quota_reservations'::regclass AND NOT granted`,
+            )
+          ).rows[0]?.pid) !== undefined,
+        { what: 'the abort to give the hold back', timeoutMs: 20_000 },
+      );
+      expect(await gw.stop('SIGKILL')).toBe('SIGKILL');
+      await db.pool.query('SELECT pg_terminate_backend($1)', [waiting]);
+      await aborting;
+      await locker.query('COMMIT');
+    } finally {
+      locker.release();
+    }
+    // Nothing done: the session and its hold stand together. Before, it was aborted and its 600
+    // bytes stayed held until it expired a day later; a DELETE sent again answered 409.
+    expect(await now()).toEqual({ state: 'open', held: [{ bytes: '600' }] });
+    gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url }, dataDir: gw.dataDir });
+    expect((await fetch(session(), { method: 'DELETE', headers: bearer(writer.key) })).status).toBe(204);
+    expect(await now()).toEqual({ state: 'aborted', held: [] });
+    expect(
+      (await put(`${gw.url}/api/v1/repositories/${repository}/artifacts/after`, writer.key, Buffer.alloc(1000, 2)))
+        .status,
+    ).toBe(201);
+    expect(await gw.stop()).toBe(0);
+  });
+
   it('a part recorded as its session is completed stays held until the completion publishes: no upload takes its room meanwhile', async () => {
     const repository = 'quota-part-race';
     await createRepository(db.pool, repository);

@@ -118,8 +118,10 @@ export function multipartRoutes(deps: {
       audit: null,
       async handle(ctx) {
         writable(null);
-        await sessions.abort(scopeOf(ctx), ctx.params.upload!);
-        await deps.quotas?.release(ctx.params.upload!);
+        const upload = ctx.params.upload!;
+        const quotas = deps.quotas;
+        // Its quota hold ends in the abort's own transaction: an abort never leaves its bytes held.
+        await sessions.abort(scopeOf(ctx), upload, quotas ? { ended: (client) => quotas.release(upload, client) } : {});
         ctx.res.writeHead(204).end();
       },
     },

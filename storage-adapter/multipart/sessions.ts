@@ -432,14 +432,26 @@ export class UploadSessions {
     return queued;
   }
 
-  /** Aborts an open session: its parts are removed. */
-  async abort(scope: SessionScope, id: string): Promise<void> {
+  /**
+   * Aborts an open session: its parts are removed. `ended` runs in the transaction that aborts it,
+   * for what must end with it (its storage-quota hold): done apart, a connection lost or a process
+   * stopped between the two left an aborted session holding its bytes until its expiry.
+   */
+  async abort(
+    scope: SessionScope,
+    id: string,
+    options: { ended?: (client: pg.PoolClient) => Promise<void> } = {},
+  ): Promise<void> {
     if (!UUID.test(id)) throw new StorageError('not_found', 'No such upload.');
-    const r = await this.#pool.query(
-      `UPDATE arkvory_upload_sessions SET state = 'aborted', finished_at = now() WHERE id = $1 AND repository = $2 AND principal_id IS NOT DISTINCT FROM $3 AND state = 'open' RETURNING id`,
-      [id, scope.repository, scope.principalId],
-    );
-    if (!r.rowCount) {
+    const aborted = await withTransaction(this.#pool, async (client) => {
+      const r = await client.query(
+        `UPDATE arkvory_upload_sessions SET state = 'aborted', finished_at = now() WHERE id = $1 AND repository = $2 AND principal_id IS NOT DISTINCT FROM $3 AND state = 'open' RETURNING id`,
+        [id, scope.repository, scope.principalId],
+      );
+      if (r.rowCount) await options.ended?.(client);
+      return Boolean(r.rowCount);
+    });
+    if (!aborted) {
       await this.get(scope, id);
       throw new StorageError('conflict', 'Only an open upload can be aborted.');
     }
