@@ -86,7 +86,7 @@ async function untilSession(id: string, state: string, timeoutMs = 5000): Promis
   );
 }
 
-/** A worker over the test's database (or `options`' own), polling every 50 ms, logging nothing. */
+/** A worker over the test's database (or `options`' own), polling every 50 ms, retrying after 10 ms (then 20…), logging nothing. */
 function workerOf(
   store: ArtifactStore,
   sessions: UploadSessions,
@@ -101,6 +101,7 @@ function workerOf(
     log: pino({ level: 'silent' }),
     holdMaintenanceBarrier: false,
     pollMs: 50,
+    retryDelayMs: 10,
     ...options,
   });
 }

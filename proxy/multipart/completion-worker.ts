@@ -8,7 +8,8 @@
  * live connection holds its lock (at take-over, resume and every sweep), and a worker that lost it
  * can neither run it beside the new one nor overwrite its outcome. When
  * PostgreSQL drops out of reach during a job (nothing is visible before the catalog insert commits),
- * the job is not failed: it is queued again once the database answers and retried (up to maxAttempts).
+ * the job is not failed: it is queued again once the database answers and retried (up to maxAttempts,
+ * each retry after a longer wait: retry-delay.ts).
  * Queued jobs run in round robin across the principals that opened their sessions (fair-turns.ts),
  * not first in, first out. Every 30 s it also expires sessions past their TTL and deletes those
  * finished more than FINISHED_SESSION_KEEP_DAYS ago, and removes the parts a finished session
@@ -29,6 +30,7 @@ import { keepIdleSession } from '../../lib/idle-session.ts';
 import { currentUrl, type ConnectionUrl } from '../../lib/connection-url.ts';
 import { CodedError } from '../../lib/coded-error.ts';
 import { FairTurns, type QueueHead } from './fair-turns.ts';
+import { DEFAULT_RETRY_DELAY_MS, retryDelayMs, retryDueSql } from './retry-delay.ts';
 import type { StorageQuotas } from '../../policy/quota/storage-quotas.ts';
 
 /** Class id of the per-job claim locks (two-int4 form, a lock space of its own: 'ARKJ'). */
@@ -70,6 +72,8 @@ export interface CompletionWorkerOptions {
   pollMs?: number;
   expirySweepMs?: number;
   maxAttempts?: number;
+  /** The wait before a job's second attempt, doubled for each later one (retry-delay.ts). */
+  retryDelayMs?: number;
   /** Pause before the next cycle after PostgreSQL was out of reach. */
   unreachableRetryMs?: number;
 }
@@ -304,12 +308,14 @@ export class CompletionWorker {
   }
 
   async #claim(): Promise<Claim | undefined> {
-    // Each principal's oldest queued job; the round robin picks among them.
+    // Each principal's oldest queued job whose wait after its last attempt is over; the round robin
+    // picks among them.
     const heads = await this.#o.pool.query<QueueHead>(
       `SELECT DISTINCT ON (COALESCE(s.principal_id::text, '')) j.id::text AS "jobId", COALESCE(s.principal_id::text, '') AS principal
        FROM arkvory_upload_jobs j JOIN arkvory_upload_sessions s ON s.id = j.session_id
-       WHERE j.state = 'queued'
+       WHERE j.state = 'queued' AND ${retryDueSql('j', '$1')}
        ORDER BY COALESCE(s.principal_id::text, ''), j.id`,
+      [this.#o.retryDelayMs ?? DEFAULT_RETRY_DELAY_MS],
     );
     const chosen = this.#turns.next(heads.rows);
     if (!chosen) return undefined;
@@ -430,9 +436,23 @@ export class CompletionWorker {
       if (isUnreachable(err)) throw err; // not the upload's fault: #tick queues the job again
       if (!(err instanceof CodedError) || err.code === 'unavailable') {
         // Ours, not the upload's (a staged temporary gone, offline maintenance holding the store,
-        // an fs error): retried up to maxAttempts, its detail (paths, raw messages) kept in the log
-        // and out of the session the client reads.
-        log.error({ event: 'upload.retry', err }, 'multipart upload failed on the worker; queued again');
+        // an fs error): retried up to maxAttempts, each after a longer wait (retry-delay.ts), its
+        // detail (paths, raw messages) kept in the log and out of the session the client reads.
+        const maxAttempts = this.#o.maxAttempts ?? 5;
+        if (job.attempts >= maxAttempts) {
+          log.error({ event: 'upload.failed', err }, 'multipart upload failed on the worker; no attempt left');
+          if (await this.#finish(job, 'failed', `gave up after ${job.attempts} attempts`))
+            await this.#removeParts(job, log);
+          return;
+        }
+        log.error(
+          {
+            event: 'upload.retry',
+            err,
+            retryInMs: retryDelayMs(job.attempts, this.#o.retryDelayMs ?? DEFAULT_RETRY_DELAY_MS),
+          },
+          'multipart upload failed on the worker; queued again',
+        );
         await this.#requeue(job);
         return;
       }

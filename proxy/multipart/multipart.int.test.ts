@@ -4,7 +4,7 @@
  */
 import { gzipSync } from 'node:zlib';
 import { createHash } from 'node:crypto';
-import { readdir } from 'node:fs/promises';
+import { readdir, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -213,6 +213,41 @@ describe('multipart uploads (embedded worker)', () => {
     expect(json(r)).toMatchObject({ code: 'unsupported_content_encoding' });
     const session = json(await request(`${gw.url}/api/v1/repositories/mp/uploads/${upload}`, { headers: bearer(key) }));
     expect(session.parts).toEqual([]);
+  });
+
+  it('a completion that fails for a passing fault of ours is tried again after waits that grow, and publishes once it passes', async () => {
+    const a = randomContent(1000);
+    const upload = await openSession(gw, 'retried.bin');
+    expect((await putPart(gw, upload, 1, a)).status).toBe(200);
+    // The staging directory made unusable (ENOTDIR on every stage: an fs failure of ours).
+    const tmp = path.join(gw.dataDir, 'tmp');
+    await rename(tmp, `${tmp}.away`);
+    await writeFile(tmp, '');
+    const attempts = async () =>
+      (
+        await db.pool.query<{ attempts: number; state: string }>(
+          'SELECT j.attempts, s.state FROM arkvory_upload_jobs j JOIN arkvory_upload_sessions s ON s.id = j.session_id WHERE s.id = $1',
+          [upload],
+        )
+      ).rows[0];
+    try {
+      expect((await complete(gw, upload, [{ partNumber: 1, sha256: digest(a) }])).status).toBe(202);
+      // Two attempts failed; the third comes 4 s after the second (before, all five ran within
+      // milliseconds and the session failed, its parts removed, for a fault that had passed a moment later).
+      await waitUntil(async () => (await attempts())!.attempts >= 2 || (await attempts())!.state !== 'completing', {
+        what: 'two attempts',
+        timeoutMs: 30_000,
+      });
+    } finally {
+      await rm(tmp);
+      await rename(`${tmp}.away`, tmp);
+    }
+    expect(await waitForState(gw, upload, ['done', 'failed'])).toMatchObject({ state: 'done', error: null });
+    const got = await request(`${gw.url}/api/v1/repositories/mp/artifacts/retried.bin/content`, {
+      headers: bearer(key),
+    });
+    expect(sha256(got.body)).toBe(sha256(a));
+    expect(gw.logLines().filter((l) => l.event === 'upload.retry').length).toBeGreaterThanOrEqual(2);
   });
 
   it('a session takes the media types a whole upload takes: parameters, and at most 255 characters', async () => {
