@@ -11,6 +11,8 @@ export const PARTIAL_CLIENT_HELLO = Buffer.from([0x16, 0x03, 0x01, 0x02, 0x00, 0
 
 export interface TlsHandshakeGateway {
   readonly gw: GatewayProcess;
+  /** The PEM of the CA that issued the gateway's certificate, for clients that verify it. */
+  readonly ca: string;
   /** One HTTPS request on a new connection (a new handshake): its status, or the error's code. */
   healthStatus(): Promise<number | string>;
 }
@@ -49,5 +51,5 @@ export async function startTlsHandshakeGateway(options: {
     timeoutMs: 30_000,
     process: gw,
   });
-  return { gw, healthStatus };
+  return { gw, ca: ca.certPem, healthStatus };
 }
