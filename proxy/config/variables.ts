@@ -151,7 +151,7 @@ export const VARIABLES: readonly VariableSpec[] = [
   {
     name: 'ARKVORY_MAX_CONNECTIONS',
     kind: { type: 'int', min: 8, max: 1000000 },
-    doc: "Open client connections served normally; past it idle keep-alive connections are closed, then the oldest that have not sent a request yet, then new ones get a fast 503 (health checks still answered). Unset: (descriptor limit − 96) / 2, per process. Set, it is the instance's: with `ARKVORY_WORKERS` N, each worker serves floor(bound / N), so it must be at least N (exit 2 otherwise; `auto` takes at most this many workers). Keep it below half the descriptor limit (`ulimit -n`, systemd `LimitNOFILE`).",
+    doc: "Open client connections served normally; past it idle keep-alive connections are closed, then the oldest that have not sent a request yet, then new ones get a fast 503 (health checks still answered). Unset: the largest bound whose descriptors fit each process's limit (`ulimit -n`, systemd `LimitNOFILE`): 2 per connection + 32 + 64 reserved, + the TLS handshakes in progress (bound / 8, at least 16) on a TLS listener; (limit − 96) / 2 on plain HTTP. Set, it is the instance's: with `ARKVORY_WORKERS` N, each worker serves floor(bound / N), so it must be at least N; a bound whose share needs more descriptors than the limit refuses the start (exit 2, naming the largest that fits). The start logs the bounds chosen (`front door: …`).",
   },
   {
     name: 'ARKVORY_MAX_UPLOAD_BYTES',

@@ -60,7 +60,13 @@ export const GATEWAY_METRICS = [
     name: 'arkvory_http_max_connections',
     type: 'gauge',
     labels: [],
-    help: 'The bound on open client connections (ARKVORY_MAX_CONNECTIONS or derived from the descriptor limit).',
+    help: 'The bound on open client connections (ARKVORY_MAX_CONNECTIONS, or derived so that it, the handshakes in progress and a reserve fit within the descriptor limit).',
+  },
+  {
+    name: 'arkvory_http_max_pending_handshakes',
+    type: 'gauge',
+    labels: [],
+    help: 'The bound on TLS handshakes in progress (an eighth of the connection bound, at least 16); 0 on plain HTTP.',
   },
   {
     name: 'arkvory_http_connections_refused_total',

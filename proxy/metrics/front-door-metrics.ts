@@ -14,6 +14,9 @@ export function registerFrontDoorMetrics(registry: Registry, frontDoor: { counte
   gauge(registry, 'arkvory_http_max_connections', function () {
     this.set(frontDoor.counters().maxConnections);
   });
+  gauge(registry, 'arkvory_http_max_pending_handshakes', function () {
+    this.set(frontDoor.counters().maxPendingHandshakes);
+  });
   counter(registry, 'arkvory_http_connections_refused_total', function () {
     this.reset();
     this.inc(frontDoor.counters().refused);

@@ -1,16 +1,23 @@
 /**
  * What one client can make the router hold upstream, through real router processes: pipelined
  * HTTP/1.1 requests are forwarded one after the other (never all at once), requests proxied at once
- * are bounded with the descriptors (past it a counted 503), and the router's own shortage of
- * descriptors is its 503, never held against the gateway. An in-test HTTP server stands in for the
+ * (HTTP/2 streams) are bounded with the descriptors (past it a counted 503), and the router's own
+ * shortage of descriptors (its limit lowered under it) is its 503, never held against the gateway. An in-test HTTP server stands in for the
  * gateway (as in router-client-faults.int.test.ts), so its requests in flight can be counted exactly.
  */
 import http from 'node:http';
+import http2 from 'node:http2';
 import net, { type AddressInfo } from 'node:net';
+import { spawnSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { problemLines, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
-import { freeLoopbackPort, waitUntil } from '../../test/harness/index.ts';
+import { makeTempDir, problemLines, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import {
+  createCertificateAuthority,
+  freeLoopbackPort,
+  issueServerCertificate,
+  waitUntil,
+} from '../../test/harness/index.ts';
 import { answerHealthProbe } from '../../test/support/health-probe.ts';
 import { OWN_FAILURE_LOG } from './proxy-handler.ts';
 import { defaultMaxInFlight } from './router-server.ts';
@@ -47,7 +54,7 @@ afterAll(async () => {
 });
 
 /** A router in front of the stand-in gateway; with `descriptors`, run under that descriptor limit. */
-async function startRouter(env: Record<string, string>, descriptors?: number) {
+async function startRouter(env: Record<string, string>, descriptors?: number, waitFor?: 'none') {
   const wrap = descriptors === undefined ? undefined : ['prlimit', `--nofile=${descriptors}:${descriptors}`, '--'];
   const metricsPort = await freeLoopbackPort();
   const router = await startGateway({
@@ -59,6 +66,7 @@ async function startRouter(env: Record<string, string>, descriptors?: number) {
       ...env,
     },
     ...(wrap ? { wrap } : {}),
+    ...(waitFor ? { waitFor } : {}),
     timeoutMs: 60_000,
   });
   const metric = async (line: RegExp): Promise<number> => {
@@ -150,45 +158,97 @@ describe('router: pipelined requests on one connection', () => {
 });
 
 describe('router: requests proxied at once are bounded with its descriptors', () => {
+  // Over HTTP/2 one connection carries many requests, so the connection bound does not hold them:
+  // the bound on requests in flight does (on HTTP/1.1 the connection bound, which fits the same
+  // descriptors, is reached first).
   const DESCRIPTORS = 200;
-  const bound = defaultMaxInFlight(DESCRIPTORS);
+  const bound = defaultMaxInFlight(DESCRIPTORS, true);
   let router: GatewayProcess;
   let metric: (line: RegExp) => Promise<number>;
+  let ca: string;
   beforeAll(async () => {
-    // A connection bound far above the descriptors: the in-flight bound is what holds.
-    ({ router, metric } = await startRouter({ ARKVORY_MAX_CONNECTIONS: '1000' }, DESCRIPTORS));
+    const dir = await makeTempDir('arkvory-router-h2-');
+    const authority = await createCertificateAuthority(dir);
+    const certificate = await issueServerCertificate(authority, dir);
+    ca = authority.certPem;
+    ({ router, metric } = await startRouter(
+      { ARKVORY_TLS_CERT_FILE: certificate.certFile, ARKVORY_TLS_KEY_FILE: certificate.keyFile },
+      DESCRIPTORS,
+      'none',
+    ));
+    // Listening once an HTTP/2 request over TLS is answered (the harness waits over plain HTTP).
+    const served = () =>
+      h2Statuses(1, content).then(
+        (answers) => answers[0]?.status === 200,
+        () => false,
+      );
+    await waitUntil(served, {
+      what: 'the TLS router to serve',
+      timeoutMs: 30_000,
+      process: router,
+    });
   }, 90_000);
   afterAll(async () => {
     gatewayLoad.delayMs = 2;
     await router?.stop('SIGTERM');
   });
 
+  /** `count` GETs at once as streams of one new HTTP/2 connection: each one's status, Retry-After and code. */
+  function h2Statuses(
+    count: number,
+    path: (i: number) => string,
+  ): Promise<Array<{ status: number; retryAfter: string | undefined; code: string }>> {
+    return new Promise((resolve, reject) => {
+      const session = http2.connect(`https://127.0.0.1:${router.port}`, { ca });
+      session.on('error', reject);
+      const answers = Array.from(
+        { length: count },
+        (_, i) =>
+          new Promise<{ status: number; retryAfter: string | undefined; code: string }>((done, fail) => {
+            const stream = session.request({ ':path': path(i) });
+            let status = 0;
+            let retryAfter: string | undefined;
+            let body = '';
+            stream.on('response', (headers) => {
+              status = Number(headers[':status']);
+              const value = headers['retry-after'];
+              retryAfter = Array.isArray(value) ? value[0] : value;
+            });
+            stream.on('data', (d: Buffer) => (body += d.toString()));
+            stream.on('end', () =>
+              done({ status, retryAfter, code: status === 503 ? (JSON.parse(body) as { code: string }).code : '' }),
+            );
+            stream.on('error', fail);
+          }),
+      );
+      Promise.all(answers).then(
+        (all) => {
+          session.close();
+          resolve(all);
+        },
+        (err: unknown) => {
+          session.destroy();
+          reject(err);
+        },
+      );
+    });
+  }
+
   it(`past ${bound} requests in flight the next gets a fast 503 with Retry-After, counted`, async () => {
     gatewayLoad.delayMs = 1500;
     const extra = 8;
-    const agent = new http.Agent({ keepAlive: false, maxSockets: Infinity });
-    const answers = await Promise.all(
-      Array.from(
-        { length: bound + extra },
-        (_, i) =>
-          new Promise<{ status: number; retryAfter: string | undefined; code: string }>((resolve, reject) => {
-            http
-              .get(`${router.url}${content(i)}`, { agent }, (res) => {
-                let body = '';
-                res.on('data', (d: Buffer) => (body += d.toString()));
-                res.on('end', () =>
-                  resolve({
-                    status: res.statusCode ?? 0,
-                    retryAfter: res.headers['retry-after'],
-                    code: res.statusCode === 503 ? (JSON.parse(body) as { code: string }).code : '',
-                  }),
-                );
-              })
-              .on('error', reject);
-          }),
-      ),
-    );
-    agent.destroy();
+    // Over 8 connections: each session starts as many streams at once as its send budget allows
+    // (front-door/http2-send-budget.ts), fewer than the bound.
+    const sessions = 8;
+    const perSession = Math.ceil((bound + extra) / sessions);
+    const answers = (
+      await Promise.all(
+        Array.from({ length: sessions }, (_, s) =>
+          h2Statuses(Math.min(perSession, bound + extra - s * perSession), (i) => content(s * perSession + i)),
+        ),
+      )
+    ).flat();
+    expect(answers.length).toBe(bound + extra);
     const refused = answers.filter((a) => a.status === 503);
     expect(answers.filter((a) => a.status === 200).length).toBe(bound);
     expect(refused.length).toBe(extra);
@@ -204,7 +264,11 @@ describe("router: its own shortage of descriptors is not the gateway's failure",
   let router: GatewayProcess;
   let metric: (line: RegExp) => Promise<number>;
   beforeAll(async () => {
-    ({ router, metric } = await startRouter({ ARKVORY_MAX_CONNECTIONS: '1000' }, DESCRIPTORS));
+    // Its bounds fit the limit it started with (1,024); the limit is then lowered under it, as
+    // descriptors taken by something else would: clients can then exhaust what is left.
+    ({ router, metric } = await startRouter({}, 1024));
+    const lowered = spawnSync('prlimit', ['--pid', String(router.child.pid), `--nofile=${DESCRIPTORS}:${DESCRIPTORS}`]);
+    expect(lowered.status).toBe(0);
   }, 90_000);
   afterAll(() => router?.stop('SIGTERM'));
 

@@ -35,12 +35,13 @@ const REQUEST_ID = /^[A-Za-z0-9._-]{1,64}$/;
 
 /**
  * The default bound on requests proxied at once: each holds one upstream connection, so with the
- * client connections bounded the same way (front door's `defaultMaxConnections`: half the
- * descriptors past the reserve) the two together stay within the descriptor limit, however many
- * requests an HTTP/2 connection carries.
+ * client connections bounded the same way (front door's `defaultMaxConnections`: what fits the
+ * descriptors past the reserve and, on TLS, the handshakes in progress, two per connection) the
+ * two together stay within the descriptor limit, however many requests an HTTP/2 connection
+ * carries, and under any ARKVORY_MAX_CONNECTIONS the start accepted (it is at most this bound).
  */
-export function defaultMaxInFlight(descriptorLimit: number): number {
-  return defaultMaxConnections(descriptorLimit);
+export function defaultMaxInFlight(descriptorLimit: number, tls: boolean): number {
+  return defaultMaxConnections(descriptorLimit, tls);
 }
 /** The outcome of a request answered here (health), never proxied. */
 const LOCAL = { kind: 'local', backend: undefined, attempts: 0 } as const;

@@ -18,7 +18,7 @@ import { createTrustedProxies } from './forwarded.ts';
 import { createHealthMonitor } from './health-monitor.ts';
 import { createProxyHandler } from './proxy-handler.ts';
 import { createRouterServer, defaultMaxInFlight } from './router-server.ts';
-import { descriptorLimit } from '../server/front-door.ts';
+import { ASSUMED_DESCRIPTOR_LIMIT, descriptorLimit } from '../server/front-door/descriptor-budget.ts';
 import type { Tracing } from '../tracing/tracing.ts';
 import { traceContextFrom } from '../tracing/trace-context-from.ts';
 import { createClientFaults } from './client-faults.ts';
@@ -94,7 +94,7 @@ export async function runRouter(
       isDraining: () => draining,
       limits: config.frontDoor,
       stats,
-      maxInFlight: defaultMaxInFlight(descriptorLimit() ?? 1024),
+      maxInFlight: defaultMaxInFlight(descriptorLimit() ?? ASSUMED_DESCRIPTOR_LIMIT, config.tls !== undefined),
       tls,
       tracing,
       mayContinue: traceContextFrom(config),

@@ -3,6 +3,8 @@
  * client it does not control may hold, and for how long. One job per module under front-door/:
  *  - connection-bound.ts: a bound on open connections (idle keep-alive closed first, then those
  *    without a request yet, then a fast 503, far past it closed at once);
+ *  - pending-handshakes.ts: a bound on TLS handshakes in progress;
+ *  - descriptor-budget.ts: both bounds and a reserve within the process's descriptor limit;
  *  - timeouts.ts: the head, body-idle, send-idle and keep-alive timeouts;
  *  - lingering-close.ts: an answer sent before its request body was read closes the connection,
  *    lingering so the client reads the answer;
@@ -12,17 +14,14 @@
  */
 import type http from 'node:http';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import tls from 'node:tls';
 import type { Logger } from 'pino';
 import type { GatewayError } from './errors.ts';
 import { connectionEvent } from './listener.ts';
 import { answerClientErrors } from './front-door/client-errors.ts';
 import { sendError } from './http-errors.ts';
-import {
-  ConnectionBound,
-  defaultMaxConnections,
-  descriptorLimit,
-  overloadRefusal,
-} from './front-door/connection-bound.ts';
+import { ConnectionBound, overloadRefusal } from './front-door/connection-bound.ts';
+import { ASSUMED_DESCRIPTOR_LIMIT, defaultMaxConnections, descriptorLimit } from './front-door/descriptor-budget.ts';
 import { announcesBody, beginRequest, Connections, inTurn, stateOf } from './front-door/connection-state.ts';
 import { closeIdleConnections, drainRefusal } from './front-door/drain.ts';
 import { closeEarlyAnswer } from './front-door/lingering-close.ts';
@@ -36,13 +35,16 @@ export {
   descriptorLimit,
   OVERFLOW_ANSWERED,
   RESERVED_DESCRIPTORS,
-} from './front-door/connection-bound.ts';
+} from './front-door/descriptor-budget.ts';
 export { announcesBody } from './front-door/connection-state.ts';
 export { LINGER } from './front-door/lingering-close.ts';
 export { serverOptions } from './front-door/timeouts.ts';
 
 export interface FrontDoorLimits extends FrontDoorTimeouts {
-  /** Open connections served normally; undefined = derived from the descriptor limit. */
+  /**
+   * Open connections served normally; undefined = derived from the descriptor limit, so that they,
+   * on TLS the handshakes in progress, and a reserve fit within it (front-door/descriptor-budget.ts).
+   */
   readonly maxConnections: number | undefined;
 }
 
@@ -58,6 +60,8 @@ export const DEFAULT_FRONT_DOOR: FrontDoorLimits = {
 export interface FrontDoorCounters {
   readonly open: number;
   readonly maxConnections: number;
+  /** The bound on TLS handshakes in progress; 0 on a plain listener. */
+  readonly maxPendingHandshakes: number;
   /** Connections answered 503 or closed because the bound was reached. */
   readonly refused: number;
   /** Idle keep-alive connections closed to make room. */
@@ -100,13 +104,14 @@ export function installFrontDoor(
 ): FrontDoor {
   const connections = new Connections();
   const bound = new ConnectionBound(
-    limits.maxConnections ?? defaultMaxConnections(descriptorLimit() ?? 1024),
+    limits.maxConnections ??
+      defaultMaxConnections(descriptorLimit() ?? ASSUMED_DESCRIPTOR_LIMIT, server instanceof tls.Server),
     connections,
   );
   let draining = false;
 
   server.prependListener(connectionEvent(server), (socket) => bound.accept(socket, connections.add(socket)));
-  boundPendingHandshakes(server, bound.maxConnections);
+  const pending = boundPendingHandshakes(server, bound.maxConnections);
   // HTTP/1.1 requests on one connection are handled one after the other (pipelining: inTurn says
   // why); HTTP/2 streams are bounded per session instead, and wait while their session's answers
   // hold their send budget (front-door/http2.ts).
@@ -167,6 +172,7 @@ export function installFrontDoor(
       return {
         open: connections.size,
         maxConnections: bound.maxConnections,
+        maxPendingHandshakes: pending?.maxPending ?? 0,
         refused: bound.refused,
         idleClosed: bound.idleClosed,
         timeouts: { ...timeouts.counts },

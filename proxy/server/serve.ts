@@ -11,8 +11,14 @@ import type { StartSecrets } from '../config/secret-rotation.ts';
 import type { Logger } from 'pino';
 import type { WorkerInstance } from '../workers/worker-instance.ts';
 import { createLogger } from './logger.ts';
-import { EXIT, logStartupFailure } from './startup-failure.ts';
+import { EXIT, logStartupFailure, StartupError } from './startup-failure.ts';
 import { trustOutboundCertificateAuthorities } from '../tls/outbound-ca.ts';
+import {
+  describeShortfall,
+  descriptorLimit,
+  planFrontDoor,
+  RESERVED_DESCRIPTORS,
+} from './front-door/descriptor-budget.ts';
 
 export function loadConfigOrExit(env: NodeJS.ProcessEnv, readSecret?: (file: string) => string): Config {
   try {
@@ -46,6 +52,8 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
       return EXIT.failure;
     }
   }
+  const refused = await checkDescriptorBudget(config, log);
+  if (refused !== undefined) return refused;
   // The router holds no lease, barrier or database state of its own (proxy/router/run-router.ts).
   if (config.role === 'router')
     return onWorkers(
@@ -64,6 +72,45 @@ export async function serve(env: NodeJS.ProcessEnv): Promise<number> {
     async (serveLog, instance) =>
       (await import('./serve-gateway.ts')).serveGateway(config, serveLog, secrets, instance),
   );
+}
+
+/**
+ * The front door's bounds against this process's descriptor limit (front-door/descriptor-budget.ts),
+ * before anything is opened: an ARKVORY_MAX_CONNECTIONS that cannot be honoured refuses the start
+ * (exit 2, as any configuration that cannot work), since serving it would let clients take the
+ * descriptors the gateway needs for its own work; a derived bound fits by construction, and is
+ * warned about only when the limit is below even its floor. Logged by the process that is not one
+ * of an instance's workers (they inherit its limit, and check for themselves without a word).
+ */
+async function checkDescriptorBudget(config: Config, log: Logger): Promise<number | undefined> {
+  const isWorker = config.workers > 1 && !(await import('node:cluster')).default.isPrimary;
+  const input = {
+    limit: descriptorLimit(),
+    configured: config.frontDoor.maxConnections,
+    workers: config.workers,
+    tls: config.tls !== undefined,
+  };
+  const plan = planFrontDoor(input);
+  if (plan.verdict === 'too_high') {
+    logStartupFailure(log, new StartupError(describeShortfall(plan, input)));
+    return EXIT.config;
+  }
+  if (isWorker) return undefined;
+  const fields = {
+    maxConnections: plan.maxConnections,
+    maxPendingHandshakes: plan.maxPendingHandshakes,
+    descriptorLimit: plan.limitKnown ? plan.limit : 'unknown',
+    descriptorsNeeded: plan.needed,
+    reservedDescriptors: RESERVED_DESCRIPTORS,
+    ...(config.workers > 1 ? { perWorker: true } : {}),
+  };
+  if (plan.verdict === 'short') log.warn({ code: 'descriptor_limit_low', ...fields }, describeShortfall(plan, input));
+  else
+    log.info(
+      fields,
+      `front door: ${plan.maxConnections} connections${plan.maxPendingHandshakes ? ` and ${plan.maxPendingHandshakes} TLS handshakes in progress` : ''}${config.workers > 1 ? ' per worker' : ''}, at most ${plan.needed} of ${plan.limitKnown ? plan.limit : `an assumed ${plan.limit}`} descriptors`,
+    );
+  return undefined;
 }
 
 /**

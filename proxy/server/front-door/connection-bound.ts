@@ -3,40 +3,15 @@
  * the oldest that have not sent a request yet, then a new connection gets a fast 503 (health checks
  * still answered), and far past it is closed at once.
  */
-import { readFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { type GatewayError, OVERLOADED } from '../errors.ts';
 import { closeIdle, type ConnectionState, type Connections, isIdleKeepAlive, stateOf } from './connection-state.ts';
+import { OVERFLOW_ANSWERED } from './descriptor-budget.ts';
 
-/** Descriptors kept for everything that is not a client connection (pool, Redis, logs, files). */
-export const RESERVED_DESCRIPTORS = 64;
-/** Connections past the bound that still get an answer (a 503 or a health check) before being cut. */
-export const OVERFLOW_ANSWERED = 32;
 /** How long an over-the-bound connection may take to send its request head. */
 const OVERFLOW_HEAD_MS = 2000;
 
 const HEALTH_PATHS = new Set(['/health/live', '/health/status']);
-
-/**
- * The default bound: every connection may need two descriptors (its socket and a blob file, or the
- * router's upstream socket), after the reserve. Pure, for the unit test and the docs.
- */
-export function defaultMaxConnections(descriptorLimit: number): number {
-  return Math.max(8, Math.floor((descriptorLimit - RESERVED_DESCRIPTORS - OVERFLOW_ANSWERED) / 2));
-}
-
-/** The soft RLIMIT_NOFILE of this process (Linux: /proc/self/limits); undefined when unknown. */
-export function descriptorLimit(): number | undefined {
-  try {
-    const line = readFileSync('/proc/self/limits', 'utf8')
-      .split('\n')
-      .find((l) => l.startsWith('Max open files'));
-    const soft = line?.slice('Max open files'.length).trim().split(/\s+/)[0];
-    return soft === undefined || soft === 'unlimited' ? undefined : Number(soft);
-  } catch {
-    return undefined;
-  }
-}
 
 /**
  * What becomes of a new connection once idle ones were closed, given the connections still live:

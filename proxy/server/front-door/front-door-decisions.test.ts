@@ -4,7 +4,8 @@ import { HEAD_TIMEOUT, MALFORMED_REQUEST } from '../errors.ts';
 import { toHttpError } from '../http-errors.ts';
 import { clientErrorAnswer, hasMalformedAuthorization } from './client-errors.ts';
 import { DRAINING, OVERLOADED } from '../errors.ts';
-import { judgeConnection, OVERFLOW_ANSWERED, overloadRefusal } from './connection-bound.ts';
+import { judgeConnection, overloadRefusal } from './connection-bound.ts';
+import { OVERFLOW_ANSWERED } from './descriptor-budget.ts';
 import { drainRefusal } from './drain.ts';
 import { idleAction } from './timeouts.ts';
 
