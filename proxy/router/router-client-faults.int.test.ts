@@ -26,6 +26,7 @@ const TRACE_SPAN_METRICS = [
 const LISTENER_METRICS = [
   'arkvory_http_open_connections',
   'arkvory_http_max_connections',
+  'arkvory_http_max_pending_handshakes',
   'arkvory_http_connections_refused_total',
   'arkvory_http_idle_connections_closed_total',
   'arkvory_http_client_timeouts_total',
