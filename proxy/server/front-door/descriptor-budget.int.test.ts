@@ -4,7 +4,8 @@
  * uploads on every connection the bound serves but one (each a socket and a temporary file) and as
  * many stalled handshakes as their bound allows, and another client is still served a download,
  * with no descriptor error (EMFILE) and no warning in the gateway's log. A configured bound the
- * limit cannot hold refuses the start (exit 2), naming the variable and the numbers.
+ * limit cannot hold refuses the start (exit 2), naming the variable and the numbers; with workers,
+ * each worker's share of it is what must fit.
  */
 import { readdir, readFile } from 'node:fs/promises';
 import net from 'node:net';
@@ -172,5 +173,23 @@ describe('the front door within the descriptor limit', () => {
     expect(refused.stderr().trim().split('\n')).toEqual([
       "arkvory: cannot start: ARKVORY_MAX_CONNECTIONS=1000 cannot be honoured: it needs 2 × 1000 connections + 32 refusals answered + 64 for the gateway's own = 2096 descriptors, above the descriptor limit of 1024 (ulimit -n, systemd LimitNOFILE); set it to at most 464 or raise the limit",
     ]);
+  });
+
+  it("an instance of workers (a router's here): each worker's share is judged against the limit it inherits", async () => {
+    const refused = await startGateway({
+      env: {
+        ARKVORY_ROLE: 'router',
+        ARKVORY_ROUTER_BACKENDS: 'http://127.0.0.1:9',
+        ARKVORY_WORKERS: '2',
+        ARKVORY_MAX_CONNECTIONS: '1000',
+      },
+      wrap: ['prlimit', '--nofile=1024:1024', '--'],
+      waitFor: 'none',
+    });
+    const code = await Promise.race([refused.exited, sleep(30_000).then(() => 'still running')]);
+    expect(code).toBe(2);
+    expect(refused.stderr()).toContain(
+      "ARKVORY_MAX_CONNECTIONS=1000 cannot be honoured: it needs 2 × 500 connections + 32 refusals answered + 64 for the gateway's own = 1096 descriptors per worker of 2, above the descriptor limit of 1024 (ulimit -n, systemd LimitNOFILE); set it to at most 928 or raise the limit",
+    );
   });
 });
