@@ -395,6 +395,24 @@ export const GATEWAY_METRICS = [
     help: 'Finished spans waiting for export or being sent now (at most OTEL_BSP_MAX_QUEUE_SIZE).',
   },
   {
+    name: 'arkvory_usage_pending_rows',
+    type: 'gauge',
+    labels: [],
+    help: 'Usage statistics rows (an artifact, or a principal and day) counted in memory and not yet in the database: at most 100,000 (docs/observability.md); near it the database has not taken a flush for a while.',
+  },
+  {
+    name: 'arkvory_usage_dropped_total',
+    type: 'counter',
+    labels: ['kind'],
+    help: 'Downloads and requests (kind) left out of the usage statistics: their row did not fit the 100,000 held while the database took no flush, or a flush whose outcome the database no longer knew was not sent again.',
+  },
+  {
+    name: 'arkvory_usage_flush_failures_total',
+    type: 'counter',
+    labels: ['reason'],
+    help: 'Usage statistics flushes that failed (reason failed: the database refused or the connection broke) or were abandoned after 15 s (timeout); what they held is kept for the next.',
+  },
+  {
     name: 'arkvory_database_login_privileged',
     type: 'gauge',
     labels: ['reason'],

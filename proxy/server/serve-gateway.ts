@@ -27,6 +27,7 @@ import { registerAdmissionMetrics } from '../metrics/admission-metrics.ts';
 import { registerWorkerMetrics } from '../metrics/worker-metrics.ts';
 import { registerTlsMetrics } from '../metrics/tls-metrics.ts';
 import { registerTracingMetrics } from '../metrics/tracing-metrics.ts';
+import { registerUsageMetrics } from '../metrics/usage-metrics.ts';
 import { traceContextFrom } from '../tracing/trace-context-from.ts';
 import { registerFrontDoorMetrics } from '../metrics/front-door-metrics.ts';
 import { metricsRoute, spacedRenders, startMetricsServer, type MetricsServer } from '../metrics/metrics-endpoint.ts';
@@ -260,6 +261,7 @@ async function runGateway(
           })
         : undefined;
     if (usage) built.onClose.unshift(() => usage.stop());
+    registerUsageMetrics(metrics.registry, usage?.status);
     server = createGatewayServer({
       ...(usage ? { onUsage: (ctx, o) => usage.observe(ctx, o) } : {}),
       routes: app.routes,

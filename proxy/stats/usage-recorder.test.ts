@@ -3,9 +3,9 @@
  * that finished, an empty artifact's); not a request whose client left before the answer (499), nor
  * one whose head was written but whose client left before its first body byte.
  */
-import type pg from 'pg';
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
+import { FakeUsageDb } from '../../test/support/fake-usage-db.ts';
 import { CONTENT_TEMPLATES } from '../content/paths.ts';
 import type { RequestContext, RequestObservation } from '../server/route-types.ts';
 import { startUsageRecorder } from './usage-recorder.ts';
@@ -17,9 +17,8 @@ const route = `${CONTENT_TEMPLATES.artifact}/content`;
 async function flushed(
   answers: Array<{ status: number; bytesOut: number; finished: boolean; declaredLength?: number }>,
 ): Promise<{ downloads: number[]; bytes: number[] }> {
-  const calls: unknown[][] = [];
-  const pool = { query: async (_sql: string, params: unknown[]) => void calls.push(params) } as unknown as pg.Pool;
-  const recorder = startUsageRecorder({ pool, log: pino({ level: 'silent' }), clock, flushMs: 3_600_000 });
+  const db = new FakeUsageDb();
+  const recorder = startUsageRecorder({ pool: db, log: pino({ level: 'silent' }), clock, flushMs: 3_600_000 });
   for (const a of answers) {
     const ctx = {
       principal: { id: '00000000-0000-4000-8000-000000000001' },
@@ -38,7 +37,7 @@ async function flushed(
     recorder.observe(ctx, o);
   }
   await recorder.stop();
-  const params = calls[0] ?? [];
+  const params = db.committed.inserts[0] ?? [];
   return { downloads: (params[5] as number[] | undefined) ?? [], bytes: (params[6] as number[] | undefined) ?? [] };
 }
 

@@ -1,23 +1,14 @@
 /**
  * Usage statistics in PostgreSQL (migrations/0041): a batch added to both tables in one statement
- * (sums across gateways: ON CONFLICT adds), and the reads behind the admin API and `arkvory stats`.
+ * (sums across gateways: ON CONFLICT adds), the flush's transaction and the question of what became
+ * of one whose COMMIT went unanswered, and the reads behind the admin API and `arkvory stats`.
  */
 import type pg from 'pg';
 import type { UsageBatch } from './usage-tally.ts';
 
 type Queryable = Pick<pg.Pool, 'query'>;
 
-/**
- * Adds a drained batch to both tables in one statement: it is added whole or not at all, so a failed
- * flush can keep the batch for the next one without counting any part twice, and a reader never sees
- * a batch's downloads without its requests.
- */
-export async function addUsage(db: Queryable, batch: UsageBatch): Promise<void> {
-  const a = batch.artifacts;
-  const p = batch.principalDays;
-  if (a.length === 0 && p.length === 0) return;
-  await db.query(
-    `WITH artifacts AS (
+const ADD_USAGE = `WITH artifacts AS (
        INSERT INTO arkvory_usage_artifacts AS u (repository, kind, name, version, asset, downloads, bytes, last_downloaded_at, last_downloader)
        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::timestamptz[], $9::uuid[])
        ON CONFLICT (repository, kind, name, version, asset) DO UPDATE SET
@@ -32,24 +23,60 @@ export async function addUsage(db: Queryable, batch: UsageBatch): Promise<void> 
      ON CONFLICT (principal_id, day) DO UPDATE SET
        requests = u.requests + EXCLUDED.requests,
        bytes_down = u.bytes_down + EXCLUDED.bytes_down,
-       bytes_up = u.bytes_up + EXCLUDED.bytes_up`,
-    [
-      a.map((r) => r.key.repository),
-      a.map((r) => r.key.kind),
-      a.map((r) => r.key.name),
-      a.map((r) => r.key.version),
-      a.map((r) => r.key.asset),
-      a.map((r) => r.downloads),
-      a.map((r) => r.bytes),
-      a.map((r) => new Date(r.lastAtMs)),
-      a.map((r) => r.lastDownloader),
-      p.map((r) => r.principalId),
-      p.map((r) => r.day),
-      p.map((r) => r.requests),
-      p.map((r) => r.bytesDown),
-      p.map((r) => r.bytesUp),
-    ],
-  );
+       bytes_up = u.bytes_up + EXCLUDED.bytes_up`;
+
+/**
+ * Adds a drained batch to both tables in one statement: it is added whole or not at all, so a failed
+ * flush can keep the batch for the next one without counting any part twice, and a reader never sees
+ * a batch's downloads without its requests.
+ */
+export async function addUsage(db: Queryable | UsageConnection, batch: UsageBatch): Promise<void> {
+  const a = batch.artifacts;
+  const p = batch.principalDays;
+  if (a.length === 0 && p.length === 0) return;
+  await db.query(ADD_USAGE, [
+    a.map((r) => r.key.repository),
+    a.map((r) => r.key.kind),
+    a.map((r) => r.key.name),
+    a.map((r) => r.key.version),
+    a.map((r) => r.key.asset),
+    a.map((r) => r.downloads),
+    a.map((r) => r.bytes),
+    a.map((r) => new Date(r.lastAtMs)),
+    a.map((r) => r.lastDownloader),
+    p.map((r) => r.principalId),
+    p.map((r) => r.day),
+    p.map((r) => r.requests),
+    p.map((r) => r.bytesDown),
+    p.map((r) => r.bytesUp),
+  ]);
+}
+
+/** A connection checked out of the pool for one flush; `release(err)` ends it (pg.PoolClient). */
+export interface UsageConnection {
+  query(text: string, values?: unknown[]): Promise<{ rows: Array<Record<string, unknown>> }>;
+  release(err?: Error): void;
+  on(event: 'error', listener: (err: Error) => void): unknown;
+  off(event: 'error', listener: (err: Error) => void): unknown;
+}
+
+/** Opens the flush's transaction and returns its id, by which its outcome can be read after a lost answer. */
+export async function beginFlush(conn: UsageConnection): Promise<string> {
+  await conn.query('BEGIN');
+  const { rows } = await conn.query('SELECT pg_current_xact_id()::text AS xid');
+  return rows[0]!.xid as string;
+}
+
+/**
+ * What became of transaction `xid`: committed, aborted, still in progress, or null once the server
+ * no longer knows (it is older than its commit log keeps).
+ */
+export async function transactionStatus(
+  conn: UsageConnection,
+  xid: string,
+): Promise<'committed' | 'aborted' | 'in progress' | null> {
+  const { rows } = await conn.query('SELECT pg_xact_status($1::xid8) AS status', [xid]);
+  return (rows[0]!.status as 'committed' | 'aborted' | 'in progress' | null) ?? null;
 }
 
 export interface ArtifactStats {

@@ -58,4 +58,27 @@ describe('UsageTally', () => {
       { principalId: 'p1', day: '2026-12-02', requests: 2, bytesDown: 11, bytesUp: 1 },
     ]);
   });
+
+  it('holds at most its capacity of rows: counts of a row past it are dropped and counted, rows held go on summing', () => {
+    const t = new UsageTally(2);
+    t.download(key, 10, 'p1', T0);
+    t.request('p1', 1, 1, T0);
+    t.download({ ...key, name: 'b.bin' }, 7, 'p1', T0);
+    t.request('p2', 1, 1, T0);
+    t.download(key, 5, 'p1', T0 + 1);
+    t.request('p1', 1, 1, T0 + 1);
+    expect(t.size).toBe(2);
+    expect(t.dropped).toEqual({ downloads: 1, requests: 1 });
+    const batch = t.drain();
+    expect(batch.artifacts).toEqual([{ key, downloads: 2, bytes: 15, lastAtMs: T0 + 1, lastDownloader: 'p1' }]);
+    expect(batch.principalDays).toEqual([
+      { principalId: 'p1', day: '2026-12-02', requests: 2, bytesDown: 2, bytesUp: 2 },
+    ]);
+    // A batch given back merges into the rows held and fits where it can; the rest is counted.
+    t.capacity = 1;
+    t.request('p3', 1, 1, T0);
+    t.restore(batch);
+    expect(t.size).toBe(1);
+    expect(t.dropped).toEqual({ downloads: 3, requests: 3 });
+  });
 });
