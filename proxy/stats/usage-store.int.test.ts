@@ -84,4 +84,29 @@ describe('addUsage', () => {
     const artifact = await db.pool.query(`SELECT downloads::int FROM arkvory_usage_artifacts WHERE name = 'b.bin'`);
     expect([day.rows, artifact.rows]).toEqual([[{ requests: 2 }], [{ downloads: 1 }]]);
   });
+
+  it('saturates a sum at the bigint maximum instead of failing the batch, and every later one, on that row', async () => {
+    const key = { repository: 'libs', kind: 'artifact' as const, name: 'huge.bin', version: '', asset: '' };
+    const other = randomUUID();
+    await db.pool.query(
+      `INSERT INTO arkvory_usage_artifacts (repository, kind, name, version, asset, downloads, bytes, last_downloaded_at)
+       VALUES ('libs', 'artifact', 'huge.bin', '', '', 9223372036854775800, 9223372036854775000, '2026-12-01')`,
+    );
+    const next: UsageBatch = {
+      artifacts: [{ key, downloads: 10, bytes: 4096, lastAtMs: Date.UTC(2026, 11, 5), lastDownloader: other }],
+      principalDays: [{ principalId: other, day: '2026-12-05', requests: 10, bytesDown: 4096, bytesUp: 0 }],
+    };
+    await addUsage(db.pool, next);
+    await addUsage(db.pool, next);
+    const huge = await db.pool.query(
+      `SELECT downloads::text, bytes::text, last_downloader::text FROM arkvory_usage_artifacts WHERE name = 'huge.bin'`,
+    );
+    expect(huge.rows).toEqual([
+      { downloads: '9223372036854775807', bytes: '9223372036854775807', last_downloader: other },
+    ]);
+    const day = await db.pool.query(`SELECT requests::int FROM arkvory_usage_principal_days WHERE principal_id = $1`, [
+      other,
+    ]);
+    expect(day.rows).toEqual([{ requests: 20 }]);
+  });
 });

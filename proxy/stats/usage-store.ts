@@ -8,12 +8,18 @@ import type { UsageBatch } from './usage-tally.ts';
 
 type Queryable = Pick<pg.Pool, 'query'>;
 
+/** PostgreSQL's largest bigint: a sum saturates there rather than failing its whole batch. */
+const MAX_BIGINT = '9223372036854775807';
+/** Sums past this lose precision in a JS number (and print in exponent form past 1e21): sent as at most this. */
+const clamp = (n: number) => Math.min(n, Number.MAX_SAFE_INTEGER);
+const add = (column: string) => `least(u.${column}::numeric + EXCLUDED.${column}, ${MAX_BIGINT})::bigint`;
+
 const ADD_USAGE = `WITH artifacts AS (
        INSERT INTO arkvory_usage_artifacts AS u (repository, kind, name, version, asset, downloads, bytes, last_downloaded_at, last_downloader)
        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::timestamptz[], $9::uuid[])
        ON CONFLICT (repository, kind, name, version, asset) DO UPDATE SET
-         downloads = u.downloads + EXCLUDED.downloads,
-         bytes = u.bytes + EXCLUDED.bytes,
+         downloads = ${add('downloads')},
+         bytes = ${add('bytes')},
          last_downloader = CASE WHEN EXCLUDED.last_downloaded_at >= u.last_downloaded_at
                                 THEN EXCLUDED.last_downloader ELSE u.last_downloader END,
          last_downloaded_at = greatest(u.last_downloaded_at, EXCLUDED.last_downloaded_at)
@@ -21,14 +27,15 @@ const ADD_USAGE = `WITH artifacts AS (
      INSERT INTO arkvory_usage_principal_days AS u (principal_id, day, requests, bytes_down, bytes_up)
      SELECT * FROM unnest($10::uuid[], $11::date[], $12::bigint[], $13::bigint[], $14::bigint[])
      ON CONFLICT (principal_id, day) DO UPDATE SET
-       requests = u.requests + EXCLUDED.requests,
-       bytes_down = u.bytes_down + EXCLUDED.bytes_down,
-       bytes_up = u.bytes_up + EXCLUDED.bytes_up`;
+       requests = ${add('requests')},
+       bytes_down = ${add('bytes_down')},
+       bytes_up = ${add('bytes_up')}`;
 
 /**
  * Adds a drained batch to both tables in one statement: it is added whole or not at all, so a failed
  * flush can keep the batch for the next one without counting any part twice, and a reader never sees
- * a batch's downloads without its requests.
+ * a batch's downloads without its requests. A counter saturates at the bigint maximum: one row past
+ * it would otherwise fail every later batch that names it.
  */
 export async function addUsage(db: Queryable | UsageConnection, batch: UsageBatch): Promise<void> {
   const a = batch.artifacts;
@@ -40,15 +47,15 @@ export async function addUsage(db: Queryable | UsageConnection, batch: UsageBatc
     a.map((r) => r.key.name),
     a.map((r) => r.key.version),
     a.map((r) => r.key.asset),
-    a.map((r) => r.downloads),
-    a.map((r) => r.bytes),
+    a.map((r) => clamp(r.downloads)),
+    a.map((r) => clamp(r.bytes)),
     a.map((r) => new Date(r.lastAtMs)),
     a.map((r) => r.lastDownloader),
     p.map((r) => r.principalId),
     p.map((r) => r.day),
-    p.map((r) => r.requests),
-    p.map((r) => r.bytesDown),
-    p.map((r) => r.bytesUp),
+    p.map((r) => clamp(r.requests)),
+    p.map((r) => clamp(r.bytesDown)),
+    p.map((r) => clamp(r.bytesUp)),
   ]);
 }
 
