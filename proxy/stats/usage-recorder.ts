@@ -15,6 +15,7 @@ import { systemTimers, type TimerHandle, type Timers } from '../../policy/timers
 import type { ArtifactKey, ArtifactKind } from '../../storage-adapter/catalog/catalog.ts';
 import { APT_TEMPLATE, aptAssetKey, CONTENT_TEMPLATES, keyFromParams } from '../content/paths.ts';
 import type { RequestContext, RequestObservation } from '../server/route-types.ts';
+import { ConnectionDeadline, onConnectionWithin } from '../server/connection-deadline.ts';
 import { addUsage, beginFlush, transactionStatus, type UsageConnection } from './usage-store.ts';
 import { type UsageBatch, type UsageDropped, UsageTally } from './usage-tally.ts';
 
@@ -54,14 +55,6 @@ export const FLUSH_TIMEOUT_MS = 15_000;
 /** stop() waits this long at most (under the gateway's 5 s bound on each close step). */
 export const STOP_BOUND_MS = 4_000;
 
-/** The flush's deadline passed (or stop() could wait no longer). */
-class FlushTimeout extends Error {
-  readonly code = 'usage_flush_timeout';
-  constructor(ms: number) {
-    super(`usage flush did not finish within ${ms} ms`);
-  }
-}
-
 export interface UsageRecorderDeps {
   pool: { connect(): Promise<UsageConnection> };
   log: Logger;
@@ -77,8 +70,6 @@ const countsOf = (batch: UsageBatch) => ({
   downloads: batch.artifacts.reduce((n, a) => n + a.downloads, 0),
   requests: batch.principalDays.reduce((n, p) => n + p.requests, 0),
 });
-/** A connection that dies between a flush's statements fails the next one; its event alone must not crash. */
-const ignore = () => {};
 const rowsOf = (batch: UsageBatch) => batch.artifacts.length + batch.principalDays.length;
 
 /**
@@ -125,73 +116,47 @@ export function startUsageRecorder(deps: UsageRecorderDeps): UsageRecorder {
   };
 
   const runFlush = async (timeoutMs: number): Promise<void> => {
-    let expired: ((err: FlushTimeout) => void) | undefined;
-    const deadline = new Promise<never>((_, reject) => (expired = reject));
-    deadline.catch(() => {});
-    let timedOut = false;
-    const expire = () => {
-      timedOut = true;
-      expired!(new FlushTimeout(timeoutMs));
-    };
-    const timer = timers.setTimeout(expire, timeoutMs);
-    abandon = expire;
-    const within = <T>(step: Promise<T>) => Promise.race([step, deadline]);
-
-    let conn: UsageConnection | undefined;
     let batch: UsageBatch | undefined;
     let commitSent = false;
     let xid = '';
-    /** Gives the connection back, once; with an error it is ended instead. */
-    let done: (err?: Error) => void = () => {};
     try {
-      const connecting = deps.pool.connect();
-      // A connection that arrives after the deadline goes back to the pool unused.
-      connecting.then(
-        (c) => timedOut && conn === undefined && c.release(),
-        () => {},
+      await onConnectionWithin(
+        deps.pool,
+        timeoutMs,
+        async (conn, within) => {
+          if (inDoubt) {
+            const outcome = await within(transactionStatus(conn, inDoubt.xid));
+            if (outcome === 'in progress') {
+              lastFailed = true;
+              return;
+            }
+            const doubted = inDoubt.batch;
+            inDoubt = undefined;
+            reserve();
+            if (outcome === 'aborted') tally.restore(doubted);
+            else if (outcome === null) {
+              const lost = countsOf(doubted);
+              dropped.downloads += lost.downloads;
+              dropped.requests += lost.requests;
+            }
+          }
+          batch = tally.drain();
+          sending = batch;
+          reserve();
+          if (rowsOf(batch) === 0) {
+            lastFailed = false;
+            return;
+          }
+          xid = await within(beginFlush(conn));
+          await within(addUsage(conn, batch));
+          commitSent = true;
+          await within(conn.query('COMMIT'));
+          lastFailed = false;
+        },
+        { timers, onAbandon: (end) => (abandon = end) },
       );
-      conn = await within(connecting);
-      conn.on('error', ignore);
-      const held = conn;
-      done = (err) => {
-        done = () => {};
-        held.off('error', ignore);
-        held.release(err);
-      };
-      if (inDoubt) {
-        const outcome = await within(transactionStatus(conn, inDoubt.xid));
-        if (outcome === 'in progress') {
-          done();
-          lastFailed = true;
-          return;
-        }
-        const doubted = inDoubt.batch;
-        inDoubt = undefined;
-        reserve();
-        if (outcome === 'aborted') tally.restore(doubted);
-        else if (outcome === null) {
-          const lost = countsOf(doubted);
-          dropped.downloads += lost.downloads;
-          dropped.requests += lost.requests;
-        }
-      }
-      batch = tally.drain();
-      sending = batch;
-      reserve();
-      if (rowsOf(batch) === 0) {
-        done();
-        lastFailed = false;
-        return;
-      }
-      xid = await within(beginFlush(conn));
-      await within(addUsage(conn, batch));
-      commitSent = true;
-      await within(conn.query('COMMIT'));
-      done();
-      lastFailed = false;
     } catch (err) {
-      // Ends the connection: a statement still running there is abandoned, and its session with it.
-      done(err as Error);
+      const timedOut = err instanceof ConnectionDeadline;
       lastFailed = true;
       if (timedOut) flushFailures.timeout++;
       else flushFailures.failed++;
@@ -209,7 +174,6 @@ export function startUsageRecorder(deps: UsageRecorderDeps): UsageRecorder {
     } finally {
       sending = undefined;
       reserve();
-      timers.clearTimeout(timer);
       abandon = undefined;
     }
   };

@@ -4,6 +4,7 @@
  * of one whose COMMIT went unanswered, and the reads behind the admin API and `arkvory stats`.
  */
 import type pg from 'pg';
+import type { DeadlineConnection } from '../server/connection-deadline.ts';
 import type { UsageBatch } from './usage-tally.ts';
 
 type Queryable = Pick<pg.Pool, 'query'>;
@@ -60,11 +61,8 @@ export async function addUsage(db: Queryable | UsageConnection, batch: UsageBatc
 }
 
 /** A connection checked out of the pool for one flush; `release(err)` ends it (pg.PoolClient). */
-export interface UsageConnection {
+export interface UsageConnection extends DeadlineConnection {
   query(text: string, values?: unknown[]): Promise<{ rows: Array<Record<string, unknown>> }>;
-  release(err?: Error): void;
-  on(event: 'error', listener: (err: Error) => void): unknown;
-  off(event: 'error', listener: (err: Error) => void): unknown;
 }
 
 /** Opens the flush's transaction and returns its id, by which its outcome can be read after a lost answer. */
