@@ -4,17 +4,31 @@
  * `X-Request-Id` apart from it), the route's parameters as the
  * target (or what the handler put in `ctx.auditTarget`) and what it put in `ctx.auditDetails`. The server ends the action's answer only
  * after this (proxy/server/http-server.ts). A failed insert does not undo the action: it is logged
- * at error with the whole entry, so the log keeps what the table missed.
+ * at error with the whole entry, so the log keeps what the table missed. The insert is its own
+ * transaction within AUDIT_TIMEOUT_MS: a database that does not answer holds neither the answer nor
+ * a pooled connection longer, and an insert abandoned before its COMMIT can never land afterwards.
  */
 import type pg from 'pg';
 import type { Logger } from 'pino';
+import type { Timers } from '../../policy/timers.ts';
+import { onConnectionWithin } from '../server/connection-deadline.ts';
 import { clientIp } from '../gates/request-identity.ts';
 import type { TrustedProxies } from '../router/forwarded.ts';
 import type { AuditSink, RequestContext } from '../server/route-types.ts';
 import type { AuditAction, AuditEntry } from './audit-event.ts';
 import { recordAudit } from './audit-log.ts';
 
-export function createRequestAudit(deps: { pool: pg.Pool; log: Logger; trusted: TrustedProxies }): AuditSink {
+/** Longest wait for an audit row before the answer ends without it. */
+export const AUDIT_TIMEOUT_MS = 5000;
+
+export function createRequestAudit(deps: {
+  pool: pg.Pool;
+  log: Logger;
+  trusted: TrustedProxies;
+  timeoutMs?: number;
+  timers?: Timers;
+}): AuditSink {
+  const timeoutMs = deps.timeoutMs ?? AUDIT_TIMEOUT_MS;
   return async (ctx: RequestContext, action: AuditAction) => {
     const { principal } = ctx;
     const entry: AuditEntry | undefined = principal && {
@@ -26,12 +40,27 @@ export function createRequestAudit(deps: { pool: pg.Pool; log: Logger; trusted: 
       target: ctx.auditTarget ?? { ...ctx.params },
       details: ctx.auditDetails ?? {},
     };
+    // Sent COMMIT without its answer: the row may yet be there.
+    let commitSent = false;
     try {
       // Every audited route needs a principal (admin or write access); this is a wiring fault.
       if (!entry) throw new Error(`audited route ${ctx.route} ran without a principal`);
-      await recordAudit(deps.pool, entry);
+      await onConnectionWithin<pg.PoolClient, void>(
+        deps.pool,
+        timeoutMs,
+        async (conn, within) => {
+          await within(conn.query('BEGIN'));
+          await within(recordAudit(conn, entry));
+          commitSent = true;
+          await within(conn.query('COMMIT'));
+        },
+        deps.timers ? { timers: deps.timers } : {},
+      );
     } catch (err) {
-      deps.log.error({ err, audit: entry ?? { action, route: ctx.route } }, 'audit entry not recorded');
+      deps.log.error(
+        { err, audit: entry ?? { action, route: ctx.route }, ...(commitSent ? { unconfirmed: true } : {}) },
+        'audit entry not recorded',
+      );
     }
   };
 }

@@ -1,0 +1,81 @@
+/**
+ * An audited action whose row PostgreSQL does not take in time, through a real gateway and a real
+ * PostgreSQL: the audit table is locked by this test (the insert waits, as on a database that takes
+ * the statement and never answers). The action's answer ends all the same after AUDIT_TIMEOUT_MS,
+ * with its whole entry in one `error` line; the insert, abandoned before its COMMIT, never lands
+ * once the lock goes; the next action is recorded as usual.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { waitUntil } from '../../test/harness/index.ts';
+import { bearer, createServiceAccount } from '../../test/support/auth.ts';
+import { useTestDatabase } from '../../test/support/database.ts';
+import { type GatewayProcess, startGateway } from '../../test/support/gateway.ts';
+import { AUDIT_TIMEOUT_MS } from './request-audit.ts';
+
+const db = useTestDatabase();
+let gw: GatewayProcess;
+let admin: { key: string };
+
+beforeAll(async () => {
+  admin = await createServiceAccount(db.pool, { scopes: ['read', 'write', 'admin'] });
+  gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+}, 60_000);
+afterAll(async () => {
+  await gw?.stop('SIGTERM');
+});
+
+const createRepository = (name: string) =>
+  fetch(`${gw.url}/api/v1/admin/repositories`, {
+    method: 'POST',
+    headers: { ...bearer(admin.key), 'content-type': 'application/json' },
+    body: JSON.stringify({ name }),
+  });
+const auditRows = async (name: string) =>
+  Number(
+    (await db.pool.query(`SELECT count(*) AS n FROM arkvory_audit_events WHERE details::text LIKE $1`, [`%${name}%`]))
+      .rows[0].n,
+  );
+
+describe('an audit row the database does not take in time', () => {
+  it(`ends the answer after ${AUDIT_TIMEOUT_MS} ms with the entry logged, and never lands later`, async () => {
+    const lock = await db.pool.connect();
+    let answer: Response | undefined;
+    try {
+      await lock.query('BEGIN');
+      await lock.query('LOCK TABLE arkvory_audit_events IN SHARE ROW EXCLUSIVE MODE');
+      const pending = createRepository('held-long').then((res) => (answer = res));
+      // Answered while the lock is still held: well past the bound, but far short of forever.
+      await waitUntil(() => answer !== undefined, { timeoutMs: AUDIT_TIMEOUT_MS + 20_000, what: 'the answer' });
+      await pending;
+    } finally {
+      await lock.query('COMMIT');
+      lock.release();
+    }
+    expect(answer!.status).toBe(201);
+    const lines = gw.logLines().filter((l) => l.msg === 'audit entry not recorded');
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatchObject({
+      level: 'error',
+      audit: { action: 'repository.create', details: { repository: 'held-long' } },
+    });
+    expect(lines[0]!.unconfirmed).toBeUndefined();
+
+    // The abandoned insert's session goes on once the lock is gone and finds its client gone.
+    await waitUntil(
+      async () =>
+        Number(
+          (
+            await db.pool.query(
+              `SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+                 AND state = 'active' AND query LIKE '%arkvory_audit_events%'`,
+            )
+          ).rows[0].n,
+        ) === 0,
+      { timeoutMs: 10_000, what: 'the abandoned insert to end' },
+    );
+    expect(await auditRows('held-long')).toBe(0);
+    // The repository was made; the next action is recorded when its answer ends.
+    expect((await createRepository('next-one')).status).toBe(201);
+    expect(await auditRows('next-one')).toBe(1);
+  }, 60_000);
+});
