@@ -398,7 +398,7 @@ export const GATEWAY_METRICS = [
     name: 'arkvory_usage_pending_rows',
     type: 'gauge',
     labels: [],
-    help: 'Usage statistics rows (an artifact, or a principal and day) counted in memory and not yet in the database: at most 100,000 (docs/observability.md); near it the database has not taken a flush for a while.',
+    help: 'Usage statistics rows (an artifact, or a principal and day) counted in memory and not yet in the database: at most 100,000 a process, summed over the workers of an instance (docs/observability.md); near it the database has not taken a flush for a while.',
   },
   {
     name: 'arkvory_usage_dropped_total',
