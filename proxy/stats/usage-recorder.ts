@@ -16,7 +16,7 @@ import type { ArtifactKey, ArtifactKind } from '../../storage-adapter/catalog/ca
 import { APT_TEMPLATE, aptAssetKey, CONTENT_TEMPLATES, keyFromParams } from '../content/paths.ts';
 import type { RequestContext, RequestObservation } from '../server/route-types.ts';
 import { ConnectionDeadline, onConnectionWithin } from '../server/connection-deadline.ts';
-import { addUsage, beginFlush, transactionStatus, type UsageConnection } from './usage-store.ts';
+import { addUsage, beginFlush, transactionStatuses, type UsageConnection } from './usage-store.ts';
 import { type UsageBatch, type UsageDropped, UsageTally } from './usage-tally.ts';
 
 export const MAX_ROWS = 50_000;
@@ -76,9 +76,10 @@ const rowsOf = (batch: UsageBatch) => batch.artifacts.length + batch.principalDa
  * At most one flush runs at a time, within its timeout; what is counted meanwhile waits in the
  * bounded tally for the next one. A flush is one transaction: one that failed or timed out before
  * its COMMIT was sent cannot have been committed, so its batch goes back into the tally; one whose
- * COMMIT went unanswered is in doubt, kept aside with its transaction id, and the next flush asks
- * the database what became of it before adding anything (committed: done; aborted: back into the
- * tally; still in progress: asked again next time), so a retry never counts a batch twice.
+ * COMMIT went unanswered is in doubt, kept aside with its transaction id, and each later flush
+ * first asks the database what became of it (committed: done; aborted: back into the tally; still
+ * in progress: asked again next time, while newer counts go on being sent), so a retry never counts
+ * a batch twice.
  */
 export function startUsageRecorder(deps: UsageRecorderDeps): UsageRecorder {
   const timers = deps.timers ?? systemTimers;
@@ -87,10 +88,11 @@ export function startUsageRecorder(deps: UsageRecorderDeps): UsageRecorder {
   const tally = new UsageTally(2 * maxRows);
   const dropped = tally.dropped;
   const flushFailures = { failed: 0, timeout: 0 };
-  let inDoubt: { xid: string; batch: UsageBatch } | undefined;
+  /** Batches whose COMMIT went unanswered, by transaction id, until the database says what became of them. */
+  let doubts: Array<{ xid: string; batch: UsageBatch }> = [];
   /** The batch of the flush in flight. */
   let sending: UsageBatch | undefined;
-  const asideRows = () => (sending ? rowsOf(sending) : 0) + (inDoubt ? rowsOf(inDoubt.batch) : 0);
+  const asideRows = () => (sending ? rowsOf(sending) : 0) + doubts.reduce((n, d) => n + rowsOf(d.batch), 0);
   // Twice maxRows in all, in the tally or aside: what a flush holds leaves that much less room.
   const reserve = () => {
     tally.capacity = 2 * maxRows - asideRows();
@@ -124,20 +126,26 @@ export function startUsageRecorder(deps: UsageRecorderDeps): UsageRecorder {
         deps.pool,
         timeoutMs,
         async (conn, within) => {
-          if (inDoubt) {
-            const outcome = await within(transactionStatus(conn, inDoubt.xid));
-            if (outcome === 'in progress') {
-              lastFailed = true;
-              return;
-            }
-            const doubted = inDoubt.batch;
-            inDoubt = undefined;
+          if (doubts.length > 0) {
+            const outcomes = await within(
+              transactionStatuses(
+                conn,
+                doubts.map((d) => d.xid),
+              ),
+            );
+            // Still in progress (its session blocked in the server): asked again next time.
+            const settled = doubts.filter((d) => outcomes.get(d.xid) !== 'in progress');
+            doubts = doubts.filter((d) => outcomes.get(d.xid) === 'in progress');
             reserve();
-            if (outcome === 'aborted') tally.restore(doubted);
-            else if (outcome === null) {
-              const lost = countsOf(doubted);
-              dropped.downloads += lost.downloads;
-              dropped.requests += lost.requests;
+            for (const d of settled) {
+              const outcome = outcomes.get(d.xid);
+              if (outcome === 'aborted') tally.restore(d.batch);
+              else if (outcome !== 'committed') {
+                // The server no longer knows it: counted or not, it is not sent again.
+                const lost = countsOf(d.batch);
+                dropped.downloads += lost.downloads;
+                dropped.requests += lost.requests;
+              }
             }
           }
           batch = tally.drain();
@@ -162,11 +170,12 @@ export function startUsageRecorder(deps: UsageRecorderDeps): UsageRecorder {
       else flushFailures.failed++;
       sending = undefined;
       // The server's error answer to COMMIT says it rolled back; no answer leaves it unknown.
-      if (batch && commitSent && !(err instanceof pg.DatabaseError)) inDoubt = { xid, batch };
+      const doubtful = batch !== undefined && commitSent && !(err instanceof pg.DatabaseError);
+      if (doubtful) doubts.push({ xid, batch: batch! });
       reserve();
-      if (batch && inDoubt?.batch !== batch) tally.restore(batch);
+      if (batch && !doubtful) tally.restore(batch);
       deps.log.warn(
-        { err, pendingRows: status.pendingRows, ...(inDoubt ? { inDoubt: inDoubt.xid } : {}) },
+        { err, pendingRows: status.pendingRows, ...(doubts.length > 0 ? { inDoubt: doubts.length } : {}) },
         timedOut
           ? 'usage statistics: flush timed out; its counts are kept for the next one'
           : 'usage statistics: flush failed; its counts are kept for the next one',
@@ -262,12 +271,15 @@ export function startUsageRecorder(deps: UsageRecorderDeps): UsageRecorder {
       reportDropped();
       if (status.pendingRows > 0) {
         const left = countsOf(tally.drain());
-        const doubt = inDoubt ? countsOf(inDoubt.batch) : { downloads: 0, requests: 0 };
+        const doubt = countsOf({
+          artifacts: doubts.flatMap((d) => d.batch.artifacts),
+          principalDays: doubts.flatMap((d) => d.batch.principalDays),
+        });
         deps.log.error(
           {
             downloads: left.downloads + doubt.downloads,
             requests: left.requests + doubt.requests,
-            ...(inDoubt ? { inDoubt: inDoubt.xid } : {}),
+            ...(doubts.length > 0 ? { inDoubt: doubts.length } : {}),
           },
           'usage statistics: the last flush did not finish before the stop; these counts are not in the database',
         );

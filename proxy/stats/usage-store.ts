@@ -73,15 +73,19 @@ export async function beginFlush(conn: UsageConnection): Promise<string> {
 }
 
 /**
- * What became of transaction `xid`: committed, aborted, still in progress, or null once the server
- * no longer knows (it is older than its commit log keeps).
+ * What became of each transaction of `xids`: committed, aborted, still in progress, or null once the
+ * server no longer knows (it is older than its commit log keeps).
  */
-export async function transactionStatus(
+export async function transactionStatuses(
   conn: UsageConnection,
-  xid: string,
-): Promise<'committed' | 'aborted' | 'in progress' | null> {
-  const { rows } = await conn.query('SELECT pg_xact_status($1::xid8) AS status', [xid]);
-  return (rows[0]!.status as 'committed' | 'aborted' | 'in progress' | null) ?? null;
+  xids: readonly string[],
+): Promise<Map<string, 'committed' | 'aborted' | 'in progress' | null>> {
+  const { rows } = await conn.query('SELECT x AS xid, pg_xact_status(x::xid8) AS status FROM unnest($1::text[]) AS x', [
+    xids,
+  ]);
+  return new Map(
+    rows.map((r) => [r.xid as string, (r.status as 'committed' | 'aborted' | 'in progress' | null) ?? null]),
+  );
 }
 
 export interface ArtifactStats {

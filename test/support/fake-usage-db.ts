@@ -35,7 +35,8 @@ export class FakeUsageDb {
         this.statements.push(text.trim().split(/\s+/)[0]!);
         if (this.mode === 'hang') return never;
         if (text.startsWith('SELECT pg_current_xact_id')) return { rows: [{ xid: String(++this.#xid) }] };
-        if (text.startsWith('SELECT pg_xact_status')) return { rows: [{ status: this.xactStatus }] };
+        if (text.includes('pg_xact_status'))
+          return { rows: (values![0] as string[]).map((xid) => ({ xid, status: this.xactStatus })) };
         if (text.startsWith('WITH')) insert = values;
         if (text === 'COMMIT') {
           if (this.mode === 'hangCommit') {
