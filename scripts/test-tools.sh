@@ -61,6 +61,7 @@ need openssl openssl                  # test/harness/tls-certs.ts makes the test
 need testssl testssl.sh               # proxy/tls/tls.int.test.ts checks the TLS listener's protocols, ciphers, vulnerabilities
 need h2load nghttp2-client            # HTTP/2 load and conformance (h2load, nghttp) against the TLS listener
 need ip iproute2
+need strace strace                    # proxy/content/slice-cache-disk-errors.int.test.ts fails a gateway's disk reads (-e inject)
 need umoci umoci                      # deploy/container/build.sh packs the image; test/image unpacks it
 need skopeo skopeo                    # test/image reads the image archive as podman load would
 need strip binutils                   # the image's Node loses its debug sections

@@ -334,6 +334,12 @@ export const GATEWAY_METRICS = [
     help: 'Slices that did not match the digest recorded at publish, by `where`: `origin` (fetched from the store; not served, not kept, fetched once more, then 502 `slice_digest_mismatch`), `disk` (changed on local disk; removed and fetched again).',
   },
   {
+    name: 'arkvory_slice_cache_disk_errors_total',
+    type: 'counter',
+    labels: [],
+    help: 'Slices on local disk whose file could not be opened or read (an I/O error, out of descriptors, a file cut short): each was fetched from the store instead, verified, and its new file replaces the old one; the client is answered either way.',
+  },
+  {
     name: 'arkvory_slice_cache_evictions_total',
     type: 'counter',
     labels: [],

@@ -42,6 +42,9 @@ export function registerSliceCacheMetrics(registry: Registry, stats: () => Slice
       [{ where: 'disk' }, s.digestFailures.disk],
     ]);
   });
+  counter(registry, 'arkvory_slice_cache_disk_errors_total', function () {
+    slice(this, (s) => [[{}, s.diskErrors]]);
+  });
   counter(registry, 'arkvory_slice_cache_evictions_total', function () {
     slice(this, (s) => [[{}, s.evictions]]);
   });

@@ -191,19 +191,33 @@ class SlicedReader implements BlobReader {
     const disk = source.kind === 'disk' ? await this.#openDisk(0, source) : undefined;
     if (!disk) return undefined;
     const bytes = Buffer.allocUnsafe(this.sizeBytes);
-    for (let position = 0; position < bytes.length; ) {
-      const { bytesRead } = await disk.file.read(bytes, position, bytes.length - position, position);
-      if (bytesRead === 0) throw new Error(`cached slice 0 of blob ${this.#sha256} ended at byte ${position}`);
-      position += bytesRead;
+    try {
+      for (let position = 0; position < bytes.length; ) {
+        const { bytesRead } = await disk.file.read(bytes, position, bytes.length - position, position);
+        if (bytesRead === 0) throw new Error(`cached slice 0 of blob ${this.#sha256} ended at byte ${position}`);
+        position += bytesRead;
+      }
+    } catch (err) {
+      this.#diskFailed(0, err);
+      return undefined;
     }
     this.#cache.stats.hitBytes += bytes.length;
     await this.close();
     return bytes;
   }
 
-  /** The file of a disk source, open and trusted; undefined when it was removed (then released). */
+  /**
+   * The file of a disk source, open and trusted; undefined when it was removed or could not be
+   * opened or checked (then released: acquired again, it is a fill from the store).
+   */
   async #openDisk(index: number, source: Extract<SliceSource, { kind: 'disk' }>): Promise<DiskSlice | undefined> {
-    const file = await this.#cache.openDisk(source, undefined);
+    let file: FileHandle | undefined;
+    try {
+      file = await this.#cache.openDisk(source, undefined);
+    } catch (err) {
+      this.#diskFailed(index, err);
+      return undefined;
+    }
     if (file === undefined) {
       this.#releaseSlice(index);
       return undefined;
@@ -211,6 +225,19 @@ class SlicedReader implements BlobReader {
     const bounds = sliceRange(this.#digests, index);
     this.#disk = { index, start: bounds.start, end: bounds.end, file };
     return this.#disk;
+  }
+
+  /**
+   * The held disk slice `index` could not be opened or read: told to the cache (which then treats
+   * it as not held) and released, so acquiring it again gives a fill from the store, verified like
+   * any other; the response goes on from there. Bytes already sent from its file were checked.
+   */
+  #diskFailed(index: number, err: unknown): void {
+    const source = this.#held.get(index);
+    if (source?.kind !== 'disk') throw err;
+    this.#cache.diskFailed(source, err);
+    this.#releaseSlice(index);
+    this.#missed = true;
   }
 
   /**
@@ -286,8 +313,14 @@ class SlicedReader implements BlobReader {
   ): Promise<{ bytesRead: number }> {
     const want = Math.min(length, disk.end - position + 1);
     const at = position - disk.start;
-    const { bytesRead } = await disk.file.read(buffer, offset, want, at);
-    if (bytesRead === 0) throw new Error(`cached slice ${disk.index} of blob ${this.#sha256} ended early`);
+    let bytesRead: number;
+    try {
+      ({ bytesRead } = await disk.file.read(buffer, offset, want, at));
+      if (bytesRead === 0) throw new Error(`cached slice ${disk.index} of blob ${this.#sha256} ended early`);
+    } catch (err) {
+      this.#diskFailed(disk.index, err);
+      return this.read(buffer, offset, length, position);
+    }
     this.#cache.stats.hitBytes += bytesRead;
     return { bytesRead };
   }

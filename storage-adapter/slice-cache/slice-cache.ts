@@ -25,7 +25,9 @@
  * files under `maxFiles` (a tiny slice still costs an inode), and the filesystem keeps
  * `minFreeBytes` free; the least recently used unpinned slices are evicted to make room. When no room can be made (every slice in use, a fill larger than the bound, a full
  * disk), the fill is relayed from memory to its readers and not kept: a degraded miss, never an
- * error. A missing or deleted directory is a cold start: it is made again.
+ * error. A slice file that cannot be opened or read (an I/O error) is fetched from the store for its
+ * reader instead (`diskFailed`): a failing disk is a miss, never an error either. A missing or
+ * deleted directory is a cold start: it is made again.
  */
 import { createHash, randomUUID } from 'node:crypto';
 import { fstatSync } from 'node:fs';
@@ -70,6 +72,8 @@ export interface SliceCacheStats {
   /** Fills other readers joined, since start. */
   joins: number;
   digestFailures: { origin: number; disk: number };
+  /** Slice files that could not be opened or read (an I/O error, out of descriptors): taken from the store instead. */
+  diskErrors: number;
   evictions: number;
   /** Fills relayed without being kept (no room under the bounds, a full disk). */
   relayedFills: number;
@@ -153,6 +157,7 @@ export class SliceCache {
     waiters: 0,
     joins: 0,
     digestFailures: { origin: 0, disk: 0 },
+    diskErrors: 0,
     evictions: 0,
     relayedFills: 0,
     abandonedFills: 0,
@@ -282,7 +287,8 @@ export class SliceCache {
     for (let index = first; index <= last; index++) {
       const key = `${sha256}-${digests.sliceBytes}-${index}`;
       const slice = this.#index.get(key);
-      if (slice) {
+      // One whose file could not be read (diskFailed) is fetched again, as if it were not held.
+      if (slice && !slice.unreadable) {
         start();
         slice.pins++;
         this.#index.touch(slice);
@@ -326,9 +332,33 @@ export class SliceCache {
     }
   }
 
+  /**
+   * An acquired disk slice whose file could not be opened or read (an I/O error, out of
+   * descriptors, a file cut short): counted and logged, and from now on acquired as if it were not
+   * held, so its reader (released and acquiring it again) and the next ones get it from the store.
+   * It stays indexed, counted against the bounds and evictable, until the verified file of that
+   * fill replaces it: a failing disk never costs a client its answer, and its bytes on disk are
+   * never lost sight of.
+   */
+  diskFailed(source: Extract<SliceSource, { kind: 'disk' }>, err: unknown): void {
+    source.slice.unreadable = true;
+    this.stats.diskErrors++;
+    const [sha256, , index] = source.slice.key.split('-') as [string, string, string];
+    this.#options.log.warn(
+      {
+        sha256,
+        slice: Number(index),
+        file: source.file,
+        err: { message: (err as Error).message, code: (err as NodeJS.ErrnoException).code },
+      },
+      'a cached slice could not be read from disk; served from the store',
+    );
+  }
+
   /** Whether slice `index` of a blob is on disk now (a read of it would not go to the origin unless it fails its check). */
   holds(sha256: string, digests: SliceDigests, index: number): boolean {
-    return this.#index.get(`${sha256}-${digests.sliceBytes}-${index}`) !== undefined;
+    const slice = this.#index.get(`${sha256}-${digests.sliceBytes}-${index}`);
+    return slice !== undefined && !slice.unreadable;
   }
 
   /**
@@ -390,7 +420,8 @@ export class SliceCache {
       handle = await open(file, 'r');
     } catch (err) {
       // Out of descriptors or an I/O error says nothing about the slice: it stays indexed (and
-      // counted against the bounds) and this read fails; only a file that is gone leaves the index.
+      // counted against the bounds) and this open fails (its reader takes the slice from the store,
+      // diskFailed); only a file that is gone leaves the index.
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
       if (indexed()) this.#forget(slice.key);
       return undefined;

@@ -14,6 +14,8 @@ export interface IndexedSlice {
   pins: number;
   /** Its file, kept open by the cache once checked (the index only carries it). */
   handle: FileHandle | undefined;
+  /** Its file could not be opened or read: fetched again from the store, this entry kept only for the bounds. */
+  unreadable?: boolean;
 }
 
 /** The filesystem's allocation unit the bounds count in (4 KiB on the filesystems the cache runs on). */

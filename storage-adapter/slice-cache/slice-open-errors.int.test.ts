@@ -87,7 +87,7 @@ function diskSource(cache: SliceCache) {
   return source;
 }
 
-it('a slice file that cannot be opened for want of descriptors stays indexed and counted; the read fails', async () => {
+it('a slice file that cannot be opened for want of descriptors stays indexed and counted; its open fails (its reader then takes it from the store)', async () => {
   const cache = await openCache();
   await fill(cache);
 
