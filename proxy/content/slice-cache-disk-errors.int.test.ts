@@ -5,7 +5,7 @@
  * verified like any miss: the client gets its bytes, never a 500 or a cut, while the store answers.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readdir } from 'node:fs/promises';
+import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { createRepository, createServiceAccount } from '../../test/support/auth.ts';
@@ -13,7 +13,7 @@ import { randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, problemLines, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { startStoreBacking, type StoreBacking } from '../../test/support/store-kinds.ts';
-import { waitForSliceFills, waitUntil } from '../../test/harness/index.ts';
+import { waitForHealth, waitForSliceFills, waitUntil } from '../../test/harness/index.ts';
 
 const MiB = 1024 * 1024;
 const SLICE = MiB;
@@ -143,5 +143,42 @@ describe('slice cache disk errors (nginx WebDAV)', () => {
       [sha256(big), 2, 'EIO'],
     ]);
     expect(lines.filter((l) => l.status === 500)).toEqual([]);
+  }, 120_000);
+
+  it('a slice file the start cannot stat is left out of the cache, not the start: served from the store', async () => {
+    const cacheDir = await makeTempDir('arkvory-slice-eio-start-');
+    let gw = await startGateway({ env: env(cacheDir) });
+    const blob = randomContent(2 * MiB + 7);
+    const at = await upload(gw, 'start.bin', blob);
+    expect((await request(`${gw.url}${at}`, { headers: auth() })).status).toBe(200);
+    await waitForSliceFills(gw.url);
+    const files = await sliceFiles(cacheDir);
+    expect(files).toHaveLength(3);
+    expect(await gw.stop()).toBe(0);
+
+    // The process stops itself before it runs node, so strace is attached before the cache opens.
+    gw = await startGateway({
+      env: env(cacheDir),
+      wrap: ['sh', '-c', 'kill -STOP $$; exec "$@"', 'sh'],
+      waitFor: 'none',
+    });
+    await waitUntil(async () => (await readFile(`/proc/${gw.child.pid}/stat`, 'utf8')).split(' ')[2] === 'T', {
+      what: 'the gateway to stop itself',
+      timeoutMs: 10_000,
+      intervalMs: 20,
+    });
+    const stop = await failDiskCalls(gw.child.pid!, ['statx', 'newfstatat'], [files[1]!]);
+    gw.signal('SIGCONT');
+    await waitForHealth(gw, { timeoutMs: 60_000 });
+    await stop();
+    const res = await request(`${gw.url}${at}`, { headers: auth() });
+    expect(res.status).toBe(200);
+    expect(sha256(res.body)).toBe(sha256(blob));
+    expect(await metric(gw, 'arkvory_slice_cache_origin_bytes_total')).toBe(SLICE);
+    await gw.stop();
+    const warned = gw
+      .logLines()
+      .filter((l) => l.msg === 'slice cache: a slice file could not be read at start; left out');
+    expect(warned.map((l) => [l.file, (l.err as { code?: string }).code])).toEqual([[files[1], 'EIO']]);
   }, 120_000);
 });

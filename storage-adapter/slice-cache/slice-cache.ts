@@ -196,10 +196,22 @@ export class SliceCache {
         const parsed = /^([0-9a-f]{64})-(\d+)-(\d+)$/.exec(entry.name);
         const file = path.join(dir, 'slices', shard, entry.name);
         if (!parsed || !entry.isFile()) {
-          await rm(file, { recursive: true, force: true });
+          // Not a slice: removed, or left for the next start when the disk refuses.
+          await rm(file, { recursive: true, force: true }).catch(() => {});
           continue;
         }
-        const { size } = await stat(file);
+        let size: number;
+        try {
+          ({ size } = await stat(file));
+        } catch (err) {
+          // One file the disk cannot give back (EIO) costs its slice, never the start: left out of
+          // the index (so never served), fetched again from the store when read.
+          this.#options.log.warn(
+            { file, err: { message: (err as Error).message, code: (err as NodeJS.ErrnoException).code } },
+            'slice cache: a slice file could not be read at start; left out',
+          );
+          continue;
+        }
         // Unverified (signature undefined) until its first read re-hashes it.
         this.#index.add({
           key: entry.name,
