@@ -9,12 +9,17 @@
  * - workers left running by a coordinating process killed with SIGKILL hold off the next start
  *   until they have exited;
  * - a holder killed with SIGKILL leaves no lock behind: the next start takes the directory, its
- *   slices included, and holds it against another.
+ *   slices included, and holds it against another;
+ * - another account of the host cannot open the lock files (0600), so it cannot hold a lock on
+ *   them that keeps every gateway from starting.
  */
-import { readdir, readFile } from 'node:fs/promises';
+import { spawn } from 'node:child_process';
+import { chmod, mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
+import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Client } from 'undici';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it, onTestFinished } from 'vitest';
+import { LOCK_FILE, WORKERS_LOCK_FILE } from '../../storage-adapter/slice-cache/index.ts';
 import { waitForSliceFills, waitUntil } from '../../test/harness/index.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
@@ -199,5 +204,54 @@ describe('one gateway instance per slice cache directory', () => {
     const another = await startGateway({ env: env(dir, 2), waitFor: 'none' });
     expect(await refusal(another)).toBe(1);
     expectRefusedFor(another, dir, next);
+  }, 120_000);
+
+  it('another account of the host cannot open the lock files, so it cannot keep a gateway from starting', async () => {
+    // A directory every account may reach, as a unit's CacheDirectory= (mode 0755) under /var/cache is.
+    const base = await mkdtemp('/var/tmp/arkvory-lock-others-');
+    onTestFinished(() => rm(base, { recursive: true, force: true }));
+    await chmod(base, 0o755);
+    const dir = path.join(base, 'cache');
+    await (await startGateway({ env: env(dir, 0) })).stop();
+
+    // What a worker does to share the directory, done by another account on each lock file: a
+    // shared lock held on either would refuse every start (`cache_dir_in_use`).
+    const tries = [LOCK_FILE, WORKERS_LOCK_FILE].map(async (name) => {
+      const script = `const { DatabaseSync } = require('node:sqlite');
+        const db = new DatabaseSync(${JSON.stringify(path.join(dir, name))}, { readOnly: true, timeout: 0 });
+        db.exec('BEGIN; SELECT count(*) FROM sqlite_schema');
+        console.log('held');
+        setInterval(() => {}, 1000);`;
+      const child = spawn(
+        'setpriv',
+        ['--reuid=nobody', '--regid=nogroup', '--clear-groups', process.execPath, '-e', script],
+        {
+          stdio: ['ignore', 'pipe', 'pipe'],
+        },
+      );
+      onTestFinished(() => {
+        child.kill('SIGKILL');
+      });
+      let out = '';
+      child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+      const exited = new Promise<number | null>((resolve) => child.on('close', resolve));
+      await waitUntil(async () => out.includes('held') || child.exitCode !== null, {
+        what: `another account's try at ${name}`,
+        timeoutMs: 20_000,
+        intervalMs: 20,
+      });
+      return { name, held: out.includes('held'), out, exited };
+    });
+    const results = await Promise.all(tries);
+    expect(results.map((r) => [r.name, r.held])).toEqual([
+      [LOCK_FILE, false],
+      [WORKERS_LOCK_FILE, false],
+    ]);
+    for (const r of results) expect(r.out).toMatch(/unable to open database file/);
+    for (const name of [LOCK_FILE, WORKERS_LOCK_FILE])
+      expect((await stat(path.join(dir, name))).mode & 0o777).toBe(0o600);
+    const gw = await startGateway({ env: env(dir, 0) });
+    expect(await gw.stop()).toBe(0);
   }, 120_000);
 });

@@ -19,7 +19,7 @@
  * process was killed drain on their own for up to the shutdown timeout, still using their parts.
  */
 import { hostname } from 'node:os';
-import { rename, rm, readFile, writeFile } from 'node:fs/promises';
+import { chmod, open, rename, rm, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { DatabaseSync } from 'node:sqlite';
 
@@ -81,9 +81,30 @@ export async function joinDirectory(dir: string): Promise<{ release(): void }> {
   return { release: () => db.close() };
 }
 
+/**
+ * Makes the lock file `file` this account's alone (0600), created so or its mode set: any process
+ * that may open a file may hold a lock on it, and another account's shared lock on either lock
+ * file would refuse every start of the gateway. Never an open and close of a file that exists: a
+ * close lets go of every POSIX lock this process holds on the file.
+ */
+async function ownerOnly(file: string): Promise<void> {
+  try {
+    await (await open(file, 'wx', 0o600)).close();
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    // Another account's file (EPERM) is left as it is; the lock then says what it says.
+    await chmod(file, 0o600).catch(() => {});
+  }
+}
+
 /** `begin` run on the lock file `name` of `dir`, its transaction left open: the lock it takes is held. */
 async function openLock(dir: string, name: string, begin: string): Promise<DatabaseSync | 'busy'> {
   const file = path.join(dir, name);
+  try {
+    await ownerOnly(file);
+  } catch (err) {
+    throw new Error(`cannot lock ${file}: ${(err as Error).message}`, { cause: err });
+  }
   // Loaded here, not at the module's import: Node 22 warns that node:sqlite is experimental.
   const { DatabaseSync } = await import('node:sqlite');
   let db: DatabaseSync | undefined;
