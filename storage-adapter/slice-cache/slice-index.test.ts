@@ -94,6 +94,44 @@ describe('SliceIndex', () => {
     expect(index.blobs()).toEqual(new Set([x, y]));
     expect(new SliceIndex().blobs()).toEqual(new Set());
   });
+
+  it("finds a blob's slices without looking at every other blob's: a purge of many blobs is linear", () => {
+    // One slice per blob, as a cache of small blobs holds them; each slice counts how often its
+    // blob is read. A sweep removing n blobs asks for each one's slices and removes them.
+    const n = 2000;
+    let reads = 0;
+    const slices = Array.from({ length: n }, (_, i) => {
+      const s = slice(`k${i}`, 1 * B);
+      const sha256 = i.toString(16).padStart(64, '0');
+      Object.defineProperty(s, 'sha256', {
+        get: () => {
+          reads++;
+          return sha256;
+        },
+      });
+      return s;
+    });
+    const index = indexOf(...slices);
+    for (let i = 0; i < n; i++)
+      for (const found of index.ofBlob(i.toString(16).padStart(64, '0'))) index.remove(found.key);
+    expect(index.size).toBe(0);
+    expect(index.blobs()).toEqual(new Set());
+    // Reading every slice's blob for each blob asked about would be n² (4 000 000) reads.
+    expect(reads).toBeLessThanOrEqual(4 * n);
+  });
+
+  it("keeps a blob's slices in step as slices are replaced and removed", () => {
+    const x = 'x'.repeat(64);
+    const y = 'y'.repeat(64);
+    const index = indexOf(slice('x0', 1 * B, x), slice('x1', 1 * B, x), slice('y0', 1 * B, y));
+    index.add(slice('x0', 2 * B, x));
+    expect(keys(index.ofBlob(x))?.sort()).toEqual(['x0', 'x1']);
+    index.remove('x1');
+    index.remove('x0');
+    expect(index.ofBlob(x)).toEqual([]);
+    expect(index.blobs()).toEqual(new Set([y]));
+    expect(index.remove('x0')).toBeUndefined();
+  });
 });
 
 describe('excessOver: what must be evicted before one more slice file fits', () => {

@@ -64,6 +64,12 @@ export function excessOver(
 
 export class SliceIndex {
   readonly #slices = new Map<string, IndexedSlice>();
+  /**
+   * The slices of each blob: a sweep removing many blobs (a purge at start, a large gc) asks for
+   * each one's, and a scan of every slice per blob would make it quadratic in a cache of many
+   * small blobs.
+   */
+  readonly #byBlob = new Map<string, Set<IndexedSlice>>();
   #bytes = 0;
 
   get bytes(): number {
@@ -88,6 +94,10 @@ export class SliceIndex {
     this.remove(slice.key);
     this.#slices.set(slice.key, slice);
     this.#bytes += diskBytes(slice.bytes);
+    const sha256 = slice.sha256;
+    const ofBlob = this.#byBlob.get(sha256);
+    if (ofBlob) ofBlob.add(slice);
+    else this.#byBlob.set(sha256, new Set([slice]));
   }
 
   remove(key: string): IndexedSlice | undefined {
@@ -95,6 +105,10 @@ export class SliceIndex {
     if (!slice) return undefined;
     this.#slices.delete(key);
     this.#bytes -= diskBytes(slice.bytes);
+    const sha256 = slice.sha256;
+    const ofBlob = this.#byBlob.get(sha256);
+    ofBlob?.delete(slice);
+    if (ofBlob?.size === 0) this.#byBlob.delete(sha256);
     return slice;
   }
 
@@ -117,11 +131,11 @@ export class SliceIndex {
 
   /** Slices of one blob. */
   ofBlob(sha256: string): IndexedSlice[] {
-    return [...this.#slices.values()].filter((s) => s.sha256 === sha256);
+    return [...(this.#byBlob.get(sha256) ?? [])];
   }
 
   blobs(): Set<string> {
-    return new Set([...this.#slices.values()].map((s) => s.sha256));
+    return new Set(this.#byBlob.keys());
   }
 
   all(): IndexedSlice[] {
