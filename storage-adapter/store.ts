@@ -55,8 +55,17 @@ export interface StagedBlob {
 /** Random access to one published blob, shaped like `FileHandle.read` so streaming code serves both. */
 export interface BlobReader {
   readonly sizeBytes: number;
-  /** Reads up to `length` bytes at `position`; fewer is fine, 0 means the blob ended. */
-  read(buffer: Buffer, offset: number, length: number, position: number): Promise<{ bytesRead: number }>;
+  /**
+   * Reads up to `length` bytes at `position`; fewer is fine, 0 means the blob ended. A reader that
+   * may wait long for its bytes (a fill of the slice cache) stops waiting when `signal` aborts.
+   */
+  read(
+    buffer: Buffer,
+    offset: number,
+    length: number,
+    position: number,
+    signal?: AbortSignal,
+  ): Promise<{ bytesRead: number }>;
   /**
    * Optional streaming form, preferred when present: the bytes of `range` as the store hands them
    * over (the HTTP store's upstream chunks, no copy). Pulls only when the caller asks (backpressure).

@@ -124,7 +124,7 @@ async function streamRange(
     try {
       const buffer = await ring.acquire(signal);
       const want = Math.min(chunkBytes, range.end - position + 1);
-      const { bytesRead } = await handle.read(buffer, 0, want, position);
+      const { bytesRead } = await handle.read(buffer, 0, want, position, signal);
       if (bytesRead === 0) {
         ring.release(buffer);
         throw new Error(`blob ended at byte ${position}, before the ${range.end + 1} bytes the catalog promised`);

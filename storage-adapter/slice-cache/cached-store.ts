@@ -277,12 +277,18 @@ class SlicedReader implements BlobReader {
         this.#releaseSlice(index);
   }
 
-  async read(buffer: Buffer, offset: number, length: number, position: number): Promise<{ bytesRead: number }> {
+  async read(
+    buffer: Buffer,
+    offset: number,
+    length: number,
+    position: number,
+    signal?: AbortSignal,
+  ): Promise<{ bytesRead: number }> {
     if (position >= this.sizeBytes) return { bytesRead: 0 };
     this.#trade();
     const disk = this.#disk;
     if (disk && position >= disk.start && position <= disk.end)
-      return this.#readDisk(disk, buffer, offset, length, position);
+      return this.#readDisk(disk, buffer, offset, length, position, signal);
     const index = Math.floor(position / this.#digests.sliceBytes);
     if (this.#fill?.index !== index) this.#enter(index, position);
     for (;;) {
@@ -290,7 +296,7 @@ class SlicedReader implements BlobReader {
       if (source.kind === 'disk') {
         const opened = await this.#openDisk(index, source);
         // Removed (gone, or failed its check): acquired again, now as a fill.
-        if (opened) return this.#readDisk(opened, buffer, offset, length, position);
+        if (opened) return this.#readDisk(opened, buffer, offset, length, position, signal);
         this.#missed = true;
         continue;
       }
@@ -298,7 +304,18 @@ class SlicedReader implements BlobReader {
         this.#fill = { index, cursor: fillCursor(source.fill), fill: source.fill };
       const bounds = sliceRange(this.#digests, index);
       const to = Math.min(this.#rangeEnd(position), bounds.end) - bounds.start;
-      const n = await readFillInto(source.fill, this.#fill.cursor, position - bounds.start, to, buffer, offset, length);
+      // A client gone while the store is silent stops waiting now: the reader is then closed,
+      // and the fill let go with it (SliceCache.release).
+      const n = await readFillInto(
+        source.fill,
+        this.#fill.cursor,
+        position - bounds.start,
+        to,
+        buffer,
+        offset,
+        length,
+        signal,
+      );
       this.#cache.stats.missBytes += n;
       return { bytesRead: n };
     }
@@ -310,6 +327,7 @@ class SlicedReader implements BlobReader {
     offset: number,
     length: number,
     position: number,
+    signal: AbortSignal | undefined,
   ): Promise<{ bytesRead: number }> {
     const want = Math.min(length, disk.end - position + 1);
     const at = position - disk.start;
@@ -319,7 +337,7 @@ class SlicedReader implements BlobReader {
       if (bytesRead === 0) throw new Error(`cached slice ${disk.index} of blob ${this.#sha256} ended early`);
     } catch (err) {
       this.#diskFailed(disk.index, err);
-      return this.read(buffer, offset, length, position);
+      return this.read(buffer, offset, length, position, signal);
     }
     this.#cache.stats.hitBytes += bytesRead;
     return { bytesRead };

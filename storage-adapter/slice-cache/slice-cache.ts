@@ -133,6 +133,11 @@ export class SliceCache {
   readonly #open = new Set<IndexedSlice>();
   /** Slices being checked against their digest (#check), one reader at a time. */
   readonly #checking = new Map<IndexedSlice, Promise<void>>();
+  /**
+   * For each fill being pulled from the store: stops its run now when nobody reads it or any later
+   * fill of the run any more (#stillWanted), asked when its last reader lets go (release).
+   */
+  readonly #unwanted = new Map<Fill, () => void>();
   /** Descriptors of slices whose file changed while others read through them (#retireFile). */
   readonly #retired = new Map<IndexedSlice, FileHandle[]>();
   #reserved = 0;
@@ -340,7 +345,11 @@ export class SliceCache {
       }
     } else {
       if (!source.started) this.stats.waiters--;
-      source.fill.unhold();
+      const { fill } = source;
+      fill.unhold();
+      // Its last reader left (a client gone): the store's answer is let go now, not at its next
+      // piece, which a silent store sends only at its timeout.
+      if (fill.readers === 0 && fill.state === 'filling') this.#unwanted.get(fill)?.();
     }
   }
 
@@ -554,6 +563,7 @@ export class SliceCache {
   #finish(job: FillJob): void {
     // In one step with letting go of its buffer: nobody joins a fill whose buffer may be reused.
     if (this.#fills.get(job.key) === job.fill) this.#fills.delete(job.key);
+    this.#unwanted.delete(job.fill);
     this.stats.fillsInFlight--;
     job.fill.unhold();
   }
@@ -568,18 +578,33 @@ export class SliceCache {
     const span = { start: jobs[0]!.range.start, end: jobs.at(-1)!.range.end };
     let run: OriginRun | undefined;
     let failure: Error | undefined;
+    /** The job being filled. */
+    let current = 0;
+    let abandoned = false;
+    // Abandoned: checked before each slice, on every piece of it (the store's pace), and when a
+    // fill's last reader lets go; once, so its fills are counted once.
+    const wantedFrom = (at: number): boolean => {
+      if (abandoned) return false;
+      if (this.#stillWanted(jobs, at)) return true;
+      abandoned = true;
+      run?.abort();
+      return false;
+    };
     try {
       run = new OriginRun(await origin(span), span);
-      for (const job of jobs) job.fill.markOpened();
+      for (const job of jobs) {
+        job.fill.markOpened();
+        this.#unwanted.set(job.fill, () => wantedFrom(current));
+      }
     } catch (err) {
       failure = err as Error;
     }
     try {
       for (const [at, job] of jobs.entries()) {
+        current = at;
         if (!failure && run) {
           try {
-            // Abandoned: checked before each slice and on every piece of it (the store's pace).
-            const wanted = () => this.#stillWanted(jobs, at);
+            const wanted = () => wantedFrom(at);
             if (!wanted()) throw ABANDONED;
             if (await this.#pullVerified(job, run, 1, wanted)) {
               void this.#keep(job).then(
@@ -596,7 +621,11 @@ export class SliceCache {
           }
         }
         if (failure) job.fill.fail(failure);
-        else await this.#fetchAgain(job);
+        else {
+          // Fetched again on its own read: meanwhile only this run's later fills are its concern.
+          current = at + 1;
+          await this.#fetchAgain(job);
+        }
         this.#finish(job);
       }
     } finally {
@@ -626,8 +655,16 @@ export class SliceCache {
     const { fill } = job;
     fill.restart();
     let run: OriginRun | undefined;
+    let abandoned = false;
+    const wanted = (): boolean => {
+      if (abandoned) return false;
+      if (this.#stillWanted([job], 0)) return true;
+      abandoned = true;
+      run?.abort();
+      return false;
+    };
+    this.#unwanted.set(fill, wanted);
     try {
-      const wanted = () => this.#stillWanted([job], 0);
       if (!wanted()) throw ABANDONED;
       run = new OriginRun(await job.origin(job.range), job.range);
       if (await this.#pullVerified(job, run, 2, wanted)) {
@@ -913,10 +950,24 @@ class OriginRun {
     }
   }
 
+  /** The store's answer let go (once, whether by abort or close). */
+  #closing: Promise<void> | undefined;
+
+  /** Lets go of the store's answer now: a read of it waiting for the store fails at once. */
+  abort(): void {
+    this.#controller.abort();
+    void this.#closeReader().catch(() => {});
+  }
+
+  #closeReader(): Promise<void> {
+    this.#closing ??= this.#reader.close();
+    return this.#closing;
+  }
+
   async close(): Promise<void> {
     this.#controller.abort();
     this.#left = undefined;
     await this.#chunks?.return?.(undefined)?.catch(() => {});
-    await this.#reader.close();
+    await this.#closeReader();
   }
 }
