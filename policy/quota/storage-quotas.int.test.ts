@@ -341,4 +341,69 @@ describe('storage quotas (real PostgreSQL)', () => {
     expect(await reservationRows(repository)).toBe('1'); // the expired one was deleted by that reservation
     await after!.release();
   });
+  it("a completion's decision is kept counting until it is settled: holds and keep move its expiry on, never back", async () => {
+    const repository = await freshRepository();
+    const ttlMs = 60_000;
+    const ticks: Array<() => void> = [];
+    const handles: object[] = [];
+    const stopped: unknown[] = [];
+    // One connection: a query after a renewal tick runs after the renewal's own.
+    const pool = openPool(db.url, 1);
+    pools.push(pool);
+    const renewed = async (tick: () => void) => {
+      tick();
+      await pool.query('SELECT 1');
+    };
+    const quotas = createStorageQuotas(pool, {
+      reservationTtlMs: ttlMs,
+      setInterval: (fn) => {
+        ticks.push(fn);
+        const handle = {};
+        handles.push(handle);
+        return handle;
+      },
+      clearInterval: (handle) => stopped.push(handle),
+    });
+    await quotas.set('repository', repository, 1000);
+    /** Milliseconds until reservation `id` stops counting. */
+    const expiry = async (id: string) =>
+      Number(
+        (
+          await db.pool.query<{ left_ms: string }>(
+            'SELECT extract(epoch FROM expires_at - now()) * 1000 AS left_ms FROM arkvory_quota_reservations WHERE id = $1',
+            [id],
+          )
+        ).rows[0]!.left_ms,
+      );
+    const at = (id: string, seconds: number) =>
+      db.pool.query(
+        `UPDATE arkvory_quota_reservations SET expires_at = now() + make_interval(secs => $2) WHERE id = $1`,
+        [id, seconds],
+      );
+    // A session's hold about to end (its session's expiry): holds() says so and moves it to the time to live.
+    const session = randomUUID();
+    await quotas.reserveAs(session, { repository, principalId: null, bytes: 600 });
+    await at(session, 1);
+    expect(await quotas.holds(session, 601)).toBe(false);
+    expect(await expiry(session)).toBeLessThanOrEqual(1000);
+    expect(await quotas.holds(session, 600)).toBe(true);
+    expect(await expiry(session)).toBeGreaterThan(ttlMs - 10_000);
+    // Each renewal moves it on to the time to live from then, until stopped.
+    const stop = quotas.keep(session);
+    const tick = ticks.at(-1)!;
+    await at(session, 1);
+    await renewed(tick);
+    expect(await expiry(session)).toBeGreaterThan(ttlMs - 10_000);
+    // A hold that lasts longer (a session's, far from its expiry) is not shortened.
+    await at(session, 3600);
+    await renewed(tick);
+    expect(await expiry(session)).toBeGreaterThan(3_500_000);
+    stop();
+    expect(stopped).toHaveLength(1);
+    expect(stopped[0]).toBe(handles.at(-1));
+    await expect(quotas.reserve({ repository, principalId: null, bytes: 401 })).rejects.toMatchObject({
+      code: 'quota_exceeded',
+    });
+    await quotas.release(session);
+  });
 });

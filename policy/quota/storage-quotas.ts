@@ -107,8 +107,18 @@ export interface StorageQuotas {
    * that aborts the session, so the two end together.
    */
   release(id: string, on?: Queryable): Promise<void>;
-  /** Whether reservation `id` exists, counts (not past its expiry) and holds at least `bytes`. */
+  /**
+   * Whether reservation `id` exists, counts (not past its expiry) and holds at least `bytes`; when it
+   * does, it counts for at least its time to live from now (its bytes are about to be committed).
+   */
   holds(id: string, bytes: number): Promise<boolean>;
+  /**
+   * Keeps reservation `id` counting until the returned function is called: its expiry is moved to
+   * its time to live from now, at a third of it, never earlier than it was. For a decision that is
+   * not an upload's own `reserve` (which renews itself): a multipart completion's bytes may take
+   * longer to commit than its reservation's time to live or its session's expiry.
+   */
+  keep(id: string): () => void;
   /**
    * Sets reservation `id` to `request` if that fits every quota that applies, its own bytes left out
    * (a multipart completion's decision on its assembled bytes, under its session's id); not renewed:
@@ -255,6 +265,22 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
     return rows[0] ? Number(rows[0].size_bytes) : undefined;
   };
 
+  /** Renews reservation `id` every third of its time to live until stopped; a failed renewal is retried at the next tick. */
+  const renewing = (id: string): (() => void) => {
+    const renewal = every(() => {
+      pool
+        .query(
+          `UPDATE arkvory_quota_reservations
+              SET expires_at = greatest(expires_at, now() + make_interval(secs => $2::double precision / 1000))
+            WHERE id = $1`,
+          [id, ttlMs],
+        )
+        .catch(() => {});
+    }, ttlMs / 3);
+    renewal.unref?.();
+    return () => stopEvery(renewal);
+  };
+
   const release = async (id: string, on: Queryable = pool): Promise<void> => {
     await on.query('DELETE FROM arkvory_quota_reservations WHERE id = $1', [id]);
   };
@@ -275,11 +301,14 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
     release,
     async holds(id, bytes) {
       const { rowCount } = await pool.query(
-        'SELECT 1 FROM arkvory_quota_reservations WHERE id = $1 AND expires_at > now() AND bytes >= $2',
-        [id, bytes],
+        `UPDATE arkvory_quota_reservations
+            SET expires_at = greatest(expires_at, now() + make_interval(secs => $3::double precision / 1000))
+          WHERE id = $1 AND expires_at > now() AND bytes >= $2`,
+        [id, bytes, ttlMs],
       );
       return (rowCount ?? 0) > 0;
     },
+    keep: renewing,
     async reserveAs(id, request) {
       await claim(id, request, true);
     },
@@ -314,17 +343,7 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
       if (!(await claim(id, request, true))) return undefined;
       let bytes = request.bytes;
       let released = false;
-      const renewal = every(() => {
-        // A failed renewal is retried at the next tick; the reservation counts until it expires.
-        pool
-          .query(
-            `UPDATE arkvory_quota_reservations
-                SET expires_at = now() + make_interval(secs => $2::double precision / 1000) WHERE id = $1`,
-            [id, ttlMs],
-          )
-          .catch(() => {});
-      }, ttlMs / 3);
-      renewal.unref?.();
+      const stopRenewing = renewing(id);
       /** Sets the reservation to `to` if that fits; false when refused, unless `last` (then it rejects). */
       const grow = async (to: number, last: boolean): Promise<boolean> => {
         try {
@@ -356,7 +375,7 @@ export function createStorageQuotas(pool: pg.Pool, options: StorageQuotaOptions 
         async release() {
           if (released) return;
           released = true;
-          stopEvery(renewal);
+          stopRenewing();
           await release(id);
         },
       };

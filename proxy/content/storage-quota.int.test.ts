@@ -945,6 +945,97 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
     expect(await gw.stop()).toBe(0);
   });
 
+  it("a completion's room stays held while its bytes are committed: its session's expiry passing meanwhile gives no other upload that room", async () => {
+    const repository = 'quota-mp-commit';
+    await createRepository(db.pool, repository);
+    const writer = await createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    await db.pool.query(
+      `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ('repository', $1, 1000)`,
+      [repository],
+    );
+    const base = `${gw.url}/api/v1/repositories/${repository}`;
+    const started = await fetch(`${base}/artifacts/assembled/uploads`, {
+      method: 'POST',
+      headers: { ...bearer(writer.key), 'content-type': 'application/json' },
+      body: '{}',
+    });
+    const upload = ((await started.json()) as { upload: string }).upload;
+    // A session near its end (ARKVORY_UPLOAD_SESSION_TTL_SECONDS after it began): its part's hold
+    // lasts as long as the session.
+    await db.pool.query(`UPDATE arkvory_upload_sessions SET expires_at = now() + interval '10 seconds' WHERE id = $1`, [
+      upload,
+    ]);
+    const part = Buffer.alloc(600, 8);
+    const sha256 = createHash('sha256').update(part).digest('hex');
+    const sent = await fetch(`${base}/uploads/${upload}/parts/1`, {
+      method: 'PUT',
+      headers: { ...bearer(writer.key), 'content-type': 'application/octet-stream' },
+      body: part,
+    });
+    expect(sent.status).toBe(200);
+    // The completion's catalog insert waits behind an uncommitted row of the same name, as a commit
+    // of its bytes that takes long (an S3 copy of a large blob, read back) keeps it from the insert.
+    const blocker = await db.pool.connect();
+    try {
+      await blocker.query('BEGIN');
+      await blocker.query(
+        `INSERT INTO arkvory_artifacts (repository, kind, name, sha256, size_bytes, content_type)
+         VALUES ($1, 'artifact', 'assembled', $2, 600, 'application/octet-stream')`,
+        [repository, sha256],
+      );
+      const completed = await fetch(`${base}/uploads/${upload}/complete`, {
+        method: 'POST',
+        headers: { ...bearer(writer.key), 'content-type': 'application/json' },
+        body: JSON.stringify({ parts: [{ partNumber: 1, sha256 }] }),
+      });
+      expect(completed.status).toBe(202);
+      await waitUntil(
+        async () =>
+          ((
+            await db.pool.query(
+              `SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO arkvory_artifacts%'`,
+            )
+          ).rowCount ?? 0) > 0,
+        { what: "the completion's catalog insert waiting", timeoutMs: 30_000 },
+      );
+      // Admitted on the session's hold, then committing past the session's expiry.
+      await waitUntil(
+        async () =>
+          ((await db.pool.query('SELECT 1 FROM arkvory_upload_sessions WHERE id = $1 AND expires_at < now()', [upload]))
+            .rowCount ?? 0) > 0,
+        { what: "the session's expiry", timeoutMs: 30_000 },
+      );
+      expect(await put(`${base}/artifacts/other`, writer.key, Buffer.alloc(600, 9))).toMatchObject({
+        status: 507,
+        continued: false,
+        body: { code: 'quota_exceeded', usageBytes: 600, remainingBytes: 400 },
+      });
+    } finally {
+      await blocker.query('ROLLBACK');
+      blocker.release();
+    }
+    let state: unknown;
+    await waitUntil(
+      async () =>
+        ['done', 'failed'].includes(
+          String(
+            (state = (await db.pool.query('SELECT state FROM arkvory_upload_sessions WHERE id = $1', [upload])).rows[0]
+              ?.state),
+          ),
+        ),
+      { what: 'the completion', timeoutMs: 60_000 },
+    );
+    expect(state).toBe('done');
+    const stored = await db.pool.query<{ name: string; size_bytes: string }>(
+      'SELECT name, size_bytes::text FROM arkvory_artifacts WHERE repository = $1',
+      [repository],
+    );
+    expect(stored.rows).toEqual([{ name: 'assembled', size_bytes: '600' }]);
+    expect((await db.pool.query('SELECT id FROM arkvory_quota_reservations')).rows).toEqual([]);
+    expect(await gw.stop()).toBe(0);
+  });
+
   it('on a real S3 server (SeaweedFS): the refused uploads put nothing in the bucket, a cut one leaves nothing staged', async () => {
     // A database of its own: one is bound to one storage root, and the others here use a directory.
     const s3db = await createTestDatabase();

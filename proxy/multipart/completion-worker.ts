@@ -405,6 +405,7 @@ export class CompletionWorker {
     }
     let published: Awaited<ReturnType<typeof assembleJob>>;
     const quotas = this.#o.quotas;
+    let stopKeeping: (() => void) | undefined;
     try {
       published = await assembleJob(
         {
@@ -419,6 +420,10 @@ export class CompletionWorker {
               // the whole is decided now, pinned to its blob so bytes already counted cost nothing.
               if (!(await quotas.holds(job.sessionId, staged.sizeBytes)))
                 await quotas.reserveAs(job.sessionId, { ...session, bytes: staged.sizeBytes, sha256: staged.sha256 });
+              // Held until the catalog insert settles it: committing the bytes (an S3 copy of a large
+              // blob, read back) may outlast the reservation's time to live or the session's expiry,
+              // and room that stopped counting could be granted to another upload meanwhile.
+              stopKeeping = quotas.keep(job.sessionId);
               return job.sessionId;
             }),
         },
@@ -465,6 +470,8 @@ export class CompletionWorker {
         await this.#removeParts(job, log);
       }
       return;
+    } finally {
+      stopKeeping?.();
     }
     const { entry, assembly } = published;
     if (!(await this.#finish(job, 'done', null, { sha256: entry.sha256, size: entry.sizeBytes }))) {
