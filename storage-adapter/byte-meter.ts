@@ -7,4 +7,6 @@ export interface ByteMeter {
   take(bytes: number, signal?: AbortSignal): Promise<void>;
   /** `take` without waiting: true when the bytes passed at once; false changes nothing (then `take`). */
   tryTake?(bytes: number): boolean;
+  /** True while a take waits for its bytes: the gateway's pacing, not the client's silence. */
+  readonly waiting?: boolean;
 }

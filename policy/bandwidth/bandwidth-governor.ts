@@ -43,6 +43,8 @@ export interface ByteMeter {
    * they would have to wait or be refused, and then nothing changed (call `take`).
    */
   tryTake(bytes: number): boolean;
+  /** True while a take waits for its bytes (none waits on a meter whose takes all pass at once). */
+  readonly waiting?: boolean;
 }
 
 /** The governor's own meter: also tells where its stream stands in its principal's fair order. */
@@ -332,6 +334,9 @@ export class BandwidthGovernor {
         );
       },
       streamTag: () => state.finishTag,
+      get waiting() {
+        return state.waiter !== null;
+      },
     };
   }
 

@@ -134,13 +134,13 @@ export const VARIABLES: readonly VariableSpec[] = [
     name: 'ARKVORY_BODY_TIMEOUT_SECONDS',
     kind: { type: 'int', min: 1, max: 3600 },
     defaultValue: '60',
-    doc: 'Longest silence inside a request body (nginx client_body_timeout); then 408 `request_timeout` if nothing was answered yet, the connection closes, the upload is dropped and its slot freed. Must exceed ARKVORY_ADMISSION_WAIT_SECONDS.',
+    doc: "Longest silence inside a request body (nginx client_body_timeout); then 408 `request_timeout` if nothing was answered yet, the connection closes, the upload is dropped and its slot freed. A wait for the bandwidth governors (the gateway pacing the upload) is not the client's silence and does not count. Must exceed ARKVORY_ADMISSION_WAIT_SECONDS.",
   },
   {
     name: 'ARKVORY_SEND_TIMEOUT_SECONDS',
     kind: { type: 'int', min: 1, max: 3600 },
     defaultValue: '60',
-    doc: 'Longest time a client may take no response byte (nginx send_timeout); then the response is cut and its slot freed. Must exceed ARKVORY_ADMISSION_WAIT_SECONDS.',
+    doc: "Longest time a client may take no response byte (nginx send_timeout); then the response is cut and its slot freed. A wait for the bandwidth governors (the gateway pacing the download) is not the client's silence and does not count. Must exceed ARKVORY_ADMISSION_WAIT_SECONDS.",
   },
   {
     name: 'ARKVORY_KEEPALIVE_TIMEOUT_SECONDS',

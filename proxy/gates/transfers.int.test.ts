@@ -2,8 +2,10 @@
  * Bandwidth governors and admission over real HTTP (ADR 0008): a real gateway process, real keys,
  * real downloads. Rates are small so the bounds are measurable in a few seconds.
  */
+import { readdir } from 'node:fs/promises';
 import http from 'node:http';
 import net from 'node:net';
+import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { AdminStore } from '../../policy/auth/admin-store.ts';
@@ -11,6 +13,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { randomContent, request } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
+import { waitUntil } from '../../test/harness/index.ts';
 
 const KiB = 1024;
 /** Over HTTP, the least share of rate × time + burst a paced download gets (see the first test). */
@@ -126,6 +129,78 @@ describe.each(WORKER_COUNTS)('governors over HTTP, %i worker(s)', (workers) => {
       global * (Math.max(...runs.map((r) => r.elapsedMs)) / 1000) + Math.floor(global / 10),
     );
   });
+
+  it("a light principal's download waiting its turn behind a weightier one is paced, not cut by the send timeout", async () => {
+    // 640 KiB/s: quanta of 64 KiB, one each 0.1 s. At weights 40:1 the light principal's next
+    // quantum comes about 41 × 0.1 s after its last, twice the 2 s send timeout: a silence of the
+    // gateway's pacing, not of the client, which takes every byte it is sent.
+    const gw = await startWith(
+      {
+        ARKVORY_DOWNLOAD_BYTES_PER_SECOND: String(640 * KiB),
+        ARKVORY_SEND_TIMEOUT_SECONDS: '2',
+        ARKVORY_BODY_TIMEOUT_SECONDS: '2',
+        ARKVORY_ADMISSION_WAIT_SECONDS: '1',
+      },
+      workers,
+    );
+    const heavy = await createServiceAccount(db.pool, { scopes: ['read'], grants: { bw: 'read' } });
+    const light = await createServiceAccount(db.pool, { scopes: ['read'], grants: { bw: 'read' } });
+    await new AdminStore(db.pool).setPrincipalWeight(heavy.principalId, 40);
+    const small = randomContent(192 * KiB);
+    const put = await request(`${gw.url}/api/v1/repositories/bw/artifacts/small-${workers}.bin`, {
+      method: 'PUT',
+      headers: bearer(uploader),
+      body: small,
+    });
+    expect(put.status).toBe(201);
+    // The weight reaches the key cache within the auth epoch (2 s).
+    await sleep(2500);
+    let heavyStarted!: () => void;
+    const heavyStreaming = new Promise<void>((resolve) => (heavyStarted = resolve));
+    const heavyRuns = Array.from({ length: 2 }, () => downloadFor(contentUrl(gw), heavy.key, 30_000, heavyStarted));
+    await heavyStreaming;
+    const lightRun = await downloadFor(contentUrl(gw, `small-${workers}.bin`), light.key, 30_000);
+    expect({ status: lightRun.status, bytes: lightRun.bytes }).toEqual({ status: 200, bytes: small.length });
+    // It waited its turns: longer than the send timeout at least once.
+    expect(lightRun.elapsedMs).toBeGreaterThan(4000);
+    expect(gw.logLines().filter((l) => l.code === 'client_timeout')).toEqual([]);
+    await gw.stop();
+    await Promise.all(heavyRuns);
+  }, 60_000);
+
+  it("a light principal's upload waiting its turn behind a weightier one is paced, not answered 408 by the body timeout", async () => {
+    // As the download above: at 640 KiB/s and weights 40:1 the light upload's body is read a quantum
+    // about each 4.1 s, twice the 2 s body timeout, while its client has every byte sent.
+    const gw = await startWith(
+      {
+        ARKVORY_UPLOAD_BYTES_PER_SECOND: String(640 * KiB),
+        ARKVORY_SEND_TIMEOUT_SECONDS: '2',
+        ARKVORY_BODY_TIMEOUT_SECONDS: '2',
+        ARKVORY_ADMISSION_WAIT_SECONDS: '1',
+      },
+      workers,
+    );
+    const heavy = await createServiceAccount(db.pool, { grants: { bw: 'write' } });
+    const light = await createServiceAccount(db.pool, { grants: { bw: 'write' } });
+    await new AdminStore(db.pool).setPrincipalWeight(heavy.principalId, 40);
+    // The weight reaches the key cache within the auth epoch (2 s).
+    await sleep(2500);
+    const upload = (key: string, id: string, body: Buffer) =>
+      request(`${gw.url}/api/v1/repositories/bw/artifacts/${id}`, { method: 'PUT', headers: bearer(key), body });
+    const heavyRun = upload(heavy.key, `heavy-up-${workers}.bin`, randomContent(8 * MiB)).catch(() => undefined);
+    // Once its body is being staged, the light upload starts.
+    await waitUntil(async () => (await readdir(path.join(gw.dataDir, 'tmp')).catch(() => [])).length > 0, {
+      what: 'the heavy upload staging',
+    });
+    const started = performance.now();
+    const lightRun = await upload(light.key, `light-up-${workers}.bin`, randomContent(192 * KiB));
+    expect(lightRun.status).toBe(201);
+    // It waited its turns: longer than the body timeout at least once.
+    expect(performance.now() - started).toBeGreaterThan(4000);
+    expect(gw.logLines().filter((l) => l.code === 'client_timeout')).toEqual([]);
+    await gw.stop();
+    await heavyRun;
+  }, 60_000);
 
   it('the 5th concurrent download of a principal waits for a slot (default cap 4), and shutdown cancels it cleanly', async () => {
     const gw = await startWith(

@@ -21,6 +21,7 @@ import type { Clock } from '../../policy/clock.ts';
 import type { Principal, RepositoryCeilings } from '../../policy/auth/principal.ts';
 import type { RequestContext, Route } from '../server/route-types.ts';
 import { byteCounts } from '../server/http2-messages.ts';
+import { pacedBy } from '../server/front-door/pacing.ts';
 import { type LiveTransferHandle, LiveTransfers } from './live-transfers.ts';
 import { endFailed, type RequestTrace } from '../tracing/request-trace.ts';
 
@@ -372,6 +373,8 @@ function pacedMeter(
 ): ByteMeter {
   const ceilings = transfers.ceilingsFor(direction, principal, repository, limits);
   const paced = transfers.meter(direction, principal.id, principal.bandwidthWeight, ceilings);
+  // While a take waits, the idle timeouts do not cut the request (front-door/pacing.ts).
+  pacedBy(ctx.req, paced);
   return ctx.trace?.isRecording ? pacingRecorded(paced, ctx.trace) : paced;
 }
 

@@ -146,14 +146,24 @@ export function createRemoteTransfers(
       // so a small response goes before a big transfer's next quantum as on a gateway of one process.
       let opens = true;
       let tag = 0;
+      // A take is asked of the coordinating process: until it answers, the stream waits on the gateway.
+      let waiting = false;
       return {
         quantumBytes,
         async take(bytes, signal) {
           const request: TakeRequest = { direction, principalId, weight, ceilings: list, bytes, opens, tag };
           opens = false;
-          tag = await link.call<number>('take', request, signal);
+          waiting = true;
+          try {
+            tag = await link.call<number>('take', request, signal);
+          } finally {
+            waiting = false;
+          }
         },
         tryTake: () => false,
+        get waiting() {
+          return waiting;
+        },
       };
     },
     snapshot() {

@@ -57,6 +57,13 @@ describe('idleAction', () => {
       { ...base, announcesBody: false },
       { kind: 'cut', counter: 'send', phase: 'request_body' },
     ],
+    ['an upload waiting for its bandwidth turn', { ...base, pacing: true }, { kind: 'wait' }],
+    [
+      'a download waiting for its bandwidth turn',
+      { ...base, complete: true, headersSent: true, pacing: true },
+      { kind: 'wait' },
+    ],
+    ['between requests, a meter left waiting', { ...base, inRequest: false, pacing: true }, { kind: 'close' }],
   ] as const)('%s', (_, connection, action) => {
     expect(idleAction(connection)).toEqual(action);
   });

@@ -39,6 +39,7 @@ import { BODY_TIMEOUT } from '../errors.ts';
 import { sendError } from '../http-errors.ts';
 import { announcesBody, stateOf } from './connection-state.ts';
 import { type FrontDoorTimeouts, idleAction } from './timeouts.ts';
+import { isPacing } from './pacing.ts';
 import { type FloodKind, SessionWatch, type SessionWatchDeps } from './http2-session-watch.ts';
 import { type Held, SEND_BUDGET, SendBudget, type StallPhase, StallWatch } from './http2-send-budget.ts';
 import type { Http2Request, Http2Response } from '../http2-messages.ts';
@@ -392,7 +393,13 @@ export class Http2Front {
         complete,
         announcesBody: hasBody,
         headersSent: res.headersSent,
+        pacing: isPacing(req),
       });
+      if (action.kind === 'wait') {
+        // Armed again from now, as over HTTP/1.1 (timeouts.ts).
+        stream.setTimeout(hasBody && !complete ? limits.bodyIdleTimeoutMs : limits.sendIdleTimeoutMs);
+        return;
+      }
       if (action.kind === 'answer408') {
         this.#timeoutCounts.body++;
         this.#log.info(

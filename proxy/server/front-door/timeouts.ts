@@ -14,6 +14,7 @@ import type { Logger } from 'pino';
 import { BODY_TIMEOUT } from '../errors.ts';
 import { sendError } from '../http-errors.ts';
 import { announcesBody, stateOf } from './connection-state.ts';
+import { isPacing } from './pacing.ts';
 
 export interface FrontDoorTimeouts {
   readonly headersTimeoutMs: number;
@@ -41,11 +42,15 @@ export interface IdleConnection {
   readonly complete: boolean;
   readonly announcesBody: boolean;
   readonly headersSent: boolean;
+  /** A take of the request's bandwidth meter waits: the silence is the gateway's pacing (pacing.ts). */
+  readonly pacing?: boolean;
 }
 
 export type IdleAction =
   /** No request in progress: close without a word. */
   | { readonly kind: 'close' }
+  /** The gateway paces the request: the timeout starts again, the connection stays. */
+  | { readonly kind: 'wait' }
   /** The body stalled before anything was answered: 408, then close. */
   | { readonly kind: 'answer408' }
   /** Too late for an answer: cut, counted as `counter` and logged with `phase`. */
@@ -54,6 +59,7 @@ export type IdleAction =
 /** The decision for a socket that idled past its timeout. */
 export function idleAction(c: IdleConnection): IdleAction {
   if (!c.inRequest) return { kind: 'close' };
+  if (c.pacing) return { kind: 'wait' };
   const bodyPending = !c.complete && c.announcesBody;
   if (bodyPending && !c.headersSent) return { kind: 'answer408' };
   return { kind: 'cut', counter: bodyPending ? 'body' : 'send', phase: c.complete ? 'response' : 'request_body' };
@@ -136,7 +142,8 @@ export class Timeouts {
         if (res.closed || socket.destroyed) return;
         const now = sentBytes(socket);
         if (now !== taken || socket.writableLength === 0) check(now);
-        else this.#onIdle(socket, this.#log);
+        // Bytes queued toward the client and none taken: its silence, whatever the pacing.
+        else this.#onIdle(socket, this.#log, false);
       }, ms);
       timer.unref();
     };
@@ -145,7 +152,7 @@ export class Timeouts {
   }
 
   // A socket idle past its current timeout: which one depends on what the connection is doing.
-  #onIdle(socket: Socket, log: Logger): void {
+  #onIdle(socket: Socket, log: Logger, pacingCounts = true): void {
     const state = stateOf(socket);
     const { req, res } = state ?? {};
     const inRequest = state !== undefined && state.active !== 0 && req !== undefined && res !== undefined;
@@ -154,7 +161,14 @@ export class Timeouts {
       complete: req?.complete ?? true,
       announcesBody: req !== undefined && announcesBody(req),
       headersSent: res?.headersSent ?? false,
+      pacing: pacingCounts && req !== undefined && isPacing(req),
     });
+    if (action.kind === 'wait') {
+      // Armed again from now: once the take passes, a client that then sends or takes nothing is
+      // still timed out (an upload's reading resumes with no byte of activity to arm it).
+      socket.setTimeout(req?.complete === false ? this.#limits.bodyIdleTimeoutMs : this.#limits.sendIdleTimeoutMs);
+      return;
+    }
     if (action.kind === 'close' || !req || !res) {
       socket.destroy();
       return;
