@@ -1044,6 +1044,44 @@ describe('HTTP/2 sessions, streams, idle GOAWAYs and resets sent are counted (/m
     expect(Number(counted)).toBeLessThan(100_000);
     session.destroy();
   });
+
+  it("a light principal's download waiting its turn behind a weightier one is paced, not reset at the send timeout", async () => {
+    // Both in a group paced at 640 KiB/s (quanta of 64 KiB, one each 0.1 s): at weights 40:1 the
+    // light stream's next quantum comes about 4.1 s after its last, twice the 2 s send timeout.
+    const heavy = await createServiceAccount(db.pool, { name: 'h2-heavy', grants: { [REPO]: 'read' } });
+    const light = await createServiceAccount(db.pool, { name: 'h2-light', grants: { [REPO]: 'read' } });
+    for (const args of [
+      ['groups', 'set', 'h2-weighted', '--download', String(640 * KiB)],
+      ['groups', 'add', 'h2-weighted', 'h2-heavy'],
+      ['groups', 'add', 'h2-weighted', 'h2-light'],
+      ['principals', 'weight', 'h2-heavy', '40'],
+    ]) {
+      const out = await runCli(args, { ARKVORY_DATABASE_URL: db.url });
+      expect(out.code, out.stderr).toBe(0);
+    }
+    const small = randomContent(192 * KiB);
+    const smallPath = `/api/v1/repositories/${REPO}/artifacts/light.bin`;
+    expect(
+      (await h2Request(gw.https, smallPath, { method: 'PUT', headers: bearer(owner.key), body: small })).status,
+    ).toBe(201);
+    const timeoutsBefore = gw.logLines().filter((l) => l.code === 'client_timeout').length;
+    const session = http2.connect(gw.https, { ca: ca.certPem });
+    session.on('error', () => {});
+    const heavyStreams = Array.from({ length: 3 }, () => {
+      const stream = session.request({ ':path': `${artifact}/content`, ...bearer(heavy.key) });
+      stream.on('error', () => {});
+      return stream;
+    });
+    await new Promise((resolve) => heavyStreams[0]!.once('data', resolve));
+    for (const stream of heavyStreams) stream.resume();
+    const started = performance.now();
+    const answer = await h2Request(gw.https, `${smallPath}/content`, { headers: bearer(light.key) });
+    expect({ status: answer.status, sha256: sha256(answer.body) }).toEqual({ status: 200, sha256: sha256(small) });
+    // It waited its turns: longer than the send timeout at least once.
+    expect(performance.now() - started).toBeGreaterThan(4000);
+    expect(gw.logLines().filter((l) => l.code === 'client_timeout')).toHaveLength(timeoutsBefore);
+    session.destroy();
+  });
 });
 
 describe('the router over HTTP/2', () => {
