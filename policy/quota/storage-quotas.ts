@@ -121,8 +121,8 @@ export interface StorageQuotas {
   keep(id: string): () => void;
   /**
    * Sets reservation `id` to `request` if that fits every quota that applies, its own bytes left out
-   * (a multipart completion's decision on its assembled bytes, under its session's id); not renewed:
-   * it is settled or given back within its time to live. Rejects with `quota_exceeded`.
+   * (a multipart completion's decision on its assembled bytes, under its session's id); not renewed
+   * here: its caller `keep`s it until it is settled or given back. Rejects with `quota_exceeded`.
    */
   reserveAs(id: string, request: ReservationRequest): Promise<void>;
   /** Rejects with `quota_exceeded` when `bytes` would not fit now; reserves nothing (a multipart session's declared size). */
