@@ -14,6 +14,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
+import { BODY_CAPS, readBoundedText } from '../streaming/bounded-body.ts';
 import { checkedUpload } from '../streaming/checked-upload.ts';
 import { StorageError } from '../errors.ts';
 import {
@@ -158,10 +159,12 @@ export async function readStorageIdObject(url: string, options: UpstreamOptions)
     const res = await upstream.request({ method: 'GET', path: target }).catch((err: unknown) => {
       throw upstreamError(err, `GET ${target}`);
     });
-    const text = await res.body.text();
-    if (res.statusCode === 404) return undefined;
-    if (res.statusCode !== 200) throw unexpectedStatus(res.statusCode, `GET ${target}`);
-    return text.trim();
+    if (res.statusCode !== 200) {
+      await res.body.dump().catch(() => {});
+      if (res.statusCode === 404) return undefined;
+      throw unexpectedStatus(res.statusCode, `GET ${target}`);
+    }
+    return (await readBoundedText(res.body, BODY_CAPS.small, `GET ${target}`)).trim();
   } finally {
     await upstream.close();
   }

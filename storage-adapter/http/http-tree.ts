@@ -2,7 +2,8 @@
  * The static-HTTP store's tree (scrub, gc, backup): listings come from the server's JSON autoindex
  * (nginx `autoindex on; autoindex_format json;`), reads, removals and moves through WebDAV.
  */
-import { unexpectedStatus, upstreamError } from '../streaming/http-upstream.ts';
+import { BODY_CAPS, readBoundedText } from '../streaming/bounded-body.ts';
+import { unexpectedStatus } from '../streaming/http-upstream.ts';
 import type { WebDavClient } from './http-webdav.ts';
 import { sessionRelativeDir, STORAGE_ID_FILE } from '../paths.ts';
 import type { IdentityObject } from '../identity.ts';
@@ -15,11 +16,12 @@ export function httpTree(dav: WebDavClient): StoreTree {
     async list(dir) {
       const target = `${dav.pathOf(dir)}/`;
       const res = await dav.call({ method: 'GET', path: target, headers: { accept: 'application/json' } });
-      const text = await res.body.text().catch((err: unknown) => {
-        throw upstreamError(err, `GET ${target}`);
-      });
-      if (res.statusCode === 404) return [];
-      if (res.statusCode !== 200) throw unexpectedStatus(res.statusCode, `GET ${target}`);
+      if (res.statusCode !== 200) {
+        await res.body.dump().catch(() => {});
+        if (res.statusCode === 404) return [];
+        throw unexpectedStatus(res.statusCode, `GET ${target}`);
+      }
+      const text = await readBoundedText(res.body, BODY_CAPS.autoindex, `GET ${target}`);
       let entries: Array<{ name?: unknown; type?: unknown; size?: unknown }>;
       try {
         entries = JSON.parse(text) as typeof entries;
@@ -79,12 +81,12 @@ export function httpIdentity(dav: WebDavClient): IdentityObject {
     variable: 'ARKVORY_STORAGE_URL',
     async read() {
       const res = await dav.call({ method: 'GET', path });
-      const text = await res.body.text().catch((err: unknown) => {
-        throw upstreamError(err, `GET ${path}`);
-      });
-      if (res.statusCode === 404) return undefined;
-      if (res.statusCode !== 200) throw unexpectedStatus(res.statusCode, `GET ${path}`);
-      return text;
+      if (res.statusCode !== 200) {
+        await res.body.dump().catch(() => {});
+        if (res.statusCode === 404) return undefined;
+        throw unexpectedStatus(res.statusCode, `GET ${path}`);
+      }
+      return readBoundedText(res.body, BODY_CAPS.small, `GET ${path}`);
     },
     async write(id) {
       // nginx writes a PUT body to a temporary file and renames it: readers see all or nothing.

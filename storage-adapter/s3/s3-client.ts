@@ -12,6 +12,7 @@ import aws4 from 'aws4';
 import { XMLParser } from 'fast-xml-parser';
 import type { Dispatcher, Pool } from 'undici';
 import { StorageError } from '../errors.ts';
+import { BODY_CAPS, OversizedBodyError, readBoundedText } from '../streaming/bounded-body.ts';
 import { createUpstreamPool, upstreamError, type UpstreamOptions } from '../streaming/http-upstream.ts';
 import { encodeRfc3986, pathStyleObjectPath } from './s3-location.ts';
 
@@ -65,10 +66,17 @@ export interface S3Client {
     path: string;
     headers: Record<string, string>;
   };
-  /** Reads a failed answer's XML error and maps it to a storage error (the body is consumed). */
+  /**
+   * Reads a failed answer's XML error (at most `BODY_CAPS.small`) and maps it to a storage error; the
+   * body is consumed or destroyed. A body past the cap is itself the error.
+   */
   failure(res: Dispatcher.ResponseData, what: string): Promise<StorageError>;
-  /** A request whose answer must be 2xx; returns the body text (XML) or '' . */
-  expectOk(r: S3Request, what: string): Promise<{ text: string; headers: Dispatcher.ResponseData['headers'] }>;
+  /** A request whose answer must be 2xx; returns the body text (XML) or '', read up to `capBytes` (`BODY_CAPS.small`). */
+  expectOk(
+    r: S3Request,
+    what: string,
+    capBytes?: number,
+  ): Promise<{ text: string; headers: Dispatcher.ResponseData['headers'] }>;
   /** Size and ETag (as `etagOf` reads it) of an object; undefined when it is absent. */
   head(key: string): Promise<{ sizeBytes: number; etag: string | undefined } | undefined>;
   delete(key: string): Promise<void>;
@@ -222,16 +230,20 @@ export function createS3Client(options: S3ClientOptions): S3Client {
   }
 
   async function failure(res: Dispatcher.ResponseData, what: string): Promise<StorageError> {
-    const text = await res.body.text().catch(() => '');
+    let text = '';
+    try {
+      text = await readBoundedText(res.body, BODY_CAPS.small, `${what} (${res.statusCode})`);
+    } catch (err) {
+      if (err instanceof OversizedBodyError) return err;
+      // A body cut short: the status alone says what failed.
+    }
     return storageErrorOfS3(res.statusCode, s3ErrorOf(text), what, bucket);
   }
 
-  async function expectOk(r: S3Request, what: string) {
+  async function expectOk(r: S3Request, what: string, capBytes: number = BODY_CAPS.small) {
     const res = await request(r);
     if (res.statusCode < 200 || res.statusCode > 299) throw await failure(res, what);
-    const text = await res.body.text().catch((err: unknown) => {
-      throw upstreamError(err, what);
-    });
+    const text = await readBoundedText(res.body, capBytes, what);
     // Copy and complete can fail after a 200 status line: the error then is the body.
     const error = s3ErrorOf(text);
     if (error) throw storageErrorOfS3(500, error, what, bucket);
@@ -266,7 +278,7 @@ export function createS3Client(options: S3ClientOptions): S3Client {
         const query: Record<string, string> = { 'list-type': '2', prefix, 'max-keys': '1000' };
         if (delimiter) query.delimiter = delimiter;
         if (token) query['continuation-token'] = token;
-        const { text } = await expectOk({ method: 'GET', query }, `ListObjectsV2 ${prefix}`);
+        const { text } = await expectOk({ method: 'GET', query }, `ListObjectsV2 ${prefix}`, BODY_CAPS.s3Page);
         const doc = parseXml(text, `ListObjectsV2 ${prefix}`).ListBucketResult as
           | {
               Contents?: Array<{ Key: string; Size: string }>;
@@ -285,7 +297,7 @@ export function createS3Client(options: S3ClientOptions): S3Client {
       do {
         const query: Record<string, string> = { uploads: '', prefix, 'max-uploads': '1000' };
         if (marker) Object.assign(query, { 'key-marker': marker.key, 'upload-id-marker': marker.uploadId });
-        const { text } = await expectOk({ method: 'GET', query }, `ListMultipartUploads ${prefix}`);
+        const { text } = await expectOk({ method: 'GET', query }, `ListMultipartUploads ${prefix}`, BODY_CAPS.s3Page);
         const doc = parseXml(text, `ListMultipartUploads ${prefix}`).ListMultipartUploadsResult as
           | {
               Upload?: Array<{ Key: string; UploadId: string }>;

@@ -19,6 +19,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { StorageError } from '../errors.ts';
+import { BODY_CAPS, readBoundedText } from '../streaming/bounded-body.ts';
 import { checkedUpload } from '../streaming/checked-upload.ts';
 import { openingStorageId, type IdentityObject, type StorageRole } from '../identity.ts';
 import { blobRelativePath, isSha256Hex, STORAGE_ID_FILE, TMP_DIR } from '../paths.ts';
@@ -116,7 +117,7 @@ function identityObject(client: S3Client, location: S3Location): IdentityObject 
         return undefined;
       }
       if (res.statusCode !== 200) throw await client.failure(res, `GET ${key}`);
-      return res.body.text();
+      return readBoundedText(res.body, BODY_CAPS.small, `GET ${key}`);
     },
     async write(id) {
       // A PUT creates the object whole or not at all: readers see all or nothing.

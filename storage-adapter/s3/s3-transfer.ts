@@ -11,6 +11,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { StorageError } from '../errors.ts';
+import { BODY_CAPS, readBoundedText } from '../streaming/bounded-body.ts';
 import { hasStableCode, sendStreamedBody, upstreamError } from '../streaming/http-upstream.ts';
 import { etagOf, isTransientS3Answer, parseXml, s3ErrorOf, storageErrorOfS3, type S3Client } from './s3-client.ts';
 import { encodeRfc3986, S3_MAX_MULTIPART_BYTES, S3_MAX_PART_BYTES, S3_MAX_PARTS } from './s3-location.ts';
@@ -373,9 +374,7 @@ export async function copyObject(
         await res.body.dump().catch(() => {});
         throw new StorageError('stored_bytes_mismatch', `${from} is no longer the object uploaded (${what}: 412).`);
       }
-      const text = await res.body.text().catch((err: unknown) => {
-        throw upstreamError(err, what);
-      });
+      const text = await readBoundedText(res.body, BODY_CAPS.small, what);
       const ok = res.statusCode >= 200 && res.statusCode <= 299;
       const error = s3ErrorOf(text);
       if (attempt < COPY_ATTEMPTS && (!ok || error) && isTransientS3Answer(ok ? 500 : res.statusCode, error?.code)) {
@@ -491,9 +490,7 @@ export async function uploadPartCopy(
     );
   }
   if (res.statusCode !== 200) throw await client.failure(res, what);
-  const text = await res.body.text().catch((err: unknown) => {
-    throw upstreamError(err, what);
-  });
+  const text = await readBoundedText(res.body, BODY_CAPS.small, what);
   // Quoted again: CompleteMultipartUpload lists each part's ETag as the server gave it.
   return `"${copyResultEtag(text, 'CopyPartResult', what, client.bucket)}"`;
 }

@@ -1,0 +1,55 @@
+/**
+ * Answer bodies the stores read whole (S3 errors and listings, the static store's JSON listings,
+ * `storage-id`): each under a cap, so a store, or anything between it and us, that answers with a
+ * huge or endless body costs at most the cap. Past it the read fails as 502 `upstream_unreachable`
+ * and the body is destroyed, which closes its connection instead of leaving it half-read in the pool.
+ */
+import type { Dispatcher } from 'undici';
+import { StorageError } from '../errors.ts';
+import { upstreamError } from './http-upstream.ts';
+
+const KiB = 1024;
+const MiB = 1024 * KiB;
+
+/** Caps by kind of answer (docs/storage-and-content.md, "Bodies read whole"). */
+export const BODY_CAPS = {
+  /** An S3 `<Error>` document, a copy's or a completion's result, `storage-id`: a few hundred bytes. */
+  small: 64 * KiB,
+  /** One ListObjectsV2 / ListMultipartUploads page: at most 1000 entries of keys up to 1 KiB. */
+  s3Page: 8 * MiB,
+  /** The static store's JSON autoindex of one directory, unpaged: some 150,000 entries of `tmp/` or `uploads/`. */
+  autoindex: 16 * MiB,
+} as const;
+
+/** A body past its cap: the store's answer is not one we read (502 `upstream_unreachable`). */
+export class OversizedBodyError extends StorageError {
+  override readonly name: string = 'OversizedBodyError';
+  constructor(what: string, capBytes: number) {
+    super(
+      'upstream_unreachable',
+      `The artifact store answered ${what} with a body over ${capBytes} bytes; it was not read further.`,
+    );
+  }
+}
+
+/** The body as UTF-8 text, failing past `capBytes` (the body is destroyed on every failure). */
+export async function readBoundedText(
+  body: Dispatcher.ResponseData['body'],
+  capBytes: number,
+  what: string,
+): Promise<string> {
+  const chunks: Buffer[] = [];
+  let total = 0;
+  try {
+    for await (const chunk of body) {
+      total += (chunk as Buffer).length;
+      if (total > capBytes) throw new OversizedBodyError(what, capBytes);
+      chunks.push(chunk as Buffer);
+    }
+  } catch (err) {
+    throw upstreamError(err, what);
+  } finally {
+    if (!body.destroyed) body.destroy();
+  }
+  return Buffer.concat(chunks, total).toString('utf8');
+}
