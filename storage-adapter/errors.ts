@@ -9,6 +9,12 @@ export const STORAGE_ERRORS = defineErrors('storage-adapter/errors.ts', {
     advice:
       'Upload fewer bytes in total (`ARKVORY_MAX_UPLOAD_BYTES` bounds the assembled artifact), or abort the session and start over.',
   },
+  object_too_large: {
+    status: 413,
+    message: 'The artifact store refuses an object this large.',
+    advice:
+      "The S3 server's limit on one object or part (its `EntityTooLarge`; AWS: 5 GiB in one PUT, 5 TiB in all) is below this upload; nothing was published. Keep `ARKVORY_MAX_UPLOAD_BYTES` within what the store takes, or raise the store's limit.",
+  },
   upload_quota_exceeded: {
     status: 413,
     message: 'This principal has too many part bytes stored in uploads not yet assembled.',

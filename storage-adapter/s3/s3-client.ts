@@ -150,7 +150,10 @@ export function storageErrorOfS3(
       `The S3 server refused our credentials (${what}: ${detail}); check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN and ARKVORY_S3_REGION.`,
     );
   }
-  if (code === 'EntityTooLarge' || code === 'QuotaExceeded' || code === 'XMinioStorageFull' || status === 507)
+  // A size limit of the store's, per object or part: the upload is too large for it, the store is not full.
+  if (code === 'EntityTooLarge')
+    return new StorageError('object_too_large', `The S3 server refuses an object this large (${what}: ${detail}).`);
+  if (code === 'QuotaExceeded' || code === 'XMinioStorageFull' || status === 507)
     return new StorageError('storage_full', `The S3 server has no space left (${what}: ${detail}).`);
   return new StorageError('upstream_unreachable', `The S3 server answered ${what} with ${detail}.`);
 }
