@@ -42,7 +42,8 @@ export const RATE_LIMIT_ERRORS = defineErrors('policy/rate-limit/errors.ts', {
   store_unavailable: {
     status: null,
     message: 'The rate-limit store is unavailable.',
-    advice: 'Check Redis (`ARKVORY_REDIS_URL`); checks fail open until it is back.',
+    advice:
+      'Check the rule store: Redis (`ARKVORY_REDIS_URL`), or the database without it; checks fail open until Redis is back.',
   },
   store_timeout: {
     status: null,

@@ -1,7 +1,8 @@
 /**
- * The rate-limit admin API while the rule store (Redis) is down, against a redis-server this test
- * owns and stops: a publish or delete that could not reach the store changed nothing, and says so
- * with 503 `unavailable`, not as an error of the gateway's own.
+ * The rate-limit admin API while the rule store fails: a redis-server this test owns and stops, or
+ * (without Redis) the PostgreSQL connection cut under the write. A publish or delete that could not
+ * write changed nothing, and says so with 503 `unavailable`; one cut while its COMMIT was under way
+ * may have landed, and says so with 503 `rules_outcome_unknown`; neither is an error of the gateway's own.
  */
 import { afterAll, describe, expect, it } from 'vitest';
 import { bearer, createServiceAccount } from '../../test/support/auth.ts';
@@ -52,6 +53,56 @@ describe('rate-limit admin API with Redis down (real gateway, real redis-server 
     });
     expect((await publish()).status).toBe(200);
     expect((await remove()).status).toBe(204);
+    expect(await gw.stop()).toBe(0);
+  });
+});
+
+describe('rate-limit admin API with its PostgreSQL rule store failing (real gateway without Redis, real PostgreSQL)', () => {
+  /** Makes the backend running the trigger end its own session: the connection is cut there. */
+  const cutFunction = `CREATE OR REPLACE FUNCTION arkvory_test_cut_session() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NEW; END $$`;
+
+  it('answers 503 unavailable when the connection is cut before the COMMIT, rules_outcome_unknown when cut during it, and logs no error', async () => {
+    const admin = await createServiceAccount(db.pool, { scopes: ['read', 'write', 'admin'] });
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    const rule = { name: 'pg_store_rule', action: 'log', characteristics: ['ip'], limit: 1000, period_s: 60 };
+    const publish = () =>
+      fetch(`${gw.url}/api/v1/admin/rate-limits`, {
+        method: 'PUT',
+        headers: { ...bearer(admin.key), 'content-type': 'application/json' },
+        body: JSON.stringify({ rate_limits: { gateway_request: [rule] } }),
+      });
+    const remove = () =>
+      fetch(`${gw.url}/api/v1/admin/rate-limits/gateway_request/rules/pg_store_rule`, {
+        method: 'DELETE',
+        headers: bearer(admin.key),
+      });
+    expect((await publish()).status).toBe(200);
+    await db.pool.query(cutFunction);
+
+    // Cut while a document is written, before the COMMIT: nothing was written.
+    await db.pool.query(`CREATE TRIGGER arkvory_test_cut BEFORE INSERT OR UPDATE ON arkvory_rate_limit_rules
+      FOR EACH ROW EXECUTE FUNCTION arkvory_test_cut_session()`);
+    const published = await publish();
+    expect(published.status).toBe(503);
+    expect(await published.json()).toEqual({ code: 'unavailable', message: expect.stringContaining('nothing') });
+    const removed = await remove();
+    expect(removed.status).toBe(503);
+    expect(await removed.json()).toEqual({ code: 'unavailable', message: expect.stringContaining('nothing') });
+    await db.pool.query('DROP TRIGGER arkvory_test_cut ON arkvory_rate_limit_rules');
+
+    // Cut inside the COMMIT (a deferred trigger runs there): the change may or may not have landed.
+    await db.pool.query(`CREATE CONSTRAINT TRIGGER arkvory_test_cut_commit AFTER INSERT OR UPDATE ON arkvory_rate_limit_rules
+      DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION arkvory_test_cut_session()`);
+    const unknown = await remove();
+    expect(unknown.status).toBe(503);
+    expect(await unknown.json()).toMatchObject({ code: 'rules_outcome_unknown' });
+    await db.pool.query('DROP TRIGGER arkvory_test_cut_commit ON arkvory_rate_limit_rules');
+
+    // The store's failure is no fault of the gateway's: no error line, no 500.
+    expect(gw.logLines().filter((l) => Number(l.level) >= 50)).toEqual([]);
+    expect((await remove()).status).toBe(204);
+    expect((await publish()).status).toBe(200);
     expect(await gw.stop()).toBe(0);
   });
 });
