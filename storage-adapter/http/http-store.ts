@@ -164,7 +164,9 @@ export async function readStorageIdObject(url: string, options: UpstreamOptions)
       if (res.statusCode === 404) return undefined;
       throw unexpectedStatus(res.statusCode, `GET ${target}`);
     }
-    return (await readBoundedText(res.body, BODY_CAPS.small, `GET ${target}`)).trim();
+    return (
+      await readBoundedText(res.body, { capBytes: BODY_CAPS.small, timeoutMs: options.timeoutMs }, `GET ${target}`)
+    ).trim();
   } finally {
     await upstream.close();
   }

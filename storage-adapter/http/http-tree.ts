@@ -21,7 +21,11 @@ export function httpTree(dav: WebDavClient): StoreTree {
         if (res.statusCode === 404) return [];
         throw unexpectedStatus(res.statusCode, `GET ${target}`);
       }
-      const text = await readBoundedText(res.body, BODY_CAPS.autoindex, `GET ${target}`);
+      const text = await readBoundedText(
+        res.body,
+        { capBytes: BODY_CAPS.autoindex, timeoutMs: dav.timeoutMs },
+        `GET ${target}`,
+      );
       let entries: Array<{ name?: unknown; type?: unknown; size?: unknown }>;
       try {
         entries = JSON.parse(text) as typeof entries;
@@ -86,7 +90,7 @@ export function httpIdentity(dav: WebDavClient): IdentityObject {
         if (res.statusCode === 404) return undefined;
         throw unexpectedStatus(res.statusCode, `GET ${path}`);
       }
-      return readBoundedText(res.body, BODY_CAPS.small, `GET ${path}`);
+      return readBoundedText(res.body, { capBytes: BODY_CAPS.small, timeoutMs: dav.timeoutMs }, `GET ${path}`);
     },
     async write(id) {
       // nginx writes a PUT body to a temporary file and renames it: readers see all or nothing.

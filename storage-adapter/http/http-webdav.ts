@@ -42,6 +42,11 @@ export class WebDavClient {
     this.#timeoutMs = options.timeoutMs;
   }
 
+  /** `ARKVORY_STORAGE_TIMEOUT_SECONDS` in ms: also the longest a body read whole may take. */
+  get timeoutMs(): number {
+    return this.#timeoutMs;
+  }
+
   /** The request path of an object, each segment percent-encoded. */
   pathOf(relative: string): string {
     return this.#basePath + relative.split('/').map(encodeURIComponent).join('/');

@@ -54,6 +54,8 @@ export interface ListedObject {
 export interface S3Client {
   readonly bucket: string;
   readonly endpoint: string;
+  /** `ARKVORY_STORAGE_TIMEOUT_SECONDS` in ms: also the longest a body read whole may take. */
+  readonly timeoutMs: number;
   request(r: S3Request): Promise<Dispatcher.ResponseData>;
   /**
    * The path and signed headers (Host included) of a request the caller sends itself (s3-socket-read.ts,
@@ -235,9 +237,15 @@ export function createS3Client(options: S3ClientOptions): S3Client {
   async function failure(res: Dispatcher.ResponseData, what: string): Promise<StorageError> {
     let text = '';
     try {
-      text = await readBoundedText(res.body, BODY_CAPS.small, `${what} (${res.statusCode})`);
+      text = await readBoundedText(
+        res.body,
+        { capBytes: BODY_CAPS.small, timeoutMs: options.timeoutMs },
+        `${what} (${res.statusCode})`,
+      );
     } catch (err) {
-      if (err instanceof OversizedBodyError) return err;
+      // A body too large or too slow to read is itself what failed.
+      if (err instanceof OversizedBodyError || (err instanceof StorageError && err.code === 'upstream_timeout'))
+        return err;
       // A body cut short: the status alone says what failed.
     }
     return storageErrorOfS3(res.statusCode, s3ErrorOf(text), what, bucket);
@@ -246,7 +254,7 @@ export function createS3Client(options: S3ClientOptions): S3Client {
   async function expectOk(r: S3Request, what: string, capBytes: number = BODY_CAPS.small) {
     const res = await request(r);
     if (res.statusCode < 200 || res.statusCode > 299) throw await failure(res, what);
-    const text = await readBoundedText(res.body, capBytes, what);
+    const text = await readBoundedText(res.body, { capBytes, timeoutMs: options.timeoutMs }, what);
     // Copy and complete can fail after a 200 status line: the error then is the body.
     const error = s3ErrorOf(text);
     if (error) throw storageErrorOfS3(500, error, what, bucket);
@@ -256,6 +264,7 @@ export function createS3Client(options: S3ClientOptions): S3Client {
   return {
     bucket,
     endpoint: endpoint.origin,
+    timeoutMs: options.timeoutMs,
     request,
     signedHead,
     failure,

@@ -117,7 +117,7 @@ function identityObject(client: S3Client, location: S3Location): IdentityObject 
         return undefined;
       }
       if (res.statusCode !== 200) throw await client.failure(res, `GET ${key}`);
-      return readBoundedText(res.body, BODY_CAPS.small, `GET ${key}`);
+      return readBoundedText(res.body, { capBytes: BODY_CAPS.small, timeoutMs: client.timeoutMs }, `GET ${key}`);
     },
     async write(id) {
       // A PUT creates the object whole or not at all: readers see all or nothing.

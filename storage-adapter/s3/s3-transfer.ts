@@ -374,7 +374,7 @@ export async function copyObject(
         await res.body.dump().catch(() => {});
         throw new StorageError('stored_bytes_mismatch', `${from} is no longer the object uploaded (${what}: 412).`);
       }
-      const text = await readBoundedText(res.body, BODY_CAPS.small, what);
+      const text = await readBoundedText(res.body, { capBytes: BODY_CAPS.small, timeoutMs: client.timeoutMs }, what);
       const ok = res.statusCode >= 200 && res.statusCode <= 299;
       const error = s3ErrorOf(text);
       if (attempt < COPY_ATTEMPTS && (!ok || error) && isTransientS3Answer(ok ? 500 : res.statusCode, error?.code)) {
@@ -490,7 +490,7 @@ export async function uploadPartCopy(
     );
   }
   if (res.statusCode !== 200) throw await client.failure(res, what);
-  const text = await readBoundedText(res.body, BODY_CAPS.small, what);
+  const text = await readBoundedText(res.body, { capBytes: BODY_CAPS.small, timeoutMs: client.timeoutMs }, what);
   // Quoted again: CompleteMultipartUpload lists each part's ETag as the server gave it.
   return `"${copyResultEtag(text, 'CopyPartResult', what, client.bucket)}"`;
 }

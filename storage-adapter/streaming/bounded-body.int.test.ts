@@ -4,7 +4,9 @@
  * bodies, the static store's JSON listing and `storage-id`. Each read fails as 502
  * `upstream_unreachable` naming the cap, and its connection is closed at once: nginx logs the
  * request as finished well short of the body (a body left half-read in the pool would keep nginx
- * sending until its send_timeout, set far beyond the wait here).
+ * sending until its send_timeout, set far beyond the wait here). A body under its cap but trickled
+ * (nginx's limit_rate: 60 KiB at 200 bytes/s, never silent for the storage timeout) fails as 504
+ * `upstream_timeout` once the storage timeout has passed, not minutes later.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -21,6 +23,8 @@ import { BODY_CAPS } from './bounded-body.ts';
 
 const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
 const HUGE_BYTES = 64 * 1024 * 1024;
+const SLOW_BYTES = 60 * 1024;
+const SLOW_RATE = 200;
 const upstream = { connectTimeoutMs: 5000, timeoutMs: 30_000 };
 
 let dir: string;
@@ -34,6 +38,8 @@ beforeAll(async () => {
   // Sparse: nginx sends 64 MiB of zeros without the disk holding them.
   await writeFile(huge, '');
   await truncate(huge, HUGE_BYTES);
+  const slow = path.join(dir, 'slow');
+  await writeFile(slow, Buffer.alloc(SLOW_BYTES, 'x'));
   const port = await freeLoopbackPort();
   const conf = await writeNginxConf(dir, {
     http: `log_format sent '$status $body_bytes_sent "$request"';
@@ -49,6 +55,11 @@ server {
   # The static store: a directory listing and storage-id.
   location = /static/tmp/ { default_type application/json; root ${dir}; try_files /huge =404; }
   location = /static/storage-id { default_type text/plain; alias ${huge}; }
+  # The same, trickled: never silent for long, never done within the storage timeout.
+  location = /slow-bucket { default_type application/xml; limit_rate ${SLOW_RATE}; alias ${slow}; }
+  location /slow-bucket/ { error_page 503 /slow-error; return 503; }
+  location = /slow-error { internal; default_type application/xml; limit_rate ${SLOW_RATE}; alias ${slow}; }
+  location = /slow-static/storage-id { default_type text/plain; limit_rate ${SLOW_RATE}; alias ${slow}; }
 }`,
   });
   nginx = spawn(NGINX, ['-p', dir, '-c', conf], { stdio: ['ignore', 'ignore', 'pipe'] });
@@ -158,5 +169,34 @@ describe('bodies read whole from a store are capped (real nginx answering 64 MiB
     const doctor = await failureOf(() => readStorageIdObject(`${base}/static/`, upstream));
     expect(doctor.code).toBe('upstream_unreachable');
     expect(doctor.message).toContain(`over ${BODY_CAPS.small} bytes`);
+  });
+
+  it('a body under its cap that does not end within the storage timeout is 504 upstream_timeout, its connection closed', async () => {
+    const timeoutMs = 2000;
+    const client = createS3Client({
+      connectTimeoutMs: 5000,
+      timeoutMs,
+      endpoint: base,
+      region: 'us-east-1',
+      bucket: 'slow-bucket',
+      credentials: { accessKeyId: 'a', secretAccessKey: 'b' },
+    });
+    try {
+      const listing = await failureOf(async () => {
+        for await (const _ of client.list('slow-listing/')) void _;
+      });
+      expect(listing.code).toBe('upstream_timeout');
+      expect(listing.message).toContain(`within ${timeoutMs} ms`);
+      expect(await sentFor('slow-listing')).toBeLessThan(SLOW_BYTES);
+      const error = await failureOf(() => client.delete('slow-error-object'));
+      expect(error.code).toBe('upstream_timeout');
+      expect(await sentFor('slow-error-object')).toBeLessThan(SLOW_BYTES);
+    } finally {
+      await client.close();
+    }
+    const doctor = await failureOf(() =>
+      readStorageIdObject(`${base}/slow-static/`, { connectTimeoutMs: 5000, timeoutMs }),
+    );
+    expect(doctor.code).toBe('upstream_timeout');
   });
 });

@@ -3,6 +3,8 @@
  * `storage-id`): each under a cap, so a store, or anything between it and us, that answers with a
  * huge or endless body costs at most the cap. Past it the read fails as 502 `upstream_unreachable`
  * and the body is destroyed, which closes its connection instead of leaving it half-read in the pool.
+ * The whole body must also arrive within the storage timeout: undici's body timeout only counts
+ * silence, so a body trickled a byte at a time would hold the request for as long as the cap lasts.
  */
 import type { Dispatcher } from 'undici';
 import { StorageError } from '../errors.ts';
@@ -32,14 +34,28 @@ export class OversizedBodyError extends StorageError {
   }
 }
 
-/** The body as UTF-8 text, failing past `capBytes` (the body is destroyed on every failure). */
+/**
+ * The body as UTF-8 text, failing past `capBytes` (502) or when it has not ended within `timeoutMs`
+ * (504 `upstream_timeout`); the body is destroyed on every failure.
+ */
 export async function readBoundedText(
   body: Dispatcher.ResponseData['body'],
-  capBytes: number,
+  limits: { readonly capBytes: number; readonly timeoutMs: number },
   what: string,
 ): Promise<string> {
+  const { capBytes, timeoutMs } = limits;
   const chunks: Buffer[] = [];
   let total = 0;
+  const timer = setTimeout(
+    () =>
+      body.destroy(
+        new StorageError(
+          'upstream_timeout',
+          `The artifact store did not finish its answer to ${what} within ${timeoutMs} ms (${total} bytes so far).`,
+        ),
+      ),
+    timeoutMs,
+  );
   try {
     for await (const chunk of body) {
       total += (chunk as Buffer).length;
@@ -49,6 +65,7 @@ export async function readBoundedText(
   } catch (err) {
     throw upstreamError(err, what);
   } finally {
+    clearTimeout(timer);
     if (!body.destroyed) body.destroy();
   }
   return Buffer.concat(chunks, total).toString('utf8');
