@@ -14,7 +14,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
-import { BODY_CAPS, readBoundedText } from '../streaming/bounded-body.ts';
+import { BODY_CAPS, drainBody, readBoundedText } from '../streaming/bounded-body.ts';
 import { checkedUpload } from '../streaming/checked-upload.ts';
 import { StorageError } from '../errors.ts';
 import {
@@ -66,7 +66,7 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<OpenedAr
           headers: ifMatch === undefined ? { range } : { range, 'if-match': ifMatch },
           highWaterMark,
         }),
-      { sha256, target, version },
+      { sha256, target, version, timeoutMs: dav.timeoutMs },
       start,
       end,
     );
@@ -130,7 +130,7 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<OpenedAr
       if (!isSha256Hex(sha256)) throw new StorageError('not_found');
       if (ranges.length === 0) {
         const res = await dav.call({ method: 'HEAD', path: dav.pathOf(blobName(sha256)) });
-        await res.body.dump().catch(() => {});
+        await drainBody(res.body, dav.timeoutMs);
         if (res.statusCode === 404) throw new StorageError('not_found', `blob ${sha256} is not on the artifact store`);
         if (res.statusCode !== 200) throw unexpectedStatus(res.statusCode, `HEAD ${dav.pathOf(blobName(sha256))}`);
         return openReader(sha256, Number(res.headers['content-length']), ranges, undefined);
@@ -160,7 +160,7 @@ export async function readStorageIdObject(url: string, options: UpstreamOptions)
       throw upstreamError(err, `GET ${target}`);
     });
     if (res.statusCode !== 200) {
-      await res.body.dump().catch(() => {});
+      await drainBody(res.body, options.timeoutMs);
       if (res.statusCode === 404) return undefined;
       throw unexpectedStatus(res.statusCode, `GET ${target}`);
     }

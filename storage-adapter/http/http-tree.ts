@@ -2,7 +2,7 @@
  * The static-HTTP store's tree (scrub, gc, backup): listings come from the server's JSON autoindex
  * (nginx `autoindex on; autoindex_format json;`), reads, removals and moves through WebDAV.
  */
-import { BODY_CAPS, readBoundedText } from '../streaming/bounded-body.ts';
+import { BODY_CAPS, drainBody, readBoundedText } from '../streaming/bounded-body.ts';
 import { unexpectedStatus } from '../streaming/http-upstream.ts';
 import type { WebDavClient } from './http-webdav.ts';
 import { sessionRelativeDir, STORAGE_ID_FILE } from '../paths.ts';
@@ -17,7 +17,7 @@ export function httpTree(dav: WebDavClient): StoreTree {
       const target = `${dav.pathOf(dir)}/`;
       const res = await dav.call({ method: 'GET', path: target, headers: { accept: 'application/json' } });
       if (res.statusCode !== 200) {
-        await res.body.dump().catch(() => {});
+        await drainBody(res.body, dav.timeoutMs);
         if (res.statusCode === 404) return [];
         throw unexpectedStatus(res.statusCode, `GET ${target}`);
       }
@@ -86,7 +86,7 @@ export function httpIdentity(dav: WebDavClient): IdentityObject {
     async read() {
       const res = await dav.call({ method: 'GET', path });
       if (res.statusCode !== 200) {
-        await res.body.dump().catch(() => {});
+        await drainBody(res.body, dav.timeoutMs);
         if (res.statusCode === 404) return undefined;
         throw unexpectedStatus(res.statusCode, `GET ${path}`);
       }

@@ -6,6 +6,7 @@
 import { Readable } from 'node:stream';
 import type { Dispatcher, Pool } from 'undici';
 import { StorageError } from '../errors.ts';
+import { drainBody } from '../streaming/bounded-body.ts';
 import {
   createUpstreamPool,
   sendStreamedBody,
@@ -78,7 +79,7 @@ export class WebDavClient {
   /** A request whose answer has no body we need: the status, body drained. */
   async status(o: CallOptions): Promise<number> {
     const res = await this.call(o);
-    await res.body.dump().catch(() => {});
+    await drainBody(res.body, this.#timeoutMs);
     return res.statusCode;
   }
 
@@ -111,11 +112,11 @@ export class WebDavClient {
     const path = this.pathOf(relative);
     const res = await this.call({ method: 'GET', path, signal });
     if (res.statusCode === 404) {
-      await res.body.dump().catch(() => {});
+      await drainBody(res.body, this.#timeoutMs);
       throw new StorageError('not_found', `${relative} is not on the artifact store.`);
     }
     if (res.statusCode !== 200) {
-      await res.body.dump().catch(() => {});
+      await drainBody(res.body, this.#timeoutMs);
       throw unexpectedStatus(res.statusCode, `GET ${path}`);
     }
     try {

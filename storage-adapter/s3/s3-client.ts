@@ -12,7 +12,7 @@ import aws4 from 'aws4';
 import { XMLParser } from 'fast-xml-parser';
 import type { Dispatcher, Pool } from 'undici';
 import { StorageError } from '../errors.ts';
-import { BODY_CAPS, OversizedBodyError, readBoundedText } from '../streaming/bounded-body.ts';
+import { BODY_CAPS, drainBody, OversizedBodyError, readBoundedText } from '../streaming/bounded-body.ts';
 import { createUpstreamPool, upstreamError, type UpstreamOptions } from '../streaming/http-upstream.ts';
 import { encodeRfc3986, pathStyleObjectPath } from './s3-location.ts';
 
@@ -271,7 +271,7 @@ export function createS3Client(options: S3ClientOptions): S3Client {
     expectOk,
     async head(key) {
       const res = await request({ method: 'HEAD', key });
-      await res.body.dump().catch(() => {});
+      await drainBody(res.body, options.timeoutMs);
       if (res.statusCode === 404) return undefined;
       if (res.statusCode !== 200) throw storageErrorOfS3(res.statusCode, undefined, `HEAD ${key}`, bucket);
       return { sizeBytes: Number(res.headers['content-length']), etag: etagOf(res.headers.etag) };
@@ -279,7 +279,7 @@ export function createS3Client(options: S3ClientOptions): S3Client {
     async delete(key) {
       const res = await request({ method: 'DELETE', key });
       if (res.statusCode === 204 || res.statusCode === 200 || res.statusCode === 404) {
-        await res.body.dump().catch(() => {});
+        await drainBody(res.body, options.timeoutMs);
         return;
       }
       throw await failure(res, `DELETE ${key}`);

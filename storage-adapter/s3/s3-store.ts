@@ -202,6 +202,7 @@ export async function openS3Store(options: S3StoreOptions): Promise<S3Store> {
         sha256,
         target: key,
         version,
+        timeoutMs: client.timeoutMs,
         onError: (res) =>
           client
             .failure(res, `GET ${key}`)

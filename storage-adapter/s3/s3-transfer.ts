@@ -11,7 +11,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { StorageError } from '../errors.ts';
-import { BODY_CAPS, readBoundedText } from '../streaming/bounded-body.ts';
+import { BODY_CAPS, drainBody, readBoundedText } from '../streaming/bounded-body.ts';
 import { hasStableCode, sendStreamedBody, upstreamError } from '../streaming/http-upstream.ts';
 import { etagOf, isTransientS3Answer, parseXml, s3ErrorOf, storageErrorOfS3, type S3Client } from './s3-client.ts';
 import { encodeRfc3986, S3_MAX_MULTIPART_BYTES, S3_MAX_PART_BYTES, S3_MAX_PARTS } from './s3-location.ts';
@@ -243,7 +243,7 @@ export async function completeMultipart(
 /** Best effort: an upload left open is invisible to readers; `arkvory gc` aborts what is left. */
 export async function abortMultipart(client: S3Client, key: string, uploadId: string): Promise<void> {
   const res = await client.request({ method: 'DELETE', key, query: { uploadId } });
-  await res.body.dump().catch(() => {});
+  await drainBody(res.body, client.timeoutMs);
 }
 
 async function uploadInParts(
@@ -371,7 +371,7 @@ export async function copyObject(
     for (let attempt = 1; ; attempt++) {
       const res = await client.request({ method: 'PUT', key: to, headers });
       if (res.statusCode === 412) {
-        await res.body.dump().catch(() => {});
+        await drainBody(res.body, client.timeoutMs);
         throw new StorageError('stored_bytes_mismatch', `${from} is no longer the object uploaded (${what}: 412).`);
       }
       const text = await readBoundedText(res.body, { capBytes: BODY_CAPS.small, timeoutMs: client.timeoutMs }, what);
@@ -439,7 +439,7 @@ export async function* readObject(
   const headers = ifMatch ? { 'if-match': ifMatch } : undefined;
   const res = await client.request({ method: 'GET', key, headers, signal, highWaterMark: 256 * 1024 });
   if (res.statusCode === 412) {
-    await res.body.dump().catch(() => {});
+    await drainBody(res.body, client.timeoutMs);
     throw new StorageError('stored_bytes_mismatch', `${key} is no longer the object uploaded (GET: 412).`);
   }
   if (res.statusCode !== 200) throw await client.failure(res, `GET ${key}`);
@@ -479,11 +479,11 @@ export async function uploadPartCopy(
     headers,
   });
   if (res.statusCode === 501) {
-    await res.body.dump().catch(() => {});
+    await drainBody(res.body, client.timeoutMs);
     return 'not-implemented';
   }
   if (res.statusCode === 412) {
-    await res.body.dump().catch(() => {});
+    await drainBody(res.body, client.timeoutMs);
     throw new StorageError(
       'part_mismatch',
       `${from} changed on the S3 server while it was assembled (${what}: 412 PreconditionFailed)`,

@@ -6,7 +6,8 @@
  * request as finished well short of the body (a body left half-read in the pool would keep nginx
  * sending until its send_timeout, set far beyond the wait here). A body under its cap but trickled
  * (nginx's limit_rate: 60 KiB at 200 bytes/s, never silent for the storage timeout) fails as 504
- * `upstream_timeout` once the storage timeout has passed, not minutes later.
+ * `upstream_timeout` once the storage timeout has passed, not minutes later; an error answer's body,
+ * drained to keep its connection, is given up on then too.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -60,6 +61,7 @@ server {
   location /slow-bucket/ { error_page 503 /slow-error; return 503; }
   location = /slow-error { internal; default_type application/xml; limit_rate ${SLOW_RATE}; alias ${slow}; }
   location = /slow-static/storage-id { default_type text/plain; limit_rate ${SLOW_RATE}; alias ${slow}; }
+  location /slow-static/gone/ { error_page 503 /slow-error; return 503; }
 }`,
   });
   nginx = spawn(NGINX, ['-p', dir, '-c', conf], { stdio: ['ignore', 'ignore', 'pipe'] });
@@ -198,5 +200,18 @@ describe('bodies read whole from a store are capped (real nginx answering 64 MiB
       readStorageIdObject(`${base}/slow-static/`, { connectTimeoutMs: 5000, timeoutMs }),
     );
     expect(doctor.code).toBe('upstream_timeout');
+  });
+
+  it('an error body drained to keep its connection is given up on after the storage timeout, its connection closed', async () => {
+    const timeoutMs = 2000;
+    const dav = new WebDavClient(`${base}/slow-static/`, { connectTimeoutMs: 5000, timeoutMs });
+    try {
+      const err = await failureOf(() => dav.remove('gone/some-object'));
+      expect(err.code).toBe('upstream_unreachable');
+      expect(err.message).toContain('answered 503');
+      expect(await sentFor('gone/some-object')).toBeLessThan(SLOW_BYTES);
+    } finally {
+      await dav.close();
+    }
   });
 });

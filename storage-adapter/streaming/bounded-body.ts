@@ -70,3 +70,15 @@ export async function readBoundedText(
   }
   return Buffer.concat(chunks, total).toString('utf8');
 }
+
+/** undici's own default: a longer body is not worth keeping its connection for. */
+const DRAIN_LIMIT_BYTES = 128 * KiB;
+
+/**
+ * Reads a body we do not need to its end, so its connection goes back to the pool: undici's `dump`,
+ * which destroys a body past 128 KiB, here also one not ended within `timeoutMs` (a trickled error
+ * page would otherwise hold the request). Never fails.
+ */
+export async function drainBody(body: Dispatcher.ResponseData['body'], timeoutMs: number): Promise<void> {
+  await body.dump({ limit: DRAIN_LIMIT_BYTES, signal: AbortSignal.timeout(timeoutMs) }).catch(() => {});
+}

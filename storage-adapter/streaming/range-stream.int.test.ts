@@ -51,7 +51,7 @@ afterAll(async () => {
 
 const getFrom = (path: string) => (range: string, highWaterMark: number) =>
   request(`${base}${path}`, { headers: { range }, highWaterMark });
-const what = (path: string) => ({ sha256: 'a'.repeat(64), target: path });
+const what = (path: string) => ({ sha256: 'a'.repeat(64), target: path, timeoutMs: 30_000 });
 
 describe('openRangeStream against a misbehaving store', () => {
   it('a 206 whose range ends before the one asked for is upstream_unreachable', async () => {

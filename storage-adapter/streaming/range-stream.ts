@@ -6,6 +6,7 @@
  */
 import type { Dispatcher } from 'undici';
 import { StorageError } from '../errors.ts';
+import { drainBody } from './bounded-body.ts';
 import { parseContentRange, unexpectedStatus, upstreamError } from './http-upstream.ts';
 import type { ByteRange } from '../range.ts';
 import type { BlobReader } from '../store.ts';
@@ -76,6 +77,8 @@ export async function openRangeStream(
     target: string;
     onError?: (res: Dispatcher.ResponseData) => Promise<StorageError>;
     version?: ObjectVersion | undefined;
+    /** The storage timeout: the longest an error answer's body is drained. */
+    timeoutMs: number;
   },
   start: number,
   end: number,
@@ -116,7 +119,7 @@ export async function openRangeStream(
     );
   } else {
     if (what.onError) throw await what.onError(res);
-    await res.body.dump().catch(() => {});
+    await drainBody(res.body, what.timeoutMs);
     if (res.statusCode === 404) throw new StorageError('not_found', `blob ${sha256} is not on the artifact store`);
     throw unexpectedStatus(res.statusCode, `GET ${target}`);
   }
