@@ -197,14 +197,29 @@ export async function putOverSocket(
       interrupt = undefined;
     });
   };
-  /** Waits for the server with the stall timer armed (`message` says what it did not do). */
-  const fromServer = async (p: Promise<unknown>, message: string) => {
+  /**
+   * Waits for the server with the stall timer armed (`message` says what it did not do). With
+   * `whole`, `p` must also settle within the timeout however the server paces its bytes: the stall
+   * timer only counts silence, and an answer trickled a byte at a time would hold the upload for as
+   * long as the answer's cap lasts.
+   */
+  const fromServer = async (p: Promise<unknown>, message: string, whole = false) => {
     stallMessage = message;
     waitingForServer = true;
     if (!socket.connecting && !socket.destroyed) socket.setTimeout(options.timeoutMs);
+    const deadline = whole
+      ? setTimeout(
+          () =>
+            socket.destroy(
+              new StorageError('upstream_timeout', `The S3 server did not answer in time (${what}: ${message}).`),
+            ),
+          options.timeoutMs,
+        )
+      : undefined;
     try {
       await until(p);
     } finally {
+      clearTimeout(deadline);
       waitingForServer = false;
       if (!socket.connecting && !socket.destroyed) socket.setTimeout(0);
     }
@@ -305,7 +320,8 @@ export async function putOverSocket(
       if (fill > 0) await mayContinue();
       if (fill > 0 && !failure && !answer) send(ring[index]!, fill);
       await fromServer(Promise.all(ring.map((s) => s.busy)), tookNothing);
-      if (!answer && !failure) await fromServer(answered, `no answer within ${options.timeoutMs} ms of the last byte`);
+      if (!answer && !failure)
+        await fromServer(answered, `no answer within ${options.timeoutMs} ms of the last byte`, true);
     }
     if (answer) {
       // A success before the server had every byte, or before the body ended (and so passed its

@@ -7,7 +7,7 @@
  * sending until its send_timeout, set far beyond the wait here). A body under its cap but trickled
  * (nginx's limit_rate: 60 KiB at 200 bytes/s, never silent for the storage timeout) fails as 504
  * `upstream_timeout` once the storage timeout has passed, not minutes later; an error answer's body,
- * drained to keep its connection, is given up on then too.
+ * drained to keep its connection, is given up on then too, as is a socket PUT's answer.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -20,6 +20,7 @@ import { httpIdentity, httpTree } from '../http/http-tree.ts';
 import { WebDavClient } from '../http/http-webdav.ts';
 import { readStorageIdObject } from '../http/http-store.ts';
 import { createS3Client } from '../s3/s3-client.ts';
+import { putOverSocket } from '../s3/s3-socket-write.ts';
 import { BODY_CAPS } from './bounded-body.ts';
 
 const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
@@ -62,6 +63,7 @@ server {
   location = /slow-error { internal; default_type application/xml; limit_rate ${SLOW_RATE}; alias ${slow}; }
   location = /slow-static/storage-id { default_type text/plain; limit_rate ${SLOW_RATE}; alias ${slow}; }
   location /slow-static/gone/ { error_page 503 /slow-error; return 503; }
+  location /slow-put/ { client_max_body_size 0; error_page 503 /slow-error; return 503; }
 }`,
   });
   nginx = spawn(NGINX, ['-p', dir, '-c', conf], { stdio: ['ignore', 'ignore', 'pipe'] });
@@ -213,5 +215,25 @@ describe('bodies read whole from a store are capped (real nginx answering 64 MiB
     } finally {
       await dav.close();
     }
+  });
+
+  it("a socket PUT's answer not whole within the storage timeout of the last byte is 504 upstream_timeout", async () => {
+    const timeoutMs = 2000;
+    const { hostname, port } = new URL(base);
+    const length = 1000;
+    const err = await failureOf(() =>
+      putOverSocket(
+        { host: hostname, port: Number(port), connectTimeoutMs: 5000, timeoutMs },
+        { path: '/slow-put/object', headers: { host: `${hostname}:${port}`, 'content-length': String(length) } },
+        (async function* () {
+          yield Buffer.alloc(length, 1);
+        })(),
+        length,
+        {},
+      ),
+    );
+    expect(err.code).toBe('upstream_timeout');
+    expect(err.message).toContain(`no answer within ${timeoutMs} ms of the last byte`);
+    expect(await sentFor('/slow-put/object')).toBeLessThan(SLOW_BYTES);
   });
 });
