@@ -5,6 +5,9 @@
  *   a `Range` request for the rest completes the file to the exact bytes.
  * - Cut mid-upload. Expected: 502 `upstream_unreachable` (or 504), no catalog row, no blob.
  *   Recovery: link back, `arkvory gc` leaves no temporary object and no open multipart upload.
+ * - The store's answers trickled (a slicer toxic: a byte every 50 ms, never silent for the storage
+ *   timeout). Expected: a range read over a socket of its own fails with 504 `upstream_timeout` once
+ *   the storage timeout passed without a whole response head, not half a minute later with a 206.
  * - The S3 server gone when the gateway starts (its endpoint refuses connections: the link is
  *   disabled, toxiproxy then closes its listening port, which the gateway cannot tell from a stopped
  *   server). Expected: exit 1 before listening, with the store error naming the endpoint (systemd's
@@ -128,6 +131,33 @@ describe.each(S3_STORE_KINDS)('the gateway↔S3 link on %s', (kind) => {
         })
       ).status,
     ).toBe(206);
+    expect(await gw.stop('SIGTERM')).toBe(0);
+  }, 180_000);
+
+  it('answers trickled a byte at a time: a large range read is 504 upstream_timeout once the storage timeout passed without its head', async () => {
+    const gw = await startGateway({ env: s3.env(), timeoutMs: 60_000 });
+    const file = randomContent(3 * MiB);
+    const url = `${gw.url}/api/v1/repositories/chaos/artifacts/trickled.bin`;
+    expect((await call(url, { method: 'PUT', key: s3.key, body: file })).status).toBe(201);
+    // About 20 bytes a second from the store: a response head of some hundred bytes takes half a
+    // minute, and no gap comes near the 5 s storage timeout.
+    const trickle = await addToxic(
+      s3.link,
+      'slicer',
+      'downstream',
+      { average_size: 1, size_variation: 0, delay: 50_000 },
+      'trickle',
+    );
+    try {
+      const started = performance.now();
+      const read = await call(`${url}/content`, { key: s3.key, headers: { range: `bytes=0-${2 * MiB - 1}` } });
+      expect(read.status).toBe(504);
+      expect(read.code).toBe('upstream_timeout');
+      // Two storage timeouts of margin for a loaded machine; the head alone would take six.
+      expect(performance.now() - started).toBeLessThan(15_000);
+    } finally {
+      await trickle.remove();
+    }
     expect(await gw.stop('SIGTERM')).toBe(0);
   }, 180_000);
 });

@@ -51,7 +51,7 @@ export interface ToxiproxyServer {
  */
 export function addToxic(
   link: ProxiedUpstream,
-  type: 'bandwidth' | 'latency' | 'limit_data' | 'reset_peer' | 'slow_close' | 'timeout',
+  type: 'bandwidth' | 'latency' | 'limit_data' | 'reset_peer' | 'slicer' | 'slow_close' | 'timeout',
   stream: 'upstream' | 'downstream',
   attributes: Record<string, number>,
   name: string = type,

@@ -89,7 +89,10 @@ export interface SocketReadOptions {
   readonly host: string;
   readonly port: number;
   readonly connectTimeoutMs: number;
-  /** Longest wait for the answer's head, and longest silence while the body flows (not while paused). */
+  /**
+   * Longest wait for the answer's whole head (however the server paces it, as undici's header
+   * timeout), and longest silence while the body flows (not while paused).
+   */
   readonly timeoutMs: number;
   readonly bufferBytes?: number | undefined;
 }
@@ -196,6 +199,7 @@ export function openSocketRange(
       return false;
     }
     if (!parsed) return true;
+    clearTimeout(headDeadline);
     announced.answered(parsed.status);
     const body = acceptedBody(parsed, start, end);
     const rest = head.subarray(parsed.headBytes);
@@ -229,8 +233,22 @@ export function openSocketRange(
       },
     },
   });
+  /** The head must be whole within the timeout: the socket's own timer only counts silence. */
+  let headDeadline: NodeJS.Timeout | undefined;
   socket.setTimeout(options.connectTimeoutMs);
-  socket.once('connect', () => socket.setTimeout(options.timeoutMs));
+  socket.once('connect', () => {
+    socket.setTimeout(options.timeoutMs);
+    headDeadline = setTimeout(
+      () =>
+        socket.destroy(
+          new StorageError(
+            'upstream_timeout',
+            `The artifact store did not answer in time (${what}: no whole head within ${options.timeoutMs} ms).`,
+          ),
+        ),
+      options.timeoutMs,
+    );
+  });
   socket.on('timeout', () =>
     socket.destroy(
       new StorageError(
@@ -241,6 +259,7 @@ export function openSocketRange(
   );
   socket.on('error', (err) => fail(upstreamError(err, what)));
   socket.on('close', () => {
+    clearTimeout(headDeadline);
     if (head) fail(upstreamError(new Error('the connection closed before the answer'), what));
     else if (bodyLeft > 0)
       fail(upstreamError(new Error(`the connection closed with ${bodyLeft} bytes of the body still to come`), what));
