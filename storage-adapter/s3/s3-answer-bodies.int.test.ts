@@ -1,0 +1,92 @@
+/**
+ * The S3 client reads answers whole only under their caps and within the storage timeout, against a
+ * real nginx where the S3 server would be (test/support/misbehaving-store.ts): a listing page or an
+ * error body of 64 MiB is 502 `upstream_unreachable` naming the cap, one trickled past the timeout
+ * 504 `upstream_timeout`, and a socket PUT's trickled answer 504 too; each connection is closed at
+ * once (nginx ends the request well short of the body).
+ */
+import { describe, expect, it } from 'vitest';
+import { HUGE_BYTES, SLOW_BYTES, storageFailureOf, useMisbehavingStore } from '../../test/support/misbehaving-store.ts';
+import { STORAGE_ERRORS } from '../errors.ts';
+import { BODY_CAPS } from '../streaming/bounded-body.ts';
+import { createS3Client } from './s3-client.ts';
+import { putOverSocket } from './s3-socket-write.ts';
+
+const store = useMisbehavingStore();
+const client = (bucket: string, timeoutMs: number) =>
+  createS3Client({
+    connectTimeoutMs: 5000,
+    timeoutMs,
+    endpoint: store.base,
+    region: 'us-east-1',
+    bucket,
+    credentials: { accessKeyId: 'a', secretAccessKey: 'b' },
+  });
+
+describe('S3 answers read whole (real nginx answering 64 MiB, or trickling)', () => {
+  it('a listing page past its cap is 502 upstream_unreachable and its connection is closed', async () => {
+    const s3 = client('bucket', 30_000);
+    try {
+      const err = await storageFailureOf(async () => {
+        for await (const _ of s3.list('listing-prefix/')) void _;
+      });
+      expect(err.code).toBe('upstream_unreachable');
+      expect(STORAGE_ERRORS.entries.upstream_unreachable.status).toBe(502);
+      expect(err.message).toContain(`over ${BODY_CAPS.s3Page} bytes`);
+      expect(await store.sentFor('listing-prefix')).toBeLessThan(HUGE_BYTES / 2);
+    } finally {
+      await s3.close();
+    }
+  });
+
+  it('an error body past its cap is 502 upstream_unreachable naming the status, its connection closed', async () => {
+    const s3 = client('bucket', 30_000);
+    try {
+      const err = await storageFailureOf(() => s3.delete('error-object'));
+      expect(err.code).toBe('upstream_unreachable');
+      expect(err.message).toContain('(503)');
+      expect(err.message).toContain(`over ${BODY_CAPS.small} bytes`);
+      expect(await store.sentFor('error-object')).toBeLessThan(HUGE_BYTES / 2);
+    } finally {
+      await s3.close();
+    }
+  });
+
+  it('a listing or error body under its cap that does not end within the storage timeout is 504 upstream_timeout, its connection closed', async () => {
+    const timeoutMs = 2000;
+    const s3 = client('slow-bucket', timeoutMs);
+    try {
+      const listing = await storageFailureOf(async () => {
+        for await (const _ of s3.list('slow-listing/')) void _;
+      });
+      expect(listing.code).toBe('upstream_timeout');
+      expect(listing.message).toContain(`within ${timeoutMs} ms`);
+      expect(await store.sentFor('slow-listing')).toBeLessThan(SLOW_BYTES);
+      const error = await storageFailureOf(() => s3.delete('slow-error-object'));
+      expect(error.code).toBe('upstream_timeout');
+      expect(await store.sentFor('slow-error-object')).toBeLessThan(SLOW_BYTES);
+    } finally {
+      await s3.close();
+    }
+  });
+
+  it("a socket PUT's answer not whole within the storage timeout of the last byte is 504 upstream_timeout", async () => {
+    const timeoutMs = 2000;
+    const { hostname, port } = new URL(store.base);
+    const length = 1000;
+    const err = await storageFailureOf(() =>
+      putOverSocket(
+        { host: hostname, port: Number(port), connectTimeoutMs: 5000, timeoutMs },
+        { path: '/slow-put/object', headers: { host: `${hostname}:${port}`, 'content-length': String(length) } },
+        (async function* () {
+          yield Buffer.alloc(length, 1);
+        })(),
+        length,
+        {},
+      ),
+    );
+    expect(err.code).toBe('upstream_timeout');
+    expect(err.message).toContain(`no answer within ${timeoutMs} ms of the last byte`);
+    expect(await store.sentFor('/slow-put/object')).toBeLessThan(SLOW_BYTES);
+  });
+});

@@ -1,0 +1,120 @@
+/**
+ * A real nginx standing where an artifact store (S3, path-style, or the static store) would be, and
+ * answering as a broken one or a proxy in its path might: with a 64 MiB body where a small one
+ * belongs, or with a small body trickled at 200 bytes/s (never silent for long, never done within a
+ * storage timeout of seconds). Its access log says how much of each body was sent before the
+ * request ended: a connection closed at once ends it early; a body left half-read in a pool would
+ * keep nginx sending until its send_timeout, set far beyond any wait here.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { readFile, rm, truncate, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { afterAll, beforeAll, expect } from 'vitest';
+import { StorageError } from '../../storage-adapter/errors.ts';
+import { freeLoopbackPort, makeTempDir, waitUntil, writeNginxConf } from '../harness/index.ts';
+
+const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
+export const HUGE_BYTES = 64 * 1024 * 1024;
+export const SLOW_BYTES = 60 * 1024;
+const SLOW_RATE = 200;
+
+export interface MisbehavingStore {
+  /**
+   * `http://127.0.0.1:<port>`. S3: bucket `bucket` answers its listings 200 and its objects 503, each
+   * with the huge body; bucket `slow-bucket` the same, trickled. Static store: `/static/` has a huge
+   * `tmp/` listing and `storage-id`; `/slow-static/` a trickled `storage-id` and a 503 with a
+   * trickled body for everything under `gone/`. `/slow-put/…` answers any PUT 503 with a trickled body.
+   */
+  base: string;
+  /** Bytes nginx sent for the finished request whose line contains `target`, once it finished. */
+  sentFor(target: string): Promise<number>;
+}
+
+/** The file's misbehaving store, started before its tests and stopped after them. */
+export function useMisbehavingStore(): MisbehavingStore {
+  let dir: string | undefined;
+  let nginx: ChildProcess | undefined;
+  const store: MisbehavingStore = {
+    base: '',
+    async sentFor(target) {
+      let sent: number | undefined;
+      await waitUntil(
+        async () => {
+          const log = await readFile(path.join(dir!, 'access.log'), 'utf8').catch(() => '');
+          const line = log.split('\n').find((l) => l.includes(target));
+          sent = line === undefined ? undefined : Number(line.split(' ')[1]);
+          return sent !== undefined;
+        },
+        // Far below send_timeout: only a closed connection ends the request this early.
+        { what: `nginx to finish ${target}`, timeoutMs: 60_000 },
+      );
+      return sent!;
+    },
+  };
+  beforeAll(async () => {
+    if (!NGINX) throw new Error('nginx is not installed; on Debian: apt-get install -y nginx-light');
+    dir = await makeTempDir('arkvory-misbehaving-store-');
+    const huge = path.join(dir, 'huge');
+    // Sparse: nginx sends 64 MiB of zeros without the disk holding them.
+    await writeFile(huge, '');
+    await truncate(huge, HUGE_BYTES);
+    const slow = path.join(dir, 'slow');
+    await writeFile(slow, Buffer.alloc(SLOW_BYTES, 'x'));
+    const port = await freeLoopbackPort();
+    const conf = await writeNginxConf(dir, {
+      http: `log_format sent '$status $body_bytes_sent "$request"';
+access_log ${dir}/access.log sent;
+send_timeout 600s;
+server {
+  listen 127.0.0.1:${port};
+  location = /bucket { default_type application/xml; alias ${huge}; }
+  location /bucket/ { return 503; }
+  error_page 503 /huge-error;
+  location = /huge-error { internal; default_type application/xml; alias ${huge}; }
+  location = /static/tmp/ { default_type application/json; root ${dir}; try_files /huge =404; }
+  location = /static/storage-id { default_type text/plain; alias ${huge}; }
+  location = /slow-bucket { default_type application/xml; limit_rate ${SLOW_RATE}; alias ${slow}; }
+  location /slow-bucket/ { error_page 503 /slow-error; return 503; }
+  location = /slow-error { internal; default_type application/xml; limit_rate ${SLOW_RATE}; alias ${slow}; }
+  location = /slow-static/storage-id { default_type text/plain; limit_rate ${SLOW_RATE}; alias ${slow}; }
+  location /slow-static/gone/ { error_page 503 /slow-error; return 503; }
+  location /slow-put/ { client_max_body_size 0; error_page 503 /slow-error; return 503; }
+}`,
+    });
+    const child = spawn(NGINX, ['-p', dir, '-c', conf], { stdio: ['ignore', 'ignore', 'pipe'] });
+    nginx = child;
+    let output = '';
+    child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
+    store.base = `http://127.0.0.1:${port}`;
+    await waitUntil(
+      async () => {
+        if (child.exitCode !== null) throw new Error(`nginx did not start: ${output}`);
+        return fetch(`${store.base}/none`).then(
+          (r) => r.body?.cancel().then(() => true) ?? true,
+          () => false,
+        );
+      },
+      { what: 'nginx to listen', timeoutMs: 10_000 },
+    );
+  });
+  afterAll(async () => {
+    if (nginx && nginx.exitCode === null) {
+      const exited = new Promise((r) => nginx!.once('exit', r));
+      nginx.kill('SIGTERM');
+      await exited;
+    }
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+  return store;
+}
+
+/** The StorageError `work` fails with (the test fails if it succeeds or fails otherwise). */
+export async function storageFailureOf(work: () => Promise<unknown>): Promise<StorageError> {
+  const err = await work().then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(StorageError);
+  return err as StorageError;
+}
