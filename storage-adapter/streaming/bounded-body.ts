@@ -80,5 +80,12 @@ const DRAIN_LIMIT_BYTES = 128 * KiB;
  * page would otherwise hold the request). Never fails.
  */
 export async function drainBody(body: Dispatcher.ResponseData['body'], timeoutMs: number): Promise<void> {
-  await body.dump({ limit: DRAIN_LIMIT_BYTES, signal: AbortSignal.timeout(timeoutMs) }).catch(() => {});
+  // A timer cleared at once, not AbortSignal.timeout's, which would stay armed for the whole
+  // timeout after every HEAD on the read path.
+  const timer = setTimeout(() => body.destroy(), timeoutMs);
+  try {
+    await body.dump({ limit: DRAIN_LIMIT_BYTES }).catch(() => {});
+  } finally {
+    clearTimeout(timer);
+  }
 }
