@@ -16,24 +16,31 @@ afterAll(async () => {
   for (const server of servers) await server.stop();
 });
 
+/** Publishing one `log` rule named `name` for gateway_request, and deleting it, as an admin. */
+function ruleCalls(url: string, key: string, name: string) {
+  const rule = { name, action: 'log', characteristics: ['ip'], limit: 1000, period_s: 60 };
+  return {
+    publish: () =>
+      fetch(`${url}/api/v1/admin/rate-limits`, {
+        method: 'PUT',
+        headers: { ...bearer(key), 'content-type': 'application/json' },
+        body: JSON.stringify({ rate_limits: { gateway_request: [rule] } }),
+      }),
+    remove: () =>
+      fetch(`${url}/api/v1/admin/rate-limits/gateway_request/rules/${name}`, {
+        method: 'DELETE',
+        headers: bearer(key),
+      }),
+  };
+}
+
 describe('rate-limit admin API with Redis down (real gateway, real redis-server stopped)', () => {
   it('answers 503 unavailable to a publish and a delete, logs no error, and publishes once Redis is back', async () => {
     const redis = await startRedisServer();
     servers.push(redis);
     const admin = await createServiceAccount(db.pool, { scopes: ['read', 'write', 'admin'] });
     const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_REDIS_URL: redis.url } });
-    const rule = { name: 'store_down_rule', action: 'log', characteristics: ['ip'], limit: 1000, period_s: 60 };
-    const publish = () =>
-      fetch(`${gw.url}/api/v1/admin/rate-limits`, {
-        method: 'PUT',
-        headers: { ...bearer(admin.key), 'content-type': 'application/json' },
-        body: JSON.stringify({ rate_limits: { gateway_request: [rule] } }),
-      });
-    const remove = () =>
-      fetch(`${gw.url}/api/v1/admin/rate-limits/gateway_request/rules/store_down_rule`, {
-        method: 'DELETE',
-        headers: bearer(admin.key),
-      });
+    const { publish, remove } = ruleCalls(gw.url, admin.key, 'store_down_rule');
     expect((await publish()).status).toBe(200);
 
     await redis.stop();
@@ -65,18 +72,7 @@ describe('rate-limit admin API with its PostgreSQL rule store failing (real gate
   it('answers 503 unavailable when the connection is cut before the COMMIT, rules_outcome_unknown when cut during it, and logs no error', async () => {
     const admin = await createServiceAccount(db.pool, { scopes: ['read', 'write', 'admin'] });
     const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
-    const rule = { name: 'pg_store_rule', action: 'log', characteristics: ['ip'], limit: 1000, period_s: 60 };
-    const publish = () =>
-      fetch(`${gw.url}/api/v1/admin/rate-limits`, {
-        method: 'PUT',
-        headers: { ...bearer(admin.key), 'content-type': 'application/json' },
-        body: JSON.stringify({ rate_limits: { gateway_request: [rule] } }),
-      });
-    const remove = () =>
-      fetch(`${gw.url}/api/v1/admin/rate-limits/gateway_request/rules/pg_store_rule`, {
-        method: 'DELETE',
-        headers: bearer(admin.key),
-      });
+    const { publish, remove } = ruleCalls(gw.url, admin.key, 'pg_store_rule');
     expect((await publish()).status).toBe(200);
     await db.pool.query(cutFunction);
 

@@ -96,6 +96,24 @@ function workerOf(url: string, agent: http.Agent): Promise<number> {
   });
 }
 
+/** A repository quota of 1,000 bytes on `repository`. */
+async function limitRepositoryTo1000(repository: string): Promise<void> {
+  await db.pool.query(
+    `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ('repository', $1, 1000)`,
+    [repository],
+  );
+}
+
+/** Starts a multipart session for `assembled` under the repository URL `base`; its id. */
+async function startAssembledSession(base: string, key: string): Promise<string> {
+  const started = await fetch(`${base}/artifacts/assembled/uploads`, {
+    method: 'POST',
+    headers: { ...bearer(key), 'content-type': 'application/json' },
+    body: '{}',
+  });
+  return ((await started.json()) as { upload: string }).upload;
+}
+
 describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
   it('20 uploads racing for the last 100 MiB: 10 publish, 10 get 507 quota_exceeded before any body byte; a chunked upload is cut and releases its reservation', async () => {
     const repository = 'quota-race';
@@ -495,10 +513,7 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
     const usage = async () =>
       (await db.pool.query<{ n: string }>(`SELECT coalesce(sum(bytes), 0)::text AS n FROM arkvory_quota_reservations`))
         .rows[0]!.n;
-    await db.pool.query(
-      `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ('repository', $1, 1000)`,
-      [repository],
-    );
+    await limitRepositoryTo1000(repository);
     const start = (name: string, declared: Record<string, unknown>) =>
       json('POST', `${gw.url}/api/v1/repositories/${repository}/artifacts/${name}/uploads`, declared);
     const session = (id: unknown) => `${gw.url}/api/v1/repositories/${repository}/uploads/${String(id)}`;
@@ -582,10 +597,7 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
     await createRepository(db.pool, repository);
     const writer = await createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
     let gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
-    await db.pool.query(
-      `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ('repository', $1, 1000)`,
-      [repository],
-    );
+    await limitRepositoryTo1000(repository);
     const started = await fetch(`${gw.url}/api/v1/repositories/${repository}/artifacts/abandoned/uploads`, {
       method: 'POST',
       headers: { ...bearer(writer.key), 'content-type': 'application/json' },
@@ -644,17 +656,9 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
     const writer = await createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
     // No completion worker yet: the job waits, queued, while the part's bytes must stay held.
     const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_EMBEDDED_WORKER: '0' } });
-    await db.pool.query(
-      `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ('repository', $1, 1000)`,
-      [repository],
-    );
+    await limitRepositoryTo1000(repository);
     const base = `${gw.url}/api/v1/repositories/${repository}`;
-    const started = await fetch(`${base}/artifacts/assembled/uploads`, {
-      method: 'POST',
-      headers: { ...bearer(writer.key), 'content-type': 'application/json' },
-      body: '{}',
-    });
-    const upload = ((await started.json()) as { upload: string }).upload;
+    const upload = await startAssembledSession(base, writer.key);
     const part = Buffer.alloc(600, 5);
     // The part's body stops halfway, its 600 bytes reserved, until every write to the reservations waits.
     const partReq = http.request(`${base}/uploads/${upload}/parts/1`, {
@@ -775,10 +779,7 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
     await waitUntil(async () => (await filesUnder(path.join(gw.dataDir, 'tmp'))).length === 2, {
       what: 'both uploads staging',
     });
-    await db.pool.query(
-      `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ('repository', $1, 1000)`,
-      [repository],
-    );
+    await limitRepositoryTo1000(repository);
     expect((await put(artifact('later'), writer.key, Buffer.alloc(600, 3))).status).toBe(201);
     sized.finish();
     expect(await sized.answer).toMatchObject({
@@ -866,10 +867,7 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
     );
     // Sent with no quota in force: no session holds anything.
     expect((await db.pool.query('SELECT id FROM arkvory_quota_reservations')).rows).toEqual([]);
-    await db.pool.query(
-      `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ('repository', $1, 1000)`,
-      [repository],
-    );
+    await limitRepositoryTo1000(repository);
     expect(await complete(first.body.upload, part(1))).toEqual({ state: 'done', error: null });
     expect(await complete(second.body.upload, part(2))).toEqual({
       state: 'failed',
@@ -950,17 +948,9 @@ describe('storage quotas over HTTP (real writer, blobs on disk)', () => {
     await createRepository(db.pool, repository);
     const writer = await createServiceAccount(db.pool, { grants: { [repository]: 'write' } });
     const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
-    await db.pool.query(
-      `INSERT INTO arkvory_storage_quotas (scope, subject, limit_bytes) VALUES ('repository', $1, 1000)`,
-      [repository],
-    );
+    await limitRepositoryTo1000(repository);
     const base = `${gw.url}/api/v1/repositories/${repository}`;
-    const started = await fetch(`${base}/artifacts/assembled/uploads`, {
-      method: 'POST',
-      headers: { ...bearer(writer.key), 'content-type': 'application/json' },
-      body: '{}',
-    });
-    const upload = ((await started.json()) as { upload: string }).upload;
+    const upload = await startAssembledSession(base, writer.key);
     // A session near its end (ARKVORY_UPLOAD_SESSION_TTL_SECONDS after it began): its part's hold
     // lasts as long as the session.
     await db.pool.query(`UPDATE arkvory_upload_sessions SET expires_at = now() + interval '10 seconds' WHERE id = $1`, [
