@@ -1,6 +1,8 @@
+import { execFile } from 'node:child_process';
 import { chmod, cp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { sealManifest, type BackupManifest } from '../../storage-adapter/backup/manifest.ts';
 import { randomContent, request, sha256 } from '../../test/support/content.ts';
@@ -403,5 +405,49 @@ describe.each(ALL_STORE_KINDS)('restore into the %s store', (kind) => {
     } finally {
       await gw.stop();
     }
+  }, 120_000);
+});
+
+describe('a restore that cannot empty what a killed restore left (directory store)', () => {
+  it('keeps the mark until the root is empty, so the same restore run again still takes the root up', async () => {
+    const db = await createTestDatabase({ migrated: false });
+    drops.push(db.drop);
+    const dataDir = await makeTempDir();
+    const env = { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: dataDir };
+    const held = path.join(await makeTempDir('arkvory-held-'), path.basename(backup));
+    await cp(backup, held, { recursive: true });
+    await killRestoreAtBlob(held, path.join(held, blobName(lastBlob)), env);
+    // The blob restored first is in the root; its directory read-only (a bind mount) stands for an
+    // emptying cut short (a kill, an I/O error) with part of the blobs still there.
+    const firstBlob = bodies.map(sha256).sort()[0]!;
+    const stuck = path.dirname(path.join(dataDir, blobName(firstBlob)));
+    const exec = promisify(execFile);
+    await exec('mount', ['--bind', stuck, stuck]);
+    let mounted = true;
+    const unmount = async () => {
+      if (mounted) await exec('umount', [stuck]);
+      mounted = false;
+    };
+    onTestFinished(unmount);
+    await exec('mount', ['-o', 'remount,bind,ro', stuck]);
+
+    const cutShort = await runCli(['restore', backup], env);
+    expect(cutShort.code).toBe(1);
+    expect(cutShort.stderr).toMatch(/^arkvory restore: target_busy: .*not all of it could be removed/);
+    expect(cutShort.stderr.trim().split('\n')).toHaveLength(1);
+    expect(cutShort.stderr).toContain('the same restore run again');
+    expect(await readFile(path.join(dataDir, blobName(firstBlob))), 'the blob it could not remove').toBeTruthy();
+    expect(await readFile(path.join(dataDir, 'storage-id'), 'utf8')).toMatch(/^restoring /);
+
+    // The cause gone, the same restore takes the marked root up again and completes.
+    await unmount();
+    const again = await runCli(['restore', backup], env);
+    expect(again.code, again.stderr).toBe(0);
+    expect(JSON.parse(again.stdout)).toMatchObject({
+      storageId,
+      blobs: { count: bodies.length },
+      scrub: { corrupt: [] },
+    });
+    expect((await readFile(path.join(dataDir, 'storage-id'), 'utf8')).trim()).toBe(storageId);
   }, 120_000);
 });

@@ -216,16 +216,24 @@ async function loadDatabase(client: pg.ClientBase, file: string, manifest: Seale
   return aborted;
 }
 
+/** What emptying a restore target left: nothing when `problems` is empty. */
+interface Emptied {
+  readonly problems: string[];
+  /** The storage-id still holds the restore's mark (emptying failed after writing it). */
+  readonly marked: boolean;
+}
+
 /**
- * Removes what a failed restore wrote to the store: the storage-id (its mark, or the backup's id if it
- * got that far), every blob and every temporary. The root held no storage-id and no blobs when the
- * restore began, or only what a restore stopped before its commit left under its mark (checked under
+ * Removes what a failed restore wrote to the store: every blob, every temporary and the storage-id.
+ * The root held no storage-id and no blobs when the restore began, or only what a restore stopped before its commit left under its mark (checked under
  * the exclusive maintenance barrier; no gateway opens a marked root, nor a root without a storage-id
  * as its writer without creating one), so everything there now is a restore's. Also empties such a
- * stopped restore's leftovers. Returns what could not be removed; [] means the root is empty again
- * (checked by listing it).
+ * stopped restore's leftovers. The storage-id goes last and holds `mark` until then (written again
+ * first, over the backup's id should the restore have got that far): emptying cut short (a kill, a
+ * store error) leaves blobs only under the mark, which the same restore run again takes up. `mark` is
+ * undefined when the restore wrote no storage-id. Empty again is checked by listing the root.
  */
-async function emptyTarget(store: OpenedArtifactStore, identityWritten: boolean): Promise<string[]> {
+async function emptyTarget(store: OpenedArtifactStore, mark: string | undefined): Promise<Emptied> {
   const problems: string[] = [];
   const attempt = async (what: string, work: () => Promise<void>) => {
     try {
@@ -237,7 +245,8 @@ async function emptyTarget(store: OpenedArtifactStore, identityWritten: boolean)
   const removeEntries = async (dir: string) => {
     for (const entry of await store.tree.list(dir)) await store.tree.remove(`${dir}/${entry.name}`);
   };
-  if (identityWritten) await attempt(STORAGE_ID_FILE, () => store.tree.remove(STORAGE_ID_FILE));
+  if (mark !== undefined) await attempt(STORAGE_ID_FILE, () => store.identity.write(mark));
+  const marked = mark !== undefined && !problems.length;
   await attempt(BLOBS, () => removeEntries(BLOBS));
   await attempt(TMP_DIR, () => removeEntries(TMP_DIR));
   const { incompleteUploads } = store.tree;
@@ -248,25 +257,32 @@ async function emptyTarget(store: OpenedArtifactStore, identityWritten: boolean)
     });
   if (!problems.length)
     await attempt('check', async () => {
-      const left = [
-        ...(identityWritten && (await store.identity.read()) !== undefined ? [STORAGE_ID_FILE] : []),
-        ...[await firstFileUnder(store.tree, BLOBS), await firstFileUnder(store.tree, TMP_DIR)].filter(
-          (f) => f !== undefined,
-        ),
-      ];
-      if (left.length) throw new Error(`still there: ${left.join(', ')}`);
+      const left = [await firstFileUnder(store.tree, BLOBS), await firstFileUnder(store.tree, TMP_DIR)];
+      if (left.some((f) => f !== undefined)) throw new Error(`still there: ${left.filter(Boolean).join(', ')}`);
     });
-  return problems;
+  if (!problems.length && mark !== undefined)
+    await attempt(STORAGE_ID_FILE, async () => {
+      await store.tree.remove(STORAGE_ID_FILE);
+      if ((await store.identity.read()) !== undefined) throw new Error('still there');
+    });
+  return { problems, marked: marked && problems.length > 0 };
 }
+
+/** What to do about a root emptying left `emptied` in. */
+const whatIsLeft = (emptied: Emptied): string =>
+  emptied.marked
+    ? 'its storage-id still marks an unfinished restore: once the cause is fixed, the same restore run again removes the rest'
+    : 'remove storage-id, blobs/ and tmp/ there before trying again';
 
 /**
  * The error of a failed restore, its message extended with what the rollback left (nothing,
  * normally). The same error object, so its class, code and stack stay those of the failure.
  */
-function rolledBack(err: unknown, where: string, problems: readonly string[]): unknown {
+function rolledBack(err: unknown, where: string, emptied: Emptied): unknown {
   if (!(err instanceof Error)) return err;
+  const { problems } = emptied;
   const note = problems.length
-    ? `the database was rolled back, but not everything the restore wrote to the storage root ${where} could be removed (${problems.join('; ')}): remove storage-id, blobs/ and tmp/ there before trying again`
+    ? `the database was rolled back, but not everything the restore wrote to the storage root ${where} could be removed (${problems.join('; ')}): ${whatIsLeft(emptied)}`
     : 'the restore was rolled back: the target database and storage root are empty again, so it can be retried';
   err.message = `${err.message}; ${note}`;
   return err;
@@ -336,11 +352,11 @@ async function restoreAllOrNothing(
   if (stoppedRestoreLeft) {
     // The database holds no installation (checked) and the root is marked by a restore stopped
     // before its commit: what is there is that restore's.
-    const problems = await emptyTarget(store, true);
-    if (problems.length)
+    const emptied = await emptyTarget(store, restoreMarker(manifest.storageId));
+    if (emptied.problems.length)
       throw new BackupError(
         'target_busy',
-        `${store.location} holds what a restore stopped before its commit wrote, and not all of it could be removed (${problems.join('; ')}); remove storage-id, blobs/ and tmp/ there before trying again`,
+        `${store.location} holds what a restore stopped before its commit wrote, and not all of it could be removed (${emptied.problems.join('; ')}); ${whatIsLeft(emptied)}`,
       );
   }
   let client: pg.PoolClient | undefined;
@@ -436,8 +452,8 @@ async function restoreAllOrNothing(
       await undoRuleDocuments().catch((undoErr: unknown) =>
         problems.push(`rule documents: ${(undoErr as Error).message}`),
       );
-    problems.push(...(await emptyTarget(store, identityWritten)));
-    throw rolledBack(err, store.location, problems);
+    const emptied = await emptyTarget(store, identityWritten ? restoreMarker(manifest.storageId) : undefined);
+    throw rolledBack(err, store.location, { ...emptied, problems: [...problems, ...emptied.problems] });
   } finally {
     client?.release();
   }
