@@ -41,7 +41,9 @@ const MiB = 1048576;
  * opened as the gateways open it: a single Redis, or a Cluster from several seeds, whose documents
  * share one hash tag (`ruleDocumentsPrefix`).
  */
-async function openRedisRuleDocuments(config: Config): Promise<{ documents: RuleDocumentStore; close(): void }> {
+async function openRedisRuleDocuments(
+  config: Config,
+): Promise<{ documents: RuleDocumentStore; readAll(): Promise<Record<string, unknown>>; close(): void }> {
   const { createRateLimitRedis } = await import('../gates/rate-limit-redis.ts');
   const redis = createRateLimitRedis(config.redisUrl!, pino({ level: 'silent' }), systemClock);
   try {
@@ -53,8 +55,22 @@ async function openRedisRuleDocuments(config: Config): Promise<{ documents: Rule
       `Redis at ${redactRedisTarget(config.redisUrl!)} did not answer: ${(err as Error).message}`,
     );
   }
+  const documents = createRedisRuleDocuments(redis, ruleDocumentsPrefix(config.redisKeyPrefix, redis.isCluster));
   return {
-    documents: createRedisRuleDocuments(redis, ruleDocumentsPrefix(config.redisKeyPrefix, redis.isCluster)),
+    documents,
+    // A read that fails after the connect (Redis gone or restarted during the snapshot, a login that
+    // may not read the documents) is said in one line as a connect failure is, not as a bug.
+    async readAll() {
+      try {
+        return Object.fromEntries(await documents.read(await documents.listIndexed()));
+      } catch (err) {
+        throw new GatewayError(
+          'redis_unreachable',
+          `Redis at ${redactRedisTarget(config.redisUrl!)} did not give the rule documents: ${(err as Error).message}`,
+          { cause: err },
+        );
+      }
+    },
     close: () => redis.disconnect(),
   };
 }
@@ -187,12 +203,7 @@ otherwise); a JSON summary on stdout. Exit codes: 0 done, 1 failed (nothing left
                 keep,
                 nowMs: () => systemClock.wallMs(),
                 onProgress: (done, total, bytes) => progress.update(progressText(done, total, bytes)),
-                ruleDocuments: rules
-                  ? async () => {
-                      const limiters = await rules.documents.listIndexed();
-                      return Object.fromEntries(await rules.documents.read(limiters));
-                    }
-                  : undefined,
+                ruleDocuments: rules ? () => rules.readAll() : undefined,
               }),
             );
             progress.done();

@@ -636,4 +636,33 @@ describe('rule documents kept in Redis', () => {
     }
     expect(await redis.client.exists(`${redis.prefix}b:ratelimit:rules:transfer_bytes`)).toBe(1);
   }, 120_000);
+
+  it('that Redis refuses to give fail the backup with one line, leaving nothing under the destination', async () => {
+    const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    await writer.stop('SIGTERM');
+    // A login that may connect but not read the rule index: the read after the snapshot fails.
+    const user = `arkvory-backup-${redis.prefix.split(':')[2]}`;
+    const password = 'backup-redis-secret-4711';
+    await redis.client.call('ACL', 'SETUSER', user, 'on', `>${password}`, '~*', '+@all', '-smembers');
+    onTestFinished(async () => {
+      await redis.client.call('ACL', 'DELUSER', user);
+    });
+    const url = new URL(redis.url);
+    url.username = user;
+    url.password = password;
+    const destination = await makeTempDir('arkvory-backups-');
+    const refused = await runCli(['backup', destination], {
+      ARKVORY_DATABASE_URL: db.url,
+      ARKVORY_DATA_DIR: writer.dataDir,
+      ARKVORY_REDIS_URL: url.href,
+      ARKVORY_REDIS_KEY_PREFIX: `${redis.prefix}c:`,
+    });
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(
+      /^arkvory backup: redis_unreachable: Redis at \S+ did not give the rule documents: NOPERM/,
+    );
+    expect(refused.stderr.trim().split('\n')).toHaveLength(1);
+    expect(refused.stderr).not.toContain(password);
+    expect(await readdir(destination)).toEqual([]);
+  }, 120_000);
 });
