@@ -41,9 +41,11 @@ const MiB = 1048576;
  * opened as the gateways open it: a single Redis, or a Cluster from several seeds, whose documents
  * share one hash tag (`ruleDocumentsPrefix`).
  */
-async function openRedisRuleDocuments(
-  config: Config,
-): Promise<{ documents: RuleDocumentStore; readAll(): Promise<Record<string, unknown>>; close(): void }> {
+async function openRedisRuleDocuments(config: Config): Promise<{
+  documents: RuleDocumentStore;
+  readAll(): Promise<Record<string, unknown>>;
+  close(): void;
+}> {
   const { createRateLimitRedis } = await import('../gates/rate-limit-redis.ts');
   const redis = createRateLimitRedis(config.redisUrl!, pino({ level: 'silent' }), systemClock);
   try {
@@ -56,21 +58,22 @@ async function openRedisRuleDocuments(
     );
   }
   const documents = createRedisRuleDocuments(redis, ruleDocumentsPrefix(config.redisKeyPrefix, redis.isCluster));
+  // A read that fails after the connect (Redis gone or restarted meanwhile, a login that may not read
+  // the documents) is said in one line as a connect failure is, not as a bug.
+  const reading = async <T>(work: () => Promise<T>): Promise<T> => {
+    try {
+      return await work();
+    } catch (err) {
+      throw new GatewayError(
+        'redis_unreachable',
+        `Redis at ${redactRedisTarget(config.redisUrl!)} did not give the rule documents: ${(err as Error).message}`,
+        { cause: err },
+      );
+    }
+  };
   return {
     documents,
-    // A read that fails after the connect (Redis gone or restarted during the snapshot, a login that
-    // may not read the documents) is said in one line as a connect failure is, not as a bug.
-    async readAll() {
-      try {
-        return Object.fromEntries(await documents.read(await documents.listIndexed()));
-      } catch (err) {
-        throw new GatewayError(
-          'redis_unreachable',
-          `Redis at ${redactRedisTarget(config.redisUrl!)} did not give the rule documents: ${(err as Error).message}`,
-          { cause: err },
-        );
-      }
-    },
+    readAll: () => reading(async () => Object.fromEntries(await documents.read(await documents.listIndexed()))),
     close: () => redis.disconnect(),
   };
 }
@@ -285,7 +288,8 @@ export const restoreCommand: Command = defineCommand({
 complete backup is used).
 Without --verify: refuses unless the database (ARKVORY_DATABASE_URL, or the embedded one under
 ARKVORY_DATA_DIR, started for the restore) holds no installation and the storage root (ARKVORY_DATA_DIR or
-ARKVORY_STORAGE_URL) has no storage-id and no blobs, before it writes anything; migrates the database,
+ARKVORY_STORAGE_URL) has no storage-id and no blobs, and the target Redis (ARKVORY_REDIS_URL) holds none of the
+backed-up rule documents with other contents under its ARKVORY_REDIS_KEY_PREFIX, before it writes anything; migrates the database,
 writes every blob through the store (each verified by hash), then in one transaction loads every table
 (leases, the shared policy and the audit trail are not restored; unfinished multipart uploads come back aborted) and the
 backed-up Redis rule documents (into the target's Redis, ARKVORY_REDIS_URL, or else its database), writes
@@ -356,6 +360,21 @@ Exit codes: 0 restored and clean, 1 refused, failed or the scrub found damage, 2
               openTarget: (storageId) => openStore(config, 'writer', pool, { restoreAs: storageId }),
               onProgress: (done, total, bytes) => progress.update(progressText(done, total, bytes)),
               signal,
+              occupiedRuleStore: config.redisUrl
+                ? async (docs) => {
+                    const target = await openRedisRuleDocuments(config);
+                    try {
+                      const held = await target.readAll();
+                      const other = Object.keys(docs).filter(
+                        (l) => l in held && JSON.stringify(held[l]) !== JSON.stringify(docs[l]),
+                      );
+                      if (!other.length) return undefined;
+                      return `the target Redis ${redactRedisTarget(config.redisUrl!)} already holds rate-limit rule documents under the prefix ${JSON.stringify(config.redisKeyPrefix)} that differ from the backup's (${other.join(', ')}): another installation's, or rules published since the backup? Restore with an ARKVORY_REDIS_KEY_PREFIX that holds none, or remove those documents first`;
+                    } finally {
+                      target.close();
+                    }
+                  }
+                : undefined,
               // Every restored blob's slice digests, so a remote store's slice cache needs no scrub first.
               sliceBytes: config.sliceCache.sliceBytes,
               // Into the target's rule store: its Redis when it has one, else the database (in the restore's transaction).

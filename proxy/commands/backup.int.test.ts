@@ -637,6 +637,66 @@ describe('rule documents kept in Redis', () => {
     expect(await redis.client.exists(`${redis.prefix}b:ratelimit:rules:transfer_bytes`)).toBe(1);
   }, 120_000);
 
+  it("are not written over another installation's in the target Redis: such a restore is refused before it writes", async () => {
+    const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    await writer.stop('SIGTERM');
+    const publish = async (env: Record<string, string>, limit: number) => {
+      const rules = path.join(await makeTempDir('arkvory-rules-'), 'publish.yaml');
+      await writeFile(
+        rules,
+        `rate_limits:\n  transfer_bytes:\n    - name: bytes_per_principal_per_day\n      action: limit\n      characteristics: [principal]\n      limit: ${limit}\n      period_s: 86400\n`,
+      );
+      const published = await runCli(['ratelimit', 'publish', rules], env);
+      expect(published.code, published.stderr).toBe(0);
+    };
+    const source = {
+      ARKVORY_DATABASE_URL: db.url,
+      ARKVORY_DATA_DIR: writer.dataDir,
+      ARKVORY_REDIS_URL: redis.url,
+      ARKVORY_REDIS_KEY_PREFIX: `${redis.prefix}e:`,
+    };
+    await publish(source, 10_000_000_000);
+    const destination = await makeTempDir('arkvory-backups-');
+    const made = await runCli(['backup', destination], source);
+    expect(made.code, made.stderr).toBe(0);
+
+    // The target's Redis prefix is a live installation's (an env file copied for a trial restore).
+    const live = { ARKVORY_REDIS_URL: redis.url, ARKVORY_REDIS_KEY_PREFIX: `${redis.prefix}f:` };
+    await publish({ ...live, ARKVORY_DATABASE_URL: db.url }, 12_345);
+    const liveKey = `${redis.prefix}f:ratelimit:rules:transfer_bytes`;
+    const before = await redis.client.get(liveKey);
+    expect(before).toContain('12345');
+    const target = await createTestDatabase({ migrated: false });
+    drops.push(target.drop);
+    const dataDir = await makeTempDir();
+    const refused = await runCli(['restore', destination], {
+      ...live,
+      ARKVORY_DATABASE_URL: target.url,
+      ARKVORY_DATA_DIR: dataDir,
+    });
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(
+      /^arkvory restore: target_not_empty: the target Redis \S+ already holds rate-limit rule documents under the prefix \S+ that differ from the backup's \(transfer_bytes\)/,
+    );
+    expect(refused.stderr.trim().split('\n')).toHaveLength(1);
+    expect(await redis.client.get(liveKey), "the live installation's rules").toBe(before);
+    expect(existsSync(path.join(dataDir, 'storage-id'))).toBe(false);
+    const storage = await target.pool.query('SELECT 1 FROM arkvory_storage');
+    expect(storage.rowCount).toBe(0);
+
+    // Documents the backup holds as they are (the installation's own Redis kept through the loss of its
+    // database and disk) are no reason to refuse.
+    const same = await createTestDatabase({ migrated: false });
+    drops.push(same.drop);
+    const recovered = await runCli(['restore', destination], {
+      ARKVORY_REDIS_URL: redis.url,
+      ARKVORY_REDIS_KEY_PREFIX: source.ARKVORY_REDIS_KEY_PREFIX,
+      ARKVORY_DATABASE_URL: same.url,
+      ARKVORY_DATA_DIR: await makeTempDir(),
+    });
+    expect(recovered.code, recovered.stderr).toBe(0);
+  }, 120_000);
+
   it('that Redis refuses to give fail the backup with one line, leaving nothing under the destination', async () => {
     const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
     await writer.stop('SIGTERM');

@@ -343,11 +343,25 @@ describe.each(ALL_STORE_KINDS)('restore into the %s store', (kind) => {
     expect(await target.probe.read('storage-id')).toBeUndefined();
     expect(await tableRows(target.db)).toEqual(empty);
 
-    // 2. Every blob and table in, then the target's Redis (where the backed-up rule documents go) is
-    //    unreachable: the transaction is rolled back and the blobs and the storage-id removed.
-    const redisDown = { ...target.env, ARKVORY_REDIS_URL: 'redis://127.0.0.1:1', ARKVORY_REDIS_KEY_PREFIX: 'x:' };
-    const late = await runCli(['restore', backup], redisDown);
+    // 2. Every blob and table in, then the target's Redis (where the backed-up rule documents go)
+    //    refuses the write (a login that may read but not run scripts): the transaction is rolled back
+    //    and the blobs and the storage-id removed.
+    const user = `arkvory-restore-${kind}-${redis.prefix.split(':')[2]}`;
+    await redis.client.call('ACL', 'SETUSER', user, 'on', '>restore-pw', '~*', '+@all', '-@scripting');
+    onTestFinished(async () => {
+      await redis.client.call('ACL', 'DELUSER', user);
+    });
+    const refusing = new URL(redis.url);
+    refusing.username = user;
+    refusing.password = 'restore-pw';
+    const redisRefuses = {
+      ...target.env,
+      ARKVORY_REDIS_URL: refusing.href,
+      ARKVORY_REDIS_KEY_PREFIX: `${redis.prefix}x:`,
+    };
+    const late = await runCli(['restore', backup], redisRefuses);
     expect(late.code).toBe(1);
+    expect(late.stderr).toContain('store_unavailable');
     expect(late.stderr).toContain('the restore was rolled back');
     expect(await target.objects()).toEqual([]);
     expect(await tableRows(target.db)).toEqual(empty);

@@ -56,6 +56,14 @@ export interface RestoreOptions {
   readonly writeRuleDocuments?:
     | ((docs: Record<string, unknown>, tx: pg.ClientBase) => Promise<(() => Promise<void>) | undefined>)
     | undefined;
+  /**
+   * Says which of the backed-up rule documents `docs` the target's rule store outside the database
+   * (Redis) already holds with other contents, or undefined when none. A restore refuses to write over
+   * them, as it refuses an occupied database or root: they are another installation's (a live one's
+   * prefix in a copied configuration) or rules published since the backup. Not asked when the root is
+   * marked by a stopped restore, whose documents they are.
+   */
+  readonly occupiedRuleStore?: ((docs: Record<string, unknown>) => Promise<string | undefined>) | undefined;
   /** Aborts the restore (SIGINT/SIGTERM); it is rolled back like any failure. */
   readonly signal?: AbortSignal | undefined;
   /** The slice size restored blobs' digests are recorded with (ARKVORY_CACHE_SLICE_BYTES). */
@@ -482,6 +490,10 @@ export async function runRestore(options: RestoreOptions): Promise<RestoreSummar
   try {
     // Every kind, before the first write: opening a restore target reads and writes nothing.
     const stoppedRestoreLeft = await refuseOccupiedRoot(store.tree, store.location, await store.identity.read());
+    if (!stoppedRestoreLeft && manifest.ruleDocuments?.count && options.occupiedRuleStore) {
+      const held = await options.occupiedRuleStore(await readRuleDocuments(options.backup, manifest));
+      if (held !== undefined) throw new BackupError('target_not_empty', held);
+    }
     const restored = await restoreAllOrNothing(store, options, manifest, blobs, stoppedRestoreLeft);
     const referenced = new Set(blobs.map((b) => b.sha256));
     const scrub = await scrubBlobs(store.tree, { referenced });
