@@ -21,6 +21,7 @@ import { FreshRuns } from '../metrics/fresh-runs.ts';
 import { type Family, sumInstance } from './instance-metrics.ts';
 import { Link } from './link.ts';
 import { CATALOG_CHANGED, invalidateOthers } from './catalog-coherence.ts';
+import { ALIVE, watchLiveness } from './liveness.ts';
 import { PING } from './start-calls.ts';
 import type { Hello, WorkerView } from './worker-instance.ts';
 
@@ -59,6 +60,8 @@ interface Slot {
   everServed: boolean;
   /** A SIGHUP came while it started: passed on once it serves (its handler is installed by then). */
   hangupPending: boolean;
+  /** Ends the check that it answers (liveness.ts), from the time it serves to its exit. */
+  unwatch: () => void;
 }
 
 export class WorkerSupervisor {
@@ -141,12 +144,26 @@ export class WorkerSupervisor {
         restarts,
         everServed: false,
         hangupPending: false,
+        unwatch: () => {},
       };
       parts.attach?.(link);
       link.handle('hello', (): Hello => ({ index, workers: config.workers, joinsServing }));
       link.handle('serving', () => {
         if (slot.state !== 'fenced') slot.state = stopping ? 'draining' : 'serving';
         slot.everServed = true;
+        slot.unwatch();
+        slot.unwatch = watchLiveness(
+          () => link.call(ALIVE),
+          (silentMs) => {
+            plog.warn(
+              { worker: index, pid: worker.process.pid, silentMs },
+              'a worker did not answer; it is killed, what it held is released and a new one started',
+            );
+            worker.process.kill('SIGKILL');
+          },
+          clock,
+          systemTimers,
+        );
         if (slot.hangupPending) {
           slot.hangupPending = false;
           slot.worker.process.kill('SIGHUP');
@@ -184,6 +201,7 @@ export class WorkerSupervisor {
 
     const onExit = (slot: Slot, code: number | null, signal: string | null) => {
       // What it held goes back now, before anything else can run.
+      slot.unwatch();
       parts.detach?.(slot.link);
       slot.link.close();
       if (slots[slot.index] !== slot) return;

@@ -7,6 +7,7 @@ import { systemTimers, type Timers } from '../../policy/timers.ts';
 import { FreshRuns } from '../metrics/fresh-runs.ts';
 import { askInstance, METRICS_DEADLINE_MS } from './instance-reads.ts';
 import { type Channel, Link } from './link.ts';
+import { ALIVE } from './liveness.ts';
 import { askAtStart, awaitAtStart } from './start-calls.ts';
 
 export interface WorkerView {
@@ -78,6 +79,9 @@ export async function joinOver(link: Link, clock: Clock, timers: Timers): Promis
  * The wait to listen fails the start when the coordinating process stops answering (start-calls.ts).
  */
 export function workerInstance(link: Link, hello: Hello, clock: Clock, timers: Timers): WorkerInstance {
+  // The coordinating process's check that this event loop runs: a worker that answers none for a
+  // while is killed and replaced (liveness.ts).
+  link.handle(ALIVE, () => undefined);
   let workerViews: readonly WorkerView[] = [];
   // This worker's scrapes waiting at once make one call: the coordinating process's work stays one
   // call per worker however many scrapes arrive (it spaces its sums itself).

@@ -1,7 +1,8 @@
 /**
  * How an instance of two workers (ARKVORY_WORKERS=2, docs/architecture.md "Workers") keeps its
  * workers: one whose own database connection (its maintenance barrier) is cut leaves and is
- * replaced, so the instance serves on every worker again; a SIGHUP while the workers start kills
+ * replaced, so the instance serves on every worker again; one that stands still (SIGSTOP) is killed
+ * and replaced, and the admission slot of its transfer given back; a SIGHUP while the workers start kills
  * none of them, and the worker that was starting reloads its secrets once it serves.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -17,7 +18,9 @@ import {
   requestRetried,
   statusOver,
   waitForWorkers,
+  workerPid,
 } from '../../test/support/worker-instance.ts';
+import { HUNG_AFTER_MS, LIVENESS_INTERVAL_MS } from './liveness.ts';
 
 const KiB = 1024;
 const PER_PRINCIPAL = 64 * KiB;
@@ -109,6 +112,70 @@ describe('a worker of an instance', () => {
       `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'arkvory-worker-lease'`,
     );
     expect(after.rows).toHaveLength(2);
+    // The other worker's download would hold the stop's drain: it is cut here.
+    await Promise.all(clients.splice(0).map((c) => c.destroy()));
+    await Promise.all(downloads);
+    expect(await gw.stop()).toBe(0);
+  });
+
+  it('that stands still (SIGSTOP) mid-transfer is killed and replaced, and its admission slot given back', async () => {
+    const gw = await startGateway({
+      env: {
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_WORKERS: '2',
+        // Paced: each download lasts about 64 s, past the stop, the kill and the replacement.
+        ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(PER_PRINCIPAL),
+      },
+    });
+    await waitForWorkers(gw, (s) => s.workers.filter((w) => w.state === 'serving').length === 2);
+    const put = await request(`${gw.url}/api/v1/repositories/wl/artifacts/long.bin`, {
+      method: 'PUT',
+      headers: bearer(key),
+      body: randomContent(64 * PER_PRINCIPAL),
+    });
+    expect(put.status).toBe(201);
+    // Two connections on each worker: one download on each, and worker 0's second for the checks.
+    const connections = await connectionsOnBothWorkers(gw.url, clients, 2);
+    const observer = connections[1]!.client;
+    const downloads = [connections[0]!, connections[2]!].map(({ client }) =>
+      client
+        .request({ path: '/api/v1/repositories/wl/artifacts/long.bin/content', method: 'GET', headers: bearer(key) })
+        .then(async (res) => {
+          for await (const _ of res.body);
+        })
+        .catch(() => undefined),
+    );
+    const activeDownloads = async () => {
+      const res = await observer.request({ path: '/metrics', method: 'GET' });
+      const text = await res.body.text();
+      const line = /^arkvory_admission_active\{kind="download"\} (\d+)$/m.exec(text);
+      return line ? Number(line[1]) : undefined;
+    };
+    await waitUntil(async () => (await activeDownloads()) === 2, {
+      what: 'both downloads admitted',
+      timeoutMs: 30_000,
+    });
+
+    const victim = await workerPid(gw, 1);
+    process.kill(victim, 'SIGSTOP');
+    const stoppedAt = performance.now();
+    // The bound the coordinating process keeps (its check's silence and one interval), and the
+    // load of a shared machine on top.
+    await waitUntil(async () => (await activeDownloads()) === 1, {
+      what: "the stopped worker's slot to be given back",
+      timeoutMs: HUNG_AFTER_MS + LIVENESS_INTERVAL_MS + 20_000,
+    });
+    // Not before the bound: its silence counts from its last answer, at most an interval before the stop.
+    expect(performance.now() - stoppedAt).toBeGreaterThanOrEqual(HUNG_AFTER_MS - LIVENESS_INTERVAL_MS);
+    expect(gw.logLines().filter((l) => String(l.msg).startsWith('a worker did not answer'))).toEqual([
+      expect.objectContaining({ worker: 1, pid: victim }),
+    ]);
+    const status = await waitForWorkers(gw, (s) =>
+      s.workers.every((w) => w.state === 'serving' && w.restarts === (w.index === 1 ? 1 : 0)),
+    );
+    expect(status.workers).toHaveLength(2);
+    // The replacement serves: every new connection is answered, wherever the kernel puts it.
+    for (let i = 0; i < 20; i++) expect((await requestRetried(gw, `${gw.url}/health/status`)).status).toBe(200);
     // The other worker's download would hold the stop's drain: it is cut here.
     await Promise.all(clients.splice(0).map((c) => c.destroy()));
     await Promise.all(downloads);
