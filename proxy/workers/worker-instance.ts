@@ -58,13 +58,10 @@ export function connectionShare(maxConnections: number, workers: number): number
 
 /** In a cluster worker: the link over the IPC channel and this worker's place in the instance. */
 export async function joinInstance(): Promise<WorkerInstance> {
+  // Nothing here handles the coordinating process's death (SIGKILL): Node's cluster exits a worker
+  // at once when its channel to the primary closes unasked, so no worker serves on without the
+  // instance's writer lock, lease and limits, which went with it.
   const link = new Link(process as unknown as Channel);
-  // The coordinating process is gone (killed with SIGKILL): nothing holds this worker's limits any
-  // more, so it drains and stops like on SIGTERM.
-  process.once('disconnect', () => {
-    link.close();
-    process.kill(process.pid, 'SIGTERM');
-  });
   return joinOver(link, systemClock, systemTimers);
 }
 
