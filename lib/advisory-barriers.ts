@@ -13,5 +13,12 @@ export const BARRIERS = {
   maintenance: 2,
   /** Exclusive: one active completion worker per database. */
   worker: 3,
+  /**
+   * Shared by each worker of a writer instance (ARKVORY_WORKERS) while it may serve writes; a writer
+   * starting takes it exclusively for an instant. The writer barrier is the coordinating process's,
+   * on its own connection: were that session ended while the process stands still (SIGSTOP), its
+   * workers would go on serving writes, and without this another writer could start beside them.
+   */
+  writerWorkers: 4,
 } as const;
 export type Barrier = keyof typeof BARRIERS;

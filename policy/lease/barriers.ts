@@ -24,6 +24,10 @@ export async function tryLockShared(client: pg.ClientBase, barrier: Barrier): Pr
   return r.rows[0]!.ok;
 }
 
+export async function unlockShared(client: pg.ClientBase, barrier: Barrier): Promise<void> {
+  await client.query('SELECT pg_advisory_unlock_shared($1, $2)', [LOCK_CLASS, BARRIERS[barrier]]);
+}
+
 export async function unlockExclusive(client: pg.ClientBase, barrier: Barrier): Promise<void> {
   await client.query('SELECT pg_advisory_unlock($1, $2)', [LOCK_CLASS, BARRIERS[barrier]]);
 }

@@ -17,7 +17,7 @@ import { currentUrl, type ConnectionUrl } from '../../lib/connection-url.ts';
 import { keepIdleSession } from '../../lib/idle-session.ts';
 import type { Clock } from '../clock.ts';
 import { systemTimers, type TimerHandle, type Timers } from '../timers.ts';
-import { tryLockExclusive, tryLockShared } from './barriers.ts';
+import { tryLockExclusive, tryLockShared, unlockExclusive, unlockShared } from './barriers.ts';
 import { checkPolicy, PolicyRefusal, type DownloadPolicy } from './download-policy.ts';
 import {
   acquired,
@@ -35,6 +35,8 @@ export interface CoordinatorOptions {
   databaseUrl: ConnectionUrl;
   /** `worker` takes only the shared maintenance barrier: no writer lock, no policy, no lease. */
   role: 'api' | 'reader' | 'worker';
+  /** A worker of a writer instance: it also holds the writer workers' barrier shared (`releaseWriterWorker`). */
+  writerWorker?: boolean;
   /** Shared profile only. */
   shared?: { slot: number; policy: DownloadPolicy; advertiseUrl?: string };
   clock: Clock;
@@ -148,11 +150,25 @@ export class Coordinator implements LeaseStanding {
         'another writer (ARKVORY_ROLE=api) is running on this database; only one writer may run at a time',
       );
     }
+    if (role === 'api') {
+      // Workers of an earlier writer instance may outlive its writer barrier (its coordinating
+      // process stopped, its session ended): while one holds this, it may still commit.
+      if (!(await step('the writer workers barrier', tryLockExclusive(this.#client, 'writerWorkers'))))
+        throw new PolicyRefusal(
+          'workers of another writer instance (ARKVORY_WORKERS) still run on this database, though its coordinating process lost the writer lock; stop that instance (its coordinating process may be stopped: SIGCONT then SIGTERM, or SIGKILL its workers) before starting a writer',
+        );
+      await step('the writer workers barrier', unlockExclusive(this.#client, 'writerWorkers'));
+    }
     if (!(await step('the maintenance barrier', tryLockShared(this.#client, 'maintenance')))) {
       throw new PolicyRefusal(
         'offline maintenance (scrub/gc) holds the maintenance barrier on this database; start the gateway after it finishes',
       );
     }
+    if (
+      this.#options.writerWorker &&
+      !(await step('the writer workers barrier', tryLockShared(this.#client, 'writerWorkers')))
+    )
+      throw new PolicyRefusal('a writer was starting on this database at this instant; this worker does not start');
     if (role === 'worker') return;
     await step('the download policy check', checkPolicy(this.#client, role, shared?.policy));
     if (shared) {
@@ -162,6 +178,15 @@ export class Coordinator implements LeaseStanding {
         'slot lease acquired',
       );
     }
+  }
+
+  /**
+   * A fenced worker of a writer instance serves no write any more: it lets a new writer start
+   * (a lost connection released it already).
+   */
+  async releaseWriterWorker(): Promise<void> {
+    if (!this.#options.writerWorker || this.#closed) return;
+    await unlockShared(this.#client, 'writerWorkers').catch(() => {});
   }
 
   get generation(): number | undefined {

@@ -23,6 +23,8 @@ export function openCoordinator(
   return Coordinator.open({
     databaseUrl,
     role,
+    // A worker of a writer instance holds the writer workers' barrier while it may write.
+    writerWorker: part === 'worker' && config.role === 'api',
     clock: systemClock,
     log: log.child({ component: 'lease' }),
     // A worker fenced alone leaves and is replaced (proxy/workers/instance-lease.ts).

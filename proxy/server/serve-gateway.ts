@@ -167,6 +167,9 @@ async function runGateway(
     const ofInstance = instance && (await joinInstanceParts(config, instance, coordinator));
     const standing: LeaseStanding = ofInstance?.lease ?? coordinator;
     lifecycle.follow(standing, 'lease lost');
+    // Fenced, a worker of a writer writes no more: a new writer may start (lib/advisory-barriers.ts).
+    const own = coordinator;
+    ofInstance?.lease.onFenced(() => void own.releaseWriterWorker());
     // A worker fenced alone cannot serve again, but a new one can: it leaves, to be replaced. A fenced
     // instance (or a single process) stays, answering 503, until it is restarted.
     ofInstance?.lease.onFencedAlone(() => {

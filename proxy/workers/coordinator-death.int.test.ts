@@ -1,8 +1,9 @@
 /**
  * A writer instance of two workers (ARKVORY_WORKERS=2, docs/architecture.md "Workers") whose
- * coordinating process is killed (SIGKILL) while an upload's body is arriving: the writer lock went
- * with the coordinating process's connection, so another writer may start at once. No worker serves
- * on without it: each exits at once, and the upload publishes nothing.
+ * coordinating process loses the writer lock, held on its connection. Killed (SIGKILL) while an
+ * upload's body is arriving: no worker serves on without it, each exits at once, and the upload
+ * publishes nothing. Stopped (SIGSTOP) when its session is ended: its workers still serve, so
+ * another writer is refused until they are fenced.
  */
 import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -10,7 +11,7 @@ import { Client } from 'undici';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { waitUntil } from '../../test/harness/index.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
-import { randomContent } from '../../test/support/content.ts';
+import { randomContent, request } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { startGateway } from '../../test/support/gateway.ts';
 import { waitForWorkers, workerPid } from '../../test/support/worker-instance.ts';
@@ -77,5 +78,55 @@ describe('a writer instance whose coordinating process is killed', () => {
     expect(outcome).toBeInstanceOf(Error);
     const rows = await db.pool.query(`SELECT 1 FROM arkvory_artifacts WHERE repository = 'cd' AND name = 'late.bin'`);
     expect(rows.rows).toEqual([]);
+  });
+});
+
+describe('a writer instance whose coordinating process stands still when its session ends', () => {
+  it('keeps a new writer from starting while its workers serve, and lets one start once they are fenced', async () => {
+    const first = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_WORKERS: '2' } });
+    await waitForWorkers(first, (s) => s.workers.filter((w) => w.state === 'serving').length === 2);
+    first.child.kill('SIGSTOP');
+    try {
+      const ended = await db.pool.query<{ ended: boolean }>(
+        `SELECT pg_terminate_backend(pid) AS ended FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'arkvory-api-lease'`,
+      );
+      expect(ended.rows).toEqual([{ ended: true }]);
+      // The writer barrier is free now; the stopped instance's workers serve on.
+      const second = await startGateway({
+        env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: first.dataDir },
+        waitFor: 'none',
+      });
+      const listening = () => second.logLines().some((l) => l.msg === 'listening');
+      await waitUntil(() => second.child.exitCode !== null || listening(), {
+        what: 'the second writer to start or refuse',
+        timeoutMs: 60_000,
+      });
+      expect(listening()).toBe(false);
+      expect(await second.exited).toBe(1);
+      expect(second.logLines().map((l) => String(l.msg))).toContainEqual(
+        expect.stringContaining('workers of another writer instance (ARKVORY_WORKERS) still run on this database'),
+      );
+    } finally {
+      first.child.kill('SIGCONT');
+    }
+    // Running again, the instance learns its session ended and is fenced, every worker with it.
+    await waitUntil(
+      async () => {
+        const res = await request(`${first.url}/health/status`).catch(() => undefined);
+        return res?.status === 503 && JSON.parse(res.body.toString()).status === 'fenced';
+      },
+      { what: 'the instance to be fenced', timeoutMs: 30_000 },
+    );
+    const third = await startGateway({
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_DATA_DIR: first.dataDir },
+      waitFor: 'none',
+    });
+    await waitUntil(() => third.child.exitCode !== null || third.logLines().some((l) => l.msg === 'listening'), {
+      what: 'the third writer to start or refuse',
+      timeoutMs: 60_000,
+    });
+    expect(third.child.exitCode).toBeNull();
+    expect(await third.stop()).toBe(0);
+    await first.stop();
   });
 });
