@@ -3,18 +3,19 @@
  * worker's, as prom-client's `getMetricsAsJSON` gives them): summed, except the families whose
  * workers all report one setting or state.
  */
-import { type Aggregator, AggregatorRegistry } from 'prom-client';
+import { type Aggregator, AggregatorRegistry, type MetricType } from 'prom-client';
 import { STORE_STATES } from '../store-health/store-health.ts';
 
 /** A family as `getMetricsAsJSON` gives it, in the parts read here. */
 export interface Family {
   name: string;
+  type?: MetricType;
   aggregator?: Aggregator;
-  values: Array<{ value: number; labels: Partial<Record<string, string | number>> }>;
+  values: Array<{ value: number; labels: Partial<Record<string, string | number>>; metricName?: string }>;
 }
 
 /** One value for the instance rather than a sum: the smallest for an expiry, the largest otherwise. */
-const NOT_SUMMED: Readonly<Record<string, 'max' | 'min'>> = {
+export const NOT_SUMMED: Readonly<Record<string, 'max' | 'min'>> = {
   arkvory_bandwidth_limit_bytes_per_second: 'max',
   arkvory_lease_state: 'max',
   arkvory_tls_certificate_expiry_timestamp_seconds: 'min',

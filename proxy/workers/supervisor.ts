@@ -18,6 +18,7 @@ import { registerWorkerMetrics } from '../metrics/worker-metrics.ts';
 import { EXIT, logStartupFailure } from '../server/startup-failure.ts';
 import { type StopSignals, watchStopSignals } from '../server/stop-signals.ts';
 import { FreshRuns } from '../metrics/fresh-runs.ts';
+import { CarriedTotals } from './carried-totals.ts';
 import { type Family, sumInstance } from './instance-metrics.ts';
 import { Link } from './link.ts';
 import { CATALOG_CHANGED, invalidateOthers } from './catalog-coherence.ts';
@@ -112,16 +113,33 @@ export class WorkerSupervisor {
     const done = new Promise<void>((resolve) => (allExited = resolve));
     const exitCodes: number[] = [];
 
+    // Counters and histograms never go back in the sum, whoever died or was left out (carried-totals.ts).
+    const totals = new CarriedTotals<Slot>();
     const sumFamilies = async () => {
+      const asked = slots.filter((s) => s.state !== 'starting');
       const answers = await Promise.allSettled(
-        slots
-          .filter((s) => s.state !== 'starting')
-          .map((s) => s.link.call<Family[]>('metrics.json', undefined, AbortSignal.timeout(SCRAPE_WORKER_DEADLINE_MS))),
+        asked.map((s) =>
+          s.link.call<Family[]>('metrics.json', undefined, AbortSignal.timeout(SCRAPE_WORKER_DEADLINE_MS)),
+        ),
       );
       const lists: Family[][] = [];
-      for (const a of answers) if (a.status === 'fulfilled') lists.push(a.value);
+      let answered = 0;
+      for (const [i, a] of answers.entries()) {
+        const slot = asked[i]!;
+        if (a.status === 'fulfilled') {
+          answered++;
+          // Gone while it answered: its exit retired what it had shown before.
+          if (slots[slot.index] === slot && !slot.worker.isDead()) totals.answered(slot, a.value);
+          lists.push(a.value);
+        } else {
+          const last = totals.lastOf(slot);
+          if (last) lists.push(last);
+        }
+      }
+      const retired = totals.retired();
+      if (retired.length > 0) lists.push(retired);
       // Read after the workers answered: this sum's own count of the ones left out.
-      unanswered = answers.length - lists.length;
+      unanswered = answers.length - answered;
       lists.unshift((await parts.registry.getMetricsAsJSON()) as Family[]);
       const summed = sumInstance(lists);
       return { contentType: summed.contentType, body: await summed.body };
@@ -203,6 +221,7 @@ export class WorkerSupervisor {
       // What it held goes back now, before anything else can run.
       slot.unwatch();
       parts.detach?.(slot.link);
+      totals.retire(slot);
       slot.link.close();
       if (slots[slot.index] !== slot) return;
       if (stopping) {

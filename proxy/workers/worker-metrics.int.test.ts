@@ -2,7 +2,8 @@
  * /metrics of an instance of two worker processes (ARKVORY_WORKERS=2) over real sockets: a flood
  * of anonymous scrapes leaves the coordinating process answering the workers' rate-limit calls in
  * time (no limit fails open), and a stopped worker leaves the scrape without its families, counted,
- * instead of hanging every scrape.
+ * instead of hanging every scrape; the instance's counters do not go back when a worker is left out
+ * of a sum or dies.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Agent, type Client, request as undiciRequest } from 'undici';
@@ -97,6 +98,47 @@ describe('/metrics of an instance of workers', () => {
       process.kill(victim, 'SIGCONT');
     }
     expect(sample(await scrape(), 'arkvory_workers_unanswered')).toBe(0);
+    await gw.stop();
+  });
+
+  it('the instance counts requests without going back when a worker is left out of a sum or dies', async () => {
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_WORKERS: '2' } });
+    await waitForWorkers(gw, (s) => s.workers.filter((w) => w.state === 'serving').length === 2);
+    const [onZero, onOne] = await connectionsOnBothWorkers(gw.url, clients, 1);
+    for (let i = 0; i < 20; i++) {
+      const res = await onOne!.client.request({
+        path: '/api/v1/repositories/wm/artifacts/none.bin',
+        method: 'GET',
+        headers: bearer(reader),
+      });
+      await res.body.dump();
+    }
+    const requests = async () => {
+      const res = await onZero!.client.request({ path: '/metrics', method: 'GET' });
+      expect(res.statusCode).toBe(200);
+      const text = await res.body.text();
+      let total = 0;
+      // The 404s alone: only worker 1 answered any, while the checks below add 200s on both.
+      for (const m of text.matchAll(/^arkvory_http_requests_total\{[^}]*status="404"[^}]*\} (\S+)$/gm))
+        total += Number(m[1]);
+      return total;
+    };
+    const before = await requests();
+    expect(before).toBe(20);
+    const victim = await workerPid(gw, 1);
+    process.kill(victim, 'SIGSTOP');
+    let stopped: number;
+    try {
+      stopped = await requests();
+    } finally {
+      process.kill(victim, 'SIGCONT');
+    }
+    expect(stopped).toBe(20);
+    process.kill(victim, 'SIGKILL');
+    await waitForWorkers(gw, (s) =>
+      s.workers.every((w) => w.state === 'serving' && w.restarts === (w.index === 1 ? 1 : 0)),
+    );
+    expect(await requests()).toBe(20);
     await gw.stop();
   });
 });
