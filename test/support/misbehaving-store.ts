@@ -17,6 +17,10 @@ import { freeLoopbackPort, makeTempDir, waitUntil, writeNginxConf } from '../har
 const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => existsSync(p));
 export const HUGE_BYTES = 64 * 1024 * 1024;
 export const SLOW_BYTES = 60 * 1024;
+/** The object `/range/whole` answers whole (200) whatever Range asks. */
+export const WHOLE_BYTES = 1024 * 1024 * 1024;
+/** The object size the `/range/short-…` answers claim in their Content-Range. */
+export const RANGE_OBJECT_BYTES = 1000;
 const SLOW_RATE = 200;
 
 export interface MisbehavingStore {
@@ -25,6 +29,9 @@ export interface MisbehavingStore {
    * with the huge body; bucket `slow-bucket` the same, trickled. Static store: `/static/` has a huge
    * `tmp/` listing and `storage-id`; `/slow-static/` a trickled `storage-id` and a 503 with a
    * trickled body for everything under `gone/`. `/slow-put/…` answers any PUT 503 with a trickled body.
+   * Ranged GETs (any Range): `/range/short-range` answers 206 `bytes 0-99/1000` with 100 bytes;
+   * `/range/short-body` 206 `bytes 0-199/1000` with 100 bytes (Content-Length 100, a clean end);
+   * `/range/whole` ignores Range and answers 200 with the whole 1 GiB object.
    */
   base: string;
   /** Bytes nginx sent for the finished request whose line contains `target`, once it finished. */
@@ -59,6 +66,9 @@ export function useMisbehavingStore(): MisbehavingStore {
     // Sparse: nginx sends 64 MiB of zeros without the disk holding them.
     await writeFile(huge, '');
     await truncate(huge, HUGE_BYTES);
+    const whole = path.join(dir, 'whole');
+    await writeFile(whole, '');
+    await truncate(whole, WHOLE_BYTES);
     const slow = path.join(dir, 'slow');
     await writeFile(slow, Buffer.alloc(SLOW_BYTES, 'x'));
     const port = await freeLoopbackPort();
@@ -80,6 +90,9 @@ server {
   location = /slow-static/storage-id { default_type text/plain; limit_rate ${SLOW_RATE}; alias ${slow}; }
   location /slow-static/gone/ { error_page 503 /slow-error; return 503; }
   location /slow-put/ { client_max_body_size 0; error_page 503 /slow-error; return 503; }
+  location = /range/short-range { add_header Content-Range "bytes 0-99/${RANGE_OBJECT_BYTES}" always; return 206 "${'x'.repeat(100)}"; }
+  location = /range/short-body { add_header Content-Range "bytes 0-199/${RANGE_OBJECT_BYTES}" always; return 206 "${'x'.repeat(100)}"; }
+  location = /range/whole { max_ranges 0; default_type application/octet-stream; alias ${whole}; }
 }`,
     });
     const child = spawn(NGINX, ['-p', dir, '-c', conf], { stdio: ['ignore', 'ignore', 'pipe'] });
