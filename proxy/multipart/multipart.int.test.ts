@@ -355,6 +355,52 @@ describe('multipart uploads (embedded worker)', () => {
   });
 });
 
+describe('a session past its expiry, before any sweep has marked it', () => {
+  // No embedded worker: no sweep ever runs, so only the routes' own judgement of expiry is tested.
+  let gw: GatewayProcess;
+  beforeAll(async () => {
+    gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_EMBEDDED_WORKER: '0' } });
+  });
+  afterAll(async () => {
+    expect(await gw.stop()).toBe(0);
+  });
+
+  const sessionUrl = (upload: string) => `${gw.url}/api/v1/repositories/mp/uploads/${upload}`;
+
+  it('reads as expired to every route: GET expired with no parts, a part, its completion and its abort 410 upload_expired', async () => {
+    const a = randomContent(1000);
+    const upload = await openSession(gw, 'lapsed.bin');
+    expect((await putPart(gw, upload, 1, a)).status).toBe(200);
+    await db.pool.query(`UPDATE arkvory_upload_sessions SET expires_at = now() - interval '1 second' WHERE id = $1`, [
+      upload,
+    ]);
+    const got = await request(sessionUrl(upload), { headers: bearer(key) });
+    expect(got.status).toBe(200);
+    expect(json(got)).toMatchObject({ state: 'expired', parts: [] });
+    const part = await putPart(gw, upload, 2, a);
+    expect([part.status, part.body.code]).toEqual([410, 'upload_expired']);
+    const completed = await complete(gw, upload, [{ partNumber: 1, sha256: digest(a) }]);
+    expect([completed.status, completed.body.code]).toEqual([410, 'upload_expired']);
+    const aborted = await request(sessionUrl(upload), { method: 'DELETE', headers: bearer(key) });
+    expect([aborted.status, json(aborted).code]).toEqual([410, 'upload_expired']);
+    // Judged, not swept: the row is still open (the sweep marks it and removes its part).
+    const row = await db.pool.query('SELECT state FROM arkvory_upload_sessions WHERE id = $1', [upload]);
+    expect(row.rows[0].state).toBe('open');
+    expect(
+      (await request(`${gw.url}/api/v1/repositories/mp/artifacts/lapsed.bin/content`, { headers: bearer(key) })).status,
+    ).toBe(404);
+  });
+
+  it('a session the sweep has marked expired is refused its abort the same way, 410 upload_expired', async () => {
+    const upload = await openSession(gw, 'swept.bin');
+    await db.pool.query(`UPDATE arkvory_upload_sessions SET state = 'expired', finished_at = now() WHERE id = $1`, [
+      upload,
+    ]);
+    const aborted = await request(sessionUrl(upload), { method: 'DELETE', headers: bearer(key) });
+    expect([aborted.status, json(aborted).code]).toEqual([410, 'upload_expired']);
+    expect(json(await request(sessionUrl(upload), { headers: bearer(key) })).state).toBe('expired');
+  });
+});
 describe('finished sessions', () => {
   /** How long a finished session is kept (docs/multipart-and-maintenance.md). */
   const FINISHED_SESSION_KEEP_DAYS = 7;

@@ -36,6 +36,12 @@ const PRUNE_BATCHES_PER_SWEEP = 10;
 /** States whose parts are stored and not yet assembled (and that count as open sessions). */
 const PENDING_STATES = `('open', 'completing')`;
 
+/**
+ * A row's state as of now, on PostgreSQL's clock (the sweep's): an open session past its expiry is
+ * `expired` to every route from that instant, not only once the 30 s sweep has marked it.
+ */
+const STATE_NOW = `CASE WHEN state = 'open' AND expires_at <= now() THEN 'expired' ELSE state END AS state_now`;
+
 /** Serialises the checks of one principal's bounds with the writes they guard (a transaction's lock). */
 async function lockPrincipal(client: pg.PoolClient, principalId: string | null): Promise<void> {
   await client.query('SELECT pg_advisory_xact_lock($1, hashtext($2))', [PRINCIPAL_LOCK_CLASS, principalId ?? '']);
@@ -87,7 +93,7 @@ function toSession(row: Record<string, unknown>, parts: ReceivedPart[]): UploadS
     contentType: row.content_type as string,
     expectedSize: row.expected_size === null ? null : Number(row.expected_size),
     expectedSha256: (row.expected_sha256 as string | null) ?? null,
-    state: row.state as SessionState,
+    state: (row.state_now ?? row.state) as SessionState,
     error: (row.error as string | null) ?? null,
     resultSha256: (row.result_sha256 as string | null) ?? null,
     resultSize: row.result_size === null ? null : Number(row.result_size),
@@ -97,9 +103,9 @@ function toSession(row: Record<string, unknown>, parts: ReceivedPart[]): UploadS
   };
 }
 
-/** Throws the error a part sent to a session in `state` gets, unless it is open and unexpired. */
-function checkTakesParts(state: SessionState, expiresAtMs: number): void {
-  if (state === 'expired' || (state === 'open' && expiresAtMs <= Date.now())) throw new StorageError('upload_expired');
+/** Throws the error a part sent to a session in `state` (as of now: STATE_NOW) gets, unless it is open. */
+function checkTakesParts(state: SessionState): void {
+  if (state === 'expired') throw new StorageError('upload_expired');
   if (state !== 'open') throw new StorageError('conflict', `The upload is ${state}; it takes no more parts.`);
 }
 
@@ -183,10 +189,12 @@ export class UploadSessions {
   async get(scope: SessionScope, id: string): Promise<UploadSession> {
     if (!UUID.test(id)) throw new StorageError('not_found', 'No such upload.');
     const r = await this.#pool.query(
-      'SELECT * FROM arkvory_upload_sessions WHERE id = $1 AND repository = $2 AND principal_id IS NOT DISTINCT FROM $3',
+      `SELECT *, ${STATE_NOW} FROM arkvory_upload_sessions WHERE id = $1 AND repository = $2 AND principal_id IS NOT DISTINCT FROM $3`,
       [id, scope.repository, scope.principalId],
     );
     if (!r.rows[0]) throw new StorageError('not_found', 'No such upload.');
+    // An expired session's parts are no longer its own (the sweep removes them): none are listed.
+    if (r.rows[0].state_now === 'expired') return toSession(r.rows[0], []);
     const parts = await this.#pool.query<{ part_number: number; size_bytes: string; sha256: string }>(
       'SELECT part_number, size_bytes, sha256 FROM arkvory_upload_parts WHERE session_id = $1 ORDER BY part_number',
       [id],
@@ -211,7 +219,7 @@ export class UploadSessions {
   /** An open, unexpired session, or the error that says why not. */
   async #open(scope: SessionScope, id: string): Promise<UploadSession> {
     const session = await this.get(scope, id);
-    checkTakesParts(session.state, Date.parse(session.expiresAt));
+    checkTakesParts(session.state);
     return session;
   }
 
@@ -300,12 +308,12 @@ export class UploadSessions {
         await lockPrincipal(client, scope.principalId);
         // Still open: an abort, expiry or completion since the write began wins (and waits for this
         // share lock, so none of them misses the part recorded here).
-        const session = await client.query<{ state: SessionState; expires_at: Date }>(
-          'SELECT state, expires_at FROM arkvory_upload_sessions WHERE id = $1 FOR SHARE',
+        const session = await client.query<{ state_now: SessionState }>(
+          `SELECT ${STATE_NOW} FROM arkvory_upload_sessions WHERE id = $1 FOR SHARE`,
           [id],
         );
         if (!session.rows[0]) throw new StorageError('not_found', 'No such upload.');
-        checkTakesParts(session.rows[0].state, session.rows[0].expires_at.getTime());
+        checkTakesParts(session.rows[0].state_now);
         await this.#checkPartKept(client, id, fileName);
         if (options.replacedBytes) {
           // Under the principal's lock: no other part of this session is recorded meanwhile.
@@ -401,15 +409,14 @@ export class UploadSessions {
     const listed = parseListedParts(listedParts);
     const queued = await withTransaction(this.#pool, async (client) => {
       const r = await client.query(
-        'SELECT state, expires_at, expected_size FROM arkvory_upload_sessions WHERE id = $1 AND repository = $2 AND principal_id IS NOT DISTINCT FROM $3 FOR UPDATE',
+        `SELECT ${STATE_NOW}, expected_size FROM arkvory_upload_sessions WHERE id = $1 AND repository = $2 AND principal_id IS NOT DISTINCT FROM $3 FOR UPDATE`,
         [id, scope.repository, scope.principalId],
       );
       const row = r.rows[0];
       if (!row) throw new StorageError('not_found', 'No such upload.');
-      if (row.state === 'expired' || (row.state === 'open' && (row.expires_at as Date).getTime() <= Date.now()))
-        throw new StorageError('upload_expired');
-      if (row.state !== 'open')
-        throw new StorageError('conflict', `The upload is ${row.state}; it cannot be completed again.`);
+      if (row.state_now === 'expired') throw new StorageError('upload_expired');
+      if (row.state_now !== 'open')
+        throw new StorageError('conflict', `The upload is ${row.state_now}; it cannot be completed again.`);
       const parts = await client.query<{ part_number: number; size_bytes: string; sha256: string }>(
         'SELECT part_number, size_bytes, sha256 FROM arkvory_upload_parts WHERE session_id = $1',
         [id],
@@ -433,9 +440,11 @@ export class UploadSessions {
   }
 
   /**
-   * Aborts an open session: its parts are removed. `ended` runs in the transaction that aborts it,
-   * for what must end with it (its storage-quota hold): done apart, a connection lost or a process
-   * stopped between the two left an aborted session holding its bytes until its expiry.
+   * Aborts an open, unexpired session: its parts are removed. An expired one (marked or not yet
+   * swept) is `upload_expired`, as its parts and completion are: it has ended already. `ended` runs
+   * in the transaction that aborts it, for what must end with it (its storage-quota hold): done
+   * apart, a connection lost or a process stopped between the two left an aborted session holding
+   * its bytes until its expiry.
    */
   async abort(
     scope: SessionScope,
@@ -445,14 +454,14 @@ export class UploadSessions {
     if (!UUID.test(id)) throw new StorageError('not_found', 'No such upload.');
     const aborted = await withTransaction(this.#pool, async (client) => {
       const r = await client.query(
-        `UPDATE arkvory_upload_sessions SET state = 'aborted', finished_at = now() WHERE id = $1 AND repository = $2 AND principal_id IS NOT DISTINCT FROM $3 AND state = 'open' RETURNING id`,
+        `UPDATE arkvory_upload_sessions SET state = 'aborted', finished_at = now() WHERE id = $1 AND repository = $2 AND principal_id IS NOT DISTINCT FROM $3 AND state = 'open' AND expires_at > now() RETURNING id`,
         [id, scope.repository, scope.principalId],
       );
       if (r.rowCount) await options.ended?.(client);
       return Boolean(r.rowCount);
     });
     if (!aborted) {
-      await this.get(scope, id);
+      if ((await this.get(scope, id)).state === 'expired') throw new StorageError('upload_expired');
       throw new StorageError('conflict', 'Only an open upload can be aborted.');
     }
     await this.#removeEndedParts(id);
