@@ -7,6 +7,12 @@ import { EventEmitter } from 'node:events';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { AdmissionQueue } from '../../policy/admission/index.ts';
+import { createBandwidthGovernors } from '../../policy/bandwidth/index.ts';
+import { ManualClock } from '../../policy/clock.ts';
+import { buildPlan } from '../../policy/rate-limit/evaluate.ts';
+import { createMemoryCounterStore } from '../../policy/rate-limit/memory-counter-store.ts';
+import { defineRule } from '../../policy/rate-limit/rules.ts';
+import { T0 } from '../../test/conformance/counter-store.ts';
 import type { LeaseStanding } from '../../policy/lease/coordinator.ts';
 import { Link } from './link.ts';
 import { IDLE_GOVERNORS as governors, PERMITTED_LEASE as lease } from '../../test/support/worker-fixtures.ts';
@@ -80,5 +86,86 @@ describe('PolicyHost and a worker that is gone', () => {
     expect(channel.sent).toEqual([]);
     // Another worker's request of the same principal finds the slot free.
     expect(admission.tryAcquire('p', 'download')).toBeDefined();
+  });
+});
+
+describe("PolicyHost and a worker's malformed calls", () => {
+  function host() {
+    const admission = new AdmissionQueue({ maxDownloads: 4, maxDownloadsPerPrincipal: 1 });
+    const clock = new ManualClock();
+    const governors = createBandwidthGovernors(
+      { clock },
+      {
+        downloadBytesPerSec: 0,
+        downloadBytesPerSecPerPrincipal: 0,
+        uploadBytesPerSec: 1_000_000,
+        uploadBytesPerSecPerPrincipal: 0,
+      },
+    );
+    const counters = createMemoryCounterStore();
+    const warned: object[] = [];
+    const policy = new PolicyHost({ admission, governors, lease, counters, log: { warn: (f) => warned.push(f) } });
+    const channel = new FakeChannel();
+    policy.attach(new Link(channel));
+    return { admission, counters, policy, channel, warned };
+  }
+
+  const failed = (id: number) => ({
+    arkvory: 'failure',
+    id,
+    error: expect.objectContaining({ code: 'malformed_call' }),
+  });
+
+  it('refuses a repository transfer with no bound (NaN), a bad admission and a take past its place, holding nothing', async () => {
+    const { admission, policy, channel, warned } = host();
+    channel.emit('message', {
+      arkvory: 'call',
+      id: 1,
+      op: 'repository.hold',
+      args: { repository: 'r', max: Number.NaN },
+    });
+    channel.emit('message', { arkvory: 'call', id: 2, op: 'admit', args: { principalId: 'p', kind: 'sideways' } });
+    const take = { direction: 'upload', principalId: 'p', weight: 1, ceilings: [], bytes: 1, opens: true, tag: 1e300 };
+    channel.emit('message', { arkvory: 'call', id: 3, op: 'take', args: take });
+    channel.emit('message', { arkvory: 'call', id: 4, op: 'repository.hold', args: { repository: 'r', max: -1 } });
+    await settle();
+    expect(channel.sent).toHaveLength(4);
+    expect(channel.sent).toEqual(expect.arrayContaining([failed(1), failed(2), failed(3), failed(4)]));
+    expect(policy.heldSlots).toBe(0);
+    expect(admission.snapshot().downloads.active).toBe(0);
+    // One line per op for this worker, however many calls.
+    expect(warned).toEqual([
+      expect.objectContaining({ op: 'repository.hold' }),
+      expect.objectContaining({ op: 'admit' }),
+      expect.objectContaining({ op: 'take' }),
+    ]);
+    // The repository's bound of one still holds: the NaN call took no transfer.
+    channel.emit('message', { arkvory: 'call', id: 5, op: 'repository.hold', args: { repository: 'r', max: 1 } });
+    channel.emit('message', { arkvory: 'call', id: 6, op: 'repository.hold', args: { repository: 'r', max: 1 } });
+    await settle();
+    expect(channel.sent).toHaveLength(6);
+    expect(channel.sent.slice(4)).toEqual(
+      expect.arrayContaining([
+        { arkvory: 'answer', id: 5, value: expect.any(Number) },
+        { arkvory: 'failure', id: 6, error: expect.objectContaining({ code: 'busy' }) },
+      ]),
+    );
+  });
+
+  it('refuses a rate-limit count of NaN, leaving the counter as it was', async () => {
+    const { counters, channel } = host();
+    const rule = defineRule({ name: 'r', action: 'limit', characteristics: ['ip'], limit: 5, periodS: 60 });
+    const plan = buildPlan('p:', 'l', [rule], { ip: 'a' }, T0);
+    await counters.run(plan, { nowMs: T0, cost: 2, mode: 'check' });
+    channel.emit('message', {
+      arkvory: 'call',
+      id: 1,
+      op: 'counters.run',
+      args: [plan, { nowMs: T0, cost: Number.NaN, mode: 'check' }],
+    });
+    await settle();
+    expect(channel.sent).toEqual([failed(1)]);
+    const [outcome] = await counters.run(plan, { nowMs: T0, cost: 0, mode: 'peek' });
+    expect(outcome!.count).toBe(2);
   });
 });

@@ -14,6 +14,16 @@ import { PolicyError } from '../../policy/errors.ts';
 import type { LeaseStanding } from '../../policy/lease/coordinator.ts';
 import type { CounterStore } from '../../policy/rate-limit/index.ts';
 import { RepositoryHolds } from '../gates/transfers.ts';
+import {
+  CallChecks,
+  type MalformedCallLog,
+  parseAdmit,
+  parseCountersClear,
+  parseCountersRun,
+  parseHeldId,
+  parseHold,
+  parseTake,
+} from './call-args.ts';
 import type { LeaseView } from './instance-lease.ts';
 import type { Link } from './link.ts';
 
@@ -46,13 +56,13 @@ export interface PolicySnapshot {
   upload: BandwidthSnapshot;
 }
 
-type RunArgs = Parameters<CounterStore['run']>;
-
 export class PolicyHost {
   readonly #admission: AdmissionQueue;
   readonly #governors: BandwidthGovernors;
   readonly #counters: CounterStore | undefined;
   readonly #lease: LeaseStanding;
+  /** Every call's arguments are checked before they touch the shared state (call-args.ts). */
+  readonly #checks: CallChecks;
   /** Admission slots by worker, each by the id the worker releases it with. */
   readonly #slots = new Map<Link, Map<number, Release>>();
   readonly #repositories = new RepositoryHolds();
@@ -66,7 +76,11 @@ export class PolicyHost {
     governors: BandwidthGovernors;
     lease: LeaseStanding;
     counters?: CounterStore;
+    log?: MalformedCallLog;
+    /** Shared with the instance's other call handlers (the console's sessions), so each reports once. */
+    checks?: CallChecks;
   }) {
+    this.#checks = deps.checks ?? new CallChecks(deps.log);
     this.#admission = deps.admission;
     this.#governors = deps.governors;
     this.#counters = deps.counters;
@@ -81,8 +95,9 @@ export class PolicyHost {
 
   /** Serves one worker's calls on its link. */
   attach(link: Link): void {
+    const parse = <T>(op: string, parser: () => T): T => this.#checks.parse(link, op, parser);
     this.#serveHeld(link, this.#slots, 'admit', 'release', (args, signal) => {
-      const { principalId, kind } = args as AdmitRequest;
+      const { principalId, kind } = parse('admit', () => parseAdmit(args));
       if (!this.#lease.isPermitted()) throw new PolicyError('lease_lost');
       return this.#admission.acquire(principalId, kind, signal);
     });
@@ -95,11 +110,13 @@ export class PolicyHost {
       }),
     );
     this.#serveHeld(link, this.#holds, 'repository.hold', 'repository.release', (args) => {
-      const { repository, max } = args as HoldRequest;
+      const { repository, max } = parse('repository.hold', () => parseHold(args));
       return this.#repositories.hold(repository, max);
     });
     link.handle('take', (args, signal) => {
-      const t = args as TakeRequest;
+      // The governor holds each take to its meter's quantum, at most the direction's; this bounds it first.
+      const most = Math.max(this.#governors.download.quantumBytes, this.#governors.upload.quantumBytes);
+      const t = parse('take', () => parseTake(args, most));
       // A meter per take, carrying its stream's place in fair order; the answer is the new place.
       const meter = this.#governors[t.direction].meter(t.principalId, t.weight, t.ceilings, {
         opens: t.opens,
@@ -110,8 +127,8 @@ export class PolicyHost {
     link.handle('snapshot', (): PolicySnapshot => this.snapshot());
     const counters = this.#counters;
     if (counters) {
-      link.handle('counters.run', (args) => counters.run(...(args as RunArgs)));
-      link.handle('counters.clear', (args) => counters.clear(args as string[]));
+      link.handle('counters.run', (args) => counters.run(...parse('counters.run', () => parseCountersRun(args))));
+      link.handle('counters.clear', (args) => counters.clear(parse('counters.clear', () => parseCountersClear(args))));
     }
   }
 
@@ -135,7 +152,7 @@ export class PolicyHost {
       return id;
     });
     link.handle(releaseOp, (args) => {
-      const id = args as number;
+      const id = this.#checks.parse(link, releaseOp, () => parseHeldId(releaseOp, args));
       held.get(id)?.();
       held.delete(id);
     });

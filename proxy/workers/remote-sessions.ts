@@ -7,6 +7,7 @@
  */
 import { PolicyError } from '../../policy/errors.ts';
 import { type ConsoleSession, type ConsoleSessions, isSessionId, type SessionStore } from '../console/sessions.ts';
+import { CallChecks, parseCreateSession, parseSessionId } from './call-args.ts';
 import type { Link } from './link.ts';
 
 /** How long a worker waits for the coordinating process to answer a session call. */
@@ -18,17 +19,18 @@ export interface CreateSessionRequest {
 }
 
 /** Serves one worker's session calls on its link from the instance's table. */
-export function serveSessions(link: Link, table: ConsoleSessions): void {
+export function serveSessions(link: Link, table: ConsoleSessions, checks = new CallChecks()): void {
+  const id = (op: string, args: unknown) => checks.parse(link, op, () => parseSessionId(op, args));
   link.handle('sessions.create', (args) => {
-    const { principal, authorization } = args as CreateSessionRequest;
+    const { principal, authorization } = checks.parse(link, 'sessions.create', () => parseCreateSession(args));
     return table.create(
       { id: principal.id, name: principal.name, disabledAtMs: principal.disabledAtMs ?? undefined },
       authorization,
     );
   });
   // null, not undefined: the answer is a message field.
-  link.handle('sessions.get', (args) => table.get(args) ?? null);
-  link.handle('sessions.delete', (args) => table.delete(args));
+  link.handle('sessions.get', (args) => table.get(id('sessions.get', args)) ?? null);
+  link.handle('sessions.delete', (args) => table.delete(id('sessions.delete', args)));
 }
 
 /** A worker's view of the instance's sessions, over its link. */

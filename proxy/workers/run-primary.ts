@@ -27,6 +27,7 @@ import { CacheDirClaim, usesSliceCache } from '../server/cache-dir-claim.ts';
 import { checkPortFree, prepareDataDir } from '../server/startup-checks.ts';
 import { EXIT, logStartupFailure } from '../server/startup-failure.ts';
 import { ConsoleSessions, consoleSessionOptions } from '../console/sessions.ts';
+import { CallChecks } from './call-args.ts';
 import { PolicyHost } from './policy-host.ts';
 import { serveSessions } from './remote-sessions.ts';
 import { WorkerSupervisor } from './supervisor.ts';
@@ -93,7 +94,10 @@ async function runInstance(config: Config, log: Logger, cacheDir: CacheDirClaim)
     governors.download.fence();
     governors.upload.fence();
   });
+  // A worker's malformed call is refused and reported once per worker and op (call-args.ts).
+  const checks = new CallChecks(log.child({ component: 'workers' }));
   const host = new PolicyHost({
+    checks,
     admission,
     governors,
     lease: coordinator,
@@ -110,7 +114,7 @@ async function runInstance(config: Config, log: Logger, cacheDir: CacheDirClaim)
     registry,
     attach: (link) => {
       host.attach(link);
-      if (sessions) serveSessions(link, sessions);
+      if (sessions) serveSessions(link, sessions, checks);
     },
     detach: (link) => host.detach(link),
     closing: () => host.close(),
