@@ -27,10 +27,12 @@ export async function openStore(
     current?: (() => Config) | undefined;
     /** A directory store's writer leaves tmp/ alone (a worker joining a serving instance). */
     keepTmp?: boolean | undefined;
+    /** A directory store writer's own staging directory under tmp/, emptied at open (fs-store.ts). */
+    ownStaging?: string | undefined;
   } = {},
 ): Promise<OpenedArtifactStore> {
   const { url, connectTimeoutMs, timeoutMs, s3 } = config.storage;
-  const { openFiles, restoreAs, current, keepTmp } = options;
+  const { openFiles, restoreAs, current, keepTmp, ownStaging } = options;
   if (s3 !== undefined) {
     const credentials = current ? () => current().storage.s3?.credentials ?? s3.credentials : s3.credentials;
     const { openS3Store } = await import('../../storage-adapter/s3/index.ts');
@@ -40,7 +42,7 @@ export async function openStore(
     const { openHttpStore } = await import('../../storage-adapter/http/index.ts');
     return openHttpStore({ url, role, pool, connectTimeoutMs, timeoutMs, restoreAs });
   }
-  return openFsStore({ root: config.dataDir, role, pool, openFiles, restoreAs, keepTmp });
+  return openFsStore({ root: config.dataDir, role, pool, openFiles, restoreAs, keepTmp, ownStaging });
 }
 
 /**

@@ -3,7 +3,9 @@
  * uploads in progress under `tmp/` (same filesystem, so publishing is a rename over the blob name). Opening as writer
  * creates the layout and the storage identity and empties `tmp/`; a reader only verifies. A
  * separate completion worker stages under `tmp/worker/`, which the writer leaves alone: the
- * worker that takes the worker lock empties it (clearStaging), and offline gc removes it.
+ * worker that takes the worker lock empties it (clearStaging), and offline gc removes it. A worker
+ * of a gateway instance stages under `tmp/gateway-worker-<index>/` (`ownStaging`), which it empties
+ * when it opens: a killed worker's partial uploads go when it is replaced.
  */
 import { randomUUID } from 'node:crypto';
 import { mkdir, open, readdir, rename, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
@@ -25,6 +27,11 @@ import { trackedStagedBlob } from '../streaming/staged-blob.ts';
 export type { BlobReader, StagedBlob, StageOptions, ArtifactStore, UploadStats } from '../store.ts';
 /** The filesystem store is one implementation of `ArtifactStore`; the name stays for its callers. */
 export type FsStore = ArtifactStore;
+
+/** The staging directory under tmp/ of the worker of index `index` of a gateway instance (ARKVORY_WORKERS). */
+export function instanceWorkerStaging(index: number): string {
+  return `gateway-worker-${index}`;
+}
 
 /** The separate completion worker's staging directory under tmp/ (see clearStaging). */
 const WORKER_STAGING = 'worker';
@@ -66,6 +73,13 @@ export async function openFsStore(options: {
    * serve: what tmp/ holds are their uploads in progress, not a previous process's leftovers.
    */
   keepTmp?: boolean | undefined;
+  /**
+   * Writer: the directory under tmp/ this process alone stages in (a worker of a gateway instance:
+   * its index's, `instanceWorkerStaging`). It is emptied here even with `keepTmp`: a worker starts
+   * with an index only once that index's previous process is dead, so what it holds are the dead
+   * one's partial uploads, never another live worker's.
+   */
+  ownStaging?: string | undefined;
 }): Promise<OpenedArtifactStore> {
   const root = path.resolve(options.root);
   const { role } = options;
@@ -93,10 +107,20 @@ export async function openFsStore(options: {
     if (!options.keepTmp)
       for (const entry of await readdir(tmpDir))
         if (entry !== WORKER_STAGING) await rm(path.join(tmpDir, entry), { recursive: true, force: true });
+    if (options.ownStaging !== undefined) {
+      const own = resolveInsideRoot(root, path.join(TMP_DIR, options.ownStaging));
+      await rm(own, { recursive: true, force: true });
+      await mkdirDurable(own, root);
+    }
   } else if (!(await isDirectory(blobsDir))) {
     throw new StorageError('storage_mismatch', `${blobsDir} is missing; the storage root is incomplete`);
   }
-  const stagingRel = role === 'worker' ? path.join(TMP_DIR, WORKER_STAGING) : TMP_DIR;
+  const stagingRel =
+    role === 'worker'
+      ? path.join(TMP_DIR, WORKER_STAGING)
+      : role === 'writer' && options.ownStaging !== undefined
+        ? path.join(TMP_DIR, options.ownStaging)
+        : TMP_DIR;
   const stagingDir = resolveInsideRoot(root, stagingRel);
   if (role === 'worker') await mkdirDurable(stagingDir, root);
 

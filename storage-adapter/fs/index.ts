@@ -1,4 +1,4 @@
 /** The directory store: blobs, parts and the storage identity as files under one root. */
-export { openFsStore } from './fs-store.ts';
+export { instanceWorkerStaging, openFsStore } from './fs-store.ts';
 export { createFsTree } from './fs-tree.ts';
 export { OpenFileCache, type OpenFileCacheOptions } from './open-file-cache.ts';
