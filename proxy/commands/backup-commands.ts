@@ -1,10 +1,11 @@
 /**
  * `arkvory backup <destination>` and `arkvory restore [--verify] <source>` (storage-adapter/backup/).
- * Exit codes like scrub: 0 done and clean, 1 failed or found damage, 2 usage.
+ * Exit codes like scrub: 0 done and clean, 1 failed or found damage, 2 usage; and 3 done but its audit
+ * entry not recorded, so a script tells a backup it has from one it has not.
  */
 import { GatewayError } from '../server/errors.ts';
 import { redactRedisTarget, ruleDocumentsPrefix } from '../../policy/rate-limit/redis-target.ts';
-import { recordCliAction } from './cli-audit.ts';
+import { AuditNotRecorded, recordCliAction, type CliAction } from './cli-audit.ts';
 import path from 'node:path';
 import { pino } from 'pino';
 import type pg from 'pg';
@@ -121,6 +122,24 @@ function failed(name: string, err: unknown): number {
   return 1;
 }
 
+/** Exit code of a backup or restore that was done but whose audit entry was not recorded. */
+export const EXIT_AUDIT_NOT_RECORDED = 3;
+
+/**
+ * Records a finished backup or restore: 0, or EXIT_AUDIT_NOT_RECORDED with one line on stderr when the
+ * entry cannot be written (the work stands, its summary is on stdout).
+ */
+async function recordDone(name: string, pool: pg.Pool, done: CliAction): Promise<number> {
+  try {
+    await recordCliAction(pool, done);
+    return 0;
+  } catch (err) {
+    if (!(err instanceof AuditNotRecorded)) throw err;
+    process.stderr.write(`arkvory ${name}: ${err.code}: ${err.message}\n`);
+    return EXIT_AUDIT_NOT_RECORDED;
+  }
+}
+
 export const backupCommand: Command = defineCommand({
   name: 'backup',
   summary:
@@ -138,7 +157,7 @@ destination is on the same filesystem. An interrupted backup leaves no manifest;
 Uses ARKVORY_DATABASE_URL (or the embedded database of a running \`npm start\` on ARKVORY_DATA_DIR) and the
 store of ARKVORY_DATA_DIR / ARKVORY_STORAGE_URL. Progress on stderr (a bar on a terminal, JSON lines
 otherwise); a JSON summary on stdout. Exit codes: 0 done, 1 failed (nothing left under a backup's name),
-2 usage. Refused while gc or scrub runs.`,
+2 usage, 3 done but its audit entry not recorded (audit_not_recorded on stderr). Refused while gc or scrub runs.`,
   forms: [
     form({
       args: '<destination>',
@@ -217,12 +236,11 @@ otherwise); a JSON summary on stdout. Exit codes: 0 done, 1 failed (nothing left
               );
             if (summary.pruneError !== undefined)
               process.stderr.write(`warning: backup made; removing older backups failed: ${summary.pruneError}\n`);
-            await recordCliAction(pool, {
+            return await recordDone('backup', pool, {
               action: 'backup.create',
               target: { destination: path.resolve(destination) },
               details: { backup: summary.backup, snapshotTime: summary.snapshotTime, blobs: summary.blobs },
             });
-            return 0;
           } catch (err) {
             progress.done();
             return failed('backup', err);
@@ -299,7 +317,8 @@ it wrote, so the target is empty again and can be retried. A restore killed outr
 storage-id marked as an unfinished restore: no gateway opens it, and the same restore run again empties
 it first. Refused while a gateway or worker of the database runs.
 Progress on stderr (a bar on a terminal, JSON lines otherwise); a JSON summary on stdout.
-Exit codes: 0 restored and clean, 1 refused, failed or the scrub found damage, 2 usage.`,
+Exit codes: 0 restored and clean, 1 refused, failed or the scrub found damage, 2 usage, 3 restored and
+clean but its audit entry not recorded (audit_not_recorded on stderr).`,
   forms: [
     form({
       args: '<source>',
@@ -410,7 +429,7 @@ Exit codes: 0 restored and clean, 1 refused, failed or the scrub found damage, 2
           );
           progress.done();
           process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
-          await recordCliAction(pool, {
+          const recorded = await recordDone('restore', pool, {
             action: 'backup.restore',
             target: { source: backup },
             details: {
@@ -422,7 +441,8 @@ Exit codes: 0 restored and clean, 1 refused, failed or the scrub found damage, 2
               missing: summary.scrub.missing.length,
             },
           });
-          return summary.scrub.corrupt.length || summary.scrub.missing.length ? 1 : 0;
+          // Damage found by the scrub outweighs a missing audit entry.
+          return summary.scrub.corrupt.length || summary.scrub.missing.length ? 1 : recorded;
         } catch (err) {
           progress.done();
           return failed('restore', err);

@@ -726,3 +726,44 @@ describe('rule documents kept in Redis', () => {
     expect(await readdir(destination)).toEqual([]);
   }, 120_000);
 });
+
+describe('a backup and a restore whose audit entry cannot be recorded', () => {
+  const db = useTestDatabase();
+
+  it('exit 3 with their summary on stdout and one audit_not_recorded line, not 1 as a failure does', async () => {
+    await createRepository(db.pool, 'bk');
+    const writer = await createServiceAccount(db.pool, { grants: { bk: 'write' } });
+    const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    await put(gw, writer.key, 'a.bin', randomContent(16 * KiB));
+    await gw.stop('SIGTERM');
+    // The audit table's INSERT refused, in the source and in a target migrated beforehand (a restore writes no audit rows).
+    const target = await createTestDatabase({ migrated: true });
+    drops.push(target.drop);
+    for (const pool of [db.pool, target.pool]) {
+      await pool.query(`CREATE FUNCTION test_refuse_audit() RETURNS trigger LANGUAGE plpgsql AS
+        $$ BEGIN RAISE EXCEPTION 'audit refused by the test'; END $$`);
+      await pool.query(`CREATE TRIGGER test_refuse_audit BEFORE INSERT ON arkvory_audit_events
+        FOR EACH ROW EXECUTE FUNCTION test_refuse_audit()`);
+    }
+    const made = await runCli(['backup', await makeTempDir('arkvory-backups-')], {
+      ARKVORY_DATABASE_URL: db.url,
+      ARKVORY_DATA_DIR: gw.dataDir,
+    });
+    expect(made.code, made.stderr).toBe(3);
+    expect(made.stderr).toMatch(
+      /^arkvory backup: audit_not_recorded: backup\.create was done, but its audit entry was not recorded: audit refused by the test\n$/m,
+    );
+    const backup = (JSON.parse(made.stdout) as { backup: string }).backup;
+    expect((await runCli(['restore', '--verify', backup], {})).code).toBe(0);
+
+    const restored = await runCli(['restore', backup], {
+      ARKVORY_DATABASE_URL: target.url,
+      ARKVORY_DATA_DIR: await makeTempDir(),
+    });
+    expect(restored.code, restored.stderr).toBe(3);
+    expect(JSON.parse(restored.stdout)).toMatchObject({ blobs: { count: 1 }, scrub: { corrupt: [], missing: [] } });
+    expect(restored.stderr).toMatch(
+      /^arkvory restore: audit_not_recorded: backup\.restore was done, but its audit entry was not recorded: audit refused by the test\n$/m,
+    );
+  }, 120_000);
+});
