@@ -122,6 +122,15 @@ function failed(name: string, err: unknown): number {
   return 1;
 }
 
+/** Counts of damage found, said as `N blob(s) corrupt, N missing of N checked`. */
+function damageCounts(report: {
+  checked: number;
+  corrupt: readonly unknown[];
+  missing: readonly unknown[];
+}): string {
+  return `${report.corrupt.length} blob(s) corrupt, ${report.missing.length} missing of ${report.checked} checked`;
+}
+
 /** Exit code of a backup or restore that was done but whose audit entry was not recorded. */
 export const EXIT_AUDIT_NOT_RECORDED = 3;
 
@@ -347,7 +356,11 @@ clean but its audit entry not recorded (audit_not_recorded on stderr).`,
             );
             progress.done();
             process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
-            return report.ok ? 0 : 1;
+            if (report.ok) return 0;
+            process.stderr.write(
+              `arkvory restore --verify: ${report.backup} is damaged: ${damageCounts(report)} (listed in the report on stdout); restore from another backup\n`,
+            );
+            return 1;
           } catch (err) {
             progress.done();
             return failed('restore --verify', err);
@@ -442,7 +455,11 @@ clean but its audit entry not recorded (audit_not_recorded on stderr).`,
             },
           });
           // Damage found by the scrub outweighs a missing audit entry.
-          return summary.scrub.corrupt.length || summary.scrub.missing.length ? 1 : recorded;
+          if (!summary.scrub.corrupt.length && !summary.scrub.missing.length) return recorded;
+          process.stderr.write(
+            `arkvory restore: restored, but its scrub found damage in the target store: ${damageCounts(summary.scrub)} (listed under "scrub" on stdout; corrupt ones quarantined); every blob was verified as it was written, so check the store\n`,
+          );
+          return 1;
         } catch (err) {
           progress.done();
           return failed('restore', err);

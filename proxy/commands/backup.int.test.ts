@@ -26,6 +26,8 @@ import { processEnv, waitUntil } from '../../test/harness/index.ts';
 const KiB = 1024;
 const blobFile = (backup: string, hex: string) =>
   path.join(backup, 'blobs', 'sha256', hex.slice(0, 2), hex.slice(2, 4), hex);
+/** stderr without its progress lines (JSON lines when not on a terminal). */
+const said = (stderr: string) => stderr.split('\n').filter((l) => l !== '' && !l.startsWith('{"time":'));
 const json = (r: { body: Buffer }) => JSON.parse(r.body.toString()) as Record<string, unknown>;
 const drops: Array<() => Promise<void>> = [];
 afterAll(async () => {
@@ -509,7 +511,15 @@ describe('a blob damaged in an earlier backup', () => {
     );
     const verified = await runCli(['restore', '--verify', two.backup], {});
     expect(verified.code, verified.stdout).toBe(0);
-    expect((await runCli(['restore', '--verify', one], {})).code).toBe(1);
+    expect(said(verified.stderr)).toEqual([]);
+    // One more blob of the first backup gone: the failure is said on stderr with its counts, not only in the report.
+    await rm(blobFile(one, sha256(bodies[2]!)));
+    const failed = await runCli(['restore', '--verify', one], {});
+    expect(failed.code).toBe(1);
+    expect(JSON.parse(failed.stdout)).toMatchObject({ ok: false, missing: [sha256(bodies[2]!)] });
+    expect(said(failed.stderr)).toEqual([
+      `arkvory restore --verify: ${one} is damaged: 1 blob(s) corrupt, 1 missing of 3 checked (listed in the report on stdout); restore from another backup`,
+    ]);
   }, 120_000);
 });
 
