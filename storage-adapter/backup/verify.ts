@@ -1,12 +1,12 @@
 /** `arkvory restore --verify`: checks a backup end to end without touching any database or store. */
 import { createHash } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { blobRelativePath } from '../paths.ts';
 import { fileChunks, hashStream } from './blob-copy.ts';
 import { checkDatabaseFile, referencedBlobs } from './database-file.ts';
 import { BackupError } from './errors.ts';
 import { DATABASE_FILE, MANIFEST_FILE, openManifest, RULE_DOCUMENTS_FILE, type SealedManifest } from './manifest.ts';
+import { MANIFEST_MAX_BYTES, readSmallFile, RULE_DOCUMENTS_MAX_BYTES } from './small-file.ts';
 
 export interface VerifyReport {
   backup: string;
@@ -21,7 +21,7 @@ export interface VerifyReport {
 /** Reads and checks the manifest and the database file; throws `backup_invalid` with the reason. */
 export async function openBackup(dir: string): Promise<SealedManifest> {
   const file = path.join(dir, MANIFEST_FILE);
-  const text = await readFile(file, 'utf8').catch((err: NodeJS.ErrnoException) => {
+  const text = await readSmallFile(file, MANIFEST_MAX_BYTES).catch((err: NodeJS.ErrnoException) => {
     if (err.code === 'ENOENT')
       throw new BackupError(
         'backup_invalid',
@@ -40,7 +40,7 @@ export async function readRuleDocuments(dir: string, manifest: SealedManifest): 
   if (!manifest.ruleDocuments) return {};
   const file = path.join(dir, RULE_DOCUMENTS_FILE);
   // Missing is a damaged backup; EACCES and the like are the caller's, said as the file system said them.
-  const text = await readFile(file, 'utf8').catch((err: NodeJS.ErrnoException) => {
+  const text = await readSmallFile(file, RULE_DOCUMENTS_MAX_BYTES).catch((err: NodeJS.ErrnoException) => {
     if (err.code !== 'ENOENT') throw err;
     return '';
   });
