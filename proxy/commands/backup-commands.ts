@@ -123,11 +123,7 @@ function failed(name: string, err: unknown): number {
 }
 
 /** Counts of damage found, said as `N blob(s) corrupt, N missing of N checked`. */
-function damageCounts(report: {
-  checked: number;
-  corrupt: readonly unknown[];
-  missing: readonly unknown[];
-}): string {
+function damageCounts(report: { checked: number; corrupt: readonly unknown[]; missing: readonly unknown[] }): string {
   return `${report.corrupt.length} blob(s) corrupt, ${report.missing.length} missing of ${report.checked} checked`;
 }
 
@@ -410,33 +406,36 @@ clean but its audit entry not recorded (audit_not_recorded on stderr).`,
               // Every restored blob's slice digests, so a remote store's slice cache needs no scrub first.
               sliceBytes: config.sliceCache.sliceBytes,
               // Into the target's rule store: its Redis when it has one, else the database (in the restore's transaction).
-              writeRuleDocuments: async (docs, tx) => {
+              writeRuleDocuments: async (docs, tx, undoWith) => {
                 const restored = new Map(Object.entries(docs) as Array<[string, LimiterRules]>);
                 if (!config.redisUrl) {
                   await upsertPgRuleDocuments(tx, restored);
-                  return undefined;
+                  return;
                 }
                 const redisRules = await openRedisRuleDocuments(config);
-                let previous = new Map<string, unknown>();
                 try {
                   await redisRules.documents.update([...restored.keys()], (current) => {
-                    previous = current;
+                    // Known before the write is sent, which may land though its answer is lost
+                    // (store_outcome_unknown): should the restore fail, the documents as they were (none, normally).
+                    const previous = current;
+                    undoWith(async () => {
+                      const again = await openRedisRuleDocuments(config);
+                      try {
+                        await again.documents.remove([...restored.keys()].filter((l) => !previous.has(l)));
+                        if (previous.size)
+                          await again.documents.update(
+                            [...previous.keys()],
+                            () => previous as Map<string, LimiterRules>,
+                          );
+                      } finally {
+                        again.close();
+                      }
+                    });
                     return restored;
                   });
                 } finally {
                   redisRules.close();
                 }
-                // Should the restore fail after this: the documents as they were (none, normally).
-                return async () => {
-                  const again = await openRedisRuleDocuments(config);
-                  try {
-                    await again.documents.remove([...restored.keys()].filter((l) => !previous.has(l)));
-                    if (previous.size)
-                      await again.documents.update([...previous.keys()], () => previous as Map<string, LimiterRules>);
-                  } finally {
-                    again.close();
-                  }
-                };
               },
             }),
           );

@@ -6,6 +6,7 @@
  * suite (test/conformance/artifact-store.ts), their restore target in restore-target.int.test.ts.
  */
 import { execFile, spawn } from 'node:child_process';
+import net from 'node:net';
 import { existsSync } from 'node:fs';
 import { cp, mkdir, readdir, readFile, rename, rm, utimes, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -774,6 +775,96 @@ describe('a backup and a restore whose audit entry cannot be recorded', () => {
     expect(JSON.parse(restored.stdout)).toMatchObject({ blobs: { count: 1 }, scrub: { corrupt: [], missing: [] } });
     expect(restored.stderr).toMatch(
       /^arkvory restore: audit_not_recorded: backup\.restore was done, but its audit entry was not recorded: audit refused by the test\n$/m,
+    );
+  }, 120_000);
+});
+
+/**
+ * A relay to Redis that, once, forwards a script call (EVAL/EVALSHA) and its execution but cuts the
+ * connection instead of passing on its answer: the write happened, the client cannot know it.
+ * Connections after that one pass untouched.
+ */
+async function relayCuttingFirstScriptAnswer(target: URL): Promise<{ url: string; cut: () => boolean; stop(): void }> {
+  let cut = false;
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((client) => {
+    const origin = net.connect(Number(target.port), target.hostname);
+    sockets.add(client).add(origin);
+    let scriptSent = false;
+    client.on('data', (chunk: Buffer) => {
+      if (!cut && /\r\nEVAL(SHA)?\r\n/i.test(chunk.toString('latin1'))) scriptSent = true;
+      origin.write(chunk);
+    });
+    origin.on('data', (chunk: Buffer) => {
+      // A NOSCRIPT answer ran nothing: the client sends the script itself next.
+      if (scriptSent && !cut && !chunk.toString('latin1').startsWith('-NOSCRIPT')) {
+        cut = true;
+        client.destroy();
+        origin.destroy();
+        return;
+      }
+      scriptSent = false;
+      client.write(chunk);
+    });
+    const close = () => {
+      client.destroy();
+      origin.destroy();
+    };
+    client.on('close', close).on('error', close);
+    origin.on('close', close).on('error', close);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = new URL(target.href);
+  url.host = `127.0.0.1:${(server.address() as net.AddressInfo).port}`;
+  return {
+    url: url.href,
+    cut: () => cut,
+    stop: () => {
+      for (const s of sockets) s.destroy();
+      server.close();
+    },
+  };
+}
+
+describe('a restore whose target Redis fails while it writes the rule documents', () => {
+  const db = useTestDatabase();
+  const redis = useTestRedis();
+
+  it('takes the documents it may have written out again when it rolls back', async () => {
+    const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
+    await writer.stop('SIGTERM');
+    const source = {
+      ARKVORY_DATABASE_URL: db.url,
+      ARKVORY_DATA_DIR: writer.dataDir,
+      ARKVORY_REDIS_URL: redis.url,
+      ARKVORY_REDIS_KEY_PREFIX: `${redis.prefix}a:`,
+    };
+    const rules = path.join(await makeTempDir('arkvory-rules-'), 'publish.yaml');
+    await writeFile(
+      rules,
+      'rate_limits:\n  transfer_bytes:\n    - name: bytes_per_principal_per_day\n      action: limit\n      characteristics: [principal]\n      limit: 10000000000\n      period_s: 86400\n',
+    );
+    expect((await runCli(['ratelimit', 'publish', rules], source)).code).toBe(0);
+    const destination = await makeTempDir('arkvory-backups-');
+    expect((await runCli(['backup', destination], source)).code).toBe(0);
+
+    const relay = await relayCuttingFirstScriptAnswer(new URL(redis.url));
+    onTestFinished(() => relay.stop());
+    const target = await createTestDatabase({ migrated: false });
+    drops.push(target.drop);
+    const prefix = `${redis.prefix}b:`;
+    const failed = await runCli(['restore', destination], {
+      ARKVORY_DATABASE_URL: target.url,
+      ARKVORY_DATA_DIR: await makeTempDir(),
+      ARKVORY_REDIS_URL: relay.url,
+      ARKVORY_REDIS_KEY_PREFIX: prefix,
+    });
+    expect(relay.cut(), 'the relay cut the answer to the write').toBe(true);
+    expect(failed.code).toBe(1);
+    expect(failed.stderr).toContain('store_outcome_unknown');
+    expect(failed.stderr).toContain('the restore was rolled back');
+    expect(await redis.client.keys(`${prefix}ratelimit:rules:*`), 'no rule document left in the target Redis').toEqual(
+      [],
     );
   }, 120_000);
 });

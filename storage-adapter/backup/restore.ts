@@ -51,10 +51,15 @@ export interface RestoreOptions {
   /**
    * Writes backed-up rule documents (kept outside the database) into the target's rule store, before
    * the commit: inside `tx` (the restore's transaction) when that store is the database; elsewhere
-   * (Redis) returning how to undo the write should the restore fail after it.
+   * (Redis) giving `undoWith` how to undo the write before the write is sent, so a write that fails
+   * with its outcome unknown is undone too should the restore roll back.
    */
   readonly writeRuleDocuments?:
-    | ((docs: Record<string, unknown>, tx: pg.ClientBase) => Promise<(() => Promise<void>) | undefined>)
+    | ((
+        docs: Record<string, unknown>,
+        tx: pg.ClientBase,
+        undoWith: (undo: () => Promise<void>) => void,
+      ) => Promise<void>)
     | undefined;
   /**
    * Says which of the backed-up rule documents `docs` the target's rule store outside the database
@@ -423,7 +428,9 @@ async function restoreAllOrNothing(
       for (const [sha256, digests] of sliceDigests) await recordSliceDigests(tx, sha256, digests);
       const ruleDocuments = await readRuleDocuments(options.backup, manifest);
       if (Object.keys(ruleDocuments).length && options.writeRuleDocuments)
-        undoRuleDocuments = await options.writeRuleDocuments(ruleDocuments, tx);
+        await options.writeRuleDocuments(ruleDocuments, tx, (undo) => {
+          undoRuleDocuments = undo;
+        });
       // The binding, last: the row in the transaction, the object just before the commit (as a
       // writer's first start does, identity.ts).
       await tx.query('INSERT INTO arkvory_storage (id) VALUES ($1)', [manifest.storageId]);
