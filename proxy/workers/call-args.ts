@@ -5,10 +5,38 @@
  * count or a rate-limit counter for every worker. Each parser returns the arguments in their typed
  * shape or throws `MalformedCallError`; the call then fails and changes nothing.
  */
+import type { TransferKind } from '../../policy/admission/index.ts';
 import type { Ceiling } from '../../policy/bandwidth/index.ts';
 import type { Plan, PlannedRule } from '../../policy/rate-limit/evaluate.ts';
-import type { AdmitRequest, HoldRequest, TakeRequest } from './policy-host.ts';
-import type { CreateSessionRequest } from './remote-sessions.ts';
+
+/** What a worker's calls carry, as the coordinating process takes them once checked. */
+export interface TakeRequest {
+  direction: 'download' | 'upload';
+  principalId: string;
+  weight: number;
+  ceilings: Ceiling[];
+  bytes: number;
+  /** The stream's first take: only that one sets the principal's weight, as a new meter does. */
+  opens: boolean;
+  /** The stream's place in its principal's fair order: the answer to its previous take (0 at first). */
+  tag: number;
+}
+
+export interface AdmitRequest {
+  principalId: string;
+  kind: TransferKind;
+}
+
+/** One of the `max` concurrent transfers of `repository` (its bound as the asking worker read it). */
+export interface HoldRequest {
+  repository: string;
+  max: number;
+}
+
+export interface CreateSessionRequest {
+  principal: { id: string; name: string; disabledAtMs: number | null };
+  authorization: string;
+}
 
 /** Bounds a string field of a call: a principal id, a repository, a key (the gateway's own are far shorter). */
 export const MAX_CALL_STRING = 4096;

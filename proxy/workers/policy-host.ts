@@ -8,8 +8,8 @@
  * worker is gone its slots and repository transfers are released and its waiting takes and
  * admissions cancelled, in the same turn of the event loop that learns of its exit.
  */
-import type { AdmissionQueue, AdmissionSnapshot, Release, TransferKind } from '../../policy/admission/index.ts';
-import type { BandwidthGovernors, BandwidthSnapshot, Ceiling } from '../../policy/bandwidth/index.ts';
+import type { AdmissionQueue, AdmissionSnapshot, Release } from '../../policy/admission/index.ts';
+import type { BandwidthGovernors, BandwidthSnapshot } from '../../policy/bandwidth/index.ts';
 import { PolicyError } from '../../policy/errors.ts';
 import type { LeaseStanding } from '../../policy/lease/coordinator.ts';
 import type { CounterStore } from '../../policy/rate-limit/index.ts';
@@ -27,28 +27,7 @@ import {
 import type { LeaseView } from './instance-lease.ts';
 import type { Link } from './link.ts';
 
-export interface TakeRequest {
-  direction: 'download' | 'upload';
-  principalId: string;
-  weight: number;
-  ceilings: Ceiling[];
-  bytes: number;
-  /** The stream's first take: only that one sets the principal's weight, as a new meter does. */
-  opens: boolean;
-  /** The stream's place in its principal's fair order: the answer to its previous take (0 at first). */
-  tag: number;
-}
-
-export interface AdmitRequest {
-  principalId: string;
-  kind: TransferKind;
-}
-
-/** One of the `max` concurrent transfers of `repository` (its bound as the asking worker read it). */
-export interface HoldRequest {
-  repository: string;
-  max: number;
-}
+export type { AdmitRequest, HoldRequest, TakeRequest } from './call-args.ts';
 
 export interface PolicySnapshot {
   admission: AdmissionSnapshot;

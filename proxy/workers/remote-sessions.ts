@@ -7,16 +7,13 @@
  */
 import { PolicyError } from '../../policy/errors.ts';
 import { type ConsoleSession, type ConsoleSessions, isSessionId, type SessionStore } from '../console/sessions.ts';
-import { CallChecks, parseCreateSession, parseSessionId } from './call-args.ts';
+import { CallChecks, type CreateSessionRequest, parseCreateSession, parseSessionId } from './call-args.ts';
 import type { Link } from './link.ts';
 
 /** How long a worker waits for the coordinating process to answer a session call. */
 export const SESSION_CALL_DEADLINE_MS = 2000;
 
-export interface CreateSessionRequest {
-  principal: { id: string; name: string; disabledAtMs: number | null };
-  authorization: string;
-}
+export type { CreateSessionRequest };
 
 /** Serves one worker's session calls on its link from the instance's table. */
 export function serveSessions(link: Link, table: ConsoleSessions, checks = new CallChecks()): void {
