@@ -594,6 +594,17 @@ describe('a backup onto a full disk', () => {
   }, 120_000);
 });
 
+/** Publishes, through the CLI with `env`, one transfer_bytes rule: `limit` bytes a day per principal. */
+async function publishDailyBytesRule(env: Record<string, string>, limit = 10_000_000_000): Promise<void> {
+  const rules = path.join(await makeTempDir('arkvory-rules-'), 'publish.yaml');
+  await writeFile(
+    rules,
+    `rate_limits:\n  transfer_bytes:\n    - name: bytes_per_principal_per_day\n      action: limit\n      characteristics: [principal]\n      limit: ${limit}\n      period_s: 86400\n`,
+  );
+  const published = await runCli(['ratelimit', 'publish', rules], env);
+  expect(published.code, published.stderr).toBe(0);
+}
+
 describe('rule documents kept in Redis', () => {
   const db = useTestDatabase();
   const redis = useTestRedis();
@@ -607,12 +618,7 @@ describe('rule documents kept in Redis', () => {
       ARKVORY_REDIS_URL: redis.url,
       ARKVORY_REDIS_KEY_PREFIX: `${redis.prefix}a:`,
     };
-    const rules = path.join(await makeTempDir('arkvory-rules-'), 'publish.yaml');
-    await writeFile(
-      rules,
-      'rate_limits:\n  transfer_bytes:\n    - name: bytes_per_principal_per_day\n      action: limit\n      characteristics: [principal]\n      limit: 10000000000\n      period_s: 86400\n',
-    );
-    expect((await runCli(['ratelimit', 'publish', rules], source)).code).toBe(0);
+    await publishDailyBytesRule(source);
     const destination = await makeTempDir('arkvory-backups-');
     const backup = await runCli(['backup', destination], source);
     expect(backup.code, backup.stderr).toBe(0);
@@ -651,15 +657,7 @@ describe('rule documents kept in Redis', () => {
   it("are not written over another installation's in the target Redis: such a restore is refused before it writes", async () => {
     const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
     await writer.stop('SIGTERM');
-    const publish = async (env: Record<string, string>, limit: number) => {
-      const rules = path.join(await makeTempDir('arkvory-rules-'), 'publish.yaml');
-      await writeFile(
-        rules,
-        `rate_limits:\n  transfer_bytes:\n    - name: bytes_per_principal_per_day\n      action: limit\n      characteristics: [principal]\n      limit: ${limit}\n      period_s: 86400\n`,
-      );
-      const published = await runCli(['ratelimit', 'publish', rules], env);
-      expect(published.code, published.stderr).toBe(0);
-    };
+    const publish = publishDailyBytesRule;
     const source = {
       ARKVORY_DATABASE_URL: db.url,
       ARKVORY_DATA_DIR: writer.dataDir,
@@ -839,12 +837,7 @@ describe('a restore whose target Redis fails while it writes the rule documents'
       ARKVORY_REDIS_URL: redis.url,
       ARKVORY_REDIS_KEY_PREFIX: `${redis.prefix}a:`,
     };
-    const rules = path.join(await makeTempDir('arkvory-rules-'), 'publish.yaml');
-    await writeFile(
-      rules,
-      'rate_limits:\n  transfer_bytes:\n    - name: bytes_per_principal_per_day\n      action: limit\n      characteristics: [principal]\n      limit: 10000000000\n      period_s: 86400\n',
-    );
-    expect((await runCli(['ratelimit', 'publish', rules], source)).code).toBe(0);
+    await publishDailyBytesRule(source);
     const destination = await makeTempDir('arkvory-backups-');
     expect((await runCli(['backup', destination], source)).code).toBe(0);
 

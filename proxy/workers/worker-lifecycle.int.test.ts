@@ -12,7 +12,7 @@ import { waitUntil } from '../../test/harness/index.ts';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
 import { randomContent, request } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
-import { startGateway } from '../../test/support/gateway.ts';
+import { type GatewayProcess, startGateway } from '../../test/support/gateway.ts';
 import {
   connectionsOnBothWorkers,
   requestRetried,
@@ -38,23 +38,29 @@ afterEach(async () => {
   await Promise.all(clients.splice(0).map((c) => c.destroy()));
 });
 
+/** An instance of two serving workers, downloads paced per principal, holding `name` (`size` bytes) in `wl`. */
+async function pacedTwoWorkersHolding(name: string, size: number): Promise<GatewayProcess> {
+  const gw = await startGateway({
+    env: {
+      ARKVORY_DATABASE_URL: db.url,
+      ARKVORY_WORKERS: '2',
+      ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(PER_PRINCIPAL),
+    },
+  });
+  await waitForWorkers(gw, (s) => s.workers.filter((w) => w.state === 'serving').length === 2);
+  const put = await request(`${gw.url}/api/v1/repositories/wl/artifacts/${name}`, {
+    method: 'PUT',
+    headers: bearer(key),
+    body: randomContent(size),
+  });
+  expect(put.status).toBe(201);
+  return gw;
+}
+
 describe('a worker of an instance', () => {
   it('fenced by the loss of its own database connection shows fenced while it drains, leaves with exit code 3 and is replaced', async () => {
-    const gw = await startGateway({
-      env: {
-        ARKVORY_DATABASE_URL: db.url,
-        ARKVORY_WORKERS: '2',
-        // Paced downloads (the instance's governor) keep the fenced worker draining for its whole bound.
-        ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(PER_PRINCIPAL),
-      },
-    });
-    await waitForWorkers(gw, (s) => s.workers.filter((w) => w.state === 'serving').length === 2);
-    const put = await request(`${gw.url}/api/v1/repositories/wl/artifacts/a.bin`, {
-      method: 'PUT',
-      headers: bearer(key),
-      body: randomContent(SIZE),
-    });
-    expect(put.status).toBe(201);
+    // Paced downloads (the instance's governor) keep the fenced worker draining for its whole bound.
+    const gw = await pacedTwoWorkersHolding('a.bin', SIZE);
     const connections = await connectionsOnBothWorkers(gw.url, clients, 1);
     // One download on each worker, running when the connection is cut (it lasts about 16 s).
     const downloads = connections.map(({ client }) =>
@@ -119,21 +125,8 @@ describe('a worker of an instance', () => {
   });
 
   it('that stands still (SIGSTOP) mid-transfer is killed and replaced, and its admission slot given back', async () => {
-    const gw = await startGateway({
-      env: {
-        ARKVORY_DATABASE_URL: db.url,
-        ARKVORY_WORKERS: '2',
-        // Paced: each download lasts about 64 s, past the stop, the kill and the replacement.
-        ARKVORY_DOWNLOAD_BYTES_PER_SECOND_PER_PRINCIPAL: String(PER_PRINCIPAL),
-      },
-    });
-    await waitForWorkers(gw, (s) => s.workers.filter((w) => w.state === 'serving').length === 2);
-    const put = await request(`${gw.url}/api/v1/repositories/wl/artifacts/long.bin`, {
-      method: 'PUT',
-      headers: bearer(key),
-      body: randomContent(64 * PER_PRINCIPAL),
-    });
-    expect(put.status).toBe(201);
+    // Paced: each download lasts about 64 s, past the stop, the kill and the replacement.
+    const gw = await pacedTwoWorkersHolding('long.bin', 64 * PER_PRINCIPAL);
     // Two connections on each worker: one download on each, and worker 0's second for the checks.
     const connections = await connectionsOnBothWorkers(gw.url, clients, 2);
     const observer = connections[1]!.client;
