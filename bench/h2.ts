@@ -33,7 +33,7 @@
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
 import http2 from 'node:http2';
 import path from 'node:path';
 import { setTimeout } from 'node:timers/promises';
@@ -390,5 +390,6 @@ async function main(): Promise<void> {
       console.log(`gateway h2 / gateway h1 over TLS: ${(med('gateway h2') / med('gateway h1 (TLS)')).toFixed(2)}×`);
   } finally {
     await bench.close();
+    await rm(work, { recursive: true, force: true });
   }
 }

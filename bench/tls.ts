@@ -16,7 +16,7 @@
  * --database-url an embedded PostgreSQL is started in the work directory. Nothing is left behind.
  */
 import { existsSync } from 'node:fs';
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
@@ -231,6 +231,7 @@ async function main(): Promise<void> {
     );
   } finally {
     await bench.close();
+    await rm(work, { recursive: true, force: true });
   }
 }
 
