@@ -59,7 +59,15 @@ describe('a worker starting while its coordinating process is stopped', () => {
       intervalMs: 100,
     });
     expect(unanswered(gw)[0]).toMatchObject({ level: 'fatal', msg: expect.stringMatching(/coordinating process/) });
-    expect(gw.stderr()).toMatch(/arkvory: cannot start: the coordinating process of this instance did not answer/);
+    // Its stderr line comes down another pipe than its log line: read once it has arrived.
+    await waitUntil(
+      () => /arkvory: cannot start: the coordinating process of this instance did not answer/.test(gw.stderr()),
+      {
+        what: "the worker's one stderr line",
+        timeoutMs: 5_000,
+        intervalMs: 50,
+      },
+    );
 
     gw.signal('SIGCONT');
     stopped = undefined;
