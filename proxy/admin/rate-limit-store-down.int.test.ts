@@ -34,6 +34,15 @@ function ruleCalls(url: string, key: string, name: string) {
   };
 }
 
+/** A publish and a delete each answer 503 `unavailable`, saying nothing was written. */
+async function expectNothingWritten(...calls: Array<() => Promise<Response>>): Promise<void> {
+  for (const call of calls) {
+    const res = await call();
+    expect(res.status).toBe(503);
+    expect(await res.json()).toEqual({ code: 'unavailable', message: expect.stringContaining('nothing') });
+  }
+}
+
 describe('rate-limit admin API with Redis down (real gateway, real redis-server stopped)', () => {
   it('answers 503 unavailable to a publish and a delete, logs no error, and publishes once Redis is back', async () => {
     const redis = await startRedisServer();
@@ -44,12 +53,7 @@ describe('rate-limit admin API with Redis down (real gateway, real redis-server 
     expect((await publish()).status).toBe(200);
 
     await redis.stop();
-    const published = await publish();
-    expect(published.status).toBe(503);
-    expect(await published.json()).toEqual({ code: 'unavailable', message: expect.stringContaining('nothing') });
-    const removed = await remove();
-    expect(removed.status).toBe(503);
-    expect(await removed.json()).toEqual({ code: 'unavailable', message: expect.stringContaining('nothing') });
+    await expectNothingWritten(publish, remove);
     // The store's outage is no fault of the gateway's: no error line, no 500.
     expect(gw.logLines().filter((l) => Number(l.level) >= 50)).toEqual([]);
 
@@ -79,12 +83,7 @@ describe('rate-limit admin API with its PostgreSQL rule store failing (real gate
     // Cut while a document is written, before the COMMIT: nothing was written.
     await db.pool.query(`CREATE TRIGGER arkvory_test_cut BEFORE INSERT OR UPDATE ON arkvory_rate_limit_rules
       FOR EACH ROW EXECUTE FUNCTION arkvory_test_cut_session()`);
-    const published = await publish();
-    expect(published.status).toBe(503);
-    expect(await published.json()).toEqual({ code: 'unavailable', message: expect.stringContaining('nothing') });
-    const removed = await remove();
-    expect(removed.status).toBe(503);
-    expect(await removed.json()).toEqual({ code: 'unavailable', message: expect.stringContaining('nothing') });
+    await expectNothingWritten(publish, remove);
     await db.pool.query('DROP TRIGGER arkvory_test_cut ON arkvory_rate_limit_rules');
 
     // Cut inside the COMMIT (a deferred trigger runs there): the change may or may not have landed.

@@ -605,20 +605,29 @@ async function publishDailyBytesRule(env: Record<string, string>, limit = 10_000
   expect(published.code, published.stderr).toBe(0);
 }
 
+/** A stopped writer's data dir and database, with one daily-bytes rule published into Redis under `<prefix>a:`. */
+async function sourceWithDailyBytesRule(
+  databaseUrl: string,
+  redis: { url: string; prefix: string },
+): Promise<Record<string, string>> {
+  const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: databaseUrl } });
+  await writer.stop('SIGTERM');
+  const source = {
+    ARKVORY_DATABASE_URL: databaseUrl,
+    ARKVORY_DATA_DIR: writer.dataDir,
+    ARKVORY_REDIS_URL: redis.url,
+    ARKVORY_REDIS_KEY_PREFIX: `${redis.prefix}a:`,
+  };
+  await publishDailyBytesRule(source);
+  return source;
+}
+
 describe('rule documents kept in Redis', () => {
   const db = useTestDatabase();
   const redis = useTestRedis();
 
   it('are backed up beside the snapshot and restored into the target Redis, or into the target database without one', async () => {
-    const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
-    await writer.stop('SIGTERM');
-    const source = {
-      ARKVORY_DATABASE_URL: db.url,
-      ARKVORY_DATA_DIR: writer.dataDir,
-      ARKVORY_REDIS_URL: redis.url,
-      ARKVORY_REDIS_KEY_PREFIX: `${redis.prefix}a:`,
-    };
-    await publishDailyBytesRule(source);
+    const source = await sourceWithDailyBytesRule(db.url, redis);
     const destination = await makeTempDir('arkvory-backups-');
     const backup = await runCli(['backup', destination], source);
     expect(backup.code, backup.stderr).toBe(0);
@@ -829,15 +838,7 @@ describe('a restore whose target Redis fails while it writes the rule documents'
   const redis = useTestRedis();
 
   it('takes the documents it may have written out again when it rolls back', async () => {
-    const writer = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url } });
-    await writer.stop('SIGTERM');
-    const source = {
-      ARKVORY_DATABASE_URL: db.url,
-      ARKVORY_DATA_DIR: writer.dataDir,
-      ARKVORY_REDIS_URL: redis.url,
-      ARKVORY_REDIS_KEY_PREFIX: `${redis.prefix}a:`,
-    };
-    await publishDailyBytesRule(source);
+    const source = await sourceWithDailyBytesRule(db.url, redis);
     const destination = await makeTempDir('arkvory-backups-');
     expect((await runCli(['backup', destination], source)).code).toBe(0);
 
