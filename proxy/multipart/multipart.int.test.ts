@@ -504,10 +504,13 @@ describe('parts left behind by a finished session', () => {
 
     // The worker sweeps as soon as it is active, then every 30 s.
     gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url }, dataDir: gw.dataDir });
-    await waitUntil(async () => (await files(failed)).length + (await files(aborted)).length === 0, {
-      what: 'the finished sessions’ part files removed',
-      timeoutMs: 15_000,
-    });
+    // Files first, then rows: both are waited for, as the sweep removes them in two steps.
+    await waitUntil(
+      async () =>
+        (await files(failed)).length + (await files(aborted)).length + (await rows(failed)) + (await rows(aborted)) ===
+        0,
+      { what: 'the finished sessions’ part files and rows removed', timeoutMs: 15_000 },
+    );
     expect([await rows(failed), await rows(aborted)]).toEqual([0, 0]);
     // An open session keeps its parts; the finished ones keep their state.
     expect(await rows(open)).toBe(2);
