@@ -7,11 +7,10 @@
  * policy state, proxy/workers/run-primary.ts) plugs in through `InstanceParts`.
  */
 import cluster, { type Worker } from 'node:cluster';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { Clock } from '../../policy/clock.ts';
-import { systemTimers } from '../../policy/timers.ts';
+import { systemTimers, type TimerHandle } from '../../policy/timers.ts';
 import type { Config } from '../config/config.ts';
 import { type MetricsServer, SCRAPE_SPACING_MS, startMetricsServer } from '../metrics/metrics-endpoint.ts';
 import { registerWorkerMetrics } from '../metrics/worker-metrics.ts';
@@ -24,11 +23,8 @@ import { Link } from './link.ts';
 import { CATALOG_CHANGED, invalidateOthers } from './catalog-coherence.ts';
 import { ALIVE, watchLiveness } from './liveness.ts';
 import { PING } from './start-calls.ts';
+import { RestartBackoff } from './restart-backoff.ts';
 import type { Hello, WorkerView } from './worker-instance.ts';
-
-/** A worker that dies this soon after its start is waited for this long before the next one (a crash loop). */
-const QUICK_DEATH_MS = 5000;
-const RESTART_BACKOFF_MS = 1000;
 
 /**
  * How long a scrape waits for a worker's families: one stopped or hung leaves the scrape without
@@ -112,6 +108,10 @@ export class WorkerSupervisor {
     let allExited!: () => void;
     const done = new Promise<void>((resolve) => (allExited = resolve));
     const exitCodes: number[] = [];
+    // Per index, across its replacements: a crash loop's starts are spaced out (restart-backoff.ts).
+    const backoffs = new Map<number, RestartBackoff>();
+    // Replacements waiting out their backoff: a stop cancels them, and does not wait for them.
+    const pendingStarts = new Set<TimerHandle>();
 
     // Counters and histograms never go back in the sum, whoever died or was left out (carried-totals.ts).
     const totals = new CarriedTotals<Slot>();
@@ -242,9 +242,19 @@ export class WorkerSupervisor {
         return;
       }
       restartsTotal++;
-      const quick = clock.monotonicMs() - slot.startedMs < QUICK_DEATH_MS;
+      let backoff = backoffs.get(slot.index);
+      if (!backoff) backoffs.set(slot.index, (backoff = new RestartBackoff(clock)));
+      const { delayMs, streak } = backoff.died(slot.startedMs);
       plog.warn(
-        { worker: slot.index, pid: slot.worker.process.pid, code, signal, ...parts.describe?.() },
+        {
+          worker: slot.index,
+          pid: slot.worker.process.pid,
+          code,
+          signal,
+          restartInMs: delayMs,
+          crashStreak: streak,
+          ...parts.describe?.(),
+        },
         code === EXIT.fenced
           ? 'a worker left, fenced by the loss of its own database connection; what it held is released; starting a new one'
           : 'a worker died; what it held is released; starting a new one',
@@ -252,13 +262,21 @@ export class WorkerSupervisor {
       const start = () => {
         if (!stopping) fork(slot.index, true, slot.restarts + 1);
       };
-      if (quick) void sleep(RESTART_BACKOFF_MS).then(start);
-      else start();
+      if (delayMs === 0) start();
+      else {
+        const handle = systemTimers.setTimeout(() => {
+          pendingStarts.delete(handle);
+          start();
+        }, delayMs);
+        pendingStarts.add(handle);
+      }
     };
 
     const stop = () => {
       if (stopping) return;
       stopping = true;
+      for (const handle of pendingStarts) systemTimers.clearTimeout(handle);
+      pendingStarts.clear();
       // As a single process's preClose: waiting requests are refused before in-flight ones are awaited.
       parts.closing?.();
       // A worker waiting to listen goes on to its stop.

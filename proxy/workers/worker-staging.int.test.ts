@@ -99,6 +99,10 @@ describe('a worker of an instance killed mid-upload', () => {
     await waitForWorkers(gw, (s) =>
       s.workers.every((w) => w.state === 'serving' && w.restarts === (w.index === 1 ? 1 : 0)),
     );
+    // The first death of a streak is replaced within the first step of the backoff (restart-backoff.ts).
+    const died = gw.logLines().find((l) => l.msg === 'a worker died; what it held is released; starting a new one');
+    expect(died).toMatchObject({ worker: 1, crashStreak: 1, restartInMs: expect.any(Number) });
+    expect(died?.restartInMs).toBeLessThanOrEqual(1000);
     const left = await stagingFiles(gw.dataDir);
     expect(left).not.toContain(doomedFile);
     expect(left).toContain(survivingFile);
