@@ -27,7 +27,7 @@ export async function openStore(
     current?: (() => Config) | undefined;
     /** A directory store's writer leaves tmp/ alone (a worker joining a serving instance). */
     keepTmp?: boolean | undefined;
-    /** A directory store writer's own staging directory under tmp/, emptied at open (fs-store.ts). */
+    /** A writer's own staging directory under tmp/, emptied at open (fs-store.ts, http-store.ts). */
     ownStaging?: string | undefined;
   } = {},
 ): Promise<OpenedArtifactStore> {
@@ -40,7 +40,7 @@ export async function openStore(
   }
   if (url !== undefined) {
     const { openHttpStore } = await import('../../storage-adapter/http/index.ts');
-    return openHttpStore({ url, role, pool, connectTimeoutMs, timeoutMs, restoreAs });
+    return openHttpStore({ url, role, pool, connectTimeoutMs, timeoutMs, restoreAs, ownStaging });
   }
   return openFsStore({ root: config.dataDir, role, pool, openFiles, restoreAs, keepTmp, ownStaging });
 }

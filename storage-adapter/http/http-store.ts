@@ -4,7 +4,8 @@
  * `dav_methods PUT DELETE MOVE; create_full_put_path on;` (writes) and `autoindex_format json` (listing,
  * for scrub and gc only). Reads are plain GET/HEAD with Range.
  *
- * Publish: the body streams (hashed, counted, paced) as a chunked PUT to `tmp/<uuid>.upload`; a
+ * Publish: the body streams (hashed, counted, paced) as a chunked PUT to `tmp/<uuid>.upload` (a
+ * worker of an instance: `tmp/<ownStaging>/<uuid>.upload`, see `ownStaging`); a
  * length or digest mismatch throws inside the body, so the store never completes the temporary.
  * commit() MOVEs it to the blob name with `Overwrite: T`: whatever is there already is replaced by the
  * verified bytes, never taken as them. A store without MOVE (405/501) gets a GET of the temporary
@@ -39,6 +40,13 @@ export interface HttpStoreOptions extends UpstreamOptions {
   readonly role: StorageRole | 'worker';
   readonly pool: pg.Pool;
   readonly restoreAs?: string | undefined;
+  /**
+   * Writer: the directory under tmp/ this process alone stages in (a worker of a gateway instance:
+   * its index's). Removed here, before the process serves: a worker starts with an index only once
+   * that index's previous process is dead, so what it holds are the dead one's staged uploads (whole:
+   * nginx keeps a PUT cut short nowhere), never another live worker's.
+   */
+  readonly ownStaging?: string | undefined;
 }
 
 export async function openHttpStore(options: HttpStoreOptions): Promise<OpenedArtifactStore> {
@@ -48,9 +56,14 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<OpenedAr
   const stats = { committed: 0, discarded: 0, failed: 0 };
   const identity = httpIdentity(dav);
 
+  const stagingDir =
+    role === 'writer' && options.ownStaging !== undefined ? `${TMP_DIR}/${options.ownStaging}` : TMP_DIR;
+
   let storageId: string;
   try {
     storageId = await openingStorageId({ object: identity, role, pool: options.pool, restoreAs: options.restoreAs });
+    // One DELETE of the directory (no listing needed); the next PUT creates it again.
+    if (stagingDir !== TMP_DIR) await dav.remove(stagingDir);
   } catch (err) {
     await dav.close().catch(() => {});
     throw err;
@@ -96,7 +109,7 @@ export async function openHttpStore(options: HttpStoreOptions): Promise<OpenedAr
 
     async stage(body, stageOptions: StageOptions): Promise<StagedBlob> {
       if (role === 'reader') throw new Error('stage() on a read-only store');
-      const tempName = `${TMP_DIR}/${randomUUID()}.upload`;
+      const tempName = `${stagingDir}/${randomUUID()}.upload`;
       // Every check throws inside the body, so the store sees an aborted PUT and keeps nothing.
       const upload = checkedUpload(body, stageOptions);
       try {
