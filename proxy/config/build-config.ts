@@ -50,6 +50,7 @@ export function buildConfig(v: VariableValues, derived: Derived, cwd: string): C
     databaseUrl: withPassword(v.optStr('ARKVORY_DATABASE_URL'), v.optStr('ARKVORY_DATABASE_PASSWORD')),
     databasePoolSize: v.num('ARKVORY_DATABASE_POOL_SIZE'),
     databaseStartupWaitMs: v.num('ARKVORY_DATABASE_STARTUP_WAIT_SECONDS') * 1000,
+    databaseQueryTimeoutMs: v.num('ARKVORY_DATABASE_QUERY_TIMEOUT_MILLISECONDS'),
     databaseRequireLeastPrivilege: v.values.get('ARKVORY_DATABASE_REQUIRE_LEAST_PRIVILEGE') as boolean,
     redisUrl: withPassword(v.optStr('ARKVORY_REDIS_URL'), v.optStr('ARKVORY_REDIS_PASSWORD')),
     secretSources: derived.secretSources,

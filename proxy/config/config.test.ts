@@ -30,6 +30,12 @@ describe('loadConfig', () => {
     expect(config.admission.maxDownloadsPerPrincipal).toBe(4);
   });
 
+  it('bounds the gateway statements by 5 s unless ARKVORY_DATABASE_QUERY_TIMEOUT_MILLISECONDS says otherwise', () => {
+    expect(loadConfig({}).databaseQueryTimeoutMs).toBe(5000);
+    expect(loadConfig({ ARKVORY_DATABASE_QUERY_TIMEOUT_MILLISECONDS: '100' }).databaseQueryTimeoutMs).toBe(100);
+    expect(loadConfig({ ARKVORY_DATABASE_QUERY_TIMEOUT_MILLISECONDS: '600000' }).databaseQueryTimeoutMs).toBe(600_000);
+  });
+
   it('derives the slice cache file bound from its byte bound (one file per 16 KiB) unless set', () => {
     expect(loadConfig({}).sliceCache.maxFiles).toBe(655360);
     expect(loadConfig({ ARKVORY_CACHE_MAX_BYTES: '1048576' }).sliceCache.maxFiles).toBe(64);
@@ -54,6 +60,11 @@ describe('loadConfig', () => {
     ['ARKVORY_ROLE', 'boss', 'expected one of api|reader|worker|router|rules-service, got "boss"'],
     ['ARKVORY_DATABASE_POOL_SIZE', '0', 'expected an integer from 1 to 1000, got "0"'],
     ['ARKVORY_DATABASE_POOL_SIZE', '-1', 'got "-1"'],
+    ['ARKVORY_DATABASE_QUERY_TIMEOUT_MILLISECONDS', '99', 'expected an integer from 100 to 600000, got "99"'],
+    ['ARKVORY_DATABASE_QUERY_TIMEOUT_MILLISECONDS', '600001', 'got "600001"'],
+    ['ARKVORY_DATABASE_QUERY_TIMEOUT_MILLISECONDS', '0', 'got "0"'],
+    ['ARKVORY_DATABASE_QUERY_TIMEOUT_MILLISECONDS', '1.5', 'got "1.5"'],
+    ['ARKVORY_DATABASE_QUERY_TIMEOUT_MILLISECONDS', '5s', 'got "5s"'],
     ['ARKVORY_LOG_LEVEL', 'loud', 'got "loud"'],
     ['ARKVORY_DATABASE_URL', 'mysql://x', 'got <redacted>'],
     ['ARKVORY_REDIS_URL', 'not a url', 'got <redacted>'],

@@ -13,6 +13,8 @@ export interface Config {
   readonly databasePoolSize: number;
   /** Startup retries an unreachable PostgreSQL this long, then exits 1. */
   readonly databaseStartupWaitMs: number;
+  /** Longest wait of the gateway's request-path statements for an answer, and for a connection. */
+  readonly databaseQueryTimeoutMs: number;
   /** Refuse a superuser or schema-owner login instead of warning. */
   readonly databaseRequireLeastPrivilege: boolean;
   /** Where each secret came from (env, file or unset), by the variable it fills; never a value. */

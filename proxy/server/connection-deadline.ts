@@ -6,6 +6,7 @@
  * again) and the work fails with ConnectionDeadline. A statement whose COMMIT was sent may still
  * take effect on the server: the caller knows which step its work had reached.
  */
+import { liftStatementDeadline } from '../../lib/statement-deadline.ts';
 import { systemTimers, type Timers } from '../../policy/timers.ts';
 
 /** What the work needs of a pooled connection (pg.PoolClient). */
@@ -66,6 +67,8 @@ export async function onConnectionWithin<C extends DeadlineConnection, T>(
       () => {},
     );
     conn = await within(connecting);
+    // This deadline is the work's: the pool's shorter one for request statements must not cut it.
+    liftStatementDeadline(conn);
     conn.on('error', ignore);
     const result = await within(work(conn, within));
     conn.off('error', ignore);

@@ -7,6 +7,9 @@ import {
   waitForDatabase,
   type WaitForDatabaseOptions,
 } from './database.ts';
+import { isConnectionLost } from '../../lib/connection-loss.ts';
+import { DatabaseUnavailable } from '../../lib/statement-deadline.ts';
+import { toHttpError } from './http-errors.ts';
 
 const refused = () => Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' });
 
@@ -81,6 +84,28 @@ describe('startup wait for PostgreSQL', () => {
     expect(isUnreachable(Object.assign(new Error('the database system is starting up'), { code: '57P03' }))).toBe(true);
     expect(isUnreachable(new Error('Connection terminated unexpectedly'))).toBe(true);
     expect(isUnreachable(Object.assign(new Error('database "x" does not exist'), { code: '3D000' }))).toBe(false);
+    expect(isUnreachable(new DatabaseUnavailable('the database did not give a connection within 5000 ms'))).toBe(true);
     expect(databaseTarget('postgres://u:secret@db.example:6543/x')).toBe('db.example:6543');
+  });
+});
+
+describe('a statement past the gateway deadline', () => {
+  const expired = new DatabaseUnavailable(
+    'the database did not answer a statement within 5000 ms',
+    new Error('Connection terminated unexpectedly'),
+  );
+
+  it('answers 503 unavailable with its message and a Retry-After', () => {
+    expect(toHttpError(expired)).toMatchObject({
+      status: 503,
+      code: 'unavailable',
+      message: 'the database did not answer a statement within 5000 ms',
+      headers: { 'retry-after': '1' },
+    });
+  });
+
+  it('is not run again on a new connection as a connection lost while idle would be', () => {
+    expect(isConnectionLost(expired)).toBe(false);
+    expect(isConnectionLost(expired.cause)).toBe(true);
   });
 });

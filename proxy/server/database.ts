@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import { clientClassFor, type ConnectionUrl } from '../../lib/connection-url.ts';
 import { PgClient } from '../../lib/pg-client.ts';
 import { ResilientPool } from '../../lib/resilient-pool.ts';
+import { DatabaseUnavailable, DeadlinePool, withStatementDeadline } from '../../lib/statement-deadline.ts';
 import type { Config } from '../config/config.ts';
 import { describeCertificateRefusal } from '../tls/peer-verification.ts';
 import { startEmbeddedDatabase, type EmbeddedDatabase } from './embedded-database.ts';
@@ -20,23 +21,49 @@ export interface Database {
  * One long-lived pool. Every pg setting comes from the config, never from PG* variables. Each new
  * connection reads `url` then (a rotated password reaches new connections; open ones drain). A
  * statement given a connection that had died while idle runs once more on a new one (ResilientPool).
+ * With `statementDeadlineMs` (the gateway's pool) a statement, and a wait for a connection, fails
+ * with 503 `unavailable` past it and its connection is ended (lib/statement-deadline.ts);
+ * without (the commands: migrations, backup and restore, gc), a statement may take as long as it needs.
  */
-export function createPool(url: ConnectionUrl, size: number, log: Logger, applicationName = 'arkvory'): pg.Pool {
-  const pool = new ResilientPool(
-    {
-      Client: clientClassFor(PgClient, url),
-      max: size,
-      application_name: applicationName,
-      connectionTimeoutMillis: 10_000,
-      idleTimeoutMillis: 30_000,
-      keepAlive: true,
-    },
-    (err) =>
-      log.info(
-        { err: { message: (err as Error).message, code: (err as { code?: string }).code } },
-        'a pooled PostgreSQL connection had died while idle; the statement ran again on a new one',
-      ),
-  );
+export function createPool(
+  url: ConnectionUrl,
+  size: number,
+  log: Logger,
+  applicationName = 'arkvory',
+  statementDeadlineMs?: number,
+): pg.Pool {
+  const config = {
+    max: size,
+    application_name: applicationName,
+    connectionTimeoutMillis: 10_000,
+    idleTimeoutMillis: 30_000,
+    keepAlive: true,
+  };
+  const onRetry = (err: unknown) =>
+    log.info(
+      { err: { message: (err as Error).message, code: (err as { code?: string }).code } },
+      'a pooled PostgreSQL connection had died while idle; the statement ran again on a new one',
+    );
+  const pool =
+    statementDeadlineMs === undefined
+      ? new ResilientPool({ ...config, Client: clientClassFor(PgClient, url) }, onRetry)
+      : new DeadlinePool(
+          {
+            ...config,
+            // The request answers 503 `unavailable`, a state logged at info: this line says why.
+            Client: clientClassFor(
+              withStatementDeadline(PgClient, (deadlineMs) =>
+                log.warn(
+                  { deadlineMs },
+                  'PostgreSQL did not answer a statement within its deadline; the connection is closed, not reused',
+                ),
+              ),
+              url,
+            ),
+            statementDeadlineMs,
+          },
+          onRetry,
+        );
   // An idle client whose connection dies emits here; without a handler the process would crash.
   pool.on('error', (err) =>
     log.warn({ err: { message: err.message, code: (err as { code?: string }).code } }, 'idle PostgreSQL client failed'),
@@ -66,7 +93,7 @@ export async function openDatabase(
     const nowhere = `postgres://postgres@localhost/postgres?host=${encodeURIComponent(path.resolve(started.dir))}`;
     url = () => (gone ? nowhere : started.url);
   }
-  const pool = createPool(url, config.databasePoolSize, log, `arkvory-${config.role}`);
+  const pool = createPool(url, config.databasePoolSize, log, `arkvory-${config.role}`, config.databaseQueryTimeoutMs);
   // pool.end() resolves once it has asked each connection to end, not once they have: an embedded
   // server stopped right then would terminate them mid-goodbye (57P01 on an "idle" client).
   const connections = new Set<Promise<void>>();
@@ -105,6 +132,8 @@ const UNREACHABLE_CODES = new Set([
 ]);
 
 export function isUnreachable(err: unknown): boolean {
+  // A connection or an answer not had within the gateway's statement deadline.
+  if (err instanceof DatabaseUnavailable) return true;
   const code = (err as { code?: unknown }).code;
   if (typeof code === 'string' && (UNREACHABLE_CODES.has(code) || code.startsWith('08'))) return true;
   const message = err instanceof Error ? err.message : '';

@@ -8,7 +8,7 @@ import type { Coordinator, LeaseStanding } from '../../policy/lease/coordinator.
 import { openCoordinator } from './lease-coordinator.ts';
 import { buildApp } from './app.ts';
 import type { Config } from '../config/config.ts';
-import { databaseTarget, openDatabase, waitForDatabase, type Database } from './database.ts';
+import { createPool, databaseTarget, openDatabase, waitForDatabase, type Database } from './database.ts';
 import { createGatewayServer, type GatewayServer } from './http-server.ts';
 import { createRequestAudit } from '../audit/request-audit.ts';
 import { startUsageRecorder } from '../stats/usage-recorder.ts';
@@ -133,7 +133,9 @@ async function runGateway(
     // Once the embedded cluster exists: its initdb reads a file the package writes with the umask's mode.
     restrictCreatedFileModes();
     if (database.embedded) {
-      const applied = await migrate(database.pool);
+      // On a pool of its own: the gateway's bounds each statement, and a migration may take long.
+      const migrations = createPool(database.url, 1, log, 'arkvory-migrate');
+      const applied = await migrate(migrations).finally(() => migrations.end());
       if (applied.length)
         log.info({ migrations: applied.map((m) => m.version) }, 'migrations applied to the embedded database');
     } else {
