@@ -58,7 +58,13 @@ describe('a worker of an instance on the static-HTTP store killed with an upload
   it("has its staged upload removed from the store by its replacement, while the other worker's is published", async () => {
     const store = await startStaticStore();
     const gw = await startGateway({
-      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_WORKERS: '2', ARKVORY_STORAGE_URL: store.url },
+      env: {
+        ARKVORY_DATABASE_URL: db.url,
+        ARKVORY_WORKERS: '2',
+        ARKVORY_STORAGE_URL: store.url,
+        // The uploads wait on the lock below for as long as a worker takes to be killed and replaced.
+        ARKVORY_DATABASE_QUERY_TIMEOUT_MILLISECONDS: '120000',
+      },
     });
     const lock = await db.pool.connect();
     try {
