@@ -276,6 +276,37 @@ describe('loadConfig', () => {
     });
   });
 
+  describe('ARKVORY_TLS_HSTS', () => {
+    const tls = { ARKVORY_TLS_CERT_FILE: 'tls/gw.crt', ARKVORY_TLS_KEY_FILE: 'tls/gw.key' };
+    it('is off by default; with TLS it is the Strict-Transport-Security value, sent in its canonical form', () => {
+      expect(loadConfig(tls, '/srv').tls?.hsts).toBeUndefined();
+      expect(loadConfig({ ...tls, ARKVORY_TLS_HSTS: 'max-age=31536000; includeSubDomains' }, '/srv').tls?.hsts).toBe(
+        'max-age=31536000; includeSubDomains',
+      );
+      expect(loadConfig({ ...tls, ARKVORY_TLS_HSTS: 'preload ;MAX-AGE="0"' }, '/srv').tls?.hsts).toBe(
+        'max-age=0; preload',
+      );
+      const router = { ...tls, ARKVORY_ROLE: 'router', ARKVORY_ROUTER_BACKENDS: 'https://127.0.0.1:8081' };
+      expect(loadConfig({ ...router, ARKVORY_TLS_HSTS: 'max-age=600' }, '/srv').tls?.hsts).toBe('max-age=600');
+    });
+    it.each([
+      [
+        { ARKVORY_TLS_HSTS: 'max-age=31536000' },
+        'ARKVORY_TLS_HSTS: Strict-Transport-Security is sent over TLS only (RFC 6797 §7.2); set ARKVORY_TLS_CERT_FILE and ARKVORY_TLS_KEY_FILE',
+      ],
+      [
+        { ...tls, ARKVORY_TLS_HSTS: 'includeSubDomains' },
+        'ARKVORY_TLS_HSTS: max-age is required (RFC 6797 §6.1.1); expected e.g. "max-age=31536000; includeSubDomains", got "includeSubDomains"',
+      ],
+      [{ ...tls, ARKVORY_TLS_HSTS: 'max-age=-5' }, 'ARKVORY_TLS_HSTS: max-age must be a number of seconds'],
+      [{ ...tls, ARKVORY_TLS_HSTS: 'max-age=60; includesubdomain' }, 'unknown directive "includesubdomain"'],
+    ])('refuses %j', (env, expected) => {
+      const problems = problemsOf(env);
+      expect(problems).toHaveLength(1);
+      expect(problems[0]).toContain(expected);
+    });
+  });
+
   describe('ARKVORY_WORKERS', () => {
     const db = { ARKVORY_DATABASE_URL: 'postgres://arkvory@127.0.0.1/arkvory' };
     const shared = {

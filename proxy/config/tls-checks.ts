@@ -3,6 +3,7 @@ import path from 'node:path';
 import type { Config } from './types.ts';
 import type { VariableValues } from './variable-values.ts';
 import { requirementOf } from '../../lib/pg-client.ts';
+import { parseHsts } from '../tls/hsts.ts';
 
 /** The listener's certificate and client-certificate settings, or undefined for plain HTTP. */
 export function checkTls(v: VariableValues, cwd: string): Config['tls'] {
@@ -33,13 +34,38 @@ export function checkTls(v: VariableValues, cwd: string): Config['tls'] {
     v.problems.push(
       'ARKVORY_TLS_CLIENT_CERT: needs ARKVORY_TLS_CLIENT_CA_FILE (the CAs client certificates are verified against)',
     );
+  const hsts = checkHsts(v, cert !== undefined && key !== undefined);
   if (cert === undefined || key === undefined) return undefined;
   return {
     certFile: path.resolve(cwd, cert),
     keyFile: path.resolve(cwd, key),
     clientCaFile: clientCa === undefined ? undefined : path.resolve(cwd, clientCa),
     clientCert: clientCa === undefined ? 'off' : (v.str('ARKVORY_TLS_CLIENT_CERT') as 'optional' | 'require'),
+    hsts,
   };
+}
+
+/**
+ * The Strict-Transport-Security value of ARKVORY_TLS_HSTS in its canonical form, or undefined (unset,
+ * or refused: the problem is pushed). Only with TLS: RFC 6797 §7.2 forbids it over plain HTTP.
+ */
+function checkHsts(v: VariableValues, tls: boolean): string | undefined {
+  const value = v.optStr('ARKVORY_TLS_HSTS');
+  if (value === undefined) return undefined;
+  if (!tls) {
+    v.problems.push(
+      'ARKVORY_TLS_HSTS: Strict-Transport-Security is sent over TLS only (RFC 6797 §7.2); set ARKVORY_TLS_CERT_FILE and ARKVORY_TLS_KEY_FILE, or set the header on the TLS proxy in front',
+    );
+    return undefined;
+  }
+  const parsed = parseHsts(value);
+  if ('problem' in parsed) {
+    v.problems.push(
+      `ARKVORY_TLS_HSTS: ${parsed.problem}; expected e.g. "max-age=31536000; includeSubDomains", got ${JSON.stringify(value)}`,
+    );
+    return undefined;
+  }
+  return parsed.header;
 }
 
 /**

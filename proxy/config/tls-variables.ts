@@ -25,6 +25,11 @@ export const TLS_VARIABLES = [
     doc: 'With ARKVORY_TLS_CLIENT_CA_FILE: `optional` (a certificate is asked for; keys, Basic and links work without one) or `require` (every request but the health checks needs a verified client certificate, else 401).',
   },
   {
+    name: 'ARKVORY_TLS_HSTS',
+    kind: { type: 'string' },
+    doc: 'The `Strict-Transport-Security` value every answer of this TLS listener carries (RFC 6797), e.g. `max-age=31536000; includeSubDomains`: `max-age` (seconds, required), `includeSubDomains`, `preload`; anything else refuses the start (exit 2). Needs ARKVORY_TLS_CERT_FILE; never sent over plain HTTP. Unset: not sent, since a browser that saw it refuses plain HTTP to the whole host name for max-age (docs/tls.md).',
+  },
+  {
     name: 'ARKVORY_TLS_CA_FILE',
     kind: { type: 'string' },
     doc: 'PEM CA bundle trusted, besides the system CAs, for every connection this process opens: the router to `https://` gateways, the static-HTTP and S3 stores, PostgreSQL (`sslmode=verify-full`), Redis (`rediss://`), the rules service.',

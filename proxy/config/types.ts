@@ -143,6 +143,8 @@ export interface Config {
         readonly keyFile: string;
         readonly clientCaFile: string | undefined;
         readonly clientCert: 'off' | 'optional' | 'require';
+        /** The Strict-Transport-Security value every answer carries (ARKVORY_TLS_HSTS); undefined = none. */
+        readonly hsts: string | undefined;
       }
     | undefined;
   /** OpenTelemetry tracing (OTEL_* variables, docs/tracing.md); undefined = off. */

@@ -54,6 +54,16 @@ describe('arkvory serve', () => {
     [{ ARKVORY_PORT: 'abc' }, 'ARKVORY_PORT'],
     [{ ARKVORY_ROLE: 'boss' }, 'ARKVORY_ROLE'],
     [{ ARKVORY_DATABASE_POOL_SIZE: '0' }, 'ARKVORY_DATABASE_POOL_SIZE'],
+    // Strict-Transport-Security without TLS, and one without max-age (checked before the files are read).
+    [{ ARKVORY_TLS_HSTS: 'max-age=600' }, 'ARKVORY_TLS_HSTS'],
+    [
+      {
+        ARKVORY_TLS_CERT_FILE: '/nonexistent.crt',
+        ARKVORY_TLS_KEY_FILE: '/nonexistent.key',
+        ARKVORY_TLS_HSTS: 'preload',
+      },
+      'ARKVORY_TLS_HSTS: max-age is required',
+    ],
   ])('exits 2 on %j with one line naming the variable', async (env, name) => {
     const result = await runCli(['serve'], env);
     expect(result.code).toBe(2);

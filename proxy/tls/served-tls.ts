@@ -44,6 +44,8 @@ export interface TlsListenerConfig {
   /** CAs whose client certificates are verified; undefined = no client certificates. */
   readonly clientCaFile: string | undefined;
   readonly clientCert: ClientCertMode;
+  /** The Strict-Transport-Security value every answer carries (proxy/tls/hsts.ts); undefined = none. */
+  readonly hsts?: string | undefined;
 }
 
 export interface ServedTlsOptions {
@@ -157,6 +159,11 @@ export class ServedTls {
 
   get clientCertMode(): ClientCertMode {
     return this.#config.clientCaFile === undefined ? 'off' : this.#config.clientCert;
+  }
+
+  /** The Strict-Transport-Security value every answer of its listeners carries; undefined = none. */
+  get hsts(): string | undefined {
+    return this.#config.hsts;
   }
 
   /** Options for `https.createServer` (or, later, `http2.createSecureServer`). */
@@ -426,6 +433,7 @@ export async function openListenerTls(
       notAfter: new Date(c.notAfterMs).toISOString(),
       chain: c.chainLength,
       clientCert: served.clientCertMode,
+      hsts: served.hsts,
     },
     'serving TLS',
   );
