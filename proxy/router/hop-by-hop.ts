@@ -105,8 +105,16 @@ export function isHopByHopResponse(name: string): boolean {
 export const isRequestId = (name: string): boolean => name.length === 12 && is(name, 'x-request-id');
 
 /**
- * The end-to-end part of a response head, as a new raw list: hop-by-hop headers and those the
- * `Connection` header (`connection`, from the parsed head) names are dropped, everything else is
+ * `name` is `Strict-Transport-Security` in any case: a property of the listener the client reached
+ * (its TLS, its ARKVORY_TLS_HSTS), never relayed from a gateway: a router on plain HTTP must not send
+ * it (RFC 6797 §7.2), and one on TLS sends its own (proxy/server/listener-headers.ts) or none.
+ */
+// Stryker disable next-line ConditionalExpression: equivalent: the length only spares the comparison (`||` instead of `&&` is killed)
+export const isListenerOwned = (name: string): boolean => name.length === 25 && is(name, 'strict-transport-security');
+
+/**
+ * The end-to-end part of a response head, as a new raw list: hop-by-hop headers, the listener's own
+ * (`isListenerOwned`) and those the `Connection` header (`connection`, from the parsed head) names are dropped, everything else is
  * kept in order with its original spelling, duplicates (two `Set-Cookie`) included. A `requestId`
  * given replaces the gateway's `x-request-id` (which echoes the router's id, not the client's);
  * undefined keeps the gateway's.
@@ -121,7 +129,7 @@ export function responseHeaderList(
   const replaceId = requestId !== undefined;
   for (let i = 0; i < rawHeaders.length; i += 2) {
     const name = rawHeaders[i]!;
-    if (isHopByHopResponse(name)) continue;
+    if (isHopByHopResponse(name) || isListenerOwned(name)) continue;
     if (named?.has(name.toLowerCase())) continue;
     if (replaceId && isRequestId(name)) continue;
     out.push(name, rawHeaders[i + 1]!);

@@ -899,6 +899,21 @@ describe('buildUpstreamHeaders', () => {
     ]);
     expect(responseHeaderList(['X-Request-ID', 'g1'], undefined, undefined)).toEqual(['X-Request-ID', 'g1']);
   });
+
+  it("never relays a gateway's Strict-Transport-Security (the router's listener sends its own, or none on plain HTTP)", () => {
+    // X-Content-Type-Options has another length; a name of its length (25) is kept.
+    const raw = ['Strict-Transport-Security', 'max-age=1', 'X-Content-Type-Options', 'nosniff'];
+    expect(responseHeaderList([...raw, 'x-padding-to-25-chars-abc', 'v'], undefined, undefined)).toEqual([
+      'X-Content-Type-Options',
+      'nosniff',
+      'x-padding-to-25-chars-abc',
+      'v',
+    ]);
+    expect(responseHeaderList(['strict-transport-security', 'max-age=1'], undefined, 'r1')).toEqual([
+      'x-request-id',
+      'r1',
+    ]);
+  });
 });
 
 describe('the idle sweep', () => {

@@ -127,14 +127,19 @@ export function sendError(res: ServerResponse, err: unknown, log?: Logger): void
  * The same answer written on a bare socket and closed, for a request Node could not parse (there is
  * no response object then). It carries a fresh `x-request-id`: every response has one.
  */
-export function sendErrorOnSocket(socket: Duplex, err: unknown): void {
+export function sendErrorOnSocket(
+  socket: Duplex,
+  err: unknown,
+  /** The listener's own headers (proxy/server/listener-headers.ts): Strict-Transport-Security. */
+  extra: readonly (readonly [string, string])[] = [],
+): void {
   if (!socket.writable || socket.destroyed) {
     socket.destroy();
     return;
   }
   const mapped = toHttpError(err);
   const body = JSON.stringify(errorBody(mapped));
-  const headers: [string, string][] = [
+  const headers: (readonly [string, string])[] = [
     ['content-type', 'application/json; charset=utf-8'],
     ['content-length', String(Buffer.byteLength(body))],
     ['cache-control', 'no-store'],
@@ -143,7 +148,7 @@ export function sendErrorOnSocket(socket: Duplex, err: unknown): void {
   ];
   for (const [name, value] of Object.entries(mapped.headers))
     for (const one of Array.isArray(value) ? value : [value]) headers.push([name, one]);
-  headers.push(['connection', 'close']);
+  headers.push(...extra, ['connection', 'close']);
   const head = headers.map(([name, value]) => `${name}: ${value}\r\n`).join('');
   socket.end(`HTTP/1.1 ${mapped.status} ${http.STATUS_CODES[mapped.status] ?? 'Error'}\r\n${head}\r\n${body}`);
 }

@@ -19,6 +19,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { randomContent, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { type Http2Answer, http2Request } from '../../test/support/http2-request.ts';
+import { curlHead } from '../../test/support/curl-head.ts';
 import { makeTempDir, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import {
   type CertificateAuthority,
@@ -1091,6 +1092,7 @@ describe('the router over HTTP/2', () => {
       ARKVORY_ROLE: 'router',
       ARKVORY_ROUTER_BACKENDS: backend.url,
       ARKVORY_ROUTER_PROBE_INTERVAL_MILLISECONDS: '200',
+      ARKVORY_TLS_HSTS: 'max-age=300',
     });
     try {
       const target = `/api/v1/repositories/${REPO}/artifacts/routed.bin`;
@@ -1120,6 +1122,22 @@ describe('the router over HTTP/2', () => {
         `${router.https}${target}/content`,
       ]);
       expect(stdout).toBe('200 2');
+      // The router's own ARKVORY_TLS_HSTS, once, on the answers it relays (a success, the gateway's
+      // 404) and on its own (/health/live), over HTTP/2 and HTTP/1.1.
+      for (const version of ['2', '1.1'] as const)
+        for (const [url, status] of [
+          [`${router.https}${target}/content`, 200],
+          [`${router.https}/no/such/route`, 404],
+          [`${router.https}/health/live`, 200],
+        ] as const) {
+          const head = await curlHead(url, ca.certFile, version, ['-H', `Authorization: Bearer ${owner.key}`]);
+          const sts = head.headers['strict-transport-security'];
+          expect([head.status, sts, head.counts['strict-transport-security']], `${url} HTTP/${version}`).toEqual([
+            status,
+            'max-age=300',
+            1,
+          ]);
+        }
     } finally {
       await router.stop();
       await backend.stop();

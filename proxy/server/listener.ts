@@ -16,6 +16,8 @@ import type { ServedTls } from '../tls/served-tls.ts';
 import { trackClientTrust } from '../tls/peer-certificate.ts';
 import { HTTP2_SESSION_LIMITS, HTTP2_SETTINGS } from './front-door/http2.ts';
 import { Http2Request, Http2Response } from './http2-messages.ts';
+import { type AnswerHeaders, http1AnsweringWith, http2AnsweringWith } from './listener-headers.ts';
+import { HSTS_HEADER } from '../tls/hsts.ts';
 
 export interface ListenerOptions {
   /** Options of the HTTP layer (timeouts, ServerResponse class): proxy/server/front-door.ts's `serverOptions`. */
@@ -33,16 +35,22 @@ export interface ListenerOptions {
 export function createListener(options: ListenerOptions): Server {
   if (!options.tls) return http.createServer(options.http);
   const { ServerResponse, IncomingMessage, ...http1 } = options.http;
+  // Strict-Transport-Security on every answer of a TLS listener that sets it (never on plain HTTP,
+  // RFC 6797 §7.2, which is why it is added here and nowhere else).
+  const hsts = options.tls.hsts;
+  const extra: AnswerHeaders = hsts === undefined ? [] : [[HSTS_HEADER, hsts]];
+  const Response1 =
+    extra.length > 0 ? http1AnsweringWith(ServerResponse ?? http.ServerResponse, extra) : ServerResponse;
   const server = http2.createSecureServer({
     ...http1,
     ...options.tls.serverOptions(),
     allowHTTP1: true,
     http1Options: {
-      ...(ServerResponse ? { ServerResponse } : {}),
+      ...(Response1 ? { ServerResponse: Response1 } : {}),
       ...(IncomingMessage ? { IncomingMessage } : {}),
     },
     Http2ServerRequest: Http2Request,
-    Http2ServerResponse: Http2Response,
+    Http2ServerResponse: extra.length > 0 ? http2AnsweringWith(extra) : Http2Response,
     settings: { ...HTTP2_SETTINGS },
     ...HTTP2_SESSION_LIMITS,
     // A client that never finishes its handshake holds a socket no longer than one that never sends its head.
@@ -72,12 +80,23 @@ export function createListener(options: ListenerOptions): Server {
     session.once('close', () => sessions.delete(session));
   });
   const asHttp = server as unknown as Server;
+  ANSWER_HEADERS.set(asHttp, extra);
   asHttp.closeAllConnections = () => {
     // HTTP/1.1 connections are tracked by node:http's code (allowHTTP1), sessions here.
     http.Server.prototype.closeAllConnections.call(asHttp);
     for (const session of sessions) session.destroy();
   };
   return asHttp;
+}
+
+const ANSWER_HEADERS = new WeakMap<Server, AnswerHeaders>();
+
+/**
+ * Headers every answer of `server` carries (listener-headers.ts): for the front door's answers
+ * written on a bare socket, which no response object's `writeHead` sees.
+ */
+export function answerHeadersOf(server: Server): AnswerHeaders {
+  return ANSWER_HEADERS.get(server) ?? [];
 }
 
 /** The URL scheme a server answers on, for the "listening" line. */

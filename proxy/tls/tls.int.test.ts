@@ -12,6 +12,7 @@ import { readFile, writeFile } from 'node:fs/promises';
 import http2 from 'node:http2';
 import https from 'node:https';
 import path from 'node:path';
+import tls from 'node:tls';
 import { X509Certificate } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
@@ -22,6 +23,7 @@ import { useTestDatabase } from '../../test/support/database.ts';
 import { freeLoopbackPort } from '../../test/harness/index.ts';
 import { http2Request } from '../../test/support/http2-request.ts';
 import { httpsRequest } from '../../test/support/https-request.ts';
+import { curlHead } from '../../test/support/curl-head.ts';
 import { CLIENT_FAULT_LOG } from '../../lib/log-budget.ts';
 import { makeTempDir, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import {
@@ -82,14 +84,64 @@ async function startTlsGateway(env: Record<string, string>): Promise<GatewayProc
   return Object.assign(gw, { https: url });
 }
 
+/** What the TLS listener's gateway is given in ARKVORY_TLS_HSTS (names in another case, no space), and sends. */
+const HSTS_GIVEN = 'Max-Age=31536000;includeSubDomains';
+const HSTS_SENT = 'max-age=31536000; includeSubDomains';
+
 describe('TLS listener', () => {
   let gw: GatewayProcess & { https: string };
   let caFile: string;
   beforeAll(async () => {
     caFile = ca.certFile;
-    gw = await startTlsGateway(tlsEnv());
+    gw = await startTlsGateway(tlsEnv({ ARKVORY_TLS_HSTS: HSTS_GIVEN }));
   });
   afterAll(() => gw.stop());
+
+  it('ARKVORY_TLS_HSTS: Strict-Transport-Security once on every answer, HTTP/1.1 and HTTP/2 (success, 304, errors, the console, a head the parser refused)', async () => {
+    const file = path.join(dir, 'hsts.txt');
+    await writeFile(file, 'strict\n');
+    const artifact = `${gw.https}/api/v1/repositories/${REPO}/artifacts/hsts.txt`;
+    const auth = ['-H', `authorization: Bearer ${owner.key}`];
+    const put = await curlHead(artifact, caFile, '1.1', [...auth, '-X', 'PUT', '--data-binary', `@${file}`]);
+    expect(put.status).toBe(201);
+    expect(put.headers['strict-transport-security']).toBe(HSTS_SENT);
+    for (const version of ['1.1', '2'] as const) {
+      const got = await curlHead(`${artifact}/content`, caFile, version, auth);
+      expect([got.status, got.version]).toEqual([200, version]);
+      const answers = {
+        200: got,
+        304: await curlHead(`${artifact}/content`, caFile, version, [
+          ...auth,
+          '-H',
+          `if-none-match: ${got.headers.etag}`,
+        ]),
+        401: await curlHead(`${artifact}/content`, caFile, version),
+        404: await curlHead(`${gw.https}/no/such/route`, caFile, version),
+        405: await curlHead(`${gw.https}/health/live`, caFile, version, ['-X', 'DELETE']),
+        console: await curlHead(`${gw.https}/console/`, caFile, version),
+        health: await curlHead(`${gw.https}/health/live`, caFile, version),
+      };
+      for (const [what, answer] of Object.entries(answers)) {
+        const label = `${what} over HTTP/${version}: ${answer.status}`;
+        if (/^\d+$/.test(what)) expect(answer.status, label).toBe(Number(what));
+        expect(answer.headers['strict-transport-security'], label).toBe(HSTS_SENT);
+        expect(answer.counts['strict-transport-security'], label).toBe(1);
+      }
+    }
+    // A head Node's parser refuses is answered by the front door on the bare TLS socket: it too.
+    const reply = await new Promise<string>((resolve, reject) => {
+      const socket = tls.connect(
+        { host: '127.0.0.1', port: gw.port, ca: ca.certPem, servername: 'localhost', ALPNProtocols: ['http/1.1'] },
+        () => socket.write('GARBAGE \0\0 HTTP/9\r\n\r\n'),
+      );
+      let text = '';
+      socket.on('data', (d) => (text += d.toString()));
+      socket.on('end', () => resolve(text));
+      socket.on('error', reject);
+    });
+    expect(reply).toMatch(/^HTTP\/1\.1 400/);
+    expect(reply).toContain(`\r\nstrict-transport-security: ${HSTS_SENT}\r\n`);
+  });
 
   it('curl --http1.1 --cacert: upload, full GET and Range are byte-exact', async () => {
     const upload = path.join(dir, 'upload.bin');
@@ -335,6 +387,7 @@ describe('certificate reload', () => {
           ARKVORY_TLS_CERT_FILE: ownCert,
           ARKVORY_TLS_KEY_FILE: ownKey,
           ARKVORY_METRICS_PORT: String(metricsPort),
+          ARKVORY_TLS_HSTS: 'max-age=600',
           ...extra,
         },
         waitFor: 'none',
@@ -347,6 +400,18 @@ describe('certificate reload', () => {
         retryOnError: true,
         process: proc,
       });
+      // Its TLS listener sends Strict-Transport-Security (the router's own answers included); the
+      // plain-HTTP metrics port of the same process never does (RFC 6797 §7.2).
+      for (const version of ['1.1', '2'] as const) {
+        const live = await curlHead(`https://127.0.0.1:${proc.port}/health/live`, ca.certFile, version);
+        expect([live.status, live.headers['strict-transport-security']], `${role} HTTP/${version}`).toEqual([
+          200,
+          'max-age=600',
+        ]);
+      }
+      expect((await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).headers.has('strict-transport-security')).toBe(
+        false,
+      );
       const before = await scrape();
       expect(before).toContain(
         `arkvory_tls_certificate_expiry_timestamp_seconds{serial="${server.serial}"} ${notAfter(server.certPem)}`,
@@ -794,7 +859,7 @@ describe('credentials over plain HTTP', () => {
 
 describe('TLS to other roles and to Redis (ARKVORY_TLS_CA_FILE)', () => {
   it('the router reaches an https gateway and verifies it against the CA file; without the CA the gateway is unusable', async () => {
-    const gw = await startTlsGateway(tlsEnv());
+    const gw = await startTlsGateway(tlsEnv({ ARKVORY_TLS_HSTS: 'max-age=600' }));
     const routerEnv = (extra: Record<string, string>) => ({
       ARKVORY_ROLE: 'router',
       ARKVORY_ROUTER_BACKENDS: gw.https,
@@ -807,6 +872,13 @@ describe('TLS to other roles and to Redis (ARKVORY_TLS_CA_FILE)', () => {
     expect(((await viaRouter.json()) as { repositories: Array<{ name: string }> }).repositories).toContainEqual(
       expect.objectContaining({ name: REPO }),
     );
+    // The gateway's Strict-Transport-Security is never relayed over the router's plain HTTP (RFC 6797 §7.2).
+    const direct = await curlHead(`${gw.https}/api/v1/repositories`, ca.certFile, '1.1', [
+      '-H',
+      `authorization: Bearer ${owner.key}`,
+    ]);
+    expect(direct.headers['strict-transport-security']).toBe('max-age=600');
+    expect(viaRouter.headers.has('strict-transport-security')).toBe(false);
     await router.stop();
     // No CA: the gateway's certificate is not trusted, so the router never finds it healthy.
     const blind = await startGateway({ env: routerEnv({}), waitFor: 'listening' });

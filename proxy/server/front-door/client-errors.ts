@@ -8,6 +8,7 @@ import type { Logger } from 'pino';
 import { unauthorized } from '../../../policy/auth/authenticator.ts';
 import { HEAD_TIMEOUT, MALFORMED_REQUEST } from '../errors.ts';
 import { sendErrorOnSocket } from '../http-errors.ts';
+import { answerHeadersOf } from '../listener.ts';
 
 /** The parser's error: its code, and the bytes it had read when it gave up. */
 export interface ClientError {
@@ -41,8 +42,9 @@ export function hasMalformedAuthorization(raw: Buffer): boolean {
 
 /** Answers `server`'s client errors (the gateway's and the router's alike) when the socket still can. */
 export function answerClientErrors(server: http.Server, log: Logger): void {
+  const extra = answerHeadersOf(server);
   server.on('clientError', (err: NodeJS.ErrnoException & ClientError, socket) => {
-    sendErrorOnSocket(socket, clientErrorAnswer(err));
+    sendErrorOnSocket(socket, clientErrorAnswer(err), extra);
     if (isHeadTimeout(err)) log.debug({ code: 'client_timeout', phase: 'head' }, 'request head timed out');
     else log.debug({ code: err.code }, 'client error');
   });
