@@ -22,6 +22,8 @@ let key: string;
 let collector: http.Server;
 let posts = 0;
 const trickles = new Set<NodeJS.Timeout>();
+/** Exports whose answer is trickling now: the gateway has not yet let go of them. */
+let held = 0;
 
 beforeAll(async () => {
   collector = http.createServer((req, res) => {
@@ -31,7 +33,11 @@ beforeAll(async () => {
       res.writeHead(200, { 'content-type': 'application/json' });
       const trickle = setInterval(() => res.write(' '), 300);
       trickles.add(trickle);
-      res.on('close', () => clearInterval(trickle));
+      held++;
+      res.on('close', () => {
+        held--;
+        clearInterval(trickle);
+      });
     });
   });
   await new Promise<void>((resolve) => collector.listen(0, '127.0.0.1', resolve));
@@ -91,6 +97,11 @@ it('an export the collector answers too slowly is given up after the OTLP timeou
     .poll(() => metric('arkvory_trace_spans_pending'), { timeout: 60_000, interval: 500 })
     .toBeLessThan(MAX_QUEUE);
   expect(await metric('arkvory_trace_spans_exported_total')).toBe(0);
+  // Nor are the connections, nor the batches they were sending: an export given up is cut, so the
+  // gateway holds only the exports still within their deadline, not one per timeout for as long as
+  // the collector trickles (each pinning its serialised batch, up to the exporter's 30).
+  expect(posts).toBeGreaterThan(3);
+  await expect.poll(() => held, { timeout: 5_000, interval: 100 }).toBeLessThanOrEqual(2);
   // Shutdown waits for the exporter at most the export timeout, not for the trickle to end.
   expect(await gateway.stop('SIGTERM', 60_000)).toBe(0);
 }, 180_000);

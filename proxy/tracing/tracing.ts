@@ -29,6 +29,7 @@ import { redactUrl } from '../../lib/redact-url.ts';
 import type { TracingConfig } from '../config/config.ts';
 import { BoundedProcessor, CountingExporter, type ExportCounts } from './bounded-export.ts';
 import { RequestTrace } from './request-trace.ts';
+import { cutExportRequestsAfter } from './export-deadline.ts';
 import { createSampler } from './sampler.ts';
 import { spanPath } from './span-path.ts';
 import { traceUndiciRequests } from './undici-spans.ts';
@@ -132,6 +133,7 @@ export function openTracing(config: TracingConfig, options: { role: string; log:
   });
   const tracer = provider.getTracer('arkvory');
   const unsubscribe = traceUndiciRequests(tracer);
+  const uncut = cutExportRequestsAfter(config.exportTimeoutMs);
   // The endpoint without user info or query (a collector's credentials or API key can ride in
   // either); never its headers, which may carry a token.
   options.log.info(
@@ -173,6 +175,8 @@ export function openTracing(config: TracingConfig, options: { role: string; log:
     async shutdown() {
       unsubscribe();
       await provider.shutdown().catch(() => {});
+      // After the last flush: its requests are cut at their deadline too.
+      uncut();
     },
   };
   return tracing;
