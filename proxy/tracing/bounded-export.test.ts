@@ -1,8 +1,15 @@
-/** The counting exporter's deadline, on timers moved by hand. */
+/** The counting exporter's deadline and outage reports, on timers moved by hand. */
 import { type ExportResult, ExportResultCode } from '@opentelemetry/core';
 import type { ReadableSpan, SpanExporter } from '@opentelemetry/sdk-trace';
 import { expect, it } from 'vitest';
-import { CountingExporter, type ExportCounts, ExportTimeoutError, type ExportTimers } from './bounded-export.ts';
+import {
+  CountingExporter,
+  type ExportCounts,
+  type ExportHealthChange,
+  ExportTimeoutError,
+  type ExportTimers,
+  exportFailureReason,
+} from './bounded-export.ts';
 
 /** Timers that fire only when the test advances them. */
 class ManualTimers implements ExportTimers {
@@ -104,4 +111,47 @@ it('shutdown and flush wait for the exporter at most the export timeout', async 
   expect(done).toBe(0);
   timers.advance(1000);
   await expect.poll(() => done).toBe(2);
+});
+
+it('an outage is reported once as it begins and once as it ends, however many exports fail in it', () => {
+  const timers = new ManualTimers();
+  const inner = new HeldExporter();
+  const counts: ExportCounts = { exported: 0, droppedQueueFull: 0, droppedExportFailed: 0 };
+  const changes: ExportHealthChange[] = [];
+  const exporter = new CountingExporter(inner, counts, () => {}, {
+    timeoutMs: 1000,
+    timers,
+    onHealth: (change) => changes.push(change),
+  });
+  const refused = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:4318'), { code: 'ECONNREFUSED' });
+  for (let i = 0; i < 50; i++) {
+    exporter.export(spans(2), () => {});
+    inner.callbacks[i]!({ code: ExportResultCode.FAILED, error: refused });
+  }
+  // A timed-out export inside the outage is one more failure, not a new outage.
+  exporter.export(spans(3), () => {});
+  timers.advance(1000);
+  expect(changes).toEqual([{ failing: true, reason: 'ECONNREFUSED' }]);
+  exporter.export(spans(1), () => {});
+  inner.callbacks[51]!({ code: ExportResultCode.SUCCESS });
+  exporter.export(spans(1), () => {});
+  inner.callbacks[52]!({ code: ExportResultCode.SUCCESS });
+  expect(changes).toEqual([
+    { failing: true, reason: 'ECONNREFUSED' },
+    { failing: false, droppedSpans: 103 },
+  ]);
+  // The next outage is reported again, its reason a collector's status, never its answer's words.
+  exporter.export(spans(1), () => {});
+  inner.callbacks[53]!({
+    code: ExportResultCode.FAILED,
+    error: Object.assign(new Error('Unauthorized: token abc'), { name: 'OTLPExporterError', code: 401 }),
+  });
+  expect(changes.at(-1)).toEqual({ failing: true, reason: 'http_401' });
+});
+
+it('the reason of a failure is a stable word, never an error message', () => {
+  expect(exportFailureReason(new ExportTimeoutError(1000))).toBe('export_timeout');
+  expect(exportFailureReason(new Error('Concurrent export limit reached'))).toBe('Error');
+  expect(exportFailureReason(Object.assign(new Error('x'), { code: 'not a code: secret' }))).toBe('Error');
+  expect(exportFailureReason(undefined)).toBe('unknown');
 });

@@ -37,6 +37,27 @@ export class ExportTimeoutError extends Error {
 }
 
 /**
+ * An outage of the collector begins (the first export failing after one that succeeded, or the
+ * first of all) or ends (the first succeeding after failures): one of each per outage, however many
+ * exports fail in it, so an unreachable collector costs two log lines, not one per export.
+ */
+export type ExportHealthChange =
+  | { readonly failing: true; readonly reason: string }
+  | { readonly failing: false; readonly droppedSpans: number };
+
+/**
+ * Why an export failed, as a stable word: an error's string code (`ECONNREFUSED`,
+ * `export_timeout`), `http_<status>` for a collector's refusal, else the error's class name. Never
+ * its message: a collector's answer body is in it.
+ */
+export function exportFailureReason(error: unknown): string {
+  const { code, name } = (error ?? {}) as { code?: unknown; name?: unknown };
+  if (typeof code === 'string' && /^[A-Za-z0-9_]{1,64}$/.test(code)) return code;
+  if (typeof code === 'number' && Number.isInteger(code)) return `http_${code}`;
+  return typeof name === 'string' && /^[A-Za-z0-9_]{1,64}$/.test(name) ? name : 'unknown';
+}
+
+/**
  * Counts what `inner` exported or failed to, and tells `settled` how many spans it answered for.
  * Every export is answered within `timeoutMs`: the OTLP transport's own timeout is an idle one, so a
  * collector that trickles its answer would hold an export, and its spans' room in the bound, for as
@@ -48,18 +69,22 @@ export class CountingExporter implements SpanExporter {
   readonly #settled: (spans: number) => void;
   readonly #timeoutMs: number;
   readonly #timers: ExportTimers;
+  readonly #onHealth: ((change: ExportHealthChange) => void) | undefined;
+  /** Spans failed since the outage began; undefined while exports succeed. */
+  #outageDropped: number | undefined = undefined;
 
   constructor(
     inner: SpanExporter,
     counts: ExportCounts,
     settled: (spans: number) => void,
-    options: { timeoutMs: number; timers?: ExportTimers },
+    options: { timeoutMs: number; timers?: ExportTimers; onHealth?: (change: ExportHealthChange) => void },
   ) {
     this.#inner = inner;
     this.#counts = counts;
     this.#settled = settled;
     this.#timeoutMs = options.timeoutMs;
     this.#timers = options.timers ?? systemTimers;
+    this.#onHealth = options.onHealth;
   }
 
   export(spans: ReadableSpan[], resultCallback: (result: ExportResult) => void): void {
@@ -70,6 +95,7 @@ export class CountingExporter implements SpanExporter {
       this.#timers.clearTimeout(timer);
       if (result.code === ExportResultCode.SUCCESS) this.#counts.exported += spans.length;
       else this.#counts.droppedExportFailed += spans.length;
+      this.#noteHealth(result, spans.length);
       this.#settled(spans.length);
       resultCallback(result);
     };
@@ -78,6 +104,18 @@ export class CountingExporter implements SpanExporter {
       this.#timeoutMs,
     );
     this.#inner.export(spans, answer);
+  }
+
+  #noteHealth(result: ExportResult, spans: number): void {
+    if (result.code === ExportResultCode.SUCCESS) {
+      if (this.#outageDropped === undefined) return;
+      const droppedSpans = this.#outageDropped;
+      this.#outageDropped = undefined;
+      this.#onHealth?.({ failing: false, droppedSpans });
+    } else if (this.#outageDropped === undefined) {
+      this.#outageDropped = spans;
+      this.#onHealth?.({ failing: true, reason: exportFailureReason(result.error) });
+    } else this.#outageDropped += spans;
   }
 
   /** The inner exporter's, bounded by the export timeout: it waits for exports a trickle holds. */

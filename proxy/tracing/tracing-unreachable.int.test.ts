@@ -1,7 +1,8 @@
 /**
  * Tracing with no collector listening (a closed loopback port): downloads are served as before, the
  * request line carries the trace id of the client's `traceparent` (logs and traces join), and the
- * spans that could not be sent are counted in `arkvory_trace_spans_dropped_total`.
+ * spans that could not be sent are counted in `arkvory_trace_spans_dropped_total`, the outage
+ * logged once.
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { bearer, createRepository, createServiceAccount } from '../../test/support/auth.ts';
@@ -66,6 +67,11 @@ it('serves downloads, continues the client trace in the request line, and counts
   await expect.poll(() => lines().length, { timeout: 5000 }).toBe(5);
   for (const line of lines()) expect(line.traceId).toBe(TRACE_ID);
   await expect.poll(dropped, { timeout: 20_000, interval: 200 }).toBeGreaterThanOrEqual(5);
+  // The outage is in the log once, with why, however many exports fail in it; nothing at error.
+  const outage = gateway.logLines().filter((l) => String(l.msg).startsWith('tracing: span exports failing'));
+  expect(outage).toHaveLength(1);
+  expect(outage[0]).toMatchObject({ level: 'warn', reason: 'ECONNREFUSED' });
+  expect(gateway.logLines().filter((l) => l.level === 'error' || l.level === 'fatal')).toEqual([]);
   // Never a key in a log line, tracing or not.
   expect(gateway.logs()).not.toContain(key);
 }, 120_000);

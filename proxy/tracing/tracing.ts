@@ -110,8 +110,20 @@ export function openTracing(config: TracingConfig, options: { role: string; log:
     timeoutMillis: config.exportTimeoutMs,
   });
   let bounded: BoundedProcessor | undefined;
+  // The endpoint without user info or query (a collector's credentials or API key can ride in
+  // either); never its headers, which may carry a token.
+  const endpoint = redactUrl(config.url);
   const counting = new CountingExporter(exporter, counts, (n) => bounded?.settled(n), {
     timeoutMs: config.exportTimeoutMs,
+    // One line as an outage begins and one as it ends, never one per failed export.
+    onHealth: (change) => {
+      if (change.failing)
+        options.log.warn(
+          { endpoint, reason: change.reason },
+          'tracing: span exports failing; spans are dropped (arkvory_trace_spans_dropped_total) until one succeeds',
+        );
+      else options.log.info({ endpoint, droppedSpans: change.droppedSpans }, 'tracing: span exports succeed again');
+    },
   });
   const batch = new BatchSpanProcessor({
     exporter: counting,
@@ -134,10 +146,8 @@ export function openTracing(config: TracingConfig, options: { role: string; log:
   const tracer = provider.getTracer('arkvory');
   const unsubscribe = traceUndiciRequests(tracer);
   const uncut = cutExportRequestsAfter(config.exportTimeoutMs);
-  // The endpoint without user info or query (a collector's credentials or API key can ride in
-  // either); never its headers, which may carry a token.
   options.log.info(
-    { endpoint: redactUrl(config.url), sampler: config.sampler, ratio: config.samplerRatio },
+    { endpoint, sampler: config.sampler, ratio: config.samplerRatio },
     'tracing: spans exported over OTLP/HTTP',
   );
   const tracing: Tracing = {
