@@ -138,7 +138,7 @@ it('an outage is reported once as it begins and once as it ends, however many ex
   inner.callbacks[52]!({ code: ExportResultCode.SUCCESS });
   expect(changes).toEqual([
     { failing: true, reason: 'ECONNREFUSED' },
-    { failing: false, droppedSpans: 103 },
+    { failing: false, failedSpans: 103 },
   ]);
   // The next outage is reported again, its reason a collector's status, never its answer's words.
   exporter.export(spans(1), () => {});

@@ -43,7 +43,7 @@ export class ExportTimeoutError extends Error {
  */
 export type ExportHealthChange =
   | { readonly failing: true; readonly reason: string }
-  | { readonly failing: false; readonly droppedSpans: number };
+  | { readonly failing: false; readonly failedSpans: number };
 
 /**
  * Why an export failed, as a stable word: an error's string code (`ECONNREFUSED`,
@@ -71,7 +71,7 @@ export class CountingExporter implements SpanExporter {
   readonly #timers: ExportTimers;
   readonly #onHealth: ((change: ExportHealthChange) => void) | undefined;
   /** Spans failed since the outage began; undefined while exports succeed. */
-  #outageDropped: number | undefined = undefined;
+  #outageFailed: number | undefined = undefined;
 
   constructor(
     inner: SpanExporter,
@@ -108,14 +108,14 @@ export class CountingExporter implements SpanExporter {
 
   #noteHealth(result: ExportResult, spans: number): void {
     if (result.code === ExportResultCode.SUCCESS) {
-      if (this.#outageDropped === undefined) return;
-      const droppedSpans = this.#outageDropped;
-      this.#outageDropped = undefined;
-      this.#onHealth?.({ failing: false, droppedSpans });
-    } else if (this.#outageDropped === undefined) {
-      this.#outageDropped = spans;
+      if (this.#outageFailed === undefined) return;
+      const failedSpans = this.#outageFailed;
+      this.#outageFailed = undefined;
+      this.#onHealth?.({ failing: false, failedSpans });
+    } else if (this.#outageFailed === undefined) {
+      this.#outageFailed = spans;
       this.#onHealth?.({ failing: true, reason: exportFailureReason(result.error) });
-    } else this.#outageDropped += spans;
+    } else this.#outageFailed += spans;
   }
 
   /** The inner exporter's, bounded by the export timeout: it waits for exports a trickle holds. */

@@ -122,7 +122,7 @@ export function openTracing(config: TracingConfig, options: { role: string; log:
           { endpoint, reason: change.reason },
           'tracing: span exports failing; spans are dropped (arkvory_trace_spans_dropped_total) until one succeeds',
         );
-      else options.log.info({ endpoint, droppedSpans: change.droppedSpans }, 'tracing: span exports succeed again');
+      else options.log.info({ endpoint, failedSpans: change.failedSpans }, 'tracing: span exports succeed again');
     },
   });
   const batch = new BatchSpanProcessor({
