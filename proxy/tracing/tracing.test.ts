@@ -1,3 +1,5 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { expect, it } from 'vitest';
 import { loadConfig } from '../config/config.ts';
 import { createLogger } from '../server/logger.ts';
@@ -14,4 +16,44 @@ it('the start-up line names the OTLP endpoint without its user info or query', a
   const started = lines.map((l) => JSON.parse(l)).find((l) => l.msg === 'tracing: spans exported over OTLP/HTTP');
   expect(started?.endpoint).toBe('https://<redacted>@127.0.0.1:4318/v1/traces?<redacted>');
   expect(lines.join('')).not.toMatch(/0tlpS3cret|QUERYTOKEN|tenant/);
+});
+
+it("a client's oversized tracestate is held as the members kept, not as the header it came in", async () => {
+  const log = createLogger('silent', { write: () => {} });
+  const config = loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:9' }).tracing;
+  const tracing = openTracing(config!, { role: 'api', log });
+  const server = http.createServer((req, res) => {
+    // Never ended: no export to wait for at shutdown.
+    const request = tracing.startServer(req, () => true);
+    const state = request.span.spanContext().traceState;
+    // What the span holds of it, with every field, against what it stands for.
+    res.end(
+      JSON.stringify({ traceId: request.traceId, held: JSON.stringify(state).length, members: state?.serialize() }),
+    );
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  try {
+    const ask = (headers: Record<string, string>) =>
+      fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/`, { headers }).then(
+        (r) => r.json() as Promise<{ traceId: string; held: number; members: string }>,
+      );
+    const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+    // 12,000 characters: a member that is kept, then members past 512 characters and malformed ones.
+    const tracestate = ['congo=t61rcWkgMzE', ...Array.from({ length: 1500 }, (_, i) => `k${i}=${'v'.repeat(3)}`)]
+      .join(',')
+      .concat(`,${'x'.repeat(1000)}`);
+    expect(tracestate.length).toBeGreaterThan(12_000);
+    const answer = await ask({ traceparent, tracestate });
+    expect(answer.traceId).toBe('4bf92f3577b34da6a3ce929d0e0e4736');
+    // The members that fit in 512 characters, in order, and no more than them held.
+    expect(answer.members.startsWith('congo=t61rcWkgMzE,k0=vvv,k1=vvv,')).toBe(true);
+    expect(answer.members.length).toBeLessThanOrEqual(512);
+    expect(answer.held).toBeLessThan(2 * 512);
+    // A short one is kept as it came.
+    const short = await ask({ traceparent, tracestate: 'congo=t61rcWkgMzE,rojo=00f067aa0ba902b7' });
+    expect(short.members).toBe('congo=t61rcWkgMzE,rojo=00f067aa0ba902b7');
+  } finally {
+    server.close();
+    await tracing.shutdown();
+  }
 });

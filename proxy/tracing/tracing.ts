@@ -8,7 +8,7 @@
 import type { IncomingMessage } from 'node:http';
 import { type Attributes, context, propagation, ROOT_CONTEXT, SpanKind, type Tracer } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import { W3CTraceContextPropagator } from '@opentelemetry/core';
+import { TraceState, W3CTraceContextPropagator } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BatchSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
@@ -63,6 +63,24 @@ export const ATTRIBUTE_VALUE_LENGTH_LIMIT = 4096;
 export const SERVER_ADDRESS_LENGTH_LIMIT = 255;
 /** `user_agent.original`: real clients name themselves in far less. */
 export const USER_AGENT_LENGTH_LIMIT = 512;
+
+/**
+ * A `tracestate` is kept to this many characters (W3C trace context), the members that fit. The
+ * SDK's TraceState keeps the header it was made from as well as its members, and every span of the
+ * request shares it until exported: a client's 16 KiB of it would outweigh the span it rides on.
+ */
+const TRACE_STATE_LENGTH_LIMIT = 512;
+
+/** The request's trace context as the propagator reads it, `tracestate` cut to the members kept. */
+const requestHeaders = {
+  get(carrier: IncomingMessage['headers'], key: string): string | string[] | undefined {
+    const value = carrier[key];
+    if (key !== 'tracestate' || value === undefined) return value;
+    const joined = Array.isArray(value) ? value.join(',') : value;
+    return joined.length > TRACE_STATE_LENGTH_LIMIT ? new TraceState(joined).serialize() : joined;
+  },
+  keys: (carrier: IncomingMessage['headers']) => Object.keys(carrier),
+};
 
 /** Parsed `host[:port]` of the Host header; undefined when absent. */
 function hostOf(req: IncomingMessage): { address: string; port: number | undefined } | undefined {
@@ -160,10 +178,7 @@ export function openTracing(config: TracingConfig, options: { role: string; log:
       const peer = req.socket?.remoteAddress;
       const parent =
         req.headers.traceparent !== undefined && mayContinue(peer)
-          ? propagator.extract(ROOT_CONTEXT, req.headers, {
-              get: (carrier, key) => carrier[key],
-              keys: (carrier) => Object.keys(carrier),
-            })
+          ? propagator.extract(ROOT_CONTEXT, req.headers, requestHeaders)
           : ROOT_CONTEXT;
       // No attributes for the sampler: none of the OTEL_TRACES_SAMPLER samplers reads them, and an
       // unsampled request (most of them at a low ratio) should not build them at all.
