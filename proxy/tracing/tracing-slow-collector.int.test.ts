@@ -102,6 +102,9 @@ it('an export the collector answers too slowly is given up after the OTLP timeou
   // the collector trickles (each pinning its serialised batch, up to the exporter's 30).
   expect(posts).toBeGreaterThan(3);
   await expect.poll(() => held, { timeout: 5_000, interval: 100 }).toBeLessThanOrEqual(2);
+  // One outage, however many exports were given up in it: one line, its reason the deadline.
+  const outage = gateway.logLines().filter((l) => String(l.msg).startsWith('tracing: span exports'));
+  expect(outage).toEqual([expect.objectContaining({ level: 'warn', reason: 'export_timeout' })]);
   // Shutdown waits for the exporter at most the export timeout, not for the trickle to end.
   expect(await gateway.stop('SIGTERM', 60_000)).toBe(0);
 }, 180_000);
