@@ -57,3 +57,46 @@ it("a client's oversized tracestate is held as the members kept, not as the head
     await tracing.shutdown();
   }
 });
+
+it('a traceparent is continued only when well formed and from a peer allowed to; anything else starts a new trace', async () => {
+  const log = createLogger('silent', { write: () => {} });
+  const config = loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:9' }).tracing;
+  const tracing = openTracing(config!, { role: 'api', log });
+  let allowed = true;
+  const server = http.createServer((req, res) => {
+    // Never ended: no export to wait for at shutdown.
+    res.end(tracing.startServer(req, () => allowed).traceId);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const id = '4bf92f3577b34da6a3ce929d0e0e4736';
+  const span = '00f067aa0ba902b7';
+  const traceIdFor = (traceparent: string) =>
+    fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/`, { headers: { traceparent } }).then((r) =>
+      r.text(),
+    );
+  try {
+    expect(await traceIdFor(`00-${id}-${span}-01`)).toBe(id);
+    // A later version may add fields; its ids are taken.
+    expect(await traceIdFor(`01-${id}-${span}-01-${'x'.repeat(8000)}`)).toBe(id);
+    for (const malformed of [
+      `00-${id.toUpperCase()}-${span}-01`,
+      `ff-${id}-${span}-01`,
+      `00-${'0'.repeat(32)}-${span}-01`,
+      `00-${id}-${'0'.repeat(16)}-01`,
+      `00-${id}-${span}-01-extra`,
+      // Two headers, joined as node:http joins them.
+      `00-${id}-${span}-01, 00-${id}-${span}-01`,
+      `00-${id}-${span}`,
+      'x'.repeat(8000),
+    ]) {
+      const traceId = await traceIdFor(malformed);
+      expect(traceId, malformed.slice(0, 80)).not.toBe(id);
+      expect(traceId).toMatch(/^[0-9a-f]{32}$/);
+    }
+    allowed = false;
+    expect(await traceIdFor(`00-${id}-${span}-01`)).not.toBe(id);
+  } finally {
+    server.close();
+    await tracing.shutdown();
+  }
+});
