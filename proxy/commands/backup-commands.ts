@@ -1,11 +1,11 @@
 /**
  * `arkvory backup <destination>` and `arkvory restore [--verify] <source>` (storage-adapter/backup/).
  * Exit codes like scrub: 0 done and clean, 1 failed or found damage, 2 usage; and 3 done but its audit
- * entry not recorded, so a script tells a backup it has from one it has not.
+ * entry not recorded (as every command, cli-audit.ts), so a script tells a backup it has from one it has not.
  */
 import { GatewayError } from '../server/errors.ts';
 import { redactRedisTarget, ruleDocumentsPrefix } from '../../policy/rate-limit/redis-target.ts';
-import { AuditNotRecorded, recordCliAction, type CliAction } from './cli-audit.ts';
+import { AuditNotRecorded, EXIT_AUDIT_NOT_RECORDED, recordCliAction, type CliAction } from './cli-audit.ts';
 import path from 'node:path';
 import { pino } from 'pino';
 import type pg from 'pg';
@@ -126,9 +126,6 @@ function failed(name: string, err: unknown): number {
 function damageCounts(report: { checked: number; corrupt: readonly unknown[]; missing: readonly unknown[] }): string {
   return `${report.corrupt.length} blob(s) corrupt, ${report.missing.length} missing of ${report.checked} checked`;
 }
-
-/** Exit code of a backup or restore that was done but whose audit entry was not recorded. */
-export const EXIT_AUDIT_NOT_RECORDED = 3;
 
 /**
  * Records a finished backup or restore: 0, or EXIT_AUDIT_NOT_RECORDED with one line on stderr when the

@@ -1,7 +1,7 @@
 /**
  * The audit trail from the CLI: an admin or maintenance command that changed something records it
  * as the operator's (OS user and host), from `cli`, with one request id per command run. The change
- * is made first; a failure to record it is reported (stderr, exit 1) rather than hidden.
+ * is made first; a failure to record it is reported (stderr, exit EXIT_AUDIT_NOT_RECORDED) rather than hidden.
  */
 import { randomUUID } from 'node:crypto';
 import os from 'node:os';
@@ -28,9 +28,16 @@ export interface CliAction {
   readonly details?: Readonly<Record<string, unknown>>;
 }
 
+/**
+ * Exit code of every command whose change was done but whose audit entry was not recorded: not 1, so
+ * a script tells a change made (0 or 3; a key created, a backup written) from one that failed (1),
+ * and does not make it again.
+ */
+export const EXIT_AUDIT_NOT_RECORDED = 3;
+
 export class AuditNotRecorded extends Error {
   override readonly name = 'AuditNotRecorded';
-  /** Printed as `arkvory: audit_not_recorded: …` (exit 1, cli-failure.ts). */
+  /** Printed as `arkvory: audit_not_recorded: …` (exit EXIT_AUDIT_NOT_RECORDED, cli-failure.ts). */
   readonly code = 'audit_not_recorded';
 }
 

@@ -1,7 +1,7 @@
 /**
- * Expected failures of real CLI processes are the one line `arkvory: <code>: <message>` on stderr
- * and exit 1, never a stack: a key file that cannot be read, a database login without the
- * privilege, a change whose audit entry cannot be recorded (its result is printed all the same).
+ * Expected failures of real CLI processes are the one line `arkvory: <code>: <message>` on stderr,
+ * never a stack: a key file that cannot be read, a database login without the privilege (exit 1), a
+ * change whose audit entry cannot be recorded (its result is printed all the same; exit 3).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../../test/support/database.ts';
@@ -50,7 +50,7 @@ describe('CLI failures as one line', () => {
     expect(r.stderr).toContain('permission denied for table arkvory_principals');
   });
 
-  it('a change whose audit entry fails is printed, then `audit_not_recorded`, exit 1', async () => {
+  it('a change whose audit entry fails is printed, then `audit_not_recorded`, exit 3 (done: not to be made again)', async () => {
     const env = { ARKVORY_DATABASE_URL: urls.writer, ARKVORY_DATA_DIR: await makeTempDir() };
     expect((await runCli(['repos', 'create', 'r1'], env)).code).toBe(0);
     // Local to this database (a revoked grant would be the cluster-wide group role's).
@@ -60,7 +60,7 @@ describe('CLI failures as one line', () => {
       FOR EACH ROW EXECUTE FUNCTION test_refuse_audit()`);
 
     const quota = await runCli(['quota', 'set', '--repository', 'r1', '--bytes', '1M'], env);
-    expect(quota.code, quota.stderr).toBe(1);
+    expect(quota.code, quota.stderr).toBe(3);
     expect(JSON.parse(quota.stdout)).toMatchObject({ scope: 'repository', subject: 'r1', limitBytes: 1024 ** 2 });
     expectOneLine(quota.stderr, 'audit_not_recorded');
     expect(quota.stderr).toContain(
@@ -68,12 +68,12 @@ describe('CLI failures as one line', () => {
     );
 
     const purge = await runCli(['cache', 'purge', '--sha256', 'a'.repeat(64)], env);
-    expect(purge.code, purge.stderr).toBe(1);
+    expect(purge.code, purge.stderr).toBe(3);
     expect(JSON.parse(purge.stdout)).toEqual({ purged: ['a'.repeat(64)] });
     expectOneLine(purge.stderr, 'audit_not_recorded');
 
     const principal = await runCli(['principals', 'create', 'carol'], env);
-    expect(principal.code, principal.stderr).toBe(1);
+    expect(principal.code, principal.stderr).toBe(3);
     expect(JSON.parse(principal.stdout)).toMatchObject({ name: 'carol' });
     expectOneLine(principal.stderr, 'audit_not_recorded');
   });

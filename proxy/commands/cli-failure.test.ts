@@ -9,17 +9,23 @@ function raised(message: string, fields: Record<string, string>): Error {
 }
 
 describe('cliFailureOf', () => {
-  it('gives a coded error, a file error, a missing privilege and an unrecorded audit entry their codes', () => {
-    expect(cliFailureOf(new PolicyError('forbidden', 'no'))).toEqual({ code: 'forbidden', message: 'no' });
+  it('gives a coded error, a file error, a missing privilege and an unrecorded audit entry their codes and exit codes (3: the change was made)', () => {
+    expect(cliFailureOf(new PolicyError('forbidden', 'no'))).toEqual({
+      code: 'forbidden',
+      message: 'no',
+      exitCode: 1,
+    });
     expect(
       cliFailureOf(raised("ENOENT: no such file or directory, open '/k'", { code: 'ENOENT', syscall: 'open' })),
-    ).toEqual({ code: 'io', message: "ENOENT: no such file or directory, open '/k'" });
+    ).toEqual({ code: 'io', message: "ENOENT: no such file or directory, open '/k'", exitCode: 1 });
     const denied = cliFailureOf(raised('permission denied for table arkvory_principals', { code: '42501' }));
     expect(denied?.code).toBe('database_permission');
+    expect(denied?.exitCode).toBe(1);
     expect(denied?.message).toContain('permission denied for table arkvory_principals');
     expect(cliFailureOf(new AuditNotRecorded('quota.set was done, but …'))).toEqual({
       code: 'audit_not_recorded',
       message: 'quota.set was done, but …',
+      exitCode: 3,
     });
   });
 

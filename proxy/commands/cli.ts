@@ -19,7 +19,9 @@ async function topUsage(): Promise<string> {
 /**
  * Runs one command line. Results go to stdout; a usage error (unknown command, subcommand or
  * option, a missing value or argument) is one line on stderr, nothing on stdout, exit 2; an expected
- * failure (cli-failure.ts) is one line `arkvory: <code>: <message>`, exit 1. Only a bug shows a stack.
+ * failure (cli-failure.ts) is one line
+ * `arkvory: <code>: <message>`, exit 1, or 3 for a change done whose audit entry was not recorded.
+ * Only a bug shows a stack.
  */
 async function main(argv: string[]): Promise<number> {
   const [name, ...rest] = argv;
@@ -59,7 +61,7 @@ async function main(argv: string[]): Promise<number> {
         const failure = cliFailureOf(err);
         if (failure === undefined) throw err;
         process.stderr.write(cliFailureLine(failure));
-        return 1;
+        return failure.exitCode;
       }
   }
 }

@@ -9,7 +9,8 @@ import type { StoreTree } from '../../storage-adapter/store.ts';
 import { openStore } from '../content/storage.ts';
 import { loadCliConfig, openOfflineCliPool } from './cli-database.ts';
 import { defineCommand, form, type Command } from './command.ts';
-import { recordCliAction } from './cli-audit.ts';
+import { AuditNotRecorded, recordCliAction } from './cli-audit.ts';
+import { cliFailureLine } from './cli-failure.ts';
 import { maintenanceRefusal } from './maintenance-barrier.ts';
 
 /** A bar on a terminal, a JSON line every 5 s otherwise. */
@@ -90,7 +91,7 @@ and moves any whose bytes do not match its sha256 name into quarantine/ (nothing
 per-slice digests the slice cache checks against (ARKVORY_CACHE_SLICE_BYTES) for blobs published before they
 were, and forgets those of quarantined blobs. Lists as missing every blob a catalog row references that
 the store does not hold (lost, or quarantined by an earlier scrub). Prints a JSON
-summary; exits 1 when any blob was corrupt or missing. Refuses at once while a gateway, worker or backup of the
+summary; exits 1 when any blob was corrupt or missing, 3 when none was but its audit entry was not recorded. Refuses at once while a gateway, worker or backup of the
 database runs. Without ARKVORY_DATABASE_URL it starts the embedded database of the stopped gateway
 itself, and stops it after.
 Progress: a bar on a terminal, a log line every 5 s otherwise.`,
@@ -114,17 +115,24 @@ Progress: a bar on a terminal, a log line every 5 s otherwise.`,
           });
           progress.done();
           process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
-          await recordCliAction(pool, {
-            action: 'maintenance.scrub',
-            target: {},
-            details: {
-              corrupt: report.corrupt.length,
-              first: report.corrupt.slice(0, 100),
-              missing: report.missing.length,
-              firstMissing: report.missing.slice(0, 100),
-            },
-          });
-          return report.corrupt.length || report.missing.length ? 1 : 0;
+          const damaged = report.corrupt.length > 0 || report.missing.length > 0;
+          try {
+            await recordCliAction(pool, {
+              action: 'maintenance.scrub',
+              target: {},
+              details: {
+                corrupt: report.corrupt.length,
+                first: report.corrupt.slice(0, 100),
+                missing: report.missing.length,
+                firstMissing: report.missing.slice(0, 100),
+              },
+            });
+          } catch (err) {
+            // Damage found outweighs a missing audit entry (exit 1, as restore's), which is said all the same.
+            if (!damaged || !(err instanceof AuditNotRecorded)) throw err;
+            process.stderr.write(cliFailureLine(err));
+          }
+          return damaged ? 1 : 0;
         });
       },
     }),

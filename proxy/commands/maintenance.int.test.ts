@@ -86,13 +86,23 @@ describe.each(ALL_STORE_KINDS)('offline maintenance (%s store)', (kind) => {
     expect(await exists(blobPath(sha256(good)))).toBe(true);
     // victim.bin's row still names the quarantined blob: every later scrub says so until the blob
     // is put back or the artifact deleted, never "clean" while a catalog row names nothing.
+    // With its audit entry refused: damage found still exits 1 (it outweighs the entry, said too) ...
+    await db.pool.query(`CREATE FUNCTION test_refuse_audit() RETURNS trigger LANGUAGE plpgsql AS
+      $$ BEGIN RAISE EXCEPTION 'audit refused by the test'; END $$`);
+    await db.pool.query(`CREATE TRIGGER test_refuse_audit BEFORE INSERT ON arkvory_audit_events
+      FOR EACH ROW EXECUTE FUNCTION test_refuse_audit()`);
+    onTestFinished(async () => {
+      await db.pool.query('DROP TRIGGER IF EXISTS test_refuse_audit ON arkvory_audit_events');
+      await db.pool.query('DROP FUNCTION IF EXISTS test_refuse_audit()');
+    });
     const again = await runCli(['scrub'], env);
     expect(again.code, again.stderr).toBe(1);
     expect(JSON.parse(again.stdout)).toMatchObject({ checked: 1, corrupt: [], missing: [sha256(victim)] });
+    expect(again.stderr).toMatch(/^arkvory: audit_not_recorded: maintenance\.scrub was done/m);
     await db.pool.query('DELETE FROM arkvory_artifacts WHERE sha256 = $1', [sha256(victim)]);
-    // A clean scrub exits 0.
+    // ... and a clean one exits 3 (0 once recorded), as every command whose work was done but not recorded.
     const clean = await runCli(['scrub'], env);
-    expect(clean.code, clean.stderr).toBe(0);
+    expect(clean.code, clean.stderr).toBe(3);
     expect(JSON.parse(clean.stdout)).toMatchObject({ checked: 1, corrupt: [], missing: [] });
   }, 120_000);
 

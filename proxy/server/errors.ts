@@ -149,7 +149,7 @@ export const GATEWAY_ERRORS = defineErrors('proxy/server/errors.ts', {
     status: null,
     message: 'The change was made, but its audit entry was not recorded.',
     advice:
-      'The change stands (its result is on stdout); the message says why the insert failed (the database gone, the login without INSERT on `arkvory_audit_events`). Fix that and record the change by other means if the trail must hold it. The CLI exits 1; `backup` and `restore` exit 3, so a script tells work done from work that failed (docs/backup-and-restore.md).',
+      'The change stands (its result is on stdout); the message says why the insert failed (the database gone, the login without INSERT on `arkvory_audit_events`). Fix that and record the change by other means if the trail must hold it. The CLI exits 3 (not 1), so a script tells work done from work that failed and does not do it again (README, "CLI").',
   },
 });
 
