@@ -60,6 +60,9 @@ function repositoryCeilingsRow(row: Record<string, unknown>): RepositoryCeilings
   };
 }
 
+/** The largest bound on a repository's concurrent transfers per gateway (0 = none). */
+export const MAX_REPOSITORY_TRANSFERS = 100_000;
+
 /** Bounds of `arkvory_principals.bandwidth_weight` (migration 0060). */
 export const MAX_BANDWIDTH_WEIGHT = 1000;
 
@@ -99,6 +102,30 @@ export interface GrantRow {
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const PRINCIPAL_NAME = /^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$/;
 const REPOSITORY_NAME = /^[a-z0-9][a-z0-9._-]{0,63}$/;
+
+/** A new principal's name, checked without the database (the CLI checks it before connecting). */
+export function checkPrincipalName(name: unknown): string {
+  if (typeof name !== 'string' || !PRINCIPAL_NAME.test(name))
+    throw new PolicyError('invalid_request', 'principal name must match ^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$');
+  // A reference is read as an id first (findPrincipal): a name shaped like one would act on another principal.
+  if (UUID.test(name))
+    throw new PolicyError('invalid_request', 'a principal name may not have the shape of a principal id');
+  return name;
+}
+
+/** A new repository's name, checked without the database. */
+export function checkRepositoryName(name: unknown): string {
+  if (typeof name !== 'string' || !REPOSITORY_NAME.test(name))
+    throw new PolicyError('invalid_request', 'repository name must match ^[a-z0-9][a-z0-9._-]{0,63}$');
+  return name;
+}
+
+/** A group's name, checked without the database. */
+export function checkGroupName(name: unknown): string {
+  if (typeof name !== 'string' || !PRINCIPAL_NAME.test(name))
+    throw new PolicyError('invalid_request', 'group name must match ^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$');
+  return name;
+}
 const KEY_ID = /^[a-z0-9]{16}$/;
 
 /**
@@ -200,11 +227,7 @@ export class AdminStore {
   }
 
   async createPrincipal(name: string): Promise<PrincipalRow> {
-    if (typeof name !== 'string' || !PRINCIPAL_NAME.test(name))
-      throw new PolicyError('invalid_request', 'principal name must match ^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$');
-    // A reference is read as an id first (findPrincipal): a name shaped like one would act on another principal.
-    if (UUID.test(name))
-      throw new PolicyError('invalid_request', 'a principal name may not have the shape of a principal id');
+    checkPrincipalName(name);
     try {
       const r = await this.#pool.query('INSERT INTO arkvory_principals (name) VALUES ($1) RETURNING *', [name]);
       return toPrincipal(r.rows[0]);
@@ -437,8 +460,7 @@ export class AdminStore {
   }
 
   async createRepository(name: string): Promise<{ name: string; createdAt: string }> {
-    if (typeof name !== 'string' || !REPOSITORY_NAME.test(name))
-      throw new PolicyError('invalid_request', 'repository name must match ^[a-z0-9][a-z0-9._-]{0,63}$');
+    checkRepositoryName(name);
     try {
       const r = await this.#pool.query('INSERT INTO arkvory_repositories (name) VALUES ($1) RETURNING *', [name]);
       return { name: r.rows[0].name, createdAt: (r.rows[0].created_at as Date).toISOString() };
@@ -472,8 +494,7 @@ export class AdminStore {
     name: string,
     ceilings: { downloadBytesPerSec?: number; uploadBytesPerSec?: number },
   ): Promise<GroupRow> {
-    if (typeof name !== 'string' || !PRINCIPAL_NAME.test(name))
-      throw new PolicyError('invalid_request', 'group name must match ^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$');
+    checkGroupName(name);
     const down = ceilingRate(ceilings.downloadBytesPerSec, 'downloadBytesPerSec');
     const up = ceilingRate(ceilings.uploadBytesPerSec, 'uploadBytesPerSec');
     await this.#pool.query(
@@ -575,10 +596,10 @@ export class AdminStore {
     const down = ceilingRate(ceilings.downloadBytesPerSec, 'downloadBytesPerSec');
     const up = ceilingRate(ceilings.uploadBytesPerSec, 'uploadBytesPerSec');
     const max = ceilings.maxTransfers;
-    if (max !== undefined && (!Number.isSafeInteger(max) || max < 0 || max > 100_000))
+    if (max !== undefined && (!Number.isSafeInteger(max) || max < 0 || max > MAX_REPOSITORY_TRANSFERS))
       throw new PolicyError(
         'invalid_request',
-        `maxTransfers must be an integer from 0 (no bound) to 100000, got ${max}`,
+        `maxTransfers must be an integer from 0 (no bound) to ${MAX_REPOSITORY_TRANSFERS}, got ${max}`,
       );
     const r = await this.#pool.query(
       `UPDATE arkvory_repositories SET

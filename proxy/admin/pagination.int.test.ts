@@ -177,8 +177,10 @@ describe('admin API listings', () => {
     } while (cursor);
     expect(seen).toEqual(await currentNames());
     const refused = await runCli(['principals', 'list', '--limit', '5000'], env);
-    expect(refused.code).toBe(1);
-    expect(refused.stderr).toMatch(/limit must be an integer from 1 to 1000/);
+    expect([refused.code, refused.stdout]).toEqual([2, '']);
+    expect(refused.stderr).toBe(
+      'arkvory principals list: --limit must be an integer from 1 to 1000 (got 5000) (see arkvory principals list --help)\n',
+    );
   });
 });
 

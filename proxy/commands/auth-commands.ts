@@ -1,6 +1,16 @@
-import { AdminStore, MAX_KEY_LIFETIME_SECONDS, parseScopes } from '../../policy/auth/admin-store.ts';
+import {
+  AdminStore,
+  checkGroupName,
+  checkPrincipalName,
+  checkRepositoryName,
+  MAX_BANDWIDTH_WEIGHT,
+  MAX_CEILING_BYTES_PER_SECOND,
+  MAX_KEY_LIFETIME_SECONDS,
+  MAX_REPOSITORY_TRANSFERS,
+  MIN_CEILING_BYTES_PER_SECOND,
+  parseScopes,
+} from '../../policy/auth/admin-store.ts';
 import { PolicyError } from '../../policy/errors.ts';
-import type { Permission } from '../../policy/auth/authorize.ts';
 import { certificateDetails, grantDetails, keyDetails, principalDetails } from '../audit/admin-details.ts';
 import { type CliAction, recordCliAction } from './cli-audit.ts';
 import { openCliPool } from './cli-database.ts';
@@ -27,6 +37,16 @@ function scopesOption(text: string | undefined): ReturnType<typeof parseScopes> 
     return parseScopes(text ?? 'read');
   } catch (err) {
     if (err instanceof PolicyError) throw new UsageError(`--scopes: ${err.message}`);
+    throw err;
+  }
+}
+
+/** An argument checked by the store's own rule before anything is opened: a bad one is a usage error (exit 2). */
+function argument<T>(check: () => T): T {
+  try {
+    return check();
+  } catch (err) {
+    if (err instanceof PolicyError) throw new UsageError(err.message);
     throw err;
   }
 }
@@ -63,20 +83,44 @@ const CEILING_OPTIONS = {
   upload: { type: 'string', value: 'B/s', description: 'upload ceiling in bytes/s (0 = none)' },
 } as const;
 
-/** `--download N` as `{ downloadBytesPerSec: N }`; left out, nothing. */
-function optionalCount<K extends string>(text: string | undefined, option: string, key: K): Partial<Record<K, number>> {
+/**
+ * `text` as a whole number from `min` to `max`, checked before anything is opened: a value the store
+ * would refuse is a usage error (exit 2), not a refusal after connecting (exit 1).
+ */
+function wholeNumber(text: string, what: string, min: number, max: number): number {
+  const n = /^\d{1,16}$/.test(text) ? Number(text) : Number.NaN;
+  if (!Number.isSafeInteger(n) || n < min || n > max)
+    throw new UsageError(`${what} must be an integer from ${min} to ${max} (got ${text})`);
+  return n;
+}
+
+/** `--max-transfers N` as `{ maxTransfers: N }`; left out, nothing. */
+function transfersOption(text: string | undefined): { maxTransfers?: number } {
   if (text === undefined) return {};
-  if (!/^\d+$/.test(text)) throw new UsageError(`--${option}: "${text}" is not a whole number`);
-  return { [key]: Number(text) } as Partial<Record<K, number>>;
+  return { maxTransfers: wholeNumber(text, '--max-transfers', 0, MAX_REPOSITORY_TRANSFERS) };
+}
+
+/** A ceiling option: 0 (none) or MIN_CEILING_BYTES_PER_SECOND .. MAX_CEILING_BYTES_PER_SECOND, as the store takes it. */
+function ceilingOption(text: string | undefined, option: string): number | undefined {
+  if (text === undefined) return undefined;
+  if (text === '0') return 0;
+  const n = /^\d{1,16}$/.test(text) ? Number(text) : Number.NaN;
+  if (!Number.isSafeInteger(n) || n < MIN_CEILING_BYTES_PER_SECOND || n > MAX_CEILING_BYTES_PER_SECOND)
+    throw new UsageError(
+      `--${option} must be 0 (no ceiling) or an integer from ${MIN_CEILING_BYTES_PER_SECOND} to ${MAX_CEILING_BYTES_PER_SECOND} (got ${text})`,
+    );
+  return n;
 }
 
 function ceilingOptions(input: { string(name: string): string | undefined }): {
   downloadBytesPerSec?: number;
   uploadBytesPerSec?: number;
 } {
+  const down = ceilingOption(input.string('download'), 'download');
+  const up = ceilingOption(input.string('upload'), 'upload');
   return {
-    ...optionalCount(input.string('download'), 'download', 'downloadBytesPerSec'),
-    ...optionalCount(input.string('upload'), 'upload', 'uploadBytesPerSec'),
+    ...(down !== undefined ? { downloadBytesPerSec: down } : {}),
+    ...(up !== undefined ? { uploadBytesPerSec: up } : {}),
   };
 }
 
@@ -113,17 +157,22 @@ ${DATABASE_NOTE}`,
     form({
       name: 'create',
       args: '<name>',
-      run: ({ positionals }, env) =>
-        withStore(
+      run: ({ positionals }, env) => {
+        const name = argument(() => checkPrincipalName(positionals[0]));
+        return withStore(
           env,
-          (s) => s.createPrincipal(positionals[0]!),
-          (p) => ({ action: 'principal.create', target: { principal: positionals[0] }, details: principalDetails(p) }),
-        ),
+          (s) => s.createPrincipal(name),
+          (p) => ({ action: 'principal.create', target: { principal: name }, details: principalDetails(p) }),
+        );
+      },
     }),
     form({
       name: 'list',
       options: PAGE_OPTIONS,
-      run: (input, env) => withStore(env, async (s) => printed('principals')(await s.listPrincipals(pageInput(input)))),
+      run: (input, env) => {
+        const page = pageInput(input);
+        return withStore(env, async (s) => printed('principals')(await s.listPrincipals(page)));
+      },
     }),
     form({
       name: 'disable',
@@ -149,11 +198,10 @@ ${DATABASE_NOTE}`,
       name: 'weight',
       args: '<name|id> <weight>',
       run: ({ positionals }, env) => {
-        const text = positionals[1]!;
-        if (!/^\d+$/.test(text)) throw new UsageError(`"${text}" is not a weight (an integer from 1 to 1000)`);
+        const weight = wholeNumber(positionals[1]!, 'the weight', 1, MAX_BANDWIDTH_WEIGHT);
         return withStore(
           env,
-          (s) => s.setPrincipalWeight(positionals[0]!, Number(text)),
+          (s) => s.setPrincipalWeight(positionals[0]!, weight),
           (p) => ({
             action: 'principal.weight',
             target: { principal: positionals[0] },
@@ -206,10 +254,12 @@ ${DATABASE_NOTE}`,
       name: 'certs',
       args: '<principal>',
       options: PAGE_OPTIONS,
-      run: (input, env) =>
-        withStore(env, async (s) =>
-          printed('certificates')(await s.listCertificates(input.positionals[0]!, pageInput(input))),
-        ),
+      run: (input, env) => {
+        const page = pageInput(input);
+        return withStore(env, async (s) =>
+          printed('certificates')(await s.listCertificates(input.positionals[0]!, page)),
+        );
+      },
     }),
   ],
 });
@@ -258,8 +308,10 @@ ${DATABASE_NOTE}`,
       name: 'list',
       args: '<principal>',
       options: PAGE_OPTIONS,
-      run: (input, env) =>
-        withStore(env, async (s) => printed('keys')(await s.listKeys(input.positionals[0]!, pageInput(input)))),
+      run: (input, env) => {
+        const page = pageInput(input);
+        return withStore(env, async (s) => printed('keys')(await s.listKeys(input.positionals[0]!, page)));
+      },
     }),
     form({
       name: 'revoke',
@@ -306,22 +358,22 @@ ${DATABASE_NOTE}`,
     form({
       name: 'create',
       args: '<name>',
-      run: ({ positionals }, env) =>
-        withStore(
+      run: ({ positionals }, env) => {
+        const name = argument(() => checkRepositoryName(positionals[0]));
+        return withStore(
           env,
-          (s) => s.createRepository(positionals[0]!),
-          (r) => ({
-            action: 'repository.create',
-            target: { repository: positionals[0] },
-            details: { repository: r.name },
-          }),
-        ),
+          (s) => s.createRepository(name),
+          (r) => ({ action: 'repository.create', target: { repository: name }, details: { repository: r.name } }),
+        );
+      },
     }),
     form({
       name: 'list',
       options: PAGE_OPTIONS,
-      run: (input, env) =>
-        withStore(env, async (s) => printed('repositories')(await s.listRepositories(pageInput(input)))),
+      run: (input, env) => {
+        const page = pageInput(input);
+        return withStore(env, async (s) => printed('repositories')(await s.listRepositories(page)));
+      },
     }),
     form({
       name: 'ceiling',
@@ -330,16 +382,14 @@ ${DATABASE_NOTE}`,
         ...CEILING_OPTIONS,
         'max-transfers': { type: 'string', value: 'N', description: 'concurrent transfers per gateway (0 = no bound)' },
       },
-      run: (input, env) =>
-        withStore(
+      run: (input, env) => {
+        const ceilings = { ...ceilingOptions(input), ...transfersOption(input.string('max-transfers')) };
+        return withStore(
           env,
-          (s) =>
-            s.setRepositoryCeilings(input.positionals[0]!, {
-              ...ceilingOptions(input),
-              ...optionalCount(input.string('max-transfers'), 'max-transfers', 'maxTransfers'),
-            }),
+          (s) => s.setRepositoryCeilings(input.positionals[0]!, ceilings),
           (r) => ({ action: 'repository.ceiling', target: { repository: input.positionals[0] }, details: { ...r } }),
-        ),
+        );
+      },
     }),
   ],
 });
@@ -360,12 +410,15 @@ ARKVORY_DATA_DIR. Output is JSON on stdout.`,
       name: 'set',
       args: '<group>',
       options: CEILING_OPTIONS,
-      run: (input, env) =>
-        withStore(
+      run: (input, env) => {
+        const name = argument(() => checkGroupName(input.positionals[0]));
+        const ceilings = ceilingOptions(input);
+        return withStore(
           env,
-          (s) => s.setGroup(input.positionals[0]!, ceilingOptions(input)),
+          (s) => s.setGroup(name, ceilings),
           (g) => ({ action: 'group.set', target: { group: input.positionals[0] }, details: { ...g } }),
-        ),
+        );
+      },
     }),
     form({
       name: 'add',
@@ -418,9 +471,11 @@ ${DATABASE_NOTE}`,
       name: 'add',
       args: '<principal> <repository> <read|write>',
       run({ positionals: [principal, repo, permission] }, env) {
+        if (permission !== 'read' && permission !== 'write')
+          throw new UsageError(`the permission must be read or write (got ${permission})`);
         return withStore(
           env,
-          (s) => s.addGrant(principal!, repo!, permission as Permission),
+          (s) => s.addGrant(principal!, repo!, permission),
           (g) => ({ action: 'grant.set', target: { principal, repository: repo }, details: grantDetails(g) }),
         );
       },
@@ -439,8 +494,10 @@ ${DATABASE_NOTE}`,
       name: 'list',
       args: '[<principal>]',
       options: PAGE_OPTIONS,
-      run: (input, env) =>
-        withStore(env, async (s) => printed('grants')(await s.listGrants(input.positionals[0], pageInput(input)))),
+      run: (input, env) => {
+        const page = pageInput(input);
+        return withStore(env, async (s) => printed('grants')(await s.listGrants(input.positionals[0], page)));
+      },
     }),
   ],
 });

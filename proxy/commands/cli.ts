@@ -18,8 +18,8 @@ async function topUsage(): Promise<string> {
 
 /**
  * Runs one command line. Results go to stdout; a usage error (unknown command, subcommand or
- * option, a missing value or argument) is one line on stderr, nothing on stdout, exit 2; an expected
- * failure (cli-failure.ts) is one line
+ * option, a missing value or argument, an argument's value out of its range) is one line on stderr,
+ * nothing on stdout, exit 2, before any connection; an expected failure (cli-failure.ts) is one line
  * `arkvory: <code>: <message>`, exit 1, or 3 for a change done whose audit entry was not recorded.
  * Only a bug shows a stack.
  */

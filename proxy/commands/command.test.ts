@@ -212,3 +212,47 @@ describe('every arkvory command', () => {
     },
   );
 });
+
+describe("an argument's or option's value a command does not take", () => {
+  // A database that refuses every connection: a form that reached it would fail with
+  // database_unreachable (exit 1) instead of the usage error (exit 2) it owes before connecting.
+  const env = { ARKVORY_DATABASE_URL: 'postgres://u:p@127.0.0.1:1/db', ARKVORY_DATA_DIR: '/nonexistent/arkvory-data' };
+  const WEIGHT = 'the weight must be an integer from 1 to 1000';
+  const LIMIT = '--limit must be an integer from 1 to 1000';
+  it.each([
+    [['principals', 'weight', 'bob', '0'], `${WEIGHT} (got 0)`],
+    [['principals', 'weight', 'bob', '1001'], `${WEIGHT} (got 1001)`],
+    [['principals', 'weight', 'bob', '1e3'], `${WEIGHT} (got 1e3)`],
+    [['principals', 'create', 'no spaces'], /^principal name must match/],
+    [['principals', 'create', '6f9619ff-8b86-d011-b42d-00c04fc964ff'], /shape of a principal id/],
+    [['principals', 'list', '--limit', '0'], `${LIMIT} (got 0)`],
+    [['principals', 'certs', 'bob', '--limit', '5000'], `${LIMIT} (got 5000)`],
+    [['keys', 'list', 'bob', '--limit', 'ten'], `${LIMIT} (got ten)`],
+    [['repos', 'list', '--limit', '1001'], `${LIMIT} (got 1001)`],
+    [['grants', 'list', '--limit=-1'], `${LIMIT} (got -1)`],
+    [['rules-service', 'list', '--limit', '0'], `${LIMIT} (got 0)`],
+    [['ratelimit', 'show', '--limit', '0'], `${LIMIT} (got 0)`],
+    [['repos', 'create', 'Upper'], /^repository name must match/],
+    [['repos', 'ceiling', 'r', '--download', '1000'], /^--download must be 0 \(no ceiling\) or an integer from 65536/],
+    [['repos', 'ceiling', 'r', '--upload', String(2 ** 41)], /^--upload must be 0 \(no ceiling\)/],
+    [
+      ['repos', 'ceiling', 'r', '--max-transfers', '100001'],
+      '--max-transfers must be an integer from 0 to 100000 (got 100001)',
+    ],
+    [['groups', 'set', 'g', '--download', '1'], /^--download must be 0 \(no ceiling\)/],
+    [['groups', 'set', 'bad name'], /^group name must match/],
+    [['grants', 'add', 'bob', 'r', 'admin'], 'the permission must be read or write (got admin)'],
+    [['rules-service', 'unset', 'gateway_request', 'host', 'x'], 'KIND must be principal or repository (got host)'],
+  ] as const)('%j is a usage error before anything is opened', async (words, message) => {
+    const command = COMMANDS.find((c) => c.name === words[0])!;
+    const invocation = invoke(command, [...words.slice(1)]);
+    expect(invocation.kind).toBe('run');
+    if (invocation.kind !== 'run') return;
+    // A form's run may throw before its first await, as cli.ts's try takes it.
+    const refused = (async () => invocation.form.run(invocation.input, env))();
+    await expect(refused).rejects.toMatchObject({ name: 'UsageError' });
+    await refused.catch((err: Error) =>
+      typeof message === 'string' ? expect(err.message).toBe(message) : expect(err.message).toMatch(message),
+    );
+  });
+});

@@ -1,5 +1,7 @@
 /** `--limit` and `--cursor` of every CLI list form: one page, as the admin API gives it (policy/auth/page.ts). */
-import { PAGE_DEFAULT_LIMIT, PAGE_MAX_LIMIT, type Page, type PageRequest } from '../../policy/auth/page.ts';
+import { PAGE_DEFAULT_LIMIT, PAGE_MAX_LIMIT, pageLimit, type Page, type PageRequest } from '../../policy/auth/page.ts';
+import { PolicyError } from '../../policy/errors.ts';
+import { UsageError } from './command.ts';
 
 export const PAGE_OPTIONS = {
   limit: {
@@ -14,9 +16,19 @@ export const PAGE_OPTIONS = {
   },
 } as const;
 
-/** The page request of a list form's options. */
+/**
+ * The page request of a list form's options, read before anything is opened: a `--limit` out of range
+ * is a usage error (exit 2), as the option's spelling is. The cursor is the listing's to read.
+ */
 export function pageInput(input: { string(name: 'limit' | 'cursor'): string | undefined }): PageRequest {
-  return { limit: input.string('limit'), cursor: input.string('cursor') };
+  const limit = input.string('limit');
+  try {
+    pageLimit(limit);
+  } catch (err) {
+    if (err instanceof PolicyError) throw new UsageError(`--${err.message} (got ${limit})`);
+    throw err;
+  }
+  return { limit, cursor: input.string('cursor') };
 }
 
 /** `{ <name>: items, nextCursor }`, the admin API's shape. */

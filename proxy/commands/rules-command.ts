@@ -185,11 +185,13 @@ Exit codes: 0 ok, 1 invalid rules or unknown limiter/rule, 2 usage.`,
       '[LIMITER]',
       'effective rules, tier by tier (file > published > default); one page of limiters',
       async ([limiter], env, input) => {
+        // Before Redis or the database is opened: a --limit out of range is a usage error.
+        const request = pageInput(input);
         const store = await openRegistry(env);
         try {
           const page =
             limiter === undefined
-              ? await store.registry.showPage(pageInput(input))
+              ? await store.registry.showPage(request)
               : { items: await store.registry.show(limiter), nextCursor: null };
           process.stdout.write(`${JSON.stringify({ limiters: page.items, nextCursor: page.nextCursor }, null, 2)}\n`);
           return 0;

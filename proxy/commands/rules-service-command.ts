@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import type { PageRequest } from '../../policy/auth/page.ts';
-import { defineCommand, form, type Command } from './command.ts';
+import { SUBJECT_KINDS, type SubjectKind } from '../../policy/rate-limit/rule-overrides.ts';
+import { defineCommand, form, UsageError, type Command } from './command.ts';
 import { PAGE_OPTIONS, pageInput } from './page-options.ts';
 
 const SERVICE = {
@@ -10,6 +11,14 @@ const SERVICE = {
     description: 'the calling service the override is for (default ARKVORY_SERVICE_NAME, "arkvory")',
   },
 } as const;
+
+/** KIND as the command line gives it: principal or repository, else a usage error (exit 2) before anything is read. */
+function checkedKind(positionals: readonly string[]): readonly string[] {
+  const kind = positionals[1];
+  if (!SUBJECT_KINDS.includes(kind as SubjectKind))
+    throw new UsageError(`KIND must be ${SUBJECT_KINDS.join(' or ')} (got ${kind})`);
+  return positionals;
+}
 
 export const rulesServiceCommand: Command = defineCommand({
   name: 'rules-service',
@@ -22,7 +31,8 @@ ARKVORY_RULES_SERVICE_MAX_TTL_SECONDS) plus the query timeout. \`serve\` listens
 ARKVORY_PORT, needs ARKVORY_DATABASE_URL (migrated), guards the query route with
 ARKVORY_RULES_SERVICE_TOKEN when set, and takes admin keys on /api/v1/admin/rule-overrides.
 \`list\` prints one page ({ overrides, nextCursor }): pass nextCursor to --cursor for the next one.
-Exit codes: 0 ok, 1 invalid rules, no such override or a bad --limit/--cursor, 2 usage.`,
+Exit codes: 0 ok, 1 invalid rules, no such override or a bad --cursor, 2 usage (also a KIND other than
+principal or repository, or a --limit out of range, said before anything is opened).`,
   forms: [
     form({
       name: 'serve',
@@ -40,14 +50,14 @@ Exit codes: 0 ok, 1 invalid rules, no such override or a bad --limit/--cursor, 2
       args: 'LIMITER KIND SUBJECT FILE',
       summary: 'put the override of one principal or repository',
       options: SERVICE,
-      run: (input, env) => overrides('set', input.positionals, input.string('service'), undefined, env),
+      run: (input, env) => overrides('set', checkedKind(input.positionals), input.string('service'), undefined, env),
     }),
     form({
       name: 'unset',
       args: 'LIMITER KIND SUBJECT',
       summary: 'delete one override',
       options: SERVICE,
-      run: (input, env) => overrides('unset', input.positionals, input.string('service'), undefined, env),
+      run: (input, env) => overrides('unset', checkedKind(input.positionals), input.string('service'), undefined, env),
     }),
     form({
       name: 'list',
@@ -57,8 +67,10 @@ Exit codes: 0 ok, 1 invalid rules, no such override or a bad --limit/--cursor, 2
         ...SERVICE,
         ...PAGE_OPTIONS,
       },
-      run: (input, env) =>
-        overrides('list', [], input.string('service'), input.string('limiter'), env, pageInput(input)),
+      run: (input, env) => {
+        const page = pageInput(input);
+        return overrides('list', [], input.string('service'), input.string('limiter'), env, page);
+      },
     }),
   ],
 });

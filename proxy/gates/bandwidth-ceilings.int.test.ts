@@ -111,10 +111,11 @@ describe('group and repository ceilings', () => {
     });
     const repo = await cli(['repos', 'ceiling', 'slow', '--download', String(REPO_RATE), '--max-transfers', '1']);
     expect(repo.json).toEqual({ name: 'slow', downloadBytesPerSec: REPO_RATE, uploadBytesPerSec: 0, maxTransfers: 1 });
+    // A value the store would refuse is a usage error, said before the database is reached.
     const tooLow = await cli(['repos', 'ceiling', 'fast', '--download', '1000']);
-    expect(tooLow.code).toBe(1);
-    expect(tooLow.stderr).toContain(
-      'invalid_request: downloadBytesPerSec must be 0 (no ceiling) or an integer from 65536',
+    expect([tooLow.code, tooLow.stdout]).toEqual([2, '']);
+    expect(tooLow.stderr).toBe(
+      `arkvory repos ceiling: --download must be 0 (no ceiling) or an integer from 65536 to ${2 ** 40} (got 1000) (see arkvory repos ceiling --help)\n`,
     );
     const typo = await cli(['groups', 'set', 'crawlers', '--download', '2M']);
     expect([typo.code, typo.stdout]).toEqual([2, '']);

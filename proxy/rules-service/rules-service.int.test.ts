@@ -520,8 +520,8 @@ describe('overrides under hostile input (issue 35)', () => {
     } while (cursor);
     expect(seen).toEqual(expected);
     const refused = await runCli(['rules-service', 'list', '--service', 'paged', '--limit', '5000'], cliEnv);
-    expect(refused.code).toBe(1);
-    expect(refused.stderr).toMatch(/limit must be an integer from 1 to 1000/);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toMatch(/--limit must be an integer from 1 to 1000 \(got 5000\)/);
     const forged = await runCli(['rules-service', 'list', '--cursor', 'forged!'], cliEnv);
     expect(forged.code).toBe(1);
     expect(forged.stderr).toMatch(/cursor is not one this listing gave/);
