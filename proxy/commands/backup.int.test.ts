@@ -130,6 +130,9 @@ async function listPartials(dir: string): Promise<string[]> {
   return (await readdir(dir).catch(() => [])).filter((n) => n.endsWith('.partial'));
 }
 
+/** When the backed-up disabled principal was disabled: long before the backup and its restore. */
+const RETIRED_AT = '2021-03-04T05:06:07.123456Z';
+
 describe.each(FILE_STORE_KINDS)('backup and restore (%s store)', (kind) => {
   const db = useTestDatabase();
 
@@ -137,6 +140,9 @@ describe.each(FILE_STORE_KINDS)('backup and restore (%s store)', (kind) => {
     await createRepository(db.pool, 'bk');
     const writer = await createServiceAccount(db.pool, { name: 'writer', grants: { bk: 'write' } });
     const reader = await createServiceAccount(db.pool, { name: 'reader', scopes: ['read'], grants: { bk: 'read' } });
+    // A principal disabled long before the backup (disabled_at is set by a trigger as it is disabled).
+    await db.pool.query(`INSERT INTO arkvory_principals (name, disabled) VALUES ('retired', true)`);
+    await db.pool.query(`UPDATE arkvory_principals SET disabled_at = $1 WHERE name = 'retired'`, [RETIRED_AT]);
     const sourceStore = kind === 'http' ? await startStaticStore() : undefined;
     const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_STORAGE_URL: sourceStore?.url } });
     const uploads: Upload[] = [];
@@ -257,6 +263,16 @@ describe.each(FILE_STORE_KINDS)('backup and restore (%s store)', (kind) => {
       { state: 'aborted' },
     ]);
     expect((await target.pool.query('SELECT id FROM arkvory_quota_reservations')).rows).toEqual([]);
+    // A disabled principal keeps when it was disabled, not the restore's time: the sessions and links
+    // made before that moment stay void, and no later ones become so.
+    expect(
+      (
+        await target.pool.query(
+          `SELECT disabled, disabled_at = $1::timestamptz AS kept FROM arkvory_principals WHERE name = 'retired'`,
+          [RETIRED_AT],
+        )
+      ).rows,
+    ).toEqual([{ disabled: true, kept: true }]);
 
     const names = new Set(
       (
