@@ -72,8 +72,13 @@ export async function hashStream(source: AsyncIterable<Buffer>): Promise<{ sha25
   return { sha256: hash.digest('hex'), bytes };
 }
 
-export async function* fileChunks(file: string): AsyncGenerator<Buffer> {
-  for await (const chunk of createReadStream(file, { highWaterMark: CHUNK })) yield chunk as Buffer;
+/** The bytes of `file`; with `maxBytes` (at least 1), no more than that many (the rest is not read). */
+export async function* fileChunks(file: string, maxBytes?: number): AsyncGenerator<Buffer> {
+  const stream = createReadStream(file, {
+    highWaterMark: CHUNK,
+    ...(maxBytes !== undefined ? { start: 0, end: maxBytes - 1 } : {}),
+  });
+  for await (const chunk of stream) yield chunk as Buffer;
 }
 
 async function tryLink(from: string, to: string): Promise<boolean> {

@@ -1,9 +1,14 @@
-/** Reading a backup's `database.jsonl`: its digest, and its rows table by table. */
-import { createReadStream } from 'node:fs';
+/**
+ * Reading a backup's `database.jsonl`: its digest, and its rows table by table. Each read opens it
+ * as a regular file and reads at most the bytes the manifest gives it (small-file.ts): a named pipe
+ * or a link to /dev/zero in its place is `backup_invalid`, found before anything is written.
+ */
+import { Readable } from 'node:stream';
 import { createInterface } from 'node:readline';
 import { BackupError } from './errors.ts';
-import { fileChunks, hashStream } from './blob-copy.ts';
+import { hashStream } from './blob-copy.ts';
 import type { SealedManifest } from './manifest.ts';
+import { backupFileChunks, handleChunks, openBackupFile } from './small-file.ts';
 import { isSha256Hex } from '../paths.ts';
 
 export interface DumpLine {
@@ -15,10 +20,11 @@ export interface DumpLine {
 
 /**
  * The rows of a database file. The file's sha256 was checked against the manifest, but a manifest
- * can be resealed by whoever edits a backup: a line that is not a row is `backup_invalid`.
+ * can be resealed by whoever edits a backup: a line that is not a row is `backup_invalid`. At most
+ * `maxBytes` (the manifest's size of the file) are read.
  */
-export async function* dumpLines(file: string): AsyncGenerator<DumpLine> {
-  const lines = createInterface({ input: createReadStream(file), crlfDelay: Infinity });
+export async function* dumpLines(file: string, maxBytes: number): AsyncGenerator<DumpLine> {
+  const lines = createInterface({ input: Readable.from(backupFileChunks(file, maxBytes)), crlfDelay: Infinity });
   let n = 0;
   for await (const line of lines) {
     n++;
@@ -43,17 +49,26 @@ export async function* dumpLines(file: string): AsyncGenerator<DumpLine> {
 
 /** Throws `backup_invalid` unless the file has the size and sha256 the manifest records. */
 export async function checkDatabaseFile(file: string, manifest: SealedManifest): Promise<void> {
-  const seen = await hashStream(fileChunks(file)).catch((err: unknown) => {
+  const expected = manifest.database;
+  const mismatch = (seen: string) =>
+    new BackupError(
+      'backup_invalid',
+      `${file} does not match the manifest (${seen}; expected ${expected.sha256}, ${expected.bytes} bytes)`,
+    );
+  // Any size: one other than the manifest's is said as a mismatch, without reading it.
+  const opened = await openBackupFile(file, Number.MAX_SAFE_INTEGER).catch((err: unknown) => {
     // Missing is a damaged backup; anything else (EACCES: the backup is sound, the caller may not
     // read it; EIO) is said as the file system said it, not as a reason to give up on the backup.
     if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
     throw new BackupError('backup_invalid', `${file} is missing: ${(err as Error).message}`);
   });
-  if (seen.sha256 !== manifest.database.sha256 || seen.bytes !== manifest.database.bytes) {
-    throw new BackupError(
-      'backup_invalid',
-      `${file} does not match the manifest (sha256 ${seen.sha256}, ${seen.bytes} bytes; expected ${manifest.database.sha256}, ${manifest.database.bytes} bytes)`,
-    );
+  try {
+    if (opened.size !== expected.bytes) throw mismatch(`${opened.size} bytes`);
+    const seen = await hashStream(handleChunks(opened.handle, file, expected.bytes));
+    if (seen.sha256 !== expected.sha256 || seen.bytes !== expected.bytes)
+      throw mismatch(`sha256 ${seen.sha256}, ${seen.bytes} bytes`);
+  } finally {
+    await opened.handle.close();
   }
 }
 
@@ -62,9 +77,12 @@ export async function checkDatabaseFile(file: string, manifest: SealedManifest):
  * `../../etc/x` in an edited backup) or a size that is not a byte count is `backup_invalid`, found
  * before a restore writes anything.
  */
-export async function referencedBlobs(file: string): Promise<Array<{ sha256: string; sizeBytes: number }>> {
+export async function referencedBlobs(
+  file: string,
+  maxBytes: number,
+): Promise<Array<{ sha256: string; sizeBytes: number }>> {
   const blobs = new Map<string, number>();
-  for await (const { table, row, line } of dumpLines(file)) {
+  for await (const { table, row, line } of dumpLines(file, maxBytes)) {
     if (table !== 'arkvory_artifacts') continue;
     const sha256 = row.sha256;
     const size = Number(row.size_bytes);

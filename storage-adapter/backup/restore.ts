@@ -185,7 +185,7 @@ async function loadDatabase(client: pg.ClientBase, file: string, manifest: Seale
   }
   let batch: Array<Record<string, unknown>> = [];
   let batchTable = '';
-  for await (const { table, row } of dumpLines(file)) {
+  for await (const { table, row } of dumpLines(file, manifest.database.bytes)) {
     if (!restorable.has(table)) continue;
     if (table !== batchTable || batch.length >= INSERT_ROWS) {
       await insertRows(client, batchTable, columns.get(batchTable) ?? new Set(), batch);
@@ -321,7 +321,8 @@ function backupBlob(
     const sliceHasher = new SliceHasher(sliceBytes);
     let bytes = 0;
     try {
-      for await (const chunk of fileChunks(file)) {
+      // One byte past its size at most: a blob replaced by a link to /dev/zero is corrupt, not read without end.
+      for await (const chunk of fileChunks(file, blob.sizeBytes + 1)) {
         hash.update(chunk);
         sliceHasher.update(chunk);
         bytes += chunk.length;
@@ -483,7 +484,7 @@ export async function runRestore(options: RestoreOptions): Promise<RestoreSummar
     );
   }
   // Every line of the database file read and every blob name checked before anything is written.
-  const blobs = await referencedBlobs(path.join(options.backup, DATABASE_FILE));
+  const blobs = await referencedBlobs(path.join(options.backup, DATABASE_FILE), manifest.database.bytes);
   await refuseOccupiedDatabase(options.pool);
   // The directory store before it is opened (opening a writer creates the layout and empties tmp/).
   if (options.fsRoot !== undefined) {

@@ -1,10 +1,11 @@
 /**
- * Reading a backup's small files whole (the manifest, the rule documents): only a regular file, and
- * only up to a cap, so a named pipe does not hang `--verify` or a restore and a huge file is not
- * taken into memory. Missing is ENOENT, as `readFile` says it; the rest is `backup_invalid`.
+ * Reading a backup's files (the manifest, the rule documents, the database file): only a regular
+ * file, and only up to a cap, so a named pipe does not hang `--verify` or a restore and a huge file
+ * (or a link to /dev/zero) is not read without end. Missing is ENOENT, as `readFile` says it; the
+ * rest is `backup_invalid`.
  */
 import { constants } from 'node:fs';
-import { open } from 'node:fs/promises';
+import { type FileHandle, open } from 'node:fs/promises';
 import { BackupError } from './errors.ts';
 
 /** A manifest holds a few counts per table: kilobytes. */
@@ -12,7 +13,10 @@ export const MANIFEST_MAX_BYTES = 1024 * 1024;
 /** The rule documents of every limiter, as published: far below this. */
 export const RULE_DOCUMENTS_MAX_BYTES = 64 * 1024 * 1024;
 
-export async function readSmallFile(file: string, maxBytes: number): Promise<string> {
+const CHUNK = 1024 * 1024;
+
+/** `file` opened for reading when it is a regular file of at most `maxBytes`; else `backup_invalid`. */
+export async function openBackupFile(file: string, maxBytes: number): Promise<{ handle: FileHandle; size: number }> {
   // Non-blocking, so that opening a named pipe returns at once (it has no writer) and fstat says what it is.
   const handle = await open(file, constants.O_RDONLY | constants.O_NONBLOCK);
   try {
@@ -20,19 +24,40 @@ export async function readSmallFile(file: string, maxBytes: number): Promise<str
     if (!stat.isFile()) throw new BackupError('backup_invalid', `${file} is not a regular file`);
     if (stat.size > maxBytes)
       throw new BackupError('backup_invalid', `${file} is ${stat.size} bytes, more than the ${maxBytes} it may be`);
-    // At most one byte past the cap, should the file grow after the stat.
-    const buffer = Buffer.alloc(Math.min(stat.size, maxBytes) + 1);
-    let length = 0;
-    for (;;) {
-      const { bytesRead } = await handle.read(buffer, length, buffer.length - length);
-      if (bytesRead === 0) break;
-      length += bytesRead;
-      if (length === buffer.length) break;
-    }
-    if (length > maxBytes)
+    return { handle, size: stat.size };
+  } catch (err) {
+    await handle.close();
+    throw err;
+  }
+}
+
+/** The bytes of an open backup file from its start, at most `maxBytes`: one past them (it grew) is `backup_invalid`. */
+export async function* handleChunks(handle: FileHandle, file: string, maxBytes: number): AsyncGenerator<Buffer> {
+  let position = 0;
+  for (;;) {
+    // At most one byte past the cap, should the file grow after its stat.
+    const buffer = Buffer.alloc(Math.min(CHUNK, maxBytes + 1 - position));
+    const { bytesRead } = await handle.read(buffer, 0, buffer.length, position);
+    if (bytesRead === 0) return;
+    position += bytesRead;
+    if (position > maxBytes)
       throw new BackupError('backup_invalid', `${file} is more than the ${maxBytes} bytes it may be`);
-    return buffer.subarray(0, length).toString('utf8');
+    yield buffer.subarray(0, bytesRead);
+  }
+}
+
+/** Every chunk of a backup file that is a regular file of at most `maxBytes` (see openBackupFile). */
+export async function* backupFileChunks(file: string, maxBytes: number): AsyncGenerator<Buffer> {
+  const { handle } = await openBackupFile(file, maxBytes);
+  try {
+    yield* handleChunks(handle, file, maxBytes);
   } finally {
     await handle.close();
   }
+}
+
+export async function readSmallFile(file: string, maxBytes: number): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of backupFileChunks(file, maxBytes)) chunks.push(chunk);
+  return Buffer.concat(chunks).toString('utf8');
 }

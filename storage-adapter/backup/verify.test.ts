@@ -1,12 +1,15 @@
-/** A backup's manifest and rule documents are taken only from regular files of bounded size. */
+/** A backup's manifest, rule documents and database file are taken only from regular files of bounded size. */
 import { execFile } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { constants } from 'node:fs';
-import { mkdtemp, open, rm, truncate, writeFile } from 'node:fs/promises';
+import { mkdtemp, open, rm, symlink, truncate, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterEach, describe, expect, it } from 'vitest';
-import { MANIFEST_FILE, RULE_DOCUMENTS_FILE, type SealedManifest } from './manifest.ts';
+import { fileChunks } from './blob-copy.ts';
+import { checkDatabaseFile, referencedBlobs } from './database-file.ts';
+import { DATABASE_FILE, MANIFEST_FILE, RULE_DOCUMENTS_FILE, type SealedManifest } from './manifest.ts';
 import { MANIFEST_MAX_BYTES, RULE_DOCUMENTS_MAX_BYTES } from './small-file.ts';
 import { openBackup, readRuleDocuments } from './verify.ts';
 
@@ -79,4 +82,59 @@ describe('reading a backup', () => {
       message: `${file} is ${RULE_DOCUMENTS_MAX_BYTES + 1} bytes, more than the ${RULE_DOCUMENTS_MAX_BYTES} it may be`,
     });
   });
+});
+
+describe('reading the database file and the blobs of a backup', () => {
+  const ROW = '{"table":"arkvory_repositories","row":{"name":"r"}}\n';
+  const sealedFor = (text: string) =>
+    ({
+      database: {
+        bytes: Buffer.byteLength(text),
+        sha256: createHash('sha256').update(text).digest('hex'),
+      },
+    }) as unknown as SealedManifest;
+
+  it('refuses a database.jsonl that is a named pipe or a link to /dev/zero, without waiting on it or reading it', async () => {
+    const dir = await backupDir();
+    const file = path.join(dir, DATABASE_FILE);
+    await promisify(execFile)('mkfifo', [file]);
+    for (const reading of [
+      () => checkDatabaseFile(file, sealedFor(ROW)),
+      async () => void (await referencedBlobs(file, 1024)),
+    ]) {
+      await expect(unblocking(reading(), file)).rejects.toMatchObject({
+        code: 'backup_invalid',
+        message: `${file} is not a regular file`,
+      });
+    }
+    await rm(file);
+    await symlink('/dev/zero', file);
+    await expect(checkDatabaseFile(file, sealedFor(ROW))).rejects.toMatchObject({
+      message: `${file} is not a regular file`,
+    });
+    await expect(referencedBlobs(file, 1024)).rejects.toMatchObject({ message: `${file} is not a regular file` });
+  }, 15_000);
+
+  it('reads no more of it than the manifest gives: a larger one is a mismatch, one grown since is refused', async () => {
+    const dir = await backupDir();
+    const file = path.join(dir, DATABASE_FILE);
+    await writeFile(file, ROW + ROW);
+    await expect(checkDatabaseFile(file, sealedFor(ROW))).rejects.toMatchObject({
+      code: 'backup_invalid',
+      message: expect.stringContaining(`${file} does not match the manifest (${2 * ROW.length} bytes; expected`),
+    });
+    await expect(referencedBlobs(file, ROW.length)).rejects.toMatchObject({
+      code: 'backup_invalid',
+      message: `${file} is ${2 * ROW.length} bytes, more than the ${ROW.length} it may be`,
+    });
+    await writeFile(file, ROW);
+    await expect(checkDatabaseFile(file, sealedFor(ROW))).resolves.toBeUndefined();
+    await expect(referencedBlobs(file, ROW.length)).resolves.toEqual([]);
+  });
+
+  it('reads a blob no further than asked: a link to /dev/zero ends', async () => {
+    let bytes = 0;
+    for await (const chunk of fileChunks('/dev/zero', 3 * 1024 * 1024 + 1)) bytes += chunk.length;
+    expect(bytes).toBe(3 * 1024 * 1024 + 1);
+  }, 15_000);
 });
