@@ -239,28 +239,81 @@ it('a store failure while removing the parts of a published upload leaves it don
   ).toBe(EMPTY_SHA256);
 });
 
-it("a store's failure fails the upload in the catalogue's words: the store's own never reach session.error", async () => {
-  const parts = partStore();
+it("a store failure that passes is waited out past the attempts, its parts kept, told in the catalogue's words; then it publishes", async () => {
+  let removed = 0;
+  const parts = partStore(async () => {
+    removed++;
+  });
   const quoted = 'The S3 server answered PUT arkvory/tmp/x with 500 InternalError: connect ECONNREFUSED 10.0.0.30:8333';
-  const store = {
-    parts,
+  let down = true;
+  let stages = 0;
+  const store = emptyStagingStore(parts, {
     async stage(body: AsyncIterable<Uint8Array>) {
       for await (const _ of body);
-      throw new StorageError('upstream_timeout', quoted);
+      stages++;
+      if (down) throw new StorageError('upstream_timeout', quoted);
+      return EMPTY_STAGED();
     },
-  } as unknown as ArtifactStore;
+  });
   const sessions = sessionsOf(parts);
-  const w = workerOf(store, sessions);
-  const id = await queuedJob(sessions, 'store-fails');
+  // Two attempts for a failure of ours: a store failure goes on past them while its session is unexpired.
+  const w = workerOf(store, sessions, { maxAttempts: 2 });
+  const id = await queuedJob(sessions, 'store-waits');
+  const row = async () =>
+    (
+      await db.pool.query(
+        'SELECT s.state, s.error, j.attempts FROM arkvory_upload_sessions s JOIN arkvory_upload_jobs j ON j.session_id = s.id WHERE s.id = $1',
+        [id],
+      )
+    ).rows[0];
+  await w.start();
+  try {
+    await waitUntil(async () => stages >= 4 || (await row()).state !== 'completing', { timeoutMs: 5000 });
+    const waiting = await row();
+    // Before, the first timeout failed the upload for good and removed its parts.
+    expect(waiting.state).toBe('completing');
+    expect(waiting.error).toBe(`upstream_timeout: ${new StorageError('upstream_timeout').message}`);
+    expect(waiting.error).not.toContain('10.0.0.30');
+    expect(removed).toBe(0);
+    down = false;
+    await untilSession(id, 'done');
+  } finally {
+    await w.stop(100);
+  }
+  expect(await row()).toMatchObject({ state: 'done', error: null });
+  expect(removed).toBe(1);
+});
+
+it('a store failure still there once its session has expired is final: failed in its words, the parts removed', async () => {
+  let removed = 0;
+  const parts = partStore(async () => {
+    removed++;
+  });
+  const store = emptyStagingStore(parts, {
+    async stage(body: AsyncIterable<Uint8Array>) {
+      for await (const _ of body);
+      throw new StorageError('storage_full', 'ENOSPC: no space left on device, write');
+    },
+  });
+  const sessions = sessionsOf(parts);
+  const w = workerOf(store, sessions, { maxAttempts: 2 });
+  const id = await queuedJob(sessions, 'store-waits-expired');
+  await db.pool.query(`UPDATE arkvory_upload_sessions SET expires_at = now() - interval '1 second' WHERE id = $1`, [
+    id,
+  ]);
   await w.start();
   try {
     await untilSession(id, 'failed');
   } finally {
     await w.stop(100);
   }
-  const { error } = (await db.pool.query('SELECT error FROM arkvory_upload_sessions WHERE id = $1', [id])).rows[0];
-  expect(error).toBe(`upstream_timeout: ${new StorageError('upstream_timeout').message}`);
-  expect(error).not.toContain('10.0.0.30');
+  const r = await db.pool.query(
+    'SELECT s.error, j.attempts FROM arkvory_upload_sessions s JOIN arkvory_upload_jobs j ON j.session_id = s.id WHERE s.id = $1',
+    [id],
+  );
+  // Its attempts (those a failure of ours gets), then no more.
+  expect(r.rows[0]).toEqual({ error: `storage_full: ${new StorageError('storage_full').message}`, attempts: 2 });
+  expect(removed).toBe(1);
 });
 
 it('a failure of ours (a staged temporary gone, raw or as unavailable) is retried, and its detail never reaches session.error', async () => {

@@ -9,7 +9,9 @@
  * can neither run it beside the new one nor overwrite its outcome. When
  * PostgreSQL drops out of reach during a job (nothing is visible before the catalog insert commits),
  * the job is not failed: it is queued again once the database answers and retried (up to maxAttempts,
- * each retry after a longer wait: retry-delay.ts).
+ * each retry after a longer wait: retry-delay.ts). A store failure that passes (a full disk, a store
+ * down or timing out) is retried the same way, past maxAttempts while its session is unexpired, its
+ * parts kept (assembly-failure.ts).
  * Queued jobs run in round robin across the principals that opened their sessions (fair-turns.ts),
  * not first in, first out. Every 30 s it also expires sessions past their TTL and deletes those
  * finished more than FINISHED_SESSION_KEEP_DAYS ago, and removes the parts a finished session
@@ -31,6 +33,7 @@ import { currentUrl, type ConnectionUrl } from '../../lib/connection-url.ts';
 import { CodedError } from '../../lib/coded-error.ts';
 import { FairTurns, type QueueHead } from './fair-turns.ts';
 import { DEFAULT_RETRY_DELAY_MS, retryDelayMs, retryDueSql } from './retry-delay.ts';
+import { classifyAssemblyFailure, retriesAfter } from './assembly-failure.ts';
 import type { StorageQuotas } from '../../policy/quota/storage-quotas.ts';
 
 /** Class id of the per-job claim locks (two-int4 form, a lock space of its own: 'ARKJ'). */
@@ -51,6 +54,8 @@ interface Claim {
   job: Job;
   /** The connection that holds the job's claim lock while it runs. */
   client: pg.Client;
+  /** The store failure its last attempt was queued again for (the job's `error`), if that was one. */
+  waiting: string | null;
 }
 
 export interface CompletionWorkerOptions {
@@ -331,7 +336,7 @@ export class CompletionWorker {
       const r = await client.query(
         `UPDATE arkvory_upload_jobs SET state = 'running', attempts = attempts + 1, updated_at = now()
          WHERE id = $1 AND state = 'queued'
-         RETURNING id::text, session_id, parts, attempts`,
+         RETURNING id::text, session_id, parts, attempts, error`,
         [chosen.jobId],
       );
       const row = r.rows[0];
@@ -340,6 +345,7 @@ export class CompletionWorker {
       return {
         job: { id: row.id, sessionId: row.session_id, parts: row.parts, attempts: row.attempts },
         client,
+        waiting: row.error,
       };
     } finally {
       if (!claimed) await this.#release(client, chosen.jobId);
@@ -383,23 +389,26 @@ export class CompletionWorker {
     }
   }
 
-  async #runClaimed({ job, client }: Claim): Promise<void> {
+  async #runClaimed({ job, client, waiting }: Claim): Promise<void> {
     const abort = new AbortController();
     this.#jobAbort = abort;
     try {
       // The lock was lost while this cycle claimed: the job is for whichever worker is active now.
       if (!this.#active) return await this.#requeue(job);
-      await this.#run(job, abort.signal);
+      await this.#run(job, abort.signal, waiting);
     } finally {
       this.#jobAbort = undefined;
       await this.#release(client, job.id);
     }
   }
 
-  async #run(job: Job, signal: AbortSignal): Promise<void> {
+  async #run(job: Job, signal: AbortSignal, waiting: string | null): Promise<void> {
     const log = this.#o.log.child({ job: job.id });
-    if (job.attempts > (this.#o.maxAttempts ?? 5)) {
-      if (await this.#finish(job, 'failed', `gave up after ${job.attempts - 1} attempts`))
+    const maxAttempts = this.#o.maxAttempts ?? 5;
+    // Past its attempts (a worker lost mid-job again and again) a job runs on only while it waits
+    // out a store failure and its session is unexpired: a crash loop is bounded either way.
+    if (job.attempts > maxAttempts && !(waiting && !(await this.#sessionExpired(job)))) {
+      if (await this.#finish(job, 'failed', waiting ?? `gave up after ${job.attempts - 1} attempts`))
         await this.#removeParts(job, log);
       return;
     }
@@ -439,34 +448,40 @@ export class CompletionWorker {
         return;
       }
       if (isUnreachable(err)) throw err; // not the upload's fault: #tick queues the job again
-      if (!(err instanceof CodedError) || err.code === 'unavailable') {
-        // Ours, not the upload's (a staged temporary gone, offline maintenance holding the store,
-        // an fs error): retried up to maxAttempts, each after a longer wait (retry-delay.ts), its
-        // detail (paths, raw messages) kept in the log and out of the session the client reads.
-        const maxAttempts = this.#o.maxAttempts ?? 5;
-        if (job.attempts >= maxAttempts) {
+      // Ours (a staged temporary gone, offline maintenance holding the store, an fs error) and a
+      // store failure that passes (a full disk, a store down) are retried, each after a longer wait
+      // (retry-delay.ts), the parts kept; the upload's own failure is final (assembly-failure.ts).
+      const failure = classifyAssemblyFailure(err);
+      const reason = err instanceof CodedError ? reasonOf(err) : undefined;
+      if (failure !== 'upload') {
+        const expired = failure === 'store' && job.attempts >= maxAttempts && (await this.#sessionExpired(job));
+        if (retriesAfter(failure, job.attempts, maxAttempts, expired)) {
+          log.error(
+            {
+              event: 'upload.retry',
+              err,
+              code: failure === 'store' ? (err as CodedError).code : undefined,
+              retryInMs: retryDelayMs(job.attempts, this.#o.retryDelayMs ?? DEFAULT_RETRY_DELAY_MS),
+            },
+            failure === 'store'
+              ? 'multipart upload waits for the artifact store; queued again, its parts kept'
+              : 'multipart upload failed on the worker; queued again',
+          );
+          // A store failure is told to the uploader (session.error, while still `completing`);
+          // ours, its detail (paths, raw messages), stays in the log.
+          await this.#requeue(job, failure === 'store' ? (reason ?? null) : null);
+          return;
+        }
+        if (failure === 'ours') {
           log.error({ event: 'upload.failed', err }, 'multipart upload failed on the worker; no attempt left');
           if (await this.#finish(job, 'failed', `gave up after ${job.attempts} attempts`))
             await this.#removeParts(job, log);
           return;
         }
-        log.error(
-          {
-            event: 'upload.retry',
-            err,
-            retryInMs: retryDelayMs(job.attempts, this.#o.retryDelayMs ?? DEFAULT_RETRY_DELAY_MS),
-          },
-          'multipart upload failed on the worker; queued again',
-        );
-        await this.#requeue(job);
-        return;
+        // A store failure still there when its session has expired: final, as the upload's own.
       }
-      // What the uploader reads (session.error): a store's failure in the catalogue's words, as
-      // its HTTP answers are (http-errors.ts); the store's own (address, bucket, keys) in the log.
-      const mapped = toHttpError(err);
-      const reason = `${err.code}: ${mapped.code === err.code ? mapped.message : err.message}`;
-      if (await this.#finish(job, 'failed', reason)) {
-        log.warn({ event: 'upload.failed', code: err.code, err }, `multipart upload failed: ${reason}`);
+      if (await this.#finish(job, 'failed', reason!)) {
+        log.warn({ event: 'upload.failed', code: (err as CodedError).code, err }, `multipart upload failed: ${reason}`);
         await this.#removeParts(job, log);
       }
       return;
@@ -497,12 +512,35 @@ export class CompletionWorker {
     });
   }
 
-  /** Queues the job again if this claim still holds it. */
-  async #requeue(job: Job): Promise<void> {
+  /**
+   * Queues the job again if this claim still holds it. `waiting` (after a failed attempt): the store
+   * failure it waits out, kept as the job's and the session's `error` (what the uploader reads while
+   * it is `completing`), or null after a failure of ours; left as it was when absent (a lost claim).
+   */
+  async #requeue(job: Job, waiting?: string | null): Promise<void> {
+    if (waiting === undefined) {
+      await this.#o.pool.query(
+        `UPDATE arkvory_upload_jobs SET state = 'queued', updated_at = now() WHERE id = $1 AND state = 'running' AND attempts = $2`,
+        [job.id, job.attempts],
+      );
+      return;
+    }
     await this.#o.pool.query(
-      `UPDATE arkvory_upload_jobs SET state = 'queued', updated_at = now() WHERE id = $1 AND state = 'running' AND attempts = $2`,
-      [job.id, job.attempts],
+      `WITH j AS (
+         UPDATE arkvory_upload_jobs SET state = 'queued', error = $3, updated_at = now()
+         WHERE id = $1 AND state = 'running' AND attempts = $2 RETURNING session_id)
+       UPDATE arkvory_upload_sessions s SET error = $3 FROM j WHERE s.id = j.session_id AND s.state = 'completing'`,
+      [job.id, job.attempts, waiting],
     );
+  }
+
+  /** Whether the job's session is past its expiry, on PostgreSQL's clock (as every request judges it); gone counts. */
+  async #sessionExpired(job: Job): Promise<boolean> {
+    const r = await this.#o.pool.query<{ expired: boolean }>(
+      'SELECT expires_at <= now() AS expired FROM arkvory_upload_sessions WHERE id = $1',
+      [job.sessionId],
+    );
+    return r.rows[0]?.expired ?? true;
   }
 
   /**
@@ -549,4 +587,13 @@ export class CompletionWorker {
     this.#claimClient = undefined;
     await claims?.end().catch(() => {});
   }
+}
+
+/**
+ * What the uploader reads (session.error): a store's failure in the catalogue's words, as its HTTP
+ * answers are (http-errors.ts); the store's own (address, bucket, keys) only in the log.
+ */
+function reasonOf(err: CodedError): string {
+  const mapped = toHttpError(err);
+  return `${err.code}: ${mapped.code === err.code ? mapped.message : err.message}`;
 }
