@@ -11,6 +11,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { contentDigest, randomContent, request, sha256 } from '../../test/support/content.ts';
 import { createTestDatabase, useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, startGateway } from '../../test/support/gateway.ts';
+import { waitUntil } from '../../test/harness/index.ts';
 
 const exec = promisify(execFile);
 const MiB = 1024 * 1024;
@@ -190,6 +191,96 @@ describe('disk full', () => {
       await rm(filler, { recursive: true });
       const stored = await putPart();
       expect(stored.status, stored.body.toString()).toBe(200);
+    } finally {
+      await gw.stop('SIGTERM');
+    }
+  }, 180_000);
+
+  it('a multipart completion that finds the disk full keeps its parts and publishes them byte-exact once there is room', async () => {
+    const db = await createTestDatabase();
+    onTestFinished(() => db.drop());
+    const mountPoint = await makeTempDir('arkvory-tmpfs-');
+    await exec('mount', ['-t', 'tmpfs', '-o', 'size=16m,mode=0755', 'tmpfs', mountPoint]);
+    onTestFinished(async () => {
+      await exec('umount', ['-l', mountPoint]).catch(() => {});
+    });
+    await chmod(mountPoint, 0o755);
+    await createRepository(db.pool, 'fullmp');
+    const { key } = await createServiceAccount(db.pool, { grants: { fullmp: 'write' } });
+    const gw = await startGateway({
+      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_LOG_LEVEL: 'warn' },
+      dataDir: mountPoint,
+      timeoutMs: 60_000,
+    });
+    try {
+      const base = `${gw.url}/api/v1/repositories/fullmp`;
+      const json = (r: { body: Buffer }) => JSON.parse(r.body.toString()) as Record<string, unknown>;
+      const opened = await request(`${base}/artifacts/parted/uploads`, {
+        method: 'POST',
+        headers: { ...bearer(key), 'content-type': 'application/json' },
+        body: Buffer.from('{}'),
+      });
+      expect(opened.status, opened.body.toString()).toBe(201);
+      const upload = json(opened).upload as string;
+      const parts = [randomContent(2 * MiB), randomContent(2 * MiB)];
+      for (const [i, part] of parts.entries()) {
+        const r = await request(`${base}/uploads/${upload}/parts/${i + 1}`, {
+          method: 'PUT',
+          headers: bearer(key),
+          body: part,
+        });
+        expect(r.status, r.body.toString()).toBe(200);
+      }
+      // The rest of the disk taken by a file outside the storage root's layout: no room to assemble.
+      const filler = path.join(mountPoint, 'filler');
+      // Whole MiBs first, then 4 KiB at a time, until not even that fits.
+      for (const size of [MiB, 4096]) {
+        let room = true;
+        while (room)
+          room = await writeFile(filler, Buffer.alloc(size), { flag: 'a' }).then(
+            () => true,
+            (err: NodeJS.ErrnoException) => {
+              if (err.code !== 'ENOSPC') throw err;
+              return false;
+            },
+          );
+      }
+      const completed = await request(`${base}/uploads/${upload}/complete`, {
+        method: 'POST',
+        headers: { ...bearer(key), 'content-type': 'application/json' },
+        body: Buffer.from(JSON.stringify({ parts: parts.map((p, i) => ({ partNumber: i + 1, sha256: sha256(p) })) })),
+      });
+      expect(completed.status, completed.body.toString()).toBe(202);
+      const session = async () => json(await request(`${base}/uploads/${upload}`, { headers: bearer(key) }));
+      let seen: Record<string, unknown> = {};
+      await waitUntil(
+        async () => {
+          seen = await session();
+          return seen.error !== null || seen.state !== 'completing';
+        },
+        { what: 'the first assembly attempt', timeoutMs: 20_000 },
+      );
+      // Before, the full disk failed the upload for good and removed both parts.
+      expect(seen).toMatchObject({ state: 'completing', error: expect.stringMatching(/^storage_full: /) });
+      expect((seen.parts as unknown[]).length).toBe(2);
+      expect(await readdir(path.join(mountPoint, 'uploads', upload))).toHaveLength(2);
+      expect(await readdir(path.join(mountPoint, 'tmp'))).toEqual([]);
+      expect(await blobCount(mountPoint)).toBe(0);
+
+      // The operator frees the disk: the next attempt (2 s after the first) publishes.
+      await rm(filler);
+      await waitUntil(async () => ((seen = await session()), seen.state !== 'completing'), {
+        what: 'the completion',
+        timeoutMs: 20_000,
+      });
+      expect(seen).toMatchObject({ state: 'done', error: null, parts: [] });
+      const back = await request(`${base}/artifacts/parted/content`, { headers: bearer(key) });
+      expect(back.status).toBe(200);
+      expect(sha256(back.body)).toBe(sha256(Buffer.concat(parts)));
+      expect(await readdir(path.join(mountPoint, 'tmp'))).toEqual([]);
+      expect((await db.pool.query('SELECT 1 FROM arkvory_quota_reservations WHERE id = $1', [upload])).rowCount).toBe(
+        0,
+      );
     } finally {
       await gw.stop('SIGTERM');
     }
