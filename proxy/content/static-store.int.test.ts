@@ -12,7 +12,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { contentDigest, parseMultipart, randomContent, request, sha256 } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
-import { waitForStoreOk } from '../../test/harness/index.ts';
+import { waitForStoreOk, waitUntil } from '../../test/harness/index.ts';
 import { startStaticStore, type StaticStore } from '../../test/support/static-store.ts';
 
 const MiB = 1024 * 1024;
@@ -217,6 +217,61 @@ describe('the static-HTTP store under faults', () => {
     expect(sent).toBeLessThan(data.length + 1);
     expect((await request(`${base()}/cut.bin`, { headers: bearer(key) })).status).toBe(404);
     expect(await blobNames(nginx.root)).not.toContain(sha256(data));
+    expect(await entries(path.join(nginx.root, 'tmp'))).toEqual([]);
+  });
+
+  it('nginx down when a multipart upload is completed: it stays completing with its parts, and publishes byte-exact once nginx is back', async () => {
+    const up = `${gw.url}/api/v1/repositories/st`;
+    const opened = await request(`${base()}/parted.bin/uploads`, {
+      method: 'POST',
+      headers: { ...bearer(key), 'content-type': 'application/json' },
+      body: Buffer.from('{}'),
+    });
+    expect(opened.status, opened.body.toString()).toBe(201);
+    const upload = json(opened).upload as string;
+    const parts = [randomContent(256 * 1024), randomContent(100_000)];
+    for (const [i, part] of parts.entries()) {
+      const r = await request(`${up}/uploads/${upload}/parts/${i + 1}`, {
+        method: 'PUT',
+        headers: bearer(key),
+        body: part,
+      });
+      expect(r.status, r.body.toString()).toBe(200);
+    }
+    const session = async () => json(await request(`${up}/uploads/${upload}`, { headers: bearer(key) }));
+    let seen: Record<string, unknown> = {};
+    await withStoreDown(async () => {
+      const completed = await request(`${up}/uploads/${upload}/complete`, {
+        method: 'POST',
+        headers: { ...bearer(key), 'content-type': 'application/json' },
+        body: Buffer.from(JSON.stringify({ parts: parts.map((p, i) => ({ partNumber: i + 1, sha256: sha256(p) })) })),
+      });
+      expect(completed.status, completed.body.toString()).toBe(202);
+      await waitUntil(
+        async () => {
+          seen = await session();
+          return seen.error !== null || seen.state !== 'completing';
+        },
+        { what: 'the first assembly attempt', timeoutMs: 20_000 },
+      );
+      // Before, the unreachable store failed the upload for good and removed its parts.
+      expect(seen).toMatchObject({
+        state: 'completing',
+        error: expect.stringMatching(/^(upstream_unreachable|store_unreachable): /),
+      });
+      expect((seen.parts as unknown[]).length).toBe(2);
+      expect(await entries(path.join(nginx.root, 'uploads', upload))).toHaveLength(2);
+    });
+    await waitUntil(async () => ((seen = await session()), seen.state !== 'completing'), {
+      what: 'the completion',
+      timeoutMs: 30_000,
+    });
+    expect(seen).toMatchObject({ state: 'done', error: null });
+    // Its parts are removed just after the outcome is recorded.
+    await expect.poll(async () => (await session()).parts, { timeout: 10_000 }).toEqual([]);
+    const back = await request(`${base()}/parted.bin/content`, { headers: bearer(key) });
+    expect(back.status).toBe(200);
+    expect(sha256(back.body)).toBe(sha256(Buffer.concat(parts)));
     expect(await entries(path.join(nginx.root, 'tmp'))).toEqual([]);
   });
 
