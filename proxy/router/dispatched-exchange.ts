@@ -129,11 +129,22 @@ export class DispatchedExchange implements Dispatcher.DispatchHandler, UpstreamC
 }
 
 /**
- * undici gives the raw head as Buffers (views of the socket's read): latin1 strings, byte for byte
- * as received, names as spelled and repeated fields in order, as node:http's rawHeaders.
+ * The gateway's head as node:http's rawHeaders (name, value, …). Over HTTP/1.1 undici gives it raw,
+ * as Buffers (views of the socket's read): latin1 strings, byte for byte as received, names as spelled
+ * and repeated fields in order. Over HTTP/2 (an https gateway, by ALPN) it gives node:http2's header
+ * object instead: its fields in order, a repeated one as an array, the pseudo-headers left out.
  */
-function headerStrings(raw: Dispatcher.DispatchController['rawHeaders']): string[] {
-  if (!Array.isArray(raw)) return [];
+function headerStrings(raw: Dispatcher.DispatchController['rawHeaders'] | Record<string, unknown>): string[] {
+  if (raw === null || raw === undefined) return [];
+  if (!Array.isArray(raw)) {
+    const out: string[] = [];
+    for (const [name, value] of Object.entries(raw)) {
+      if (name.startsWith(':') || value === undefined) continue;
+      if (Array.isArray(value)) for (const each of value) out.push(name, String(each));
+      else out.push(name, String(value));
+    }
+    return out;
+  }
   const out = new Array<string>(raw.length);
   for (let i = 0; i < raw.length; i++) {
     const item = raw[i]!;

@@ -879,6 +879,10 @@ describe('TLS to other roles and to Redis (ARKVORY_TLS_CA_FILE)', () => {
     ]);
     expect(direct.headers['strict-transport-security']).toBe('max-age=600');
     expect(viaRouter.headers.has('strict-transport-security')).toBe(false);
+    // The rest of the gateway's head is relayed as it came (the router reaches it over HTTP/2 here).
+    for (const name of ['content-type', 'content-length', 'x-content-type-options', 'cache-control'])
+      expect([name, viaRouter.headers.get(name)]).toEqual([name, direct.headers[name] ?? null]);
+    expect(direct.headers['content-type']).toMatch(/^application\/json/);
     await router.stop();
     // No CA: the gateway's certificate is not trusted, so the router never finds it healthy.
     const blind = await startGateway({ env: routerEnv({}), waitFor: 'listening' });
