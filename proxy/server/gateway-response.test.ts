@@ -50,6 +50,17 @@ describe('GatewayResponse early headers', () => {
     });
   });
 
+  it('keep the headers given after an undefined reason, as node:http does', async () => {
+    const got = await rawHeaders((res) => {
+      res.addEarlyHeader('x-request-id', 'r3');
+      res.writeHead(204, undefined, { 'x-given': 'yes' }).end();
+    });
+    expect(got.headers).toEqual([
+      ['x-request-id', 'r3'],
+      ['x-given', 'yes'],
+    ]);
+  });
+
   it('yield to a header of the same name given to writeHead, and a second add replaces the first', async () => {
     const got = await rawHeaders((res) => {
       res.addEarlyHeader('ratelimit', 'early');

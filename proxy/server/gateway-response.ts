@@ -41,7 +41,8 @@ export class GatewayResponse<Request extends IncomingMessage = IncomingMessage> 
   override writeHead(statusCode: number, reasonOrHeaders?: string | Headers, maybeHeaders?: Headers): this {
     const early = this.#early;
     const reason = typeof reasonOrHeaders === 'string' ? reasonOrHeaders : undefined;
-    const given = typeof reasonOrHeaders === 'string' ? maybeHeaders : reasonOrHeaders;
+    // As node:http: headers after an undefined reason are the headers.
+    const given = typeof reasonOrHeaders === 'string' ? maybeHeaders : (reasonOrHeaders ?? maybeHeaders);
     this.declaredLength = contentLengthOf(given) ?? contentLengthOf(this.getHeader('content-length'));
     if (early === undefined || this.headersSent) return super.writeHead(statusCode, reason, given);
     this.#early = undefined;

@@ -69,7 +69,7 @@ export class Http2Response extends http2.Http2ServerResponse {
   override writeHead(statusCode: number, headers?: Headers): this;
   override writeHead(statusCode: number, statusMessage: string, headers?: Headers): this;
   override writeHead(statusCode: number, reasonOrHeaders?: string | Headers, maybeHeaders?: Headers): this {
-    const given = typeof reasonOrHeaders === 'string' ? maybeHeaders : reasonOrHeaders;
+    const given = typeof reasonOrHeaders === 'string' ? maybeHeaders : (reasonOrHeaders ?? maybeHeaders);
     // The reason phrase does not exist in HTTP/2: never passed on (node:http2 would warn).
     return super.writeHead(statusCode, withoutConnectionHeaders(given) as OutgoingHttpHeaders);
   }
