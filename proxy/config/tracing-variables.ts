@@ -48,6 +48,21 @@ export const TRACING_VARIABLES = [
     doc: 'OpenTelemetry: headers for span exports only, as OTEL_EXPORTER_OTLP_HEADERS.',
   },
   {
+    name: 'OTEL_EXPORTER_OTLP_CERTIFICATE',
+    kind: { type: 'string' },
+    doc: 'OpenTelemetry: a PEM file of the CAs the collector is verified against, in place of the default ones (which include ARKVORY_TLS_CA_FILE, enough for most); OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE wins when set. Read by the exporter itself: a file it cannot read leaves the default CAs.',
+  },
+  {
+    name: 'OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE',
+    kind: { type: 'string' },
+    doc: 'OpenTelemetry: a PEM client certificate chain shown to a collector that asks for one (mutual TLS), with OTEL_EXPORTER_OTLP_CLIENT_KEY; the `_TRACES_` spelling wins when set. Read by the exporter itself.',
+  },
+  {
+    name: 'OTEL_EXPORTER_OTLP_CLIENT_KEY',
+    kind: { type: 'string' },
+    doc: "OpenTelemetry: the PEM private key of OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE (a file's path; the key is never logged); the `_TRACES_` spelling wins when set.",
+  },
+  {
     name: 'OTEL_EXPORTER_OTLP_TIMEOUT',
     kind: MS,
     defaultValue: '10000',
