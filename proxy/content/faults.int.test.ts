@@ -30,6 +30,30 @@ async function tmpBytes(root: string): Promise<number> {
   return total;
 }
 
+/**
+ * A gateway whose DATA_DIR is a real, small tmpfs mounted with `options` (root may mount one here;
+ * without that the test fails loudly), on a database of its own with `repo` and a key that may write
+ * there. Unmounted and dropped when the test ends.
+ */
+async function gatewayOnTmpfs(options: string, repo: string) {
+  const db = await createTestDatabase();
+  onTestFinished(() => db.drop());
+  const mountPoint = await makeTempDir('arkvory-tmpfs-');
+  await exec('mount', ['-t', 'tmpfs', '-o', `${options},mode=0755`, 'tmpfs', mountPoint]);
+  onTestFinished(async () => {
+    await exec('umount', ['-l', mountPoint]).catch(() => {});
+  });
+  await chmod(mountPoint, 0o755);
+  await createRepository(db.pool, repo);
+  const { key } = await createServiceAccount(db.pool, { grants: { [repo]: 'write' } });
+  const gw = await startGateway({
+    env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_LOG_LEVEL: 'warn' },
+    dataDir: mountPoint,
+    timeoutMs: 60_000,
+  });
+  return { db, gw, key, mountPoint };
+}
+
 describe('publish faults', () => {
   const db = useTestDatabase();
 
@@ -105,22 +129,7 @@ describe('publish faults', () => {
 
 describe('disk full', () => {
   it('an upload that does not fit answers 507 storage_full and publishes nothing; the next one that fits succeeds', async () => {
-    const db = await createTestDatabase();
-    onTestFinished(() => db.drop());
-    const mountPoint = await makeTempDir('arkvory-tmpfs-');
-    // A real, small filesystem as DATA_DIR (root may mount tmpfs here; without that the test fails loudly).
-    await exec('mount', ['-t', 'tmpfs', '-o', 'size=16m,mode=0755', 'tmpfs', mountPoint]);
-    onTestFinished(async () => {
-      await exec('umount', ['-l', mountPoint]).catch(() => {});
-    });
-    await chmod(mountPoint, 0o755);
-    await createRepository(db.pool, 'full');
-    const { key } = await createServiceAccount(db.pool, { grants: { full: 'write' } });
-    const gw = await startGateway({
-      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_LOG_LEVEL: 'warn' },
-      dataDir: mountPoint,
-      timeoutMs: 60_000,
-    });
+    const { db, gw, key, mountPoint } = await gatewayOnTmpfs('size=16m', 'full');
     const put = (name: string, data: Buffer) =>
       request(`${gw.url}/api/v1/repositories/full/artifacts/${name}`, {
         method: 'PUT',
@@ -145,21 +154,7 @@ describe('disk full', () => {
   }, 180_000);
 
   it('a multipart part that finds no inode left answers 507 storage_full, as a PUT does; with room again it is stored', async () => {
-    const db = await createTestDatabase();
-    onTestFinished(() => db.drop());
-    const mountPoint = await makeTempDir('arkvory-tmpfs-');
-    await exec('mount', ['-t', 'tmpfs', '-o', 'size=16m,nr_inodes=64,mode=0755', 'tmpfs', mountPoint]);
-    onTestFinished(async () => {
-      await exec('umount', ['-l', mountPoint]).catch(() => {});
-    });
-    await chmod(mountPoint, 0o755);
-    await createRepository(db.pool, 'inodes');
-    const { key } = await createServiceAccount(db.pool, { grants: { inodes: 'write' } });
-    const gw = await startGateway({
-      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_LOG_LEVEL: 'warn' },
-      dataDir: mountPoint,
-      timeoutMs: 60_000,
-    });
+    const { gw, key, mountPoint } = await gatewayOnTmpfs('size=16m,nr_inodes=64', 'inodes');
     try {
       const base = `${gw.url}/api/v1/repositories/inodes`;
       const opened = await request(`${base}/artifacts/parted/uploads`, {
@@ -197,21 +192,7 @@ describe('disk full', () => {
   }, 180_000);
 
   it('a multipart completion that finds the disk full keeps its parts and publishes them byte-exact once there is room', async () => {
-    const db = await createTestDatabase();
-    onTestFinished(() => db.drop());
-    const mountPoint = await makeTempDir('arkvory-tmpfs-');
-    await exec('mount', ['-t', 'tmpfs', '-o', 'size=16m,mode=0755', 'tmpfs', mountPoint]);
-    onTestFinished(async () => {
-      await exec('umount', ['-l', mountPoint]).catch(() => {});
-    });
-    await chmod(mountPoint, 0o755);
-    await createRepository(db.pool, 'fullmp');
-    const { key } = await createServiceAccount(db.pool, { grants: { fullmp: 'write' } });
-    const gw = await startGateway({
-      env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_LOG_LEVEL: 'warn' },
-      dataDir: mountPoint,
-      timeoutMs: 60_000,
-    });
+    const { db, gw, key, mountPoint } = await gatewayOnTmpfs('size=16m', 'fullmp');
     try {
       const base = `${gw.url}/api/v1/repositories/fullmp`;
       const json = (r: { body: Buffer }) => JSON.parse(r.body.toString()) as Record<string, unknown>;
