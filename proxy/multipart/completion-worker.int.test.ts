@@ -17,6 +17,16 @@ import { createCatalog, type Catalog } from '../../storage-adapter/catalog/catal
 import type { ArtifactStore, PartStore } from '../../storage-adapter/store.ts';
 
 const db = useTestDatabase();
+
+/** A session's state and error beside its job's attempts. */
+async function jobOf(id: string): Promise<{ state: string; error: string | null; attempts: number }> {
+  return (
+    await db.pool.query(
+      'SELECT s.state, s.error, j.attempts FROM arkvory_upload_sessions s JOIN arkvory_upload_jobs j ON j.session_id = s.id WHERE s.id = $1',
+      [id],
+    )
+  ).rows[0];
+}
 beforeAll(async () => {
   await createRepository(db.pool, 'cw');
 });
@@ -259,13 +269,7 @@ it("a store failure that passes is waited out past the attempts, its parts kept,
   // Two attempts for a failure of ours: a store failure goes on past them while its session is unexpired.
   const w = workerOf(store, sessions, { maxAttempts: 2 });
   const id = await queuedJob(sessions, 'store-waits');
-  const row = async () =>
-    (
-      await db.pool.query(
-        'SELECT s.state, s.error, j.attempts FROM arkvory_upload_sessions s JOIN arkvory_upload_jobs j ON j.session_id = s.id WHERE s.id = $1',
-        [id],
-      )
-    ).rows[0];
+  const row = () => jobOf(id);
   await w.start();
   try {
     await waitUntil(async () => stages >= 4 || (await row()).state !== 'completing', { timeoutMs: 5000 });
@@ -346,13 +350,7 @@ it('a failure of ours (a staged temporary gone, raw or as unavailable) is retrie
   const catalog = createCatalog(db.pool);
   const sessions = sessionsOf(parts);
   const w = workerOf(store, sessions, { catalog });
-  const finished = async (id: string) =>
-    (
-      await db.pool.query(
-        'SELECT s.state, s.error, j.attempts FROM arkvory_upload_sessions s JOIN arkvory_upload_jobs j ON j.session_id = s.id WHERE s.id = $1',
-        [id],
-      )
-    ).rows[0];
+  const finished = jobOf;
   await w.start();
   try {
     failFirst = 1;
