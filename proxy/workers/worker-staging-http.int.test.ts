@@ -1,13 +1,3 @@
-/**
- * The static-HTTP store's side of worker-staging.int.test.ts. nginx keeps a PUT's body in its own
- * temporary file until the body is whole, so a worker killed while it sends one leaves nothing on
- * the store; what it leaves is an upload already staged (`tmp/…/<uuid>.upload`, whole) that it had
- * not yet moved to its blob name nor removed. Each worker stages under its index's directory there,
- * which its replacement removes before it serves; the other worker's staged upload stays and is published.
- * The uploads are held between their staging and their commit by a lock on the catalog table.
- */
-import { readdir } from 'node:fs/promises';
-import path from 'node:path';
 import type { Client } from 'undici';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { waitUntil } from '../../test/harness/index.ts';
@@ -16,7 +6,12 @@ import { randomContent } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { startGateway } from '../../test/support/gateway.ts';
 import { startStaticStore } from '../../test/support/static-store.ts';
-import { connectionsOnBothWorkers, waitForWorkers, workerPid } from '../../test/support/worker-instance.ts';
+import {
+  connectionsOnBothWorkers,
+  stagedUploads,
+  waitForWorkers,
+  workerPid,
+} from '../../test/support/worker-instance.ts';
 
 const db = useTestDatabase();
 const clients: Client[] = [];
@@ -31,12 +26,6 @@ beforeAll(async () => {
 afterEach(async () => {
   await Promise.all(clients.splice(0).map((c) => c.destroy()));
 });
-
-/** Every staged upload on the store, at any depth under tmp/. */
-async function stagedFiles(root: string): Promise<string[]> {
-  const entries = await readdir(path.join(root, 'tmp'), { recursive: true, withFileTypes: true }).catch(() => []);
-  return entries.filter((e) => e.isFile() && e.name.endsWith('.upload')).map((e) => path.join(e.parentPath, e.name));
-}
 
 function upload(client: Client, key: string, name: string): Promise<number> {
   const response = client
@@ -78,7 +67,7 @@ describe('a worker of an instance on the static-HTTP store killed with an upload
       let doomedFile: string | undefined;
       await waitUntil(
         async () => {
-          doomedFile = (await stagedFiles(store.root))[0];
+          doomedFile = (await stagedUploads(store.root))[0];
           return doomedFile !== undefined;
         },
         { what: "worker 1's staged upload", timeoutMs: 30_000, intervalMs: 20 },
@@ -87,7 +76,7 @@ describe('a worker of an instance on the static-HTTP store killed with an upload
       let survivingFile: string | undefined;
       await waitUntil(
         async () => {
-          survivingFile = (await stagedFiles(store.root)).find((f) => f !== doomedFile);
+          survivingFile = (await stagedUploads(store.root)).find((f) => f !== doomedFile);
           return survivingFile !== undefined;
         },
         { what: "worker 0's staged upload", timeoutMs: 30_000, intervalMs: 20 },
@@ -98,11 +87,11 @@ describe('a worker of an instance on the static-HTTP store killed with an upload
       await waitForWorkers(gw, (s) =>
         s.workers.every((w) => w.state === 'serving' && w.restarts === (w.index === 1 ? 1 : 0)),
       );
-      expect(await stagedFiles(store.root)).toEqual([survivingFile]);
+      expect(await stagedUploads(store.root)).toEqual([survivingFile]);
 
       await lock.query('ROLLBACK');
       expect(await surviving).toBe(201);
-      expect(await stagedFiles(store.root)).toEqual([]);
+      expect(await stagedUploads(store.root)).toEqual([]);
       expect(await gw.stop()).toBe(0);
     } finally {
       await lock.query('ROLLBACK').catch(() => undefined);

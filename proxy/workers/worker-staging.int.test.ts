@@ -1,10 +1,3 @@
-/**
- * A worker of an instance killed mid-upload (SIGKILL, as the OOM killer does) leaves its partial
- * staging file behind; its replacement removes it before it serves, while the other worker's upload
- * in progress, staged in a directory of its own, goes on and is published (docs/architecture.md "Workers").
- */
-import { readdir } from 'node:fs/promises';
-import path from 'node:path';
 import { Readable } from 'node:stream';
 import type { Client } from 'undici';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -13,7 +6,12 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { randomContent } from '../../test/support/content.ts';
 import { useTestDatabase } from '../../test/support/database.ts';
 import { startGateway } from '../../test/support/gateway.ts';
-import { connectionsOnBothWorkers, waitForWorkers, workerPid } from '../../test/support/worker-instance.ts';
+import {
+  connectionsOnBothWorkers,
+  stagedUploads,
+  waitForWorkers,
+  workerPid,
+} from '../../test/support/worker-instance.ts';
 
 const HALF = 256 * 1024;
 const db = useTestDatabase();
@@ -30,12 +28,6 @@ beforeAll(async () => {
 afterEach(async () => {
   await Promise.all(clients.splice(0).map((c) => c.destroy()));
 });
-
-/** Every staging file under tmp/, at any depth. */
-async function stagingFiles(root: string): Promise<string[]> {
-  const entries = await readdir(path.join(root, 'tmp'), { recursive: true, withFileTypes: true });
-  return entries.filter((e) => e.isFile() && e.name.endsWith('.upload')).map((e) => path.join(e.parentPath, e.name));
-}
 
 /** An upload whose first half is sent at once and its second only when `finish` is called. */
 function heldUpload(client: Client, key: string, name: string) {
@@ -72,13 +64,13 @@ describe('a worker of an instance killed mid-upload', () => {
     const gw = await startGateway({ env: { ARKVORY_DATABASE_URL: db.url, ARKVORY_WORKERS: '2' } });
     await waitForWorkers(gw, (s) => s.workers.filter((w) => w.state === 'serving').length === 2);
     const connections = await connectionsOnBothWorkers(gw.url, clients, 1);
-    const before = new Set(await stagingFiles(gw.dataDir));
+    const before = new Set(await stagedUploads(gw.dataDir));
 
     const doomed = heldUpload(connections[1]!.client, keys[1]!, 'doomed.bin');
     let doomedFile: string | undefined;
     await waitUntil(
       async () => {
-        doomedFile = (await stagingFiles(gw.dataDir)).find((f) => !before.has(f));
+        doomedFile = (await stagedUploads(gw.dataDir)).find((f) => !before.has(f));
         return doomedFile !== undefined;
       },
       { what: "worker 1's staging file", timeoutMs: 30_000 },
@@ -87,7 +79,7 @@ describe('a worker of an instance killed mid-upload', () => {
     let survivingFile: string | undefined;
     await waitUntil(
       async () => {
-        survivingFile = (await stagingFiles(gw.dataDir)).find((f) => !before.has(f) && f !== doomedFile);
+        survivingFile = (await stagedUploads(gw.dataDir)).find((f) => !before.has(f) && f !== doomedFile);
         return survivingFile !== undefined;
       },
       { what: "worker 0's staging file", timeoutMs: 30_000 },
@@ -103,13 +95,13 @@ describe('a worker of an instance killed mid-upload', () => {
     const died = gw.logLines().find((l) => l.msg === 'a worker died; what it held is released; starting a new one');
     expect(died).toMatchObject({ worker: 1, crashStreak: 1, restartInMs: expect.any(Number) });
     expect(died?.restartInMs).toBeLessThanOrEqual(1000);
-    const left = await stagingFiles(gw.dataDir);
+    const left = await stagedUploads(gw.dataDir);
     expect(left).not.toContain(doomedFile);
     expect(left).toContain(survivingFile);
 
     surviving.finish();
     expect(await surviving.response).toBe(201);
-    expect(await stagingFiles(gw.dataDir)).toEqual([...before]);
+    expect(await stagedUploads(gw.dataDir)).toEqual([...before]);
     expect(await gw.stop()).toBe(0);
   });
 });

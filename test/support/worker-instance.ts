@@ -4,7 +4,8 @@
  * connections, the workers' states from `/health/status`, a worker's pid.
  */
 import { execFileSync } from 'node:child_process';
-import { readFile } from 'node:fs/promises';
+import { readdir, readFile } from 'node:fs/promises';
+import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Client } from 'undici';
 import { expect } from 'vitest';
@@ -118,4 +119,10 @@ export async function workerPid(gw: GatewayProcess, index: number): Promise<numb
   const children = await readFile(`/proc/${gw.child.pid}/task/${gw.child.pid}/children`, 'utf8');
   expect(children.split(' ').map(Number)).toContain(pid);
   return pid;
+}
+
+/** Every staged upload (`*.upload`) under `root`'s tmp/, at any depth; none when there is no tmp/. */
+export async function stagedUploads(root: string): Promise<string[]> {
+  const entries = await readdir(path.join(root, 'tmp'), { recursive: true, withFileTypes: true }).catch(() => []);
+  return entries.filter((e) => e.isFile() && e.name.endsWith('.upload')).map((e) => path.join(e.parentPath, e.name));
 }
