@@ -72,13 +72,22 @@ export async function hashStream(source: AsyncIterable<Buffer>): Promise<{ sha25
   return { sha256: hash.digest('hex'), bytes };
 }
 
-/** The bytes of `file`; with `maxBytes` (at least 1), no more than that many (the rest is not read). */
+/**
+ * The bytes of `file`; with `maxBytes` (at least 1), no more than that many (the rest is not read).
+ * Counted, not asked of the file by position: positional reads fail on a pipe (ESPIPE), which is then
+ * read as any other file, up to the bound.
+ */
 export async function* fileChunks(file: string, maxBytes?: number): AsyncGenerator<Buffer> {
-  const stream = createReadStream(file, {
-    highWaterMark: CHUNK,
-    ...(maxBytes !== undefined ? { start: 0, end: maxBytes - 1 } : {}),
-  });
-  for await (const chunk of stream) yield chunk as Buffer;
+  let left = maxBytes ?? Number.POSITIVE_INFINITY;
+  // Leaving the loop early (the bound reached) destroys the stream.
+  for await (const chunk of createReadStream(file, { highWaterMark: CHUNK }) as AsyncIterable<Buffer>) {
+    if (chunk.length >= left) {
+      yield chunk.subarray(0, left);
+      return;
+    }
+    left -= chunk.length;
+    yield chunk;
+  }
 }
 
 async function tryLink(from: string, to: string): Promise<boolean> {
