@@ -11,6 +11,7 @@ import { bearer, createRepository, createServiceAccount } from '../../test/suppo
 import { contentDigest, randomContent, request, sha256 } from '../../test/support/content.ts';
 import { createTestDatabase, useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, startGateway } from '../../test/support/gateway.ts';
+import { openUploadWithParts } from '../../test/support/multipart-upload.ts';
 import { waitUntil } from '../../test/harness/index.ts';
 
 const exec = promisify(execFile);
@@ -157,13 +158,7 @@ describe('disk full', () => {
     const { gw, key, mountPoint } = await gatewayOnTmpfs('size=16m,nr_inodes=64', 'inodes');
     try {
       const base = `${gw.url}/api/v1/repositories/inodes`;
-      const opened = await request(`${base}/artifacts/parted/uploads`, {
-        method: 'POST',
-        headers: { ...bearer(key), 'content-type': 'application/json' },
-        body: Buffer.from('{}'),
-      });
-      expect(opened.status, opened.body.toString()).toBe(201);
-      const upload = (JSON.parse(opened.body.toString()) as { upload: string }).upload;
+      const upload = await openUploadWithParts(base, 'parted', key, []);
       // Every inode left taken by files outside the storage root's layout.
       const filler = path.join(mountPoint, 'filler');
       await mkdir(filler);
@@ -196,22 +191,8 @@ describe('disk full', () => {
     try {
       const base = `${gw.url}/api/v1/repositories/fullmp`;
       const json = (r: { body: Buffer }) => JSON.parse(r.body.toString()) as Record<string, unknown>;
-      const opened = await request(`${base}/artifacts/parted/uploads`, {
-        method: 'POST',
-        headers: { ...bearer(key), 'content-type': 'application/json' },
-        body: Buffer.from('{}'),
-      });
-      expect(opened.status, opened.body.toString()).toBe(201);
-      const upload = json(opened).upload as string;
       const parts = [randomContent(2 * MiB), randomContent(2 * MiB)];
-      for (const [i, part] of parts.entries()) {
-        const r = await request(`${base}/uploads/${upload}/parts/${i + 1}`, {
-          method: 'PUT',
-          headers: bearer(key),
-          body: part,
-        });
-        expect(r.status, r.body.toString()).toBe(200);
-      }
+      const upload = await openUploadWithParts(base, 'parted', key, parts);
       // The rest of the disk taken by a file outside the storage root's layout: no room to assemble.
       const filler = path.join(mountPoint, 'filler');
       // Whole MiBs first, then 4 KiB at a time, until not even that fits.

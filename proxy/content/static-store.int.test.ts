@@ -14,6 +14,7 @@ import { useTestDatabase } from '../../test/support/database.ts';
 import { makeTempDir, runCli, startGateway, type GatewayProcess } from '../../test/support/gateway.ts';
 import { waitForStoreOk, waitUntil } from '../../test/harness/index.ts';
 import { startStaticStore, type StaticStore } from '../../test/support/static-store.ts';
+import { openUploadWithParts } from '../../test/support/multipart-upload.ts';
 
 const MiB = 1024 * 1024;
 
@@ -222,22 +223,8 @@ describe('the static-HTTP store under faults', () => {
 
   it('nginx down when a multipart upload is completed: it stays completing with its parts, and publishes byte-exact once nginx is back', async () => {
     const up = `${gw.url}/api/v1/repositories/st`;
-    const opened = await request(`${base()}/parted.bin/uploads`, {
-      method: 'POST',
-      headers: { ...bearer(key), 'content-type': 'application/json' },
-      body: Buffer.from('{}'),
-    });
-    expect(opened.status, opened.body.toString()).toBe(201);
-    const upload = json(opened).upload as string;
     const parts = [randomContent(256 * 1024), randomContent(100_000)];
-    for (const [i, part] of parts.entries()) {
-      const r = await request(`${up}/uploads/${upload}/parts/${i + 1}`, {
-        method: 'PUT',
-        headers: bearer(key),
-        body: part,
-      });
-      expect(r.status, r.body.toString()).toBe(200);
-    }
+    const upload = await openUploadWithParts(up, 'parted.bin', key, parts);
     const session = async () => json(await request(`${up}/uploads/${upload}`, { headers: bearer(key) }));
     let seen: Record<string, unknown> = {};
     await withStoreDown(async () => {
@@ -383,21 +370,10 @@ describe('a static store without WebDAV MOVE, and multipart uploads on the store
     // Multipart: three parts land under uploads/<session>/ on the store, the worker assembles them.
     const file = randomContent(9 * MiB + 3);
     const parts = [file.subarray(0, 4 * MiB), file.subarray(4 * MiB, 8 * MiB), file.subarray(8 * MiB)];
-    const opened = await request(`${repo}/artifacts/multi.bin/uploads`, {
-      method: 'POST',
-      headers: { ...bearer(key), 'content-type': 'application/json' },
-      body: Buffer.from(JSON.stringify({ size: file.length, sha256: sha256(file) })),
+    const upload = await openUploadWithParts(repo, 'multi.bin', key, parts, {
+      size: file.length,
+      sha256: sha256(file),
     });
-    expect(opened.status, opened.body.toString()).toBe(201);
-    const upload = json(opened).upload as string;
-    for (const [i, p] of parts.entries()) {
-      const r = await request(`${repo}/uploads/${upload}/parts/${i + 1}`, {
-        method: 'PUT',
-        headers: bearer(key),
-        body: p,
-      });
-      expect(r.status, r.body.toString()).toBe(200);
-    }
     expect(await entries(path.join(nginx.root, 'uploads', upload))).toHaveLength(3);
     const done = await request(`${repo}/uploads/${upload}/complete`, {
       method: 'POST',
@@ -528,22 +504,7 @@ describe('gateways on different hosts sharing one static store', () => {
     ).toBe(405);
 
     const parts = [data.subarray(0, 3 * MiB), data.subarray(3 * MiB)];
-    const opened = await request(`${writer.url}/api/v1/repositories/multi/artifacts/m.bin/uploads`, {
-      method: 'POST',
-      headers: { ...bearer(key), 'content-type': 'application/json' },
-      body: Buffer.from('{}'),
-    });
-    const upload = json(opened).upload as string;
-    for (const [i, p] of parts.entries())
-      expect(
-        (
-          await request(`${writer.url}/api/v1/repositories/multi/uploads/${upload}/parts/${i + 1}`, {
-            method: 'PUT',
-            headers: bearer(key),
-            body: p,
-          })
-        ).status,
-      ).toBe(200);
+    const upload = await openUploadWithParts(`${writer.url}/api/v1/repositories/multi`, 'm.bin', key, parts);
     const done = await request(`${writer.url}/api/v1/repositories/multi/uploads/${upload}/complete`, {
       method: 'POST',
       headers: { ...bearer(key), 'content-type': 'application/json' },
