@@ -50,10 +50,9 @@ export function http1AnsweringWith(Base: typeof ServerResponse, extra: AnswerHea
     override writeHead(statusCode: number, reasonOrHeaders?: string | Http1Headers, maybeHeaders?: Http1Headers): this {
       // 1xx heads leave by writeContinue & co., never here; a second head throws in Node as it would.
       if (this.headersSent) return super.writeHead(statusCode, reasonOrHeaders as string, maybeHeaders);
-      if (typeof reasonOrHeaders === 'string')
-        return super.writeHead(statusCode, reasonOrHeaders, withAnswerHeaders(maybeHeaders, extra) as Http1Headers);
-      // Two arguments, as given: the gateway's response reads a headers object only there.
-      return super.writeHead(statusCode, withAnswerHeaders(reasonOrHeaders, extra) as Http1Headers);
+      const reason = typeof reasonOrHeaders === 'string' ? reasonOrHeaders : undefined;
+      const given = typeof reasonOrHeaders === 'string' ? maybeHeaders : (reasonOrHeaders ?? maybeHeaders);
+      return super.writeHead(statusCode, reason, withAnswerHeaders(given, extra) as Http1Headers);
     }
   };
   return Answering as unknown as typeof ServerResponse;
@@ -63,7 +62,7 @@ export function http1AnsweringWith(Base: typeof ServerResponse, extra: AnswerHea
 export function http2AnsweringWith(extra: AnswerHeaders): typeof Http2Response {
   return class extends Http2Response {
     override writeHead(statusCode: number, reasonOrHeaders?: string | Headers, maybeHeaders?: Headers): this {
-      const given = typeof reasonOrHeaders === 'string' ? maybeHeaders : reasonOrHeaders;
+      const given = typeof reasonOrHeaders === 'string' ? maybeHeaders : (reasonOrHeaders ?? maybeHeaders);
       return super.writeHead(statusCode, withAnswerHeaders(given, extra));
     }
   };
