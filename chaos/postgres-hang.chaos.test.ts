@@ -42,12 +42,15 @@ afterAll(async () => {
 });
 
 /** The answer and how long it took; past twice the bound, none (status 0), so a hang fails an assertion, not the test's timeout. */
-async function timed(path: string): Promise<{ status: number; code: string | undefined; ms: number; body: Buffer }> {
+async function timed(path: string): Promise<Awaited<ReturnType<typeof call>> & { ms: number }> {
   const startedMs = performance.now();
   let timer: NodeJS.Timeout | undefined;
-  const none = new Promise<{ status: number; code: string | undefined; body: Buffer }>(
+  const none = new Promise<Awaited<ReturnType<typeof call>>>(
     (resolve) =>
-      (timer = setTimeout(() => resolve({ status: 0, code: 'no answer', body: Buffer.alloc(0) }), 2 * BOUND_MS)),
+      (timer = setTimeout(
+        () => resolve({ status: 0, code: 'no answer', headers: {}, body: Buffer.alloc(0) }),
+        2 * BOUND_MS,
+      )),
   );
   const res = await Promise.race([call(`${writer.url}${path}`, { key: chaos.key }), none]);
   clearTimeout(timer);
@@ -62,11 +65,11 @@ describe('PostgreSQL that takes statements and does not answer', () => {
       // More requests than the pool has connections, twice over: a hung statement holds none for long.
       const needing = await Promise.all(Array.from({ length: 12 }, (_, i) => timed(`${repo}/artifacts/cold-${i}.bin`)));
       for (const answer of needing) {
-        expect([answer.status, answer.code]).toEqual([503, 'unavailable']);
+        expect([answer.status, answer.code, answer.headers['retry-after']]).toEqual([503, 'unavailable', '1']);
         expect(answer.ms).toBeLessThan(BOUND_MS);
       }
       const again = await timed(`${repo}/artifacts/cold-0.bin`);
-      expect([again.status, again.code]).toEqual([503, 'unavailable']);
+      expect([again.status, again.code, again.headers['retry-after']]).toEqual([503, 'unavailable', '1']);
       expect(again.ms).toBeLessThan(BOUND_MS);
 
       const live = await timed('/health/live');
@@ -74,9 +77,9 @@ describe('PostgreSQL that takes statements and does not answer', () => {
       // Its key, grant and catalog entry were cached, but a cache the database cannot confirm fresh
       // is not trusted (a revoked key must not go on working): 200 until the next check, then 503.
       const cached = await timed(`${repo}/artifacts/hot.bin/content`);
-      expect(cached.status === 200 ? cached.body.equals(hot) : [cached.status, cached.code]).toEqual(
-        cached.status === 200 ? true : [503, 'unavailable'],
-      );
+      expect(
+        cached.status === 200 ? cached.body.equals(hot) : [cached.status, cached.code, cached.headers['retry-after']],
+      ).toEqual(cached.status === 200 ? true : [503, 'unavailable', '1']);
       expect(cached.ms).toBeLessThan(BOUND_MS);
       expect(writer.isRunning()).toBe(true);
       expect(writer.logLines().some((l) => String(l.msg).startsWith('PostgreSQL did not answer a statement'))).toBe(

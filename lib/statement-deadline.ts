@@ -27,6 +27,15 @@ export class DatabaseUnavailable extends CodedError<CodeOf<typeof COMMON_ERRORS>
   }
 }
 
+/**
+ * The options of an error that reports a failed lookup in its own words ("Cannot verify the key right
+ * now"): `err` as its cause and, when that is DatabaseUnavailable, its Retry-After, so the answer
+ * says when to retry as the statement's own error would have.
+ */
+export function lookupFailure(err: unknown): { cause: unknown; headers?: Readonly<Record<string, string | string[]>> } {
+  return err instanceof DatabaseUnavailable ? { cause: err, headers: err.headers } : { cause: err };
+}
+
 /** pg.PoolConfig with the deadline, which the pool hands to each Client it makes. */
 export interface DeadlinePoolConfig extends pg.PoolConfig {
   /** Longest wait for a statement's answer, and for a connection; undefined: none. */

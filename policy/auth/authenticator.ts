@@ -21,6 +21,7 @@
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import { BoundedLru } from '../../lib/bounded-lru.ts';
+import { lookupFailure } from '../../lib/statement-deadline.ts';
 import type { ConnectionUrl } from '../../lib/connection-url.ts';
 import { EpochWatcher } from '../../lib/epoch-watcher.ts';
 import type { Clock } from '../clock.ts';
@@ -251,7 +252,7 @@ export class Authenticator {
       );
       rows = r.rows;
     } catch (err) {
-      throw new PolicyError('unavailable', 'Cannot verify the key right now; retry later.', { cause: err });
+      throw new PolicyError('unavailable', 'Cannot verify the key right now; retry later.', lookupFailure(err));
     }
     const row = rows[0];
     const entry: KeyEntry | null = row
@@ -361,9 +362,11 @@ export class Authenticator {
       );
       rows = r.rows;
     } catch (err) {
-      throw new PolicyError('unavailable', 'Cannot verify the client certificate right now; retry later.', {
-        cause: err,
-      });
+      throw new PolicyError(
+        'unavailable',
+        'Cannot verify the client certificate right now; retry later.',
+        lookupFailure(err),
+      );
     }
     const principals = new Set(rows.map((row) => row.principal_id as string));
     const row = rows[0];
@@ -425,7 +428,7 @@ export class Authenticator {
             maxTransfers: row.max_transfers,
           });
     } catch (err) {
-      throw new PolicyError('unavailable', 'Cannot check permissions right now; retry later.', { cause: err });
+      throw new PolicyError('unavailable', 'Cannot check permissions right now; retry later.', lookupFailure(err));
     }
     if (trusted && generation === this.#generation) this.#grants.set(principalId, grants);
     return grants;

@@ -29,6 +29,7 @@ import {
   type PresignFields,
 } from './presign-signature.ts';
 import { withTransaction } from '../../lib/transaction.ts';
+import { lookupFailure } from '../../lib/statement-deadline.ts';
 
 interface SecretRow {
   readonly id: string;
@@ -109,7 +110,7 @@ export class PresignedLinks {
     try {
       rows = await loadSecrets(this.#pool);
     } catch (err) {
-      throw new PolicyError('unavailable', 'Cannot verify the link right now; retry later.', { cause: err });
+      throw new PolicyError('unavailable', 'Cannot verify the link right now; retry later.', lookupFailure(err));
     }
     this.#cache = trusted ? { generation, rows } : undefined;
     return rows;
@@ -169,7 +170,7 @@ export class PresignedLinks {
     try {
       return (await this.#pool.query<{ now: Date }>('SELECT now() AS now')).rows[0]!.now.getTime();
     } catch (err) {
-      throw new PolicyError('unavailable', 'Cannot make the link right now; retry later.', { cause: err });
+      throw new PolicyError('unavailable', 'Cannot make the link right now; retry later.', lookupFailure(err));
     }
   }
 

@@ -13,6 +13,7 @@ import type { ArtifactKey, Catalog, CatalogEntry } from './catalog.ts';
 import { StorageError } from '../errors.ts';
 import { BoundedLru, type LruBounds } from '../../lib/bounded-lru.ts';
 import type { CacheStats } from '../../lib/cache-stats.ts';
+import { lookupFailure } from '../../lib/statement-deadline.ts';
 
 export interface CacheValidity {
   readonly trusted: boolean;
@@ -80,7 +81,7 @@ export function createCachedCatalog(
     try {
       entry = await inner.get(key);
     } catch (err) {
-      throw new StorageError('unavailable', 'The catalog cannot be read right now; retry later.', { cause: err });
+      throw new StorageError('unavailable', 'The catalog cannot be read right now; retry later.', lookupFailure(err));
     }
     if (entry && validity.trusted && validity.generation === generation && removals === removalsBefore)
       rows.set(id, entry, entryBytes(entry));
