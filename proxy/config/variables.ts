@@ -91,7 +91,7 @@ export const VARIABLES: readonly VariableSpec[] = [
     name: 'ARKVORY_DATABASE_QUERY_TIMEOUT_MILLISECONDS',
     kind: { type: 'int', min: 100, max: 600000 },
     defaultValue: '5000',
-    doc: 'Longest a gateway statement waits for PostgreSQL’s answer, and for a pool connection (a hung server, a link that drops packets): past it the request answers 503 `unavailable` and the connection is closed, not reused (docs/deploy.md, “When PostgreSQL hangs”). Usage flushes, audit rows and audit retention keep their own bounds; migrations, backup, restore, gc and the other commands have none.',
+    doc: 'Longest a request’s statement (gateways and the rules service) waits for PostgreSQL’s answer, and for a pool connection (a hung server, a link that drops packets): past it the request answers 503 `unavailable` with `Retry-After: 1` and the connection is closed, not reused (docs/deploy.md, “When PostgreSQL hangs”). Usage flushes, audit rows and audit retention keep their own bounds; migrations, backup, restore, gc and the other commands have none.',
   },
   {
     name: 'ARKVORY_REDIS_URL',

@@ -57,7 +57,16 @@ export async function runRulesService(
   });
   // loadConfig requires a database URL for this role; each new connection reads the rotated one.
   const databaseUrl = () => rotation.config.databaseUrl!;
-  const pool = createPool(databaseUrl, config.databasePoolSize, log, 'arkvory-rules-service');
+  // Bounded as a gateway's pool: a hung PostgreSQL answers a query or an admin call 503 `unavailable`
+  // past the deadline and its connection is ended, instead of holding it and every request behind it.
+  // Audit rows lift it for a bound of their own; the service runs no migrations.
+  const pool = createPool(
+    databaseUrl,
+    config.databasePoolSize,
+    log,
+    'arkvory-rules-service',
+    config.databaseQueryTimeoutMs,
+  );
   const auth = new Authenticator({ pool, databaseUrl, clock: systemClock, log: log.child({ component: 'auth' }) });
   let authStarted = false;
   let server: ReturnType<typeof createGatewayServer> | undefined;
